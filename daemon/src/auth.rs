@@ -1,0 +1,451 @@
+//! Who is calling, and what they may do.
+//!
+//! Host clients (CLI, TUI, gateways) are identified by their socket peer credentials; containers
+//! by the socket they connect on (each container gets its own, see `server::listeners`) *and* a
+//! bearer token that must match that socket. This module decides; it never touches sockets and
+//! never sees tonic types.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The uid every container process runs as (DESIGN.md §5.4).
+pub const CONTAINER_UID: u32 = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Assistant,
+    Worker,
+    Researcher,
+    Coder,
+    Memory,
+    Heartbeat,
+    /// The resident tool runner of a session's tool container.
+    Tool,
+}
+
+impl Role {
+    pub const AGENTS: &'static [Role] =
+        &[Role::Assistant, Role::Worker, Role::Researcher, Role::Coder, Role::Memory, Role::Heartbeat];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Assistant => "assistant",
+            Role::Worker => "worker",
+            Role::Researcher => "researcher",
+            Role::Coder => "coder",
+            Role::Memory => "memory",
+            Role::Heartbeat => "heartbeat",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContextKind {
+    User,
+    Group,
+}
+
+/// A user or a group: the unit of data isolation (spec §17).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Context {
+    pub kind: ContextKind,
+    pub id: String,
+}
+
+impl Context {
+    pub fn user(id: impl Into<String>) -> Context {
+        Context { kind: ContextKind::User, id: id.into() }
+    }
+
+    pub fn group(id: impl Into<String>) -> Context {
+        Context { kind: ContextKind::Group, id: id.into() }
+    }
+}
+
+impl fmt::Display for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ContextKind::User => "user",
+            ContextKind::Group => "group",
+        };
+        write!(f, "{kind}:{}", self.id)
+    }
+}
+
+/// User, group, session and container ids become folder names: they must never be able to
+/// name another folder.
+pub fn is_valid_context_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// What a container is, fixed when its socket is created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerIdentity {
+    /// Container name, also the name of its socket folder.
+    pub name: String,
+    pub role: Role,
+    pub session_id: String,
+    pub context: Context,
+}
+
+/// The authenticated caller of one request.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    Host(HostPeer),
+    Container(Arc<ContainerIdentity>),
+}
+
+impl fmt::Display for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Caller::Host(peer) => write!(f, "host uid {}", peer.uid),
+            Caller::Container(identity) => {
+                write!(f, "{} container {} ({})", identity.role, identity.name, identity.context)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostPeer {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: Option<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing bearer token: containers must send `authorization: Bearer $BAAAHT_CONTAINER_TOKEN`")]
+    MissingToken,
+    #[error("unknown or revoked container token")]
+    InvalidToken,
+    #[error("bearer tokens are only accepted on the socket of the container they were issued to")]
+    TokenOnHostSocket,
+    #[error("the peer's credentials could not be read, so the connection is refused")]
+    NoPeerCredentials,
+    #[error("uid {uid} may not use this socket: only {allowed}")]
+    PeerNotAllowed { uid: u32, allowed: String },
+    #[error("{operation} is for {expected}; a {role} container may not call it")]
+    RoleNotAllowed { operation: &'static str, role: Role, expected: String },
+    #[error("{operation} is for containers; host clients have their own RPCs")]
+    ContainerOnly { operation: &'static str },
+    #[error("context {target} is outside this container's context {own}")]
+    OtherContext { own: String, target: String },
+    #[error("session {target} is outside this container's session {own}")]
+    OtherSession { own: String, target: String },
+}
+
+impl AuthError {
+    /// True for errors that mean "who are you?" rather than "you may not".
+    pub fn is_unauthenticated(&self) -> bool {
+        matches!(self, AuthError::MissingToken | AuthError::InvalidToken | AuthError::TokenOnHostSocket)
+    }
+}
+
+/// Which host users may use the host socket.
+#[derive(Debug, Clone)]
+pub struct HostPolicy {
+    pub daemon_uid: u32,
+    /// `orchestrator.socket.client_group`, resolved.
+    pub client_group: Option<(String, u32)>,
+}
+
+impl HostPolicy {
+    /// Root, the daemon's own user, and members of the client group are allowed.
+    pub fn check(&self, uid: u32, gid: u32, pid: Option<i32>) -> Result<HostPeer, AuthError> {
+        let peer = HostPeer { uid, gid, pid };
+        if uid == 0 || uid == self.daemon_uid {
+            return Ok(peer);
+        }
+        if let Some((_, group)) = &self.client_group {
+            if gid == *group || pid.is_some_and(|pid| supplementary_groups(pid).contains(group)) {
+                return Ok(peer);
+            }
+        }
+        let mut allowed = format!("root and uid {}", self.daemon_uid);
+        if let Some((name, _)) = &self.client_group {
+            allowed.push_str(&format!(" and members of group {name}"));
+        } else {
+            allowed.push_str(" (set orchestrator.socket.client_group to admit a group)");
+        }
+        Err(AuthError::PeerNotAllowed { uid, allowed })
+    }
+}
+
+/// The supplementary groups of a process, from `/proc/{pid}/status` (SO_PEERCRED carries only
+/// the primary group).
+fn supplementary_groups(pid: i32) -> Vec<u32> {
+    // silent-ok: a process that exited or hid its status has no groups we can vouch for.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Groups:"))
+        .map(|groups| groups.split_whitespace().filter_map(|g| g.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Every RPC, for authorization and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    RegisterAgent,
+    ReportStatus,
+    SendMessage,
+    RouteToAgent,
+    DelegateToAgent,
+    RequestToolExecution,
+    ProxyWebRequest,
+    StreamLlm,
+    ScheduleTask,
+    ListTasks,
+    GetTask,
+    PauseTask,
+    ResumeTask,
+    CancelTask,
+    GetNextRuns,
+    GetSkillManifest,
+    GetSkillContent,
+    SubscribeEvents,
+    PublishEvent,
+    GetStatus,
+    SendUserMessage,
+    ListSessions,
+    ReadSession,
+    NewSession,
+    ResumeSession,
+    ForkSession,
+    ArchiveSession,
+    CompactSession,
+    SwitchModel,
+}
+
+use Role::{Assistant, Coder, Heartbeat, Memory, Researcher, Tool, Worker};
+
+impl Operation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::RegisterAgent => "RegisterAgent",
+            Operation::ReportStatus => "ReportStatus",
+            Operation::SendMessage => "SendMessage",
+            Operation::RouteToAgent => "RouteToAgent",
+            Operation::DelegateToAgent => "DelegateToAgent",
+            Operation::RequestToolExecution => "RequestToolExecution",
+            Operation::ProxyWebRequest => "ProxyWebRequest",
+            Operation::StreamLlm => "StreamLLM",
+            Operation::ScheduleTask => "ScheduleTask",
+            Operation::ListTasks => "ListTasks",
+            Operation::GetTask => "GetTask",
+            Operation::PauseTask => "PauseTask",
+            Operation::ResumeTask => "ResumeTask",
+            Operation::CancelTask => "CancelTask",
+            Operation::GetNextRuns => "GetNextRuns",
+            Operation::GetSkillManifest => "GetSkillManifest",
+            Operation::GetSkillContent => "GetSkillContent",
+            Operation::SubscribeEvents => "SubscribeEvents",
+            Operation::PublishEvent => "PublishEvent",
+            Operation::GetStatus => "GetStatus",
+            Operation::SendUserMessage => "SendUserMessage",
+            Operation::ListSessions => "ListSessions",
+            Operation::ReadSession => "ReadSession",
+            Operation::NewSession => "NewSession",
+            Operation::ResumeSession => "ResumeSession",
+            Operation::ForkSession => "ForkSession",
+            Operation::ArchiveSession => "ArchiveSession",
+            Operation::CompactSession => "CompactSession",
+            Operation::SwitchModel => "SwitchModel",
+        }
+    }
+
+    /// The container roles that may call this operation (spec §6.1, §9.1.1, §13.3).
+    pub fn container_roles(self) -> &'static [Role] {
+        match self {
+            Operation::RegisterAgent | Operation::ReportStatus | Operation::StreamLlm => Role::AGENTS,
+            Operation::SendMessage => &[Worker, Heartbeat],
+            Operation::DelegateToAgent => &[Assistant],
+            Operation::RequestToolExecution => &[Worker, Researcher, Coder, Memory, Heartbeat],
+            Operation::ProxyWebRequest => &[Tool],
+            Operation::ScheduleTask
+            | Operation::ListTasks
+            | Operation::GetTask
+            | Operation::PauseTask
+            | Operation::ResumeTask
+            | Operation::CancelTask
+            | Operation::GetNextRuns => &[Assistant, Worker],
+            Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
+            Operation::RouteToAgent
+            | Operation::SubscribeEvents
+            | Operation::PublishEvent
+            | Operation::GetStatus
+            | Operation::SendUserMessage
+            | Operation::ListSessions
+            | Operation::ReadSession
+            | Operation::NewSession
+            | Operation::ResumeSession
+            | Operation::ForkSession
+            | Operation::ArchiveSession
+            | Operation::CompactSession
+            | Operation::SwitchModel => &[],
+        }
+    }
+
+    /// Whether host clients may call it; the agent-side RPCs need a container identity.
+    pub fn host_allowed(self) -> bool {
+        !matches!(
+            self,
+            Operation::RegisterAgent
+                | Operation::ReportStatus
+                | Operation::DelegateToAgent
+                | Operation::RequestToolExecution
+                | Operation::ProxyWebRequest
+                | Operation::StreamLlm
+        )
+    }
+}
+
+/// What a request touches, when it names it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Target<'a> {
+    pub context: Option<&'a Context>,
+    pub session_id: Option<&'a str>,
+}
+
+/// Decides whether `caller` may perform `operation` on `target`.
+pub fn authorize(caller: &Caller, operation: Operation, target: Target<'_>) -> Result<(), AuthError> {
+    match caller {
+        // Host clients are trusted by the host (spec §10.1: TUI access implies host trust).
+        Caller::Host(_) if operation.host_allowed() => Ok(()),
+        Caller::Host(_) => Err(AuthError::ContainerOnly { operation: operation.name() }),
+        Caller::Container(identity) => {
+            let roles = operation.container_roles();
+            if !roles.contains(&identity.role) {
+                let expected = if roles.is_empty() {
+                    "host clients".to_string()
+                } else {
+                    let names: Vec<&str> = roles.iter().map(|role| role.as_str()).collect();
+                    format!("{} containers", names.join("/"))
+                };
+                return Err(AuthError::RoleNotAllowed { operation: operation.name(), role: identity.role, expected });
+            }
+            if let Some(context) = target.context {
+                if *context != identity.context {
+                    return Err(AuthError::OtherContext {
+                        own: identity.context.to_string(),
+                        target: context.to_string(),
+                    });
+                }
+            }
+            if let Some(session) = target.session_id.filter(|session| !session.is_empty()) {
+                if session != identity.session_id {
+                    return Err(AuthError::OtherSession {
+                        own: identity.session_id.clone(),
+                        target: session.to_string(),
+                    });
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A fresh 256-bit bearer token, hex encoded.
+pub fn new_token() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+/// Compares two tokens in time independent of where they differ.
+pub fn tokens_equal(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(role: Role, context: Context) -> Caller {
+        Caller::Container(Arc::new(ContainerIdentity {
+            name: "c1".into(),
+            role,
+            session_id: "s-alice".into(),
+            context,
+        }))
+    }
+
+    #[test]
+    fn authorization_table() {
+        let alice = Context::user("alice");
+        let bob = Context::user("bob");
+        let host = Caller::Host(HostPeer { uid: 1000, gid: 1000, pid: None });
+        // (caller, operation, target context, target session, allowed?)
+        type Case<'a> = (Caller, Operation, Option<&'a Context>, Option<&'a str>, bool);
+        let cases: Vec<Case<'_>> = vec![
+            (host.clone(), Operation::GetStatus, None, None, true),
+            (host.clone(), Operation::ListSessions, Some(&bob), None, true),
+            (host.clone(), Operation::StreamLlm, None, None, false),
+            (host.clone(), Operation::RequestToolExecution, None, None, false),
+            (container(Assistant, alice.clone()), Operation::DelegateToAgent, None, None, true),
+            (container(Worker, alice.clone()), Operation::DelegateToAgent, None, None, false),
+            (container(Coder, alice.clone()), Operation::RequestToolExecution, None, Some("s-alice"), true),
+            (container(Coder, alice.clone()), Operation::RequestToolExecution, None, Some("s-bob"), false),
+            (container(Assistant, alice.clone()), Operation::RequestToolExecution, None, None, false),
+            (container(Tool, alice.clone()), Operation::ProxyWebRequest, None, None, true),
+            (container(Tool, alice.clone()), Operation::StreamLlm, None, None, false),
+            (container(Worker, alice.clone()), Operation::GetSkillManifest, Some(&alice), None, true),
+            (container(Worker, alice.clone()), Operation::GetSkillManifest, Some(&bob), None, false),
+            (container(Memory, alice.clone()), Operation::GetSkillManifest, Some(&alice), None, false),
+            (container(Worker, alice.clone()), Operation::ScheduleTask, Some(&alice), None, true),
+            (container(Worker, alice.clone()), Operation::GetStatus, None, None, false),
+            (container(Worker, alice.clone()), Operation::SubscribeEvents, Some(&alice), None, false),
+            (container(Worker, Context::group("alice")), Operation::ListTasks, Some(&alice), None, false),
+        ];
+        for (caller, operation, context, session_id, allowed) in cases {
+            let result = authorize(&caller, operation, Target { context, session_id });
+            assert_eq!(result.is_ok(), allowed, "{caller} {operation:?} {context:?} {session_id:?}: {result:?}");
+        }
+    }
+
+    #[test]
+    fn host_policy() {
+        let policy = HostPolicy { daemon_uid: 1000, client_group: None };
+        assert!(policy.check(0, 0, None).is_ok());
+        assert!(policy.check(1000, 1000, None).is_ok());
+        let error = policy.check(65534, 65534, None).expect_err("nobody");
+        assert!(error.to_string().starts_with("uid 65534 may not use this socket"), "{error}");
+        let policy = HostPolicy { daemon_uid: 1000, client_group: Some(("baaaht".into(), 990)) };
+        assert!(policy.check(1001, 990, None).is_ok());
+        assert!(policy.check(1001, 100, None).is_err());
+    }
+
+    #[test]
+    fn context_ids() {
+        for good in ["alice", "U012AB3CD", "a.b-c_d", "0"] {
+            assert!(is_valid_context_id(good), "{good}");
+        }
+        let long = "x".repeat(129);
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "a\0b", "é", long.as_str()] {
+            assert!(!is_valid_context_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tokens() {
+        let a = new_token().expect("token");
+        let b = new_token().expect("token");
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert!(tokens_equal(&a, &a.clone()));
+        assert!(!tokens_equal(&a, &b));
+        assert!(!tokens_equal(&a, &a[..63]));
+    }
+}

@@ -1,0 +1,362 @@
+//! Configuration: `config.yaml`, `providers.yaml` and `mount-allowlist.json` (spec §16, §13.6),
+//! every default built in, `BAAAHT__A__B=value` environment overrides (spec §16.3).
+//!
+//! Loading never binds, spawns or writes anything. Every mistake is a [`ConfigError`] that names
+//! the file, line and column (or the environment variable) and, for a misspelt key or value,
+//! the nearest valid one.
+
+mod allowlist;
+mod diagnostics;
+mod overrides;
+mod providers;
+mod schema;
+
+use std::path::{Path, PathBuf};
+
+pub use allowlist::{AllowedMount, MountAllowlist, MountKind, MountMode, BUILT_IN_BLOCKED_PATTERNS};
+pub use providers::{CustomProvider, ProviderEntry, Providers, ProvidersConfig, BUILT_IN_PROVIDERS};
+pub use schema::*;
+
+use diagnostics::{find_yaml_key, nearest, strip_yaml_location, with_suggestion};
+
+pub const CONFIG_FILE: &str = "config.yaml";
+pub const PROVIDERS_FILE: &str = "providers.yaml";
+pub const ALLOWLIST_FILE: &str = "mount-allowlist.json";
+
+/// The configuration the daemon runs with, and where each part came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedConfig {
+    pub config: Config,
+    pub providers: ProvidersConfig,
+    pub allowlist: MountAllowlist,
+    pub sources: Sources,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sources {
+    pub config: Source,
+    pub providers: Source,
+    pub allowlist: Source,
+    /// Names of the `BAAAHT__…` variables that were applied.
+    pub env_overrides: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    BuiltIn,
+    File(PathBuf),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::BuiltIn => f.write_str("built-in defaults"),
+            Source::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    Parse { path: PathBuf, line: usize, column: usize, message: String },
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+    #[error("environment variable {variable}: {message}")]
+    Env { variable: String, message: String },
+}
+
+/// Where to look for the three files.
+#[derive(Debug, Clone)]
+pub struct ConfigPaths {
+    /// `--config FILE`; when absent, `{config_dir}/config.yaml` if it exists.
+    pub config_file: Option<PathBuf>,
+    /// The data dir's `config/` folder.
+    pub config_dir: PathBuf,
+}
+
+/// Loads and checks the configuration; `env` is the process environment (a parameter so tests
+/// can pass their own).
+pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>) -> Result<LoadedConfig, ConfigError> {
+    let (config_text, config_source) = match &paths.config_file {
+        Some(path) => (Some(read(path)?), Source::File(path.clone())),
+        None => read_optional(&paths.config_dir.join(CONFIG_FILE))?,
+    };
+    let config: Config = match (&config_text, &config_source) {
+        (Some(text), Source::File(path)) => parse_yaml(path, text)?,
+        _ => Config::default(),
+    };
+    let (config, env_overrides) = overrides::apply(config, env)?;
+
+    let (providers_text, providers_source) = read_optional(&paths.config_dir.join(PROVIDERS_FILE))?;
+    let providers: ProvidersConfig = match (&providers_text, &providers_source) {
+        (Some(text), Source::File(path)) => parse_yaml(path, text)?,
+        _ => ProvidersConfig::default(),
+    };
+
+    let (allowlist_text, allowlist_source) = read_optional(&paths.config_dir.join(ALLOWLIST_FILE))?;
+    let allowlist: MountAllowlist = match (&allowlist_text, &allowlist_source) {
+        (Some(text), Source::File(path)) => parse_json(path, text)?,
+        _ => MountAllowlist::default(),
+    };
+    let allowlist = allowlist.with_built_in_patterns();
+
+    let loaded = LoadedConfig {
+        config,
+        providers,
+        allowlist,
+        sources: Sources {
+            config: config_source,
+            providers: providers_source,
+            allowlist: allowlist_source,
+            env_overrides,
+        },
+    };
+    check_providers(&loaded, providers_text.as_deref())?;
+    check_agents(&loaded, config_text.as_deref())?;
+    check_allowlist(&loaded)?;
+    Ok(loaded)
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })
+}
+
+fn read_optional(path: &Path) -> Result<(Option<String>, Source), ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((Some(text), Source::File(path.to_path_buf()))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok((None, Source::BuiltIn)),
+        Err(source) => Err(ConfigError::Read { path: path.to_path_buf(), source }),
+    }
+}
+
+fn parse_yaml<T: serde::de::DeserializeOwned + Default>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    // A file holding only comments means "all defaults".
+    let only_comments = text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---"
+    });
+    if only_comments {
+        return Ok(T::default());
+    }
+    serde_yaml::from_str(text).map_err(|error| {
+        let message = with_suggestion(strip_yaml_location(&error.to_string()));
+        match error.location() {
+            Some(location) => ConfigError::Parse {
+                path: path.to_path_buf(),
+                line: location.line(),
+                column: location.column(),
+                message,
+            },
+            None => ConfigError::Invalid { path: path.to_path_buf(), message },
+        }
+    })
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    serde_json::from_str(text).map_err(|error| {
+        let full = error.to_string();
+        let message = match full.rfind(" at line ") {
+            Some(index) => full[..index].to_string(),
+            None => full,
+        };
+        ConfigError::Parse {
+            path: path.to_path_buf(),
+            line: error.line(),
+            column: error.column(),
+            message: with_suggestion(&message),
+        }
+    })
+}
+
+/// An error at a key found in `text` (if the file exists), else naming the file only.
+fn invalid_at(source: &Source, text: Option<&str>, key_path: &[&str], message: String) -> ConfigError {
+    let path = match source {
+        Source::File(path) => path.clone(),
+        Source::BuiltIn => PathBuf::from("(built-in defaults)"),
+    };
+    match text.and_then(|text| find_yaml_key(text, key_path)) {
+        Some((line, column)) => ConfigError::Parse { path, line, column, message },
+        None => ConfigError::Invalid { path, message },
+    }
+}
+
+fn is_valid_provider_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    let source = &loaded.sources.providers;
+    let providers = &loaded.providers;
+    for (index, custom) in providers.providers.custom.iter().enumerate() {
+        if !is_valid_provider_name(&custom.name) {
+            return Err(invalid_at(
+                source,
+                text,
+                &["providers", "custom"],
+                format!("providers.custom[{index}].name `{}`: use lowercase letters, digits and `-` only", custom.name),
+            ));
+        }
+        if BUILT_IN_PROVIDERS.contains(&custom.name.as_str()) {
+            return Err(invalid_at(
+                source,
+                text,
+                &["providers", "custom"],
+                format!(
+                    "providers.custom[{index}].name `{}` is a built-in provider; configure it under providers.{} instead",
+                    custom.name, custom.name
+                ),
+            ));
+        }
+    }
+    let configured = providers.providers.configured();
+    let names: Vec<&str> = configured.iter().map(|(name, _)| *name).collect();
+    let defaults: Vec<&str> = configured.iter().filter(|(_, entry)| entry.default).map(|(name, _)| *name).collect();
+    if defaults.len() > 1 {
+        return Err(invalid_at(
+            source,
+            text,
+            &["providers", defaults[1], "default"],
+            format!("providers {} are all marked default: keep `default: true` on one", defaults.join(", ")),
+        ));
+    }
+    for (from, chain) in &providers.fallback_chains {
+        for name in std::iter::once(from).chain(chain) {
+            if !names.contains(&name.as_str()) {
+                let hint = match nearest(name, names.iter().copied()) {
+                    Some(best) => format!("; did you mean `{best}`?"),
+                    None => format!("; configured providers: {}", names.join(", ")),
+                };
+                return Err(invalid_at(
+                    source,
+                    text,
+                    &["fallback_chains", from],
+                    format!("fallback_chains.{from}: provider `{name}` is not configured under providers{hint}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    let agents = &loaded.config.agents;
+    let configured: Vec<&str> = loaded.providers.providers.configured().iter().map(|(name, _)| *name).collect();
+    let roles = [
+        ("assistant", &agents.assistant),
+        ("worker", &agents.worker),
+        ("researcher", &agents.researcher),
+        ("coder", &agents.coder),
+        ("memory", &agents.memory),
+        ("heartbeat", &agents.heartbeat),
+    ];
+    for (role, agent) in roles {
+        let provider = agent.model.provider();
+        if !configured.contains(&provider) {
+            return Err(invalid_at(
+                &loaded.sources.config,
+                text,
+                &["agents", role, "model"],
+                format!(
+                    "agents.{role}.model `{}` uses provider `{provider}`, which providers.yaml ({}) does not configure; \
+                     add it there or pick a model of: {}",
+                    agent.model.0,
+                    loaded.sources.providers,
+                    configured.join(", ")
+                ),
+            ));
+        }
+    }
+    for user in &loaded.config.system.admin_users {
+        if !crate::auth::is_valid_context_id(user) {
+            return Err(invalid_at(
+                &loaded.sources.config,
+                text,
+                &["system", "admin_users"],
+                format!("system.admin_users: `{user}` is not a valid user id (letters, digits, `.`, `_`, `-`)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_allowlist(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    let path = match &loaded.sources.allowlist {
+        Source::File(path) => path.clone(),
+        Source::BuiltIn => return Ok(()),
+    };
+    for (index, mount) in loaded.allowlist.allowed_mounts.iter().enumerate() {
+        let problem = if !mount.host_path.starts_with('/') {
+            Some(format!("hostPath `{}` must be an absolute path", mount.host_path))
+        } else if !mount.container_path.starts_with('/') {
+            Some(format!("containerPath `{}` must be an absolute path", mount.container_path))
+        } else if [&mount.host_path, &mount.container_path]
+            .iter()
+            .any(|p| p.split('/').any(|segment| segment == "..") || p.contains('\0'))
+        {
+            Some("paths may not contain `..` or null bytes".to_string())
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(ConfigError::Invalid { path, message: format!("allowedMounts[{index}]: {problem}") });
+        }
+    }
+    Ok(())
+}
+
+/// The effective configuration as YAML, with secret values replaced by `<redacted>`.
+/// References such as `${ANTHROPIC_API_KEY}` are shown as written: they hold no secret.
+pub fn effective_yaml(loaded: &LoadedConfig) -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "# config.yaml: {}\n# providers.yaml: {}\n# mount-allowlist.json: {}\n",
+        loaded.sources.config, loaded.sources.providers, loaded.sources.allowlist
+    ));
+    if !loaded.sources.env_overrides.is_empty() {
+        out.push_str(&format!("# environment overrides: {}\n", loaded.sources.env_overrides.join(", ")));
+    }
+    let mut document = serde_yaml::Mapping::new();
+    document.insert("config".into(), serde_yaml::to_value(&loaded.config)?);
+    document.insert("providers".into(), serde_yaml::to_value(&loaded.providers)?);
+    document.insert("mount_allowlist".into(), serde_yaml::to_value(&loaded.allowlist)?);
+    let mut document = serde_yaml::Value::Mapping(document);
+    redact(&mut document, false);
+    out.push_str(&serde_yaml::to_string(&document)?);
+    Ok(out)
+}
+
+fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["secret", "token", "api_key", "password", "passphrase"].iter().any(|word| key.contains(word))
+}
+
+fn redact(value: &mut serde_yaml::Value, secret: bool) {
+    match value {
+        serde_yaml::Value::Mapping(map) => {
+            for (key, child) in map.iter_mut() {
+                let child_secret = secret || key.as_str().is_some_and(is_secret_key);
+                redact(child, child_secret);
+            }
+        }
+        serde_yaml::Value::Sequence(items) => items.iter_mut().for_each(|item| redact(item, secret)),
+        serde_yaml::Value::String(text) if secret => {
+            let is_reference = text.starts_with("${") && text.ends_with('}');
+            if !is_reference && !text.is_empty() {
+                *text = "<redacted>".into();
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,799 @@
+//! The schema of `config.yaml` (spec §16.1) with every default built in.
+//!
+//! Every struct denies unknown keys, and every value that can be wrong is checked while it is
+//! deserialized, so a mistake is reported with the file, line and column it sits on.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub system: SystemConfig,
+    pub container: ContainerConfig,
+    pub orchestrator: OrchestratorConfig,
+    pub agents: AgentsConfig,
+    pub sessions: SessionsConfig,
+    pub channels: ChannelsConfig,
+    pub skills: SkillsConfig,
+    pub scheduler: SchedulerConfig,
+    pub tools: ToolsConfig,
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SystemConfig {
+    pub name: String,
+    /// IANA time zone used by the scheduler, e.g. "Europe/Berlin"; "UTC" by default.
+    pub timezone: String,
+    pub log_level: LogLevel,
+    /// Per-component log levels, e.g. `{container: debug}`; keys are daemon module names.
+    pub log_components: BTreeMap<String, LogLevel>,
+    pub admin_users: Vec<String>,
+}
+
+impl Default for SystemConfig {
+    fn default() -> Self {
+        SystemConfig {
+            name: "baaaht".into(),
+            timezone: "UTC".into(),
+            log_level: LogLevel::Info,
+            log_components: BTreeMap::new(),
+            admin_users: vec![],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContainerConfig {
+    pub runtime: RuntimeChoice,
+    /// Seconds a container may run before it is killed.
+    pub default_timeout: u64,
+    pub max_concurrent: u32,
+    pub resource_limits: ResourceLimits,
+    /// Per-role overrides of `resource_limits`, e.g. `{coder: {memory: 2g}}`.
+    pub role_limits: BTreeMap<RoleName, ResourceLimitsOverride>,
+    /// Image every agent and tool container starts from.
+    pub image: String,
+}
+
+impl Default for ContainerConfig {
+    fn default() -> Self {
+        ContainerConfig {
+            runtime: RuntimeChoice::Auto,
+            default_timeout: 300,
+            max_concurrent: 10,
+            resource_limits: ResourceLimits::default(),
+            role_limits: BTreeMap::new(),
+            image: "baaaht/base:latest".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeChoice {
+    Auto,
+    Docker,
+    Podman,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourceLimits {
+    pub cpu: CpuLimit,
+    pub memory: ByteSize,
+    pub disk: ByteSize,
+    pub pids: u32,
+    /// Size of the tmpfs mounted at /tmp.
+    pub tmp: ByteSize,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        ResourceLimits {
+            cpu: CpuLimit(1.0),
+            memory: ByteSize(512 << 20),
+            disk: ByteSize(1 << 30),
+            pids: 256,
+            tmp: ByteSize(64 << 20),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourceLimitsOverride {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuLimit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<ByteSize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<ByteSize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<ByteSize>,
+}
+
+/// Container and agent roles, as written in config keys.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum RoleName {
+    Assistant,
+    Worker,
+    Researcher,
+    Coder,
+    Memory,
+    Heartbeat,
+    Tool,
+    LlmGateway,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OrchestratorConfig {
+    pub poll_intervals: PollIntervals,
+    pub health_check: HealthCheckConfig,
+    pub socket: SocketConfig,
+    /// Seconds in-flight requests get to finish after SIGTERM before the daemon exits anyway.
+    pub shutdown_timeout: u64,
+}
+
+impl Default for OrchestratorConfig {
+    fn default() -> Self {
+        OrchestratorConfig {
+            poll_intervals: PollIntervals::default(),
+            health_check: HealthCheckConfig::default(),
+            socket: SocketConfig::default(),
+            shutdown_timeout: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PollIntervals {
+    /// Milliseconds between scans of file-IPC message folders (a fallback to inotify).
+    pub messages: u64,
+    /// Milliseconds between scheduler evaluations.
+    pub scheduler: u64,
+    /// Milliseconds between scans of file-IPC result folders.
+    pub ipc: u64,
+}
+
+impl Default for PollIntervals {
+    fn default() -> Self {
+        PollIntervals { messages: 2000, scheduler: 60_000, ipc: 1000 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    /// Milliseconds between health probes.
+    pub interval: u64,
+    /// Milliseconds to wait for an answer.
+    pub timeout: u64,
+    pub failure_threshold: u32,
+    pub notify_channel: NotifyChannel,
+}
+
+impl Default for HealthCheckConfig {
+    fn default() -> Self {
+        HealthCheckConfig { interval: 30_000, timeout: 5000, failure_threshold: 3, notify_channel: NotifyChannel::Log }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifyChannel {
+    Log,
+    Slack,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SocketConfig {
+    /// A group whose members may use the host socket besides the daemon's own user; the
+    /// socket is then owned by this group. Empty: only the daemon's user (and root).
+    pub client_group: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentsConfig {
+    pub assistant: AgentConfig,
+    pub worker: AgentConfig,
+    pub researcher: AgentConfig,
+    pub coder: AgentConfig,
+    pub memory: AgentConfig,
+    pub heartbeat: AgentConfig,
+}
+
+const BALANCED_MODEL: &str = "anthropic/claude-sonnet-4-20250514";
+const FAST_MODEL: &str = "anthropic/claude-3-5-haiku-20241022";
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        let agent = |model: &str, max_iterations, timeout| AgentConfig {
+            model: ModelName(model.into()),
+            max_iterations,
+            temperature: None,
+            timeout,
+        };
+        AgentsConfig {
+            assistant: AgentConfig { temperature: Some(Temperature(0.7)), ..agent(BALANCED_MODEL, 20, 300) },
+            worker: agent(BALANCED_MODEL, 15, 300),
+            researcher: agent(BALANCED_MODEL, 50, 600),
+            coder: agent(BALANCED_MODEL, 30, 600),
+            memory: agent(FAST_MODEL, 10, 300),
+            heartbeat: agent(FAST_MODEL, 15, 300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub model: ModelName,
+    #[serde(default = "default_max_iterations")]
+    pub max_iterations: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<Temperature>,
+    /// Seconds a turn of this agent may take.
+    #[serde(default = "default_agent_timeout")]
+    pub timeout: u64,
+}
+
+fn default_max_iterations() -> u32 {
+    15
+}
+
+fn default_agent_timeout() -> u64 {
+    300
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionsConfig {
+    pub archival: ArchivalConfig,
+    /// Seconds without a message after which an active session counts as idle.
+    pub idle_after: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig { archival: ArchivalConfig::default(), idle_after: 1800 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArchivalConfig {
+    /// Seconds since the last user message after which a session is archived.
+    pub inactivity_timeout: u64,
+    pub memory_extraction: bool,
+    pub archive_storage: ArchiveStorage,
+}
+
+impl Default for ArchivalConfig {
+    fn default() -> Self {
+        ArchivalConfig { inactivity_timeout: 86_400, memory_extraction: true, archive_storage: ArchiveStorage::Local }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ArchiveStorage {
+    Local,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelsConfig {
+    pub tui: TuiChannel,
+    pub web: WebChannel,
+    pub slack: SlackChannel,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TuiChannel {
+    pub enabled: bool,
+    pub theme: Theme,
+}
+
+impl Default for TuiChannel {
+    fn default() -> Self {
+        TuiChannel { enabled: true, theme: Theme::Dark }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Theme {
+    Dark,
+    Light,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebChannel {
+    pub enabled: bool,
+    pub port: u16,
+    pub host: String,
+    pub auth: WebAuth,
+}
+
+impl Default for WebChannel {
+    fn default() -> Self {
+        WebChannel { enabled: false, port: 8080, host: "localhost".into(), auth: WebAuth::default() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebAuth {
+    pub provider: AuthProvider,
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: String,
+    pub auto_create_users: bool,
+}
+
+impl Default for WebAuth {
+    fn default() -> Self {
+        WebAuth {
+            provider: AuthProvider::Oidc,
+            issuer: "${OIDC_ISSUER}".into(),
+            client_id: "${OIDC_CLIENT_ID}".into(),
+            client_secret: "${OIDC_CLIENT_SECRET}".into(),
+            auto_create_users: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthProvider {
+    Oidc,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlackChannel {
+    pub enabled: bool,
+    pub workspaces: Vec<SlackWorkspace>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlackWorkspace {
+    pub name: String,
+    pub bot_token: String,
+    pub app_token: String,
+    #[serde(default = "default_trigger")]
+    pub trigger_pattern: String,
+}
+
+fn default_trigger() -> String {
+    "^@baaaht\\b".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsConfig {
+    /// Extra folders of system-wide skills, besides the data dir's `skills/`.
+    pub directories: Vec<String>,
+    pub auto_discover: bool,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        SkillsConfig { directories: vec![], auto_discover: true }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    pub error_handling: SchedulerErrorHandling,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerErrorHandling {
+    /// Relative to the data dir.
+    pub log_file: String,
+    pub max_consecutive_failures: u32,
+    pub notify_channel: NotifyChannel,
+}
+
+impl Default for SchedulerErrorHandling {
+    fn default() -> Self {
+        SchedulerErrorHandling {
+            log_file: "data/logs/scheduler-errors.log".into(),
+            max_consecutive_failures: 5,
+            notify_channel: NotifyChannel::Log,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Seconds.
+    pub default_timeout: u64,
+    pub timeout_overrides: BTreeMap<ToolName, u64>,
+    /// Extra `exec` patterns refused besides the built-in ones (spec §8.5).
+    pub blocked_patterns: Vec<String>,
+    pub web_proxy: WebProxyConfig,
+    /// Seconds an idle warm tool container is kept before it is removed.
+    pub warm_idle_timeout: u64,
+    /// `warm` (a resident runner per session) or `cold` (a fresh container per call).
+    pub mode: ToolMode,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            default_timeout: 60,
+            timeout_overrides: BTreeMap::from([
+                (ToolName::Exec, 60),
+                (ToolName::WebSearch, 30),
+                (ToolName::WebFetch, 30),
+            ]),
+            blocked_patterns: vec![],
+            web_proxy: WebProxyConfig::default(),
+            warm_idle_timeout: 600,
+            mode: ToolMode::Warm,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolMode {
+    Warm,
+    Cold,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolName {
+    ReadFile,
+    WriteFile,
+    EditFile,
+    ListDir,
+    Grep,
+    Find,
+    Exec,
+    WebSearch,
+    WebFetch,
+    Message,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebProxyConfig {
+    pub max_redirects: u32,
+    pub max_content_size: ByteSize,
+    /// Requests per minute per session.
+    pub rate_limit: u32,
+    /// Seconds for a whole request including redirects.
+    pub timeout: u64,
+    /// Hosts, `host:port`s or CIDRs that may be reached even though they are private.
+    pub allow: Vec<String>,
+    pub search: SearchConfig,
+}
+
+impl Default for WebProxyConfig {
+    fn default() -> Self {
+        WebProxyConfig {
+            max_redirects: 5,
+            max_content_size: ByteSize(1_000_000),
+            rate_limit: 60,
+            timeout: 30,
+            allow: vec![],
+            search: SearchConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    pub backend: SearchBackend,
+    /// Base URL of a SearXNG instance (backend `searxng`).
+    pub searxng_url: String,
+    /// Name of the secret holding the Brave Search API key (backend `brave`).
+    pub brave_api_key: String,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            backend: SearchBackend::None,
+            searxng_url: String::new(),
+            brave_api_key: "${BRAVE_API_KEY}".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchBackend {
+    None,
+    Searxng,
+    Brave,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub enabled: bool,
+    /// Must be a loopback address; port 0 picks a free port (shown by `baaaht status`).
+    pub listen: LoopbackAddr,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig { enabled: true, listen: LoopbackAddr(SocketAddr::from(([127, 0, 0, 1], 9479))) }
+    }
+}
+
+// ---- value types checked while parsing ----
+
+/// A byte count written as `512m`, `1g`, `1MB`, `64KiB` or a plain number of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SizeInput", into = "String")]
+pub struct ByteSize(pub u64);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeInput {
+    Number(u64),
+    Text(String),
+}
+
+impl TryFrom<SizeInput> for ByteSize {
+    type Error = String;
+
+    fn try_from(input: SizeInput) -> Result<Self, Self::Error> {
+        match input {
+            SizeInput::Number(bytes) => Ok(ByteSize(bytes)),
+            SizeInput::Text(text) => text.parse(),
+        }
+    }
+}
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || format!("invalid size `{text}`: write a number with an optional unit, e.g. 512m, 1g, 1MB");
+        let trimmed = text.trim();
+        let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
+        let (number, unit) = trimmed.split_at(split);
+        let number: f64 = number.parse().map_err(|_unparsable| invalid())?; // silent-ok: the message names the input
+        let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            "kb" => 1000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            _ => return Err(invalid()),
+        };
+        let bytes = number * multiplier as f64;
+        if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+            return Err(invalid());
+        }
+        Ok(ByteSize(bytes as u64))
+    }
+}
+
+impl From<ByteSize> for String {
+    fn from(size: ByteSize) -> String {
+        size.to_string()
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bytes = self.0;
+        for (unit, shift) in [("g", 30), ("m", 20), ("k", 10)] {
+            if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+                return write!(f, "{}{unit}", bytes >> shift);
+            }
+        }
+        if bytes >= 1_000_000 && bytes.is_multiple_of(1_000_000) {
+            return write!(f, "{}MB", bytes / 1_000_000);
+        }
+        write!(f, "{bytes}")
+    }
+}
+
+/// CPUs a container may use, as a number or a string ("1.0", "0.5").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "CpuInput", into = "f64")]
+pub struct CpuLimit(pub f64);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CpuInput {
+    Number(f64),
+    Text(String),
+}
+
+impl TryFrom<CpuInput> for CpuLimit {
+    type Error = String;
+
+    fn try_from(input: CpuInput) -> Result<Self, Self::Error> {
+        let value = match input {
+            CpuInput::Number(value) => value,
+            CpuInput::Text(text) => text.trim().parse().map_err(|_unparsable| {
+                format!("invalid cpu limit `{text}`: write a number of CPUs such as 1.0 or 0.5")
+            })?, // silent-ok: the message names the input
+        };
+        if !(value > 0.0 && value <= 1024.0) {
+            return Err(format!("invalid cpu limit {value}: it must be above 0 and at most 1024"));
+        }
+        Ok(CpuLimit(value))
+    }
+}
+
+impl From<CpuLimit> for f64 {
+    fn from(limit: CpuLimit) -> f64 {
+        limit.0
+    }
+}
+
+/// Sampling temperature between 0 and 2.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct Temperature(pub f64);
+
+impl TryFrom<f64> for Temperature {
+    type Error = String;
+
+    fn try_from(value: f64) -> Result<Self, Self::Error> {
+        if (0.0..=2.0).contains(&value) {
+            Ok(Temperature(value))
+        } else {
+            Err(format!("invalid temperature {value}: it must be between 0 and 2"))
+        }
+    }
+}
+
+impl From<Temperature> for f64 {
+    fn from(value: Temperature) -> f64 {
+        value.0
+    }
+}
+
+/// A model named `{provider}/{model}` (spec §7.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ModelName(pub String);
+
+impl ModelName {
+    pub fn provider(&self) -> &str {
+        self.0.split_once('/').map_or("", |(provider, _)| provider)
+    }
+}
+
+impl TryFrom<String> for ModelName {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.split_once('/') {
+            Some((provider, model)) if !provider.is_empty() && !model.is_empty() => Ok(ModelName(value)),
+            _ => Err(format!(
+                "invalid model `{value}`: write it as provider/model, e.g. anthropic/claude-sonnet-4-20250514"
+            )),
+        }
+    }
+}
+
+impl From<ModelName> for String {
+    fn from(value: ModelName) -> String {
+        value.0
+    }
+}
+
+/// A TCP address on the loopback interface: metrics are never exposed beyond this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LoopbackAddr(pub SocketAddr);
+
+impl TryFrom<String> for LoopbackAddr {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let address: SocketAddr = value
+            .parse()
+            .map_err(|_unparsable| format!("invalid address `{value}`: write ip:port, e.g. 127.0.0.1:9479"))?; // silent-ok: the message names the input
+        if !address.ip().is_loopback() {
+            return Err(format!(
+                "address `{value}` is not a loopback address: metrics are served on 127.0.0.1 or [::1] only"
+            ));
+        }
+        Ok(LoopbackAddr(address))
+    }
+}
+
+impl From<LoopbackAddr> for String {
+    fn from(value: LoopbackAddr) -> String {
+        value.0.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("512m", Some(512 << 20)),
+            ("1g", Some(1 << 30)),
+            ("1MB", Some(1_000_000)),
+            ("64KiB", Some(64 << 10)),
+            ("100", Some(100)),
+            ("1.5g", Some(3 << 29)),
+            ("12x", None),
+            ("", None),
+            ("m", None),
+            ("-1m", None),
+        ];
+        for (text, expected) in cases {
+            let parsed = text.parse::<ByteSize>().ok().map(|size| size.0);
+            assert_eq!(parsed, *expected, "{text}");
+        }
+        for size in [512u64 << 20, 1 << 30, 1_000_000, 123] {
+            assert_eq!(ByteSize(size).to_string().parse::<ByteSize>(), Ok(ByteSize(size)));
+        }
+    }
+
+    #[test]
+    fn models_and_addresses() {
+        assert!(ModelName::try_from("openai/gpt-4o".to_string()).is_ok());
+        assert!(ModelName::try_from("openrouter/meta-llama/llama-3.1-70b".to_string()).is_ok());
+        assert!(ModelName::try_from("gpt-4o".to_string()).is_err());
+        assert!(ModelName::try_from("/x".to_string()).is_err());
+        assert!(LoopbackAddr::try_from("127.0.0.1:0".to_string()).is_ok());
+        assert!(LoopbackAddr::try_from("[::1]:9000".to_string()).is_ok());
+        assert!(LoopbackAddr::try_from("0.0.0.0:9479".to_string()).is_err());
+        assert!(LoopbackAddr::try_from("localhost".to_string()).is_err());
+    }
+}

@@ -1,0 +1,198 @@
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::*;
+
+fn source_config_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config")
+}
+
+fn load_texts(files: &[(&str, &str)], env: &[(&str, &str)]) -> Result<LoadedConfig, ConfigError> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write");
+    }
+    let paths = ConfigPaths { config_file: None, config_dir: dir.path().to_path_buf() };
+    load(&paths, env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+}
+
+#[test]
+fn defaults_are_valid_without_any_file() {
+    let loaded = load_texts(&[], &[]).expect("defaults load");
+    assert_eq!(loaded.config, Config::default());
+    assert_eq!(loaded.providers, ProvidersConfig::default());
+    assert_eq!(loaded.sources.config, Source::BuiltIn);
+    assert_eq!(loaded.config.container.resource_limits.memory, ByteSize(512 << 20));
+    assert_eq!(loaded.config.tools.web_proxy.max_content_size, ByteSize(1_000_000));
+    // Defaults survive a round trip through their own serialization.
+    let yaml = serde_yaml::to_string(&loaded.config).expect("serialize");
+    let back: Config = serde_yaml::from_str(&yaml).expect("reparse");
+    assert_eq!(back, loaded.config);
+}
+
+#[test]
+fn every_example_file_under_config_parses() {
+    let dir = source_config_dir();
+    let paths = ConfigPaths { config_file: None, config_dir: dir.clone() };
+    let loaded = load(&paths, std::iter::empty()).expect("the shipped examples load");
+    assert_eq!(loaded.sources.config, Source::File(dir.join(CONFIG_FILE)));
+    assert_eq!(loaded.sources.providers, Source::File(dir.join(PROVIDERS_FILE)));
+    assert_eq!(loaded.sources.allowlist, Source::File(dir.join(ALLOWLIST_FILE)));
+    // The example spells out the defaults: it must not drift from them.
+    assert_eq!(loaded.config, Config::default(), "config/config.yaml no longer matches the built-in defaults");
+    assert!(loaded.providers.providers.custom.iter().any(|c| c.name == "llama-server" && c.api_key.is_none()));
+}
+
+#[test]
+fn parse_errors_name_file_line_column_and_a_suggestion() {
+    // (file, text, expected "line:column", words the message must contain)
+    let cases: &[(&str, &str, &str, &[&str])] = &[
+        ("config.yaml", "system:\n  nmae: x\n", "2:3", &["unknown field `nmae`", "did you mean `name`?"]),
+        ("config.yaml", "contianer:\n  runtime: docker\n", "1:1", &["did you mean `container`?"]),
+        (
+            "config.yaml",
+            "container:\n  runtime: dokcer\n",
+            "2:12",
+            &["unknown variant `dokcer`", "did you mean `docker`?"],
+        ),
+        ("config.yaml", "container:\n  default_timeout: soon\n", "2:20", &["invalid type", "u64"]),
+        ("config.yaml", "container:\n  resource_limits:\n    memory: 12x\n", "3:5", &["invalid size `12x`"]),
+        ("config.yaml", "metrics:\n  listen: 0.0.0.0:9479\n", "2:3", &["not a loopback address"]),
+        ("config.yaml", "agents:\n  worker:\n    model: gpt-4o\n", "3:5", &["provider/model"]),
+        ("config.yaml", "system: [unclosed\n", "1:9", &["invalid type: sequence"]),
+        ("config.yaml", "system:\n  name: \"unclosed\n", "3:1", &["while scanning a quoted scalar"]),
+        ("providers.yaml", "providers:\n  antropic:\n    api_key: x\n", "2:3", &["did you mean `anthropic`?"]),
+        (
+            "providers.yaml",
+            "providers:\n  anthropic: {}\nfallback_chains:\n  anthropic: [openrouter]\n",
+            "4:3",
+            &["`openrouter` is not configured"],
+        ),
+        ("mount-allowlist.json", "{\n  \"allowedMount\": []\n}\n", "2:16", &["did you mean `allowedMounts`?"]),
+    ];
+    for (file, text, position, words) in cases {
+        let error = load_texts(&[(file, text)], &[]).expect_err(text);
+        let shown = error.to_string();
+        assert!(shown.contains(&format!("{file}:{position}: ")), "{text:?} gave {shown}");
+        for word in *words {
+            assert!(shown.contains(word), "{text:?} gave {shown}, missing {word}");
+        }
+    }
+}
+
+#[test]
+fn semantic_errors_point_at_the_key() {
+    let providers = "providers:\n  ollama:\n    api_base: http://localhost:11434\n";
+    let error = load_texts(&[("providers.yaml", providers)], &[]).expect_err("assistant uses anthropic");
+    let shown = error.to_string();
+    assert!(shown.contains("agents.assistant.model"), "{shown}");
+    assert!(shown.contains("pick a model of: ollama"), "{shown}");
+
+    let config = "agents:\n  assistant:\n    model: ollama/llama3.1\n  worker:\n    model: ollama/llama3.1\n  researcher:\n    model: ollama/llama3.1\n  coder:\n    model: ollama/llama3.1\n  memory:\n    model: ollama/llama3.1\n  heartbeat:\n    model: nope/x\n";
+    let error = load_texts(&[("providers.yaml", providers), ("config.yaml", config)], &[]).expect_err("heartbeat");
+    assert!(error.to_string().contains("config.yaml:13:5: agents.heartbeat.model"), "{error}");
+}
+
+#[test]
+fn empty_and_comment_only_files_mean_defaults() {
+    let loaded = load_texts(&[("config.yaml", "# nothing yet\n\n"), ("providers.yaml", "")], &[]).expect("load");
+    assert_eq!(loaded.config, Config::default());
+}
+
+#[test]
+fn env_overrides() {
+    // (variables, check on the effective config)
+    type Check = fn(&Config) -> bool;
+    let cases: &[(&[(&str, &str)], Check)] = &[
+        (&[("BAAAHT__AGENTS__ASSISTANT__MODEL", "openai/gpt-4o")], |c| c.agents.assistant.model.0 == "openai/gpt-4o"),
+        (&[("BAAAHT__CHANNELS__WEB__PORT", "3000")], |c| c.channels.web.port == 3000),
+        (&[("BAAAHT__CONTAINER__RUNTIME", "docker")], |c| c.container.runtime == RuntimeChoice::Docker),
+        (&[("BAAAHT__SYSTEM__ADMIN_USERS", r#"["billm","alice"]"#)], |c| c.system.admin_users == ["billm", "alice"]),
+        (&[("BAAAHT__SYSTEM__NAME", "true")], |c| c.system.name == "true"),
+        (&[("BAAAHT__METRICS__ENABLED", "false")], |c| !c.metrics.enabled),
+        (&[("BAAAHT__CONTAINER__RESOURCE_LIMITS__MEMORY", "2g")], |c| {
+            c.container.resource_limits.memory == ByteSize(2 << 30)
+        }),
+        (&[("BAAAHT__CONTAINER__ROLE_LIMITS__CODER__MEMORY", "2g")], |c| {
+            c.container.role_limits.get(&RoleName::Coder).and_then(|l| l.memory) == Some(ByteSize(2 << 30))
+        }),
+        (&[("BAAAHT__AGENTS__CODER__TEMPERATURE", "0.2")], |c| c.agents.coder.temperature == Some(Temperature(0.2))),
+        (&[("BAAAHT_DATA", "/elsewhere"), ("OTHER", "x")], |c| *c == Config::default()),
+    ];
+    for (variables, check) in cases {
+        let loaded = load_texts(&[], variables).unwrap_or_else(|error| panic!("{variables:?}: {error}"));
+        assert!(check(&loaded.config), "{variables:?}");
+        let expected: Vec<String> =
+            variables.iter().filter(|(k, _)| k.starts_with("BAAAHT__")).map(|(k, _)| k.to_string()).collect();
+        assert_eq!(loaded.sources.env_overrides, expected);
+    }
+}
+
+#[test]
+fn env_override_errors_name_the_variable() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("BAAAHT__CHANNELS__WEB__PORT", "lots", "invalid type"),
+        ("BAAAHT__SYSTEM__NMAE", "x", "did you mean `name`?"),
+        ("BAAAHT__SYTEM__NAME", "x", "did you mean `system`?"),
+        ("BAAAHT__SYSTEM__ADMIN_USERS", "billm", "expected a JSON array"),
+        ("BAAAHT__CONTAINER__RUNTIME", "apple-containers", "unknown variant"),
+        ("BAAAHT__SYSTEM__NAME__X", "1", "is a value, not a section"),
+        ("BAAAHT__METRICS__LISTEN", "0.0.0.0:1", "not a loopback address"),
+    ];
+    for (variable, value, words) in cases {
+        let error = load_texts(&[], &[(variable, value)]).expect_err(variable);
+        let shown = error.to_string();
+        assert!(shown.starts_with(&format!("environment variable {variable}: ")), "{shown}");
+        assert!(shown.contains(words), "{variable}={value} gave {shown}");
+    }
+}
+
+#[test]
+fn env_overrides_apply_on_top_of_the_file() {
+    let loaded = load_texts(
+        &[("config.yaml", "system:\n  name: home\n  log_level: debug\n")],
+        &[("BAAAHT__SYSTEM__LOG_LEVEL", "warn")],
+    )
+    .expect("load");
+    assert_eq!(loaded.config.system.name, "home");
+    assert_eq!(loaded.config.system.log_level, LogLevel::Warn);
+}
+
+#[test]
+fn an_explicit_config_file_must_exist() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = ConfigPaths { config_file: Some(dir.path().join("missing.yaml")), config_dir: dir.path().into() };
+    let error = load(&paths, std::iter::empty()).expect_err("missing");
+    assert!(error.to_string().contains("missing.yaml"), "{error}");
+}
+
+#[test]
+fn built_in_blocked_patterns_cannot_be_removed() {
+    let loaded = load_texts(&[("mount-allowlist.json", r#"{"blockedPatterns": ["secrets"]}"#)], &[]).expect("load");
+    let patterns = &loaded.allowlist.blocked_patterns;
+    assert!(patterns.contains(&"secrets".to_string()));
+    for built_in in BUILT_IN_BLOCKED_PATTERNS {
+        assert!(patterns.contains(&built_in.to_string()), "{built_in} missing");
+    }
+    let error = load_texts(
+        &[("mount-allowlist.json", r#"{"allowedMounts": [{"hostPath": "/a/../b", "containerPath": "/project/b"}]}"#)],
+        &[],
+    )
+    .expect_err("traversal");
+    assert!(error.to_string().contains("allowedMounts[0]"), "{error}");
+}
+
+#[test]
+fn effective_yaml_redacts_secrets_but_not_references() {
+    let providers = "providers:\n  anthropic:\n    api_key: sk-ant-very-secret\n    default: true\n  openai:\n    api_key: ${OPENAI_API_KEY}\n";
+    let config = "channels:\n  web:\n    auth:\n      client_secret: hunter2\n";
+    let loaded = load_texts(&[("providers.yaml", providers), ("config.yaml", config)], &[]).expect("load");
+    let shown = effective_yaml(&loaded).expect("yaml");
+    assert!(!shown.contains("sk-ant-very-secret"), "{shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("${OPENAI_API_KEY}"), "{shown}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+    let _: BTreeMap<String, serde_yaml::Value> =
+        serde_yaml::from_str(shown.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n").as_str())
+            .expect("the printed config is YAML");
+}

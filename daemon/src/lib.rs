@@ -1,0 +1,291 @@
+//! baaahtd, the trusted host daemon: it serves the gRPC API on a Unix socket, brokers every
+//! container's access, and is the single writer of the data dir's state.
+//!
+//! [`bind`] acquires the data dir and binds every listener; [`Daemon::run`] serves until the
+//! shutdown future resolves, then drains within `orchestrator.shutdown_timeout`. Subsystems are
+//! modules named after the nouns of DESIGN.md.
+
+pub mod auth;
+pub mod config;
+pub mod container;
+pub mod datadir;
+pub mod defaults;
+pub mod metrics;
+pub mod server;
+pub mod sessions;
+pub mod state;
+pub mod systemd;
+pub mod telemetry;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baaaht_proto::v1::orchestrator_server::OrchestratorServer;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::auth::HostPolicy;
+use crate::config::LoadedConfig;
+use crate::container::EngineStatus;
+use crate::datadir::{DaemonLock, DataDir, MAX_SOCKET_PATH};
+use crate::metrics::Metrics;
+use crate::server::layer::{Gate, RequestLayer};
+use crate::server::listeners::{Conn, ListenerSet};
+use crate::server::OrchestratorService;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    DataDir(#[from] datadir::DataDirError),
+    #[error("socket path {} is {len} bytes, more than the {MAX_SOCKET_PATH} the kernel allows: use a shorter data dir", path.display())]
+    SocketPathTooLong { path: PathBuf, len: usize },
+    #[error("cannot bind the daemon socket {}", path.display())]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("orchestrator.socket.client_group: no group named `{0}` in /etc/group; create it or clear the setting")]
+    NoSuchGroup(String),
+    #[error(
+        "cannot serve metrics on {address}: set metrics.listen to a free loopback port, or metrics.enabled: false"
+    )]
+    MetricsBind {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot install default identities and skills")]
+    Defaults(#[from] defaults::DefaultsError),
+    #[error("the gRPC server failed")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+/// State every handler can read.
+#[derive(Debug)]
+pub struct Shared {
+    pub loaded: LoadedConfig,
+    pub data_dir: DataDir,
+    pub metrics: Arc<Metrics>,
+    pub engine: watch::Receiver<EngineStatus>,
+    pub listeners: Arc<ListenerSet>,
+    pub metrics_address: Option<SocketAddr>,
+}
+
+/// The listeners and the lock, acquired before the runtime serves anything.
+#[derive(Debug)]
+pub struct Bound {
+    socket: std::os::unix::net::UnixListener,
+    socket_path: PathBuf,
+    metrics: Option<std::net::TcpListener>,
+    client_group: Option<(String, u32)>,
+    _lock: DaemonLock,
+}
+
+impl Bound {
+    pub fn socket_path(&self) -> &std::path::Path {
+        &self.socket_path
+    }
+}
+
+/// Creates the data dir layout, takes the daemon lock, replaces a stale socket left by a crash
+/// and binds the host socket (0660) and the metrics listener.
+pub fn bind(data_dir: &DataDir, loaded: &LoadedConfig) -> Result<Bound, DaemonError> {
+    data_dir.create_layout()?;
+    let lock = data_dir.lock()?;
+    let path = data_dir.socket_path();
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(DaemonError::SocketPathTooLong { path, len });
+    }
+    let bind_error = |source| DaemonError::Bind { path: path.clone(), source };
+    // We hold the lock, so a socket file here belongs to a daemon that died.
+    match std::fs::remove_file(&path) {
+        Ok(()) => tracing::info!(socket = %path.display(), "replaced a stale socket left by a previous daemon"),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(bind_error(error)),
+    }
+    let socket = std::os::unix::net::UnixListener::bind(&path).map_err(bind_error)?;
+    socket.set_nonblocking(true).map_err(bind_error)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).map_err(bind_error)?;
+    let group_name = &loaded.config.orchestrator.socket.client_group;
+    let client_group = if group_name.is_empty() {
+        None
+    } else {
+        let gid = group_id(group_name).ok_or_else(|| DaemonError::NoSuchGroup(group_name.clone()))?;
+        std::os::unix::fs::chown(&path, None, Some(gid)).map_err(bind_error)?;
+        Some((group_name.clone(), gid))
+    };
+    let metrics = if loaded.config.metrics.enabled {
+        let address = loaded.config.metrics.listen.0;
+        let listener =
+            std::net::TcpListener::bind(address).map_err(|source| DaemonError::MetricsBind { address, source })?;
+        listener.set_nonblocking(true).map_err(|source| DaemonError::MetricsBind { address, source })?;
+        Some(listener)
+    } else {
+        None
+    };
+    Ok(Bound { socket, socket_path: path, metrics, client_group, _lock: lock })
+}
+
+/// The gid of group `name` from /etc/group.
+fn group_id(name: &str) -> Option<u32> {
+    // silent-ok: without /etc/group there is no such group, which the caller reports.
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    groups.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        (fields.next() == Some(name)).then(|| fields.nth(1)?.parse().ok()).flatten()
+    })
+}
+
+/// Current uid, from the owner of `/proc/self` (std offers no getuid).
+fn current_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    // silent-ok: /proc is always mounted where the daemon runs; root is the safe reading
+    // because it admits only root besides the group.
+    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
+}
+
+/// A daemon ready to serve.
+pub struct Daemon {
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    host: tokio::net::UnixListener,
+    incoming: tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>>,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    engine: watch::Sender<EngineStatus>,
+    bound: Bound,
+}
+
+impl Daemon {
+    /// Prepares the daemon on `bound`; must be called inside the tokio runtime.
+    pub fn new(loaded: LoadedConfig, data_dir: DataDir, mut bound: Bound) -> Result<Daemon, DaemonError> {
+        let cancel = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let bind_error = |source| DaemonError::Bind { path: bound.socket_path.clone(), source };
+        let host_std = bound.socket.try_clone().map_err(bind_error)?;
+        let host = tokio::net::UnixListener::from_std(host_std).map_err(bind_error)?;
+        let (metrics_listener, metrics_address) = match bound.metrics.take() {
+            Some(listener) => {
+                let address = listener
+                    .local_addr()
+                    .map_err(|source| DaemonError::MetricsBind { address: loaded.config.metrics.listen.0, source })?;
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .map_err(|source| DaemonError::MetricsBind { address, source })?;
+                (Some(listener), Some(address))
+            }
+            None => (None, None),
+        };
+        let (listeners, incoming) = ListenerSet::new(data_dir.container_sockets_dir(), cancel.clone(), tracker.clone());
+        let (engine, engine_rx) = watch::channel(EngineStatus::Probing);
+        let shared = Arc::new(Shared {
+            loaded,
+            data_dir,
+            metrics: Arc::new(Metrics::default()),
+            engine: engine_rx,
+            listeners,
+            metrics_address,
+        });
+        Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Serves until `shutdown` resolves, then drains in-flight requests for at most
+    /// `orchestrator.shutdown_timeout` seconds, removes every socket and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
+        let Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound } = self;
+        let config = &shared.loaded.config;
+        let report = defaults::install(shared.data_dir.root())?;
+        tracing::info!(
+            installed = report.installed,
+            updated = report.updated,
+            kept_user_edits = report.kept,
+            "default identities and skills checked"
+        );
+
+        shared.listeners.serve_host(host);
+        tracker.spawn(
+            container::watch_engine(config.container.runtime, engine, cancel.clone())
+                .instrument(tracing::info_span!("engine")),
+        );
+        if let Some(listener) = metrics_listener {
+            tracker.spawn(
+                metrics::serve(listener, shared.metrics.clone(), cancel.clone())
+                    .instrument(tracing::info_span!("metrics")),
+            );
+        }
+        let gate = Arc::new(Gate {
+            host_policy: HostPolicy { daemon_uid: current_uid(), client_group: bound.client_group.clone() },
+            listeners: shared.listeners.clone(),
+            metrics: shared.metrics.clone(),
+        });
+        let server = tonic::transport::Server::builder()
+            .layer(RequestLayer::new(gate))
+            .add_service(OrchestratorServer::new(OrchestratorService::new(shared.clone())))
+            .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
+        let mut server = std::pin::pin!(server);
+
+        let socket = bound.socket_path.display().to_string();
+        systemd::notify(&format!("READY=1\nSTATUS=serving on {socket}"));
+        tracing::info!(
+            socket = %socket,
+            data_dir = %shared.data_dir.root().display(),
+            metrics = shared.metrics_address.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
+            version = env!("CARGO_PKG_VERSION"),
+            "serving"
+        );
+
+        let mut outcome = Ok(());
+        tokio::select! {
+            result = &mut server => {
+                tracing::error!("the gRPC server stopped by itself");
+                outcome = result.map_err(DaemonError::Serve);
+            }
+            () = shutdown => {
+                let deadline = Duration::from_secs(config.orchestrator.shutdown_timeout);
+                tracing::info!(deadline_s = deadline.as_secs(), "shutting down: draining in-flight requests");
+                systemd::notify("STOPPING=1\nSTATUS=draining");
+                cancel.cancel();
+                match tokio::time::timeout(deadline, &mut server).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => outcome = Err(DaemonError::Serve(error)),
+                    Err(_) => tracing::warn!(deadline_s = deadline.as_secs(), "requests still running at the deadline were cut off"),
+                }
+            }
+        }
+        cancel.cancel();
+        tracker.close();
+        if tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await.is_err() {
+            tracing::warn!("background tasks did not stop within 2 s");
+        }
+        shared.listeners.remove_all();
+        if let Err(error) = std::fs::remove_file(&bound.socket_path) {
+            tracing::warn!(socket = %socket, %error, "cannot remove the socket");
+        }
+        tracing::info!("stopped");
+        drop(bound);
+        outcome
+    }
+}
+
+/// Builds the daemon on `bound` and serves until `shutdown` resolves.
+pub async fn run(
+    loaded: LoadedConfig,
+    data_dir: DataDir,
+    bound: Bound,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    Daemon::new(loaded, data_dir, bound)?.run(shutdown).await
+}

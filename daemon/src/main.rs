@@ -1,0 +1,130 @@
+//! `baaahtd`: parse arguments, load the configuration, bind, serve; errors become exit codes
+//! in one table at the bottom.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use baaaht_daemon::config::{self, ConfigPaths};
+use baaaht_daemon::datadir::{DataDir, DataDirError};
+use baaaht_daemon::DaemonError;
+use clap::{Parser, Subcommand};
+
+/// The baaaht daemon: runs agents and tools in hardened containers and serves the gRPC API.
+#[derive(Debug, Parser)]
+#[command(name = "baaahtd", version)]
+struct Cli {
+    /// Data directory [default: $STATE_DIRECTORY, else ~/.local/share/baaaht]
+    #[arg(long, env = "BAAAHT_DATA", global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Read this config.yaml instead of the data dir's config/config.yaml
+    #[arg(long, env = "BAAAHT_CONFIG", global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve in the foreground (the default)
+    Serve,
+    /// Work with the configuration
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate the configuration and print the effective values, secrets redacted
+    Check,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let mut message = format!("baaahtd: {error}");
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("{message}");
+            ExitCode::from(exit_code(&error))
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    let data_dir = DataDir::resolve(cli.data_dir, |key| std::env::var(key).ok()).map_err(DaemonError::from)?;
+    let paths = ConfigPaths { config_file: cli.config, config_dir: data_dir.config_dir() };
+    let loaded = config::load(&paths, std::env::vars()).map_err(DaemonError::from)?;
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Config { command: ConfigCommand::Check } => {
+            print!("{}", config::effective_yaml(&loaded).map_err(Failure::Print)?);
+            eprintln!("baaahtd: configuration is valid");
+            Ok(())
+        }
+        Command::Serve => {
+            baaaht_daemon::telemetry::init(&loaded.config.system);
+            let bound = baaaht_daemon::bind(&data_dir, &loaded)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("baaahtd")
+                .build()
+                .map_err(Failure::Runtime)?;
+            runtime.block_on(async {
+                let shutdown = shutdown_signal().await.map_err(Failure::Runtime)?;
+                baaaht_daemon::run(loaded, data_dir, bound, shutdown).await.map_err(Failure::from)
+            })
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!(signal = "SIGTERM", "signal received"),
+            _ = interrupt.recv() => tracing::info!(signal = "SIGINT", "signal received"),
+        }
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot print the configuration")]
+    Print(#[source] serde_yaml::Error),
+}
+
+/// The one table of exit codes (sysexits.h values).
+fn exit_code(failure: &Failure) -> u8 {
+    const SOFTWARE: u8 = 70;
+    const OS_ERROR: u8 = 71;
+    const CANT_CREATE: u8 = 73;
+    const TEMP_FAIL: u8 = 75;
+    const CONFIG: u8 = 78;
+    const UNAVAILABLE: u8 = 69;
+    match failure {
+        Failure::Daemon(error) => match error {
+            DaemonError::Config(_) | DaemonError::NoSuchGroup(_) => CONFIG,
+            DaemonError::DataDir(DataDirError::AlreadyRunning { .. }) => TEMP_FAIL,
+            DaemonError::DataDir(DataDirError::NoHome) => CONFIG,
+            DaemonError::DataDir(_) | DaemonError::SocketPathTooLong { .. } | DaemonError::Bind { .. } => CANT_CREATE,
+            DaemonError::Defaults(_) => CANT_CREATE,
+            DaemonError::MetricsBind { .. } => UNAVAILABLE,
+            DaemonError::Serve(_) => SOFTWARE,
+        },
+        Failure::Runtime(_) => OS_ERROR,
+        Failure::Print(_) => SOFTWARE,
+    }
+}

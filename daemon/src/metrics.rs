@@ -1,0 +1,171 @@
+//! Prometheus metrics, served as text on a loopback address only (spec §18.2).
+//!
+//! Counters and histograms live in one [`Metrics`] value shared by the subsystems that record
+//! them; the HTTP side renders a snapshot per scrape and never blocks a recorder for long.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Upper bounds of the latency buckets, in seconds (100 µs … 10 s).
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; LATENCY_BUCKETS.len()];
+        }
+        for (bucket, bound) in self.counts.iter_mut().zip(LATENCY_BUCKETS) {
+            if seconds <= *bound {
+                *bucket += 1;
+            }
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    /// (method, gRPC code) → calls
+    rpc_calls: BTreeMap<(String, String), u64>,
+    rpc_latency: BTreeMap<String, Histogram>,
+}
+
+/// The daemon's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    started: Instant,
+    registry: Mutex<Registry>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics { started: Instant::now(), registry: Mutex::default() }
+    }
+}
+
+impl Metrics {
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Records one finished RPC.
+    pub fn record_rpc(&self, method: &str, code: &str, elapsed: Duration) {
+        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        *registry.rpc_calls.entry((method.to_string(), code.to_string())).or_default() += 1;
+        registry.rpc_latency.entry(method.to_string()).or_default().observe(elapsed.as_secs_f64());
+    }
+
+    /// The exposition text (Prometheus text format 0.0.4).
+    pub fn render(&self) -> String {
+        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP baaaht_uptime_seconds Seconds since the daemon started.");
+        let _ = writeln!(out, "# TYPE baaaht_uptime_seconds gauge");
+        let _ = writeln!(out, "baaaht_uptime_seconds {:.3}", self.uptime().as_secs_f64());
+        let _ = writeln!(out, "# HELP baaaht_build_info Version of the running daemon.");
+        let _ = writeln!(out, "# TYPE baaaht_build_info gauge");
+        let _ = writeln!(out, "baaaht_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+        let _ = writeln!(out, "# HELP baaaht_rpc_requests_total gRPC requests by method and status code.");
+        let _ = writeln!(out, "# TYPE baaaht_rpc_requests_total counter");
+        for ((method, code), count) in &registry.rpc_calls {
+            let _ = writeln!(out, "baaaht_rpc_requests_total{{method=\"{method}\",code=\"{code}\"}} {count}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP baaaht_rpc_duration_seconds gRPC request latency by method (until the response starts)."
+        );
+        let _ = writeln!(out, "# TYPE baaaht_rpc_duration_seconds histogram");
+        for (method, histogram) in &registry.rpc_latency {
+            for (count, bound) in histogram.counts.iter().zip(LATENCY_BUCKETS) {
+                let _ =
+                    writeln!(out, "baaaht_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"{bound}\"}} {count}");
+            }
+            let _ = writeln!(
+                out,
+                "baaaht_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {}",
+                histogram.count
+            );
+            let _ = writeln!(out, "baaaht_rpc_duration_seconds_sum{{method=\"{method}\"}} {}", histogram.sum);
+            let _ = writeln!(out, "baaaht_rpc_duration_seconds_count{{method=\"{method}\"}} {}", histogram.count);
+        }
+        out
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `cancel` fires.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, cancel: CancellationToken) {
+    loop {
+        let stream = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "metrics listener failed to accept a connection");
+                    continue;
+                }
+            },
+        };
+        let metrics = metrics.clone();
+        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let metrics = metrics.clone();
+            async move {
+                let response = if request.uri().path() == "/metrics" && request.method() == hyper::Method::GET {
+                    hyper::Response::builder()
+                        .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                        .body(Full::new(Bytes::from(metrics.render())))
+                } else {
+                    hyper::Response::builder()
+                        .status(404)
+                        .body(Full::new(Bytes::from_static(b"not found: metrics are at /metrics\n")))
+                };
+                response
+            }
+        });
+        let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        let cancel = cancel.clone();
+        // One scrape per connection at a time; a slow scraper cannot stall the accept loop
+        // for long because scrapes are small and the connection ends with the daemon.
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            result = connection => if let Err(error) = result {
+                tracing::debug!(%error, "metrics connection ended with an error");
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_and_buckets() {
+        let metrics = Metrics::default();
+        metrics.record_rpc("GetStatus", "0", Duration::from_micros(300));
+        metrics.record_rpc("GetStatus", "0", Duration::from_millis(20));
+        metrics.record_rpc("GetStatus", "16", Duration::from_micros(90));
+        let text = metrics.render();
+        assert!(text.contains("baaaht_rpc_requests_total{method=\"GetStatus\",code=\"0\"} 2"), "{text}");
+        assert!(text.contains("baaaht_rpc_requests_total{method=\"GetStatus\",code=\"16\"} 1"), "{text}");
+        assert!(text.contains("baaaht_rpc_duration_seconds_bucket{method=\"GetStatus\",le=\"0.0005\"} 2"), "{text}");
+        assert!(text.contains("baaaht_rpc_duration_seconds_count{method=\"GetStatus\"} 3"), "{text}");
+        assert!(text.contains("baaaht_uptime_seconds "), "{text}");
+    }
+}

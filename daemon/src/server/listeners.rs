@@ -1,0 +1,300 @@
+//! The set of sockets the daemon listens on: the host clients' socket and one socket per
+//! container (DESIGN.md §1, "How a container reaches the daemon").
+//!
+//! Every accepted connection is tagged with the socket it arrived on and handed to the one
+//! tonic server through a channel. The tag *is* the caller's identity for containers; the
+//! bearer token is checked on top (see `layer`). Sockets are created here and removed here.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context as TaskContext, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::unix::UCred;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::auth::{self, ContainerIdentity, CONTAINER_UID};
+use crate::datadir::MAX_SOCKET_PATH;
+
+/// The socket file name inside a container's socket folder.
+pub const CONTAINER_SOCKET_NAME: &str = "daemon.sock";
+
+/// Where a connection came in.
+#[derive(Debug, Clone)]
+pub enum Origin {
+    Host,
+    Container(Arc<ContainerEndpoint>),
+}
+
+/// A container's socket, its identity and its token.
+#[derive(Debug)]
+pub struct ContainerEndpoint {
+    pub identity: Arc<ContainerIdentity>,
+    token: String,
+    revoked: std::sync::atomic::AtomicBool,
+}
+
+impl ContainerEndpoint {
+    /// True when `presented` is this container's live token.
+    pub fn accepts(&self, presented: &str) -> bool {
+        !self.revoked.load(std::sync::atomic::Ordering::Acquire) && auth::tokens_equal(&self.token, presented)
+    }
+}
+
+/// Connection info tonic attaches to every request of a connection.
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    pub origin: Origin,
+    pub credentials: Option<UCred>,
+}
+
+/// An accepted connection and the socket it came from.
+#[derive(Debug)]
+pub struct Conn {
+    stream: UnixStream,
+    origin: Origin,
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = PeerInfo;
+
+    fn connect_info(&self) -> PeerInfo {
+        PeerInfo { origin: self.origin.clone(), credentials: self.stream.peer_cred().ok() }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerError {
+    #[error("container name `{0}` is not usable as a folder name (letters, digits, `.`, `_`, `-`)")]
+    BadName(String),
+    #[error("a socket for container {0} already exists")]
+    Exists(String),
+    #[error("socket path {} is {len} bytes, more than the {MAX_SOCKET_PATH} the kernel allows: use a shorter data dir", path.display())]
+    PathTooLong { path: PathBuf, len: usize },
+    #[error("cannot create the socket {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot generate a container token")]
+    Token(#[source] getrandom::Error),
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+}
+
+/// A container's socket as handed to the container runtime.
+#[derive(Debug, Clone)]
+pub struct ContainerSocket {
+    /// The folder to bind-mount into the container (it holds only the socket).
+    pub folder: PathBuf,
+    /// The socket inside `folder`.
+    pub path: PathBuf,
+    /// The value of the container's `BAAAHT_CONTAINER_TOKEN`.
+    pub token: String,
+}
+
+struct Registered {
+    endpoint: Arc<ContainerEndpoint>,
+    cancel: CancellationToken,
+    folder: PathBuf,
+}
+
+/// Every socket the daemon serves, feeding one stream of connections.
+pub struct ListenerSet {
+    connections: mpsc::Sender<io::Result<Conn>>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    containers_dir: PathBuf,
+    containers: Mutex<HashMap<String, Registered>>,
+}
+
+impl std::fmt::Debug for ListenerSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListenerSet").field("containers_dir", &self.containers_dir).finish_non_exhaustive()
+    }
+}
+
+impl ListenerSet {
+    /// A set whose container sockets live under `containers_dir`; returns the stream of
+    /// connections for the tonic server.
+    pub fn new(
+        containers_dir: PathBuf,
+        cancel: CancellationToken,
+        tracker: TaskTracker,
+    ) -> (Arc<ListenerSet>, tokio_stream::wrappers::ReceiverStream<io::Result<Conn>>) {
+        let (connections, receiver) = mpsc::channel(64);
+        let set = ListenerSet { connections, cancel, tracker, containers_dir, containers: Mutex::default() };
+        (Arc::new(set), tokio_stream::wrappers::ReceiverStream::new(receiver))
+    }
+
+    /// Accepts host clients on `listener` until shutdown.
+    pub fn serve_host(&self, listener: UnixListener) {
+        let span = tracing::info_span!("accept", socket = "host");
+        self.tracker
+            .spawn(accept_loop(listener, Origin::Host, self.connections.clone(), self.cancel.clone()).instrument(span));
+    }
+
+    /// Creates the socket of a container with `identity` and starts accepting on it.
+    pub fn add_container(&self, identity: ContainerIdentity) -> Result<ContainerSocket, ListenerError> {
+        if self.cancel.is_cancelled() {
+            return Err(ListenerError::ShuttingDown);
+        }
+        let name = identity.name.clone();
+        if !auth::is_valid_context_id(&name) {
+            return Err(ListenerError::BadName(name));
+        }
+        let folder = self.containers_dir.join(&name);
+        let path = folder.join(CONTAINER_SOCKET_NAME);
+        let len = path.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(ListenerError::PathTooLong { path, len });
+        }
+        let mut containers = self.containers.lock().unwrap_or_else(PoisonError::into_inner);
+        if containers.contains_key(&name) {
+            return Err(ListenerError::Exists(name));
+        }
+        let token = auth::new_token().map_err(ListenerError::Token)?;
+        let listener = create_container_socket(&folder, &path)?;
+        let endpoint = Arc::new(ContainerEndpoint {
+            identity: Arc::new(identity),
+            token: token.clone(),
+            revoked: std::sync::atomic::AtomicBool::new(false),
+        });
+        let cancel = self.cancel.child_token();
+        let span = tracing::info_span!("accept", socket = "container", container = %name);
+        self.tracker.spawn(
+            accept_loop(listener, Origin::Container(endpoint.clone()), self.connections.clone(), cancel.clone())
+                .instrument(span),
+        );
+        containers.insert(name, Registered { endpoint, cancel, folder: folder.clone() });
+        Ok(ContainerSocket { folder, path, token })
+    }
+
+    /// Revokes a container's token, stops accepting on its socket and removes the socket.
+    /// Calls already authenticated finish; every later call is refused.
+    pub fn remove_container(&self, name: &str) {
+        let removed = self.containers.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
+        if let Some(registered) = removed {
+            retire(registered);
+        }
+    }
+
+    /// The container whose token this is, if any (to explain a token sent to the wrong socket).
+    pub fn find_token(&self, presented: &str) -> Option<Arc<ContainerEndpoint>> {
+        let containers = self.containers.lock().unwrap_or_else(PoisonError::into_inner);
+        containers.values().find(|registered| registered.endpoint.accepts(presented)).map(|r| r.endpoint.clone())
+    }
+
+    pub fn container_count(&self) -> usize {
+        self.containers.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Removes every container socket (at shutdown).
+    pub fn remove_all(&self) {
+        let drained: Vec<Registered> =
+            self.containers.lock().unwrap_or_else(PoisonError::into_inner).drain().map(|(_, r)| r).collect();
+        drained.into_iter().for_each(retire);
+    }
+}
+
+fn retire(registered: Registered) {
+    registered.endpoint.revoked.store(true, std::sync::atomic::Ordering::Release);
+    registered.cancel.cancel();
+    if let Err(error) = std::fs::remove_dir_all(&registered.folder) {
+        if error.kind() != io::ErrorKind::NotFound {
+            tracing::warn!(folder = %registered.folder.display(), %error, "cannot remove a container socket folder");
+        }
+    }
+}
+
+/// The folder is 0700 and owned by the container uid when the daemon can chown (it runs as
+/// root); otherwise it stays the daemon's with the socket 0666. Either way only the daemon can
+/// reach it on the host: its parent is the daemon's private `data/run`.
+fn create_container_socket(folder: &Path, path: &Path) -> Result<UnixListener, ListenerError> {
+    let create = |source| ListenerError::Create { path: path.to_path_buf(), source };
+    // A folder left by a crash holds a dead socket: replace it.
+    match std::fs::remove_dir_all(folder) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(create(error)),
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(folder).map_err(create)?;
+    let listener = UnixListener::bind(path).map_err(create)?;
+    let as_root = std::os::unix::fs::chown(folder, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_ok()
+        && std::os::unix::fs::chown(path, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_ok();
+    let (folder_mode, socket_mode) = if as_root { (0o700, 0o600) } else { (0o711, 0o666) };
+    std::fs::set_permissions(folder, std::fs::Permissions::from_mode(folder_mode)).map_err(create)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(socket_mode)).map_err(create)?;
+    Ok(listener)
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    origin: Origin,
+    connections: mpsc::Sender<io::Result<Conn>>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let conn = Conn { stream, origin: origin.clone() };
+                if connections.send(Ok(conn)).await.is_err() {
+                    return; // The server stopped.
+                }
+            }
+            Err(error) => {
+                // Out of file descriptors and similar: back off briefly instead of spinning.
+                tracing::warn!(%error, "cannot accept a connection");
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                }
+            }
+        }
+    }
+}

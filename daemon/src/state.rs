@@ -1,0 +1,112 @@
+//! Atomic state files: every file the daemon owns is replaced whole (temp file in the same
+//! folder, fsync, rename, fsync of the folder), so a crash leaves the old or the new version,
+//! never a torn one.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot write {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}:{line}:{column}: {message}; the file is left as it is: fix or move it aside", path.display())]
+    Corrupt { path: PathBuf, line: usize, column: usize, message: String },
+    #[error("cannot encode state for {}", path.display())]
+    Encode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Replaces `path` with `bytes` atomically and durably; the file gets `mode`.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
+    let error = |source| StateError::Write { path: path.to_path_buf(), source };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("state");
+    let mut suffix = [0u8; 6];
+    getrandom::fill(&mut suffix).map_err(|source| error(std::io::Error::other(source)))?;
+    let suffix: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
+    let temp = dir.join(format!(".{name}.tmp-{suffix}"));
+    let result = (|| {
+        let mut file = OpenOptions::new().write(true).create_new(true).mode(mode).open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        // silent-ok: the temp file may not exist; the write error below is what matters.
+        let _ = fs::remove_file(&temp);
+    }
+    result.map_err(error)
+}
+
+/// Writes `value` as pretty JSON with [`write_atomic`], mode 0600.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
+    let mut bytes =
+        serde_json::to_vec_pretty(value).map_err(|source| StateError::Encode { path: path.to_path_buf(), source })?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes, 0o600)
+}
+
+/// Reads a JSON state file; `None` when it does not exist. A file that does not parse is an
+/// error naming line and column, and is never overwritten by the caller's defaults.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(StateError::Read { path: path.to_path_buf(), source }),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|error| StateError::Corrupt {
+        path: path.to_path_buf(),
+        line: error.line(),
+        column: error.column(),
+        message: error.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn replaces_whole_files_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state.json");
+        write_json(&path, &vec![1, 2, 3]).expect("first");
+        write_json(&path, &vec![4]).expect("second");
+        assert_eq!(read_json::<Vec<u32>>(&path).expect("read"), Some(vec![4]));
+        let names: Vec<_> = fs::read_dir(dir.path()).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
+        let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn missing_is_none_and_corrupt_is_an_error_with_position() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.json");
+        assert_eq!(read_json::<Vec<u32>>(&path).expect("missing"), None);
+        fs::write(&path, "[1,\n 2,\n oops]").expect("write");
+        let error = read_json::<Vec<u32>>(&path).expect_err("corrupt");
+        assert!(error.to_string().contains("s.json:3:2:"), "{error}");
+        assert_eq!(fs::read_to_string(&path).expect("kept"), "[1,\n 2,\n oops]");
+    }
+}

@@ -1,0 +1,19 @@
+//! baaaht's wire protocol (package `baaaht.v1`) and the shared Unix-socket client.
+//!
+//! The generated types live in [`v1`]. [`client`] connects to a daemon socket, attaches the
+//! container token and a correlation id to every call, and reconnects with exponential backoff.
+//! This crate owns no policy: it never decides who may call what.
+
+pub mod client;
+
+/// Generated protobuf types and tonic stubs for `baaaht.v1`.
+#[allow(unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod v1 {
+    tonic::include_proto!("baaaht.v1");
+}
+
+/// gRPC metadata key carrying the correlation id of a turn through every hop.
+pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
+
+/// Environment variable through which a container receives its bearer token.
+pub const CONTAINER_TOKEN_ENV: &str = "BAAAHT_CONTAINER_TOKEN";
