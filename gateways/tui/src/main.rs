@@ -1,0 +1,68 @@
+//! `baaaht`: the command-line client of the baaaht daemon.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use baaaht_cli::{status, CliError};
+use baaaht_proto::v1;
+use clap::{Parser, Subcommand};
+
+/// Talk to your baaaht daemon.
+#[derive(Debug, Parser)]
+#[command(name = "baaaht", version)]
+struct Cli {
+    /// The daemon's socket [default: $BAAAHT_DATA/data/ipc/orchestrator.sock]
+    #[arg(long, env = "BAAAHT_SOCKET", global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the daemon's version, uptime, data dir, container engine, sessions and containers
+    Status {
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("baaaht: cannot start the async runtime: {error}");
+            return ExitCode::from(71);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("baaaht: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let socket = cli.socket.unwrap_or_else(|| baaaht_cli::default_socket(|key| std::env::var(key).ok()));
+    match cli.command {
+        Command::Status { json } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            let response = client
+                .get_status(v1::StatusRequest {})
+                .await
+                .map_err(|status| CliError::from_status(status, &socket))?
+                .into_inner();
+            if json {
+                let text = serde_json::to_string_pretty(&status::to_json(&response)).map_err(CliError::Json)?;
+                println!("{text}");
+            } else {
+                print!("{}", status::to_text(&response));
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `baaaht status`: what the daemon is doing, for a person or (with `--json`) a script.
+
+use std::fmt::Write as _;
+
+use baaaht_proto::v1;
+use serde::Serialize;
+
+/// The status as printed with `--json`.
+#[derive(Debug, Serialize)]
+pub struct StatusJson<'a> {
+    pub version: &'a str,
+    pub pid: u32,
+    pub uptime_seconds: u64,
+    pub data_dir: &'a str,
+    pub engine: EngineJson<'a>,
+    pub sessions: SessionsJson,
+    pub containers_running: u32,
+    pub metrics_address: &'a str,
+    pub degraded: &'a [String],
+}
+
+#[derive(Debug, Serialize)]
+pub struct EngineJson<'a> {
+    pub kind: &'a str,
+    pub endpoint: &'a str,
+    pub version: &'a str,
+    pub healthy: bool,
+    pub message: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SessionsJson {
+    pub active: u32,
+    pub idle: u32,
+    pub archived: u32,
+}
+
+pub fn to_json(status: &v1::StatusResponse) -> StatusJson<'_> {
+    let engine = status.engine.as_ref();
+    StatusJson {
+        version: &status.version,
+        pid: status.pid,
+        uptime_seconds: status.uptime_seconds,
+        data_dir: &status.data_dir,
+        engine: EngineJson {
+            kind: engine.map_or("none", |e| e.kind.as_str()),
+            endpoint: engine.map_or("", |e| e.endpoint.as_str()),
+            version: engine.map_or("", |e| e.version.as_str()),
+            healthy: engine.is_some_and(|e| e.healthy),
+            message: engine.map_or("", |e| e.message.as_str()),
+        },
+        sessions: SessionsJson {
+            active: status.sessions_active,
+            idle: status.sessions_idle,
+            archived: status.sessions_archived,
+        },
+        containers_running: status.containers_running,
+        metrics_address: &status.metrics_address,
+        degraded: &status.degraded,
+    }
+}
+
+/// "3d 4h", "2h 5m", "4m 12s", "9s".
+pub fn human_duration(seconds: u64) -> String {
+    let (days, hours, minutes, secs) = (seconds / 86_400, seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
+    match () {
+        () if days > 0 => format!("{days}d {hours}h"),
+        () if hours > 0 => format!("{hours}h {minutes}m"),
+        () if minutes > 0 => format!("{minutes}m {secs}s"),
+        () => format!("{secs}s"),
+    }
+}
+
+pub fn to_text(status: &v1::StatusResponse) -> String {
+    let mut out = String::new();
+    let _ =
+        writeln!(out, "baaahtd {} (pid {}), up {}", status.version, status.pid, human_duration(status.uptime_seconds));
+    let _ = writeln!(out, "data dir:    {}", status.data_dir);
+    let engine = match &status.engine {
+        Some(engine) if engine.healthy => {
+            format!("{} {} at {} ({})", engine.kind, engine.version, engine.endpoint, engine.message)
+        }
+        Some(engine) => format!("none ({})", engine.message),
+        None => "unknown".to_string(),
+    };
+    let _ = writeln!(out, "engine:      {engine}");
+    let _ = writeln!(
+        out,
+        "sessions:    {} active, {} idle, {} archived",
+        status.sessions_active, status.sessions_idle, status.sessions_archived
+    );
+    let _ = writeln!(out, "containers:  {} running", status.containers_running);
+    let metrics = if status.metrics_address.is_empty() {
+        "off".to_string()
+    } else {
+        format!("http://{}/metrics", status.metrics_address)
+    };
+    let _ = writeln!(out, "metrics:     {metrics}");
+    if status.degraded.is_empty() {
+        let _ = writeln!(out, "health:      ok");
+    } else {
+        for problem in &status.degraded {
+            let _ = writeln!(out, "health:      {problem}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        for (seconds, text) in [(9, "9s"), (252, "4m 12s"), (7500, "2h 5m"), (273_600, "3d 4h")] {
+            assert_eq!(human_duration(seconds), text);
+        }
+    }
+
+    #[test]
+    fn text_shows_degradation() {
+        let status = v1::StatusResponse {
+            version: "0.1.0".into(),
+            pid: 42,
+            uptime_seconds: 75,
+            data_dir: "/d".into(),
+            engine: Some(v1::EngineStatus {
+                kind: "none".into(),
+                healthy: false,
+                message: "degraded: no container engine at /var/run/docker.sock".into(),
+                ..Default::default()
+            }),
+            degraded: vec!["degraded: no container engine at /var/run/docker.sock".into()],
+            ..Default::default()
+        };
+        let text = to_text(&status);
+        assert!(text.starts_with("baaahtd 0.1.0 (pid 42), up 1m 15s\n"), "{text}");
+        assert!(text.contains("health:      degraded: no container engine at /var/run/docker.sock"), "{text}");
+        assert!(text.contains("metrics:     off"), "{text}");
+    }
+}

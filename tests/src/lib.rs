@@ -1,0 +1,206 @@
+//! Test support shared by the end-to-end tests and `baaaht-bench`: run the real `baaahtd` on a
+//! temporary data dir, know when it is ready (systemd's READY=1 on a notify socket we own, so
+//! nothing sleeps to synchronise), talk to it, and stop it with a signal.
+
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+
+/// A binary of this workspace, from the target folder the tests run in. `scripts/test`
+/// builds every binary before the tests run.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary knows its path");
+    // target/{profile}/deps/test-hash or target/{profile}/baaaht-bench
+    let mut dir = exe.parent().expect("exe has a folder").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace's binaries first (cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A running `baaahtd` on its own temporary data dir.
+pub struct TestDaemon {
+    pub child: Child,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    /// Keeps the temporary folder alive.
+    pub temp: tempfile::TempDir,
+    notify: UnixDatagram,
+}
+
+/// How to start a [`TestDaemon`].
+#[derive(Debug, Default, Clone)]
+pub struct DaemonOptions {
+    /// Extra environment, e.g. `BAAAHT__…` overrides.
+    pub env: Vec<(String, String)>,
+    /// Files to write under the data dir before start, e.g. `config/config.yaml`.
+    pub files: Vec<(String, String)>,
+    pub args: Vec<String>,
+}
+
+impl TestDaemon {
+    /// Starts the daemon and waits (up to 30 s) for READY=1.
+    pub fn start(options: DaemonOptions) -> Result<TestDaemon> {
+        let temp = tempfile::Builder::new().prefix("baaaht-").tempdir()?;
+        let data_dir = temp.path().join("d");
+        for (relative, text) in &options.files {
+            let path = data_dir.join(relative);
+            std::fs::create_dir_all(path.parent().context("file has a folder")?)?;
+            std::fs::write(&path, text)?;
+        }
+        let notify_path = temp.path().join("notify");
+        let notify = UnixDatagram::bind(&notify_path)?;
+        let log = temp.path().join("daemon.log");
+        let child = daemon_command(&data_dir, &notify_path, &options)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("spawn baaahtd")?;
+        let mut daemon = TestDaemon { child, data_dir, log, temp, notify };
+        daemon.wait_ready(Duration::from_secs(30))?;
+        Ok(daemon)
+    }
+
+    /// Waits for the daemon's READY=1, failing early if it exits.
+    pub fn wait_ready(&mut self, limit: Duration) -> Result<Duration> {
+        let started = Instant::now();
+        self.notify.set_read_timeout(Some(Duration::from_millis(100)))?;
+        let mut buffer = [0u8; 512];
+        loop {
+            match self.notify.recv(&mut buffer) {
+                Ok(n) if buffer[..n].split(|b| *b == b'\n').any(|line| line == b"READY=1") => {
+                    return Ok(started.elapsed());
+                }
+                Ok(_) => {}
+                Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                }
+                Err(error) => return Err(error.into()),
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!("baaahtd exited with {status} before it was ready:\n{}", self.log_text());
+            }
+            if started.elapsed() > limit {
+                bail!("baaahtd was not ready within {limit:?}:\n{}", self.log_text());
+            }
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.data_dir.join("data/ipc/orchestrator.sock")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_else(|error| format!("(no log: {error})"))
+    }
+
+    /// Sends `signal` (e.g. "TERM") to the daemon.
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status()?;
+        if !status.success() {
+            bail!("kill -{signal} {} failed: {status}", self.pid());
+        }
+        Ok(())
+    }
+
+    /// Waits for the daemon to exit, up to `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Result<ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if started.elapsed() > limit {
+                bail!("baaahtd did not exit within {limit:?}:\n{}", self.log_text());
+            }
+            // Polling a child's state is the only portable way to wait with a deadline.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM, then wait for exit.
+    pub fn stop(mut self) -> Result<ExitStatus> {
+        self.signal("TERM")?;
+        self.wait_exit(Duration::from_secs(20))
+    }
+
+    /// The daemon's resident memory in KiB, from /proc.
+    pub fn rss_kib(&self) -> Result<u64> {
+        rss_kib(self.pid())
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // silent-ok: the test is over; a daemon still running is killed so it cannot leak.
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The command that starts `baaahtd` on `data_dir`, notifying `notify`.
+pub fn daemon_command(data_dir: &Path, notify: &Path, options: &DaemonOptions) -> Command {
+    let mut command = Command::new(bin("baaahtd"));
+    command
+        .args(&options.args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", data_dir.parent().unwrap_or(data_dir))
+        .env("BAAAHT_DATA", data_dir)
+        .env("NOTIFY_SOCKET", notify)
+        // Parallel tests must not fight over the default metrics port.
+        .env("BAAAHT__METRICS__LISTEN", "127.0.0.1:0")
+        .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    command
+}
+
+/// Resident memory of a process in KiB.
+pub fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).context("no VmRSS line")?;
+    let kib = line.split_whitespace().nth(1).context("VmRSS has a value")?.parse()?;
+    Ok(kib)
+}
+
+/// Median of `values` (sorted in place); 0 for none.
+pub fn median(values: &mut [f64]) -> f64 {
+    percentile(values, 50.0)
+}
+
+/// The `p`th percentile (nearest rank) of `values`, sorted in place.
+pub fn percentile(values: &mut [f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * values.len() as f64).ceil().max(1.0) as usize;
+    values[rank.min(values.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let mut values = vec![5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(median(&mut values), 3.0);
+        assert_eq!(percentile(&mut values, 99.0), 5.0);
+        assert_eq!(percentile(&mut values, 0.0), 1.0);
+        assert_eq!(median(&mut []), 0.0);
+    }
+}
