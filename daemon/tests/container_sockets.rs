@@ -1,0 +1,136 @@
+//! Component test: the daemon in-process on a temp data dir, with container sockets created
+//! through its listener set, exercised by a real client over real Unix sockets.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use baaaht_daemon::auth::{Context, ContainerIdentity, Role};
+use baaaht_daemon::config::{self, ConfigPaths};
+use baaaht_daemon::datadir::DataDir;
+use baaaht_daemon::Daemon;
+use baaaht_proto::client::{self, ConnectOptions};
+use baaaht_proto::v1;
+use tokio::sync::oneshot;
+
+struct Running {
+    shared: Arc<baaaht_daemon::Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), baaaht_daemon::DaemonError>>,
+    _temp: tempfile::TempDir,
+    data_dir: DataDir,
+}
+
+async fn start() -> Running {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let data_dir = DataDir::new(temp.path().join("d"));
+    let paths = ConfigPaths { config_file: None, config_dir: data_dir.config_dir() };
+    let env = [("BAAAHT__METRICS__ENABLED".to_string(), "false".to_string())];
+    let loaded = config::load(&paths, env).expect("config");
+    let bound = baaaht_daemon::bind(&data_dir, &loaded).expect("bind");
+    let daemon = Daemon::new(loaded, data_dir.clone(), bound).expect("daemon");
+    let shared = daemon.shared();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(daemon.run(async move {
+        // silent-ok: a dropped sender also means stop.
+        let _ = stopped.await;
+    }));
+    Running { shared, stop: Some(stop), task, _temp: temp, data_dir }
+}
+
+impl Running {
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop.send(()).expect("daemon still running");
+        }
+        self.task.await.expect("join").expect("clean exit");
+    }
+}
+
+fn identity(name: &str, role: Role, context: Context) -> ContainerIdentity {
+    ContainerIdentity { name: name.into(), role, session_id: format!("session-{name}"), context }
+}
+
+fn user_ref(id: &str) -> Option<v1::ContextRef> {
+    Some(v1::ContextRef { r#type: v1::ContextType::User as i32, id: id.into() })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_acts_only_with_its_own_token_for_its_own_context() {
+    let running = start().await;
+    let listeners = running.shared.listeners.clone();
+    let alice = listeners.add_container(identity("worker-a", Role::Worker, Context::user("alice"))).expect("socket");
+    let bob = listeners.add_container(identity("worker-b", Role::Worker, Context::user("bob"))).expect("socket");
+
+    // The socket lives in a folder only the daemon can traverse on the host.
+    assert!(alice.path.starts_with(running.data_dir.root().join("data/run")));
+    let run_mode = std::fs::metadata(running.data_dir.root().join("data/run")).expect("stat").permissions().mode();
+    assert_eq!(run_mode & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(&alice.path).expect("stat").permissions().mode() & 0o777, 0o600);
+
+    let connect = |path: std::path::PathBuf, token: Option<String>| async move {
+        client::connect(&path, ConnectOptions { token, ..Default::default() }).await.expect("connect")
+    };
+    let manifest = |id: &str| v1::SkillManifestRequest { context: user_ref(id) };
+
+    // Right token, own context: authorized (the skill store answers UNIMPLEMENTED for now).
+    let mut client = connect(alice.path.clone(), Some(alice.token.clone())).await;
+    let error = client.get_skill_manifest(manifest("alice")).await.expect_err("not built");
+    assert_eq!(error.code(), tonic::Code::Unimplemented, "{error:?}");
+
+    // Another context: denied.
+    let error = client.get_skill_manifest(manifest("bob")).await.expect_err("other context");
+    assert_eq!(error.code(), tonic::Code::PermissionDenied);
+    assert_eq!(error.message(), "context user:bob is outside this container's context user:alice");
+
+    // A host-client RPC: denied for a container.
+    let error = client.get_status(v1::StatusRequest {}).await.expect_err("host only");
+    assert_eq!(error.code(), tonic::Code::PermissionDenied);
+    assert!(error.message().starts_with("GetStatus is for host clients"), "{}", error.message());
+
+    // A role's RPC another role may not call.
+    let error = client.delegate_to_agent(v1::DelegateRequest::default()).await.expect_err("assistant only");
+    assert_eq!(error.code(), tonic::Code::PermissionDenied);
+
+    // No token, a wrong token, and bob's token on alice's socket: unauthenticated.
+    for token in [None, Some("0".repeat(64)), Some(bob.token.clone())] {
+        let mut client = connect(alice.path.clone(), token.clone()).await;
+        let error = client.get_skill_manifest(manifest("alice")).await.expect_err("refused");
+        assert_eq!(error.code(), tonic::Code::Unauthenticated, "{token:?}: {error:?}");
+    }
+
+    // A container token on the host socket: refused, and the message says why.
+    let mut host = connect(running.data_dir.socket_path(), Some(alice.token.clone())).await;
+    let error = host.get_status(v1::StatusRequest {}).await.expect_err("wrong socket");
+    assert_eq!(error.code(), tonic::Code::Unauthenticated);
+    assert!(error.message().contains("only accepted on the socket of the container"), "{}", error.message());
+
+    // Status counts the live container sockets.
+    let mut host = connect(running.data_dir.socket_path(), None).await;
+    let status = host.get_status(v1::StatusRequest {}).await.expect("status").into_inner();
+    assert_eq!(status.containers_running, 2);
+
+    // Removal revokes the token on open connections and removes the socket.
+    listeners.remove_container("worker-a");
+    let error = client.get_skill_manifest(manifest("alice")).await.expect_err("revoked");
+    assert_eq!(error.code(), tonic::Code::Unauthenticated);
+    assert!(!alice.folder.exists(), "socket folder left behind");
+    let reconnect = client::connect(&alice.path, ConnectOptions::default()).await;
+    assert!(reconnect.is_err(), "the socket still accepts");
+
+    running.stop().await;
+    assert!(!bob.folder.exists(), "shutdown leaves container sockets");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_names_cannot_escape_the_socket_folder() {
+    let running = start().await;
+    let listeners = running.shared.listeners.clone();
+    for name in ["../evil", "a/b", "", ".."] {
+        let error = listeners.add_container(identity(name, Role::Tool, Context::user("alice"))).expect_err(name);
+        assert!(error.to_string().contains("is not usable as a folder name"), "{error}");
+    }
+    listeners.add_container(identity("tool-1", Role::Tool, Context::user("alice"))).expect("first");
+    let error = listeners.add_container(identity("tool-1", Role::Tool, Context::user("alice"))).expect_err("dup");
+    assert!(error.to_string().contains("already exists"), "{error}");
+    running.stop().await;
+}
