@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use baaaht_daemon::auth::{Context, ContainerIdentity, Role};
+use baaaht_daemon::auth::{ContainerIdentity, Context, Role};
 use baaaht_daemon::config::{self, ConfigPaths};
 use baaaht_daemon::datadir::DataDir;
 use baaaht_daemon::Daemon;
