@@ -70,6 +70,7 @@ pub fn install(root: &Path) -> Result<InstallReport, DefaultsError> {
 fn install_files(root: &Path, files: &[(&str, &[u8])]) -> Result<InstallReport, DefaultsError> {
     let manifest_path = root.join(MANIFEST);
     let mut manifest: Manifest = state::read_json(&manifest_path).map_err(DefaultsError::Manifest)?.unwrap_or_default();
+    let before = manifest.installed.clone();
     let mut report = InstallReport::default();
     for (relative, contents) in files {
         let path = root.join(relative);
@@ -98,7 +99,9 @@ fn install_files(root: &Path, files: &[(&str, &[u8])]) -> Result<InstallReport, 
         }
         manifest.installed.insert(relative.to_string(), wanted);
     }
-    state::write_json(&manifest_path, &manifest).map_err(DefaultsError::Manifest)?;
+    if manifest.installed != before {
+        state::write_json(&manifest_path, &manifest).map_err(DefaultsError::Manifest)?;
+    }
     Ok(report)
 }
 

@@ -45,13 +45,15 @@ pub struct DaemonOptions {
     /// Files to write under the data dir before start, e.g. `config/config.yaml`.
     pub files: Vec<(String, String)>,
     pub args: Vec<String>,
+    /// Reuse this data dir (e.g. to measure a restart) instead of a fresh one.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl TestDaemon {
     /// Starts the daemon and waits (up to 30 s) for READY=1.
     pub fn start(options: DaemonOptions) -> Result<TestDaemon> {
         let temp = tempfile::Builder::new().prefix("baaaht-").tempdir()?;
-        let data_dir = temp.path().join("d");
+        let data_dir = options.data_dir.clone().unwrap_or_else(|| temp.path().join("d"));
         for (relative, text) in &options.files {
             let path = data_dir.join(relative);
             std::fs::create_dir_all(path.parent().context("file has a folder")?)?;

@@ -47,7 +47,7 @@ impl Row {
         let p99 = percentile(&mut self.values, 99.0);
         let (min, max) = (self.values[0], self.values[self.values.len() - 1]);
         println!(
-            "{:<44} {:>10.2} {:>10.2} {:>10.2} {:>10.2}  {} (n={})",
+            "{:<52} {:>10.2} {:>10.2} {:>10.2} {:>10.2}  {} (n={})",
             self.name,
             p50,
             p99,
@@ -61,7 +61,7 @@ impl Row {
 }
 
 fn header() {
-    println!("{:<44} {:>10} {:>10} {:>10} {:>10}", "measurement", "p50", "p99", "min", "max");
+    println!("{:<52} {:>10} {:>10} {:>10} {:>10}", "measurement", "p50", "p99", "min", "max");
 }
 
 fn daemon(runs: usize) -> Result<()> {
@@ -69,6 +69,7 @@ fn daemon(runs: usize) -> Result<()> {
     let mut ready = Row { name: "baaahtd start → READY=1 (sd_notify)", unit: "ms", values: vec![] };
     let mut first_rpc = Row { name: "baaahtd start → first GetStatus answered", unit: "ms", values: vec![] };
     let mut idle_rss = Row { name: "baaahtd idle resident memory", unit: "MiB", values: vec![] };
+    let mut restart = Row { name: "baaahtd restart on an existing data dir → READY=1", unit: "ms", values: vec![] };
     let mut exec = Row { name: "baseline: fork+exec `baaahtd --version`", unit: "ms", values: vec![] };
 
     for _ in 0..runs {
@@ -93,22 +94,29 @@ fn daemon(runs: usize) -> Result<()> {
         // Idle: let the first engine probe and the default-file check finish, then read RSS.
         std::thread::sleep(Duration::from_millis(300));
         idle_rss.values.push(daemon.rss_kib()? as f64 / 1024.0);
+        let data_dir = daemon.data_dir.clone();
         let exit = daemon.stop()?;
         if !exit.success() {
             bail!("baaahtd exited with {exit} after SIGTERM");
         }
+
+        let started = Instant::now();
+        let again = TestDaemon::start(DaemonOptions { data_dir: Some(data_dir), ..Default::default() })?;
+        restart.values.push(started.elapsed().as_secs_f64() * 1e3);
+        again.stop()?;
     }
 
     println!("baaaht-bench daemon: {runs} cold starts of the real daemon on a fresh data dir each\n");
     header();
     let ready_p50 = ready.print();
     let rpc_p50 = first_rpc.print();
+    let restart_p50 = restart.print();
     let exec_p50 = exec.print();
     let rss_p50 = idle_rss.print();
     let ratio = ready_p50 / exec_p50;
     println!("\nready / bare exec = {ratio:.1}x; idle RSS target ≤ 20 MiB (DESIGN.md §7)");
     println!(
-        "RESULT ready_p50_ms={ready_p50:.2} first_rpc_p50_ms={rpc_p50:.2} exec_p50_ms={exec_p50:.2} ratio={ratio:.2} idle_rss_p50_mib={rss_p50:.2}"
+        "RESULT ready_p50_ms={ready_p50:.2} first_rpc_p50_ms={rpc_p50:.2} restart_p50_ms={restart_p50:.2} exec_p50_ms={exec_p50:.2} ratio={ratio:.2} idle_rss_p50_mib={rss_p50:.2}"
     );
     Ok(())
 }
