@@ -1,0 +1,6 @@
+//! What runs inside baaaht's containers. Today: the self-test, which reports from inside a
+//! container whether its confinement holds (youki's runtimetest, for baaaht).
+//!
+//! This crate runs untrusted-side: it holds no secret and never writes outside /tmp.
+
+pub mod selftest;

@@ -1,0 +1,50 @@
+//! `baaaht-agent`: the program baaaht runs inside its containers.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "baaaht-agent", version, about = "Runs inside baaaht's containers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Report (as JSON) whether this container's confinement holds; exit 3 if it does not
+    SelfTest {
+        /// A TCP address that must not be reachable from here, e.g. a test server on the host
+        #[arg(long, value_name = "IP:PORT")]
+        probe: Option<SocketAddr>,
+        /// Stay alive this many seconds after the report (at most 600), for inspection
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
+        linger: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::SelfTest { probe, linger } => {
+            let report = baaaht_agent::selftest::run(probe);
+            match serde_json::to_string(&report) {
+                Ok(json) => println!("{json}"),
+                Err(error) => {
+                    eprintln!("baaaht-agent: cannot encode the report: {error}");
+                    return ExitCode::from(70);
+                }
+            }
+            if linger > 0 {
+                std::thread::sleep(Duration::from_secs(linger));
+            }
+            if report.problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            }
+        }
+    }
+}
