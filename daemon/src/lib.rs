@@ -147,7 +147,7 @@ fn group_id(name: &str) -> Option<u32> {
 }
 
 /// Current uid, from the owner of `/proc/self` (std offers no getuid).
-fn current_uid() -> u32 {
+pub(crate) fn current_uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
     // silent-ok: /proc is always mounted where the daemon runs; root is the safe reading
     // because it admits only root besides the group.

@@ -4,10 +4,12 @@
 //! The daemon serves without an engine: status then reports "degraded: no container engine at
 //! …" and container work is refused with that sentence, until a probe finds one.
 
+pub mod docker;
+pub mod images;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bollard::Docker;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -58,6 +60,165 @@ impl EngineStatus {
     }
 }
 
+/// What a container is for; every container carries it as labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerLabels {
+    pub role: String,
+    pub session_id: String,
+    pub context: String,
+    /// The data dir this daemon serves, so daemons on different data dirs sharing one engine
+    /// never touch each other's containers.
+    pub owner: String,
+    /// `task` (runs to completion) or `service` (long-lived, adopted after a restart).
+    pub kind: ContainerKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerKind {
+    Task,
+    Service,
+}
+
+impl ContainerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerKind::Task => "task",
+            ContainerKind::Service => "service",
+        }
+    }
+}
+
+pub const LABEL_BAAAHT: &str = "baaaht";
+pub const LABEL_ROLE: &str = "baaaht.role";
+pub const LABEL_SESSION: &str = "baaaht.session";
+pub const LABEL_CONTEXT: &str = "baaaht.context";
+pub const LABEL_OWNER: &str = "baaaht.owner";
+pub const LABEL_KIND: &str = "baaaht.kind";
+
+/// A host path mounted into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSpec {
+    pub host: PathBuf,
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// Network access of a container (spec §13.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkPolicy {
+    /// Loopback only: agents and tools.
+    None,
+    /// Outbound through the engine's default bridge: the LLM gateway only.
+    Egress,
+}
+
+/// Resource limits of one container.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub cpus: f64,
+    pub memory_bytes: u64,
+    pub pids: u32,
+    pub tmp_bytes: u64,
+}
+
+/// Everything a container is made from. The hardening (uid 1000, read-only root, no
+/// capabilities, no-new-privileges, the seccomp profile, never privileged, never the host
+/// network) is not part of the spec: the runtime applies it to every container, always.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub labels: ContainerLabels,
+    pub mounts: Vec<MountSpec>,
+    pub env: Vec<(String, String)>,
+    pub network: NetworkPolicy,
+    pub limits: Limits,
+    pub command: Vec<String>,
+    pub working_dir: Option<String>,
+}
+
+/// How a container ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: i64,
+    pub oom_killed: bool,
+}
+
+/// A container found by label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub running: bool,
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+/// A container's health as the engine sees it (spec §5.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthStatus {
+    /// "healthy", "unhealthy", "starting" or "none".
+    pub status: String,
+    pub failing_streak: i64,
+    pub last_output: String,
+    pub running: bool,
+}
+
+/// Output of a container or an exec, each stream capped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Output {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// True when more was produced than was kept.
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecResult {
+    pub exit_code: i64,
+    pub output: Output,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("the container engine refused to {operation}: {message}")]
+    Engine { operation: &'static str, message: String },
+    #[error("no container {0}")]
+    NotFound(String),
+    #[error("the container engine did not answer {operation} within {seconds} s")]
+    Hung { operation: &'static str, seconds: u64 },
+    #[error("cannot {operation}")]
+    Io {
+        operation: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Container lifecycle operations (spec §5.6) over domain types; [`docker::DockerRuntime`]
+/// implements it for Docker and for Podman's Docker-compatible API.
+#[async_trait::async_trait]
+pub trait ContainerRuntime: Send + Sync + std::fmt::Debug {
+    fn engine(&self) -> &EngineInfo;
+    /// Creates a hardened container and returns its id.
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError>;
+    async fn start(&self, id: &str) -> Result<(), RuntimeError>;
+    /// SIGTERM, then SIGKILL after `grace`.
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError>;
+    async fn kill(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Removes the container, running or not.
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Waits for the container to exit.
+    async fn wait(&self, id: &str) -> Result<ExitInfo, RuntimeError>;
+    async fn list_by_label(&self, labels: &[(&str, &str)]) -> Result<Vec<ContainerInfo>, RuntimeError>;
+    async fn inspect_health(&self, id: &str) -> Result<HealthStatus, RuntimeError>;
+    /// Everything the container wrote so far, each stream capped at `cap` bytes (the tail).
+    async fn logs(&self, id: &str, cap: usize) -> Result<Output, RuntimeError>;
+    /// Runs `command` in a running container (health probes, diagnostics).
+    async fn exec(&self, id: &str, command: &[String]) -> Result<ExecResult, RuntimeError>;
+    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError>;
+}
+
 /// The engine sockets to try for `choice`, in order (issue #3's runtime selection).
 pub fn candidate_sockets(choice: RuntimeChoice, env: impl Fn(&str) -> Option<String>) -> Vec<PathBuf> {
     let mut out = vec![];
@@ -88,8 +249,8 @@ pub async fn probe(choice: RuntimeChoice) -> EngineStatus {
         if !socket.exists() {
             continue;
         }
-        match probe_socket(socket).await {
-            Ok(info) => return EngineStatus::Ready(info),
+        match docker::DockerRuntime::connect(socket).await {
+            Ok(runtime) => return EngineStatus::Ready(runtime.engine().clone()),
             Err(error) => problems.push(format!("{}: {error}", socket.display())),
         }
     }
@@ -102,22 +263,6 @@ pub async fn probe(choice: RuntimeChoice) -> EngineStatus {
         reason.push_str(&format!(" ({})", problems.join("; ")));
     }
     EngineStatus::Unavailable { reason }
-}
-
-async fn probe_socket(socket: &Path) -> Result<EngineInfo, bollard::errors::Error> {
-    let path = socket.to_string_lossy();
-    let docker = Docker::connect_with_unix(&path, 5, bollard::API_DEFAULT_VERSION)?;
-    let docker = docker.negotiate_version().await?;
-    let version = docker.version().await?;
-    let is_podman =
-        version.components.iter().flatten().any(|component| component.name.to_ascii_lowercase().contains("podman"))
-            || version.platform.as_ref().is_some_and(|platform| platform.name.to_ascii_lowercase().contains("podman"));
-    Ok(EngineInfo {
-        kind: if is_podman { EngineKind::Podman } else { EngineKind::Docker },
-        socket: socket.to_path_buf(),
-        version: version.version.unwrap_or_default(),
-        api_version: docker.client_version().to_string(),
-    })
 }
 
 /// Probes at start, then every 10 s while no engine answers and every 60 s while one does,

@@ -1,0 +1,404 @@
+//! The container runtime on the Docker Engine API (bollard): Docker itself, or Podman through
+//! its Docker-compatible socket. The only file that builds engine requests for containers.
+//!
+//! Every container it creates is hardened the same way, whatever the spec says: uid 1000,
+//! read-only root, a size-capped tmpfs /tmp, every capability dropped, no-new-privileges,
+//! `seccomp/default.json`, cpu/memory/pids limits, never privileged, never the host network
+//! and never an engine socket mounted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+};
+use bollard::Docker;
+use tokio_stream::StreamExt;
+
+use super::{
+    ContainerInfo, ContainerRuntime, ContainerSpec, EngineInfo, EngineKind, ExecResult, ExitInfo, HealthStatus,
+    NetworkPolicy, Output, RuntimeError, LABEL_BAAAHT, LABEL_CONTEXT, LABEL_KIND, LABEL_OWNER, LABEL_ROLE,
+    LABEL_SESSION,
+};
+
+/// The seccomp profile every container gets (derived by `seccomp/derive.py`).
+pub const SECCOMP_PROFILE: &str = include_str!("../../../seccomp/default.json");
+
+/// How long one engine call (other than waiting for a container) may take before the engine
+/// counts as hung.
+const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Host paths that are never mounted into a container: the engines' own sockets.
+const ENGINE_SOCKETS: &[&str] =
+    &["/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock", "/var/run/podman/podman.sock"];
+
+#[derive(Debug, Clone)]
+pub struct DockerRuntime {
+    docker: Docker,
+    info: EngineInfo,
+    /// The seccomp profile as the engine wants it in `security_opt` (compact JSON).
+    seccomp: String,
+}
+
+fn engine_error(operation: &'static str, error: bollard::errors::Error) -> RuntimeError {
+    match error {
+        bollard::errors::Error::DockerResponseServerError { status_code: 404, message } => {
+            RuntimeError::NotFound(message)
+        }
+        bollard::errors::Error::DockerResponseServerError { message, .. } => {
+            RuntimeError::Engine { operation, message }
+        }
+        other => RuntimeError::Engine { operation, message: other.to_string() },
+    }
+}
+
+/// Runs one engine call with the hung-engine timeout.
+async fn call<T>(
+    operation: &'static str,
+    future: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
+) -> Result<T, RuntimeError> {
+    match tokio::time::timeout(ENGINE_CALL_TIMEOUT, future).await {
+        Ok(result) => result.map_err(|error| engine_error(operation, error)),
+        Err(_) => Err(RuntimeError::Hung { operation, seconds: ENGINE_CALL_TIMEOUT.as_secs() }),
+    }
+}
+
+impl DockerRuntime {
+    /// Connects to the engine at `socket` and negotiates the API version with it (Debian's
+    /// dockerd 20.10 speaks 1.41, older than bollard's default).
+    pub async fn connect(socket: &Path) -> Result<DockerRuntime, RuntimeError> {
+        let path = socket.to_string_lossy();
+        let docker = Docker::connect_with_unix(&path, ENGINE_CALL_TIMEOUT.as_secs(), bollard::API_DEFAULT_VERSION)
+            .map_err(|error| engine_error("connect", error))?;
+        let docker = call("negotiate the API version", docker.negotiate_version()).await?;
+        let version = call("report its version", docker.version()).await?;
+        let is_podman = version.components.iter().flatten().any(|c| c.name.to_ascii_lowercase().contains("podman"))
+            || version.platform.as_ref().is_some_and(|p| p.name.to_ascii_lowercase().contains("podman"));
+        let info = EngineInfo {
+            kind: if is_podman { EngineKind::Podman } else { EngineKind::Docker },
+            socket: socket.to_path_buf(),
+            version: version.version.unwrap_or_default(),
+            api_version: docker.client_version().to_string(),
+        };
+        let seccomp = compact_json(SECCOMP_PROFILE)
+            .map_err(|message| RuntimeError::Engine { operation: "load the seccomp profile", message })?;
+        Ok(DockerRuntime { docker, info, seccomp })
+    }
+
+    /// The engine client, for image work in `images`.
+    pub(super) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The hardened host configuration of `spec`.
+    fn host_config(&self, spec: &ContainerSpec) -> Result<HostConfig, RuntimeError> {
+        let mut mounts = vec![];
+        for mount in &spec.mounts {
+            let host = mount.host.to_string_lossy();
+            let canonical = std::fs::canonicalize(&mount.host).unwrap_or_else(|_| mount.host.clone()); // silent-ok: a missing path fails at create with the engine's message
+            if ENGINE_SOCKETS.iter().any(|socket| canonical == Path::new(socket) || mount.host == Path::new(socket))
+                || canonical == self.info.socket
+            {
+                return Err(RuntimeError::Engine {
+                    operation: "create a container",
+                    message: format!("refusing to mount the container engine's socket {host}"),
+                });
+            }
+            mounts.push(Mount {
+                target: Some(mount.target.clone()),
+                source: Some(host.into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(mount.read_only),
+                ..Default::default()
+            });
+        }
+        let limits = &spec.limits;
+        let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
+        let podman = self.info.kind == EngineKind::Podman;
+        Ok(HostConfig {
+            mounts: Some(mounts),
+            readonly_rootfs: Some(true),
+            privileged: Some(false),
+            cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(vec![]),
+            security_opt: Some(vec!["no-new-privileges:true".into(), format!("seccomp={}", self.seccomp)]),
+            network_mode: Some(match spec.network {
+                NetworkPolicy::None => "none".into(),
+                NetworkPolicy::Egress => "bridge".into(),
+            }),
+            tmpfs: Some(HashMap::from([(
+                "/tmp".to_string(),
+                format!("rw,nosuid,nodev,size={},mode=1777", limits.tmp_bytes),
+            )])),
+            memory: Some(memory),
+            // Equal to memory: no swap, so a memory hog is killed instead of thrashing.
+            memory_swap: Some(memory),
+            nano_cpus: Some((limits.cpus * 1e9) as i64),
+            pids_limit: Some(i64::from(limits.pids)),
+            ipc_mode: Some("private".into()),
+            // Podman here runs without CAP_SYS_RESOURCE and with hybrid cgroups: it needs runc
+            // and explicit limits no higher than its own.
+            runtime: podman.then(|| "runc".to_string()),
+            ulimits: podman.then(|| {
+                ["nofile", "nproc"]
+                    .iter()
+                    .map(|name| ResourcesUlimits { name: Some(name.to_string()), soft: Some(1024), hard: Some(1024) })
+                    .collect()
+            }),
+            ..Default::default()
+        })
+    }
+}
+
+fn compact_json(text: &str) -> Result<String, String> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|error| error.to_string())?;
+    serde_json::to_string(&value).map_err(|error| error.to_string())
+}
+
+/// Keeps the last `cap` bytes of `buffer` after appending `chunk`.
+fn append_capped(buffer: &mut Vec<u8>, chunk: &[u8], cap: usize, truncated: &mut bool) {
+    buffer.extend_from_slice(chunk);
+    if buffer.len() > cap {
+        let excess = buffer.len() - cap;
+        buffer.drain(..excess);
+        *truncated = true;
+    }
+}
+
+#[async_trait::async_trait]
+impl ContainerRuntime for DockerRuntime {
+    fn engine(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        let labels = HashMap::from([
+            (LABEL_BAAAHT.to_string(), "1".to_string()),
+            (LABEL_ROLE.to_string(), spec.labels.role.clone()),
+            (LABEL_SESSION.to_string(), spec.labels.session_id.clone()),
+            (LABEL_CONTEXT.to_string(), spec.labels.context.clone()),
+            (LABEL_OWNER.to_string(), spec.labels.owner.clone()),
+            (LABEL_KIND.to_string(), spec.labels.kind.as_str().to_string()),
+        ]);
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            user: Some(format!("{uid}:{uid}", uid = crate::auth::CONTAINER_UID)),
+            cmd: Some(spec.command.clone()),
+            entrypoint: Some(vec![]),
+            env: Some(spec.env.iter().map(|(key, value)| format!("{key}={value}")).collect()),
+            labels: Some(labels),
+            working_dir: spec.working_dir.clone(),
+            network_disabled: Some(spec.network == NetworkPolicy::None),
+            host_config: Some(self.host_config(spec)?),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(spec.name.clone()), ..Default::default() };
+        let created = call("create a container", self.docker.create_container(Some(options), body)).await?;
+        Ok(created.id)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        call("start a container", self.docker.start_container(id, None)).await
+    }
+
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let options = StopContainerOptions { t: Some(grace.as_secs() as i32), ..Default::default() };
+        match tokio::time::timeout(ENGINE_CALL_TIMEOUT + grace, self.docker.stop_container(id, Some(options))).await {
+            Ok(result) => result.map_err(|error| engine_error("stop a container", error)),
+            Err(_) => Err(RuntimeError::Hung {
+                operation: "stop a container",
+                seconds: (ENGINE_CALL_TIMEOUT + grace).as_secs(),
+            }),
+        }
+    }
+
+    async fn kill(&self, id: &str) -> Result<(), RuntimeError> {
+        let options = KillContainerOptions { signal: "SIGKILL".into() };
+        match call("kill a container", self.docker.kill_container(id, Some(options))).await {
+            // Already stopped: the goal is met.
+            Err(RuntimeError::Engine { message, .. }) if message.contains("is not running") => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        match call("remove a container", self.docker.remove_container(id, Some(options))).await {
+            Err(RuntimeError::NotFound(_)) => Ok(()),
+            // A removal already under way (e.g. two cleanups racing) ends the same way.
+            Err(RuntimeError::Engine { message, .. }) if message.contains("already in progress") => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn wait(&self, id: &str) -> Result<ExitInfo, RuntimeError> {
+        let mut stream = self.docker.wait_container(id, None::<WaitContainerOptions>);
+        let code = match stream.next().await {
+            Some(Ok(response)) => response.status_code,
+            // bollard reports a non-zero exit as an error carrying the code.
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(error)) => return Err(engine_error("wait for a container", error)),
+            None => {
+                return Err(RuntimeError::Engine {
+                    operation: "wait for a container",
+                    message: "the engine closed the wait without an exit code".into(),
+                })
+            }
+        };
+        let inspected =
+            call("inspect a container", self.docker.inspect_container(id, None::<InspectContainerOptions>)).await?;
+        let oom_killed = inspected.state.and_then(|state| state.oom_killed).unwrap_or(false);
+        Ok(ExitInfo { code, oom_killed })
+    }
+
+    async fn list_by_label(&self, labels: &[(&str, &str)]) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        let filters: Vec<String> = labels.iter().map(|(key, value)| format!("{key}={value}")).collect();
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([("label".to_string(), filters)])),
+            ..Default::default()
+        };
+        let found = call("list containers", self.docker.list_containers(Some(options))).await?;
+        Ok(found
+            .into_iter()
+            .map(|summary| ContainerInfo {
+                id: summary.id.unwrap_or_default(),
+                name: summary
+                    .names
+                    .and_then(|names| names.into_iter().next())
+                    .map(|name| name.trim_start_matches('/').to_string())
+                    .unwrap_or_default(),
+                running: summary.state.is_some_and(|state| state.to_string() == "running"),
+                labels: summary.labels.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
+            })
+            .collect())
+    }
+
+    async fn inspect_health(&self, id: &str) -> Result<HealthStatus, RuntimeError> {
+        let inspected =
+            call("inspect a container", self.docker.inspect_container(id, None::<InspectContainerOptions>)).await?;
+        let state = inspected.state.unwrap_or_default();
+        let health = state.health.unwrap_or_default();
+        Ok(HealthStatus {
+            status: health.status.map(|status| status.to_string()).unwrap_or_else(|| "none".into()),
+            failing_streak: health.failing_streak.unwrap_or(0),
+            last_output: health
+                .log
+                .and_then(|log| log.into_iter().last())
+                .and_then(|entry| entry.output)
+                .unwrap_or_default(),
+            running: state.running.unwrap_or(false),
+        })
+    }
+
+    async fn logs(&self, id: &str, cap: usize) -> Result<Output, RuntimeError> {
+        let options = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
+        let mut stream = self.docker.logs(id, Some(options));
+        let mut output = Output::default();
+        let collect = async {
+            while let Some(item) = stream.next().await {
+                match item.map_err(|error| engine_error("read container logs", error))? {
+                    bollard::container::LogOutput::StdErr { message } => {
+                        append_capped(&mut output.stderr, &message, cap, &mut output.truncated)
+                    }
+                    other => append_capped(&mut output.stdout, &other.into_bytes(), cap, &mut output.truncated),
+                }
+            }
+            Ok::<(), RuntimeError>(())
+        };
+        match tokio::time::timeout(ENGINE_CALL_TIMEOUT, collect).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(RuntimeError::Hung {
+                    operation: "read container logs",
+                    seconds: ENGINE_CALL_TIMEOUT.as_secs(),
+                })
+            }
+        }
+        Ok(output)
+    }
+
+    async fn exec(&self, id: &str, command: &[String]) -> Result<ExecResult, RuntimeError> {
+        use bollard::exec::{CreateExecOptions, StartExecResults};
+        let options = CreateExecOptions {
+            cmd: Some(command.to_vec()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..Default::default()
+        };
+        let exec = call("create an exec", self.docker.create_exec(id, options)).await?;
+        let started = call("start an exec", self.docker.start_exec(&exec.id, None)).await?;
+        let mut output = Output::default();
+        const CAP: usize = 1 << 20;
+        if let StartExecResults::Attached { output: mut stream, .. } = started {
+            while let Some(item) = stream.next().await {
+                match item.map_err(|error| engine_error("read exec output", error))? {
+                    bollard::container::LogOutput::StdErr { message } => {
+                        append_capped(&mut output.stderr, &message, CAP, &mut output.truncated)
+                    }
+                    other => append_capped(&mut output.stdout, &other.into_bytes(), CAP, &mut output.truncated),
+                }
+            }
+        }
+        let inspected = call("inspect an exec", self.docker.inspect_exec(&exec.id)).await?;
+        Ok(ExecResult { exit_code: inspected.exit_code.unwrap_or(-1), output })
+    }
+
+    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
+        match call("inspect an image", self.docker.inspect_image(image)).await {
+            Ok(_) => Ok(true),
+            Err(RuntimeError::NotFound(_)) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profile_refuses_what_design_forbids() {
+        let profile: serde_json::Value = serde_json::from_str(SECCOMP_PROFILE).expect("valid JSON");
+        assert_eq!(profile["defaultAction"], "SCMP_ACT_ERRNO");
+        let rules = profile["syscalls"].as_array().expect("rules");
+        let allowed: Vec<&str> = rules
+            .iter()
+            .filter(|rule| rule["action"] == "SCMP_ACT_ALLOW" && rule["args"].as_array().is_none_or(|a| a.is_empty()))
+            .flat_map(|rule| rule["names"].as_array().into_iter().flatten())
+            .filter_map(|name| name.as_str())
+            .collect();
+        for forbidden in [
+            "ptrace", "mount", "umount", "umount2", "unshare", "setns", "pivot_root", "keyctl", "bpf",
+            "perf_event_open", "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+            "delete_module", "socket", "socketcall", "clone", "clone3",
+        ] {
+            assert!(!allowed.contains(&forbidden), "{forbidden} is allowed unconditionally");
+        }
+        // socket only for stream/datagram/seqpacket outside AF_PACKET.
+        let socket_rules: Vec<&serde_json::Value> =
+            rules.iter().filter(|rule| rule["names"].as_array().is_some_and(|n| n.iter().any(|n| n == "socket"))).collect();
+        assert_eq!(socket_rules.len(), 3);
+        for rule in socket_rules {
+            let args = rule["args"].as_array().expect("conditions");
+            assert!(args.iter().any(|a| a["index"] == 0 && a["value"] == 17 && a["op"] == "SCMP_CMP_NE"));
+            let kind = args.iter().find(|a| a["index"] == 1).expect("type condition");
+            assert_ne!(kind["valueTwo"], 3, "SOCK_RAW allowed");
+        }
+        assert!(allowed.contains(&"read") && allowed.contains(&"execve"));
+    }
+
+    #[test]
+    fn capped_output_keeps_the_tail() {
+        let mut buffer = vec![];
+        let mut truncated = false;
+        append_capped(&mut buffer, b"hello ", 8, &mut truncated);
+        assert!(!truncated);
+        append_capped(&mut buffer, b"world", 8, &mut truncated);
+        assert_eq!(buffer, b"lo world");
+        assert!(truncated);
+    }
+}
