@@ -227,6 +227,7 @@ pub enum Operation {
     ArchiveSession,
     CompactSession,
     SwitchModel,
+    RunSelfTest,
 }
 
 use Role::{Assistant, Coder, Heartbeat, Memory, Researcher, Tool, Worker};
@@ -263,6 +264,7 @@ impl Operation {
             Operation::ArchiveSession => "ArchiveSession",
             Operation::CompactSession => "CompactSession",
             Operation::SwitchModel => "SwitchModel",
+            Operation::RunSelfTest => "RunSelfTest",
         }
     }
 
@@ -294,7 +296,8 @@ impl Operation {
             | Operation::ForkSession
             | Operation::ArchiveSession
             | Operation::CompactSession
-            | Operation::SwitchModel => &[],
+            | Operation::SwitchModel
+            | Operation::RunSelfTest => &[],
         }
     }
 

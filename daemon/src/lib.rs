@@ -11,6 +11,7 @@ pub mod container;
 pub mod datadir;
 pub mod defaults;
 pub mod metrics;
+pub mod policy;
 pub mod server;
 pub mod sessions;
 pub mod state;
@@ -32,9 +33,11 @@ use tracing::Instrument;
 
 use crate::auth::HostPolicy;
 use crate::config::LoadedConfig;
-use crate::container::EngineStatus;
+use crate::container::manager::ContainerManager;
+use crate::container::Engine;
 use crate::datadir::{DaemonLock, DataDir, MAX_SOCKET_PATH};
 use crate::metrics::Metrics;
+use crate::policy::Policy;
 use crate::server::layer::{Gate, RequestLayer};
 use crate::server::listeners::{Conn, ListenerSet};
 use crate::server::OrchestratorService;
@@ -67,6 +70,10 @@ pub enum DaemonError {
     Defaults(#[from] defaults::DefaultsError),
     #[error("the gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
+    #[error(transparent)]
+    Policy(#[from] policy::PolicyError),
+    #[error(transparent)]
+    Container(#[from] container::manager::ContainerError),
 }
 
 /// State every handler can read.
@@ -75,9 +82,11 @@ pub struct Shared {
     pub loaded: LoadedConfig,
     pub data_dir: DataDir,
     pub metrics: Arc<Metrics>,
-    pub engine: watch::Receiver<EngineStatus>,
+    pub engine: watch::Receiver<Engine>,
     pub listeners: Arc<ListenerSet>,
     pub metrics_address: Option<SocketAddr>,
+    pub policy: Arc<Policy>,
+    pub containers: Arc<ContainerManager>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -154,6 +163,18 @@ pub(crate) fn current_uid() -> u32 {
     std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
 }
 
+/// The `baaaht-agent` binary mounted into containers: from `container.binaries_dir`, else
+/// beside the daemon's own executable.
+fn agent_binary(configured: &str) -> PathBuf {
+    let dir = if configured.is_empty() {
+        std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from)).unwrap_or_default()
+    // silent-ok: the image check reports a missing binary by path
+    } else {
+        PathBuf::from(configured)
+    };
+    dir.join("baaaht-agent")
+}
+
 /// A daemon ready to serve.
 pub struct Daemon {
     shared: Arc<Shared>,
@@ -162,7 +183,7 @@ pub struct Daemon {
     host: tokio::net::UnixListener,
     incoming: tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>>,
     metrics_listener: Option<tokio::net::TcpListener>,
-    engine: watch::Sender<EngineStatus>,
+    engine: Arc<watch::Sender<Engine>>,
     bound: Bound,
 }
 
@@ -186,7 +207,17 @@ impl Daemon {
             None => (None, None),
         };
         let (listeners, incoming) = ListenerSet::new(data_dir.container_sockets_dir(), cancel.clone(), tracker.clone());
-        let (engine, engine_rx) = watch::channel(EngineStatus::Probing);
+        let (engine, engine_rx) = watch::channel(Engine::probing());
+        let engine = Arc::new(engine);
+        let policy = Arc::new(Policy::new(&loaded)?);
+        let containers = Arc::new(ContainerManager::new(
+            engine.clone(),
+            policy.clone(),
+            listeners.clone(),
+            data_dir.clone(),
+            loaded.config.container.image.clone(),
+            agent_binary(&loaded.config.container.binaries_dir),
+        )?);
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -194,6 +225,8 @@ impl Daemon {
             engine: engine_rx,
             listeners,
             metrics_address,
+            policy,
+            containers,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -220,6 +253,8 @@ impl Daemon {
             container::watch_engine(config.container.runtime, engine, cancel.clone())
                 .instrument(tracing::info_span!("engine")),
         );
+        tracker
+            .spawn(shared.containers.clone().supervise(cancel.clone()).instrument(tracing::info_span!("containers")));
         if let Some(listener) = metrics_listener {
             tracker.spawn(
                 metrics::serve(listener, shared.metrics.clone(), cancel.clone())
@@ -270,6 +305,7 @@ impl Daemon {
         if tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await.is_err() {
             tracing::warn!("background tasks did not stop within 2 s");
         }
+        shared.containers.shutdown().await;
         shared.listeners.remove_all();
         if let Err(error) = std::fs::remove_file(&bound.socket_path) {
             tracing::warn!(socket = %socket, %error, "cannot remove the socket");

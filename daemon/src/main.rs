@@ -32,6 +32,19 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Work with the container images
+    Images {
+        #[command(subcommand)]
+        command: ImagesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ImagesCommand {
+    /// Build the base image if it is missing (from a registry, else with debootstrap)
+    Build,
+    /// Say whether the base image is there
+    Check,
 }
 
 #[derive(Debug, Subcommand)]
@@ -67,6 +80,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             eprintln!("baaahtd: configuration is valid");
             Ok(())
         }
+        Command::Images { command } => {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
+            runtime.block_on(images(command, &loaded, &data_dir))
+        }
         Command::Serve => {
             baaaht_daemon::telemetry::init(&loaded.config.system);
             let bound = baaaht_daemon::bind(&data_dir, &loaded)?;
@@ -79,6 +97,43 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 let shutdown = shutdown_signal().await.map_err(Failure::Runtime)?;
                 baaaht_daemon::run(loaded, data_dir, bound, shutdown).await.map_err(Failure::from)
             })
+        }
+    }
+}
+
+async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<(), Failure> {
+    use baaaht_daemon::container::{self, docker::DockerRuntime, images, EngineStatus};
+    let engine = container::probe(loaded.config.container.runtime).await;
+    let EngineStatus::Ready(info) = &engine.status else {
+        return Err(Failure::Engine(engine.status.degraded_reason().unwrap_or_default()));
+    };
+    let runtime = DockerRuntime::connect(&info.socket).await.map_err(|error| Failure::Engine(error.to_string()))?;
+    let image = &loaded.config.container.image;
+    match command {
+        ImagesCommand::Check => {
+            use baaaht_daemon::container::ContainerRuntime;
+            let present = runtime.image_exists(image).await.map_err(|error| Failure::Engine(error.to_string()))?;
+            if present {
+                println!("{image}: present ({} {})", info.kind.as_str(), info.version);
+                Ok(())
+            } else {
+                Err(Failure::Engine(format!("{image} is missing: run `baaahtd images build`")))
+            }
+        }
+        ImagesCommand::Build => {
+            let work_dir = data_dir.root().join("data/cache");
+            std::fs::create_dir_all(&work_dir).map_err(Failure::Runtime)?;
+            let mut progress = |line: &str| eprintln!("baaahtd: {line}");
+            let built = images::ensure_base(&runtime, image, &work_dir, &mut progress)
+                .await
+                .map_err(|error| Failure::Image(Box::new(error)))?;
+            let how = match built.source {
+                images::BaseSource::AlreadyPresent => "already present",
+                images::BaseSource::Registry => "built from debian:bookworm-slim",
+                images::BaseSource::Debootstrap => "built from debootstrap (no registry)",
+            };
+            println!("{}: {how} in {:.1} s", built.image, built.elapsed.as_secs_f64());
+            Ok(())
         }
     }
 }
@@ -104,6 +159,10 @@ enum Failure {
     Runtime(#[source] std::io::Error),
     #[error("cannot print the configuration")]
     Print(#[source] serde_yaml::Error),
+    #[error("{0}")]
+    Engine(String),
+    #[error(transparent)]
+    Image(Box<baaaht_daemon::container::images::ImageError>),
 }
 
 /// The one table of exit codes (sysexits.h values).
@@ -123,8 +182,12 @@ fn exit_code(failure: &Failure) -> u8 {
             DaemonError::Defaults(_) => CANT_CREATE,
             DaemonError::MetricsBind { .. } => UNAVAILABLE,
             DaemonError::Serve(_) => SOFTWARE,
+            DaemonError::Policy(_) => CONFIG,
+            DaemonError::Container(_) => CANT_CREATE,
         },
         Failure::Runtime(_) => OS_ERROR,
         Failure::Print(_) => SOFTWARE,
+        Failure::Engine(_) => UNAVAILABLE,
+        Failure::Image(_) => CANT_CREATE,
     }
 }

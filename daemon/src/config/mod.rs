@@ -275,6 +275,14 @@ fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
             ));
         }
     }
+    if let Err(error) = crate::policy::compile_exec_patterns(&loaded.config.tools.blocked_patterns) {
+        return Err(invalid_at(
+            &loaded.sources.config,
+            text,
+            &["tools", "blocked_patterns"],
+            format!("tools.blocked_patterns: {error}"),
+        ));
+    }
     for user in &loaded.config.system.admin_users {
         if !crate::auth::is_valid_context_id(user) {
             return Err(invalid_at(

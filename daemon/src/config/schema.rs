@@ -82,6 +82,8 @@ pub struct ContainerConfig {
     pub role_limits: BTreeMap<RoleName, ResourceLimitsOverride>,
     /// Image every agent and tool container starts from.
     pub image: String,
+    /// Folder holding `baaaht-agent`, mounted read-only into containers; empty: beside baaahtd.
+    pub binaries_dir: String,
 }
 
 impl Default for ContainerConfig {
@@ -93,6 +95,7 @@ impl Default for ContainerConfig {
             resource_limits: ResourceLimits::default(),
             role_limits: BTreeMap::new(),
             image: "baaaht/base:latest".into(),
+            binaries_dir: String::new(),
         }
     }
 }

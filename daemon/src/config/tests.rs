@@ -69,6 +69,7 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
             &["`openrouter` is not configured"],
         ),
         ("mount-allowlist.json", "{\n  \"allowedMount\": []\n}\n", "2:16", &["did you mean `allowedMounts`?"]),
+        ("config.yaml", "tools:\n  blocked_patterns: ['(unclosed']\n", "2:3", &["not a valid regular expression"]),
     ];
     for (file, text, position, words) in cases {
         let error = load_texts(&[(file, text)], &[]).expect_err(text);

@@ -372,15 +372,34 @@ mod tests {
             .filter_map(|name| name.as_str())
             .collect();
         for forbidden in [
-            "ptrace", "mount", "umount", "umount2", "unshare", "setns", "pivot_root", "keyctl", "bpf",
-            "perf_event_open", "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-            "delete_module", "socket", "socketcall", "clone", "clone3",
+            "ptrace",
+            "mount",
+            "umount",
+            "umount2",
+            "unshare",
+            "setns",
+            "pivot_root",
+            "keyctl",
+            "bpf",
+            "perf_event_open",
+            "userfaultfd",
+            "kexec_load",
+            "kexec_file_load",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "socket",
+            "socketcall",
+            "clone",
+            "clone3",
         ] {
             assert!(!allowed.contains(&forbidden), "{forbidden} is allowed unconditionally");
         }
         // socket only for stream/datagram/seqpacket outside AF_PACKET.
-        let socket_rules: Vec<&serde_json::Value> =
-            rules.iter().filter(|rule| rule["names"].as_array().is_some_and(|n| n.iter().any(|n| n == "socket"))).collect();
+        let socket_rules: Vec<&serde_json::Value> = rules
+            .iter()
+            .filter(|rule| rule["names"].as_array().is_some_and(|n| n.iter().any(|n| n == "socket")))
+            .collect();
         assert_eq!(socket_rules.len(), 3);
         for rule in socket_rules {
             let args = rule["args"].as_array().expect("conditions");

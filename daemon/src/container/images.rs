@@ -49,7 +49,9 @@ pub enum ImageError {
          install it (apt-get install debootstrap) and run `baaahtd images build` again"
     )]
     NoDebootstrap { registry_error: String },
-    #[error("no registry answered ({registry_error}) and debootstrap needs root: run `baaahtd images build` as root once")]
+    #[error(
+        "no registry answered ({registry_error}) and debootstrap needs root: run `baaahtd images build` as root once"
+    )]
     NotRoot { registry_error: String },
     #[error("debootstrap failed ({status}): {tail}")]
     Debootstrap { status: String, tail: String },
@@ -159,10 +161,10 @@ async fn import(runtime: &DockerRuntime, rootfs: &Path) -> Result<(), ImageError
         .stdin(Stdio::null())
         .spawn()
         .map_err(|source| ImageError::Spawn { program: "tar", source })?;
-    let stdout = tar.stdout.take().ok_or(ImageError::Build {
-        image: ROOTFS_IMAGE.into(),
-        message: "tar has no stdout".into(),
-    })?;
+    let stdout = tar
+        .stdout
+        .take()
+        .ok_or(ImageError::Build { image: ROOTFS_IMAGE.into(), message: "tar has no stdout".into() })?;
     let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(stdout));
     let (repo, tag) = ROOTFS_IMAGE.split_once(':').unwrap_or((ROOTFS_IMAGE, "latest"));
     let options = CreateImageOptions {
@@ -218,7 +220,9 @@ async fn build(
         }
         Ok(())
     };
-    tokio::time::timeout(BUILD_TIMEOUT, drain).await.map_err(|_elapsed| ImageError::BuildTimeout { image: image.into() })?
+    tokio::time::timeout(BUILD_TIMEOUT, drain)
+        .await
+        .map_err(|_elapsed| ImageError::BuildTimeout { image: image.into() })?
 }
 
 /// A ustar archive holding one regular file: the whole build context.

@@ -6,6 +6,7 @@
 
 pub mod docker;
 pub mod images;
+pub mod manager;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -241,8 +242,28 @@ pub fn candidate_sockets(choice: RuntimeChoice, env: impl Fn(&str) -> Option<Str
     out
 }
 
+/// The engine as the rest of the daemon sees it: its status, and the runtime when it is usable.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub status: EngineStatus,
+    pub runtime: Option<std::sync::Arc<dyn ContainerRuntime>>,
+}
+
+impl Engine {
+    pub fn probing() -> Engine {
+        Engine { status: EngineStatus::Probing, runtime: None }
+    }
+
+    /// The runtime, or the sentence that says why there is none.
+    pub fn runtime(&self) -> Result<std::sync::Arc<dyn ContainerRuntime>, String> {
+        self.runtime
+            .clone()
+            .ok_or_else(|| self.status.degraded_reason().unwrap_or_else(|| "no container engine".into()))
+    }
+}
+
 /// Connects to the first candidate that answers, negotiating the API version.
-pub async fn probe(choice: RuntimeChoice) -> EngineStatus {
+pub async fn probe(choice: RuntimeChoice) -> Engine {
     let candidates = candidate_sockets(choice, |key| std::env::var(key).ok());
     let mut problems = vec![];
     for socket in &candidates {
@@ -250,7 +271,12 @@ pub async fn probe(choice: RuntimeChoice) -> EngineStatus {
             continue;
         }
         match docker::DockerRuntime::connect(socket).await {
-            Ok(runtime) => return EngineStatus::Ready(runtime.engine().clone()),
+            Ok(runtime) => {
+                return Engine {
+                    status: EngineStatus::Ready(runtime.engine().clone()),
+                    runtime: Some(std::sync::Arc::new(runtime)),
+                }
+            }
             Err(error) => problems.push(format!("{}: {error}", socket.display())),
         }
     }
@@ -262,16 +288,33 @@ pub async fn probe(choice: RuntimeChoice) -> EngineStatus {
     if !problems.is_empty() {
         reason.push_str(&format!(" ({})", problems.join("; ")));
     }
-    EngineStatus::Unavailable { reason }
+    Engine { status: EngineStatus::Unavailable { reason }, runtime: None }
 }
 
-/// Probes at start, then every 10 s while no engine answers and every 60 s while one does,
-/// publishing each change on `status`.
-pub async fn watch_engine(choice: RuntimeChoice, status: watch::Sender<EngineStatus>, cancel: CancellationToken) {
+/// Marks the engine unusable after a call hung; the watcher then re-probes with backoff.
+pub fn report_hung(engine: &watch::Sender<Engine>, error: &RuntimeError) {
+    let reason = format!("{error}; retrying");
+    tracing::warn!(%reason, "container engine hung: degraded until it answers again");
+    engine.send_modify(|engine| {
+        engine.status = EngineStatus::Unavailable { reason };
+        engine.runtime = None;
+    });
+}
+
+/// Probes at start; then every 60 s while the engine answers, and with backoff from 2 s to
+/// 30 s while it does not (including right after a call reported it hung).
+pub async fn watch_engine(
+    choice: RuntimeChoice,
+    engine: std::sync::Arc<watch::Sender<Engine>>,
+    cancel: CancellationToken,
+) {
+    let mut changes = engine.subscribe();
+    let mut backoff = Duration::from_secs(2);
     loop {
         let current = probe(choice).await;
-        if *status.borrow() != current {
-            match &current {
+        let changed = engine.borrow().status != current.status;
+        if changed {
+            match &current.status {
                 EngineStatus::Ready(info) => tracing::info!(
                     engine = info.kind.as_str(),
                     socket = %info.socket.display(),
@@ -283,15 +326,27 @@ pub async fn watch_engine(choice: RuntimeChoice, status: watch::Sender<EngineSta
                     tracing::warn!(reason = other.degraded_reason().unwrap_or_default(), "container engine unavailable")
                 }
             }
-            status.send_replace(current.clone());
         }
-        let pause = match current {
-            EngineStatus::Ready(_) => Duration::from_secs(60),
-            _ => Duration::from_secs(10),
+        let ready = current.runtime.is_some();
+        if changed || engine.borrow().runtime.is_none() {
+            engine.send_replace(current);
+        }
+        changes.mark_unchanged();
+        let pause = if ready {
+            backoff = Duration::from_secs(2);
+            Duration::from_secs(60)
+        } else {
+            let pause = backoff;
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+            pause
         };
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
+            // Someone reported the engine hung: probe again soon.
+            Ok(()) = changes.changed(), if ready => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     }
 }

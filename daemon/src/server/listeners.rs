@@ -34,19 +34,28 @@ pub enum Origin {
     Container(Arc<ContainerEndpoint>),
 }
 
-/// A container's socket, its identity and its token.
+/// A container's socket, its identity and the hash of its token. The token itself exists only
+/// in the container's environment; the hash lets the daemon re-adopt the container after a
+/// crash (`data/state/containers.json` keeps it).
 #[derive(Debug)]
 pub struct ContainerEndpoint {
     pub identity: Arc<ContainerIdentity>,
-    token: String,
+    token_sha256: String,
     revoked: std::sync::atomic::AtomicBool,
 }
 
 impl ContainerEndpoint {
     /// True when `presented` is this container's live token.
     pub fn accepts(&self, presented: &str) -> bool {
-        !self.revoked.load(std::sync::atomic::Ordering::Acquire) && auth::tokens_equal(&self.token, presented)
+        !self.revoked.load(std::sync::atomic::Ordering::Acquire)
+            && auth::tokens_equal(&self.token_sha256, &token_sha256(presented))
     }
+}
+
+/// Hex SHA-256 of a token.
+pub fn token_sha256(token: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Connection info tonic attaches to every request of a connection.
@@ -130,8 +139,10 @@ pub struct ContainerSocket {
     pub folder: PathBuf,
     /// The socket inside `folder`.
     pub path: PathBuf,
-    /// The value of the container's `BAAAHT_CONTAINER_TOKEN`.
+    /// The value of the container's `BAAAHT_CONTAINER_TOKEN`; empty for an adopted container,
+    /// whose token only the container knows.
     pub token: String,
+    pub token_sha256: String,
 }
 
 struct Registered {
@@ -175,8 +186,32 @@ impl ListenerSet {
             .spawn(accept_loop(listener, Origin::Host, self.connections.clone(), self.cancel.clone()).instrument(span));
     }
 
-    /// Creates the socket of a container with `identity` and starts accepting on it.
+    /// Creates the socket of a container with `identity`, with a fresh token, and starts
+    /// accepting on it.
     pub fn add_container(&self, identity: ContainerIdentity) -> Result<ContainerSocket, ListenerError> {
+        let token = auth::new_token().map_err(ListenerError::Token)?;
+        let hash = token_sha256(&token);
+        let mut socket = self.register(identity, hash, false)?;
+        socket.token = token;
+        Ok(socket)
+    }
+
+    /// Re-creates the socket of a running container found after a restart, in the folder it
+    /// already has mounted, accepting the token whose hash was recorded.
+    pub fn adopt_container(
+        &self,
+        identity: ContainerIdentity,
+        token_sha256: String,
+    ) -> Result<ContainerSocket, ListenerError> {
+        self.register(identity, token_sha256, true)
+    }
+
+    fn register(
+        &self,
+        identity: ContainerIdentity,
+        token_sha256: String,
+        reuse_folder: bool,
+    ) -> Result<ContainerSocket, ListenerError> {
         if self.cancel.is_cancelled() {
             return Err(ListenerError::ShuttingDown);
         }
@@ -194,11 +229,10 @@ impl ListenerSet {
         if containers.contains_key(&name) {
             return Err(ListenerError::Exists(name));
         }
-        let token = auth::new_token().map_err(ListenerError::Token)?;
-        let listener = create_container_socket(&folder, &path)?;
+        let listener = create_container_socket(&folder, &path, reuse_folder)?;
         let endpoint = Arc::new(ContainerEndpoint {
             identity: Arc::new(identity),
-            token: token.clone(),
+            token_sha256: token_sha256.clone(),
             revoked: std::sync::atomic::AtomicBool::new(false),
         });
         let cancel = self.cancel.child_token();
@@ -208,7 +242,7 @@ impl ListenerSet {
                 .instrument(span),
         );
         containers.insert(name, Registered { endpoint, cancel, folder: folder.clone() });
-        Ok(ContainerSocket { folder, path, token })
+        Ok(ContainerSocket { folder, path, token: String::new(), token_sha256 })
     }
 
     /// Revokes a container's token, stops accepting on its socket and removes the socket.
@@ -251,15 +285,20 @@ fn retire(registered: Registered) {
 /// The folder is 0700 and owned by the container uid when the daemon can chown (it runs as
 /// root); otherwise it stays the daemon's with the socket 0666. Either way only the daemon can
 /// reach it on the host: its parent is the daemon's private `data/run`.
-fn create_container_socket(folder: &Path, path: &Path) -> Result<UnixListener, ListenerError> {
+fn create_container_socket(folder: &Path, path: &Path, reuse_folder: bool) -> Result<UnixListener, ListenerError> {
     let create = |source| ListenerError::Create { path: path.to_path_buf(), source };
-    // A folder left by a crash holds a dead socket: replace it.
-    match std::fs::remove_dir_all(folder) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(error) => return Err(create(error)),
+    let remove = |result: io::Result<()>| match result {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(create(error)),
+        _ => Ok(()),
+    };
+    if reuse_folder && folder.is_dir() {
+        // An adopted container has this very folder mounted: only the dead socket goes.
+        remove(std::fs::remove_file(path))?;
+    } else {
+        // A folder left by a crash holds a dead socket: replace it.
+        remove(std::fs::remove_dir_all(folder))?;
+        std::fs::DirBuilder::new().mode(0o700).create(folder).map_err(create)?;
     }
-    std::fs::DirBuilder::new().mode(0o700).create(folder).map_err(create)?;
     let listener = UnixListener::bind(path).map_err(create)?;
     let as_root = std::os::unix::fs::chown(folder, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_ok()
         && std::os::unix::fs::chown(path, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_ok();

@@ -15,8 +15,29 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{authorize, AuthError, Caller, Context, ContextKind, Operation, Target};
+use crate::container::manager::{ContainerError, RunRequest, BINARIES_MOUNT};
 use crate::container::EngineStatus;
 use crate::Shared;
+
+impl From<ContainerError> for Status {
+    fn from(error: ContainerError) -> Status {
+        match error {
+            ContainerError::Unavailable(reason) => Status::unavailable(reason),
+            ContainerError::StartFailed { .. } => Status::failed_precondition(error.to_string()),
+            other => Status::internal(error_chain(&other)),
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
 
 impl From<AuthError> for Status {
     fn from(error: AuthError) -> Status {
@@ -235,7 +256,8 @@ impl Orchestrator for OrchestratorService {
 
     async fn get_status(&self, request: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
         check(&request, Operation::GetStatus, None, None)?;
-        Ok(Response::new(status_response(&self.shared)))
+        let containers = self.shared.containers.inventory().await.containers.len();
+        Ok(Response::new(status_response(&self.shared, containers)))
     }
 
     async fn send_user_message(
@@ -296,6 +318,78 @@ impl Orchestrator for OrchestratorService {
         check(&request, Operation::SwitchModel, None, Some(&request.get_ref().session_id))?;
         Err(not_built(Operation::SwitchModel, NO_SESSIONS))
     }
+
+    async fn run_self_test(
+        &self,
+        request: Request<v1::SelfTestRequest>,
+    ) -> Result<Response<v1::SelfTestResponse>, Status> {
+        check(&request, Operation::RunSelfTest, None, None)?;
+        let message = request.into_inner();
+        let role = role_of(message.role)?.unwrap_or(crate::auth::Role::Tool);
+        let mut command = vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "self-test".into()];
+        if !message.probe_address.is_empty() {
+            let address: std::net::SocketAddr = message.probe_address.parse().map_err(|_unparsable| {
+                Status::invalid_argument(format!("probe_address `{}` is not IP:PORT", message.probe_address))
+            })?;
+            command.extend(["--probe".into(), address.to_string()]);
+        }
+        let linger = message.linger_seconds.min(600);
+        command.extend(["--linger".into(), linger.to_string()]);
+        let run = RunRequest {
+            role,
+            session_id: "self-test".into(),
+            context: Context::user("baaaht-self-test"),
+            command,
+            mounts: vec![],
+            env: vec![],
+            timeout: std::time::Duration::from_secs(u64::from(linger) + 60),
+            daemon_socket: true,
+            working_dir: None,
+        };
+        let outcome = self.shared.containers.run(run).await.map_err(|error| {
+            tracing::warn!(error = %error_chain(&error), "self-test container failed");
+            Status::from(error)
+        })?;
+        let stdout = String::from_utf8_lossy(&outcome.output.stdout);
+        let report_json = stdout.lines().find(|line| line.starts_with('{')).unwrap_or("").to_string();
+        let mut problems = match serde_json::from_str::<baaaht_proto::selftest::SelfTestReport>(&report_json) {
+            Ok(report) => {
+                let mut problems = report.problems;
+                if !report.daemon_socket {
+                    problems.push("the container could not reach its daemon socket".into());
+                }
+                problems
+            }
+            Err(error) => vec![format!("no self-test report ({error}); the container {}", outcome.status)],
+        };
+        if !matches!(outcome.status, crate::container::manager::RunStatus::Exited(0 | 3)) {
+            problems.push(format!("the self-test container {}", outcome.status));
+        }
+        Ok(Response::new(v1::SelfTestResponse {
+            ok: problems.is_empty(),
+            problems,
+            report_json,
+            container: outcome.name.clone(),
+            status: outcome.status.to_string(),
+            duration_ms: outcome.duration.as_millis() as u64,
+            stderr_tail: outcome.stderr_tail(5),
+        }))
+    }
+}
+
+fn role_of(value: i32) -> Result<Option<crate::auth::Role>, Status> {
+    use crate::auth::Role;
+    Ok(match v1::AgentRole::try_from(value) {
+        Ok(v1::AgentRole::Unspecified) => None,
+        Ok(v1::AgentRole::Assistant) => Some(Role::Assistant),
+        Ok(v1::AgentRole::Worker) => Some(Role::Worker),
+        Ok(v1::AgentRole::Researcher) => Some(Role::Researcher),
+        Ok(v1::AgentRole::Coder) => Some(Role::Coder),
+        Ok(v1::AgentRole::Memory) => Some(Role::Memory),
+        Ok(v1::AgentRole::Heartbeat) => Some(Role::Heartbeat),
+        Ok(v1::AgentRole::Tool) => Some(Role::Tool),
+        Err(_) => return Err(Status::invalid_argument(format!("role {value} is not a known AgentRole"))),
+    })
 }
 
 /// The context a task request names: its group when set, else its user.
@@ -308,12 +402,13 @@ fn task_context(user_id: &str, group_id: &str) -> Result<Option<Context>, Status
     context_of(Some(&v1::ContextRef { r#type: kind as i32, id: id.to_string() }), field)
 }
 
-fn status_response(shared: &Shared) -> v1::StatusResponse {
+fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
     let mut degraded = vec![];
-    let engine_status = shared.engine.borrow().clone();
+    let engine_status = shared.engine.borrow().status.clone();
     if let Some(reason) = engine_status.degraded_reason() {
         degraded.push(reason);
     }
+    degraded.extend(shared.containers.problems());
     let engine = match &engine_status {
         EngineStatus::Ready(info) => v1::EngineStatus {
             kind: info.kind.as_str().into(),
@@ -346,7 +441,7 @@ fn status_response(shared: &Shared) -> v1::StatusResponse {
         sessions_active: counts.active,
         sessions_idle: counts.idle,
         sessions_archived: counts.archived,
-        containers_running: u32::try_from(shared.listeners.container_count()).unwrap_or(u32::MAX),
+        containers_running: u32::try_from(containers).unwrap_or(u32::MAX),
         metrics_address: shared.metrics_address.map(|address| address.to_string()).unwrap_or_default(),
         pid: std::process::id(),
         degraded,

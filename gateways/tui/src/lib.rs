@@ -3,6 +3,7 @@
 //! Connection and RPC failures become one sentence that says what to do ("daemon not running
 //! at PATH; start it with …"), never a stack of transport errors.
 
+pub mod doctor;
 pub mod status;
 
 use std::path::{Path, PathBuf};
@@ -51,6 +52,8 @@ pub enum CliError {
     Rpc(String),
     #[error("cannot encode JSON output")]
     Json(#[source] serde_json::Error),
+    #[error("containers are not confined as they must be: {0}")]
+    Unconfined(String),
 }
 
 impl CliError {
@@ -60,6 +63,7 @@ impl CliError {
             CliError::NotRunning { .. } | CliError::Unreachable { .. } => 69,
             CliError::SocketPermission { .. } | CliError::Refused(_) => 77,
             CliError::Unsupported(_) | CliError::Rpc(_) | CliError::Json(_) => 70,
+            CliError::Unconfined(_) => 1,
         }
     }
 
@@ -69,6 +73,8 @@ impl CliError {
         match status.code() {
             Code::PermissionDenied | Code::Unauthenticated => CliError::Refused(message),
             Code::Unimplemented => CliError::Unsupported(message),
+            // The daemon answered but cannot do it now (e.g. no container engine).
+            Code::Unavailable if !message.contains("transport") && !message.is_empty() => CliError::Rpc(message),
             // The daemon went away between connect and call.
             Code::Unavailable => CliError::NotRunning { path: socket.to_path_buf() },
             _ => CliError::Rpc(format!("{:?}: {message}", status.code())),

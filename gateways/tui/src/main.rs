@@ -26,6 +26,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check that containers are confined: run the self-test in a fresh hardened container
+    Doctor {
+        /// The role whose container to check
+        #[arg(long, default_value = "tool", value_parser = ["assistant", "worker", "researcher", "coder", "memory", "heartbeat", "tool"])]
+        role: String,
+        /// An IP:PORT on this machine that must not be reachable from inside
+        #[arg(long, value_name = "IP:PORT")]
+        probe: Option<String>,
+        /// Print the raw JSON report
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,5 +76,41 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
+        Command::Doctor { role, probe, json } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            let request = v1::SelfTestRequest {
+                role: role_number(&role),
+                probe_address: probe.unwrap_or_default(),
+                linger_seconds: 0,
+            };
+            let response = client
+                .run_self_test(request)
+                .await
+                .map_err(|status| CliError::from_status(status, &socket))?
+                .into_inner();
+            if json {
+                println!("{}", response.report_json);
+            } else {
+                print!("{}", baaaht_cli::doctor::to_text(&role, &response));
+            }
+            if response.ok {
+                Ok(())
+            } else {
+                Err(CliError::Unconfined(response.problems.join("; ")))
+            }
+        }
     }
+}
+
+fn role_number(role: &str) -> i32 {
+    let role = match role {
+        "assistant" => v1::AgentRole::Assistant,
+        "worker" => v1::AgentRole::Worker,
+        "researcher" => v1::AgentRole::Researcher,
+        "coder" => v1::AgentRole::Coder,
+        "memory" => v1::AgentRole::Memory,
+        "heartbeat" => v1::AgentRole::Heartbeat,
+        _ => v1::AgentRole::Tool,
+    };
+    role as i32
 }

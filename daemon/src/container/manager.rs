@@ -1,0 +1,621 @@
+//! Container lifecycle (spec §5.4): every container the daemon runs goes through here.
+//!
+//! A run creates a hardened container (retrying a failed start once), gives it its own daemon
+//! socket, waits with a timeout (killing it when the timeout passes and keeping what it wrote),
+//! keeps its logs under `data/logs/{container-id}/`, and removes it. `data/state/containers.json`
+//! lists every container the daemon owns; after a restart, running services are adopted and
+//! everything else carrying this data dir's owner label is removed, so nothing is left
+//! unaccounted for.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    report_hung, ContainerKind, ContainerLabels, ContainerRuntime, ContainerSpec, Engine, MountSpec, Output,
+    RuntimeError, LABEL_BAAAHT, LABEL_OWNER,
+};
+use crate::auth::{ContainerIdentity, Context, Role};
+use crate::config::RoleName;
+use crate::datadir::DataDir;
+use crate::policy::Policy;
+use crate::server::listeners::{ListenerError, ListenerSet};
+use crate::state::{self, StateError};
+
+/// Where a container finds the daemon's socket (its folder is mounted here, read-only).
+pub const SOCKET_MOUNT: &str = "/run/baaaht";
+/// Where baaaht's own binaries are mounted, read-only.
+pub const BINARIES_MOUNT: &str = "/opt/baaaht/bin";
+/// The most of each output stream kept in memory and in the log files.
+const OUTPUT_CAP: usize = 1 << 20;
+const INVENTORY_FILE: &str = "containers.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    /// The sentence callers get while no engine is usable.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("the container did not start after {attempts} attempts: {message}")]
+    StartFailed { attempts: u32, message: String },
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("cannot give the container its daemon socket")]
+    Socket(#[source] ListenerError),
+    #[error("cannot record the container inventory")]
+    Inventory(#[source] StateError),
+    #[error("cannot keep the container's logs in {}", path.display())]
+    Logs {
+        path: PathBuf,
+        #[source]
+        source: StateError,
+    },
+}
+
+/// One container to run to completion.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub role: Role,
+    pub session_id: String,
+    pub context: Context,
+    pub command: Vec<String>,
+    /// Mounts already checked by the policy engine.
+    pub mounts: Vec<MountSpec>,
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Give the container its own daemon socket at /run/baaaht/daemon.sock.
+    pub daemon_socket: bool,
+    pub working_dir: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    Exited(i64),
+    /// Killed at the timeout.
+    TimedOut(Duration),
+    /// Killed by the kernel for exceeding its memory limit.
+    OutOfMemory {
+        limit_bytes: u64,
+    },
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunStatus::Exited(code) => write!(f, "exited with code {code}"),
+            RunStatus::TimedOut(limit) => write!(f, "killed at its timeout of {} s", limit.as_secs()),
+            RunStatus::OutOfMemory { limit_bytes } => {
+                write!(f, "killed: out of memory (limit {} MiB)", limit_bytes >> 20)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub container_id: String,
+    pub name: String,
+    pub status: RunStatus,
+    pub output: Output,
+    pub duration: Duration,
+    pub attempts: u32,
+}
+
+impl RunOutcome {
+    pub fn succeeded(&self) -> bool {
+        self.status == RunStatus::Exited(0)
+    }
+
+    /// The last `lines` lines of stderr, for error messages.
+    pub fn stderr_tail(&self, lines: usize) -> String {
+        let text = String::from_utf8_lossy(&self.output.stderr);
+        let kept: Vec<&str> = text.lines().rev().take(lines).collect();
+        kept.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// One container the daemon owns, as recorded in `data/state/containers.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryEntry {
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub session_id: String,
+    pub context: String,
+    pub kind: ContainerKind,
+    /// SHA-256 of the container's token, to re-adopt it after a restart.
+    pub token_sha256: String,
+    pub created_at: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub containers: Vec<InventoryEntry>,
+}
+
+/// What [`ContainerManager::reconcile`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    pub adopted: Vec<String>,
+    pub removed: Vec<String>,
+    /// Inventory entries whose container no longer exists.
+    pub forgotten: Vec<String>,
+}
+
+pub struct ContainerManager {
+    engine: Arc<watch::Sender<Engine>>,
+    policy: Arc<Policy>,
+    listeners: Arc<ListenerSet>,
+    data_dir: DataDir,
+    owner: String,
+    image: String,
+    agent_binary: PathBuf,
+    inventory: tokio::sync::Mutex<Inventory>,
+    problems: Mutex<Vec<String>>,
+}
+
+impl std::fmt::Debug for ContainerManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContainerManager")
+            .field("owner", &self.owner)
+            .field("image", &self.image)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The owner label of a data dir: containers of other data dirs on the same engine are never
+/// touched.
+pub fn owner_id(data_dir: &DataDir) -> String {
+    use sha2::Digest;
+    let path = std::fs::canonicalize(data_dir.root()).unwrap_or_else(|_| data_dir.root().to_path_buf()); // silent-ok: the root exists once the daemon runs; the raw path is a stable fallback
+    let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
+    digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl ContainerManager {
+    pub fn new(
+        engine: Arc<watch::Sender<Engine>>,
+        policy: Arc<Policy>,
+        listeners: Arc<ListenerSet>,
+        data_dir: DataDir,
+        image: String,
+        agent_binary: PathBuf,
+    ) -> Result<ContainerManager, ContainerError> {
+        let inventory = state::read_json(&data_dir.state_dir().join(INVENTORY_FILE))
+            .map_err(ContainerError::Inventory)?
+            .unwrap_or_default();
+        Ok(ContainerManager {
+            engine,
+            policy,
+            owner: owner_id(&data_dir),
+            listeners,
+            data_dir,
+            image,
+            agent_binary,
+            inventory: tokio::sync::Mutex::new(inventory),
+            problems: Mutex::default(),
+        })
+    }
+
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// Problems that make container work fail although the engine answers (image missing,
+    /// binaries that do not run in it), as sentences for status.
+    pub fn problems(&self) -> Vec<String> {
+        self.problems.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The runtime; right after start, waits up to 10 s for the first probe to answer.
+    async fn runtime(&self) -> Result<Arc<dyn ContainerRuntime>, ContainerError> {
+        let mut changes = self.engine.subscribe();
+        let first_probe = changes.wait_for(|engine| engine.status != super::EngineStatus::Probing);
+        // silent-ok: after the wait, the current state says why there is no runtime.
+        let _ = tokio::time::timeout(Duration::from_secs(10), first_probe).await;
+        let engine = self.engine.borrow().clone();
+        engine.runtime().map_err(ContainerError::Unavailable)
+    }
+
+    /// Reports a hung engine to the watcher before passing the error on.
+    fn check<T>(&self, result: Result<T, RuntimeError>) -> Result<T, RuntimeError> {
+        if let Err(error) = &result {
+            self.note_hung(error);
+        }
+        result
+    }
+
+    fn note_hung(&self, error: &RuntimeError) {
+        if matches!(error, RuntimeError::Hung { .. }) {
+            report_hung(&self.engine, error);
+        }
+    }
+
+    async fn save_inventory(&self, inventory: &Inventory) -> Result<(), ContainerError> {
+        state::write_json(&self.data_dir.state_dir().join(INVENTORY_FILE), inventory).map_err(ContainerError::Inventory)
+    }
+
+    async fn record(&self, entry: InventoryEntry) -> Result<(), ContainerError> {
+        let mut inventory = self.inventory.lock().await;
+        inventory.containers.push(entry);
+        self.save_inventory(&inventory).await
+    }
+
+    async fn forget(&self, name: &str) -> Result<(), ContainerError> {
+        let mut inventory = self.inventory.lock().await;
+        inventory.containers.retain(|entry| entry.name != name);
+        self.save_inventory(&inventory).await
+    }
+
+    pub async fn inventory(&self) -> Inventory {
+        self.inventory.lock().await.clone()
+    }
+
+    fn spec(
+        &self,
+        request: &RunRequest,
+        name: &str,
+        kind: ContainerKind,
+        socket: Option<&PathBuf>,
+        token: Option<&str>,
+    ) -> ContainerSpec {
+        let role = RoleName::from(request.role);
+        let mut mounts = vec![MountSpec {
+            host: self.agent_binary.clone(),
+            target: format!("{BINARIES_MOUNT}/baaaht-agent"),
+            read_only: true,
+        }];
+        if let Some(folder) = socket {
+            mounts.push(MountSpec { host: folder.clone(), target: SOCKET_MOUNT.into(), read_only: true });
+        }
+        mounts.extend(request.mounts.iter().cloned());
+        let mut env = request.env.clone();
+        if let Some(token) = token {
+            env.push((baaaht_proto::CONTAINER_TOKEN_ENV.into(), token.into()));
+            env.push(("BAAAHT_SOCKET".into(), format!("{SOCKET_MOUNT}/daemon.sock")));
+        }
+        ContainerSpec {
+            name: name.into(),
+            image: self.image.clone(),
+            labels: ContainerLabels {
+                role: request.role.as_str().into(),
+                session_id: request.session_id.clone(),
+                context: request.context.to_string(),
+                owner: self.owner.clone(),
+                kind,
+            },
+            mounts,
+            env,
+            network: Policy::network_policy(role),
+            limits: self.policy.resource_limits(role),
+            command: request.command.clone(),
+            working_dir: request.working_dir.clone(),
+        }
+    }
+
+    /// Runs `request` to completion in a fresh hardened container (spec §5.4).
+    pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, ContainerError> {
+        let runtime = self.runtime().await?;
+        let started = Instant::now();
+        let name = format!("baaaht-{}-{}", request.role.as_str(), &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let socket = if request.daemon_socket {
+            let identity = ContainerIdentity {
+                name: name.clone(),
+                role: request.role,
+                session_id: request.session_id.clone(),
+                context: request.context.clone(),
+            };
+            Some(self.listeners.add_container(identity).map_err(ContainerError::Socket)?)
+        } else {
+            None
+        };
+        let spec = self.spec(
+            &request,
+            &name,
+            ContainerKind::Task,
+            socket.as_ref().map(|s| &s.folder),
+            socket.as_ref().map(|s| s.token.as_str()),
+        );
+        let result = self.run_spec(&*runtime, &request, &spec, socket.as_ref().map(|s| s.token_sha256.clone())).await;
+        if socket.is_some() {
+            self.listeners.remove_container(&name);
+        }
+        let (id, status, output, attempts) = result?;
+        let outcome = RunOutcome { container_id: id, name, status, output, duration: started.elapsed(), attempts };
+        tracing::info!(
+            container = %outcome.name,
+            container_id = %outcome.container_id,
+            role = request.role.as_str(),
+            status = %outcome.status,
+            duration_ms = outcome.duration.as_millis() as u64,
+            attempts = outcome.attempts,
+            "container finished"
+        );
+        Ok(outcome)
+    }
+
+    async fn run_spec(
+        &self,
+        runtime: &dyn ContainerRuntime,
+        request: &RunRequest,
+        spec: &ContainerSpec,
+        token_sha256: Option<String>,
+    ) -> Result<(String, RunStatus, Output, u32), ContainerError> {
+        // Create and start, retrying once (spec §5.4).
+        let mut attempts = 0;
+        let id = loop {
+            attempts += 1;
+            match self.create_and_start(runtime, spec, token_sha256.clone().unwrap_or_default()).await {
+                Ok(id) => break id,
+                Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
+                    tracing::warn!(container = %spec.name, %error, "container failed to start; retrying once");
+                }
+                Err(error) => {
+                    return Err(ContainerError::StartFailed { attempts, message: error.to_string() });
+                }
+            }
+        };
+        let waited = tokio::time::timeout(request.timeout, runtime.wait(&id)).await;
+        let status = match waited {
+            Ok(Ok(exit)) if exit.oom_killed => RunStatus::OutOfMemory { limit_bytes: spec.limits.memory_bytes },
+            Ok(Ok(exit)) => RunStatus::Exited(exit.code),
+            Ok(Err(error)) => {
+                self.note_hung(&error);
+                self.cleanup(runtime, &id, &spec.name).await;
+                return Err(ContainerError::Runtime(error));
+            }
+            Err(_) => {
+                if let Err(error) = self.check(runtime.kill(&id).await) {
+                    tracing::warn!(container = %spec.name, %error, "cannot kill a container at its timeout");
+                }
+                RunStatus::TimedOut(request.timeout)
+            }
+        };
+        // Keep what it wrote, also when it was killed.
+        let output = match self.check(runtime.logs(&id, OUTPUT_CAP).await) {
+            Ok(output) => output,
+            Err(error) => {
+                tracing::warn!(container = %spec.name, %error, "cannot read container logs");
+                Output::default()
+            }
+        };
+        if let Err(error) = self.keep_logs(&id, spec, &status, &output) {
+            tracing::warn!(container = %spec.name, error = %error, "cannot keep container logs");
+        }
+        self.cleanup(runtime, &id, &spec.name).await;
+        Ok((id, status, output, attempts))
+    }
+
+    async fn create_and_start(
+        &self,
+        runtime: &dyn ContainerRuntime,
+        spec: &ContainerSpec,
+        token_sha256: String,
+    ) -> Result<String, RuntimeError> {
+        let id = self.check(runtime.create(spec).await)?;
+        let entry = InventoryEntry {
+            id: id.clone(),
+            name: spec.name.clone(),
+            role: spec.labels.role.clone(),
+            session_id: spec.labels.session_id.clone(),
+            context: spec.labels.context.clone(),
+            kind: spec.labels.kind,
+            token_sha256,
+            created_at: now_seconds(),
+        };
+        if let Err(error) = self.record(entry).await {
+            // Without a record it would be an orphan; remove it now rather than later.
+            self.cleanup(runtime, &id, &spec.name).await;
+            return Err(RuntimeError::Io {
+                operation: "record the container",
+                source: std::io::Error::other(error.to_string()),
+            });
+        }
+        if let Err(error) = self.check(runtime.start(&id).await) {
+            self.cleanup(runtime, &id, &spec.name).await;
+            return Err(error);
+        }
+        Ok(id)
+    }
+
+    async fn cleanup(&self, runtime: &dyn ContainerRuntime, id: &str, name: &str) {
+        match self.check(runtime.remove(id).await) {
+            Ok(()) => {
+                if let Err(error) = self.forget(name).await {
+                    tracing::warn!(container = %name, %error, "cannot update the container inventory");
+                }
+            }
+            // Still recorded: the next reconcile removes it.
+            Err(error) => tracing::warn!(container = %name, %error, "cannot remove a container"),
+        }
+    }
+
+    fn keep_logs(
+        &self,
+        id: &str,
+        spec: &ContainerSpec,
+        status: &RunStatus,
+        output: &Output,
+    ) -> Result<(), ContainerError> {
+        let dir = self.data_dir.logs_dir().join(id);
+        let logs_error = |source| ContainerError::Logs { path: dir.clone(), source };
+        std::fs::create_dir_all(&dir).map_err(|source| logs_error(StateError::Write { path: dir.clone(), source }))?;
+        state::write_atomic(&dir.join("stdout.log"), &output.stdout, 0o600).map_err(logs_error)?;
+        state::write_atomic(&dir.join("stderr.log"), &output.stderr, 0o600).map_err(logs_error)?;
+        let summary = serde_json::json!({
+            "name": spec.name,
+            "role": spec.labels.role,
+            "session": spec.labels.session_id,
+            "context": spec.labels.context,
+            "image": spec.image,
+            "command": spec.command,
+            "status": status.to_string(),
+            "truncated": output.truncated,
+            "finishedAt": now_seconds(),
+        });
+        state::write_json(&dir.join("run.json"), &summary).map_err(logs_error)
+    }
+
+    /// Adopts running services of this data dir that the inventory knows, removes every other
+    /// container carrying this data dir's owner label, and forgets inventory entries whose
+    /// container is gone.
+    pub async fn reconcile(&self) -> Result<ReconcileReport, ContainerError> {
+        let runtime = self.runtime().await?;
+        let found = self.check(runtime.list_by_label(&[(LABEL_BAAAHT, "1"), (LABEL_OWNER, &self.owner)]).await)?;
+        let mut inventory = self.inventory.lock().await;
+        let mut report = ReconcileReport::default();
+        let mut kept = vec![];
+        for container in &found {
+            let known = inventory.containers.iter().find(|entry| entry.id == container.id).cloned();
+            let adoptable = known.as_ref().filter(|entry| entry.kind == ContainerKind::Service && container.running);
+            if let Some(entry) = adoptable {
+                if let Some(identity) = identity_of(entry) {
+                    match self.listeners.adopt_container(identity, entry.token_sha256.clone()) {
+                        Ok(_) => {
+                            tracing::info!(container = %entry.name, "adopted a running container after a restart");
+                            report.adopted.push(entry.name.clone());
+                            kept.push(entry.clone());
+                            continue;
+                        }
+                        Err(error) => {
+                            tracing::warn!(container = %entry.name, %error, "cannot adopt a container; removing it")
+                        }
+                    }
+                }
+            }
+            match self.check(runtime.remove(&container.id).await) {
+                Ok(()) => {
+                    tracing::info!(container = %container.name, known = known.is_some(), "removed an orphaned container");
+                    self.listeners.remove_container(&container.name);
+                    report.removed.push(container.name.clone());
+                }
+                Err(error) => {
+                    tracing::warn!(container = %container.name, %error, "cannot remove an orphaned container");
+                    if let Some(entry) = known {
+                        kept.push(entry);
+                    }
+                }
+            }
+        }
+        for entry in &inventory.containers {
+            if !found.iter().any(|container| container.id == entry.id) {
+                report.forgotten.push(entry.name.clone());
+                self.listeners.remove_container(&entry.name);
+            }
+        }
+        inventory.containers = kept;
+        self.save_inventory(&inventory).await?;
+        Ok(report)
+    }
+
+    /// Checks once that the image exists and that baaaht's binaries run inside it.
+    pub async fn check_image(&self) {
+        let problem = self.probe_image().await.err();
+        if let Some(problem) = &problem {
+            tracing::warn!(%problem, "containers cannot run yet");
+        }
+        *self.problems.lock().unwrap_or_else(PoisonError::into_inner) = problem.into_iter().collect();
+    }
+
+    async fn probe_image(&self) -> Result<(), String> {
+        let runtime = self.runtime().await.map_err(|error| error.to_string())?;
+        match runtime.image_exists(&self.image).await {
+            Ok(true) => {}
+            Ok(false) => return Err(format!("image {} is missing: run `baaahtd images build`", self.image)),
+            Err(error) => return Err(error.to_string()),
+        }
+        if !self.agent_binary.is_file() {
+            return Err(format!(
+                "{} is missing: build it (cargo build --release -p baaaht-agent) or set container.binaries_dir",
+                self.agent_binary.display()
+            ));
+        }
+        let request = RunRequest {
+            role: Role::Tool,
+            session_id: "system".into(),
+            context: Context::user("system"),
+            command: vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "--version".into()],
+            mounts: vec![],
+            env: vec![],
+            timeout: Duration::from_secs(60),
+            daemon_socket: false,
+            working_dir: None,
+        };
+        let outcome = self.run(request).await.map_err(|error| error.to_string())?;
+        if outcome.succeeded() {
+            return Ok(());
+        }
+        let stderr = outcome.stderr_tail(3);
+        let hint = if stderr.contains("GLIBC") {
+            "the binaries were built against a newer glibc than the image has: build baaaht on Debian 12 \
+             (bookworm), or rebuild the image from a newer base (baaahtd images build)"
+        } else {
+            "check that the binaries were built for this machine"
+        };
+        Err(format!(
+            "{} does not run in {} ({}: {stderr}); {hint}",
+            self.agent_binary.display(),
+            self.image,
+            outcome.status
+        ))
+    }
+
+    /// Whenever the engine becomes usable: reconcile, then check the image.
+    pub async fn supervise(self: Arc<Self>, cancel: CancellationToken) {
+        let mut changes = self.engine.subscribe();
+        loop {
+            let ready = changes.borrow_and_update().runtime.is_some();
+            if ready {
+                match self.reconcile().await {
+                    Ok(report) => tracing::info!(
+                        adopted = report.adopted.len(),
+                        removed = report.removed.len(),
+                        forgotten = report.forgotten.len(),
+                        "container inventory reconciled"
+                    ),
+                    Err(error) => tracing::warn!(%error, "cannot reconcile containers"),
+                }
+                self.check_image().await;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = changes.changed() => if changed.is_err() { return },
+            }
+            // Only a transition to usable needs work.
+            while changes.borrow().runtime.is_some() == ready {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+            }
+        }
+    }
+
+    /// Removes every container this daemon owns (clean shutdown: their sockets go too).
+    pub async fn shutdown(&self) {
+        let Ok(runtime) = self.runtime().await else { return };
+        let entries = self.inventory.lock().await.containers.clone();
+        for entry in entries {
+            self.cleanup(&*runtime, &entry.id, &entry.name).await;
+        }
+    }
+}
+
+fn identity_of(entry: &InventoryEntry) -> Option<ContainerIdentity> {
+    let role = Role::AGENTS.iter().chain([&Role::Tool]).find(|role| role.as_str() == entry.role).copied()?;
+    let (kind, id) = entry.context.split_once(':')?;
+    let context = match kind {
+        "user" => Context::user(id),
+        "group" => Context::group(id),
+        _ => return None,
+    };
+    Some(ContainerIdentity { name: entry.name.clone(), role, session_id: entry.session_id.clone(), context })
+}

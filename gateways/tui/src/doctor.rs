@@ -1,0 +1,54 @@
+//! `baaaht doctor`: the self-test report of a fresh hardened container, as a checklist.
+
+use std::fmt::Write as _;
+
+use baaaht_proto::selftest::SelfTestReport;
+use baaaht_proto::v1;
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "ok  "
+    } else {
+        "FAIL"
+    }
+}
+
+pub fn to_text(role: &str, response: &v1::SelfTestResponse) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "self-test of a {role} container ({}, {} ms, {})",
+        response.container, response.duration_ms, response.status
+    );
+    if let Ok(report) = serde_json::from_str::<SelfTestReport>(&response.report_json) {
+        let zero = |caps: &str| caps.trim_start_matches('0').is_empty();
+        let network_only_lo = report.interfaces.iter().all(|name| name == "lo");
+        let checks = [
+            (report.uid == 1000 && report.gid == 1000, format!("runs as {}:{}", report.uid, report.gid)),
+            (zero(&report.cap_eff) && zero(&report.cap_prm) && zero(&report.cap_bnd), "no capabilities".to_string()),
+            (report.no_new_privs, "no_new_privs set".to_string()),
+            (report.seccomp == "filter", format!("seccomp {}", report.seccomp)),
+            (report.root_read_only, "read-only root filesystem".to_string()),
+            (report.tmp_writable, "writable /tmp".to_string()),
+            (network_only_lo, format!("network interfaces: {}", report.interfaces.join(", "))),
+            (report.unshare_blocked, "unshare refused".to_string()),
+            (report.mount_blocked, "mount refused".to_string()),
+            (report.ptrace_blocked, "ptrace refused".to_string()),
+            (report.daemon_socket, "its own daemon socket answers".to_string()),
+        ];
+        for (ok, what) in checks {
+            let _ = writeln!(out, "  [{}] {what}", mark(ok));
+        }
+        if let Some(probe) = &report.probe {
+            let _ = writeln!(out, "  [{}] {probe} unreachable ({})", mark(!report.probe_reachable), report.probe_error);
+        }
+    }
+    if response.ok {
+        let _ = writeln!(out, "confined as designed");
+    } else {
+        for problem in &response.problems {
+            let _ = writeln!(out, "problem: {problem}");
+        }
+    }
+    out
+}
