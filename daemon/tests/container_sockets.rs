@@ -1,50 +1,15 @@
 //! Component test: the daemon in-process on a temp data dir, with container sockets created
 //! through its listener set, exercised by a real client over real Unix sockets.
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::sync::Arc;
 
 use baaaht_daemon::auth::{ContainerIdentity, Context, Role};
-use baaaht_daemon::config::{self, ConfigPaths};
-use baaaht_daemon::datadir::DataDir;
-use baaaht_daemon::Daemon;
 use baaaht_proto::client::{self, ConnectOptions};
 use baaaht_proto::v1;
-use tokio::sync::oneshot;
 
-struct Running {
-    shared: Arc<baaaht_daemon::Shared>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), baaaht_daemon::DaemonError>>,
-    _temp: tempfile::TempDir,
-    data_dir: DataDir,
-}
-
-async fn start() -> Running {
-    let temp = tempfile::tempdir().expect("tempdir");
-    let data_dir = DataDir::new(temp.path().join("d"));
-    let paths = ConfigPaths { config_file: None, config_dir: data_dir.config_dir() };
-    let env = [("BAAAHT__METRICS__ENABLED".to_string(), "false".to_string())];
-    let loaded = config::load(&paths, env).expect("config");
-    let bound = baaaht_daemon::bind(&data_dir, &loaded).expect("bind");
-    let daemon = Daemon::new(loaded, data_dir.clone(), bound).expect("daemon");
-    let shared = daemon.shared();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(daemon.run(async move {
-        // silent-ok: a dropped sender also means stop.
-        let _ = stopped.await;
-    }));
-    Running { shared, stop: Some(stop), task, _temp: temp, data_dir }
-}
-
-impl Running {
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            stop.send(()).expect("daemon still running");
-        }
-        self.task.await.expect("join").expect("clean exit");
-    }
-}
+use common::start;
 
 fn identity(name: &str, role: Role, context: Context) -> ContainerIdentity {
     ContainerIdentity { name: name.into(), role, session_id: format!("session-{name}"), context }
@@ -56,7 +21,7 @@ fn user_ref(id: &str) -> Option<v1::ContextRef> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_acts_only_with_its_own_token_for_its_own_context() {
-    let running = start().await;
+    let running = start(&[]).await;
     let listeners = running.shared.listeners.clone();
     let alice = listeners.add_container(identity("worker-a", Role::Worker, Context::user("alice"))).expect("socket");
     let bob = listeners.add_container(identity("worker-b", Role::Worker, Context::user("bob"))).expect("socket");
@@ -120,7 +85,7 @@ async fn a_container_acts_only_with_its_own_token_for_its_own_context() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_names_cannot_escape_the_socket_folder() {
-    let running = start().await;
+    let running = start(&[]).await;
     let listeners = running.shared.listeners.clone();
     for name in ["../evil", "a/b", "", ".."] {
         let error = listeners.add_container(identity(name, Role::Tool, Context::user("alice"))).expect_err(name);

@@ -248,10 +248,19 @@ impl ContainerRuntime for DockerRuntime {
                 })
             }
         };
-        let inspected =
-            call("inspect a container", self.docker.inspect_container(id, None::<InspectContainerOptions>)).await?;
-        let oom_killed = inspected.state.and_then(|state| state.oom_killed).unwrap_or(false);
-        Ok(ExitInfo { code, oom_killed })
+        // dockerd may handle the exit before the cgroup's OOM event: a SIGKILL exit (137) gets
+        // up to a second for the OOMKilled flag to appear.
+        let mut checks = if code == 137 { 10 } else { 1 };
+        loop {
+            let inspected =
+                call("inspect a container", self.docker.inspect_container(id, None::<InspectContainerOptions>)).await?;
+            let oom_killed = inspected.state.and_then(|state| state.oom_killed).unwrap_or(false);
+            checks -= 1;
+            if oom_killed || checks == 0 {
+                return Ok(ExitInfo { code, oom_killed });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn list_by_label(&self, labels: &[(&str, &str)]) -> Result<Vec<ContainerInfo>, RuntimeError> {

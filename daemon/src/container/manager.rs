@@ -117,6 +117,13 @@ impl RunOutcome {
     }
 }
 
+/// A running service container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceHandle {
+    pub id: String,
+    pub name: String,
+}
+
 /// One container the daemon owns, as recorded in `data/state/containers.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -462,6 +469,49 @@ impl ContainerManager {
             "finishedAt": now_seconds(),
         });
         state::write_json(&dir.join("run.json"), &summary).map_err(logs_error)
+    }
+
+    /// Starts a long-lived container (e.g. a session's tool runner) with its own daemon socket.
+    /// It runs until [`ContainerManager::stop_service`]; after a daemon crash it is adopted.
+    pub async fn start_service(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
+        let runtime = self.runtime().await?;
+        let name = format!("baaaht-{}-{}", request.role.as_str(), &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let identity = ContainerIdentity {
+            name: name.clone(),
+            role: request.role,
+            session_id: request.session_id.clone(),
+            context: request.context.clone(),
+        };
+        let socket = self.listeners.add_container(identity).map_err(ContainerError::Socket)?;
+        let spec = self.spec(&request, &name, ContainerKind::Service, Some(&socket.folder), Some(&socket.token));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.create_and_start(&*runtime, &spec, socket.token_sha256.clone()).await {
+                Ok(id) => {
+                    tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), "service container started");
+                    return Ok(ServiceHandle { id, name });
+                }
+                Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
+                    tracing::warn!(container = %name, %error, "container failed to start; retrying once");
+                }
+                Err(error) => {
+                    self.listeners.remove_container(&name);
+                    return Err(ContainerError::StartFailed { attempts, message: error.to_string() });
+                }
+            }
+        }
+    }
+
+    /// Stops and removes a service container and its socket.
+    pub async fn stop_service(&self, name: &str) -> Result<(), ContainerError> {
+        let runtime = self.runtime().await?;
+        let entry = self.inventory.lock().await.containers.iter().find(|entry| entry.name == name).cloned();
+        if let Some(entry) = entry {
+            self.cleanup(&*runtime, &entry.id, &entry.name).await;
+        }
+        self.listeners.remove_container(name);
+        Ok(())
     }
 
     /// Adopts running services of this data dir that the inventory knows, removes every other
