@@ -563,6 +563,7 @@ impl ContainerManager {
         }
         inventory.containers = kept;
         self.save_inventory(&inventory).await?;
+        self.listeners.remove_stale_folders();
         Ok(report)
     }
 

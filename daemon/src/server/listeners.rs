@@ -264,6 +264,21 @@ impl ListenerSet {
         self.containers.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
+    /// Removes socket folders that belong to no registered container (left by a crash).
+    pub fn remove_stale_folders(&self) {
+        let containers = self.containers.lock().unwrap_or_else(PoisonError::into_inner);
+        let Ok(entries) = std::fs::read_dir(&self.containers_dir) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if containers.contains_key(&name) {
+                continue;
+            }
+            if let Err(error) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(folder = %entry.path().display(), %error, "cannot remove a stale socket folder");
+            }
+        }
+    }
+
     /// Removes every container socket (at shutdown).
     pub fn remove_all(&self) {
         let drained: Vec<Registered> =
