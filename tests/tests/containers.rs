@@ -108,7 +108,8 @@ fn a_killed_daemon_leaves_no_container_unaccounted_for() {
     for name in &names {
         assert!(!daemon.data_dir.join("data/run").join(name).exists(), "socket folder of {name} left behind");
     }
-    let recorded = std::fs::read_to_string(&inventory).ok().and_then(|text| serde_json_names(&text)).unwrap_or_default();
+    let recorded =
+        std::fs::read_to_string(&inventory).ok().and_then(|text| serde_json_names(&text)).unwrap_or_default();
     assert!(recorded.iter().all(|name| !names.contains(name)), "still recorded: {recorded:?}");
     assert!(restarted.stop().expect("stops").success());
 }

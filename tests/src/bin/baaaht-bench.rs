@@ -26,11 +26,21 @@ enum Bench {
         #[arg(long, default_value_t = 15)]
         runs: usize,
     },
+    /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
+    Containers {
+        /// Runs of each (at least 20)
+        #[arg(long, default_value_t = 25)]
+        runs: usize,
+        /// The image to run
+        #[arg(long, default_value = "baaaht/base:latest")]
+        image: String,
+    },
 }
 
 fn main() -> Result<()> {
     match Cli::parse().command {
         Bench::Daemon { runs } => daemon(runs.max(10)),
+        Bench::Containers { runs, image } => containers(runs.max(20), &image),
     }
 }
 
@@ -117,6 +127,138 @@ fn daemon(runs: usize) -> Result<()> {
     println!("\nready / bare exec = {ratio:.1}x; idle RSS target ≤ 20 MiB (DESIGN.md §7)");
     println!(
         "RESULT ready_p50_ms={ready_p50:.2} first_rpc_p50_ms={rpc_p50:.2} restart_p50_ms={restart_p50:.2} exec_p50_ms={exec_p50:.2} ratio={ratio:.2} idle_rss_p50_mib={rss_p50:.2}"
+    );
+    Ok(())
+}
+
+fn containers(runs: usize, image: &str) -> Result<()> {
+    use baaaht_daemon::config::RuntimeChoice;
+    use baaaht_daemon::container::{self, ContainerKind, ContainerLabels, ContainerSpec, Limits, NetworkPolicy};
+    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let engine = tokio.block_on(container::probe(RuntimeChoice::Docker));
+    let runtime = engine
+        .runtime
+        .with_context(|| format!("no docker engine: {}", engine.status.degraded_reason().unwrap_or_default()))?;
+    if !tokio.block_on(runtime.image_exists(image))? {
+        bail!("{image} is missing: run `baaahtd images build`");
+    }
+    let seccomp = std::env::temp_dir().join(format!("baaaht-bench-seccomp-{}.json", std::process::id()));
+    std::fs::write(&seccomp, baaaht_daemon::container::docker::SECCOMP_PROFILE)?;
+    let spec = |n: usize| ContainerSpec {
+        name: format!("baaaht-bench-{}-{n}", std::process::id()),
+        image: image.to_string(),
+        labels: ContainerLabels {
+            role: "tool".into(),
+            session_id: "bench".into(),
+            context: "user:bench".into(),
+            owner: "bench".into(),
+            kind: ContainerKind::Task,
+        },
+        mounts: vec![],
+        env: vec![],
+        network: NetworkPolicy::None,
+        limits: Limits { cpus: 1.0, memory_bytes: 512 << 20, pids: 256, tmp_bytes: 64 << 20 },
+        command: vec!["true".into()],
+        working_dir: None,
+    };
+    let mut total = Row { name: "baaaht runtime: create+start+wait+remove", unit: "ms", values: vec![] };
+    let mut create = Row { name: "  create", unit: "ms", values: vec![] };
+    let mut start = Row { name: "  start", unit: "ms", values: vec![] };
+    let mut wait = Row { name: "  wait", unit: "ms", values: vec![] };
+    let mut remove = Row { name: "  remove", unit: "ms", values: vec![] };
+    let mut plain = Row { name: "baseline: docker run --rm IMAGE true", unit: "ms", values: vec![] };
+    let mut hardened = Row { name: "docker run --rm + the same hardening flags", unit: "ms", values: vec![] };
+    let hardening = [
+        "--user",
+        "1000:1000",
+        "--read-only",
+        "--tmpfs",
+        "/tmp:rw,nosuid,nodev,size=64m",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--network",
+        "none",
+        "--memory",
+        "512m",
+        "--memory-swap",
+        "512m",
+        "--pids-limit",
+        "256",
+        "--cpus",
+        "1",
+    ];
+    let seccomp_opt = format!("seccomp={}", seccomp.display());
+    let ms = |started: Instant| started.elapsed().as_secs_f64() * 1e3;
+    for n in 0..runs {
+        // Interleave the three so drift on the machine hits them alike.
+        let started = Instant::now();
+        let status = Command::new("docker").args(["run", "--rm", image, "true"]).stdout(Stdio::null()).status()?;
+        if !status.success() {
+            bail!("docker run failed: {status}");
+        }
+        plain.values.push(ms(started));
+
+        let started = Instant::now();
+        let status = Command::new("docker")
+            .arg("run")
+            .arg("--rm")
+            .args(hardening)
+            .args(["--security-opt", &seccomp_opt, image, "true"])
+            .stdout(Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("hardened docker run failed: {status}");
+        }
+        hardened.values.push(ms(started));
+
+        let spec = spec(n);
+        let result: Result<()> = tokio.block_on(async {
+            let started = Instant::now();
+            let step = Instant::now();
+            let id = runtime.create(&spec).await?;
+            create.values.push(ms(step));
+            let step = Instant::now();
+            runtime.start(&id).await?;
+            start.values.push(ms(step));
+            let step = Instant::now();
+            let exit = runtime.wait(&id).await?;
+            wait.values.push(ms(step));
+            let step = Instant::now();
+            runtime.remove(&id).await?;
+            remove.values.push(ms(step));
+            total.values.push(ms(started));
+            if exit.code != 0 {
+                bail!("`true` exited with {}", exit.code);
+            }
+            Ok(())
+        });
+        result?;
+    }
+    std::fs::remove_file(&seccomp)?;
+    let engine = runtime.engine();
+    println!(
+        "baaaht-bench containers: {runs} cold runs of `true` in {image} ({} {}, API {})\n",
+        engine.kind.as_str(),
+        engine.version,
+        engine.api_version
+    );
+    header();
+    let total_p50 = total.print();
+    create.print();
+    start.print();
+    wait.print();
+    remove.print();
+    let plain_p50 = plain.print();
+    let hardened_p50 = hardened.print();
+    let ratio = total_p50 / plain_p50;
+    println!(
+        "\nruntime / docker run --rm = {ratio:.2} (target ≤ 1.0); runtime / hardened docker run = {:.2}",
+        total_p50 / hardened_p50
+    );
+    println!(
+        "RESULT runtime_p50_ms={total_p50:.1} docker_run_p50_ms={plain_p50:.1} hardened_docker_run_p50_ms={hardened_p50:.1} ratio={ratio:.2}"
     );
     Ok(())
 }
