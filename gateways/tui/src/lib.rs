@@ -73,8 +73,11 @@ impl CliError {
         match status.code() {
             Code::PermissionDenied | Code::Unauthenticated => CliError::Refused(message),
             Code::Unimplemented => CliError::Unsupported(message),
-            // The daemon answered but cannot do it now (e.g. no container engine).
-            Code::Unavailable if !message.contains("transport") && !message.is_empty() => CliError::Rpc(message),
+            // The daemon itself answered (its responses carry the correlation id) but cannot do
+            // it now, e.g. without a container engine.
+            Code::Unavailable if status.metadata().contains_key(baaaht_proto::CORRELATION_ID_HEADER) => {
+                CliError::Rpc(message)
+            }
             // The daemon went away between connect and call.
             Code::Unavailable => CliError::NotRunning { path: socket.to_path_buf() },
             _ => CliError::Rpc(format!("{:?}: {message}", status.code())),
@@ -129,5 +132,9 @@ mod tests {
         assert_eq!(refused.exit_code(), 77);
         let gone = CliError::from_status(tonic::Status::unavailable("connection reset"), socket);
         assert!(gone.to_string().starts_with("daemon not running at /x.sock"), "{gone}");
+        let mut degraded = tonic::Status::unavailable("degraded: no container engine at /var/run/docker.sock");
+        degraded.metadata_mut().insert(baaaht_proto::CORRELATION_ID_HEADER, "c-1".parse().expect("ascii"));
+        let degraded = CliError::from_status(degraded, socket);
+        assert!(degraded.to_string().ends_with("degraded: no container engine at /var/run/docker.sock"), "{degraded}");
     }
 }
