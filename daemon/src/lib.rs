@@ -235,6 +235,12 @@ impl Daemon {
         self.shared.clone()
     }
 
+    /// The token and tracker of every background task, so an in-process test can stop them
+    /// the way a crash would, without the cleanup of a clean shutdown.
+    pub fn lifetime(&self) -> (CancellationToken, TaskTracker) {
+        (self.cancel.clone(), self.tracker.clone())
+    }
+
     /// Serves until `shutdown` resolves, then drains in-flight requests for at most
     /// `orchestrator.shutdown_timeout` seconds, removes every socket and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {

@@ -7,7 +7,7 @@
 //! and never an engine socket mounted.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
@@ -39,20 +39,58 @@ const ENGINE_SOCKETS: &[&str] =
 pub struct DockerRuntime {
     docker: Docker,
     info: EngineInfo,
-    /// The seccomp profile as the engine wants it in `security_opt` (compact JSON).
+    /// The seccomp profile as the engine wants it in `security_opt`: compact JSON for Docker,
+    /// a file path for Podman.
     seccomp: String,
+}
+
+/// The most of an engine message we pass on: some echo whole request bodies.
+const MESSAGE_LIMIT: usize = 400;
+
+fn shorten(message: String) -> String {
+    if message.len() <= MESSAGE_LIMIT {
+        return message;
+    }
+    let mut end = MESSAGE_LIMIT;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &message[..end], message.len())
 }
 
 fn engine_error(operation: &'static str, error: bollard::errors::Error) -> RuntimeError {
     match error {
         bollard::errors::Error::DockerResponseServerError { status_code: 404, message } => {
-            RuntimeError::NotFound(message)
+            RuntimeError::NotFound(shorten(message))
         }
         bollard::errors::Error::DockerResponseServerError { message, .. } => {
-            RuntimeError::Engine { operation, message }
+            RuntimeError::Engine { operation, message: shorten(message) }
         }
-        other => RuntimeError::Engine { operation, message: other.to_string() },
+        other => RuntimeError::Engine { operation, message: shorten(other.to_string()) },
     }
+}
+
+/// Podman's compat API reads `seccomp=` as a path: the profile is written, under a name
+/// derived from its contents, to a folder only this user can enter.
+fn seccomp_file(profile: &str) -> Result<PathBuf, RuntimeError> {
+    use sha2::Digest;
+    use std::os::unix::fs::DirBuilderExt;
+    let io = |source| RuntimeError::Io { operation: "write the seccomp profile for podman", source };
+    let dir = if crate::current_uid() == 0 {
+        PathBuf::from("/run/baaaht")
+    } else if let Some(runtime_dir) = std::env::var_os("XDG_RUNTIME_DIR") {
+        Path::new(&runtime_dir).join("baaaht")
+    } else {
+        std::env::temp_dir().join(format!("baaaht-{}", crate::current_uid()))
+    };
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(io)?;
+    let digest: String = sha2::Sha256::digest(profile.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let path = dir.join(format!("seccomp-{digest}.json"));
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(profile) {
+        crate::state::write_atomic(&path, profile.as_bytes(), 0o600)
+            .map_err(|error| io(std::io::Error::other(error.to_string())))?;
+    }
+    Ok(path)
 }
 
 /// Runs one engine call with the hung-engine timeout.
@@ -83,8 +121,12 @@ impl DockerRuntime {
             version: version.version.unwrap_or_default(),
             api_version: docker.client_version().to_string(),
         };
-        let seccomp = compact_json(SECCOMP_PROFILE)
+        let compact = compact_json(SECCOMP_PROFILE)
             .map_err(|message| RuntimeError::Engine { operation: "load the seccomp profile", message })?;
+        let seccomp = match info.kind {
+            EngineKind::Docker => compact,
+            EngineKind::Podman => seccomp_file(&compact)?.display().to_string(),
+        };
         Ok(DockerRuntime { docker, info, seccomp })
     }
 
@@ -254,7 +296,12 @@ impl ContainerRuntime for DockerRuntime {
         loop {
             let inspected =
                 call("inspect a container", self.docker.inspect_container(id, None::<InspectContainerOptions>)).await?;
-            let oom_killed = inspected.state.and_then(|state| state.oom_killed).unwrap_or(false);
+            let flagged = inspected.state.and_then(|state| state.oom_killed).unwrap_or(false);
+            // Podman 4 on hybrid cgroups never sets OOMKilled. A container's init can only be
+            // SIGKILLed from outside its PID namespace; the daemon's own kills are timeouts,
+            // reported as such before the exit code is read. So on Podman an unexplained SIGKILL
+            // of the init is the kernel's OOM killer.
+            let oom_killed = flagged || (code == 137 && self.info.kind == EngineKind::Podman);
             checks -= 1;
             if oom_killed || checks == 0 {
                 return Ok(ExitInfo { code, oom_killed });

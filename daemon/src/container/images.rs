@@ -89,7 +89,13 @@ pub async fn ensure_base(
             if !runtime.image_exists(ROOTFS_IMAGE).await? {
                 debootstrap_and_import(runtime, work_dir, &registry_error, progress).await?;
             }
-            build(runtime, image, ROOTFS_IMAGE, false, progress).await?;
+            // Podman qualifies the imported name with docker.io/ and would resolve a short name
+            // in FROM against registries: name the local image fully there.
+            let base = match runtime.engine().kind {
+                super::EngineKind::Podman => format!("docker.io/{ROOTFS_IMAGE}"),
+                super::EngineKind::Docker => ROOTFS_IMAGE.to_string(),
+            };
+            build(runtime, image, &base, false, progress).await?;
             BaseSource::Debootstrap
         }
     };
@@ -166,13 +172,9 @@ async fn import(runtime: &DockerRuntime, rootfs: &Path) -> Result<(), ImageError
         .take()
         .ok_or(ImageError::Build { image: ROOTFS_IMAGE.into(), message: "tar has no stdout".into() })?;
     let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(stdout));
-    let (repo, tag) = ROOTFS_IMAGE.split_once(':').unwrap_or((ROOTFS_IMAGE, "latest"));
-    let options = CreateImageOptions {
-        from_src: Some("-".into()),
-        repo: Some(repo.into()),
-        tag: Some(tag.into()),
-        ..Default::default()
-    };
+    // The tag goes inside `repo` (the API allows it): Podman ignores a separate `tag`.
+    let options =
+        CreateImageOptions { from_src: Some("-".into()), repo: Some(ROOTFS_IMAGE.into()), ..Default::default() };
     let mut stream = runtime.docker().create_image(Some(options), Some(body), None);
     while let Some(item) = stream.next().await {
         item.map_err(|error| ImageError::Build { image: ROOTFS_IMAGE.into(), message: error.to_string() })?;

@@ -14,6 +14,7 @@ pub struct Running {
     pub data_dir: DataDir,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), baaaht_daemon::DaemonError>>,
+    lifetime: (tokio_util::sync::CancellationToken, tokio_util::task::TaskTracker),
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -40,6 +41,10 @@ pub async fn start(env: &[(&str, &str)]) -> Running {
 
 /// Starts the daemon on `data_dir` (e.g. again after a simulated crash).
 pub async fn start_on(data_dir: DataDir, env: &[(&str, &str)]) -> Running {
+    if let Ok(filter) = std::env::var("BAAAHT_TEST_LOG") {
+        // silent-ok: another test of this binary installed it first.
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    }
     let paths = ConfigPaths { config_file: None, config_dir: data_dir.config_dir() };
     let mut vars: Vec<(String, String)> = vec![
         ("BAAAHT__METRICS__ENABLED".into(), "false".into()),
@@ -50,12 +55,13 @@ pub async fn start_on(data_dir: DataDir, env: &[(&str, &str)]) -> Running {
     let bound = baaaht_daemon::bind(&data_dir, &loaded).expect("bind");
     let daemon = Daemon::new(loaded, data_dir.clone(), bound).expect("daemon");
     let shared = daemon.shared();
+    let lifetime = daemon.lifetime();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(daemon.run(async move {
         // silent-ok: a dropped sender also means stop.
         let _ = stopped.await;
     }));
-    Running { shared, data_dir, stop: Some(stop), task, _temp: None }
+    Running { shared, data_dir, stop: Some(stop), task, lifetime, _temp: None }
 }
 
 impl Running {
@@ -73,6 +79,12 @@ impl Running {
         self.task.abort();
         // silent-ok: an aborted task ends with a cancellation error, which is the point.
         let _ = (&mut self.task).await;
+        // A dead process has no background tasks either: stop them and let any engine call
+        // they were in finish, so none of them writes state after the "restart".
+        let (cancel, tracker) = &self.lifetime;
+        cancel.cancel();
+        tracker.close();
+        tokio::time::timeout(std::time::Duration::from_secs(60), tracker.wait()).await.expect("tasks stop");
         self._temp.take()
     }
 }
