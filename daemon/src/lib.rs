@@ -256,7 +256,7 @@ impl Daemon {
 
         shared.listeners.serve_host(host);
         tracker.spawn(
-            container::watch_engine(config.container.runtime, engine, cancel.clone())
+            container::watch_engine(config.container.clone(), engine, cancel.clone())
                 .instrument(tracing::info_span!("engine")),
         );
         tracker

@@ -103,7 +103,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<(), Failure> {
     use baaaht_daemon::container::{self, docker::DockerRuntime, images, EngineStatus};
-    let engine = container::probe(loaded.config.container.runtime).await;
+    let engine = container::probe_config(&loaded.config.container).await;
     let EngineStatus::Ready(info) = &engine.status else {
         return Err(Failure::Engine(engine.status.degraded_reason().unwrap_or_default()));
     };

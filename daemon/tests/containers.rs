@@ -241,3 +241,25 @@ async fn after_a_crash_services_are_adopted_and_everything_else_is_removed() {
     assert!(owned.expect("list").is_empty(), "containers left after a clean stop");
     drop(temp);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_health_and_stop_on_a_running_service() {
+    let running = start(&[]).await;
+    let service = running.shared.containers.start_service(request(&["sleep", "3600"], Duration::from_secs(30))).await;
+    let service = service.expect("starts");
+    let runtime = running.shared.engine.borrow().clone().runtime.expect("engine");
+    let result = runtime.exec(&service.id, &["sh".into(), "-c".into(), "id -u; echo err >&2; exit 3".into()]).await;
+    let result = result.expect("exec");
+    assert_eq!(result.exit_code, 3);
+    assert_eq!(String::from_utf8_lossy(&result.output.stdout), "1000\n");
+    assert_eq!(String::from_utf8_lossy(&result.output.stderr), "err\n");
+    let health = runtime.inspect_health(&service.id).await.expect("health");
+    assert!(health.running);
+    assert_eq!(health.status, "none");
+    runtime.stop(&service.id, Duration::from_secs(1)).await.expect("stop");
+    assert!(!runtime.inspect_health(&service.id).await.expect("health").running);
+    running.shared.containers.stop_service(&service.name).await.expect("removed");
+    let error = runtime.inspect_health(&service.id).await.expect_err("gone");
+    assert!(matches!(error, baaaht_daemon::container::RuntimeError::NotFound(_)), "{error:?}");
+    running.stop().await;
+}

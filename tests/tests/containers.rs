@@ -124,3 +124,26 @@ fn serde_json_names(text: &str) -> Option<Vec<String>> {
         .collect();
     Some(names)
 }
+
+#[test]
+fn without_an_engine_the_daemon_serves_degraded_and_refuses_container_work_with_a_sentence() {
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT__CONTAINER__SOCKET".into(), "/nonexistent/engine.sock".into())],
+        ..Default::default()
+    })
+    .expect("daemon starts without an engine");
+    let status =
+        Command::new(bin("baaaht")).arg("status").env("BAAAHT_SOCKET", daemon.socket()).output().expect("status");
+    let stdout = text(&status.stdout);
+    assert!(status.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("engine:      none (degraded: no container engine at /nonexistent/engine.sock;"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("health:      degraded: no container engine at /nonexistent/engine.sock;"), "{stdout}");
+    let doctor =
+        Command::new(bin("baaaht")).arg("doctor").env("BAAAHT_SOCKET", daemon.socket()).output().expect("doctor");
+    assert_eq!(doctor.status.code(), Some(70));
+    let stderr = text(&doctor.stderr);
+    assert!(stderr.contains("degraded: no container engine at /nonexistent/engine.sock; start dockerd"), "{stderr}");
+}

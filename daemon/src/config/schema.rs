@@ -84,6 +84,8 @@ pub struct ContainerConfig {
     pub image: String,
     /// Folder holding `baaaht-agent`, mounted read-only into containers; empty: beside baaahtd.
     pub binaries_dir: String,
+    /// The engine's socket; empty: try the usual places for `runtime`.
+    pub socket: String,
 }
 
 impl Default for ContainerConfig {
@@ -96,6 +98,7 @@ impl Default for ContainerConfig {
             role_limits: BTreeMap::new(),
             image: "baaaht/base:latest".into(),
             binaries_dir: String::new(),
+            socket: String::new(),
         }
     }
 }

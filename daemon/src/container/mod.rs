@@ -264,7 +264,19 @@ impl Engine {
 
 /// Connects to the first candidate that answers, negotiating the API version.
 pub async fn probe(choice: RuntimeChoice) -> Engine {
-    let candidates = candidate_sockets(choice, |key| std::env::var(key).ok());
+    probe_sockets(candidate_sockets(choice, |key| std::env::var(key).ok())).await
+}
+
+/// [`probe`] for `container.socket` when it is set, else for `container.runtime`.
+pub async fn probe_config(config: &crate::config::ContainerConfig) -> Engine {
+    if config.socket.is_empty() {
+        probe(config.runtime).await
+    } else {
+        probe_sockets(vec![PathBuf::from(&config.socket)]).await
+    }
+}
+
+async fn probe_sockets(candidates: Vec<PathBuf>) -> Engine {
     let mut problems = vec![];
     for socket in &candidates {
         if !socket.exists() {
@@ -304,14 +316,14 @@ pub fn report_hung(engine: &watch::Sender<Engine>, error: &RuntimeError) {
 /// Probes at start; then every 60 s while the engine answers, and with backoff from 2 s to
 /// 30 s while it does not (including right after a call reported it hung).
 pub async fn watch_engine(
-    choice: RuntimeChoice,
+    config: crate::config::ContainerConfig,
     engine: std::sync::Arc<watch::Sender<Engine>>,
     cancel: CancellationToken,
 ) {
     let mut changes = engine.subscribe();
     let mut backoff = Duration::from_secs(2);
     loop {
-        let current = probe(choice).await;
+        let current = probe_config(&config).await;
         let changed = engine.borrow().status != current.status;
         if changed {
             match &current.status {
