@@ -107,7 +107,9 @@ async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir:
     let EngineStatus::Ready(info) = &engine.status else {
         return Err(Failure::Engine(engine.status.degraded_reason().unwrap_or_default()));
     };
-    let runtime = DockerRuntime::connect(&info.socket).await.map_err(|error| Failure::Engine(error.to_string()))?;
+    let limit = std::time::Duration::from_secs(loaded.config.container.engine_timeout.max(1));
+    let runtime =
+        DockerRuntime::connect(&info.socket, limit).await.map_err(|error| Failure::Engine(error.to_string()))?;
     let image = &loaded.config.container.image;
     match command {
         ImagesCommand::Check => {

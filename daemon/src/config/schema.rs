@@ -86,6 +86,8 @@ pub struct ContainerConfig {
     pub binaries_dir: String,
     /// The engine's socket; empty: try the usual places for `runtime`.
     pub socket: String,
+    /// Seconds one engine call may take before the engine counts as hung (degraded mode).
+    pub engine_timeout: u64,
 }
 
 impl Default for ContainerConfig {
@@ -99,6 +101,7 @@ impl Default for ContainerConfig {
             image: "baaaht/base:latest".into(),
             binaries_dir: String::new(),
             socket: String::new(),
+            engine_timeout: 30,
         }
     }
 }

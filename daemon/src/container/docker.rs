@@ -28,8 +28,8 @@ use super::{
 pub const SECCOMP_PROFILE: &str = include_str!("../../../seccomp/default.json");
 
 /// How long one engine call (other than waiting for a container) may take before the engine
-/// counts as hung.
-const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// counts as hung, unless `container.engine_timeout` says otherwise.
+pub const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Host paths that are never mounted into a container: the engines' own sockets.
 const ENGINE_SOCKETS: &[&str] =
@@ -42,6 +42,8 @@ pub struct DockerRuntime {
     /// The seccomp profile as the engine wants it in `security_opt`: compact JSON for Docker,
     /// a file path for Podman.
     seccomp: String,
+    /// How long one engine call may take (see [`ENGINE_CALL_TIMEOUT`]).
+    limit: Duration,
 }
 
 /// The most of an engine message we pass on: some echo whole request bodies.
@@ -60,6 +62,8 @@ fn shorten(message: String) -> String {
 
 fn engine_error(operation: &'static str, error: bollard::errors::Error) -> RuntimeError {
     match error {
+        // bollard's own client timeout (set above ours as a backstop) means the same: hung.
+        bollard::errors::Error::RequestTimeoutError => RuntimeError::Hung { operation, seconds: 0 },
         bollard::errors::Error::DockerResponseServerError { status_code: 404, message } => {
             RuntimeError::NotFound(shorten(message))
         }
@@ -95,24 +99,26 @@ fn seccomp_file(profile: &str) -> Result<PathBuf, RuntimeError> {
 
 /// Runs one engine call with the hung-engine timeout.
 async fn call<T>(
+    limit: Duration,
     operation: &'static str,
     future: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
 ) -> Result<T, RuntimeError> {
-    match tokio::time::timeout(ENGINE_CALL_TIMEOUT, future).await {
+    match tokio::time::timeout(limit, future).await {
         Ok(result) => result.map_err(|error| engine_error(operation, error)),
-        Err(_) => Err(RuntimeError::Hung { operation, seconds: ENGINE_CALL_TIMEOUT.as_secs() }),
+        Err(_) => Err(RuntimeError::Hung { operation, seconds: limit.as_secs() }),
     }
 }
 
 impl DockerRuntime {
     /// Connects to the engine at `socket` and negotiates the API version with it (Debian's
     /// dockerd 20.10 speaks 1.41, older than bollard's default).
-    pub async fn connect(socket: &Path) -> Result<DockerRuntime, RuntimeError> {
+    pub async fn connect(socket: &Path, limit: Duration) -> Result<DockerRuntime, RuntimeError> {
         let path = socket.to_string_lossy();
-        let docker = Docker::connect_with_unix(&path, ENGINE_CALL_TIMEOUT.as_secs(), bollard::API_DEFAULT_VERSION)
+        // bollard's client timeout is only a backstop for ours, which names the operation.
+        let docker = Docker::connect_with_unix(&path, limit.as_secs() * 2 + 5, bollard::API_DEFAULT_VERSION)
             .map_err(|error| engine_error("connect", error))?;
-        let docker = call("negotiate the API version", docker.negotiate_version()).await?;
-        let version = call("report its version", docker.version()).await?;
+        let docker = call(limit, "negotiate the API version", docker.negotiate_version()).await?;
+        let version = call(limit, "report its version", docker.version()).await?;
         let is_podman = version.components.iter().flatten().any(|c| c.name.to_ascii_lowercase().contains("podman"))
             || version.platform.as_ref().is_some_and(|p| p.name.to_ascii_lowercase().contains("podman"));
         let info = EngineInfo {
@@ -127,7 +133,7 @@ impl DockerRuntime {
             EngineKind::Docker => compact,
             EngineKind::Podman => seccomp_file(&compact)?.display().to_string(),
         };
-        Ok(DockerRuntime { docker, info, seccomp })
+        Ok(DockerRuntime { docker, info, seccomp, limit })
     }
 
     /// The engine client, for image work in `images`.
@@ -238,28 +244,27 @@ impl ContainerRuntime for DockerRuntime {
             ..Default::default()
         };
         let options = CreateContainerOptions { name: Some(spec.name.clone()), ..Default::default() };
-        let created = call("create a container", self.docker.create_container(Some(options), body)).await?;
+        let created = call(self.limit, "create a container", self.docker.create_container(Some(options), body)).await?;
         Ok(created.id)
     }
 
     async fn start(&self, id: &str) -> Result<(), RuntimeError> {
-        call("start a container", self.docker.start_container(id, None)).await
+        call(self.limit, "start a container", self.docker.start_container(id, None)).await
     }
 
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         let options = StopContainerOptions { t: Some(grace.as_secs() as i32), ..Default::default() };
-        match tokio::time::timeout(ENGINE_CALL_TIMEOUT + grace, self.docker.stop_container(id, Some(options))).await {
+        match tokio::time::timeout(self.limit + grace, self.docker.stop_container(id, Some(options))).await {
             Ok(result) => result.map_err(|error| engine_error("stop a container", error)),
-            Err(_) => Err(RuntimeError::Hung {
-                operation: "stop a container",
-                seconds: (ENGINE_CALL_TIMEOUT + grace).as_secs(),
-            }),
+            Err(_) => {
+                Err(RuntimeError::Hung { operation: "stop a container", seconds: (self.limit + grace).as_secs() })
+            }
         }
     }
 
     async fn kill(&self, id: &str) -> Result<(), RuntimeError> {
         let options = KillContainerOptions { signal: "SIGKILL".into() };
-        match call("kill a container", self.docker.kill_container(id, Some(options))).await {
+        match call(self.limit, "kill a container", self.docker.kill_container(id, Some(options))).await {
             // Already stopped: the goal is met.
             Err(RuntimeError::Engine { message, .. }) if message.contains("is not running") => Ok(()),
             other => other,
@@ -268,7 +273,7 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
         let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
-        match call("remove a container", self.docker.remove_container(id, Some(options))).await {
+        match call(self.limit, "remove a container", self.docker.remove_container(id, Some(options))).await {
             Err(RuntimeError::NotFound(_)) => Ok(()),
             // A removal already under way (e.g. two cleanups racing) ends the same way.
             Err(RuntimeError::Engine { message, .. }) if message.contains("already in progress") => Ok(()),
@@ -294,8 +299,12 @@ impl ContainerRuntime for DockerRuntime {
         // up to a second for the OOMKilled flag to appear.
         let mut checks = if code == 137 { 10 } else { 1 };
         loop {
-            let inspected =
-                call("inspect a container", self.docker.inspect_container(id, None::<InspectContainerOptions>)).await?;
+            let inspected = call(
+                self.limit,
+                "inspect a container",
+                self.docker.inspect_container(id, None::<InspectContainerOptions>),
+            )
+            .await?;
             let flagged = inspected.state.and_then(|state| state.oom_killed).unwrap_or(false);
             // Podman 4 on hybrid cgroups never sets OOMKilled. A container's init can only be
             // SIGKILLed from outside its PID namespace; the daemon's own kills are timeouts,
@@ -317,7 +326,7 @@ impl ContainerRuntime for DockerRuntime {
             filters: Some(HashMap::from([("label".to_string(), filters)])),
             ..Default::default()
         };
-        let found = call("list containers", self.docker.list_containers(Some(options))).await?;
+        let found = call(self.limit, "list containers", self.docker.list_containers(Some(options))).await?;
         Ok(found
             .into_iter()
             .map(|summary| ContainerInfo {
@@ -335,7 +344,8 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn inspect_health(&self, id: &str) -> Result<HealthStatus, RuntimeError> {
         let inspected =
-            call("inspect a container", self.docker.inspect_container(id, None::<InspectContainerOptions>)).await?;
+            call(self.limit, "inspect a container", self.docker.inspect_container(id, None::<InspectContainerOptions>))
+                .await?;
         let state = inspected.state.unwrap_or_default();
         let health = state.health.unwrap_or_default();
         Ok(HealthStatus {
@@ -365,13 +375,10 @@ impl ContainerRuntime for DockerRuntime {
             }
             Ok::<(), RuntimeError>(())
         };
-        match tokio::time::timeout(ENGINE_CALL_TIMEOUT, collect).await {
+        match tokio::time::timeout(self.limit, collect).await {
             Ok(result) => result?,
             Err(_) => {
-                return Err(RuntimeError::Hung {
-                    operation: "read container logs",
-                    seconds: ENGINE_CALL_TIMEOUT.as_secs(),
-                })
+                return Err(RuntimeError::Hung { operation: "read container logs", seconds: self.limit.as_secs() })
             }
         }
         Ok(output)
@@ -385,8 +392,8 @@ impl ContainerRuntime for DockerRuntime {
             attach_stderr: Some(true),
             ..Default::default()
         };
-        let exec = call("create an exec", self.docker.create_exec(id, options)).await?;
-        let started = call("start an exec", self.docker.start_exec(&exec.id, None)).await?;
+        let exec = call(self.limit, "create an exec", self.docker.create_exec(id, options)).await?;
+        let started = call(self.limit, "start an exec", self.docker.start_exec(&exec.id, None)).await?;
         let mut output = Output::default();
         const CAP: usize = 1 << 20;
         if let StartExecResults::Attached { output: mut stream, .. } = started {
@@ -399,12 +406,12 @@ impl ContainerRuntime for DockerRuntime {
                 }
             }
         }
-        let inspected = call("inspect an exec", self.docker.inspect_exec(&exec.id)).await?;
+        let inspected = call(self.limit, "inspect an exec", self.docker.inspect_exec(&exec.id)).await?;
         Ok(ExecResult { exit_code: inspected.exit_code.unwrap_or(-1), output })
     }
 
     async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
-        match call("inspect an image", self.docker.inspect_image(image)).await {
+        match call(self.limit, "inspect an image", self.docker.inspect_image(image)).await {
             Ok(_) => Ok(true),
             Err(RuntimeError::NotFound(_)) => Ok(false),
             Err(error) => Err(error),

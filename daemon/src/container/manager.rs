@@ -578,7 +578,7 @@ impl ContainerManager {
 
     async fn probe_image(&self) -> Result<(), String> {
         let runtime = self.runtime().await.map_err(|error| error.to_string())?;
-        match runtime.image_exists(&self.image).await {
+        match self.check(runtime.image_exists(&self.image).await) {
             Ok(true) => {}
             Ok(false) => return Err(format!("image {} is missing: run `baaahtd images build`", self.image)),
             Err(error) => return Err(error.to_string()),

@@ -264,25 +264,27 @@ impl Engine {
 
 /// Connects to the first candidate that answers, negotiating the API version.
 pub async fn probe(choice: RuntimeChoice) -> Engine {
-    probe_sockets(candidate_sockets(choice, |key| std::env::var(key).ok())).await
+    probe_sockets(candidate_sockets(choice, |key| std::env::var(key).ok()), docker::ENGINE_CALL_TIMEOUT).await
 }
 
 /// [`probe`] for `container.socket` when it is set, else for `container.runtime`.
 pub async fn probe_config(config: &crate::config::ContainerConfig) -> Engine {
-    if config.socket.is_empty() {
-        probe(config.runtime).await
+    let limit = Duration::from_secs(config.engine_timeout.max(1));
+    let candidates = if config.socket.is_empty() {
+        candidate_sockets(config.runtime, |key| std::env::var(key).ok())
     } else {
-        probe_sockets(vec![PathBuf::from(&config.socket)]).await
-    }
+        vec![PathBuf::from(&config.socket)]
+    };
+    probe_sockets(candidates, limit).await
 }
 
-async fn probe_sockets(candidates: Vec<PathBuf>) -> Engine {
+async fn probe_sockets(candidates: Vec<PathBuf>, limit: Duration) -> Engine {
     let mut problems = vec![];
     for socket in &candidates {
         if !socket.exists() {
             continue;
         }
-        match docker::DockerRuntime::connect(socket).await {
+        match docker::DockerRuntime::connect(socket, limit).await {
             Ok(runtime) => {
                 return Engine {
                     status: EngineStatus::Ready(runtime.engine().clone()),
