@@ -349,7 +349,12 @@ impl ContainerRuntime for DockerRuntime {
         let state = inspected.state.unwrap_or_default();
         let health = state.health.unwrap_or_default();
         Ok(HealthStatus {
-            status: health.status.map(|status| status.to_string()).unwrap_or_else(|| "none".into()),
+            // Podman says "" where Docker says "none" for a container without a healthcheck.
+            status: health
+                .status
+                .map(|status| status.to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "none".into()),
             failing_streak: health.failing_streak.unwrap_or(0),
             last_output: health
                 .log
