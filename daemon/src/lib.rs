@@ -12,6 +12,7 @@ pub mod datadir;
 pub mod defaults;
 pub mod metrics;
 pub mod policy;
+pub mod secrets;
 pub mod server;
 pub mod sessions;
 pub mod state;

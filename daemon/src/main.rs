@@ -37,6 +37,24 @@ enum Command {
         #[command(subcommand)]
         command: ImagesCommand,
     },
+    /// Work with the encrypted secrets store (config/secrets.enc)
+    Secrets {
+        #[command(subcommand)]
+        command: SecretsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SecretsCommand {
+    /// Store a secret; its value is read from standard input (never from the command line)
+    Set {
+        /// e.g. ANTHROPIC_API_KEY, referenced as ${ANTHROPIC_API_KEY} in providers.yaml
+        name: String,
+    },
+    /// List the names of the stored secrets (never their values)
+    List,
+    /// Remove a secret
+    Rm { name: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -80,6 +98,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             eprintln!("baaahtd: configuration is valid");
             Ok(())
         }
+        Command::Secrets { command } => secrets(command, &data_dir),
         Command::Images { command } => {
             let runtime =
                 tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
@@ -140,6 +159,56 @@ async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir:
     }
 }
 
+fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
+    use baaaht_daemon::secrets::{passphrase_from_environment, SecretStore};
+    use std::io::{IsTerminal, Read};
+    let config_dir = data_dir.config_dir();
+    let store = SecretStore::new(&config_dir);
+    match command {
+        SecretsCommand::Set { name } => {
+            if !baaaht_daemon::secrets::is_valid_name(&name) {
+                return Err(Failure::Secrets(baaaht_daemon::secrets::SecretsError::BadName(name)));
+            }
+            std::fs::create_dir_all(&config_dir).map_err(Failure::Runtime)?;
+            let value = if std::io::stdin().is_terminal() {
+                rpassword::prompt_password(format!("value of {name}: ")).map_err(Failure::Runtime)?
+            } else {
+                let mut value = String::new();
+                std::io::stdin().read_to_string(&mut value).map_err(Failure::Runtime)?;
+                value
+            };
+            let mut value = zeroize::Zeroizing::new(value);
+            // `echo value | baaahtd secrets set NAME` adds one newline: it is not part of the value.
+            let trimmed_len = value.trim_end_matches(['\n', '\r']).len();
+            value.truncate(trimmed_len);
+            let passphrase = passphrase_from_environment(!store.exists()).map_err(Failure::Secrets)?;
+            store.set(&passphrase, &name, value).map_err(Failure::Secrets)?;
+            eprintln!("baaahtd: {name} stored in {}", store.path().display());
+            Ok(())
+        }
+        SecretsCommand::List => {
+            if !store.exists() {
+                eprintln!("baaahtd: no secrets yet ({} does not exist)", store.path().display());
+                return Ok(());
+            }
+            let passphrase = passphrase_from_environment(false).map_err(Failure::Secrets)?;
+            for name in store.open(&passphrase).map_err(Failure::Secrets)?.names() {
+                println!("{name}");
+            }
+            Ok(())
+        }
+        SecretsCommand::Rm { name } => {
+            let passphrase = passphrase_from_environment(false).map_err(Failure::Secrets)?;
+            if store.remove(&passphrase, &name).map_err(Failure::Secrets)? {
+                eprintln!("baaahtd: {name} removed");
+                Ok(())
+            } else {
+                Err(Failure::NoSuchSecret(name))
+            }
+        }
+    }
+}
+
 /// Resolves on the first SIGTERM or SIGINT.
 async fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -165,6 +234,10 @@ enum Failure {
     Engine(String),
     #[error(transparent)]
     Image(Box<baaaht_daemon::container::images::ImageError>),
+    #[error(transparent)]
+    Secrets(baaaht_daemon::secrets::SecretsError),
+    #[error("no secret named {0}: `baaahtd secrets list` shows the names")]
+    NoSuchSecret(String),
 }
 
 /// The one table of exit codes (sysexits.h values).
@@ -175,6 +248,8 @@ fn exit_code(failure: &Failure) -> u8 {
     const TEMP_FAIL: u8 = 75;
     const CONFIG: u8 = 78;
     const UNAVAILABLE: u8 = 69;
+    const DATA_ERROR: u8 = 65;
+    const NO_PERMISSION: u8 = 77;
     match failure {
         Failure::Daemon(error) => match error {
             DaemonError::Config(_) | DaemonError::NoSuchGroup(_) => CONFIG,
@@ -191,5 +266,8 @@ fn exit_code(failure: &Failure) -> u8 {
         Failure::Print(_) => SOFTWARE,
         Failure::Engine(_) => UNAVAILABLE,
         Failure::Image(_) => CANT_CREATE,
+        Failure::Secrets(baaaht_daemon::secrets::SecretsError::Decrypt { .. }) => NO_PERMISSION,
+        Failure::Secrets(_) => DATA_ERROR,
+        Failure::NoSuchSecret(_) => DATA_ERROR,
     }
 }
