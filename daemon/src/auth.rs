@@ -11,7 +11,9 @@ use std::sync::Arc;
 /// The uid every container process runs as (DESIGN.md §5.4).
 pub const CONTAINER_UID: u32 = 1000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Container roles, also the keys of `container.role_limits` in config.yaml.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
     Assistant,
     Worker,
@@ -21,6 +23,8 @@ pub enum Role {
     Heartbeat,
     /// The resident tool runner of a session's tool container.
     Tool,
+    /// The LLM gateway: served by the daemon's requests, it calls no RPC itself.
+    LlmGateway,
 }
 
 impl Role {
@@ -36,6 +40,7 @@ impl Role {
             Role::Memory => "memory",
             Role::Heartbeat => "heartbeat",
             Role::Tool => "tool",
+            Role::LlmGateway => "llm_gateway",
         }
     }
 }

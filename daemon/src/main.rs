@@ -76,13 +76,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            let mut message = format!("baaahtd: {error}");
-            let mut source = std::error::Error::source(&error);
-            while let Some(cause) = source {
-                message.push_str(&format!(": {cause}"));
-                source = cause.source();
-            }
-            eprintln!("{message}");
+            eprintln!("baaahtd: {}", baaaht_proto::error_chain(&error));
             ExitCode::from(exit_code(&error))
         }
     }

@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use regex::Regex;
 
 use crate::auth::Role;
-use crate::config::{Config, LoadedConfig, MountAllowlist, MountKind, MountMode, RoleName};
+use crate::config::{Config, LoadedConfig, MountAllowlist, MountKind, MountMode};
 use crate::container::{Limits, MountSpec, NetworkPolicy};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,7 +155,7 @@ impl Policy {
     }
 
     /// The limits of a role: `container.resource_limits` with `container.role_limits` on top.
-    pub fn resource_limits(&self, role: RoleName) -> Limits {
+    pub fn resource_limits(&self, role: Role) -> Limits {
         let base = &self.config.container.resource_limits;
         let custom = self.config.container.role_limits.get(&role).cloned().unwrap_or_default();
         Limits {
@@ -167,9 +167,9 @@ impl Policy {
     }
 
     /// Agents and tools get no network; only the LLM gateway reaches out (spec §13.3).
-    pub fn network_policy(role: RoleName) -> NetworkPolicy {
+    pub fn network_policy(role: Role) -> NetworkPolicy {
         match role {
-            RoleName::LlmGateway => NetworkPolicy::Egress,
+            Role::LlmGateway => NetworkPolicy::Egress,
             _ => NetworkPolicy::None,
         }
     }
@@ -183,20 +183,6 @@ impl Policy {
             }
         }
         Ok(())
-    }
-}
-
-impl From<Role> for RoleName {
-    fn from(role: Role) -> RoleName {
-        match role {
-            Role::Assistant => RoleName::Assistant,
-            Role::Worker => RoleName::Worker,
-            Role::Researcher => RoleName::Researcher,
-            Role::Coder => RoleName::Coder,
-            Role::Memory => RoleName::Memory,
-            Role::Heartbeat => RoleName::Heartbeat,
-            Role::Tool => RoleName::Tool,
-        }
     }
 }
 
@@ -398,13 +384,13 @@ mod tests {
         let env = [("BAAAHT__CONTAINER__ROLE_LIMITS__CODER".to_string(), r#"{"memory": "2g", "cpu": 2}"#.to_string())];
         let loaded = crate::config::load(&paths, env).expect("config");
         let policy = Policy::new(&loaded).expect("policy");
-        let coder = policy.resource_limits(RoleName::Coder);
+        let coder = policy.resource_limits(Role::Coder);
         assert_eq!((coder.memory_bytes, coder.cpus, coder.pids), (2 << 30, 2.0, 256));
-        let worker = policy.resource_limits(RoleName::Worker);
+        let worker = policy.resource_limits(Role::Worker);
         assert_eq!((worker.memory_bytes, worker.cpus), (512 << 20, 1.0));
-        assert_eq!(Policy::network_policy(RoleName::Tool), NetworkPolicy::None);
-        assert_eq!(Policy::network_policy(RoleName::Assistant), NetworkPolicy::None);
-        assert_eq!(Policy::network_policy(RoleName::LlmGateway), NetworkPolicy::Egress);
+        assert_eq!(Policy::network_policy(Role::Tool), NetworkPolicy::None);
+        assert_eq!(Policy::network_policy(Role::Assistant), NetworkPolicy::None);
+        assert_eq!(Policy::network_policy(Role::LlmGateway), NetworkPolicy::Egress);
     }
 
     #[test]

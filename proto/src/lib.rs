@@ -18,3 +18,15 @@ pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
 
 /// Environment variable through which a container receives its bearer token.
 pub const CONTAINER_TOKEN_ENV: &str = "BAAAHT_CONTAINER_TOKEN";
+
+/// An error and its causes as one line, "outer: inner: root", for the single place each
+/// program prints an error.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}

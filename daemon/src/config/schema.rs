@@ -79,7 +79,7 @@ pub struct ContainerConfig {
     pub max_concurrent: u32,
     pub resource_limits: ResourceLimits,
     /// Per-role overrides of `resource_limits`, e.g. `{coder: {memory: 2g}}`.
-    pub role_limits: BTreeMap<RoleName, ResourceLimitsOverride>,
+    pub role_limits: BTreeMap<crate::auth::Role, ResourceLimitsOverride>,
     /// Image every agent and tool container starts from.
     pub image: String,
     /// Folder holding `baaaht-agent`, mounted read-only into containers; empty: beside baaahtd.
@@ -150,20 +150,6 @@ pub struct ResourceLimitsOverride {
     pub pids: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tmp: Option<ByteSize>,
-}
-
-/// Container and agent roles, as written in config keys.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum RoleName {
-    Assistant,
-    Worker,
-    Researcher,
-    Coder,
-    Memory,
-    Heartbeat,
-    Tool,
-    LlmGateway,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

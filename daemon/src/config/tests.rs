@@ -115,7 +115,7 @@ fn env_overrides() {
             c.container.resource_limits.memory == ByteSize(2 << 30)
         }),
         (&[("BAAAHT__CONTAINER__ROLE_LIMITS__CODER__MEMORY", "2g")], |c| {
-            c.container.role_limits.get(&RoleName::Coder).and_then(|l| l.memory) == Some(ByteSize(2 << 30))
+            c.container.role_limits.get(&crate::auth::Role::Coder).and_then(|l| l.memory) == Some(ByteSize(2 << 30))
         }),
         (&[("BAAAHT__AGENTS__CODER__TEMPERATURE", "0.2")], |c| c.agents.coder.temperature == Some(Temperature(0.2))),
         (&[("BAAAHT_DATA", "/elsewhere"), ("OTHER", "x")], |c| *c == Config::default()),

@@ -20,7 +20,6 @@ use super::{
     RuntimeError, LABEL_BAAAHT, LABEL_OWNER,
 };
 use crate::auth::{ContainerIdentity, Context, Role};
-use crate::config::RoleName;
 use crate::datadir::DataDir;
 use crate::policy::Policy;
 use crate::server::listeners::{ListenerError, ListenerSet};
@@ -274,7 +273,7 @@ impl ContainerManager {
         socket: Option<&PathBuf>,
         token: Option<&str>,
     ) -> ContainerSpec {
-        let role = RoleName::from(request.role);
+        let role = request.role;
         let mut mounts = vec![MountSpec {
             host: self.agent_binary.clone(),
             target: format!("{BINARIES_MOUNT}/baaaht-agent"),
@@ -661,7 +660,11 @@ impl ContainerManager {
 }
 
 fn identity_of(entry: &InventoryEntry) -> Option<ContainerIdentity> {
-    let role = Role::AGENTS.iter().chain([&Role::Tool]).find(|role| role.as_str() == entry.role).copied()?;
+    let role = Role::AGENTS
+        .iter()
+        .chain([&Role::Tool, &Role::LlmGateway])
+        .find(|role| role.as_str() == entry.role)
+        .copied()?;
     let (kind, id) = entry.context.split_once(':')?;
     let context = match kind {
         "user" => Context::user(id),

@@ -24,19 +24,9 @@ impl From<ContainerError> for Status {
         match error {
             ContainerError::Unavailable(reason) => Status::unavailable(reason),
             ContainerError::StartFailed { .. } => Status::failed_precondition(error.to_string()),
-            other => Status::internal(error_chain(&other)),
+            other => Status::internal(baaaht_proto::error_chain(&other)),
         }
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 impl From<AuthError> for Status {
@@ -347,7 +337,7 @@ impl Orchestrator for OrchestratorService {
             working_dir: None,
         };
         let outcome = self.shared.containers.run(run).await.map_err(|error| {
-            tracing::warn!(error = %error_chain(&error), "self-test container failed");
+            tracing::warn!(error = %baaaht_proto::error_chain(&error), "self-test container failed");
             Status::from(error)
         })?;
         let stdout = String::from_utf8_lossy(&outcome.output.stdout);

@@ -90,18 +90,8 @@ pub async fn connect(socket: &Path) -> Result<Orchestrator, CliError> {
     client::connect(socket, ConnectOptions::default()).await.map_err(|error| match error {
         ConnectError::NotRunning { path } => CliError::NotRunning { path },
         ConnectError::PermissionDenied { path } => CliError::SocketPermission { path },
-        other => CliError::Unreachable { path: socket.to_path_buf(), detail: error_chain(&other) },
+        other => CliError::Unreachable { path: socket.to_path_buf(), detail: baaaht_proto::error_chain(&other) },
     })
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
