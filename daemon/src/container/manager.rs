@@ -355,20 +355,7 @@ impl ContainerManager {
         spec: &ContainerSpec,
         token_sha256: Option<String>,
     ) -> Result<(String, RunStatus, Output, u32), ContainerError> {
-        // Create and start, retrying once (spec §5.4).
-        let mut attempts = 0;
-        let id = loop {
-            attempts += 1;
-            match self.create_and_start(runtime, spec, token_sha256.clone().unwrap_or_default()).await {
-                Ok(id) => break id,
-                Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
-                    tracing::warn!(container = %spec.name, %error, "container failed to start; retrying once");
-                }
-                Err(error) => {
-                    return Err(ContainerError::StartFailed { attempts, message: error.to_string() });
-                }
-            }
-        };
+        let (id, attempts) = self.start_with_retry(runtime, spec, token_sha256.unwrap_or_default()).await?;
         let waited = tokio::time::timeout(request.timeout, runtime.wait(&id)).await;
         let status = match waited {
             Ok(Ok(exit)) if exit.oom_killed => RunStatus::OutOfMemory { limit_bytes: spec.limits.memory_bytes },
@@ -398,6 +385,26 @@ impl ContainerManager {
         }
         self.cleanup(runtime, &id, &spec.name).await;
         Ok((id, status, output, attempts))
+    }
+
+    /// Creates and starts `spec`, retrying once (spec §5.4); a hung engine is not retried.
+    async fn start_with_retry(
+        &self,
+        runtime: &dyn ContainerRuntime,
+        spec: &ContainerSpec,
+        token_sha256: String,
+    ) -> Result<(String, u32), ContainerError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.create_and_start(runtime, spec, token_sha256.clone()).await {
+                Ok(id) => return Ok((id, attempts)),
+                Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
+                    tracing::warn!(container = %spec.name, %error, "container failed to start; retrying once");
+                }
+                Err(error) => return Err(ContainerError::StartFailed { attempts, message: error.to_string() }),
+            }
+        }
     }
 
     async fn create_and_start(
@@ -483,21 +490,14 @@ impl ContainerManager {
         };
         let socket = self.listeners.add_container(identity).map_err(ContainerError::Socket)?;
         let spec = self.spec(&request, &name, ContainerKind::Service, Some(&socket.folder), Some(&socket.token));
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            match self.create_and_start(&*runtime, &spec, socket.token_sha256.clone()).await {
-                Ok(id) => {
-                    tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), "service container started");
-                    return Ok(ServiceHandle { id, name });
-                }
-                Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
-                    tracing::warn!(container = %name, %error, "container failed to start; retrying once");
-                }
-                Err(error) => {
-                    self.listeners.remove_container(&name);
-                    return Err(ContainerError::StartFailed { attempts, message: error.to_string() });
-                }
+        match self.start_with_retry(&*runtime, &spec, socket.token_sha256.clone()).await {
+            Ok((id, _attempts)) => {
+                tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), "service container started");
+                Ok(ServiceHandle { id, name })
+            }
+            Err(error) => {
+                self.listeners.remove_container(&name);
+                Err(error)
             }
         }
     }
