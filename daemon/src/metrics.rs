@@ -42,8 +42,8 @@ impl Histogram {
 
 #[derive(Debug, Default)]
 struct Registry {
-    /// (method, gRPC code) → calls
-    rpc_calls: BTreeMap<(String, String), u64>,
+    /// method → gRPC code → calls
+    rpc_calls: BTreeMap<String, BTreeMap<String, u64>>,
     rpc_latency: BTreeMap<String, Histogram>,
 }
 
@@ -68,8 +68,26 @@ impl Metrics {
     /// Records one finished RPC.
     pub fn record_rpc(&self, method: &str, code: &str, elapsed: Duration) {
         let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
-        *registry.rpc_calls.entry((method.to_string(), code.to_string())).or_default() += 1;
-        registry.rpc_latency.entry(method.to_string()).or_default().observe(elapsed.as_secs_f64());
+        // Every RPC passes here: allocate keys only the first time a method/code is seen.
+        if !registry.rpc_calls.contains_key(method) {
+            registry.rpc_calls.insert(method.to_string(), BTreeMap::new());
+        }
+        if let Some(codes) = registry.rpc_calls.get_mut(method) {
+            match codes.get_mut(code) {
+                Some(count) => *count += 1,
+                None => {
+                    codes.insert(code.to_string(), 1);
+                }
+            }
+        }
+        match registry.rpc_latency.get_mut(method) {
+            Some(histogram) => histogram.observe(elapsed.as_secs_f64()),
+            None => {
+                let mut histogram = Histogram::default();
+                histogram.observe(elapsed.as_secs_f64());
+                registry.rpc_latency.insert(method.to_string(), histogram);
+            }
+        }
     }
 
     /// The exposition text (Prometheus text format 0.0.4).
@@ -84,8 +102,10 @@ impl Metrics {
         let _ = writeln!(out, "baaaht_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
         let _ = writeln!(out, "# HELP baaaht_rpc_requests_total gRPC requests by method and status code.");
         let _ = writeln!(out, "# TYPE baaaht_rpc_requests_total counter");
-        for ((method, code), count) in &registry.rpc_calls {
-            let _ = writeln!(out, "baaaht_rpc_requests_total{{method=\"{method}\",code=\"{code}\"}} {count}");
+        for (method, codes) in &registry.rpc_calls {
+            for (code, count) in codes {
+                let _ = writeln!(out, "baaaht_rpc_requests_total{{method=\"{method}\",code=\"{code}\"}} {count}");
+            }
         }
         let _ = writeln!(
             out,
