@@ -8,4 +8,5 @@
 pub mod anthropic;
 pub mod model;
 pub mod openai;
+pub mod provider;
 pub mod sse;

@@ -1,0 +1,306 @@
+//! Streaming one request to a provider and reading its events as they arrive, retrying what a
+//! provider asks to retry (429 with retry-after, 503, 529, a connection refused before anything
+//! was said) and falling back along a chain. Plain HTTP today — enough for local servers such
+//! as Ollama, LM Studio, vLLM or llama.cpp's server; HTTPS providers need the TLS transport.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+
+use crate::model::{ErrorKind, Event, Request, StreamError};
+use crate::sse::SseDecoder;
+use crate::{anthropic, openai};
+
+/// Which wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Anthropic,
+    OpenAi,
+}
+
+/// One configured provider.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub name: String,
+    pub wire: Wire,
+    /// e.g. `http://127.0.0.1:11434/v1` (OpenAI wire) or `http://host:port` (Anthropic wire).
+    pub api_base: String,
+    pub api_key: Option<String>,
+    /// The longest wait for the next bytes of an answer.
+    pub timeout: Duration,
+    pub max_output: Option<u32>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").field("name", &self.name).field("api_base", &self.api_base).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error("{provider} answered {status}: {message}")]
+    Status { provider: String, status: u16, retry_after: Option<Duration>, message: String },
+    #[error("cannot reach {provider} at {address}")]
+    Connect {
+        provider: String,
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{provider}: {message}")]
+    Http { provider: String, message: String },
+    #[error("{provider} sent nothing for {} s", timeout.as_secs())]
+    Timeout { provider: String, timeout: Duration },
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    #[error("{provider} closed the connection before the answer was complete")]
+    Dropped { provider: String },
+    #[error("{provider}: `{api_base}` is not supported: {reason}")]
+    BadBase { provider: String, api_base: String, reason: String },
+    #[error("{provider}: {kind} error: {message}")]
+    Provider { provider: String, kind: &'static str, message: String },
+}
+
+impl Failure {
+    /// Whether trying again (or the next provider) may help.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Failure::Status { status, .. } => matches!(status, 429 | 500 | 502 | 503 | 504 | 529),
+            Failure::Connect { .. } | Failure::Timeout { .. } | Failure::Dropped { .. } => true,
+            Failure::Provider { kind, .. } => matches!(*kind, "rate_limited" | "overloaded" | "provider"),
+            Failure::Http { .. } | Failure::Stream(_) | Failure::BadBase { .. } => false,
+        }
+    }
+
+    /// How long to wait before attempt `attempt` (1-based): the provider's retry-after when it
+    /// gave one, else exponential from `base`; never more than `max`.
+    pub fn delay(&self, attempt: u32, base: Duration, max: Duration) -> Duration {
+        let backoff = base.saturating_mul(1 << attempt.saturating_sub(1).min(10));
+        match self {
+            Failure::Status { retry_after: Some(wait), .. } => (*wait).min(max),
+            _ => backoff.min(max),
+        }
+    }
+}
+
+struct Target {
+    host: String,
+    port: u16,
+    path: String,
+}
+
+fn target(endpoint: &Endpoint) -> Result<Target, Failure> {
+    let bad = |reason: &str| Failure::BadBase {
+        provider: endpoint.name.clone(),
+        api_base: endpoint.api_base.clone(),
+        reason: reason.into(),
+    };
+    let rest = match endpoint.api_base.strip_prefix("http://") {
+        Some(rest) => rest,
+        None if endpoint.api_base.starts_with("https://") => {
+            return Err(bad("HTTPS providers need the TLS transport, which this build does not have yet"))
+        }
+        None => return Err(bad("write it as http://host:port/path")),
+    };
+    let (authority, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) => (host, port.parse().map_err(|_not_a_port| bad("the port is not a number"))?),
+        None => (authority, 80),
+    };
+    let prefix = prefix.trim_end_matches('/');
+    let suffix = match endpoint.wire {
+        Wire::Anthropic => "v1/messages",
+        Wire::OpenAi => "chat/completions",
+    };
+    let path = if prefix.is_empty() { format!("/{suffix}") } else { format!("/{prefix}/{suffix}") };
+    Ok(Target { host: host.trim_matches(['[', ']']).to_string(), port, path })
+}
+
+/// Streams `request` to `endpoint`, calling `on_event` for each event as it arrives.
+pub async fn stream(
+    endpoint: &Endpoint,
+    request: &Request,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<(), Failure> {
+    let provider = endpoint.name.clone();
+    let target = target(endpoint)?;
+    let body = match endpoint.wire {
+        Wire::Anthropic => anthropic::request_body(request),
+        Wire::OpenAi => openai::request_body(request, endpoint.max_output),
+    };
+    let address = format!("{}:{}", target.host, target.port);
+    let connect = tokio::net::TcpStream::connect((target.host.as_str(), target.port));
+    let tcp = match tokio::time::timeout(endpoint.timeout, connect).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(source)) => return Err(Failure::Connect { provider, address, source }),
+        Err(_) => return Err(Failure::Timeout { provider, timeout: endpoint.timeout }),
+    };
+    let http = |error: hyper::Error| Failure::Http { provider: endpoint.name.clone(), message: error.to_string() };
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(http)?;
+    // The connection is driven alongside the request below and dropped with it.
+    let exchange = async {
+        let mut builder = hyper::Request::post(&target.path)
+            .header(http::header::HOST, &address)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "text/event-stream");
+        match endpoint.wire {
+            Wire::Anthropic => {
+                builder = builder.header("anthropic-version", "2023-06-01");
+                if let Some(key) = &endpoint.api_key {
+                    builder = builder.header("x-api-key", key);
+                }
+            }
+            Wire::OpenAi => {
+                if let Some(key) = &endpoint.api_key {
+                    builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
+                }
+            }
+        }
+        let request = builder
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|error| Failure::Http { provider: endpoint.name.clone(), message: error.to_string() })?;
+        let response = sender.send_request(request).await.map_err(http)?;
+        read_response(endpoint, response, on_event).await
+    };
+    tokio::pin!(exchange);
+    tokio::select! {
+        biased;
+        result = &mut exchange => result,
+        // A close-delimited body ends with the connection; what it delivered is still to be
+        // read, and whether the answer finished is judged there.
+        result = connection => match result {
+            Ok(()) => exchange.await,
+            Err(error) => Err(http(error)),
+        },
+    }
+}
+
+async fn read_response(
+    endpoint: &Endpoint,
+    response: hyper::Response<hyper::body::Incoming>,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<(), Failure> {
+    let provider = endpoint.name.clone();
+    let status = response.status().as_u16();
+    let retry_after =
+        response.headers().get("retry-after").and_then(|value| value.to_str().ok()).and_then(parse_retry_after);
+    let mut body = response.into_body();
+    if status != 200 {
+        let mut text = Vec::new();
+        while let Ok(Some(Ok(frame))) = tokio::time::timeout(endpoint.timeout, body.frame()).await {
+            if let Ok(data) = frame.into_data() {
+                text.extend_from_slice(&data);
+            }
+            if text.len() > 64 << 10 {
+                break;
+            }
+        }
+        let parsed: serde_json::Value = serde_json::from_slice(&text).unwrap_or_default(); // silent-ok: a non-JSON error body is shown as text below
+        let message = parsed["error"]["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| String::from_utf8_lossy(&text).chars().take(300).collect());
+        return Err(Failure::Status { provider, status, retry_after, message });
+    }
+    let mut sse = SseDecoder::new();
+    let mut anthropic_decoder = anthropic::StreamDecoder::new();
+    let mut openai_decoder = openai::StreamDecoder::new();
+    let mut finished = false;
+    loop {
+        let frame = match tokio::time::timeout(endpoint.timeout, body.frame()).await {
+            Err(_) => return Err(Failure::Timeout { provider, timeout: endpoint.timeout }),
+            Ok(None) => break,
+            Ok(Some(Err(_cut))) => break, // a cut connection: judged below by whether the answer finished
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        for event in sse.push(&data) {
+            let events = match endpoint.wire {
+                Wire::Anthropic => anthropic_decoder.decode(&event)?,
+                Wire::OpenAi => openai_decoder.decode(&event)?,
+            };
+            for event in events {
+                if let Event::Error { kind, message } = &event {
+                    return Err(Failure::Provider { provider, kind: kind.as_str(), message: message.clone() });
+                }
+                finished |= matches!(event, Event::MessageStop { .. });
+                on_event(event);
+            }
+        }
+    }
+    if finished {
+        Ok(())
+    } else {
+        Err(Failure::Dropped { provider })
+    }
+}
+
+/// How a chain of providers is tried.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Attempts per provider.
+    pub attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { attempts: 3, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(60) }
+    }
+}
+
+/// Tries `chain` in order, each provider up to `policy.attempts` times, until one answers;
+/// returns the name of the provider that answered. Once events have been delivered nothing is
+/// retried: an answer is never replayed twice.
+pub async fn stream_with_fallback(
+    chain: &[Endpoint],
+    request: &Request,
+    policy: RetryPolicy,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<String, Failure> {
+    let mut last = None;
+    for endpoint in chain {
+        for attempt in 1..=policy.attempts {
+            let mut delivered = false;
+            let mut forward = |event: Event| {
+                delivered = true;
+                on_event(event);
+            };
+            match stream(endpoint, request, &mut forward).await {
+                Ok(()) => return Ok(endpoint.name.clone()),
+                Err(failure) if failure.retryable() && !delivered => {
+                    if attempt < policy.attempts {
+                        tokio::time::sleep(failure.delay(attempt, policy.base_delay, policy.max_delay)).await;
+                    }
+                    last = Some(failure);
+                }
+                Err(failure) => return Err(failure),
+            }
+        }
+    }
+    Err(last.unwrap_or(Failure::Http { provider: "none".into(), message: "the fallback chain is empty".into() }))
+}
+
+/// Parses a `retry-after` header: seconds (HTTP dates are not sent by LLM providers).
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+}
+
+/// Kinds of failures as the unified error event names them.
+pub fn kind_of(failure: &Failure) -> ErrorKind {
+    match failure {
+        Failure::Status { status, .. } => openai::error_kind(*status),
+        Failure::Provider { kind, .. } => match *kind {
+            "rate_limited" => ErrorKind::RateLimited,
+            "overloaded" => ErrorKind::Overloaded,
+            "invalid_request" => ErrorKind::InvalidRequest,
+            "authentication" => ErrorKind::Authentication,
+            _ => ErrorKind::Provider,
+        },
+        _ => ErrorKind::Provider,
+    }
+}
