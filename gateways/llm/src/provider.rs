@@ -1,8 +1,10 @@
 //! Streaming one request to a provider and reading its events as they arrive, retrying what a
 //! provider asks to retry (429 with retry-after, 503, 529, a connection refused before anything
-//! was said) and falling back along a chain. Plain HTTP today — enough for local servers such
-//! as Ollama, LM Studio, vLLM or llama.cpp's server; HTTPS providers need the TLS transport.
+//! was said) and falling back along a chain. HTTPS (rustls, the system's trusted certificates,
+//! which `SSL_CERT_FILE` can replace) for cloud providers; plain HTTP for local servers such as
+//! Ollama, LM Studio, vLLM or llama.cpp's server.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -60,6 +62,8 @@ pub enum Failure {
     Dropped { provider: String },
     #[error("{provider}: `{api_base}` is not supported: {reason}")]
     BadBase { provider: String, api_base: String, reason: String },
+    #[error("{provider}: TLS with {host} failed: {message}")]
+    Tls { provider: String, host: String, message: String },
     #[error("{provider}: {kind} error: {message}")]
     Provider { provider: String, kind: &'static str, message: String },
 }
@@ -71,7 +75,7 @@ impl Failure {
             Failure::Status { status, .. } => matches!(status, 429 | 500 | 502 | 503 | 504 | 529),
             Failure::Connect { .. } | Failure::Timeout { .. } | Failure::Dropped { .. } => true,
             Failure::Provider { kind, .. } => matches!(*kind, "rate_limited" | "overloaded" | "provider"),
-            Failure::Http { .. } | Failure::Stream(_) | Failure::BadBase { .. } => false,
+            Failure::Http { .. } | Failure::Stream(_) | Failure::BadBase { .. } | Failure::Tls { .. } => false,
         }
     }
 
@@ -90,6 +94,7 @@ struct Target {
     host: String,
     port: u16,
     path: String,
+    tls: bool,
 }
 
 fn target(endpoint: &Endpoint) -> Result<Target, Failure> {
@@ -98,17 +103,17 @@ fn target(endpoint: &Endpoint) -> Result<Target, Failure> {
         api_base: endpoint.api_base.clone(),
         reason: reason.into(),
     };
-    let rest = match endpoint.api_base.strip_prefix("http://") {
-        Some(rest) => rest,
-        None if endpoint.api_base.starts_with("https://") => {
-            return Err(bad("HTTPS providers need the TLS transport, which this build does not have yet"))
-        }
-        None => return Err(bad("write it as http://host:port/path")),
+    let (tls, rest) = if let Some(rest) = endpoint.api_base.strip_prefix("https://") {
+        (true, rest)
+    } else if let Some(rest) = endpoint.api_base.strip_prefix("http://") {
+        (false, rest)
+    } else {
+        return Err(bad("write it as https://host[:port]/path (or http:// for a local server)"));
     };
     let (authority, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
     let (host, port) = match authority.rsplit_once(':') {
         Some((host, port)) => (host, port.parse().map_err(|_not_a_port| bad("the port is not a number"))?),
-        None => (authority, 80),
+        None => (authority, if tls { 443 } else { 80 }),
     };
     let prefix = prefix.trim_end_matches('/');
     let suffix = match endpoint.wire {
@@ -116,7 +121,32 @@ fn target(endpoint: &Endpoint) -> Result<Target, Failure> {
         Wire::OpenAi => "chat/completions",
     };
     let path = if prefix.is_empty() { format!("/{suffix}") } else { format!("/{prefix}/{suffix}") };
-    Ok(Target { host: host.trim_matches(['[', ']']).to_string(), port, path })
+    Ok(Target { host: host.trim_matches(['[', ']']).to_string(), port, path, tls })
+}
+
+/// The client configuration for HTTPS: the system's trusted certificates (or `SSL_CERT_FILE`),
+/// read once per process.
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_native_certs::load_native_certs().certs {
+                // silent-ok: one unusable certificate in the system store must not stop the rest.
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err("no trusted certificates found: install ca-certificates, or set SSL_CERT_FILE".into());
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|error| error.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()
 }
 
 /// Streams `request` to `endpoint`, calling `on_event` for each event as it arrives.
@@ -138,12 +168,40 @@ pub async fn stream(
         Ok(Err(source)) => return Err(Failure::Connect { provider, address, source }),
         Err(_) => return Err(Failure::Timeout { provider, timeout: endpoint.timeout }),
     };
+    if !target.tls {
+        return exchange(endpoint, &target, &address, body, TokioIo::new(tcp), on_event).await;
+    }
+    let tls_error = |message: String| Failure::Tls { provider: provider.clone(), host: target.host.clone(), message };
+    let config = tls_config().map_err(tls_error)?;
+    let name = rustls::pki_types::ServerName::try_from(target.host.clone())
+        .map_err(|error| tls_error(format!("`{}` is not a valid server name: {error}", target.host)))?;
+    let handshake = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
+    let tls = match tokio::time::timeout(endpoint.timeout, handshake).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => return Err(tls_error(error.to_string())),
+        Err(_) => return Err(Failure::Timeout { provider, timeout: endpoint.timeout }),
+    };
+    exchange(endpoint, &target, &address, body, TokioIo::new(tls), on_event).await
+}
+
+/// One HTTP/1 exchange over an open connection, plain or TLS.
+async fn exchange<IO>(
+    endpoint: &Endpoint,
+    target: &Target,
+    address: &str,
+    body: serde_json::Value,
+    io: IO,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<(), Failure>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
     let http = |error: hyper::Error| Failure::Http { provider: endpoint.name.clone(), message: error.to_string() };
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(http)?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.map_err(http)?;
     // The connection is driven alongside the request below and dropped with it.
     let exchange = async {
         let mut builder = hyper::Request::post(&target.path)
-            .header(http::header::HOST, &address)
+            .header(http::header::HOST, address)
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "text/event-stream");
         match endpoint.wire {
