@@ -2,6 +2,8 @@
 //! temporary data dir, know when it is ready (systemd's READY=1 on a notify socket we own, so
 //! nothing sleeps to synchronise), talk to it, and stop it with a signal.
 
+pub mod fake_provider;
+
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

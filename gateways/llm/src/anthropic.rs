@@ -108,7 +108,11 @@ impl StreamDecoder {
             "message_start" => {
                 let message = &data["message"];
                 self.read_usage(&message["usage"]);
-                vec![Event::MessageStart { id: text(&message["id"]), model: text(&message["model"]) }]
+                vec![Event::MessageStart {
+                    id: text(&message["id"]),
+                    model: text(&message["model"]),
+                    provider: String::new(),
+                }]
             }
             "content_block_start" => {
                 let block = &data["content_block"];
@@ -220,7 +224,8 @@ mod tests {
             vec![
                 Event::MessageStart {
                     id: "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY".into(),
-                    model: "claude-sonnet-4-20250514".into()
+                    model: "claude-sonnet-4-20250514".into(),
+                    provider: String::new()
                 },
                 Event::TextDelta { index: 0, text: "Hello".into() },
                 Event::TextDelta { index: 0, text: "!".into() },
@@ -278,7 +283,7 @@ mod tests {
             input_tokens: 472,
             output_tokens: 89,
             cache_read_tokens: 400,
-            cache_write_tokens: 0
+            ..Usage::default()
         })));
         assert_eq!(events.last(), Some(&Event::MessageStop { stop_reason: "tool_use".into() }));
     }

@@ -52,6 +52,8 @@ pub struct Usage {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
+    /// The provider reported none; counted from the text (about 4 characters a token).
+    pub estimated: bool,
 }
 
 /// What a provider's error means for the caller.
@@ -62,6 +64,8 @@ pub enum ErrorKind {
     InvalidRequest,
     Authentication,
     Provider,
+    Timeout,
+    Network,
 }
 
 impl ErrorKind {
@@ -72,11 +76,20 @@ impl ErrorKind {
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::Authentication => "authentication",
             ErrorKind::Provider => "provider",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Network => "network",
         }
     }
 
     pub fn retryable(self) -> bool {
-        matches!(self, ErrorKind::RateLimited | ErrorKind::Overloaded | ErrorKind::Provider)
+        matches!(
+            self,
+            ErrorKind::RateLimited
+                | ErrorKind::Overloaded
+                | ErrorKind::Provider
+                | ErrorKind::Timeout
+                | ErrorKind::Network
+        )
     }
 }
 
@@ -84,15 +97,41 @@ impl ErrorKind {
 /// call (OpenAI) indexes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    MessageStart { id: String, model: String },
-    TextDelta { index: u32, text: String },
-    ThinkingDelta { index: u32, thinking: String, signature: String },
-    ToolCallStart { index: u32, id: String, name: String },
-    ToolCallDelta { index: u32, partial_json: String },
-    ToolCallEnd { index: u32 },
+    /// `provider` is filled in by the transport: the configured provider that answered.
+    MessageStart {
+        id: String,
+        model: String,
+        provider: String,
+    },
+    TextDelta {
+        index: u32,
+        text: String,
+    },
+    ThinkingDelta {
+        index: u32,
+        thinking: String,
+        signature: String,
+    },
+    ToolCallStart {
+        index: u32,
+        id: String,
+        name: String,
+    },
+    ToolCallDelta {
+        index: u32,
+        partial_json: String,
+    },
+    ToolCallEnd {
+        index: u32,
+    },
     Usage(Usage),
-    MessageStop { stop_reason: String },
-    Error { kind: ErrorKind, message: String },
+    MessageStop {
+        stop_reason: String,
+    },
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
 }
 
 /// A stream that does not follow the provider's format.

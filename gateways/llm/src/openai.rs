@@ -143,7 +143,11 @@ impl StreamDecoder {
         if !self.started {
             self.started = true;
             let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
-            events.push(Event::MessageStart { id: text(&chunk["id"]), model: text(&chunk["model"]) });
+            events.push(Event::MessageStart {
+                id: text(&chunk["id"]),
+                model: text(&chunk["model"]),
+                provider: String::new(),
+            });
         }
         for choice in chunk["choices"].as_array().into_iter().flatten() {
             let delta = &choice["delta"];
@@ -187,7 +191,7 @@ impl StreamDecoder {
                 input_tokens: read(&usage["prompt_tokens"]),
                 output_tokens: read(&usage["completion_tokens"]),
                 cache_read_tokens: read(&usage["prompt_tokens_details"]["cached_tokens"]),
-                cache_write_tokens: 0,
+                ..Usage::default()
             }));
         }
         Ok(events)
@@ -226,7 +230,7 @@ mod tests {
         assert_eq!(
             events,
             vec![
-                Event::MessageStart { id: "chatcmpl-123".into(), model: "gpt-4o-mini".into() },
+                Event::MessageStart { id: "chatcmpl-123".into(), model: "gpt-4o-mini".into(), provider: String::new() },
                 Event::TextDelta { index: 0, text: "Hello".into() },
                 Event::MessageStop { stop_reason: "end_turn".into() },
                 Event::Usage(Usage { input_tokens: 9, output_tokens: 12, ..Usage::default() }),

@@ -66,6 +66,10 @@ pub enum Failure {
     Tls { provider: String, host: String, message: String },
     #[error("{provider}: {kind} error: {message}")]
     Provider { provider: String, kind: &'static str, message: String },
+    #[error("{provider} cannot be used: {reason}")]
+    Unusable { provider: String, reason: String },
+    #[error("{message}")]
+    Route { message: String },
 }
 
 impl Failure {
@@ -75,7 +79,12 @@ impl Failure {
             Failure::Status { status, .. } => matches!(status, 429 | 500 | 502 | 503 | 504 | 529),
             Failure::Connect { .. } | Failure::Timeout { .. } | Failure::Dropped { .. } => true,
             Failure::Provider { kind, .. } => matches!(*kind, "rate_limited" | "overloaded" | "provider"),
-            Failure::Http { .. } | Failure::Stream(_) | Failure::BadBase { .. } | Failure::Tls { .. } => false,
+            Failure::Http { .. }
+            | Failure::Stream(_)
+            | Failure::BadBase { .. }
+            | Failure::Tls { .. }
+            | Failure::Unusable { .. }
+            | Failure::Route { .. } => false,
         }
     }
 
@@ -158,7 +167,12 @@ pub async fn stream(
     let provider = endpoint.name.clone();
     let target = target(endpoint)?;
     let body = match endpoint.wire {
-        Wire::Anthropic => anthropic::request_body(request),
+        Wire::Anthropic => match (endpoint.max_output, request.max_tokens) {
+            (Some(cap), Some(asked)) if asked > cap => {
+                anthropic::request_body(&Request { max_tokens: Some(cap), ..request.clone() })
+            }
+            _ => anthropic::request_body(request),
+        },
         Wire::OpenAi => openai::request_body(request, endpoint.max_output),
     };
     let address = format!("{}:{}", target.host, target.port);
@@ -280,7 +294,10 @@ async fn read_response(
                 Wire::Anthropic => anthropic_decoder.decode(&event)?,
                 Wire::OpenAi => openai_decoder.decode(&event)?,
             };
-            for event in events {
+            for mut event in events {
+                if let Event::MessageStart { provider: answering, .. } = &mut event {
+                    answering.clone_from(&provider);
+                }
                 if let Event::Error { kind, message } = &event {
                     return Err(Failure::Provider { provider, kind: kind.as_str(), message: message.clone() });
                 }
@@ -311,25 +328,63 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Something that streams one request: an [`Endpoint`], or one wrapped with a rate limit.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    fn name(&self) -> &str;
+
+    /// Streams `request`, calling `on_event` for each event as it arrives.
+    async fn stream(&self, request: &Request, on_event: &mut (dyn FnMut(Event) + Send)) -> Result<(), Failure>;
+}
+
+#[async_trait::async_trait]
+impl Provider for Endpoint {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn stream(&self, request: &Request, on_event: &mut (dyn FnMut(Event) + Send)) -> Result<(), Failure> {
+        stream(self, request, on_event).await
+    }
+}
+
+/// One link of a fallback chain: a provider and the model name it knows the request's model by.
+pub struct Attempt<'a> {
+    pub provider: &'a dyn Provider,
+    pub model: String,
+}
+
 /// Tries `chain` in order, each provider up to `policy.attempts` times, until one answers;
 /// returns the name of the provider that answered. Once events have been delivered nothing is
 /// retried: an answer is never replayed twice.
 pub async fn stream_with_fallback(
-    chain: &[Endpoint],
+    chain: &[Attempt<'_>],
     request: &Request,
     policy: RetryPolicy,
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<String, Failure> {
     let mut last = None;
-    for endpoint in chain {
+    for link in chain {
+        let renamed;
+        let request = if link.model == request.model {
+            request
+        } else {
+            renamed = Request { model: link.model.clone(), ..request.clone() };
+            &renamed
+        };
         for attempt in 1..=policy.attempts {
             let mut delivered = false;
             let mut forward = |event: Event| {
                 delivered = true;
                 on_event(event);
             };
-            match stream(endpoint, request, &mut forward).await {
-                Ok(()) => return Ok(endpoint.name.clone()),
+            match link.provider.stream(request, &mut forward).await {
+                Ok(()) => return Ok(link.provider.name().to_string()),
+                // A provider without its key is skipped at once; the next one may answer.
+                Err(failure @ Failure::Unusable { .. }) => {
+                    last = Some(failure);
+                    break;
+                }
                 Err(failure) if failure.retryable() && !delivered => {
                     if attempt < policy.attempts {
                         tokio::time::sleep(failure.delay(attempt, policy.base_delay, policy.max_delay)).await;
@@ -352,6 +407,8 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 pub fn kind_of(failure: &Failure) -> ErrorKind {
     match failure {
         Failure::Status { status, .. } => openai::error_kind(*status),
+        Failure::Unusable { .. } => ErrorKind::Authentication,
+        Failure::Route { .. } => ErrorKind::InvalidRequest,
         Failure::Provider { kind, .. } => match *kind {
             "rate_limited" => ErrorKind::RateLimited,
             "overloaded" => ErrorKind::Overloaded,
@@ -359,6 +416,10 @@ pub fn kind_of(failure: &Failure) -> ErrorKind {
             "authentication" => ErrorKind::Authentication,
             _ => ErrorKind::Provider,
         },
-        _ => ErrorKind::Provider,
+        Failure::Timeout { .. } => ErrorKind::Timeout,
+        Failure::Connect { .. } | Failure::Dropped { .. } | Failure::Http { .. } | Failure::Tls { .. } => {
+            ErrorKind::Network
+        }
+        Failure::Stream(_) | Failure::BadBase { .. } => ErrorKind::Provider,
     }
 }

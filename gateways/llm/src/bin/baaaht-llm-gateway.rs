@@ -1,0 +1,122 @@
+//! `baaaht-llm-gateway`: the only process that holds LLM provider keys. It serves the
+//! LLMGateway service on a Unix socket that only the daemon reaches; the daemon runs it in a
+//! container with egress (or as a host child process) and configures it over that socket.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baaaht_llm::server::GatewayService;
+use baaaht_proto::v1::llm_gateway_server::LlmGatewayServer;
+use clap::{Parser, Subcommand};
+use tokio_stream::wrappers::UnixListenerStream;
+
+#[derive(Debug, Parser)]
+#[command(name = "baaaht-llm-gateway", version, about = "Streams LLM completions for the baaaht daemon")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve on a Unix socket until SIGTERM (or until the parent process is gone)
+    Serve {
+        /// Where to listen; the folder must exist and be reachable only by the daemon
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+        /// Exit when this process is no longer the parent (a host child of a daemon that died)
+        #[arg(long, value_name = "PID")]
+        parent: Option<u32>,
+        /// Log level: error, warn, info, debug or trace
+        #[arg(long, default_value = "info")]
+        log_level: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let Command::Serve { socket, parent, log_level } = Cli::parse().command;
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(format!("warn,baaaht_llm={log_level},baaaht_llm_gateway={log_level}"));
+    let filter = match filter {
+        Ok(filter) => filter,
+        Err(error) => {
+            eprintln!("baaaht-llm-gateway: --log-level {log_level}: {error}");
+            return ExitCode::from(64);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .json()
+        .with_current_span(true)
+        .with_span_list(false)
+        .flatten_event(true)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::from(70);
+        }
+    };
+    match runtime.block_on(serve(&socket, parent)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %baaaht_proto::error_chain(&*error), "stopped");
+            ExitCode::from(70)
+        }
+    }
+}
+
+async fn serve(socket: &Path, parent: Option<u32>) -> Result<(), Box<dyn std::error::Error>> {
+    match std::fs::remove_file(socket) {
+        Ok(()) => tracing::info!(socket = %socket.display(), "replaced a stale socket"),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(format!("cannot replace {}: {error}", socket.display()).into()),
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+    tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "serving");
+    let service = Arc::new(GatewayService::default());
+    let server = tonic::transport::Server::builder()
+        .add_service(LlmGatewayServer::from_arc(service))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped(parent));
+    server.await?;
+    // silent-ok: the socket may already be gone with its folder.
+    let _ = std::fs::remove_file(socket);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT, or once `parent` is no longer this process's parent.
+async fn stopped(parent: Option<u32>) {
+    let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+        tracing::error!("cannot watch SIGTERM; stopping");
+        return;
+    };
+    let orphaned = async {
+        let Some(parent) = parent else { return std::future::pending().await };
+        loop {
+            if parent_pid() != Some(parent) {
+                tracing::warn!(parent, "the daemon that started this gateway is gone; stopping");
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+        () = orphaned => {}
+    }
+}
+
+/// This process's parent, from `/proc/self/stat` (the field after the command's closing paren).
+fn parent_pid() -> Option<u32> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}

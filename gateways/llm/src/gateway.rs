@@ -1,0 +1,339 @@
+//! What the gateway does around the adapters: each configured provider behind its own rate
+//! limit (requests per minute, and a pause when the provider says to wait), fallback chains,
+//! and one usage report per answer (the provider's, or an estimate when it gives none).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::model::{Block, Event, Request, Usage};
+use crate::presets::split_model;
+use crate::provider::{Attempt, Endpoint, Failure, Provider, RetryPolicy};
+
+/// Requests per minute, with a pause whenever the provider asks for one (429 + retry-after).
+#[derive(Debug)]
+pub struct RateLimiter {
+    per_minute: u32,
+    state: Mutex<LimiterState>,
+    waiting: AtomicU32,
+}
+
+#[derive(Debug)]
+struct LimiterState {
+    tokens: f64,
+    refilled: Instant,
+    paused_until: Option<Instant>,
+}
+
+impl RateLimiter {
+    /// `per_minute` 0 means no limit of our own (the provider's pauses still apply).
+    pub fn new(per_minute: u32) -> RateLimiter {
+        RateLimiter {
+            per_minute,
+            state: Mutex::new(LimiterState {
+                tokens: f64::from(per_minute.max(1)),
+                refilled: Instant::now(),
+                paused_until: None,
+            }),
+            waiting: AtomicU32::new(0),
+        }
+    }
+
+    /// How long the caller must wait before it may send, taking the slot when it may (zero).
+    fn try_take(&self) -> Duration {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if let Some(until) = state.paused_until {
+            if until > now {
+                return until - now;
+            }
+            state.paused_until = None;
+        }
+        if self.per_minute == 0 {
+            return Duration::ZERO;
+        }
+        let rate = f64::from(self.per_minute) / 60.0;
+        let capacity = f64::from(self.per_minute);
+        state.tokens = (state.tokens + now.duration_since(state.refilled).as_secs_f64() * rate).min(capacity);
+        state.refilled = now;
+        if state.tokens >= 1.0 {
+            state.tokens -= 1.0;
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64((1.0 - state.tokens) / rate)
+        }
+    }
+
+    /// Waits until a request may be sent.
+    pub async fn acquire(&self) {
+        loop {
+            let wait = self.try_take();
+            if wait.is_zero() {
+                return;
+            }
+            self.waiting.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(wait).await;
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends nothing to this provider for `duration` (it said so).
+    pub fn pause(&self, duration: Duration) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let until = Instant::now() + duration;
+        state.paused_until = Some(state.paused_until.map_or(until, |current| current.max(until)));
+    }
+
+    /// How long the provider's pause still lasts.
+    pub fn paused_for(&self) -> Duration {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.paused_until.map_or(Duration::ZERO, |until| until.saturating_duration_since(Instant::now()))
+    }
+
+    /// Requests waiting for a slot now.
+    pub fn waiting(&self) -> u32 {
+        self.waiting.load(Ordering::Relaxed)
+    }
+}
+
+/// A provider as configured: its endpoint behind its rate limit, or the reason it cannot be used.
+#[derive(Debug)]
+pub struct Configured {
+    pub endpoint: Endpoint,
+    pub limiter: RateLimiter,
+    /// e.g. "ANTHROPIC_API_KEY is not in the secrets store or the environment".
+    pub unusable: Option<String>,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Configured {
+    pub fn new(endpoint: Endpoint, rate_limit: u32, unusable: Option<String>) -> Configured {
+        Configured { endpoint, limiter: RateLimiter::new(rate_limit), unusable, last_error: Mutex::new(None) }
+    }
+
+    /// The last failure since the last answer, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for Configured {
+    fn name(&self) -> &str {
+        &self.endpoint.name
+    }
+
+    async fn stream(&self, request: &Request, on_event: &mut (dyn FnMut(Event) + Send)) -> Result<(), Failure> {
+        if let Some(reason) = &self.unusable {
+            return Err(Failure::Unusable { provider: self.endpoint.name.clone(), reason: reason.clone() });
+        }
+        self.limiter.acquire().await;
+        let result = self.endpoint.stream(request, on_event).await;
+        if let Err(Failure::Status { retry_after: Some(wait), status: 429 | 529, .. }) = &result {
+            self.limiter.pause(*wait);
+        }
+        *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) =
+            result.as_ref().err().map(ToString::to_string);
+        result
+    }
+}
+
+/// Every configured provider and how requests move between them.
+#[derive(Debug, Default)]
+pub struct Gateway {
+    pub providers: BTreeMap<String, Configured>,
+    /// Provider → fallbacks, each `provider` or `provider/model`.
+    pub fallback_chains: BTreeMap<String, Vec<String>>,
+    pub default_provider: String,
+    pub policy: RetryPolicy,
+}
+
+/// A request the gateway cannot route, as a sentence for the caller.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct RouteError(pub String);
+
+impl Gateway {
+    /// The chain for a `{provider}/{model}` name: the provider, then its fallbacks.
+    pub fn chain(&self, model: &str) -> Result<Vec<Attempt<'_>>, RouteError> {
+        let (provider, bare) = split_model(model, &self.default_provider);
+        if provider.is_empty() {
+            return Err(RouteError(format!(
+                "model `{model}` names no provider and none is the default: write it as provider/model"
+            )));
+        }
+        let Some(primary) = self.providers.get(provider) else {
+            let known: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+            return Err(RouteError(format!(
+                "model `{model}`: no provider `{provider}` is configured (configured: {}); add it to providers.yaml",
+                known.join(", ")
+            )));
+        };
+        let mut chain = vec![Attempt { provider: primary, model: bare.to_string() }];
+        for link in self.fallback_chains.get(provider).into_iter().flatten() {
+            let (name, model) = match link.split_once('/') {
+                Some((name, model)) => (name, model.to_string()),
+                // OpenRouter names models `{provider}/{model}` itself.
+                None if link == "openrouter" => (link.as_str(), format!("{provider}/{bare}")),
+                None => (link.as_str(), bare.to_string()),
+            };
+            if let Some(fallback) = self.providers.get(name) {
+                chain.push(Attempt { provider: fallback, model });
+            }
+        }
+        Ok(chain)
+    }
+
+    /// Streams `request` (its model named `{provider}/{model}`) along its chain; returns the
+    /// provider that answered. Every answer ends with one [`Event::Usage`] and then its
+    /// [`Event::MessageStop`], whatever order the provider used.
+    pub async fn complete(
+        &self,
+        request: &Request,
+        on_event: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<String, Failure> {
+        let chain = self.chain(&request.model).map_err(|RouteError(message)| Failure::Route { message })?;
+        let mut usage: Option<Usage> = None;
+        let mut stop = None;
+        let mut output_chars = 0usize;
+        let mut forward = |event: Event| match event {
+            Event::Usage(reported) => usage = Some(reported),
+            Event::MessageStop { .. } => stop = Some(event),
+            other => {
+                output_chars += match &other {
+                    Event::TextDelta { text, .. } => text.len(),
+                    Event::ThinkingDelta { thinking, .. } => thinking.len(),
+                    Event::ToolCallDelta { partial_json, .. } => partial_json.len(),
+                    Event::ToolCallStart { name, .. } => name.len(),
+                    _ => 0,
+                };
+                on_event(other);
+            }
+        };
+        let answered = crate::provider::stream_with_fallback(&chain, request, self.policy, &mut forward).await?;
+        let usage = match usage {
+            Some(usage) if usage.input_tokens + usage.output_tokens > 0 => usage,
+            _ => Usage {
+                input_tokens: estimate_tokens(input_chars(request)),
+                output_tokens: estimate_tokens(output_chars),
+                estimated: true,
+                ..Usage::default()
+            },
+        };
+        on_event(Event::Usage(usage));
+        if let Some(stop) = stop {
+            on_event(stop);
+        }
+        Ok(answered)
+    }
+}
+
+/// About 4 characters a token, the providers' own rule of thumb for English text.
+fn estimate_tokens(chars: usize) -> u64 {
+    (chars as u64).div_ceil(4)
+}
+
+fn input_chars(request: &Request) -> usize {
+    let blocks: usize = request
+        .messages
+        .iter()
+        .flat_map(|message| &message.content)
+        .map(|block| match block {
+            Block::Text(text) => text.len(),
+            // Providers bill images by size; a 1 KiB image is far less than 1,000 tokens.
+            Block::Image { data, .. } => data.len() / 4,
+            Block::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
+            Block::ToolResult { content, .. } => content.len(),
+            Block::Thinking { thinking, .. } => thinking.len(),
+        })
+        .sum();
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|tool| tool.name.len() + tool.description.len() + tool.parameters.to_string().len())
+        .sum();
+    request.system.len() + blocks + tools
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Wire;
+
+    fn configured(name: &str, unusable: Option<&str>) -> Configured {
+        let endpoint = Endpoint {
+            name: name.into(),
+            wire: Wire::OpenAi,
+            api_base: "http://127.0.0.1:9/v1".into(),
+            api_key: None,
+            timeout: Duration::from_secs(1),
+            max_output: None,
+        };
+        Configured::new(endpoint, 0, unusable.map(str::to_string))
+    }
+
+    fn gateway() -> Gateway {
+        let providers = ["anthropic", "openrouter", "ollama"].map(|name| (name.to_string(), configured(name, None)));
+        Gateway {
+            providers: providers.into_iter().collect(),
+            fallback_chains: BTreeMap::from([(
+                "anthropic".to_string(),
+                vec!["openrouter".to_string(), "ollama/llama3".to_string(), "missing".to_string()],
+            )]),
+            default_provider: "anthropic".into(),
+            policy: RetryPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn chains_rename_the_model_for_each_fallback() {
+        let gateway = gateway();
+        let chain = gateway.chain("anthropic/claude-sonnet-4").expect("routes");
+        let links: Vec<(&str, &str)> = chain.iter().map(|a| (a.provider.name(), a.model.as_str())).collect();
+        assert_eq!(
+            links,
+            [("anthropic", "claude-sonnet-4"), ("openrouter", "anthropic/claude-sonnet-4"), ("ollama", "llama3")]
+        );
+        assert_eq!(gateway.chain("claude-x").expect("default").len(), 3);
+        let error = gateway.chain("groq/llama").err().expect("unknown route");
+        assert!(error.0.contains("no provider `groq` is configured (configured: anthropic, ollama, openrouter)"));
+    }
+
+    #[tokio::test]
+    async fn a_provider_pause_delays_the_next_request() {
+        let limiter = RateLimiter::new(0);
+        limiter.pause(Duration::from_millis(80));
+        assert!(limiter.paused_for() > Duration::from_millis(40));
+        let started = Instant::now();
+        limiter.acquire().await;
+        assert!(started.elapsed() >= Duration::from_millis(70));
+        assert_eq!(limiter.paused_for(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn requests_per_minute_are_spaced() {
+        // 600 a minute: a burst of 600, then one every 100 ms.
+        let limiter = RateLimiter::new(600);
+        for _ in 0..600 {
+            assert!(limiter.try_take().is_zero());
+        }
+        let wait = limiter.try_take();
+        assert!(wait > Duration::from_millis(50) && wait <= Duration::from_millis(100), "{wait:?}");
+    }
+
+    #[test]
+    fn estimates_count_about_four_characters_a_token() {
+        assert_eq!(estimate_tokens(0), 0);
+        assert_eq!(estimate_tokens(9), 3);
+        let request = Request {
+            system: "12345678".into(),
+            messages: vec![crate::model::Message {
+                role: crate::model::Role::User,
+                content: vec![Block::Text("abcd".into())],
+            }],
+            ..Request::default()
+        };
+        assert_eq!(estimate_tokens(input_chars(&request)), 3);
+    }
+}

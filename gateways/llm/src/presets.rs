@@ -1,0 +1,91 @@
+//! The providers baaaht knows by name (spec §7.2, §16.2): their wire format, where they listen
+//! and the most output tokens they accept. `providers.yaml` names a preset and adds a key; an
+//! `api_base` or `max_output_tokens` there overrides the preset's.
+
+use crate::provider::Wire;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preset {
+    pub name: &'static str,
+    pub wire: Wire,
+    pub api_base: &'static str,
+    /// Cloud providers refuse requests without a key; local servers take none.
+    pub needs_key: bool,
+    /// Requests asking for more output tokens are clamped to this; `None` leaves it to the server.
+    pub max_output: Option<u32>,
+}
+
+const fn preset(name: &'static str, wire: Wire, api_base: &'static str, max_output: Option<u32>) -> Preset {
+    let needs_key = !matches!(api_base.as_bytes(), [b'h', b't', b't', b'p', b':', ..]);
+    Preset { name, wire, api_base, needs_key, max_output }
+}
+
+pub const PRESETS: &[Preset] = &[
+    preset("anthropic", Wire::Anthropic, "https://api.anthropic.com", Some(crate::anthropic::MAX_OUTPUT_TOKENS)),
+    preset("openai", Wire::OpenAi, "https://api.openai.com/v1", Some(32_768)),
+    preset("openrouter", Wire::OpenAi, "https://openrouter.ai/api/v1", Some(32_768)),
+    preset("ollama", Wire::OpenAi, "http://localhost:11434/v1", None),
+    preset("lmstudio", Wire::OpenAi, "http://localhost:1234/v1", None),
+    preset("vllm", Wire::OpenAi, "http://localhost:8000/v1", None),
+    preset("groq", Wire::OpenAi, "https://api.groq.com/openai/v1", Some(32_768)),
+    preset("deepseek", Wire::OpenAi, "https://api.deepseek.com/v1", Some(8_192)),
+    preset("xai", Wire::OpenAi, "https://api.x.ai/v1", Some(32_768)),
+    preset("mistral", Wire::OpenAi, "https://api.mistral.ai/v1", Some(32_768)),
+];
+
+/// The preset named `name`, if baaaht has one.
+pub fn find(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|preset| preset.name == name)
+}
+
+impl Wire {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wire::Anthropic => "anthropic",
+            Wire::OpenAi => "openai",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Wire> {
+        match text {
+            "anthropic" => Some(Wire::Anthropic),
+            "openai" => Some(Wire::OpenAi),
+            _ => None,
+        }
+    }
+}
+
+/// Splits `{provider}/{model}`; a name without a provider goes to `default`. Only the first `/`
+/// separates: OpenRouter's own model names contain one (`openrouter/anthropic/claude-…`).
+pub fn split_model<'a>(name: &'a str, default: &'a str) -> (&'a str, &'a str) {
+    match name.split_once('/') {
+        Some((provider, model)) if !provider.is_empty() && !model.is_empty() => (provider, model),
+        _ => (default, name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_have_the_providers_addresses() {
+        let names: Vec<&str> = PRESETS.iter().map(|preset| preset.name).collect();
+        assert_eq!(
+            names,
+            ["anthropic", "openai", "openrouter", "ollama", "lmstudio", "vllm", "groq", "deepseek", "xai", "mistral"]
+        );
+        assert_eq!(find("groq").map(|p| p.api_base), Some("https://api.groq.com/openai/v1"));
+        assert!(find("anthropic").is_some_and(|p| p.needs_key && p.wire == Wire::Anthropic));
+        assert!(find("ollama").is_some_and(|p| !p.needs_key && p.max_output.is_none()));
+        assert!(find("llama-server").is_none());
+    }
+
+    #[test]
+    fn model_names_split_at_the_first_slash() {
+        assert_eq!(split_model("anthropic/claude-sonnet-4", "openai"), ("anthropic", "claude-sonnet-4"));
+        assert_eq!(split_model("openrouter/meta/llama-3", "x"), ("openrouter", "meta/llama-3"));
+        assert_eq!(split_model("gpt-4o", "openai"), ("openai", "gpt-4o"));
+        assert_eq!(split_model("/gpt", "openai"), ("openai", "/gpt"));
+    }
+}

@@ -1,0 +1,183 @@
+//! The LLMGateway service of `baaaht-llm-gateway`: the daemon configures it (keys included, in
+//! memory only), then streams completions through it. A stream whose caller goes away stops its
+//! upstream request at once.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use baaaht_proto::v1;
+use baaaht_proto::v1::llm_gateway_server::LlmGateway;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+
+use crate::convert::{event_to_proto, failure_to_proto, request_from_proto};
+use crate::gateway::{Configured, Gateway};
+use crate::presets::split_model;
+use crate::provider::{Endpoint, RetryPolicy, Wire};
+
+/// Seconds a provider may stay silent before a request to it is abandoned, unless configured.
+pub const DEFAULT_TIMEOUT_SECONDS: u32 = 120;
+
+#[derive(Debug, Default)]
+struct Installed {
+    gateway: Arc<Gateway>,
+    models: Vec<String>,
+    configured: bool,
+}
+
+/// The service; unconfigured until the daemon calls Configure.
+#[derive(Debug, Default)]
+pub struct GatewayService {
+    installed: RwLock<Installed>,
+}
+
+type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::LlmCompletionEvent, Status>> + Send>>;
+
+/// Builds the gateway a configuration describes, or says which entry is wrong.
+pub fn gateway_from(config: &v1::GatewayConfig) -> Result<Gateway, String> {
+    let mut providers = BTreeMap::new();
+    for (index, provider) in config.providers.iter().enumerate() {
+        let wire = Wire::parse(&provider.wire).ok_or_else(|| {
+            format!("providers[{index}] ({}): wire `{}` is neither anthropic nor openai", provider.name, provider.wire)
+        })?;
+        let seconds = if provider.timeout_seconds == 0 { DEFAULT_TIMEOUT_SECONDS } else { provider.timeout_seconds };
+        let endpoint = Endpoint {
+            name: provider.name.clone(),
+            wire,
+            api_base: provider.api_base.clone(),
+            api_key: (!provider.api_key.is_empty()).then(|| provider.api_key.clone()),
+            timeout: Duration::from_secs(u64::from(seconds)),
+            max_output: (provider.max_output_tokens > 0).then_some(provider.max_output_tokens),
+        };
+        let unusable = (!provider.unusable.is_empty()).then(|| provider.unusable.clone());
+        providers.insert(provider.name.clone(), Configured::new(endpoint, provider.rate_limit, unusable));
+    }
+    let attempts = if config.retry_attempts == 0 { RetryPolicy::default().attempts } else { config.retry_attempts };
+    Ok(Gateway {
+        providers,
+        fallback_chains: config
+            .fallback_chains
+            .iter()
+            .map(|(name, chain)| (name.clone(), chain.providers.clone()))
+            .collect(),
+        default_provider: config.default_provider.clone(),
+        policy: RetryPolicy { attempts, ..RetryPolicy::default() },
+    })
+}
+
+impl GatewayService {
+    fn current(&self) -> Result<Arc<Gateway>, Status> {
+        let installed = self.installed.read().unwrap_or_else(PoisonError::into_inner);
+        if !installed.configured {
+            return Err(Status::unavailable("the LLM gateway has not been configured by the daemon yet"));
+        }
+        Ok(installed.gateway.clone())
+    }
+}
+
+#[tonic::async_trait]
+impl LlmGateway for GatewayService {
+    async fn configure(&self, request: Request<v1::GatewayConfig>) -> Result<Response<v1::ConfigureResponse>, Status> {
+        let config = request.into_inner();
+        let gateway = gateway_from(&config).map_err(Status::invalid_argument)?;
+        let usable = gateway.providers.values().filter(|provider| provider.unusable.is_none()).count();
+        tracing::info!(
+            providers = gateway.providers.len(),
+            usable,
+            default = %gateway.default_provider,
+            "configured"
+        );
+        *self.installed.write().unwrap_or_else(PoisonError::into_inner) =
+            Installed { gateway: Arc::new(gateway), models: config.models, configured: true };
+        Ok(Response::new(v1::ConfigureResponse { usable_providers: usable as u32 }))
+    }
+
+    type StreamCompletionStream = EventStream;
+
+    async fn stream_completion(
+        &self,
+        request: Request<v1::LlmCompletionRequest>,
+    ) -> Result<Response<Self::StreamCompletionStream>, Status> {
+        let gateway = self.current()?;
+        let completion = request.into_inner();
+        let proto = completion.request.ok_or_else(|| Status::invalid_argument("request: missing"))?;
+        let llm_request = request_from_proto(proto).map_err(|error| Status::invalid_argument(error.to_string()))?;
+        // Route before streaming, so a bad model name is an error status rather than an event.
+        gateway.chain(&llm_request.model).map_err(|error| Status::invalid_argument(error.0))?;
+        let span = tracing::info_span!(
+            "completion",
+            correlation_id = %completion.correlation_id,
+            session = %completion.session_id,
+            model = %llm_request.model,
+        );
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let watcher = sender.clone();
+        let task = async move {
+            let started = std::time::Instant::now();
+            let mut send = |event| {
+                // silent-ok: a caller that left is noticed below and stops the request.
+                let _ = sender.send(Ok(v1::LlmCompletionEvent { event: Some(event_to_proto(event)) }));
+            };
+            tokio::select! {
+                () = watcher.closed() => {
+                    tracing::info!(after_ms = started.elapsed().as_millis() as u64, "the caller went away; upstream request cancelled");
+                }
+                outcome = gateway.complete(&llm_request, &mut send) => match outcome {
+                    Ok(provider) => tracing::info!(%provider, duration_ms = started.elapsed().as_millis() as u64, "answered"),
+                    Err(failure) => {
+                        tracing::warn!(error = %failure, "no provider answered");
+                        // silent-ok: as above.
+                        let _ = sender.send(Ok(v1::LlmCompletionEvent { event: Some(failure_to_proto(&failure)) }));
+                    }
+                },
+            }
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(receiver))))
+    }
+
+    async fn list_models(&self, _: Request<v1::ListModelsRequest>) -> Result<Response<v1::ListModelsResponse>, Status> {
+        let installed = self.installed.read().unwrap_or_else(PoisonError::into_inner);
+        let gateway = &installed.gateway;
+        let models = installed
+            .models
+            .iter()
+            .map(|name| {
+                let (provider, _) = split_model(name, &gateway.default_provider);
+                let max_output = gateway.providers.get(provider).and_then(|p| p.endpoint.max_output).unwrap_or(0);
+                v1::ModelInfo {
+                    name: name.clone(),
+                    provider: provider.to_string(),
+                    max_output_tokens: max_output,
+                    context_window: 0,
+                }
+            })
+            .collect();
+        Ok(Response::new(v1::ListModelsResponse { models }))
+    }
+
+    async fn get_provider_status(
+        &self,
+        _: Request<v1::ProviderStatusRequest>,
+    ) -> Result<Response<v1::ProviderStatusResponse>, Status> {
+        let gateway = self.current()?;
+        let providers = gateway
+            .providers
+            .iter()
+            .map(|(name, provider)| {
+                let problem = provider.unusable.clone().or_else(|| provider.last_error());
+                let paused = provider.limiter.paused_for();
+                v1::ProviderStatus {
+                    name: name.clone(),
+                    healthy: problem.is_none(),
+                    message: problem.unwrap_or_else(|| "ok".into()),
+                    queued_requests: provider.limiter.waiting(),
+                    rate_limited_for_seconds: paused.as_secs_f64().ceil() as u32,
+                }
+            })
+            .collect();
+        Ok(Response::new(v1::ProviderStatusResponse { providers }))
+    }
+}

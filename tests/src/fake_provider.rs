@@ -1,0 +1,250 @@
+//! A scriptable fake LLM provider (DESIGN.md §3, the `Provider` seam's test double): real HTTP
+//! on an address of this machine, answering each request with the next scripted answer — the
+//! providers' exact SSE byte streams, error statuses with `retry-after`, connections cut
+//! mid-answer, or long paced streams — and recording what it was sent and whether the client
+//! went away before the answer ended.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Status {
+        code: u16,
+        retry_after: Option<String>,
+        body: String,
+    },
+    /// Sends these bytes; with `cut`, closes the connection without finishing the answer.
+    Stream {
+        body: String,
+        cut: bool,
+    },
+    /// Sends `chunks` one by one, `interval` apart (zero: as fast as the socket takes them).
+    Paced {
+        chunks: Arc<Vec<String>>,
+        interval: Duration,
+    },
+}
+
+/// The provider's wire format, for the generated streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Anthropic,
+    OpenAi,
+}
+
+#[derive(Debug, Default)]
+struct Record {
+    requests: Mutex<Vec<String>>,
+    /// Answers the client stopped reading before their end.
+    abandoned: AtomicUsize,
+    /// Answers sent to their end.
+    completed: AtomicUsize,
+}
+
+/// A fake provider; stops when dropped.
+pub struct FakeProvider {
+    pub address: SocketAddr,
+    record: Arc<Record>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeProvider {
+    /// Listens on 127.0.0.1 and answers from `script` in order, then with `then` for ever
+    /// (or a 500 when `then` is `None`).
+    pub async fn start(script: Vec<Answer>, then: Option<Answer>) -> std::io::Result<FakeProvider> {
+        FakeProvider::start_on("127.0.0.1:0".parse().expect("literal address"), script, then).await
+    }
+
+    /// As [`FakeProvider::start`], on `address` (e.g. the container bridge's gateway address,
+    /// so that a container with egress reaches it).
+    pub async fn start_on(
+        address: SocketAddr,
+        script: Vec<Answer>,
+        then: Option<Answer>,
+    ) -> std::io::Result<FakeProvider> {
+        let listener = tokio::net::TcpListener::bind(address).await?;
+        let address = listener.local_addr()?;
+        let record = Arc::new(Record::default());
+        let script = Arc::new(Mutex::new(VecDeque::from(script)));
+        let recorder = record.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let next = script.lock().unwrap_or_else(PoisonError::into_inner).pop_front().or_else(|| then.clone());
+                tokio::spawn(answer(stream, next, recorder.clone()));
+            }
+        });
+        Ok(FakeProvider { address, record, task })
+    }
+
+    /// `api_base` for an endpoint of `wire` pointing here.
+    pub fn api_base(&self, wire: Wire) -> String {
+        match wire {
+            Wire::Anthropic => format!("http://{}", self.address),
+            Wire::OpenAi => format!("http://{}/v1", self.address),
+        }
+    }
+
+    /// Each request received so far: head and body as text.
+    pub fn requests(&self) -> Vec<String> {
+        self.record.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Answers whose client went away before the end.
+    pub fn abandoned(&self) -> usize {
+        self.record.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Answers sent to their end.
+    pub fn completed(&self) -> usize {
+        self.record.completed.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: Arc<Record>) {
+    // silent-ok: Nagle would hold small paced chunks back; without it they leave at once.
+    let _ = stream.set_nodelay(true);
+    let (mut reader, mut writer) = stream.into_split();
+    let mut buffer = vec![];
+    let mut chunk = [0u8; 16 * 1024];
+    // The head, then the body by content-length.
+    let body_start = loop {
+        let n = reader.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..body_start]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:").map(|v| v.trim().to_string()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while buffer.len() < body_start + length {
+        let n = reader.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    record.requests.lock().unwrap_or_else(PoisonError::into_inner).push(String::from_utf8_lossy(&buffer).into_owned());
+    const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    let chunks: Vec<String>;
+    let (parts, interval, cut): (&[String], Duration, bool) = match &answer {
+        Some(Answer::Status { code, retry_after, body }) => {
+            let extra = retry_after.as_ref().map(|s| format!("retry-after: {s}\r\n")).unwrap_or_default();
+            chunks = vec![format!(
+                "HTTP/1.1 {code} Error\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )];
+            (&chunks, Duration::ZERO, false)
+        }
+        Some(Answer::Stream { body, cut }) => {
+            chunks = vec![format!("{STREAM_HEAD}{body}")];
+            (&chunks, Duration::ZERO, *cut)
+        }
+        Some(Answer::Paced { chunks: paced, interval }) => {
+            // silent-ok: a client gone before the head shows up as abandoned below.
+            let _ = writer.write_all(STREAM_HEAD.as_bytes()).await;
+            (paced.as_slice(), *interval, false)
+        }
+        None => {
+            chunks = vec!["HTTP/1.1 500 Internal\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string()];
+            (&chunks, Duration::ZERO, false)
+        }
+    };
+    let send = async {
+        for (index, part) in parts.iter().enumerate() {
+            if index > 0 && !interval.is_zero() {
+                tokio::time::sleep(interval).await;
+            }
+            if writer.write_all(part.as_bytes()).await.is_err() {
+                return false;
+            }
+        }
+        true
+    };
+    // The client sends nothing after its request: a read that ends means it went away.
+    let gone = async {
+        loop {
+            match reader.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    let finished = tokio::select! {
+        finished = send => finished,
+        () = gone => false,
+    };
+    if finished {
+        record.completed.fetch_add(1, Ordering::SeqCst);
+    } else {
+        record.abandoned.fetch_add(1, Ordering::SeqCst);
+    }
+    if !cut {
+        // silent-ok: the connection closes either way.
+        let _ = writer.shutdown().await;
+    }
+}
+
+/// An answer streaming `tokens` one-word text deltas in `wire`'s format, one SSE event per
+/// chunk, ending with usage and the stop event.
+pub fn token_stream(wire: Wire, tokens: usize, interval: Duration) -> Answer {
+    let mut chunks = Vec::with_capacity(tokens + 6);
+    match wire {
+        Wire::Anthropic => {
+            chunks.push("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_fake\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"fake-model\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n".to_string());
+            chunks.push("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_string());
+            for index in 0..tokens {
+                chunks.push(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"t{index} \"}}}}\n\n"));
+            }
+            chunks
+                .push("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n".to_string());
+            chunks.push(format!("event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":{tokens}}}}}\n\n"));
+            chunks.push("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".to_string());
+        }
+        Wire::OpenAi => {
+            for index in 0..tokens {
+                let role = if index == 0 { "\"role\":\"assistant\"," } else { "" };
+                chunks.push(format!("data: {{\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[{{\"index\":0,\"delta\":{{{role}\"content\":\"t{index} \"}},\"finish_reason\":null}}]}}\n\n"));
+            }
+            chunks.push("data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_string());
+            chunks.push(format!("data: {{\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[],\"usage\":{{\"prompt_tokens\":12,\"completion_tokens\":{tokens},\"total_tokens\":{}}}}}\n\n", tokens + 12));
+            chunks.push("data: [DONE]\n\n".to_string());
+        }
+    }
+    Answer::Paced { chunks: Arc::new(chunks), interval }
+}
+
+/// Anthropic's documented text example: "Hello" with a ping, usage 3 in / 2 out.
+pub const ANTHROPIC_HELLO: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"test-model\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+/// OpenAI's documented chunk sequence: "Hello", finish_reason stop, no usage chunk.
+pub const OPENAI_HELLO: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"test-model\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello\"},\"finish_reason\":null}]}\n\ndata: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"test-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+
+/// Anthropic's overloaded answer.
+pub fn overloaded() -> Answer {
+    Answer::Status {
+        code: 529,
+        retry_after: None,
+        body: "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}".into(),
+    }
+}
