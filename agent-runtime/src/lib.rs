@@ -3,4 +3,5 @@
 //!
 //! This crate runs untrusted-side: it holds no secret and never writes outside /tmp.
 
+pub mod llmcheck;
 pub mod selftest;

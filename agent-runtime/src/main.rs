@@ -23,13 +23,21 @@ enum Command {
         /// Stay alive this many seconds after the report (at most 600), for inspection
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
         linger: u64,
+        /// Also stream a short completion from this model (provider/model) through the daemon
+        #[arg(long, value_name = "MODEL")]
+        llm: Option<String>,
     },
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::SelfTest { probe, linger } => {
-            let report = baaaht_agent::selftest::run(probe);
+        Command::SelfTest { probe, linger, llm } => {
+            let mut report = baaaht_agent::selftest::run(probe);
+            if let Some(model) = llm {
+                let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
+                report.llm = Some(baaaht_agent::llmcheck::run(socket, &model));
+                report.judge();
+            }
             match serde_json::to_string(&report) {
                 Ok(json) => println!("{json}"),
                 Err(error) => {

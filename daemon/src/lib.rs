@@ -10,6 +10,7 @@ pub mod config;
 pub mod container;
 pub mod datadir;
 pub mod defaults;
+pub mod llm;
 pub mod metrics;
 pub mod policy;
 pub mod secrets;
@@ -18,6 +19,7 @@ pub mod sessions;
 pub mod state;
 pub mod systemd;
 pub mod telemetry;
+pub mod usage;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -88,6 +90,7 @@ pub struct Shared {
     pub metrics_address: Option<SocketAddr>,
     pub policy: Arc<Policy>,
     pub containers: Arc<ContainerManager>,
+    pub llm: Arc<llm::LlmGateway>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -164,16 +167,15 @@ pub(crate) fn current_uid() -> u32 {
     std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
 }
 
-/// The `baaaht-agent` binary mounted into containers: from `container.binaries_dir`, else
-/// beside the daemon's own executable.
-fn agent_binary(configured: &str) -> PathBuf {
-    let dir = if configured.is_empty() {
+/// The folder of baaaht's other binaries (`baaaht-agent`, `baaaht-llm-gateway`): from
+/// `container.binaries_dir`, else beside the daemon's own executable.
+fn binaries_dir(configured: &str) -> PathBuf {
+    if configured.is_empty() {
+        // silent-ok: whoever needs a binary reports it missing by its path
         std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from)).unwrap_or_default()
-    // silent-ok: the image check reports a missing binary by path
     } else {
         PathBuf::from(configured)
-    };
-    dir.join("baaaht-agent")
+    }
 }
 
 /// A daemon ready to serve.
@@ -211,23 +213,30 @@ impl Daemon {
         let (engine, engine_rx) = watch::channel(Engine::probing());
         let engine = Arc::new(engine);
         let policy = Arc::new(Policy::new(&loaded)?);
+        let binaries = binaries_dir(&loaded.config.container.binaries_dir);
         let containers = Arc::new(ContainerManager::new(
             engine.clone(),
             policy.clone(),
             listeners.clone(),
             data_dir.clone(),
             loaded.config.container.image.clone(),
-            agent_binary(&loaded.config.container.binaries_dir),
+            binaries.join("baaaht-agent"),
         )?);
+        let metrics = Arc::new(Metrics::default());
+        let secrets = llm::open_secrets(&data_dir.config_dir());
+        let settings = llm::gateway_settings(&loaded, secrets.as_ref(), |name| std::env::var(name).ok());
+        drop(secrets);
+        let llm = Arc::new(llm::LlmGateway::new(&loaded, settings, &data_dir, &binaries, metrics.clone()));
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             engine: engine_rx,
             listeners,
             metrics_address,
             policy,
             containers,
+            llm,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -262,6 +271,13 @@ impl Daemon {
         );
         tracker
             .spawn(shared.containers.clone().supervise(cancel.clone()).instrument(tracing::info_span!("containers")));
+        tracker.spawn(
+            shared
+                .llm
+                .clone()
+                .run(shared.containers.clone(), shared.engine.clone(), cancel.clone())
+                .instrument(tracing::info_span!("llm")),
+        );
         if let Some(listener) = metrics_listener {
             tracker.spawn(
                 metrics::serve(listener, shared.metrics.clone(), cancel.clone())

@@ -45,6 +45,21 @@ struct Registry {
     /// method → gRPC code → calls
     rpc_calls: BTreeMap<String, BTreeMap<String, u64>>,
     rpc_latency: BTreeMap<String, Histogram>,
+    /// (provider, context, kind) → tokens
+    llm_tokens: BTreeMap<(String, String, &'static str), u64>,
+    /// (provider, outcome) → requests
+    llm_requests: BTreeMap<(String, &'static str), u64>,
+    gateway_up: bool,
+    gateway_restarts: u64,
+}
+
+/// Tokens of one answer, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenCounts {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
 }
 
 /// The daemon's metrics.
@@ -90,6 +105,33 @@ impl Metrics {
         }
     }
 
+    /// Records the tokens of one answer from `provider` for `context` (`user:ID` or `group:ID`).
+    pub fn record_llm_tokens(&self, provider: &str, context: &str, tokens: TokenCounts) {
+        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        for (kind, count) in [
+            ("input", tokens.input),
+            ("output", tokens.output),
+            ("cache_read", tokens.cache_read),
+            ("cache_write", tokens.cache_write),
+        ] {
+            *registry.llm_tokens.entry((provider.to_string(), context.to_string(), kind)).or_default() += count;
+        }
+    }
+
+    /// Records how one StreamLLM request ended: `ok`, `error` or `cancelled`.
+    pub fn record_llm_request(&self, provider: &str, outcome: &'static str) {
+        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        *registry.llm_requests.entry((provider.to_string(), outcome)).or_default() += 1;
+    }
+
+    pub fn set_gateway_up(&self, up: bool) {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner).gateway_up = up;
+    }
+
+    pub fn count_gateway_restart(&self) {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner).gateway_restarts += 1;
+    }
+
     /// The exposition text (Prometheus text format 0.0.4).
     pub fn render(&self) -> String {
         let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
@@ -125,6 +167,25 @@ impl Metrics {
             let _ = writeln!(out, "baaaht_rpc_duration_seconds_sum{{method=\"{method}\"}} {}", histogram.sum);
             let _ = writeln!(out, "baaaht_rpc_duration_seconds_count{{method=\"{method}\"}} {}", histogram.count);
         }
+        let _ = writeln!(out, "# HELP baaaht_llm_tokens_total LLM tokens by provider, context and kind.");
+        let _ = writeln!(out, "# TYPE baaaht_llm_tokens_total counter");
+        for ((provider, context, kind), count) in &registry.llm_tokens {
+            let _ = writeln!(
+                out,
+                "baaaht_llm_tokens_total{{provider=\"{provider}\",context=\"{context}\",kind=\"{kind}\"}} {count}"
+            );
+        }
+        let _ = writeln!(out, "# HELP baaaht_llm_requests_total StreamLLM requests by provider and outcome.");
+        let _ = writeln!(out, "# TYPE baaaht_llm_requests_total counter");
+        for ((provider, outcome), count) in &registry.llm_requests {
+            let _ = writeln!(out, "baaaht_llm_requests_total{{provider=\"{provider}\",outcome=\"{outcome}\"}} {count}");
+        }
+        let _ = writeln!(out, "# HELP baaaht_llm_gateway_up Whether the LLM gateway answers its health check.");
+        let _ = writeln!(out, "# TYPE baaaht_llm_gateway_up gauge");
+        let _ = writeln!(out, "baaaht_llm_gateway_up {}", u8::from(registry.gateway_up));
+        let _ = writeln!(out, "# HELP baaaht_llm_gateway_restarts_total Times the LLM gateway was restarted.");
+        let _ = writeln!(out, "# TYPE baaaht_llm_gateway_restarts_total counter");
+        let _ = writeln!(out, "baaaht_llm_gateway_restarts_total {}", registry.gateway_restarts);
         out
     }
 }

@@ -32,8 +32,26 @@ pub struct SelfTestReport {
     pub ptrace_blocked: bool,
     /// The daemon's socket at /run/baaaht/daemon.sock accepted a connection.
     pub daemon_socket: bool,
+    /// The completion streamed through StreamLLM, when one was asked for.
+    pub llm: Option<LlmCheck>,
     /// Every expectation that does not hold, as sentences; empty when all hold.
     pub problems: Vec<String>,
+}
+
+/// What one short completion streamed from inside the container delivered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct LlmCheck {
+    pub model: String,
+    /// The provider that answered (after any fallback).
+    pub provider: String,
+    pub text: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub estimated: bool,
+    pub stop_reason: String,
+    /// Empty when the answer arrived.
+    pub error: String,
 }
 
 impl SelfTestReport {
@@ -74,6 +92,9 @@ impl SelfTestReport {
             if !blocked {
                 problems.push(format!("{what} is allowed"));
             }
+        }
+        if let Some(llm) = self.llm.as_ref().filter(|llm| !llm.error.is_empty()) {
+            problems.push(format!("no completion from {}: {}", llm.model, llm.error));
         }
         self.problems = problems;
     }

@@ -140,6 +140,62 @@ impl TestDaemon {
         self.wait_exit(Duration::from_secs(20))
     }
 
+    /// Names of the containers this daemon's inventory records (`data/state/containers.json`).
+    pub fn recorded_containers(&self) -> Vec<String> {
+        let path = self.data_dir.join("data/state/containers.json");
+        let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
+        let Ok(inventory) = serde_json::from_str::<serde_json::Value>(&text) else { return vec![] };
+        inventory["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| entry["name"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// Waits up to `limit` for a recorded container whose name starts with `prefix` to run.
+    pub fn wait_for_container(&self, prefix: &str, limit: Duration) -> Result<String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let running = docker(&["ps", "--format", "{{.Names}}"])?;
+            let found = self
+                .recorded_containers()
+                .into_iter()
+                .find(|name| name.starts_with(prefix) && running.lines().any(|line| line == name));
+            if let Some(name) = found {
+                return Ok(name);
+            }
+            if Instant::now() > deadline {
+                bail!("no running {prefix}… container within {limit:?}:\n{}", self.log_text());
+            }
+            // Polling the engine against a deadline: containers announce nothing.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The socket and bearer token the daemon gave container `name`: what that container
+    /// holds, so a test can call the daemon exactly as it would.
+    pub fn container_credentials(&self, name: &str) -> Result<(PathBuf, String)> {
+        let env = docker(&["inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", name])?;
+        let prefix = format!("{}=", baaaht_proto::CONTAINER_TOKEN_ENV);
+        let token = env.lines().find_map(|line| line.strip_prefix(&prefix)).context("the container has a token")?;
+        Ok((self.data_dir.join("data/run").join(name).join("daemon.sock"), token.to_string()))
+    }
+
+    /// The daemon's Prometheus metrics, scraped from the address `baaaht status` reports.
+    pub fn metrics(&self) -> Result<String> {
+        use std::io::{Read as _, Write as _};
+        let output =
+            Command::new(bin("baaaht")).args(["status", "--json"]).env("BAAAHT_SOCKET", self.socket()).output()?;
+        let status: serde_json::Value = serde_json::from_slice(&output.stdout).context("status --json is JSON")?;
+        let address = status["metrics_address"].as_str().context("metrics are served")?;
+        let mut stream = std::net::TcpStream::connect(address)?;
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text)?;
+        Ok(text)
+    }
+
     /// The daemon's resident memory in KiB, from /proc.
     pub fn rss_kib(&self) -> Result<u64> {
         rss_kib(self.pid())
@@ -170,6 +226,15 @@ pub fn daemon_command(data_dir: &Path, notify: &Path, options: &DaemonOptions) -
         .env("BAAAHT__METRICS__LISTEN", "127.0.0.1:0")
         .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     command
+}
+
+/// Runs the docker CLI (scripts/test installs the engine) and returns its stdout.
+pub fn docker(args: &[&str]) -> Result<String> {
+    let output = Command::new("docker").args(args).output().context("run the docker CLI")?;
+    if !output.status.success() {
+        bail!("docker {} failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// Resident memory of a process in KiB.

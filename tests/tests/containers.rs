@@ -58,7 +58,7 @@ fn a_killed_daemon_leaves_no_container_unaccounted_for() {
             let socket = socket.clone();
             runtime.spawn(async move {
                 let mut client = client::connect(&socket, ConnectOptions::default()).await?;
-                let request = v1::SelfTestRequest { role: 0, probe_address: String::new(), linger_seconds: 300 };
+                let request = v1::SelfTestRequest { linger_seconds: 300, ..v1::SelfTestRequest::default() };
                 client.run_self_test(request).await.map(|_| ()).map_err(anyhow::Error::from)
             })
         })

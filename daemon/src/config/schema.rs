@@ -21,6 +21,7 @@ pub struct Config {
     pub skills: SkillsConfig,
     pub scheduler: SchedulerConfig,
     pub tools: ToolsConfig,
+    pub llm: LlmConfig,
     pub metrics: MetricsConfig,
 }
 
@@ -549,6 +550,42 @@ pub enum SearchBackend {
     None,
     Searxng,
     Brave,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Where `baaaht-llm-gateway` runs.
+    pub gateway: GatewayMode,
+    /// Attempts per provider before the next one in its fallback chain.
+    pub retry_attempts: u32,
+    /// Seconds a request waits while the gateway starts or restarts before it is refused.
+    pub queue_timeout: u64,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig { gateway: GatewayMode::Container, retry_attempts: 3, queue_timeout: 60 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum GatewayMode {
+    /// In a hardened container on the engine's bridge network: the only container with egress,
+    /// the only one given provider keys.
+    Container,
+    /// A child process on the host, for machines without a container engine.
+    Process,
+}
+
+impl fmt::Display for GatewayMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GatewayMode::Container => "container",
+            GatewayMode::Process => "process",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -29,6 +29,8 @@ use crate::state::{self, StateError};
 pub const SOCKET_MOUNT: &str = "/run/baaaht";
 /// Where baaaht's own binaries are mounted, read-only.
 pub const BINARIES_MOUNT: &str = "/opt/baaaht/bin";
+/// The LLM gateway's binary, beside `baaaht-agent`; mounted only into the gateway's container.
+pub const GATEWAY_BINARY: &str = "baaaht-llm-gateway";
 /// The most of each output stream kept in memory and in the log files.
 const OUTPUT_CAP: usize = 1 << 20;
 const INVENTORY_FILE: &str = "containers.json";
@@ -162,6 +164,9 @@ pub struct ContainerManager {
     agent_binary: PathBuf,
     inventory: tokio::sync::Mutex<Inventory>,
     problems: Mutex<Vec<String>>,
+    /// Ids of containers this process created and has not removed: a reconcile running at the
+    /// same time leaves them alone.
+    started_here: Mutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for ContainerManager {
@@ -208,6 +213,7 @@ impl ContainerManager {
             agent_binary,
             inventory: tokio::sync::Mutex::new(inventory),
             problems: Mutex::default(),
+            started_here: Mutex::default(),
         })
     }
 
@@ -279,6 +285,13 @@ impl ContainerManager {
             target: format!("{BINARIES_MOUNT}/baaaht-agent"),
             read_only: true,
         }];
+        if role == Role::LlmGateway {
+            mounts.push(MountSpec {
+                host: self.agent_binary.with_file_name(GATEWAY_BINARY),
+                target: format!("{BINARIES_MOUNT}/{GATEWAY_BINARY}"),
+                read_only: true,
+            });
+        }
         if let Some(folder) = socket {
             mounts.push(MountSpec { host: folder.clone(), target: SOCKET_MOUNT.into(), read_only: true });
         }
@@ -414,6 +427,7 @@ impl ContainerManager {
         token_sha256: String,
     ) -> Result<String, RuntimeError> {
         let id = self.check(runtime.create(spec).await)?;
+        self.started_here.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone());
         let entry = InventoryEntry {
             id: id.clone(),
             name: spec.name.clone(),
@@ -442,6 +456,7 @@ impl ContainerManager {
     async fn cleanup(&self, runtime: &dyn ContainerRuntime, id: &str, name: &str) {
         match self.check(runtime.remove(id).await) {
             Ok(()) => {
+                self.started_here.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
                 if let Err(error) = self.forget(name).await {
                     tracing::warn!(container = %name, %error, "cannot update the container inventory");
                 }
@@ -480,17 +495,43 @@ impl ContainerManager {
     /// Starts a long-lived container (e.g. a session's tool runner) with its own daemon socket.
     /// It runs until [`ContainerManager::stop_service`]; after a daemon crash it is adopted.
     pub async fn start_service(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
+        self.start_long_running(request, ContainerKind::Service).await
+    }
+
+    /// Starts a long-lived container that is not adopted after a daemon crash (the next daemon
+    /// removes it and starts its own), e.g. the LLM gateway. With `request.daemon_socket` it
+    /// gets its own daemon socket. Stopped with [`ContainerManager::stop_service`].
+    pub async fn start_detached(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
+        self.start_long_running(request, ContainerKind::Task).await
+    }
+
+    async fn start_long_running(
+        &self,
+        request: RunRequest,
+        kind: ContainerKind,
+    ) -> Result<ServiceHandle, ContainerError> {
         let runtime = self.runtime().await?;
         let name = format!("baaaht-{}-{}", request.role.as_str(), &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let identity = ContainerIdentity {
-            name: name.clone(),
-            role: request.role,
-            session_id: request.session_id.clone(),
-            context: request.context.clone(),
+        let socket = if request.daemon_socket || kind == ContainerKind::Service {
+            let identity = ContainerIdentity {
+                name: name.clone(),
+                role: request.role,
+                session_id: request.session_id.clone(),
+                context: request.context.clone(),
+            };
+            Some(self.listeners.add_container(identity).map_err(ContainerError::Socket)?)
+        } else {
+            None
         };
-        let socket = self.listeners.add_container(identity).map_err(ContainerError::Socket)?;
-        let spec = self.spec(&request, &name, ContainerKind::Service, Some(&socket.folder), Some(&socket.token));
-        match self.start_with_retry(&*runtime, &spec, socket.token_sha256.clone()).await {
+        let spec = self.spec(
+            &request,
+            &name,
+            kind,
+            socket.as_ref().map(|s| &s.folder),
+            socket.as_ref().map(|s| s.token.as_str()),
+        );
+        let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();
+        match self.start_with_retry(&*runtime, &spec, token_sha256).await {
             Ok((id, _attempts)) => {
                 tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), "service container started");
                 Ok(ServiceHandle { id, name })
@@ -522,8 +563,14 @@ impl ContainerManager {
         let mut inventory = self.inventory.lock().await;
         let mut report = ReconcileReport::default();
         let mut kept = vec![];
+        let started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner).clone();
         for container in &found {
             let known = inventory.containers.iter().find(|entry| entry.id == container.id).cloned();
+            if started_here.contains(&container.id) {
+                // Started by this process while the reconcile ran: in use, not an orphan.
+                kept.extend(known);
+                continue;
+            }
             let adoptable = known.as_ref().filter(|entry| entry.kind == ContainerKind::Service && container.running);
             if let Some(entry) = adoptable {
                 if let Some(identity) = identity_of(entry) {

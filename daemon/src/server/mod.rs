@@ -6,6 +6,7 @@
 
 pub mod layer;
 pub mod listeners;
+mod llm;
 
 use std::sync::Arc;
 
@@ -105,7 +106,6 @@ fn not_built(operation: Operation, missing: &str) -> Status {
 
 const NO_AGENTS: &str = "the agent runtime and orchestration are not built yet";
 const NO_TOOLS: &str = "tool execution and the web egress proxy are not built yet";
-const NO_LLM: &str = "the LLM gateway is not built yet";
 const NO_SCHEDULER: &str = "the task scheduler is not built yet";
 const NO_SKILLS: &str = "the skill store is not built yet";
 const NO_SESSIONS: &str = "the session store and channel streaming are not built yet";
@@ -167,8 +167,8 @@ impl Orchestrator for OrchestratorService {
     type StreamLLMStream = BoxStream<v1::LlmEvent>;
 
     async fn stream_llm(&self, request: Request<v1::LlmRequest>) -> Result<Response<Self::StreamLLMStream>, Status> {
-        check(&request, Operation::StreamLlm, None, None)?;
-        Err(not_built(Operation::StreamLlm, NO_LLM))
+        let caller = check(&request, Operation::StreamLlm, None, None)?;
+        llm::stream(&self.shared, caller, request).await
     }
 
     async fn schedule_task(&self, request: Request<v1::TaskDefinition>) -> Result<Response<v1::TaskId>, Status> {
@@ -322,6 +322,17 @@ impl Orchestrator for OrchestratorService {
                 Status::invalid_argument(format!("probe_address `{}` is not IP:PORT", message.probe_address))
             })?;
             command.extend(["--probe".into(), address.to_string()]);
+        }
+        if !message.llm_model.is_empty() {
+            let valid = message.llm_model.len() <= 200
+                && message.llm_model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c));
+            if !valid {
+                return Err(Status::invalid_argument(format!(
+                    "llm_model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
+                    message.llm_model.escape_debug()
+                )));
+            }
+            command.extend(["--llm".into(), message.llm_model.clone()]);
         }
         let linger = message.linger_seconds.min(600);
         command.extend(["--linger".into(), linger.to_string()]);

@@ -42,6 +42,21 @@ pub fn to_text(role: &str, response: &v1::SelfTestResponse) -> String {
         if let Some(probe) = &report.probe {
             let _ = writeln!(out, "  [{}] {probe} unreachable ({})", mark(!report.probe_reachable), report.probe_error);
         }
+        if let Some(llm) = &report.llm {
+            if llm.error.is_empty() {
+                let estimated = if llm.estimated { ", estimated" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "  [ok  ] {} answered through the daemon: {:?} ({} in / {} out tokens{estimated})",
+                    llm.provider,
+                    llm.text.trim(),
+                    llm.input_tokens,
+                    llm.output_tokens
+                );
+            } else {
+                let _ = writeln!(out, "  [FAIL] {}: {}", llm.model, llm.error);
+            }
+        }
     }
     if response.ok {
         let _ = writeln!(out, "confined as designed");

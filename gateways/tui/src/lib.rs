@@ -52,8 +52,8 @@ pub enum CliError {
     Rpc(String),
     #[error("cannot encode JSON output")]
     Json(#[source] serde_json::Error),
-    #[error("containers are not confined as they must be: {0}")]
-    Unconfined(String),
+    #[error("the self-test found problems: {0}")]
+    SelfTestFailed(String),
 }
 
 impl CliError {
@@ -63,7 +63,7 @@ impl CliError {
             CliError::NotRunning { .. } | CliError::Unreachable { .. } => 69,
             CliError::SocketPermission { .. } | CliError::Refused(_) => 77,
             CliError::Unsupported(_) | CliError::Rpc(_) | CliError::Json(_) => 70,
-            CliError::Unconfined(_) => 1,
+            CliError::SelfTestFailed(_) => 1,
         }
     }
 

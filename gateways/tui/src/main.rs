@@ -34,6 +34,13 @@ enum Command {
         /// An IP:PORT on this machine that must not be reachable from inside
         #[arg(long, value_name = "IP:PORT")]
         probe: Option<String>,
+        /// Also stream a short completion from this model (provider/model) from inside the
+        /// container: checks the agent → daemon → LLM gateway → provider path
+        #[arg(long, value_name = "MODEL")]
+        llm: Option<String>,
+        /// Keep the container this many seconds after the report, for inspection
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=600))]
+        linger: u32,
         /// Print the raw JSON report
         #[arg(long)]
         json: bool,
@@ -76,12 +83,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::Doctor { role, probe, json } => {
+        Command::Doctor { role, probe, llm, linger, json } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             let request = v1::SelfTestRequest {
                 role: role_number(&role),
                 probe_address: probe.unwrap_or_default(),
-                linger_seconds: 0,
+                linger_seconds: linger,
+                llm_model: llm.unwrap_or_default(),
             };
             let response = client
                 .run_self_test(request)
@@ -96,7 +104,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             if response.ok {
                 Ok(())
             } else {
-                Err(CliError::Unconfined(response.problems.join("; ")))
+                Err(CliError::SelfTestFailed(response.problems.join("; ")))
             }
         }
     }

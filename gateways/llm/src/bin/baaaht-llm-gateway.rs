@@ -30,6 +30,9 @@ enum Command {
         /// Exit when this process is no longer the parent (a host child of a daemon that died)
         #[arg(long, value_name = "PID")]
         parent: Option<u32>,
+        /// Permissions of the socket, in octal (the folder around it is what keeps others out)
+        #[arg(long, default_value = "600", value_parser = parse_mode)]
+        socket_mode: u32,
         /// Log level: error, warn, info, debug or trace
         #[arg(long, default_value = "info")]
         log_level: String,
@@ -37,7 +40,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let Command::Serve { socket, parent, log_level } = Cli::parse().command;
+    let Command::Serve { socket, parent, socket_mode, log_level } = Cli::parse().command;
     let filter =
         tracing_subscriber::EnvFilter::try_new(format!("warn,baaaht_llm={log_level},baaaht_llm_gateway={log_level}"));
     let filter = match filter {
@@ -62,7 +65,7 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    match runtime.block_on(serve(&socket, parent)) {
+    match runtime.block_on(serve(&socket, socket_mode, parent)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = %baaaht_proto::error_chain(&*error), "stopped");
@@ -71,7 +74,14 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(socket: &Path, parent: Option<u32>) -> Result<(), Box<dyn std::error::Error>> {
+fn parse_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text, 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| format!("`{text}` is not an octal mode such as 600"))
+}
+
+async fn serve(socket: &Path, mode: u32, parent: Option<u32>) -> Result<(), Box<dyn std::error::Error>> {
     match std::fs::remove_file(socket) {
         Ok(()) => tracing::info!(socket = %socket.display(), "replaced a stale socket"),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -79,7 +89,7 @@ async fn serve(socket: &Path, parent: Option<u32>) -> Result<(), Box<dyn std::er
     }
     let listener = tokio::net::UnixListener::bind(socket)
         .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))?;
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "serving");
     let service = Arc::new(GatewayService::default());
     let server = tonic::transport::Server::builder()

@@ -1,0 +1,604 @@
+//! The LLM gateway, from the daemon's side (spec §7, DESIGN.md §1): resolve `providers.yaml`
+//! with the secrets store into the gateway's configuration, run `baaaht-llm-gateway` (in a
+//! container with egress, or as a host child process), configure it over its socket, check its
+//! health and restart it after `failure_threshold` failed checks. Requests that arrive while
+//! it (re)starts wait up to `llm.queue_timeout`.
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baaaht_proto::client::Backoff;
+use baaaht_proto::v1;
+use baaaht_proto::v1::llm_gateway_client::LlmGatewayClient;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use zeroize::Zeroize;
+
+use crate::auth::{Context, Role};
+use crate::config::{GatewayMode, HealthCheckConfig, LoadedConfig};
+use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT, GATEWAY_BINARY};
+use crate::container::{Engine, MountSpec};
+use crate::metrics::{Metrics, TokenCounts};
+use crate::secrets::{self, Secrets};
+use crate::usage::UsageBook;
+
+/// The gateway's socket, in `data/llm/` (mounted at [`GATEWAY_MOUNT`] in container mode).
+pub const GATEWAY_SOCKET: &str = "gateway.sock";
+const GATEWAY_MOUNT: &str = "/run/baaaht-llm";
+/// How long a started gateway may take to answer its first call.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const CONTAINER_UID: u32 = 1000;
+
+/// The gateway's configuration, keys included; the keys are wiped from memory when dropped.
+pub struct GatewaySettings(v1::GatewayConfig);
+
+impl Drop for GatewaySettings {
+    fn drop(&mut self) {
+        for provider in &mut self.0.providers {
+            provider.api_key.zeroize();
+        }
+    }
+}
+
+impl std::fmt::Debug for GatewaySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.0.providers.iter().map(|provider| provider.name.as_str()).collect();
+        f.debug_struct("GatewaySettings").field("providers", &names).finish_non_exhaustive()
+    }
+}
+
+impl GatewaySettings {
+    pub fn config(&self) -> &v1::GatewayConfig {
+        &self.0
+    }
+
+    /// Providers that can take requests, and why the others cannot.
+    pub fn usable(&self) -> (Vec<&str>, Vec<String>) {
+        let mut usable = vec![];
+        let mut problems = vec![];
+        for provider in &self.0.providers {
+            if provider.unusable.is_empty() {
+                usable.push(provider.name.as_str());
+            } else {
+                problems.push(format!("{}: {}", provider.name, provider.unusable));
+            }
+        }
+        (usable, problems)
+    }
+}
+
+/// Resolves every configured provider: its wire and address (preset, or as written), its key
+/// (`${NAME}` from the store, then the environment), and the reason it cannot be used if so.
+pub fn gateway_settings(
+    loaded: &LoadedConfig,
+    secrets: Option<&Secrets>,
+    env: impl Fn(&str) -> Option<String>,
+) -> GatewaySettings {
+    let providers_config = &loaded.providers;
+    let mut providers = vec![];
+    let mut default_provider = String::new();
+    for (name, entry) in providers_config.providers.configured() {
+        let preset = baaaht_llm::presets::find(name);
+        let mut unusable = String::new();
+        let wire = match (preset, entry.openai_compatible) {
+            (_, Some(true)) => baaaht_llm::provider::Wire::OpenAi,
+            (Some(preset), _) => preset.wire,
+            (None, Some(false)) => {
+                unusable =
+                    "only OpenAI-compatible custom providers are supported: remove `openai_compatible: false`".into();
+                baaaht_llm::provider::Wire::OpenAi
+            }
+            (None, None) => baaaht_llm::provider::Wire::OpenAi,
+        };
+        let api_base = entry.api_base.clone().or_else(|| preset.map(|p| p.api_base.to_string())).unwrap_or_default();
+        let mut api_key = String::new();
+        match entry.api_key.as_deref().map(|text| secrets::resolve_references(text, secrets, &env)) {
+            Some(Ok(key)) => api_key = key.to_string(),
+            Some(Err(secrets::SecretsError::Unresolved { name: variable })) => {
+                unusable = format!(
+                    "its key ${{{variable}}} is neither in the secrets store nor in the environment: \
+                     run `baaahtd secrets set {variable}`"
+                );
+            }
+            Some(Err(error)) => unusable = error.to_string(),
+            None => {}
+        }
+        if unusable.is_empty() && api_key.is_empty() && preset.is_some_and(|p| p.needs_key) {
+            unusable = format!("{name} needs an api_key in providers.yaml");
+        }
+        if entry.default && default_provider.is_empty() {
+            default_provider = name.to_string();
+        }
+        providers.push(v1::GatewayProvider {
+            name: name.to_string(),
+            wire: wire.as_str().into(),
+            api_base,
+            api_key,
+            timeout_seconds: entry.timeout.map_or(0, |seconds| seconds.min(u64::from(u32::MAX)) as u32),
+            rate_limit: entry.rate_limit.unwrap_or(0),
+            max_output_tokens: entry.max_output_tokens.or(preset.and_then(|p| p.max_output)).unwrap_or(0),
+            unusable,
+        });
+    }
+    if default_provider.is_empty() {
+        default_provider = providers.first().map(|p| p.name.clone()).unwrap_or_default();
+    }
+    let agents = &loaded.config.agents;
+    let mut models: Vec<String> =
+        [&agents.assistant, &agents.worker, &agents.researcher, &agents.coder, &agents.memory, &agents.heartbeat]
+            .iter()
+            .map(|agent| agent.model.0.clone())
+            .collect();
+    models.sort();
+    models.dedup();
+    GatewaySettings(v1::GatewayConfig {
+        providers,
+        fallback_chains: providers_config
+            .fallback_chains
+            .iter()
+            .map(|(name, chain)| (name.clone(), v1::FallbackChain { providers: chain.clone() }))
+            .collect(),
+        default_provider,
+        retry_attempts: loaded.config.llm.retry_attempts,
+        models,
+    })
+}
+
+/// Opens the secrets store for reading provider keys, when a passphrase is provided without a
+/// prompt (`BAAAHT_PASSPHRASE_FILE` or systemd credentials). Without one, keys come from the
+/// environment only, and a warning says so.
+pub fn open_secrets(config_dir: &Path) -> Option<Secrets> {
+    let store = secrets::SecretStore::new(config_dir);
+    if !store.exists() {
+        return None;
+    }
+    let unattended =
+        std::env::var_os("BAAAHT_PASSPHRASE_FILE").is_some() || std::env::var_os("CREDENTIALS_DIRECTORY").is_some();
+    if !unattended {
+        tracing::warn!(
+            store = %store.path().display(),
+            "the secrets store is locked: set BAAAHT_PASSPHRASE_FILE (or a systemd credential named passphrase) \
+             so provider keys can be read from it; using the environment only"
+        );
+        return None;
+    }
+    match secrets::passphrase_from_environment(false).and_then(|passphrase| store.open(&passphrase)) {
+        Ok(secrets) => Some(secrets),
+        Err(error) => {
+            tracing::error!(
+                store = %store.path().display(),
+                error = %baaaht_proto::error_chain(&error),
+                "cannot open the secrets store; provider keys come from the environment only"
+            );
+            None
+        }
+    }
+}
+
+/// Where the gateway stands.
+#[derive(Debug, Clone)]
+enum State {
+    /// Not started, and why (e.g. no provider has a key).
+    Off(String),
+    Starting,
+    /// Serving; `generation` counts restarts so a caller can tell a new gateway from the old.
+    Ready {
+        client: LlmGatewayClient<Channel>,
+        generation: u64,
+    },
+    Down(String),
+}
+
+/// Why a request cannot reach the gateway, as a sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("no LLM provider can be used: {0}")]
+    Off(String),
+    #[error("the LLM gateway is not available after waiting {waited} s: {reason}")]
+    Unavailable { waited: u64, reason: String },
+}
+
+/// One running gateway.
+enum Instance {
+    Process(tokio::process::Child),
+    Container(String),
+}
+
+/// The daemon's handle on the LLM gateway.
+pub struct LlmGateway {
+    settings: GatewaySettings,
+    mode: GatewayMode,
+    state: watch::Sender<State>,
+    folder: PathBuf,
+    binary: PathBuf,
+    health: HealthCheckConfig,
+    queue_timeout: Duration,
+    pub metrics: Arc<Metrics>,
+    pub usage: UsageBook,
+}
+
+impl std::fmt::Debug for LlmGateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmGateway").field("mode", &self.mode).field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl LlmGateway {
+    pub fn new(
+        loaded: &LoadedConfig,
+        settings: GatewaySettings,
+        data_dir: &crate::datadir::DataDir,
+        binaries_dir: &Path,
+        metrics: Arc<Metrics>,
+    ) -> LlmGateway {
+        let (usable, problems) = settings.usable();
+        let state = if usable.is_empty() {
+            let why = if problems.is_empty() { "providers.yaml names none".to_string() } else { problems.join("; ") };
+            State::Off(why)
+        } else {
+            State::Starting
+        };
+        LlmGateway {
+            settings,
+            mode: loaded.config.llm.gateway,
+            state: watch::channel(state).0,
+            folder: data_dir.root().join("data/llm"),
+            binary: binaries_dir.join(GATEWAY_BINARY),
+            health: loaded.config.orchestrator.health_check.clone(),
+            queue_timeout: Duration::from_secs(loaded.config.llm.queue_timeout),
+            metrics,
+            usage: UsageBook::open(&data_dir.state_dir()),
+        }
+    }
+
+    /// A client of a configured, healthy gateway newer than `after` (a generation a caller saw
+    /// fail), waiting up to `llm.queue_timeout` while it starts or restarts.
+    pub async fn client(&self, after: Option<u64>) -> Result<(LlmGatewayClient<Channel>, u64), GatewayError> {
+        let mut changes = self.state.subscribe();
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.queue_timeout;
+        loop {
+            let last_reason = {
+                let state = changes.borrow_and_update();
+                match &*state {
+                    State::Off(why) => return Err(GatewayError::Off(why.clone())),
+                    State::Ready { client, generation } if after.is_none_or(|seen| *generation > seen) => {
+                        return Ok((client.clone(), *generation));
+                    }
+                    State::Ready { .. } | State::Starting => "it is starting".to_string(),
+                    State::Down(reason) => reason.clone(),
+                }
+            };
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    return Err(GatewayError::Unavailable { waited: started.elapsed().as_secs(), reason: last_reason })
+                }
+            }
+        }
+    }
+
+    /// Records the usage of one answer for `context` and `session`: metrics now, the ledger on
+    /// a blocking thread.
+    pub fn account(self: &Arc<Self>, provider: &str, context: &str, session: &str, usage: &v1::Usage) {
+        let tokens = TokenCounts {
+            input: usage.input_tokens,
+            output: usage.output_tokens,
+            cache_read: usage.cache_read_tokens,
+            cache_write: usage.cache_write_tokens,
+        };
+        self.metrics.record_llm_tokens(provider, context, tokens);
+        let gateway = self.clone();
+        let (context, session, estimated) = (context.to_string(), session.to_string(), usage.estimated);
+        let write = move || {
+            if let Err(error) = gateway.usage.record(&context, &session, tokens, estimated) {
+                tracing::warn!(%error, "cannot update the usage ledger");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn_blocking(write)),
+            Err(_) => write(),
+        }
+    }
+
+    /// Runs the gateway until `cancel`: start, configure, watch, restart.
+    pub async fn run(
+        self: Arc<Self>,
+        containers: Arc<ContainerManager>,
+        mut engine: watch::Receiver<Engine>,
+        cancel: CancellationToken,
+    ) {
+        if let State::Off(why) = &*self.state.borrow() {
+            tracing::warn!(reason = %why, "the LLM gateway is not started: no provider can be used");
+            return;
+        }
+        let (usable, problems) = self.settings.usable();
+        tracing::info!(mode = %self.mode, usable = ?usable, unusable = ?problems, "starting the LLM gateway");
+        let mut generation = 0;
+        let mut delay = Duration::from_secs(1);
+        loop {
+            let started = Instant::now();
+            let outcome = tokio::select! {
+                () = cancel.cancelled() => return,
+                outcome = self.start(&containers, &mut engine) => outcome,
+            };
+            let reason = match outcome {
+                Ok((mut instance, client)) => {
+                    generation += 1;
+                    self.metrics.set_gateway_up(true);
+                    self.state.send_replace(State::Ready { client: client.clone(), generation });
+                    tracing::info!(
+                        generation,
+                        startup_ms = started.elapsed().as_millis() as u64,
+                        "the LLM gateway is ready"
+                    );
+                    let reason = self.watch(client, &mut instance, &cancel).await;
+                    self.metrics.set_gateway_up(false);
+                    self.state.send_replace(State::Down(reason.clone()));
+                    self.stop(instance, &containers).await;
+                    reason
+                }
+                Err((instance, reason)) => {
+                    if let Some(instance) = instance {
+                        self.stop(instance, &containers).await;
+                    }
+                    self.state.send_replace(State::Down(reason.clone()));
+                    reason
+                }
+            };
+            if cancel.is_cancelled() {
+                return;
+            }
+            // A gateway that ran well for a while restarts at once; one that keeps failing backs off.
+            if started.elapsed() > Duration::from_secs(60) {
+                delay = Duration::from_secs(1);
+            }
+            self.metrics.count_gateway_restart();
+            tracing::warn!(%reason, retry_in_ms = delay.as_millis() as u64, "restarting the LLM gateway");
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    /// Starts one gateway and configures it.
+    async fn start(
+        &self,
+        containers: &ContainerManager,
+        engine: &mut watch::Receiver<Engine>,
+    ) -> Result<(Instance, LlmGatewayClient<Channel>), (Option<Instance>, String)> {
+        self.prepare_folder().map_err(|error| (None, format!("cannot prepare {}: {error}", self.folder.display())))?;
+        let socket = self.folder.join(GATEWAY_SOCKET);
+        let instance = match self.mode {
+            GatewayMode::Process => {
+                if !self.binary.is_file() {
+                    return Err((
+                        None,
+                        format!("{} is missing: build it or set container.binaries_dir", self.binary.display()),
+                    ));
+                }
+                let child = tokio::process::Command::new(&self.binary)
+                    .arg("serve")
+                    .arg("--socket")
+                    .arg(&socket)
+                    .arg("--parent")
+                    .arg(std::process::id().to_string())
+                    // Nothing of the daemon's environment (which may hold keys) is inherited.
+                    .env_clear()
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .map_err(|error| (None, format!("cannot start {}: {error}", self.binary.display())))?;
+                Instance::Process(child)
+            }
+            GatewayMode::Container => {
+                if engine.borrow().runtime.is_none() {
+                    self.state.send_replace(State::Down(
+                        "no container engine yet (or set llm.gateway: process to run the gateway on the host)".into(),
+                    ));
+                    while engine.borrow_and_update().runtime.is_none() {
+                        if engine.changed().await.is_err() {
+                            return Err((None, "the engine watcher stopped".into()));
+                        }
+                    }
+                }
+                let socket_mode = if crate::current_uid() == 0 { "600" } else { "666" };
+                let request = RunRequest {
+                    role: Role::LlmGateway,
+                    session_id: "system".into(),
+                    context: Context::user("system"),
+                    command: vec![
+                        format!("{BINARIES_MOUNT}/{GATEWAY_BINARY}"),
+                        "serve".into(),
+                        "--socket".into(),
+                        format!("{GATEWAY_MOUNT}/{GATEWAY_SOCKET}"),
+                        "--socket-mode".into(),
+                        socket_mode.into(),
+                    ],
+                    mounts: vec![MountSpec {
+                        host: self.folder.clone(),
+                        target: GATEWAY_MOUNT.into(),
+                        read_only: false,
+                    }],
+                    env: vec![],
+                    timeout: Duration::MAX,
+                    daemon_socket: false,
+                    working_dir: None,
+                };
+                let handle = containers
+                    .start_detached(request)
+                    .await
+                    .map_err(|error| (None, format!("cannot start the gateway container: {error}")))?;
+                Instance::Container(handle.name)
+            }
+        };
+        match self.connect(&socket).await {
+            Ok(client) => Ok((instance, client)),
+            Err(reason) => Err((Some(instance), reason)),
+        }
+    }
+
+    /// A fresh folder for the socket, reachable by the gateway's uid in its container.
+    fn prepare_folder(&self) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(&self.folder) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        std::fs::DirBuilder::new().mode(0o700).create(&self.folder)?;
+        if self.mode == GatewayMode::Container
+            && std::os::unix::fs::chown(&self.folder, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_err()
+        {
+            // Not root: only the data dir's own 0700 keeps others out of this folder.
+            std::fs::set_permissions(&self.folder, std::fs::Permissions::from_mode(0o777))?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the socket, connects and sends the configuration.
+    async fn connect(&self, socket: &Path) -> Result<LlmGatewayClient<Channel>, String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !socket.exists() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the gateway did not create {} within {} s",
+                    socket.display(),
+                    START_TIMEOUT.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let backoff = Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(500),
+            give_up_after: Duration::from_secs(5),
+        };
+        let channel = baaaht_proto::client::channel(socket, backoff)
+            .await
+            .map_err(|error| format!("cannot connect to the gateway: {error}"))?;
+        let mut client = LlmGatewayClient::new(channel);
+        let configure = client.configure(self.settings.config().clone());
+        match tokio::time::timeout(START_TIMEOUT, configure).await {
+            Ok(Ok(response)) => {
+                tracing::info!(usable_providers = response.get_ref().usable_providers, "the LLM gateway is configured");
+                Ok(client)
+            }
+            Ok(Err(status)) => Err(format!("the gateway refused its configuration: {}", status.message())),
+            Err(_) => Err(format!("the gateway did not answer within {} s", START_TIMEOUT.as_secs())),
+        }
+    }
+
+    /// Checks health until `failure_threshold` checks in a row fail, the process exits, or
+    /// `cancel`; returns why it stopped watching.
+    async fn watch(
+        &self,
+        mut client: LlmGatewayClient<Channel>,
+        instance: &mut Instance,
+        cancel: &CancellationToken,
+    ) -> String {
+        let interval = Duration::from_millis(self.health.interval.max(10));
+        let timeout = Duration::from_millis(self.health.timeout.max(10));
+        let threshold = self.health.failure_threshold.max(1);
+        let mut failures = 0;
+        loop {
+            let exited = async {
+                match instance {
+                    Instance::Process(child) => child.wait().await,
+                    Instance::Container(_) => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => return "the daemon is stopping".into(),
+                status = exited => {
+                    return match status {
+                        Ok(status) => format!("the gateway process exited ({status})"),
+                        Err(error) => format!("cannot wait for the gateway process: {error}"),
+                    };
+                }
+                () = tokio::time::sleep(interval) => {}
+            }
+            let check = client.get_provider_status(v1::ProviderStatusRequest {});
+            let problem = match tokio::time::timeout(timeout, check).await {
+                Ok(Ok(_)) => None,
+                Ok(Err(status)) => Some(format!("health check failed: {}", status.message())),
+                Err(_) => Some(format!("health check got no answer within {} ms", timeout.as_millis())),
+            };
+            match problem {
+                None => failures = 0,
+                Some(problem) => {
+                    failures += 1;
+                    tracing::warn!(failures, threshold, %problem, "the LLM gateway failed a health check");
+                    if failures >= threshold {
+                        return format!("{problem} ({failures} checks in a row)");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn stop(&self, instance: Instance, containers: &ContainerManager) {
+        match instance {
+            Instance::Process(mut child) => {
+                if let Err(error) = child.kill().await {
+                    tracing::warn!(%error, "cannot stop the gateway process");
+                }
+            }
+            Instance::Container(name) => {
+                if let Err(error) = containers.stop_service(&name).await {
+                    tracing::warn!(container = %name, %error, "cannot remove the gateway container");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(providers_yaml: &str) -> LoadedConfig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        if !providers_yaml.is_empty() {
+            std::fs::write(dir.path().join(crate::config::PROVIDERS_FILE), providers_yaml).expect("write");
+        }
+        let paths = crate::config::ConfigPaths { config_file: None, config_dir: dir.path().to_path_buf() };
+        crate::config::load(&paths, Vec::new()).expect("valid configuration")
+    }
+
+    #[test]
+    fn keys_resolve_from_the_environment_and_presets_fill_the_rest() {
+        let loaded = loaded(
+            "providers:\n  anthropic:\n    api_key: ${A_KEY}\n    default: true\n  groq:\n    api_key: ${MISSING_KEY}\n  ollama: {}\n  custom:\n    - name: llama-server\n      api_base: http://127.0.0.1:8081/v1\nfallback_chains:\n  anthropic: [ollama]\n",
+        );
+        let env = |name: &str| (name == "A_KEY").then(|| "sk-ant-xyz".to_string());
+        let settings = gateway_settings(&loaded, None, env);
+        let config = settings.config();
+        let by_name = |name: &str| config.providers.iter().find(|p| p.name == name).expect("provider");
+        let anthropic = by_name("anthropic");
+        assert_eq!((anthropic.wire.as_str(), anthropic.api_key.as_str()), ("anthropic", "sk-ant-xyz"));
+        assert_eq!(anthropic.api_base, "https://api.anthropic.com");
+        assert!(by_name("groq").unusable.contains("baaahtd secrets set MISSING_KEY"), "{:?}", by_name("groq"));
+        assert_eq!(by_name("ollama").api_base, "http://localhost:11434/v1");
+        assert!(by_name("ollama").unusable.is_empty(), "local servers need no key");
+        assert_eq!(by_name("llama-server").wire, "openai");
+        assert_eq!(config.default_provider, "anthropic");
+        assert_eq!(config.fallback_chains["anthropic"].providers, ["ollama"]);
+        let (usable, problems) = settings.usable();
+        assert_eq!(usable, ["anthropic", "ollama", "llama-server"]);
+        assert_eq!(problems.len(), 1);
+        assert!(!format!("{settings:?}").contains("sk-ant"), "keys never reach logs");
+    }
+
+    #[test]
+    fn the_default_configuration_has_no_usable_provider_without_keys() {
+        let settings = gateway_settings(&loaded(""), None, |_| None);
+        let (usable, problems) = settings.usable();
+        assert!(usable.is_empty());
+        assert!(problems.iter().any(|p| p.contains("ANTHROPIC_API_KEY")), "{problems:?}");
+    }
+}
