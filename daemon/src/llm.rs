@@ -192,6 +192,16 @@ enum State {
     Down(String),
 }
 
+/// The gateway's state as `baaaht status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySummary {
+    pub mode: GatewayMode,
+    /// "ready", "starting", "down" or "off".
+    pub state: &'static str,
+    pub message: String,
+    pub providers: Vec<String>,
+}
+
 /// Why a request cannot reach the gateway, as a sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -252,6 +262,18 @@ impl LlmGateway {
             metrics,
             usage: UsageBook::open(&data_dir.state_dir()),
         }
+    }
+
+    /// Where the gateway stands, for `baaaht status`.
+    pub fn summary(&self) -> GatewaySummary {
+        let (state, message) = match &*self.state.borrow() {
+            State::Off(why) => ("off", format!("no LLM provider can be used: {why}")),
+            State::Starting => ("starting", String::new()),
+            State::Ready { .. } => ("ready", String::new()),
+            State::Down(why) => ("down", why.clone()),
+        };
+        let providers = self.settings.usable().0.into_iter().map(str::to_string).collect();
+        GatewaySummary { mode: self.mode, state, message, providers }
     }
 
     /// A client of a configured, healthy gateway newer than `after` (a generation a caller saw

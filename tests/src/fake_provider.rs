@@ -7,8 +7,8 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -48,10 +48,26 @@ struct Record {
     completed: AtomicUsize,
 }
 
+/// Replaced, in a paced chunk, by [`clock_nanos`] at the moment the chunk is written, so a
+/// client in the same process can tell how long each token took to reach it.
+pub const STAMP: &str = "@STAMP@";
+
+/// Nanoseconds since this process first asked; the clock [`STAMP`]s are written in.
+pub fn clock_nanos() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The stamp in a token written by [`stamped_token_stream`] (`@NANOS `), if it is one.
+pub fn stamp_of(text: &str) -> Option<u64> {
+    text.trim_end().strip_prefix('@')?.parse().ok()
+}
+
 /// A fake provider; stops when dropped.
 pub struct FakeProvider {
     pub address: SocketAddr,
     record: Arc<Record>,
+    then: Arc<Mutex<Option<Answer>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -74,14 +90,25 @@ impl FakeProvider {
         let record = Arc::new(Record::default());
         let script = Arc::new(Mutex::new(VecDeque::from(script)));
         let recorder = record.clone();
+        let then = Arc::new(Mutex::new(then));
+        let fallback = then.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
-                let next = script.lock().unwrap_or_else(PoisonError::into_inner).pop_front().or_else(|| then.clone());
+                let next = script
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pop_front()
+                    .or_else(|| fallback.lock().unwrap_or_else(PoisonError::into_inner).clone());
                 tokio::spawn(answer(stream, next, recorder.clone()));
             }
         });
-        Ok(FakeProvider { address, record, task })
+        Ok(FakeProvider { address, record, then, task })
+    }
+
+    /// Answers every request after the script with `answer` from now on.
+    pub fn answer_with(&self, answer: Answer) {
+        *self.then.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
     }
 
     /// `api_base` for an endpoint of `wire` pointing here.
@@ -175,7 +202,12 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
             if index > 0 && !interval.is_zero() {
                 tokio::time::sleep(interval).await;
             }
-            if writer.write_all(part.as_bytes()).await.is_err() {
+            let written = if part.contains(STAMP) {
+                writer.write_all(part.replace(STAMP, &clock_nanos().to_string()).as_bytes()).await
+            } else {
+                writer.write_all(part.as_bytes()).await
+            };
+            if written.is_err() {
                 return false;
             }
         }
@@ -208,13 +240,22 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
 /// An answer streaming `tokens` one-word text deltas in `wire`'s format, one SSE event per
 /// chunk, ending with usage and the stop event.
 pub fn token_stream(wire: Wire, tokens: usize, interval: Duration) -> Answer {
+    tokens_of(wire, tokens, interval, |index| format!("t{index} "))
+}
+
+/// As [`token_stream`], each token's text the time it was written (`@NANOS `, see [`stamp_of`]).
+pub fn stamped_token_stream(wire: Wire, tokens: usize, interval: Duration) -> Answer {
+    tokens_of(wire, tokens, interval, |_| format!("@{STAMP} "))
+}
+
+fn tokens_of(wire: Wire, tokens: usize, interval: Duration, text: impl Fn(usize) -> String) -> Answer {
     let mut chunks = Vec::with_capacity(tokens + 6);
     match wire {
         Wire::Anthropic => {
             chunks.push("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_fake\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"fake-model\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n".to_string());
             chunks.push("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_string());
             for index in 0..tokens {
-                chunks.push(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"t{index} \"}}}}\n\n"));
+                chunks.push(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{}\"}}}}\n\n", text(index)));
             }
             chunks
                 .push("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n".to_string());
@@ -224,7 +265,7 @@ pub fn token_stream(wire: Wire, tokens: usize, interval: Duration) -> Answer {
         Wire::OpenAi => {
             for index in 0..tokens {
                 let role = if index == 0 { "\"role\":\"assistant\"," } else { "" };
-                chunks.push(format!("data: {{\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[{{\"index\":0,\"delta\":{{{role}\"content\":\"t{index} \"}},\"finish_reason\":null}}]}}\n\n"));
+                chunks.push(format!("data: {{\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[{{\"index\":0,\"delta\":{{{role}\"content\":\"{}\"}},\"finish_reason\":null}}]}}\n\n", text(index)));
             }
             chunks.push("data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_string());
             chunks.push(format!("data: {{\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[],\"usage\":{{\"prompt_tokens\":12,\"completion_tokens\":{tokens},\"total_tokens\":{}}}}}\n\n", tokens + 12));

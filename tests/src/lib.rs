@@ -205,7 +205,11 @@ impl TestDaemon {
 impl Drop for TestDaemon {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
-            // silent-ok: the test is over; a daemon still running is killed so it cannot leak.
+            // The test is over (or failed): stop the daemon the way systemd would, so it removes
+            // its containers; one that does not stop in time is killed so it cannot leak.
+            // silent-ok: each step is best effort; the kill below is the backstop.
+            let _ = self.signal("TERM");
+            let _ = self.wait_exit(Duration::from_secs(15));
             let _ = self.child.kill();
             let _ = self.child.wait();
         }

@@ -22,7 +22,7 @@ use super::{
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::datadir::DataDir;
 use crate::policy::Policy;
-use crate::server::listeners::{ListenerError, ListenerSet};
+use crate::server::listeners::{ContainerSocket, ListenerError, ListenerSet};
 use crate::state::{self, StateError};
 
 /// Where a container finds the daemon's socket (its folder is mounted here, read-only).
@@ -320,12 +320,15 @@ impl ContainerManager {
         }
     }
 
-    /// Runs `request` to completion in a fresh hardened container (spec §5.4).
-    pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, ContainerError> {
-        let runtime = self.runtime().await?;
-        let started = Instant::now();
+    /// A fresh name, the container's own daemon socket when `with_socket`, and its spec.
+    fn prepare(
+        &self,
+        request: &RunRequest,
+        kind: ContainerKind,
+        with_socket: bool,
+    ) -> Result<(String, Option<ContainerSocket>, ContainerSpec), ContainerError> {
         let name = format!("baaaht-{}-{}", request.role.as_str(), &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let socket = if request.daemon_socket {
+        let socket = if with_socket {
             let identity = ContainerIdentity {
                 name: name.clone(),
                 role: request.role,
@@ -337,12 +340,20 @@ impl ContainerManager {
             None
         };
         let spec = self.spec(
-            &request,
+            request,
             &name,
-            ContainerKind::Task,
+            kind,
             socket.as_ref().map(|s| &s.folder),
             socket.as_ref().map(|s| s.token.as_str()),
         );
+        Ok((name, socket, spec))
+    }
+
+    /// Runs `request` to completion in a fresh hardened container (spec §5.4).
+    pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, ContainerError> {
+        let runtime = self.runtime().await?;
+        let started = Instant::now();
+        let (name, socket, spec) = self.prepare(&request, ContainerKind::Task, request.daemon_socket)?;
         let result = self.run_spec(&*runtime, &request, &spec, socket.as_ref().map(|s| s.token_sha256.clone())).await;
         if socket.is_some() {
             self.listeners.remove_container(&name);
@@ -511,25 +522,8 @@ impl ContainerManager {
         kind: ContainerKind,
     ) -> Result<ServiceHandle, ContainerError> {
         let runtime = self.runtime().await?;
-        let name = format!("baaaht-{}-{}", request.role.as_str(), &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let socket = if request.daemon_socket || kind == ContainerKind::Service {
-            let identity = ContainerIdentity {
-                name: name.clone(),
-                role: request.role,
-                session_id: request.session_id.clone(),
-                context: request.context.clone(),
-            };
-            Some(self.listeners.add_container(identity).map_err(ContainerError::Socket)?)
-        } else {
-            None
-        };
-        let spec = self.spec(
-            &request,
-            &name,
-            kind,
-            socket.as_ref().map(|s| &s.folder),
-            socket.as_ref().map(|s| s.token.as_str()),
-        );
+        let with_socket = request.daemon_socket || kind == ContainerKind::Service;
+        let (name, socket, spec) = self.prepare(&request, kind, with_socket)?;
         let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();
         match self.start_with_retry(&*runtime, &spec, token_sha256).await {
             Ok((id, _attempts)) => {

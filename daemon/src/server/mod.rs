@@ -426,6 +426,10 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
             message: other.degraded_reason().unwrap_or_default(),
         },
     };
+    let llm = shared.llm.summary();
+    if matches!(llm.state, "off" | "down") {
+        degraded.push(format!("llm: {}", llm.message));
+    }
     let counts = match crate::sessions::counts(&shared.data_dir.state_dir()) {
         Ok(counts) => counts,
         Err(error) => {
@@ -444,6 +448,12 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
         sessions_archived: counts.archived,
         containers_running: u32::try_from(containers).unwrap_or(u32::MAX),
         metrics_address: shared.metrics_address.map(|address| address.to_string()).unwrap_or_default(),
+        llm: Some(v1::LlmGatewayStatus {
+            mode: llm.mode.to_string(),
+            state: llm.state.into(),
+            message: llm.message,
+            providers: llm.providers,
+        }),
         pid: std::process::id(),
         degraded,
     }

@@ -16,7 +16,16 @@ pub struct StatusJson<'a> {
     pub sessions: SessionsJson,
     pub containers_running: u32,
     pub metrics_address: &'a str,
+    pub llm: LlmJson<'a>,
     pub degraded: &'a [String],
+}
+
+#[derive(Debug, Serialize)]
+pub struct LlmJson<'a> {
+    pub mode: &'a str,
+    pub state: &'a str,
+    pub message: &'a str,
+    pub providers: &'a [String],
 }
 
 #[derive(Debug, Serialize)]
@@ -56,6 +65,12 @@ pub fn to_json(status: &v1::StatusResponse) -> StatusJson<'_> {
         },
         containers_running: status.containers_running,
         metrics_address: &status.metrics_address,
+        llm: LlmJson {
+            mode: status.llm.as_ref().map_or("", |llm| llm.mode.as_str()),
+            state: status.llm.as_ref().map_or("unknown", |llm| llm.state.as_str()),
+            message: status.llm.as_ref().map_or("", |llm| llm.message.as_str()),
+            providers: status.llm.as_ref().map_or(&[], |llm| llm.providers.as_slice()),
+        },
         degraded: &status.degraded,
     }
 }
@@ -90,6 +105,12 @@ pub fn to_text(status: &v1::StatusResponse) -> String {
         status.sessions_active, status.sessions_idle, status.sessions_archived
     );
     let _ = writeln!(out, "containers:  {} running", status.containers_running);
+    if let Some(llm) = &status.llm {
+        let providers =
+            if llm.providers.is_empty() { String::new() } else { format!(", providers: {}", llm.providers.join(", ")) };
+        let why = if llm.message.is_empty() { String::new() } else { format!(": {}", llm.message) };
+        let _ = writeln!(out, "llm:         {} ({}){providers}{why}", llm.state, llm.mode);
+    }
     let metrics = if status.metrics_address.is_empty() {
         "off".to_string()
     } else {
@@ -131,11 +152,18 @@ mod tests {
                 ..Default::default()
             }),
             degraded: vec!["degraded: no container engine at /var/run/docker.sock".into()],
+            llm: Some(v1::LlmGatewayStatus {
+                mode: "process".into(),
+                state: "ready".into(),
+                message: String::new(),
+                providers: vec!["anthropic".into(), "ollama".into()],
+            }),
             ..Default::default()
         };
         let text = to_text(&status);
         assert!(text.starts_with("baaahtd 0.1.0 (pid 42), up 1m 15s\n"), "{text}");
         assert!(text.contains("health:      degraded: no container engine at /var/run/docker.sock"), "{text}");
         assert!(text.contains("metrics:     off"), "{text}");
+        assert!(text.contains("llm:         ready (process), providers: anthropic, ollama\n"), "{text}");
     }
 }

@@ -11,6 +11,8 @@ use baaaht_proto::v1;
 use baaaht_tests::{bin, median, percentile, DaemonOptions, TestDaemon};
 use clap::{Parser, Subcommand};
 
+mod llm;
+
 #[derive(Debug, Parser)]
 #[command(name = "baaaht-bench", about = "baaaht's benchmarks (DESIGN.md §7)")]
 struct Cli {
@@ -24,6 +26,18 @@ enum Bench {
     Daemon {
         /// Daemon starts to measure (at least 10)
         #[arg(long, default_value_t = 15)]
+        runs: usize,
+    },
+    /// Tokens from a provider to an agent: straight, through the gateway, through daemon + gateway
+    Llm {
+        /// Unpaced tokens per throughput run
+        #[arg(long, default_value_t = 200_000)]
+        tokens: usize,
+        /// Tokens per stream in the paced (100 tokens/s) latency runs
+        #[arg(long, default_value_t = 300)]
+        paced_tokens: usize,
+        /// Throughput runs of each path (at least 3)
+        #[arg(long, default_value_t = 5)]
         runs: usize,
     },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
@@ -41,23 +55,24 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Bench::Daemon { runs } => daemon(runs.max(10)),
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
+        Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }
 }
 
 /// One row of a results table.
-struct Row {
-    name: &'static str,
+pub(crate) struct Row {
+    name: String,
     unit: &'static str,
     values: Vec<f64>,
 }
 
 impl Row {
-    fn print(&mut self) -> f64 {
+    pub(crate) fn print(&mut self) -> f64 {
         let p50 = median(&mut self.values);
         let p99 = percentile(&mut self.values, 99.0);
         let (min, max) = (self.values[0], self.values[self.values.len() - 1]);
         println!(
-            "{:<52} {:>10.2} {:>10.2} {:>10.2} {:>10.2}  {} (n={})",
+            "{:<72} {:>10.2} {:>10.2} {:>10.2} {:>10.2}  {} (n={})",
             self.name,
             p50,
             p99,
@@ -70,17 +85,18 @@ impl Row {
     }
 }
 
-fn header() {
-    println!("{:<52} {:>10} {:>10} {:>10} {:>10}", "measurement", "p50", "p99", "min", "max");
+pub(crate) fn header() {
+    println!("{:<72} {:>10} {:>10} {:>10} {:>10}", "measurement", "p50", "p99", "min", "max");
 }
 
 fn daemon(runs: usize) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut ready = Row { name: "baaahtd start → READY=1 (sd_notify)", unit: "ms", values: vec![] };
-    let mut first_rpc = Row { name: "baaahtd start → first GetStatus answered", unit: "ms", values: vec![] };
-    let mut idle_rss = Row { name: "baaahtd idle resident memory", unit: "MiB", values: vec![] };
-    let mut restart = Row { name: "baaahtd restart on an existing data dir → READY=1", unit: "ms", values: vec![] };
-    let mut exec = Row { name: "baseline: fork+exec `baaahtd --version`", unit: "ms", values: vec![] };
+    let mut ready = Row { name: "baaahtd start → READY=1 (sd_notify)".into(), unit: "ms", values: vec![] };
+    let mut first_rpc = Row { name: "baaahtd start → first GetStatus answered".into(), unit: "ms", values: vec![] };
+    let mut idle_rss = Row { name: "baaahtd idle resident memory".into(), unit: "MiB", values: vec![] };
+    let mut restart =
+        Row { name: "baaahtd restart on an existing data dir → READY=1".into(), unit: "ms", values: vec![] };
+    let mut exec = Row { name: "baseline: fork+exec `baaahtd --version`".into(), unit: "ms", values: vec![] };
 
     for _ in 0..runs {
         // Baseline: the cost of starting this binary at all.
@@ -161,13 +177,13 @@ fn containers(runs: usize, image: &str) -> Result<()> {
         command: vec!["true".into()],
         working_dir: None,
     };
-    let mut total = Row { name: "baaaht runtime: create+start+wait+remove", unit: "ms", values: vec![] };
-    let mut create = Row { name: "  create", unit: "ms", values: vec![] };
-    let mut start = Row { name: "  start", unit: "ms", values: vec![] };
-    let mut wait = Row { name: "  wait", unit: "ms", values: vec![] };
-    let mut remove = Row { name: "  remove", unit: "ms", values: vec![] };
-    let mut plain = Row { name: "baseline: docker run --rm IMAGE true", unit: "ms", values: vec![] };
-    let mut hardened = Row { name: "docker run --rm + the same hardening flags", unit: "ms", values: vec![] };
+    let mut total = Row { name: "baaaht runtime: create+start+wait+remove".into(), unit: "ms", values: vec![] };
+    let mut create = Row { name: "  create".into(), unit: "ms", values: vec![] };
+    let mut start = Row { name: "  start".into(), unit: "ms", values: vec![] };
+    let mut wait = Row { name: "  wait".into(), unit: "ms", values: vec![] };
+    let mut remove = Row { name: "  remove".into(), unit: "ms", values: vec![] };
+    let mut plain = Row { name: "baseline: docker run --rm IMAGE true".into(), unit: "ms", values: vec![] };
+    let mut hardened = Row { name: "docker run --rm + the same hardening flags".into(), unit: "ms", values: vec![] };
     let hardening = [
         "--user",
         "1000:1000",
