@@ -136,6 +136,29 @@ fn an_agent_container_streams_a_completion_through_the_daemon_and_the_gateway() 
 }
 
 #[test]
+fn a_providers_error_reaches_the_agent_as_a_typed_event_with_its_message() {
+    let rt = runtime();
+    let refusal = Answer::Status {
+        code: 400,
+        retry_after: None,
+        body: "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"max_tokens: 64 > 32\"}}"
+            .into(),
+    };
+    let provider = rt.block_on(FakeProvider::start(vec![refusal], None)).expect("fake provider");
+    let daemon = daemon_for(&provider, "process", "", &[]);
+    let output = doctor(&daemon, &["--llm", "anthropic/test-model"]).wait_with_output().expect("doctor");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("[FAIL] anthropic/test-model: anthropic answered 400: max_tokens: 64 > 32 (invalid_request)"),
+        "{stdout}"
+    );
+    assert_eq!(provider.requests().len(), 1, "a refused request is not retried");
+    let metrics = daemon.metrics().expect("metrics");
+    assert!(metrics.contains("baaaht_llm_requests_total{provider=\"anthropic\",outcome=\"error\"} 1"), "{metrics}");
+}
+
+#[test]
 fn three_overloaded_answers_fall_back_and_the_answer_says_who_answered() {
     let rt = runtime();
     let primary =

@@ -35,6 +35,14 @@ pub struct Endpoint {
     pub max_output: Option<u32>,
 }
 
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if let Some(key) = &mut self.api_key {
+            zeroize::Zeroize::zeroize(key);
+        }
+    }
+}
+
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint").field("name", &self.name).field("api_base", &self.api_base).finish_non_exhaustive()

@@ -80,8 +80,13 @@ impl GatewayService {
 #[tonic::async_trait]
 impl LlmGateway for GatewayService {
     async fn configure(&self, request: Request<v1::GatewayConfig>) -> Result<Response<v1::ConfigureResponse>, Status> {
-        let config = request.into_inner();
-        let gateway = gateway_from(&config).map_err(Status::invalid_argument)?;
+        let mut config = request.into_inner();
+        let gateway = gateway_from(&config);
+        // The keys now live in the gateway's endpoints only.
+        for provider in &mut config.providers {
+            zeroize::Zeroize::zeroize(&mut provider.api_key);
+        }
+        let gateway = gateway.map_err(Status::invalid_argument)?;
         let usable = gateway.providers.values().filter(|provider| provider.unusable.is_none()).count();
         tracing::info!(
             providers = gateway.providers.len(),
