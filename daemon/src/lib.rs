@@ -10,6 +10,7 @@ pub mod config;
 pub mod container;
 pub mod datadir;
 pub mod defaults;
+pub mod egress;
 pub mod llm;
 pub mod metrics;
 pub mod policy;

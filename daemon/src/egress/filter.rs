@@ -1,0 +1,308 @@
+//! Which addresses the web egress proxy may connect to (spec §13.3): only public unicast ones.
+//! Loopback, private, link-local, CGNAT, multicast, unspecified, reserved and documentation
+//! ranges and cloud metadata endpoints are refused in IPv4 and IPv6, including IPv4 addresses
+//! embedded in IPv6 (mapped, compatible, NAT64, 6to4) and the numeric host spellings URL
+//! parsers accept (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1`).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Why an address may not be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Loopback,
+    Private,
+    LinkLocal,
+    SharedAddressSpace,
+    Multicast,
+    Unspecified,
+    Broadcast,
+    Reserved,
+    Documentation,
+    CloudMetadata,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Refusal::Loopback => "a loopback address",
+            Refusal::Private => "a private address",
+            Refusal::LinkLocal => "a link-local address",
+            Refusal::SharedAddressSpace => "a carrier-grade NAT address (100.64.0.0/10)",
+            Refusal::Multicast => "a multicast address",
+            Refusal::Unspecified => "an unspecified address",
+            Refusal::Broadcast => "the broadcast address",
+            Refusal::Reserved => "a reserved address",
+            Refusal::Documentation => "a documentation or benchmarking address",
+            Refusal::CloudMetadata => "a cloud metadata endpoint",
+        })
+    }
+}
+
+/// Cloud metadata endpoints, some of them inside ranges refused anyway, some public.
+const METADATA_V4: &[Ipv4Addr] = &[
+    Ipv4Addr::new(169, 254, 169, 254), // AWS, GCP, Azure, OpenStack, DigitalOcean, …
+    Ipv4Addr::new(169, 254, 170, 2),   // AWS ECS task metadata
+    Ipv4Addr::new(100, 100, 100, 200), // Alibaba Cloud
+    Ipv4Addr::new(168, 63, 129, 16),   // Azure WireServer (a public address)
+];
+const METADATA_V6: &[Ipv6Addr] = &[Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254)]; // AWS IMDS over IPv6
+
+/// Host names that are cloud metadata endpoints whatever they resolve to.
+const METADATA_NAMES: &[&str] = &["metadata.google.internal", "metadata.goog", "metadata", "instance-data"];
+
+fn in_v4(ip: Ipv4Addr, network: [u8; 4], prefix: u32) -> bool {
+    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+    u32::from(ip) & mask == u32::from(Ipv4Addr::from(network)) & mask
+}
+
+fn in_v6(ip: Ipv6Addr, network: Ipv6Addr, prefix: u32) -> bool {
+    let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+    u128::from(ip) & mask == u128::from(network) & mask
+}
+
+/// Why `ip` may not be reached, or `None` for a public unicast address.
+pub fn refusal(ip: IpAddr) -> Option<Refusal> {
+    match ip {
+        IpAddr::V4(ip) => refusal_v4(ip),
+        IpAddr::V6(ip) => refusal_v6(ip),
+    }
+}
+
+fn refusal_v4(ip: Ipv4Addr) -> Option<Refusal> {
+    if METADATA_V4.contains(&ip) {
+        return Some(Refusal::CloudMetadata);
+    }
+    let table: &[([u8; 4], u32, Refusal)] = &[
+        ([0, 0, 0, 0], 8, Refusal::Unspecified),
+        ([10, 0, 0, 0], 8, Refusal::Private),
+        ([100, 64, 0, 0], 10, Refusal::SharedAddressSpace),
+        ([127, 0, 0, 0], 8, Refusal::Loopback),
+        ([169, 254, 0, 0], 16, Refusal::LinkLocal),
+        ([172, 16, 0, 0], 12, Refusal::Private),
+        ([192, 0, 0, 0], 24, Refusal::Reserved),
+        ([192, 0, 2, 0], 24, Refusal::Documentation),
+        ([192, 88, 99, 0], 24, Refusal::Reserved),
+        ([192, 168, 0, 0], 16, Refusal::Private),
+        ([198, 18, 0, 0], 15, Refusal::Documentation),
+        ([198, 51, 100, 0], 24, Refusal::Documentation),
+        ([203, 0, 113, 0], 24, Refusal::Documentation),
+        ([224, 0, 0, 0], 4, Refusal::Multicast),
+        ([255, 255, 255, 255], 32, Refusal::Broadcast),
+        ([240, 0, 0, 0], 4, Refusal::Reserved),
+    ];
+    table.iter().find(|(network, prefix, _)| in_v4(ip, *network, *prefix)).map(|(_, _, why)| *why)
+}
+
+fn refusal_v6(ip: Ipv6Addr) -> Option<Refusal> {
+    if METADATA_V6.contains(&ip) {
+        return Some(Refusal::CloudMetadata);
+    }
+    if let Some(embedded) = embedded_v4(ip) {
+        return refusal_v4(embedded);
+    }
+    let table: &[(Ipv6Addr, u32, Refusal)] = &[
+        (Ipv6Addr::UNSPECIFIED, 128, Refusal::Unspecified),
+        (Ipv6Addr::LOCALHOST, 128, Refusal::Loopback),
+        (Ipv6Addr::new(0x0100, 0, 0, 0, 0, 0, 0, 0), 64, Refusal::Reserved), // discard-only
+        (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23, Refusal::Reserved), // IETF protocol assignments, Teredo
+        (Ipv6Addr::new(0x2001, 0x0db8, 0, 0, 0, 0, 0, 0), 32, Refusal::Documentation),
+        (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20, Refusal::Documentation),
+        (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7, Refusal::Private),
+        (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10, Refusal::LinkLocal),
+        (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10, Refusal::Private), // site-local (deprecated)
+        (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8, Refusal::Multicast),
+    ];
+    if let Some((_, _, why)) = table.iter().find(|(network, prefix, _)| in_v6(ip, *network, *prefix)) {
+        return Some(*why);
+    }
+    // Only global unicast (2000::/3) is public.
+    if !in_v6(ip, Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 0), 3) {
+        return Some(Refusal::Reserved);
+    }
+    None
+}
+
+/// The IPv4 address inside an IPv6 one that carries it: mapped (`::ffff:a.b.c.d`), compatible
+/// (`::a.b.c.d`), NAT64 (`64:ff9b::/96`, `64:ff9b:1::/48`) or 6to4 (`2002:AABB:CCDD::/48`).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let segments = ip.segments();
+    let last = Ipv4Addr::new((segments[6] >> 8) as u8, segments[6] as u8, (segments[7] >> 8) as u8, segments[7] as u8);
+    if let Some(mapped) = ip.to_ipv4_mapped() {
+        return Some(mapped);
+    }
+    if segments[..6] == [0, 0, 0, 0, 0, 0] && ip != Ipv6Addr::UNSPECIFIED && ip != Ipv6Addr::LOCALHOST {
+        return Some(last);
+    }
+    if in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96)
+        || in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48)
+    {
+        return Some(last);
+    }
+    if segments[0] == 0x2002 {
+        return Some(Ipv4Addr::new(
+            (segments[1] >> 8) as u8,
+            segments[1] as u8,
+            (segments[2] >> 8) as u8,
+            segments[2] as u8,
+        ));
+    }
+    None
+}
+
+/// A URL host written as an IP address, in any spelling a URL parser or `inet_aton` accepts:
+/// bracketed IPv6, dotted quads with decimal, octal (`0177`) or hex (`0x7f`) parts, and the
+/// short forms `a`, `a.b`, `a.b.c` (`127.1`, `2130706433`, `0x7f000001`). `None` for a name.
+pub fn parse_ip_host(host: &str) -> Option<IpAddr> {
+    let host = host.trim_end_matches('.');
+    if let Some(inner) = host.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
+        // A zone index (`%eth0`) never names a public address.
+        let address = inner.split('%').next()?;
+        return address.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    if let Ok(v6) = host.parse::<Ipv6Addr>() {
+        return Some(IpAddr::V6(v6));
+    }
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let mut numbers = Vec::with_capacity(parts.len());
+    for part in &parts {
+        numbers.push(parse_number(part)?);
+    }
+    let (last, leading) = numbers.split_last()?;
+    if leading.iter().any(|n| *n > 255) {
+        return None;
+    }
+    let bits_left = 8 * (4 - leading.len() as u32);
+    if bits_left < 32 && *last >= 1u64 << bits_left {
+        return None;
+    }
+    if *last > u64::from(u32::MAX) {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for (index, n) in leading.iter().enumerate() {
+        value |= n << (24 - 8 * index as u32);
+    }
+    value |= last;
+    Some(IpAddr::V4(Ipv4Addr::from(value as u32)))
+}
+
+/// One part of a numeric IPv4 host: decimal, octal with a leading 0, or hex with 0x.
+fn parse_number(part: &str) -> Option<u64> {
+    if part.is_empty() {
+        return None;
+    }
+    let (digits, radix) = if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+        (hex, 16)
+    } else if part.len() > 1 && part.starts_with('0') {
+        (&part[1..], 8)
+    } else {
+        (part, 10)
+    };
+    if digits.is_empty() {
+        return (radix == 16).then_some(0);
+    }
+    if digits.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(digits, radix).ok()
+}
+
+/// Whether a host name is a cloud metadata endpoint by name.
+pub fn is_metadata_name(host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    METADATA_NAMES.contains(&host.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        parse_ip_host(text).unwrap_or_else(|| panic!("{text} parses"))
+    }
+
+    #[test]
+    fn every_spelling_of_loopback_is_loopback() {
+        for spelling in [
+            "127.0.0.1",
+            "127.1",
+            "127.0.1",
+            "2130706433",
+            "0x7f000001",
+            "0x7F.1",
+            "0177.0.0.1",
+            "0177.1",
+            "017700000001",
+            "127.0.0.1.",
+            "[::1]",
+            "[::ffff:127.0.0.1]",
+            "[::ffff:7f00:1]",
+            "[::127.0.0.1]",
+            "[64:ff9b::127.0.0.1]",
+            "[2002:7f00:1::]",
+        ] {
+            assert_eq!(refusal(ip(spelling)), Some(Refusal::Loopback), "{spelling}");
+        }
+    }
+
+    #[test]
+    fn private_special_and_metadata_ranges_are_refused() {
+        for (host, why) in [
+            ("10.0.0.1", Refusal::Private),
+            ("172.16.5.4", Refusal::Private),
+            ("172.31.255.255", Refusal::Private),
+            ("192.168.1.1", Refusal::Private),
+            ("100.64.0.1", Refusal::SharedAddressSpace),
+            ("100.127.255.254", Refusal::SharedAddressSpace),
+            ("169.254.169.254", Refusal::CloudMetadata),
+            ("0xa9fea9fe", Refusal::CloudMetadata),
+            ("[::ffff:169.254.169.254]", Refusal::CloudMetadata),
+            ("[fd00:ec2::254]", Refusal::CloudMetadata),
+            ("168.63.129.16", Refusal::CloudMetadata),
+            ("169.254.1.1", Refusal::LinkLocal),
+            ("0.0.0.0", Refusal::Unspecified),
+            ("0", Refusal::Unspecified),
+            ("[::]", Refusal::Unspecified),
+            ("224.0.0.1", Refusal::Multicast),
+            ("[ff02::1]", Refusal::Multicast),
+            ("255.255.255.255", Refusal::Broadcast),
+            ("240.0.0.1", Refusal::Reserved),
+            ("192.0.2.7", Refusal::Documentation),
+            ("198.18.0.1", Refusal::Documentation),
+            ("[fe80::1]", Refusal::LinkLocal),
+            ("[fe80::1%eth0]", Refusal::LinkLocal),
+            ("[fd12:3456::1]", Refusal::Private),
+            ("[2001:db8::1]", Refusal::Documentation),
+            ("[::ffff:10.0.0.1]", Refusal::Private),
+            ("[2002:a00:1::]", Refusal::Private),
+        ] {
+            assert_eq!(refusal(ip(host)), Some(why), "{host}");
+        }
+    }
+
+    #[test]
+    fn public_addresses_pass() {
+        for host in ["93.184.216.34", "1.1.1.1", "8.8.8.8", "172.32.0.1", "100.128.0.1", "[2606:4700::1111]"] {
+            assert_eq!(refusal(ip(host)), None, "{host}");
+        }
+    }
+
+    #[test]
+    fn names_and_malformed_numbers_are_not_addresses() {
+        for host in ["example.com", "localhost", "1.2.3.4.5", "256.1.1.1", "1.2.65536", "0x", "08.1.1.1", "1..1", ""] {
+            let parsed = parse_ip_host(host);
+            assert!(parsed.is_none() || host == "0x", "{host} parsed as {parsed:?}");
+        }
+        assert_eq!(
+            parse_ip_host("0x"),
+            Some(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            "a bare 0x is zero, as inet_aton has it"
+        );
+        assert!(is_metadata_name("Metadata.Google.Internal."));
+        assert!(!is_metadata_name("example.com"));
+    }
+}
