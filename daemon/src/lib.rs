@@ -76,6 +76,8 @@ pub enum DaemonError {
     Serve(#[source] tonic::transport::Error),
     #[error(transparent)]
     Policy(#[from] policy::PolicyError),
+    #[error("cannot set up the web egress proxy: {0}")]
+    WebProxy(String),
     #[error(transparent)]
     Container(#[from] container::manager::ContainerError),
 }
@@ -92,6 +94,7 @@ pub struct Shared {
     pub policy: Arc<Policy>,
     pub containers: Arc<ContainerManager>,
     pub llm: Arc<llm::LlmGateway>,
+    pub web: Arc<egress::proxy::WebProxy>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -228,6 +231,14 @@ impl Daemon {
         let settings = llm::gateway_settings(&loaded, secrets.as_ref(), |name| std::env::var(name).ok());
         drop(secrets);
         let llm = Arc::new(llm::LlmGateway::new(&loaded, settings, &data_dir, &binaries, metrics.clone()));
+        let web = Arc::new(
+            egress::proxy::WebProxy::new(
+                &loaded.config.tools.web_proxy,
+                Arc::new(egress::proxy::SystemResolver),
+                Arc::new(egress::proxy::TcpConnector),
+            )
+            .map_err(DaemonError::WebProxy)?,
+        );
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -238,6 +249,7 @@ impl Daemon {
             policy,
             containers,
             llm,
+            web,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }

@@ -253,7 +253,7 @@ fn exit_code(failure: &Failure) -> u8 {
             DaemonError::Defaults(_) => CANT_CREATE,
             DaemonError::MetricsBind { .. } => UNAVAILABLE,
             DaemonError::Serve(_) => SOFTWARE,
-            DaemonError::Policy(_) => CONFIG,
+            DaemonError::Policy(_) | DaemonError::WebProxy(_) => CONFIG,
             DaemonError::Container(_) => CANT_CREATE,
         },
         Failure::Runtime(_) => OS_ERROR,

@@ -160,8 +160,53 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<v1::WebProxyRequest>,
     ) -> Result<Response<v1::WebProxyResponse>, Status> {
-        check(&request, Operation::ProxyWebRequest, None, None)?;
-        Err(not_built(Operation::ProxyWebRequest, NO_TOOLS))
+        let caller = check(&request, Operation::ProxyWebRequest, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("ProxyWebRequest is for tool containers"));
+        };
+        let message = request.into_inner();
+        if !message.search_query.is_empty() {
+            return Err(not_built(
+                Operation::ProxyWebRequest,
+                "web_search backends (SearXNG, Brave) are not built yet; fetching a URL works",
+            ));
+        }
+        let fetch = crate::egress::proxy::FetchRequest {
+            session: identity.session_id.clone(),
+            method: message.method,
+            url: message.url,
+            headers: message.headers.into_iter().collect(),
+            body: message.body,
+        };
+        let response = self.shared.web.fetch(fetch).await.map_err(|error| {
+            use crate::egress::proxy::ProxyError;
+            let text = error.to_string();
+            match error {
+                ProxyError::Refused { .. } | ProxyError::MetadataName { .. } => Status::permission_denied(text),
+                ProxyError::BadUrl { .. } => Status::invalid_argument(text),
+                ProxyError::RateLimited { .. } => Status::resource_exhausted(text),
+                ProxyError::Timeout { .. } => Status::deadline_exceeded(text),
+                ProxyError::TooManyRedirects { .. } => Status::failed_precondition(text),
+                _ => Status::unavailable(baaaht_proto::error_chain(&error)),
+            }
+        })?;
+        let mut headers = std::collections::HashMap::<String, String>::new();
+        for (name, value) in response.headers {
+            headers
+                .entry(name)
+                .and_modify(|joined| {
+                    joined.push_str(", ");
+                    joined.push_str(&value);
+                })
+                .or_insert(value);
+        }
+        Ok(Response::new(v1::WebProxyResponse {
+            status: u32::from(response.status),
+            headers,
+            body: response.body,
+            final_url: response.final_url,
+            truncated: response.truncated,
+        }))
     }
 
     type StreamLLMStream = BoxStream<v1::LlmEvent>;

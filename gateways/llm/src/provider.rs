@@ -142,8 +142,8 @@ fn target(endpoint: &Endpoint) -> Result<Target, Failure> {
 }
 
 /// The client configuration for HTTPS: the system's trusted certificates (or `SSL_CERT_FILE`),
-/// read once per process.
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+/// read once per process. Also the daemon's web egress proxy's.
+pub fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
     static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {

@@ -1,0 +1,93 @@
+//! ProxyWebRequest on the real daemon, called with a real tool container's socket and token: an
+//! allowed loopback server is fetched (a 2 MB body cut at 1 MB), private and metadata addresses
+//! are refused, a host client is refused, and each request leaves one audit line. The only
+//! server reached is the test's own, on loopback.
+
+use std::time::Duration;
+
+use baaaht_proto::client::{self, ConnectOptions};
+use baaaht_proto::v1;
+use baaaht_tests::{bin, docker, DaemonOptions, TestDaemon};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn test_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 4096];
+                let n = stream.read(&mut buffer).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                let body = if head.starts_with("GET /big ") { "x".repeat(2_000_000) } else { "<p>hello</p>".into() };
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                // silent-ok: the proxy hangs up once it has 1 MB.
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+fn fetch(url: &str) -> v1::WebProxyRequest {
+    v1::WebProxyRequest { url: url.into(), method: "GET".into(), ..v1::WebProxyRequest::default() }
+}
+
+#[test]
+fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let port = rt.block_on(test_server());
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{port}\"]"))],
+        ..Default::default()
+    })
+    .expect("daemon starts");
+    let lingering = std::process::Command::new(bin("baaaht"))
+        .args(["doctor", "--role", "tool", "--linger", "120"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("doctor");
+    let name = daemon.wait_for_container("baaaht-tool-", Duration::from_secs(60)).expect("tool container");
+    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+
+    rt.block_on(async {
+        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
+        let mut tool = client::connect(&socket, options).await.expect("connect as the tool");
+        let page = tool.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/"))).await.expect("served");
+        let page = page.into_inner();
+        assert_eq!((page.status, page.body.as_slice()), (200, &b"<p>hello</p>"[..]));
+        assert_eq!(page.headers.get("content-type").map(String::as_str), Some("text/html"));
+        let big = tool.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/big"))).await.expect("served");
+        let big = big.into_inner();
+        assert_eq!((big.body.len(), big.truncated), (1_000_000, true));
+
+        for (url, says) in [
+            ("http://169.254.169.254/latest/meta-data/", "is a cloud metadata endpoint"),
+            ("http://0x7f000001/", "is a loopback address"),
+            ("http://[::ffff:10.0.0.1]/", "is a private address"),
+            ("http://100.64.0.1/", "carrier-grade NAT"),
+            ("http://127.0.0.1:1/", "is a loopback address"),
+        ] {
+            let status = tool.proxy_web_request(fetch(url)).await.expect_err(url);
+            assert_eq!(status.code(), tonic::Code::PermissionDenied, "{url}: {status:?}");
+            assert!(status.message().contains(says), "{url}: {}", status.message());
+        }
+        let status = tool.proxy_web_request(fetch("gopher://example.com/")).await.expect_err("scheme");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+
+        let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await.expect("connect");
+        let status = host.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/"))).await.expect_err("host");
+        assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    });
+    let log = daemon.log_text();
+    assert_eq!(log.matches("web request served").count(), 2, "{log}");
+    assert_eq!(log.matches("web request not served").count(), 6, "{log}");
+    docker(&["kill", &name]).expect("end the lingering container");
+    drop(lingering);
+}
