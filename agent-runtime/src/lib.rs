@@ -5,3 +5,4 @@
 
 pub mod llmcheck;
 pub mod selftest;
+pub mod tools;

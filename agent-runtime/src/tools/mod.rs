@@ -1,0 +1,162 @@
+//! The built-in file tools (spec §8.2) as the tool runner executes them inside a tool container:
+//! `read_file`, `write_file`, `edit_file`, `list_dir`, `grep` and `find`, each with a JSON
+//! schema for its parameters and typed errors whose messages tell the model what to do.
+//! Every path goes through [`paths`].
+
+pub mod files;
+pub mod paths;
+
+use serde_json::{json, Value};
+
+/// Why a tool call failed, as the model reads it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ToolError {
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+    #[error("parameter `{name}`: {problem}")]
+    Param { name: &'static str, problem: String },
+    #[error("`{path}` is refused: {reason}")]
+    Path { path: String, reason: String },
+    #[error("`{0}` does not exist")]
+    NotFound(String),
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What a tool call returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolOutput {
+    pub content: String,
+    pub is_error: bool,
+    pub metadata: Vec<(String, String)>,
+}
+
+impl From<ToolError> for ToolOutput {
+    fn from(error: ToolError) -> ToolOutput {
+        ToolOutput { content: error.to_string(), is_error: true, metadata: vec![] }
+    }
+}
+
+/// Reads a tool call's parameters with messages that name what is wrong.
+pub struct Params<'a>(pub &'a Value);
+
+impl Params<'_> {
+    pub fn string(&self, name: &'static str) -> Result<&str, ToolError> {
+        match self.0.get(name) {
+            Some(Value::String(text)) => Ok(text),
+            Some(other) => Err(ToolError::Param { name, problem: format!("must be a string, not {other}") }),
+            None => Err(ToolError::Param { name, problem: "is required".into() }),
+        }
+    }
+
+    pub fn optional_string(&self, name: &'static str) -> Result<Option<&str>, ToolError> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(_) => self.string(name).map(Some),
+        }
+    }
+
+    pub fn optional_u64(&self, name: &'static str) -> Result<Option<u64>, ToolError> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => {
+                value.as_u64().map(Some).ok_or_else(|| ToolError::Param {
+                    name,
+                    problem: format!("must be a whole number ≥ 0, not {value}"),
+                })
+            }
+        }
+    }
+
+    pub fn flag(&self, name: &'static str) -> Result<bool, ToolError> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(value)) => Ok(*value),
+            Some(other) => Err(ToolError::Param { name, problem: format!("must be true or false, not {other}") }),
+        }
+    }
+}
+
+/// A tool's name, what it does and its parameters' JSON schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Definition {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub parameters: Value,
+}
+
+/// The file tools' definitions.
+pub fn definitions() -> Vec<Definition> {
+    let path = json!({"type": "string", "description": "relative to /workspace, or absolute inside a mounted folder"});
+    vec![
+        Definition {
+            name: "read_file",
+            description: "Read a text file with line numbers. Use offset/limit (in lines) for long files.",
+            parameters: json!({"type": "object", "required": ["path"], "additionalProperties": false, "properties": {
+                "path": path,
+                "offset": {"type": "integer", "minimum": 1, "description": "first line to read (1-based)"},
+                "limit": {"type": "integer", "minimum": 1, "description": "how many lines"},
+            }}),
+        },
+        Definition {
+            name: "write_file",
+            description: "Create or replace a file atomically; missing parent folders are created.",
+            parameters: json!({"type": "object", "required": ["path", "content"], "additionalProperties": false, "properties": {
+                "path": path, "content": {"type": "string"},
+            }}),
+        },
+        Definition {
+            name: "edit_file",
+            description:
+                "Replace an exact piece of text in a file. old_text must occur exactly once unless replace_all is true.",
+            parameters: json!({"type": "object", "required": ["path", "old_text", "new_text"], "additionalProperties": false, "properties": {
+                "path": path,
+                "old_text": {"type": "string"},
+                "new_text": {"type": "string"},
+                "replace_all": {"type": "boolean", "default": false},
+            }}),
+        },
+        Definition {
+            name: "list_dir",
+            description: "List a folder: each entry's kind, size and modification time.",
+            parameters: json!({"type": "object", "additionalProperties": false, "properties": {
+                "path": {"type": "string", "default": "."},
+            }}),
+        },
+        Definition {
+            name: "grep",
+            description: "Search file contents with a regular expression (Rust regex syntax); respects .gitignore.",
+            parameters: json!({"type": "object", "required": ["pattern"], "additionalProperties": false, "properties": {
+                "pattern": {"type": "string"},
+                "path": {"type": "string", "default": "."},
+                "glob": {"type": "string", "description": "only files whose path matches, e.g. *.rs"},
+                "ignore_case": {"type": "boolean", "default": false},
+            }}),
+        },
+        Definition {
+            name: "find",
+            description: "Find files whose path matches a glob, e.g. **/*.md; respects .gitignore.",
+            parameters: json!({"type": "object", "required": ["pattern"], "additionalProperties": false, "properties": {
+                "pattern": {"type": "string"},
+                "path": {"type": "string", "default": "."},
+            }}),
+        },
+    ]
+}
+
+/// Runs file tool `name` with `params` over `mounts`.
+pub fn run(name: &str, params: &Value, mounts: &paths::Mounts) -> ToolOutput {
+    let params = Params(params);
+    let result = match name {
+        "read_file" => files::read_file(&params, mounts),
+        "write_file" => files::write_file(&params, mounts),
+        "edit_file" => files::edit_file(&params, mounts),
+        "list_dir" => files::list_dir(&params, mounts),
+        "grep" => files::grep(&params, mounts),
+        "find" => files::find(&params, mounts),
+        other => Err(ToolError::UnknownTool(other.to_string())),
+    };
+    result.unwrap_or_else(ToolOutput::from)
+}

@@ -1,0 +1,206 @@
+//! Path rules for every file tool (spec §8.5): a path is relative to `/workspace` or absolute
+//! inside one of the container's mounts; `..`, null bytes, over-long paths and paths outside
+//! the mounts are refused before anything is opened. Files are then opened with `openat2` and
+//! `RESOLVE_BENEATH` from the mount's root, so the kernel resolves every component (symlinks
+//! included) in one step and refuses one that leaves the mount, also a symlink swapped in
+//! between a check and the use: there is no check separate from the use.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use super::ToolError;
+
+/// The longest path accepted, in bytes and in components.
+pub const MAX_PATH_BYTES: usize = 4096;
+pub const MAX_PATH_COMPONENTS: usize = 256;
+
+/// One mount a tool may use.
+#[derive(Debug)]
+pub struct Root {
+    /// Where it is inside the container, e.g. `/workspace` or `/project/site`.
+    pub at: PathBuf,
+    pub writable: bool,
+    dir: OwnedFd,
+}
+
+/// The mounts of a tool container, the first one the default (`/workspace`).
+#[derive(Debug)]
+pub struct Mounts {
+    roots: Vec<Root>,
+}
+
+/// A path inside one mount.
+#[derive(Debug, Clone, Copy)]
+pub struct Located<'a> {
+    pub root: &'a Root,
+    /// Relative to the root; empty for the root itself.
+    pub relative: &'a Path,
+}
+
+fn beneath() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
+}
+
+/// Turns an errno from opening `shown` into a sentence.
+pub fn open_error(shown: &str, errno: Errno) -> ToolError {
+    match errno {
+        Errno::NOENT => ToolError::NotFound(shown.to_string()),
+        Errno::XDEV => ToolError::Path {
+            path: shown.to_string(),
+            reason: "it leads outside the mounted folders (through a symlink)".into(),
+        },
+        Errno::LOOP => ToolError::Path { path: shown.to_string(), reason: "too many symlinks".into() },
+        Errno::NAMETOOLONG => ToolError::Path { path: shown.to_string(), reason: "the path is too long".into() },
+        Errno::NOTDIR => ToolError::Path { path: shown.to_string(), reason: "a part of it is not a folder".into() },
+        Errno::ISDIR => ToolError::Path { path: shown.to_string(), reason: "it is a folder".into() },
+        Errno::ACCESS | Errno::PERM => ToolError::Path { path: shown.to_string(), reason: "permission denied".into() },
+        Errno::ROFS => ToolError::Path { path: shown.to_string(), reason: "it is on a read-only mount".into() },
+        other => ToolError::Io { path: shown.to_string(), message: std::io::Error::from(other).to_string() },
+    }
+}
+
+impl Mounts {
+    /// Opens each `(container path, writable)` root.
+    pub fn open(roots: &[(PathBuf, bool)]) -> std::io::Result<Mounts> {
+        let mut opened = Vec::with_capacity(roots.len());
+        for (at, writable) in roots {
+            let dir = rustix::fs::open(at, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            opened.push(Root { at: at.clone(), writable: *writable, dir });
+        }
+        Ok(Mounts { roots: opened })
+    }
+
+    /// The mount a tool path is in, and the path relative to it; refuses what spec §8.5 forbids.
+    pub fn locate<'a>(&'a self, path: &'a str) -> Result<Located<'a>, ToolError> {
+        let refuse = |reason: &str| ToolError::Path { path: shown(path), reason: reason.into() };
+        if path.contains('\0') {
+            return Err(refuse("it contains a null byte"));
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(refuse(&format!("it is longer than {MAX_PATH_BYTES} bytes")));
+        }
+        let candidate = Path::new(path);
+        let mut count = 0;
+        for component in candidate.components() {
+            count += 1;
+            if component == Component::ParentDir {
+                return Err(refuse("`..` is not allowed"));
+            }
+        }
+        if count > MAX_PATH_COMPONENTS {
+            return Err(refuse(&format!("it has more than {MAX_PATH_COMPONENTS} parts")));
+        }
+        let default = self.roots.first().ok_or_else(|| refuse("no folder is mounted"))?;
+        if !candidate.is_absolute() {
+            let relative = candidate.strip_prefix(".").unwrap_or(candidate);
+            return Ok(Located { root: default, relative });
+        }
+        for root in &self.roots {
+            if let Ok(relative) = candidate.strip_prefix(&root.at) {
+                return Ok(Located { root, relative });
+            }
+        }
+        let mounted: Vec<String> = self.roots.iter().map(|root| root.at.display().to_string()).collect();
+        Err(refuse(&format!("it is outside the mounted folders ({})", mounted.join(", "))))
+    }
+
+    pub fn default_root(&self) -> Option<&Root> {
+        self.roots.first()
+    }
+}
+
+/// A path as shown in messages: at most 200 characters.
+pub fn shown(path: &str) -> String {
+    if path.chars().count() > 200 {
+        format!("{}…", path.chars().take(200).collect::<String>())
+    } else {
+        path.to_string()
+    }
+}
+
+impl Located<'_> {
+    /// The path as the model sees it (inside the container).
+    pub fn display(&self) -> String {
+        if self.relative.as_os_str().is_empty() {
+            self.root.at.display().to_string()
+        } else {
+            self.root.at.join(self.relative).display().to_string()
+        }
+    }
+
+    fn relative_or_dot(&self) -> &Path {
+        if self.relative.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            self.relative
+        }
+    }
+
+    /// Opens the file or folder with `flags`, confined to the mount.
+    pub fn open(&self, flags: OFlags) -> Result<OwnedFd, ToolError> {
+        rustix::fs::openat2(&self.root.dir, self.relative_or_dot(), flags | OFlags::CLOEXEC, Mode::empty(), beneath())
+            .map_err(|errno| open_error(&self.display(), errno))
+    }
+
+    /// The parent folder (created with its missing ancestors when `create`) and the file name.
+    pub fn parent(&self, create: bool) -> Result<(OwnedFd, std::ffi::OsString), ToolError> {
+        if !self.root.writable {
+            return Err(ToolError::Path { path: self.display(), reason: "it is on a read-only mount".into() });
+        }
+        let name = self
+            .relative
+            .file_name()
+            .ok_or_else(|| ToolError::Path { path: self.display(), reason: "it names a folder, not a file".into() })?
+            .to_os_string();
+        let parent = self.relative.parent().unwrap_or(Path::new(""));
+        let mut dir = rustix::fs::openat2(
+            &self.root.dir,
+            ".",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath(),
+        )
+        .map_err(|errno| open_error(&self.root.at.display().to_string(), errno))?;
+        let mut walked = self.root.at.clone();
+        for component in parent.components() {
+            let Component::Normal(part) = component else { continue };
+            walked.push(part);
+            let shown_dir = walked.display().to_string();
+            let open = |dir: &OwnedFd| {
+                rustix::fs::openat2(
+                    dir,
+                    part,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    beneath(),
+                )
+            };
+            dir = match open(&dir) {
+                Ok(next) => next,
+                Err(Errno::NOENT) if create => {
+                    match rustix::fs::mkdirat(&dir, part, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(errno) => return Err(open_error(&shown_dir, errno)),
+                    }
+                    open(&dir).map_err(|errno| open_error(&shown_dir, errno))?
+                }
+                Err(errno) => return Err(open_error(&shown_dir, errno)),
+            };
+        }
+        Ok((dir, name))
+    }
+}
+
+/// Reads everything from `fd` up to `cap` bytes; says whether there was more.
+pub fn read_capped(fd: impl AsFd, cap: usize) -> std::io::Result<(Vec<u8>, bool)> {
+    use std::io::Read;
+    let mut file = std::fs::File::from(fd.as_fd().try_clone_to_owned()?);
+    let mut bytes = Vec::new();
+    (&mut file).take(cap as u64 + 1).read_to_end(&mut bytes)?;
+    let more = bytes.len() > cap;
+    bytes.truncate(cap);
+    Ok((bytes, more))
+}
