@@ -4,5 +4,6 @@
 //! This crate runs untrusted-side: it holds no secret and never writes outside /tmp.
 
 pub mod llmcheck;
+pub mod runner;
 pub mod selftest;
 pub mod tools;

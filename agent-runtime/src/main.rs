@@ -15,6 +15,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve tool calls from the daemon as this container's resident runner (its init)
+    Runner {
+        /// A mounted folder tools may use, `PATH` (read-write) or `PATH:ro`; the first is the
+        /// default for relative paths
+        #[arg(long = "mount", value_name = "PATH[:ro]", required = true)]
+        mounts: Vec<String>,
+    },
     /// Report (as JSON) whether this container's confinement holds; exit 3 if it does not
     SelfTest {
         /// A TCP address that must not be reachable from here, e.g. a test server on the host
@@ -31,6 +38,23 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Runner { mounts } => {
+            let mounts: Vec<(std::path::PathBuf, bool)> = mounts
+                .iter()
+                .map(|mount| match mount.strip_suffix(":ro") {
+                    Some(path) => (path.into(), false),
+                    None => (mount.into(), true),
+                })
+                .collect();
+            let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
+            match baaaht_agent::runner::run(socket, &mounts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("baaaht-agent runner: {error}");
+                    ExitCode::from(69)
+                }
+            }
+        }
         Command::SelfTest { probe, linger, llm } => {
             let mut report = baaaht_agent::selftest::run(probe);
             if let Some(model) = llm {

@@ -210,6 +210,7 @@ pub enum Operation {
     DelegateToAgent,
     RequestToolExecution,
     ProxyWebRequest,
+    ServeTools,
     StreamLlm,
     ScheduleTask,
     ListTasks,
@@ -247,6 +248,7 @@ impl Operation {
             Operation::DelegateToAgent => "DelegateToAgent",
             Operation::RequestToolExecution => "RequestToolExecution",
             Operation::ProxyWebRequest => "ProxyWebRequest",
+            Operation::ServeTools => "ServeTools",
             Operation::StreamLlm => "StreamLLM",
             Operation::ScheduleTask => "ScheduleTask",
             Operation::ListTasks => "ListTasks",
@@ -280,7 +282,7 @@ impl Operation {
             Operation::SendMessage => &[Worker, Heartbeat],
             Operation::DelegateToAgent => &[Assistant],
             Operation::RequestToolExecution => &[Worker, Researcher, Coder, Memory, Heartbeat],
-            Operation::ProxyWebRequest => &[Tool],
+            Operation::ProxyWebRequest | Operation::ServeTools => &[Tool],
             Operation::ScheduleTask
             | Operation::ListTasks
             | Operation::GetTask
@@ -315,6 +317,7 @@ impl Operation {
                 | Operation::DelegateToAgent
                 | Operation::RequestToolExecution
                 | Operation::ProxyWebRequest
+                | Operation::ServeTools
                 | Operation::StreamLlm
         )
     }

@@ -20,6 +20,7 @@ pub mod sessions;
 pub mod state;
 pub mod systemd;
 pub mod telemetry;
+pub mod tools;
 pub mod usage;
 
 use std::future::Future;
@@ -95,6 +96,7 @@ pub struct Shared {
     pub containers: Arc<ContainerManager>,
     pub llm: Arc<llm::LlmGateway>,
     pub web: Arc<egress::proxy::WebProxy>,
+    pub tools: Arc<tools::Runners>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -239,6 +241,11 @@ impl Daemon {
             )
             .map_err(DaemonError::WebProxy)?,
         );
+        let tools = Arc::new(tools::Runners::new(
+            containers.clone(),
+            data_dir.clone(),
+            Duration::from_secs(loaded.config.tools.warm_idle_timeout),
+        ));
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -250,6 +257,7 @@ impl Daemon {
             containers,
             llm,
             web,
+            tools,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -291,6 +299,7 @@ impl Daemon {
                 .run(shared.containers.clone(), shared.engine.clone(), cancel.clone())
                 .instrument(tracing::info_span!("llm")),
         );
+        tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
         if let Some(listener) = metrics_listener {
             tracker.spawn(
                 metrics::serve(listener, shared.metrics.clone(), cancel.clone())

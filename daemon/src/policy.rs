@@ -174,6 +174,20 @@ impl Policy {
         }
     }
 
+    /// The tools `role` may use (spec §6.1); the Assistant has only `delegate`, no tool.
+    pub fn tools_of(role: Role) -> &'static [&'static str] {
+        match role {
+            Role::Worker => {
+                &["read_file", "list_dir", "grep", "find", "web_search", "web_fetch", "message", "write_file"]
+            }
+            Role::Researcher => &["read_file", "list_dir", "grep", "find", "web_search", "web_fetch", "write_file"],
+            Role::Coder => &["read_file", "write_file", "edit_file", "list_dir", "grep", "find", "exec"],
+            Role::Memory => &["read_file", "write_file"],
+            Role::Heartbeat => &["read_file", "web_search", "web_fetch", "message"],
+            Role::Assistant | Role::Tool | Role::LlmGateway => &[],
+        }
+    }
+
     /// ValidateExecCommand: refuses commands matching spec §8.5's patterns or the configured
     /// ones. Defense in depth: tool containers have no network and no privileges anyway.
     pub fn validate_exec_command(&self, command: &str) -> Result<(), PolicyError> {

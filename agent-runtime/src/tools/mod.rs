@@ -3,6 +3,7 @@
 //! schema for its parameters and typed errors whose messages tell the model what to do.
 //! Every path goes through [`paths`].
 
+pub mod exec;
 pub mod files;
 pub mod paths;
 

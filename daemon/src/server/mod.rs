@@ -7,6 +7,7 @@
 pub mod layer;
 pub mod listeners;
 mod llm;
+mod tools;
 
 use std::sync::Arc;
 
@@ -152,8 +153,18 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<v1::ToolRequest>,
     ) -> Result<Response<v1::ToolResponse>, Status> {
-        check(&request, Operation::RequestToolExecution, None, None)?;
-        Err(not_built(Operation::RequestToolExecution, NO_TOOLS))
+        let caller = check(&request, Operation::RequestToolExecution, None, None)?;
+        tools::request(&self.shared, caller, request).await
+    }
+
+    type ServeToolsStream = BoxStream<v1::ToolCall>;
+
+    async fn serve_tools(
+        &self,
+        request: Request<tonic::Streaming<v1::RunnerMessage>>,
+    ) -> Result<Response<Self::ServeToolsStream>, Status> {
+        let caller = check(&request, Operation::ServeTools, None, None)?;
+        tools::serve(&self.shared, caller, request)
     }
 
     async fn proxy_web_request(

@@ -1,0 +1,134 @@
+//! `baaaht-agent runner`: the resident tool runner of a session's tool container (DESIGN.md §1).
+//! It is the container's init (PID 1): it connects to the daemon over its mounted socket with
+//! its token, receives tool calls over ServeTools, runs them one at a time, and after each call
+//! kills every other process in the container, so nothing a call started outlives it (also
+//! what detached with `setsid` or `nohup`). It makes itself non-dumpable, so a command it runs
+//! (same uid) cannot read its environment, memory or file descriptors through /proc.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use baaaht_proto::client::{connect, Backoff, ConnectOptions};
+use baaaht_proto::v1;
+use serde_json::Value;
+
+use crate::tools::{self, paths::Mounts, Params, ToolOutput};
+
+/// Kills every process of this PID namespace but this one, and reaps them; returns how many.
+pub fn sweep() -> usize {
+    let me = std::process::id();
+    let mut killed = 0;
+    // Processes may fork while we kill; a few passes reach the last of them.
+    for _ in 0..50 {
+        let mut found = 0;
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            for entry in entries.flatten() {
+                let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+                if pid == me {
+                    continue;
+                }
+                // A zombie only waits to be reaped.
+                let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+                    .unwrap_or(true);
+                if zombie {
+                    continue;
+                }
+                found += 1;
+                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                    // silent-ok: it may have exited since it was listed.
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+        }
+        reap();
+        if found == 0 {
+            break;
+        }
+        killed += found;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    reap();
+    killed
+}
+
+/// Reaps every exited child (as init, orphans are ours).
+pub fn reap() {
+    while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
+}
+
+/// Runs one call.
+pub fn execute(call: &v1::ToolCall, mounts: &Mounts) -> v1::ToolResponse {
+    let started = Instant::now();
+    let params: Value = match serde_json::from_str(if call.params_json.is_empty() { "{}" } else { &call.params_json }) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(other) => return response(error(format!("parameters must be a JSON object, not {other}")), started),
+        Err(error_text) => return response(error(format!("parameters are not JSON: {error_text}")), started),
+    };
+    let output = match call.tool.as_str() {
+        "exec" => {
+            let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
+            tools::exec::exec(&Params(&params), mounts, limit).unwrap_or_else(ToolOutput::from)
+        }
+        name => tools::run(name, &params, mounts),
+    };
+    if std::process::id() == 1 {
+        sweep();
+    }
+    response(output, started)
+}
+
+fn error(content: String) -> ToolOutput {
+    ToolOutput { content, is_error: true, metadata: vec![] }
+}
+
+fn response(output: ToolOutput, started: Instant) -> v1::ToolResponse {
+    v1::ToolResponse {
+        content: output.content,
+        is_error: output.is_error,
+        duration_ms: started.elapsed().as_millis() as u64,
+        metadata: output.metadata.into_iter().collect(),
+    }
+}
+
+/// Serves calls until the daemon closes the stream; returns why it stopped.
+pub fn run(socket: &Path, mounts: &[(PathBuf, bool)]) -> Result<(), String> {
+    // Nothing a command runs may read this process through /proc (environ, mem, fd).
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|errno| format!("cannot make the runner non-dumpable: {errno}"))?;
+    let token = std::env::var(baaaht_proto::CONTAINER_TOKEN_ENV)
+        .map_err(|_unset| format!("{} is not set", baaaht_proto::CONTAINER_TOKEN_ENV))?;
+    let mounts = Mounts::open(mounts).map_err(|error| format!("cannot open the mounts: {error}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the async runtime: {error}"))?;
+    runtime.block_on(async move {
+        let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
+        let mut client = connect(socket, options).await.map_err(|error| error.to_string())?;
+        let (sender, receiver) = tokio::sync::mpsc::channel(4);
+        let hello = v1::RunnerMessage {
+            kind: Some(v1::runner_message::Kind::Hello(v1::RunnerHello { version: env!("CARGO_PKG_VERSION").into() })),
+        };
+        sender.send(hello).await.map_err(|_closed| "the outbound stream closed".to_string())?;
+        let mut calls = client
+            .serve_tools(tokio_stream::wrappers::ReceiverStream::new(receiver))
+            .await
+            .map_err(|status| status.message().to_string())?
+            .into_inner();
+        let mounts = std::sync::Arc::new(mounts);
+        while let Some(call) = calls.message().await.map_err(|status| status.message().to_string())? {
+            let mounts = mounts.clone();
+            let call_id = call.call_id.clone();
+            let response = tokio::task::spawn_blocking(move || execute(&call, &mounts))
+                .await
+                .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()));
+            let result = v1::RunnerMessage {
+                kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult { call_id, response: Some(response) })),
+            };
+            sender.send(result).await.map_err(|_closed| "the outbound stream closed".to_string())?;
+        }
+        Ok(())
+    })
+}

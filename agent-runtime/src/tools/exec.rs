@@ -1,0 +1,172 @@
+//! `exec`: `sh -c COMMAND` in the workspace, with a clean environment (nothing of the runner's,
+//! so no token), its own process group, a timeout, and stdout and stderr each capped with a
+//! truncation marker. The runner kills whatever the command left behind after each call
+//! ([`crate::runner`]); here the process group is killed at the timeout.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::paths::Mounts;
+use super::{Params, ToolError, ToolOutput};
+
+/// Bytes kept of stdout and of stderr each.
+pub const OUTPUT_CAP: usize = 32 << 10;
+
+/// The environment every command gets, and nothing else.
+const ENVIRONMENT: &[(&str, &str)] = &[
+    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+    ("HOME", "/tmp"),
+    ("TMPDIR", "/tmp"),
+    ("LANG", "C.UTF-8"),
+    ("TERM", "dumb"),
+];
+
+/// Reads a stream to its end, keeping the first `cap` bytes and counting the rest.
+fn drain(mut stream: impl Read + Send + 'static, cap: usize) -> std::thread::JoinHandle<(Vec<u8>, usize)> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut dropped = 0;
+        let mut buffer = [0u8; 8192];
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = cap.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buffer[..n.min(room)]);
+                    dropped += n.saturating_sub(room);
+                }
+            }
+        }
+        (kept, dropped)
+    })
+}
+
+fn section(out: &mut String, name: &str, (bytes, dropped): (Vec<u8>, usize)) {
+    if bytes.is_empty() && dropped == 0 {
+        return;
+    }
+    out.push_str(&format!("--- {name} ---\n"));
+    out.push_str(&String::from_utf8_lossy(&bytes));
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    if dropped > 0 {
+        out.push_str(&format!("[{name} truncated: {dropped} more bytes not shown]\n"));
+    }
+}
+
+/// Runs `exec` with `params`; `max_timeout` is the configured limit for this tool.
+pub fn exec(params: &Params<'_>, mounts: &Mounts, max_timeout: Duration) -> Result<ToolOutput, ToolError> {
+    let command = params.string("command")?;
+    if command.trim().is_empty() {
+        return Err(ToolError::Param { name: "command", problem: "is empty".into() });
+    }
+    let timeout = params
+        .optional_u64("timeout")?
+        .map_or(max_timeout, |seconds| Duration::from_secs(seconds.max(1)).min(max_timeout));
+    let workspace = mounts.default_root().ok_or_else(|| ToolError::Failed("no workspace is mounted".into()))?;
+    let started = Instant::now();
+    let mut child = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(&workspace.at)
+        .env_clear()
+        .envs(ENVIRONMENT.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|error| ToolError::Failed(format!("cannot start /bin/sh: {error}")))?;
+    let group = child.id();
+    let stdout = drain(child.stdout.take().ok_or_else(|| ToolError::Failed("no stdout pipe".into()))?, OUTPUT_CAP);
+    let stderr = drain(child.stderr.take().ok_or_else(|| ToolError::Failed("no stderr pipe".into()))?, OUTPUT_CAP);
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() >= timeout => {
+                timed_out = true;
+                if let Some(pid) = rustix::process::Pid::from_raw(group as i32) {
+                    // silent-ok: the group may have exited on its own just now.
+                    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+                }
+                break child.wait().ok();
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => break None,
+        }
+    };
+    // Whatever still holds the pipes open (a detached child) is killed by the runner's sweep;
+    // outside a container, the process group is the limit.
+    if let Some(pid) = rustix::process::Pid::from_raw(group as i32) {
+        // silent-ok: usually nothing is left.
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    if std::process::id() == 1 {
+        crate::runner::sweep();
+    }
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    let code = status.and_then(|status| status.code());
+    let mut out = String::new();
+    match (timed_out, code) {
+        (true, _) => out.push_str(&format!("killed after {} s (timeout)\n", timeout.as_secs())),
+        (false, Some(code)) => out.push_str(&format!("exit code {code}\n")),
+        (false, None) => out.push_str("killed by a signal\n"),
+    }
+    section(&mut out, "stdout", stdout);
+    section(&mut out, "stderr", stderr);
+    Ok(ToolOutput {
+        content: out,
+        is_error: timed_out || code != Some(0),
+        metadata: vec![
+            ("exit_code".into(), code.map_or("none".into(), |c| c.to_string())),
+            ("duration_ms".into(), started.elapsed().as_millis().to_string()),
+        ],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn run(command: &str, timeout: u64) -> ToolOutput {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
+        let params = json!({"command": command});
+        exec(&Params(&params), &mounts, Duration::from_secs(timeout)).expect("runs")
+    }
+
+    #[test]
+    fn output_exit_code_and_a_clean_environment() {
+        let output = run("echo out; echo err >&2; echo \"token=[$BAAAHT_CONTAINER_TOKEN] pwd=$(pwd)\"; exit 3", 10);
+        assert!(output.is_error);
+        assert!(output.content.starts_with("exit code 3\n--- stdout ---\nout\ntoken=[] pwd=/"), "{}", output.content);
+        assert!(output.content.contains("--- stderr ---\nerr\n"), "{}", output.content);
+    }
+
+    #[test]
+    fn output_is_capped_with_a_marker() {
+        let output = run("head -c 100000 /dev/zero | tr '\\0' a", 10);
+        assert!(!output.is_error, "{}", output.content);
+        assert!(
+            output.content.contains("[stdout truncated: 67232 more bytes not shown]"),
+            "{}",
+            &output.content[output.content.len() - 80..]
+        );
+    }
+
+    #[test]
+    fn a_command_past_its_timeout_is_killed_with_its_group() {
+        let started = Instant::now();
+        let output = run("sleep 30 & sleep 30", 1);
+        assert!(output.is_error);
+        assert!(output.content.starts_with("killed after 1 s (timeout)"), "{}", output.content);
+        assert!(started.elapsed() < Duration::from_secs(10), "the pipes were released: {:?}", started.elapsed());
+    }
+}

@@ -1,0 +1,97 @@
+//! RequestToolExecution (an agent asks for a tool call) and ServeTools (a tool container's
+//! runner takes calls).
+
+use std::time::Duration;
+
+use baaaht_proto::v1;
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::auth::{Caller, Role};
+use crate::config::{ToolMode, ToolName};
+use crate::policy::Policy;
+use crate::tools::ToolsError;
+use crate::Shared;
+
+impl From<ToolsError> for Status {
+    fn from(error: ToolsError) -> Status {
+        match error {
+            ToolsError::Timeout(_) => Status::deadline_exceeded(error.to_string()),
+            ToolsError::Workspace { .. } => Status::internal(baaaht_proto::error_chain(&error)),
+            _ => Status::unavailable(error.to_string()),
+        }
+    }
+}
+
+/// The timeout of `tool`: its override, else the default, lowered by the request.
+fn timeout_of(shared: &Shared, tool: &str, requested: u32) -> Duration {
+    let tools = &shared.loaded.config.tools;
+    let configured = serde_json::from_value::<ToolName>(serde_json::Value::String(tool.to_string()))
+        .ok()
+        .and_then(|name| tools.timeout_overrides.get(&name).copied())
+        .unwrap_or(tools.default_timeout);
+    let seconds = if requested > 0 { u64::from(requested).min(configured) } else { configured };
+    Duration::from_secs(seconds.max(1))
+}
+
+pub(super) async fn request(
+    shared: &Shared,
+    caller: Caller,
+    request: Request<v1::ToolRequest>,
+) -> Result<Response<v1::ToolResponse>, Status> {
+    let Caller::Container(identity) = caller else {
+        return Err(Status::permission_denied("RequestToolExecution is for agent containers"));
+    };
+    let message = request.into_inner();
+    let tool = message.tool.as_str();
+    if !Policy::tools_of(identity.role).contains(&tool) {
+        let allowed = Policy::tools_of(identity.role).join(", ");
+        return Err(Status::permission_denied(format!(
+            "the {} role may not use `{tool}`; its tools are: {allowed}",
+            identity.role
+        )));
+    }
+    if matches!(tool, "web_search" | "web_fetch" | "message") {
+        return Err(Status::unimplemented(format!(
+            "`{tool}` is not available in baaahtd {} yet: the web and message tools come with the \
+             tool container's web client and file IPC",
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+    if shared.loaded.config.tools.mode == ToolMode::Cold {
+        return Err(Status::unimplemented(
+            "tools.mode: cold (a fresh container per call) is not built yet; use tools.mode: warm",
+        ));
+    }
+    if tool == "exec" {
+        let params: serde_json::Value = serde_json::from_str(&message.params_json)
+            .map_err(|error| Status::invalid_argument(format!("params_json is not JSON: {error}")))?;
+        let command = params["command"].as_str().unwrap_or_default();
+        shared.policy.validate_exec_command(command).map_err(|error| Status::permission_denied(error.to_string()))?;
+    }
+    debug_assert_ne!(identity.role, Role::Tool);
+    let timeout = timeout_of(shared, tool, message.timeout_seconds);
+    let response =
+        shared.tools.call(&identity.session_id, &identity.context, tool, message.params_json, timeout).await?;
+    tracing::info!(
+        tool,
+        session = %identity.session_id,
+        is_error = response.is_error,
+        duration_ms = response.duration_ms,
+        "tool call"
+    );
+    Ok(Response::new(response))
+}
+
+pub(super) fn serve(
+    shared: &Shared,
+    caller: Caller,
+    request: Request<Streaming<v1::RunnerMessage>>,
+) -> Result<Response<BoxStream<v1::ToolCall>>, Status> {
+    let Caller::Container(identity) = caller else {
+        return Err(Status::permission_denied("ServeTools is for tool containers"));
+    };
+    let calls = shared.tools.attach(&identity, request.into_inner());
+    let stream = tokio_stream::wrappers::ReceiverStream::new(calls);
+    Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(stream, Ok))))
+}

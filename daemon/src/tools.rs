@@ -1,0 +1,274 @@
+//! Tool calls (spec §8, DESIGN.md §1): each active session has one tool container whose
+//! resident runner is connected over ServeTools; a call is a message to that runner, not a new
+//! container. The container is created on the first call, recreated if it dies, removed after
+//! `tools.warm_idle_timeout` without calls, and never shared between sessions. Calls of one
+//! session run one at a time (the runner kills every process after each call).
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_proto::v1;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::auth::{ContainerIdentity, Context, Role, CONTAINER_UID};
+use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
+use crate::container::MountSpec;
+use crate::datadir::DataDir;
+
+/// Where a session's data folder is mounted in its tool container.
+pub const WORKSPACE: &str = "/workspace";
+/// How long a new runner may take to connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolsError {
+    #[error("cannot prepare the session's data folder {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the session's tool container: {0}")]
+    Start(String),
+    #[error("the tool runner did not connect within {} s; see the daemon log", CONNECT_TIMEOUT.as_secs())]
+    NoRunner,
+    #[error("the tool runner stopped during the call; it is restarted on the next call")]
+    RunnerLost,
+    #[error("the call did not finish within {} s", .0.as_secs())]
+    Timeout(Duration),
+}
+
+/// A runner connected over ServeTools.
+#[derive(Debug)]
+struct Connection {
+    calls: mpsc::Sender<v1::ToolCall>,
+    pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::ToolResponse>>>>,
+}
+
+/// A session's tool container.
+#[derive(Debug)]
+struct Runner {
+    container: String,
+    last_used: Instant,
+}
+
+/// The warm runners of every session.
+pub struct Runners {
+    containers: Arc<ContainerManager>,
+    data_dir: DataDir,
+    idle: Duration,
+    /// Session id → its runner, behind a per-session lock held for a whole call.
+    sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Runner>>>>>,
+    /// Container name → its connected runner.
+    connected: Mutex<HashMap<String, Connection>>,
+    /// Bumped whenever a runner connects or goes away.
+    changes: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Runners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runners").field("idle", &self.idle).finish_non_exhaustive()
+    }
+}
+
+impl Runners {
+    pub fn new(containers: Arc<ContainerManager>, data_dir: DataDir, idle: Duration) -> Runners {
+        Runners {
+            containers,
+            data_dir,
+            idle,
+            sessions: Mutex::default(),
+            connected: Mutex::default(),
+            changes: watch::channel(0).0,
+        }
+    }
+
+    fn is_connected(&self, container: &str) -> bool {
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).contains_key(container)
+    }
+
+    /// `sessions/{id}/data`, created for the container's uid.
+    fn workspace(&self, session: &str) -> Result<PathBuf, ToolsError> {
+        let path = self.data_dir.root().join("sessions").join(session).join("data");
+        let error = |source| ToolsError::Workspace { path: path.clone(), source };
+        std::fs::create_dir_all(&path).map_err(error)?;
+        if std::os::unix::fs::chown(&path, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_err() {
+            // Not root: the data dir's own 0700 keeps everyone else out.
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).map_err(error)?;
+        }
+        Ok(path)
+    }
+
+    async fn start(&self, session: &str, context: &Context) -> Result<Runner, ToolsError> {
+        let workspace = self.workspace(session)?;
+        let request = RunRequest {
+            role: Role::Tool,
+            session_id: session.to_string(),
+            context: context.clone(),
+            command: vec![
+                format!("{BINARIES_MOUNT}/baaaht-agent"),
+                "runner".into(),
+                "--mount".into(),
+                WORKSPACE.into(),
+            ],
+            mounts: vec![MountSpec { host: workspace, target: WORKSPACE.into(), read_only: false }],
+            env: vec![],
+            timeout: Duration::MAX,
+            daemon_socket: true,
+            working_dir: Some(WORKSPACE.into()),
+        };
+        let mut changes = self.changes.subscribe();
+        let handle =
+            self.containers.start_service(request).await.map_err(|error| ToolsError::Start(error.to_string()))?;
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+        while !self.is_connected(&handle.name) {
+            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+                tracing::warn!(container = %handle.name, "the tool runner did not connect; removing its container");
+                if let Err(error) = self.containers.stop_service(&handle.name).await {
+                    tracing::warn!(container = %handle.name, %error, "cannot remove the tool container");
+                }
+                return Err(ToolsError::NoRunner);
+            }
+        }
+        tracing::info!(session, container = %handle.name, "tool runner ready");
+        Ok(Runner { container: handle.name, last_used: Instant::now() })
+    }
+
+    /// Runs one call in the session's tool container, starting (or restarting) it if needed.
+    pub async fn call(
+        &self,
+        session: &str,
+        context: &Context,
+        tool: &str,
+        params_json: String,
+        timeout: Duration,
+    ) -> Result<v1::ToolResponse, ToolsError> {
+        let slot = self
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(session.to_string())
+            .or_default()
+            .clone();
+        let mut runner = slot.lock().await;
+        if let Some(current) = runner.as_ref().filter(|r| !self.is_connected(&r.container)) {
+            tracing::warn!(session, container = %current.container, "the tool runner is gone; starting a new one");
+            if let Err(error) = self.containers.stop_service(&current.container).await {
+                tracing::warn!(container = %current.container, %error, "cannot remove the old tool container");
+            }
+            *runner = None;
+        }
+        if runner.is_none() {
+            *runner = Some(self.start(session, context).await?);
+        }
+        let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
+        current.last_used = Instant::now();
+        let call_id = uuid::Uuid::new_v4().to_string();
+        let (done, result) = oneshot::channel();
+        let calls = {
+            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
+            let connection = connected.get(&current.container).ok_or(ToolsError::RunnerLost)?;
+            connection.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(call_id.clone(), done);
+            connection.calls.clone()
+        };
+        let call = v1::ToolCall {
+            call_id,
+            tool: tool.to_string(),
+            params_json,
+            timeout_seconds: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
+        };
+        calls.send(call).await.map_err(|_closed| ToolsError::RunnerLost)?;
+        // The runner enforces the tool's own timeout; this one catches a runner that hangs.
+        let limit = timeout + Duration::from_secs(10);
+        let response = match tokio::time::timeout(limit, result).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(_dropped)) => return Err(ToolsError::RunnerLost),
+            Err(_) => {
+                // A runner that does not answer is replaced on the next call.
+                let name = current.container.clone();
+                self.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+                return Err(ToolsError::Timeout(limit));
+            }
+        };
+        current.last_used = Instant::now();
+        Ok(response)
+    }
+
+    /// Registers a runner that connected over ServeTools and returns the stream of its calls;
+    /// results arriving on `results` complete the pending calls.
+    pub fn attach(
+        self: &Arc<Self>,
+        identity: &ContainerIdentity,
+        mut results: impl tokio_stream::Stream<Item = Result<v1::RunnerMessage, tonic::Status>> + Unpin + Send + 'static,
+    ) -> mpsc::Receiver<v1::ToolCall> {
+        let (calls, receiver) = mpsc::channel(4);
+        let pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::ToolResponse>>>> = Arc::default();
+        let name = identity.name.clone();
+        self.connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.clone(), Connection { calls, pending: pending.clone() });
+        self.changes.send_modify(|count| *count += 1);
+        let runners = self.clone();
+        tokio::spawn(async move {
+            use tokio_stream::StreamExt as _;
+            while let Some(message) = results.next().await {
+                match message {
+                    Ok(v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Result(result)) }) => {
+                        let waiter = pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&result.call_id);
+                        if let Some(waiter) = waiter {
+                            // silent-ok: the caller may have given up (timeout, cancelled RPC).
+                            let _ = waiter.send(result.response.unwrap_or_default());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(status) => {
+                        tracing::warn!(container = %name, error = %status.message(), "the tool runner's stream broke");
+                        break;
+                    }
+                }
+            }
+            runners.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+            runners.changes.send_modify(|count| *count += 1);
+            tracing::info!(container = %name, "tool runner disconnected");
+        });
+        receiver
+    }
+
+    /// Removes tool containers idle for longer than `tools.warm_idle_timeout`.
+    pub async fn reap_idle(&self) {
+        let slots: Vec<(String, Arc<tokio::sync::Mutex<Option<Runner>>>)> = self
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(session, slot)| (session.clone(), slot.clone()))
+            .collect();
+        for (session, slot) in slots {
+            // A session in the middle of a call is not idle.
+            let Ok(mut runner) = slot.try_lock() else { continue };
+            if let Some(current) = runner.as_ref().filter(|r| r.last_used.elapsed() > self.idle) {
+                tracing::info!(session, container = %current.container, "removing an idle tool container");
+                if let Err(error) = self.containers.stop_service(&current.container).await {
+                    tracing::warn!(container = %current.container, %error, "cannot remove an idle tool container");
+                    continue;
+                }
+                *runner = None;
+            }
+        }
+    }
+
+    /// Checks for idle runners every few seconds until `cancel`.
+    pub async fn supervise(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
+        let every = (self.idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(every) => self.reap_idle().await,
+            }
+        }
+    }
+}

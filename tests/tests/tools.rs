@@ -1,0 +1,113 @@
+//! Tool calls on the real daemon with a real engine: an agent container (a lingering coder
+//! self-test container, with its own socket and token) calls RequestToolExecution; the daemon
+//! runs the calls in the session's warm tool container through its resident runner.
+
+use std::time::Duration;
+
+use baaaht_proto::client::{self, ConnectOptions, Orchestrator};
+use baaaht_proto::v1;
+use baaaht_tests::{bin, docker, DaemonOptions, TestDaemon};
+use serde_json::json;
+
+fn call(tool: &str, params: serde_json::Value) -> v1::ToolRequest {
+    v1::ToolRequest { tool: tool.into(), params_json: params.to_string(), ..v1::ToolRequest::default() }
+}
+
+async fn run(agent: &mut Orchestrator, tool: &str, params: serde_json::Value) -> v1::ToolResponse {
+    agent
+        .request_tool_execution(call(tool, params))
+        .await
+        .unwrap_or_else(|status| panic!("{tool}: {status:?}"))
+        .into_inner()
+}
+
+fn bridge_address() -> std::net::IpAddr {
+    let text = docker(&["network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"])
+        .expect("the bridge network exists");
+    text.trim().parse().expect("an IP address")
+}
+
+#[test]
+fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    // A server on the host's bridge address that no tool may reach.
+    let (listener, accepted) = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind((bridge_address(), 0)).await.expect("bind");
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        (listener, accepted)
+    });
+    let probe = listener.local_addr().expect("address");
+    let counter = accepted.clone();
+    rt.spawn(async move {
+        while listener.accept().await.is_ok() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let lingering = std::process::Command::new(bin("baaaht"))
+        .args(["doctor", "--role", "coder", "--linger", "300"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("doctor");
+    let coder = daemon.wait_for_container("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
+    let (socket, token) = daemon.container_credentials(&coder).expect("credentials");
+
+    rt.block_on(async {
+        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
+        let mut agent = client::connect(&socket, options).await.expect("connect as the coder");
+
+        // Write, run and read back, in the session's data folder.
+        let wrote = run(&mut agent, "write_file", json!({"path": "src/hello.py", "content": "print('hello from the tool container')\n"})).await;
+        assert!(!wrote.is_error, "{}", wrote.content);
+        let ran = run(&mut agent, "exec", json!({"command": "python3 src/hello.py && id -u"})).await;
+        assert_eq!(ran.content, "exit code 0\n--- stdout ---\nhello from the tool container\n1000\n", "{ran:?}");
+        let read = run(&mut agent, "read_file", json!({"path": "/workspace/src/hello.py"})).await;
+        assert_eq!(read.content, "     1\tprint('hello from the tool container')\n");
+        let on_host = daemon.data_dir.join("sessions/self-test/data/src/hello.py");
+        assert!(on_host.is_file(), "{} is missing", on_host.display());
+
+        // Nothing a call starts outlives it, however it detaches.
+        let started = run(&mut agent, "exec", json!({"command": "sleep 301 & setsid sleep 302 & nohup sleep 303 >/dev/null 2>&1 & echo started"})).await;
+        assert!(started.content.contains("started"), "{started:?}");
+        let left = run(&mut agent, "exec", json!({"command": "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"})).await;
+        assert!(!left.content.contains("sleep 30"), "a process outlived its call:\n{}", left.content);
+
+        // A command cannot read the runner's credentials or environment (written so that the
+        // blocked patterns do not catch it: the container itself must refuse).
+        let snoop = run(&mut agent, "exec", json!({"command": "f=/proc/1/en; cat ${f}viron; echo \"[$BAAAHT_CONTAINER_TOKEN]\"; ls -l /proc/1/fd 2>&1 | head -3"})).await;
+        assert!(!snoop.content.contains(baaaht_proto::CONTAINER_TOKEN_ENV), "{}", snoop.content);
+        assert!(snoop.content.contains("Permission denied") && snoop.content.contains("[]"), "{}", snoop.content);
+
+        // Escapes are refused, also through a symlink the tool itself made.
+        run(&mut agent, "exec", json!({"command": "ln -s / root-link"})).await;
+        for (params, says) in [
+            (json!({"path": "../../etc/passwd"}), "`..` is not allowed"),
+            (json!({"path": "/etc/passwd"}), "outside the mounted folders"),
+            (json!({"path": "root-link/etc/passwd"}), "leads outside the mounted folders"),
+        ] {
+            let refused = run(&mut agent, "read_file", params).await;
+            assert!(refused.is_error && refused.content.contains(says), "{}", refused.content);
+        }
+
+        // No network, even from code that avoids the blocked patterns.
+        let script = format!("import socket\ntry:\n    socket.create_connection(('{}', {}), 3)\n    print('connected')\nexcept OSError as error:\n    print('refused', error)\n", probe.ip(), probe.port());
+        run(&mut agent, "write_file", json!({"path": "probe.py", "content": script})).await;
+        let probed = run(&mut agent, "exec", json!({"command": "python3 probe.py"})).await;
+        assert!(probed.content.contains("refused"), "{}", probed.content);
+
+        // Policy: blocked commands and other roles' tools.
+        let status = agent.request_tool_execution(call("exec", json!({"command": "curl http://example.com"}))).await.expect_err("blocked");
+        assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+        let status = agent.request_tool_execution(call("web_fetch", json!({"url": "http://example.com"}))).await.expect_err("not a coder tool");
+        assert!(status.message().contains("the coder role may not use `web_fetch`"), "{status:?}");
+    });
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "a tool reached the host");
+    // One warm tool container served every call of the session.
+    let tool_containers: Vec<String> =
+        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-tool-")).collect();
+    assert_eq!(tool_containers.len(), 1, "{tool_containers:?}");
+    docker(&["kill", &coder]).expect("end the lingering container");
+    drop(lingering);
+}
