@@ -21,6 +21,9 @@ enum Command {
         /// default for relative paths
         #[arg(long = "mount", value_name = "PATH[:ro]", required = true)]
         mounts: Vec<String>,
+        /// Serve one call, then exit (a cold tool container)
+        #[arg(long)]
+        once: bool,
     },
     /// Report (as JSON) whether this container's confinement holds; exit 3 if it does not
     SelfTest {
@@ -38,7 +41,7 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Runner { mounts } => {
+        Command::Runner { mounts, once } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
                 .map(|mount| match mount.strip_suffix(":ro") {
@@ -47,7 +50,7 @@ fn main() -> ExitCode {
                 })
                 .collect();
             let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
-            match baaaht_agent::runner::run(socket, &mounts) {
+            match baaaht_agent::runner::run(socket, &mounts, once) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("baaaht-agent runner: {error}");

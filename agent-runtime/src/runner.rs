@@ -93,7 +93,7 @@ fn response(output: ToolOutput, started: Instant) -> v1::ToolResponse {
 }
 
 /// Serves calls until the daemon closes the stream; returns why it stopped.
-pub fn run(socket: &Path, mounts: &[(PathBuf, bool)]) -> Result<(), String> {
+pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], once: bool) -> Result<(), String> {
     // Nothing a command runs may read this process through /proc (environ, mem, fd).
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|errno| format!("cannot make the runner non-dumpable: {errno}"))?;
@@ -128,6 +128,10 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)]) -> Result<(), String> {
                 kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult { call_id, response: Some(response) })),
             };
             sender.send(result).await.map_err(|_closed| "the outbound stream closed".to_string())?;
+            if once {
+                // Wait until the daemon, which has the result, removes this container.
+                std::future::pending::<()>().await;
+            }
         }
         Ok(())
     })

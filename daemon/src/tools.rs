@@ -102,18 +102,19 @@ impl Runners {
         Ok(path)
     }
 
-    async fn start(&self, session: &str, context: &Context) -> Result<Runner, ToolsError> {
+    /// Starts a tool container for `session`; a `cold` one serves one call and is not kept.
+    async fn start(&self, session: &str, context: &Context, cold: bool) -> Result<Runner, ToolsError> {
         let workspace = self.workspace(session)?;
+        let mut command =
+            vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "runner".into(), "--mount".into(), WORKSPACE.into()];
+        if cold {
+            command.push("--once".into());
+        }
         let request = RunRequest {
             role: Role::Tool,
             session_id: session.to_string(),
             context: context.clone(),
-            command: vec![
-                format!("{BINARIES_MOUNT}/baaaht-agent"),
-                "runner".into(),
-                "--mount".into(),
-                WORKSPACE.into(),
-            ],
+            command,
             mounts: vec![MountSpec { host: workspace, target: WORKSPACE.into(), read_only: false }],
             env: vec![],
             timeout: Duration::MAX,
@@ -121,8 +122,13 @@ impl Runners {
             working_dir: Some(WORKSPACE.into()),
         };
         let mut changes = self.changes.subscribe();
-        let handle =
-            self.containers.start_service(request).await.map_err(|error| ToolsError::Start(error.to_string()))?;
+        let started = if cold {
+            // Not adopted after a daemon crash: the next daemon removes it.
+            self.containers.start_detached(request).await
+        } else {
+            self.containers.start_service(request).await
+        };
+        let handle = started.map_err(|error| ToolsError::Start(error.to_string()))?;
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         while !self.is_connected(&handle.name) {
             if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
@@ -135,6 +141,27 @@ impl Runners {
         }
         tracing::info!(session, container = %handle.name, "tool runner ready");
         Ok(Runner { container: handle.name, last_used: Instant::now() })
+    }
+
+    /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
+    pub async fn call_cold(
+        &self,
+        session: &str,
+        context: &Context,
+        tool: &str,
+        params_json: String,
+        timeout: Duration,
+    ) -> Result<v1::ToolResponse, ToolsError> {
+        let runner = self.start(session, context, true).await?;
+        let result = self.send(&runner.container, tool, params_json, timeout).await;
+        // The caller has its result; the container goes in the background.
+        let containers = self.containers.clone();
+        tokio::spawn(async move {
+            if let Err(error) = containers.stop_service(&runner.container).await {
+                tracing::warn!(container = %runner.container, %error, "cannot remove a cold tool container");
+            }
+        });
+        result
     }
 
     /// Runs one call in the session's tool container, starting (or restarting) it if needed.
@@ -162,15 +189,28 @@ impl Runners {
             *runner = None;
         }
         if runner.is_none() {
-            *runner = Some(self.start(session, context).await?);
+            *runner = Some(self.start(session, context, false).await?);
         }
         let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
         current.last_used = Instant::now();
+        let response = self.send(&current.container, tool, params_json, timeout).await;
+        current.last_used = Instant::now();
+        response
+    }
+
+    /// Sends one call to the runner of `container` and waits for its result.
+    async fn send(
+        &self,
+        container: &str,
+        tool: &str,
+        params_json: String,
+        timeout: Duration,
+    ) -> Result<v1::ToolResponse, ToolsError> {
         let call_id = uuid::Uuid::new_v4().to_string();
         let (done, result) = oneshot::channel();
         let calls = {
             let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-            let connection = connected.get(&current.container).ok_or(ToolsError::RunnerLost)?;
+            let connection = connected.get(container).ok_or(ToolsError::RunnerLost)?;
             connection.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(call_id.clone(), done);
             connection.calls.clone()
         };
@@ -183,18 +223,15 @@ impl Runners {
         calls.send(call).await.map_err(|_closed| ToolsError::RunnerLost)?;
         // The runner enforces the tool's own timeout; this one catches a runner that hangs.
         let limit = timeout + Duration::from_secs(10);
-        let response = match tokio::time::timeout(limit, result).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(_dropped)) => return Err(ToolsError::RunnerLost),
+        match tokio::time::timeout(limit, result).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_dropped)) => Err(ToolsError::RunnerLost),
             Err(_) => {
                 // A runner that does not answer is replaced on the next call.
-                let name = current.container.clone();
-                self.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
-                return Err(ToolsError::Timeout(limit));
+                self.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(container);
+                Err(ToolsError::Timeout(limit))
             }
-        };
-        current.last_used = Instant::now();
-        Ok(response)
+        }
     }
 
     /// Registers a runner that connected over ServeTools and returns the stream of its calls;

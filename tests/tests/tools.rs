@@ -111,3 +111,40 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
     docker(&["kill", &coder]).expect("end the lingering container");
     drop(lingering);
 }
+
+#[test]
+fn in_cold_mode_each_call_gets_a_fresh_container_that_is_removed() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT__TOOLS__MODE".into(), "cold".into())],
+        ..Default::default()
+    })
+    .expect("daemon starts");
+    let lingering = std::process::Command::new(bin("baaaht"))
+        .args(["doctor", "--role", "coder", "--linger", "300"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("doctor");
+    let coder = daemon.wait_for_container("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
+    let (socket, token) = daemon.container_credentials(&coder).expect("credentials");
+    rt.block_on(async {
+        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
+        let mut agent = client::connect(&socket, options).await.expect("connect as the coder");
+        let wrote =
+            run(&mut agent, "write_file", json!({"path": "cold.txt", "content": "kept in the session\n"})).await;
+        assert!(!wrote.is_error, "{}", wrote.content);
+        let ran = run(&mut agent, "exec", json!({"command": "cat cold.txt; sleep 300 &"})).await;
+        assert_eq!(ran.content, "exit code 0\n--- stdout ---\nkept in the session\n", "{ran:?}");
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while daemon.recorded_containers().iter().any(|name| name.starts_with("baaaht-tool-")) {
+        assert!(std::time::Instant::now() < deadline, "cold tool containers were not removed");
+        // Polling the inventory against a deadline: removal happens after the answer.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(daemon.log_text().matches("tool runner ready").count(), 2, "one container per call");
+    docker(&["kill", &coder]).expect("end the lingering container");
+    drop(lingering);
+}

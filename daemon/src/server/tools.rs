@@ -58,11 +58,6 @@ pub(super) async fn request(
             env!("CARGO_PKG_VERSION")
         )));
     }
-    if shared.loaded.config.tools.mode == ToolMode::Cold {
-        return Err(Status::unimplemented(
-            "tools.mode: cold (a fresh container per call) is not built yet; use tools.mode: warm",
-        ));
-    }
     if tool == "exec" {
         let params: serde_json::Value = serde_json::from_str(&message.params_json)
             .map_err(|error| Status::invalid_argument(format!("params_json is not JSON: {error}")))?;
@@ -71,8 +66,12 @@ pub(super) async fn request(
     }
     debug_assert_ne!(identity.role, Role::Tool);
     let timeout = timeout_of(shared, tool, message.timeout_seconds);
-    let response =
-        shared.tools.call(&identity.session_id, &identity.context, tool, message.params_json, timeout).await?;
+    let (session, context) = (&identity.session_id, &identity.context);
+    let response = if shared.loaded.config.tools.mode == ToolMode::Cold {
+        shared.tools.call_cold(session, context, tool, message.params_json, timeout).await?
+    } else {
+        shared.tools.call(session, context, tool, message.params_json, timeout).await?
+    };
     tracing::info!(
         tool,
         session = %identity.session_id,
