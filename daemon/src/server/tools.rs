@@ -66,12 +66,16 @@ pub(super) async fn request(
     }
     debug_assert_ne!(identity.role, Role::Tool);
     let timeout = timeout_of(shared, tool, message.timeout_seconds);
+    let received = std::time::Instant::now();
     let (session, context) = (&identity.session_id, &identity.context);
     let response = if shared.loaded.config.tools.mode == ToolMode::Cold {
         shared.tools.call_cold(session, context, tool, message.params_json, timeout).await?
     } else {
         shared.tools.call(session, context, tool, message.params_json, timeout).await?
     };
+    let mut response = response;
+    // Request in → result out, as the daemon saw it (baaaht-bench tools reads it).
+    response.metadata.insert("daemon_us".into(), received.elapsed().as_micros().to_string());
     tracing::info!(
         tool,
         session = %identity.session_id,

@@ -12,6 +12,7 @@ use baaaht_tests::{bin, median, percentile, DaemonOptions, TestDaemon};
 use clap::{Parser, Subcommand};
 
 mod llm;
+mod tools;
 
 #[derive(Debug, Parser)]
 #[command(name = "baaaht-bench", about = "baaaht's benchmarks (DESIGN.md §7)")]
@@ -40,6 +41,15 @@ enum Bench {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// A tool call (read_file, 1 KiB) in a warm and a cold tool container vs docker exec/run
+    Tools {
+        /// Warm calls (at least 200)
+        #[arg(long, default_value_t = 300)]
+        warm: usize,
+        /// Cold calls (at least 20)
+        #[arg(long, default_value_t = 25)]
+        cold: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -55,6 +65,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Bench::Daemon { runs } => daemon(runs.max(10)),
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
+        Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }
 }
