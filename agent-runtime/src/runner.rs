@@ -107,6 +107,8 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], once: bool) -> Result<(), 
     runtime.block_on(async move {
         let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
         let mut client = connect(socket, options).await.map_err(|error| error.to_string())?;
+        // web_fetch calls the daemon's egress proxy over the same connection.
+        let mut web = client.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         let hello = v1::RunnerMessage {
             kind: Some(v1::runner_message::Kind::Hello(v1::RunnerHello { version: env!("CARGO_PKG_VERSION").into() })),
@@ -121,9 +123,18 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], once: bool) -> Result<(), 
         while let Some(call) = calls.message().await.map_err(|status| status.message().to_string())? {
             let mounts = mounts.clone();
             let call_id = call.call_id.clone();
-            let response = tokio::task::spawn_blocking(move || execute(&call, &mounts))
-                .await
-                .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()));
+            let response = if call.tool == "web_fetch" {
+                let started = Instant::now();
+                let output = match serde_json::from_str::<Value>(&call.params_json) {
+                    Ok(params) => tools::web::web_fetch(&mut web, &params).await.unwrap_or_else(ToolOutput::from),
+                    Err(problem) => error(format!("parameters are not JSON: {problem}")),
+                };
+                response(output, started)
+            } else {
+                tokio::task::spawn_blocking(move || execute(&call, &mounts))
+                    .await
+                    .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
+            };
             let result = v1::RunnerMessage {
                 kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult { call_id, response: Some(response) })),
             };

@@ -153,11 +153,12 @@ impl TestDaemon {
             .collect()
     }
 
-    /// Waits up to `limit` for a recorded container whose name starts with `prefix` to run.
-    pub fn wait_for_container(&self, prefix: &str, limit: Duration) -> Result<String> {
+    /// Waits up to `limit` for a running self-test container of this daemon (`baaaht doctor`)
+    /// whose name starts with `prefix`, e.g. `baaaht-coder-`.
+    pub fn wait_for_self_test(&self, prefix: &str, limit: Duration) -> Result<String> {
         let deadline = Instant::now() + limit;
         loop {
-            let running = docker(&["ps", "--format", "{{.Names}}"])?;
+            let running = docker(&["ps", "--filter", "label=baaaht.session=self-test", "--format", "{{.Names}}"])?;
             let found = self
                 .recorded_containers()
                 .into_iter()

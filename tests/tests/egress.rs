@@ -53,7 +53,7 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("doctor");
-    let name = daemon.wait_for_container("baaaht-tool-", Duration::from_secs(60)).expect("tool container");
+    let name = daemon.wait_for_self_test("baaaht-tool-", Duration::from_secs(60)).expect("tool container");
     let (socket, token) = daemon.container_credentials(&name).expect("credentials");
 
     rt.block_on(async {
@@ -88,6 +88,44 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
     let log = daemon.log_text();
     assert_eq!(log.matches("web request served").count(), 2, "{log}");
     assert_eq!(log.matches("web request not served").count(), 6, "{log}");
+    docker(&["kill", &name]).expect("end the lingering container");
+    drop(lingering);
+}
+
+#[test]
+fn a_workers_web_fetch_reads_an_allowed_page_as_text_through_the_proxy() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let port = rt.block_on(test_server());
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{port}\"]"))],
+        ..Default::default()
+    })
+    .expect("daemon starts");
+    let lingering = std::process::Command::new(bin("baaaht"))
+        .args(["doctor", "--role", "worker", "--linger", "120"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("doctor");
+    let name = daemon.wait_for_self_test("baaaht-worker-", Duration::from_secs(60)).expect("worker container");
+    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+    rt.block_on(async {
+        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
+        let mut worker = client::connect(&socket, options).await.expect("connect as the worker");
+        let fetch = |url: String| v1::ToolRequest {
+            tool: "web_fetch".into(),
+            params_json: serde_json::json!({"url": url}).to_string(),
+            ..v1::ToolRequest::default()
+        };
+        let page = worker.request_tool_execution(fetch(format!("http://127.0.0.1:{port}/"))).await.expect("served");
+        let page = page.into_inner();
+        assert!(!page.is_error, "{}", page.content);
+        assert_eq!(page.content, format!("http://127.0.0.1:{port}/ (HTTP 200, text/html)\n\nhello"));
+        let refused = worker.request_tool_execution(fetch("http://169.254.169.254/".into())).await.expect("answered");
+        let refused = refused.into_inner();
+        assert!(refused.is_error && refused.content.contains("cloud metadata endpoint"), "{}", refused.content);
+    });
     docker(&["kill", &name]).expect("end the lingering container");
     drop(lingering);
 }

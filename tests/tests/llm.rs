@@ -187,7 +187,7 @@ fn a_dropped_stream_cancels_upstream_and_only_an_agents_token_may_stream() {
     let provider = rt.block_on(FakeProvider::start(vec![long], None)).expect("fake provider");
     let daemon = daemon_for(&provider, "process", "", &[]);
     let lingering = doctor(&daemon, &["--linger", "120"]);
-    let name = daemon.wait_for_container("baaaht-assistant-", Duration::from_secs(60)).expect("agent container");
+    let name = daemon.wait_for_self_test("baaaht-assistant-", Duration::from_secs(60)).expect("agent container");
     let (socket, token) = daemon.container_credentials(&name).expect("credentials");
 
     rt.block_on(async {
@@ -231,7 +231,7 @@ fn a_hung_gateway_is_restarted_after_three_failed_checks_and_the_waiting_request
     ];
     let daemon = daemon_for(&provider, "process", "", &health);
     let lingering = doctor(&daemon, &["--linger", "120"]);
-    let name = daemon.wait_for_container("baaaht-assistant-", Duration::from_secs(60)).expect("agent container");
+    let name = daemon.wait_for_self_test("baaaht-assistant-", Duration::from_secs(60)).expect("agent container");
     let (socket, token) = daemon.container_credentials(&name).expect("credentials");
     eventually(Duration::from_secs(10), "the gateway starting", || gateway_pids(&daemon).len() == 1);
     let first = gateway_pids(&daemon)[0];
@@ -304,7 +304,7 @@ fn with_the_gateway_in_its_container_no_provider_key_reaches_an_agent_container(
     .expect("daemon starts");
 
     let lingering = doctor(&daemon, &["--llm", "anthropic/test-model", "--linger", "120", "--json"]);
-    let agent = daemon.wait_for_container("baaaht-assistant-", Duration::from_secs(60)).expect("agent container");
+    let agent = daemon.wait_for_self_test("baaaht-assistant-", Duration::from_secs(60)).expect("agent container");
     eventually(Duration::from_secs(60), "the completion reaching the provider", || provider.requests().len() == 1);
     assert!(
         provider.requests()[0].to_ascii_lowercase().contains(&format!("x-api-key: {KEY}")),

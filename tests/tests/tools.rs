@@ -51,7 +51,7 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("doctor");
-    let coder = daemon.wait_for_container("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
+    let coder = daemon.wait_for_self_test("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
     let (socket, token) = daemon.container_credentials(&coder).expect("credentials");
 
     rt.block_on(async {
@@ -127,7 +127,7 @@ fn in_cold_mode_each_call_gets_a_fresh_container_that_is_removed() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("doctor");
-    let coder = daemon.wait_for_container("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
+    let coder = daemon.wait_for_self_test("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
     let (socket, token) = daemon.container_credentials(&coder).expect("credentials");
     rt.block_on(async {
         let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };

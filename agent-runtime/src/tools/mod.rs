@@ -1,11 +1,14 @@
-//! The built-in file tools (spec §8.2) as the tool runner executes them inside a tool container:
-//! `read_file`, `write_file`, `edit_file`, `list_dir`, `grep` and `find`, each with a JSON
+//! The built-in tools (spec §8.2) as the tool runner executes them inside a tool container:
+//! `read_file`, `write_file`, `edit_file`, `list_dir`, `grep` and `find` ([`files`]), `exec`
+//! ([`exec`]) and `web_fetch` ([`web`], through the daemon's egress proxy), each with a JSON
 //! schema for its parameters and typed errors whose messages tell the model what to do.
 //! Every path goes through [`paths`].
 
 pub mod exec;
 pub mod files;
+pub mod html;
 pub mod paths;
+pub mod web;
 
 use serde_json::{json, Value};
 
@@ -134,6 +137,22 @@ pub fn definitions() -> Vec<Definition> {
                 "path": {"type": "string", "default": "."},
                 "glob": {"type": "string", "description": "only files whose path matches, e.g. *.rs"},
                 "ignore_case": {"type": "boolean", "default": false},
+            }}),
+        },
+        Definition {
+            name: "exec",
+            description: "Run a shell command (sh -c) in /workspace without network; stdout and stderr are capped at 32 KiB each.",
+            parameters: json!({"type": "object", "required": ["command"], "additionalProperties": false, "properties": {
+                "command": {"type": "string"},
+                "timeout": {"type": "integer", "minimum": 1, "description": "seconds; at most the configured limit (60 by default)"},
+            }}),
+        },
+        Definition {
+            name: "web_fetch",
+            description: "Fetch a web page (http or https, public addresses only) as readable text.",
+            parameters: json!({"type": "object", "required": ["url"], "additionalProperties": false, "properties": {
+                "url": {"type": "string"},
+                "max_chars": {"type": "integer", "minimum": 100, "maximum": 200000, "default": 50000},
             }}),
         },
         Definition {

@@ -51,10 +51,10 @@ pub(super) async fn request(
             identity.role
         )));
     }
-    if matches!(tool, "web_search" | "web_fetch" | "message") {
+    if matches!(tool, "web_search" | "message") {
         return Err(Status::unimplemented(format!(
-            "`{tool}` is not available in baaahtd {} yet: the web and message tools come with the \
-             tool container's web client and file IPC",
+            "`{tool}` is not available in baaahtd {} yet: web_search needs its SearXNG/Brave backends \
+             and message the file IPC collector",
             env!("CARGO_PKG_VERSION")
         )));
     }

@@ -223,7 +223,7 @@ pub(crate) fn run(tokens: usize, paced_tokens: usize, runs: usize) -> Result<()>
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()?;
-    let agent = daemon.wait_for_container("baaaht-assistant-", Duration::from_secs(60))?;
+    let agent = daemon.wait_for_self_test("baaaht-assistant-", Duration::from_secs(60))?;
     let (agent_socket, token) = daemon.container_credentials(&agent)?;
     let setup = Arc::new(Setup {
         endpoint: Endpoint {

@@ -31,7 +31,7 @@ async fn agent(mode: &str) -> Result<Agent> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
-    let container = daemon.wait_for_container("baaaht-coder-", Duration::from_secs(60))?;
+    let container = daemon.wait_for_self_test("baaaht-coder-", Duration::from_secs(60))?;
     let (socket, token) = daemon.container_credentials(&container)?;
     let client = client::connect(&socket, ConnectOptions { token: Some(token), ..ConnectOptions::default() }).await?;
     Ok(Agent { daemon, container, client, _doctor: doctor })
