@@ -24,6 +24,9 @@ enum Command {
         /// Serve one call, then exit (a cold tool container)
         #[arg(long)]
         once: bool,
+        /// The folder each call's result is written to as well (file IPC, spec §12.4)
+        #[arg(long, value_name = "PATH")]
+        results: Option<std::path::PathBuf>,
     },
     /// Report (as JSON) whether this container's confinement holds; exit 3 if it does not
     SelfTest {
@@ -41,7 +44,7 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Runner { mounts, once } => {
+        Command::Runner { mounts, once, results } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
                 .map(|mount| match mount.strip_suffix(":ro") {
@@ -50,7 +53,7 @@ fn main() -> ExitCode {
                 })
                 .collect();
             let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
-            match baaaht_agent::runner::run(socket, &mounts, once) {
+            match baaaht_agent::runner::run(socket, &mounts, results.as_deref(), once) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("baaaht-agent runner: {error}");

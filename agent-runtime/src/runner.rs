@@ -92,8 +92,35 @@ fn response(output: ToolOutput, started: Instant) -> v1::ToolResponse {
     }
 }
 
-/// Serves calls until the daemon closes the stream; returns why it stopped.
-pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], once: bool) -> Result<(), String> {
+/// Writes a call's result to `{results}/{call_id}.json` atomically (temp, fsync, rename): the
+/// daemon collects it even if it was restarted while the call ran (spec §12.4).
+pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResponse) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let valid = !call.call_id.is_empty()
+        && call.call_id.len() <= 128
+        && call.call_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the call id is not a file name"));
+    }
+    let record = serde_json::json!({
+        "callId": call.call_id,
+        "tool": call.tool,
+        "content": response.content,
+        "isError": response.is_error,
+        "durationMs": response.duration_ms,
+        "metadata": response.metadata,
+    });
+    let temp = results.join(format!(".{}.tmp", call.call_id));
+    let mut file = std::fs::File::create(&temp)?;
+    file.write_all(record.to_string().as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&temp, results.join(format!("{}.json", call.call_id)))?;
+    std::fs::File::open(results)?.sync_all()
+}
+
+/// Serves calls until the daemon closes the stream; returns why it stopped. With `results`,
+/// each call's result is also written there before it is sent.
+pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], results: Option<&Path>, once: bool) -> Result<(), String> {
     // Nothing a command runs may read this process through /proc (environ, mem, fd).
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|errno| format!("cannot make the runner non-dumpable: {errno}"))?;
@@ -123,6 +150,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], once: bool) -> Result<(), 
         while let Some(call) = calls.message().await.map_err(|status| status.message().to_string())? {
             let mounts = mounts.clone();
             let call_id = call.call_id.clone();
+            let record = call.clone();
             let response = if call.tool == "web_fetch" {
                 let started = Instant::now();
                 let output = match serde_json::from_str::<Value>(&call.params_json) {
@@ -135,6 +163,11 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], once: bool) -> Result<(), 
                     .await
                     .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
             };
+            if let Some(results) = results {
+                if let Err(problem) = write_result(results, &record, &response) {
+                    eprintln!("baaaht-agent runner: cannot write the result of {}: {problem}", record.call_id);
+                }
+            }
             let result = v1::RunnerMessage {
                 kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult { call_id, response: Some(response) })),
             };

@@ -11,6 +11,7 @@ pub mod container;
 pub mod datadir;
 pub mod defaults;
 pub mod egress;
+pub mod ipc;
 pub mod llm;
 pub mod metrics;
 pub mod policy;
@@ -97,6 +98,7 @@ pub struct Shared {
     pub llm: Arc<llm::LlmGateway>,
     pub web: Arc<egress::proxy::WebProxy>,
     pub tools: Arc<tools::Runners>,
+    pub ipc: Arc<ipc::Ipc>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -241,8 +243,10 @@ impl Daemon {
             )
             .map_err(DaemonError::WebProxy)?,
         );
+        let ipc = Arc::new(ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir()));
         let tools = Arc::new(tools::Runners::new(
             containers.clone(),
+            ipc.clone(),
             data_dir.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
         ));
@@ -258,6 +262,7 @@ impl Daemon {
             llm,
             web,
             tools,
+            ipc,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -285,6 +290,8 @@ impl Daemon {
             "default identities and skills checked"
         );
 
+        // Results written while no daemon ran (or just before one crashed).
+        shared.ipc.collect_all();
         shared.listeners.serve_host(host);
         tracker.spawn(
             container::watch_engine(config.container.clone(), engine, cancel.clone())

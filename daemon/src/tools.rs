@@ -20,6 +20,8 @@ use crate::datadir::DataDir;
 
 /// Where a session's data folder is mounted in its tool container.
 pub const WORKSPACE: &str = "/workspace";
+/// Where its context's IPC folder (`data/ipc/{context}`) is mounted.
+pub const IPC_MOUNT: &str = "/ipc";
 /// How long a new runner may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -58,6 +60,7 @@ struct Runner {
 /// The warm runners of every session.
 pub struct Runners {
     containers: Arc<ContainerManager>,
+    ipc: Arc<crate::ipc::Ipc>,
     data_dir: DataDir,
     idle: Duration,
     /// Session id → its runner, behind a per-session lock held for a whole call.
@@ -75,9 +78,15 @@ impl std::fmt::Debug for Runners {
 }
 
 impl Runners {
-    pub fn new(containers: Arc<ContainerManager>, data_dir: DataDir, idle: Duration) -> Runners {
+    pub fn new(
+        containers: Arc<ContainerManager>,
+        ipc: Arc<crate::ipc::Ipc>,
+        data_dir: DataDir,
+        idle: Duration,
+    ) -> Runners {
         Runners {
             containers,
+            ipc,
             data_dir,
             idle,
             sessions: Mutex::default(),
@@ -105,8 +114,16 @@ impl Runners {
     /// Starts a tool container for `session`; a `cold` one serves one call and is not kept.
     async fn start(&self, session: &str, context: &Context, cold: bool) -> Result<Runner, ToolsError> {
         let workspace = self.workspace(session)?;
-        let mut command =
-            vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "runner".into(), "--mount".into(), WORKSPACE.into()];
+        let ipc =
+            self.ipc.prepare(context).map_err(|source| ToolsError::Workspace { path: workspace.clone(), source })?;
+        let mut command = vec![
+            format!("{BINARIES_MOUNT}/baaaht-agent"),
+            "runner".into(),
+            "--mount".into(),
+            WORKSPACE.into(),
+            "--results".into(),
+            format!("{IPC_MOUNT}/results"),
+        ];
         if cold {
             command.push("--once".into());
         }
@@ -115,7 +132,10 @@ impl Runners {
             session_id: session.to_string(),
             context: context.clone(),
             command,
-            mounts: vec![MountSpec { host: workspace, target: WORKSPACE.into(), read_only: false }],
+            mounts: vec![
+                MountSpec { host: workspace, target: WORKSPACE.into(), read_only: false },
+                MountSpec { host: ipc, target: IPC_MOUNT.into(), read_only: false },
+            ],
             env: vec![],
             timeout: Duration::MAX,
             daemon_socket: true,
@@ -148,12 +168,13 @@ impl Runners {
         &self,
         session: &str,
         context: &Context,
+        call_id: String,
         tool: &str,
         params_json: String,
         timeout: Duration,
     ) -> Result<v1::ToolResponse, ToolsError> {
         let runner = self.start(session, context, true).await?;
-        let result = self.send(&runner.container, tool, params_json, timeout).await;
+        let result = self.send(&runner.container, call_id, tool, params_json, timeout).await;
         // The caller has its result; the container goes in the background.
         let containers = self.containers.clone();
         tokio::spawn(async move {
@@ -169,6 +190,7 @@ impl Runners {
         &self,
         session: &str,
         context: &Context,
+        call_id: String,
         tool: &str,
         params_json: String,
         timeout: Duration,
@@ -193,7 +215,7 @@ impl Runners {
         }
         let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
         current.last_used = Instant::now();
-        let response = self.send(&current.container, tool, params_json, timeout).await;
+        let response = self.send(&current.container, call_id, tool, params_json, timeout).await;
         current.last_used = Instant::now();
         response
     }
@@ -202,11 +224,11 @@ impl Runners {
     async fn send(
         &self,
         container: &str,
+        call_id: String,
         tool: &str,
         params_json: String,
         timeout: Duration,
     ) -> Result<v1::ToolResponse, ToolsError> {
-        let call_id = uuid::Uuid::new_v4().to_string();
         let (done, result) = oneshot::channel();
         let calls = {
             let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);

@@ -148,3 +148,78 @@ fn in_cold_mode_each_call_gets_a_fresh_container_that_is_removed() {
     docker(&["kill", &coder]).expect("end the lingering container");
     drop(lingering);
 }
+
+/// Starts `baaaht doctor --role coder --linger 300` and returns it with an agent client.
+fn coder(daemon: &TestDaemon, rt: &tokio::runtime::Runtime) -> (std::process::Child, String, Orchestrator) {
+    let lingering = std::process::Command::new(bin("baaaht"))
+        .args(["doctor", "--role", "coder", "--linger", "300"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("doctor");
+    let name = daemon.wait_for_self_test("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
+    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+    let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
+    let agent = rt.block_on(client::connect(&socket, options)).expect("connect as the coder");
+    (lingering, name, agent)
+}
+
+#[test]
+fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let mut daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let (first_doctor, first_name, mut agent) = coder(&daemon, &rt);
+    let request = v1::ToolRequest {
+        tool: "exec".into(),
+        params_json: json!({"command": "echo run >> runs.txt; sleep 3; echo finished"}).to_string(),
+        tool_call_id: "toolu_crash_1".into(),
+        ..v1::ToolRequest::default()
+    };
+    let pending = {
+        let request = request.clone();
+        let mut agent = agent.clone();
+        rt.spawn(async move { agent.request_tool_execution(request).await })
+    };
+    let runs = daemon.data_dir.join("sessions/self-test/data/runs.txt");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !runs.exists() {
+        assert!(std::time::Instant::now() < deadline, "the call did not start:\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The daemon dies while the call runs; the runner still writes its result.
+    daemon.signal("KILL").expect("kill -9");
+    daemon.wait_exit(Duration::from_secs(10)).expect("dies");
+    assert!(rt.block_on(pending).expect("join").is_err(), "the caller saw the daemon go");
+    let result = daemon.data_dir.join("data/ipc/user-baaaht-self-test/results/toolu_crash_1.json");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !result.exists() {
+        assert!(std::time::Instant::now() < deadline, "no result file was written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(first_doctor);
+
+    let restarted = TestDaemon::start(DaemonOptions { data_dir: Some(daemon.data_dir.clone()), ..Default::default() })
+        .expect("restarts");
+    assert!(
+        restarted.log_text().contains("collected tool results left from before a restart"),
+        "{}",
+        restarted.log_text()
+    );
+    assert!(!result.exists(), "the result file was collected");
+    // The dead daemon's self-test container is removed by the new one's reconcile.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while docker(&["ps", "-aq", "--filter", &format!("name=^{first_name}$")]).is_ok_and(|ids| !ids.trim().is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "{first_name} was not removed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (second_doctor, name, agent_again) = coder(&restarted, &rt);
+    agent = agent_again;
+    for _ in 0..2 {
+        let answer = rt.block_on(agent.request_tool_execution(request.clone())).expect("answered").into_inner();
+        assert_eq!(answer.content, "exit code 0\n--- stdout ---\nfinished\n");
+        assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\n", "the command ran once");
+    }
+    docker(&["kill", &name]).expect("end the lingering container");
+    drop(second_doctor);
+}

@@ -66,13 +66,27 @@ pub(super) async fn request(
     }
     debug_assert_ne!(identity.role, Role::Tool);
     let timeout = timeout_of(shared, tool, message.timeout_seconds);
+    let call_id = if message.tool_call_id.is_empty() {
+        uuid::Uuid::new_v4().simple().to_string()
+    } else if crate::ipc::is_valid_call_id(&message.tool_call_id) {
+        message.tool_call_id.clone()
+    } else {
+        return Err(Status::invalid_argument("tool_call_id must be 1-128 letters, digits, `-` or `_`"));
+    };
+    // Asked again (e.g. after a daemon restart): the recorded result, never a second run.
+    if let Some(recorded) = shared.ipc.collect(&identity.context, &call_id) {
+        tracing::info!(tool, call_id = %call_id, "answered with a result collected before");
+        return Ok(Response::new(recorded));
+    }
     let received = std::time::Instant::now();
     let (session, context) = (&identity.session_id, &identity.context);
     let response = if shared.loaded.config.tools.mode == ToolMode::Cold {
-        shared.tools.call_cold(session, context, tool, message.params_json, timeout).await?
+        shared.tools.call_cold(session, context, call_id.clone(), tool, message.params_json, timeout).await?
     } else {
-        shared.tools.call(session, context, tool, message.params_json, timeout).await?
+        shared.tools.call(session, context, call_id.clone(), tool, message.params_json, timeout).await?
     };
+    // The runner also wrote the result to the context's IPC folder: record it, remove the file.
+    shared.ipc.collect(context, &call_id);
     let mut response = response;
     // Request in → result out, as the daemon saw it (baaaht-bench tools reads it).
     response.metadata.insert("daemon_us".into(), received.elapsed().as_micros().to_string());

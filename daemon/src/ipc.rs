@@ -1,0 +1,306 @@
+//! File-based IPC, container → daemon (spec §12.4): `data/ipc/{context}/results/{call}.json`,
+//! written atomically by a tool container's runner for every call. The folder a file sits in is
+//! its only authority: a file in context A's folder is a result for context A. The daemon
+//! collects each file once — records it in `data/state/tool-results.json`, then removes it —
+//! also after a restart, so a call whose answer was lost with a crashed daemon is answered when
+//! the agent asks again with the same tool_call_id, and is never run twice. A file that does
+//! not parse is moved to `rejected/` with the reason in the log.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use baaaht_proto::v1;
+use serde::{Deserialize, Serialize};
+
+use crate::auth::{Context, ContextKind, CONTAINER_UID};
+use crate::state::{self, StateError};
+
+/// Results kept per context for agents that ask again.
+const KEPT_PER_CONTEXT: usize = 500;
+
+/// One collected result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Collected {
+    pub tool: String,
+    pub content: String,
+    pub is_error: bool,
+    #[serde(default)]
+    pub duration_ms: u64,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    /// Seconds since the epoch.
+    #[serde(default)]
+    pub collected_at: u64,
+}
+
+impl Collected {
+    pub fn response(&self) -> v1::ToolResponse {
+        v1::ToolResponse {
+            content: self.content.clone(),
+            is_error: self.is_error,
+            duration_ms: self.duration_ms,
+            metadata: self.metadata.clone().into_iter().collect(),
+        }
+    }
+}
+
+/// What a runner writes.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ResultFile {
+    call_id: String,
+    tool: String,
+    content: String,
+    is_error: bool,
+    #[serde(default)]
+    duration_ms: u64,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Ledger {
+    version: u32,
+    /// Context folder name → call id → result.
+    contexts: BTreeMap<String, BTreeMap<String, Collected>>,
+}
+
+/// The folder name of a context: `user-alice`, `group-family`.
+pub fn folder_of(context: &Context) -> String {
+    let kind = match context.kind {
+        ContextKind::User => "user",
+        ContextKind::Group => "group",
+    };
+    format!("{kind}-{}", context.id)
+}
+
+/// Whether `id` can name a result file (what tool call ids from providers look like).
+pub fn is_valid_call_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The daemon's side of file IPC.
+#[derive(Debug)]
+pub struct Ipc {
+    root: PathBuf,
+    ledger_path: PathBuf,
+    ledger: Mutex<Ledger>,
+}
+
+impl Ipc {
+    /// Opens the ledger; one that does not parse is kept aside, never lost.
+    pub fn open(ipc_dir: PathBuf, state_dir: &Path) -> Ipc {
+        let ledger_path = state_dir.join("tool-results.json");
+        let ledger = match state::read_json::<Ledger>(&ledger_path) {
+            Ok(Some(ledger)) => ledger,
+            Ok(None) => Ledger { version: 1, ..Ledger::default() },
+            Err(error) => {
+                let aside = ledger_path.with_extension(format!("json.corrupt-{}", std::process::id()));
+                tracing::warn!(%error, kept_as = %aside.display(), "the tool result ledger does not parse; starting a new one");
+                // silent-ok: the warning names the file; the next write replaces it otherwise.
+                let _ = std::fs::rename(&ledger_path, &aside);
+                Ledger { version: 1, ..Ledger::default() }
+            }
+        };
+        Ipc { root: ipc_dir, ledger_path, ledger: Mutex::new(ledger) }
+    }
+
+    /// `data/ipc/{context}`, with `results/` and `messages/` writable by the container's uid.
+    pub fn prepare(&self, context: &Context) -> std::io::Result<PathBuf> {
+        let folder = self.root.join(folder_of(context));
+        for sub in ["results", "messages"] {
+            let path = folder.join(sub);
+            std::fs::create_dir_all(&path)?;
+            for each in [&folder, &path] {
+                if std::os::unix::fs::chown(each, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_err() {
+                    // Not root: the data dir's own 0700 keeps everyone else out.
+                    std::fs::set_permissions(each, std::fs::Permissions::from_mode(0o777))?;
+                }
+            }
+        }
+        Ok(folder)
+    }
+
+    /// The result of `call_id` in `context`, if it was collected before.
+    pub fn recorded(&self, context: &Context, call_id: &str) -> Option<v1::ToolResponse> {
+        let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        ledger.contexts.get(&folder_of(context))?.get(call_id).map(Collected::response)
+    }
+
+    /// Collects the result file of `call_id` in `context` if there is one.
+    pub fn collect(&self, context: &Context, call_id: &str) -> Option<v1::ToolResponse> {
+        let folder = folder_of(context);
+        let path = self.root.join(&folder).join("results").join(format!("{call_id}.json"));
+        if !path.exists() {
+            return self.recorded(context, call_id);
+        }
+        self.collect_file(&folder, &path).map(|collected| collected.response())
+    }
+
+    /// Collects every result file in every context folder (at start, after a crash).
+    pub fn collect_all(&self) -> usize {
+        let Ok(contexts) = std::fs::read_dir(&self.root) else { return 0 };
+        let mut collected = 0;
+        for context in contexts.flatten() {
+            let folder = context.file_name().to_string_lossy().into_owned();
+            let Ok(files) = std::fs::read_dir(context.path().join("results")) else { continue };
+            for file in files.flatten() {
+                let path = file.path();
+                let name = file.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') || !name.ends_with(".json") {
+                    continue;
+                }
+                if self.collect_file(&folder, &path).is_some() {
+                    collected += 1;
+                }
+            }
+        }
+        if collected > 0 {
+            tracing::info!(collected, "collected tool results left from before a restart");
+        }
+        collected
+    }
+
+    fn reject(&self, path: &Path, reason: &str) {
+        let Some(parent) = path.parent() else { return };
+        let rejected = parent.join("rejected");
+        let target = rejected.join(path.file_name().unwrap_or_default());
+        let moved = std::fs::create_dir_all(&rejected).and_then(|()| std::fs::rename(path, &target));
+        match moved {
+            Ok(()) => {
+                tracing::warn!(file = %path.display(), moved_to = %target.display(), reason, "a malformed IPC file was set aside")
+            }
+            Err(error) => {
+                tracing::warn!(file = %path.display(), reason, %error, "a malformed IPC file cannot be set aside")
+            }
+        }
+    }
+
+    /// Records one file's result, then removes the file; a file already recorded is only removed.
+    fn collect_file(&self, folder: &str, path: &Path) -> Option<Collected> {
+        let text = match std::fs::read(path) {
+            Ok(text) => text,
+            Err(error) => {
+                tracing::warn!(file = %path.display(), %error, "cannot read an IPC result");
+                return None;
+            }
+        };
+        let file: ResultFile = match serde_json::from_slice(&text) {
+            Ok(file) => file,
+            Err(error) => {
+                self.reject(path, &format!("not a result: {error}"));
+                return None;
+            }
+        };
+        let expected = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
+        if !is_valid_call_id(&file.call_id) || file.call_id != expected {
+            self.reject(path, "its callId does not match its file name");
+            return None;
+        }
+        let collected = {
+            let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+            let calls = ledger.contexts.entry(folder.to_string()).or_default();
+            if let Some(existing) = calls.get(&file.call_id) {
+                // Recorded before the file could be removed (a crash in between): remove it now.
+                let existing = existing.clone();
+                drop(ledger);
+                self.remove(path);
+                return Some(existing);
+            }
+            let collected = Collected {
+                tool: file.tool,
+                content: file.content,
+                is_error: file.is_error,
+                duration_ms: file.duration_ms,
+                metadata: file.metadata,
+                collected_at: now_seconds(),
+            };
+            calls.insert(file.call_id.clone(), collected.clone());
+            if calls.len() > KEPT_PER_CONTEXT {
+                let oldest = calls.iter().min_by_key(|(_, c)| c.collected_at).map(|(id, _)| id.clone());
+                if let Some(oldest) = oldest {
+                    calls.remove(&oldest);
+                }
+            }
+            if let Err(error) = self.save(&ledger) {
+                tracing::error!(%error, "cannot record a tool result; its file is kept for the next try");
+                return Some(collected);
+            }
+            collected
+        };
+        self.remove(path);
+        Some(collected)
+    }
+
+    fn remove(&self, path: &Path) {
+        if let Err(error) = std::fs::remove_file(path) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %path.display(), %error, "cannot remove a collected IPC result");
+            }
+        }
+    }
+
+    fn save(&self, ledger: &Ledger) -> Result<(), StateError> {
+        state::write_json(&self.ledger_path, ledger)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("folder")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    #[test]
+    fn results_are_collected_once_and_survive_a_restart() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (ipc_dir, state_dir) = (temp.path().join("ipc"), temp.path().join("state"));
+        std::fs::create_dir_all(&state_dir).expect("state");
+        let alice = Context::user("alice");
+        let file = ipc_dir.join("user-alice/results/toolu_1.json");
+        write(&file, r#"{"callId":"toolu_1","tool":"exec","content":"exit code 0","isError":false,"durationMs":5}"#);
+        write(&ipc_dir.join("user-alice/results/bad.json"), "{not json");
+        write(
+            &ipc_dir.join("user-alice/results/other.json"),
+            r#"{"callId":"toolu_9","tool":"x","content":"","isError":false}"#,
+        );
+
+        let ipc = Ipc::open(ipc_dir.clone(), &state_dir);
+        assert_eq!(ipc.collect_all(), 1);
+        assert!(!file.exists(), "a collected file is removed");
+        assert!(ipc_dir.join("user-alice/results/rejected/bad.json").exists());
+        assert!(
+            ipc_dir.join("user-alice/results/rejected/other.json").exists(),
+            "a file naming another call is rejected"
+        );
+        assert_eq!(ipc.recorded(&alice, "toolu_1").map(|r| r.content).as_deref(), Some("exit code 0"));
+        assert!(ipc.recorded(&Context::user("bob"), "toolu_1").is_none(), "the folder is the authority");
+
+        // A file recorded but not removed before a crash is only removed the next time.
+        write(&file, r#"{"callId":"toolu_1","tool":"exec","content":"a second run","isError":false}"#);
+        let reopened = Ipc::open(ipc_dir, &state_dir);
+        assert_eq!(reopened.collect_all(), 1);
+        assert_eq!(reopened.recorded(&alice, "toolu_1").map(|r| r.content).as_deref(), Some("exit code 0"));
+        assert!(!file.exists());
+    }
+
+    #[test]
+    fn call_ids_are_file_names() {
+        assert!(is_valid_call_id("toolu_01A09q90qw90lq917835lq9"));
+        assert!(is_valid_call_id("call_abc-123"));
+        assert!(!is_valid_call_id("../x"));
+        assert!(!is_valid_call_id(""));
+        assert!(!is_valid_call_id(&"a".repeat(129)));
+    }
+}
