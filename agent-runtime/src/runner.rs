@@ -151,10 +151,13 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], results: Option<&Path>, on
             let mounts = mounts.clone();
             let call_id = call.call_id.clone();
             let record = call.clone();
-            let response = if call.tool == "web_fetch" {
+            let response = if call.tool == "web_fetch" || call.tool == "web_search" {
                 let started = Instant::now();
                 let output = match serde_json::from_str::<Value>(&call.params_json) {
-                    Ok(params) => tools::web::web_fetch(&mut web, &params).await.unwrap_or_else(ToolOutput::from),
+                    Ok(params) if call.tool == "web_fetch" => {
+                        tools::web::web_fetch(&mut web, &params).await.unwrap_or_else(ToolOutput::from)
+                    }
+                    Ok(params) => tools::web::web_search(&mut web, &params).await.unwrap_or_else(ToolOutput::from),
                     Err(problem) => error(format!("parameters are not JSON: {problem}")),
                 };
                 response(output, started)

@@ -99,6 +99,7 @@ pub struct Shared {
     pub web: Arc<egress::proxy::WebProxy>,
     pub tools: Arc<tools::Runners>,
     pub ipc: Arc<ipc::Ipc>,
+    pub search: egress::search::Backend,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -233,6 +234,16 @@ impl Daemon {
         let metrics = Arc::new(Metrics::default());
         let secrets = llm::open_secrets(&data_dir.config_dir());
         let settings = llm::gateway_settings(&loaded, secrets.as_ref(), |name| std::env::var(name).ok());
+        let search = egress::search::Backend::from_config(&loaded.config.tools.web_proxy.search, |reference| {
+            secrets::resolve_references(reference, secrets.as_ref(), |name| std::env::var(name).ok())
+                .map(|key| key.to_string())
+                .map_err(|error| match error {
+                    secrets::SecretsError::Unresolved { name } => {
+                        format!("${{{name}}} is neither in the secrets store nor in the environment: run `baaahtd secrets set {name}`")
+                    }
+                    other => other.to_string(),
+                })
+        });
         drop(secrets);
         let llm = Arc::new(llm::LlmGateway::new(&loaded, settings, &data_dir, &binaries, metrics.clone()));
         let web = Arc::new(
@@ -263,6 +274,7 @@ impl Daemon {
             web,
             tools,
             ipc,
+            search,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }

@@ -10,6 +10,9 @@ use baaaht_proto::v1;
 use baaaht_tests::{bin, docker, DaemonOptions, TestDaemon};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// What a SearXNG instance answers to `/search?q=rust%20lang&format=json`.
+const SEARXNG_ANSWER: &str = r#"{"query":"rust lang","number_of_results":2,"results":[{"url":"https://www.rust-lang.org/","title":"Rust Programming Language","content":"A language empowering everyone.","engine":"duckduckgo"},{"url":"https://doc.rust-lang.org/book/","title":"The Book","content":"","engine":"bing"}]}"#;
+
 async fn test_server() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("address").port();
@@ -20,11 +23,15 @@ async fn test_server() -> u16 {
                 let mut buffer = vec![0u8; 4096];
                 let n = stream.read(&mut buffer).await.unwrap_or(0);
                 let head = String::from_utf8_lossy(&buffer[..n]).into_owned();
-                let body = if head.starts_with("GET /big ") { "x".repeat(2_000_000) } else { "<p>hello</p>".into() };
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{body}",
-                    body.len()
-                );
+                let (body, kind) = if head.starts_with("GET /big ") {
+                    ("x".repeat(2_000_000), "text/html")
+                } else if head.starts_with("GET /search?q=rust%20lang&format=json ") {
+                    (SEARXNG_ANSWER.to_string(), "application/json")
+                } else {
+                    ("<p>hello</p>".to_string(), "text/html")
+                };
+                let response =
+                    format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\r\n{body}", body.len());
                 // silent-ok: the proxy hangs up once it has 1 MB.
                 let _ = stream.write_all(response.as_bytes()).await;
             });
@@ -125,6 +132,47 @@ fn a_workers_web_fetch_reads_an_allowed_page_as_text_through_the_proxy() {
         let refused = worker.request_tool_execution(fetch("http://169.254.169.254/".into())).await.expect("answered");
         let refused = refused.into_inner();
         assert!(refused.is_error && refused.content.contains("cloud metadata endpoint"), "{}", refused.content);
+    });
+    docker(&["kill", &name]).expect("end the lingering container");
+    drop(lingering);
+}
+
+#[test]
+fn web_search_asks_the_configured_searxng_instance() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let port = rt.block_on(test_server());
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![
+            ("BAAAHT__TOOLS__WEB_PROXY__SEARCH__BACKEND".into(), "searxng".into()),
+            ("BAAAHT__TOOLS__WEB_PROXY__SEARCH__SEARXNG_URL".into(), format!("http://127.0.0.1:{port}")),
+        ],
+        ..Default::default()
+    })
+    .expect("daemon starts");
+    let lingering = std::process::Command::new(bin("baaaht"))
+        .args(["doctor", "--role", "researcher", "--linger", "120"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("doctor");
+    let name = daemon.wait_for_self_test("baaaht-researcher-", Duration::from_secs(60)).expect("researcher container");
+    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+    rt.block_on(async {
+        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
+        let mut researcher = client::connect(&socket, options).await.expect("connect as the researcher");
+        let request = v1::ToolRequest {
+            tool: "web_search".into(),
+            params_json: serde_json::json!({"query": "rust lang", "count": 5}).to_string(),
+            ..v1::ToolRequest::default()
+        };
+        let found = researcher.request_tool_execution(request).await.expect("answered").into_inner();
+        assert!(!found.is_error, "{}", found.content);
+        assert_eq!(
+            found.content,
+            "1. Rust Programming Language\n   https://www.rust-lang.org/\n   A language empowering everyone.\n\
+             2. The Book\n   https://doc.rust-lang.org/book/\n"
+        );
     });
     docker(&["kill", &name]).expect("end the lingering container");
     drop(lingering);

@@ -148,6 +148,14 @@ pub fn definitions() -> Vec<Definition> {
             }}),
         },
         Definition {
+            name: "web_search",
+            description: "Search the web through the configured search backend; returns titles, URLs and snippets.",
+            parameters: json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
+                "query": {"type": "string"},
+                "count": {"type": "integer", "minimum": 1, "maximum": 20, "default": 5},
+            }}),
+        },
+        Definition {
             name: "web_fetch",
             description: "Fetch a web page (http or https, public addresses only) as readable text.",
             parameters: json!({"type": "object", "required": ["url"], "additionalProperties": false, "properties": {

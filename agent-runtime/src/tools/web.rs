@@ -1,4 +1,5 @@
-//! `web_fetch`: a URL fetched by the daemon's egress proxy (the tool container has no network),
+//! `web_fetch` and `web_search`, both through the daemon (the tool container has no network):
+//! a URL fetched by its egress proxy,
 //! HTML turned into readable text.
 
 use baaaht_proto::client::Orchestrator;
@@ -64,4 +65,43 @@ pub async fn web_fetch(client: &mut Orchestrator, params: &Value) -> Result<Tool
         is_error: response.status >= 400,
         metadata: vec![("status".into(), response.status.to_string()), ("final_url".into(), response.final_url)],
     })
+}
+
+/// One result of the daemon's search backend.
+#[derive(Debug, serde::Deserialize)]
+struct Found {
+    title: String,
+    url: String,
+    #[serde(default)]
+    snippet: String,
+}
+
+/// Searches `params.query` through the daemon's configured backend.
+pub async fn web_search(client: &mut Orchestrator, params: &Value) -> Result<ToolOutput, ToolError> {
+    let params = Params(params);
+    let query = params.string("query")?.trim().to_string();
+    if query.is_empty() {
+        return Err(ToolError::Param { name: "query", problem: "is empty".into() });
+    }
+    let count = params.optional_u64("count")?.map_or(5, |n| n.clamp(1, 20)) as u32;
+    let request =
+        v1::WebProxyRequest { search_query: query.clone(), search_count: count, ..v1::WebProxyRequest::default() };
+    let response = client
+        .proxy_web_request(request)
+        .await
+        .map_err(|status| ToolError::Failed(format!("cannot search: {}", status.message())))?
+        .into_inner();
+    let found: Vec<Found> = serde_json::from_slice(&response.body)
+        .map_err(|error| ToolError::Failed(format!("the search answer does not parse: {error}")))?;
+    if found.is_empty() {
+        return Ok(ToolOutput { content: format!("no results for {query:?}"), is_error: false, metadata: vec![] });
+    }
+    let mut content = String::new();
+    for (index, result) in found.iter().enumerate() {
+        content.push_str(&format!("{}. {}\n   {}\n", index + 1, result.title.trim(), result.url));
+        if !result.snippet.trim().is_empty() {
+            content.push_str(&format!("   {}\n", result.snippet.trim()));
+        }
+    }
+    Ok(ToolOutput { content, is_error: false, metadata: vec![("results".into(), found.len().to_string())] })
 }

@@ -277,12 +277,19 @@ impl WebProxy {
         resolver: Arc<dyn Resolver>,
         connector: Arc<dyn Connector>,
     ) -> Result<WebProxy, String> {
-        let allowed = config
+        let mut allowed = config
             .allow
             .iter()
             .enumerate()
             .map(|(index, entry)| parse_allowed(entry).map_err(|why| format!("tools.web_proxy.allow[{index}]: {why}")))
             .collect::<Result<Vec<_>, _>>()?;
+        // The configured SearXNG instance is usually on the home network: it is allowed.
+        let search = &config.search;
+        if search.backend == crate::config::SearchBackend::Searxng && !search.searxng_url.is_empty() {
+            let target = Target::parse(&search.searxng_url)
+                .map_err(|error| format!("tools.web_proxy.search.searxng_url: {error}"))?;
+            allowed.push(Allowed::Host { name: target.host, port: Some(target.port) });
+        }
         Ok(WebProxy {
             max_redirects: config.max_redirects,
             max_body: usize::try_from(config.max_content_size.0).unwrap_or(usize::MAX),

@@ -177,10 +177,25 @@ impl Orchestrator for OrchestratorService {
         };
         let message = request.into_inner();
         if !message.search_query.is_empty() {
-            return Err(not_built(
-                Operation::ProxyWebRequest,
-                "web_search backends (SearXNG, Brave) are not built yet; fetching a URL works",
-            ));
+            use crate::egress::search::{self, SearchError};
+            let count = if message.search_count == 0 { 5 } else { message.search_count as usize };
+            let web = &self.shared.web;
+            let found = search::search(web, &self.shared.search, &identity.session_id, &message.search_query, count)
+                .await
+                .map_err(|error| match error {
+                    SearchError::NoBackend | SearchError::NoSearxngUrl | SearchError::NoBraveKey(_) => {
+                        Status::failed_precondition(error.to_string())
+                    }
+                    other => Status::unavailable(baaaht_proto::error_chain(&other)),
+                })?;
+            let body = serde_json::to_vec(&found).map_err(|error| Status::internal(error.to_string()))?;
+            return Ok(Response::new(v1::WebProxyResponse {
+                status: 200,
+                headers: [("content-type".to_string(), "application/json".to_string())].into_iter().collect(),
+                body,
+                final_url: String::new(),
+                truncated: false,
+            }));
         }
         let fetch = crate::egress::proxy::FetchRequest {
             session: identity.session_id.clone(),

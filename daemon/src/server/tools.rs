@@ -51,10 +51,9 @@ pub(super) async fn request(
             identity.role
         )));
     }
-    if matches!(tool, "web_search" | "message") {
+    if tool == "message" {
         return Err(Status::unimplemented(format!(
-            "`{tool}` is not available in baaahtd {} yet: web_search needs its SearXNG/Brave backends \
-             and message the file IPC collector",
+            "`message` is not available in baaahtd {} yet: delivering to channels comes with sessions",
             env!("CARGO_PKG_VERSION")
         )));
     }
