@@ -156,13 +156,22 @@ impl TestDaemon {
     /// Waits up to `limit` for a running self-test container of this daemon (`baaaht doctor`)
     /// whose name starts with `prefix`, e.g. `baaaht-coder-`.
     pub fn wait_for_self_test(&self, prefix: &str, limit: Duration) -> Result<String> {
+        self.wait_for_another_self_test(prefix, &[], limit)
+    }
+
+    /// As [`TestDaemon::wait_for_self_test`], for a container not among `taken`.
+    pub fn wait_for_another_self_test(&self, prefix: &str, taken: &[String], limit: Duration) -> Result<String> {
         let deadline = Instant::now() + limit;
         loop {
-            let running = docker(&["ps", "--filter", "label=baaaht.session=self-test", "--format", "{{.Names}}"])?;
-            let found = self
-                .recorded_containers()
-                .into_iter()
-                .find(|name| name.starts_with(prefix) && running.lines().any(|line| line == name));
+            // Self-test containers of any session, not the daemon's own image check (session system).
+            let running = docker(&["ps", "--format", "{{.Names}}\t{{.Label \"baaaht.session\"}}"])?;
+            let found = self.recorded_containers().into_iter().find(|name| {
+                name.starts_with(prefix)
+                    && !taken.contains(name)
+                    && running
+                        .lines()
+                        .any(|line| line.split_once('\t').is_some_and(|(n, s)| n == name && s != "system"))
+            });
             if let Some(name) = found {
                 return Ok(name);
             }

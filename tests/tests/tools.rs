@@ -223,3 +223,57 @@ fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart(
     docker(&["kill", &name]).expect("end the lingering container");
     drop(second_doctor);
 }
+
+#[test]
+fn a_session_never_sees_another_sessions_workspace() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let mut agents = vec![];
+    let mut names: Vec<String> = vec![];
+    for session in ["session-a", "session-b"] {
+        let doctor = std::process::Command::new(bin("baaaht"))
+            .args(["doctor", "--role", "coder", "--linger", "300", "--session", session])
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("doctor");
+        let name = daemon
+            .wait_for_another_self_test("baaaht-coder-", &names, Duration::from_secs(60))
+            .expect("coder container");
+        let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
+        agents.push((doctor, rt.block_on(client::connect(&socket, options)).expect("connect")));
+        names.push(name);
+    }
+    rt.block_on(async {
+        let (a, b) = agents.split_at_mut(1);
+        let (alice, bob) = (&mut a[0].1, &mut b[0].1);
+        run(alice, "write_file", json!({"path": "secret.txt", "content": "session A only\n"})).await;
+        for (tool, params) in [
+            ("read_file", json!({"path": "secret.txt"})),
+            ("read_file", json!({"path": "../../session-a/data/secret.txt"})),
+            ("read_file", json!({"path": "/workspace/../../session-a/data/secret.txt"})),
+            ("grep", json!({"pattern": "session A", "path": "/"})),
+            ("find", json!({"pattern": "secret.txt"})),
+            (
+                "exec",
+                json!({"command": "cat secret.txt /workspace/secret.txt; ls -R / 2>/dev/null | grep -c secret.txt"}),
+            ),
+        ] {
+            let seen = run(bob, tool, params.clone()).await;
+            assert!(!seen.content.contains("session A only"), "{tool} {params}: {}", seen.content);
+            if tool == "find" {
+                assert!(seen.content.starts_with("no file"), "{}", seen.content);
+            }
+        }
+        let own = run(alice, "read_file", json!({"path": "secret.txt"})).await;
+        assert_eq!(own.content, "     1\tsession A only\n");
+    });
+    let tool_containers: Vec<String> =
+        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-tool-")).collect();
+    assert_eq!(tool_containers.len(), 2, "one tool container per session: {tool_containers:?}");
+    for name in &names {
+        docker(&["kill", name]).expect("end the lingering container");
+    }
+}

@@ -405,11 +405,18 @@ impl Orchestrator for OrchestratorService {
             }
             command.extend(["--llm".into(), message.llm_model.clone()]);
         }
+        let session = if message.session_id.is_empty() { "self-test".to_string() } else { message.session_id.clone() };
+        if !crate::auth::is_valid_context_id(&session) {
+            return Err(Status::invalid_argument(format!(
+                "session_id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
+                session.escape_debug()
+            )));
+        }
         let linger = message.linger_seconds.min(600);
         command.extend(["--linger".into(), linger.to_string()]);
         let run = RunRequest {
             role,
-            session_id: "self-test".into(),
+            session_id: session,
             context: Context::user("baaaht-self-test"),
             command,
             mounts: vec![],

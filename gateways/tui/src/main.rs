@@ -38,6 +38,9 @@ enum Command {
         /// container: checks the agent → daemon → LLM gateway → provider path
         #[arg(long, value_name = "MODEL")]
         llm: Option<String>,
+        /// The session the container belongs to (default: self-test)
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
         /// Keep the container this many seconds after the report, for inspection
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=600))]
         linger: u32,
@@ -83,13 +86,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::Doctor { role, probe, llm, linger, json } => {
+        Command::Doctor { role, probe, llm, session, linger, json } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             let request = v1::SelfTestRequest {
                 role: role_number(&role),
                 probe_address: probe.unwrap_or_default(),
                 linger_seconds: linger,
                 llm_model: llm.unwrap_or_default(),
+                session_id: session.unwrap_or_default(),
             };
             let response = client
                 .run_self_test(request)
