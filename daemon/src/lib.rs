@@ -257,6 +257,7 @@ impl Daemon {
         let ipc = Arc::new(ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir()));
         let tools = Arc::new(tools::Runners::new(
             containers.clone(),
+            policy.clone(),
             ipc.clone(),
             data_dir.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),

@@ -138,6 +138,26 @@ impl Policy {
         Err(PolicyError::NotAllowed { path: given.into() })
     }
 
+    /// Every allowlisted folder as a Coder's tool container mounts it (spec §8.3): at its
+    /// container path, read-write only for a `project` entry marked `rw`. An entry that cannot be
+    /// mounted (missing, blocked) is left out with a warning.
+    pub fn coder_mounts(&self) -> Vec<MountSpec> {
+        self.allowlist
+            .allowed_mounts
+            .iter()
+            .filter_map(|entry| {
+                let requested = RequestedMount { host: entry.host_path.clone(), read_write: true };
+                match self.validate_mount(&requested) {
+                    Ok(mount) => Some(mount),
+                    Err(error) => {
+                        tracing::warn!(%error, "an allowlisted folder is not mounted for the Coder");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+
     fn check_blocked(&self, path: &Path, given: &str) -> Result<(), PolicyError> {
         let components: Vec<String> = path
             .components()

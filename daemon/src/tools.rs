@@ -60,6 +60,7 @@ struct Runner {
 /// The warm runners of every session.
 pub struct Runners {
     containers: Arc<ContainerManager>,
+    policy: Arc<crate::policy::Policy>,
     ipc: Arc<crate::ipc::Ipc>,
     data_dir: DataDir,
     idle: Duration,
@@ -80,12 +81,14 @@ impl std::fmt::Debug for Runners {
 impl Runners {
     pub fn new(
         containers: Arc<ContainerManager>,
+        policy: Arc<crate::policy::Policy>,
         ipc: Arc<crate::ipc::Ipc>,
         data_dir: DataDir,
         idle: Duration,
     ) -> Runners {
         Runners {
             containers,
+            policy,
             ipc,
             data_dir,
             idle,
@@ -111,8 +114,9 @@ impl Runners {
         Ok(path)
     }
 
-    /// Starts a tool container for `session`; a `cold` one serves one call and is not kept.
-    async fn start(&self, session: &str, context: &Context, cold: bool) -> Result<Runner, ToolsError> {
+    /// Starts a tool container for `session`; a `cold` one serves one call and is not kept. A
+    /// Coder's also mounts the allowlisted project folders.
+    async fn start(&self, session: &str, context: &Context, coder: bool, cold: bool) -> Result<Runner, ToolsError> {
         let workspace = self.workspace(session)?;
         let ipc =
             self.ipc.prepare(context).map_err(|source| ToolsError::Workspace { path: workspace.clone(), source })?;
@@ -124,6 +128,11 @@ impl Runners {
             "--results".into(),
             format!("{IPC_MOUNT}/results"),
         ];
+        let projects = if coder { self.policy.coder_mounts() } else { vec![] };
+        for project in &projects {
+            command.push("--mount".into());
+            command.push(if project.read_only { format!("{}:ro", project.target) } else { project.target.clone() });
+        }
         if cold {
             command.push("--once".into());
         }
@@ -132,10 +141,13 @@ impl Runners {
             session_id: session.to_string(),
             context: context.clone(),
             command,
-            mounts: vec![
+            mounts: [
                 MountSpec { host: workspace, target: WORKSPACE.into(), read_only: false },
                 MountSpec { host: ipc, target: IPC_MOUNT.into(), read_only: false },
-            ],
+            ]
+            .into_iter()
+            .chain(projects)
+            .collect(),
             env: vec![],
             timeout: Duration::MAX,
             daemon_socket: true,
@@ -168,12 +180,13 @@ impl Runners {
         &self,
         session: &str,
         context: &Context,
+        coder: bool,
         call_id: String,
         tool: &str,
         params_json: String,
         timeout: Duration,
     ) -> Result<v1::ToolResponse, ToolsError> {
-        let runner = self.start(session, context, true).await?;
+        let runner = self.start(session, context, coder, true).await?;
         let result = self.send(&runner.container, call_id, tool, params_json, timeout).await;
         // The caller has its result; the container goes in the background.
         let containers = self.containers.clone();
@@ -190,18 +203,15 @@ impl Runners {
         &self,
         session: &str,
         context: &Context,
+        coder: bool,
         call_id: String,
         tool: &str,
         params_json: String,
         timeout: Duration,
     ) -> Result<v1::ToolResponse, ToolsError> {
-        let slot = self
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(session.to_string())
-            .or_default()
-            .clone();
+        // A Coder's container (with the project mounts) is its own: the others never see them.
+        let key = if coder { format!("{session}/coder") } else { session.to_string() };
+        let slot = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();
         let mut runner = slot.lock().await;
         if let Some(current) = runner.as_ref().filter(|r| !self.is_connected(&r.container)) {
             tracing::warn!(session, container = %current.container, "the tool runner is gone; starting a new one");
@@ -211,7 +221,7 @@ impl Runners {
             *runner = None;
         }
         if runner.is_none() {
-            *runner = Some(self.start(session, context, false).await?);
+            *runner = Some(self.start(session, context, coder, false).await?);
         }
         let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
         current.last_used = Instant::now();

@@ -277,3 +277,58 @@ fn a_session_never_sees_another_sessions_workspace() {
         docker(&["kill", name]).expect("end the lingering container");
     }
 }
+
+#[test]
+fn a_coder_gets_the_allowlisted_projects_and_no_one_else_does() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let projects = tempfile::tempdir().expect("tempdir");
+    let (site, reference) = (projects.path().join("site"), projects.path().join("reference"));
+    for folder in [&site, &reference] {
+        std::fs::create_dir(folder).expect("mkdir");
+        std::os::unix::fs::chown(folder, Some(1000), Some(1000)).expect("chown to the containers' uid");
+    }
+    std::fs::write(site.join("index.html"), "<h1>site</h1>\n").expect("write");
+    let allowlist = json!({"allowedMounts": [
+        {"hostPath": site, "containerPath": "/project/site", "options": "rw", "type": "project"},
+        {"hostPath": reference, "containerPath": "/project/reference", "options": "ro", "type": "reference"},
+    ]});
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/mount-allowlist.json".into(), allowlist.to_string())],
+        ..Default::default()
+    })
+    .expect("daemon starts");
+    let (coder_doctor, coder_name, mut coder_agent) = coder(&daemon, &rt);
+    let worker_doctor = std::process::Command::new(bin("baaaht"))
+        .args(["doctor", "--role", "worker", "--linger", "300"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("doctor");
+    let worker_name = daemon.wait_for_self_test("baaaht-worker-", Duration::from_secs(60)).expect("worker container");
+    let (socket, token) = daemon.container_credentials(&worker_name).expect("credentials");
+    let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
+    let mut worker = rt.block_on(client::connect(&socket, options)).expect("connect as the worker");
+    rt.block_on(async {
+        let read = run(&mut coder_agent, "read_file", json!({"path": "/project/site/index.html"})).await;
+        assert_eq!(read.content, "     1\t<h1>site</h1>\n");
+        let wrote = run(
+            &mut coder_agent,
+            "write_file",
+            json!({"path": "/project/site/new.txt", "content": "from the coder\n"}),
+        )
+        .await;
+        assert!(!wrote.is_error, "{}", wrote.content);
+        let refused =
+            run(&mut coder_agent, "write_file", json!({"path": "/project/reference/x.txt", "content": "x"})).await;
+        assert!(refused.is_error && refused.content.contains("read-only"), "{}", refused.content);
+        let outside = run(&mut worker, "read_file", json!({"path": "/project/site/index.html"})).await;
+        assert!(outside.is_error && outside.content.contains("outside the mounted folders"), "{}", outside.content);
+    });
+    assert_eq!(std::fs::read_to_string(site.join("new.txt")).expect("written on the host"), "from the coder\n");
+    assert!(!reference.join("x.txt").exists());
+    for name in [&coder_name, &worker_name] {
+        docker(&["kill", name]).expect("end the lingering container");
+    }
+    drop((coder_doctor, worker_doctor));
+}

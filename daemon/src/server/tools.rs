@@ -79,10 +79,11 @@ pub(super) async fn request(
     }
     let received = std::time::Instant::now();
     let (session, context) = (&identity.session_id, &identity.context);
+    let coder = identity.role == Role::Coder;
     let response = if shared.loaded.config.tools.mode == ToolMode::Cold {
-        shared.tools.call_cold(session, context, call_id.clone(), tool, message.params_json, timeout).await?
+        shared.tools.call_cold(session, context, coder, call_id.clone(), tool, message.params_json, timeout).await?
     } else {
-        shared.tools.call(session, context, call_id.clone(), tool, message.params_json, timeout).await?
+        shared.tools.call(session, context, coder, call_id.clone(), tool, message.params_json, timeout).await?
     };
     // The runner also wrote the result to the context's IPC folder: record it, remove the file.
     shared.ipc.collect(context, &call_id);
