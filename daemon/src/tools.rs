@@ -43,6 +43,20 @@ pub enum ToolsError {
     Timeout(Duration),
 }
 
+/// One tool call for [`Runners::call`].
+#[derive(Debug)]
+pub struct Call<'a> {
+    pub session: &'a str,
+    pub context: &'a Context,
+    /// The caller is a Coder: its container also mounts the allowlisted projects.
+    pub coder: bool,
+    /// The file name of its result (spec §12.4).
+    pub call_id: String,
+    pub tool: &'a str,
+    pub params_json: String,
+    pub timeout: Duration,
+}
+
 /// A runner connected over ServeTools.
 #[derive(Debug)]
 struct Connection {
@@ -176,18 +190,9 @@ impl Runners {
     }
 
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
-    pub async fn call_cold(
-        &self,
-        session: &str,
-        context: &Context,
-        coder: bool,
-        call_id: String,
-        tool: &str,
-        params_json: String,
-        timeout: Duration,
-    ) -> Result<v1::ToolResponse, ToolsError> {
-        let runner = self.start(session, context, coder, true).await?;
-        let result = self.send(&runner.container, call_id, tool, params_json, timeout).await;
+    pub async fn call_cold(&self, call: Call<'_>) -> Result<v1::ToolResponse, ToolsError> {
+        let runner = self.start(call.session, call.context, call.coder, true).await?;
+        let result = self.send(&runner.container, call.call_id, call.tool, call.params_json, call.timeout).await;
         // The caller has its result; the container goes in the background.
         let containers = self.containers.clone();
         tokio::spawn(async move {
@@ -199,16 +204,8 @@ impl Runners {
     }
 
     /// Runs one call in the session's tool container, starting (or restarting) it if needed.
-    pub async fn call(
-        &self,
-        session: &str,
-        context: &Context,
-        coder: bool,
-        call_id: String,
-        tool: &str,
-        params_json: String,
-        timeout: Duration,
-    ) -> Result<v1::ToolResponse, ToolsError> {
+    pub async fn call(&self, call: Call<'_>) -> Result<v1::ToolResponse, ToolsError> {
+        let Call { session, context, coder, call_id, tool, params_json, timeout } = call;
         // A Coder's container (with the project mounts) is its own: the others never see them.
         let key = if coder { format!("{session}/coder") } else { session.to_string() };
         let slot = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();

@@ -79,11 +79,19 @@ pub(super) async fn request(
     }
     let received = std::time::Instant::now();
     let (session, context) = (&identity.session_id, &identity.context);
-    let coder = identity.role == Role::Coder;
+    let call = crate::tools::Call {
+        session,
+        context,
+        coder: identity.role == Role::Coder,
+        call_id: call_id.clone(),
+        tool,
+        params_json: message.params_json,
+        timeout,
+    };
     let response = if shared.loaded.config.tools.mode == ToolMode::Cold {
-        shared.tools.call_cold(session, context, coder, call_id.clone(), tool, message.params_json, timeout).await?
+        shared.tools.call_cold(call).await?
     } else {
-        shared.tools.call(session, context, coder, call_id.clone(), tool, message.params_json, timeout).await?
+        shared.tools.call(call).await?
     };
     // The runner also wrote the result to the context's IPC folder: record it, remove the file.
     shared.ipc.collect(context, &call_id);
