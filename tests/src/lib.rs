@@ -39,6 +39,32 @@ pub struct TestDaemon {
     notify: UnixDatagram,
 }
 
+/// An agent container of a [`TestDaemon`] kept alive by `baaaht doctor --linger`, whose socket
+/// and token a test uses to call the daemon exactly as that agent would. Dropping it ends the
+/// container.
+pub struct LingeringAgent {
+    pub name: String,
+    pub socket: PathBuf,
+    pub token: String,
+    doctor: Child,
+}
+
+impl LingeringAgent {
+    /// Connect options carrying this agent's token.
+    pub fn options(&self) -> baaaht_proto::client::ConnectOptions {
+        baaaht_proto::client::ConnectOptions { token: Some(self.token.clone()), ..Default::default() }
+    }
+}
+
+impl Drop for LingeringAgent {
+    fn drop(&mut self) {
+        // silent-ok: the container may be gone with its daemon already.
+        let _ = docker(&["kill", &self.name]);
+        let _ = self.doctor.kill();
+        let _ = self.doctor.wait();
+    }
+}
+
 /// How to start a [`TestDaemon`].
 #[derive(Debug, Default, Clone)]
 pub struct DaemonOptions {
@@ -157,6 +183,20 @@ impl TestDaemon {
     /// whose name starts with `prefix`, e.g. `baaaht-coder-`.
     pub fn wait_for_self_test(&self, prefix: &str, limit: Duration) -> Result<String> {
         self.wait_for_another_self_test(prefix, &[], limit)
+    }
+
+    /// Starts a lingering self-test container of `role` (in `session`, default `self-test`) and
+    /// returns it once it runs; `taken` names containers of this role already in use.
+    pub fn lingering_agent(&self, role: &str, session: Option<&str>, taken: &[String]) -> Result<LingeringAgent> {
+        let mut command = Command::new(bin("baaaht"));
+        command.args(["doctor", "--role", role, "--linger", "600"]);
+        if let Some(session) = session {
+            command.args(["--session", session]);
+        }
+        let doctor = command.env("BAAAHT_SOCKET", self.socket()).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        let name = self.wait_for_another_self_test(&format!("baaaht-{role}-"), taken, Duration::from_secs(60))?;
+        let (socket, token) = self.container_credentials(&name)?;
+        Ok(LingeringAgent { name, socket, token, doctor })
     }
 
     /// As [`TestDaemon::wait_for_self_test`], for a container not among `taken`.

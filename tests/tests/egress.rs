@@ -3,11 +3,9 @@
 //! are refused, a host client is refused, and each request leaves one audit line. The only
 //! server reached is the test's own, on loopback.
 
-use std::time::Duration;
-
 use baaaht_proto::client::{self, ConnectOptions};
 use baaaht_proto::v1;
-use baaaht_tests::{bin, docker, DaemonOptions, TestDaemon};
+use baaaht_tests::{DaemonOptions, TestDaemon};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What a SearXNG instance answers to `/search?q=rust%20lang&format=json`.
@@ -53,19 +51,10 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
         ..Default::default()
     })
     .expect("daemon starts");
-    let lingering = std::process::Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "tool", "--linger", "120"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("doctor");
-    let name = daemon.wait_for_self_test("baaaht-tool-", Duration::from_secs(60)).expect("tool container");
-    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+    let agent = daemon.lingering_agent("tool", None, &[]).expect("tool container");
 
     rt.block_on(async {
-        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
-        let mut tool = client::connect(&socket, options).await.expect("connect as the tool");
+        let mut tool = client::connect(&agent.socket, agent.options()).await.expect("connect as the tool");
         let page = tool.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/"))).await.expect("served");
         let page = page.into_inner();
         assert_eq!((page.status, page.body.as_slice()), (200, &b"<p>hello</p>"[..]));
@@ -95,8 +84,7 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
     let log = daemon.log_text();
     assert_eq!(log.matches("web request served").count(), 2, "{log}");
     assert_eq!(log.matches("web request not served").count(), 6, "{log}");
-    docker(&["kill", &name]).expect("end the lingering container");
-    drop(lingering);
+    drop(agent);
 }
 
 #[test]
@@ -108,18 +96,9 @@ fn a_workers_web_fetch_reads_an_allowed_page_as_text_through_the_proxy() {
         ..Default::default()
     })
     .expect("daemon starts");
-    let lingering = std::process::Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "worker", "--linger", "120"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("doctor");
-    let name = daemon.wait_for_self_test("baaaht-worker-", Duration::from_secs(60)).expect("worker container");
-    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+    let agent = daemon.lingering_agent("worker", None, &[]).expect("worker container");
     rt.block_on(async {
-        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
-        let mut worker = client::connect(&socket, options).await.expect("connect as the worker");
+        let mut worker = client::connect(&agent.socket, agent.options()).await.expect("connect as the worker");
         let fetch = |url: String| v1::ToolRequest {
             tool: "web_fetch".into(),
             params_json: serde_json::json!({"url": url}).to_string(),
@@ -133,8 +112,7 @@ fn a_workers_web_fetch_reads_an_allowed_page_as_text_through_the_proxy() {
         let refused = refused.into_inner();
         assert!(refused.is_error && refused.content.contains("cloud metadata endpoint"), "{}", refused.content);
     });
-    docker(&["kill", &name]).expect("end the lingering container");
-    drop(lingering);
+    drop(agent);
 }
 
 #[test]
@@ -149,18 +127,9 @@ fn web_search_asks_the_configured_searxng_instance() {
         ..Default::default()
     })
     .expect("daemon starts");
-    let lingering = std::process::Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "researcher", "--linger", "120"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("doctor");
-    let name = daemon.wait_for_self_test("baaaht-researcher-", Duration::from_secs(60)).expect("researcher container");
-    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+    let agent = daemon.lingering_agent("researcher", None, &[]).expect("researcher container");
     rt.block_on(async {
-        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
-        let mut researcher = client::connect(&socket, options).await.expect("connect as the researcher");
+        let mut researcher = client::connect(&agent.socket, agent.options()).await.expect("connect as the researcher");
         let request = v1::ToolRequest {
             tool: "web_search".into(),
             params_json: serde_json::json!({"query": "rust lang", "count": 5}).to_string(),
@@ -174,6 +143,5 @@ fn web_search_asks_the_configured_searxng_instance() {
              2. The Book\n   https://doc.rust-lang.org/book/\n"
         );
     });
-    docker(&["kill", &name]).expect("end the lingering container");
-    drop(lingering);
+    drop(agent);
 }

@@ -186,9 +186,8 @@ fn a_dropped_stream_cancels_upstream_and_only_an_agents_token_may_stream() {
     let long = fake::token_stream(fake::Wire::Anthropic, 100_000, Duration::from_millis(5));
     let provider = rt.block_on(FakeProvider::start(vec![long], None)).expect("fake provider");
     let daemon = daemon_for(&provider, "process", "", &[]);
-    let lingering = doctor(&daemon, &["--linger", "120"]);
-    let name = daemon.wait_for_self_test("baaaht-assistant-", Duration::from_secs(60)).expect("agent container");
-    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+    let agent = daemon.lingering_agent("assistant", None, &[]).expect("agent container");
+    let (socket, token) = (agent.socket.clone(), agent.token.clone());
 
     rt.block_on(async {
         let options = ConnectOptions { token: Some(token.clone()), ..ConnectOptions::default() };
@@ -217,8 +216,7 @@ fn a_dropped_stream_cancels_upstream_and_only_an_agents_token_may_stream() {
             .metrics()
             .is_ok_and(|m| m.contains("baaaht_llm_requests_total{provider=\"anthropic\",outcome=\"cancelled\"} 1"))
     });
-    docker(&["kill", &name]).expect("end the lingering container");
-    lingering.wait_with_output().expect("doctor ends");
+    drop(agent);
 }
 
 #[test]
@@ -230,9 +228,8 @@ fn a_hung_gateway_is_restarted_after_three_failed_checks_and_the_waiting_request
         ("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__TIMEOUT", "200"),
     ];
     let daemon = daemon_for(&provider, "process", "", &health);
-    let lingering = doctor(&daemon, &["--linger", "120"]);
-    let name = daemon.wait_for_self_test("baaaht-assistant-", Duration::from_secs(60)).expect("agent container");
-    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
+    let agent = daemon.lingering_agent("assistant", None, &[]).expect("agent container");
+    let (socket, token) = (agent.socket.clone(), agent.token.clone());
     eventually(Duration::from_secs(10), "the gateway starting", || gateway_pids(&daemon).len() == 1);
     let first = gateway_pids(&daemon)[0];
 
@@ -258,8 +255,7 @@ fn a_hung_gateway_is_restarted_after_three_failed_checks_and_the_waiting_request
     assert!(log.contains("3 checks in a row"), "{log}");
     let metrics = daemon.metrics().expect("metrics");
     assert!(metrics.contains("baaaht_llm_gateway_restarts_total 1"), "{metrics}");
-    docker(&["kill", &name]).expect("end the lingering container");
-    lingering.wait_with_output().expect("doctor ends");
+    drop(agent);
 }
 
 /// The address of the engine's default bridge on this machine, where containers with egress

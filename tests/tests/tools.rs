@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use baaaht_proto::client::{self, ConnectOptions, Orchestrator};
+use baaaht_proto::client::{self, Orchestrator};
 use baaaht_proto::v1;
-use baaaht_tests::{bin, docker, DaemonOptions, TestDaemon};
+use baaaht_tests::{docker, DaemonOptions, LingeringAgent, TestDaemon};
 use serde_json::json;
 
 fn call(tool: &str, params: serde_json::Value) -> v1::ToolRequest {
@@ -44,19 +44,10 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
         }
     });
     let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
-    let lingering = std::process::Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "coder", "--linger", "300"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("doctor");
-    let coder = daemon.wait_for_self_test("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
-    let (socket, token) = daemon.container_credentials(&coder).expect("credentials");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder container");
 
     rt.block_on(async {
-        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
-        let mut agent = client::connect(&socket, options).await.expect("connect as the coder");
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect as the coder");
 
         // Write, run and read back, in the session's data folder.
         let wrote = run(&mut agent, "write_file", json!({"path": "src/hello.py", "content": "print('hello from the tool container')\n"})).await;
@@ -108,8 +99,7 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
     let tool_containers: Vec<String> =
         daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-tool-")).collect();
     assert_eq!(tool_containers.len(), 1, "{tool_containers:?}");
-    docker(&["kill", &coder]).expect("end the lingering container");
-    drop(lingering);
+    drop(coder);
 }
 
 #[test]
@@ -120,18 +110,9 @@ fn in_cold_mode_each_call_gets_a_fresh_container_that_is_removed() {
         ..Default::default()
     })
     .expect("daemon starts");
-    let lingering = std::process::Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "coder", "--linger", "300"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("doctor");
-    let coder = daemon.wait_for_self_test("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
-    let (socket, token) = daemon.container_credentials(&coder).expect("credentials");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder container");
     rt.block_on(async {
-        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
-        let mut agent = client::connect(&socket, options).await.expect("connect as the coder");
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect as the coder");
         let wrote =
             run(&mut agent, "write_file", json!({"path": "cold.txt", "content": "kept in the session\n"})).await;
         assert!(!wrote.is_error, "{}", wrote.content);
@@ -145,31 +126,22 @@ fn in_cold_mode_each_call_gets_a_fresh_container_that_is_removed() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(daemon.log_text().matches("tool runner ready").count(), 2, "one container per call");
-    docker(&["kill", &coder]).expect("end the lingering container");
-    drop(lingering);
+    drop(coder);
 }
 
-/// Starts `baaaht doctor --role coder --linger 300` and returns it with an agent client.
-fn coder(daemon: &TestDaemon, rt: &tokio::runtime::Runtime) -> (std::process::Child, String, Orchestrator) {
-    let lingering = std::process::Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "coder", "--linger", "300"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("doctor");
-    let name = daemon.wait_for_self_test("baaaht-coder-", Duration::from_secs(60)).expect("coder container");
-    let (socket, token) = daemon.container_credentials(&name).expect("credentials");
-    let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
-    let agent = rt.block_on(client::connect(&socket, options)).expect("connect as the coder");
-    (lingering, name, agent)
+/// A lingering coder container and a client that calls as it.
+fn coder(daemon: &TestDaemon, rt: &tokio::runtime::Runtime) -> (LingeringAgent, Orchestrator) {
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder container");
+    let agent = rt.block_on(client::connect(&coder.socket, coder.options())).expect("connect as the coder");
+    (coder, agent)
 }
 
 #[test]
 fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let mut daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
-    let (first_doctor, first_name, mut agent) = coder(&daemon, &rt);
+    let (first, mut agent) = coder(&daemon, &rt);
+    let first_name = first.name.clone();
     let request = v1::ToolRequest {
         tool: "exec".into(),
         params_json: json!({"command": "echo run >> runs.txt; sleep 3; echo finished"}).to_string(),
@@ -197,7 +169,7 @@ fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart(
         assert!(std::time::Instant::now() < deadline, "no result file was written");
         std::thread::sleep(Duration::from_millis(20));
     }
-    drop(first_doctor);
+    drop(first);
 
     let restarted = TestDaemon::start(DaemonOptions { data_dir: Some(daemon.data_dir.clone()), ..Default::default() })
         .expect("restarts");
@@ -213,15 +185,14 @@ fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart(
         assert!(std::time::Instant::now() < deadline, "{first_name} was not removed");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (second_doctor, name, agent_again) = coder(&restarted, &rt);
+    let (second, agent_again) = coder(&restarted, &rt);
     agent = agent_again;
     for _ in 0..2 {
         let answer = rt.block_on(agent.request_tool_execution(request.clone())).expect("answered").into_inner();
         assert_eq!(answer.content, "exit code 0\n--- stdout ---\nfinished\n");
         assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\n", "the command ran once");
     }
-    docker(&["kill", &name]).expect("end the lingering container");
-    drop(second_doctor);
+    drop(second);
 }
 
 #[test]
@@ -231,20 +202,10 @@ fn a_session_never_sees_another_sessions_workspace() {
     let mut agents = vec![];
     let mut names: Vec<String> = vec![];
     for session in ["session-a", "session-b"] {
-        let doctor = std::process::Command::new(bin("baaaht"))
-            .args(["doctor", "--role", "coder", "--linger", "300", "--session", session])
-            .env("BAAAHT_SOCKET", daemon.socket())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("doctor");
-        let name = daemon
-            .wait_for_another_self_test("baaaht-coder-", &names, Duration::from_secs(60))
-            .expect("coder container");
-        let (socket, token) = daemon.container_credentials(&name).expect("credentials");
-        let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
-        agents.push((doctor, rt.block_on(client::connect(&socket, options)).expect("connect")));
-        names.push(name);
+        let lingering = daemon.lingering_agent("coder", Some(session), &names).expect("coder container");
+        let client = rt.block_on(client::connect(&lingering.socket, lingering.options())).expect("connect");
+        names.push(lingering.name.clone());
+        agents.push((lingering, client));
     }
     rt.block_on(async {
         let (a, b) = agents.split_at_mut(1);
@@ -273,9 +234,7 @@ fn a_session_never_sees_another_sessions_workspace() {
     let tool_containers: Vec<String> =
         daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-tool-")).collect();
     assert_eq!(tool_containers.len(), 2, "one tool container per session: {tool_containers:?}");
-    for name in &names {
-        docker(&["kill", name]).expect("end the lingering container");
-    }
+    drop(agents);
 }
 
 #[test]
@@ -297,18 +256,11 @@ fn a_coder_gets_the_allowlisted_projects_and_no_one_else_does() {
         ..Default::default()
     })
     .expect("daemon starts");
-    let (coder_doctor, coder_name, mut coder_agent) = coder(&daemon, &rt);
-    let worker_doctor = std::process::Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "worker", "--linger", "300"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("doctor");
-    let worker_name = daemon.wait_for_self_test("baaaht-worker-", Duration::from_secs(60)).expect("worker container");
-    let (socket, token) = daemon.container_credentials(&worker_name).expect("credentials");
-    let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
-    let mut worker = rt.block_on(client::connect(&socket, options)).expect("connect as the worker");
+    let (coder_container, mut coder_agent) = coder(&daemon, &rt);
+    let worker_container = daemon.lingering_agent("worker", None, &[]).expect("worker container");
+    let mut worker = rt
+        .block_on(client::connect(&worker_container.socket, worker_container.options()))
+        .expect("connect as the worker");
     rt.block_on(async {
         let read = run(&mut coder_agent, "read_file", json!({"path": "/project/site/index.html"})).await;
         assert_eq!(read.content, "     1\t<h1>site</h1>\n");
@@ -327,8 +279,5 @@ fn a_coder_gets_the_allowlisted_projects_and_no_one_else_does() {
     });
     assert_eq!(std::fs::read_to_string(site.join("new.txt")).expect("written on the host"), "from the coder\n");
     assert!(!reference.join("x.txt").exists());
-    for name in [&coder_name, &worker_name] {
-        docker(&["kill", name]).expect("end the lingering container");
-    }
-    drop((coder_doctor, worker_doctor));
+    drop((coder_container, worker_container));
 }

@@ -29,18 +29,22 @@ fn io_error(path: &str, error: std::io::Error) -> ToolError {
     ToolError::Io { path: path.to_string(), message: error.to_string() }
 }
 
-/// Opens a regular file for reading and returns it with its contents (up to the cap).
-fn read_whole(located: &Located<'_>) -> Result<(OwnedFd, Vec<u8>), ToolError> {
+/// Opens a regular file for reading, with its status.
+fn open_regular(located: &Located<'_>) -> Result<(OwnedFd, rustix::fs::Stat), ToolError> {
     let shown_path = located.display();
     let fd = located.open(OFlags::RDONLY)?;
     let stat = rustix::fs::fstat(&fd).map_err(|errno| open_error(&shown_path, errno))?;
     match FileType::from_raw_mode(stat.st_mode) {
-        FileType::RegularFile => {}
-        FileType::Directory => {
-            return Err(ToolError::Path { path: shown_path, reason: "it is a folder: use list_dir".into() })
-        }
-        _ => return Err(ToolError::Path { path: shown_path, reason: "it is not a regular file".into() }),
+        FileType::RegularFile => Ok((fd, stat)),
+        FileType::Directory => Err(ToolError::Path { path: shown_path, reason: "it is a folder: use list_dir".into() }),
+        _ => Err(ToolError::Path { path: shown_path, reason: "it is not a regular file".into() }),
     }
+}
+
+/// Opens a regular file for reading and returns it with its contents (up to the cap).
+fn read_whole(located: &Located<'_>) -> Result<(OwnedFd, Vec<u8>), ToolError> {
+    let shown_path = located.display();
+    let (fd, _) = open_regular(located)?;
     let (bytes, more) = read_capped(&fd, MAX_FILE_BYTES).map_err(|error| io_error(&shown_path, error))?;
     if more {
         return Err(ToolError::Failed(format!(
@@ -57,15 +61,7 @@ pub fn read_file(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, Too
     let limit = params.optional_u64("limit")?.map_or(DEFAULT_LINES, |l| l.max(1) as usize);
     let located = mounts.locate(path)?;
     let shown_path = located.display();
-    let fd = located.open(OFlags::RDONLY)?;
-    let stat = rustix::fs::fstat(&fd).map_err(|errno| open_error(&shown_path, errno))?;
-    match FileType::from_raw_mode(stat.st_mode) {
-        FileType::RegularFile => {}
-        FileType::Directory => {
-            return Err(ToolError::Path { path: shown_path, reason: "it is a folder: use list_dir".into() })
-        }
-        _ => return Err(ToolError::Path { path: shown_path, reason: "it is not a regular file".into() }),
-    }
+    let (fd, stat) = open_regular(&located)?;
     // Enough to reach the requested lines of any sane text file.
     let (bytes, more_bytes) = read_capped(&fd, MAX_FILE_BYTES).map_err(|error| io_error(&shown_path, error))?;
     if bytes[..bytes.len().min(8192)].contains(&0) {

@@ -16,7 +16,7 @@ use baaaht_proto::client::{self, Backoff, ConnectOptions};
 use baaaht_proto::v1;
 use baaaht_proto::v1::llm_gateway_client::LlmGatewayClient;
 use baaaht_tests::fake_provider::{self as fake, clock_nanos, stamp_of, stamped_token_stream, FakeProvider};
-use baaaht_tests::{bin, DaemonOptions, TestDaemon};
+use baaaht_tests::{DaemonOptions, TestDaemon};
 
 use crate::{header, Row};
 
@@ -217,14 +217,8 @@ pub(crate) fn run(tokens: usize, paced_tokens: usize, runs: usize) -> Result<()>
     })
     .context("start baaahtd")?;
     // An agent container that stays while we stream with its credentials.
-    let mut lingering = std::process::Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "assistant", "--linger", "600"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let agent = daemon.wait_for_self_test("baaaht-assistant-", Duration::from_secs(60))?;
-    let (agent_socket, token) = daemon.container_credentials(&agent)?;
+    let agent = daemon.lingering_agent("assistant", None, &[])?;
+    let (agent_socket, token) = (agent.socket.clone(), agent.token.clone());
     let setup = Arc::new(Setup {
         endpoint: Endpoint {
             name: "anthropic".into(),
@@ -242,10 +236,7 @@ pub(crate) fn run(tokens: usize, paced_tokens: usize, runs: usize) -> Result<()>
     let proxy = start_bare_proxy(&setup.gateway_socket, &setup.proxy_socket)?;
     let result = rt.block_on(measure(&provider, &setup, tokens, paced_tokens, runs));
     proxy.shutdown_background();
-    // silent-ok: the container is ours and only lingers; the daemon removes it either way.
-    let _ = baaaht_tests::docker(&["kill", &agent]);
-    // silent-ok: doctor ends with the container.
-    let _ = lingering.wait();
+    drop(agent);
     result
 }
 

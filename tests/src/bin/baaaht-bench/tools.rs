@@ -3,21 +3,20 @@
 //! in the same run: `docker exec` into the warm container and `docker run --rm`.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_proto::client::{self, ConnectOptions, Orchestrator};
+use baaaht_proto::client::{self, Orchestrator};
 use baaaht_proto::v1;
-use baaaht_tests::{bin, docker, DaemonOptions, TestDaemon};
+use baaaht_tests::{DaemonOptions, LingeringAgent, TestDaemon};
 
 use crate::{header, Row};
 
 /// A daemon with a lingering coder container whose credentials the bench calls with.
 struct Agent {
     daemon: TestDaemon,
-    container: String,
     client: Orchestrator,
-    _doctor: std::process::Child,
+    _coder: LingeringAgent,
 }
 
 async fn agent(mode: &str) -> Result<Agent> {
@@ -25,16 +24,9 @@ async fn agent(mode: &str) -> Result<Agent> {
         env: vec![("BAAAHT__TOOLS__MODE".into(), mode.into())],
         ..Default::default()
     })?;
-    let doctor = Command::new(bin("baaaht"))
-        .args(["doctor", "--role", "coder", "--linger", "600"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let container = daemon.wait_for_self_test("baaaht-coder-", Duration::from_secs(60))?;
-    let (socket, token) = daemon.container_credentials(&container)?;
-    let client = client::connect(&socket, ConnectOptions { token: Some(token), ..ConnectOptions::default() }).await?;
-    Ok(Agent { daemon, container, client, _doctor: doctor })
+    let coder = daemon.lingering_agent("coder", None, &[])?;
+    let client = client::connect(&coder.socket, coder.options()).await?;
+    Ok(Agent { daemon, client, _coder: coder })
 }
 
 fn request(tool: &str, params: serde_json::Value) -> v1::ToolRequest {
@@ -124,10 +116,6 @@ pub(crate) fn run(warm_calls: usize, cold_calls: usize) -> Result<()> {
             "cat",
             "/workspace/kib.txt",
         ]))?);
-    }
-    for agent in [&warm, &cold] {
-        // silent-ok: only lingers; the daemon removes it either way.
-        let _ = docker(&["kill", &agent.container]);
     }
     println!(
         "baaaht-bench tools: read_file of a 1 KiB file through RequestToolExecution, {warm_calls} warm and \
