@@ -27,6 +27,12 @@ enum Command {
         /// The folder each call's result is written to as well (file IPC, spec §12.4)
         #[arg(long, value_name = "PATH")]
         results: Option<std::path::PathBuf>,
+        /// The folder the `message` tool queues messages in
+        #[arg(long, value_name = "PATH")]
+        messages: Option<std::path::PathBuf>,
+        /// The session this container serves (recorded with its messages)
+        #[arg(long, value_name = "ID", default_value = "")]
+        session: String,
     },
     /// Report (as JSON) whether this container's confinement holds; exit 3 if it does not
     SelfTest {
@@ -44,7 +50,7 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Runner { mounts, once, results } => {
+        Command::Runner { mounts, once, results, messages, session } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
                 .map(|mount| match mount.strip_suffix(":ro") {
@@ -53,7 +59,8 @@ fn main() -> ExitCode {
                 })
                 .collect();
             let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
-            match baaaht_agent::runner::run(socket, &mounts, results.as_deref(), once) {
+            let outbox = baaaht_agent::runner::Outbox { folder: messages, session };
+            match baaaht_agent::runner::run(socket, &mounts, results.as_deref(), outbox, once) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("baaaht-agent runner: {error}");

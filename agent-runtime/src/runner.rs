@@ -58,8 +58,15 @@ pub fn reap() {
     while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
 }
 
+/// Where the runner queues messages, and the session they belong to.
+#[derive(Debug, Clone, Default)]
+pub struct Outbox {
+    pub folder: Option<PathBuf>,
+    pub session: String,
+}
+
 /// Runs one call.
-pub fn execute(call: &v1::ToolCall, mounts: &Mounts) -> v1::ToolResponse {
+pub fn execute(call: &v1::ToolCall, mounts: &Mounts, outbox: &Outbox) -> v1::ToolResponse {
     let started = Instant::now();
     let params: Value = match serde_json::from_str(if call.params_json.is_empty() { "{}" } else { &call.params_json }) {
         Ok(value @ Value::Object(_)) => value,
@@ -71,6 +78,12 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts) -> v1::ToolResponse {
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
             tools::exec::exec(&Params(&params), mounts, limit).unwrap_or_else(ToolOutput::from)
         }
+        "message" => match &outbox.folder {
+            Some(folder) => {
+                tools::message::message(&Params(&params), folder, &outbox.session).unwrap_or_else(ToolOutput::from)
+            }
+            None => error("this tool container has no message folder".into()),
+        },
         name => tools::run(name, &params, mounts),
     };
     if std::process::id() == 1 {
@@ -120,7 +133,13 @@ pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResp
 
 /// Serves calls until the daemon closes the stream; returns why it stopped. With `results`,
 /// each call's result is also written there before it is sent.
-pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], results: Option<&Path>, once: bool) -> Result<(), String> {
+pub fn run(
+    socket: &Path,
+    mounts: &[(PathBuf, bool)],
+    results: Option<&Path>,
+    outbox: Outbox,
+    once: bool,
+) -> Result<(), String> {
     // Nothing a command runs may read this process through /proc (environ, mem, fd).
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|errno| format!("cannot make the runner non-dumpable: {errno}"))?;
@@ -147,8 +166,10 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], results: Option<&Path>, on
             .map_err(|status| status.message().to_string())?
             .into_inner();
         let mounts = std::sync::Arc::new(mounts);
+        let outbox = std::sync::Arc::new(outbox);
         while let Some(call) = calls.message().await.map_err(|status| status.message().to_string())? {
             let mounts = mounts.clone();
+            let outbox = outbox.clone();
             let call_id = call.call_id.clone();
             let record = call.clone();
             let response = if call.tool == "web_fetch" || call.tool == "web_search" {
@@ -162,7 +183,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], results: Option<&Path>, on
                 };
                 response(output, started)
             } else {
-                tokio::task::spawn_blocking(move || execute(&call, &mounts))
+                tokio::task::spawn_blocking(move || execute(&call, &mounts, &outbox))
                     .await
                     .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
             };

@@ -67,6 +67,38 @@ struct Ledger {
     version: u32,
     /// Context folder name → call id → result.
     contexts: BTreeMap<String, BTreeMap<String, Collected>>,
+    /// Context folder name → message id → when it was delivered (seconds since the epoch).
+    #[serde(default)]
+    messages: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// What the `message` tool writes to `messages/{id}.json`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MessageFile {
+    id: String,
+    content: String,
+    /// `user:ID` or `group:ID`; only the folder's own context is accepted.
+    #[serde(default)]
+    target_context: Option<String>,
+    #[serde(default)]
+    session_id: String,
+}
+
+/// Messages one context may send per minute.
+pub const MESSAGES_PER_MINUTE: usize = 30;
+
+/// The context a folder name stands for (`user-alice` → user `alice`).
+pub fn context_of_folder(folder: &str) -> Option<Context> {
+    let (kind, id) = folder.split_once('-')?;
+    if !crate::auth::is_valid_context_id(id) {
+        return None;
+    }
+    match kind {
+        "user" => Some(Context::user(id)),
+        "group" => Some(Context::group(id)),
+        _ => None,
+    }
 }
 
 /// The folder name of a context: `user-alice`, `group-family`.
@@ -238,6 +270,103 @@ impl Ipc {
         };
         self.remove(path);
         Some(collected)
+    }
+
+    /// Delivers the messages containers queued: each file once, to its own folder's context
+    /// (the folder is its authority), at most [`MESSAGES_PER_MINUTE`] per context (the rest wait
+    /// for the next minute), logging each delivery. Returns how many were delivered.
+    pub fn deliver_messages(&self, bus: &crate::events::EventBus, sent: &mut BTreeMap<String, Vec<u64>>) -> usize {
+        let Ok(contexts) = std::fs::read_dir(&self.root) else { return 0 };
+        let mut delivered = 0;
+        let now = now_seconds();
+        for folder_entry in contexts.flatten() {
+            let folder = folder_entry.file_name().to_string_lossy().into_owned();
+            let Some(context) = context_of_folder(&folder) else { continue };
+            let Ok(files) = std::fs::read_dir(folder_entry.path().join("messages")) else { continue };
+            let mut names: Vec<PathBuf> = files
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| {
+                    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    !name.starts_with('.') && name.ends_with(".json")
+                })
+                .collect();
+            names.sort();
+            for path in names {
+                let recent = sent.entry(folder.clone()).or_default();
+                recent.retain(|at| now.saturating_sub(*at) < 60);
+                if recent.len() >= MESSAGES_PER_MINUTE {
+                    tracing::warn!(context = %context, "message rate limit reached; the rest wait for the next minute");
+                    break;
+                }
+                if self.deliver_message(&folder, &context, &path, bus) {
+                    delivered += 1;
+                    sent.entry(folder.clone()).or_default().push(now);
+                }
+            }
+        }
+        delivered
+    }
+
+    fn deliver_message(&self, folder: &str, context: &Context, path: &Path, bus: &crate::events::EventBus) -> bool {
+        let message: MessageFile = match std::fs::read(path).map(|bytes| serde_json::from_slice(&bytes)) {
+            Ok(Ok(message)) => message,
+            Ok(Err(error)) => {
+                self.reject(path, &format!("not a message: {error}"));
+                return false;
+            }
+            Err(error) => {
+                tracing::warn!(file = %path.display(), %error, "cannot read an IPC message");
+                return false;
+            }
+        };
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        if !is_valid_call_id(&message.id) || message.id != stem {
+            self.reject(path, "its id does not match its file name");
+            return false;
+        }
+        if message.target_context.as_deref().is_some_and(|target| target != context.to_string()) {
+            self.reject(path, "an agent may message only its own context");
+            return false;
+        }
+        if message.content.trim().is_empty() || message.content.len() > 64 << 10 {
+            self.reject(path, "the content is empty or longer than 64 KiB");
+            return false;
+        }
+        {
+            let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+            let seen = ledger.messages.entry(folder.to_string()).or_default();
+            if seen.contains_key(&message.id) {
+                drop(ledger);
+                self.remove(path);
+                return false;
+            }
+            let channels = bus.publish(
+                context,
+                v1::OrchestratorEvent {
+                    session_id: message.session_id.clone(),
+                    event: Some(v1::orchestrator_event::Event::Message(v1::OutboundMessage {
+                        target_context: Some(crate::server::context_ref(context)),
+                        content: message.content.clone(),
+                        ..v1::OutboundMessage::default()
+                    })),
+                    ..v1::OrchestratorEvent::default()
+                },
+            );
+            seen.insert(message.id.clone(), now_seconds());
+            if seen.len() > KEPT_PER_CONTEXT {
+                let oldest = seen.iter().min_by_key(|(_, at)| **at).map(|(id, _)| id.clone());
+                if let Some(oldest) = oldest {
+                    seen.remove(&oldest);
+                }
+            }
+            if let Err(error) = self.save(&ledger) {
+                tracing::error!(%error, "cannot record a delivered message");
+            }
+            tracing::info!(context = %context, id = %message.id, channels, bytes = message.content.len(), "message delivered");
+        }
+        self.remove(path);
+        true
     }
 
     fn remove(&self, path: &Path) {

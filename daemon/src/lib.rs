@@ -11,6 +11,7 @@ pub mod container;
 pub mod datadir;
 pub mod defaults;
 pub mod egress;
+pub mod events;
 pub mod ipc;
 pub mod llm;
 pub mod metrics;
@@ -100,6 +101,7 @@ pub struct Shared {
     pub tools: Arc<tools::Runners>,
     pub ipc: Arc<ipc::Ipc>,
     pub search: egress::search::Backend,
+    pub events: Arc<events::EventBus>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -276,6 +278,7 @@ impl Daemon {
             tools,
             ipc,
             search,
+            events: Arc::new(events::EventBus::default()),
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -320,6 +323,7 @@ impl Daemon {
                 .instrument(tracing::info_span!("llm")),
         );
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
+        tracker.spawn(deliver_messages(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
         if let Some(listener) = metrics_listener {
             tracker.spawn(
                 metrics::serve(listener, shared.metrics.clone(), cancel.clone())
@@ -378,6 +382,31 @@ impl Daemon {
         tracing::info!("stopped");
         drop(bound);
         outcome
+    }
+}
+
+/// Delivers the messages containers queue in their IPC folders, every
+/// `orchestrator.poll_intervals.ipc` milliseconds, until `cancel`.
+async fn deliver_messages(shared: Arc<Shared>, cancel: CancellationToken) {
+    let every = Duration::from_millis(shared.loaded.config.orchestrator.poll_intervals.ipc.max(50));
+    let mut sent = std::collections::BTreeMap::new();
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let (ipc, events) = (shared.ipc.clone(), shared.events.clone());
+        let delivery = tokio::task::spawn_blocking(move || {
+            let delivered = ipc.deliver_messages(&events, &mut sent);
+            (delivered, sent)
+        });
+        match delivery.await {
+            Ok((_, kept)) => sent = kept,
+            Err(error) => {
+                tracing::error!(%error, "message delivery failed");
+                sent = std::collections::BTreeMap::new();
+            }
+        }
     }
 }
 

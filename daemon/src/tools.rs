@@ -141,6 +141,10 @@ impl Runners {
             WORKSPACE.into(),
             "--results".into(),
             format!("{IPC_MOUNT}/results"),
+            "--messages".into(),
+            format!("{IPC_MOUNT}/messages"),
+            "--session".into(),
+            session.to_string(),
         ];
         let projects = if coder { self.policy.coder_mounts() } else { vec![] };
         for project in &projects {

@@ -281,3 +281,55 @@ fn a_coder_gets_the_allowlisted_projects_and_no_one_else_does() {
     assert!(!reference.join("x.txt").exists());
     drop((coder_container, worker_container));
 }
+
+#[test]
+fn a_message_reaches_its_own_contexts_channels_and_no_other() {
+    use baaaht_proto::client::ConnectOptions;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT__ORCHESTRATOR__POLL_INTERVALS__IPC".into(), "100".into())],
+        ..Default::default()
+    })
+    .expect("daemon starts");
+    let worker = daemon.lingering_agent("worker", None, &[]).expect("worker container");
+    let subscribe = |id: &str| v1::EventSubscription {
+        context: Some(v1::ContextRef { r#type: v1::ContextType::User as i32, id: id.into() }),
+        ..v1::EventSubscription::default()
+    };
+    let first_message = |stream: &mut tonic::Streaming<v1::OrchestratorEvent>| {
+        let next = rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), stream.message()).await });
+        next.ok().and_then(|event| event.expect("stream").expect("open").event).and_then(|event| match event {
+            v1::orchestrator_event::Event::Message(message) => Some(message.content),
+            _ => None,
+        })
+    };
+    let (mut mine, mut bobs) = rt.block_on(async {
+        let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await.expect("connect");
+        let mine = host.subscribe_events(subscribe("baaaht-self-test")).await.expect("subscribes").into_inner();
+        let bobs = host.subscribe_events(subscribe("bob")).await.expect("subscribes").into_inner();
+        let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect as the worker");
+        let queued = run(&mut agent, "message", json!({"content": "the build finished"})).await;
+        assert!(queued.content.starts_with("message queued for delivery"), "{queued:?}");
+        (mine, bobs)
+    });
+    assert_eq!(first_message(&mut mine).as_deref(), Some("the build finished"));
+
+    // A file in bob's folder acts for bob, whatever it claims.
+    let bob = daemon.data_dir.join("data/ipc/user-bob/messages");
+    std::fs::create_dir_all(&bob).expect("bob's folder");
+    std::fs::write(bob.join("m1.json"), r#"{"id":"m1","content":"forged","targetContext":"user:baaaht-self-test"}"#)
+        .expect("write");
+    std::fs::write(bob.join("m2.json"), r#"{"id":"m2","content":"for bob"}"#).expect("write");
+    assert_eq!(first_message(&mut bobs).as_deref(), Some("for bob"));
+    // The file goes right after the delivery.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while bob.join("m2.json").exists() {
+        assert!(std::time::Instant::now() < deadline, "a delivered message is removed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(bob.join("rejected/m1.json").exists(), "the forged message was set aside");
+    let log = daemon.log_text();
+    assert!(log.contains("an agent may message only its own context"), "{log}");
+    assert_eq!(log.matches("message delivered").count(), 2, "{log}");
+    drop(worker);
+}

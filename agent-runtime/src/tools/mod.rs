@@ -7,6 +7,7 @@
 pub mod exec;
 pub mod files;
 pub mod html;
+pub mod message;
 pub mod paths;
 pub mod web;
 
@@ -145,6 +146,13 @@ pub fn definitions() -> Vec<Definition> {
             parameters: json!({"type": "object", "required": ["command"], "additionalProperties": false, "properties": {
                 "command": {"type": "string"},
                 "timeout": {"type": "integer", "minimum": 1, "description": "seconds; at most the configured limit (60 by default)"},
+            }}),
+        },
+        Definition {
+            name: "message",
+            description: "Send a message to the user (or group) of this session, e.g. when a background task finishes.",
+            parameters: json!({"type": "object", "required": ["content"], "additionalProperties": false, "properties": {
+                "content": {"type": "string"},
             }}),
         },
         Definition {

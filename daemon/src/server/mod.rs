@@ -62,6 +62,15 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
         .ok_or_else(|| Status::internal("request reached a handler without an authenticated caller"))
 }
 
+/// The protocol's reference to `context`.
+pub fn context_ref(context: &Context) -> v1::ContextRef {
+    let kind = match context.kind {
+        ContextKind::User => v1::ContextType::User,
+        ContextKind::Group => v1::ContextType::Group,
+    };
+    v1::ContextRef { r#type: kind as i32, id: context.id.clone() }
+}
+
 fn context_of(reference: Option<&v1::ContextRef>, field: &str) -> Result<Option<Context>, Status> {
     let Some(reference) = reference else { return Ok(None) };
     let kind = match v1::ContextType::try_from(reference.r#type) {
@@ -306,7 +315,29 @@ impl Orchestrator for OrchestratorService {
     ) -> Result<Response<Self::SubscribeEventsStream>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         check(&request, Operation::SubscribeEvents, context.as_ref(), Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::SubscribeEvents, NO_SESSIONS))
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group to follow"))?;
+        let session = request.into_inner().session_id;
+        let mut events = self.shared.events.subscribe();
+        let (sender, receiver) = tokio::sync::mpsc::channel(256);
+        tokio::spawn(async move {
+            loop {
+                let event = match events.recv().await {
+                    Ok((target, event)) if target == context && (session.is_empty() || event.session_id == session) => {
+                        event
+                    }
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, context = %context, "a slow subscriber missed events");
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                if sender.send(Ok(event)).await.is_err() {
+                    return; // The subscriber went away.
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
     }
 
     async fn publish_event(&self, request: Request<v1::ChannelEvent>) -> Result<Response<v1::Ack>, Status> {

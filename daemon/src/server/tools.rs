@@ -51,12 +51,6 @@ pub(super) async fn request(
             identity.role
         )));
     }
-    if tool == "message" {
-        return Err(Status::unimplemented(format!(
-            "`message` is not available in baaahtd {} yet: delivering to channels comes with sessions",
-            env!("CARGO_PKG_VERSION")
-        )));
-    }
     if tool == "exec" {
         let params: serde_json::Value = serde_json::from_str(&message.params_json)
             .map_err(|error| Status::invalid_argument(format!("params_json is not JSON: {error}")))?;
