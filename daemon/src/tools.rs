@@ -22,6 +22,8 @@ use crate::datadir::DataDir;
 pub const WORKSPACE: &str = "/workspace";
 /// Where its context's IPC folder (`data/ipc/{context}`) is mounted.
 pub const IPC_MOUNT: &str = "/ipc";
+/// Where the skills' `scripts/` folders are mounted, read-only, one per skill.
+pub const SKILLS_MOUNT: &str = "/skills";
 /// How long a new runner may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -128,6 +130,34 @@ impl Runners {
         Ok(path)
     }
 
+    /// The `scripts/` folders of the skills `context` sees: the system's (`skills/`) and its
+    /// own (`users/{id}/skills/` or `groups/{id}/skills/`, which win over a system skill of the
+    /// same name), each mounted read-only at `/skills/{name}/scripts`.
+    fn skill_scripts(&self, context: &Context) -> Vec<MountSpec> {
+        let own = match context.kind {
+            crate::auth::ContextKind::User => self.data_dir.root().join("users").join(&context.id).join("skills"),
+            crate::auth::ContextKind::Group => self.data_dir.root().join("groups").join(&context.id).join("skills"),
+        };
+        let mut found: std::collections::BTreeMap<String, PathBuf> = std::collections::BTreeMap::new();
+        for root in [self.data_dir.root().join("skills"), own] {
+            let Ok(entries) = std::fs::read_dir(&root) else { continue };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let scripts = entry.path().join("scripts");
+                // A symlinked folder could point anywhere on the host: only real folders count.
+                let real = std::fs::symlink_metadata(&scripts).is_ok_and(|m| m.is_dir())
+                    && std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_dir());
+                if real && crate::auth::is_valid_context_id(&name) {
+                    found.insert(name, scripts);
+                }
+            }
+        }
+        found
+            .into_iter()
+            .map(|(name, host)| MountSpec { host, target: format!("{SKILLS_MOUNT}/{name}/scripts"), read_only: true })
+            .collect()
+    }
+
     /// Starts a tool container for `session`; a `cold` one serves one call and is not kept. A
     /// Coder's also mounts the allowlisted project folders.
     async fn start(&self, session: &str, context: &Context, coder: bool, cold: bool) -> Result<Runner, ToolsError> {
@@ -146,7 +176,8 @@ impl Runners {
             "--session".into(),
             session.to_string(),
         ];
-        let projects = if coder { self.policy.coder_mounts() } else { vec![] };
+        let mut projects = if coder { self.policy.coder_mounts() } else { vec![] };
+        projects.extend(self.skill_scripts(context));
         for project in &projects {
             command.push("--mount".into());
             command.push(if project.read_only { format!("{}:ro", project.target) } else { project.target.clone() });

@@ -333,3 +333,33 @@ fn a_message_reaches_its_own_contexts_channels_and_no_other() {
     assert_eq!(log.matches("message delivered").count(), 2, "{log}");
     drop(worker);
 }
+
+#[test]
+fn skill_scripts_are_mounted_read_only_and_only_the_contexts_own() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![
+            ("skills/demo/SKILL.md".into(), "---\nname: demo\ndescription: A demo.\n---\n".into()),
+            ("skills/demo/scripts/hello.sh".into(), "echo hello from the demo skill\n".into()),
+            ("users/baaaht-self-test/skills/mine/scripts/run.sh".into(), "echo mine\n".into()),
+            ("users/bob/skills/bobs/scripts/run.sh".into(), "echo bob's\n".into()),
+        ],
+        ..Default::default()
+    })
+    .expect("daemon starts");
+    let (coder, mut agent) = coder(&daemon, &rt);
+    rt.block_on(async {
+        let ran = run(&mut agent, "exec", json!({"command": "sh /skills/demo/scripts/hello.sh && ls /skills"})).await;
+        assert_eq!(ran.content, "exit code 0\n--- stdout ---\nhello from the demo skill\ndemo\nmine\n", "{ran:?}");
+        let changed = run(&mut agent, "exec", json!({"command": "echo x >> /skills/demo/scripts/hello.sh"})).await;
+        assert!(changed.is_error, "{}", changed.content);
+        let mounts =
+            run(&mut agent, "exec", json!({"command": "grep ' /skills/demo/scripts ' /proc/self/mounts"})).await;
+        assert!(mounts.content.contains(" ro,"), "mounted read-only: {}", mounts.content);
+        let wrote = run(&mut agent, "write_file", json!({"path": "/skills/mine/scripts/run.sh", "content": "x"})).await;
+        assert!(wrote.is_error && wrote.content.contains("read-only"), "{}", wrote.content);
+        let read = run(&mut agent, "read_file", json!({"path": "/skills/mine/scripts/run.sh"})).await;
+        assert_eq!(read.content, "     1\techo mine\n");
+    });
+    drop(coder);
+}
