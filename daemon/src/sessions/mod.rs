@@ -1,7 +1,10 @@
-//! Session metadata: the index `data/state/sessions.json` (spec §14.4).
+//! Sessions: the index `data/state/sessions.json` (spec §14.4, this file) and each session's
+//! tree-structured log `sessions/{id}/session.jsonl` ([`log`]).
 //!
 //! The daemon is the only writer of this file. Until the session store exists this module
 //! reads the index for status; it never rewrites an index it could not parse.
+
+pub mod log;
 
 use std::path::Path;
 
