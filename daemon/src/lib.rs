@@ -19,6 +19,7 @@ pub mod policy;
 pub mod secrets;
 pub mod server;
 pub mod sessions;
+pub mod skills;
 pub mod state;
 pub mod systemd;
 pub mod telemetry;

@@ -1,0 +1,220 @@
+//! SKILL.md (spec §9, the Agent Skills specification): YAML front matter between `---` lines,
+//! then the instructions. The specification's keys (`name`, `description`, `license`,
+//! `compatibility`, `metadata`, `allowed-tools`) and baaaht's own (`addons`, `always-loaded`)
+//! are accepted; anything else is an error naming the key, the line and what is allowed.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The longest name, description and compatibility note the specification allows.
+pub const MAX_NAME: usize = 64;
+pub const MAX_DESCRIPTION: usize = 1024;
+pub const MAX_COMPATIBILITY: usize = 500;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FrontMatter {
+    name: String,
+    description: String,
+    #[serde(default)]
+    license: Option<String>,
+    #[serde(default)]
+    compatibility: Option<String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    allowed_tools: Option<String>,
+    #[serde(default)]
+    addons: Addons,
+    #[serde(default)]
+    always_loaded: bool,
+}
+
+/// What a skill needs in its tool containers (spec §9.1.2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Addons {
+    #[serde(default)]
+    pub packages: Vec<Package>,
+    /// Secrets injected into this skill's tool containers only.
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Package {
+    pub name: String,
+    pub source: PackageSource,
+    #[serde(default)]
+    pub verify: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PackageSource {
+    Apt,
+    Apk,
+    Npm,
+    Pip,
+}
+
+/// A parsed skill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skill {
+    pub name: String,
+    pub description: String,
+    pub license: Option<String>,
+    pub compatibility: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    pub allowed_tools: Option<String>,
+    pub addons: Addons,
+    /// Its whole body goes into every agent's context, not only its description.
+    pub always_loaded: bool,
+    /// The instructions after the front matter.
+    pub body: String,
+}
+
+/// What is wrong with a SKILL.md, with the line when there is one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("SKILL.md{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct SkillError {
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+fn error(line: Option<usize>, message: impl Into<String>) -> SkillError {
+    SkillError { line, message: message.into() }
+}
+
+/// Whether `name` follows the specification: 1-64 lowercase letters, digits and hyphens, not
+/// starting or ending with a hyphen, no two hyphens in a row.
+pub fn valid_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(format!("must be 1 to {MAX_NAME} characters"));
+    }
+    if !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+        return Err("may use only lowercase letters, digits and `-`".into());
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return Err("must not start or end with `-`".into());
+    }
+    if name.contains("--") {
+        return Err("must not contain `--`".into());
+    }
+    Ok(())
+}
+
+/// Parses a SKILL.md found in folder `folder` (whose name the skill's name must equal).
+pub fn parse(text: &str, folder: &str) -> Result<Skill, SkillError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else {
+        return Err(error(Some(1), "it must start with a `---` line and YAML front matter (name, description)"));
+    };
+    let Some(end) = rest.find("\n---").filter(|end| matches!(rest[end + 4..].chars().next(), None | Some('\n' | '\r')))
+    else {
+        return Err(error(None, "the front matter has no closing `---` line"));
+    };
+    let yaml = &rest[..end + 1];
+    let body = rest[end + 4..].trim_start_matches(['\r', '\n']).to_string();
+    let front: FrontMatter = serde_yaml::from_str(yaml).map_err(|problem| {
+        // The front matter starts on line 2.
+        let line = problem.location().map(|location| location.line() + 1);
+        let message = problem.to_string();
+        let message = message.split(" at line ").next().unwrap_or(&message).to_string();
+        let hint = if message.contains("unknown field") {
+            "; allowed: name, description, license, compatibility, metadata, allowed-tools, addons, always-loaded"
+        } else {
+            ""
+        };
+        error(line, format!("{message}{hint}"))
+    })?;
+    valid_name(&front.name).map_err(|why| error(Some(2), format!("name `{}` {why}", front.name)))?;
+    if front.name != folder {
+        return Err(error(Some(2), format!("name `{}` must equal its folder's name `{folder}`", front.name)));
+    }
+    let description = front.description.trim();
+    if description.is_empty() || description.len() > MAX_DESCRIPTION {
+        return Err(error(
+            None,
+            format!(
+                "description must be 1 to {MAX_DESCRIPTION} characters: say what the skill does and when to use it"
+            ),
+        ));
+    }
+    if front.compatibility.as_ref().is_some_and(|c| c.len() > MAX_COMPATIBILITY) {
+        return Err(error(None, format!("compatibility must be at most {MAX_COMPATIBILITY} characters")));
+    }
+    for variable in &front.addons.env {
+        if variable.is_empty() || !variable.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(error(None, format!("addons.env: `{variable}` is not an environment variable name")));
+        }
+    }
+    Ok(Skill {
+        name: front.name,
+        description: description.to_string(),
+        license: front.license,
+        compatibility: front.compatibility,
+        metadata: front.metadata,
+        allowed_tools: front.allowed_tools,
+        addons: front.addons,
+        always_loaded: front.always_loaded,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bundled_skills_parse() {
+        for name in ["code-review", "summarize", "skill-creator", "web-research"] {
+            let path = format!("{}/../config/skills/{name}/SKILL.md", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).expect("bundled skill");
+            let skill = parse(&text, name).unwrap_or_else(|problem| panic!("{path}: {problem}"));
+            assert_eq!(skill.metadata.get("author").map(String::as_str), Some("baaaht"));
+            assert!(skill.body.starts_with('#'), "{name}: the body follows the front matter");
+        }
+    }
+
+    #[test]
+    fn the_specs_github_example_with_addons_parses() {
+        let text = "---\nname: github\ndescription: GitHub repository operations (issues, PRs, releases, etc.)\nmetadata:\n  author: baaaht-core\n  version: \"1.0\"\naddons:\n  packages:\n    - name: gh\n      source: apt\n      verify: \"gh --version\"\n  env:\n    - GH_TOKEN\n---\n# GitHub\n";
+        let skill = parse(text, "github").expect("parses");
+        assert_eq!(skill.addons.packages[0].source, PackageSource::Apt);
+        assert_eq!(skill.addons.env, ["GH_TOKEN"]);
+        assert_eq!(skill.body, "# GitHub\n");
+    }
+
+    #[test]
+    fn mistakes_are_named_with_their_line() {
+        for (text, folder, expected) in [
+            ("# no front matter", "x", "SKILL.md:1: it must start with a `---` line"),
+            ("---\nname: x\ndescription: d\n", "x", "SKILL.md: the front matter has no closing `---` line"),
+            (
+                "---\nname: Code_Review\ndescription: d\n---\n",
+                "Code_Review",
+                "SKILL.md:2: name `Code_Review` may use only lowercase",
+            ),
+            ("---\nname: -x\ndescription: d\n---\n", "-x", "must not start or end with `-`"),
+            ("---\nname: a--b\ndescription: d\n---\n", "a--b", "must not contain `--`"),
+            ("---\nname: abc\ndescription: d\n---\n", "other", "name `abc` must equal its folder's name `other`"),
+            ("---\nname: abc\ndescription: \"\"\n---\n", "abc", "description must be 1 to 1024 characters"),
+            ("---\nname: abc\ndescription: d\nauthor: me\n---\n", "abc", "SKILL.md:4: unknown field `author`"),
+            ("---\nname: abc\n---\n", "abc", "missing field `description`"),
+            (
+                "---\nname: abc\ndescription: d\naddons:\n  packages:\n    - name: gh\n      source: brew\n---\n",
+                "abc",
+                "unknown variant `brew`",
+            ),
+        ] {
+            let problem = parse(text, folder).expect_err(text).to_string();
+            assert!(problem.contains(expected), "{text:?}: {problem}");
+        }
+        let unknown =
+            parse("---\nname: abc\ndescription: d\nauthor: me\n---\n", "abc").expect_err("unknown").to_string();
+        assert!(unknown.contains("allowed: name, description, license"), "{unknown}");
+    }
+}
