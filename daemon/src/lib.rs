@@ -14,6 +14,7 @@ pub mod egress;
 pub mod events;
 pub mod ipc;
 pub mod llm;
+pub mod memory;
 pub mod metrics;
 pub mod policy;
 pub mod secrets;

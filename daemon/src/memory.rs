@@ -1,0 +1,299 @@
+//! A context's long-term memory (spec §14.3), on the filesystem: one markdown file per entry
+//! (`{key}.md`, metadata as YAML front matter) in the context's `memory/` folder, with a JSON
+//! index (`index.json`) of keys, metadata and times. Search ranks entries by how often the
+//! query's words occur, boosted by importance. Expired entries (TTL) are removed by
+//! [`MemoryStore::expire`]. Only the daemon writes here; every file is written atomically.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{self, StateError};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Metadata {
+    /// Where it came from, e.g. `session:s1/message:m4` or `user:alice`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Seconds it lives; 0 or absent: for ever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub importance: Option<f64>,
+    /// The session, message and user it was learnt from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexEntry {
+    pub metadata: Metadata,
+    /// Seconds since the epoch.
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryEntry {
+    pub key: String,
+    pub content: String,
+    pub metadata: Metadata,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Index {
+    version: u32,
+    entries: BTreeMap<String, IndexEntry>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error("memory key `{0}` is not valid: use 1-128 lowercase letters, digits, `-` or `_`")]
+    BadKey(String),
+    #[error("memory content is empty or larger than 64 KiB")]
+    BadContent,
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("cannot encode memory metadata: {0}")]
+    Encode(String),
+}
+
+/// Whether `key` can name a memory file.
+pub fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 128
+        && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() > 1).map(str::to_lowercase).collect()
+}
+
+/// One context's memory folder.
+#[derive(Debug)]
+pub struct MemoryStore {
+    folder: PathBuf,
+}
+
+impl MemoryStore {
+    /// The store in `folder` (e.g. `users/{id}/memory`); created on the first write.
+    pub fn new(folder: PathBuf) -> MemoryStore {
+        MemoryStore { folder }
+    }
+
+    fn index_path(&self) -> PathBuf {
+        self.folder.join("index.json")
+    }
+
+    fn index(&self) -> Result<Index, MemoryError> {
+        Ok(state::read_json(&self.index_path())?.unwrap_or(Index { version: 1, ..Index::default() }))
+    }
+
+    fn file(&self, key: &str) -> PathBuf {
+        self.folder.join(format!("{key}.md"))
+    }
+
+    /// Writes (or replaces) `key`; `now` is seconds since the epoch.
+    pub fn write(&self, key: &str, content: &str, metadata: Metadata, now: u64) -> Result<(), MemoryError> {
+        if !valid_key(key) {
+            return Err(MemoryError::BadKey(key.to_string()));
+        }
+        if content.trim().is_empty() || content.len() > 64 << 10 {
+            return Err(MemoryError::BadContent);
+        }
+        std::fs::create_dir_all(&self.folder)
+            .map_err(|source| StateError::Write { path: self.folder.clone(), source })?;
+        let mut index = self.index()?;
+        let created_at = index.entries.get(key).map_or(now, |entry| entry.created_at);
+        let front = serde_yaml::to_string(&metadata).map_err(|error| MemoryError::Encode(error.to_string()))?;
+        let document = format!("---\n{front}---\n{content}\n");
+        state::write_atomic(&self.file(key), document.as_bytes(), 0o600)?;
+        index.entries.insert(key.to_string(), IndexEntry { metadata, created_at, updated_at: now });
+        state::write_json(&self.index_path(), &index)?;
+        Ok(())
+    }
+
+    /// The entry `key`, if it exists.
+    pub fn read(&self, key: &str) -> Result<Option<MemoryEntry>, MemoryError> {
+        if !valid_key(key) {
+            return Err(MemoryError::BadKey(key.to_string()));
+        }
+        let index = self.index()?;
+        let Some(entry) = index.entries.get(key) else { return Ok(None) };
+        let text = match std::fs::read_to_string(self.file(key)) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateError::Read { path: self.file(key), source }.into()),
+        };
+        // The content follows the front matter's closing line.
+        let content = text
+            .strip_prefix("---\n")
+            .and_then(|rest| rest.split_once("\n---\n").map(|(_, body)| body))
+            .unwrap_or(&text)
+            .trim_end_matches('\n')
+            .to_string();
+        Ok(Some(MemoryEntry {
+            key: key.to_string(),
+            content,
+            metadata: entry.metadata.clone(),
+            created_at: entry.created_at,
+            updated_at: entry.updated_at,
+        }))
+    }
+
+    /// Every entry, optionally only those carrying `tag`, newest first.
+    pub fn list(&self, tag: Option<&str>) -> Result<Vec<MemoryEntry>, MemoryError> {
+        let index = self.index()?;
+        let mut entries = vec![];
+        for (key, entry) in &index.entries {
+            if tag.is_some_and(|tag| !entry.metadata.tags.iter().any(|t| t == tag)) {
+                continue;
+            }
+            if let Some(found) = self.read(key)? {
+                entries.push(found);
+            }
+        }
+        entries.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.key.cmp(&b.key)));
+        Ok(entries)
+    }
+
+    /// Entries matching `query`'s words, best first: occurrences in content, tags and key,
+    /// times (1 + importance); at most `limit`.
+    pub fn search(&self, query: &str, limit: usize) -> Result<Vec<MemoryEntry>, MemoryError> {
+        let wanted = words(query);
+        if wanted.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut scored = vec![];
+        for entry in self.list(None)? {
+            let haystack = words(&format!(
+                "{} {} {}",
+                entry.key.replace(['-', '_'], " "),
+                entry.metadata.tags.join(" "),
+                entry.content
+            ));
+            let hits: usize = wanted.iter().map(|w| haystack.iter().filter(|h| *h == w).count()).sum();
+            let matched = wanted.iter().filter(|w| haystack.contains(w)).count();
+            if hits == 0 {
+                continue;
+            }
+            // Entries matching more of the words rank first, then by frequency and importance.
+            let score = (matched as f64) * 1000.0 + hits as f64 * (1.0 + entry.metadata.importance.unwrap_or(0.0));
+            scored.push((score, entry));
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.key.cmp(&b.1.key)));
+        Ok(scored.into_iter().take(limit).map(|(_, entry)| entry).collect())
+    }
+
+    /// Deletes `key`; true when it existed.
+    pub fn delete(&self, key: &str) -> Result<bool, MemoryError> {
+        if !valid_key(key) {
+            return Err(MemoryError::BadKey(key.to_string()));
+        }
+        let mut index = self.index()?;
+        let existed = index.entries.remove(key).is_some();
+        if existed {
+            state::write_json(&self.index_path(), &index)?;
+        }
+        match std::fs::remove_file(self.file(key)) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(existed),
+            Err(source) => Err(StateError::Write { path: self.file(key), source }.into()),
+        }
+    }
+
+    /// Removes entries whose TTL has passed at `now`; returns their keys.
+    pub fn expire(&self, now: u64) -> Result<Vec<String>, MemoryError> {
+        let index = self.index()?;
+        let expired: Vec<String> = index
+            .entries
+            .iter()
+            .filter(|(_, entry)| entry.metadata.ttl.is_some_and(|ttl| ttl > 0 && entry.updated_at + ttl <= now))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &expired {
+            self.delete(key)?;
+        }
+        Ok(expired)
+    }
+
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, MemoryStore) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MemoryStore::new(dir.path().join("users/alice/memory"));
+        (dir, store)
+    }
+
+    fn tagged(tags: &[&str]) -> Metadata {
+        Metadata { tags: tags.iter().map(|t| t.to_string()).collect(), ..Metadata::default() }
+    }
+
+    #[test]
+    fn write_read_list_delete() {
+        let (_dir, store) = store();
+        let origin = Metadata {
+            source: Some("session:s1".into()),
+            session_id: Some("s1".into()),
+            message_id: Some("m4".into()),
+            user_id: Some("alice".into()),
+            ..tagged(&["food"])
+        };
+        store.write("coffee", "Alice takes her coffee black.", origin.clone(), 100).expect("write");
+        store.write("coffee", "Alice takes her coffee black, no sugar.", origin, 200).expect("rewrite");
+        let entry = store.read("coffee").expect("read").expect("exists");
+        assert_eq!(
+            (entry.content.as_str(), entry.created_at, entry.updated_at),
+            ("Alice takes her coffee black, no sugar.", 100, 200)
+        );
+        assert_eq!(entry.metadata.message_id.as_deref(), Some("m4"));
+        let file = std::fs::read_to_string(store.folder().join("coffee.md")).expect("markdown file");
+        assert!(file.starts_with("---\n") && file.contains("sessionId: s1"), "{file}");
+        store.write("team", "Works with Bob on the website.", tagged(&["work"]), 150).expect("write");
+        assert_eq!(store.list(Some("work")).expect("list").len(), 1);
+        assert_eq!(store.list(None).expect("list")[0].key, "coffee", "newest first");
+        assert!(store.delete("coffee").expect("delete"));
+        assert!(store.read("coffee").expect("read").is_none());
+        assert!(matches!(store.write("../x", "y", Metadata::default(), 1), Err(MemoryError::BadKey(_))));
+    }
+
+    #[test]
+    fn search_ranks_by_words_matched_then_frequency_and_importance() {
+        let (_dir, store) = store();
+        store.write("a", "coffee coffee coffee", Metadata::default(), 1).expect("write");
+        store.write("b", "coffee and tea", Metadata::default(), 1).expect("write");
+        store.write("c", "tea only", Metadata { importance: Some(5.0), ..Metadata::default() }, 1).expect("write");
+        store.write("d", "nothing relevant", Metadata::default(), 1).expect("write");
+        let keys: Vec<String> = store.search("coffee tea", 10).expect("search").into_iter().map(|e| e.key).collect();
+        assert_eq!(keys, ["b", "c", "a"]);
+        assert!(store.search("  ", 10).expect("search").is_empty());
+    }
+
+    #[test]
+    fn expired_entries_are_removed() {
+        let (_dir, store) = store();
+        store.write("short", "gone soon", Metadata { ttl: Some(60), ..Metadata::default() }, 1000).expect("write");
+        store.write("forever", "stays", Metadata { ttl: Some(0), ..Metadata::default() }, 1000).expect("write");
+        assert!(store.expire(1059).expect("expire").is_empty());
+        assert_eq!(store.expire(1060).expect("expire"), ["short"]);
+        assert_eq!(store.list(None).expect("list").len(), 1);
+    }
+}
