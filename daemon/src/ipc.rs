@@ -1,57 +1,37 @@
 //! File-based IPC, container → daemon (spec §12.4): `data/ipc/{context}/results/{call}.json`,
-//! written atomically by a tool container's runner for every call. The folder a file sits in is
-//! its only authority: a file in context A's folder is a result for context A. The daemon
-//! collects each file once — records it in `data/state/tool-results.json`, then removes it —
-//! also after a restart, so a call whose answer was lost with a crashed daemon is answered when
-//! the agent asks again with the same tool_call_id, and is never run twice. A file that does
-//! not parse is moved to `rejected/` with the reason in the log.
+//! written atomically by a tool container's runner for every call, and
+//! `data/ipc/{context}/messages/{id}.json`, queued by the `message` tool. The folder a file sits
+//! in is its only authority: a file in context A's folder acts for A.
+//!
+//! A result is collected once by renaming it into `data/state/tool-results/{context}/` (the
+//! daemon's own folder; a file already recorded is only removed), also after a restart, so a
+//! call whose answer was lost with a crashed daemon is answered when the agent asks again with
+//! the same tool_call_id and never runs twice. A message is delivered once: its id goes into
+//! `data/state/ipc-messages.json` before the file is removed. A file that does not parse is
+//! moved to `rejected/` with the reason in the log.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use baaaht_proto::v1;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Context, ContextKind, CONTAINER_UID};
-use crate::state::{self, StateError};
+use crate::auth::{Context, ContextKind};
+use crate::state::{self, now_seconds, StateError};
 
-/// Results kept per context for agents that ask again.
+/// Results and message ids kept per context for agents that ask again.
 const KEPT_PER_CONTEXT: usize = 500;
+/// Results recorded between two prunings of a context's folder.
+const PRUNE_EVERY: u64 = 64;
 
-/// One collected result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Collected {
-    pub tool: String,
-    pub content: String,
-    pub is_error: bool,
-    #[serde(default)]
-    pub duration_ms: u64,
-    #[serde(default)]
-    pub metadata: BTreeMap<String, String>,
-    /// Seconds since the epoch.
-    #[serde(default)]
-    pub collected_at: u64,
-}
-
-impl Collected {
-    pub fn response(&self) -> v1::ToolResponse {
-        v1::ToolResponse {
-            content: self.content.clone(),
-            is_error: self.is_error,
-            duration_ms: self.duration_ms,
-            metadata: self.metadata.clone().into_iter().collect(),
-        }
-    }
-}
-
-/// What a runner writes.
+/// What a runner writes, and what is kept once collected.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ResultFile {
     call_id: String,
+    #[allow(dead_code)] // Part of the record on disk; read by people, not by the daemon.
     tool: String,
     content: String,
     is_error: bool,
@@ -61,13 +41,22 @@ struct ResultFile {
     metadata: BTreeMap<String, String>,
 }
 
+impl ResultFile {
+    fn response(self) -> v1::ToolResponse {
+        v1::ToolResponse {
+            content: self.content,
+            is_error: self.is_error,
+            duration_ms: self.duration_ms,
+            metadata: self.metadata.into_iter().collect(),
+        }
+    }
+}
+
+/// Message ids delivered per context folder, with when (seconds since the epoch).
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Ledger {
     version: u32,
-    /// Context folder name → call id → result.
-    contexts: BTreeMap<String, BTreeMap<String, Collected>>,
-    /// Context folder name → message id → when it was delivered (seconds since the epoch).
     #[serde(default)]
     messages: BTreeMap<String, BTreeMap<String, u64>>,
 }
@@ -115,34 +104,28 @@ pub fn is_valid_call_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-fn now_seconds() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
 /// The daemon's side of file IPC.
 #[derive(Debug)]
 pub struct Ipc {
     root: PathBuf,
+    records: PathBuf,
     ledger_path: PathBuf,
     ledger: Mutex<Ledger>,
+    recorded_since_prune: AtomicU64,
 }
 
 impl Ipc {
-    /// Opens the ledger; one that does not parse is kept aside, never lost.
+    /// Opens the message ledger; one that does not parse is kept aside, never lost.
     pub fn open(ipc_dir: PathBuf, state_dir: &Path) -> Ipc {
-        let ledger_path = state_dir.join("tool-results.json");
-        let ledger = match state::read_json::<Ledger>(&ledger_path) {
-            Ok(Some(ledger)) => ledger,
-            Ok(None) => Ledger { version: 1, ..Ledger::default() },
-            Err(error) => {
-                let aside = ledger_path.with_extension(format!("json.corrupt-{}", std::process::id()));
-                tracing::warn!(%error, kept_as = %aside.display(), "the tool result ledger does not parse; starting a new one");
-                // silent-ok: the warning names the file; the next write replaces it otherwise.
-                let _ = std::fs::rename(&ledger_path, &aside);
-                Ledger { version: 1, ..Ledger::default() }
-            }
-        };
-        Ipc { root: ipc_dir, ledger_path, ledger: Mutex::new(ledger) }
+        let ledger_path = state_dir.join("ipc-messages.json");
+        let ledger = state::read_json_or_set_aside(&ledger_path, || Ledger { version: 1, ..Ledger::default() });
+        Ipc {
+            root: ipc_dir,
+            records: state_dir.join("tool-results"),
+            ledger_path,
+            ledger: Mutex::new(ledger),
+            recorded_since_prune: AtomicU64::new(0),
+        }
     }
 
     /// `data/ipc/{context}`, with `results/` and `messages/` writable by the container's uid.
@@ -151,30 +134,31 @@ impl Ipc {
         for sub in ["results", "messages"] {
             let path = folder.join(sub);
             std::fs::create_dir_all(&path)?;
-            for each in [&folder, &path] {
-                if std::os::unix::fs::chown(each, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_err() {
-                    // Not root: the data dir's own 0700 keeps everyone else out.
-                    std::fs::set_permissions(each, std::fs::Permissions::from_mode(0o777))?;
-                }
-            }
+            state::hand_to_containers(&folder)?;
+            state::hand_to_containers(&path)?;
         }
         Ok(folder)
     }
 
-    /// The result of `call_id` in `context`, if it was collected before.
-    pub fn recorded(&self, context: &Context, call_id: &str) -> Option<v1::ToolResponse> {
-        let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-        ledger.contexts.get(&folder_of(context))?.get(call_id).map(Collected::response)
+    fn record_path(&self, folder: &str, call_id: &str) -> PathBuf {
+        self.records.join(folder).join(format!("{call_id}.json"))
     }
 
-    /// Collects the result file of `call_id` in `context` if there is one.
+    /// The result of `call_id` in `context`, if it was collected before.
+    pub fn recorded(&self, context: &Context, call_id: &str) -> Option<v1::ToolResponse> {
+        let bytes = std::fs::read(self.record_path(&folder_of(context), call_id)).ok()?;
+        serde_json::from_slice::<ResultFile>(&bytes).ok().map(ResultFile::response)
+    }
+
+    /// Collects the result file of `call_id` in `context` if there is one; returns the result
+    /// collected now or before.
     pub fn collect(&self, context: &Context, call_id: &str) -> Option<v1::ToolResponse> {
         let folder = folder_of(context);
         let path = self.root.join(&folder).join("results").join(format!("{call_id}.json"));
-        if !path.exists() {
-            return self.recorded(context, call_id);
+        if path.exists() {
+            self.collect_file(&folder, &path);
         }
-        self.collect_file(&folder, &path).map(|collected| collected.response())
+        self.recorded(context, call_id)
     }
 
     /// Collects every result file in every context folder (at start, after a crash).
@@ -190,7 +174,7 @@ impl Ipc {
                 if name.starts_with('.') || !name.ends_with(".json") {
                     continue;
                 }
-                if self.collect_file(&folder, &path).is_some() {
+                if self.collect_file(&folder, &path) {
                     collected += 1;
                 }
             }
@@ -216,60 +200,74 @@ impl Ipc {
         }
     }
 
-    /// Records one file's result, then removes the file; a file already recorded is only removed.
-    fn collect_file(&self, folder: &str, path: &Path) -> Option<Collected> {
-        let text = match std::fs::read(path) {
-            Ok(text) => text,
+    /// Records one result file by renaming it into the daemon's folder; a file whose call was
+    /// recorded before is only removed. True when the call is recorded.
+    fn collect_file(&self, folder: &str, path: &Path) -> bool {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
             Err(error) => {
                 tracing::warn!(file = %path.display(), %error, "cannot read an IPC result");
-                return None;
+                return false;
             }
         };
-        let file: ResultFile = match serde_json::from_slice(&text) {
+        let file: ResultFile = match serde_json::from_slice(&bytes) {
             Ok(file) => file,
             Err(error) => {
                 self.reject(path, &format!("not a result: {error}"));
-                return None;
+                return false;
             }
         };
         let expected = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
         if !is_valid_call_id(&file.call_id) || file.call_id != expected {
             self.reject(path, "its callId does not match its file name");
-            return None;
+            return false;
         }
-        let collected = {
-            let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-            let calls = ledger.contexts.entry(folder.to_string()).or_default();
-            if let Some(existing) = calls.get(&file.call_id) {
-                // Recorded before the file could be removed (a crash in between): remove it now.
-                let existing = existing.clone();
-                drop(ledger);
-                self.remove(path);
-                return Some(existing);
-            }
-            let collected = Collected {
-                tool: file.tool,
-                content: file.content,
-                is_error: file.is_error,
-                duration_ms: file.duration_ms,
-                metadata: file.metadata,
-                collected_at: now_seconds(),
-            };
-            calls.insert(file.call_id.clone(), collected.clone());
-            if calls.len() > KEPT_PER_CONTEXT {
-                let oldest = calls.iter().min_by_key(|(_, c)| c.collected_at).map(|(id, _)| id.clone());
-                if let Some(oldest) = oldest {
-                    calls.remove(&oldest);
+        let record = self.record_path(folder, &file.call_id);
+        if record.exists() {
+            // Recorded before the file could be removed (a crash in between): remove it now.
+            self.remove(path);
+            return true;
+        }
+        let recorded = record
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::rename(path, &record))
+            .or_else(|error| {
+                if record.exists() {
+                    return Ok(()); // Collected at the same moment by another caller.
                 }
-            }
-            if let Err(error) = self.save(&ledger) {
-                tracing::error!(%error, "cannot record a tool result; its file is kept for the next try");
-                return Some(collected);
-            }
-            collected
-        };
-        self.remove(path);
-        Some(collected)
+                if error.kind() != std::io::ErrorKind::CrossesDevices {
+                    return Err(error);
+                }
+                // Another filesystem: a durable copy, then the original goes.
+                state::write_atomic(&record, &bytes, 0o600).map_err(std::io::Error::other)?;
+                std::fs::remove_file(path)
+            })
+            .and_then(|()| record.parent().map_or(Ok(()), |dir| std::fs::File::open(dir)?.sync_all()));
+        if let Err(error) = recorded {
+            tracing::error!(file = %path.display(), %error, "cannot record a tool result; its file is kept for the next try");
+            return record.exists();
+        }
+        if self.recorded_since_prune.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
+            self.prune(folder);
+        }
+        true
+    }
+
+    /// Keeps the newest [`KEPT_PER_CONTEXT`] results of a context.
+    fn prune(&self, folder: &str) {
+        let Ok(entries) = std::fs::read_dir(self.records.join(folder)) else { return };
+        let mut records: Vec<(std::time::SystemTime, PathBuf)> = entries
+            .flatten()
+            .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
+            .collect();
+        if records.len() <= KEPT_PER_CONTEXT {
+            return;
+        }
+        records.sort();
+        for (_, path) in &records[..records.len() - KEPT_PER_CONTEXT] {
+            self.remove(path);
+        }
     }
 
     /// Delivers the messages containers queued: each file once, to its own folder's context

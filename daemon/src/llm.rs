@@ -4,7 +4,7 @@
 //! health and restart it after `failure_threshold` failed checks. Requests that arrive while
 //! it (re)starts wait up to `llm.queue_timeout`.
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +30,6 @@ pub const GATEWAY_SOCKET: &str = "gateway.sock";
 const GATEWAY_MOUNT: &str = "/run/baaaht-llm";
 /// How long a started gateway may take to answer its first call.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-const CONTAINER_UID: u32 = 1000;
 
 /// The gateway's configuration, keys included; the keys are wiped from memory when dropped.
 pub struct GatewaySettings(v1::GatewayConfig);
@@ -473,11 +472,8 @@ impl LlmGateway {
             _ => {}
         }
         std::fs::DirBuilder::new().mode(0o700).create(&self.folder)?;
-        if self.mode == GatewayMode::Container
-            && std::os::unix::fs::chown(&self.folder, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_err()
-        {
-            // Not root: only the data dir's own 0700 keeps others out of this folder.
-            std::fs::set_permissions(&self.folder, std::fs::Permissions::from_mode(0o777))?;
+        if self.mode == GatewayMode::Container {
+            crate::state::hand_to_containers(&self.folder)?;
         }
         Ok(())
     }

@@ -81,6 +81,40 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateErr
     })
 }
 
+/// Reads a JSON state file the daemon can start over without (a ledger, not configuration):
+/// a missing file gives `fresh`; one that does not parse is renamed to `{name}.corrupt-{pid}`
+/// (kept, never lost), a warning names both, and `fresh` is used.
+pub fn read_json_or_set_aside<T: DeserializeOwned>(path: &Path, fresh: impl FnOnce() -> T) -> T {
+    match read_json(path) {
+        Ok(Some(value)) => value,
+        Ok(None) => fresh(),
+        Err(error) => {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let aside = path.with_file_name(format!("{name}.corrupt-{}", std::process::id()));
+            tracing::warn!(%error, kept_as = %aside.display(), "a state file does not parse; starting a new one and keeping the old aside");
+            // silent-ok: if it cannot be moved, the next write replaces it; the warning names it.
+            let _ = fs::rename(path, &aside);
+            fresh()
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_seconds() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Makes `folder` usable by the containers' uid: owned by it when the daemon can chown (root),
+/// else open to everyone — only the data dir's own 0700 then keeps other users out.
+pub fn hand_to_containers(folder: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let uid = crate::auth::CONTAINER_UID;
+    if std::os::unix::fs::chown(folder, Some(uid), Some(uid)).is_err() {
+        fs::set_permissions(folder, fs::Permissions::from_mode(0o777))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

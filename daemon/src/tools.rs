@@ -5,7 +5,6 @@
 //! session run one at a time (the runner kills every process after each call).
 
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 use baaaht_proto::v1;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::auth::{ContainerIdentity, Context, Role, CONTAINER_UID};
+use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::MountSpec;
 use crate::datadir::DataDir;
@@ -123,10 +122,7 @@ impl Runners {
         let path = self.data_dir.root().join("sessions").join(session).join("data");
         let error = |source| ToolsError::Workspace { path: path.clone(), source };
         std::fs::create_dir_all(&path).map_err(error)?;
-        if std::os::unix::fs::chown(&path, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_err() {
-            // Not root: the data dir's own 0700 keeps everyone else out.
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).map_err(error)?;
-        }
+        crate::state::hand_to_containers(&path).map_err(error)?;
         Ok(path)
     }
 

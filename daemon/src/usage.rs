@@ -56,21 +56,7 @@ impl UsageBook {
     /// Opens `data/state/usage.json`; a file that does not parse is kept aside, never lost.
     pub fn open(state_dir: &std::path::Path) -> UsageBook {
         let path = state_dir.join("usage.json");
-        let file = match state::read_json::<UsageFile>(&path) {
-            Ok(Some(file)) => file,
-            Ok(None) => UsageFile { version: 1, ..UsageFile::default() },
-            Err(error) => {
-                let aside = path.with_extension(format!("json.corrupt-{}", std::process::id()));
-                tracing::warn!(
-                    %error,
-                    kept_as = %aside.display(),
-                    "the usage ledger does not parse; starting a new one and keeping the old file aside"
-                );
-                // silent-ok: if it cannot be moved, the next write replaces it; the warning above names it.
-                let _ = std::fs::rename(&path, &aside);
-                UsageFile { version: 1, ..UsageFile::default() }
-            }
-        };
+        let file = state::read_json_or_set_aside(&path, || UsageFile { version: 1, ..UsageFile::default() });
         UsageBook { path, file: Mutex::new(file) }
     }
 

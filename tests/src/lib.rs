@@ -282,6 +282,19 @@ pub fn daemon_command(data_dir: &Path, notify: &Path, options: &DaemonOptions) -
     command
 }
 
+/// The runtime the tests and benchmarks drive their async clients and servers with: two
+/// workers, so a server keeps answering while the test thread blocks.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime")
+}
+
+/// The address of the engine's default bridge on this machine, where containers with egress
+/// reach the host.
+pub fn bridge_address() -> Result<std::net::IpAddr> {
+    let text = docker(&["network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"])?;
+    text.trim().parse().with_context(|| format!("`{}` is not an IP address", text.trim()))
+}
+
 /// Runs the docker CLI (scripts/test installs the engine) and returns its stdout.
 pub fn docker(args: &[&str]) -> Result<String> {
     let output = Command::new("docker").args(args).output().context("run the docker CLI")?;

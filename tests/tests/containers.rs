@@ -50,7 +50,7 @@ fn doctor_reports_a_confined_container() {
 #[test]
 fn a_killed_daemon_leaves_no_container_unaccounted_for() {
     let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = baaaht_tests::runtime();
     // Three self-tests that linger, so their containers run when the daemon dies.
     let socket = daemon.socket();
     let calls: Vec<_> = (0..3)

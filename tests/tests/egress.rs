@@ -38,19 +38,24 @@ async fn test_server() -> u16 {
     port
 }
 
+/// A daemon whose web proxy may reach the test server on `port`.
+fn allowing(port: u16) -> TestDaemon {
+    TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{port}\"]"))],
+        ..Default::default()
+    })
+    .expect("daemon starts")
+}
+
 fn fetch(url: &str) -> v1::WebProxyRequest {
     v1::WebProxyRequest { url: url.into(), method: "GET".into(), ..v1::WebProxyRequest::default() }
 }
 
 #[test]
 fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let port = rt.block_on(test_server());
-    let daemon = TestDaemon::start(DaemonOptions {
-        env: vec![("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{port}\"]"))],
-        ..Default::default()
-    })
-    .expect("daemon starts");
+    let daemon = allowing(port);
     let agent = daemon.lingering_agent("tool", None, &[]).expect("tool container");
 
     rt.block_on(async {
@@ -89,13 +94,9 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
 
 #[test]
 fn a_workers_web_fetch_reads_an_allowed_page_as_text_through_the_proxy() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let port = rt.block_on(test_server());
-    let daemon = TestDaemon::start(DaemonOptions {
-        env: vec![("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{port}\"]"))],
-        ..Default::default()
-    })
-    .expect("daemon starts");
+    let daemon = allowing(port);
     let agent = daemon.lingering_agent("worker", None, &[]).expect("worker container");
     rt.block_on(async {
         let mut worker = client::connect(&agent.socket, agent.options()).await.expect("connect as the worker");
@@ -117,7 +118,7 @@ fn a_workers_web_fetch_reads_an_allowed_page_as_text_through_the_proxy() {
 
 #[test]
 fn web_search_asks_the_configured_searxng_instance() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let port = rt.block_on(test_server());
     let daemon = TestDaemon::start(DaemonOptions {
         env: vec![

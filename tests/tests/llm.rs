@@ -16,10 +16,6 @@ use baaaht_tests::{bin, docker, DaemonOptions, TestDaemon};
 
 const KEY: &str = "sk-ant-e2e-5f1c9a7d3b";
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 fn hello() -> Answer {
     Answer::Stream { body: ANTHROPIC_HELLO.into(), cut: false }
 }
@@ -103,7 +99,7 @@ fn texts(events: &[v1::LlmEvent]) -> String {
 
 #[test]
 fn an_agent_container_streams_a_completion_through_the_daemon_and_the_gateway() {
-    let rt = runtime();
+    let rt = baaaht_tests::runtime();
     let primary = rt.block_on(FakeProvider::start(vec![hello()], None)).expect("fake provider");
     let daemon = daemon_for(&primary, "process", "", &[]);
     let output = doctor(&daemon, &["--llm", "anthropic/test-model"]).wait_with_output().expect("doctor");
@@ -137,7 +133,7 @@ fn an_agent_container_streams_a_completion_through_the_daemon_and_the_gateway() 
 
 #[test]
 fn a_providers_error_reaches_the_agent_as_a_typed_event_with_its_message() {
-    let rt = runtime();
+    let rt = baaaht_tests::runtime();
     let refusal = Answer::Status {
         code: 400,
         retry_after: None,
@@ -160,7 +156,7 @@ fn a_providers_error_reaches_the_agent_as_a_typed_event_with_its_message() {
 
 #[test]
 fn three_overloaded_answers_fall_back_and_the_answer_says_who_answered() {
-    let rt = runtime();
+    let rt = baaaht_tests::runtime();
     let primary =
         rt.block_on(FakeProvider::start(vec![overloaded(), overloaded(), overloaded()], None)).expect("primary");
     let fallback = rt
@@ -182,7 +178,7 @@ fn three_overloaded_answers_fall_back_and_the_answer_says_who_answered() {
 
 #[test]
 fn a_dropped_stream_cancels_upstream_and_only_an_agents_token_may_stream() {
-    let rt = runtime();
+    let rt = baaaht_tests::runtime();
     let long = fake::token_stream(fake::Wire::Anthropic, 100_000, Duration::from_millis(5));
     let provider = rt.block_on(FakeProvider::start(vec![long], None)).expect("fake provider");
     let daemon = daemon_for(&provider, "process", "", &[]);
@@ -221,7 +217,7 @@ fn a_dropped_stream_cancels_upstream_and_only_an_agents_token_may_stream() {
 
 #[test]
 fn a_hung_gateway_is_restarted_after_three_failed_checks_and_the_waiting_request_is_served() {
-    let rt = runtime();
+    let rt = baaaht_tests::runtime();
     let provider = rt.block_on(FakeProvider::start(vec![], Some(hello()))).expect("fake provider");
     let health = [
         ("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL", "200"),
@@ -258,18 +254,10 @@ fn a_hung_gateway_is_restarted_after_three_failed_checks_and_the_waiting_request
     drop(agent);
 }
 
-/// The address of the engine's default bridge on this machine, where containers with egress
-/// reach the host.
-fn bridge_address() -> std::net::IpAddr {
-    let text = docker(&["network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"])
-        .expect("the bridge network exists");
-    text.trim().parse().expect("an IP address")
-}
-
 #[test]
 fn with_the_gateway_in_its_container_no_provider_key_reaches_an_agent_container() {
-    let rt = runtime();
-    let address = std::net::SocketAddr::new(bridge_address(), 0);
+    let rt = baaaht_tests::runtime();
+    let address = std::net::SocketAddr::new(baaaht_tests::bridge_address().expect("the bridge network exists"), 0);
     let provider = rt.block_on(FakeProvider::start_on(address, vec![], Some(hello()))).expect("fake provider");
     let temp = tempfile::tempdir().expect("tempdir");
     let data_dir = temp.path().join("d");

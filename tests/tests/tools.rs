@@ -21,18 +21,15 @@ async fn run(agent: &mut Orchestrator, tool: &str, params: serde_json::Value) ->
         .into_inner()
 }
 
-fn bridge_address() -> std::net::IpAddr {
-    let text = docker(&["network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"])
-        .expect("the bridge network exists");
-    text.trim().parse().expect("an IP address")
-}
-
 #[test]
 fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     // A server on the host's bridge address that no tool may reach.
     let (listener, accepted) = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind((bridge_address(), 0)).await.expect("bind");
+        let listener =
+            tokio::net::TcpListener::bind((baaaht_tests::bridge_address().expect("the bridge network exists"), 0))
+                .await
+                .expect("bind");
         let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         (listener, accepted)
     });
@@ -104,7 +101,7 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
 
 #[test]
 fn in_cold_mode_each_call_gets_a_fresh_container_that_is_removed() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let daemon = TestDaemon::start(DaemonOptions {
         env: vec![("BAAAHT__TOOLS__MODE".into(), "cold".into())],
         ..Default::default()
@@ -138,7 +135,7 @@ fn coder(daemon: &TestDaemon, rt: &tokio::runtime::Runtime) -> (LingeringAgent, 
 
 #[test]
 fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let mut daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
     let (first, mut agent) = coder(&daemon, &rt);
     let first_name = first.name.clone();
@@ -197,7 +194,7 @@ fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart(
 
 #[test]
 fn a_session_never_sees_another_sessions_workspace() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
     let mut agents = vec![];
     let mut names: Vec<String> = vec![];
@@ -239,7 +236,7 @@ fn a_session_never_sees_another_sessions_workspace() {
 
 #[test]
 fn a_coder_gets_the_allowlisted_projects_and_no_one_else_does() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let projects = tempfile::tempdir().expect("tempdir");
     let (site, reference) = (projects.path().join("site"), projects.path().join("reference"));
     for folder in [&site, &reference] {
@@ -285,7 +282,7 @@ fn a_coder_gets_the_allowlisted_projects_and_no_one_else_does() {
 #[test]
 fn a_message_reaches_its_own_contexts_channels_and_no_other() {
     use baaaht_proto::client::ConnectOptions;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let daemon = TestDaemon::start(DaemonOptions {
         env: vec![("BAAAHT__ORCHESTRATOR__POLL_INTERVALS__IPC".into(), "100".into())],
         ..Default::default()
@@ -336,7 +333,7 @@ fn a_message_reaches_its_own_contexts_channels_and_no_other() {
 
 #[test]
 fn skill_scripts_are_mounted_read_only_and_only_the_contexts_own() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = baaaht_tests::runtime();
     let daemon = TestDaemon::start(DaemonOptions {
         files: vec![
             ("skills/demo/SKILL.md".into(), "---\nname: demo\ndescription: A demo.\n---\n".into()),

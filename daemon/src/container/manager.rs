@@ -23,7 +23,7 @@ use crate::auth::{ContainerIdentity, Context, Role};
 use crate::datadir::DataDir;
 use crate::policy::Policy;
 use crate::server::listeners::{ContainerSocket, ListenerError, ListenerSet};
-use crate::state::{self, StateError};
+use crate::state::{self, now_seconds, StateError};
 
 /// Where a container finds the daemon's socket (its folder is mounted here, read-only).
 pub const SOCKET_MOUNT: &str = "/run/baaaht";
@@ -185,10 +185,6 @@ pub fn owner_id(data_dir: &DataDir) -> String {
     let path = std::fs::canonicalize(data_dir.root()).unwrap_or_else(|_| data_dir.root().to_path_buf()); // silent-ok: the root exists once the daemon runs; the raw path is a stable fallback
     let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
     digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
-}
-
-fn now_seconds() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl ContainerManager {

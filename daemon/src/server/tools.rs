@@ -87,8 +87,10 @@ pub(super) async fn request(
     } else {
         shared.tools.call(call).await?
     };
-    // The runner also wrote the result to the context's IPC folder: record it, remove the file.
-    shared.ipc.collect(context, &call_id);
+    // The runner also wrote the result to the context's IPC folder: record it for an agent that
+    // asks again, off the answer's path (a crash before then leaves the file for the next start).
+    let (ipc, recorded_context) = (shared.ipc.clone(), context.clone());
+    tokio::task::spawn_blocking(move || ipc.collect(&recorded_context, &call_id));
     let mut response = response;
     // Request in → result out, as the daemon saw it (baaaht-bench tools reads it).
     response.metadata.insert("daemon_us".into(), received.elapsed().as_micros().to_string());

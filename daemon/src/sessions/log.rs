@@ -276,9 +276,14 @@ impl SessionLog {
         if let Some(parent) = entry.parent().filter(|parent| !self.ids.contains(*parent)) {
             return Err(LogError::UnknownParent { session: self.session.clone(), id, parent: parent.to_string() });
         }
-        let mut file = std::fs::OpenOptions::new().append(true).open(&self.path).map_err(io(&self.path))?;
+        let mut file = std::fs::OpenOptions::new().read(true).append(true).open(&self.path).map_err(io(&self.path))?;
         // A line cut by a crash stays as it is (reported when read); the next entry starts anew.
-        let ends_cleanly = std::fs::read(&self.path).map(|text| text.ends_with(b"\n")).map_err(io(&self.path))?;
+        let ends_cleanly = {
+            use std::os::unix::fs::FileExt;
+            let length = file.metadata().map_err(io(&self.path))?.len();
+            let mut last = [0u8; 1];
+            length == 0 || (file.read_exact_at(&mut last, length - 1).is_ok() && last[0] == b'\n')
+        };
         let mut bytes = if ends_cleanly { vec![] } else { vec![b'\n'] };
         bytes.extend(line_of(entry)?);
         file.write_all(&bytes).and_then(|()| file.sync_data()).map_err(io(&self.path))?;

@@ -93,7 +93,7 @@ impl v1::llm_gateway_server::LlmGateway for BareProxy {
 /// Serves a [`BareProxy`] on `socket` from a runtime of its own (two worker threads, as the
 /// daemon has), which lives as long as the returned runtime.
 fn start_bare_proxy(gateway: &std::path::Path, socket: &std::path::Path) -> Result<tokio::runtime::Runtime> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = baaaht_tests::runtime();
     let upstream = runtime.block_on(client::channel(gateway, Backoff::ONCE))?;
     let listener = runtime.block_on(async { tokio::net::UnixListener::bind(socket) })?;
     let service =
@@ -204,7 +204,7 @@ fn micros(latencies: &[u64]) -> Vec<f64> {
 }
 
 pub(crate) fn run(tokens: usize, paced_tokens: usize, runs: usize) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = baaaht_tests::runtime();
     let provider = rt.block_on(FakeProvider::start(vec![], None))?;
     let providers = format!(
         "providers:\n  anthropic:\n    api_key: bench-key\n    api_base: {}\n    default: true\n",

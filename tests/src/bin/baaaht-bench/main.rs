@@ -161,7 +161,7 @@ fn daemon(runs: usize) -> Result<()> {
 fn containers(runs: usize, image: &str) -> Result<()> {
     use baaaht_daemon::config::RuntimeChoice;
     use baaaht_daemon::container::{self, ContainerKind, ContainerLabels, ContainerSpec, Limits, NetworkPolicy};
-    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let tokio = baaaht_tests::runtime();
     let engine = tokio.block_on(container::probe(RuntimeChoice::Docker));
     let runtime = engine
         .runtime

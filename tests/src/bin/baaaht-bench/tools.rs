@@ -56,7 +56,7 @@ fn timed(command: &mut Command) -> Result<f64> {
 }
 
 pub(crate) fn run(warm_calls: usize, cold_calls: usize) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = baaaht_tests::runtime();
     let kib = "x".repeat(1023) + "\n";
     let mut warm = rt.block_on(agent("warm"))?;
     let mut cold = rt.block_on(agent("cold"))?;
