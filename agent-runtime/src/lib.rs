@@ -1,8 +1,10 @@
-//! What runs inside baaaht's containers. Today: the self-test, which reports from inside a
-//! container whether its confinement holds (youki's runtimetest, for baaaht).
+//! What runs inside baaaht's containers: the agent loop ([`agent`]), the tool runner
+//! ([`runner`]) and the self-test, which reports from inside a container whether its
+//! confinement holds ([`selftest`]).
 //!
 //! This crate runs untrusted-side: it holds no secret and never writes outside /tmp.
 
+pub mod agent;
 pub mod llmcheck;
 pub mod runner;
 pub mod selftest;

@@ -15,6 +15,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Take turns from the daemon as this container's agent (its role comes with its token)
+    Agent,
     /// Serve tool calls from the daemon as this container's resident runner (its init)
     Runner {
         /// A mounted folder tools may use, `PATH` (read-write) or `PATH:ro`; the first is the
@@ -50,6 +52,16 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Agent => {
+            let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
+            match baaaht_agent::agent::run(socket) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("baaaht-agent agent: {error}");
+                    ExitCode::from(69)
+                }
+            }
+        }
         Command::Runner { mounts, once, results, messages, session } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()

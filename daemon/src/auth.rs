@@ -205,6 +205,7 @@ fn supplementary_groups(pid: i32) -> Vec<u32> {
 pub enum Operation {
     RegisterAgent,
     ReportStatus,
+    TakeTurns,
     SendMessage,
     RouteToAgent,
     DelegateToAgent,
@@ -243,6 +244,7 @@ impl Operation {
         match self {
             Operation::RegisterAgent => "RegisterAgent",
             Operation::ReportStatus => "ReportStatus",
+            Operation::TakeTurns => "TakeTurns",
             Operation::SendMessage => "SendMessage",
             Operation::RouteToAgent => "RouteToAgent",
             Operation::DelegateToAgent => "DelegateToAgent",
@@ -278,7 +280,9 @@ impl Operation {
     /// The container roles that may call this operation (spec §6.1, §9.1.1, §13.3).
     pub fn container_roles(self) -> &'static [Role] {
         match self {
-            Operation::RegisterAgent | Operation::ReportStatus | Operation::StreamLlm => Role::AGENTS,
+            Operation::RegisterAgent | Operation::ReportStatus | Operation::TakeTurns | Operation::StreamLlm => {
+                Role::AGENTS
+            }
             Operation::SendMessage => &[Worker, Heartbeat],
             Operation::DelegateToAgent => &[Assistant],
             Operation::RequestToolExecution => &[Worker, Researcher, Coder, Memory, Heartbeat],
@@ -314,6 +318,7 @@ impl Operation {
             self,
             Operation::RegisterAgent
                 | Operation::ReportStatus
+                | Operation::TakeTurns
                 | Operation::DelegateToAgent
                 | Operation::RequestToolExecution
                 | Operation::ProxyWebRequest

@@ -5,6 +5,7 @@
 //! shutdown future resolves, then drains within `orchestrator.shutdown_timeout`. Subsystems are
 //! modules named after the nouns of DESIGN.md.
 
+pub mod agents;
 pub mod auth;
 pub mod config;
 pub mod container;
@@ -16,6 +17,7 @@ pub mod ipc;
 pub mod llm;
 pub mod memory;
 pub mod metrics;
+pub mod orchestrator;
 pub mod policy;
 pub mod secrets;
 pub mod server;
@@ -104,6 +106,9 @@ pub struct Shared {
     pub ipc: Arc<ipc::Ipc>,
     pub search: egress::search::Backend,
     pub events: Arc<events::EventBus>,
+    pub sessions: Arc<sessions::SessionStore>,
+    pub agents: Arc<agents::AgentPool>,
+    pub turns: Arc<orchestrator::Turns>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -266,6 +271,10 @@ impl Daemon {
             data_dir.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
         ));
+        let data_dir_root = &data_dir.root().to_path_buf();
+        let state_dir = data_dir.state_dir();
+        let containers_for_agents = containers.clone();
+        let loaded_idle_after = loaded.config.sessions.idle_after;
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -281,6 +290,12 @@ impl Daemon {
             ipc,
             search,
             events: Arc::new(events::EventBus::default()),
+            sessions: Arc::new(sessions::SessionStore::open(data_dir_root)),
+            agents: Arc::new(agents::AgentPool::new(
+                containers_for_agents,
+                Duration::from_secs(loaded_idle_after.max(60)),
+            )),
+            turns: Arc::new(orchestrator::Turns::open(&state_dir)),
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -310,6 +325,10 @@ impl Daemon {
 
         // Results written while no daemon ran (or just before one crashed).
         shared.ipc.collect_all();
+        let interrupted = orchestrator::recover(&shared);
+        if interrupted > 0 {
+            tracing::warn!(interrupted, "turns interrupted by the previous daemon were ended with a message");
+        }
         shared.listeners.serve_host(host);
         tracker.spawn(
             container::watch_engine(config.container.clone(), engine, cancel.clone())
@@ -325,6 +344,8 @@ impl Daemon {
                 .instrument(tracing::info_span!("llm")),
         );
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
+        tracker
+            .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));
         tracker.spawn(deliver_messages(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
         if let Some(listener) = metrics_listener {
             tracker.spawn(

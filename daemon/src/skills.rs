@@ -164,6 +164,178 @@ pub fn parse(text: &str, folder: &str) -> Result<Skill, SkillError> {
     })
 }
 
+/// Where a skill was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    System,
+    User,
+    Group,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::System => "system",
+            Scope::User => "user",
+            Scope::Group => "group",
+        }
+    }
+}
+
+/// A skill a context can see.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub skill: Skill,
+    pub scope: Scope,
+    pub folder: std::path::PathBuf,
+}
+
+impl Found {
+    /// Its entry in an agent's manifest: name and description, and the whole body of an
+    /// always-loaded skill.
+    pub fn summary(&self) -> baaaht_proto::v1::SkillSummary {
+        baaaht_proto::v1::SkillSummary {
+            name: self.skill.name.clone(),
+            description: self.skill.description.clone(),
+            scope: self.scope.as_str().into(),
+            always_loaded: self.skill.always_loaded,
+            body: if self.skill.always_loaded { self.skill.body.clone() } else { String::new() },
+        }
+    }
+}
+
+/// The folders skills of `context` come from, lowest precedence first: the system's
+/// (`skills/` and `extra`), then the context's own (`users/{id}/skills` or `groups/{id}/skills`).
+fn roots(
+    data_root: &std::path::Path,
+    extra: &[String],
+    context: &crate::auth::Context,
+) -> Vec<(Scope, std::path::PathBuf)> {
+    let mut roots = vec![(Scope::System, data_root.join("skills"))];
+    roots.extend(extra.iter().map(|dir| (Scope::System, std::path::PathBuf::from(dir))));
+    roots.push(match context.kind {
+        crate::auth::ContextKind::User => (Scope::User, data_root.join("users").join(&context.id).join("skills")),
+        crate::auth::ContextKind::Group => (Scope::Group, data_root.join("groups").join(&context.id).join("skills")),
+    });
+    roots
+}
+
+/// Every skill `context` can see — the system's and its own, never another context's — and,
+/// for each SKILL.md that does not parse, why. A context's skill hides a system skill of the
+/// same name.
+pub fn discover(
+    data_root: &std::path::Path,
+    extra: &[String],
+    context: &crate::auth::Context,
+) -> (Vec<Found>, Vec<String>) {
+    let mut found: BTreeMap<String, Found> = BTreeMap::new();
+    let mut problems = vec![];
+    for (scope, root) in roots(data_root, extra, context) {
+        let Ok(entries) = std::fs::read_dir(&root) else { continue };
+        for entry in entries.flatten() {
+            let folder = entry.path();
+            // A symlinked skill could point anywhere on the host: only real folders count.
+            if !std::fs::symlink_metadata(&folder).is_ok_and(|m| m.is_dir()) {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let file = folder.join("SKILL.md");
+            let text = match std::fs::read_to_string(&file) {
+                Ok(text) => text,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => {
+                    problems.push(format!("{}: {error}", file.display()));
+                    continue;
+                }
+            };
+            match parse(&text, &name) {
+                Ok(skill) => {
+                    found.insert(skill.name.clone(), Found { skill, scope, folder });
+                }
+                Err(error) => problems.push(format!("{}: {}", folder.display(), error)),
+            }
+        }
+    }
+    (found.into_values().collect(), problems)
+}
+
+/// [`discover`], logging the skills that do not parse.
+pub fn manifest(data_root: &std::path::Path, extra: &[String], context: &crate::auth::Context) -> Vec<Found> {
+    let (found, problems) = discover(data_root, extra, context);
+    for problem in problems {
+        tracing::warn!(%problem, "skipping a skill");
+    }
+    found
+}
+
+/// The largest file GetSkillContent returns.
+pub const MAX_CONTENT: u64 = 256 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContentError {
+    #[error("no skill `{0}` is visible here")]
+    NoSkill(String),
+    #[error("path `{path}` is refused: {reason}")]
+    Refused { path: String, reason: &'static str },
+    #[error("`{0}` does not exist in the skill")]
+    NotFound(String),
+    #[error("`{path}` is {size} bytes; the most a skill file may be is {MAX_CONTENT}")]
+    TooLarge { path: String, size: u64 },
+    #[error("`{path}` cannot be read: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A file of skill `name` as `context` sees it: `path` relative to the skill's folder (empty:
+/// SKILL.md), never outside it — `..`, absolute paths and symlinks leading out are refused.
+pub fn content(
+    data_root: &std::path::Path,
+    extra: &[String],
+    context: &crate::auth::Context,
+    name: &str,
+    path: &str,
+) -> Result<(String, String), ContentError> {
+    let found = manifest(data_root, extra, context)
+        .into_iter()
+        .find(|found| found.skill.name == name)
+        .ok_or_else(|| ContentError::NoSkill(name.to_string()))?;
+    let relative = if path.is_empty() { "SKILL.md" } else { path };
+    let refused = |reason| ContentError::Refused { path: relative.to_string(), reason };
+    if relative.contains('\0') {
+        return Err(refused("it contains a NUL byte"));
+    }
+    let candidate = std::path::Path::new(relative);
+    if candidate.is_absolute() {
+        return Err(refused("give a path relative to the skill's folder"));
+    }
+    if candidate
+        .components()
+        .any(|part| !matches!(part, std::path::Component::Normal(_) | std::path::Component::CurDir))
+    {
+        return Err(refused("`..` is not allowed"));
+    }
+    let base = found.folder.canonicalize().map_err(|source| ContentError::Io { path: relative.into(), source })?;
+    let full = match base.join(candidate).canonicalize() {
+        Ok(full) => full,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ContentError::NotFound(relative.into()))
+        }
+        Err(source) => return Err(ContentError::Io { path: relative.into(), source }),
+    };
+    if !full.starts_with(&base) {
+        return Err(refused("it leads out of the skill's folder"));
+    }
+    let size = std::fs::metadata(&full).map_err(|source| ContentError::Io { path: relative.into(), source })?.len();
+    if size > MAX_CONTENT {
+        return Err(ContentError::TooLarge { path: relative.into(), size });
+    }
+    let bytes = std::fs::read(&full).map_err(|source| ContentError::Io { path: relative.into(), source })?;
+    Ok((relative.to_string(), String::from_utf8_lossy(&bytes).into_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

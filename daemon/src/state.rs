@@ -104,6 +104,28 @@ pub fn now_seconds() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// `seconds` since the Unix epoch as RFC 3339 in UTC, e.g. `2026-11-22T10:00:00Z`.
+pub fn rfc3339(seconds: u64) -> String {
+    let days = (seconds / 86_400) as i64;
+    let rest = seconds % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3_600, rest % 3_600 / 60, rest % 60)
+}
+
+/// Now, as [`rfc3339`].
+pub fn now_rfc3339() -> String {
+    rfc3339(now_seconds())
+}
+
 /// Makes `folder` usable by the containers' uid: owned by it when the daemon can chown (root),
 /// else open to everyone — only the data dir's own 0700 then keeps other users out.
 pub fn hand_to_containers(folder: &Path) -> std::io::Result<()> {
@@ -119,6 +141,13 @@ pub fn hand_to_containers(folder: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn formats_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_343_405), "2026-11-22T10:30:05Z");
+    }
 
     #[test]
     fn replaces_whole_files_and_leaves_no_temp() {

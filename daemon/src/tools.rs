@@ -258,6 +258,28 @@ impl Runners {
         response
     }
 
+    /// Starts `session`'s tool container ahead of its first call, unless it has one.
+    pub async fn prewarm(&self, session: &str, context: &Context) -> Result<(), ToolsError> {
+        let slot = self
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(session.to_string())
+            .or_default()
+            .clone();
+        let mut runner = slot.lock().await;
+        if runner.as_ref().is_some_and(|current| self.is_connected(&current.container)) {
+            return Ok(());
+        }
+        if let Some(gone) = runner.take() {
+            if let Err(error) = self.containers.stop_service(&gone.container).await {
+                tracing::warn!(container = %gone.container, %error, "cannot remove the old tool container");
+            }
+        }
+        *runner = Some(self.start(session, context, false, false).await?);
+        Ok(())
+    }
+
     /// Sends one call to the runner of `container` and waits for its result.
     async fn send(
         &self,

@@ -12,9 +12,21 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Chooses an answer from the request it answers (head and body as text).
+#[derive(Clone)]
+pub struct Responder(pub Arc<dyn Fn(&str) -> Answer + Send + Sync>);
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Responder(..)")
+    }
+}
+
 /// One scripted answer.
 #[derive(Debug, Clone)]
 pub enum Answer {
+    /// Whatever the function makes of the request: a fake model that reads what it was asked.
+    Respond(Responder),
     Status {
         code: u16,
         retry_after: Option<String>,
@@ -171,7 +183,12 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
         }
         buffer.extend_from_slice(&chunk[..n]);
     }
-    record.requests.lock().unwrap_or_else(PoisonError::into_inner).push(String::from_utf8_lossy(&buffer).into_owned());
+    let request = String::from_utf8_lossy(&buffer).into_owned();
+    let answer = match answer {
+        Some(Answer::Respond(responder)) => Some((responder.0)(&request)),
+        other => other,
+    };
+    record.requests.lock().unwrap_or_else(PoisonError::into_inner).push(request);
     const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
     let chunks: Vec<String>;
     let (parts, interval, cut): (&[String], Duration, bool) = match &answer {
@@ -192,7 +209,7 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
             let _ = writer.write_all(STREAM_HEAD.as_bytes()).await;
             (paced.as_slice(), *interval, false)
         }
-        None => {
+        Some(Answer::Respond(_)) | None => {
             chunks = vec!["HTTP/1.1 500 Internal\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string()];
             (&chunks, Duration::ZERO, false)
         }
@@ -287,5 +304,103 @@ pub fn overloaded() -> Answer {
         code: 529,
         retry_after: None,
         body: "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}".into(),
+    }
+}
+
+/// The JSON body of a recorded request.
+pub fn body_of(request: &str) -> serde_json::Value {
+    let body = request.split_once("\r\n\r\n").map(|(_, body)| body).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
+}
+
+fn sse(event: &str, data: &serde_json::Value) -> String {
+    format!("event: {event}\ndata: {data}\n\n")
+}
+
+/// An Anthropic answer: `text` (may be empty), then `calls` (id, tool name, input), with the
+/// stop reason they imply.
+pub fn anthropic_answer(text: &str, calls: &[(&str, &str, serde_json::Value)]) -> Answer {
+    use serde_json::json;
+    let mut body = sse(
+        "message_start",
+        &json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "content": [], "model": "fake-model", "usage": {"input_tokens": 20, "output_tokens": 1}}}),
+    );
+    let mut index = 0;
+    if !text.is_empty() {
+        body.push_str(&sse(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+        ));
+        body.push_str(&sse(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}),
+        ));
+        body.push_str(&sse("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
+        index += 1;
+    }
+    for (id, name, input) in calls {
+        body.push_str(&sse("content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})));
+        body.push_str(&sse("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}})));
+        body.push_str(&sse("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
+        index += 1;
+    }
+    let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
+    body.push_str(&sse("message_delta", &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 10}})));
+    body.push_str(&sse("message_stop", &json!({"type": "message_stop"})));
+    Answer::Stream { body, cut: false }
+}
+
+/// What an Anthropic request asks, as a fake model reads it.
+#[derive(Debug, Clone, Default)]
+pub struct Asked {
+    /// The names of the tools offered.
+    pub tools: Vec<String>,
+    /// Every tool result sent back so far, in order.
+    pub results: Vec<String>,
+    /// The text of the first user message.
+    pub first: String,
+    pub system: String,
+    /// The whole body.
+    pub body: serde_json::Value,
+}
+
+impl Asked {
+    pub fn of(request: &str) -> Asked {
+        let body = body_of(request);
+        let tools = body["tools"]
+            .as_array()
+            .map(|tools| tools.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let mut results = vec![];
+        let mut first = String::new();
+        for message in body["messages"].as_array().into_iter().flatten() {
+            let content = &message["content"];
+            let blocks: Vec<&serde_json::Value> = match content {
+                serde_json::Value::Array(blocks) => blocks.iter().collect(),
+                other => vec![other],
+            };
+            for block in blocks {
+                if block["type"] == "tool_result" {
+                    let text = match &block["content"] {
+                        serde_json::Value::String(text) => text.clone(),
+                        serde_json::Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+                        _ => String::new(),
+                    };
+                    results.push(text);
+                } else if first.is_empty() && message["role"] == "user" {
+                    first = block["text"].as_str().or(block.as_str()).unwrap_or_default().to_string();
+                }
+            }
+        }
+        let system = match &body["system"] {
+            serde_json::Value::String(text) => text.clone(),
+            serde_json::Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+            _ => String::new(),
+        };
+        Asked { tools, results, first, system, body }
+    }
+
+    pub fn offers(&self, tool: &str) -> bool {
+        self.tools.iter().any(|name| name == tool)
     }
 }

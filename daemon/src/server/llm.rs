@@ -61,10 +61,16 @@ pub(super) async fn stream(
         }
     };
     let mut tally = Tally::new(shared.llm.clone(), context, identity.session_id.clone());
+    // What the Assistant writes reaches the context's channels as it is written.
+    let live = shared.agents.live(&identity.name).filter(|live| live.role == crate::auth::Role::Assistant);
+    let bus = shared.events.clone();
     let events = upstream.map(move |item| match item {
         Ok(event) => {
             let event = event.event.unwrap_or_default();
             tally.observe(&event);
+            if let Some(live) = &live {
+                publish_delta(&bus, live, &event);
+            }
             Ok(event)
         }
         Err(status) => {
@@ -73,6 +79,26 @@ pub(super) async fn stream(
         }
     });
     Ok(Response::new(Box::pin(events)))
+}
+
+/// Sends a text or thinking delta of the Assistant to its context's channels.
+fn publish_delta(bus: &crate::events::EventBus, live: &crate::agents::Live, event: &v1::LlmEvent) {
+    use v1::llm_event::Event;
+    use v1::orchestrator_event::Event as Out;
+    let out = match &event.event {
+        Some(Event::TextDelta(delta)) => Out::TextDelta(delta.clone()),
+        Some(Event::ThinkingDelta(delta)) => Out::ThinkingDelta(delta.clone()),
+        _ => return,
+    };
+    bus.publish(
+        &live.context,
+        v1::OrchestratorEvent {
+            session_id: live.session.clone(),
+            turn_id: live.user_turn.clone(),
+            correlation_id: live.correlation_id.clone(),
+            event: Some(out),
+        },
+    );
 }
 
 /// What one stream delivered; recorded when the stream ends or is dropped.

@@ -7,6 +7,7 @@
 pub mod layer;
 pub mod listeners;
 mod llm;
+mod sessions;
 mod tools;
 
 use std::sync::Arc;
@@ -114,11 +115,7 @@ fn not_built(operation: Operation, missing: &str) -> Status {
     ))
 }
 
-const NO_AGENTS: &str = "the agent runtime and orchestration are not built yet";
-const NO_TOOLS: &str = "tool execution and the web egress proxy are not built yet";
 const NO_SCHEDULER: &str = "the task scheduler is not built yet";
-const NO_SKILLS: &str = "the skill store is not built yet";
-const NO_SESSIONS: &str = "the session store and channel streaming are not built yet";
 
 #[tonic::async_trait]
 impl Orchestrator for OrchestratorService {
@@ -126,19 +123,62 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<v1::AgentRegistration>,
     ) -> Result<Response<v1::AgentConfig>, Status> {
-        check(&request, Operation::RegisterAgent, None, None)?;
-        Err(not_built(Operation::RegisterAgent, NO_AGENTS))
+        let caller = check(&request, Operation::RegisterAgent, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("RegisterAgent is for agent containers"));
+        };
+        tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
+        Ok(Response::new(crate::orchestrator::agent_config(&self.shared, &identity)))
+    }
+
+    type TakeTurnsStream = BoxStream<v1::AgentTurn>;
+
+    async fn take_turns(
+        &self,
+        request: Request<tonic::Streaming<v1::AgentReport>>,
+    ) -> Result<Response<Self::TakeTurnsStream>, Status> {
+        let caller = check(&request, Operation::TakeTurns, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("TakeTurns is for agent containers"));
+        };
+        let turns = self.shared.agents.attach(&identity, request.into_inner());
+        Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::ReceiverStream::new(turns),
+            Ok,
+        ))))
     }
 
     async fn report_status(&self, request: Request<v1::AgentStatus>) -> Result<Response<v1::Ack>, Status> {
-        check(&request, Operation::ReportStatus, None, None)?;
-        Err(not_built(Operation::ReportStatus, NO_AGENTS))
+        let caller = check(&request, Operation::ReportStatus, None, None)?;
+        let status = request.into_inner();
+        if let Caller::Container(identity) = caller {
+            tracing::info!(container = %identity.name, state = %status.state, message = %status.message, "agent status");
+        }
+        Ok(Response::new(v1::Ack { message: "noted".into() }))
     }
 
     async fn send_message(&self, request: Request<v1::OutboundMessage>) -> Result<Response<v1::Ack>, Status> {
         let context = context_of(request.get_ref().target_context.as_ref(), "target_context")?;
-        check(&request, Operation::SendMessage, context.as_ref(), None)?;
-        Err(not_built(Operation::SendMessage, NO_TOOLS))
+        let caller = check(&request, Operation::SendMessage, context.as_ref(), None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("SendMessage is for Worker and Heartbeat containers"));
+        };
+        let message = request.into_inner();
+        if message.content.trim().is_empty() {
+            return Err(Status::invalid_argument("content: the message is empty"));
+        }
+        let live = self.shared.agents.live(&identity.name);
+        let event = v1::OrchestratorEvent {
+            session_id: identity.session_id.clone(),
+            turn_id: live.as_ref().map(|live| live.user_turn.clone()).unwrap_or_default(),
+            correlation_id: live.map(|live| live.correlation_id).unwrap_or_default(),
+            event: Some(v1::orchestrator_event::Event::Message(v1::OutboundMessage {
+                target_context: Some(context_ref(&identity.context)),
+                ..message
+            })),
+        };
+        let reached = self.shared.events.publish(&identity.context, event);
+        Ok(Response::new(v1::Ack { message: format!("sent to {reached} channel(s)") }))
     }
 
     async fn route_to_agent(
@@ -147,15 +187,33 @@ impl Orchestrator for OrchestratorService {
     ) -> Result<Response<v1::AgentRoutingResponse>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         check(&request, Operation::RouteToAgent, context.as_ref(), Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::RouteToAgent, NO_AGENTS))
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
+        let message = request.into_inner();
+        if !message.session_id.is_empty() {
+            sessions::valid_id(&message.session_id, "session_id")?;
+        }
+        let incoming = crate::orchestrator::Incoming {
+            sender: context.id.clone(),
+            context,
+            session: (!message.session_id.is_empty()).then_some(message.session_id),
+            channel: None,
+            content: message.content,
+            parent: None,
+        };
+        let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+        Ok(Response::new(v1::AgentRoutingResponse { session_id: accepted.session, turn_id: accepted.turn }))
     }
 
     async fn delegate_to_agent(
         &self,
         request: Request<v1::DelegateRequest>,
     ) -> Result<Response<v1::DelegateResponse>, Status> {
-        check(&request, Operation::DelegateToAgent, None, None)?;
-        Err(not_built(Operation::DelegateToAgent, NO_AGENTS))
+        let caller = check(&request, Operation::DelegateToAgent, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("DelegateToAgent is for Assistant containers"));
+        };
+        let response = crate::orchestrator::delegate(&self.shared, &identity, request.into_inner()).await?;
+        Ok(Response::new(response))
     }
 
     async fn request_tool_execution(
@@ -294,8 +352,14 @@ impl Orchestrator for OrchestratorService {
         request: Request<v1::SkillManifestRequest>,
     ) -> Result<Response<v1::SkillManifest>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&request, Operation::GetSkillManifest, context.as_ref(), None)?;
-        Err(not_built(Operation::GetSkillManifest, NO_SKILLS))
+        let caller = check(&request, Operation::GetSkillManifest, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        let skills = crate::skills::manifest(
+            self.shared.data_dir.root(),
+            &self.shared.loaded.config.skills.directories,
+            &context,
+        );
+        Ok(Response::new(v1::SkillManifest { skills: skills.iter().map(crate::skills::Found::summary).collect() }))
     }
 
     async fn get_skill_content(
@@ -303,8 +367,27 @@ impl Orchestrator for OrchestratorService {
         request: Request<v1::SkillContentRequest>,
     ) -> Result<Response<v1::SkillContent>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&request, Operation::GetSkillContent, context.as_ref(), None)?;
-        Err(not_built(Operation::GetSkillContent, NO_SKILLS))
+        let caller = check(&request, Operation::GetSkillContent, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        let message = request.into_inner();
+        let (path, content) = crate::skills::content(
+            self.shared.data_dir.root(),
+            &self.shared.loaded.config.skills.directories,
+            &context,
+            &message.skill,
+            &message.path,
+        )
+        .map_err(|error| {
+            use crate::skills::ContentError;
+            let text = error.to_string();
+            match error {
+                ContentError::NoSkill(_) | ContentError::NotFound(_) => Status::not_found(text),
+                ContentError::Refused { .. } => Status::permission_denied(text),
+                ContentError::TooLarge { .. } => Status::failed_precondition(text),
+                ContentError::Io { .. } => Status::internal(text),
+            }
+        })?;
+        Ok(Response::new(v1::SkillContent { skill: message.skill, path, content }))
     }
 
     type SubscribeEventsStream = BoxStream<v1::OrchestratorEvent>;
@@ -343,7 +426,31 @@ impl Orchestrator for OrchestratorService {
     async fn publish_event(&self, request: Request<v1::ChannelEvent>) -> Result<Response<v1::Ack>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         check(&request, Operation::PublishEvent, context.as_ref(), None)?;
-        Err(not_built(Operation::PublishEvent, NO_SESSIONS))
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
+        let event = request.into_inner();
+        match event.event {
+            Some(v1::channel_event::Event::UserMessage(message)) => {
+                let sender = if event.sender_id.is_empty() { context.id.clone() } else { event.sender_id };
+                sessions::valid_id(&sender, "sender_id")?;
+                if !message.session_id.is_empty() {
+                    sessions::valid_id(&message.session_id, "user_message.session_id")?;
+                }
+                let incoming = crate::orchestrator::Incoming {
+                    context,
+                    session: (!message.session_id.is_empty()).then_some(message.session_id),
+                    sender,
+                    channel: sessions::channel_name(event.channel),
+                    content: message.content,
+                    parent: (!message.parent_entry_id.is_empty()).then_some(message.parent_entry_id),
+                };
+                let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+                Ok(Response::new(v1::Ack {
+                    message: format!("turn {} in session {}", accepted.turn, accepted.session),
+                }))
+            }
+            Some(v1::channel_event::Event::Typing(_)) => Ok(Response::new(v1::Ack { message: "noted".into() })),
+            None => Err(Status::invalid_argument("event: send a user_message or typing")),
+        }
     }
 
     async fn get_status(&self, request: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
@@ -358,12 +465,35 @@ impl Orchestrator for OrchestratorService {
     ) -> Result<Response<v1::SendUserMessageResponse>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         check(&request, Operation::SendUserMessage, context.as_ref(), Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::SendUserMessage, NO_SESSIONS))
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group who writes"))?;
+        let message = request.into_inner();
+        if !message.session_id.is_empty() {
+            sessions::valid_id(&message.session_id, "session_id")?;
+        }
+        let sender = if message.sender_id.is_empty() { context.id.clone() } else { message.sender_id.clone() };
+        sessions::valid_id(&sender, "sender_id")?;
+        let incoming = crate::orchestrator::Incoming {
+            context,
+            session: (!message.session_id.is_empty()).then_some(message.session_id),
+            sender,
+            channel: sessions::channel_name(message.channel),
+            content: message.content,
+            parent: (!message.parent_entry_id.is_empty()).then_some(message.parent_entry_id),
+        };
+        let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+        Ok(Response::new(v1::SendUserMessageResponse {
+            session_id: accepted.session,
+            entry_id: accepted.entry,
+            turn_id: accepted.turn,
+            correlation_id: accepted.correlation_id,
+        }))
     }
 
     async fn list_sessions(&self, request: Request<v1::SessionFilter>) -> Result<Response<v1::SessionList>, Status> {
         check(&request, Operation::ListSessions, None, None)?;
-        Err(not_built(Operation::ListSessions, NO_SESSIONS))
+        let filter = sessions::filter(request.get_ref())?;
+        let found = self.shared.sessions.list(&filter);
+        Ok(Response::new(v1::SessionList { sessions: found.iter().map(sessions::header).collect() }))
     }
 
     async fn read_session(
@@ -371,7 +501,24 @@ impl Orchestrator for OrchestratorService {
         request: Request<v1::ReadSessionRequest>,
     ) -> Result<Response<v1::SessionTranscript>, Status> {
         check(&request, Operation::ReadSession, None, Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::ReadSession, NO_SESSIONS))
+        let message = request.into_inner();
+        sessions::valid_id(&message.session_id, "session_id")?;
+        let record = self
+            .shared
+            .sessions
+            .get(&message.session_id)
+            .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(message.session_id.clone())))?;
+        let read = self.shared.sessions.read(&message.session_id)?;
+        let entries = if message.leaf_entry_id.is_empty() {
+            read.entries.clone()
+        } else {
+            read.branch(&message.leaf_entry_id).map_err(crate::sessions::SessionError::from)?
+        };
+        Ok(Response::new(v1::SessionTranscript {
+            header: Some(sessions::header(&record)),
+            entries: entries.iter().filter_map(sessions::entry).collect(),
+            problems: read.corrupt.iter().map(|c| format!("line {}: {}", c.line, c.reason)).collect(),
+        }))
     }
 
     async fn new_session(
@@ -380,12 +527,22 @@ impl Orchestrator for OrchestratorService {
     ) -> Result<Response<v1::SessionHeader>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         check(&request, Operation::NewSession, context.as_ref(), None)?;
-        Err(not_built(Operation::NewSession, NO_SESSIONS))
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
+        let message = request.into_inner();
+        let title = (!message.title.trim().is_empty()).then(|| message.title.trim().to_string());
+        let record = self.shared.sessions.create(&context, &context.id, title)?;
+        crate::orchestrator::prewarm(&self.shared, &record);
+        Ok(Response::new(sessions::header(&record)))
     }
 
     async fn resume_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::SessionHeader>, Status> {
         check(&request, Operation::ResumeSession, None, Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::ResumeSession, NO_SESSIONS))
+        let id = request.into_inner().session_id;
+        sessions::valid_id(&id, "session_id")?;
+        let record = self.shared.sessions.set_status(&id, crate::sessions::SessionStatus::Active)?;
+        crate::orchestrator::prewarm(&self.shared, &record);
+        tracing::info!(session = %id, "session resumed");
+        Ok(Response::new(sessions::header(&record)))
     }
 
     async fn fork_session(
@@ -393,22 +550,64 @@ impl Orchestrator for OrchestratorService {
         request: Request<v1::ForkSessionRequest>,
     ) -> Result<Response<v1::SessionHeader>, Status> {
         check(&request, Operation::ForkSession, None, Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::ForkSession, NO_SESSIONS))
+        let message = request.into_inner();
+        sessions::valid_id(&message.session_id, "session_id")?;
+        let entry = if message.entry_id.is_empty() {
+            self.shared
+                .sessions
+                .get(&message.session_id)
+                .and_then(|record| record.leaf)
+                .unwrap_or_else(|| message.session_id.clone())
+        } else {
+            message.entry_id
+        };
+        let record = self.shared.sessions.fork(&message.session_id, &entry)?;
+        Ok(Response::new(sessions::header(&record)))
     }
 
     async fn archive_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
         check(&request, Operation::ArchiveSession, None, Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::ArchiveSession, NO_SESSIONS))
+        let id = request.into_inner().session_id;
+        sessions::valid_id(&id, "session_id")?;
+        self.shared.sessions.set_status(&id, crate::sessions::SessionStatus::Archived)?;
+        self.shared.agents.reap_idle(std::slice::from_ref(&id)).await;
+        tracing::info!(session = %id, "session archived on request");
+        Ok(Response::new(v1::Ack { message: format!("session {id} archived") }))
     }
 
     async fn compact_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
         check(&request, Operation::CompactSession, None, Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::CompactSession, NO_SESSIONS))
+        Err(not_built(Operation::CompactSession, "manual compaction (a summary written by the model) is not built yet"))
     }
 
     async fn switch_model(&self, request: Request<v1::SwitchModelRequest>) -> Result<Response<v1::Ack>, Status> {
         check(&request, Operation::SwitchModel, None, Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::SwitchModel, NO_SESSIONS))
+        let message = request.into_inner();
+        sessions::valid_id(&message.session_id, "session_id")?;
+        let valid = !message.model.is_empty()
+            && message.model.len() <= 200
+            && message.model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c));
+        if !valid {
+            return Err(Status::invalid_argument(format!(
+                "model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
+                message.model.escape_debug()
+            )));
+        }
+        let record = self
+            .shared
+            .sessions
+            .get(&message.session_id)
+            .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(message.session_id.clone())))?;
+        let previous = record.model.unwrap_or_else(|| self.shared.loaded.config.agents.assistant.model.0.clone());
+        self.shared.sessions.append(
+            &message.session_id,
+            None,
+            crate::sessions::NewEntry::ModelChange { previous: previous.clone(), new: message.model.clone() },
+        )?;
+        self.shared.sessions.set_model(&message.session_id, &message.model)?;
+        Ok(Response::new(v1::Ack {
+            message: format!("session {} now uses {} (was {previous})", message.session_id, message.model),
+        }))
     }
 
     async fn run_self_test(
@@ -484,6 +683,30 @@ impl Orchestrator for OrchestratorService {
             duration_ms: outcome.duration.as_millis() as u64,
             stderr_tail: outcome.stderr_tail(5),
         }))
+    }
+}
+
+/// The protocol's name for `role`.
+pub fn role_ref(role: crate::auth::Role) -> v1::AgentRole {
+    use crate::auth::Role;
+    match role {
+        Role::Assistant => v1::AgentRole::Assistant,
+        Role::Worker => v1::AgentRole::Worker,
+        Role::Researcher => v1::AgentRole::Researcher,
+        Role::Coder => v1::AgentRole::Coder,
+        Role::Memory => v1::AgentRole::Memory,
+        Role::Heartbeat => v1::AgentRole::Heartbeat,
+        Role::Tool | Role::LlmGateway => v1::AgentRole::Tool,
+    }
+}
+
+/// The context a skill request is about: a container's own (whatever it named, which
+/// `check` already matched), or the one a host client names.
+fn own_context(caller: &Caller, named: Option<Context>) -> Result<Context, Status> {
+    match (caller, named) {
+        (Caller::Container(identity), _) => Ok(identity.context.clone()),
+        (Caller::Host(_), Some(context)) => Ok(context),
+        (Caller::Host(_), None) => Err(Status::invalid_argument("context: name the user or group")),
     }
 }
 

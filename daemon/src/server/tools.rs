@@ -101,6 +101,23 @@ pub(super) async fn request(
         duration_ms = response.duration_ms,
         "tool call"
     );
+    if let Some(live) = shared.agents.live(&identity.name) {
+        let progress = v1::ToolProgress {
+            agent: super::role_ref(identity.role) as i32,
+            tool: tool.to_string(),
+            state: if response.is_error { "failed" } else { "finished" }.into(),
+            duration_ms: response.duration_ms,
+        };
+        shared.events.publish(
+            &live.context,
+            v1::OrchestratorEvent {
+                session_id: live.session,
+                turn_id: live.user_turn,
+                correlation_id: live.correlation_id,
+                event: Some(v1::orchestrator_event::Event::Tool(progress)),
+            },
+        );
+    }
     Ok(Response::new(response))
 }
 

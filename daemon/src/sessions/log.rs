@@ -49,6 +49,9 @@ pub struct Message {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_type: Option<String>,
+    /// Who wrote a user message (in a group session, one of several users).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_id: Option<String>,
 }
 
 /// One line of the log.
@@ -332,7 +335,7 @@ mod tests {
             id: id.into(),
             parent: parent.into(),
             timestamp: "2026-11-22T10:00:01Z".into(),
-            message: Message { role: role.into(), content: content.into(), channel_type: None },
+            message: Message { role: role.into(), content: content.into(), channel_type: None, sender_id: None },
         }
     }
 

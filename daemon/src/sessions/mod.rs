@@ -1,16 +1,22 @@
-//! Sessions: the index `data/state/sessions.json` (spec §14.4, this file) and each session's
+//! Sessions: the index `data/state/sessions.json` (spec §14.4) and each session's
 //! tree-structured log `sessions/{id}/session.jsonl` ([`log`]).
 //!
-//! The daemon is the only writer of this file. Until the session store exists this module
-//! reads the index for status; it never rewrites an index it could not parse.
+//! [`SessionStore`] is the only writer of both. Every change to the index is written
+//! atomically; every entry is fsynced before the call that appended it returns. An index that
+//! cannot be parsed is kept aside (never overwritten) and a fresh one started.
 
 pub mod log;
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Context, ContextKind};
 use crate::state::{self, StateError};
+
+pub use log::{Entry, LogError, Read, SessionLog};
 
 pub const INDEX_FILE: &str = "sessions.json";
 
@@ -21,6 +27,17 @@ pub enum SessionStatus {
     Active,
     Idle,
     Archived,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Created => "created",
+            SessionStatus::Active => "active",
+            SessionStatus::Idle => "idle",
+            SessionStatus::Archived => "archived",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +55,29 @@ pub struct SessionRecord {
     pub status: SessionStatus,
     #[serde(default)]
     pub archived_at: Option<String>,
+    #[serde(default)]
+    pub created: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The model chosen with SwitchModel; none: the Assistant's configured model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The entry new messages hang under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf: Option<String>,
+    /// `last_activity` as seconds since the epoch, for idling and archival.
+    #[serde(default)]
+    pub last_activity_seconds: u64,
+}
+
+impl SessionRecord {
+    /// The user or group whose data the session is.
+    pub fn context(&self) -> Context {
+        match &self.group_id {
+            Some(group) => Context::group(group.clone()),
+            None => Context::user(self.user_id.clone()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,23 +92,437 @@ pub struct SessionCounts {
     pub archived: u32,
 }
 
-/// Counts sessions by state; created sessions count as active.
+impl SessionCounts {
+    fn of(sessions: &[SessionRecord]) -> SessionCounts {
+        let mut counts = SessionCounts::default();
+        for session in sessions {
+            match session.status {
+                SessionStatus::Created | SessionStatus::Active => counts.active += 1,
+                SessionStatus::Idle => counts.idle += 1,
+                SessionStatus::Archived => counts.archived += 1,
+            }
+        }
+        counts
+    }
+}
+
+/// Counts sessions by state in the index under `state_dir`; created sessions count as active.
 pub fn counts(state_dir: &Path) -> Result<SessionCounts, StateError> {
     let index: SessionIndex = state::read_json(&state_dir.join(INDEX_FILE))?.unwrap_or_default();
-    let mut counts = SessionCounts::default();
-    for session in &index.sessions {
-        match session.status {
-            SessionStatus::Created | SessionStatus::Active => counts.active += 1,
-            SessionStatus::Idle => counts.idle += 1,
-            SessionStatus::Archived => counts.archived += 1,
+    Ok(SessionCounts::of(&index.sessions))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("no session `{0}`: `baaaht sessions list` shows the sessions there are")]
+    NotFound(String),
+    #[error("session {0} is archived: resume it first (`baaaht sessions resume {0}`)")]
+    Archived(String),
+    #[error("session {session} belongs to {owner}, not to {asked}")]
+    OtherContext { session: String, owner: String, asked: String },
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("cannot write the session index")]
+    Index(#[source] StateError),
+}
+
+/// What a new entry says; the store gives it its id, parent and time.
+#[derive(Debug, Clone)]
+pub enum NewEntry {
+    Message { role: &'static str, content: String, channel: Option<String>, sender: Option<String> },
+    Delegate { agent: String, task: String, result: String, is_error: bool },
+    Compaction { summary: String, compacted: Vec<String> },
+    ModelChange { previous: String, new: String },
+}
+
+/// A filter for [`SessionStore::list`]; empty fields match everything.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub context: Option<Context>,
+    pub user_id: Option<String>,
+    pub status: Option<SessionStatus>,
+    pub created_after: Option<String>,
+    pub created_before: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    index: SessionIndex,
+    /// Logs opened so far, by session id.
+    logs: HashMap<String, SessionLog>,
+}
+
+/// Every session of the data dir.
+#[derive(Debug)]
+pub struct SessionStore {
+    sessions_dir: PathBuf,
+    index_path: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+/// A fresh id: `prefix` and 12 hex digits.
+fn new_id(prefix: &str) -> String {
+    let simple = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}{}", &simple[..12])
+}
+
+impl SessionStore {
+    /// Opens the store of the data dir at `root`.
+    pub fn open(root: &Path) -> SessionStore {
+        let index_path = root.join("data/state").join(INDEX_FILE);
+        let index = state::read_json_or_set_aside(&index_path, SessionIndex::default);
+        SessionStore {
+            sessions_dir: root.join("sessions"),
+            index_path,
+            inner: Mutex::new(Inner { index, logs: HashMap::new() }),
         }
     }
-    Ok(counts)
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `sessions/{id}`: the session's folder (its log and `data/`).
+    pub fn folder(&self, id: &str) -> PathBuf {
+        self.sessions_dir.join(id)
+    }
+
+    fn save(&self, inner: &Inner) -> Result<(), SessionError> {
+        state::write_json(&self.index_path, &inner.index).map_err(SessionError::Index)
+    }
+
+    pub fn counts(&self) -> SessionCounts {
+        SessionCounts::of(&self.lock().index.sessions)
+    }
+
+    pub fn get(&self, id: &str) -> Option<SessionRecord> {
+        self.lock().index.sessions.iter().find(|session| session.id == id).cloned()
+    }
+
+    /// `id`, which must belong to `context`.
+    pub fn get_in(&self, id: &str, context: &Context) -> Result<SessionRecord, SessionError> {
+        let record = self.get(id).ok_or_else(|| SessionError::NotFound(id.to_string()))?;
+        if record.context() != *context {
+            return Err(SessionError::OtherContext {
+                session: id.to_string(),
+                owner: record.context().to_string(),
+                asked: context.to_string(),
+            });
+        }
+        Ok(record)
+    }
+
+    /// Sessions matching `filter`, most recently active first.
+    pub fn list(&self, filter: &Filter) -> Vec<SessionRecord> {
+        let mut found: Vec<SessionRecord> = self
+            .lock()
+            .index
+            .sessions
+            .iter()
+            .filter(|s| filter.context.as_ref().is_none_or(|context| s.context() == *context))
+            .filter(|s| filter.user_id.as_ref().is_none_or(|user| s.user_id == *user))
+            .filter(|s| filter.status.is_none_or(|status| s.status == status))
+            .filter(|s| filter.created_after.as_ref().is_none_or(|after| s.created.as_str() > after.as_str()))
+            .filter(|s| filter.created_before.as_ref().is_none_or(|before| s.created.as_str() < before.as_str()))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| b.last_activity_seconds.cmp(&a.last_activity_seconds).then(b.id.cmp(&a.id)));
+        found
+    }
+
+    /// Starts a session for `context`, opened by `user_id`.
+    pub fn create(
+        &self,
+        context: &Context,
+        user_id: &str,
+        title: Option<String>,
+    ) -> Result<SessionRecord, SessionError> {
+        let now = state::now_seconds();
+        let mut inner = self.lock();
+        let id = loop {
+            let id = new_id("s-");
+            if !self.folder(&id).exists() {
+                break id;
+            }
+        };
+        let header = log::Header {
+            version: log::VERSION,
+            id: id.clone(),
+            created: state::rfc3339(now),
+            user_id: user_id.to_string(),
+            group_id: (context.kind == ContextKind::Group).then(|| context.id.clone()),
+            context_type: context_type(context).into(),
+            title: title.clone(),
+            forked_from: None,
+        };
+        let log = SessionLog::create(&self.folder(&id), header.clone())?;
+        let record = record_of(&header, now);
+        inner.logs.insert(id.clone(), log);
+        inner.index.sessions.push(record.clone());
+        self.save(&inner)?;
+        tracing::info!(session = %id, context = %context, "session created");
+        Ok(record)
+    }
+
+    /// The context's session new messages go to: the most recently active one that is not
+    /// archived, or a new one.
+    pub fn active(&self, context: &Context, user_id: &str) -> Result<SessionRecord, SessionError> {
+        let current = self
+            .lock()
+            .index
+            .sessions
+            .iter()
+            .filter(|s| s.context() == *context && s.status != SessionStatus::Archived)
+            .max_by_key(|s| s.last_activity_seconds)
+            .cloned();
+        match current {
+            Some(record) => Ok(record),
+            None => self.create(context, user_id, None),
+        }
+    }
+
+    fn with_log<T>(
+        &self,
+        inner: &mut Inner,
+        id: &str,
+        action: impl FnOnce(&mut SessionLog) -> Result<T, LogError>,
+    ) -> Result<T, SessionError> {
+        if !inner.logs.contains_key(id) {
+            let (log, read) = SessionLog::open(&self.folder(id))?;
+            for corrupt in &read.corrupt {
+                tracing::warn!(session = id, line = corrupt.line, reason = %corrupt.reason, "skipping a line of the session log");
+            }
+            inner.logs.insert(id.to_string(), log);
+        }
+        let log = inner.logs.get_mut(id).ok_or_else(|| SessionError::NotFound(id.to_string()))?;
+        Ok(action(log)?)
+    }
+
+    /// Appends `entry` to session `id` under `parent` (none: the session's leaf) and makes it
+    /// the leaf; returns its id. The entry is on disk when this returns.
+    pub fn append(&self, id: &str, parent: Option<&str>, entry: NewEntry) -> Result<String, SessionError> {
+        let now = state::now_seconds();
+        let mut inner = self.lock();
+        let record =
+            inner.index.sessions.iter().find(|s| s.id == id).ok_or_else(|| SessionError::NotFound(id.into()))?;
+        if record.status == SessionStatus::Archived {
+            return Err(SessionError::Archived(id.into()));
+        }
+        let parent = parent.map(str::to_string).or_else(|| record.leaf.clone()).unwrap_or_else(|| id.to_string());
+        let entry_id = new_id("e-");
+        let timestamp = state::rfc3339(now);
+        let entry = match entry {
+            NewEntry::Message { role, content, channel, sender } => Entry::Message {
+                id: entry_id.clone(),
+                parent,
+                timestamp,
+                message: log::Message { role: role.into(), content, channel_type: channel, sender_id: sender },
+            },
+            NewEntry::Delegate { agent, task, result, is_error } => {
+                Entry::Delegate { id: entry_id.clone(), parent, timestamp, agent, task, result, is_error }
+            }
+            NewEntry::Compaction { summary, compacted } => {
+                Entry::Compaction { id: entry_id.clone(), parent, timestamp, summary, compacted_entry_ids: compacted }
+            }
+            NewEntry::ModelChange { previous, new } => {
+                Entry::ModelChange { id: entry_id.clone(), parent, timestamp, previous_model: previous, new_model: new }
+            }
+        };
+        self.with_log(&mut inner, id, |log| log.append(&entry))?;
+        if let Some(record) = inner.index.sessions.iter_mut().find(|s| s.id == id) {
+            record.leaf = Some(entry_id.clone());
+            touch(record, now);
+        }
+        self.save(&inner)?;
+        Ok(entry_id)
+    }
+
+    /// Everything in session `id`'s log.
+    pub fn read(&self, id: &str) -> Result<Read, SessionError> {
+        if self.get(id).is_none() {
+            return Err(SessionError::NotFound(id.to_string()));
+        }
+        Ok(log::read(&self.folder(id).join(log::FILE_NAME))?)
+    }
+
+    /// A new session holding the branch of `id` that ends at `entry`.
+    pub fn fork(&self, id: &str, entry: &str) -> Result<SessionRecord, SessionError> {
+        let source = self.read(id)?;
+        let now = state::now_seconds();
+        let mut inner = self.lock();
+        let original = inner.index.sessions.iter().find(|s| s.id == id).cloned();
+        let original = original.ok_or_else(|| SessionError::NotFound(id.to_string()))?;
+        let new = loop {
+            let new = new_id("s-");
+            if !self.folder(&new).exists() {
+                break new;
+            }
+        };
+        let mut header = source.header().cloned().ok_or_else(|| SessionError::NotFound(id.to_string()))?;
+        header.id = new.clone();
+        header.created = state::rfc3339(now);
+        let log = log::fork(&source, entry, &self.folder(&new), header.clone())?;
+        let mut record = record_of(&header, now);
+        record.model = original.model.clone();
+        record.leaf = Some(if entry == id { new.clone() } else { entry.to_string() });
+        inner.logs.insert(new.clone(), log);
+        inner.index.sessions.push(record.clone());
+        self.save(&inner)?;
+        tracing::info!(session = %new, from = id, entry, "session forked");
+        Ok(record)
+    }
+
+    /// Sets session `id`'s status (archiving records when).
+    pub fn set_status(&self, id: &str, status: SessionStatus) -> Result<SessionRecord, SessionError> {
+        let now = state::now_seconds();
+        let mut inner = self.lock();
+        let record =
+            inner.index.sessions.iter_mut().find(|s| s.id == id).ok_or_else(|| SessionError::NotFound(id.into()))?;
+        record.status = status;
+        match status {
+            SessionStatus::Archived => record.archived_at = Some(state::rfc3339(now)),
+            SessionStatus::Active => {
+                record.archived_at = None;
+                touch(record, now);
+            }
+            _ => {}
+        }
+        let record = record.clone();
+        if status == SessionStatus::Archived {
+            inner.logs.remove(id);
+        }
+        self.save(&inner)?;
+        Ok(record)
+    }
+
+    /// Records the model session `id` uses from now on.
+    pub fn set_model(&self, id: &str, model: &str) -> Result<(), SessionError> {
+        let mut inner = self.lock();
+        let record =
+            inner.index.sessions.iter_mut().find(|s| s.id == id).ok_or_else(|| SessionError::NotFound(id.into()))?;
+        record.model = Some(model.to_string());
+        self.save(&inner)
+    }
+
+    /// Active sessions without activity for `idle_after` seconds become idle; idle or active
+    /// ones without activity for `archive_after` seconds are returned for archival.
+    pub fn sweep(
+        &self,
+        now: u64,
+        idle_after: u64,
+        archive_after: u64,
+    ) -> Result<(Vec<String>, Vec<String>), SessionError> {
+        let mut inner = self.lock();
+        let (mut idled, mut due) = (vec![], vec![]);
+        for record in &mut inner.index.sessions {
+            let quiet = now.saturating_sub(record.last_activity_seconds);
+            if record.status == SessionStatus::Archived {
+                continue;
+            }
+            if archive_after > 0 && quiet >= archive_after {
+                due.push(record.id.clone());
+            } else if idle_after > 0 && quiet >= idle_after && record.status != SessionStatus::Idle {
+                record.status = SessionStatus::Idle;
+                idled.push(record.id.clone());
+            }
+        }
+        if !idled.is_empty() {
+            self.save(&inner)?;
+        }
+        Ok((idled, due))
+    }
+}
+
+fn context_type(context: &Context) -> &'static str {
+    match context.kind {
+        ContextKind::User => "user",
+        ContextKind::Group => "group",
+    }
+}
+
+fn record_of(header: &log::Header, now: u64) -> SessionRecord {
+    SessionRecord {
+        id: header.id.clone(),
+        user_id: header.user_id.clone(),
+        group_id: header.group_id.clone(),
+        context_type: header.context_type.clone(),
+        container_id: None,
+        last_activity: state::rfc3339(now),
+        status: SessionStatus::Created,
+        archived_at: None,
+        created: header.created.clone(),
+        title: header.title.clone(),
+        model: None,
+        leaf: None,
+        last_activity_seconds: now,
+    }
+}
+
+fn touch(record: &mut SessionRecord, now: u64) {
+    record.last_activity = state::rfc3339(now);
+    record.last_activity_seconds = now;
+    record.status = SessionStatus::Active;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn message(content: &str) -> NewEntry {
+        NewEntry::Message { role: "user", content: content.into(), channel: None, sender: Some("alice".into()) }
+    }
+
+    #[test]
+    fn appends_forks_archives_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("data/state")).expect("state");
+        let store = SessionStore::open(dir.path());
+        let alice = Context::user("alice");
+        let session = store.active(&alice, "alice").expect("created");
+        assert_eq!(store.active(&alice, "alice").expect("again").id, session.id, "one active session");
+        let first = store.append(&session.id, None, message("hello")).expect("first");
+        let second = store.append(&session.id, None, message("again")).expect("second");
+        let sibling = store.append(&session.id, Some(&first), message("instead")).expect("sibling");
+        let read = store.read(&session.id).expect("read");
+        assert_eq!(read.entries.len(), 4);
+        assert_eq!(read.branch(&second).expect("branch").len(), 3);
+        let mut leaves = read.leaves();
+        leaves.sort_unstable();
+        let mut expected = vec![second.as_str(), sibling.as_str()];
+        expected.sort_unstable();
+        assert_eq!(leaves, expected);
+
+        let fork = store.fork(&session.id, &first).expect("fork");
+        let forked = store.read(&fork.id).expect("read fork");
+        assert_eq!(forked.entries.len(), 2, "header and the first message");
+        store.append(&fork.id, None, message("on the fork")).expect("append to fork");
+        assert_eq!(store.read(&session.id).expect("source").entries.len(), 4, "the source is unchanged");
+
+        store.set_status(&session.id, SessionStatus::Archived).expect("archive");
+        assert!(matches!(store.append(&session.id, None, message("x")), Err(SessionError::Archived(_))));
+        assert!(matches!(store.get_in(&session.id, &Context::user("bob")), Err(SessionError::OtherContext { .. })));
+
+        let reopened = SessionStore::open(dir.path());
+        let again = reopened.get(&session.id).expect("in the index");
+        assert_eq!(again.status, SessionStatus::Archived);
+        reopened.set_status(&session.id, SessionStatus::Active).expect("resume");
+        let third = reopened.append(&session.id, None, message("resumed")).expect("append after resume");
+        let branch = reopened.read(&session.id).expect("read").branch(&third).expect("branch");
+        assert_eq!(branch.len(), 4, "the resumed session continues from its leaf, the last entry written");
+        assert_eq!(reopened.counts(), SessionCounts { active: 2, idle: 0, archived: 0 });
+    }
+
+    #[test]
+    fn sweeps_idle_and_due_sessions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("data/state")).expect("state");
+        let store = SessionStore::open(dir.path());
+        let session = store.create(&Context::group("family"), "alice", None).expect("create");
+        let now = session.last_activity_seconds;
+        assert_eq!(store.sweep(now + 10, 60, 3600).expect("sweep"), (vec![], vec![]));
+        assert_eq!(store.sweep(now + 61, 60, 3600).expect("sweep"), (vec![session.id.clone()], vec![]));
+        assert_eq!(store.sweep(now + 3601, 60, 3600).expect("sweep"), (vec![], vec![session.id.clone()]));
+    }
 
     #[test]
     fn counts_by_status() {

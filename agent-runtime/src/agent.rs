@@ -1,0 +1,424 @@
+//! `baaaht-agent agent`: the agent loop (spec §6.3) of an Assistant, Worker, Researcher,
+//! Coder, Memory or Heartbeat container. It registers with its token, then takes turns from
+//! the daemon one at a time: the model (StreamLLM, with the role's tools) → tool calls (all of
+//! one step at once: RequestToolExecution, or DelegateToAgent for the Assistant's `delegate`)
+//! → results back to the model → … until a final answer or the role's step limit.
+//!
+//! The container holds no key and writes nothing: the daemon records the session and
+//! publishes what the model writes as it streams through it.
+
+use std::path::Path;
+
+use baaaht_proto::client::{connect, Backoff, ConnectOptions, Orchestrator};
+use baaaht_proto::v1;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{} is not set: the daemon starts agents with their token", baaaht_proto::CONTAINER_TOKEN_ENV)]
+    NoToken,
+    #[error("cannot reach the daemon: {0}")]
+    Connect(#[from] baaaht_proto::client::ConnectError),
+    #[error("{call} failed: {message}")]
+    Rpc { call: &'static str, message: String },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+fn rpc(call: &'static str) -> impl Fn(tonic::Status) -> AgentError {
+    move |status| AgentError::Rpc { call, message: status.message().to_string() }
+}
+
+/// Serves turns until the daemon closes the stream.
+pub fn run(socket: &Path) -> Result<(), AgentError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(AgentError::Runtime)?;
+    runtime.block_on(serve(socket))
+}
+
+async fn serve(socket: &Path) -> Result<(), AgentError> {
+    let token = std::env::var(baaaht_proto::CONTAINER_TOKEN_ENV).map_err(|_unset| AgentError::NoToken)?;
+    let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
+    let mut client = connect(socket, options).await?;
+    let hello = v1::AgentRegistration { role: 0, runtime_version: env!("CARGO_PKG_VERSION").into() };
+    let config = client.register_agent(hello.clone()).await.map_err(rpc("RegisterAgent"))?.into_inner();
+    let agent = Agent::new(config, client.clone());
+    let (reports, outgoing) = mpsc::channel(4);
+    // silent-ok: the receiver is the request stream below, alive until take_turns returns.
+    let _ = reports.send(v1::AgentReport { kind: Some(v1::agent_report::Kind::Hello(hello)) }).await;
+    let mut turns = client
+        .take_turns(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .map_err(rpc("TakeTurns"))?
+        .into_inner();
+    while let Some(turn) = turns.message().await.map_err(rpc("TakeTurns"))? {
+        let result = agent.take(turn).await;
+        if reports.send(v1::AgentReport { kind: Some(v1::agent_report::Kind::Result(result)) }).await.is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The `delegate` tool of the Assistant (spec §6.1).
+pub fn delegate_definition() -> crate::tools::Definition {
+    crate::tools::Definition {
+        name: "delegate",
+        description: "Hand a task to a specialised agent and get its answer. worker: web searches, reading files, \
+                      sending messages, simple lookups; researcher: deep research over many sources; coder: \
+                      reading, writing and running code in the session's workspace; memory: remembering or \
+                      recalling something for the user. The agent sees only what you pass in task and context.",
+        parameters: json!({"type": "object", "required": ["agent", "task"], "additionalProperties": false, "properties": {
+            "agent": {"type": "string", "enum": ["worker", "researcher", "coder", "memory"]},
+            "task": {"type": "string", "description": "what the agent should do, in full sentences"},
+            "context": {"type": "string", "description": "everything from the conversation the agent needs: names, paths, decisions"},
+            "responseFormat": {"type": "string", "description": "how the answer should be shaped"},
+            "priority": {"type": "string", "enum": ["normal", "background"], "description": "background: answer the user at once; the result arrives later as a new message"},
+        }}),
+    }
+}
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, Default)]
+struct Call {
+    id: String,
+    name: String,
+    input: String,
+}
+
+/// One model answer, assembled from its stream.
+#[derive(Debug, Default)]
+struct Answer {
+    text: String,
+    thinking: Vec<v1::ThinkingBlock>,
+    calls: Vec<Call>,
+}
+
+struct Agent {
+    config: v1::AgentConfig,
+    client: Orchestrator,
+    system: String,
+    tools: Vec<v1::ToolDefinition>,
+}
+
+fn text_block(text: String) -> v1::ContentBlock {
+    v1::ContentBlock { block: Some(v1::content_block::Block::Text(text)) }
+}
+
+fn with_correlation<T>(message: T, correlation: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Ok(value) = correlation.parse() {
+        request.metadata_mut().insert(baaaht_proto::CORRELATION_ID_HEADER, value);
+    }
+    request
+}
+
+/// A tool call id the daemon accepts as a result file name, unique to this turn.
+fn call_id(turn: &str, id: &str) -> String {
+    let clean: String =
+        format!("{turn}-{id}").chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    clean.chars().take(128).collect()
+}
+
+impl Agent {
+    fn new(config: v1::AgentConfig, client: Orchestrator) -> Agent {
+        let known = crate::tools::definitions();
+        let tools = config
+            .tools
+            .iter()
+            .filter_map(|tool| {
+                let definition = if tool.name == "delegate" {
+                    Some(delegate_definition())
+                } else {
+                    known.iter().find(|known| known.name == tool.name).cloned()
+                };
+                definition.map(|d| v1::ToolDefinition {
+                    name: d.name.into(),
+                    description: d.description.into(),
+                    parameters_json: d.parameters.to_string(),
+                })
+            })
+            .collect();
+        let system = system_prompt(&config);
+        Agent { config, client, system, tools }
+    }
+
+    /// Runs one turn to its end.
+    async fn take(&self, turn: v1::AgentTurn) -> v1::TurnResult {
+        let mut result = self.run(&turn).await;
+        result.turn_id = turn.turn_id;
+        result
+    }
+
+    async fn run(&self, turn: &v1::AgentTurn) -> v1::TurnResult {
+        let model = if turn.model.is_empty() { self.config.model.clone() } else { turn.model.clone() };
+        let mut messages = turn.messages.clone();
+        let mut texts: Vec<String> = vec![];
+        let limit = self.config.max_iterations.max(1);
+        for step in 1..=limit {
+            let request = v1::LlmRequest {
+                model: model.clone(),
+                system: self.system.clone(),
+                messages: messages.clone(),
+                tools: self.tools.clone(),
+                temperature: self.config.temperature,
+                ..v1::LlmRequest::default()
+            };
+            let answer = match self.complete(request, &turn.correlation_id).await {
+                Ok(answer) => answer,
+                Err(message) => {
+                    return v1::TurnResult { content: message, is_error: true, steps: step, ..Default::default() }
+                }
+            };
+            let mut content: Vec<v1::ContentBlock> = answer
+                .thinking
+                .into_iter()
+                .map(|thinking| v1::ContentBlock { block: Some(v1::content_block::Block::Thinking(thinking)) })
+                .collect();
+            if !answer.text.is_empty() {
+                content.push(text_block(answer.text.clone()));
+                texts.push(answer.text);
+            }
+            for call in &answer.calls {
+                content.push(v1::ContentBlock {
+                    block: Some(v1::content_block::Block::ToolUse(v1::ToolUseBlock {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        input_json: if call.input.trim().is_empty() { "{}".into() } else { call.input.clone() },
+                    })),
+                });
+            }
+            if answer.calls.is_empty() {
+                return v1::TurnResult {
+                    content: texts.join("\n\n"),
+                    is_error: false,
+                    steps: step,
+                    ..Default::default()
+                };
+            }
+            messages.push(v1::LlmMessage { role: "assistant".into(), content });
+            let results = self.execute_all(&answer.calls, turn).await;
+            messages.push(v1::LlmMessage {
+                role: "user".into(),
+                content: results
+                    .into_iter()
+                    .map(|result| v1::ContentBlock { block: Some(v1::content_block::Block::ToolResult(result)) })
+                    .collect(),
+            });
+        }
+        let mut content = format!("Stopped after {limit} steps without a final answer (the step limit of this agent).");
+        if let Some(last) = texts.last() {
+            content.push_str(&format!(" The last thing it wrote: {last}"));
+        }
+        v1::TurnResult { content, is_error: true, steps: limit, ..Default::default() }
+    }
+
+    /// Streams one model answer.
+    async fn complete(&self, request: v1::LlmRequest, correlation: &str) -> Result<Answer, String> {
+        let mut client = self.client.clone();
+        let mut events = client
+            .stream_llm(with_correlation(request, correlation))
+            .await
+            .map_err(|status| format!("the model could not be asked: {}", status.message()))?
+            .into_inner();
+        let mut answer = Answer::default();
+        let mut stopped = false;
+        let mut by_index: std::collections::BTreeMap<u32, Call> = std::collections::BTreeMap::new();
+        let mut thinking: std::collections::BTreeMap<u32, v1::ThinkingBlock> = std::collections::BTreeMap::new();
+        loop {
+            let event = match events.message().await {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(status) => return Err(format!("the model's answer broke off: {}", status.message())),
+            };
+            use v1::llm_event::Event;
+            match event.event {
+                Some(Event::TextDelta(delta)) => answer.text.push_str(&delta.text),
+                Some(Event::ThinkingDelta(delta)) => {
+                    let block = thinking.entry(delta.index).or_default();
+                    block.thinking.push_str(&delta.thinking);
+                    block.signature.push_str(&delta.signature);
+                }
+                Some(Event::ToolCallStart(start)) => {
+                    by_index.insert(start.index, Call { id: start.id, name: start.name, input: String::new() });
+                }
+                Some(Event::ToolCallDelta(delta)) => {
+                    if let Some(call) = by_index.get_mut(&delta.index) {
+                        call.input.push_str(&delta.partial_json);
+                    }
+                }
+                Some(Event::MessageStop(_)) => stopped = true,
+                Some(Event::Error(error)) => {
+                    return Err(format!("the model failed ({}): {}", error.kind, error.message));
+                }
+                _ => {}
+            }
+        }
+        if !stopped {
+            return Err("the model's answer ended without its stop event".into());
+        }
+        answer.calls = by_index.into_values().collect();
+        answer.thinking = thinking.into_values().collect();
+        Ok(answer)
+    }
+
+    /// Runs the calls of one step at once; results come back in the calls' order.
+    async fn execute_all(&self, calls: &[Call], turn: &v1::AgentTurn) -> Vec<v1::ToolResultBlock> {
+        let mut set = tokio::task::JoinSet::new();
+        for (index, call) in calls.iter().enumerate() {
+            let (client, call, turn) = (self.client.clone(), call.clone(), turn.clone());
+            let allowed = self.tools.iter().any(|tool| tool.name == call.name);
+            set.spawn(async move {
+                let (content, is_error) = if allowed {
+                    execute(client, &call, &turn).await
+                } else {
+                    (format!("there is no tool `{}` here", call.name), true)
+                };
+                (index, v1::ToolResultBlock { tool_use_id: call.id, content, is_error })
+            });
+        }
+        let mut results: Vec<Option<v1::ToolResultBlock>> = vec![None; calls.len()];
+        while let Some(joined) = set.join_next().await {
+            if let Ok((index, result)) = joined {
+                results[index] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .zip(calls)
+            .map(|(result, call)| {
+                result.unwrap_or_else(|| v1::ToolResultBlock {
+                    tool_use_id: call.id.clone(),
+                    content: "the call was lost".into(),
+                    is_error: true,
+                })
+            })
+            .collect()
+    }
+}
+
+/// One tool call through the daemon.
+async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) -> (String, bool) {
+    let input = if call.input.trim().is_empty() { "{}" } else { call.input.as_str() };
+    let params: Value = match serde_json::from_str(input) {
+        Ok(params @ Value::Object(_)) => params,
+        Ok(_) => return ("the arguments must be a JSON object".into(), true),
+        Err(error) => return (format!("the arguments are not valid JSON: {error}"), true),
+    };
+    if call.name == "delegate" {
+        let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+        let agent = match text("agent").as_str() {
+            "worker" => v1::AgentRole::Worker,
+            "researcher" => v1::AgentRole::Researcher,
+            "coder" => v1::AgentRole::Coder,
+            "memory" => v1::AgentRole::Memory,
+            other => return (format!("agent `{other}` is not one of worker, researcher, coder, memory"), true),
+        };
+        let priority = match text("priority").as_str() {
+            "background" => v1::DelegatePriority::Background,
+            _ => v1::DelegatePriority::Normal,
+        };
+        let request = v1::DelegateRequest {
+            agent: agent as i32,
+            task: text("task"),
+            context: text("context"),
+            response_format: text("responseFormat"),
+            priority: priority as i32,
+            tool_call_id: call.id.clone(),
+        };
+        return match client.delegate_to_agent(with_correlation(request, &turn.correlation_id)).await {
+            Ok(response) => {
+                let response = response.into_inner();
+                (response.result, response.is_error)
+            }
+            Err(status) => (format!("the delegation failed: {}", status.message()), true),
+        };
+    }
+    let request = v1::ToolRequest {
+        tool: call.name.clone(),
+        params_json: params.to_string(),
+        tool_call_id: call_id(&turn.turn_id, &call.id),
+        timeout_seconds: 0,
+    };
+    match client.request_tool_execution(with_correlation(request, &turn.correlation_id)).await {
+        Ok(response) => {
+            let response = response.into_inner();
+            (response.content, response.is_error)
+        }
+        Err(status) => (format!("the tool could not run: {}", status.message()), true),
+    }
+}
+
+/// The system prompt: identity, personality, whom it serves, what it remembers, its skills.
+fn system_prompt(config: &v1::AgentConfig) -> String {
+    let mut parts: Vec<String> = vec![];
+    for text in [&config.soul, &config.identity] {
+        if !text.trim().is_empty() {
+            parts.push(text.trim().to_string());
+        }
+    }
+    if !config.context_profile.trim().is_empty() {
+        let whom = match config.context.as_ref().map(|c| c.r#type) {
+            Some(t) if t == v1::ContextType::Group as i32 => "the group you serve",
+            _ => "the person you serve",
+        };
+        parts.push(format!("# About {whom}\n{}", config.context_profile.trim()));
+    }
+    if !config.memories.is_empty() {
+        let lines: Vec<String> = config.memories.iter().map(|memory| format!("- {memory}")).collect();
+        parts.push(format!("# What you remember\n{}", lines.join("\n")));
+    }
+    if let Some(manifest) = config.skills.as_ref().filter(|m| !m.skills.is_empty()) {
+        let mut text = String::from("# Skills\nInstructions for these tasks exist; ask for them when one applies.\n");
+        for skill in &manifest.skills {
+            text.push_str(&format!("- {}: {}\n", skill.name, skill.description.trim()));
+        }
+        for skill in manifest.skills.iter().filter(|s| s.always_loaded && !s.body.trim().is_empty()) {
+            text.push_str(&format!("\n## {}\n{}\n", skill.name, skill.body.trim()));
+        }
+        parts.push(text.trim_end().to_string());
+    }
+    parts.join("\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ids_are_file_names_unique_to_the_turn() {
+        assert_eq!(call_id("t-1", "toolu_01.A"), "t-1-toolu_01_A");
+        assert_eq!(call_id("t", &"x".repeat(300)).len(), 128);
+    }
+
+    #[test]
+    fn the_system_prompt_carries_identity_context_memory_and_skills() {
+        let config = v1::AgentConfig {
+            soul: "Warm.".into(),
+            identity: "You are the Assistant.".into(),
+            context_profile: "Alice, likes tea.".into(),
+            memories: vec!["cat: Miso".into()],
+            skills: Some(v1::SkillManifest {
+                skills: vec![v1::SkillSummary {
+                    name: "summarize".into(),
+                    description: "Summaries.".into(),
+                    always_loaded: true,
+                    body: "Be brief.".into(),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        };
+        let prompt = system_prompt(&config);
+        for part in [
+            "Warm.",
+            "You are the Assistant.",
+            "Alice, likes tea.",
+            "- cat: Miso",
+            "- summarize: Summaries.",
+            "Be brief.",
+        ] {
+            assert!(prompt.contains(part), "{part} missing from {prompt}");
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! Agent containers (spec §6, DESIGN.md §4): each runs `baaaht-agent agent`, registers, and
+//! takes turns over `TakeTurns` — a user turn for a session's Assistant, a task for a delegated
+//! Worker, Researcher, Coder or Memory agent. A container serves one turn at a time and, once
+//! done, waits idle for the next turn of the same session and role: the Assistant for
+//! `sessions.idle_after`, the others for a keep-warm window (60 s). Idle containers beyond
+//! that are removed; none is ever shared between sessions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_proto::v1;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::auth::{ContainerIdentity, Context, Role};
+use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
+
+/// How long a new agent may take to connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a delegated agent's container waits for another task of its session.
+pub const KEEP_WARM: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot start the {role} container: {reason}")]
+    Start { role: Role, reason: String },
+    #[error("the {role} agent did not connect within {} s; see the daemon log", CONNECT_TIMEOUT.as_secs(), role = .0)]
+    NoAgent(Role),
+    #[error("the {0} agent stopped during the turn")]
+    Lost(Role),
+    #[error("the {role} agent gave no answer within {} s", limit.as_secs())]
+    Timeout { role: Role, limit: Duration },
+}
+
+/// The turn a container is working on, for the events its calls produce.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub session: String,
+    pub context: Context,
+    pub role: Role,
+    pub turn_id: String,
+    pub correlation_id: String,
+    /// The user turn this work belongs to (a delegated task's is its Assistant's turn).
+    pub user_turn: String,
+}
+
+/// An agent connected over TakeTurns.
+#[derive(Debug)]
+struct Connection {
+    turns: mpsc::Sender<v1::AgentTurn>,
+    pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::TurnResult>>>>,
+}
+
+/// An idle agent container.
+#[derive(Debug)]
+struct Idle {
+    container: String,
+    since: Instant,
+}
+
+/// One piece of work for [`AgentPool::run`].
+#[derive(Debug)]
+pub struct Work {
+    pub live: Live,
+    pub turn: v1::AgentTurn,
+    pub timeout: Duration,
+}
+
+/// Every agent container of the daemon.
+pub struct AgentPool {
+    containers: Arc<ContainerManager>,
+    assistant_idle: Duration,
+    /// (session, role) → containers waiting for work.
+    idle: Mutex<HashMap<(String, Role), Vec<Idle>>>,
+    connected: Mutex<HashMap<String, Connection>>,
+    /// Container name → the turn it works on.
+    live: Mutex<HashMap<String, Live>>,
+    changes: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for AgentPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentPool").field("assistant_idle", &self.assistant_idle).finish_non_exhaustive()
+    }
+}
+
+impl AgentPool {
+    pub fn new(containers: Arc<ContainerManager>, assistant_idle: Duration) -> AgentPool {
+        AgentPool {
+            containers,
+            assistant_idle,
+            idle: Mutex::default(),
+            connected: Mutex::default(),
+            live: Mutex::default(),
+            changes: watch::channel(0).0,
+        }
+    }
+
+    fn is_connected(&self, container: &str) -> bool {
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).contains_key(container)
+    }
+
+    /// The turn `container` is working on, if any.
+    pub fn live(&self, container: &str) -> Option<Live> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner).get(container).cloned()
+    }
+
+    /// Agent containers working or waiting, for status and benchmarks.
+    pub fn count(&self) -> usize {
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    fn keep_warm(&self, role: Role) -> Duration {
+        if role == Role::Assistant {
+            self.assistant_idle
+        } else {
+            KEEP_WARM
+        }
+    }
+
+    /// Starts an agent container for `session`/`role` and waits until it takes turns.
+    async fn start(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
+        let request = RunRequest {
+            role,
+            session_id: session.to_string(),
+            context: context.clone(),
+            command: vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "agent".into()],
+            // Identity, context and skills arrive with RegisterAgent: nothing of the host is
+            // mounted into an agent container.
+            mounts: vec![],
+            env: vec![],
+            timeout: Duration::MAX,
+            daemon_socket: true,
+            working_dir: None,
+        };
+        let mut changes = self.changes.subscribe();
+        // Not adopted after a daemon crash: its turn died with the daemon.
+        let handle = self
+            .containers
+            .start_detached(request)
+            .await
+            .map_err(|error| AgentError::Start { role, reason: baaaht_proto::error_chain(&error) })?;
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+        while !self.is_connected(&handle.name) {
+            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+                tracing::warn!(container = %handle.name, "the agent did not connect; removing its container");
+                self.remove(&handle.name).await;
+                return Err(AgentError::NoAgent(role));
+            }
+        }
+        tracing::info!(session, role = role.as_str(), container = %handle.name, "agent ready");
+        Ok(handle.name)
+    }
+
+    async fn remove(&self, container: &str) {
+        if let Err(error) = self.containers.stop_service(container).await {
+            tracing::warn!(container, %error, "cannot remove an agent container");
+        }
+    }
+
+    /// An idle connected container of `session`/`role`, or a new one.
+    async fn take(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
+        loop {
+            let candidate = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_mut(&(session.to_string(), role))
+                .and_then(Vec::pop);
+            match candidate {
+                Some(idle) if self.is_connected(&idle.container) => return Ok(idle.container),
+                Some(gone) => self.remove(&gone.container).await,
+                None => return self.start(session, context, role).await,
+            }
+        }
+    }
+
+    /// Starts the Assistant of `session` ahead of its first turn (and the session's tool
+    /// container with it, see `tools::Runners::prewarm`), unless one is waiting already.
+    pub async fn prewarm(&self, session: &str, context: &Context, role: Role) -> Result<(), AgentError> {
+        let waiting = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(session.to_string(), role))
+            .is_some_and(|idle| !idle.is_empty());
+        if waiting {
+            return Ok(());
+        }
+        let container = self.start(session, context, role).await?;
+        self.give_back(session, role, container);
+        Ok(())
+    }
+
+    fn give_back(&self, session: &str, role: Role, container: String) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((session.to_string(), role))
+            .or_default()
+            .push(Idle { container, since: Instant::now() });
+    }
+
+    /// Runs one turn in a container of its session and role and returns the agent's answer.
+    pub async fn run(&self, work: Work) -> Result<v1::TurnResult, AgentError> {
+        let Work { live, turn, timeout } = work;
+        let role = live.role;
+        let container = self.take(&live.session, &live.context, role).await?;
+        let (done, answer) = oneshot::channel();
+        let turns = {
+            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(connection) = connected.get(&container) else { return Err(AgentError::Lost(role)) };
+            connection.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(turn.turn_id.clone(), done);
+            connection.turns.clone()
+        };
+        let session = live.session.clone();
+        self.live.lock().unwrap_or_else(PoisonError::into_inner).insert(container.clone(), live);
+        let outcome = async {
+            turns.send(turn).await.map_err(|_closed| AgentError::Lost(role))?;
+            match tokio::time::timeout(timeout, answer).await {
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(_dropped)) => Err(AgentError::Lost(role)),
+                Err(_) => Err(AgentError::Timeout { role, limit: timeout }),
+            }
+        }
+        .await;
+        self.live.lock().unwrap_or_else(PoisonError::into_inner).remove(&container);
+        match &outcome {
+            Ok(_) => self.give_back(&session, role, container),
+            // An agent that lost its turn is not trusted with the next one.
+            Err(_) => self.remove(&container).await,
+        }
+        outcome
+    }
+
+    /// Registers an agent that connected over TakeTurns and returns the stream of its turns;
+    /// results arriving on `reports` complete the pending turns.
+    pub fn attach(
+        self: &Arc<Self>,
+        identity: &ContainerIdentity,
+        mut reports: impl tokio_stream::Stream<Item = Result<v1::AgentReport, tonic::Status>> + Unpin + Send + 'static,
+    ) -> mpsc::Receiver<v1::AgentTurn> {
+        let (turns, receiver) = mpsc::channel(2);
+        let pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::TurnResult>>>> = Arc::default();
+        let name = identity.name.clone();
+        self.connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.clone(), Connection { turns, pending: pending.clone() });
+        self.changes.send_modify(|count| *count += 1);
+        let pool = self.clone();
+        tokio::spawn(async move {
+            use tokio_stream::StreamExt as _;
+            while let Some(report) = reports.next().await {
+                match report {
+                    Ok(v1::AgentReport { kind: Some(v1::agent_report::Kind::Result(result)) }) => {
+                        let waiter = pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&result.turn_id);
+                        match waiter {
+                            // silent-ok: the turn may have timed out meanwhile.
+                            Some(waiter) => drop(waiter.send(result)),
+                            None => {
+                                tracing::warn!(container = %name, turn = %result.turn_id, "an answer to no pending turn")
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(status) => {
+                        tracing::warn!(container = %name, error = %status.message(), "the agent's stream broke");
+                        break;
+                    }
+                }
+            }
+            pool.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+            pool.changes.send_modify(|count| *count += 1);
+            tracing::info!(container = %name, "agent disconnected");
+        });
+        receiver
+    }
+
+    /// Removes idle containers past their keep-warm window, and those of `sessions_gone`.
+    pub async fn reap_idle(&self, sessions_gone: &[String]) {
+        let mut expired = vec![];
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            for ((session, role), waiting) in idle.iter_mut() {
+                let limit = self.keep_warm(*role);
+                let gone = sessions_gone.contains(session);
+                waiting.retain(|entry| {
+                    let keep = !gone && entry.since.elapsed() <= limit;
+                    if !keep {
+                        expired.push(entry.container.clone());
+                    }
+                    keep
+                });
+            }
+            idle.retain(|_, waiting| !waiting.is_empty());
+        }
+        for container in expired {
+            tracing::info!(%container, "removing an idle agent container");
+            self.remove(&container).await;
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Agents end to end with the fake provider as the model: brains that read what each agent is
+//! asked and answer the way a model would, a daemon wired to them, and a client that sends a
+//! message and follows its turn to the end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use baaaht_proto::client::{self, Orchestrator};
+use baaaht_proto::v1;
+use serde_json::json;
+
+use crate::fake_provider::{anthropic_answer, Answer, Asked, FakeProvider, Responder, Wire};
+use crate::{DaemonOptions, TestDaemon};
+
+/// The text a coder's script prints.
+pub const HELLO: &str = "hello from baaaht";
+
+/// The Assistant delegates to the Coder; the Coder writes `hello.sh`, runs it, and reports what
+/// it printed; the Assistant passes that on.
+pub fn coder_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.results.last() {
+                None => anthropic_answer(
+                    "I'll ask the coder. ",
+                    &[(
+                        "toolu_delegate_1",
+                        "delegate",
+                        json!({"agent": "coder", "task": "Write hello.sh that prints a greeting, then run it.", "responseFormat": "what it printed"}),
+                    )],
+                ),
+                Some(result) => anthropic_answer(&format!("Done. The coder says: {result}"), &[]),
+            };
+        }
+        if asked.offers("exec") {
+            return match asked.results.len() {
+                0 => anthropic_answer(
+                    "",
+                    &[(
+                        "toolu_write_1",
+                        "write_file",
+                        json!({"path": "hello.sh", "content": format!("echo {HELLO}\n")}),
+                    )],
+                ),
+                1 => anthropic_answer("", &[("toolu_exec_1", "exec", json!({"command": "sh hello.sh"}))]),
+                _ => {
+                    let printed = asked.results.last().cloned().unwrap_or_default();
+                    let line = printed.lines().find(|line| line.contains(HELLO)).unwrap_or("nothing");
+                    anthropic_answer(&format!("hello.sh printed: {line}"), &[])
+                }
+            };
+        }
+        anthropic_answer("I was not expecting to be asked.", &[])
+    })))
+}
+
+/// The Assistant delegates to the Worker, which answers at once; the Assistant passes it on.
+/// No tool runs: the round trip is the orchestration alone.
+pub fn worker_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.results.last() {
+                None => anthropic_answer(
+                    "",
+                    &[("toolu_delegate_1", "delegate", json!({"agent": "worker", "task": "Say done."}))],
+                ),
+                Some(result) => anthropic_answer(&format!("Worker: {result}"), &[]),
+            };
+        }
+        anthropic_answer("done", &[])
+    })))
+}
+
+/// A daemon whose models are all `fake` (its `anthropic` provider), the gateway a host child.
+pub fn daemon_with(fake: &FakeProvider, mut options: DaemonOptions) -> Result<TestDaemon> {
+    let providers = format!(
+        "providers:\n  anthropic:\n    api_key: ${{TEST_ANTHROPIC_KEY}}\n    api_base: {}\n    default: true\n",
+        fake.api_base(Wire::Anthropic)
+    );
+    options.env.push(("BAAAHT__LLM__GATEWAY".into(), "process".into()));
+    options.env.push(("TEST_ANTHROPIC_KEY".into(), "sk-ant-scenario".into()));
+    options.files.push(("config/providers.yaml".into(), providers));
+    TestDaemon::start(options)
+}
+
+pub fn user(id: &str) -> v1::ContextRef {
+    v1::ContextRef { r#type: v1::ContextType::User as i32, id: id.into() }
+}
+
+pub fn group(id: &str) -> v1::ContextRef {
+    v1::ContextRef { r#type: v1::ContextType::Group as i32, id: id.into() }
+}
+
+/// What a client saw of one turn.
+#[derive(Debug, Default, Clone)]
+pub struct Turn {
+    pub session: String,
+    pub entry: String,
+    pub turn: String,
+    /// Every text delta, joined.
+    pub streamed: String,
+    pub events: Vec<v1::OrchestratorEvent>,
+    pub reply: Option<v1::ReplyComplete>,
+    pub error: Option<String>,
+}
+
+/// Sends `message` as a host client and follows the turn until its reply or error.
+pub async fn turn(client: &mut Orchestrator, message: v1::UserMessage, limit: Duration) -> Result<Turn> {
+    let context = message.context.clone();
+    let mut events = client
+        .subscribe_events(v1::EventSubscription { context, session_id: String::new(), channel: 0 })
+        .await
+        .context("SubscribeEvents")?
+        .into_inner();
+    let sent = client.send_user_message(message).await.context("SendUserMessage")?.into_inner();
+    let mut seen =
+        Turn { session: sent.session_id, entry: sent.entry_id, turn: sent.turn_id.clone(), ..Turn::default() };
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let next = tokio::time::timeout_at(deadline, events.message()).await;
+        let Ok(next) = next else { bail!("no reply within {limit:?}; saw {:#?}", seen.events) };
+        let Some(event) = next.context("event stream")? else { bail!("the event stream ended") };
+        if event.turn_id != sent.turn_id {
+            continue;
+        }
+        use v1::orchestrator_event::Event;
+        match &event.event {
+            Some(Event::TextDelta(delta)) => seen.streamed.push_str(&delta.text),
+            Some(Event::Reply(reply)) => seen.reply = Some(reply.clone()),
+            Some(Event::Error(error)) => seen.error = Some(error.message.clone()),
+            _ => {}
+        }
+        seen.events.push(event);
+        if seen.reply.is_some() || seen.error.is_some() {
+            return Ok(seen);
+        }
+    }
+}
+
+/// A user message from `sender` in `context`.
+pub fn message(context: v1::ContextRef, sender: &str, content: &str) -> v1::UserMessage {
+    v1::UserMessage {
+        context: Some(context),
+        sender_id: sender.into(),
+        channel: v1::ChannelType::Cli as i32,
+        content: content.into(),
+        ..v1::UserMessage::default()
+    }
+}
+
+/// A host client of `daemon`.
+pub async fn host_client(daemon: &TestDaemon) -> Result<Orchestrator> {
+    Ok(client::connect(&daemon.socket(), client::ConnectOptions::default()).await?)
+}
