@@ -74,16 +74,72 @@ pub fn worker_brain() -> Answer {
     })))
 }
 
+/// The text of the last user message of a request that is not a tool result.
+pub fn last_user_text(asked: &Asked) -> String {
+    let mut last = String::new();
+    for message in asked.body["messages"].as_array().into_iter().flatten() {
+        if message["role"] != "user" {
+            continue;
+        }
+        let blocks: Vec<&serde_json::Value> = match &message["content"] {
+            serde_json::Value::Array(blocks) => blocks.iter().collect(),
+            other => vec![other],
+        };
+        let text: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str().or(b.as_str())).collect();
+        if !text.is_empty() {
+            last = text.join("\n");
+        }
+    }
+    last
+}
+
+/// The Assistant answers by itself: `echo: ` and the last thing the user wrote.
+pub fn echo_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        anthropic_answer(&format!("echo: {}", last_user_text(&asked)), &[])
+    })))
+}
+
+/// The Assistant delegates to the Worker, whose answer takes a minute to stream.
+pub fn slow_worker_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.results.last() {
+                None => anthropic_answer(
+                    "",
+                    &[("toolu_delegate_1", "delegate", json!({"agent": "worker", "task": "Take your time."}))],
+                ),
+                Some(result) => anthropic_answer(&format!("Worker: {result}"), &[]),
+            };
+        }
+        crate::fake_provider::token_stream(Wire::Anthropic, 120, Duration::from_millis(500))
+    })))
+}
+
 /// A daemon whose models are all `fake` (its `anthropic` provider), the gateway a host child.
 pub fn daemon_with(fake: &FakeProvider, mut options: DaemonOptions) -> Result<TestDaemon> {
+    let wired = options_for(fake);
+    options.env.extend(wired.env);
+    options.files.extend(wired.files);
+    TestDaemon::start(options)
+}
+
+/// What [`daemon_with`] adds: the `anthropic` provider at `fake`, the gateway a host child.
+pub fn options_for(fake: &FakeProvider) -> DaemonOptions {
     let providers = format!(
         "providers:\n  anthropic:\n    api_key: ${{TEST_ANTHROPIC_KEY}}\n    api_base: {}\n    default: true\n",
         fake.api_base(Wire::Anthropic)
     );
-    options.env.push(("BAAAHT__LLM__GATEWAY".into(), "process".into()));
-    options.env.push(("TEST_ANTHROPIC_KEY".into(), "sk-ant-scenario".into()));
-    options.files.push(("config/providers.yaml".into(), providers));
-    TestDaemon::start(options)
+    DaemonOptions {
+        env: vec![
+            ("BAAAHT__LLM__GATEWAY".into(), "process".into()),
+            ("TEST_ANTHROPIC_KEY".into(), "sk-ant-scenario".into()),
+        ],
+        files: vec![("config/providers.yaml".into(), providers)],
+        ..DaemonOptions::default()
+    }
 }
 
 pub fn user(id: &str) -> v1::ContextRef {

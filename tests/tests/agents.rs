@@ -97,3 +97,184 @@ fn session_of(daemon: &baaaht_tests::TestDaemon) -> String {
     .expect("JSON");
     index["sessions"][0]["id"].as_str().expect("a session").to_string()
 }
+
+fn baaaht(daemon: &baaaht_tests::TestDaemon, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(args)
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht runs")
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::echo_brain()))).expect("fake provider");
+    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+
+    // Two people in one group conversation.
+    let first = baaaht(&daemon, &["chat", "--group", "family", "--as", "alice", "who is cooking tonight?"]);
+    assert!(
+        first.status.success(),
+        "{}{}\n{}",
+        stdout(&first),
+        String::from_utf8_lossy(&first.stderr),
+        daemon.log_text()
+    );
+    assert_eq!(stdout(&first), "echo: alice: who is cooking tonight?\n");
+    let second = baaaht(&daemon, &["chat", "--group", "family", "--as", "bob", "I am"]);
+    assert_eq!(stdout(&second), "echo: bob: I am\n", "{}", String::from_utf8_lossy(&second.stderr));
+    let asked = fake.requests();
+    assert!(
+        asked.last().is_some_and(|r| r.contains("alice: who is cooking tonight?") && r.contains("bob: I am")),
+        "the second turn sees the whole group conversation"
+    );
+
+    let list = stdout(&baaaht(&daemon, &["sessions", "list", "--group", "family"]));
+    let session = list.split_whitespace().next().expect("one session").to_string();
+    assert_eq!(list.lines().count(), 1, "{list}");
+    let shown = stdout(&baaaht(&daemon, &["sessions", "show", &session]));
+    assert!(shown.contains("user (alice): who is cooking tonight?") && shown.contains("user (bob): I am"), "{shown}");
+
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let read = |client: &mut baaaht_proto::client::Orchestrator, id: &str, leaf: &str| {
+            let request = v1::ReadSessionRequest { session_id: id.into(), leaf_entry_id: leaf.into() };
+            let mut client = client.clone();
+            async move { client.read_session(request).await.expect("ReadSession").into_inner() }
+        };
+        let all = read(&mut client, &session, "").await;
+        assert_eq!(all.entries.len(), 4);
+        let first_reply = all.entries[1].id.clone();
+
+        // A branch read and a fork from the first reply: the fork holds that branch only.
+        assert_eq!(read(&mut client, &session, &first_reply).await.entries.len(), 2);
+        let fork = client
+            .fork_session(v1::ForkSessionRequest { session_id: session.clone(), entry_id: first_reply.clone() })
+            .await
+            .expect("fork")
+            .into_inner();
+        assert_ne!(fork.id, session);
+        let forked = read(&mut client, &fork.id, "").await;
+        assert_eq!(forked.entries.len(), 2);
+        assert_eq!(forked.entries[0].parent, fork.id, "the branch hangs under the fork's header");
+        let mut in_fork = message(scenario::group("family"), "carol", "what about tomorrow?");
+        in_fork.session_id = fork.id.clone();
+        let turn = scenario::turn(&mut client, in_fork, Duration::from_secs(60)).await.expect("turn in the fork");
+        assert_eq!(turn.reply.expect("reply").content, "echo: carol: what about tomorrow?");
+        assert!(
+            fake.requests().last().is_some_and(|r| r.contains("alice: who is cooking") && !r.contains("bob: I am")),
+            "the fork's turn sees its own branch only"
+        );
+        assert_eq!(read(&mut client, &session, "").await.entries.len(), 4, "the original is untouched");
+
+        // Archive, refused while archived, resume, and the conversation continues.
+        client.archive_session(v1::SessionRef { session_id: session.clone() }).await.expect("archive");
+        let mut late = message(scenario::group("family"), "bob", "still there?");
+        late.session_id = session.clone();
+        let refused = client.send_user_message(late.clone()).await.expect_err("archived");
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+        assert!(refused.message().contains("archived: resume it first"), "{}", refused.message());
+        let resumed = client.resume_session(v1::SessionRef { session_id: session.clone() }).await.expect("resume");
+        assert_eq!(resumed.into_inner().status, "active");
+
+        // A model switch is recorded and used from the next turn on.
+        let switched = client
+            .switch_model(v1::SwitchModelRequest { session_id: session.clone(), model: "anthropic/other-model".into() })
+            .await
+            .expect("switch");
+        assert!(switched.into_inner().message.contains("anthropic/other-model"));
+        let turn = scenario::turn(&mut client, late, Duration::from_secs(60)).await.expect("turn after resume");
+        assert_eq!(turn.reply.expect("reply").content, "echo: bob: still there?");
+        assert!(
+            fake.requests().last().is_some_and(|r| r.contains("\"model\":\"other-model\"")),
+            "the new model is asked"
+        );
+        let all = read(&mut client, &session, "").await;
+        let kinds: Vec<&str> = all
+            .entries
+            .iter()
+            .map(|e| match &e.entry {
+                Some(v1::session_entry::Entry::Message(m)) => m.role.as_str(),
+                Some(v1::session_entry::Entry::ModelChange(_)) => "model_change",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["user", "assistant", "user", "assistant", "model_change", "user", "assistant"]);
+    });
+    let bad = baaaht(&daemon, &["sessions", "show", "../etc"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("is not a valid id"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+#[test]
+fn a_daemon_killed_during_a_delegation_ends_the_turn_with_a_message_and_leaves_no_container() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::slow_worker_brain()))).expect("fake provider");
+    let mut daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    let (session, agents) = rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let mut events = client
+            .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        let sent = client
+            .send_user_message(message(user("alice"), "alice", "Ask the worker."))
+            .await
+            .expect("send")
+            .into_inner();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(60), events.message())
+                .await
+                .expect("the delegation starts")
+                .expect("stream")
+                .expect("event");
+            if matches!(&event.event, Some(v1::orchestrator_event::Event::Delegation(d)) if d.state == "started") {
+                break;
+            }
+        }
+        // The worker is streaming its (slow) answer when the daemon dies.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while fake.requests().len() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "the worker never asked the model");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let agents: Vec<String> = daemon
+            .recorded_containers()
+            .into_iter()
+            .filter(|name| name.starts_with("baaaht-assistant-") || name.starts_with("baaaht-worker-"))
+            .collect();
+        (sent.session_id, agents)
+    });
+    assert_eq!(agents.len(), 2, "an assistant and a worker: {agents:?}");
+    daemon.signal("KILL").expect("kill -9");
+    daemon.wait_exit(Duration::from_secs(10)).expect("dies");
+
+    let restarted = baaaht_tests::TestDaemon::start(DaemonOptions {
+        data_dir: Some(daemon.data_dir.clone()),
+        ..scenario::options_for(&fake)
+    })
+    .expect("restarts");
+    let shown = stdout(&baaaht(&restarted, &["sessions", "show", &session]));
+    assert!(!shown.contains("unreadable"), "the session file is intact: {shown}");
+    let last = shown.lines().last().unwrap_or_default();
+    assert!(last.contains("system: The reply was interrupted: baaahtd stopped"), "{shown}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for name in &agents {
+        while baaaht_tests::docker(&["ps", "-aq", "--filter", &format!("name=^{name}$")])
+            .is_ok_and(|ids| !ids.trim().is_empty())
+        {
+            assert!(std::time::Instant::now() < deadline, "{name} was left behind:\n{}", restarted.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

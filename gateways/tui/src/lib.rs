@@ -3,6 +3,7 @@
 //! Connection and RPC failures become one sentence that says what to do ("daemon not running
 //! at PATH; start it with …"), never a stack of transport errors.
 
+pub mod chat;
 pub mod doctor;
 pub mod status;
 
@@ -54,6 +55,10 @@ pub enum CliError {
     Json(#[source] serde_json::Error),
     #[error("the self-test found problems: {0}")]
     SelfTestFailed(String),
+    #[error("{0}")]
+    TurnFailed(String),
+    #[error("the daemon closed the event stream before the reply")]
+    StreamEnded,
 }
 
 impl CliError {
@@ -63,7 +68,8 @@ impl CliError {
             CliError::NotRunning { .. } | CliError::Unreachable { .. } => 69,
             CliError::SocketPermission { .. } | CliError::Refused(_) => 77,
             CliError::Unsupported(_) | CliError::Rpc(_) | CliError::Json(_) => 70,
-            CliError::SelfTestFailed(_) => 1,
+            CliError::SelfTestFailed(_) | CliError::TurnFailed(_) => 1,
+            CliError::StreamEnded => 69,
         }
     }
 
@@ -72,6 +78,7 @@ impl CliError {
         let message = status.message().to_string();
         match status.code() {
             Code::PermissionDenied | Code::Unauthenticated => CliError::Refused(message),
+            Code::InvalidArgument | Code::NotFound | Code::FailedPrecondition => CliError::Rpc(message),
             Code::Unimplemented => CliError::Unsupported(message),
             // The daemon itself answered (its responses carry the correlation id) but cannot do
             // it now, e.g. without a container engine.

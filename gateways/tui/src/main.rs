@@ -48,6 +48,77 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Send one message and stream the answer (the context's active session, or --session)
+    Chat {
+        /// The message
+        prompt: String,
+        /// Talk as this user [default: $USER]
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        /// Talk in this group's conversation
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// Who writes, in a group [default: $USER]
+        #[arg(long = "as", value_name = "ID")]
+        sender: Option<String>,
+        /// Continue this session instead of the active one
+        #[arg(long, value_name = "ID", conflicts_with = "new")]
+        session: Option<String>,
+        /// Start a new session
+        #[arg(long)]
+        new: bool,
+        /// Give up waiting for the reply after this many seconds (the turn goes on)
+        #[arg(long, default_value_t = 600)]
+        wait: u64,
+    },
+    /// List, show, start, resume, fork and archive sessions, or switch their model
+    Sessions {
+        #[command(subcommand)]
+        command: SessionsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SessionsCommand {
+    /// List sessions, most recently active first
+    List {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// Only sessions in this state
+        #[arg(long, value_parser = ["created", "active", "idle", "archived"])]
+        status: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a session's entries (or one branch, root to --leaf)
+    Show {
+        id: String,
+        #[arg(long, value_name = "ENTRY")]
+        leaf: Option<String>,
+    },
+    /// Start a new session
+    New {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// Make an idle or archived session active again
+    Resume { id: String },
+    /// Start a new session from a session's branch ending at --entry (default: its last entry)
+    Fork {
+        id: String,
+        #[arg(long, value_name = "ENTRY")]
+        entry: Option<String>,
+    },
+    /// Archive a session
+    Archive { id: String },
+    /// Switch the model a session's Assistant uses
+    Model { id: String, model: String },
 }
 
 fn main() -> ExitCode {
@@ -111,7 +182,148 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 Err(CliError::SelfTestFailed(response.problems.join("; ")))
             }
         }
+        Command::Chat { prompt, user, group, sender, session, new, wait } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            chat(&mut client, &socket, Chat { prompt, user, group, sender, session, new, wait }).await
+        }
+        Command::Sessions { command } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            sessions(&mut client, &socket, command).await
+        }
     }
+}
+
+async fn chat(
+    client: &mut baaaht_proto::client::Orchestrator,
+    socket: &std::path::Path,
+    chat: Chat,
+) -> Result<(), CliError> {
+    use baaaht_cli::chat::{show, Ending};
+    let env = |key: &str| std::env::var(key).ok();
+    let context = baaaht_cli::chat::context(chat.user, chat.group, env);
+    let status = |status| CliError::from_status(status, socket);
+    let session = if chat.new {
+        let header = client
+            .new_session(v1::NewSessionRequest { context: Some(context.clone()), title: String::new() })
+            .await
+            .map_err(status)?
+            .into_inner();
+        header.id
+    } else {
+        chat.session.unwrap_or_default()
+    };
+    let mut events = client
+        .subscribe_events(v1::EventSubscription {
+            context: Some(context.clone()),
+            session_id: session.clone(),
+            channel: 0,
+        })
+        .await
+        .map_err(status)?
+        .into_inner();
+    let message = v1::UserMessage {
+        context: Some(context),
+        session_id: session,
+        sender_id: chat.sender.unwrap_or_else(|| baaaht_cli::chat::login(env)),
+        channel: v1::ChannelType::Cli as i32,
+        content: chat.prompt,
+        ..v1::UserMessage::default()
+    };
+    let sent = client.send_user_message(message).await.map_err(status)?.into_inner();
+    eprintln!("(session {})", sent.session_id);
+    let (mut out, mut note) = (std::io::stdout(), std::io::stderr());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(chat.wait);
+    loop {
+        let next = tokio::time::timeout_at(deadline, events.message()).await.map_err(|_elapsed| {
+            CliError::TurnFailed(format!(
+                "no reply within {} s; it will be in the session: baaaht sessions show {}",
+                chat.wait, sent.session_id
+            ))
+        })?;
+        let Some(event) = next.map_err(status)? else { return Err(CliError::StreamEnded) };
+        if event.turn_id != sent.turn_id {
+            continue;
+        }
+        match show(&event, &mut out, &mut note) {
+            Some(Ending::Reply) => return Ok(()),
+            Some(Ending::Failed(message)) => return Err(CliError::TurnFailed(message)),
+            None => {}
+        }
+    }
+}
+
+struct Chat {
+    prompt: String,
+    user: Option<String>,
+    group: Option<String>,
+    sender: Option<String>,
+    session: Option<String>,
+    new: bool,
+    wait: u64,
+}
+
+async fn sessions(
+    client: &mut baaaht_proto::client::Orchestrator,
+    socket: &std::path::Path,
+    command: SessionsCommand,
+) -> Result<(), CliError> {
+    let status = |status| CliError::from_status(status, socket);
+    let env = |key: &str| std::env::var(key).ok();
+    let header_line = |h: &v1::SessionHeader| format!("{}  {}", h.id, h.status);
+    match command {
+        SessionsCommand::List { user, group, status: state, json } => {
+            let filter = v1::SessionFilter {
+                user_id: user.clone().unwrap_or_default(),
+                group_id: group.unwrap_or_default(),
+                context_type: if user.is_some() { v1::ContextType::User as i32 } else { 0 },
+                status: state.unwrap_or_default(),
+                ..v1::SessionFilter::default()
+            };
+            let list = client.list_sessions(filter).await.map_err(status)?.into_inner();
+            if json {
+                let rows: Vec<serde_json::Value> = list
+                    .sessions
+                    .iter()
+                    .map(|s| {
+                        serde_json::json!({"id": s.id, "status": s.status, "userId": s.user_id, "groupId": s.group_id,
+                            "created": s.created, "lastActivity": s.last_activity, "title": s.title, "model": s.model})
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows).map_err(CliError::Json)?);
+            } else {
+                print!("{}", baaaht_cli::chat::sessions_text(&list));
+            }
+        }
+        SessionsCommand::Show { id, leaf } => {
+            let request = v1::ReadSessionRequest { session_id: id, leaf_entry_id: leaf.unwrap_or_default() };
+            let transcript = client.read_session(request).await.map_err(status)?.into_inner();
+            print!("{}", baaaht_cli::chat::transcript_text(&transcript));
+        }
+        SessionsCommand::New { user, group, title } => {
+            let context = baaaht_cli::chat::context(user, group, env);
+            let request = v1::NewSessionRequest { context: Some(context), title: title.unwrap_or_default() };
+            println!("{}", header_line(&client.new_session(request).await.map_err(status)?.into_inner()));
+        }
+        SessionsCommand::Resume { id } => {
+            let header = client.resume_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner();
+            println!("{}", header_line(&header));
+        }
+        SessionsCommand::Fork { id, entry } => {
+            let request = v1::ForkSessionRequest { session_id: id, entry_id: entry.unwrap_or_default() };
+            println!("{}", header_line(&client.fork_session(request).await.map_err(status)?.into_inner()));
+        }
+        SessionsCommand::Archive { id } => {
+            println!(
+                "{}",
+                client.archive_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner().message
+            );
+        }
+        SessionsCommand::Model { id, model } => {
+            let request = v1::SwitchModelRequest { session_id: id, model };
+            println!("{}", client.switch_model(request).await.map_err(status)?.into_inner().message);
+        }
+    }
+    Ok(())
 }
 
 fn role_number(role: &str) -> i32 {

@@ -1,0 +1,147 @@
+//! `baaaht chat` and `baaaht sessions`: what a person sees of a turn and of the session store.
+
+use baaaht_proto::v1;
+
+/// Whose conversation: `--group` wins, then `--user`, then the login name.
+pub fn context(user: Option<String>, group: Option<String>, env: impl Fn(&str) -> Option<String>) -> v1::ContextRef {
+    match (group, user) {
+        (Some(group), _) => v1::ContextRef { r#type: v1::ContextType::Group as i32, id: group },
+        (None, Some(user)) => v1::ContextRef { r#type: v1::ContextType::User as i32, id: user },
+        (None, None) => v1::ContextRef { r#type: v1::ContextType::User as i32, id: login(env) },
+    }
+}
+
+/// The login name of whoever runs the client (`$USER`, else `local`).
+pub fn login(env: impl Fn(&str) -> Option<String>) -> String {
+    env("USER").filter(|name| !name.is_empty()).unwrap_or_else(|| "local".into())
+}
+
+fn role_name(role: i32) -> &'static str {
+    match v1::AgentRole::try_from(role) {
+        Ok(v1::AgentRole::Assistant) => "assistant",
+        Ok(v1::AgentRole::Worker) => "worker",
+        Ok(v1::AgentRole::Researcher) => "researcher",
+        Ok(v1::AgentRole::Coder) => "coder",
+        Ok(v1::AgentRole::Memory) => "memory",
+        Ok(v1::AgentRole::Heartbeat) => "heartbeat",
+        _ => "agent",
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    Reply,
+    Failed(String),
+}
+
+/// Prints one event of the turn: the answer's text to `out` as it arrives, progress to `note`.
+/// Returns how the turn ended when this event ends it.
+pub fn show(
+    event: &v1::OrchestratorEvent,
+    out: &mut impl std::io::Write,
+    note: &mut impl std::io::Write,
+) -> Option<Ending> {
+    use v1::orchestrator_event::Event;
+    // silent-ok: a closed terminal does not stop the turn; the session keeps the reply.
+    let _ = match &event.event {
+        Some(Event::TextDelta(delta)) => write!(out, "{}", delta.text).and_then(|()| out.flush()),
+        Some(Event::Delegation(d)) if d.state == "started" => {
+            writeln!(note, "  → {}: {}", role_name(d.agent), d.task.lines().next().unwrap_or_default())
+        }
+        Some(Event::Delegation(d)) => writeln!(note, "  ← {} {}", role_name(d.agent), d.state),
+        Some(Event::Tool(t)) => {
+            writeln!(note, "    · {} {} {} ({} ms)", role_name(t.agent), t.tool, t.state, t.duration_ms)
+        }
+        Some(Event::Message(m)) => writeln!(out, "\n{}", m.content),
+        _ => Ok(()),
+    };
+    match &event.event {
+        Some(Event::Reply(_)) => {
+            // silent-ok: as above.
+            let _ = writeln!(out);
+            Some(Ending::Reply)
+        }
+        Some(Event::Error(error)) => Some(Ending::Failed(error.message.clone())),
+        _ => None,
+    }
+}
+
+/// One line per session.
+pub fn sessions_text(list: &v1::SessionList) -> String {
+    if list.sessions.is_empty() {
+        return "no sessions\n".into();
+    }
+    let mut text = String::new();
+    for s in &list.sessions {
+        let whose = if s.group_id.is_empty() { format!("user:{}", s.user_id) } else { format!("group:{}", s.group_id) };
+        let title = if s.title.is_empty() { String::new() } else { format!("  \"{}\"", s.title) };
+        text.push_str(&format!("{}  {:<8}  {:<20}  last {}{title}\n", s.id, s.status, whose, s.last_activity));
+    }
+    text
+}
+
+/// A transcript, entry by entry, with ids so that a branch can be forked.
+pub fn transcript_text(transcript: &v1::SessionTranscript) -> String {
+    let mut text = String::new();
+    if let Some(h) = &transcript.header {
+        let model = if h.model.is_empty() { String::new() } else { format!(", model {}", h.model) };
+        text.push_str(&format!("session {} ({}, created {}{model})\n", h.id, h.status, h.created));
+    }
+    for entry in &transcript.entries {
+        use v1::session_entry::Entry;
+        let body = match &entry.entry {
+            Some(Entry::Message(m)) if m.sender_id.is_empty() => format!("{}: {}", m.role, m.content),
+            Some(Entry::Message(m)) => format!("{} ({}): {}", m.role, m.sender_id, m.content),
+            Some(Entry::Delegate(d)) => format!("delegated to {}: {}\n    → {}", role_name(d.agent), d.task, d.result),
+            Some(Entry::Compaction(c)) => format!("compacted {} entries: {}", c.compacted_entry_ids.len(), c.summary),
+            Some(Entry::ModelChange(m)) => format!("model {} → {}", m.previous_model, m.new_model),
+            None => "(empty entry)".into(),
+        };
+        text.push_str(&format!("[{}] {body}\n", entry.id));
+    }
+    for problem in &transcript.problems {
+        text.push_str(&format!("! unreadable {problem}\n"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: v1::orchestrator_event::Event) -> v1::OrchestratorEvent {
+        v1::OrchestratorEvent { event: Some(kind), ..Default::default() }
+    }
+
+    #[test]
+    fn text_streams_to_out_and_progress_to_notes() {
+        use v1::orchestrator_event::Event;
+        let (mut out, mut note) = (vec![], vec![]);
+        let delta = |text: &str| event(Event::TextDelta(v1::TextDelta { index: 0, text: text.into() }));
+        assert_eq!(show(&delta("Hel"), &mut out, &mut note), None);
+        assert_eq!(show(&delta("lo"), &mut out, &mut note), None);
+        let started = v1::DelegationProgress {
+            agent: v1::AgentRole::Coder as i32,
+            task: "write it\nin full".into(),
+            state: "started".into(),
+            result: String::new(),
+        };
+        show(&event(Event::Delegation(started)), &mut out, &mut note);
+        let reply = v1::ReplyComplete { entry_id: "e".into(), content: "Hello".into() };
+        assert_eq!(show(&event(Event::Reply(reply)), &mut out, &mut note), Some(Ending::Reply));
+        assert_eq!(String::from_utf8_lossy(&out), "Hello\n");
+        assert_eq!(String::from_utf8_lossy(&note), "  → coder: write it\n");
+        let failed = event(Event::Error(v1::TurnError { message: "no model".into() }));
+        assert_eq!(show(&failed, &mut out, &mut note), Some(Ending::Failed("no model".into())));
+    }
+
+    #[test]
+    fn the_context_is_the_group_then_the_user_then_the_login() {
+        let env = |key: &str| (key == "USER").then(|| "alice".to_string());
+        assert_eq!(context(None, None, env).id, "alice");
+        assert_eq!(context(Some("bob".into()), None, env).id, "bob");
+        let family = context(Some("bob".into()), Some("family".into()), env);
+        assert_eq!((family.r#type, family.id.as_str()), (v1::ContextType::Group as i32, "family"));
+    }
+}
