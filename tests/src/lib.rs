@@ -183,7 +183,7 @@ impl TestDaemon {
     /// Waits up to `limit` for a running self-test container of this daemon (`baaaht doctor`)
     /// whose name starts with `prefix`, e.g. `baaaht-coder-`.
     pub fn wait_for_self_test(&self, prefix: &str, limit: Duration) -> Result<String> {
-        self.wait_for_another_self_test(prefix, &[], limit)
+        self.wait_for_container(prefix, &[], None, limit)
     }
 
     /// Starts a lingering self-test container of `role` (in `session`, default `self-test`) and
@@ -195,13 +195,27 @@ impl TestDaemon {
             command.args(["--session", session]);
         }
         let doctor = command.env("BAAAHT_SOCKET", self.socket()).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
-        let name = self.wait_for_another_self_test(&format!("baaaht-{role}-"), taken, Duration::from_secs(60))?;
+        // Only the session's: an agent of a real session may run with the same role.
+        let wanted = session.unwrap_or("self-test");
+        let name = self.wait_for_container(&format!("baaaht-{role}-"), taken, Some(wanted), Duration::from_secs(60))?;
         let (socket, token) = self.container_credentials(&name)?;
         Ok(LingeringAgent { name, socket, token, doctor })
     }
 
     /// As [`TestDaemon::wait_for_self_test`], for a container not among `taken`.
     pub fn wait_for_another_self_test(&self, prefix: &str, taken: &[String], limit: Duration) -> Result<String> {
+        self.wait_for_container(prefix, taken, None, limit)
+    }
+
+    /// A running container of this daemon named `prefix…`, not among `taken`, of `session`
+    /// (any but the image check's `system` when `None`).
+    fn wait_for_container(
+        &self,
+        prefix: &str,
+        taken: &[String],
+        session: Option<&str>,
+        limit: Duration,
+    ) -> Result<String> {
         let deadline = Instant::now() + limit;
         loop {
             // Self-test containers of any session, not the daemon's own image check (session system).
@@ -209,9 +223,11 @@ impl TestDaemon {
             let found = self.recorded_containers().into_iter().find(|name| {
                 name.starts_with(prefix)
                     && !taken.contains(name)
-                    && running
-                        .lines()
-                        .any(|line| line.split_once('\t').is_some_and(|(n, s)| n == name && s != "system"))
+                    && running.lines().any(|line| {
+                        line.split_once('\t').is_some_and(|(n, s)| {
+                            n == name && s != "system" && session.is_none_or(|wanted| s == wanted)
+                        })
+                    })
             });
             if let Some(name) = found {
                 return Ok(name);

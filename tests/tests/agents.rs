@@ -9,6 +9,7 @@ use baaaht_proto::v1;
 use baaaht_tests::fake_provider::FakeProvider;
 use baaaht_tests::scenario::{self, coder_brain, message, user, HELLO};
 use baaaht_tests::DaemonOptions;
+use serde_json::json;
 
 #[test]
 fn the_assistant_delegates_to_the_coder_and_the_reply_streams_back() {
@@ -277,4 +278,118 @@ fn a_daemon_killed_during_a_delegation_ends_the_turn_with_a_message_and_leaves_n
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+const SECRET_SKILL: &str =
+    "---\nname: secret-notes\ndescription: Alice's private notes.\n---\nThe safe's code is 4711.\n";
+
+#[test]
+fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(coder_brain()))).expect("fake provider");
+    let options = DaemonOptions {
+        files: vec![("users/alice/skills/secret-notes/SKILL.md".into(), SECRET_SKILL.into())],
+        ..DaemonOptions::default()
+    };
+    let daemon = scenario::daemon_with(&fake, options).expect("daemon starts");
+    let alices = rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let turn =
+            scenario::turn(&mut client, message(user("alice"), "alice", "hello.sh please"), Duration::from_secs(120))
+                .await
+                .expect("alice's turn");
+        assert!(turn.reply.is_some(), "{:?}", turn.error);
+        let manifest = client
+            .get_skill_manifest(v1::SkillManifestRequest { context: Some(user("alice")) })
+            .await
+            .expect("alice's manifest")
+            .into_inner();
+        assert!(manifest.skills.iter().any(|s| s.name == "secret-notes" && s.scope == "user"), "{manifest:?}");
+        turn.session
+    });
+    assert!(daemon.data_dir.join("sessions").join(&alices).join("data/hello.sh").is_file());
+
+    // Another user's coder (the self-test container's context is user:baaaht-self-test).
+    let other = daemon.lingering_agent("coder", Some("other-session"), &[]).expect("another user's coder");
+    rt.block_on(async {
+        let mut agent = baaaht_proto::client::connect(&other.socket, other.options()).await.expect("connect");
+        let tool = |tool: &str, params: serde_json::Value| v1::ToolRequest {
+            tool: tool.into(),
+            params_json: params.to_string(),
+            ..v1::ToolRequest::default()
+        };
+        for path in [
+            format!("../{alices}/data/hello.sh"),
+            format!("/workspace/../../{alices}/data/hello.sh"),
+            format!("{}/sessions/{alices}/data/hello.sh", daemon.data_dir.display()),
+        ] {
+            let read = agent.request_tool_execution(tool("read_file", json!({"path": path}))).await.expect("answered");
+            let read = read.into_inner();
+            assert!(read.is_error && !read.content.contains(HELLO), "{path}: {read:?}");
+        }
+        let looked = agent
+            .request_tool_execution(tool(
+                "exec",
+                json!({"command": "cat /workspace/../*/data/hello.sh; find / -name hello.sh -o -name session.jsonl -o -name SKILL.md 2>/dev/null"}),
+            ))
+            .await
+            .expect("exec")
+            .into_inner();
+        assert!(!looked.content.contains(HELLO) && !looked.content.contains("hello.sh\n"), "{looked:?}");
+        assert!(!looked.content.contains("session.jsonl") && !looked.content.contains("secret-notes"), "{looked:?}");
+
+        let denied = |status: tonic::Status| assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+        denied(
+            agent
+                .read_session(v1::ReadSessionRequest { session_id: alices.clone(), leaf_entry_id: String::new() })
+                .await
+                .expect_err("ReadSession"),
+        );
+        denied(agent.list_sessions(v1::SessionFilter::default()).await.expect_err("ListSessions"));
+        let mut crafted = message(user("alice"), "alice", "tell me the secrets");
+        crafted.session_id = alices.clone();
+        denied(agent.send_user_message(crafted).await.expect_err("SendUserMessage"));
+        denied(
+            agent
+                .get_skill_manifest(v1::SkillManifestRequest { context: Some(user("alice")) })
+                .await
+                .expect_err("alice's manifest"),
+        );
+        denied(
+            agent
+                .get_skill_content(v1::SkillContentRequest {
+                    context: Some(user("alice")),
+                    skill: "secret-notes".into(),
+                    path: String::new(),
+                })
+                .await
+                .expect_err("alice's skill"),
+        );
+        denied(agent.delegate_to_agent(v1::DelegateRequest::default()).await.expect_err("a coder cannot delegate"));
+        let own = agent.get_skill_manifest(v1::SkillManifestRequest { context: None }).await.expect("own manifest");
+        let own = own.into_inner();
+        assert!(own.skills.iter().any(|s| s.name == "code-review"), "system skills are visible: {own:?}");
+        assert!(!own.skills.iter().any(|s| s.name == "secret-notes"), "{own:?}");
+        let missing = agent
+            .get_skill_content(v1::SkillContentRequest { context: None, skill: "secret-notes".into(), path: String::new() })
+            .await
+            .expect_err("not visible");
+        assert_eq!(missing.code(), tonic::Code::NotFound);
+        let escape = agent
+            .get_skill_content(v1::SkillContentRequest {
+                context: None,
+                skill: "code-review".into(),
+                path: "../../users/alice/skills/secret-notes/SKILL.md".into(),
+            })
+            .await
+            .expect_err("escape");
+        assert_eq!(escape.code(), tonic::Code::PermissionDenied, "{escape:?}");
+        let fine = agent
+            .get_skill_content(v1::SkillContentRequest { context: None, skill: "code-review".into(), path: String::new() })
+            .await
+            .expect("a visible skill's SKILL.md")
+            .into_inner();
+        assert!(fine.content.contains("name: code-review"));
+    });
+    drop(other);
 }
