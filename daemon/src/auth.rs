@@ -222,6 +222,7 @@ pub enum Operation {
     GetNextRuns,
     GetSkillManifest,
     GetSkillContent,
+    InstallSkill,
     SubscribeEvents,
     PublishEvent,
     GetStatus,
@@ -261,6 +262,7 @@ impl Operation {
             Operation::GetNextRuns => "GetNextRuns",
             Operation::GetSkillManifest => "GetSkillManifest",
             Operation::GetSkillContent => "GetSkillContent",
+            Operation::InstallSkill => "InstallSkill",
             Operation::SubscribeEvents => "SubscribeEvents",
             Operation::PublishEvent => "PublishEvent",
             Operation::GetStatus => "GetStatus",
@@ -296,6 +298,7 @@ impl Operation {
             | Operation::GetNextRuns => &[Assistant, Worker],
             Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
             Operation::RouteToAgent
+            | Operation::InstallSkill
             | Operation::SubscribeEvents
             | Operation::PublishEvent
             | Operation::GetStatus

@@ -390,6 +390,42 @@ impl Orchestrator for OrchestratorService {
         Ok(Response::new(v1::SkillContent { skill: message.skill, path, content }))
     }
 
+    async fn install_skill(
+        &self,
+        request: Request<v1::InstallSkillRequest>,
+    ) -> Result<Response<v1::InstallSkillResponse>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        check(&request, Operation::InstallSkill, context.as_ref(), None)?;
+        let context =
+            context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?;
+        let message = request.into_inner();
+        let install = crate::skills::install::InstallRequest {
+            context,
+            source: message.source,
+            path: message.path,
+            git_ref: message.git_ref,
+            replace: message.replace,
+        };
+        let installed = crate::skills::install::install(self.shared.data_dir.root(), &self.shared.containers, install)
+            .await
+            .map_err(|error| {
+                use crate::skills::install::InstallError;
+                let text = error.to_string();
+                match error {
+                    InstallError::BadSource(_) | InstallError::BadArgument(_) => Status::invalid_argument(text),
+                    InstallError::Exists { .. } => Status::already_exists(text),
+                    InstallError::Io { .. } => Status::internal(baaaht_proto::error_chain(&error)),
+                    _ => Status::failed_precondition(text),
+                }
+            })?;
+        Ok(Response::new(v1::InstallSkillResponse {
+            name: installed.name,
+            description: installed.description,
+            installed_to: installed.installed_to,
+            commit: installed.commit,
+        }))
+    }
+
     type SubscribeEventsStream = BoxStream<v1::OrchestratorEvent>;
 
     async fn subscribe_events(

@@ -78,7 +78,9 @@ impl CliError {
         let message = status.message().to_string();
         match status.code() {
             Code::PermissionDenied | Code::Unauthenticated => CliError::Refused(message),
-            Code::InvalidArgument | Code::NotFound | Code::FailedPrecondition => CliError::Rpc(message),
+            Code::InvalidArgument | Code::NotFound | Code::FailedPrecondition | Code::AlreadyExists => {
+                CliError::Rpc(message)
+            }
             Code::Unimplemented => CliError::Unsupported(message),
             // The daemon itself answered (its responses carry the correlation id) but cannot do
             // it now, e.g. without a container engine.

@@ -76,6 +76,49 @@ enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
+    /// List, read and install skills
+    Skills {
+        #[command(subcommand)]
+        command: SkillsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SkillsCommand {
+    /// The skills a user or group sees (the system's and its own)
+    List {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+    },
+    /// Print a skill's SKILL.md, or another file of it
+    Show {
+        name: String,
+        /// A file inside the skill's folder
+        file: Option<String>,
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+    },
+    /// Install a skill from a git repository (URL or path) into a user's or group's skills
+    Install {
+        source: String,
+        /// The folder inside the repository holding SKILL.md
+        #[arg(long, value_name = "PATH", default_value = "")]
+        path: String,
+        /// A branch or tag
+        #[arg(long = "ref", value_name = "REF", default_value = "")]
+        git_ref: String,
+        /// Replace an installed skill of the same name
+        #[arg(long)]
+        replace: bool,
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -185,6 +228,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Chat { prompt, user, group, sender, session, new, wait } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             chat(&mut client, &socket, Chat { prompt, user, group, sender, session, new, wait }).await
+        }
+        Command::Skills { command } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            skills(&mut client, &socket, command).await
         }
         Command::Sessions { command } => {
             let mut client = baaaht_cli::connect(&socket).await?;
@@ -321,6 +368,46 @@ async fn sessions(
         SessionsCommand::Model { id, model } => {
             let request = v1::SwitchModelRequest { session_id: id, model };
             println!("{}", client.switch_model(request).await.map_err(status)?.into_inner().message);
+        }
+    }
+    Ok(())
+}
+
+async fn skills(
+    client: &mut baaaht_proto::client::Orchestrator,
+    socket: &std::path::Path,
+    command: SkillsCommand,
+) -> Result<(), CliError> {
+    let status = |status| CliError::from_status(status, socket);
+    let env = |key: &str| std::env::var(key).ok();
+    match command {
+        SkillsCommand::List { user, group } => {
+            let context = baaaht_cli::chat::context(user, group, env);
+            let manifest = client
+                .get_skill_manifest(v1::SkillManifestRequest { context: Some(context) })
+                .await
+                .map_err(status)?
+                .into_inner();
+            for skill in &manifest.skills {
+                let always = if skill.always_loaded { ", always loaded" } else { "" };
+                println!("{} ({}{always}): {}", skill.name, skill.scope, skill.description);
+            }
+        }
+        SkillsCommand::Show { name, file, user, group } => {
+            let context = baaaht_cli::chat::context(user, group, env);
+            let request =
+                v1::SkillContentRequest { context: Some(context), skill: name, path: file.unwrap_or_default() };
+            print!("{}", client.get_skill_content(request).await.map_err(status)?.into_inner().content);
+        }
+        SkillsCommand::Install { source, path, git_ref, replace, user, group } => {
+            let context = baaaht_cli::chat::context(user, group, env);
+            let request = v1::InstallSkillRequest { context: Some(context), source, path, git_ref, replace };
+            let installed = client.install_skill(request).await.map_err(status)?.into_inner();
+            let commit: String = installed.commit.chars().take(12).collect();
+            println!(
+                "installed {} into {} (commit {commit}): {}",
+                installed.name, installed.installed_to, installed.description
+            );
         }
     }
     Ok(())

@@ -11,6 +11,7 @@ use baaaht_proto::v1;
 use baaaht_tests::{bin, median, percentile, DaemonOptions, TestDaemon};
 use clap::{Parser, Subcommand};
 
+mod delegation;
 mod llm;
 mod tools;
 
@@ -50,6 +51,16 @@ enum Bench {
         #[arg(long, default_value_t = 25)]
         cold: usize,
     },
+    /// A turn in which the Assistant delegates to the Worker, warm and cold, vs docker run;
+    /// resident memory of the daemon with many sessions and of an agent process
+    Delegation {
+        /// Warm and cold turns each (at least 50)
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+        /// Active sessions for the memory measurement
+        #[arg(long, default_value_t = 50)]
+        sessions: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -65,6 +76,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Bench::Daemon { runs } => daemon(runs.max(10)),
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
+        Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }

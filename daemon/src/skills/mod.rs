@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub mod install;
+
 /// The longest name, description and compatibility note the specification allows.
 pub const MAX_NAME: usize = 64;
 pub const MAX_DESCRIPTION: usize = 1024;
@@ -108,6 +110,16 @@ pub fn valid_name(name: &str) -> Result<(), String> {
 
 /// Parses a SKILL.md found in folder `folder` (whose name the skill's name must equal).
 pub fn parse(text: &str, folder: &str) -> Result<Skill, SkillError> {
+    let skill = parse_unplaced(text)?;
+    if skill.name != folder {
+        return Err(error(Some(2), format!("name `{}` must equal its folder's name `{folder}`", skill.name)));
+    }
+    Ok(skill)
+}
+
+/// Parses a SKILL.md that has no folder yet (a skill being installed goes into one named
+/// after it).
+pub fn parse_unplaced(text: &str) -> Result<Skill, SkillError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else {
         return Err(error(Some(1), "it must start with a `---` line and YAML front matter (name, description)"));
@@ -131,9 +143,6 @@ pub fn parse(text: &str, folder: &str) -> Result<Skill, SkillError> {
         error(line, format!("{message}{hint}"))
     })?;
     valid_name(&front.name).map_err(|why| error(Some(2), format!("name `{}` {why}", front.name)))?;
-    if front.name != folder {
-        return Err(error(Some(2), format!("name `{}` must equal its folder's name `{folder}`", front.name)));
-    }
     let description = front.description.trim();
     if description.is_empty() || description.len() > MAX_DESCRIPTION {
         return Err(error(
