@@ -78,6 +78,37 @@ pub fn delegate_definition() -> crate::tools::Definition {
     }
 }
 
+/// The Memory agent's tools, answered by the daemon from its context's memory store.
+pub fn memory_definitions() -> Vec<crate::tools::Definition> {
+    let key = json!({"type": "string", "description": "1-128 lowercase letters, digits, - or _, e.g. favourite-tea"});
+    vec![
+        crate::tools::Definition {
+            name: "memory_write",
+            description: "Remember one fact about the user or group under a key (replacing what the key held).",
+            parameters: json!({"type": "object", "required": ["key", "content"], "additionalProperties": false, "properties": {
+                "key": key,
+                "content": {"type": "string", "description": "the fact, in a sentence or two"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "ttlSeconds": {"type": "integer", "minimum": 0, "description": "forget it after this long; 0: keep"},
+                "importance": {"type": "number", "minimum": 0, "maximum": 1},
+            }}),
+        },
+        crate::tools::Definition {
+            name: "memory_search",
+            description: "Search what is remembered (ranked full text); an empty query lists the most recent.",
+            parameters: json!({"type": "object", "additionalProperties": false, "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 200},
+            }}),
+        },
+        crate::tools::Definition {
+            name: "memory_delete",
+            description: "Forget what is remembered under a key.",
+            parameters: json!({"type": "object", "required": ["key"], "additionalProperties": false, "properties": {"key": key}}),
+        },
+    ]
+}
+
 /// One tool call the model asked for.
 #[derive(Debug, Clone, Default)]
 struct Call {
@@ -123,6 +154,7 @@ fn call_id(turn: &str, id: &str) -> String {
 impl Agent {
     fn new(config: v1::AgentConfig, client: Orchestrator) -> Agent {
         let known = crate::tools::definitions();
+        let memory = memory_definitions();
         let tools = config
             .tools
             .iter()
@@ -130,7 +162,7 @@ impl Agent {
                 let definition = if tool.name == "delegate" {
                     Some(delegate_definition())
                 } else {
-                    known.iter().find(|known| known.name == tool.name).cloned()
+                    known.iter().chain(&memory).find(|known| known.name == tool.name).cloned()
                 };
                 definition.map(|d| v1::ToolDefinition {
                     name: d.name.into(),
@@ -334,6 +366,9 @@ async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) ->
             Err(status) => (format!("the delegation failed: {}", status.message()), true),
         };
     }
+    if call.name.starts_with("memory_") {
+        return memory(client, &call.name, &params, &turn.correlation_id).await;
+    }
     let request = v1::ToolRequest {
         tool: call.name.clone(),
         params_json: params.to_string(),
@@ -346,6 +381,49 @@ async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) ->
             (response.content, response.is_error)
         }
         Err(status) => (format!("the tool could not run: {}", status.message()), true),
+    }
+}
+
+/// A memory tool, answered by the daemon for this container's own context.
+async fn memory(mut client: Orchestrator, tool: &str, params: &Value, correlation: &str) -> (String, bool) {
+    let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let outcome = match tool {
+        "memory_write" => {
+            let request = v1::WriteMemoryRequest {
+                context: None,
+                key: text("key"),
+                content: text("content"),
+                tags: params
+                    .get("tags")
+                    .and_then(Value::as_array)
+                    .map(|tags| tags.iter().filter_map(|t| t.as_str().map(str::to_string)).collect())
+                    .unwrap_or_default(),
+                ttl_seconds: params.get("ttlSeconds").and_then(Value::as_u64).unwrap_or(0),
+                importance: params.get("importance").and_then(Value::as_f64).unwrap_or(0.0),
+                message_id: String::new(),
+            };
+            client.write_memory(with_correlation(request, correlation)).await.map(|ack| ack.into_inner().message)
+        }
+        "memory_search" => {
+            let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(10).min(200) as u32;
+            let request = v1::MemoryQuery { context: None, query: text("query"), tag: String::new(), limit };
+            client.search_memory(with_correlation(request, correlation)).await.map(|found| {
+                let found = found.into_inner().entries;
+                if found.is_empty() {
+                    "nothing remembered matches".to_string()
+                } else {
+                    found.iter().map(|entry| format!("{}: {}", entry.key, entry.content)).collect::<Vec<_>>().join("\n")
+                }
+            })
+        }
+        _ => {
+            let request = v1::MemoryKey { context: None, key: text("key") };
+            client.delete_memory(with_correlation(request, correlation)).await.map(|ack| ack.into_inner().message)
+        }
+    };
+    match outcome {
+        Ok(text) => (text, false),
+        Err(status) => (format!("{tool} failed: {}", status.message()), true),
     }
 }
 

@@ -223,6 +223,9 @@ pub enum Operation {
     GetSkillManifest,
     GetSkillContent,
     InstallSkill,
+    WriteMemory,
+    SearchMemory,
+    DeleteMemory,
     SubscribeEvents,
     PublishEvent,
     GetStatus,
@@ -263,6 +266,9 @@ impl Operation {
             Operation::GetSkillManifest => "GetSkillManifest",
             Operation::GetSkillContent => "GetSkillContent",
             Operation::InstallSkill => "InstallSkill",
+            Operation::WriteMemory => "WriteMemory",
+            Operation::SearchMemory => "SearchMemory",
+            Operation::DeleteMemory => "DeleteMemory",
             Operation::SubscribeEvents => "SubscribeEvents",
             Operation::PublishEvent => "PublishEvent",
             Operation::GetStatus => "GetStatus",
@@ -297,6 +303,8 @@ impl Operation {
             | Operation::CancelTask
             | Operation::GetNextRuns => &[Assistant, Worker],
             Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
+            Operation::WriteMemory | Operation::DeleteMemory => &[Memory],
+            Operation::SearchMemory => &[Assistant, Memory],
             Operation::RouteToAgent
             | Operation::InstallSkill
             | Operation::SubscribeEvents

@@ -109,6 +109,8 @@ pub struct Shared {
     pub sessions: Arc<sessions::SessionStore>,
     pub agents: Arc<agents::AgentPool>,
     pub turns: Arc<orchestrator::Turns>,
+    /// Held while a memory store is written: one writer per index at a time.
+    pub memory_writes: std::sync::Mutex<()>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -296,6 +298,7 @@ impl Daemon {
                 Duration::from_secs(loaded_idle_after.max(60)),
             )),
             turns: Arc::new(orchestrator::Turns::open(&state_dir)),
+            memory_writes: std::sync::Mutex::new(()),
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }

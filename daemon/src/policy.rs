@@ -208,6 +208,16 @@ impl Policy {
         }
     }
 
+    /// The tools of `role` the daemon answers itself, not a tool container: the Assistant's
+    /// `delegate`, the Memory agent's memory store (always its own context's).
+    pub fn agent_tools_of(role: Role) -> &'static [&'static str] {
+        match role {
+            Role::Assistant => &["delegate"],
+            Role::Memory => &["memory_write", "memory_search", "memory_delete"],
+            _ => &[],
+        }
+    }
+
     /// ValidateExecCommand: refuses commands matching spec §8.5's patterns or the configured
     /// ones. Defense in depth: tool containers have no network and no privileges anyway.
     pub fn validate_exec_command(&self, command: &str) -> Result<(), PolicyError> {

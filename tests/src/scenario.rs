@@ -101,6 +101,27 @@ pub fn echo_brain() -> Answer {
     })))
 }
 
+/// The Assistant echoes; the Memory agent, at archival, remembers that Alice likes jasmine tea.
+pub fn memory_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        if asked.offers("memory_write") {
+            return match asked.results.len() {
+                0 => anthropic_answer(
+                    "",
+                    &[(
+                        "toolu_mem_1",
+                        "memory_write",
+                        json!({"key": "favourite-tea", "content": "Alice likes jasmine tea.", "tags": ["preferences"]}),
+                    )],
+                ),
+                _ => anthropic_answer("Saved favourite-tea.", &[]),
+            };
+        }
+        anthropic_answer(&format!("echo: {}", last_user_text(&asked)), &[])
+    })))
+}
+
 /// The Assistant delegates to the Worker, whose answer takes a minute to stream.
 pub fn slow_worker_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {

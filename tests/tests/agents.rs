@@ -366,6 +366,23 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
                 .expect_err("alice's skill"),
         );
         denied(agent.delegate_to_agent(v1::DelegateRequest::default()).await.expect_err("a coder cannot delegate"));
+        denied(
+            agent
+                .search_memory(v1::MemoryQuery { context: Some(user("alice")), ..Default::default() })
+                .await
+                .expect_err("alice's memory"),
+        );
+        denied(
+            agent
+                .write_memory(v1::WriteMemoryRequest {
+                    context: Some(user("alice")),
+                    key: "planted".into(),
+                    content: "x".into(),
+                    ..Default::default()
+                })
+                .await
+                .expect_err("writing alice's memory"),
+        );
         let own = agent.get_skill_manifest(v1::SkillManifestRequest { context: None }).await.expect("own manifest");
         let own = own.into_inner();
         assert!(own.skills.iter().any(|s| s.name == "code-review"), "system skills are visible: {own:?}");
@@ -392,4 +409,66 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
         assert!(fine.content.contains("name: code-review"));
     });
     drop(other);
+}
+
+#[test]
+fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::memory_brain()))).expect("fake provider");
+    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let first = scenario::turn(
+            &mut client,
+            message(user("alice"), "alice", "I like jasmine tea."),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("first turn");
+        assert!(first.reply.is_some(), "{:?}", first.error);
+        client.archive_session(v1::SessionRef { session_id: first.session.clone() }).await.expect("archive");
+
+        let memory = daemon.data_dir.join("users/alice/memory/favourite-tea.md");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !memory.is_file() {
+            assert!(tokio::time::Instant::now() < deadline, "nothing remembered:\n{}", daemon.log_text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let text = std::fs::read_to_string(&memory).expect("memory file");
+        assert!(text.contains("Alice likes jasmine tea."), "{text}");
+        assert!(text.contains(&format!("sessionId: {}", first.session)) && text.contains("userId: alice"), "{text}");
+        assert!(text.contains("source: agent:memory"), "{text}");
+
+        let found = client
+            .search_memory(v1::MemoryQuery {
+                context: Some(user("alice")),
+                query: "jasmine".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("search")
+            .into_inner();
+        assert_eq!(found.entries.len(), 1);
+        assert_eq!(found.entries[0].session_id, first.session);
+        let bobs = client
+            .search_memory(v1::MemoryQuery {
+                context: Some(user("bob")),
+                query: "jasmine".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("search bob")
+            .into_inner();
+        assert!(bobs.entries.is_empty(), "another user's memory is their own");
+
+        // A new session's Assistant knows.
+        let second =
+            scenario::turn(&mut client, message(user("alice"), "alice", "What do I like?"), Duration::from_secs(60))
+                .await
+                .expect("second turn");
+        assert_ne!(second.session, first.session, "the archived session is not reused");
+        let asked = fake.requests();
+        let last = asked.last().expect("asked");
+        assert!(last.contains("favourite-tea: Alice likes jasmine tea."), "the memory is in the Assistant's context");
+    });
 }

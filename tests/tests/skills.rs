@@ -67,7 +67,8 @@ fn a_skill_from_a_local_git_repository_installs_and_bad_ones_are_refused_with_th
     assert!(alices.contains("code-review (system)"), "{alices}");
     let (_, bobs, _) = baaaht(&daemon, &["skills", "list", "--user", "bob"]);
     assert!(!bobs.contains("weather-report"), "another user does not see it: {bobs}");
-    let (ok, shown, _) = baaaht(&daemon, &["skills", "show", "weather-report", "scripts/forecast.sh", "--user", "alice"]);
+    let (ok, shown, _) =
+        baaaht(&daemon, &["skills", "show", "weather-report", "scripts/forecast.sh", "--user", "alice"]);
     assert!(ok && shown == "#!/bin/sh\necho sunny\n", "{shown}");
 
     // Installed already: refused unless replaced.
@@ -86,7 +87,8 @@ fn a_skill_from_a_local_git_repository_installs_and_bad_ones_are_refused_with_th
     assert!(!ok, "refused");
     assert!(err.contains("the skill is refused: SKILL.md:2: name `Weather_Report` may use only lowercase"), "{err}");
     let unknown = repository(&[("SKILL.md", "---\nname: helper\ndescription: Helps.\nauthor: me\n---\n")]);
-    let (ok, _, err) = baaaht(&daemon, &["skills", "install", &unknown.path().display().to_string(), "--user", "alice"]);
+    let (ok, _, err) =
+        baaaht(&daemon, &["skills", "install", &unknown.path().display().to_string(), "--user", "alice"]);
     assert!(!ok && err.contains("unknown field `author`"), "{err}");
 
     // A script that does not parse, found by the check in a tool container.

@@ -7,6 +7,7 @@
 pub mod layer;
 pub mod listeners;
 mod llm;
+pub mod memory;
 mod sessions;
 mod tools;
 
@@ -426,6 +427,27 @@ impl Orchestrator for OrchestratorService {
         }))
     }
 
+    async fn write_memory(&self, request: Request<v1::WriteMemoryRequest>) -> Result<Response<v1::Ack>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&request, Operation::WriteMemory, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        memory::write(&self.shared, &caller, context, request.into_inner())
+    }
+
+    async fn search_memory(&self, request: Request<v1::MemoryQuery>) -> Result<Response<v1::MemoryList>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&request, Operation::SearchMemory, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        memory::search(&self.shared, &context, request.into_inner())
+    }
+
+    async fn delete_memory(&self, request: Request<v1::MemoryKey>) -> Result<Response<v1::Ack>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&request, Operation::DeleteMemory, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        memory::delete(&self.shared, &context, &request.into_inner().key)
+    }
+
     type SubscribeEventsStream = BoxStream<v1::OrchestratorEvent>;
 
     async fn subscribe_events(
@@ -605,8 +627,7 @@ impl Orchestrator for OrchestratorService {
         check(&request, Operation::ArchiveSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         sessions::valid_id(&id, "session_id")?;
-        self.shared.sessions.set_status(&id, crate::sessions::SessionStatus::Archived)?;
-        self.shared.agents.reap_idle(std::slice::from_ref(&id)).await;
+        crate::orchestrator::archive(&self.shared, &id).await?;
         tracing::info!(session = %id, "session archived on request");
         Ok(Response::new(v1::Ack { message: format!("session {id} archived") }))
     }
