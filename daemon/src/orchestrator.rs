@@ -742,7 +742,7 @@ pub async fn supervise(shared: Arc<Shared>, cancel: tokio_util::sync::Cancellati
         }
         shared.agents.reap_idle(&[]).await;
         ticks += 1;
-        if ticks % 12 == 0 {
+        if ticks.is_multiple_of(12) {
             let expiring = shared.clone();
             if let Err(error) = tokio::task::spawn_blocking(move || crate::server::memory::expire_all(&expiring)).await
             {
