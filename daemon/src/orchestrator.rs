@@ -90,6 +90,8 @@ pub enum OrchestratorError {
     Invalid(String),
     #[error("DelegateToAgent: this agent is not working on a turn; delegate only while answering one")]
     NoTurn,
+    #[error("the model could not write the summary: {0}")]
+    Model(String),
 }
 
 /// What [`accept_user_message`] did.
@@ -243,8 +245,29 @@ async fn assistant_turn(
     for corrupt in &read.corrupt {
         tracing::warn!(line = corrupt.line, reason = %corrupt.reason, "session log line skipped");
     }
-    let branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
+    let mut branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
     let current = shared.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
+    let model = current.model.clone().unwrap_or_else(|| shared.loaded.config.agents.assistant.model.0.clone());
+    // Near the model's context window: what came before this message becomes a summary first.
+    let estimate: usize = history(&branch, record.group_id.is_some()).iter().map(message_chars).sum::<usize>() / 4;
+    if estimate > context_window(&model) * 8 / 10 {
+        tracing::info!(estimated_tokens = estimate, model = %model, "compacting the session before the turn");
+        let before: Vec<Entry> = branch[..branch.len().saturating_sub(1)].to_vec();
+        match summarize(shared, record, &before, &model, &accepted.correlation_id).await {
+            Ok(summary) => {
+                let compacted = before.iter().skip(1).map(|entry| entry.id().to_string()).collect();
+                let entry = NewEntry::Compaction { summary, compacted };
+                let id = shared
+                    .sessions
+                    .append(&accepted.session, Some(&accepted.entry), entry)
+                    .map_err(|e| e.to_string())?;
+                shared.turns.set_tail(&accepted.turn, &id);
+                let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
+                branch = read.branch(&id).map_err(|error| error.to_string())?;
+            }
+            Err(error) => tracing::warn!(%error, "automatic compaction failed; the turn goes on uncompacted"),
+        }
+    }
     let turn = v1::AgentTurn {
         turn_id: accepted.turn.clone(),
         correlation_id: accepted.correlation_id.clone(),
@@ -265,6 +288,113 @@ async fn assistant_turn(
         timeout: Duration::from_secs(config.timeout),
     };
     shared.agents.run(work).await.map_err(|error| error.to_string())
+}
+
+fn message_chars(message: &v1::LlmMessage) -> usize {
+    message
+        .content
+        .iter()
+        .map(|block| match &block.block {
+            Some(v1::content_block::Block::Text(text)) => text.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The context window (tokens) of `model` ("provider/model"), as far as the name tells.
+pub fn context_window(model: &str) -> usize {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    if name.starts_with("claude") {
+        200_000
+    } else if name.starts_with("gpt-4.1") {
+        1_000_000
+    } else if name.starts_with("gpt-") || name.starts_with("o1") || name.starts_with("o3") || name.starts_with("o4") {
+        128_000
+    } else if name.starts_with("gemini") {
+        1_000_000
+    } else {
+        32_000
+    }
+}
+
+const SUMMARY_REQUEST: &str = "Summarize the conversation so far for your own later use: who said what that still \
+    matters, facts learnt, decisions, open questions and tasks in progress, names, paths and numbers. Write the \
+    summary only, in plain sentences.";
+
+/// Asks `model` (through the LLM gateway) for a summary of `branch`.
+async fn summarize(
+    shared: &Arc<Shared>,
+    record: &SessionRecord,
+    branch: &[Entry],
+    model: &str,
+    correlation_id: &str,
+) -> Result<String, OrchestratorError> {
+    let mut messages = history(branch, record.group_id.is_some());
+    if messages.is_empty() {
+        return Err(OrchestratorError::Invalid("the session has nothing to compact yet".into()));
+    }
+    let ask = v1::ContentBlock { block: Some(v1::content_block::Block::Text(SUMMARY_REQUEST.into())) };
+    match messages.last_mut() {
+        Some(last) if last.role == "user" => last.content.push(ask),
+        _ => messages.push(v1::LlmMessage { role: "user".into(), content: vec![ask] }),
+    }
+    let request = v1::LlmRequest {
+        model: model.to_string(),
+        system: "You write faithful, compact summaries of conversations.".into(),
+        messages,
+        max_tokens: Some(2048),
+        ..v1::LlmRequest::default()
+    };
+    let completion = v1::LlmCompletionRequest {
+        request: Some(request),
+        session_id: record.id.clone(),
+        user_id: record.context().to_string(),
+        correlation_id: correlation_id.to_string(),
+    };
+    let (mut client, _) = shared.llm.client(None).await.map_err(|error| OrchestratorError::Model(error.to_string()))?;
+    let mut events = client
+        .stream_completion(completion)
+        .await
+        .map_err(|status| OrchestratorError::Model(status.message().to_string()))?
+        .into_inner();
+    let mut summary = String::new();
+    while let Some(event) =
+        events.message().await.map_err(|status| OrchestratorError::Model(status.message().to_string()))?
+    {
+        use v1::llm_event::Event;
+        match event.event.and_then(|event| event.event) {
+            Some(Event::TextDelta(delta)) => summary.push_str(&delta.text),
+            Some(Event::Error(error)) => return Err(OrchestratorError::Model(error.message)),
+            _ => {}
+        }
+    }
+    if summary.trim().is_empty() {
+        return Err(OrchestratorError::Model("the summary came back empty".into()));
+    }
+    Ok(summary.trim().to_string())
+}
+
+/// Compacts session `id` on request: its current branch becomes a summary (a compaction
+/// entry; the history stays in the tree). Waits for a turn in progress to end.
+pub async fn compact(shared: &Arc<Shared>, id: &str) -> Result<String, OrchestratorError> {
+    let record = shared.sessions.get(id).ok_or_else(|| SessionError::NotFound(id.to_string()))?;
+    if record.status == SessionStatus::Archived {
+        return Err(SessionError::Archived(id.to_string()).into());
+    }
+    let lock = shared.turns.session_lock(id);
+    let _no_turn_meanwhile = lock.lock().await;
+    let record = shared.sessions.get(id).unwrap_or(record);
+    let leaf = record
+        .leaf
+        .clone()
+        .ok_or_else(|| OrchestratorError::Invalid("the session has nothing to compact yet".into()))?;
+    let branch = shared.sessions.read(id)?.branch(&leaf).map_err(SessionError::from)?;
+    let model = record.model.clone().unwrap_or_else(|| shared.loaded.config.agents.assistant.model.0.clone());
+    let summary = summarize(shared, &record, &branch, &model, &uuid::Uuid::new_v4().to_string()).await?;
+    let compacted = branch.iter().skip(1).map(|entry| entry.id().to_string()).collect();
+    let entry = shared.sessions.append(id, Some(&leaf), NewEntry::Compaction { summary, compacted })?;
+    tracing::info!(session = id, entry = %entry, "session compacted");
+    Ok(entry)
 }
 
 fn agent_settings(shared: &Shared, role: Role) -> crate::config::AgentConfig {

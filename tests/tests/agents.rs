@@ -99,6 +99,16 @@ fn session_of(daemon: &baaaht_tests::TestDaemon) -> String {
     index["sessions"][0]["id"].as_str().expect("a session").to_string()
 }
 
+/// The last request to `fake` that contains `needle` (other agents, e.g. the Memory agent at
+/// archival, may ask in between).
+fn asked_with(fake: &FakeProvider, needle: &str) -> String {
+    fake.requests()
+        .into_iter()
+        .rev()
+        .find(|request| request.contains(needle))
+        .unwrap_or_else(|| panic!("no request with {needle}"))
+}
+
 fn baaaht(daemon: &baaaht_tests::TestDaemon, args: &[&str]) -> std::process::Output {
     std::process::Command::new(baaaht_tests::bin("baaaht"))
         .args(args)
@@ -138,6 +148,23 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
     let list = stdout(&baaaht(&daemon, &["sessions", "list", "--group", "family"]));
     let session = list.split_whitespace().next().expect("one session").to_string();
     assert_eq!(list.lines().count(), 1, "{list}");
+    // The session's tool container was started when it became active, before any tool call.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let running = baaaht_tests::docker(&[
+            "ps",
+            "--filter",
+            &format!("label=baaaht.session={session}"),
+            "--format",
+            "{{.Names}}",
+        ])
+        .expect("docker ps");
+        if running.lines().any(|name| name.starts_with("baaaht-tool-")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no pre-warmed tool container: {running}\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let shown = stdout(&baaaht(&daemon, &["sessions", "show", &session]));
     assert!(shown.contains("user (alice): who is cooking tonight?") && shown.contains("user (bob): I am"), "{shown}");
 
@@ -167,8 +194,9 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
         in_fork.session_id = fork.id.clone();
         let turn = scenario::turn(&mut client, in_fork, Duration::from_secs(60)).await.expect("turn in the fork");
         assert_eq!(turn.reply.expect("reply").content, "echo: carol: what about tomorrow?");
+        let in_fork = asked_with(&fake, "what about tomorrow?");
         assert!(
-            fake.requests().last().is_some_and(|r| r.contains("alice: who is cooking") && !r.contains("bob: I am")),
+            in_fork.contains("alice: who is cooking") && !in_fork.contains("bob: I am"),
             "the fork's turn sees its own branch only"
         );
         assert_eq!(read(&mut client, &session, "").await.entries.len(), 4, "the original is untouched");
@@ -191,10 +219,7 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
         assert!(switched.into_inner().message.contains("anthropic/other-model"));
         let turn = scenario::turn(&mut client, late, Duration::from_secs(60)).await.expect("turn after resume");
         assert_eq!(turn.reply.expect("reply").content, "echo: bob: still there?");
-        assert!(
-            fake.requests().last().is_some_and(|r| r.contains("\"model\":\"other-model\"")),
-            "the new model is asked"
-        );
+        assert!(asked_with(&fake, "still there?").contains("\"model\":\"other-model\""), "the new model is asked");
         let all = read(&mut client, &session, "").await;
         let kinds: Vec<&str> = all
             .entries
@@ -206,6 +231,23 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
             })
             .collect();
         assert_eq!(kinds, ["user", "assistant", "user", "assistant", "model_change", "user", "assistant"]);
+
+        // Compaction: the branch becomes a summary for the model; the entries stay in the log.
+        let compacted = client.compact_session(v1::SessionRef { session_id: session.clone() }).await.expect("compact");
+        assert!(compacted.into_inner().message.contains("compacted"));
+        let all = read(&mut client, &session, "").await;
+        assert_eq!(all.entries.len(), 8, "nothing is removed");
+        let Some(v1::session_entry::Entry::Compaction(compaction)) = &all.entries[7].entry else {
+            panic!("the last entry is the compaction: {:?}", all.entries[7]);
+        };
+        assert_eq!(compaction.compacted_entry_ids.len(), 7);
+        let mut after = message(scenario::group("family"), "alice", "and now?");
+        after.session_id = session.clone();
+        let turn = scenario::turn(&mut client, after, Duration::from_secs(60)).await.expect("turn after compaction");
+        assert!(turn.reply.is_some(), "{:?}", turn.error);
+        let last = asked_with(&fake, "and now?");
+        assert!(last.contains("(A summary of the earlier conversation.)"), "the summary replaces the history: {last}");
+        assert!(!last.contains("who is cooking tonight?"), "the compacted messages are not sent again");
     });
     let bad = baaaht(&daemon, &["sessions", "show", "../etc"]);
     assert!(!bad.status.success());
@@ -467,8 +509,7 @@ fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows(
                 .await
                 .expect("second turn");
         assert_ne!(second.session, first.session, "the archived session is not reused");
-        let asked = fake.requests();
-        let last = asked.last().expect("asked");
+        let last = asked_with(&fake, "What do I like?");
         assert!(last.contains("favourite-tea: Alice likes jasmine tea."), "the memory is in the Assistant's context");
     });
 }

@@ -634,7 +634,10 @@ impl Orchestrator for OrchestratorService {
 
     async fn compact_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
         check(&request, Operation::CompactSession, None, Some(&request.get_ref().session_id))?;
-        Err(not_built(Operation::CompactSession, "manual compaction (a summary written by the model) is not built yet"))
+        let id = request.into_inner().session_id;
+        sessions::valid_id(&id, "session_id")?;
+        let entry = crate::orchestrator::compact(&self.shared, &id).await?;
+        Ok(Response::new(v1::Ack { message: format!("session {id} compacted into entry {entry}") }))
     }
 
     async fn switch_model(&self, request: Request<v1::SwitchModelRequest>) -> Result<Response<v1::Ack>, Status> {

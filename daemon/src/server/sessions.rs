@@ -29,6 +29,7 @@ impl From<OrchestratorError> for Status {
             OrchestratorError::Session(error) => error.into(),
             OrchestratorError::Invalid(text) => Status::invalid_argument(text),
             OrchestratorError::NoTurn => Status::failed_precondition(error.to_string()),
+            OrchestratorError::Model(_) => Status::unavailable(error.to_string()),
         }
     }
 }

@@ -158,8 +158,10 @@ enum SessionsCommand {
         #[arg(long, value_name = "ENTRY")]
         entry: Option<String>,
     },
-    /// Archive a session
+    /// Archive a session (its Memory agent first saves what is worth keeping)
     Archive { id: String },
+    /// Replace a session's history, for the model, with a summary (the entries stay in the log)
+    Compact { id: String },
     /// Switch the model a session's Assistant uses
     Model { id: String, model: String },
 }
@@ -363,6 +365,12 @@ async fn sessions(
             println!(
                 "{}",
                 client.archive_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner().message
+            );
+        }
+        SessionsCommand::Compact { id } => {
+            println!(
+                "{}",
+                client.compact_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner().message
             );
         }
         SessionsCommand::Model { id, model } => {
