@@ -37,10 +37,10 @@ async fn a_container_acts_only_with_its_own_token_for_its_own_context() {
     };
     let manifest = |id: &str| v1::SkillManifestRequest { context: user_ref(id) };
 
-    // Right token, own context: authorized (the skill store answers UNIMPLEMENTED for now).
+    // Right token, own context: authorized.
     let mut client = connect(alice.path.clone(), Some(alice.token.clone())).await;
-    let error = client.get_skill_manifest(manifest("alice")).await.expect_err("not built");
-    assert_eq!(error.code(), tonic::Code::Unimplemented, "{error:?}");
+    let found = client.get_skill_manifest(manifest("alice")).await.expect("authorized").into_inner();
+    assert!(found.skills.iter().all(|skill| skill.scope == "system"), "{found:?}");
 
     // Another context: denied.
     let error = client.get_skill_manifest(manifest("bob")).await.expect_err("other context");

@@ -16,23 +16,23 @@ use crate::{DaemonOptions, TestDaemon};
 /// The text a coder's script prints.
 pub const HELLO: &str = "hello from baaaht";
 
+/// The Assistant's side of a delegating brain: first `say` and a `delegate` call with
+/// `params`, then, with the result, `reply` and the result.
+fn assistant_delegates(asked: &Asked, say: &str, params: serde_json::Value, reply: &str) -> Answer {
+    match asked.results.last() {
+        None => anthropic_answer(say, &[("toolu_delegate_1", "delegate", params)]),
+        Some(result) => anthropic_answer(&format!("{reply}{result}"), &[]),
+    }
+}
+
 /// The Assistant delegates to the Coder; the Coder writes `hello.sh`, runs it, and reports what
 /// it printed; the Assistant passes that on.
 pub fn coder_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {
         let asked = Asked::of(request);
         if asked.offers("delegate") {
-            return match asked.results.last() {
-                None => anthropic_answer(
-                    "I'll ask the coder. ",
-                    &[(
-                        "toolu_delegate_1",
-                        "delegate",
-                        json!({"agent": "coder", "task": "Write hello.sh that prints a greeting, then run it.", "responseFormat": "what it printed"}),
-                    )],
-                ),
-                Some(result) => anthropic_answer(&format!("Done. The coder says: {result}"), &[]),
-            };
+            let task = json!({"agent": "coder", "task": "Write hello.sh that prints a greeting, then run it.", "responseFormat": "what it printed"});
+            return assistant_delegates(&asked, "I'll ask the coder. ", task, "Done. The coder says: ");
         }
         if asked.offers("exec") {
             return match asked.results.len() {
@@ -62,13 +62,7 @@ pub fn worker_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {
         let asked = Asked::of(request);
         if asked.offers("delegate") {
-            return match asked.results.last() {
-                None => anthropic_answer(
-                    "",
-                    &[("toolu_delegate_1", "delegate", json!({"agent": "worker", "task": "Say done."}))],
-                ),
-                Some(result) => anthropic_answer(&format!("Worker: {result}"), &[]),
-            };
+            return assistant_delegates(&asked, "", json!({"agent": "worker", "task": "Say done."}), "Worker: ");
         }
         anthropic_answer("done", &[])
     })))
@@ -101,6 +95,19 @@ pub fn echo_brain() -> Answer {
     })))
 }
 
+/// The Assistant hands a lookup to the Worker in the background and answers at once; the
+/// Worker's answer arrives later.
+pub fn background_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            let task = json!({"agent": "worker", "task": "Look up the answer.", "priority": "background"});
+            return assistant_delegates(&asked, "", task, "I'll get back to you. ");
+        }
+        crate::fake_provider::token_stream(Wire::Anthropic, 3, Duration::from_millis(300))
+    })))
+}
+
 /// The Assistant echoes; the Memory agent, at archival, remembers that Alice likes jasmine tea.
 pub fn memory_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {
@@ -127,13 +134,7 @@ pub fn slow_worker_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {
         let asked = Asked::of(request);
         if asked.offers("delegate") {
-            return match asked.results.last() {
-                None => anthropic_answer(
-                    "",
-                    &[("toolu_delegate_1", "delegate", json!({"agent": "worker", "task": "Take your time."}))],
-                ),
-                Some(result) => anthropic_answer(&format!("Worker: {result}"), &[]),
-            };
+            return assistant_delegates(&asked, "", json!({"agent": "worker", "task": "Take your time."}), "Worker: ");
         }
         crate::fake_provider::token_stream(Wire::Anthropic, 120, Duration::from_millis(500))
     })))

@@ -513,3 +513,58 @@ fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows(
         assert!(last.contains("favourite-tea: Alice likes jasmine tea."), "the memory is in the Assistant's context");
     });
 }
+
+#[test]
+fn a_background_delegation_answers_at_once_and_its_result_arrives_later_as_a_message() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::background_brain()))).expect("fake provider");
+    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let mut events = client
+            .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        let turn = scenario::turn(
+            &mut client,
+            message(user("alice"), "alice", "Find out, no hurry."),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("turn");
+        let reply = turn.reply.unwrap_or_else(|| panic!("{:?}", turn.error));
+        assert!(
+            reply.content.starts_with("I'll get back to you. The worker is working on it in the background"),
+            "{reply:?}"
+        );
+        let later = loop {
+            let event = tokio::time::timeout(Duration::from_secs(60), events.message())
+                .await
+                .expect("the result arrives")
+                .expect("stream")
+                .expect("event");
+            if let Some(v1::orchestrator_event::Event::Message(message)) = event.event {
+                break message;
+            }
+        };
+        assert!(
+            later.content.contains("The worker finished the background task") && later.content.contains("t0 t1 t2"),
+            "{later:?}"
+        );
+        let transcript = client
+            .read_session(v1::ReadSessionRequest { session_id: turn.session.clone(), leaf_entry_id: String::new() })
+            .await
+            .expect("read")
+            .into_inner();
+        let last = transcript.entries.last().expect("entries");
+        let Some(v1::session_entry::Entry::Message(last)) = &last.entry else { panic!("{last:?}") };
+        assert_eq!((last.role.as_str(), last.content.as_str()), ("assistant", later.content.as_str()));
+        assert!(
+            transcript.entries.iter().any(
+                |e| matches!(&e.entry, Some(v1::session_entry::Entry::Delegate(d)) if d.result.contains("t0 t1 t2"))
+            ),
+            "the delegation is recorded"
+        );
+    });
+}

@@ -236,9 +236,9 @@ async fn a_wrong_token_is_unauthenticated_and_correlation_ids_round_trip() {
     let error = client.stream_llm(v1::LlmRequest::default()).await.expect_err("host cannot stream");
     assert_eq!(error.code(), tonic::Code::PermissionDenied);
     // An RPC that is not built yet says so in a sentence.
-    let error = client.list_sessions(v1::SessionFilter::default()).await.expect_err("not yet");
+    let error = client.schedule_task(v1::TaskDefinition::default()).await.expect_err("not yet");
     assert_eq!(error.code(), tonic::Code::Unimplemented);
-    assert!(error.message().starts_with("ListSessions is not available in baaahtd"), "{}", error.message());
+    assert!(error.message().starts_with("ScheduleTask is not available in baaahtd"), "{}", error.message());
 
     // The refusal was logged with the caller's correlation id.
     let log = daemon.log_text();
