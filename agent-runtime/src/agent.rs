@@ -109,6 +109,19 @@ pub fn memory_definitions() -> Vec<crate::tools::Definition> {
     ]
 }
 
+/// Reads a skill's instructions (its SKILL.md) or another file of it, through the daemon.
+pub fn read_skill_definition() -> crate::tools::Definition {
+    crate::tools::Definition {
+        name: "read_skill",
+        description: "Read the full instructions of one of your skills (its SKILL.md), or another file of the \
+                      skill named in them. Do this before a task a skill covers.",
+        parameters: json!({"type": "object", "required": ["skill"], "additionalProperties": false, "properties": {
+            "skill": {"type": "string", "description": "the skill's name, as listed under Skills"},
+            "path": {"type": "string", "description": "a file inside the skill's folder; empty: SKILL.md"},
+        }}),
+    }
+}
+
 /// One tool call the model asked for.
 #[derive(Debug, Clone, Default)]
 struct Call {
@@ -161,6 +174,8 @@ impl Agent {
             .filter_map(|tool| {
                 let definition = if tool.name == "delegate" {
                     Some(delegate_definition())
+                } else if tool.name == "read_skill" {
+                    Some(read_skill_definition())
                 } else {
                     known.iter().chain(&memory).find(|known| known.name == tool.name).cloned()
                 };
@@ -366,6 +381,14 @@ async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) ->
             Err(status) => (format!("the delegation failed: {}", status.message()), true),
         };
     }
+    if call.name == "read_skill" {
+        let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+        let request = v1::SkillContentRequest { context: None, skill: text("skill"), path: text("path") };
+        return match client.get_skill_content(with_correlation(request, &turn.correlation_id)).await {
+            Ok(content) => (content.into_inner().content, false),
+            Err(status) => (format!("read_skill failed: {}", status.message()), true),
+        };
+    }
     if call.name.starts_with("memory_") {
         return memory(client, &call.name, &params, &turn.correlation_id).await;
     }
@@ -447,7 +470,8 @@ fn system_prompt(config: &v1::AgentConfig) -> String {
         parts.push(format!("# What you remember\n{}", lines.join("\n")));
     }
     if let Some(manifest) = config.skills.as_ref().filter(|m| !m.skills.is_empty()) {
-        let mut text = String::from("# Skills\nInstructions for these tasks exist; ask for them when one applies.\n");
+        let mut text =
+            String::from("# Skills\nInstructions for these tasks exist; read one with read_skill when it applies.\n");
         for skill in &manifest.skills {
             text.push_str(&format!("- {}: {}\n", skill.name, skill.description.trim()));
         }

@@ -209,10 +209,12 @@ impl Policy {
     }
 
     /// The tools of `role` the daemon answers itself, not a tool container: the Assistant's
-    /// `delegate`, the Memory agent's memory store (always its own context's).
+    /// `delegate`, `read_skill` (a visible skill's instructions), the Memory agent's memory
+    /// store (always its own context's).
     pub fn agent_tools_of(role: Role) -> &'static [&'static str] {
         match role {
-            Role::Assistant => &["delegate"],
+            Role::Assistant => &["delegate", "read_skill"],
+            Role::Worker | Role::Researcher | Role::Coder => &["read_skill"],
             Role::Memory => &["memory_write", "memory_search", "memory_delete"],
             _ => &[],
         }

@@ -108,6 +108,20 @@ pub fn background_brain() -> Answer {
     })))
 }
 
+/// The Assistant reads the bundled `summarize` skill before it answers, and quotes its name line.
+pub fn skill_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        match asked.results.last() {
+            None => anthropic_answer("", &[("toolu_skill_1", "read_skill", json!({"skill": "summarize"}))]),
+            Some(skill) => {
+                let line = skill.lines().find(|line| line.starts_with("name:")).unwrap_or("no name line");
+                anthropic_answer(&format!("The skill says {line}"), &[])
+            }
+        }
+    })))
+}
+
 /// The Assistant echoes; the Memory agent, at archival, remembers that Alice likes jasmine tea.
 pub fn memory_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {

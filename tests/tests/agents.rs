@@ -568,3 +568,25 @@ fn a_background_delegation_answers_at_once_and_its_result_arrives_later_as_a_mes
         );
     });
 }
+
+#[test]
+fn an_agent_reads_a_skill_it_sees_in_its_manifest() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::skill_brain()))).expect("fake provider");
+    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let turn = scenario::turn(
+            &mut client,
+            message(user("alice"), "alice", "Summarise this page."),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("turn");
+        let reply = turn.reply.unwrap_or_else(|| panic!("{:?}", turn.error));
+        assert_eq!(reply.content, "The skill says name: summarize");
+        let first = asked_with(&fake, "Summarise this page.");
+        assert!(first.contains("- summarize: Summarises a web page"), "the manifest is in the system prompt");
+        assert!(first.contains("\"name\":\"read_skill\""), "read_skill is offered");
+    });
+}
