@@ -822,14 +822,7 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
     if matches!(llm.state, "off" | "down") {
         degraded.push(format!("llm: {}", llm.message));
     }
-    let counts = match crate::sessions::counts(&shared.data_dir.state_dir()) {
-        Ok(counts) => counts,
-        Err(error) => {
-            tracing::warn!(%error, "cannot read the session index");
-            degraded.push(format!("sessions: {error}"));
-            crate::sessions::SessionCounts::default()
-        }
-    };
+    let counts = shared.sessions.counts();
     v1::StatusResponse {
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_seconds: shared.metrics.uptime().as_secs(),

@@ -106,12 +106,6 @@ impl SessionCounts {
     }
 }
 
-/// Counts sessions by state in the index under `state_dir`; created sessions count as active.
-pub fn counts(state_dir: &Path) -> Result<SessionCounts, StateError> {
-    let index: SessionIndex = state::read_json(&state_dir.join(INDEX_FILE))?.unwrap_or_default();
-    Ok(SessionCounts::of(&index.sessions))
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("no session `{0}`: `baaaht sessions list` shows the sessions there are")]
@@ -525,11 +519,12 @@ mod tests {
     }
 
     #[test]
-    fn counts_by_status() {
+    fn reads_the_specs_index_format_and_counts_by_status() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(counts(dir.path()).expect("empty"), SessionCounts::default());
+        std::fs::create_dir_all(dir.path().join("data/state")).expect("state");
+        assert_eq!(SessionStore::open(dir.path()).counts(), SessionCounts::default());
         std::fs::write(
-            dir.path().join(INDEX_FILE),
+            dir.path().join("data/state").join(INDEX_FILE),
             r#"{"sessions": [
                 {"id": "a", "userId": "billm", "contextType": "user", "lastActivity": "2026-02-06T14:00:00Z", "status": "active", "archivedAt": null},
                 {"id": "b", "userId": "billm", "contextType": "user", "lastActivity": "2026-02-06T14:00:00Z", "status": "idle"},
@@ -537,6 +532,8 @@ mod tests {
             ]}"#,
         )
         .expect("write");
-        assert_eq!(counts(dir.path()).expect("counts"), SessionCounts { active: 1, idle: 1, archived: 1 });
+        let store = SessionStore::open(dir.path());
+        assert_eq!(store.counts(), SessionCounts { active: 1, idle: 1, archived: 1 });
+        assert_eq!(store.get("c").expect("c").context(), Context::group("g"));
     }
 }
