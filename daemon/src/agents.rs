@@ -132,6 +132,7 @@ impl AgentPool {
             timeout: Duration::MAX,
             daemon_socket: true,
             working_dir: None,
+            image: None,
         };
         let mut changes = self.changes.subscribe();
         // Not adopted after a daemon crash: its turn died with the daemon.

@@ -271,6 +271,7 @@ impl Daemon {
             policy.clone(),
             ipc.clone(),
             data_dir.clone(),
+            loaded.config.skills.directories.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
         ));
         let data_dir_root = &data_dir.root().to_path_buf();

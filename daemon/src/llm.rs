@@ -451,6 +451,7 @@ impl LlmGateway {
                     timeout: Duration::MAX,
                     daemon_socket: false,
                     working_dir: None,
+                    image: None,
                 };
                 let handle = containers
                     .start_detached(request)

@@ -78,6 +78,8 @@ pub struct Runners {
     policy: Arc<crate::policy::Policy>,
     ipc: Arc<crate::ipc::Ipc>,
     data_dir: DataDir,
+    /// `skills.directories`: more system skills, whose packages count for the layer.
+    skill_dirs: Vec<String>,
     idle: Duration,
     /// Session id → its runner, behind a per-session lock held for a whole call.
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Runner>>>>>,
@@ -99,6 +101,7 @@ impl Runners {
         policy: Arc<crate::policy::Policy>,
         ipc: Arc<crate::ipc::Ipc>,
         data_dir: DataDir,
+        skill_dirs: Vec<String>,
         idle: Duration,
     ) -> Runners {
         Runners {
@@ -106,6 +109,7 @@ impl Runners {
             policy,
             ipc,
             data_dir,
+            skill_dirs,
             idle,
             sessions: Mutex::default(),
             connected: Mutex::default(),
@@ -154,6 +158,28 @@ impl Runners {
             .collect()
     }
 
+    /// The skill layer the tool containers of `context` use: the packages of every skill it
+    /// sees, on the base image (built if missing); none when no skill needs a package, or when
+    /// the layer cannot be had (the base image then, with a warning).
+    async fn layer_for(&self, context: &Context) -> Option<String> {
+        let skills = crate::skills::manifest(self.data_dir.root(), &self.skill_dirs, context);
+        let packages = skills.iter().flat_map(|found| found.skill.addons.packages.iter());
+        match crate::skills::layer(self.containers.image(), packages) {
+            Ok(None) => None,
+            Ok(Some((tag, dockerfile))) => match self.containers.ensure_image(&tag, &dockerfile).await {
+                Ok(_) => Some(tag),
+                Err(error) => {
+                    tracing::warn!(context = %context, image = %tag, %error, "no skill layer; using the base image");
+                    None
+                }
+            },
+            Err(problem) => {
+                tracing::warn!(context = %context, %problem, "no skill layer; using the base image");
+                None
+            }
+        }
+    }
+
     /// Starts a tool container for `session`; a `cold` one serves one call and is not kept. A
     /// Coder's also mounts the allowlisted project folders.
     async fn start(&self, session: &str, context: &Context, coder: bool, cold: bool) -> Result<Runner, ToolsError> {
@@ -181,6 +207,7 @@ impl Runners {
         if cold {
             command.push("--once".into());
         }
+        let image = self.layer_for(context).await;
         let request = RunRequest {
             role: Role::Tool,
             session_id: session.to_string(),
@@ -197,6 +224,7 @@ impl Runners {
             timeout: Duration::MAX,
             daemon_socket: true,
             working_dir: Some(WORKSPACE.into()),
+            image,
         };
         let mut changes = self.changes.subscribe();
         let started = if cold {

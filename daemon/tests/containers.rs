@@ -39,6 +39,7 @@ fn request(command: &[&str], timeout: Duration) -> RunRequest {
         timeout,
         daemon_socket: false,
         working_dir: None,
+        image: None,
     }
 }
 

@@ -106,3 +106,46 @@ fn a_skill_from_a_local_git_repository_installs_and_bad_ones_are_refused_with_th
     let (ok, _, err) = baaaht(&daemon, &["skills", "install", "--user", "alice", "--", "--upload-pack=id"]);
     assert!(!ok && err.contains("is not a git URL"), "{err}");
 }
+
+const WITH_PACKAGES: &str = "---\nname: json-tools\ndescription: Queries JSON files with jq.\naddons:\n  packages:\n    - name: jq\n      source: apt\n      verify: \"jq --version\"\n---\nUse jq.\n";
+
+#[test]
+fn a_skill_with_packages_gets_a_layer_its_contexts_tool_containers_run_on() {
+    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let repo = repository(&[("SKILL.md", WITH_PACKAGES)]);
+    // The self-test containers' context, so that a lingering coder can try the tool container.
+    let (ok, out, err) =
+        baaaht(&daemon, &["skills", "install", &repo.path().display().to_string(), "--user", "baaaht-self-test"]);
+    assert!(ok, "{out}{err}\n{}", daemon.log_text());
+    let record = std::fs::read_to_string(daemon.data_dir.join("data/state/skill-installs.json")).expect("recorded");
+    assert!(record.contains("json-tools"), "{record}");
+    let images = baaaht_tests::docker(&["images", "--format", "{{.Repository}}:{{.Tag}}", "baaaht/skill-layer"])
+        .expect("images");
+    assert!(images.lines().any(|line| line.starts_with("baaaht/skill-layer:")), "no layer image: {images}");
+
+    let rt = baaaht_tests::runtime();
+    let coder = daemon.lingering_agent("coder", Some("layer-session"), &[]).expect("coder");
+    rt.block_on(async {
+        let mut agent = baaaht_proto::client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let request = baaaht_proto::v1::ToolRequest {
+            tool: "exec".into(),
+            params_json: serde_json::json!({"command": "echo '{\"tea\": \"jasmine\"}' | jq -r .tea"}).to_string(),
+            ..Default::default()
+        };
+        let ran = agent.request_tool_execution(request).await.expect("exec").into_inner();
+        assert_eq!(ran.content, "exit code 0\n--- stdout ---\njasmine\n", "{ran:?}");
+    });
+    drop(coder);
+    let tool =
+        daemon.recorded_containers().into_iter().find(|name| name.starts_with("baaaht-tool-")).expect("tool container");
+    let image = baaaht_tests::docker(&["inspect", "--format", "{{.Config.Image}}", &tool]).expect("inspect");
+    assert!(image.trim().starts_with("baaaht/skill-layer:"), "{image}");
+
+    // A package from apk cannot be had on the Debian base: refused with what to do.
+    let apk = repository(&[(
+        "SKILL.md",
+        "---\nname: alpine-only\ndescription: Needs apk.\naddons:\n  packages:\n    - name: gh\n      source: apk\n---\n",
+    )]);
+    let (ok, _, err) = baaaht(&daemon, &["skills", "install", &apk.path().display().to_string(), "--user", "alice"]);
+    assert!(!ok && err.contains("use `source: apt`"), "{err}");
+}

@@ -422,6 +422,42 @@ impl ContainerRuntime for DockerRuntime {
             Err(error) => Err(error),
         }
     }
+
+    async fn build_image(&self, tag: &str, dockerfile: &str) -> Result<(), RuntimeError> {
+        use tokio_stream::StreamExt as _;
+        let options = bollard::query_parameters::BuildImageOptions {
+            dockerfile: "Dockerfile".into(),
+            t: Some(tag.into()),
+            rm: true,
+            forcerm: true,
+            ..Default::default()
+        };
+        let context = super::images::single_file_tar("Dockerfile", dockerfile.as_bytes());
+        let mut stream = self.docker.build_image(options, None, Some(bollard::body_full(context.into())));
+        let mut last = String::new();
+        let drain = async {
+            while let Some(item) = stream.next().await {
+                let info = item.map_err(|error| RuntimeError::Engine {
+                    operation: "build an image",
+                    message: error.to_string(),
+                })?;
+                if let Some(detail) = info.error_detail {
+                    let message = detail.message.unwrap_or_default();
+                    return Err(RuntimeError::Engine {
+                        operation: "build an image",
+                        message: format!("{message} (after: {last})"),
+                    });
+                }
+                if let Some(line) = info.stream.as_deref().map(str::trim).filter(|line| !line.is_empty()) {
+                    last = line.to_string();
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(Duration::from_secs(900), drain)
+            .await
+            .map_err(|_elapsed| RuntimeError::Hung { operation: "build an image", seconds: 900 })?
+    }
 }
 
 #[cfg(test)]

@@ -228,7 +228,7 @@ async fn build(
 }
 
 /// A ustar archive holding one regular file: the whole build context.
-fn single_file_tar(name: &str, contents: &[u8]) -> Vec<u8> {
+pub(crate) fn single_file_tar(name: &str, contents: &[u8]) -> Vec<u8> {
     let mut header = [0u8; 512];
     let field = |header: &mut [u8; 512], offset: usize, value: &[u8]| {
         header[offset..offset + value.len()].copy_from_slice(value);

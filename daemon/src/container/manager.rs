@@ -70,6 +70,8 @@ pub struct RunRequest {
     /// Give the container its own daemon socket at /run/baaaht/daemon.sock.
     pub daemon_socket: bool,
     pub working_dir: Option<String>,
+    /// Another image than the base, e.g. a skill layer built on it; none: the base.
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,7 +301,7 @@ impl ContainerManager {
         }
         ContainerSpec {
             name: name.into(),
-            image: self.image.clone(),
+            image: request.image.clone().unwrap_or_else(|| self.image.clone()),
             labels: ContainerLabels {
                 role: request.role.as_str().into(),
                 session_id: request.session_id.clone(),
@@ -603,6 +605,17 @@ impl ContainerManager {
         Ok(report)
     }
 
+    /// Builds `tag` from `dockerfile` unless the engine has it already.
+    pub async fn ensure_image(&self, tag: &str, dockerfile: &str) -> Result<bool, ContainerError> {
+        let runtime = self.runtime().await?;
+        if self.check(runtime.image_exists(tag).await)? {
+            return Ok(false);
+        }
+        tracing::info!(image = tag, "building a skill layer");
+        self.check(runtime.build_image(tag, dockerfile).await)?;
+        Ok(true)
+    }
+
     /// Checks once that the image exists and that baaaht's binaries run inside it.
     pub async fn check_image(&self) {
         let problem = self.probe_image().await.err();
@@ -635,6 +648,7 @@ impl ContainerManager {
             timeout: Duration::from_secs(60),
             daemon_socket: false,
             working_dir: None,
+            image: None,
         };
         let outcome = self.run(request).await.map_err(|error| error.to_string())?;
         if outcome.succeeded() {

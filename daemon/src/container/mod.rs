@@ -218,6 +218,9 @@ pub trait ContainerRuntime: Send + Sync + std::fmt::Debug {
     /// Runs `command` in a running container (health probes, diagnostics).
     async fn exec(&self, id: &str, command: &[String]) -> Result<ExecResult, RuntimeError>;
     async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError>;
+    /// Builds `tag` from `dockerfile` alone (no other context), with the engine's default
+    /// network so that package managers reach their registries.
+    async fn build_image(&self, tag: &str, dockerfile: &str) -> Result<(), RuntimeError>;
 }
 
 /// The engine sockets to try for `choice`, in order (issue #3's runtime selection).

@@ -714,6 +714,7 @@ impl Orchestrator for OrchestratorService {
             timeout: std::time::Duration::from_secs(u64::from(linger) + 60),
             daemon_socket: true,
             working_dir: None,
+            image: None,
         };
         let outcome = self.shared.containers.run(run).await.map_err(|error| {
             tracing::warn!(error = %baaaht_proto::error_chain(&error), "self-test container failed");

@@ -253,16 +253,41 @@ async fn install_from(
         return Err(InstallError::Exists { name: skill.name, path: relative });
     }
 
+    // A skill that needs packages gets its layer now (cached by the package set), and is
+    // checked in it, its `verify` commands included.
+    let layer = super::layer(containers.image(), &skill.addons.packages).map_err(InstallError::Invalid)?;
+    if let Some((tag, dockerfile)) = &layer {
+        containers
+            .ensure_image(tag, dockerfile)
+            .await
+            .map_err(|error| InstallError::Validation(format!("the skill layer {tag} could not be built: {error}")))?;
+    }
+    let verifies: Vec<(String, String)> = skill
+        .addons
+        .packages
+        .iter()
+        .filter_map(|package| package.verify.clone())
+        .enumerate()
+        .map(|(index, verify)| (format!("BAAAHT_VERIFY_{index}"), verify))
+        .collect();
+    let mut script = CHECK.replace("echo checked", "");
+    for (name, _) in &verifies {
+        script.push_str(&format!(
+            "sh -c \"${name}\" >/dev/null 2>&1 || {{ echo \"verify failed: ${name}\" >&2; exit 1; }}\n"
+        ));
+    }
+    script.push_str("echo checked");
     let check = RunRequest {
         role: Role::Tool,
         session_id: "skill-install".into(),
         context: request.context.clone(),
-        command: vec!["sh".into(), "-c".into(), CHECK.into()],
+        command: vec!["sh".into(), "-c".into(), script],
         mounts: vec![MountSpec { host: folder.clone(), target: "/skill".into(), read_only: true }],
-        env: vec![],
+        env: verifies,
         timeout: Duration::from_secs(60),
         daemon_socket: false,
         working_dir: Some("/skill".into()),
+        image: layer.as_ref().map(|(tag, _)| tag.clone()),
     };
     let outcome = containers.run(check).await.map_err(|error| InstallError::Validation(error.to_string()))?;
     if !outcome.succeeded() {

@@ -277,6 +277,67 @@ pub fn manifest(data_root: &std::path::Path, extra: &[String], context: &crate::
     found
 }
 
+/// The skill layer for `packages` (of one or more skills) on `base`: its tag (named by a hash
+/// of the base and the sorted package list, so it is built once per set) and its Dockerfile.
+/// `None` when there is nothing to add. Only the packages' names reach the Dockerfile, checked;
+/// a skill's `verify` commands run later, in a hardened container without network.
+pub fn layer<'a>(
+    base: &str,
+    packages: impl IntoIterator<Item = &'a Package>,
+) -> Result<Option<(String, String)>, String> {
+    use sha2::Digest as _;
+    let mut by_source: BTreeMap<&'static str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    for package in packages {
+        let name = package.name.as_str();
+        let valid = !name.is_empty()
+            && name.len() <= 200
+            && !name.starts_with('-')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || "._+-@/=:~".contains(c));
+        if !valid {
+            return Err(format!("addons.packages: `{name}` is not a package name"));
+        }
+        let source = match package.source {
+            PackageSource::Apt => "apt",
+            PackageSource::Pip => "pip",
+            PackageSource::Npm => "npm",
+            PackageSource::Apk => {
+                return Err(format!(
+                    "addons.packages: `{name}` comes from apk (Alpine), but baaaht's base image is Debian: use `source: apt`"
+                ))
+            }
+        };
+        by_source.entry(source).or_default().insert(name);
+    }
+    if by_source.is_empty() {
+        return Ok(None);
+    }
+    let join = |source: &str| by_source.get(source).map(|names| names.iter().copied().collect::<Vec<_>>().join(" "));
+    let mut apt: Vec<String> = join("apt").into_iter().collect();
+    if by_source.contains_key("pip") {
+        apt.push("python3-pip".into());
+    }
+    if by_source.contains_key("npm") {
+        apt.push("nodejs npm".into());
+    }
+    let mut dockerfile = format!("FROM {base}\nUSER root\n");
+    if !apt.is_empty() {
+        dockerfile.push_str(&format!(
+            "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {} \\\n    && rm -rf /var/lib/apt/lists/*\n",
+            apt.join(" ")
+        ));
+    }
+    if let Some(pip) = join("pip") {
+        dockerfile.push_str(&format!("RUN pip3 install --no-cache-dir --break-system-packages {pip}\n"));
+    }
+    if let Some(npm) = join("npm") {
+        dockerfile.push_str(&format!("RUN npm install --global {npm}\n"));
+    }
+    dockerfile.push_str("USER 1000\n");
+    let hash = sha2::Sha256::digest(dockerfile.as_bytes());
+    let hex: String = hash.iter().take(8).map(|byte| format!("{byte:02x}")).collect();
+    Ok(Some((format!("baaaht/skill-layer:{hex}"), dockerfile)))
+}
+
 /// The largest file GetSkillContent returns.
 pub const MAX_CONTENT: u64 = 256 * 1024;
 
@@ -348,6 +409,28 @@ pub fn content(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layer_installs_the_checked_packages_once_per_set() {
+        let package = |name: &str, source| Package { name: name.into(), source, verify: None };
+        let (tag, dockerfile) =
+            layer("baaaht/base:latest", &[package("jq", PackageSource::Apt), package("requests", PackageSource::Pip)])
+                .expect("valid")
+                .expect("a layer");
+        assert!(dockerfile.starts_with("FROM baaaht/base:latest\nUSER root\n"), "{dockerfile}");
+        assert!(dockerfile.contains("apt-get install -y --no-install-recommends jq python3-pip"), "{dockerfile}");
+        assert!(dockerfile.contains("pip3 install --no-cache-dir --break-system-packages requests"), "{dockerfile}");
+        assert!(dockerfile.ends_with("USER 1000\n"));
+        let (same, _) =
+            layer("baaaht/base:latest", &[package("requests", PackageSource::Pip), package("jq", PackageSource::Apt)])
+                .expect("valid")
+                .expect("a layer");
+        assert_eq!(tag, same, "the order of the list does not matter");
+        assert!(layer("baaaht/base:latest", &[]).expect("valid").is_none());
+        let injected = layer("b", &[package("jq; curl evil", PackageSource::Apt)]).expect_err("refused");
+        assert!(injected.contains("is not a package name"), "{injected}");
+        assert!(layer("b", &[package("gh", PackageSource::Apk)]).expect_err("apk").contains("use `source: apt`"));
+    }
 
     #[test]
     fn the_bundled_skills_parse() {
