@@ -76,7 +76,7 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, outbox: &Outbox) -> v1::Too
     let output = match call.tool.as_str() {
         "exec" => {
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
-            tools::exec::exec(&Params(&params), mounts, limit).unwrap_or_else(ToolOutput::from)
+            tools::exec::exec(&Params(&params), mounts, limit, &call.env).unwrap_or_else(ToolOutput::from)
         }
         "message" => match &outbox.folder {
             Some(folder) => {

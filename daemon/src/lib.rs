@@ -111,6 +111,8 @@ pub struct Shared {
     pub turns: Arc<orchestrator::Turns>,
     /// Held while a memory store is written: one writer per index at a time.
     pub memory_writes: std::sync::Mutex<()>,
+    /// The secrets store, when it could be opened: skills' `addons.env` values come from it.
+    pub secrets: Option<Arc<secrets::Secrets>>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -255,7 +257,8 @@ impl Daemon {
                     other => other.to_string(),
                 })
         });
-        drop(secrets);
+        // Kept for the skills' `addons.env` (resolved per call, see `server/tools.rs`).
+        let secrets = secrets.map(Arc::new);
         let llm = Arc::new(llm::LlmGateway::new(&loaded, settings, &data_dir, &binaries, metrics.clone()));
         let web = Arc::new(
             egress::proxy::WebProxy::new(
@@ -300,6 +303,7 @@ impl Daemon {
             )),
             turns: Arc::new(orchestrator::Turns::open(&state_dir)),
             memory_writes: std::sync::Mutex::new(()),
+            secrets,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }

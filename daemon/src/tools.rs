@@ -56,6 +56,8 @@ pub struct Call<'a> {
     pub tool: &'a str,
     pub params_json: String,
     pub timeout: Duration,
+    /// Environment for this call's command only (a skill's `addons.env`).
+    pub env: std::collections::HashMap<String, String>,
 }
 
 /// A runner connected over ServeTools.
@@ -251,7 +253,8 @@ impl Runners {
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
     pub async fn call_cold(&self, call: Call<'_>) -> Result<v1::ToolResponse, ToolsError> {
         let runner = self.start(call.session, call.context, call.coder, true).await?;
-        let result = self.send(&runner.container, call.call_id, call.tool, call.params_json, call.timeout).await;
+        let result =
+            self.send(&runner.container, call.call_id, call.tool, call.params_json, call.timeout, call.env).await;
         // The caller has its result; the container goes in the background.
         let containers = self.containers.clone();
         tokio::spawn(async move {
@@ -264,7 +267,7 @@ impl Runners {
 
     /// Runs one call in the session's tool container, starting (or restarting) it if needed.
     pub async fn call(&self, call: Call<'_>) -> Result<v1::ToolResponse, ToolsError> {
-        let Call { session, context, coder, call_id, tool, params_json, timeout } = call;
+        let Call { session, context, coder, call_id, tool, params_json, timeout, env } = call;
         // A Coder's container (with the project mounts) is its own: the others never see them.
         let key = if coder { format!("{session}/coder") } else { session.to_string() };
         let slot = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();
@@ -281,7 +284,7 @@ impl Runners {
         }
         let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
         current.last_used = Instant::now();
-        let response = self.send(&current.container, call_id, tool, params_json, timeout).await;
+        let response = self.send(&current.container, call_id, tool, params_json, timeout, env).await;
         current.last_used = Instant::now();
         response
     }
@@ -316,6 +319,7 @@ impl Runners {
         tool: &str,
         params_json: String,
         timeout: Duration,
+        env: std::collections::HashMap<String, String>,
     ) -> Result<v1::ToolResponse, ToolsError> {
         let (done, result) = oneshot::channel();
         let calls = {
@@ -329,6 +333,7 @@ impl Runners {
             tool: tool.to_string(),
             params_json,
             timeout_seconds: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
+            env,
         };
         calls.send(call).await.map_err(|_closed| ToolsError::RunnerLost)?;
         // The runner enforces the tool's own timeout; this one catches a runner that hangs.

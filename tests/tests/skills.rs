@@ -149,3 +149,45 @@ fn a_skill_with_packages_gets_a_layer_its_contexts_tool_containers_run_on() {
     let (ok, _, err) = baaaht(&daemon, &["skills", "install", &apk.path().display().to_string(), "--user", "alice"]);
     assert!(!ok && err.contains("use `source: apt`"), "{err}");
 }
+
+#[test]
+fn a_skills_env_reaches_only_the_commands_that_run_its_scripts() {
+    let skill = "---\nname: weather\ndescription: Reads the forecast.\naddons:\n  env:\n    - WEATHER_KEY\n---\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("WEATHER_KEY".into(), "wk-5f1c9a".into())],
+        files: vec![
+            ("users/baaaht-self-test/skills/weather/SKILL.md".into(), skill.into()),
+            ("users/baaaht-self-test/skills/weather/scripts/show.sh".into(), "echo \"key=[$WEATHER_KEY]\"\n".into()),
+        ],
+        ..DaemonOptions::default()
+    })
+    .expect("daemon starts");
+    let rt = baaaht_tests::runtime();
+    let coder = daemon.lingering_agent("coder", Some("env-session"), &[]).expect("coder");
+    rt.block_on(async {
+        let agent = baaaht_proto::client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let exec = |command: &str| {
+            let request = baaaht_proto::v1::ToolRequest {
+                tool: "exec".into(),
+                params_json: serde_json::json!({ "command": command }).to_string(),
+                ..Default::default()
+            };
+            let mut agent = agent.clone();
+            async move { agent.request_tool_execution(request).await.expect("exec").into_inner().content }
+        };
+        assert!(
+            exec("sh /skills/weather/scripts/show.sh").await.contains("key=[wk-5f1c9a]"),
+            "the skill's script gets it"
+        );
+        assert!(exec("echo \"key=[$WEATHER_KEY]\"").await.contains("key=[]"), "another command does not");
+        let both = exec("sh /skills/weather/scripts/show.sh; ls /skills/code-review/scripts 2>/dev/null").await;
+        assert!(both.contains("key=[]"), "a command naming two skills' scripts gets neither's: {both}");
+    });
+    let tool =
+        daemon.recorded_containers().into_iter().find(|name| name.starts_with("baaaht-tool-")).expect("tool container");
+    let config = baaaht_tests::docker(&["inspect", &tool]).expect("inspect");
+    assert!(!config.contains("wk-5f1c9a"), "the value is not in the container's configuration");
+    let agent_config = baaaht_tests::docker(&["inspect", &coder.name]).expect("inspect");
+    assert!(!agent_config.contains("wk-5f1c9a"), "nor in the agent's");
+    drop(coder);
+}

@@ -57,8 +57,14 @@ fn section(out: &mut String, name: &str, (bytes, dropped): (Vec<u8>, usize)) {
     }
 }
 
-/// Runs `exec` with `params`; `max_timeout` is the configured limit for this tool.
-pub fn exec(params: &Params<'_>, mounts: &Mounts, max_timeout: Duration) -> Result<ToolOutput, ToolError> {
+/// Runs `exec` with `params`; `max_timeout` is the configured limit for this tool; `extra_env`
+/// is what the daemon gives this command only (a skill's `addons.env`).
+pub fn exec(
+    params: &Params<'_>,
+    mounts: &Mounts,
+    max_timeout: Duration,
+    extra_env: &std::collections::HashMap<String, String>,
+) -> Result<ToolOutput, ToolError> {
     let command = params.string("command")?;
     if command.trim().is_empty() {
         return Err(ToolError::Param { name: "command", problem: "is empty".into() });
@@ -74,6 +80,7 @@ pub fn exec(params: &Params<'_>, mounts: &Mounts, max_timeout: Duration) -> Resu
         .current_dir(&workspace.at)
         .env_clear()
         .envs(ENVIRONMENT.iter().copied())
+        .envs(extra_env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -139,7 +146,18 @@ mod tests {
         let temp = tempfile::tempdir().expect("tempdir");
         let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
         let params = json!({"command": command});
-        exec(&Params(&params), &mounts, Duration::from_secs(timeout)).expect("runs")
+        exec(&Params(&params), &mounts, Duration::from_secs(timeout), &Default::default()).expect("runs")
+    }
+
+    #[test]
+    fn the_daemons_env_reaches_this_command_only() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
+        let params = json!({"command": "echo \"key=[$GH_TOKEN]\""});
+        let env = [("GH_TOKEN".to_string(), "ghp_x".to_string())].into_iter().collect();
+        let output = exec(&Params(&params), &mounts, Duration::from_secs(5), &env).expect("runs");
+        assert!(output.content.contains("key=[ghp_x]"), "{}", output.content);
+        assert!(run("echo \"key=[$GH_TOKEN]\"", 5).content.contains("key=[]"));
     }
 
     #[test]

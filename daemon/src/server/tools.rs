@@ -51,11 +51,13 @@ pub(super) async fn request(
             identity.role
         )));
     }
+    let mut env = std::collections::HashMap::new();
     if tool == "exec" {
         let params: serde_json::Value = serde_json::from_str(&message.params_json)
             .map_err(|error| Status::invalid_argument(format!("params_json is not JSON: {error}")))?;
         let command = params["command"].as_str().unwrap_or_default();
         shared.policy.validate_exec_command(command).map_err(|error| Status::permission_denied(error.to_string()))?;
+        env = skill_env(shared, &identity.context, command);
     }
     debug_assert_ne!(identity.role, Role::Tool);
     let timeout = timeout_of(shared, tool, message.timeout_seconds);
@@ -81,6 +83,7 @@ pub(super) async fn request(
         tool,
         params_json: message.params_json,
         timeout,
+        env,
     };
     let response = if shared.loaded.config.tools.mode == ToolMode::Cold {
         shared.tools.call_cold(call).await?
@@ -119,6 +122,43 @@ pub(super) async fn request(
         );
     }
     Ok(Response::new(response))
+}
+
+/// The `addons.env` of the one skill whose scripts `command` runs (`/skills/{name}/scripts/…`,
+/// a skill `context` sees), from the secrets store or else the daemon's environment; empty for
+/// any other command (one that names two skills' scripts gets neither's).
+fn skill_env(
+    shared: &Shared,
+    context: &crate::auth::Context,
+    command: &str,
+) -> std::collections::HashMap<String, String> {
+    let mut env = std::collections::HashMap::new();
+    let prefix = format!("{}/", crate::tools::SKILLS_MOUNT);
+    let mut named = std::collections::BTreeSet::new();
+    for (index, _) in command.match_indices(&prefix) {
+        if let Some((name, after)) = command[index + prefix.len()..].split_once('/') {
+            if after.starts_with("scripts/") || after == "scripts" || after.starts_with("scripts ") {
+                named.insert(name);
+            }
+        }
+    }
+    let (Some(name), 1) = (named.first(), named.len()) else { return env };
+    let skills = crate::skills::manifest(shared.data_dir.root(), &shared.loaded.config.skills.directories, context);
+    let Some(found) = skills.iter().find(|found| found.skill.name == *name) else { return env };
+    for variable in &found.skill.addons.env {
+        let reference = format!("${{{variable}}}");
+        match crate::secrets::resolve_references(&reference, shared.secrets.as_deref(), |n| std::env::var(n).ok()) {
+            Ok(value) => {
+                env.insert(variable.clone(), value.to_string());
+            }
+            Err(_) => tracing::warn!(
+                skill = %name,
+                variable = %variable,
+                "a skill's addons.env variable is not in the secrets store: run `baaahtd secrets set {variable}`"
+            ),
+        }
+    }
+    env
 }
 
 pub(super) fn serve(
