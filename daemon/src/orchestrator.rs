@@ -30,6 +30,32 @@ struct InFlightTurn {
     user_entry: String,
     correlation_id: String,
     started: String,
+    /// The user message while it waits behind another turn of its session: it is appended
+    /// when its own turn starts, so that it follows the reply before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queued: Option<Queued>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Queued {
+    content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    channel: Option<String>,
+    sender: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parent: Option<String>,
+}
+
+impl Queued {
+    fn entry(&self) -> NewEntry {
+        NewEntry::Message {
+            role: "user",
+            content: self.content.clone(),
+            channel: self.channel.clone(),
+            sender: Some(self.sender.clone()),
+        }
+    }
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -141,16 +167,23 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     if record.status == SessionStatus::Archived {
         return Err(SessionError::Archived(record.id).into());
     }
-    let entry = shared.sessions.append(
-        &record.id,
-        incoming.parent.as_deref(),
-        NewEntry::Message {
-            role: "user",
-            content: incoming.content,
-            channel: incoming.channel,
-            sender: Some(incoming.sender),
-        },
-    )?;
+    // Turns of a session run one after another. A message that arrives while one runs is
+    // recorded in turns.json at once and appended when its turn starts, after the reply before it.
+    let queued = Queued {
+        content: incoming.content,
+        channel: incoming.channel,
+        sender: incoming.sender,
+        parent: incoming.parent,
+    };
+    let lock = shared.turns.session_lock(&record.id);
+    let entry = crate::sessions::new_entry_id();
+    let (guard, queued) = match lock.try_lock_owned() {
+        Ok(guard) => {
+            shared.sessions.append_as(&record.id, Some(entry.clone()), queued.parent.as_deref(), queued.entry())?;
+            (Some(guard), None)
+        }
+        Err(_busy) => (None, Some(queued)),
+    };
     if record.status != SessionStatus::Active {
         prewarm(shared, &record);
     }
@@ -164,12 +197,13 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
                 user_entry: entry.clone(),
                 correlation_id: correlation_id.clone(),
                 started: state::now_rfc3339(),
+                queued: queued.clone(),
             },
         );
     });
     let accepted = Accepted { session: record.id.clone(), entry, turn, correlation_id };
     let span = tracing::info_span!("turn", turn = %accepted.turn, correlation_id = %accepted.correlation_id, session = %accepted.session);
-    tokio::spawn(run_turn(shared.clone(), record, accepted.clone()).instrument(span));
+    tokio::spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued).instrument(span));
     Ok(accepted)
 }
 
@@ -188,12 +222,39 @@ pub fn prewarm(shared: &Arc<Shared>, record: &SessionRecord) {
     });
 }
 
-async fn run_turn(shared: Arc<Shared>, record: SessionRecord, accepted: Accepted) {
-    let lock = shared.turns.session_lock(&accepted.session);
-    let _one_at_a_time = lock.lock().await;
-    shared.turns.set_tail(&accepted.turn, &accepted.entry);
+async fn run_turn(
+    shared: Arc<Shared>,
+    record: SessionRecord,
+    accepted: Accepted,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    queued: Option<Queued>,
+) {
+    let _one_at_a_time = match guard {
+        Some(guard) => guard,
+        None => shared.turns.session_lock(&accepted.session).lock_owned().await,
+    };
     let started = Instant::now();
-    let outcome = assistant_turn(&shared, &record, &accepted).await;
+    let outcome = match queued {
+        None => assistant_turn(&shared, &record, &accepted).await,
+        Some(queued) => {
+            match shared.sessions.append_as(
+                &accepted.session,
+                Some(accepted.entry.clone()),
+                queued.parent.as_deref(),
+                queued.entry(),
+            ) {
+                Ok(_) => {
+                    shared.turns.update(|inflight| {
+                        if let Some(turn) = inflight.turns.get_mut(&accepted.turn) {
+                            turn.queued = None;
+                        }
+                    });
+                    assistant_turn(&shared, &record, &accepted).await
+                }
+                Err(error) => Err(format!("the message could not be recorded: {error}")),
+            }
+        }
+    };
     let tail = shared.turns.tail(&accepted.turn);
     shared.turns.tails.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
     let ids = (accepted.session.as_str(), accepted.turn.as_str(), accepted.correlation_id.as_str());
@@ -241,6 +302,7 @@ async fn assistant_turn(
     record: &SessionRecord,
     accepted: &Accepted,
 ) -> Result<v1::TurnResult, String> {
+    shared.turns.set_tail(&accepted.turn, &accepted.entry);
     let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
     for corrupt in &read.corrupt {
         tracing::warn!(line = corrupt.line, reason = %corrupt.reason, "session log line skipped");
@@ -381,8 +443,7 @@ pub async fn compact(shared: &Arc<Shared>, id: &str) -> Result<String, Orchestra
     if record.status == SessionStatus::Archived {
         return Err(SessionError::Archived(id.to_string()).into());
     }
-    let lock = shared.turns.session_lock(id);
-    let _no_turn_meanwhile = lock.lock().await;
+    let _no_turn_meanwhile = shared.turns.session_lock(id).lock_owned().await;
     let record = shared.sessions.get(id).unwrap_or(record);
     let leaf = record
         .leaf
@@ -629,6 +690,23 @@ pub fn recover(shared: &Shared) -> usize {
         .map(|(turn, inflight)| (turn.clone(), inflight.clone()))
         .collect();
     for (turn, inflight) in &interrupted {
+        if let Some(queued) = &inflight.queued {
+            let recorded = shared
+                .sessions
+                .read(&inflight.session)
+                .is_ok_and(|read| read.entries.iter().any(|entry| entry.id() == inflight.user_entry));
+            if !recorded {
+                let appended = shared.sessions.append_as(
+                    &inflight.session,
+                    Some(inflight.user_entry.clone()),
+                    queued.parent.as_deref(),
+                    queued.entry(),
+                );
+                if let Err(error) = appended {
+                    tracing::error!(turn, error = %baaaht_proto::error_chain(&error), "cannot record a queued message");
+                }
+            }
+        }
         let content = format!(
             "The reply was interrupted: baaahtd stopped while it was being written (turn {turn}, started {}). \
              Send your message again.",

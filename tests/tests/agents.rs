@@ -590,3 +590,41 @@ fn an_agent_reads_a_skill_it_sees_in_its_manifest() {
         assert!(first.contains("\"name\":\"read_skill\""), "read_skill is offered");
     });
 }
+
+#[test]
+fn a_message_sent_during_a_turn_waits_and_follows_that_turns_reply() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::slow_echo_brain()))).expect("fake provider");
+    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let first =
+            client.send_user_message(message(user("alice"), "alice", "first")).await.expect("first").into_inner();
+        let mut second = message(user("alice"), "alice", "second");
+        second.session_id = first.session_id.clone();
+        let turn = scenario::turn(&mut client, second, Duration::from_secs(60)).await.expect("second turn");
+        assert_eq!(turn.reply.expect("reply").content, "echo: second");
+        let asked = asked_with(&fake, "second");
+        assert!(asked.contains("echo: first"), "the second turn sees the first reply: {asked}");
+        let transcript = client
+            .read_session(v1::ReadSessionRequest { session_id: first.session_id.clone(), leaf_entry_id: String::new() })
+            .await
+            .expect("read")
+            .into_inner();
+        let contents: Vec<String> = transcript
+            .entries
+            .iter()
+            .filter_map(|e| match &e.entry {
+                Some(v1::session_entry::Entry::Message(m)) => Some(m.content.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(contents, ["first", "echo: first", "second", "echo: second"]);
+        let mut parent = first.session_id.clone();
+        for entry in &transcript.entries {
+            assert_eq!(entry.parent, parent, "one chain, in order");
+            parent = entry.id.clone();
+        }
+        assert_eq!(transcript.entries[2].id, turn.entry, "the id given out at once is the entry's");
+    });
+}

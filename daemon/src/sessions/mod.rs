@@ -154,6 +154,11 @@ pub struct SessionStore {
     inner: Mutex<Inner>,
 }
 
+/// A fresh entry id, e.g. for a message recorded before it is appended.
+pub fn new_entry_id() -> String {
+    new_id("e-")
+}
+
 /// A fresh id: `prefix` and 12 hex digits.
 fn new_id(prefix: &str) -> String {
     let simple = uuid::Uuid::new_v4().simple().to_string();
@@ -295,6 +300,17 @@ impl SessionStore {
     /// Appends `entry` to session `id` under `parent` (none: the session's leaf) and makes it
     /// the leaf; returns its id. The entry is on disk when this returns.
     pub fn append(&self, id: &str, parent: Option<&str>, entry: NewEntry) -> Result<String, SessionError> {
+        self.append_as(id, None, parent, entry)
+    }
+
+    /// As [`SessionStore::append`], with the id given out before (see [`new_entry_id`]).
+    pub fn append_as(
+        &self,
+        id: &str,
+        entry_id: Option<String>,
+        parent: Option<&str>,
+        entry: NewEntry,
+    ) -> Result<String, SessionError> {
         let now = state::now_seconds();
         let mut inner = self.lock();
         let record =
@@ -303,7 +319,7 @@ impl SessionStore {
             return Err(SessionError::Archived(id.into()));
         }
         let parent = parent.map(str::to_string).or_else(|| record.leaf.clone()).unwrap_or_else(|| id.to_string());
-        let entry_id = new_id("e-");
+        let entry_id = entry_id.unwrap_or_else(new_entry_id);
         let timestamp = state::rfc3339(now);
         let entry = match entry {
             NewEntry::Message { role, content, channel, sender } => Entry::Message {
