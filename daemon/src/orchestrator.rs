@@ -836,11 +836,13 @@ pub async fn archive(shared: &Arc<Shared>, id: &str) -> Result<SessionRecord, Se
             async move {
                 extract_memories(&shared, &record).await;
                 shared.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+                shared.tools.release(&record.id).await;
             }
             .instrument(span),
         );
     } else {
         shared.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+        shared.tools.release(&record.id).await;
     }
     Ok(record)
 }

@@ -390,6 +390,23 @@ impl Runners {
         receiver
     }
 
+    /// Removes the tool containers of `session` (it was archived), waiting for a call in
+    /// progress to end.
+    pub async fn release(&self, session: &str) {
+        let slots: Vec<Arc<tokio::sync::Mutex<Option<Runner>>>> = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            [session.to_string(), format!("{session}/coder")].iter().filter_map(|key| sessions.remove(key)).collect()
+        };
+        for slot in slots {
+            if let Some(runner) = slot.lock().await.take() {
+                tracing::info!(session, container = %runner.container, "removing the tool container of an archived session");
+                if let Err(error) = self.containers.stop_service(&runner.container).await {
+                    tracing::warn!(container = %runner.container, %error, "cannot remove a tool container");
+                }
+            }
+        }
+    }
+
     /// Removes tool containers idle for longer than `tools.warm_idle_timeout`.
     pub async fn reap_idle(&self) {
         let slots: Vec<(String, Arc<tokio::sync::Mutex<Option<Runner>>>)> = self

@@ -476,6 +476,18 @@ fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows(
             assert!(tokio::time::Instant::now() < deadline, "nothing remembered:\n{}", daemon.log_text());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // The archived session's containers go (its pre-warmed tool container included).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left =
+                baaaht_tests::docker(&["ps", "-q", "--filter", &format!("label=baaaht.session={}", first.session)])
+                    .expect("docker ps");
+            if left.trim().is_empty() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "containers of the archived session remain");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let text = std::fs::read_to_string(&memory).expect("memory file");
         assert!(text.contains("Alice likes jasmine tea."), "{text}");
         assert!(text.contains(&format!("sessionId: {}", first.session)) && text.contains("userId: alice"), "{text}");

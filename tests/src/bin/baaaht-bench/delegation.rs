@@ -83,7 +83,13 @@ fn agent_rss() -> Vec<f64> {
 pub(crate) fn run(runs: usize, sessions: usize) -> Result<()> {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::worker_brain())))?;
-    let daemon = scenario::daemon_with(&fake, DaemonOptions::default())?;
+    // Sessions are archived after their cold turn only to release their containers: no Memory
+    // agent run in between the measurements.
+    let options = DaemonOptions {
+        env: vec![("BAAAHT__SESSIONS__ARCHIVAL__MEMORY_EXTRACTION".into(), "false".into())],
+        ..DaemonOptions::default()
+    };
+    let daemon = scenario::daemon_with(&fake, options)?;
     let mut rows = [
         Row {
             name: "warm: delegation Assistant → Worker → result (started → finished)".into(),
