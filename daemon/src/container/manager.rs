@@ -166,8 +166,8 @@ pub struct ContainerManager {
     agent_binary: PathBuf,
     inventory: tokio::sync::Mutex<Inventory>,
     problems: Mutex<Vec<String>>,
-    /// Ids of containers this process created and has not removed: a reconcile running at the
-    /// same time leaves them alone.
+    /// Ids and names of containers this process created (or is creating) and has not removed: a
+    /// reconcile running at the same time leaves them alone.
     started_here: Mutex<std::collections::HashSet<String>>,
 }
 
@@ -435,7 +435,17 @@ impl ContainerManager {
         spec: &ContainerSpec,
         token_sha256: String,
     ) -> Result<String, RuntimeError> {
-        let id = self.check(runtime.create(spec).await)?;
+        // Marked by name before it exists: a reconcile listing the engine between the create and
+        // the line below must not take it for an orphan.
+        self.started_here.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone());
+        let created = self.check(runtime.create(spec).await);
+        let id = match created {
+            Ok(id) => id,
+            Err(error) => {
+                self.started_here.lock().unwrap_or_else(PoisonError::into_inner).remove(&spec.name);
+                return Err(error);
+            }
+        };
         self.started_here.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone());
         let entry = InventoryEntry {
             id: id.clone(),
@@ -465,7 +475,11 @@ impl ContainerManager {
     async fn cleanup(&self, runtime: &dyn ContainerRuntime, id: &str, name: &str) {
         match self.check(runtime.remove(id).await) {
             Ok(()) => {
-                self.started_here.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+                {
+                    let mut started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner);
+                    started_here.remove(id);
+                    started_here.remove(name);
+                }
                 if let Err(error) = self.forget(name).await {
                     tracing::warn!(container = %name, %error, "cannot update the container inventory");
                 }
@@ -558,7 +572,7 @@ impl ContainerManager {
         let started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner).clone();
         for container in &found {
             let known = inventory.containers.iter().find(|entry| entry.id == container.id).cloned();
-            if started_here.contains(&container.id) {
+            if started_here.contains(&container.id) || started_here.contains(&container.name) {
                 // Started by this process while the reconcile ran: in use, not an orphan.
                 kept.extend(known);
                 continue;
