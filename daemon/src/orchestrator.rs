@@ -307,11 +307,13 @@ async fn assistant_turn(
     for corrupt in &read.corrupt {
         tracing::warn!(line = corrupt.line, reason = %corrupt.reason, "session log line skipped");
     }
-    let mut branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
+    let branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
+    let group = record.group_id.is_some();
+    let mut messages = history(&branch, group);
     let current = shared.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
     let model = current.model.clone().unwrap_or_else(|| shared.loaded.config.agents.assistant.model.0.clone());
     // Near the model's context window: what came before this message becomes a summary first.
-    let estimate: usize = history(&branch, record.group_id.is_some()).iter().map(message_chars).sum::<usize>() / 4;
+    let estimate: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
     if estimate > context_window(&model) * 8 / 10 {
         tracing::info!(estimated_tokens = estimate, model = %model, "compacting the session before the turn");
         let before: Vec<Entry> = branch[..branch.len().saturating_sub(1)].to_vec();
@@ -325,7 +327,7 @@ async fn assistant_turn(
                     .map_err(|e| e.to_string())?;
                 shared.turns.set_tail(&accepted.turn, &id);
                 let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
-                branch = read.branch(&id).map_err(|error| error.to_string())?;
+                messages = history(&read.branch(&id).map_err(|error| error.to_string())?, group);
             }
             Err(error) => tracing::warn!(%error, "automatic compaction failed; the turn goes on uncompacted"),
         }
@@ -333,7 +335,7 @@ async fn assistant_turn(
     let turn = v1::AgentTurn {
         turn_id: accepted.turn.clone(),
         correlation_id: accepted.correlation_id.clone(),
-        messages: history(&branch, record.group_id.is_some()),
+        messages,
         model: current.model.unwrap_or_default(),
     };
     let config = agent_settings(shared, Role::Assistant);

@@ -174,6 +174,17 @@ pub fn daemon_with(fake: &FakeProvider, mut options: DaemonOptions) -> Result<Te
     TestDaemon::start(options)
 }
 
+/// A fake provider answering with `brain` and a daemon whose models it is.
+pub fn start(
+    rt: &tokio::runtime::Runtime,
+    brain: Answer,
+    options: DaemonOptions,
+) -> Result<(FakeProvider, TestDaemon)> {
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(brain)))?;
+    let daemon = daemon_with(&fake, options)?;
+    Ok((fake, daemon))
+}
+
 /// What [`daemon_with`] adds: the `anthropic` provider at `fake`, the gateway a host child.
 pub fn options_for(fake: &FakeProvider) -> DaemonOptions {
     let providers = format!(

@@ -14,8 +14,8 @@ use serde_json::json;
 #[test]
 fn the_assistant_delegates_to_the_coder_and_the_reply_streams_back() {
     let rt = baaaht_tests::runtime();
-    let fake = rt.block_on(FakeProvider::start(vec![], Some(coder_brain()))).expect("fake provider");
-    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    let (_fake, daemon) =
+        scenario::start(&rt, coder_brain(), DaemonOptions::default()).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let turn = scenario::turn(
@@ -124,8 +124,8 @@ fn stdout(output: &std::process::Output) -> String {
 #[test]
 fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
     let rt = baaaht_tests::runtime();
-    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::echo_brain()))).expect("fake provider");
-    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    let (fake, daemon) =
+        scenario::start(&rt, scenario::echo_brain(), DaemonOptions::default()).expect("fake provider and daemon");
 
     // Two people in one group conversation.
     let first = baaaht(&daemon, &["chat", "--group", "family", "--as", "alice", "who is cooking tonight?"]);
@@ -261,8 +261,8 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
 #[test]
 fn a_daemon_killed_during_a_delegation_ends_the_turn_with_a_message_and_leaves_no_container() {
     let rt = baaaht_tests::runtime();
-    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::slow_worker_brain()))).expect("fake provider");
-    let mut daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    let (fake, mut daemon) = scenario::start(&rt, scenario::slow_worker_brain(), DaemonOptions::default())
+        .expect("fake provider and daemon");
     let (session, agents) = rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let mut events = client
@@ -328,12 +328,11 @@ const SECRET_SKILL: &str =
 #[test]
 fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() {
     let rt = baaaht_tests::runtime();
-    let fake = rt.block_on(FakeProvider::start(vec![], Some(coder_brain()))).expect("fake provider");
     let options = DaemonOptions {
         files: vec![("users/alice/skills/secret-notes/SKILL.md".into(), SECRET_SKILL.into())],
         ..DaemonOptions::default()
     };
-    let daemon = scenario::daemon_with(&fake, options).expect("daemon starts");
+    let (_fake, daemon) = scenario::start(&rt, coder_brain(), options).expect("fake provider and daemon");
     let alices = rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let turn =
@@ -456,8 +455,8 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
 #[test]
 fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows() {
     let rt = baaaht_tests::runtime();
-    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::memory_brain()))).expect("fake provider");
-    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    let (fake, daemon) =
+        scenario::start(&rt, scenario::memory_brain(), DaemonOptions::default()).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let first = scenario::turn(
@@ -529,8 +528,8 @@ fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows(
 #[test]
 fn a_background_delegation_answers_at_once_and_its_result_arrives_later_as_a_message() {
     let rt = baaaht_tests::runtime();
-    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::background_brain()))).expect("fake provider");
-    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    let (_fake, daemon) =
+        scenario::start(&rt, scenario::background_brain(), DaemonOptions::default()).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let mut events = client
@@ -584,8 +583,8 @@ fn a_background_delegation_answers_at_once_and_its_result_arrives_later_as_a_mes
 #[test]
 fn an_agent_reads_a_skill_it_sees_in_its_manifest() {
     let rt = baaaht_tests::runtime();
-    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::skill_brain()))).expect("fake provider");
-    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    let (fake, daemon) =
+        scenario::start(&rt, scenario::skill_brain(), DaemonOptions::default()).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let turn = scenario::turn(
@@ -606,8 +605,8 @@ fn an_agent_reads_a_skill_it_sees_in_its_manifest() {
 #[test]
 fn a_message_sent_during_a_turn_waits_and_follows_that_turns_reply() {
     let rt = baaaht_tests::runtime();
-    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::slow_echo_brain()))).expect("fake provider");
-    let daemon = scenario::daemon_with(&fake, DaemonOptions::default()).expect("daemon starts");
+    let (fake, daemon) =
+        scenario::start(&rt, scenario::slow_echo_brain(), DaemonOptions::default()).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let first =

@@ -52,15 +52,11 @@ pub(super) fn header(record: &SessionRecord) -> v1::SessionHeader {
 }
 
 fn role_of_name(name: &str) -> v1::AgentRole {
-    match name {
-        "assistant" => v1::AgentRole::Assistant,
-        "worker" => v1::AgentRole::Worker,
-        "researcher" => v1::AgentRole::Researcher,
-        "coder" => v1::AgentRole::Coder,
-        "memory" => v1::AgentRole::Memory,
-        "heartbeat" => v1::AgentRole::Heartbeat,
-        _ => v1::AgentRole::Unspecified,
-    }
+    use crate::auth::Role;
+    Role::AGENTS
+        .iter()
+        .find(|role| role.as_str() == name)
+        .map_or(v1::AgentRole::Unspecified, |role| super::role_ref(*role))
 }
 
 fn channel_of_name(name: Option<&str>) -> v1::ChannelType {
