@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod llmcheck;
+pub mod reaper;
 pub mod runner;
 pub mod selftest;
 pub mod tools;

@@ -35,6 +35,10 @@ enum Command {
         /// The session this container serves (recorded with its messages)
         #[arg(long, value_name = "ID", default_value = "")]
         session: String,
+        /// The workspace's cap in bytes, checked after each call that can write (when no
+        /// filesystem of that size holds it)
+        #[arg(long, value_name = "BYTES")]
+        workspace_cap: Option<u64>,
     },
     /// Report (as JSON) whether this container's confinement holds; exit 3 if it does not
     SelfTest {
@@ -62,7 +66,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Runner { mounts, once, results, messages, session } => {
+        Command::Runner { mounts, once, results, messages, session, workspace_cap } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
                 .map(|mount| match mount.strip_suffix(":ro") {
@@ -71,8 +75,8 @@ fn main() -> ExitCode {
                 })
                 .collect();
             let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
-            let outbox = baaaht_agent::runner::Outbox { folder: messages, session };
-            match baaaht_agent::runner::run(socket, &mounts, results.as_deref(), outbox, once) {
+            let settings = baaaht_agent::runner::Settings { results, messages, session, workspace_cap, once };
+            match baaaht_agent::runner::run(socket, &mounts, settings) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("baaaht-agent runner: {error}");

@@ -2,8 +2,9 @@
 //! It is the container's init (PID 1): it connects to the daemon over its mounted socket with
 //! its token, receives tool calls over ServeTools, runs them one at a time, and after each call
 //! kills every other process in the container, so nothing a call started outlives it (also
-//! what detached with `setsid` or `nohup`). It makes itself non-dumpable, so a command it runs
-//! (same uid) cannot read its environment, memory or file descriptors through /proc.
+//! what detached with `setsid` or `nohup`); as init it reaps every child ([`crate::reaper`]).
+//! It makes itself non-dumpable, so a command it runs (same uid) cannot read its environment,
+//! memory or file descriptors through /proc.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -14,80 +15,57 @@ use serde_json::Value;
 
 use crate::tools::{self, paths::Mounts, Params, ToolOutput};
 
-/// Kills every process of this PID namespace but this one, and reaps them; returns how many.
-pub fn sweep() -> usize {
-    let me = std::process::id();
-    let mut killed = 0;
-    // Processes may fork while we kill; a few passes reach the last of them.
-    for _ in 0..50 {
-        let mut found = 0;
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for entry in entries.flatten() {
-                let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
-                if pid == me {
-                    continue;
-                }
-                // A zombie only waits to be reaped.
-                let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
-                    .unwrap_or(true);
-                if zombie {
-                    continue;
-                }
-                found += 1;
-                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                    // silent-ok: it may have exited since it was listed.
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-            }
-        }
-        reap();
-        if found == 0 {
-            break;
-        }
-        killed += found;
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    reap();
-    killed
-}
-
-/// Reaps every exited child (as init, orphans are ours).
-pub fn reap() {
-    while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
-}
-
-/// Where the runner queues messages, and the session they belong to.
+/// How this runner was started (its command line).
 #[derive(Debug, Clone, Default)]
-pub struct Outbox {
-    pub folder: Option<PathBuf>,
+pub struct Settings {
+    /// Where each call's result is also written (file IPC, spec §12.4).
+    pub results: Option<PathBuf>,
+    /// Where the `message` tool queues messages; none in a Coder's container.
+    pub messages: Option<PathBuf>,
+    /// The session this container serves (recorded with its messages).
     pub session: String,
+    /// The workspace's cap in bytes, when no filesystem of that size holds it.
+    pub workspace_cap: Option<u64>,
+    /// Serve one call, then wait to be removed (a cold tool container).
+    pub once: bool,
 }
 
 /// Runs one call.
-pub fn execute(call: &v1::ToolCall, mounts: &Mounts, outbox: &Outbox) -> v1::ToolResponse {
+pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1::ToolResponse {
     let started = Instant::now();
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs() as i64);
     let params: Value = match serde_json::from_str(if call.params_json.is_empty() { "{}" } else { &call.params_json }) {
         Ok(value @ Value::Object(_)) => value,
         Ok(other) => return response(error(format!("parameters must be a JSON object, not {other}")), started),
         Err(error_text) => return response(error(format!("parameters are not JSON: {error_text}")), started),
     };
-    let output = match call.tool.as_str() {
+    let mut output = match call.tool.as_str() {
         "exec" => {
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
             tools::exec::exec(&Params(&params), mounts, limit, &call.env).unwrap_or_else(ToolOutput::from)
         }
-        "message" => match &outbox.folder {
+        "message" => match &settings.messages {
             Some(folder) => {
-                tools::message::message(&Params(&params), folder, &outbox.session).unwrap_or_else(ToolOutput::from)
+                tools::message::message(&Params(&params), folder, &settings.session).unwrap_or_else(ToolOutput::from)
             }
             None => error("this tool container has no message folder".into()),
         },
         name => tools::run(name, &params, mounts),
     };
-    if std::process::id() == 1 {
-        sweep();
+    if crate::reaper::active() {
+        crate::reaper::sweep();
+    }
+    let writes = matches!(call.tool.as_str(), "exec" | "write_file" | "edit_file");
+    if let (true, Some(cap), Some(root)) = (writes, settings.workspace_cap, mounts.default_root()) {
+        if let Some(over) = tools::quota::enforce(root, cap, since) {
+            output.is_error = true;
+            if !output.content.is_empty() && !output.content.ends_with('\n') {
+                output.content.push('\n');
+            }
+            output.content.push_str(&format!("error: {over}\n"));
+        }
     }
     response(output, started)
 }
@@ -133,13 +111,7 @@ pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResp
 
 /// Serves calls until the daemon closes the stream; returns why it stopped. With `results`,
 /// each call's result is also written there before it is sent.
-pub fn run(
-    socket: &Path,
-    mounts: &[(PathBuf, bool)],
-    results: Option<&Path>,
-    outbox: Outbox,
-    once: bool,
-) -> Result<(), String> {
+pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Result<(), String> {
     // Nothing a command runs may read this process through /proc (environ, mem, fd).
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|errno| format!("cannot make the runner non-dumpable: {errno}"))?;
@@ -151,6 +123,17 @@ pub fn run(
         .build()
         .map_err(|error| format!("cannot start the async runtime: {error}"))?;
     runtime.block_on(async move {
+        if std::process::id() == 1 {
+            // As init, every orphan of the container is ours to reap (or pids.max fills up).
+            let mut exited = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+                .map_err(|error| format!("cannot watch SIGCHLD: {error}"))?;
+            crate::reaper::activate();
+            tokio::spawn(async move {
+                while exited.recv().await.is_some() {
+                    crate::reaper::reap();
+                }
+            });
+        }
         let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
         let mut client = connect(socket, options).await.map_err(|error| error.to_string())?;
         // web_fetch calls the daemon's egress proxy over the same connection.
@@ -166,10 +149,10 @@ pub fn run(
             .map_err(|status| status.message().to_string())?
             .into_inner();
         let mounts = std::sync::Arc::new(mounts);
-        let outbox = std::sync::Arc::new(outbox);
+        let settings = std::sync::Arc::new(settings);
         while let Some(call) = calls.message().await.map_err(|status| status.message().to_string())? {
             let mounts = mounts.clone();
-            let outbox = outbox.clone();
+            let shared_settings = settings.clone();
             let call_id = call.call_id.clone();
             let record = call.clone();
             let response = if call.tool == "web_fetch" || call.tool == "web_search" {
@@ -183,11 +166,11 @@ pub fn run(
                 };
                 response(output, started)
             } else {
-                tokio::task::spawn_blocking(move || execute(&call, &mounts, &outbox))
+                tokio::task::spawn_blocking(move || execute(&call, &mounts, &shared_settings))
                     .await
                     .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
             };
-            if let Some(results) = results {
+            if let Some(results) = &settings.results {
                 if let Err(problem) = write_result(results, &record, &response) {
                     eprintln!("baaaht-agent runner: cannot write the result of {}: {problem}", record.call_id);
                 }
@@ -196,7 +179,7 @@ pub fn run(
                 kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult { call_id, response: Some(response) })),
             };
             sender.send(result).await.map_err(|_closed| "the outbound stream closed".to_string())?;
-            if once {
+            if settings.once {
                 // Wait until the daemon, which has the result, removes this container.
                 std::future::pending::<()>().await;
             }

@@ -74,46 +74,46 @@ pub fn exec(
         .map_or(max_timeout, |seconds| Duration::from_secs(seconds.max(1)).min(max_timeout));
     let workspace = mounts.default_root().ok_or_else(|| ToolError::Failed("no workspace is mounted".into()))?;
     let started = Instant::now();
-    let mut child = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(&workspace.at)
-        .env_clear()
-        .envs(ENVIRONMENT.iter().copied())
-        .envs(extra_env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|error| ToolError::Failed(format!("cannot start /bin/sh: {error}")))?;
-    let group = child.id();
-    let stdout = drain(child.stdout.take().ok_or_else(|| ToolError::Failed("no stdout pipe".into()))?, OUTPUT_CAP);
-    let stderr = drain(child.stderr.take().ok_or_else(|| ToolError::Failed("no stderr pipe".into()))?, OUTPUT_CAP);
-    let mut timed_out = false;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= timeout => {
-                timed_out = true;
-                if let Some(pid) = rustix::process::Pid::from_raw(group as i32) {
-                    // silent-ok: the group may have exited on its own just now.
-                    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-                }
-                break child.wait().ok();
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(_) => break None,
+    let mut spawned = crate::reaper::spawn(
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(&workspace.at)
+            .env_clear()
+            .envs(ENVIRONMENT.iter().copied())
+            .envs(extra_env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0),
+    )
+    .map_err(|error| ToolError::Failed(format!("cannot start /bin/sh: {error}")))?;
+    let group = spawned.id();
+    let stdout =
+        drain(spawned.child.stdout.take().ok_or_else(|| ToolError::Failed("no stdout pipe".into()))?, OUTPUT_CAP);
+    let stderr =
+        drain(spawned.child.stderr.take().ok_or_else(|| ToolError::Failed("no stderr pipe".into()))?, OUTPUT_CAP);
+    let kill_group = || {
+        if let Some(pid) = rustix::process::Pid::from_raw(group as i32) {
+            // silent-ok: the group may have exited on its own just now.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
+    };
+    let mut timed_out = false;
+    let status = match spawned.wait_timeout(timeout) {
+        Ok(Some(status)) => Some(status),
+        Ok(None) => {
+            timed_out = true;
+            kill_group();
+            spawned.wait_timeout(Duration::from_secs(10)).ok().flatten()
+        }
+        Err(_) => None,
     };
     // Whatever still holds the pipes open (a detached child) is killed by the runner's sweep;
     // outside a container, the process group is the limit.
-    if let Some(pid) = rustix::process::Pid::from_raw(group as i32) {
-        // silent-ok: usually nothing is left.
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    }
-    if std::process::id() == 1 {
-        crate::runner::sweep();
+    kill_group();
+    if crate::reaper::active() {
+        crate::reaper::sweep();
     }
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();

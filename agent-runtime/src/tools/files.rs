@@ -6,6 +6,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 use super::paths::{open_error, read_capped, Located, Mounts};
 use super::{Params, ToolError, ToolOutput};
@@ -26,18 +27,26 @@ fn ok(content: String) -> Result<ToolOutput, ToolError> {
 }
 
 fn io_error(path: &str, error: std::io::Error) -> ToolError {
+    if matches!(error.raw_os_error(), Some(code) if code == Errno::NOSPC.raw_os_error() || code == Errno::DQUOT.raw_os_error())
+    {
+        return super::paths::no_space(path);
+    }
     ToolError::Io { path: path.to_string(), message: error.to_string() }
 }
 
-/// Opens a regular file for reading, with its status.
+/// Opens a regular file for reading, with its status. Opened without blocking: a FIFO, device
+/// or socket is refused at once, never waited on.
 fn open_regular(located: &Located<'_>) -> Result<(OwnedFd, rustix::fs::Stat), ToolError> {
     let shown_path = located.display();
-    let fd = located.open(OFlags::RDONLY)?;
+    let fd = located.open(OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
     let stat = rustix::fs::fstat(&fd).map_err(|errno| open_error(&shown_path, errno))?;
     match FileType::from_raw_mode(stat.st_mode) {
         FileType::RegularFile => Ok((fd, stat)),
         FileType::Directory => Err(ToolError::Path { path: shown_path, reason: "it is a folder: use list_dir".into() }),
-        _ => Err(ToolError::Path { path: shown_path, reason: "it is not a regular file".into() }),
+        other => Err(ToolError::Path {
+            path: shown_path,
+            reason: format!("it is not a regular file but {}", kind_name(other)),
+        }),
     }
 }
 
@@ -179,6 +188,18 @@ pub fn edit_file(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, Too
     })
 }
 
+/// What a file that is not a regular one is, for messages.
+fn kind_name(kind: FileType) -> &'static str {
+    match kind {
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice | FileType::BlockDevice => "a device",
+        FileType::Symlink => "a symlink",
+        FileType::Directory => "a folder",
+        _ => "something else",
+    }
+}
+
 fn kind_of(mode: u32) -> &'static str {
     match FileType::from_raw_mode(mode) {
         FileType::Directory => "dir ",
@@ -238,11 +259,32 @@ pub fn list_dir(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, Tool
     ok(out)
 }
 
+/// The ignore files the walk reads in every folder; one that is not a regular file (a FIFO
+/// would block the walk forever) stops the walk with a sentence.
+const IGNORE_FILES: &[&str] = &[".gitignore", ".ignore"];
+
+/// The first of `folder`'s ignore files that is not a regular file, with what it is.
+fn odd_ignore_file(folder: &Path) -> Option<(std::path::PathBuf, FileType)> {
+    IGNORE_FILES.iter().find_map(|name| {
+        let path = folder.join(name);
+        let kind = FileType::from_raw_mode(rustix::fs::lstat(&path).ok()?.st_mode);
+        (kind != FileType::RegularFile).then_some((path, kind))
+    })
+}
+
 /// A walk over the folder `located` (confined: the walk starts from a descriptor opened beneath
-/// the mount, and never follows a symlink), yielding paths relative to it.
-fn walk(located: &Located<'_>) -> Result<(OwnedFd, std::path::PathBuf, ignore::Walk), ToolError> {
+/// the mount, and never follows a symlink), yielding paths relative to it. A folder whose
+/// ignore file is not a regular file is not entered, and recorded in the returned cell.
+type Odd = std::sync::Arc<std::sync::Mutex<Option<(std::path::PathBuf, FileType)>>>;
+
+fn walk(located: &Located<'_>) -> Result<(OwnedFd, std::path::PathBuf, ignore::Walk, Odd), ToolError> {
     let dir = located.open(OFlags::PATH | OFlags::DIRECTORY)?;
     let start = std::path::PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir)));
+    let odd: Odd = Odd::default();
+    if let Some(found) = odd_ignore_file(&start) {
+        *odd.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(found);
+    }
+    let seen = odd.clone();
     let walk = ignore::WalkBuilder::new(&start)
         .follow_links(false)
         .hidden(false)
@@ -252,8 +294,34 @@ fn walk(located: &Located<'_>) -> Result<(OwnedFd, std::path::PathBuf, ignore::W
         .require_git(false)
         .parents(false)
         .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(move |entry| {
+            if !entry.file_type().is_some_and(|kind| kind.is_dir()) {
+                return true;
+            }
+            match odd_ignore_file(entry.path()) {
+                None => true,
+                Some(found) => {
+                    seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(found);
+                    false
+                }
+            }
+        })
         .build();
-    Ok((dir, start, walk))
+    Ok((dir, start, walk, odd))
+}
+
+/// Refuses a walk that met an ignore file that is not a regular file.
+fn check_odd(odd: &Odd, start: &Path, base: &str) -> Result<(), ToolError> {
+    let found = odd.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    let Some((path, kind)) = found else { return Ok(()) };
+    let relative = path.strip_prefix(start).unwrap_or(&path);
+    Err(ToolError::Path {
+        path: Path::new(base).join(relative).display().to_string(),
+        reason: format!(
+            "it is {}, not a regular file; grep and find read it as an ignore file: remove it",
+            kind_name(kind)
+        ),
+    })
 }
 
 fn glob_matcher(pattern: &str, name: &'static str) -> Result<(globset::GlobMatcher, bool), ToolError> {
@@ -270,7 +338,8 @@ pub fn find(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, ToolErro
     let (matcher, by_name) = glob_matcher(pattern, "pattern")?;
     let located = mounts.locate(params.optional_string("path")?.unwrap_or("."))?;
     let base = located.display();
-    let (_dir, start, walk) = walk(&located)?;
+    let (_dir, start, walk, odd) = walk(&located)?;
+    check_odd(&odd, &start, &base)?;
     let mut found = vec![];
     let mut more = false;
     for entry in walk.flatten() {
@@ -291,6 +360,7 @@ pub fn find(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, ToolErro
             found.push(Path::new(&base).join(relative).display().to_string());
         }
     }
+    check_odd(&odd, &start, &base)?;
     found.sort();
     let mut out = found.join("\n");
     if found.is_empty() {
@@ -312,7 +382,8 @@ pub fn grep(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, ToolErro
         })?;
     let located = mounts.locate(params.optional_string("path")?.unwrap_or("."))?;
     let base = located.display();
-    let (dir, start, walk) = walk(&located)?;
+    let (dir, start, walk, odd) = walk(&located)?;
+    check_odd(&odd, &start, &base)?;
     let mut searcher = SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
     let mut out = String::new();
     let mut hits = 0;
@@ -330,15 +401,19 @@ pub fn grep(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, ToolErro
             }
         }
         // Opened again beneath the searched folder: a file swapped for a symlink is refused.
+        // Without blocking, and only a regular file: a FIFO swapped in is skipped at once.
         let Ok(fd) = rustix::fs::openat2(
             dir.as_fd(),
             relative,
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
             Mode::empty(),
             rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS,
         ) else {
             continue;
         };
+        if !rustix::fs::fstat(&fd).is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile) {
+            continue;
+        }
         let file = std::fs::File::from(fd);
         let shown_file = Path::new(&base).join(relative).display().to_string();
         let mut stop = false;
@@ -359,6 +434,7 @@ pub fn grep(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, ToolErro
             break 'files;
         }
     }
+    check_odd(&odd, &start, &base)?;
     if hits == 0 {
         return ok(format!("no match for {pattern} under {base}"));
     }
@@ -394,6 +470,41 @@ mod tests {
 
     fn path(fixture: &Fixture, relative: &str) -> String {
         fixture.root.join(relative).display().to_string()
+    }
+
+    #[test]
+    fn fifos_and_other_special_files_are_refused_at_once() {
+        let f = fixture();
+        let mkfifo = |relative: &str| {
+            let status = std::process::Command::new("mkfifo").arg(f.root.join(relative)).status().expect("mkfifo");
+            assert!(status.success());
+        };
+        mkfifo("pipe");
+        let started = std::time::Instant::now();
+        let read = call(&f, "read_file", json!({"path": "pipe"}));
+        assert!(read.is_error && read.content.contains("not a regular file but a FIFO"), "{}", read.content);
+        let edit = call(&f, "edit_file", json!({"path": "pipe", "old_text": "a", "new_text": "b"}));
+        assert!(edit.is_error && edit.content.contains("a FIFO"), "{}", edit.content);
+        let read = call(&f, "read_file", json!({"path": "/dev/null"}));
+        assert!(read.is_error, "{}", read.content);
+        // grep skips a FIFO among the files; an ignore file that is one stops grep and find.
+        std::fs::write(f.root.join("a.txt"), "needle\n").expect("write");
+        let found = call(&f, "grep", json!({"pattern": "needle"}));
+        assert!(!found.is_error && found.content.contains("a.txt:1:needle"), "{}", found.content);
+        std::fs::create_dir(f.root.join("sub")).expect("mkdir");
+        mkfifo("sub/.gitignore");
+        for tool in ["grep", "find"] {
+            let refused = call(&f, tool, json!({"pattern": "needle"}));
+            assert!(
+                refused.is_error && refused.content.contains("sub/.gitignore` is refused: it is a FIFO"),
+                "{tool}: {}",
+                refused.content
+            );
+        }
+        mkfifo(".ignore");
+        let refused = call(&f, "find", json!({"pattern": "*"}));
+        assert!(refused.is_error && refused.content.contains("/.ignore"), "{}", refused.content);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "nothing waited on a FIFO");
     }
 
     #[test]

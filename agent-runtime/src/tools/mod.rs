@@ -9,6 +9,7 @@ pub mod files;
 pub mod html;
 pub mod message;
 pub mod paths;
+pub mod quota;
 pub mod web;
 
 use serde_json::{json, Value};

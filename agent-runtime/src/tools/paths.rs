@@ -58,8 +58,16 @@ pub fn open_error(shown: &str, errno: Errno) -> ToolError {
         Errno::ISDIR => ToolError::Path { path: shown.to_string(), reason: "it is a folder".into() },
         Errno::ACCESS | Errno::PERM => ToolError::Path { path: shown.to_string(), reason: "permission denied".into() },
         Errno::ROFS => ToolError::Path { path: shown.to_string(), reason: "it is on a read-only mount".into() },
+        Errno::NOSPC | Errno::DQUOT | Errno::FBIG => no_space(shown),
         other => ToolError::Io { path: shown.to_string(), message: std::io::Error::from(other).to_string() },
     }
+}
+
+/// The sentence for a write the workspace's cap stopped.
+pub fn no_space(shown: &str) -> ToolError {
+    ToolError::Failed(format!(
+        "{shown}: the workspace is full (it has a size cap); delete files you no longer need and try again"
+    ))
 }
 
 impl Mounts {
