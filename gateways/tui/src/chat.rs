@@ -2,6 +2,8 @@
 
 use baaaht_proto::v1;
 
+use crate::terminal::clean;
+
 /// Whose conversation: `--group` wins, then `--user`, then the login name.
 pub fn context(user: Option<String>, group: Option<String>, env: impl Fn(&str) -> Option<String>) -> v1::ContextRef {
     match (group, user) {
@@ -43,17 +45,18 @@ pub fn show(
     note: &mut impl std::io::Write,
 ) -> Option<Ending> {
     use v1::orchestrator_event::Event;
+    // Everything here came from agents and models: shown, never obeyed by the terminal.
     // silent-ok: a closed terminal does not stop the turn; the session keeps the reply.
     let _ = match &event.event {
-        Some(Event::TextDelta(delta)) => write!(out, "{}", delta.text).and_then(|()| out.flush()),
+        Some(Event::TextDelta(delta)) => write!(out, "{}", clean(&delta.text)).and_then(|()| out.flush()),
         Some(Event::Delegation(d)) if d.state == "started" => {
-            writeln!(note, "  → {}: {}", role_name(d.agent), d.task.lines().next().unwrap_or_default())
+            writeln!(note, "  → {}: {}", role_name(d.agent), clean(d.task.lines().next().unwrap_or_default()))
         }
-        Some(Event::Delegation(d)) => writeln!(note, "  ← {} {}", role_name(d.agent), d.state),
+        Some(Event::Delegation(d)) => writeln!(note, "  ← {} {}", role_name(d.agent), clean(&d.state)),
         Some(Event::Tool(t)) => {
-            writeln!(note, "    · {} {} {} ({} ms)", role_name(t.agent), t.tool, t.state, t.duration_ms)
+            writeln!(note, "    · {} {} {} ({} ms)", role_name(t.agent), clean(&t.tool), clean(&t.state), t.duration_ms)
         }
-        Some(Event::Message(m)) => writeln!(out, "\n{}", m.content),
+        Some(Event::Message(m)) => writeln!(out, "\n{}", clean(&m.content)),
         _ => Ok(()),
     };
     match &event.event {

@@ -6,6 +6,7 @@
 pub mod chat;
 pub mod doctor;
 pub mod status;
+pub mod terminal;
 
 use std::path::{Path, PathBuf};
 

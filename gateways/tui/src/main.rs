@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use baaaht_cli::terminal::clean;
 use baaaht_cli::{status, CliError};
 use baaaht_proto::v1;
 use clap::{Parser, Subcommand};
@@ -58,8 +59,8 @@ enum Command {
         /// Talk in this group's conversation
         #[arg(long, value_name = "ID")]
         group: Option<String>,
-        /// Who writes, in a group [default: $USER]
-        #[arg(long = "as", value_name = "ID")]
+        /// Who writes, in a group [default: $USER]; with --user the sender is that user
+        #[arg(long = "as", value_name = "ID", requires = "group", conflicts_with = "user")]
         sender: Option<String>,
         /// Continue this session instead of the active one
         #[arg(long, value_name = "ID", conflicts_with = "new")]
@@ -178,7 +179,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("baaaht: {error}");
+            eprintln!("baaaht: {}", clean(&error.to_string()));
             ExitCode::from(error.exit_code())
         }
     }
@@ -196,9 +197,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 .into_inner();
             if json {
                 let text = serde_json::to_string_pretty(&status::to_json(&response)).map_err(CliError::Json)?;
-                println!("{text}");
+                println!("{}", clean(&text));
             } else {
-                print!("{}", status::to_text(&response));
+                print!("{}", clean(&status::to_text(&response)));
             }
             Ok(())
         }
@@ -217,9 +218,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 .map_err(|status| CliError::from_status(status, &socket))?
                 .into_inner();
             if json {
-                println!("{}", response.report_json);
+                println!("{}", clean(&response.report_json));
             } else {
-                print!("{}", baaaht_cli::doctor::to_text(&role, &response));
+                print!("{}", clean(&baaaht_cli::doctor::to_text(&role, &response)));
             }
             if response.ok {
                 Ok(())
@@ -249,7 +250,14 @@ async fn chat(
 ) -> Result<(), CliError> {
     use baaaht_cli::chat::{show, Ending};
     let env = |key: &str| std::env::var(key).ok();
+    let in_group = chat.group.is_some();
     let context = baaaht_cli::chat::context(chat.user, chat.group, env);
+    // In a user's own conversation the sender is that user; --as names who writes in a group.
+    let sender = match chat.sender {
+        Some(sender) => sender,
+        None if in_group => baaaht_cli::chat::login(env),
+        None => context.id.clone(),
+    };
     let status = |status| CliError::from_status(status, socket);
     let session = if chat.new {
         let header = client
@@ -273,7 +281,7 @@ async fn chat(
     let message = v1::UserMessage {
         context: Some(context),
         session_id: session,
-        sender_id: chat.sender.unwrap_or_else(|| baaaht_cli::chat::login(env)),
+        sender_id: sender,
         channel: v1::ChannelType::Cli as i32,
         content: chat.prompt,
         ..v1::UserMessage::default()
@@ -338,44 +346,40 @@ async fn sessions(
                             "created": s.created, "lastActivity": s.last_activity, "title": s.title, "model": s.model})
                     })
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows).map_err(CliError::Json)?);
+                println!("{}", clean(&serde_json::to_string_pretty(&rows).map_err(CliError::Json)?));
             } else {
-                print!("{}", baaaht_cli::chat::sessions_text(&list));
+                print!("{}", clean(&baaaht_cli::chat::sessions_text(&list)));
             }
         }
         SessionsCommand::Show { id, leaf } => {
             let request = v1::ReadSessionRequest { session_id: id, leaf_entry_id: leaf.unwrap_or_default() };
             let transcript = client.read_session(request).await.map_err(status)?.into_inner();
-            print!("{}", baaaht_cli::chat::transcript_text(&transcript));
+            print!("{}", clean(&baaaht_cli::chat::transcript_text(&transcript)));
         }
         SessionsCommand::New { user, group, title } => {
             let context = baaaht_cli::chat::context(user, group, env);
             let request = v1::NewSessionRequest { context: Some(context), title: title.unwrap_or_default() };
-            println!("{}", header_line(&client.new_session(request).await.map_err(status)?.into_inner()));
+            println!("{}", clean(&header_line(&client.new_session(request).await.map_err(status)?.into_inner())));
         }
         SessionsCommand::Resume { id } => {
             let header = client.resume_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner();
-            println!("{}", header_line(&header));
+            println!("{}", clean(&header_line(&header)));
         }
         SessionsCommand::Fork { id, entry } => {
             let request = v1::ForkSessionRequest { session_id: id, entry_id: entry.unwrap_or_default() };
-            println!("{}", header_line(&client.fork_session(request).await.map_err(status)?.into_inner()));
+            println!("{}", clean(&header_line(&client.fork_session(request).await.map_err(status)?.into_inner())));
         }
         SessionsCommand::Archive { id } => {
-            println!(
-                "{}",
-                client.archive_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner().message
-            );
+            let archived = client.archive_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
+            println!("{}", clean(&archived.into_inner().message));
         }
         SessionsCommand::Compact { id } => {
-            println!(
-                "{}",
-                client.compact_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner().message
-            );
+            let compacted = client.compact_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
+            println!("{}", clean(&compacted.into_inner().message));
         }
         SessionsCommand::Model { id, model } => {
             let request = v1::SwitchModelRequest { session_id: id, model };
-            println!("{}", client.switch_model(request).await.map_err(status)?.into_inner().message);
+            println!("{}", clean(&client.switch_model(request).await.map_err(status)?.into_inner().message));
         }
     }
     Ok(())
@@ -398,24 +402,25 @@ async fn skills(
                 .into_inner();
             for skill in &manifest.skills {
                 let always = if skill.always_loaded { ", always loaded" } else { "" };
-                println!("{} ({}{always}): {}", skill.name, skill.scope, skill.description);
+                println!("{}", clean(&format!("{} ({}{always}): {}", skill.name, skill.scope, skill.description)));
             }
         }
         SkillsCommand::Show { name, file, user, group } => {
             let context = baaaht_cli::chat::context(user, group, env);
             let request =
                 v1::SkillContentRequest { context: Some(context), skill: name, path: file.unwrap_or_default() };
-            print!("{}", client.get_skill_content(request).await.map_err(status)?.into_inner().content);
+            print!("{}", clean(&client.get_skill_content(request).await.map_err(status)?.into_inner().content));
         }
         SkillsCommand::Install { source, path, git_ref, replace, user, group } => {
             let context = baaaht_cli::chat::context(user, group, env);
             let request = v1::InstallSkillRequest { context: Some(context), source, path, git_ref, replace };
             let installed = client.install_skill(request).await.map_err(status)?.into_inner();
             let commit: String = installed.commit.chars().take(12).collect();
-            println!(
+            let line = format!(
                 "installed {} into {} (commit {commit}): {}",
                 installed.name, installed.installed_to, installed.description
             );
+            println!("{}", clean(&line));
         }
     }
     Ok(())
