@@ -278,6 +278,29 @@ impl AgentPool {
         receiver
     }
 
+    /// Removes the idle container that has waited longest, to free its slot for new work;
+    /// false when none is idle.
+    pub async fn evict_one(&self) -> bool {
+        let oldest = {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = idle
+                .iter()
+                .filter_map(|(key, waiting)| waiting.first().map(|entry| (entry.since, key.clone())))
+                .min()
+                .map(|(_, key)| key);
+            let taken = key.as_ref().and_then(|key| {
+                let waiting = idle.get_mut(key)?;
+                Some(waiting.remove(0))
+            });
+            idle.retain(|_, waiting| !waiting.is_empty());
+            taken
+        };
+        let Some(entry) = oldest else { return false };
+        tracing::info!(container = %entry.container, "removing an idle agent container to free a slot");
+        self.remove(&entry.container).await;
+        true
+    }
+
     /// Removes idle containers past their keep-warm window, and those of `sessions_gone`.
     pub async fn reap_idle(&self, sessions_gone: &[String]) {
         let mut expired = vec![];

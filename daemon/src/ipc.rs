@@ -1,16 +1,27 @@
-//! File-based IPC, container → daemon (spec §12.4): `data/ipc/{context}/results/{call}.json`,
-//! written atomically by a tool container's runner for every call, and
-//! `data/ipc/{context}/messages/{id}.json`, queued by the `message` tool. The folder a file sits
-//! in is its only authority: a file in context A's folder acts for A.
+//! File-based IPC, container → daemon (spec §12.4). Each tool container has its own folder,
+//! `data/ipc/{context}/{slot}`, mounted at `/ipc`: `tools-{session}` for a session's tool
+//! container and `coder-{session}` for a Coder's. Its runner writes every call's result to
+//! `results/{call}.json` atomically; the `message` tool queues `messages/{id}.json`, and only a
+//! `tools-` slot has a `messages/` folder: a Coder (whose `exec` runs anything) has no `message`
+//! tool, so its folder can deliver nothing. The folder a file sits in is its only authority: a
+//! file in context A's folder acts for A, in the session its slot names.
 //!
-//! A result is collected once by renaming it into `data/state/tool-results/{context}/` (the
-//! daemon's own folder; a file already recorded is only removed), also after a restart, so a
-//! call whose answer was lost with a crashed daemon is answered when the agent asks again with
-//! the same tool_call_id and never runs twice. A message is delivered once: its id goes into
-//! `data/state/ipc-messages.json` before the file is removed. A file that does not parse is
-//! moved to `rejected/` with the reason in the log.
+//! A container can write anything in its `results/` and `messages/`, links included, but it
+//! cannot change its slot folder (the daemon's, mode 0755) or see any other. The daemon never
+//! follows a link here: it opens every folder beneath `data/ipc` with `RESOLVE_NO_SYMLINKS`
+//! and reads, moves and removes files by descriptor ([`crate::shared_dirs`]).
+//!
+//! A result is collected once into `data/state/tool-results/{context}/` (the daemon's own
+//! folder; a file already recorded is only removed), also after a restart, so a call whose
+//! answer was lost with a crashed daemon is answered when the agent asks again with the same
+//! tool_call_id and never runs twice. A message is delivered once: its id goes into
+//! `data/state/ipc-messages.json` before the file is removed. A file that is not what it should
+//! be (does not parse, is not a regular file) is moved to `data/state/ipc-rejected/` with the
+//! reason in the log.
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -19,12 +30,17 @@ use baaaht_proto::v1;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{Context, ContextKind};
+use crate::shared_dirs::{self, Owner};
 use crate::state::{self, now_seconds, StateError};
 
 /// Results and message ids kept per context for agents that ask again.
 const KEPT_PER_CONTEXT: usize = 500;
 /// Results recorded between two prunings of a context's folder.
 const PRUNE_EVERY: u64 = 64;
+/// The largest result file read (a result's content is capped far below this by the runner).
+const MAX_RESULT_BYTES: u64 = 16 << 20;
+/// The largest message file read (its content may be 64 KiB, escaped in JSON).
+const MAX_MESSAGE_BYTES: u64 = 512 << 10;
 
 /// What a runner writes, and what is kept once collected.
 #[derive(Debug, Deserialize)]
@@ -70,7 +86,9 @@ struct MessageFile {
     /// `user:ID` or `group:ID`; only the folder's own context is accepted.
     #[serde(default)]
     target_context: Option<String>,
+    /// Written by the runner; the slot's own session is what counts.
     #[serde(default)]
+    #[allow(dead_code)]
     session_id: String,
 }
 
@@ -99,45 +117,90 @@ pub fn folder_of(context: &Context) -> String {
     format!("{kind}-{}", context.id)
 }
 
+/// The IPC folder of one tool container: `tools-{session}` for a session's tool container,
+/// `coder-{session}` for a Coder's.
+pub fn slot_name(session: &str, coder: bool) -> String {
+    format!("{}-{session}", if coder { "coder" } else { "tools" })
+}
+
+/// The session and kind (Coder or not) a slot folder stands for.
+fn slot_of(name: &str) -> Option<(&str, bool)> {
+    let (session, coder) = match name.split_once('-')? {
+        ("tools", session) => (session, false),
+        ("coder", session) => (session, true),
+        _ => return None,
+    };
+    crate::auth::is_valid_context_id(session).then_some((session, coder))
+}
+
 /// Whether `id` can name a result file (what tool call ids from providers look like).
 pub fn is_valid_call_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// A file of a container's folder, for messages.
+struct Found<'a> {
+    context: &'a str,
+    slot: &'a str,
+    dir: &'a OwnedFd,
+    name: &'a OsStr,
+}
+
+impl Found<'_> {
+    fn shown(&self, sub: &str) -> String {
+        format!("data/ipc/{}/{}/{sub}/{}", self.context, self.slot, self.name.to_string_lossy())
+    }
 }
 
 /// The daemon's side of file IPC.
 #[derive(Debug)]
 pub struct Ipc {
     root: PathBuf,
+    /// `data/ipc`, opened once: every container folder is reached beneath it.
+    root_fd: OwnedFd,
     records: PathBuf,
+    rejected: PathBuf,
     ledger_path: PathBuf,
     ledger: Mutex<Ledger>,
     recorded_since_prune: AtomicU64,
 }
 
 impl Ipc {
-    /// Opens the message ledger; one that does not parse is kept aside, never lost.
-    pub fn open(ipc_dir: PathBuf, state_dir: &Path) -> Ipc {
+    /// Opens `data/ipc` and the message ledger; a ledger that does not parse is kept aside,
+    /// never lost.
+    pub fn open(ipc_dir: PathBuf, state_dir: &Path) -> std::io::Result<Ipc> {
         let ledger_path = state_dir.join("ipc-messages.json");
         let ledger = state::read_json_or_set_aside(&ledger_path, || Ledger { version: 1, ..Ledger::default() });
-        Ipc {
+        Ok(Ipc {
+            root_fd: shared_dirs::open_trusted(&ipc_dir)?,
             root: ipc_dir,
             records: state_dir.join("tool-results"),
+            rejected: state_dir.join("ipc-rejected"),
             ledger_path,
             ledger: Mutex::new(ledger),
             recorded_since_prune: AtomicU64::new(0),
-        }
+        })
     }
 
-    /// `data/ipc/{context}`, with `results/` and `messages/` writable by the container's uid.
-    pub fn prepare(&self, context: &Context) -> std::io::Result<PathBuf> {
-        let folder = self.root.join(folder_of(context));
-        for sub in ["results", "messages"] {
-            let path = folder.join(sub);
-            std::fs::create_dir_all(&path)?;
-            state::hand_to_containers(&folder)?;
-            state::hand_to_containers(&path)?;
+    /// The IPC folder of a tool container of `session` in `context` (a Coder's when `coder`),
+    /// ready to be mounted at `/ipc`: the slot is the daemon's (0755), `results/` (and, unless
+    /// `coder`, `messages/`) the container's. Whatever a container left in place of those
+    /// folders (a link, a file) is removed, never followed.
+    pub fn prepare(&self, context: &Context, session: &str, coder: bool) -> std::io::Result<PathBuf> {
+        let folder = folder_of(context);
+        let slot = slot_name(session, coder);
+        let context_dir = shared_dirs::ensure_dir(&self.root_fd, OsStr::new(&folder), Owner::Daemon)?;
+        let slot_dir = shared_dirs::ensure_dir(&context_dir, OsStr::new(&slot), Owner::DaemonReadable)?;
+        shared_dirs::ensure_dir(&slot_dir, OsStr::new("results"), Owner::Containers)?;
+        if coder {
+            // A Coder may not message: whatever is there is not a messages folder of ours.
+            if shared_dirs::open_dir(&slot_dir, "messages")?.is_some() {
+                tracing::warn!(context = %context, slot = %slot, "a Coder's IPC folder has a messages folder; it is never read");
+            }
+        } else {
+            shared_dirs::ensure_dir(&slot_dir, OsStr::new("messages"), Owner::Containers)?;
         }
-        Ok(folder)
+        Ok(self.root.join(folder).join(slot))
     }
 
     fn record_path(&self, folder: &str, call_id: &str) -> PathBuf {
@@ -150,31 +213,70 @@ impl Ipc {
         serde_json::from_slice::<ResultFile>(&bytes).ok().map(ResultFile::response)
     }
 
-    /// Collects the result file of `call_id` in `context` if there is one; returns the result
-    /// collected now or before.
-    pub fn collect(&self, context: &Context, call_id: &str) -> Option<v1::ToolResponse> {
+    /// Collects the result file of `call_id` from the tool container of `session` in `context`
+    /// (a Coder's when `coder`) if there is one; returns the result collected now or before.
+    pub fn collect(&self, context: &Context, session: &str, coder: bool, call_id: &str) -> Option<v1::ToolResponse> {
         let folder = folder_of(context);
-        let path = self.root.join(&folder).join("results").join(format!("{call_id}.json"));
-        if path.exists() {
-            self.collect_file(&folder, &path);
+        let slot = slot_name(session, coder);
+        let results = shared_dirs::open_dir(&self.root_fd, format!("{folder}/{slot}/results"));
+        match results {
+            Ok(Some(dir)) => {
+                self.collect_file(&folder, &slot, &dir, OsStr::new(&format!("{call_id}.json")));
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(context = %context, slot = %slot, %error, "cannot open an IPC results folder"),
         }
         self.recorded(context, call_id)
     }
 
-    /// Collects every result file in every context folder (at start, after a crash).
-    pub fn collect_all(&self) -> usize {
-        let Ok(contexts) = std::fs::read_dir(&self.root) else { return 0 };
-        let mut collected = 0;
-        for context in contexts.flatten() {
-            let folder = context.file_name().to_string_lossy().into_owned();
-            let Ok(files) = std::fs::read_dir(context.path().join("results")) else { continue };
-            for file in files.flatten() {
-                let path = file.path();
-                let name = file.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') || !name.ends_with(".json") {
-                    continue;
+    /// Every `(context folder, slot, open folder)` of a container folder named `sub`.
+    fn container_folders(&self, sub: &str, coder_too: bool) -> Vec<(String, String, OwnedFd)> {
+        let mut found = vec![];
+        let contexts = match shared_dirs::names(&self.root_fd) {
+            Ok(names) => names,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list data/ipc");
+                return found;
+            }
+        };
+        for context in contexts {
+            let Some(context) = context.to_str().filter(|name| context_of_folder(name).is_some()) else { continue };
+            let Ok(Some(context_dir)) = shared_dirs::open_dir(&self.root_fd, context) else { continue };
+            let Ok(slots) = shared_dirs::names(&context_dir) else { continue };
+            for slot in slots {
+                let Some(slot) = slot.to_str() else { continue };
+                match slot_of(slot) {
+                    Some((_, coder)) if coder_too || !coder => {}
+                    _ => continue,
                 }
-                if self.collect_file(&folder, &path) {
+                if let Ok(Some(dir)) = shared_dirs::open_dir(&context_dir, format!("{slot}/{sub}")) {
+                    found.push((context.to_string(), slot.to_string(), dir));
+                }
+            }
+        }
+        found
+    }
+
+    /// The `.json` files of a container folder, sorted (temp files start with `.`).
+    fn json_files(dir: &OwnedFd) -> Vec<OsString> {
+        let mut names: Vec<OsString> = shared_dirs::names(dir)
+            .unwrap_or_default() // silent-ok: a folder that cannot be listed has nothing to collect now
+            .into_iter()
+            .filter(|name| {
+                let name = name.to_string_lossy();
+                !name.starts_with('.') && name.ends_with(".json")
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Collects every result file in every container folder (at start, after a crash).
+    pub fn collect_all(&self) -> usize {
+        let mut collected = 0;
+        for (folder, slot, dir) in self.container_folders("results", true) {
+            for name in Self::json_files(&dir) {
+                if self.collect_file(&folder, &slot, &dir, &name) {
                     collected += 1;
                 }
             }
@@ -185,69 +287,73 @@ impl Ipc {
         collected
     }
 
-    fn reject(&self, path: &Path, reason: &str) {
-        let Some(parent) = path.parent() else { return };
-        let rejected = parent.join("rejected");
-        let target = rejected.join(path.file_name().unwrap_or_default());
-        let moved = std::fs::create_dir_all(&rejected).and_then(|()| std::fs::rename(path, &target));
+    /// Moves `name` out of a container's folder into `data/state/ipc-rejected/{folder}/{slot}/`
+    /// (the entry itself, whatever it is; nothing is followed or read).
+    fn reject(&self, found: &Found<'_>, sub: &str, reason: &str) {
+        let shown = found.shown(sub);
+        let target = self.rejected.join(found.context).join(found.slot);
+        let moved =
+            std::fs::create_dir_all(&target).and_then(|()| shared_dirs::open_trusted(&target)).and_then(|into| {
+                rustix::fs::renameat(found.dir, found.name, &into, found.name).or_else(|errno| {
+                    if errno == rustix::io::Errno::XDEV {
+                        // Another filesystem: it is not worth a copy.
+                        rustix::fs::unlinkat(found.dir, found.name, rustix::fs::AtFlags::empty())
+                    } else {
+                        Err(errno)
+                    }
+                })?;
+                Ok(())
+            });
         match moved {
             Ok(()) => {
-                tracing::warn!(file = %path.display(), moved_to = %target.display(), reason, "a malformed IPC file was set aside")
+                tracing::warn!(file = %shown, moved_to = %target.display(), reason, "a malformed IPC file was set aside")
             }
-            Err(error) => {
-                tracing::warn!(file = %path.display(), reason, %error, "a malformed IPC file cannot be set aside")
-            }
+            Err(error) => tracing::warn!(file = %shown, reason, %error, "a malformed IPC file cannot be set aside"),
         }
     }
 
-    /// Records one result file by renaming it into the daemon's folder; a file whose call was
-    /// recorded before is only removed. True when the call is recorded.
-    fn collect_file(&self, folder: &str, path: &Path) -> bool {
-        let bytes = match std::fs::read(path) {
-            Ok(bytes) => bytes,
+    /// Records one result file of a container's `results/` folder (`dir`); a file whose call
+    /// was recorded before is only removed. True when the call is recorded.
+    fn collect_file(&self, folder: &str, slot: &str, dir: &OwnedFd, name: &OsStr) -> bool {
+        let found = Found { context: folder, slot, dir, name };
+        let bytes = match shared_dirs::read_regular(dir, name, MAX_RESULT_BYTES) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return false,
             Err(error) => {
-                tracing::warn!(file = %path.display(), %error, "cannot read an IPC result");
+                self.reject(&found, "results", &format!("not a result file: {error}"));
                 return false;
             }
         };
         let file: ResultFile = match serde_json::from_slice(&bytes) {
             Ok(file) => file,
             Err(error) => {
-                self.reject(path, &format!("not a result: {error}"));
+                self.reject(&found, "results", &format!("not a result: {error}"));
                 return false;
             }
         };
-        let expected = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
+        let expected = name.to_string_lossy();
+        let expected = expected.strip_suffix(".json").unwrap_or_default();
         if !is_valid_call_id(&file.call_id) || file.call_id != expected {
-            self.reject(path, "its callId does not match its file name");
+            self.reject(&found, "results", "its callId does not match its file name");
             return false;
         }
         let record = self.record_path(folder, &file.call_id);
-        if record.exists() {
-            // Recorded before the file could be removed (a crash in between): remove it now.
-            self.remove(path);
-            return true;
+        // The record is written from the bytes read here, never by moving the container's
+        // file: what is recorded is what was checked.
+        let recorded = record.exists()
+            || record
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .map_err(|source| StateError::Write { path: record.clone(), source })
+                .and_then(|()| state::write_atomic(&record, &bytes, 0o600))
+                .map_err(|error| {
+                    tracing::error!(file = %found.shown("results"), %error, "cannot record a tool result; its file is kept for the next try")
+                })
+                .is_ok();
+        if !recorded {
+            return false;
         }
-        let recorded = record
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::rename(path, &record))
-            .or_else(|error| {
-                if record.exists() {
-                    return Ok(()); // Collected at the same moment by another caller.
-                }
-                if error.kind() != std::io::ErrorKind::CrossesDevices {
-                    return Err(error);
-                }
-                // Another filesystem: a durable copy, then the original goes.
-                state::write_atomic(&record, &bytes, 0o600).map_err(std::io::Error::other)?;
-                std::fs::remove_file(path)
-            })
-            .and_then(|()| record.parent().map_or(Ok(()), |dir| std::fs::File::open(dir)?.sync_all()));
-        if let Err(error) = recorded {
-            tracing::error!(file = %path.display(), %error, "cannot record a tool result; its file is kept for the next try");
-            return record.exists();
-        }
+        self.remove(&found, "results");
         if self.recorded_since_prune.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
             self.prune(folder);
         }
@@ -266,38 +372,30 @@ impl Ipc {
         }
         records.sort();
         for (_, path) in &records[..records.len() - KEPT_PER_CONTEXT] {
-            self.remove(path);
+            if let Err(error) = std::fs::remove_file(path) {
+                tracing::warn!(file = %path.display(), %error, "cannot prune a recorded tool result");
+            }
         }
     }
 
-    /// Delivers the messages containers queued: each file once, to its own folder's context
-    /// (the folder is its authority), at most [`MESSAGES_PER_MINUTE`] per context (the rest wait
-    /// for the next minute), logging each delivery. Returns how many were delivered.
+    /// Delivers the messages tool containers queued: each file once, to its own folder's
+    /// context and its slot's session (the folder is its authority), only from a `tools-` slot
+    /// (a Coder's has no `message` tool), at most [`MESSAGES_PER_MINUTE`] per context (the rest
+    /// wait for the next minute), logging each delivery. Returns how many were delivered.
     pub fn deliver_messages(&self, bus: &crate::events::EventBus, sent: &mut BTreeMap<String, Vec<u64>>) -> usize {
-        let Ok(contexts) = std::fs::read_dir(&self.root) else { return 0 };
         let mut delivered = 0;
         let now = now_seconds();
-        for folder_entry in contexts.flatten() {
-            let folder = folder_entry.file_name().to_string_lossy().into_owned();
-            let Some(context) = context_of_folder(&folder) else { continue };
-            let Ok(files) = std::fs::read_dir(folder_entry.path().join("messages")) else { continue };
-            let mut names: Vec<PathBuf> = files
-                .flatten()
-                .map(|entry| entry.path())
-                .filter(|path| {
-                    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                    !name.starts_with('.') && name.ends_with(".json")
-                })
-                .collect();
-            names.sort();
-            for path in names {
+        for (folder, slot, dir) in self.container_folders("messages", false) {
+            let (Some(context), Some((session, _))) = (context_of_folder(&folder), slot_of(&slot)) else { continue };
+            for name in Self::json_files(&dir) {
                 let recent = sent.entry(folder.clone()).or_default();
                 recent.retain(|at| now.saturating_sub(*at) < 60);
                 if recent.len() >= MESSAGES_PER_MINUTE {
                     tracing::warn!(context = %context, "message rate limit reached; the rest wait for the next minute");
                     break;
                 }
-                if self.deliver_message(&folder, &context, &path, bus) {
+                let found = Found { context: &folder, slot: &slot, dir: &dir, name: &name };
+                if self.deliver_message(&found, &context, session, bus) {
                     delivered += 1;
                     sent.entry(folder.clone()).or_default().push(now);
                 }
@@ -306,43 +404,52 @@ impl Ipc {
         delivered
     }
 
-    fn deliver_message(&self, folder: &str, context: &Context, path: &Path, bus: &crate::events::EventBus) -> bool {
-        let message: MessageFile = match std::fs::read(path).map(|bytes| serde_json::from_slice(&bytes)) {
-            Ok(Ok(message)) => message,
-            Ok(Err(error)) => {
-                self.reject(path, &format!("not a message: {error}"));
-                return false;
-            }
+    fn deliver_message(
+        &self,
+        found: &Found<'_>,
+        context: &Context,
+        session: &str,
+        bus: &crate::events::EventBus,
+    ) -> bool {
+        let message: MessageFile = match shared_dirs::read_regular(found.dir, found.name, MAX_MESSAGE_BYTES) {
+            Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
+                Ok(message) => message,
+                Err(error) => {
+                    self.reject(found, "messages", &format!("not a message: {error}"));
+                    return false;
+                }
+            },
+            Ok(None) => return false,
             Err(error) => {
-                tracing::warn!(file = %path.display(), %error, "cannot read an IPC message");
+                self.reject(found, "messages", &format!("not a message file: {error}"));
                 return false;
             }
         };
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        if !is_valid_call_id(&message.id) || message.id != stem {
-            self.reject(path, "its id does not match its file name");
+        let stem = found.name.to_string_lossy();
+        if !is_valid_call_id(&message.id) || Some(message.id.as_str()) != stem.strip_suffix(".json") {
+            self.reject(found, "messages", "its id does not match its file name");
             return false;
         }
         if message.target_context.as_deref().is_some_and(|target| target != context.to_string()) {
-            self.reject(path, "an agent may message only its own context");
+            self.reject(found, "messages", "an agent may message only its own context");
             return false;
         }
         if message.content.trim().is_empty() || message.content.len() > 64 << 10 {
-            self.reject(path, "the content is empty or longer than 64 KiB");
+            self.reject(found, "messages", "the content is empty or longer than 64 KiB");
             return false;
         }
         {
             let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-            let seen = ledger.messages.entry(folder.to_string()).or_default();
+            let seen = ledger.messages.entry(found.context.to_string()).or_default();
             if seen.contains_key(&message.id) {
                 drop(ledger);
-                self.remove(path);
+                self.remove(found, "messages");
                 return false;
             }
             let channels = bus.publish(
                 context,
                 v1::OrchestratorEvent {
-                    session_id: message.session_id.clone(),
+                    session_id: session.to_string(),
                     event: Some(v1::orchestrator_event::Event::Message(v1::OutboundMessage {
                         target_context: Some(crate::server::context_ref(context)),
                         content: message.content.clone(),
@@ -361,17 +468,15 @@ impl Ipc {
             if let Err(error) = self.save(&ledger) {
                 tracing::error!(%error, "cannot record a delivered message");
             }
-            tracing::info!(context = %context, id = %message.id, channels, bytes = message.content.len(), "message delivered");
+            tracing::info!(context = %context, session, id = %message.id, channels, bytes = message.content.len(), "message delivered");
         }
-        self.remove(path);
+        self.remove(found, "messages");
         true
     }
 
-    fn remove(&self, path: &Path) {
-        if let Err(error) = std::fs::remove_file(path) {
-            if error.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(file = %path.display(), %error, "cannot remove a collected IPC result");
-            }
+    fn remove(&self, found: &Found<'_>, sub: &str) {
+        if let Err(error) = shared_dirs::remove(found.dir, found.name) {
+            tracing::warn!(file = %found.shown(sub), %error, "cannot remove a collected IPC file");
         }
     }
 
@@ -389,37 +494,83 @@ mod tests {
         std::fs::write(path, text).expect("write");
     }
 
+    fn open(temp: &tempfile::TempDir) -> (Ipc, PathBuf, PathBuf) {
+        let (ipc_dir, state_dir) = (temp.path().join("ipc"), temp.path().join("state"));
+        std::fs::create_dir_all(&state_dir).expect("state");
+        std::fs::create_dir_all(&ipc_dir).expect("ipc");
+        (Ipc::open(ipc_dir.clone(), &state_dir).expect("open"), ipc_dir, state_dir)
+    }
+
     #[test]
     fn results_are_collected_once_and_survive_a_restart() {
         let temp = tempfile::tempdir().expect("tempdir");
-        let (ipc_dir, state_dir) = (temp.path().join("ipc"), temp.path().join("state"));
-        std::fs::create_dir_all(&state_dir).expect("state");
+        let (ipc, ipc_dir, state_dir) = open(&temp);
         let alice = Context::user("alice");
-        let file = ipc_dir.join("user-alice/results/toolu_1.json");
+        let results = ipc.prepare(&alice, "s1", true).expect("prepare").join("results");
+        let file = results.join("toolu_1.json");
         write(&file, r#"{"callId":"toolu_1","tool":"exec","content":"exit code 0","isError":false,"durationMs":5}"#);
-        write(&ipc_dir.join("user-alice/results/bad.json"), "{not json");
-        write(
-            &ipc_dir.join("user-alice/results/other.json"),
-            r#"{"callId":"toolu_9","tool":"x","content":"","isError":false}"#,
-        );
+        write(&results.join("bad.json"), "{not json");
+        write(&results.join("other.json"), r#"{"callId":"toolu_9","tool":"x","content":"","isError":false}"#);
 
-        let ipc = Ipc::open(ipc_dir.clone(), &state_dir);
         assert_eq!(ipc.collect_all(), 1);
         assert!(!file.exists(), "a collected file is removed");
-        assert!(ipc_dir.join("user-alice/results/rejected/bad.json").exists());
-        assert!(
-            ipc_dir.join("user-alice/results/rejected/other.json").exists(),
-            "a file naming another call is rejected"
-        );
+        let rejected = state_dir.join("ipc-rejected/user-alice/coder-s1");
+        assert!(rejected.join("bad.json").exists());
+        assert!(rejected.join("other.json").exists(), "a file naming another call is rejected");
         assert_eq!(ipc.recorded(&alice, "toolu_1").map(|r| r.content).as_deref(), Some("exit code 0"));
         assert!(ipc.recorded(&Context::user("bob"), "toolu_1").is_none(), "the folder is the authority");
 
         // A file recorded but not removed before a crash is only removed the next time.
         write(&file, r#"{"callId":"toolu_1","tool":"exec","content":"a second run","isError":false}"#);
-        let reopened = Ipc::open(ipc_dir, &state_dir);
+        let reopened = Ipc::open(ipc_dir, &state_dir).expect("reopen");
         assert_eq!(reopened.collect_all(), 1);
         assert_eq!(reopened.recorded(&alice, "toolu_1").map(|r| r.content).as_deref(), Some("exit code 0"));
         assert!(!file.exists());
+    }
+
+    #[test]
+    fn links_a_container_leaves_are_never_followed() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (ipc, ipc_dir, state_dir) = open(&temp);
+        let host = temp.path().join("host");
+        write(&host.join("keep.json"), r#"{"callId":"keep","tool":"x","content":"","isError":false}"#);
+        let alice = Context::user("alice");
+        let slot = ipc.prepare(&alice, "s1", false).expect("prepare");
+        for sub in ["results", "messages"] {
+            std::fs::remove_dir(slot.join(sub)).expect("rmdir");
+            std::os::unix::fs::symlink(&host, slot.join(sub)).expect("symlink");
+        }
+        assert_eq!(ipc.collect_all(), 0);
+        let bus = crate::events::EventBus::default();
+        assert_eq!(ipc.deliver_messages(&bus, &mut BTreeMap::new()), 0);
+        assert!(host.join("keep.json").exists(), "nothing was moved out of the link's target");
+        assert!(!state_dir.join("ipc-rejected").exists());
+        // The next container start makes real folders again.
+        ipc.prepare(&alice, "s1", false).expect("prepare again");
+        for sub in ["results", "messages"] {
+            assert!(std::fs::symlink_metadata(slot.join(sub)).expect("stat").is_dir(), "{sub}");
+        }
+        assert!(host.join("keep.json").exists());
+        assert!(ipc_dir.join("user-alice").is_dir());
+    }
+
+    #[test]
+    fn only_a_sessions_tool_container_delivers_messages_to_its_own_context_and_session() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (ipc, _, _) = open(&temp);
+        let alice = Context::user("alice");
+        let tools = ipc.prepare(&alice, "s1", false).expect("prepare");
+        let coder = ipc.prepare(&alice, "s1", true).expect("prepare");
+        assert!(!coder.join("messages").exists(), "a Coder gets no messages folder");
+        write(&coder.join("messages/m1.json"), r#"{"id":"m1","content":"from the coder"}"#);
+        write(&tools.join("messages/m2.json"), r#"{"id":"m2","content":"hello","sessionId":"s-other"}"#);
+        let bus = crate::events::EventBus::default();
+        let mut events = bus.subscribe();
+        assert_eq!(ipc.deliver_messages(&bus, &mut BTreeMap::new()), 1);
+        let (context, event) = events.try_recv().expect("one event");
+        assert_eq!((context, event.session_id.as_str()), (alice, "s1"));
+        assert!(events.try_recv().is_err(), "nothing from the coder's folder");
+        assert!(coder.join("messages/m1.json").exists());
     }
 
     #[test]
@@ -429,5 +580,9 @@ mod tests {
         assert!(!is_valid_call_id("../x"));
         assert!(!is_valid_call_id(""));
         assert!(!is_valid_call_id(&"a".repeat(129)));
+        assert_eq!(slot_of("tools-s-1.x"), Some(("s-1.x", false)));
+        assert_eq!(slot_of("coder-s1"), Some(("s1", true)));
+        assert_eq!(slot_of("results"), None);
+        assert_eq!(slot_of("tools-.."), None);
     }
 }

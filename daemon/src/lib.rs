@@ -22,12 +22,14 @@ pub mod policy;
 pub mod secrets;
 pub mod server;
 pub mod sessions;
+pub mod shared_dirs;
 pub mod skills;
 pub mod state;
 pub mod systemd;
 pub mod telemetry;
 pub mod tools;
 pub mod usage;
+pub mod workspace;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -87,6 +89,12 @@ pub enum DaemonError {
     WebProxy(String),
     #[error(transparent)]
     Container(#[from] container::manager::ContainerError),
+    #[error("cannot open the file-IPC folder {}", path.display())]
+    Ipc {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// State every handler can read.
@@ -104,6 +112,7 @@ pub struct Shared {
     pub web: Arc<egress::proxy::WebProxy>,
     pub tools: Arc<tools::Runners>,
     pub ipc: Arc<ipc::Ipc>,
+    pub workspaces: Arc<workspace::Workspaces>,
     pub search: egress::search::Backend,
     pub events: Arc<events::EventBus>,
     pub sessions: Arc<sessions::SessionStore>,
@@ -243,6 +252,10 @@ impl Daemon {
             data_dir.clone(),
             loaded.config.container.image.clone(),
             binaries.join("baaaht-agent"),
+            container::manager::Slots::new(
+                loaded.config.container.max_concurrent,
+                Duration::from_secs(loaded.config.container.queue_timeout),
+            ),
         )?);
         let metrics = Arc::new(Metrics::default());
         let secrets = llm::open_secrets(&data_dir.config_dir());
@@ -268,11 +281,20 @@ impl Daemon {
             )
             .map_err(DaemonError::WebProxy)?,
         );
-        let ipc = Arc::new(ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir()));
+        let ipc = Arc::new(
+            ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir())
+                .map_err(|source| DaemonError::Ipc { path: data_dir.ipc_dir(), source })?,
+        );
+        let workspaces = Arc::new(workspace::Workspaces::new(
+            data_dir.root().join("sessions"),
+            policy.resource_limits(auth::Role::Tool).disk_bytes,
+            loaded.config.tools.workspace_limit,
+        ));
         let tools = Arc::new(tools::Runners::new(
             containers.clone(),
             policy.clone(),
             ipc.clone(),
+            workspaces.clone(),
             data_dir.clone(),
             loaded.config.skills.directories.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
@@ -294,6 +316,7 @@ impl Daemon {
             web,
             tools,
             ipc,
+            workspaces,
             search,
             events: Arc::new(events::EventBus::default()),
             sessions: Arc::new(sessions::SessionStore::open(data_dir_root)),
@@ -355,6 +378,7 @@ impl Daemon {
         tracker
             .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));
         tracker.spawn(deliver_messages(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
+        tracker.spawn(make_room(shared.clone(), cancel.clone()).instrument(tracing::info_span!("slots")));
         if let Some(listener) = metrics_listener {
             tracker.spawn(
                 metrics::serve(listener, shared.metrics.clone(), cancel.clone())
@@ -406,6 +430,7 @@ impl Daemon {
             tracing::warn!("background tasks did not stop within 2 s");
         }
         shared.containers.shutdown().await;
+        shared.workspaces.shutdown();
         shared.listeners.remove_all();
         if let Err(error) = std::fs::remove_file(&bound.socket_path) {
             tracing::warn!(socket = %socket, %error, "cannot remove the socket");
@@ -437,6 +462,23 @@ async fn deliver_messages(shared: Arc<Shared>, cancel: CancellationToken) {
                 tracing::error!(%error, "message delivery failed");
                 sent = std::collections::BTreeMap::new();
             }
+        }
+    }
+}
+
+/// Whenever a container start waits for a slot (`container.max_concurrent`), removes one idle
+/// container: an idle agent first (it is cheap to start again), else the tool container unused
+/// the longest.
+async fn make_room(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut pressure = shared.containers.pressure();
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = pressure.changed() => if changed.is_err() { return },
+        }
+        pressure.borrow_and_update();
+        if !shared.agents.evict_one().await && !shared.tools.evict_one().await {
+            tracing::info!("no idle container to remove; the start waits for one to finish");
         }
     }
 }

@@ -474,7 +474,8 @@ impl LlmGateway {
         }
         std::fs::DirBuilder::new().mode(0o700).create(&self.folder)?;
         if self.mode == GatewayMode::Container {
-            crate::state::hand_to_containers(&self.folder)?;
+            // Made just now by the daemon; handed over by descriptor all the same.
+            crate::shared_dirs::hand_over(crate::shared_dirs::open_trusted(&self.folder)?)?;
         }
         Ok(())
     }
@@ -585,7 +586,11 @@ mod tests {
         if !providers_yaml.is_empty() {
             std::fs::write(dir.path().join(crate::config::PROVIDERS_FILE), providers_yaml).expect("write");
         }
-        let paths = crate::config::ConfigPaths { config_file: None, config_dir: dir.path().to_path_buf() };
+        let paths = crate::config::ConfigPaths {
+            config_file: None,
+            config_dir: dir.path().to_path_buf(),
+            data_dir: dir.path().join("data"),
+        };
         crate::config::load(&paths, Vec::new()).expect("valid configuration")
     }
 

@@ -84,7 +84,11 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     let data_dir = DataDir::resolve(cli.data_dir, |key| std::env::var(key).ok()).map_err(DaemonError::from)?;
-    let paths = ConfigPaths { config_file: cli.config, config_dir: data_dir.config_dir() };
+    let paths = ConfigPaths {
+        config_file: cli.config,
+        config_dir: data_dir.config_dir(),
+        data_dir: data_dir.root().to_path_buf(),
+    };
     let loaded = config::load(&paths, std::env::vars()).map_err(DaemonError::from)?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Config { command: ConfigCommand::Check } => {
@@ -254,7 +258,7 @@ fn exit_code(failure: &Failure) -> u8 {
             DaemonError::MetricsBind { .. } => UNAVAILABLE,
             DaemonError::Serve(_) => SOFTWARE,
             DaemonError::Policy(_) | DaemonError::WebProxy(_) => CONFIG,
-            DaemonError::Container(_) => CANT_CREATE,
+            DaemonError::Container(_) | DaemonError::Ipc { .. } => CANT_CREATE,
         },
         Failure::Runtime(_) => OS_ERROR,
         Failure::Print(_) => SOFTWARE,

@@ -27,6 +27,8 @@ pub enum PolicyError {
     Unresolvable { path: String, reason: String },
     #[error("path {path:?} is not inside any folder of mount-allowlist.json; add its folder there to allow it")]
     NotAllowed { path: String },
+    #[error("path {path:?} can never be mounted: {why}")]
+    Forbidden { path: String, why: String },
     #[error("command refused: it matches the blocked pattern `{pattern}` ({why})")]
     CommandBlocked { pattern: String, why: String },
     #[error("blocked command pattern `{pattern}` is not a valid regular expression: {reason}")]
@@ -68,6 +70,7 @@ const BUILT_IN_EXEC_PATTERNS: &[(&str, &str)] = &[
 #[derive(Debug)]
 pub struct Policy {
     allowlist: MountAllowlist,
+    data_dir: PathBuf,
     exec_patterns: Vec<(Regex, String)>,
     config: Config,
 }
@@ -92,6 +95,7 @@ impl Policy {
     pub fn new(loaded: &LoadedConfig) -> Result<Policy, PolicyError> {
         Ok(Policy {
             allowlist: loaded.allowlist.clone(),
+            data_dir: loaded.data_dir.clone(),
             exec_patterns: compile_exec_patterns(&loaded.config.tools.blocked_patterns)?,
             config: loaded.config.clone(),
         })
@@ -120,6 +124,9 @@ impl Policy {
             .map_err(|error| PolicyError::Unresolvable { path: given.into(), reason: error.to_string() })?;
         // A symlink may lead somewhere blocked: check where it really goes.
         self.check_blocked(&resolved, given)?;
+        if let Some(why) = crate::config::forbidden_mount(&resolved, &self.data_dir, &self.config.container.socket) {
+            return Err(PolicyError::Forbidden { path: given.into(), why });
+        }
         for entry in &self.allowlist.allowed_mounts {
             let Ok(root) = std::fs::canonicalize(&entry.host_path) else { continue };
             let Ok(rest) = resolved.strip_prefix(&root) else { continue };
@@ -183,6 +190,7 @@ impl Policy {
             memory_bytes: custom.memory.unwrap_or(base.memory).0,
             pids: custom.pids.unwrap_or(base.pids),
             tmp_bytes: custom.tmp.unwrap_or(base.tmp).0,
+            disk_bytes: custom.disk.unwrap_or(base.disk).0,
         }
     }
 
@@ -291,7 +299,8 @@ mod tests {
         std::os::unix::fs::symlink(home.join(".ssh"), home.join("projects/web/keys")).expect("symlink");
         std::os::unix::fs::symlink(home.join("other"), home.join("projects/web/outside")).expect("symlink");
         std::os::unix::fs::symlink(home.join("projects/web/src"), home.join("docs/web-src")).expect("symlink");
-        let paths = ConfigPaths { config_file: None, config_dir: temp.path().join("none") };
+        let paths =
+            ConfigPaths { config_file: None, config_dir: temp.path().join("none"), data_dir: temp.path().join("data") };
         let mut loaded = crate::config::load(&paths, std::iter::empty()).expect("defaults");
         loaded.allowlist.allowed_mounts = vec![
             AllowedMount {
@@ -335,7 +344,8 @@ mod tests {
             ("./projects".into(), false, Err("is not absolute")),
             (format!("{home}/projects/web\0/etc"), false, Err("null byte")),
             (format!("{home}/projects/missing"), false, Err("does not exist")),
-            ("/".into(), false, Err("not inside any folder")),
+            ("/".into(), false, Err("can never be mounted: it is the whole filesystem")),
+            ("/var/run".into(), false, Err("the container engine's socket")),
         ];
         for (path, read_write, expected) in cases {
             let result = f.policy.validate_mounts(&[RequestedMount { host: path.clone(), read_write }]);
@@ -426,7 +436,8 @@ mod tests {
     #[test]
     fn limits_and_networks_by_role() {
         let temp = tempfile::tempdir().expect("tempdir");
-        let paths = ConfigPaths { config_file: None, config_dir: temp.path().into() };
+        let paths =
+            ConfigPaths { config_file: None, config_dir: temp.path().into(), data_dir: temp.path().join("data") };
         let env = [("BAAAHT__CONTAINER__ROLE_LIMITS__CODER".to_string(), r#"{"memory": "2g", "cpu": 2}"#.to_string())];
         let loaded = crate::config::load(&paths, env).expect("config");
         let policy = Policy::new(&loaded).expect("policy");

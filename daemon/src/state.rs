@@ -126,17 +126,6 @@ pub fn now_rfc3339() -> String {
     rfc3339(now_seconds())
 }
 
-/// Makes `folder` usable by the containers' uid: owned by it when the daemon can chown (root),
-/// else open to everyone — only the data dir's own 0700 then keeps other users out.
-pub fn hand_to_containers(folder: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let uid = crate::auth::CONTAINER_UID;
-    if std::os::unix::fs::chown(folder, Some(uid), Some(uid)).is_err() {
-        fs::set_permissions(folder, fs::Permissions::from_mode(0o777))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

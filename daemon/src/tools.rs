@@ -28,8 +28,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsError {
-    #[error("cannot prepare the session's data folder {}: {source}", path.display())]
-    Workspace {
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
+    #[error("cannot prepare the tool container's IPC folder {}: {source}", path.display())]
+    Ipc {
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -70,6 +72,7 @@ struct Connection {
 /// A session's tool container.
 #[derive(Debug)]
 struct Runner {
+    session: String,
     container: String,
     last_used: Instant,
 }
@@ -79,6 +82,7 @@ pub struct Runners {
     containers: Arc<ContainerManager>,
     policy: Arc<crate::policy::Policy>,
     ipc: Arc<crate::ipc::Ipc>,
+    workspaces: Arc<crate::workspace::Workspaces>,
     data_dir: DataDir,
     /// `skills.directories`: more system skills, whose packages count for the layer.
     skill_dirs: Vec<String>,
@@ -102,6 +106,7 @@ impl Runners {
         containers: Arc<ContainerManager>,
         policy: Arc<crate::policy::Policy>,
         ipc: Arc<crate::ipc::Ipc>,
+        workspaces: Arc<crate::workspace::Workspaces>,
         data_dir: DataDir,
         skill_dirs: Vec<String>,
         idle: Duration,
@@ -110,6 +115,7 @@ impl Runners {
             containers,
             policy,
             ipc,
+            workspaces,
             data_dir,
             skill_dirs,
             idle,
@@ -123,13 +129,15 @@ impl Runners {
         self.connected.lock().unwrap_or_else(PoisonError::into_inner).contains_key(container)
     }
 
-    /// `sessions/{id}/data`, created for the container's uid.
-    fn workspace(&self, session: &str) -> Result<PathBuf, ToolsError> {
-        let path = self.data_dir.root().join("sessions").join(session).join("data");
-        let error = |source| ToolsError::Workspace { path: path.clone(), source };
-        std::fs::create_dir_all(&path).map_err(error)?;
-        crate::state::hand_to_containers(&path).map_err(error)?;
-        Ok(path)
+    /// Removes a tool container of `session` and gives back its hold on the workspace.
+    async fn remove(&self, session: &str, container: &str, why: &str) {
+        if let Err(error) = self.containers.stop_service(container).await {
+            tracing::warn!(container, %error, why, "cannot remove a tool container");
+        }
+        let (workspaces, session) = (self.workspaces.clone(), session.to_string());
+        if let Err(error) = tokio::task::spawn_blocking(move || workspaces.release(&session)).await {
+            tracing::warn!(container, %error, "cannot release a workspace");
+        }
     }
 
     /// The `scripts/` folders of the skills `context` sees: the system's (`skills/`) and its
@@ -185,9 +193,31 @@ impl Runners {
     /// Starts a tool container for `session`; a `cold` one serves one call and is not kept. A
     /// Coder's also mounts the allowlisted project folders.
     async fn start(&self, session: &str, context: &Context, coder: bool, cold: bool) -> Result<Runner, ToolsError> {
-        let workspace = self.workspace(session)?;
-        let ipc =
-            self.ipc.prepare(context).map_err(|source| ToolsError::Workspace { path: workspace.clone(), source })?;
+        let (workspaces, held) = (self.workspaces.clone(), session.to_string());
+        let workspace = tokio::task::spawn_blocking(move || workspaces.acquire(&held))
+            .await
+            .map_err(|error| ToolsError::Start(format!("the workspace could not be prepared: {error}")))??;
+        let started = self.start_holding(session, context, coder, cold, workspace).await;
+        if started.is_err() {
+            let (workspaces, held) = (self.workspaces.clone(), session.to_string());
+            // silent-ok: a panic there is logged by the runtime; the start error is what matters.
+            let _ = tokio::task::spawn_blocking(move || workspaces.release(&held)).await;
+        }
+        started
+    }
+
+    async fn start_holding(
+        &self,
+        session: &str,
+        context: &Context,
+        coder: bool,
+        cold: bool,
+        workspace: crate::workspace::Prepared,
+    ) -> Result<Runner, ToolsError> {
+        let ipc = self
+            .ipc
+            .prepare(context, session, coder)
+            .map_err(|source| ToolsError::Ipc { path: self.data_dir.ipc_dir(), source })?;
         let mut command = vec![
             format!("{BINARIES_MOUNT}/baaaht-agent"),
             "runner".into(),
@@ -195,11 +225,16 @@ impl Runners {
             WORKSPACE.into(),
             "--results".into(),
             format!("{IPC_MOUNT}/results"),
-            "--messages".into(),
-            format!("{IPC_MOUNT}/messages"),
             "--session".into(),
             session.to_string(),
         ];
+        if !coder {
+            // Only this container's runner may queue messages (the `message` tool).
+            command.extend(["--messages".into(), format!("{IPC_MOUNT}/messages")]);
+        }
+        if let Some(cap) = workspace.checked_cap {
+            command.extend(["--workspace-cap".into(), cap.to_string()]);
+        }
         let mut projects = if coder { self.policy.coder_mounts() } else { vec![] };
         projects.extend(self.skill_scripts(context));
         for project in &projects {
@@ -216,7 +251,7 @@ impl Runners {
             context: context.clone(),
             command,
             mounts: [
-                MountSpec { host: workspace, target: WORKSPACE.into(), read_only: false },
+                MountSpec { host: workspace.path, target: WORKSPACE.into(), read_only: false },
                 MountSpec { host: ipc, target: IPC_MOUNT.into(), read_only: false },
             ]
             .into_iter()
@@ -247,20 +282,18 @@ impl Runners {
             }
         }
         tracing::info!(session, container = %handle.name, "tool runner ready");
-        Ok(Runner { container: handle.name, last_used: Instant::now() })
+        Ok(Runner { session: session.to_string(), container: handle.name, last_used: Instant::now() })
     }
 
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
-    pub async fn call_cold(&self, call: Call<'_>) -> Result<v1::ToolResponse, ToolsError> {
+    pub async fn call_cold(self: &Arc<Self>, call: Call<'_>) -> Result<v1::ToolResponse, ToolsError> {
         let runner = self.start(call.session, call.context, call.coder, true).await?;
         let result =
             self.send(&runner.container, call.call_id, call.tool, call.params_json, call.timeout, call.env).await;
         // The caller has its result; the container goes in the background.
-        let containers = self.containers.clone();
+        let runners = self.clone();
         tokio::spawn(async move {
-            if let Err(error) = containers.stop_service(&runner.container).await {
-                tracing::warn!(container = %runner.container, %error, "cannot remove a cold tool container");
-            }
+            runners.remove(&runner.session, &runner.container, "a cold tool container").await;
         });
         result
     }
@@ -274,9 +307,7 @@ impl Runners {
         let mut runner = slot.lock().await;
         if let Some(current) = runner.as_ref().filter(|r| !self.is_connected(&r.container)) {
             tracing::warn!(session, container = %current.container, "the tool runner is gone; starting a new one");
-            if let Err(error) = self.containers.stop_service(&current.container).await {
-                tracing::warn!(container = %current.container, %error, "cannot remove the old tool container");
-            }
+            self.remove(session, &current.container, "the old tool container").await;
             *runner = None;
         }
         if runner.is_none() {
@@ -303,9 +334,7 @@ impl Runners {
             return Ok(());
         }
         if let Some(gone) = runner.take() {
-            if let Err(error) = self.containers.stop_service(&gone.container).await {
-                tracing::warn!(container = %gone.container, %error, "cannot remove the old tool container");
-            }
+            self.remove(session, &gone.container, "the old tool container").await;
         }
         *runner = Some(self.start(session, context, false, false).await?);
         Ok(())
@@ -400,11 +429,30 @@ impl Runners {
         for slot in slots {
             if let Some(runner) = slot.lock().await.take() {
                 tracing::info!(session, container = %runner.container, "removing the tool container of an archived session");
-                if let Err(error) = self.containers.stop_service(&runner.container).await {
-                    tracing::warn!(container = %runner.container, %error, "cannot remove a tool container");
-                }
+                self.remove(session, &runner.container, "an archived session's tool container").await;
             }
         }
+    }
+
+    /// Removes the tool container unused the longest (none in a call), to free its slot for
+    /// new work; false when there is none.
+    pub async fn evict_one(&self) -> bool {
+        let slots: Vec<Arc<tokio::sync::Mutex<Option<Runner>>>> =
+            self.sessions.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
+        let mut oldest: Option<(Instant, tokio::sync::OwnedMutexGuard<Option<Runner>>)> = None;
+        for slot in slots {
+            // A session in the middle of a call keeps its container.
+            let Ok(runner) = slot.try_lock_owned() else { continue };
+            let Some(used) = runner.as_ref().map(|r| r.last_used) else { continue };
+            if oldest.as_ref().is_none_or(|(best, _)| used < *best) {
+                oldest = Some((used, runner));
+            }
+        }
+        let Some((_, mut runner)) = oldest else { return false };
+        let Some(current) = runner.take() else { return false };
+        tracing::info!(session = %current.session, container = %current.container, "removing an idle tool container to free a slot");
+        self.remove(&current.session, &current.container, "an idle tool container").await;
+        true
     }
 
     /// Removes tool containers idle for longer than `tools.warm_idle_timeout`.
@@ -421,10 +469,7 @@ impl Runners {
             let Ok(mut runner) = slot.try_lock() else { continue };
             if let Some(current) = runner.as_ref().filter(|r| r.last_used.elapsed() > self.idle) {
                 tracing::info!(session, container = %current.container, "removing an idle tool container");
-                if let Err(error) = self.containers.stop_service(&current.container).await {
-                    tracing::warn!(container = %current.container, %error, "cannot remove an idle tool container");
-                    continue;
-                }
+                self.remove(&current.session, &current.container, "an idle tool container").await;
                 *runner = None;
             }
         }

@@ -280,6 +280,26 @@ impl Drop for TestDaemon {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // A daemon that was killed leaves its workspace filesystems mounted.
+        unmount_below(&self.data_dir);
+    }
+}
+
+/// Unmounts (lazily) every mount below `folder`, deepest first: the workspace filesystems a
+/// killed daemon left, so that its temporary folder can go.
+pub fn unmount_below(folder: &Path) {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+    let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf()); // silent-ok: compared as given
+    let mut below: Vec<PathBuf> = mounts
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(point.replace("\\040", " ")))
+        .filter(|point| point.starts_with(&folder))
+        .collect();
+    below.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
+    for point in below {
+        // silent-ok: best effort, for the temporary folder's sake.
+        let _ = Command::new("umount").arg("-l").arg(&point).status();
     }
 }
 
@@ -308,8 +328,38 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// The address of the engine's default bridge on this machine, where containers with egress
 /// reach the host.
 pub fn bridge_address() -> Result<std::net::IpAddr> {
-    let text = docker(&["network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"])?;
-    text.trim().parse().with_context(|| format!("`{}` is not an IP address", text.trim()))
+    network_host_address("bridge")
+}
+
+/// The host's IPv4 address on the engine's network `network`: the gateway its IPAM config
+/// records, else the address of its bridge interface, else the first host of its subnet. An
+/// engine may leave the gateway out (Debian's dockerd does for the default bridge), so nothing
+/// here depends on that field alone.
+pub fn network_host_address(network: &str) -> Result<std::net::IpAddr> {
+    let text = docker(&["network", "inspect", network])?;
+    let found: serde_json::Value = serde_json::from_str(&text).context("docker network inspect prints JSON")?;
+    let info = found.get(0).with_context(|| format!("the engine has no network {network}"))?;
+    let configs = info["IPAM"]["Config"].as_array().cloned().unwrap_or_default();
+    let v4 = |text: &str| text.split('/').next().and_then(|ip| ip.parse::<std::net::Ipv4Addr>().ok());
+    if let Some(gateway) = configs.iter().filter_map(|config| config["Gateway"].as_str()).find_map(v4) {
+        return Ok(gateway.into());
+    }
+    let interface = match info["Options"]["com.docker.network.bridge.name"].as_str() {
+        Some(name) => name.to_string(),
+        None => format!("br-{}", info["Id"].as_str().unwrap_or_default().chars().take(12).collect::<String>()),
+    };
+    let output = Command::new("ip").args(["-4", "-o", "addr", "show", "dev", &interface]).output();
+    let listed = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    if let Some(address) = listed.split_whitespace().skip_while(|word| *word != "inet").nth(1).and_then(v4) {
+        return Ok(address.into());
+    }
+    let subnet = configs
+        .iter()
+        .filter_map(|config| config["Subnet"].as_str())
+        .find(|subnet| v4(subnet).is_some())
+        .with_context(|| format!("network {network} has no IPv4 gateway, interface address or subnet"))?;
+    let base = v4(subnet).context("an IPv4 subnet")?;
+    Ok(std::net::Ipv4Addr::from(u32::from(base) + 1).into())
 }
 
 /// Runs the docker CLI (scripts/test installs the engine) and returns its stdout.

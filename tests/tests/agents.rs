@@ -122,6 +122,36 @@ fn stdout(output: &std::process::Output) -> String {
 }
 
 #[test]
+fn a_user_chats_as_themselves_and_the_terminal_obeys_nothing_the_model_writes() {
+    let rt = baaaht_tests::runtime();
+    let (_fake, daemon) =
+        scenario::start(&rt, scenario::echo_brain(), DaemonOptions::default()).expect("fake provider and daemon");
+    // The echo brain repeats what it is told: the reply carries OSC 52 (clipboard), OSC 0
+    // (title), a screen clear and a carriage return that would rewrite the line.
+    let hostile = "hi \x1b]52;c;aGVsbG8=\x07\x1b]0;pwned\x07\x1b[2J done\r\x1b[2Kforged";
+    let chat = baaaht(&daemon, &["chat", "--user", "erin", hostile]);
+    let (out, err) = (stdout(&chat), String::from_utf8_lossy(&chat.stderr).into_owned());
+    assert!(chat.status.success(), "{out}{err}\n{}", daemon.log_text());
+    assert!(!out.contains('\x1b') && !out.contains('\r') && !out.contains('\x07'), "{out:?}");
+    assert_eq!(out, "echo: hi ^[]52;c;aGVsbG8=^G^[]0;pwned^G^[[2J done^M^[[2Kforged\n");
+    assert!(!err.contains('\x1b'), "{err:?}");
+    // --user alone is "as that user": the session is erin's.
+    let listed = stdout(&baaaht(&daemon, &["sessions", "list", "--user", "erin"]));
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains("user:erin"), "{listed}");
+    let transcript = stdout(&baaaht(&daemon, &["sessions", "show", listed.split_whitespace().next().expect("id")]));
+    assert!(transcript.contains("user (erin): hi ^[]52") && !transcript.contains('\x1b'), "{transcript}");
+    // --as names who writes in a group, never another user.
+    let refused = baaaht(&daemon, &["chat", "--user", "erin", "--as", "bob", "hello"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+#[test]
 fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
     let rt = baaaht_tests::runtime();
     let (fake, daemon) =

@@ -160,7 +160,7 @@ fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart(
     daemon.signal("KILL").expect("kill -9");
     daemon.wait_exit(Duration::from_secs(10)).expect("dies");
     assert!(rt.block_on(pending).expect("join").is_err(), "the caller saw the daemon go");
-    let result = daemon.data_dir.join("data/ipc/user-baaaht-self-test/results/toolu_crash_1.json");
+    let result = daemon.data_dir.join("data/ipc/user-baaaht-self-test/coder-self-test/results/toolu_crash_1.json");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !result.exists() {
         assert!(std::time::Instant::now() < deadline, "no result file was written");
@@ -312,7 +312,7 @@ fn a_message_reaches_its_own_contexts_channels_and_no_other() {
     assert_eq!(first_message(&mut mine).as_deref(), Some("the build finished"));
 
     // A file in bob's folder acts for bob, whatever it claims.
-    let bob = daemon.data_dir.join("data/ipc/user-bob/messages");
+    let bob = daemon.data_dir.join("data/ipc/user-bob/tools-s-bob/messages");
     std::fs::create_dir_all(&bob).expect("bob's folder");
     std::fs::write(bob.join("m1.json"), r#"{"id":"m1","content":"forged","targetContext":"user:baaaht-self-test"}"#)
         .expect("write");
@@ -324,7 +324,8 @@ fn a_message_reaches_its_own_contexts_channels_and_no_other() {
         assert!(std::time::Instant::now() < deadline, "a delivered message is removed");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(bob.join("rejected/m1.json").exists(), "the forged message was set aside");
+    let rejected = daemon.data_dir.join("data/state/ipc-rejected/user-bob/tools-s-bob/m1.json");
+    assert!(rejected.exists(), "the forged message was set aside");
     let log = daemon.log_text();
     assert!(log.contains("an agent may message only its own context"), "{log}");
     assert_eq!(log.matches("message delivered").count(), 2, "{log}");

@@ -1,6 +1,8 @@
 //! The schema of `mount-allowlist.json` (spec §13.6): host folders a Coder's tool containers
 //! may mount, and the patterns that are never mounted whatever the allowlist says.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 /// Patterns that are always blocked; a file's own `blockedPatterns` add to these, never remove.
@@ -24,6 +26,44 @@ pub const BUILT_IN_BLOCKED_PATTERNS: &[&str] = &[
     ".bash_history",
     ".zsh_history",
 ];
+
+/// Where container engines put their sockets; a container must never reach one.
+pub const ENGINE_SOCKETS: &[&str] =
+    &["/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock", "/var/run/podman/podman.sock"];
+
+/// The daemon's runtime folder (systemd's `RuntimeDirectory=baaaht`).
+pub const RUNTIME_DIR: &str = "/run/baaaht";
+
+/// Why the host folder `host` may never be mounted into a container, whatever an allowlist
+/// says: the whole filesystem, an engine socket or a folder holding one (`engine_socket` is
+/// `container.socket`, empty for the usual places), the daemon's runtime folder, or the data
+/// dir, a folder inside it or one holding it. Paths are compared as given and resolved.
+pub fn forbidden_mount(host: &Path, data_dir: &Path, engine_socket: &str) -> Option<String> {
+    let resolved = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()); // silent-ok: a missing path is compared as written
+    let hosts = [host.to_path_buf(), resolved(host)];
+    let related = |other: &Path| {
+        let others = [other.to_path_buf(), resolved(other)];
+        hosts.iter().any(|h| others.iter().any(|o| o.starts_with(h) || h.starts_with(o)))
+    };
+    if hosts.iter().any(|h| h == Path::new("/")) {
+        return Some("it is the whole filesystem".into());
+    }
+    let sockets = ENGINE_SOCKETS.iter().copied().chain((!engine_socket.is_empty()).then_some(engine_socket));
+    for socket in sockets {
+        let socket = Path::new(socket);
+        let others = [socket.to_path_buf(), resolved(socket)];
+        if hosts.iter().any(|h| others.iter().any(|o| o.starts_with(h))) {
+            return Some(format!("it is or holds the container engine's socket {}", socket.display()));
+        }
+    }
+    if related(Path::new(RUNTIME_DIR)) {
+        return Some(format!("it is, holds or lies in the daemon's runtime folder {RUNTIME_DIR}"));
+    }
+    if related(data_dir) {
+        return Some(format!("it is, holds or lies in the data dir {}", data_dir.display()));
+    }
+    None
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]

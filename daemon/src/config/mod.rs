@@ -13,7 +13,10 @@ mod schema;
 
 use std::path::{Path, PathBuf};
 
-pub use allowlist::{AllowedMount, MountAllowlist, MountKind, MountMode, BUILT_IN_BLOCKED_PATTERNS};
+pub use allowlist::{
+    forbidden_mount, AllowedMount, MountAllowlist, MountKind, MountMode, BUILT_IN_BLOCKED_PATTERNS, ENGINE_SOCKETS,
+    RUNTIME_DIR,
+};
 pub use providers::{CustomProvider, ProviderEntry, Providers, ProvidersConfig, BUILT_IN_PROVIDERS};
 pub use schema::*;
 
@@ -26,6 +29,8 @@ pub const ALLOWLIST_FILE: &str = "mount-allowlist.json";
 /// The configuration the daemon runs with, and where each part came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadedConfig {
+    /// The data dir these files configure.
+    pub data_dir: PathBuf,
     pub config: Config,
     pub providers: ProvidersConfig,
     pub allowlist: MountAllowlist,
@@ -79,6 +84,8 @@ pub struct ConfigPaths {
     pub config_file: Option<PathBuf>,
     /// The data dir's `config/` folder.
     pub config_dir: PathBuf,
+    /// The data dir itself (no container may mount it or anything in or above it).
+    pub data_dir: PathBuf,
 }
 
 /// Loads and checks the configuration; `env` is the process environment (a parameter so tests
@@ -108,6 +115,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     let allowlist = allowlist.with_built_in_patterns();
 
     let loaded = LoadedConfig {
+        data_dir: paths.data_dir.clone(),
         config,
         providers,
         allowlist,
@@ -120,6 +128,8 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     };
     check_providers(&loaded, providers_text.as_deref())?;
     check_agents(&loaded, config_text.as_deref())?;
+    check_limits(&loaded, config_text.as_deref())?;
+    check_tools(&loaded, config_text.as_deref())?;
     check_allowlist(&loaded)?;
     Ok(loaded)
 }
@@ -296,6 +306,64 @@ fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
     Ok(())
 }
 
+/// Zero limits would make every container fail (or mean "unlimited" to an engine): refused.
+fn check_limits(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    let container = &loaded.config.container;
+    let zero = |limits: &ResourceLimitsOverride| -> Option<(&'static str, &'static str)> {
+        [
+            ("memory", limits.memory.is_some_and(|size| size.0 == 0), "a size such as 512m"),
+            ("disk", limits.disk.is_some_and(|size| size.0 == 0), "a size such as 1g"),
+            ("tmp", limits.tmp.is_some_and(|size| size.0 == 0), "a size such as 64m"),
+            ("pids", limits.pids == Some(0), "a number such as 256"),
+        ]
+        .into_iter()
+        .find_map(|(name, is_zero, hint)| is_zero.then_some((name, hint)))
+    };
+    let base = &container.resource_limits;
+    let base = ResourceLimitsOverride {
+        cpu: Some(base.cpu),
+        memory: Some(base.memory),
+        disk: Some(base.disk),
+        pids: Some(base.pids),
+        tmp: Some(base.tmp),
+    };
+    let mut found: Option<(Vec<String>, &str)> =
+        zero(&base).map(|(name, hint)| (vec!["container".into(), "resource_limits".into(), name.into()], hint));
+    for (role, limits) in &container.role_limits {
+        if found.is_none() {
+            found = zero(limits).map(|(name, hint)| {
+                (vec!["container".into(), "role_limits".into(), role.as_str().into(), name.into()], hint)
+            });
+        }
+    }
+    if found.is_none() && container.max_concurrent == 0 {
+        found = Some((vec!["container".into(), "max_concurrent".into()], "a number such as 10"));
+    }
+    let Some((key, hint)) = found else { return Ok(()) };
+    let keys: Vec<&str> = key.iter().map(String::as_str).collect();
+    Err(invalid_at(
+        &loaded.sources.config,
+        text,
+        &keys,
+        format!("{}: 0 would let no container run (there is no \"unlimited\"); give {hint}", keys.join(".")),
+    ))
+}
+
+/// `tools.web_proxy.allow`: every entry parses, and none reaches link-local or metadata.
+fn check_tools(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    for (index, entry) in loaded.config.tools.web_proxy.allow.iter().enumerate() {
+        if let Err(why) = crate::egress::proxy::check_allowed(entry) {
+            return Err(invalid_at(
+                &loaded.sources.config,
+                text,
+                &["tools", "web_proxy", "allow"],
+                format!("tools.web_proxy.allow[{index}]: {why}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_allowlist(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     let path = match &loaded.sources.allowlist {
         Source::File(path) => path.clone(),
@@ -312,7 +380,8 @@ fn check_allowlist(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         {
             Some("paths may not contain `..` or null bytes".to_string())
         } else {
-            None
+            forbidden_mount(Path::new(&mount.host_path), &loaded.data_dir, &loaded.config.container.socket)
+                .map(|why| format!("hostPath `{}` can never be mounted: {why}", mount.host_path))
         };
         if let Some(problem) = problem {
             return Err(ConfigError::Invalid { path, message: format!("allowedMounts[{index}]: {problem}") });

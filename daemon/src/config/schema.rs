@@ -77,7 +77,11 @@ pub struct ContainerConfig {
     pub runtime: RuntimeChoice,
     /// Seconds a container may run before it is killed.
     pub default_timeout: u64,
+    /// Containers running at once (the LLM gateway aside); a start past it waits.
     pub max_concurrent: u32,
+    /// Seconds a start waits for a free slot (idle containers are removed to make room)
+    /// before it is refused with a sentence.
+    pub queue_timeout: u64,
     pub resource_limits: ResourceLimits,
     /// Per-role overrides of `resource_limits`, e.g. `{coder: {memory: 2g}}`.
     pub role_limits: BTreeMap<crate::auth::Role, ResourceLimitsOverride>,
@@ -97,6 +101,7 @@ impl Default for ContainerConfig {
             runtime: RuntimeChoice::Auto,
             default_timeout: 300,
             max_concurrent: 10,
+            queue_timeout: 60,
             resource_limits: ResourceLimits::default(),
             role_limits: BTreeMap::new(),
             image: "baaaht/base:latest".into(),
@@ -456,6 +461,10 @@ pub struct ToolsConfig {
     pub warm_idle_timeout: u64,
     /// `warm` (a resident runner per session) or `cold` (a fresh container per call).
     pub mode: ToolMode,
+    /// How a session's workspace is held to the tool role's `disk` limit: `filesystem` (a
+    /// loop-mounted image per session; needs root), `checked` (by the tool runner after each
+    /// call) or `auto` (a filesystem where the daemon can mount, else checked).
+    pub workspace_limit: WorkspaceLimit,
 }
 
 impl Default for ToolsConfig {
@@ -471,8 +480,17 @@ impl Default for ToolsConfig {
             web_proxy: WebProxyConfig::default(),
             warm_idle_timeout: 600,
             mode: ToolMode::Warm,
+            workspace_limit: WorkspaceLimit::Auto,
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceLimit {
+    Auto,
+    Filesystem,
+    Checked,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -12,7 +12,8 @@ fn load_texts(files: &[(&str, &str)], env: &[(&str, &str)]) -> Result<LoadedConf
     for (name, text) in files {
         std::fs::write(dir.path().join(name), text).expect("write");
     }
-    let paths = ConfigPaths { config_file: None, config_dir: dir.path().to_path_buf() };
+    let paths =
+        ConfigPaths { config_file: None, config_dir: dir.path().to_path_buf(), data_dir: dir.path().join("data") };
     load(&paths, env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
 }
 
@@ -33,7 +34,8 @@ fn defaults_are_valid_without_any_file() {
 #[test]
 fn every_example_file_under_config_parses() {
     let dir = source_config_dir();
-    let paths = ConfigPaths { config_file: None, config_dir: dir.clone() };
+    let paths =
+        ConfigPaths { config_file: None, config_dir: dir.clone(), data_dir: PathBuf::from("/nonexistent/baaaht") };
     let loaded = load(&paths, std::iter::empty()).expect("the shipped examples load");
     assert_eq!(loaded.sources.config, Source::File(dir.join(CONFIG_FILE)));
     assert_eq!(loaded.sources.providers, Source::File(dir.join(PROVIDERS_FILE)));
@@ -162,7 +164,11 @@ fn env_overrides_apply_on_top_of_the_file() {
 #[test]
 fn an_explicit_config_file_must_exist() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let paths = ConfigPaths { config_file: Some(dir.path().join("missing.yaml")), config_dir: dir.path().into() };
+    let paths = ConfigPaths {
+        config_file: Some(dir.path().join("missing.yaml")),
+        config_dir: dir.path().into(),
+        data_dir: dir.path().join("data"),
+    };
     let error = load(&paths, std::iter::empty()).expect_err("missing");
     assert!(error.to_string().contains("missing.yaml"), "{error}");
 }
@@ -196,4 +202,63 @@ fn effective_yaml_redacts_secrets_but_not_references() {
     let _: BTreeMap<String, serde_yaml::Value> =
         serde_yaml::from_str(shown.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n").as_str())
             .expect("the printed config is YAML");
+}
+
+#[test]
+fn what_would_open_the_sandbox_is_refused_with_its_reason() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "tools:\n  web_proxy:\n    allow: [\"nas.home\", \"169.254.169.254\"]\n",
+            "tools.web_proxy.allow[1]: `169.254.169.254` can never be allowed: it reaches link-local",
+            "3:5",
+        ),
+        ("tools:\n  web_proxy:\n    allow: [\"fd00:ec2::254\"]\n", "cloud metadata endpoint fd00:ec2::254", "3:5"),
+        ("tools:\n  web_proxy:\n    allow: [metadata.google.internal]\n", "names a cloud metadata endpoint", "3:5"),
+        (
+            "container:\n  resource_limits:\n    memory: 0\n",
+            "container.resource_limits.memory: 0 would let no container run",
+            "3:5",
+        ),
+        ("container:\n  resource_limits:\n    pids: 0\n", "container.resource_limits.pids: 0", "3:5"),
+        ("container:\n  role_limits:\n    coder:\n      disk: 0\n", "container.role_limits.coder.disk: 0", "4:7"),
+        ("container:\n  max_concurrent: 0\n", "container.max_concurrent: 0 would let no container run", "2:3"),
+    ];
+    for (config, says, at) in cases {
+        let error = load_texts(&[("config.yaml", config)], &[]).expect_err(config).to_string();
+        assert!(error.contains(says) && error.contains(&format!("config.yaml:{at}:")), "{config}: {error}");
+    }
+    assert!(load_texts(&[("config.yaml", "tools:\n  web_proxy:\n    allow: [\"192.168.1.0/24\"]\n")], &[]).is_ok());
+}
+
+#[test]
+fn allowlist_mounts_of_the_engine_root_runtime_or_data_dir_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("sessions")).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join("project")).expect("mkdir");
+    let host = |path: &std::path::Path| path.display().to_string();
+    let cases: Vec<(String, &str)> = vec![
+        ("/var/run/docker.sock".into(), "container engine's socket /var/run/docker.sock"),
+        ("/var/run".into(), "holds the container engine's socket"),
+        ("/".into(), "the whole filesystem"),
+        ("/run/baaaht".into(), "the daemon's runtime folder"),
+        (host(dir.path()), "the data dir"),
+        (host(&data), "the data dir"),
+        (host(&data.join("sessions")), "the data dir"),
+    ];
+    for (host_path, says) in cases {
+        let allowlist =
+            format!(r#"{{"allowedMounts": [{{"hostPath": "{host_path}", "containerPath": "/project/x"}}]}}"#);
+        std::fs::write(dir.path().join(ALLOWLIST_FILE), &allowlist).expect("write");
+        let paths = ConfigPaths { config_file: None, config_dir: dir.path().to_path_buf(), data_dir: data.clone() };
+        let error = load(&paths, std::iter::empty()).expect_err(&host_path).to_string();
+        assert!(error.contains("can never be mounted") && error.contains(says), "{host_path}: {error}");
+    }
+    let fine = format!(
+        r#"{{"allowedMounts": [{{"hostPath": "{}", "containerPath": "/project/x"}}]}}"#,
+        host(&dir.path().join("project"))
+    );
+    std::fs::write(dir.path().join(ALLOWLIST_FILE), fine).expect("write");
+    let paths = ConfigPaths { config_file: None, config_dir: dir.path().to_path_buf(), data_dir: data };
+    load(&paths, std::iter::empty()).expect("a project folder is fine");
 }

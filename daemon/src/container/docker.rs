@@ -32,8 +32,7 @@ pub const SECCOMP_PROFILE: &str = include_str!("../../../seccomp/default.json");
 pub const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Host paths that are never mounted into a container: the engines' own sockets.
-const ENGINE_SOCKETS: &[&str] =
-    &["/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock", "/var/run/podman/podman.sock"];
+use crate::config::ENGINE_SOCKETS;
 
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
@@ -187,6 +186,11 @@ impl DockerRuntime {
             nano_cpus: Some((limits.cpus * 1e9) as i64),
             pids_limit: Some(i64::from(limits.pids)),
             ipc_mode: Some("private".into()),
+            // Without root the daemon shares folders through its group (see shared_dirs.rs).
+            group_add: match crate::shared_dirs::access() {
+                crate::shared_dirs::Access::Group(gid) => Some(vec![gid.to_string()]),
+                crate::shared_dirs::Access::Owner => None,
+            },
             // Podman here runs without CAP_SYS_RESOURCE and with hybrid cgroups: it needs runc
             // and explicit limits no higher than its own.
             runtime: podman.then(|| "runc".to_string()),

@@ -54,6 +54,12 @@ pub enum ContainerError {
         #[source]
         source: StateError,
     },
+    #[error(
+        "all {max} container slots (container.max_concurrent) stayed busy for {} s; try again when a session \
+         finishes, or raise container.max_concurrent",
+        waited.as_secs()
+    )]
+    Busy { max: u32, waited: Duration },
 }
 
 /// One container to run to completion.
@@ -156,8 +162,66 @@ pub struct ReconcileReport {
     pub forgotten: Vec<String>,
 }
 
+/// `container.max_concurrent`: how many containers run at once (the LLM gateway aside). A
+/// start past it waits up to `container.queue_timeout` for a slot, and says so on `pressure`,
+/// so that the pools remove an idle container to make room.
+#[derive(Debug)]
+pub struct Slots {
+    semaphore: Arc<tokio::sync::Semaphore>,
+    max: u32,
+    wait: Duration,
+    /// Container name → the slot it holds.
+    held: Mutex<std::collections::HashMap<String, tokio::sync::OwnedSemaphorePermit>>,
+    /// Bumped each time a start has to wait.
+    pressure: watch::Sender<u64>,
+}
+
+impl Slots {
+    pub fn new(max: u32, wait: Duration) -> Slots {
+        Slots {
+            semaphore: Arc::new(tokio::sync::Semaphore::new(max as usize)),
+            max,
+            wait,
+            held: Mutex::default(),
+            pressure: watch::channel(0).0,
+        }
+    }
+
+    /// Slots in use.
+    pub fn in_use(&self) -> usize {
+        (self.max as usize).saturating_sub(self.semaphore.available_permits())
+    }
+
+    /// A slot for a container of `role`; the LLM gateway needs none (everything waits on it).
+    async fn take(&self, role: Role) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ContainerError> {
+        if role == Role::LlmGateway {
+            return Ok(None);
+        }
+        if let Ok(permit) = self.semaphore.clone().try_acquire_owned() {
+            return Ok(Some(permit));
+        }
+        tracing::info!(max = self.max, role = role.as_str(), "every container slot is busy; waiting for one");
+        self.pressure.send_modify(|count| *count += 1);
+        match tokio::time::timeout(self.wait, self.semaphore.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            _ => Err(ContainerError::Busy { max: self.max, waited: self.wait }),
+        }
+    }
+
+    fn hold(&self, name: &str, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
+        if let Some(permit) = permit {
+            self.held.lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), permit);
+        }
+    }
+
+    fn release(&self, name: &str) {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
+    }
+}
+
 pub struct ContainerManager {
     engine: Arc<watch::Sender<Engine>>,
+    slots: Slots,
     policy: Arc<Policy>,
     listeners: Arc<ListenerSet>,
     data_dir: DataDir,
@@ -197,12 +261,14 @@ impl ContainerManager {
         data_dir: DataDir,
         image: String,
         agent_binary: PathBuf,
+        slots: Slots,
     ) -> Result<ContainerManager, ContainerError> {
         let inventory = state::read_json(&data_dir.state_dir().join(INVENTORY_FILE))
             .map_err(ContainerError::Inventory)?
             .unwrap_or_default();
         Ok(ContainerManager {
             engine,
+            slots,
             policy,
             owner: owner_id(&data_dir),
             listeners,
@@ -217,6 +283,16 @@ impl ContainerManager {
 
     pub fn image(&self) -> &str {
         &self.image
+    }
+
+    /// Bumped each time a container start waits for a slot: time to remove an idle one.
+    pub fn pressure(&self) -> watch::Receiver<u64> {
+        self.slots.pressure.subscribe()
+    }
+
+    /// Container slots in use (`container.max_concurrent`).
+    pub fn slots_in_use(&self) -> usize {
+        self.slots.in_use()
     }
 
     /// Problems that make container work fail although the engine answers (image missing,
@@ -350,6 +426,7 @@ impl ContainerManager {
     /// Runs `request` to completion in a fresh hardened container (spec §5.4).
     pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, ContainerError> {
         let runtime = self.runtime().await?;
+        let _slot = self.slots.take(request.role).await?;
         let started = Instant::now();
         let (name, socket, spec) = self.prepare(&request, ContainerKind::Task, request.daemon_socket)?;
         let result = self.run_spec(&*runtime, &request, &spec, socket.as_ref().map(|s| s.token_sha256.clone())).await;
@@ -475,6 +552,7 @@ impl ContainerManager {
     async fn cleanup(&self, runtime: &dyn ContainerRuntime, id: &str, name: &str) {
         match self.check(runtime.remove(id).await) {
             Ok(()) => {
+                self.slots.release(name);
                 {
                     let mut started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner);
                     started_here.remove(id);
@@ -534,11 +612,13 @@ impl ContainerManager {
         kind: ContainerKind,
     ) -> Result<ServiceHandle, ContainerError> {
         let runtime = self.runtime().await?;
+        let slot = self.slots.take(request.role).await?;
         let with_socket = request.daemon_socket || kind == ContainerKind::Service;
         let (name, socket, spec) = self.prepare(&request, kind, with_socket)?;
         let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();
         match self.start_with_retry(&*runtime, &spec, token_sha256).await {
             Ok((id, _attempts)) => {
+                self.slots.hold(&name, slot);
                 tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), "service container started");
                 Ok(ServiceHandle { id, name })
             }
@@ -582,6 +662,8 @@ impl ContainerManager {
                 if let Some(identity) = identity_of(entry) {
                     match self.listeners.adopt_container(identity, entry.token_sha256.clone()) {
                         Ok(_) => {
+                            // It runs, so it counts (past the limit if it must: it is there).
+                            self.slots.hold(&entry.name, self.slots.semaphore.clone().try_acquire_owned().ok());
                             tracing::info!(container = %entry.name, "adopted a running container after a restart");
                             report.adopted.push(entry.name.clone());
                             kept.push(entry.clone());
@@ -597,6 +679,7 @@ impl ContainerManager {
                 Ok(()) => {
                     tracing::info!(container = %container.name, known = known.is_some(), "removed an orphaned container");
                     self.listeners.remove_container(&container.name);
+                    self.slots.release(&container.name);
                     report.removed.push(container.name.clone());
                 }
                 Err(error) => {
@@ -611,6 +694,7 @@ impl ContainerManager {
             if !found.iter().any(|container| container.id == entry.id) {
                 report.forgotten.push(entry.name.clone());
                 self.listeners.remove_container(&entry.name);
+                self.slots.release(&entry.name);
             }
         }
         inventory.containers = kept;

@@ -121,6 +121,9 @@ pub struct Limits {
     pub memory_bytes: u64,
     pub pids: u32,
     pub tmp_bytes: u64,
+    /// A session's workspace; held by `workspace.rs` (a filesystem of this size, or the tool
+    /// runner's check), not by the engine.
+    pub disk_bytes: u64,
 }
 
 /// Everything a container is made from. The hardening (uid 1000, read-only root, no

@@ -39,6 +39,62 @@ impl fmt::Display for Refusal {
     }
 }
 
+impl Refusal {
+    /// Whether no `tools.web_proxy.allow` entry can lift this refusal: link-local addresses
+    /// and cloud metadata endpoints hold the host's cloud credentials, never a home service.
+    pub fn is_absolute(self) -> bool {
+        matches!(self, Refusal::LinkLocal | Refusal::CloudMetadata)
+    }
+}
+
+/// Why a network (`base/prefix`, as an allowlist entry names it) may never be allowed: it
+/// reaches a link-local address or a cloud metadata endpoint, directly or embedded in IPv6.
+pub fn never_allowed(base: IpAddr, prefix: u8) -> Option<String> {
+    let overlaps = |network: IpAddr, length: u8| {
+        let shorter = prefix.min(length);
+        match (base, network) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => in_v4(a, b.octets(), u32::from(shorter)),
+            (IpAddr::V6(a), IpAddr::V6(b)) => in_v6(a, b, u32::from(shorter)),
+            _ => false,
+        }
+    };
+    let v4 = |a, b, c, d| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+    if overlaps(v4(169, 254, 0, 0), 16) {
+        return Some("it reaches link-local addresses (169.254.0.0/16), where cloud metadata lives".into());
+    }
+    if let Some(endpoint) = METADATA_V4.iter().find(|endpoint| overlaps(IpAddr::V4(**endpoint), 32)) {
+        return Some(format!("it reaches the cloud metadata endpoint {endpoint}"));
+    }
+    let v6 = |text: &str| text.parse::<Ipv6Addr>().map(IpAddr::V6).ok();
+    if v6("fe80::").is_some_and(|network| overlaps(network, 10)) {
+        return Some("it reaches link-local addresses (fe80::/10)".into());
+    }
+    if let Some(endpoint) = METADATA_V6.iter().find(|endpoint| overlaps(IpAddr::V6(**endpoint), 128)) {
+        return Some(format!("it reaches the cloud metadata endpoint {endpoint}"));
+    }
+    // IPv6 forms that carry an IPv4 address (`shift` bits above the bottom) could carry one of
+    // those: mapped, compatible, NAT64 and 6to4.
+    let IpAddr::V6(base6) = base else { return None };
+    let forbidden = std::iter::once((Ipv4Addr::new(169, 254, 0, 0), 16)).chain(METADATA_V4.iter().map(|e| (*e, 32)));
+    for (network, length, shift) in
+        [("::ffff:0:0", 96, 0), ("::", 96, 0), ("64:ff9b::", 96, 0), ("64:ff9b:1::", 48, 0), ("2002::", 16, 80)]
+    {
+        if !v6(network).is_some_and(|network| overlaps(network, length)) {
+            continue;
+        }
+        let carried = Ipv4Addr::from((u128::from(base6) >> shift) as u32);
+        // How many of the carried address's bits the entry fixes.
+        let fixed = u32::from(prefix).saturating_sub(96 - shift).min(32);
+        let mut hits = forbidden.clone().filter(|(net, len)| in_v4(carried, net.octets(), fixed.min(*len)));
+        if let Some((net, _)) = hits.next() {
+            return Some(format!(
+                "it reaches IPv6 addresses that carry {net} ({network}/{length}); write IPv4 addresses as such"
+            ));
+        }
+    }
+    None
+}
+
 /// Cloud metadata endpoints, some of them inside ranges refused anyway, some public.
 const METADATA_V4: &[Ipv4Addr] = &[
     Ipv4Addr::new(169, 254, 169, 254), // AWS, GCP, Azure, OpenStack, DigitalOcean, …
@@ -223,6 +279,34 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         parse_ip_host(text).unwrap_or_else(|| panic!("{text} parses"))
+    }
+
+    #[test]
+    fn link_local_and_metadata_networks_are_never_allowed() {
+        let cases: &[(&str, u8, bool)] = &[
+            ("169.254.169.254", 32, true),
+            ("169.254.0.0", 16, true),
+            ("169.0.0.0", 8, true),
+            ("0.0.0.0", 0, true),
+            ("168.63.129.16", 32, true),
+            ("100.64.0.0", 10, true), // holds Alibaba's 100.100.100.200
+            ("fe80::1", 128, true),
+            ("fd00:ec2::254", 128, true),
+            ("::ffff:169.254.169.254", 128, true),
+            ("64:ff9b::a9fe:a9fe", 128, true),
+            ("::", 0, true),
+            ("2002:a9fe::", 32, true),
+            ("::1", 128, false),
+            ("::ffff:192.168.1.10", 128, false),
+            ("192.168.1.10", 32, false),
+            ("10.0.0.0", 8, false),
+            ("172.16.0.0", 12, false),
+            ("fd12:3456::", 48, false),
+        ];
+        for (base, prefix, refused) in cases {
+            let why = never_allowed(base.parse().expect("ip"), *prefix);
+            assert_eq!(why.is_some(), *refused, "{base}/{prefix}: {why:?}");
+        }
     }
 
     #[test]

@@ -103,7 +103,27 @@ enum Allowed {
     Network { base: IpAddr, prefix: u8, port: Option<u16> },
 }
 
+/// Checks one `tools.web_proxy.allow` entry (config check calls it too): a host, host:port or
+/// CIDR, never one reaching a link-local address or a cloud metadata endpoint.
+pub fn check_allowed(entry: &str) -> Result<(), String> {
+    parse_allowed(entry).map(drop)
+}
+
 fn parse_allowed(entry: &str) -> Result<Allowed, String> {
+    let parsed = parse_allowed_entry(entry)?;
+    let refused = match &parsed {
+        Allowed::Network { base, prefix, .. } => super::filter::never_allowed(*base, *prefix),
+        Allowed::Host { name, .. } if is_metadata_name(name) => Some("it names a cloud metadata endpoint".into()),
+        Allowed::Host { name, .. } => parse_ip_host(name)
+            .and_then(|address| super::filter::never_allowed(address, if address.is_ipv4() { 32 } else { 128 })),
+    };
+    match refused {
+        Some(why) => Err(format!("`{}` can never be allowed: {why}", entry.trim())),
+        None => Ok(parsed),
+    }
+}
+
+fn parse_allowed_entry(entry: &str) -> Result<Allowed, String> {
     let entry = entry.trim();
     if let Some((address, prefix)) = entry.split_once('/') {
         let base: IpAddr = address.parse().map_err(|_not_ip| format!("`{address}` is not an IP address"))?;
@@ -189,7 +209,8 @@ struct Target {
 
 impl Target {
     fn parse(url: &str) -> Result<Target, ProxyError> {
-        let bad = |reason: &str| ProxyError::BadUrl { url: url.chars().take(200).collect(), reason: reason.into() };
+        let bad =
+            |reason: &str| ProxyError::BadUrl { url: redacted(url).chars().take(200).collect(), reason: reason.into() };
         if url.len() > 8192 {
             return Err(bad("longer than 8,192 bytes"));
         }
@@ -230,8 +251,14 @@ impl Target {
 
     /// The target a `Location` header points to, relative to this one.
     fn follow(&self, location: &str) -> Result<Target, ProxyError> {
-        if location.starts_with("http://") || location.starts_with("https://") {
-            return Target::parse(location);
+        if let Some(scheme) = scheme_of(location) {
+            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") {
+                return Target::parse(location);
+            }
+            return Err(ProxyError::BadUrl {
+                url: redacted(location),
+                reason: format!("a redirect to the scheme `{scheme}` is refused: only http and https are followed"),
+            });
         }
         let scheme = if self.tls { "https" } else { "http" };
         if let Some(rest) = location.strip_prefix("//") {
@@ -246,6 +273,32 @@ impl Target {
         };
         Target::parse(&format!("{scheme}://{}:{}{path}", self.host, self.port))
     }
+}
+
+/// The scheme of an absolute URI reference (RFC 3986: a letter, then letters, digits, `+`,
+/// `-`, `.`, up to the first `:`); `None` for a relative one.
+fn scheme_of(reference: &str) -> Option<&str> {
+    let (scheme, _) = reference.split_once(':')?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|first| first.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(scheme)
+}
+
+/// `url` without the credentials its authority may carry (`user:pass@`), at most 500
+/// characters: what logs and error messages show.
+pub fn redacted(url: &str) -> String {
+    let shown = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    };
+    shown.chars().take(500).collect()
 }
 
 /// The proxy.
@@ -352,7 +405,7 @@ impl WebProxy {
                 v4 => v4,
             };
             match refusal(address) {
-                Some(why) if !self.allows(&target.host, target.port, address) => {
+                Some(why) if why.is_absolute() || !self.allows(&target.host, target.port, address) => {
                     first_refusal.get_or_insert(ProxyError::Refused { host: target.host.clone(), address, why });
                 }
                 _ => return Ok(SocketAddr::new(address, target.port)),
@@ -371,7 +424,7 @@ impl WebProxy {
             },
             Err(error) => Err(error),
         };
-        let url: String = request.url.chars().take(500).collect();
+        let url = redacted(&request.url);
         let duration_ms = started.elapsed().as_millis() as u64;
         match &outcome {
             Ok((response, redirects)) => tracing::info!(
@@ -379,7 +432,7 @@ impl WebProxy {
                 session = %request.session,
                 method = %request.method,
                 url = %url,
-                final_url = %response.final_url,
+                final_url = %redacted(&response.final_url),
                 status = response.status,
                 bytes = response.body.len(),
                 truncated = response.truncated,
@@ -408,7 +461,7 @@ impl WebProxy {
             "POST" => http::Method::POST,
             other => {
                 return Err(ProxyError::BadUrl {
-                    url: request.url.clone(),
+                    url: redacted(&request.url),
                     reason: format!("the method `{other}` is not GET, HEAD or POST"),
                 })
             }
@@ -598,6 +651,36 @@ mod tests {
         port
     }
 
+    #[test]
+    fn link_local_and_metadata_can_never_be_allowed() {
+        for entry in [
+            "169.254.169.254",
+            "169.254.169.254:80",
+            "169.254.0.0/16",
+            "0.0.0.0/0",
+            "[fe80::1]",
+            "fd00:ec2::254",
+            "::ffff:169.254.169.254",
+            "metadata.google.internal",
+            "168.63.129.16",
+        ] {
+            let error = check_allowed(entry).expect_err(entry);
+            assert!(error.contains("can never be allowed"), "{entry}: {error}");
+        }
+        for entry in ["192.168.1.10", "nas.home:8080", "10.0.0.0/8", "[fd12::1]:443"] {
+            check_allowed(entry).unwrap_or_else(|error| panic!("{entry}: {error}"));
+        }
+    }
+
+    #[test]
+    fn credentials_never_reach_a_log_line() {
+        assert_eq!(redacted("https://user:secret@example.com/a?b=c"), "https://example.com/a?b=c");
+        assert_eq!(redacted("http://tok@host:8080"), "http://host:8080");
+        assert_eq!(redacted("https://example.com/a@b"), "https://example.com/a@b");
+        let error = Target::parse("http://user:pw@example.com/").expect_err("refused").to_string();
+        assert!(!error.contains("pw"), "{error}");
+    }
+
     #[tokio::test]
     async fn the_ssrf_matrix_is_refused_without_a_connection_attempt() {
         let recorder = Arc::new(Recorder::default());
@@ -659,6 +742,8 @@ mod tests {
                 format!("HTTP/1.1 301 Moved\r\nlocation: http://allowed.test:{port}/page\r\ncontent-length: 0\r\n\r\n")
             }
             "/loop" => "HTTP/1.1 302 Found\r\nlocation: /loop\r\ncontent-length: 0\r\n\r\n".into(),
+            "/file" => "HTTP/1.1 302 Found\r\nlocation: file:///etc/passwd\r\ncontent-length: 0\r\n\r\n".into(),
+            "/gopher" => "HTTP/1.1 302 Found\r\nlocation: GOPHER://x:70/_\r\ncontent-length: 0\r\n\r\n".into(),
             _ => "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 12\r\n\r\n<p>hello</p>".into(),
         })
         .await;
@@ -678,6 +763,11 @@ mod tests {
         assert!(matches!(error, ProxyError::Refused { why: Refusal::Loopback, .. }), "{error}");
         let error = proxy.fetch(get(&format!("http://allowed.test:{port}/loop"))).await.expect_err("loops");
         assert_eq!(error.to_string(), "more than 5 redirects");
+        for (path, scheme) in [("/file", "file"), ("/gopher", "GOPHER")] {
+            let error = proxy.fetch(get(&format!("http://allowed.test:{port}{path}"))).await.expect_err("refused");
+            let text = error.to_string();
+            assert!(text.contains(&format!("a redirect to the scheme `{scheme}` is refused")), "{text}");
+        }
         let attempts = recorder.attempts.lock().expect("lock").clone();
         assert!(attempts.iter().all(|a| a.port() == port && a.ip().is_loopback()), "{attempts:?}");
         assert!(!attempts.iter().any(|a| a.port() == 80), "the redirect target was never connected to: {attempts:?}");

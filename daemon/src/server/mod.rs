@@ -488,8 +488,7 @@ impl Orchestrator for OrchestratorService {
         let event = request.into_inner();
         match event.event {
             Some(v1::channel_event::Event::UserMessage(message)) => {
-                let sender = if event.sender_id.is_empty() { context.id.clone() } else { event.sender_id };
-                sessions::valid_id(&sender, "sender_id")?;
+                let sender = sessions::sender_of(&context, &event.sender_id)?;
                 if !message.session_id.is_empty() {
                     sessions::valid_id(&message.session_id, "user_message.session_id")?;
                 }
@@ -528,8 +527,7 @@ impl Orchestrator for OrchestratorService {
         if !message.session_id.is_empty() {
             sessions::valid_id(&message.session_id, "session_id")?;
         }
-        let sender = if message.sender_id.is_empty() { context.id.clone() } else { message.sender_id.clone() };
-        sessions::valid_id(&sender, "sender_id")?;
+        let sender = sessions::sender_of(&context, &message.sender_id)?;
         let incoming = crate::orchestrator::Incoming {
             context,
             session: (!message.session_id.is_empty()).then_some(message.session_id),

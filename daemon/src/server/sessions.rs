@@ -159,6 +159,25 @@ pub(super) fn filter(request: &v1::SessionFilter) -> Result<Filter, Status> {
 }
 
 /// Checks an id a client sent before it is used as a folder name.
+/// Who writes a message: in a user's own conversation that user (another `sender_id` is
+/// refused, so a message never lands in someone else's session); in a group the given
+/// `sender_id`, else the group itself.
+pub(super) fn sender_of(context: &crate::auth::Context, given: &str) -> Result<String, Status> {
+    if context.kind == crate::auth::ContextKind::User {
+        if !given.is_empty() && given != context.id {
+            return Err(Status::invalid_argument(format!(
+                "sender_id `{}` is not {context}: in a user's own conversation the sender is that user; \
+                 sender_id names who writes in a group",
+                given.escape_debug()
+            )));
+        }
+        return Ok(context.id.clone());
+    }
+    let sender = if given.is_empty() { context.id.clone() } else { given.to_string() };
+    valid_id(&sender, "sender_id")?;
+    Ok(sender)
+}
+
 pub(super) fn valid_id(id: &str, field: &str) -> Result<(), Status> {
     if crate::auth::is_valid_context_id(id) {
         Ok(())

@@ -17,7 +17,7 @@ impl From<ToolsError> for Status {
     fn from(error: ToolsError) -> Status {
         match error {
             ToolsError::Timeout(_) => Status::deadline_exceeded(error.to_string()),
-            ToolsError::Workspace { .. } => Status::internal(baaaht_proto::error_chain(&error)),
+            ToolsError::Workspace(_) | ToolsError::Ipc { .. } => Status::internal(baaaht_proto::error_chain(&error)),
             _ => Status::unavailable(error.to_string()),
         }
     }
@@ -69,7 +69,8 @@ pub(super) async fn request(
         return Err(Status::invalid_argument("tool_call_id must be 1-128 letters, digits, `-` or `_`"));
     };
     // Asked again (e.g. after a daemon restart): the recorded result, never a second run.
-    if let Some(recorded) = shared.ipc.collect(&identity.context, &call_id) {
+    let coder = identity.role == Role::Coder;
+    if let Some(recorded) = shared.ipc.collect(&identity.context, &identity.session_id, coder, &call_id) {
         tracing::info!(tool, call_id = %call_id, "answered with a result collected before");
         return Ok(Response::new(recorded));
     }
@@ -78,7 +79,7 @@ pub(super) async fn request(
     let call = crate::tools::Call {
         session,
         context,
-        coder: identity.role == Role::Coder,
+        coder,
         call_id: call_id.clone(),
         tool,
         params_json: message.params_json,
@@ -92,8 +93,8 @@ pub(super) async fn request(
     };
     // The runner also wrote the result to the context's IPC folder: record it for an agent that
     // asks again, off the answer's path (a crash before then leaves the file for the next start).
-    let (ipc, recorded_context) = (shared.ipc.clone(), context.clone());
-    tokio::task::spawn_blocking(move || ipc.collect(&recorded_context, &call_id));
+    let (ipc, recorded_context, recorded_session) = (shared.ipc.clone(), context.clone(), session.clone());
+    tokio::task::spawn_blocking(move || ipc.collect(&recorded_context, &recorded_session, coder, &call_id));
     let mut response = response;
     // Request in → result out, as the daemon saw it (baaaht-bench tools reads it).
     response.metadata.insert("daemon_us".into(), received.elapsed().as_micros().to_string());

@@ -244,6 +244,8 @@ impl SessionStore {
                 break id;
             }
         };
+        // A user's own session belongs to that user, whoever is named as writing.
+        let user_id = if context.kind == ContextKind::User { context.id.as_str() } else { user_id };
         let header = log::Header {
             version: log::VERSION,
             id: id.clone(),

@@ -45,7 +45,8 @@ pub async fn start_on(data_dir: DataDir, env: &[(&str, &str)]) -> Running {
         // silent-ok: another test of this binary installed it first.
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
     }
-    let paths = ConfigPaths { config_file: None, config_dir: data_dir.config_dir() };
+    let paths =
+        ConfigPaths { config_file: None, config_dir: data_dir.config_dir(), data_dir: data_dir.root().to_path_buf() };
     let mut vars: Vec<(String, String)> = vec![
         ("BAAAHT__METRICS__ENABLED".into(), "false".into()),
         ("BAAAHT__CONTAINER__BINARIES_DIR".into(), binaries_dir().display().to_string()),

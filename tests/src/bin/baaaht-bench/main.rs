@@ -196,7 +196,7 @@ fn containers(runs: usize, image: &str) -> Result<()> {
         mounts: vec![],
         env: vec![],
         network: NetworkPolicy::None,
-        limits: Limits { cpus: 1.0, memory_bytes: 512 << 20, pids: 256, tmp_bytes: 64 << 20 },
+        limits: Limits { cpus: 1.0, memory_bytes: 512 << 20, pids: 256, tmp_bytes: 64 << 20, disk_bytes: 1 << 30 },
         command: vec!["true".into()],
         working_dir: None,
     };

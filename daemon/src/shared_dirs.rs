@@ -1,0 +1,267 @@
+//! Folders the daemon shares with containers (`sessions/{id}/data`, `data/ipc/{context}/{slot}/…`,
+//! the LLM gateway's socket folder): created, opened and handed to the containers' uid without
+//! ever following a link.
+//!
+//! A container writes in these folders, so it can put a symlink where the daemon expects a
+//! folder or a file, pointing anywhere on the host. Every operation here starts from a
+//! descriptor of a folder only the daemon writes, opens each step with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, checks with `fstat` that it got a folder
+//! (or a regular file) owned as expected, and then works on descriptors only (`fchown`,
+//! `fchmod`, `renameat`, `unlinkat`). A folder that is not what it should be is removed (the
+//! link itself, never what it points to) and made again. This module never widens a mode to
+//! "everyone": without root, containers reach a shared folder through the daemon's group.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use crate::auth::CONTAINER_UID;
+
+/// How containers get write access to a shared folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The daemon runs as root: the folder is owned by the containers' uid, mode 0700.
+    Owner,
+    /// The daemon cannot chown: the folder stays the daemon's, mode 2770 with the daemon's
+    /// group, and every container runs with that group as a supplementary group.
+    Group(u32),
+}
+
+/// How this daemon shares folders (by its effective uid).
+pub fn access() -> Access {
+    if rustix::process::geteuid().is_root() {
+        Access::Owner
+    } else {
+        Access::Group(rustix::process::getegid().as_raw())
+    }
+}
+
+/// Who may own a shared folder: the containers' uid or the daemon itself.
+fn owned_as_expected(stat: &rustix::fs::Stat) -> bool {
+    stat.st_uid == CONTAINER_UID || stat.st_uid == rustix::process::geteuid().as_raw()
+}
+
+fn beneath() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
+}
+
+/// Opens a folder the daemon itself created and only it writes (e.g. `data/ipc`); its last
+/// component must not be a link.
+pub fn open_trusted(path: &Path) -> std::io::Result<OwnedFd> {
+    let fd =
+        rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    Ok(fd)
+}
+
+/// Opens the folder `relative` beneath `parent` for reading, never through a link; `None` when
+/// it does not exist or is not a real folder there.
+pub fn open_dir(parent: impl AsFd, relative: impl AsRef<Path>) -> std::io::Result<Option<OwnedFd>> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat2(parent, relative.as_ref(), flags, Mode::empty(), beneath()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR | Errno::XDEV) => Ok(None),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// Who a folder made by [`ensure_dir`] is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The daemon's own, mode 0700: containers never see it (e.g. `data/ipc/{context}`).
+    Daemon,
+    /// The daemon's, mode 0755: a container's mount root it may read but not change, so it
+    /// cannot swap the folders inside for links (e.g. `data/ipc/{context}/{slot}`).
+    DaemonReadable,
+    /// Writable by containers, as [`access`] says (e.g. `results/`, `sessions/{id}/data`).
+    Containers,
+}
+
+/// Makes sure `name` beneath `parent` is a real folder for `owner` and returns it open. A link,
+/// file or anything else found at `name` is removed (itself, never what a link points to) and
+/// the folder made again; a folder owned by someone unexpected is refused.
+pub fn ensure_dir(parent: impl AsFd, name: &OsStr, owner: Owner) -> std::io::Result<OwnedFd> {
+    let parent = parent.as_fd();
+    let mode = match owner {
+        Owner::Daemon => 0o700,
+        Owner::DaemonReadable => 0o755,
+        Owner::Containers => 0o700,
+    };
+    let fd = match open_dir(parent, name)? {
+        Some(fd) => fd,
+        None => {
+            match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
+                Ok(()) => {}
+                Err(Errno::EXIST) => {
+                    // Something that is not a folder: a link (maybe to a host folder) or a
+                    // file. Remove the entry itself; unlinkat never follows a link.
+                    tracing::warn!(
+                        name = %name.to_string_lossy(),
+                        "a shared folder was replaced by something else (a link?); removing it and making the folder again"
+                    );
+                    rustix::fs::unlinkat(parent, name, AtFlags::empty())?;
+                    rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode))?;
+                }
+                Err(errno) => return Err(errno.into()),
+            }
+            open_dir(parent, name)?
+                .ok_or_else(|| std::io::Error::other("the folder vanished right after it was made"))?
+        }
+    };
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory || !owned_as_expected(&stat) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is owned by uid {}, neither the daemon's nor the containers'",
+                name.to_string_lossy(),
+                stat.st_uid
+            ),
+        ));
+    }
+    match owner {
+        Owner::Daemon | Owner::DaemonReadable => {
+            if stat.st_uid != rustix::process::geteuid().as_raw() {
+                // A container's folder where the daemon's own belongs: never trusted.
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("{} belongs to the containers' uid, not the daemon", name.to_string_lossy()),
+                ));
+            }
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+        }
+        Owner::Containers => hand_over(&fd)?,
+    }
+    Ok(fd)
+}
+
+/// Hands an open folder to the containers' uid (see [`Access`]), by descriptor.
+pub fn hand_over(fd: impl AsFd) -> std::io::Result<()> {
+    match access() {
+        Access::Owner => {
+            let uid = rustix::process::Uid::from_raw(CONTAINER_UID);
+            let gid = rustix::process::Gid::from_raw(CONTAINER_UID);
+            rustix::fs::fchown(&fd, Some(uid), Some(gid))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+        }
+        Access::Group(gid) => {
+            rustix::fs::fchown(&fd, None, Some(rustix::process::Gid::from_raw(gid)))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o2770))?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens the regular file `name` in `dir` for reading, never through a link and never
+/// blocking (a FIFO is refused, not waited on); `Ok(None)` when it is not there.
+pub fn open_regular(dir: impl AsFd, name: &OsStr) -> std::io::Result<Option<(OwnedFd, rustix::fs::Stat)>> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP) => {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "it is a symlink, not a file"));
+        }
+        Err(errno) => return Err(errno.into()),
+    };
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not a regular file"));
+    }
+    Ok(Some((fd, stat)))
+}
+
+/// Reads the regular file `name` in `dir` (see [`open_regular`]) if it is at most `cap` bytes.
+pub fn read_regular(dir: impl AsFd, name: &OsStr, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    let Some((fd, stat)) = open_regular(dir, name)? else { return Ok(None) };
+    if stat.st_size as u64 > cap {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("it is {} bytes, more than the {cap} allowed", stat.st_size),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(stat.st_size as usize);
+    std::fs::File::from(fd).take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("it grew past {cap} bytes")));
+    }
+    Ok(Some(bytes))
+}
+
+/// The names in an open folder, without `.` and `..`.
+pub fn names(dir: impl AsFd) -> std::io::Result<Vec<std::ffi::OsString>> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut found = vec![];
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            found.push(OsStr::from_bytes(name).to_os_string());
+        }
+    }
+    Ok(found)
+}
+
+/// Removes the file `name` from `dir` (the entry itself, whatever it is but a folder).
+pub fn remove(dir: impl AsFd, name: &OsStr) -> std::io::Result<()> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_link_in_place_of_a_folder_is_replaced_and_its_target_left_alone() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (trusted, elsewhere) = (temp.path().join("trusted"), temp.path().join("host"));
+        std::fs::create_dir_all(&trusted).expect("mkdir");
+        std::fs::create_dir_all(&elsewhere).expect("mkdir");
+        std::fs::write(elsewhere.join("keep.json"), "{}").expect("write");
+        std::os::unix::fs::symlink(&elsewhere, trusted.join("results")).expect("symlink");
+        let before = std::fs::metadata(&elsewhere).expect("stat");
+
+        let parent = open_trusted(&trusted).expect("open");
+        let fd = ensure_dir(&parent, OsStr::new("results"), Owner::Containers).expect("made again");
+        assert!(std::fs::symlink_metadata(trusted.join("results")).expect("stat").is_dir(), "a real folder now");
+        let after = std::fs::metadata(&elsewhere).expect("stat");
+        assert_eq!((before.uid(), before.mode()), (after.uid(), after.mode()), "the link's target is untouched");
+        assert!(elsewhere.join("keep.json").exists());
+        assert!(names(&fd).expect("names").is_empty());
+
+        // A file in place of a folder goes the same way; a dangling link too.
+        std::fs::remove_dir(trusted.join("results")).expect("rmdir");
+        std::os::unix::fs::symlink("/nonexistent/x", trusted.join("results")).expect("symlink");
+        ensure_dir(&parent, OsStr::new("results"), Owner::Containers).expect("made again");
+        assert!(open_dir(&parent, "results").expect("open").is_some());
+        // Opening through a link never works.
+        std::os::unix::fs::symlink(&elsewhere, trusted.join("link")).expect("symlink");
+        assert!(open_dir(&parent, "link").expect("open").is_none());
+        assert!(open_dir(&parent, "link/../results").expect("open").is_none());
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_never_through_a_link() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let dir = open_trusted(temp.path()).expect("open");
+        std::fs::write(temp.path().join("a.json"), "{}").expect("write");
+        std::os::unix::fs::symlink("/etc/passwd", temp.path().join("b.json")).expect("symlink");
+        let status = std::process::Command::new("mkfifo").arg(temp.path().join("c.json")).status().expect("mkfifo");
+        assert!(status.success());
+        assert_eq!(read_regular(&dir, OsStr::new("a.json"), 10).expect("read"), Some(b"{}".to_vec()));
+        assert!(read_regular(&dir, OsStr::new("a.json"), 1).is_err(), "over the cap");
+        assert!(read_regular(&dir, OsStr::new("b.json"), 10_000).is_err(), "a link");
+        assert!(read_regular(&dir, OsStr::new("c.json"), 10).is_err(), "a FIFO, at once");
+        assert_eq!(read_regular(&dir, OsStr::new("d.json"), 10).expect("missing"), None);
+        let mut listed = names(&dir).expect("names");
+        listed.sort();
+        assert_eq!(listed, ["a.json", "b.json", "c.json"]);
+    }
+}

@@ -1,0 +1,294 @@
+//! Session workspaces: `sessions/{id}/data`, mounted at `/workspace` in the session's tool
+//! containers, each capped at the tool role's `disk` limit (`container.resource_limits.disk`,
+//! or `container.role_limits.tool.disk`).
+//!
+//! Where the daemon can mount (root, in the host's mount namespace, so that the engine sees
+//! the mount), a workspace is a filesystem of its own: a sparse ext4 image
+//! `sessions/{id}/workspace.img` of the cap's size, loop-mounted on `data` while the session has
+//! a tool container. A write past the cap then fails in the container with "No space left on
+//! device", and the host's disk holds at most the cap ([`Enforcement::Filesystem`]). Elsewhere,
+//! e.g. under the shipped systemd unit, which runs the daemon unprivileged, the tool runner
+//! adds up the workspace after each call, fails a call that took it past the cap and removes
+//! the files that call wrote ([`Enforcement::Checked`]). A session whose plain folder already
+//! holds files (made before workspaces had a filesystem) keeps its folder, checked.
+//!
+//! Every folder here is opened without following links ([`crate::shared_dirs`]); `data` is
+//! the container's, its parent `sessions/{id}` only the daemon's.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+
+use crate::config::WorkspaceLimit;
+use crate::shared_dirs::{self, Owner};
+
+/// The image's file name in `sessions/{id}/`.
+pub const IMAGE: &str = "workspace.img";
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("cannot prepare the session's data folder {}", path.display())]
+    Folder {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot {action} the workspace image {}: {message}", path.display())]
+    Image { action: &'static str, path: PathBuf, message: String },
+}
+
+/// How a workspace's cap is enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    /// A loop-mounted filesystem of the cap's size: writes past it fail.
+    Filesystem,
+    /// The runner checks after each call (the daemon cannot mount here).
+    Checked,
+}
+
+impl std::fmt::Display for Enforcement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Enforcement::Filesystem => "a filesystem of its own (loop-mounted ext4)",
+            Enforcement::Checked => "checked by the tool runner after each call",
+        })
+    }
+}
+
+/// A workspace ready to be mounted into a tool container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub path: PathBuf,
+    /// The cap the runner must check, when no filesystem enforces it.
+    pub checked_cap: Option<u64>,
+}
+
+/// Mounted workspaces and how many tool containers use each.
+#[derive(Debug, Default)]
+struct Mounted {
+    users: HashMap<String, usize>,
+}
+
+/// The workspaces of every session.
+#[derive(Debug)]
+pub struct Workspaces {
+    sessions: PathBuf,
+    cap: u64,
+    limit: WorkspaceLimit,
+    enforcement: Enforcement,
+    mounted: Mutex<Mounted>,
+}
+
+impl Workspaces {
+    /// `sessions_dir` is the data dir's `sessions/`; `cap` the tool role's disk limit.
+    pub fn new(sessions_dir: PathBuf, cap: u64, limit: WorkspaceLimit) -> Workspaces {
+        let enforcement = match limit {
+            WorkspaceLimit::Checked => Enforcement::Checked,
+            WorkspaceLimit::Filesystem => Enforcement::Filesystem,
+            WorkspaceLimit::Auto => match can_mount() {
+                Ok(()) => Enforcement::Filesystem,
+                Err(why) => {
+                    tracing::info!(why, "session workspaces are checked by the tool runner after each call");
+                    Enforcement::Checked
+                }
+            },
+        };
+        tracing::info!(cap_bytes = cap, enforcement = %enforcement, "session workspace cap");
+        Workspaces { sessions: sessions_dir, cap, limit, enforcement, mounted: Mutex::default() }
+    }
+
+    pub fn enforcement(&self) -> Enforcement {
+        self.enforcement
+    }
+
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    fn mounted(&self) -> std::sync::MutexGuard<'_, Mounted> {
+        self.mounted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes `session`'s workspace ready for one more tool container (mounting its filesystem
+    /// if this is the first); each call is matched by one [`Workspaces::release`]. Blocking.
+    pub fn acquire(&self, session: &str) -> Result<Prepared, WorkspaceError> {
+        // One at a time: two containers of a session must not both mount it.
+        let mut mounted = self.mounted();
+        let session_path = self.sessions.join(session);
+        let path = session_path.join("data");
+        let folder_error = |source| WorkspaceError::Folder { path: path.clone(), source };
+        std::fs::create_dir_all(&self.sessions).map_err(folder_error)?;
+        let sessions = shared_dirs::open_trusted(&self.sessions).map_err(folder_error)?;
+        let session_dir =
+            shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon).map_err(folder_error)?;
+        let data =
+            shared_dirs::ensure_dir(&session_dir, OsStr::new("data"), Owner::Containers).map_err(folder_error)?;
+        let checked = Prepared { path: path.clone(), checked_cap: Some(self.cap) };
+        if self.enforcement == Enforcement::Checked {
+            return Ok(checked);
+        }
+        if let Some(users) = mounted.users.get_mut(session) {
+            *users += 1;
+            return Ok(Prepared { path, checked_cap: None });
+        }
+        if !is_mount_point(&session_dir, &data).map_err(folder_error)? {
+            let image = session_path.join(IMAGE);
+            let fresh = !image.exists();
+            if fresh {
+                let empty = shared_dirs::names(&data).map_err(folder_error)?.is_empty();
+                if !empty {
+                    // Files from before workspaces had a filesystem stay where they are.
+                    tracing::info!(session, "this session's workspace predates its filesystem; its cap is checked");
+                    return Ok(checked);
+                }
+                make_image(&image, self.cap)?;
+            }
+            match mount(&image, &path) {
+                Ok(()) => {}
+                Err(error) if fresh && self.limit == WorkspaceLimit::Auto => {
+                    // Nothing is in the new image yet: the runner's check does instead.
+                    tracing::warn!(session, %error, "no workspace filesystem; its cap is checked by the tool runner");
+                    // silent-ok: an unused image only takes its metadata's blocks.
+                    let _ = std::fs::remove_file(&image);
+                    return Ok(checked);
+                }
+                Err(error) => return Err(error),
+            }
+            let root = shared_dirs::open_dir(&session_dir, "data")
+                .map_err(folder_error)?
+                .ok_or_else(|| folder_error(std::io::Error::other("the mounted workspace is not a folder")))?;
+            shared_dirs::hand_over(&root).map_err(folder_error)?;
+            // mkfs's lost+found would only puzzle the agents.
+            // silent-ok: it is gone already, or holds something fsck put there.
+            let _ = rustix::fs::unlinkat(&root, "lost+found", rustix::fs::AtFlags::REMOVEDIR);
+            tracing::info!(session, cap_bytes = self.cap, "workspace filesystem mounted");
+        }
+        mounted.users.insert(session.to_string(), 1);
+        Ok(Prepared { path, checked_cap: None })
+    }
+
+    /// One tool container of `session` is gone; the last one unmounts its filesystem.
+    pub fn release(&self, session: &str) {
+        let mut mounted = self.mounted();
+        let Some(users) = mounted.users.get_mut(session) else { return };
+        *users -= 1;
+        if *users > 0 {
+            return;
+        }
+        mounted.users.remove(session);
+        unmount(&self.sessions.join(session).join("data"));
+    }
+
+    /// Unmounts every workspace this daemon mounted (at shutdown, after the containers went).
+    pub fn shutdown(&self) {
+        let sessions: Vec<String> = self.mounted().users.drain().map(|(session, _)| session).collect();
+        for session in sessions {
+            unmount(&self.sessions.join(session).join("data"));
+        }
+    }
+}
+
+/// Whether the daemon can give workspaces a filesystem: root, in the mount namespace of PID 1
+/// (where the engine runs; a private one, as systemd's `ProtectSystem=` makes, hides the
+/// mount from it), with `mount` and `mkfs.ext4` at hand.
+fn can_mount() -> Result<(), String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("the daemon does not run as root".into());
+    }
+    let ours =
+        std::fs::read_link("/proc/self/ns/mnt").map_err(|error| format!("cannot read /proc/self/ns/mnt: {error}"))?;
+    match std::fs::read_link("/proc/1/ns/mnt") {
+        Ok(init) if init == ours => {}
+        Ok(_) => return Err("the daemon runs in a mount namespace of its own, which the engine does not see".into()),
+        Err(error) => return Err(format!("cannot read /proc/1/ns/mnt: {error}")),
+    }
+    for tool in ["mount", "umount", "mkfs.ext4"] {
+        if !["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|dir| Path::new(dir).join(tool).exists()) {
+            return Err(format!("`{tool}` is not installed"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `data` (in `parent`) is a mount point: it sits on another device than its parent.
+fn is_mount_point(parent: &OwnedFd, data: &OwnedFd) -> std::io::Result<bool> {
+    Ok(rustix::fs::fstat(parent)?.st_dev != rustix::fs::fstat(data)?.st_dev)
+}
+
+fn run(program: &str, args: &[&OsStr]) -> Result<(), String> {
+    let output = Command::new(program)
+        .args(args)
+        .env("PATH", "/usr/sbin:/sbin:/usr/bin:/bin")
+        .output()
+        .map_err(|error| format!("cannot run {program}: {error}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!("{program} {}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()))
+}
+
+/// A sparse ext4 image of `cap` bytes whose root belongs to the containers' uid.
+fn make_image(image: &Path, cap: u64) -> Result<(), WorkspaceError> {
+    let error = |action, message| WorkspaceError::Image { action, path: image.to_path_buf(), message };
+    let owner =
+        format!("root_owner={uid}:{uid},lazy_itable_init=1,lazy_journal_init=1", uid = crate::auth::CONTAINER_UID);
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(image)
+        .and_then(|file| file.set_len(cap).and_then(|()| file.sync_all()))
+        .map_err(|io| io.to_string())
+        .and_then(|()| {
+            run(
+                "mkfs.ext4",
+                &[
+                    OsStr::new("-q"),
+                    OsStr::new("-F"),
+                    OsStr::new("-m"),
+                    OsStr::new("0"),
+                    OsStr::new("-L"),
+                    OsStr::new("baaaht-ws"),
+                    OsStr::new("-E"),
+                    OsStr::new(&owner),
+                    image.as_os_str(),
+                ],
+            )
+        });
+    if let Err(message) = made {
+        // silent-ok: a half-made image is worthless; the error says what failed.
+        let _ = std::fs::remove_file(image);
+        return Err(error("create", message));
+    }
+    Ok(())
+}
+
+fn mount(image: &Path, on: &Path) -> Result<(), WorkspaceError> {
+    run(
+        "mount",
+        &[
+            OsStr::new("-t"),
+            OsStr::new("ext4"),
+            OsStr::new("-o"),
+            OsStr::new("loop,nosuid,nodev"),
+            image.as_os_str(),
+            on.as_os_str(),
+        ],
+    )
+    .map_err(|message| WorkspaceError::Image { action: "mount", path: image.to_path_buf(), message })
+}
+
+fn unmount(on: &Path) {
+    match run("umount", &[on.as_os_str()]) {
+        Ok(()) => tracing::info!(folder = %on.display(), "workspace filesystem unmounted"),
+        Err(message) => {
+            // Busy on the host (a shell sitting in it): detach it now, it goes when released.
+            tracing::warn!(folder = %on.display(), %message, "cannot unmount a workspace; detaching it");
+            if let Err(message) = run("umount", &[OsStr::new("-l"), on.as_os_str()]) {
+                tracing::warn!(folder = %on.display(), %message, "cannot detach a workspace");
+            }
+        }
+    }
+}
