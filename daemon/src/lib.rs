@@ -22,6 +22,7 @@ pub mod policy;
 pub mod secrets;
 pub mod server;
 pub mod sessions;
+pub mod setup;
 pub mod shared_dirs;
 pub mod skills;
 pub mod state;
@@ -122,6 +123,8 @@ pub struct Shared {
     pub memory_writes: std::sync::Mutex<()>,
     /// The secrets store, when it could be opened: skills' `addons.env` values come from it.
     pub secrets: Option<Arc<secrets::Secrets>>,
+    /// Cancelled when the daemon starts shutting down.
+    pub shutdown: CancellationToken,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -327,6 +330,7 @@ impl Daemon {
             turns: Arc::new(orchestrator::Turns::open(&state_dir)),
             memory_writes: std::sync::Mutex::new(()),
             secrets,
+            shutdown: cancel.clone(),
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }

@@ -126,11 +126,7 @@ pub fn gateway_settings(
         default_provider = providers.first().map(|p| p.name.clone()).unwrap_or_default();
     }
     let agents = &loaded.config.agents;
-    let mut models: Vec<String> =
-        [&agents.assistant, &agents.worker, &agents.researcher, &agents.coder, &agents.memory, &agents.heartbeat]
-            .iter()
-            .map(|agent| agent.model.0.clone())
-            .collect();
+    let mut models: Vec<String> = agents.roles().iter().map(|(role, _)| agents.settings(*role).model.0).collect();
     models.sort();
     models.dedup();
     GatewaySettings(v1::GatewayConfig {
@@ -154,17 +150,16 @@ pub fn open_secrets(config_dir: &Path) -> Option<Secrets> {
     if !store.exists() {
         return None;
     }
-    let unattended =
-        std::env::var_os("BAAAHT_PASSPHRASE_FILE").is_some() || std::env::var_os("CREDENTIALS_DIRECTORY").is_some();
-    if !unattended {
+    if secrets::passphrase_file(config_dir).is_none() {
         tracing::warn!(
             store = %store.path().display(),
-            "the secrets store is locked: set BAAAHT_PASSPHRASE_FILE (or a systemd credential named passphrase) \
-             so provider keys can be read from it; using the environment only"
+            "the secrets store is locked: set BAAAHT_PASSPHRASE_FILE (or a systemd credential named passphrase, \
+             or let `baaahtd setup` write config/passphrase) so provider keys can be read from it; using the \
+             environment only"
         );
         return None;
     }
-    match secrets::passphrase_from_environment(false).and_then(|passphrase| store.open(&passphrase)) {
+    match secrets::passphrase_from(config_dir, false).and_then(|passphrase| store.open(&passphrase)) {
         Ok(secrets) => Some(secrets),
         Err(error) => {
             tracing::error!(

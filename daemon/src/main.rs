@@ -42,6 +42,40 @@ enum Command {
         #[command(subcommand)]
         command: SecretsCommand,
     },
+    /// Set up a model provider: asks on a terminal, or takes flags (providers.yaml, the key in
+    /// the secrets store, agents.default_model)
+    Setup(SetupArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SetupArgs {
+    /// Ask nothing; what the flags leave open is an error
+    #[arg(long)]
+    non_interactive: bool,
+    /// anthropic, openai, openrouter, groq, deepseek, xai, mistral, ollama, llamacpp or custom
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+    /// The provider's API address (custom: required), e.g. http://127.0.0.1:8000/v1
+    #[arg(long, value_name = "URL")]
+    api_base: Option<String>,
+    /// The model, without the provider (default: the server's first, or the provider's usual one)
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// Read the API key from this environment variable
+    #[arg(long, value_name = "VARIABLE")]
+    api_key_env: Option<String>,
+    /// Write config/passphrase (0600) so the daemon opens the secrets store at start
+    #[arg(long)]
+    passphrase_file: bool,
+    /// Do not send the one check request
+    #[arg(long)]
+    no_probe: bool,
+    /// Replace changed files without asking (the old ones are kept as *.before-setup)
+    #[arg(long)]
+    yes: bool,
+    /// Only say whether the assistant's model can be used now (exit 0) or not (exit 1)
+    #[arg(long, conflicts_with_all = ["provider", "api_base", "model", "api_key_env", "yes"])]
+    check: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -84,6 +118,12 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     let data_dir = DataDir::resolve(cli.data_dir, |key| std::env::var(key).ok()).map_err(DaemonError::from)?;
+    if let Some(Command::Setup(args)) = &cli.command {
+        // Before the configuration loads: setup is how a configuration that does not gets fixed.
+        if !args.check {
+            return setup(args, &data_dir);
+        }
+    }
     let paths = ConfigPaths {
         config_file: cli.config,
         config_dir: data_dir.config_dir(),
@@ -97,6 +137,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Secrets { command } => secrets(command, &data_dir),
+        Command::Setup(_) => match baaaht_daemon::setup::check(&loaded, &data_dir) {
+            Ok(model) => {
+                eprintln!("baaahtd: the assistant's model {model} is ready");
+                Ok(())
+            }
+            Err(why) => Err(Failure::NotReady(why)),
+        },
         Command::Images { command } => {
             let runtime =
                 tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
@@ -157,8 +204,35 @@ async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir:
     }
 }
 
+fn setup(args: &SetupArgs, data_dir: &DataDir) -> Result<(), Failure> {
+    use std::io::IsTerminal;
+    let options = baaaht_daemon::setup::Options {
+        interactive: !args.non_interactive && std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+        provider: args.provider.clone(),
+        api_base: args.api_base.clone(),
+        model: args.model.clone(),
+        api_key_env: args.api_key_env.clone(),
+        passphrase_file: args.passphrase_file,
+        no_probe: args.no_probe,
+        yes: args.yes,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
+    let mut terminal = baaaht_daemon::setup::Terminal;
+    let report =
+        runtime.block_on(baaaht_daemon::setup::run(data_dir, &options, &mut terminal)).map_err(Failure::Setup)?;
+    for path in &report.written {
+        eprintln!("baaahtd: wrote {}", path.display());
+    }
+    eprintln!(
+        "baaahtd: every agent now uses {} (agents.default_model).\n\
+         Start baaaht with `scripts/up` (or `baaahtd`), then: baaaht chat \"hello\"",
+        report.model
+    );
+    Ok(())
+}
+
 fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
-    use baaaht_daemon::secrets::{passphrase_from_environment, SecretStore};
+    use baaaht_daemon::secrets::{passphrase_from, SecretStore};
     use std::io::{IsTerminal, Read};
     let config_dir = data_dir.config_dir();
     let store = SecretStore::new(&config_dir);
@@ -179,7 +253,7 @@ fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
             // `echo value | baaahtd secrets set NAME` adds one newline: it is not part of the value.
             let trimmed_len = value.trim_end_matches(['\n', '\r']).len();
             value.truncate(trimmed_len);
-            let passphrase = passphrase_from_environment(!store.exists()).map_err(Failure::Secrets)?;
+            let passphrase = passphrase_from(&config_dir, !store.exists()).map_err(Failure::Secrets)?;
             store.set(&passphrase, &name, value).map_err(Failure::Secrets)?;
             eprintln!("baaahtd: {name} stored in {}", store.path().display());
             Ok(())
@@ -189,14 +263,14 @@ fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
                 eprintln!("baaahtd: no secrets yet ({} does not exist)", store.path().display());
                 return Ok(());
             }
-            let passphrase = passphrase_from_environment(false).map_err(Failure::Secrets)?;
+            let passphrase = passphrase_from(&config_dir, false).map_err(Failure::Secrets)?;
             for name in store.open(&passphrase).map_err(Failure::Secrets)?.names() {
                 println!("{name}");
             }
             Ok(())
         }
         SecretsCommand::Rm { name } => {
-            let passphrase = passphrase_from_environment(false).map_err(Failure::Secrets)?;
+            let passphrase = passphrase_from(&config_dir, false).map_err(Failure::Secrets)?;
             if store.remove(&passphrase, &name).map_err(Failure::Secrets)? {
                 eprintln!("baaahtd: {name} removed");
                 Ok(())
@@ -236,6 +310,10 @@ enum Failure {
     Secrets(baaaht_daemon::secrets::SecretsError),
     #[error("no secret named {0}: `baaahtd secrets list` shows the names")]
     NoSuchSecret(String),
+    #[error(transparent)]
+    Setup(baaaht_daemon::setup::SetupError),
+    #[error("{0}; run `baaahtd setup`")]
+    NotReady(String),
 }
 
 /// The one table of exit codes (sysexits.h values).
@@ -248,6 +326,7 @@ fn exit_code(failure: &Failure) -> u8 {
     const UNAVAILABLE: u8 = 69;
     const DATA_ERROR: u8 = 65;
     const NO_PERMISSION: u8 = 77;
+    const USAGE: u8 = 64;
     match failure {
         Failure::Daemon(error) => match error {
             DaemonError::Config(_) | DaemonError::NoSuchGroup(_) => CONFIG,
@@ -267,5 +346,11 @@ fn exit_code(failure: &Failure) -> u8 {
         Failure::Secrets(baaaht_daemon::secrets::SecretsError::Decrypt { .. }) => NO_PERMISSION,
         Failure::Secrets(_) => DATA_ERROR,
         Failure::NoSuchSecret(_) => DATA_ERROR,
+        Failure::Setup(baaaht_daemon::setup::SetupError::Usage(_)) => USAGE,
+        Failure::Setup(baaaht_daemon::setup::SetupError::Probe(_)) => UNAVAILABLE,
+        Failure::Setup(baaaht_daemon::setup::SetupError::NotConfirmed { .. }) => TEMP_FAIL,
+        Failure::Setup(baaaht_daemon::setup::SetupError::Invalid(_)) => CONFIG,
+        Failure::Setup(_) => CANT_CREATE,
+        Failure::NotReady(_) => 1,
     }
 }

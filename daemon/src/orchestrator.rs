@@ -311,7 +311,7 @@ async fn assistant_turn(
     let group = record.group_id.is_some();
     let mut messages = history(&branch, group);
     let current = shared.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
-    let model = current.model.clone().unwrap_or_else(|| shared.loaded.config.agents.assistant.model.0.clone());
+    let model = current.model.clone().unwrap_or_else(|| agent_settings(shared, Role::Assistant).model.0);
     // Near the model's context window: what came before this message becomes a summary first.
     let estimate: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
     if estimate > context_window(&model) * 8 / 10 {
@@ -452,7 +452,7 @@ pub async fn compact(shared: &Arc<Shared>, id: &str) -> Result<String, Orchestra
         .clone()
         .ok_or_else(|| OrchestratorError::Invalid("the session has nothing to compact yet".into()))?;
     let branch = shared.sessions.read(id)?.branch(&leaf).map_err(SessionError::from)?;
-    let model = record.model.clone().unwrap_or_else(|| shared.loaded.config.agents.assistant.model.0.clone());
+    let model = record.model.clone().unwrap_or_else(|| agent_settings(shared, Role::Assistant).model.0);
     let summary = summarize(shared, &record, &branch, &model, &uuid::Uuid::new_v4().to_string()).await?;
     let compacted = branch.iter().skip(1).map(|entry| entry.id().to_string()).collect();
     let entry = shared.sessions.append(id, Some(&leaf), NewEntry::Compaction { summary, compacted })?;
@@ -460,16 +460,8 @@ pub async fn compact(shared: &Arc<Shared>, id: &str) -> Result<String, Orchestra
     Ok(entry)
 }
 
-fn agent_settings(shared: &Shared, role: Role) -> crate::config::AgentConfig {
-    let agents = &shared.loaded.config.agents;
-    match role {
-        Role::Worker => agents.worker.clone(),
-        Role::Researcher => agents.researcher.clone(),
-        Role::Coder => agents.coder.clone(),
-        Role::Memory => agents.memory.clone(),
-        Role::Heartbeat => agents.heartbeat.clone(),
-        Role::Assistant | Role::Tool | Role::LlmGateway => agents.assistant.clone(),
-    }
+fn agent_settings(shared: &Shared, role: Role) -> crate::config::AgentSettings {
+    shared.loaded.config.agents.settings(role)
 }
 
 /// The conversation the Assistant sees for a branch (root → the new user message): user

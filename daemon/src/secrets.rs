@@ -55,6 +55,8 @@ pub enum SecretsError {
          LoadCredential=passphrase:…, or run from a terminal to be asked"
     )]
     NoPassphrase,
+    #[error("{} can be read by other users: chmod 600 it", path.display())]
+    OpenPassphraseFile { path: PathBuf },
     #[error("the passphrase is empty")]
     EmptyPassphrase,
     #[error("the passphrases do not match")]
@@ -79,6 +81,11 @@ impl Passphrase {
         }
         Ok(Passphrase(Zeroizing::new(trimmed.to_string())))
     }
+
+    /// The text itself, for writing it to the passphrase file the user asked for.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
 }
 
 impl std::fmt::Debug for Passphrase {
@@ -87,14 +94,30 @@ impl std::fmt::Debug for Passphrase {
     }
 }
 
-/// Where the passphrase comes from: `BAAAHT_PASSPHRASE_FILE`, systemd's
-/// `$CREDENTIALS_DIRECTORY/passphrase`, or a prompt on the terminal (asked twice when
-/// `confirm`, i.e. when a new store is created).
-pub fn passphrase_from_environment(confirm: bool) -> Result<Passphrase, SecretsError> {
-    let from_file = std::env::var_os("BAAAHT_PASSPHRASE_FILE")
+/// The passphrase file `baaahtd setup` may create for the daemon: `config/passphrase`, 0600.
+pub const PASSPHRASE_FILE: &str = "passphrase";
+
+/// The file the passphrase is read from without asking: `BAAAHT_PASSPHRASE_FILE`, systemd's
+/// `$CREDENTIALS_DIRECTORY/passphrase`, else `config/passphrase` when it exists.
+pub fn passphrase_file(config_dir: &Path) -> Option<PathBuf> {
+    std::env::var_os("BAAAHT_PASSPHRASE_FILE")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("CREDENTIALS_DIRECTORY").map(|dir| Path::new(&dir).join("passphrase")));
-    if let Some(path) = from_file {
+        .or_else(|| std::env::var_os("CREDENTIALS_DIRECTORY").map(|dir| Path::new(&dir).join("passphrase")))
+        .or_else(|| Some(config_dir.join(PASSPHRASE_FILE)).filter(|path| path.exists()))
+}
+
+/// Where the passphrase comes from: [`passphrase_file`], else a prompt on the terminal (asked
+/// twice when `confirm`, i.e. when a new store is created). A `config/passphrase` that other
+/// users could read is refused.
+pub fn passphrase_from(config_dir: &Path, confirm: bool) -> Result<Passphrase, SecretsError> {
+    if let Some(path) = passphrase_file(config_dir) {
+        if path == config_dir.join(PASSPHRASE_FILE) {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).map_err(|source| SecretsError::Io { path: path.clone(), source })?;
+            if mode.permissions().mode() & 0o077 != 0 {
+                return Err(SecretsError::OpenPassphraseFile { path });
+            }
+        }
         let text = std::fs::read_to_string(&path).map_err(|source| SecretsError::Io { path, source })?;
         return Passphrase::new(text);
     }

@@ -171,6 +171,17 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
         }
     };
     let head = String::from_utf8_lossy(&buffer[..body_start]).to_ascii_lowercase();
+    // What `GET /v1/models` lists (OpenAI's format, as Ollama, llama.cpp and vLLM answer it).
+    if head.starts_with("get ") && head.split_whitespace().nth(1).is_some_and(|path| path.ends_with("/models")) {
+        let body = r#"{"object":"list","data":[{"id":"fake-model","object":"model","owned_by":"baaaht-tests"}]}"#;
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        // silent-ok: a client that hung up does not want the list.
+        let _ = writer.write_all(reply.as_bytes()).await;
+        return;
+    }
     let length: usize = head
         .lines()
         .find_map(|line| line.strip_prefix("content-length:").map(|v| v.trim().to_string()))

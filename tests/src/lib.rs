@@ -81,6 +81,18 @@ pub struct DaemonOptions {
 impl TestDaemon {
     /// Starts the daemon and waits (up to 30 s) for READY=1.
     pub fn start(options: DaemonOptions) -> Result<TestDaemon> {
+        TestDaemon::start_via(options, Duration::from_secs(30), |data_dir, notify, options| {
+            daemon_command(data_dir, notify, options)
+        })
+    }
+
+    /// As [`TestDaemon::start`], with the command `make` returns for the data dir and notify
+    /// socket (e.g. `scripts/up`, which ends by running the daemon), waiting up to `limit`.
+    pub fn start_via(
+        options: DaemonOptions,
+        limit: Duration,
+        make: impl FnOnce(&Path, &Path, &DaemonOptions) -> Command,
+    ) -> Result<TestDaemon> {
         let temp = tempfile::Builder::new().prefix("baaaht-").tempdir()?;
         let data_dir = options.data_dir.clone().unwrap_or_else(|| temp.path().join("d"));
         for (relative, text) in &options.files {
@@ -91,13 +103,14 @@ impl TestDaemon {
         let notify_path = temp.path().join("notify");
         let notify = UnixDatagram::bind(&notify_path)?;
         let log = temp.path().join("daemon.log");
-        let child = daemon_command(&data_dir, &notify_path, &options)
+        let child = make(&data_dir, &notify_path, &options)
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("spawn baaahtd")?;
         let mut daemon = TestDaemon { child, data_dir, log, temp, notify };
-        daemon.wait_ready(Duration::from_secs(30))?;
+        daemon.wait_ready(limit)?;
         Ok(daemon)
     }
 
@@ -306,6 +319,12 @@ pub fn unmount_below(folder: &Path) {
 /// The command that starts `baaahtd` on `data_dir`, notifying `notify`.
 pub fn daemon_command(data_dir: &Path, notify: &Path, options: &DaemonOptions) -> Command {
     let mut command = Command::new(bin("baaahtd"));
+    daemon_environment(&mut command, data_dir, notify, options);
+    command
+}
+
+/// Gives `command` the arguments and the environment (and only those) a test daemon runs with.
+pub fn daemon_environment(command: &mut Command, data_dir: &Path, notify: &Path, options: &DaemonOptions) {
     command
         .args(&options.args)
         .env_clear()
@@ -316,7 +335,6 @@ pub fn daemon_command(data_dir: &Path, notify: &Path, options: &DaemonOptions) -
         // Parallel tests must not fight over the default metrics port.
         .env("BAAAHT__METRICS__LISTEN", "127.0.0.1:0")
         .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    command
 }
 
 /// The runtime the tests and benchmarks drive their async clients and servers with: two

@@ -669,3 +669,48 @@ fn a_message_sent_during_a_turn_waits_and_follows_that_turns_reply() {
         assert_eq!(transcript.entries[2].id, turn.entry, "the id given out at once is the entry's");
     });
 }
+
+#[test]
+fn sigterm_with_five_active_sessions_closes_their_streams_and_exits_at_once() {
+    let rt = baaaht_tests::runtime();
+    let (_fake, mut daemon) =
+        scenario::start(&rt, scenario::echo_brain(), DaemonOptions::default()).expect("fake provider and daemon");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        // A client following events, as a terminal would.
+        let _events = client
+            .subscribe_events(v1::EventSubscription { context: Some(user("user-0")), ..Default::default() })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        for index in 0..5 {
+            let id = format!("user-{index}");
+            let turn = scenario::turn(&mut client, message(user(&id), &id, "hello"), Duration::from_secs(120))
+                .await
+                .expect("a turn");
+            assert!(turn.reply.is_some(), "{:?}", turn.error);
+        }
+    });
+    // Each session's Assistant waits for its next turn, its tool container is warm.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while daemon.recorded_containers().iter().filter(|name| name.starts_with("baaaht-tool-")).count() < 5 {
+        assert!(std::time::Instant::now() < deadline, "the tool containers did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let containers = daemon.recorded_containers();
+    assert!(containers.len() >= 10, "{containers:?}");
+    let started = std::time::Instant::now();
+    daemon.signal("TERM").expect("SIGTERM");
+    let status = daemon.wait_exit(Duration::from_secs(20)).expect("exits");
+    let took = started.elapsed();
+    println!("SIGTERM to exit with 5 active sessions ({} containers): {} ms", containers.len(), took.as_millis());
+    assert!(status.success(), "{status}\n{}", daemon.log_text());
+    assert!(!daemon.log_text().contains("cut off"), "a stream held the drain:\n{}", daemon.log_text());
+    for name in &containers {
+        let left = baaaht_tests::docker(&["ps", "-aq", "--filter", &format!("name=^{name}$")]).expect("docker ps");
+        assert!(left.trim().is_empty(), "{name} is left");
+    }
+    assert!(!daemon.socket().exists(), "the socket is left");
+    let sockets: Vec<_> = std::fs::read_dir(daemon.data_dir.join("data/run")).expect("run folder").collect();
+    assert!(sockets.is_empty(), "container sockets are left: {sockets:?}");
+}

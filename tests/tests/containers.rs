@@ -147,3 +147,21 @@ fn without_an_engine_the_daemon_serves_degraded_and_refuses_container_work_with_
     let stderr = text(&doctor.stderr);
     assert!(stderr.contains("degraded: no container engine at /nonexistent/engine.sock; start dockerd"), "{stderr}");
 }
+
+#[test]
+fn the_hosts_address_on_a_network_is_found_without_an_ipam_gateway() {
+    // A network made without --gateway: the engine records no gateway in its IPAM config (as
+    // Debian's dockerd does for the default bridge on a fresh start).
+    let name = format!("baaaht-test-nogw-{}", std::process::id());
+    baaaht_tests::docker(&["network", "create", "--subnet", "10.252.173.0/24", &name]).expect("network create");
+    let ipam = baaaht_tests::docker(&["network", "inspect", &name, "--format", "{{json .IPAM.Config}}"]);
+    let found = baaaht_tests::network_host_address(&name);
+    let removed = baaaht_tests::docker(&["network", "rm", &name]);
+    let ipam = ipam.expect("inspect");
+    assert!(!ipam.contains("Gateway"), "the engine recorded a gateway after all: {ipam}");
+    assert_eq!(found.expect("found"), "10.252.173.1".parse::<std::net::IpAddr>().expect("ip"));
+    removed.expect("network rm");
+    // The default bridge, whatever this engine records for it.
+    let bridge = baaaht_tests::bridge_address().expect("the default bridge's address");
+    assert!(!bridge.is_loopback() && !bridge.is_unspecified(), "{bridge}");
+}

@@ -260,25 +260,29 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
 fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
     let agents = &loaded.config.agents;
     let configured: Vec<&str> = loaded.providers.providers.configured().iter().map(|(name, _)| *name).collect();
-    let roles = [
-        ("assistant", &agents.assistant),
-        ("worker", &agents.worker),
-        ("researcher", &agents.researcher),
-        ("coder", &agents.coder),
-        ("memory", &agents.memory),
-        ("heartbeat", &agents.heartbeat),
-    ];
-    for (role, agent) in roles {
-        let provider = agent.model.provider();
+    for (role, _) in agents.roles() {
+        let settings = agents.settings(role);
+        let provider = settings.model.provider();
         if !configured.contains(&provider) {
+            let (key, keys): (String, Vec<&str>) = match settings.source {
+                ModelSource::Own => (format!("agents.{role}.model"), vec!["agents", role.as_str(), "model"]),
+                ModelSource::Default => ("agents.default_model".into(), vec!["agents", "default_model"]),
+                ModelSource::BuiltIn => (format!("agents.{role}.model (built in)"), vec!["agents"]),
+            };
+            let hint = match settings.source {
+                ModelSource::BuiltIn => {
+                    "; set agents.default_model to a model of a configured provider (or run `baaahtd setup`)"
+                }
+                _ => "",
+            };
             return Err(invalid_at(
                 &loaded.sources.config,
                 text,
-                &["agents", role, "model"],
+                &keys,
                 format!(
-                    "agents.{role}.model `{}` uses provider `{provider}`, which providers.yaml ({}) does not configure; \
-                     add it there or pick a model of: {}",
-                    agent.model.0,
+                    "{key} `{}` uses provider `{provider}`, which providers.yaml ({}) does not configure; \
+                     add it there or pick a model of: {}{hint}",
+                    settings.model.0,
                     loaded.sources.providers,
                     configured.join(", ")
                 ),
@@ -401,6 +405,13 @@ pub fn effective_yaml(loaded: &LoadedConfig) -> Result<String, serde_yaml::Error
     if !loaded.sources.env_overrides.is_empty() {
         out.push_str(&format!("# environment overrides: {}\n", loaded.sources.env_overrides.join(", ")));
     }
+    out.push_str("# effective models:");
+    for (role, _) in loaded.config.agents.roles() {
+        let settings = loaded.config.agents.settings(role);
+        out.push_str(&format!(" {role} {} ({}),", settings.model.0, settings.source));
+    }
+    out.pop();
+    out.push('\n');
     let mut document = serde_yaml::Mapping::new();
     document.insert("config".into(), serde_yaml::to_value(&loaded.config)?);
     document.insert("providers".into(), serde_yaml::to_value(&loaded.providers)?);

@@ -231,6 +231,10 @@ pub struct SocketConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentsConfig {
+    /// The model of every role that names none of its own (`provider/model`); unset, each
+    /// role has its built-in default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_model: Option<ModelName>,
     pub assistant: AgentConfig,
     pub worker: AgentConfig,
     pub researcher: AgentConfig,
@@ -244,19 +248,82 @@ const FAST_MODEL: &str = "anthropic/claude-3-5-haiku-20241022";
 
 impl Default for AgentsConfig {
     fn default() -> Self {
-        let agent = |model: &str, max_iterations, timeout| AgentConfig {
-            model: ModelName(model.into()),
-            max_iterations,
-            temperature: None,
-            timeout,
-        };
+        let agent = |max_iterations, timeout| AgentConfig { model: None, max_iterations, temperature: None, timeout };
         AgentsConfig {
-            assistant: AgentConfig { temperature: Some(Temperature(0.7)), ..agent(BALANCED_MODEL, 20, 300) },
-            worker: agent(BALANCED_MODEL, 15, 300),
-            researcher: agent(BALANCED_MODEL, 50, 600),
-            coder: agent(BALANCED_MODEL, 30, 600),
-            memory: agent(FAST_MODEL, 10, 300),
-            heartbeat: agent(FAST_MODEL, 15, 300),
+            default_model: None,
+            assistant: AgentConfig { temperature: Some(Temperature(0.7)), ..agent(20, 300) },
+            worker: agent(15, 300),
+            researcher: agent(50, 600),
+            coder: agent(30, 600),
+            memory: agent(10, 300),
+            heartbeat: agent(15, 300),
+        }
+    }
+}
+
+/// Where a role's model comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelSource {
+    /// `agents.{role}.model`.
+    Own,
+    /// `agents.default_model`.
+    Default,
+    /// The role's built-in default.
+    BuiltIn,
+}
+
+impl fmt::Display for ModelSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ModelSource::Own => "its own",
+            ModelSource::Default => "agents.default_model",
+            ModelSource::BuiltIn => "built in",
+        })
+    }
+}
+
+/// One role's settings with its model resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSettings {
+    pub model: ModelName,
+    pub source: ModelSource,
+    pub max_iterations: u32,
+    pub temperature: Option<Temperature>,
+    pub timeout: u64,
+}
+
+impl AgentsConfig {
+    /// The agent roles, by name, with their sections.
+    pub fn roles(&self) -> [(crate::auth::Role, &AgentConfig); 6] {
+        use crate::auth::Role;
+        [
+            (Role::Assistant, &self.assistant),
+            (Role::Worker, &self.worker),
+            (Role::Researcher, &self.researcher),
+            (Role::Coder, &self.coder),
+            (Role::Memory, &self.memory),
+            (Role::Heartbeat, &self.heartbeat),
+        ]
+    }
+
+    /// `role`'s settings: its own model, else `default_model`, else its built-in default (the
+    /// Memory and Heartbeat agents a fast model, the others a balanced one). Roles without an
+    /// agent (tool containers, the gateway) get the Assistant's.
+    pub fn settings(&self, role: crate::auth::Role) -> AgentSettings {
+        use crate::auth::Role;
+        let section = self.roles().into_iter().find(|(r, _)| *r == role).map_or(&self.assistant, |(_, s)| s);
+        let built_in = if matches!(role, Role::Memory | Role::Heartbeat) { FAST_MODEL } else { BALANCED_MODEL };
+        let (model, source) = match (&section.model, &self.default_model) {
+            (Some(own), _) => (own.clone(), ModelSource::Own),
+            (None, Some(default)) => (default.clone(), ModelSource::Default),
+            (None, None) => (ModelName(built_in.into()), ModelSource::BuiltIn),
+        };
+        AgentSettings {
+            model,
+            source,
+            max_iterations: section.max_iterations,
+            temperature: section.temperature,
+            timeout: section.timeout,
         }
     }
 }
@@ -264,7 +331,9 @@ impl Default for AgentsConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
-    pub model: ModelName,
+    /// `provider/model`; unset: `agents.default_model`, else the role's built-in default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelName>,
     #[serde(default = "default_max_iterations")]
     pub max_iterations: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -107,7 +107,9 @@ fn env_overrides() {
     // (variables, check on the effective config)
     type Check = fn(&Config) -> bool;
     let cases: &[(&[(&str, &str)], Check)] = &[
-        (&[("BAAAHT__AGENTS__ASSISTANT__MODEL", "openai/gpt-4o")], |c| c.agents.assistant.model.0 == "openai/gpt-4o"),
+        (&[("BAAAHT__AGENTS__ASSISTANT__MODEL", "openai/gpt-4o")], |c| {
+            c.agents.settings(crate::auth::Role::Assistant).model.0 == "openai/gpt-4o"
+        }),
         (&[("BAAAHT__CHANNELS__WEB__PORT", "3000")], |c| c.channels.web.port == 3000),
         (&[("BAAAHT__CONTAINER__RUNTIME", "docker")], |c| c.container.runtime == RuntimeChoice::Docker),
         (&[("BAAAHT__SYSTEM__ADMIN_USERS", r#"["billm","alice"]"#)], |c| c.system.admin_users == ["billm", "alice"]),
@@ -261,4 +263,27 @@ fn allowlist_mounts_of_the_engine_root_runtime_or_data_dir_are_refused() {
     std::fs::write(dir.path().join(ALLOWLIST_FILE), fine).expect("write");
     let paths = ConfigPaths { config_file: None, config_dir: dir.path().to_path_buf(), data_dir: data };
     load(&paths, std::iter::empty()).expect("a project folder is fine");
+}
+
+#[test]
+fn one_default_model_serves_every_role_that_names_none() {
+    use crate::auth::Role;
+    let providers = "providers:\n  openai:\n    api_key: ${OPENAI_API_KEY}\n    default: true\n";
+    let config = "agents:\n  default_model: openai/gpt-4o-mini\n  coder:\n    model: openai/gpt-4o\n";
+    let loaded = load_texts(&[("providers.yaml", providers), ("config.yaml", config)], &[]).expect("loads");
+    let agents = &loaded.config.agents;
+    for (role, expected, source) in [
+        (Role::Assistant, "openai/gpt-4o-mini", ModelSource::Default),
+        (Role::Memory, "openai/gpt-4o-mini", ModelSource::Default),
+        (Role::Coder, "openai/gpt-4o", ModelSource::Own),
+    ] {
+        let settings = agents.settings(role);
+        assert_eq!((settings.model.0.as_str(), settings.source), (expected, source), "{role}");
+    }
+    let shown = effective_yaml(&loaded).expect("yaml");
+    assert!(shown.contains("# effective models: assistant openai/gpt-4o-mini (agents.default_model),"), "{shown}");
+    assert!(shown.contains("coder openai/gpt-4o (its own)"), "{shown}");
+    // Without it, the built-in defaults need Anthropic: the error says what to do.
+    let error = load_texts(&[("providers.yaml", providers)], &[]).expect_err("anthropic is not configured");
+    assert!(error.to_string().contains("set agents.default_model"), "{error}");
 }

@@ -799,11 +799,19 @@ impl ContainerManager {
     }
 
     /// Removes every container this daemon owns (clean shutdown: their sockets go too).
-    pub async fn shutdown(&self) {
+    pub async fn shutdown(self: &Arc<Self>) {
         let Ok(runtime) = self.runtime().await else { return };
         let entries = self.inventory.lock().await.containers.clone();
+        // All at once: each removal is mostly the engine waiting for a kill.
+        let mut removals = tokio::task::JoinSet::new();
         for entry in entries {
-            self.cleanup(&*runtime, &entry.id, &entry.name).await;
+            let (manager, runtime) = (self.clone(), runtime.clone());
+            removals.spawn(async move { manager.cleanup(&*runtime, &entry.id, &entry.name).await });
+        }
+        while let Some(done) = removals.join_next().await {
+            if let Err(error) = done {
+                tracing::warn!(%error, "a container removal failed");
+            }
         }
     }
 }

@@ -108,6 +108,36 @@ fn check<T>(
     Ok(caller)
 }
 
+/// A long-lived stream (an agent's turns, a runner's calls, a client's events) that ends the
+/// moment the daemon starts shutting down: only calls that are really in flight are drained.
+fn until_shutdown<T, S>(shared: &Shared, stream: S) -> BoxStream<T>
+where
+    S: tokio_stream::Stream<Item = Result<T, Status>> + Send + 'static,
+    T: Send + 'static,
+{
+    Box::pin(UntilShutdown { stream: Box::pin(stream), shutdown: Box::pin(shared.shutdown.clone().cancelled_owned()) })
+}
+
+/// See [`until_shutdown`].
+struct UntilShutdown<T> {
+    stream: BoxStream<T>,
+    shutdown: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl<T> tokio_stream::Stream for UntilShutdown<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        if std::future::Future::poll(self.shutdown.as_mut(), cx).is_ready() {
+            return std::task::Poll::Ready(None);
+        }
+        self.stream.as_mut().poll_next(cx)
+    }
+}
+
 fn not_built(operation: Operation, missing: &str) -> Status {
     Status::unimplemented(format!(
         "{} is not available in baaahtd {} yet: {missing}",
@@ -143,10 +173,8 @@ impl Orchestrator for OrchestratorService {
             return Err(Status::permission_denied("TakeTurns is for agent containers"));
         };
         let turns = self.shared.agents.attach(&identity, request.into_inner());
-        Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(
-            tokio_stream::wrappers::ReceiverStream::new(turns),
-            Ok,
-        ))))
+        let turns = tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(turns), Ok);
+        Ok(Response::new(until_shutdown(&self.shared, turns)))
     }
 
     async fn report_status(&self, request: Request<v1::AgentStatus>) -> Result<Response<v1::Ack>, Status> {
@@ -232,7 +260,8 @@ impl Orchestrator for OrchestratorService {
         request: Request<tonic::Streaming<v1::RunnerMessage>>,
     ) -> Result<Response<Self::ServeToolsStream>, Status> {
         let caller = check(&request, Operation::ServeTools, None, None)?;
-        tools::serve(&self.shared, caller, request)
+        let calls = tools::serve(&self.shared, caller, request)?.into_inner();
+        Ok(Response::new(until_shutdown(&self.shared, calls)))
     }
 
     async fn proxy_web_request(
@@ -478,7 +507,7 @@ impl Orchestrator for OrchestratorService {
                 }
             }
         });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
+        Ok(Response::new(until_shutdown(&self.shared, tokio_stream::wrappers::ReceiverStream::new(receiver))))
     }
 
     async fn publish_event(&self, request: Request<v1::ChannelEvent>) -> Result<Response<v1::Ack>, Status> {
@@ -656,7 +685,9 @@ impl Orchestrator for OrchestratorService {
             .sessions
             .get(&message.session_id)
             .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(message.session_id.clone())))?;
-        let previous = record.model.unwrap_or_else(|| self.shared.loaded.config.agents.assistant.model.0.clone());
+        let previous = record
+            .model
+            .unwrap_or_else(|| self.shared.loaded.config.agents.settings(crate::auth::Role::Assistant).model.0);
         self.shared.sessions.append(
             &message.session_id,
             None,

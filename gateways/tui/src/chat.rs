@@ -70,6 +70,33 @@ pub fn show(
     }
 }
 
+/// A spinner on stderr while a turn has produced no token yet (only on a terminal): one frame
+/// per tick, on a line that [`Spinner::clear`] empties again before anything else is printed.
+#[derive(Debug, Default)]
+pub struct Spinner {
+    frame: usize,
+    shown: bool,
+}
+
+impl Spinner {
+    const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+
+    pub fn tick(&mut self, note: &mut impl std::io::Write) {
+        let frame = Self::FRAMES[self.frame % Self::FRAMES.len()];
+        self.frame += 1;
+        self.shown = true;
+        // silent-ok: a spinner that cannot be drawn is no loss.
+        let _ = write!(note, "\r{frame} thinking…").and_then(|()| note.flush());
+    }
+
+    pub fn clear(&mut self, note: &mut impl std::io::Write) {
+        if std::mem::take(&mut self.shown) {
+            // silent-ok: as above. `ESC [2K` erases the spinner's line.
+            let _ = write!(note, "\r\x1b[2K").and_then(|()| note.flush());
+        }
+    }
+}
+
 /// One line per session.
 pub fn sessions_text(list: &v1::SessionList) -> String {
     if list.sessions.is_empty() {
@@ -137,6 +164,18 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&note), "  → coder: write it\n");
         let failed = event(Event::Error(v1::TurnError { message: "no model".into() }));
         assert_eq!(show(&failed, &mut out, &mut note), Some(Ending::Failed("no model".into())));
+    }
+
+    #[test]
+    fn the_spinner_clears_its_own_line_only() {
+        let mut note = vec![];
+        let mut spinner = Spinner::default();
+        spinner.clear(&mut note);
+        assert!(note.is_empty(), "nothing to clear yet");
+        spinner.tick(&mut note);
+        spinner.tick(&mut note);
+        spinner.clear(&mut note);
+        assert_eq!(String::from_utf8_lossy(&note), "\r⠋ thinking…\r⠙ thinking…\r\x1b[2K");
     }
 
     #[test]

@@ -287,26 +287,53 @@ async fn chat(
         ..v1::UserMessage::default()
     };
     let sent = client.send_user_message(message).await.map_err(status)?.into_inner();
-    eprintln!("(session {})", sent.session_id);
     let (mut out, mut note) = (std::io::stdout(), std::io::stderr());
+    // Something moves on a terminal until the first token: the model may take a while.
+    let mut spinner = std::io::IsTerminal::is_terminal(&note).then(baaaht_cli::chat::Spinner::default);
+    let mut ticks = tokio::time::interval(std::time::Duration::from_millis(100));
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(chat.wait);
-    loop {
-        let next = tokio::time::timeout_at(deadline, events.message()).await.map_err(|_elapsed| {
+    let ending = loop {
+        let next = tokio::select! {
+            next = tokio::time::timeout_at(deadline, events.message()) => next,
+            _ = ticks.tick(), if spinner.is_some() => {
+                if let Some(spinner) = spinner.as_mut() {
+                    spinner.tick(&mut note);
+                }
+                continue;
+            }
+        };
+        let next = next.map_err(|_elapsed| {
             CliError::TurnFailed(format!(
                 "no reply within {} s; it will be in the session: baaaht sessions show {}",
                 chat.wait, sent.session_id
             ))
-        })?;
-        let Some(event) = next.map_err(status)? else { return Err(CliError::StreamEnded) };
+        });
+        let event = match next.and_then(|next| next.map_err(status)) {
+            Ok(Some(event)) => event,
+            Ok(None) => break Err(CliError::StreamEnded),
+            Err(error) => break Err(error),
+        };
         if event.turn_id != sent.turn_id {
             continue;
         }
+        if let Some(spinner) = spinner.as_mut() {
+            spinner.clear(&mut note);
+        }
+        if matches!(event.event, Some(v1::orchestrator_event::Event::TextDelta(_))) {
+            spinner = None;
+        }
         match show(&event, &mut out, &mut note) {
-            Some(Ending::Reply) => return Ok(()),
-            Some(Ending::Failed(message)) => return Err(CliError::TurnFailed(message)),
+            Some(Ending::Reply) => break Ok(()),
+            Some(Ending::Failed(message)) => break Err(CliError::TurnFailed(message)),
             None => {}
         }
+    };
+    if let Some(spinner) = spinner.as_mut() {
+        spinner.clear(&mut note);
     }
+    // After the answer, on a line of its own, where it does not mix with the text.
+    eprintln!("(session {})", sent.session_id);
+    ending
 }
 
 struct Chat {

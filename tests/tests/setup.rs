@@ -1,0 +1,110 @@
+//! A newcomer's first steps on the real binaries: `baaahtd setup` against a local
+//! OpenAI-compatible server (the fake provider), `config check`, and the first chat.
+
+use std::process::Command;
+use std::time::Duration;
+
+use baaaht_tests::fake_provider::{token_stream, FakeProvider, Wire};
+use baaaht_tests::{bin, DaemonOptions, TestDaemon};
+
+fn baaahtd(data: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(bin("baaahtd"))
+        .args(args)
+        .env("BAAAHT_DATA", data)
+        .env_remove("BAAAHT_PASSPHRASE_FILE")
+        .output()
+        .expect("run baaahtd");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+#[test]
+fn setup_against_a_local_server_writes_a_config_that_answers_the_first_chat() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt
+        .block_on(FakeProvider::start(vec![], Some(token_stream(Wire::OpenAi, 3, Duration::ZERO))))
+        .expect("fake provider");
+    let temp = tempfile::tempdir().expect("tempdir");
+    let data = temp.path().join("d");
+    let api_base = fake.api_base(Wire::OpenAi);
+
+    let (code, _, said) =
+        baaahtd(&data, &["setup", "--non-interactive", "--provider", "custom", "--api-base", &api_base]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("custom/fake-model answered in"), "the key and model were checked: {said}");
+    assert!(said.contains("every agent now uses custom/fake-model"), "{said}");
+    assert!(
+        fake.requests().iter().any(|request| request.starts_with("POST /v1/chat/completions")),
+        "one check request was sent"
+    );
+
+    let (code, shown, said) = baaahtd(&data, &["config", "check"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(shown.contains("# effective models: assistant custom/fake-model (agents.default_model),"), "{shown}");
+    assert!(shown.contains("heartbeat custom/fake-model (agents.default_model)"), "{shown}");
+    let (code, _, said) = baaahtd(&data, &["setup", "--check"]);
+    assert_eq!(code, Some(0), "{said}");
+
+    // Running it again never loses a configuration: a change is shown and needs --yes.
+    let config = std::fs::read_to_string(data.join("config/config.yaml")).expect("config.yaml");
+    let (code, _, said) = baaahtd(
+        &data,
+        &["setup", "--non-interactive", "--provider", "custom", "--api-base", &api_base, "--model", "other-model"],
+    );
+    assert_eq!(code, Some(75), "{said}");
+    assert!(said.contains("- ") && said.contains("+   default_model: custom/other-model"), "{said}");
+    assert!(said.contains("run again with --yes"), "{said}");
+    assert_eq!(std::fs::read_to_string(data.join("config/config.yaml")).expect("config.yaml"), config);
+
+    // Without a key and no provider configured, setup --check says what to run.
+    let empty = temp.path().join("empty");
+    let (code, _, said) = baaahtd(&empty, &["setup", "--check"]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("run `baaahtd setup`"), "{said}");
+
+    // The daemon on that data dir answers the first chat.
+    let daemon = TestDaemon::start(DaemonOptions {
+        data_dir: Some(data.clone()),
+        env: vec![("BAAAHT__LLM__GATEWAY".into(), "process".into())],
+        ..DaemonOptions::default()
+    })
+    .expect("daemon starts");
+    let chat = Command::new(bin("baaaht"))
+        .args(["chat", "hello"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht chat");
+    let (out, err) = (String::from_utf8_lossy(&chat.stdout), String::from_utf8_lossy(&chat.stderr));
+    assert!(chat.status.success(), "{out}{err}\n{}", daemon.log_text());
+    assert_eq!(out, "t0 t1 t2 \n");
+    assert!(err.lines().last().is_some_and(|line| line.starts_with("(session s-")), "{err}");
+}
+
+#[test]
+fn scripts_up_builds_a_missing_image_says_what_to_run_and_serves() {
+    let image = format!("baaaht/up-test-{}:latest", std::process::id());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let binaries = bin("baaahtd").parent().expect("the binaries' folder").to_path_buf();
+    let options =
+        DaemonOptions { env: vec![("BAAAHT__CONTAINER__IMAGE".into(), image.clone())], ..DaemonOptions::default() };
+    let started = std::time::Instant::now();
+    let daemon = TestDaemon::start_via(options, Duration::from_secs(600), |data_dir, notify, options| {
+        // What `scripts/up` runs, with the binaries this test run built, on a fresh data dir.
+        let mut command = Command::new(root.join("scripts/up"));
+        baaaht_tests::daemon_environment(&mut command, data_dir, notify, options);
+        command.current_dir(&root).env("BAAAHT_BIN_DIR", &binaries);
+        command
+    });
+    let removed = baaaht_tests::docker(&["rmi", "-f", &image]);
+    let daemon = daemon.expect("scripts/up serves");
+    println!("scripts/up with the image missing, to serving: {:.1} s", started.elapsed().as_secs_f64());
+    let log = daemon.log_text();
+    assert!(log.contains("building the base image once"), "{log}");
+    assert!(log.contains(&format!("{image}: built")), "{log}");
+    assert!(log.contains("No model provider is usable yet") && log.contains("baaahtd setup && scripts/up"), "{log}");
+    let status =
+        Command::new(bin("baaaht")).arg("status").env("BAAAHT_SOCKET", daemon.socket()).output().expect("status");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    drop(daemon);
+    removed.expect("the test image is removed");
+}
