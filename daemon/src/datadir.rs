@@ -88,6 +88,16 @@ impl DataDir {
         self.root.join("data/run")
     }
 
+    /// A user's or group's own folder: `users/{id}` or `groups/{id}` (profile, memory,
+    /// skills). The one place these paths are built.
+    pub fn context_dir(&self, context: &crate::auth::Context) -> PathBuf {
+        let kind = match context.kind {
+            crate::auth::ContextKind::User => "users",
+            crate::auth::ContextKind::Group => "groups",
+        };
+        self.root.join(kind).join(&context.id)
+    }
+
     pub fn state_dir(&self) -> PathBuf {
         self.root.join("data/state")
     }

@@ -451,7 +451,7 @@ impl Ipc {
                 v1::OrchestratorEvent {
                     session_id: session.to_string(),
                     event: Some(v1::orchestrator_event::Event::Message(v1::OutboundMessage {
-                        target_context: Some(crate::server::context_ref(context)),
+                        target_context: Some(crate::convert::context_ref(context)),
                         content: message.content.clone(),
                         ..v1::OutboundMessage::default()
                     })),

@@ -9,6 +9,7 @@ pub mod agents;
 pub mod auth;
 pub mod config;
 pub mod container;
+pub mod convert;
 pub mod datadir;
 pub mod defaults;
 pub mod egress;
@@ -25,6 +26,7 @@ pub mod sessions;
 pub mod setup;
 pub mod shared_dirs;
 pub mod skills;
+pub mod sockets;
 pub mod state;
 pub mod systemd;
 pub mod telemetry;
@@ -53,8 +55,8 @@ use crate::datadir::{DaemonLock, DataDir, MAX_SOCKET_PATH};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::server::layer::{Gate, RequestLayer};
-use crate::server::listeners::{Conn, ListenerSet};
 use crate::server::OrchestratorService;
+use crate::sockets::{Conn, ListenerSet};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -119,8 +121,8 @@ pub struct Shared {
     pub sessions: Arc<sessions::SessionStore>,
     pub agents: Arc<agents::AgentPool>,
     pub turns: Arc<orchestrator::Turns>,
-    /// Held while a memory store is written: one writer per index at a time.
-    pub memory_writes: std::sync::Mutex<()>,
+    /// Every context's memory store.
+    pub memory: Arc<memory::Memories>,
     /// The secrets store, when it could be opened: skills' `addons.env` values come from it.
     pub secrets: Option<Arc<secrets::Secrets>>,
     /// Cancelled when the daemon starts shutting down.
@@ -303,6 +305,7 @@ impl Daemon {
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
         ));
         let data_dir_root = &data_dir.root().to_path_buf();
+        let data_dir_for_memory = data_dir.clone();
         let state_dir = data_dir.state_dir();
         let containers_for_agents = containers.clone();
         let loaded_idle_after = loaded.config.sessions.idle_after;
@@ -328,7 +331,7 @@ impl Daemon {
                 Duration::from_secs(loaded_idle_after.max(60)),
             )),
             turns: Arc::new(orchestrator::Turns::open(&state_dir)),
-            memory_writes: std::sync::Mutex::new(()),
+            memory: Arc::new(memory::Memories::new(data_dir_for_memory)),
             secrets,
             shutdown: cancel.clone(),
         });

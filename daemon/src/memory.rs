@@ -233,6 +233,76 @@ impl MemoryStore {
     }
 }
 
+/// Every context's memory: where each store is, and the one lock writers take (each store's
+/// index is rewritten whole, so two writers at once would lose an entry).
+#[derive(Debug)]
+pub struct Memories {
+    data_dir: crate::datadir::DataDir,
+    writes: std::sync::Mutex<()>,
+}
+
+impl Memories {
+    pub fn new(data_dir: crate::datadir::DataDir) -> Memories {
+        Memories { data_dir, writes: std::sync::Mutex::new(()) }
+    }
+
+    /// The store of `context`: `users/{id}/memory` or `groups/{id}/memory`.
+    pub fn store(&self, context: &crate::auth::Context) -> MemoryStore {
+        MemoryStore::new(self.data_dir.context_dir(context).join("memory"))
+    }
+
+    fn writing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes `key` in `context`'s store.
+    pub fn write(
+        &self,
+        context: &crate::auth::Context,
+        key: &str,
+        content: &str,
+        metadata: Metadata,
+    ) -> Result<(), MemoryError> {
+        let _one_writer = self.writing();
+        self.store(context).write(key, content, metadata, crate::state::now_seconds())
+    }
+
+    /// Deletes `key` from `context`'s store; false when there was none.
+    pub fn delete(&self, context: &crate::auth::Context, key: &str) -> Result<bool, MemoryError> {
+        let _one_writer = self.writing();
+        self.store(context).delete(key)
+    }
+
+    /// Removes expired memories of every context; returns how many.
+    pub fn expire_all(&self) -> usize {
+        let mut removed = 0;
+        for kind in ["users", "groups"] {
+            let Ok(contexts) = std::fs::read_dir(self.data_dir.root().join(kind)) else { continue };
+            for context in contexts.flatten() {
+                let folder = context.path().join("memory");
+                if !folder.is_dir() {
+                    continue;
+                }
+                let _one_writer = self.writing();
+                match MemoryStore::new(folder.clone()).expire(crate::state::now_seconds()) {
+                    Ok(keys) => {
+                        for key in &keys {
+                            tracing::info!(folder = %folder.display(), key, "memory expired");
+                        }
+                        removed += keys.len();
+                    }
+                    Err(error) => tracing::warn!(
+                        folder = %folder.display(),
+                        error = %baaaht_proto::error_chain(&error),
+                        "cannot expire memories"
+                    ),
+                }
+            }
+        }
+        removed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

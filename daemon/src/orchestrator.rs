@@ -526,11 +526,8 @@ pub async fn delegate(
     request: v1::DelegateRequest,
 ) -> Result<v1::DelegateResponse, OrchestratorError> {
     let live = shared.agents.live(&identity.name).ok_or(OrchestratorError::NoTurn)?;
-    let role = match v1::AgentRole::try_from(request.agent) {
-        Ok(v1::AgentRole::Worker) => Role::Worker,
-        Ok(v1::AgentRole::Researcher) => Role::Researcher,
-        Ok(v1::AgentRole::Coder) => Role::Coder,
-        Ok(v1::AgentRole::Memory) => Role::Memory,
+    let role = match crate::convert::role_of(request.agent) {
+        Ok(Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Memory))) => role,
         _ => {
             return Err(OrchestratorError::Invalid(
                 "agent: delegate to the worker, researcher, coder or memory agent".into(),
@@ -551,7 +548,7 @@ pub async fn delegate(
     let ids = (live.session.clone(), live.turn_id.clone(), live.correlation_id.clone());
     let progress = |state: &str, result: &str| {
         let kind = v1::orchestrator_event::Event::Delegation(v1::DelegationProgress {
-            agent: crate::server::role_ref(role) as i32,
+            agent: crate::convert::role_ref(role) as i32,
             task: request.task.clone(),
             state: state.into(),
             result: result.into(),
@@ -661,7 +658,7 @@ fn finish_background(shared: &Arc<Shared>, task: &Task, result: String, is_error
         tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record a background result");
     }
     let message = v1::OutboundMessage {
-        target_context: Some(crate::server::context_ref(&live.context)),
+        target_context: Some(crate::convert::context_ref(&live.context)),
         content,
         reply_to_message_id: String::new(),
         metadata: [("background".to_string(), task.role.as_str().to_string())].into_iter().collect(),
@@ -762,7 +759,7 @@ pub fn agent_config(shared: &Shared, identity: &ContainerIdentity) -> v1::AgentC
         .collect();
     let session_model = shared.sessions.get(&identity.session_id).and_then(|record| record.model);
     v1::AgentConfig {
-        role: crate::server::role_ref(role) as i32,
+        role: crate::convert::role_ref(role) as i32,
         model: match (role, session_model) {
             (Role::Assistant, Some(model)) => model,
             _ => settings.model.0.clone(),
@@ -780,7 +777,7 @@ pub fn agent_config(shared: &Shared, identity: &ContainerIdentity) -> v1::AgentC
             .map(|name| v1::ToolDefinition { name: name.into(), ..v1::ToolDefinition::default() })
             .collect(),
         session_id: identity.session_id.clone(),
-        context: Some(crate::server::context_ref(context)),
+        context: Some(crate::convert::context_ref(context)),
     }
 }
 
@@ -947,9 +944,8 @@ pub async fn supervise(shared: Arc<Shared>, cancel: tokio_util::sync::Cancellati
         shared.agents.reap_idle(&[]).await;
         ticks += 1;
         if ticks.is_multiple_of(12) {
-            let expiring = shared.clone();
-            if let Err(error) = tokio::task::spawn_blocking(move || crate::server::memory::expire_all(&expiring)).await
-            {
+            let memory = shared.memory.clone();
+            if let Err(error) = tokio::task::spawn_blocking(move || memory.expire_all()).await {
                 tracing::error!(%error, "memory expiry failed");
             }
         }

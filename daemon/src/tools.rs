@@ -144,10 +144,7 @@ impl Runners {
     /// own (`users/{id}/skills/` or `groups/{id}/skills/`, which win over a system skill of the
     /// same name), each mounted read-only at `/skills/{name}/scripts`.
     fn skill_scripts(&self, context: &Context) -> Vec<MountSpec> {
-        let own = match context.kind {
-            crate::auth::ContextKind::User => self.data_dir.root().join("users").join(&context.id).join("skills"),
-            crate::auth::ContextKind::Group => self.data_dir.root().join("groups").join(&context.id).join("skills"),
-        };
+        let own = self.data_dir.context_dir(context).join("skills");
         let mut found: std::collections::BTreeMap<String, PathBuf> = std::collections::BTreeMap::new();
         for root in [self.data_dir.root().join("skills"), own] {
             let Ok(entries) = std::fs::read_dir(&root) else { continue };

@@ -22,7 +22,7 @@ use super::{
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::datadir::DataDir;
 use crate::policy::Policy;
-use crate::server::listeners::{ContainerSocket, ListenerError, ListenerSet};
+use crate::sockets::{ContainerSocket, ListenerError, ListenerSet};
 use crate::state::{self, now_seconds, StateError};
 
 /// Where a container finds the daemon's socket (its folder is mounted here, read-only).

@@ -13,9 +13,9 @@ use http::{HeaderValue, Request, Response};
 use tonic::Status;
 use tracing::Instrument;
 
-use super::listeners::{ListenerSet, Origin, PeerInfo};
 use crate::auth::{AuthError, Caller, HostPolicy};
 use crate::metrics::Metrics;
+use crate::sockets::{ListenerSet, Origin, PeerInfo};
 use baaaht_proto::CORRELATION_ID_HEADER;
 
 /// The correlation id of the request being handled.

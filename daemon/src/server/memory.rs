@@ -6,7 +6,7 @@ use baaaht_proto::v1;
 use tonic::{Response, Status};
 
 use crate::auth::{Caller, Context, ContextKind};
-use crate::memory::{MemoryEntry, MemoryError, MemoryStore, Metadata};
+use crate::memory::{MemoryEntry, MemoryError, Metadata};
 use crate::Shared;
 
 impl From<MemoryError> for Status {
@@ -16,15 +16,6 @@ impl From<MemoryError> for Status {
             other => Status::internal(baaaht_proto::error_chain(&other)),
         }
     }
-}
-
-/// The memory store of `context`: `users/{id}/memory` or `groups/{id}/memory`.
-pub(crate) fn store(shared: &Shared, context: &Context) -> MemoryStore {
-    let kind = match context.kind {
-        ContextKind::User => "users",
-        ContextKind::Group => "groups",
-    };
-    MemoryStore::new(shared.data_dir.root().join(kind).join(&context.id).join("memory"))
 }
 
 fn record(entry: MemoryEntry) -> v1::MemoryRecord {
@@ -69,8 +60,7 @@ pub(super) fn write(
         message_id: (!request.message_id.is_empty()).then_some(request.message_id),
         user_id: user,
     };
-    let _one_writer = shared.memory_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    store(shared, &context).write(&request.key, &request.content, metadata, crate::state::now_seconds())?;
+    shared.memory.write(&context, &request.key, &request.content, metadata)?;
     tracing::info!(context = %context, key = %request.key, "memory written");
     Ok(Response::new(v1::Ack { message: format!("remembered `{}`", request.key) }))
 }
@@ -81,7 +71,7 @@ pub(super) fn search(
     query: v1::MemoryQuery,
 ) -> Result<Response<v1::MemoryList>, Status> {
     let limit = if query.limit == 0 { 20 } else { query.limit.min(200) as usize };
-    let store = store(shared, context);
+    let store = shared.memory.store(context);
     let entries = if query.query.trim().is_empty() {
         let mut all = store.list((!query.tag.is_empty()).then_some(query.tag.as_str()))?;
         all.sort_by_key(|entry| std::cmp::Reverse(entry.updated_at));
@@ -94,38 +84,10 @@ pub(super) fn search(
 }
 
 pub(super) fn delete(shared: &Shared, context: &Context, key: &str) -> Result<Response<v1::Ack>, Status> {
-    let _one_writer = shared.memory_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if store(shared, context).delete(key)? {
+    if shared.memory.delete(context, key)? {
         tracing::info!(context = %context, key, "memory deleted");
         Ok(Response::new(v1::Ack { message: format!("forgot `{key}`") }))
     } else {
         Err(Status::not_found(format!("no memory `{key}` in {context}")))
     }
-}
-
-/// Removes expired memories of every context; returns how many.
-pub fn expire_all(shared: &Shared) -> usize {
-    let mut removed = 0;
-    for kind in ["users", "groups"] {
-        let Ok(contexts) = std::fs::read_dir(shared.data_dir.root().join(kind)) else { continue };
-        for context in contexts.flatten() {
-            let folder = context.path().join("memory");
-            if !folder.is_dir() {
-                continue;
-            }
-            let _one_writer = shared.memory_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            match MemoryStore::new(folder.clone()).expire(crate::state::now_seconds()) {
-                Ok(keys) => {
-                    for key in &keys {
-                        tracing::info!(folder = %folder.display(), key, "memory expired");
-                    }
-                    removed += keys.len();
-                }
-                Err(error) => {
-                    tracing::warn!(folder = %folder.display(), error = %baaaht_proto::error_chain(&error), "cannot expire memories")
-                }
-            }
-        }
-    }
-    removed
 }

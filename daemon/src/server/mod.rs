@@ -5,7 +5,6 @@
 //! subsystem is not built yet authorize first, then answer UNIMPLEMENTED with a sentence.
 
 pub mod layer;
-pub mod listeners;
 mod llm;
 pub mod memory;
 mod sessions;
@@ -18,7 +17,7 @@ use baaaht_proto::v1::orchestrator_server::Orchestrator;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
-use crate::auth::{authorize, AuthError, Caller, Context, ContextKind, Operation, Target};
+use crate::auth::{authorize, AuthError, Caller, Context, Operation, Target};
 use crate::container::manager::{ContainerError, RunRequest, BINARIES_MOUNT};
 use crate::container::EngineStatus;
 use crate::Shared;
@@ -64,33 +63,11 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
         .ok_or_else(|| Status::internal("request reached a handler without an authenticated caller"))
 }
 
-/// The protocol's reference to `context`.
-pub fn context_ref(context: &Context) -> v1::ContextRef {
-    let kind = match context.kind {
-        ContextKind::User => v1::ContextType::User,
-        ContextKind::Group => v1::ContextType::Group,
-    };
-    v1::ContextRef { r#type: kind as i32, id: context.id.clone() }
-}
+pub use crate::convert::{context_ref, role_ref};
 
 fn context_of(reference: Option<&v1::ContextRef>, field: &str) -> Result<Option<Context>, Status> {
     let Some(reference) = reference else { return Ok(None) };
-    let kind = match v1::ContextType::try_from(reference.r#type) {
-        Ok(v1::ContextType::User) => ContextKind::User,
-        Ok(v1::ContextType::Group) => ContextKind::Group,
-        _ => {
-            return Err(Status::invalid_argument(format!(
-                "{field}.type must be CONTEXT_TYPE_USER or CONTEXT_TYPE_GROUP"
-            )))
-        }
-    };
-    if !crate::auth::is_valid_context_id(&reference.id) {
-        return Err(Status::invalid_argument(format!(
-            "{field}.id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
-            reference.id.escape_debug()
-        )));
-    }
-    Ok(Some(Context { kind, id: reference.id.clone() }))
+    crate::convert::context_of(reference).map(Some).map_err(|why| Status::invalid_argument(format!("{field}.{why}")))
 }
 
 /// Authorizes `operation` for the caller of `request` on what it names.
@@ -776,20 +753,6 @@ impl Orchestrator for OrchestratorService {
     }
 }
 
-/// The protocol's name for `role`.
-pub fn role_ref(role: crate::auth::Role) -> v1::AgentRole {
-    use crate::auth::Role;
-    match role {
-        Role::Assistant => v1::AgentRole::Assistant,
-        Role::Worker => v1::AgentRole::Worker,
-        Role::Researcher => v1::AgentRole::Researcher,
-        Role::Coder => v1::AgentRole::Coder,
-        Role::Memory => v1::AgentRole::Memory,
-        Role::Heartbeat => v1::AgentRole::Heartbeat,
-        Role::Tool | Role::LlmGateway => v1::AgentRole::Tool,
-    }
-}
-
 /// The context a skill request is about: a container's own (whatever it named, which
 /// `check` already matched), or the one a host client names.
 fn own_context(caller: &Caller, named: Option<Context>) -> Result<Context, Status> {
@@ -801,18 +764,7 @@ fn own_context(caller: &Caller, named: Option<Context>) -> Result<Context, Statu
 }
 
 fn role_of(value: i32) -> Result<Option<crate::auth::Role>, Status> {
-    use crate::auth::Role;
-    Ok(match v1::AgentRole::try_from(value) {
-        Ok(v1::AgentRole::Unspecified) => None,
-        Ok(v1::AgentRole::Assistant) => Some(Role::Assistant),
-        Ok(v1::AgentRole::Worker) => Some(Role::Worker),
-        Ok(v1::AgentRole::Researcher) => Some(Role::Researcher),
-        Ok(v1::AgentRole::Coder) => Some(Role::Coder),
-        Ok(v1::AgentRole::Memory) => Some(Role::Memory),
-        Ok(v1::AgentRole::Heartbeat) => Some(Role::Heartbeat),
-        Ok(v1::AgentRole::Tool) => Some(Role::Tool),
-        Err(_) => return Err(Status::invalid_argument(format!("role {value} is not a known AgentRole"))),
-    })
+    crate::convert::role_of(value).map_err(Status::invalid_argument)
 }
 
 /// The context a task request names: its group when set, else its user.

@@ -243,10 +243,11 @@ async fn install_from(
     let skill = super::parse_unplaced(&text).map_err(|error| InstallError::Invalid(error.to_string()))?;
     check_files(&folder)?;
 
-    let (kind, own) = match request.context.kind {
-        ContextKind::User => ("users", root.join("users").join(&request.context.id)),
-        ContextKind::Group => ("groups", root.join("groups").join(&request.context.id)),
+    let kind = match request.context.kind {
+        ContextKind::User => "users",
+        ContextKind::Group => "groups",
     };
+    let own = crate::datadir::DataDir::new(root).context_dir(&request.context);
     let destination = own.join("skills").join(&skill.name);
     let relative = format!("{kind}/{}/skills/{}", request.context.id, skill.name);
     if destination.exists() && !request.replace {

@@ -222,10 +222,11 @@ fn roots(
 ) -> Vec<(Scope, std::path::PathBuf)> {
     let mut roots = vec![(Scope::System, data_root.join("skills"))];
     roots.extend(extra.iter().map(|dir| (Scope::System, std::path::PathBuf::from(dir))));
-    roots.push(match context.kind {
-        crate::auth::ContextKind::User => (Scope::User, data_root.join("users").join(&context.id).join("skills")),
-        crate::auth::ContextKind::Group => (Scope::Group, data_root.join("groups").join(&context.id).join("skills")),
-    });
+    let scope = match context.kind {
+        crate::auth::ContextKind::User => Scope::User,
+        crate::auth::ContextKind::Group => Scope::Group,
+    };
+    roots.push((scope, crate::datadir::DataDir::new(data_root).context_dir(context).join("skills")));
     roots
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Every accepted connection is tagged with the socket it arrived on and handed to the one
 //! tonic server through a channel. The tag *is* the caller's identity for containers; the
-//! bearer token is checked on top (see `layer`). Sockets are created here and removed here.
+//! bearer token is checked on top (see `server/layer.rs`). Sockets are created here and removed here.
 
 use std::collections::HashMap;
 use std::io;
