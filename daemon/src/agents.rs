@@ -58,6 +58,25 @@ struct Idle {
     since: Instant,
 }
 
+/// What an agent container is told when it registers (RegisterAgent): its role's settings,
+/// its identity, its context's profile and memories, the skills it sees and its tools.
+#[derive(Debug, Clone)]
+pub struct AgentSetup {
+    pub role: Role,
+    pub model: String,
+    pub max_iterations: u32,
+    pub temperature: Option<f64>,
+    pub timeout: Duration,
+    pub soul: String,
+    pub identity: String,
+    pub context_profile: String,
+    pub memories: Vec<String>,
+    pub skills: Vec<crate::skills::Found>,
+    pub tools: Vec<&'static str>,
+    pub session_id: String,
+    pub context: Context,
+}
+
 /// One piece of work for [`AgentPool::run`].
 #[derive(Debug)]
 pub struct Work {

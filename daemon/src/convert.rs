@@ -60,6 +60,41 @@ pub fn role_of(value: i32) -> Result<Option<Role>, String> {
     })
 }
 
+/// A skill's entry in a manifest: name and description, and the whole body of an
+/// always-loaded skill.
+pub fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {
+    v1::SkillSummary {
+        name: found.skill.name.clone(),
+        description: found.skill.description.clone(),
+        scope: found.scope.as_str().into(),
+        always_loaded: found.skill.always_loaded,
+        body: if found.skill.always_loaded { found.skill.body.clone() } else { String::new() },
+    }
+}
+
+/// RegisterAgent's answer.
+pub fn agent_config(setup: crate::agents::AgentSetup) -> v1::AgentConfig {
+    v1::AgentConfig {
+        role: role_ref(setup.role) as i32,
+        model: setup.model,
+        max_iterations: setup.max_iterations,
+        temperature: setup.temperature.map(|t| t as f32),
+        timeout_seconds: u32::try_from(setup.timeout.as_secs()).unwrap_or(u32::MAX),
+        soul: setup.soul,
+        identity: setup.identity,
+        context_profile: setup.context_profile,
+        memories: setup.memories,
+        skills: Some(v1::SkillManifest { skills: setup.skills.iter().map(skill_summary).collect() }),
+        tools: setup
+            .tools
+            .into_iter()
+            .map(|name| v1::ToolDefinition { name: name.into(), ..v1::ToolDefinition::default() })
+            .collect(),
+        session_id: setup.session_id,
+        context: Some(context_ref(&setup.context)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -136,7 +136,7 @@ impl Orchestrator for OrchestratorService {
             return Err(Status::permission_denied("RegisterAgent is for agent containers"));
         };
         tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
-        Ok(Response::new(crate::orchestrator::agent_config(&self.shared, &identity)))
+        Ok(Response::new(crate::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity))))
     }
 
     type TakeTurnsStream = BoxStream<v1::AgentTurn>;
@@ -366,7 +366,7 @@ impl Orchestrator for OrchestratorService {
             &self.shared.loaded.config.skills.directories,
             &context,
         );
-        Ok(Response::new(v1::SkillManifest { skills: skills.iter().map(crate::skills::Found::summary).collect() }))
+        Ok(Response::new(v1::SkillManifest { skills: skills.iter().map(crate::convert::skill_summary).collect() }))
     }
 
     async fn get_skill_content(

@@ -199,20 +199,6 @@ pub struct Found {
     pub folder: std::path::PathBuf,
 }
 
-impl Found {
-    /// Its entry in an agent's manifest: name and description, and the whole body of an
-    /// always-loaded skill.
-    pub fn summary(&self) -> baaaht_proto::v1::SkillSummary {
-        baaaht_proto::v1::SkillSummary {
-            name: self.skill.name.clone(),
-            description: self.skill.description.clone(),
-            scope: self.scope.as_str().into(),
-            always_loaded: self.skill.always_loaded,
-            body: if self.skill.always_loaded { self.skill.body.clone() } else { String::new() },
-        }
-    }
-}
-
 /// The folders skills of `context` come from, lowest precedence first: the system's
 /// (`skills/` and `extra`), then the context's own (`users/{id}/skills` or `groups/{id}/skills`).
 fn roots(

@@ -1,0 +1,141 @@
+//! Archival (the Memory agent first, then the session's containers go) and the supervision
+//! loop: sessions idle and archived after inactivity, idle agents removed, memories expired.
+
+use super::*;
+
+/// Archives session `id`: no new message is taken from now on; then, with
+/// `sessions.archival.memory_extraction`, the context's Memory agent reads the conversation and
+/// saves what is worth keeping (in the background); the session's agent containers go.
+pub async fn archive(shared: &Arc<Shared>, id: &str) -> Result<SessionRecord, SessionError> {
+    let record = shared.sessions.set_status(id, SessionStatus::Archived)?;
+    if shared.loaded.config.sessions.archival.memory_extraction {
+        let (shared, record) = (shared.clone(), record.clone());
+        let span = tracing::info_span!("archival", session = %record.id);
+        tokio::spawn(
+            async move {
+                extract_memories(&shared, &record).await;
+                shared.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+                shared.tools.release(&record.id).await;
+            }
+            .instrument(span),
+        );
+    } else {
+        shared.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+        shared.tools.release(&record.id).await;
+    }
+    Ok(record)
+}
+
+/// The most of a conversation the Memory agent reads at archival (its end is kept).
+const MOST_TRANSCRIPT: usize = 100 * 1024;
+
+async fn extract_memories(shared: &Arc<Shared>, record: &SessionRecord) {
+    let read = match shared.sessions.read(&record.id) {
+        Ok(read) => read,
+        Err(error) => {
+            tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot read the session for memory extraction");
+            return;
+        }
+    };
+    let branch = match &record.leaf {
+        Some(leaf) => read.branch(leaf).unwrap_or_else(|_| read.entries.clone()),
+        None => read.entries.clone(),
+    };
+    let mut transcript = String::new();
+    for entry in &branch {
+        match entry {
+            Entry::Message { id, message, .. } if message.role != "system" => {
+                let who = match &message.sender_id {
+                    Some(sender) if message.role == "user" => format!("{} ({sender})", message.role),
+                    _ => message.role.clone(),
+                };
+                transcript.push_str(&format!("[{id}] {who}: {}\n", message.content));
+            }
+            Entry::Delegate { agent, task, result, .. } => {
+                transcript.push_str(&format!("(the assistant asked the {agent}: {task} → {result})\n"));
+            }
+            _ => {}
+        }
+    }
+    let said_something =
+        branch.iter().any(|entry| matches!(entry, Entry::Message { message, .. } if message.role == "user"));
+    if !said_something {
+        return;
+    }
+    if transcript.len() > MOST_TRANSCRIPT {
+        let mut cut = transcript.len() - MOST_TRANSCRIPT;
+        while !transcript.is_char_boundary(cut) {
+            cut += 1;
+        }
+        transcript = format!("(earlier part left out)\n{}", &transcript[cut..]);
+    }
+    let whom = if record.group_id.is_some() { "group" } else { "user" };
+    let text = format!(
+        "This conversation is being archived. Save what is worth remembering long-term about the {whom} — \
+         preferences, facts, decisions, ongoing projects — with memory_write, one fact per key. Search first \
+         (memory_search) so that you do not repeat what is remembered already. Save nothing if nothing is \
+         worth keeping. Answer with one line saying what you saved.\n\nThe conversation:\n{transcript}"
+    );
+    let correlation_id = uuid::Uuid::new_v4().to_string();
+    let task = Task {
+        live: Live {
+            session: record.id.clone(),
+            context: record.context(),
+            role: Role::Memory,
+            turn_id: String::new(),
+            correlation_id,
+            user_turn: format!("archive-{}", record.id),
+        },
+        role: Role::Memory,
+        text,
+        summary: "memory extraction at archival".into(),
+    };
+    let (result, is_error, elapsed) = run_task(shared, &task).await;
+    if is_error {
+        tracing::warn!(%result, "memory extraction failed");
+    } else {
+        tracing::info!(%result, elapsed_ms = elapsed.as_millis() as u64, "memories extracted");
+    }
+}
+
+/// Idles and archives quiet sessions and removes agent containers past their keep-warm
+/// window, until `cancel`.
+pub async fn supervise(shared: Arc<Shared>, cancel: tokio_util::sync::CancellationToken) {
+    let every = Duration::from_secs(5);
+    let mut ticks: u64 = 0;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let sessions = &shared.loaded.config.sessions;
+        let swept =
+            shared.sessions.sweep(state::now_seconds(), sessions.idle_after, sessions.archival.inactivity_timeout);
+        let due = match swept {
+            Ok((idled, due)) => {
+                for session in &idled {
+                    tracing::info!(session, "session idle");
+                }
+                due
+            }
+            Err(error) => {
+                tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot update session states");
+                vec![]
+            }
+        };
+        for session in &due {
+            match archive(&shared, session).await {
+                Ok(_) => tracing::info!(session, "session archived after inactivity"),
+                Err(error) => tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot archive"),
+            }
+        }
+        shared.agents.reap_idle(&[]).await;
+        ticks += 1;
+        if ticks.is_multiple_of(12) {
+            let memory = shared.memory.clone();
+            if let Err(error) = tokio::task::spawn_blocking(move || memory.expire_all()).await {
+                tracing::error!(%error, "memory expiry failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The Assistant's `delegate` tool: a task for a Worker, Researcher, Coder or Memory container
+//! of the same session, answered at once or, in the background, later as a new message.
+
+use super::*;
+
+/// The `delegate` tool of an Assistant (its container `identity`): runs the task in a
+/// container of the target role of the same session and returns its answer; a background
+/// task answers at once and delivers its result later as a new message.
+pub async fn delegate(
+    shared: &Arc<Shared>,
+    identity: &ContainerIdentity,
+    request: v1::DelegateRequest,
+) -> Result<v1::DelegateResponse, OrchestratorError> {
+    let live = shared.agents.live(&identity.name).ok_or(OrchestratorError::NoTurn)?;
+    let role = match crate::convert::role_of(request.agent) {
+        Ok(Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Memory))) => role,
+        _ => {
+            return Err(OrchestratorError::Invalid(
+                "agent: delegate to the worker, researcher, coder or memory agent".into(),
+            ))
+        }
+    };
+    if request.task.trim().is_empty() {
+        return Err(OrchestratorError::Invalid("task: describe what the agent should do".into()));
+    }
+    let mut text = format!("Task: {}", request.task.trim());
+    if !request.context.trim().is_empty() {
+        text.push_str(&format!("\n\nContext: {}", request.context.trim()));
+    }
+    if !request.response_format.trim().is_empty() {
+        text.push_str(&format!("\n\nAnswer in this form: {}", request.response_format.trim()));
+    }
+    let background = request.priority == v1::DelegatePriority::Background as i32;
+    let ids = (live.session.clone(), live.turn_id.clone(), live.correlation_id.clone());
+    let progress = |state: &str, result: &str| {
+        let kind = v1::orchestrator_event::Event::Delegation(v1::DelegationProgress {
+            agent: crate::convert::role_ref(role) as i32,
+            task: request.task.clone(),
+            state: state.into(),
+            result: result.into(),
+        });
+        shared.events.publish(&live.context, event((&ids.0, &ids.1, &ids.2), kind));
+    };
+    progress("started", "");
+    tracing::info!(agent = role.as_str(), background, "delegating");
+    let task = Task { live: live.clone(), role, text, summary: request.task.clone() };
+    if background {
+        let shared = shared.clone();
+        let span = tracing::Span::current();
+        tokio::spawn(
+            async move {
+                let (result, is_error, _) = run_task(&shared, &task).await;
+                finish_background(&shared, &task, result, is_error);
+            }
+            .instrument(span),
+        );
+        return Ok(v1::DelegateResponse {
+            result: format!(
+                "The {role} is working on it in the background; its result will arrive as a new message in this \
+                 conversation. Tell the user so."
+            ),
+            is_error: false,
+            background: true,
+            duration_ms: 0,
+        });
+    }
+    let (result, is_error, elapsed) = run_task(shared, &task).await;
+    let parent = shared.turns.tail(&live.user_turn);
+    let entry = NewEntry::Delegate {
+        agent: role.as_str().into(),
+        task: request.task.clone(),
+        result: result.clone(),
+        is_error,
+    };
+    match shared.sessions.append(&live.session, parent.as_deref(), entry) {
+        Ok(id) => shared.turns.set_tail(&live.user_turn, &id),
+        Err(error) => tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record a delegation"),
+    }
+    progress(if is_error { "failed" } else { "finished" }, &result);
+    Ok(v1::DelegateResponse { result, is_error, background: false, duration_ms: elapsed.as_millis() as u64 })
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Task {
+    pub(super) live: Live,
+    pub(super) role: Role,
+    pub(super) text: String,
+    pub(super) summary: String,
+}
+
+pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool, Duration) {
+    let started = Instant::now();
+    let settings = agent_settings(shared, task.role);
+    let turn_id = new_id("d-");
+    let work = Work {
+        live: Live { role: task.role, turn_id: turn_id.clone(), ..task.live.clone() },
+        turn: v1::AgentTurn {
+            turn_id,
+            correlation_id: task.live.correlation_id.clone(),
+            messages: vec![v1::LlmMessage {
+                role: "user".into(),
+                content: vec![v1::ContentBlock { block: Some(v1::content_block::Block::Text(task.text.clone())) }],
+            }],
+            model: String::new(),
+        },
+        timeout: Duration::from_secs(settings.timeout),
+    };
+    let (result, is_error) = match shared.agents.run(work).await {
+        Ok(answer) => (answer.content, answer.is_error),
+        Err(error) => (format!("the {} could not finish: {error}", task.role), true),
+    };
+    tracing::info!(
+        agent = task.role.as_str(),
+        is_error,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "delegation done"
+    );
+    (result, is_error, started.elapsed())
+}
+
+/// A background delegation's result: a delegate entry and a message in the session, sent to
+/// the context's channels.
+fn finish_background(shared: &Arc<Shared>, task: &Task, result: String, is_error: bool) {
+    let live = &task.live;
+    let entry = NewEntry::Delegate {
+        agent: task.role.as_str().into(),
+        task: task.summary.clone(),
+        result: result.clone(),
+        is_error,
+    };
+    let content = if is_error {
+        format!("The background task for the {} failed: {result}", task.role)
+    } else {
+        format!("The {} finished the background task \"{}\":\n\n{result}", task.role, task.summary)
+    };
+    let recorded = shared.sessions.append(&live.session, None, entry).and_then(|_| {
+        shared.sessions.append(
+            &live.session,
+            None,
+            NewEntry::Message { role: "assistant", content: content.clone(), channel: None, sender: None },
+        )
+    });
+    if let Err(error) = recorded {
+        tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record a background result");
+    }
+    let message = v1::OutboundMessage {
+        target_context: Some(crate::convert::context_ref(&live.context)),
+        content,
+        reply_to_message_id: String::new(),
+        metadata: [("background".to_string(), task.role.as_str().to_string())].into_iter().collect(),
+    };
+    shared.events.publish(
+        &live.context,
+        event((&live.session, &live.turn_id, &live.correlation_id), v1::orchestrator_event::Event::Message(message)),
+    );
+}

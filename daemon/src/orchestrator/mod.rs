@@ -1,0 +1,383 @@
+//! Orchestration (spec §6, DESIGN.md §4): a user message becomes a turn of its session's
+//! Assistant; the Assistant's `delegate` calls become tasks of Worker, Researcher, Coder or
+//! Memory containers; the reply and every delegation land in the session log; every step is
+//! published to the context's channels as it happens.
+//!
+//! Turns of one session run one after another. A turn in progress is recorded in
+//! `data/state/turns.json`, so that a daemon killed during it ends the turn, on restart, with
+//! a message in the session saying so (the user sees it, nothing is silently lost).
+//!
+//! By noun: this file holds the turn ledger and accepts messages; `turns.rs` runs a turn of the
+//! Assistant, `history.rs` builds what the model sees and compacts, `delegation.rs` runs the
+//! `delegate` tool, `archival.rs` archives sessions and supervises idling and expiry.
+
+mod archival;
+mod delegation;
+mod history;
+mod turns;
+
+pub use archival::{archive, supervise};
+pub use delegation::delegate;
+use delegation::{run_task, Task};
+pub use history::{compact, context_window, history};
+use history::{message_chars, summarize};
+use turns::run_turn;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_proto::v1;
+use serde::{Deserialize, Serialize};
+use tracing::Instrument as _;
+
+use crate::agents::{Live, Work};
+use crate::auth::{ContainerIdentity, Context, ContextKind, Role};
+use crate::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
+use crate::{state, Shared};
+
+const TURNS_FILE: &str = "turns.json";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InFlightTurn {
+    session: String,
+    user_entry: String,
+    correlation_id: String,
+    started: String,
+    /// The user message while it waits behind another turn of its session: it is appended
+    /// when its own turn starts, so that it follows the reply before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queued: Option<Queued>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Queued {
+    content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    channel: Option<String>,
+    sender: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parent: Option<String>,
+}
+
+impl Queued {
+    fn entry(&self) -> NewEntry {
+        NewEntry::Message {
+            role: "user",
+            content: self.content.clone(),
+            channel: self.channel.clone(),
+            sender: Some(self.sender.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct InFlight {
+    turns: BTreeMap<String, InFlightTurn>,
+}
+
+/// The turns in progress.
+#[derive(Debug)]
+pub struct Turns {
+    path: PathBuf,
+    inflight: Mutex<InFlight>,
+    /// Session → the lock its turns take one after another.
+    sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// User turn → the entry its next delegation or reply hangs under.
+    tails: Mutex<HashMap<String, String>>,
+}
+
+impl Turns {
+    pub fn open(state_dir: &std::path::Path) -> Turns {
+        let path = state_dir.join(TURNS_FILE);
+        let inflight = state::read_json_or_set_aside(&path, InFlight::default);
+        Turns { path, inflight: Mutex::new(inflight), sessions: Mutex::default(), tails: Mutex::default() }
+    }
+
+    fn update(&self, change: impl FnOnce(&mut InFlight)) {
+        let mut inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+        change(&mut inflight);
+        if let Err(error) = state::write_json(&self.path, &*inflight) {
+            // The turn still runs; only its recovery after a crash is at stake.
+            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record the turns in progress");
+        }
+    }
+
+    fn session_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(session.to_string()).or_default().clone()
+    }
+
+    fn tail(&self, turn: &str) -> Option<String> {
+        self.tails.lock().unwrap_or_else(PoisonError::into_inner).get(turn).cloned()
+    }
+
+    fn set_tail(&self, turn: &str, entry: &str) {
+        self.tails.lock().unwrap_or_else(PoisonError::into_inner).insert(turn.to_string(), entry.to_string());
+    }
+
+    /// Turns in progress, for status.
+    pub fn count(&self) -> usize {
+        self.inflight.lock().unwrap_or_else(PoisonError::into_inner).turns.len()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrchestratorError {
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("DelegateToAgent: this agent is not working on a turn; delegate only while answering one")]
+    NoTurn,
+    #[error("the model could not write the summary: {0}")]
+    Model(String),
+}
+
+/// What [`accept_user_message`] did.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    pub session: String,
+    pub entry: String,
+    pub turn: String,
+    pub correlation_id: String,
+}
+
+/// A user message for [`accept_user_message`].
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    pub context: Context,
+    pub session: Option<String>,
+    pub sender: String,
+    pub channel: Option<String>,
+    pub content: String,
+    pub parent: Option<String>,
+}
+
+fn new_id(prefix: &str) -> String {
+    let simple = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}{}", &simple[..12])
+}
+
+fn event(live: (&str, &str, &str), kind: v1::orchestrator_event::Event) -> v1::OrchestratorEvent {
+    let (session, turn, correlation) = live;
+    v1::OrchestratorEvent {
+        session_id: session.to_string(),
+        turn_id: turn.to_string(),
+        correlation_id: correlation.to_string(),
+        event: Some(kind),
+    }
+}
+
+/// Records a user message in its session (on disk before this returns) and starts its turn.
+pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<Accepted, OrchestratorError> {
+    if incoming.content.trim().is_empty() {
+        return Err(OrchestratorError::Invalid("content: the message is empty; write something".into()));
+    }
+    let record = match &incoming.session {
+        Some(id) => shared.sessions.get_in(id, &incoming.context)?,
+        None => shared.sessions.active(&incoming.context, &incoming.sender)?,
+    };
+    if record.status == SessionStatus::Archived {
+        return Err(SessionError::Archived(record.id).into());
+    }
+    // Turns of a session run one after another. A message that arrives while one runs is
+    // recorded in turns.json at once and appended when its turn starts, after the reply before it.
+    let queued = Queued {
+        content: incoming.content,
+        channel: incoming.channel,
+        sender: incoming.sender,
+        parent: incoming.parent,
+    };
+    let lock = shared.turns.session_lock(&record.id);
+    let entry = crate::sessions::new_entry_id();
+    let (guard, queued) = match lock.try_lock_owned() {
+        Ok(guard) => {
+            shared.sessions.append_as(&record.id, Some(entry.clone()), queued.parent.as_deref(), queued.entry())?;
+            (Some(guard), None)
+        }
+        Err(_busy) => (None, Some(queued)),
+    };
+    if record.status != SessionStatus::Active {
+        prewarm(shared, &record);
+    }
+    let turn = new_id("t-");
+    let correlation_id = uuid::Uuid::new_v4().to_string();
+    shared.turns.update(|inflight| {
+        inflight.turns.insert(
+            turn.clone(),
+            InFlightTurn {
+                session: record.id.clone(),
+                user_entry: entry.clone(),
+                correlation_id: correlation_id.clone(),
+                started: state::now_rfc3339(),
+                queued: queued.clone(),
+            },
+        );
+    });
+    let accepted = Accepted { session: record.id.clone(), entry, turn, correlation_id };
+    let span = tracing::info_span!("turn", turn = %accepted.turn, correlation_id = %accepted.correlation_id, session = %accepted.session);
+    tokio::spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued).instrument(span));
+    Ok(accepted)
+}
+
+/// Starts the session's tool container ahead of its first tool call (issue 5's pre-warming),
+/// in the background: a session that becomes active usually delegates soon.
+pub fn prewarm(shared: &Arc<Shared>, record: &SessionRecord) {
+    if shared.loaded.config.tools.mode != crate::config::ToolMode::Warm {
+        return;
+    }
+    let shared = shared.clone();
+    let (session, context) = (record.id.clone(), record.context());
+    tokio::spawn(async move {
+        if let Err(error) = shared.tools.prewarm(&session, &context).await {
+            tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot pre-warm the tool container");
+        }
+    });
+}
+
+fn agent_settings(shared: &Shared, role: Role) -> crate::config::AgentSettings {
+    shared.loaded.config.agents.settings(role)
+}
+
+/// Ends every turn a previous daemon left unfinished with a message in its session saying so.
+pub fn recover(shared: &Shared) -> usize {
+    let interrupted: Vec<(String, InFlightTurn)> = shared
+        .turns
+        .inflight
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .turns
+        .iter()
+        .map(|(turn, inflight)| (turn.clone(), inflight.clone()))
+        .collect();
+    for (turn, inflight) in &interrupted {
+        if let Some(queued) = &inflight.queued {
+            let recorded = shared
+                .sessions
+                .read(&inflight.session)
+                .is_ok_and(|read| read.entries.iter().any(|entry| entry.id() == inflight.user_entry));
+            if !recorded {
+                let appended = shared.sessions.append_as(
+                    &inflight.session,
+                    Some(inflight.user_entry.clone()),
+                    queued.parent.as_deref(),
+                    queued.entry(),
+                );
+                if let Err(error) = appended {
+                    tracing::error!(turn, error = %baaaht_proto::error_chain(&error), "cannot record a queued message");
+                }
+            }
+        }
+        let content = format!(
+            "The reply was interrupted: baaahtd stopped while it was being written (turn {turn}, started {}). \
+             Send your message again.",
+            inflight.started
+        );
+        let appended = shared.sessions.append(
+            &inflight.session,
+            None,
+            NewEntry::Message { role: "system", content: content.clone(), channel: None, sender: None },
+        );
+        match appended {
+            Ok(_) => tracing::warn!(turn, session = %inflight.session, "ended a turn interrupted by a restart"),
+            Err(error) => {
+                tracing::error!(turn, error = %baaaht_proto::error_chain(&error), "cannot end an interrupted turn")
+            }
+        }
+        if let Some(record) = shared.sessions.get(&inflight.session) {
+            shared.events.publish(
+                &record.context(),
+                event(
+                    (&inflight.session, turn, &inflight.correlation_id),
+                    v1::orchestrator_event::Event::Error(v1::TurnError { message: content }),
+                ),
+            );
+        }
+    }
+    if !interrupted.is_empty() {
+        shared.turns.update(|inflight| inflight.turns.clear());
+    }
+    interrupted.len()
+}
+
+/// What RegisterAgent answers: the role's settings, identity, context, memory and skills.
+pub fn agent_setup(shared: &Shared, identity: &ContainerIdentity) -> crate::agents::AgentSetup {
+    let role = identity.role;
+    let settings = agent_settings(shared, role);
+    let read = |path: PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+    let agent_dir = shared.data_dir.root().join("agents").join(role.as_str());
+    let context = &identity.context;
+    let own = shared.data_dir.context_dir(context);
+    let profile = match context.kind {
+        ContextKind::User => "USER.md",
+        ContextKind::Group => "GROUP.md",
+    };
+    let memories = if role == Role::Assistant { memories_of(&own.join("memory")) } else { vec![] };
+    let skills = match role {
+        Role::Assistant | Role::Worker | Role::Researcher | Role::Coder => {
+            crate::skills::manifest(shared.data_dir.root(), &shared.loaded.config.skills.directories, context)
+        }
+        _ => vec![],
+    };
+    let tools = crate::policy::Policy::agent_tools_of(role)
+        .iter()
+        .chain(crate::policy::Policy::tools_of(role))
+        .copied()
+        .collect();
+    let session_model = shared.sessions.get(&identity.session_id).and_then(|record| record.model);
+    crate::agents::AgentSetup {
+        role,
+        model: match (role, session_model) {
+            (Role::Assistant, Some(model)) => model,
+            _ => settings.model.0.clone(),
+        },
+        max_iterations: settings.max_iterations,
+        temperature: settings.temperature.map(|t| t.0),
+        timeout: Duration::from_secs(settings.timeout),
+        soul: read(agent_dir.join("SOUL.md")),
+        identity: read(agent_dir.join("IDENTITY.md")),
+        context_profile: read(own.join(profile)),
+        memories,
+        skills,
+        tools,
+        session_id: identity.session_id.clone(),
+        context: context.clone(),
+    }
+}
+
+/// The most recent memories of a context, one line each, for the Assistant's context.
+fn memories_of(folder: &std::path::Path) -> Vec<String> {
+    const MOST: usize = 20;
+    const LONGEST: usize = 500;
+    if !folder.is_dir() {
+        return vec![];
+    }
+    let store = crate::memory::MemoryStore::new(folder.to_path_buf());
+    let mut entries = match store.list(None) {
+        Ok(entries) => entries,
+        Err(error) => {
+            tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot read memories");
+            return vec![];
+        }
+    };
+    entries.sort_by_key(|entry| std::cmp::Reverse(entry.updated_at));
+    entries
+        .into_iter()
+        .take(MOST)
+        .map(|entry| {
+            let mut content = entry.content.trim().replace('\n', " ");
+            if content.len() > LONGEST {
+                let mut cut = LONGEST;
+                while !content.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                content.truncate(cut);
+                content.push('…');
+            }
+            format!("{}: {content}", entry.key)
+        })
+        .collect()
+}

@@ -1,0 +1,136 @@
+//! One turn of a session's Assistant: the user message (queued behind the turn before it, if
+//! any) → the Assistant's answer → the reply in the session and on every channel.
+
+use super::*;
+
+pub(super) async fn run_turn(
+    shared: Arc<Shared>,
+    record: SessionRecord,
+    accepted: Accepted,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    queued: Option<Queued>,
+) {
+    let _one_at_a_time = match guard {
+        Some(guard) => guard,
+        None => shared.turns.session_lock(&accepted.session).lock_owned().await,
+    };
+    let started = Instant::now();
+    let outcome = match queued {
+        None => assistant_turn(&shared, &record, &accepted).await,
+        Some(queued) => {
+            match shared.sessions.append_as(
+                &accepted.session,
+                Some(accepted.entry.clone()),
+                queued.parent.as_deref(),
+                queued.entry(),
+            ) {
+                Ok(_) => {
+                    shared.turns.update(|inflight| {
+                        if let Some(turn) = inflight.turns.get_mut(&accepted.turn) {
+                            turn.queued = None;
+                        }
+                    });
+                    assistant_turn(&shared, &record, &accepted).await
+                }
+                Err(error) => Err(format!("the message could not be recorded: {error}")),
+            }
+        }
+    };
+    let tail = shared.turns.tail(&accepted.turn);
+    shared.turns.tails.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
+    let ids = (accepted.session.as_str(), accepted.turn.as_str(), accepted.correlation_id.as_str());
+    let context = record.context();
+    let (role, content, failed) = match outcome {
+        Ok(result) if !result.is_error => ("assistant", result.content, false),
+        Ok(result) => ("system", format!("The reply failed: {}", result.content), true),
+        Err(message) => ("system", format!("The reply failed: {message}"), true),
+    };
+    let appended = shared.sessions.append(
+        &accepted.session,
+        tail.as_deref(),
+        NewEntry::Message { role, content: content.clone(), channel: None, sender: None },
+    );
+    match appended {
+        Ok(entry_id) if !failed => {
+            tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "turn answered");
+            shared.events.publish(
+                &context,
+                event(ids, v1::orchestrator_event::Event::Reply(v1::ReplyComplete { entry_id, content })),
+            );
+        }
+        Ok(_) => {
+            tracing::warn!(%content, "turn failed");
+            shared.events.publish(
+                &context,
+                event(ids, v1::orchestrator_event::Event::Error(v1::TurnError { message: content })),
+            );
+        }
+        Err(error) => {
+            let message = format!("the reply could not be recorded: {error}");
+            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record the reply");
+            shared
+                .events
+                .publish(&context, event(ids, v1::orchestrator_event::Event::Error(v1::TurnError { message })));
+        }
+    }
+    shared.turns.update(|inflight| {
+        inflight.turns.remove(&accepted.turn);
+    });
+}
+
+async fn assistant_turn(
+    shared: &Arc<Shared>,
+    record: &SessionRecord,
+    accepted: &Accepted,
+) -> Result<v1::TurnResult, String> {
+    shared.turns.set_tail(&accepted.turn, &accepted.entry);
+    let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
+    for corrupt in &read.corrupt {
+        tracing::warn!(line = corrupt.line, reason = %corrupt.reason, "session log line skipped");
+    }
+    let branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
+    let group = record.group_id.is_some();
+    let mut messages = history(&branch, group);
+    let current = shared.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
+    let model = current.model.clone().unwrap_or_else(|| agent_settings(shared, Role::Assistant).model.0);
+    // Near the model's context window: what came before this message becomes a summary first.
+    let estimate: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
+    if estimate > context_window(&model) * 8 / 10 {
+        tracing::info!(estimated_tokens = estimate, model = %model, "compacting the session before the turn");
+        let before: Vec<Entry> = branch[..branch.len().saturating_sub(1)].to_vec();
+        match summarize(shared, record, &before, &model, &accepted.correlation_id).await {
+            Ok(summary) => {
+                let compacted = before.iter().skip(1).map(|entry| entry.id().to_string()).collect();
+                let entry = NewEntry::Compaction { summary, compacted };
+                let id = shared
+                    .sessions
+                    .append(&accepted.session, Some(&accepted.entry), entry)
+                    .map_err(|e| e.to_string())?;
+                shared.turns.set_tail(&accepted.turn, &id);
+                let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
+                messages = history(&read.branch(&id).map_err(|error| error.to_string())?, group);
+            }
+            Err(error) => tracing::warn!(%error, "automatic compaction failed; the turn goes on uncompacted"),
+        }
+    }
+    let turn = v1::AgentTurn {
+        turn_id: accepted.turn.clone(),
+        correlation_id: accepted.correlation_id.clone(),
+        messages,
+        model: current.model.unwrap_or_default(),
+    };
+    let config = agent_settings(shared, Role::Assistant);
+    let work = Work {
+        live: Live {
+            session: accepted.session.clone(),
+            context: record.context(),
+            role: Role::Assistant,
+            turn_id: accepted.turn.clone(),
+            correlation_id: accepted.correlation_id.clone(),
+            user_turn: accepted.turn.clone(),
+        },
+        turn,
+        timeout: Duration::from_secs(config.timeout),
+    };
+    shared.agents.run(work).await.map_err(|error| error.to_string())
+}
