@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use baaaht_proto::client::{connect, Backoff, ConnectOptions, Orchestrator};
+use baaaht_proto::client::{connect, Backoff, Client, ConnectOptions};
 use baaaht_proto::v1;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -41,12 +41,13 @@ async fn serve(socket: &Path) -> Result<(), AgentError> {
     let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
     let mut client = connect(socket, options).await?;
     let hello = v1::AgentRegistration { role: 0, runtime_version: env!("CARGO_PKG_VERSION").into() };
-    let config = client.register_agent(hello.clone()).await.map_err(rpc("RegisterAgent"))?.into_inner();
+    let config = client.agents.register_agent(hello.clone()).await.map_err(rpc("RegisterAgent"))?.into_inner();
     let agent = Agent::new(config, client.clone());
     let (reports, outgoing) = mpsc::channel(4);
     // silent-ok: the receiver is the request stream below, alive until take_turns returns.
     let _ = reports.send(v1::AgentReport { kind: Some(v1::agent_report::Kind::Hello(hello)) }).await;
     let mut turns = client
+        .agents
         .take_turns(tokio_stream::wrappers::ReceiverStream::new(outgoing))
         .await
         .map_err(rpc("TakeTurns"))?
@@ -140,7 +141,7 @@ struct Answer {
 
 struct Agent {
     config: v1::AgentConfig,
-    client: Orchestrator,
+    client: Client,
     system: String,
     tools: Vec<v1::ToolDefinition>,
 }
@@ -165,7 +166,7 @@ fn call_id(turn: &str, id: &str) -> String {
 }
 
 impl Agent {
-    fn new(config: v1::AgentConfig, client: Orchestrator) -> Agent {
+    fn new(config: v1::AgentConfig, client: Client) -> Agent {
         let known = crate::tools::definitions();
         let memory = memory_definitions();
         let tools = config
@@ -264,6 +265,7 @@ impl Agent {
     async fn complete(&self, request: v1::LlmRequest, correlation: &str) -> Result<Answer, String> {
         let mut client = self.client.clone();
         let mut events = client
+            .agents
             .stream_llm(with_correlation(request, correlation))
             .await
             .map_err(|status| format!("the model could not be asked: {}", status.message()))?
@@ -345,7 +347,7 @@ impl Agent {
 }
 
 /// One tool call through the daemon.
-async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) -> (String, bool) {
+async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (String, bool) {
     let input = if call.input.trim().is_empty() { "{}" } else { call.input.as_str() };
     let params: Value = match serde_json::from_str(input) {
         Ok(params @ Value::Object(_)) => params,
@@ -373,7 +375,7 @@ async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) ->
             priority: priority as i32,
             tool_call_id: call.id.clone(),
         };
-        return match client.delegate_to_agent(with_correlation(request, &turn.correlation_id)).await {
+        return match client.agents.delegate_to_agent(with_correlation(request, &turn.correlation_id)).await {
             Ok(response) => {
                 let response = response.into_inner();
                 (response.result, response.is_error)
@@ -384,7 +386,7 @@ async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) ->
     if call.name == "read_skill" {
         let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
         let request = v1::SkillContentRequest { context: None, skill: text("skill"), path: text("path") };
-        return match client.get_skill_content(with_correlation(request, &turn.correlation_id)).await {
+        return match client.skills.get_skill_content(with_correlation(request, &turn.correlation_id)).await {
             Ok(content) => (content.into_inner().content, false),
             Err(status) => (format!("read_skill failed: {}", status.message()), true),
         };
@@ -398,7 +400,7 @@ async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) ->
         tool_call_id: call_id(&turn.turn_id, &call.id),
         timeout_seconds: 0,
     };
-    match client.request_tool_execution(with_correlation(request, &turn.correlation_id)).await {
+    match client.agents.request_tool_execution(with_correlation(request, &turn.correlation_id)).await {
         Ok(response) => {
             let response = response.into_inner();
             (response.content, response.is_error)
@@ -408,7 +410,7 @@ async fn execute(mut client: Orchestrator, call: &Call, turn: &v1::AgentTurn) ->
 }
 
 /// A memory tool, answered by the daemon for this container's own context.
-async fn memory(mut client: Orchestrator, tool: &str, params: &Value, correlation: &str) -> (String, bool) {
+async fn memory(mut client: Client, tool: &str, params: &Value, correlation: &str) -> (String, bool) {
     let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
     let outcome = match tool {
         "memory_write" => {
@@ -425,12 +427,12 @@ async fn memory(mut client: Orchestrator, tool: &str, params: &Value, correlatio
                 importance: params.get("importance").and_then(Value::as_f64).unwrap_or(0.0),
                 message_id: String::new(),
             };
-            client.write_memory(with_correlation(request, correlation)).await.map(|ack| ack.into_inner().message)
+            client.memory.write_memory(with_correlation(request, correlation)).await.map(|ack| ack.into_inner().message)
         }
         "memory_search" => {
             let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(10).min(200) as u32;
             let request = v1::MemoryQuery { context: None, query: text("query"), tag: String::new(), limit };
-            client.search_memory(with_correlation(request, correlation)).await.map(|found| {
+            client.memory.search_memory(with_correlation(request, correlation)).await.map(|found| {
                 let found = found.into_inner().entries;
                 if found.is_empty() {
                     "nothing remembered matches".to_string()
@@ -441,7 +443,11 @@ async fn memory(mut client: Orchestrator, tool: &str, params: &Value, correlatio
         }
         _ => {
             let request = v1::MemoryKey { context: None, key: text("key") };
-            client.delete_memory(with_correlation(request, correlation)).await.map(|ack| ack.into_inner().message)
+            client
+                .memory
+                .delete_memory(with_correlation(request, correlation))
+                .await
+                .map(|ack| ack.into_inner().message)
         }
     };
     match outcome {

@@ -46,7 +46,8 @@ async fn stream(socket: &Path, check: &mut LlmCheck) -> Result<(), String> {
         max_tokens: Some(64),
         ..v1::LlmRequest::default()
     };
-    let mut events = client.stream_llm(request).await.map_err(|status| status.message().to_string())?.into_inner();
+    let mut events =
+        client.agents.stream_llm(request).await.map_err(|status| status.message().to_string())?.into_inner();
     while let Some(event) = events.message().await.map_err(|status| status.message().to_string())? {
         use v1::llm_event::Event;
         match event.event {

@@ -144,6 +144,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Res
         };
         sender.send(hello).await.map_err(|_closed| "the outbound stream closed".to_string())?;
         let mut calls = client
+            .agents
             .serve_tools(tokio_stream::wrappers::ReceiverStream::new(receiver))
             .await
             .map_err(|status| status.message().to_string())?

@@ -41,7 +41,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baaaht_proto::v1::orchestrator_server::OrchestratorServer;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -55,7 +54,6 @@ use crate::datadir::{DaemonLock, DataDir, MAX_SOCKET_PATH};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::server::layer::{Gate, RequestLayer};
-use crate::server::OrchestratorService;
 use crate::sockets::{Conn, ListenerSet};
 
 #[derive(Debug, thiserror::Error)]
@@ -399,7 +397,7 @@ impl Daemon {
         });
         let server = tonic::transport::Server::builder()
             .layer(RequestLayer::new(gate))
-            .add_service(OrchestratorServer::new(OrchestratorService::new(shared.clone())))
+            .add_routes(server::routes(&shared))
             .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
         let mut server = std::pin::pin!(server);
 

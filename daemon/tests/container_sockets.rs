@@ -39,33 +39,33 @@ async fn a_container_acts_only_with_its_own_token_for_its_own_context() {
 
     // Right token, own context: authorized.
     let mut client = connect(alice.path.clone(), Some(alice.token.clone())).await;
-    let found = client.get_skill_manifest(manifest("alice")).await.expect("authorized").into_inner();
+    let found = client.skills.get_skill_manifest(manifest("alice")).await.expect("authorized").into_inner();
     assert!(found.skills.iter().all(|skill| skill.scope == "system"), "{found:?}");
 
     // Another context: denied.
-    let error = client.get_skill_manifest(manifest("bob")).await.expect_err("other context");
+    let error = client.skills.get_skill_manifest(manifest("bob")).await.expect_err("other context");
     assert_eq!(error.code(), tonic::Code::PermissionDenied);
     assert_eq!(error.message(), "context user:bob is outside this container's context user:alice");
 
     // A host-client RPC: denied for a container.
-    let error = client.get_status(v1::StatusRequest {}).await.expect_err("host only");
+    let error = client.system.get_status(v1::StatusRequest {}).await.expect_err("host only");
     assert_eq!(error.code(), tonic::Code::PermissionDenied);
     assert!(error.message().starts_with("GetStatus is for host clients"), "{}", error.message());
 
     // A role's RPC another role may not call.
-    let error = client.delegate_to_agent(v1::DelegateRequest::default()).await.expect_err("assistant only");
+    let error = client.agents.delegate_to_agent(v1::DelegateRequest::default()).await.expect_err("assistant only");
     assert_eq!(error.code(), tonic::Code::PermissionDenied);
 
     // No token, a wrong token, and bob's token on alice's socket: unauthenticated.
     for token in [None, Some("0".repeat(64)), Some(bob.token.clone())] {
         let mut client = connect(alice.path.clone(), token.clone()).await;
-        let error = client.get_skill_manifest(manifest("alice")).await.expect_err("refused");
+        let error = client.skills.get_skill_manifest(manifest("alice")).await.expect_err("refused");
         assert_eq!(error.code(), tonic::Code::Unauthenticated, "{token:?}: {error:?}");
     }
 
     // A container token on the host socket: refused, and the message says why.
     let mut host = connect(running.data_dir.socket_path(), Some(alice.token.clone())).await;
-    let error = host.get_status(v1::StatusRequest {}).await.expect_err("wrong socket");
+    let error = host.system.get_status(v1::StatusRequest {}).await.expect_err("wrong socket");
     assert_eq!(error.code(), tonic::Code::Unauthenticated);
     assert!(error.message().contains("only accepted on the socket of the container"), "{}", error.message());
 
@@ -73,7 +73,7 @@ async fn a_container_acts_only_with_its_own_token_for_its_own_context() {
 
     // Removal revokes the token on open connections and removes the socket.
     listeners.remove_container("worker-a");
-    let error = client.get_skill_manifest(manifest("alice")).await.expect_err("revoked");
+    let error = client.skills.get_skill_manifest(manifest("alice")).await.expect_err("revoked");
     assert_eq!(error.code(), tonic::Code::Unauthenticated);
     assert!(!alice.folder.exists(), "socket folder left behind");
     let reconnect = client::connect(&alice.path, ConnectOptions::default()).await;

@@ -14,11 +14,38 @@ use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::v1::orchestrator_client::OrchestratorClient;
+use crate::v1;
 use crate::CORRELATION_ID_HEADER;
 
-/// The orchestrator client type every component uses.
-pub type Orchestrator = OrchestratorClient<InterceptedService<Channel, CallMetadata>>;
+/// The channel every service client of a [`Client`] shares, with the caller's metadata.
+pub type Intercepted = InterceptedService<Channel, CallMetadata>;
+
+/// A connection to the daemon: one channel, a client per service (see `orchestrator.proto`).
+/// Clones share the channel.
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// Agent containers and tool runners.
+    pub agents: v1::agents_client::AgentsClient<Intercepted>,
+    pub sessions: v1::sessions_client::SessionsClient<Intercepted>,
+    pub skills: v1::skills_client::SkillsClient<Intercepted>,
+    pub memory: v1::memory_client::MemoryClient<Intercepted>,
+    pub tasks: v1::tasks_client::TasksClient<Intercepted>,
+    pub system: v1::system_client::SystemClient<Intercepted>,
+}
+
+impl Client {
+    fn new(channel: Channel, metadata: CallMetadata) -> Client {
+        let service = InterceptedService::new(channel, metadata);
+        Client {
+            agents: v1::agents_client::AgentsClient::new(service.clone()),
+            sessions: v1::sessions_client::SessionsClient::new(service.clone()),
+            skills: v1::skills_client::SkillsClient::new(service.clone()),
+            memory: v1::memory_client::MemoryClient::new(service.clone()),
+            tasks: v1::tasks_client::TasksClient::new(service.clone()),
+            system: v1::system_client::SystemClient::new(service),
+        }
+    }
+}
 
 /// How a connection attempt is retried.
 #[derive(Debug, Clone, Copy)]
@@ -118,13 +145,13 @@ impl Default for ConnectOptions {
 ///
 /// The first connection is made before this returns, so a missing daemon is reported here as
 /// [`ConnectError::NotRunning`]. Later reconnections use the same backoff.
-pub async fn connect(path: &Path, options: ConnectOptions) -> Result<Orchestrator, ConnectError> {
+pub async fn connect(path: &Path, options: ConnectOptions) -> Result<Client, ConnectError> {
     let channel = channel(path, options.backoff).await?;
     let metadata = CallMetadata {
         token: options.token.as_deref().and_then(|token| MetadataValue::try_from(format!("Bearer {token}")).ok()),
         correlation_id: options.correlation_id.as_deref().and_then(|id| MetadataValue::try_from(id).ok()),
     };
-    Ok(OrchestratorClient::with_interceptor(channel, metadata))
+    Ok(Client::new(channel, metadata))
 }
 
 /// A tonic channel over the Unix socket at `path`, reconnecting with `backoff`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_proto::client::{self, Orchestrator};
+use baaaht_proto::client::{self, Client};
 use baaaht_proto::v1;
 use serde_json::json;
 
@@ -223,14 +223,15 @@ pub struct Turn {
 }
 
 /// Sends `message` as a host client and follows the turn until its reply or error.
-pub async fn turn(client: &mut Orchestrator, message: v1::UserMessage, limit: Duration) -> Result<Turn> {
+pub async fn turn(client: &mut Client, message: v1::UserMessage, limit: Duration) -> Result<Turn> {
     let context = message.context.clone();
     let mut events = client
+        .sessions
         .subscribe_events(v1::EventSubscription { context, session_id: String::new(), channel: 0 })
         .await
         .context("SubscribeEvents")?
         .into_inner();
-    let sent = client.send_user_message(message).await.context("SendUserMessage")?.into_inner();
+    let sent = client.sessions.send_user_message(message).await.context("SendUserMessage")?.into_inner();
     let mut seen =
         Turn { session: sent.session_id, entry: sent.entry_id, turn: sent.turn_id.clone(), ..Turn::default() };
     let deadline = tokio::time::Instant::now() + limit;
@@ -267,6 +268,6 @@ pub fn message(context: v1::ContextRef, sender: &str, content: &str) -> v1::User
 }
 
 /// A host client of `daemon`.
-pub async fn host_client(daemon: &TestDaemon) -> Result<Orchestrator> {
+pub async fn host_client(daemon: &TestDaemon) -> Result<Client> {
     Ok(client::connect(&daemon.socket(), client::ConnectOptions::default()).await?)
 }

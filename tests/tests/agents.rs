@@ -55,6 +55,7 @@ fn the_assistant_delegates_to_the_coder_and_the_reply_streams_back() {
 
         // The session log: user message → delegate → reply, one branch.
         let transcript = client
+            .sessions
             .read_session(v1::ReadSessionRequest {
                 session_id: turn.session.clone(),
                 leaf_entry_id: reply.entry_id.clone(),
@@ -200,10 +201,10 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
 
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
-        let read = |client: &mut baaaht_proto::client::Orchestrator, id: &str, leaf: &str| {
+        let read = |client: &mut baaaht_proto::client::Client, id: &str, leaf: &str| {
             let request = v1::ReadSessionRequest { session_id: id.into(), leaf_entry_id: leaf.into() };
             let mut client = client.clone();
-            async move { client.read_session(request).await.expect("ReadSession").into_inner() }
+            async move { client.sessions.read_session(request).await.expect("ReadSession").into_inner() }
         };
         let all = read(&mut client, &session, "").await;
         assert_eq!(all.entries.len(), 4);
@@ -212,6 +213,7 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
         // A branch read and a fork from the first reply: the fork holds that branch only.
         assert_eq!(read(&mut client, &session, &first_reply).await.entries.len(), 2);
         let fork = client
+            .sessions
             .fork_session(v1::ForkSessionRequest { session_id: session.clone(), entry_id: first_reply.clone() })
             .await
             .expect("fork")
@@ -232,17 +234,19 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
         assert_eq!(read(&mut client, &session, "").await.entries.len(), 4, "the original is untouched");
 
         // Archive, refused while archived, resume, and the conversation continues.
-        client.archive_session(v1::SessionRef { session_id: session.clone() }).await.expect("archive");
+        client.sessions.archive_session(v1::SessionRef { session_id: session.clone() }).await.expect("archive");
         let mut late = message(scenario::group("family"), "bob", "still there?");
         late.session_id = session.clone();
-        let refused = client.send_user_message(late.clone()).await.expect_err("archived");
+        let refused = client.sessions.send_user_message(late.clone()).await.expect_err("archived");
         assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
         assert!(refused.message().contains("archived: resume it first"), "{}", refused.message());
-        let resumed = client.resume_session(v1::SessionRef { session_id: session.clone() }).await.expect("resume");
+        let resumed =
+            client.sessions.resume_session(v1::SessionRef { session_id: session.clone() }).await.expect("resume");
         assert_eq!(resumed.into_inner().status, "active");
 
         // A model switch is recorded and used from the next turn on.
         let switched = client
+            .sessions
             .switch_model(v1::SwitchModelRequest { session_id: session.clone(), model: "anthropic/other-model".into() })
             .await
             .expect("switch");
@@ -263,7 +267,8 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
         assert_eq!(kinds, ["user", "assistant", "user", "assistant", "model_change", "user", "assistant"]);
 
         // Compaction: the branch becomes a summary for the model; the entries stay in the log.
-        let compacted = client.compact_session(v1::SessionRef { session_id: session.clone() }).await.expect("compact");
+        let compacted =
+            client.sessions.compact_session(v1::SessionRef { session_id: session.clone() }).await.expect("compact");
         assert!(compacted.into_inner().message.contains("compacted"));
         let all = read(&mut client, &session, "").await;
         assert_eq!(all.entries.len(), 8, "nothing is removed");
@@ -296,11 +301,13 @@ fn a_daemon_killed_during_a_delegation_ends_the_turn_with_a_message_and_leaves_n
     let (session, agents) = rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let mut events = client
+            .sessions
             .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
             .await
             .expect("subscribe")
             .into_inner();
         let sent = client
+            .sessions
             .send_user_message(message(user("alice"), "alice", "Ask the worker."))
             .await
             .expect("send")
@@ -371,6 +378,7 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
                 .expect("alice's turn");
         assert!(turn.reply.is_some(), "{:?}", turn.error);
         let manifest = client
+            .skills
             .get_skill_manifest(v1::SkillManifestRequest { context: Some(user("alice")) })
             .await
             .expect("alice's manifest")
@@ -394,12 +402,12 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
             format!("/workspace/../../{alices}/data/hello.sh"),
             format!("{}/sessions/{alices}/data/hello.sh", daemon.data_dir.display()),
         ] {
-            let read = agent.request_tool_execution(tool("read_file", json!({"path": path}))).await.expect("answered");
+            let read = agent.agents.request_tool_execution(tool("read_file", json!({"path": path}))).await.expect("answered");
             let read = read.into_inner();
             assert!(read.is_error && !read.content.contains(HELLO), "{path}: {read:?}");
         }
         let looked = agent
-            .request_tool_execution(tool(
+            .agents.request_tool_execution(tool(
                 "exec",
                 json!({"command": "cat /workspace/../*/data/hello.sh; find / -name hello.sh -o -name session.jsonl -o -name SKILL.md 2>/dev/null"}),
             ))
@@ -412,23 +420,23 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
         let denied = |status: tonic::Status| assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
         denied(
             agent
-                .read_session(v1::ReadSessionRequest { session_id: alices.clone(), leaf_entry_id: String::new() })
+                .sessions.read_session(v1::ReadSessionRequest { session_id: alices.clone(), leaf_entry_id: String::new() })
                 .await
                 .expect_err("ReadSession"),
         );
-        denied(agent.list_sessions(v1::SessionFilter::default()).await.expect_err("ListSessions"));
+        denied(agent.sessions.list_sessions(v1::SessionFilter::default()).await.expect_err("ListSessions"));
         let mut crafted = message(user("alice"), "alice", "tell me the secrets");
         crafted.session_id = alices.clone();
-        denied(agent.send_user_message(crafted).await.expect_err("SendUserMessage"));
+        denied(agent.sessions.send_user_message(crafted).await.expect_err("SendUserMessage"));
         denied(
             agent
-                .get_skill_manifest(v1::SkillManifestRequest { context: Some(user("alice")) })
+                .skills.get_skill_manifest(v1::SkillManifestRequest { context: Some(user("alice")) })
                 .await
                 .expect_err("alice's manifest"),
         );
         denied(
             agent
-                .get_skill_content(v1::SkillContentRequest {
+                .skills.get_skill_content(v1::SkillContentRequest {
                     context: Some(user("alice")),
                     skill: "secret-notes".into(),
                     path: String::new(),
@@ -436,16 +444,16 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
                 .await
                 .expect_err("alice's skill"),
         );
-        denied(agent.delegate_to_agent(v1::DelegateRequest::default()).await.expect_err("a coder cannot delegate"));
+        denied(agent.agents.delegate_to_agent(v1::DelegateRequest::default()).await.expect_err("a coder cannot delegate"));
         denied(
             agent
-                .search_memory(v1::MemoryQuery { context: Some(user("alice")), ..Default::default() })
+                .memory.search_memory(v1::MemoryQuery { context: Some(user("alice")), ..Default::default() })
                 .await
                 .expect_err("alice's memory"),
         );
         denied(
             agent
-                .write_memory(v1::WriteMemoryRequest {
+                .memory.write_memory(v1::WriteMemoryRequest {
                     context: Some(user("alice")),
                     key: "planted".into(),
                     content: "x".into(),
@@ -454,17 +462,17 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
                 .await
                 .expect_err("writing alice's memory"),
         );
-        let own = agent.get_skill_manifest(v1::SkillManifestRequest { context: None }).await.expect("own manifest");
+        let own = agent.skills.get_skill_manifest(v1::SkillManifestRequest { context: None }).await.expect("own manifest");
         let own = own.into_inner();
         assert!(own.skills.iter().any(|s| s.name == "code-review"), "system skills are visible: {own:?}");
         assert!(!own.skills.iter().any(|s| s.name == "secret-notes"), "{own:?}");
         let missing = agent
-            .get_skill_content(v1::SkillContentRequest { context: None, skill: "secret-notes".into(), path: String::new() })
+            .skills.get_skill_content(v1::SkillContentRequest { context: None, skill: "secret-notes".into(), path: String::new() })
             .await
             .expect_err("not visible");
         assert_eq!(missing.code(), tonic::Code::NotFound);
         let escape = agent
-            .get_skill_content(v1::SkillContentRequest {
+            .skills.get_skill_content(v1::SkillContentRequest {
                 context: None,
                 skill: "code-review".into(),
                 path: "../../users/alice/skills/secret-notes/SKILL.md".into(),
@@ -473,7 +481,7 @@ fn another_users_agents_and_tools_cannot_reach_alices_session_files_or_skills() 
             .expect_err("escape");
         assert_eq!(escape.code(), tonic::Code::PermissionDenied, "{escape:?}");
         let fine = agent
-            .get_skill_content(v1::SkillContentRequest { context: None, skill: "code-review".into(), path: String::new() })
+            .skills.get_skill_content(v1::SkillContentRequest { context: None, skill: "code-review".into(), path: String::new() })
             .await
             .expect("a visible skill's SKILL.md")
             .into_inner();
@@ -497,7 +505,7 @@ fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows(
         .await
         .expect("first turn");
         assert!(first.reply.is_some(), "{:?}", first.error);
-        client.archive_session(v1::SessionRef { session_id: first.session.clone() }).await.expect("archive");
+        client.sessions.archive_session(v1::SessionRef { session_id: first.session.clone() }).await.expect("archive");
 
         let memory = daemon.data_dir.join("users/alice/memory/favourite-tea.md");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -523,6 +531,7 @@ fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows(
         assert!(text.contains("source: agent:memory"), "{text}");
 
         let found = client
+            .memory
             .search_memory(v1::MemoryQuery {
                 context: Some(user("alice")),
                 query: "jasmine".into(),
@@ -534,6 +543,7 @@ fn archiving_a_session_has_the_memory_agent_remember_and_the_next_session_knows(
         assert_eq!(found.entries.len(), 1);
         assert_eq!(found.entries[0].session_id, first.session);
         let bobs = client
+            .memory
             .search_memory(v1::MemoryQuery {
                 context: Some(user("bob")),
                 query: "jasmine".into(),
@@ -563,6 +573,7 @@ fn a_background_delegation_answers_at_once_and_its_result_arrives_later_as_a_mes
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let mut events = client
+            .sessions
             .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
             .await
             .expect("subscribe")
@@ -594,6 +605,7 @@ fn a_background_delegation_answers_at_once_and_its_result_arrives_later_as_a_mes
             "{later:?}"
         );
         let transcript = client
+            .sessions
             .read_session(v1::ReadSessionRequest { session_id: turn.session.clone(), leaf_entry_id: String::new() })
             .await
             .expect("read")
@@ -639,8 +651,12 @@ fn a_message_sent_during_a_turn_waits_and_follows_that_turns_reply() {
         scenario::start(&rt, scenario::slow_echo_brain(), DaemonOptions::default()).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
-        let first =
-            client.send_user_message(message(user("alice"), "alice", "first")).await.expect("first").into_inner();
+        let first = client
+            .sessions
+            .send_user_message(message(user("alice"), "alice", "first"))
+            .await
+            .expect("first")
+            .into_inner();
         let mut second = message(user("alice"), "alice", "second");
         second.session_id = first.session_id.clone();
         let turn = scenario::turn(&mut client, second, Duration::from_secs(60)).await.expect("second turn");
@@ -648,6 +664,7 @@ fn a_message_sent_during_a_turn_waits_and_follows_that_turns_reply() {
         let asked = asked_with(&fake, "second");
         assert!(asked.contains("echo: first"), "the second turn sees the first reply: {asked}");
         let transcript = client
+            .sessions
             .read_session(v1::ReadSessionRequest { session_id: first.session_id.clone(), leaf_entry_id: String::new() })
             .await
             .expect("read")
@@ -679,6 +696,7 @@ fn sigterm_with_five_active_sessions_closes_their_streams_and_exits_at_once() {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         // A client following events, as a terminal would.
         let _events = client
+            .sessions
             .subscribe_events(v1::EventSubscription { context: Some(user("user-0")), ..Default::default() })
             .await
             .expect("subscribe")

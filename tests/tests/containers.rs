@@ -59,7 +59,7 @@ fn a_killed_daemon_leaves_no_container_unaccounted_for() {
             runtime.spawn(async move {
                 let mut client = client::connect(&socket, ConnectOptions::default()).await?;
                 let request = v1::SelfTestRequest { linger_seconds: 300, ..v1::SelfTestRequest::default() };
-                client.run_self_test(request).await.map(|_| ()).map_err(anyhow::Error::from)
+                client.system.run_self_test(request).await.map(|_| ()).map_err(anyhow::Error::from)
             })
         })
         .collect();

@@ -60,11 +60,11 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
 
     rt.block_on(async {
         let mut tool = client::connect(&agent.socket, agent.options()).await.expect("connect as the tool");
-        let page = tool.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/"))).await.expect("served");
+        let page = tool.agents.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/"))).await.expect("served");
         let page = page.into_inner();
         assert_eq!((page.status, page.body.as_slice()), (200, &b"<p>hello</p>"[..]));
         assert_eq!(page.headers.get("content-type").map(String::as_str), Some("text/html"));
-        let big = tool.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/big"))).await.expect("served");
+        let big = tool.agents.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/big"))).await.expect("served");
         let big = big.into_inner();
         assert_eq!((big.body.len(), big.truncated), (1_000_000, true));
 
@@ -75,15 +75,16 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
             ("http://100.64.0.1/", "carrier-grade NAT"),
             ("http://127.0.0.1:1/", "is a loopback address"),
         ] {
-            let status = tool.proxy_web_request(fetch(url)).await.expect_err(url);
+            let status = tool.agents.proxy_web_request(fetch(url)).await.expect_err(url);
             assert_eq!(status.code(), tonic::Code::PermissionDenied, "{url}: {status:?}");
             assert!(status.message().contains(says), "{url}: {}", status.message());
         }
-        let status = tool.proxy_web_request(fetch("gopher://example.com/")).await.expect_err("scheme");
+        let status = tool.agents.proxy_web_request(fetch("gopher://example.com/")).await.expect_err("scheme");
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
 
         let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await.expect("connect");
-        let status = host.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/"))).await.expect_err("host");
+        let status =
+            host.agents.proxy_web_request(fetch(&format!("http://127.0.0.1:{port}/"))).await.expect_err("host");
         assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
     });
     let log = daemon.log_text();
@@ -105,11 +106,13 @@ fn a_workers_web_fetch_reads_an_allowed_page_as_text_through_the_proxy() {
             params_json: serde_json::json!({"url": url}).to_string(),
             ..v1::ToolRequest::default()
         };
-        let page = worker.request_tool_execution(fetch(format!("http://127.0.0.1:{port}/"))).await.expect("served");
+        let page =
+            worker.agents.request_tool_execution(fetch(format!("http://127.0.0.1:{port}/"))).await.expect("served");
         let page = page.into_inner();
         assert!(!page.is_error, "{}", page.content);
         assert_eq!(page.content, format!("http://127.0.0.1:{port}/ (HTTP 200, text/html)\n\nhello"));
-        let refused = worker.request_tool_execution(fetch("http://169.254.169.254/".into())).await.expect("answered");
+        let refused =
+            worker.agents.request_tool_execution(fetch("http://169.254.169.254/".into())).await.expect("answered");
         let refused = refused.into_inner();
         assert!(refused.is_error && refused.content.contains("cloud metadata endpoint"), "{}", refused.content);
     });
@@ -136,7 +139,7 @@ fn web_search_asks_the_configured_searxng_instance() {
             params_json: serde_json::json!({"query": "rust lang", "count": 5}).to_string(),
             ..v1::ToolRequest::default()
         };
-        let found = researcher.request_tool_execution(request).await.expect("answered").into_inner();
+        let found = researcher.agents.request_tool_execution(request).await.expect("answered").into_inner();
         assert!(!found.is_error, "{}", found.content);
         assert_eq!(
             found.content,

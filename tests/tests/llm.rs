@@ -188,7 +188,7 @@ fn a_dropped_stream_cancels_upstream_and_only_an_agents_token_may_stream() {
     rt.block_on(async {
         let options = ConnectOptions { token: Some(token.clone()), ..ConnectOptions::default() };
         let mut agent = client::connect(&socket, options).await.expect("connect as the agent");
-        let mut stream = agent.stream_llm(llm_request("anthropic/test-model")).await.expect("streams").into_inner();
+        let mut stream = agent.agents.stream_llm(llm_request("anthropic/test-model")).await.expect("streams").into_inner();
         let mut events = vec![];
         while texts(&events).split_whitespace().count() < 5 {
             events.push(stream.message().await.expect("event").expect("not ended"));
@@ -198,10 +198,10 @@ fn a_dropped_stream_cancels_upstream_and_only_an_agents_token_may_stream() {
 
         let wrong = ConnectOptions { token: Some("f".repeat(64)), ..ConnectOptions::default() };
         let mut stranger = client::connect(&socket, wrong).await.expect("connect");
-        let status = stranger.stream_llm(llm_request("anthropic/test-model")).await.expect_err("refused");
+        let status = stranger.agents.stream_llm(llm_request("anthropic/test-model")).await.expect_err("refused");
         assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
         let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await.expect("connect");
-        let status = host.stream_llm(llm_request("anthropic/test-model")).await.expect_err("refused");
+        let status = host.agents.stream_llm(llm_request("anthropic/test-model")).await.expect_err("refused");
         assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
     });
     eventually(Duration::from_secs(10), "the upstream request being cancelled", || provider.abandoned() == 1);
@@ -235,7 +235,8 @@ fn a_hung_gateway_is_restarted_after_three_failed_checks_and_the_waiting_request
     let events = rt.block_on(async {
         let options = ConnectOptions { token: Some(token), ..ConnectOptions::default() };
         let mut agent = client::connect(&socket, options).await.expect("connect");
-        let mut stream = agent.stream_llm(llm_request("anthropic/test-model")).await.expect("served").into_inner();
+        let mut stream =
+            agent.agents.stream_llm(llm_request("anthropic/test-model")).await.expect("served").into_inner();
         let mut events = vec![];
         while let Some(event) = stream.message().await.expect("event") {
             events.push(event);

@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use baaaht_proto::client::{self, Orchestrator};
+use baaaht_proto::client::{self, Client};
 use baaaht_proto::v1;
 use baaaht_tests::{bin, docker, DaemonOptions, LingeringAgent, TestDaemon};
 use serde_json::json;
@@ -21,19 +21,20 @@ fn request(tool: &str, params: serde_json::Value, call_id: &str) -> v1::ToolRequ
     }
 }
 
-async fn run(agent: &mut Orchestrator, tool: &str, params: serde_json::Value) -> v1::ToolResponse {
+async fn run(agent: &mut Client, tool: &str, params: serde_json::Value) -> v1::ToolResponse {
     call(agent, tool, params, "").await
 }
 
-async fn call(agent: &mut Orchestrator, tool: &str, params: serde_json::Value, call_id: &str) -> v1::ToolResponse {
+async fn call(agent: &mut Client, tool: &str, params: serde_json::Value, call_id: &str) -> v1::ToolResponse {
     agent
+        .agents
         .request_tool_execution(request(tool, params, call_id))
         .await
         .unwrap_or_else(|status| panic!("{tool}: {status:?}"))
         .into_inner()
 }
 
-fn agent(daemon: &TestDaemon, rt: &tokio::runtime::Runtime, role: &str) -> (LingeringAgent, Orchestrator) {
+fn agent(daemon: &TestDaemon, rt: &tokio::runtime::Runtime, role: &str) -> (LingeringAgent, Client) {
     let lingering = daemon.lingering_agent(role, None, &[]).unwrap_or_else(|error| panic!("{role} container: {error}"));
     let client = rt.block_on(client::connect(&lingering.socket, lingering.options())).expect("connect as the agent");
     (lingering, client)
@@ -74,9 +75,10 @@ fn replace_with_link(folder: &Path, target: &Path) {
 }
 
 /// Subscribes to `context`'s events and collects every message that arrives within `limit`.
-async fn watch_messages(client: &Orchestrator, context: &str, limit: Duration) -> tokio::task::JoinHandle<Vec<String>> {
+async fn watch_messages(client: &Client, context: &str, limit: Duration) -> tokio::task::JoinHandle<Vec<String>> {
     let mut client = client.clone();
     let mut events = client
+        .sessions
         .subscribe_events(v1::EventSubscription {
             context: Some(v1::ContextRef { r#type: v1::ContextType::User as i32, id: context.into() }),
             session_id: String::new(),

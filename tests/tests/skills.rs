@@ -132,7 +132,7 @@ fn a_skill_with_packages_gets_a_layer_its_contexts_tool_containers_run_on() {
             params_json: serde_json::json!({"command": "echo '{\"tea\": \"jasmine\"}' | jq -r .tea"}).to_string(),
             ..Default::default()
         };
-        let ran = agent.request_tool_execution(request).await.expect("exec").into_inner();
+        let ran = agent.agents.request_tool_execution(request).await.expect("exec").into_inner();
         assert_eq!(ran.content, "exit code 0\n--- stdout ---\njasmine\n", "{ran:?}");
     });
     drop(coder);
@@ -173,7 +173,7 @@ fn a_skills_env_reaches_only_the_commands_that_run_its_scripts() {
                 ..Default::default()
             };
             let mut agent = agent.clone();
-            async move { agent.request_tool_execution(request).await.expect("exec").into_inner().content }
+            async move { agent.agents.request_tool_execution(request).await.expect("exec").into_inner().content }
         };
         assert!(
             exec("sh /skills/weather/scripts/show.sh").await.contains("key=[wk-5f1c9a]"),

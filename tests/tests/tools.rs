@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use baaaht_proto::client::{self, Orchestrator};
+use baaaht_proto::client::{self, Client};
 use baaaht_proto::v1;
 use baaaht_tests::{docker, DaemonOptions, LingeringAgent, TestDaemon};
 use serde_json::json;
@@ -13,8 +13,9 @@ fn call(tool: &str, params: serde_json::Value) -> v1::ToolRequest {
     v1::ToolRequest { tool: tool.into(), params_json: params.to_string(), ..v1::ToolRequest::default() }
 }
 
-async fn run(agent: &mut Orchestrator, tool: &str, params: serde_json::Value) -> v1::ToolResponse {
+async fn run(agent: &mut Client, tool: &str, params: serde_json::Value) -> v1::ToolResponse {
     agent
+        .agents
         .request_tool_execution(call(tool, params))
         .await
         .unwrap_or_else(|status| panic!("{tool}: {status:?}"))
@@ -86,9 +87,9 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
         assert!(probed.content.contains("refused"), "{}", probed.content);
 
         // Policy: blocked commands and other roles' tools.
-        let status = agent.request_tool_execution(call("exec", json!({"command": "curl http://example.com"}))).await.expect_err("blocked");
+        let status = agent.agents.request_tool_execution(call("exec", json!({"command": "curl http://example.com"}))).await.expect_err("blocked");
         assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
-        let status = agent.request_tool_execution(call("web_fetch", json!({"url": "http://example.com"}))).await.expect_err("not a coder tool");
+        let status = agent.agents.request_tool_execution(call("web_fetch", json!({"url": "http://example.com"}))).await.expect_err("not a coder tool");
         assert!(status.message().contains("the coder role may not use `web_fetch`"), "{status:?}");
     });
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "a tool reached the host");
@@ -127,7 +128,7 @@ fn in_cold_mode_each_call_gets_a_fresh_container_that_is_removed() {
 }
 
 /// A lingering coder container and a client that calls as it.
-fn coder(daemon: &TestDaemon, rt: &tokio::runtime::Runtime) -> (LingeringAgent, Orchestrator) {
+fn coder(daemon: &TestDaemon, rt: &tokio::runtime::Runtime) -> (LingeringAgent, Client) {
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder container");
     let agent = rt.block_on(client::connect(&coder.socket, coder.options())).expect("connect as the coder");
     (coder, agent)
@@ -148,7 +149,7 @@ fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart(
     let pending = {
         let request = request.clone();
         let mut agent = agent.clone();
-        rt.spawn(async move { agent.request_tool_execution(request).await })
+        rt.spawn(async move { agent.agents.request_tool_execution(request).await })
     };
     let runs = daemon.data_dir.join("sessions/self-test/data/runs.txt");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -185,7 +186,7 @@ fn a_result_written_while_the_daemon_was_down_is_delivered_once_after_a_restart(
     let (second, agent_again) = coder(&restarted, &rt);
     agent = agent_again;
     for _ in 0..2 {
-        let answer = rt.block_on(agent.request_tool_execution(request.clone())).expect("answered").into_inner();
+        let answer = rt.block_on(agent.agents.request_tool_execution(request.clone())).expect("answered").into_inner();
         assert_eq!(answer.content, "exit code 0\n--- stdout ---\nfinished\n");
         assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\n", "the command ran once");
     }
@@ -302,8 +303,9 @@ fn a_message_reaches_its_own_contexts_channels_and_no_other() {
     };
     let (mut mine, mut bobs) = rt.block_on(async {
         let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await.expect("connect");
-        let mine = host.subscribe_events(subscribe("baaaht-self-test")).await.expect("subscribes").into_inner();
-        let bobs = host.subscribe_events(subscribe("bob")).await.expect("subscribes").into_inner();
+        let mine =
+            host.sessions.subscribe_events(subscribe("baaaht-self-test")).await.expect("subscribes").into_inner();
+        let bobs = host.sessions.subscribe_events(subscribe("bob")).await.expect("subscribes").into_inner();
         let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect as the worker");
         let queued = run(&mut agent, "message", json!({"content": "the build finished"})).await;
         assert!(queued.content.starts_with("message queued for delivery"), "{queued:?}");

@@ -2,7 +2,7 @@
 //! a URL fetched by its egress proxy,
 //! HTML turned into readable text.
 
-use baaaht_proto::client::Orchestrator;
+use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use serde_json::Value;
 
@@ -22,7 +22,7 @@ fn is_text(content_type: &str) -> bool {
 }
 
 /// Fetches `params.url` through the daemon.
-pub async fn web_fetch(client: &mut Orchestrator, params: &Value) -> Result<ToolOutput, ToolError> {
+pub async fn web_fetch(client: &mut Client, params: &Value) -> Result<ToolOutput, ToolError> {
     let params = Params(params);
     let url = params.string("url")?.trim().to_string();
     let max_chars = params.optional_u64("max_chars")?.map_or(DEFAULT_CHARS, |n| (n as usize).clamp(100, MAX_CHARS));
@@ -38,6 +38,7 @@ pub async fn web_fetch(client: &mut Orchestrator, params: &Value) -> Result<Tool
         ..v1::WebProxyRequest::default()
     };
     let response = client
+        .agents
         .proxy_web_request(request)
         .await
         .map_err(|status| ToolError::Failed(format!("cannot fetch {url}: {}", status.message())))?
@@ -77,7 +78,7 @@ struct Found {
 }
 
 /// Searches `params.query` through the daemon's configured backend.
-pub async fn web_search(client: &mut Orchestrator, params: &Value) -> Result<ToolOutput, ToolError> {
+pub async fn web_search(client: &mut Client, params: &Value) -> Result<ToolOutput, ToolError> {
     let params = Params(params);
     let query = params.string("query")?.trim().to_string();
     if query.is_empty() {
@@ -87,6 +88,7 @@ pub async fn web_search(client: &mut Orchestrator, params: &Value) -> Result<Too
     let request =
         v1::WebProxyRequest { search_query: query.clone(), search_count: count, ..v1::WebProxyRequest::default() };
     let response = client
+        .agents
         .proxy_web_request(request)
         .await
         .map_err(|status| ToolError::Failed(format!("cannot search: {}", status.message())))?

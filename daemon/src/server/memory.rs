@@ -3,9 +3,13 @@
 //! it came from.
 
 use baaaht_proto::v1;
-use tonic::{Response, Status};
+use tonic::{Request, Response, Status};
 
-use crate::auth::{Caller, Context, ContextKind};
+use std::sync::Arc;
+
+use crate::auth::{Caller, Context, ContextKind, Operation};
+
+use super::{check, context_of, own_context};
 use crate::memory::{MemoryEntry, MemoryError, Metadata};
 use crate::Shared;
 
@@ -89,5 +93,35 @@ pub(super) fn delete(shared: &Shared, context: &Context, key: &str) -> Result<Re
         Ok(Response::new(v1::Ack { message: format!("forgot `{key}`") }))
     } else {
         Err(Status::not_found(format!("no memory `{key}` in {context}")))
+    }
+}
+
+/// The `Memory` service.
+#[derive(Debug, Clone)]
+pub(super) struct MemoryService {
+    pub(super) shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl v1::memory_server::Memory for MemoryService {
+    async fn write_memory(&self, request: Request<v1::WriteMemoryRequest>) -> Result<Response<v1::Ack>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&request, Operation::WriteMemory, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        write(&self.shared, &caller, context, request.into_inner())
+    }
+
+    async fn search_memory(&self, request: Request<v1::MemoryQuery>) -> Result<Response<v1::MemoryList>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&request, Operation::SearchMemory, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        search(&self.shared, &context, request.into_inner())
+    }
+
+    async fn delete_memory(&self, request: Request<v1::MemoryKey>) -> Result<Response<v1::Ack>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&request, Operation::DeleteMemory, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        delete(&self.shared, &context, &request.into_inner().key)
     }
 }

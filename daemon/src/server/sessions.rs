@@ -1,12 +1,19 @@
 //! The client side of sessions: SendUserMessage, List/Read/New/Resume/Fork/Archive sessions,
 //! SwitchModel — conversions between the session store and the protocol.
 
+use std::sync::Arc;
+
 use baaaht_proto::v1;
-use tonic::Status;
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status};
 
 use crate::auth::Context;
+use crate::auth::Operation;
 use crate::orchestrator::OrchestratorError;
 use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
+use crate::Shared;
+
+use super::{check, context_of, until_shutdown};
 
 impl From<SessionError> for Status {
     fn from(error: SessionError) -> Status {
@@ -186,5 +193,253 @@ pub(super) fn valid_id(id: &str, field: &str) -> Result<(), Status> {
             "{field} `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
             id.escape_debug()
         )))
+    }
+}
+
+/// The `Sessions` service.
+#[derive(Debug, Clone)]
+pub(super) struct SessionsService {
+    pub(super) shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl v1::sessions_server::Sessions for SessionsService {
+    async fn route_to_agent(
+        &self,
+        request: Request<v1::AgentRoutingRequest>,
+    ) -> Result<Response<v1::AgentRoutingResponse>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        check(&request, Operation::RouteToAgent, context.as_ref(), Some(&request.get_ref().session_id))?;
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
+        let message = request.into_inner();
+        if !message.session_id.is_empty() {
+            valid_id(&message.session_id, "session_id")?;
+        }
+        let incoming = crate::orchestrator::Incoming {
+            sender: context.id.clone(),
+            context,
+            session: (!message.session_id.is_empty()).then_some(message.session_id),
+            channel: None,
+            content: message.content,
+            parent: None,
+        };
+        let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+        Ok(Response::new(v1::AgentRoutingResponse { session_id: accepted.session, turn_id: accepted.turn }))
+    }
+
+    type SubscribeEventsStream = BoxStream<v1::OrchestratorEvent>;
+
+    async fn subscribe_events(
+        &self,
+        request: Request<v1::EventSubscription>,
+    ) -> Result<Response<Self::SubscribeEventsStream>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        check(&request, Operation::SubscribeEvents, context.as_ref(), Some(&request.get_ref().session_id))?;
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group to follow"))?;
+        let session = request.into_inner().session_id;
+        let mut events = self.shared.events.subscribe();
+        let (sender, receiver) = tokio::sync::mpsc::channel(256);
+        tokio::spawn(async move {
+            loop {
+                let event = match events.recv().await {
+                    Ok((target, event)) if target == context && (session.is_empty() || event.session_id == session) => {
+                        event
+                    }
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, context = %context, "a slow subscriber missed events");
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                if sender.send(Ok(event)).await.is_err() {
+                    return; // The subscriber went away.
+                }
+            }
+        });
+        Ok(Response::new(until_shutdown(&self.shared, tokio_stream::wrappers::ReceiverStream::new(receiver))))
+    }
+
+    async fn publish_event(&self, request: Request<v1::ChannelEvent>) -> Result<Response<v1::Ack>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        check(&request, Operation::PublishEvent, context.as_ref(), None)?;
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
+        let event = request.into_inner();
+        match event.event {
+            Some(v1::channel_event::Event::UserMessage(message)) => {
+                let sender = sender_of(&context, &event.sender_id)?;
+                if !message.session_id.is_empty() {
+                    valid_id(&message.session_id, "user_message.session_id")?;
+                }
+                let incoming = crate::orchestrator::Incoming {
+                    context,
+                    session: (!message.session_id.is_empty()).then_some(message.session_id),
+                    sender,
+                    channel: channel_name(event.channel),
+                    content: message.content,
+                    parent: (!message.parent_entry_id.is_empty()).then_some(message.parent_entry_id),
+                };
+                let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+                Ok(Response::new(v1::Ack {
+                    message: format!("turn {} in session {}", accepted.turn, accepted.session),
+                }))
+            }
+            Some(v1::channel_event::Event::Typing(_)) => Ok(Response::new(v1::Ack { message: "noted".into() })),
+            None => Err(Status::invalid_argument("event: send a user_message or typing")),
+        }
+    }
+
+    async fn send_user_message(
+        &self,
+        request: Request<v1::UserMessage>,
+    ) -> Result<Response<v1::SendUserMessageResponse>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        check(&request, Operation::SendUserMessage, context.as_ref(), Some(&request.get_ref().session_id))?;
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group who writes"))?;
+        let message = request.into_inner();
+        if !message.session_id.is_empty() {
+            valid_id(&message.session_id, "session_id")?;
+        }
+        let sender = sender_of(&context, &message.sender_id)?;
+        let incoming = crate::orchestrator::Incoming {
+            context,
+            session: (!message.session_id.is_empty()).then_some(message.session_id),
+            sender,
+            channel: channel_name(message.channel),
+            content: message.content,
+            parent: (!message.parent_entry_id.is_empty()).then_some(message.parent_entry_id),
+        };
+        let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+        Ok(Response::new(v1::SendUserMessageResponse {
+            session_id: accepted.session,
+            entry_id: accepted.entry,
+            turn_id: accepted.turn,
+            correlation_id: accepted.correlation_id,
+        }))
+    }
+
+    async fn list_sessions(&self, request: Request<v1::SessionFilter>) -> Result<Response<v1::SessionList>, Status> {
+        check(&request, Operation::ListSessions, None, None)?;
+        let filter = filter(request.get_ref())?;
+        let found = self.shared.sessions.list(&filter);
+        Ok(Response::new(v1::SessionList { sessions: found.iter().map(header).collect() }))
+    }
+
+    async fn read_session(
+        &self,
+        request: Request<v1::ReadSessionRequest>,
+    ) -> Result<Response<v1::SessionTranscript>, Status> {
+        check(&request, Operation::ReadSession, None, Some(&request.get_ref().session_id))?;
+        let message = request.into_inner();
+        valid_id(&message.session_id, "session_id")?;
+        let record = self
+            .shared
+            .sessions
+            .get(&message.session_id)
+            .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(message.session_id.clone())))?;
+        let read = self.shared.sessions.read(&message.session_id)?;
+        let entries = if message.leaf_entry_id.is_empty() {
+            read.entries.clone()
+        } else {
+            read.branch(&message.leaf_entry_id).map_err(crate::sessions::SessionError::from)?
+        };
+        Ok(Response::new(v1::SessionTranscript {
+            header: Some(header(&record)),
+            entries: entries.iter().filter_map(entry).collect(),
+            problems: read.corrupt.iter().map(|c| format!("line {}: {}", c.line, c.reason)).collect(),
+        }))
+    }
+
+    async fn new_session(
+        &self,
+        request: Request<v1::NewSessionRequest>,
+    ) -> Result<Response<v1::SessionHeader>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        check(&request, Operation::NewSession, context.as_ref(), None)?;
+        let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
+        let message = request.into_inner();
+        let title = (!message.title.trim().is_empty()).then(|| message.title.trim().to_string());
+        let record = self.shared.sessions.create(&context, &context.id, title)?;
+        crate::orchestrator::prewarm(&self.shared, &record);
+        Ok(Response::new(header(&record)))
+    }
+
+    async fn resume_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::SessionHeader>, Status> {
+        check(&request, Operation::ResumeSession, None, Some(&request.get_ref().session_id))?;
+        let id = request.into_inner().session_id;
+        valid_id(&id, "session_id")?;
+        let record = self.shared.sessions.set_status(&id, crate::sessions::SessionStatus::Active)?;
+        crate::orchestrator::prewarm(&self.shared, &record);
+        tracing::info!(session = %id, "session resumed");
+        Ok(Response::new(header(&record)))
+    }
+
+    async fn fork_session(
+        &self,
+        request: Request<v1::ForkSessionRequest>,
+    ) -> Result<Response<v1::SessionHeader>, Status> {
+        check(&request, Operation::ForkSession, None, Some(&request.get_ref().session_id))?;
+        let message = request.into_inner();
+        valid_id(&message.session_id, "session_id")?;
+        let entry = if message.entry_id.is_empty() {
+            self.shared
+                .sessions
+                .get(&message.session_id)
+                .and_then(|record| record.leaf)
+                .unwrap_or_else(|| message.session_id.clone())
+        } else {
+            message.entry_id
+        };
+        let record = self.shared.sessions.fork(&message.session_id, &entry)?;
+        Ok(Response::new(header(&record)))
+    }
+
+    async fn archive_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
+        check(&request, Operation::ArchiveSession, None, Some(&request.get_ref().session_id))?;
+        let id = request.into_inner().session_id;
+        valid_id(&id, "session_id")?;
+        crate::orchestrator::archive(&self.shared, &id).await?;
+        tracing::info!(session = %id, "session archived on request");
+        Ok(Response::new(v1::Ack { message: format!("session {id} archived") }))
+    }
+
+    async fn compact_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
+        check(&request, Operation::CompactSession, None, Some(&request.get_ref().session_id))?;
+        let id = request.into_inner().session_id;
+        valid_id(&id, "session_id")?;
+        let entry = crate::orchestrator::compact(&self.shared, &id).await?;
+        Ok(Response::new(v1::Ack { message: format!("session {id} compacted into entry {entry}") }))
+    }
+
+    async fn switch_model(&self, request: Request<v1::SwitchModelRequest>) -> Result<Response<v1::Ack>, Status> {
+        check(&request, Operation::SwitchModel, None, Some(&request.get_ref().session_id))?;
+        let message = request.into_inner();
+        valid_id(&message.session_id, "session_id")?;
+        let valid = !message.model.is_empty()
+            && message.model.len() <= 200
+            && message.model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c));
+        if !valid {
+            return Err(Status::invalid_argument(format!(
+                "model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
+                message.model.escape_debug()
+            )));
+        }
+        let record = self
+            .shared
+            .sessions
+            .get(&message.session_id)
+            .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(message.session_id.clone())))?;
+        let previous = record
+            .model
+            .unwrap_or_else(|| self.shared.loaded.config.agents.settings(crate::auth::Role::Assistant).model.0);
+        self.shared.sessions.append(
+            &message.session_id,
+            None,
+            crate::sessions::NewEntry::ModelChange { previous: previous.clone(), new: message.model.clone() },
+        )?;
+        self.shared.sessions.set_model(&message.session_id, &message.model)?;
+        Ok(Response::new(v1::Ack {
+            message: format!("session {} now uses {} (was {previous})", message.session_id, message.model),
+        }))
     }
 }

@@ -10,7 +10,7 @@ pub mod terminal;
 
 use std::path::{Path, PathBuf};
 
-use baaaht_proto::client::{self, ConnectError, ConnectOptions, Orchestrator};
+use baaaht_proto::client::{self, Client, ConnectError, ConnectOptions};
 
 /// The host socket below a data dir.
 const SOCKET_IN_DATA_DIR: &str = "data/ipc/orchestrator.sock";
@@ -96,7 +96,7 @@ impl CliError {
 }
 
 /// Connects to the daemon at `socket`, once, without retrying.
-pub async fn connect(socket: &Path) -> Result<Orchestrator, CliError> {
+pub async fn connect(socket: &Path) -> Result<Client, CliError> {
     client::connect(socket, ConnectOptions::default()).await.map_err(|error| match error {
         ConnectError::NotRunning { path } => CliError::NotRunning { path },
         ConnectError::PermissionDenied { path } => CliError::SocketPermission { path },

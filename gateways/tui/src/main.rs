@@ -191,6 +191,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Status { json } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             let response = client
+                .system
                 .get_status(v1::StatusRequest {})
                 .await
                 .map_err(|status| CliError::from_status(status, &socket))?
@@ -213,6 +214,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 session_id: session.unwrap_or_default(),
             };
             let response = client
+                .system
                 .run_self_test(request)
                 .await
                 .map_err(|status| CliError::from_status(status, &socket))?
@@ -243,11 +245,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     }
 }
 
-async fn chat(
-    client: &mut baaaht_proto::client::Orchestrator,
-    socket: &std::path::Path,
-    chat: Chat,
-) -> Result<(), CliError> {
+async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Path, chat: Chat) -> Result<(), CliError> {
     use baaaht_cli::chat::{show, Ending};
     let env = |key: &str| std::env::var(key).ok();
     let in_group = chat.group.is_some();
@@ -261,6 +259,7 @@ async fn chat(
     let status = |status| CliError::from_status(status, socket);
     let session = if chat.new {
         let header = client
+            .sessions
             .new_session(v1::NewSessionRequest { context: Some(context.clone()), title: String::new() })
             .await
             .map_err(status)?
@@ -270,6 +269,7 @@ async fn chat(
         chat.session.unwrap_or_default()
     };
     let mut events = client
+        .sessions
         .subscribe_events(v1::EventSubscription {
             context: Some(context.clone()),
             session_id: session.clone(),
@@ -286,7 +286,7 @@ async fn chat(
         content: chat.prompt,
         ..v1::UserMessage::default()
     };
-    let sent = client.send_user_message(message).await.map_err(status)?.into_inner();
+    let sent = client.sessions.send_user_message(message).await.map_err(status)?.into_inner();
     let (mut out, mut note) = (std::io::stdout(), std::io::stderr());
     // Something moves on a terminal until the first token: the model may take a while.
     let mut spinner = std::io::IsTerminal::is_terminal(&note).then(baaaht_cli::chat::Spinner::default);
@@ -347,7 +347,7 @@ struct Chat {
 }
 
 async fn sessions(
-    client: &mut baaaht_proto::client::Orchestrator,
+    client: &mut baaaht_proto::client::Client,
     socket: &std::path::Path,
     command: SessionsCommand,
 ) -> Result<(), CliError> {
@@ -363,7 +363,7 @@ async fn sessions(
                 status: state.unwrap_or_default(),
                 ..v1::SessionFilter::default()
             };
-            let list = client.list_sessions(filter).await.map_err(status)?.into_inner();
+            let list = client.sessions.list_sessions(filter).await.map_err(status)?.into_inner();
             if json {
                 let rows: Vec<serde_json::Value> = list
                     .sessions
@@ -380,40 +380,47 @@ async fn sessions(
         }
         SessionsCommand::Show { id, leaf } => {
             let request = v1::ReadSessionRequest { session_id: id, leaf_entry_id: leaf.unwrap_or_default() };
-            let transcript = client.read_session(request).await.map_err(status)?.into_inner();
+            let transcript = client.sessions.read_session(request).await.map_err(status)?.into_inner();
             print!("{}", clean(&baaaht_cli::chat::transcript_text(&transcript)));
         }
         SessionsCommand::New { user, group, title } => {
             let context = baaaht_cli::chat::context(user, group, env);
             let request = v1::NewSessionRequest { context: Some(context), title: title.unwrap_or_default() };
-            println!("{}", clean(&header_line(&client.new_session(request).await.map_err(status)?.into_inner())));
+            println!(
+                "{}",
+                clean(&header_line(&client.sessions.new_session(request).await.map_err(status)?.into_inner()))
+            );
         }
         SessionsCommand::Resume { id } => {
-            let header = client.resume_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner();
+            let header =
+                client.sessions.resume_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner();
             println!("{}", clean(&header_line(&header)));
         }
         SessionsCommand::Fork { id, entry } => {
             let request = v1::ForkSessionRequest { session_id: id, entry_id: entry.unwrap_or_default() };
-            println!("{}", clean(&header_line(&client.fork_session(request).await.map_err(status)?.into_inner())));
+            println!(
+                "{}",
+                clean(&header_line(&client.sessions.fork_session(request).await.map_err(status)?.into_inner()))
+            );
         }
         SessionsCommand::Archive { id } => {
-            let archived = client.archive_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
+            let archived = client.sessions.archive_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
             println!("{}", clean(&archived.into_inner().message));
         }
         SessionsCommand::Compact { id } => {
-            let compacted = client.compact_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
+            let compacted = client.sessions.compact_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
             println!("{}", clean(&compacted.into_inner().message));
         }
         SessionsCommand::Model { id, model } => {
             let request = v1::SwitchModelRequest { session_id: id, model };
-            println!("{}", clean(&client.switch_model(request).await.map_err(status)?.into_inner().message));
+            println!("{}", clean(&client.sessions.switch_model(request).await.map_err(status)?.into_inner().message));
         }
     }
     Ok(())
 }
 
 async fn skills(
-    client: &mut baaaht_proto::client::Orchestrator,
+    client: &mut baaaht_proto::client::Client,
     socket: &std::path::Path,
     command: SkillsCommand,
 ) -> Result<(), CliError> {
@@ -423,6 +430,7 @@ async fn skills(
         SkillsCommand::List { user, group } => {
             let context = baaaht_cli::chat::context(user, group, env);
             let manifest = client
+                .skills
                 .get_skill_manifest(v1::SkillManifestRequest { context: Some(context) })
                 .await
                 .map_err(status)?
@@ -436,12 +444,12 @@ async fn skills(
             let context = baaaht_cli::chat::context(user, group, env);
             let request =
                 v1::SkillContentRequest { context: Some(context), skill: name, path: file.unwrap_or_default() };
-            print!("{}", clean(&client.get_skill_content(request).await.map_err(status)?.into_inner().content));
+            print!("{}", clean(&client.skills.get_skill_content(request).await.map_err(status)?.into_inner().content));
         }
         SkillsCommand::Install { source, path, git_ref, replace, user, group } => {
             let context = baaaht_cli::chat::context(user, group, env);
             let request = v1::InstallSkillRequest { context: Some(context), source, path, git_ref, replace };
-            let installed = client.install_skill(request).await.map_err(status)?.into_inner();
+            let installed = client.skills.install_skill(request).await.map_err(status)?.into_inner();
             let commit: String = installed.commit.chars().take(12).collect();
             let line = format!(
                 "installed {} into {} (commit {commit}): {}",

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_proto::client::Orchestrator;
+use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::FakeProvider;
 use baaaht_tests::scenario::{self, message, user};
@@ -18,8 +18,9 @@ use baaaht_tests::{DaemonOptions, TestDaemon};
 use crate::{header, Row};
 
 /// (delegation started → finished, message sent → reply), in ms, of one turn.
-async fn turn(client: &mut Orchestrator, session: &str) -> Result<(f64, f64)> {
+async fn turn(client: &mut Client, session: &str) -> Result<(f64, f64)> {
     let mut events = client
+        .sessions
         .subscribe_events(v1::EventSubscription {
             context: Some(user("bench")),
             session_id: session.into(),
@@ -30,7 +31,7 @@ async fn turn(client: &mut Orchestrator, session: &str) -> Result<(f64, f64)> {
     let mut sent_message = message(user("bench"), "bench", "Ask the worker.");
     sent_message.session_id = session.into();
     let sent_at = Instant::now();
-    let sent = client.send_user_message(sent_message).await?.into_inner();
+    let sent = client.sessions.send_user_message(sent_message).await?.into_inner();
     let mut started = None;
     let mut delegation = None;
     loop {
@@ -57,9 +58,9 @@ async fn turn(client: &mut Orchestrator, session: &str) -> Result<(f64, f64)> {
     Ok((delegation.context("no delegation events")?, whole))
 }
 
-async fn new_session(client: &mut Orchestrator) -> Result<String> {
+async fn new_session(client: &mut Client) -> Result<String> {
     let request = v1::NewSessionRequest { context: Some(user("bench")), title: String::new() };
-    Ok(client.new_session(request).await?.into_inner().id)
+    Ok(client.sessions.new_session(request).await?.into_inner().id)
 }
 
 /// Resident memory (MiB) of every `baaaht-agent agent` process on this machine.
@@ -123,7 +124,7 @@ pub(crate) fn run(runs: usize, sessions: usize) -> Result<()> {
             rows[2].values.push(delegation);
             rows[3].values.push(whole);
             // Cold runs must not pile up: the archived session's agents go at once.
-            client.archive_session(v1::SessionRef { session_id: session }).await?;
+            client.sessions.archive_session(v1::SessionRef { session_id: session }).await?;
         }
         anyhow::Ok(())
     })?;

@@ -169,7 +169,7 @@ async fn stream_once(path: Path, setup: &Setup, expected: usize) -> Result<Strea
         Path::Daemon => {
             let options = ConnectOptions { token: Some(setup.token.clone()), ..ConnectOptions::default() };
             let mut agent = client::connect(&setup.agent_socket, options).await?;
-            let mut events = agent.stream_llm(proto_request("anthropic/fake-model")).await?.into_inner();
+            let mut events = agent.agents.stream_llm(proto_request("anthropic/fake-model")).await?.into_inner();
             while let Some(event) = events.message().await? {
                 if let Some(v1::llm_event::Event::TextDelta(delta)) = event.event {
                     note(&mut latencies, &delta.text);

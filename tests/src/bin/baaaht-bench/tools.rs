@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_proto::client::{self, Orchestrator};
+use baaaht_proto::client::{self, Client};
 use baaaht_proto::v1;
 use baaaht_tests::{DaemonOptions, LingeringAgent, TestDaemon};
 
@@ -15,7 +15,7 @@ use crate::{header, Row};
 /// A daemon with a lingering coder container whose credentials the bench calls with.
 struct Agent {
     daemon: TestDaemon,
-    client: Orchestrator,
+    client: Client,
     _coder: LingeringAgent,
 }
 
@@ -34,9 +34,10 @@ fn request(tool: &str, params: serde_json::Value) -> v1::ToolRequest {
 }
 
 /// One read_file call: (daemon in → out, client round trip), in ms.
-async fn read_once(client: &mut Orchestrator) -> Result<(f64, f64)> {
+async fn read_once(client: &mut Client) -> Result<(f64, f64)> {
     let started = Instant::now();
-    let response = client.request_tool_execution(request("read_file", serde_json::json!({"path": "kib.txt"}))).await?;
+    let response =
+        client.agents.request_tool_execution(request("read_file", serde_json::json!({"path": "kib.txt"}))).await?;
     let round_trip = started.elapsed().as_secs_f64() * 1e3;
     let response = response.into_inner();
     if response.is_error {
@@ -71,6 +72,7 @@ pub(crate) fn run(warm_calls: usize, cold_calls: usize) -> Result<()> {
         for agent in [&mut warm, &mut cold] {
             let wrote = agent
                 .client
+                .agents
                 .request_tool_execution(request("write_file", serde_json::json!({"path": "kib.txt", "content": kib})))
                 .await?;
             if wrote.get_ref().is_error {

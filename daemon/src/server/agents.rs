@@ -1,0 +1,180 @@
+//! The `Agents` service: what agent containers and tool runners call, each on its own socket
+//! (registration, turns, delegation, tools, web egress, the LLM proxy).
+
+use super::*;
+use super::{llm, tools};
+
+/// The `Agents` service.
+#[derive(Debug, Clone)]
+pub(super) struct AgentsService {
+    pub(super) shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl v1::agents_server::Agents for AgentsService {
+    async fn register_agent(
+        &self,
+        request: Request<v1::AgentRegistration>,
+    ) -> Result<Response<v1::AgentConfig>, Status> {
+        let caller = check(&request, Operation::RegisterAgent, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("RegisterAgent is for agent containers"));
+        };
+        tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
+        Ok(Response::new(crate::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity))))
+    }
+
+    type TakeTurnsStream = BoxStream<v1::AgentTurn>;
+
+    async fn take_turns(
+        &self,
+        request: Request<tonic::Streaming<v1::AgentReport>>,
+    ) -> Result<Response<Self::TakeTurnsStream>, Status> {
+        let caller = check(&request, Operation::TakeTurns, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("TakeTurns is for agent containers"));
+        };
+        let turns = self.shared.agents.attach(&identity, request.into_inner());
+        let turns = tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(turns), Ok);
+        Ok(Response::new(until_shutdown(&self.shared, turns)))
+    }
+
+    async fn report_status(&self, request: Request<v1::AgentStatus>) -> Result<Response<v1::Ack>, Status> {
+        let caller = check(&request, Operation::ReportStatus, None, None)?;
+        let status = request.into_inner();
+        if let Caller::Container(identity) = caller {
+            tracing::info!(container = %identity.name, state = %status.state, message = %status.message, "agent status");
+        }
+        Ok(Response::new(v1::Ack { message: "noted".into() }))
+    }
+
+    async fn send_message(&self, request: Request<v1::OutboundMessage>) -> Result<Response<v1::Ack>, Status> {
+        let context = context_of(request.get_ref().target_context.as_ref(), "target_context")?;
+        let caller = check(&request, Operation::SendMessage, context.as_ref(), None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("SendMessage is for Worker and Heartbeat containers"));
+        };
+        let message = request.into_inner();
+        if message.content.trim().is_empty() {
+            return Err(Status::invalid_argument("content: the message is empty"));
+        }
+        let live = self.shared.agents.live(&identity.name);
+        let event = v1::OrchestratorEvent {
+            session_id: identity.session_id.clone(),
+            turn_id: live.as_ref().map(|live| live.user_turn.clone()).unwrap_or_default(),
+            correlation_id: live.map(|live| live.correlation_id).unwrap_or_default(),
+            event: Some(v1::orchestrator_event::Event::Message(v1::OutboundMessage {
+                target_context: Some(context_ref(&identity.context)),
+                ..message
+            })),
+        };
+        let reached = self.shared.events.publish(&identity.context, event);
+        Ok(Response::new(v1::Ack { message: format!("sent to {reached} channel(s)") }))
+    }
+
+    async fn delegate_to_agent(
+        &self,
+        request: Request<v1::DelegateRequest>,
+    ) -> Result<Response<v1::DelegateResponse>, Status> {
+        let caller = check(&request, Operation::DelegateToAgent, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("DelegateToAgent is for Assistant containers"));
+        };
+        let response = crate::orchestrator::delegate(&self.shared, &identity, request.into_inner()).await?;
+        Ok(Response::new(response))
+    }
+
+    async fn request_tool_execution(
+        &self,
+        request: Request<v1::ToolRequest>,
+    ) -> Result<Response<v1::ToolResponse>, Status> {
+        let caller = check(&request, Operation::RequestToolExecution, None, None)?;
+        tools::request(&self.shared, caller, request).await
+    }
+
+    type ServeToolsStream = BoxStream<v1::ToolCall>;
+
+    async fn serve_tools(
+        &self,
+        request: Request<tonic::Streaming<v1::RunnerMessage>>,
+    ) -> Result<Response<Self::ServeToolsStream>, Status> {
+        let caller = check(&request, Operation::ServeTools, None, None)?;
+        let calls = tools::serve(&self.shared, caller, request)?.into_inner();
+        Ok(Response::new(until_shutdown(&self.shared, calls)))
+    }
+
+    async fn proxy_web_request(
+        &self,
+        request: Request<v1::WebProxyRequest>,
+    ) -> Result<Response<v1::WebProxyResponse>, Status> {
+        let caller = check(&request, Operation::ProxyWebRequest, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("ProxyWebRequest is for tool containers"));
+        };
+        let message = request.into_inner();
+        if !message.search_query.is_empty() {
+            use crate::egress::search::{self, SearchError};
+            let count = if message.search_count == 0 { 5 } else { message.search_count as usize };
+            let web = &self.shared.web;
+            let found = search::search(web, &self.shared.search, &identity.session_id, &message.search_query, count)
+                .await
+                .map_err(|error| match error {
+                    SearchError::NoBackend | SearchError::NoSearxngUrl | SearchError::NoBraveKey(_) => {
+                        Status::failed_precondition(error.to_string())
+                    }
+                    other => Status::unavailable(baaaht_proto::error_chain(&other)),
+                })?;
+            let body = serde_json::to_vec(&found).map_err(|error| Status::internal(error.to_string()))?;
+            return Ok(Response::new(v1::WebProxyResponse {
+                status: 200,
+                headers: [("content-type".to_string(), "application/json".to_string())].into_iter().collect(),
+                body,
+                final_url: String::new(),
+                truncated: false,
+            }));
+        }
+        let fetch = crate::egress::proxy::FetchRequest {
+            session: identity.session_id.clone(),
+            method: message.method,
+            url: message.url,
+            headers: message.headers.into_iter().collect(),
+            body: message.body,
+        };
+        let response = self.shared.web.fetch(fetch).await.map_err(|error| {
+            use crate::egress::proxy::ProxyError;
+            let text = error.to_string();
+            match error {
+                ProxyError::Refused { .. } | ProxyError::MetadataName { .. } => Status::permission_denied(text),
+                ProxyError::BadUrl { .. } => Status::invalid_argument(text),
+                ProxyError::RateLimited { .. } => Status::resource_exhausted(text),
+                ProxyError::Timeout { .. } => Status::deadline_exceeded(text),
+                ProxyError::TooManyRedirects { .. } => Status::failed_precondition(text),
+                _ => Status::unavailable(baaaht_proto::error_chain(&error)),
+            }
+        })?;
+        let mut headers = std::collections::HashMap::<String, String>::new();
+        for (name, value) in response.headers {
+            headers
+                .entry(name)
+                .and_modify(|joined| {
+                    joined.push_str(", ");
+                    joined.push_str(&value);
+                })
+                .or_insert(value);
+        }
+        Ok(Response::new(v1::WebProxyResponse {
+            status: u32::from(response.status),
+            headers,
+            body: response.body,
+            final_url: response.final_url,
+            truncated: response.truncated,
+        }))
+    }
+
+    type StreamLLMStream = BoxStream<v1::LlmEvent>;
+
+    async fn stream_llm(&self, request: Request<v1::LlmRequest>) -> Result<Response<Self::StreamLLMStream>, Status> {
+        let caller = check(&request, Operation::StreamLlm, None, None)?;
+        llm::stream(&self.shared, caller, request).await
+    }
+}

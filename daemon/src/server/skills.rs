@@ -1,0 +1,91 @@
+//! The `Skills` service: the manifest and files of the skills a context sees, and installation.
+
+use super::*;
+
+/// The `Skills` service.
+#[derive(Debug, Clone)]
+pub(super) struct SkillsService {
+    pub(super) shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl v1::skills_server::Skills for SkillsService {
+    async fn get_skill_manifest(
+        &self,
+        request: Request<v1::SkillManifestRequest>,
+    ) -> Result<Response<v1::SkillManifest>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&request, Operation::GetSkillManifest, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        let skills = crate::skills::manifest(
+            self.shared.data_dir.root(),
+            &self.shared.loaded.config.skills.directories,
+            &context,
+        );
+        Ok(Response::new(v1::SkillManifest { skills: skills.iter().map(crate::convert::skill_summary).collect() }))
+    }
+
+    async fn get_skill_content(
+        &self,
+        request: Request<v1::SkillContentRequest>,
+    ) -> Result<Response<v1::SkillContent>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&request, Operation::GetSkillContent, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        let message = request.into_inner();
+        let (path, content) = crate::skills::content(
+            self.shared.data_dir.root(),
+            &self.shared.loaded.config.skills.directories,
+            &context,
+            &message.skill,
+            &message.path,
+        )
+        .map_err(|error| {
+            use crate::skills::ContentError;
+            let text = error.to_string();
+            match error {
+                ContentError::NoSkill(_) | ContentError::NotFound(_) => Status::not_found(text),
+                ContentError::Refused { .. } => Status::permission_denied(text),
+                ContentError::TooLarge { .. } => Status::failed_precondition(text),
+                ContentError::Io { .. } => Status::internal(text),
+            }
+        })?;
+        Ok(Response::new(v1::SkillContent { skill: message.skill, path, content }))
+    }
+
+    async fn install_skill(
+        &self,
+        request: Request<v1::InstallSkillRequest>,
+    ) -> Result<Response<v1::InstallSkillResponse>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        check(&request, Operation::InstallSkill, context.as_ref(), None)?;
+        let context =
+            context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?;
+        let message = request.into_inner();
+        let install = crate::skills::install::InstallRequest {
+            context,
+            source: message.source,
+            path: message.path,
+            git_ref: message.git_ref,
+            replace: message.replace,
+        };
+        let installed = crate::skills::install::install(self.shared.data_dir.root(), &self.shared.containers, install)
+            .await
+            .map_err(|error| {
+                use crate::skills::install::InstallError;
+                let text = error.to_string();
+                match error {
+                    InstallError::BadSource(_) | InstallError::BadArgument(_) => Status::invalid_argument(text),
+                    InstallError::Exists { .. } => Status::already_exists(text),
+                    InstallError::Io { .. } => Status::internal(baaaht_proto::error_chain(&error)),
+                    _ => Status::failed_precondition(text),
+                }
+            })?;
+        Ok(Response::new(v1::InstallSkillResponse {
+            name: installed.name,
+            description: installed.description,
+            installed_to: installed.installed_to,
+            commit: installed.commit,
+        }))
+    }
+}
