@@ -7,6 +7,7 @@
 
 pub mod agents;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod container;
 pub mod convert;
@@ -21,6 +22,7 @@ pub mod metrics;
 pub mod orchestrator;
 pub mod policy;
 pub mod secrets;
+pub mod selftest;
 pub mod server;
 pub mod sessions;
 pub mod setup;

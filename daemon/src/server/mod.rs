@@ -21,7 +21,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{authorize, AuthError, Caller, Context, Operation, Target};
-use crate::container::manager::{ContainerError, RunRequest, BINARIES_MOUNT};
+use crate::container::manager::ContainerError;
 use crate::container::EngineStatus;
 use crate::Shared;
 

@@ -23,24 +23,27 @@ impl v1::system_server::System for SystemService {
         check(&request, Operation::RunSelfTest, None, None)?;
         let message = request.into_inner();
         let role = role_of(message.role)?.unwrap_or(crate::auth::Role::Tool);
-        let mut command = vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "self-test".into()];
-        if !message.probe_address.is_empty() {
-            let address: std::net::SocketAddr = message.probe_address.parse().map_err(|_unparsable| {
-                Status::invalid_argument(format!("probe_address `{}` is not IP:PORT", message.probe_address))
-            })?;
-            command.extend(["--probe".into(), address.to_string()]);
-        }
-        if !message.llm_model.is_empty() {
-            let valid = message.llm_model.len() <= 200
-                && message.llm_model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c));
-            if !valid {
-                return Err(Status::invalid_argument(format!(
-                    "llm_model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
-                    message.llm_model.escape_debug()
-                )));
+        let probe =
+            match message.probe_address.as_str() {
+                "" => None,
+                text => Some(text.parse::<std::net::SocketAddr>().map_err(|_unparsable| {
+                    Status::invalid_argument(format!("probe_address `{text}` is not IP:PORT"))
+                })?),
+            };
+        let llm_model = match message.llm_model.as_str() {
+            "" => None,
+            model => {
+                let valid =
+                    model.len() <= 200 && model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c));
+                if !valid {
+                    return Err(Status::invalid_argument(format!(
+                        "llm_model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
+                        model.escape_debug()
+                    )));
+                }
+                Some(model.to_string())
             }
-            command.extend(["--llm".into(), message.llm_model.clone()]);
-        }
+        };
         let session = if message.session_id.is_empty() { "self-test".to_string() } else { message.session_id.clone() };
         if !crate::auth::is_valid_context_id(&session) {
             return Err(Status::invalid_argument(format!(
@@ -48,47 +51,16 @@ impl v1::system_server::System for SystemService {
                 session.escape_debug()
             )));
         }
-        let linger = message.linger_seconds.min(600);
-        command.extend(["--linger".into(), linger.to_string()]);
-        let run = RunRequest {
-            role,
-            session_id: session,
-            context: Context::user("baaaht-self-test"),
-            command,
-            mounts: vec![],
-            env: vec![],
-            timeout: std::time::Duration::from_secs(u64::from(linger) + 60),
-            daemon_socket: true,
-            working_dir: None,
-            image: None,
-        };
-        let outcome = self.shared.containers.run(run).await.map_err(|error| {
-            tracing::warn!(error = %baaaht_proto::error_chain(&error), "self-test container failed");
-            Status::from(error)
-        })?;
-        let stdout = String::from_utf8_lossy(&outcome.output.stdout);
-        let report_json = stdout.lines().find(|line| line.starts_with('{')).unwrap_or("").to_string();
-        let mut problems = match serde_json::from_str::<baaaht_proto::selftest::SelfTestReport>(&report_json) {
-            Ok(report) => {
-                let mut problems = report.problems;
-                if !report.daemon_socket {
-                    problems.push("the container could not reach its daemon socket".into());
-                }
-                problems
-            }
-            Err(error) => vec![format!("no self-test report ({error}); the container {}", outcome.status)],
-        };
-        if !matches!(outcome.status, crate::container::manager::RunStatus::Exited(0 | 3)) {
-            problems.push(format!("the self-test container {}", outcome.status));
-        }
+        let test = crate::selftest::SelfTest { role, probe, llm_model, session, linger: message.linger_seconds };
+        let outcome = crate::selftest::run(&self.shared.containers, test).await?;
         Ok(Response::new(v1::SelfTestResponse {
-            ok: problems.is_empty(),
-            problems,
-            report_json,
-            container: outcome.name.clone(),
+            ok: outcome.problems.is_empty(),
+            problems: outcome.problems,
+            report_json: outcome.report_json,
+            container: outcome.container,
             status: outcome.status.to_string(),
             duration_ms: outcome.duration.as_millis() as u64,
-            stderr_tail: outcome.stderr_tail(5),
+            stderr_tail: outcome.stderr_tail,
         }))
     }
 }

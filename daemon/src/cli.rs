@@ -1,0 +1,307 @@
+//! `baaahtd`'s command line: the arguments, and what each command does (serve, config check,
+//! images, secrets, setup). `main.rs` parses, calls [`run`] and maps a [`Failure`] to an exit
+//! code; nothing here exits.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{self, ConfigPaths};
+use crate::datadir::DataDir;
+use crate::DaemonError;
+
+#[derive(Debug, Parser)]
+#[command(name = "baaahtd", version)]
+pub struct Cli {
+    /// Data directory [default: $STATE_DIRECTORY, else ~/.local/share/baaaht]
+    #[arg(long, env = "BAAAHT_DATA", global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Read this config.yaml instead of the data dir's config/config.yaml
+    #[arg(long, env = "BAAAHT_CONFIG", global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve in the foreground (the default)
+    Serve,
+    /// Work with the configuration
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Work with the container images
+    Images {
+        #[command(subcommand)]
+        command: ImagesCommand,
+    },
+    /// Work with the encrypted secrets store (config/secrets.enc)
+    Secrets {
+        #[command(subcommand)]
+        command: SecretsCommand,
+    },
+    /// Set up a model provider: asks on a terminal, or takes flags (providers.yaml, the key in
+    /// the secrets store, agents.default_model)
+    Setup(SetupArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SetupArgs {
+    /// Ask nothing; what the flags leave open is an error
+    #[arg(long)]
+    non_interactive: bool,
+    /// anthropic, openai, openrouter, groq, deepseek, xai, mistral, ollama, llamacpp or custom
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+    /// The provider's API address (custom: required), e.g. http://127.0.0.1:8000/v1
+    #[arg(long, value_name = "URL")]
+    api_base: Option<String>,
+    /// The model, without the provider (default: the server's first, or the provider's usual one)
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// Read the API key from this environment variable
+    #[arg(long, value_name = "VARIABLE")]
+    api_key_env: Option<String>,
+    /// Write config/passphrase (0600) so the daemon opens the secrets store at start
+    #[arg(long)]
+    passphrase_file: bool,
+    /// Do not send the one check request
+    #[arg(long)]
+    no_probe: bool,
+    /// Replace changed files without asking (the old ones are kept as *.before-setup)
+    #[arg(long)]
+    yes: bool,
+    /// Only say whether the assistant's model can be used now (exit 0) or not (exit 1)
+    #[arg(long, conflicts_with_all = ["provider", "api_base", "model", "api_key_env", "yes"])]
+    check: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Store a secret; its value is read from standard input (never from the command line)
+    Set {
+        /// e.g. ANTHROPIC_API_KEY, referenced as ${ANTHROPIC_API_KEY} in providers.yaml
+        name: String,
+    },
+    /// List the names of the stored secrets (never their values)
+    List,
+    /// Remove a secret
+    Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImagesCommand {
+    /// Build the base image if it is missing (from a registry, else with debootstrap)
+    Build,
+    /// Say whether the base image is there
+    Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the configuration and print the effective values, secrets redacted
+    Check,
+}
+
+/// Runs the command `cli` names (serving, by default).
+pub fn run(cli: Cli) -> Result<(), Failure> {
+    let data_dir = DataDir::resolve(cli.data_dir, |key| std::env::var(key).ok()).map_err(DaemonError::from)?;
+    if let Some(Command::Setup(args)) = &cli.command {
+        // Before the configuration loads: setup is how a configuration that does not gets fixed.
+        if !args.check {
+            return setup(args, &data_dir);
+        }
+    }
+    let paths = ConfigPaths {
+        config_file: cli.config,
+        config_dir: data_dir.config_dir(),
+        data_dir: data_dir.root().to_path_buf(),
+    };
+    let loaded = config::load(&paths, std::env::vars()).map_err(DaemonError::from)?;
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Config { command: ConfigCommand::Check } => {
+            print!("{}", config::effective_yaml(&loaded).map_err(Failure::Print)?);
+            eprintln!("baaahtd: configuration is valid");
+            Ok(())
+        }
+        Command::Secrets { command } => secrets(command, &data_dir),
+        Command::Setup(_) => match crate::setup::check(&loaded, &data_dir) {
+            Ok(model) => {
+                eprintln!("baaahtd: the assistant's model {model} is ready");
+                Ok(())
+            }
+            Err(why) => Err(Failure::NotReady(why)),
+        },
+        Command::Images { command } => {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
+            runtime.block_on(images(command, &loaded, &data_dir))
+        }
+        Command::Serve => {
+            crate::telemetry::init(&loaded.config.system);
+            let bound = crate::bind(&data_dir, &loaded)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("baaahtd")
+                .build()
+                .map_err(Failure::Runtime)?;
+            runtime.block_on(async {
+                let shutdown = shutdown_signal().await.map_err(Failure::Runtime)?;
+                crate::run(loaded, data_dir, bound, shutdown).await.map_err(Failure::from)
+            })
+        }
+    }
+}
+
+async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<(), Failure> {
+    use crate::container::{self, docker::DockerRuntime, images, EngineStatus};
+    let engine = container::probe_config(&loaded.config.container).await;
+    let EngineStatus::Ready(info) = &engine.status else {
+        return Err(Failure::Engine(engine.status.degraded_reason().unwrap_or_default()));
+    };
+    let limit = std::time::Duration::from_secs(loaded.config.container.engine_timeout.max(1));
+    let runtime =
+        DockerRuntime::connect(&info.socket, limit).await.map_err(|error| Failure::Engine(error.to_string()))?;
+    let image = &loaded.config.container.image;
+    match command {
+        ImagesCommand::Check => {
+            use crate::container::ContainerRuntime;
+            let present = runtime.image_exists(image).await.map_err(|error| Failure::Engine(error.to_string()))?;
+            if present {
+                println!("{image}: present ({} {})", info.kind.as_str(), info.version);
+                Ok(())
+            } else {
+                Err(Failure::Engine(format!("{image} is missing: run `baaahtd images build`")))
+            }
+        }
+        ImagesCommand::Build => {
+            let work_dir = data_dir.root().join("data/cache");
+            std::fs::create_dir_all(&work_dir).map_err(Failure::Runtime)?;
+            let mut progress = |line: &str| eprintln!("baaahtd: {line}");
+            let built = images::ensure_base(&runtime, image, &work_dir, &mut progress)
+                .await
+                .map_err(|error| Failure::Image(Box::new(error)))?;
+            let how = match built.source {
+                images::BaseSource::AlreadyPresent => "already present",
+                images::BaseSource::Registry => "built from debian:bookworm-slim",
+                images::BaseSource::Debootstrap => "built from debootstrap (no registry)",
+            };
+            println!("{}: {how} in {:.1} s", built.image, built.elapsed.as_secs_f64());
+            Ok(())
+        }
+    }
+}
+
+fn setup(args: &SetupArgs, data_dir: &DataDir) -> Result<(), Failure> {
+    use std::io::IsTerminal;
+    let options = crate::setup::Options {
+        interactive: !args.non_interactive && std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+        provider: args.provider.clone(),
+        api_base: args.api_base.clone(),
+        model: args.model.clone(),
+        api_key_env: args.api_key_env.clone(),
+        passphrase_file: args.passphrase_file,
+        no_probe: args.no_probe,
+        yes: args.yes,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
+    let mut terminal = crate::setup::Terminal;
+    let report = runtime.block_on(crate::setup::run(data_dir, &options, &mut terminal)).map_err(Failure::Setup)?;
+    for path in &report.written {
+        eprintln!("baaahtd: wrote {}", path.display());
+    }
+    eprintln!(
+        "baaahtd: every agent now uses {} (agents.default_model).\n\
+         Start baaaht with `scripts/up` (or `baaahtd`), then: baaaht chat \"hello\"",
+        report.model
+    );
+    Ok(())
+}
+
+fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
+    use crate::secrets::{passphrase_from, SecretStore};
+    use std::io::{IsTerminal, Read};
+    let config_dir = data_dir.config_dir();
+    let store = SecretStore::new(&config_dir);
+    match command {
+        SecretsCommand::Set { name } => {
+            if !crate::secrets::is_valid_name(&name) {
+                return Err(Failure::Secrets(crate::secrets::SecretsError::BadName(name)));
+            }
+            std::fs::create_dir_all(&config_dir).map_err(Failure::Runtime)?;
+            let value = if std::io::stdin().is_terminal() {
+                rpassword::prompt_password(format!("value of {name}: ")).map_err(Failure::Runtime)?
+            } else {
+                let mut value = String::new();
+                std::io::stdin().read_to_string(&mut value).map_err(Failure::Runtime)?;
+                value
+            };
+            let mut value = zeroize::Zeroizing::new(value);
+            // `echo value | baaahtd secrets set NAME` adds one newline: it is not part of the value.
+            let trimmed_len = value.trim_end_matches(['\n', '\r']).len();
+            value.truncate(trimmed_len);
+            let passphrase = passphrase_from(&config_dir, !store.exists()).map_err(Failure::Secrets)?;
+            store.set(&passphrase, &name, value).map_err(Failure::Secrets)?;
+            eprintln!("baaahtd: {name} stored in {}", store.path().display());
+            Ok(())
+        }
+        SecretsCommand::List => {
+            if !store.exists() {
+                eprintln!("baaahtd: no secrets yet ({} does not exist)", store.path().display());
+                return Ok(());
+            }
+            let passphrase = passphrase_from(&config_dir, false).map_err(Failure::Secrets)?;
+            for name in store.open(&passphrase).map_err(Failure::Secrets)?.names() {
+                println!("{name}");
+            }
+            Ok(())
+        }
+        SecretsCommand::Rm { name } => {
+            let passphrase = passphrase_from(&config_dir, false).map_err(Failure::Secrets)?;
+            if store.remove(&passphrase, &name).map_err(Failure::Secrets)? {
+                eprintln!("baaahtd: {name} removed");
+                Ok(())
+            } else {
+                Err(Failure::NoSuchSecret(name))
+            }
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!(signal = "SIGTERM", "signal received"),
+            _ = interrupt.recv() => tracing::info!(signal = "SIGINT", "signal received"),
+        }
+    })
+}
+
+/// Why a command failed; `main` maps each to an exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot print the configuration")]
+    Print(#[source] serde_yaml::Error),
+    #[error("{0}")]
+    Engine(String),
+    #[error(transparent)]
+    Image(Box<crate::container::images::ImageError>),
+    #[error(transparent)]
+    Secrets(crate::secrets::SecretsError),
+    #[error("no secret named {0}: `baaahtd secrets list` shows the names")]
+    NoSuchSecret(String),
+    #[error(transparent)]
+    Setup(crate::setup::SetupError),
+    #[error("{0}; run `baaahtd setup`")]
+    NotReady(String),
+}

@@ -1,0 +1,83 @@
+//! The confinement self-test (`baaaht doctor`): `baaaht-agent self-test` in a fresh hardened
+//! container of a role, its report read back with the problems it found and any the run itself
+//! shows (no report, no daemon socket, an unexpected exit).
+
+use std::time::Duration;
+
+use crate::auth::{Context, Role};
+use crate::container::manager::{ContainerError, ContainerManager, RunRequest, RunStatus, BINARIES_MOUNT};
+
+/// What to test.
+#[derive(Debug, Clone)]
+pub struct SelfTest {
+    pub role: Role,
+    /// A host address that must be unreachable from the container.
+    pub probe: Option<std::net::SocketAddr>,
+    /// Also stream a short completion from this model through the daemon.
+    pub llm_model: Option<String>,
+    pub session: String,
+    /// Seconds the container stays after its report (at most 600).
+    pub linger: u32,
+}
+
+/// What the test found.
+#[derive(Debug, Clone)]
+pub struct SelfTestOutcome {
+    pub problems: Vec<String>,
+    pub report_json: String,
+    pub container: String,
+    pub status: RunStatus,
+    pub duration: Duration,
+    pub stderr_tail: String,
+}
+
+/// Runs `test` in a container of the self-test context.
+pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTestOutcome, ContainerError> {
+    let mut command = vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "self-test".into()];
+    if let Some(address) = test.probe {
+        command.extend(["--probe".into(), address.to_string()]);
+    }
+    if let Some(model) = &test.llm_model {
+        command.extend(["--llm".into(), model.clone()]);
+    }
+    let linger = test.linger.min(600);
+    command.extend(["--linger".into(), linger.to_string()]);
+    let run = RunRequest {
+        role: test.role,
+        session_id: test.session,
+        context: Context::user("baaaht-self-test"),
+        command,
+        mounts: vec![],
+        env: vec![],
+        timeout: Duration::from_secs(u64::from(linger) + 60),
+        daemon_socket: true,
+        working_dir: None,
+        image: None,
+    };
+    let outcome = containers.run(run).await.inspect_err(|error| {
+        tracing::warn!(error = %baaaht_proto::error_chain(error), "self-test container failed");
+    })?;
+    let stdout = String::from_utf8_lossy(&outcome.output.stdout);
+    let report_json = stdout.lines().find(|line| line.starts_with('{')).unwrap_or("").to_string();
+    let mut problems = match serde_json::from_str::<baaaht_proto::selftest::SelfTestReport>(&report_json) {
+        Ok(report) => {
+            let mut problems = report.problems;
+            if !report.daemon_socket {
+                problems.push("the container could not reach its daemon socket".into());
+            }
+            problems
+        }
+        Err(error) => vec![format!("no self-test report ({error}); the container {}", outcome.status)],
+    };
+    if !matches!(outcome.status, RunStatus::Exited(0 | 3)) {
+        problems.push(format!("the self-test container {}", outcome.status));
+    }
+    Ok(SelfTestOutcome {
+        problems,
+        report_json,
+        container: outcome.name.clone(),
+        status: outcome.status,
+        duration: outcome.duration,
+        stderr_tail: outcome.stderr_tail(5),
+    })
+}
