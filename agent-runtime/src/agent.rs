@@ -14,6 +14,14 @@ use baaaht_proto::v1;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+/// Why a model call gave no answer.
+#[derive(Debug)]
+enum Failed {
+    /// The daemon refused it (a budget limit), with a sentence for the user.
+    Refused(String),
+    Other(String),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("{} is not set: the daemon starts agents with their token", baaaht_proto::CONTAINER_TOKEN_ENV)]
@@ -214,7 +222,16 @@ impl Agent {
             };
             let answer = match self.complete(request, &turn.correlation_id).await {
                 Ok(answer) => answer,
-                Err(message) => {
+                Err(Failed::Refused(sentence)) => {
+                    return v1::TurnResult {
+                        content: sentence,
+                        is_error: true,
+                        refused: true,
+                        steps: step,
+                        ..Default::default()
+                    }
+                }
+                Err(Failed::Other(message)) => {
                     return v1::TurnResult { content: message, is_error: true, steps: step, ..Default::default() }
                 }
             };
@@ -262,13 +279,17 @@ impl Agent {
     }
 
     /// Streams one model answer.
-    async fn complete(&self, request: v1::LlmRequest, correlation: &str) -> Result<Answer, String> {
+    async fn complete(&self, request: v1::LlmRequest, correlation: &str) -> Result<Answer, Failed> {
         let mut client = self.client.clone();
         let mut events = client
             .agents
             .stream_llm(with_correlation(request, correlation))
             .await
-            .map_err(|status| format!("the model could not be asked: {}", status.message()))?
+            .map_err(|status| match status.code() {
+                // A budget limit: the daemon's sentence is for the user as it is.
+                tonic::Code::ResourceExhausted => Failed::Refused(status.message().to_string()),
+                _ => Failed::Other(format!("the model could not be asked: {}", status.message())),
+            })?
             .into_inner();
         let mut answer = Answer::default();
         let mut stopped = false;
@@ -278,7 +299,9 @@ impl Agent {
             let event = match events.message().await {
                 Ok(Some(event)) => event,
                 Ok(None) => break,
-                Err(status) => return Err(format!("the model's answer broke off: {}", status.message())),
+                Err(status) => {
+                    return Err(Failed::Other(format!("the model's answer broke off: {}", status.message())))
+                }
             };
             use v1::llm_event::Event;
             match event.event {
@@ -298,13 +321,13 @@ impl Agent {
                 }
                 Some(Event::MessageStop(_)) => stopped = true,
                 Some(Event::Error(error)) => {
-                    return Err(format!("the model failed ({}): {}", error.kind, error.message));
+                    return Err(Failed::Other(format!("the model failed ({}): {}", error.kind, error.message)));
                 }
                 _ => {}
             }
         }
         if !stopped {
-            return Err("the model's answer ended without its stop event".into());
+            return Err(Failed::Other("the model's answer ended without its stop event".into()));
         }
         answer.calls = by_index.into_values().collect();
         answer.thinking = thinking.into_values().collect();

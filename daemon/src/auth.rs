@@ -1,9 +1,13 @@
-//! Who is calling, and what they may do.
+//! Who is calling, and what they may do (DESIGN.md §9.1, spec §17.3).
 //!
-//! Host clients (CLI, TUI, gateways) are identified by their socket peer credentials; containers
-//! by the socket they connect on (each container gets its own, see `server::listeners`) *and* a
-//! bearer token that must match that socket. This module decides; it never touches sockets and
-//! never sees tonic types.
+//! Four kinds of principal: host clients (CLI, TUI), identified by their socket's peer
+//! credentials and trusted as admin; containers, by the socket they connect on (each container
+//! gets its own, see `sockets.rs`) *and* a bearer token that must match that socket, acting for
+//! their own role, session and context only; gateways, by their own socket and token, never
+//! admin by themselves; and the end users a gateway names on each call, resolved to canonical
+//! users, who act in their own context and their groups' unless they are admins
+//! (`system.admin_users`). [`authorize`] holds the privilege table of spec §17.3 for all of
+//! them. This module decides; it never touches sockets and never sees tonic types.
 
 use std::fmt;
 use std::sync::Arc;
@@ -109,6 +113,44 @@ pub struct ContainerIdentity {
 pub enum Caller {
     Host(HostPeer),
     Container(Arc<ContainerIdentity>),
+    Gateway(Arc<GatewayCaller>),
+}
+
+/// A gateway, and the end user it names on this call (if any).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayCaller {
+    /// The gateway's registered name.
+    pub gateway: String,
+    /// `web` or `slack`: the channel its users' messages come from.
+    pub channel: &'static str,
+    pub user: Option<EndUser>,
+}
+
+/// An end user, resolved from the channel identity a gateway named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndUser {
+    /// The channel identity, e.g. `slack:T0123:U0456`.
+    pub identity: String,
+    /// The canonical user id, `u-…`: the user's context is `user:{id}`.
+    pub id: String,
+    /// Listed in `system.admin_users`.
+    pub admin: bool,
+    /// The groups the user is a member of.
+    pub groups: Vec<String>,
+}
+
+impl EndUser {
+    /// Whether `context` is the user's own or one of their groups'.
+    pub fn owns(&self, context: &Context) -> bool {
+        match context.kind {
+            ContextKind::User => context.id == self.id,
+            ContextKind::Group => self.groups.contains(&context.id),
+        }
+    }
+
+    pub fn context(&self) -> Context {
+        Context::user(self.id.clone())
+    }
 }
 
 impl fmt::Display for Caller {
@@ -118,6 +160,10 @@ impl fmt::Display for Caller {
             Caller::Container(identity) => {
                 write!(f, "{} container {} ({})", identity.role, identity.name, identity.context)
             }
+            Caller::Gateway(call) => match &call.user {
+                Some(user) => write!(f, "gateway {} for user {}", call.gateway, user.id),
+                None => write!(f, "gateway {}", call.gateway),
+            },
         }
     }
 }
@@ -149,12 +195,37 @@ pub enum AuthError {
     OtherContext { own: String, target: String },
     #[error("session {target} is outside this container's session {own}")]
     OtherSession { own: String, target: String },
+    #[error("a gateway token is valid only on its own gateway's socket")]
+    GatewayTokenElsewhere,
+    #[error("gateway {gateway} may only name users of its own namespace ({namespace}…), not `{named}`")]
+    OutsideNamespace { gateway: String, namespace: String, named: String },
+    #[error("{operation} needs the end user: send the x-baaaht-user metadata")]
+    NoEndUser { operation: &'static str },
+    #[error("{operation} is for host clients (the daemon's own machine)")]
+    HostOnly { operation: &'static str },
+    #[error("{operation} is for agent containers, not gateways")]
+    NotForGateways { operation: &'static str },
+    #[error("{operation} needs an admin ({what}); ask one, or be listed in system.admin_users")]
+    AdminOnly { operation: &'static str, what: &'static str },
+    #[error("{context} is not yours: you may {what} in your own context and your groups' only")]
+    NotYours { context: String, what: &'static str },
+    #[error("the ID token is refused: {0}")]
+    IdToken(String),
+    #[error("{0}")]
+    Unresolvable(String),
 }
 
 impl AuthError {
     /// True for errors that mean "who are you?" rather than "you may not".
     pub fn is_unauthenticated(&self) -> bool {
-        matches!(self, AuthError::MissingToken | AuthError::InvalidToken | AuthError::TokenOnHostSocket)
+        matches!(
+            self,
+            AuthError::MissingToken
+                | AuthError::InvalidToken
+                | AuthError::TokenOnHostSocket
+                | AuthError::GatewayTokenElsewhere
+                | AuthError::IdToken(_)
+        )
     }
 }
 
@@ -239,9 +310,95 @@ pub enum Operation {
     CompactSession,
     SwitchModel,
     RunSelfTest,
+    WhoAmI,
+    StartLink,
+    ConfirmLink,
+    EnsureChannelGroup,
+    ListUsers,
+    ShowUser,
+    LinkIdentities,
+    UnlinkIdentity,
+    CreateGroup,
+    ListGroups,
+    ShowGroup,
+    AddGroupMember,
+    RemoveGroupMember,
+    DeactivateGroup,
+    ReactivateGroup,
+    GetUsage,
+    GetConfig,
+    RestartContainers,
+    AddGateway,
+    ListGateways,
+    RemoveGateway,
 }
 
 use Role::{Assistant, Coder, Heartbeat, Memory, Researcher, Tool, Worker};
+
+/// The rows of spec §17.3's privilege table: what a user may do, and whether on their own
+/// context (and their groups') or only as an admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    SendMessages,
+    ReadSessions,
+    WriteSessions,
+    ReadMemory,
+    WriteMemory,
+    InstallUserSkills,
+    InstallGroupSkills,
+    ManageOwnTasks,
+    ManageAllTasks,
+    ManageMountAllowlist,
+    RegisterGroups,
+    DeactivateGroups,
+    ManageProviders,
+    ModifyConfig,
+    RestartContainers,
+    ViewStatus,
+    /// Users and their identities (beyond the table: an admin's, like groups).
+    ManageUsers,
+}
+
+impl Capability {
+    /// Whether only an admin has it (else a user has it in their own contexts).
+    pub fn admin_only(self) -> bool {
+        matches!(
+            self,
+            Capability::InstallGroupSkills
+                | Capability::ManageAllTasks
+                | Capability::ManageMountAllowlist
+                | Capability::RegisterGroups
+                | Capability::DeactivateGroups
+                | Capability::ManageProviders
+                | Capability::ModifyConfig
+                | Capability::RestartContainers
+                | Capability::ManageUsers
+        )
+    }
+
+    /// As in "you may {what}".
+    pub fn what(self) -> &'static str {
+        match self {
+            Capability::SendMessages => "send messages",
+            Capability::ReadSessions => "read sessions",
+            Capability::WriteSessions => "change sessions",
+            Capability::ReadMemory => "read memory",
+            Capability::WriteMemory => "write memory",
+            Capability::InstallUserSkills => "install skills",
+            Capability::InstallGroupSkills => "install group skills",
+            Capability::ManageOwnTasks => "manage tasks",
+            Capability::ManageAllTasks => "manage every task",
+            Capability::ManageMountAllowlist => "manage the mount allowlist",
+            Capability::RegisterGroups => "register groups",
+            Capability::DeactivateGroups => "deactivate groups",
+            Capability::ManageProviders => "manage providers",
+            Capability::ModifyConfig => "change the system configuration",
+            Capability::RestartContainers => "restart containers",
+            Capability::ViewStatus => "view the status",
+            Capability::ManageUsers => "manage users",
+        }
+    }
+}
 
 impl Operation {
     pub fn name(self) -> &'static str {
@@ -282,6 +439,27 @@ impl Operation {
             Operation::CompactSession => "CompactSession",
             Operation::SwitchModel => "SwitchModel",
             Operation::RunSelfTest => "RunSelfTest",
+            Operation::WhoAmI => "WhoAmI",
+            Operation::StartLink => "StartLink",
+            Operation::ConfirmLink => "ConfirmLink",
+            Operation::EnsureChannelGroup => "EnsureChannelGroup",
+            Operation::ListUsers => "ListUsers",
+            Operation::ShowUser => "ShowUser",
+            Operation::LinkIdentities => "LinkIdentities",
+            Operation::UnlinkIdentity => "UnlinkIdentity",
+            Operation::CreateGroup => "CreateGroup",
+            Operation::ListGroups => "ListGroups",
+            Operation::ShowGroup => "ShowGroup",
+            Operation::AddGroupMember => "AddGroupMember",
+            Operation::RemoveGroupMember => "RemoveGroupMember",
+            Operation::DeactivateGroup => "DeactivateGroup",
+            Operation::ReactivateGroup => "ReactivateGroup",
+            Operation::GetUsage => "GetUsage",
+            Operation::GetConfig => "GetConfig",
+            Operation::RestartContainers => "RestartContainers",
+            Operation::AddGateway => "AddGateway",
+            Operation::ListGateways => "ListGateways",
+            Operation::RemoveGateway => "RemoveGateway",
         }
     }
 
@@ -305,21 +483,7 @@ impl Operation {
             Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
             Operation::WriteMemory | Operation::DeleteMemory => &[Memory],
             Operation::SearchMemory => &[Assistant, Memory],
-            Operation::RouteToAgent
-            | Operation::InstallSkill
-            | Operation::SubscribeEvents
-            | Operation::PublishEvent
-            | Operation::GetStatus
-            | Operation::SendUserMessage
-            | Operation::ListSessions
-            | Operation::ReadSession
-            | Operation::NewSession
-            | Operation::ResumeSession
-            | Operation::ForkSession
-            | Operation::ArchiveSession
-            | Operation::CompactSession
-            | Operation::SwitchModel
-            | Operation::RunSelfTest => &[],
+            _ => &[],
         }
     }
 
@@ -335,7 +499,70 @@ impl Operation {
                 | Operation::ProxyWebRequest
                 | Operation::ServeTools
                 | Operation::StreamLlm
+                | Operation::WhoAmI
+                | Operation::StartLink
+                | Operation::ConfirmLink
+                | Operation::EnsureChannelGroup
         )
+    }
+
+    /// What it means in the privilege table for a user; `None` for what no end user calls
+    /// (the agents' side, the gateways' own, the host's).
+    pub fn capability(self, target: &Target<'_>) -> Option<Capability> {
+        let group_target = target.context.is_some_and(|context| context.kind == ContextKind::Group);
+        Some(match self {
+            Operation::SendUserMessage | Operation::RouteToAgent | Operation::PublishEvent => Capability::SendMessages,
+            Operation::ListSessions | Operation::ReadSession | Operation::SubscribeEvents => Capability::ReadSessions,
+            Operation::NewSession
+            | Operation::ResumeSession
+            | Operation::ForkSession
+            | Operation::ArchiveSession
+            | Operation::CompactSession
+            | Operation::SwitchModel => Capability::WriteSessions,
+            Operation::SearchMemory | Operation::GetSkillManifest | Operation::GetSkillContent => {
+                Capability::ReadMemory
+            }
+            Operation::WriteMemory | Operation::DeleteMemory => Capability::WriteMemory,
+            Operation::InstallSkill if group_target => Capability::InstallGroupSkills,
+            Operation::InstallSkill => Capability::InstallUserSkills,
+            // Tasks of a context are its own to manage; tasks of no named context are everyone's.
+            Operation::ScheduleTask
+            | Operation::ListTasks
+            | Operation::GetTask
+            | Operation::PauseTask
+            | Operation::ResumeTask
+            | Operation::CancelTask
+            | Operation::GetNextRuns
+                if target.context.is_some() =>
+            {
+                Capability::ManageOwnTasks
+            }
+            Operation::ScheduleTask
+            | Operation::ListTasks
+            | Operation::GetTask
+            | Operation::PauseTask
+            | Operation::ResumeTask
+            | Operation::CancelTask
+            | Operation::GetNextRuns => Capability::ManageAllTasks,
+            Operation::GetConfig => match target.config_section {
+                Some("allowlist") => Capability::ManageMountAllowlist,
+                Some("providers") => Capability::ManageProviders,
+                _ => Capability::ModifyConfig,
+            },
+            Operation::CreateGroup => Capability::RegisterGroups,
+            Operation::DeactivateGroup | Operation::ReactivateGroup => Capability::DeactivateGroups,
+            Operation::RestartContainers | Operation::RunSelfTest => Capability::RestartContainers,
+            Operation::GetStatus => Capability::ViewStatus,
+            Operation::GetUsage | Operation::ListGroups | Operation::ShowGroup | Operation::ShowUser => {
+                Capability::ReadSessions
+            }
+            Operation::ListUsers
+            | Operation::LinkIdentities
+            | Operation::UnlinkIdentity
+            | Operation::AddGroupMember
+            | Operation::RemoveGroupMember => Capability::ManageUsers,
+            _ => return None,
+        })
     }
 }
 
@@ -344,44 +571,87 @@ impl Operation {
 pub struct Target<'a> {
     pub context: Option<&'a Context>,
     pub session_id: Option<&'a str>,
+    /// The context of the session `session_id` names, as the server looked it up.
+    pub session_context: Option<&'a Context>,
+    /// For GetConfig: which part (`config`, `providers`, `allowlist`).
+    pub config_section: Option<&'a str>,
 }
 
-/// Decides whether `caller` may perform `operation` on `target`.
+/// Decides whether `caller` may perform `operation` on `target` (spec §17.3 for users).
 pub fn authorize(caller: &Caller, operation: Operation, target: Target<'_>) -> Result<(), AuthError> {
     match caller {
-        // Host clients are trusted by the host (spec §10.1: TUI access implies host trust).
+        // Host clients are trusted by the host (spec §17.2: TUI access implies host trust).
         Caller::Host(_) if operation.host_allowed() => Ok(()),
         Caller::Host(_) => Err(AuthError::ContainerOnly { operation: operation.name() }),
-        Caller::Container(identity) => {
-            let roles = operation.container_roles();
-            if !roles.contains(&identity.role) {
-                let expected = if roles.is_empty() {
-                    "host clients".to_string()
-                } else {
-                    let names: Vec<&str> = roles.iter().map(|role| role.as_str()).collect();
-                    format!("{} containers", names.join("/"))
-                };
-                return Err(AuthError::RoleNotAllowed { operation: operation.name(), role: identity.role, expected });
-            }
-            if let Some(context) = target.context {
-                if *context != identity.context {
-                    return Err(AuthError::OtherContext {
-                        own: identity.context.to_string(),
-                        target: context.to_string(),
-                    });
-                }
-            }
-            if let Some(session) = target.session_id.filter(|session| !session.is_empty()) {
-                if session != identity.session_id {
-                    return Err(AuthError::OtherSession {
-                        own: identity.session_id.clone(),
-                        target: session.to_string(),
-                    });
-                }
-            }
-            Ok(())
+        Caller::Container(identity) => authorize_container(identity, operation, target),
+        Caller::Gateway(call) => authorize_gateway(call, operation, target),
+    }
+}
+
+fn authorize_container(
+    identity: &ContainerIdentity,
+    operation: Operation,
+    target: Target<'_>,
+) -> Result<(), AuthError> {
+    let roles = operation.container_roles();
+    if !roles.contains(&identity.role) {
+        let expected = if roles.is_empty() {
+            "host clients".to_string()
+        } else {
+            let names: Vec<&str> = roles.iter().map(|role| role.as_str()).collect();
+            format!("{} containers", names.join("/"))
+        };
+        return Err(AuthError::RoleNotAllowed { operation: operation.name(), role: identity.role, expected });
+    }
+    if let Some(context) = target.context {
+        if *context != identity.context {
+            return Err(AuthError::OtherContext { own: identity.context.to_string(), target: context.to_string() });
         }
     }
+    if let Some(session) = target.session_id.filter(|session| !session.is_empty()) {
+        if session != identity.session_id {
+            return Err(AuthError::OtherSession { own: identity.session_id.clone(), target: session.to_string() });
+        }
+    }
+    Ok(())
+}
+
+fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<'_>) -> Result<(), AuthError> {
+    let name = operation.name();
+    match operation {
+        // What a gateway asks for its user.
+        Operation::WhoAmI | Operation::StartLink | Operation::ConfirmLink | Operation::EnsureChannelGroup => {
+            return call.user.as_ref().map(drop).ok_or(AuthError::NoEndUser { operation: name });
+        }
+        // Registering gateways is the host's alone.
+        Operation::AddGateway | Operation::ListGateways | Operation::RemoveGateway => {
+            return Err(AuthError::HostOnly { operation: name });
+        }
+        _ => {}
+    }
+    let Some(capability) = operation.capability(&target) else {
+        return Err(AuthError::NotForGateways { operation: name });
+    };
+    let Some(user) = &call.user else {
+        // A gateway by itself may see the status (its health check), nothing else.
+        return if capability == Capability::ViewStatus {
+            Ok(())
+        } else {
+            Err(AuthError::NoEndUser { operation: name })
+        };
+    };
+    if user.admin {
+        return Ok(());
+    }
+    if capability.admin_only() {
+        return Err(AuthError::AdminOnly { operation: name, what: capability.what() });
+    }
+    for context in [target.context, target.session_context].into_iter().flatten() {
+        if !user.owns(context) {
+            return Err(AuthError::NotYours { context: context.to_string(), what: capability.what() });
+        }
+    }
+    Ok(())
 }
 
 /// A fresh 256-bit bearer token, hex encoded.
@@ -437,7 +707,7 @@ mod tests {
             (container(Worker, Context::group("alice")), Operation::ListTasks, Some(&alice), None, false),
         ];
         for (caller, operation, context, session_id, allowed) in cases {
-            let result = authorize(&caller, operation, Target { context, session_id });
+            let result = authorize(&caller, operation, Target { context, session_id, ..Target::default() });
             assert_eq!(result.is_ok(), allowed, "{caller} {operation:?} {context:?} {session_id:?}: {result:?}");
         }
     }

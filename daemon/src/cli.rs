@@ -45,6 +45,36 @@ pub enum Command {
     /// Set up a model provider: asks on a terminal, or takes flags (providers.yaml, the key in
     /// the secrets store, agents.default_model)
     Setup(SetupArgs),
+    /// Register, list and remove the web and Slack gateways that may call the daemon
+    Gateways {
+        #[command(subcommand)]
+        command: GatewaysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatewaysCommand {
+    /// Register a gateway; prints its socket and its token (once: only a hash is kept)
+    Add {
+        /// web (users signed in with OpenID Connect) or slack (a Slack workspace's users)
+        #[arg(value_parser = ["web", "slack"])]
+        kind: String,
+        /// Its name: lowercase letters, digits and `-`
+        name: String,
+        /// web: the OIDC issuer's URL
+        #[arg(long, value_name = "URL", required_if_eq("kind", "web"))]
+        issuer: Option<String>,
+        /// web: the client id its ID tokens are issued for
+        #[arg(long, value_name = "CLIENT_ID", required_if_eq("kind", "web"))]
+        audience: Option<String>,
+        /// slack: the workspace id, e.g. T0123ABCD
+        #[arg(long, value_name = "TEAM_ID", required_if_eq("kind", "slack"))]
+        team: Option<String>,
+    },
+    /// The registered gateways
+    List,
+    /// Remove a gateway: its token stops working at once
+    Rm { name: String },
 }
 
 #[derive(Debug, clap::Args)]
@@ -127,6 +157,11 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Secrets { command } => secrets(command, &data_dir),
+        Command::Gateways { command } => {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
+            runtime.block_on(gateways(command, &data_dir))
+        }
         Command::Setup(_) => match crate::setup::check(&loaded, &data_dir) {
             Ok(model) => {
                 eprintln!("baaahtd: the assistant's model {model} is ready");
@@ -220,6 +255,91 @@ fn setup(args: &SetupArgs, data_dir: &DataDir) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Gateways are registered through the running daemon (it starts serving a new one at once),
+/// or, when none runs, in the data dir's registry directly (with the daemon's lock held).
+async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Failure> {
+    use baaaht_proto::v1;
+    let options = baaaht_proto::client::ConnectOptions::default();
+    let print = |info: &v1::GatewayInfo| println!("{}  {}  {}…  {}", info.name, info.kind, info.namespace, info.socket);
+    match baaaht_proto::client::connect(&data_dir.socket_path(), options).await {
+        Ok(mut client) => {
+            let status = |status: tonic::Status| Failure::Gateway(status.message().to_string());
+            match command {
+                GatewaysCommand::Add { kind, name, issuer, audience, team } => {
+                    let request = v1::AddGatewayRequest {
+                        kind,
+                        name,
+                        issuer: issuer.unwrap_or_default(),
+                        audience: audience.unwrap_or_default(),
+                        team: team.unwrap_or_default(),
+                    };
+                    let added = client.admin.add_gateway(request).await.map_err(status)?.into_inner();
+                    let info = added.gateway.unwrap_or_default();
+                    print_added(&info.name, &info.namespace, &info.socket, &added.token);
+                }
+                GatewaysCommand::List => {
+                    let list = client.admin.list_gateways(v1::ListGatewaysRequest {}).await.map_err(status)?;
+                    list.into_inner().gateways.iter().for_each(print);
+                }
+                GatewaysCommand::Rm { name } => {
+                    let done = client.admin.remove_gateway(v1::GatewayRef { name }).await.map_err(status)?;
+                    eprintln!("baaahtd: {}", done.into_inner().message);
+                }
+            }
+            Ok(())
+        }
+        Err(baaaht_proto::client::ConnectError::NotRunning { .. }) => {
+            data_dir.create_layout().map_err(DaemonError::from)?;
+            let _lock = data_dir.lock().map_err(DaemonError::from)?;
+            let registry = crate::gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())
+                .map_err(DaemonError::from)?;
+            match command {
+                GatewaysCommand::Add { kind, name, issuer, audience, team } => {
+                    let kind = match kind.as_str() {
+                        "web" => crate::gateways::GatewayKind::Web {
+                            issuer: issuer.unwrap_or_default(),
+                            audience: audience.unwrap_or_default(),
+                        },
+                        _ => crate::gateways::GatewayKind::Slack { team: team.unwrap_or_default() },
+                    };
+                    let (record, token) = registry.add(&name, kind).map_err(DaemonError::from)?;
+                    let socket = registry.socket_folder(&name).join(crate::gateways::GATEWAY_SOCKET_NAME);
+                    print_added(&record.name, &record.kind.namespace(), &socket.display().to_string(), &token);
+                    eprintln!("baaahtd: the daemon serves it from its next start");
+                }
+                GatewaysCommand::List => {
+                    for record in registry.list() {
+                        let socket = registry.socket_folder(&record.name).join(crate::gateways::GATEWAY_SOCKET_NAME);
+                        print(&v1::GatewayInfo {
+                            name: record.name.clone(),
+                            kind: record.kind.as_str().into(),
+                            namespace: record.kind.namespace(),
+                            socket: socket.display().to_string(),
+                            created: record.created.clone(),
+                        });
+                    }
+                }
+                GatewaysCommand::Rm { name } => {
+                    registry.remove(&name).map_err(DaemonError::from)?;
+                    eprintln!("baaahtd: gateway {name} removed");
+                }
+            }
+            Ok(())
+        }
+        Err(error) => Err(Failure::Gateway(baaaht_proto::error_chain(&error))),
+    }
+}
+
+fn print_added(name: &str, namespace: &str, socket: &str, token: &str) {
+    println!("gateway:   {name}");
+    println!("namespace: {namespace}…");
+    println!("socket:    {socket}");
+    println!("token:     {token}");
+    eprintln!(
+        "baaahtd: the token is shown this once; give it to the gateway (e.g. in its secrets) and keep it nowhere else"
+    );
+}
+
 fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
     use crate::secrets::{passphrase_from, SecretStore};
     use std::io::{IsTerminal, Read};
@@ -304,4 +424,6 @@ pub enum Failure {
     Setup(crate::setup::SetupError),
     #[error("{0}; run `baaahtd setup`")]
     NotReady(String),
+    #[error("{0}")]
+    Gateway(String),
 }

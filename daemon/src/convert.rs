@@ -60,6 +60,17 @@ pub fn role_of(value: i32) -> Result<Option<Role>, String> {
     })
 }
 
+/// The protocol's channel type for a channel's name (`tui`, `cli`, `web`, `slack`).
+pub fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
+    match channel {
+        Some("tui") => v1::ChannelType::Tui,
+        Some("cli") => v1::ChannelType::Cli,
+        Some("web") => v1::ChannelType::Web,
+        Some("slack") => v1::ChannelType::Slack,
+        _ => v1::ChannelType::Unspecified,
+    }
+}
+
 /// A skill's entry in a manifest: name and description, and the whole body of an
 /// always-loaded skill.
 pub fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {

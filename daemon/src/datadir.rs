@@ -98,6 +98,11 @@ impl DataDir {
         self.root.join(kind).join(&context.id)
     }
 
+    /// Folders holding one socket per registered gateway.
+    pub fn gateways_dir(&self) -> PathBuf {
+        self.root.join("data/gateways")
+    }
+
     pub fn state_dir(&self) -> PathBuf {
         self.root.join("data/state")
     }
@@ -127,6 +132,7 @@ impl DataDir {
             "data/ipc",
             "data/ipc/system",
             "data/run",
+            "data/gateways",
             "data/logs",
             "data/state",
         ] {

@@ -7,6 +7,7 @@
 
 pub mod agents;
 pub mod auth;
+pub mod budgets;
 pub mod cli;
 pub mod config;
 pub mod container;
@@ -15,10 +16,14 @@ pub mod datadir;
 pub mod defaults;
 pub mod egress;
 pub mod events;
+pub mod gateways;
+pub mod groups;
+pub mod identities;
 pub mod ipc;
 pub mod llm;
 pub mod memory;
 pub mod metrics;
+pub mod oidc;
 pub mod orchestrator;
 pub mod policy;
 pub mod secrets;
@@ -92,6 +97,12 @@ pub enum DaemonError {
     WebProxy(String),
     #[error(transparent)]
     Container(#[from] container::manager::ContainerError),
+    #[error(transparent)]
+    Gateways(#[from] gateways::GatewayError),
+    #[error(transparent)]
+    Identities(#[from] identities::IdentityError),
+    #[error(transparent)]
+    Groups(#[from] groups::GroupError),
     #[error("cannot open the file-IPC folder {}", path.display())]
     Ipc {
         path: PathBuf,
@@ -127,6 +138,15 @@ pub struct Shared {
     pub secrets: Option<Arc<secrets::Secrets>>,
     /// Cancelled when the daemon starts shutting down.
     pub shutdown: CancellationToken,
+    /// The registered gateways (web, Slack).
+    pub gateways: Arc<gateways::Registry>,
+    /// Channel identities → canonical users.
+    pub identities: Arc<identities::Identities>,
+    pub groups: Arc<groups::Groups>,
+    /// Verifies the web gateway's ID tokens.
+    pub oidc: Arc<oidc::Verifier>,
+    /// Spending limits per user and group.
+    pub budgets: Arc<budgets::Budgets>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -306,6 +326,17 @@ impl Daemon {
         ));
         let data_dir_root = &data_dir.root().to_path_buf();
         let data_dir_for_memory = data_dir.clone();
+        let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
+        let identities = Arc::new(identities::Identities::open(&data_dir.state_dir(), data_dir.root().join("users"))?);
+        let groups = Arc::new(groups::Groups::open(&data_dir.state_dir())?);
+        let oidc = Arc::new(oidc::Verifier::new(web.clone()));
+        let budgets = Arc::new(budgets::Budgets::new(
+            &data_dir.state_dir(),
+            loaded.config.budgets.clone(),
+            loaded.providers.prices.clone(),
+            &loaded.config.system.timezone,
+            metrics.clone(),
+        ));
         let state_dir = data_dir.state_dir();
         let containers_for_agents = containers.clone();
         let loaded_idle_after = loaded.config.sessions.idle_after;
@@ -334,6 +365,11 @@ impl Daemon {
             memory: Arc::new(memory::Memories::new(data_dir_for_memory)),
             secrets,
             shutdown: cancel.clone(),
+            gateways,
+            identities,
+            groups,
+            oidc,
+            budgets,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -368,6 +404,14 @@ impl Daemon {
             tracing::warn!(interrupted, "turns interrupted by the previous daemon were ended with a message");
         }
         shared.listeners.serve_host(host);
+        for gateway in shared.gateways.list() {
+            let folder = shared.gateways.socket_folder(&gateway.name);
+            let name = gateway.name.clone();
+            match shared.listeners.add_gateway(gateway, folder) {
+                Ok(path) => tracing::info!(gateway = %name, socket = %path.display(), "serving a gateway"),
+                Err(error) => tracing::error!(gateway = %name, %error, "cannot serve a gateway's socket"),
+            }
+        }
         tracker.spawn(
             container::watch_engine(config.container.clone(), engine, cancel.clone())
                 .instrument(tracing::info_span!("engine")),
@@ -394,8 +438,7 @@ impl Daemon {
         }
         let gate = Arc::new(Gate {
             host_policy: HostPolicy { daemon_uid: current_uid(), client_group: bound.client_group.clone() },
-            listeners: shared.listeners.clone(),
-            metrics: shared.metrics.clone(),
+            shared: shared.clone(),
         });
         let server = tonic::transport::Server::builder()
             .layer(RequestLayer::new(gate))

@@ -41,6 +41,7 @@ fn exit_code(failure: &Failure) -> u8 {
             DaemonError::Serve(_) => SOFTWARE,
             DaemonError::Policy(_) | DaemonError::WebProxy(_) => CONFIG,
             DaemonError::Container(_) | DaemonError::Ipc { .. } => CANT_CREATE,
+            DaemonError::Gateways(_) | DaemonError::Identities(_) | DaemonError::Groups(_) => DATA_ERROR,
         },
         Failure::Runtime(_) => OS_ERROR,
         Failure::Print(_) => SOFTWARE,
@@ -55,5 +56,6 @@ fn exit_code(failure: &Failure) -> u8 {
         Failure::Setup(baaaht_daemon::setup::SetupError::Invalid(_)) => CONFIG,
         Failure::Setup(_) => CANT_CREATE,
         Failure::NotReady(_) => 1,
+        Failure::Gateway(_) => UNAVAILABLE,
     }
 }

@@ -51,6 +51,10 @@ struct Registry {
     llm_requests: BTreeMap<(String, &'static str), u64>,
     gateway_up: bool,
     gateway_restarts: u64,
+    /// Budget outcomes: (kind of context, outcome) → count; no user ids as labels.
+    budget_events: BTreeMap<(&'static str, &'static str), u64>,
+    /// Spending counted against budgets, in micro-dollars, by kind of context.
+    budget_cost_micros: BTreeMap<&'static str, u64>,
 }
 
 /// Tokens of one answer, by kind.
@@ -124,6 +128,18 @@ impl Metrics {
         *registry.llm_requests.entry((provider.to_string(), outcome)).or_default() += 1;
     }
 
+    /// Counts a budget outcome for a `user` or `group` context: `refused` or `warned`.
+    pub fn record_budget(&self, kind: &'static str, outcome: &'static str) {
+        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        *registry.budget_events.entry((kind, outcome)).or_default() += 1;
+    }
+
+    /// Adds what one answer cost a `user` or `group` context.
+    pub fn record_budget_cost(&self, kind: &'static str, micros: u64) {
+        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        *registry.budget_cost_micros.entry(kind).or_default() += micros;
+    }
+
     pub fn set_gateway_up(&self, up: bool) {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner).gateway_up = up;
     }
@@ -186,6 +202,24 @@ impl Metrics {
         let _ = writeln!(out, "# HELP baaaht_llm_gateway_restarts_total Times the LLM gateway was restarted.");
         let _ = writeln!(out, "# TYPE baaaht_llm_gateway_restarts_total counter");
         let _ = writeln!(out, "baaaht_llm_gateway_restarts_total {}", registry.gateway_restarts);
+        let _ = writeln!(out, "# HELP baaaht_budget_events_total Requests refused at a hard limit and soft-limit warnings, by kind of context.");
+        let _ = writeln!(out, "# TYPE baaaht_budget_events_total counter");
+        for ((kind, outcome), count) in &registry.budget_events {
+            let _ =
+                writeln!(out, "baaaht_budget_events_total{{context_kind=\"{kind}\",outcome=\"{outcome}\"}} {count}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP baaaht_budget_spent_dollars_total What answers cost, as budgets count it, by kind of context."
+        );
+        let _ = writeln!(out, "# TYPE baaaht_budget_spent_dollars_total counter");
+        for (kind, micros) in &registry.budget_cost_micros {
+            let _ = writeln!(
+                out,
+                "baaaht_budget_spent_dollars_total{{context_kind=\"{kind}\"}} {:.6}",
+                *micros as f64 / 1e6
+            );
+        }
         out
     }
 }

@@ -220,7 +220,11 @@ fn providers_yaml(existing: Option<&str>, choice: &Choice) -> Result<String, Set
                 "providers.yaml does not parse ({error}); fix it or move it aside, then run setup again"
             ))
         })?,
-        _ => ProvidersConfig { providers: config::Providers::default(), fallback_chains: Default::default() },
+        _ => ProvidersConfig {
+            providers: config::Providers::default(),
+            fallback_chains: Default::default(),
+            prices: Default::default(),
+        },
     };
     let key = choice.key_name.as_ref().map(|name| format!("${{{name}}}"));
     if choice.built_in {

@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::auth::{self, ContainerIdentity, CONTAINER_UID};
 use crate::datadir::MAX_SOCKET_PATH;
+use crate::gateways::{GatewayEndpoint, GatewayRecord, GATEWAY_SOCKET_NAME};
 
 /// The socket file name inside a container's socket folder.
 pub const CONTAINER_SOCKET_NAME: &str = "daemon.sock";
@@ -32,6 +33,7 @@ pub const CONTAINER_SOCKET_NAME: &str = "daemon.sock";
 pub enum Origin {
     Host,
     Container(Arc<ContainerEndpoint>),
+    Gateway(Arc<GatewayEndpoint>),
 }
 
 /// A container's socket, its identity and the hash of its token. The token itself exists only
@@ -158,6 +160,13 @@ pub struct ListenerSet {
     tracker: TaskTracker,
     containers_dir: PathBuf,
     containers: Mutex<HashMap<String, Registered>>,
+    gateways: Mutex<HashMap<String, RegisteredGateway>>,
+}
+
+struct RegisteredGateway {
+    endpoint: Arc<GatewayEndpoint>,
+    cancel: CancellationToken,
+    folder: PathBuf,
 }
 
 impl std::fmt::Debug for ListenerSet {
@@ -175,7 +184,14 @@ impl ListenerSet {
         tracker: TaskTracker,
     ) -> (Arc<ListenerSet>, tokio_stream::wrappers::ReceiverStream<io::Result<Conn>>) {
         let (connections, receiver) = mpsc::channel(64);
-        let set = ListenerSet { connections, cancel, tracker, containers_dir, containers: Mutex::default() };
+        let set = ListenerSet {
+            connections,
+            cancel,
+            tracker,
+            containers_dir,
+            containers: Mutex::default(),
+            gateways: Mutex::default(),
+        };
         (Arc::new(set), tokio_stream::wrappers::ReceiverStream::new(receiver))
     }
 
@@ -245,6 +261,55 @@ impl ListenerSet {
         Ok(ContainerSocket { folder, path, token: String::new(), token_sha256 })
     }
 
+    /// Creates gateway `record`'s socket in `folder` (the daemon's, 0700; the socket 0600) and
+    /// starts accepting on it; its calls are authenticated with the gateway's token.
+    pub fn add_gateway(&self, record: GatewayRecord, folder: PathBuf) -> Result<PathBuf, ListenerError> {
+        if self.cancel.is_cancelled() {
+            return Err(ListenerError::ShuttingDown);
+        }
+        let name = record.name.clone();
+        let path = folder.join(GATEWAY_SOCKET_NAME);
+        let len = path.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(ListenerError::PathTooLong { path, len });
+        }
+        let mut gateways = self.gateways.lock().unwrap_or_else(PoisonError::into_inner);
+        if gateways.contains_key(&name) {
+            return Err(ListenerError::Exists(name));
+        }
+        let create = |source| ListenerError::Create { path: path.clone(), source };
+        match std::fs::remove_dir_all(&folder) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(create(error)),
+            _ => {}
+        }
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&folder).map_err(create)?;
+        let listener = UnixListener::bind(&path).map_err(create)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(create)?;
+        let endpoint = GatewayEndpoint::new(record);
+        let cancel = self.cancel.child_token();
+        let span = tracing::info_span!("accept", socket = "gateway", gateway = %name);
+        self.tracker.spawn(
+            accept_loop(listener, Origin::Gateway(endpoint.clone()), self.connections.clone(), cancel.clone())
+                .instrument(span),
+        );
+        gateways.insert(name, RegisteredGateway { endpoint, cancel, folder });
+        Ok(path)
+    }
+
+    /// Revokes a gateway's token and removes its socket.
+    pub fn remove_gateway(&self, name: &str) {
+        let removed = self.gateways.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
+        if let Some(gateway) = removed {
+            retire_gateway(gateway);
+        }
+    }
+
+    /// The gateway whose token this is, if any (to explain a token sent to the wrong socket).
+    pub fn find_gateway_token(&self, presented: &str) -> Option<Arc<GatewayEndpoint>> {
+        let gateways = self.gateways.lock().unwrap_or_else(PoisonError::into_inner);
+        gateways.values().find(|gateway| gateway.endpoint.accepts(presented)).map(|gateway| gateway.endpoint.clone())
+    }
+
     /// Revokes a container's token, stops accepting on its socket and removes the socket.
     /// Calls already authenticated finish; every later call is refused.
     pub fn remove_container(&self, name: &str) {
@@ -279,11 +344,24 @@ impl ListenerSet {
         }
     }
 
-    /// Removes every container socket (at shutdown).
+    /// Removes every container and gateway socket (at shutdown).
     pub fn remove_all(&self) {
         let drained: Vec<Registered> =
             self.containers.lock().unwrap_or_else(PoisonError::into_inner).drain().map(|(_, r)| r).collect();
         drained.into_iter().for_each(retire);
+        let gateways: Vec<RegisteredGateway> =
+            self.gateways.lock().unwrap_or_else(PoisonError::into_inner).drain().map(|(_, g)| g).collect();
+        gateways.into_iter().for_each(retire_gateway);
+    }
+}
+
+fn retire_gateway(gateway: RegisteredGateway) {
+    gateway.endpoint.revoke();
+    gateway.cancel.cancel();
+    if let Err(error) = std::fs::remove_dir_all(&gateway.folder) {
+        if error.kind() != io::ErrorKind::NotFound {
+            tracing::warn!(folder = %gateway.folder.display(), %error, "cannot remove a gateway socket folder");
+        }
     }
 }
 

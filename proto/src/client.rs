@@ -31,6 +31,9 @@ pub struct Client {
     pub memory: v1::memory_client::MemoryClient<Intercepted>,
     pub tasks: v1::tasks_client::TasksClient<Intercepted>,
     pub system: v1::system_client::SystemClient<Intercepted>,
+    /// What gateways ask for their users.
+    pub gateways: v1::gateways_client::GatewaysClient<Intercepted>,
+    pub admin: v1::admin_client::AdminClient<Intercepted>,
 }
 
 impl Client {
@@ -42,7 +45,9 @@ impl Client {
             skills: v1::skills_client::SkillsClient::new(service.clone()),
             memory: v1::memory_client::MemoryClient::new(service.clone()),
             tasks: v1::tasks_client::TasksClient::new(service.clone()),
-            system: v1::system_client::SystemClient::new(service),
+            system: v1::system_client::SystemClient::new(service.clone()),
+            gateways: v1::gateways_client::GatewaysClient::new(service.clone()),
+            admin: v1::admin_client::AdminClient::new(service),
         }
     }
 }

@@ -16,6 +16,14 @@ pub mod v1 {
 /// gRPC metadata key carrying the correlation id of a turn through every hop.
 pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
 
+/// gRPC metadata a gateway names its end user with: the channel identity
+/// (`web:{issuer}#{sub}`, `slack:{team}:{user}`).
+pub const USER_HEADER: &str = "x-baaaht-user";
+/// The end user's display name, used when the user is met for the first time.
+pub const USER_NAME_HEADER: &str = "x-baaaht-user-name";
+/// The web gateway's user's OpenID Connect ID token, which the daemon verifies itself.
+pub const ID_TOKEN_HEADER: &str = "x-baaaht-id-token";
+
 /// Environment variable through which a container receives its bearer token.
 pub const CONTAINER_TOKEN_ENV: &str = "BAAAHT_CONTAINER_TOKEN";
 

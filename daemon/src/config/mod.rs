@@ -17,7 +17,7 @@ pub use allowlist::{
     forbidden_mount, AllowedMount, MountAllowlist, MountKind, MountMode, BUILT_IN_BLOCKED_PATTERNS, ENGINE_SOCKETS,
     RUNTIME_DIR,
 };
-pub use providers::{CustomProvider, ProviderEntry, Providers, ProvidersConfig, BUILT_IN_PROVIDERS};
+pub use providers::{CustomProvider, Price, ProviderEntry, Providers, ProvidersConfig, BUILT_IN_PROVIDERS};
 pub use schema::*;
 
 use diagnostics::{find_yaml_key, nearest, strip_yaml_location, with_suggestion};
@@ -130,6 +130,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     check_agents(&loaded, config_text.as_deref())?;
     check_limits(&loaded, config_text.as_deref())?;
     check_tools(&loaded, config_text.as_deref())?;
+    check_budgets(&loaded, config_text.as_deref())?;
     check_allowlist(&loaded)?;
     Ok(loaded)
 }
@@ -353,6 +354,53 @@ fn check_limits(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
     ))
 }
 
+/// `budgets`: a share of 1-100, no negative limit, overrides of `user:ID` or `group:ID`.
+fn check_budgets(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    let budgets = &loaded.config.budgets;
+    let at = |keys: &[&str], message: String| Err(invalid_at(&loaded.sources.config, text, keys, message));
+    if !(1..=100).contains(&budgets.soft_percent) {
+        return at(
+            &["budgets", "soft_percent"],
+            format!("budgets.soft_percent: {} is not a share of 1 to 100", budgets.soft_percent),
+        );
+    }
+    let negative = |limits: &BudgetLimits| limits.daily_cost < 0.0 || limits.monthly_cost < 0.0;
+    for (name, limits) in [("user", &budgets.user), ("group", &budgets.group)] {
+        if negative(limits) {
+            return at(&["budgets", name], format!("budgets.{name}: a cost limit cannot be negative (0 means none)"));
+        }
+    }
+    for (key, custom) in &budgets.overrides {
+        let valid = key
+            .split_once(':')
+            .is_some_and(|(kind, id)| matches!(kind, "user" | "group") && crate::auth::is_valid_context_id(id));
+        if !valid {
+            return at(
+                &["budgets", "overrides"],
+                format!("budgets.overrides: `{key}` names no context: write user:ID or group:ID"),
+            );
+        }
+        if custom.daily_cost.is_some_and(|c| c < 0.0) || custom.monthly_cost.is_some_and(|c| c < 0.0) {
+            return at(&["budgets", "overrides"], format!("budgets.overrides.{key}: a cost limit cannot be negative"));
+        }
+    }
+    for (model, price) in &loaded.providers.prices {
+        let negative = price.input < 0.0
+            || price.output < 0.0
+            || price.cache_read.is_some_and(|p| p < 0.0)
+            || price.cache_write.is_some_and(|p| p < 0.0);
+        if !model.contains('/') || negative {
+            return Err(invalid_at(
+                &loaded.sources.providers,
+                None,
+                &["prices"],
+                format!("prices.{model}: name the model as provider/model, with prices of 0 or more (USD per million tokens)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `tools.web_proxy.allow`: every entry parses, and none reaches link-local or metadata.
 fn check_tools(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
     for (index, entry) in loaded.config.tools.web_proxy.allow.iter().enumerate() {
@@ -412,14 +460,20 @@ pub fn effective_yaml(loaded: &LoadedConfig) -> Result<String, serde_yaml::Error
     }
     out.pop();
     out.push('\n');
+    out.push_str(&serde_yaml::to_string(&effective_document(loaded)?)?);
+    Ok(out)
+}
+
+/// The effective configuration (`config`, `providers`, `mount_allowlist`), secret values
+/// replaced by `<redacted>`.
+pub fn effective_document(loaded: &LoadedConfig) -> Result<serde_yaml::Value, serde_yaml::Error> {
     let mut document = serde_yaml::Mapping::new();
     document.insert("config".into(), serde_yaml::to_value(&loaded.config)?);
     document.insert("providers".into(), serde_yaml::to_value(&loaded.providers)?);
     document.insert("mount_allowlist".into(), serde_yaml::to_value(&loaded.allowlist)?);
     let mut document = serde_yaml::Value::Mapping(document);
     redact(&mut document, false);
-    out.push_str(&serde_yaml::to_string(&document)?);
-    Ok(out)
+    Ok(document)
 }
 
 fn is_secret_key(key: &str) -> bool {

@@ -18,6 +18,23 @@ pub struct ProvidersConfig {
     pub providers: Providers,
     /// Provider → the providers to try, in order, when it fails.
     pub fallback_chains: BTreeMap<String, Vec<String>>,
+    /// `provider/model` → its price, for budgets; built in for the presets' common models.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// What a model costs, in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    /// Cached input read (default: the input price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<f64>,
+    /// Cached input written (default: the input price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
 }
 
 impl Default for ProvidersConfig {
@@ -31,6 +48,7 @@ impl Default for ProvidersConfig {
                 ..Providers::default()
             },
             fallback_chains: BTreeMap::new(),
+            prices: BTreeMap::new(),
         }
     }
 }

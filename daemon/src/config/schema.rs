@@ -23,6 +23,75 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub llm: LlmConfig,
     pub metrics: MetricsConfig,
+    pub budgets: BudgetsConfig,
+}
+
+/// Spending limits per user and per group (DESIGN.md §9.3): tokens and cost per day and per
+/// month, counted from the providers' usage. A request that would pass a limit is refused before
+/// it reaches a provider; at `soft_percent` of a limit the context is warned once.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetsConfig {
+    /// Share of a limit (1-100) at which the context is warned, once per period.
+    pub soft_percent: u32,
+    /// Every user's limits unless `overrides` says otherwise.
+    pub user: BudgetLimits,
+    /// Every group's limits unless `overrides` says otherwise.
+    pub group: BudgetLimits,
+    /// Per context, `user:ID` or `group:ID`: the limits named replace the default's.
+    pub overrides: BTreeMap<String, BudgetLimitsOverride>,
+}
+
+impl Default for BudgetsConfig {
+    fn default() -> Self {
+        BudgetsConfig {
+            soft_percent: 80,
+            user: BudgetLimits::default(),
+            group: BudgetLimits::default(),
+            overrides: BTreeMap::new(),
+        }
+    }
+}
+
+/// Limits; 0 means none.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetLimits {
+    pub daily_tokens: u64,
+    pub monthly_tokens: u64,
+    /// US dollars.
+    pub daily_cost: f64,
+    pub monthly_cost: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetLimitsOverride {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daily_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub monthly_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daily_cost: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub monthly_cost: Option<f64>,
+}
+
+impl BudgetLimits {
+    /// These limits with `custom`'s on top.
+    pub fn with(self, custom: &BudgetLimitsOverride) -> BudgetLimits {
+        BudgetLimits {
+            daily_tokens: custom.daily_tokens.unwrap_or(self.daily_tokens),
+            monthly_tokens: custom.monthly_tokens.unwrap_or(self.monthly_tokens),
+            daily_cost: custom.daily_cost.unwrap_or(self.daily_cost),
+            monthly_cost: custom.monthly_cost.unwrap_or(self.monthly_cost),
+        }
+    }
+
+    /// Whether any cost limit applies (then every model needs a price).
+    pub fn limits_cost(&self) -> bool {
+        self.daily_cost > 0.0 || self.monthly_cost > 0.0
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -224,6 +224,13 @@ fn what_would_open_the_sandbox_is_refused_with_its_reason() {
         ("container:\n  resource_limits:\n    pids: 0\n", "container.resource_limits.pids: 0", "3:5"),
         ("container:\n  role_limits:\n    coder:\n      disk: 0\n", "container.role_limits.coder.disk: 0", "4:7"),
         ("container:\n  max_concurrent: 0\n", "container.max_concurrent: 0 would let no container run", "2:3"),
+        ("budgets:\n  soft_percent: 0\n", "budgets.soft_percent: 0 is not a share of 1 to 100", "2:3"),
+        (
+            "budgets:\n  overrides:\n    alice: {monthly_cost: 5}\n",
+            "`alice` names no context: write user:ID or group:ID",
+            "2:3",
+        ),
+        ("budgets:\n  user:\n    monthly_cost: -1\n", "budgets.user: a cost limit cannot be negative", "2:3"),
     ];
     for (config, says, at) in cases {
         let error = load_texts(&[("config.yaml", config)], &[]).expect_err(config).to_string();

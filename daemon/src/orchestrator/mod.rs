@@ -134,6 +134,8 @@ pub enum OrchestratorError {
     NoTurn,
     #[error("the model could not write the summary: {0}")]
     Model(String),
+    #[error(transparent)]
+    Group(#[from] crate::groups::GroupError),
 }
 
 /// What [`accept_user_message`] did.
@@ -176,6 +178,9 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     if incoming.content.trim().is_empty() {
         return Err(OrchestratorError::Invalid("content: the message is empty; write something".into()));
     }
+    if incoming.context.kind == ContextKind::Group {
+        shared.groups.accepts_messages(&incoming.context.id)?;
+    }
     let record = match &incoming.session {
         Some(id) => shared.sessions.get_in(id, &incoming.context)?,
         None => shared.sessions.active(&incoming.context, &incoming.sender)?,
@@ -185,6 +190,8 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     }
     // Turns of a session run one after another. A message that arrives while one runs is
     // recorded in turns.json at once and appended when its turn starts, after the reply before it.
+    let (incoming_sender, incoming_channel, incoming_content) =
+        (incoming.sender.clone(), incoming.channel.clone(), incoming.content.clone());
     let queued = Queued {
         content: incoming.content,
         channel: incoming.channel,
@@ -205,6 +212,17 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     }
     let turn = new_id("t-");
     let correlation_id = uuid::Uuid::new_v4().to_string();
+    // Every channel following the context sees the message, the one it came from included.
+    let entered = v1::UserMessageEntered {
+        entry_id: entry.clone(),
+        sender_id: queued.as_ref().map_or(incoming_sender.clone(), |q| q.sender.clone()),
+        channel: crate::convert::channel_ref(incoming_channel.as_deref()) as i32,
+        content: incoming_content.clone(),
+    };
+    shared.events.publish(
+        &record.context(),
+        event((&record.id, &turn, &correlation_id), v1::orchestrator_event::Event::UserMessage(entered)),
+    );
     shared.turns.update(|inflight| {
         inflight.turns.insert(
             turn.clone(),

@@ -42,6 +42,8 @@ pub(super) async fn run_turn(
     let context = record.context();
     let (role, content, failed) = match outcome {
         Ok(result) if !result.is_error => ("assistant", result.content, false),
+        // A budget limit: the daemon's sentence is what the user reads.
+        Ok(result) if result.refused => ("system", result.content, true),
         Ok(result) => ("system", format!("The reply failed: {}", result.content), true),
         Err(message) => ("system", format!("The reply failed: {message}"), true),
     };

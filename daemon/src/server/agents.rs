@@ -16,7 +16,7 @@ impl v1::agents_server::Agents for AgentsService {
         &self,
         request: Request<v1::AgentRegistration>,
     ) -> Result<Response<v1::AgentConfig>, Status> {
-        let caller = check(&request, Operation::RegisterAgent, None, None)?;
+        let caller = check(&self.shared, &request, Operation::RegisterAgent, None, None)?;
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("RegisterAgent is for agent containers"));
         };
@@ -30,7 +30,7 @@ impl v1::agents_server::Agents for AgentsService {
         &self,
         request: Request<tonic::Streaming<v1::AgentReport>>,
     ) -> Result<Response<Self::TakeTurnsStream>, Status> {
-        let caller = check(&request, Operation::TakeTurns, None, None)?;
+        let caller = check(&self.shared, &request, Operation::TakeTurns, None, None)?;
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("TakeTurns is for agent containers"));
         };
@@ -40,7 +40,7 @@ impl v1::agents_server::Agents for AgentsService {
     }
 
     async fn report_status(&self, request: Request<v1::AgentStatus>) -> Result<Response<v1::Ack>, Status> {
-        let caller = check(&request, Operation::ReportStatus, None, None)?;
+        let caller = check(&self.shared, &request, Operation::ReportStatus, None, None)?;
         let status = request.into_inner();
         if let Caller::Container(identity) = caller {
             tracing::info!(container = %identity.name, state = %status.state, message = %status.message, "agent status");
@@ -50,7 +50,7 @@ impl v1::agents_server::Agents for AgentsService {
 
     async fn send_message(&self, request: Request<v1::OutboundMessage>) -> Result<Response<v1::Ack>, Status> {
         let context = context_of(request.get_ref().target_context.as_ref(), "target_context")?;
-        let caller = check(&request, Operation::SendMessage, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::SendMessage, context.as_ref(), None)?;
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("SendMessage is for Worker and Heartbeat containers"));
         };
@@ -76,7 +76,7 @@ impl v1::agents_server::Agents for AgentsService {
         &self,
         request: Request<v1::DelegateRequest>,
     ) -> Result<Response<v1::DelegateResponse>, Status> {
-        let caller = check(&request, Operation::DelegateToAgent, None, None)?;
+        let caller = check(&self.shared, &request, Operation::DelegateToAgent, None, None)?;
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("DelegateToAgent is for Assistant containers"));
         };
@@ -88,7 +88,7 @@ impl v1::agents_server::Agents for AgentsService {
         &self,
         request: Request<v1::ToolRequest>,
     ) -> Result<Response<v1::ToolResponse>, Status> {
-        let caller = check(&request, Operation::RequestToolExecution, None, None)?;
+        let caller = check(&self.shared, &request, Operation::RequestToolExecution, None, None)?;
         tools::request(&self.shared, caller, request).await
     }
 
@@ -98,7 +98,7 @@ impl v1::agents_server::Agents for AgentsService {
         &self,
         request: Request<tonic::Streaming<v1::RunnerMessage>>,
     ) -> Result<Response<Self::ServeToolsStream>, Status> {
-        let caller = check(&request, Operation::ServeTools, None, None)?;
+        let caller = check(&self.shared, &request, Operation::ServeTools, None, None)?;
         let calls = tools::serve(&self.shared, caller, request)?.into_inner();
         Ok(Response::new(until_shutdown(&self.shared, calls)))
     }
@@ -107,7 +107,7 @@ impl v1::agents_server::Agents for AgentsService {
         &self,
         request: Request<v1::WebProxyRequest>,
     ) -> Result<Response<v1::WebProxyResponse>, Status> {
-        let caller = check(&request, Operation::ProxyWebRequest, None, None)?;
+        let caller = check(&self.shared, &request, Operation::ProxyWebRequest, None, None)?;
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("ProxyWebRequest is for tool containers"));
         };
@@ -174,7 +174,7 @@ impl v1::agents_server::Agents for AgentsService {
     type StreamLLMStream = BoxStream<v1::LlmEvent>;
 
     async fn stream_llm(&self, request: Request<v1::LlmRequest>) -> Result<Response<Self::StreamLLMStream>, Status> {
-        let caller = check(&request, Operation::StreamLlm, None, None)?;
+        let caller = check(&self.shared, &request, Operation::StreamLlm, None, None)?;
         llm::stream(&self.shared, caller, request).await
     }
 }

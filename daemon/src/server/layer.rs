@@ -1,7 +1,9 @@
 //! The layer every request passes through once, before any handler: it takes or makes the
 //! correlation id, authenticates the caller from the socket the connection came in on (peer
-//! credentials for the host socket, the bearer token for a container's socket), opens the
-//! request's tracing span and records the RPC's metrics.
+//! credentials for the host socket, the bearer token for a container's or a gateway's socket;
+//! for a gateway, the end user it names: in its namespace, proven by the ID token for the web
+//! gateway, resolved to a canonical user), opens the request's tracing span and records the
+//! RPC's metrics.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,9 +15,10 @@ use http::{HeaderValue, Request, Response};
 use tonic::Status;
 use tracing::Instrument;
 
-use crate::auth::{AuthError, Caller, HostPolicy};
-use crate::metrics::Metrics;
-use crate::sockets::{ListenerSet, Origin, PeerInfo};
+use crate::auth::{AuthError, Caller, EndUser, GatewayCaller, HostPolicy};
+use crate::gateways::{GatewayKind, GatewayRecord};
+use crate::sockets::{Origin, PeerInfo};
+use crate::Shared;
 use baaaht_proto::CORRELATION_ID_HEADER;
 
 /// The correlation id of the request being handled.
@@ -26,21 +29,19 @@ pub struct CorrelationId(pub String);
 #[derive(Debug)]
 pub struct Gate {
     pub host_policy: HostPolicy,
-    pub listeners: Arc<ListenerSet>,
-    pub metrics: Arc<Metrics>,
+    pub shared: Arc<Shared>,
 }
 
 impl Gate {
-    fn authenticate<B>(&self, request: &Request<B>) -> Result<Caller, AuthError> {
-        let peer = request.extensions().get::<PeerInfo>().ok_or(AuthError::NoPeerCredentials)?;
-        let token = bearer_token(request);
+    async fn authenticate(&self, peer: Option<PeerInfo>, headers: http::HeaderMap) -> Result<Caller, AuthError> {
+        let peer = peer.ok_or(AuthError::NoPeerCredentials)?;
+        let token = bearer_token(&headers);
+        let listeners = &self.shared.listeners;
         match &peer.origin {
             Origin::Host => {
                 if let Some(token) = token {
-                    return Err(match self.listeners.find_token(token) {
-                        Some(_) => AuthError::TokenOnHostSocket,
-                        None => AuthError::InvalidToken,
-                    });
+                    let known = listeners.find_token(token).is_some() || listeners.find_gateway_token(token).is_some();
+                    return Err(if known { AuthError::TokenOnHostSocket } else { AuthError::InvalidToken });
                 }
                 let credentials = peer.credentials.ok_or(AuthError::NoPeerCredentials)?;
                 let peer = self.host_policy.check(credentials.uid(), credentials.gid(), credentials.pid())?;
@@ -53,12 +54,68 @@ impl Gate {
                 }
                 Ok(Caller::Container(endpoint.identity.clone()))
             }
+            Origin::Gateway(endpoint) => {
+                let token = token.ok_or(AuthError::MissingToken)?;
+                if !endpoint.accepts(token) {
+                    return Err(if listeners.find_gateway_token(token).is_some() {
+                        AuthError::GatewayTokenElsewhere
+                    } else {
+                        AuthError::InvalidToken
+                    });
+                }
+                let user = self.end_user(&endpoint.record, &headers).await?;
+                Ok(Caller::Gateway(Arc::new(GatewayCaller {
+                    gateway: endpoint.record.name.clone(),
+                    channel: endpoint.record.kind.as_str(),
+                    user,
+                })))
+            }
         }
+    }
+
+    /// The end user a gateway names (none when it names nobody): in its namespace, proven by
+    /// the ID token for a web gateway, resolved to a canonical user (new on first contact).
+    async fn end_user(&self, gateway: &GatewayRecord, headers: &http::HeaderMap) -> Result<Option<EndUser>, AuthError> {
+        let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok()).map(str::trim);
+        let Some(identity) = header(baaaht_proto::USER_HEADER).filter(|value| !value.is_empty()) else {
+            return Ok(None);
+        };
+        if !gateway.may_name(identity) {
+            return Err(AuthError::OutsideNamespace {
+                gateway: gateway.name.clone(),
+                namespace: gateway.kind.namespace(),
+                named: identity.chars().take(200).collect(),
+            });
+        }
+        let mut name = header(baaaht_proto::USER_NAME_HEADER).unwrap_or_default().to_string();
+        if let GatewayKind::Web { issuer, audience } = &gateway.kind {
+            let token = header(baaaht_proto::ID_TOKEN_HEADER).filter(|value| !value.is_empty()).ok_or_else(|| {
+                AuthError::IdToken(format!("a web gateway's call must carry {}", baaaht_proto::ID_TOKEN_HEADER))
+            })?;
+            let subject = identity.strip_prefix(&gateway.kind.namespace()).unwrap_or_default();
+            let claims = self
+                .shared
+                .oidc
+                .verify(token, issuer, audience, subject)
+                .await
+                .map_err(|error| AuthError::IdToken(error.to_string()))?;
+            if name.is_empty() {
+                name = claims.name.or(claims.email).unwrap_or_default();
+            }
+        }
+        let resolved = self
+            .shared
+            .identities
+            .resolve(identity, &name)
+            .map_err(|error| AuthError::Unresolvable(baaaht_proto::error_chain(&error)))?;
+        let admin = self.shared.loaded.config.system.admin_users.contains(&resolved.user);
+        let groups = self.shared.groups.of_member(&resolved.user);
+        Ok(Some(EndUser { identity: identity.to_string(), id: resolved.user, admin, groups }))
     }
 }
 
-fn bearer_token<B>(request: &Request<B>) -> Option<&str> {
-    let value = request.headers().get(http::header::AUTHORIZATION)?.to_str().ok()?;
+fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
     let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))?;
     Some(token.trim())
 }
@@ -126,12 +183,13 @@ where
         request.headers_mut().insert(CORRELATION_ID_HEADER, header.clone());
         request.extensions_mut().insert(CorrelationId(correlation_id.clone()));
         let span = tracing::info_span!("rpc", method = %method, correlation_id = %correlation_id, caller = tracing::field::Empty);
-        let authenticated = self.gate.authenticate(&request);
         // The clone that was made ready is the one to call (tower's readiness contract).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gate = self.gate.clone();
+        let (peer, headers) = (request.extensions().get::<PeerInfo>().cloned(), request.headers().clone());
         Box::pin(async move {
+            let authenticated = gate.authenticate(peer, headers).await;
             let mut response = match authenticated {
                 Ok(caller) => {
                     span.record("caller", tracing::field::display(&caller));
@@ -145,7 +203,7 @@ where
             };
             let code =
                 response.headers().get("grpc-status").and_then(|value| value.to_str().ok()).unwrap_or("0").to_string();
-            gate.metrics.record_rpc(&method, &code, started.elapsed());
+            gate.shared.metrics.record_rpc(&method, &code, started.elapsed());
             if code != "0" {
                 span.in_scope(|| tracing::debug!(code = %code, elapsed_us = started.elapsed().as_micros() as u64, "request failed"));
             }

@@ -9,7 +9,9 @@ use tokio_stream::StreamExt as _;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
-use crate::auth::Caller;
+use crate::auth::{Caller, Context};
+use crate::budgets::{Budgets, Reservation};
+use crate::events::EventBus;
 use crate::llm::{GatewayError, LlmGateway};
 use crate::Shared;
 
@@ -42,8 +44,15 @@ pub(super) async fn stream(
         .unwrap_or_default()
         .to_string();
     let context = identity.context.to_string();
+    let request = request.into_inner();
+    // The budget is checked (and the request's worst case held) before any provider is asked.
+    let model = qualified_model(shared, &request.model);
+    let reservation = shared
+        .budgets
+        .reserve(&identity.context, &model, estimated_input_tokens(&request), request.max_tokens.map(u64::from))
+        .map_err(|error| Status::resource_exhausted(error.to_string()))?;
     let completion = v1::LlmCompletionRequest {
-        request: Some(request.into_inner()),
+        request: Some(request),
         session_id: identity.session_id.clone(),
         user_id: context.clone(),
         correlation_id,
@@ -60,7 +69,15 @@ pub(super) async fn stream(
             Err(status) => return Err(status),
         }
     };
-    let mut tally = Tally::new(shared.llm.clone(), context, identity.session_id.clone());
+    let mut tally = Tally {
+        llm: shared.llm.clone(),
+        context,
+        session: identity.session_id.clone(),
+        provider: String::new(),
+        usage: None,
+        outcome: None,
+        budget: Some((shared.budgets.clone(), reservation, identity.context.clone(), shared.events.clone())),
+    };
     // What the Assistant writes reaches the context's channels as it is written.
     let live = shared.agents.live(&identity.name).filter(|live| live.role == crate::auth::Role::Assistant);
     let bus = shared.events.clone();
@@ -101,7 +118,34 @@ fn publish_delta(bus: &crate::events::EventBus, live: &crate::agents::Live, even
     );
 }
 
-/// What one stream delivered; recorded when the stream ends or is dropped.
+/// `model` with its provider: as named, or the default provider's.
+fn qualified_model(shared: &Shared, model: &str) -> String {
+    if model.contains('/') || model.is_empty() {
+        let assistant = shared.loaded.config.agents.settings(crate::auth::Role::Assistant).model.0;
+        return if model.is_empty() { assistant } else { model.to_string() };
+    }
+    let configured = shared.loaded.providers.providers.configured();
+    let default = configured.iter().find(|(_, entry)| entry.default).or(configured.first()).map(|(name, _)| *name);
+    format!("{}/{model}", default.unwrap_or("anthropic"))
+}
+
+/// About how many tokens a request sends (four characters a token).
+fn estimated_input_tokens(request: &v1::LlmRequest) -> u64 {
+    let text: usize = request
+        .messages
+        .iter()
+        .flat_map(|message| &message.content)
+        .map(|block| match &block.block {
+            Some(v1::content_block::Block::Text(text)) => text.len(),
+            Some(v1::content_block::Block::ToolResult(result)) => result.content.len(),
+            _ => 64,
+        })
+        .sum();
+    ((text + request.system.len()) / 4) as u64
+}
+
+/// What one stream delivered; recorded (and its budget reservation settled) when the stream
+/// ends or is dropped.
 struct Tally {
     llm: Arc<LlmGateway>,
     context: String,
@@ -109,13 +153,10 @@ struct Tally {
     provider: String,
     usage: Option<v1::Usage>,
     outcome: Option<&'static str>,
+    budget: Option<(Arc<Budgets>, Reservation, Context, Arc<EventBus>)>,
 }
 
 impl Tally {
-    fn new(llm: Arc<LlmGateway>, context: String, session: String) -> Tally {
-        Tally { llm, context, session, provider: String::new(), usage: None, outcome: None }
-    }
-
     fn observe(&mut self, event: &v1::LlmEvent) {
         use v1::llm_event::Event;
         match &event.event {
@@ -140,6 +181,27 @@ impl Drop for Tally {
         self.llm.metrics.record_llm_request(provider, outcome);
         if let Some(usage) = &self.usage {
             self.llm.account(provider, &self.context, &self.session, usage);
+        }
+        if let Some((budgets, reservation, context, bus)) = self.budget.take() {
+            let used = self.usage.map(|usage| crate::metrics::TokenCounts {
+                input: usage.input_tokens,
+                output: usage.output_tokens,
+                cache_read: usage.cache_read_tokens,
+                cache_write: usage.cache_write_tokens,
+            });
+            if let Some(warning) = budgets.settle(reservation, used) {
+                let message = v1::OutboundMessage {
+                    target_context: Some(crate::convert::context_ref(&context)),
+                    content: warning,
+                    ..v1::OutboundMessage::default()
+                };
+                let event = v1::OrchestratorEvent {
+                    session_id: self.session.clone(),
+                    event: Some(v1::orchestrator_event::Event::Message(message)),
+                    ..v1::OrchestratorEvent::default()
+                };
+                bus.publish(&context, event);
+            }
         }
         tracing::info!(provider, outcome, session = %self.session, "LLM stream ended");
     }

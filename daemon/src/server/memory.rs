@@ -48,6 +48,10 @@ pub(super) fn write(
     let (session, source) = match caller {
         Caller::Container(identity) => (Some(identity.session_id.clone()), format!("agent:{}", identity.role)),
         Caller::Host(peer) => (None, format!("host:uid {}", peer.uid)),
+        Caller::Gateway(call) => {
+            let user = call.user.as_ref().map(|user| user.id.as_str()).unwrap_or("?");
+            (None, format!("user:{user} via gateway {}", call.gateway))
+        }
     };
     // Who the session's messages came from: in a user's context, that user.
     let user = match (&context.kind, &session) {
@@ -106,21 +110,21 @@ pub(super) struct MemoryService {
 impl v1::memory_server::Memory for MemoryService {
     async fn write_memory(&self, request: Request<v1::WriteMemoryRequest>) -> Result<Response<v1::Ack>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        let caller = check(&request, Operation::WriteMemory, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::WriteMemory, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
         write(&self.shared, &caller, context, request.into_inner())
     }
 
     async fn search_memory(&self, request: Request<v1::MemoryQuery>) -> Result<Response<v1::MemoryList>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        let caller = check(&request, Operation::SearchMemory, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::SearchMemory, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
         search(&self.shared, &context, request.into_inner())
     }
 
     async fn delete_memory(&self, request: Request<v1::MemoryKey>) -> Result<Response<v1::Ack>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        let caller = check(&request, Operation::DeleteMemory, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::DeleteMemory, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
         delete(&self.shared, &context, &request.into_inner().key)
     }

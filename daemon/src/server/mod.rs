@@ -8,6 +8,7 @@ mod agents;
 pub mod layer;
 mod llm;
 mod memory;
+mod people;
 mod sessions;
 mod skills;
 mod system;
@@ -61,15 +62,28 @@ fn context_of(reference: Option<&v1::ContextRef>, field: &str) -> Result<Option<
     crate::convert::context_of(reference).map(Some).map_err(|why| Status::invalid_argument(format!("{field}.{why}")))
 }
 
-/// Authorizes `operation` for the caller of `request` on what it names.
+/// Authorizes `operation` for the caller of `request` on what it names; for a user, the
+/// context of a session it names is looked up and must be theirs too.
 fn check<T>(
+    shared: &Shared,
     request: &Request<T>,
     operation: Operation,
     context: Option<&Context>,
     session_id: Option<&str>,
 ) -> Result<Caller, Status> {
     let caller = caller(request)?;
-    authorize(&caller, operation, Target { context, session_id }).map_err(|error| {
+    let session_context = match (&caller, session_id.filter(|id| !id.is_empty())) {
+        (Caller::Gateway(_), Some(id)) => Some(
+            shared
+                .sessions
+                .get(id)
+                .map(|record| record.context())
+                .ok_or_else(|| Status::not_found(format!("no session {id}")))?,
+        ),
+        _ => None,
+    };
+    let target = Target { context, session_id, session_context: session_context.as_ref(), config_section: None };
+    authorize(&caller, operation, target).map_err(|error| {
         tracing::warn!(%error, operation = operation.name(), "request denied");
         Status::from(error)
     })?;
@@ -119,7 +133,11 @@ fn not_built(operation: Operation, missing: &str) -> Status {
 fn own_context(caller: &Caller, named: Option<Context>) -> Result<Context, Status> {
     match (caller, named) {
         (Caller::Container(identity), _) => Ok(identity.context.clone()),
-        (Caller::Host(_), Some(context)) => Ok(context),
+        (Caller::Host(_) | Caller::Gateway(_), Some(context)) => Ok(context),
+        (Caller::Gateway(call), None) => match &call.user {
+            Some(user) => Ok(user.context()),
+            None => Err(Status::invalid_argument("context: name the user or group")),
+        },
         (Caller::Host(_), None) => Err(Status::invalid_argument("context: name the user or group")),
     }
 }
@@ -144,6 +162,8 @@ pub fn routes(shared: &Arc<Shared>) -> tonic::service::Routes {
         .add_service(v1::sessions_server::SessionsServer::new(sessions::SessionsService { shared: shared.clone() }))
         .add_service(v1::skills_server::SkillsServer::new(skills::SkillsService { shared: shared.clone() }))
         .add_service(v1::memory_server::MemoryServer::new(memory::MemoryService { shared: shared.clone() }))
-        .add_service(v1::tasks_server::TasksServer::new(tasks::TasksService))
+        .add_service(v1::tasks_server::TasksServer::new(tasks::TasksService { shared: shared.clone() }))
         .add_service(v1::system_server::SystemServer::new(system::SystemService { shared: shared.clone() }))
+        .add_service(v1::gateways_server::GatewaysServer::new(people::GatewaysService { shared: shared.clone() }))
+        .add_service(v1::admin_server::AdminServer::new(people::AdminService { shared: shared.clone() }))
 }

@@ -8,7 +8,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Context;
-use crate::auth::Operation;
+use crate::auth::{Caller, Operation};
 use crate::orchestrator::OrchestratorError;
 use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
 use crate::Shared;
@@ -37,6 +37,8 @@ impl From<OrchestratorError> for Status {
             OrchestratorError::Invalid(text) => Status::invalid_argument(text),
             OrchestratorError::NoTurn => Status::failed_precondition(error.to_string()),
             OrchestratorError::Model(_) => Status::unavailable(error.to_string()),
+            OrchestratorError::Group(crate::groups::GroupError::NotFound(_)) => Status::not_found(error.to_string()),
+            OrchestratorError::Group(_) => Status::failed_precondition(error.to_string()),
         }
     }
 }
@@ -66,16 +68,6 @@ fn role_of_name(name: &str) -> v1::AgentRole {
         .map_or(v1::AgentRole::Unspecified, |role| super::role_ref(*role))
 }
 
-fn channel_of_name(name: Option<&str>) -> v1::ChannelType {
-    match name {
-        Some("tui") => v1::ChannelType::Tui,
-        Some("web") => v1::ChannelType::Web,
-        Some("slack") => v1::ChannelType::Slack,
-        Some("cli") => v1::ChannelType::Cli,
-        _ => v1::ChannelType::Unspecified,
-    }
-}
-
 pub(super) fn channel_name(channel: i32) -> Option<String> {
     match v1::ChannelType::try_from(channel) {
         Ok(v1::ChannelType::Tui) => Some("tui".into()),
@@ -98,7 +90,7 @@ pub(super) fn entry(entry: &Entry) -> Option<v1::SessionEntry> {
             Kind::Message(v1::MessageEntry {
                 role: message.role.clone(),
                 content: message.content.clone(),
-                channel: channel_of_name(message.channel_type.as_deref()) as i32,
+                channel: crate::convert::channel_ref(message.channel_type.as_deref()) as i32,
                 sender_id: message.sender_id.clone().unwrap_or_default(),
             }),
         ),
@@ -166,10 +158,13 @@ pub(super) fn filter(request: &v1::SessionFilter) -> Result<Filter, Status> {
 }
 
 /// Checks an id a client sent before it is used as a folder name.
-/// Who writes a message: in a user's own conversation that user (another `sender_id` is
-/// refused, so a message never lands in someone else's session); in a group the given
-/// `sender_id`, else the group itself.
-pub(super) fn sender_of(context: &crate::auth::Context, given: &str) -> Result<String, Status> {
+/// Who writes a message: a gateway's user, always that user; in a user's own conversation that
+/// user (another `sender_id` is refused, so a message never lands in someone else's session);
+/// in a group the given `sender_id`, else the group itself.
+pub(super) fn sender_of(caller: &Caller, context: &crate::auth::Context, given: &str) -> Result<String, Status> {
+    if let Caller::Gateway(call) = caller {
+        return call.user.as_ref().map(|user| user.id.clone()).ok_or_else(|| Status::unauthenticated("no end user"));
+    }
     if context.kind == crate::auth::ContextKind::User {
         if !given.is_empty() && given != context.id {
             return Err(Status::invalid_argument(format!(
@@ -183,6 +178,15 @@ pub(super) fn sender_of(context: &crate::auth::Context, given: &str) -> Result<S
     let sender = if given.is_empty() { context.id.clone() } else { given.to_string() };
     valid_id(&sender, "sender_id")?;
     Ok(sender)
+}
+
+/// The channel a message came from: a gateway's own (whatever it says), else what the client
+/// says.
+pub(super) fn channel_of(caller: &Caller, requested: i32) -> Option<String> {
+    match caller {
+        Caller::Gateway(call) => Some(call.channel.to_string()),
+        _ => channel_name(requested),
+    }
 }
 
 pub(super) fn valid_id(id: &str, field: &str) -> Result<(), Status> {
@@ -209,7 +213,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         request: Request<v1::AgentRoutingRequest>,
     ) -> Result<Response<v1::AgentRoutingResponse>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&request, Operation::RouteToAgent, context.as_ref(), Some(&request.get_ref().session_id))?;
+        check(&self.shared, &request, Operation::RouteToAgent, context.as_ref(), Some(&request.get_ref().session_id))?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
         let message = request.into_inner();
         if !message.session_id.is_empty() {
@@ -234,7 +238,13 @@ impl v1::sessions_server::Sessions for SessionsService {
         request: Request<v1::EventSubscription>,
     ) -> Result<Response<Self::SubscribeEventsStream>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&request, Operation::SubscribeEvents, context.as_ref(), Some(&request.get_ref().session_id))?;
+        check(
+            &self.shared,
+            &request,
+            Operation::SubscribeEvents,
+            context.as_ref(),
+            Some(&request.get_ref().session_id),
+        )?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group to follow"))?;
         let session = request.into_inner().session_id;
         let mut events = self.shared.events.subscribe();
@@ -262,12 +272,12 @@ impl v1::sessions_server::Sessions for SessionsService {
 
     async fn publish_event(&self, request: Request<v1::ChannelEvent>) -> Result<Response<v1::Ack>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&request, Operation::PublishEvent, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::PublishEvent, context.as_ref(), None)?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
         let event = request.into_inner();
         match event.event {
             Some(v1::channel_event::Event::UserMessage(message)) => {
-                let sender = sender_of(&context, &event.sender_id)?;
+                let sender = sender_of(&caller, &context, &event.sender_id)?;
                 if !message.session_id.is_empty() {
                     valid_id(&message.session_id, "user_message.session_id")?;
                 }
@@ -275,7 +285,7 @@ impl v1::sessions_server::Sessions for SessionsService {
                     context,
                     session: (!message.session_id.is_empty()).then_some(message.session_id),
                     sender,
-                    channel: channel_name(event.channel),
+                    channel: channel_of(&caller, event.channel),
                     content: message.content,
                     parent: (!message.parent_entry_id.is_empty()).then_some(message.parent_entry_id),
                 };
@@ -294,18 +304,24 @@ impl v1::sessions_server::Sessions for SessionsService {
         request: Request<v1::UserMessage>,
     ) -> Result<Response<v1::SendUserMessageResponse>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&request, Operation::SendUserMessage, context.as_ref(), Some(&request.get_ref().session_id))?;
+        let caller = check(
+            &self.shared,
+            &request,
+            Operation::SendUserMessage,
+            context.as_ref(),
+            Some(&request.get_ref().session_id),
+        )?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group who writes"))?;
         let message = request.into_inner();
         if !message.session_id.is_empty() {
             valid_id(&message.session_id, "session_id")?;
         }
-        let sender = sender_of(&context, &message.sender_id)?;
+        let sender = sender_of(&caller, &context, &message.sender_id)?;
         let incoming = crate::orchestrator::Incoming {
             context,
             session: (!message.session_id.is_empty()).then_some(message.session_id),
             sender,
-            channel: channel_name(message.channel),
+            channel: channel_of(&caller, message.channel),
             content: message.content,
             parent: (!message.parent_entry_id.is_empty()).then_some(message.parent_entry_id),
         };
@@ -319,9 +335,17 @@ impl v1::sessions_server::Sessions for SessionsService {
     }
 
     async fn list_sessions(&self, request: Request<v1::SessionFilter>) -> Result<Response<v1::SessionList>, Status> {
-        check(&request, Operation::ListSessions, None, None)?;
+        let caller = check(&self.shared, &request, Operation::ListSessions, None, None)?;
         let filter = filter(request.get_ref())?;
-        let found = self.shared.sessions.list(&filter);
+        let mut found = self.shared.sessions.list(&filter);
+        // A user sees the sessions of their own context and their groups'.
+        if let Caller::Gateway(call) = &caller {
+            match &call.user {
+                Some(user) if user.admin => {}
+                Some(user) => found.retain(|record| user.owns(&record.context())),
+                None => found.clear(),
+            }
+        }
         Ok(Response::new(v1::SessionList { sessions: found.iter().map(header).collect() }))
     }
 
@@ -329,7 +353,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         &self,
         request: Request<v1::ReadSessionRequest>,
     ) -> Result<Response<v1::SessionTranscript>, Status> {
-        check(&request, Operation::ReadSession, None, Some(&request.get_ref().session_id))?;
+        check(&self.shared, &request, Operation::ReadSession, None, Some(&request.get_ref().session_id))?;
         let message = request.into_inner();
         valid_id(&message.session_id, "session_id")?;
         let record = self
@@ -355,7 +379,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         request: Request<v1::NewSessionRequest>,
     ) -> Result<Response<v1::SessionHeader>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&request, Operation::NewSession, context.as_ref(), None)?;
+        check(&self.shared, &request, Operation::NewSession, context.as_ref(), None)?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
         let message = request.into_inner();
         let title = (!message.title.trim().is_empty()).then(|| message.title.trim().to_string());
@@ -365,7 +389,7 @@ impl v1::sessions_server::Sessions for SessionsService {
     }
 
     async fn resume_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::SessionHeader>, Status> {
-        check(&request, Operation::ResumeSession, None, Some(&request.get_ref().session_id))?;
+        check(&self.shared, &request, Operation::ResumeSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
         let record = self.shared.sessions.set_status(&id, crate::sessions::SessionStatus::Active)?;
@@ -378,7 +402,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         &self,
         request: Request<v1::ForkSessionRequest>,
     ) -> Result<Response<v1::SessionHeader>, Status> {
-        check(&request, Operation::ForkSession, None, Some(&request.get_ref().session_id))?;
+        check(&self.shared, &request, Operation::ForkSession, None, Some(&request.get_ref().session_id))?;
         let message = request.into_inner();
         valid_id(&message.session_id, "session_id")?;
         let entry = if message.entry_id.is_empty() {
@@ -395,7 +419,7 @@ impl v1::sessions_server::Sessions for SessionsService {
     }
 
     async fn archive_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
-        check(&request, Operation::ArchiveSession, None, Some(&request.get_ref().session_id))?;
+        check(&self.shared, &request, Operation::ArchiveSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
         crate::orchestrator::archive(&self.shared, &id).await?;
@@ -404,7 +428,7 @@ impl v1::sessions_server::Sessions for SessionsService {
     }
 
     async fn compact_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
-        check(&request, Operation::CompactSession, None, Some(&request.get_ref().session_id))?;
+        check(&self.shared, &request, Operation::CompactSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
         let entry = crate::orchestrator::compact(&self.shared, &id).await?;
@@ -412,7 +436,7 @@ impl v1::sessions_server::Sessions for SessionsService {
     }
 
     async fn switch_model(&self, request: Request<v1::SwitchModelRequest>) -> Result<Response<v1::Ack>, Status> {
-        check(&request, Operation::SwitchModel, None, Some(&request.get_ref().session_id))?;
+        check(&self.shared, &request, Operation::SwitchModel, None, Some(&request.get_ref().session_id))?;
         let message = request.into_inner();
         valid_id(&message.session_id, "session_id")?;
         let valid = !message.model.is_empty()

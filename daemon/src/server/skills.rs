@@ -15,7 +15,7 @@ impl v1::skills_server::Skills for SkillsService {
         request: Request<v1::SkillManifestRequest>,
     ) -> Result<Response<v1::SkillManifest>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        let caller = check(&request, Operation::GetSkillManifest, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::GetSkillManifest, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
         let skills = crate::skills::manifest(
             self.shared.data_dir.root(),
@@ -30,7 +30,7 @@ impl v1::skills_server::Skills for SkillsService {
         request: Request<v1::SkillContentRequest>,
     ) -> Result<Response<v1::SkillContent>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        let caller = check(&request, Operation::GetSkillContent, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::GetSkillContent, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
         let message = request.into_inner();
         let (path, content) = crate::skills::content(
@@ -58,7 +58,7 @@ impl v1::skills_server::Skills for SkillsService {
         request: Request<v1::InstallSkillRequest>,
     ) -> Result<Response<v1::InstallSkillResponse>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&request, Operation::InstallSkill, context.as_ref(), None)?;
+        check(&self.shared, &request, Operation::InstallSkill, context.as_ref(), None)?;
         let context =
             context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?;
         let message = request.into_inner();

@@ -1,6 +1,7 @@
 //! The `System` service: status, and the confinement self-test in a fresh container.
 
 use super::*;
+use crate::auth::Caller;
 
 /// The `System` service.
 #[derive(Debug, Clone)]
@@ -11,16 +12,41 @@ pub(super) struct SystemService {
 #[tonic::async_trait]
 impl v1::system_server::System for SystemService {
     async fn get_status(&self, request: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
-        check(&request, Operation::GetStatus, None, None)?;
+        let caller = check(&self.shared, &request, Operation::GetStatus, None, None)?;
         let containers = self.shared.containers.inventory().await.containers.len();
-        Ok(Response::new(status_response(&self.shared, containers)))
+        let full = status_response(&self.shared, containers);
+        // A user who is not an admin (or a gateway by itself) sees their own sessions, the
+        // model and the container count: nothing of the host.
+        let Caller::Gateway(call) = &caller else { return Ok(Response::new(full)) };
+        if call.user.as_ref().is_some_and(|user| user.admin) {
+            return Ok(Response::new(full));
+        }
+        let counts = match &call.user {
+            Some(user) => self.shared.sessions.counts_of(|record| user.owns(&record.context())),
+            None => crate::sessions::SessionCounts::default(),
+        };
+        let model = self.shared.loaded.config.agents.settings(crate::auth::Role::Assistant).model.0;
+        Ok(Response::new(v1::StatusResponse {
+            version: full.version,
+            uptime_seconds: full.uptime_seconds,
+            sessions_active: counts.active,
+            sessions_idle: counts.idle,
+            sessions_archived: counts.archived,
+            containers_running: full.containers_running,
+            llm: full.llm.map(|llm| v1::LlmGatewayStatus {
+                state: llm.state,
+                message: format!("model {model}"),
+                ..Default::default()
+            }),
+            ..v1::StatusResponse::default()
+        }))
     }
 
     async fn run_self_test(
         &self,
         request: Request<v1::SelfTestRequest>,
     ) -> Result<Response<v1::SelfTestResponse>, Status> {
-        check(&request, Operation::RunSelfTest, None, None)?;
+        check(&self.shared, &request, Operation::RunSelfTest, None, None)?;
         let message = request.into_inner();
         let role = role_of(message.role)?.unwrap_or(crate::auth::Role::Tool);
         let probe =

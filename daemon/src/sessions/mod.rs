@@ -194,6 +194,12 @@ impl SessionStore {
         SessionCounts::of(&self.lock().index.sessions)
     }
 
+    /// The counts of the sessions `keep` says are someone's.
+    pub fn counts_of(&self, keep: impl Fn(&SessionRecord) -> bool) -> SessionCounts {
+        let sessions: Vec<SessionRecord> = self.lock().index.sessions.iter().filter(|s| keep(s)).cloned().collect();
+        SessionCounts::of(&sessions)
+    }
+
     pub fn get(&self, id: &str) -> Option<SessionRecord> {
         self.lock().index.sessions.iter().find(|session| session.id == id).cloned()
     }

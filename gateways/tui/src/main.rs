@@ -82,6 +82,72 @@ enum Command {
         #[command(subcommand)]
         command: SkillsCommand,
     },
+    /// Users and the channel identities that act as them (web, Slack)
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+    },
+    /// Groups: shared contexts with members
+    Groups {
+        #[command(subcommand)]
+        command: GroupsCommand,
+    },
+    /// Tokens and cost against the budget, today and this month
+    Usage {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// Only this month's figures
+        #[arg(long)]
+        month: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UsersCommand {
+    /// Every user with its identities and groups
+    List,
+    /// One user, by id (u-…) or by one of its identities
+    Show { user: String },
+    /// Make identity SECOND act as the user of identity FIRST (one context, one session)
+    Link { first: String, second: String },
+    /// Give an identity back the user it was created with
+    Unlink { identity: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupsCommand {
+    /// Make a group (its id: letters, digits, `.`, `_`, `-`)
+    Create {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// A member (user id or identity); repeat for more
+        #[arg(long = "member", value_name = "USER")]
+        members: Vec<String>,
+    },
+    List,
+    Show {
+        id: String,
+    },
+    AddMember {
+        id: String,
+        member: String,
+    },
+    RemoveMember {
+        id: String,
+        member: String,
+    },
+    /// Refuse new messages to a group; its sessions, memory and skills stay
+    Deactivate {
+        id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    Reactivate {
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -242,7 +308,89 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let mut client = baaaht_cli::connect(&socket).await?;
             sessions(&mut client, &socket, command).await
         }
+        Command::Users { command } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            users(&mut client, &socket, command).await
+        }
+        Command::Groups { command } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            groups(&mut client, &socket, command).await
+        }
+        Command::Usage { user, group, month } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            let env = |key: &str| std::env::var(key).ok();
+            let context = baaaht_cli::chat::context(user, group, env);
+            let report = client
+                .admin
+                .get_usage(v1::UsageRequest { context: Some(context) })
+                .await
+                .map_err(|status| CliError::from_status(status, &socket))?
+                .into_inner();
+            print!("{}", clean(&baaaht_cli::people::usage_text(&report, month)));
+            Ok(())
+        }
     }
+}
+
+async fn users(
+    client: &mut baaaht_proto::client::Client,
+    socket: &std::path::Path,
+    command: UsersCommand,
+) -> Result<(), CliError> {
+    use baaaht_cli::people::{user_text, users_text};
+    let status = |status| CliError::from_status(status, socket);
+    let text = match command {
+        UsersCommand::List => {
+            users_text(&client.admin.list_users(v1::ListUsersRequest {}).await.map_err(status)?.into_inner())
+        }
+        UsersCommand::Show { user } => {
+            user_text(&client.admin.show_user(v1::UserRef { user }).await.map_err(status)?.into_inner())
+        }
+        UsersCommand::Link { first, second } => user_text(
+            &client.admin.link_identities(v1::LinkRequest { first, second }).await.map_err(status)?.into_inner(),
+        ),
+        UsersCommand::Unlink { identity } => {
+            user_text(&client.admin.unlink_identity(v1::UnlinkRequest { identity }).await.map_err(status)?.into_inner())
+        }
+    };
+    print!("{}", clean(&text));
+    Ok(())
+}
+
+async fn groups(
+    client: &mut baaaht_proto::client::Client,
+    socket: &std::path::Path,
+    command: GroupsCommand,
+) -> Result<(), CliError> {
+    use baaaht_cli::people::{group_text, groups_text};
+    let status = |status| CliError::from_status(status, socket);
+    let admin = &mut client.admin;
+    let group = match command {
+        GroupsCommand::List => {
+            let list = admin.list_groups(v1::ListGroupsRequest {}).await.map_err(status)?.into_inner();
+            print!("{}", clean(&groups_text(&list)));
+            return Ok(());
+        }
+        GroupsCommand::Create { id, name, members } => {
+            let request = v1::CreateGroupRequest { id, name: name.unwrap_or_default(), members };
+            admin.create_group(request).await
+        }
+        GroupsCommand::Show { id } => admin.show_group(v1::GroupRef { id }).await,
+        GroupsCommand::AddMember { id, member } => {
+            admin.add_group_member(v1::GroupMemberRequest { group: id, member }).await
+        }
+        GroupsCommand::RemoveMember { id, member } => {
+            admin.remove_group_member(v1::GroupMemberRequest { group: id, member }).await
+        }
+        GroupsCommand::Deactivate { id, reason } => {
+            admin.deactivate_group(v1::DeactivateGroupRequest { id, reason }).await
+        }
+        GroupsCommand::Reactivate { id } => admin.reactivate_group(v1::GroupRef { id }).await,
+    }
+    .map_err(status)?
+    .into_inner();
+    print!("{}", clean(&group_text(&group)));
+    Ok(())
 }
 
 async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Path, chat: Chat) -> Result<(), CliError> {

@@ -1,0 +1,250 @@
+//! Gateway principals (DESIGN.md §9.1): a web or Slack gateway proves itself with its own socket
+//! (`data/gateways/{name}/daemon.sock`) and a bearer token issued once by
+//! `baaahtd gateways add`, kept here only as a SHA-256 (`data/state/gateways.json`). A gateway
+//! acts for the end users of its own namespace only — `web:{issuer}#{sub}` for the OIDC issuer
+//! it was registered with, `slack:{team}:{user}` for its Slack workspace — and is never an admin
+//! by itself.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{self, StateError};
+
+pub const GATEWAYS_FILE: &str = "gateways.json";
+/// The socket file in a gateway's folder.
+pub const GATEWAY_SOCKET_NAME: &str = "daemon.sock";
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("gateway name `{0}` is not usable: use 1-64 lowercase letters, digits and `-`")]
+    BadName(String),
+    #[error("a gateway named {0} exists already: remove it first (baaahtd gateways rm {0})")]
+    Exists(String),
+    #[error("no gateway named {0}: `baaahtd gateways list` shows them")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot generate the gateway's token")]
+    Token(#[source] getrandom::Error),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// What kind of gateway, with what its namespace is made of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum GatewayKind {
+    /// Users signed in with OpenID Connect at `issuer`, for the client `audience`.
+    Web { issuer: String, audience: String },
+    /// Users of one Slack workspace.
+    Slack { team: String },
+}
+
+impl GatewayKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            GatewayKind::Web { .. } => "web",
+            GatewayKind::Slack { .. } => "slack",
+        }
+    }
+
+    /// The prefix every identity this gateway may name starts with.
+    pub fn namespace(&self) -> String {
+        match self {
+            GatewayKind::Web { issuer, .. } => format!("web:{issuer}#"),
+            GatewayKind::Slack { team } => format!("slack:{team}:"),
+        }
+    }
+}
+
+/// A registered gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayRecord {
+    pub name: String,
+    #[serde(flatten)]
+    pub kind: GatewayKind,
+    pub token_sha256: String,
+    pub created: String,
+}
+
+impl GatewayRecord {
+    /// Whether `identity` (e.g. `slack:T0123:U0456`) is in this gateway's namespace: the
+    /// prefix, then a non-empty id without the separators that could start another one.
+    pub fn may_name(&self, identity: &str) -> bool {
+        identity.strip_prefix(&self.kind.namespace()).is_some_and(|rest| {
+            !rest.is_empty()
+                && rest.len() <= 256
+                && !rest.contains(['#', ' ', '\n'])
+                && !rest.chars().any(char::is_control)
+        })
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct GatewaysFile {
+    version: u32,
+    #[serde(default)]
+    gateways: Vec<GatewayRecord>,
+}
+
+/// The registered gateways.
+#[derive(Debug)]
+pub struct Registry {
+    path: PathBuf,
+    folder: PathBuf,
+    file: Mutex<GatewaysFile>,
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+}
+
+impl Registry {
+    /// The registry in `state_dir`, gateway sockets under `gateways_dir`.
+    pub fn open(state_dir: &Path, gateways_dir: PathBuf) -> Result<Registry, GatewayError> {
+        let path = state_dir.join(GATEWAYS_FILE);
+        let file = state::read_json(&path)?.unwrap_or(GatewaysFile { version: 1, gateways: vec![] });
+        Ok(Registry { path, folder: gateways_dir, file: Mutex::new(file) })
+    }
+
+    fn file(&self) -> std::sync::MutexGuard<'_, GatewaysFile> {
+        self.file.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn list(&self) -> Vec<GatewayRecord> {
+        self.file().gateways.clone()
+    }
+
+    pub fn get(&self, name: &str) -> Option<GatewayRecord> {
+        self.file().gateways.iter().find(|record| record.name == name).cloned()
+    }
+
+    /// The folder of gateway `name`'s socket.
+    pub fn socket_folder(&self, name: &str) -> PathBuf {
+        self.folder.join(name)
+    }
+
+    /// Registers a gateway; returns it and its token, which exists nowhere else afterwards.
+    pub fn add(&self, name: &str, kind: GatewayKind) -> Result<(GatewayRecord, String), GatewayError> {
+        if !valid_name(name) {
+            return Err(GatewayError::BadName(name.to_string()));
+        }
+        match &kind {
+            GatewayKind::Web { issuer, audience } => {
+                if !(issuer.starts_with("https://") || issuer.starts_with("http://")) || issuer.contains('#') {
+                    return Err(GatewayError::Invalid(format!(
+                        "--issuer `{issuer}` must be the OIDC issuer's URL, e.g. https://accounts.example.com"
+                    )));
+                }
+                if audience.trim().is_empty() {
+                    return Err(GatewayError::Invalid(
+                        "--audience: give the OIDC client id the web gateway uses".into(),
+                    ));
+                }
+            }
+            GatewayKind::Slack { team } => {
+                if team.is_empty() || !team.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    return Err(GatewayError::Invalid(format!(
+                        "--team `{team}` must be the Slack workspace id, e.g. T0123ABCD"
+                    )));
+                }
+            }
+        }
+        let mut file = self.file();
+        if file.gateways.iter().any(|record| record.name == name) {
+            return Err(GatewayError::Exists(name.to_string()));
+        }
+        let token = crate::auth::new_token().map_err(GatewayError::Token)?;
+        let record = GatewayRecord {
+            name: name.to_string(),
+            kind,
+            token_sha256: crate::sockets::token_sha256(&token),
+            created: state::now_rfc3339(),
+        };
+        file.gateways.push(record.clone());
+        state::write_json(&self.path, &*file)?;
+        tracing::info!(gateway = name, kind = record.kind.as_str(), "gateway registered");
+        Ok((record, token))
+    }
+
+    /// Removes gateway `name`; its token stops working at once.
+    pub fn remove(&self, name: &str) -> Result<GatewayRecord, GatewayError> {
+        let mut file = self.file();
+        let index = file
+            .gateways
+            .iter()
+            .position(|record| record.name == name)
+            .ok_or_else(|| GatewayError::NotFound(name.to_string()))?;
+        let removed = file.gateways.remove(index);
+        state::write_json(&self.path, &*file)?;
+        tracing::info!(gateway = name, "gateway removed");
+        Ok(removed)
+    }
+}
+
+/// A gateway as the request layer knows it, on its socket.
+#[derive(Debug)]
+pub struct GatewayEndpoint {
+    pub record: GatewayRecord,
+    revoked: std::sync::atomic::AtomicBool,
+}
+
+impl GatewayEndpoint {
+    pub fn new(record: GatewayRecord) -> Arc<GatewayEndpoint> {
+        Arc::new(GatewayEndpoint { record, revoked: std::sync::atomic::AtomicBool::new(false) })
+    }
+
+    /// True when `presented` is this gateway's live token.
+    pub fn accepts(&self, presented: &str) -> bool {
+        !self.revoked.load(std::sync::atomic::Ordering::Acquire)
+            && crate::auth::tokens_equal(&self.record.token_sha256, &crate::sockets::token_sha256(presented))
+    }
+
+    pub fn revoke(&self) {
+        self.revoked.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_kept_hashed_and_namespaces_hold() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let registry = Registry::open(temp.path(), temp.path().join("gateways")).expect("open");
+        let (web, token) = registry
+            .add("home-web", GatewayKind::Web { issuer: "https://id.example.com".into(), audience: "baaaht".into() })
+            .expect("web");
+        let text = std::fs::read_to_string(temp.path().join(GATEWAYS_FILE)).expect("file");
+        assert!(!text.contains(&token) && text.contains(&web.token_sha256), "{text}");
+        assert!(GatewayEndpoint::new(web.clone()).accepts(&token));
+        assert!(web.may_name("web:https://id.example.com#248289761001"));
+        for other in [
+            "web:https://evil.example.com#1",
+            "web:https://id.example.com#",
+            "slack:T1:U1",
+            "web:https://id.example.com#a#b",
+        ] {
+            assert!(!web.may_name(other), "{other}");
+        }
+        let (slack, _) = registry.add("acme", GatewayKind::Slack { team: "T0123".into() }).expect("slack");
+        assert!(slack.may_name("slack:T0123:U0456"));
+        assert!(!slack.may_name("slack:T9999:U0456"));
+        assert!(matches!(registry.add("acme", GatewayKind::Slack { team: "T1".into() }), Err(GatewayError::Exists(_))));
+        assert!(matches!(
+            registry.add("Bad Name", GatewayKind::Slack { team: "T1".into() }),
+            Err(GatewayError::BadName(_))
+        ));
+        let reopened = Registry::open(temp.path(), temp.path().join("gateways")).expect("reopen");
+        assert_eq!(reopened.list().len(), 2);
+        reopened.remove("acme").expect("rm");
+        assert!(reopened.get("acme").is_none());
+    }
+}

@@ -1,0 +1,343 @@
+//! Canonical users (DESIGN.md §9.1, spec §17.1): every channel identity — `web:{issuer}#{sub}`,
+//! `slack:{team}:{user}` — maps to one canonical user id `u-…` in `data/state/identities.json`,
+//! looked up in O(1). First contact creates the user (with `users/{id}/USER.md` holding its
+//! display name). Linking points a second identity at the first one's user, so both channels
+//! share one context, one active session and one memory; the identity keeps the user it was
+//! created with, and unlinking points it back there (whatever that user had stays untouched
+//! meanwhile). A link is made by an admin, or by the user with a one-time code shown on one
+//! channel and confirmed from the other.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{self, StateError};
+
+pub const IDENTITIES_FILE: &str = "identities.json";
+/// How long a link code may be confirmed.
+pub const LINK_CODE_VALID: Duration = Duration::from_secs(600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("`{0}` is not a channel identity: write web:ISSUER#SUBJECT or slack:TEAM:USER")]
+    BadIdentity(String),
+    #[error("no identity {0} is known: it is created the first time it sends a message")]
+    UnknownIdentity(String),
+    #[error("no user {0}: `baaaht users list` shows them")]
+    UnknownUser(String),
+    #[error("{0} and {1} are one user already")]
+    AlreadyLinked(String, String),
+    #[error("{0} is not linked to another identity's user")]
+    NotLinked(String),
+    #[error("that code is unknown or expired (codes last {} minutes): ask for a new one", LINK_CODE_VALID.as_secs() / 60)]
+    BadCode,
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("cannot write {}", path.display())]
+    Profile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One channel identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentityRecord {
+    /// The canonical user it acts as now.
+    pub user: String,
+    /// The user it was created with (where unlinking returns it).
+    pub own: String,
+    pub created: String,
+}
+
+/// A canonical user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserRecord {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    pub created: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct IdentitiesFile {
+    version: u32,
+    #[serde(default)]
+    identities: BTreeMap<String, IdentityRecord>,
+    #[serde(default)]
+    users: BTreeMap<String, UserRecord>,
+}
+
+/// A user with the identities that act as it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserView {
+    pub id: String,
+    pub name: String,
+    pub created: String,
+    pub identities: Vec<String>,
+}
+
+/// What a channel identity resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub user: String,
+    /// The user was created now (first contact).
+    pub created: bool,
+}
+
+struct Inner {
+    file: IdentitiesFile,
+    /// Code → (the user it links to, when it was made).
+    codes: HashMap<String, (String, Instant)>,
+}
+
+/// The identity map.
+pub struct Identities {
+    path: PathBuf,
+    users_dir: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Identities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identities").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// Whether `identity` has the shape of a channel identity.
+pub fn is_channel_identity(identity: &str) -> bool {
+    let valid = |rest: &str| !rest.is_empty() && rest.len() <= 512 && !rest.chars().any(char::is_control);
+    match identity.split_once(':') {
+        Some(("web", rest)) => rest.split_once('#').is_some_and(|(issuer, sub)| valid(issuer) && valid(sub)),
+        Some(("slack", rest)) => rest.split_once(':').is_some_and(|(team, user)| valid(team) && valid(user)),
+        _ => false,
+    }
+}
+
+fn new_user_id() -> String {
+    let simple = uuid::Uuid::new_v4().simple().to_string();
+    format!("u-{}", &simple[..12])
+}
+
+impl Identities {
+    /// The map in `state_dir`; user profiles go under `users_dir`.
+    pub fn open(state_dir: &Path, users_dir: PathBuf) -> Result<Identities, IdentityError> {
+        let path = state_dir.join(IDENTITIES_FILE);
+        let file = state::read_json(&path)?.unwrap_or(IdentitiesFile { version: 1, ..IdentitiesFile::default() });
+        Ok(Identities { path, users_dir, inner: Mutex::new(Inner { file, codes: HashMap::new() }) })
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn save(&self, file: &IdentitiesFile) -> Result<(), IdentityError> {
+        Ok(state::write_json(&self.path, file)?)
+    }
+
+    /// The user `identity` acts as, if it is known (no write).
+    pub fn lookup(&self, identity: &str) -> Option<String> {
+        self.inner().file.identities.get(identity).map(|record| record.user.clone())
+    }
+
+    /// The user `identity` acts as; a new user the first time (`name` is its display name).
+    pub fn resolve(&self, identity: &str, name: &str) -> Result<Resolved, IdentityError> {
+        if let Some(user) = self.lookup(identity) {
+            return Ok(Resolved { user, created: false });
+        }
+        if !is_channel_identity(identity) {
+            return Err(IdentityError::BadIdentity(identity.to_string()));
+        }
+        let mut inner = self.inner();
+        if let Some(record) = inner.file.identities.get(identity) {
+            return Ok(Resolved { user: record.user.clone(), created: false });
+        }
+        let user = new_user_id();
+        let now = state::now_rfc3339();
+        let shown: String = name.chars().filter(|c| !c.is_control()).take(100).collect();
+        inner.file.users.insert(user.clone(), UserRecord { name: shown.clone(), created: now.clone() });
+        inner
+            .file
+            .identities
+            .insert(identity.to_string(), IdentityRecord { user: user.clone(), own: user.clone(), created: now });
+        self.save(&inner.file)?;
+        drop(inner);
+        self.write_profile(&user, &shown, identity)?;
+        tracing::info!(user = %user, "a new user, on first contact");
+        Ok(Resolved { user, created: true })
+    }
+
+    /// `users/{id}/USER.md`, unless it exists (the user's own words win).
+    fn write_profile(&self, user: &str, name: &str, identity: &str) -> Result<(), IdentityError> {
+        let folder = self.users_dir.join(user);
+        let path = folder.join("USER.md");
+        if path.exists() {
+            return Ok(());
+        }
+        let error = |source| IdentityError::Profile { path: path.clone(), source };
+        std::fs::create_dir_all(&folder).map_err(error)?;
+        let channel = identity.split(':').next().unwrap_or("a channel");
+        let name = if name.is_empty() { "(no name given)" } else { name };
+        let text = format!("# {name}\n\nFirst met on {channel}. Preferences and notes about this person go here.\n");
+        state::write_atomic(&path, text.as_bytes(), 0o600)?;
+        Ok(())
+    }
+
+    /// Every user with its identities.
+    pub fn users(&self) -> Vec<UserView> {
+        let inner = self.inner();
+        inner.file.users.iter().map(|(id, record)| view(&inner.file, id, record)).collect()
+    }
+
+    /// One user by id, or by one of its identities.
+    pub fn user(&self, id_or_identity: &str) -> Option<UserView> {
+        let inner = self.inner();
+        let id = inner
+            .file
+            .identities
+            .get(id_or_identity)
+            .map(|record| record.user.clone())
+            .unwrap_or_else(|| id_or_identity.to_string());
+        inner.file.users.get(&id).map(|record| view(&inner.file, &id, record))
+    }
+
+    /// Makes `second` act as the user of `first`.
+    pub fn link(&self, first: &str, second: &str) -> Result<UserView, IdentityError> {
+        let mut inner = self.inner();
+        let target = inner
+            .file
+            .identities
+            .get(first)
+            .map(|record| record.user.clone())
+            .ok_or_else(|| IdentityError::UnknownIdentity(first.to_string()))?;
+        let record =
+            inner.file.identities.get_mut(second).ok_or_else(|| IdentityError::UnknownIdentity(second.to_string()))?;
+        if record.user == target {
+            return Err(IdentityError::AlreadyLinked(first.to_string(), second.to_string()));
+        }
+        record.user = target.clone();
+        self.save(&inner.file)?;
+        tracing::info!(user = %target, "two channel identities linked into one user");
+        let user = inner.file.users.get(&target).cloned().ok_or(IdentityError::UnknownUser(target.clone()))?;
+        Ok(view(&inner.file, &target, &user))
+    }
+
+    /// Points `identity` back at the user it was created with.
+    pub fn unlink(&self, identity: &str) -> Result<UserView, IdentityError> {
+        let mut inner = self.inner();
+        let record = inner
+            .file
+            .identities
+            .get_mut(identity)
+            .ok_or_else(|| IdentityError::UnknownIdentity(identity.to_string()))?;
+        if record.user == record.own {
+            return Err(IdentityError::NotLinked(identity.to_string()));
+        }
+        record.user = record.own.clone();
+        let own = record.own.clone();
+        self.save(&inner.file)?;
+        tracing::info!(user = %own, "a channel identity unlinked");
+        let user = inner.file.users.get(&own).cloned().ok_or(IdentityError::UnknownUser(own.clone()))?;
+        Ok(view(&inner.file, &own, &user))
+    }
+
+    /// A one-time code that links another identity to `user` when confirmed with it.
+    pub fn start_link(&self, user: &str) -> Result<String, IdentityError> {
+        let mut bytes = [0u8; 5];
+        getrandom::fill(&mut bytes).map_err(|error| IdentityError::Profile {
+            path: self.path.clone(),
+            source: std::io::Error::other(error),
+        })?;
+        // Eight characters from an alphabet without look-alikes (no 0/O, 1/I/L).
+        const ALPHABET: &[u8] = b"ABCDEFGHJKMNPQRSTUVWXYZ23456789";
+        let value = bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+        let code: String =
+            (0..8).map(|i| ALPHABET[((value >> (i * 5)) & 31) as usize % ALPHABET.len()] as char).collect();
+        let mut inner = self.inner();
+        inner.codes.retain(|_, (_, made)| made.elapsed() < LINK_CODE_VALID);
+        inner.codes.insert(code.clone(), (user.to_string(), Instant::now()));
+        Ok(code)
+    }
+
+    /// Links `identity` to the user that asked for `code`; the code is used up.
+    pub fn confirm_link(&self, code: &str, identity: &str) -> Result<UserView, IdentityError> {
+        let target = {
+            let mut inner = self.inner();
+            let entry = inner.codes.remove(&code.trim().to_ascii_uppercase()).ok_or(IdentityError::BadCode)?;
+            if entry.1.elapsed() >= LINK_CODE_VALID {
+                return Err(IdentityError::BadCode);
+            }
+            entry.0
+        };
+        let first = {
+            let inner = self.inner();
+            inner
+                .file
+                .identities
+                .iter()
+                .find(|(_, record)| record.user == target)
+                .map(|(name, _)| name.clone())
+                .ok_or_else(|| IdentityError::UnknownUser(target.clone()))?
+        };
+        self.link(&first, identity)
+    }
+}
+
+fn view(file: &IdentitiesFile, id: &str, record: &UserRecord) -> UserView {
+    UserView {
+        id: id.to_string(),
+        name: record.name.clone(),
+        created: record.created.clone(),
+        identities: file.identities.iter().filter(|(_, r)| r.user == id).map(|(name, _)| name.clone()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(temp: &tempfile::TempDir) -> Identities {
+        Identities::open(temp.path(), temp.path().join("users")).expect("open")
+    }
+
+    #[test]
+    fn first_contact_creates_one_user_and_linking_is_reversible() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let identities = open(&temp);
+        let web = "web:https://id.example.com#248289761001";
+        let slack = "slack:T0123:U0456";
+        let alice = identities.resolve(web, "Alice").expect("web");
+        assert!(alice.created && alice.user.starts_with("u-"));
+        assert_eq!(
+            identities.resolve(web, "ignored").expect("again"),
+            Resolved { user: alice.user.clone(), created: false }
+        );
+        let profile =
+            std::fs::read_to_string(temp.path().join("users").join(&alice.user).join("USER.md")).expect("USER.md");
+        assert!(profile.starts_with("# Alice\n"), "{profile}");
+        let other = identities.resolve(slack, "alice").expect("slack");
+        assert_ne!(other.user, alice.user);
+
+        let linked = identities.link(web, slack).expect("link");
+        assert_eq!(linked.identities, vec![slack.to_string(), web.to_string()]);
+        // The map survives a restart.
+        let reopened = open(&temp);
+        assert_eq!(reopened.lookup(slack), Some(alice.user.clone()));
+        let back = reopened.unlink(slack).expect("unlink");
+        assert_eq!(back.id, other.user);
+        assert!(matches!(reopened.unlink(slack), Err(IdentityError::NotLinked(_))));
+
+        // The same link, proven from both channels with a code.
+        let code = reopened.start_link(&alice.user).expect("code");
+        assert_eq!(code.len(), 8);
+        assert!(matches!(reopened.confirm_link("WRONG123", slack), Err(IdentityError::BadCode)));
+        assert_eq!(reopened.confirm_link(&code.to_lowercase(), slack).expect("confirm").id, alice.user);
+        assert!(matches!(reopened.confirm_link(&code, slack), Err(IdentityError::BadCode)), "a code works once");
+        assert!(matches!(reopened.resolve("mail:x", "x"), Err(IdentityError::BadIdentity(_))));
+    }
+}

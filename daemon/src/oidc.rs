@@ -1,0 +1,173 @@
+//! OpenID Connect ID tokens, verified by the daemon itself (DESIGN.md §9.1): the web gateway
+//! passes its user's ID token on every call, and the daemon trusts the user it names only if
+//! the token's signature checks against its issuer's published keys and its `iss`, `aud`, `exp`,
+//! `nbf` and `sub` are right. The keys (JWKS, found through the issuer's discovery document)
+//! are fetched through the daemon's egress proxy, so the issuer is reached under the same rules
+//! as any web request (a provider on the home network needs an entry in
+//! `tools.web_proxy.allow`), and cached for ten minutes; a key id not in the cache makes one
+//! early refetch (a rotated key) at most once a minute. Only asymmetric algorithms are
+//! accepted: a JWKS cannot hold a shared secret, and `none` is never a signature.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use crate::egress::proxy::{FetchRequest, WebProxy};
+
+/// How long fetched keys are used.
+const JWKS_FRESH: Duration = Duration::from_secs(600);
+/// The soonest keys are fetched again for an unknown key id.
+const REFETCH_AT_MOST: Duration = Duration::from_secs(60);
+/// Clock skew tolerated on `exp` and `nbf`.
+const LEEWAY_SECONDS: u64 = 60;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OidcError {
+    #[error("the ID token does not parse: {0}")]
+    Malformed(String),
+    #[error("the ID token is signed with {0:?}, which is not accepted (only asymmetric algorithms are)")]
+    Algorithm(Algorithm),
+    #[error("the ID token names key `{0}`, which the issuer does not publish")]
+    UnknownKey(String),
+    #[error("cannot fetch the issuer's keys: {0}")]
+    Keys(String),
+    #[error("the ID token is refused: {0}")]
+    Invalid(String),
+    #[error("the ID token is for subject `{token}`, not the user the gateway named (`{named}`)")]
+    OtherSubject { token: String, named: String },
+}
+
+/// The claims the daemon reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    pub iss: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub email: Option<String>,
+}
+
+struct Cached {
+    keys: JwkSet,
+    fetched: Instant,
+}
+
+/// Verifies ID tokens, with every issuer's keys cached.
+pub struct Verifier {
+    web: Arc<WebProxy>,
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verifier").finish_non_exhaustive()
+    }
+}
+
+const ACCEPTED: &[Algorithm] = &[
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+    Algorithm::EdDSA,
+];
+
+impl Verifier {
+    pub fn new(web: Arc<WebProxy>) -> Verifier {
+        Verifier { web, cache: Mutex::default() }
+    }
+
+    fn cached_key(&self, issuer: &str, kid: Option<&str>, max_age: Duration) -> Option<Result<DecodingKey, OidcError>> {
+        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let cached = cache.get(issuer).filter(|cached| cached.fetched.elapsed() < max_age)?;
+        let jwk = match kid {
+            Some(kid) => cached.keys.find(kid),
+            None if cached.keys.keys.len() == 1 => cached.keys.keys.first(),
+            None => None,
+        }?;
+        Some(
+            DecodingKey::from_jwk(jwk)
+                .map_err(|error| OidcError::Keys(format!("a published key does not load: {error}"))),
+        )
+    }
+
+    /// The key `kid` of `issuer` (the only key, when the token names none).
+    async fn key(&self, issuer: &str, kid: Option<&str>) -> Result<DecodingKey, OidcError> {
+        if let Some(key) = self.cached_key(issuer, kid, JWKS_FRESH) {
+            return key;
+        }
+        // Not cached, stale, or a key id not seen yet (rotated): fetch, unless just fetched.
+        let recent = {
+            let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            cache.get(issuer).is_some_and(|cached| cached.fetched.elapsed() < REFETCH_AT_MOST)
+        };
+        if !recent {
+            let keys = self.fetch(issuer).await?;
+            self.cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(issuer.to_string(), Cached { keys, fetched: Instant::now() });
+        }
+        self.cached_key(issuer, kid, JWKS_FRESH)
+            .unwrap_or_else(|| Err(OidcError::UnknownKey(kid.unwrap_or("(none)").to_string())))
+    }
+
+    async fn get_json(&self, url: &str) -> Result<serde_json::Value, OidcError> {
+        let request = FetchRequest {
+            session: "oidc".into(),
+            method: "GET".into(),
+            url: url.to_string(),
+            headers: vec![("accept".into(), "application/json".into())],
+            body: vec![],
+        };
+        let response = self.web.fetch(request).await.map_err(|error| OidcError::Keys(format!("{url}: {error}")))?;
+        if response.status != 200 {
+            return Err(OidcError::Keys(format!("{url} answered {}", response.status)));
+        }
+        serde_json::from_slice(&response.body).map_err(|error| OidcError::Keys(format!("{url} is not JSON: {error}")))
+    }
+
+    async fn fetch(&self, issuer: &str) -> Result<JwkSet, OidcError> {
+        let discovery = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
+        let document = self.get_json(&discovery).await?;
+        if document["issuer"].as_str() != Some(issuer) {
+            return Err(OidcError::Keys(format!("{discovery} names another issuer ({})", document["issuer"])));
+        }
+        let jwks_uri = document["jwks_uri"]
+            .as_str()
+            .ok_or_else(|| OidcError::Keys(format!("{discovery} has no jwks_uri")))?
+            .to_string();
+        let keys = self.get_json(&jwks_uri).await?;
+        serde_json::from_value(keys).map_err(|error| OidcError::Keys(format!("{jwks_uri} is not a JWK set: {error}")))
+    }
+
+    /// Verifies `token` as an ID token of `issuer` for `audience` naming `subject`.
+    pub async fn verify(&self, token: &str, issuer: &str, audience: &str, subject: &str) -> Result<Claims, OidcError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|error| OidcError::Malformed(error.to_string()))?;
+        if !ACCEPTED.contains(&header.alg) {
+            return Err(OidcError::Algorithm(header.alg));
+        }
+        let key = self.key(issuer, header.kid.as_deref()).await?;
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[issuer]);
+        validation.set_audience(&[audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECONDS;
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+            .map_err(|error| OidcError::Invalid(error.to_string()))?;
+        if data.claims.sub != subject {
+            return Err(OidcError::OtherSubject { token: data.claims.sub, named: subject.to_string() });
+        }
+        Ok(data.claims)
+    }
+}

@@ -1,0 +1,413 @@
+//! The `Gateways` service (what a gateway asks for the user it names) and the `Admin` service
+//! (users, identities, groups, usage, configuration, containers, gateways). Who may call what
+//! is `auth::authorize`'s; these handlers convert and call `identities`, `groups`, `budgets`
+//! and `gateways`.
+
+use std::sync::Arc;
+
+use baaaht_proto::v1;
+use tonic::{Request, Response, Status};
+
+use super::{check, context_of};
+use crate::auth::{Caller, Context, EndUser, Operation, Target};
+use crate::gateways::{GatewayError, GatewayKind, GatewayRecord};
+use crate::groups::{GroupError, GroupRecord};
+use crate::identities::{IdentityError, UserView};
+use crate::Shared;
+
+impl From<IdentityError> for Status {
+    fn from(error: IdentityError) -> Status {
+        let text = error.to_string();
+        match error {
+            IdentityError::BadIdentity(_) => Status::invalid_argument(text),
+            IdentityError::UnknownIdentity(_) | IdentityError::UnknownUser(_) => Status::not_found(text),
+            IdentityError::AlreadyLinked(..) => Status::already_exists(text),
+            IdentityError::NotLinked(_) | IdentityError::BadCode => Status::failed_precondition(text),
+            other => Status::internal(baaaht_proto::error_chain(&other)),
+        }
+    }
+}
+
+impl From<GroupError> for Status {
+    fn from(error: GroupError) -> Status {
+        let text = error.to_string();
+        match error {
+            GroupError::BadId(_) => Status::invalid_argument(text),
+            GroupError::Exists(_) => Status::already_exists(text),
+            GroupError::NotFound(_) => Status::not_found(text),
+            GroupError::Deactivated(..) => Status::failed_precondition(text),
+            other => Status::internal(baaaht_proto::error_chain(&other)),
+        }
+    }
+}
+
+impl From<GatewayError> for Status {
+    fn from(error: GatewayError) -> Status {
+        let text = error.to_string();
+        match error {
+            GatewayError::BadName(_) | GatewayError::Invalid(_) => Status::invalid_argument(text),
+            GatewayError::Exists(_) => Status::already_exists(text),
+            GatewayError::NotFound(_) => Status::not_found(text),
+            other => Status::internal(baaaht_proto::error_chain(&other)),
+        }
+    }
+}
+
+fn profile(shared: &Shared, user: UserView) -> v1::UserProfile {
+    v1::UserProfile {
+        admin: shared.loaded.config.system.admin_users.contains(&user.id),
+        groups: shared.groups.of_member(&user.id),
+        id: user.id,
+        name: user.name,
+        identities: user.identities,
+        created: user.created,
+    }
+}
+
+fn group_info(id: String, record: GroupRecord) -> v1::GroupInfo {
+    v1::GroupInfo {
+        id,
+        name: record.name,
+        members: record.members,
+        active: record.active,
+        deactivated_reason: record.deactivated_reason,
+        origin: record.origin,
+        created: record.created,
+    }
+}
+
+fn gateway_info(shared: &Shared, record: &GatewayRecord) -> v1::GatewayInfo {
+    v1::GatewayInfo {
+        name: record.name.clone(),
+        kind: record.kind.as_str().into(),
+        namespace: record.kind.namespace(),
+        socket: shared
+            .gateways
+            .socket_folder(&record.name)
+            .join(crate::gateways::GATEWAY_SOCKET_NAME)
+            .display()
+            .to_string(),
+        created: record.created.clone(),
+    }
+}
+
+/// The end user a gateway's call names (authorization made sure there is one).
+fn end_user(caller: &Caller) -> Result<&EndUser, Status> {
+    match caller {
+        Caller::Gateway(call) => call.user.as_ref().ok_or_else(|| Status::unauthenticated("no end user")),
+        _ => Err(Status::permission_denied("this is for gateways, for the users they name")),
+    }
+}
+
+/// A member or user named by id or by channel identity: the canonical id when the identity is
+/// known, else the name as given (host user names are members too).
+fn member_id(shared: &Shared, named: &str) -> Result<String, Status> {
+    if let Some(user) = shared.identities.lookup(named) {
+        return Ok(user);
+    }
+    if crate::identities::is_channel_identity(named) {
+        return Err(IdentityError::UnknownIdentity(named.to_string()).into());
+    }
+    super::sessions::valid_id(named, "member")?;
+    Ok(named.to_string())
+}
+
+/// The `Gateways` service.
+#[derive(Debug, Clone)]
+pub(super) struct GatewaysService {
+    pub(super) shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl v1::gateways_server::Gateways for GatewaysService {
+    async fn who_am_i(&self, request: Request<v1::WhoAmIRequest>) -> Result<Response<v1::UserProfile>, Status> {
+        let caller = check(&self.shared, &request, Operation::WhoAmI, None, None)?;
+        let user = end_user(&caller)?;
+        let view = self.shared.identities.user(&user.id).ok_or_else(|| IdentityError::UnknownUser(user.id.clone()))?;
+        Ok(Response::new(profile(&self.shared, view)))
+    }
+
+    async fn start_link(&self, request: Request<v1::StartLinkRequest>) -> Result<Response<v1::LinkCode>, Status> {
+        let caller = check(&self.shared, &request, Operation::StartLink, None, None)?;
+        let code = self.shared.identities.start_link(&end_user(&caller)?.id)?;
+        let valid_seconds = crate::identities::LINK_CODE_VALID.as_secs() as u32;
+        Ok(Response::new(v1::LinkCode { code, valid_seconds }))
+    }
+
+    async fn confirm_link(
+        &self,
+        request: Request<v1::ConfirmLinkRequest>,
+    ) -> Result<Response<v1::UserProfile>, Status> {
+        let caller = check(&self.shared, &request, Operation::ConfirmLink, None, None)?;
+        let user = end_user(&caller)?;
+        let view = self.shared.identities.confirm_link(&request.get_ref().code, &user.identity)?;
+        Ok(Response::new(profile(&self.shared, view)))
+    }
+
+    async fn ensure_channel_group(
+        &self,
+        request: Request<v1::EnsureChannelGroupRequest>,
+    ) -> Result<Response<v1::GroupInfo>, Status> {
+        let caller = check(&self.shared, &request, Operation::EnsureChannelGroup, None, None)?;
+        let user = end_user(&caller)?;
+        let Caller::Gateway(call) = &caller else { return Err(Status::internal("not a gateway")) };
+        let record = self
+            .shared
+            .gateways
+            .get(&call.gateway)
+            .ok_or_else(|| Status::permission_denied("this gateway is no longer registered"))?;
+        let GatewayKind::Slack { team } = &record.kind else {
+            return Err(Status::permission_denied(
+                "only a Slack gateway makes groups for its channels; a web gateway's rooms are made by an admin",
+            ));
+        };
+        let message = request.into_inner();
+        let channel = message.channel.trim();
+        if channel.is_empty() || !channel.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(Status::invalid_argument(format!(
+                "channel `{}` is not a Slack channel id",
+                channel.escape_debug()
+            )));
+        }
+        let id = format!("slack-{team}-{channel}");
+        let group = self.shared.groups.ensure(&id, &message.name, &user.id, &format!("gateway:{}", call.gateway))?;
+        Ok(Response::new(group_info(id, group)))
+    }
+}
+
+/// The `Admin` service.
+#[derive(Debug, Clone)]
+pub(super) struct AdminService {
+    pub(super) shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl v1::admin_server::Admin for AdminService {
+    async fn list_users(&self, request: Request<v1::ListUsersRequest>) -> Result<Response<v1::UserList>, Status> {
+        check(&self.shared, &request, Operation::ListUsers, None, None)?;
+        let users = self.shared.identities.users().into_iter().map(|user| profile(&self.shared, user)).collect();
+        Ok(Response::new(v1::UserList { users }))
+    }
+
+    async fn show_user(&self, request: Request<v1::UserRef>) -> Result<Response<v1::UserProfile>, Status> {
+        let named = request.get_ref().user.clone();
+        let view = self.shared.identities.user(&named).ok_or_else(|| IdentityError::UnknownUser(named.clone()))?;
+        // A user may look at themselves.
+        check(&self.shared, &request, Operation::ShowUser, Some(&Context::user(view.id.clone())), None)?;
+        Ok(Response::new(profile(&self.shared, view)))
+    }
+
+    async fn link_identities(&self, request: Request<v1::LinkRequest>) -> Result<Response<v1::UserProfile>, Status> {
+        check(&self.shared, &request, Operation::LinkIdentities, None, None)?;
+        let message = request.into_inner();
+        let view = self.shared.identities.link(&message.first, &message.second)?;
+        Ok(Response::new(profile(&self.shared, view)))
+    }
+
+    async fn unlink_identity(&self, request: Request<v1::UnlinkRequest>) -> Result<Response<v1::UserProfile>, Status> {
+        check(&self.shared, &request, Operation::UnlinkIdentity, None, None)?;
+        let view = self.shared.identities.unlink(&request.get_ref().identity)?;
+        Ok(Response::new(profile(&self.shared, view)))
+    }
+
+    async fn create_group(&self, request: Request<v1::CreateGroupRequest>) -> Result<Response<v1::GroupInfo>, Status> {
+        check(&self.shared, &request, Operation::CreateGroup, None, None)?;
+        let message = request.into_inner();
+        let members =
+            message.members.iter().map(|member| member_id(&self.shared, member)).collect::<Result<Vec<_>, _>>()?;
+        let group = self.shared.groups.create(&message.id, &message.name, &members, "admin")?;
+        Ok(Response::new(group_info(message.id, group)))
+    }
+
+    async fn list_groups(&self, request: Request<v1::ListGroupsRequest>) -> Result<Response<v1::GroupList>, Status> {
+        let caller = check(&self.shared, &request, Operation::ListGroups, None, None)?;
+        let mine = |id: &str| match &caller {
+            Caller::Gateway(call) => {
+                call.user.as_ref().is_some_and(|user| user.admin || user.groups.iter().any(|g| g == id))
+            }
+            _ => true,
+        };
+        let groups = self
+            .shared
+            .groups
+            .list()
+            .into_iter()
+            .filter(|(id, _)| mine(id))
+            .map(|(id, record)| group_info(id, record))
+            .collect();
+        Ok(Response::new(v1::GroupList { groups }))
+    }
+
+    async fn show_group(&self, request: Request<v1::GroupRef>) -> Result<Response<v1::GroupInfo>, Status> {
+        let id = request.get_ref().id.clone();
+        check(&self.shared, &request, Operation::ShowGroup, Some(&Context::group(id.clone())), None)?;
+        let group = self.shared.groups.get(&id).ok_or_else(|| GroupError::NotFound(id.clone()))?;
+        Ok(Response::new(group_info(id, group)))
+    }
+
+    async fn add_group_member(
+        &self,
+        request: Request<v1::GroupMemberRequest>,
+    ) -> Result<Response<v1::GroupInfo>, Status> {
+        check(&self.shared, &request, Operation::AddGroupMember, None, None)?;
+        let message = request.into_inner();
+        let member = member_id(&self.shared, &message.member)?;
+        let group = self.shared.groups.add_member(&message.group, &member)?;
+        Ok(Response::new(group_info(message.group, group)))
+    }
+
+    async fn remove_group_member(
+        &self,
+        request: Request<v1::GroupMemberRequest>,
+    ) -> Result<Response<v1::GroupInfo>, Status> {
+        check(&self.shared, &request, Operation::RemoveGroupMember, None, None)?;
+        let message = request.into_inner();
+        let member = member_id(&self.shared, &message.member)?;
+        let group = self.shared.groups.remove_member(&message.group, &member)?;
+        Ok(Response::new(group_info(message.group, group)))
+    }
+
+    async fn deactivate_group(
+        &self,
+        request: Request<v1::DeactivateGroupRequest>,
+    ) -> Result<Response<v1::GroupInfo>, Status> {
+        check(&self.shared, &request, Operation::DeactivateGroup, None, None)?;
+        let message = request.into_inner();
+        let group = self.shared.groups.deactivate(&message.id, &message.reason)?;
+        Ok(Response::new(group_info(message.id, group)))
+    }
+
+    async fn reactivate_group(&self, request: Request<v1::GroupRef>) -> Result<Response<v1::GroupInfo>, Status> {
+        check(&self.shared, &request, Operation::ReactivateGroup, None, None)?;
+        let id = request.into_inner().id;
+        let group = self.shared.groups.reactivate(&id)?;
+        Ok(Response::new(group_info(id, group)))
+    }
+
+    async fn get_usage(&self, request: Request<v1::UsageRequest>) -> Result<Response<v1::UsageReport>, Status> {
+        let named = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = match &named {
+            Some(context) => check(&self.shared, &request, Operation::GetUsage, Some(context), None)?,
+            None => check(&self.shared, &request, Operation::GetUsage, None, None)?,
+        };
+        let context = match (named, &caller) {
+            (Some(context), _) => context,
+            (None, Caller::Gateway(call)) => call
+                .user
+                .as_ref()
+                .map(EndUser::context)
+                .ok_or_else(|| Status::invalid_argument("context: name the user or group"))?,
+            (None, _) => return Err(Status::invalid_argument("context: name the user or group")),
+        };
+        let report = self.shared.budgets.report(&context);
+        let figures =
+            |spent: crate::budgets::Spent, tokens: u64, cost: f64, ends: &jiff::Zoned, period: &str| v1::UsageFigures {
+                tokens: spent.tokens,
+                cost_usd: spent.cost_micros as f64 / 1e6,
+                token_limit: tokens,
+                cost_limit_usd: cost,
+                resets: ends.timestamp().to_string(),
+                period: period.to_string(),
+            };
+        let limits = report.limits;
+        Ok(Response::new(v1::UsageReport {
+            context: Some(crate::convert::context_ref(&context)),
+            today: Some(figures(
+                report.today,
+                limits.daily_tokens,
+                limits.daily_cost,
+                &report.periods.day_ends,
+                &report.periods.day,
+            )),
+            month: Some(figures(
+                report.month,
+                limits.monthly_tokens,
+                limits.monthly_cost,
+                &report.periods.month_ends,
+                &report.periods.month,
+            )),
+            requests_refused: report.month.refused,
+        }))
+    }
+
+    async fn get_config(&self, request: Request<v1::ConfigRequest>) -> Result<Response<v1::ConfigText>, Status> {
+        let section = request.get_ref().section.clone();
+        let caller = super::caller(&request)?;
+        let target = Target { config_section: Some(section.as_str()), ..Target::default() };
+        crate::auth::authorize(&caller, Operation::GetConfig, target).map_err(Status::from)?;
+        let key = match section.as_str() {
+            "config" | "" => "config",
+            "providers" => "providers",
+            "allowlist" => "mount_allowlist",
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "section `{other}`: ask for config, providers or allowlist"
+                )))
+            }
+        };
+        let document = crate::config::effective_document(&self.shared.loaded)
+            .map_err(|error| Status::internal(error.to_string()))?;
+        let text = serde_yaml::to_string(&document[key]).map_err(|error| Status::internal(error.to_string()))?;
+        Ok(Response::new(v1::ConfigText { text }))
+    }
+
+    async fn restart_containers(&self, request: Request<v1::RestartRequest>) -> Result<Response<v1::Ack>, Status> {
+        check(&self.shared, &request, Operation::RestartContainers, None, None)?;
+        let session = request.into_inner().session_id;
+        let sessions: Vec<String> = if session.is_empty() {
+            self.shared.sessions.list(&crate::sessions::Filter::default()).into_iter().map(|record| record.id).collect()
+        } else {
+            super::sessions::valid_id(&session, "session_id")?;
+            vec![session]
+        };
+        for session in &sessions {
+            self.shared.tools.release(session).await;
+        }
+        self.shared.agents.reap_idle(&sessions).await;
+        tracing::info!(sessions = sessions.len(), "containers restarted on request");
+        Ok(Response::new(v1::Ack {
+            message: format!(
+                "the containers of {} session(s) were removed; they start again when needed",
+                sessions.len()
+            ),
+        }))
+    }
+
+    async fn add_gateway(
+        &self,
+        request: Request<v1::AddGatewayRequest>,
+    ) -> Result<Response<v1::AddGatewayResponse>, Status> {
+        check(&self.shared, &request, Operation::AddGateway, None, None)?;
+        let message = request.into_inner();
+        let kind = match message.kind.as_str() {
+            "web" => GatewayKind::Web { issuer: message.issuer, audience: message.audience },
+            "slack" => GatewayKind::Slack { team: message.team },
+            other => return Err(Status::invalid_argument(format!("kind `{other}`: a gateway is web or slack"))),
+        };
+        let (record, token) = self.shared.gateways.add(&message.name, kind)?;
+        let folder = self.shared.gateways.socket_folder(&record.name);
+        if let Err(error) = self.shared.listeners.add_gateway(record.clone(), folder) {
+            // Registered but not served: take it back rather than leave a gateway that cannot connect.
+            let _ = self.shared.gateways.remove(&record.name); // silent-ok: the socket error below is what matters
+            return Err(Status::internal(baaaht_proto::error_chain(&error)));
+        }
+        Ok(Response::new(v1::AddGatewayResponse { gateway: Some(gateway_info(&self.shared, &record)), token }))
+    }
+
+    async fn list_gateways(
+        &self,
+        request: Request<v1::ListGatewaysRequest>,
+    ) -> Result<Response<v1::GatewayList>, Status> {
+        check(&self.shared, &request, Operation::ListGateways, None, None)?;
+        let gateways = self.shared.gateways.list().iter().map(|record| gateway_info(&self.shared, record)).collect();
+        Ok(Response::new(v1::GatewayList { gateways }))
+    }
+
+    async fn remove_gateway(&self, request: Request<v1::GatewayRef>) -> Result<Response<v1::Ack>, Status> {
+        check(&self.shared, &request, Operation::RemoveGateway, None, None)?;
+        let name = request.into_inner().name;
+        self.shared.gateways.remove(&name)?;
+        self.shared.listeners.remove_gateway(&name);
+        Ok(Response::new(v1::Ack { message: format!("gateway {name} removed; its token no longer works") }))
+    }
+}

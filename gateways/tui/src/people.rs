@@ -1,0 +1,120 @@
+//! `baaaht users`, `baaaht groups` and `baaaht usage`: what a person reads of users, their
+//! channel identities, groups, and spending against budgets.
+
+use std::fmt::Write as _;
+
+use baaaht_proto::v1;
+
+/// One user: id, name, whether admin, identities and groups.
+pub fn user_text(user: &v1::UserProfile) -> String {
+    let mut text = String::new();
+    let admin = if user.admin { "  (admin)" } else { "" };
+    let name = if user.name.is_empty() { String::new() } else { format!("  \"{}\"", user.name) };
+    let _ = writeln!(text, "{}{name}{admin}", user.id);
+    for identity in &user.identities {
+        let _ = writeln!(text, "    identity  {identity}");
+    }
+    for group in &user.groups {
+        let _ = writeln!(text, "    group     {group}");
+    }
+    text
+}
+
+pub fn users_text(list: &v1::UserList) -> String {
+    if list.users.is_empty() {
+        return "no users yet: a user is made the first time a gateway names them\n".into();
+    }
+    list.users.iter().map(user_text).collect()
+}
+
+pub fn group_text(group: &v1::GroupInfo) -> String {
+    let state = if group.active {
+        "active".to_string()
+    } else if group.deactivated_reason.is_empty() {
+        "deactivated".to_string()
+    } else {
+        format!("deactivated: {}", group.deactivated_reason)
+    };
+    let name = if group.name.is_empty() { String::new() } else { format!("  \"{}\"", group.name) };
+    let members = if group.members.is_empty() { "no members".to_string() } else { group.members.join(", ") };
+    format!("{}{name}  [{state}]  made by {}\n    members: {members}\n", group.id, group.origin)
+}
+
+pub fn groups_text(list: &v1::GroupList) -> String {
+    if list.groups.is_empty() {
+        return "no groups\n".into();
+    }
+    list.groups.iter().map(group_text).collect()
+}
+
+fn figures_line(label: &str, figures: &v1::UsageFigures) -> String {
+    let tokens = match figures.token_limit {
+        0 => format!("{} tokens", figures.tokens),
+        limit => format!("{} of {limit} tokens ({}%)", figures.tokens, figures.tokens * 100 / limit.max(1)),
+    };
+    let cost = if figures.cost_limit_usd > 0.0 {
+        format!(
+            "${:.2} of ${:.2} ({:.0}%)",
+            figures.cost_usd,
+            figures.cost_limit_usd,
+            figures.cost_usd / figures.cost_limit_usd * 100.0
+        )
+    } else {
+        format!("${:.2}", figures.cost_usd)
+    };
+    format!("{label:<7} {:<10} {tokens:<32} {cost:<28} resets {}\n", figures.period, figures.resets)
+}
+
+/// Today's and this month's figures against the limits (`month`: only the month's).
+pub fn usage_text(report: &v1::UsageReport, month_only: bool) -> String {
+    let whose = report.context.as_ref().map_or(String::new(), |context| {
+        let kind = if context.r#type == v1::ContextType::Group as i32 { "group" } else { "user" };
+        format!("{kind}:{}", context.id)
+    });
+    let mut text = format!("usage of {whose}\n");
+    if !month_only {
+        if let Some(today) = &report.today {
+            text.push_str(&figures_line("today", today));
+        }
+    }
+    if let Some(month) = &report.month {
+        text.push_str(&figures_line("month", month));
+    }
+    if report.requests_refused > 0 {
+        let _ = writeln!(text, "{} request(s) refused at a limit this month", report.requests_refused);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_reads_as_figures_against_limits() {
+        let report = v1::UsageReport {
+            context: Some(v1::ContextRef { r#type: v1::ContextType::User as i32, id: "alice".into() }),
+            today: Some(v1::UsageFigures {
+                tokens: 500,
+                cost_usd: 0.5,
+                token_limit: 1000,
+                cost_limit_usd: 0.0,
+                resets: "2026-11-23T00:00:00Z".into(),
+                period: "2026-11-22".into(),
+            }),
+            month: Some(v1::UsageFigures {
+                tokens: 500,
+                cost_usd: 15.0,
+                token_limit: 0,
+                cost_limit_usd: 20.0,
+                resets: "2026-12-01T00:00:00Z".into(),
+                period: "2026-11".into(),
+            }),
+            requests_refused: 2,
+        };
+        let text = usage_text(&report, false);
+        assert!(text.starts_with("usage of user:alice\ntoday   2026-11-22 500 of 1000 tokens (50%)"), "{text}");
+        assert!(text.contains("$15.00 of $20.00 (75%)") && text.contains("2 request(s) refused"), "{text}");
+        assert!(!usage_text(&report, true).contains("today"));
+    }
+}

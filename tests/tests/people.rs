@@ -1,0 +1,735 @@
+//! People, not just uids (DESIGN.md §9.1, §9.3; spec §17): gateways and the users they name,
+//! the privilege table, identity linking, shared sessions across channels, and budgets — on the
+//! real daemon, every check through the real RPC on the real sockets.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baaaht_proto::client::{self, Client, ConnectOptions};
+use baaaht_proto::v1;
+use baaaht_tests::fake_provider::FakeProvider;
+use baaaht_tests::oidc::TestIssuer;
+use baaaht_tests::scenario::{self, group, message, user};
+use baaaht_tests::{DaemonOptions, TestDaemon};
+use tonic::Code;
+
+/// An admin known before the daemon starts: its canonical id is listed in system.admin_users.
+const ADMIN: &str = "slack:T1:UADMIN";
+const ADMIN_ID: &str = "u-admin0000001";
+
+fn seeded(config: &str) -> DaemonOptions {
+    let identities = format!(
+        r#"{{"version":1,"identities":{{"{ADMIN}":{{"user":"{ADMIN_ID}","own":"{ADMIN_ID}","created":"2026-01-01T00:00:00Z"}}}},"users":{{"{ADMIN_ID}":{{"name":"Admin","created":"2026-01-01T00:00:00Z"}}}}}}"#
+    );
+    let config = format!("system:\n  admin_users: [{ADMIN_ID}]\n{config}");
+    DaemonOptions {
+        files: vec![("data/state/identities.json".into(), identities), ("config/config.yaml".into(), config)],
+        ..DaemonOptions::default()
+    }
+}
+
+/// A registered gateway: where it connects and with what.
+struct Gateway {
+    socket: PathBuf,
+    token: String,
+}
+
+async fn add_gateway(host: &mut Client, request: v1::AddGatewayRequest) -> Gateway {
+    let added = host.admin.add_gateway(request).await.expect("AddGateway").into_inner();
+    Gateway { socket: added.gateway.expect("info").socket.into(), token: added.token }
+}
+
+async fn slack_gateway(host: &mut Client, name: &str, team: &str) -> Gateway {
+    let request =
+        v1::AddGatewayRequest { kind: "slack".into(), name: name.into(), team: team.into(), ..Default::default() };
+    add_gateway(host, request).await
+}
+
+async fn connect(gateway: &Gateway) -> Client {
+    let options = ConnectOptions { token: Some(gateway.token.clone()), ..ConnectOptions::default() };
+    client::connect(&gateway.socket, options).await.expect("connect to the gateway socket")
+}
+
+/// `message` as the gateway's user `identity` (and with an ID token, for a web gateway).
+fn as_user<T>(identity: &str, id_token: Option<&str>, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(baaaht_proto::USER_HEADER, identity.parse().expect("ascii"));
+    if let Some(token) = id_token {
+        request.metadata_mut().insert(baaaht_proto::ID_TOKEN_HEADER, token.parse().expect("ascii"));
+    }
+    request
+}
+
+async fn who(gateway: &mut Client, identity: &str) -> v1::UserProfile {
+    gateway.gateways.who_am_i(as_user(identity, None, v1::WhoAmIRequest {})).await.expect("WhoAmI").into_inner()
+}
+
+fn task_filter(context: Option<&v1::ContextRef>) -> v1::TaskFilter {
+    match context {
+        Some(c) if c.r#type == v1::ContextType::Group as i32 => {
+            v1::TaskFilter { group_id: c.id.clone(), ..Default::default() }
+        }
+        Some(c) => v1::TaskFilter { user_id: c.id.clone(), ..Default::default() },
+        None => v1::TaskFilter::default(),
+    }
+}
+
+/// One row of spec §17.3: what the RPC is, and who may (admin, own context, other context).
+struct Row {
+    capability: &'static str,
+    admin: bool,
+    own: bool,
+    other: bool,
+}
+
+impl Row {
+    /// In the caller's own group: as in their own context, but a user's skills there are the
+    /// group's (an admin's to install).
+    fn own_group(&self) -> bool {
+        self.own && self.capability != "install user skills"
+    }
+}
+
+#[test]
+fn the_privilege_table_holds_for_every_principal() {
+    let rt = baaaht_tests::runtime();
+    let (_fake, daemon) = scenario::start(&rt, scenario::echo_brain(), seeded("")).expect("daemon");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let gateway = slack_gateway(&mut host, "acme", "T1").await;
+        let mut acme = connect(&gateway).await;
+        let alice = who(&mut acme, "slack:T1:UALICE").await.id;
+        let bob = who(&mut acme, "slack:T1:UBOB").await.id;
+        assert!(alice.starts_with("u-") && bob.starts_with("u-") && alice != bob);
+        host.admin
+            .create_group(v1::CreateGroupRequest {
+                id: "family".into(),
+                name: "Family".into(),
+                members: vec!["slack:T1:UALICE".into()],
+            })
+            .await
+            .expect("family");
+        host.admin
+            .create_group(v1::CreateGroupRequest {
+                id: "other".into(),
+                members: vec![bob.clone()],
+                ..Default::default()
+            })
+            .await
+            .expect("other");
+        // A session in each context, to read and restart.
+        let mut sessions = std::collections::HashMap::new();
+        for context in [user(&alice), user(&bob), group("family"), group("other")] {
+            let header = host
+                .sessions
+                .new_session(v1::NewSessionRequest { context: Some(context.clone()), title: String::new() })
+                .await
+                .expect("session")
+                .into_inner();
+            sessions.insert(context.id.clone(), header.id);
+        }
+
+        type Call = Box<
+            dyn Fn(
+                Client,
+                &'static str,
+                Option<v1::ContextRef>,
+                String,
+            )
+                -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::Status>> + Send>>,
+        >;
+        let call = |f: Call| f;
+        let rows: Vec<(Row, Call)> = vec![
+            (
+                Row { capability: "send messages", admin: true, own: true, other: false },
+                call(Box::new(|mut c, who, ctx, _| {
+                    Box::pin(async move {
+                        c.sessions
+                            .send_user_message(as_user(who, None, message(ctx.expect("ctx"), "", "hello")))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "read own session data", admin: true, own: true, other: false },
+                call(Box::new(|mut c, who, _, session| {
+                    Box::pin(async move {
+                        c.sessions
+                            .read_session(as_user(
+                                who,
+                                None,
+                                v1::ReadSessionRequest { session_id: session, leaf_entry_id: String::new() },
+                            ))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "write session data", admin: true, own: true, other: false },
+                call(Box::new(|mut c, who, ctx, _| {
+                    Box::pin(async move {
+                        c.sessions
+                            .new_session(as_user(who, None, v1::NewSessionRequest { context: ctx, title: "t".into() }))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "read memory", admin: true, own: true, other: false },
+                call(Box::new(|mut c, who, ctx, _| {
+                    Box::pin(async move {
+                        c.memory
+                            .search_memory(as_user(
+                                who,
+                                None,
+                                v1::MemoryQuery { context: ctx, query: "tea".into(), ..Default::default() },
+                            ))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "write memory", admin: true, own: true, other: false },
+                call(Box::new(|mut c, who, ctx, _| {
+                    Box::pin(async move {
+                        c.memory
+                            .write_memory(as_user(
+                                who,
+                                None,
+                                v1::WriteMemoryRequest {
+                                    context: ctx,
+                                    key: "tea".into(),
+                                    content: "jasmine".into(),
+                                    ..Default::default()
+                                },
+                            ))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "install user skills", admin: true, own: true, other: false },
+                call(Box::new(|mut c, who, ctx, _| {
+                    Box::pin(async move {
+                        c.skills
+                            .install_skill(as_user(
+                                who,
+                                None,
+                                v1::InstallSkillRequest {
+                                    context: ctx,
+                                    source: "/nonexistent/repo".into(),
+                                    ..Default::default()
+                                },
+                            ))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "install group skills", admin: true, own: false, other: false },
+                call(Box::new(|mut c, who, ctx, _| {
+                    Box::pin(async move {
+                        // Always a group: the one named, else the caller's own group.
+                        let group = ctx
+                            .filter(|c| c.r#type == v1::ContextType::Group as i32)
+                            .unwrap_or_else(|| scenario::group("family"));
+                        c.skills
+                            .install_skill(as_user(
+                                who,
+                                None,
+                                v1::InstallSkillRequest {
+                                    context: Some(group),
+                                    source: "/nonexistent/repo".into(),
+                                    ..Default::default()
+                                },
+                            ))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "manage own tasks", admin: true, own: true, other: false },
+                call(Box::new(|mut c, who, ctx, _| {
+                    Box::pin(async move {
+                        c.tasks.list_tasks(as_user(who, None, task_filter(ctx.as_ref()))).await.map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "manage all tasks", admin: true, own: false, other: false },
+                call(Box::new(|mut c, who, _, _| {
+                    Box::pin(async move { c.tasks.list_tasks(as_user(who, None, task_filter(None))).await.map(drop) })
+                })),
+            ),
+            (
+                Row { capability: "manage mount allowlist", admin: true, own: false, other: false },
+                call(Box::new(|mut c, who, _, _| {
+                    Box::pin(async move {
+                        c.admin
+                            .get_config(as_user(who, None, v1::ConfigRequest { section: "allowlist".into() }))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "register new groups", admin: true, own: false, other: false },
+                call(Box::new(|mut c, who, _, _| {
+                    Box::pin(async move {
+                        let id = format!("g-{}", uuid_like());
+                        c.admin
+                            .create_group(as_user(who, None, v1::CreateGroupRequest { id, ..Default::default() }))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "deactivate groups", admin: true, own: false, other: false },
+                call(Box::new(|mut c, who, _, _| {
+                    Box::pin(async move {
+                        let result = c
+                            .admin
+                            .deactivate_group(as_user(
+                                who,
+                                None,
+                                v1::DeactivateGroupRequest { id: "other".into(), reason: String::new() },
+                            ))
+                            .await
+                            .map(drop);
+                        if result.is_ok() {
+                            c.admin
+                                .reactivate_group(as_user(who, None, v1::GroupRef { id: "other".into() }))
+                                .await
+                                .expect("reactivate");
+                        }
+                        result
+                    })
+                })),
+            ),
+            (
+                Row { capability: "manage providers", admin: true, own: false, other: false },
+                call(Box::new(|mut c, who, _, _| {
+                    Box::pin(async move {
+                        c.admin
+                            .get_config(as_user(who, None, v1::ConfigRequest { section: "providers".into() }))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "modify system config", admin: true, own: false, other: false },
+                call(Box::new(|mut c, who, _, _| {
+                    Box::pin(async move {
+                        c.admin
+                            .get_config(as_user(who, None, v1::ConfigRequest { section: "config".into() }))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "force-restart containers", admin: true, own: false, other: false },
+                call(Box::new(|mut c, who, _, session| {
+                    Box::pin(async move {
+                        c.admin
+                            .restart_containers(as_user(who, None, v1::RestartRequest { session_id: session }))
+                            .await
+                            .map(drop)
+                    })
+                })),
+            ),
+            (
+                Row { capability: "view system status", admin: true, own: true, other: true },
+                call(Box::new(|mut c, who, _, _| {
+                    Box::pin(
+                        async move { c.system.get_status(as_user(who, None, v1::StatusRequest {})).await.map(drop) },
+                    )
+                })),
+            ),
+        ];
+        let mut cells = 0;
+        for (row, rpc) in &rows {
+            // (column, who calls, the context it targets, a session of that context, allowed?)
+            let columns = [
+                ("admin", ADMIN, user(&bob), sessions[&bob].clone(), row.admin),
+                ("own", "slack:T1:UALICE", user(&alice), sessions[&alice].clone(), row.own),
+                ("own group", "slack:T1:UALICE", group("family"), sessions["family"].clone(), row.own_group()),
+                ("other", "slack:T1:UALICE", user(&bob), sessions[&bob].clone(), row.other),
+                ("other group", "slack:T1:UALICE", group("other"), sessions["other"].clone(), row.other),
+            ];
+            for (column, caller, context, session, allowed) in columns {
+                let result = rpc(acme.clone(), caller, Some(context.clone()), session).await;
+                let denied = matches!(&result, Err(status) if status.code() == Code::PermissionDenied);
+                assert_eq!(!denied, allowed, "{} / {column} ({}): {result:?}", row.capability, context.id);
+                cells += 1;
+            }
+        }
+        assert_eq!(cells, rows.len() * 5);
+        // A user sees only their own status; an admin sees the host's.
+        let mine = acme
+            .system
+            .get_status(as_user("slack:T1:UALICE", None, v1::StatusRequest {}))
+            .await
+            .expect("status")
+            .into_inner();
+        assert!(mine.data_dir.is_empty() && mine.metrics_address.is_empty(), "{mine:?}");
+        let full =
+            acme.system.get_status(as_user(ADMIN, None, v1::StatusRequest {})).await.expect("status").into_inner();
+        assert!(!full.data_dir.is_empty());
+        // A user lists only the sessions of their own contexts.
+        let listed = acme
+            .sessions
+            .list_sessions(as_user("slack:T1:UALICE", None, v1::SessionFilter::default()))
+            .await
+            .expect("list")
+            .into_inner();
+        assert!(listed.sessions.iter().all(|s| s.user_id == alice || s.group_id == "family"), "{listed:?}");
+        // Host clients stay admins; a deactivated group refuses new messages with its reason.
+        host.admin
+            .deactivate_group(v1::DeactivateGroupRequest { id: "family".into(), reason: "on holiday".into() })
+            .await
+            .expect("deactivate");
+        let refused = acme
+            .sessions
+            .send_user_message(as_user("slack:T1:UALICE", None, message(group("family"), "", "hi")))
+            .await
+            .expect_err("deactivated");
+        assert_eq!(refused.code(), Code::FailedPrecondition);
+        assert!(refused.message().contains("group family is deactivated (on holiday)"), "{refused:?}");
+    });
+}
+
+fn uuid_like() -> String {
+    format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos())
+}
+
+#[test]
+fn a_gateway_names_only_its_own_users_and_its_token_works_only_on_its_socket() {
+    let rt = baaaht_tests::runtime();
+    let daemon = TestDaemon::start(seeded("")).expect("daemon");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let acme = slack_gateway(&mut host, "acme", "T1").await;
+        let other = slack_gateway(&mut host, "other", "T2").await;
+        let mut client = connect(&acme).await;
+        for outsider in ["slack:T2:U1", "web:https://id.example.com#1", "slack:T1:", "u-admin0000001"] {
+            let refused =
+                client.gateways.who_am_i(as_user(outsider, None, v1::WhoAmIRequest {})).await.expect_err(outsider);
+            assert_eq!(refused.code(), Code::PermissionDenied, "{outsider}: {refused:?}");
+            assert!(refused.message().contains("may only name users of its own namespace (slack:T1:…)"), "{refused:?}");
+        }
+        // Without a user, a gateway may look at the status and nothing else.
+        let refused = client.gateways.who_am_i(v1::WhoAmIRequest {}).await.expect_err("no user");
+        assert!(refused.message().contains("needs the end user"), "{refused:?}");
+        client.system.get_status(v1::StatusRequest {}).await.expect("status without a user");
+        let refused = client.sessions.list_sessions(v1::SessionFilter::default()).await.expect_err("no user");
+        assert_eq!(refused.code(), Code::PermissionDenied);
+        // A gateway's token on another gateway's socket, on the host socket, and a wrong one.
+        let crossed = Gateway { socket: other.socket.clone(), token: acme.token.clone() };
+        let refused = connect(&crossed).await.system.get_status(v1::StatusRequest {}).await.expect_err("crossed");
+        assert_eq!(refused.code(), Code::Unauthenticated);
+        assert!(refused.message().contains("valid only on its own gateway's socket"), "{refused:?}");
+        let on_host = Gateway { socket: daemon.socket(), token: acme.token.clone() };
+        let refused = connect(&on_host).await.system.get_status(v1::StatusRequest {}).await.expect_err("host socket");
+        assert_eq!(refused.code(), Code::Unauthenticated);
+        let wrong = Gateway { socket: acme.socket.clone(), token: "0".repeat(64) };
+        assert_eq!(
+            connect(&wrong).await.system.get_status(v1::StatusRequest {}).await.expect_err("wrong").code(),
+            Code::Unauthenticated
+        );
+        // Registering gateways is the host's: not even an admin user may, through a gateway.
+        let refused = client
+            .admin
+            .add_gateway(as_user(
+                ADMIN,
+                None,
+                v1::AddGatewayRequest {
+                    kind: "slack".into(),
+                    name: "x".into(),
+                    team: "T9".into(),
+                    ..Default::default()
+                },
+            ))
+            .await
+            .expect_err("host only");
+        assert_eq!(refused.code(), Code::PermissionDenied);
+        // A removed gateway's token stops working at once.
+        host.admin.remove_gateway(v1::GatewayRef { name: "other".into() }).await.expect("rm");
+        assert!(!other.socket.exists());
+    });
+}
+
+#[test]
+fn the_web_gateways_id_tokens_are_verified_by_the_daemon() {
+    let rt = baaaht_tests::runtime();
+    let issuer = rt.block_on(TestIssuer::start()).expect("issuer");
+    // The daemon reaches the issuer through its egress proxy: a loopback issuer is allowlisted.
+    let options = seeded(&format!("tools:\n  web_proxy:\n    allow: [\"127.0.0.1:{}\"]\n", issuer.port));
+    let daemon = TestDaemon::start(options).expect("daemon");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "web".into(),
+            name: "home".into(),
+            issuer: issuer.issuer.clone(),
+            audience: "baaaht-web".into(),
+            ..Default::default()
+        };
+        let web = connect(&add_gateway(&mut host, request).await).await;
+        let identity = format!("web:{}#alice-sub", issuer.issuer);
+        let ask = |token: Option<String>, identity: String| {
+            let mut web = web.clone();
+            async move { web.gateways.who_am_i(as_user(&identity, token.as_deref(), v1::WhoAmIRequest {})).await }
+        };
+        let valid = issuer.token(&issuer.claims("alice-sub", "baaaht-web", -10, 600));
+        let alice = ask(Some(valid.clone()), identity.clone()).await.expect("a valid token").into_inner();
+        assert!(alice.id.starts_with("u-") && alice.name == "Test User", "{alice:?}");
+        let cases = [
+            ("no token", None, "must carry x-baaaht-id-token"),
+            ("forged", Some(issuer.forged(&issuer.claims("alice-sub", "baaaht-web", -10, 600))), "InvalidSignature"),
+            ("expired", Some(issuer.token(&issuer.claims("alice-sub", "baaaht-web", -3600, -600))), "ExpiredSignature"),
+            (
+                "not yet valid",
+                Some(issuer.token(&issuer.claims("alice-sub", "baaaht-web", 3600, 7200))),
+                "ImmatureSignature",
+            ),
+            (
+                "wrong audience",
+                Some(issuer.token(&issuer.claims("alice-sub", "someone-else", -10, 600))),
+                "InvalidAudience",
+            ),
+            (
+                "another subject",
+                Some(issuer.token(&issuer.claims("mallory", "baaaht-web", -10, 600))),
+                "not the user the gateway named",
+            ),
+            ("not a token", Some("abc.def.ghi".into()), "does not parse"),
+        ];
+        for (case, token, says) in cases {
+            let refused = ask(token, identity.clone()).await.expect_err(case);
+            assert_eq!(refused.code(), Code::Unauthenticated, "{case}: {refused:?}");
+            assert!(refused.message().contains(says), "{case}: {refused:?}");
+        }
+        // The keys were fetched once and are cached.
+        assert_eq!(issuer.jwks_fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+        ask(Some(valid), identity).await.expect("still valid");
+    });
+}
+
+#[test]
+fn linked_identities_share_one_context_and_session_and_unlinking_splits_them_again() {
+    let rt = baaaht_tests::runtime();
+    let (_fake, daemon) = scenario::start(&rt, scenario::slow_echo_brain(), seeded("")).expect("daemon");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let mut slack = connect(&slack_gateway(&mut host, "acme", "T1").await).await;
+        let mut chat = connect(&slack_gateway(&mut host, "chat", "T7").await).await;
+        let (first, second) = ("slack:T1:UALICE", "slack:T7:UALICE2");
+        let alice = who(&mut slack, first).await.id;
+        assert_ne!(who(&mut chat, second).await.id, alice);
+        // Proven from both channels: a code shown on one, confirmed on the other.
+        let code = slack
+            .gateways
+            .start_link(as_user(first, None, v1::StartLinkRequest {}))
+            .await
+            .expect("code")
+            .into_inner()
+            .code;
+        let linked = chat
+            .gateways
+            .confirm_link(as_user(second, None, v1::ConfirmLinkRequest { code }))
+            .await
+            .expect("confirm")
+            .into_inner();
+        assert_eq!(linked.id, alice);
+        assert_eq!(linked.identities.len(), 2);
+
+        // Both channels follow the user's context; each sends a message while the other's turn
+        // runs: arrival order holds, and both see both messages and both replies.
+        let subscribe = |mut client: Client, identity: &'static str| {
+            let context = user(&alice);
+            async move {
+                let subscription = v1::EventSubscription { context: Some(context), ..Default::default() };
+                client.sessions.subscribe_events(as_user(identity, None, subscription)).await
+            }
+        };
+        let mut slack_events = subscribe(slack.clone(), first).await.expect("subscribe").into_inner();
+        let mut chat_events = subscribe(chat.clone(), second).await.expect("subscribe").into_inner();
+        let one = slack
+            .sessions
+            .send_user_message(as_user(first, None, message(user(&alice), "", "one")))
+            .await
+            .expect("one")
+            .into_inner();
+        let two = chat
+            .sessions
+            .send_user_message(as_user(second, None, message(user(&alice), "", "two")))
+            .await
+            .expect("two")
+            .into_inner();
+        assert_eq!(one.session_id, two.session_id, "one active session for both channels");
+        for events in [&mut slack_events, &mut chat_events] {
+            let mut seen = vec![];
+            while seen.iter().filter(|text: &&String| text.starts_with("reply:")).count() < 2 {
+                let event = tokio::time::timeout(Duration::from_secs(60), events.message())
+                    .await
+                    .expect("in time")
+                    .expect("stream")
+                    .expect("open");
+                match event.event {
+                    Some(v1::orchestrator_event::Event::UserMessage(m)) => seen.push(format!(
+                        "message:{}:{}",
+                        m.content,
+                        if m.channel == v1::ChannelType::Slack as i32 { "slack" } else { "?" }
+                    )),
+                    Some(v1::orchestrator_event::Event::Reply(r)) => seen.push(format!("reply:{}", r.content)),
+                    _ => {}
+                }
+            }
+            assert_eq!(
+                seen,
+                ["message:one:slack", "message:two:slack", "reply:echo: one", "reply:echo: two"],
+                "{seen:?}"
+            );
+        }
+        let transcript = host
+            .sessions
+            .read_session(v1::ReadSessionRequest { session_id: one.session_id.clone(), leaf_entry_id: String::new() })
+            .await
+            .expect("read")
+            .into_inner();
+        let order: Vec<String> = transcript
+            .entries
+            .iter()
+            .filter_map(|entry| match &entry.entry {
+                Some(v1::session_entry::Entry::Message(m)) => {
+                    let channel = if m.channel == v1::ChannelType::Slack as i32 { "slack" } else { "" };
+                    Some(format!("{}:{}:{channel}", m.role, m.content))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            order,
+            ["user:one:slack", "assistant:echo: one:", "user:two:slack", "assistant:echo: two:"],
+            "{order:?}"
+        );
+
+        // Unlinking gives the second identity its own user (and context) back.
+        let own = host
+            .admin
+            .unlink_identity(v1::UnlinkRequest { identity: second.into() })
+            .await
+            .expect("unlink")
+            .into_inner();
+        assert_ne!(own.id, alice);
+        assert_eq!(who(&mut chat, second).await.id, own.id);
+        let theirs = chat
+            .sessions
+            .list_sessions(as_user(second, None, v1::SessionFilter::default()))
+            .await
+            .expect("list")
+            .into_inner();
+        assert!(theirs.sessions.iter().all(|s| s.user_id == own.id), "{theirs:?}");
+        let refused = chat
+            .sessions
+            .read_session(as_user(
+                second,
+                None,
+                v1::ReadSessionRequest { session_id: one.session_id, leaf_entry_id: String::new() },
+            ))
+            .await
+            .expect_err("not theirs any more");
+        assert_eq!(refused.code(), Code::PermissionDenied);
+    });
+}
+
+#[test]
+fn budgets_refuse_before_the_provider_is_asked_warn_once_and_survive_a_restart() {
+    let rt = baaaht_tests::runtime();
+    let config = "budgets:\n  soft_percent: 50\n  user:\n    daily_tokens: 100\n";
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::echo_brain()))).expect("fake provider");
+    let mut options = seeded(config);
+    options.data_dir = None;
+    let daemon = scenario::daemon_with(&fake, options).expect("daemon");
+    let data_dir = daemon.data_dir.clone();
+    let replies = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let mut warnings = host
+            .sessions
+            .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        let mut replies = vec![];
+        // Each answer of the echo brain counts 30 tokens (20 in, 10 out).
+        for turn in 0..5 {
+            let seen = scenario::turn(
+                &mut host,
+                message(user("alice"), "alice", &format!("turn {turn}")),
+                Duration::from_secs(60),
+            )
+            .await
+            .expect("turn");
+            replies.push(seen.reply.map(|r| r.content).or(seen.error).unwrap_or_default());
+        }
+        let mut warned = vec![];
+        while let Ok(Ok(Some(event))) = tokio::time::timeout(Duration::from_millis(500), warnings.message()).await {
+            if let Some(v1::orchestrator_event::Event::Message(m)) = event.event {
+                warned.push(m.content);
+            }
+        }
+        assert_eq!(warned.len(), 1, "a soft limit warns once: {warned:?}");
+        assert!(warned[0].starts_with("You have used 60% of the daily budget (60 of 100 tokens)"), "{warned:?}");
+        // Another user is unaffected.
+        let bob = scenario::turn(&mut host, message(user("bob"), "bob", "hello"), Duration::from_secs(60))
+            .await
+            .expect("bob");
+        assert_eq!(bob.reply.map(|r| r.content).as_deref(), Some("echo: hello"));
+        replies
+    });
+    assert_eq!(replies[..4], ["echo: turn 0", "echo: turn 1", "echo: turn 2", "echo: turn 3"]);
+    assert!(
+        replies[4]
+            .starts_with("your daily budget of 100 tokens is used up (120 used); it resets tomorrow at 00:00 (UTC)"),
+        "{:?}",
+        replies[4]
+    );
+    // Four answers for alice and one for bob: the refused turn never reached the provider.
+    assert_eq!(fake.requests().len(), 5, "the provider was asked for a refused request");
+    let usage = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["usage", "--user", "alice"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("usage");
+    let shown = String::from_utf8_lossy(&usage.stdout).into_owned();
+    assert!(shown.contains("120 of 100 tokens (120%)") && shown.contains("1 request(s) refused"), "{shown}");
+    assert!(daemon
+        .metrics()
+        .expect("metrics")
+        .contains("baaaht_budget_events_total{context_kind=\"user\",outcome=\"refused\"} 1"));
+    // The counts survive a restart (the first daemon's temporary folder stays until the end).
+    let mut daemon = daemon;
+    daemon.signal("TERM").expect("SIGTERM");
+    daemon.wait_exit(Duration::from_secs(20)).expect("stops");
+    let again =
+        scenario::daemon_with(&fake, DaemonOptions { data_dir: Some(data_dir), ..seeded(config) }).expect("restart");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&again).await.expect("host client");
+        let seen = scenario::turn(&mut host, message(user("alice"), "alice", "after"), Duration::from_secs(60))
+            .await
+            .expect("turn");
+        let said = seen.error.unwrap_or_default();
+        assert!(said.starts_with("your daily budget of 100 tokens is used up"), "{said:?}\n{}", again.log_text());
+    });
+    assert_eq!(fake.requests().len(), 5);
+}
