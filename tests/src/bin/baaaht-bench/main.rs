@@ -12,6 +12,7 @@ use baaaht_tests::{bin, median, percentile, DaemonOptions, TestDaemon};
 use clap::{Parser, Subcommand};
 
 mod delegation;
+mod identity;
 mod llm;
 mod tools;
 
@@ -61,6 +62,13 @@ enum Bench {
         #[arg(long, default_value_t = 50)]
         sessions: usize,
     },
+    /// What naming an end user costs per RPC: host client vs a gateway naming its user, and
+    /// with an OIDC ID token verified against cached keys
+    Identity {
+        /// Calls of each path (at least 1000)
+        #[arg(long, default_value_t = 3000)]
+        calls: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -77,6 +85,7 @@ fn main() -> Result<()> {
         Bench::Daemon { runs } => daemon(runs.max(10)),
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
+        Bench::Identity { calls } => identity::run(calls.max(1000)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }
