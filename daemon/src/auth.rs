@@ -473,18 +473,26 @@ impl Operation {
             Operation::DelegateToAgent => &[Assistant],
             Operation::RequestToolExecution => &[Worker, Researcher, Coder, Memory, Heartbeat],
             Operation::ProxyWebRequest | Operation::ServeTools => &[Tool],
-            Operation::ScheduleTask
-            | Operation::ListTasks
-            | Operation::GetTask
-            | Operation::PauseTask
-            | Operation::ResumeTask
-            | Operation::CancelTask
-            | Operation::GetNextRuns => &[Assistant, Worker],
+            operation if operation.is_task() => &[Assistant, Worker],
             Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
             Operation::WriteMemory | Operation::DeleteMemory => &[Memory],
             Operation::SearchMemory => &[Assistant, Memory],
             _ => &[],
         }
+    }
+
+    /// The Tasks service's RPCs.
+    fn is_task(self) -> bool {
+        matches!(
+            self,
+            Operation::ScheduleTask
+                | Operation::ListTasks
+                | Operation::GetTask
+                | Operation::PauseTask
+                | Operation::ResumeTask
+                | Operation::CancelTask
+                | Operation::GetNextRuns
+        )
     }
 
     /// Whether host clients may call it; the agent-side RPCs need a container identity.
@@ -526,24 +534,8 @@ impl Operation {
             Operation::InstallSkill if group_target => Capability::InstallGroupSkills,
             Operation::InstallSkill => Capability::InstallUserSkills,
             // Tasks of a context are its own to manage; tasks of no named context are everyone's.
-            Operation::ScheduleTask
-            | Operation::ListTasks
-            | Operation::GetTask
-            | Operation::PauseTask
-            | Operation::ResumeTask
-            | Operation::CancelTask
-            | Operation::GetNextRuns
-                if target.context.is_some() =>
-            {
-                Capability::ManageOwnTasks
-            }
-            Operation::ScheduleTask
-            | Operation::ListTasks
-            | Operation::GetTask
-            | Operation::PauseTask
-            | Operation::ResumeTask
-            | Operation::CancelTask
-            | Operation::GetNextRuns => Capability::ManageAllTasks,
+            operation if operation.is_task() && target.context.is_some() => Capability::ManageOwnTasks,
+            operation if operation.is_task() => Capability::ManageAllTasks,
             Operation::GetConfig => match target.config_section {
                 Some("allowlist") => Capability::ManageMountAllowlist,
                 Some("providers") => Capability::ManageProviders,

@@ -45,12 +45,20 @@ pub(crate) fn run(calls: usize) -> Result<()> {
     let mut rows = [
         Row { name: "host client (peer credentials, admin): ListSessions".into(), unit: "µs", values: vec![] },
         Row { name: "slack gateway naming its user: ListSessions".into(), unit: "µs", values: vec![] },
-        Row { name: "web gateway naming its user with an ID token (warm keys): ListSessions".into(), unit: "µs", values: vec![] },
+        Row {
+            name: "web gateway naming its user with an ID token (warm keys): ListSessions".into(),
+            unit: "µs",
+            values: vec![],
+        },
     ];
     rt.block_on(async {
         let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await?;
-        let slack_request =
-            v1::AddGatewayRequest { kind: "slack".into(), name: "acme".into(), team: "T1".into(), ..Default::default() };
+        let slack_request = v1::AddGatewayRequest {
+            kind: "slack".into(),
+            name: "acme".into(),
+            team: "T1".into(),
+            ..Default::default()
+        };
         let mut slack = gateway(&mut host, slack_request).await?;
         let web_request = v1::AddGatewayRequest {
             kind: "web".into(),
@@ -66,9 +74,7 @@ pub(crate) fn run(calls: usize) -> Result<()> {
         // First contact creates a user per identity; linking puts both in one context.
         let alice = slack.gateways.who_am_i(with_user(on_slack, None, v1::WhoAmIRequest {})?).await?.into_inner().id;
         web.gateways.who_am_i(with_user(&on_web, Some(&token), v1::WhoAmIRequest {})?).await?;
-        host.admin
-            .link_identities(v1::LinkRequest { first: on_slack.into(), second: on_web.clone() })
-            .await?;
+        host.admin.link_identities(v1::LinkRequest { first: on_slack.into(), second: on_web.clone() }).await?;
         let context = alice.as_str();
         // Warm up each path (and the JWKS cache) before measuring.
         for _ in 0..50 {
