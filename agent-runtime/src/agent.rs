@@ -143,6 +143,8 @@ struct Call {
 #[derive(Debug, Default)]
 struct Answer {
     text: String,
+    /// Input and output tokens the provider reported for this answer.
+    tokens: u64,
     thinking: Vec<v1::ThinkingBlock>,
     calls: Vec<Call>,
 }
@@ -210,6 +212,7 @@ impl Agent {
         let model = if turn.model.is_empty() { self.config.model.clone() } else { turn.model.clone() };
         let mut messages = turn.messages.clone();
         let mut texts: Vec<String> = vec![];
+        let mut tokens = 0;
         let limit = self.config.max_iterations.max(1);
         for step in 1..=limit {
             let request = v1::LlmRequest {
@@ -228,13 +231,21 @@ impl Agent {
                         is_error: true,
                         refused: true,
                         steps: step,
+                        tokens,
                         ..Default::default()
                     }
                 }
                 Err(Failed::Other(message)) => {
-                    return v1::TurnResult { content: message, is_error: true, steps: step, ..Default::default() }
+                    return v1::TurnResult {
+                        content: message,
+                        is_error: true,
+                        steps: step,
+                        tokens,
+                        ..Default::default()
+                    }
                 }
             };
+            tokens += answer.tokens;
             let mut content: Vec<v1::ContentBlock> = answer
                 .thinking
                 .into_iter()
@@ -258,6 +269,7 @@ impl Agent {
                     content: texts.join("\n\n"),
                     is_error: false,
                     steps: step,
+                    tokens,
                     ..Default::default()
                 };
             }
@@ -275,7 +287,7 @@ impl Agent {
         if let Some(last) = texts.last() {
             content.push_str(&format!(" The last thing it wrote: {last}"));
         }
-        v1::TurnResult { content, is_error: true, steps: limit, ..Default::default() }
+        v1::TurnResult { content, is_error: true, steps: limit, tokens, ..Default::default() }
     }
 
     /// Streams one model answer.
@@ -320,6 +332,7 @@ impl Agent {
                     }
                 }
                 Some(Event::MessageStop(_)) => stopped = true,
+                Some(Event::Usage(usage)) => answer.tokens += usage.input_tokens + usage.output_tokens,
                 Some(Event::Error(error)) => {
                     return Err(Failed::Other(format!("the model failed ({}): {}", error.kind, error.message)));
                 }

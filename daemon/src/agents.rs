@@ -223,6 +223,11 @@ impl AgentPool {
 
     /// Runs one turn in a container of its session and role and returns the agent's answer.
     pub async fn run(&self, work: Work) -> Result<v1::TurnResult, AgentError> {
+        self.run_named(work).await.map(|(result, _)| result)
+    }
+
+    /// [`AgentPool::run`], also naming the container that did the work.
+    pub async fn run_named(&self, work: Work) -> Result<(v1::TurnResult, String), AgentError> {
         let Work { live, turn, timeout } = work;
         let role = live.role;
         let container = self.take(&live.session, &live.context, role).await?;
@@ -246,11 +251,11 @@ impl AgentPool {
         .await;
         self.live.lock().unwrap_or_else(PoisonError::into_inner).remove(&container);
         match &outcome {
-            Ok(_) => self.give_back(&session, role, container),
+            Ok(_) => self.give_back(&session, role, container.clone()),
             // An agent that lost its turn is not trusted with the next one.
             Err(_) => self.remove(&container).await,
         }
-        outcome
+        outcome.map(|result| (result, container))
     }
 
     /// Registers an agent that connected over TakeTurns and returns the stream of its turns;

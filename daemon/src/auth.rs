@@ -55,14 +55,14 @@ impl fmt::Display for Role {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ContextKind {
     User,
     Group,
 }
 
 /// A user or a group: the unit of data isolation (spec §17).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Context {
     pub kind: ContextKind,
     pub id: String,
@@ -291,6 +291,8 @@ pub enum Operation {
     ResumeTask,
     CancelTask,
     GetNextRuns,
+    ListTaskRuns,
+    ListInbox,
     GetSkillManifest,
     GetSkillContent,
     InstallSkill,
@@ -420,6 +422,8 @@ impl Operation {
             Operation::ResumeTask => "ResumeTask",
             Operation::CancelTask => "CancelTask",
             Operation::GetNextRuns => "GetNextRuns",
+            Operation::ListTaskRuns => "ListTaskRuns",
+            Operation::ListInbox => "ListInbox",
             Operation::GetSkillManifest => "GetSkillManifest",
             Operation::GetSkillContent => "GetSkillContent",
             Operation::InstallSkill => "InstallSkill",
@@ -492,6 +496,7 @@ impl Operation {
                 | Operation::ResumeTask
                 | Operation::CancelTask
                 | Operation::GetNextRuns
+                | Operation::ListTaskRuns
         )
     }
 
@@ -520,7 +525,9 @@ impl Operation {
         let group_target = target.context.is_some_and(|context| context.kind == ContextKind::Group);
         Some(match self {
             Operation::SendUserMessage | Operation::RouteToAgent | Operation::PublishEvent => Capability::SendMessages,
-            Operation::ListSessions | Operation::ReadSession | Operation::SubscribeEvents => Capability::ReadSessions,
+            Operation::ListSessions | Operation::ReadSession | Operation::SubscribeEvents | Operation::ListInbox => {
+                Capability::ReadSessions
+            }
             Operation::NewSession
             | Operation::ResumeSession
             | Operation::ForkSession

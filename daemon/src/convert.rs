@@ -124,3 +124,216 @@ mod tests {
         assert!(context_of(&bad).is_err());
     }
 }
+
+/// `at` in `zone` as RFC 3339 with its UTC offset (what people read: `2026-06-01T09:00:00+02:00`).
+pub fn local_time(at: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
+    at.to_zoned(zone.clone()).strftime("%Y-%m-%dT%H:%M:%S%:z").to_string()
+}
+
+/// A task as the protocol shows it, its times in its own time zone.
+pub fn task_definition(task: &crate::scheduler::TaskRecord, zone: &jiff::tz::TimeZone) -> v1::TaskDefinition {
+    use crate::scheduler::{ContextMode, CreatedBy, TaskKind, TaskStatus};
+    let spec = &task.schedule;
+    let kind = if let Some(cadence) = spec.cadence {
+        Some(v1::task_schedule::Kind::Cadence(cadence.as_str().into()))
+    } else if let Some(cron) = &spec.cron {
+        Some(v1::task_schedule::Kind::Cron(cron.clone()))
+    } else if let Some(every) = spec.interval {
+        Some(v1::task_schedule::Kind::IntervalSeconds(every))
+    } else {
+        spec.once.map(|once| v1::task_schedule::Kind::Once(local_time(once, zone)))
+    };
+    v1::TaskDefinition {
+        id: task.id.clone(),
+        r#type: match task.kind {
+            TaskKind::Heartbeat => "heartbeat",
+            TaskKind::Scheduled => "scheduled",
+            TaskKind::System => "system",
+        }
+        .into(),
+        user_id: task.user_id.clone(),
+        group_id: task.group_id.clone(),
+        schedule: Some(v1::TaskSchedule { kind }),
+        agent: task.agent.clone(),
+        prompt: task.prompt.clone(),
+        context_mode: match task.context_mode {
+            ContextMode::Session => "session",
+            ContextMode::Isolated => "isolated",
+            ContextMode::Silent => "silent",
+        }
+        .into(),
+        notification: Some(v1::TaskNotification {
+            channel: task.notification.channel.clone(),
+            on_success: task.notification.on_success,
+            on_failure: task.notification.on_failure,
+        }),
+        status: match task.status {
+            TaskStatus::Active => "active",
+            TaskStatus::Paused => "paused",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+        }
+        .into(),
+        last_run: task.last_run.map(|at| local_time(at, zone)).unwrap_or_default(),
+        next_run: task.next_run.map(|at| local_time(at, zone)).unwrap_or_default(),
+        failure_count: task.failure_count,
+        created_at: local_time(task.created_at, zone),
+        created_by: match task.created_by {
+            CreatedBy::User => "user",
+            CreatedBy::System => "system",
+        }
+        .into(),
+        description: task.description.clone(),
+        timezone: task.timezone.clone(),
+        catch_up: String::from(task.catch_up),
+        concurrency: match task.concurrency {
+            crate::scheduler::Concurrency::Forbid => "forbid",
+            crate::scheduler::Concurrency::Allow => "allow",
+        }
+        .into(),
+        retry_interrupted: task.retry_interrupted,
+        active_hours: spec.active_hours.clone().unwrap_or_default(),
+        timeout_seconds: task.timeout,
+        section: task.section.clone().unwrap_or_default(),
+    }
+}
+
+/// A run as the protocol shows it.
+pub fn task_run(row: &crate::scheduler::RunRow, zone: &jiff::tz::TimeZone) -> v1::TaskRun {
+    v1::TaskRun {
+        run_id: row.run.clone(),
+        slot: local_time(row.slot, zone),
+        attempt: row.attempt,
+        started: row.started.map(|at| local_time(at, zone)).unwrap_or_default(),
+        ended: row.ended.map(|at| local_time(at, zone)).unwrap_or_default(),
+        outcome: row.outcome.map(|outcome| outcome.as_str().to_string()).unwrap_or_default(),
+        missed: row.missed,
+        container: row.container.clone().unwrap_or_default(),
+        session_id: row.session.clone().unwrap_or_default(),
+        tokens: row.tokens,
+        error: row.error.clone().unwrap_or_default(),
+        result: row.result.clone().unwrap_or_default(),
+    }
+}
+
+/// A new task from a ScheduleTask request, for `context`, as of `now`: every field checked,
+/// each error naming its field and what would do.
+pub fn new_task(
+    definition: v1::TaskDefinition,
+    context: &Context,
+    now: jiff::Timestamp,
+) -> Result<crate::scheduler::TaskRecord, String> {
+    use crate::scheduler::schedule::{self, ScheduleSpec};
+    use crate::scheduler::{
+        CatchUp, Concurrency, ContextMode, CreatedBy, Notification, TaskKind, TaskRecord, TaskStatus, MOST_PROMPT,
+    };
+    match definition.r#type.as_str() {
+        "" | "scheduled" => {}
+        "heartbeat" => return Err("type: heartbeats come from HEARTBEAT.md; edit it instead".into()),
+        "system" => return Err("type: system tasks are the daemon's own".into()),
+        other => return Err(format!("type: `{other}` is not a task type; use scheduled")),
+    }
+    let prompt = definition.prompt.trim().to_string();
+    if prompt.is_empty() {
+        return Err("prompt: say what the agent should do when the task runs".into());
+    }
+    if prompt.len() > MOST_PROMPT {
+        return Err(format!("prompt: {} bytes is too long; keep it under {MOST_PROMPT}", prompt.len()));
+    }
+    let timezone = definition.timezone.trim().to_string();
+    if !timezone.is_empty() {
+        schedule::zone(&timezone).map_err(|error| error.to_string())?;
+    }
+    let kind = definition.schedule.and_then(|schedule| schedule.kind).ok_or_else(|| {
+        "schedule: give one of cron (\"0 9 * * 1\"), interval_seconds, once (RFC 3339 with offset) or cadence"
+            .to_string()
+    })?;
+    let spec = match kind {
+        v1::task_schedule::Kind::Cron(cron) => ScheduleSpec { cron: Some(cron), ..ScheduleSpec::default() },
+        v1::task_schedule::Kind::IntervalSeconds(every) => {
+            let anchor = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+            ScheduleSpec { interval: Some(every), anchor: Some(anchor), ..ScheduleSpec::default() }
+        }
+        v1::task_schedule::Kind::Once(text) => {
+            let once: jiff::Timestamp = text.trim().parse().map_err(|_| {
+                format!(
+                    "schedule.once: `{}` is not an RFC 3339 time with its UTC offset (e.g. 2026-03-01T08:00:00+01:00 \
+                     or 2026-03-01T07:00:00Z)",
+                    text.trim()
+                )
+            })?;
+            ScheduleSpec { once: Some(once), ..ScheduleSpec::default() }
+        }
+        v1::task_schedule::Kind::Cadence(text) => {
+            let cadence: schedule::Cadence =
+                text.parse().map_err(|error: schedule::ScheduleError| error.to_string())?;
+            let active = (!definition.active_hours.trim().is_empty()).then_some(definition.active_hours.trim());
+            schedule::cadence_schedule(cadence, active, &mut schedule::random_below)
+        }
+    };
+    let context_mode = match definition.context_mode.as_str() {
+        "" | "isolated" => ContextMode::Isolated,
+        "session" => ContextMode::Session,
+        "silent" => ContextMode::Silent,
+        other => return Err(format!("context_mode: `{other}` is not session, isolated or silent")),
+    };
+    let notification = match definition.notification {
+        Some(notification) => {
+            if !crate::scheduler::execute::is_valid_channel(&notification.channel) {
+                return Err(format!(
+                    "notification.channel: `{}` is not a channel; use tui, web, slack, slack/dm, slack/CHANNEL or none \
+                     (empty: the user's preferred channel)",
+                    notification.channel
+                ));
+            }
+            Notification {
+                channel: notification.channel,
+                on_success: notification.on_success,
+                on_failure: notification.on_failure,
+            }
+        }
+        None => Notification { channel: String::new(), on_success: true, on_failure: true },
+    };
+    let catch_up = CatchUp::try_from(definition.catch_up)?;
+    let concurrency = match definition.concurrency.as_str() {
+        "" | "forbid" => Concurrency::Forbid,
+        "allow" => Concurrency::Allow,
+        other => return Err(format!("concurrency: `{other}` is not forbid or allow")),
+    };
+    let agent = if definition.agent.is_empty() { "worker".to_string() } else { definition.agent };
+    let description = match definition.description.trim() {
+        "" => crate::scheduler::ledger::shortened(prompt.lines().next().unwrap_or_default(), 80),
+        text => crate::scheduler::ledger::shortened(text, 200),
+    };
+    let (user_id, group_id) = match context.kind {
+        ContextKind::User => (context.id.clone(), String::new()),
+        ContextKind::Group => (String::new(), context.id.clone()),
+    };
+    let task = TaskRecord {
+        id: String::new(),
+        kind: TaskKind::Scheduled,
+        user_id,
+        group_id,
+        schedule: spec,
+        timezone,
+        agent,
+        prompt,
+        context_mode,
+        notification,
+        status: TaskStatus::Active,
+        last_run: None,
+        next_run: None,
+        failure_count: 0,
+        created_at: now,
+        created_by: CreatedBy::User,
+        description,
+        catch_up,
+        concurrency,
+        retry_interrupted: definition.retry_interrupted,
+        timeout: definition.timeout_seconds,
+        section: None,
+        system_job: None,
+    };
+    crate::scheduler::execute::role_of(&task)?;
+    Ok(task)
+}

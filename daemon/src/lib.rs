@@ -19,6 +19,7 @@ pub mod events;
 pub mod gateways;
 pub mod groups;
 pub mod identities;
+pub mod inbox;
 pub mod ipc;
 pub mod llm;
 pub mod memory;
@@ -26,6 +27,7 @@ pub mod metrics;
 pub mod oidc;
 pub mod orchestrator;
 pub mod policy;
+pub mod scheduler;
 pub mod secrets;
 pub mod selftest;
 pub mod server;
@@ -103,6 +105,8 @@ pub enum DaemonError {
     Identities(#[from] identities::IdentityError),
     #[error(transparent)]
     Groups(#[from] groups::GroupError),
+    #[error("cannot open the scheduler (data/state/scheduler.json)")]
+    Scheduler(#[source] scheduler::SchedulerError),
     #[error("cannot open the file-IPC folder {}", path.display())]
     Ipc {
         path: PathBuf,
@@ -147,6 +151,10 @@ pub struct Shared {
     pub oidc: Arc<oidc::Verifier>,
     /// Spending limits per user and group.
     pub budgets: Arc<budgets::Budgets>,
+    /// Heartbeats, scheduled tasks and the daemon's own upkeep.
+    pub scheduler: Arc<scheduler::Scheduler>,
+    /// What was kept for contexts while none of their channels was there.
+    pub inbox: Arc<inbox::Inbox>,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -338,6 +346,15 @@ impl Daemon {
             metrics.clone(),
         ));
         let state_dir = data_dir.state_dir();
+        let scheduler = Arc::new(
+            scheduler::Scheduler::open(
+                &state_dir,
+                scheduler::Settings::from_config(&loaded.config),
+                scheduler::Clock::System,
+            )
+            .map_err(DaemonError::Scheduler)?,
+        );
+        let inbox = Arc::new(inbox::Inbox::new(state_dir.join("inbox")));
         let containers_for_agents = containers.clone();
         let loaded_idle_after = loaded.config.sessions.idle_after;
         let shared = Arc::new(Shared {
@@ -370,6 +387,8 @@ impl Daemon {
             groups,
             oidc,
             budgets,
+            scheduler,
+            inbox,
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -429,6 +448,20 @@ impl Daemon {
         tracker
             .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));
         tracker.spawn(deliver_messages(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
+        if let Err(error) = shared.scheduler.ensure_system(&scheduler::SYSTEM_JOBS) {
+            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot set up the system tasks");
+        }
+        let executor: Arc<dyn scheduler::Execute> = Arc::new(scheduler::execute::Daemon { shared: shared.clone() });
+        tracker.spawn(
+            shared
+                .scheduler
+                .clone()
+                .run(executor, cancel.clone(), tracker.clone())
+                .instrument(tracing::info_span!("scheduler")),
+        );
+        tracker.spawn(
+            scheduler::watch::watch(shared.clone(), cancel.clone()).instrument(tracing::info_span!("heartbeats")),
+        );
         tracker.spawn(make_room(shared.clone(), cancel.clone()).instrument(tracing::info_span!("slots")));
         if let Some(listener) = metrics_listener {
             tracker.spawn(

@@ -561,10 +561,42 @@ impl Default for SkillsConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
     pub error_handling: SchedulerErrorHandling,
+    /// Seconds a slot may be late and still run as on time; older slots are missed ones and
+    /// follow their task's `catch_up`.
+    pub grace: u64,
+    pub retention: SchedulerRetention,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            error_handling: SchedulerErrorHandling::default(),
+            grace: 90,
+            retention: SchedulerRetention::default(),
+        }
+    }
+}
+
+/// How long the scheduler's records are kept (pruned daily by a system task).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerRetention {
+    /// Days a run record is kept.
+    pub run_days: u64,
+    /// Runs kept per task, however recent.
+    pub runs_per_task: usize,
+    /// Days a finished container's logs (data/logs/{container}) are kept.
+    pub log_days: u64,
+}
+
+impl Default for SchedulerRetention {
+    fn default() -> Self {
+        SchedulerRetention { run_days: 30, runs_per_task: 1000, log_days: 14 }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

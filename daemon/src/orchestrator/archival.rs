@@ -98,44 +98,45 @@ async fn extract_memories(shared: &Arc<Shared>, record: &SessionRecord) {
     }
 }
 
-/// Idles and archives quiet sessions and removes agent containers past their keep-warm
-/// window, until `cancel`.
+/// Idles quiet sessions and archives those past `sessions.archival.inactivity_timeout` (the
+/// scheduler's `system-archive-sessions` task); returns how many were idled and archived.
+pub async fn archive_quiet(shared: &Arc<Shared>) -> (usize, usize) {
+    let sessions = &shared.loaded.config.sessions;
+    let swept = shared.sessions.sweep(state::now_seconds(), sessions.idle_after, sessions.archival.inactivity_timeout);
+    let (idled, due) = match swept {
+        Ok((idled, due)) => {
+            for session in &idled {
+                tracing::info!(session, "session idle");
+            }
+            (idled.len(), due)
+        }
+        Err(error) => {
+            tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot update session states");
+            (0, vec![])
+        }
+    };
+    let mut archived = 0;
+    for session in &due {
+        match archive(shared, session).await {
+            Ok(_) => {
+                archived += 1;
+                tracing::info!(session, "session archived after inactivity");
+            }
+            Err(error) => tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot archive"),
+        }
+    }
+    (idled, archived)
+}
+
+/// Removes agent containers past their keep-warm window, every 5 s until `cancel` (session
+/// archival and memory expiry are system tasks of the scheduler).
 pub async fn supervise(shared: Arc<Shared>, cancel: tokio_util::sync::CancellationToken) {
     let every = Duration::from_secs(5);
-    let mut ticks: u64 = 0;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let sessions = &shared.loaded.config.sessions;
-        let swept =
-            shared.sessions.sweep(state::now_seconds(), sessions.idle_after, sessions.archival.inactivity_timeout);
-        let due = match swept {
-            Ok((idled, due)) => {
-                for session in &idled {
-                    tracing::info!(session, "session idle");
-                }
-                due
-            }
-            Err(error) => {
-                tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot update session states");
-                vec![]
-            }
-        };
-        for session in &due {
-            match archive(&shared, session).await {
-                Ok(_) => tracing::info!(session, "session archived after inactivity"),
-                Err(error) => tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot archive"),
-            }
-        }
         shared.agents.reap_idle(&[]).await;
-        ticks += 1;
-        if ticks.is_multiple_of(12) {
-            let memory = shared.memory.clone();
-            if let Err(error) = tokio::task::spawn_blocking(move || memory.expire_all()).await {
-                tracing::error!(%error, "memory expiry failed");
-            }
-        }
     }
 }

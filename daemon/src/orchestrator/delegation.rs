@@ -80,6 +80,41 @@ pub async fn delegate(
     Ok(v1::DelegateResponse { result, is_error, background: false, duration_ms: elapsed.as_millis() as u64 })
 }
 
+/// Runs `text` as a task of a `role` container of session `record`, outside any user turn
+/// (the scheduler's runs): its answer and the container that gave it.
+pub async fn run_alone(
+    shared: &Arc<Shared>,
+    record: &SessionRecord,
+    role: Role,
+    text: String,
+    timeout: Option<Duration>,
+) -> Result<(v1::TurnResult, String), crate::agents::AgentError> {
+    let settings = agent_settings(shared, role);
+    let turn_id = new_id("k-");
+    let correlation_id = uuid::Uuid::new_v4().to_string();
+    let work = Work {
+        live: Live {
+            session: record.id.clone(),
+            context: record.context(),
+            role,
+            turn_id: turn_id.clone(),
+            correlation_id: correlation_id.clone(),
+            user_turn: turn_id.clone(),
+        },
+        turn: v1::AgentTurn {
+            turn_id,
+            correlation_id,
+            messages: vec![v1::LlmMessage {
+                role: "user".into(),
+                content: vec![v1::ContentBlock { block: Some(v1::content_block::Block::Text(text)) }],
+            }],
+            model: String::new(),
+        },
+        timeout: timeout.unwrap_or(Duration::from_secs(settings.timeout)),
+    };
+    shared.agents.run_named(work).await
+}
+
 #[derive(Debug, Clone)]
 pub(super) struct Task {
     pub(super) live: Live,

@@ -16,8 +16,8 @@ mod delegation;
 mod history;
 mod turns;
 
-pub use archival::{archive, supervise};
-pub use delegation::delegate;
+pub use archival::{archive, archive_quiet, supervise};
+pub use delegation::{delegate, run_alone};
 use delegation::{run_task, Task};
 pub use history::{compact, context_window, history};
 use history::{message_chars, summarize};
@@ -180,6 +180,9 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     }
     if incoming.context.kind == ContextKind::Group {
         shared.groups.accepts_messages(&incoming.context.id)?;
+    }
+    if let Some(channel) = incoming.channel.as_deref() {
+        shared.events.note_activity(&incoming.context, channel);
     }
     let record = match &incoming.session {
         Some(id) => shared.sessions.get_in(id, &incoming.context)?,

@@ -120,14 +120,6 @@ impl<T> tokio_stream::Stream for UntilShutdown<T> {
     }
 }
 
-fn not_built(operation: Operation, missing: &str) -> Status {
-    Status::unimplemented(format!(
-        "{} is not available in baaahtd {} yet: {missing}",
-        operation.name(),
-        env!("CARGO_PKG_VERSION")
-    ))
-}
-
 /// The context a skill request is about: a container's own (whatever it named, which
 /// `check` already matched), or the one a host client names.
 fn own_context(caller: &Caller, named: Option<Context>) -> Result<Context, Status> {

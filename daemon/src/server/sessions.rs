@@ -13,7 +13,7 @@ use crate::orchestrator::OrchestratorError;
 use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
 use crate::Shared;
 
-use super::{check, context_of, until_shutdown};
+use super::{caller, check, context_of, own_context, until_shutdown};
 
 impl From<SessionError> for Status {
     fn from(error: SessionError) -> Status {
@@ -246,10 +246,15 @@ impl v1::sessions_server::Sessions for SessionsService {
             Some(&request.get_ref().session_id),
         )?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group to follow"))?;
-        let session = request.into_inner().session_id;
+        let subscription = request.into_inner();
+        let session = subscription.session_id;
+        let channel = channel_name(subscription.channel);
         let mut events = self.shared.events.subscribe();
+        // The channel counts as connected (for the scheduler's notices) while it follows.
+        let connected = channel.map(|channel| self.shared.events.connect(&context, &channel));
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
         tokio::spawn(async move {
+            let _connected = connected;
             loop {
                 let event = match events.recv().await {
                     Ok((target, event)) if target == context && (session.is_empty() || event.session_id == session) => {
@@ -268,6 +273,31 @@ impl v1::sessions_server::Sessions for SessionsService {
             }
         });
         Ok(Response::new(until_shutdown(&self.shared, tokio_stream::wrappers::ReceiverStream::new(receiver))))
+    }
+
+    async fn list_inbox(&self, request: Request<v1::InboxRequest>) -> Result<Response<v1::InboxList>, Status> {
+        let named = context_of(request.get_ref().context.as_ref(), "context")?;
+        let context = own_context(&caller(&request)?, named)?;
+        check(&self.shared, &request, Operation::ListInbox, Some(&context), None)?;
+        let wanted = request.into_inner();
+        let items = self
+            .shared
+            .inbox
+            .list(&context, wanted.unread_only, wanted.mark_read)
+            .map_err(|error| Status::internal(format!("cannot read the inbox: {error}")))?;
+        let items = items
+            .into_iter()
+            .map(|item| v1::InboxItem {
+                id: item.id,
+                at: item.at,
+                title: item.title,
+                content: item.content,
+                task_id: item.task_id,
+                run_id: item.run_id,
+                read: item.read,
+            })
+            .collect();
+        Ok(Response::new(v1::InboxList { items }))
     }
 
     async fn publish_event(&self, request: Request<v1::ChannelEvent>) -> Result<Response<v1::Ack>, Status> {

@@ -1,9 +1,10 @@
-//! The `Tasks` service: scheduled tasks of a context.
+//! The `Tasks` service: a context's scheduled tasks (spec §15.9). A user manages their own
+//! context's (and their groups') tasks; admins and the host any; agents their own context's.
 
 use super::*;
-
-/// Why the task RPCs answer UNIMPLEMENTED.
-const NO_SCHEDULER: &str = "the task scheduler is not built yet";
+use crate::auth::ContextKind;
+use crate::scheduler::{Filter, SchedulerError, TaskKind, TaskRecord, TaskStatus};
+use sessions::valid_id;
 
 /// The `Tasks` service.
 #[derive(Debug, Clone)]
@@ -11,43 +12,190 @@ pub(super) struct TasksService {
     pub(super) shared: Arc<Shared>,
 }
 
+fn status_of(error: SchedulerError) -> Status {
+    match error {
+        SchedulerError::Invalid(_) | SchedulerError::Schedule(_) => Status::invalid_argument(error.to_string()),
+        SchedulerError::NotFound(_) => Status::not_found(error.to_string()),
+        SchedulerError::TooMany(_) => Status::resource_exhausted(error.to_string()),
+        SchedulerError::Refused { .. } => Status::failed_precondition(error.to_string()),
+        SchedulerError::State(_) => Status::internal(error.to_string()),
+    }
+}
+
+impl TasksService {
+    fn zone_of(&self, task: &TaskRecord) -> jiff::tz::TimeZone {
+        let name = if task.timezone.is_empty() { &self.shared.loaded.config.system.timezone } else { &task.timezone };
+        crate::scheduler::schedule::zone(name).unwrap_or(jiff::tz::TimeZone::UTC)
+    }
+
+    fn definition(&self, task: &TaskRecord) -> v1::TaskDefinition {
+        crate::convert::task_definition(task, &self.zone_of(task))
+    }
+
+    /// The task `id` names, if the caller may `operation` it: its context's, or (a system
+    /// task) the host's and admins'.
+    fn authorized<T>(&self, request: &Request<T>, operation: Operation, id: &str) -> Result<TaskRecord, Status> {
+        valid_id(id, "id")?;
+        let task = self.shared.scheduler.get(id);
+        let context = task.as_ref().and_then(TaskRecord::context);
+        let caller = check(&self.shared, request, operation, context.as_ref(), None)?;
+        if context.is_none() && matches!(caller, Caller::Container(_)) {
+            // Tasks of no context (the system's) are nobody's agent's business.
+            return Err(Status::permission_denied(format!(
+                "{}: an agent manages its own context's tasks",
+                operation.name()
+            )));
+        }
+        task.ok_or_else(|| status_of(SchedulerError::NotFound(id.to_string())))
+    }
+
+    /// The filter a list request stands for: the context it names (or the caller's own, for
+    /// agents and gateways); the host and admins see every task when none is named.
+    fn filter<T>(&self, request: &Request<T>, operation: Operation, filter: &v1::TaskFilter) -> Result<Filter, Status> {
+        let named = task_context(&filter.user_id, &filter.group_id)?;
+        let context = match (named, caller(request)?) {
+            (Some(context), _) => Some(context),
+            (None, Caller::Host(_)) => None,
+            // Agents and gateways' users mean their own; an admin naming nobody sees all.
+            (None, caller) => own_context(&caller, None).ok(),
+        };
+        check(&self.shared, request, operation, context.as_ref(), None)?;
+        let kind = match filter.r#type.as_str() {
+            "" => None,
+            "heartbeat" => Some(TaskKind::Heartbeat),
+            "scheduled" => Some(TaskKind::Scheduled),
+            "system" => Some(TaskKind::System),
+            other => {
+                return Err(Status::invalid_argument(format!("type: `{other}` is not heartbeat, scheduled or system")))
+            }
+        };
+        let status = match filter.status.as_str() {
+            "" => None,
+            "active" => Some(TaskStatus::Active),
+            "paused" => Some(TaskStatus::Paused),
+            "completed" => Some(TaskStatus::Completed),
+            "failed" => Some(TaskStatus::Failed),
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "status: `{other}` is not active, paused, completed or failed"
+                )))
+            }
+        };
+        Ok(Filter { context, kind, status })
+    }
+}
+
 #[tonic::async_trait]
 impl v1::tasks_server::Tasks for TasksService {
-    async fn schedule_task(&self, request: Request<v1::TaskDefinition>) -> Result<Response<v1::TaskId>, Status> {
-        let context = task_context(&request.get_ref().user_id, &request.get_ref().group_id)?;
-        check(&self.shared, &request, Operation::ScheduleTask, context.as_ref(), None)?;
-        Err(not_built(Operation::ScheduleTask, NO_SCHEDULER))
+    async fn schedule_task(&self, request: Request<v1::TaskDefinition>) -> Result<Response<v1::ScheduledTask>, Status> {
+        let named = task_context(&request.get_ref().user_id, &request.get_ref().group_id)?;
+        let context = own_context(&caller(&request)?, named)?;
+        check(&self.shared, &request, Operation::ScheduleTask, Some(&context), None)?;
+        if context.kind == ContextKind::Group {
+            self.shared
+                .groups
+                .accepts_messages(&context.id)
+                .map_err(|error| Status::failed_precondition(error.to_string()))?;
+        }
+        let now = self.shared.scheduler.now();
+        let task = crate::convert::new_task(request.into_inner(), &context, now).map_err(Status::invalid_argument)?;
+        let task = self.shared.scheduler.add(task).map_err(status_of)?;
+        let zone = self.zone_of(&task);
+        let next_runs = self
+            .shared
+            .scheduler
+            .upcoming(&task.id, 5)
+            .map_err(status_of)?
+            .into_iter()
+            .map(|at| crate::convert::local_time(at, &zone))
+            .collect();
+        Ok(Response::new(v1::ScheduledTask { task: Some(self.definition(&task)), next_runs }))
     }
 
     async fn list_tasks(&self, request: Request<v1::TaskFilter>) -> Result<Response<v1::TaskList>, Status> {
-        let context = task_context(&request.get_ref().user_id, &request.get_ref().group_id)?;
-        check(&self.shared, &request, Operation::ListTasks, context.as_ref(), None)?;
-        Err(not_built(Operation::ListTasks, NO_SCHEDULER))
+        let filter = self.filter(&request, Operation::ListTasks, request.get_ref())?;
+        let tasks = self.shared.scheduler.list(&filter).iter().map(|task| self.definition(task)).collect();
+        Ok(Response::new(v1::TaskList { tasks }))
     }
 
     async fn get_task(&self, request: Request<v1::TaskId>) -> Result<Response<v1::TaskDefinition>, Status> {
-        check(&self.shared, &request, Operation::GetTask, None, None)?;
-        Err(not_built(Operation::GetTask, NO_SCHEDULER))
+        let task = self.authorized(&request, Operation::GetTask, &request.get_ref().id)?;
+        Ok(Response::new(self.definition(&task)))
     }
 
     async fn pause_task(&self, request: Request<v1::TaskId>) -> Result<Response<v1::Ack>, Status> {
-        check(&self.shared, &request, Operation::PauseTask, None, None)?;
-        Err(not_built(Operation::PauseTask, NO_SCHEDULER))
+        let task = self.authorized(&request, Operation::PauseTask, &request.get_ref().id)?;
+        self.shared.scheduler.pause(&task.id).map_err(status_of)?;
+        Ok(Response::new(v1::Ack { message: format!("task {} paused", task.id) }))
     }
 
     async fn resume_task(&self, request: Request<v1::TaskId>) -> Result<Response<v1::Ack>, Status> {
-        check(&self.shared, &request, Operation::ResumeTask, None, None)?;
-        Err(not_built(Operation::ResumeTask, NO_SCHEDULER))
+        let task = self.authorized(&request, Operation::ResumeTask, &request.get_ref().id)?;
+        let resumed = self.shared.scheduler.resume(&task.id).map_err(status_of)?;
+        let next =
+            resumed.next_run.map(|at| crate::convert::local_time(at, &self.zone_of(&resumed))).unwrap_or_default();
+        Ok(Response::new(v1::Ack { message: format!("task {} resumed; next run {next}", task.id) }))
     }
 
     async fn cancel_task(&self, request: Request<v1::TaskId>) -> Result<Response<v1::Ack>, Status> {
-        check(&self.shared, &request, Operation::CancelTask, None, None)?;
-        Err(not_built(Operation::CancelTask, NO_SCHEDULER))
+        let task = self.authorized(&request, Operation::CancelTask, &request.get_ref().id)?;
+        if task.kind == TaskKind::Heartbeat {
+            return Err(Status::failed_precondition(format!(
+                "task {} is a heartbeat from HEARTBEAT.md: remove its section there (or pause it)",
+                task.id
+            )));
+        }
+        if task.kind == TaskKind::System {
+            return Err(Status::failed_precondition(format!("task {} is the daemon's own; pause it instead", task.id)));
+        }
+        self.shared.scheduler.cancel(&task.id).map_err(status_of)?;
+        Ok(Response::new(v1::Ack { message: format!("task {} cancelled", task.id) }))
     }
 
     async fn get_next_runs(&self, request: Request<v1::TaskFilter>) -> Result<Response<v1::NextRunList>, Status> {
-        let context = task_context(&request.get_ref().user_id, &request.get_ref().group_id)?;
-        check(&self.shared, &request, Operation::GetNextRuns, context.as_ref(), None)?;
-        Err(not_built(Operation::GetNextRuns, NO_SCHEDULER))
+        let filter = self.filter(&request, Operation::GetNextRuns, request.get_ref())?;
+        let count = (request.get_ref().count as usize).clamp(1, 50);
+        let mut runs = vec![];
+        for task in self.shared.scheduler.list(&filter) {
+            let zone = self.zone_of(&task);
+            // silent-ok: a task cancelled meanwhile has no runs to come.
+            let upcoming = self.shared.scheduler.upcoming(&task.id, count).unwrap_or_default();
+            runs.push(v1::NextRun {
+                task_id: task.id.clone(),
+                description: task.description.clone(),
+                runs: upcoming.into_iter().map(|at| crate::convert::local_time(at, &zone)).collect(),
+            });
+        }
+        Ok(Response::new(v1::NextRunList { runs }))
+    }
+
+    async fn list_task_runs(&self, request: Request<v1::TaskRunsRequest>) -> Result<Response<v1::TaskRunList>, Status> {
+        let id = request.get_ref().task_id.clone();
+        let limit = match request.get_ref().limit {
+            0 => 20,
+            limit => (limit as usize).min(1000),
+        };
+        // A cancelled task's runs stay readable by the host and admins (its context is gone).
+        let zone = match self.shared.scheduler.get(&id) {
+            Some(_) => {
+                let task = self.authorized(&request, Operation::ListTaskRuns, &id)?;
+                self.zone_of(&task)
+            }
+            None => {
+                valid_id(&id, "task_id")?;
+                if let Caller::Container(_) = check(&self.shared, &request, Operation::ListTaskRuns, None, None)? {
+                    return Err(status_of(SchedulerError::NotFound(id)));
+                }
+                crate::scheduler::schedule::zone(&self.shared.loaded.config.system.timezone)
+                    .unwrap_or(jiff::tz::TimeZone::UTC)
+            }
+        };
+        let rows = self.shared.scheduler.runs(&id, limit);
+        if rows.is_empty() && self.shared.scheduler.get(&id).is_none() {
+            return Err(status_of(SchedulerError::NotFound(id)));
+        }
+        Ok(Response::new(v1::TaskRunList {
+            runs: rows.iter().map(|row| crate::convert::task_run(row, &zone)).collect(),
+        }))
     }
 }

@@ -1,0 +1,125 @@
+//! A context's inbox: what the daemon had to tell while none of the context's channels was
+//! there to hear it (a scheduled task's result, a paused task). Every client shows the unread
+//! ones when it connects; `baaaht inbox` lists them. One file per context under
+//! `data/state/inbox/` (the daemon's own folder: no container can write there), written
+//! atomically; the newest [`MOST_ITEMS`] are kept, unread ones before read ones.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Context;
+use crate::state::{self, StateError};
+
+/// Items kept per context.
+pub const MOST_ITEMS: usize = 200;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Item {
+    pub id: String,
+    /// RFC 3339.
+    pub at: String,
+    pub title: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub task_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run_id: String,
+    #[serde(default)]
+    pub read: bool,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct File {
+    #[serde(default)]
+    items: Vec<Item>,
+}
+
+#[derive(Debug)]
+pub struct Inbox {
+    dir: PathBuf,
+    /// One writer at a time (read, change, write).
+    lock: Mutex<()>,
+}
+
+impl Inbox {
+    pub fn new(dir: PathBuf) -> Inbox {
+        Inbox { dir, lock: Mutex::new(()) }
+    }
+
+    fn path(&self, context: &Context) -> PathBuf {
+        self.dir.join(format!("{}.json", crate::ipc::folder_of(context)))
+    }
+
+    fn load(&self, context: &Context) -> File {
+        state::read_json_or_set_aside(&self.path(context), File::default)
+    }
+
+    /// Adds an item for `context`; on disk when this returns.
+    pub fn push(&self, context: &Context, mut item: Item) -> Result<Item, StateError> {
+        let _writer = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut file = self.load(context);
+        if item.id.is_empty() {
+            item.id = format!("n-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        }
+        if item.at.is_empty() {
+            item.at = state::now_rfc3339();
+        }
+        file.items.push(item.clone());
+        while file.items.len() > MOST_ITEMS {
+            let oldest = file.items.iter().position(|item| item.read).unwrap_or(0);
+            file.items.remove(oldest);
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|source| StateError::Write { path: self.dir.clone(), source })?;
+        state::write_json(&self.path(context), &file)?;
+        Ok(item)
+    }
+
+    /// `context`'s items, oldest first (only unread ones when `unread_only`); with
+    /// `mark_read`, those returned are marked read.
+    pub fn list(&self, context: &Context, unread_only: bool, mark_read: bool) -> Result<Vec<Item>, StateError> {
+        let _writer = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut file = self.load(context);
+        let items: Vec<Item> = file.items.iter().filter(|item| !unread_only || !item.read).cloned().collect();
+        if mark_read && items.iter().any(|item| !item.read) {
+            for item in &mut file.items {
+                item.read = true;
+            }
+            state::write_json(&self.path(context), &file)?;
+        }
+        Ok(items)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_are_kept_read_once_and_capped() {
+        let temp = tempfile::tempdir().expect("temp");
+        let inbox = Inbox::new(temp.path().join("inbox"));
+        let alice = Context::user("alice");
+        let item = |title: &str| Item {
+            id: String::new(),
+            at: String::new(),
+            title: title.into(),
+            content: "c".into(),
+            task_id: String::new(),
+            run_id: String::new(),
+            read: false,
+        };
+        inbox.push(&alice, item("one")).expect("push");
+        assert!(inbox.list(&Context::user("bob"), false, false).expect("bob").is_empty());
+        assert_eq!(inbox.list(&alice, true, true).expect("unread").len(), 1);
+        assert!(inbox.list(&alice, true, false).expect("unread again").is_empty());
+        for n in 0..MOST_ITEMS + 5 {
+            inbox.push(&alice, item(&format!("n{n}"))).expect("push");
+        }
+        let all = inbox.list(&alice, false, false).expect("all");
+        assert_eq!(all.len(), MOST_ITEMS);
+        assert!(all.iter().all(|item| item.title != "one"), "the read item goes first");
+    }
+}

@@ -1,0 +1,380 @@
+//! A task's run in the daemon (spec §15.5): the prompt, the session its context mode asks for,
+//! the agent (the Heartbeat agent for heartbeats, else the task's), the result to the user's
+//! preferred channel (DESIGN.md §9.4), and the system jobs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baaaht_proto::v1;
+
+use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJob, TaskKind, TaskRecord};
+use crate::agents::AgentError;
+use crate::auth::{Context, ContextKind, Role};
+use crate::inbox::Item;
+use crate::sessions::{NewEntry, SessionStatus};
+use crate::Shared;
+
+/// What a heartbeat answers when there is nothing to tell.
+pub const NOTHING: &str = "NOTHING";
+
+/// The daemon's executor.
+#[derive(Debug)]
+pub struct Daemon {
+    pub shared: Arc<Shared>,
+}
+
+/// The role a task's `agent` names; heartbeats always use the Heartbeat agent.
+pub fn role_of(task: &TaskRecord) -> Result<Role, String> {
+    if task.kind == TaskKind::Heartbeat {
+        return Ok(Role::Heartbeat);
+    }
+    match task.agent.as_str() {
+        "" | "worker" => Ok(Role::Worker),
+        "researcher" => Ok(Role::Researcher),
+        "coder" => Ok(Role::Coder),
+        "heartbeat" => Ok(Role::Heartbeat),
+        other => Err(format!("agent: `{other}` cannot run tasks; use worker, researcher, coder or heartbeat")),
+    }
+}
+
+/// The channels a result can be sent to.
+pub fn is_valid_channel(channel: &str) -> bool {
+    matches!(channel, "" | "none" | "tui" | "cli" | "web" | "slack")
+        || channel.strip_prefix("slack/").is_some_and(|rest| {
+            !rest.is_empty() && rest.len() <= 64 && rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+}
+
+/// `preferred_channel:` in the context's USER.md or GROUP.md (a line of its own, front matter
+/// or a `- ` list item), if it names a channel.
+fn preferred_channel(shared: &Shared, context: &Context) -> Option<String> {
+    let profile = match context.kind {
+        ContextKind::User => "USER.md",
+        ContextKind::Group => "GROUP.md",
+    };
+    let text = std::fs::read_to_string(shared.data_dir.context_dir(context).join(profile)).ok()?;
+    text.lines().find_map(|line| {
+        let line = line.trim().trim_start_matches("- ").trim();
+        let (key, value) = line.split_once(':')?;
+        let key = key.trim().trim_matches('*').trim().to_ascii_lowercase().replace(' ', "_");
+        let value = value.trim().trim_matches('`').trim().to_ascii_lowercase();
+        (key == "preferred_channel" && is_valid_channel(&value) && !value.is_empty()).then_some(value)
+    })
+}
+
+/// The channel family of `channel` (`slack/dm` → `slack`).
+fn family(channel: &str) -> &str {
+    channel.split('/').next().unwrap_or(channel)
+}
+
+impl Daemon {
+    async fn system(&self, job: SystemJob) -> RunOutcome {
+        let shared = &self.shared;
+        match job {
+            SystemJob::ArchiveSessions => {
+                let (idled, archived) = crate::orchestrator::archive_quiet(shared).await;
+                RunOutcome::ok(format!("{idled} session(s) idled, {archived} archived"))
+            }
+            SystemJob::ExpireMemories => {
+                let memory = shared.memory.clone();
+                match tokio::task::spawn_blocking(move || memory.expire_all()).await {
+                    Ok(removed) => RunOutcome::ok(format!("{removed} memor(ies) expired")),
+                    Err(error) => RunOutcome::failed(Failure::Error(format!("memory expiry failed: {error}"))),
+                }
+            }
+            SystemJob::PruneRecords => {
+                let retention = shared.loaded.config.scheduler.retention.clone();
+                let (scheduler, logs) = (shared.scheduler.clone(), shared.data_dir.logs_dir());
+                let pruned = tokio::task::spawn_blocking(move || {
+                    let runs = scheduler.prune_runs(retention.run_days, retention.runs_per_task);
+                    let logs = prune_logs(&logs, retention.log_days);
+                    (runs, logs)
+                })
+                .await;
+                match pruned {
+                    Ok((runs, logs)) => {
+                        RunOutcome::ok(format!("{runs} run record(s) and {logs} container log(s) pruned"))
+                    }
+                    Err(error) => RunOutcome::failed(Failure::Error(format!("pruning failed: {error}"))),
+                }
+            }
+        }
+    }
+
+    /// Runs an agent for `claim` in the session its context mode asks for.
+    async fn agent(&self, claim: &Claim) -> RunOutcome {
+        let shared = &self.shared;
+        let task = &claim.task;
+        let Some(context) = task.context() else {
+            return RunOutcome::failed(Failure::Error("the task belongs to no user or group".into()));
+        };
+        if context.kind == ContextKind::Group {
+            if let Err(error) = shared.groups.accepts_messages(&context.id) {
+                return RunOutcome::failed(Failure::Error(error.to_string()));
+            }
+        }
+        let role = match role_of(task) {
+            Ok(role) => role,
+            Err(error) => return RunOutcome::failed(Failure::Error(error)),
+        };
+        let owner = if task.user_id.is_empty() { "scheduler" } else { task.user_id.as_str() };
+        let session = match task.context_mode {
+            ContextMode::Session => shared.sessions.active(&context, owner),
+            ContextMode::Isolated | ContextMode::Silent => {
+                shared.sessions.create(&context, owner, Some(format!("task: {}", task.description)))
+            }
+        };
+        let record = match session {
+            Ok(record) => record,
+            Err(error) => return RunOutcome::failed(Failure::Start(format!("no session for the run: {error}"))),
+        };
+        let local = claim
+            .slot
+            .to_zoned(super::schedule::zone(&task.timezone).unwrap_or_else(|_| {
+                super::schedule::zone(&shared.loaded.config.system.timezone).unwrap_or(jiff::tz::TimeZone::UTC)
+            }))
+            .strftime("%A %Y-%m-%d %H:%M %Z")
+            .to_string();
+        let text = match task.kind {
+            TaskKind::Heartbeat => format!(
+                "Heartbeat \"{}\" ({local}). {}\n\nIf nothing needs the user's attention, answer with the single word \
+                 {NOTHING}.",
+                task.section.as_deref().unwrap_or(&task.description),
+                task.prompt
+            ),
+            _ => format!(
+                "Scheduled task \"{}\" ({local}). Do it now and answer with what the user should hear:\n\n{}",
+                task.description, task.prompt
+            ),
+        };
+        let timeout = (task.timeout > 0).then(|| Duration::from_secs(task.timeout));
+        let ran = crate::orchestrator::run_alone(shared, &record, role, text, timeout).await;
+        if task.context_mode != ContextMode::Session {
+            // The run's own session ends with it (no memory extraction: nothing was said).
+            if let Err(error) = shared.sessions.set_status(&record.id, SessionStatus::Archived) {
+                tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot archive a task's session");
+            }
+            shared.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+            shared.tools.release(&record.id).await;
+        }
+        let session = Some(record.id.clone());
+        match ran {
+            Ok((result, container)) => {
+                let content = result.content.trim().to_string();
+                let outcome = if result.is_error {
+                    Err(Failure::Error(content))
+                } else if content == NOTHING || content.trim_end_matches('.') == NOTHING {
+                    Ok(String::new())
+                } else {
+                    Ok(content)
+                };
+                RunOutcome { result: outcome, container: Some(container), session, tokens: result.tokens }
+            }
+            Err(error) => {
+                let failure = match &error {
+                    AgentError::Start { .. } | AgentError::NoAgent(_) => Failure::Start(error.to_string()),
+                    AgentError::Timeout { .. } => Failure::Timeout(error.to_string()),
+                    AgentError::Lost(_) => Failure::Error(error.to_string()),
+                };
+                RunOutcome { result: Err(failure), container: None, session, tokens: 0 }
+            }
+        }
+    }
+
+    /// Appends a line to `scheduler.error_handling.log_file`.
+    fn log_failure(&self, claim: &Claim, failure: &Failure) {
+        use std::io::Write as _;
+        let configured = &self.shared.loaded.config.scheduler.error_handling.log_file;
+        let path = self.shared.data_dir.root().join(configured);
+        let line = serde_json::json!({
+            "at": crate::state::now_rfc3339(),
+            "task": claim.task.id,
+            "run": claim.run,
+            "slot": claim.slot.to_string(),
+            "attempt": claim.attempt,
+            "error": failure.message(),
+        });
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::OpenOptions::new().create(true).append(true).open(&path))
+            .and_then(|mut file| writeln!(file, "{line}"));
+        if let Err(error) = written {
+            tracing::warn!(path = %path.display(), %error, "cannot write the scheduler's error log");
+        }
+    }
+
+    /// Tells `context` `title`/`content`: on `channel` when it is connected (an event every
+    /// client of that channel shows), else in the context's inbox.
+    fn tell(&self, context: &Context, channel: Option<&str>, notice: v1::TaskNotice, session: Option<&str>) {
+        let shared = &self.shared;
+        let connected = match channel {
+            Some(channel) => shared.events.is_connected(context, family(channel)),
+            None => false,
+        };
+        let event = v1::OrchestratorEvent {
+            session_id: session.unwrap_or_default().to_string(),
+            event: Some(v1::orchestrator_event::Event::Notice(v1::TaskNotice {
+                channel: channel.unwrap_or_default().to_string(),
+                ..notice.clone()
+            })),
+            ..v1::OrchestratorEvent::default()
+        };
+        shared.events.publish(context, event);
+        if connected {
+            tracing::info!(context = %context, channel, task = %notice.task_id, "task notice sent");
+            return;
+        }
+        let item = Item {
+            id: String::new(),
+            at: String::new(),
+            title: notice.title,
+            content: notice.content,
+            task_id: notice.task_id.clone(),
+            run_id: notice.run_id,
+            read: false,
+        };
+        match shared.inbox.push(context, item) {
+            Ok(_) => tracing::info!(context = %context, task = %notice.task_id, "task notice left in the inbox"),
+            Err(error) => {
+                tracing::error!(context = %context, error = %baaaht_proto::error_chain(&error), "cannot keep a task notice")
+            }
+        }
+    }
+
+    /// Where `task`'s notices go: its own channel, else the preferred one, else the channel
+    /// the user last wrote from while it is still connected, else any connected one.
+    fn channel_for(&self, task: &TaskRecord, context: &Context) -> Option<String> {
+        let events = &self.shared.events;
+        if !task.notification.channel.is_empty() {
+            return Some(task.notification.channel.clone());
+        }
+        if let Some(preferred) = preferred_channel(&self.shared, context) {
+            return Some(preferred);
+        }
+        let connected = events.connected_channels(context);
+        match events.last_active(context) {
+            Some(last) if connected.contains(&last) => Some(last),
+            _ => connected.into_iter().next(),
+        }
+    }
+}
+
+/// Removes container log folders under `dir` older than `days`; returns how many went.
+fn prune_logs(dir: &std::path::Path, days: u64) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let limit = Duration::from_secs(days.saturating_mul(86_400));
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        // Only the containers' folders; the scheduler's error log and others stay.
+        if !meta.is_dir() {
+            continue;
+        }
+        let old = meta.modified().ok().and_then(|at| at.elapsed().ok()).is_some_and(|age| age > limit);
+        if old {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(error) => tracing::warn!(path = %entry.path().display(), %error, "cannot prune a container's logs"),
+            }
+        }
+    }
+    removed
+}
+
+#[async_trait::async_trait]
+impl Execute for Daemon {
+    async fn run(&self, claim: &Claim) -> RunOutcome {
+        let span = tracing::info_span!("task", task = %claim.task.id, run = %claim.run, slot = %claim.slot);
+        let _entered = span.enter();
+        tracing::info!(attempt = claim.attempt, "task run starting");
+        drop(_entered);
+        let outcome = match claim.task.system_job {
+            Some(job) => self.system(job).await,
+            None => self.agent(claim).await,
+        };
+        if let Err(failure) = &outcome.result {
+            self.log_failure(claim, failure);
+        }
+        tracing::info!(task = %claim.task.id, run = %claim.run, ok = outcome.result.is_ok(), "task run done");
+        outcome
+    }
+
+    async fn deliver(&self, task: &TaskRecord, delivery: Delivery) {
+        let Some(context) = task.context() else { return };
+        let channel = self.channel_for(task, &context);
+        let channel = channel.as_deref().filter(|channel| *channel != "none");
+        let title = task.description.clone();
+        match delivery {
+            Delivery::Result { run, content, session } => {
+                // In session mode the result joins the conversation it was run in.
+                if task.context_mode == ContextMode::Session {
+                    if let Some(session) = &session {
+                        let entry = NewEntry::Message {
+                            role: "assistant",
+                            content: format!("{title}\n\n{content}"),
+                            channel: channel.map(|channel| family(channel).to_string()),
+                            sender: None,
+                        };
+                        if let Err(error) = self.shared.sessions.append(session, None, entry) {
+                            tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot record a task's result");
+                        }
+                    }
+                }
+                let notice = v1::TaskNotice {
+                    task_id: task.id.clone(),
+                    run_id: run,
+                    title,
+                    content,
+                    ..v1::TaskNotice::default()
+                };
+                self.tell(&context, channel, notice, session.as_deref());
+            }
+            Delivery::Failed { run, error } => {
+                let notice = v1::TaskNotice {
+                    task_id: task.id.clone(),
+                    run_id: run,
+                    title: format!("{title}: failed"),
+                    content: format!("The task \"{title}\" failed: {error}"),
+                    is_error: true,
+                    ..v1::TaskNotice::default()
+                };
+                self.tell(&context, channel, notice, None);
+            }
+            Delivery::Paused { failures, error } => {
+                let content = format!(
+                    "The task \"{title}\" ({}) was paused after {failures} failures in a row; the last: {error}. \
+                     Resume it with `baaaht tasks resume {}` once the cause is fixed.",
+                    task.id, task.id
+                );
+                let notice = v1::TaskNotice {
+                    task_id: task.id.clone(),
+                    title: format!("{title}: paused"),
+                    content,
+                    is_error: true,
+                    ..v1::TaskNotice::default()
+                };
+                self.tell(&context, channel, notice.clone(), None);
+                // And every admin's inbox (spec §15.7: notify admin).
+                for admin in &self.shared.loaded.config.system.admin_users {
+                    let admin = Context::user(admin);
+                    if admin == context {
+                        continue;
+                    }
+                    let item = Item {
+                        id: String::new(),
+                        at: String::new(),
+                        title: format!("{} of {context}", notice.title),
+                        content: notice.content.clone(),
+                        task_id: task.id.clone(),
+                        run_id: String::new(),
+                        read: false,
+                    };
+                    if let Err(error) = self.shared.inbox.push(&admin, item) {
+                        tracing::error!(admin = %admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");
+                    }
+                }
+            }
+        }
+    }
+}

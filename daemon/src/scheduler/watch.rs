@@ -1,0 +1,166 @@
+//! Keeps each context's heartbeat tasks in step with its `HEARTBEAT.md`: all of them when the
+//! daemon starts, then the one that changed, on inotify's word (`notify`), within moments of
+//! the edit; a slow rescan catches what a watcher can miss (an editor's rename dance on a
+//! network file system).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::Digest as _;
+use tokio_util::sync::CancellationToken;
+
+use super::heartbeat;
+use crate::auth::Context;
+use crate::Shared;
+
+pub const FILE: &str = "HEARTBEAT.md";
+/// Between two full rescans.
+const RESCAN: Duration = Duration::from_secs(300);
+/// Edits arriving together (an editor writes, renames, touches) are read once.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The context a `users/{id}/HEARTBEAT.md` or `groups/{id}/HEARTBEAT.md` belongs to.
+fn context_of(root: &Path, path: &Path) -> Option<Context> {
+    let relative = path.strip_prefix(root).ok()?;
+    let parts: Vec<&str> = relative.iter().filter_map(|part| part.to_str()).collect();
+    let [kind, id, file] = parts.as_slice() else { return None };
+    if *file != FILE || !crate::auth::is_valid_context_id(id) {
+        return None;
+    }
+    match *kind {
+        "users" => Some(Context::user(*id)),
+        "groups" => Some(Context::group(*id)),
+        _ => None,
+    }
+}
+
+/// Reads `context`'s HEARTBEAT.md and brings its heartbeat tasks in line with it.
+pub fn sync_context(shared: &Shared, context: &Context) {
+    let path = shared.data_dir.context_dir(context).join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cannot read a HEARTBEAT.md; its heartbeats stay as they were");
+            return;
+        }
+    };
+    let hash = format!("sha256:{:x}", sha2::Sha256::digest(text.as_bytes()));
+    if shared.scheduler.heartbeat_hash(context).as_deref() == Some(hash.as_str()) {
+        return;
+    }
+    let parsed = heartbeat::parse(&text);
+    for warning in &parsed.warnings {
+        tracing::warn!(file = %path.display(), line = warning.line, "{}; the section is skipped", warning.message);
+    }
+    match shared.scheduler.sync_heartbeats(context, &hash, &parsed.sections, &mut super::schedule::random_below) {
+        Ok(changes) => tracing::info!(
+            context = %context,
+            added = changes.added,
+            updated = changes.updated,
+            removed = changes.removed,
+            kept = changes.kept,
+            skipped = parsed.warnings.len(),
+            "heartbeats in step with HEARTBEAT.md"
+        ),
+        Err(error) => {
+            tracing::error!(context = %context, error = %baaaht_proto::error_chain(&error), "cannot update heartbeats")
+        }
+    }
+}
+
+/// Every context that has a HEARTBEAT.md or had heartbeats.
+fn all_contexts(shared: &Shared) -> BTreeSet<Context> {
+    let mut contexts = BTreeSet::new();
+    for (kind, make) in [("users", Context::user as fn(String) -> Context), ("groups", Context::group)] {
+        let Ok(entries) = std::fs::read_dir(shared.data_dir.root().join(kind)) else { continue };
+        for entry in entries.flatten() {
+            let Some(id) = entry.file_name().to_str().map(str::to_string) else { continue };
+            if crate::auth::is_valid_context_id(&id) && entry.path().join(FILE).is_file() {
+                contexts.insert(make(id));
+            }
+        }
+    }
+    let filter = super::Filter { kind: Some(super::TaskKind::Heartbeat), ..super::Filter::default() };
+    contexts.extend(shared.scheduler.list(&filter).iter().filter_map(super::TaskRecord::context));
+    contexts
+}
+
+/// Watches every HEARTBEAT.md until `cancel`.
+pub async fn watch(shared: Arc<Shared>, cancel: CancellationToken) {
+    use notify::Watcher as _;
+    let root: PathBuf = shared.data_dir.root().to_path_buf();
+    let (sender, mut changed) = tokio::sync::mpsc::channel::<PathBuf>(1024);
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else { return };
+        for path in event.paths {
+            if path.file_name().is_some_and(|name| name == FILE) {
+                // silent-ok: when the queue is full a rescan is coming anyway.
+                drop(sender.try_send(path));
+            }
+        }
+    });
+    let mut watcher = match watcher {
+        Ok(watcher) => Some(watcher),
+        Err(error) => {
+            tracing::error!(%error, "cannot watch HEARTBEAT.md files; edits are picked up by the rescan every 5 minutes");
+            None
+        }
+    };
+    if let Some(watcher) = watcher.as_mut() {
+        for kind in ["users", "groups"] {
+            let folder = root.join(kind);
+            if let Err(error) = std::fs::create_dir_all(&folder) {
+                tracing::warn!(folder = %folder.display(), %error, "cannot create a folder to watch");
+            }
+            if let Err(error) = watcher.watch(&folder, notify::RecursiveMode::Recursive) {
+                tracing::error!(folder = %folder.display(), %error, "cannot watch for HEARTBEAT.md edits");
+            }
+        }
+    }
+    // After the watch is set, so that no edit falls in between.
+    let rescan = |shared: &Arc<Shared>| {
+        for context in all_contexts(shared) {
+            sync_context(shared, &context);
+        }
+    };
+    rescan(&shared);
+    loop {
+        let first = tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(RESCAN) => {
+                rescan(&shared);
+                continue;
+            }
+            path = changed.recv() => match path {
+                Some(path) => path,
+                None => return,
+            },
+        };
+        tokio::time::sleep(SETTLE).await;
+        let mut contexts: BTreeSet<Context> = context_of(&root, &first).into_iter().collect();
+        while let Ok(path) = changed.try_recv() {
+            contexts.extend(context_of(&root, &path));
+        }
+        for context in contexts {
+            sync_context(&shared, &context);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_contexts_own_heartbeat_file_counts() {
+        let root = Path::new("/data");
+        assert_eq!(context_of(root, Path::new("/data/users/alice/HEARTBEAT.md")), Some(Context::user("alice")));
+        assert_eq!(context_of(root, Path::new("/data/groups/family/HEARTBEAT.md")), Some(Context::group("family")));
+        assert_eq!(context_of(root, Path::new("/data/users/alice/memory/HEARTBEAT.md")), None);
+        assert_eq!(context_of(root, Path::new("/data/sessions/s-1/HEARTBEAT.md")), None);
+        assert_eq!(context_of(root, Path::new("/data/users/../HEARTBEAT.md")), None);
+    }
+}
