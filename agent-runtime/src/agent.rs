@@ -131,6 +131,125 @@ pub fn read_skill_definition() -> crate::tools::Definition {
     }
 }
 
+/// The task tools (spec §15.4): the user's reminders and recurring jobs, answered by the
+/// daemon for this container's own context.
+pub fn task_definitions() -> Vec<crate::tools::Definition> {
+    vec![
+        crate::tools::Definition {
+            name: "schedule_task",
+            description: "Schedule something to be done later or again and again (\"remind me every Monday at 9\",                           \"tomorrow at 8am check the build\"). Give exactly one of cron, interval_seconds or once.                           Times are the user's local time unless once carries another offset. The answer lists the                           next runs: tell the user when it will happen.",
+            parameters: json!({"type": "object", "required": ["prompt"], "additionalProperties": false, "properties": {
+                "prompt": {"type": "string", "description": "what the agent should do when it runs, in full sentences"},
+                "description": {"type": "string", "description": "a short name for the task, e.g. 'Monday PR summary'"},
+                "cron": {"type": "string", "description": "5 fields: minute hour day-of-month month day-of-week, e.g. '0 9 * * 1' for Mondays at 09:00"},
+                "interval_seconds": {"type": "integer", "minimum": 60},
+                "once": {"type": "string", "description": "RFC 3339 time with its UTC offset, e.g. 2026-03-01T08:00:00+01:00"},
+                "timezone": {"type": "string", "description": "IANA zone if not the user's, e.g. Europe/Berlin"},
+                "agent": {"type": "string", "enum": ["worker", "researcher", "coder"], "description": "who does it (default worker)"},
+            }}),
+        },
+        crate::tools::Definition {
+            name: "list_tasks",
+            description: "List the user's scheduled tasks and heartbeats, with their next runs.",
+            parameters: json!({"type": "object", "additionalProperties": false, "properties": {}}),
+        },
+        crate::tools::Definition {
+            name: "cancel_task",
+            description: "Cancel one of the user's scheduled tasks by its id (from list_tasks).",
+            parameters: json!({"type": "object", "required": ["id"], "additionalProperties": false, "properties": {
+                "id": {"type": "string"},
+            }}),
+        },
+    ]
+}
+
+/// A task tool, answered by the daemon for this container's own context.
+async fn task_tool(mut client: Client, tool: &str, params: &Value, correlation: &str) -> (String, bool) {
+    let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().trim().to_string();
+    match tool {
+        "schedule_task" => {
+            use v1::task_schedule::Kind;
+            let mut kinds = vec![];
+            if !text("cron").is_empty() {
+                kinds.push(Kind::Cron(text("cron")));
+            }
+            if let Some(every) = params.get("interval_seconds").and_then(Value::as_u64) {
+                kinds.push(Kind::IntervalSeconds(every));
+            }
+            if !text("once").is_empty() {
+                kinds.push(Kind::Once(text("once")));
+            }
+            if kinds.len() != 1 {
+                return ("give exactly one of cron, interval_seconds or once".into(), true);
+            }
+            let request = v1::TaskDefinition {
+                r#type: "scheduled".into(),
+                schedule: Some(v1::TaskSchedule { kind: kinds.pop() }),
+                agent: text("agent"),
+                prompt: text("prompt"),
+                description: text("description"),
+                timezone: text("timezone"),
+                ..v1::TaskDefinition::default()
+            };
+            match client.tasks.schedule_task(with_correlation(request, correlation)).await {
+                Ok(scheduled) => {
+                    let scheduled = scheduled.into_inner();
+                    let task = scheduled.task.unwrap_or_default();
+                    (
+                        format!(
+                            "Scheduled task {} (\"{}\"). Next runs: {}.",
+                            task.id,
+                            task.description,
+                            scheduled.next_runs.join(", ")
+                        ),
+                        false,
+                    )
+                }
+                Err(status) => (format!("the task was not scheduled: {}", status.message()), true),
+            }
+        }
+        "list_tasks" => {
+            let request = v1::TaskFilter { count: 3, ..v1::TaskFilter::default() };
+            let listed = client.tasks.list_tasks(with_correlation(request.clone(), correlation)).await;
+            let next = client.tasks.get_next_runs(with_correlation(request, correlation)).await;
+            match (listed, next) {
+                (Ok(listed), Ok(next)) => {
+                    let next = next.into_inner().runs;
+                    let lines: Vec<String> = listed
+                        .into_inner()
+                        .tasks
+                        .iter()
+                        .map(|task| {
+                            let runs = next.iter().find(|run| run.task_id == task.id).map(|run| run.runs.join(", "));
+                            format!(
+                                "- {} [{} {}] \"{}\" next: {}",
+                                task.id,
+                                task.r#type,
+                                task.status,
+                                task.description,
+                                runs.filter(|runs| !runs.is_empty()).unwrap_or_else(|| "none".into())
+                            )
+                        })
+                        .collect();
+                    if lines.is_empty() {
+                        ("No tasks.".into(), false)
+                    } else {
+                        (lines.join("\n"), false)
+                    }
+                }
+                (Err(status), _) | (_, Err(status)) => (format!("cannot list the tasks: {}", status.message()), true),
+            }
+        }
+        _ => {
+            let request = v1::TaskId { id: text("id") };
+            match client.tasks.cancel_task(with_correlation(request, correlation)).await {
+                Ok(ack) => (ack.into_inner().message, false),
+                Err(status) => (format!("the task was not cancelled: {}", status.message()), true),
+            }
+        }
+    }
+}
+
 /// One tool call the model asked for.
 #[derive(Debug, Clone, Default)]
 struct Call {
@@ -179,6 +298,7 @@ impl Agent {
     fn new(config: v1::AgentConfig, client: Client) -> Agent {
         let known = crate::tools::definitions();
         let memory = memory_definitions();
+        let tasks = task_definitions();
         let tools = config
             .tools
             .iter()
@@ -188,7 +308,7 @@ impl Agent {
                 } else if tool.name == "read_skill" {
                     Some(read_skill_definition())
                 } else {
-                    known.iter().chain(&memory).find(|known| known.name == tool.name).cloned()
+                    known.iter().chain(&memory).chain(&tasks).find(|known| known.name == tool.name).cloned()
                 };
                 definition.map(|d| v1::ToolDefinition {
                     name: d.name.into(),
@@ -215,9 +335,14 @@ impl Agent {
         let mut tokens = 0;
         let limit = self.config.max_iterations.max(1);
         for step in 1..=limit {
+            let system = if turn.now.is_empty() {
+                self.system.clone()
+            } else {
+                format!("{}\n\n# Now\nIt is {} where the user is.", self.system, turn.now)
+            };
             let request = v1::LlmRequest {
                 model: model.clone(),
-                system: self.system.clone(),
+                system,
                 messages: messages.clone(),
                 tools: self.tools.clone(),
                 temperature: self.config.temperature,
@@ -426,6 +551,9 @@ async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (Stri
             Ok(content) => (content.into_inner().content, false),
             Err(status) => (format!("read_skill failed: {}", status.message()), true),
         };
+    }
+    if matches!(call.name.as_str(), "schedule_task" | "list_tasks" | "cancel_task") {
+        return task_tool(client, &call.name, &params, &turn.correlation_id).await;
     }
     if call.name.starts_with("memory_") {
         return memory(client, &call.name, &params, &turn.correlation_id).await;

@@ -92,6 +92,26 @@ struct MessageFile {
     session_id: String,
 }
 
+/// What a container writes to `tasks/{id}.json` to schedule a task (spec §12.4).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskFile {
+    pub id: String,
+    pub prompt: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub cron: Option<String>,
+    #[serde(default)]
+    pub interval_seconds: Option<u64>,
+    #[serde(default)]
+    pub once: Option<String>,
+    #[serde(default)]
+    pub timezone: String,
+    #[serde(default)]
+    pub agent: String,
+}
+
 /// Messages one context may send per minute.
 pub const MESSAGES_PER_MINUTE: usize = 30;
 
@@ -199,6 +219,7 @@ impl Ipc {
             }
         } else {
             shared_dirs::ensure_dir(&slot_dir, OsStr::new("messages"), Owner::Containers)?;
+            shared_dirs::ensure_dir(&slot_dir, OsStr::new("tasks"), Owner::Containers)?;
         }
         Ok(self.root.join(folder).join(slot))
     }
@@ -474,6 +495,51 @@ impl Ipc {
         true
     }
 
+    /// Hands every task request queued in a `tools-` slot's `tasks/` folder to `schedule`
+    /// (with the folder's context and the slot's session: the folder is its authority), then
+    /// removes it; a request `schedule` refuses, or one that does not parse, is set aside with
+    /// the reason. `schedule` answers the task's id, or why not. Returns how many were taken.
+    pub fn take_task_requests(
+        &self,
+        schedule: &mut dyn FnMut(&Context, &str, TaskFile) -> Result<String, String>,
+    ) -> usize {
+        let mut taken = 0;
+        for (folder, slot, dir) in self.container_folders("tasks", false) {
+            let (Some(context), Some((session, _))) = (context_of_folder(&folder), slot_of(&slot)) else { continue };
+            for name in Self::json_files(&dir) {
+                let found = Found { context: &folder, slot: &slot, dir: &dir, name: &name };
+                let request: TaskFile = match shared_dirs::read_regular(&dir, &name, MAX_MESSAGE_BYTES) {
+                    Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
+                        Ok(request) => request,
+                        Err(error) => {
+                            self.reject(&found, "tasks", &format!("not a task request: {error}"));
+                            continue;
+                        }
+                    },
+                    Ok(None) => continue,
+                    Err(error) => {
+                        self.reject(&found, "tasks", &format!("not a task request file: {error}"));
+                        continue;
+                    }
+                };
+                let stem = name.to_string_lossy();
+                if !is_valid_call_id(&request.id) || Some(request.id.as_str()) != stem.strip_suffix(".json") {
+                    self.reject(&found, "tasks", "its id does not match its file name");
+                    continue;
+                }
+                match schedule(&context, session, request) {
+                    Ok(task) => {
+                        tracing::info!(context = %context, session, task, "task scheduled through file IPC");
+                        self.remove(&found, "tasks");
+                        taken += 1;
+                    }
+                    Err(why) => self.reject(&found, "tasks", &why),
+                }
+            }
+        }
+        taken
+    }
+
     fn remove(&self, found: &Found<'_>, sub: &str) {
         if let Err(error) = shared_dirs::remove(found.dir, found.name) {
             tracing::warn!(file = %found.shown(sub), %error, "cannot remove a collected IPC file");
@@ -571,6 +637,44 @@ mod tests {
         assert_eq!((context, event.session_id.as_str()), (alice, "s1"));
         assert!(events.try_recv().is_err(), "nothing from the coder's folder");
         assert!(coder.join("messages/m1.json").exists());
+    }
+
+    #[test]
+    fn task_requests_of_a_sessions_tool_container_schedule_once_for_its_own_context() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (ipc, _, state_dir) = open(&temp);
+        let alice = Context::user("alice");
+        let tools = ipc.prepare(&alice, "s1", false).expect("prepare");
+        let coder = ipc.prepare(&alice, "s1", true).expect("prepare");
+        assert!(!coder.join("tasks").exists(), "a Coder gets no tasks folder");
+        let settings = crate::scheduler::Settings {
+            timezone: "UTC".into(),
+            max_failures: 5,
+            poll: std::time::Duration::from_secs(60),
+            grace: std::time::Duration::from_secs(90),
+        };
+        let scheduler = crate::scheduler::Scheduler::open(&state_dir, settings, crate::scheduler::Clock::System)
+            .expect("scheduler");
+        let inbox = crate::inbox::Inbox::new(state_dir.join("inbox"));
+        write(&tools.join("tasks/t1.json"), r#"{"id":"t1","prompt":"water the plants","cron":"0 9 * * 1"}"#);
+        write(&tools.join("tasks/t2.json"), r#"{"id":"t2","prompt":"x","cron":"0 25 * * *"}"#);
+        write(&tools.join("tasks/t3.json"), r#"{"id":"other","prompt":"x","cron":"0 9 * * *"}"#);
+        let take = |ipc: &Ipc| {
+            ipc.take_task_requests(&mut |context, _, request| {
+                crate::scheduler::schedule_requested(&scheduler, &inbox, context, request)
+            })
+        };
+        assert_eq!(take(&ipc), 1);
+        let task = scheduler.get("task-ipc-t1").expect("scheduled");
+        assert_eq!((task.user_id.as_str(), task.prompt.as_str()), ("alice", "water the plants"));
+        let told = inbox.list(&alice, true, false).expect("inbox");
+        assert_eq!(told.len(), 1, "the refused request is told");
+        assert!(told[0].content.contains("the hour field `25`"), "{}", told[0].content);
+        // The same request again (a crash before its file went) schedules nothing new.
+        write(&tools.join("tasks/t1.json"), r#"{"id":"t1","prompt":"water the plants","cron":"0 9 * * 1"}"#);
+        assert_eq!(take(&ipc), 1);
+        assert_eq!(scheduler.count(), 1);
+        assert!(std::fs::read_dir(tools.join("tasks")).expect("tasks").next().is_none(), "every file handled");
     }
 
     #[test]

@@ -534,9 +534,13 @@ async fn deliver_messages(shared: Arc<Shared>, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let (ipc, events) = (shared.ipc.clone(), shared.events.clone());
+        let (ipc, events, scheduler) = (shared.ipc.clone(), shared.events.clone(), shared.scheduler.clone());
+        let inbox = shared.inbox.clone();
         let delivery = tokio::task::spawn_blocking(move || {
             let delivered = ipc.deliver_messages(&events, &mut sent);
+            ipc.take_task_requests(&mut |context, _session, request| {
+                scheduler::schedule_requested(&scheduler, &inbox, context, request)
+            });
             (delivered, sent)
         });
         match delivery.await {

@@ -221,8 +221,9 @@ impl Policy {
     /// store (always its own context's).
     pub fn agent_tools_of(role: Role) -> &'static [&'static str] {
         match role {
-            Role::Assistant => &["delegate", "read_skill"],
-            Role::Worker | Role::Researcher | Role::Coder => &["read_skill"],
+            Role::Assistant => &["delegate", "read_skill", "schedule_task", "list_tasks", "cancel_task"],
+            Role::Worker => &["read_skill", "schedule_task", "list_tasks", "cancel_task"],
+            Role::Researcher | Role::Coder => &["read_skill"],
             Role::Memory => &["memory_write", "memory_search", "memory_delete"],
             _ => &[],
         }

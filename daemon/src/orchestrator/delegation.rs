@@ -102,6 +102,7 @@ pub async fn run_alone(
             user_turn: turn_id.clone(),
         },
         turn: v1::AgentTurn {
+            now: super::now_for_agents(shared),
             turn_id,
             correlation_id,
             messages: vec![v1::LlmMessage {
@@ -130,6 +131,7 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
     let work = Work {
         live: Live { role: task.role, turn_id: turn_id.clone(), ..task.live.clone() },
         turn: v1::AgentTurn {
+            now: super::now_for_agents(shared),
             turn_id,
             correlation_id: task.live.correlation_id.clone(),
             messages: vec![v1::LlmMessage {

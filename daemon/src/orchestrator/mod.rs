@@ -259,6 +259,13 @@ pub fn prewarm(shared: &Arc<Shared>, record: &SessionRecord) {
     });
 }
 
+/// The date and time now in `system.timezone`, as agents see it with every turn.
+fn now_for_agents(shared: &Shared) -> String {
+    let name = &shared.loaded.config.system.timezone;
+    let zone = jiff::tz::TimeZone::get(name).unwrap_or(jiff::tz::TimeZone::UTC);
+    jiff::Timestamp::now().to_zoned(zone).strftime("%A %Y-%m-%d %H:%M:%S %:z").to_string() + &format!(" ({name})")
+}
+
 fn agent_settings(shared: &Shared, role: Role) -> crate::config::AgentSettings {
     shared.loaded.config.agents.settings(role)
 }

@@ -116,6 +116,7 @@ async fn assistant_turn(
         }
     }
     let turn = v1::AgentTurn {
+        now: super::now_for_agents(shared),
         turn_id: accepted.turn.clone(),
         correlation_id: accepted.correlation_id.clone(),
         messages,

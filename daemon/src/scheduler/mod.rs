@@ -1080,11 +1080,17 @@ impl Scheduler {
                 records.push(RunRecord::new(&task, &retry, RunEvent::Claimed, slot, 2, now));
                 entry.running += 1;
                 retries.push(Claim { task: entry.record.clone(), run: retry, slot, attempt: 2 });
+            } else if entry.record.next_run.is_none() && entry.record.status == TaskStatus::Active {
+                // A one-shot whose only run was cut short: it did not complete.
+                entry.record.status = TaskStatus::Failed;
             }
         }
         if let Err(error) = self.ledger.append(&records) {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record interrupted runs; their retries wait");
             return vec![];
+        }
+        if !records.is_empty() {
+            self.save_logged();
         }
         retries
     }
@@ -1148,6 +1154,62 @@ impl Scheduler {
             }
             self.wake.notify_one();
             return;
+        }
+    }
+}
+
+/// Schedules a task a container asked for through file IPC (`tasks/{id}.json`) for `context`;
+/// the task's id is the request's, so a request seen twice (a crash before its file was
+/// removed) schedules once. A refusal is told to the context's inbox, with why.
+pub fn schedule_requested(
+    scheduler: &Scheduler,
+    inbox: &crate::inbox::Inbox,
+    context: &Context,
+    request: crate::ipc::TaskFile,
+) -> Result<String, String> {
+    use baaaht_proto::v1;
+    let id = format!("task-ipc-{}", request.id);
+    if scheduler.get(&id).is_some() {
+        return Ok(id);
+    }
+    let kinds: Vec<v1::task_schedule::Kind> = [
+        request.cron.map(v1::task_schedule::Kind::Cron),
+        request.interval_seconds.map(v1::task_schedule::Kind::IntervalSeconds),
+        request.once.map(v1::task_schedule::Kind::Once),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let definition = v1::TaskDefinition {
+        r#type: "scheduled".into(),
+        schedule: (kinds.len() == 1).then(|| v1::TaskSchedule { kind: kinds.into_iter().next() }),
+        agent: request.agent,
+        prompt: request.prompt,
+        description: request.description,
+        timezone: request.timezone,
+        ..v1::TaskDefinition::default()
+    };
+    let scheduled = crate::convert::new_task(definition, context, scheduler.now())
+        .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }).map_err(|error| error.to_string()));
+    match scheduled {
+        Ok(task) => Ok(task.id),
+        Err(why) => {
+            let item = crate::inbox::Item {
+                id: String::new(),
+                at: String::new(),
+                title: "A task was not scheduled".into(),
+                content: format!(
+                    "An agent asked to schedule a task (request {}), and it was refused: {why}",
+                    request.id
+                ),
+                task_id: String::new(),
+                run_id: String::new(),
+                read: false,
+            };
+            if let Err(error) = inbox.push(context, item) {
+                tracing::warn!(context = %context, %error, "cannot tell of a refused task request");
+            }
+            Err(why)
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod chat;
 pub mod doctor;
 pub mod people;
 pub mod status;
+pub mod tasks;
 pub mod terminal;
 
 use std::path::{Path, PathBuf};
@@ -61,6 +62,8 @@ pub enum CliError {
     TurnFailed(String),
     #[error("the daemon closed the event stream before the reply")]
     StreamEnded,
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl CliError {
@@ -72,6 +75,7 @@ impl CliError {
             CliError::Unsupported(_) | CliError::Rpc(_) | CliError::Json(_) => 70,
             CliError::SelfTestFailed(_) | CliError::TurnFailed(_) => 1,
             CliError::StreamEnded => 69,
+            CliError::Usage(_) => 64,
         }
     }
 

@@ -92,6 +92,21 @@ enum Command {
         #[command(subcommand)]
         command: GroupsCommand,
     },
+    /// Scheduled tasks and heartbeats: list, show, runs, next, add, pause, resume, cancel
+    Tasks {
+        #[command(subcommand)]
+        command: TasksCommand,
+    },
+    /// What the daemon kept for you while no channel was there (task results, paused tasks)
+    Inbox {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// Also the items read before
+        #[arg(long)]
+        all: bool,
+    },
     /// Tokens and cost against the budget, today and this month
     Usage {
         #[arg(long, value_name = "ID", conflicts_with = "group")]
@@ -101,6 +116,91 @@ enum Command {
         /// Only this month's figures
         #[arg(long)]
         month: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TasksCommand {
+    /// A context's tasks (with no --user/--group: every task, for the host)
+    List {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        #[arg(long = "type", value_parser = ["heartbeat", "scheduled", "system"])]
+        kind: Option<String>,
+        #[arg(long, value_parser = ["active", "paused", "completed", "failed"])]
+        status: Option<String>,
+    },
+    /// One task in full, with its next runs
+    Show {
+        id: String,
+    },
+    /// A task's runs, newest first: slot, start, end, outcome, container, tokens, error
+    Runs {
+        id: String,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// The next runs of a context's tasks
+    Next {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// Runs per task
+        #[arg(long, default_value_t = 3)]
+        count: u32,
+    },
+    /// Schedule a task: exactly one of --cron, --every or --at
+    Add {
+        /// What the agent should do when it runs
+        prompt: String,
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// 5-field cron: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1"
+        #[arg(long, conflicts_with_all = ["every", "at"])]
+        cron: Option<String>,
+        /// Seconds between runs (at least 60)
+        #[arg(long, value_name = "SECONDS", conflicts_with = "at")]
+        every: Option<u64>,
+        /// Once, at this RFC 3339 time with its offset, e.g. 2026-03-01T08:00:00+01:00
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+        /// IANA time zone [default: system.timezone]
+        #[arg(long)]
+        timezone: Option<String>,
+        #[arg(long, default_value = "worker", value_parser = ["worker", "researcher", "coder"])]
+        agent: String,
+        /// session, isolated or silent
+        #[arg(long, default_value = "isolated", value_parser = ["session", "isolated", "silent"])]
+        mode: String,
+        /// Where results go: tui, web, slack, slack/dm, slack/CHANNEL, none [default: preferred]
+        #[arg(long, default_value = "")]
+        channel: String,
+        /// once, skip, or "within: 2h": what runs for slots missed while baaahtd was down
+        #[arg(long, default_value = "once")]
+        catch_up: String,
+        /// Run beside a previous run still going (default: skip that slot)
+        #[arg(long)]
+        allow_overlap: bool,
+        /// Run again, once, a run a crash interrupted
+        #[arg(long)]
+        retry_interrupted: bool,
+    },
+    Pause {
+        id: String,
+    },
+    /// Resume a task from now on; its failure count starts again
+    Resume {
+        id: String,
+    },
+    Cancel {
+        id: String,
     },
 }
 
@@ -316,6 +416,23 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let mut client = baaaht_cli::connect(&socket).await?;
             groups(&mut client, &socket, command).await
         }
+        Command::Tasks { command } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            tasks(&mut client, &socket, command).await
+        }
+        Command::Inbox { user, group, all } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            let env = |key: &str| std::env::var(key).ok();
+            let context = baaaht_cli::chat::context(user, group, env);
+            let list = client
+                .sessions
+                .list_inbox(v1::InboxRequest { context: Some(context), unread_only: !all, mark_read: true })
+                .await
+                .map_err(|status| CliError::from_status(status, &socket))?
+                .into_inner();
+            print!("{}", clean(&baaaht_cli::tasks::inbox_text(&list)));
+            Ok(())
+        }
         Command::Usage { user, group, month } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             let env = |key: &str| std::env::var(key).ok();
@@ -393,6 +510,128 @@ async fn groups(
     Ok(())
 }
 
+/// The user or group a task command names, as the protocol's user_id/group_id.
+fn task_owner(user: Option<String>, group: Option<String>) -> (String, String) {
+    (user.unwrap_or_default(), group.unwrap_or_default())
+}
+
+async fn tasks(
+    client: &mut baaaht_proto::client::Client,
+    socket: &std::path::Path,
+    command: TasksCommand,
+) -> Result<(), CliError> {
+    use baaaht_cli::tasks as text;
+    let status = |status| CliError::from_status(status, socket);
+    match command {
+        TasksCommand::List { user, group, kind, status: wanted } => {
+            let (user_id, group_id) = task_owner(user, group);
+            let filter = v1::TaskFilter {
+                user_id,
+                group_id,
+                r#type: kind.unwrap_or_default(),
+                status: wanted.unwrap_or_default(),
+                count: 0,
+            };
+            let list = client.tasks.list_tasks(filter).await.map_err(status)?.into_inner();
+            print!("{}", clean(&text::list_text(&list)));
+        }
+        TasksCommand::Show { id } => {
+            let task = client.tasks.get_task(v1::TaskId { id: id.clone() }).await.map_err(status)?.into_inner();
+            let filter = v1::TaskFilter {
+                user_id: task.user_id.clone(),
+                group_id: task.group_id.clone(),
+                count: 5,
+                ..v1::TaskFilter::default()
+            };
+            let next = client.tasks.get_next_runs(filter).await.map_err(status)?.into_inner();
+            let runs = next.runs.into_iter().find(|run| run.task_id == id).map(|run| run.runs).unwrap_or_default();
+            print!("{}", clean(&text::show_text(&task, &runs)));
+        }
+        TasksCommand::Runs { id, limit } => {
+            let runs = client
+                .tasks
+                .list_task_runs(v1::TaskRunsRequest { task_id: id, limit })
+                .await
+                .map_err(status)?
+                .into_inner();
+            print!("{}", clean(&text::runs_text(&runs)));
+        }
+        TasksCommand::Next { user, group, count } => {
+            let (user_id, group_id) = task_owner(user, group);
+            let filter = v1::TaskFilter { user_id, group_id, count, ..v1::TaskFilter::default() };
+            let next = client.tasks.get_next_runs(filter).await.map_err(status)?.into_inner();
+            print!("{}", clean(&text::next_text(&next)));
+        }
+        TasksCommand::Add {
+            prompt,
+            user,
+            group,
+            cron,
+            every,
+            at,
+            description,
+            timezone,
+            agent,
+            mode,
+            channel,
+            catch_up,
+            allow_overlap,
+            retry_interrupted,
+        } => {
+            use v1::task_schedule::Kind;
+            let kind = match (cron, every, at) {
+                (Some(cron), None, None) => Kind::Cron(cron),
+                (None, Some(every), None) => Kind::IntervalSeconds(every),
+                (None, None, Some(at)) => Kind::Once(at),
+                _ => return Err(CliError::Usage("give exactly one of --cron, --every or --at".into())),
+            };
+            let env = |key: &str| std::env::var(key).ok();
+            let (user_id, group_id) = match (user, group) {
+                (None, None) => (baaaht_cli::chat::login(env), String::new()),
+                (user, group) => task_owner(user, group),
+            };
+            let definition = v1::TaskDefinition {
+                r#type: "scheduled".into(),
+                user_id,
+                group_id,
+                schedule: Some(v1::TaskSchedule { kind: Some(kind) }),
+                agent,
+                prompt,
+                context_mode: mode,
+                notification: Some(v1::TaskNotification { channel, on_success: true, on_failure: true }),
+                description: description.unwrap_or_default(),
+                timezone: timezone.unwrap_or_default(),
+                catch_up,
+                concurrency: if allow_overlap { "allow" } else { "forbid" }.into(),
+                retry_interrupted,
+                ..v1::TaskDefinition::default()
+            };
+            let scheduled = client.tasks.schedule_task(definition).await.map_err(status)?.into_inner();
+            let task = scheduled.task.unwrap_or_default();
+            print!("{}", clean(&text::show_text(&task, &scheduled.next_runs)));
+        }
+        TasksCommand::Pause { id } => {
+            println!(
+                "{}",
+                clean(&client.tasks.pause_task(v1::TaskId { id }).await.map_err(status)?.into_inner().message)
+            );
+        }
+        TasksCommand::Resume { id } => {
+            println!(
+                "{}",
+                clean(&client.tasks.resume_task(v1::TaskId { id }).await.map_err(status)?.into_inner().message)
+            );
+        }
+        TasksCommand::Cancel { id } => {
+            println!(
+                "{}",
+                clean(&client.tasks.cancel_task(v1::TaskId { id }).await.map_err(status)?.into_inner().message)
+            );
+        }
+    }
+    Ok(())
+}
+
 async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Path, chat: Chat) -> Result<(), CliError> {
     use baaaht_cli::chat::{show, Ending};
     let env = |key: &str| std::env::var(key).ok();
@@ -420,12 +659,22 @@ async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Pat
         .sessions
         .subscribe_events(v1::EventSubscription {
             context: Some(context.clone()),
-            session_id: session.clone(),
-            channel: 0,
+            session_id: String::new(),
+            channel: v1::ChannelType::Cli as i32,
         })
         .await
         .map_err(status)?
         .into_inner();
+    // What was kept while no channel was there comes first.
+    let inbox = client
+        .sessions
+        .list_inbox(v1::InboxRequest { context: Some(context.clone()), unread_only: true, mark_read: true })
+        .await
+        .map_err(status)?
+        .into_inner();
+    if !inbox.items.is_empty() {
+        eprint!("{}", clean(&format!("while you were away:\n{}", baaaht_cli::tasks::inbox_text(&inbox))));
+    }
     let message = v1::UserMessage {
         context: Some(context),
         session_id: session,
@@ -461,6 +710,10 @@ async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Pat
             Ok(None) => break Err(CliError::StreamEnded),
             Err(error) => break Err(error),
         };
+        if let Some(v1::orchestrator_event::Event::Notice(notice)) = &event.event {
+            eprint!("{}", clean(&baaaht_cli::tasks::notice_text(notice)));
+            continue;
+        }
         if event.turn_id != sent.turn_id {
             continue;
         }

@@ -1,0 +1,288 @@
+//! The scheduler end to end on the real binaries, a real engine and the fake provider as every
+//! model: a Worker schedules what a user asks for, HEARTBEAT.md edits become tasks at once, a
+//! run happens exactly once across `kill -9`, and its result reaches the user's inbox.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baaaht_proto::v1;
+use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, FakeProvider, Responder, Wire};
+use baaaht_tests::scenario::{self, message, user};
+use baaaht_tests::{DaemonOptions, TestDaemon};
+use serde_json::json;
+
+/// The Assistant hands "remind me" to the Worker; the Worker calls schedule_task; scheduled
+/// runs answer at once, or, the first time a prompt says "slowly", over a minute.
+fn scheduling_brain() -> Answer {
+    let slow_once: Arc<std::sync::Mutex<std::collections::HashSet<String>>> = Arc::default();
+    Answer::Respond(Responder(Arc::new(move |request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.results.last() {
+                None => anthropic_answer(
+                    "",
+                    &[(
+                        "toolu_delegate_1",
+                        "delegate",
+                        json!({"agent": "worker", "task": "Schedule a reminder every Monday at 9:00: check the build."}),
+                    )],
+                ),
+                Some(result) => anthropic_answer(&format!("Done. {result}"), &[]),
+            };
+        }
+        if asked.first.starts_with("Scheduled task") || asked.first.starts_with("Heartbeat") {
+            let first_time =
+                slow_once.lock().expect("seen").insert(asked.first.lines().last().unwrap_or_default().into());
+            if asked.first.contains("slowly") && first_time {
+                return baaaht_tests::fake_provider::token_stream(Wire::Anthropic, 120, Duration::from_millis(500));
+            }
+            return anthropic_answer(&format!("ran: {}", asked.first.lines().last().unwrap_or_default()), &[]);
+        }
+        if asked.offers("schedule_task") {
+            return match asked.results.last() {
+                None => anthropic_answer(
+                    "",
+                    &[(
+                        "toolu_schedule_1",
+                        "schedule_task",
+                        json!({"cron": "0 9 * * 1", "prompt": "Remind the user to check the build.", "description": "check the build"}),
+                    )],
+                ),
+                Some(result) => anthropic_answer(result, &[]),
+            };
+        }
+        anthropic_answer("I was not expecting to be asked.", &[])
+    })))
+}
+
+fn baaaht(daemon: &TestDaemon, args: &[&str]) -> String {
+    let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(args)
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht runs");
+    assert!(output.status.success(), "baaaht {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn options() -> DaemonOptions {
+    DaemonOptions { env: vec![("BAAAHT__SYSTEM__TIMEZONE".into(), "Europe/Berlin".into())], ..DaemonOptions::default() }
+}
+
+/// A one-shot task for alice `seconds` from now, doing `prompt`.
+fn once_in(seconds: i64, prompt: &str, retry_interrupted: bool) -> v1::TaskDefinition {
+    let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(seconds)).expect("time");
+    v1::TaskDefinition {
+        user_id: "alice".into(),
+        schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(at.to_string())) }),
+        prompt: prompt.into(),
+        retry_interrupted,
+        ..v1::TaskDefinition::default()
+    }
+}
+
+/// How many scheduled runs the fake model was asked for with `needle` in the task.
+fn runs_asked(fake: &FakeProvider, needle: &str) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|request| {
+            let asked = Asked::of(request);
+            asked.first.starts_with("Scheduled task") && asked.first.contains(needle)
+        })
+        .count()
+}
+
+fn wait_for(limit: Duration, what: &str, daemon: &TestDaemon, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} did not happen within {limit:?}\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_worker_asked_to_remind_every_monday_at_9_creates_the_task_and_the_reply_states_its_next_runs() {
+    let rt = baaaht_tests::runtime();
+    let (_fake, daemon) = scenario::start(&rt, scheduling_brain(), options()).expect("fake provider and daemon");
+    let reply = rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let turn = scenario::turn(
+            &mut client,
+            message(user("alice"), "alice", "Remind me every Monday at 9 to check the build."),
+            Duration::from_secs(120),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+        turn.reply.unwrap_or_else(|| panic!("no reply: {:?}\n{}", turn.error, daemon.log_text())).content
+    });
+    assert!(reply.contains("Scheduled task task-") && reply.contains("Next runs:"), "{reply}");
+    let first = reply.split("Next runs: ").nth(1).and_then(|runs| runs.split(", ").next()).expect("a next run");
+    let zoned: jiff::Zoned = format!("{first}[Europe/Berlin]").parse().unwrap_or_else(|e| panic!("{first}: {e}"));
+    assert_eq!((zoned.weekday(), zoned.hour(), zoned.minute()), (jiff::civil::Weekday::Monday, 9, 0), "{reply}");
+    let listed = baaaht(&daemon, &["tasks", "list", "--user", "alice"]);
+    assert!(
+        listed.contains("scheduled") && listed.contains("check the build") && listed.contains("cron 0 9 * * 1"),
+        "{listed}"
+    );
+    let id = listed.split_whitespace().next().expect("an id").to_string();
+    let shown = baaaht(&daemon, &["tasks", "show", &id]);
+    assert!(shown.contains("Remind the user to check the build.") && shown.contains("next runs"), "{shown}");
+    // Bob sees none of alice's tasks; a bad schedule is refused naming its field.
+    assert!(baaaht(&daemon, &["tasks", "list", "--user", "bob"]).contains("no tasks"));
+    let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["tasks", "add", "x", "--user", "alice", "--cron", "0 9 * * 8"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht runs");
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && error.contains("the day-of-week field `8`"), "{error}");
+}
+
+#[test]
+fn editing_heartbeat_md_regenerates_that_contexts_tasks_within_a_second_and_no_others() {
+    let heartbeat = "## Mail\n- Cadence: daily\n- Prompt: Anything urgent in my mail?\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("users/bob/HEARTBEAT.md".into(), heartbeat.into())],
+        ..options()
+    })
+    .expect("daemon");
+    let bob_before = baaaht(&daemon, &["tasks", "list", "--user", "bob", "--type", "heartbeat"]);
+    assert!(bob_before.contains("Mail (from HEARTBEAT.md)"), "bob's HEARTBEAT.md is read at start: {bob_before}");
+    let alice = daemon.data_dir.join("users/alice");
+    std::fs::create_dir_all(&alice).expect("alice's folder");
+    let list = || baaaht(&daemon, &["tasks", "list", "--user", "alice", "--type", "heartbeat"]);
+    let edited = Instant::now();
+    std::fs::write(
+        alice.join("HEARTBEAT.md"),
+        "# mine\n## News\n- Cadence: hourly\n- Active hours: 08:00-20:00\n- Prompt: Any news?\n## Broken\n- Prompt: no cadence\n",
+    )
+    .expect("write");
+    while !list().contains("News (from HEARTBEAT.md)") {
+        assert!(edited.elapsed() < Duration::from_secs(1), "not regenerated within a second\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(list().contains("hourly, 08:00-20:00"), "{}", list());
+    assert!(daemon.log_text().contains("has no `Cadence:` line"), "the broken section is named in the log");
+    let edited = Instant::now();
+    std::fs::write(alice.join("HEARTBEAT.md"), "## Weather\n- Cadence: daily\n- Prompt: Rain today?\n").expect("edit");
+    loop {
+        let listed = list();
+        if listed.contains("Weather") && !listed.contains("News") {
+            break;
+        }
+        assert!(edited.elapsed() < Duration::from_secs(1), "not regenerated within a second: {listed}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        baaaht(&daemon, &["tasks", "list", "--user", "bob", "--type", "heartbeat"]),
+        bob_before,
+        "bob's untouched"
+    );
+}
+
+#[test]
+fn a_run_in_flight_at_kill_9_is_interrupted_never_repeated_and_retried_once_when_the_task_asks() {
+    let rt = baaaht_tests::runtime();
+    let (fake, mut daemon) = scenario::start(&rt, scheduling_brain(), options()).expect("fake provider and daemon");
+    let (plain, retried) = rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let plain = client.tasks.schedule_task(once_in(2, "Think this through slowly (plain).", false)).await;
+        let retried = client.tasks.schedule_task(once_in(2, "Think this through slowly (retried).", true)).await;
+        let id = |scheduled: Result<tonic::Response<v1::ScheduledTask>, tonic::Status>| {
+            scheduled.expect("scheduled").into_inner().task.expect("task").id
+        };
+        (id(plain), id(retried))
+    });
+    wait_for(Duration::from_secs(90), "both runs reaching the model", &daemon, || {
+        runs_asked(&fake, "slowly (plain)") == 1 && runs_asked(&fake, "slowly (retried)") == 1
+    });
+    daemon.signal("KILL").expect("kill -9");
+    daemon.wait_exit(Duration::from_secs(10)).expect("dies");
+    let restarted =
+        TestDaemon::start(DaemonOptions { data_dir: Some(daemon.data_dir.clone()), ..scenario::options_for(&fake) })
+            .expect("restarts");
+    let plain_runs = baaaht(&restarted, &["tasks", "runs", &plain]);
+    assert!(plain_runs.contains("interrupted"), "{plain_runs}");
+    assert!(baaaht(&restarted, &["tasks", "show", &plain]).contains("failed"), "a one-shot cut short did not complete");
+    wait_for(Duration::from_secs(120), "the retry", &restarted, || {
+        baaaht(&restarted, &["tasks", "runs", &retried]).contains("(attempt 2)")
+    });
+    wait_for(Duration::from_secs(120), "the retry's end", &restarted, || {
+        let runs = baaaht(&restarted, &["tasks", "runs", &retried]);
+        runs.lines().next().is_some_and(|line| !line.contains("running"))
+    });
+    // Exactly once each: the plain run never again, the retried one once more.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(runs_asked(&fake, "slowly (plain)"), 1, "{}", restarted.log_text());
+    assert_eq!(runs_asked(&fake, "slowly (retried)"), 2);
+}
+
+#[test]
+fn a_run_due_while_the_daemon_is_dead_happens_once_after_the_restart_and_lands_in_the_inbox() {
+    let rt = baaaht_tests::runtime();
+    let (fake, mut daemon) = scenario::start(&rt, scheduling_brain(), options()).expect("fake provider and daemon");
+    let id = rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let scheduled = client.tasks.schedule_task(once_in(3, "Water the plants.", false)).await.expect("scheduled");
+        scheduled.into_inner().task.expect("task").id
+    });
+    daemon.signal("KILL").expect("kill -9");
+    daemon.wait_exit(Duration::from_secs(10)).expect("dies");
+    std::thread::sleep(Duration::from_secs(4));
+    let restarted =
+        TestDaemon::start(DaemonOptions { data_dir: Some(daemon.data_dir.clone()), ..scenario::options_for(&fake) })
+            .expect("restarts");
+    wait_for(Duration::from_secs(120), "the missed run", &restarted, || {
+        baaaht(&restarted, &["tasks", "runs", &id]).contains(" ok")
+    });
+    let runs = baaaht(&restarted, &["tasks", "runs", &id]);
+    assert_eq!(runs.lines().filter(|line| line.starts_with("run-")).count(), 1, "{runs}");
+    assert!(runs.contains("tokens") && runs.contains("container baaaht-worker-"), "{runs}");
+    assert_eq!(runs_asked(&fake, "Water the plants."), 1);
+    // No channel was there: the result waits in alice's inbox, shown once.
+    wait_for(Duration::from_secs(10), "the inbox item", &restarted, || {
+        baaaht(&restarted, &["inbox", "--user", "alice", "--all"]).contains("ran: Water the plants.")
+    });
+    let inbox = baaaht(&restarted, &["inbox", "--user", "alice"]);
+    assert!(inbox.contains("the inbox is empty"), "read once: {inbox}");
+    assert!(baaaht(&restarted, &["tasks", "show", &id]).contains("completed"));
+}
+
+#[test]
+fn a_channel_connected_for_the_user_gets_the_result_at_once_instead_of_the_inbox() {
+    let rt = baaaht_tests::runtime();
+    let (_fake, daemon) = scenario::start(&rt, scheduling_brain(), options()).expect("fake provider and daemon");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let mut events = client
+            .sessions
+            .subscribe_events(v1::EventSubscription {
+                context: Some(user("alice")),
+                session_id: String::new(),
+                channel: v1::ChannelType::Tui as i32,
+            })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        client.tasks.schedule_task(once_in(2, "Say hello.", false)).await.expect("scheduled");
+        let notice = loop {
+            let event = tokio::time::timeout(Duration::from_secs(90), events.message())
+                .await
+                .unwrap_or_else(|_| panic!("no notice\n{}", daemon.log_text()))
+                .expect("stream")
+                .expect("event");
+            if let Some(v1::orchestrator_event::Event::Notice(notice)) = event.event {
+                break notice;
+            }
+        };
+        assert!(notice.content.contains("ran: Say hello."), "{notice:?}");
+        assert_eq!(notice.channel, "tui", "the channel alice is connected on");
+        let inbox = client
+            .sessions
+            .list_inbox(v1::InboxRequest { context: Some(user("alice")), unread_only: true, mark_read: false })
+            .await
+            .expect("inbox")
+            .into_inner();
+        assert!(inbox.items.is_empty(), "delivered, not kept: {inbox:?}");
+    });
+}
