@@ -106,25 +106,6 @@ pub fn agent_config(setup: crate::agents::AgentSetup) -> v1::AgentConfig {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roles_and_contexts_round_trip() {
-        for role in Role::AGENTS.iter().chain([&Role::Tool]) {
-            assert_eq!(role_of(role_ref(*role) as i32), Ok(Some(*role)));
-        }
-        assert_eq!(role_of(0), Ok(None));
-        assert!(role_of(99).is_err());
-        for context in [Context::user("alice"), Context::group("family")] {
-            assert_eq!(context_of(&context_ref(&context)), Ok(context));
-        }
-        let bad = v1::ContextRef { r#type: v1::ContextType::User as i32, id: "../x".into() };
-        assert!(context_of(&bad).is_err());
-    }
-}
-
 /// `at` in `zone` as RFC 3339 with its UTC offset (what people read: `2026-06-01T09:00:00+02:00`).
 pub fn local_time(at: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
     at.to_zoned(zone.clone()).strftime("%Y-%m-%dT%H:%M:%S%:z").to_string()
@@ -255,7 +236,7 @@ pub fn new_task(
             ScheduleSpec { interval: Some(every), anchor: Some(anchor), ..ScheduleSpec::default() }
         }
         v1::task_schedule::Kind::Once(text) => {
-            let once: jiff::Timestamp = text.trim().parse().map_err(|_| {
+            let once: jiff::Timestamp = text.trim().parse().map_err(|_unreadable: jiff::Error| {
                 format!(
                     "schedule.once: `{}` is not an RFC 3339 time with its UTC offset (e.g. 2026-03-01T08:00:00+01:00 \
                      or 2026-03-01T07:00:00Z)",
@@ -336,4 +317,23 @@ pub fn new_task(
     };
     crate::scheduler::execute::role_of(&task)?;
     Ok(task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_and_contexts_round_trip() {
+        for role in Role::AGENTS.iter().chain([&Role::Tool]) {
+            assert_eq!(role_of(role_ref(*role) as i32), Ok(Some(*role)));
+        }
+        assert_eq!(role_of(0), Ok(None));
+        assert!(role_of(99).is_err());
+        for context in [Context::user("alice"), Context::group("family")] {
+            assert_eq!(context_of(&context_ref(&context)), Ok(context));
+        }
+        let bad = v1::ContextRef { r#type: v1::ContextType::User as i32, id: "../x".into() };
+        assert!(context_of(&bad).is_err());
+    }
 }

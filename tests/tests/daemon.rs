@@ -235,10 +235,11 @@ async fn a_wrong_token_is_unauthenticated_and_correlation_ids_round_trip() {
     // An agent-side RPC from a host client names what it is for.
     let error = client.agents.stream_llm(v1::LlmRequest::default()).await.expect_err("host cannot stream");
     assert_eq!(error.code(), tonic::Code::PermissionDenied);
-    // An RPC that is not built yet says so in a sentence.
-    let error = client.tasks.schedule_task(v1::TaskDefinition::default()).await.expect_err("not yet");
-    assert_eq!(error.code(), tonic::Code::Unimplemented);
-    assert!(error.message().starts_with("ScheduleTask is not available in baaahtd"), "{}", error.message());
+    // A request that is not complete says what is missing, in a sentence.
+    let task = v1::TaskDefinition { user_id: "alice".into(), ..Default::default() };
+    let error = client.tasks.schedule_task(task).await.expect_err("no prompt");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().starts_with("prompt: say what the agent should do"), "{}", error.message());
 
     // The refusal was logged with the caller's correlation id.
     let log = daemon.log_text();

@@ -115,7 +115,7 @@ impl TryFrom<String> for CatchUp {
                     )?;
                 let parsed: SignedDuration = duration
                     .parse()
-                    .map_err(|_| format!("catch_up: `{duration}` is not a duration; write it like 30m, 2h or 1d"))?;
+                    .map_err(|_unreadable| format!("catch_up: `{duration}` is not a duration; write it like 30m, 2h or 1d"))?;
                 if parsed.is_negative() || parsed.is_zero() {
                     return Err(format!("catch_up: `{duration}` must be longer than zero"));
                 }
@@ -428,6 +428,8 @@ pub struct Scheduler {
     /// Taken while scheduler.json is written, so that a newer state is never overwritten by
     /// an older one.
     saving: Mutex<()>,
+    /// A tick changed tasks that are not saved yet.
+    dirty: std::sync::atomic::AtomicBool,
     wake: tokio::sync::Notify,
 }
 
@@ -510,6 +512,7 @@ impl Scheduler {
             default_zone,
             book: Mutex::new(book),
             saving: Mutex::new(()),
+            dirty: std::sync::atomic::AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
         })
     }
@@ -537,7 +540,7 @@ impl Scheduler {
                 heartbeat_hashes: book.hashes.clone(),
             };
             // silent-ok: plain data always serializes.
-            serde_json::to_vec_pretty(&file).unwrap_or_default()
+            serde_json::to_vec(&file).unwrap_or_default()
         };
         state::write_atomic(&self.path, &bytes, 0o600)
     }
@@ -882,7 +885,9 @@ impl Scheduler {
 
     /// Claims every due slot at `now` (ledger first, fsync) and returns the runs to start.
     /// Slots missed beyond the grace follow each task's catch-up policy; a slot due while the
-    /// task's run still goes is skipped unless the task allows overlap.
+    /// task's run still goes is skipped unless the task allows overlap. The tasks' new
+    /// `nextRun`s are saved by [`Scheduler::save_after_tick`]: the ledger already holds what a
+    /// restart needs (it wins over an older `nextRun`).
     pub fn tick(&self, now: Timestamp) -> Vec<Claim> {
         let grace = SignedDuration::try_from(self.settings.grace).unwrap_or(SignedDuration::ZERO);
         let mut claims = vec![];
@@ -930,7 +935,7 @@ impl Scheduler {
                     tracing::info!(task = %id, slot = %slot, missed = count, busy, "slot skipped");
                     records.push(record);
                 }
-                if entry.record.next_run.is_none() && !(runs && !busy) {
+                if entry.record.next_run.is_none() && (busy || !runs) {
                     entry.record.status = TaskStatus::Completed;
                 }
             }
@@ -951,8 +956,15 @@ impl Scheduler {
             }
             return vec![];
         }
-        self.save_logged();
+        self.dirty.store(true, std::sync::atomic::Ordering::Release);
         claims
+    }
+
+    /// Saves scheduler.json if a tick changed it.
+    pub fn save_after_tick(&self) {
+        if self.dirty.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            self.save_logged();
+        }
     }
 
     /// When the next slot of any active task is due.
@@ -1125,6 +1137,9 @@ impl Scheduler {
             for claim in self.tick(now) {
                 tracker.spawn(self.clone().carry_out(claim, executor.clone()));
             }
+            let saver = self.clone();
+            // silent-ok: a failed save is logged inside; the ledger covers a lost one.
+            drop(tokio::task::spawn_blocking(move || saver.save_after_tick()).await);
             let wait = match self.next_due() {
                 Some(due) if due > now => {
                     let until = now.duration_until(due);

@@ -88,6 +88,9 @@ impl Cron {
             )));
         }
         let parser = croner::parser::CronParser::builder().seconds(croner::parser::Seconds::Disallowed).build();
+        if let Ok(cron) = parser.parse(&text) {
+            return Ok(Cron { text, cron });
+        }
         // Each field alone, the others `*`, so that the message names the one that is wrong.
         for (index, field) in fields.iter().enumerate() {
             let mut alone = ["*"; 5];
@@ -248,7 +251,7 @@ enum Kind {
 
 /// The time zone called `name`.
 pub fn zone(name: &str) -> Result<TimeZone, ScheduleError> {
-    TimeZone::get(name.trim()).map_err(|_| ScheduleError::TimeZone(name.trim().to_string()))
+    TimeZone::get(name.trim()).map_err(|_unknown| ScheduleError::TimeZone(name.trim().to_string()))
 }
 
 impl Schedule {
@@ -263,7 +266,7 @@ impl Schedule {
                     )));
                 }
                 let every = i64::try_from(every)
-                    .map_err(|_| ScheduleError::Interval(format!("{every} seconds is too long")))?;
+                    .map_err(|_too_long| ScheduleError::Interval(format!("{every} seconds is too long")))?;
                 Kind::Interval { every, anchor: spec.anchor.unwrap_or(Timestamp::UNIX_EPOCH) }
             }
             (None, None, Some(at)) => Kind::Once(at),

@@ -21,12 +21,18 @@ const RESCAN: Duration = Duration::from_secs(300);
 /// Edits arriving together (an editor writes, renames, touches) are read once.
 const SETTLE: Duration = Duration::from_millis(100);
 
-/// The context a `users/{id}/HEARTBEAT.md` or `groups/{id}/HEARTBEAT.md` belongs to.
+/// The context a `users/{id}/HEARTBEAT.md` or `groups/{id}/HEARTBEAT.md` belongs to; also
+/// that of a context folder itself (`users/{id}`): a folder made with its HEARTBEAT.md inside
+/// may hold the file before the watcher sees into it.
 fn context_of(root: &Path, path: &Path) -> Option<Context> {
     let relative = path.strip_prefix(root).ok()?;
     let parts: Vec<&str> = relative.iter().filter_map(|part| part.to_str()).collect();
-    let [kind, id, file] = parts.as_slice() else { return None };
-    if *file != FILE || !crate::auth::is_valid_context_id(id) {
+    let (kind, id) = match parts.as_slice() {
+        [kind, id, file] if *file == FILE => (kind, id),
+        [kind, id] => (kind, id),
+        _ => return None,
+    };
+    if !crate::auth::is_valid_context_id(id) {
         return None;
     }
     match *kind {
@@ -95,8 +101,9 @@ pub async fn watch(shared: Arc<Shared>, cancel: CancellationToken) {
     let (sender, mut changed) = tokio::sync::mpsc::channel::<PathBuf>(1024);
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
+        let folder_made = matches!(event.kind, notify::EventKind::Create(_));
         for path in event.paths {
-            if path.file_name().is_some_and(|name| name == FILE) {
+            if path.file_name().is_some_and(|name| name == FILE) || folder_made {
                 // silent-ok: when the queue is full a rescan is coming anyway.
                 drop(sender.try_send(path));
             }
@@ -162,5 +169,7 @@ mod tests {
         assert_eq!(context_of(root, Path::new("/data/users/alice/memory/HEARTBEAT.md")), None);
         assert_eq!(context_of(root, Path::new("/data/sessions/s-1/HEARTBEAT.md")), None);
         assert_eq!(context_of(root, Path::new("/data/users/../HEARTBEAT.md")), None);
+        assert_eq!(context_of(root, Path::new("/data/users/bob")), Some(Context::user("bob")), "a new folder");
+        assert_eq!(context_of(root, Path::new("/data/users/bob/USER.md")), None);
     }
 }

@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 mod delegation;
 mod identity;
 mod llm;
+mod scheduler;
 mod tools;
 
 #[derive(Debug, Parser)]
@@ -69,6 +70,22 @@ enum Bench {
         #[arg(long, default_value_t = 3000)]
         calls: usize,
     },
+    /// The scheduler: tick time and memory with many tasks, HEARTBEAT.md edit → regenerated
+    /// tasks, claim → agent start vs docker run
+    Scheduler {
+        /// Active tasks (at least 1000)
+        #[arg(long, default_value_t = 10_000)]
+        tasks: usize,
+        /// Simulated minutes of ticks (at least 60)
+        #[arg(long, default_value_t = 1440)]
+        minutes: usize,
+        /// HEARTBEAT.md edits (at least 10)
+        #[arg(long, default_value_t = 20)]
+        edits: usize,
+        /// Scheduled runs on the real daemon (at least 3)
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -86,6 +103,9 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
+        Bench::Scheduler { tasks, minutes, edits, runs } => {
+            scheduler::run(tasks.max(1000), minutes.max(60), edits.max(10), runs.max(3))
+        }
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }
