@@ -113,9 +113,9 @@ impl TryFrom<String> for CatchUp {
                     lower.strip_prefix("within").map(|rest| rest.trim_start_matches([':', ' ']).trim()).ok_or_else(
                         || format!("catch_up: `{trimmed}` is not once, skip or within: DURATION (e.g. within: 2h)"),
                     )?;
-                let parsed: SignedDuration = duration
-                    .parse()
-                    .map_err(|_unreadable| format!("catch_up: `{duration}` is not a duration; write it like 30m, 2h or 1d"))?;
+                let parsed: SignedDuration = duration.parse().map_err(|_unreadable| {
+                    format!("catch_up: `{duration}` is not a duration; write it like 30m, 2h or 1d")
+                })?;
                 if parsed.is_negative() || parsed.is_zero() {
                     return Err(format!("catch_up: `{duration}` must be longer than zero"));
                 }
