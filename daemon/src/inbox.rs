@@ -31,6 +31,21 @@ pub struct Item {
     pub read: bool,
 }
 
+impl Item {
+    /// A new unread item; its id and time are given when it is kept.
+    pub fn new(title: impl Into<String>, content: impl Into<String>, task_id: &str, run_id: &str) -> Item {
+        Item {
+            id: String::new(),
+            at: String::new(),
+            title: title.into(),
+            content: content.into(),
+            task_id: task_id.to_string(),
+            run_id: run_id.to_string(),
+            read: false,
+        }
+    }
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct File {
     #[serde(default)]
@@ -102,15 +117,7 @@ mod tests {
         let temp = tempfile::tempdir().expect("temp");
         let inbox = Inbox::new(temp.path().join("inbox"));
         let alice = Context::user("alice");
-        let item = |title: &str| Item {
-            id: String::new(),
-            at: String::new(),
-            title: title.into(),
-            content: "c".into(),
-            task_id: String::new(),
-            run_id: String::new(),
-            read: false,
-        };
+        let item = |title: &str| Item::new(title, "c", "", "");
         inbox.push(&alice, item("one")).expect("push");
         assert!(inbox.list(&Context::user("bob"), false, false).expect("bob").is_empty());
         assert_eq!(inbox.list(&alice, true, true).expect("unread").len(), 1);

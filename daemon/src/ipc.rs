@@ -432,25 +432,9 @@ impl Ipc {
         session: &str,
         bus: &crate::events::EventBus,
     ) -> bool {
-        let message: MessageFile = match shared_dirs::read_regular(found.dir, found.name, MAX_MESSAGE_BYTES) {
-            Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
-                Ok(message) => message,
-                Err(error) => {
-                    self.reject(found, "messages", &format!("not a message: {error}"));
-                    return false;
-                }
-            },
-            Ok(None) => return false,
-            Err(error) => {
-                self.reject(found, "messages", &format!("not a message file: {error}"));
-                return false;
-            }
-        };
-        let stem = found.name.to_string_lossy();
-        if !is_valid_call_id(&message.id) || Some(message.id.as_str()) != stem.strip_suffix(".json") {
-            self.reject(found, "messages", "its id does not match its file name");
+        let Some(message) = self.read_request::<MessageFile>(found, "messages", "message", |m| &m.id) else {
             return false;
-        }
+        };
         if message.target_context.as_deref().is_some_and(|target| target != context.to_string()) {
             self.reject(found, "messages", "an agent may message only its own context");
             return false;
@@ -508,25 +492,9 @@ impl Ipc {
             let (Some(context), Some((session, _))) = (context_of_folder(&folder), slot_of(&slot)) else { continue };
             for name in Self::json_files(&dir) {
                 let found = Found { context: &folder, slot: &slot, dir: &dir, name: &name };
-                let request: TaskFile = match shared_dirs::read_regular(&dir, &name, MAX_MESSAGE_BYTES) {
-                    Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
-                        Ok(request) => request,
-                        Err(error) => {
-                            self.reject(&found, "tasks", &format!("not a task request: {error}"));
-                            continue;
-                        }
-                    },
-                    Ok(None) => continue,
-                    Err(error) => {
-                        self.reject(&found, "tasks", &format!("not a task request file: {error}"));
-                        continue;
-                    }
-                };
-                let stem = name.to_string_lossy();
-                if !is_valid_call_id(&request.id) || Some(request.id.as_str()) != stem.strip_suffix(".json") {
-                    self.reject(&found, "tasks", "its id does not match its file name");
+                let Some(request) = self.read_request::<TaskFile>(&found, "tasks", "task request", |r| &r.id) else {
                     continue;
-                }
+                };
                 match schedule(&context, session, request) {
                     Ok(task) => {
                         tracing::info!(context = %context, session, task, "task scheduled through file IPC");
@@ -538,6 +506,37 @@ impl Ipc {
             }
         }
         taken
+    }
+
+    /// A container's request file (a message, a task request): read as a regular file and
+    /// parsed, its id the file's name; anything else is set aside with the reason.
+    fn read_request<T: serde::de::DeserializeOwned>(
+        &self,
+        found: &Found<'_>,
+        sub: &str,
+        what: &str,
+        id: impl Fn(&T) -> &str,
+    ) -> Option<T> {
+        let request: T = match shared_dirs::read_regular(found.dir, found.name, MAX_MESSAGE_BYTES) {
+            Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
+                Ok(request) => request,
+                Err(error) => {
+                    self.reject(found, sub, &format!("not a {what}: {error}"));
+                    return None;
+                }
+            },
+            Ok(None) => return None,
+            Err(error) => {
+                self.reject(found, sub, &format!("not a {what} file: {error}"));
+                return None;
+            }
+        };
+        let stem = found.name.to_string_lossy();
+        if !is_valid_call_id(id(&request)) || Some(id(&request)) != stem.strip_suffix(".json") {
+            self.reject(found, sub, "its id does not match its file name");
+            return None;
+        }
+        Some(request)
     }
 
     fn remove(&self, found: &Found<'_>, sub: &str) {

@@ -225,15 +225,7 @@ impl Daemon {
             tracing::info!(context = %context, channel, task = %notice.task_id, "task notice sent");
             return;
         }
-        let item = Item {
-            id: String::new(),
-            at: String::new(),
-            title: notice.title,
-            content: notice.content,
-            task_id: notice.task_id.clone(),
-            run_id: notice.run_id,
-            read: false,
-        };
+        let item = Item::new(notice.title, notice.content, &notice.task_id, &notice.run_id);
         match shared.inbox.push(context, item) {
             Ok(_) => tracing::info!(context = %context, task = %notice.task_id, "task notice left in the inbox"),
             Err(error) => {
@@ -361,15 +353,8 @@ impl Execute for Daemon {
                     if admin == context {
                         continue;
                     }
-                    let item = Item {
-                        id: String::new(),
-                        at: String::new(),
-                        title: format!("{} of {context}", notice.title),
-                        content: notice.content.clone(),
-                        task_id: task.id.clone(),
-                        run_id: String::new(),
-                        read: false,
-                    };
+                    let item =
+                        Item::new(format!("{} of {context}", notice.title), notice.content.clone(), &task.id, "");
                     if let Err(error) = self.shared.inbox.push(&admin, item) {
                         tracing::error!(admin = %admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");
                     }

@@ -1209,18 +1209,9 @@ pub fn schedule_requested(
     match scheduled {
         Ok(task) => Ok(task.id),
         Err(why) => {
-            let item = crate::inbox::Item {
-                id: String::new(),
-                at: String::new(),
-                title: "A task was not scheduled".into(),
-                content: format!(
-                    "An agent asked to schedule a task (request {}), and it was refused: {why}",
-                    request.id
-                ),
-                task_id: String::new(),
-                run_id: String::new(),
-                read: false,
-            };
+            let content =
+                format!("An agent asked to schedule a task (request {}), and it was refused: {why}", request.id);
+            let item = crate::inbox::Item::new("A task was not scheduled", content, "", "");
             if let Err(error) = inbox.push(context, item) {
                 tracing::warn!(context = %context, %error, "cannot tell of a refused task request");
             }
