@@ -574,6 +574,9 @@ mod tests {
                     // silent-ok: the reader may hold either version at any moment.
                     let _ = std::fs::write(&staged, "inside\n");
                     let _ = std::fs::rename(&staged, &victim);
+                    // The regular file stays a moment, so that readers meet both states even
+                    // on a loaded machine.
+                    std::thread::sleep(std::time::Duration::from_micros(200));
                     let _ = std::fs::remove_file(&staged);
                     let _ = std::os::unix::fs::symlink(&outside, &staged);
                     let _ = std::fs::rename(&staged, &victim);
@@ -581,7 +584,10 @@ mod tests {
             })
         };
         let mut served = 0;
-        for _ in 0..3000 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut attempts = 0;
+        while attempts < 3000 || (served == 0 && std::time::Instant::now() < deadline) {
+            attempts += 1;
             for tool in ["read_file", "edit_file"] {
                 let params = json!({"path": "victim.txt", "old_text": "inside", "new_text": "inside"});
                 let output = call(&f, tool, params);
