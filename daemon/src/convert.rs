@@ -225,12 +225,22 @@ pub fn new_task(
     if !timezone.is_empty() {
         schedule::zone(&timezone).map_err(|error| error.to_string())?;
     }
+    let active_hours = match definition.active_hours.trim() {
+        "" => None,
+        text => Some(
+            text.parse::<schedule::ActiveHours>()
+                .map_err(|error: schedule::ScheduleError| error.to_string())?
+                .to_string(),
+        ),
+    };
     let kind = definition.schedule.and_then(|schedule| schedule.kind).ok_or_else(|| {
         "schedule: give one of cron (\"0 9 * * 1\"), interval_seconds, once (RFC 3339 with offset) or cadence"
             .to_string()
     })?;
     let spec = match kind {
-        v1::task_schedule::Kind::Cron(cron) => ScheduleSpec { cron: Some(cron), ..ScheduleSpec::default() },
+        v1::task_schedule::Kind::Cron(cron) => {
+            ScheduleSpec { cron: Some(cron), active_hours: active_hours.clone(), ..ScheduleSpec::default() }
+        }
         v1::task_schedule::Kind::IntervalSeconds(every) => {
             let anchor = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
             ScheduleSpec { interval: Some(every), anchor: Some(anchor), ..ScheduleSpec::default() }
@@ -248,8 +258,7 @@ pub fn new_task(
         v1::task_schedule::Kind::Cadence(text) => {
             let cadence: schedule::Cadence =
                 text.parse().map_err(|error: schedule::ScheduleError| error.to_string())?;
-            let active = (!definition.active_hours.trim().is_empty()).then_some(definition.active_hours.trim());
-            schedule::cadence_schedule(cadence, active, &mut schedule::random_below)
+            schedule::cadence_schedule(cadence, active_hours.as_deref(), &mut schedule::random_below)
         }
     };
     let context_mode = match definition.context_mode.as_str() {

@@ -664,8 +664,9 @@ mod tests {
             })
         };
         assert_eq!(take(&ipc), 1);
-        let task = scheduler.get("task-ipc-t1").expect("scheduled");
-        assert_eq!((task.user_id.as_str(), task.prompt.as_str()), ("alice", "water the plants"));
+        let listed = scheduler.list(&crate::scheduler::Filter::default());
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].user_id.as_str(), listed[0].prompt.as_str()), ("alice", "water the plants"));
         let told = inbox.list(&alice, true, false).expect("inbox");
         assert_eq!(told.len(), 1, "the refused request is told");
         assert!(told[0].content.contains("the hour field `25`"), "{}", told[0].content);
@@ -674,6 +675,13 @@ mod tests {
         assert_eq!(take(&ipc), 1);
         assert_eq!(scheduler.count(), 1);
         assert!(std::fs::read_dir(tools.join("tasks")).expect("tasks").next().is_none(), "every file handled");
+        // Bob's request with the same id is bob's own task.
+        let bob = ipc.prepare(&Context::user("bob"), "s2", false).expect("prepare");
+        write(&bob.join("tasks/t1.json"), r#"{"id":"t1","prompt":"feed the cat","cron":"0 8 * * *"}"#);
+        assert_eq!(take(&ipc), 1);
+        let bobs =
+            scheduler.list(&crate::scheduler::Filter { context: Some(Context::user("bob")), ..Default::default() });
+        assert_eq!(bobs.iter().map(|task| task.prompt.as_str()).collect::<Vec<_>>(), ["feed the cat"]);
     }
 
     #[test]

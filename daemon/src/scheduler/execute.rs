@@ -252,6 +252,25 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Leaves a notice in every admin's inbox (`system.admin_users`), but `besides`'s.
+    fn tell_admins(&self, besides: Option<&Context>, title: &str, content: &str, task: &str) {
+        let admins = &self.shared.loaded.config.system.admin_users;
+        if admins.is_empty() {
+            tracing::error!(task, "{content} (no system.admin_users to tell)");
+        }
+        for admin in admins {
+            let admin = Context::user(admin);
+            if Some(&admin) == besides {
+                continue;
+            }
+            if let Err(error) = self.shared.inbox.push(&admin, Item::new(title, content, task, "")) {
+                tracing::error!(admin = %admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");
+            }
+        }
+    }
+}
+
 /// Removes container log folders under `dir` older than `days`; returns how many went.
 fn prune_logs(dir: &std::path::Path, days: u64) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
@@ -293,7 +312,18 @@ impl Execute for Daemon {
     }
 
     async fn deliver(&self, task: &TaskRecord, delivery: Delivery) {
-        let Some(context) = task.context() else { return };
+        let Some(context) = task.context() else {
+            // The daemon's own task: only its admins can do something about it.
+            if let Delivery::Paused { failures, error } = delivery {
+                let content = format!(
+                    "The system task \"{}\" ({}) was paused after {failures} failures in a row; the last: {error}. \
+                     Resume it with `baaaht tasks resume {}` once the cause is fixed.",
+                    task.description, task.id, task.id
+                );
+                self.tell_admins(None, &format!("{}: paused", task.description), &content, &task.id);
+            }
+            return;
+        };
         let channel = self.channel_for(task, &context);
         let channel = channel.as_deref().filter(|channel| *channel != "none");
         let title = task.description.clone();
@@ -348,17 +378,7 @@ impl Execute for Daemon {
                 };
                 self.tell(&context, channel, notice.clone(), None);
                 // And every admin's inbox (spec §15.7: notify admin).
-                for admin in &self.shared.loaded.config.system.admin_users {
-                    let admin = Context::user(admin);
-                    if admin == context {
-                        continue;
-                    }
-                    let item =
-                        Item::new(format!("{} of {context}", notice.title), notice.content.clone(), &task.id, "");
-                    if let Err(error) = self.shared.inbox.push(&admin, item) {
-                        tracing::error!(admin = %admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");
-                    }
-                }
+                self.tell_admins(Some(&context), &format!("{} of {context}", notice.title), &notice.content, &task.id);
             }
         }
     }

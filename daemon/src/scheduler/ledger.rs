@@ -120,9 +120,12 @@ pub struct RunRow {
 }
 
 /// The ledgers' folder.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Ledger {
     dir: PathBuf,
+    /// Held by whatever writes a ledger, so that a pruning rewrite never drops a line appended
+    /// meanwhile.
+    writing: std::sync::Mutex<()>,
 }
 
 /// The longest result kept in a record.
@@ -142,7 +145,7 @@ pub fn shortened(text: &str, most: usize) -> String {
 
 impl Ledger {
     pub fn new(dir: PathBuf) -> Ledger {
-        Ledger { dir }
+        Ledger { dir, writing: std::sync::Mutex::new(()) }
     }
 
     fn path(&self, task: &str) -> PathBuf {
@@ -164,6 +167,7 @@ impl Ledger {
         if by_task.is_empty() {
             return Ok(());
         }
+        let _writing = self.writing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         std::fs::create_dir_all(&self.dir).map_err(|source| StateError::Write { path: self.dir.clone(), source })?;
         // One ledger: its own fsync. Several (a tick claiming many tasks): each written, then one
         // syncfs for them all, which costs one journal commit instead of one per file.
@@ -219,6 +223,7 @@ impl Ledger {
     /// Keeps the records of `task` written after `after`, and of those the newest `most`;
     /// rewrites the ledger atomically. Returns how many records went.
     pub fn prune(&self, task: &str, after: Timestamp, most: usize) -> Result<usize, StateError> {
+        let _writing = self.writing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let records = self.read(task);
         let mut kept: Vec<&RunRecord> = records.iter().filter(|record| record.at > after).collect();
         if kept.len() > most {
@@ -240,6 +245,7 @@ impl Ledger {
 
     /// Removes the ledger of a task that is gone.
     pub fn remove(&self, task: &str) {
+        let _writing = self.writing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let path = self.path(task);
         if let Err(error) = std::fs::remove_file(&path) {
             if error.kind() != std::io::ErrorKind::NotFound {

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -113,16 +114,26 @@ impl TryFrom<String> for CatchUp {
                     lower.strip_prefix("within").map(|rest| rest.trim_start_matches([':', ' ']).trim()).ok_or_else(
                         || format!("catch_up: `{trimmed}` is not once, skip or within: DURATION (e.g. within: 2h)"),
                     )?;
-                let parsed: SignedDuration = duration.parse().map_err(|_unreadable| {
-                    format!("catch_up: `{duration}` is not a duration; write it like 30m, 2h or 1d")
-                })?;
-                if parsed.is_negative() || parsed.is_zero() {
-                    return Err(format!("catch_up: `{duration}` must be longer than zero"));
+                let seconds = duration_seconds(duration)
+                    .ok_or_else(|| format!("catch_up: `{duration}` is not a duration; write it like 30m, 2h or 1d"))?;
+                if seconds < 1 {
+                    return Err(format!("catch_up: `{duration}` is shorter than a second; give at least 1s"));
                 }
-                Ok(CatchUp::Within(parsed.as_secs() as u64))
+                Ok(CatchUp::Within(seconds))
             }
         }
     }
+}
+
+/// Whole seconds of `text`: `90s`, `30m`, `2h`, `1h 30m`, `PT2H`, or days (`1d`, 24 hours each).
+fn duration_seconds(text: &str) -> Option<u64> {
+    if let Some(days) =
+        text.strip_suffix('d').or_else(|| text.strip_suffix(" days")).or_else(|| text.strip_suffix(" day"))
+    {
+        return days.trim().parse::<u64>().ok()?.checked_mul(86_400);
+    }
+    let parsed: SignedDuration = text.parse().ok()?;
+    (!parsed.is_negative()).then(|| parsed.as_secs() as u64)
 }
 
 impl From<CatchUp> for String {
@@ -253,8 +264,9 @@ impl TaskRecord {
 struct SchedulerFile {
     #[serde(default)]
     version: u32,
+    /// Raw, so that one record that does not read costs that record, not the file.
     #[serde(default)]
-    tasks: Vec<TaskRecord>,
+    tasks: Vec<serde_json::Value>,
     /// `user:ID`/`group:ID` → `sha256:…` of the HEARTBEAT.md the heartbeats come from.
     #[serde(default)]
     heartbeat_hashes: BTreeMap<String, String>,
@@ -414,6 +426,8 @@ struct Book {
     hashes: BTreeMap<String, String>,
     /// Claims the previous daemon left without an end: (task, run, slot, attempt).
     unfinished: Vec<(String, String, Timestamp, u32)>,
+    /// Stored tasks that do not read, saved back as they are.
+    unreadable: Vec<serde_json::Value>,
 }
 
 /// The scheduler.
@@ -430,6 +444,8 @@ pub struct Scheduler {
     saving: Mutex<()>,
     /// A tick changed tasks that are not saved yet.
     dirty: std::sync::atomic::AtomicBool,
+    /// The last tick could not write its claims: the loop waits a moment before the next.
+    claim_failed: std::sync::atomic::AtomicBool,
     wake: tokio::sync::Notify,
 }
 
@@ -465,7 +481,16 @@ impl Scheduler {
         let file: SchedulerFile = state::read_json_or_set_aside(&path, SchedulerFile::default);
         let ledger = ledger::Ledger::new(state_dir.join("runs"));
         let mut book = Book { hashes: file.heartbeat_hashes, ..Book::default() };
-        for record in file.tasks {
+        for raw in file.tasks {
+            let record: TaskRecord = match serde_json::from_value(raw.clone()) {
+                Ok(record) => record,
+                Err(error) => {
+                    // Kept as it is (saved back untouched) for a person to mend; it does not run.
+                    tracing::error!(%error, task = %raw["id"], "a stored task does not read; it is kept but does not run");
+                    book.unreadable.push(raw);
+                    continue;
+                }
+            };
             let zone =
                 if record.timezone.is_empty() { Ok(default_zone.clone()) } else { schedule::zone(&record.timezone) };
             let schedule = match zone.and_then(|zone| Schedule::new(&record.schedule, zone)) {
@@ -494,7 +519,9 @@ impl Scheduler {
             {
                 if next <= claimed {
                     entry.record.next_run = schedule.next_after(claimed);
-                    if entry.record.next_run.is_none() && entry.record.status == TaskStatus::Active {
+                    // A one-shot whose run was claimed: completed if that run ended; else
+                    // `recover` decides (interrupted: failed, or retried).
+                    if entry.record.next_run.is_none() && entry.record.status == TaskStatus::Active && open.is_empty() {
                         entry.record.status = TaskStatus::Completed;
                     }
                 }
@@ -513,6 +540,7 @@ impl Scheduler {
             book: Mutex::new(book),
             saving: Mutex::new(()),
             dirty: std::sync::atomic::AtomicBool::new(false),
+            claim_failed: std::sync::atomic::AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
         })
     }
@@ -536,7 +564,13 @@ impl Scheduler {
             let book = self.lock();
             let file = SchedulerFile {
                 version: 1,
-                tasks: book.tasks.values().map(|entry| entry.record.clone()).collect(),
+                tasks: book
+                    .tasks
+                    .values()
+                    // silent-ok: plain data always serializes.
+                    .map(|entry| serde_json::to_value(&entry.record).unwrap_or_default())
+                    .chain(book.unreadable.iter().cloned())
+                    .collect(),
                 heartbeat_hashes: book.hashes.clone(),
             };
             // silent-ok: plain data always serializes.
@@ -889,6 +923,8 @@ impl Scheduler {
     /// `nextRun`s are saved by [`Scheduler::save_after_tick`]: the ledger already holds what a
     /// restart needs (it wins over an older `nextRun`).
     pub fn tick(&self, now: Timestamp) -> Vec<Claim> {
+        // No save may write the moved `nextRun`s before their claims are on disk.
+        let _saving = self.saving.lock().unwrap_or_else(PoisonError::into_inner);
         let grace = SignedDuration::try_from(self.settings.grace).unwrap_or(SignedDuration::ZERO);
         let mut claims = vec![];
         let mut records = vec![];
@@ -945,6 +981,7 @@ impl Scheduler {
         }
         // The claims are on disk before any run starts; a failure here starts nothing.
         if let Err(error) = self.ledger.append(&records) {
+            self.claim_failed.store(true, std::sync::atomic::Ordering::Release);
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot claim due runs; they are not started");
             let mut book = self.lock();
             for claim in &claims {
@@ -1076,34 +1113,51 @@ impl Scheduler {
     /// of those whose task asks for one.
     fn recover(&self) -> Vec<Claim> {
         let now = self.now();
-        let unfinished = std::mem::take(&mut self.lock().unfinished);
+        let unfinished = self.lock().unfinished.clone();
+        if unfinished.is_empty() {
+            return vec![];
+        }
         let mut records = vec![];
         let mut retries = vec![];
-        for (task, run, slot, attempt) in unfinished {
-            let mut record = RunRecord::new(&task, &run, RunEvent::Interrupted, slot, attempt, now);
-            record.outcome = Some(Outcome::Interrupted);
-            record.error = Some("baaahtd stopped while it ran".into());
-            records.push(record);
-            tracing::warn!(task, run, %slot, "a run interrupted by a restart");
-            let mut book = self.lock();
-            let Some(entry) = book.tasks.get_mut(&task) else { continue };
-            if entry.record.retry_interrupted && attempt == 1 && entry.record.status != TaskStatus::Paused {
-                let retry = new_id("run-");
-                records.push(RunRecord::new(&task, &retry, RunEvent::Claimed, slot, 2, now));
-                entry.running += 1;
-                retries.push(Claim { task: entry.record.clone(), run: retry, slot, attempt: 2 });
-            } else if entry.record.next_run.is_none() && entry.record.status == TaskStatus::Active {
-                // A one-shot whose only run was cut short: it did not complete.
-                entry.record.status = TaskStatus::Failed;
+        let mut failed = vec![];
+        {
+            let book = self.lock();
+            for (task, run, slot, attempt) in &unfinished {
+                let mut record = RunRecord::new(task, run, RunEvent::Interrupted, *slot, *attempt, now);
+                record.outcome = Some(Outcome::Interrupted);
+                record.error = Some("baaahtd stopped while it ran".into());
+                records.push(record);
+                tracing::warn!(task, run, %slot, "a run interrupted by a restart");
+                let Some(entry) = book.tasks.get(task) else { continue };
+                if entry.record.retry_interrupted && *attempt == 1 && entry.record.status != TaskStatus::Paused {
+                    let retry = new_id("run-");
+                    records.push(RunRecord::new(task, &retry, RunEvent::Claimed, *slot, 2, now));
+                    retries.push(Claim { task: entry.record.clone(), run: retry, slot: *slot, attempt: 2 });
+                } else if entry.record.next_run.is_none() && entry.record.status == TaskStatus::Active {
+                    // A one-shot whose only run was cut short: it did not complete.
+                    failed.push(task.clone());
+                }
             }
         }
         if let Err(error) = self.ledger.append(&records) {
-            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record interrupted runs; their retries wait");
+            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record interrupted runs; they wait for the next start");
             return vec![];
         }
-        if !records.is_empty() {
-            self.save_logged();
+        {
+            let mut book = self.lock();
+            book.unfinished.clear();
+            for claim in &retries {
+                if let Some(entry) = book.tasks.get_mut(&claim.task.id) {
+                    entry.running += 1;
+                }
+            }
+            for task in &failed {
+                if let Some(entry) = book.tasks.get_mut(task) {
+                    entry.record.status = TaskStatus::Failed;
+                }
+            }
         }
+        self.save_logged();
         retries
     }
 
@@ -1130,17 +1184,19 @@ impl Scheduler {
     /// `executor`, each under `tracker`.
     pub async fn run(self: Arc<Self>, executor: Arc<dyn Execute>, cancel: CancellationToken, tracker: TaskTracker) {
         for claim in self.recover() {
-            tracker.spawn(self.clone().carry_out(claim, executor.clone()));
+            tracker.spawn(self.clone().carry_out(claim, executor.clone(), cancel.clone()));
         }
         loop {
             let now = self.now();
             for claim in self.tick(now) {
-                tracker.spawn(self.clone().carry_out(claim, executor.clone()));
+                tracker.spawn(self.clone().carry_out(claim, executor.clone(), cancel.clone()));
             }
             let saver = self.clone();
             // silent-ok: a failed save is logged inside; the ledger covers a lost one.
             drop(tokio::task::spawn_blocking(move || saver.save_after_tick()).await);
+            let failed = self.claim_failed.swap(false, std::sync::atomic::Ordering::AcqRel);
             let wait = match self.next_due() {
+                _ if failed => Duration::from_secs(5),
                 Some(due) if due > now => {
                     let until = now.duration_until(due);
                     Duration::try_from(until).unwrap_or(Duration::ZERO).min(self.settings.poll)
@@ -1156,9 +1212,15 @@ impl Scheduler {
         }
     }
 
-    async fn carry_out(self: Arc<Self>, mut claim: Claim, executor: Arc<dyn Execute>) {
+    async fn carry_out(self: Arc<Self>, mut claim: Claim, executor: Arc<dyn Execute>, cancel: CancellationToken) {
         loop {
             let outcome = executor.run(&claim).await;
+            if cancel.is_cancelled() {
+                // The daemon is stopping and took the run's agent with it: its claim stays
+                // open, and the next start marks it interrupted (and retries it if asked).
+                tracing::warn!(task = %claim.task.id, run = %claim.run, "run cut short by shutdown; left for the next start");
+                return;
+            }
             let (retry, deliveries) = self.finish(&claim, &outcome);
             if let Some(retry) = retry {
                 claim = retry;
@@ -1183,9 +1245,15 @@ pub fn schedule_requested(
     request: crate::ipc::TaskFile,
 ) -> Result<String, String> {
     use baaaht_proto::v1;
-    let id = format!("task-ipc-{}", request.id);
-    if scheduler.get(&id).is_some() {
-        return Ok(id);
+    // The same request of the same context is one task; another context's never collides.
+    let digest = sha2::Sha256::digest(format!("{context}\n{}", request.id).as_bytes());
+    let id = format!("task-ipc-{}", &format!("{digest:x}")[..16]);
+    if let Some(existing) = scheduler.get(&id) {
+        return if existing.context().as_ref() == Some(context) {
+            Ok(id)
+        } else {
+            Err(format!("id: task {id} belongs to another context"))
+        };
     }
     let kinds: Vec<v1::task_schedule::Kind> = [
         request.cron.map(v1::task_schedule::Kind::Cron),

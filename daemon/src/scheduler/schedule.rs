@@ -192,10 +192,12 @@ impl FromStr for ActiveHours {
         };
         let (start, end) = text.split_once('-').ok_or_else(bad)?;
         let (start, end) = (minutes(start).ok_or_else(bad)?, minutes(end).ok_or_else(bad)?);
-        if start == end {
+        // 24:00 ends a day (00:00-24:00 is all of it) but starts none: it is 00:00 then.
+        let start = start % (24 * 60);
+        if start == end || end == 0 && start == 0 {
             return Err(bad());
         }
-        Ok(ActiveHours { start: start % (24 * 60), end: if end == 24 * 60 { end } else { end % (24 * 60) } })
+        Ok(ActiveHours { start, end })
     }
 }
 
@@ -399,6 +401,9 @@ pub fn cadence_schedule(cadence: Cadence, active: Option<&str>, draw: &mut dyn F
                 Some(hours) => (0..24 * 60).filter(|minute| hours.contains(*minute)).collect(),
                 None => (window.0..window.1).collect(),
             };
+        }
+        if minutes.is_empty() {
+            minutes = (window.0..window.1).collect();
         }
         let minute = minutes[draw(minutes.len() as u32) as usize % minutes.len()];
         (minute / 60, minute % 60)
@@ -633,6 +638,8 @@ mod tests {
         assert_eq!(runs[2].as_second() - runs[1].as_second(), 14 * 86_400);
         assert!("25:00-26:00".parse::<ActiveHours>().is_err());
         assert!("9-17".parse::<ActiveHours>().is_err());
+        assert!("24:00-00:00".parse::<ActiveHours>().is_err());
+        assert_eq!("00:00-24:00".parse::<ActiveHours>().expect("all day").to_string(), "00:00-24:00");
         assert_eq!("22:00-06:00".parse::<ActiveHours>().expect("wraps").to_string(), "22:00-06:00");
     }
 }

@@ -333,6 +333,31 @@ fn catch_up_reads_and_writes_its_forms() {
     assert!(error.contains("not once, skip or within"), "{error}");
     let error = CatchUp::try_from("within: soon".to_string()).expect_err("bad");
     assert!(error.contains("`soon` is not a duration"), "{error}");
+    assert_eq!(CatchUp::try_from("within: 1d".to_string()), Ok(CatchUp::Within(86_400)));
+    let error = CatchUp::try_from("within: 500ms".to_string()).expect_err("too short");
+    assert!(error.contains("shorter than a second"), "{error}");
+    // What is written reads back.
+    for catch_up in [CatchUp::Once, CatchUp::Skip, CatchUp::Within(1), CatchUp::Within(90_061)] {
+        assert_eq!(CatchUp::try_from(String::from(catch_up)), Ok(catch_up));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stored_task_that_does_not_read_costs_that_task_only_and_is_kept() {
+    let temp = tempfile::tempdir().expect("temp");
+    let scheduler = Scheduler::open(temp.path(), settings(), Clock::tokio(start_at())).expect("open");
+    let id = scheduler.add(task(cron("0 9 * * *"))).expect("add").id;
+    drop(scheduler);
+    let path = temp.path().join(SCHEDULER_FILE);
+    let mut file: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+    file["tasks"].as_array_mut().expect("tasks").push(serde_json::json!({"id": "mangled", "type": "nonsense"}));
+    std::fs::write(&path, serde_json::to_vec(&file).expect("json")).expect("write");
+    let scheduler = Scheduler::open(temp.path(), settings(), Clock::tokio(start_at())).expect("open");
+    assert!(scheduler.get(&id).is_some(), "the good task survives the bad one");
+    assert_eq!(scheduler.count(), 1);
+    scheduler.pause(&id).expect("a change saves the file");
+    let saved = std::fs::read_to_string(&path).expect("read");
+    assert!(saved.contains("\"mangled\""), "the record that does not read is kept for a person to mend");
 }
 
 #[tokio::test(start_paused = true)]

@@ -36,8 +36,8 @@ impl TasksService {
     /// task) the host's and admins'.
     fn authorized<T>(&self, request: &Request<T>, operation: Operation, id: &str) -> Result<TaskRecord, Status> {
         valid_id(id, "id")?;
-        let task = self.shared.scheduler.get(id);
-        let context = task.as_ref().and_then(TaskRecord::context);
+        let task = self.shared.scheduler.get(id).ok_or_else(|| status_of(SchedulerError::NotFound(id.to_string())))?;
+        let context = task.context();
         let caller = check(&self.shared, request, operation, context.as_ref(), None)?;
         if context.is_none() && matches!(caller, Caller::Container(_)) {
             // Tasks of no context (the system's) are nobody's agent's business.
@@ -46,7 +46,7 @@ impl TasksService {
                 operation.name()
             )));
         }
-        task.ok_or_else(|| status_of(SchedulerError::NotFound(id.to_string())))
+        Ok(task)
     }
 
     /// The filter a list request stands for: the context it names (or the caller's own, for
