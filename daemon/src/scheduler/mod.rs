@@ -259,14 +259,22 @@ impl TaskRecord {
     }
 }
 
+/// A stored task: one that reads, or its JSON as it was.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    Task(Box<TaskRecord>),
+    Unreadable(serde_json::Value),
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SchedulerFile {
     #[serde(default)]
     version: u32,
-    /// Raw, so that one record that does not read costs that record, not the file.
+    /// Each record on its own, so that one that does not read costs that record, not the file.
     #[serde(default)]
-    tasks: Vec<serde_json::Value>,
+    tasks: Vec<Stored>,
     /// `user:ID`/`group:ID` → `sha256:…` of the HEARTBEAT.md the heartbeats come from.
     #[serde(default)]
     heartbeat_hashes: BTreeMap<String, String>,
@@ -430,6 +438,32 @@ struct Book {
     unreadable: Vec<serde_json::Value>,
 }
 
+/// scheduler.json as written: the tasks straight from the book, the unreadable ones after.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FileOut<'a> {
+    version: u32,
+    tasks: TasksOut<'a>,
+    heartbeat_hashes: &'a BTreeMap<String, String>,
+}
+
+struct TasksOut<'a>(&'a Book);
+
+impl Serialize for TasksOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
+        let book = self.0;
+        let mut seq = serializer.serialize_seq(Some(book.tasks.len() + book.unreadable.len()))?;
+        for entry in book.tasks.values() {
+            seq.serialize_element(&entry.record)?;
+        }
+        for raw in &book.unreadable {
+            seq.serialize_element(raw)?;
+        }
+        seq.end()
+    }
+}
+
 /// The scheduler.
 #[derive(Debug)]
 pub struct Scheduler {
@@ -481,12 +515,13 @@ impl Scheduler {
         let file: SchedulerFile = state::read_json_or_set_aside(&path, SchedulerFile::default);
         let ledger = ledger::Ledger::new(state_dir.join("runs"));
         let mut book = Book { hashes: file.heartbeat_hashes, ..Book::default() };
-        for raw in file.tasks {
-            let record: TaskRecord = match serde_json::from_value(raw.clone()) {
-                Ok(record) => record,
-                Err(error) => {
+        for stored in file.tasks {
+            let record = match stored {
+                Stored::Task(record) => *record,
+                Stored::Unreadable(raw) => {
                     // Kept as it is (saved back untouched) for a person to mend; it does not run.
-                    tracing::error!(%error, task = %raw["id"], "a stored task does not read; it is kept but does not run");
+                    let error = serde_json::from_value::<TaskRecord>(raw.clone()).err().map(|e| e.to_string());
+                    tracing::error!(error, task = %raw["id"], "a stored task does not read; it is kept but does not run");
                     book.unreadable.push(raw);
                     continue;
                 }
@@ -562,17 +597,7 @@ impl Scheduler {
         let _saving = self.saving.lock().unwrap_or_else(PoisonError::into_inner);
         let bytes = {
             let book = self.lock();
-            let file = SchedulerFile {
-                version: 1,
-                tasks: book
-                    .tasks
-                    .values()
-                    // silent-ok: plain data always serializes.
-                    .map(|entry| serde_json::to_value(&entry.record).unwrap_or_default())
-                    .chain(book.unreadable.iter().cloned())
-                    .collect(),
-                heartbeat_hashes: book.hashes.clone(),
-            };
+            let file = FileOut { version: 1, tasks: TasksOut(&book), heartbeat_hashes: &book.hashes };
             // silent-ok: plain data always serializes.
             serde_json::to_vec(&file).unwrap_or_default()
         };
@@ -601,7 +626,8 @@ impl Scheduler {
         if let Some(once) = record.schedule.once {
             if once <= now {
                 return Err(ScheduleError::Once(format!(
-                    "{once} is in the past (it is {now} now); give a time to come, with its offset"
+                    "{once} is in the past (it is {} now); give a time to come, with its offset",
+                    now.strftime("%Y-%m-%dT%H:%M:%SZ")
                 ))
                 .into());
             }

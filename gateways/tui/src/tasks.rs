@@ -36,7 +36,7 @@ pub fn list_text(list: &v1::TaskList) -> String {
         let next = if task.next_run.is_empty() { "-".to_string() } else { task.next_run.clone() };
         let _ = writeln!(
             text,
-            "{:<22} {:<9} {:<9} {:<16} next {:<25} {}  [{}]",
+            "{:<24} {:<9} {:<9} {:<16} next {:<25} {}  [{}]",
             task.id,
             task.r#type,
             task.status,
