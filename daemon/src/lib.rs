@@ -448,6 +448,7 @@ impl Daemon {
         tracker
             .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));
         tracker.spawn(deliver_messages(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
+        shared.scheduler.count_runs_in(shared.metrics.clone());
         if let Err(error) = shared.scheduler.ensure_system(&scheduler::SYSTEM_JOBS) {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot set up the system tasks");
         }

@@ -55,6 +55,8 @@ struct Registry {
     budget_events: BTreeMap<(&'static str, &'static str), u64>,
     /// Spending counted against budgets, in micro-dollars, by kind of context.
     budget_cost_micros: BTreeMap<&'static str, u64>,
+    /// Scheduled runs: (task type, outcome) → count.
+    task_runs: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 /// Tokens of one answer, by kind.
@@ -140,6 +142,12 @@ impl Metrics {
         *registry.budget_cost_micros.entry(kind).or_default() += micros;
     }
 
+    /// Counts a scheduled run's end (or a skipped slot) of a task of `kind`.
+    pub fn record_task_run(&self, kind: &'static str, outcome: &'static str) {
+        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        *registry.task_runs.entry((kind, outcome)).or_default() += 1;
+    }
+
     pub fn set_gateway_up(&self, up: bool) {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner).gateway_up = up;
     }
@@ -219,6 +227,14 @@ impl Metrics {
                 "baaaht_budget_spent_dollars_total{{context_kind=\"{kind}\"}} {:.6}",
                 *micros as f64 / 1e6
             );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP baaaht_task_runs_total Scheduled runs by task type and outcome (skipped: a slot that got no run)."
+        );
+        let _ = writeln!(out, "# TYPE baaaht_task_runs_total counter");
+        for ((kind, outcome), count) in &registry.task_runs {
+            let _ = writeln!(out, "baaaht_task_runs_total{{type=\"{kind}\",outcome=\"{outcome}\"}} {count}");
         }
         out
     }

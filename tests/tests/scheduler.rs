@@ -239,6 +239,8 @@ fn a_run_due_while_the_daemon_is_dead_happens_once_after_the_restart_and_lands_i
     assert_eq!(runs.lines().filter(|line| line.starts_with("run-")).count(), 1, "{runs}");
     assert!(runs.contains("tokens") && runs.contains("container baaaht-worker-"), "{runs}");
     assert_eq!(runs_asked(&fake, "Water the plants."), 1);
+    let metrics = restarted.metrics().expect("metrics");
+    assert!(metrics.contains("baaaht_task_runs_total{type=\"scheduled\",outcome=\"ok\"} 1"), "{metrics}");
     // No channel was there: the result waits in alice's inbox, shown once.
     wait_for(Duration::from_secs(10), "the inbox item", &restarted, || {
         baaaht(&restarted, &["inbox", "--user", "alice", "--all"]).contains("ran: Water the plants.")

@@ -480,6 +480,8 @@ pub struct Scheduler {
     dirty: std::sync::atomic::AtomicBool,
     /// The last tick could not write its claims: the loop waits a moment before the next.
     claim_failed: std::sync::atomic::AtomicBool,
+    /// Where runs are counted (`baaaht_task_runs_total`), once the daemon sets it.
+    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
     wake: tokio::sync::Notify,
 }
 
@@ -576,8 +578,29 @@ impl Scheduler {
             saving: Mutex::new(()),
             dirty: std::sync::atomic::AtomicBool::new(false),
             claim_failed: std::sync::atomic::AtomicBool::new(false),
+            metrics: std::sync::OnceLock::new(),
             wake: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Counts runs in `metrics` from now on.
+    pub fn count_runs_in(&self, metrics: Arc<crate::metrics::Metrics>) {
+        // silent-ok: set once by the daemon; a second call changes nothing.
+        drop(self.metrics.set(metrics));
+    }
+
+    fn count_outcomes(&self, records: &[RunRecord]) {
+        let Some(metrics) = self.metrics.get() else { return };
+        let book = self.lock();
+        for record in records {
+            let Some(outcome) = record.outcome else { continue };
+            let kind = match book.tasks.get(&record.task).map(|entry| entry.record.kind) {
+                Some(TaskKind::Heartbeat) => "heartbeat",
+                Some(TaskKind::System) => "system",
+                _ => "scheduled",
+            };
+            metrics.record_task_run(kind, outcome.as_str());
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Book> {
@@ -1020,6 +1043,8 @@ impl Scheduler {
             return vec![];
         }
         self.dirty.store(true, std::sync::atomic::Ordering::Release);
+        drop(_saving);
+        self.count_outcomes(&records);
         claims
     }
 
@@ -1068,6 +1093,7 @@ impl Scheduler {
         if let Err(error) = self.ledger.append(&records) {
             tracing::error!(task = %claim.task.id, error = %baaaht_proto::error_chain(&error), "cannot record a run's end");
         }
+        self.count_outcomes(&records);
         if let Some(retry) = retry_claim {
             tracing::warn!(task = %claim.task.id, run = %claim.run, "the agent did not start; retrying once");
             return (Some(retry), vec![]);
@@ -1169,6 +1195,7 @@ impl Scheduler {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record interrupted runs; they wait for the next start");
             return vec![];
         }
+        self.count_outcomes(&records);
         {
             let mut book = self.lock();
             book.unfinished.clear();
