@@ -211,8 +211,9 @@ fn a_run_in_flight_at_kill_9_is_interrupted_never_repeated_and_retried_once_when
         let runs = baaaht(&restarted, &["tasks", "runs", &retried]);
         runs.lines().next().is_some_and(|line| !line.contains("running"))
     });
-    // Exactly once each: the plain run never again, the retried one once more.
-    std::thread::sleep(Duration::from_secs(3));
+    // Exactly once each: the plain run never again, the retried one once more; both one-shots
+    // are over, so nothing of either is left to run.
+    assert!(baaaht(&restarted, &["tasks", "show", &retried]).contains("completed"));
     assert_eq!(runs_asked(&fake, "slowly (plain)"), 1, "{}", restarted.log_text());
     assert_eq!(runs_asked(&fake, "slowly (retried)"), 2);
 }
@@ -221,14 +222,18 @@ fn a_run_in_flight_at_kill_9_is_interrupted_never_repeated_and_retried_once_when
 fn a_run_due_while_the_daemon_is_dead_happens_once_after_the_restart_and_lands_in_the_inbox() {
     let rt = baaaht_tests::runtime();
     let (fake, mut daemon) = scenario::start(&rt, scheduling_brain(), options()).expect("fake provider and daemon");
-    let id = rt.block_on(async {
+    let (id, slot) = rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         let scheduled = client.tasks.schedule_task(once_in(3, "Water the plants.", false)).await.expect("scheduled");
-        scheduled.into_inner().task.expect("task").id
+        let task = scheduled.into_inner().task.expect("task");
+        let slot: jiff::Timestamp = task.next_run.parse().expect("next run");
+        (task.id, slot)
     });
     daemon.signal("KILL").expect("kill -9");
     daemon.wait_exit(Duration::from_secs(10)).expect("dies");
-    std::thread::sleep(Duration::from_secs(4));
+    // The daemon stays dead until its run's slot has passed.
+    let until_past = jiff::Timestamp::now().duration_until(slot) + jiff::SignedDuration::from_millis(500);
+    std::thread::sleep(Duration::try_from(until_past).unwrap_or(Duration::ZERO));
     let restarted =
         TestDaemon::start(DaemonOptions { data_dir: Some(daemon.data_dir.clone()), ..scenario::options_for(&fake) })
             .expect("restarts");
