@@ -295,10 +295,7 @@ pub fn new_task(
         "" => crate::scheduler::ledger::shortened(prompt.lines().next().unwrap_or_default(), 80),
         text => crate::scheduler::ledger::shortened(text, 200),
     };
-    let (user_id, group_id) = match context.kind {
-        ContextKind::User => (context.id.clone(), String::new()),
-        ContextKind::Group => (String::new(), context.id.clone()),
-    };
+    let (user_id, group_id) = crate::scheduler::owner_ids(context);
     let task = TaskRecord {
         id: String::new(),
         kind: TaskKind::Scheduled,

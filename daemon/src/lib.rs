@@ -447,7 +447,7 @@ impl Daemon {
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
         tracker
             .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));
-        tracker.spawn(deliver_messages(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
+        tracker.spawn(take_ipc_requests(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
         shared.scheduler.count_runs_in(shared.metrics.clone());
         if let Err(error) = shared.scheduler.ensure_system(&scheduler::SYSTEM_JOBS) {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot set up the system tasks");
@@ -525,9 +525,9 @@ impl Daemon {
     }
 }
 
-/// Delivers the messages containers queue in their IPC folders, every
-/// `orchestrator.poll_intervals.ipc` milliseconds, until `cancel`.
-async fn deliver_messages(shared: Arc<Shared>, cancel: CancellationToken) {
+/// Takes what containers queue in their IPC folders (messages to deliver, tasks to schedule),
+/// every `orchestrator.poll_intervals.ipc` milliseconds, until `cancel`.
+async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
     let every = Duration::from_millis(shared.loaded.config.orchestrator.poll_intervals.ipc.max(50));
     let mut sent = std::collections::BTreeMap::new();
     loop {

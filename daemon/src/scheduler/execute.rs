@@ -128,13 +128,8 @@ impl Daemon {
             Ok(record) => record,
             Err(error) => return RunOutcome::failed(Failure::Start(format!("no session for the run: {error}"))),
         };
-        let local = claim
-            .slot
-            .to_zoned(super::schedule::zone(&task.timezone).unwrap_or_else(|_| {
-                super::schedule::zone(&shared.loaded.config.system.timezone).unwrap_or(jiff::tz::TimeZone::UTC)
-            }))
-            .strftime("%A %Y-%m-%d %H:%M %Z")
-            .to_string();
+        let local =
+            claim.slot.to_zoned(shared.scheduler.display_zone(task)).strftime("%A %Y-%m-%d %H:%M %Z").to_string();
         let text = match task.kind {
             TaskKind::Heartbeat => format!(
                 "Heartbeat \"{}\" ({local}). {}\n\nIf nothing needs the user's attention, answer with the single word \

@@ -485,6 +485,23 @@ pub struct Scheduler {
     wake: tokio::sync::Notify,
 }
 
+/// The time zone `record`'s schedule is read in: its own, else `default`.
+fn zone_for(record: &TaskRecord, default: &jiff::tz::TimeZone) -> Result<jiff::tz::TimeZone, ScheduleError> {
+    if record.timezone.is_empty() {
+        Ok(default.clone())
+    } else {
+        schedule::zone(&record.timezone)
+    }
+}
+
+/// The `user_id`/`group_id` pair a task of `context` carries.
+pub fn owner_ids(context: &Context) -> (String, String) {
+    match context.kind {
+        ContextKind::User => (context.id.clone(), String::new()),
+        ContextKind::Group => (String::new(), context.id.clone()),
+    }
+}
+
 fn new_id(prefix: &str) -> String {
     let simple = uuid::Uuid::new_v4().simple().to_string();
     format!("{prefix}{}", &simple[..12])
@@ -528,9 +545,8 @@ impl Scheduler {
                     continue;
                 }
             };
-            let zone =
-                if record.timezone.is_empty() { Ok(default_zone.clone()) } else { schedule::zone(&record.timezone) };
-            let schedule = match zone.and_then(|zone| Schedule::new(&record.schedule, zone)) {
+            let schedule = match zone_for(&record, &default_zone).and_then(|zone| Schedule::new(&record.schedule, zone))
+            {
                 Ok(schedule) => Some(schedule),
                 Err(error) => {
                     tracing::error!(task = %record.id, %error, "a stored task's schedule does not read; it will not run");
@@ -634,11 +650,18 @@ impl Scheduler {
     }
 
     fn zone_of(&self, record: &TaskRecord) -> Result<jiff::tz::TimeZone, ScheduleError> {
-        if record.timezone.is_empty() {
-            Ok(self.default_zone.clone())
-        } else {
-            schedule::zone(&record.timezone)
-        }
+        zone_for(record, &self.default_zone)
+    }
+
+    /// The time zone to show `record`'s times in: its own, else `system.timezone` (also when
+    /// its own no longer reads).
+    pub fn display_zone(&self, record: &TaskRecord) -> jiff::tz::TimeZone {
+        self.zone_of(record).unwrap_or_else(|_gone| self.default_zone.clone())
+    }
+
+    /// `system.timezone`.
+    pub fn default_zone(&self) -> &jiff::tz::TimeZone {
+        &self.default_zone
     }
 
     /// Checks and stores a new task; its id, status, times and counts are the scheduler's to
@@ -853,10 +876,7 @@ impl Scheduler {
                 }
                 let spec = schedule::cadence_schedule(section.cadence, section.active_hours.as_deref(), draw);
                 let schedule = Schedule::new(&spec, self.default_zone.clone())?;
-                let (user_id, group_id) = match context.kind {
-                    ContextKind::User => (context.id.clone(), String::new()),
-                    ContextKind::Group => (String::new(), context.id.clone()),
-                };
+                let (user_id, group_id) = owner_ids(context);
                 let record = TaskRecord {
                     id: new_id("hb-"),
                     kind: TaskKind::Heartbeat,
@@ -1244,9 +1264,11 @@ impl Scheduler {
             for claim in self.tick(now) {
                 tracker.spawn(self.clone().carry_out(claim, executor.clone(), cancel.clone()));
             }
-            let saver = self.clone();
-            // silent-ok: a failed save is logged inside; the ledger covers a lost one.
-            drop(tokio::task::spawn_blocking(move || saver.save_after_tick()).await);
+            if self.dirty.load(std::sync::atomic::Ordering::Acquire) {
+                let saver = self.clone();
+                // silent-ok: a failed save is logged inside; the ledger covers a lost one.
+                drop(tokio::task::spawn_blocking(move || saver.save_after_tick()).await);
+            }
             let failed = self.claim_failed.swap(false, std::sync::atomic::Ordering::AcqRel);
             let wait = match self.next_due() {
                 _ if failed => Duration::from_secs(5),

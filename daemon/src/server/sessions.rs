@@ -68,6 +68,37 @@ fn role_of_name(name: &str) -> v1::AgentRole {
         .map_or(v1::AgentRole::Unspecified, |role| super::role_ref(*role))
 }
 
+/// A user's message as a request carries it.
+struct Written<'a> {
+    sender_id: &'a str,
+    channel: i32,
+    session_id: String,
+    parent_entry_id: String,
+    content: String,
+}
+
+/// A message for the orchestrator: its session id checked (`field` names it in the error), the
+/// sender one the caller may write as, the channel the caller's.
+fn incoming(
+    caller: &Caller,
+    context: Context,
+    written: Written<'_>,
+    field: &str,
+) -> Result<crate::orchestrator::Incoming, Status> {
+    if !written.session_id.is_empty() {
+        valid_id(&written.session_id, field)?;
+    }
+    let sender = sender_of(caller, &context, written.sender_id)?;
+    Ok(crate::orchestrator::Incoming {
+        context,
+        session: (!written.session_id.is_empty()).then_some(written.session_id),
+        sender,
+        channel: channel_of(caller, written.channel),
+        content: written.content,
+        parent: (!written.parent_entry_id.is_empty()).then_some(written.parent_entry_id),
+    })
+}
+
 pub(super) fn channel_name(channel: i32) -> Option<String> {
     match v1::ChannelType::try_from(channel) {
         Ok(v1::ChannelType::Tui) => Some("tui".into()),
@@ -307,18 +338,14 @@ impl v1::sessions_server::Sessions for SessionsService {
         let event = request.into_inner();
         match event.event {
             Some(v1::channel_event::Event::UserMessage(message)) => {
-                let sender = sender_of(&caller, &context, &event.sender_id)?;
-                if !message.session_id.is_empty() {
-                    valid_id(&message.session_id, "user_message.session_id")?;
-                }
-                let incoming = crate::orchestrator::Incoming {
-                    context,
-                    session: (!message.session_id.is_empty()).then_some(message.session_id),
-                    sender,
-                    channel: channel_of(&caller, event.channel),
+                let written = Written {
+                    sender_id: &event.sender_id,
+                    channel: event.channel,
+                    session_id: message.session_id,
+                    parent_entry_id: message.parent_entry_id,
                     content: message.content,
-                    parent: (!message.parent_entry_id.is_empty()).then_some(message.parent_entry_id),
                 };
+                let incoming = incoming(&caller, context, written, "user_message.session_id")?;
                 let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
                 Ok(Response::new(v1::Ack {
                     message: format!("turn {} in session {}", accepted.turn, accepted.session),
@@ -343,18 +370,14 @@ impl v1::sessions_server::Sessions for SessionsService {
         )?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group who writes"))?;
         let message = request.into_inner();
-        if !message.session_id.is_empty() {
-            valid_id(&message.session_id, "session_id")?;
-        }
-        let sender = sender_of(&caller, &context, &message.sender_id)?;
-        let incoming = crate::orchestrator::Incoming {
-            context,
-            session: (!message.session_id.is_empty()).then_some(message.session_id),
-            sender,
-            channel: channel_of(&caller, message.channel),
+        let written = Written {
+            sender_id: &message.sender_id,
+            channel: message.channel,
+            session_id: message.session_id,
+            parent_entry_id: message.parent_entry_id,
             content: message.content,
-            parent: (!message.parent_entry_id.is_empty()).then_some(message.parent_entry_id),
         };
+        let incoming = incoming(&caller, context, written, "session_id")?;
         let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
         Ok(Response::new(v1::SendUserMessageResponse {
             session_id: accepted.session,

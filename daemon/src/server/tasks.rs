@@ -24,8 +24,7 @@ fn status_of(error: SchedulerError) -> Status {
 
 impl TasksService {
     fn zone_of(&self, task: &TaskRecord) -> jiff::tz::TimeZone {
-        let name = if task.timezone.is_empty() { &self.shared.loaded.config.system.timezone } else { &task.timezone };
-        crate::scheduler::schedule::zone(name).unwrap_or(jiff::tz::TimeZone::UTC)
+        self.shared.scheduler.display_zone(task)
     }
 
     fn definition(&self, task: &TaskRecord) -> v1::TaskDefinition {
@@ -186,8 +185,7 @@ impl v1::tasks_server::Tasks for TasksService {
                 if let Caller::Container(_) = check(&self.shared, &request, Operation::ListTaskRuns, None, None)? {
                     return Err(status_of(SchedulerError::NotFound(id)));
                 }
-                crate::scheduler::schedule::zone(&self.shared.loaded.config.system.timezone)
-                    .unwrap_or(jiff::tz::TimeZone::UTC)
+                self.shared.scheduler.default_zone().clone()
             }
         };
         let rows = self.shared.scheduler.runs(&id, limit);
