@@ -1,4 +1,5 @@
-//! `baaaht tui` (issue 16), in progress: the state machine first; the terminal and the daemon
-//! loop come next.
+//! `baaaht tui` (issue 16), in progress: the state machine and the view first; the terminal
+//! and the daemon loop come next.
 
 pub mod state;
+pub mod view;
