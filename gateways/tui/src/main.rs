@@ -92,6 +92,16 @@ enum Command {
         #[command(subcommand)]
         command: GroupsCommand,
     },
+    /// The terminal client: the context's conversation, live (in progress: issue 16)
+    Tui {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// Who writes, in a group [default: $USER]
+        #[arg(long = "as", value_name = "ID", requires = "group")]
+        sender: Option<String>,
+    },
     /// Scheduled tasks and heartbeats: list, show, runs, next, add, pause, resume, cancel
     Tasks {
         #[command(subcommand)]
@@ -415,6 +425,17 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Groups { command } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             groups(&mut client, &socket, command).await
+        }
+        Command::Tui { user, group, sender } => {
+            let env = |key: &str| std::env::var(key).ok();
+            let in_group = group.is_some();
+            let context = baaaht_cli::chat::context(user, group, env);
+            let sender = match sender {
+                Some(sender) => sender,
+                None if in_group => baaaht_cli::chat::login(env),
+                None => context.id.clone(),
+            };
+            baaaht_cli::tui::run::run(baaaht_cli::tui::run::Target { socket, context, sender }).await
         }
         Command::Tasks { command } => {
             let mut client = baaaht_cli::connect(&socket).await?;

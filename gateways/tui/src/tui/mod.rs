@@ -1,5 +1,5 @@
-//! `baaaht tui` (issue 16), in progress: the state machine and the view first; the terminal
-//! and the daemon loop come next.
+//! `baaaht tui` (issue 16), in progress: the state machine, the view and the loop.
 
+pub mod run;
 pub mod state;
 pub mod view;

@@ -87,6 +87,8 @@ pub enum Input {
     Inbox(Vec<v1::InboxItem>),
     /// A command's answer, to show.
     Said(String),
+    /// Nothing changed but the screen's size: draw again.
+    Redraw,
 }
 
 /// The `/` commands.
@@ -307,6 +309,7 @@ impl App {
                 self.info(text);
                 vec![]
             }
+            Input::Redraw => vec![],
         }
     }
 
