@@ -157,7 +157,31 @@ async fn act(socket: &Path, target: &Target, session: Option<String>, action: Ac
             Command::New => {
                 let request = v1::NewSessionRequest { context: Some(target.context.clone()), title: String::new() };
                 match client.sessions.new_session(request).await {
-                    Ok(header) => said(format!("new session {}", header.into_inner().id)),
+                    Ok(header) => Some(Input::Switched { session: header.into_inner().id }),
+                    Err(status) => failed(status),
+                }
+            }
+            Command::Resume(id) => match client.sessions.resume_session(v1::SessionRef { session_id: id }).await {
+                Ok(header) => Some(Input::Switched { session: header.into_inner().id }),
+                Err(status) => failed(status),
+            },
+            Command::Fork => {
+                let request = v1::ForkSessionRequest { session_id: session, entry_id: String::new() };
+                match client.sessions.fork_session(request).await {
+                    Ok(header) => Some(Input::Switched { session: header.into_inner().id }),
+                    Err(status) => failed(status),
+                }
+            }
+            Command::Sessions => {
+                let (user_id, group_id) = if target.context.r#type == v1::ContextType::Group as i32 {
+                    (String::new(), target.context.id.clone())
+                } else {
+                    (target.context.id.clone(), String::new())
+                };
+                let filter =
+                    v1::SessionFilter { user_id, group_id, context_type: target.context.r#type, ..Default::default() };
+                match client.sessions.list_sessions(filter).await {
+                    Ok(list) => said(crate::chat::sessions_text(&list.into_inner())),
                     Err(status) => failed(status),
                 }
             }
@@ -197,9 +221,8 @@ async fn act(socket: &Path, target: &Target, session: Option<String>, action: Ac
                     Err(status) => failed(status),
                 }
             }
-            Command::Sessions | Command::Resume(_) | Command::Fork | Command::Help | Command::Quit => {
-                said("this command comes with the next step of the TUI".into())
-            }
+            // Answered by the state machine itself.
+            Command::Help | Command::Quit => None,
         },
     }
 }

@@ -89,6 +89,10 @@ pub enum Input {
     Said(String),
     /// Nothing changed but the screen's size: draw again.
     Redraw,
+    /// Messages go to another session from now on (after /new, /resume, /fork).
+    Switched {
+        session: String,
+    },
 }
 
 /// The `/` commands.
@@ -310,6 +314,12 @@ impl App {
                 vec![]
             }
             Input::Redraw => vec![],
+            Input::Switched { session } => {
+                self.live = None;
+                self.info(format!("now in session {session}"));
+                self.session = Some(session);
+                vec![]
+            }
         }
     }
 
@@ -588,6 +598,15 @@ mod tests {
         typed(&mut app, "/help");
         assert!(app.handle(Input::Key(Key::Enter)).is_empty());
         assert!(matches!(app.blocks.last(), Some(Block::Info { text }) if text.contains("/tasks")));
+    }
+
+    #[test]
+    fn switching_sessions_sends_there_from_then_on() {
+        let mut app = App::new("user:alice");
+        app.handle(Input::Connected { session: "s-1".into() });
+        app.handle(Input::Switched { session: "s-2".into() });
+        assert_eq!(app.session.as_deref(), Some("s-2"));
+        assert!(matches!(app.blocks.last(), Some(Block::Info { text }) if text == "now in session s-2"));
     }
 
     #[test]
