@@ -68,6 +68,9 @@ pub struct SessionRecord {
     /// `last_activity` as seconds since the epoch, for idling and archival.
     #[serde(default)]
     pub last_activity_seconds: u64,
+    /// The session and entry this one was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<log::ForkPoint>,
 }
 
 impl SessionRecord {
@@ -473,6 +476,7 @@ fn record_of(header: &log::Header, now: u64) -> SessionRecord {
         model: None,
         leaf: None,
         last_activity_seconds: now,
+        forked_from: header.forked_from.clone(),
     }
 }
 
