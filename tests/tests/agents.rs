@@ -757,6 +757,12 @@ fn a_turn_cancelled_during_a_delegation_stops_its_agents_and_the_session_says_so
             assert!(tokio::time::Instant::now() < deadline, "the worker never asked the model");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Status shows the turn's containers with what the engine measures of them.
+        let status =
+            client.system.get_status(v1::StatusRequest { containers: true }).await.expect("status").into_inner();
+        let worker = status.containers.iter().find(|c| c.role == "worker").expect("the worker's container is listed");
+        assert_eq!((worker.session_id.as_str(), worker.context.as_str()), (sent.session_id.as_str(), "user:alice"));
+        assert!(worker.memory_bytes > 0 && worker.memory_limit_bytes >= worker.memory_bytes, "{worker:?}");
         let cancel = v1::CancelTurnRequest { session_id: sent.session_id.clone(), turn_id: sent.turn_id.clone() };
         let ack = client.sessions.cancel_turn(cancel.clone()).await.expect("cancel").into_inner();
         assert_eq!(ack.message, format!("cancelled {}", sent.turn_id));

@@ -26,6 +26,9 @@ enum Command {
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
+        /// Also each container's CPU and memory (takes about a second)
+        #[arg(long)]
+        containers: bool,
     },
     /// Check that containers are confined: run the self-test in a fresh hardened container
     Doctor {
@@ -364,11 +367,11 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), CliError> {
     let socket = cli.socket.unwrap_or_else(|| baaaht_cli::default_socket(|key| std::env::var(key).ok()));
     match cli.command {
-        Command::Status { json } => {
+        Command::Status { json, containers } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             let response = client
                 .system
-                .get_status(v1::StatusRequest {})
+                .get_status(v1::StatusRequest { containers })
                 .await
                 .map_err(|status| CliError::from_status(status, &socket))?
                 .into_inner();

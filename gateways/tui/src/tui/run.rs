@@ -199,7 +199,7 @@ async fn act(socket: &Path, target: &Target, session: Option<String>, action: Ac
                     Err(status) => failed(status),
                 }
             }
-            Command::Status => match client.system.get_status(v1::StatusRequest {}).await {
+            Command::Status => match client.system.get_status(v1::StatusRequest { containers: true }).await {
                 Ok(status) => said(crate::status::to_text(&status.into_inner())),
                 Err(status) => failed(status),
             },

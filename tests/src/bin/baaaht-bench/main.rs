@@ -165,7 +165,7 @@ fn daemon(runs: usize) -> Result<()> {
         // TestDaemon::start returns at READY=1; the socket is bound before that.
         runtime.block_on(async {
             let mut client = client::connect(&daemon.socket(), ConnectOptions::default()).await?;
-            client.system.get_status(v1::StatusRequest {}).await?;
+            client.system.get_status(v1::StatusRequest::default()).await?;
             anyhow::Ok(())
         })?;
         first_rpc.values.push(started.elapsed().as_secs_f64() * 1e3);
