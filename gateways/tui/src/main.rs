@@ -104,6 +104,9 @@ enum Command {
         /// Who writes, in a group [default: $USER]
         #[arg(long = "as", value_name = "ID", requires = "group")]
         sender: Option<String>,
+        /// Colours for a dark or a light terminal [default: asks the terminal]
+        #[arg(long, value_enum, default_value_t)]
+        theme: baaaht_cli::tui::theme::Choice,
     },
     /// Scheduled tasks and heartbeats: list, show, runs, next, add, pause, resume, cancel
     Tasks {
@@ -429,7 +432,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let mut client = baaaht_cli::connect(&socket).await?;
             groups(&mut client, &socket, command).await
         }
-        Command::Tui { user, group, sender } => {
+        Command::Tui { user, group, sender, theme } => {
             let env = |key: &str| std::env::var(key).ok();
             let in_group = group.is_some();
             let context = baaaht_cli::chat::context(user, group, env);
@@ -438,7 +441,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 None if in_group => baaaht_cli::chat::login(env),
                 None => context.id.clone(),
             };
-            baaaht_cli::tui::run::run(baaaht_cli::tui::run::Target { socket, context, sender }).await
+            baaaht_cli::tui::run::run(baaaht_cli::tui::run::Target { socket, context, sender, theme }).await
         }
         Command::Tasks { command } => {
             let mut client = baaaht_cli::connect(&socket).await?;

@@ -15,6 +15,8 @@ pub enum Block {
     },
     Assistant {
         text: String,
+        /// The model's thinking before it answered (folded unless shown).
+        thinking: String,
     },
     /// A delegation or a tool call: one compact line.
     Activity {
@@ -68,7 +70,18 @@ pub enum Key {
     Down,
     PageUp,
     PageDown,
+    /// The mouse wheel: three lines.
+    ScrollUp,
+    ScrollDown,
+    Home,
+    End,
+    Tab,
+    Esc,
     CtrlC,
+    /// Shows or folds the thinking blocks.
+    CtrlT,
+    /// Copies the newest code block.
+    CtrlY,
     Paste(String),
 }
 
@@ -77,8 +90,10 @@ pub enum Key {
 pub enum Input {
     Key(Key),
     Event(Box<v1::OrchestratorEvent>),
+    /// Following the context; `history` is the session so far, shown when it is not already.
     Connected {
         session: String,
+        history: Vec<Block>,
     },
     Disconnected {
         reason: String,
@@ -89,10 +104,51 @@ pub enum Input {
     Said(String),
     /// Nothing changed but the screen's size: draw again.
     Redraw,
-    /// Messages go to another session from now on (after /new, /resume, /fork).
+    /// Messages go to another session, or another branch of one, from now on (after /new,
+    /// /resume, /fork, /tree): its conversation so far replaces what is shown.
     Switched {
         session: String,
+        history: Vec<Block>,
+        /// The branch's last entry, when a branch other than the newest was chosen.
+        leaf: Option<String>,
     },
+    /// A list to choose from (/resume, /tree).
+    Pick(Picker),
+    /// The context's skills, for completion and /skill:NAME.
+    Skills(Vec<String>),
+    /// The folder whose files complete after `@` (the session's data folder), when readable.
+    Files(Option<std::path::PathBuf>),
+    /// Now following another context (/group).
+    Context {
+        label: String,
+    },
+}
+
+/// What a picker's line leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pick {
+    Session(String),
+    Branch { session: String, leaf: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PickItem {
+    pub label: String,
+    /// Indentation in a tree.
+    pub depth: usize,
+    /// Shown under the list while the line is selected.
+    pub preview: String,
+    pub pick: Pick,
+    /// Where the user is now.
+    pub current: bool,
+}
+
+/// A list to choose from with Up/Down and Enter (Esc leaves it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Picker {
+    pub title: String,
+    pub items: Vec<PickItem>,
+    pub selected: usize,
 }
 
 /// The `/` commands.
@@ -100,11 +156,25 @@ pub enum Input {
 pub enum Command {
     New,
     Sessions,
-    Resume(String),
+    /// A session by id, or (None) a list to browse.
+    Resume(Option<String>),
+    Tree,
+    /// Checks out a branch of a session (from /tree).
+    Branch {
+        session: String,
+        leaf: String,
+    },
     Archive,
     Compact,
     Fork,
-    Model(String),
+    Model(Option<String>),
+    Export(Option<String>),
+    Copy(usize),
+    Group(String),
+    Skill {
+        name: String,
+        text: String,
+    },
     Tasks,
     Usage,
     Status,
@@ -115,8 +185,16 @@ pub enum Command {
 /// What the client should ask the daemon, or do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    Send(String),
-    Cancel { turn: String },
+    /// A message, under `parent` when a branch other than the newest was chosen.
+    Send {
+        text: String,
+        parent: Option<String>,
+    },
+    Cancel {
+        turn: String,
+    },
+    /// Puts this on the clipboard (OSC 52: works over SSH and in tmux).
+    Copy(String),
     Run(Command),
     Quit,
 }
@@ -124,18 +202,28 @@ pub enum Action {
 /// The commands, with what each does (for `/help` and completion).
 pub const COMMANDS: &[(&str, &str)] = &[
     ("/new", "start a new session"),
-    ("/sessions", "list this context's sessions"),
-    ("/resume", "resume a session: /resume ID"),
+    ("/resume", "browse sessions and resume one (or /resume ID)"),
+    ("/tree", "this session's forks and branches; pick one to switch"),
     ("/fork", "start a new session from this one"),
+    ("/sessions", "list this context's sessions"),
     ("/archive", "archive this session"),
     ("/compact", "summarize this session's history for the model"),
-    ("/model", "switch this session's model: /model provider/model"),
-    ("/tasks", "this context's scheduled tasks and their next runs"),
+    ("/model", "the models there are, or switch: /model provider/model"),
+    ("/export", "write this conversation to an HTML file (/export PATH)"),
+    ("/copy", "copy code block N to the clipboard (Ctrl+Y: the newest)"),
+    ("/skill:", "use a skill: /skill:NAME what to do"),
+    ("/group", "talk in a group: /group ID (/group me: back to yours)"),
+    ("/tasks", "this context's scheduled tasks and their last runs"),
     ("/usage", "tokens and cost against the budget"),
-    ("/status", "the daemon, the engine and the containers"),
-    ("/help", "these commands"),
+    ("/status", "the daemon, the engine and your containers"),
+    ("/help", "these commands and keys"),
     ("/quit", "leave (Ctrl+C twice does too)"),
 ];
+
+/// The keys, for /help.
+pub const KEYS: &str = "Enter send · Shift/Alt+Enter or Ctrl+J new line · Up/Down history · Tab complete \
+(/commands, /skill:names, @files) · PgUp/PgDn or the wheel scroll · Ctrl+T thinking · Ctrl+Y copy code · \
+Ctrl+C cancel the turn, twice to quit";
 
 /// Reads a `/` command; the error says what was wrong.
 pub fn parse_command(text: &str) -> Result<Command, String> {
@@ -155,14 +243,34 @@ pub fn parse_command(text: &str) -> Result<Command, String> {
             Err(format!("{name} takes no argument"))
         }
     };
+    let optional = |usage: &str| -> Result<Option<String>, String> {
+        match rest.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some((*one).to_string())),
+            _ => Err(format!("usage: {usage}")),
+        }
+    };
+    if let Some(skill) = name.strip_prefix("/skill:") {
+        if skill.is_empty() {
+            return Err("usage: /skill:NAME what to do (Tab lists the skills)".into());
+        }
+        return Ok(Command::Skill { name: skill.to_string(), text: rest.join(" ") });
+    }
     match name {
         "/new" => bare(Command::New),
         "/sessions" => bare(Command::Sessions),
-        "/resume" => argument("/resume SESSION-ID").map(Command::Resume),
+        "/resume" => optional("/resume [SESSION-ID]").map(Command::Resume),
+        "/tree" => bare(Command::Tree),
         "/fork" => bare(Command::Fork),
         "/archive" => bare(Command::Archive),
         "/compact" => bare(Command::Compact),
-        "/model" => argument("/model provider/model").map(Command::Model),
+        "/model" => optional("/model [provider/model]").map(Command::Model),
+        "/export" => optional("/export [FILE.html]").map(Command::Export),
+        "/copy" => match rest.as_slice() {
+            [n] => n.parse().ok().filter(|n| *n > 0).map(Command::Copy).ok_or_else(|| format!("/copy: `{n}` is not a code block's number (they are shown as [N])")),
+            _ => Err("usage: /copy N (the number shown on the code block)".into()),
+        },
+        "/group" => argument("/group GROUP-ID (or /group me)").map(Command::Group),
         "/tasks" => bare(Command::Tasks),
         "/usage" => bare(Command::Usage),
         "/status" => bare(Command::Status),
@@ -172,9 +280,80 @@ pub fn parse_command(text: &str) -> Result<Command, String> {
     }
 }
 
-/// The commands `prefix` may complete to.
-pub fn complete(prefix: &str) -> Vec<&'static str> {
-    COMMANDS.iter().map(|(name, _)| *name).filter(|name| name.starts_with(prefix)).collect()
+/// The commands `prefix` may complete to (`/skill:NAME` for each of `skills`).
+pub fn complete(prefix: &str, skills: &[String]) -> Vec<String> {
+    let commands = COMMANDS.iter().map(|(name, _)| (*name).to_string()).filter(|name| name != "/skill:");
+    let skills = skills.iter().map(|skill| format!("/skill:{skill}"));
+    commands.chain(skills).filter(|name| name.starts_with(prefix)).collect()
+}
+
+/// The entries of `root` that `prefix` (a path relative to it) may complete to; folders end
+/// in `/`. Nothing outside `root` is listed: `..` and absolute paths complete to nothing.
+pub fn complete_path(root: &std::path::Path, prefix: &str) -> Vec<String> {
+    let (folder, start) = match prefix.rfind('/') {
+        Some(at) => (&prefix[..=at], &prefix[at + 1..]),
+        None => ("", prefix),
+    };
+    let outside = std::path::Path::new(folder).components().any(|part| !matches!(part, std::path::Component::Normal(_)));
+    if outside {
+        return vec![];
+    }
+    let Ok(entries) = std::fs::read_dir(root.join(folder)) else { return vec![] };
+    let mut found: Vec<String> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            if !name.starts_with(start) || (name.starts_with('.') && !start.starts_with('.')) {
+                return None;
+            }
+            let folder_mark = if entry.file_type().ok()?.is_dir() { "/" } else { "" };
+            Some(format!("{folder}{name}{folder_mark}"))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The longest start all of `words` share.
+fn common_prefix(words: &[String]) -> String {
+    let Some(first) = words.first() else { return String::new() };
+    let mut end = first.len();
+    for word in &words[1..] {
+        end = end.min(first.bytes().zip(word.bytes()).take_while(|(a, b)| a == b).count());
+    }
+    while !first.is_char_boundary(end) {
+        end -= 1;
+    }
+    first[..end].to_string()
+}
+
+/// A session's entries as the screen shows them.
+pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
+    use v1::session_entry::Entry;
+    let mut blocks = vec![];
+    for entry in entries {
+        match &entry.entry {
+            Some(Entry::Message(message)) => blocks.push(match message.role.as_str() {
+                "user" => Block::User {
+                    sender: message.sender_id.clone(),
+                    channel: channel_name(message.channel),
+                    text: message.content.clone(),
+                },
+                "assistant" => Block::Assistant { text: message.content.clone(), thinking: String::new() },
+                _ => Block::Info { text: message.content.clone() },
+            }),
+            Some(Entry::Delegate(delegate)) => {
+                let task = delegate.task.lines().next().unwrap_or_default();
+                blocks.push(Block::Activity { text: format!("→ {}: {task}", role_name(delegate.agent)) });
+            }
+            Some(Entry::Compaction(_)) => blocks.push(Block::Info { text: "(earlier messages were summarized)".into() }),
+            Some(Entry::ModelChange(change)) => {
+                blocks.push(Block::Info { text: format!("model: {} → {}", change.previous_model, change.new_model) })
+            }
+            None => {}
+        }
+    }
+    blocks
 }
 
 /// The text being written, a cursor in it (a char index).
@@ -226,6 +405,15 @@ pub struct App {
     pub connection: Connection,
     /// Lines scrolled up from the bottom.
     pub scroll: usize,
+    pub theme: super::theme::Theme,
+    pub show_thinking: bool,
+    pub picker: Option<Picker>,
+    /// Completions offered by the last Tab, shown above the editor.
+    pub offered: Vec<String>,
+    /// The entry the next message hangs under, when a branch other than the newest was chosen.
+    pub parent: Option<String>,
+    pub skills: Vec<String>,
+    pub files: Option<std::path::PathBuf>,
     history: Vec<String>,
     /// Where Up/Down is in `history` (None: the draft).
     browsing: Option<usize>,
@@ -266,6 +454,13 @@ impl App {
             draft: Draft::default(),
             connection: Connection::Connecting,
             scroll: 0,
+            theme: super::theme::Theme::dark(),
+            show_thinking: false,
+            picker: None,
+            offered: vec![],
+            parent: None,
+            skills: vec![],
+            files: None,
             history: vec![],
             browsing: None,
             stashed: String::new(),
@@ -280,46 +475,158 @@ impl App {
     /// Takes one input; returns what the client should do.
     pub fn handle(&mut self, input: Input) -> Vec<Action> {
         match input {
-            Input::Key(key) => self.key(key),
-            Input::Event(event) => {
-                self.event(*event);
-                vec![]
-            }
-            Input::Connected { session } => {
+            Input::Key(key) => return self.key(key),
+            Input::Event(event) => self.event(*event),
+            Input::Connected { session, history } => {
+                if self.session.as_deref() != Some(session.as_str()) {
+                    self.blocks = history;
+                    self.parent = None;
+                }
                 if matches!(self.connection, Connection::Reconnecting { .. }) {
                     self.info("reconnected");
                 }
                 self.connection = Connection::Connected;
                 self.session = Some(session);
-                vec![]
             }
             Input::Disconnected { reason } => {
                 // A turn in flight is the daemon's to finish or end; its text so far stays.
                 if let Some(live) = self.live.take() {
                     if !live.text.is_empty() {
-                        self.blocks.push(Block::Assistant { text: live.text });
+                        self.blocks.push(Block::Assistant { text: live.text, thinking: live.thinking });
                     }
                 }
                 self.connection = Connection::Reconnecting { reason };
-                vec![]
             }
             Input::Inbox(items) => {
                 for item in items {
                     self.blocks.push(Block::Notice { title: item.title, text: item.content, error: false });
                 }
-                vec![]
             }
-            Input::Said(text) => {
-                self.info(text);
-                vec![]
-            }
-            Input::Redraw => vec![],
-            Input::Switched { session } => {
+            Input::Said(text) => self.info(text),
+            Input::Redraw => {}
+            Input::Switched { session, history, leaf } => {
                 self.live = None;
-                self.info(format!("now in session {session}"));
+                self.blocks = history;
+                self.scroll = 0;
+                let branch = if leaf.is_some() { " (an earlier branch: your next message starts from it)" } else { "" };
+                self.info(format!("now in session {session}{branch}"));
                 self.session = Some(session);
+                self.parent = leaf;
+            }
+            Input::Pick(picker) => {
+                if picker.items.is_empty() {
+                    self.info(format!("{}: nothing to choose from", picker.title));
+                } else {
+                    self.picker = Some(picker);
+                }
+            }
+            Input::Skills(skills) => self.skills = skills,
+            Input::Files(root) => self.files = root,
+            Input::Context { label } => {
+                self.context = label;
+                self.session = None;
+                self.blocks.clear();
+                self.live = None;
+                self.parent = None;
+                self.connection = Connection::Connecting;
+            }
+        }
+        vec![]
+    }
+
+    /// The code blocks of the conversation, numbered from 1 in the order shown.
+    pub fn code_blocks(&self) -> Vec<String> {
+        let answers = self.blocks.iter().filter_map(|block| match block {
+            Block::Assistant { text, .. } => Some(text.as_str()),
+            _ => None,
+        });
+        answers.chain(self.live.iter().map(|live| live.text.as_str())).flat_map(super::markdown::code_blocks).collect()
+    }
+
+    fn copy(&mut self, number: Option<usize>) -> Vec<Action> {
+        let blocks = self.code_blocks();
+        let chosen = match number {
+            None => blocks.len().checked_sub(1),
+            Some(n) => n.checked_sub(1).filter(|at| *at < blocks.len()),
+        };
+        match chosen {
+            Some(at) => {
+                self.info(format!("code block [{}] copied to the clipboard", at + 1));
+                vec![Action::Copy(blocks[at].clone())]
+            }
+            None if blocks.is_empty() => {
+                self.info("there is no code block to copy yet");
                 vec![]
             }
+            None => {
+                self.blocks.push(Block::Error {
+                    text: format!("there is no code block [{}]; they go from [1] to [{}]", number.unwrap_or(0), blocks.len()),
+                });
+                vec![]
+            }
+        }
+    }
+
+    fn pick_key(&mut self, key: Key) -> Vec<Action> {
+        let Some(picker) = &mut self.picker else { return vec![] };
+        match key {
+            Key::Up => picker.selected = picker.selected.saturating_sub(1),
+            Key::Down => picker.selected = (picker.selected + 1).min(picker.items.len().saturating_sub(1)),
+            Key::PageUp => picker.selected = picker.selected.saturating_sub(10),
+            Key::PageDown => picker.selected = (picker.selected + 10).min(picker.items.len().saturating_sub(1)),
+            Key::Esc | Key::CtrlC => self.picker = None,
+            Key::Enter => {
+                let chosen = picker.items.get(picker.selected).map(|item| item.pick.clone());
+                self.picker = None;
+                return match chosen {
+                    Some(Pick::Session(id)) if Some(&id) == self.session.as_ref() && self.parent.is_none() => {
+                        self.info("already here");
+                        vec![]
+                    }
+                    Some(Pick::Session(id)) => vec![Action::Run(Command::Resume(Some(id)))],
+                    Some(Pick::Branch { session, leaf }) => vec![Action::Run(Command::Branch { session, leaf })],
+                    None => vec![],
+                };
+            }
+            _ => {}
+        }
+        vec![]
+    }
+
+    fn tab(&mut self) {
+        let text = self.draft.text.clone();
+        let before: String = text.chars().take(self.draft.cursor).collect();
+        let word_start = before.rfind(char::is_whitespace).map_or(0, |at| at + 1);
+        let word = &before[word_start..];
+        let (candidates, lead) = if word_start == 0 && word.starts_with('/') {
+            (complete(word, &self.skills), "")
+        } else if let Some(path) = word.strip_prefix('@') {
+            match &self.files {
+                Some(root) => (complete_path(root, path), "@"),
+                None => {
+                    self.info("the session's files cannot be listed from here (the daemon's data folder is not readable)");
+                    return;
+                }
+            }
+        } else {
+            return;
+        };
+        let completed = match candidates.as_slice() {
+            [] => {
+                self.offered = vec![];
+                return;
+            }
+            [one] if one.ends_with('/') || lead == "@" => one.clone(),
+            [one] => format!("{one} "),
+            many => common_prefix(many),
+        };
+        self.offered = if candidates.len() > 1 { candidates } else { vec![] };
+        let replacement = format!("{lead}{completed}");
+        if replacement.len() > word.len() {
+            let after: String = text.chars().skip(self.draft.cursor).collect();
+            let start = before[..word_start].to_string();
+            self.draft.text = format!("{start}{replacement}{after}");
+            self.draft.cursor = start.chars().count() + replacement.chars().count();
         }
     }
 
@@ -327,18 +634,32 @@ impl App {
         if key != Key::CtrlC {
             self.quit_armed = false;
         }
+        if self.picker.is_some() {
+            return self.pick_key(key);
+        }
+        if key != Key::Tab {
+            self.offered.clear();
+        }
         match key {
             Key::Char(c) => self.draft.insert(&c.to_string()),
-            Key::Paste(text) => self.draft.insert(&text.replace("\r\n", "\n")),
+            Key::Paste(text) => self.draft.insert(&text.replace("\r\n", "\n").replace('\r', "\n")),
             Key::NewLine => self.draft.insert("\n"),
             Key::Backspace => self.draft.backspace(),
             Key::Left => self.draft.cursor = self.draft.cursor.saturating_sub(1),
             Key::Right => self.draft.cursor = (self.draft.cursor + 1).min(self.draft.text.chars().count()),
+            Key::Home => self.draft.cursor = 0,
+            Key::End => self.draft.cursor = self.draft.text.chars().count(),
             Key::Up if !self.draft.text.contains('\n') => self.history_back(),
             Key::Down if !self.draft.text.contains('\n') => self.history_forward(),
             Key::Up | Key::Down => {}
             Key::PageUp => self.scroll += 10,
             Key::PageDown => self.scroll = self.scroll.saturating_sub(10),
+            Key::ScrollUp => self.scroll += 3,
+            Key::ScrollDown => self.scroll = self.scroll.saturating_sub(3),
+            Key::Tab => self.tab(),
+            Key::Esc => self.scroll = 0,
+            Key::CtrlT => self.show_thinking = !self.show_thinking,
+            Key::CtrlY => return self.copy(None),
             Key::Enter => return self.submit(),
             Key::CtrlC => {
                 if let Some(live) = &self.live {
@@ -370,8 +691,20 @@ impl App {
                 Ok(Command::Quit) => vec![Action::Quit],
                 Ok(Command::Help) => {
                     let lines: Vec<String> = COMMANDS.iter().map(|(name, what)| format!("{name:<10} {what}")).collect();
-                    self.info(lines.join("\n"));
+                    self.info(format!("{}\n\n{KEYS}", lines.join("\n")));
                     vec![]
+                }
+                Ok(Command::Copy(number)) => self.copy(Some(number)),
+                Ok(Command::Skill { name, .. }) if !self.skills.is_empty() && !self.skills.contains(&name) => {
+                    self.blocks.push(Block::Error {
+                        text: format!("there is no skill `{name}`; there are: {}", self.skills.join(", ")),
+                    });
+                    vec![]
+                }
+                Ok(Command::Skill { name, text }) => {
+                    let ask = if text.is_empty() { "Use it for what comes next.".to_string() } else { text };
+                    let parent = self.parent.take();
+                    vec![Action::Send { text: format!("Use the `{name}` skill (read it first). {ask}"), parent }]
                 }
                 Ok(command) => vec![Action::Run(command)],
                 Err(error) => {
@@ -380,7 +713,7 @@ impl App {
                 }
             };
         }
-        vec![Action::Send(text)]
+        vec![Action::Send { text, parent: self.parent.take() }]
     }
 
     fn history_back(&mut self) {
@@ -413,6 +746,11 @@ impl App {
     fn event(&mut self, event: v1::OrchestratorEvent) {
         use v1::orchestrator_event::Event;
         let Some(kind) = event.event else { return };
+        // The context's other sessions go on without this screen; notices are for everyone.
+        let elsewhere = !event.session_id.is_empty() && self.session.as_deref().is_some_and(|s| s != event.session_id);
+        if elsewhere && !matches!(kind, Event::Notice(_)) {
+            return;
+        }
         match kind {
             Event::UserMessage(message) => {
                 self.blocks.push(Block::User {
@@ -438,17 +776,20 @@ impl App {
                 self.blocks.push(Block::Activity { text });
             }
             Event::Reply(reply) => {
-                let text = match self.live.take() {
-                    Some(live) if !live.text.is_empty() => live.text,
-                    _ => reply.content,
+                let (text, thinking) = match self.live.take() {
+                    Some(live) if !live.text.is_empty() => (live.text, live.thinking),
+                    Some(live) => (reply.content, live.thinking),
+                    None => (reply.content, String::new()),
                 };
-                self.blocks.push(Block::Assistant { text });
+                self.blocks.push(Block::Assistant { text, thinking });
             }
             Event::Error(error) => {
                 self.live = None;
                 self.blocks.push(Block::Error { text: error.message });
             }
-            Event::Message(message) => self.blocks.push(Block::Assistant { text: message.content }),
+            Event::Message(message) => {
+                self.blocks.push(Block::Assistant { text: message.content, thinking: String::new() })
+            }
             Event::Notice(notice) => {
                 self.blocks.push(Block::Notice { title: notice.title, text: notice.content, error: notice.is_error })
             }
@@ -470,7 +811,7 @@ mod tests {
 
     fn event(turn: &str, kind: Event) -> Input {
         Input::Event(Box::new(v1::OrchestratorEvent {
-            session_id: "s-1".into(),
+            session_id: String::new(),
             turn_id: turn.into(),
             correlation_id: String::new(),
             event: Some(kind),
@@ -486,9 +827,9 @@ mod tests {
     #[test]
     fn a_turn_streams_into_one_answer_with_its_activity_in_order() {
         let mut app = App::new("user:alice");
-        app.handle(Input::Connected { session: "s-1".into() });
+        app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
         typed(&mut app, "hello");
-        assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Send("hello".into())]);
+        assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Send { text: "hello".into(), parent: None }]);
         assert_eq!(app.draft, Draft::default());
         let entered = v1::UserMessageEntered {
             sender_id: "alice".into(),
@@ -517,7 +858,7 @@ mod tests {
             [
                 Block::User { sender: "alice".into(), channel: None, text: "hello".into() },
                 Block::Activity { text: "→ worker: Look it up".into() },
-                Block::Assistant { text: "Let me check.".into() },
+                Block::Assistant { text: "Let me check.".into(), thinking: String::new() },
             ]
         );
     }
@@ -564,7 +905,7 @@ mod tests {
         typed(&mut app, "second line");
         app.handle(Input::Disconnected { reason: "the daemon restarted".into() });
         assert_eq!(app.connection, Connection::Reconnecting { reason: "the daemon restarted".into() });
-        app.handle(Input::Connected { session: "s-1".into() });
+        app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
         assert_eq!(app.draft.text, "half-written\nsecond line");
         assert!(matches!(app.blocks.last(), Some(Block::Info { text }) if text == "reconnected"));
         // Up in a multi-line draft moves in the draft, not through history.
@@ -587,11 +928,14 @@ mod tests {
 
     #[test]
     fn commands_are_parsed_completed_and_refused_with_a_reason() {
-        assert_eq!(parse_command("/model openai/gpt-4o"), Ok(Command::Model("openai/gpt-4o".into())));
-        assert_eq!(parse_command("/resume"), Err("usage: /resume SESSION-ID".into()));
+        assert_eq!(parse_command("/model openai/gpt-4o"), Ok(Command::Model(Some("openai/gpt-4o".into()))));
+        assert_eq!(parse_command("/resume"), Ok(Command::Resume(None)));
+        assert_eq!(parse_command("/resume a b"), Err("usage: /resume [SESSION-ID]".into()));
+        assert_eq!(parse_command("/skill:summarize this page"), Ok(Command::Skill { name: "summarize".into(), text: "this page".into() }));
+        assert_eq!(parse_command("/copy x"), Err("/copy: `x` is not a code block's number (they are shown as [N])".into()));
         assert_eq!(parse_command("/new please"), Err("/new takes no argument".into()));
         assert_eq!(parse_command("/frobnicate"), Err("/frobnicate is not a command; /help lists them".into()));
-        assert_eq!(complete("/s"), ["/sessions", "/status"]);
+        assert_eq!(complete("/s", &["summarize".into()]), ["/sessions", "/status", "/skill:summarize"]);
         let mut app = App::new("user:alice");
         typed(&mut app, "/tasks");
         assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Run(Command::Tasks)]);
@@ -603,10 +947,26 @@ mod tests {
     #[test]
     fn switching_sessions_sends_there_from_then_on() {
         let mut app = App::new("user:alice");
-        app.handle(Input::Connected { session: "s-1".into() });
-        app.handle(Input::Switched { session: "s-2".into() });
+        app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
+        app.blocks.push(Block::Info { text: "old".into() });
+        let history = vec![Block::User { sender: "alice".into(), channel: None, text: "before".into() }];
+        app.handle(Input::Switched { session: "s-2".into(), history, leaf: Some("e-3".into()) });
         assert_eq!(app.session.as_deref(), Some("s-2"));
-        assert!(matches!(app.blocks.last(), Some(Block::Info { text }) if text == "now in session s-2"));
+        assert_eq!(app.blocks.len(), 2, "the session's conversation replaces the old one: {:?}", app.blocks);
+        assert!(matches!(app.blocks.last(), Some(Block::Info { text }) if text.starts_with("now in session s-2 (an earlier branch")));
+        typed(&mut app, "next");
+        assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Send { text: "next".into(), parent: Some("e-3".into()) }]);
+        typed(&mut app, "then");
+        assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Send { text: "then".into(), parent: None }], "the branch goes on from the new message");
+        // Events of the context's other sessions are not this screen's.
+        let elsewhere = v1::OrchestratorEvent {
+            session_id: "s-other".into(),
+            turn_id: "t9".into(),
+            correlation_id: String::new(),
+            event: Some(Event::TextDelta(v1::TextDelta { text: "elsewhere".into(), ..Default::default() })),
+        };
+        app.handle(Input::Event(Box::new(elsewhere)));
+        assert!(app.live.is_none());
     }
 
     #[test]
@@ -618,5 +978,126 @@ mod tests {
         assert_eq!(app.draft.text, "hélo");
         app.handle(Input::Key(Key::Paste("a\r\nb".into())));
         assert_eq!(app.draft.text, "héla\nbo");
+    }
+
+    #[test]
+    fn tab_completes_commands_skills_and_files_under_the_data_folder() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(folder.path().join("notes")).expect("mkdir");
+        std::fs::write(folder.path().join("notes/todo.md"), "x").expect("write");
+        std::fs::write(folder.path().join("notes/today.md"), "x").expect("write");
+        std::fs::write(folder.path().join(".hidden"), "x").expect("write");
+        let mut app = App::new("user:alice");
+        app.handle(Input::Skills(vec!["summarize".into()]));
+        app.handle(Input::Files(Some(folder.path().to_path_buf())));
+        typed(&mut app, "/tr");
+        app.handle(Input::Key(Key::Tab));
+        assert_eq!(app.draft.text, "/tree ");
+        let mut app2 = app.clone();
+        app2.draft = Draft::default();
+        typed(&mut app2, "/sk");
+        app2.handle(Input::Key(Key::Tab));
+        assert_eq!(app2.draft.text, "/skill:summarize ");
+        let mut app3 = app.clone();
+        app3.draft = Draft::default();
+        typed(&mut app3, "/s");
+        app3.handle(Input::Key(Key::Tab));
+        assert_eq!(app3.offered, ["/sessions", "/status", "/skill:summarize"], "several: all are offered");
+        let mut app4 = app.clone();
+        app4.draft = Draft::default();
+        typed(&mut app4, "read @no");
+        app4.handle(Input::Key(Key::Tab));
+        assert_eq!(app4.draft.text, "read @notes/");
+        app4.handle(Input::Key(Key::Tab));
+        assert_eq!(app4.draft.text, "read @notes/tod", "the common start of todo.md and today.md");
+        assert_eq!(app4.offered, ["notes/today.md", "notes/todo.md"]);
+        typed(&mut app4, "o");
+        app4.handle(Input::Key(Key::Tab));
+        assert_eq!(app4.draft.text, "read @notes/todo.md");
+        assert!(complete_path(folder.path(), "../").is_empty(), "nothing outside the folder");
+        assert_eq!(complete_path(folder.path(), "."), [".hidden"]);
+    }
+
+    #[test]
+    fn thinking_is_kept_with_its_answer_and_code_blocks_are_copied_by_number() {
+        let mut app = App::new("user:alice");
+        app.handle(event("t1", Event::ThinkingDelta(v1::ThinkingDelta { thinking: "hmm".into(), ..Default::default() })));
+        app.handle(event("t1", Event::TextDelta(v1::TextDelta { text: "```sh\necho 1\n```".into(), ..Default::default() })));
+        app.handle(event("t1", Event::Reply(v1::ReplyComplete::default())));
+        assert_eq!(app.blocks, [Block::Assistant { text: "```sh\necho 1\n```".into(), thinking: "hmm".into() }]);
+        app.blocks.push(Block::Assistant { text: "```\nsecond\n```".into(), thinking: String::new() });
+        app.handle(Input::Key(Key::CtrlT));
+        assert!(app.show_thinking);
+        assert_eq!(app.handle(Input::Key(Key::CtrlY)), [Action::Copy("second\n".into())]);
+        typed(&mut app, "/copy 1");
+        assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Copy("echo 1\n".into())]);
+        typed(&mut app, "/copy 3");
+        assert!(app.handle(Input::Key(Key::Enter)).is_empty());
+        assert!(matches!(app.blocks.last(), Some(Block::Error { text }) if text == "there is no code block [3]; they go from [1] to [2]"));
+    }
+
+    #[test]
+    fn a_picker_takes_the_keys_until_a_line_is_chosen_or_it_is_closed() {
+        let mut app = App::new("user:alice");
+        app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
+        let item = |pick: Pick| PickItem { label: String::new(), depth: 0, preview: String::new(), pick, current: false };
+        let picker = Picker {
+            title: "session tree".into(),
+            items: vec![item(Pick::Session("s-1".into())), item(Pick::Branch { session: "s-1".into(), leaf: "e-2".into() })],
+            selected: 0,
+        };
+        app.handle(Input::Pick(picker.clone()));
+        typed(&mut app, "x");
+        assert_eq!(app.draft.text, "", "typing goes to the picker");
+        app.handle(Input::Key(Key::Down));
+        assert_eq!(
+            app.handle(Input::Key(Key::Enter)),
+            [Action::Run(Command::Branch { session: "s-1".into(), leaf: "e-2".into() })]
+        );
+        assert!(app.picker.is_none());
+        app.handle(Input::Pick(picker));
+        app.handle(Input::Key(Key::Esc));
+        assert!(app.picker.is_none());
+        typed(&mut app, "/skill:nope");
+        app.handle(Input::Skills(vec!["summarize".into()]));
+        assert!(app.handle(Input::Key(Key::Enter)).is_empty());
+        assert!(matches!(app.blocks.last(), Some(Block::Error { text }) if text == "there is no skill `nope`; there are: summarize"));
+    }
+
+    #[test]
+    fn a_session_log_is_shown_as_the_conversation_it_was() {
+        use v1::session_entry::Entry;
+        let message = |role: &str, content: &str, channel: v1::ChannelType| v1::SessionEntry {
+            entry: Some(Entry::Message(v1::MessageEntry {
+                role: role.into(),
+                content: content.into(),
+                channel: channel as i32,
+                sender_id: "alice".into(),
+            })),
+            ..Default::default()
+        };
+        let delegate = v1::SessionEntry {
+            entry: Some(Entry::Delegate(v1::DelegateEntry {
+                agent: v1::AgentRole::Coder as i32,
+                task: "Write it\nin full".into(),
+                result: "done".into(),
+            })),
+            ..Default::default()
+        };
+        let entries = [
+            message("user", "hello", v1::ChannelType::Slack),
+            delegate,
+            message("assistant", "hi", v1::ChannelType::Unspecified),
+            message("system", "The turn was cancelled.", v1::ChannelType::Unspecified),
+        ];
+        assert_eq!(
+            blocks_of(&entries),
+            [
+                Block::User { sender: "alice".into(), channel: Some("slack".into()), text: "hello".into() },
+                Block::Activity { text: "→ coder: Write it".into() },
+                Block::Assistant { text: "hi".into(), thinking: String::new() },
+                Block::Info { text: "The turn was cancelled.".into() },
+            ]
+        );
     }
 }

@@ -1,76 +1,56 @@
 //! Draws an [`App`]: the conversation (newest at the bottom, scrollable), a status line and the
 //! draft. Everything shown from agents and models passes through `terminal::clean`.
 
-use ratatui::layout::{Constraint, Layout, Position};
-use ratatui::style::{Color, Modifier, Style};
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block as Frame, Borders, Paragraph};
+use ratatui::widgets::{Block as Frame, Borders, Clear, Paragraph};
+use unicode_width::UnicodeWidthStr;
 
-use super::state::{App, Block, Connection};
+use super::markdown;
+use super::state::{App, Block, Connection, Picker};
 use crate::terminal::clean;
 
-/// `text` cut into lines of at most `width` characters (words kept whole where they fit).
+/// `text` cut into lines at most `width` columns wide (words kept whole where they fit).
 fn wrap(text: &str, width: usize) -> Vec<String> {
-    let width = width.max(1);
-    let mut lines = vec![];
-    for raw in text.split('\n') {
-        let mut line = String::new();
-        for word in raw.split_inclusive(' ') {
-            if line.chars().count() + word.trim_end().chars().count() > width && !line.is_empty() {
-                lines.push(std::mem::take(&mut line).trim_end().to_string());
-            }
-            let mut rest = word;
-            while rest.chars().count() > width {
-                let cut = rest.char_indices().nth(width).map_or(rest.len(), |(at, _)| at);
-                lines.push(rest[..cut].to_string());
-                rest = &rest[cut..];
-            }
-            line.push_str(rest);
-        }
-        lines.push(line.trim_end().to_string());
-    }
-    lines
+    let plain = [(text.to_string(), Style::default())];
+    markdown::wrap_spans(&plain, width, &[], &[]).iter().map(|line| line.to_string()).collect()
 }
 
 fn styled(text: &str, width: usize, style: Style, prefix: &str) -> Vec<Line<'static>> {
-    let inner = width.saturating_sub(prefix.chars().count());
+    let inner = width.saturating_sub(prefix.width());
     wrap(&clean(text), inner)
         .into_iter()
         .enumerate()
         .map(|(index, line)| {
-            let lead = if index == 0 { prefix.to_string() } else { " ".repeat(prefix.chars().count()) };
+            let lead = if index == 0 { prefix.to_string() } else { " ".repeat(prefix.width()) };
             Line::from(vec![Span::styled(lead, style.add_modifier(Modifier::BOLD)), Span::styled(line, style)])
         })
         .collect()
 }
 
-/// A markdown answer: fenced code dimmed, headings bold; the rest as written.
-fn answer(text: &str, width: usize) -> Vec<Line<'static>> {
-    let mut lines = vec![];
-    let mut in_code = false;
-    for raw in clean(text).split('\n') {
-        if raw.trim_start().starts_with("```") {
-            in_code = !in_code;
-            lines.push(Line::styled(raw.to_string(), Style::default().fg(Color::DarkGray)));
-            continue;
-        }
-        let style = if in_code {
-            Style::default().fg(Color::Green)
-        } else if raw.starts_with('#') {
-            Style::default().add_modifier(Modifier::BOLD)
-        } else {
-            Style::default()
-        };
-        for line in wrap(raw, width) {
-            lines.push(Line::styled(line, style));
-        }
+/// Thinking: folded to one line, or shown dimmed when Ctrl+T unfolded it.
+fn thinking(text: &str, app: &App, width: usize, streaming: bool) -> Vec<Line<'static>> {
+    if text.trim().is_empty() {
+        return vec![];
     }
+    if !app.show_thinking {
+        let what = if streaming { "thinking…".to_string() } else { match text.lines().count() {
+            1 => "thought (1 line)".to_string(),
+            n => format!("thought ({n} lines)"),
+        } };
+        return vec![Line::styled(format!("▸ {what} · Ctrl+T shows"), app.theme.dim)];
+    }
+    let mut lines = vec![Line::styled("▾ thinking · Ctrl+T folds", app.theme.dim)];
+    lines.extend(styled(text, width, app.theme.dim.add_modifier(Modifier::ITALIC), "┊ "));
     lines
 }
 
 /// The conversation as lines for a `width`-wide pane.
 pub fn transcript(app: &App, width: usize) -> Vec<Line<'static>> {
+    let theme = &app.theme;
     let mut lines: Vec<Line<'static>> = vec![];
+    let mut code = 1;
     for block in &app.blocks {
         match block {
             Block::User { sender, channel, text } => {
@@ -78,24 +58,27 @@ pub fn transcript(app: &App, width: usize) -> Vec<Line<'static>> {
                     Some(channel) => format!("{sender} ({channel}) › "),
                     None => format!("{sender} › "),
                 };
-                lines.extend(styled(text, width, Style::default().fg(Color::Cyan), &who));
+                lines.extend(styled(text, width, theme.user, &who));
             }
-            Block::Assistant { text } => lines.extend(answer(text, width)),
-            Block::Activity { text } => lines.extend(styled(text, width, Style::default().fg(Color::DarkGray), "  ")),
+            Block::Assistant { text, thinking: thought } => {
+                lines.extend(thinking(thought, app, width, false));
+                let rendered = markdown::render(&clean(text), width, theme, code);
+                code += rendered.code.len();
+                lines.extend(rendered.lines);
+            }
+            Block::Activity { text } => lines.extend(styled(text, width, theme.dim, "  ")),
             Block::Notice { title, text, error } => {
-                let style = Style::default().fg(if *error { Color::Red } else { Color::Yellow });
-                lines.extend(styled(title, width, style, "⏰ "));
+                lines.extend(styled(title, width, if *error { theme.error } else { theme.notice }, "⏰ "));
                 lines.extend(styled(text, width, Style::default(), "   "));
             }
-            Block::Error { text } => lines.extend(styled(text, width, Style::default().fg(Color::Red), "! ")),
-            Block::Info { text } => {
-                lines.extend(styled(text, width, Style::default().fg(Color::Gray).add_modifier(Modifier::ITALIC), ""))
-            }
+            Block::Error { text } => lines.extend(styled(text, width, theme.error, "! ")),
+            Block::Info { text } => lines.extend(styled(text, width, theme.info, "")),
         }
         lines.push(Line::default());
     }
     if let Some(live) = &app.live {
-        let mut streamed = answer(&live.text, width);
+        lines.extend(thinking(&live.thinking, app, width, live.text.is_empty()));
+        let mut streamed = markdown::render(&clean(&live.text), width, theme, code).lines;
         match streamed.last_mut() {
             Some(last) => last.spans.push(Span::raw("▌")),
             None => streamed.push(Line::raw("▌")),
@@ -106,41 +89,96 @@ pub fn transcript(app: &App, width: usize) -> Vec<Line<'static>> {
 }
 
 fn status(app: &App) -> Line<'static> {
-    let (mark, state, color) = match &app.connection {
-        Connection::Connected => ("●", "connected".to_string(), Color::Green),
-        Connection::Connecting => ("◌", "connecting…".to_string(), Color::Yellow),
-        Connection::Reconnecting { reason } => ("◌", format!("reconnecting… ({})", clean(reason)), Color::Yellow),
+    let theme = &app.theme;
+    let (mark, state, style) = match &app.connection {
+        Connection::Connected => ("●", "connected".to_string(), theme.ok),
+        Connection::Connecting => ("◌", "connecting…".to_string(), theme.notice),
+        Connection::Reconnecting { reason } => ("◌", format!("reconnecting… ({})", clean(reason)), theme.notice),
     };
     let session = app.session.clone().unwrap_or_else(|| "no session yet".into());
+    let branch = if app.parent.is_some() { " (earlier branch)" } else { "" };
+    let busy = if app.live.is_some() { " · answering, Ctrl+C cancels" } else { "" };
+    let scrolled = if app.scroll > 0 { " · scrolled, Esc returns" } else { "" };
     Line::from(vec![
-        Span::styled(format!("{mark} {state}"), Style::default().fg(color)),
-        Span::styled(
-            format!(" · {} · {session} · Enter send · Shift+Enter new line · /help", app.context),
-            Style::default().fg(Color::DarkGray),
-        ),
+        Span::styled(format!("{mark} {state}"), style),
+        Span::styled(format!(" · {} · {session}{branch}{busy}{scrolled} · /help", app.context), theme.dim),
     ])
+}
+
+/// The picker over the conversation: the list, and the selected line's preview under it.
+fn picker(frame: &mut ratatui::Frame<'_>, area: Rect, app: &App, picker: &Picker) {
+    let theme = &app.theme;
+    frame.render_widget(Clear, area);
+    let outer = Frame::default()
+        .borders(Borders::ALL)
+        .title(format!(" {} · ↑↓ choose · Enter open · Esc close ", picker.title))
+        .border_style(theme.accent);
+    let inner = outer.inner(area);
+    frame.render_widget(outer, area);
+    let preview_height = (inner.height / 3).clamp(1, 8);
+    let [list, rule, preview] =
+        Layout::vertical([Constraint::Min(1), Constraint::Length(1), Constraint::Length(preview_height)]).areas(inner);
+    let height = list.height as usize;
+    let top = picker.selected.saturating_sub(height.saturating_sub(1));
+    let lines: Vec<Line<'static>> = picker
+        .items
+        .iter()
+        .enumerate()
+        .skip(top)
+        .take(height)
+        .map(|(index, item)| {
+            let mark = if item.current { "● " } else { "  " };
+            let text = format!("{}{mark}{}", "  ".repeat(item.depth), clean(&item.label));
+            let style = if index == picker.selected { theme.selected } else { Style::default() };
+            Line::styled(text, style)
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(lines), list);
+    frame.render_widget(Paragraph::new(Line::styled("─".repeat(rule.width as usize), theme.dim)), rule);
+    let shown = picker.items.get(picker.selected).map(|item| item.preview.clone()).unwrap_or_default();
+    let lines = styled(&shown, preview.width as usize, theme.dim, "");
+    frame.render_widget(Paragraph::new(lines), preview);
 }
 
 /// Draws `app` on `frame`.
 pub fn draw(frame: &mut ratatui::Frame<'_>, app: &App) {
     let area = frame.area();
     let draft_lines = app.draft.text.split('\n').count().clamp(1, 6) as u16;
-    let [talk, line, input] =
-        Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(draft_lines + 2)]).areas(area);
+    let offered = u16::from(!app.offered.is_empty());
+    let [talk, hints, line, input] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(offered),
+        Constraint::Length(1),
+        Constraint::Length(draft_lines + 2),
+    ])
+    .areas(area);
     let lines = transcript(app, talk.width as usize);
     let height = talk.height as usize;
     let bottom = lines.len().saturating_sub(app.scroll.min(lines.len().saturating_sub(height)));
     let top = bottom.saturating_sub(height);
     frame.render_widget(Paragraph::new(lines[top..bottom].to_vec()), talk);
+    if offered > 0 {
+        frame.render_widget(Paragraph::new(Line::styled(app.offered.join("  "), app.theme.accent)), hints);
+    }
     frame.render_widget(Paragraph::new(status(app)), line);
-    let editor =
-        Paragraph::new(app.draft.text.clone()).block(Frame::default().borders(Borders::ALL).title(" message "));
-    frame.render_widget(editor, input);
-    // The cursor: its line and column in the draft.
+    // The draft's last lines when it is longer than the editor.
     let before: String = app.draft.text.chars().take(app.draft.cursor).collect();
     let row = before.matches('\n').count() as u16;
-    let column = before.rsplit('\n').next().unwrap_or_default().chars().count() as u16;
-    frame.set_cursor_position(Position::new(input.x + 1 + column, input.y + 1 + row.min(draft_lines - 1)));
+    let skip = row.saturating_sub(draft_lines - 1);
+    let shown: Vec<&str> = app.draft.text.split('\n').skip(skip as usize).collect();
+    let editor = Paragraph::new(shown.join("\n"))
+        .block(Frame::default().borders(Borders::ALL).title(" message ").border_style(app.theme.dim));
+    frame.render_widget(editor, input);
+    if let Some(open) = &app.picker {
+        let [_, middle, _] =
+            Layout::vertical([Constraint::Length(1), Constraint::Min(5), Constraint::Length(1)]).areas(talk);
+        picker(frame, middle, app, open);
+        return;
+    }
+    let line_text = before.rsplit('\n').next().unwrap_or_default();
+    let column = line_text.width() as u16;
+    let inner_width = input.width.saturating_sub(2);
+    frame.set_cursor_position(Position::new(input.x + 1 + column.min(inner_width), input.y + 1 + row - skip));
 }
 
 #[cfg(test)]
@@ -162,28 +200,32 @@ mod tests {
     #[test]
     fn the_main_screen() {
         let mut app = App::new("user:alice");
-        app.handle(Input::Connected { session: "s-1".into() });
+        app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
         app.blocks.push(Block::User { sender: "alice".into(), channel: None, text: "What is on today?".into() });
         app.blocks.push(Block::Activity { text: "→ worker: Check the calendar".into() });
-        app.blocks.push(Block::Assistant { text: "# Today\nA dentist at 3pm.\n```\nnothing else\n```".into() });
+        app.blocks.push(Block::Assistant { text: "# Today\nA dentist at 3pm.\n```\nnothing else\n```".into(), thinking: "Check the calendar first.".into() });
         for c in "thanks".chars() {
             app.handle(Input::Key(Key::Char(c)));
         }
-        let shown = screen(&app, 60, 16);
+        let shown = screen(&app, 60, 20);
         let expected = [
             "alice › What is on today?",
             "",
             "  → worker: Check the calendar",
             "",
-            "# Today",
+            "▸ thought (1 line) · Ctrl+T shows",
+            "Today",
+            "",
             "A dentist at 3pm.",
-            "```",
-            "nothing else",
-            "```",
+            "",
+            "╭─ [1] Ctrl+Y copies the last, /copy 1 this one",
+            "│ nothing else",
+            "╰─",
             "",
             "",
             "",
-            "● connected · user:alice · s-1 · Enter send · Shift+Enter ne",
+            "",
+            "● connected · user:alice · s-1 · /help",
             "┌ message ─────────────────────────────────────────────────┐",
             "│thanks                                                    │",
             "└──────────────────────────────────────────────────────────┘",
@@ -208,7 +250,7 @@ mod tests {
     #[test]
     fn control_characters_from_a_model_are_shown_not_obeyed_and_lines_wrap_at_80x24() {
         let mut app = App::new("user:alice");
-        app.blocks.push(Block::Assistant { text: format!("\x1b]52;c;aGk=\x07{}", "word ".repeat(40)) });
+        app.blocks.push(Block::Assistant { text: format!("\x1b]52;c;aGk=\x07{}", "word ".repeat(40)), thinking: String::new() });
         app.handle(Input::Disconnected { reason: "the daemon restarted".into() });
         let shown = screen(&app, 80, 24);
         assert!(shown.iter().all(|line| !line.contains('\x1b')), "{shown:?}");
