@@ -384,6 +384,7 @@ impl SessionStore {
         header.created = state::rfc3339(now);
         let log = log::fork(&source, entry, &self.folder(&new), header.clone())?;
         let mut record = record_of(&header, now);
+        record.forked_from = Some(log::ForkPoint { session_id: id.to_string(), entry_id: entry.to_string() });
         record.model = original.model.clone();
         record.leaf = Some(if entry == id { new.clone() } else { entry.to_string() });
         inner.logs.insert(new.clone(), log);

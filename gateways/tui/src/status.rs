@@ -122,11 +122,8 @@ pub fn human_bytes(bytes: u64) -> String {
 pub fn containers_text(containers: &[v1::ContainerUsage]) -> String {
     let mut out = String::new();
     let width = containers.iter().map(|c| c.name.len()).max().unwrap_or(0).max(9);
-    let _ = writeln!(
-        out,
-        "{:<width$}  {:<10} {:<14} {:>6}  {:>21}  UP",
-        "CONTAINER", "ROLE", "CONTEXT", "CPU", "MEMORY"
-    );
+    let _ =
+        writeln!(out, "{:<width$}  {:<10} {:<14} {:>6}  {:>21}  UP", "CONTAINER", "ROLE", "CONTEXT", "CPU", "MEMORY");
     for c in containers {
         let memory = format!("{} / {}", human_bytes(c.memory_bytes), human_bytes(c.memory_limit_bytes));
         let _ = writeln!(

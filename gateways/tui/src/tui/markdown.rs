@@ -82,15 +82,16 @@ pub fn wrap_spans(
     let mut spans: Vec<Span<'static>> = first.to_vec();
     let mut room = width.saturating_sub(indent(first)).max(1);
     let mut used = 0;
-    let finish = |lines: &mut Vec<Line<'static>>, spans: &mut Vec<Span<'static>>, used: &mut usize, room: &mut usize| {
-        if let Some(last) = spans.last_mut() {
-            let trimmed = last.content.trim_end().to_string();
-            last.content = trimmed.into();
-        }
-        lines.push(Line::from(std::mem::replace(spans, rest.to_vec())));
-        *used = 0;
-        *room = width.saturating_sub(indent(rest)).max(1);
-    };
+    let finish =
+        |lines: &mut Vec<Line<'static>>, spans: &mut Vec<Span<'static>>, used: &mut usize, room: &mut usize| {
+            if let Some(last) = spans.last_mut() {
+                let trimmed = last.content.trim_end().to_string();
+                last.content = trimmed.into();
+            }
+            lines.push(Line::from(std::mem::replace(spans, rest.to_vec())));
+            *used = 0;
+            *room = width.saturating_sub(indent(rest)).max(1);
+        };
     for (text, style) in segments {
         for piece in pieces(text) {
             if piece == "\n" {
@@ -256,7 +257,10 @@ impl Writer<'_> {
         let (_, rest) = self.prefixes();
         let label = if language.is_empty() { String::new() } else { format!(" {language}") };
         let mut head = rest.clone();
-        head.push(Span::styled(format!("╭─{label} [{number}] Ctrl+Y copies the last, /copy {number} this one"), self.theme.dim));
+        head.push(Span::styled(
+            format!("╭─{label} [{number}] Ctrl+Y copies the last, /copy {number} this one"),
+            self.theme.dim,
+        ));
         self.out.lines.push(Line::from(head));
         let inner = self.width.saturating_sub(2 + rest.iter().map(|s| s.content.width()).sum::<usize>()).max(1);
         for line in highlight(&code, &language, self.theme) {

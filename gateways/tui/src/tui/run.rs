@@ -151,9 +151,12 @@ async fn follow(target: Target, sender: mpsc::Sender<Input>) {
             let items = client.sessions.list_inbox(inbox).await.map(|list| list.into_inner().items).unwrap_or_default();
             let manifest = v1::SkillManifestRequest { context: Some(target.context.clone()) };
             let skills = client.skills.get_skill_manifest(manifest).await.map(|m| m.into_inner().skills);
-            let data_dir = client.system.get_status(v1::StatusRequest::default()).await.map(|s| s.into_inner().data_dir);
+            let data_dir =
+                client.system.get_status(v1::StatusRequest::default()).await.map(|s| s.into_inner().data_dir);
             // silent-ok: the screen is gone when these fail; the loop ends with it.
-            drop(sender.send(Input::Connected { session: session.clone(), history: history.unwrap_or_default() }).await);
+            drop(
+                sender.send(Input::Connected { session: session.clone(), history: history.unwrap_or_default() }).await,
+            );
             if !items.is_empty() {
                 drop(sender.send(Input::Inbox(items)).await);
             }
@@ -234,7 +237,9 @@ fn short(text: &str, at_most: usize) -> String {
 /// The context's sessions to browse, the unarchived first, newest activity first.
 async fn sessions_picker(client: &mut Client, target: &Target, current: &str) -> Result<Picker, tonic::Status> {
     let mut sessions = client.sessions.list_sessions(target.filter()).await?.into_inner().sessions;
-    sessions.sort_by(|a, b| (a.status == "archived").cmp(&(b.status == "archived")).then(b.last_activity.cmp(&a.last_activity)));
+    sessions.sort_by(|a, b| {
+        (a.status == "archived").cmp(&(b.status == "archived")).then(b.last_activity.cmp(&a.last_activity))
+    });
     let mut items = vec![];
     for session in sessions.iter().take(50) {
         let entries = branch(client, &session.id, None).await.unwrap_or_default();
@@ -315,7 +320,8 @@ async fn tree_picker(client: &mut Client, target: &Target, current: &str) -> Res
 async fn models_text(client: &mut Client, current: &str) -> Result<String, tonic::Status> {
     let status = client.system.get_status(v1::StatusRequest::default()).await?.into_inner();
     let providers = status.llm.map(|llm| llm.providers).unwrap_or_default();
-    let mut text = format!("this session's model: {}\n", if current.is_empty() { "the assistant's default" } else { current });
+    let mut text =
+        format!("this session's model: {}\n", if current.is_empty() { "the assistant's default" } else { current });
     if providers.is_empty() {
         text.push_str("no provider is ready; /status says why");
     } else {
@@ -379,14 +385,18 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
             Command::New => {
                 let request = v1::NewSessionRequest { context: Some(target.context.clone()), title: String::new() };
                 match client.sessions.new_session(request).await {
-                    Ok(header) => Some(Input::Switched { session: header.into_inner().id, history: vec![], leaf: None }),
+                    Ok(header) => {
+                        Some(Input::Switched { session: header.into_inner().id, history: vec![], leaf: None })
+                    }
                     Err(status) => failed(status),
                 }
             }
-            Command::Resume(Some(id)) => match client.sessions.resume_session(v1::SessionRef { session_id: id }).await {
-                Ok(header) => switched(&mut client, header.into_inner().id).await,
-                Err(status) => failed(status),
-            },
+            Command::Resume(Some(id)) => {
+                match client.sessions.resume_session(v1::SessionRef { session_id: id }).await {
+                    Ok(header) => switched(&mut client, header.into_inner().id).await,
+                    Err(status) => failed(status),
+                }
+            }
             Command::Resume(None) => match sessions_picker(&mut client, target, &session).await {
                 Ok(picker) => Some(Input::Pick(picker)),
                 Err(status) => failed(status),
@@ -400,7 +410,9 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
                     return failed(status);
                 }
                 match branch(&mut client, &id, Some(&leaf)).await {
-                    Ok(entries) => Some(Input::Switched { session: id, history: blocks_of(&entries), leaf: Some(leaf) }),
+                    Ok(entries) => {
+                        Some(Input::Switched { session: id, history: blocks_of(&entries), leaf: Some(leaf) })
+                    }
                     Err(status) => failed(status),
                 }
             }
@@ -464,7 +476,8 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
             }
             Command::Tasks => {
                 let filter = target.filter();
-                let filter = v1::TaskFilter { user_id: filter.user_id, group_id: filter.group_id, ..Default::default() };
+                let filter =
+                    v1::TaskFilter { user_id: filter.user_id, group_id: filter.group_id, ..Default::default() };
                 match client.tasks.list_tasks(filter).await {
                     Ok(list) => said(crate::tasks::list_text(&list.into_inner())),
                     Err(status) => failed(status),

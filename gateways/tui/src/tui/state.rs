@@ -267,7 +267,12 @@ pub fn parse_command(text: &str) -> Result<Command, String> {
         "/model" => optional("/model [provider/model]").map(Command::Model),
         "/export" => optional("/export [FILE.html]").map(Command::Export),
         "/copy" => match rest.as_slice() {
-            [n] => n.parse().ok().filter(|n| *n > 0).map(Command::Copy).ok_or_else(|| format!("/copy: `{n}` is not a code block's number (they are shown as [N])")),
+            [n] => n
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(Command::Copy)
+                .ok_or_else(|| format!("/copy: `{n}` is not a code block's number (they are shown as [N])")),
             _ => Err("usage: /copy N (the number shown on the code block)".into()),
         },
         "/group" => argument("/group GROUP-ID (or /group me)").map(Command::Group),
@@ -294,7 +299,8 @@ pub fn complete_path(root: &std::path::Path, prefix: &str) -> Vec<String> {
         Some(at) => (&prefix[..=at], &prefix[at + 1..]),
         None => ("", prefix),
     };
-    let outside = std::path::Path::new(folder).components().any(|part| !matches!(part, std::path::Component::Normal(_)));
+    let outside =
+        std::path::Path::new(folder).components().any(|part| !matches!(part, std::path::Component::Normal(_)));
     if outside {
         return vec![];
     }
@@ -346,7 +352,9 @@ pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
                 let task = delegate.task.lines().next().unwrap_or_default();
                 blocks.push(Block::Activity { text: format!("→ {}: {task}", role_name(delegate.agent)) });
             }
-            Some(Entry::Compaction(_)) => blocks.push(Block::Info { text: "(earlier messages were summarized)".into() }),
+            Some(Entry::Compaction(_)) => {
+                blocks.push(Block::Info { text: "(earlier messages were summarized)".into() })
+            }
             Some(Entry::ModelChange(change)) => {
                 blocks.push(Block::Info { text: format!("model: {} → {}", change.previous_model, change.new_model) })
             }
@@ -560,7 +568,11 @@ impl App {
             }
             None => {
                 self.blocks.push(Block::Error {
-                    text: format!("there is no code block [{}]; they go from [1] to [{}]", number.unwrap_or(0), blocks.len()),
+                    text: format!(
+                        "there is no code block [{}]; they go from [1] to [{}]",
+                        number.unwrap_or(0),
+                        blocks.len()
+                    ),
                 });
                 vec![]
             }
@@ -604,7 +616,9 @@ impl App {
             match &self.files {
                 Some(root) => (complete_path(root, path), "@"),
                 None => {
-                    self.info("the session's files cannot be listed from here (the daemon's data folder is not readable)");
+                    self.info(
+                        "the session's files cannot be listed from here (the daemon's data folder is not readable)",
+                    );
                     return;
                 }
             }
@@ -931,8 +945,14 @@ mod tests {
         assert_eq!(parse_command("/model openai/gpt-4o"), Ok(Command::Model(Some("openai/gpt-4o".into()))));
         assert_eq!(parse_command("/resume"), Ok(Command::Resume(None)));
         assert_eq!(parse_command("/resume a b"), Err("usage: /resume [SESSION-ID]".into()));
-        assert_eq!(parse_command("/skill:summarize this page"), Ok(Command::Skill { name: "summarize".into(), text: "this page".into() }));
-        assert_eq!(parse_command("/copy x"), Err("/copy: `x` is not a code block's number (they are shown as [N])".into()));
+        assert_eq!(
+            parse_command("/skill:summarize this page"),
+            Ok(Command::Skill { name: "summarize".into(), text: "this page".into() })
+        );
+        assert_eq!(
+            parse_command("/copy x"),
+            Err("/copy: `x` is not a code block's number (they are shown as [N])".into())
+        );
         assert_eq!(parse_command("/new please"), Err("/new takes no argument".into()));
         assert_eq!(parse_command("/frobnicate"), Err("/frobnicate is not a command; /help lists them".into()));
         assert_eq!(complete("/s", &["summarize".into()]), ["/sessions", "/status", "/skill:summarize"]);
@@ -953,11 +973,20 @@ mod tests {
         app.handle(Input::Switched { session: "s-2".into(), history, leaf: Some("e-3".into()) });
         assert_eq!(app.session.as_deref(), Some("s-2"));
         assert_eq!(app.blocks.len(), 2, "the session's conversation replaces the old one: {:?}", app.blocks);
-        assert!(matches!(app.blocks.last(), Some(Block::Info { text }) if text.starts_with("now in session s-2 (an earlier branch")));
+        assert!(
+            matches!(app.blocks.last(), Some(Block::Info { text }) if text.starts_with("now in session s-2 (an earlier branch"))
+        );
         typed(&mut app, "next");
-        assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Send { text: "next".into(), parent: Some("e-3".into()) }]);
+        assert_eq!(
+            app.handle(Input::Key(Key::Enter)),
+            [Action::Send { text: "next".into(), parent: Some("e-3".into()) }]
+        );
         typed(&mut app, "then");
-        assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Send { text: "then".into(), parent: None }], "the branch goes on from the new message");
+        assert_eq!(
+            app.handle(Input::Key(Key::Enter)),
+            [Action::Send { text: "then".into(), parent: None }],
+            "the branch goes on from the new message"
+        );
         // Events of the context's other sessions are not this screen's.
         let elsewhere = v1::OrchestratorEvent {
             session_id: "s-other".into(),
@@ -1021,8 +1050,14 @@ mod tests {
     #[test]
     fn thinking_is_kept_with_its_answer_and_code_blocks_are_copied_by_number() {
         let mut app = App::new("user:alice");
-        app.handle(event("t1", Event::ThinkingDelta(v1::ThinkingDelta { thinking: "hmm".into(), ..Default::default() })));
-        app.handle(event("t1", Event::TextDelta(v1::TextDelta { text: "```sh\necho 1\n```".into(), ..Default::default() })));
+        app.handle(event(
+            "t1",
+            Event::ThinkingDelta(v1::ThinkingDelta { thinking: "hmm".into(), ..Default::default() }),
+        ));
+        app.handle(event(
+            "t1",
+            Event::TextDelta(v1::TextDelta { text: "```sh\necho 1\n```".into(), ..Default::default() }),
+        ));
         app.handle(event("t1", Event::Reply(v1::ReplyComplete::default())));
         assert_eq!(app.blocks, [Block::Assistant { text: "```sh\necho 1\n```".into(), thinking: "hmm".into() }]);
         app.blocks.push(Block::Assistant { text: "```\nsecond\n```".into(), thinking: String::new() });
@@ -1033,17 +1068,23 @@ mod tests {
         assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Copy("echo 1\n".into())]);
         typed(&mut app, "/copy 3");
         assert!(app.handle(Input::Key(Key::Enter)).is_empty());
-        assert!(matches!(app.blocks.last(), Some(Block::Error { text }) if text == "there is no code block [3]; they go from [1] to [2]"));
+        assert!(
+            matches!(app.blocks.last(), Some(Block::Error { text }) if text == "there is no code block [3]; they go from [1] to [2]")
+        );
     }
 
     #[test]
     fn a_picker_takes_the_keys_until_a_line_is_chosen_or_it_is_closed() {
         let mut app = App::new("user:alice");
         app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
-        let item = |pick: Pick| PickItem { label: String::new(), depth: 0, preview: String::new(), pick, current: false };
+        let item =
+            |pick: Pick| PickItem { label: String::new(), depth: 0, preview: String::new(), pick, current: false };
         let picker = Picker {
             title: "session tree".into(),
-            items: vec![item(Pick::Session("s-1".into())), item(Pick::Branch { session: "s-1".into(), leaf: "e-2".into() })],
+            items: vec![
+                item(Pick::Session("s-1".into())),
+                item(Pick::Branch { session: "s-1".into(), leaf: "e-2".into() }),
+            ],
             selected: 0,
         };
         app.handle(Input::Pick(picker.clone()));
@@ -1061,7 +1102,9 @@ mod tests {
         typed(&mut app, "/skill:nope");
         app.handle(Input::Skills(vec!["summarize".into()]));
         assert!(app.handle(Input::Key(Key::Enter)).is_empty());
-        assert!(matches!(app.blocks.last(), Some(Block::Error { text }) if text == "there is no skill `nope`; there are: summarize"));
+        assert!(
+            matches!(app.blocks.last(), Some(Block::Error { text }) if text == "there is no skill `nope`; there are: summarize")
+        );
     }
 
     #[test]

@@ -35,10 +35,14 @@ fn thinking(text: &str, app: &App, width: usize, streaming: bool) -> Vec<Line<'s
         return vec![];
     }
     if !app.show_thinking {
-        let what = if streaming { "thinking…".to_string() } else { match text.lines().count() {
-            1 => "thought (1 line)".to_string(),
-            n => format!("thought ({n} lines)"),
-        } };
+        let what = if streaming {
+            "thinking…".to_string()
+        } else {
+            match text.lines().count() {
+                1 => "thought (1 line)".to_string(),
+                n => format!("thought ({n} lines)"),
+            }
+        };
         return vec![Line::styled(format!("▸ {what} · Ctrl+T shows"), app.theme.dim)];
     }
     let mut lines = vec![Line::styled("▾ thinking · Ctrl+T folds", app.theme.dim)];
@@ -203,7 +207,10 @@ mod tests {
         app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
         app.blocks.push(Block::User { sender: "alice".into(), channel: None, text: "What is on today?".into() });
         app.blocks.push(Block::Activity { text: "→ worker: Check the calendar".into() });
-        app.blocks.push(Block::Assistant { text: "# Today\nA dentist at 3pm.\n```\nnothing else\n```".into(), thinking: "Check the calendar first.".into() });
+        app.blocks.push(Block::Assistant {
+            text: "# Today\nA dentist at 3pm.\n```\nnothing else\n```".into(),
+            thinking: "Check the calendar first.".into(),
+        });
         for c in "thanks".chars() {
             app.handle(Input::Key(Key::Char(c)));
         }
@@ -250,7 +257,10 @@ mod tests {
     #[test]
     fn control_characters_from_a_model_are_shown_not_obeyed_and_lines_wrap_at_80x24() {
         let mut app = App::new("user:alice");
-        app.blocks.push(Block::Assistant { text: format!("\x1b]52;c;aGk=\x07{}", "word ".repeat(40)), thinking: String::new() });
+        app.blocks.push(Block::Assistant {
+            text: format!("\x1b]52;c;aGk=\x07{}", "word ".repeat(40)),
+            thinking: String::new(),
+        });
         app.handle(Input::Disconnected { reason: "the daemon restarted".into() });
         let shown = screen(&app, 80, 24);
         assert!(shown.iter().all(|line| !line.contains('\x1b')), "{shown:?}");
