@@ -539,8 +539,17 @@ pub async fn run(target: Target) -> Result<(), CliError> {
             _ = signals.1.recv() => break Ok(()),
         };
         let Some(input) = input else { break Ok(()) };
+        // Whatever else is waiting is taken before the next frame: a fast stream draws once
+        // per batch, not once per token.
+        let mut batch = vec![input];
+        while batch.len() < 512 {
+            match inputs.try_recv() {
+                Ok(more) => batch.push(more),
+                Err(_) => break,
+            }
+        }
         let mut quit = false;
-        for action in app.handle(input) {
+        for action in batch.into_iter().map(|input| app.handle(input)).collect::<Vec<_>>().into_iter().flatten() {
             match action {
                 Action::Quit => quit = true,
                 Action::Copy(text) => copy(&text),

@@ -422,6 +422,10 @@ pub struct App {
     pub parent: Option<String>,
     pub skills: Vec<String>,
     pub files: Option<std::path::PathBuf>,
+    /// Bumped whenever `blocks` is replaced rather than added to (the view's cache key).
+    pub generation: u64,
+    /// The blocks as last drawn, so that a frame renders only what is new.
+    pub drawn: super::view::Drawn,
     history: Vec<String>,
     /// Where Up/Down is in `history` (None: the draft).
     browsing: Option<usize>,
@@ -469,6 +473,8 @@ impl App {
             parent: None,
             skills: vec![],
             files: None,
+            generation: 0,
+            drawn: super::view::Drawn::default(),
             history: vec![],
             browsing: None,
             stashed: String::new(),
@@ -488,6 +494,7 @@ impl App {
             Input::Connected { session, history } => {
                 if self.session.as_deref() != Some(session.as_str()) {
                     self.blocks = history;
+                    self.generation += 1;
                     self.parent = None;
                 }
                 if matches!(self.connection, Connection::Reconnecting { .. }) {
@@ -515,6 +522,7 @@ impl App {
             Input::Switched { session, history, leaf } => {
                 self.live = None;
                 self.blocks = history;
+                self.generation += 1;
                 self.scroll = 0;
                 let branch = if leaf.is_some() { " (an earlier branch: your next message starts from it)" } else { "" };
                 self.info(format!("now in session {session}{branch}"));
@@ -534,6 +542,7 @@ impl App {
                 self.context = label;
                 self.session = None;
                 self.blocks.clear();
+                self.generation += 1;
                 self.live = None;
                 self.parent = None;
                 self.connection = Connection::Connecting;

@@ -50,12 +50,50 @@ fn thinking(text: &str, app: &App, width: usize, streaming: bool) -> Vec<Line<'s
     lines
 }
 
+/// The finished blocks as last drawn: each block's lines and code blocks, valid while the
+/// blocks are only added to and the width, theme and thinking toggle stay.
+#[derive(Debug, Clone, Default)]
+pub struct Drawn(std::cell::RefCell<DrawnBlocks>);
+
+#[derive(Debug, Clone, Default)]
+struct DrawnBlocks {
+    key: (u64, usize, bool, bool),
+    blocks: Vec<(Vec<Line<'static>>, usize)>,
+}
+
 /// The conversation as lines for a `width`-wide pane.
 pub fn transcript(app: &App, width: usize) -> Vec<Line<'static>> {
     let theme = &app.theme;
-    let mut lines: Vec<Line<'static>> = vec![];
-    let mut code = 1;
-    for block in &app.blocks {
+    let mut drawn = app.drawn.0.borrow_mut();
+    let key = (app.generation, width, app.show_thinking, theme.dark);
+    if drawn.key != key || drawn.blocks.len() > app.blocks.len() {
+        *drawn = DrawnBlocks { key, blocks: vec![] };
+    }
+    let mut code = 1 + drawn.blocks.iter().map(|(_, codes)| codes).sum::<usize>();
+    for block in &app.blocks[drawn.blocks.len()..] {
+        let (block_lines, codes) = block_lines(app, block, width, code);
+        code += codes;
+        drawn.blocks.push((block_lines, codes));
+    }
+    let mut lines: Vec<Line<'static>> = drawn.blocks.iter().flat_map(|(lines, _)| lines.iter().cloned()).collect();
+    if let Some(live) = &app.live {
+        lines.extend(thinking(&live.thinking, app, width, live.text.is_empty()));
+        let mut streamed = markdown::render(&clean(&live.text), width, theme, code).lines;
+        match streamed.last_mut() {
+            Some(last) => last.spans.push(Span::raw("▌")),
+            None => streamed.push(Line::raw("▌")),
+        }
+        lines.extend(streamed);
+    }
+    lines
+}
+
+/// One finished block's lines (a blank line after it) and how many code blocks it has.
+fn block_lines(app: &App, block: &Block, width: usize, code: usize) -> (Vec<Line<'static>>, usize) {
+    let theme = &app.theme;
+    let mut lines = vec![];
+    let mut codes = 0;
+    {
         match block {
             Block::User { sender, channel, text } => {
                 let who = match channel {
@@ -67,7 +105,7 @@ pub fn transcript(app: &App, width: usize) -> Vec<Line<'static>> {
             Block::Assistant { text, thinking: thought } => {
                 lines.extend(thinking(thought, app, width, false));
                 let rendered = markdown::render(&clean(text), width, theme, code);
-                code += rendered.code.len();
+                codes = rendered.code.len();
                 lines.extend(rendered.lines);
             }
             Block::Activity { text } => lines.extend(styled(text, width, theme.dim, "  ")),
@@ -80,16 +118,7 @@ pub fn transcript(app: &App, width: usize) -> Vec<Line<'static>> {
         }
         lines.push(Line::default());
     }
-    if let Some(live) = &app.live {
-        lines.extend(thinking(&live.thinking, app, width, live.text.is_empty()));
-        let mut streamed = markdown::render(&clean(&live.text), width, theme, code).lines;
-        match streamed.last_mut() {
-            Some(last) => last.spans.push(Span::raw("▌")),
-            None => streamed.push(Line::raw("▌")),
-        }
-        lines.extend(streamed);
-    }
-    lines
+    (lines, codes)
 }
 
 fn status(app: &App) -> Line<'static> {
