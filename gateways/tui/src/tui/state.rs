@@ -304,6 +304,14 @@ pub fn complete_path(root: &std::path::Path, prefix: &str) -> Vec<String> {
     if outside {
         return vec![];
     }
+    // The folder is the containers' to write: a link in it is listed, never followed.
+    let mut at = root.to_path_buf();
+    for part in std::path::Path::new(folder).components() {
+        at.push(part);
+        if !std::fs::symlink_metadata(&at).is_ok_and(|meta| meta.is_dir()) {
+            return vec![];
+        }
+    }
     let Ok(entries) = std::fs::read_dir(root.join(folder)) else { return vec![] };
     let mut found: Vec<String> = entries
         .flatten()
@@ -312,6 +320,7 @@ pub fn complete_path(root: &std::path::Path, prefix: &str) -> Vec<String> {
             if !name.starts_with(start) || (name.starts_with('.') && !start.starts_with('.')) {
                 return None;
             }
+            // file_type() does not follow links: a link to a folder completes as a name.
             let folder_mark = if entry.file_type().ok()?.is_dir() { "/" } else { "" };
             Some(format!("{folder}{name}{folder_mark}"))
         })
@@ -526,6 +535,12 @@ impl App {
                 self.scroll = 0;
                 let branch = if leaf.is_some() { " (an earlier branch: your next message starts from it)" } else { "" };
                 self.info(format!("now in session {session}{branch}"));
+                // @files complete in the new session's data folder (…/sessions/{id}/data).
+                let sessions =
+                    self.files.as_deref().and_then(|data| data.parent()?.parent()).map(|dir| dir.to_path_buf());
+                if let Some(sessions) = sessions {
+                    self.files = Some(sessions.join(&session).join("data"));
+                }
                 self.session = Some(session);
                 self.parent = leaf;
             }
@@ -1053,6 +1068,9 @@ mod tests {
         app4.handle(Input::Key(Key::Tab));
         assert_eq!(app4.draft.text, "read @notes/todo.md");
         assert!(complete_path(folder.path(), "../").is_empty(), "nothing outside the folder");
+        std::os::unix::fs::symlink("/etc", folder.path().join("etc")).expect("link");
+        assert_eq!(complete_path(folder.path(), "et"), ["etc"], "a link is a name");
+        assert!(complete_path(folder.path(), "etc/").is_empty(), "and is not followed");
         assert_eq!(complete_path(folder.path(), "."), [".hidden"]);
     }
 
