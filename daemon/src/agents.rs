@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use baaaht_proto::v1;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
@@ -30,6 +31,8 @@ pub enum AgentError {
     Lost(Role),
     #[error("the {role} agent gave no answer within {} s", limit.as_secs())]
     Timeout { role: Role, limit: Duration },
+    #[error("the {0}'s work was cancelled")]
+    Cancelled(Role),
 }
 
 /// The turn a container is working on, for the events its calls produce.
@@ -83,6 +86,8 @@ pub struct Work {
     pub live: Live,
     pub turn: v1::AgentTurn,
     pub timeout: Duration,
+    /// Stops the work: the container is stopped mid-turn and the answer is [`AgentError::Cancelled`].
+    pub cancel: CancellationToken,
 }
 
 /// Every agent container of the daemon.
@@ -228,7 +233,7 @@ impl AgentPool {
 
     /// [`AgentPool::run`], also naming the container that did the work.
     pub async fn run_named(&self, work: Work) -> Result<(v1::TurnResult, String), AgentError> {
-        let Work { live, turn, timeout } = work;
+        let Work { live, turn, timeout, cancel } = work;
         let role = live.role;
         let container = self.take(&live.session, &live.context, role).await?;
         let (done, answer) = oneshot::channel();
@@ -242,10 +247,13 @@ impl AgentPool {
         self.live.lock().unwrap_or_else(PoisonError::into_inner).insert(container.clone(), live);
         let outcome = async {
             turns.send(turn).await.map_err(|_closed| AgentError::Lost(role))?;
-            match tokio::time::timeout(timeout, answer).await {
-                Ok(Ok(result)) => Ok(result),
-                Ok(Err(_dropped)) => Err(AgentError::Lost(role)),
-                Err(_) => Err(AgentError::Timeout { role, limit: timeout }),
+            tokio::select! {
+                answered = tokio::time::timeout(timeout, answer) => match answered {
+                    Ok(Ok(result)) => Ok(result),
+                    Ok(Err(_dropped)) => Err(AgentError::Lost(role)),
+                    Err(_) => Err(AgentError::Timeout { role, limit: timeout }),
+                },
+                () = cancel.cancelled() => Err(AgentError::Cancelled(role)),
             }
         }
         .await;

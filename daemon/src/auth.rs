@@ -311,6 +311,7 @@ pub enum Operation {
     ArchiveSession,
     CompactSession,
     SwitchModel,
+    CancelTurn,
     RunSelfTest,
     WhoAmI,
     StartLink,
@@ -442,6 +443,7 @@ impl Operation {
             Operation::ArchiveSession => "ArchiveSession",
             Operation::CompactSession => "CompactSession",
             Operation::SwitchModel => "SwitchModel",
+            Operation::CancelTurn => "CancelTurn",
             Operation::RunSelfTest => "RunSelfTest",
             Operation::WhoAmI => "WhoAmI",
             Operation::StartLink => "StartLink",
@@ -524,7 +526,9 @@ impl Operation {
     pub fn capability(self, target: &Target<'_>) -> Option<Capability> {
         let group_target = target.context.is_some_and(|context| context.kind == ContextKind::Group);
         Some(match self {
-            Operation::SendUserMessage | Operation::RouteToAgent | Operation::PublishEvent => Capability::SendMessages,
+            Operation::SendUserMessage | Operation::RouteToAgent | Operation::PublishEvent | Operation::CancelTurn => {
+                Capability::SendMessages
+            }
             Operation::ListSessions | Operation::ReadSession | Operation::SubscribeEvents | Operation::ListInbox => {
                 Capability::ReadSessions
             }

@@ -48,7 +48,7 @@ async fn a_container_acts_only_with_its_own_token_for_its_own_context() {
     assert_eq!(error.message(), "context user:bob is outside this container's context user:alice");
 
     // A host-client RPC: denied for a container.
-    let error = client.system.get_status(v1::StatusRequest {}).await.expect_err("host only");
+    let error = client.system.get_status(v1::StatusRequest::default()).await.expect_err("host only");
     assert_eq!(error.code(), tonic::Code::PermissionDenied);
     assert!(error.message().starts_with("GetStatus is for host clients"), "{}", error.message());
 
@@ -65,7 +65,7 @@ async fn a_container_acts_only_with_its_own_token_for_its_own_context() {
 
     // A container token on the host socket: refused, and the message says why.
     let mut host = connect(running.data_dir.socket_path(), Some(alice.token.clone())).await;
-    let error = host.system.get_status(v1::StatusRequest {}).await.expect_err("wrong socket");
+    let error = host.system.get_status(v1::StatusRequest::default()).await.expect_err("wrong socket");
     assert_eq!(error.code(), tonic::Code::Unauthenticated);
     assert!(error.message().contains("only accepted on the socket of the container"), "{}", error.message());
 

@@ -80,7 +80,7 @@ async fn a_hung_engine_means_degraded_mode_and_recovery_by_itself() {
     // Container work is refused with that sentence meanwhile.
     let mut host =
         baaaht_proto::client::connect(&running.data_dir.socket_path(), Default::default()).await.expect("connect");
-    let status = host.system.get_status(baaaht_proto::v1::StatusRequest {}).await.expect("status").into_inner();
+    let status = host.system.get_status(baaaht_proto::v1::StatusRequest::default()).await.expect("status").into_inner();
     assert!(status.degraded.iter().any(|d| d.contains("did not answer")), "{:?}", status.degraded);
     // And it recovers by itself once the engine answers again (here: its version, on re-probe).
     let recovered = tokio::time::timeout(Duration::from_secs(30), engine.wait_for(|e| e.runtime.is_some()));

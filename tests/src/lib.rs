@@ -5,6 +5,7 @@
 pub mod fake_provider;
 pub mod oidc;
 pub mod scenario;
+pub mod tmux;
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};

@@ -732,3 +732,74 @@ fn sigterm_with_five_active_sessions_closes_their_streams_and_exits_at_once() {
     let sockets: Vec<_> = std::fs::read_dir(daemon.data_dir.join("data/run")).expect("run folder").collect();
     assert!(sockets.is_empty(), "container sockets are left: {sockets:?}");
 }
+
+#[test]
+fn a_turn_cancelled_during_a_delegation_stops_its_agents_and_the_session_says_so() {
+    let rt = baaaht_tests::runtime();
+    let (fake, daemon) = scenario::start(&rt, scenario::slow_worker_brain(), DaemonOptions::default())
+        .expect("fake provider and daemon");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let mut events = client
+            .sessions
+            .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        let sent = client
+            .sessions
+            .send_user_message(message(user("alice"), "alice", "Ask the worker."))
+            .await
+            .expect("send")
+            .into_inner();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while fake.requests().len() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "the worker never asked the model");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Status shows the turn's containers with what the engine measures of them.
+        let status =
+            client.system.get_status(v1::StatusRequest { containers: true }).await.expect("status").into_inner();
+        let worker = status.containers.iter().find(|c| c.role == "worker").expect("the worker's container is listed");
+        assert_eq!((worker.session_id.as_str(), worker.context.as_str()), (sent.session_id.as_str(), "user:alice"));
+        assert!(worker.memory_bytes > 0 && worker.memory_limit_bytes >= worker.memory_bytes, "{worker:?}");
+        let cancel = v1::CancelTurnRequest { session_id: sent.session_id.clone(), turn_id: sent.turn_id.clone() };
+        let ack = client.sessions.cancel_turn(cancel.clone()).await.expect("cancel").into_inner();
+        assert_eq!(ack.message, format!("cancelled {}", sent.turn_id));
+        // The turn ends at once (the worker had a minute of answer left), with the reason.
+        let ended = loop {
+            let event = tokio::time::timeout(Duration::from_secs(20), events.message())
+                .await
+                .expect("the turn ends soon after its cancellation")
+                .expect("stream")
+                .expect("event");
+            match event.event {
+                Some(v1::orchestrator_event::Event::Error(error)) => break error.message,
+                Some(v1::orchestrator_event::Event::Reply(reply)) => panic!("a reply after cancelling: {reply:?}"),
+                _ => {}
+            }
+        };
+        assert_eq!(ended, "The turn was cancelled.");
+        // Its agents are stopped: the worker's answer is abandoned half way.
+        while fake.abandoned() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "the worker's model call went on");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for prefix in ["baaaht-assistant-", "baaaht-worker-"] {
+            for name in daemon.recorded_containers().into_iter().filter(|name| name.starts_with(prefix)) {
+                while baaaht_tests::docker(&["ps", "-q", "--filter", &format!("name=^{name}$")])
+                    .is_ok_and(|ids| !ids.trim().is_empty())
+                {
+                    assert!(tokio::time::Instant::now() < deadline, "{name} still runs");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        let shown = stdout(&baaaht(&daemon, &["sessions", "show", &sent.session_id]));
+        assert!(shown.lines().last().unwrap_or_default().contains("system: The turn was cancelled."), "{shown}");
+        // Nothing is left to cancel.
+        let again = client.sessions.cancel_turn(cancel).await.expect_err("the turn is over");
+        assert_eq!(again.code(), tonic::Code::FailedPrecondition);
+        assert!(again.message().contains("has finished"), "{}", again.message());
+    });
+}

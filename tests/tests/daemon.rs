@@ -222,13 +222,13 @@ async fn a_wrong_token_is_unauthenticated_and_correlation_ids_round_trip() {
     let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
     let options = ConnectOptions { token: Some("not-a-real-token".into()), ..Default::default() };
     let mut client = client::connect(&daemon.socket(), options).await.expect("connect");
-    let error = client.system.get_status(v1::StatusRequest {}).await.expect_err("refused");
+    let error = client.system.get_status(v1::StatusRequest::default()).await.expect_err("refused");
     assert_eq!(error.code(), tonic::Code::Unauthenticated, "{error:?}");
     assert_eq!(error.message(), "unknown or revoked container token");
 
     let options = ConnectOptions { correlation_id: Some("turn-1234".into()), ..Default::default() };
     let mut client = client::connect(&daemon.socket(), options).await.expect("connect");
-    let response = client.system.get_status(v1::StatusRequest {}).await.expect("status");
+    let response = client.system.get_status(v1::StatusRequest::default()).await.expect("status");
     let echoed = response.metadata().get("x-correlation-id").and_then(|v| v.to_str().ok());
     assert_eq!(echoed, Some("turn-1234"));
 

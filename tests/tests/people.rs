@@ -352,9 +352,9 @@ fn the_privilege_table_holds_for_every_principal() {
             (
                 Row { capability: "view system status", admin: true, own: true, other: true },
                 call(Box::new(|mut c, who, _, _| {
-                    Box::pin(
-                        async move { c.system.get_status(as_user(who, None, v1::StatusRequest {})).await.map(drop) },
-                    )
+                    Box::pin(async move {
+                        c.system.get_status(as_user(who, None, v1::StatusRequest::default())).await.map(drop)
+                    })
                 })),
             ),
         ];
@@ -379,13 +379,17 @@ fn the_privilege_table_holds_for_every_principal() {
         // A user sees only their own status; an admin sees the host's.
         let mine = acme
             .system
-            .get_status(as_user("slack:T1:UALICE", None, v1::StatusRequest {}))
+            .get_status(as_user("slack:T1:UALICE", None, v1::StatusRequest::default()))
             .await
             .expect("status")
             .into_inner();
         assert!(mine.data_dir.is_empty() && mine.metrics_address.is_empty(), "{mine:?}");
-        let full =
-            acme.system.get_status(as_user(ADMIN, None, v1::StatusRequest {})).await.expect("status").into_inner();
+        let full = acme
+            .system
+            .get_status(as_user(ADMIN, None, v1::StatusRequest::default()))
+            .await
+            .expect("status")
+            .into_inner();
         assert!(!full.data_dir.is_empty());
         // A user lists only the sessions of their own contexts.
         let listed = acme
@@ -432,20 +436,22 @@ fn a_gateway_names_only_its_own_users_and_its_token_works_only_on_its_socket() {
         // Without a user, a gateway may look at the status and nothing else.
         let refused = client.gateways.who_am_i(v1::WhoAmIRequest {}).await.expect_err("no user");
         assert!(refused.message().contains("needs the end user"), "{refused:?}");
-        client.system.get_status(v1::StatusRequest {}).await.expect("status without a user");
+        client.system.get_status(v1::StatusRequest::default()).await.expect("status without a user");
         let refused = client.sessions.list_sessions(v1::SessionFilter::default()).await.expect_err("no user");
         assert_eq!(refused.code(), Code::PermissionDenied);
         // A gateway's token on another gateway's socket, on the host socket, and a wrong one.
         let crossed = Gateway { socket: other.socket.clone(), token: acme.token.clone() };
-        let refused = connect(&crossed).await.system.get_status(v1::StatusRequest {}).await.expect_err("crossed");
+        let refused =
+            connect(&crossed).await.system.get_status(v1::StatusRequest::default()).await.expect_err("crossed");
         assert_eq!(refused.code(), Code::Unauthenticated);
         assert!(refused.message().contains("valid only on its own gateway's socket"), "{refused:?}");
         let on_host = Gateway { socket: daemon.socket(), token: acme.token.clone() };
-        let refused = connect(&on_host).await.system.get_status(v1::StatusRequest {}).await.expect_err("host socket");
+        let refused =
+            connect(&on_host).await.system.get_status(v1::StatusRequest::default()).await.expect_err("host socket");
         assert_eq!(refused.code(), Code::Unauthenticated);
         let wrong = Gateway { socket: acme.socket.clone(), token: "0".repeat(64) };
         assert_eq!(
-            connect(&wrong).await.system.get_status(v1::StatusRequest {}).await.expect_err("wrong").code(),
+            connect(&wrong).await.system.get_status(v1::StatusRequest::default()).await.expect_err("wrong").code(),
             Code::Unauthenticated
         );
         // Registering gateways is the host's: not even an admin user may, through a gateway.

@@ -13,14 +13,14 @@ use std::time::Duration;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+    RemoveContainerOptions, StatsOptions, StopContainerOptions, WaitContainerOptions,
 };
 use bollard::Docker;
 use tokio_stream::StreamExt;
 
 use super::{
     ContainerInfo, ContainerRuntime, ContainerSpec, EngineInfo, EngineKind, ExecResult, ExitInfo, HealthStatus,
-    NetworkPolicy, Output, RuntimeError, LABEL_BAAAHT, LABEL_CONTEXT, LABEL_KIND, LABEL_OWNER, LABEL_ROLE,
+    NetworkPolicy, Output, RuntimeError, Usage, LABEL_BAAAHT, LABEL_CONTEXT, LABEL_KIND, LABEL_OWNER, LABEL_ROLE,
     LABEL_SESSION,
 };
 
@@ -367,6 +367,29 @@ impl ContainerRuntime for DockerRuntime {
                 .unwrap_or_default(),
             running: state.running.unwrap_or(false),
         })
+    }
+
+    async fn usage(&self, id: &str) -> Result<Usage, RuntimeError> {
+        let options = StatsOptions { stream: false, one_shot: false };
+        let mut stream = self.docker.stats(id, Some(options));
+        let stats = call(self.limit, "read a container's usage", async { stream.next().await.transpose() })
+            .await?
+            .ok_or(RuntimeError::Engine { operation: "read a container's usage", message: "no sample".into() })?;
+        let (cpu, before) = (stats.cpu_stats.unwrap_or_default(), stats.precpu_stats.unwrap_or_default());
+        let used = |cpu: &bollard::models::ContainerCpuStats| cpu.cpu_usage.as_ref().and_then(|u| u.total_usage);
+        let cpu_percent = match (used(&cpu), used(&before), cpu.system_cpu_usage, before.system_cpu_usage) {
+            (Some(now), Some(then), Some(system_now), Some(system_then)) if system_now > system_then => {
+                let cpus = f64::from(cpu.online_cpus.unwrap_or(1).max(1));
+                now.saturating_sub(then) as f64 / (system_now - system_then) as f64 * cpus * 100.0
+            }
+            _ => 0.0,
+        };
+        let memory = stats.memory_stats.unwrap_or_default();
+        // As `docker stats` shows it: the page cache the kernel can take back is not counted.
+        let cache =
+            memory.stats.as_ref().and_then(|stats| stats.get("inactive_file").or(stats.get("total_inactive_file")));
+        let memory_bytes = memory.usage.unwrap_or(0).saturating_sub(cache.copied().unwrap_or(0));
+        Ok(Usage { cpu_percent, memory_bytes, memory_limit_bytes: memory.limit.unwrap_or(0) })
     }
 
     async fn logs(&self, id: &str, cap: usize) -> Result<Output, RuntimeError> {

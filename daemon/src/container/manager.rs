@@ -345,6 +345,25 @@ impl ContainerManager {
         self.inventory.lock().await.clone()
     }
 
+    /// What each of `containers` uses now, sampled together; a container the engine cannot
+    /// measure (gone meanwhile) is left out.
+    pub async fn usage(&self, containers: &[InventoryEntry]) -> Vec<(InventoryEntry, super::Usage)> {
+        let Ok(runtime) = self.runtime().await else { return vec![] };
+        let mut samples = tokio::task::JoinSet::new();
+        for (index, entry) in containers.iter().enumerate() {
+            let (runtime, id) = (runtime.clone(), entry.id.clone());
+            samples.spawn(async move { (index, runtime.usage(&id).await) });
+        }
+        let mut measured: Vec<(usize, super::Usage)> = vec![];
+        while let Some(joined) = samples.join_next().await {
+            if let Ok((index, Ok(usage))) = joined {
+                measured.push((index, usage));
+            }
+        }
+        measured.sort_by_key(|(index, _)| *index);
+        measured.into_iter().map(|(index, usage)| (containers[index].clone(), usage)).collect()
+    }
+
     fn spec(
         &self,
         request: &RunRequest,

@@ -168,6 +168,16 @@ pub struct HealthStatus {
     pub running: bool,
 }
 
+/// What a running container uses, as the engine measures it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    /// Of one CPU: 200 is two CPUs busy.
+    pub cpu_percent: f64,
+    pub memory_bytes: u64,
+    /// The container's memory limit (the host's memory when it has none).
+    pub memory_limit_bytes: u64,
+}
+
 /// Output of a container or an exec, each stream capped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Output {
@@ -216,6 +226,8 @@ pub trait ContainerRuntime: Send + Sync + std::fmt::Debug {
     async fn wait(&self, id: &str) -> Result<ExitInfo, RuntimeError>;
     async fn list_by_label(&self, labels: &[(&str, &str)]) -> Result<Vec<ContainerInfo>, RuntimeError>;
     async fn inspect_health(&self, id: &str) -> Result<HealthStatus, RuntimeError>;
+    /// CPU and memory now (the engine samples for about a second).
+    async fn usage(&self, id: &str) -> Result<Usage, RuntimeError>;
     /// Everything the container wrote so far, each stream capped at `cap` bytes (the tail).
     async fn logs(&self, id: &str, cap: usize) -> Result<Output, RuntimeError>;
     /// Runs `command` in a running container (health probes, diagnostics).

@@ -112,6 +112,7 @@ pub async fn run_alone(
             model: String::new(),
         },
         timeout: timeout.unwrap_or(Duration::from_secs(settings.timeout)),
+        cancel: CancellationToken::new(),
     };
     shared.agents.run_named(work).await
 }
@@ -141,6 +142,9 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
             model: String::new(),
         },
         timeout: Duration::from_secs(settings.timeout),
+        // Cancelling the user's turn stops the agents working for it; a background task
+        // outliving its turn runs on.
+        cancel: shared.turns.running_token(&task.live.user_turn).unwrap_or_default(),
     };
     let (result, is_error) = match shared.agents.run(work).await {
         Ok(answer) => (answer.content, answer.is_error),

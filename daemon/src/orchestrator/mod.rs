@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use baaaht_proto::v1;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::agents::{Live, Work};
@@ -88,13 +89,21 @@ pub struct Turns {
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// User turn → the entry its next delegation or reply hangs under.
     tails: Mutex<HashMap<String, String>>,
+    /// User turn → what stops it and every agent working for it.
+    cancels: Mutex<HashMap<String, CancellationToken>>,
 }
 
 impl Turns {
     pub fn open(state_dir: &std::path::Path) -> Turns {
         let path = state_dir.join(TURNS_FILE);
         let inflight = state::read_json_or_set_aside(&path, InFlight::default);
-        Turns { path, inflight: Mutex::new(inflight), sessions: Mutex::default(), tails: Mutex::default() }
+        Turns {
+            path,
+            inflight: Mutex::new(inflight),
+            sessions: Mutex::default(),
+            tails: Mutex::default(),
+            cancels: Mutex::default(),
+        }
     }
 
     fn update(&self, change: impl FnOnce(&mut InFlight)) {
@@ -116,6 +125,37 @@ impl Turns {
 
     fn set_tail(&self, turn: &str, entry: &str) {
         self.tails.lock().unwrap_or_else(PoisonError::into_inner).insert(turn.to_string(), entry.to_string());
+    }
+
+    /// What stops user turn `turn` (made when first asked for; dropped when the turn ends).
+    fn cancel_token(&self, turn: &str) -> CancellationToken {
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).entry(turn.to_string()).or_default().clone()
+    }
+
+    /// What stops user turn `turn` while it is in progress; a turn that ended has none.
+    fn running_token(&self, turn: &str) -> Option<CancellationToken> {
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).get(turn).cloned()
+    }
+
+    /// Cancels session `session`'s turn `turn` (every one of its turns when `turn` is empty);
+    /// returns the turns cancelled.
+    pub fn cancel(&self, session: &str, turn: &str) -> Vec<String> {
+        let chosen: Vec<String> = self
+            .inflight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .turns
+            .iter()
+            .filter(|(id, inflight)| inflight.session == session && (turn.is_empty() || id.as_str() == turn))
+            .map(|(id, _)| id.clone())
+            .collect();
+        chosen
+            .into_iter()
+            .filter(|id| {
+                let token = self.running_token(id);
+                token.as_ref().inspect(|token| token.cancel()).is_some()
+            })
+            .collect()
     }
 
     /// Turns in progress, for status.
@@ -238,6 +278,7 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
             },
         );
     });
+    shared.turns.cancel_token(&turn);
     let accepted = Accepted { session: record.id.clone(), entry, turn, correlation_id };
     let span = tracing::info_span!("turn", turn = %accepted.turn, correlation_id = %accepted.correlation_id, session = %accepted.session);
     tokio::spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued).instrument(span));

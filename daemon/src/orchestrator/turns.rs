@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// What the session records, and its channels show, for a turn the user stopped.
+pub(super) const CANCELLED: &str = "The turn was cancelled.";
+
 pub(super) async fn run_turn(
     shared: Arc<Shared>,
     record: SessionRecord,
@@ -15,8 +18,16 @@ pub(super) async fn run_turn(
         None => shared.turns.session_lock(&accepted.session).lock_owned().await,
     };
     let started = Instant::now();
+    let cancel = shared.turns.cancel_token(&accepted.turn);
+    let (shared_ref, record_ref, accepted_ref) = (&shared, &record, &accepted);
+    let answer = |cancel: CancellationToken| async move {
+        if cancel.is_cancelled() {
+            return Err(CANCELLED.to_string());
+        }
+        assistant_turn(shared_ref, record_ref, accepted_ref, cancel).await
+    };
     let outcome = match queued {
-        None => assistant_turn(&shared, &record, &accepted).await,
+        None => answer(cancel.clone()).await,
         Some(queued) => {
             match shared.sessions.append_as(
                 &accepted.session,
@@ -30,7 +41,7 @@ pub(super) async fn run_turn(
                             turn.queued = None;
                         }
                     });
-                    assistant_turn(&shared, &record, &accepted).await
+                    answer(cancel.clone()).await
                 }
                 Err(error) => Err(format!("the message could not be recorded: {error}")),
             }
@@ -41,6 +52,7 @@ pub(super) async fn run_turn(
     let ids = (accepted.session.as_str(), accepted.turn.as_str(), accepted.correlation_id.as_str());
     let context = record.context();
     let (role, content, failed) = match outcome {
+        _ if cancel.is_cancelled() => ("system", CANCELLED.to_string(), true),
         Ok(result) if !result.is_error => ("assistant", result.content, false),
         // A budget limit: the daemon's sentence is what the user reads.
         Ok(result) if result.refused => ("system", result.content, true),
@@ -78,12 +90,14 @@ pub(super) async fn run_turn(
     shared.turns.update(|inflight| {
         inflight.turns.remove(&accepted.turn);
     });
+    shared.turns.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
 }
 
 async fn assistant_turn(
     shared: &Arc<Shared>,
     record: &SessionRecord,
     accepted: &Accepted,
+    cancel: CancellationToken,
 ) -> Result<v1::TurnResult, String> {
     shared.turns.set_tail(&accepted.turn, &accepted.entry);
     let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
@@ -134,6 +148,7 @@ async fn assistant_turn(
         },
         turn,
         timeout: Duration::from_secs(config.timeout),
+        cancel,
     };
     shared.agents.run(work).await.map_err(|error| error.to_string())
 }

@@ -169,7 +169,7 @@ impl Daemon {
                 let failure = match &error {
                     AgentError::Start { .. } | AgentError::NoAgent(_) => Failure::Start(error.to_string()),
                     AgentError::Timeout { .. } => Failure::Timeout(error.to_string()),
-                    AgentError::Lost(_) => Failure::Error(error.to_string()),
+                    AgentError::Lost(_) | AgentError::Cancelled(_) => Failure::Error(error.to_string()),
                 };
                 RunOutcome { result: Err(failure), container: None, session, tokens: 0 }
             }

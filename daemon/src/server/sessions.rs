@@ -57,6 +57,8 @@ pub(super) fn header(record: &SessionRecord) -> v1::SessionHeader {
         last_activity: record.last_activity.clone(),
         model: record.model.clone().unwrap_or_default(),
         archived_at: record.archived_at.clone().unwrap_or_default(),
+        forked_from_session: record.forked_from.as_ref().map(|fork| fork.session_id.clone()).unwrap_or_default(),
+        forked_from_entry: record.forked_from.as_ref().map(|fork| fork.entry_id.clone()).unwrap_or_default(),
     }
 }
 
@@ -486,6 +488,25 @@ impl v1::sessions_server::Sessions for SessionsService {
         valid_id(&id, "session_id")?;
         let entry = crate::orchestrator::compact(&self.shared, &id).await?;
         Ok(Response::new(v1::Ack { message: format!("session {id} compacted into entry {entry}") }))
+    }
+
+    async fn cancel_turn(&self, request: Request<v1::CancelTurnRequest>) -> Result<Response<v1::Ack>, Status> {
+        check(&self.shared, &request, Operation::CancelTurn, None, Some(&request.get_ref().session_id))?;
+        let wanted = request.into_inner();
+        valid_id(&wanted.session_id, "session_id")?;
+        if !wanted.turn_id.is_empty() {
+            valid_id(&wanted.turn_id, "turn_id")?;
+        }
+        let cancelled = self.shared.turns.cancel(&wanted.session_id, &wanted.turn_id);
+        if cancelled.is_empty() {
+            let what =
+                if wanted.turn_id.is_empty() { "no turn".to_string() } else { format!("turn {}", wanted.turn_id) };
+            return Err(Status::failed_precondition(format!(
+                "{what} is running in session {}: it has finished (its reply is in the session) or never started",
+                wanted.session_id
+            )));
+        }
+        Ok(Response::new(v1::Ack { message: format!("cancelled {}", cancelled.join(", ")) }))
     }
 
     async fn switch_model(&self, request: Request<v1::SwitchModelRequest>) -> Result<Response<v1::Ack>, Status> {

@@ -1,7 +1,7 @@
 //! The `System` service: status, and the confinement self-test in a fresh container.
 
 use super::*;
-use crate::auth::Caller;
+use crate::auth::{Caller, Context};
 
 /// The `System` service.
 #[derive(Debug, Clone)]
@@ -13,14 +13,47 @@ pub(super) struct SystemService {
 impl v1::system_server::System for SystemService {
     async fn get_status(&self, request: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
         let caller = check(&self.shared, &request, Operation::GetStatus, None, None)?;
-        let containers = self.shared.containers.inventory().await.containers.len();
-        let full = status_response(&self.shared, containers);
-        // A user who is not an admin (or a gateway by itself) sees their own sessions, the
-        // model and the container count: nothing of the host.
-        let Caller::Gateway(call) = &caller else { return Ok(Response::new(full)) };
-        if call.user.as_ref().is_some_and(|user| user.admin) {
-            return Ok(Response::new(full));
+        let inventory = self.shared.containers.inventory().await.containers;
+        let mut full = status_response(&self.shared, inventory.len());
+        // A user who is not an admin (or a gateway by itself) sees their own sessions and
+        // containers, the model and the container count: nothing of the host.
+        let limited = match &caller {
+            Caller::Gateway(call) if !call.user.as_ref().is_some_and(|user| user.admin) => Some(call),
+            _ => None,
+        };
+        if request.get_ref().containers {
+            let visible: Vec<_> = inventory
+                .into_iter()
+                .filter(|entry| match limited {
+                    None => true,
+                    Some(call) => call.user.as_ref().is_some_and(|user| {
+                        entry.context == Context::user(user.id.clone()).to_string()
+                            || user
+                                .groups
+                                .iter()
+                                .any(|group| entry.context == Context::group(group.clone()).to_string())
+                    }),
+                })
+                .collect();
+            full.containers = self
+                .shared
+                .containers
+                .usage(&visible)
+                .await
+                .into_iter()
+                .map(|(entry, usage)| v1::ContainerUsage {
+                    name: entry.name,
+                    role: entry.role,
+                    session_id: entry.session_id,
+                    context: entry.context,
+                    cpu_percent: usage.cpu_percent,
+                    memory_bytes: usage.memory_bytes,
+                    memory_limit_bytes: usage.memory_limit_bytes,
+                    uptime_seconds: crate::state::now_seconds().saturating_sub(entry.created_at),
+                })
+                .collect();
         }
+        let Some(call) = limited else { return Ok(Response::new(full)) };
         let counts = match &call.user {
             Some(user) => self.shared.sessions.counts_of(|record| user.owns(&record.context())),
             None => crate::sessions::SessionCounts::default(),
@@ -33,6 +66,7 @@ impl v1::system_server::System for SystemService {
             sessions_idle: counts.idle,
             sessions_archived: counts.archived,
             containers_running: full.containers_running,
+            containers: full.containers,
             llm: full.llm.map(|llm| v1::LlmGatewayStatus {
                 state: llm.state,
                 message: format!("model {model}"),
@@ -137,5 +171,6 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
         }),
         pid: std::process::id(),
         degraded,
+        containers: vec![],
     }
 }

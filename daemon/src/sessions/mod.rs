@@ -68,6 +68,9 @@ pub struct SessionRecord {
     /// `last_activity` as seconds since the epoch, for idling and archival.
     #[serde(default)]
     pub last_activity_seconds: u64,
+    /// The session and entry this one was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<log::ForkPoint>,
 }
 
 impl SessionRecord {
@@ -381,6 +384,7 @@ impl SessionStore {
         header.created = state::rfc3339(now);
         let log = log::fork(&source, entry, &self.folder(&new), header.clone())?;
         let mut record = record_of(&header, now);
+        record.forked_from = Some(log::ForkPoint { session_id: id.to_string(), entry_id: entry.to_string() });
         record.model = original.model.clone();
         record.leaf = Some(if entry == id { new.clone() } else { entry.to_string() });
         inner.logs.insert(new.clone(), log);
@@ -473,6 +477,7 @@ fn record_of(header: &log::Header, now: u64) -> SessionRecord {
         model: None,
         leaf: None,
         last_activity_seconds: now,
+        forked_from: header.forked_from.clone(),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod people;
 pub mod status;
 pub mod tasks;
 pub mod terminal;
+pub mod tui;
 
 use std::path::{Path, PathBuf};
 

@@ -26,6 +26,9 @@ enum Command {
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
+        /// Also each container's CPU and memory (takes about a second)
+        #[arg(long)]
+        containers: bool,
     },
     /// Check that containers are confined: run the self-test in a fresh hardened container
     Doctor {
@@ -91,6 +94,19 @@ enum Command {
     Groups {
         #[command(subcommand)]
         command: GroupsCommand,
+    },
+    /// The terminal client: the context's conversation, live (in progress: issue 16)
+    Tui {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// Who writes, in a group [default: $USER]
+        #[arg(long = "as", value_name = "ID", requires = "group")]
+        sender: Option<String>,
+        /// Colours for a dark or a light terminal [default: asks the terminal]
+        #[arg(long, value_enum, default_value_t)]
+        theme: baaaht_cli::tui::theme::Choice,
     },
     /// Scheduled tasks and heartbeats: list, show, runs, next, add, pause, resume, cancel
     Tasks {
@@ -354,11 +370,11 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), CliError> {
     let socket = cli.socket.unwrap_or_else(|| baaaht_cli::default_socket(|key| std::env::var(key).ok()));
     match cli.command {
-        Command::Status { json } => {
+        Command::Status { json, containers } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             let response = client
                 .system
-                .get_status(v1::StatusRequest {})
+                .get_status(v1::StatusRequest { containers })
                 .await
                 .map_err(|status| CliError::from_status(status, &socket))?
                 .into_inner();
@@ -415,6 +431,17 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Groups { command } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             groups(&mut client, &socket, command).await
+        }
+        Command::Tui { user, group, sender, theme } => {
+            let env = |key: &str| std::env::var(key).ok();
+            let in_group = group.is_some();
+            let context = baaaht_cli::chat::context(user, group, env);
+            let sender = match sender {
+                Some(sender) => sender,
+                None if in_group => baaaht_cli::chat::login(env),
+                None => context.id.clone(),
+            };
+            baaaht_cli::tui::run::run(baaaht_cli::tui::run::Target { socket, context, sender, theme }).await
         }
         Command::Tasks { command } => {
             let mut client = baaaht_cli::connect(&socket).await?;

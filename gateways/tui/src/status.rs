@@ -18,6 +18,20 @@ pub struct StatusJson<'a> {
     pub metrics_address: &'a str,
     pub llm: LlmJson<'a>,
     pub degraded: &'a [String],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<ContainerJson<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ContainerJson<'a> {
+    pub name: &'a str,
+    pub role: &'a str,
+    pub session_id: &'a str,
+    pub context: &'a str,
+    pub cpu_percent: f64,
+    pub memory_bytes: u64,
+    pub memory_limit_bytes: u64,
+    pub uptime_seconds: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -72,7 +86,57 @@ pub fn to_json(status: &v1::StatusResponse) -> StatusJson<'_> {
             providers: status.llm.as_ref().map_or(&[], |llm| llm.providers.as_slice()),
         },
         degraded: &status.degraded,
+        containers: status
+            .containers
+            .iter()
+            .map(|c| ContainerJson {
+                name: &c.name,
+                role: &c.role,
+                session_id: &c.session_id,
+                context: &c.context,
+                cpu_percent: c.cpu_percent,
+                memory_bytes: c.memory_bytes,
+                memory_limit_bytes: c.memory_limit_bytes,
+                uptime_seconds: c.uptime_seconds,
+            })
+            .collect(),
     }
+}
+
+/// "512 B", "3.4 MiB", "1.2 GiB".
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// The containers as a table: name, role, context, CPU, memory (of its limit), age.
+pub fn containers_text(containers: &[v1::ContainerUsage]) -> String {
+    let mut out = String::new();
+    let width = containers.iter().map(|c| c.name.len()).max().unwrap_or(0).max(9);
+    let _ =
+        writeln!(out, "{:<width$}  {:<10} {:<14} {:>6}  {:>21}  UP", "CONTAINER", "ROLE", "CONTEXT", "CPU", "MEMORY");
+    for c in containers {
+        let memory = format!("{} / {}", human_bytes(c.memory_bytes), human_bytes(c.memory_limit_bytes));
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<10} {:<14} {:>5.1}%  {memory:>21}  {}",
+            c.name,
+            c.role,
+            if c.context.is_empty() { "-" } else { &c.context },
+            c.cpu_percent,
+            human_duration(c.uptime_seconds)
+        );
+    }
+    out
 }
 
 /// "3d 4h", "2h 5m", "4m 12s", "9s".
@@ -124,6 +188,10 @@ pub fn to_text(status: &v1::StatusResponse) -> String {
             let _ = writeln!(out, "health:      {problem}");
         }
     }
+    if !status.containers.is_empty() {
+        out.push('\n');
+        out.push_str(&containers_text(&status.containers));
+    }
     out
 }
 
@@ -165,5 +233,27 @@ mod tests {
         assert!(text.contains("health:      degraded: no container engine at /var/run/docker.sock"), "{text}");
         assert!(text.contains("metrics:     off"), "{text}");
         assert!(text.contains("llm:         ready (process), providers: anthropic, ollama\n"), "{text}");
+        assert!(!text.contains("CONTAINER"), "no table unless asked: {text}");
+    }
+
+    #[test]
+    fn containers_show_cpu_and_memory_against_their_limit() {
+        let container = v1::ContainerUsage {
+            name: "baaaht-assistant-s-1".into(),
+            role: "assistant".into(),
+            session_id: "s-1".into(),
+            context: "user:alice".into(),
+            cpu_percent: 12.345,
+            memory_bytes: 45 * 1024 * 1024 + 300 * 1024,
+            memory_limit_bytes: 512 * 1024 * 1024,
+            uptime_seconds: 130,
+        };
+        let text = containers_text(&[container]);
+        let row = text.lines().nth(1).unwrap_or_default();
+        assert_eq!(
+            row, "baaaht-assistant-s-1  assistant  user:alice      12.3%   45.3 MiB / 512.0 MiB  2m 10s",
+            "{text}"
+        );
+        assert_eq!(human_bytes(900), "900 B");
     }
 }

@@ -16,6 +16,7 @@ mod identity;
 mod llm;
 mod scheduler;
 mod tools;
+mod tui;
 
 #[derive(Debug, Parser)]
 #[command(name = "baaaht-bench", about = "baaaht's benchmarks (DESIGN.md §7)")]
@@ -86,6 +87,19 @@ enum Bench {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// `baaaht tui` on a pseudo-terminal: keypress → screen while an answer streams (vs a raw
+    /// `cat`'s echo), launch → usable prompt (vs a one-shot `baaaht status`), resident memory
+    Tui {
+        /// Keys timed while streaming and idle (at least 100)
+        #[arg(long, default_value_t = 300)]
+        samples: usize,
+        /// Launches timed (at least 5)
+        #[arg(long, default_value_t = 10)]
+        launches: usize,
+        /// Tokens of the streamed answer (200 per second)
+        #[arg(long, default_value_t = 4000)]
+        tokens: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -106,6 +120,7 @@ fn main() -> Result<()> {
         Bench::Scheduler { tasks, minutes, edits, runs } => {
             scheduler::run(tasks.max(1000), minutes.max(60), edits.max(10), runs.max(3))
         }
+        Bench::Tui { samples, launches, tokens } => tui::run(samples.max(100), launches.max(5), tokens.max(1000)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }
@@ -165,7 +180,7 @@ fn daemon(runs: usize) -> Result<()> {
         // TestDaemon::start returns at READY=1; the socket is bound before that.
         runtime.block_on(async {
             let mut client = client::connect(&daemon.socket(), ConnectOptions::default()).await?;
-            client.system.get_status(v1::StatusRequest {}).await?;
+            client.system.get_status(v1::StatusRequest::default()).await?;
             anyhow::Ok(())
         })?;
         first_rpc.values.push(started.elapsed().as_secs_f64() * 1e3);

@@ -1,0 +1,8 @@
+//! `baaaht tui` (issue 16), in progress: the state machine, the view and the loop.
+
+pub mod export;
+pub mod markdown;
+pub mod run;
+pub mod state;
+pub mod theme;
+pub mod view;
