@@ -18,7 +18,8 @@ pub fn login(env: impl Fn(&str) -> Option<String>) -> String {
     env("USER").filter(|name| !name.is_empty()).unwrap_or_else(|| "local".into())
 }
 
-fn role_name(role: i32) -> &'static str {
+/// An agent role's name as shown.
+pub fn role_name(role: i32) -> &'static str {
     match v1::AgentRole::try_from(role) {
         Ok(v1::AgentRole::Assistant) => "assistant",
         Ok(v1::AgentRole::Worker) => "worker",

@@ -444,17 +444,7 @@ pub struct App {
     quit_armed: bool,
 }
 
-fn role_name(role: i32) -> &'static str {
-    match v1::AgentRole::try_from(role) {
-        Ok(v1::AgentRole::Assistant) => "assistant",
-        Ok(v1::AgentRole::Worker) => "worker",
-        Ok(v1::AgentRole::Researcher) => "researcher",
-        Ok(v1::AgentRole::Coder) => "coder",
-        Ok(v1::AgentRole::Memory) => "memory",
-        Ok(v1::AgentRole::Heartbeat) => "heartbeat",
-        _ => "agent",
-    }
-}
+use crate::chat::role_name;
 
 fn channel_name(channel: i32) -> Option<String> {
     match v1::ChannelType::try_from(channel) {
