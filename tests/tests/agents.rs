@@ -293,25 +293,44 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
     );
 }
 
+/// A client following alice's context, having sent "Ask the worker." (see `slow_worker_brain`).
+async fn ask_the_worker(
+    daemon: &baaaht_tests::TestDaemon,
+) -> (baaaht_proto::client::Client, tonic::Streaming<v1::OrchestratorEvent>, v1::SendUserMessageResponse) {
+    let mut client = scenario::host_client(daemon).await.expect("connect");
+    let events = client
+        .sessions
+        .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let sent = client
+        .sessions
+        .send_user_message(message(user("alice"), "alice", "Ask the worker."))
+        .await
+        .expect("send")
+        .into_inner();
+    (client, events, sent)
+}
+
+/// Waits until the worker has asked the model (its slow answer is streaming); returns the
+/// deadline the rest of the test keeps to.
+async fn worker_asks_the_model(fake: &FakeProvider) -> tokio::time::Instant {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while fake.requests().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the worker never asked the model");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    deadline
+}
+
 #[test]
 fn a_daemon_killed_during_a_delegation_ends_the_turn_with_a_message_and_leaves_no_container() {
     let rt = baaaht_tests::runtime();
     let (fake, mut daemon) = scenario::start(&rt, scenario::slow_worker_brain(), DaemonOptions::default())
         .expect("fake provider and daemon");
     let (session, agents) = rt.block_on(async {
-        let mut client = scenario::host_client(&daemon).await.expect("connect");
-        let mut events = client
-            .sessions
-            .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
-            .await
-            .expect("subscribe")
-            .into_inner();
-        let sent = client
-            .sessions
-            .send_user_message(message(user("alice"), "alice", "Ask the worker."))
-            .await
-            .expect("send")
-            .into_inner();
+        let (_client, mut events, sent) = ask_the_worker(&daemon).await;
         loop {
             let event = tokio::time::timeout(Duration::from_secs(60), events.message())
                 .await
@@ -323,11 +342,7 @@ fn a_daemon_killed_during_a_delegation_ends_the_turn_with_a_message_and_leaves_n
             }
         }
         // The worker is streaming its (slow) answer when the daemon dies.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while fake.requests().len() < 2 {
-            assert!(tokio::time::Instant::now() < deadline, "the worker never asked the model");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        worker_asks_the_model(&fake).await;
         let agents: Vec<String> = daemon
             .recorded_containers()
             .into_iter()
@@ -739,24 +754,8 @@ fn a_turn_cancelled_during_a_delegation_stops_its_agents_and_the_session_says_so
     let (fake, daemon) = scenario::start(&rt, scenario::slow_worker_brain(), DaemonOptions::default())
         .expect("fake provider and daemon");
     rt.block_on(async {
-        let mut client = scenario::host_client(&daemon).await.expect("connect");
-        let mut events = client
-            .sessions
-            .subscribe_events(v1::EventSubscription { context: Some(user("alice")), ..Default::default() })
-            .await
-            .expect("subscribe")
-            .into_inner();
-        let sent = client
-            .sessions
-            .send_user_message(message(user("alice"), "alice", "Ask the worker."))
-            .await
-            .expect("send")
-            .into_inner();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while fake.requests().len() < 2 {
-            assert!(tokio::time::Instant::now() < deadline, "the worker never asked the model");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let (mut client, mut events, sent) = ask_the_worker(&daemon).await;
+        let deadline = worker_asks_the_model(&fake).await;
         // Status shows the turn's containers with what the engine measures of them.
         let status =
             client.system.get_status(v1::StatusRequest { containers: true }).await.expect("status").into_inner();
