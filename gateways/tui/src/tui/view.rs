@@ -63,6 +63,12 @@ struct DrawnBlocks {
 
 /// The conversation as lines for a `width`-wide pane.
 pub fn transcript(app: &App, width: usize) -> Vec<Line<'static>> {
+    visible(app, width, usize::MAX, 0)
+}
+
+/// The `height` lines of the conversation that show `scroll` lines up from its end; only
+/// those are copied (a long conversation is drawn without copying all of it every frame).
+fn visible(app: &App, width: usize, height: usize, scroll: usize) -> Vec<Line<'static>> {
     let theme = &app.theme;
     let mut drawn = app.drawn.0.borrow_mut();
     let key = (app.generation, width, app.show_thinking, theme.dark);
@@ -75,17 +81,21 @@ pub fn transcript(app: &App, width: usize) -> Vec<Line<'static>> {
         code += codes;
         drawn.blocks.push((block_lines, codes));
     }
-    let mut lines: Vec<Line<'static>> = drawn.blocks.iter().flat_map(|(lines, _)| lines.iter().cloned()).collect();
+    let mut live_lines = vec![];
     if let Some(live) = &app.live {
-        lines.extend(thinking(&live.thinking, app, width, live.text.is_empty()));
+        live_lines.extend(thinking(&live.thinking, app, width, live.text.is_empty()));
         let mut streamed = markdown::render(&clean(&live.text), width, theme, code).lines;
         match streamed.last_mut() {
             Some(last) => last.spans.push(Span::raw("▌")),
             None => streamed.push(Line::raw("▌")),
         }
-        lines.extend(streamed);
+        live_lines.extend(streamed);
     }
-    lines
+    let total = drawn.blocks.iter().map(|(lines, _)| lines.len()).sum::<usize>() + live_lines.len();
+    let bottom = total.saturating_sub(scroll.min(total.saturating_sub(height)));
+    let top = bottom.saturating_sub(height);
+    let finished = drawn.blocks.iter().flat_map(|(lines, _)| lines.iter());
+    finished.chain(live_lines.iter()).skip(top).take(bottom - top).cloned().collect()
 }
 
 /// One finished block's lines (a blank line after it) and how many code blocks it has.
@@ -185,11 +195,8 @@ pub fn draw(frame: &mut ratatui::Frame<'_>, app: &App) {
         Constraint::Length(draft_lines + 2),
     ])
     .areas(area);
-    let lines = transcript(app, talk.width as usize);
-    let height = talk.height as usize;
-    let bottom = lines.len().saturating_sub(app.scroll.min(lines.len().saturating_sub(height)));
-    let top = bottom.saturating_sub(height);
-    frame.render_widget(Paragraph::new(lines[top..bottom].to_vec()), talk);
+    let lines = visible(app, talk.width as usize, talk.height as usize, app.scroll);
+    frame.render_widget(Paragraph::new(lines), talk);
     if offered > 0 {
         frame.render_widget(Paragraph::new(Line::styled(app.offered.join("  "), app.theme.accent)), hints);
     }
