@@ -11,7 +11,7 @@ use baaaht_proto::v1;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
 use tokio::sync::mpsc;
 
-use super::state::{blocks_of, Action, App, Block, Command, Input, Key, Pick, PickItem, Picker};
+use super::state::{blocks_of, branch_of, Action, App, Block, Command, Input, Key, Pick, PickItem, Picker};
 use super::theme::{Choice, Theme};
 use crate::CliError;
 
@@ -110,21 +110,13 @@ async fn attach(client: &mut Client, target: &Target) -> Result<String, tonic::S
 
 /// Session `id`'s entries: the branch ending at `leaf`, else the newest branch.
 async fn branch(client: &mut Client, id: &str, leaf: Option<&str>) -> Result<Vec<v1::SessionEntry>, tonic::Status> {
-    let leaf = match leaf {
-        Some(leaf) => leaf.to_string(),
-        None => {
-            let all = client
-                .sessions
-                .read_session(v1::ReadSessionRequest { session_id: id.into(), leaf_entry_id: String::new() })
-                .await?
-                .into_inner();
-            match all.entries.last() {
-                Some(last) => last.id.clone(),
-                None => return Ok(vec![]),
-            }
-        }
-    };
-    let request = v1::ReadSessionRequest { session_id: id.into(), leaf_entry_id: leaf };
+    let all = read_all(client, id).await?;
+    Ok(branch_of(&all, leaf))
+}
+
+/// Every entry of session `id`, in the order written.
+async fn read_all(client: &mut Client, id: &str) -> Result<Vec<v1::SessionEntry>, tonic::Status> {
+    let request = v1::ReadSessionRequest { session_id: id.into(), leaf_entry_id: String::new() };
     Ok(client.sessions.read_session(request).await?.into_inner().entries)
 }
 
@@ -276,13 +268,8 @@ async fn tree_picker(client: &mut Client, target: &Target, current: &str) -> Res
     let mut stack = vec![(root, 0usize)];
     while let Some((id, depth)) = stack.pop() {
         let Some(session) = sessions.iter().find(|s| s.id == id) else { continue };
-        let all = client
-            .sessions
-            .read_session(v1::ReadSessionRequest { session_id: id.clone(), leaf_entry_id: String::new() })
-            .await?
-            .into_inner()
-            .entries;
-        let newest = branch(client, &id, None).await.unwrap_or_default();
+        let all = read_all(client, &id).await?;
+        let newest = branch_of(&all, None);
         let how = if depth == 0 { "session".to_string() } else { "fork".to_string() };
         let topic = if session.title.is_empty() { last_said(&newest, "user") } else { session.title.clone() };
         items.push(PickItem {
@@ -298,7 +285,7 @@ async fn tree_picker(client: &mut Client, target: &Target, current: &str) -> Res
         if leaves.len() > 1 {
             let newest_leaf = all.last().map(|entry| entry.id.clone()).unwrap_or_default();
             for leaf in leaves {
-                let entries = branch(client, &id, Some(&leaf.id)).await.unwrap_or_default();
+                let entries = branch_of(&all, Some(&leaf.id));
                 items.push(PickItem {
                     label: format!("branch · {}", short(&last_said(&entries, "user"), 60)),
                     depth: depth + 1,

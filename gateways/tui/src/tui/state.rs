@@ -342,6 +342,24 @@ fn common_prefix(words: &[String]) -> String {
     first[..end].to_string()
 }
 
+/// The entries of the branch ending at `leaf` (the last entry written when None), root first.
+pub fn branch_of(entries: &[v1::SessionEntry], leaf: Option<&str>) -> Vec<v1::SessionEntry> {
+    let by_id: std::collections::HashMap<&str, &v1::SessionEntry> =
+        entries.iter().map(|entry| (entry.id.as_str(), entry)).collect();
+    let mut at = match leaf {
+        Some(leaf) => by_id.get(leaf).copied(),
+        None => entries.last(),
+    };
+    let mut branch = vec![];
+    while let Some(entry) = at {
+        branch.push(entry.clone());
+        // A parent seen already would be a cycle in a damaged log: stop there.
+        at = by_id.get(entry.parent.as_str()).copied().filter(|parent| !branch.iter().any(|seen| seen.id == parent.id));
+    }
+    branch.reverse();
+    branch
+}
+
 /// A session's entries as the screen shows them.
 pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
     use v1::session_entry::Entry;
@@ -1122,6 +1140,17 @@ mod tests {
         assert!(
             matches!(app.blocks.last(), Some(Block::Error { text }) if text == "there is no skill `nope`; there are: summarize")
         );
+    }
+
+    #[test]
+    fn a_branch_is_followed_from_its_leaf_to_the_root() {
+        let entry =
+            |id: &str, parent: &str| v1::SessionEntry { id: id.into(), parent: parent.into(), ..Default::default() };
+        let entries = [entry("a", "s-1"), entry("b", "a"), entry("c", "a"), entry("d", "b")];
+        let ids = |branch: Vec<v1::SessionEntry>| branch.into_iter().map(|e| e.id).collect::<Vec<_>>();
+        assert_eq!(ids(branch_of(&entries, None)), ["a", "b", "d"]);
+        assert_eq!(ids(branch_of(&entries, Some("c"))), ["a", "c"]);
+        assert!(branch_of(&entries, Some("nope")).is_empty());
     }
 
     #[test]
