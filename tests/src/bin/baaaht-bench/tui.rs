@@ -125,7 +125,8 @@ const MARKERS: [char; 20] =
 
 /// Writes `samples` markers to `terminal`, each timed until the output carries it; every 20,
 /// as many backspaces empty the line again.
-fn keypresses(terminal: &mut Terminal, samples: usize, row: &mut Row) -> Result<()> {
+/// `cleared` is what the program writes once the line is empty again.
+fn keypresses(terminal: &mut Terminal, samples: usize, cleared: &[u8], row: &mut Row) -> Result<()> {
     for index in 0..samples {
         let marker = MARKERS[index % MARKERS.len()];
         let mut bytes = [0u8; 4];
@@ -138,12 +139,7 @@ fn keypresses(terminal: &mut Terminal, samples: usize, row: &mut Row) -> Result<
         if index % MARKERS.len() == MARKERS.len() - 1 {
             let from = terminal.len();
             terminal.write(&[0x7f; MARKERS.len()])?;
-            // The line is drawn again without them: some output follows.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while terminal.len() == from && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            terminal.wait_for(cleared, from, Duration::from_secs(10)).context("the line is emptied")?;
         }
     }
     Ok(())
@@ -188,6 +184,8 @@ pub(crate) fn run(samples: usize, launches: usize, tokens: usize) -> Result<()> 
         }
     }
 
+    // Every frame ends with the cursor at the start of an empty one-line draft.
+    let prompt = format!("\x1b[{};2H", ROWS - 1).into_bytes();
     // Keys while an answer streams.
     let mut terminal = Terminal::start(&tui, &socket)?;
     terminal.wait_for(b"connected", 0, Duration::from_secs(30))?;
@@ -197,7 +195,7 @@ pub(crate) fn run(samples: usize, launches: usize, tokens: usize) -> Result<()> 
     terminal.wait_for(b"answering", from, Duration::from_secs(60)).context("the answer streams")?;
     let mut streaming =
         Row { name: "keypress → screen while an answer streams (200 tokens/s)".into(), unit: "ms", values: vec![] };
-    keypresses(&mut terminal, samples, &mut streaming)?;
+    keypresses(&mut terminal, samples, &prompt, &mut streaming)?;
     let still_streaming = streamed_from.elapsed() < Duration::from_millis(5 * tokens as u64);
     let mut idle = Row { name: "keypress → screen, idle".into(), unit: "ms", values: vec![] };
     // Idle: once the reply is in the session.
@@ -221,12 +219,13 @@ pub(crate) fn run(samples: usize, launches: usize, tokens: usize) -> Result<()> 
             if Instant::now() > deadline {
                 bail!("the streamed answer did not end within 120 s");
             }
+            // Polling the session for the reply, not waiting for a state to settle.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })?;
-    // The answer's last frame drawn before the idle keys.
-    std::thread::sleep(Duration::from_millis(200));
-    keypresses(&mut terminal, samples, &mut idle)?;
+    // The reply's own frame is drawn when its event arrives, by now or together with the
+    // first idle key (one frame in the first sample at most).
+    keypresses(&mut terminal, samples, &prompt, &mut idle)?;
     let pid = terminal.program_pid()?;
     let rss_mib = kib_of(pid, "VmRSS:")? / 1024.0;
     let peak_mib = kib_of(pid, "VmHWM:")? / 1024.0;
@@ -237,7 +236,8 @@ pub(crate) fn run(samples: usize, launches: usize, tokens: usize) -> Result<()> 
     cat.wait_for(b"ready", 0, Duration::from_secs(10))?;
     let mut echo =
         Row { name: "baseline: raw-mode `cat` echoing the key (same pty relay)".into(), unit: "ms", values: vec![] };
-    keypresses(&mut cat, samples, &mut echo)?;
+    // `cat` echoes the backspaces themselves.
+    keypresses(&mut cat, samples, &[0x7f; MARKERS.len()], &mut echo)?;
     cat.stop();
 
     println!(
