@@ -34,6 +34,21 @@ pub enum Role {
 impl Role {
     pub const AGENTS: &'static [Role] =
         &[Role::Assistant, Role::Worker, Role::Researcher, Role::Coder, Role::Memory, Role::Heartbeat];
+    pub const ALL: &'static [Role] = &[
+        Role::Assistant,
+        Role::Worker,
+        Role::Researcher,
+        Role::Coder,
+        Role::Memory,
+        Role::Heartbeat,
+        Role::Tool,
+        Role::LlmGateway,
+    ];
+
+    /// The role whose [`Role::as_str`] is `name` (as in a container's labels).
+    pub fn named(name: &str) -> Option<Role> {
+        Role::ALL.iter().copied().find(|role| role.as_str() == name)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -334,6 +349,7 @@ pub enum Operation {
     AddGateway,
     ListGateways,
     RemoveGateway,
+    SearchAudit,
 }
 
 use Role::{Assistant, Coder, Heartbeat, Memory, Researcher, Tool, Worker};
@@ -466,6 +482,7 @@ impl Operation {
             Operation::AddGateway => "AddGateway",
             Operation::ListGateways => "ListGateways",
             Operation::RemoveGateway => "RemoveGateway",
+            Operation::SearchAudit => "SearchAudit",
         }
     }
 
@@ -626,8 +643,8 @@ fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<
         Operation::WhoAmI | Operation::StartLink | Operation::ConfirmLink | Operation::EnsureChannelGroup => {
             return call.user.as_ref().map(drop).ok_or(AuthError::NoEndUser { operation: name });
         }
-        // Registering gateways is the host's alone.
-        Operation::AddGateway | Operation::ListGateways | Operation::RemoveGateway => {
+        // Registering gateways and reading the audit log are the host's alone.
+        Operation::AddGateway | Operation::ListGateways | Operation::RemoveGateway | Operation::SearchAudit => {
             return Err(AuthError::HostOnly { operation: name });
         }
         _ => {}

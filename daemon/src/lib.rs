@@ -6,6 +6,7 @@
 //! modules named after the nouns of DESIGN.md.
 
 pub mod agents;
+pub mod audit;
 pub mod auth;
 pub mod budgets;
 pub mod cli;
@@ -27,6 +28,7 @@ pub mod metrics;
 pub mod oidc;
 pub mod orchestrator;
 pub mod policy;
+pub mod sampler;
 pub mod scheduler;
 pub mod secrets;
 pub mod selftest;
@@ -121,6 +123,7 @@ pub struct Shared {
     pub loaded: LoadedConfig,
     pub data_dir: DataDir,
     pub metrics: Arc<Metrics>,
+    pub audit: audit::Audit,
     pub engine: watch::Receiver<Engine>,
     pub listeners: Arc<ListenerSet>,
     pub metrics_address: Option<SocketAddr>,
@@ -278,6 +281,7 @@ impl Daemon {
         let engine = Arc::new(engine);
         let policy = Arc::new(Policy::new(&loaded)?);
         let binaries = binaries_dir(&loaded.config.container.binaries_dir);
+        let metrics = Arc::new(Metrics::default());
         let containers = Arc::new(ContainerManager::new(
             engine.clone(),
             policy.clone(),
@@ -289,10 +293,26 @@ impl Daemon {
                 loaded.config.container.max_concurrent,
                 Duration::from_secs(loaded.config.container.queue_timeout),
             ),
+            metrics.clone(),
         )?);
-        let metrics = Arc::new(Metrics::default());
+        let audit = audit::Audit::open(
+            data_dir.logs_dir().join("audit"),
+            loaded.config.audit.enabled,
+            loaded.config.audit.retention_days,
+            metrics.clone(),
+        );
+        audit_config_change(&audit, &loaded, &data_dir.state_dir());
         let secrets = llm::open_secrets(&data_dir.config_dir());
         let settings = llm::gateway_settings(&loaded, secrets.as_ref(), |name| std::env::var(name).ok());
+        if let Some(store) = &secrets {
+            for (provider, entry) in loaded.providers.providers.configured() {
+                let reference = entry.api_key.as_deref().unwrap_or_default();
+                for name in secrets::reference_names(reference).filter(|name| store.get(name).is_some()) {
+                    let record = audit::Record::new(audit::Kind::Secret, "daemon", "read");
+                    audit.record(record.detail("name", name).detail("for", format!("LLM provider {provider}")));
+                }
+            }
+        }
         let search = egress::search::Backend::from_config(&loaded.config.tools.web_proxy.search, |reference| {
             secrets::resolve_references(reference, secrets.as_ref(), |name| std::env::var(name).ok())
                 .map(|key| key.to_string())
@@ -361,6 +381,7 @@ impl Daemon {
             loaded,
             data_dir,
             metrics,
+            audit,
             engine: engine_rx,
             listeners,
             metrics_address,
@@ -469,6 +490,12 @@ impl Daemon {
                 metrics::serve(listener, shared.metrics.clone(), cancel.clone())
                     .instrument(tracing::info_span!("metrics")),
             );
+            tracker.spawn(sampler::run(shared.clone(), cancel.clone()).instrument(tracing::info_span!("metrics")));
+        }
+        if shared.loaded.config.metrics.log {
+            let (metrics, every) = (shared.metrics.clone(), Duration::from_secs(60));
+            tracker
+                .spawn(metrics::log_every(metrics, every, cancel.clone()).instrument(tracing::info_span!("metrics")));
         }
         let gate = Arc::new(Gate {
             host_policy: HostPolicy { daemon_uid: current_uid(), client_group: bound.client_group.clone() },
@@ -579,4 +606,32 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     Daemon::new(loaded, data_dir, bound)?.run(shutdown).await
+}
+
+/// Records in the audit log that the configuration changed since the last start, naming the
+/// sections that did (the last one is kept in `data/state/config-last.json`, beside the rest of
+/// the daemon's state; the log holds section names only, never values).
+fn audit_config_change(audit: &audit::Audit, loaded: &LoadedConfig, state_dir: &std::path::Path) {
+    let path = state_dir.join("config-last.json");
+    let Ok(now) = serde_json::to_value(&loaded.config) else { return };
+    let before: Option<serde_json::Value> = match state::read_json(&path) {
+        Ok(before) => before,
+        Err(error) => {
+            tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot read the last configuration");
+            None
+        }
+    };
+    let changed: Vec<String> = match (&before, &now) {
+        (Some(serde_json::Value::Object(before)), serde_json::Value::Object(now)) => {
+            now.iter().filter(|(key, value)| before.get(*key) != Some(value)).map(|(key, _)| key.clone()).collect()
+        }
+        _ => vec!["all (first start)".to_string()],
+    };
+    if changed.is_empty() {
+        return;
+    }
+    audit.record(audit::Record::new(audit::Kind::Config, "daemon", "changed").detail("sections", changed));
+    if let Err(error) = state::write_json(&path, &now) {
+        tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot keep the configuration for the next start");
+    }
 }

@@ -297,16 +297,16 @@ impl LlmGateway {
         }
     }
 
-    /// Records the usage of one answer for `context` and `session`: metrics now, the ledger on
-    /// a blocking thread.
-    pub fn account(self: &Arc<Self>, provider: &str, context: &str, session: &str, usage: &v1::Usage) {
+    /// Records the usage of one answer of `provider`'s `model` for `context` and `session`:
+    /// metrics now, the ledger on a blocking thread.
+    pub fn account(self: &Arc<Self>, provider: &str, model: &str, context: &str, session: &str, usage: &v1::Usage) {
         let tokens = TokenCounts {
             input: usage.input_tokens,
             output: usage.output_tokens,
             cache_read: usage.cache_read_tokens,
             cache_write: usage.cache_write_tokens,
         };
-        self.metrics.record_llm_tokens(provider, context, tokens);
+        self.metrics.record_llm_tokens(provider, model, tokens);
         let gateway = self.clone();
         let (context, session, estimated) = (context.to_string(), session.to_string(), usage.estimated);
         let write = move || {

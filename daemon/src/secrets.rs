@@ -301,6 +301,11 @@ impl SecretStore {
 
 /// Replaces every `${NAME}` in `text` with the secret `NAME`, else the environment variable
 /// `NAME` (spec §16.2); a reference found in neither is an error naming it.
+/// The names `text` refers to as `${NAME}`.
+pub fn reference_names(text: &str) -> impl Iterator<Item = &str> {
+    text.split("${").skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
+}
+
 pub fn resolve_references(
     text: &str,
     secrets: Option<&Secrets>,

@@ -24,6 +24,8 @@ pub struct Config {
     pub llm: LlmConfig,
     pub metrics: MetricsConfig,
     pub budgets: BudgetsConfig,
+    pub audit: AuditConfig,
+    pub otel: OtelConfig,
 }
 
 /// Spending limits per user and per group (DESIGN.md §9.3): tokens and cost per day and per
@@ -782,12 +784,44 @@ pub struct MetricsConfig {
     pub enabled: bool,
     /// Must be a loopback address; port 0 picks a free port (shown by `baaaht status`).
     pub listen: LoopbackAddr,
+    /// Also write every figure to the log once a minute, for deployments without Prometheus.
+    pub log: bool,
+    /// Seconds between samples of the engine's container stats, sessions and memory stores.
+    pub sample_interval: u64,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
-        MetricsConfig { enabled: true, listen: LoopbackAddr(SocketAddr::from(([127, 0, 0, 1], 9479))) }
+        MetricsConfig {
+            enabled: true,
+            listen: LoopbackAddr(SocketAddr::from(([127, 0, 0, 1], 9479))),
+            log: false,
+            sample_interval: 15,
+        }
     }
+}
+
+/// The audit log (`data/logs/audit/YYYY-MM-DD.jsonl`): security-relevant events, append-only.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    pub enabled: bool,
+    /// Days a daily file is kept; 0 keeps them all.
+    pub retention_days: u32,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig { enabled: true, retention_days: 90 }
+    }
+}
+
+/// OpenTelemetry export of the daemon's spans over OTLP (off while `endpoint` is empty).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtelConfig {
+    /// The collector's OTLP/HTTP address, e.g. `http://127.0.0.1:4318`.
+    pub endpoint: String,
 }
 
 // ---- value types checked while parsing ----

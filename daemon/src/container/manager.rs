@@ -233,6 +233,7 @@ pub struct ContainerManager {
     /// Ids and names of containers this process created (or is creating) and has not removed: a
     /// reconcile running at the same time leaves them alone.
     started_here: Mutex<std::collections::HashSet<String>>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for ContainerManager {
@@ -262,6 +263,7 @@ impl ContainerManager {
         image: String,
         agent_binary: PathBuf,
         slots: Slots,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<ContainerManager, ContainerError> {
         let inventory = state::read_json(&data_dir.state_dir().join(INVENTORY_FILE))
             .map_err(ContainerError::Inventory)?
@@ -278,6 +280,7 @@ impl ContainerManager {
             inventory: tokio::sync::Mutex::new(inventory),
             problems: Mutex::default(),
             started_here: Mutex::default(),
+            metrics,
         })
     }
 
@@ -513,10 +516,15 @@ impl ContainerManager {
         token_sha256: String,
     ) -> Result<(String, u32), ContainerError> {
         let mut attempts = 0;
+        let started = Instant::now();
         loop {
             attempts += 1;
             match self.create_and_start(runtime, spec, token_sha256.clone()).await {
-                Ok(id) => return Ok((id, attempts)),
+                Ok(id) => {
+                    let role = crate::auth::Role::named(&spec.labels.role).map_or("other", crate::auth::Role::as_str);
+                    self.metrics.record_spawn(role, started.elapsed());
+                    return Ok((id, attempts));
+                }
                 Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
                     tracing::warn!(container = %spec.name, %error, "container failed to start; retrying once");
                 }

@@ -156,6 +156,7 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
         elapsed_ms = started.elapsed().as_millis() as u64,
         "delegation done"
     );
+    shared.metrics.record_delegation(task.role.as_str(), !is_error, started.elapsed());
     (result, is_error, started.elapsed())
 }
 

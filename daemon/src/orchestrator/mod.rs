@@ -231,6 +231,7 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     if record.status == SessionStatus::Archived {
         return Err(SessionError::Archived(record.id).into());
     }
+    shared.metrics.record_message(incoming.channel.as_deref().unwrap_or_default());
     // Turns of a session run one after another. A message that arrives while one runs is
     // recorded in turns.json at once and appended when its turn starts, after the reply before it.
     let (incoming_sender, incoming_channel, incoming_content) =

@@ -3,6 +3,7 @@
 
 use super::*;
 use super::{llm, tools};
+use crate::audit::{Kind, Record};
 
 /// The `Agents` service.
 #[derive(Debug, Clone)]
@@ -108,9 +109,11 @@ impl v1::agents_server::Agents for AgentsService {
         request: Request<v1::WebProxyRequest>,
     ) -> Result<Response<v1::WebProxyResponse>, Status> {
         let caller = check(&self.shared, &request, Operation::ProxyWebRequest, None, None)?;
-        let Caller::Container(identity) = caller else {
+        let Caller::Container(identity) = &caller else {
             return Err(Status::permission_denied("ProxyWebRequest is for tool containers"));
         };
+        let correlation_id = super::correlation_id(&request);
+        let audit = |outcome: &str| Record::by(Kind::Egress, &caller, outcome).correlation(&correlation_id);
         let message = request.into_inner();
         if !message.search_query.is_empty() {
             use crate::egress::search::{self, SearchError};
@@ -124,6 +127,7 @@ impl v1::agents_server::Agents for AgentsService {
                     }
                     other => Status::unavailable(baaaht_proto::error_chain(&other)),
                 })?;
+            self.shared.audit.record(audit("allowed").detail("search_results", found.len()));
             let body = serde_json::to_vec(&found).map_err(|error| Status::internal(error.to_string()))?;
             return Ok(Response::new(v1::WebProxyResponse {
                 status: 200,
@@ -133,6 +137,7 @@ impl v1::agents_server::Agents for AgentsService {
                 truncated: false,
             }));
         }
+        let host = host_of(&message.url);
         let fetch = crate::egress::proxy::FetchRequest {
             session: identity.session_id.clone(),
             method: message.method,
@@ -140,7 +145,19 @@ impl v1::agents_server::Agents for AgentsService {
             headers: message.headers.into_iter().collect(),
             body: message.body,
         };
-        let response = self.shared.web.fetch(fetch).await.map_err(|error| {
+        let fetched = self.shared.web.fetch(fetch).await;
+        let record = match &fetched {
+            Ok(response) => audit("allowed")
+                .detail("host", host.as_str())
+                .detail("final_host", host_of(&response.final_url))
+                .detail("status", response.status),
+            Err(error) if error.is_refusal() => {
+                audit("refused").detail("host", host.as_str()).detail("reason", error.to_string())
+            }
+            Err(error) => audit("failed").detail("host", host.as_str()).detail("reason", error.to_string()),
+        };
+        self.shared.audit.record(record);
+        let response = fetched.map_err(|error| {
             use crate::egress::proxy::ProxyError;
             let text = error.to_string();
             match error {
@@ -177,4 +194,12 @@ impl v1::agents_server::Agents for AgentsService {
         let caller = check(&self.shared, &request, Operation::StreamLlm, None, None)?;
         llm::stream(&self.shared, caller, request).await
     }
+}
+
+/// The host of `url` for the audit log (never its path or query, which may carry data).
+fn host_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    host_port.to_ascii_lowercase()
 }

@@ -15,6 +15,7 @@ use http::{HeaderValue, Request, Response};
 use tonic::Status;
 use tracing::Instrument;
 
+use crate::audit::{Kind, Record};
 use crate::auth::{AuthError, Caller, EndUser, GatewayCaller, HostPolicy};
 use crate::gateways::{GatewayKind, GatewayRecord};
 use crate::sockets::{Origin, PeerInfo};
@@ -188,27 +189,77 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gate = self.gate.clone();
         let (peer, headers) = (request.extensions().get::<PeerInfo>().cloned(), request.headers().clone());
+        let service = request.uri().path().trim_start_matches('/').split('/').next().unwrap_or_default().to_string();
         Box::pin(async move {
+            let unauthenticated = unauthenticated_principal(peer.as_ref());
             let authenticated = gate.authenticate(peer, headers).await;
-            let mut response = match authenticated {
+            let (mut response, caller) = match authenticated {
                 Ok(caller) => {
                     span.record("caller", tracing::field::display(&caller));
-                    request.extensions_mut().insert(caller);
-                    inner.call(request).instrument(span.clone()).await?
+                    request.extensions_mut().insert(caller.clone());
+                    (inner.call(request).instrument(span.clone()).await?, Some(caller))
                 }
                 Err(error) => {
                     span.in_scope(|| tracing::warn!(%error, "request refused"));
-                    Status::from(error).into_http()
+                    let record = Record::new(Kind::Auth, unauthenticated, "unauthenticated")
+                        .correlation(&correlation_id)
+                        .detail("method", method.as_str())
+                        .detail("reason", error.to_string());
+                    gate.shared.audit.record(record);
+                    (Status::from(error).into_http(), None)
                 }
             };
             let code =
                 response.headers().get("grpc-status").and_then(|value| value.to_str().ok()).unwrap_or("0").to_string();
             gate.shared.metrics.record_rpc(&method, &code, started.elapsed());
+            if let Some(caller) = &caller {
+                audit_call(&gate.shared.audit, caller, &service, &method, &code, &correlation_id, &response);
+            }
             if code != "0" {
                 span.in_scope(|| tracing::debug!(code = %code, elapsed_us = started.elapsed().as_micros() as u64, "request failed"));
             }
             response.headers_mut().insert(CORRELATION_ID_HEADER, header);
             Ok(response)
         })
+    }
+}
+
+/// What is known of a peer that did not authenticate.
+fn unauthenticated_principal(peer: Option<&PeerInfo>) -> String {
+    let uid = peer.and_then(|peer| peer.credentials).map_or("unknown".to_string(), |c| c.uid().to_string());
+    match peer.map(|peer| &peer.origin) {
+        Some(Origin::Container(endpoint)) => format!("unauthenticated:container-socket:{}", endpoint.identity.name),
+        Some(Origin::Gateway(endpoint)) => format!("unauthenticated:gateway-socket:{}", endpoint.record.name),
+        Some(Origin::Host) => format!("unauthenticated:host:uid={uid}"),
+        None => "unauthenticated:unknown".to_string(),
+    }
+}
+
+/// Audits an authenticated call the handler refused for want of rights, and every admin request.
+/// Tool calls and web requests are audited by their handlers, with what they were.
+fn audit_call(
+    audit: &crate::audit::Audit,
+    caller: &Caller,
+    service: &str,
+    method: &str,
+    code: &str,
+    correlation_id: &str,
+    response: &Response<tonic::body::Body>,
+) {
+    const PERMISSION_DENIED: &str = "7";
+    const UNAUTHENTICATED: &str = "16";
+    let audited_by_handler = matches!(method, "RequestToolExecution" | "ProxyWebRequest");
+    let message =
+        || Status::from_header_map(response.headers()).map(|status| status.message().to_string()).unwrap_or_default();
+    if (code == PERMISSION_DENIED || code == UNAUTHENTICATED) && !audited_by_handler {
+        let record = Record::by(Kind::Auth, caller, "denied").correlation(correlation_id);
+        audit.record(record.detail("method", method).detail("reason", message()));
+    } else if service == "baaaht.v1.Admin" {
+        let outcome = if code == "0" { "ok" } else { "failed" };
+        let mut record = Record::by(Kind::Admin, caller, outcome).correlation(correlation_id).detail("method", method);
+        if code != "0" {
+            record = record.detail("reason", message());
+        }
+        audit.record(record);
     }
 }

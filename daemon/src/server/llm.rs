@@ -9,6 +9,7 @@ use tokio_stream::StreamExt as _;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
+use crate::audit::{Kind, Record};
 use crate::auth::{Caller, Context};
 use crate::budgets::{Budgets, Reservation};
 use crate::events::EventBus;
@@ -34,7 +35,7 @@ pub(super) async fn stream(
     caller: Caller,
     request: Request<v1::LlmRequest>,
 ) -> Result<Response<BoxStream<v1::LlmEvent>>, Status> {
-    let Caller::Container(identity) = caller else {
+    let Caller::Container(identity) = &caller else {
         return Err(Status::permission_denied("StreamLLM is for agent containers"));
     };
     let correlation_id = request
@@ -47,16 +48,25 @@ pub(super) async fn stream(
     let request = request.into_inner();
     // The budget is checked (and the request's worst case held) before any provider is asked.
     let model = qualified_model(shared, &request.model);
-    let reservation = shared
-        .budgets
-        .reserve(&identity.context, &model, estimated_input_tokens(&request), request.max_tokens.map(u64::from))
-        .map_err(|error| Status::resource_exhausted(error.to_string()))?;
+    let reserved = shared.budgets.reserve(
+        &identity.context,
+        &model,
+        estimated_input_tokens(&request),
+        request.max_tokens.map(u64::from),
+    );
+    let reservation = reserved.map_err(|error| {
+        let record = Record::by(Kind::Budget, &caller, "refused").correlation(&correlation_id);
+        shared.audit.record(record.detail("model", model.as_str()).detail("reason", error.to_string()));
+        Status::resource_exhausted(error.to_string())
+    })?;
     let completion = v1::LlmCompletionRequest {
         request: Some(request),
         session_id: identity.session_id.clone(),
         user_id: context.clone(),
         correlation_id,
     };
+    let started = std::time::Instant::now();
+    let in_flight = InFlight::new(shared.metrics.clone());
     let mut failed_generation = None;
     let upstream = loop {
         let (mut client, generation) = shared.llm.client(failed_generation).await?;
@@ -74,6 +84,10 @@ pub(super) async fn stream(
         context,
         session: identity.session_id.clone(),
         provider: String::new(),
+        model: model.split_once('/').map_or(model.as_str(), |(_, name)| name).to_string(),
+        started,
+        first_token: None,
+        _in_flight: in_flight,
         usage: None,
         outcome: None,
         budget: Some((shared.budgets.clone(), reservation, identity.context.clone(), shared.events.clone())),
@@ -144,6 +158,22 @@ fn estimated_input_tokens(request: &v1::LlmRequest) -> u64 {
     ((text + request.system.len()) / 4) as u64
 }
 
+/// Counts a StreamLLM request in flight from its creation until it is dropped.
+struct InFlight(Arc<crate::metrics::Metrics>);
+
+impl InFlight {
+    fn new(metrics: Arc<crate::metrics::Metrics>) -> InFlight {
+        metrics.llm_in_flight(true);
+        InFlight(metrics)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.llm_in_flight(false);
+    }
+}
+
 /// What one stream delivered; recorded (and its budget reservation settled) when the stream
 /// ends or is dropped.
 struct Tally {
@@ -151,6 +181,10 @@ struct Tally {
     context: String,
     session: String,
     provider: String,
+    model: String,
+    started: std::time::Instant,
+    first_token: Option<std::time::Duration>,
+    _in_flight: InFlight,
     usage: Option<v1::Usage>,
     outcome: Option<&'static str>,
     budget: Option<(Arc<Budgets>, Reservation, Context, Arc<EventBus>)>,
@@ -160,7 +194,15 @@ impl Tally {
     fn observe(&mut self, event: &v1::LlmEvent) {
         use v1::llm_event::Event;
         match &event.event {
-            Some(Event::MessageStart(start)) => self.provider.clone_from(&start.provider),
+            Some(Event::MessageStart(start)) => {
+                self.provider.clone_from(&start.provider);
+                if !start.model.is_empty() {
+                    self.model.clone_from(&start.model);
+                }
+            }
+            Some(Event::TextDelta(_) | Event::ThinkingDelta(_)) if self.first_token.is_none() => {
+                self.first_token = Some(self.started.elapsed());
+            }
             Some(Event::Usage(usage)) => self.usage = Some(*usage),
             Some(Event::MessageStop(_)) => self.outcome = Some("ok"),
             Some(Event::Error(error)) => {
@@ -178,9 +220,9 @@ impl Drop for Tally {
     fn drop(&mut self) {
         let provider = if self.provider.is_empty() { "none" } else { self.provider.as_str() };
         let outcome = self.outcome.unwrap_or("cancelled");
-        self.llm.metrics.record_llm_request(provider, outcome);
+        self.llm.metrics.record_llm_request(provider, &self.model, outcome, self.started.elapsed(), self.first_token);
         if let Some(usage) = &self.usage {
-            self.llm.account(provider, &self.context, &self.session, usage);
+            self.llm.account(provider, &self.model, &self.context, &self.session, usage);
         }
         if let Some((budgets, reservation, context, bus)) = self.budget.take() {
             let used = self.usage.map(|usage| crate::metrics::TokenCounts {

@@ -57,6 +57,11 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
 
 pub use crate::convert::{context_ref, role_ref};
 
+/// The correlation id the request layer gave `request` (empty outside the layer, in tests).
+pub(crate) fn correlation_id<T>(request: &Request<T>) -> String {
+    request.extensions().get::<layer::CorrelationId>().map(|id| id.0.clone()).unwrap_or_default()
+}
+
 fn context_of(reference: Option<&v1::ContextRef>, field: &str) -> Result<Option<Context>, Status> {
     let Some(reference) = reference else { return Ok(None) };
     crate::convert::context_of(reference).map(Some).map_err(|why| Status::invalid_argument(format!("{field}.{why}")))

@@ -410,4 +410,83 @@ impl v1::admin_server::Admin for AdminService {
         self.shared.listeners.remove_gateway(&name);
         Ok(Response::new(v1::Ack { message: format!("gateway {name} removed; its token no longer works") }))
     }
+
+    async fn search_audit(&self, request: Request<v1::AuditQuery>) -> Result<Response<v1::AuditRecords>, Status> {
+        check(&self.shared, &request, Operation::SearchAudit, None, None)?;
+        let message = request.into_inner();
+        let query = crate::audit::Query {
+            since: parse_since(&message.since, jiff::Timestamp::now()).map_err(Status::invalid_argument)?,
+            user: Some(message.user).filter(|user| !user.is_empty()),
+            kind: match message.kind.as_str() {
+                "" => None,
+                name => Some(crate::audit::Kind::named(name).ok_or_else(|| {
+                    let kinds: Vec<&str> = crate::audit::Kind::ALL.iter().map(|kind| kind.as_str()).collect();
+                    Status::invalid_argument(format!("kind `{name}`: use one of {}", kinds.join(", ")))
+                })?),
+            },
+            limit: if message.limit == 0 { 1000 } else { message.limit as usize },
+        };
+        let audit = self.shared.audit.clone();
+        let found = tokio::task::spawn_blocking(move || audit.search(&query))
+            .await
+            .map_err(|error| Status::internal(format!("the audit search failed: {error}")))?
+            .map_err(|error| Status::internal(baaaht_proto::error_chain(&error)))?;
+        let records = found
+            .into_iter()
+            .map(|record| v1::AuditRecord {
+                time: record.time,
+                kind: record.kind.as_str().into(),
+                principal: record.principal,
+                context: record.context,
+                session_id: record.session,
+                correlation_id: record.correlation_id,
+                outcome: record.outcome,
+                detail_json: serde_json::Value::Object(record.detail).to_string(),
+            })
+            .collect();
+        Ok(Response::new(v1::AuditRecords { records }))
+    }
+}
+
+/// `since` of an audit search: a duration back from `now` (`90s`, `15m`, `1h`, `2d`, `1w`) or an
+/// RFC 3339 time.
+fn parse_since(since: &str, now: jiff::Timestamp) -> Result<Option<jiff::Timestamp>, String> {
+    let since = since.trim();
+    if since.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(time) = since.parse::<jiff::Timestamp>() {
+        return Ok(Some(time));
+    }
+    let problem = || format!("since `{since}`: write a duration like 90s, 15m, 1h, 2d or 1w, or an RFC 3339 time");
+    let split = since.find(|c: char| !c.is_ascii_digit()).ok_or_else(problem)?;
+    let (number, unit) = since.split_at(split);
+    let number: i64 = number.parse().map_err(|_| problem())?; // silent-ok: the message names the input
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return Err(problem()),
+    };
+    let back = jiff::SignedDuration::from_secs(number.checked_mul(seconds).ok_or_else(problem)?);
+    now.checked_sub(back).map(Some).map_err(|_| problem()) // silent-ok: the message names the input
+}
+
+#[cfg(test)]
+mod audit_tests {
+    use super::parse_since;
+
+    #[test]
+    fn since_takes_durations_and_times() {
+        let now: jiff::Timestamp = "2026-11-23T12:00:00Z".parse().expect("time");
+        assert_eq!(parse_since("", now), Ok(None));
+        assert_eq!(parse_since("1h", now), Ok(Some("2026-11-23T11:00:00Z".parse().expect("time"))));
+        assert_eq!(parse_since("2d", now), Ok(Some("2026-11-21T12:00:00Z".parse().expect("time"))));
+        assert_eq!(parse_since("2026-11-01T00:00:00Z", now), Ok(Some("2026-11-01T00:00:00Z".parse().expect("time"))));
+        let error = parse_since("yesterday", now).expect_err("refused");
+        assert!(error.contains("since `yesterday`: write a duration like 90s"), "{error}");
+        assert!(parse_since("5y", now).is_err());
+    }
 }

@@ -58,10 +58,16 @@ impl v1::skills_server::Skills for SkillsService {
         request: Request<v1::InstallSkillRequest>,
     ) -> Result<Response<v1::InstallSkillResponse>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&self.shared, &request, Operation::InstallSkill, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::InstallSkill, context.as_ref(), None)?;
         let context =
             context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?;
+        let correlation_id = correlation_id(&request);
         let message = request.into_inner();
+        let record = crate::audit::Record::by(crate::audit::Kind::Skill, &caller, "ok")
+            .context(&context)
+            .correlation(&correlation_id)
+            .detail("source", message.source.as_str())
+            .detail("path", message.path.as_str());
         let install = crate::skills::install::InstallRequest {
             context,
             source: message.source,
@@ -74,6 +80,9 @@ impl v1::skills_server::Skills for SkillsService {
             .map_err(|error| {
                 use crate::skills::install::InstallError;
                 let text = error.to_string();
+                let mut failed = record.clone().detail("reason", text.as_str());
+                failed.outcome = "failed".into();
+                self.shared.audit.record(failed);
                 match error {
                     InstallError::BadSource(_) | InstallError::BadArgument(_) => Status::invalid_argument(text),
                     InstallError::Exists { .. } => Status::already_exists(text),
@@ -81,6 +90,9 @@ impl v1::skills_server::Skills for SkillsService {
                     _ => Status::failed_precondition(text),
                 }
             })?;
+        self.shared
+            .audit
+            .record(record.detail("name", installed.name.as_str()).detail("commit", installed.commit.as_str()));
         Ok(Response::new(v1::InstallSkillResponse {
             name: installed.name,
             description: installed.description,

@@ -7,6 +7,7 @@ use baaaht_proto::v1;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::audit::{Kind, Record};
 use crate::auth::{Caller, Role};
 use crate::config::{ToolMode, ToolName};
 use crate::policy::Policy;
@@ -39,25 +40,32 @@ pub(super) async fn request(
     caller: Caller,
     request: Request<v1::ToolRequest>,
 ) -> Result<Response<v1::ToolResponse>, Status> {
-    let Caller::Container(identity) = caller else {
+    let Caller::Container(identity) = &caller else {
         return Err(Status::permission_denied("RequestToolExecution is for agent containers"));
     };
+    let correlation_id = crate::server::correlation_id(&request);
     let message = request.into_inner();
     let tool = message.tool.as_str();
+    let audit = |kind: Kind, outcome: &str| Record::by(kind, &caller, outcome).correlation(&correlation_id);
     if !Policy::tools_of(identity.role).contains(&tool) {
         let allowed = Policy::tools_of(identity.role).join(", ");
-        return Err(Status::permission_denied(format!(
-            "the {} role may not use `{tool}`; its tools are: {allowed}",
-            identity.role
-        )));
+        let reason = format!("the {} role may not use `{tool}`; its tools are: {allowed}", identity.role);
+        shared.audit.record(audit(Kind::Policy, "refused").detail("tool", tool).detail("reason", reason.as_str()));
+        return Err(Status::permission_denied(reason));
     }
     let mut env = std::collections::HashMap::new();
+    let mut command = None;
     if tool == "exec" {
         let params: serde_json::Value = serde_json::from_str(&message.params_json)
             .map_err(|error| Status::invalid_argument(format!("params_json is not JSON: {error}")))?;
-        let command = params["command"].as_str().unwrap_or_default();
-        shared.policy.validate_exec_command(command).map_err(|error| Status::permission_denied(error.to_string()))?;
-        env = skill_env(shared, &identity.context, command);
+        let text = params["command"].as_str().unwrap_or_default();
+        if let Err(error) = shared.policy.validate_exec_command(text) {
+            let record = audit(Kind::Policy, "refused").detail("tool", tool).detail("command", text);
+            shared.audit.record(record.detail("reason", error.to_string()));
+            return Err(Status::permission_denied(error.to_string()));
+        }
+        env = skill_env(shared, &caller, &correlation_id, text);
+        command = Some(text.to_string());
     }
     debug_assert_ne!(identity.role, Role::Tool);
     let timeout = timeout_of(shared, tool, message.timeout_seconds);
@@ -98,6 +106,15 @@ pub(super) async fn request(
     let mut response = response;
     // Request in → result out, as the daemon saw it (baaaht-bench tools reads it).
     response.metadata.insert("daemon_us".into(), received.elapsed().as_micros().to_string());
+    shared.metrics.record_tool(tool, !response.is_error, received.elapsed());
+    if let Some(command) = command {
+        let exit_code = response.metadata.get("exit_code").cloned().unwrap_or_else(|| "none".into());
+        let record = audit(Kind::Exec, if response.is_error { "failed" } else { "ok" })
+            .detail("command", command)
+            .detail("exit_code", exit_code.parse::<i64>().map_or(serde_json::Value::from(exit_code), Into::into))
+            .detail("duration_ms", response.duration_ms);
+        shared.audit.record(record);
+    }
     tracing::info!(
         tool,
         session = %identity.session_id,
@@ -130,9 +147,12 @@ pub(super) async fn request(
 /// any other command (one that names two skills' scripts gets neither's).
 fn skill_env(
     shared: &Shared,
-    context: &crate::auth::Context,
+    caller: &Caller,
+    correlation_id: &str,
     command: &str,
 ) -> std::collections::HashMap<String, String> {
+    let Caller::Container(identity) = caller else { return std::collections::HashMap::new() };
+    let context = &identity.context;
     let mut env = std::collections::HashMap::new();
     let prefix = format!("{}/", crate::tools::SKILLS_MOUNT);
     let mut named = std::collections::BTreeSet::new();
@@ -151,6 +171,8 @@ fn skill_env(
         match crate::secrets::resolve_references(&reference, shared.secrets.as_deref(), |n| std::env::var(n).ok()) {
             Ok(value) => {
                 env.insert(variable.clone(), value.to_string());
+                let record = Record::by(Kind::Secret, caller, "read").correlation(correlation_id);
+                shared.audit.record(record.detail("name", variable.as_str()).detail("skill", *name));
             }
             Err(_) => tracing::warn!(
                 skill = %name,

@@ -123,6 +123,24 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// The audit log: commands run, egress, refusals, sign-in failures, secrets read, admin actions
+    Audit {
+        /// Only records this recent (90s, 15m, 1h, 2d, 1w) or since an RFC 3339 time
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// Only records by or about this user
+        #[arg(long, value_name = "ID")]
+        user: Option<String>,
+        /// Only this kind: exec, egress, policy, auth, secret, skill, mcp, config, budget, admin
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
+        /// The newest this many [default: 1000]
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        limit: u32,
+        /// One JSON object per line, as the log keeps them
+        #[arg(long)]
+        json: bool,
+    },
     /// Tokens and cost against the budget, today and this month
     Usage {
         #[arg(long, value_name = "ID", conflicts_with = "group")]
@@ -458,6 +476,25 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 .map_err(|status| CliError::from_status(status, &socket))?
                 .into_inner();
             print!("{}", clean(&baaaht_cli::tasks::inbox_text(&list)));
+            Ok(())
+        }
+        Command::Audit { since, user, kind, limit, json } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            let query = v1::AuditQuery {
+                since: since.unwrap_or_default(),
+                user: user.unwrap_or_default(),
+                kind: kind.unwrap_or_default(),
+                limit,
+            };
+            let found = client
+                .admin
+                .search_audit(query)
+                .await
+                .map_err(|status| CliError::from_status(status, &socket))?
+                .into_inner();
+            let text =
+                if json { baaaht_cli::people::audit_json(&found) } else { baaaht_cli::people::audit_text(&found) };
+            print!("{}", clean(&text));
             Ok(())
         }
         Command::Usage { user, group, month } => {

@@ -1,5 +1,5 @@
-//! `baaaht users`, `baaaht groups` and `baaaht usage`: what a person reads of users, their
-//! channel identities, groups, and spending against budgets.
+//! `baaaht users`, `baaaht groups`, `baaaht usage` and `baaaht audit`: what a person reads of
+//! users, their channel identities, groups, spending against budgets, and the audit log.
 
 use std::fmt::Write as _;
 
@@ -117,4 +117,62 @@ mod tests {
         assert!(text.contains("$15.00 of $20.00 (75%)") && text.contains("2 request(s) refused"), "{text}");
         assert!(!usage_text(&report, true).contains("today"));
     }
+}
+
+/// The audit records, one line each: time, kind, outcome, principal, then the particulars.
+pub fn audit_text(found: &v1::AuditRecords) -> String {
+    if found.records.is_empty() {
+        return "no audit records match\n".into();
+    }
+    let mut text = String::new();
+    for record in &found.records {
+        let time = record.time.get(..19).unwrap_or(&record.time).replace('T', " ");
+        let mut line = format!("{time}  {:<7} {:<15} {}", record.kind, record.outcome, record.principal);
+        if !record.context.is_empty() && !record.principal.contains(&record.context) {
+            let _ = write!(line, "  in {}", record.context);
+        }
+        let detail: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&record.detail_json).unwrap_or_default();
+        for (key, value) in &detail {
+            match value {
+                serde_json::Value::String(text) => {
+                    let _ = write!(line, "  {key}={text:?}");
+                }
+                other => {
+                    let _ = write!(line, "  {key}={other}");
+                }
+            }
+        }
+        if !record.session_id.is_empty() {
+            let _ = write!(line, "  session={}", record.session_id);
+        }
+        let _ = writeln!(text, "{line}");
+    }
+    text
+}
+
+/// The audit records as JSON lines, in the log's own shape.
+pub fn audit_json(found: &v1::AuditRecords) -> String {
+    let mut text = String::new();
+    for record in &found.records {
+        let detail: serde_json::Value = serde_json::from_str(&record.detail_json).unwrap_or_default();
+        let mut object = serde_json::json!({
+            "time": record.time,
+            "kind": record.kind,
+            "principal": record.principal,
+            "outcome": record.outcome,
+        });
+        for (key, value) in
+            [("context", &record.context), ("session", &record.session_id), ("correlation_id", &record.correlation_id)]
+        {
+            if !value.is_empty() {
+                object[key] = serde_json::Value::from(value.as_str());
+            }
+        }
+        if detail.as_object().is_some_and(|detail| !detail.is_empty()) {
+            object["detail"] = detail;
+        }
+        let _ = writeln!(text, "{object}");
+    }
+    text
 }

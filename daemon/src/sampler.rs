@@ -1,0 +1,96 @@
+//! The sampled metrics (spec §18.2): what the engine says each container uses, sessions by
+//! status and the size of the memory stores, taken every `metrics.sample_interval` seconds
+//! so a scrape never waits for the engine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::Role;
+use crate::metrics::Sample;
+use crate::Shared;
+
+/// Samples until `cancel`.
+pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
+    let every = Duration::from_secs(shared.loaded.config.metrics.sample_interval.max(1));
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let sample = take(&shared).await;
+        shared.metrics.set_sample(&sample);
+    }
+}
+
+/// One sample.
+pub async fn take(shared: &Shared) -> Sample {
+    let inventory = shared.containers.inventory().await;
+    let measured = shared.containers.usage(&inventory.containers).await;
+    let mut containers: Vec<(&'static str, u64, f64, u64)> = vec![];
+    for (entry, usage) in &measured {
+        let role = Role::named(&entry.role).map_or("other", Role::as_str);
+        match containers.iter_mut().find(|(name, ..)| *name == role) {
+            Some((_, count, cpu, memory)) => {
+                *count += 1;
+                *cpu += usage.cpu_percent / 100.0;
+                *memory += usage.memory_bytes;
+            }
+            None => containers.push((role, 1, usage.cpu_percent / 100.0, usage.memory_bytes)),
+        }
+    }
+    let counts = shared.sessions.counts();
+    let root = shared.data_dir.root().to_path_buf();
+    let memory_bytes = tokio::task::spawn_blocking(move || memory_store_bytes(&root)).await.unwrap_or_default();
+    Sample {
+        containers,
+        sessions: [
+            ("active", u64::from(counts.active)),
+            ("idle", u64::from(counts.idle)),
+            ("archived", u64::from(counts.archived)),
+        ],
+        memory_bytes,
+    }
+}
+
+/// Bytes in the memory stores of users and of groups (`{users,groups}/{id}/memory/`).
+fn memory_store_bytes(root: &std::path::Path) -> Vec<(&'static str, u64)> {
+    [("user", "users"), ("group", "groups")]
+        .into_iter()
+        .map(|(kind, folder)| {
+            let contexts = std::fs::read_dir(root.join(folder)).into_iter().flatten().flatten();
+            let bytes = contexts
+                .flat_map(|context| std::fs::read_dir(context.path().join("memory")).into_iter().flatten().flatten())
+                .filter_map(|file| file.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|metadata| metadata.len())
+                .sum();
+            (kind, bytes)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_stores_are_summed_by_kind_of_context() {
+        let root = tempfile::tempdir().expect("tempdir");
+        for (path, size) in [
+            ("users/alice/memory/index.json", 10),
+            ("users/alice/memory/tea.md", 5),
+            ("users/bob/memory/x.md", 7),
+            ("users/bob/notes.md", 1000),
+            ("groups/family/memory/y.md", 3),
+        ] {
+            let path = root.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, vec![b'x'; size]).expect("write");
+        }
+        assert_eq!(memory_store_bytes(root.path()), vec![("user", 22), ("group", 3)]);
+    }
+}
