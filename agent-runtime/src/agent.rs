@@ -60,13 +60,37 @@ async fn serve(socket: &Path) -> Result<(), AgentError> {
         .await
         .map_err(rpc("TakeTurns"))?
         .into_inner();
-    while let Some(turn) = turns.message().await.map_err(rpc("TakeTurns"))? {
-        let result = agent.take(turn).await;
-        if reports.send(v1::AgentReport { kind: Some(v1::agent_report::Kind::Result(result)) }).await.is_err() {
-            break;
+    // Turns run one at a time while the reader goes on, so a health probe is answered even
+    // in the middle of a long turn: only a stuck process fails it.
+    let (work, mut queue) = mpsc::channel::<v1::AgentTurn>(4);
+    let busy = std::cell::Cell::new(None::<std::time::Instant>);
+    let started = std::time::Instant::now();
+    let read = async {
+        while let Some(mut turn) = turns.message().await.map_err(rpc("TakeTurns"))? {
+            if let Some(probe) = turn.health_check.take() {
+                let health = crate::health::answer(probe, started, busy.get());
+                if reports.send(v1::AgentReport { kind: Some(v1::agent_report::Kind::Health(health)) }).await.is_err() {
+                    break;
+                }
+            } else if work.send(turn).await.is_err() {
+                break;
+            }
         }
-    }
-    Ok(())
+        drop(work);
+        Ok::<(), AgentError>(())
+    };
+    let serve = async {
+        while let Some(turn) = queue.recv().await {
+            busy.set(Some(std::time::Instant::now()));
+            let result = agent.take(turn).await;
+            busy.set(None);
+            if reports.send(v1::AgentReport { kind: Some(v1::agent_report::Kind::Result(result)) }).await.is_err() {
+                break;
+            }
+        }
+    };
+    let (read, ()) = tokio::join!(read, serve);
+    read
 }
 
 /// The `delegate` tool of the Assistant (spec §6.1).

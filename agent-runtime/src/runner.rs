@@ -151,40 +151,67 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Res
             .into_inner();
         let mounts = std::sync::Arc::new(mounts);
         let settings = std::sync::Arc::new(settings);
-        while let Some(call) = calls.message().await.map_err(|status| status.message().to_string())? {
-            let mounts = mounts.clone();
-            let shared_settings = settings.clone();
-            let call_id = call.call_id.clone();
-            let record = call.clone();
-            let response = if call.tool == "web_fetch" || call.tool == "web_search" {
-                let started = Instant::now();
-                let output = match serde_json::from_str::<Value>(&call.params_json) {
-                    Ok(params) if call.tool == "web_fetch" => {
-                        tools::web::web_fetch(&mut web, &params).await.unwrap_or_else(ToolOutput::from)
-                    }
-                    Ok(params) => tools::web::web_search(&mut web, &params).await.unwrap_or_else(ToolOutput::from),
-                    Err(problem) => error(format!("parameters are not JSON: {problem}")),
-                };
-                response(output, started)
-            } else {
-                tokio::task::spawn_blocking(move || execute(&call, &mounts, &shared_settings))
-                    .await
-                    .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
-            };
-            if let Some(results) = &settings.results {
-                if let Err(problem) = write_result(results, &record, &response) {
-                    eprintln!("baaaht-agent runner: cannot write the result of {}: {problem}", record.call_id);
+        // Calls run one at a time while the reader goes on, so a health probe is answered even
+        // during a long command: only a stuck runner fails it.
+        let (work, mut queue) = tokio::sync::mpsc::channel::<v1::ToolCall>(4);
+        let busy = std::cell::Cell::new(None::<Instant>);
+        let started = Instant::now();
+        let read = async {
+            while let Some(mut call) = calls.message().await.map_err(|status| status.message().to_string())? {
+                if let Some(probe) = call.health_check.take() {
+                    let health = crate::health::answer(probe, started, busy.get());
+                    let answer = v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Health(health)) };
+                    sender.send(answer).await.map_err(|_closed| "the outbound stream closed".to_string())?;
+                } else if work.send(call).await.is_err() {
+                    break;
                 }
             }
-            let result = v1::RunnerMessage {
-                kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult { call_id, response: Some(response) })),
-            };
-            sender.send(result).await.map_err(|_closed| "the outbound stream closed".to_string())?;
-            if settings.once {
-                // Wait until the daemon, which has the result, removes this container.
-                std::future::pending::<()>().await;
+            drop(work);
+            Ok::<(), String>(())
+        };
+        let serve = async {
+            while let Some(call) = queue.recv().await {
+                busy.set(Some(Instant::now()));
+                let mounts = mounts.clone();
+                let shared_settings = settings.clone();
+                let call_id = call.call_id.clone();
+                let record = call.clone();
+                let response = if call.tool == "web_fetch" || call.tool == "web_search" {
+                    let started = Instant::now();
+                    let output = match serde_json::from_str::<Value>(&call.params_json) {
+                        Ok(params) if call.tool == "web_fetch" => {
+                            tools::web::web_fetch(&mut web, &params).await.unwrap_or_else(ToolOutput::from)
+                        }
+                        Ok(params) => tools::web::web_search(&mut web, &params).await.unwrap_or_else(ToolOutput::from),
+                        Err(problem) => error(format!("parameters are not JSON: {problem}")),
+                    };
+                    response(output, started)
+                } else {
+                    tokio::task::spawn_blocking(move || execute(&call, &mounts, &shared_settings))
+                        .await
+                        .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
+                };
+                if let Some(results) = &settings.results {
+                    if let Err(problem) = write_result(results, &record, &response) {
+                        eprintln!("baaaht-agent runner: cannot write the result of {}: {problem}", record.call_id);
+                    }
+                }
+                busy.set(None);
+                let result = v1::RunnerMessage {
+                    kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult {
+                        call_id,
+                        response: Some(response),
+                    })),
+                };
+                sender.send(result).await.map_err(|_closed| "the outbound stream closed".to_string())?;
+                if settings.once {
+                    // Wait until the daemon, which has the result, removes this container.
+                    std::future::pending::<()>().await;
+                }
             }
-        }
-        Ok(())
+            Ok::<(), String>(())
+        };
+        let (read, served) = tokio::join!(read, serve);
+        read.and(served)
     })
 }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
+use crate::health::{ProbeSlot, Probed};
 
 /// How long a new agent may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,6 +53,8 @@ pub struct Live {
 struct Connection {
     turns: mpsc::Sender<v1::AgentTurn>,
     pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::TurnResult>>>>,
+    probe: Arc<ProbeSlot>,
+    identity: ContainerIdentity,
 }
 
 /// An idle agent container.
@@ -275,11 +278,11 @@ impl AgentPool {
     ) -> mpsc::Receiver<v1::AgentTurn> {
         let (turns, receiver) = mpsc::channel(2);
         let pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::TurnResult>>>> = Arc::default();
+        let probe = Arc::new(ProbeSlot::default());
         let name = identity.name.clone();
-        self.connected
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.clone(), Connection { turns, pending: pending.clone() });
+        let connection =
+            Connection { turns, pending: pending.clone(), probe: probe.clone(), identity: identity.clone() };
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), connection);
         self.changes.send_modify(|count| *count += 1);
         let pool = self.clone();
         tokio::spawn(async move {
@@ -296,6 +299,7 @@ impl AgentPool {
                             }
                         }
                     }
+                    Ok(v1::AgentReport { kind: Some(v1::agent_report::Kind::Health(health)) }) => probe.answer(health),
                     Ok(_) => {}
                     Err(status) => {
                         tracing::warn!(container = %name, error = %status.message(), "the agent's stream broke");
@@ -308,6 +312,55 @@ impl AgentPool {
             tracing::info!(container = %name, "agent disconnected");
         });
         receiver
+    }
+
+    /// The connected agents, for the health monitor.
+    pub fn probe_targets(&self) -> Vec<Probed> {
+        let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
+        connected
+            .values()
+            .map(|connection| Probed {
+                name: connection.identity.name.clone(),
+                role: connection.identity.role,
+                session: connection.identity.session_id.clone(),
+                context: connection.identity.context.clone(),
+            })
+            .collect()
+    }
+
+    /// Asks the agent in `container` whether it is well, over its own turn stream.
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<v1::HealthCheckResponse, String> {
+        let (turns, slot) = {
+            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
+            let connection = connected.get(container).ok_or_else(|| "it is no longer connected".to_string())?;
+            (connection.turns.clone(), connection.probe.clone())
+        };
+        let request = crate::health::probe_request(container);
+        let probe = request.probe;
+        let turn = v1::AgentTurn { health_check: Some(request), ..v1::AgentTurn::default() };
+        slot.ask(&turns, turn, probe, timeout).await
+    }
+
+    /// Replaces an agent that failed its health checks: its container is removed (a turn it
+    /// was working on fails and says so) and a session's idle Assistant is started afresh.
+    pub async fn restart(&self, target: &Probed) -> Result<String, AgentError> {
+        let was_idle = {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            let waiting = idle.get_mut(&(target.session.clone(), target.role));
+            let found = waiting.as_ref().is_some_and(|waiting| waiting.iter().any(|e| e.container == target.name));
+            if let Some(waiting) = waiting {
+                waiting.retain(|entry| entry.container != target.name);
+            }
+            found
+        };
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&target.name);
+        self.remove(&target.name).await;
+        if was_idle && target.role == Role::Assistant {
+            let container = self.start(&target.session, &target.context, target.role).await?;
+            self.give_back(&target.session, target.role, container.clone());
+            return Ok(format!("it was removed and {container} waits in its place"));
+        }
+        Ok("it was removed; the next turn starts a new one".into())
     }
 
     /// Removes the idle container that has waited longest, to free its slot for new work;

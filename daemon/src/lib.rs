@@ -19,6 +19,7 @@ pub mod egress;
 pub mod events;
 pub mod gateways;
 pub mod groups;
+pub mod health;
 pub mod identities;
 pub mod inbox;
 pub mod ipc;
@@ -124,6 +125,10 @@ pub struct Shared {
     pub data_dir: DataDir,
     pub metrics: Arc<Metrics>,
     pub audit: audit::Audit,
+    /// The last health verdict on each probed container.
+    pub health: Arc<health::Board>,
+    /// Tells the admins what the daemon did on its own (restarts).
+    pub notifier: Arc<health::Notifier>,
     pub engine: watch::Receiver<Engine>,
     pub listeners: Arc<ListenerSet>,
     pub metrics_address: Option<SocketAddr>,
@@ -282,19 +287,21 @@ impl Daemon {
         let policy = Arc::new(Policy::new(&loaded)?);
         let binaries = binaries_dir(&loaded.config.container.binaries_dir);
         let metrics = Arc::new(Metrics::default());
-        let containers = Arc::new(ContainerManager::new(
-            engine.clone(),
-            policy.clone(),
-            listeners.clone(),
-            data_dir.clone(),
-            loaded.config.container.image.clone(),
-            binaries.join("baaaht-agent"),
-            container::manager::Slots::new(
-                loaded.config.container.max_concurrent,
-                Duration::from_secs(loaded.config.container.queue_timeout),
-            ),
-            metrics.clone(),
-        )?);
+        let containers = Arc::new(
+            ContainerManager::new(
+                engine.clone(),
+                policy.clone(),
+                listeners.clone(),
+                data_dir.clone(),
+                loaded.config.container.image.clone(),
+                binaries.join("baaaht-agent"),
+                container::manager::Slots::new(
+                    loaded.config.container.max_concurrent,
+                    Duration::from_secs(loaded.config.container.queue_timeout),
+                ),
+            )?
+            .with_metrics(metrics.clone()),
+        );
         let audit = audit::Audit::open(
             data_dir.logs_dir().join("audit"),
             loaded.config.audit.enabled,
@@ -377,11 +384,15 @@ impl Daemon {
         let inbox = Arc::new(inbox::Inbox::new(state_dir.join("inbox")));
         let containers_for_agents = containers.clone();
         let loaded_idle_after = loaded.config.sessions.idle_after;
+        let notifier = Arc::new(health::Notifier::new(inbox.clone(), loaded.config.system.admin_users.clone()));
+        llm.tell_admins_through(notifier.clone());
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
             metrics,
             audit,
+            health: Arc::default(),
+            notifier,
             engine: engine_rx,
             listeners,
             metrics_address,
@@ -466,6 +477,7 @@ impl Daemon {
                 .instrument(tracing::info_span!("llm")),
         );
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
+        tracker.spawn(health::monitor(shared.clone(), cancel.clone()).instrument(tracing::info_span!("health")));
         tracker
             .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));
         tracker.spawn(take_ipc_requests(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));

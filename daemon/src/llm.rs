@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use baaaht_proto::client::Backoff;
 use baaaht_proto::v1;
+use baaaht_proto::v1::container_health_client::ContainerHealthClient;
 use baaaht_proto::v1::llm_gateway_client::LlmGatewayClient;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -222,6 +223,7 @@ pub struct LlmGateway {
     queue_timeout: Duration,
     pub metrics: Arc<Metrics>,
     pub usage: UsageBook,
+    notifier: std::sync::OnceLock<Arc<crate::health::Notifier>>,
 }
 
 impl std::fmt::Debug for LlmGateway {
@@ -255,7 +257,14 @@ impl LlmGateway {
             queue_timeout: Duration::from_secs(loaded.config.llm.queue_timeout),
             metrics,
             usage: UsageBook::open(&data_dir.state_dir()),
+            notifier: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Restarts after failed health checks are told to the admins through `notifier`.
+    pub fn tell_admins_through(&self, notifier: Arc<crate::health::Notifier>) {
+        // silent-ok: set once, at start.
+        let _ = self.notifier.set(notifier);
     }
 
     /// Where the gateway stands, for `baaaht status`.
@@ -342,7 +351,7 @@ impl LlmGateway {
                 outcome = self.start(&containers, &mut engine) => outcome,
             };
             let reason = match outcome {
-                Ok((mut instance, client)) => {
+                Ok((mut instance, client, channel)) => {
                     generation += 1;
                     self.metrics.set_gateway_up(true);
                     self.state.send_replace(State::Ready { client: client.clone(), generation });
@@ -351,8 +360,18 @@ impl LlmGateway {
                         startup_ms = started.elapsed().as_millis() as u64,
                         "the LLM gateway is ready"
                     );
-                    let reason = self.watch(client, &mut instance, &cancel).await;
+                    let reason = self.watch(channel, &mut instance, &cancel).await;
                     self.metrics.set_gateway_up(false);
+                    if !cancel.is_cancelled() {
+                        let why = if reason.contains("health check") { "unhealthy" } else { "exited" };
+                        self.metrics.record_restart(Role::LlmGateway.as_str(), why);
+                        if let Some(notifier) = self.notifier.get() {
+                            notifier.notify(
+                                "LLM gateway restarted",
+                                &format!("The LLM gateway stopped answering ({reason}); the daemon restarts it."),
+                            );
+                        }
+                    }
                     self.state.send_replace(State::Down(reason.clone()));
                     self.stop(instance, &containers).await;
                     reason
@@ -387,7 +406,7 @@ impl LlmGateway {
         &self,
         containers: &ContainerManager,
         engine: &mut watch::Receiver<Engine>,
-    ) -> Result<(Instance, LlmGatewayClient<Channel>), (Option<Instance>, String)> {
+    ) -> Result<(Instance, LlmGatewayClient<Channel>, Channel), (Option<Instance>, String)> {
         self.prepare_folder().map_err(|error| (None, format!("cannot prepare {}: {error}", self.folder.display())))?;
         let socket = self.folder.join(GATEWAY_SOCKET);
         let instance = match self.mode {
@@ -456,7 +475,7 @@ impl LlmGateway {
             }
         };
         match self.connect(&socket).await {
-            Ok(client) => Ok((instance, client)),
+            Ok((client, channel)) => Ok((instance, client, channel)),
             Err(reason) => Err((Some(instance), reason)),
         }
     }
@@ -476,7 +495,7 @@ impl LlmGateway {
     }
 
     /// Waits for the socket, connects and sends the configuration.
-    async fn connect(&self, socket: &Path) -> Result<LlmGatewayClient<Channel>, String> {
+    async fn connect(&self, socket: &Path) -> Result<(LlmGatewayClient<Channel>, Channel), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         while !socket.exists() {
             if Instant::now() > deadline {
@@ -496,26 +515,23 @@ impl LlmGateway {
         let channel = baaaht_proto::client::channel(socket, backoff)
             .await
             .map_err(|error| format!("cannot connect to the gateway: {error}"))?;
-        let mut client = LlmGatewayClient::new(channel);
+        let mut client = LlmGatewayClient::new(channel.clone());
         let configure = client.configure(self.settings.config().clone());
         match tokio::time::timeout(START_TIMEOUT, configure).await {
             Ok(Ok(response)) => {
                 tracing::info!(usable_providers = response.get_ref().usable_providers, "the LLM gateway is configured");
-                Ok(client)
+                Ok((client, channel))
             }
             Ok(Err(status)) => Err(format!("the gateway refused its configuration: {}", status.message())),
             Err(_) => Err(format!("the gateway did not answer within {} s", START_TIMEOUT.as_secs())),
         }
     }
 
-    /// Checks health until `failure_threshold` checks in a row fail, the process exits, or
-    /// `cancel`; returns why it stopped watching.
-    async fn watch(
-        &self,
-        mut client: LlmGatewayClient<Channel>,
-        instance: &mut Instance,
-        cancel: &CancellationToken,
-    ) -> String {
+    /// Checks health (ContainerHealth, spec §18.3) until `failure_threshold` checks in a row
+    /// fail, the process exits, or `cancel`; returns why it stopped watching. Each answer also
+    /// gives the providers' queues for the queue-depth metric.
+    async fn watch(&self, channel: Channel, instance: &mut Instance, cancel: &CancellationToken) -> String {
+        let mut client = ContainerHealthClient::new(channel);
         let interval = Duration::from_millis(self.health.interval.max(10));
         let timeout = Duration::from_millis(self.health.timeout.max(10));
         let threshold = self.health.failure_threshold.max(1);
@@ -537,9 +553,17 @@ impl LlmGateway {
                 }
                 () = tokio::time::sleep(interval) => {}
             }
-            let check = client.get_provider_status(v1::ProviderStatusRequest {});
+            let check = client.health_check(crate::health::probe_request("llm-gateway"));
             let problem = match tokio::time::timeout(timeout, check).await {
-                Ok(Ok(_)) => None,
+                Ok(Ok(response)) => {
+                    let response = response.into_inner();
+                    for (key, value) in &response.metrics {
+                        if let (Some(provider), Ok(depth)) = (key.strip_prefix("queued."), value.parse::<u64>()) {
+                            self.metrics.set_llm_queue(provider, depth);
+                        }
+                    }
+                    (response.status == "unhealthy").then(|| format!("health check failed: {}", response.message))
+                }
                 Ok(Err(status)) => Some(format!("health check failed: {}", status.message())),
                 Err(_) => Some(format!("health check got no answer within {} ms", timeout.as_millis())),
             };

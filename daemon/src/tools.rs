@@ -16,6 +16,7 @@ use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::MountSpec;
 use crate::datadir::DataDir;
+use crate::health::{ProbeSlot, Probed};
 
 /// Where a session's data folder is mounted in its tool container.
 pub const WORKSPACE: &str = "/workspace";
@@ -67,6 +68,8 @@ pub struct Call<'a> {
 struct Connection {
     calls: mpsc::Sender<v1::ToolCall>,
     pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::ToolResponse>>>>,
+    probe: Arc<ProbeSlot>,
+    identity: ContainerIdentity,
 }
 
 /// A session's tool container.
@@ -360,6 +363,7 @@ impl Runners {
             params_json,
             timeout_seconds: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
             env,
+            health_check: None,
         };
         calls.send(call).await.map_err(|_closed| ToolsError::RunnerLost)?;
         // The runner enforces the tool's own timeout; this one catches a runner that hangs.
@@ -384,11 +388,11 @@ impl Runners {
     ) -> mpsc::Receiver<v1::ToolCall> {
         let (calls, receiver) = mpsc::channel(4);
         let pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::ToolResponse>>>> = Arc::default();
+        let probe = Arc::new(ProbeSlot::default());
         let name = identity.name.clone();
-        self.connected
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.clone(), Connection { calls, pending: pending.clone() });
+        let connection =
+            Connection { calls, pending: pending.clone(), probe: probe.clone(), identity: identity.clone() };
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), connection);
         self.changes.send_modify(|count| *count += 1);
         let runners = self.clone();
         tokio::spawn(async move {
@@ -402,6 +406,9 @@ impl Runners {
                             let _ = waiter.send(result.response.unwrap_or_default());
                         }
                     }
+                    Ok(v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Health(health)) }) => {
+                        probe.answer(health);
+                    }
                     Ok(_) => {}
                     Err(status) => {
                         tracing::warn!(container = %name, error = %status.message(), "the tool runner's stream broke");
@@ -414,6 +421,41 @@ impl Runners {
             tracing::info!(container = %name, "tool runner disconnected");
         });
         receiver
+    }
+
+    /// The connected runners, for the health monitor.
+    pub fn probe_targets(&self) -> Vec<Probed> {
+        let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
+        connected
+            .values()
+            .map(|connection| Probed {
+                name: connection.identity.name.clone(),
+                role: connection.identity.role,
+                session: connection.identity.session_id.clone(),
+                context: connection.identity.context.clone(),
+            })
+            .collect()
+    }
+
+    /// Asks the runner in `container` whether it is well, over its own call stream.
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<v1::HealthCheckResponse, String> {
+        let (calls, slot) = {
+            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
+            let connection = connected.get(container).ok_or_else(|| "it is no longer connected".to_string())?;
+            (connection.calls.clone(), connection.probe.clone())
+        };
+        let request = crate::health::probe_request(container);
+        let probe = request.probe;
+        let call = v1::ToolCall { health_check: Some(request), ..v1::ToolCall::default() };
+        slot.ask(&calls, call, probe, timeout).await
+    }
+
+    /// Replaces a runner that failed its health checks: its container is removed (a call in
+    /// progress fails and says so) and the session's next call starts a new one.
+    pub async fn restart(&self, target: &Probed) -> Result<String, ToolsError> {
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&target.name);
+        self.remove(&target.session, &target.name, "an unhealthy tool container").await;
+        Ok("it was removed; the session's next tool call starts a new one".into())
     }
 
     /// Removes the tool containers of `session` (it was archived), waiting for a call in

@@ -263,7 +263,6 @@ impl ContainerManager {
         image: String,
         agent_binary: PathBuf,
         slots: Slots,
-        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<ContainerManager, ContainerError> {
         let inventory = state::read_json(&data_dir.state_dir().join(INVENTORY_FILE))
             .map_err(ContainerError::Inventory)?
@@ -280,8 +279,14 @@ impl ContainerManager {
             inventory: tokio::sync::Mutex::new(inventory),
             problems: Mutex::default(),
             started_here: Mutex::default(),
-            metrics,
+            metrics: Arc::default(),
         })
+    }
+
+    /// Records container starts in `metrics` (a manager of its own keeps them to itself).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> ContainerManager {
+        self.metrics = metrics;
+        self
     }
 
     pub fn image(&self) -> &str {

@@ -110,6 +110,7 @@ pub async fn run_alone(
                 content: vec![v1::ContentBlock { block: Some(v1::content_block::Block::Text(text)) }],
             }],
             model: String::new(),
+            health_check: None,
         },
         timeout: timeout.unwrap_or(Duration::from_secs(settings.timeout)),
         cancel: CancellationToken::new(),
@@ -140,6 +141,7 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
                 content: vec![v1::ContentBlock { block: Some(v1::content_block::Block::Text(task.text.clone())) }],
             }],
             model: String::new(),
+            health_check: None,
         },
         timeout: Duration::from_secs(settings.timeout),
         // Cancelling the user's turn stops the agents working for it; a background task

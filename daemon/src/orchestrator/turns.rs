@@ -135,6 +135,7 @@ async fn assistant_turn(
         correlation_id: accepted.correlation_id.clone(),
         messages,
         model: current.model.unwrap_or_default(),
+        health_check: None,
     };
     let config = agent_settings(shared, Role::Assistant);
     let work = Work {

@@ -42,6 +42,7 @@ impl v1::system_server::System for SystemService {
                 .await
                 .into_iter()
                 .map(|(entry, usage)| v1::ContainerUsage {
+                    health: health_of(&self.shared, &entry),
                     name: entry.name,
                     role: entry.role,
                     session_id: entry.session_id,
@@ -172,5 +173,19 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
         pid: std::process::id(),
         degraded,
         containers: vec![],
+    }
+}
+
+/// A container's health as `baaaht status` shows it: the LLM gateway's from its supervisor, the
+/// others' from the health monitor's last verdict.
+fn health_of(shared: &Shared, entry: &crate::container::manager::InventoryEntry) -> String {
+    if entry.role != crate::auth::Role::LlmGateway.as_str() {
+        return shared.health.health_of(&entry.name);
+    }
+    let summary = shared.llm.summary();
+    match summary.state {
+        "ready" => "healthy".into(),
+        "down" => format!("failing: {}", summary.message),
+        other => other.into(),
     }
 }

@@ -28,9 +28,54 @@ struct Installed {
 }
 
 /// The service; unconfigured until the daemon calls Configure.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct GatewayService {
     installed: RwLock<Installed>,
+    started: std::time::Instant,
+}
+
+impl Default for GatewayService {
+    fn default() -> Self {
+        GatewayService { installed: RwLock::default(), started: std::time::Instant::now() }
+    }
+}
+
+/// The daemon's health probe (spec §18.3): degraded while a provider is failing, with each
+/// provider's queue (`queued.{provider}`) for the daemon's queue-depth metric.
+#[tonic::async_trait]
+impl v1::container_health_server::ContainerHealth for GatewayService {
+    async fn health_check(
+        &self,
+        request: Request<v1::HealthCheckRequest>,
+    ) -> Result<Response<v1::HealthCheckResponse>, Status> {
+        let probe = request.into_inner().probe;
+        let uptime_seconds = self.started.elapsed().as_secs() as i64;
+        let Ok(gateway) = self.current() else {
+            let message = "waiting for the daemon's configuration".to_string();
+            let status = "degraded".to_string();
+            return Ok(Response::new(v1::HealthCheckResponse {
+                status,
+                message,
+                uptime_seconds,
+                probe,
+                ..Default::default()
+            }));
+        };
+        let mut metrics = std::collections::HashMap::new();
+        let mut failing = vec![];
+        for (name, provider) in &gateway.providers {
+            metrics.insert(format!("queued.{name}"), provider.limiter.waiting().to_string());
+            if provider.unusable.is_none() && provider.last_error().is_some() {
+                failing.push(name.as_str());
+            }
+        }
+        let (status, message) = if failing.is_empty() {
+            ("healthy", "ok".to_string())
+        } else {
+            ("degraded", format!("failing: {}", failing.join(", ")))
+        };
+        Ok(Response::new(v1::HealthCheckResponse { status: status.into(), message, uptime_seconds, metrics, probe }))
+    }
 }
 
 type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::LlmCompletionEvent, Status>> + Send>>;

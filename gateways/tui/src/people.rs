@@ -86,39 +86,6 @@ pub fn usage_text(report: &v1::UsageReport, month_only: bool) -> String {
     text
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn usage_reads_as_figures_against_limits() {
-        let report = v1::UsageReport {
-            context: Some(v1::ContextRef { r#type: v1::ContextType::User as i32, id: "alice".into() }),
-            today: Some(v1::UsageFigures {
-                tokens: 500,
-                cost_usd: 0.5,
-                token_limit: 1000,
-                cost_limit_usd: 0.0,
-                resets: "2026-11-23T00:00:00Z".into(),
-                period: "2026-11-22".into(),
-            }),
-            month: Some(v1::UsageFigures {
-                tokens: 500,
-                cost_usd: 15.0,
-                token_limit: 0,
-                cost_limit_usd: 20.0,
-                resets: "2026-12-01T00:00:00Z".into(),
-                period: "2026-11".into(),
-            }),
-            requests_refused: 2,
-        };
-        let text = usage_text(&report, false);
-        assert!(text.starts_with("usage of user:alice\ntoday   2026-11-22 500 of 1000 tokens (50%)"), "{text}");
-        assert!(text.contains("$15.00 of $20.00 (75%)") && text.contains("2 request(s) refused"), "{text}");
-        assert!(!usage_text(&report, true).contains("today"));
-    }
-}
-
 /// The audit records, one line each: time, kind, outcome, principal, then the particulars.
 pub fn audit_text(found: &v1::AuditRecords) -> String {
     if found.records.is_empty() {
@@ -175,4 +142,61 @@ pub fn audit_json(found: &v1::AuditRecords) -> String {
         let _ = writeln!(text, "{object}");
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_reads_as_figures_against_limits() {
+        let report = v1::UsageReport {
+            context: Some(v1::ContextRef { r#type: v1::ContextType::User as i32, id: "alice".into() }),
+            today: Some(v1::UsageFigures {
+                tokens: 500,
+                cost_usd: 0.5,
+                token_limit: 1000,
+                cost_limit_usd: 0.0,
+                resets: "2026-11-23T00:00:00Z".into(),
+                period: "2026-11-22".into(),
+            }),
+            month: Some(v1::UsageFigures {
+                tokens: 500,
+                cost_usd: 15.0,
+                token_limit: 0,
+                cost_limit_usd: 20.0,
+                resets: "2026-12-01T00:00:00Z".into(),
+                period: "2026-11".into(),
+            }),
+            requests_refused: 2,
+        };
+        let text = usage_text(&report, false);
+        assert!(text.starts_with("usage of user:alice\ntoday   2026-11-22 500 of 1000 tokens (50%)"), "{text}");
+        assert!(text.contains("$15.00 of $20.00 (75%)") && text.contains("2 request(s) refused"), "{text}");
+        assert!(!usage_text(&report, true).contains("today"));
+    }
+
+    #[test]
+    fn audit_records_read_as_one_line_each() {
+        let found = v1::AuditRecords {
+            records: vec![v1::AuditRecord {
+                time: "2026-11-23T10:15:02.123Z".into(),
+                kind: "egress".into(),
+                principal: "container:tool:baaaht-tool-s1 (user:alice)".into(),
+                context: "user:alice".into(),
+                session_id: "s1".into(),
+                correlation_id: "c-1".into(),
+                outcome: "refused".into(),
+                detail_json: r#"{"host":"10.0.0.1","reason":"private"}"#.into(),
+            }],
+        };
+        assert_eq!(
+            audit_text(&found),
+            "2026-11-23 10:15:02  egress  refused         container:tool:baaaht-tool-s1 (user:alice)  host=\"10.0.0.1\"  reason=\"private\"  session=s1\n"
+        );
+        let json: serde_json::Value = serde_json::from_str(audit_json(&found).trim()).expect("json");
+        assert_eq!(json["detail"]["host"], "10.0.0.1");
+        assert_eq!(json["correlation_id"], "c-1");
+        assert_eq!(audit_text(&v1::AuditRecords::default()), "no audit records match\n");
+    }
 }

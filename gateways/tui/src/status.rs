@@ -32,6 +32,7 @@ pub struct ContainerJson<'a> {
     pub memory_bytes: u64,
     pub memory_limit_bytes: u64,
     pub uptime_seconds: u64,
+    pub health: &'a str,
 }
 
 #[derive(Debug, Serialize)]
@@ -98,6 +99,7 @@ pub fn to_json(status: &v1::StatusResponse) -> StatusJson<'_> {
                 memory_bytes: c.memory_bytes,
                 memory_limit_bytes: c.memory_limit_bytes,
                 uptime_seconds: c.uptime_seconds,
+                health: &c.health,
             })
             .collect(),
     }
@@ -118,22 +120,26 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-/// The containers as a table: name, role, context, CPU, memory (of its limit), age.
+/// The containers as a table: name, role, context, CPU, memory (of its limit), age, health.
 pub fn containers_text(containers: &[v1::ContainerUsage]) -> String {
     let mut out = String::new();
     let width = containers.iter().map(|c| c.name.len()).max().unwrap_or(0).max(9);
-    let _ =
-        writeln!(out, "{:<width$}  {:<10} {:<14} {:>6}  {:>21}  UP", "CONTAINER", "ROLE", "CONTEXT", "CPU", "MEMORY");
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:<11} {:<14} {:>6}  {:>21}  {:<7}  HEALTH",
+        "CONTAINER", "ROLE", "CONTEXT", "CPU", "MEMORY", "UP"
+    );
     for c in containers {
         let memory = format!("{} / {}", human_bytes(c.memory_bytes), human_bytes(c.memory_limit_bytes));
         let _ = writeln!(
             out,
-            "{:<width$}  {:<10} {:<14} {:>5.1}%  {memory:>21}  {}",
+            "{:<width$}  {:<11} {:<14} {:>5.1}%  {memory:>21}  {:<7}  {}",
             c.name,
             c.role,
             if c.context.is_empty() { "-" } else { &c.context },
             c.cpu_percent,
-            human_duration(c.uptime_seconds)
+            human_duration(c.uptime_seconds),
+            if c.health.is_empty() { "-" } else { &c.health },
         );
     }
     out
@@ -247,11 +253,12 @@ mod tests {
             memory_bytes: 45 * 1024 * 1024 + 300 * 1024,
             memory_limit_bytes: 512 * 1024 * 1024,
             uptime_seconds: 130,
+            health: "healthy".into(),
         };
         let text = containers_text(&[container]);
         let row = text.lines().nth(1).unwrap_or_default();
         assert_eq!(
-            row, "baaaht-assistant-s-1  assistant  user:alice      12.3%   45.3 MiB / 512.0 MiB  2m 10s",
+            row, "baaaht-assistant-s-1  assistant   user:alice      12.3%   45.3 MiB / 512.0 MiB  2m 10s   healthy",
             "{text}"
         );
         assert_eq!(human_bytes(900), "900 B");

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baaaht_llm::server::GatewayService;
+use baaaht_proto::v1::container_health_server::ContainerHealthServer;
 use baaaht_proto::v1::llm_gateway_server::LlmGatewayServer;
 use clap::{Parser, Subcommand};
 use tokio_stream::wrappers::UnixListenerStream;
@@ -93,7 +94,8 @@ async fn serve(socket: &Path, mode: u32, parent: Option<u32>) -> Result<(), Box<
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "serving");
     let service = Arc::new(GatewayService::default());
     let server = tonic::transport::Server::builder()
-        .add_service(LlmGatewayServer::from_arc(service))
+        .add_service(LlmGatewayServer::from_arc(service.clone()))
+        .add_service(ContainerHealthServer::from_arc(service))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped(parent));
     server.await?;
     // silent-ok: the socket may already be gone with its folder.

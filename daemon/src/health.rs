@@ -1,0 +1,242 @@
+//! Health checks of the long-running containers (spec §18.3): every
+//! `orchestrator.health_check.interval` the daemon probes each connected agent and tool runner
+//! over its own stream (the probe travels beside the work, so a busy container still answers;
+//! only a stuck one fails), counts failures in a row, and after `failure_threshold` of them
+//! restarts the container and tells the admins (their inbox, and the log). The LLM gateway is
+//! probed by its own supervisor (`llm.rs`) through the ContainerHealth service.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_proto::v1;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Context, Role};
+use crate::inbox::{Inbox, Item};
+use crate::Shared;
+
+static NEXT_PROBE: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh probe for `container`.
+pub fn probe_request(container: &str) -> v1::HealthCheckRequest {
+    v1::HealthCheckRequest { container_id: container.to_string(), probe: NEXT_PROBE.fetch_add(1, Ordering::Relaxed) }
+}
+
+/// The outstanding probe of one connection and who waits for its answer.
+#[derive(Debug, Default)]
+pub struct ProbeSlot(Mutex<Option<(u64, oneshot::Sender<v1::HealthCheckResponse>)>>);
+
+impl ProbeSlot {
+    /// Completes the waiting probe if `response` answers it; a late answer to an older probe is
+    /// dropped.
+    pub fn answer(&self, response: v1::HealthCheckResponse) {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|(probe, _)| *probe == response.probe) {
+            if let Some((_, waiter)) = slot.take() {
+                // silent-ok: the prober may have given up.
+                let _ = waiter.send(response);
+            }
+        }
+    }
+
+    /// Sends `message` (carrying `probe`) on `stream` and waits up to `timeout` for the answer.
+    pub async fn ask<T>(
+        &self,
+        stream: &mpsc::Sender<T>,
+        message: T,
+        probe: u64,
+        timeout: Duration,
+    ) -> Result<v1::HealthCheckResponse, String> {
+        let (waiter, answer) = oneshot::channel();
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((probe, waiter));
+        let deadline = tokio::time::Instant::now() + timeout;
+        let limit = || format!("no answer within {} ms", timeout.as_millis());
+        match tokio::time::timeout_at(deadline, stream.send(message)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_closed)) => return Err("its stream is closed".into()),
+            Err(_) => return Err(limit()),
+        }
+        match tokio::time::timeout_at(deadline, answer).await {
+            Ok(Ok(response)) if response.status == "unhealthy" => Err(format!("it reports: {}", response.message)),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_dropped)) => Err("it went away".into()),
+            Err(_) => Err(limit()),
+        }
+    }
+}
+
+/// A container the monitor probes.
+#[derive(Debug, Clone)]
+pub struct Probed {
+    pub name: String,
+    pub role: Role,
+    pub session: String,
+    pub context: Context,
+}
+
+/// The last verdict on each probed container, for `baaaht status`.
+#[derive(Debug, Default)]
+pub struct Board(Mutex<HashMap<String, Verdict>>);
+
+#[derive(Debug, Clone)]
+struct Verdict {
+    failures: u32,
+    problem: String,
+}
+
+impl Board {
+    /// `healthy`, `failing (N checks): why`, or `unchecked` for a container not probed yet.
+    pub fn health_of(&self, container: &str) -> String {
+        match self.0.lock().unwrap_or_else(PoisonError::into_inner).get(container) {
+            None => "unchecked".into(),
+            Some(verdict) if verdict.failures == 0 => "healthy".into(),
+            Some(verdict) => format!("failing ({} checks): {}", verdict.failures, verdict.problem),
+        }
+    }
+
+    /// Records a probe's outcome; returns the failures in a row.
+    pub fn record(&self, container: &str, outcome: &Result<v1::HealthCheckResponse, String>) -> u32 {
+        let mut board = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let verdict = board.entry(container.to_string()).or_insert(Verdict { failures: 0, problem: String::new() });
+        match outcome {
+            Ok(_) => *verdict = Verdict { failures: 0, problem: String::new() },
+            Err(problem) => {
+                verdict.failures += 1;
+                verdict.problem.clone_from(problem);
+            }
+        }
+        verdict.failures
+    }
+
+    fn keep_only(&self, names: &[String]) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|name, _| names.contains(name));
+    }
+}
+
+/// Tells the admins (`system.admin_users`) what the daemon did on its own: in their inbox, and
+/// in the log for when none is configured.
+#[derive(Debug)]
+pub struct Notifier {
+    inbox: Arc<Inbox>,
+    admins: Vec<String>,
+}
+
+impl Notifier {
+    pub fn new(inbox: Arc<Inbox>, admins: Vec<String>) -> Notifier {
+        Notifier { inbox, admins }
+    }
+
+    pub fn notify(&self, title: &str, content: &str) {
+        tracing::error!(title, content, "notice for the admins");
+        for admin in &self.admins {
+            if let Err(error) = self.inbox.push(&Context::user(admin), Item::new(title, content, "", "")) {
+                tracing::error!(admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");
+            }
+        }
+    }
+}
+
+/// Probes the agents and tool runners until `cancel`.
+pub async fn monitor(shared: Arc<Shared>, cancel: CancellationToken) {
+    let settings = &shared.loaded.config.orchestrator.health_check;
+    let interval = Duration::from_millis(settings.interval.max(10));
+    let timeout = Duration::from_millis(settings.timeout.max(10));
+    let threshold = settings.failure_threshold.max(1);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        let agents = shared.agents.probe_targets();
+        let runners = shared.tools.probe_targets();
+        let names: Vec<String> = agents.iter().chain(&runners).map(|target| target.name.clone()).collect();
+        shared.health.keep_only(&names);
+        let mut probes = tokio::task::JoinSet::new();
+        for (target, is_agent) in agents.into_iter().map(|t| (t, true)).chain(runners.into_iter().map(|t| (t, false))) {
+            let shared = shared.clone();
+            probes.spawn(async move {
+                let started = Instant::now();
+                let outcome = if is_agent {
+                    shared.agents.probe(&target.name, timeout).await
+                } else {
+                    shared.tools.probe(&target.name, timeout).await
+                };
+                (target, is_agent, outcome, started.elapsed())
+            });
+        }
+        while let Some(joined) = probes.join_next().await {
+            let Ok((target, is_agent, outcome, elapsed)) = joined else { continue };
+            let failures = shared.health.record(&target.name, &outcome);
+            let Err(problem) = outcome else {
+                tracing::trace!(container = %target.name, elapsed_us = elapsed.as_micros() as u64, "healthy");
+                continue;
+            };
+            shared.metrics.record_health_failure(target.role.as_str());
+            tracing::warn!(container = %target.name, role = target.role.as_str(), failures, threshold, %problem, "a container failed a health check");
+            if failures < threshold {
+                continue;
+            }
+            shared.metrics.record_restart(target.role.as_str(), "unhealthy");
+            let restarted = if is_agent {
+                shared.agents.restart(&target).await.map_err(|error| error.to_string())
+            } else {
+                shared.tools.restart(&target).await.map_err(|error| error.to_string())
+            };
+            let what = format!(
+                "the {} container {} of {} (session {})",
+                target.role, target.name, target.context, target.session
+            );
+            let content = match restarted {
+                Ok(how) => format!("{what} failed {failures} health checks in a row ({problem}); {how}."),
+                Err(error) => format!(
+                    "{what} failed {failures} health checks in a row ({problem}) and could not be restarted: {error}."
+                ),
+            };
+            shared.notifier.notify(&format!("{} container restarted", target.role), &content);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_late_answer_is_not_taken_for_the_next_probe() {
+        let slot = Arc::new(ProbeSlot::default());
+        let (stream, mut sent) = mpsc::channel::<u64>(4);
+        let first = probe_request("c1").probe;
+        let outcome = slot.ask(&stream, first, first, Duration::from_millis(20)).await;
+        assert_eq!(outcome.expect_err("no answer"), "no answer within 20 ms");
+        assert_eq!(sent.recv().await, Some(first));
+        let second = probe_request("c1").probe;
+        let answering = {
+            let slot = slot.clone();
+            tokio::spawn(async move {
+                let probe = sent.recv().await.expect("probe sent");
+                // The answer to the first probe arrives late, then the right one.
+                slot.answer(v1::HealthCheckResponse { probe: first, status: "unhealthy".into(), ..Default::default() });
+                slot.answer(v1::HealthCheckResponse { probe, status: "healthy".into(), ..Default::default() });
+            })
+        };
+        let outcome = slot.ask(&stream, second, second, Duration::from_secs(5)).await;
+        answering.await.expect("answered");
+        assert_eq!(outcome.expect("healthy").probe, second);
+    }
+
+    #[test]
+    fn the_board_counts_failures_in_a_row() {
+        let board = Board::default();
+        assert_eq!(board.health_of("c1"), "unchecked");
+        assert_eq!(board.record("c1", &Err("no answer within 5 ms".into())), 1);
+        assert_eq!(board.record("c1", &Err("no answer within 5 ms".into())), 2);
+        assert_eq!(board.health_of("c1"), "failing (2 checks): no answer within 5 ms");
+        assert_eq!(board.record("c1", &Ok(v1::HealthCheckResponse::default())), 0);
+        assert_eq!(board.health_of("c1"), "healthy");
+        board.keep_only(&[]);
+        assert_eq!(board.health_of("c1"), "unchecked");
+    }
+}
