@@ -521,6 +521,16 @@ impl Daemon {
 
         let socket = bound.socket_path.display().to_string();
         systemd::notify(&format!("READY=1\nSTATUS=serving on {socket}"));
+        let status = {
+            let (shared, socket) = (shared.clone(), socket.clone());
+            move || {
+                let counts = shared.sessions.counts();
+                let (agents, problems) = (shared.agents.count(), shared.containers.problems());
+                let health = if problems.is_empty() { "healthy".to_string() } else { problems.join("; ") };
+                format!("serving on {socket}: {} active sessions, {agents} agents; {health}", counts.active)
+            }
+        };
+        tracker.spawn(systemd::keep_alive(status, cancel.clone()).instrument(tracing::info_span!("systemd")));
         tracing::info!(
             socket = %socket,
             data_dir = %shared.data_dir.root().display(),

@@ -1,5 +1,7 @@
 //! The systemd notification protocol (`sd_notify`): `READY=1` once the socket serves,
-//! `STOPPING=1` on shutdown. A no-op outside systemd (no `$NOTIFY_SOCKET`).
+//! `WATCHDOG=1` pings while the daemon's runtime runs (`WatchdogSec=` in the unit), `STATUS=`
+//! lines with what it serves, `STOPPING=1` on shutdown. A no-op outside systemd (no
+//! `$NOTIFY_SOCKET`).
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -20,6 +22,41 @@ pub fn notify(state: &str) {
     })();
     if let Err(error) = result {
         tracing::warn!(notify_socket = %target, %error, "cannot notify systemd");
+    }
+}
+
+/// The watchdog interval systemd asks for (`$WATCHDOG_USEC`, for this process when
+/// `$WATCHDOG_PID` names one), if any.
+pub fn watchdog_interval() -> Option<std::time::Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+        if pid.parse::<u32>().ok()? != std::process::id() {
+            return None;
+        }
+    }
+    (usec > 0).then(|| std::time::Duration::from_micros(usec))
+}
+
+/// Pings the watchdog at half its interval (when systemd set one) and refreshes `STATUS=`
+/// with `status()` every time, or every 30 s without a watchdog, until `cancel`. A stalled
+/// runtime stops the pings, and systemd restarts the daemon.
+pub async fn keep_alive(status: impl Fn() -> String, cancel: tokio_util::sync::CancellationToken) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let watchdog = watchdog_interval();
+    let every = watchdog.map_or(std::time::Duration::from_secs(30), |interval| interval / 2);
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let status = status();
+        let message =
+            if watchdog.is_some() { format!("WATCHDOG=1\nSTATUS={status}") } else { format!("STATUS={status}") };
+        notify(&message);
     }
 }
 

@@ -140,6 +140,23 @@ impl TestDaemon {
         }
     }
 
+    /// Every message the daemon sends to its notify socket within `window`.
+    pub fn notifications(&mut self, window: Duration) -> Result<Vec<String>> {
+        self.notify.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let started = Instant::now();
+        let mut messages = vec![];
+        let mut buffer = [0u8; 4096];
+        while started.elapsed() < window {
+            match self.notify.recv(&mut buffer) {
+                Ok(n) => messages.push(String::from_utf8_lossy(&buffer[..n]).into_owned()),
+                Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(messages)
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.data_dir.join("data/ipc/orchestrator.sock")
     }

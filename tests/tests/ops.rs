@@ -1,0 +1,270 @@
+//! Operations (spec §18): the metrics a real Prometheus parser reads after a turn with a
+//! delegation and a tool call, the audit trail of what happened, health checks that restart a
+//! hung LLM gateway and tell the admins, and systemd's watchdog and unit.
+
+use std::time::{Duration, Instant};
+
+use baaaht_proto::v1;
+use baaaht_tests::scenario::{self, coder_brain, message, user};
+use baaaht_tests::DaemonOptions;
+
+fn baaaht(daemon: &baaaht_tests::TestDaemon, args: &[&str]) -> (String, String) {
+    let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(args)
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht runs");
+    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// The families and samples of an OpenMetrics text, as Python's `prometheus_client` parser
+/// reads it: `{family: {"type": …, "samples": [[name, labels, value], …]}}`.
+fn parse_with_prometheus_client(text: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("scrape.txt");
+    std::fs::write(&path, text).expect("write");
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+families = {}
+for family in text_string_to_metric_families(open(sys.argv[1]).read()):
+    families[family.name] = {"type": family.type, "samples": [[s.name, s.labels, s.value] for s in family.samples]}
+print(json.dumps(families))
+"#;
+    let output = std::process::Command::new("python3").args(["-c", script]).arg(&path).output().expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "the prometheus_client parser refused the scrape (scripts/test installs it with pip):\n{}\n{text}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+/// The sum of the samples of `family` named `sample`.
+fn total(families: &serde_json::Value, family: &str, sample: &str) -> f64 {
+    let samples = families[family]["samples"].as_array().unwrap_or_else(|| panic!("no family {family}: {families}"));
+    samples.iter().filter(|s| s[0] == sample).map(|s| s[2].as_f64().unwrap_or(0.0)).sum()
+}
+
+#[test]
+fn a_turn_with_a_delegation_and_a_tool_call_shows_in_the_metrics_and_the_audit_log() {
+    let rt = baaaht_tests::runtime();
+    let config =
+        "metrics:\n  listen: 127.0.0.1:0\n  sample_interval: 1\norchestrator:\n  health_check:\n    interval: 300\n"
+            .to_string();
+    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let (_fake, daemon) = scenario::start(&rt, coder_brain(), options).expect("fake provider and daemon");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let turn = scenario::turn(
+            &mut client,
+            message(user("alice"), "alice", "Write hello.sh and run it, please."),
+            Duration::from_secs(120),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+        assert!(turn.reply.is_some(), "{:?}\n{}", turn.error, daemon.log_text());
+    });
+
+    // The engine's stats are sampled every second: wait for the Assistant's to arrive.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let scrape = loop {
+        let scrape = daemon.metrics().expect("metrics");
+        if scrape.contains("baaaht_container_memory_bytes{role=\"assistant\"}") || Instant::now() > deadline {
+            break scrape;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let body = scrape.split_once("\r\n\r\n").map_or(scrape.as_str(), |(_, body)| body);
+    assert!(scrape.contains("application/openmetrics-text"), "{scrape}");
+    let families = parse_with_prometheus_client(body);
+    // Every figure of spec §18.2, with a value that fits the turn.
+    assert!(
+        total(&families, "baaaht_container_spawn_duration_seconds", "baaaht_container_spawn_duration_seconds_count")
+            >= 3.0
+    );
+    assert!(total(&families, "baaaht_containers", "baaaht_containers") >= 1.0, "{families}");
+    assert!(total(&families, "baaaht_container_memory_bytes", "baaaht_container_memory_bytes") > 1e5, "{families}");
+    assert!(families["baaaht_container_cpu_cores"]["samples"].as_array().is_some_and(|s| !s.is_empty()));
+    assert_eq!(total(&families, "baaaht_llm_requests", "baaaht_llm_requests_total"), 5.0, "{families}");
+    assert_eq!(
+        total(&families, "baaaht_llm_request_duration_seconds", "baaaht_llm_request_duration_seconds_count"),
+        5.0
+    );
+    assert!(
+        total(&families, "baaaht_llm_time_to_first_token_seconds", "baaaht_llm_time_to_first_token_seconds_count")
+            >= 2.0
+    );
+    assert!(total(&families, "baaaht_llm_tokens", "baaaht_llm_tokens_total") > 0.0, "{families}");
+    assert_eq!(total(&families, "baaaht_llm_requests_in_flight", "baaaht_llm_requests_in_flight"), 0.0);
+    assert_eq!(total(&families, "baaaht_llm_gateway_up", "baaaht_llm_gateway_up"), 1.0);
+    let tools = &families["baaaht_tool_duration_seconds"]["samples"];
+    let tool_count = |tool: &str| {
+        tools
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s[0] == "baaaht_tool_duration_seconds_count" && s[1]["tool"] == tool)
+            .map(|s| s[2].as_f64().unwrap_or(0.0))
+            .sum::<f64>()
+    };
+    assert_eq!((tool_count("write_file"), tool_count("exec")), (1.0, 1.0), "{tools}");
+    let delegations = &families["baaaht_delegation_duration_seconds"]["samples"];
+    assert!(
+        delegations.as_array().into_iter().flatten().any(|s| s[0] == "baaaht_delegation_duration_seconds_count"
+            && s[1]["agent"] == "coder"
+            && s[1]["outcome"] == "ok"
+            && s[2] == 1.0),
+        "{delegations}"
+    );
+    assert_eq!(total(&families, "baaaht_messages", "baaaht_messages_total"), 1.0, "{families}");
+    let sessions = &families["baaaht_sessions"]["samples"];
+    assert!(sessions.as_array().into_iter().flatten().any(|s| s[1]["status"] == "active" && s[2] == 1.0), "{sessions}");
+    assert!(families["baaaht_memory_store_bytes"]["samples"].as_array().is_some_and(|s| s.len() == 2), "{families}");
+    // Task runs by outcome appear once a task ran (tests/scheduler.rs reads them).
+    let queue = &families["baaaht_llm_queue_depth"]["samples"];
+    assert!(queue.as_array().into_iter().flatten().any(|s| s[1]["provider"] == "anthropic" && s[2] == 0.0), "{queue}");
+    // No label carries a user or session id.
+    assert!(!body.contains("alice") && !body.contains(&turn_session(&daemon)), "{body}");
+
+    // The audit log: the Coder's command, once, with who ran it and where.
+    let (found, stderr) = baaaht(&daemon, &["audit", "--kind", "exec", "--json"]);
+    let records: Vec<serde_json::Value> = found.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect();
+    assert_eq!(records.len(), 1, "{found}{stderr}");
+    assert_eq!(records[0]["detail"]["command"], "sh hello.sh");
+    assert_eq!(records[0]["detail"]["exit_code"], 0);
+    assert_eq!(records[0]["outcome"], "ok");
+    assert_eq!(records[0]["context"], "user:alice");
+    assert!(records[0]["principal"].as_str().is_some_and(|p| p.starts_with("container:coder:")), "{found}");
+    assert!(!records[0]["correlation_id"].as_str().unwrap_or_default().is_empty(), "{found}");
+
+    // A caller with a wrong token on a container's socket: refused, and audited once.
+    let socket = std::fs::read_dir(daemon.data_dir.join("data/run"))
+        .expect("container sockets")
+        .flatten()
+        .map(|entry| entry.path().join("daemon.sock"))
+        .find(|path| path.exists())
+        .expect("a live container's socket");
+    rt.block_on(async {
+        let options =
+            baaaht_proto::client::ConnectOptions { token: Some("not-the-token".into()), ..Default::default() };
+        let mut intruder = baaaht_proto::client::connect(&socket, options).await.expect("connect");
+        let refused = intruder.system.get_status(v1::StatusRequest::default()).await.expect_err("refused");
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    });
+    let (found, _) = baaaht(&daemon, &["audit", "--kind", "auth", "--since", "10m"]);
+    assert_eq!(found.lines().count(), 1, "{found}");
+    assert!(found.contains("unauthenticated:container-socket:") && found.contains("method=\"GetStatus\""), "{found}");
+    let (found, _) = baaaht(&daemon, &["audit", "--user", "bob"]);
+    assert_eq!(found, "no audit records match\n");
+    let (_, stderr) = baaaht(&daemon, &["audit", "--since", "yesterday"]);
+    assert!(stderr.contains("since `yesterday`: write a duration like 90s"), "{stderr}");
+}
+
+fn turn_session(daemon: &baaaht_tests::TestDaemon) -> String {
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(daemon.data_dir.join("data/state/sessions.json")).expect("session index"),
+    )
+    .expect("JSON");
+    index["sessions"][0]["id"].as_str().expect("a session").to_string()
+}
+
+#[test]
+fn a_hung_llm_gateway_is_restarted_after_the_threshold_and_the_admin_is_told() {
+    let rt = baaaht_tests::runtime();
+    let config = "system:\n  admin_users: [root-admin]\norchestrator:\n  health_check:\n    interval: 200\n    timeout: 200\n    failure_threshold: 3\nmetrics:\n  listen: 127.0.0.1:0\n".to_string();
+    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let (_fake, daemon) = scenario::start(&rt, coder_brain(), options).expect("fake provider and daemon");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !baaaht(&daemon, &["status"]).0.contains("llm:         ready") {
+        assert!(Instant::now() < deadline, "the LLM gateway is not ready\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let gateway = gateway_pid(daemon.pid()).expect("the LLM gateway runs as the daemon's child");
+    // Stopped, not killed: the process is there but answers nothing, as a hung one would.
+    let stopped = std::process::Command::new("kill").args(["-STOP", &gateway.to_string()]).status().expect("kill");
+    assert!(stopped.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (inbox, restarted) = loop {
+        let (inbox, _) = baaaht(&daemon, &["inbox", "--user", "root-admin", "--all"]);
+        let restarted = gateway_pid(daemon.pid()).is_some_and(|pid| pid != gateway);
+        if (inbox.contains("LLM gateway restarted") && restarted) || Instant::now() > deadline {
+            break (inbox, restarted);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(restarted, "a new gateway process runs\n{}", daemon.log_text());
+    assert!(inbox.contains("3 checks in a row"), "{inbox}\n{}", daemon.log_text());
+    assert!(!std::path::Path::new(&format!("/proc/{gateway}")).exists() || is_zombie(gateway), "the hung one is gone");
+    let metrics = daemon.metrics().expect("metrics");
+    assert!(
+        metrics.contains("baaaht_container_restarts_total{role=\"llm_gateway\",reason=\"unhealthy\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("baaaht_health_check_failures_total")
+            || metrics.contains("baaaht_llm_gateway_restarts_total 1")
+    );
+    // And the next answer comes from the new gateway.
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let turn =
+            scenario::turn(&mut client, message(user("alice"), "alice", "Hello again."), Duration::from_secs(120))
+                .await
+                .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+        assert!(turn.reply.is_some(), "{:?}\n{}", turn.error, daemon.log_text());
+    });
+}
+
+/// The pid of the daemon's `baaaht-llm-gateway` child.
+fn gateway_pid(daemon: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        let (name, rest) = stat.split_once(") ")?;
+        let parent: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        let state = rest.split_whitespace().next()?;
+        (parent == daemon && name.ends_with("(baaaht-llm-gate") && state != "Z").then_some(pid)
+    })
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.split_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(true)
+}
+
+#[test]
+fn the_daemon_pings_the_systemd_watchdog_with_its_status() {
+    let options = DaemonOptions { env: vec![("WATCHDOG_USEC".into(), "200000".into())], ..DaemonOptions::default() };
+    let mut daemon = baaaht_tests::TestDaemon::start(options).expect("daemon");
+    let messages = daemon.notifications(Duration::from_secs(2)).expect("notifications");
+    let pings: Vec<&String> = messages.iter().filter(|m| m.lines().any(|line| line == "WATCHDOG=1")).collect();
+    assert!(pings.len() >= 5, "about ten pings in two seconds at a 200 ms watchdog: {messages:?}");
+    assert!(pings[0].contains("STATUS=serving on ") && pings[0].contains("active sessions"), "{messages:?}");
+}
+
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/baaaht.service");
+    let text = std::fs::read_to_string(&unit).expect("unit");
+    assert!(text.contains("Type=notify") && text.contains("WatchdogSec="), "{text}");
+    // The unit names /usr/local/bin/baaahtd: verify a copy pointing at this build's binary.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let copy = dir.path().join("baaaht.service");
+    let binary = baaaht_tests::bin("baaahtd");
+    std::fs::write(&copy, text.replace("/usr/local/bin/baaahtd", &binary.display().to_string())).expect("write");
+    let output = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&copy)
+        .output()
+        .expect("systemd-analyze runs (scripts/test installs systemd for it)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let problems: Vec<&str> = stderr
+        .lines()
+        // The machine this runs on has no docker.service or baaaht user of its own.
+        .filter(|line| !line.contains("docker.service") && !line.contains("podman.socket") && !line.trim().is_empty())
+        .collect();
+    assert!(output.status.success() && problems.is_empty(), "{stderr}");
+}
