@@ -77,6 +77,31 @@ pub struct Probed {
     pub context: Context,
 }
 
+impl From<&crate::auth::ContainerIdentity> for Probed {
+    fn from(identity: &crate::auth::ContainerIdentity) -> Probed {
+        Probed {
+            name: identity.name.clone(),
+            role: identity.role,
+            session: identity.session_id.clone(),
+            context: identity.context.clone(),
+        }
+    }
+}
+
+/// Probes `container` over its work `stream` (found by the caller, `None` when it is no longer
+/// connected), wrapping the probe into a message with `wrap`.
+pub async fn probe_over<T>(
+    found: Option<(mpsc::Sender<T>, Arc<ProbeSlot>)>,
+    container: &str,
+    wrap: impl FnOnce(v1::HealthCheckRequest) -> T,
+    timeout: Duration,
+) -> Result<v1::HealthCheckResponse, String> {
+    let (stream, slot) = found.ok_or_else(|| "it is no longer connected".to_string())?;
+    let request = probe_request(container);
+    let probe = request.probe;
+    slot.ask(&stream, wrap(request), probe, timeout).await
+}
+
 /// The last verdict on each probed container, for `baaaht status`.
 #[derive(Debug, Default)]
 pub struct Board(Mutex<HashMap<String, Verdict>>);

@@ -426,28 +426,17 @@ impl Runners {
     /// The connected runners, for the health monitor.
     pub fn probe_targets(&self) -> Vec<Probed> {
         let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-        connected
-            .values()
-            .map(|connection| Probed {
-                name: connection.identity.name.clone(),
-                role: connection.identity.role,
-                session: connection.identity.session_id.clone(),
-                context: connection.identity.context.clone(),
-            })
-            .collect()
+        connected.values().map(|connection| Probed::from(&connection.identity)).collect()
     }
 
     /// Asks the runner in `container` whether it is well, over its own call stream.
     pub async fn probe(&self, container: &str, timeout: Duration) -> Result<v1::HealthCheckResponse, String> {
-        let (calls, slot) = {
+        let found = {
             let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-            let connection = connected.get(container).ok_or_else(|| "it is no longer connected".to_string())?;
-            (connection.calls.clone(), connection.probe.clone())
+            connected.get(container).map(|connection| (connection.calls.clone(), connection.probe.clone()))
         };
-        let request = crate::health::probe_request(container);
-        let probe = request.probe;
-        let call = v1::ToolCall { health_check: Some(request), ..v1::ToolCall::default() };
-        slot.ask(&calls, call, probe, timeout).await
+        let wrap = |request| v1::ToolCall { health_check: Some(request), ..v1::ToolCall::default() };
+        crate::health::probe_over(found, container, wrap, timeout).await
     }
 
     /// Replaces a runner that failed its health checks: its container is removed (a call in

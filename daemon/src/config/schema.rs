@@ -25,7 +25,6 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub budgets: BudgetsConfig,
     pub audit: AuditConfig,
-    pub otel: OtelConfig,
 }
 
 /// Spending limits per user and per group (DESIGN.md §9.3): tokens and cost per day and per
@@ -814,14 +813,6 @@ impl Default for AuditConfig {
     fn default() -> Self {
         AuditConfig { enabled: true, retention_days: 90 }
     }
-}
-
-/// OpenTelemetry export of the daemon's spans over OTLP (off while `endpoint` is empty).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct OtelConfig {
-    /// The collector's OTLP/HTTP address, e.g. `http://127.0.0.1:4318`.
-    pub endpoint: String,
 }
 
 // ---- value types checked while parsing ----
