@@ -63,27 +63,20 @@ async fn serve(socket: &Path) -> Result<(), AgentError> {
     // Turns run one at a time while the reader goes on, so a health probe is answered even
     // in the middle of a long turn: only a stuck process fails it.
     let (work, mut queue) = mpsc::channel::<v1::AgentTurn>(4);
-    let busy = std::cell::Cell::new(None::<std::time::Instant>);
-    let started = std::time::Instant::now();
+    let busy = crate::health::Busy::default();
     let read = async {
-        while let Some(mut turn) = turns.message().await.map_err(rpc("TakeTurns"))? {
-            if let Some(probe) = turn.health_check.take() {
-                let health = crate::health::answer(probe, started, busy.get());
-                if reports.send(v1::AgentReport { kind: Some(v1::agent_report::Kind::Health(health)) }).await.is_err() {
-                    break;
-                }
-            } else if work.send(turn).await.is_err() {
-                break;
-            }
+        let health = |health| v1::AgentReport { kind: Some(v1::agent_report::Kind::Health(health)) };
+        let probe_of = |turn: &mut v1::AgentTurn| turn.health_check.take();
+        match crate::health::read_beside(&mut turns, probe_of, health, &reports, work, &busy).await {
+            Err(crate::health::ReadError::Stream(status)) => Err(rpc("TakeTurns")(status)),
+            Ok(()) | Err(crate::health::ReadError::RepliesClosed) => Ok(()),
         }
-        drop(work);
-        Ok::<(), AgentError>(())
     };
     let serve = async {
         while let Some(turn) = queue.recv().await {
-            busy.set(Some(std::time::Instant::now()));
+            busy.working(true);
             let result = agent.take(turn).await;
-            busy.set(None);
+            busy.working(false);
             if reports.send(v1::AgentReport { kind: Some(v1::agent_report::Kind::Result(result)) }).await.is_err() {
                 break;
             }

@@ -154,24 +154,19 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Res
         // Calls run one at a time while the reader goes on, so a health probe is answered even
         // during a long command: only a stuck runner fails it.
         let (work, mut queue) = tokio::sync::mpsc::channel::<v1::ToolCall>(4);
-        let busy = std::cell::Cell::new(None::<Instant>);
-        let started = Instant::now();
+        let busy = crate::health::Busy::default();
         let read = async {
-            while let Some(mut call) = calls.message().await.map_err(|status| status.message().to_string())? {
-                if let Some(probe) = call.health_check.take() {
-                    let health = crate::health::answer(probe, started, busy.get());
-                    let answer = v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Health(health)) };
-                    sender.send(answer).await.map_err(|_closed| "the outbound stream closed".to_string())?;
-                } else if work.send(call).await.is_err() {
-                    break;
-                }
+            let health = |health| v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Health(health)) };
+            let probe_of = |call: &mut v1::ToolCall| call.health_check.take();
+            match crate::health::read_beside(&mut calls, probe_of, health, &sender, work, &busy).await {
+                Ok(()) => Ok(()),
+                Err(crate::health::ReadError::Stream(status)) => Err(status.message().to_string()),
+                Err(crate::health::ReadError::RepliesClosed) => Err("the outbound stream closed".to_string()),
             }
-            drop(work);
-            Ok::<(), String>(())
         };
         let serve = async {
             while let Some(call) = queue.recv().await {
-                busy.set(Some(Instant::now()));
+                busy.working(true);
                 let mounts = mounts.clone();
                 let shared_settings = settings.clone();
                 let call_id = call.call_id.clone();
@@ -196,7 +191,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Res
                         eprintln!("baaaht-agent runner: cannot write the result of {}: {problem}", record.call_id);
                     }
                 }
-                busy.set(None);
+                busy.working(false);
                 let result = v1::RunnerMessage {
                     kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult {
                         call_id,

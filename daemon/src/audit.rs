@@ -150,13 +150,11 @@ impl Record {
         self.time.get(..10).unwrap_or("unknown")
     }
 
-    /// Whether the record concerns `user` (an id like `u-…` or `alice`): as its principal or
-    /// in its context.
+    /// Whether the record concerns `user` (an id like `u-…` or `alice`): in its context (a
+    /// container's is set) or as a gateway's end user.
     fn concerns_user(&self, user: &str) -> bool {
         let needle = format!("user:{user}");
-        self.context == needle
-            || self.principal.split('/').any(|part| part == needle)
-            || self.principal.ends_with(&format!("({needle})"))
+        self.context == needle || self.principal.split('/').any(|part| part == needle)
     }
 }
 

@@ -360,10 +360,9 @@ impl LlmGateway {
                         startup_ms = started.elapsed().as_millis() as u64,
                         "the LLM gateway is ready"
                     );
-                    let reason = self.watch(channel, &mut instance, &cancel).await;
+                    let (reason, why) = self.watch(channel, &mut instance, &cancel).await;
                     self.metrics.set_gateway_up(false);
                     if !cancel.is_cancelled() {
-                        let why = if reason.contains("health check") { "unhealthy" } else { "exited" };
                         self.metrics.record_restart(Role::LlmGateway.as_str(), why);
                         if let Some(notifier) = self.notifier.get() {
                             notifier.notify(
@@ -528,9 +527,15 @@ impl LlmGateway {
     }
 
     /// Checks health (ContainerHealth, spec §18.3) until `failure_threshold` checks in a row
-    /// fail, the process exits, or `cancel`; returns why it stopped watching. Each answer also
-    /// gives the providers' queues for the queue-depth metric.
-    async fn watch(&self, channel: Channel, instance: &mut Instance, cancel: &CancellationToken) -> String {
+    /// fail, the process exits, or `cancel`; returns why it stopped watching, in a sentence and
+    /// as `unhealthy` or `exited`. Each answer also gives the providers' queues for the
+    /// queue-depth metric.
+    async fn watch(
+        &self,
+        channel: Channel,
+        instance: &mut Instance,
+        cancel: &CancellationToken,
+    ) -> (String, &'static str) {
         let mut client = ContainerHealthClient::new(channel);
         let interval = Duration::from_millis(self.health.interval.max(10));
         let timeout = Duration::from_millis(self.health.timeout.max(10));
@@ -544,12 +549,13 @@ impl LlmGateway {
                 }
             };
             tokio::select! {
-                () = cancel.cancelled() => return "the daemon is stopping".into(),
+                () = cancel.cancelled() => return ("the daemon is stopping".into(), "exited"),
                 status = exited => {
-                    return match status {
+                    let reason = match status {
                         Ok(status) => format!("the gateway process exited ({status})"),
                         Err(error) => format!("cannot wait for the gateway process: {error}"),
                     };
+                    return (reason, "exited");
                 }
                 () = tokio::time::sleep(interval) => {}
             }
@@ -573,7 +579,7 @@ impl LlmGateway {
                     failures += 1;
                     tracing::warn!(failures, threshold, %problem, "the LLM gateway failed a health check");
                     if failures >= threshold {
-                        return format!("{problem} ({failures} checks in a row)");
+                        return (format!("{problem} ({failures} checks in a row)"), "unhealthy");
                     }
                 }
             }

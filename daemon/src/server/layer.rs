@@ -189,7 +189,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gate = self.gate.clone();
         let (peer, headers) = (request.extensions().get::<PeerInfo>().cloned(), request.headers().clone());
-        let service = request.uri().path().trim_start_matches('/').split('/').next().unwrap_or_default().to_string();
+        let admin = request.uri().path().starts_with("/baaaht.v1.Admin/");
         Box::pin(async move {
             let unauthenticated = unauthenticated_principal(peer.as_ref());
             let authenticated = gate.authenticate(peer, headers).await;
@@ -213,7 +213,7 @@ where
                 response.headers().get("grpc-status").and_then(|value| value.to_str().ok()).unwrap_or("0").to_string();
             gate.shared.metrics.record_rpc(&method, &code, started.elapsed());
             if let Some(caller) = &caller {
-                audit_call(&gate.shared.audit, caller, &service, &method, &code, &correlation_id, &response);
+                audit_call(&gate.shared.audit, caller, admin, &method, &code, &correlation_id, &response);
             }
             if code != "0" {
                 span.in_scope(|| tracing::debug!(code = %code, elapsed_us = started.elapsed().as_micros() as u64, "request failed"));
@@ -240,7 +240,7 @@ fn unauthenticated_principal(peer: Option<&PeerInfo>) -> String {
 fn audit_call(
     audit: &crate::audit::Audit,
     caller: &Caller,
-    service: &str,
+    admin: bool,
     method: &str,
     code: &str,
     correlation_id: &str,
@@ -254,7 +254,7 @@ fn audit_call(
     if (code == PERMISSION_DENIED || code == UNAUTHENTICATED) && !audited_by_handler {
         let record = Record::by(Kind::Auth, caller, "denied").correlation(correlation_id);
         audit.record(record.detail("method", method).detail("reason", message()));
-    } else if service == "baaaht.v1.Admin" {
+    } else if admin {
         let outcome = if code == "0" { "ok" } else { "failed" };
         let mut record = Record::by(Kind::Admin, caller, outcome).correlation(correlation_id).detail("method", method);
         if code != "0" {
