@@ -90,6 +90,24 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
     let log = daemon.log_text();
     assert_eq!(log.matches("web request served").count(), 2, "{log}");
     assert_eq!(log.matches("web request not served").count(), 6, "{log}");
+
+    // The audit trail: each request once, by the tool container, host and reason only.
+    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["audit", "--kind", "egress", "--json"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht audit");
+    let records: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&audit.stdout).lines().map(|line| serde_json::from_str(line).expect("JSON")).collect();
+    let of = |outcome: &str| records.iter().filter(|r| r["outcome"] == outcome).collect::<Vec<_>>();
+    assert_eq!(of("allowed").len(), 2, "{records:?}");
+    let refused = of("refused");
+    let metadata: Vec<_> = refused.iter().filter(|r| r["detail"]["host"] == "169.254.169.254").collect();
+    assert_eq!(metadata.len(), 1, "{records:?}");
+    assert!(metadata[0]["detail"]["reason"].as_str().is_some_and(|r| r.contains("cloud metadata endpoint")));
+    assert!(metadata[0]["principal"].as_str().is_some_and(|p| p.starts_with("container:tool:")), "{records:?}");
+    assert_eq!(metadata[0]["context"], "user:baaaht-self-test", "{records:?}");
+    assert!(!String::from_utf8_lossy(&audit.stdout).contains("latest/meta-data"), "paths are never recorded");
     drop(agent);
 }
 

@@ -331,4 +331,26 @@ fn with_the_gateway_in_its_container_no_provider_key_reaches_an_agent_container(
     let report: SelfTestReport = serde_json::from_str(stdout.trim()).expect("report JSON");
     let llm = report.llm.expect("an LLM check");
     assert_eq!((llm.provider.as_str(), llm.text.as_str(), llm.error.as_str()), ("anthropic", "Hello", ""));
+
+    // The key was read by name, and its value is in no file the daemon wrote: logs, audit,
+    // state, sessions (the store itself is encrypted).
+    let audit = Command::new(bin("baaaht"))
+        .args(["audit", "--kind", "secret", "--json"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht audit");
+    let found = String::from_utf8_lossy(&audit.stdout).into_owned();
+    assert!(
+        found
+            .lines()
+            .any(|line| line.contains("\"name\":\"ANTHROPIC_API_KEY\"") && line.contains("LLM provider anthropic")),
+        "{found}"
+    );
+    let holding = Command::new("grep")
+        .args(["-rlF", "-D", "skip", "--", KEY])
+        .arg(&daemon.data_dir)
+        .output()
+        .expect("grep the data folder");
+    assert_eq!(String::from_utf8_lossy(&holding.stdout), "", "files holding the key's value");
+    assert!(!daemon.log_text().contains(KEY), "the key's value is in the log");
 }

@@ -1,6 +1,6 @@
 //! Operations (spec §18): the metrics a real Prometheus parser reads after a turn with a
 //! delegation and a tool call, the audit trail of what happened, health checks that restart a
-//! hung LLM gateway and tell the admins, and systemd's watchdog and unit.
+//! hung LLM gateway or Assistant and tell the admins, and systemd's watchdog and unit.
 
 use std::time::{Duration, Instant};
 
@@ -214,6 +214,65 @@ fn a_hung_llm_gateway_is_restarted_after_the_threshold_and_the_admin_is_told() {
                 .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
         assert!(turn.reply.is_some(), "{:?}\n{}", turn.error, daemon.log_text());
     });
+}
+
+#[test]
+fn a_hung_assistant_is_restarted_after_the_threshold_and_the_admin_is_told() {
+    let rt = baaaht_tests::runtime();
+    let config = "system:\n  admin_users: [root-admin]\norchestrator:\n  health_check:\n    interval: 200\n    timeout: 200\n    failure_threshold: 3\nmetrics:\n  listen: 127.0.0.1:0\n".to_string();
+    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let (_fake, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("fake provider and daemon");
+    let mut client = rt.block_on(scenario::host_client(&daemon)).expect("connect");
+    let first = rt
+        .block_on(scenario::turn(&mut client, message(user("alice"), "alice", "Hello."), Duration::from_secs(120)))
+        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+    assert!(first.reply.is_some(), "{:?}", first.error);
+    let assistants = || {
+        let listed = baaaht_tests::docker(&[
+            "ps",
+            "--filter",
+            &format!("label=baaaht.session={}", first.session),
+            "--filter",
+            "name=^baaaht-assistant-",
+            "--format",
+            "{{.Names}}",
+        ])
+        .expect("docker ps");
+        listed.lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let waiting = assistants();
+    assert_eq!(waiting.len(), 1, "the session's Assistant waits for the next turn: {waiting:?}");
+    // Paused: the container is there, its agent answers nothing, as a hung one would.
+    baaaht_tests::docker(&["pause", &waiting[0]]).expect("docker pause");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (inbox, now) = loop {
+        let (inbox, _) = baaaht(&daemon, &["inbox", "--user", "root-admin", "--all"]);
+        let now = assistants();
+        let replaced = now.len() == 1 && now[0] != waiting[0];
+        if (inbox.contains("assistant container restarted") && replaced) || Instant::now() > deadline {
+            break (inbox, now);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(now.len() == 1 && now[0] != waiting[0], "a new Assistant waits: {now:?}\n{}", daemon.log_text());
+    assert!(
+        inbox.contains(&waiting[0]) && inbox.contains("failed 3 health checks in a row"),
+        "{inbox}\n{}",
+        daemon.log_text()
+    );
+    let metrics = daemon.metrics().expect("metrics");
+    assert!(
+        metrics.contains("baaaht_container_restarts_total{role=\"assistant\",reason=\"unhealthy\"} 1"),
+        "{metrics}"
+    );
+    // The session goes on with the new one.
+    let mut hello = message(user("alice"), "alice", "Still there?");
+    hello.session_id.clone_from(&first.session);
+    let again = rt
+        .block_on(scenario::turn(&mut client, hello, Duration::from_secs(120)))
+        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+    assert_eq!(again.reply.map(|r| r.content).as_deref(), Some("echo: Still there?"), "{:?}", again.error);
+    assert_eq!(again.session, first.session);
 }
 
 /// The pid of the daemon's `baaaht-llm-gateway` child.

@@ -725,6 +725,18 @@ fn budgets_refuse_before_the_provider_is_asked_warn_once_and_survive_a_restart()
         .metrics()
         .expect("metrics")
         .contains("baaaht_budget_events_total{context_kind=\"user\",outcome=\"refused\"} 1"));
+    // The refusal is audited once, as alice's.
+    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["audit", "--kind", "budget", "--json"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht audit");
+    let found = String::from_utf8_lossy(&audit.stdout).into_owned();
+    let records: Vec<serde_json::Value> = found.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect();
+    assert_eq!(records.len(), 1, "{found}");
+    assert_eq!((records[0]["context"].as_str(), records[0]["outcome"].as_str()), (Some("user:alice"), Some("refused")));
+    assert!(records[0]["principal"].as_str().is_some_and(|p| p.starts_with("container:assistant:")), "{found}");
+    assert!(records[0]["detail"]["reason"].as_str().is_some_and(|r| r.contains("daily budget")), "{found}");
     // The counts survive a restart (the first daemon's temporary folder stays until the end).
     let mut daemon = daemon;
     daemon.signal("TERM").expect("SIGTERM");
