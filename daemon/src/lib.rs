@@ -286,7 +286,8 @@ impl Daemon {
         let engine = Arc::new(engine);
         let policy = Arc::new(Policy::new(&loaded)?);
         let binaries = binaries_dir(&loaded.config.container.binaries_dir);
-        let metrics = Arc::new(Metrics::default());
+        let read = loaded.config.metrics.enabled || loaded.config.metrics.log;
+        let metrics = Arc::new(if read { Metrics::default() } else { Metrics::off() });
         let containers = Arc::new(
             ContainerManager::new(
                 engine.clone(),
@@ -502,6 +503,8 @@ impl Daemon {
                 metrics::serve(listener, shared.metrics.clone(), cancel.clone())
                     .instrument(tracing::info_span!("metrics")),
             );
+        }
+        if shared.metrics.recording() {
             tracker.spawn(sampler::run(shared.clone(), cancel.clone()).instrument(tracing::info_span!("metrics")));
         }
         if shared.loaded.config.metrics.log {

@@ -176,6 +176,9 @@ pub struct Sample {
 
 /// The daemon's metrics.
 pub struct Metrics {
+    /// False when nothing reads the figures (`metrics.enabled: false` and no `metrics.log`):
+    /// every record is then skipped.
+    recording: bool,
     started: Instant,
     registry: Registry,
     uptime: FloatGauge,
@@ -230,6 +233,7 @@ fn histograms<L: Clone + std::hash::Hash + Eq>(slow: bool) -> Histograms<L> {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut metrics = Metrics {
+            recording: true,
             started: Instant::now(),
             registry: Registry::default(),
             uptime: FloatGauge::default(),
@@ -384,12 +388,24 @@ impl Metrics {
         r.register("baaaht_audit_events", "Events written to the audit log, by kind", self.audit_events.clone());
     }
 
+    /// Metrics that record nothing, for a daemon whose figures nobody reads.
+    pub fn off() -> Metrics {
+        Metrics { recording: false, ..Metrics::new() }
+    }
+
+    pub fn recording(&self) -> bool {
+        self.recording
+    }
+
     pub fn uptime(&self) -> Duration {
         self.started.elapsed()
     }
 
     /// Records one finished RPC; `code` is the gRPC status code as a number.
     pub fn record_rpc(&self, method: &str, code: &str, elapsed: Duration) {
+        if !self.recording {
+            return;
+        }
         let method = self.methods.label(method);
         let code = if code.len() <= 2 && code.bytes().all(|b| b.is_ascii_digit()) { code } else { "other" };
         self.rpc_requests.get_or_create(&RpcLabels { method: method.clone(), code: code.to_string() }).inc();
@@ -398,21 +414,33 @@ impl Metrics {
 
     /// Records how long the engine took to start a container of `role`.
     pub fn record_spawn(&self, role: &'static str, elapsed: Duration) {
+        if !self.recording {
+            return;
+        }
         self.container_spawn.get_or_create(&RoleLabel { role }).observe(elapsed.as_secs_f64());
     }
 
     /// Counts a container of `role` the daemon restarted (`unhealthy`, `exited`).
     pub fn record_restart(&self, role: &'static str, reason: &'static str) {
+        if !self.recording {
+            return;
+        }
         self.container_restarts.get_or_create(&RestartLabels { role, reason }).inc();
     }
 
     /// Counts a failed health check of a container of `role`.
     pub fn record_health_failure(&self, role: &'static str) {
+        if !self.recording {
+            return;
+        }
         self.health_failures.get_or_create(&RoleLabel { role }).inc();
     }
 
     /// Records the tokens of one answer from `provider`'s `model`.
     pub fn record_llm_tokens(&self, provider: &str, model: &str, tokens: TokenCounts) {
+        if !self.recording {
+            return;
+        }
         let (provider, model) = (self.providers.label(provider), self.models.label(model));
         for (kind, count) in [
             ("input", tokens.input),
@@ -436,6 +464,9 @@ impl Metrics {
         elapsed: Duration,
         first_token: Option<Duration>,
     ) {
+        if !self.recording {
+            return;
+        }
         let (provider, model) = (self.providers.label(provider), self.models.label(model));
         self.llm_requests.get_or_create(&ProviderOutcome { provider: provider.clone(), outcome }).inc();
         let labels = ProviderModel { provider, model };
@@ -447,6 +478,9 @@ impl Metrics {
 
     /// One more (or, with `false`, one fewer) StreamLLM request in flight.
     pub fn llm_in_flight(&self, started: bool) {
+        if !self.recording {
+            return;
+        }
         if started {
             self.llm_in_flight.inc();
         } else {
@@ -456,58 +490,91 @@ impl Metrics {
 
     /// Sets how many requests the gateway holds back for `provider`.
     pub fn set_llm_queue(&self, provider: &str, depth: u64) {
+        if !self.recording {
+            return;
+        }
         let provider = self.providers.label(provider);
         self.llm_queue.get_or_create(&ProviderLabel { provider }).set(depth as i64);
     }
 
     /// Records a tool call through the daemon.
     pub fn record_tool(&self, tool: &str, ok: bool, elapsed: Duration) {
+        if !self.recording {
+            return;
+        }
         let labels = ToolLabels { tool: self.tools.label(tool), outcome: if ok { "ok" } else { "error" } };
         self.tool_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
     }
 
     /// Records a delegation's round trip to `agent` (a role name).
     pub fn record_delegation(&self, agent: &'static str, ok: bool, elapsed: Duration) {
+        if !self.recording {
+            return;
+        }
         let labels = AgentLabels { agent, outcome: if ok { "ok" } else { "error" } };
         self.delegation_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
     }
 
     /// Counts a user message received through `channel` (`cli`, `tui`, `web`, …).
     pub fn record_message(&self, channel: &str) {
+        if !self.recording {
+            return;
+        }
         let channel = self.channels.label(if channel.is_empty() { "unknown" } else { channel });
         self.messages.get_or_create(&ChannelLabel { channel }).inc();
     }
 
     /// Counts a budget outcome for a `user` or `group` context: `refused` or `warned`.
     pub fn record_budget(&self, kind: &'static str, outcome: &'static str) {
+        if !self.recording {
+            return;
+        }
         self.budget_events.get_or_create(&KindOutcome { context_kind: kind, outcome }).inc();
     }
 
     /// Adds what one answer cost a `user` or `group` context.
     pub fn record_budget_cost(&self, kind: &'static str, micros: u64) {
+        if !self.recording {
+            return;
+        }
         self.budget_spent.get_or_create(&KindLabel { context_kind: kind }).inc_by(micros as f64 / 1e6);
     }
 
     /// Counts a scheduled run's end (or a skipped slot) of a task of `kind`.
     pub fn record_task_run(&self, kind: &'static str, outcome: &'static str) {
+        if !self.recording {
+            return;
+        }
         self.task_runs.get_or_create(&TaskLabels { r#type: kind, outcome }).inc();
     }
 
     /// Counts an audit record of `kind`.
     pub fn record_audit(&self, kind: &'static str) {
+        if !self.recording {
+            return;
+        }
         self.audit_events.get_or_create(&AuditLabel { kind }).inc();
     }
 
     pub fn set_gateway_up(&self, up: bool) {
+        if !self.recording {
+            return;
+        }
         self.gateway_up.set(i64::from(up));
     }
 
     pub fn count_gateway_restart(&self) {
+        if !self.recording {
+            return;
+        }
         self.gateway_restarts.inc();
     }
 
     /// Replaces the sampled figures.
     pub fn set_sample(&self, sample: &Sample) {
+        if !self.recording {
+            return;
+        }
         self.containers.clear();
         self.container_cpu.clear();
         self.container_memory.clear();
@@ -613,6 +680,70 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, cancel: Cancell
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every family the daemon serves, with one sample each: (name, TYPE) of the TYPE lines.
+    fn every_family() -> Vec<(String, String)> {
+        let metrics = Metrics::default();
+        let second = Duration::from_secs(1);
+        metrics.record_rpc("GetStatus", "0", second);
+        metrics.record_spawn("assistant", second);
+        metrics.record_restart("assistant", "unhealthy");
+        metrics.record_health_failure("assistant");
+        metrics.record_llm_tokens("anthropic", "m", TokenCounts { input: 1, ..TokenCounts::default() });
+        metrics.record_llm_request("anthropic", "m", "ok", second, Some(second));
+        metrics.llm_in_flight(true);
+        metrics.set_llm_queue("anthropic", 0);
+        metrics.record_tool("exec", true, second);
+        metrics.record_delegation("coder", true, second);
+        metrics.record_message("cli");
+        metrics.record_budget("user", "refused");
+        metrics.record_budget_cost("user", 1);
+        metrics.record_task_run("cron", "ok");
+        metrics.record_audit("exec");
+        metrics.set_gateway_up(true);
+        metrics.count_gateway_restart();
+        let sample = Sample {
+            containers: vec![("assistant", 1, 0.5, 1 << 20)],
+            sessions: [("active", 1), ("idle", 0), ("archived", 0)],
+            memory_bytes: vec![("user", 10)],
+        };
+        metrics.set_sample(&sample);
+        let text = metrics.render();
+        let declared = text.lines().filter_map(|line| line.strip_prefix("# TYPE "));
+        declared.filter_map(|line| line.split_once(' ')).map(|(name, kind)| (name.into(), kind.into())).collect()
+    }
+
+    #[test]
+    fn the_grafana_dashboard_asks_only_for_served_figures() {
+        let families = every_family();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/grafana-dashboard.json");
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("config/grafana-dashboard.json")).expect("JSON");
+        let mut asked = std::collections::BTreeSet::new();
+        for panel in dashboard["panels"].as_array().expect("panels").iter().filter(|p| p["type"] != "row") {
+            let targets = panel["targets"].as_array().filter(|targets| !targets.is_empty());
+            for target in targets.unwrap_or_else(|| panic!("a panel without queries: {panel}")) {
+                let expr = target["expr"].as_str().expect("expr");
+                let words = expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+                for name in words.filter(|word| word.starts_with("baaaht_")) {
+                    let family = families.iter().find(|(family, kind)| {
+                        let suffixes: &[&str] = match kind.as_str() {
+                            "counter" => &["_total"],
+                            "histogram" => &["_bucket", "_count", "_sum"],
+                            "info" => &["_info"],
+                            _ => &[""],
+                        };
+                        suffixes.iter().any(|suffix| name.strip_prefix(family.as_str()) == Some(suffix))
+                    });
+                    let (family, _) = family.unwrap_or_else(|| panic!("`{name}` in `{expr}` is not served"));
+                    asked.insert(family.clone());
+                }
+            }
+        }
+        // And every figure has a panel.
+        let missing: Vec<&String> = families.iter().map(|(family, _)| family).filter(|f| !asked.contains(*f)).collect();
+        assert!(missing.is_empty(), "families with no panel: {missing:?}");
+    }
 
     #[test]
     fn renders_counts_and_buckets() {

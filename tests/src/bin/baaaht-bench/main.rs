@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 mod delegation;
 mod identity;
 mod llm;
+mod ops;
 mod scheduler;
 mod tools;
 mod tui;
@@ -100,6 +101,19 @@ enum Bench {
         #[arg(long, default_value_t = 4000)]
         tokens: usize,
     },
+    /// What metrics and the audit log add to a tool call (on vs off), and a scrape's time with
+    /// many active sessions vs idle
+    Ops {
+        /// Interleaved calls on each daemon (at least 200)
+        #[arg(long, default_value_t = 1000)]
+        calls: usize,
+        /// Active sessions for the scrape (at least 1)
+        #[arg(long, default_value_t = 50)]
+        sessions: usize,
+        /// Scrapes timed idle and busy (at least 50)
+        #[arg(long, default_value_t = 200)]
+        scrapes: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -121,6 +135,7 @@ fn main() -> Result<()> {
             scheduler::run(tasks.max(1000), minutes.max(60), edits.max(10), runs.max(3))
         }
         Bench::Tui { samples, launches, tokens } => tui::run(samples.max(100), launches.max(5), tokens.max(1000)),
+        Bench::Ops { calls, sessions, scrapes } => ops::run(calls.max(200), sessions.max(1), scrapes.max(50)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }
