@@ -181,7 +181,7 @@ pub fn task_definitions() -> Vec<crate::tools::Definition> {
 }
 
 /// A task tool, answered by the daemon for this container's own context.
-async fn task_tool(mut client: Client, tool: &str, params: &Value, correlation: &str) -> (String, bool) {
+async fn task_tool(mut client: Client, tool: &str, params: &Value, hop: Hop<'_>) -> (String, bool) {
     let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().trim().to_string();
     match tool {
         "schedule_task" => {
@@ -208,7 +208,7 @@ async fn task_tool(mut client: Client, tool: &str, params: &Value, correlation: 
                 timezone: text("timezone"),
                 ..v1::TaskDefinition::default()
             };
-            match client.tasks.schedule_task(with_correlation(request, correlation)).await {
+            match client.tasks.schedule_task(with_correlation(request, hop)).await {
                 Ok(scheduled) => {
                     let scheduled = scheduled.into_inner();
                     let task = scheduled.task.unwrap_or_default();
@@ -227,8 +227,8 @@ async fn task_tool(mut client: Client, tool: &str, params: &Value, correlation: 
         }
         "list_tasks" => {
             let request = v1::TaskFilter { count: 3, ..v1::TaskFilter::default() };
-            let listed = client.tasks.list_tasks(with_correlation(request.clone(), correlation)).await;
-            let next = client.tasks.get_next_runs(with_correlation(request, correlation)).await;
+            let listed = client.tasks.list_tasks(with_correlation(request.clone(), hop)).await;
+            let next = client.tasks.get_next_runs(with_correlation(request, hop)).await;
             match (listed, next) {
                 (Ok(listed), Ok(next)) => {
                     let next = next.into_inner().runs;
@@ -259,7 +259,7 @@ async fn task_tool(mut client: Client, tool: &str, params: &Value, correlation: 
         }
         _ => {
             let request = v1::TaskId { id: text("id") };
-            match client.tasks.cancel_task(with_correlation(request, correlation)).await {
+            match client.tasks.cancel_task(with_correlation(request, hop)).await {
                 Ok(ack) => (ack.into_inner().message, false),
                 Err(status) => (format!("the task was not cancelled: {}", status.message()), true),
             }
@@ -296,10 +296,30 @@ fn text_block(text: String) -> v1::ContentBlock {
     v1::ContentBlock { block: Some(v1::content_block::Block::Text(text)) }
 }
 
-fn with_correlation<T>(message: T, correlation: &str) -> tonic::Request<T> {
+/// What every call made for a turn carries: its correlation id and, when the daemon traces,
+/// its W3C trace context, so the daemon's spans of the call join the turn's trace.
+#[derive(Debug, Clone, Copy)]
+struct Hop<'a> {
+    correlation: &'a str,
+    traceparent: &'a str,
+}
+
+impl<'a> From<&'a v1::AgentTurn> for Hop<'a> {
+    fn from(turn: &'a v1::AgentTurn) -> Hop<'a> {
+        Hop { correlation: &turn.correlation_id, traceparent: &turn.traceparent }
+    }
+}
+
+fn with_correlation<T>(message: T, hop: Hop<'_>) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    if let Ok(value) = correlation.parse() {
+    if let Ok(value) = hop.correlation.parse() {
         request.metadata_mut().insert(baaaht_proto::CORRELATION_ID_HEADER, value);
+    }
+    match hop.traceparent.parse() {
+        Ok(value) if !hop.traceparent.is_empty() => {
+            request.metadata_mut().insert(baaaht_proto::TRACEPARENT_HEADER, value);
+        }
+        _ => {}
     }
     request
 }
@@ -365,7 +385,7 @@ impl Agent {
                 temperature: self.config.temperature,
                 ..v1::LlmRequest::default()
             };
-            let answer = match self.complete(request, &turn.correlation_id).await {
+            let answer = match self.complete(request, Hop::from(turn)).await {
                 Ok(answer) => answer,
                 Err(Failed::Refused(sentence)) => {
                     return v1::TurnResult {
@@ -433,11 +453,11 @@ impl Agent {
     }
 
     /// Streams one model answer.
-    async fn complete(&self, request: v1::LlmRequest, correlation: &str) -> Result<Answer, Failed> {
+    async fn complete(&self, request: v1::LlmRequest, hop: Hop<'_>) -> Result<Answer, Failed> {
         let mut client = self.client.clone();
         let mut events = client
             .agents
-            .stream_llm(with_correlation(request, correlation))
+            .stream_llm(with_correlation(request, hop))
             .await
             .map_err(|status| match status.code() {
                 // A budget limit: the daemon's sentence is for the user as it is.
@@ -553,7 +573,7 @@ async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (Stri
             priority: priority as i32,
             tool_call_id: call.id.clone(),
         };
-        return match client.agents.delegate_to_agent(with_correlation(request, &turn.correlation_id)).await {
+        return match client.agents.delegate_to_agent(with_correlation(request, Hop::from(turn))).await {
             Ok(response) => {
                 let response = response.into_inner();
                 (response.result, response.is_error)
@@ -564,16 +584,16 @@ async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (Stri
     if call.name == "read_skill" {
         let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
         let request = v1::SkillContentRequest { context: None, skill: text("skill"), path: text("path") };
-        return match client.skills.get_skill_content(with_correlation(request, &turn.correlation_id)).await {
+        return match client.skills.get_skill_content(with_correlation(request, Hop::from(turn))).await {
             Ok(content) => (content.into_inner().content, false),
             Err(status) => (format!("read_skill failed: {}", status.message()), true),
         };
     }
     if matches!(call.name.as_str(), "schedule_task" | "list_tasks" | "cancel_task") {
-        return task_tool(client, &call.name, &params, &turn.correlation_id).await;
+        return task_tool(client, &call.name, &params, Hop::from(turn)).await;
     }
     if call.name.starts_with("memory_") {
-        return memory(client, &call.name, &params, &turn.correlation_id).await;
+        return memory(client, &call.name, &params, Hop::from(turn)).await;
     }
     let request = v1::ToolRequest {
         tool: call.name.clone(),
@@ -581,7 +601,7 @@ async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (Stri
         tool_call_id: call_id(&turn.turn_id, &call.id),
         timeout_seconds: 0,
     };
-    match client.agents.request_tool_execution(with_correlation(request, &turn.correlation_id)).await {
+    match client.agents.request_tool_execution(with_correlation(request, Hop::from(turn))).await {
         Ok(response) => {
             let response = response.into_inner();
             (response.content, response.is_error)
@@ -591,7 +611,7 @@ async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (Stri
 }
 
 /// A memory tool, answered by the daemon for this container's own context.
-async fn memory(mut client: Client, tool: &str, params: &Value, correlation: &str) -> (String, bool) {
+async fn memory(mut client: Client, tool: &str, params: &Value, hop: Hop<'_>) -> (String, bool) {
     let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
     let outcome = match tool {
         "memory_write" => {
@@ -608,12 +628,12 @@ async fn memory(mut client: Client, tool: &str, params: &Value, correlation: &st
                 importance: params.get("importance").and_then(Value::as_f64).unwrap_or(0.0),
                 message_id: String::new(),
             };
-            client.memory.write_memory(with_correlation(request, correlation)).await.map(|ack| ack.into_inner().message)
+            client.memory.write_memory(with_correlation(request, hop)).await.map(|ack| ack.into_inner().message)
         }
         "memory_search" => {
             let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(10).min(200) as u32;
             let request = v1::MemoryQuery { context: None, query: text("query"), tag: String::new(), limit };
-            client.memory.search_memory(with_correlation(request, correlation)).await.map(|found| {
+            client.memory.search_memory(with_correlation(request, hop)).await.map(|found| {
                 let found = found.into_inner().entries;
                 if found.is_empty() {
                     "nothing remembered matches".to_string()
@@ -624,11 +644,7 @@ async fn memory(mut client: Client, tool: &str, params: &Value, correlation: &st
         }
         _ => {
             let request = v1::MemoryKey { context: None, key: text("key") };
-            client
-                .memory
-                .delete_memory(with_correlation(request, correlation))
-                .await
-                .map(|ack| ack.into_inner().message)
+            client.memory.delete_memory(with_correlation(request, hop)).await.map(|ack| ack.into_inner().message)
         }
     };
     match outcome {

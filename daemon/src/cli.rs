@@ -175,7 +175,8 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             runtime.block_on(images(command, &loaded, &data_dir))
         }
         Command::Serve => {
-            crate::telemetry::init(&loaded.config.system);
+            // Dropped last, after the runtime: the exporter flushes the last spans.
+            let _tracing = crate::telemetry::init(&loaded.config.system, &loaded.config.otel);
             let bound = crate::bind(&data_dir, &loaded)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

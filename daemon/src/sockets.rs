@@ -197,7 +197,7 @@ impl ListenerSet {
 
     /// Accepts host clients on `listener` until shutdown.
     pub fn serve_host(&self, listener: UnixListener) {
-        let span = tracing::info_span!("accept", socket = "host");
+        let span = tracing::info_span!(parent: None, "accept", socket = "host");
         self.tracker
             .spawn(accept_loop(listener, Origin::Host, self.connections.clone(), self.cancel.clone()).instrument(span));
     }
@@ -252,7 +252,7 @@ impl ListenerSet {
             revoked: std::sync::atomic::AtomicBool::new(false),
         });
         let cancel = self.cancel.child_token();
-        let span = tracing::info_span!("accept", socket = "container", container = %name);
+        let span = tracing::info_span!(parent: None, "accept", socket = "container", container = %name);
         self.tracker.spawn(
             accept_loop(listener, Origin::Container(endpoint.clone()), self.connections.clone(), cancel.clone())
                 .instrument(span),
@@ -287,7 +287,7 @@ impl ListenerSet {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(create)?;
         let endpoint = GatewayEndpoint::new(record);
         let cancel = self.cancel.child_token();
-        let span = tracing::info_span!("accept", socket = "gateway", gateway = %name);
+        let span = tracing::info_span!(parent: None, "accept", socket = "gateway", gateway = %name);
         self.tracker.spawn(
             accept_loop(listener, Origin::Gateway(endpoint.clone()), self.connections.clone(), cancel.clone())
                 .instrument(span),

@@ -1,12 +1,28 @@
 //! Logging: JSON lines when stderr is not a terminal (journald, files, CI), human-readable
 //! lines on a terminal; levels from `system.log_level` and `system.log_components`, or from
 //! `RUST_LOG` when it is set.
+//!
+//! Tracing: with `otel.endpoint` set, the daemon's info spans (each RPC, each turn, each
+//! delegation, LLM request and tool call) are exported over OTLP/gRPC. The W3C `traceparent`
+//! carries a turn's context to its agents and back on every call they make for it, so a turn
+//! is one trace: client's request → turn → agent's calls → LLM gateway → tool.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::time::Duration;
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
-use crate::config::SystemConfig;
+use crate::config::{OtelConfig, SystemConfig};
 
 /// The filter directives for `system`: the daemon at `log_level`, each component at its own.
 pub fn filter_directives(system: &SystemConfig) -> String {
@@ -21,18 +37,120 @@ pub fn filter_directives(system: &SystemConfig) -> String {
     directives.join(",")
 }
 
-/// Installs the global subscriber. Call once, from `main`.
-pub fn init(system: &SystemConfig) {
+/// What must live as long as the daemon: the span exporter, flushed when dropped.
+#[derive(Debug, Default)]
+pub struct Tracing {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for Tracing {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            if let Err(error) = provider.shutdown() {
+                eprintln!("baaahtd: the last spans could not be exported: {error}");
+            }
+        }
+    }
+}
+
+/// Installs the global subscriber, and the OTLP exporter when `otel.endpoint` is set. Call
+/// once, from `main`; keep what it returns until the daemon ends.
+pub fn init(system: &SystemConfig, otel: &OtelConfig) -> Tracing {
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.is_empty() => EnvFilter::new(directives),
         _ => EnvFilter::new(filter_directives(system)),
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if std::io::stderr().is_terminal() {
-        builder.with_target(false).init();
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = if std::io::stderr().is_terminal() {
+        lines.with_target(false).with_filter(filter).boxed()
     } else {
-        builder.json().with_current_span(true).with_span_list(false).flatten_event(true).init();
+        lines.json().with_current_span(true).with_span_list(false).flatten_event(true).with_filter(filter).boxed()
+    };
+    let (provider, failed) = match otel.endpoint.as_ref().map(|endpoint| exporter(&endpoint.0, &otel.service_name)) {
+        Some(Ok(provider)) => (Some(provider), None),
+        Some(Err(error)) => (None, Some(error)),
+        None => (None, None),
+    };
+    let spans = provider.as_ref().map(|provider| {
+        let spans = Targets::new().with_target("baaaht_daemon", tracing::Level::INFO);
+        tracing_opentelemetry::layer().with_tracer(provider.tracer("baaahtd")).with_filter(spans)
+    });
+    tracing_subscriber::registry().with(lines).with(spans).init();
+    match (&failed, &otel.endpoint) {
+        (Some(error), Some(endpoint)) => {
+            tracing::error!(endpoint = %endpoint.0, %error, "cannot export traces; the daemon runs without")
+        }
+        (None, Some(endpoint)) => tracing::info!(endpoint = %endpoint.0, "exporting traces over OTLP"),
+        _ => {}
     }
+    Tracing { provider }
+}
+
+/// A tracer provider exporting in batches to the collector at `endpoint`.
+fn exporter(endpoint: &str, service: &str) -> Result<SdkTracerProvider, String> {
+    // The SDK's batch thread runs each export outside any tokio runtime; tonic needs one.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("baaahtd-otel")
+        .enable_all()
+        .build()
+        .map_err(|error| error.to_string())?;
+    let inner = {
+        let _entered = runtime.enter();
+        opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .with_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|error| error.to_string())?
+    };
+    let resource = opentelemetry_sdk::Resource::builder_empty().with_service_name(service.to_string()).build();
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(OnOwnRuntime { inner, runtime })
+        .with_resource(resource)
+        .build())
+}
+
+/// The OTLP exporter with the runtime its exports run on.
+#[derive(Debug)]
+struct OnOwnRuntime {
+    inner: opentelemetry_otlp::SpanExporter,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl opentelemetry_sdk::trace::SpanExporter for OnOwnRuntime {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = opentelemetry_sdk::error::OTelSdkResult> + Send {
+        // The batch thread waits for each export anyway: run it to the end here.
+        let result = self.runtime.block_on(self.inner.export(batch));
+        std::future::ready(result)
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// The W3C `traceparent` of the current span, for a hop to carry; empty when nothing is
+/// exported.
+pub fn traceparent() -> String {
+    let context = tracing::Span::current().context();
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&context, &mut carrier);
+    carrier.remove("traceparent").unwrap_or_default()
+}
+
+/// Makes `span` a child of the remote span a caller named in its `traceparent` header, if any.
+pub fn adopt_parent(span: &tracing::Span, headers: &http::HeaderMap) {
+    let Some(parent) = headers.get(baaaht_proto::TRACEPARENT_HEADER).and_then(|value| value.to_str().ok()) else {
+        return;
+    };
+    let carrier = HashMap::from([("traceparent".to_string(), parent.to_string())]);
+    let context = TraceContextPropagator::new().extract(&carrier);
+    // silent-ok: with no exporter installed there is no span context to attach to.
+    let _ = span.set_parent(context);
 }
 
 #[cfg(test)]

@@ -16,6 +16,9 @@ pub mod v1 {
 /// gRPC metadata key carrying the correlation id of a turn through every hop.
 pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
 
+/// gRPC metadata key carrying the W3C trace context of a hop when the daemon exports traces.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
 /// gRPC metadata a gateway names its end user with: the channel identity
 /// (`web:{issuer}#{sub}`, `slack:{team}:{user}`).
 pub const USER_HEADER: &str = "x-baaaht-user";

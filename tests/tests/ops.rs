@@ -1,6 +1,7 @@
 //! Operations (spec §18): the metrics a real Prometheus parser reads after a turn with a
 //! delegation and a tool call, the audit trail of what happened, health checks that restart a
-//! hung LLM gateway or Assistant and tell the admins, and systemd's watchdog and unit.
+//! hung LLM gateway or Assistant and tell the admins, a turn exported as one OpenTelemetry
+//! trace, and systemd's watchdog and unit.
 
 use std::time::{Duration, Instant};
 
@@ -273,6 +274,142 @@ fn a_hung_assistant_is_restarted_after_the_threshold_and_the_admin_is_told() {
         .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
     assert_eq!(again.reply.map(|r| r.content).as_deref(), Some("echo: Still there?"), "{:?}", again.error);
     assert_eq!(again.session, first.session);
+}
+
+/// An OTLP/gRPC trace collector on loopback, built from the OpenTelemetry protocol's own
+/// service definition: it keeps every span it is sent.
+mod collector {
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+    use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+    use opentelemetry_proto::tonic::trace::v1::Span;
+
+    /// The text of a string attribute.
+    pub(crate) fn text(value: Option<&AnyValue>) -> Option<String> {
+        match value?.value.as_ref()? {
+            any_value::Value::StringValue(text) => Some(text.clone()),
+            _ => None,
+        }
+    }
+
+    #[derive(Clone, Default)]
+    pub(crate) struct Collector {
+        spans: Arc<Mutex<Vec<(String, Span)>>>,
+    }
+
+    impl Collector {
+        /// Serves on a free loopback port; the endpoint to give the daemon.
+        pub(crate) async fn start(&self) -> String {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let address = listener.local_addr().expect("address");
+            let service = TraceServiceServer::new(self.clone());
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            );
+            format!("http://{address}")
+        }
+
+        /// (service.name, span) of every span received.
+        pub(crate) fn spans(&self) -> Vec<(String, Span)> {
+            self.spans.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        }
+    }
+
+    #[tonic::async_trait]
+    impl TraceService for Collector {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            let mut kept = self.spans.lock().unwrap_or_else(PoisonError::into_inner);
+            for resource in request.into_inner().resource_spans {
+                let service = resource
+                    .resource
+                    .iter()
+                    .flat_map(|r| &r.attributes)
+                    .find(|a| a.key == "service.name")
+                    .and_then(|a| text(a.value.as_ref()))
+                    .unwrap_or_default();
+                for scope in resource.scope_spans {
+                    kept.extend(scope.spans.into_iter().map(|span| (service.clone(), span)));
+                }
+            }
+            Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
+        }
+    }
+}
+
+#[test]
+fn a_turn_is_one_trace_from_the_clients_request_through_the_agents_to_the_llm_and_the_tool() {
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    let rt = baaaht_tests::runtime();
+    let collector = collector::Collector::default();
+    let endpoint = rt.block_on(collector.start());
+    let config = format!("otel:\n  endpoint: {endpoint}\n  service_name: baaaht-home\n");
+    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let (_fake, daemon) = scenario::start(&rt, coder_brain(), options).expect("fake provider and daemon");
+    let turn = rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        scenario::turn(
+            &mut client,
+            message(user("alice"), "alice", "Write hello.sh and run it."),
+            Duration::from_secs(120),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()))
+    });
+    assert!(turn.reply.is_some(), "{:?}", turn.error);
+    let name = |span: &Span| span.name.clone();
+    let attribute = |span: &Span, key: &str| {
+        span.attributes.iter().find(|a| a.key == key).and_then(|a| collector::text(a.value.as_ref()))
+    };
+    // The batch exporter sends within seconds of a span's end.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let spans = loop {
+        let spans = collector.spans();
+        let tools = spans.iter().filter(|(_, span)| span.name == "tool").count();
+        if tools >= 2 && spans.iter().any(|(_, span)| span.name == "turn") || Instant::now() > deadline {
+            break spans;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let names: Vec<String> = spans.iter().map(|(_, span)| name(span)).collect();
+    assert!(spans.iter().all(|(service, _)| service == "baaaht-home"), "service.name: {spans:?}");
+    let turn_span = &spans.iter().find(|(_, span)| span.name == "turn").unwrap_or_else(|| panic!("{names:?}")).1;
+    let in_trace: Vec<&Span> =
+        spans.iter().map(|(_, span)| span).filter(|span| span.trace_id == turn_span.trace_id).collect();
+    // Up from a span to the root of its trace.
+    let ancestry = |span: &Span| {
+        let mut chain = vec![span.name.clone()];
+        let mut parent = span.parent_span_id.clone();
+        while let Some(up) = in_trace.iter().find(|s| !parent.is_empty() && s.span_id == parent) {
+            chain.push(up.name.clone());
+            parent = up.parent_span_id.clone();
+        }
+        (chain, parent.is_empty())
+    };
+    // The root: the client's SendUserMessage as the daemon received it.
+    let (chain, rooted) = ancestry(turn_span);
+    assert!(rooted, "the turn's trace reaches its root: {chain:?} {names:?}");
+    let root = in_trace.iter().find(|s| s.parent_span_id.is_empty()).expect("a root span");
+    assert_eq!(attribute(root, "method").as_deref(), Some("SendUserMessage"), "{root:?}");
+    // The Coder's tool calls: tool ← rpc RequestToolExecution ← delegation ← rpc DelegateToAgent ← turn.
+    let tools: Vec<&&Span> = in_trace.iter().filter(|s| s.name == "tool").collect();
+    assert_eq!(tools.len(), 2, "write_file and exec, in the turn's trace: {names:?}");
+    for tool in tools {
+        let (chain, rooted) = ancestry(tool);
+        assert!(rooted, "{chain:?}");
+        assert_eq!(chain, ["tool", "rpc", "delegation", "rpc", "turn", "rpc"], "{chain:?}");
+    }
+    // Every model call of the Assistant and the Coder: its hop to the LLM gateway.
+    let llm: Vec<&&Span> = in_trace.iter().filter(|s| s.name == "llm").collect();
+    assert_eq!(llm.len(), 5, "{names:?}");
+    assert!(llm.iter().all(|s| attribute(s, "provider").as_deref() == Some("anthropic")), "{llm:?}");
+    assert!(llm.iter().all(|s| ancestry(s).0.last().map(String::as_str) == Some("rpc") && ancestry(s).1));
 }
 
 /// The pid of the daemon's `baaaht-llm-gateway` child.

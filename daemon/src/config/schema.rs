@@ -25,6 +25,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub budgets: BudgetsConfig,
     pub audit: AuditConfig,
+    pub otel: OtelConfig,
 }
 
 /// Spending limits per user and per group (DESIGN.md §9.3): tokens and cost per day and per
@@ -815,7 +816,54 @@ impl Default for AuditConfig {
     }
 }
 
+/// OpenTelemetry export of the daemon's spans (OTLP over gRPC), off unless `endpoint` is set.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtelConfig {
+    /// The collector's OTLP/gRPC address, e.g. `http://127.0.0.1:4317`.
+    pub endpoint: Option<OtlpEndpoint>,
+    /// `service.name` of the exported spans.
+    pub service_name: String,
+}
+
+impl Default for OtelConfig {
+    fn default() -> Self {
+        OtelConfig { endpoint: None, service_name: "baaahtd".into() }
+    }
+}
+
 // ---- value types checked while parsing ----
+
+/// An OTLP/gRPC collector address: `http://` or `https://`, a host, and a port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct OtlpEndpoint(pub String);
+
+impl TryFrom<String> for OtlpEndpoint {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let unusable = |why: &str| {
+            format!(
+                "otel endpoint `{value}` {why}: write the collector's OTLP/gRPC address, e.g. http://127.0.0.1:4317"
+            )
+        };
+        let uri: http::Uri = value.parse().map_err(|_unparsable| unusable("is not a URL"))?; // silent-ok: the message names the input
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return Err(unusable("is not http:// or https://"));
+        }
+        if uri.host().is_none_or(str::is_empty) || uri.port_u16().is_none() {
+            return Err(unusable("has no host and port"));
+        }
+        Ok(OtlpEndpoint(value))
+    }
+}
+
+impl From<OtlpEndpoint> for String {
+    fn from(value: OtlpEndpoint) -> String {
+        value.0
+    }
+}
 
 /// A byte count written as `512m`, `1g`, `1MB`, `64KiB` or a plain number of bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1039,6 +1087,11 @@ mod tests {
         assert!(LoopbackAddr::try_from("127.0.0.1:0".to_string()).is_ok());
         assert!(LoopbackAddr::try_from("[::1]:9000".to_string()).is_ok());
         assert!(LoopbackAddr::try_from("0.0.0.0:9479".to_string()).is_err());
+        assert!(OtlpEndpoint::try_from("http://127.0.0.1:4317".to_string()).is_ok());
+        assert!(OtlpEndpoint::try_from("https://otel.home.arpa:4317".to_string()).is_ok());
+        let refused = OtlpEndpoint::try_from("127.0.0.1:4317".to_string()).expect_err("no scheme");
+        assert!(refused.contains("e.g. http://127.0.0.1:4317"), "{refused}");
+        assert!(OtlpEndpoint::try_from("http://collector".to_string()).is_err());
         assert!(LoopbackAddr::try_from("localhost".to_string()).is_err());
     }
 }

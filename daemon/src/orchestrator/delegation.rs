@@ -111,6 +111,7 @@ pub async fn run_alone(
             }],
             model: String::new(),
             health_check: None,
+            traceparent: crate::telemetry::traceparent(),
         },
         timeout: timeout.unwrap_or(Duration::from_secs(settings.timeout)),
         cancel: CancellationToken::new(),
@@ -126,6 +127,7 @@ pub(super) struct Task {
     pub(super) summary: String,
 }
 
+#[tracing::instrument(name = "delegation", skip_all, fields(agent = task.role.as_str()))]
 pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool, Duration) {
     let started = Instant::now();
     let settings = agent_settings(shared, task.role);
@@ -142,6 +144,7 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
             }],
             model: String::new(),
             health_check: None,
+            traceparent: crate::telemetry::traceparent(),
         },
         timeout: Duration::from_secs(settings.timeout),
         // Cancelling the user's turn stops the agents working for it; a background task

@@ -136,6 +136,7 @@ async fn assistant_turn(
         messages,
         model: current.model.unwrap_or_default(),
         health_check: None,
+        traceparent: crate::telemetry::traceparent(),
     };
     let config = agent_settings(shared, Role::Assistant);
     let work = Work {

@@ -184,6 +184,7 @@ where
         request.headers_mut().insert(CORRELATION_ID_HEADER, header.clone());
         request.extensions_mut().insert(CorrelationId(correlation_id.clone()));
         let span = tracing::info_span!("rpc", method = %method, correlation_id = %correlation_id, caller = tracing::field::Empty);
+        crate::telemetry::adopt_parent(&span, request.headers());
         // The clone that was made ready is the one to call (tower's readiness contract).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);

@@ -66,6 +66,8 @@ pub(super) async fn stream(
         correlation_id,
     };
     let started = std::time::Instant::now();
+    let empty = tracing::field::Empty;
+    let span = tracing::info_span!("llm", model = %model, provider = empty, outcome = empty);
     let in_flight = InFlight::new(shared.metrics.clone());
     let mut failed_generation = None;
     let upstream = loop {
@@ -91,6 +93,7 @@ pub(super) async fn stream(
         usage: None,
         outcome: None,
         budget: Some((shared.budgets.clone(), reservation, identity.context.clone(), shared.events.clone())),
+        span,
     };
     // What the Assistant writes reaches the context's channels as it is written.
     let live = shared.agents.live(&identity.name).filter(|live| live.role == crate::auth::Role::Assistant);
@@ -188,6 +191,8 @@ struct Tally {
     usage: Option<v1::Usage>,
     outcome: Option<&'static str>,
     budget: Option<(Arc<Budgets>, Reservation, Context, Arc<EventBus>)>,
+    /// Open while the answer streams: the LLM gateway's hop of the turn's trace.
+    span: tracing::Span,
 }
 
 impl Tally {
@@ -220,6 +225,7 @@ impl Drop for Tally {
     fn drop(&mut self) {
         let provider = if self.provider.is_empty() { "none" } else { self.provider.as_str() };
         let outcome = self.outcome.unwrap_or("cancelled");
+        self.span.record("provider", provider).record("outcome", outcome);
         self.llm.metrics.record_llm_request(provider, &self.model, outcome, self.started.elapsed(), self.first_token);
         if let Some(usage) = &self.usage {
             self.llm.account(provider, &self.model, &self.context, &self.session, usage);

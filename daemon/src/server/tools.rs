@@ -2,6 +2,7 @@
 //! runner takes calls).
 
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use baaaht_proto::v1;
 use tonic::codegen::BoxStream;
@@ -94,10 +95,11 @@ pub(super) async fn request(
         timeout,
         env,
     };
+    let span = tracing::info_span!("tool", tool = %tool);
     let response = if shared.loaded.config.tools.mode == ToolMode::Cold {
-        shared.tools.call_cold(call).await?
+        shared.tools.call_cold(call).instrument(span).await?
     } else {
-        shared.tools.call(call).await?
+        shared.tools.call(call).instrument(span).await?
     };
     // The runner also wrote the result to the context's IPC folder: record it for an agent that
     // asks again, off the answer's path (a crash before then leaves the file for the next start).
