@@ -146,19 +146,7 @@ pub(crate) fn run(runs: usize, sessions: usize) -> Result<()> {
     let echo = rt.block_on(FakeProvider::start(vec![], Some(scenario::echo_brain())))?;
     let daemon: TestDaemon = scenario::daemon_with(&echo, DaemonOptions::default())?;
     let idle_rss = daemon.rss_kib()? as f64 / 1024.0;
-    rt.block_on(async {
-        let mut client = scenario::host_client(&daemon).await?;
-        for _ in 0..sessions {
-            let session = new_session(&mut client).await?;
-            let mut hello = message(user("bench"), "bench", "hello");
-            hello.session_id = session;
-            let seen = scenario::turn(&mut client, hello, Duration::from_secs(120)).await?;
-            if seen.reply.is_none() {
-                bail!("no reply: {:?}", seen.error);
-            }
-        }
-        anyhow::Ok(())
-    })?;
+    rt.block_on(crate::active_sessions(&daemon, sessions))?;
     let busy_rss = daemon.rss_kib()? as f64 / 1024.0;
     let mut agents =
         Row { name: "agent-runtime process (baaaht-agent agent) resident".into(), unit: "MiB", values: agent_rss() };

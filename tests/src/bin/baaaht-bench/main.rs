@@ -141,6 +141,36 @@ fn main() -> Result<()> {
     }
 }
 
+/// A daemon with a lingering Coder whose credentials the bench calls with.
+pub(crate) struct Coder {
+    pub(crate) daemon: TestDaemon,
+    pub(crate) client: client::Client,
+    _coder: baaaht_tests::LingeringAgent,
+}
+
+pub(crate) async fn coder(options: DaemonOptions) -> Result<Coder> {
+    let daemon = TestDaemon::start(options)?;
+    let coder = daemon.lingering_agent("coder", None, &[])?;
+    let client = client::connect(&coder.socket, coder.options()).await?;
+    Ok(Coder { daemon, client, _coder: coder })
+}
+
+/// Starts `count` sessions of user `bench`, each with a first turn (its Assistant running).
+pub(crate) async fn active_sessions(daemon: &TestDaemon, count: usize) -> Result<()> {
+    use baaaht_tests::scenario::{self, message, user};
+    let mut client = scenario::host_client(daemon).await?;
+    for _ in 0..count {
+        let created = v1::NewSessionRequest { context: Some(user("bench")), title: String::new() };
+        let mut hello = message(user("bench"), "bench", "hello");
+        hello.session_id = client.sessions.new_session(created).await?.into_inner().id;
+        let seen = scenario::turn(&mut client, hello, Duration::from_secs(120)).await?;
+        if seen.reply.is_none() {
+            bail!("no reply: {:?}", seen.error);
+        }
+    }
+    Ok(())
+}
+
 /// One row of a results table.
 pub(crate) struct Row {
     name: String,

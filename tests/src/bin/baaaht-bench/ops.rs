@@ -11,32 +11,19 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use baaaht_daemon::audit::{Audit, Kind, Record};
 use baaaht_daemon::metrics::Metrics;
-use baaaht_proto::client::{self, Client};
+use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::FakeProvider;
-use baaaht_tests::scenario::{self, message, user};
-use baaaht_tests::{DaemonOptions, LingeringAgent, TestDaemon};
+use baaaht_tests::scenario;
+use baaaht_tests::{DaemonOptions, TestDaemon};
 
-use crate::{header, Row};
+use crate::{active_sessions, coder, header, Coder, Row};
 
 const ON: &str = "metrics:\n  listen: 127.0.0.1:0\naudit:\n  enabled: true\n";
 const OFF: &str = "metrics:\n  enabled: false\naudit:\n  enabled: false\n";
 
-/// A daemon with `config` and a lingering Coder whose credentials the bench calls with.
-struct Coder {
-    daemon: TestDaemon,
-    client: Client,
-    _coder: LingeringAgent,
-}
-
-async fn coder(config: &str) -> Result<Coder> {
-    let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![("config/config.yaml".into(), config.to_string())],
-        ..Default::default()
-    })?;
-    let coder = daemon.lingering_agent("coder", None, &[])?;
-    let client = client::connect(&coder.socket, coder.options()).await?;
-    Ok(Coder { daemon, client, _coder: coder })
+async fn with_config(config: &str) -> Result<Coder> {
+    coder(DaemonOptions { files: vec![("config/config.yaml".into(), config.to_string())], ..Default::default() }).await
 }
 
 /// One `exec true` as the Coder: the round trip in µs.
@@ -97,8 +84,8 @@ fn metrics_address(daemon: &TestDaemon) -> Result<String> {
 
 pub(crate) fn run(calls: usize, sessions: usize, scrapes: usize) -> Result<()> {
     let rt = baaaht_tests::runtime();
-    let mut on = rt.block_on(coder(ON))?;
-    let mut off = rt.block_on(coder(OFF))?;
+    let mut on = rt.block_on(with_config(ON))?;
+    let mut off = rt.block_on(with_config(OFF))?;
     let mut rows = [
         Row { name: "exec true as the Coder, round trip: metrics + audit on".into(), unit: "µs", values: vec![] },
         Row { name: "exec true as the Coder, round trip: metrics + audit off".into(), unit: "µs", values: vec![] },
@@ -155,20 +142,7 @@ pub(crate) fn run(calls: usize, sessions: usize, scrapes: usize) -> Result<()> {
         rows[5].values.push(ms);
         idle_bytes = bytes;
     }
-    rt.block_on(async {
-        let mut client = scenario::host_client(&daemon).await?;
-        for _ in 0..sessions {
-            let created = v1::NewSessionRequest { context: Some(user("bench")), title: String::new() };
-            let session = client.sessions.new_session(created).await?.into_inner().id;
-            let mut hello = message(user("bench"), "bench", "hello");
-            hello.session_id = session;
-            let seen = scenario::turn(&mut client, hello, Duration::from_secs(120)).await?;
-            if seen.reply.is_none() {
-                bail!("no reply: {:?}", seen.error);
-            }
-        }
-        anyhow::Ok(())
-    })?;
+    rt.block_on(active_sessions(&daemon, sessions))?;
     // The sampler has seen every session and its running Assistant.
     let deadline = Instant::now() + Duration::from_secs(30);
     let wanted = format!("baaaht_sessions{{status=\"active\"}} {sessions}");

@@ -6,27 +6,14 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_proto::client::{self, Client};
+use baaaht_proto::client::Client;
 use baaaht_proto::v1;
-use baaaht_tests::{DaemonOptions, LingeringAgent, TestDaemon};
+use baaaht_tests::DaemonOptions;
 
-use crate::{header, Row};
+use crate::{coder, header, Coder, Row};
 
-/// A daemon with a lingering coder container whose credentials the bench calls with.
-struct Agent {
-    daemon: TestDaemon,
-    client: Client,
-    _coder: LingeringAgent,
-}
-
-async fn agent(mode: &str) -> Result<Agent> {
-    let daemon = TestDaemon::start(DaemonOptions {
-        env: vec![("BAAAHT__TOOLS__MODE".into(), mode.into())],
-        ..Default::default()
-    })?;
-    let coder = daemon.lingering_agent("coder", None, &[])?;
-    let client = client::connect(&coder.socket, coder.options()).await?;
-    Ok(Agent { daemon, client, _coder: coder })
+async fn agent(mode: &str) -> Result<Coder> {
+    coder(DaemonOptions { env: vec![("BAAAHT__TOOLS__MODE".into(), mode.into())], ..Default::default() }).await
 }
 
 fn request(tool: &str, params: serde_json::Value) -> v1::ToolRequest {
