@@ -475,7 +475,7 @@ impl Daemon {
                 .llm
                 .clone()
                 .run(shared.containers.clone(), shared.engine.clone(), cancel.clone())
-                .instrument(tracing::info_span!("llm")),
+                .instrument(tracing::info_span!("llm gateway")),
         );
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
         tracker.spawn(health::monitor(shared.clone(), cancel.clone()).instrument(tracing::info_span!("health")));

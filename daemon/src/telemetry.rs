@@ -5,11 +5,15 @@
 //! Tracing: with `otel.endpoint` set, the daemon's info spans (each RPC, each turn, each
 //! delegation, LLM request and tool call) are exported over OTLP/gRPC. The W3C `traceparent`
 //! carries a turn's context to its agents and back on every call they make for it, so a turn
-//! is one trace: client's request → turn → agent's calls → LLM gateway → tool.
+//! is one trace: client's request → turn → agent's calls → model call → tool call. The model
+//! and tool calls are the daemon's spans around its calls to the LLM gateway and the tool
+//! runner; those processes export nothing themselves (they have no route to a collector).
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::TracerProvider as _;
@@ -105,17 +109,24 @@ fn exporter(endpoint: &str, service: &str) -> Result<SdkTracerProvider, String> 
             .map_err(|error| error.to_string())?
     };
     let resource = opentelemetry_sdk::Resource::builder_empty().with_service_name(service.to_string()).build();
+    let exporter = OnOwnRuntime { inner, runtime, failures: AtomicU64::new(0), last_said: Mutex::new(None) };
     Ok(SdkTracerProvider::builder()
-        .with_batch_exporter(OnOwnRuntime { inner, runtime })
+        // A caller's `traceparent` places its calls in a trace; it cannot turn their spans off.
+        .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
+        .with_batch_exporter(exporter)
         .with_resource(resource)
         .build())
 }
 
-/// The OTLP exporter with the runtime its exports run on.
+/// The OTLP exporter with the runtime its exports run on. Only the SDK's batch thread calls
+/// `export` (`with_batch_exporter`): a plain thread, outside any runtime, where `block_on` is
+/// allowed. A simple (per-span) exporter would call it on a runtime's thread and panic.
 #[derive(Debug)]
 struct OnOwnRuntime {
     inner: opentelemetry_otlp::SpanExporter,
     runtime: tokio::runtime::Runtime,
+    failures: AtomicU64,
+    last_said: Mutex<Option<Instant>>,
 }
 
 impl opentelemetry_sdk::trace::SpanExporter for OnOwnRuntime {
@@ -123,8 +134,19 @@ impl opentelemetry_sdk::trace::SpanExporter for OnOwnRuntime {
         &self,
         batch: Vec<SpanData>,
     ) -> impl std::future::Future<Output = opentelemetry_sdk::error::OTelSdkResult> + Send {
+        let spans = batch.len();
         // The batch thread waits for each export anyway: run it to the end here.
         let result = self.runtime.block_on(self.inner.export(batch));
+        if let Err(error) = &result {
+            // Said at once, then at most once a minute: a collector that is down must not
+            // flood the log. (This thread has no current span: the event is not exported.)
+            let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+            let mut last = self.last_said.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                *last = Some(Instant::now());
+                tracing::warn!(%error, spans, failures, "cannot export traces to the OTLP collector; those spans are lost");
+            }
+        }
         std::future::ready(result)
     }
 

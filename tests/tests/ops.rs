@@ -371,8 +371,11 @@ fn a_turn_is_one_trace_from_the_clients_request_through_the_agents_to_the_llm_an
     let deadline = Instant::now() + Duration::from_secs(30);
     let spans = loop {
         let spans = collector.spans();
-        let tools = spans.iter().filter(|(_, span)| span.name == "tool").count();
-        if tools >= 2 && spans.iter().any(|(_, span)| span.name == "turn") || Instant::now() > deadline {
+        let count = |name: &str| spans.iter().filter(|(_, span)| span.name == name).count();
+        let root = spans.iter().any(|(_, span)| {
+            span.parent_span_id.is_empty() && attribute(span, "method").as_deref() == Some("SendUserMessage")
+        });
+        if (count("tool") >= 2 && count("llm") >= 5 && count("turn") == 1 && root) || Instant::now() > deadline {
             break spans;
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -410,6 +413,34 @@ fn a_turn_is_one_trace_from_the_clients_request_through_the_agents_to_the_llm_an
     assert_eq!(llm.len(), 5, "{names:?}");
     assert!(llm.iter().all(|s| attribute(s, "provider").as_deref() == Some("anthropic")), "{llm:?}");
     assert!(llm.iter().all(|s| ancestry(s).0.last().map(String::as_str) == Some("rpc") && ancestry(s).1));
+}
+
+#[test]
+fn a_collector_that_is_not_there_is_reported_in_the_log_and_the_daemon_serves_on() {
+    // A loopback port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+    let config = format!("otel:\n  endpoint: http://127.0.0.1:{port}\n");
+    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let daemon = baaaht_tests::TestDaemon::start(options).expect("daemon");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(baaaht(&daemon, &["status"]).0.contains("engine:"), "the daemon answers");
+        if daemon.log_text().contains("cannot export traces to the OTLP collector") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no word of the failed export:\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(daemon.log_text().contains("exporting traces over OTLP"));
+    // https is refused before the daemon starts, with what to write instead.
+    let checked = std::process::Command::new(baaaht_tests::bin("baaahtd"))
+        .args(["config", "check"])
+        .env("BAAAHT_DATA", &daemon.data_dir)
+        .env("BAAAHT__OTEL__ENDPOINT", "https://127.0.0.1:4317")
+        .output()
+        .expect("config check");
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success() && said.contains("plain gRPC only"), "{said}");
 }
 
 /// The pid of the daemon's `baaaht-llm-gateway` child.

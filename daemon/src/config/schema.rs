@@ -834,7 +834,7 @@ impl Default for OtelConfig {
 
 // ---- value types checked while parsing ----
 
-/// An OTLP/gRPC collector address: `http://` or `https://`, a host, and a port.
+/// An OTLP/gRPC collector address: `http://`, a host, and a port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct OtlpEndpoint(pub String);
@@ -849,8 +849,11 @@ impl TryFrom<String> for OtlpEndpoint {
             )
         };
         let uri: http::Uri = value.parse().map_err(|_unparsable| unusable("is not a URL"))?; // silent-ok: the message names the input
-        if !matches!(uri.scheme_str(), Some("http" | "https")) {
-            return Err(unusable("is not http:// or https://"));
+        match uri.scheme_str() {
+            Some("http") => {}
+            // The exporter is built without TLS: a collector beside the daemon needs none.
+            Some("https") => return Err(unusable("uses https, which the exporter does not speak (plain gRPC only)")),
+            _ => return Err(unusable("is not http://")),
         }
         if uri.host().is_none_or(str::is_empty) || uri.port_u16().is_none() {
             return Err(unusable("has no host and port"));
@@ -1088,7 +1091,9 @@ mod tests {
         assert!(LoopbackAddr::try_from("[::1]:9000".to_string()).is_ok());
         assert!(LoopbackAddr::try_from("0.0.0.0:9479".to_string()).is_err());
         assert!(OtlpEndpoint::try_from("http://127.0.0.1:4317".to_string()).is_ok());
-        assert!(OtlpEndpoint::try_from("https://otel.home.arpa:4317".to_string()).is_ok());
+        assert!(OtlpEndpoint::try_from("http://otel.home.arpa:4317".to_string()).is_ok());
+        let refused = OtlpEndpoint::try_from("https://otel.home.arpa:4317".to_string()).expect_err("no TLS");
+        assert!(refused.contains("plain gRPC only"), "{refused}");
         let refused = OtlpEndpoint::try_from("127.0.0.1:4317".to_string()).expect_err("no scheme");
         assert!(refused.contains("e.g. http://127.0.0.1:4317"), "{refused}");
         assert!(OtlpEndpoint::try_from("http://collector".to_string()).is_err());

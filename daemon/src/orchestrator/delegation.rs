@@ -46,7 +46,9 @@ pub async fn delegate(
     let task = Task { live: live.clone(), role, text, summary: request.task.clone() };
     if background {
         let shared = shared.clone();
-        let span = tracing::Span::current();
+        // Its own span, not the call's: the DelegateToAgent call ends now, the work goes on.
+        let span = tracing::info_span!(parent: None, "background delegation", agent = role.as_str());
+        span.follows_from(tracing::Span::current());
         tokio::spawn(
             async move {
                 let (result, is_error, _) = run_task(&shared, &task).await;

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use baaaht_proto::v1;
 
@@ -292,12 +293,11 @@ fn prune_logs(dir: &std::path::Path, days: u64) -> usize {
 impl Execute for Daemon {
     async fn run(&self, claim: &Claim) -> RunOutcome {
         let span = tracing::info_span!("task", task = %claim.task.id, run = %claim.run, slot = %claim.slot);
-        let _entered = span.enter();
-        tracing::info!(attempt = claim.attempt, "task run starting");
-        drop(_entered);
+        span.in_scope(|| tracing::info!(attempt = claim.attempt, "task run starting"));
+        // The run's agents carry the span's trace context: a scheduled run is one trace.
         let outcome = match claim.task.system_job {
-            Some(job) => self.system(job).await,
-            None => self.agent(claim).await,
+            Some(job) => self.system(job).instrument(span).await,
+            None => self.agent(claim).instrument(span).await,
         };
         if let Err(failure) = &outcome.result {
             self.log_failure(claim, failure);

@@ -70,15 +70,19 @@ pub(super) async fn stream(
     let span = tracing::info_span!("llm", model = %model, provider = empty, outcome = empty);
     let in_flight = InFlight::new(shared.metrics.clone());
     let mut failed_generation = None;
+    let failed = |status: Status| {
+        span.record("outcome", "error");
+        status
+    };
     let upstream = loop {
-        let (mut client, generation) = shared.llm.client(failed_generation).await?;
+        let (mut client, generation) = shared.llm.client(failed_generation).await.map_err(|error| failed(error.into()))?;
         match client.stream_completion(completion.clone()).await {
             Ok(response) => break response.into_inner(),
             Err(status) if failed_generation.is_none() && gateway_gone(&status) => {
                 tracing::warn!(error = %status.message(), "the LLM gateway went away; waiting for its restart");
                 failed_generation = Some(generation);
             }
-            Err(status) => return Err(status),
+            Err(status) => return Err(failed(status)),
         }
     };
     let mut tally = Tally {
@@ -191,7 +195,8 @@ struct Tally {
     usage: Option<v1::Usage>,
     outcome: Option<&'static str>,
     budget: Option<(Arc<Budgets>, Reservation, Context, Arc<EventBus>)>,
-    /// Open while the answer streams: the LLM gateway's hop of the turn's trace.
+    /// Open while the answer streams: the model call in the turn's trace, as the daemon sees it
+    /// (the gateway process exports no spans of its own).
     span: tracing::Span,
 }
 
