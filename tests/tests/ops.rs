@@ -416,6 +416,42 @@ fn a_turn_is_one_trace_from_the_clients_request_through_the_agents_to_the_llm_an
 }
 
 #[test]
+fn a_scheduled_run_is_one_trace_from_its_task_to_its_model_call() {
+    let rt = baaaht_tests::runtime();
+    let collector = collector::Collector::default();
+    let endpoint = rt.block_on(collector.start());
+    let config = format!("otel:\n  endpoint: {endpoint}\n");
+    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let (_fake, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("fake provider and daemon");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(1)).expect("time");
+        let task = v1::TaskDefinition {
+            user_id: "alice".into(),
+            schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(at.to_string())) }),
+            prompt: "Say hello.".into(),
+            ..v1::TaskDefinition::default()
+        };
+        client.tasks.schedule_task(task).await.expect("scheduled");
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (task, llm, spans) = loop {
+        let spans = collector.spans().into_iter().map(|(_, span)| span).collect::<Vec<_>>();
+        let task = spans.iter().find(|span| span.name == "task").cloned();
+        let llm = spans.iter().find(|span| span.name == "llm").cloned();
+        if let (Some(task), Some(llm)) = (task, llm) {
+            break (task, llm, spans);
+        }
+        assert!(Instant::now() < deadline, "no task and llm spans\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(llm.trace_id, task.trace_id, "the model call is in the run's trace");
+    // llm ← rpc StreamLLM ← task.
+    let rpc = spans.iter().find(|span| span.span_id == llm.parent_span_id).expect("the model call's parent");
+    assert_eq!((rpc.name.as_str(), &rpc.parent_span_id), ("rpc", &task.span_id), "{rpc:?}");
+}
+
+#[test]
 fn a_collector_that_is_not_there_is_reported_in_the_log_and_the_daemon_serves_on() {
     // A loopback port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();

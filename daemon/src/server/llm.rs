@@ -75,7 +75,8 @@ pub(super) async fn stream(
         status
     };
     let upstream = loop {
-        let (mut client, generation) = shared.llm.client(failed_generation).await.map_err(|error| failed(error.into()))?;
+        let (mut client, generation) =
+            shared.llm.client(failed_generation).await.map_err(|error| failed(error.into()))?;
         match client.stream_completion(completion.clone()).await {
             Ok(response) => break response.into_inner(),
             Err(status) if failed_generation.is_none() && gateway_gone(&status) => {
