@@ -24,6 +24,7 @@ pub mod identities;
 pub mod inbox;
 pub mod ipc;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod oidc;
