@@ -104,6 +104,15 @@ impl v1::agents_server::Agents for AgentsService {
         Ok(Response::new(until_shutdown(&self.shared, calls)))
     }
 
+    type RelayMcpStream = BoxStream<v1::McpDown>;
+
+    async fn relay_mcp(
+        &self,
+        _request: Request<tonic::Streaming<v1::McpUp>>,
+    ) -> Result<Response<Self::RelayMcpStream>, Status> {
+        Err(Status::unimplemented("MCP server containers are not started by this daemon yet (issue 17 is in progress)"))
+    }
+
     async fn proxy_web_request(
         &self,
         request: Request<v1::WebProxyRequest>,
