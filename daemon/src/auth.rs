@@ -29,6 +29,8 @@ pub enum Role {
     Tool,
     /// The LLM gateway: served by the daemon's requests, it calls no RPC itself.
     LlmGateway,
+    /// An MCP server's container: its relay carries the server's stdio over RelayMcp.
+    Mcp,
 }
 
 impl Role {
@@ -43,6 +45,7 @@ impl Role {
         Role::Heartbeat,
         Role::Tool,
         Role::LlmGateway,
+        Role::Mcp,
     ];
 
     /// The role whose [`Role::as_str`] is `name` (as in a container's labels).
@@ -60,6 +63,7 @@ impl Role {
             Role::Heartbeat => "heartbeat",
             Role::Tool => "tool",
             Role::LlmGateway => "llm_gateway",
+            Role::Mcp => "mcp",
         }
     }
 }
@@ -298,6 +302,7 @@ pub enum Operation {
     RequestToolExecution,
     ProxyWebRequest,
     ServeTools,
+    RelayMcp,
     StreamLlm,
     ScheduleTask,
     ListTasks,
@@ -431,6 +436,7 @@ impl Operation {
             Operation::RequestToolExecution => "RequestToolExecution",
             Operation::ProxyWebRequest => "ProxyWebRequest",
             Operation::ServeTools => "ServeTools",
+            Operation::RelayMcp => "RelayMcp",
             Operation::StreamLlm => "StreamLLM",
             Operation::ScheduleTask => "ScheduleTask",
             Operation::ListTasks => "ListTasks",
@@ -496,6 +502,7 @@ impl Operation {
             Operation::DelegateToAgent => &[Assistant],
             Operation::RequestToolExecution => &[Worker, Researcher, Coder, Memory, Heartbeat],
             Operation::ProxyWebRequest | Operation::ServeTools => &[Tool],
+            Operation::RelayMcp => &[Role::Mcp],
             operation if operation.is_task() => &[Assistant, Worker],
             Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
             Operation::WriteMemory | Operation::DeleteMemory => &[Memory],
@@ -530,6 +537,7 @@ impl Operation {
                 | Operation::RequestToolExecution
                 | Operation::ProxyWebRequest
                 | Operation::ServeTools
+                | Operation::RelayMcp
                 | Operation::StreamLlm
                 | Operation::WhoAmI
                 | Operation::StartLink

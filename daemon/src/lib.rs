@@ -138,6 +138,7 @@ pub struct Shared {
     pub llm: Arc<llm::LlmGateway>,
     pub web: Arc<egress::proxy::WebProxy>,
     pub tools: Arc<tools::Runners>,
+    pub mcp: Arc<mcp::pool::McpPool>,
     pub ipc: Arc<ipc::Ipc>,
     pub workspaces: Arc<workspace::Workspaces>,
     pub search: egress::search::Backend,
@@ -361,6 +362,7 @@ impl Daemon {
             loaded.config.skills.directories.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
         ));
+        let mcp = Arc::new(mcp::pool::McpPool::new(containers.clone()));
         let data_dir_root = &data_dir.root().to_path_buf();
         let data_dir_for_memory = data_dir.clone();
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
@@ -403,6 +405,7 @@ impl Daemon {
             llm,
             web,
             tools,
+            mcp,
             ipc,
             workspaces,
             search,

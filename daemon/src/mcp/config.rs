@@ -70,7 +70,7 @@ impl ToolFilter {
 }
 
 fn default_roles() -> Vec<String> {
-    vec!["assistant".into(), "worker".into(), "researcher".into(), "coder".into()]
+    vec!["worker".into(), "researcher".into(), "coder".into()]
 }
 
 fn default_idle_timeout() -> u64 {
@@ -208,10 +208,12 @@ fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, String> {
     }
     let mut roles = vec![];
     for role in &config.roles {
-        match Role::named(role).filter(|role| Role::AGENTS.contains(role)) {
+        // The roles that call tools (RequestToolExecution); the Assistant delegates instead.
+        let callers = crate::auth::Operation::RequestToolExecution.container_roles();
+        match Role::named(role).filter(|role| callers.contains(role)) {
             Some(found) => roles.push(found),
             None => {
-                let known: Vec<&str> = Role::AGENTS.iter().map(|role| role.as_str()).collect();
+                let known: Vec<&str> = callers.iter().map(|role| role.as_str()).collect();
                 return Err(format!("role `{role}` is not one of {}", known.join(", ")));
             }
         }
@@ -288,12 +290,12 @@ mod tests {
         let time = &servers[1];
         assert_eq!(time.scope, Scope::Context(Context::user("alice")));
         assert_eq!(time.config.args, ["--local-timezone", "Europe/Berlin"]);
-        assert!(time.offered_to(Role::Coder) && !time.offered_to(Role::Assistant));
+        assert!(time.offered_to(Role::Coder) && !time.offered_to(Role::Worker));
         assert_eq!(time.tool_name("get_current_time"), "mcp__time__get_current_time");
         // Bob sees only the system's.
         let (bobs, _) = servers_for(dir.path(), &Context::user("bob"));
         assert_eq!(bobs.iter().find(|s| s.name == "time").map(|s| &s.scope), Some(&Scope::System));
-        assert!(bobs[0].offered_to(Role::Assistant), "default roles");
+        assert!(bobs[0].offered_to(Role::Worker) && !bobs[0].offered_to(Role::Assistant), "default roles");
     }
 
     #[test]
@@ -302,7 +304,7 @@ mod tests {
         for (yaml, says) in [
             ("servers:\n  Time:\n    command: x\n", "server `Time`: a server's name is 1-32 lowercase"),
             ("servers:\n  t:\n    command: ''\n", "`command` is empty"),
-            ("servers:\n  t:\n    command: x\n    roles: [admin]\n", "role `admin` is not one of assistant, worker"),
+            ("servers:\n  t:\n    command: x\n    roles: [admin]\n", "role `admin` is not one of worker, researcher"),
             ("servers:\n  t:\n    command: x\n    egress: ['https://x.org/a']\n", "no scheme, no path"),
             ("servers:\n  t:\n    command: x\n    egress: ['x.org:0']\n", "port is not a number"),
             ("servers:\n  t:\n    command: x\n    env: {api-key: v}\n", "env `api-key`: names are upper-case"),

@@ -2,3 +2,4 @@
 //! context; the daemon speaks MCP to it and offers its tools to the agents allowed.
 
 pub mod config;
+pub mod pool;

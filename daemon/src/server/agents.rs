@@ -108,9 +108,15 @@ impl v1::agents_server::Agents for AgentsService {
 
     async fn relay_mcp(
         &self,
-        _request: Request<tonic::Streaming<v1::McpUp>>,
+        request: Request<tonic::Streaming<v1::McpUp>>,
     ) -> Result<Response<Self::RelayMcpStream>, Status> {
-        Err(Status::unimplemented("MCP server containers are not started by this daemon yet (issue 17 is in progress)"))
+        let caller = check(&self.shared, &request, Operation::RelayMcp, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("RelayMcp is for MCP server containers"));
+        };
+        let down = self.shared.mcp.attach(&identity, request.into_inner());
+        let stream = tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(down), Ok);
+        Ok(Response::new(until_shutdown(&self.shared, Box::pin(stream))))
     }
 
     async fn proxy_web_request(

@@ -48,6 +48,9 @@ pub(super) async fn request(
     let message = request.into_inner();
     let tool = message.tool.as_str();
     let audit = |kind: Kind, outcome: &str| Record::by(kind, &caller, outcome).correlation(&correlation_id);
+    if let Some(named) = tool.strip_prefix("mcp__") {
+        return mcp_call(shared, &caller, &correlation_id, named, &message).await.map(Response::new);
+    }
     if !Policy::tools_of(identity.role).contains(&tool) {
         let allowed = Policy::tools_of(identity.role).join(", ");
         let reason = format!("the {} role may not use `{tool}`; its tools are: {allowed}", identity.role);
@@ -184,6 +187,75 @@ fn skill_env(
         }
     }
     env
+}
+
+/// The most text an MCP tool's answer gives the model, as the built-in tools.
+const MAX_MCP_OUTPUT: usize = 64 << 10;
+
+/// A call of `named` (`{server}__{tool}`, from `mcp__{server}__{tool}`): the caller's context's
+/// server, if its role may use it, with the server's environment resolved from the secrets.
+async fn mcp_call(
+    shared: &Shared,
+    caller: &Caller,
+    correlation_id: &str,
+    named: &str,
+    message: &v1::ToolRequest,
+) -> Result<v1::ToolResponse, Status> {
+    let Caller::Container(identity) = caller else {
+        return Err(Status::permission_denied("RequestToolExecution is for agent containers"));
+    };
+    let Some((server_name, tool)) = named.split_once("__") else {
+        return Err(Status::invalid_argument("an MCP tool is named mcp__{server}__{tool}"));
+    };
+    let audit = |kind: Kind, outcome: &str| Record::by(kind, caller, outcome).correlation(correlation_id);
+    let (servers, problems) = crate::mcp::config::servers_for(shared.data_dir.root(), &identity.context);
+    for problem in problems {
+        tracing::warn!(%problem, "skipping an mcp.yaml");
+    }
+    let Some(server) = servers.iter().find(|server| server.name == server_name) else {
+        return Err(Status::not_found(format!("no MCP server `{server_name}` is configured for {}", identity.context)));
+    };
+    if !server.offered_to(identity.role) {
+        let reason = format!("the {} role may not use the MCP server `{server_name}`", identity.role);
+        let record = audit(Kind::Policy, "refused").detail("tool", message.tool.as_str());
+        shared.audit.record(record.detail("reason", reason.as_str()));
+        return Err(Status::permission_denied(reason));
+    }
+    let arguments = match serde_json::from_str::<serde_json::Value>(&message.params_json) {
+        Ok(serde_json::Value::Object(arguments)) => arguments,
+        Ok(serde_json::Value::Null) => serde_json::Map::new(),
+        _ => return Err(Status::invalid_argument("params_json of an MCP tool is a JSON object")),
+    };
+    let mut env = vec![];
+    for (name, reference) in &server.config.env {
+        let resolved =
+            crate::secrets::resolve_references(reference, shared.secrets.as_deref(), |n| std::env::var(n).ok());
+        let value = resolved
+            .map_err(|error| Status::failed_precondition(format!("MCP server `{server_name}`: env {name}: {error}")))?;
+        for secret in crate::secrets::reference_names(reference) {
+            let record = audit(Kind::Secret, "read").detail("name", secret).detail("mcp_server", server_name);
+            shared.audit.record(record);
+        }
+        env.push((name.clone(), value.to_string()));
+    }
+    let started = std::time::Instant::now();
+    let answer = shared.mcp.call(&identity.context, server, env, tool, arguments).await;
+    let elapsed = started.elapsed();
+    shared.metrics.record_tool(&message.tool, answer.as_ref().is_ok_and(|a| !a.is_error), elapsed);
+    let (mut content, is_error) = match answer {
+        Ok(answer) => (answer.text, answer.is_error),
+        Err(error) => (error.to_string(), true),
+    };
+    if content.len() > MAX_MCP_OUTPUT {
+        let mut cut = MAX_MCP_OUTPUT;
+        while !content.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let dropped = content.len() - cut;
+        content.truncate(cut);
+        content.push_str(&format!("\n[truncated: {dropped} more bytes not shown]"));
+    }
+    Ok(v1::ToolResponse { content, is_error, duration_ms: elapsed.as_millis() as u64, metadata: Default::default() })
 }
 
 pub(super) fn serve(

@@ -1,0 +1,55 @@
+//! MCP servers through the real daemon (issue 17, in progress): the plumbing — a server's
+//! container started on first use, its relay, the launch with the server's environment, the
+//! MCP handshake and a call — checked with a minimal stdio server written in sh. The tests
+//! with real servers from npm and PyPI come with the layer builds that can install them.
+
+use baaaht_proto::client;
+use baaaht_proto::v1;
+use baaaht_tests::{DaemonOptions, TestDaemon};
+
+const SERVER: &str = r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id" ;;
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"hello","description":"Says hello","inputSchema":{"type":"object","properties":{}}}]}}\n' "$id" ;;
+    *'"method":"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"hello from %s"}]}}\n' "$id" "${GREETING:-nobody}" ;;
+  esac
+done
+"#;
+
+fn call(tool: &str) -> v1::ToolRequest {
+    v1::ToolRequest { tool: tool.into(), params_json: "{}".into(), ..v1::ToolRequest::default() }
+}
+
+#[test]
+fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
+    let rt = baaaht_tests::runtime();
+    let mcp = format!(
+        "servers:\n  hello:\n    command: sh\n    args: [-c, {}]\n    env: {{GREETING: '${{TEST_GREETING}}'}}\n    roles: [coder]\n",
+        serde_json::to_string(SERVER).expect("JSON")
+    );
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/mcp.yaml".into(), mcp)],
+        env: vec![("TEST_GREETING".into(), "the-secret-greeting".into())],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let answer = agent.agents.request_tool_execution(call("mcp__hello__hello")).await;
+        let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
+        assert_eq!((answer.content.as_str(), answer.is_error), ("hello from the-secret-greeting", false));
+        // Warm: the same container answers again.
+        let again = agent.agents.request_tool_execution(call("mcp__hello__hello")).await.expect("again");
+        assert_eq!(again.into_inner().content, "hello from the-secret-greeting");
+        let missing = agent.agents.request_tool_execution(call("mcp__nope__hello")).await.expect_err("no server");
+        assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+        let unknown = agent.agents.request_tool_execution(call("mcp__hello__other")).await.expect("answered");
+        let unknown = unknown.into_inner();
+        assert!(unknown.is_error && unknown.content.contains("has no tool `other`"), "{unknown:?}");
+    });
+    let containers = baaaht_tests::docker(&["ps", "--filter", "name=^baaaht-mcp-", "--format", "{{.Names}}"]);
+    assert_eq!(containers.expect("docker ps").lines().count(), 1, "one container for the server");
+    drop(coder);
+}
