@@ -53,3 +53,31 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
     assert_eq!(containers.expect("docker ps").lines().count(), 1, "one container for the server");
     drop(coder);
 }
+
+/// Real servers from the registries, installed into cached layers: `mcp-server-time` from PyPI
+/// and `@modelcontextprotocol/server-everything` from npm.
+#[test]
+fn real_servers_from_pypi_and_npm_answer_a_coder() {
+    let rt = baaaht_tests::runtime();
+    let mcp = "servers:\n  time:\n    command: mcp-server-time\n    install: [{source: pip, name: mcp-server-time==2026.10.19}]\n    \
+               roles: [coder]\n    timeout: 60\n  everything:\n    command: mcp-server-everything\n    \
+               install: [{source: npm, name: '@modelcontextprotocol/server-everything@2026.8.31'}]\n    roles: [coder]\n";
+    let daemon =
+        TestDaemon::start(DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() })
+            .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let mut time = call("mcp__time__get_current_time");
+        time.params_json = r#"{"timezone": "UTC"}"#.into();
+        let answer = agent.agents.request_tool_execution(time).await;
+        let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
+        assert!(!answer.is_error && answer.content.contains("\"timezone\": \"UTC\""), "{answer:?}");
+        let mut echo = call("mcp__everything__echo");
+        echo.params_json = r#"{"message": "hi from baaaht"}"#.into();
+        let answer = agent.agents.request_tool_execution(echo).await;
+        let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
+        assert!(!answer.is_error && answer.content.contains("hi from baaaht"), "{answer:?}");
+    });
+    drop(coder);
+}
