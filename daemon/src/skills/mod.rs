@@ -472,9 +472,10 @@ mod tests {
         assert!(layer("baaaht/base:latest", &[]).expect("valid").is_none());
         // The host's own certificate authorities are trusted for pip and npm installs.
         let pem = "-----BEGIN CERTIFICATE-----\nMIIBsz+/=\nAbC\n-----END CERTIFICATE-----\n".to_string();
-        let (_, dockerfile) = layer_trusting("b", &[package("requests", PackageSource::Pip)], &[pem.clone()])
-            .expect("valid")
-            .expect("a layer");
+        let (_, dockerfile) =
+            layer_trusting("b", &[package("requests", PackageSource::Pip)], std::slice::from_ref(&pem))
+                .expect("valid")
+                .expect("a layer");
         assert!(dockerfile.contains("printf '%b' '-----BEGIN CERTIFICATE-----\\nMIIBsz+/=\\nAbC\\n-----END CERTIFICATE-----\\n' > /usr/local/share/ca-certificates/baaaht-host-0.crt && update-ca-certificates"), "{dockerfile}");
         assert!(
             dockerfile.contains("ENV PIP_CERT=") && dockerfile.contains("ca-certificates python3-pip")
