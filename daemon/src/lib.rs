@@ -482,6 +482,7 @@ impl Daemon {
                 .instrument(tracing::info_span!("llm gateway")),
         );
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
+        tracker.spawn(shared.mcp.clone().supervise(cancel.clone()).instrument(tracing::info_span!("mcp")));
         tracker.spawn(health::monitor(shared.clone(), cancel.clone()).instrument(tracing::info_span!("health")));
         tracker
             .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));

@@ -25,7 +25,7 @@ fn call(tool: &str) -> v1::ToolRequest {
 fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
     let rt = baaaht_tests::runtime();
     let mcp = format!(
-        "servers:\n  hello:\n    command: sh\n    args: [-c, {}]\n    env: {{GREETING: '${{TEST_GREETING}}'}}\n    roles: [coder]\n",
+        "servers:\n  hello:\n    command: sh\n    args: [-c, {}]\n    env: {{GREETING: '${{TEST_GREETING}}'}}\n    roles: [coder]\n    idle_timeout: 2\n",
         serde_json::to_string(SERVER).expect("JSON")
     );
     let daemon = TestDaemon::start(DaemonOptions {
@@ -49,8 +49,25 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
         let unknown = unknown.into_inner();
         assert!(unknown.is_error && unknown.content.contains("has no tool `other`"), "{unknown:?}");
     });
-    let containers = baaaht_tests::docker(&["ps", "--filter", "name=^baaaht-mcp-", "--format", "{{.Names}}"]);
-    assert_eq!(containers.expect("docker ps").lines().count(), 1, "one container for the server");
+    // This daemon's MCP containers that run (other tests' daemons have theirs).
+    let listed = || {
+        let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+        let ours = daemon.recorded_containers();
+        running.lines().filter(|name| name.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == name)).count()
+    };
+    assert_eq!(listed(), 1, "one container for the server");
+    // Unused for its idle_timeout (2 s), the server's container goes; the next call starts one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while listed() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the idle server still runs\n{}", daemon.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let answer = agent.agents.request_tool_execution(call("mcp__hello__hello")).await.expect("restarted");
+        assert_eq!(answer.into_inner().content, "hello from the-secret-greeting");
+    });
+    assert_eq!(listed(), 1);
     drop(coder);
 }
 

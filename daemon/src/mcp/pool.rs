@@ -46,6 +46,7 @@ struct Attached {
 pub struct Running {
     pub container: String,
     pub tools: Vec<rmcp::model::Tool>,
+    idle_timeout: Duration,
     client: RunningService<RoleClient, ClientConfig>,
     used: Mutex<Instant>,
 }
@@ -196,7 +197,40 @@ impl McpPool {
             }
         };
         tracing::info!(server = %server.name, context = %context, container = %handle.name, tools = tools.len(), "MCP server started");
-        Ok(Arc::new(Running { container: handle.name, tools, client, used: Mutex::new(Instant::now()) }))
+        Ok(Arc::new(Running {
+            container: handle.name,
+            tools,
+            idle_timeout: Duration::from_secs(server.config.idle_timeout),
+            client,
+            used: Mutex::new(Instant::now()),
+        }))
+    }
+
+    /// Stops the servers unused for longer than their `idle_timeout`, and those whose stdio
+    /// closed (a server that exited), every second until `cancel`.
+    pub async fn supervise(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            let done: Vec<((Context, String), Arc<Running>)> = {
+                let mut running = self.running.lock().await;
+                let keys: Vec<(Context, String)> = running
+                    .iter()
+                    .filter(|(_, server)| {
+                        let idle = server.used.lock().unwrap_or_else(PoisonError::into_inner).elapsed();
+                        idle >= server.idle_timeout || server.client.is_transport_closed()
+                    })
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                keys.into_iter().filter_map(|key| running.remove(&key).map(|server| (key, server))).collect()
+            };
+            for ((context, name), server) in done {
+                tracing::info!(server = %name, context = %context, container = %server.container, "stopping an idle MCP server");
+                self.stop(&server.container).await;
+            }
+        }
     }
 
     async fn stop(&self, container: &str) {
