@@ -68,6 +68,17 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
         assert_eq!(answer.into_inner().content, "hello from the-secret-greeting");
     });
     assert_eq!(listed(), 1);
+    // A server that crashes is started again, and the call is answered.
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    let ours = daemon.recorded_containers();
+    let server = running.lines().find(|n| n.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == n)).expect("ours");
+    baaaht_tests::docker(&["kill", server]).expect("docker kill");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let answer = agent.agents.request_tool_execution(call("mcp__hello__hello")).await;
+        let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
+        assert_eq!((answer.content.as_str(), answer.is_error), ("hello from the-secret-greeting", false));
+    });
     drop(coder);
 }
 
