@@ -29,7 +29,11 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
         serde_json::to_string(SERVER).expect("JSON")
     );
     let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![("config/mcp.yaml".into(), mcp)],
+        files: vec![
+            ("config/mcp.yaml".into(), mcp),
+            // Alice's own server: no agent of another user is offered it.
+            ("users/alice/mcp.yaml".into(), "servers:\n  private:\n    command: sh\n    roles: [coder]\n".into()),
+        ],
         env: vec![("TEST_GREETING".into(), "the-secret-greeting".into())],
         ..Default::default()
     })
@@ -45,6 +49,8 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
         assert_eq!(again.into_inner().content, "hello from the-secret-greeting");
         let missing = agent.agents.request_tool_execution(call("mcp__nope__hello")).await.expect_err("no server");
         assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+        let alices = agent.agents.request_tool_execution(call("mcp__private__hello")).await.expect_err("alice's");
+        assert_eq!(alices.code(), tonic::Code::NotFound, "another user's server: {alices:?}");
         let unknown = agent.agents.request_tool_execution(call("mcp__hello__other")).await.expect("answered");
         let unknown = unknown.into_inner();
         assert!(unknown.is_error && unknown.content.contains("has no tool `other`"), "{unknown:?}");
