@@ -78,6 +78,19 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
     let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
     let ours = daemon.recorded_containers();
     let server = running.lines().find(|n| n.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == n)).expect("ours");
+    // The server's secret is handed over its socket: not in its container's configuration,
+    // and nowhere an agent can read.
+    let inspected = baaaht_tests::docker(&["inspect", server]).expect("docker inspect");
+    assert!(!inspected.contains("the-secret-greeting"), "the secret is in the container's configuration");
+    let seen = baaaht_tests::docker(&[
+        "exec",
+        &coder.name,
+        "sh",
+        "-c",
+        "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null; true",
+    ])
+    .expect("the Coder's environment");
+    assert!(!seen.contains("the-secret-greeting") && seen.contains("PATH="), "{seen}");
     baaaht_tests::docker(&["kill", server]).expect("docker kill");
     rt.block_on(async {
         let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
