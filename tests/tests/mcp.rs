@@ -128,3 +128,55 @@ fn real_servers_from_pypi_and_npm_answer_a_coder() {
     });
     drop(coder);
 }
+
+#[test]
+fn a_hung_mcp_server_is_replaced_after_the_threshold_and_the_admin_is_told() {
+    let rt = baaaht_tests::runtime();
+    let mcp = format!(
+        "servers:\n  hello:\n    command: sh\n    args: [-c, {}]\n    roles: [coder]\n",
+        serde_json::to_string(SERVER).expect("JSON")
+    );
+    let config = "system:\n  admin_users: [root-admin]\norchestrator:\n  health_check:\n    interval: 200\n    \
+                  timeout: 200\n    failure_threshold: 3\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/mcp.yaml".into(), mcp), ("config/config.yaml".into(), config.into())],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let ask = || {
+        rt.block_on(async {
+            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+            let answer = agent.agents.request_tool_execution(call("mcp__hello__hello")).await;
+            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
+        })
+    };
+    assert_eq!(ask(), "hello from nobody");
+    let ours = || {
+        let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+        let recorded = daemon.recorded_containers();
+        running
+            .lines()
+            .filter(|n| n.starts_with("baaaht-mcp-") && recorded.iter().any(|r| r == n))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let hung = ours().pop().expect("the server's container");
+    baaaht_tests::docker(&["pause", &hung]).expect("docker pause");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let inbox = std::process::Command::new(baaaht_tests::bin("baaaht"))
+            .args(["inbox", "--user", "root-admin", "--all"])
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("inbox");
+        let inbox = String::from_utf8_lossy(&inbox.stdout).into_owned();
+        if inbox.contains("mcp container restarted") && inbox.contains(&hung) && !ours().contains(&hung) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{inbox}\n{}", daemon.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(ask(), "hello from nobody", "a new server answers");
+    drop(coder);
+}

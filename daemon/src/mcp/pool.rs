@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 use super::config::Server;
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest};
+use crate::health::{ProbeSlot, Probed};
 
 /// How long a started container has to connect its relay, and the server to answer
 /// `initialize`.
@@ -40,6 +41,14 @@ pub enum McpError {
 struct Attached {
     down: mpsc::Sender<v1::McpDown>,
     up: tonic::Streaming<v1::McpUp>,
+    identity: Probed,
+}
+
+/// A started server's relay, for the health monitor.
+struct Relay {
+    down: mpsc::Sender<v1::McpDown>,
+    probe: Arc<ProbeSlot>,
+    identity: Probed,
 }
 
 /// A server that runs: its MCP session and what it offers.
@@ -67,6 +76,7 @@ pub struct Answer {
 pub struct McpPool {
     containers: Arc<ContainerManager>,
     attached: Mutex<HashMap<String, Attached>>,
+    relays: Mutex<HashMap<String, Relay>>,
     changes: watch::Sender<u64>,
     running: tokio::sync::Mutex<HashMap<(Context, String), Arc<Running>>>,
 }
@@ -82,6 +92,7 @@ impl McpPool {
         McpPool {
             containers,
             attached: Mutex::default(),
+            relays: Mutex::default(),
             changes: watch::channel(0).0,
             running: tokio::sync::Mutex::default(),
         }
@@ -91,10 +102,8 @@ impl McpPool {
     /// the daemon's messages down to it.
     pub fn attach(&self, identity: &ContainerIdentity, up: tonic::Streaming<v1::McpUp>) -> mpsc::Receiver<v1::McpDown> {
         let (down, receiver) = mpsc::channel(64);
-        self.attached
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(identity.name.clone(), Attached { down, up });
+        let attached = Attached { down, up, identity: Probed::from(identity) };
+        self.attached.lock().unwrap_or_else(PoisonError::into_inner).insert(identity.name.clone(), attached);
         self.changes.send_modify(|count| *count += 1);
         receiver
     }
@@ -170,7 +179,10 @@ impl McpPool {
             return Err(fail("its relay hung up before the launch".into()));
         }
         let (ours, theirs) = tokio::io::duplex(256 * 1024);
-        pump(attached, theirs, server.name.clone(), handle.name.clone());
+        let probe = Arc::new(ProbeSlot::default());
+        let relay = Relay { down: attached.down.clone(), probe: probe.clone(), identity: attached.identity.clone() };
+        self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
+        pump(attached, probe, theirs, server.name.clone(), handle.name.clone());
         let (reader, writer) = tokio::io::split(ours);
         let config = ClientConfig::new(Default::default(), Implementation::new("baaahtd", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
@@ -233,7 +245,31 @@ impl McpPool {
         }
     }
 
+    /// The started servers' containers, for the health monitor.
+    pub fn probe_targets(&self) -> Vec<Probed> {
+        let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
+        relays.values().map(|relay| relay.identity.clone()).collect()
+    }
+
+    /// Asks the relay in `container` whether its server runs.
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<v1::HealthCheckResponse, String> {
+        let found = {
+            let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
+            relays.get(container).map(|relay| (relay.down.clone(), relay.probe.clone()))
+        };
+        let wrap = |request| v1::McpDown { kind: Some(v1::mcp_down::Kind::HealthCheck(request)) };
+        crate::health::probe_over(found, container, wrap, timeout).await
+    }
+
+    /// Removes a server's container that failed its health checks; the next call starts one.
+    pub async fn restart(&self, target: &Probed) -> Result<String, McpError> {
+        self.running.lock().await.retain(|_, running| running.container != target.name);
+        self.stop(&target.name).await;
+        Ok("it was removed; the next call starts a new one".into())
+    }
+
     async fn stop(&self, container: &str) {
+        self.relays.lock().unwrap_or_else(PoisonError::into_inner).remove(container);
         if let Err(error) = self.containers.stop_service(container).await {
             tracing::warn!(container, %error, "cannot remove an MCP server's container");
         }
@@ -296,8 +332,8 @@ fn describe(block: &ContentBlock) -> String {
 
 /// Carries bytes between the relay's stream and `theirs` (the far end of rmcp's pipe); the
 /// server's stderr lines go to the log.
-fn pump(attached: Attached, theirs: tokio::io::DuplexStream, server: String, container: String) {
-    let Attached { down, mut up } = attached;
+fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStream, server: String, container: String) {
+    let Attached { down, mut up, .. } = attached;
     let (mut from_client, mut to_client) = tokio::io::split(theirs);
     tokio::spawn(async move {
         let mut buffer = vec![0u8; 64 * 1024];
@@ -322,6 +358,7 @@ fn pump(attached: Attached, theirs: tokio::io::DuplexStream, server: String, con
                         break;
                     }
                 }
+                Ok(Some(v1::mcp_up::Kind::Health(health))) => probe.answer(health),
                 Ok(Some(v1::mcp_up::Kind::Stderr(line))) => {
                     tracing::info!(server = %server, container = %container, line = %line, "MCP server log");
                 }
