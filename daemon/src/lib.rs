@@ -606,9 +606,6 @@ async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
     }
 }
 
-/// Whenever a container start waits for a slot (`container.max_concurrent`), removes one idle
-/// container: an idle agent first (it is cheap to start again), else the tool container unused
-/// the longest.
 /// Runs `work` at `first`, then every `period` until `cancel`; a late run delays the next
 /// rather than bunching them.
 pub async fn every<F, Fut>(first: tokio::time::Instant, period: Duration, cancel: &CancellationToken, mut work: F)
@@ -627,6 +624,9 @@ where
     }
 }
 
+/// Whenever a container start waits for a slot (`container.max_concurrent`), removes one idle
+/// container: an idle agent first (it is cheap to start again), else the tool container unused
+/// the longest.
 async fn make_room(shared: Arc<Shared>, cancel: CancellationToken) {
     let mut pressure = shared.containers.pressure();
     loop {
