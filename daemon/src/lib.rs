@@ -611,6 +611,24 @@ async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
     }
 }
 
+/// Runs `work` at `first`, then every `period` until `cancel`; a late run delays the next
+/// rather than bunching them.
+pub async fn every<F, Fut>(first: tokio::time::Instant, period: Duration, cancel: &CancellationToken, mut work: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut ticks = tokio::time::interval_at(first, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        work().await;
+    }
+}
+
 /// Whenever a container start waits for a slot (`container.max_concurrent`), removes one idle
 /// container: an idle agent first (it is cheap to start again), else the tool container unused
 /// the longest.

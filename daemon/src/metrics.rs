@@ -622,17 +622,13 @@ impl Metrics {
 
 /// Writes [`Metrics::snapshot`] to the log every `every` until `cancel`.
 pub async fn log_every(metrics: Arc<Metrics>, every: Duration, cancel: CancellationToken) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+    let first = tokio::time::Instant::now() + every;
+    crate::every(first, every, &cancel, || {
         let figures = serde_json::Value::Object(metrics.snapshot());
         tracing::info!(metrics = %figures, "metrics");
-    }
+        std::future::ready(())
+    })
+    .await;
 }
 
 /// Serves `GET /metrics` on `listener` until `cancel` fires.

@@ -14,16 +14,12 @@ use crate::Shared;
 /// Samples until `cancel`.
 pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     let every = Duration::from_secs(shared.loaded.config.metrics.sample_interval.max(1));
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        let sample = take(&shared).await;
+    let shared = &shared;
+    crate::every(tokio::time::Instant::now(), every, &cancel, || async move {
+        let sample = take(shared).await;
         shared.metrics.set_sample(&sample);
-    }
+    })
+    .await;
 }
 
 /// One sample.

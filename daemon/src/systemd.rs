@@ -46,18 +46,14 @@ pub async fn keep_alive(status: impl Fn() -> String, cancel: tokio_util::sync::C
     }
     let watchdog = watchdog_interval();
     let every = watchdog.map_or(std::time::Duration::from_secs(30), |interval| interval / 2);
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+    crate::every(tokio::time::Instant::now(), every, &cancel, || {
         let status = status();
         let message =
             if watchdog.is_some() { format!("WATCHDOG=1\nSTATUS={status}") } else { format!("STATUS={status}") };
         notify(&message);
-    }
+        std::future::ready(())
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -256,6 +256,16 @@ pub async fn turn(client: &mut Client, message: v1::UserMessage, limit: Duration
     }
 }
 
+/// [`turn`] as a new host client of `daemon`, within two minutes; a failure panics with the
+/// daemon's log.
+pub fn turn_on(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, message: v1::UserMessage) -> Turn {
+    rt.block_on(async {
+        let mut client = host_client(daemon).await.expect("connect");
+        turn(&mut client, message, Duration::from_secs(120)).await
+    })
+    .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()))
+}
+
 /// A user message from `sender` in `context`.
 pub fn message(context: v1::ContextRef, sender: &str, content: &str) -> v1::UserMessage {
     v1::UserMessage {

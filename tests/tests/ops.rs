@@ -18,6 +18,11 @@ fn baaaht(daemon: &baaaht_tests::TestDaemon, args: &[&str]) -> (String, String) 
     (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
+/// Options for a daemon whose config.yaml is `config`.
+fn with_config(config: String) -> DaemonOptions {
+    DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() }
+}
+
 /// The families and samples of an OpenMetrics text, as Python's `prometheus_client` parser
 /// reads it: `{family: {"type": …, "samples": [[name, labels, value], …]}}`.
 fn parse_with_prometheus_client(text: &str) -> serde_json::Value {
@@ -53,19 +58,10 @@ fn a_turn_with_a_delegation_and_a_tool_call_shows_in_the_metrics_and_the_audit_l
     let config =
         "metrics:\n  listen: 127.0.0.1:0\n  sample_interval: 1\norchestrator:\n  health_check:\n    interval: 300\n"
             .to_string();
-    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let options = with_config(config);
     let (_fake, daemon) = scenario::start(&rt, coder_brain(), options).expect("fake provider and daemon");
-    rt.block_on(async {
-        let mut client = scenario::host_client(&daemon).await.expect("connect");
-        let turn = scenario::turn(
-            &mut client,
-            message(user("alice"), "alice", "Write hello.sh and run it, please."),
-            Duration::from_secs(120),
-        )
-        .await
-        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
-        assert!(turn.reply.is_some(), "{:?}\n{}", turn.error, daemon.log_text());
-    });
+    let turn = scenario::turn_on(&rt, &daemon, message(user("alice"), "alice", "Write hello.sh and run it, please."));
+    assert!(turn.reply.is_some(), "{:?}\n{}", turn.error, daemon.log_text());
 
     // The engine's stats are sampled every second: wait for the Assistant's to arrive.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -174,7 +170,7 @@ fn turn_session(daemon: &baaaht_tests::TestDaemon) -> String {
 fn a_hung_llm_gateway_is_restarted_after_the_threshold_and_the_admin_is_told() {
     let rt = baaaht_tests::runtime();
     let config = "system:\n  admin_users: [root-admin]\norchestrator:\n  health_check:\n    interval: 200\n    timeout: 200\n    failure_threshold: 3\nmetrics:\n  listen: 127.0.0.1:0\n".to_string();
-    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let options = with_config(config);
     let (_fake, daemon) = scenario::start(&rt, coder_brain(), options).expect("fake provider and daemon");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !baaaht(&daemon, &["status"]).0.contains("llm:         ready") {
@@ -207,26 +203,17 @@ fn a_hung_llm_gateway_is_restarted_after_the_threshold_and_the_admin_is_told() {
             || metrics.contains("baaaht_llm_gateway_restarts_total 1")
     );
     // And the next answer comes from the new gateway.
-    rt.block_on(async {
-        let mut client = scenario::host_client(&daemon).await.expect("connect");
-        let turn =
-            scenario::turn(&mut client, message(user("alice"), "alice", "Hello again."), Duration::from_secs(120))
-                .await
-                .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
-        assert!(turn.reply.is_some(), "{:?}\n{}", turn.error, daemon.log_text());
-    });
+    let turn = scenario::turn_on(&rt, &daemon, message(user("alice"), "alice", "Hello again."));
+    assert!(turn.reply.is_some(), "{:?}\n{}", turn.error, daemon.log_text());
 }
 
 #[test]
 fn a_hung_assistant_is_restarted_after_the_threshold_and_the_admin_is_told() {
     let rt = baaaht_tests::runtime();
     let config = "system:\n  admin_users: [root-admin]\norchestrator:\n  health_check:\n    interval: 200\n    timeout: 200\n    failure_threshold: 3\nmetrics:\n  listen: 127.0.0.1:0\n".to_string();
-    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let options = with_config(config);
     let (_fake, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("fake provider and daemon");
-    let mut client = rt.block_on(scenario::host_client(&daemon)).expect("connect");
-    let first = rt
-        .block_on(scenario::turn(&mut client, message(user("alice"), "alice", "Hello."), Duration::from_secs(120)))
-        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+    let first = scenario::turn_on(&rt, &daemon, message(user("alice"), "alice", "Hello."));
     assert!(first.reply.is_some(), "{:?}", first.error);
     let assistants = || {
         let listed = baaaht_tests::docker(&[
@@ -269,9 +256,7 @@ fn a_hung_assistant_is_restarted_after_the_threshold_and_the_admin_is_told() {
     // The session goes on with the new one.
     let mut hello = message(user("alice"), "alice", "Still there?");
     hello.session_id.clone_from(&first.session);
-    let again = rt
-        .block_on(scenario::turn(&mut client, hello, Duration::from_secs(120)))
-        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+    let again = scenario::turn_on(&rt, &daemon, hello);
     assert_eq!(again.reply.map(|r| r.content).as_deref(), Some("echo: Still there?"), "{:?}", again.error);
     assert_eq!(again.session, first.session);
 }
@@ -300,8 +285,14 @@ mod collector {
     }
 
     impl Collector {
-        /// Serves on a free loopback port; the endpoint to give the daemon.
-        pub(crate) async fn start(&self) -> String {
+        /// A collector serving on a free loopback port, and the endpoint to give the daemon.
+        pub(crate) fn started(rt: &tokio::runtime::Runtime) -> (Collector, String) {
+            let collector = Collector::default();
+            let endpoint = rt.block_on(collector.start());
+            (collector, endpoint)
+        }
+
+        async fn start(&self) -> String {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let address = listener.local_addr().expect("address");
             let service = TraceServiceServer::new(self.clone());
@@ -347,21 +338,11 @@ mod collector {
 fn a_turn_is_one_trace_from_the_clients_request_through_the_agents_to_the_llm_and_the_tool() {
     use opentelemetry_proto::tonic::trace::v1::Span;
     let rt = baaaht_tests::runtime();
-    let collector = collector::Collector::default();
-    let endpoint = rt.block_on(collector.start());
+    let (collector, endpoint) = collector::Collector::started(&rt);
     let config = format!("otel:\n  endpoint: {endpoint}\n  service_name: baaaht-home\n");
-    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let options = with_config(config);
     let (_fake, daemon) = scenario::start(&rt, coder_brain(), options).expect("fake provider and daemon");
-    let turn = rt.block_on(async {
-        let mut client = scenario::host_client(&daemon).await.expect("connect");
-        scenario::turn(
-            &mut client,
-            message(user("alice"), "alice", "Write hello.sh and run it."),
-            Duration::from_secs(120),
-        )
-        .await
-        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()))
-    });
+    let turn = scenario::turn_on(&rt, &daemon, message(user("alice"), "alice", "Write hello.sh and run it."));
     assert!(turn.reply.is_some(), "{:?}", turn.error);
     let name = |span: &Span| span.name.clone();
     let attribute = |span: &Span, key: &str| {
@@ -418,10 +399,9 @@ fn a_turn_is_one_trace_from_the_clients_request_through_the_agents_to_the_llm_an
 #[test]
 fn a_scheduled_run_is_one_trace_from_its_task_to_its_model_call() {
     let rt = baaaht_tests::runtime();
-    let collector = collector::Collector::default();
-    let endpoint = rt.block_on(collector.start());
+    let (collector, endpoint) = collector::Collector::started(&rt);
     let config = format!("otel:\n  endpoint: {endpoint}\n");
-    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let options = with_config(config);
     let (_fake, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
@@ -463,7 +443,7 @@ fn a_collector_that_is_not_there_is_reported_in_the_log_and_the_daemon_serves_on
     // A loopback port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
     let config = format!("otel:\n  endpoint: http://127.0.0.1:{port}\n");
-    let options = DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() };
+    let options = with_config(config);
     let daemon = baaaht_tests::TestDaemon::start(options).expect("daemon");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

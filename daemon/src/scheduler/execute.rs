@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument as _;
 
 use baaaht_proto::v1;
+use tracing::Instrument as _;
 
 use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJob, TaskKind, TaskRecord};
 use crate::agents::AgentError;

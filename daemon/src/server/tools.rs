@@ -2,11 +2,11 @@
 //! runner takes calls).
 
 use std::time::Duration;
-use tracing::Instrument as _;
 
 use baaaht_proto::v1;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument as _;
 
 use crate::audit::{Kind, Record};
 use crate::auth::{Caller, Role};
