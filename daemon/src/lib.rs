@@ -362,7 +362,8 @@ impl Daemon {
             loaded.config.skills.directories.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
         ));
-        let mcp = Arc::new(mcp::pool::McpPool::new(containers.clone()));
+        let mcp =
+            Arc::new(mcp::pool::McpPool::new(containers.clone(), web.clone(), audit.clone(), data_dir.state_dir()));
         let data_dir_root = &data_dir.root().to_path_buf();
         let data_dir_for_memory = data_dir.clone();
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);

@@ -1,7 +1,8 @@
-//! MCP servers through the real daemon (issue 17, in progress): the plumbing — a server's
-//! container started on first use, its relay, the launch with the server's environment, the
-//! MCP handshake and a call — checked with a minimal stdio server written in sh. The tests
-//! with real servers from npm and PyPI come with the layer builds that can install them.
+//! MCP servers through the real daemon: a server's container started on first use, its relay,
+//! the launch with the server's environment, the MCP handshake, calls, restarts with backoff
+//! and egress through the daemon's proxy, checked with minimal stdio servers written in sh and
+//! bash; and real servers from PyPI and npm, installed into cached layers, answering a Coder
+//! driven by the scripted fake model.
 
 use baaaht_proto::client;
 use baaaht_proto::v1;
@@ -13,6 +14,38 @@ const SERVER: &str = r#"while IFS= read -r line; do
     *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id" ;;
     *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"hello","description":"Says hello","inputSchema":{"type":"object","properties":{}}}]}}\n' "$id" ;;
     *'"method":"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"hello from %s"}]}}\n' "$id" "${GREETING:-nobody}" ;;
+  esac
+done
+"#;
+
+/// A server with one tool, `reach {target: "host:port"}`: through the proxy its relay offers
+/// (when it has egress) it sends `ping` and reports the answer or the refusal; without one it
+/// tries to connect directly.
+const NET_SERVER: &str = r#"reach() {
+  if [ -z "$HTTPS_PROXY" ]; then
+    if timeout 5 bash -c "exec 3<>/dev/tcp/${1%:*}/${1##*:}" 2>/dev/null; then echo "direct: connected"; else echo "direct: no connection"; fi
+    return
+  fi
+  exec 3<>/dev/tcp/127.0.0.1/${HTTPS_PROXY##*:}
+  printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' "$1" "$1" >&3
+  IFS= read -r status <&3
+  while IFS= read -r header <&3 && [ -n "${header%$'\r'}" ]; do :; done
+  case "$status" in
+    *' 200 '*) echo ping >&3; IFS= read -r reply <&3; echo "tunnel: $reply" ;;
+    *) IFS= read -r body <&3; echo "refused: $status $body" ;;
+  esac
+  exec 3<&-
+}
+while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"net","version":"1"}}}\n' "$id" ;;
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"reach","description":"Connects","inputSchema":{"type":"object","properties":{"target":{"type":"string"}}}},{"name":"env","description":"Its environment","inputSchema":{"type":"object"}}]}}\n' "$id" ;;
+    *'"name":"env"'*) text=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0\r"\\' '    ' | tr '\n' ' ')
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$text" ;;
+    *'"method":"tools/call"'*) target=$(printf '%s' "$line" | sed -n 's/.*"target":"\([^"]*\)".*/\1/p')
+      text=$(reach "$target" 2>&1 | tr -d '\r"\\' | tr '\n' ' ')
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$text" ;;
   esac
 done
 "#;
@@ -178,5 +211,126 @@ fn a_hung_mcp_server_is_replaced_after_the_threshold_and_the_admin_is_told() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     assert_eq!(ask(), "hello from nobody", "a new server answers");
+    drop(coder);
+}
+
+/// What `baaaht audit --kind egress --json` prints for `daemon`, one record per line.
+fn egress_records(daemon: &TestDaemon) -> Vec<serde_json::Value> {
+    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["audit", "--kind", "egress", "--json"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht audit");
+    String::from_utf8_lossy(&audit.stdout).lines().map(|line| serde_json::from_str(line).expect("JSON")).collect()
+}
+
+/// A server reaches the network only through its relay's proxy, which the daemon checks
+/// against the server's `egress` list and the address filter: a listed host answers, an
+/// unlisted one and a listed name for a loopback address are refused, a server with no egress
+/// cannot connect at all, and another server does not see one server's secret.
+#[test]
+fn an_mcp_servers_egress_is_its_list_through_the_daemons_proxy() {
+    use std::io::{BufRead as _, Write as _};
+    let rt = baaaht_tests::runtime();
+    // The host's end of the container bridge stands for "the internet": the admin allows it
+    // (it is a private address), and the `open` server lists it.
+    let bridge = baaaht_tests::bridge_address().expect("bridge address");
+    let listener = std::net::TcpListener::bind((bridge, 0)).expect("listen on the bridge");
+    let port = listener.local_addr().expect("address").port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut reader = std::io::BufReader::new(stream);
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_ok() {
+                // silent-ok: a client that went away gets nothing.
+                let _ = writeln!(reader.get_mut(), "pong to {}", line.trim());
+            }
+        }
+    });
+    let script = serde_json::to_string(NET_SERVER).expect("JSON");
+    let mcp = format!(
+        "servers:\n  open:\n    command: bash\n    args: [-c, {script}]\n    egress: ['{bridge}']\n    env: {{TOKEN: '${{OPEN_TOKEN}}'}}\n    roles: [coder]\n  \
+         local:\n    command: bash\n    args: [-c, {script}]\n    egress: [localhost]\n    roles: [coder]\n  \
+         closed:\n    command: bash\n    args: [-c, {script}]\n    roles: [coder]\n"
+    );
+    let config = format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}']\n");
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/mcp.yaml".into(), mcp), ("config/config.yaml".into(), config)],
+        env: vec![("OPEN_TOKEN".into(), "open-server-secret-4711".into())],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let reach = |server: &str, target: String| {
+        rt.block_on(async {
+            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+            let mut request = call(&format!("mcp__{server}__reach"));
+            request.params_json = serde_json::json!({ "target": target }).to_string();
+            let answer = agent.agents.request_tool_execution(request).await;
+            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
+        })
+    };
+    let answer = reach("open", format!("{bridge}:{port}"));
+    assert_eq!(answer.trim(), format!("tunnel: pong to ping"), "{}", daemon.log_text());
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let answer = reach("open", format!("127.0.0.1:{port}"));
+    assert!(answer.contains("403") && answer.contains("is not in the egress list of MCP server `open`"), "{answer}");
+    let answer = reach("local", format!("localhost:{port}"));
+    assert!(answer.contains("403") && answer.contains("loopback"), "a listed name for a loopback address: {answer}");
+    let answer = reach("closed", format!("{bridge}:{port}"));
+    assert_eq!(answer.trim(), "direct: no connection", "a server without egress has no network");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "only the allowed tunnel arrived");
+    // One server's secret is not in another server's container, nor in the agents' tool
+    // containers.
+    let open_env = rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        agent.agents.request_tool_execution(call("mcp__open__env")).await.expect("env").into_inner().content
+    });
+    assert!(open_env.contains("open-server-secret-4711"), "the server has its own secret: {open_env}");
+    let closed_env = rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        agent.agents.request_tool_execution(call("mcp__closed__env")).await.expect("env").into_inner().content
+    });
+    assert!(closed_env.contains("PATH=") && !closed_env.contains("open-server-secret-4711"), "{closed_env}");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let mut exec = call("exec");
+        exec.params_json = r#"{"command": "true"}"#.into();
+        agent.agents.request_tool_execution(exec).await.expect("exec");
+    });
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    let ours = daemon.recorded_containers();
+    let tools = running.lines().find(|n| n.starts_with("baaaht-tool-") && ours.iter().any(|o| o == n)).expect("tools");
+    let tool_env = baaaht_tests::docker(&[
+        "exec",
+        tools,
+        "sh",
+        "-c",
+        "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; true",
+    ])
+    .expect("the tool container's environment");
+    assert!(tool_env.contains("PATH=") && !tool_env.contains("open-server-secret-4711"), "{tool_env}");
+    // Each connection is audited once, with the server, host and outcome.
+    let records = egress_records(&daemon);
+    let outcomes: Vec<(String, String, String)> = records
+        .iter()
+        .filter(|record| record["detail"]["mcp_server"].is_string())
+        .map(|record| {
+            let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
+            (text(&record["detail"]["mcp_server"]), text(&record["detail"]["host"]), text(&record["outcome"]))
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("open".to_string(), bridge.to_string(), "allowed".to_string()),
+            ("open".into(), "127.0.0.1".into(), "refused".into()),
+            ("local".into(), "localhost".into(), "refused".into()),
+        ],
+        "{records:#?}"
+    );
     drop(coder);
 }

@@ -107,6 +107,24 @@ impl Server {
     pub fn offered_to(&self, role: Role) -> bool {
         self.roles.contains(&role)
     }
+
+    /// Whether the server's `egress` names `host`:`port` (`*.example.com` covers the names
+    /// under example.com, not example.com itself).
+    pub fn egress_allows(&self, host: &str, port: u16) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.config.egress.iter().any(|entry| {
+            let entry = entry.to_ascii_lowercase();
+            let (name, wanted) = match entry.rsplit_once(':') {
+                Some((name, wanted)) => (name.to_string(), wanted.parse::<u16>().ok()),
+                None => (entry.clone(), None),
+            };
+            let name_matches = match name.strip_prefix("*.") {
+                Some(domain) => host.strip_suffix(domain).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+                None => host == name,
+            };
+            name_matches && wanted.is_none_or(|wanted| wanted == port)
+        })
+    }
 }
 
 /// What was wrong with an `mcp.yaml`, with the file and the server it is about.
@@ -330,6 +348,24 @@ mod tests {
         assert!(all.offers("echo"));
         let some = ToolFilter { allow: vec!["echo".into(), "add".into()], deny: vec!["add".into()] };
         assert!(some.offers("echo") && !some.offers("add") && !some.offers("other"));
+    }
+
+    #[test]
+    fn egress_names_hosts_ports_and_subdomains() {
+        let config =
+            "servers:\n  s:\n    command: x\n    egress: [api.example.com, 'db.example.org:5432', '*.example.net']\n";
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = write(dir.path(), "mcp.yaml", config);
+        let server = read(&file, &Scope::System).expect("read").remove(0);
+        assert!(server.egress_allows("api.example.com", 443));
+        assert!(server.egress_allows("API.Example.com.", 80));
+        assert!(!server.egress_allows("example.com", 443));
+        assert!(!server.egress_allows("evil-api.example.com", 443));
+        assert!(server.egress_allows("db.example.org", 5432));
+        assert!(!server.egress_allows("db.example.org", 443));
+        assert!(server.egress_allows("a.b.example.net", 443));
+        assert!(!server.egress_allows("example.net", 443));
+        assert!(!server.egress_allows("badexample.net", 443));
     }
 
     #[test]

@@ -22,7 +22,9 @@ impl v1::agents_server::Agents for AgentsService {
             return Err(Status::permission_denied("RegisterAgent is for agent containers"));
         };
         tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
-        Ok(Response::new(crate::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity))))
+        let mut config = crate::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity));
+        config.tools.extend(tools::mcp_definitions(&self.shared, &identity).await);
+        Ok(Response::new(config))
     }
 
     type TakeTurnsStream = BoxStream<v1::AgentTurn>;
