@@ -355,6 +355,10 @@ pub enum Operation {
     ListGateways,
     RemoveGateway,
     SearchAudit,
+    ListMcpServers,
+    ListMcpTools,
+    PutMcpServer,
+    RemoveMcpServer,
 }
 
 use Role::{Assistant, Coder, Heartbeat, Memory, Researcher, Tool, Worker};
@@ -489,6 +493,10 @@ impl Operation {
             Operation::ListGateways => "ListGateways",
             Operation::RemoveGateway => "RemoveGateway",
             Operation::SearchAudit => "SearchAudit",
+            Operation::ListMcpServers => "ListMcpServers",
+            Operation::ListMcpTools => "ListMcpTools",
+            Operation::PutMcpServer => "PutMcpServer",
+            Operation::RemoveMcpServer => "RemoveMcpServer",
         }
     }
 
@@ -652,7 +660,14 @@ fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<
             return call.user.as_ref().map(drop).ok_or(AuthError::NoEndUser { operation: name });
         }
         // Registering gateways and reading the audit log are the host's alone.
-        Operation::AddGateway | Operation::ListGateways | Operation::RemoveGateway | Operation::SearchAudit => {
+        Operation::AddGateway
+        | Operation::ListGateways
+        | Operation::RemoveGateway
+        | Operation::SearchAudit
+        | Operation::ListMcpServers
+        | Operation::ListMcpTools
+        | Operation::PutMcpServer
+        | Operation::RemoveMcpServer => {
             return Err(AuthError::HostOnly { operation: name });
         }
         _ => {}

@@ -134,32 +134,96 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
     drop(coder);
 }
 
+/// Runs `baaaht mcp ARGS` against `daemon`; its standard output, or a panic with what it said.
+fn baaaht_mcp(daemon: &TestDaemon, args: &[&str]) -> String {
+    let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .arg("mcp")
+        .args(args)
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht mcp");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "baaaht mcp {args:?}: {stdout}{stderr}\n{}", daemon.log_text());
+    stdout.into_owned()
+}
+
 /// Real servers from the registries, installed into cached layers: `mcp-server-time` from PyPI
-/// and `@modelcontextprotocol/server-everything` from npm.
+/// and `@modelcontextprotocol/server-everything` from npm. `baaaht mcp test` starts each and
+/// shows its tools; then a Coder driven by the scripted fake model is offered them with their
+/// schemas and calls them, and a prompt listing goes through `get_prompt`.
 #[test]
 fn real_servers_from_pypi_and_npm_answer_a_coder() {
+    use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
+    use baaaht_tests::scenario;
+    use serde_json::json;
     let rt = baaaht_tests::runtime();
+    let offered = std::sync::Arc::new(std::sync::Mutex::new(serde_json::Value::Null));
+    let seen = offered.clone();
+    let brain = Answer::Respond(Responder(std::sync::Arc::new(move |request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.results.last() {
+                None => {
+                    let task = json!({"agent": "coder", "task": "Tell the time in UTC, then echo a greeting."});
+                    anthropic_answer("", &[("toolu_delegate_1", "delegate", task)])
+                }
+                Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),
+            };
+        }
+        if asked.offers("mcp__time__get_current_time") {
+            *seen.lock().expect("lock") = asked.body["tools"].clone();
+            return match asked.results.len() {
+                0 => anthropic_answer("", &[("toolu_time", "mcp__time__get_current_time", json!({"timezone": "UTC"}))]),
+                1 => anthropic_answer(
+                    "",
+                    &[("toolu_echo", "mcp__everything__echo", json!({"message": "hi from baaaht"}))],
+                ),
+                2 => anthropic_answer("", &[("toolu_prompts", "mcp__everything__get_prompt", json!({}))]),
+                _ => anthropic_answer(&asked.results.join("\n---\n"), &[]),
+            };
+        }
+        anthropic_answer("I was not expecting to be asked.", &[])
+    })));
     let mcp = "servers:\n  time:\n    command: mcp-server-time\n    install: [{source: pip, name: mcp-server-time==2026.10.19}]\n    \
                roles: [coder]\n    timeout: 60\n  everything:\n    command: mcp-server-everything\n    \
                install: [{source: npm, name: '@modelcontextprotocol/server-everything@2026.8.31'}]\n    roles: [coder]\n";
-    let daemon =
-        TestDaemon::start(DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() })
-            .expect("daemon");
-    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
-    rt.block_on(async {
-        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
-        let mut time = call("mcp__time__get_current_time");
-        time.params_json = r#"{"timezone": "UTC"}"#.into();
-        let answer = agent.agents.request_tool_execution(time).await;
-        let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
-        assert!(!answer.is_error && answer.content.contains("\"timezone\": \"UTC\""), "{answer:?}");
-        let mut echo = call("mcp__everything__echo");
-        echo.params_json = r#"{"message": "hi from baaaht"}"#.into();
-        let answer = agent.agents.request_tool_execution(echo).await;
-        let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
-        assert!(!answer.is_error && answer.content.contains("hi from baaaht"), "{answer:?}");
-    });
-    drop(coder);
+    let options = DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() };
+    let (_fake, daemon) = scenario::start(&rt, brain, options).expect("daemon");
+    // The first start builds each server's layer; `test` shows what agents will be offered.
+    let tested = baaaht_mcp(&daemon, &["test", "time", "--user", "alice"]);
+    assert!(tested.starts_with("time started in "), "{tested}");
+    assert!(tested.contains("mcp__time__get_current_time") && tested.contains("\"timezone\""), "{tested}");
+    let tested = baaaht_mcp(&daemon, &["test", "everything", "--user", "alice"]);
+    assert!(tested.contains("mcp__everything__echo") && tested.contains("mcp__everything__get_prompt"), "{tested}");
+    let listed = baaaht_mcp(&daemon, &["list", "--user", "alice"]);
+    assert!(
+        listed.contains("everything (system, running)") && listed.contains("install: pip:mcp-server-time==2026.10.19"),
+        "{listed}"
+    );
+
+    let turn = scenario::turn_on(&rt, &daemon, scenario::message(scenario::user("alice"), "alice", "What time is it?"));
+    let reply = turn.reply.expect("a reply").content;
+    assert!(reply.contains("\"timezone\": \"UTC\""), "the time server answered: {reply}");
+    assert!(reply.contains("Echo: hi from baaaht") || reply.contains("hi from baaaht"), "{reply}");
+    let prompts = reply.split("---").nth(2).unwrap_or_default();
+    assert!(!prompts.trim().is_empty() && !prompts.contains("lists no prompts"), "prompts listed: {reply}");
+    // Offered with the server's own schema.
+    let tools = offered.lock().expect("lock").clone();
+    let time = tools.as_array().into_iter().flatten().find(|tool| tool["name"] == "mcp__time__get_current_time");
+    let time = time.unwrap_or_else(|| panic!("not offered: {tools:#}"));
+    assert!(time["input_schema"]["properties"]["timezone"].is_object(), "{time:#}");
+    // Tool events as for built-in tools.
+    let finished: Vec<String> = turn
+        .events
+        .iter()
+        .filter_map(|event| match &event.event {
+            Some(v1::orchestrator_event::Event::Tool(progress)) if progress.state == "finished" => {
+                Some(progress.tool.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(finished.iter().any(|tool| tool == "mcp__time__get_current_time"), "{finished:?}");
 }
 
 #[test]
@@ -333,4 +397,78 @@ fn an_mcp_servers_egress_is_its_list_through_the_daemons_proxy() {
         "{records:#?}"
     );
     drop(coder);
+}
+
+/// A server that keeps failing is tried at once, then again only after a growing pause, and
+/// the agent is told when; `baaaht mcp add`/`rm` edit a context's mcp.yaml, which only that
+/// context sees, and a bad server is refused with the reason.
+#[test]
+fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
+    let rt = baaaht_tests::runtime();
+    let mcp =
+        "servers:\n  crash:\n    command: sh\n    args: [-c, 'echo cannot start >&2; exit 3']\n    roles: [coder]\n";
+    let daemon =
+        TestDaemon::start(DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() })
+            .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let answers: Vec<v1::ToolResponse> = rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let mut answers = vec![];
+        for _ in 0..3 {
+            let answer = agent.agents.request_tool_execution(call("mcp__crash__hello")).await;
+            answers.push(answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner());
+        }
+        answers
+    });
+    for answer in &answers[..2] {
+        assert!(answer.is_error && answer.content.contains("MCP server `crash` could not be started"), "{answer:?}");
+    }
+    assert!(
+        answers[2].is_error && answers[2].content.contains("failed 2 times in a row; it is tried again in 1 s"),
+        "{:?}",
+        answers[2]
+    );
+    drop(coder);
+
+    let added = baaaht_mcp(
+        &daemon,
+        &[
+            "add",
+            "notes",
+            "--command",
+            "notes-mcp",
+            "--arg",
+            "--verbose",
+            "--install",
+            "pip:notes-mcp",
+            "--env",
+            "KEY=${NOTES_KEY}",
+            "--egress",
+            "api.notes.example",
+            "--user",
+            "alice",
+        ],
+    );
+    assert!(added.starts_with("added notes to ") && added.contains("users/alice/mcp.yaml"), "{added}");
+    let alices = baaaht_mcp(&daemon, &["list", "--user", "alice"]);
+    assert!(alices.contains("notes (user:alice, stopped)\n  command: notes-mcp --verbose\n  install: pip:notes-mcp\n  env:     KEY\n  egress:  api.notes.example"), "{alices}");
+    assert!(alices.contains("crash (system, stopped)"), "{alices}");
+    let bobs = baaaht_mcp(&daemon, &["list", "--user", "bob"]);
+    assert!(!bobs.contains("notes") && bobs.contains("crash"), "{bobs}");
+    let refused = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["mcp", "add", "bad", "--command", "x", "--role", "assistant", "--user", "alice"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht mcp add");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("server `bad`: role `assistant` is not one of"), "{said}");
+    assert_eq!(baaaht_mcp(&daemon, &["rm", "notes", "--user", "alice"]), "removed notes\n");
+    assert!(!baaaht_mcp(&daemon, &["list", "--user", "alice"]).contains("notes"));
+    let again = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["mcp", "rm", "notes", "--user", "alice"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht mcp rm");
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && said.contains("no server `notes`"), "{said}");
 }

@@ -140,16 +140,23 @@ pub const MAX_TOOL_NAME: usize = 64;
 
 /// Reads and checks `file`; a missing file has no servers.
 pub fn read(file: &Path, scope: &Scope) -> Result<Vec<Server>, McpConfigError> {
-    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what };
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(error) => return Err(fail(format!("cannot be read: {error}"))),
+        Err(error) => {
+            return Err(McpConfigError { file: file.to_path_buf(), what: format!("cannot be read: {error}") })
+        }
     };
+    parse(&text, file, scope)
+}
+
+/// Checks `text` as the `mcp.yaml` at `file`.
+fn parse(text: &str, file: &Path, scope: &Scope) -> Result<Vec<Server>, McpConfigError> {
+    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what };
     if text.trim().is_empty() {
         return Ok(vec![]);
     }
-    let parsed: McpFile = serde_yaml::from_str(&text).map_err(|error| {
+    let parsed: McpFile = serde_yaml::from_str(text).map_err(|error| {
         fail(format!("{error} (see config/mcp.yaml for the form: servers: {{NAME: {{command: …, args: […]}}}})"))
     })?;
     parsed
@@ -162,17 +169,88 @@ pub fn read(file: &Path, scope: &Scope) -> Result<Vec<Server>, McpConfigError> {
         .collect()
 }
 
+/// The `mcp.yaml` of `scope` under `data_root`.
+pub fn file_of(data_root: &Path, scope: &Scope) -> PathBuf {
+    match scope {
+        Scope::System => data_root.join("config/mcp.yaml"),
+        Scope::Context(context) => {
+            let kind = match context.kind {
+                crate::auth::ContextKind::User => "users",
+                crate::auth::ContextKind::Group => "groups",
+            };
+            data_root.join(kind).join(&context.id).join("mcp.yaml")
+        }
+    }
+}
+
+/// Adds or replaces the server `name` in `file` with `settings` (a YAML mapping); the whole
+/// file is checked before it is written (atomically), and the other servers are kept.
+pub fn put(file: &Path, scope: &Scope, name: &str, settings: &str) -> Result<Server, McpConfigError> {
+    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what };
+    let settings: serde_yaml::Value =
+        serde_yaml::from_str(settings).map_err(|error| fail(format!("server `{name}`: {error}")))?;
+    if !settings.is_mapping() {
+        return Err(fail(format!("server `{name}`: the settings are a mapping (command: …, args: […])")));
+    }
+    edit(file, scope, |servers| {
+        servers.insert(serde_yaml::Value::String(name.into()), settings);
+        Ok(())
+    })?
+    .into_iter()
+    .find(|server| server.name == name)
+    .ok_or_else(|| fail(format!("server `{name}` was not written")))
+}
+
+/// Removes the server `name` from `file`; the rest is kept.
+pub fn remove(file: &Path, scope: &Scope, name: &str) -> Result<Vec<Server>, McpConfigError> {
+    edit(file, scope, |servers| {
+        servers
+            .remove(serde_yaml::Value::String(name.into()))
+            .map(drop)
+            .ok_or_else(|| format!("there is no server `{name}` here"))
+    })
+}
+
+fn edit(
+    file: &Path,
+    scope: &Scope,
+    change: impl FnOnce(&mut serde_yaml::Mapping) -> Result<(), String>,
+) -> Result<Vec<Server>, McpConfigError> {
+    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what };
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(error) => return Err(fail(format!("cannot be read: {error}"))),
+    };
+    // The file as it is must be sound: a change never writes over a mistake it cannot see.
+    parse(&text, file, scope)?;
+    let mut document: serde_yaml::Value = if text.trim().is_empty() {
+        serde_yaml::Value::Mapping(serde_yaml::Mapping::new())
+    } else {
+        serde_yaml::from_str(&text).map_err(|error| fail(error.to_string()))?
+    };
+    let root = document.as_mapping_mut().ok_or_else(|| fail("is not a mapping".into()))?;
+    let servers = root
+        .entry(serde_yaml::Value::String("servers".into()))
+        .or_insert_with(|| serde_yaml::Value::Mapping(serde_yaml::Mapping::new()));
+    if servers.is_null() {
+        *servers = serde_yaml::Value::Mapping(serde_yaml::Mapping::new());
+    }
+    let servers = servers.as_mapping_mut().ok_or_else(|| fail("`servers` is not a mapping".into()))?;
+    change(servers).map_err(fail)?;
+    let written = serde_yaml::to_string(&document).map_err(|error| fail(error.to_string()))?;
+    let checked = parse(&written, file, scope)?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|error| fail(format!("cannot create its folder: {error}")))?;
+    }
+    crate::state::write_atomic(file, written.as_bytes(), 0o600).map_err(|error| fail(error.to_string()))?;
+    Ok(checked)
+}
+
 /// The servers `context` sees: the system's, then its own (which replace a system server of
 /// the same name); and the files that could not be used, which are left out.
 pub fn servers_for(data_root: &Path, context: &Context) -> (Vec<Server>, Vec<McpConfigError>) {
-    let kind = match context.kind {
-        crate::auth::ContextKind::User => "users",
-        crate::auth::ContextKind::Group => "groups",
-    };
-    let files = [
-        (data_root.join("config/mcp.yaml"), Scope::System),
-        (data_root.join(kind).join(&context.id).join("mcp.yaml"), Scope::Context(context.clone())),
-    ];
+    let files = [Scope::System, Scope::Context(context.clone())].map(|scope| (file_of(data_root, &scope), scope));
     let mut found: BTreeMap<String, Server> = BTreeMap::new();
     let mut problems = vec![];
     for (file, scope) in files {
@@ -348,6 +426,29 @@ mod tests {
         assert!(all.offers("echo"));
         let some = ToolFilter { allow: vec!["echo".into(), "add".into()], deny: vec!["add".into()] };
         assert!(some.offers("echo") && !some.offers("add") && !some.offers("other"));
+    }
+
+    #[test]
+    fn put_and_remove_keep_the_other_servers_and_refuse_a_bad_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = write(dir.path(), "config/mcp.yaml", "servers:\n  time:\n    command: mcp-server-time\n");
+        let added =
+            put(&file, &Scope::System, "fetch", "command: mcp-server-fetch\negress: [example.com]\n").expect("put");
+        assert_eq!(added.config.egress, ["example.com"]);
+        let names = |servers: Vec<Server>| servers.into_iter().map(|s| s.name).collect::<Vec<_>>();
+        assert_eq!(names(read(&file, &Scope::System).expect("read")), ["fetch", "time"]);
+        let bad = put(&file, &Scope::System, "broken", "command: x\nroles: [assistant]\n").expect_err("bad role");
+        assert!(bad.what.contains("server `broken`: role `assistant`"), "{bad}");
+        assert_eq!(names(read(&file, &Scope::System).expect("read")), ["fetch", "time"], "nothing written");
+        assert_eq!(names(remove(&file, &Scope::System, "time").expect("remove")), ["fetch"]);
+        let missing = remove(&file, &Scope::System, "time").expect_err("gone");
+        assert!(missing.what.contains("no server `time`"), "{missing}");
+        // A new context file and its folder are made.
+        let context = Context { kind: crate::auth::ContextKind::User, id: "alice".into() };
+        let scope = Scope::Context(context);
+        let own = file_of(dir.path(), &scope);
+        put(&own, &scope, "notes", "command: notes-mcp\n").expect("put");
+        assert_eq!(names(read(&own, &scope).expect("read")), ["notes"]);
     }
 
     #[test]

@@ -428,6 +428,35 @@ impl McpPool {
         }
     }
 
+    /// The names of the servers whose containers run for `context`.
+    pub async fn running_in(&self, context: &Context) -> Vec<String> {
+        let running = self.running.lock().await;
+        running.keys().filter(|(owner, _)| owner == context).map(|(_, name)| name.clone()).collect()
+    }
+
+    /// Stops `context`'s instance of the server `name`, if it runs, and forgets its failures.
+    pub async fn stop_server(&self, context: &Context, name: &str) {
+        let key = (context.clone(), name.to_string());
+        let stopped = self.running.lock().await.remove(&key);
+        self.recovered(&key);
+        if let Some(stopped) = stopped {
+            self.stop(&stopped.container).await;
+        }
+    }
+
+    /// Stops every context's instance of the server `name` (a system server that changed).
+    pub async fn stop_named(&self, name: &str) {
+        let stopped: Vec<((Context, String), Arc<Running>)> = {
+            let mut running = self.running.lock().await;
+            let keys: Vec<(Context, String)> = running.keys().filter(|(_, n)| n == name).cloned().collect();
+            keys.into_iter().filter_map(|key| running.remove(&key).map(|server| (key, server))).collect()
+        };
+        for (key, server) in stopped {
+            self.recovered(&key);
+            self.stop(&server.container).await;
+        }
+    }
+
     /// The started servers' containers, for the health monitor.
     pub fn probe_targets(&self) -> Vec<Probed> {
         let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);

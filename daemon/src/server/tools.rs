@@ -154,7 +154,7 @@ fn publish_progress(shared: &Shared, identity: &ContainerIdentity, tool: &str, i
 
 /// The environment of `server`'s container: its `env` with `${NAME}` taken from the secrets
 /// store (or the daemon's environment), each secret read audited.
-fn mcp_env(
+pub(super) fn mcp_env(
     shared: &Shared,
     caller: &Caller,
     correlation_id: &str,
@@ -175,6 +175,9 @@ fn mcp_env(
     }
     Ok(env)
 }
+
+/// How long an agent's registration waits for MCP servers to list their tools.
+const OFFER_WAIT: Duration = Duration::from_secs(20);
 
 /// The MCP tools offered to the agent `identity`, as `mcp__{server}__{tool}` with their
 /// descriptions and schemas: those of the servers its context sees and its role may use. A
@@ -226,7 +229,25 @@ pub(super) async fn mcp_definitions(
             (index, definitions)
         });
     }
-    let mut found = asked.join_all().await;
+    // An agent must register within its connect timeout: a server still starting (its layer
+    // being built) is left out of this agent's tools, and keeps starting for the next.
+    let deadline = tokio::time::Instant::now() + OFFER_WAIT;
+    let mut found = vec![];
+    loop {
+        match tokio::time::timeout_at(deadline, asked.join_next()).await {
+            Ok(Some(Ok(done))) => found.push(done),
+            Ok(Some(Err(error))) => tracing::warn!(%error, "listing an MCP server's tools failed"),
+            Ok(None) => break,
+            Err(_) => {
+                tracing::warn!(
+                    servers = asked.len(),
+                    "MCP servers still starting are not offered to this agent; the next one gets their tools"
+                );
+                asked.detach_all();
+                break;
+            }
+        }
+    }
     found.sort_by_key(|(index, _)| *index);
     found.into_iter().flat_map(|(_, definitions)| definitions).collect()
 }
