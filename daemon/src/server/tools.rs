@@ -306,6 +306,7 @@ async fn mcp_call(
     named: &str,
     message: &v1::ToolRequest,
 ) -> Result<v1::ToolResponse, Status> {
+    let received = std::time::Instant::now();
     let Caller::Container(identity) = caller else {
         return Err(Status::permission_denied("RequestToolExecution is for agent containers"));
     };
@@ -356,7 +357,9 @@ async fn mcp_call(
     let duration_ms = elapsed.as_millis() as u64;
     tracing::info!(tool = %message.tool, session = %identity.session_id, is_error, duration_ms, "MCP tool call");
     publish_progress(shared, identity, &message.tool, is_error, duration_ms);
-    Ok(v1::ToolResponse { content, is_error, duration_ms, metadata: Default::default() })
+    // Request in → result out, as the daemon saw it (baaaht-bench mcp reads it).
+    let metadata = [("daemon_us".to_string(), received.elapsed().as_micros().to_string())].into_iter().collect();
+    Ok(v1::ToolResponse { content, is_error, duration_ms, metadata })
 }
 
 pub(super) fn serve(
