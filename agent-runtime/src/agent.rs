@@ -347,11 +347,16 @@ impl Agent {
                 } else {
                     known.iter().chain(&memory).chain(&tasks).find(|known| known.name == tool.name).cloned()
                 };
-                definition.map(|d| v1::ToolDefinition {
-                    name: d.name.into(),
-                    description: d.description.into(),
-                    parameters_json: d.parameters.to_string(),
-                })
+                match definition {
+                    Some(d) => Some(v1::ToolDefinition {
+                        name: d.name.into(),
+                        description: d.description.into(),
+                        parameters_json: d.parameters.to_string(),
+                    }),
+                    // A tool the daemon describes itself (an MCP server's), called through it.
+                    None if !tool.parameters_json.is_empty() => Some(tool.clone()),
+                    None => None,
+                }
             })
             .collect();
         let system = system_prompt(&config);

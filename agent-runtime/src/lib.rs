@@ -1,5 +1,5 @@
 //! What runs inside baaaht's containers: the agent loop ([`agent`]), the tool runner
-//! ([`runner`]) and the self-test, which reports from inside a container whether its
+//! ([`runner`]), the relay of an MCP server's container ([`mcp`]) and the self-test, which reports from inside a container whether its
 //! confinement holds ([`selftest`]).
 //!
 //! This crate runs untrusted-side: it holds no secret and never writes outside /tmp.
@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod health;
 pub mod llmcheck;
+pub mod mcp;
 pub mod reaper;
 pub mod runner;
 pub mod selftest;

@@ -40,6 +40,8 @@ enum Command {
         #[arg(long, value_name = "BYTES")]
         workspace_cap: Option<u64>,
     },
+    /// Start an MCP server as the daemon says and relay its stdio (an MCP server's container)
+    Mcp,
     /// Report (as JSON) whether this container's confinement holds; exit 3 if it does not
     SelfTest {
         /// A TCP address that must not be reachable from here, e.g. a test server on the host
@@ -80,6 +82,17 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("baaaht-agent runner: {error}");
+                    ExitCode::from(69)
+                }
+            }
+        }
+        Command::Mcp => {
+            let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
+            match baaaht_agent::mcp::run(socket) {
+                // The server's own exit code is the container's.
+                Ok(exit) => ExitCode::from(u8::try_from(exit.code).unwrap_or(70)),
+                Err(error) => {
+                    eprintln!("baaaht-agent mcp: {error}");
                     ExitCode::from(69)
                 }
             }

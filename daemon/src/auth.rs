@@ -29,6 +29,8 @@ pub enum Role {
     Tool,
     /// The LLM gateway: served by the daemon's requests, it calls no RPC itself.
     LlmGateway,
+    /// An MCP server's container: its relay carries the server's stdio over RelayMcp.
+    Mcp,
 }
 
 impl Role {
@@ -43,6 +45,7 @@ impl Role {
         Role::Heartbeat,
         Role::Tool,
         Role::LlmGateway,
+        Role::Mcp,
     ];
 
     /// The role whose [`Role::as_str`] is `name` (as in a container's labels).
@@ -60,6 +63,7 @@ impl Role {
             Role::Heartbeat => "heartbeat",
             Role::Tool => "tool",
             Role::LlmGateway => "llm_gateway",
+            Role::Mcp => "mcp",
         }
     }
 }
@@ -298,6 +302,7 @@ pub enum Operation {
     RequestToolExecution,
     ProxyWebRequest,
     ServeTools,
+    RelayMcp,
     StreamLlm,
     ScheduleTask,
     ListTasks,
@@ -350,6 +355,10 @@ pub enum Operation {
     ListGateways,
     RemoveGateway,
     SearchAudit,
+    ListMcpServers,
+    ListMcpTools,
+    PutMcpServer,
+    RemoveMcpServer,
 }
 
 use Role::{Assistant, Coder, Heartbeat, Memory, Researcher, Tool, Worker};
@@ -431,6 +440,7 @@ impl Operation {
             Operation::RequestToolExecution => "RequestToolExecution",
             Operation::ProxyWebRequest => "ProxyWebRequest",
             Operation::ServeTools => "ServeTools",
+            Operation::RelayMcp => "RelayMcp",
             Operation::StreamLlm => "StreamLLM",
             Operation::ScheduleTask => "ScheduleTask",
             Operation::ListTasks => "ListTasks",
@@ -483,6 +493,10 @@ impl Operation {
             Operation::ListGateways => "ListGateways",
             Operation::RemoveGateway => "RemoveGateway",
             Operation::SearchAudit => "SearchAudit",
+            Operation::ListMcpServers => "ListMcpServers",
+            Operation::ListMcpTools => "ListMcpTools",
+            Operation::PutMcpServer => "PutMcpServer",
+            Operation::RemoveMcpServer => "RemoveMcpServer",
         }
     }
 
@@ -496,6 +510,7 @@ impl Operation {
             Operation::DelegateToAgent => &[Assistant],
             Operation::RequestToolExecution => &[Worker, Researcher, Coder, Memory, Heartbeat],
             Operation::ProxyWebRequest | Operation::ServeTools => &[Tool],
+            Operation::RelayMcp => &[Role::Mcp],
             operation if operation.is_task() => &[Assistant, Worker],
             Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
             Operation::WriteMemory | Operation::DeleteMemory => &[Memory],
@@ -530,6 +545,7 @@ impl Operation {
                 | Operation::RequestToolExecution
                 | Operation::ProxyWebRequest
                 | Operation::ServeTools
+                | Operation::RelayMcp
                 | Operation::StreamLlm
                 | Operation::WhoAmI
                 | Operation::StartLink
@@ -644,7 +660,14 @@ fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<
             return call.user.as_ref().map(drop).ok_or(AuthError::NoEndUser { operation: name });
         }
         // Registering gateways and reading the audit log are the host's alone.
-        Operation::AddGateway | Operation::ListGateways | Operation::RemoveGateway | Operation::SearchAudit => {
+        Operation::AddGateway
+        | Operation::ListGateways
+        | Operation::RemoveGateway
+        | Operation::SearchAudit
+        | Operation::ListMcpServers
+        | Operation::ListMcpTools
+        | Operation::PutMcpServer
+        | Operation::RemoveMcpServer => {
             return Err(AuthError::HostOnly { operation: name });
         }
         _ => {}

@@ -164,7 +164,15 @@ impl Notifier {
     }
 }
 
-/// Probes the agents and tool runners until `cancel`.
+/// Which pool a probed container belongs to.
+#[derive(Debug, Clone, Copy)]
+enum Pool {
+    Agents,
+    Tools,
+    Mcp,
+}
+
+/// Probes the agents, tool runners and MCP servers until `cancel`.
 pub async fn monitor(shared: Arc<Shared>, cancel: CancellationToken) {
     let settings = &shared.loaded.config.orchestrator.health_check;
     let interval = Duration::from_millis(settings.interval.max(10));
@@ -175,25 +183,27 @@ pub async fn monitor(shared: Arc<Shared>, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        let agents = shared.agents.probe_targets();
-        let runners = shared.tools.probe_targets();
-        let names: Vec<String> = agents.iter().chain(&runners).map(|target| target.name.clone()).collect();
+        let targets: Vec<(Probed, Pool)> = (shared.agents.probe_targets().into_iter().map(|t| (t, Pool::Agents)))
+            .chain(shared.tools.probe_targets().into_iter().map(|t| (t, Pool::Tools)))
+            .chain(shared.mcp.probe_targets().into_iter().map(|t| (t, Pool::Mcp)))
+            .collect();
+        let names: Vec<String> = targets.iter().map(|(target, _)| target.name.clone()).collect();
         shared.health.keep_only(&names);
         let mut probes = tokio::task::JoinSet::new();
-        for (target, is_agent) in agents.into_iter().map(|t| (t, true)).chain(runners.into_iter().map(|t| (t, false))) {
+        for (target, pool) in targets {
             let shared = shared.clone();
             probes.spawn(async move {
                 let started = Instant::now();
-                let outcome = if is_agent {
-                    shared.agents.probe(&target.name, timeout).await
-                } else {
-                    shared.tools.probe(&target.name, timeout).await
+                let outcome = match pool {
+                    Pool::Agents => shared.agents.probe(&target.name, timeout).await,
+                    Pool::Tools => shared.tools.probe(&target.name, timeout).await,
+                    Pool::Mcp => shared.mcp.probe(&target.name, timeout).await,
                 };
-                (target, is_agent, outcome, started.elapsed())
+                (target, pool, outcome, started.elapsed())
             });
         }
         while let Some(joined) = probes.join_next().await {
-            let Ok((target, is_agent, outcome, elapsed)) = joined else { continue };
+            let Ok((target, pool, outcome, elapsed)) = joined else { continue };
             let failures = shared.health.record(&target.name, &outcome);
             let Err(problem) = outcome else {
                 tracing::trace!(container = %target.name, elapsed_us = elapsed.as_micros() as u64, "healthy");
@@ -205,10 +215,10 @@ pub async fn monitor(shared: Arc<Shared>, cancel: CancellationToken) {
                 continue;
             }
             shared.metrics.record_restart(target.role.as_str(), "unhealthy");
-            let restarted = if is_agent {
-                shared.agents.restart(&target).await.map_err(|error| error.to_string())
-            } else {
-                shared.tools.restart(&target).await.map_err(|error| error.to_string())
+            let restarted = match pool {
+                Pool::Agents => shared.agents.restart(&target).await.map_err(|error| error.to_string()),
+                Pool::Tools => shared.tools.restart(&target).await.map_err(|error| error.to_string()),
+                Pool::Mcp => shared.mcp.restart(&target).await.map_err(|error| error.to_string()),
             };
             let what = format!(
                 "the {} container {} of {} (session {})",

@@ -24,6 +24,7 @@ pub mod identities;
 pub mod inbox;
 pub mod ipc;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod oidc;
@@ -137,6 +138,7 @@ pub struct Shared {
     pub llm: Arc<llm::LlmGateway>,
     pub web: Arc<egress::proxy::WebProxy>,
     pub tools: Arc<tools::Runners>,
+    pub mcp: Arc<mcp::pool::McpPool>,
     pub ipc: Arc<ipc::Ipc>,
     pub workspaces: Arc<workspace::Workspaces>,
     pub search: egress::search::Backend,
@@ -360,6 +362,8 @@ impl Daemon {
             loaded.config.skills.directories.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
         ));
+        let mcp =
+            Arc::new(mcp::pool::McpPool::new(containers.clone(), web.clone(), audit.clone(), data_dir.state_dir()));
         let data_dir_root = &data_dir.root().to_path_buf();
         let data_dir_for_memory = data_dir.clone();
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
@@ -402,6 +406,7 @@ impl Daemon {
             llm,
             web,
             tools,
+            mcp,
             ipc,
             workspaces,
             search,
@@ -478,6 +483,7 @@ impl Daemon {
                 .instrument(tracing::info_span!("llm gateway")),
         );
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
+        tracker.spawn(shared.mcp.clone().supervise(cancel.clone()).instrument(tracing::info_span!("mcp")));
         tracker.spawn(health::monitor(shared.clone(), cancel.clone()).instrument(tracing::info_span!("health")));
         tracker
             .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));

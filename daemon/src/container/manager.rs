@@ -851,7 +851,7 @@ impl ContainerManager {
 fn identity_of(entry: &InventoryEntry) -> Option<ContainerIdentity> {
     let role = Role::AGENTS
         .iter()
-        .chain([&Role::Tool, &Role::LlmGateway])
+        .chain([&Role::Tool, &Role::LlmGateway, &Role::Mcp])
         .find(|role| role.as_str() == entry.role)
         .copied()?;
     let (kind, id) = entry.context.split_once(':')?;

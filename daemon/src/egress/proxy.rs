@@ -414,6 +414,18 @@ impl WebProxy {
         Err(first_refusal.unwrap_or(ProxyError::NoAddress { host: target.host.clone() }))
     }
 
+    /// A TCP connection to `host`:`port` for a tunnel (an MCP server's CONNECT): the host is
+    /// resolved once and the address checked as a fetch's is, then connected to.
+    pub async fn connect_checked(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream, ProxyError> {
+        let target = Target { tls: false, host: host.to_ascii_lowercase(), port, path: String::new() };
+        let address = self.checked_address(&target).await?;
+        let connect = self.connector.connect(address);
+        match tokio::time::timeout(self.timeout, connect).await {
+            Ok(connected) => connected.map_err(|source| ProxyError::Connect { address, source }),
+            Err(_) => Err(ProxyError::Timeout { limit: self.timeout }),
+        }
+    }
+
     /// Fetches `request`, following redirects; logs one audit line.
     pub async fn fetch(&self, request: FetchRequest) -> Result<FetchResponse, ProxyError> {
         let started = Instant::now();

@@ -22,7 +22,9 @@ impl v1::agents_server::Agents for AgentsService {
             return Err(Status::permission_denied("RegisterAgent is for agent containers"));
         };
         tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
-        Ok(Response::new(crate::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity))))
+        let mut config = crate::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity));
+        config.tools.extend(tools::mcp_definitions(&self.shared, &identity).await);
+        Ok(Response::new(config))
     }
 
     type TakeTurnsStream = BoxStream<v1::AgentTurn>;
@@ -102,6 +104,21 @@ impl v1::agents_server::Agents for AgentsService {
         let caller = check(&self.shared, &request, Operation::ServeTools, None, None)?;
         let calls = tools::serve(&self.shared, caller, request)?.into_inner();
         Ok(Response::new(until_shutdown(&self.shared, calls)))
+    }
+
+    type RelayMcpStream = BoxStream<v1::McpDown>;
+
+    async fn relay_mcp(
+        &self,
+        request: Request<tonic::Streaming<v1::McpUp>>,
+    ) -> Result<Response<Self::RelayMcpStream>, Status> {
+        let caller = check(&self.shared, &request, Operation::RelayMcp, None, None)?;
+        let Caller::Container(identity) = caller else {
+            return Err(Status::permission_denied("RelayMcp is for MCP server containers"));
+        };
+        let down = self.shared.mcp.attach(&identity, request.into_inner());
+        let stream = tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(down), Ok);
+        Ok(Response::new(until_shutdown(&self.shared, Box::pin(stream))))
     }
 
     async fn proxy_web_request(

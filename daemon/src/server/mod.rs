@@ -7,6 +7,7 @@
 mod agents;
 pub mod layer;
 mod llm;
+mod mcp;
 mod memory;
 mod people;
 mod sessions;

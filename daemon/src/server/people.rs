@@ -9,6 +9,7 @@ use baaaht_proto::v1;
 use tonic::{Request, Response, Status};
 
 use super::{check, context_of};
+use crate::audit::{Kind, Record};
 use crate::auth::{Caller, Context, EndUser, Operation, Target};
 use crate::gateways::{GatewayError, GatewayKind, GatewayRecord};
 use crate::groups::{GroupError, GroupRecord};
@@ -409,6 +410,46 @@ impl v1::admin_server::Admin for AdminService {
         self.shared.gateways.remove(&name)?;
         self.shared.listeners.remove_gateway(&name);
         Ok(Response::new(v1::Ack { message: format!("gateway {name} removed; its token no longer works") }))
+    }
+
+    async fn list_mcp_servers(
+        &self,
+        request: Request<v1::McpServerRequest>,
+    ) -> Result<Response<v1::McpServerList>, Status> {
+        check(&self.shared, &request, Operation::ListMcpServers, None, None)?;
+        super::mcp::list(&self.shared, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_mcp_tools(
+        &self,
+        request: Request<v1::McpServerRequest>,
+    ) -> Result<Response<v1::McpToolList>, Status> {
+        let caller = check(&self.shared, &request, Operation::ListMcpTools, None, None)?;
+        super::mcp::tools(&self.shared, &caller, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn put_mcp_server(
+        &self,
+        request: Request<v1::PutMcpServerRequest>,
+    ) -> Result<Response<v1::McpServerList>, Status> {
+        let caller = check(&self.shared, &request, Operation::PutMcpServer, None, None)?;
+        let message = request.into_inner();
+        let name = message.name.clone();
+        let listed = super::mcp::put(&self.shared, message).await?;
+        self.shared.audit.record(Record::by(Kind::Mcp, &caller, "added").detail("server", name));
+        Ok(Response::new(listed))
+    }
+
+    async fn remove_mcp_server(
+        &self,
+        request: Request<v1::McpServerRequest>,
+    ) -> Result<Response<v1::McpServerList>, Status> {
+        let caller = check(&self.shared, &request, Operation::RemoveMcpServer, None, None)?;
+        let message = request.into_inner();
+        let name = message.server.clone();
+        let listed = super::mcp::remove(&self.shared, message).await?;
+        self.shared.audit.record(Record::by(Kind::Mcp, &caller, "removed").detail("server", name));
+        Ok(Response::new(listed))
     }
 
     async fn search_audit(&self, request: Request<v1::AuditQuery>) -> Result<Response<v1::AuditRecords>, Status> {

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
 use crate::audit::{Kind, Record};
-use crate::auth::{Caller, Role};
+use crate::auth::{Caller, ContainerIdentity, Role};
 use crate::config::{ToolMode, ToolName};
 use crate::policy::Policy;
 use crate::tools::ToolsError;
@@ -48,6 +48,9 @@ pub(super) async fn request(
     let message = request.into_inner();
     let tool = message.tool.as_str();
     let audit = |kind: Kind, outcome: &str| Record::by(kind, &caller, outcome).correlation(&correlation_id);
+    if let Some(named) = tool.strip_prefix("mcp__") {
+        return mcp_call(shared, &caller, &correlation_id, named, &message).await.map(Response::new);
+    }
     if !Policy::tools_of(identity.role).contains(&tool) {
         let allowed = Policy::tools_of(identity.role).join(", ");
         let reason = format!("the {} role may not use `{tool}`; its tools are: {allowed}", identity.role);
@@ -124,12 +127,18 @@ pub(super) async fn request(
         duration_ms = response.duration_ms,
         "tool call"
     );
+    publish_progress(shared, identity, tool, response.is_error, response.duration_ms);
+    Ok(Response::new(response))
+}
+
+/// Tells the turn's watchers that `tool` finished (or failed) for the agent `identity`.
+fn publish_progress(shared: &Shared, identity: &ContainerIdentity, tool: &str, is_error: bool, duration_ms: u64) {
     if let Some(live) = shared.agents.live(&identity.name) {
         let progress = v1::ToolProgress {
             agent: super::role_ref(identity.role) as i32,
             tool: tool.to_string(),
-            state: if response.is_error { "failed" } else { "finished" }.into(),
-            duration_ms: response.duration_ms,
+            state: if is_error { "failed" } else { "finished" }.into(),
+            duration_ms,
         };
         shared.events.publish(
             &live.context,
@@ -141,7 +150,106 @@ pub(super) async fn request(
             },
         );
     }
-    Ok(Response::new(response))
+}
+
+/// The environment of `server`'s container: its `env` with `${NAME}` taken from the secrets
+/// store (or the daemon's environment), each secret read audited.
+pub(super) fn mcp_env(
+    shared: &Shared,
+    caller: &Caller,
+    correlation_id: &str,
+    server: &crate::mcp::config::Server,
+) -> Result<Vec<(String, String)>, Status> {
+    let mut env = vec![];
+    for (name, reference) in &server.config.env {
+        let resolved =
+            crate::secrets::resolve_references(reference, shared.secrets.as_deref(), |n| std::env::var(n).ok());
+        let value = resolved.map_err(|error| {
+            Status::failed_precondition(format!("MCP server `{}`: env {name}: {error}", server.name))
+        })?;
+        for secret in crate::secrets::reference_names(reference) {
+            let record = Record::by(Kind::Secret, caller, "read").correlation(correlation_id);
+            shared.audit.record(record.detail("name", secret).detail("mcp_server", server.name.as_str()));
+        }
+        env.push((name.clone(), value.to_string()));
+    }
+    Ok(env)
+}
+
+/// How long an agent's registration waits for MCP servers to list their tools.
+const OFFER_WAIT: Duration = Duration::from_secs(20);
+
+/// The MCP tools offered to the agent `identity`, as `mcp__{server}__{tool}` with their
+/// descriptions and schemas: those of the servers its context sees and its role may use. A
+/// server that has not listed its tools before is started to list them; one that cannot be is
+/// left out (and logged).
+pub(super) async fn mcp_definitions(
+    shared: &std::sync::Arc<Shared>,
+    identity: &ContainerIdentity,
+) -> Vec<v1::ToolDefinition> {
+    if !crate::auth::Operation::RequestToolExecution.container_roles().contains(&identity.role) {
+        return vec![];
+    }
+    let (servers, problems) = crate::mcp::config::servers_for(shared.data_dir.root(), &identity.context);
+    for problem in problems {
+        tracing::warn!(%problem, "skipping an mcp.yaml");
+    }
+    let mut asked = tokio::task::JoinSet::new();
+    for (index, server) in servers.into_iter().filter(|server| server.offered_to(identity.role)).enumerate() {
+        let (shared, identity) = (shared.clone(), identity.clone());
+        asked.spawn(async move {
+            let caller = Caller::Container(std::sync::Arc::new(identity.clone()));
+            let env = match mcp_env(&shared, &caller, "", &server) {
+                Ok(env) => env,
+                Err(status) => {
+                    tracing::warn!(server = %server.name, error = %status.message(), "an MCP server's tools are not offered");
+                    return (index, vec![]);
+                }
+            };
+            let offer = match shared.mcp.offer(&identity.context, &server, env).await {
+                Ok(offer) => offer,
+                Err(error) => {
+                    tracing::warn!(server = %server.name, %error, "an MCP server's tools are not offered");
+                    return (index, vec![]);
+                }
+            };
+            let definitions = offer
+                .definitions(&server)
+                .into_iter()
+                .filter_map(|(tool, description, schema)| {
+                    let name = server.tool_name(&tool);
+                    let name_ok = name.len() <= crate::mcp::config::MAX_TOOL_NAME
+                        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                    if !name_ok {
+                        tracing::warn!(server = %server.name, tool = %tool, "an MCP tool's name is too long or not [A-Za-z0-9_-]: not offered");
+                    }
+                    name_ok.then(|| v1::ToolDefinition { name, description, parameters_json: schema.to_string() })
+                })
+                .collect();
+            (index, definitions)
+        });
+    }
+    // An agent must register within its connect timeout: a server still starting (its layer
+    // being built) is left out of this agent's tools, and keeps starting for the next.
+    let deadline = tokio::time::Instant::now() + OFFER_WAIT;
+    let mut found = vec![];
+    loop {
+        match tokio::time::timeout_at(deadline, asked.join_next()).await {
+            Ok(Some(Ok(done))) => found.push(done),
+            Ok(Some(Err(error))) => tracing::warn!(%error, "listing an MCP server's tools failed"),
+            Ok(None) => break,
+            Err(_) => {
+                tracing::warn!(
+                    servers = asked.len(),
+                    "MCP servers still starting are not offered to this agent; the next one gets their tools"
+                );
+                asked.detach_all();
+                break;
+            }
+        }
+    }
+    found.sort_by_key(|(index, _)| *index);
+    found.into_iter().flat_map(|(_, definitions)| definitions).collect()
 }
 
 /// The `addons.env` of the one skill whose scripts `command` runs (`/skills/{name}/scripts/…`,
@@ -184,6 +292,74 @@ fn skill_env(
         }
     }
     env
+}
+
+/// The most text an MCP tool's answer gives the model, as the built-in tools.
+const MAX_MCP_OUTPUT: usize = 64 << 10;
+
+/// A call of `named` (`{server}__{tool}`, from `mcp__{server}__{tool}`): the caller's context's
+/// server, if its role may use it, with the server's environment resolved from the secrets.
+async fn mcp_call(
+    shared: &Shared,
+    caller: &Caller,
+    correlation_id: &str,
+    named: &str,
+    message: &v1::ToolRequest,
+) -> Result<v1::ToolResponse, Status> {
+    let received = std::time::Instant::now();
+    let Caller::Container(identity) = caller else {
+        return Err(Status::permission_denied("RequestToolExecution is for agent containers"));
+    };
+    let Some((server_name, tool)) = named.split_once("__") else {
+        return Err(Status::invalid_argument("an MCP tool is named mcp__{server}__{tool}"));
+    };
+    let audit = |kind: Kind, outcome: &str| Record::by(kind, caller, outcome).correlation(correlation_id);
+    let (servers, problems) = crate::mcp::config::servers_for(shared.data_dir.root(), &identity.context);
+    for problem in problems {
+        tracing::warn!(%problem, "skipping an mcp.yaml");
+    }
+    let Some(server) = servers.iter().find(|server| server.name == server_name) else {
+        return Err(Status::not_found(format!("no MCP server `{server_name}` is configured for {}", identity.context)));
+    };
+    if !server.offered_to(identity.role) {
+        let reason = format!("the {} role may not use the MCP server `{server_name}`", identity.role);
+        let record = audit(Kind::Policy, "refused").detail("tool", message.tool.as_str());
+        shared.audit.record(record.detail("reason", reason.as_str()));
+        return Err(Status::permission_denied(reason));
+    }
+    let arguments = match serde_json::from_str::<serde_json::Value>(&message.params_json) {
+        Ok(serde_json::Value::Object(arguments)) => arguments,
+        Ok(serde_json::Value::Null) => serde_json::Map::new(),
+        _ => return Err(Status::invalid_argument("params_json of an MCP tool is a JSON object")),
+    };
+    let env = mcp_env(shared, caller, correlation_id, server)?;
+    let mut timeout = Duration::from_secs(server.config.timeout);
+    if message.timeout_seconds > 0 {
+        timeout = timeout.min(Duration::from_secs(u64::from(message.timeout_seconds)));
+    }
+    let started = std::time::Instant::now();
+    let answer = shared.mcp.call(&identity.context, server, env, tool, arguments, timeout).await;
+    let elapsed = started.elapsed();
+    shared.metrics.record_tool(&message.tool, answer.as_ref().is_ok_and(|a| !a.is_error), elapsed);
+    let (mut content, is_error) = match answer {
+        Ok(answer) => (answer.text, answer.is_error),
+        Err(error) => (error.to_string(), true),
+    };
+    if content.len() > MAX_MCP_OUTPUT {
+        let mut cut = MAX_MCP_OUTPUT;
+        while !content.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let dropped = content.len() - cut;
+        content.truncate(cut);
+        content.push_str(&format!("\n[truncated: {dropped} more bytes not shown]"));
+    }
+    let duration_ms = elapsed.as_millis() as u64;
+    tracing::info!(tool = %message.tool, session = %identity.session_id, is_error, duration_ms, "MCP tool call");
+    publish_progress(shared, identity, &message.tool, is_error, duration_ms);
+    // Request in → result out, as the daemon saw it (baaaht-bench mcp reads it).
+    let metadata = [("daemon_us".to_string(), received.elapsed().as_micros().to_string())].into_iter().collect();
+    Ok(v1::ToolResponse { content, is_error, duration_ms, metadata })
 }
 
 pub(super) fn serve(

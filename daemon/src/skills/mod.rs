@@ -272,6 +272,42 @@ pub fn layer<'a>(
     base: &str,
     packages: impl IntoIterator<Item = &'a Package>,
 ) -> Result<Option<(String, String)>, String> {
+    layer_trusting(base, packages, &host_ca_certificates())
+}
+
+/// Where Debian keeps the certificate authorities an admin added to the host.
+const HOST_CA_DIR: &str = "/usr/local/share/ca-certificates";
+
+/// The certificate authorities the host's admin added (PEM texts, sorted by file name): a layer
+/// that installs from pip or npm trusts them too, so installs work behind a TLS-inspecting
+/// proxy as they do on the host. What is not a plain PEM certificate is left out.
+pub fn host_ca_certificates() -> Vec<String> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(HOST_CA_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "crt"))
+        .collect();
+    files.sort();
+    files.iter().filter_map(|path| std::fs::read_to_string(path).ok()).filter(|text| is_pem_certificate(text)).collect()
+}
+
+/// A PEM certificate with nothing else in it: safe to write into a Dockerfile's `printf`.
+fn is_pem_certificate(text: &str) -> bool {
+    let text = text.trim();
+    text.len() < 16 * 1024
+        && text.starts_with("-----BEGIN CERTIFICATE-----")
+        && text.ends_with("-----END CERTIFICATE-----")
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=- \r\n".contains(&b))
+}
+
+/// [`layer`], trusting the certificate authorities `cas` (PEM) for pip and npm installs.
+pub fn layer_trusting<'a>(
+    base: &str,
+    packages: impl IntoIterator<Item = &'a Package>,
+    cas: &[String],
+) -> Result<Option<(String, String)>, String> {
     use sha2::Digest as _;
     let mut by_source: BTreeMap<&'static str, std::collections::BTreeSet<&str>> = BTreeMap::new();
     for package in packages {
@@ -306,12 +342,32 @@ pub fn layer<'a>(
     if by_source.contains_key("npm") {
         apt.push("nodejs npm".into());
     }
+    let cas: Vec<&String> = cas.iter().filter(|ca| is_pem_certificate(ca)).collect();
+    let trust = !cas.is_empty() && (by_source.contains_key("pip") || by_source.contains_key("npm"));
+    if trust {
+        apt.push("ca-certificates".into());
+    }
     let mut dockerfile = format!("FROM {base}\nUSER root\n");
     if !apt.is_empty() {
         dockerfile.push_str(&format!(
             "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {} \\\n    && rm -rf /var/lib/apt/lists/*\n",
             apt.join(" ")
         ));
+    }
+    if trust {
+        let writes: Vec<String> = cas
+            .iter()
+            .enumerate()
+            .map(|(index, pem)| {
+                let escaped = pem.trim().replace("\r", "").replace('\n', "\\n");
+                // `%b`: the text starts with `-`, which printf would take for an option.
+                format!("printf '%b' '{escaped}\\n' > /usr/local/share/ca-certificates/baaaht-host-{index}.crt")
+            })
+            .collect();
+        dockerfile.push_str(&format!("RUN {} && update-ca-certificates\n", writes.join(" && ")));
+        dockerfile.push_str(
+            "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt\n",
+        );
     }
     if let Some(pip) = join("pip") {
         dockerfile.push_str(&format!("RUN pip3 install --no-cache-dir --break-system-packages {pip}\n"));
@@ -414,6 +470,22 @@ mod tests {
                 .expect("a layer");
         assert_eq!(tag, same, "the order of the list does not matter");
         assert!(layer("baaaht/base:latest", &[]).expect("valid").is_none());
+        // The host's own certificate authorities are trusted for pip and npm installs.
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIBsz+/=\nAbC\n-----END CERTIFICATE-----\n".to_string();
+        let (_, dockerfile) =
+            layer_trusting("b", &[package("requests", PackageSource::Pip)], std::slice::from_ref(&pem))
+                .expect("valid")
+                .expect("a layer");
+        assert!(dockerfile.contains("printf '%b' '-----BEGIN CERTIFICATE-----\\nMIIBsz+/=\\nAbC\\n-----END CERTIFICATE-----\\n' > /usr/local/share/ca-certificates/baaaht-host-0.crt && update-ca-certificates"), "{dockerfile}");
+        assert!(
+            dockerfile.contains("ENV PIP_CERT=") && dockerfile.contains("ca-certificates python3-pip")
+                || dockerfile.contains("python3-pip ca-certificates"),
+            "{dockerfile}"
+        );
+        let apt_only =
+            layer_trusting("b", &[package("jq", PackageSource::Apt)], &[pem]).expect("valid").expect("layer");
+        assert!(!apt_only.1.contains("printf"), "apt needs no CA: {}", apt_only.1);
+        assert!(!is_pem_certificate("-----BEGIN CERTIFICATE-----\n'; rm -rf /\n-----END CERTIFICATE-----"));
         let injected = layer("b", &[package("jq; curl evil", PackageSource::Apt)]).expect_err("refused");
         assert!(injected.contains("is not a package name"), "{injected}");
         assert!(layer("b", &[package("gh", PackageSource::Apk)]).expect_err("apk").contains("use `source: apt`"));

@@ -5,6 +5,7 @@
 
 pub mod chat;
 pub mod doctor;
+pub mod mcp;
 pub mod people;
 pub mod status;
 pub mod tasks;

@@ -85,6 +85,11 @@ enum Command {
         #[command(subcommand)]
         command: SkillsCommand,
     },
+    /// MCP servers: list them, their tools, test one, add or remove one
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Users and the channel identities that act as them (web, Slack)
     Users {
         #[command(subcommand)]
@@ -323,6 +328,76 @@ enum SkillsCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum McpCommand {
+    /// The MCP servers a user or group sees (the system's and its own)
+    List {
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+    },
+    /// A server's tools as agents are offered them (started to list them if it never was)
+    Tools {
+        server: String,
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+    },
+    /// Start a server afresh and list its tools with their schemas
+    Test {
+        server: String,
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+    },
+    /// Add (or replace) a server: the system's, or with --user/--group that context's own
+    Add {
+        name: String,
+        /// The program that speaks MCP on its standard input and output
+        #[arg(long, value_name = "PROGRAM")]
+        command: String,
+        /// One argument of the command (repeat for more)
+        #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
+        args: Vec<String>,
+        /// A package for the server's layer: pip:NAME, npm:NAME or apt:NAME (repeatable)
+        #[arg(long, value_name = "SOURCE:NAME")]
+        install: Vec<String>,
+        /// An image that has the command, instead of the base image with --install
+        #[arg(long, value_name = "IMAGE")]
+        image: Option<String>,
+        /// NAME=VALUE for the server alone; write ${SECRET} to take a value from the secrets store
+        #[arg(long, value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// A host the server may reach (repeatable); none: no network
+        #[arg(long, value_name = "HOST")]
+        egress: Vec<String>,
+        /// A role whose agents get its tools (repeatable) [default: worker, researcher, coder]
+        #[arg(long, value_name = "ROLE")]
+        role: Vec<String>,
+        /// Seconds unused before its container stops [default: 600]
+        #[arg(long, value_name = "SECONDS")]
+        idle_timeout: Option<u64>,
+        /// Seconds one call may take [default: 60]
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<u64>,
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+    },
+    /// Remove a server: the system's, or with --user/--group that context's own
+    Rm {
+        name: String,
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum SessionsCommand {
     /// List sessions, most recently active first
     List {
@@ -441,6 +516,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Sessions { command } => {
             let mut client = baaaht_cli::connect(&socket).await?;
             sessions(&mut client, &socket, command).await
+        }
+        Command::Mcp { command } => {
+            let mut client = baaaht_cli::connect(&socket).await?;
+            mcp(&mut client, &socket, command).await
         }
         Command::Users { command } => {
             let mut client = baaaht_cli::connect(&socket).await?;
@@ -881,6 +960,83 @@ async fn sessions(
             println!("{}", clean(&client.sessions.switch_model(request).await.map_err(status)?.into_inner().message));
         }
     }
+    Ok(())
+}
+
+async fn mcp(
+    client: &mut baaaht_proto::client::Client,
+    socket: &std::path::Path,
+    command: McpCommand,
+) -> Result<(), CliError> {
+    let status = |status| CliError::from_status(status, socket);
+    let env = |key: &str| std::env::var(key).ok();
+    // A context for list/tools/test (the caller's own by default); add/rm touch the system's
+    // servers unless a context is named.
+    let named = |user: Option<String>, group: Option<String>| {
+        (user.is_some() || group.is_some()).then(|| baaaht_cli::chat::context(user, group, env))
+    };
+    let text = match command {
+        McpCommand::List { user, group } => {
+            let request = v1::McpServerRequest {
+                context: Some(baaaht_cli::chat::context(user, group, env)),
+                ..Default::default()
+            };
+            baaaht_cli::mcp::servers_text(&client.admin.list_mcp_servers(request).await.map_err(status)?.into_inner())
+        }
+        McpCommand::Tools { server, user, group } => {
+            let context = Some(baaaht_cli::chat::context(user, group, env));
+            let request = v1::McpServerRequest { context, server, ..Default::default() };
+            baaaht_cli::mcp::tools_text(
+                &client.admin.list_mcp_tools(request).await.map_err(status)?.into_inner(),
+                false,
+            )
+        }
+        McpCommand::Test { server, user, group } => {
+            let context = Some(baaaht_cli::chat::context(user, group, env));
+            let request = v1::McpServerRequest { context, server, restart: true, ..Default::default() };
+            baaaht_cli::mcp::tools_text(&client.admin.list_mcp_tools(request).await.map_err(status)?.into_inner(), true)
+        }
+        McpCommand::Add {
+            name,
+            command,
+            args,
+            install,
+            image,
+            env: pairs,
+            egress,
+            role,
+            idle_timeout,
+            timeout,
+            user,
+            group,
+        } => {
+            let server = baaaht_cli::mcp::NewServer {
+                command,
+                args,
+                install,
+                image,
+                env: pairs,
+                egress,
+                roles: role,
+                idle_timeout,
+                timeout,
+            };
+            let yaml = server.yaml().map_err(CliError::Usage)?;
+            let context = named(user, group);
+            let request = v1::PutMcpServerRequest { system: context.is_none(), context, name: name.clone(), yaml };
+            let listed = client.admin.put_mcp_server(request).await.map_err(status)?.into_inner();
+            let file = listed.servers.iter().find(|s| s.name == name).map(|s| s.file.clone()).unwrap_or_default();
+            format!("added {name} to {file}; `baaaht mcp test {name}` starts it and lists its tools\n")
+        }
+        McpCommand::Rm { name, user, group } => {
+            let context = named(user, group);
+            let request =
+                v1::McpServerRequest { system: context.is_none(), context, server: name.clone(), ..Default::default() };
+            client.admin.remove_mcp_server(request).await.map_err(status)?;
+            format!("removed {name}\n")
+        }
+    };
+    print!("{}", clean(&text));
     Ok(())
 }
 

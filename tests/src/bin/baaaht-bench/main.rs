@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 mod delegation;
 mod identity;
 mod llm;
+mod mcp;
 mod ops;
 mod scheduler;
 mod tools;
@@ -114,6 +115,16 @@ enum Bench {
         #[arg(long, default_value_t = 200)]
         scrapes: usize,
     },
+    /// A warm MCP tool call through the daemon vs the same call on the server's stdio, and a
+    /// server's cold start vs the same start done directly
+    Mcp {
+        /// Warm calls of each path (at least 200)
+        #[arg(long, default_value_t = 300)]
+        calls: usize,
+        /// Cold starts of each (at least 5)
+        #[arg(long, default_value_t = 10)]
+        starts: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -136,6 +147,7 @@ fn main() -> Result<()> {
         }
         Bench::Tui { samples, launches, tokens } => tui::run(samples.max(100), launches.max(5), tokens.max(1000)),
         Bench::Ops { calls, sessions, scrapes } => ops::run(calls.max(200), sessions.max(1), scrapes.max(50)),
+        Bench::Mcp { calls, starts } => mcp::run(calls.max(200), starts.max(5)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }

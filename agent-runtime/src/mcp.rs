@@ -1,0 +1,541 @@
+//! `baaaht-agent mcp`: the init of an MCP server's container. It asks the daemon how to start
+//! the server (an `McpLaunch` over its socket, so secrets never sit in the container's
+//! configuration), runs it as its only child with nothing of the relay's environment, and
+//! relays: the daemon's bytes to the server's standard input, its standard output back, and its
+//! standard error as log lines. It ends when the server does, or when the daemon hangs up.
+
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use baaaht_proto::client::{connect, Backoff, ConnectOptions};
+use baaaht_proto::v1;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::StreamExt as _;
+
+/// PATH of the server's process; HOME is the container's scratch space.
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const HOME: &str = "/tmp";
+/// The longest stderr line sent up; the rest of a longer one is dropped.
+const MAX_LOG_LINE: usize = 4096;
+
+fn up(kind: v1::mcp_up::Kind) -> v1::McpUp {
+    v1::McpUp { kind: Some(kind) }
+}
+
+/// Connects to the daemon on `socket` and relays one server until it ends.
+pub fn run(socket: &Path) -> Result<v1::McpExited, String> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|errno| format!("cannot make the relay non-dumpable: {errno}"))?;
+    let token = std::env::var(baaaht_proto::CONTAINER_TOKEN_ENV)
+        .map_err(|_unset| format!("{} is not set", baaaht_proto::CONTAINER_TOKEN_ENV))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the async runtime: {error}"))?;
+    runtime.block_on(async move {
+        if std::process::id() == 1 {
+            let mut exited = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+                .map_err(|error| format!("cannot watch SIGCHLD: {error}"))?;
+            crate::reaper::activate();
+            tokio::spawn(async move {
+                while exited.recv().await.is_some() {
+                    crate::reaper::reap();
+                }
+            });
+        }
+        let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
+        let mut client = connect(socket, options).await.map_err(|error| error.to_string())?;
+        let (sender, receiver) = mpsc::channel(16);
+        let hello = v1::RunnerHello { version: env!("CARGO_PKG_VERSION").into() };
+        sender.send(up(v1::mcp_up::Kind::Hello(hello))).await.map_err(|_closed| "the stream closed".to_string())?;
+        let down = client
+            .agents
+            .relay_mcp(tokio_stream::wrappers::ReceiverStream::new(receiver))
+            .await
+            .map_err(|status| status.message().to_string())?
+            .into_inner()
+            .map(|item| item.map_err(|status| status.message().to_string()));
+        relay(down, sender).await
+    })
+}
+
+/// Takes the launch from `down`, starts the server and relays until it exits (its exit is
+/// sent up and returned). The end of `down` closes the server's standard input.
+pub async fn relay(
+    mut down: impl tokio_stream::Stream<Item = Result<v1::McpDown, String>> + Unpin + Send + 'static,
+    sender: mpsc::Sender<v1::McpUp>,
+) -> Result<v1::McpExited, String> {
+    use v1::mcp_down::Kind as Down;
+    use v1::mcp_up::Kind as Up;
+    let launch = loop {
+        match down.next().await {
+            Some(Ok(v1::McpDown { kind: Some(Down::Launch(launch)) })) => break launch,
+            Some(Ok(v1::McpDown { kind: Some(Down::HealthCheck(probe)) })) => {
+                let answer = health(&probe, "healthy", "the relay waits for the launch");
+                sender.send(up(Up::Health(answer))).await.map_err(|_closed| "the stream closed".to_string())?;
+            }
+            Some(Ok(_)) => return Err("the daemon sent input before the launch".into()),
+            Some(Err(error)) => return Err(error),
+            None => return Err("the daemon closed the stream before the launch".into()),
+        }
+    };
+    let mut command = Command::new(&launch.command);
+    command
+        .args(&launch.args)
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", HOME)
+        .envs(&launch.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let tunnels = Tunnels::default();
+    if launch.egress {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|error| format!("cannot open the egress proxy on the container's loopback: {error}"))?;
+        let port = listener.local_addr().map_err(|error| error.to_string())?.port();
+        let proxy = format!("http://127.0.0.1:{port}");
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+            command.env(name, &proxy);
+        }
+        // Node's own fetch takes the proxy variables only when asked to.
+        command.env("NODE_USE_ENV_PROXY", "1").env("NO_PROXY", "").env("no_proxy", "");
+        tokio::spawn(serve_proxy(listener, tunnels.clone(), sender.clone()));
+    }
+    let mut spawned =
+        crate::reaper::spawn(&mut command).map_err(|error| format!("cannot start `{}`: {error}", launch.command))?;
+    let pipes = (spawned.child.stdin.take(), spawned.child.stdout.take(), spawned.child.stderr.take());
+    let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+        return Err("the server's standard streams were not piped".into());
+    };
+    let mut stdin = tokio::process::ChildStdin::from_std(stdin).map_err(|error| error.to_string())?;
+    let mut stdout = tokio::process::ChildStdout::from_std(stdout).map_err(|error| error.to_string())?;
+    let stderr = tokio::process::ChildStderr::from_std(stderr).map_err(|error| error.to_string())?;
+    let (alive_tx, alive) = tokio::sync::watch::channel(true);
+    let exited = tokio::task::spawn_blocking(move || {
+        let status = loop {
+            match spawned.wait_timeout(Duration::from_secs(3600)) {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) => continue,
+                Err(error) => break Err(error.to_string()),
+            }
+        };
+        // silent-ok: nobody may be watching any more.
+        let _ = alive_tx.send(false);
+        status
+    });
+    let out = {
+        let sender = sender.clone();
+        async move {
+            let mut buffer = vec![0u8; 64 * 1024];
+            loop {
+                match stdout.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if sender.send(up(Up::Stdout(buffer[..n].to_vec()))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let log = {
+        let sender = sender.clone();
+        async move {
+            let mut lines = tokio::io::BufReader::new(stderr).split(b'\n');
+            while let Ok(Some(mut line)) = lines.next_segment().await {
+                line.truncate(MAX_LOG_LINE);
+                let text = String::from_utf8_lossy(&line).into_owned();
+                if sender.send(up(Up::Stderr(text))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    let input = {
+        let sender = sender.clone();
+        async move {
+            while let Some(message) = down.next().await {
+                match message {
+                    Ok(v1::McpDown { kind: Some(Down::Stdin(bytes)) }) => {
+                        if stdin.write_all(&bytes).await.is_err() || stdin.flush().await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(v1::McpDown { kind: Some(Down::EgressOpened(opened)) }) => tunnels.opened(opened),
+                    Ok(v1::McpDown { kind: Some(Down::EgressData(data)) }) => tunnels.data(data).await,
+                    Ok(v1::McpDown { kind: Some(Down::EgressClose(close)) }) => tunnels.close(close.id),
+                    Ok(v1::McpDown { kind: Some(Down::HealthCheck(probe)) }) => {
+                        let answer = if *alive.borrow() {
+                            health(&probe, "healthy", "the server runs")
+                        } else {
+                            health(&probe, "unhealthy", "the server has exited")
+                        };
+                        if sender.send(up(Up::Health(answer))).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            // The daemon is gone or done: the server reads the end of its input and stops.
+            drop(stdin);
+        }
+    };
+    let relayed = async {
+        tokio::join!(out, log);
+    };
+    // The input side ends with the daemon; the server's end is what ends the relay.
+    tokio::spawn(input);
+    relayed.await;
+    let status = exited.await.map_err(|error| error.to_string())??;
+    let exit = v1::McpExited {
+        code: status.code().unwrap_or(-1),
+        signal: status.signal().map(signal_name).unwrap_or_default(),
+    };
+    // silent-ok: the daemon may already have hung up.
+    let _ = sender.send(up(Up::Exited(exit.clone()))).await;
+    Ok(exit)
+}
+
+/// The relay's tunnels through the daemon, by id.
+#[derive(Clone, Default)]
+struct Tunnels(Arc<Mutex<TunnelState>>);
+
+#[derive(Default)]
+struct TunnelState {
+    next: u64,
+    /// A tunnel waiting for the daemon's answer to its open.
+    pending: HashMap<u64, oneshot::Sender<String>>,
+    /// An open tunnel's bytes from the daemon.
+    open: HashMap<u64, mpsc::Sender<Vec<u8>>>,
+}
+
+impl Tunnels {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TunnelState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new tunnel's id, the daemon's answer to come and its bytes.
+    fn begin(&self) -> (u64, oneshot::Receiver<String>, mpsc::Receiver<Vec<u8>>) {
+        let (answer, answered) = oneshot::channel();
+        let (bytes, received) = mpsc::channel(32);
+        let mut state = self.lock();
+        state.next += 1;
+        let id = state.next;
+        state.pending.insert(id, answer);
+        state.open.insert(id, bytes);
+        (id, answered, received)
+    }
+
+    fn opened(&self, opened: v1::McpEgressOpened) {
+        if let Some(answer) = self.lock().pending.remove(&opened.id) {
+            // silent-ok: the client may have given up.
+            let _ = answer.send(opened.refused);
+        }
+    }
+
+    async fn data(&self, data: v1::McpEgressData) {
+        let found = self.lock().open.get(&data.id).cloned();
+        if let Some(bytes) = found {
+            // silent-ok: a closed tunnel drops what still comes for it.
+            let _ = bytes.send(data.data).await;
+        }
+    }
+
+    fn close(&self, id: u64) {
+        let mut state = self.lock();
+        state.pending.remove(&id);
+        state.open.remove(&id);
+    }
+}
+
+/// The longest request head a client may send the egress proxy.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// Accepts the server's proxy connections on the container's loopback.
+async fn serve_proxy(listener: tokio::net::TcpListener, tunnels: Tunnels, sender: mpsc::Sender<v1::McpUp>) {
+    while let Ok((stream, _)) = listener.accept().await {
+        tokio::spawn(tunnel(stream, tunnels.clone(), sender.clone()));
+    }
+}
+
+/// One client connection: its CONNECT is opened through the daemon, which checks the host, and
+/// the bytes are relayed both ways until either side closes.
+async fn tunnel(mut stream: tokio::net::TcpStream, tunnels: Tunnels, sender: mpsc::Sender<v1::McpUp>) {
+    use v1::mcp_up::Kind as Up;
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let end = loop {
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        if head.len() > MAX_HEAD {
+            return answer(&mut stream, "431 Request Header Fields Too Large", "the request head is too long").await;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let Some((host, port)) = connect_target(&head[..end]) else {
+        let why = "baaaht's egress proxy only tunnels (HTTP CONNECT host:port): use https, or a client that tunnels";
+        return answer(&mut stream, "405 Method Not Allowed", why).await;
+    };
+    let (id, answered, mut from_daemon) = tunnels.begin();
+    let open = v1::McpEgressOpen { id, host, port: u32::from(port) };
+    if sender.send(up(Up::EgressOpen(open))).await.is_err() {
+        return;
+    }
+    match tokio::time::timeout(Duration::from_secs(60), answered).await {
+        Ok(Ok(refused)) if refused.is_empty() => {}
+        Ok(Ok(refused)) => {
+            tunnels.close(id);
+            return answer(&mut stream, "403 Forbidden", &refused).await;
+        }
+        _ => {
+            tunnels.close(id);
+            let _ = sender.send(up(Up::EgressClose(v1::McpEgressClose { id }))).await; // silent-ok: closing
+            return answer(&mut stream, "504 Gateway Timeout", "the daemon did not open the connection in time").await;
+        }
+    }
+    if stream.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
+        tunnels.close(id);
+        let _ = sender.send(up(Up::EgressClose(v1::McpEgressClose { id }))).await; // silent-ok: closing
+        return;
+    }
+    let (mut reader, mut writer) = stream.into_split();
+    let early = head[end..].to_vec();
+    let outward = {
+        let sender = sender.clone();
+        async move {
+            if !early.is_empty()
+                && sender.send(up(Up::EgressData(v1::McpEgressData { id, data: early }))).await.is_err()
+            {
+                return;
+            }
+            let mut buffer = vec![0u8; 32 * 1024];
+            while let Ok(n) = reader.read(&mut buffer).await {
+                if n == 0 {
+                    break;
+                }
+                let data = v1::McpEgressData { id, data: buffer[..n].to_vec() };
+                if sender.send(up(Up::EgressData(data))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    let inward = async move {
+        while let Some(bytes) = from_daemon.recv().await {
+            if writer.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        // silent-ok: the client may be gone.
+        let _ = writer.shutdown().await;
+    };
+    // Either side's end ends the tunnel.
+    tokio::select! {
+        () = outward => {}
+        () = inward => {}
+    }
+    tunnels.close(id);
+    // silent-ok: the daemon may already have closed it.
+    let _ = sender.send(up(Up::EgressClose(v1::McpEgressClose { id }))).await;
+}
+
+/// The host and port of a `CONNECT host:port HTTP/1.x` request head.
+fn connect_target(head: &[u8]) -> Option<(String, u16)> {
+    let line = head.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?.trim_end();
+    let mut words = line.split(' ');
+    let (method, target, version) = (words.next()?, words.next()?, words.next()?);
+    if method != "CONNECT" || !version.starts_with("HTTP/1.") || words.next().is_some() {
+        return None;
+    }
+    let (host, port) = target.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port.parse().ok().filter(|port| *port != 0)?;
+    let host_ok =
+        !host.is_empty() && host.len() <= 253 && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:".contains(&b));
+    host_ok.then(|| (host.to_string(), port))
+}
+
+async fn answer(stream: &mut tokio::net::TcpStream, status: &str, why: &str) {
+    let body = format!("{why}\n");
+    let text = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // silent-ok: the client may be gone.
+    let _ = stream.write_all(text.as_bytes()).await;
+}
+
+fn health(probe: &v1::HealthCheckRequest, status: &str, message: &str) -> v1::HealthCheckResponse {
+    v1::HealthCheckResponse {
+        status: status.into(),
+        message: message.into(),
+        probe: probe.probe,
+        ..v1::HealthCheckResponse::default()
+    }
+}
+
+fn signal_name(signal: i32) -> String {
+    rustix::process::Signal::from_named_raw(signal).map_or_else(|| format!("signal {signal}"), |s| format!("{s:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(command: &str, args: &[&str], env: &[(&str, &str)]) -> v1::McpDown {
+        v1::McpDown {
+            kind: Some(v1::mcp_down::Kind::Launch(v1::McpLaunch {
+                command: command.into(),
+                args: args.iter().map(|a| a.to_string()).collect(),
+                env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                egress: false,
+            })),
+        }
+    }
+
+    fn stdin(bytes: &[u8]) -> v1::McpDown {
+        v1::McpDown { kind: Some(v1::mcp_down::Kind::Stdin(bytes.to_vec())) }
+    }
+
+    /// Relays `messages` to a server and collects what came up, until it exits.
+    async fn relayed(messages: Vec<v1::McpDown>) -> (Vec<v1::mcp_up::Kind>, Result<v1::McpExited, String>) {
+        let (sender, mut receiver) = mpsc::channel(64);
+        let down = tokio_stream::iter(messages.into_iter().map(Ok));
+        let exit = relay(down, sender).await;
+        let mut seen = vec![];
+        while let Ok(message) = receiver.try_recv() {
+            seen.extend(message.kind);
+        }
+        (seen, exit)
+    }
+
+    #[tokio::test]
+    async fn bytes_go_down_to_the_server_and_its_output_comes_back_until_it_exits() {
+        let (seen, exit) = relayed(vec![launch("cat", &[], &[]), stdin(b"{\"jsonrpc\":\"2.0\"}\n")]).await;
+        let stdout: Vec<u8> = seen
+            .iter()
+            .filter_map(|kind| match kind {
+                v1::mcp_up::Kind::Stdout(bytes) => Some(bytes.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(stdout, b"{\"jsonrpc\":\"2.0\"}\n");
+        assert_eq!(exit, Ok(v1::McpExited { code: 0, signal: String::new() }));
+        assert!(matches!(seen.last(), Some(v1::mcp_up::Kind::Exited(_))), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn the_server_gets_its_env_and_nothing_of_the_relays() {
+        std::env::set_var("RELAY_ONLY_SECRET", "leak");
+        let script = "echo \"key=$API_KEY home=$HOME other=${RELAY_ONLY_SECRET:-none}\" >&2; exit 3";
+        let (seen, exit) = relayed(vec![launch("sh", &["-c", script], &[("API_KEY", "k-1")])]).await;
+        let logged: Vec<&String> = seen
+            .iter()
+            .filter_map(|kind| match kind {
+                v1::mcp_up::Kind::Stderr(line) => Some(line),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(logged, ["key=k-1 home=/tmp other=none"]);
+        assert_eq!(exit.map(|exit| exit.code), Ok(3));
+    }
+
+    #[tokio::test]
+    async fn a_server_that_cannot_start_says_which() {
+        let (_, exit) = relayed(vec![launch("/nonexistent/mcp-server", &[], &[])]).await;
+        let error = exit.expect_err("no such program");
+        assert!(error.starts_with("cannot start `/nonexistent/mcp-server`"), "{error}");
+        let (_, exit) = relayed(vec![stdin(b"x")]).await;
+        assert_eq!(exit, Err("the daemon sent input before the launch".into()));
+    }
+
+    #[test]
+    fn only_a_connect_to_host_and_port_is_a_tunnel() {
+        let target = |head: &str| connect_target(head.as_bytes());
+        assert_eq!(
+            target("CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Some(("api.example.com".into(), 443))
+        );
+        assert_eq!(target("CONNECT [::1]:8443 HTTP/1.1\r\n\r\n"), Some(("::1".into(), 8443)));
+        assert_eq!(target("GET http://example.com/ HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT example.com HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT example.com:0 HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT a b:1 HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT ex\u{0}mple.com:443 HTTP/1.1\r\n\r\n"), None);
+    }
+
+    /// The server's proxy variables lead to the relay, which opens each CONNECT through the
+    /// daemon (here the test): a refusal is the client's 403, an open tunnel carries bytes both
+    /// ways, and anything but CONNECT is a 405.
+    #[tokio::test]
+    async fn a_servers_connect_is_tunnelled_through_the_daemon() {
+        use v1::mcp_down::Kind as Down;
+        use v1::mcp_up::Kind as Up;
+        let script = r#"port=${HTTPS_PROXY##*:}
+ask() { exec 3<>/dev/tcp/127.0.0.1/$port; printf "$1" >&3; IFS= read -r status <&3; echo "$status"; }
+ask 'CONNECT refused.example:443 HTTP/1.1\r\n\r\n' >&2
+exec 3<>/dev/tcp/127.0.0.1/$port
+printf 'CONNECT open.example:443 HTTP/1.1\r\n\r\nping\n' >&3
+IFS= read -r status <&3; IFS= read -r blank <&3; IFS= read -r echoed <&3
+echo "$status|$echoed" >&2
+ask 'GET http://open.example/ HTTP/1.1\r\n\r\n' >&2
+"#;
+        let mut start = launch("bash", &["-c", script], &[]);
+        if let Some(Down::Launch(launch)) = &mut start.kind {
+            launch.egress = true;
+        }
+        let (down, from_test) = mpsc::channel(16);
+        down.send(Ok(start)).await.expect("send");
+        let (sender, mut receiver) = mpsc::channel(64);
+        let relayed = tokio::spawn(relay(tokio_stream::wrappers::ReceiverStream::new(from_test), sender));
+        let mut opened = vec![];
+        let mut logged = vec![];
+        while let Some(message) = receiver.recv().await {
+            let reply = match message.kind {
+                Some(Up::EgressOpen(open)) => {
+                    opened.push(format!("{}:{}", open.host, open.port));
+                    let refused = if open.host == "refused.example" { "not on the list" } else { "" };
+                    Some(Down::EgressOpened(v1::McpEgressOpened { id: open.id, refused: refused.into() }))
+                }
+                Some(Up::EgressData(data)) => {
+                    Some(Down::EgressData(v1::McpEgressData { id: data.id, data: b"pong\n".to_vec() }))
+                }
+                Some(Up::Stderr(line)) => {
+                    logged.push(line);
+                    None
+                }
+                Some(Up::Exited(_)) => break,
+                _ => None,
+            };
+            if let Some(kind) = reply {
+                down.send(Ok(v1::McpDown { kind: Some(kind) })).await.expect("send");
+            }
+        }
+        relayed.await.expect("join").expect("relayed");
+        assert_eq!(opened, ["refused.example:443", "open.example:443"]);
+        assert_eq!(
+            logged,
+            [
+                "HTTP/1.1 403 Forbidden\r",
+                "HTTP/1.1 200 Connection established\r|pong",
+                "HTTP/1.1 405 Method Not Allowed\r"
+            ]
+        );
+    }
+}

@@ -1,0 +1,5 @@
+//! MCP servers (spec §9.2): each stdio server runs in its own hardened container, per
+//! context; the daemon speaks MCP to it and offers its tools to the agents allowed.
+
+pub mod config;
+pub mod pool;

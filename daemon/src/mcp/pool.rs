@@ -1,0 +1,795 @@
+//! The running MCP servers: one container per context and server, started on first use. Its
+//! relay (`baaaht-agent mcp`, the container's init) connects over RelayMcp; the daemon sends it
+//! the launch (command, arguments, the server's environment with secrets resolved) and then
+//! speaks MCP (`rmcp`) over the relayed stdio.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_proto::v1;
+use rmcp::model::{
+    CallToolRequestParams, ClientConfig, ContentBlock, GetPromptRequestParams, Implementation, ProtocolVersion,
+    ReadResourceRequestParams,
+};
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt as _};
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::config::Server;
+use crate::audit::{Audit, Kind, Record};
+use crate::auth::{Caller, ContainerIdentity, Context, Role};
+use crate::container::manager::{ContainerManager, RunRequest};
+use crate::egress::proxy::WebProxy;
+use crate::health::{ProbeSlot, Probed};
+
+/// The tool through which an agent lists and reads a server's resources.
+pub const RESOURCES_TOOL: &str = "read_resource";
+/// The tool through which an agent lists and fetches a server's prompts.
+pub const PROMPTS_TOOL: &str = "get_prompt";
+
+/// How long a started container has to connect its relay, and the server to answer
+/// `initialize`.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server must have run for its death not to count toward the backoff.
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("MCP server `{server}` could not be started: {why}")]
+    Start { server: String, why: String },
+    #[error("MCP server `{server}` has no tool `{tool}`")]
+    NoTool { server: String, tool: String },
+    #[error("MCP server `{server}` did not answer within {seconds} s")]
+    Timeout { server: String, seconds: u64 },
+    #[error("MCP server `{server}` stopped while it was asked ({why})")]
+    Gone { server: String, why: String },
+    #[error("MCP server `{server}` refused the call: {why}")]
+    Refused { server: String, why: String },
+    #[error("MCP server `{server}` failed {failures} times in a row; it is tried again in {seconds} s")]
+    Backoff { server: String, failures: u32, seconds: u64 },
+}
+
+/// What a server offers, as it listed it when it last started (kept in the daemon's state so
+/// an agent is told a server's tools without starting it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Offer {
+    pub tools: Vec<rmcp::model::Tool>,
+    pub resources: bool,
+    pub prompts: bool,
+}
+
+impl Offer {
+    /// The tools an agent sees, by the server's own names: its tools the filter lets through,
+    /// then `read_resource` and `get_prompt` when it has resources or prompts (and no tool of
+    /// that name), each with its description and JSON schema.
+    pub fn definitions(&self, server: &Server) -> Vec<(String, String, serde_json::Value)> {
+        let mut offered: Vec<(String, String, serde_json::Value)> = self
+            .tools
+            .iter()
+            .filter(|tool| server.config.tools.offers(&tool.name))
+            .map(|tool| {
+                let description = tool.description.as_deref().unwrap_or_default().to_string();
+                (tool.name.to_string(), description, serde_json::Value::Object((*tool.input_schema).clone()))
+            })
+            .collect();
+        let has = |name: &str| self.tools.iter().any(|tool| tool.name == name);
+        if self.resources && !has(RESOURCES_TOOL) {
+            offered.push((
+                RESOURCES_TOOL.into(),
+                format!("Lists the resources of the MCP server `{}` (no uri), or reads the one at `uri`.", server.name),
+                serde_json::json!({"type": "object", "properties": {"uri": {"type": "string", "description": "The resource's URI; leave out to list them."}}}),
+            ));
+        }
+        if self.prompts && !has(PROMPTS_TOOL) {
+            offered.push((
+                PROMPTS_TOOL.into(),
+                format!("Lists the prompts of the MCP server `{}` (no name), or fetches the one named, filled with `arguments`.", server.name),
+                serde_json::json!({"type": "object", "properties": {
+                    "name": {"type": "string", "description": "The prompt's name; leave out to list them."},
+                    "arguments": {"type": "object", "additionalProperties": {"type": "string"}}
+                }}),
+            ));
+        }
+        offered
+    }
+}
+
+/// How long a server that failed `failures` times in a row waits before the next start: the
+/// first restart is at once, then 1, 2, 4 … seconds up to a minute.
+pub fn backoff(failures: u32) -> Duration {
+    match failures {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_secs(1u64 << (n - 2).min(6)).min(Duration::from_secs(60)),
+    }
+}
+
+/// A server's failures in a row and when the last one was.
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    count: u32,
+    last: Instant,
+}
+
+/// A relay that connected and waits to be claimed by the start that made its container.
+struct Attached {
+    down: mpsc::Sender<v1::McpDown>,
+    up: tonic::Streaming<v1::McpUp>,
+    identity: ContainerIdentity,
+}
+
+/// A started server's relay, for the health monitor.
+struct Relay {
+    down: mpsc::Sender<v1::McpDown>,
+    probe: Arc<ProbeSlot>,
+    identity: Probed,
+}
+
+/// A server that runs: its MCP session and what it offers.
+pub struct Running {
+    pub container: String,
+    pub offer: Offer,
+    started: Instant,
+    idle_timeout: Duration,
+    client: RunningService<RoleClient, ClientConfig>,
+    used: Mutex<Instant>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").field("container", &self.container).field("tools", &self.offer.tools.len()).finish()
+    }
+}
+
+/// What a call answered, as an agent reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub text: String,
+    pub is_error: bool,
+}
+
+pub struct McpPool {
+    containers: Arc<ContainerManager>,
+    web: Arc<WebProxy>,
+    audit: Audit,
+    /// Where each server's last [`Offer`] is kept, by a digest of its configuration.
+    offers: PathBuf,
+    failures: Mutex<HashMap<(Context, String), Failures>>,
+    attached: Mutex<HashMap<String, Attached>>,
+    relays: Mutex<HashMap<String, Relay>>,
+    changes: watch::Sender<u64>,
+    running: tokio::sync::Mutex<HashMap<(Context, String), Arc<Running>>>,
+}
+
+impl std::fmt::Debug for McpPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpPool").finish_non_exhaustive()
+    }
+}
+
+impl McpPool {
+    pub fn new(containers: Arc<ContainerManager>, web: Arc<WebProxy>, audit: Audit, state_dir: PathBuf) -> McpPool {
+        McpPool {
+            containers,
+            web,
+            audit,
+            offers: state_dir.join("mcp"),
+            failures: Mutex::default(),
+            attached: Mutex::default(),
+            relays: Mutex::default(),
+            changes: watch::channel(0).0,
+            running: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// Takes the relay of `identity` (from its RelayMcp call); the stream it returns carries
+    /// the daemon's messages down to it.
+    pub fn attach(&self, identity: &ContainerIdentity, up: tonic::Streaming<v1::McpUp>) -> mpsc::Receiver<v1::McpDown> {
+        let (down, receiver) = mpsc::channel(64);
+        let attached = Attached { down, up, identity: identity.clone() };
+        self.attached.lock().unwrap_or_else(PoisonError::into_inner).insert(identity.name.clone(), attached);
+        self.changes.send_modify(|count| *count += 1);
+        receiver
+    }
+
+    /// The running `server` of `context`, started (and its tools listed) when it is not.
+    pub async fn get(
+        &self,
+        context: &Context,
+        server: &Server,
+        env: Vec<(String, String)>,
+    ) -> Result<Arc<Running>, McpError> {
+        let key = (context.clone(), server.name.clone());
+        let mut running = self.running.lock().await;
+        if let Some(found) = running.get(&key).filter(|found| !found.client.is_transport_closed()) {
+            *found.used.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+            return Ok(found.clone());
+        }
+        if let Some(gone) = running.remove(&key) {
+            // It died (an idle one is removed by the supervisor): a failure, unless it had run
+            // long enough to count as well.
+            self.stop(&gone.container).await;
+            if gone.started.elapsed() < HEALTHY_AFTER {
+                self.failed(&key);
+            } else {
+                self.recovered(&key);
+            }
+        }
+        let failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied();
+        if let Some(failures) = failures {
+            let wait = backoff(failures.count).saturating_sub(failures.last.elapsed());
+            if !wait.is_zero() {
+                return Err(McpError::Backoff {
+                    server: server.name.clone(),
+                    failures: failures.count,
+                    seconds: wait.as_secs_f64().ceil() as u64,
+                });
+            }
+        }
+        match self.start(context, server, env).await {
+            Ok(started) => {
+                running.insert(key, started.clone());
+                Ok(started)
+            }
+            Err(error) => {
+                self.failed(&key);
+                Err(error)
+            }
+        }
+    }
+
+    fn failed(&self, key: &(Context, String)) {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = failures.entry(key.clone()).or_insert(Failures { count: 0, last: Instant::now() });
+        entry.count = entry.count.saturating_add(1);
+        entry.last = Instant::now();
+    }
+
+    fn recovered(&self, key: &(Context, String)) {
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+    }
+
+    /// What `server` offers: from its running instance, else from what it listed when it last
+    /// started with this configuration, else it is started to list it.
+    pub async fn offer(
+        &self,
+        context: &Context,
+        server: &Server,
+        env: Vec<(String, String)>,
+    ) -> Result<Offer, McpError> {
+        let key = (context.clone(), server.name.clone());
+        if let Some(found) = self.running.lock().await.get(&key).filter(|found| !found.client.is_transport_closed()) {
+            return Ok(found.offer.clone());
+        }
+        if let Some(kept) = self.kept_offer(server) {
+            return Ok(kept);
+        }
+        Ok(self.get(context, server, env).await?.offer.clone())
+    }
+
+    /// The file of `server`'s offer: named by a digest of everything that decides what the
+    /// server lists.
+    fn offer_file(&self, server: &Server) -> PathBuf {
+        let digest = sha2::Sha256::digest(format!("{}\0{:?}", server.name, server.config).as_bytes());
+        let name: String = digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect();
+        self.offers.join(format!("{name}.json"))
+    }
+
+    fn kept_offer(&self, server: &Server) -> Option<Offer> {
+        let text = std::fs::read(self.offer_file(server)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    fn keep_offer(&self, server: &Server, offer: &Offer) {
+        let file = self.offer_file(server);
+        let written = std::fs::create_dir_all(&self.offers)
+            .map_err(|error| error.to_string())
+            .and_then(|()| serde_json::to_vec(offer).map_err(|error| error.to_string()))
+            .and_then(|bytes| crate::state::write_atomic(&file, &bytes, 0o600).map_err(|error| error.to_string()));
+        if let Err(error) = written {
+            tracing::warn!(server = %server.name, file = %file.display(), %error, "cannot keep an MCP server's tool list");
+        }
+    }
+
+    async fn start(
+        &self,
+        context: &Context,
+        server: &Server,
+        env: Vec<(String, String)>,
+    ) -> Result<Arc<Running>, McpError> {
+        let fail = |why: String| McpError::Start { server: server.name.clone(), why };
+        let image = match crate::skills::layer(self.containers.image(), &server.config.install).map_err(fail)? {
+            None => server.config.image.clone(),
+            Some((tag, dockerfile)) => {
+                self.containers.ensure_image(&tag, &dockerfile).await.map_err(|error| fail(error.to_string()))?;
+                Some(tag)
+            }
+        };
+        let request = RunRequest {
+            role: Role::Mcp,
+            session_id: format!("mcp-{}", server.name),
+            context: context.clone(),
+            command: vec![format!("{}/baaaht-agent", crate::container::manager::BINARIES_MOUNT), "mcp".into()],
+            mounts: vec![],
+            env: vec![],
+            timeout: Duration::MAX,
+            daemon_socket: true,
+            working_dir: Some("/tmp".into()),
+            image,
+        };
+        let mut changes = self.changes.subscribe();
+        let handle = self.containers.start_service(request).await.map_err(|error| fail(error.to_string()))?;
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        let attached = loop {
+            let taken = self.attached.lock().unwrap_or_else(PoisonError::into_inner).remove(&handle.name);
+            if let Some(attached) = taken {
+                break attached;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+                self.stop(&handle.name).await;
+                return Err(fail(format!("its relay did not connect within {} s", START_TIMEOUT.as_secs())));
+            }
+        };
+        let launch = v1::McpLaunch {
+            command: server.config.command.clone(),
+            args: server.config.args.clone(),
+            env: env.into_iter().collect(),
+            egress: !server.config.egress.is_empty(),
+        };
+        let sent = attached.down.send(v1::McpDown { kind: Some(v1::mcp_down::Kind::Launch(launch)) }).await;
+        if sent.is_err() {
+            self.stop(&handle.name).await;
+            return Err(fail("its relay hung up before the launch".into()));
+        }
+        let (ours, theirs) = tokio::io::duplex(256 * 1024);
+        let probe = Arc::new(ProbeSlot::default());
+        let relay =
+            Relay { down: attached.down.clone(), probe: probe.clone(), identity: Probed::from(&attached.identity) };
+        self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
+        let egress = Egress { server: server.clone(), web: self.web.clone(), audit: self.audit.clone() };
+        pump(attached, probe, theirs, egress);
+        let (reader, writer) = tokio::io::split(ours);
+        let config = ClientConfig::new(Default::default(), Implementation::new("baaahtd", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
+        let client = match tokio::time::timeout(START_TIMEOUT, config.serve((reader, writer))).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                self.stop(&handle.name).await;
+                return Err(fail(format!("it did not answer `initialize`: {error}")));
+            }
+            Err(_) => {
+                self.stop(&handle.name).await;
+                return Err(fail(format!("it did not answer `initialize` within {} s", START_TIMEOUT.as_secs())));
+            }
+        };
+        let tools = match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(error)) => {
+                self.stop(&handle.name).await;
+                return Err(fail(format!("it did not list its tools: {error}")));
+            }
+            Err(_) => {
+                self.stop(&handle.name).await;
+                return Err(fail("it did not list its tools in time".into()));
+            }
+        };
+        let capabilities = client.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
+        let offer =
+            Offer { tools, resources: capabilities.resources.is_some(), prompts: capabilities.prompts.is_some() };
+        self.keep_offer(server, &offer);
+        tracing::info!(server = %server.name, context = %context, container = %handle.name, tools = offer.tools.len(), "MCP server started");
+        Ok(Arc::new(Running {
+            container: handle.name,
+            offer,
+            started: Instant::now(),
+            idle_timeout: Duration::from_secs(server.config.idle_timeout),
+            client,
+            used: Mutex::new(Instant::now()),
+        }))
+    }
+
+    /// Stops the servers unused for longer than their `idle_timeout`, and those whose stdio
+    /// closed (a server that exited), every second until `cancel`.
+    pub async fn supervise(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            let done: Vec<((Context, String), Arc<Running>)> = {
+                let mut running = self.running.lock().await;
+                let keys: Vec<(Context, String)> = running
+                    .iter()
+                    .filter(|(_, server)| {
+                        let idle = server.used.lock().unwrap_or_else(PoisonError::into_inner).elapsed();
+                        idle >= server.idle_timeout || server.client.is_transport_closed()
+                    })
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                keys.into_iter().filter_map(|key| running.remove(&key).map(|server| (key, server))).collect()
+            };
+            for (key, server) in done {
+                let (context, name) = &key;
+                if server.client.is_transport_closed() {
+                    tracing::warn!(server = %name, context = %context, container = %server.container, "removing an MCP server that stopped");
+                    if server.started.elapsed() < HEALTHY_AFTER {
+                        self.failed(&key);
+                    }
+                } else {
+                    tracing::info!(server = %name, context = %context, container = %server.container, "stopping an idle MCP server");
+                }
+                self.stop(&server.container).await;
+            }
+        }
+    }
+
+    /// The names of the servers whose containers run for `context`.
+    pub async fn running_in(&self, context: &Context) -> Vec<String> {
+        let running = self.running.lock().await;
+        running.keys().filter(|(owner, _)| owner == context).map(|(_, name)| name.clone()).collect()
+    }
+
+    /// Stops `context`'s instance of the server `name`, if it runs, and forgets its failures.
+    pub async fn stop_server(&self, context: &Context, name: &str) {
+        let key = (context.clone(), name.to_string());
+        let stopped = self.running.lock().await.remove(&key);
+        self.recovered(&key);
+        if let Some(stopped) = stopped {
+            self.stop(&stopped.container).await;
+        }
+    }
+
+    /// Stops every context's instance of the server `name` (a system server that changed).
+    pub async fn stop_named(&self, name: &str) {
+        let stopped: Vec<((Context, String), Arc<Running>)> = {
+            let mut running = self.running.lock().await;
+            let keys: Vec<(Context, String)> = running.keys().filter(|(_, n)| n == name).cloned().collect();
+            keys.into_iter().filter_map(|key| running.remove(&key).map(|server| (key, server))).collect()
+        };
+        for (key, server) in stopped {
+            self.recovered(&key);
+            self.stop(&server.container).await;
+        }
+    }
+
+    /// The started servers' containers, for the health monitor.
+    pub fn probe_targets(&self) -> Vec<Probed> {
+        let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
+        relays.values().map(|relay| relay.identity.clone()).collect()
+    }
+
+    /// Asks the relay in `container` whether its server runs.
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<v1::HealthCheckResponse, String> {
+        let found = {
+            let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
+            relays.get(container).map(|relay| (relay.down.clone(), relay.probe.clone()))
+        };
+        let wrap = |request| v1::McpDown { kind: Some(v1::mcp_down::Kind::HealthCheck(request)) };
+        crate::health::probe_over(found, container, wrap, timeout).await
+    }
+
+    /// Removes a server's container that failed its health checks; the next call starts one.
+    pub async fn restart(&self, target: &Probed) -> Result<String, McpError> {
+        self.running.lock().await.retain(|_, running| running.container != target.name);
+        self.stop(&target.name).await;
+        Ok("it was removed; the next call starts a new one".into())
+    }
+
+    async fn stop(&self, container: &str) {
+        self.relays.lock().unwrap_or_else(PoisonError::into_inner).remove(container);
+        if let Err(error) = self.containers.stop_service(container).await {
+            tracing::warn!(container, %error, "cannot remove an MCP server's container");
+        }
+    }
+
+    /// Calls `tool` of `server` for `context` with `arguments`; a server that died is started
+    /// again and asked once more.
+    pub async fn call(
+        &self,
+        context: &Context,
+        server: &Server,
+        env: Vec<(String, String)>,
+        tool: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<Answer, McpError> {
+        for attempt in 0..2 {
+            let running = self.get(context, server, env.clone()).await?;
+            if !running.offer.definitions(server).iter().any(|(name, _, _)| name == tool) {
+                return Err(McpError::NoTool { server: server.name.clone(), tool: tool.into() });
+            }
+            let own = running.offer.tools.iter().any(|offered| offered.name == tool);
+            match tokio::time::timeout(timeout, ask(&running.client, own, tool, &arguments)).await {
+                Ok(Ok(answer)) => {
+                    self.recovered(&(context.clone(), server.name.clone()));
+                    return Ok(answer);
+                }
+                Ok(Err(rmcp::ServiceError::McpError(error))) => {
+                    return Err(McpError::Refused { server: server.name.clone(), why: error.message.to_string() })
+                }
+                Ok(Err(error)) if attempt == 0 && running.client.is_transport_closed() => {
+                    tracing::warn!(server = %server.name, %error, "the MCP server died; starting it again");
+                }
+                Ok(Err(error)) => return Err(McpError::Gone { server: server.name.clone(), why: error.to_string() }),
+                Err(_) => return Err(McpError::Timeout { server: server.name.clone(), seconds: timeout.as_secs() }),
+            }
+        }
+        Err(McpError::Gone { server: server.name.clone(), why: "it died twice".into() })
+    }
+}
+
+/// Asks the server: a call of its own `tool`, or a resource or prompt through the tools
+/// baaaht adds for them.
+async fn ask(
+    client: &RunningService<RoleClient, ClientConfig>,
+    own: bool,
+    tool: &str,
+    arguments: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Answer, rmcp::ServiceError> {
+    let text_of = |key: &str| arguments.get(key).and_then(serde_json::Value::as_str).map(str::to_string);
+    let lines = |lines: Vec<String>, none: &str| if lines.is_empty() { none.to_string() } else { lines.join("\n") };
+    if own {
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
+        let result = client.call_tool(params).await?;
+        let text = result.content.iter().map(describe).collect::<Vec<_>>().join("\n");
+        return Ok(Answer { text, is_error: result.is_error.unwrap_or(false) });
+    }
+    if tool == RESOURCES_TOOL {
+        if let Some(uri) = text_of("uri") {
+            let read = client.read_resource(ReadResourceRequestParams::new(uri)).await?;
+            let text = read.contents.into_iter().map(|contents| describe(&ContentBlock::resource(contents)));
+            return Ok(Answer { text: text.collect::<Vec<_>>().join("\n"), is_error: false });
+        }
+        let mut listed: Vec<String> = client
+            .list_all_resources()
+            .await?
+            .into_iter()
+            .map(|resource| {
+                let about = resource.description.clone().unwrap_or_default();
+                format!(
+                    "{} ({}){}",
+                    resource.uri,
+                    resource.name,
+                    if about.is_empty() { String::new() } else { format!(": {about}") }
+                )
+            })
+            .collect();
+        // A server may offer templates only.
+        if let Ok(templates) = client.list_all_resource_templates().await {
+            listed.extend(
+                templates
+                    .into_iter()
+                    .map(|template| format!("{} (template, {})", template.uri_template, template.name)),
+            );
+        }
+        return Ok(Answer { text: lines(listed, "The server lists no resources."), is_error: false });
+    }
+    if let Some(name) = text_of("name") {
+        let mut params = GetPromptRequestParams::new(name);
+        if let Some(serde_json::Value::Object(given)) = arguments.get("arguments") {
+            params = params.with_arguments(given.clone());
+        }
+        let prompt = client.get_prompt(params).await?;
+        let messages = prompt.messages.into_iter().map(|message| {
+            let role = match message.role {
+                rmcp::model::Role::User => "user",
+                rmcp::model::Role::Assistant => "assistant",
+            };
+            format!("[{role}] {}", describe(&message.content))
+        });
+        return Ok(Answer { text: messages.collect::<Vec<_>>().join("\n"), is_error: false });
+    }
+    let listed = client
+        .list_all_prompts()
+        .await?
+        .into_iter()
+        .map(|prompt| {
+            let arguments: Vec<String> = prompt
+                .arguments
+                .unwrap_or_default()
+                .into_iter()
+                .map(|argument| format!("{}{}", argument.name, if argument.required == Some(true) { "" } else { "?" }))
+                .collect();
+            format!("{}({}): {}", prompt.name, arguments.join(", "), prompt.description.unwrap_or_default())
+        })
+        .collect();
+    Ok(Answer { text: lines(listed, "The server lists no prompts."), is_error: false })
+}
+
+/// One block of a tool's answer as text for the model.
+fn describe(block: &ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(text) => text.text.clone(),
+        ContentBlock::Image(image) => format!("[image {}, {} bytes as base64]", image.mime_type, image.data.len()),
+        ContentBlock::Resource(resource) => match &resource.resource {
+            rmcp::model::ResourceContents::TextResourceContents { uri, text, .. } => {
+                format!("[resource {uri}]\n{text}")
+            }
+            rmcp::model::ResourceContents::BlobResourceContents { uri, blob, .. } => {
+                format!("[resource {uri}, {} bytes as base64]", blob.len())
+            }
+            _ => "[resource]".into(),
+        },
+        ContentBlock::ResourceLink(link) => format!("[resource link {}]", link.uri),
+        _ => "[content of a kind baaaht does not show]".into(),
+    }
+}
+
+/// What a relay's tunnels need: the server (its egress list), the proxy that checks and opens
+/// connections, and the audit log.
+struct Egress {
+    server: Server,
+    web: Arc<WebProxy>,
+    audit: Audit,
+}
+
+/// The daemon's ends of one relay's open tunnels: bytes for each connection's writer, and what
+/// ends its reader.
+type Tunnels = Arc<Mutex<HashMap<u64, (mpsc::Sender<Vec<u8>>, CancellationToken)>>>;
+
+impl Egress {
+    /// Opens the tunnel `open` when the server's `egress` names its host and the proxy's address
+    /// checks pass; the answer goes down, then the connection's bytes. One audit record each.
+    async fn open(
+        &self,
+        open: v1::McpEgressOpen,
+        identity: &ContainerIdentity,
+        down: mpsc::Sender<v1::McpDown>,
+        tunnels: Tunnels,
+    ) {
+        let id = open.id;
+        let host = open.host.to_ascii_lowercase();
+        let record = Record::by(Kind::Egress, &Caller::Container(Arc::new(identity.clone())), "")
+            .detail("mcp_server", self.server.name.as_str())
+            .detail("host", host.as_str())
+            .detail("port", open.port);
+        let reply = |refused: String| v1::McpDown {
+            kind: Some(v1::mcp_down::Kind::EgressOpened(v1::McpEgressOpened { id, refused })),
+        };
+        let port = u16::try_from(open.port).unwrap_or(0);
+        let connected = if port == 0 {
+            Err((false, format!("port {} is not a TCP port", open.port)))
+        } else if !self.server.egress_allows(&host, port) {
+            let listed =
+                if self.server.config.egress.is_empty() { "none".into() } else { self.server.config.egress.join(", ") };
+            Err((
+                true,
+                format!("{host}:{port} is not in the egress list of MCP server `{}` ({listed})", self.server.name),
+            ))
+        } else {
+            self.web.connect_checked(&host, port).await.map_err(|error| (error.is_refusal(), error.to_string()))
+        };
+        let stream = match connected {
+            Ok(stream) => stream,
+            Err((refused, why)) => {
+                let outcome = if refused { "refused" } else { "failed" };
+                self.audit.record(Record { outcome: outcome.into(), ..record }.detail("reason", why.as_str()));
+                tracing::warn!(server = %self.server.name, %host, port, %why, "an MCP server's connection was not opened");
+                // silent-ok: the relay may be gone.
+                let _ = down.send(reply(why)).await;
+                return;
+            }
+        };
+        self.audit.record(Record { outcome: "allowed".into(), ..record });
+        let (mut reader, mut writer) = stream.into_split();
+        let (bytes, mut received) = mpsc::channel::<Vec<u8>>(32);
+        let closed = CancellationToken::new();
+        tunnels.lock().unwrap_or_else(PoisonError::into_inner).insert(id, (bytes, closed.clone()));
+        if down.send(reply(String::new())).await.is_err() {
+            return;
+        }
+        tokio::spawn(async move {
+            while let Some(bytes) = received.recv().await {
+                if writer.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+            // silent-ok: the far end may be gone.
+            let _ = writer.shutdown().await;
+        });
+        let mut buffer = vec![0u8; 32 * 1024];
+        loop {
+            let n = tokio::select! {
+                () = closed.cancelled() => break,
+                read = reader.read(&mut buffer) => match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                },
+            };
+            let data = v1::McpDown {
+                kind: Some(v1::mcp_down::Kind::EgressData(v1::McpEgressData { id, data: buffer[..n].to_vec() })),
+            };
+            if down.send(data).await.is_err() {
+                break;
+            }
+        }
+        tunnels.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+        let close = v1::McpDown { kind: Some(v1::mcp_down::Kind::EgressClose(v1::McpEgressClose { id })) };
+        // silent-ok: the relay may be gone.
+        let _ = down.send(close).await;
+    }
+}
+
+/// Carries bytes between the relay's stream and `theirs` (the far end of rmcp's pipe); the
+/// server's stderr lines go to the log.
+fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStream, egress: Egress) {
+    let Attached { down, mut up, identity } = attached;
+    let (server, container) = (egress.server.name.clone(), identity.name.clone());
+    let egress = Arc::new(egress);
+    let tunnels = Tunnels::default();
+    let (mut from_client, mut to_client) = tokio::io::split(theirs);
+    let stdin = down.clone();
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            match from_client.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let bytes = v1::McpDown { kind: Some(v1::mcp_down::Kind::Stdin(buffer[..n].to_vec())) };
+                    if stdin.send(bytes).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    tokio::spawn(async move {
+        use tokio_stream::StreamExt as _;
+        while let Some(message) = up.next().await {
+            match message.map(|message| message.kind) {
+                Ok(Some(v1::mcp_up::Kind::Stdout(bytes))) => {
+                    if to_client.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(v1::mcp_up::Kind::Health(health))) => probe.answer(health),
+                Ok(Some(v1::mcp_up::Kind::EgressOpen(open))) => {
+                    let (egress, identity, down, tunnels) =
+                        (egress.clone(), identity.clone(), down.clone(), tunnels.clone());
+                    tokio::spawn(async move { egress.open(open, &identity, down, tunnels).await });
+                }
+                Ok(Some(v1::mcp_up::Kind::EgressData(data))) => {
+                    let found = tunnels
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get(&data.id)
+                        .map(|(bytes, _)| bytes.clone());
+                    if let Some(bytes) = found {
+                        // silent-ok: a closed connection drops what still comes for it.
+                        let _ = bytes.send(data.data).await;
+                    }
+                }
+                Ok(Some(v1::mcp_up::Kind::EgressClose(close))) => {
+                    if let Some((_, closed)) = tunnels.lock().unwrap_or_else(PoisonError::into_inner).remove(&close.id)
+                    {
+                        closed.cancel();
+                    }
+                }
+                Ok(Some(v1::mcp_up::Kind::Stderr(line))) => {
+                    tracing::info!(server = %server, container = %container, line = %line, "MCP server log");
+                }
+                Ok(Some(v1::mcp_up::Kind::Exited(exit))) => {
+                    tracing::warn!(server = %server, container = %container, code = exit.code, signal = %exit.signal, "MCP server exited");
+                    break;
+                }
+                Ok(_) => {}
+                Err(status) => {
+                    tracing::warn!(server = %server, container = %container, error = %status.message(), "MCP relay stream broke");
+                    break;
+                }
+            }
+        }
+        // The server is gone: so are its connections.
+        for (_, (_, closed)) in tunnels.lock().unwrap_or_else(PoisonError::into_inner).drain() {
+            closed.cancel();
+        }
+        // rmcp sees the end of the server's output.
+        // silent-ok: the pipe may already be closed.
+        let _ = to_client.shutdown().await;
+    });
+}

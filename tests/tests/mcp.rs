@@ -1,0 +1,474 @@
+//! MCP servers through the real daemon: a server's container started on first use, its relay,
+//! the launch with the server's environment, the MCP handshake, calls, restarts with backoff
+//! and egress through the daemon's proxy, checked with minimal stdio servers written in sh and
+//! bash; and real servers from PyPI and npm, installed into cached layers, answering a Coder
+//! driven by the scripted fake model.
+
+use baaaht_proto::client;
+use baaaht_proto::v1;
+use baaaht_tests::{DaemonOptions, TestDaemon};
+
+const SERVER: &str = r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id" ;;
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"hello","description":"Says hello","inputSchema":{"type":"object","properties":{}}}]}}\n' "$id" ;;
+    *'"method":"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"hello from %s"}]}}\n' "$id" "${GREETING:-nobody}" ;;
+  esac
+done
+"#;
+
+/// A server with one tool, `reach {target: "host:port"}`: through the proxy its relay offers
+/// (when it has egress) it sends `ping` and reports the answer or the refusal; without one it
+/// tries to connect directly.
+const NET_SERVER: &str = r#"reach() {
+  if [ -z "$HTTPS_PROXY" ]; then
+    if timeout 5 bash -c "exec 3<>/dev/tcp/${1%:*}/${1##*:}" 2>/dev/null; then echo "direct: connected"; else echo "direct: no connection"; fi
+    return
+  fi
+  exec 3<>/dev/tcp/127.0.0.1/${HTTPS_PROXY##*:}
+  printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' "$1" "$1" >&3
+  IFS= read -r status <&3
+  while IFS= read -r header <&3 && [ -n "${header%$'\r'}" ]; do :; done
+  case "$status" in
+    *' 200 '*) echo ping >&3; IFS= read -r reply <&3; echo "tunnel: $reply" ;;
+    *) IFS= read -r body <&3; echo "refused: $status $body" ;;
+  esac
+  exec 3<&-
+}
+while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"net","version":"1"}}}\n' "$id" ;;
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"reach","description":"Connects","inputSchema":{"type":"object","properties":{"target":{"type":"string"}}}},{"name":"env","description":"Its environment","inputSchema":{"type":"object"}}]}}\n' "$id" ;;
+    *'"name":"env"'*) text=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0\r"\\' '    ' | tr '\n' ' ')
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$text" ;;
+    *'"method":"tools/call"'*) target=$(printf '%s' "$line" | sed -n 's/.*"target":"\([^"]*\)".*/\1/p')
+      text=$(reach "$target" 2>&1 | tr -d '\r"\\' | tr '\n' ' ')
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$text" ;;
+  esac
+done
+"#;
+
+fn call(tool: &str) -> v1::ToolRequest {
+    v1::ToolRequest { tool: tool.into(), params_json: "{}".into(), ..v1::ToolRequest::default() }
+}
+
+#[test]
+fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
+    let rt = baaaht_tests::runtime();
+    let mcp = format!(
+        "servers:\n  hello:\n    command: sh\n    args: [-c, {}]\n    env: {{GREETING: '${{TEST_GREETING}}'}}\n    roles: [coder]\n    idle_timeout: 2\n",
+        serde_json::to_string(SERVER).expect("JSON")
+    );
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![
+            ("config/mcp.yaml".into(), mcp),
+            // Alice's own server: no agent of another user is offered it.
+            ("users/alice/mcp.yaml".into(), "servers:\n  private:\n    command: sh\n    roles: [coder]\n".into()),
+        ],
+        env: vec![("TEST_GREETING".into(), "the-secret-greeting".into())],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let answer = agent.agents.request_tool_execution(call("mcp__hello__hello")).await;
+        let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
+        assert_eq!((answer.content.as_str(), answer.is_error), ("hello from the-secret-greeting", false));
+        // Warm: the same container answers again.
+        let again = agent.agents.request_tool_execution(call("mcp__hello__hello")).await.expect("again");
+        assert_eq!(again.into_inner().content, "hello from the-secret-greeting");
+        let missing = agent.agents.request_tool_execution(call("mcp__nope__hello")).await.expect_err("no server");
+        assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+        let alices = agent.agents.request_tool_execution(call("mcp__private__hello")).await.expect_err("alice's");
+        assert_eq!(alices.code(), tonic::Code::NotFound, "another user's server: {alices:?}");
+        let unknown = agent.agents.request_tool_execution(call("mcp__hello__other")).await.expect("answered");
+        let unknown = unknown.into_inner();
+        assert!(unknown.is_error && unknown.content.contains("has no tool `other`"), "{unknown:?}");
+    });
+    // This daemon's MCP containers that run (other tests' daemons have theirs).
+    let listed = || {
+        let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+        let ours = daemon.recorded_containers();
+        running.lines().filter(|name| name.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == name)).count()
+    };
+    assert_eq!(listed(), 1, "one container for the server");
+    // Unused for its idle_timeout (2 s), the server's container goes; the next call starts one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while listed() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the idle server still runs\n{}", daemon.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let answer = agent.agents.request_tool_execution(call("mcp__hello__hello")).await.expect("restarted");
+        assert_eq!(answer.into_inner().content, "hello from the-secret-greeting");
+    });
+    assert_eq!(listed(), 1);
+    // A server that crashes is started again, and the call is answered.
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    let ours = daemon.recorded_containers();
+    let server = running.lines().find(|n| n.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == n)).expect("ours");
+    // The server's secret is handed over its socket: not in its container's configuration,
+    // and nowhere an agent can read.
+    let inspected = baaaht_tests::docker(&["inspect", server]).expect("docker inspect");
+    assert!(!inspected.contains("the-secret-greeting"), "the secret is in the container's configuration");
+    let seen = baaaht_tests::docker(&[
+        "exec",
+        &coder.name,
+        "sh",
+        "-c",
+        "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null; true",
+    ])
+    .expect("the Coder's environment");
+    assert!(!seen.contains("the-secret-greeting") && seen.contains("PATH="), "{seen}");
+    baaaht_tests::docker(&["kill", server]).expect("docker kill");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let answer = agent.agents.request_tool_execution(call("mcp__hello__hello")).await;
+        let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
+        assert_eq!((answer.content.as_str(), answer.is_error), ("hello from the-secret-greeting", false));
+    });
+    drop(coder);
+}
+
+/// Runs `baaaht mcp ARGS` against `daemon`; its standard output, or a panic with what it said.
+fn baaaht_mcp(daemon: &TestDaemon, args: &[&str]) -> String {
+    let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .arg("mcp")
+        .args(args)
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht mcp");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "baaaht mcp {args:?}: {stdout}{stderr}\n{}", daemon.log_text());
+    stdout.into_owned()
+}
+
+/// Real servers from the registries, installed into cached layers: `mcp-server-time` from PyPI
+/// and `@modelcontextprotocol/server-everything` from npm. `baaaht mcp test` starts each and
+/// shows its tools; then a Coder driven by the scripted fake model is offered them with their
+/// schemas and calls them, and a prompt listing goes through `get_prompt`.
+#[test]
+fn real_servers_from_pypi_and_npm_answer_a_coder() {
+    use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
+    use baaaht_tests::scenario;
+    use serde_json::json;
+    let rt = baaaht_tests::runtime();
+    let offered = std::sync::Arc::new(std::sync::Mutex::new(serde_json::Value::Null));
+    let seen = offered.clone();
+    let brain = Answer::Respond(Responder(std::sync::Arc::new(move |request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.results.last() {
+                None => {
+                    let task = json!({"agent": "coder", "task": "Tell the time in UTC, then echo a greeting."});
+                    anthropic_answer("", &[("toolu_delegate_1", "delegate", task)])
+                }
+                Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),
+            };
+        }
+        if asked.offers("mcp__time__get_current_time") {
+            *seen.lock().expect("lock") = asked.body["tools"].clone();
+            return match asked.results.len() {
+                0 => anthropic_answer("", &[("toolu_time", "mcp__time__get_current_time", json!({"timezone": "UTC"}))]),
+                1 => anthropic_answer(
+                    "",
+                    &[("toolu_echo", "mcp__everything__echo", json!({"message": "hi from baaaht"}))],
+                ),
+                2 => anthropic_answer("", &[("toolu_prompts", "mcp__everything__get_prompt", json!({}))]),
+                _ => anthropic_answer(&asked.results.join("\n---\n"), &[]),
+            };
+        }
+        anthropic_answer("I was not expecting to be asked.", &[])
+    })));
+    let mcp = "servers:\n  time:\n    command: mcp-server-time\n    install: [{source: pip, name: mcp-server-time==2026.10.19}]\n    \
+               roles: [coder]\n    timeout: 60\n  everything:\n    command: mcp-server-everything\n    \
+               install: [{source: npm, name: '@modelcontextprotocol/server-everything@2026.8.31'}]\n    roles: [coder]\n";
+    let options = DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() };
+    let (_fake, daemon) = scenario::start(&rt, brain, options).expect("daemon");
+    // The first start builds each server's layer; `test` shows what agents will be offered.
+    let tested = baaaht_mcp(&daemon, &["test", "time", "--user", "alice"]);
+    assert!(tested.starts_with("time started in "), "{tested}");
+    assert!(tested.contains("mcp__time__get_current_time") && tested.contains("\"timezone\""), "{tested}");
+    let tested = baaaht_mcp(&daemon, &["test", "everything", "--user", "alice"]);
+    assert!(tested.contains("mcp__everything__echo") && tested.contains("mcp__everything__get_prompt"), "{tested}");
+    let listed = baaaht_mcp(&daemon, &["list", "--user", "alice"]);
+    assert!(
+        listed.contains("everything (system, running)") && listed.contains("install: pip:mcp-server-time==2026.10.19"),
+        "{listed}"
+    );
+
+    let turn = scenario::turn_on(&rt, &daemon, scenario::message(scenario::user("alice"), "alice", "What time is it?"));
+    let reply = turn.reply.expect("a reply").content;
+    assert!(reply.contains("\"timezone\": \"UTC\""), "the time server answered: {reply}");
+    assert!(reply.contains("Echo: hi from baaaht") || reply.contains("hi from baaaht"), "{reply}");
+    let prompts = reply.split("---").nth(2).unwrap_or_default();
+    assert!(!prompts.trim().is_empty() && !prompts.contains("lists no prompts"), "prompts listed: {reply}");
+    // Offered with the server's own schema.
+    let tools = offered.lock().expect("lock").clone();
+    let time = tools.as_array().into_iter().flatten().find(|tool| tool["name"] == "mcp__time__get_current_time");
+    let time = time.unwrap_or_else(|| panic!("not offered: {tools:#}"));
+    assert!(time["input_schema"]["properties"]["timezone"].is_object(), "{time:#}");
+    // Tool events as for built-in tools.
+    let finished: Vec<String> = turn
+        .events
+        .iter()
+        .filter_map(|event| match &event.event {
+            Some(v1::orchestrator_event::Event::Tool(progress)) if progress.state == "finished" => {
+                Some(progress.tool.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(finished.iter().any(|tool| tool == "mcp__time__get_current_time"), "{finished:?}");
+}
+
+#[test]
+fn a_hung_mcp_server_is_replaced_after_the_threshold_and_the_admin_is_told() {
+    let rt = baaaht_tests::runtime();
+    let mcp = format!(
+        "servers:\n  hello:\n    command: sh\n    args: [-c, {}]\n    roles: [coder]\n",
+        serde_json::to_string(SERVER).expect("JSON")
+    );
+    let config = "system:\n  admin_users: [root-admin]\norchestrator:\n  health_check:\n    interval: 200\n    \
+                  timeout: 200\n    failure_threshold: 3\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/mcp.yaml".into(), mcp), ("config/config.yaml".into(), config.into())],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let ask = || {
+        rt.block_on(async {
+            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+            let answer = agent.agents.request_tool_execution(call("mcp__hello__hello")).await;
+            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
+        })
+    };
+    assert_eq!(ask(), "hello from nobody");
+    let ours = || {
+        let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+        let recorded = daemon.recorded_containers();
+        running
+            .lines()
+            .filter(|n| n.starts_with("baaaht-mcp-") && recorded.iter().any(|r| r == n))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let hung = ours().pop().expect("the server's container");
+    baaaht_tests::docker(&["pause", &hung]).expect("docker pause");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let inbox = std::process::Command::new(baaaht_tests::bin("baaaht"))
+            .args(["inbox", "--user", "root-admin", "--all"])
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("inbox");
+        let inbox = String::from_utf8_lossy(&inbox.stdout).into_owned();
+        if inbox.contains("mcp container restarted") && inbox.contains(&hung) && !ours().contains(&hung) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{inbox}\n{}", daemon.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(ask(), "hello from nobody", "a new server answers");
+    drop(coder);
+}
+
+/// What `baaaht audit --kind egress --json` prints for `daemon`, one record per line.
+fn egress_records(daemon: &TestDaemon) -> Vec<serde_json::Value> {
+    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["audit", "--kind", "egress", "--json"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht audit");
+    String::from_utf8_lossy(&audit.stdout).lines().map(|line| serde_json::from_str(line).expect("JSON")).collect()
+}
+
+/// A server reaches the network only through its relay's proxy, which the daemon checks
+/// against the server's `egress` list and the address filter: a listed host answers, an
+/// unlisted one and a listed name for a loopback address are refused, a server with no egress
+/// cannot connect at all, and another server does not see one server's secret.
+#[test]
+fn an_mcp_servers_egress_is_its_list_through_the_daemons_proxy() {
+    use std::io::{BufRead as _, Write as _};
+    let rt = baaaht_tests::runtime();
+    // The host's end of the container bridge stands for "the internet": the admin allows it
+    // (it is a private address), and the `open` server lists it.
+    let bridge = baaaht_tests::bridge_address().expect("bridge address");
+    let listener = std::net::TcpListener::bind((bridge, 0)).expect("listen on the bridge");
+    let port = listener.local_addr().expect("address").port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut reader = std::io::BufReader::new(stream);
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_ok() {
+                // silent-ok: a client that went away gets nothing.
+                let _ = writeln!(reader.get_mut(), "pong to {}", line.trim());
+            }
+        }
+    });
+    let script = serde_json::to_string(NET_SERVER).expect("JSON");
+    let mcp = format!(
+        "servers:\n  open:\n    command: bash\n    args: [-c, {script}]\n    egress: ['{bridge}']\n    env: {{TOKEN: '${{OPEN_TOKEN}}'}}\n    roles: [coder]\n  \
+         local:\n    command: bash\n    args: [-c, {script}]\n    egress: [localhost]\n    roles: [coder]\n  \
+         closed:\n    command: bash\n    args: [-c, {script}]\n    roles: [coder]\n"
+    );
+    let config = format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}']\n");
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/mcp.yaml".into(), mcp), ("config/config.yaml".into(), config)],
+        env: vec![("OPEN_TOKEN".into(), "open-server-secret-4711".into())],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let reach = |server: &str, target: String| {
+        rt.block_on(async {
+            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+            let mut request = call(&format!("mcp__{server}__reach"));
+            request.params_json = serde_json::json!({ "target": target }).to_string();
+            let answer = agent.agents.request_tool_execution(request).await;
+            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
+        })
+    };
+    let answer = reach("open", format!("{bridge}:{port}"));
+    assert_eq!(answer.trim(), format!("tunnel: pong to ping"), "{}", daemon.log_text());
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let answer = reach("open", format!("127.0.0.1:{port}"));
+    assert!(answer.contains("403") && answer.contains("is not in the egress list of MCP server `open`"), "{answer}");
+    let answer = reach("local", format!("localhost:{port}"));
+    assert!(answer.contains("403") && answer.contains("loopback"), "a listed name for a loopback address: {answer}");
+    let answer = reach("closed", format!("{bridge}:{port}"));
+    assert_eq!(answer.trim(), "direct: no connection", "a server without egress has no network");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "only the allowed tunnel arrived");
+    // One server's secret is not in another server's container, nor in the agents' tool
+    // containers.
+    let open_env = rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        agent.agents.request_tool_execution(call("mcp__open__env")).await.expect("env").into_inner().content
+    });
+    assert!(open_env.contains("open-server-secret-4711"), "the server has its own secret: {open_env}");
+    let closed_env = rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        agent.agents.request_tool_execution(call("mcp__closed__env")).await.expect("env").into_inner().content
+    });
+    assert!(closed_env.contains("PATH=") && !closed_env.contains("open-server-secret-4711"), "{closed_env}");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let mut exec = call("exec");
+        exec.params_json = r#"{"command": "true"}"#.into();
+        agent.agents.request_tool_execution(exec).await.expect("exec");
+    });
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    let ours = daemon.recorded_containers();
+    let tools = running.lines().find(|n| n.starts_with("baaaht-tool-") && ours.iter().any(|o| o == n)).expect("tools");
+    let tool_env = baaaht_tests::docker(&[
+        "exec",
+        tools,
+        "sh",
+        "-c",
+        "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; true",
+    ])
+    .expect("the tool container's environment");
+    assert!(tool_env.contains("PATH=") && !tool_env.contains("open-server-secret-4711"), "{tool_env}");
+    // Each connection is audited once, with the server, host and outcome.
+    let records = egress_records(&daemon);
+    let outcomes: Vec<(String, String, String)> = records
+        .iter()
+        .filter(|record| record["detail"]["mcp_server"].is_string())
+        .map(|record| {
+            let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
+            (text(&record["detail"]["mcp_server"]), text(&record["detail"]["host"]), text(&record["outcome"]))
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("open".to_string(), bridge.to_string(), "allowed".to_string()),
+            ("open".into(), "127.0.0.1".into(), "refused".into()),
+            ("local".into(), "localhost".into(), "refused".into()),
+        ],
+        "{records:#?}"
+    );
+    drop(coder);
+}
+
+/// A server that keeps failing is tried at once, then again only after a growing pause, and
+/// the agent is told when; `baaaht mcp add`/`rm` edit a context's mcp.yaml, which only that
+/// context sees, and a bad server is refused with the reason.
+#[test]
+fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
+    let rt = baaaht_tests::runtime();
+    let mcp =
+        "servers:\n  crash:\n    command: sh\n    args: [-c, 'echo cannot start >&2; exit 3']\n    roles: [coder]\n";
+    let daemon =
+        TestDaemon::start(DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() })
+            .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let answers: Vec<v1::ToolResponse> = rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let mut answers = vec![];
+        for _ in 0..3 {
+            let answer = agent.agents.request_tool_execution(call("mcp__crash__hello")).await;
+            answers.push(answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner());
+        }
+        answers
+    });
+    for answer in &answers[..2] {
+        assert!(answer.is_error && answer.content.contains("MCP server `crash` could not be started"), "{answer:?}");
+    }
+    assert!(
+        answers[2].is_error && answers[2].content.contains("failed 2 times in a row; it is tried again in 1 s"),
+        "{:?}",
+        answers[2]
+    );
+    drop(coder);
+
+    let added = baaaht_mcp(
+        &daemon,
+        &[
+            "add",
+            "notes",
+            "--command",
+            "notes-mcp",
+            "--arg",
+            "--verbose",
+            "--install",
+            "pip:notes-mcp",
+            "--env",
+            "KEY=${NOTES_KEY}",
+            "--egress",
+            "api.notes.example",
+            "--user",
+            "alice",
+        ],
+    );
+    assert!(added.starts_with("added notes to ") && added.contains("users/alice/mcp.yaml"), "{added}");
+    let alices = baaaht_mcp(&daemon, &["list", "--user", "alice"]);
+    assert!(alices.contains("notes (user:alice, stopped)\n  command: notes-mcp --verbose\n  install: pip:notes-mcp\n  env:     KEY\n  egress:  api.notes.example"), "{alices}");
+    assert!(alices.contains("crash (system, stopped)"), "{alices}");
+    let bobs = baaaht_mcp(&daemon, &["list", "--user", "bob"]);
+    assert!(!bobs.contains("notes") && bobs.contains("crash"), "{bobs}");
+    let refused = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["mcp", "add", "bad", "--command", "x", "--role", "assistant", "--user", "alice"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht mcp add");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("server `bad`: role `assistant` is not one of"), "{said}");
+    assert_eq!(baaaht_mcp(&daemon, &["rm", "notes", "--user", "alice"]), "removed notes\n");
+    assert!(!baaaht_mcp(&daemon, &["list", "--user", "alice"]).contains("notes"));
+    let again = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["mcp", "rm", "notes", "--user", "alice"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht mcp rm");
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && said.contains("no server `notes`"), "{said}");
+}
