@@ -16,6 +16,7 @@ use baaaht_proto::v1;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::StreamExt as _;
+use tokio_util::sync::CancellationToken;
 
 /// PATH of the server's process; HOME is the container's scratch space.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -110,6 +111,7 @@ pub async fn relay(
     }
     let mut spawned =
         crate::reaper::spawn(&mut command).map_err(|error| format!("cannot start `{}`: {error}", launch.command))?;
+    let pid = rustix::process::Pid::from_raw(spawned.child.id() as i32);
     let pipes = (spawned.child.stdin.take(), spawned.child.stdout.take(), spawned.child.stderr.take());
     let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
         return Err("the server's standard streams were not piped".into());
@@ -170,8 +172,13 @@ pub async fn relay(
                         }
                     }
                     Ok(v1::McpDown { kind: Some(Down::EgressOpened(opened)) }) => tunnels.opened(opened),
-                    Ok(v1::McpDown { kind: Some(Down::EgressData(data)) }) => tunnels.data(data).await,
-                    Ok(v1::McpDown { kind: Some(Down::EgressClose(close)) }) => tunnels.close(close.id),
+                    Ok(v1::McpDown { kind: Some(Down::EgressData(data)) }) => {
+                        let id = data.id;
+                        if tunnels.data(data) && sender.send(close(id, false)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(v1::McpDown { kind: Some(Down::EgressClose(closed)) }) => tunnels.closed(closed),
                     Ok(v1::McpDown { kind: Some(Down::HealthCheck(probe)) }) => {
                         let answer = if *alive.borrow() {
                             health(&probe, "healthy", "the server runs")
@@ -186,8 +193,20 @@ pub async fn relay(
                     Err(_) => break,
                 }
             }
-            // The daemon is gone or done: the server reads the end of its input and stops.
+            // The daemon is gone or done: the server reads the end of its input and stops; one
+            // that does not is asked to (SIGTERM), then made to (SIGKILL).
             drop(stdin);
+            let mut alive = alive;
+            for signal in [rustix::process::Signal::TERM, rustix::process::Signal::KILL] {
+                let ended = tokio::time::timeout(Duration::from_secs(5), alive.wait_for(|alive| !*alive)).await;
+                if ended.is_ok() {
+                    return;
+                }
+                if let Some(pid) = pid {
+                    // silent-ok: it may have ended in between.
+                    let _ = rustix::process::kill_process(pid, signal);
+                }
+            }
         }
     };
     let relayed = async {
@@ -215,8 +234,31 @@ struct TunnelState {
     next: u64,
     /// A tunnel waiting for the daemon's answer to its open.
     pending: HashMap<u64, oneshot::Sender<String>>,
-    /// An open tunnel's bytes from the daemon.
-    open: HashMap<u64, mpsc::Sender<Vec<u8>>>,
+    open: HashMap<u64, Open>,
+}
+
+/// An open tunnel: its bytes from the daemon (none once the daemon has no more), and what tears
+/// it down.
+struct Open {
+    bytes: Option<mpsc::Sender<Vec<u8>>>,
+    aborted: CancellationToken,
+}
+
+/// A tunnel just begun: its id, the daemon's answer to come, its bytes and what tears it down.
+struct Begun {
+    id: u64,
+    answered: oneshot::Receiver<String>,
+    received: mpsc::Receiver<Vec<u8>>,
+    aborted: CancellationToken,
+}
+
+/// The most tunnels a server may have open at once.
+const MAX_TUNNELS: usize = 32;
+/// Chunks of bytes buffered per tunnel and direction; a side that does not read is cut off.
+const TUNNEL_BUFFER: usize = 64;
+
+fn close(id: u64, write_only: bool) -> v1::McpUp {
+    up(v1::mcp_up::Kind::EgressClose(v1::McpEgressClose { id, write_only }))
 }
 
 impl Tunnels {
@@ -224,16 +266,20 @@ impl Tunnels {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A new tunnel's id, the daemon's answer to come and its bytes.
-    fn begin(&self) -> (u64, oneshot::Receiver<String>, mpsc::Receiver<Vec<u8>>) {
+    /// A new tunnel; none when the server has [`MAX_TUNNELS`] open.
+    fn begin(&self) -> Option<Begun> {
         let (answer, answered) = oneshot::channel();
-        let (bytes, received) = mpsc::channel(32);
+        let (bytes, received) = mpsc::channel(TUNNEL_BUFFER);
+        let aborted = CancellationToken::new();
         let mut state = self.lock();
+        if state.open.len() >= MAX_TUNNELS {
+            return None;
+        }
         state.next += 1;
         let id = state.next;
         state.pending.insert(id, answer);
-        state.open.insert(id, bytes);
-        (id, answered, received)
+        state.open.insert(id, Open { bytes: Some(bytes), aborted: aborted.clone() });
+        Some(Begun { id, answered, received, aborted })
     }
 
     fn opened(&self, opened: v1::McpEgressOpened) {
@@ -243,15 +289,35 @@ impl Tunnels {
         }
     }
 
-    async fn data(&self, data: v1::McpEgressData) {
-        let found = self.lock().open.get(&data.id).cloned();
-        if let Some(bytes) = found {
-            // silent-ok: a closed tunnel drops what still comes for it.
-            let _ = bytes.send(data.data).await;
+    /// Bytes from the daemon for tunnel `id`: a tunnel whose client does not keep up is torn
+    /// down (the answer is whether it was).
+    fn data(&self, data: v1::McpEgressData) -> bool {
+        let mut state = self.lock();
+        let Some(Open { bytes: Some(bytes), aborted }) = state.open.get(&data.id) else { return false };
+        match bytes.try_send(data.data) {
+            Ok(()) => false,
+            Err(_) => {
+                aborted.cancel();
+                state.open.remove(&data.id);
+                true
+            }
         }
     }
 
-    fn close(&self, id: u64) {
+    /// The daemon's end of tunnel `id`: it has no more bytes (`write_only`), or it is gone.
+    fn closed(&self, close: v1::McpEgressClose) {
+        let mut state = self.lock();
+        state.pending.remove(&close.id);
+        if close.write_only {
+            if let Some(open) = state.open.get_mut(&close.id) {
+                open.bytes.take();
+            }
+        } else if let Some(open) = state.open.remove(&close.id) {
+            open.aborted.cancel();
+        }
+    }
+
+    fn forget(&self, id: u64) {
         let mut state = self.lock();
         state.pending.remove(&id);
         state.open.remove(&id);
@@ -269,7 +335,8 @@ async fn serve_proxy(listener: tokio::net::TcpListener, tunnels: Tunnels, sender
 }
 
 /// One client connection: its CONNECT is opened through the daemon, which checks the host, and
-/// the bytes are relayed both ways until either side closes.
+/// the bytes are relayed both ways; each side's end is passed on, and the tunnel ends when both
+/// sides have ended or either tears it down.
 async fn tunnel(mut stream: tokio::net::TcpStream, tunnels: Tunnels, sender: mpsc::Sender<v1::McpUp>) {
     use v1::mcp_up::Kind as Up;
     let mut head = Vec::with_capacity(1024);
@@ -290,26 +357,29 @@ async fn tunnel(mut stream: tokio::net::TcpStream, tunnels: Tunnels, sender: mps
         let why = "baaaht's egress proxy only tunnels (HTTP CONNECT host:port): use https, or a client that tunnels";
         return answer(&mut stream, "405 Method Not Allowed", why).await;
     };
-    let (id, answered, mut from_daemon) = tunnels.begin();
+    let Some(Begun { id, answered, received: mut from_daemon, aborted }) = tunnels.begin() else {
+        let why = format!("the server has {MAX_TUNNELS} connections open; close one first");
+        return answer(&mut stream, "503 Service Unavailable", &why).await;
+    };
     let open = v1::McpEgressOpen { id, host, port: u32::from(port) };
     if sender.send(up(Up::EgressOpen(open))).await.is_err() {
-        return;
+        return tunnels.forget(id);
     }
-    match tokio::time::timeout(Duration::from_secs(60), answered).await {
+    match tokio::time::timeout(Duration::from_secs(90), answered).await {
         Ok(Ok(refused)) if refused.is_empty() => {}
         Ok(Ok(refused)) => {
-            tunnels.close(id);
+            tunnels.forget(id);
             return answer(&mut stream, "403 Forbidden", &refused).await;
         }
         _ => {
-            tunnels.close(id);
-            let _ = sender.send(up(Up::EgressClose(v1::McpEgressClose { id }))).await; // silent-ok: closing
+            tunnels.forget(id);
+            let _ = sender.send(close(id, false)).await; // silent-ok: the daemon may be gone
             return answer(&mut stream, "504 Gateway Timeout", "the daemon did not open the connection in time").await;
         }
     }
     if stream.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
-        tunnels.close(id);
-        let _ = sender.send(up(Up::EgressClose(v1::McpEgressClose { id }))).await; // silent-ok: closing
+        tunnels.forget(id);
+        let _ = sender.send(close(id, false)).await; // silent-ok: the daemon may be gone
         return;
     }
     let (mut reader, mut writer) = stream.into_split();
@@ -323,13 +393,20 @@ async fn tunnel(mut stream: tokio::net::TcpStream, tunnels: Tunnels, sender: mps
                 return;
             }
             let mut buffer = vec![0u8; 32 * 1024];
-            while let Ok(n) = reader.read(&mut buffer).await {
-                if n == 0 {
-                    break;
-                }
-                let data = v1::McpEgressData { id, data: buffer[..n].to_vec() };
-                if sender.send(up(Up::EgressData(data))).await.is_err() {
-                    return;
+            loop {
+                match reader.read(&mut buffer).await {
+                    Ok(0) => {
+                        // The client is done sending; its answer may still come.
+                        let _ = sender.send(close(id, true)).await; // silent-ok: the daemon may be gone
+                        return;
+                    }
+                    Err(_) => return,
+                    Ok(n) => {
+                        let data = v1::McpEgressData { id, data: buffer[..n].to_vec() };
+                        if sender.send(up(Up::EgressData(data))).await.is_err() {
+                            return;
+                        }
+                    }
                 }
             }
         }
@@ -343,14 +420,13 @@ async fn tunnel(mut stream: tokio::net::TcpStream, tunnels: Tunnels, sender: mps
         // silent-ok: the client may be gone.
         let _ = writer.shutdown().await;
     };
-    // Either side's end ends the tunnel.
     tokio::select! {
-        () = outward => {}
-        () = inward => {}
+        ((), ()) = async { tokio::join!(outward, inward) } => {}
+        () = aborted.cancelled() => {}
     }
-    tunnels.close(id);
+    tunnels.forget(id);
     // silent-ok: the daemon may already have closed it.
-    let _ = sender.send(up(Up::EgressClose(v1::McpEgressClose { id }))).await;
+    let _ = sender.send(close(id, false)).await;
 }
 
 /// The host and port of a `CONNECT host:port HTTP/1.x` request head.

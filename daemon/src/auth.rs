@@ -756,6 +756,25 @@ mod tests {
     }
 
     #[test]
+    fn mcp_servers_are_managed_from_the_host_alone() {
+        let host = Caller::Host(HostPeer { uid: 1000, gid: 1000, pid: None });
+        let admin = EndUser { identity: "web:root-admin".into(), id: "u-admin".into(), admin: true, groups: vec![] };
+        let gateway =
+            Caller::Gateway(Arc::new(GatewayCaller { gateway: "web".into(), channel: "web", user: Some(admin) }));
+        let operations =
+            [Operation::ListMcpServers, Operation::ListMcpTools, Operation::PutMcpServer, Operation::RemoveMcpServer];
+        for operation in operations {
+            assert!(authorize(&host, operation, Target::default()).is_ok(), "{operation:?}");
+            let by_gateway = authorize(&gateway, operation, Target::default());
+            assert!(matches!(by_gateway, Err(AuthError::HostOnly { .. })), "{operation:?}: {by_gateway:?}");
+            for role in Role::ALL {
+                let by_container = authorize(&container(*role, Context::user("alice")), operation, Target::default());
+                assert!(by_container.is_err(), "{role:?} {operation:?}");
+            }
+        }
+    }
+
+    #[test]
     fn host_policy() {
         let policy = HostPolicy { daemon_uid: 1000, client_group: None };
         assert!(policy.check(0, 0, None).is_ok());

@@ -18,11 +18,11 @@ const SERVER: &str = r#"while IFS= read -r line; do
 done
 "#;
 
-/// A server with one tool, `reach {target: "host:port"}`: through the proxy its relay offers
-/// (when it has egress) it sends `ping` and reports the answer or the refusal; without one it
-/// tries to connect directly.
+/// A server with the tools `reach {target: "host:port", mode}` and `env`: through the proxy its
+/// relay offers (when it has egress) `reach` sends `ping` and reports the answer or the
+/// refusal; without one, or with `mode: direct`, it tries to connect directly.
 const NET_SERVER: &str = r#"reach() {
-  if [ -z "$HTTPS_PROXY" ]; then
+  if [ -z "$HTTPS_PROXY" ] || [ "$2" = direct ]; then
     if timeout 5 bash -c "exec 3<>/dev/tcp/${1%:*}/${1##*:}" 2>/dev/null; then echo "direct: connected"; else echo "direct: no connection"; fi
     return
   fi
@@ -44,7 +44,8 @@ while IFS= read -r line; do
     *'"name":"env"'*) text=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0\r"\\' '    ' | tr '\n' ' ')
       printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$text" ;;
     *'"method":"tools/call"'*) target=$(printf '%s' "$line" | sed -n 's/.*"target":"\([^"]*\)".*/\1/p')
-      text=$(reach "$target" 2>&1 | tr -d '\r"\\' | tr '\n' ' ')
+      mode=$(printf '%s' "$line" | sed -n 's/.*"mode":"\([^"]*\)".*/\1/p')
+      text=$(reach "$target" "$mode" 2>&1 | tr -d '\r"\\' | tr '\n' ' ')
       printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$text" ;;
   esac
 done
@@ -184,10 +185,18 @@ fn real_servers_from_pypi_and_npm_answer_a_coder() {
         }
         anthropic_answer("I was not expecting to be asked.", &[])
     })));
-    let mcp = "servers:\n  time:\n    command: mcp-server-time\n    install: [{source: pip, name: mcp-server-time==2026.10.19}]\n    \
-               roles: [coder]\n    timeout: 60\n  everything:\n    command: mcp-server-everything\n    \
-               install: [{source: npm, name: '@modelcontextprotocol/server-everything@2026.8.31'}]\n    roles: [coder]\n";
-    let options = DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() };
+    // `time` is everyone's, `everything` alice's own; bob's server is never offered to her.
+    let system = "servers:\n  time:\n    command: mcp-server-time\n    install: [{source: pip, name: mcp-server-time==2026.10.19}]\n    \
+                  roles: [coder]\n    timeout: 60\n";
+    let alices = "servers:\n  everything:\n    command: mcp-server-everything\n    \
+                  install: [{source: npm, name: '@modelcontextprotocol/server-everything@2026.8.31'}]\n    roles: [coder]\n";
+    let bobs = "servers:\n  bobs:\n    command: sh\n    roles: [coder]\n";
+    let files = vec![
+        ("config/mcp.yaml".into(), system.into()),
+        ("users/alice/mcp.yaml".into(), alices.into()),
+        ("users/bob/mcp.yaml".into(), bobs.into()),
+    ];
+    let options = DaemonOptions { files, ..Default::default() };
     let (_fake, daemon) = scenario::start(&rt, brain, options).expect("daemon");
     // The first start builds each server's layer; `test` shows what agents will be offered.
     let tested = baaaht_mcp(&daemon, &["test", "time", "--user", "alice"]);
@@ -197,9 +206,11 @@ fn real_servers_from_pypi_and_npm_answer_a_coder() {
     assert!(tested.contains("mcp__everything__echo") && tested.contains("mcp__everything__get_prompt"), "{tested}");
     let listed = baaaht_mcp(&daemon, &["list", "--user", "alice"]);
     assert!(
-        listed.contains("everything (system, running)") && listed.contains("install: pip:mcp-server-time==2026.10.19"),
+        listed.contains("everything (user:alice, running)")
+            && listed.contains("install: pip:mcp-server-time==2026.10.19"),
         "{listed}"
     );
+    assert!(!listed.contains("bobs"), "{listed}");
 
     let turn = scenario::turn_on(&rt, &daemon, scenario::message(scenario::user("alice"), "alice", "What time is it?"));
     let reply = turn.reply.expect("a reply").content;
@@ -212,6 +223,11 @@ fn real_servers_from_pypi_and_npm_answer_a_coder() {
     let time = tools.as_array().into_iter().flatten().find(|tool| tool["name"] == "mcp__time__get_current_time");
     let time = time.unwrap_or_else(|| panic!("not offered: {tools:#}"));
     assert!(time["input_schema"]["properties"]["timezone"].is_object(), "{time:#}");
+    let names: Vec<&str> = tools.as_array().into_iter().flatten().filter_map(|tool| tool["name"].as_str()).collect();
+    assert!(
+        names.contains(&"mcp__everything__echo") && !names.iter().any(|name| name.starts_with("mcp__bobs__")),
+        "{names:?}"
+    );
     // Tool events as for built-in tools.
     let finished: Vec<String> = turn
         .events
@@ -224,6 +240,28 @@ fn real_servers_from_pypi_and_npm_answer_a_coder() {
         })
         .collect();
     assert!(finished.iter().any(|tool| tool == "mcp__time__get_current_time"), "{finished:?}");
+
+    // Both servers crash (their containers killed): the next turn's calls start them again.
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    let ours = daemon.recorded_containers();
+    let servers: Vec<&str> =
+        running.lines().filter(|name| name.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == name)).collect();
+    assert_eq!(servers.len(), 2, "both servers run: {running}");
+    for name in &servers {
+        baaaht_tests::docker(&["kill", name]).expect("docker kill");
+    }
+    // A new session, so the Assistant delegates again.
+    let mut message = scenario::message(scenario::user("alice"), "alice", "And now?");
+    message.session_id = rt
+        .block_on(async {
+            let mut client = scenario::host_client(&daemon).await?;
+            let created = v1::NewSessionRequest { context: Some(scenario::user("alice")), title: String::new() };
+            anyhow::Ok(client.sessions.new_session(created).await?.into_inner().id)
+        })
+        .expect("a new session");
+    let again = scenario::turn_on(&rt, &daemon, message);
+    let reply = again.reply.expect("a reply").content;
+    assert!(reply.contains("\"timezone\": \"UTC\"") && reply.contains("hi from baaaht"), "after the crash: {reply}");
 }
 
 #[test]
@@ -328,15 +366,16 @@ fn an_mcp_servers_egress_is_its_list_through_the_daemons_proxy() {
     })
     .expect("daemon");
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
-    let reach = |server: &str, target: String| {
+    let reach_by = |server: &str, target: String, mode: &str| {
         rt.block_on(async {
             let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
             let mut request = call(&format!("mcp__{server}__reach"));
-            request.params_json = serde_json::json!({ "target": target }).to_string();
+            request.params_json = serde_json::json!({ "target": target, "mode": mode }).to_string();
             let answer = agent.agents.request_tool_execution(request).await;
             answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
         })
     };
+    let reach = |server: &str, target: String| reach_by(server, target, "proxy");
     let answer = reach("open", format!("{bridge}:{port}"));
     assert_eq!(answer.trim(), format!("tunnel: pong to ping"), "{}", daemon.log_text());
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -346,6 +385,8 @@ fn an_mcp_servers_egress_is_its_list_through_the_daemons_proxy() {
     assert!(answer.contains("403") && answer.contains("loopback"), "a listed name for a loopback address: {answer}");
     let answer = reach("closed", format!("{bridge}:{port}"));
     assert_eq!(answer.trim(), "direct: no connection", "a server without egress has no network");
+    let answer = reach_by("open", format!("{bridge}:{port}"), "direct");
+    assert_eq!(answer.trim(), "direct: no connection", "a server with egress has no way around the proxy");
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "only the allowed tunnel arrived");
     // One server's secret is not in another server's container, nor in the agents' tool
     // containers.
@@ -411,22 +452,28 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
         TestDaemon::start(DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() })
             .expect("daemon");
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    // Calls until one is turned away by the backoff (on a busy machine a call may come after
+    // a pause has passed, and start the server again).
     let answers: Vec<v1::ToolResponse> = rt.block_on(async {
         let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
-        let mut answers = vec![];
-        for _ in 0..3 {
+        let mut answers: Vec<v1::ToolResponse> = vec![];
+        while answers.len() < 6 && !answers.last().is_some_and(|answer| answer.content.contains("times in a row")) {
             let answer = agent.agents.request_tool_execution(call("mcp__crash__hello")).await;
             answers.push(answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner());
         }
         answers
     });
-    for answer in &answers[..2] {
+    let (refused, started) = answers.split_last().expect("answers");
+    assert!(started.len() >= 2, "the first restart is at once: {answers:#?}");
+    for answer in started {
         assert!(answer.is_error && answer.content.contains("MCP server `crash` could not be started"), "{answer:?}");
+        assert!(answer.content.contains("`baaaht mcp test crash` shows why"), "{answer:?}");
     }
+    let failures = started.len();
     assert!(
-        answers[2].is_error && answers[2].content.contains("failed 2 times in a row; it is tried again in 1 s"),
-        "{:?}",
-        answers[2]
+        refused.is_error
+            && refused.content.contains(&format!("failed {failures} times in a row; it is tried again in")),
+        "{answers:#?}"
     );
     drop(coder);
 
@@ -450,6 +497,7 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
         ],
     );
     assert!(added.starts_with("added notes to ") && added.contains("users/alice/mcp.yaml"), "{added}");
+    assert!(added.contains("`baaaht mcp test notes --user alice`"), "{added}");
     let alices = baaaht_mcp(&daemon, &["list", "--user", "alice"]);
     assert!(alices.contains("notes (user:alice, stopped)\n  command: notes-mcp --verbose\n  install: pip:notes-mcp\n  env:     KEY\n  egress:  api.notes.example"), "{alices}");
     assert!(alices.contains("crash (system, stopped)"), "{alices}");

@@ -418,12 +418,12 @@ impl WebProxy {
     /// resolved once and the address checked as a fetch's is, then connected to.
     pub async fn connect_checked(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream, ProxyError> {
         let target = Target { tls: false, host: host.to_ascii_lowercase(), port, path: String::new() };
-        let address = self.checked_address(&target).await?;
-        let connect = self.connector.connect(address);
-        match tokio::time::timeout(self.timeout, connect).await {
-            Ok(connected) => connected.map_err(|source| ProxyError::Connect { address, source }),
-            Err(_) => Err(ProxyError::Timeout { limit: self.timeout }),
-        }
+        let connect = async {
+            let address = self.checked_address(&target).await?;
+            self.connector.connect(address).await.map_err(|source| ProxyError::Connect { address, source })
+        };
+        // The name's resolution and the connection have `timeout` between them.
+        tokio::time::timeout(self.timeout, connect).await.unwrap_or(Err(ProxyError::Timeout { limit: self.timeout }))
     }
 
     /// Fetches `request`, following redirects; logs one audit line.

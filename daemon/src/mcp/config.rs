@@ -133,7 +133,23 @@ impl Server {
 pub struct McpConfigError {
     pub file: PathBuf,
     pub what: String,
+    pub kind: Problem,
 }
+
+/// What kind of problem an [`McpConfigError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Problem {
+    /// What the file says (or would say) is wrong.
+    #[default]
+    Invalid,
+    /// The server named is not in the file.
+    NoServer,
+    /// The file could not be read or written.
+    Io,
+}
+
+/// Edits of mcp.yaml files, one at a time (each reads, changes and writes a whole file).
+static EDITS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The longest tool name the model providers accept (`^[a-zA-Z0-9_-]{1,64}$`).
 pub const MAX_TOOL_NAME: usize = 64;
@@ -144,7 +160,11 @@ pub fn read(file: &Path, scope: &Scope) -> Result<Vec<Server>, McpConfigError> {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
         Err(error) => {
-            return Err(McpConfigError { file: file.to_path_buf(), what: format!("cannot be read: {error}") })
+            return Err(McpConfigError {
+                file: file.to_path_buf(),
+                what: format!("cannot be read: {error}"),
+                kind: Problem::Io,
+            })
         }
     };
     parse(&text, file, scope)
@@ -152,7 +172,7 @@ pub fn read(file: &Path, scope: &Scope) -> Result<Vec<Server>, McpConfigError> {
 
 /// Checks `text` as the `mcp.yaml` at `file`.
 fn parse(text: &str, file: &Path, scope: &Scope) -> Result<Vec<Server>, McpConfigError> {
-    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what };
+    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what, kind: Problem::Invalid };
     if text.trim().is_empty() {
         return Ok(vec![]);
     }
@@ -186,7 +206,7 @@ pub fn file_of(data_root: &Path, scope: &Scope) -> PathBuf {
 /// Adds or replaces the server `name` in `file` with `settings` (a YAML mapping); the whole
 /// file is checked before it is written (atomically), and the other servers are kept.
 pub fn put(file: &Path, scope: &Scope, name: &str, settings: &str) -> Result<Server, McpConfigError> {
-    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what };
+    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what, kind: Problem::Invalid };
     let settings: serde_yaml::Value =
         serde_yaml::from_str(settings).map_err(|error| fail(format!("server `{name}`: {error}")))?;
     if !settings.is_mapping() {
@@ -203,12 +223,16 @@ pub fn put(file: &Path, scope: &Scope, name: &str, settings: &str) -> Result<Ser
 
 /// Removes the server `name` from `file`; the rest is kept.
 pub fn remove(file: &Path, scope: &Scope, name: &str) -> Result<Vec<Server>, McpConfigError> {
-    edit(file, scope, |servers| {
-        servers
-            .remove(serde_yaml::Value::String(name.into()))
-            .map(drop)
-            .ok_or_else(|| format!("there is no server `{name}` here"))
-    })
+    let mut missing = false;
+    let edited = edit(file, scope, |servers| {
+        missing = servers.remove(serde_yaml::Value::String(name.into())).is_none();
+        if missing {
+            Err(format!("there is no server `{name}` here"))
+        } else {
+            Ok(())
+        }
+    });
+    edited.map_err(|error| if missing { McpConfigError { kind: Problem::NoServer, ..error } } else { error })
 }
 
 fn edit(
@@ -216,11 +240,13 @@ fn edit(
     scope: &Scope,
     change: impl FnOnce(&mut serde_yaml::Mapping) -> Result<(), String>,
 ) -> Result<Vec<Server>, McpConfigError> {
-    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what };
+    let fail = |what: String| McpConfigError { file: file.to_path_buf(), what, kind: Problem::Invalid };
+    let io = |what: String| McpConfigError { file: file.to_path_buf(), what, kind: Problem::Io };
+    let _one_at_a_time = EDITS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(error) => return Err(fail(format!("cannot be read: {error}"))),
+        Err(error) => return Err(io(format!("cannot be read: {error}"))),
     };
     // The file as it is must be sound: a change never writes over a mistake it cannot see.
     parse(&text, file, scope)?;
@@ -241,9 +267,9 @@ fn edit(
     let written = serde_yaml::to_string(&document).map_err(|error| fail(error.to_string()))?;
     let checked = parse(&written, file, scope)?;
     if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir).map_err(|error| fail(format!("cannot create its folder: {error}")))?;
+        std::fs::create_dir_all(dir).map_err(|error| io(format!("cannot create its folder: {error}")))?;
     }
-    crate::state::write_atomic(file, written.as_bytes(), 0o600).map_err(|error| fail(error.to_string()))?;
+    crate::state::write_atomic(file, written.as_bytes(), 0o600).map_err(|error| io(error.to_string()))?;
     Ok(checked)
 }
 

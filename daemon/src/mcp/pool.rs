@@ -14,6 +14,7 @@ use rmcp::model::{
     ReadResourceRequestParams,
 };
 use rmcp::service::RunningService;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{RoleClient, ServiceExt as _};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
@@ -38,10 +39,16 @@ pub const PROMPTS_TOOL: &str = "get_prompt";
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a server must have run for its death not to count toward the backoff.
 const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// The longest message a server may send (one line of JSON).
+const MAX_MESSAGE: usize = 4 << 20;
+/// The most tools of one server offered to agents.
+const MAX_TOOLS: usize = 128;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
-    #[error("MCP server `{server}` could not be started: {why}")]
+    #[error(
+        "MCP server `{server}` could not be started: {why} (`baaaht mcp test {server}` shows why; see the daemon log)"
+    )]
     Start { server: String, why: String },
     #[error("MCP server `{server}` has no tool `{tool}`")]
     NoTool { server: String, tool: String },
@@ -51,7 +58,7 @@ pub enum McpError {
     Gone { server: String, why: String },
     #[error("MCP server `{server}` refused the call: {why}")]
     Refused { server: String, why: String },
-    #[error("MCP server `{server}` failed {failures} times in a row; it is tried again in {seconds} s")]
+    #[error("MCP server `{server}` failed {failures} times in a row; it is tried again in {seconds} s (`baaaht mcp test {server}` shows why)")]
     Backoff { server: String, failures: u32, seconds: u64 },
 }
 
@@ -79,14 +86,15 @@ impl Offer {
             })
             .collect();
         let has = |name: &str| self.tools.iter().any(|tool| tool.name == name);
-        if self.resources && !has(RESOURCES_TOOL) {
+        let added = |name: &str| !has(name) && server.config.tools.offers(name);
+        if self.resources && added(RESOURCES_TOOL) {
             offered.push((
                 RESOURCES_TOOL.into(),
                 format!("Lists the resources of the MCP server `{}` (no uri), or reads the one at `uri`.", server.name),
                 serde_json::json!({"type": "object", "properties": {"uri": {"type": "string", "description": "The resource's URI; leave out to list them."}}}),
             ));
         }
-        if self.prompts && !has(PROMPTS_TOOL) {
+        if self.prompts && added(PROMPTS_TOOL) {
             offered.push((
                 PROMPTS_TOOL.into(),
                 format!("Lists the prompts of the MCP server `{}` (no name), or fetches the one named, filled with `arguments`.", server.name),
@@ -134,10 +142,58 @@ struct Relay {
 pub struct Running {
     pub container: String,
     pub offer: Offer,
+    /// The digest of the configuration it was started with: another one starts it afresh.
+    digest: String,
     started: Instant,
     idle_timeout: Duration,
     client: RunningService<RoleClient, ClientConfig>,
     used: Mutex<Instant>,
+    /// Calls being answered: a server is never idle while it answers one.
+    in_flight: std::sync::atomic::AtomicUsize,
+}
+
+impl Running {
+    fn alive(&self) -> bool {
+        !self.client.is_transport_closed()
+    }
+
+    fn touch(&self) {
+        *self.used.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    fn idle(&self) -> bool {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0
+            && self.used.lock().unwrap_or_else(PoisonError::into_inner).elapsed() >= self.idle_timeout
+    }
+}
+
+/// One call in flight on a server; its end counts as the server's last use.
+struct InFlight(Arc<Running>);
+
+impl InFlight {
+    fn new(running: Arc<Running>) -> InFlight {
+        running.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight(running)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+type Key = (Context, String);
+
+/// One server's place for one context: whoever starts or replaces the server holds its lock,
+/// so a slow start blocks only callers of that server in that context.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Running>>>>;
+
+/// The digest of everything in `server`'s configuration that decides what it runs and offers.
+fn digest_of(server: &Server) -> String {
+    let digest = sha2::Sha256::digest(format!("{}\0{:?}", server.name, server.config).as_bytes());
+    digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
 }
 
 impl std::fmt::Debug for Running {
@@ -159,11 +215,11 @@ pub struct McpPool {
     audit: Audit,
     /// Where each server's last [`Offer`] is kept, by a digest of its configuration.
     offers: PathBuf,
-    failures: Mutex<HashMap<(Context, String), Failures>>,
+    failures: Mutex<HashMap<Key, Failures>>,
     attached: Mutex<HashMap<String, Attached>>,
     relays: Mutex<HashMap<String, Relay>>,
     changes: watch::Sender<u64>,
-    running: tokio::sync::Mutex<HashMap<(Context, String), Arc<Running>>>,
+    running: Mutex<HashMap<Key, Slot>>,
 }
 
 impl std::fmt::Debug for McpPool {
@@ -183,7 +239,7 @@ impl McpPool {
             attached: Mutex::default(),
             relays: Mutex::default(),
             changes: watch::channel(0).0,
-            running: tokio::sync::Mutex::default(),
+            running: Mutex::default(),
         }
     }
 
@@ -197,7 +253,19 @@ impl McpPool {
         receiver
     }
 
-    /// The running `server` of `context`, started (and its tools listed) when it is not.
+    fn slot(&self, key: &Key) -> Slot {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner).entry(key.clone()).or_default().clone()
+    }
+
+    /// The running instance of `key` when nobody is starting or replacing it.
+    fn peek(&self, key: &Key) -> Option<Arc<Running>> {
+        let slot = self.running.lock().unwrap_or_else(PoisonError::into_inner).get(key).cloned()?;
+        let held = slot.try_lock().ok()?;
+        held.clone()
+    }
+
+    /// The running `server` of `context`, started (and its tools listed) when it is not, or
+    /// when its configuration changed since it was.
     pub async fn get(
         &self,
         context: &Context,
@@ -205,19 +273,23 @@ impl McpPool {
         env: Vec<(String, String)>,
     ) -> Result<Arc<Running>, McpError> {
         let key = (context.clone(), server.name.clone());
-        let mut running = self.running.lock().await;
-        if let Some(found) = running.get(&key).filter(|found| !found.client.is_transport_closed()) {
-            *found.used.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        let digest = digest_of(server);
+        let slot = self.slot(&key);
+        let mut held = slot.lock().await;
+        if let Some(found) = held.as_ref().filter(|found| found.alive() && found.digest == digest) {
+            found.touch();
             return Ok(found.clone());
         }
-        if let Some(gone) = running.remove(&key) {
-            // It died (an idle one is removed by the supervisor): a failure, unless it had run
-            // long enough to count as well.
+        if let Some(gone) = held.take() {
             self.stop(&gone.container).await;
-            if gone.started.elapsed() < HEALTHY_AFTER {
-                self.failed(&key);
-            } else {
-                self.recovered(&key);
+            // One that died counts toward the backoff, unless it had run long enough; one whose
+            // configuration changed is simply replaced.
+            if !gone.alive() {
+                if gone.started.elapsed() < HEALTHY_AFTER {
+                    self.failed(&key);
+                } else {
+                    self.recovered(&key);
+                }
             }
         }
         let failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied();
@@ -231,9 +303,9 @@ impl McpPool {
                 });
             }
         }
-        match self.start(context, server, env).await {
+        match self.start(context, server, env, digest).await {
             Ok(started) => {
-                running.insert(key, started.clone());
+                *held = Some(started.clone());
                 Ok(started)
             }
             Err(error) => {
@@ -243,41 +315,45 @@ impl McpPool {
         }
     }
 
-    fn failed(&self, key: &(Context, String)) {
+    fn failed(&self, key: &Key) {
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = failures.entry(key.clone()).or_insert(Failures { count: 0, last: Instant::now() });
         entry.count = entry.count.saturating_add(1);
         entry.last = Instant::now();
     }
 
-    fn recovered(&self, key: &(Context, String)) {
+    fn recovered(&self, key: &Key) {
         self.failures.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
     }
 
-    /// What `server` offers: from its running instance, else from what it listed when it last
-    /// started with this configuration, else it is started to list it.
+    /// What `server` offers without starting it: from its running instance, else from what it
+    /// listed when it last started with this configuration.
+    pub fn known_offer(&self, context: &Context, server: &Server) -> Option<Offer> {
+        let key = (context.clone(), server.name.clone());
+        let digest = digest_of(server);
+        match self.peek(&key).filter(|found| found.alive() && found.digest == digest) {
+            Some(found) => Some(found.offer.clone()),
+            None => self.kept_offer(server),
+        }
+    }
+
+    /// What `server` offers: as [`McpPool::known_offer`], else it is started to list it.
     pub async fn offer(
         &self,
         context: &Context,
         server: &Server,
         env: Vec<(String, String)>,
     ) -> Result<Offer, McpError> {
-        let key = (context.clone(), server.name.clone());
-        if let Some(found) = self.running.lock().await.get(&key).filter(|found| !found.client.is_transport_closed()) {
-            return Ok(found.offer.clone());
+        match self.known_offer(context, server) {
+            Some(offer) => Ok(offer),
+            None => Ok(self.get(context, server, env).await?.offer.clone()),
         }
-        if let Some(kept) = self.kept_offer(server) {
-            return Ok(kept);
-        }
-        Ok(self.get(context, server, env).await?.offer.clone())
     }
 
     /// The file of `server`'s offer: named by a digest of everything that decides what the
     /// server lists.
     fn offer_file(&self, server: &Server) -> PathBuf {
-        let digest = sha2::Sha256::digest(format!("{}\0{:?}", server.name, server.config).as_bytes());
-        let name: String = digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect();
-        self.offers.join(format!("{name}.json"))
+        self.offers.join(format!("{}.json", digest_of(server)))
     }
 
     fn kept_offer(&self, server: &Server) -> Option<Offer> {
@@ -301,6 +377,7 @@ impl McpPool {
         context: &Context,
         server: &Server,
         env: Vec<(String, String)>,
+        digest: String,
     ) -> Result<Arc<Running>, McpError> {
         let fail = |why: String| McpError::Start { server: server.name.clone(), why };
         let image = match crate::skills::layer(self.containers.image(), &server.config.install).map_err(fail)? {
@@ -323,7 +400,7 @@ impl McpPool {
             image,
         };
         let mut changes = self.changes.subscribe();
-        let handle = self.containers.start_service(request).await.map_err(|error| fail(error.to_string()))?;
+        let handle = self.containers.start_detached(request).await.map_err(|error| fail(error.to_string()))?;
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         let attached = loop {
             let taken = self.attached.lock().unwrap_or_else(PoisonError::into_inner).remove(&handle.name);
@@ -356,7 +433,9 @@ impl McpPool {
         let (reader, writer) = tokio::io::split(ours);
         let config = ClientConfig::new(Default::default(), Implementation::new("baaahtd", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
-        let client = match tokio::time::timeout(START_TIMEOUT, config.serve((reader, writer))).await {
+        // A server's message is one line: a line longer than this is dropped, not buffered.
+        let transport = AsyncRwTransport::new_client(reader, writer).with_max_line_length(MAX_MESSAGE);
+        let client = match tokio::time::timeout(START_TIMEOUT, config.serve(transport)).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
                 self.stop(&handle.name).await;
@@ -368,7 +447,22 @@ impl McpPool {
             }
         };
         let tools = match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
-            Ok(Ok(tools)) => tools,
+            Ok(Ok(listed)) => {
+                // A name listed twice is refused (its calls would be ambiguous), and a server
+                // offers at most MAX_TOOLS.
+                let mut tools: Vec<rmcp::model::Tool> = vec![];
+                for tool in listed {
+                    if tools.iter().any(|kept| kept.name == tool.name) {
+                        tracing::warn!(server = %server.name, tool = %tool.name, "the MCP server lists a tool twice: the second is not offered");
+                    } else if tools.len() == MAX_TOOLS {
+                        tracing::warn!(server = %server.name, tool = %tool.name, "the MCP server lists more than {MAX_TOOLS} tools: the rest are not offered");
+                        break;
+                    } else {
+                        tools.push(tool);
+                    }
+                }
+                tools
+            }
             Ok(Err(error)) => {
                 self.stop(&handle.name).await;
                 return Err(fail(format!("it did not list its tools: {error}")));
@@ -386,10 +480,12 @@ impl McpPool {
         Ok(Arc::new(Running {
             container: handle.name,
             offer,
+            digest,
             started: Instant::now(),
             idle_timeout: Duration::from_secs(server.config.idle_timeout),
             client,
             used: Mutex::new(Instant::now()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
         }))
     }
 
@@ -401,27 +497,27 @@ impl McpPool {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
-            let done: Vec<((Context, String), Arc<Running>)> = {
-                let mut running = self.running.lock().await;
-                let keys: Vec<(Context, String)> = running
-                    .iter()
-                    .filter(|(_, server)| {
-                        let idle = server.used.lock().unwrap_or_else(PoisonError::into_inner).elapsed();
-                        idle >= server.idle_timeout || server.client.is_transport_closed()
-                    })
-                    .map(|(key, _)| key.clone())
-                    .collect();
-                keys.into_iter().filter_map(|key| running.remove(&key).map(|server| (key, server))).collect()
+            let slots: Vec<(Key, Slot)> = {
+                let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+                // A slot nobody holds and that has no server is forgotten.
+                running.retain(|_, slot| {
+                    Arc::strong_count(slot) > 1 || slot.try_lock().map_or(true, |held| held.is_some())
+                });
+                running.iter().map(|(key, slot)| (key.clone(), slot.clone())).collect()
             };
-            for (key, server) in done {
+            for (key, slot) in slots {
+                // A slot being started or replaced is its holder's business.
+                let Ok(mut held) = slot.try_lock() else { continue };
+                let Some(server) = held.take_if(|server| !server.alive() || server.idle()) else { continue };
+                drop(held);
                 let (context, name) = &key;
-                if server.client.is_transport_closed() {
+                if server.alive() {
+                    tracing::info!(server = %name, context = %context, container = %server.container, "stopping an idle MCP server");
+                } else {
                     tracing::warn!(server = %name, context = %context, container = %server.container, "removing an MCP server that stopped");
                     if server.started.elapsed() < HEALTHY_AFTER {
                         self.failed(&key);
                     }
-                } else {
-                    tracing::info!(server = %name, context = %context, container = %server.container, "stopping an idle MCP server");
                 }
                 self.stop(&server.container).await;
             }
@@ -429,15 +525,20 @@ impl McpPool {
     }
 
     /// The names of the servers whose containers run for `context`.
-    pub async fn running_in(&self, context: &Context) -> Vec<String> {
-        let running = self.running.lock().await;
-        running.keys().filter(|(owner, _)| owner == context).map(|(_, name)| name.clone()).collect()
+    pub fn running_in(&self, context: &Context) -> Vec<String> {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running
+            .iter()
+            .filter(|((owner, _), slot)| owner == context && slot.try_lock().is_ok_and(|held| held.is_some()))
+            .map(|((_, name), _)| name.clone())
+            .collect()
     }
 
     /// Stops `context`'s instance of the server `name`, if it runs, and forgets its failures.
     pub async fn stop_server(&self, context: &Context, name: &str) {
         let key = (context.clone(), name.to_string());
-        let stopped = self.running.lock().await.remove(&key);
+        let slot = self.slot(&key);
+        let stopped = slot.lock().await.take();
         self.recovered(&key);
         if let Some(stopped) = stopped {
             self.stop(&stopped.container).await;
@@ -446,14 +547,12 @@ impl McpPool {
 
     /// Stops every context's instance of the server `name` (a system server that changed).
     pub async fn stop_named(&self, name: &str) {
-        let stopped: Vec<((Context, String), Arc<Running>)> = {
-            let mut running = self.running.lock().await;
-            let keys: Vec<(Context, String)> = running.keys().filter(|(_, n)| n == name).cloned().collect();
-            keys.into_iter().filter_map(|key| running.remove(&key).map(|server| (key, server))).collect()
+        let keys: Vec<Key> = {
+            let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            running.keys().filter(|(_, n)| n == name).cloned().collect()
         };
-        for (key, server) in stopped {
-            self.recovered(&key);
-            self.stop(&server.container).await;
+        for (context, name) in keys {
+            self.stop_server(&context, &name).await;
         }
     }
 
@@ -475,13 +574,20 @@ impl McpPool {
 
     /// Removes a server's container that failed its health checks; the next call starts one.
     pub async fn restart(&self, target: &Probed) -> Result<String, McpError> {
-        self.running.lock().await.retain(|_, running| running.container != target.name);
+        let slots: Vec<Slot> = self.running.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
+        for slot in slots {
+            // One being started is not the hung one.
+            if let Ok(mut held) = slot.try_lock() {
+                held.take_if(|running| running.container == target.name);
+            }
+        }
         self.stop(&target.name).await;
         Ok("it was removed; the next call starts a new one".into())
     }
 
     async fn stop(&self, container: &str) {
         self.relays.lock().unwrap_or_else(PoisonError::into_inner).remove(container);
+        self.attached.lock().unwrap_or_else(PoisonError::into_inner).remove(container);
         if let Err(error) = self.containers.stop_service(container).await {
             tracing::warn!(container, %error, "cannot remove an MCP server's container");
         }
@@ -504,7 +610,10 @@ impl McpPool {
                 return Err(McpError::NoTool { server: server.name.clone(), tool: tool.into() });
             }
             let own = running.offer.tools.iter().any(|offered| offered.name == tool);
-            match tokio::time::timeout(timeout, ask(&running.client, own, tool, &arguments)).await {
+            let flight = InFlight::new(running.clone());
+            let asked = tokio::time::timeout(timeout, ask(&running.client, own, tool, &arguments)).await;
+            drop(flight);
+            match asked {
                 Ok(Ok(answer)) => {
                     self.recovered(&(context.clone(), server.name.clone()));
                     return Ok(answer);
@@ -628,9 +737,91 @@ struct Egress {
     audit: Audit,
 }
 
-/// The daemon's ends of one relay's open tunnels: bytes for each connection's writer, and what
-/// ends its reader.
-type Tunnels = Arc<Mutex<HashMap<u64, (mpsc::Sender<Vec<u8>>, CancellationToken)>>>;
+/// The daemon's end of one tunnel: bytes for its connection's writer (none once the relay has
+/// no more), what tears it down, and which open it belongs to.
+struct Tunnel {
+    bytes: Option<mpsc::Sender<Vec<u8>>>,
+    closed: CancellationToken,
+    generation: u64,
+}
+
+/// One relay's tunnels, by the relay's id.
+#[derive(Clone, Default)]
+struct Tunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
+
+/// The most tunnels one server may have open at once.
+const MAX_TUNNELS: usize = 32;
+/// Chunks buffered toward one tunnel's far end; a far end that does not read is cut off.
+const TUNNEL_BUFFER: usize = 64;
+
+impl Tunnels {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<u64, Tunnel>)> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reserves `id` before its connection is made; why not, when it cannot be.
+    fn reserve(&self, id: u64) -> Result<(u64, mpsc::Receiver<Vec<u8>>, CancellationToken), String> {
+        let mut state = self.lock();
+        let (generation, open) = &mut *state;
+        if open.contains_key(&id) {
+            return Err(format!("tunnel {id} is already open"));
+        }
+        if open.len() >= MAX_TUNNELS {
+            return Err(format!("the server has {MAX_TUNNELS} connections open; close one first"));
+        }
+        *generation += 1;
+        let (bytes, received) = mpsc::channel(TUNNEL_BUFFER);
+        let closed = CancellationToken::new();
+        open.insert(id, Tunnel { bytes: Some(bytes), closed: closed.clone(), generation: *generation });
+        Ok((*generation, received, closed))
+    }
+
+    /// Forgets tunnel `id` if it is still the one of `generation`, and tears it down.
+    fn end(&self, id: u64, generation: u64) {
+        let mut state = self.lock();
+        if state.1.get(&id).is_some_and(|tunnel| tunnel.generation == generation) {
+            if let Some(tunnel) = state.1.remove(&id) {
+                tunnel.closed.cancel();
+            }
+        }
+    }
+
+    /// Bytes from the relay for tunnel `id`; false when its far end does not keep up (the
+    /// tunnel is then torn down).
+    fn data(&self, data: v1::McpEgressData) -> bool {
+        let mut state = self.lock();
+        let Some(Tunnel { bytes: Some(bytes), closed, .. }) = state.1.get(&data.id) else { return true };
+        if bytes.try_send(data.data).is_ok() {
+            return true;
+        }
+        closed.cancel();
+        state.1.remove(&data.id);
+        false
+    }
+
+    /// The relay's end of tunnel `id`: no more bytes (`write_only`), or gone.
+    fn closed(&self, close: &v1::McpEgressClose) {
+        let mut state = self.lock();
+        if close.write_only {
+            if let Some(tunnel) = state.1.get_mut(&close.id) {
+                tunnel.bytes.take();
+            }
+        } else if let Some(tunnel) = state.1.remove(&close.id) {
+            tunnel.closed.cancel();
+        }
+    }
+
+    /// The relay is gone: so are its tunnels.
+    fn clear(&self) {
+        for (_, tunnel) in self.lock().1.drain() {
+            tunnel.closed.cancel();
+        }
+    }
+}
+
+fn down_close(id: u64, write_only: bool) -> v1::McpDown {
+    v1::McpDown { kind: Some(v1::mcp_down::Kind::EgressClose(v1::McpEgressClose { id, write_only })) }
+}
 
 impl Egress {
     /// Opens the tunnel `open` when the server's `egress` names its host and the proxy's address
@@ -651,6 +842,14 @@ impl Egress {
         let reply = |refused: String| v1::McpDown {
             kind: Some(v1::mcp_down::Kind::EgressOpened(v1::McpEgressOpened { id, refused })),
         };
+        let (generation, mut received, closed) = match tunnels.reserve(id) {
+            Ok(reserved) => reserved,
+            Err(why) => {
+                // silent-ok: the relay may be gone.
+                let _ = down.send(reply(why)).await;
+                return;
+            }
+        };
         let port = u16::try_from(open.port).unwrap_or(0);
         let connected = if port == 0 {
             Err((false, format!("port {} is not a TCP port", open.port)))
@@ -662,11 +861,17 @@ impl Egress {
                 format!("{host}:{port} is not in the egress list of MCP server `{}` ({listed})", self.server.name),
             ))
         } else {
-            self.web.connect_checked(&host, port).await.map_err(|error| (error.is_refusal(), error.to_string()))
+            tokio::select! {
+                connected = self.web.connect_checked(&host, port) => {
+                    connected.map_err(|error| (error.is_refusal(), error.to_string()))
+                }
+                () = closed.cancelled() => Err((false, "the server gave up on the connection".into())),
+            }
         };
         let stream = match connected {
             Ok(stream) => stream,
             Err((refused, why)) => {
+                tunnels.end(id, generation);
                 let outcome = if refused { "refused" } else { "failed" };
                 self.audit.record(Record { outcome: outcome.into(), ..record }.detail("reason", why.as_str()));
                 tracing::warn!(server = %self.server.name, %host, port, %why, "an MCP server's connection was not opened");
@@ -677,27 +882,31 @@ impl Egress {
         };
         self.audit.record(Record { outcome: "allowed".into(), ..record });
         let (mut reader, mut writer) = stream.into_split();
-        let (bytes, mut received) = mpsc::channel::<Vec<u8>>(32);
-        let closed = CancellationToken::new();
-        tunnels.lock().unwrap_or_else(PoisonError::into_inner).insert(id, (bytes, closed.clone()));
         if down.send(reply(String::new())).await.is_err() {
-            return;
+            return tunnels.end(id, generation);
         }
+        let writing = closed.clone();
         tokio::spawn(async move {
-            while let Some(bytes) = received.recv().await {
-                if writer.write_all(&bytes).await.is_err() {
-                    break;
+            loop {
+                tokio::select! {
+                    bytes = received.recv() => match bytes {
+                        Some(bytes) => if writer.write_all(&bytes).await.is_err() { break },
+                        // The relay has no more: the far end reads the end.
+                        None => break,
+                    },
+                    () = writing.cancelled() => return,
                 }
             }
             // silent-ok: the far end may be gone.
             let _ = writer.shutdown().await;
         });
         let mut buffer = vec![0u8; 32 * 1024];
-        loop {
+        let whole = loop {
             let n = tokio::select! {
-                () = closed.cancelled() => break,
+                () = closed.cancelled() => return,
                 read = reader.read(&mut buffer) => match read {
-                    Ok(0) | Err(_) => break,
+                    Ok(0) => break true,
+                    Err(_) => break false,
                     Ok(n) => n,
                 },
             };
@@ -705,18 +914,61 @@ impl Egress {
                 kind: Some(v1::mcp_down::Kind::EgressData(v1::McpEgressData { id, data: buffer[..n].to_vec() })),
             };
             if down.send(data).await.is_err() {
-                break;
+                return tunnels.end(id, generation);
             }
+        };
+        if whole {
+            // The far end is done sending; the relay's side may still be, until it closes.
+            // silent-ok: the relay may be gone.
+            let _ = down.send(down_close(id, true)).await;
+            closed.cancelled().await;
+        } else {
+            tunnels.end(id, generation);
+            // silent-ok: as above.
+            let _ = down.send(down_close(id, false)).await;
         }
-        tunnels.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
-        let close = v1::McpDown { kind: Some(v1::mcp_down::Kind::EgressClose(v1::McpEgressClose { id })) };
-        // silent-ok: the relay may be gone.
-        let _ = down.send(close).await;
+    }
+}
+
+/// At most `limit` of something per `period`, counting what was turned away.
+struct Rate {
+    limit: u32,
+    period: Duration,
+    since: Instant,
+    used: u32,
+    refused: u64,
+}
+
+impl Rate {
+    fn new(limit: u32, period: Duration) -> Rate {
+        Rate { limit, period, since: Instant::now(), used: 0, refused: 0 }
+    }
+
+    /// Whether one more fits; when a new period begins, how many the last one turned away.
+    fn take(&mut self) -> (bool, u64) {
+        self.take_at(Instant::now())
+    }
+
+    fn take_at(&mut self, now: Instant) -> (bool, u64) {
+        let mut turned_away = 0;
+        if now.duration_since(self.since) >= self.period {
+            turned_away = std::mem::take(&mut self.refused);
+            self.since = now;
+            self.used = 0;
+        }
+        if self.used < self.limit {
+            self.used += 1;
+            (true, turned_away)
+        } else {
+            self.refused += 1;
+            (false, turned_away)
+        }
     }
 }
 
 /// Carries bytes between the relay's stream and `theirs` (the far end of rmcp's pipe); the
-/// server's stderr lines go to the log.
+/// server's stderr lines go to the log (at most 100 every 10 s), and its connections out are
+/// opened (at most 120 a minute).
 fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStream, egress: Egress) {
     let Attached { down, mut up, identity } = attached;
     let (server, container) = (egress.server.name.clone(), identity.name.clone());
@@ -740,6 +992,8 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
     });
     tokio::spawn(async move {
         use tokio_stream::StreamExt as _;
+        let mut log_lines = Rate::new(100, Duration::from_secs(10));
+        let mut opens = Rate::new(120, Duration::from_secs(60));
         while let Some(message) = up.next().await {
             match message.map(|message| message.kind) {
                 Ok(Some(v1::mcp_up::Kind::Stdout(bytes))) => {
@@ -749,29 +1003,37 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
                 }
                 Ok(Some(v1::mcp_up::Kind::Health(health))) => probe.answer(health),
                 Ok(Some(v1::mcp_up::Kind::EgressOpen(open))) => {
+                    let (fits, turned_away) = opens.take();
+                    if turned_away > 0 {
+                        tracing::warn!(server = %server, container = %container, turned_away, "an MCP server opened more than 120 connections a minute; the rest were refused");
+                    }
+                    if !fits {
+                        let refused = "more than 120 connections a minute; try again later".to_string();
+                        let reply = v1::mcp_down::Kind::EgressOpened(v1::McpEgressOpened { id: open.id, refused });
+                        if down.send(v1::McpDown { kind: Some(reply) }).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
                     let (egress, identity, down, tunnels) =
                         (egress.clone(), identity.clone(), down.clone(), tunnels.clone());
                     tokio::spawn(async move { egress.open(open, &identity, down, tunnels).await });
                 }
                 Ok(Some(v1::mcp_up::Kind::EgressData(data))) => {
-                    let found = tunnels
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .get(&data.id)
-                        .map(|(bytes, _)| bytes.clone());
-                    if let Some(bytes) = found {
-                        // silent-ok: a closed connection drops what still comes for it.
-                        let _ = bytes.send(data.data).await;
+                    let id = data.id;
+                    if !tunnels.data(data) && down.send(down_close(id, false)).await.is_err() {
+                        break;
                     }
                 }
-                Ok(Some(v1::mcp_up::Kind::EgressClose(close))) => {
-                    if let Some((_, closed)) = tunnels.lock().unwrap_or_else(PoisonError::into_inner).remove(&close.id)
-                    {
-                        closed.cancel();
-                    }
-                }
+                Ok(Some(v1::mcp_up::Kind::EgressClose(close))) => tunnels.closed(&close),
                 Ok(Some(v1::mcp_up::Kind::Stderr(line))) => {
-                    tracing::info!(server = %server, container = %container, line = %line, "MCP server log");
+                    let (fits, turned_away) = log_lines.take();
+                    if turned_away > 0 {
+                        tracing::warn!(server = %server, container = %container, turned_away, "an MCP server wrote more than 100 log lines in 10 s; the rest were not logged");
+                    }
+                    if fits {
+                        tracing::info!(server = %server, container = %container, line = %line, "MCP server log");
+                    }
                 }
                 Ok(Some(v1::mcp_up::Kind::Exited(exit))) => {
                     tracing::warn!(server = %server, container = %container, code = exit.code, signal = %exit.signal, "MCP server exited");
@@ -785,11 +1047,77 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
             }
         }
         // The server is gone: so are its connections.
-        for (_, (_, closed)) in tunnels.lock().unwrap_or_else(PoisonError::into_inner).drain() {
-            closed.cancel();
-        }
+        tunnels.clear();
         // rmcp sees the end of the server's output.
         // silent-ok: the pipe may already be closed.
         let _ = to_client.shutdown().await;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_from_the_second() {
+        let waits: Vec<u64> = (0..10).map(|failures| backoff(failures).as_secs()).collect();
+        assert_eq!(waits, [0, 0, 1, 2, 4, 8, 16, 32, 60, 60]);
+    }
+
+    fn server(config: &str) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("mcp.yaml");
+        std::fs::write(&file, format!("servers:\n  s:\n{config}")).expect("write");
+        crate::mcp::config::read(&file, &crate::mcp::config::Scope::System).expect("read").remove(0)
+    }
+
+    #[test]
+    fn the_tool_filter_covers_resources_and_prompts() {
+        let tool = rmcp::model::Tool::new("search", "Searches", Arc::new(serde_json::Map::new()));
+        let offer = Offer { tools: vec![tool], resources: true, prompts: true };
+        let names =
+            |server: &Server| offer.definitions(server).into_iter().map(|(name, _, _)| name).collect::<Vec<_>>();
+        assert_eq!(names(&server("    command: x\n")), ["search", RESOURCES_TOOL, PROMPTS_TOOL]);
+        assert_eq!(names(&server("    command: x\n    tools: {allow: [search]}\n")), ["search"]);
+        assert_eq!(names(&server("    command: x\n    tools: {deny: [get_prompt]}\n")), ["search", RESOURCES_TOOL]);
+    }
+
+    #[test]
+    fn a_tunnel_id_is_reserved_once_and_ended_by_its_own_open_only() {
+        let tunnels = Tunnels::default();
+        let (first, _bytes, closed) = tunnels.reserve(7).expect("reserved");
+        assert_eq!(tunnels.reserve(7).map(drop), Err("tunnel 7 is already open".to_string()));
+        // The relay closes it; a new open takes the id; the old open's end leaves it alone.
+        tunnels.closed(&v1::McpEgressClose { id: 7, write_only: false });
+        assert!(closed.is_cancelled());
+        let (second, _bytes, reopened) = tunnels.reserve(7).expect("reserved again");
+        tunnels.end(7, first);
+        assert!(!reopened.is_cancelled());
+        tunnels.end(7, second);
+        assert!(reopened.is_cancelled());
+        for id in 0..MAX_TUNNELS as u64 {
+            tunnels.reserve(id).expect("room");
+        }
+        assert!(tunnels.reserve(99).expect_err("full").contains("connections open"));
+    }
+
+    #[test]
+    fn a_tunnel_whose_far_end_does_not_read_is_cut_off() {
+        let tunnels = Tunnels::default();
+        let (_, _unread, closed) = tunnels.reserve(1).expect("reserved");
+        for _ in 0..TUNNEL_BUFFER {
+            assert!(tunnels.data(v1::McpEgressData { id: 1, data: vec![0; 8] }));
+        }
+        assert!(!tunnels.data(v1::McpEgressData { id: 1, data: vec![0; 8] }));
+        assert!(closed.is_cancelled());
+    }
+
+    #[test]
+    fn a_rate_counts_what_it_turned_away() {
+        let mut rate = Rate::new(2, Duration::from_secs(10));
+        let start = rate.since;
+        let mut at = |seconds| rate.take_at(start + Duration::from_secs(seconds));
+        assert_eq!([at(0), at(1), at(2), at(9)], [(true, 0), (true, 0), (false, 0), (false, 0)]);
+        assert_eq!([at(10), at(11)], [(true, 2), (true, 0)]);
+    }
 }

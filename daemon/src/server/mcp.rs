@@ -11,10 +11,10 @@ use crate::Shared;
 
 impl From<McpConfigError> for Status {
     fn from(error: McpConfigError) -> Status {
-        if error.what.starts_with("there is no server") {
-            Status::not_found(error.to_string())
-        } else {
-            Status::invalid_argument(error.to_string())
+        match error.kind {
+            config::Problem::NoServer => Status::not_found(error.to_string()),
+            config::Problem::Io => Status::internal(error.to_string()),
+            config::Problem::Invalid => Status::invalid_argument(error.to_string()),
         }
     }
 }
@@ -64,7 +64,7 @@ async fn listed(shared: &Shared, scope: &Scope) -> v1::McpServerList {
         Scope::Context(context) => config::servers_for(shared.data_dir.root(), context),
     };
     let running = match scope {
-        Scope::Context(context) => shared.mcp.running_in(context).await,
+        Scope::Context(context) => shared.mcp.running_in(context),
         Scope::System => vec![],
     };
     v1::McpServerList {
@@ -99,7 +99,7 @@ pub(super) async fn tools(
         return Err(Status::not_found(why));
     };
     let env = tools::mcp_env(shared, caller, "", &server)?;
-    let was_running = shared.mcp.running_in(&context).await.contains(&server.name);
+    let was_running = shared.mcp.running_in(&context).contains(&server.name);
     if request.restart {
         shared.mcp.stop_server(&context, &server.name).await;
     }
@@ -110,7 +110,7 @@ pub(super) async fn tools(
         shared.mcp.offer(&context, &server, env).await
     };
     let offer = offer.map_err(|error| Status::failed_precondition(error.to_string()))?;
-    let now_running = shared.mcp.running_in(&context).await.contains(&server.name);
+    let now_running = shared.mcp.running_in(&context).contains(&server.name);
     let tools = offer
         .definitions(&server)
         .into_iter()

@@ -198,15 +198,18 @@ pub(super) async fn mcp_definitions(
     for (index, server) in servers.into_iter().filter(|server| server.offered_to(identity.role)).enumerate() {
         let (shared, identity) = (shared.clone(), identity.clone());
         asked.spawn(async move {
-            let caller = Caller::Container(std::sync::Arc::new(identity.clone()));
-            let env = match mcp_env(&shared, &caller, "", &server) {
-                Ok(env) => env,
-                Err(status) => {
-                    tracing::warn!(server = %server.name, error = %status.message(), "an MCP server's tools are not offered");
-                    return (index, vec![]);
+            // What it listed before, without its secrets; else it is started to list it.
+            let offer = match shared.mcp.known_offer(&identity.context, &server) {
+                Some(offer) => Ok(offer),
+                None => {
+                    let caller = Caller::Container(std::sync::Arc::new(identity.clone()));
+                    match mcp_env(&shared, &caller, "", &server) {
+                        Ok(env) => shared.mcp.offer(&identity.context, &server, env).await.map_err(|e| e.to_string()),
+                        Err(status) => Err(status.message().to_string()),
+                    }
                 }
             };
-            let offer = match shared.mcp.offer(&identity.context, &server, env).await {
+            let offer = match offer {
                 Ok(offer) => offer,
                 Err(error) => {
                     tracing::warn!(server = %server.name, %error, "an MCP server's tools are not offered");

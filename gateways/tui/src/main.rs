@@ -1022,11 +1022,16 @@ async fn mcp(
                 timeout,
             };
             let yaml = server.yaml().map_err(CliError::Usage)?;
+            let flags = match (&user, &group) {
+                (Some(user), _) => format!(" --user {user}"),
+                (_, Some(group)) => format!(" --group {group}"),
+                _ => String::new(),
+            };
             let context = named(user, group);
             let request = v1::PutMcpServerRequest { system: context.is_none(), context, name: name.clone(), yaml };
             let listed = client.admin.put_mcp_server(request).await.map_err(status)?.into_inner();
             let file = listed.servers.iter().find(|s| s.name == name).map(|s| s.file.clone()).unwrap_or_default();
-            format!("added {name} to {file}; `baaaht mcp test {name}` starts it and lists its tools\n")
+            format!("added {name} to {file}; `baaaht mcp test {name}{flags}` starts it and lists its tools\n")
         }
         McpCommand::Rm { name, user, group } => {
             let context = named(user, group);
