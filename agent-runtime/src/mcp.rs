@@ -30,25 +30,13 @@ fn up(kind: v1::mcp_up::Kind) -> v1::McpUp {
 
 /// Connects to the daemon on `socket` and relays one server until it ends.
 pub fn run(socket: &Path) -> Result<v1::McpExited, String> {
-    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .map_err(|errno| format!("cannot make the relay non-dumpable: {errno}"))?;
-    let token = std::env::var(baaaht_proto::CONTAINER_TOKEN_ENV)
-        .map_err(|_unset| format!("{} is not set", baaaht_proto::CONTAINER_TOKEN_ENV))?;
+    let token = crate::reaper::init_token("relay")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|error| format!("cannot start the async runtime: {error}"))?;
     runtime.block_on(async move {
-        if std::process::id() == 1 {
-            let mut exited = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-                .map_err(|error| format!("cannot watch SIGCHLD: {error}"))?;
-            crate::reaper::activate();
-            tokio::spawn(async move {
-                while exited.recv().await.is_some() {
-                    crate::reaper::reap();
-                }
-            });
-        }
+        crate::reaper::reap_as_init()?;
         let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
         let mut client = connect(socket, options).await.map_err(|error| error.to_string())?;
         let (sender, receiver) = mpsc::channel(16);

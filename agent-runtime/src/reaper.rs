@@ -41,6 +41,33 @@ pub fn activate() {
     ACTIVE.store(true, Ordering::SeqCst);
 }
 
+/// What a container's init (the tool runner, an MCP server's relay) does first: nothing the
+/// commands it runs start may read it through /proc (environ, mem, fd); the container's token
+/// from its environment.
+pub fn init_token(what: &str) -> Result<String, String> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|errno| format!("cannot make the {what} non-dumpable: {errno}"))?;
+    std::env::var(baaaht_proto::CONTAINER_TOKEN_ENV)
+        .map_err(|_unset| format!("{} is not set", baaaht_proto::CONTAINER_TOKEN_ENV))
+}
+
+/// As PID 1 (the container's init), every orphan of the container is ours to reap (or
+/// pids.max fills up): turns reaping on and reaps on each SIGCHLD. Runs inside the runtime.
+pub fn reap_as_init() -> Result<(), String> {
+    if std::process::id() != 1 {
+        return Ok(());
+    }
+    let mut exited = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+        .map_err(|error| format!("cannot watch SIGCHLD: {error}"))?;
+    activate();
+    tokio::spawn(async move {
+        while exited.recv().await.is_some() {
+            reap();
+        }
+    });
+    Ok(())
+}
+
 /// Whether [`activate`] was called.
 pub fn active() -> bool {
     ACTIVE.load(Ordering::SeqCst)

@@ -112,28 +112,14 @@ pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResp
 /// Serves calls until the daemon closes the stream; returns why it stopped. With `results`,
 /// each call's result is also written there before it is sent.
 pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Result<(), String> {
-    // Nothing a command runs may read this process through /proc (environ, mem, fd).
-    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .map_err(|errno| format!("cannot make the runner non-dumpable: {errno}"))?;
-    let token = std::env::var(baaaht_proto::CONTAINER_TOKEN_ENV)
-        .map_err(|_unset| format!("{} is not set", baaaht_proto::CONTAINER_TOKEN_ENV))?;
+    let token = crate::reaper::init_token("runner")?;
     let mounts = Mounts::open(mounts).map_err(|error| format!("cannot open the mounts: {error}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|error| format!("cannot start the async runtime: {error}"))?;
     runtime.block_on(async move {
-        if std::process::id() == 1 {
-            // As init, every orphan of the container is ours to reap (or pids.max fills up).
-            let mut exited = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-                .map_err(|error| format!("cannot watch SIGCHLD: {error}"))?;
-            crate::reaper::activate();
-            tokio::spawn(async move {
-                while exited.recv().await.is_some() {
-                    crate::reaper::reap();
-                }
-            });
-        }
+        crate::reaper::reap_as_init()?;
         let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
         let mut client = connect(socket, options).await.map_err(|error| error.to_string())?;
         // web_fetch calls the daemon's egress proxy over the same connection.
