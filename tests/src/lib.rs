@@ -3,6 +3,7 @@
 //! nothing sleeps to synchronise), talk to it, and stop it with a signal.
 
 pub mod fake_provider;
+pub mod fake_slack;
 pub mod oidc;
 pub mod scenario;
 pub mod tmux;
