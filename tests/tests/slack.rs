@@ -1,12 +1,14 @@
-//! The Slack gateway against a fake Slack workspace and the real daemon. The fake's wire format
-//! is proved first: Slack's official Python SDK (`slack_sdk` 3.47.0 from PyPI) talks to it —
+//! The Slack gateway (`baaaht-slack`, the real binary) against a fake Slack workspace and the
+//! real daemon. The fake's wire format is proved first: Slack's official Python SDK (`slack_sdk` 3.47.0 from PyPI) talks to it —
 //! the Web API (including a 429 with Retry-After, which the SDK waits out) and Socket Mode (an
 //! event delivered, acknowledged, and a `disconnect` that makes the SDK reconnect).
 
 use std::time::Duration;
 
+use baaaht_proto::v1;
 use baaaht_tests::fake_slack::FakeSlack;
-use serde_json::json;
+use baaaht_tests::{scenario, DaemonOptions, TestDaemon};
+use serde_json::{json, Value};
 
 /// Drives the fake with slack_sdk; prints one line per step.
 const SDK_CLIENT: &str = r#"
@@ -89,4 +91,121 @@ fn the_fake_slack_speaks_the_wire_format_of_slacks_own_sdk() {
     let opens = fake.calls_of("apps.connections.open");
     assert!(opens.len() >= 2 && opens.iter().all(|call| call.token == "xapp-sdk"), "{opens:#?}");
     assert!(fake.calls_of("auth.test").iter().all(|call| call.token == "xoxb-sdk"));
+}
+
+/// A running `baaaht-slack`, stopped on drop.
+struct SlackGateway {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl SlackGateway {
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for SlackGateway {
+    fn drop(&mut self) {
+        // silent-ok: it may have exited already.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Registers the Slack gateway `work` for the fake's workspace (its tokens in the daemon's
+/// environment, as the secrets store's fallback) and starts `baaaht-slack` for it.
+fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &FakeSlack) -> SlackGateway {
+    let added = rt.block_on(async {
+        let mut host = scenario::host_client(daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "slack".into(),
+            name: "work".into(),
+            team: fake.team(),
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    });
+    let socket = added.gateway.expect("info").socket;
+    let log = daemon.data_dir.join("slack-gateway.log");
+    let output = std::fs::File::create(&log).expect("log file");
+    let child = std::process::Command::new(baaaht_tests::bin("baaaht-slack"))
+        .args(["--socket", &socket, "--api-url", &fake.api_url()])
+        .env("BAAAHT_GATEWAY_TOKEN", &added.token)
+        .env("RUST_LOG", "info")
+        .stdout(output.try_clone().expect("log file"))
+        .stderr(output)
+        .spawn()
+        .expect("baaaht-slack");
+    SlackGateway { child, log }
+}
+
+fn slack_options() -> DaemonOptions {
+    DaemonOptions {
+        env: vec![
+            ("SLACK_APP_TOKEN_WORK".into(), "xapp-1-work".into()),
+            ("SLACK_BOT_TOKEN_WORK".into(), "xoxb-1-work".into()),
+        ],
+        ..Default::default()
+    }
+}
+
+fn dm(user: &str, text: &str, ts: &str) -> Value {
+    json!({"type": "message", "channel": format!("D{user}"), "channel_type": "im", "user": user, "text": text, "ts": ts})
+}
+
+/// The text of the newest message the bot wrote in `channel` (posted or updated).
+fn shown_in(fake: &FakeSlack, channel: &str) -> Vec<String> {
+    fake.calls()
+        .into_iter()
+        .filter(|call| {
+            matches!(call.method.as_str(), "chat.postMessage" | "chat.update") && call.params["channel"] == channel
+        })
+        .map(|call| call.params["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_dm_is_answered_in_the_dm_and_a_redelivered_event_once() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), slack_options()).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    rt.block_on(async {
+        let connected = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await;
+        assert!(connected, "no Socket Mode connection\n{}\n{:#?}", gateway.log_text(), fake.calls());
+        let envelope = fake.push_event(dm("U7", "hello from slack", "1760000100.000100"), "EvDM1", 0).expect("sent");
+        let acked = fake
+            .wait_for(Duration::from_secs(10), |fake| {
+                fake.acks().iter().any(|ack| ack["envelope_id"] == envelope.as_str())
+            })
+            .await;
+        assert!(acked, "not acknowledged\n{}", gateway.log_text());
+        let answered = fake
+            .wait_for(Duration::from_secs(120), |fake| {
+                shown_in(fake, "DU7").iter().any(|text| text == "echo: hello from slack")
+            })
+            .await;
+        assert!(
+            answered,
+            "no answer in the DM: {:#?}\n{}\n{}",
+            shown_in(&fake, "DU7"),
+            gateway.log_text(),
+            daemon.log_text()
+        );
+        // The same event again (Slack retries when an ack is late): acknowledged, not answered again.
+        let again = fake.push_event(dm("U7", "hello from slack", "1760000100.000100"), "EvDM1", 1).expect("sent");
+        let acked = fake
+            .wait_for(Duration::from_secs(10), |fake| {
+                fake.acks().iter().any(|ack| ack["envelope_id"] == again.as_str())
+            })
+            .await;
+        assert!(acked);
+    });
+    // The repeat was dropped before its ack (the gateway decides before it acknowledges), so
+    // nothing more was posted for it.
+    assert!(gateway.log_text().contains("a delivery seen before is dropped"), "{}", gateway.log_text());
+    let posts = fake.calls_of("chat.postMessage");
+    assert_eq!(posts.len(), 1, "{posts:#?}\n{}", gateway.log_text());
+    assert!(posts.iter().all(|call| call.token == "xoxb-1-work"));
 }

@@ -1,0 +1,285 @@
+//! The gateway: Slack's Socket Mode in, the daemon's turns out, answers streamed into the
+//! thread of the message that asked.
+//!
+//! Each delivery is acknowledged at once and processed after (Slack wants the ack within 3 s);
+//! a delivery seen before — a retry, or the same event after a reconnect — is dropped by its
+//! event id. A DM is the sender's own conversation; a channel's is its group's (made on first
+//! use by the daemon). The answer appears as one message updated as it is written (at most
+//! once a second, within Slack's rate limits), with a status line for delegations and tools,
+//! and is cut into more messages past Slack's limit.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_proto::client::Client;
+use baaaht_proto::v1;
+use slack_morphism::prelude::*;
+
+use crate::mrkdwn;
+use crate::route::{route, Route, Seen, Threads, Trigger};
+
+/// How often the answer being written is updated in Slack.
+const UPDATE_EVERY: Duration = Duration::from_millis(1000);
+/// How long a turn may take before the gateway stops following it.
+const TURN_LIMIT: Duration = Duration::from_secs(900);
+
+type Connector =
+    SlackClientHyperConnector<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>>;
+
+/// What the gateway knows for its whole life.
+pub struct Gateway {
+    pub daemon: Client,
+    pub slack: Arc<SlackClient<Connector>>,
+    pub bot_token: SlackApiToken,
+    pub team: String,
+    pub bot_user: String,
+    pub trigger: Trigger,
+    seen: Mutex<Seen>,
+    threads: Mutex<Threads>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("the daemon: {0}")]
+    Daemon(String),
+    #[error("Slack: {0}")]
+    Slack(String),
+}
+
+/// A Slack Web API client for `api_url` (https, or plain http for a local test workspace).
+pub fn slack_client(api_url: &str) -> Result<Arc<SlackClient<Connector>>, GatewayError> {
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .map_err(|error| GatewayError::Slack(format!("cannot load the system's CA certificates: {error}")))?
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .build();
+    let connector = SlackClientHyperConnector::with_connector(https)
+        .with_slack_api_url(api_url.trim_end_matches('/'))
+        .with_rate_control(SlackApiRateControlConfig::new().with_max_retries(5));
+    Ok(Arc::new(SlackClient::new(connector)))
+}
+
+impl Gateway {
+    /// Asks the daemon for the gateway's Slack tokens and Slack who the bot is.
+    pub async fn new(
+        mut daemon: Client,
+        api_url: &str,
+        trigger: Trigger,
+    ) -> Result<(Gateway, SlackApiToken), GatewayError> {
+        let secrets = daemon
+            .gateways
+            .get_gateway_secrets(v1::GatewaySecretsRequest {})
+            .await
+            .map_err(|status| GatewayError::Daemon(status.message().to_string()))?
+            .into_inner()
+            .secrets;
+        let token = |key: &str| secrets.get(key).cloned().unwrap_or_default();
+        let bot_token = SlackApiToken::new(SlackApiTokenValue::new(token("bot_token")));
+        let app_token = SlackApiToken::new(SlackApiTokenValue::new(token("app_token")));
+        let slack = slack_client(api_url)?;
+        let me = slack
+            .open_session(&bot_token)
+            .auth_test()
+            .await
+            .map_err(|error| GatewayError::Slack(format!("auth.test with the bot token failed: {error}")))?;
+        tracing::info!(team = %me.team_id, bot = %me.user_id, "signed in to Slack");
+        let gateway = Gateway {
+            daemon,
+            slack,
+            bot_token,
+            team: me.team_id.to_string(),
+            bot_user: me.user_id.to_string(),
+            trigger,
+            seen: Mutex::new(Seen::new(Duration::from_secs(15 * 60), 10_000)),
+            threads: Mutex::new(Threads::default()),
+        };
+        Ok((gateway, app_token))
+    }
+
+    /// Takes one delivery: the route of a new event, or none (seen before, or not for the bot).
+    pub fn take(&self, event_id: &str, event: &serde_json::Value) -> Option<Route> {
+        if !self.seen.lock().unwrap_or_else(PoisonError::into_inner).first(event_id, Instant::now()) {
+            tracing::info!(event_id, "a delivery seen before is dropped");
+            return None;
+        }
+        let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        route(event, &self.team, &self.bot_user, &self.trigger, &threads)
+    }
+
+    /// Answers `route`: the turn in its context, streamed into its thread.
+    pub async fn answer(&self, route: Route) {
+        let channel = SlackChannelId::new(route.channel.clone());
+        let thread = route.thread_ts.clone().map(SlackTs::new);
+        if let Err(error) = self.run_turn(&route, &channel, thread.clone()).await {
+            tracing::warn!(channel = %route.channel, error = %error, "a turn from Slack failed");
+            let text = match error {
+                GatewayError::Daemon(sentence) => format!(":warning: {sentence}"),
+                GatewayError::Slack(_) => ":warning: Slack did not take the answer; try again.".into(),
+            };
+            let content = SlackMessageContent::new().with_text(text);
+            let request = SlackApiChatPostMessageRequest::new(channel, content).opt_thread_ts(thread);
+            if let Err(error) = self.slack.open_session(&self.bot_token).chat_post_message(&request).await {
+                tracing::warn!(%error, "cannot tell the Slack user what went wrong");
+            }
+        }
+    }
+
+    fn as_user<T>(&self, route: &Route, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Ok(value) = route.identity.parse() {
+            request.metadata_mut().insert(baaaht_proto::USER_HEADER, value);
+        }
+        request
+    }
+
+    async fn context_of(&self, route: &Route) -> Result<v1::ContextRef, GatewayError> {
+        let mut daemon = self.daemon.clone();
+        let sentence = |status: tonic::Status| GatewayError::Daemon(status.message().to_string());
+        if route.shared {
+            let request = v1::EnsureChannelGroupRequest { channel: route.channel.clone(), name: String::new() };
+            let group = daemon.gateways.ensure_channel_group(self.as_user(route, request)).await.map_err(sentence)?;
+            Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: group.into_inner().id })
+        } else {
+            let me = daemon.gateways.who_am_i(self.as_user(route, v1::WhoAmIRequest {})).await.map_err(sentence)?;
+            Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: me.into_inner().id })
+        }
+    }
+
+    async fn run_turn(
+        &self,
+        route: &Route,
+        channel: &SlackChannelId,
+        thread: Option<SlackTs>,
+    ) -> Result<(), GatewayError> {
+        let sentence = |status: tonic::Status| GatewayError::Daemon(status.message().to_string());
+        let slack_error = |error: slack_morphism::errors::SlackClientError| GatewayError::Slack(error.to_string());
+        let context = self.context_of(route).await?;
+        let mut daemon = self.daemon.clone();
+        let subscription =
+            v1::EventSubscription { context: Some(context.clone()), session_id: String::new(), channel: 0 };
+        let mut events =
+            daemon.sessions.subscribe_events(self.as_user(route, subscription)).await.map_err(sentence)?.into_inner();
+        let message = v1::UserMessage {
+            context: Some(context),
+            sender_id: route.identity.clone(),
+            channel: v1::ChannelType::Slack as i32,
+            content: route.text.clone(),
+            ..v1::UserMessage::default()
+        };
+        let sent =
+            daemon.sessions.send_user_message(self.as_user(route, message)).await.map_err(sentence)?.into_inner();
+        if let Some(thread) = &route.thread_ts {
+            self.threads.lock().unwrap_or_else(PoisonError::into_inner).answered(&route.channel, thread);
+        }
+        let session = self.slack.open_session(&self.bot_token);
+        let placeholder = SlackMessageContent::new().with_text("_…_".into());
+        let posted = session
+            .chat_post_message(
+                &SlackApiChatPostMessageRequest::new(channel.clone(), placeholder).opt_thread_ts(thread.clone()),
+            )
+            .await
+            .map_err(slack_error)?;
+        let mut writing = Writing { text: String::new(), status: String::new(), shown: String::new() };
+        let mut last_update = Instant::now();
+        let deadline = tokio::time::Instant::now() + TURN_LIMIT;
+        let finished = loop {
+            let next = tokio::time::timeout(UPDATE_EVERY, events.message());
+            let event = match tokio::time::timeout_at(deadline, next).await {
+                Err(_) => {
+                    break Some(
+                        ":hourglass: The answer is taking long; it will be in the conversation when it is done."
+                            .to_string(),
+                    )
+                }
+                Ok(Err(_)) => None,
+                Ok(Ok(Ok(Some(event)))) => Some(event),
+                Ok(Ok(Ok(None))) | Ok(Ok(Err(_))) => {
+                    break Some(":warning: Lost the daemon while answering; try again.".to_string())
+                }
+            };
+            if let Some(event) = event.filter(|event| event.turn_id == sent.turn_id) {
+                use v1::orchestrator_event::Event;
+                match event.event {
+                    Some(Event::TextDelta(delta)) => writing.text.push_str(&delta.text),
+                    Some(Event::Delegation(delegation)) => {
+                        writing.status = format!("{} {}", agent_name(delegation.agent), delegation.state);
+                    }
+                    Some(Event::Tool(tool)) => {
+                        writing.status = format!("{} {} ({} ms)", tool.tool, tool.state, tool.duration_ms);
+                    }
+                    Some(Event::Reply(reply)) => {
+                        writing.text = reply.content;
+                        break None;
+                    }
+                    Some(Event::Error(error)) => break Some(format!(":warning: {}", error.message)),
+                    _ => {}
+                }
+            }
+            if last_update.elapsed() >= UPDATE_EVERY {
+                let shown = writing.live();
+                if shown != writing.shown {
+                    let content = SlackMessageContent::new().with_text(shown.clone());
+                    let update = SlackApiChatUpdateRequest::new(channel.clone(), content, posted.ts.clone());
+                    session.chat_update(&update).await.map_err(slack_error)?;
+                    writing.shown = shown;
+                }
+                last_update = Instant::now();
+            }
+        };
+        let whole = match finished {
+            None => mrkdwn::from_markdown(&writing.text),
+            Some(trouble) if writing.text.is_empty() => trouble,
+            Some(trouble) => format!("{}\n\n{trouble}", mrkdwn::from_markdown(&writing.text)),
+        };
+        let mut parts = mrkdwn::split(&whole, mrkdwn::MESSAGE_LIMIT).into_iter();
+        let first = parts.next().unwrap_or_default();
+        let content = SlackMessageContent::new().with_text(first);
+        session
+            .chat_update(&SlackApiChatUpdateRequest::new(channel.clone(), content, posted.ts.clone()))
+            .await
+            .map_err(slack_error)?;
+        // The rest follows in the same thread (a DM's answer starts one under the question).
+        let rest_thread = thread.unwrap_or_else(|| SlackTs::new(route.ts.clone()));
+        for part in parts {
+            let content = SlackMessageContent::new().with_text(part);
+            let request =
+                SlackApiChatPostMessageRequest::new(channel.clone(), content).with_thread_ts(rest_thread.clone());
+            session.chat_post_message(&request).await.map_err(slack_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// The answer being written, as shown.
+struct Writing {
+    text: String,
+    status: String,
+    shown: String,
+}
+
+impl Writing {
+    /// What the message shows while the answer is written: the text so far (within one
+    /// message) and the status line.
+    fn live(&self) -> String {
+        let text = mrkdwn::from_markdown(&self.text);
+        let text = mrkdwn::split(&text, mrkdwn::MESSAGE_LIMIT - 200).into_iter().next().unwrap_or_default();
+        match (text.is_empty(), self.status.is_empty()) {
+            (true, true) => "_…_".into(),
+            (true, false) => format!("_{}…_", self.status),
+            (false, true) => format!("{text} …"),
+            (false, false) => format!("{text} …\n_{}_", self.status),
+        }
+    }
+}
+
+fn agent_name(agent: i32) -> &'static str {
+    match v1::AgentRole::try_from(agent).unwrap_or(v1::AgentRole::Unspecified) {
+        v1::AgentRole::Worker => "worker",
+        v1::AgentRole::Researcher => "researcher",
+        v1::AgentRole::Coder => "coder",
+        v1::AgentRole::Memory => "memory",
+        _ => "agent",
+    }
+}
