@@ -34,6 +34,8 @@ pub struct Call {
     pub token: String,
     /// Whether it was answered with 429.
     pub limited: bool,
+    /// What the fake answered (for a message posted: its `ts`).
+    pub answer: Value,
 }
 
 #[derive(Default)]
@@ -295,11 +297,14 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
         params.extend(more);
     }
     let limited = state.limited.lock().unwrap_or_else(PoisonError::into_inner).remove(&method);
-    let call =
-        Call { method: method.clone(), params: params.clone(), token: token.clone(), limited: limited.is_some() };
-    state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
-    state.changed();
+    let record = |answer: &Value| {
+        let (method, params, token) = (method.clone(), params.clone(), token.clone());
+        let call = Call { method, params, token, limited: limited.is_some(), answer: answer.clone() };
+        state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
+        state.changed();
+    };
     if let Some(seconds) = limited {
+        record(&json!({"ok": false, "error": "ratelimited"}));
         return hyper::Response::builder()
             .status(429)
             .header("retry-after", seconds.to_string())
@@ -309,7 +314,9 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
     }
     let wanted = if method == "apps.connections.open" { "xapp-" } else { "xoxb-" };
     if !token.starts_with(wanted) {
-        return respond(200, json!({"ok": false, "error": "invalid_auth"}));
+        let refused = json!({"ok": false, "error": "invalid_auth"});
+        record(&refused);
+        return respond(200, refused);
     }
     let text = |key: &str| params[key].as_str().unwrap_or_default().to_string();
     let channel = text("channel");
@@ -326,7 +333,9 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
             json!({"ok": true, "channel": channel, "ts": ts, "message": {"type": "message", "text": text("text"), "ts": ts, "user": BOT_USER}})
         }
         "chat.update" | "chat.appendStream" | "chat.stopStream" => {
-            json!({"ok": true, "channel": channel, "ts": text("ts"), "text": text("text")})
+            let ts = text("ts");
+            json!({"ok": true, "channel": channel, "ts": ts, "text": text("text"),
+                "message": {"type": "message", "text": text("text"), "ts": ts, "user": BOT_USER}})
         }
         "assistant.threads.setStatus" | "reactions.add" => json!({"ok": true}),
         "users.info" => {
@@ -341,6 +350,7 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
         }}),
         _ => json!({"ok": false, "error": "unknown_method"}),
     };
+    record(&body);
     respond(200, body)
 }
 

@@ -207,5 +207,112 @@ fn a_dm_is_answered_in_the_dm_and_a_redelivered_event_once() {
     assert!(gateway.log_text().contains("a delivery seen before is dropped"), "{}", gateway.log_text());
     let posts = fake.calls_of("chat.postMessage");
     assert_eq!(posts.len(), 1, "{posts:#?}\n{}", gateway.log_text());
+    assert!(!gateway.log_text().contains("a turn from Slack failed"), "{}", gateway.log_text());
     assert!(posts.iter().all(|call| call.token == "xoxb-1-work"));
+}
+
+fn in_channel(user: &str, text: &str, ts: &str, thread_ts: Option<&str>) -> Value {
+    let mut event =
+        json!({"type": "message", "channel": "C1", "channel_type": "channel", "user": user, "text": text, "ts": ts});
+    if let Some(thread) = thread_ts {
+        event["thread_ts"] = json!(thread);
+    }
+    event
+}
+
+/// The final text of each answer the bot posted in `channel`'s thread `thread`: the last
+/// update of each posted message (by its ts).
+fn thread_answers(fake: &FakeSlack, channel: &str, thread: &str) -> Vec<String> {
+    let calls = fake.calls();
+    calls
+        .iter()
+        .filter(|call| {
+            call.method == "chat.postMessage" && call.params["channel"] == channel && call.params["thread_ts"] == thread
+        })
+        .filter_map(|posted| {
+            let ts = posted.answer["ts"].as_str()?;
+            let updates = calls.iter().filter(|call| call.method == "chat.update" && call.params["ts"] == ts);
+            updates.filter_map(|call| call.params["text"].as_str()).next_back().map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn a_channel_mention_is_answered_in_its_thread_and_the_channel_shares_a_group_while_dms_stay_apart() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), slack_options()).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    // In a group the model reads who wrote each message, so the echo is `echo: NAME: text`.
+    let shown = |fake: &FakeSlack, text: &str| {
+        let ends =
+            |call: &baaaht_tests::fake_slack::Call| call.params["text"].as_str().is_some_and(|t| t.ends_with(text));
+        fake.calls().iter().any(|call| call.method == "chat.update" && ends(call))
+    };
+    rt.block_on(async {
+        assert!(
+            fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await,
+            "{}",
+            gateway.log_text()
+        );
+        // Chatter without a mention is not for the bot.
+        fake.push_event(in_channel("U7", "lunch anyone?", "1760000200.000100", None), "EvC0", 0).expect("sent");
+        // U7 mentions the bot: the answer goes in the thread of that message.
+        fake.push_event(in_channel("U7", "<@UBOT> what's up?", "1760000200.000200", None), "EvC1", 0).expect("sent");
+        let answered = fake.wait_for(Duration::from_secs(120), |fake| shown(fake, "what's up?")).await;
+        assert!(answered, "{:#?}\n{}", fake.calls(), gateway.log_text());
+        // U8 follows up in that thread with no mention.
+        fake.push_event(in_channel("U8", "and you?", "1760000200.000300", Some("1760000200.000200")), "EvC2", 0)
+            .expect("sent");
+        let followed = fake.wait_for(Duration::from_secs(120), |fake| shown(fake, "and you?")).await;
+        assert!(followed, "{:#?}\n{}", fake.calls(), gateway.log_text());
+        // Their DMs are their own.
+        fake.push_event(dm("U7", "my secret plan", "1760000300.000100"), "EvD7", 0).expect("sent");
+        fake.push_event(dm("U8", "my other plan", "1760000300.000200"), "EvD8", 0).expect("sent");
+        let both = fake
+            .wait_for(Duration::from_secs(120), |fake| {
+                shown(fake, "echo: my secret plan") && shown(fake, "echo: my other plan")
+            })
+            .await;
+        assert!(both, "{:#?}\n{}", fake.calls(), gateway.log_text());
+    });
+    assert_eq!(
+        thread_answers(&fake, "C1", "1760000200.000200"),
+        ["echo: user-u7: what's up?", "echo: user-u8: and you?"],
+        "answered in the thread, each message named by its writer's Slack name"
+    );
+    assert!(!shown_in(&fake, "C1").iter().any(|text| text.contains("lunch")), "chatter was answered");
+    assert_eq!(shown_in(&fake, "DU7").last().map(String::as_str), Some("echo: my secret plan"));
+    assert_eq!(shown_in(&fake, "DU8").last().map(String::as_str), Some("echo: my other plan"));
+    assert!(!shown_in(&fake, "DU7").iter().any(|text| text.contains("other plan")));
+    // The daemon's side: one group for the channel, one session holding both users' messages;
+    // each DM in its own user's context.
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let group =
+            host.admin.show_group(v1::GroupRef { id: "slack-T0FAKE-C1".into() }).await.expect("the channel's group");
+        assert_eq!(group.into_inner().id, "slack-T0FAKE-C1");
+        let filter = v1::SessionFilter {
+            group_id: "slack-T0FAKE-C1".into(),
+            context_type: v1::ContextType::Group as i32,
+            ..Default::default()
+        };
+        let sessions = host.sessions.list_sessions(filter).await.expect("sessions").into_inner().sessions;
+        assert_eq!(sessions.len(), 1, "{sessions:#?}");
+        let read = v1::ReadSessionRequest { session_id: sessions[0].id.clone(), ..Default::default() };
+        let transcript = format!("{:?}", host.sessions.read_session(read).await.expect("read").into_inner());
+        assert!(transcript.contains("what's up?") && transcript.contains("and you?"), "{transcript}");
+        // Each message names its writer: the users the two Slack identities are.
+        for slack_user in ["slack:T0FAKE:U7", "slack:T0FAKE:U8"] {
+            let user =
+                host.admin.show_user(v1::UserRef { user: slack_user.into() }).await.expect("the user").into_inner();
+            assert!(
+                transcript.contains(&format!("sender_id: \"{}\"", user.id)),
+                "{slack_user} ({}): {transcript}",
+                user.id
+            );
+            assert_eq!(user.name, format!("user-{}", slack_user.rsplit(':').next().unwrap_or_default().to_lowercase()));
+        }
+        assert!(!transcript.contains("secret plan"), "a DM leaked into the channel's session");
+    });
 }

@@ -36,6 +36,8 @@ pub struct Gateway {
     pub trigger: Trigger,
     seen: Mutex<Seen>,
     threads: Mutex<Threads>,
+    /// Slack users' display names, by user id.
+    names: Mutex<std::collections::HashMap<String, String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +96,7 @@ impl Gateway {
             trigger,
             seen: Mutex::new(Seen::new(Duration::from_secs(15 * 60), 10_000)),
             threads: Mutex::new(Threads::default()),
+            names: Mutex::default(),
         };
         Ok((gateway, app_token))
     }
@@ -105,7 +108,11 @@ impl Gateway {
             return None;
         }
         let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        route(event, &self.team, &self.bot_user, &self.trigger, &threads)
+        let routed = route(event, &self.team, &self.bot_user, &self.trigger, &threads);
+        if routed.is_none() {
+            tracing::debug!(event_id, kind = event["type"].as_str().unwrap_or_default(), "not for the bot");
+        }
+        routed
     }
 
     /// Answers `route`: the turn in its context, streamed into its thread.
@@ -131,10 +138,41 @@ impl Gateway {
         if let Ok(value) = route.identity.parse() {
             request.metadata_mut().insert(baaaht_proto::USER_HEADER, value);
         }
+        let name = self.names.lock().unwrap_or_else(PoisonError::into_inner).get(&route.user).cloned();
+        if let Some(Ok(value)) = name.map(|name| tonic::metadata::MetadataValue::try_from(name.as_str())) {
+            request.metadata_mut().insert(baaaht_proto::USER_NAME_HEADER, value);
+        }
         request
     }
 
+    /// Learns the Slack user's display name once (users.info), so the daemon names the user
+    /// as Slack does.
+    async fn learn_name(&self, user: &str) {
+        if self.names.lock().unwrap_or_else(PoisonError::into_inner).contains_key(user) {
+            return;
+        }
+        let request = SlackApiUsersInfoRequest::new(SlackUserId::new(user.to_string()));
+        match self.slack.open_session(&self.bot_token).users_info(&request).await {
+            Ok(found) => {
+                let (display, real) = match found.user.profile {
+                    Some(profile) => (profile.display_name, profile.real_name),
+                    None => (None, None),
+                };
+                let name = [display, real, found.user.name]
+                    .into_iter()
+                    .flatten()
+                    .find(|name| !name.trim().is_empty())
+                    .unwrap_or_else(|| user.to_string());
+                // Only what a header carries (visible ASCII and spaces).
+                let name: String = name.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect();
+                self.names.lock().unwrap_or_else(PoisonError::into_inner).insert(user.to_string(), name);
+            }
+            Err(error) => tracing::warn!(user, %error, "users.info failed; the user is named by id"),
+        }
+    }
+
     async fn context_of(&self, route: &Route) -> Result<v1::ContextRef, GatewayError> {
+        self.learn_name(&route.user).await;
         let mut daemon = self.daemon.clone();
         let sentence = |status: tonic::Status| GatewayError::Daemon(status.message().to_string());
         if route.shared {

@@ -89,7 +89,7 @@ async fn on_push(
     let gateway = states.read().await.get_user_state::<Arc<Gateway>>().cloned();
     let Some(gateway) = gateway else { return Ok(()) };
     let body = serde_json::to_value(&event.event).unwrap_or_default();
-    if let Some(route) = gateway.take(&event.event_id.to_string(), &body) {
+    if let Some(route) = gateway.take(event.event_id.as_ref(), &body) {
         tokio::spawn(async move { gateway.answer(route).await });
     }
     Ok(())

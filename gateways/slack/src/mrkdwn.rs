@@ -5,7 +5,7 @@
 //! `<url|text>`; it has no headings, tables or nested lists, and `&`, `<` and `>` in text must be
 //! escaped. Headings become bold lines, list items bullets, tables their rows as code.
 
-use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
 /// The longest text one Slack message carries well (Slack truncates past 40,000 characters and
 /// splits `text` past 4,000 in some clients; blocks hold at most 3,000).
@@ -65,10 +65,9 @@ pub fn from_markdown(markdown: &str) -> String {
                 quote = quote.saturating_sub(1);
                 continue;
             }
-            Event::Start(Tag::CodeBlock(kind)) => {
+            // mrkdwn shows no language: the fence stands on its own.
+            Event::Start(Tag::CodeBlock(_)) => {
                 newline(&mut out, &mut at_line_start);
-                // mrkdwn shows no language; the fence must stand on its own.
-                let _language = matches!(kind, CodeBlockKind::Fenced(_));
                 out.push_str("```\n");
                 in_code_block = true;
             }
@@ -115,11 +114,7 @@ pub fn from_markdown(markdown: &str) -> String {
                 out.push_str(&dest_url.replace('|', "%7C").replace('>', "%3E"));
                 out.push('|');
             }
-            Event::End(TagEnd::Link) => {
-                if link.take().is_some() {
-                    out.push('>');
-                }
-            }
+            Event::End(TagEnd::Link) if link.take().is_some() => out.push('>'),
             Event::Start(Tag::Table(_)) => {
                 newline(&mut out, &mut at_line_start);
                 out.push_str("```\n");

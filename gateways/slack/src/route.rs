@@ -106,7 +106,7 @@ pub fn route(event: &Value, team: &str, bot: &str, trigger: &Trigger, threads: &
     let keyword = trigger.keywords.iter().any(|word| {
         raw.split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_').any(|said| said.eq_ignore_ascii_case(word))
     });
-    let always = trigger.always.iter().any(|listed| *listed == channel);
+    let always = trigger.always.contains(&channel);
     let follow_up = thread.as_deref().is_some_and(|thread| threads.is_answered(&channel, thread));
     if !(mentioned || keyword || always || follow_up) {
         return None;
