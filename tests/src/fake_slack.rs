@@ -36,6 +36,8 @@ pub struct Call {
     pub limited: bool,
     /// What the fake answered (for a message posted: its `ts`).
     pub answer: Value,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -299,7 +301,8 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
     let limited = state.limited.lock().unwrap_or_else(PoisonError::into_inner).remove(&method);
     let record = |answer: &Value| {
         let (method, params, token) = (method.clone(), params.clone(), token.clone());
-        let call = Call { method, params, token, limited: limited.is_some(), answer: answer.clone() };
+        let at = std::time::Instant::now();
+        let call = Call { method, params, token, limited: limited.is_some(), answer: answer.clone(), at };
         state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
         state.changed();
     };

@@ -154,19 +154,20 @@ fn dm(user: &str, text: &str, ts: &str) -> Value {
     json!({"type": "message", "channel": format!("D{user}"), "channel_type": "im", "user": user, "text": text, "ts": ts})
 }
 
-/// The text of the newest message the bot wrote in `channel` (posted or updated).
+/// The texts the bot wrote in `channel` (posted or updated; refused calls left out).
 fn shown_in(fake: &FakeSlack, channel: &str) -> Vec<String> {
     fake.calls()
         .into_iter()
         .filter(|call| {
-            matches!(call.method.as_str(), "chat.postMessage" | "chat.update") && call.params["channel"] == channel
+            let written = matches!(call.method.as_str(), "chat.postMessage" | "chat.update");
+            written && !call.limited && call.params["channel"] == channel
         })
         .map(|call| call.params["text"].as_str().unwrap_or_default().to_string())
         .collect()
 }
 
 #[test]
-fn a_dm_is_answered_in_the_dm_and_a_redelivered_event_once() {
+fn a_dm_is_answered_in_the_dm_a_429_is_waited_out_and_a_redelivery_after_a_reconnect_is_dropped() {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
     let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), slack_options()).expect("daemon");
@@ -174,6 +175,8 @@ fn a_dm_is_answered_in_the_dm_and_a_redelivered_event_once() {
     rt.block_on(async {
         let connected = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await;
         assert!(connected, "no Socket Mode connection\n{}\n{:#?}", gateway.log_text(), fake.calls());
+        // Slack answers the first update with 429: the gateway waits it out.
+        fake.rate_limit_once("chat.update", 1);
         let envelope = fake.push_event(dm("U7", "hello from slack", "1760000100.000100"), "EvDM1", 0).expect("sent");
         let acked = fake
             .wait_for(Duration::from_secs(10), |fake| {
@@ -193,7 +196,11 @@ fn a_dm_is_answered_in_the_dm_and_a_redelivered_event_once() {
             gateway.log_text(),
             daemon.log_text()
         );
-        // The same event again (Slack retries when an ack is late): acknowledged, not answered again.
+        // Slack recycles the connection; the gateway opens a new one, and the same event arrives
+        // again there (a retry after a lost ack): acknowledged, not answered again.
+        assert!(fake.disconnect("refresh_requested"));
+        let reconnected = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 2).await;
+        assert!(reconnected, "no new connection after `disconnect`\n{}", gateway.log_text());
         let again = fake.push_event(dm("U7", "hello from slack", "1760000100.000100"), "EvDM1", 1).expect("sent");
         let acked = fake
             .wait_for(Duration::from_secs(10), |fake| {
@@ -209,6 +216,11 @@ fn a_dm_is_answered_in_the_dm_and_a_redelivered_event_once() {
     assert_eq!(posts.len(), 1, "{posts:#?}\n{}", gateway.log_text());
     assert!(!gateway.log_text().contains("a turn from Slack failed"), "{}", gateway.log_text());
     assert!(posts.iter().all(|call| call.token == "xoxb-1-work"));
+    let updates = fake.calls_of("chat.update");
+    assert!(updates.first().is_some_and(|call| call.limited), "the first update was refused: {updates:#?}");
+    let waited = updates[1].at.duration_since(updates[0].at);
+    assert!(waited >= Duration::from_millis(950), "Retry-After: 1 was not waited out ({waited:?})");
+    assert_eq!(updates.last().map(|call| call.params["text"].clone()), Some(json!("echo: hello from slack")));
 }
 
 fn in_channel(user: &str, text: &str, ts: &str, thread_ts: Option<&str>) -> Value {
