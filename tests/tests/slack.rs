@@ -97,6 +97,9 @@ fn the_fake_slack_speaks_the_wire_format_of_slacks_own_sdk() {
 struct SlackGateway {
     child: std::process::Child,
     log: std::path::PathBuf,
+    /// The gateway's socket and token, for calls the test makes as the gateway.
+    socket: String,
+    token: String,
 }
 
 impl SlackGateway {
@@ -137,7 +140,7 @@ fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &FakeSla
         .stderr(output)
         .spawn()
         .expect("baaaht-slack");
-    SlackGateway { child, log }
+    SlackGateway { child, log, socket, token: added.token }
 }
 
 fn slack_options() -> DaemonOptions {
@@ -326,5 +329,34 @@ fn a_channel_mention_is_answered_in_its_thread_and_the_channel_shares_a_group_wh
             assert_eq!(user.name, format!("user-{}", slack_user.rsplit(':').next().unwrap_or_default().to_lowercase()));
         }
         assert!(!transcript.contains("secret plan"), "a DM leaked into the channel's session");
+
+        // As the gateway: U8 cannot read U7's DM session, and no identity outside the
+        // workspace's namespace can be named at all.
+        let u7 = host.admin.show_user(v1::UserRef { user: "slack:T0FAKE:U7".into() }).await.expect("U7").into_inner();
+        let filter = v1::SessionFilter {
+            user_id: u7.id.clone(),
+            context_type: v1::ContextType::User as i32,
+            ..Default::default()
+        };
+        let dms = host.sessions.list_sessions(filter).await.expect("U7's sessions").into_inner().sessions;
+        assert_eq!(dms.len(), 1, "{dms:#?}");
+        let options = baaaht_proto::client::ConnectOptions { token: Some(gateway.token.clone()), ..Default::default() };
+        let mut as_gateway =
+            baaaht_proto::client::connect(std::path::Path::new(&gateway.socket), options).await.expect("connect");
+        let as_user = |identity: &str, message: v1::ReadSessionRequest| {
+            let mut request = tonic::Request::new(message);
+            request.metadata_mut().insert(baaaht_proto::USER_HEADER, identity.parse().expect("ascii"));
+            request
+        };
+        let read = v1::ReadSessionRequest { session_id: dms[0].id.clone(), ..Default::default() };
+        let own = as_gateway.sessions.read_session(as_user("slack:T0FAKE:U7", read.clone())).await;
+        assert!(
+            own.is_ok_and(|own| format!("{:?}", own.into_inner()).contains("secret plan")),
+            "U7 reads their own DM"
+        );
+        let other = as_gateway.sessions.read_session(as_user("slack:T0FAKE:U8", read.clone())).await.expect_err("U8");
+        assert_eq!(other.code(), tonic::Code::PermissionDenied, "{other:?}");
+        let outside = as_gateway.sessions.read_session(as_user("slack:T0OTHER:U7", read)).await.expect_err("outside");
+        assert!(outside.message().contains("T0FAKE"), "the refusal names the gateway's namespace: {outside:?}");
     });
 }

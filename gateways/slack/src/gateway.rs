@@ -40,6 +40,27 @@ pub struct Gateway {
     names: Mutex<std::collections::HashMap<String, String>>,
 }
 
+/// What a Slack user may read of the daemon's refusal: its sentence when it is about what they
+/// asked (a budget, a permission, a bad request); a plain sentence for anything internal, whose
+/// text stays in the log (DESIGN §9.2: no host path or internal error text reaches Slack).
+fn for_users(status: &tonic::Status) -> String {
+    use tonic::Code;
+    match status.code() {
+        Code::PermissionDenied
+        | Code::ResourceExhausted
+        | Code::FailedPrecondition
+        | Code::InvalidArgument
+        | Code::NotFound => status.message().to_string(),
+        Code::Unavailable | Code::DeadlineExceeded => {
+            "The assistant is not reachable right now; try again in a minute.".into()
+        }
+        _ => {
+            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a Slack turn");
+            "Something went wrong on the assistant's side; try again.".into()
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     #[error("the daemon: {0}")]
@@ -174,7 +195,7 @@ impl Gateway {
     async fn context_of(&self, route: &Route) -> Result<v1::ContextRef, GatewayError> {
         self.learn_name(&route.user).await;
         let mut daemon = self.daemon.clone();
-        let sentence = |status: tonic::Status| GatewayError::Daemon(status.message().to_string());
+        let sentence = |status: tonic::Status| GatewayError::Daemon(for_users(&status));
         if route.shared {
             let request = v1::EnsureChannelGroupRequest { channel: route.channel.clone(), name: String::new() };
             let group = daemon.gateways.ensure_channel_group(self.as_user(route, request)).await.map_err(sentence)?;
@@ -191,7 +212,7 @@ impl Gateway {
         channel: &SlackChannelId,
         thread: Option<SlackTs>,
     ) -> Result<(), GatewayError> {
-        let sentence = |status: tonic::Status| GatewayError::Daemon(status.message().to_string());
+        let sentence = |status: tonic::Status| GatewayError::Daemon(for_users(&status));
         let slack_error = |error: slack_morphism::errors::SlackClientError| GatewayError::Slack(error.to_string());
         let context = self.context_of(route).await?;
         let mut daemon = self.daemon.clone();
