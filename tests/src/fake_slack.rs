@@ -13,12 +13,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use baaaht_proto::v1;
 use futures_util::{SinkExt as _, StreamExt as _};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::Message;
+
+use crate::{DaemonOptions, TestDaemon};
 
 /// The fake app's ids.
 pub const APP_ID: &str = "A0FAKEAPP";
@@ -38,6 +41,8 @@ pub struct Call {
     pub answer: Value,
     /// When it arrived.
     pub at: std::time::Instant,
+    /// When it arrived on the fake provider's clock ([`crate::fake_provider::clock_nanos`]).
+    pub nanos: u64,
 }
 
 #[derive(Default)]
@@ -302,7 +307,8 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
     let record = |answer: &Value| {
         let (method, params, token) = (method.clone(), params.clone(), token.clone());
         let at = std::time::Instant::now();
-        let call = Call { method, params, token, limited: limited.is_some(), answer: answer.clone(), at };
+        let nanos = crate::fake_provider::clock_nanos();
+        let call = Call { method, params, token, limited: limited.is_some(), answer: answer.clone(), at, nanos };
         state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
         state.changed();
     };
@@ -404,6 +410,68 @@ async fn serve_socket_mode(listener: tokio::net::TcpListener, state: Arc<State>)
                 .retain(|open| !open.same_channel(&outgoing));
             state.changed();
         });
+    }
+}
+
+// The real gateway against the fake: what the e2e tests and `baaaht-bench slack` share.
+
+/// A running `baaaht-slack`, stopped on drop.
+pub struct SlackGateway {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    /// The gateway's socket and token, for calls the test makes as the gateway.
+    pub socket: String,
+    pub token: String,
+}
+
+impl SlackGateway {
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for SlackGateway {
+    fn drop(&mut self) {
+        // silent-ok: it may have exited already.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Registers the Slack gateway `work` for the fake's workspace (its tokens in the daemon's
+/// environment, as the secrets store's fallback) and starts `baaaht-slack` for it.
+pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &FakeSlack) -> SlackGateway {
+    let added = rt.block_on(async {
+        let mut host = crate::scenario::host_client(daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "slack".into(),
+            name: "work".into(),
+            team: fake.team(),
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    });
+    let socket = added.gateway.expect("info").socket;
+    let log = daemon.data_dir.join("slack-gateway.log");
+    let output = std::fs::File::create(&log).expect("log file");
+    let child = std::process::Command::new(crate::bin("baaaht-slack"))
+        .args(["--socket", &socket, "--api-url", &fake.api_url()])
+        .env("BAAAHT_GATEWAY_TOKEN", &added.token)
+        .env("RUST_LOG", "info")
+        .stdout(output.try_clone().expect("log file"))
+        .stderr(output)
+        .spawn()
+        .expect("baaaht-slack");
+    SlackGateway { child, log, socket, token: added.token }
+}
+
+pub fn slack_options() -> DaemonOptions {
+    DaemonOptions {
+        env: vec![
+            ("SLACK_APP_TOKEN_WORK".into(), "xapp-1-work".into()),
+            ("SLACK_BOT_TOKEN_WORK".into(), "xoxb-1-work".into()),
+        ],
+        ..Default::default()
     }
 }
 

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use baaaht_proto::v1;
-use baaaht_tests::fake_slack::FakeSlack;
-use baaaht_tests::{scenario, DaemonOptions, TestDaemon};
+use baaaht_tests::fake_slack::{gateway_for, slack_options, FakeSlack};
+use baaaht_tests::scenario;
 use serde_json::{json, Value};
 
 /// Drives the fake with slack_sdk; prints one line per step.
@@ -91,66 +91,6 @@ fn the_fake_slack_speaks_the_wire_format_of_slacks_own_sdk() {
     let opens = fake.calls_of("apps.connections.open");
     assert!(opens.len() >= 2 && opens.iter().all(|call| call.token == "xapp-sdk"), "{opens:#?}");
     assert!(fake.calls_of("auth.test").iter().all(|call| call.token == "xoxb-sdk"));
-}
-
-/// A running `baaaht-slack`, stopped on drop.
-struct SlackGateway {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-    /// The gateway's socket and token, for calls the test makes as the gateway.
-    socket: String,
-    token: String,
-}
-
-impl SlackGateway {
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for SlackGateway {
-    fn drop(&mut self) {
-        // silent-ok: it may have exited already.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Registers the Slack gateway `work` for the fake's workspace (its tokens in the daemon's
-/// environment, as the secrets store's fallback) and starts `baaaht-slack` for it.
-fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &FakeSlack) -> SlackGateway {
-    let added = rt.block_on(async {
-        let mut host = scenario::host_client(daemon).await.expect("host client");
-        let request = v1::AddGatewayRequest {
-            kind: "slack".into(),
-            name: "work".into(),
-            team: fake.team(),
-            ..Default::default()
-        };
-        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
-    });
-    let socket = added.gateway.expect("info").socket;
-    let log = daemon.data_dir.join("slack-gateway.log");
-    let output = std::fs::File::create(&log).expect("log file");
-    let child = std::process::Command::new(baaaht_tests::bin("baaaht-slack"))
-        .args(["--socket", &socket, "--api-url", &fake.api_url()])
-        .env("BAAAHT_GATEWAY_TOKEN", &added.token)
-        .env("RUST_LOG", "info")
-        .stdout(output.try_clone().expect("log file"))
-        .stderr(output)
-        .spawn()
-        .expect("baaaht-slack");
-    SlackGateway { child, log, socket, token: added.token }
-}
-
-fn slack_options() -> DaemonOptions {
-    DaemonOptions {
-        env: vec![
-            ("SLACK_APP_TOKEN_WORK".into(), "xapp-1-work".into()),
-            ("SLACK_BOT_TOKEN_WORK".into(), "xoxb-1-work".into()),
-        ],
-        ..Default::default()
-    }
 }
 
 fn dm(user: &str, text: &str, ts: &str) -> Value {
