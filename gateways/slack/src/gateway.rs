@@ -20,6 +20,8 @@ use crate::route::{route, Route, Seen, Threads, Trigger};
 
 /// How often the answer being written is updated in Slack.
 const UPDATE_EVERY: Duration = Duration::from_millis(1000);
+/// What a message shows before the answer's first words.
+const PLACEHOLDER: &str = "_…_";
 /// How long a turn may take before the gateway stops following it.
 const TURN_LIMIT: Duration = Duration::from_secs(900);
 
@@ -256,7 +258,7 @@ impl Gateway {
         // The placeholder goes up while the daemon takes the message: the answer's first words
         // never wait behind it.
         let session = self.slack.open_session(&self.bot_token);
-        let placeholder = SlackMessageContent::new().with_text("_…_".into());
+        let placeholder = SlackMessageContent::new().with_text(PLACEHOLDER.into());
         let placeholder =
             SlackApiChatPostMessageRequest::new(channel.clone(), placeholder).opt_thread_ts(thread.clone());
         let (sent, posted) = tokio::join!(
@@ -268,7 +270,8 @@ impl Gateway {
         if let Some(thread) = &route.thread_ts {
             self.threads.lock().unwrap_or_else(PoisonError::into_inner).answered(&route.channel, thread);
         }
-        let mut writing = Writing { text: String::new(), status: String::new(), shown: String::new() };
+        // What the placeholder shows already: an update is sent only for something new.
+        let mut writing = Writing { text: String::new(), status: String::new(), shown: PLACEHOLDER.into() };
         // The first words show as soon as they come; then at most one update a second.
         let mut last_update = Instant::now().checked_sub(UPDATE_EVERY).unwrap_or_else(Instant::now);
         let deadline = tokio::time::Instant::now() + TURN_LIMIT;
@@ -312,8 +315,9 @@ impl Gateway {
                     let update = SlackApiChatUpdateRequest::new(channel.clone(), content, posted.ts.clone());
                     patiently("chat.update", || session.chat_update(&update)).await.map_err(slack_error)?;
                     writing.shown = shown;
+                    // The throttle counts from an update sent, so the first words go at once.
+                    last_update = Instant::now();
                 }
-                last_update = Instant::now();
             }
         };
         let whole = match finished {
@@ -352,7 +356,7 @@ impl Writing {
         let text = mrkdwn::from_markdown(&self.text);
         let text = mrkdwn::split(&text, mrkdwn::MESSAGE_LIMIT - 200).into_iter().next().unwrap_or_default();
         match (text.is_empty(), self.status.is_empty()) {
-            (true, true) => "_…_".into(),
+            (true, true) => PLACEHOLDER.into(),
             (true, false) => format!("_{}…_", self.status),
             (false, true) => format!("{text} …"),
             (false, false) => format!("{text} …\n_{}_", self.status),
