@@ -146,7 +146,8 @@ fn parse_allowed_entry(entry: &str) -> Result<Allowed, String> {
     Ok(Allowed::Host { name: host.to_ascii_lowercase(), port })
 }
 
-fn split_host_port(text: &str) -> Option<(&str, Option<u16>)> {
+/// `host`, `host:port`, `[v6]` or `[v6]:port`; none when the port is not a port.
+pub(crate) fn split_host_port(text: &str) -> Option<(&str, Option<u16>)> {
     if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
         return match after.strip_prefix(':') {

@@ -114,10 +114,8 @@ impl Server {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         self.config.egress.iter().any(|entry| {
             let entry = entry.to_ascii_lowercase();
-            let (name, wanted) = match entry.rsplit_once(':') {
-                Some((name, wanted)) => (name.to_string(), wanted.parse::<u16>().ok()),
-                None => (entry.clone(), None),
-            };
+            // Checked when read (check_host): a host and maybe a port.
+            let Some((name, wanted)) = crate::egress::proxy::split_host_port(&entry) else { return false };
             let name_matches = match name.strip_prefix("*.") {
                 Some(domain) => host.strip_suffix(domain).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
                 None => host == name,
@@ -357,11 +355,9 @@ fn check_host(entry: &str) -> Result<(), &'static str> {
     if entry.contains("://") || entry.contains('/') {
         return Err("write the host alone, e.g. api.example.com (no scheme, no path)");
     }
-    let (host, port) = match entry.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => (host, Some(port)),
-        _ => (entry, None),
-    };
-    if port.is_some_and(|port| port.parse::<u16>().map_or(true, |port| port == 0)) {
+    let (host, port) =
+        crate::egress::proxy::split_host_port(entry).ok_or("the port is not a number from 1 to 65535")?;
+    if port == Some(0) {
         return Err("the port is not a number from 1 to 65535");
     }
     let name = host.strip_prefix("*.").unwrap_or(host);

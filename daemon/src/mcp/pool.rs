@@ -79,22 +79,21 @@ impl Offer {
         let mut offered: Vec<(String, String, serde_json::Value)> = self
             .tools
             .iter()
-            .filter(|tool| server.config.tools.offers(&tool.name))
+            .filter(|tool| self.offers(server, &tool.name))
             .map(|tool| {
                 let description = tool.description.as_deref().unwrap_or_default().to_string();
                 (tool.name.to_string(), description, serde_json::Value::Object((*tool.input_schema).clone()))
             })
             .collect();
-        let has = |name: &str| self.tools.iter().any(|tool| tool.name == name);
-        let added = |name: &str| !has(name) && server.config.tools.offers(name);
-        if self.resources && added(RESOURCES_TOOL) {
+        let added = |name: &str| !self.tools.iter().any(|tool| tool.name == name) && self.offers(server, name);
+        if added(RESOURCES_TOOL) {
             offered.push((
                 RESOURCES_TOOL.into(),
                 format!("Lists the resources of the MCP server `{}` (no uri), or reads the one at `uri`.", server.name),
                 serde_json::json!({"type": "object", "properties": {"uri": {"type": "string", "description": "The resource's URI; leave out to list them."}}}),
             ));
         }
-        if self.prompts && added(PROMPTS_TOOL) {
+        if added(PROMPTS_TOOL) {
             offered.push((
                 PROMPTS_TOOL.into(),
                 format!("Lists the prompts of the MCP server `{}` (no name), or fetches the one named, filled with `arguments`.", server.name),
@@ -105,6 +104,14 @@ impl Offer {
             ));
         }
         offered
+    }
+
+    /// Whether agents are offered `name`: one of the server's tools, or `read_resource` /
+    /// `get_prompt` when it has resources / prompts, if the tool filter lets it through.
+    pub fn offers(&self, server: &Server, name: &str) -> bool {
+        let own = self.tools.iter().any(|tool| tool.name == name);
+        let added = (name == RESOURCES_TOOL && self.resources) || (name == PROMPTS_TOOL && self.prompts);
+        (own || added) && server.config.tools.offers(name)
     }
 }
 
@@ -606,7 +613,7 @@ impl McpPool {
     ) -> Result<Answer, McpError> {
         for attempt in 0..2 {
             let running = self.get(context, server, env.clone()).await?;
-            if !running.offer.definitions(server).iter().any(|(name, _, _)| name == tool) {
+            if !running.offer.offers(server, tool) {
                 return Err(McpError::NoTool { server: server.name.clone(), tool: tool.into() });
             }
             let own = running.offer.tools.iter().any(|offered| offered.name == tool);
