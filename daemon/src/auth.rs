@@ -323,6 +323,7 @@ pub enum Operation {
     PublishEvent,
     GetStatus,
     SendUserMessage,
+    UploadFile,
     ListSessions,
     ReadSession,
     NewSession,
@@ -462,6 +463,7 @@ impl Operation {
             Operation::PublishEvent => "PublishEvent",
             Operation::GetStatus => "GetStatus",
             Operation::SendUserMessage => "SendUserMessage",
+            Operation::UploadFile => "UploadFile",
             Operation::ListSessions => "ListSessions",
             Operation::ReadSession => "ReadSession",
             Operation::NewSession => "NewSession",
@@ -562,9 +564,11 @@ impl Operation {
     pub fn capability(self, target: &Target<'_>) -> Option<Capability> {
         let group_target = target.context.is_some_and(|context| context.kind == ContextKind::Group);
         Some(match self {
-            Operation::SendUserMessage | Operation::RouteToAgent | Operation::PublishEvent | Operation::CancelTurn => {
-                Capability::SendMessages
-            }
+            Operation::SendUserMessage
+            | Operation::UploadFile
+            | Operation::RouteToAgent
+            | Operation::PublishEvent
+            | Operation::CancelTurn => Capability::SendMessages,
             Operation::ListSessions | Operation::ReadSession | Operation::SubscribeEvents | Operation::ListInbox => {
                 Capability::ReadSessions
             }
