@@ -139,7 +139,8 @@ const HEAD: usize = 8192;
 pub struct Upload {
     workspaces: Arc<Workspaces>,
     session: String,
-    folder: OwnedFd,
+    /// `uploads/`, open until the workspace is released.
+    folder: Option<OwnedFd>,
     temp: OsString,
     file: Option<std::fs::File>,
     head: Vec<u8>,
@@ -163,7 +164,7 @@ impl Upload {
             Ok((folder, temp, file)) => Ok(Upload {
                 workspaces,
                 session: session.to_string(),
-                folder,
+                folder: Some(folder),
                 temp,
                 file: Some(file),
                 head: Vec::new(),
@@ -200,13 +201,14 @@ impl Upload {
         drop(file);
         let name = safe_name(name);
         let (stem, extension) = split_extension(&name);
+        let folder = self.folder.take().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
         let mut chosen = None;
         for attempt in 1..=1000 {
             let candidate = if attempt == 1 { name.clone() } else { format!("{stem}-{attempt}{extension}") };
             match rustix::fs::renameat_with(
-                &self.folder,
+                &folder,
                 self.temp.as_os_str(),
-                &self.folder,
+                &folder,
                 candidate.as_str(),
                 RenameFlags::NOREPLACE,
             ) {
@@ -215,18 +217,30 @@ impl Upload {
                     break;
                 }
                 Err(Errno::EXIST) => continue,
-                Err(errno) => return Err(std::io::Error::from(errno).into()),
+                Err(errno) => {
+                    // silent-ok: the hidden file is removed with the session at worst.
+                    let _ = shared_dirs::remove(&folder, &self.temp);
+                    return Err(std::io::Error::from(errno).into());
+                }
             }
         }
-        let name = chosen.ok_or_else(|| std::io::Error::other(format!("a thousand files are named like {name}")))?;
+        let Some(name) = chosen else {
+            // silent-ok: as above.
+            let _ = shared_dirs::remove(&folder, &self.temp);
+            return Err(std::io::Error::other(format!("a thousand files are named like {name}")).into());
+        };
         self.temp.clear();
         // silent-ok: the rename is done; a failed directory sync only weakens durability.
-        let _ = rustix::fs::fsync(&self.folder);
+        let _ = rustix::fs::fsync(&folder);
+        drop(folder);
         self.release();
         Ok(Stored { name, mime_type: sniff(&self.head, declared), size: self.written })
     }
 
+    /// Lets go of the workspace; the folder is closed first, or its filesystem could not be
+    /// unmounted.
     fn release(&mut self) {
+        self.folder = None;
         if !self.released {
             self.released = true;
             self.workspaces.release(&self.session);
@@ -236,9 +250,9 @@ impl Upload {
 
 impl Drop for Upload {
     fn drop(&mut self) {
-        if !self.temp.is_empty() {
+        if let (false, Some(folder)) = (self.temp.is_empty(), &self.folder) {
             // silent-ok: a temporary file left behind is hidden and removed with the session.
-            let _ = shared_dirs::remove(&self.folder, &self.temp);
+            let _ = shared_dirs::remove(folder, &self.temp);
         }
         self.release();
     }

@@ -278,6 +278,17 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
     let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
     if let Some(file) = path.strip_prefix("/api/files/") {
         let id = file.split('/').next().unwrap_or_default();
+        let call = Call {
+            method: format!("files/{id}"),
+            params: Value::Null,
+            token: token.clone(),
+            limited: false,
+            answer: Value::Null,
+            at: std::time::Instant::now(),
+            nanos: crate::fake_provider::clock_nanos(),
+        };
+        state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
+        state.changed();
         if !token.starts_with("xoxb-") {
             return respond(403, json!({"ok": false, "error": "not_authed"}));
         }

@@ -300,3 +300,58 @@ fn a_channel_mention_is_answered_in_its_thread_and_the_channel_shares_a_group_wh
         assert!(outside.message().contains("T0FAKE"), "the refusal names the gateway's namespace: {outside:?}");
     });
 }
+
+/// A text file shared in a DM lands in the session's `uploads/` and the agents are told of it;
+/// a file past the daemon's limit is refused with a sentence the user reads in Slack.
+#[test]
+fn a_file_shared_with_the_bot_reaches_the_sessions_uploads() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let mut options = slack_options();
+    options.env.push(("BAAAHT__SESSIONS__MAX_UPLOAD_BYTES".into(), "4096".into()));
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let notes = b"groceries: apples, bread\n".to_vec();
+    let file = fake.add_file("F1", "my notes.txt", "text/plain", notes.clone());
+    let big = fake.add_file("F2", "big.bin", "application/octet-stream", vec![7u8; 5000]);
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await);
+        let mut shared = dm("U7", "what is on the list?", "1760000300.000100");
+        shared["subtype"] = json!("file_share");
+        shared["files"] = json!([file]);
+        fake.push_event(shared, "EvFile1", 0).expect("sent");
+        let mention = "[attached: uploads/my_notes.txt (text/plain, 25 bytes) in the session's workspace]";
+        let answered = fake
+            .wait_for(Duration::from_secs(120), |fake| {
+                shown_in(fake, "DU7").iter().any(|text| text.contains(mention))
+            })
+            .await;
+        assert!(answered, "{:#?}\n{}\n{}", shown_in(&fake, "DU7"), gateway.log_text(), daemon.log_text());
+        let mut too_big = dm("U7", "", "1760000301.000100");
+        too_big["subtype"] = json!("file_share");
+        too_big["files"] = json!([big]);
+        fake.push_event(too_big, "EvFile2", 0).expect("sent");
+        let refused = fake
+            .wait_for(Duration::from_secs(60), |fake| {
+                shown_in(fake, "DU7").iter().any(|text| text.contains("larger than the 4.1 KB allowed"))
+            })
+            .await;
+        assert!(refused, "{:#?}\n{}", shown_in(&fake, "DU7"), gateway.log_text());
+    });
+    let downloads: Vec<_> = fake.calls().into_iter().filter(|call| call.method.starts_with("files/")).collect();
+    assert!(downloads.iter().all(|call| call.token == "xoxb-1-work"), "{downloads:#?}");
+    let sessions = std::fs::read_dir(daemon.data_dir.join("sessions")).expect("sessions");
+    let stored: Vec<Vec<u8>> = sessions
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| {
+            let session = entry.file_name().to_string_lossy().to_string();
+            baaaht_tests::workspace_file(&daemon.data_dir, &session, "uploads/my_notes.txt")
+        })
+        .collect();
+    assert_eq!(stored, [notes], "the file is in exactly one session's uploads");
+    let big_stored = std::fs::read_dir(daemon.data_dir.join("sessions")).expect("sessions").any(|entry| {
+        let session = entry.expect("entry").file_name().to_string_lossy().to_string();
+        baaaht_tests::workspace_file(&daemon.data_dir, &session, "uploads/big.bin").is_some()
+    });
+    assert!(!big_stored, "a refused file left nothing behind");
+}

@@ -15,6 +15,7 @@ use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use slack_morphism::prelude::*;
 
+use crate::files::Files;
 use crate::mrkdwn;
 use crate::route::{route, Route, Seen, Threads, Trigger};
 
@@ -22,6 +23,8 @@ use crate::route::{route, Route, Seen, Threads, Trigger};
 const UPDATE_EVERY: Duration = Duration::from_millis(1000);
 /// What a message shows before the answer's first words.
 const PLACEHOLDER: &str = "_…_";
+/// The size of each piece of a file sent to the daemon.
+const UPLOAD_CHUNK: usize = 64 * 1024;
 /// How long a turn may take before the gateway stops following it.
 const TURN_LIMIT: Duration = Duration::from_secs(900);
 
@@ -36,6 +39,7 @@ pub struct Gateway {
     pub team: String,
     pub bot_user: String,
     pub trigger: Trigger,
+    files: Files,
     seen: Mutex<Seen>,
     threads: Mutex<Threads>,
     /// Slack users' display names, by user id.
@@ -118,7 +122,9 @@ impl Gateway {
         mut daemon: Client,
         api_url: &str,
         trigger: Trigger,
+        max_file_bytes: u64,
     ) -> Result<(Gateway, SlackApiToken), GatewayError> {
+        let files = Files::new(api_url, max_file_bytes).map_err(GatewayError::Slack)?;
         let secrets = daemon
             .gateways
             .get_gateway_secrets(v1::GatewaySecretsRequest {})
@@ -143,6 +149,7 @@ impl Gateway {
             team: me.team_id.to_string(),
             bot_user: me.user_id.to_string(),
             trigger,
+            files,
             seen: Mutex::new(Seen::new(Duration::from_secs(15 * 60), 10_000)),
             threads: Mutex::new(Threads::default()),
             names: Mutex::default(),
@@ -234,6 +241,40 @@ impl Gateway {
         }
     }
 
+    /// Downloads one shared file and stores it in the session's uploads (the context's active
+    /// session when `session_id` is empty); returns the session and the attachment.
+    async fn share(
+        &self,
+        route: &Route,
+        context: &v1::ContextRef,
+        session_id: &str,
+        file: &serde_json::Value,
+    ) -> Result<(String, v1::Attachment), GatewayError> {
+        let token = self.bot_token.token_value.0.clone();
+        let downloaded = self.files.download(file, &token).await.map_err(GatewayError::Daemon)?;
+        let start = v1::UploadStart {
+            context: Some(context.clone()),
+            session_id: session_id.to_string(),
+            filename: downloaded.name,
+            mime_type: downloaded.mime_type,
+            sender_id: route.identity.clone(),
+        };
+        let chunks: Vec<v1::UploadChunk> = std::iter::once(v1::upload_chunk::Part::Start(start))
+            .chain(downloaded.bytes.chunks(UPLOAD_CHUNK).map(|chunk| v1::upload_chunk::Part::Data(chunk.to_vec())))
+            .map(|part| v1::UploadChunk { part: Some(part) })
+            .collect();
+        let mut daemon = self.daemon.clone();
+        let stored = daemon
+            .sessions
+            .upload_file(self.as_user(route, tokio_stream::iter(chunks)))
+            .await
+            .map_err(|status| GatewayError::Daemon(for_users(&status)))?
+            .into_inner();
+        let attachment = stored.attachment.ok_or_else(|| GatewayError::Daemon("The file was not stored.".into()))?;
+        tracing::info!(session = %stored.session_id, path = %attachment.path, bytes = attachment.size_bytes, "a shared file is in the session's uploads");
+        Ok((stored.session_id, attachment))
+    }
+
     async fn run_turn(
         &self,
         route: &Route,
@@ -244,6 +285,13 @@ impl Gateway {
         let slack_error = |error: slack_morphism::errors::SlackClientError| GatewayError::Slack(error.to_string());
         let context = self.context_of(route).await?;
         let mut daemon = self.daemon.clone();
+        // Shared files go first into the session's uploads; the message names them.
+        let (mut session_id, mut attachments) = (String::new(), vec![]);
+        for file in &route.files {
+            let (session, attachment) = self.share(route, &context, &session_id, file).await?;
+            session_id = session;
+            attachments.push(attachment);
+        }
         let subscription =
             v1::EventSubscription { context: Some(context.clone()), session_id: String::new(), channel: 0 };
         let mut events =
@@ -253,6 +301,8 @@ impl Gateway {
             sender_id: route.identity.clone(),
             channel: v1::ChannelType::Slack as i32,
             content: route.text.clone(),
+            session_id,
+            attachments,
             ..v1::UserMessage::default()
         };
         // The placeholder goes up while the daemon takes the message: the answer's first words

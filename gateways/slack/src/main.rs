@@ -28,6 +28,10 @@ struct Cli {
     /// A channel id where every message is for the bot (repeatable)
     #[arg(long = "always", value_name = "CHANNEL")]
     always: Vec<String>,
+    /// The largest file shared with the bot that is taken, in bytes (the daemon's
+    /// sessions.max_upload_bytes holds as well)
+    #[arg(long, value_name = "BYTES", default_value_t = 25 * 1024 * 1024)]
+    max_file_bytes: u64,
 }
 
 #[tokio::main]
@@ -57,7 +61,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         ConnectOptions { token: Some(token.trim().to_string()), correlation_id: None, backoff: Backoff::PERSISTENT };
     let daemon = client::connect(&cli.socket, options).await.map_err(|error| error.to_string())?;
     let trigger = Trigger { keywords: cli.keywords, always: cli.always };
-    let (gateway, app_token) = Gateway::new(daemon, &cli.api_url, trigger).await.map_err(|error| error.to_string())?;
+    let (gateway, app_token) = Gateway::new(daemon, &cli.api_url, trigger, cli.max_file_bytes).await.map_err(|error| error.to_string())?;
     let gateway = Arc::new(gateway);
     let environment = Arc::new(
         SlackClientEventsListenerEnvironment::new(gateway.slack.clone())
