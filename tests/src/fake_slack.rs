@@ -452,6 +452,11 @@ impl Drop for SlackGateway {
 /// Registers the Slack gateway `work` for the fake's workspace (its tokens in the daemon's
 /// environment, as the secrets store's fallback) and starts `baaaht-slack` for it.
 pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &FakeSlack) -> SlackGateway {
+    gateway_with(rt, daemon, fake, &[])
+}
+
+/// [`gateway_for`] with more of `baaaht-slack`'s options.
+pub fn gateway_with(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &FakeSlack, args: &[&str]) -> SlackGateway {
     let added = rt.block_on(async {
         let mut host = crate::scenario::host_client(daemon).await.expect("host client");
         let request = v1::AddGatewayRequest {
@@ -467,6 +472,7 @@ pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &Fak
     let output = std::fs::File::create(&log).expect("log file");
     let child = std::process::Command::new(crate::bin("baaaht-slack"))
         .args(["--socket", &socket, "--api-url", &fake.api_url()])
+        .args(args)
         .env("BAAAHT_GATEWAY_TOKEN", &added.token)
         .env("RUST_LOG", "info")
         .stdout(output.try_clone().expect("log file"))
@@ -476,11 +482,15 @@ pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &Fak
     SlackGateway { child, log, socket, token: added.token }
 }
 
+/// The signing secret of the gateway `work` in [`slack_options`].
+pub const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+
 pub fn slack_options() -> DaemonOptions {
     DaemonOptions {
         env: vec![
             ("SLACK_APP_TOKEN_WORK".into(), "xapp-1-work".into()),
             ("SLACK_BOT_TOKEN_WORK".into(), "xoxb-1-work".into()),
+            ("SLACK_SIGNING_SECRET_WORK".into(), SIGNING_SECRET.into()),
         ],
         ..Default::default()
     }

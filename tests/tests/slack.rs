@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use baaaht_proto::v1;
-use baaaht_tests::fake_slack::{gateway_for, slack_options, FakeSlack};
+use baaaht_tests::fake_slack::{gateway_for, gateway_with, slack_options, FakeSlack, SIGNING_SECRET};
 use baaaht_tests::scenario;
 use serde_json::{json, Value};
 
@@ -354,4 +354,92 @@ fn a_file_shared_with_the_bot_reaches_the_sessions_uploads() {
         baaaht_tests::workspace_file(&daemon.data_dir, &session, "uploads/big.bin").is_some()
     });
     assert!(!big_stored, "a refused file left nothing behind");
+}
+
+/// Slack's side of the Events API over HTTP, signed by slack_sdk's own SignatureVerifier: a
+/// URL check, an event, the same event with a bad signature, a stale one, and Slack's retry.
+const SDK_EVENTS: &str = r#"
+import json, sys, time, urllib.request, urllib.error
+from slack_sdk.signature import SignatureVerifier
+
+url, secret = sys.argv[1], sys.argv[2]
+signer = SignatureVerifier(secret)
+
+def post(name, payload, age=0, bad=False, retry=None):
+    body = json.dumps(payload)
+    stamp = str(int(time.time()) - age)
+    signature = signer.generate_signature(timestamp=stamp, body=body)
+    if bad:
+        signature = signature[:-4] + "0000"
+    headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": signature}
+    if retry is not None:
+        headers["X-Slack-Retry-Num"] = str(retry)
+        headers["X-Slack-Retry-Reason"] = "http_timeout"
+    request = urllib.request.Request(url, data=body.encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            print(name, response.status, response.read().decode(), flush=True)
+    except urllib.error.HTTPError as error:
+        print(name, error.code, flush=True)
+
+post("CHECK", {"token": "x", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"})
+event = {"type": "message", "channel": "DU7", "channel_type": "im", "user": "U7", "text": "hello over http", "ts": "1760000400.000100"}
+callback = {"token": "x", "team_id": "T0FAKE", "api_app_id": "A1", "type": "event_callback", "event_id": "EvHttp1", "event_time": int(time.time()), "event": event}
+forged = dict(callback, event_id="EvHttp2", event=dict(event, text="forged"))
+post("FORGED", forged, bad=True)
+post("STALE", dict(callback, event_id="EvHttp3", event=dict(event, text="stale")), age=600)
+post("EVENT", callback)
+post("RETRY", callback, retry=1)
+"#;
+
+#[test]
+fn the_events_api_over_http_takes_signed_fresh_events_only() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), slack_options()).expect("daemon");
+    let gateway = gateway_with(&rt, &daemon, &fake, &["--events", "http", "--listen", "127.0.0.1:0"]);
+    let address = rt.block_on(async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = gateway.log_text();
+            if let Some(line) = log.lines().find(|line| line.contains("serving the Events API")) {
+                let address = line.split("address=").nth(1).and_then(|rest| rest.split_whitespace().next());
+                break address.expect("the address in the log line").to_string();
+            }
+            assert!(std::time::Instant::now() < deadline, "the Events API was not served\n{log}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let output = std::process::Command::new("python3")
+        .args(["-c", SDK_EVENTS, &format!("http://{address}/slack/events"), SIGNING_SECRET])
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .output()
+        .expect("python3 with slack_sdk");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{printed}{}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"CHECK 200 {"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}"#,
+            "FORGED 401",
+            "STALE 401",
+            "EVENT 200 {}",
+            "RETRY 200 {}",
+        ]
+    );
+    rt.block_on(async {
+        let answered = fake
+            .wait_for(Duration::from_secs(120), |fake| {
+                shown_in(fake, "DU7").iter().any(|text| text == "echo: hello over http")
+            })
+            .await;
+        assert!(answered, "{:#?}\n{}", shown_in(&fake, "DU7"), gateway.log_text());
+    });
+    // The retry was the same event: answered once; the forged and stale ones not at all.
+    assert_eq!(fake.calls_of("chat.postMessage").len(), 1, "{}", gateway.log_text());
+    let shown = shown_in(&fake, "DU7").join("\n");
+    assert!(!shown.contains("forged") && !shown.contains("stale"), "{shown}");
+    assert!(fake.connections_opened() == 0, "no Socket Mode connection with --events http");
 }

@@ -46,6 +46,13 @@ pub struct Gateway {
     names: Mutex<std::collections::HashMap<String, String>>,
 }
 
+/// The credentials the events come in with: the app token (Socket Mode) and the signing
+/// secret (the Events API over HTTP); either may be empty when that way is not used.
+pub struct Listening {
+    pub app_token: SlackApiToken,
+    pub signing_secret: String,
+}
+
 /// What a Slack user may read of the daemon's refusal: its sentence when it is about what they
 /// asked (a budget, a permission, a bad request); a plain sentence for anything internal, whose
 /// text stays in the log (DESIGN §9.2: no host path or internal error text reaches Slack).
@@ -123,7 +130,7 @@ impl Gateway {
         api_url: &str,
         trigger: Trigger,
         max_file_bytes: u64,
-    ) -> Result<(Gateway, SlackApiToken), GatewayError> {
+    ) -> Result<(Gateway, Listening), GatewayError> {
         let files = Files::new(api_url, max_file_bytes).map_err(GatewayError::Slack)?;
         let secrets = daemon
             .gateways
@@ -134,7 +141,10 @@ impl Gateway {
             .secrets;
         let token = |key: &str| secrets.get(key).cloned().unwrap_or_default();
         let bot_token = SlackApiToken::new(SlackApiTokenValue::new(token("bot_token")));
-        let app_token = SlackApiToken::new(SlackApiTokenValue::new(token("app_token")));
+        let listening = Listening {
+            app_token: SlackApiToken::new(SlackApiTokenValue::new(token("app_token"))),
+            signing_secret: token("signing_secret"),
+        };
         let slack = slack_client(api_url)?;
         let me = slack
             .open_session(&bot_token)
@@ -154,7 +164,7 @@ impl Gateway {
             threads: Mutex::new(Threads::default()),
             names: Mutex::default(),
         };
-        Ok((gateway, app_token))
+        Ok((gateway, listening))
     }
 
     /// Takes one delivery: the route of a new event, or none (seen before, or not for the bot).
