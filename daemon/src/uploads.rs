@@ -267,7 +267,8 @@ fn temporary_file(data: &std::path::Path) -> std::io::Result<(OwnedFd, OsString,
     let folder = shared_dirs::ensure_dir(&data, OsStr::new(FOLDER), Owner::Containers)?;
     let mut random = [0u8; 8];
     getrandom::fill(&mut random).map_err(|error| std::io::Error::other(error.to_string()))?;
-    let temp: String = std::iter::once(".upload-".to_string()).chain(random.iter().map(|byte| format!("{byte:02x}"))).collect();
+    let temp: String =
+        std::iter::once(".upload-".to_string()).chain(random.iter().map(|byte| format!("{byte:02x}"))).collect();
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(&folder, temp.as_str(), flags, Mode::from_raw_mode(0o600))?;
     if let Err(error) = hand_over_file(&fd) {
@@ -296,7 +297,8 @@ fn hand_over_file(fd: impl AsFd) -> std::io::Result<()> {
 }
 
 fn full_or_io(error: std::io::Error) -> UploadError {
-    if error.raw_os_error() == Some(Errno::NOSPC.raw_os_error()) || error.raw_os_error() == Some(Errno::DQUOT.raw_os_error())
+    if error.raw_os_error() == Some(Errno::NOSPC.raw_os_error())
+        || error.raw_os_error() == Some(Errno::DQUOT.raw_os_error())
     {
         UploadError::Full
     } else {
@@ -358,16 +360,12 @@ mod tests {
     fn uploads_land_without_replacing_anything() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sessions = dir.path().join("sessions");
-        let workspaces =
-            Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked));
+        let workspaces = Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked));
         let mut first = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
         first.write(b"%PDF-1.7\n").expect("write");
         first.write(b"rest").expect("write");
         let stored = first.finish("../My Report.pdf", "application/octet-stream").expect("finish");
-        assert_eq!(
-            stored,
-            Stored { name: "My_Report.pdf".into(), mime_type: "application/pdf".into(), size: 13 }
-        );
+        assert_eq!(stored, Stored { name: "My_Report.pdf".into(), mime_type: "application/pdf".into(), size: 13 });
         assert_eq!(stored.path(), "uploads/My_Report.pdf");
         let folder = sessions.join("s-1/data/uploads");
         assert_eq!(std::fs::read(folder.join("My_Report.pdf")).expect("read"), b"%PDF-1.7\nrest");
@@ -379,7 +377,8 @@ mod tests {
         let mut big = Upload::begin(workspaces, "s-1", 4).expect("begin");
         assert!(matches!(big.write(b"12345"), Err(UploadError::TooLarge(4))));
         drop(big);
-        let mut names: Vec<_> = std::fs::read_dir(&folder).expect("list").map(|entry| entry.expect("entry").file_name()).collect();
+        let mut names: Vec<_> =
+            std::fs::read_dir(&folder).expect("list").map(|entry| entry.expect("entry").file_name()).collect();
         names.sort();
         assert_eq!(names, ["My_Report-2.pdf", "My_Report.pdf"]);
     }

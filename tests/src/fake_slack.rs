@@ -57,6 +57,8 @@ struct State {
     opened: AtomicU64,
     limited: Mutex<HashMap<String, u64>>,
     files: Mutex<HashMap<String, Vec<u8>>>,
+    /// Whether the workspace has Slack's streaming API (chat.startStream …).
+    streaming: std::sync::atomic::AtomicBool,
     next: AtomicU64,
     changes: Option<watch::Sender<u64>>,
 }
@@ -181,6 +183,29 @@ impl FakeSlack {
     /// Asks the client to reconnect, as Slack does before it recycles a connection.
     pub fn disconnect(&self, reason: &str) -> bool {
         self.send(&json!({"type": "disconnect", "reason": reason, "debug_info": {"host": "fake-applink"}}))
+    }
+
+    /// Gives the workspace Slack's streaming API; without it `chat.startStream` is refused as
+    /// a workspace without the app's AI features refuses it.
+    pub fn offer_streaming(&self) {
+        self.state.streaming.store(true, Ordering::SeqCst);
+    }
+
+    /// The text a streamed message `ts` got, chunk after chunk (appendStream and stopStream).
+    pub fn streamed_text(&self, ts: &str) -> String {
+        let calls = self.calls();
+        let mut text = String::new();
+        for call in calls.iter().filter(|call| {
+            matches!(call.method.as_str(), "chat.appendStream" | "chat.stopStream") && call.params["ts"] == ts
+        }) {
+            text.push_str(call.params["markdown_text"].as_str().unwrap_or_default());
+            for chunk in call.params["chunks"].as_array().into_iter().flatten() {
+                if chunk["type"] == "markdown_text" {
+                    text.push_str(chunk["text"].as_str().unwrap_or_default());
+                }
+            }
+        }
+        text
     }
 
     /// Answers the next call of `method` with 429 and `Retry-After: seconds`.
@@ -348,6 +373,9 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
             "ok": true, "url": "https://fake.slack.test/", "team": "Fake", "user": "baaaht",
             "team_id": state.team, "user_id": BOT_USER, "bot_id": "BBOT", "is_enterprise_install": false,
         }),
+        "chat.startStream" if !state.streaming.load(Ordering::SeqCst) => {
+            json!({"ok": false, "error": "not_allowed_token_type"})
+        }
         "chat.postMessage" | "chat.startStream" => {
             let ts = state.ts();
             json!({"ok": true, "channel": channel, "ts": ts, "message": {"type": "message", "text": text("text"), "ts": ts, "user": BOT_USER}})
@@ -456,7 +484,12 @@ pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &Fak
 }
 
 /// [`gateway_for`] with more of `baaaht-slack`'s options.
-pub fn gateway_with(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, fake: &FakeSlack, args: &[&str]) -> SlackGateway {
+pub fn gateway_with(
+    rt: &tokio::runtime::Runtime,
+    daemon: &TestDaemon,
+    fake: &FakeSlack,
+    args: &[&str],
+) -> SlackGateway {
     let added = rt.block_on(async {
         let mut host = crate::scenario::host_client(daemon).await.expect("host client");
         let request = v1::AddGatewayRequest {

@@ -26,6 +26,10 @@ posted = web.chat_postMessage(channel="C1", text="hello", thread_ts="1760000000.
 print("POSTED", posted["ts"], flush=True)
 web.chat_update(channel="C1", ts=posted["ts"], text="hello again")
 print("USER", web.users_info(user="U7")["user"]["profile"]["display_name"], flush=True)
+stream = web.chat_startStream(channel="C1", thread_ts="1760000000.000001", recipient_team_id="T0FAKE", recipient_user_id="U7")
+web.chat_appendStream(channel="C1", ts=stream["ts"], markdown_text="streamed ")
+web.chat_stopStream(channel="C1", ts=stream["ts"], chunks=[{"type": "markdown_text", "text": "answer"}])
+print("STREAMED", stream["ts"], flush=True)
 
 seen = []
 got = threading.Event()
@@ -52,6 +56,7 @@ fn the_fake_slack_speaks_the_wire_format_of_slacks_own_sdk() {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
     fake.rate_limit_once("chat.postMessage", 1);
+    fake.offer_streaming();
     let sdk = std::process::Command::new("python3")
         .args(["-c", SDK_CLIENT, &fake.api_url()])
         .env_remove("HTTPS_PROXY")
@@ -82,7 +87,9 @@ fn the_fake_slack_speaks_the_wire_format_of_slacks_own_sdk() {
     assert_eq!(lines[0], "AUTH T0FAKE UBOT");
     assert!(lines[1].starts_with("POSTED 1760000000."), "{printed}");
     assert_eq!(lines[2], "USER user-u7");
-    assert_eq!(&lines[3..], ["CONNECTED", "EVENT Ev001 first", "EVENT Ev002 second", "DONE"]);
+    let stream = lines[3].strip_prefix("STREAMED ").expect("a stream");
+    assert_eq!(fake.streamed_text(stream), "streamed answer");
+    assert_eq!(&lines[4..], ["CONNECTED", "EVENT Ev001 first", "EVENT Ev002 second", "DONE"]);
     // The 429 was waited out and the message sent once more; every call carried its token.
     let posts = fake.calls_of("chat.postMessage");
     assert_eq!(posts.iter().map(|call| call.limited).collect::<Vec<_>>(), [true, false]);
@@ -322,9 +329,7 @@ fn a_file_shared_with_the_bot_reaches_the_sessions_uploads() {
         fake.push_event(shared, "EvFile1", 0).expect("sent");
         let mention = "[attached: uploads/my_notes.txt (text/plain, 25 bytes) in the session's workspace]";
         let answered = fake
-            .wait_for(Duration::from_secs(120), |fake| {
-                shown_in(fake, "DU7").iter().any(|text| text.contains(mention))
-            })
+            .wait_for(Duration::from_secs(120), |fake| shown_in(fake, "DU7").iter().any(|text| text.contains(mention)))
             .await;
         assert!(answered, "{:#?}\n{}\n{}", shown_in(&fake, "DU7"), gateway.log_text(), daemon.log_text());
         let mut too_big = dm("U7", "", "1760000301.000100");
@@ -442,4 +447,32 @@ fn the_events_api_over_http_takes_signed_fresh_events_only() {
     let shown = shown_in(&fake, "DU7").join("\n");
     assert!(!shown.contains("forged") && !shown.contains("stale"), "{shown}");
     assert!(fake.connections_opened() == 0, "no Socket Mode connection with --events http");
+}
+
+/// Where the workspace has Slack's streaming API, a channel's answer is one streamed message
+/// in the thread, addressed to the asker, with no message posted and updated.
+#[test]
+fn where_slack_streams_the_answer_is_a_streamed_message_in_the_thread() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    fake.offer_streaming();
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), slack_options()).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let asked = "1760000500.000100";
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await);
+        fake.push_event(in_channel("U7", "<@UBOT> stream this", asked, None), "EvStream1", 0).expect("sent");
+        let stopped =
+            fake.wait_for(Duration::from_secs(120), |fake| !fake.calls_of("chat.stopStream").is_empty()).await;
+        assert!(stopped, "{:#?}\n{}", fake.calls(), gateway.log_text());
+    });
+    let started = fake.calls_of("chat.startStream");
+    assert_eq!(started.len(), 1, "{started:#?}");
+    let params = &started[0].params;
+    assert_eq!((&params["channel"], &params["thread_ts"]), (&json!("C1"), &json!(asked)));
+    assert_eq!((&params["recipient_user_id"], &params["recipient_team_id"]), (&json!("U7"), &json!("T0FAKE")));
+    let ts = started[0].answer["ts"].as_str().expect("the stream's ts");
+    // In a group the agents read who wrote each message.
+    assert_eq!(fake.streamed_text(ts), "echo: user-u7: stream this");
+    assert!(fake.calls_of("chat.postMessage").is_empty() && fake.calls_of("chat.update").is_empty());
 }

@@ -59,7 +59,11 @@ fn header<'a>(request: &'a Request<Incoming>, name: &str) -> &'a str {
     request.headers().get(name).and_then(|value| value.to_str().ok()).unwrap_or_default()
 }
 
-async fn handle(request: Request<Incoming>, gateway: &Arc<Gateway>, verifier: &SlackEventSignatureVerifier) -> Response<Full<Bytes>> {
+async fn handle(
+    request: Request<Incoming>,
+    gateway: &Arc<Gateway>,
+    verifier: &SlackEventSignatureVerifier,
+) -> Response<Full<Bytes>> {
     if request.uri().path() != PATH {
         return answer(StatusCode::NOT_FOUND, json!({"error": format!("Slack's events go to {PATH}")}));
     }

@@ -58,7 +58,8 @@ impl Files {
         let Some(url) = file["url_private_download"].as_str().or(file["url_private"].as_str()) else {
             return Err(format!("{name} cannot be downloaded (a file kept outside Slack?); attach a copy."));
         };
-        let url: http::Uri = url.parse().map_err(|_| format!("{name} has a download link the gateway cannot read."))?;
+        let url: http::Uri =
+            url.parse().map_err(|_unreadable| format!("{name} has a download link the gateway cannot read."))?;
         if !self.trusted(&url) {
             tracing::warn!(%url, "a shared file's link leads outside Slack; not downloaded");
             return Err(format!("{name} is not stored in Slack; attach a copy."));

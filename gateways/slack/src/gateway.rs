@@ -23,6 +23,8 @@ use crate::route::{route, Route, Seen, Threads, Trigger};
 const UPDATE_EVERY: Duration = Duration::from_millis(1000);
 /// What a message shows before the answer's first words.
 const PLACEHOLDER: &str = "_…_";
+/// The most text one streaming chunk carries (Slack takes 12,000 characters per call).
+const STREAM_CHUNK_LIMIT: usize = 10_000;
 /// The size of each piece of a file sent to the daemon.
 const UPLOAD_CHUNK: usize = 64 * 1024;
 /// How long a turn may take before the gateway stops following it.
@@ -40,6 +42,7 @@ pub struct Gateway {
     pub bot_user: String,
     pub trigger: Trigger,
     files: Files,
+    streaming: Streaming,
     seen: Mutex<Seen>,
     threads: Mutex<Threads>,
     /// Slack users' display names, by user id.
@@ -160,6 +163,7 @@ impl Gateway {
             bot_user: me.user_id.to_string(),
             trigger,
             files,
+            streaming: Streaming::default(),
             seen: Mutex::new(Seen::new(Duration::from_secs(15 * 60), 10_000)),
             threads: Mutex::new(Threads::default()),
             names: Mutex::default(),
@@ -292,7 +296,6 @@ impl Gateway {
         thread: Option<SlackTs>,
     ) -> Result<(), GatewayError> {
         let sentence = |status: tonic::Status| GatewayError::Daemon(for_users(&status));
-        let slack_error = |error: slack_morphism::errors::SlackClientError| GatewayError::Slack(error.to_string());
         let context = self.context_of(route).await?;
         let mut daemon = self.daemon.clone();
         // Shared files go first into the session's uploads; the message names them.
@@ -315,27 +318,22 @@ impl Gateway {
             attachments,
             ..v1::UserMessage::default()
         };
-        // The placeholder goes up while the daemon takes the message: the answer's first words
-        // never wait behind it.
-        let session = self.slack.open_session(&self.bot_token);
-        let placeholder = SlackMessageContent::new().with_text(PLACEHOLDER.into());
-        let placeholder =
-            SlackApiChatPostMessageRequest::new(channel.clone(), placeholder).opt_thread_ts(thread.clone());
-        let (sent, posted) = tokio::join!(
+        // The answer's message goes up while the daemon takes the message: its first words never
+        // wait behind it.
+        let (sent, output) = tokio::join!(
             daemon.sessions.send_user_message(self.as_user(route, message)),
-            patiently("chat.postMessage", || session.chat_post_message(&placeholder))
+            self.open_answer(route, channel, thread.as_ref())
         );
         let sent = sent.map_err(sentence)?.into_inner();
-        let posted = posted.map_err(slack_error)?;
+        let mut output = output?;
         if let Some(thread) = &route.thread_ts {
             self.threads.lock().unwrap_or_else(PoisonError::into_inner).answered(&route.channel, thread);
         }
-        // What the placeholder shows already: an update is sent only for something new.
-        let mut writing = Writing { text: String::new(), status: String::new(), shown: PLACEHOLDER.into() };
+        let mut writing = Writing::default();
         // The first words show as soon as they come; then at most one update a second.
         let mut last_update = Instant::now().checked_sub(UPDATE_EVERY).unwrap_or_else(Instant::now);
         let deadline = tokio::time::Instant::now() + TURN_LIMIT;
-        let finished = loop {
+        let trouble = loop {
             let next = tokio::time::timeout(UPDATE_EVERY, events.message());
             let event = match tokio::time::timeout_at(deadline, next).await {
                 Err(_) => {
@@ -368,45 +366,199 @@ impl Gateway {
                     _ => {}
                 }
             }
-            if last_update.elapsed() >= UPDATE_EVERY {
-                let shown = writing.live();
-                if shown != writing.shown {
-                    let content = SlackMessageContent::new().with_text(shown.clone());
-                    let update = SlackApiChatUpdateRequest::new(channel.clone(), content, posted.ts.clone());
-                    patiently("chat.update", || session.chat_update(&update)).await.map_err(slack_error)?;
-                    writing.shown = shown;
-                    // The throttle counts from an update sent, so the first words go at once.
-                    last_update = Instant::now();
-                }
+            // The throttle counts from an update sent, so the first words go at once.
+            if last_update.elapsed() >= UPDATE_EVERY && self.show(&mut output, &mut writing, channel).await? {
+                last_update = Instant::now();
             }
         };
-        let whole = match finished {
-            None => mrkdwn::from_markdown(&writing.text),
-            Some(trouble) if writing.text.is_empty() => trouble,
-            Some(trouble) => format!("{}\n\n{trouble}", mrkdwn::from_markdown(&writing.text)),
-        };
-        let mut parts = mrkdwn::split(&whole, mrkdwn::MESSAGE_LIMIT).into_iter();
-        let first = parts.next().unwrap_or_default();
-        let content = SlackMessageContent::new().with_text(first);
-        let last = SlackApiChatUpdateRequest::new(channel.clone(), content, posted.ts.clone());
-        patiently("chat.update", || session.chat_update(&last)).await.map_err(slack_error)?;
-        // The rest follows in the same thread (a DM's answer starts one under the question).
-        let rest_thread = thread.unwrap_or_else(|| SlackTs::new(route.ts.clone()));
-        for part in parts {
-            let content = SlackMessageContent::new().with_text(part);
-            let request =
-                SlackApiChatPostMessageRequest::new(channel.clone(), content).with_thread_ts(rest_thread.clone());
+        self.close_answer(output, &writing, trouble, route, channel, thread).await
+    }
+
+    /// The answer's message: a stream in a thread when the workspace has Slack's streaming
+    /// API, else a placeholder message updated as the answer is written.
+    async fn open_answer(
+        &self,
+        route: &Route,
+        channel: &SlackChannelId,
+        thread: Option<&SlackTs>,
+    ) -> Result<Output, GatewayError> {
+        let session = self.slack.open_session(&self.bot_token);
+        if let Some(thread) = thread.filter(|_| self.streaming.usable()) {
+            let start = SlackApiChatStartStreamRequest::new(channel.clone())
+                .with_thread_ts(thread.clone())
+                .with_recipient_user_id(SlackUserId::new(route.user.clone()))
+                .with_recipient_team_id(SlackTeamId::new(self.team.clone()));
+            match patiently("chat.startStream", || session.chat_start_stream(&start)).await {
+                Ok(started) => {
+                    return Ok(Output::Stream { ts: started.ts, streamed: String::new(), status: String::new() })
+                }
+                Err(error) => {
+                    // Not offered here (an app without Slack's AI features, an older workspace).
+                    tracing::info!(%error, "chat.startStream refused; answers are updated messages instead");
+                    self.streaming.refused();
+                }
+            }
+        }
+        let placeholder = SlackMessageContent::new().with_text(PLACEHOLDER.into());
+        let request = SlackApiChatPostMessageRequest::new(channel.clone(), placeholder).opt_thread_ts(thread.cloned());
+        let posted =
             patiently("chat.postMessage", || session.chat_post_message(&request)).await.map_err(slack_error)?;
+        Ok(Output::Update { ts: posted.ts, shown: PLACEHOLDER.into() })
+    }
+
+    /// Shows what is new of the answer; whether anything was sent.
+    async fn show(
+        &self,
+        output: &mut Output,
+        writing: &mut Writing,
+        channel: &SlackChannelId,
+    ) -> Result<bool, GatewayError> {
+        let session = self.slack.open_session(&self.bot_token);
+        match output {
+            Output::Update { ts, shown } => {
+                let live = writing.live();
+                if live == *shown {
+                    return Ok(false);
+                }
+                let content = SlackMessageContent::new().with_text(live.clone());
+                let update = SlackApiChatUpdateRequest::new(channel.clone(), content, ts.clone());
+                patiently("chat.update", || session.chat_update(&update)).await.map_err(slack_error)?;
+                *shown = live;
+            }
+            Output::Stream { ts, streamed, status } => {
+                let mut chunks = vec![];
+                if writing.status != *status {
+                    chunks.push(status_chunk(&writing.status, SlackTaskCardStatus::InProgress));
+                    status.clone_from(&writing.status);
+                }
+                // Deltas only add to the text; the reply replaces it only at the end.
+                let new = writing.text.strip_prefix(streamed.as_str()).unwrap_or_default();
+                if !new.is_empty() {
+                    chunks.push(SlackStreamChunk::MarkdownText { text: new.to_string() });
+                }
+                if chunks.is_empty() {
+                    return Ok(false);
+                }
+                let append = SlackApiChatAppendStreamRequest::new(channel.clone(), ts.clone()).with_chunks(chunks);
+                patiently("chat.appendStream", || session.chat_append_stream(&append)).await.map_err(slack_error)?;
+                streamed.clone_from(&writing.text);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes the whole answer (and `trouble`, when it did not finish): the stream stopped with
+    /// the rest, or the message updated with the first part and the rest in the thread.
+    async fn close_answer(
+        &self,
+        output: Output,
+        writing: &Writing,
+        trouble: Option<String>,
+        route: &Route,
+        channel: &SlackChannelId,
+        thread: Option<SlackTs>,
+    ) -> Result<(), GatewayError> {
+        let session = self.slack.open_session(&self.bot_token);
+        match output {
+            Output::Stream { ts, streamed, status } => {
+                // The reply's text is the whole answer; what was streamed is its beginning.
+                let mut rest = match writing.text.strip_prefix(streamed.as_str()) {
+                    Some(rest) => rest.to_string(),
+                    None => {
+                        tracing::warn!("the reply differs from the text streamed; the stream keeps what it showed");
+                        String::new()
+                    }
+                };
+                if let Some(trouble) = &trouble {
+                    rest.push_str(&format!("\n\n{trouble}"));
+                }
+                let mut chunks = vec![];
+                if !status.is_empty() {
+                    chunks.push(status_chunk(&status, SlackTaskCardStatus::Complete));
+                }
+                for part in mrkdwn::split(&rest, STREAM_CHUNK_LIMIT) {
+                    chunks.push(SlackStreamChunk::MarkdownText { text: part });
+                }
+                let stop = SlackApiChatStopStreamRequest::new(channel.clone(), ts, SlackMessageContent::new())
+                    .opt_chunks((!chunks.is_empty()).then_some(chunks));
+                patiently("chat.stopStream", || session.chat_stop_stream(&stop)).await.map_err(slack_error)?;
+            }
+            Output::Update { ts, .. } => {
+                let whole = match trouble {
+                    None => mrkdwn::from_markdown(&writing.text),
+                    Some(trouble) if writing.text.is_empty() => trouble,
+                    Some(trouble) => format!("{}\n\n{trouble}", mrkdwn::from_markdown(&writing.text)),
+                };
+                let mut parts = mrkdwn::split(&whole, mrkdwn::MESSAGE_LIMIT).into_iter();
+                let first = parts.next().unwrap_or_default();
+                let content = SlackMessageContent::new().with_text(first);
+                let last = SlackApiChatUpdateRequest::new(channel.clone(), content, ts);
+                patiently("chat.update", || session.chat_update(&last)).await.map_err(slack_error)?;
+                // The rest follows in the same thread (a DM's answer starts one under the question).
+                let rest_thread = thread.unwrap_or_else(|| SlackTs::new(route.ts.clone()));
+                for part in parts {
+                    let content = SlackMessageContent::new().with_text(part);
+                    let request = SlackApiChatPostMessageRequest::new(channel.clone(), content)
+                        .with_thread_ts(rest_thread.clone());
+                    patiently("chat.postMessage", || session.chat_post_message(&request)).await.map_err(slack_error)?;
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// The answer being written, as shown.
+fn slack_error(error: slack_morphism::errors::SlackClientError) -> GatewayError {
+    GatewayError::Slack(error.to_string())
+}
+
+/// The status line as a task in a stream (one task, updated in place).
+fn status_chunk(status: &str, state: SlackTaskCardStatus) -> SlackStreamChunk {
+    SlackStreamChunk::TaskUpdate {
+        id: SlackTaskId("status".into()),
+        title: status.to_string(),
+        hide_title: None,
+        icon: None,
+        status: state,
+        details: None,
+        output: None,
+        sources: None,
+    }
+}
+
+/// How the answer is shown while it is written.
+enum Output {
+    /// A message updated in place (`chat.update`), showing `shown`.
+    Update { ts: SlackTs, shown: String },
+    /// Slack's streaming message: the text appended so far, and the status shown.
+    Stream { ts: SlackTs, streamed: String, status: String },
+}
+
+/// Whether to try Slack's streaming API: yes until the workspace refuses it, then again an hour
+/// later (a refusal may have been passing).
+#[derive(Debug, Default)]
+struct Streaming {
+    refused_at: Mutex<Option<Instant>>,
+}
+
+impl Streaming {
+    const RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+    fn usable(&self) -> bool {
+        let refused = *self.refused_at.lock().unwrap_or_else(PoisonError::into_inner);
+        refused.is_none_or(|at| at.elapsed() > Self::RETRY_AFTER)
+    }
+
+    fn refused(&self) {
+        *self.refused_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+}
+
+/// The answer being written.
+#[derive(Debug, Default)]
 struct Writing {
     text: String,
     status: String,
-    shown: String,
 }
 
 impl Writing {
