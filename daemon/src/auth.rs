@@ -323,6 +323,7 @@ pub enum Operation {
     PublishEvent,
     GetStatus,
     SendUserMessage,
+    UploadFile,
     ListSessions,
     ReadSession,
     NewSession,
@@ -337,6 +338,7 @@ pub enum Operation {
     StartLink,
     ConfirmLink,
     EnsureChannelGroup,
+    GetGatewaySecrets,
     ListUsers,
     ShowUser,
     LinkIdentities,
@@ -461,6 +463,7 @@ impl Operation {
             Operation::PublishEvent => "PublishEvent",
             Operation::GetStatus => "GetStatus",
             Operation::SendUserMessage => "SendUserMessage",
+            Operation::UploadFile => "UploadFile",
             Operation::ListSessions => "ListSessions",
             Operation::ReadSession => "ReadSession",
             Operation::NewSession => "NewSession",
@@ -475,6 +478,7 @@ impl Operation {
             Operation::StartLink => "StartLink",
             Operation::ConfirmLink => "ConfirmLink",
             Operation::EnsureChannelGroup => "EnsureChannelGroup",
+            Operation::GetGatewaySecrets => "GetGatewaySecrets",
             Operation::ListUsers => "ListUsers",
             Operation::ShowUser => "ShowUser",
             Operation::LinkIdentities => "LinkIdentities",
@@ -551,6 +555,7 @@ impl Operation {
                 | Operation::StartLink
                 | Operation::ConfirmLink
                 | Operation::EnsureChannelGroup
+                | Operation::GetGatewaySecrets
         )
     }
 
@@ -559,9 +564,11 @@ impl Operation {
     pub fn capability(self, target: &Target<'_>) -> Option<Capability> {
         let group_target = target.context.is_some_and(|context| context.kind == ContextKind::Group);
         Some(match self {
-            Operation::SendUserMessage | Operation::RouteToAgent | Operation::PublishEvent | Operation::CancelTurn => {
-                Capability::SendMessages
-            }
+            Operation::SendUserMessage
+            | Operation::UploadFile
+            | Operation::RouteToAgent
+            | Operation::PublishEvent
+            | Operation::CancelTurn => Capability::SendMessages,
             Operation::ListSessions | Operation::ReadSession | Operation::SubscribeEvents | Operation::ListInbox => {
                 Capability::ReadSessions
             }
@@ -656,6 +663,8 @@ fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<
     let name = operation.name();
     match operation {
         // What a gateway asks for its user.
+        // Its own credentials: the gateway's, whoever it names.
+        Operation::GetGatewaySecrets => return Ok(()),
         Operation::WhoAmI | Operation::StartLink | Operation::ConfirmLink | Operation::EnsureChannelGroup => {
             return call.user.as_ref().map(drop).ok_or(AuthError::NoEndUser { operation: name });
         }

@@ -32,6 +32,14 @@ pub enum GatewayError {
     State(#[from] StateError),
 }
 
+/// The secrets store name of a Slack gateway's credential `key` (`app_token`, `bot_token`,
+/// `signing_secret`): `SLACK_APP_TOKEN_WORK` for the gateway `work`.
+pub fn slack_secret_name(gateway: &str, key: &str) -> String {
+    let gateway: String =
+        gateway.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+    format!("SLACK_{}_{gateway}", key.to_ascii_uppercase())
+}
+
 /// What kind of gateway, with what its namespace is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]

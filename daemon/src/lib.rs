@@ -44,6 +44,7 @@ pub mod state;
 pub mod systemd;
 pub mod telemetry;
 pub mod tools;
+pub mod uploads;
 pub mod usage;
 pub mod workspace;
 

@@ -3,6 +3,7 @@
 //! nothing sleeps to synchronise), talk to it, and stop it with a signal.
 
 pub mod fake_provider;
+pub mod fake_slack;
 pub mod oidc;
 pub mod scenario;
 pub mod tmux;
@@ -315,6 +316,23 @@ impl Drop for TestDaemon {
         // A daemon that was killed leaves its workspace filesystems mounted.
         unmount_below(&self.data_dir);
     }
+}
+
+/// The file `relative` in a session's workspace, as its tool containers see it at
+/// `/workspace/{relative}`: read from the folder while the workspace is mounted or plain,
+/// else from its ext4 image (`debugfs`, without mounting it). `None` when it is not there.
+pub fn workspace_file(data_dir: &Path, session: &str, relative: &str) -> Option<Vec<u8>> {
+    let folder = data_dir.join("sessions").join(session);
+    if let Ok(bytes) = std::fs::read(folder.join("data").join(relative)) {
+        return Some(bytes);
+    }
+    let image = folder.join("workspace.img");
+    if !image.exists() {
+        return None;
+    }
+    let output = Command::new("debugfs").arg("-R").arg(format!("cat /{relative}")).arg(&image).output().ok()?;
+    let missing = String::from_utf8_lossy(&output.stderr).contains("not found");
+    (output.status.success() && !missing).then_some(output.stdout)
 }
 
 /// Unmounts (lazily) every mount below `folder`, deepest first: the workspace filesystems a

@@ -428,11 +428,13 @@ pub struct SessionsConfig {
     pub archival: ArchivalConfig,
     /// Seconds without a message after which an active session counts as idle.
     pub idle_after: u64,
+    /// The largest file a user may share into a session's `uploads/` (bytes).
+    pub max_upload_bytes: u64,
 }
 
 impl Default for SessionsConfig {
     fn default() -> Self {
-        SessionsConfig { archival: ArchivalConfig::default(), idle_after: 1800 }
+        SessionsConfig { archival: ArchivalConfig::default(), idle_after: 1800, max_upload_bytes: 25 * 1024 * 1024 }
     }
 }
 

@@ -42,7 +42,8 @@ pub(super) async fn summarize(
     model: &str,
     correlation_id: &str,
 ) -> Result<String, OrchestratorError> {
-    let mut messages = history(branch, record.group_id.is_some());
+    let names = sender_names(shared);
+    let mut messages = history(branch, record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync)));
     if messages.is_empty() {
         return Err(OrchestratorError::Invalid("the session has nothing to compact yet".into()));
     }
@@ -109,10 +110,24 @@ pub async fn compact(shared: &Arc<Shared>, id: &str) -> Result<String, Orchestra
     Ok(entry)
 }
 
+/// How a group's messages name their senders: the user's name, else the id the message
+/// carries.
+pub(super) fn sender_names(shared: &Shared) -> impl Fn(&str) -> String + Sync + '_ {
+    move |sender| {
+        shared
+            .identities
+            .user(sender)
+            .map(|user| user.name)
+            .filter(|name| !name.trim().is_empty())
+            .unwrap_or_else(|| sender.to_string())
+    }
+}
+
 /// The conversation the Assistant sees for a branch (root → the new user message): user
 /// messages, its own replies and its delegations (task and result, never the delegated
-/// agent's own steps). A compaction on the branch replaces what it summarised.
-pub fn history(branch: &[Entry], group: bool) -> Vec<v1::LlmMessage> {
+/// agent's own steps). A compaction on the branch replaces what it summarised. In a group
+/// (`names` given) each user message starts with who wrote it.
+pub fn history(branch: &[Entry], names: Option<&(dyn Fn(&str) -> String + Sync)>) -> Vec<v1::LlmMessage> {
     let compaction = branch.iter().rev().find_map(|entry| match entry {
         Entry::Compaction { summary, compacted_entry_ids, .. } => Some((summary.clone(), compacted_entry_ids.clone())),
         _ => None,
@@ -128,8 +143,8 @@ pub fn history(branch: &[Entry], group: bool) -> Vec<v1::LlmMessage> {
         }
         match entry {
             Entry::Message { message, .. } if message.role == "user" => {
-                let text = match (&message.sender_id, group) {
-                    (Some(sender), true) => format!("{sender}: {}", message.content),
+                let text = match (&message.sender_id, names) {
+                    (Some(sender), Some(names)) => format!("{}: {}", names(sender), message.content),
                     _ => message.content.clone(),
                 };
                 turns.push(("user", text));
@@ -215,7 +230,7 @@ mod tests {
             message("x", "m2", "system", "The reply was interrupted", None),
             message("m3", "x", "user", "thanks", Some("bob")),
         ];
-        let got = texts(&history(&branch, true));
+        let got = texts(&history(&branch, Some(&|sender: &str| sender.to_string())));
         assert_eq!(
             got,
             vec![
@@ -246,7 +261,7 @@ mod tests {
             },
             message("m3", "c1", "user", "new question", None),
         ];
-        let got = texts(&history(&branch, false));
+        let got = texts(&history(&branch, None));
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].1.len(), 2);
         assert!(got[0].1[0].contains("they talked about old things"));

@@ -105,7 +105,8 @@ async fn assistant_turn(
         tracing::warn!(line = corrupt.line, reason = %corrupt.reason, "session log line skipped");
     }
     let branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
-    let group = record.group_id.is_some();
+    let names = super::history::sender_names(shared);
+    let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
     let mut messages = history(&branch, group);
     let current = shared.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
     let model = current.model.clone().unwrap_or_else(|| agent_settings(shared, Role::Assistant).model.0);

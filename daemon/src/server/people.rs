@@ -145,6 +145,46 @@ impl v1::gateways_server::Gateways for GatewaysService {
         Ok(Response::new(profile(&self.shared, view)))
     }
 
+    async fn get_gateway_secrets(
+        &self,
+        request: Request<v1::GatewaySecretsRequest>,
+    ) -> Result<Response<v1::GatewaySecrets>, Status> {
+        let caller = check(&self.shared, &request, Operation::GetGatewaySecrets, None, None)?;
+        let Caller::Gateway(call) = &caller else {
+            return Err(Status::permission_denied("GetGatewaySecrets is for gateways"));
+        };
+        let record = self
+            .shared
+            .gateways
+            .get(&call.gateway)
+            .ok_or_else(|| Status::permission_denied("this gateway is no longer registered"))?;
+        let GatewayKind::Slack { .. } = &record.kind else {
+            return Err(Status::failed_precondition("a web gateway keeps no secrets in the daemon"));
+        };
+        let mut secrets = std::collections::HashMap::new();
+        for (key, required) in [("app_token", true), ("bot_token", true), ("signing_secret", false)] {
+            let name = crate::gateways::slack_secret_name(&record.name, key);
+            let reference = format!("${{{name}}}");
+            match crate::secrets::resolve_references(&reference, self.shared.secrets.as_deref(), |n| {
+                std::env::var(n).ok()
+            }) {
+                Ok(value) => {
+                    secrets.insert(key.to_string(), value.to_string());
+                    let record = Record::by(Kind::Secret, &caller, "read").detail("name", name.as_str());
+                    self.shared.audit.record(record);
+                }
+                Err(_) if !required => {}
+                Err(_) => {
+                    return Err(Status::failed_precondition(format!(
+                        "the Slack gateway {} needs {name} in the secrets store: run `baaahtd secrets set {name}`",
+                        record.name
+                    )))
+                }
+            }
+        }
+        Ok(Response::new(v1::GatewaySecrets { secrets }))
+    }
+
     async fn ensure_channel_group(
         &self,
         request: Request<v1::EnsureChannelGroupRequest>,

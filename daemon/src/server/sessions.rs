@@ -77,6 +77,7 @@ struct Written<'a> {
     session_id: String,
     parent_entry_id: String,
     content: String,
+    attachments: Vec<v1::Attachment>,
 }
 
 /// A message for the orchestrator: its session id checked (`field` names it in the error), the
@@ -91,12 +92,30 @@ fn incoming(
         valid_id(&written.session_id, field)?;
     }
     let sender = sender_of(caller, &context, written.sender_id)?;
+    let mut content = written.content;
+    if !written.attachments.is_empty() && written.session_id.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "{field}: a message with attachments names the session UploadFile stored them in"
+        )));
+    }
+    for (index, attachment) in written.attachments.iter().enumerate() {
+        if !crate::uploads::is_upload_path(&attachment.path) {
+            return Err(Status::invalid_argument(format!(
+                "attachments[{index}].path: `{}` is not an upload; give the path UploadFile answered (uploads/NAME)",
+                attachment.path
+            )));
+        }
+        if !content.is_empty() {
+            content.push_str("\n\n");
+        }
+        content.push_str(&crate::uploads::mention(&attachment.path, &attachment.mime_type, attachment.size_bytes));
+    }
     Ok(crate::orchestrator::Incoming {
         context,
         session: (!written.session_id.is_empty()).then_some(written.session_id),
         sender,
         channel: channel_of(caller, written.channel),
-        content: written.content,
+        content,
         parent: (!written.parent_entry_id.is_empty()).then_some(written.parent_entry_id),
     })
 }
@@ -108,6 +127,20 @@ pub(super) fn channel_name(channel: i32) -> Option<String> {
         Ok(v1::ChannelType::Slack) => Some("slack".into()),
         Ok(v1::ChannelType::Cli) => Some("cli".into()),
         _ => None,
+    }
+}
+
+/// An upload's failure for the caller: the sentence when it is about the file or the session's
+/// room, the log's for anything else.
+fn upload_status(error: crate::uploads::UploadError) -> Status {
+    use crate::uploads::UploadError;
+    match error {
+        UploadError::TooLarge(_) => Status::invalid_argument(error.to_string()),
+        UploadError::Full => Status::resource_exhausted(error.to_string()),
+        UploadError::Io(_) | UploadError::Workspace(_) => {
+            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot store an upload");
+            Status::internal("cannot store the upload; the daemon's log says why")
+        }
     }
 }
 
@@ -346,6 +379,7 @@ impl v1::sessions_server::Sessions for SessionsService {
                     session_id: message.session_id,
                     parent_entry_id: message.parent_entry_id,
                     content: message.content,
+                    attachments: message.attachments,
                 };
                 let incoming = incoming(&caller, context, written, "user_message.session_id")?;
                 let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
@@ -378,6 +412,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             session_id: message.session_id,
             parent_entry_id: message.parent_entry_id,
             content: message.content,
+            attachments: message.attachments,
         };
         let incoming = incoming(&caller, context, written, "session_id")?;
         let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
@@ -386,6 +421,58 @@ impl v1::sessions_server::Sessions for SessionsService {
             entry_id: accepted.entry,
             turn_id: accepted.turn,
             correlation_id: accepted.correlation_id,
+        }))
+    }
+
+    async fn upload_file(
+        &self,
+        mut request: Request<tonic::Streaming<v1::UploadChunk>>,
+    ) -> Result<Response<v1::UploadResult>, Status> {
+        use v1::upload_chunk::Part;
+        let start = match request.get_mut().message().await? {
+            Some(v1::UploadChunk { part: Some(Part::Start(start)) }) => start,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "an upload starts with its UploadStart (context, session_id, filename), then the bytes",
+                ))
+            }
+        };
+        let context = context_of(start.context.as_ref(), "start.context")?;
+        let caller = check(&self.shared, &request, Operation::UploadFile, context.as_ref(), Some(&start.session_id))?;
+        let context =
+            context.ok_or_else(|| Status::invalid_argument("start.context: name the user or group it is for"))?;
+        let sender = sender_of(&caller, &context, &start.sender_id)?;
+        let record = if start.session_id.is_empty() {
+            self.shared.sessions.active(&context, &sender)?
+        } else {
+            valid_id(&start.session_id, "start.session_id")?;
+            self.shared.sessions.get_in(&start.session_id, &context)?
+        };
+        if record.status == SessionStatus::Archived {
+            return Err(SessionError::Archived(record.id).into());
+        }
+        let max = self.shared.loaded.config.sessions.max_upload_bytes;
+        let (workspaces, session) = (self.shared.workspaces.clone(), record.id.clone());
+        let begun = tokio::task::spawn_blocking(move || crate::uploads::Upload::begin(workspaces, &session, max));
+        let mut upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
+        while let Some(chunk) = request.get_mut().message().await? {
+            match chunk.part {
+                Some(Part::Data(bytes)) => upload.write(&bytes).map_err(upload_status)?,
+                _ => return Err(Status::invalid_argument("only an upload's first message is its UploadStart")),
+            }
+        }
+        let (filename, declared) = (start.filename, start.mime_type);
+        let finished = tokio::task::spawn_blocking(move || upload.finish(&filename, &declared));
+        let stored = finished.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
+        tracing::info!(session = %record.id, name = %stored.name, bytes = stored.size, mime = %stored.mime_type, "upload stored");
+        Ok(Response::new(v1::UploadResult {
+            session_id: record.id,
+            attachment: Some(v1::Attachment {
+                path: stored.path(),
+                filename: stored.name,
+                mime_type: stored.mime_type,
+                size_bytes: stored.size,
+            }),
         }))
     }
 

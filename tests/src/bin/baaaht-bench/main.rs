@@ -17,6 +17,7 @@ mod llm;
 mod mcp;
 mod ops;
 mod scheduler;
+mod slack;
 mod tools;
 mod tui;
 
@@ -125,6 +126,16 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         starts: usize,
     },
+    /// The Slack gateway against the fake Slack: first token → first update in Slack vs the
+    /// CLI's path, and events per second with 20 channels active vs a host client
+    Slack {
+        /// DMs timed (at least 10)
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Rounds of 20 channel mentions (at least 2)
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -148,6 +159,7 @@ fn main() -> Result<()> {
         Bench::Tui { samples, launches, tokens } => tui::run(samples.max(100), launches.max(5), tokens.max(1000)),
         Bench::Ops { calls, sessions, scrapes } => ops::run(calls.max(200), sessions.max(1), scrapes.max(50)),
         Bench::Mcp { calls, starts } => mcp::run(calls.max(200), starts.max(5)),
+        Bench::Slack { runs, rounds } => slack::run(runs.max(10), rounds.max(2)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }

@@ -1,0 +1,385 @@
+//! Uploads (spec §10.2): a file a user shares through a gateway lands in the session's
+//! `uploads/` (`sessions/{id}/data/uploads/`, `/workspace/uploads/` in its tool containers),
+//! and the message that shares it names it for the agents.
+//!
+//! The bytes stream into a hidden temporary file beside the final one, which is synced and then
+//! renamed into place without replacing anything (`report.pdf` exists: `report-2.pdf`). The
+//! name is cut down to letters, digits, `.`, `-` and `_`; the type is read from the bytes
+//! (`infer`), not taken from the sender. Every folder is opened without following links
+//! ([`crate::shared_dirs`]): the tool containers write in `data/` too.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write as _;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use rustix::fs::{Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
+
+use crate::auth::CONTAINER_UID;
+use crate::shared_dirs::{self, Access, Owner};
+use crate::workspace::Workspaces;
+
+/// The folder in a session's workspace.
+pub const FOLDER: &str = "uploads";
+/// The longest name kept, in bytes.
+const MAX_NAME: usize = 120;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("the file is larger than the {} allowed (sessions.max_upload_bytes)", human_size(*.0))]
+    TooLarge(u64),
+    #[error("the session's workspace is full: delete files from it, or ask an admin to raise container.resource_limits.disk")]
+    Full,
+    #[error("cannot store the upload: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
+}
+
+/// A stored upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The name in `uploads/`.
+    pub name: String,
+    pub mime_type: String,
+    pub size: u64,
+}
+
+impl Stored {
+    /// Its path within the session's data folder, as attachments give it.
+    pub fn path(&self) -> String {
+        format!("{FOLDER}/{}", self.name)
+    }
+}
+
+/// `given` made safe as a file name: its last path component, letters, digits, `.`, `-` and
+/// `_` only (anything else becomes `_`), no leading dot, at most [`MAX_NAME`] bytes with its
+/// extension kept; `upload` when nothing is left.
+pub fn safe_name(given: &str) -> String {
+    let last = given.rsplit(['/', '\\']).next().unwrap_or_default();
+    let mut name = String::with_capacity(last.len());
+    for c in last.chars() {
+        let c = if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' };
+        if c == '_' && name.ends_with('_') {
+            continue;
+        }
+        name.push(c);
+    }
+    let name = name.trim_start_matches(['.', '_']).trim_end_matches('.');
+    if name.is_empty() {
+        return "upload".into();
+    }
+    if name.len() <= MAX_NAME {
+        return name.to_string();
+    }
+    let (stem, extension) = split_extension(name);
+    let keep = MAX_NAME.saturating_sub(extension.len());
+    format!("{}{extension}", &stem[..keep.min(stem.len())])
+}
+
+/// `name` as stem and extension (with its dot; empty when there is none or it is too long to
+/// be one).
+fn split_extension(name: &str) -> (&str, &str) {
+    match name.rfind('.') {
+        Some(dot) if dot > 0 && name.len() - dot <= 12 => name.split_at(dot),
+        _ => (name, ""),
+    }
+}
+
+/// Whether `path` is what [`Stored::path`] gives: `uploads/` and a safe name.
+pub fn is_upload_path(path: &str) -> bool {
+    path.strip_prefix(FOLDER).and_then(|rest| rest.strip_prefix('/')).is_some_and(|name| safe_name(name) == name)
+}
+
+/// The type of a file that starts with `head`: what its bytes say, else text when they read as
+/// UTF-8 (the declared `text/…` type, or `text/plain`), else `application/octet-stream`.
+pub fn sniff(head: &[u8], declared: &str) -> String {
+    if let Some(kind) = infer::get(head) {
+        return kind.mime_type().to_string();
+    }
+    let text = match std::str::from_utf8(head) {
+        Ok(_) => true,
+        // A multi-byte character cut at the end of the head is still text.
+        Err(error) => error.error_len().is_none(),
+    };
+    if !text {
+        return "application/octet-stream".into();
+    }
+    let declared = declared.trim().to_ascii_lowercase();
+    let plain = declared.split(';').next().unwrap_or_default().trim();
+    if plain.starts_with("text/") && plain.chars().all(|c| c.is_ascii_alphanumeric() || "/.+-".contains(c)) {
+        plain.to_string()
+    } else {
+        "text/plain".into()
+    }
+}
+
+/// A size as people read it: `512 bytes`, `12.3 KB`, `4.0 MB`.
+pub fn human_size(bytes: u64) -> String {
+    match bytes {
+        0..1_000 => format!("{bytes} bytes"),
+        1_000..1_000_000 => format!("{:.1} KB", bytes as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", bytes as f64 / 1e6),
+        _ => format!("{:.1} GB", bytes as f64 / 1e9),
+    }
+}
+
+/// The line a message gets for each file it shares: what the agents read.
+pub fn mention(path: &str, mime_type: &str, size: u64) -> String {
+    format!("[attached: {path} ({mime_type}, {}) in the session's workspace]", human_size(size))
+}
+
+/// How many bytes of a file [`sniff`] looks at.
+const HEAD: usize = 8192;
+
+/// An upload being written: a hidden temporary file in `uploads/`, removed unless
+/// [`Upload::finish`] renames it into place. The session's workspace is held (mounted, where
+/// it is a filesystem of its own) until then.
+pub struct Upload {
+    workspaces: Arc<Workspaces>,
+    session: String,
+    /// `uploads/`, open until the workspace is released.
+    folder: Option<OwnedFd>,
+    temp: OsString,
+    file: Option<std::fs::File>,
+    head: Vec<u8>,
+    written: u64,
+    max: u64,
+    released: bool,
+}
+
+impl std::fmt::Debug for Upload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upload").field("session", &self.session).field("written", &self.written).finish()
+    }
+}
+
+impl Upload {
+    /// Starts an upload of at most `max` bytes into `session`'s `uploads/`. Blocking: it may
+    /// mount the workspace.
+    pub fn begin(workspaces: Arc<Workspaces>, session: &str, max: u64) -> Result<Upload, UploadError> {
+        let prepared = workspaces.acquire(session)?;
+        match temporary_file(&prepared.path) {
+            Ok((folder, temp, file)) => Ok(Upload {
+                workspaces,
+                session: session.to_string(),
+                folder: Some(folder),
+                temp,
+                file: Some(file),
+                head: Vec::new(),
+                written: 0,
+                max,
+                released: false,
+            }),
+            Err(error) => {
+                workspaces.release(session);
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Appends `bytes`; past the limit the upload is refused.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), UploadError> {
+        self.written += bytes.len() as u64;
+        if self.written > self.max {
+            return Err(UploadError::TooLarge(self.max));
+        }
+        if self.head.len() < HEAD {
+            let take = (HEAD - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..take]);
+        }
+        let file = self.file.as_mut().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
+        file.write_all(bytes).map_err(full_or_io)
+    }
+
+    /// Syncs the file and renames it to `name` (made safe), or `name-2` … when that is taken.
+    /// Blocking.
+    pub fn finish(mut self, name: &str, declared: &str) -> Result<Stored, UploadError> {
+        let file = self.file.take().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
+        file.sync_all().map_err(full_or_io)?;
+        drop(file);
+        let name = safe_name(name);
+        let (stem, extension) = split_extension(&name);
+        let folder = self.folder.take().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
+        let mut chosen = None;
+        for attempt in 1..=1000 {
+            let candidate = if attempt == 1 { name.clone() } else { format!("{stem}-{attempt}{extension}") };
+            match rustix::fs::renameat_with(
+                &folder,
+                self.temp.as_os_str(),
+                &folder,
+                candidate.as_str(),
+                RenameFlags::NOREPLACE,
+            ) {
+                Ok(()) => {
+                    chosen = Some(candidate);
+                    break;
+                }
+                Err(Errno::EXIST) => continue,
+                Err(errno) => {
+                    // silent-ok: the hidden file is removed with the session at worst.
+                    let _ = shared_dirs::remove(&folder, &self.temp);
+                    return Err(std::io::Error::from(errno).into());
+                }
+            }
+        }
+        let Some(name) = chosen else {
+            // silent-ok: as above.
+            let _ = shared_dirs::remove(&folder, &self.temp);
+            return Err(std::io::Error::other(format!("a thousand files are named like {name}")).into());
+        };
+        self.temp.clear();
+        // silent-ok: the rename is done; a failed directory sync only weakens durability.
+        let _ = rustix::fs::fsync(&folder);
+        drop(folder);
+        self.release();
+        Ok(Stored { name, mime_type: sniff(&self.head, declared), size: self.written })
+    }
+
+    /// Lets go of the workspace; the folder is closed first, or its filesystem could not be
+    /// unmounted.
+    fn release(&mut self) {
+        self.folder = None;
+        if !self.released {
+            self.released = true;
+            self.workspaces.release(&self.session);
+        }
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if let (false, Some(folder)) = (self.temp.is_empty(), &self.folder) {
+            // silent-ok: a temporary file left behind is hidden and removed with the session.
+            let _ = shared_dirs::remove(folder, &self.temp);
+        }
+        self.release();
+    }
+}
+
+/// `uploads/` in the workspace `data` (made when missing) and a new hidden file in it, the
+/// containers' to read.
+fn temporary_file(data: &std::path::Path) -> std::io::Result<(OwnedFd, OsString, std::fs::File)> {
+    let session_dir = data.parent().ok_or_else(|| std::io::Error::other("a workspace without a session folder"))?;
+    let session_dir = shared_dirs::open_trusted(session_dir)?;
+    let data = shared_dirs::ensure_dir(&session_dir, OsStr::new("data"), Owner::Containers)?;
+    let folder = shared_dirs::ensure_dir(&data, OsStr::new(FOLDER), Owner::Containers)?;
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|error| std::io::Error::other(error.to_string()))?;
+    let temp: String =
+        std::iter::once(".upload-".to_string()).chain(random.iter().map(|byte| format!("{byte:02x}"))).collect();
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(&folder, temp.as_str(), flags, Mode::from_raw_mode(0o600))?;
+    if let Err(error) = hand_over_file(&fd) {
+        // silent-ok: the hidden file is empty; the error says what went wrong.
+        let _ = shared_dirs::remove(&folder, OsStr::new(&temp));
+        return Err(error);
+    }
+    Ok((folder, temp.into(), std::fs::File::from(fd)))
+}
+
+/// A file the daemon made, given to the containers' uid as [`shared_dirs::hand_over`] gives
+/// folders.
+fn hand_over_file(fd: impl AsFd) -> std::io::Result<()> {
+    match shared_dirs::access() {
+        Access::Owner => {
+            let id = rustix::process::Uid::from_raw(CONTAINER_UID);
+            rustix::fs::fchown(&fd, Some(id), Some(rustix::process::Gid::from_raw(CONTAINER_UID)))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+        }
+        Access::Group(gid) => {
+            rustix::fs::fchown(&fd, None, Some(rustix::process::Gid::from_raw(gid)))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o660))?;
+        }
+    }
+    Ok(())
+}
+
+fn full_or_io(error: std::io::Error) -> UploadError {
+    if error.raw_os_error() == Some(Errno::NOSPC.raw_os_error())
+        || error.raw_os_error() == Some(Errno::DQUOT.raw_os_error())
+    {
+        UploadError::Full
+    } else {
+        UploadError::Io(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_only_safe_characters_and_never_climb_out() {
+        assert_eq!(safe_name("report.pdf"), "report.pdf");
+        assert_eq!(safe_name("../../etc/passwd"), "passwd");
+        assert_eq!(safe_name("C:\\Users\\me\\photo 1.JPG"), "photo_1.JPG");
+        assert_eq!(safe_name(".bashrc"), "bashrc");
+        assert_eq!(safe_name(".."), "upload");
+        assert_eq!(safe_name(""), "upload");
+        assert_eq!(safe_name("naïve résumé.txt"), "na_ve_r_sum_.txt");
+        assert_eq!(safe_name("a\u{0}b\nc.txt"), "a_b_c.txt");
+        let long = format!("{}.tar.gz", "x".repeat(300));
+        let cut = safe_name(&long);
+        assert_eq!(cut.len(), MAX_NAME);
+        assert!(cut.ends_with("x.gz"), "{cut}");
+    }
+
+    #[test]
+    fn only_upload_paths_with_safe_names_are_attachments() {
+        assert!(is_upload_path("uploads/photo.png"));
+        assert!(!is_upload_path("uploads/../secrets"));
+        assert!(!is_upload_path("uploads/a/b.png"));
+        assert!(!is_upload_path("/etc/passwd"));
+        assert!(!is_upload_path("uploads/"));
+        assert!(!is_upload_path("uploadsx/photo.png"));
+    }
+
+    #[test]
+    fn the_bytes_decide_the_type() {
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        assert_eq!(sniff(png, "text/plain"), "image/png");
+        assert_eq!(sniff(b"%PDF-1.7\n", "image/png"), "application/pdf");
+        assert_eq!(sniff(b"hello, world\n", "text/markdown; charset=utf-8"), "text/markdown");
+        assert_eq!(sniff(b"hello", "image/png"), "text/plain");
+        assert_eq!(sniff(b"caf\xc3", ""), "text/plain");
+        assert_eq!(sniff(b"\xff\xfe\x00\x01garbage\x00", "text/plain"), "application/octet-stream");
+    }
+
+    #[test]
+    fn sizes_read_as_people_say_them() {
+        assert_eq!(human_size(512), "512 bytes");
+        assert_eq!(human_size(12_345), "12.3 KB");
+        assert_eq!(human_size(25 * 1024 * 1024), "26.2 MB");
+    }
+
+    /// A file lands under its safe name, a second one with the same name beside it, and a file
+    /// past the limit leaves nothing behind.
+    #[test]
+    fn uploads_land_without_replacing_anything() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sessions = dir.path().join("sessions");
+        let workspaces = Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked));
+        let mut first = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
+        first.write(b"%PDF-1.7\n").expect("write");
+        first.write(b"rest").expect("write");
+        let stored = first.finish("../My Report.pdf", "application/octet-stream").expect("finish");
+        assert_eq!(stored, Stored { name: "My_Report.pdf".into(), mime_type: "application/pdf".into(), size: 13 });
+        assert_eq!(stored.path(), "uploads/My_Report.pdf");
+        let folder = sessions.join("s-1/data/uploads");
+        assert_eq!(std::fs::read(folder.join("My_Report.pdf")).expect("read"), b"%PDF-1.7\nrest");
+
+        let mut second = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
+        second.write(b"other").expect("write");
+        assert_eq!(second.finish("My Report.pdf", "").expect("finish").name, "My_Report-2.pdf");
+
+        let mut big = Upload::begin(workspaces, "s-1", 4).expect("begin");
+        assert!(matches!(big.write(b"12345"), Err(UploadError::TooLarge(4))));
+        drop(big);
+        let mut names: Vec<_> =
+            std::fs::read_dir(&folder).expect("list").map(|entry| entry.expect("entry").file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["My_Report-2.pdf", "My_Report.pdf"]);
+    }
+}

@@ -1,0 +1,153 @@
+//! `baaaht-slack`: the Slack gateway process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use baaaht_proto::client::{self, Backoff, ConnectOptions};
+use baaaht_slack::events_http;
+use baaaht_slack::gateway::Gateway;
+use baaaht_slack::route::Trigger;
+use clap::Parser;
+use slack_morphism::prelude::*;
+use slack_morphism::signature_verifier::SlackEventSignatureVerifier;
+
+#[derive(Debug, Parser)]
+#[command(name = "baaaht-slack", version, about = "baaaht's Slack gateway (Socket Mode or the Events API)")]
+struct Cli {
+    /// The gateway's socket (data/gateways/{name}/daemon.sock)
+    #[arg(long, env = "BAAAHT_GATEWAY_SOCKET", value_name = "PATH")]
+    socket: PathBuf,
+    /// A file holding the gateway's token (printed once by `baaahtd gateways add`); else
+    /// $BAAAHT_GATEWAY_TOKEN
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Slack's Web API
+    #[arg(long, env = "BAAAHT_SLACK_API_URL", default_value = "https://slack.com/api")]
+    api_url: String,
+    /// A word that addresses the bot in a channel, besides a mention (repeatable)
+    #[arg(long = "keyword", value_name = "WORD")]
+    keywords: Vec<String>,
+    /// A channel id where every message is for the bot (repeatable)
+    #[arg(long = "always", value_name = "CHANNEL")]
+    always: Vec<String>,
+    /// The largest file shared with the bot that is taken, in bytes (the daemon's
+    /// sessions.max_upload_bytes holds as well)
+    #[arg(long, value_name = "BYTES", default_value_t = 25 * 1024 * 1024)]
+    max_file_bytes: u64,
+    /// How events arrive: `socket` (Socket Mode, no public URL needed) or `http` (the Events
+    /// API: Slack POSTs to http://LISTEN/slack/events, signed with the app's signing secret)
+    #[arg(long, value_enum, default_value_t = Events::Socket)]
+    events: Events,
+    /// Where the Events API is served (with --events http)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3000")]
+    listen: std::net::SocketAddr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Events {
+    Socket,
+    Http,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_target(false)
+        // Colours for a terminal only: not in a log file or the journal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("baaaht-slack: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let token = match &cli.token_file {
+        Some(file) => {
+            std::fs::read_to_string(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?
+        }
+        None => std::env::var("BAAAHT_GATEWAY_TOKEN")
+            .map_err(|_unset| "give the gateway's token: --token-file PATH or $BAAAHT_GATEWAY_TOKEN".to_string())?,
+    };
+    let options =
+        ConnectOptions { token: Some(token.trim().to_string()), correlation_id: None, backoff: Backoff::PERSISTENT };
+    let daemon = client::connect(&cli.socket, options).await.map_err(|error| error.to_string())?;
+    let trigger = Trigger { keywords: cli.keywords, always: cli.always };
+    let (gateway, listening) =
+        Gateway::new(daemon, &cli.api_url, trigger, cli.max_file_bytes).await.map_err(|error| error.to_string())?;
+    let gateway = Arc::new(gateway);
+    let mut socket_mode = None;
+    let mut http = None;
+    match cli.events {
+        Events::Socket => {
+            if listening.app_token.token_value.0.is_empty() {
+                return Err("Socket Mode needs the app token: store SLACK_APP_TOKEN_{NAME} (baaahtd secrets set) or use --events http".into());
+            }
+            let environment = Arc::new(
+                SlackClientEventsListenerEnvironment::new(gateway.slack.clone())
+                    .with_error_handler(on_error)
+                    .with_user_state(gateway.clone()),
+            );
+            let callbacks = SlackSocketModeListenerCallbacks::new().with_push_events(on_push);
+            let config = SlackClientSocketModeConfig::new().with_max_connections_count(1);
+            let listener = SlackClientSocketModeListener::new(&config, environment, callbacks);
+            listener.listen_for(&listening.app_token).await.map_err(|error| format!("Socket Mode: {error}"))?;
+            listener.start().await;
+            socket_mode = Some(listener);
+        }
+        Events::Http => {
+            if listening.signing_secret.is_empty() {
+                return Err("the Events API needs the signing secret: store SLACK_SIGNING_SECRET_{NAME} (baaahtd secrets set) or use --events socket".into());
+            }
+            let verifier = SlackEventSignatureVerifier::new(&SlackSigningSecret::new(listening.signing_secret));
+            let listener = tokio::net::TcpListener::bind(cli.listen)
+                .await
+                .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
+            tracing::info!(address = %listener.local_addr().unwrap_or(cli.listen), path = events_http::PATH, "serving the Events API");
+            http = Some(tokio::spawn(events_http::serve(listener, gateway.clone(), verifier)));
+        }
+    }
+    tracing::info!("listening to Slack");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|error| format!("cannot watch SIGTERM: {error}"))?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    if let Some(listener) = socket_mode {
+        listener.shutdown().await;
+    }
+    if let Some(http) = http {
+        http.abort();
+    }
+    Ok(())
+}
+
+/// A delivery: acknowledged when this returns (at once); the answer is written after.
+async fn on_push(
+    event: SlackPushEventCallback,
+    _client: Arc<SlackHyperClient>,
+    states: SlackClientEventsUserState,
+) -> UserCallbackResult<()> {
+    let gateway = states.read().await.get_user_state::<Arc<Gateway>>().cloned();
+    let Some(gateway) = gateway else { return Ok(()) };
+    let body = serde_json::to_value(&event.event).unwrap_or_default();
+    if let Some(route) = gateway.take(event.event_id.as_ref(), &body) {
+        tokio::spawn(async move { gateway.answer(route).await });
+    }
+    Ok(())
+}
+
+fn on_error(
+    error: Box<dyn std::error::Error + Send + Sync>,
+    _client: Arc<SlackHyperClient>,
+    _states: SlackClientEventsUserState,
+) -> http::StatusCode {
+    tracing::warn!(%error, "Slack event not handled");
+    http::StatusCode::OK
+}
