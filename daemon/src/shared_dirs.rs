@@ -139,16 +139,27 @@ pub fn ensure_dir(parent: impl AsFd, name: &OsStr, owner: Owner) -> std::io::Res
 
 /// Hands an open folder to the containers' uid (see [`Access`]), by descriptor.
 pub fn hand_over(fd: impl AsFd) -> std::io::Result<()> {
+    hand_over_as(fd, 0o700, 0o2770)
+}
+
+/// Hands an open file the daemon made to the containers' uid, as [`hand_over`] does folders.
+pub fn hand_over_file(fd: impl AsFd) -> std::io::Result<()> {
+    hand_over_as(fd, 0o600, 0o660)
+}
+
+/// Owned by the containers' uid with `owner_mode`, or (without root) the daemon's group with
+/// `group_mode`.
+fn hand_over_as(fd: impl AsFd, owner_mode: u32, group_mode: u32) -> std::io::Result<()> {
     match access() {
         Access::Owner => {
             let uid = rustix::process::Uid::from_raw(CONTAINER_UID);
             let gid = rustix::process::Gid::from_raw(CONTAINER_UID);
             rustix::fs::fchown(&fd, Some(uid), Some(gid))?;
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(owner_mode))?;
         }
         Access::Group(gid) => {
             rustix::fs::fchown(&fd, None, Some(rustix::process::Gid::from_raw(gid)))?;
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o2770))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(group_mode))?;
         }
     }
     Ok(())

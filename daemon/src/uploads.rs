@@ -10,14 +10,13 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write as _;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
-use crate::auth::CONTAINER_UID;
-use crate::shared_dirs::{self, Access, Owner};
+use crate::shared_dirs::{self, Owner};
 use crate::workspace::Workspaces;
 
 /// The folder in a session's workspace.
@@ -125,8 +124,12 @@ pub fn human_size(bytes: u64) -> String {
     }
 }
 
-/// The line a message gets for each file it shares: what the agents read.
+/// The line a message gets for each file it shares: what the agents read. The type is the
+/// sender's to give, so only a type's characters of it are kept.
 pub fn mention(path: &str, mime_type: &str, size: u64) -> String {
+    let mime_type: String =
+        mime_type.chars().filter(|c| c.is_ascii_alphanumeric() || "/.+-".contains(*c)).take(100).collect();
+    let mime_type = if mime_type.is_empty() { "unknown type".to_string() } else { mime_type };
     format!("[attached: {path} ({mime_type}, {}) in the session's workspace]", human_size(size))
 }
 
@@ -146,6 +149,8 @@ pub struct Upload {
     head: Vec<u8>,
     written: u64,
     max: u64,
+    /// What the workspace's cap leaves, when no filesystem enforces it.
+    room: Option<u64>,
     released: bool,
 }
 
@@ -160,6 +165,12 @@ impl Upload {
     /// mount the workspace.
     pub fn begin(workspaces: Arc<Workspaces>, session: &str, max: u64) -> Result<Upload, UploadError> {
         let prepared = workspaces.acquire(session)?;
+        // Where no filesystem holds the workspace to its cap, the upload gets what is left.
+        let room = prepared.checked_cap.map(|cap| cap.saturating_sub(bytes_in(&prepared.path)));
+        if room == Some(0) {
+            workspaces.release(session);
+            return Err(UploadError::Full);
+        }
         match temporary_file(&prepared.path) {
             Ok((folder, temp, file)) => Ok(Upload {
                 workspaces,
@@ -170,6 +181,7 @@ impl Upload {
                 head: Vec::new(),
                 written: 0,
                 max,
+                room,
                 released: false,
             }),
             Err(error) => {
@@ -184,6 +196,9 @@ impl Upload {
         self.written += bytes.len() as u64;
         if self.written > self.max {
             return Err(UploadError::TooLarge(self.max));
+        }
+        if self.room.is_some_and(|room| self.written > room) {
+            return Err(UploadError::Full);
         }
         if self.head.len() < HEAD {
             let take = (HEAD - self.head.len()).min(bytes.len());
@@ -237,24 +252,44 @@ impl Upload {
         Ok(Stored { name, mime_type: sniff(&self.head, declared), size: self.written })
     }
 
-    /// Lets go of the workspace; the folder is closed first, or its filesystem could not be
-    /// unmounted.
+    /// Lets go of the workspace; the file and the folder are closed first, or its filesystem
+    /// could not be unmounted.
     fn release(&mut self) {
+        self.file = None;
         self.folder = None;
         if !self.released {
             self.released = true;
             self.workspaces.release(&self.session);
         }
     }
+
+    /// [`Upload::release`] off the runtime's threads when dropped on one: letting go of the
+    /// workspace may unmount it.
+    fn release_when_dropped(&mut self) {
+        self.file = None;
+        self.folder = None;
+        if self.released {
+            return;
+        }
+        self.released = true;
+        let (workspaces, session) = (self.workspaces.clone(), std::mem::take(&mut self.session));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || workspaces.release(&session));
+            }
+            Err(_) => workspaces.release(&session),
+        }
+    }
 }
 
 impl Drop for Upload {
     fn drop(&mut self) {
+        self.file = None;
         if let (false, Some(folder)) = (self.temp.is_empty(), &self.folder) {
             // silent-ok: a temporary file left behind is hidden and removed with the session.
             let _ = shared_dirs::remove(folder, &self.temp);
         }
-        self.release();
+        self.release_when_dropped();
     }
 }
 
@@ -271,7 +306,7 @@ fn temporary_file(data: &std::path::Path) -> std::io::Result<(OwnedFd, OsString,
         std::iter::once(".upload-".to_string()).chain(random.iter().map(|byte| format!("{byte:02x}"))).collect();
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(&folder, temp.as_str(), flags, Mode::from_raw_mode(0o600))?;
-    if let Err(error) = hand_over_file(&fd) {
+    if let Err(error) = shared_dirs::hand_over_file(&fd) {
         // silent-ok: the hidden file is empty; the error says what went wrong.
         let _ = shared_dirs::remove(&folder, OsStr::new(&temp));
         return Err(error);
@@ -279,21 +314,22 @@ fn temporary_file(data: &std::path::Path) -> std::io::Result<(OwnedFd, OsString,
     Ok((folder, temp.into(), std::fs::File::from(fd)))
 }
 
-/// A file the daemon made, given to the containers' uid as [`shared_dirs::hand_over`] gives
-/// folders.
-fn hand_over_file(fd: impl AsFd) -> std::io::Result<()> {
-    match shared_dirs::access() {
-        Access::Owner => {
-            let id = rustix::process::Uid::from_raw(CONTAINER_UID);
-            rustix::fs::fchown(&fd, Some(id), Some(rustix::process::Gid::from_raw(CONTAINER_UID)))?;
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
-        }
-        Access::Group(gid) => {
-            rustix::fs::fchown(&fd, None, Some(rustix::process::Gid::from_raw(gid)))?;
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o660))?;
+/// The bytes of the regular files under `folder`, links not followed (the runner's way of
+/// counting a workspace against its cap).
+fn bytes_in(folder: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut pending = vec![folder.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else { continue };
+        for entry in entries.flatten() {
+            match entry.metadata() {
+                Ok(metadata) if metadata.is_dir() => pending.push(entry.path()),
+                Ok(metadata) if metadata.is_file() => total += metadata.len(),
+                _ => {}
+            }
         }
     }
-    Ok(())
+    total
 }
 
 fn full_or_io(error: std::io::Error) -> UploadError {
@@ -381,5 +417,18 @@ mod tests {
             std::fs::read_dir(&folder).expect("list").map(|entry| entry.expect("entry").file_name()).collect();
         names.sort();
         assert_eq!(names, ["My_Report-2.pdf", "My_Report.pdf"]);
+    }
+
+    /// Where the cap is only checked, an upload gets what the workspace has left.
+    #[test]
+    fn an_upload_past_the_workspaces_cap_is_refused_as_full() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspaces =
+            Arc::new(Workspaces::new(dir.path().join("sessions"), 10, crate::config::WorkspaceLimit::Checked));
+        let mut first = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
+        first.write(b"12345678").expect("write");
+        first.finish("a.txt", "").expect("finish");
+        let mut second = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
+        assert!(matches!(second.write(b"123"), Err(UploadError::Full)));
     }
 }

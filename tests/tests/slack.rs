@@ -375,7 +375,7 @@ def post(name, payload, age=0, bad=False, retry=None):
     stamp = str(int(time.time()) - age)
     signature = signer.generate_signature(timestamp=stamp, body=body)
     if bad:
-        signature = signature[:-4] + "0000"
+        signature = signature[:-1] + ("1" if signature[-1] == "0" else "0")
     headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": signature}
     if retry is not None:
         headers["X-Slack-Retry-Num"] = str(retry)

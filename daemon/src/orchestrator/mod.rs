@@ -362,7 +362,7 @@ pub fn recover(shared: &Shared) -> usize {
                 &record.context(),
                 event(
                     (&inflight.session, turn, &inflight.correlation_id),
-                    v1::orchestrator_event::Event::Error(v1::TurnError { message: content }),
+                    v1::orchestrator_event::Event::Error(v1::TurnError { message: content, for_users: true }),
                 ),
             );
         }

@@ -51,13 +51,14 @@ pub(super) async fn run_turn(
     shared.turns.tails.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
     let ids = (accepted.session.as_str(), accepted.turn.as_str(), accepted.correlation_id.as_str());
     let context = record.context();
-    let (role, content, failed) = match outcome {
-        _ if cancel.is_cancelled() => ("system", CANCELLED.to_string(), true),
-        Ok(result) if !result.is_error => ("assistant", result.content, false),
+    // Whether a failure's sentence is for the user (else it is the operator's detail).
+    let (role, content, failed, for_users) = match outcome {
+        _ if cancel.is_cancelled() => ("system", CANCELLED.to_string(), true, true),
+        Ok(result) if !result.is_error => ("assistant", result.content, false, false),
         // A budget limit: the daemon's sentence is what the user reads.
-        Ok(result) if result.refused => ("system", result.content, true),
-        Ok(result) => ("system", format!("The reply failed: {}", result.content), true),
-        Err(message) => ("system", format!("The reply failed: {message}"), true),
+        Ok(result) if result.refused => ("system", result.content, true, true),
+        Ok(result) => ("system", format!("The reply failed: {}", result.content), true, false),
+        Err(message) => ("system", format!("The reply failed: {message}"), true, false),
     };
     let appended = shared.sessions.append(
         &accepted.session,
@@ -76,15 +77,16 @@ pub(super) async fn run_turn(
             tracing::warn!(%content, "turn failed");
             shared.events.publish(
                 &context,
-                event(ids, v1::orchestrator_event::Event::Error(v1::TurnError { message: content })),
+                event(ids, v1::orchestrator_event::Event::Error(v1::TurnError { message: content, for_users })),
             );
         }
         Err(error) => {
             let message = format!("the reply could not be recorded: {error}");
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record the reply");
-            shared
-                .events
-                .publish(&context, event(ids, v1::orchestrator_event::Event::Error(v1::TurnError { message })));
+            shared.events.publish(
+                &context,
+                event(ids, v1::orchestrator_event::Event::Error(v1::TurnError { message, for_users: false })),
+            );
         }
     }
     shared.turns.update(|inflight| {

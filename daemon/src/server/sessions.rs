@@ -38,6 +38,11 @@ impl From<OrchestratorError> for Status {
             OrchestratorError::NoTurn => Status::failed_precondition(error.to_string()),
             OrchestratorError::Model(_) => Status::unavailable(error.to_string()),
             OrchestratorError::Group(crate::groups::GroupError::NotFound(_)) => Status::not_found(error.to_string()),
+            OrchestratorError::Group(crate::groups::GroupError::State(state)) => {
+                // A file that cannot be written: the operator's to read, not the caller's.
+                tracing::error!(error = %baaaht_proto::error_chain(&state), "cannot keep the groups");
+                Status::internal("cannot keep the groups; the daemon's log says why")
+            }
             OrchestratorError::Group(_) => Status::failed_precondition(error.to_string()),
         }
     }
@@ -129,6 +134,9 @@ pub(super) fn channel_name(channel: i32) -> Option<String> {
         _ => None,
     }
 }
+
+/// How long an upload may take from its first byte to its last.
+const UPLOAD_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// An upload's failure for the caller: the sentence when it is about the file or the session's
 /// room, the log's for anything else.
@@ -451,16 +459,33 @@ impl v1::sessions_server::Sessions for SessionsService {
         if record.status == SessionStatus::Archived {
             return Err(SessionError::Archived(record.id).into());
         }
+        if context.kind == crate::auth::ContextKind::Group {
+            self.shared.groups.accepts_messages(&context.id).map_err(OrchestratorError::from)?;
+        }
         let max = self.shared.loaded.config.sessions.max_upload_bytes;
         let (workspaces, session) = (self.shared.workspaces.clone(), record.id.clone());
         let begun = tokio::task::spawn_blocking(move || crate::uploads::Upload::begin(workspaces, &session, max));
         let mut upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
-        while let Some(chunk) = request.get_mut().message().await? {
-            match chunk.part {
-                Some(Part::Data(bytes)) => upload.write(&bytes).map_err(upload_status)?,
-                _ => return Err(Status::invalid_argument("only an upload's first message is its UploadStart")),
+        // Disk writes, and the unmount that letting go of the workspace may take, are blocking.
+        let received = async {
+            while let Some(chunk) = request.get_mut().message().await? {
+                let Some(Part::Data(bytes)) = chunk.part else {
+                    return Err(Status::invalid_argument("only an upload's first message is its UploadStart"));
+                };
+                let written = tokio::task::spawn_blocking(move || upload.write(&bytes).map(|()| upload));
+                upload = written.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
             }
-        }
+            Ok(upload)
+        };
+        let upload = match tokio::time::timeout(UPLOAD_TIME_LIMIT, received).await {
+            Ok(received) => received?,
+            Err(_) => {
+                return Err(Status::deadline_exceeded(format!(
+                    "the upload took more than {} minutes; send it again",
+                    UPLOAD_TIME_LIMIT.as_secs() / 60
+                )))
+            }
+        };
         let (filename, declared) = (start.filename, start.mime_type);
         let finished = tokio::task::spawn_blocking(move || upload.finish(&filename, &declared));
         let stored = finished.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;

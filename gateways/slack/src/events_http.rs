@@ -21,11 +21,17 @@ use crate::gateway::Gateway;
 pub const PATH: &str = "/slack/events";
 /// The largest request read; Slack's events are a few kilobytes.
 const MAX_BODY: usize = 1 << 20;
+/// How long a request's head and its body may take to arrive.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Connections served at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 256;
 
 /// Answers Slack's requests on `listener` until the task is dropped.
 pub async fn serve(listener: tokio::net::TcpListener, gateway: Arc<Gateway>, verifier: SlackEventSignatureVerifier) {
     let verifier = Arc::new(verifier);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(error) => {
@@ -40,10 +46,14 @@ pub async fn serve(listener: tokio::net::TcpListener, gateway: Arc<Gateway>, ver
                 let (gateway, verifier) = (gateway.clone(), verifier.clone());
                 async move { Ok::<_, Infallible>(handle(request, &gateway, &verifier).await) }
             });
-            let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "an Events API connection ended");
             }
+            drop(slot);
         });
     }
 }
@@ -73,9 +83,14 @@ async fn handle(
     let timestamp = header(&request, SlackEventSignatureVerifier::SLACK_SIGNED_TIMESTAMP).to_string();
     let signature = header(&request, SlackEventSignatureVerifier::SLACK_SIGNED_HASH_HEADER).to_string();
     let retry = header(&request, "x-slack-retry-num").to_string();
-    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(_) => return answer(StatusCode::PAYLOAD_TOO_LARGE, json!({"error": "the request is too large"})),
+    let body = match tokio::time::timeout(READ_TIMEOUT, Limited::new(request.into_body(), MAX_BODY).collect()).await {
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(_too_large)) => {
+            return answer(StatusCode::PAYLOAD_TOO_LARGE, json!({"error": "the request is too large"}))
+        }
+        Err(_slow) => {
+            return answer(StatusCode::REQUEST_TIMEOUT, json!({"error": "the request's body came too slowly"}))
+        }
     };
     let Ok(text) = std::str::from_utf8(&body) else {
         return answer(StatusCode::BAD_REQUEST, json!({"error": "the body is not UTF-8"}));
@@ -90,6 +105,10 @@ async fn handle(
     };
     match payload["type"].as_str().unwrap_or_default() {
         "url_verification" => answer(StatusCode::OK, json!({"challenge": payload["challenge"]})),
+        "event_callback" if payload["team_id"].as_str().is_some_and(|team| team != gateway.team) => {
+            tracing::warn!(team = %payload["team_id"], "an event for another workspace is ignored");
+            answer(StatusCode::OK, json!({}))
+        }
         "event_callback" => {
             let event_id = payload["event_id"].as_str().unwrap_or_default();
             if !retry.is_empty() {

@@ -23,6 +23,8 @@ use crate::route::{route, Route, Seen, Threads, Trigger};
 const UPDATE_EVERY: Duration = Duration::from_millis(1000);
 /// What a message shows before the answer's first words.
 const PLACEHOLDER: &str = "_…_";
+/// What a Slack user reads of a failure inside baaaht (its detail is in the logs).
+const INTERNAL: &str = "Something went wrong on the assistant's side; try again.";
 /// The most text one streaming chunk carries (Slack takes 12,000 characters per call).
 const STREAM_CHUNK_LIMIT: usize = 10_000;
 /// The size of each piece of a file sent to the daemon.
@@ -72,7 +74,7 @@ fn for_users(status: &tonic::Status) -> String {
         }
         _ => {
             tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a Slack turn");
-            "Something went wrong on the assistant's side; try again.".into()
+            INTERNAL.into()
         }
     }
 }
@@ -324,8 +326,15 @@ impl Gateway {
             daemon.sessions.send_user_message(self.as_user(route, message)),
             self.open_answer(route, channel, thread.as_ref())
         );
-        let sent = sent.map_err(sentence)?.into_inner();
         let mut output = output?;
+        let sent = match sent {
+            Ok(sent) => sent.into_inner(),
+            Err(status) => {
+                // The answer's message is up already: it says what went wrong.
+                let trouble = format!(":warning: {}", for_users(&status));
+                return self.close_answer(output, &Writing::default(), Some(trouble), route, channel, thread).await;
+            }
+        };
         if let Some(thread) = &route.thread_ts {
             self.threads.lock().unwrap_or_else(PoisonError::into_inner).answered(&route.channel, thread);
         }
@@ -337,10 +346,11 @@ impl Gateway {
             let next = tokio::time::timeout(UPDATE_EVERY, events.message());
             let event = match tokio::time::timeout_at(deadline, next).await {
                 Err(_) => {
-                    break Some(
-                        ":hourglass: The answer is taking long; it will be in the conversation when it is done."
-                            .to_string(),
-                    )
+                    break Some(format!(
+                        ":hourglass: No answer after {} minutes; the gateway stopped waiting. Ask again, or read the \
+                         conversation in another baaaht client later.",
+                        TURN_LIMIT.as_secs() / 60
+                    ))
                 }
                 Ok(Err(_)) => None,
                 Ok(Ok(Ok(Some(event)))) => Some(event),
@@ -362,13 +372,24 @@ impl Gateway {
                         writing.text = reply.content;
                         break None;
                     }
-                    Some(Event::Error(error)) => break Some(format!(":warning: {}", error.message)),
+                    Some(Event::Error(error)) if error.for_users => break Some(format!(":warning: {}", error.message)),
+                    Some(Event::Error(error)) => {
+                        tracing::warn!(message = %error.message, "the turn failed");
+                        break Some(format!(":warning: {INTERNAL}"));
+                    }
                     _ => {}
                 }
             }
             // The throttle counts from an update sent, so the first words go at once.
-            if last_update.elapsed() >= UPDATE_EVERY && self.show(&mut output, &mut writing, channel).await? {
-                last_update = Instant::now();
+            if last_update.elapsed() >= UPDATE_EVERY {
+                match self.show(&mut output, &mut writing, channel).await {
+                    Ok(true) => last_update = Instant::now(),
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "Slack refused an update; the answer is written when it is done");
+                        last_update = Instant::now();
+                    }
+                }
             }
         };
         self.close_answer(output, &writing, trouble, route, channel, thread).await
@@ -432,19 +453,42 @@ impl Gateway {
                     status.clone_from(&writing.status);
                 }
                 // Deltas only add to the text; the reply replaces it only at the end.
-                let new = writing.text.strip_prefix(streamed.as_str()).unwrap_or_default();
-                if !new.is_empty() {
-                    chunks.push(SlackStreamChunk::MarkdownText { text: new.to_string() });
-                }
-                if chunks.is_empty() {
+                let new = writing.text.strip_prefix(streamed.as_str()).unwrap_or_default().to_string();
+                if new.is_empty() && chunks.is_empty() {
                     return Ok(false);
                 }
-                let append = SlackApiChatAppendStreamRequest::new(channel.clone(), ts.clone()).with_chunks(chunks);
-                patiently("chat.appendStream", || session.chat_append_stream(&append)).await.map_err(slack_error)?;
+                self.append(ts, channel, chunks, &new).await?;
                 streamed.clone_from(&writing.text);
             }
         }
         Ok(true)
+    }
+
+    /// Appends `chunks` and the markdown `text` to the stream `ts`, in as many calls as
+    /// Slack's limit per call takes.
+    async fn append(
+        &self,
+        ts: &SlackTs,
+        channel: &SlackChannelId,
+        mut chunks: Vec<SlackStreamChunk>,
+        text: &str,
+    ) -> Result<(), GatewayError> {
+        let session = self.slack.open_session(&self.bot_token);
+        let mut parts = pieces(text, STREAM_CHUNK_LIMIT).into_iter().peekable();
+        loop {
+            if let Some(part) = parts.next() {
+                chunks.push(SlackStreamChunk::MarkdownText { text: part });
+            }
+            if chunks.is_empty() {
+                return Ok(());
+            }
+            let append = SlackApiChatAppendStreamRequest::new(channel.clone(), ts.clone())
+                .with_chunks(std::mem::take(&mut chunks));
+            patiently("chat.appendStream", || session.chat_append_stream(&append)).await.map_err(slack_error)?;
+            if parts.peek().is_none() {
+                return Ok(());
+            }
+        }
     }
 
     /// Writes the whole answer (and `trouble`, when it did not finish): the stream stopped with
@@ -472,15 +516,12 @@ impl Gateway {
                 if let Some(trouble) = &trouble {
                     rest.push_str(&format!("\n\n{trouble}"));
                 }
-                let mut chunks = vec![];
-                if !status.is_empty() {
-                    chunks.push(status_chunk(&status, SlackTaskCardStatus::Complete));
+                if !rest.is_empty() {
+                    self.append(&ts, channel, vec![], &rest).await?;
                 }
-                for part in mrkdwn::split(&rest, STREAM_CHUNK_LIMIT) {
-                    chunks.push(SlackStreamChunk::MarkdownText { text: part });
-                }
+                let done = (!status.is_empty()).then(|| vec![status_chunk(&status, SlackTaskCardStatus::Complete)]);
                 let stop = SlackApiChatStopStreamRequest::new(channel.clone(), ts, SlackMessageContent::new())
-                    .opt_chunks((!chunks.is_empty()).then_some(chunks));
+                    .opt_chunks(done);
                 patiently("chat.stopStream", || session.chat_stop_stream(&stop)).await.map_err(slack_error)?;
             }
             Output::Update { ts, .. } => {
@@ -506,6 +547,23 @@ impl Gateway {
         }
         Ok(())
     }
+}
+
+/// `text` in pieces of at most `limit` bytes, cut at character boundaries only (streamed
+/// deltas join up exactly as they came).
+fn pieces(text: &str, limit: usize) -> Vec<String> {
+    let mut pieces = vec![];
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(limit.max(4));
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (piece, after) = rest.split_at(end);
+        pieces.push(piece.to_string());
+        rest = after;
+    }
+    pieces
 }
 
 fn slack_error(error: slack_morphism::errors::SlackClientError) -> GatewayError {
@@ -583,5 +641,19 @@ fn agent_name(agent: i32) -> &'static str {
         v1::AgentRole::Coder => "coder",
         v1::AgentRole::Memory => "memory",
         _ => "agent",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_text_is_cut_at_character_boundaries_and_joins_up_exactly() {
+        let text = "ab é  \n".repeat(3);
+        let cut = pieces(&text, 5);
+        assert!(cut.iter().all(|piece| piece.len() <= 5), "{cut:?}");
+        assert_eq!(cut.concat(), text);
+        assert!(pieces("", 5).is_empty());
     }
 }

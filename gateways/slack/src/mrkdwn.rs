@@ -108,7 +108,10 @@ pub fn from_markdown(markdown: &str) -> String {
                 continue;
             }
             Event::End(TagEnd::Item) => {}
-            Event::Start(Tag::Link { dest_url, .. }) => {
+            // Only web and mail links: `<!channel|x>` or `<@U1|x>` would ping people.
+            Event::Start(Tag::Link { dest_url, .. })
+                if ["http://", "https://", "mailto:"].iter().any(|scheme| dest_url.starts_with(scheme)) =>
+            {
                 link = Some(dest_url.to_string());
                 out.push('<');
                 out.push_str(&dest_url.replace('|', "%7C").replace('>', "%3E"));
@@ -133,9 +136,8 @@ pub fn from_markdown(markdown: &str) -> String {
             }
             Event::End(TagEnd::TableCell) => out.push_str(" | "),
             Event::Text(text) => {
-                if in_code_block {
-                    out.push_str(&text);
-                } else if link.is_some() {
+                // Slack reads `<!channel>` even in a code block; its entities show as the characters.
+                if link.is_some() && !in_code_block {
                     out.push_str(&escape(&text).replace('|', "¦"));
                 } else {
                     out.push_str(&escape(&text));
@@ -206,13 +208,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn nothing_the_model_writes_pings_people() {
+        let written = from_markdown("[hi](!channel) <!here> `<!everyone>`\n\n```\n<@U1>\n```\n");
+        assert!(!written.contains("<!") && !written.contains("<@"), "{written}");
+        assert!(written.starts_with("hi &lt;!here&gt;"), "{written}");
+    }
+
+    #[test]
     fn markdown_becomes_mrkdwn() {
         let markdown = "# Plan\n\nSome **bold**, _italic_, ~~gone~~ and `a<b` & [docs](https://example.com/a?b=1).\n\n\
                         - one\n- two\n  1. first\n  2. second\n\n> quoted\n\n```rust\nlet x = a < b;\n```\n";
         assert_eq!(
             from_markdown(markdown),
             "*Plan*\n\nSome *bold*, _italic_, ~gone~ and `a&lt;b` &amp; <https://example.com/a?b=1|docs>.\n\n\
-             • one\n• two\n    1. first\n    2. second\n\n> quoted\n```\nlet x = a < b;\n```"
+             • one\n• two\n    1. first\n    2. second\n\n> quoted\n```\nlet x = a &lt; b;\n```"
         );
     }
 

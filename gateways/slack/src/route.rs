@@ -76,6 +76,11 @@ pub fn route(event: &Value, team: &str, bot: &str, trigger: &Trigger, threads: &
     if user.is_empty() || user == bot || event.get("bot_id").is_some_and(|id| !id.is_null()) {
         return None;
     }
+    // A user of another workspace (a Slack Connect channel) is not this gateway's to name.
+    let user_team = [text(event, "user_team"), text(event, "team")].into_iter().find(|team| !team.is_empty());
+    if user_team.is_some_and(|user_team| user_team != team) {
+        return None;
+    }
     let channel = text(event, "channel");
     let ts = text(event, "ts");
     let thread = Some(text(event, "thread_ts")).filter(|thread| !thread.is_empty());
@@ -178,6 +183,17 @@ mod tests {
         let twin =
             json!({"type": "app_mention", "channel": "C1", "user": "U7", "text": "<@UBOT> what's up?", "ts": "2.2"});
         assert_eq!(routed(twin, &trigger, &threads), None);
+    }
+
+    #[test]
+    fn a_user_of_another_workspace_is_not_named_as_one_of_this_ones() {
+        let (trigger, threads) = (Trigger::default(), Threads::default());
+        let guest = json!({"type": "message", "channel": "C1", "user": "U9", "user_team": "T2", "team": "T2",
+            "text": "<@UBOT> hi", "ts": "3.3"});
+        assert_eq!(routed(guest, &trigger, &threads), None);
+        let own =
+            json!({"type": "message", "channel": "C1", "user": "U7", "team": "T1", "text": "<@UBOT> hi", "ts": "3.4"});
+        assert!(routed(own, &trigger, &threads).is_some());
     }
 
     #[test]

@@ -163,7 +163,7 @@ mod tests {
         assert_eq!(show(&event(Event::Reply(reply)), &mut out, &mut note), Some(Ending::Reply));
         assert_eq!(String::from_utf8_lossy(&out), "Hello\n");
         assert_eq!(String::from_utf8_lossy(&note), "  → coder: write it\n");
-        let failed = event(Event::Error(v1::TurnError { message: "no model".into() }));
+        let failed = event(Event::Error(v1::TurnError { message: "no model".into(), for_users: false }));
         assert_eq!(show(&failed, &mut out, &mut note), Some(Ending::Failed("no model".into())));
     }
 

@@ -930,7 +930,7 @@ mod tests {
         let mut app = App::new("user:alice");
         app.handle(event("t1", Event::TextDelta(v1::TextDelta { text: "…".into(), ..Default::default() })));
         assert_eq!(app.handle(Input::Key(Key::CtrlC)), [Action::Cancel { turn: "t1".into() }]);
-        app.handle(event("t1", Event::Error(v1::TurnError { message: "cancelled".into() })));
+        app.handle(event("t1", Event::Error(v1::TurnError { message: "cancelled".into(), for_users: true })));
         assert!(app.handle(Input::Key(Key::CtrlC)).is_empty(), "the first one only warns");
         assert!(matches!(app.blocks.last(), Some(Block::Info { text }) if text.contains("again to quit")));
         assert_eq!(app.handle(Input::Key(Key::CtrlC)), [Action::Quit]);
