@@ -114,15 +114,7 @@ pub fn sniff(head: &[u8], declared: &str) -> String {
     }
 }
 
-/// A size as people read it: `512 bytes`, `12.3 KB`, `4.0 MB`.
-pub fn human_size(bytes: u64) -> String {
-    match bytes {
-        0..1_000 => format!("{bytes} bytes"),
-        1_000..1_000_000 => format!("{:.1} KB", bytes as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1} MB", bytes as f64 / 1e6),
-        _ => format!("{:.1} GB", bytes as f64 / 1e9),
-    }
-}
+pub use baaaht_proto::human_size;
 
 /// The line a message gets for each file it shares: what the agents read. The type is the
 /// sender's to give, so only a type's characters of it are kept.

@@ -32,6 +32,17 @@ pub const CONTAINER_TOKEN_ENV: &str = "BAAAHT_CONTAINER_TOKEN";
 
 /// An error and its causes as one line, "outer: inner: root", for the single place each
 /// program prints an error.
+/// A size as people read it, in decimal units: `512 bytes`, `12.3 KB`, `4.0 MB` (what the
+/// daemon and the gateways tell users of files).
+pub fn human_size(bytes: u64) -> String {
+    match bytes {
+        0..1_000 => format!("{bytes} bytes"),
+        1_000..1_000_000 => format!("{:.1} KB", bytes as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", bytes as f64 / 1e6),
+        _ => format!("{:.1} GB", bytes as f64 / 1e9),
+    }
+}
+
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

@@ -2,6 +2,7 @@
 //! hosts, so the token never goes anywhere else — at most `max` bytes each, for the daemon to
 //! store in the session's `uploads/`.
 
+use baaaht_proto::human_size;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -53,7 +54,11 @@ impl Files {
         let mime_type = file["mimetype"].as_str().unwrap_or_default().to_string();
         let size = file["size"].as_u64().unwrap_or_default();
         if size > self.max {
-            return Err(format!("{name} is {}, more than the {} a file may be.", human(size), human(self.max)));
+            return Err(format!(
+                "{name} is {}, more than the {} a file may be.",
+                human_size(size),
+                human_size(self.max)
+            ));
         }
         let Some(url) = file["url_private_download"].as_str().or(file["url_private"].as_str()) else {
             return Err(format!("{name} cannot be downloaded (a file kept outside Slack?); attach a copy."));
@@ -80,20 +85,11 @@ impl Files {
         let bytes = match limited.collect().await {
             Ok(body) => body.to_bytes(),
             Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                return Err(format!("{name} is more than the {} a file may be.", human(self.max)));
+                return Err(format!("{name} is more than the {} a file may be.", human_size(self.max)));
             }
             Err(error) => return Err(failed(error.to_string())),
         };
         Ok(Downloaded { name, mime_type, bytes })
-    }
-}
-
-/// A size as people read it.
-fn human(bytes: u64) -> String {
-    if bytes >= 1_000_000 {
-        format!("{:.1} MB", bytes as f64 / 1e6)
-    } else {
-        format!("{:.1} KB", bytes as f64 / 1e3)
     }
 }
 
