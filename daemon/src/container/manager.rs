@@ -724,6 +724,12 @@ impl ContainerManager {
         }
         for entry in &inventory.containers {
             if !found.iter().any(|container| container.id == entry.id) {
+                if started_here.contains(&entry.id) || started_here.contains(&entry.name) {
+                    // Created after the engine was listed: it is starting, and its run folder is
+                    // about to be mounted.
+                    kept.push(entry.clone());
+                    continue;
+                }
                 report.forgotten.push(entry.name.clone());
                 self.listeners.remove_container(&entry.name);
                 self.slots.release(&entry.name);
