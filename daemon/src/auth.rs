@@ -31,6 +31,9 @@ pub enum Role {
     LlmGateway,
     /// An MCP server's container: its relay carries the server's stdio over RelayMcp.
     Mcp,
+    /// A web or Slack gateway's container: it calls the daemon on its gateway socket, as the
+    /// gateway, never with a container token.
+    Gateway,
 }
 
 impl Role {
@@ -46,6 +49,7 @@ impl Role {
         Role::Tool,
         Role::LlmGateway,
         Role::Mcp,
+        Role::Gateway,
     ];
 
     /// The role whose [`Role::as_str`] is `name` (as in a container's labels).
@@ -64,6 +68,7 @@ impl Role {
             Role::Tool => "tool",
             Role::LlmGateway => "llm_gateway",
             Role::Mcp => "mcp",
+            Role::Gateway => "gateway",
         }
     }
 }

@@ -54,7 +54,10 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum GatewaysCommand {
-    /// Register a gateway; prints its socket and its token (once: only a hash is kept)
+    /// Register a gateway. The daemon runs a Slack gateway itself (in a container, or with
+    /// --mode process on the host); an external one gets its socket and token printed (once:
+    /// only a hash is kept). The gateway's own arguments follow `--`, e.g.
+    /// `baaahtd gateways add slack work --team T0123 -- --keyword baaaht`
     Add {
         /// web (users signed in with OpenID Connect) or slack (a Slack workspace's users)
         #[arg(value_parser = ["web", "slack"])]
@@ -70,6 +73,13 @@ pub enum GatewaysCommand {
         /// slack: the workspace id, e.g. T0123ABCD
         #[arg(long, value_name = "TEAM_ID", required_if_eq("kind", "slack"))]
         team: Option<String>,
+        /// Who runs it: container (the daemon, in a container reaching only Slack; slack's
+        /// default), process (the daemon, on the host) or external (you; web's default)
+        #[arg(long, value_parser = ["container", "process", "external"])]
+        mode: Option<String>,
+        /// The gateway's own arguments (baaaht-slack --help lists them)
+        #[arg(last = true, value_name = "ARGS")]
+        args: Vec<String>,
     },
     /// The registered gateways
     List,
@@ -261,22 +271,31 @@ fn setup(args: &SetupArgs, data_dir: &DataDir) -> Result<(), Failure> {
 async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Failure> {
     use baaaht_proto::v1;
     let options = baaaht_proto::client::ConnectOptions::default();
-    let print = |info: &v1::GatewayInfo| println!("{}  {}  {}…  {}", info.name, info.kind, info.namespace, info.socket);
+    let print = |info: &v1::GatewayInfo| {
+        let state = match (info.state.as_str(), info.message.as_str()) {
+            ("", _) => String::new(),
+            (state, "") => format!("  {state}"),
+            (state, why) => format!("  {state}: {why}"),
+        };
+        println!("{}  {}  {}  {}…  {}{state}", info.name, info.kind, info.mode, info.namespace, info.socket);
+    };
     match baaaht_proto::client::connect(&data_dir.socket_path(), options).await {
         Ok(mut client) => {
             let status = |status: tonic::Status| Failure::Gateway(status.message().to_string());
             match command {
-                GatewaysCommand::Add { kind, name, issuer, audience, team } => {
+                GatewaysCommand::Add { kind, name, issuer, audience, team, mode, args } => {
                     let request = v1::AddGatewayRequest {
                         kind,
                         name,
                         issuer: issuer.unwrap_or_default(),
                         audience: audience.unwrap_or_default(),
                         team: team.unwrap_or_default(),
+                        mode: mode.unwrap_or_default(),
+                        args,
                     };
                     let added = client.admin.add_gateway(request).await.map_err(status)?.into_inner();
                     let info = added.gateway.unwrap_or_default();
-                    print_added(&info.name, &info.namespace, &info.socket, &added.token);
+                    print_added(&info.name, &info.namespace, &info.mode, &info.socket, &added.token);
                 }
                 GatewaysCommand::List => {
                     let list = client.admin.list_gateways(v1::ListGatewaysRequest {}).await.map_err(status)?;
@@ -295,7 +314,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
             let registry = crate::gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())
                 .map_err(DaemonError::from)?;
             match command {
-                GatewaysCommand::Add { kind, name, issuer, audience, team } => {
+                GatewaysCommand::Add { kind, name, issuer, audience, team, mode, args } => {
                     let kind = match kind.as_str() {
                         "web" => crate::gateways::GatewayKind::Web {
                             issuer: issuer.unwrap_or_default(),
@@ -303,9 +322,15 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                         },
                         _ => crate::gateways::GatewayKind::Slack { team: team.unwrap_or_default() },
                     };
-                    let (record, token) = registry.add(&name, kind).map_err(DaemonError::from)?;
+                    let mode = mode
+                        .as_deref()
+                        .and_then(crate::gateways::RunMode::parse)
+                        .unwrap_or_else(|| crate::gateways::RunMode::default_for(&kind));
+                    let (record, token) = registry.add(&name, kind, mode, args).map_err(DaemonError::from)?;
                     let socket = registry.socket_folder(&name).join(crate::gateways::GATEWAY_SOCKET_NAME);
-                    print_added(&record.name, &record.kind.namespace(), &socket.display().to_string(), &token);
+                    let token = if mode == crate::gateways::RunMode::External { token } else { String::new() };
+                    let socket = socket.display().to_string();
+                    print_added(&record.name, &record.kind.namespace(), mode.as_str(), &socket, &token);
                     eprintln!("baaahtd: the daemon serves it from its next start");
                 }
                 GatewaysCommand::List => {
@@ -317,6 +342,9 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                             namespace: record.kind.namespace(),
                             socket: socket.display().to_string(),
                             created: record.created.clone(),
+                            mode: record.mode.as_str().into(),
+                            args: record.args.clone(),
+                            ..v1::GatewayInfo::default()
                         });
                     }
                 }
@@ -331,9 +359,14 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
     }
 }
 
-fn print_added(name: &str, namespace: &str, socket: &str, token: &str) {
+fn print_added(name: &str, namespace: &str, mode: &str, socket: &str, token: &str) {
     println!("gateway:   {name}");
     println!("namespace: {namespace}…");
+    println!("mode:      {mode}");
+    if token.is_empty() {
+        eprintln!("baaahtd: the daemon runs it; `baaahtd gateways list` shows how it is doing");
+        return;
+    }
     println!("socket:    {socket}");
     println!("token:     {token}");
     eprintln!(

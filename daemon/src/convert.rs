@@ -41,7 +41,7 @@ pub fn role_ref(role: Role) -> v1::AgentRole {
         Role::Coder => v1::AgentRole::Coder,
         Role::Memory => v1::AgentRole::Memory,
         Role::Heartbeat => v1::AgentRole::Heartbeat,
-        Role::Tool | Role::LlmGateway | Role::Mcp => v1::AgentRole::Tool,
+        Role::Tool | Role::LlmGateway | Role::Mcp | Role::Gateway => v1::AgentRole::Tool,
     }
 }
 

@@ -2,8 +2,9 @@
 //! `orchestrator.health_check.interval` the daemon probes each connected agent and tool runner
 //! over its own stream (the probe travels beside the work, so a busy container still answers;
 //! only a stuck one fails), counts failures in a row, and after `failure_threshold` of them
-//! restarts the container and tells the admins (their inbox, and the log). The LLM gateway is
-//! probed by its own supervisor (`llm.rs`) through the ContainerHealth service.
+//! restarts the container and tells the admins (their inbox, and the log). The LLM gateway and
+//! the web and Slack gateways are probed by their supervisors (`llm.rs`, `gateways/supervise.rs`)
+//! through the ContainerHealth service ([`watch_service`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +20,53 @@ use crate::inbox::{Inbox, Item};
 use crate::Shared;
 
 static NEXT_PROBE: AtomicU64 = AtomicU64::new(1);
+
+/// Probes a service's ContainerHealth on `channel` every `config.interval` until
+/// `config.failure_threshold` probes in a row fail, `exited` resolves (with why), or `cancel`;
+/// returns why it stopped watching, as a sentence and as `unhealthy` or `exited`. Every answer
+/// is shown to `on_answer` (e.g. for metrics it carries).
+pub async fn watch_service(
+    channel: tonic::transport::Channel,
+    what: &str,
+    config: &crate::config::HealthCheckConfig,
+    exited: impl std::future::Future<Output = String>,
+    cancel: &CancellationToken,
+    mut on_answer: impl FnMut(&v1::HealthCheckResponse),
+) -> (String, &'static str) {
+    let mut client = v1::container_health_client::ContainerHealthClient::new(channel);
+    let interval = Duration::from_millis(config.interval.max(10));
+    let timeout = Duration::from_millis(config.timeout.max(10));
+    let threshold = config.failure_threshold.max(1);
+    let mut failures = 0;
+    let mut exited = std::pin::pin!(exited);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return ("the daemon is stopping".into(), "exited"),
+            reason = &mut exited => return (reason, "exited"),
+            () = tokio::time::sleep(interval) => {}
+        }
+        let check = client.health_check(probe_request(what));
+        let problem = match tokio::time::timeout(timeout, check).await {
+            Ok(Ok(response)) => {
+                let response = response.into_inner();
+                on_answer(&response);
+                (response.status == "unhealthy").then(|| format!("health check failed: {}", response.message))
+            }
+            Ok(Err(status)) => Some(format!("health check failed: {}", status.message())),
+            Err(_) => Some(format!("health check got no answer within {} ms", timeout.as_millis())),
+        };
+        match problem {
+            None => failures = 0,
+            Some(problem) => {
+                failures += 1;
+                tracing::warn!(failures, threshold, %problem, service = what, "a health check failed");
+                if failures >= threshold {
+                    return (format!("{problem} ({failures} checks in a row)"), "unhealthy");
+                }
+            }
+        }
+    }
+}
 
 /// A fresh probe for `container`.
 pub fn probe_request(container: &str) -> v1::HealthCheckRequest {

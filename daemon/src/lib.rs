@@ -155,6 +155,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// The registered gateways (web, Slack).
     pub gateways: Arc<gateways::Registry>,
+    /// The gateways the daemon runs itself.
+    pub supervisors: Arc<gateways::supervise::Supervisors>,
     /// Channel identities → canonical users.
     pub identities: Arc<identities::Identities>,
     pub groups: Arc<groups::Groups>,
@@ -392,6 +394,20 @@ impl Daemon {
         let loaded_idle_after = loaded.config.sessions.idle_after;
         let notifier = Arc::new(health::Notifier::new(inbox.clone(), loaded.config.system.admin_users.clone()));
         llm.tell_admins_through(notifier.clone());
+        let supervisors = Arc::new(gateways::supervise::Supervisors::new(gateways::supervise::Supervision {
+            containers: containers.clone(),
+            listeners: listeners.clone(),
+            engine: engine_rx.clone(),
+            binaries_dir: binaries.clone(),
+            gateways_dir: data_dir.gateways_dir(),
+            health: loaded.config.orchestrator.health_check.clone(),
+            web: web.clone(),
+            audit: audit.clone(),
+            metrics: metrics.clone(),
+            notifier: notifier.clone(),
+            cancel: cancel.clone(),
+            tracker: tracker.clone(),
+        }));
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -422,6 +438,7 @@ impl Daemon {
             secrets,
             shutdown: cancel.clone(),
             gateways,
+            supervisors,
             identities,
             groups,
             oidc,
@@ -465,8 +482,11 @@ impl Daemon {
         for gateway in shared.gateways.list() {
             let folder = shared.gateways.socket_folder(&gateway.name);
             let name = gateway.name.clone();
-            match shared.listeners.add_gateway(gateway, folder) {
-                Ok(path) => tracing::info!(gateway = %name, socket = %path.display(), "serving a gateway"),
+            match shared.listeners.add_gateway(gateway.clone(), folder) {
+                Ok(path) => {
+                    tracing::info!(gateway = %name, socket = %path.display(), mode = gateway.mode.as_str(), "serving a gateway");
+                    shared.supervisors.start(gateway);
+                }
                 Err(error) => tracing::error!(gateway = %name, %error, "cannot serve a gateway's socket"),
             }
         }

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use baaaht_proto::client::Backoff;
 use baaaht_proto::v1;
-use baaaht_proto::v1::container_health_client::ContainerHealthClient;
 use baaaht_proto::v1::llm_gateway_client::LlmGatewayClient;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -536,54 +535,23 @@ impl LlmGateway {
         instance: &mut Instance,
         cancel: &CancellationToken,
     ) -> (String, &'static str) {
-        let mut client = ContainerHealthClient::new(channel);
-        let interval = Duration::from_millis(self.health.interval.max(10));
-        let timeout = Duration::from_millis(self.health.timeout.max(10));
-        let threshold = self.health.failure_threshold.max(1);
-        let mut failures = 0;
-        loop {
-            let exited = async {
-                match instance {
-                    Instance::Process(child) => child.wait().await,
-                    Instance::Container(_) => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = cancel.cancelled() => return ("the daemon is stopping".into(), "exited"),
-                status = exited => {
-                    let reason = match status {
-                        Ok(status) => format!("the gateway process exited ({status})"),
-                        Err(error) => format!("cannot wait for the gateway process: {error}"),
-                    };
-                    return (reason, "exited");
-                }
-                () = tokio::time::sleep(interval) => {}
+        let exited = async {
+            match instance {
+                Instance::Process(child) => match child.wait().await {
+                    Ok(status) => format!("the gateway process exited ({status})"),
+                    Err(error) => format!("cannot wait for the gateway process: {error}"),
+                },
+                Instance::Container(_) => std::future::pending().await,
             }
-            let check = client.health_check(crate::health::probe_request("llm-gateway"));
-            let problem = match tokio::time::timeout(timeout, check).await {
-                Ok(Ok(response)) => {
-                    let response = response.into_inner();
-                    for (key, value) in &response.metrics {
-                        if let (Some(provider), Ok(depth)) = (key.strip_prefix("queued."), value.parse::<u64>()) {
-                            self.metrics.set_llm_queue(provider, depth);
-                        }
-                    }
-                    (response.status == "unhealthy").then(|| format!("health check failed: {}", response.message))
-                }
-                Ok(Err(status)) => Some(format!("health check failed: {}", status.message())),
-                Err(_) => Some(format!("health check got no answer within {} ms", timeout.as_millis())),
-            };
-            match problem {
-                None => failures = 0,
-                Some(problem) => {
-                    failures += 1;
-                    tracing::warn!(failures, threshold, %problem, "the LLM gateway failed a health check");
-                    if failures >= threshold {
-                        return (format!("{problem} ({failures} checks in a row)"), "unhealthy");
-                    }
+        };
+        crate::health::watch_service(channel, "llm-gateway", &self.health, exited, cancel, |response| {
+            for (key, value) in &response.metrics {
+                if let (Some(provider), Ok(depth)) = (key.strip_prefix("queued."), value.parse::<u64>()) {
+                    self.metrics.set_llm_queue(provider, depth);
                 }
             }
-        }
+        })
+        .await
     }
 
     async fn stop(&self, instance: Instance, containers: &ContainerManager) {

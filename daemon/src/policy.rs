@@ -212,7 +212,7 @@ impl Policy {
             Role::Coder => &["read_file", "write_file", "edit_file", "list_dir", "grep", "find", "exec"],
             Role::Memory => &["read_file", "write_file"],
             Role::Heartbeat => &["read_file", "web_search", "web_fetch", "message"],
-            Role::Assistant | Role::Tool | Role::LlmGateway | Role::Mcp => &[],
+            Role::Assistant | Role::Tool | Role::LlmGateway | Role::Mcp | Role::Gateway => &[],
         }
     }
 

@@ -304,6 +304,11 @@ impl ListenerSet {
         }
     }
 
+    /// The endpoint of gateway `name`, while its socket is served.
+    pub fn gateway_endpoint(&self, name: &str) -> Option<Arc<GatewayEndpoint>> {
+        self.gateways.lock().unwrap_or_else(PoisonError::into_inner).get(name).map(|gateway| gateway.endpoint.clone())
+    }
+
     /// The gateway whose token this is, if any (to explain a token sent to the wrong socket).
     pub fn find_gateway_token(&self, presented: &str) -> Option<Arc<GatewayEndpoint>> {
         let gateways = self.gateways.lock().unwrap_or_else(PoisonError::into_inner);

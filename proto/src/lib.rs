@@ -5,6 +5,7 @@
 //! This crate owns no policy: it never decides who may call what.
 
 pub mod client;
+pub mod lifecycle;
 pub mod selftest;
 
 /// Generated protobuf types and tonic stubs for `baaaht.v1`.

@@ -1,5 +1,5 @@
 //! A fake Slack workspace (the Slack seam's test double): the Web API methods the gateway calls,
-//! over HTTP on loopback, and Socket Mode over a WebSocket on loopback. Its wire format is proved
+//! over HTTP on loopback, and Socket Mode over a WebSocket (`/link`) on the same port. Its wire format is proved
 //! by driving it with Slack's official Python SDK (`tests/tests/slack.rs`), so it is not just
 //! agreeing with our own client.
 //!
@@ -59,6 +59,8 @@ struct State {
     files: Mutex<HashMap<String, Vec<u8>>>,
     /// Whether the workspace has Slack's streaming API (chat.startStream …).
     streaming: std::sync::atomic::AtomicBool,
+    /// Whether Socket Mode is down: connections closed, apps.connections.open refused.
+    offline: std::sync::atomic::AtomicBool,
     next: AtomicU64,
     changes: Option<watch::Sender<u64>>,
 }
@@ -91,20 +93,19 @@ impl std::fmt::Debug for FakeSlack {
 }
 
 impl FakeSlack {
-    /// Starts a workspace `team` on two loopback ports (Web API, Socket Mode).
+    /// Starts a workspace `team` on a loopback port (the Web API under `/api`, Socket Mode at
+    /// `/link`).
     pub async fn start(team: &str) -> std::io::Result<FakeSlack> {
         let api = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let sockets = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let (sender, changes) = watch::channel(0);
         let state = Arc::new(State {
             team: team.into(),
             api: format!("http://{}/api", api.local_addr()?),
-            socket_mode: format!("ws://{}/link", sockets.local_addr()?),
+            socket_mode: format!("ws://{}/link", api.local_addr()?),
             changes: Some(sender),
             ..State::default()
         });
         tokio::spawn(serve_api(api, state.clone()));
-        tokio::spawn(serve_socket_mode(sockets, state.clone()));
         Ok(FakeSlack { state, changes })
     }
 
@@ -180,6 +181,18 @@ impl FakeSlack {
         self.send(&frame).then_some(envelope_id)
     }
 
+    /// Takes Socket Mode down (every connection closed, none opened) or, with `false`, up again.
+    pub fn set_offline(&self, offline: bool) {
+        self.state.offline.store(offline, Ordering::SeqCst);
+        if offline {
+            let connections = self.state.connections.lock().unwrap_or_else(PoisonError::into_inner);
+            for connection in connections.iter() {
+                // silent-ok: a connection already gone needs no close.
+                let _ = connection.send(Message::Close(None));
+            }
+        }
+    }
+
     /// Asks the client to reconnect, as Slack does before it recycles a connection.
     pub fn disconnect(&self, reason: &str) -> bool {
         self.send(&json!({"type": "disconnect", "reason": reason, "debug_info": {"host": "fake-applink"}}))
@@ -224,8 +237,8 @@ impl FakeSlack {
             "mimetype": mimetype,
             "filetype": name.rsplit('.').next().unwrap_or_default(),
             "size": size,
-            "url_private": format!("{}/files/{id}/{name}", self.state.api),
-            "url_private_download": format!("{}/files/{id}/download/{name}", self.state.api),
+            "url_private": format!("{}/files/{id}/{}", self.state.api, name.replace(' ', "%20")),
+            "url_private_download": format!("{}/files/{id}/download/{}", self.state.api, name.replace(' ', "%20")),
         })
     }
 }
@@ -241,6 +254,7 @@ async fn serve_api(listener: tokio::net::TcpListener, state: Arc<State>) {
             // silent-ok: a client that hangs up ends its connection.
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .with_upgrades()
                 .await;
         });
     }
@@ -285,8 +299,35 @@ fn form(text: &str) -> Value {
     Value::Object(params)
 }
 
-async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -> Response {
+async fn answer(state: &Arc<State>, mut request: hyper::Request<hyper::body::Incoming>) -> Response {
     let path = request.uri().path().to_string();
+    if path == "/link" {
+        let Some(key) = request.headers().get("sec-websocket-key").cloned() else {
+            return respond(400, json!({"ok": false, "error": "not a WebSocket handshake"}));
+        };
+        let upgrade = hyper::upgrade::on(&mut request);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let Ok(upgraded) = upgrade.await else { return };
+            let socket = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                hyper_util::rt::TokioIo::new(upgraded),
+                tokio_tungstenite::tungstenite::protocol::Role::Server,
+                None,
+            )
+            .await;
+            socket_mode_session(socket, state).await;
+        });
+        return hyper::Response::builder()
+            .status(101)
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header(
+                "sec-websocket-accept",
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()),
+            )
+            .body(Full::new(Bytes::new()))
+            .unwrap_or_default();
+    }
     let query = request.uri().query().unwrap_or_default().to_string();
     let token = request
         .headers()
@@ -366,6 +407,9 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
     let text = |key: &str| params[key].as_str().unwrap_or_default().to_string();
     let channel = text("channel");
     let body = match method.as_str() {
+        "apps.connections.open" if state.offline.load(Ordering::SeqCst) => {
+            json!({"ok": false, "error": "internal_error"})
+        }
         "apps.connections.open" => {
             json!({"ok": true, "url": format!("{}?ticket={}", state.socket_mode, state.ts())})
         }
@@ -402,54 +446,48 @@ async fn answer(state: &State, request: hyper::Request<hyper::body::Incoming>) -
     respond(200, body)
 }
 
-async fn serve_socket_mode(listener: tokio::net::TcpListener, state: Arc<State>) {
-    while let Ok((stream, _)) = listener.accept().await {
-        let state = state.clone();
-        tokio::spawn(async move {
-            let Ok(socket) = tokio_tungstenite::accept_async(stream).await else { return };
-            let (mut sink, mut source) = socket.split();
-            let (outgoing, mut queued) = mpsc::unbounded_channel::<Message>();
-            let hello = json!({
-                "type": "hello", "num_connections": 1, "connection_info": {"app_id": APP_ID},
-                "debug_info": {"host": "fake-applink", "build_number": 1, "approximate_connection_time": 18060},
-            });
-            if sink.send(Message::text(hello.to_string())).await.is_err() {
-                return;
-            }
-            state.connections.lock().unwrap_or_else(PoisonError::into_inner).push(outgoing.clone());
-            state.opened.fetch_add(1, Ordering::SeqCst);
-            state.changed();
-            loop {
-                tokio::select! {
-                    frame = queued.recv() => match frame {
-                        Some(frame) => if sink.send(frame).await.is_err() { break },
-                        None => break,
-                    },
-                    incoming = source.next() => match incoming {
-                        Some(Ok(Message::Text(text))) => {
-                            if let Ok(ack) = serde_json::from_str::<Value>(&text) {
-                                if ack.get("envelope_id").is_some() {
-                                    state.acks.lock().unwrap_or_else(PoisonError::into_inner).push(ack);
-                                    state.changed();
-                                }
-                            }
-                        }
-                        Some(Ok(Message::Ping(payload))) => {
-                            if sink.send(Message::Pong(payload)).await.is_err() { break }
-                        }
-                        Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
-                        Some(Ok(_)) => {}
-                    },
-                }
-            }
-            state
-                .connections
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .retain(|open| !open.same_channel(&outgoing));
-            state.changed();
-        });
+/// One Socket Mode connection: hello, then the frames the test sends; acks are recorded.
+async fn socket_mode_session<S>(socket: tokio_tungstenite::WebSocketStream<S>, state: Arc<State>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut sink, mut source) = socket.split();
+    let (outgoing, mut queued) = mpsc::unbounded_channel::<Message>();
+    let hello = json!({
+        "type": "hello", "num_connections": 1, "connection_info": {"app_id": APP_ID},
+        "debug_info": {"host": "fake-applink", "build_number": 1, "approximate_connection_time": 18060},
+    });
+    if sink.send(Message::text(hello.to_string())).await.is_err() {
+        return;
     }
+    state.connections.lock().unwrap_or_else(PoisonError::into_inner).push(outgoing.clone());
+    state.opened.fetch_add(1, Ordering::SeqCst);
+    state.changed();
+    loop {
+        tokio::select! {
+            frame = queued.recv() => match frame {
+                Some(frame) => if sink.send(frame).await.is_err() { break },
+                None => break,
+            },
+            incoming = source.next() => match incoming {
+                Some(Ok(Message::Text(text))) => {
+                    if let Ok(ack) = serde_json::from_str::<Value>(&text) {
+                        if ack.get("envelope_id").is_some() {
+                            state.acks.lock().unwrap_or_else(PoisonError::into_inner).push(ack);
+                            state.changed();
+                        }
+                    }
+                }
+                Some(Ok(Message::Ping(payload))) => {
+                    if sink.send(Message::Pong(payload)).await.is_err() { break }
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    state.connections.lock().unwrap_or_else(PoisonError::into_inner).retain(|open| !open.same_channel(&outgoing));
+    state.changed();
 }
 
 // The real gateway against the fake: what the e2e tests and `baaaht-bench slack` share.
@@ -496,6 +534,7 @@ pub fn gateway_with(
             kind: "slack".into(),
             name: "work".into(),
             team: fake.team(),
+            mode: "external".into(),
             ..Default::default()
         };
         host.admin.add_gateway(request).await.expect("AddGateway").into_inner()

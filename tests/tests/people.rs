@@ -40,8 +40,13 @@ async fn add_gateway(host: &mut Client, request: v1::AddGatewayRequest) -> Gatew
 }
 
 async fn slack_gateway(host: &mut Client, name: &str, team: &str) -> Gateway {
-    let request =
-        v1::AddGatewayRequest { kind: "slack".into(), name: name.into(), team: team.into(), ..Default::default() };
+    let request = v1::AddGatewayRequest {
+        kind: "slack".into(),
+        name: name.into(),
+        team: team.into(),
+        mode: "external".into(),
+        ..Default::default()
+    };
     add_gateway(host, request).await
 }
 
@@ -464,6 +469,7 @@ fn a_gateway_names_only_its_own_users_and_its_token_works_only_on_its_socket() {
                     kind: "slack".into(),
                     name: "x".into(),
                     team: "T9".into(),
+                    mode: "external".into(),
                     ..Default::default()
                 },
             ))

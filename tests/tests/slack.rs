@@ -476,3 +476,147 @@ fn where_slack_streams_the_answer_is_a_streamed_message_in_the_thread() {
     assert_eq!(fake.streamed_text(ts), "echo: user-u7: stream this");
     assert!(fake.calls_of("chat.postMessage").is_empty() && fake.calls_of("chat.update").is_empty());
 }
+
+/// Registers the Slack gateway `work` for the fake's workspace, run by the daemon in `mode`
+/// with `args`; the registration's answer.
+fn run_by_daemon(
+    rt: &tokio::runtime::Runtime,
+    daemon: &baaaht_tests::TestDaemon,
+    fake: &FakeSlack,
+    mode: &str,
+    args: &[&str],
+) -> v1::AddGatewayResponse {
+    rt.block_on(async {
+        let mut host = scenario::host_client(daemon).await.expect("host client");
+        let mut all = vec!["--api-url".to_string(), fake.api_url()];
+        all.extend(args.iter().map(|arg| arg.to_string()));
+        let request = v1::AddGatewayRequest {
+            kind: "slack".into(),
+            name: "work".into(),
+            team: fake.team(),
+            mode: mode.into(),
+            args: all,
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    })
+}
+
+/// Pushes a DM and waits for its answer.
+async fn answered(fake: &FakeSlack, daemon: &baaaht_tests::TestDaemon, text: &str, event_id: &str, ts: &str) {
+    fake.push_event(dm("U7", text, ts), event_id, 0).expect("sent");
+    let wanted = format!("echo: {text}");
+    let shown = fake.wait_for(Duration::from_secs(120), |fake| shown_in(fake, "DU7").contains(&wanted)).await;
+    assert!(shown, "no answer to `{text}`: {:#?}\n{}", shown_in(fake, "DU7"), daemon.log_text());
+}
+
+/// The pids of the `baaaht-slack` processes serving `data_dir`'s gateways.
+fn gateway_pids(data_dir: &std::path::Path) -> Vec<u32> {
+    let needle = data_dir.join("data/gateways").display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.contains("baaaht-slack") && cmdline.contains(&needle)).then_some(pid)
+        })
+        .collect()
+}
+
+async fn gateway_state(daemon: &baaaht_tests::TestDaemon) -> v1::GatewayInfo {
+    let mut host = scenario::host_client(daemon).await.expect("host client");
+    let list = host.admin.list_gateways(v1::ListGatewaysRequest {}).await.expect("ListGateways").into_inner();
+    list.gateways.into_iter().find(|info| info.name == "work").expect("gateway work")
+}
+
+#[test]
+fn the_daemon_runs_the_gateway_and_restarts_it_when_it_dies_or_fails_its_health_checks() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let mut options = slack_options();
+    options.env.extend([
+        ("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL".into(), "200".into()),
+        ("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__TIMEOUT".into(), "500".into()),
+    ]);
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let added = run_by_daemon(&rt, &daemon, &fake, "process", &["--unhealthy-after", "1"]);
+    assert!(added.token.is_empty(), "a gateway the daemon runs needs no token of its own");
+    assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("process"));
+    rt.block_on(async {
+        let connected = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await;
+        assert!(connected, "the daemon's gateway did not connect\n{}", daemon.log_text());
+        answered(&fake, &daemon, "first", "EvP1", "1760000200.000100").await;
+        assert_eq!(gateway_state(&daemon).await.state, "running");
+
+        // The process dies: the daemon starts another, which answers.
+        let pids = gateway_pids(&daemon.data_dir);
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let killed = std::process::Command::new("kill").args(["-9", &pids[0].to_string()]).status().expect("kill");
+        assert!(killed.success());
+        let back = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 2).await;
+        assert!(back, "the gateway was not restarted\n{}", daemon.log_text());
+        answered(&fake, &daemon, "second", "EvP2", "1760000200.000200").await;
+        assert!(daemon.log_text().contains("the gateway process exited"), "{}", daemon.log_text());
+
+        // Slack goes away: the gateway says it is unhealthy, and after 3 failed checks the
+        // daemon restarts it; the new one connects once Slack is back.
+        let before = fake.calls_of("auth.test").len();
+        fake.set_offline(true);
+        let restarted = fake.wait_for(Duration::from_secs(60), |fake| fake.calls_of("auth.test").len() > before).await;
+        assert!(restarted, "no restart after failed health checks\n{}", daemon.log_text());
+        let log = daemon.log_text();
+        assert!(log.contains("3 checks in a row") && log.contains("no connection to Slack for"), "{log}");
+        fake.set_offline(false);
+        let back = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 3).await;
+        assert!(back, "no connection after Slack came back\n{}", daemon.log_text());
+        answered(&fake, &daemon, "third", "EvP3", "1760000200.000300").await;
+        let pids = gateway_pids(&daemon.data_dir);
+        assert_eq!(pids.len(), 1, "one gateway process at a time: {pids:?}");
+    });
+    // No Slack token is in the gateway's environment: it asked the daemon for them.
+    let pid = gateway_pids(&daemon.data_dir)[0];
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(!environ.contains("xoxb-") && !environ.contains("xapp-"), "{environ}");
+    assert!(fake.calls_of("chat.postMessage").iter().all(|call| call.token == "xoxb-1-work"));
+}
+
+#[test]
+fn in_its_container_the_gateway_reaches_slack_only_through_the_daemon() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let port = fake.api_url().split(':').nth(2).and_then(|rest| rest.split('/').next()).unwrap_or_default().to_string();
+    let mut options = slack_options();
+    // The fake is on loopback, which the egress filter lets in only when told to.
+    options.env.push(("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{port}\"]")));
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let added = run_by_daemon(&rt, &daemon, &fake, "container", &[]);
+    assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("container"));
+    rt.block_on(async {
+        let connected = fake.wait_for(Duration::from_secs(120), |fake| fake.connections_opened() >= 1).await;
+        assert!(connected, "the gateway's container did not connect\n{}", daemon.log_text());
+        answered(&fake, &daemon, "from a container", "EvC1", "1760000300.000100").await;
+        assert_eq!(gateway_state(&daemon).await.state, "running");
+    });
+    let containers: Vec<String> =
+        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-gateway-")).collect();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let network =
+        baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
+    assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
+    assert!(gateway_pids(&daemon.data_dir).is_empty(), "no gateway on the host");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let query = v1::AuditQuery { kind: "egress".into(), ..Default::default() };
+        let records = host.admin.search_audit(query).await.expect("SearchAudit").into_inner().records;
+        let tunnels: Vec<_> = records.iter().filter(|record| record.principal == "gateway:work").collect();
+        assert!(!tunnels.is_empty(), "{records:#?}");
+        assert!(tunnels.iter().all(|record| record.outcome == "allowed"), "{tunnels:#?}");
+        // Removed: the container goes, and so does its connection.
+        host.admin.remove_gateway(v1::GatewayRef { name: "work".into() }).await.expect("RemoveGateway");
+    });
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    assert!(!running.contains(&containers[0]), "{running}");
+}

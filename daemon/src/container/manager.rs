@@ -192,9 +192,10 @@ impl Slots {
         (self.max as usize).saturating_sub(self.semaphore.available_permits())
     }
 
-    /// A slot for a container of `role`; the LLM gateway needs none (everything waits on it).
+    /// A slot for a container of `role`; the LLM gateway needs none (everything waits on it),
+    /// nor do the web and Slack gateways (the way in).
     async fn take(&self, role: Role) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ContainerError> {
-        if role == Role::LlmGateway {
+        if matches!(role, Role::LlmGateway | Role::Gateway) {
             return Ok(None);
         }
         if let Ok(permit) = self.semaphore.clone().try_acquire_owned() {

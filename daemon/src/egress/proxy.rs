@@ -146,6 +146,21 @@ fn parse_allowed_entry(entry: &str) -> Result<Allowed, String> {
     Ok(Allowed::Host { name: host.to_ascii_lowercase(), port })
 }
 
+/// Whether `host`:`port` is on `list`, whose entries are a host or `*.domain` (any name under
+/// it), each maybe with `:port` (an MCP server's `egress`, a gateway's hosts).
+pub(crate) fn listed<'a>(list: impl IntoIterator<Item = &'a str>, host: &str, port: u16) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    list.into_iter().any(|entry| {
+        let entry = entry.to_ascii_lowercase();
+        let Some((name, wanted)) = split_host_port(&entry) else { return false };
+        let name_matches = match name.strip_prefix("*.") {
+            Some(domain) => host.strip_suffix(domain).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+            None => host == name,
+        };
+        name_matches && wanted.is_none_or(|wanted| wanted == port)
+    })
+}
+
 /// `host`, `host:port`, `[v6]` or `[v6]:port`; none when the port is not a port.
 pub(crate) fn split_host_port(text: &str) -> Option<(&str, Option<u16>)> {
     if let Some(rest) = text.strip_prefix('[') {

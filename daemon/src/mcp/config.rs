@@ -111,17 +111,8 @@ impl Server {
     /// Whether the server's `egress` names `host`:`port` (`*.example.com` covers the names
     /// under example.com, not example.com itself).
     pub fn egress_allows(&self, host: &str, port: u16) -> bool {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        self.config.egress.iter().any(|entry| {
-            let entry = entry.to_ascii_lowercase();
-            // Checked when read (check_host): a host and maybe a port.
-            let Some((name, wanted)) = crate::egress::proxy::split_host_port(&entry) else { return false };
-            let name_matches = match name.strip_prefix("*.") {
-                Some(domain) => host.strip_suffix(domain).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
-                None => host == name,
-            };
-            name_matches && wanted.is_none_or(|wanted| wanted == port)
-        })
+        // Checked when read (check_host): a host and maybe a port.
+        crate::egress::proxy::listed(self.config.egress.iter().map(String::as_str), host, port)
     }
 }
 

@@ -78,6 +78,7 @@ fn group_info(id: String, record: GroupRecord) -> v1::GroupInfo {
 }
 
 fn gateway_info(shared: &Shared, record: &GatewayRecord) -> v1::GatewayInfo {
+    let state = shared.supervisors.state(&record.name).map(|state| state.describe()).unwrap_or_default();
     v1::GatewayInfo {
         name: record.name.clone(),
         kind: record.kind.as_str().into(),
@@ -89,6 +90,10 @@ fn gateway_info(shared: &Shared, record: &GatewayRecord) -> v1::GatewayInfo {
             .display()
             .to_string(),
         created: record.created.clone(),
+        mode: record.mode.as_str().into(),
+        args: record.args.clone(),
+        state: state.0.into(),
+        message: state.1,
     }
 }
 
@@ -425,13 +430,25 @@ impl v1::admin_server::Admin for AdminService {
             "slack" => GatewayKind::Slack { team: message.team },
             other => return Err(Status::invalid_argument(format!("kind `{other}`: a gateway is web or slack"))),
         };
-        let (record, token) = self.shared.gateways.add(&message.name, kind)?;
+        let mode = match message.mode.as_str() {
+            "" => crate::gateways::RunMode::default_for(&kind),
+            text => crate::gateways::RunMode::parse(text).ok_or_else(|| {
+                Status::invalid_argument(format!("mode `{text}`: use container, process or external"))
+            })?,
+        };
+        if mode != crate::gateways::RunMode::External {
+            self.shared.supervisors.check_args(&kind, &message.args).await.map_err(Status::invalid_argument)?;
+        }
+        let (record, token) = self.shared.gateways.add(&message.name, kind, mode, message.args)?;
         let folder = self.shared.gateways.socket_folder(&record.name);
         if let Err(error) = self.shared.listeners.add_gateway(record.clone(), folder) {
             // Registered but not served: take it back rather than leave a gateway that cannot connect.
             let _ = self.shared.gateways.remove(&record.name); // silent-ok: the socket error below is what matters
             return Err(Status::internal(baaaht_proto::error_chain(&error)));
         }
+        self.shared.supervisors.start(record.clone());
+        // A gateway the daemon runs needs no token of its own: it gets one per run.
+        let token = if mode == crate::gateways::RunMode::External { token } else { String::new() };
         Ok(Response::new(v1::AddGatewayResponse { gateway: Some(gateway_info(&self.shared, &record)), token }))
     }
 
@@ -448,6 +465,7 @@ impl v1::admin_server::Admin for AdminService {
         check(&self.shared, &request, Operation::RemoveGateway, None, None)?;
         let name = request.into_inner().name;
         self.shared.gateways.remove(&name)?;
+        self.shared.supervisors.stop(&name).await;
         self.shared.listeners.remove_gateway(&name);
         Ok(Response::new(v1::Ack { message: format!("gateway {name} removed; its token no longer works") }))
     }

@@ -5,9 +5,11 @@
 use baaaht_proto::human_size;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+
+use crate::egress::Egress;
 
 /// A file as downloaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +21,7 @@ pub struct Downloaded {
 
 /// Downloads shared files.
 pub struct Files {
-    http: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    http: Client<hyper_rustls::HttpsConnector<Egress>, Empty<Bytes>>,
     /// The Web API's URL: its host serves files too (Slack's, or a test's).
     api: http::Uri,
     /// The largest file taken.
@@ -27,14 +29,9 @@ pub struct Files {
 }
 
 impl Files {
-    pub fn new(api_url: &str, max: u64) -> Result<Files, String> {
+    pub fn new(api_url: &str, egress: Egress, max: u64) -> Result<Files, String> {
         let api: http::Uri = api_url.parse().map_err(|error| format!("--api-url {api_url}: {error}"))?;
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|error| format!("cannot load the system's CA certificates: {error}"))?
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let https = crate::egress::https(egress)?;
         Ok(Files { http: Client::builder(TokioExecutor::new()).build(https), api, max })
     }
 
@@ -63,8 +60,11 @@ impl Files {
         let Some(url) = file["url_private_download"].as_str().or(file["url_private"].as_str()) else {
             return Err(format!("{name} cannot be downloaded (a file kept outside Slack?); attach a copy."));
         };
-        let url: http::Uri =
-            url.parse().map_err(|_unreadable| format!("{name} has a download link the gateway cannot read."))?;
+        // Slack's links are percent-encoded; a space that slipped through is encoded here.
+        let url: http::Uri = url
+            .replace(' ', "%20")
+            .parse()
+            .map_err(|_unreadable| format!("{name} has a download link the gateway cannot read."))?;
         if !self.trusted(&url) {
             tracing::warn!(%url, "a shared file's link leads outside Slack; not downloaded");
             return Err(format!("{name} is not stored in Slack; attach a copy."));
@@ -99,7 +99,7 @@ mod tests {
 
     #[test]
     fn the_token_goes_to_slack_and_the_api_host_only() {
-        let files = Files::new("http://127.0.0.1:4000/api", 10).expect("files");
+        let files = Files::new("http://127.0.0.1:4000/api", Egress::Direct, 10).expect("files");
         let trusted = |url: &str| files.trusted(&url.parse().expect("url"));
         assert!(trusted("https://files.slack.com/files-pri/T1-F1/download/a.png"));
         assert!(trusted("https://slack.com/x"));
@@ -112,7 +112,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_past_the_limit_is_refused_before_it_is_downloaded() {
-        let files = Files::new("http://127.0.0.1:4000/api", 1000).expect("files");
+        let files = Files::new("http://127.0.0.1:4000/api", Egress::Direct, 1000).expect("files");
         let file = serde_json::json!({"name": "big.bin", "size": 2_500_000, "url_private": "http://127.0.0.1:4000/api/files/F1"});
         let refused = files.download(&file, "xoxb-1").await.expect_err("too big");
         assert_eq!(refused, "big.bin is 2.5 MB, more than the 1.0 KB a file may be.");

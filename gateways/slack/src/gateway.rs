@@ -15,6 +15,7 @@ use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use slack_morphism::prelude::*;
 
+use crate::egress::Egress;
 use crate::files::Files;
 use crate::mrkdwn;
 use crate::route::{route, Route, Seen, Threads, Trigger};
@@ -32,8 +33,7 @@ const UPLOAD_CHUNK: usize = 64 * 1024;
 /// How long a turn may take before the gateway stops following it.
 const TURN_LIMIT: Duration = Duration::from_secs(900);
 
-type Connector =
-    SlackClientHyperConnector<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>>;
+type Connector = SlackClientHyperConnector<hyper_rustls::HttpsConnector<Egress>>;
 
 /// What the gateway knows for its whole life.
 pub struct Gateway {
@@ -83,7 +83,7 @@ fn for_users(status: &tonic::Status) -> String {
 /// made again, up to 5 times. slack-morphism's own rate controller is not used: its tier
 /// estimates are per workspace and held every channel to one message a second
 /// (`baaaht-bench slack`: 1 event/s with 20 channels, 104 without).
-async fn patiently<T, F, Fut>(what: &str, mut call: F) -> Result<T, slack_morphism::errors::SlackClientError>
+pub async fn patiently<T, F, Fut>(what: &str, mut call: F) -> Result<T, slack_morphism::errors::SlackClientError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, slack_morphism::errors::SlackClientError>>,
@@ -110,15 +110,10 @@ pub enum GatewayError {
     Slack(String),
 }
 
-/// A Slack Web API client for `api_url` (https, or plain http for a local test workspace).
-pub fn slack_client(api_url: &str) -> Result<Arc<SlackClient<Connector>>, GatewayError> {
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .map_err(|error| GatewayError::Slack(format!("cannot load the system's CA certificates: {error}")))?
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .build();
+/// A Slack Web API client for `api_url` (https, or plain http for a local test workspace),
+/// reached through `egress`.
+pub fn slack_client(api_url: &str, egress: Egress) -> Result<Arc<SlackClient<Connector>>, GatewayError> {
+    let https = crate::egress::https(egress).map_err(GatewayError::Slack)?;
     let connector = SlackClientHyperConnector::with_connector(https)
         .with_slack_api_url(api_url.trim_end_matches('/'))
         // Slack's own 429s (with Retry-After) are waited out and retried; the gateway paces its
@@ -133,10 +128,11 @@ impl Gateway {
     pub async fn new(
         mut daemon: Client,
         api_url: &str,
+        egress: Egress,
         trigger: Trigger,
         max_file_bytes: u64,
     ) -> Result<(Gateway, Listening), GatewayError> {
-        let files = Files::new(api_url, max_file_bytes).map_err(GatewayError::Slack)?;
+        let files = Files::new(api_url, egress.clone(), max_file_bytes).map_err(GatewayError::Slack)?;
         let secrets = daemon
             .gateways
             .get_gateway_secrets(v1::GatewaySecretsRequest {})
@@ -150,7 +146,7 @@ impl Gateway {
             app_token: SlackApiToken::new(SlackApiTokenValue::new(token("app_token"))),
             signing_secret: token("signing_secret"),
         };
-        let slack = slack_client(api_url)?;
+        let slack = slack_client(api_url, egress)?;
         let me = slack
             .open_session(&bot_token)
             .auth_test()

@@ -1,11 +1,15 @@
 //! baaaht's Slack gateway (`baaaht-slack`): one per Slack workspace, a gRPC client of the
-//! daemon with its gateway token. Socket Mode brings the events ([`gateway`]), or the Events API
-//! over HTTP ([`events_http`]); [`route`] says
+//! daemon with its gateway token. Socket Mode brings the events ([`socket_mode`]), or the Events
+//! API over HTTP ([`events_http`]); [`gateway`] answers them; [`route`] says
 //! which conversation each belongs to; answers are written as Slack's mrkdwn ([`mrkdwn`]); shared
-//! files are fetched for the session's uploads ([`files`]).
+//! files are fetched for the session's uploads ([`files`]). Every connection out goes through
+//! [`egress`] (the daemon's tunnel in a container); the daemon asks after [`health`].
 
+pub mod egress;
 pub mod events_http;
 pub mod files;
 pub mod gateway;
+pub mod health;
 pub mod mrkdwn;
 pub mod route;
+pub mod socket_mode;

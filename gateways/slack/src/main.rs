@@ -4,9 +4,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use baaaht_proto::client::{self, Backoff, ConnectOptions};
-use baaaht_slack::events_http;
+use baaaht_slack::egress::Egress;
 use baaaht_slack::gateway::Gateway;
+use baaaht_slack::health::{self, Health};
 use baaaht_slack::route::Trigger;
+use baaaht_slack::{events_http, socket_mode};
 use clap::Parser;
 use slack_morphism::prelude::*;
 use slack_morphism::signature_verifier::SlackEventSignatureVerifier;
@@ -41,6 +43,23 @@ struct Cli {
     /// Where the Events API is served (with --events http)
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3000")]
     listen: std::net::SocketAddr,
+    /// Serve the gateway's health (ContainerHealth) on this Unix socket, for the daemon that
+    /// supervises it
+    #[arg(long, value_name = "PATH")]
+    health_socket: Option<PathBuf>,
+    /// Seconds without a connection to Slack before the gateway calls itself unhealthy
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    unhealthy_after: u64,
+    /// Reach Slack through the daemon's egress socket (CONNECT host:port) instead of directly:
+    /// how the gateway runs in its container, which has no network
+    #[arg(long, value_name = "PATH")]
+    egress_socket: Option<PathBuf>,
+    /// Stop when this process is no longer the parent (a host child of a daemon that died)
+    #[arg(long, value_name = "PID")]
+    parent: Option<u32>,
+    /// Only check these arguments and exit (0: usable)
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -67,6 +86,9 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
+    if cli.check {
+        return Ok(());
+    }
     let token = match &cli.token_file {
         Some(file) => {
             std::fs::read_to_string(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?
@@ -74,31 +96,28 @@ async fn run(cli: Cli) -> Result<(), String> {
         None => std::env::var("BAAAHT_GATEWAY_TOKEN")
             .map_err(|_unset| "give the gateway's token: --token-file PATH or $BAAAHT_GATEWAY_TOKEN".to_string())?,
     };
+    let health = Health::new(std::time::Duration::from_secs(cli.unhealthy_after));
+    if let Some(path) = &cli.health_socket {
+        health::serve(health.clone(), path).await?;
+    }
+    let egress = match &cli.egress_socket {
+        Some(path) => Egress::Tunnel(Arc::new(path.clone())),
+        None => Egress::Direct,
+    };
     let options =
         ConnectOptions { token: Some(token.trim().to_string()), correlation_id: None, backoff: Backoff::PERSISTENT };
     let daemon = client::connect(&cli.socket, options).await.map_err(|error| error.to_string())?;
     let trigger = Trigger { keywords: cli.keywords, always: cli.always };
-    let (gateway, listening) =
-        Gateway::new(daemon, &cli.api_url, trigger, cli.max_file_bytes).await.map_err(|error| error.to_string())?;
+    let (gateway, listening) = Gateway::new(daemon, &cli.api_url, egress.clone(), trigger, cli.max_file_bytes)
+        .await
+        .map_err(|error| error.to_string())?;
     let gateway = Arc::new(gateway);
-    let mut socket_mode = None;
-    let mut http = None;
-    match cli.events {
+    let events = match cli.events {
         Events::Socket => {
             if listening.app_token.token_value.0.is_empty() {
                 return Err("Socket Mode needs the app token: store SLACK_APP_TOKEN_{NAME} (baaahtd secrets set) or use --events http".into());
             }
-            let environment = Arc::new(
-                SlackClientEventsListenerEnvironment::new(gateway.slack.clone())
-                    .with_error_handler(on_error)
-                    .with_user_state(gateway.clone()),
-            );
-            let callbacks = SlackSocketModeListenerCallbacks::new().with_push_events(on_push);
-            let config = SlackClientSocketModeConfig::new().with_max_connections_count(1);
-            let listener = SlackClientSocketModeListener::new(&config, environment, callbacks);
-            listener.listen_for(&listening.app_token).await.map_err(|error| format!("Socket Mode: {error}"))?;
-            listener.start().await;
-            socket_mode = Some(listener);
+            tokio::spawn(socket_mode::run(gateway.clone(), listening.app_token, egress, health.clone()))
         }
         Events::Http => {
             if listening.signing_secret.is_empty() {
@@ -109,45 +128,13 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .await
                 .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
             tracing::info!(address = %listener.local_addr().unwrap_or(cli.listen), path = events_http::PATH, "serving the Events API");
-            http = Some(tokio::spawn(events_http::serve(listener, gateway.clone(), verifier)));
+            health.up();
+            tokio::spawn(events_http::serve(listener, gateway.clone(), verifier))
         }
-    }
+    };
     tracing::info!("listening to Slack");
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|error| format!("cannot watch SIGTERM: {error}"))?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    if let Some(listener) = socket_mode {
-        listener.shutdown().await;
-    }
-    if let Some(http) = http {
-        http.abort();
-    }
+    let why = baaaht_proto::lifecycle::stop_requested(cli.parent).await;
+    tracing::info!(why, "stopping");
+    events.abort();
     Ok(())
-}
-
-/// A delivery: acknowledged when this returns (at once); the answer is written after.
-async fn on_push(
-    event: SlackPushEventCallback,
-    _client: Arc<SlackHyperClient>,
-    states: SlackClientEventsUserState,
-) -> UserCallbackResult<()> {
-    let gateway = states.read().await.get_user_state::<Arc<Gateway>>().cloned();
-    let Some(gateway) = gateway else { return Ok(()) };
-    let body = serde_json::to_value(&event.event).unwrap_or_default();
-    if let Some(route) = gateway.take(event.event_id.as_ref(), &body) {
-        tokio::spawn(async move { gateway.answer(route).await });
-    }
-    Ok(())
-}
-
-fn on_error(
-    error: Box<dyn std::error::Error + Send + Sync>,
-    _client: Arc<SlackHyperClient>,
-    _states: SlackClientEventsUserState,
-) -> http::StatusCode {
-    tracing::warn!(%error, "Slack event not handled");
-    http::StatusCode::OK
 }

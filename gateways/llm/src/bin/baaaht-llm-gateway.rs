@@ -6,7 +6,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use baaaht_llm::server::GatewayService;
 use baaaht_proto::v1::container_health_server::ContainerHealthServer;
@@ -104,31 +103,8 @@ async fn serve(socket: &Path, mode: u32, parent: Option<u32>) -> Result<(), Box<
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT, or once `parent` is no longer this process's parent.
+/// Resolves when the gateway should stop (SIGTERM, SIGINT, or its daemon gone).
 async fn stopped(parent: Option<u32>) {
-    let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
-        tracing::error!("cannot watch SIGTERM; stopping");
-        return;
-    };
-    let orphaned = async {
-        let Some(parent) = parent else { return std::future::pending().await };
-        loop {
-            if parent_pid() != Some(parent) {
-                tracing::warn!(parent, "the daemon that started this gateway is gone; stopping");
-                return;
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    };
-    tokio::select! {
-        _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
-        () = orphaned => {}
-    }
-}
-
-/// This process's parent, from `/proc/self/stat` (the field after the command's closing paren).
-fn parent_pid() -> Option<u32> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    let why = baaaht_proto::lifecycle::stop_requested(parent).await;
+    tracing::info!(why, "stopping");
 }

@@ -57,6 +57,7 @@ pub(crate) fn run(calls: usize) -> Result<()> {
             kind: "slack".into(),
             name: "acme".into(),
             team: "T1".into(),
+            mode: "external".into(),
             ..Default::default()
         };
         let mut slack = gateway(&mut host, slack_request).await?;

@@ -4,6 +4,14 @@
 //! acts for the end users of its own namespace only — `web:{issuer}#{sub}` for the OIDC issuer
 //! it was registered with, `slack:{team}:{user}` for its Slack workspace — and is never an admin
 //! by itself.
+//!
+//! The daemon runs a gateway itself (DESIGN.md §9.2): in a hardened container without a network
+//! whose only way out is the daemon's [`egress`] tunnel to the hosts it needs (`container`, the
+//! default), or as a host process (`process`), and restarts it after 3 failed health checks
+//! ([`supervise`]). An `external` gateway is run by hand with the token printed at registration.
+
+pub mod egress;
+pub mod supervise;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -67,6 +75,51 @@ impl GatewayKind {
     }
 }
 
+/// Who runs a gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunMode {
+    /// The daemon, in a hardened container whose only way out is the daemon's egress tunnel.
+    Container,
+    /// The daemon, as a host process.
+    Process,
+    /// Whoever registered it, with its token (gateways registered before the daemon ran them).
+    #[default]
+    External,
+}
+
+impl RunMode {
+    pub fn parse(text: &str) -> Option<RunMode> {
+        match text {
+            "container" => Some(RunMode::Container),
+            "process" => Some(RunMode::Process),
+            "external" => Some(RunMode::External),
+            _ => None,
+        }
+    }
+
+    /// What `gateways add` uses when no mode is named: the daemon runs a Slack gateway in a
+    /// container; the web gateway's binary does not exist yet, so it is run by hand.
+    pub fn default_for(kind: &GatewayKind) -> RunMode {
+        match kind {
+            GatewayKind::Slack { .. } => RunMode::Container,
+            GatewayKind::Web { .. } => RunMode::External,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunMode::Container => "container",
+            RunMode::Process => "process",
+            RunMode::External => "external",
+        }
+    }
+}
+
+/// The arguments the daemon gives a gateway itself; they are not the registrant's to set.
+pub const DAEMON_ARGS: &[&str] =
+    &["--socket", "--token-file", "--health-socket", "--egress-socket", "--parent", "--check"];
+
 /// A registered gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -76,9 +129,29 @@ pub struct GatewayRecord {
     pub kind: GatewayKind,
     pub token_sha256: String,
     pub created: String,
+    /// Who runs it.
+    #[serde(default)]
+    pub mode: RunMode,
+    /// The gateway binary's own arguments (`--keyword`, `--always`, `--api-url` …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
 }
 
 impl GatewayRecord {
+    /// The value of the gateway argument `flag` (`--flag VALUE` or `--flag=VALUE`), if given.
+    pub fn arg(&self, flag: &str) -> Option<&str> {
+        let mut args = self.args.iter();
+        while let Some(arg) = args.next() {
+            if arg == flag {
+                return args.next().map(String::as_str);
+            }
+            if let Some(value) = arg.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')) {
+                return Some(value);
+            }
+        }
+        None
+    }
+
     /// Whether `identity` (e.g. `slack:T0123:U0456`) is in this gateway's namespace: the
     /// prefix, then a non-empty id without the separators that could start another one.
     pub fn may_name(&self, identity: &str) -> bool {
@@ -138,11 +211,19 @@ impl Registry {
         self.folder.join(name)
     }
 
-    /// Registers a gateway; returns it and its token, which exists nowhere else afterwards.
-    pub fn add(&self, name: &str, kind: GatewayKind) -> Result<(GatewayRecord, String), GatewayError> {
+    /// Registers a gateway run by `mode` with the gateway arguments `args`; returns it and its
+    /// token, which exists nowhere else afterwards.
+    pub fn add(
+        &self,
+        name: &str,
+        kind: GatewayKind,
+        mode: RunMode,
+        args: Vec<String>,
+    ) -> Result<(GatewayRecord, String), GatewayError> {
         if !valid_name(name) {
             return Err(GatewayError::BadName(name.to_string()));
         }
+        check_run(&kind, mode, &args)?;
         match &kind {
             GatewayKind::Web { issuer, audience } => {
                 if !(issuer.starts_with("https://") || issuer.starts_with("http://")) || issuer.contains('#') {
@@ -174,6 +255,8 @@ impl Registry {
             kind,
             token_sha256: crate::sockets::token_sha256(&token),
             created: state::now_rfc3339(),
+            mode,
+            args,
         };
         file.gateways.push(record.clone());
         state::write_json(&self.path, &*file)?;
@@ -196,22 +279,68 @@ impl Registry {
     }
 }
 
+/// Refuses what cannot run: a mode the gateway kind has no binary for yet, an argument the
+/// daemon sets itself, the Events API (a listening port) in a container without a network.
+fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(), GatewayError> {
+    if mode == RunMode::External {
+        return Ok(());
+    }
+    if let GatewayKind::Web { .. } = kind {
+        return Err(GatewayError::Invalid(
+            "the web gateway cannot be run by the daemon yet: register it with --mode external and run it yourself"
+                .into(),
+        ));
+    }
+    if let Some(taken) = args.iter().find(|arg| DAEMON_ARGS.iter().any(|flag| arg.split('=').next() == Some(flag))) {
+        return Err(GatewayError::Invalid(format!(
+            "`{taken}` is set by the daemon for a gateway it runs; leave it out"
+        )));
+    }
+    let events_http = args.windows(2).any(|pair| pair[0] == "--events" && pair[1] == "http")
+        || args.iter().any(|arg| arg == "--events=http");
+    if mode == RunMode::Container && events_http {
+        return Err(GatewayError::Invalid(
+            "--events http needs a port on the host, which a gateway's container does not have: use --mode process, \
+             or Socket Mode (the default)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// A gateway as the request layer knows it, on its socket.
 #[derive(Debug)]
 pub struct GatewayEndpoint {
     pub record: GatewayRecord,
     revoked: std::sync::atomic::AtomicBool,
+    /// The SHA-256 of the token of the run the daemon started, while it runs.
+    run_token: Mutex<Option<String>>,
 }
 
 impl GatewayEndpoint {
     pub fn new(record: GatewayRecord) -> Arc<GatewayEndpoint> {
-        Arc::new(GatewayEndpoint { record, revoked: std::sync::atomic::AtomicBool::new(false) })
+        Arc::new(GatewayEndpoint {
+            record,
+            revoked: std::sync::atomic::AtomicBool::new(false),
+            run_token: Mutex::new(None),
+        })
     }
 
-    /// True when `presented` is this gateway's live token.
+    /// True when `presented` is this gateway's live token: the one printed at registration, or
+    /// that of the run the daemon started.
     pub fn accepts(&self, presented: &str) -> bool {
-        !self.revoked.load(std::sync::atomic::Ordering::Acquire)
-            && crate::auth::tokens_equal(&self.record.token_sha256, &crate::sockets::token_sha256(presented))
+        if self.revoked.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        let presented = crate::sockets::token_sha256(presented);
+        let run = self.run_token.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        crate::auth::tokens_equal(&self.record.token_sha256, &presented)
+            || run.is_some_and(|run| crate::auth::tokens_equal(&run, &presented))
+    }
+
+    /// Accepts the token whose SHA-256 is `hash` for the daemon's current run (none: no run).
+    pub fn set_run_token(&self, hash: Option<String>) {
+        *self.run_token.lock().unwrap_or_else(PoisonError::into_inner) = hash;
     }
 
     pub fn revoke(&self) {
@@ -228,7 +357,12 @@ mod tests {
         let temp = tempfile::tempdir().expect("tempdir");
         let registry = Registry::open(temp.path(), temp.path().join("gateways")).expect("open");
         let (web, token) = registry
-            .add("home-web", GatewayKind::Web { issuer: "https://id.example.com".into(), audience: "baaaht".into() })
+            .add(
+                "home-web",
+                GatewayKind::Web { issuer: "https://id.example.com".into(), audience: "baaaht".into() },
+                RunMode::External,
+                vec![],
+            )
             .expect("web");
         let text = std::fs::read_to_string(temp.path().join(GATEWAYS_FILE)).expect("file");
         assert!(!text.contains(&token) && text.contains(&web.token_sha256), "{text}");
@@ -242,17 +376,47 @@ mod tests {
         ] {
             assert!(!web.may_name(other), "{other}");
         }
-        let (slack, _) = registry.add("acme", GatewayKind::Slack { team: "T0123".into() }).expect("slack");
+        let (slack, _) = registry
+            .add("acme", GatewayKind::Slack { team: "T0123".into() }, RunMode::External, vec![])
+            .expect("slack");
         assert!(slack.may_name("slack:T0123:U0456"));
         assert!(!slack.may_name("slack:T9999:U0456"));
-        assert!(matches!(registry.add("acme", GatewayKind::Slack { team: "T1".into() }), Err(GatewayError::Exists(_))));
         assert!(matches!(
-            registry.add("Bad Name", GatewayKind::Slack { team: "T1".into() }),
+            registry.add("acme", GatewayKind::Slack { team: "T1".into() }, RunMode::External, vec![]),
+            Err(GatewayError::Exists(_))
+        ));
+        assert!(matches!(
+            registry.add("Bad Name", GatewayKind::Slack { team: "T1".into() }, RunMode::External, vec![]),
             Err(GatewayError::BadName(_))
         ));
         let reopened = Registry::open(temp.path(), temp.path().join("gateways")).expect("reopen");
         assert_eq!(reopened.list().len(), 2);
         reopened.remove("acme").expect("rm");
         assert!(reopened.get("acme").is_none());
+    }
+
+    #[test]
+    fn a_gateway_the_daemon_runs_gets_only_arguments_it_can_use() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let registry = Registry::open(temp.path(), temp.path().join("gateways")).expect("open");
+        let slack = || GatewayKind::Slack { team: "T1".into() };
+        let args = |list: &[&str]| list.iter().map(|arg| arg.to_string()).collect::<Vec<_>>();
+        let refused = |mode, list: &[&str]| match registry.add("s", slack(), mode, args(list)) {
+            Err(GatewayError::Invalid(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(refused(RunMode::Process, &["--socket", "/tmp/x"]).contains("`--socket` is set by the daemon"));
+        assert!(refused(RunMode::Container, &["--egress-socket=/x"]).contains("set by the daemon"));
+        assert!(refused(RunMode::Container, &["--events", "http"]).contains("--mode process"));
+        let web = GatewayKind::Web { issuer: "https://id.example.com".into(), audience: "a".into() };
+        assert!(matches!(registry.add("w", web, RunMode::Container, vec![]), Err(GatewayError::Invalid(_))));
+        let (record, _) = registry
+            .add("s", slack(), RunMode::Process, args(&["--events", "http", "--api-url=http://127.0.0.1:9/api"]))
+            .expect("a process may serve the Events API");
+        assert_eq!(record.arg("--events"), Some("http"));
+        assert_eq!(record.arg("--api-url"), Some("http://127.0.0.1:9/api"));
+        assert_eq!(record.arg("--keyword"), None);
+        let text = std::fs::read_to_string(temp.path().join(GATEWAYS_FILE)).expect("file");
+        assert!(text.contains("\"mode\": \"process\""), "{text}");
     }
 }

@@ -1,0 +1,123 @@
+//! The gateway's health, as the daemon asks for it (`ContainerHealth` on `--health-socket`): it
+//! is healthy while events can reach it — Socket Mode connected, or the Events API served — and
+//! unhealthy once it has had no Slack connection for `--unhealthy-after`; after three unhealthy
+//! answers in a row the daemon restarts it (DESIGN.md §9.2).
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_proto::v1;
+use baaaht_proto::v1::container_health_server::{ContainerHealth, ContainerHealthServer};
+use tonic::{Request, Response, Status};
+
+/// Whether events reach the gateway.
+#[derive(Debug, Clone)]
+enum Events {
+    Up,
+    Down { since: Instant, why: String },
+}
+
+/// What the gateway tells the daemon about itself.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    unhealthy_after: Duration,
+    events: Mutex<Events>,
+}
+
+impl Health {
+    pub fn new(unhealthy_after: Duration) -> Arc<Health> {
+        let started = Instant::now();
+        let events = Events::Down { since: started, why: "not connected to Slack yet".into() };
+        Arc::new(Health { started, unhealthy_after, events: Mutex::new(events) })
+    }
+
+    /// Events reach the gateway.
+    pub fn up(&self) {
+        *self.events.lock().unwrap_or_else(PoisonError::into_inner) = Events::Up;
+    }
+
+    /// Events stopped reaching the gateway, for `why`; the first reason since it was up is kept.
+    pub fn down(&self, why: &str) {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        match &mut *events {
+            Events::Up => *events = Events::Down { since: Instant::now(), why: why.to_string() },
+            Events::Down { why: last, .. } => *last = why.to_string(),
+        }
+    }
+
+    /// "healthy", "degraded" (reconnecting) or "unhealthy", and a sentence.
+    pub fn status(&self) -> (&'static str, String) {
+        match &*self.events.lock().unwrap_or_else(PoisonError::into_inner) {
+            Events::Up => ("healthy", String::new()),
+            Events::Down { since, why } if since.elapsed() < self.unhealthy_after => ("degraded", why.clone()),
+            Events::Down { since, why } => {
+                ("unhealthy", format!("no connection to Slack for {} s: {why}", since.elapsed().as_secs()))
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl ContainerHealth for Health {
+    async fn health_check(
+        &self,
+        request: Request<v1::HealthCheckRequest>,
+    ) -> Result<Response<v1::HealthCheckResponse>, Status> {
+        let (status, message) = self.status();
+        Ok(Response::new(v1::HealthCheckResponse {
+            status: status.into(),
+            message,
+            uptime_seconds: self.started.elapsed().as_secs() as i64,
+            metrics: Default::default(),
+            probe: request.into_inner().probe,
+        }))
+    }
+}
+
+/// Serves `health` on a Unix socket at `path` (a stale one is replaced) until the process ends.
+pub async fn serve(health: Arc<Health>, path: &Path) -> Result<tokio::task::JoinHandle<()>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("cannot replace {}: {error}", path.display()))
+        }
+        _ => {}
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
+    // The folder around it, the daemon's or handed to this container, keeps others out.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|error| format!("cannot set the permissions of {}: {error}", path.display()))?;
+    let server = tonic::transport::Server::builder()
+        .add_service(ContainerHealthServer::from_arc(health))
+        .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener));
+    Ok(tokio::spawn(async move {
+        if let Err(error) = server.await {
+            tracing::error!(%error, "the health socket stopped");
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_connection_is_degraded_then_unhealthy() {
+        let patient = Health::new(Duration::from_secs(3600));
+        assert_eq!(patient.status().0, "degraded");
+        patient.up();
+        assert_eq!(patient.status(), ("healthy", String::new()));
+        patient.down("Slack closed the connection");
+        assert_eq!(patient.status(), ("degraded", "Slack closed the connection".into()));
+        let impatient = Health::new(Duration::ZERO);
+        impatient.up();
+        impatient.down("Slack closed the connection");
+        impatient.down("apps.connections.open failed");
+        let (status, message) = impatient.status();
+        assert_eq!(status, "unhealthy");
+        assert!(message.starts_with("no connection to Slack for 0 s: apps.connections.open failed"), "{message}");
+    }
+}

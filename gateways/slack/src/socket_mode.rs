@@ -1,0 +1,129 @@
+//! Socket Mode (<https://api.slack.com/apis/socket-mode>): one WebSocket that Slack pushes the
+//! workspace's events into, opened with the app token, dialled through the gateway's egress
+//! (the daemon's tunnel in a container).
+//!
+//! Envelopes are read as Slack sends them, as JSON: a file's `size` and a sender's
+//! `user_team` reach the gateway as they are. Each delivery is routed (and a repeat dropped by
+//! its event id) then acknowledged at once — Slack wants the ack within 3 s — and answered
+//! after. A `disconnect` (Slack recycling the connection), a close or a silent connection
+//! brings a new one; an event delivered again over it is a repeat.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use serde_json::{json, Value};
+use slack_morphism::prelude::*;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::egress::{host_and_port, Egress};
+use crate::gateway::Gateway;
+use crate::health::Health;
+
+/// How often the gateway pings Slack; a connection silent for three of these is dead.
+const PING_EVERY: Duration = Duration::from_secs(30);
+/// The longest wait between two attempts to connect.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Keeps a Socket Mode connection open until the process ends.
+pub async fn run(gateway: Arc<Gateway>, app_token: SlackApiToken, egress: Egress, health: Arc<Health>) {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match connection(&gateway, &app_token, &egress, &health).await {
+            Ok(why) => {
+                tracing::info!(%why, "Socket Mode: reconnecting");
+                health.down(&why);
+                delay = Duration::from_secs(1);
+            }
+            Err(why) => {
+                tracing::warn!(%why, retry_in_ms = delay.as_millis() as u64, "Socket Mode: cannot connect");
+                health.down(&why);
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// One connection, from apps.connections.open to its end; why it ended (Ok: reconnect now).
+async fn connection(
+    gateway: &Arc<Gateway>,
+    app_token: &SlackApiToken,
+    egress: &Egress,
+    health: &Health,
+) -> Result<String, String> {
+    let session = gateway.slack.open_session(app_token);
+    let request = SlackApiAppsConnectionOpenRequest::new();
+    let opened = crate::gateway::patiently("apps.connections.open", || session.apps_connections_open(&request))
+        .await
+        .map_err(|error| format!("apps.connections.open with the app token failed: {error}"))?;
+    let url = opened.url.0.to_string();
+    let uri: http::Uri = url.parse().map_err(|error| format!("Slack's Socket Mode URL is unreadable: {error}"))?;
+    let (host, port) = host_and_port(&uri).map_err(|error| error.to_string())?;
+    let stream = egress.dial(&host, port).await.map_err(|error| format!("cannot reach {host}:{port}: {error}"))?;
+    let (socket, _) = tokio_tungstenite::client_async_tls_with_config(url.as_str(), stream, None, None)
+        .await
+        .map_err(|error| format!("the Socket Mode handshake with {host} failed: {error}"))?;
+    let (mut sink, mut source) = socket.split();
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.tick().await;
+    let mut silent = 0;
+    loop {
+        let frame = tokio::select! {
+            frame = source.next() => frame,
+            _ = ping.tick() => {
+                silent += 1;
+                if silent > 3 {
+                    return Ok(format!("no word from Slack for {} s", (PING_EVERY * 3).as_secs()));
+                }
+                sink.send(Message::Ping(Default::default())).await.map_err(|error| format!("Socket Mode: {error}"))?;
+                continue;
+            }
+        };
+        silent = 0;
+        let text = match frame {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(close))) => {
+                return Ok(format!(
+                    "Slack closed the connection ({})",
+                    close.map(|c| c.reason.to_string()).unwrap_or_default()
+                ))
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => return Ok(format!("the connection failed: {error}")),
+            None => return Ok("the connection ended".into()),
+        };
+        let Ok(envelope) = serde_json::from_str::<Value>(text.as_str()) else {
+            tracing::warn!(bytes = text.len(), "Socket Mode: a frame that is not JSON is skipped");
+            continue;
+        };
+        match envelope["type"].as_str().unwrap_or_default() {
+            "hello" => {
+                tracing::info!(host, "Socket Mode: connected");
+                health.up();
+            }
+            "disconnect" => {
+                return Ok(format!(
+                    "Slack asked to reconnect ({})",
+                    envelope["reason"].as_str().unwrap_or("no reason")
+                ));
+            }
+            kind => {
+                let route = (kind == "events_api")
+                    .then(|| {
+                        let payload = &envelope["payload"];
+                        gateway.take(payload["event_id"].as_str().unwrap_or_default(), &payload["event"])
+                    })
+                    .flatten();
+                if let Some(envelope_id) = envelope["envelope_id"].as_str() {
+                    let ack = json!({ "envelope_id": envelope_id }).to_string();
+                    sink.send(Message::text(ack)).await.map_err(|error| format!("Socket Mode: cannot ack: {error}"))?;
+                }
+                if let Some(route) = route {
+                    let gateway = gateway.clone();
+                    tokio::spawn(async move { gateway.answer(route).await });
+                }
+            }
+        }
+    }
+}
