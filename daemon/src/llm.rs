@@ -19,6 +19,7 @@ use zeroize::Zeroize;
 
 use crate::auth::{Context, Role};
 use crate::config::{GatewayMode, HealthCheckConfig, LoadedConfig};
+use crate::container::instance::Instance;
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT, GATEWAY_BINARY};
 use crate::container::{Engine, MountSpec};
 use crate::metrics::{Metrics, TokenCounts};
@@ -205,12 +206,6 @@ pub enum GatewayError {
     Unavailable { waited: u64, reason: String },
 }
 
-/// One running gateway.
-enum Instance {
-    Process(tokio::process::Child),
-    Container(String),
-}
-
 /// The daemon's handle on the LLM gateway.
 pub struct LlmGateway {
     settings: GatewaySettings,
@@ -371,12 +366,12 @@ impl LlmGateway {
                         }
                     }
                     self.state.send_replace(State::Down(reason.clone()));
-                    self.stop(instance, &containers).await;
+                    instance.stop(&containers).await;
                     reason
                 }
                 Err((instance, reason)) => {
                     if let Some(instance) = instance {
-                        self.stop(instance, &containers).await;
+                        instance.stop(&containers).await;
                     }
                     self.state.send_replace(State::Down(reason.clone()));
                     reason
@@ -535,15 +530,7 @@ impl LlmGateway {
         instance: &mut Instance,
         cancel: &CancellationToken,
     ) -> (String, &'static str) {
-        let exited = async {
-            match instance {
-                Instance::Process(child) => match child.wait().await {
-                    Ok(status) => format!("the gateway process exited ({status})"),
-                    Err(error) => format!("cannot wait for the gateway process: {error}"),
-                },
-                Instance::Container(_) => std::future::pending().await,
-            }
-        };
+        let exited = instance.exited();
         crate::health::watch_service(channel, "llm-gateway", &self.health, exited, cancel, |response| {
             for (key, value) in &response.metrics {
                 if let (Some(provider), Ok(depth)) = (key.strip_prefix("queued."), value.parse::<u64>()) {
@@ -552,21 +539,6 @@ impl LlmGateway {
             }
         })
         .await
-    }
-
-    async fn stop(&self, instance: Instance, containers: &ContainerManager) {
-        match instance {
-            Instance::Process(mut child) => {
-                if let Err(error) = child.kill().await {
-                    tracing::warn!(%error, "cannot stop the gateway process");
-                }
-            }
-            Instance::Container(name) => {
-                if let Err(error) = containers.stop_service(&name).await {
-                    tracing::warn!(container = %name, %error, "cannot remove the gateway container");
-                }
-            }
-        }
     }
 }
 

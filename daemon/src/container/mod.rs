@@ -6,6 +6,7 @@
 
 pub mod docker;
 pub mod images;
+pub mod instance;
 pub mod manager;
 
 use std::path::{Path, PathBuf};

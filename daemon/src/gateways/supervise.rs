@@ -23,6 +23,7 @@ use super::{GatewayKind, GatewayRecord, RunMode, GATEWAY_SOCKET_NAME};
 use crate::audit::Audit;
 use crate::auth::{Context, Role, CONTAINER_UID};
 use crate::config::HealthCheckConfig;
+use crate::container::instance::Instance;
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::{Engine, MountSpec};
 use crate::egress::proxy::WebProxy;
@@ -169,12 +170,6 @@ impl Supervisors {
     pub fn state(&self, name: &str) -> Option<State> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner).get(name).map(|s| s.state.borrow().clone())
     }
-}
-
-/// One running gateway.
-enum Instance {
-    Process(tokio::process::Child),
-    Container(String),
 }
 
 struct Supervisor {
@@ -391,33 +386,14 @@ impl Supervisor {
     }
 
     async fn watch(&self, channel: tonic::transport::Channel, instance: &mut Instance) -> (String, &'static str) {
-        let exited = async {
-            match instance {
-                Instance::Process(child) => match child.wait().await {
-                    Ok(status) => format!("the gateway process exited ({status})"),
-                    Err(error) => format!("cannot wait for the gateway process: {error}"),
-                },
-                Instance::Container(_) => std::future::pending().await,
-            }
-        };
+        let exited = instance.exited();
         crate::health::watch_service(channel, &self.record.name, &self.supervision.health, exited, &self.cancel, |_| {})
             .await
     }
 
     /// Ends a run: the process or container, its egress, its token.
     async fn stop(&self, instance: Instance, tunnels: Option<CancellationToken>) {
-        match instance {
-            Instance::Process(mut child) => {
-                if let Err(error) = child.kill().await {
-                    tracing::warn!(%error, "cannot stop the gateway process");
-                }
-            }
-            Instance::Container(name) => {
-                if let Err(error) = self.supervision.containers.stop_service(&name).await {
-                    tracing::warn!(container = %name, %error, "cannot remove the gateway's container");
-                }
-            }
-        }
+        instance.stop(&self.supervision.containers).await;
         if let Some(tunnels) = tunnels {
             tunnels.cancel();
         }
