@@ -405,7 +405,7 @@ impl Daemon {
             audit: audit.clone(),
             metrics: metrics.clone(),
             notifier: notifier.clone(),
-            cancel: cancel.clone(),
+            cancel: CancellationToken::new(),
             tracker: tracker.clone(),
         }));
         let shared = Arc::new(Shared {
@@ -588,6 +588,7 @@ impl Daemon {
             }
         }
         cancel.cancel();
+        shared.supervisors.stop_all();
         tracker.close();
         if tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await.is_err() {
             tracing::warn!("background tasks did not stop within 2 s");

@@ -216,6 +216,24 @@ pub fn names(dir: impl AsFd) -> std::io::Result<Vec<std::ffi::OsString>> {
     Ok(found)
 }
 
+/// Opens the socket `name` in `dir` as a path only (`O_PATH`), never through a link; `None`
+/// when it is not there. Connecting to `/proc/self/fd/{fd}` then reaches that very socket,
+/// whatever a container puts at `name` meanwhile.
+pub fn open_socket(dir: impl AsFd, name: &OsStr) -> std::io::Result<Option<OwnedFd>> {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(errno.into()),
+    };
+    // With O_PATH | O_NOFOLLOW a link opens as itself: its type gives it away.
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Socket {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not a socket"));
+    }
+    Ok(Some(fd))
+}
+
 /// Removes the file `name` from `dir` (the entry itself, whatever it is but a folder).
 pub fn remove(dir: impl AsFd, name: &OsStr) -> std::io::Result<()> {
     match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
@@ -228,6 +246,28 @@ pub fn remove(dir: impl AsFd, name: &OsStr) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_socket_is_reached_through_its_descriptor_and_a_link_in_its_place_is_refused() {
+        use std::os::fd::AsRawFd;
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (shared, host) = (temp.path().join("run"), temp.path().join("host.sock"));
+        std::fs::create_dir_all(&shared).expect("mkdir");
+        let _host = std::os::unix::net::UnixListener::bind(&host).expect("host socket");
+        let listener = std::os::unix::net::UnixListener::bind(shared.join("health.sock")).expect("bind");
+        let dir = open_trusted(&shared).expect("open");
+        let fd = open_socket(&dir, OsStr::new("health.sock")).expect("open").expect("there");
+        // Swapped for a link after it was opened: the descriptor still reaches the real one.
+        std::fs::rename(shared.join("health.sock"), shared.join("moved.sock")).expect("rename");
+        std::os::unix::fs::symlink(&host, shared.join("health.sock")).expect("symlink");
+        let _client = std::os::unix::net::UnixStream::connect(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .expect("connect through the descriptor");
+        listener.set_nonblocking(true).expect("nonblocking");
+        assert!(listener.accept().is_ok(), "the connection reached the socket that was opened");
+        let refused = open_socket(&dir, OsStr::new("health.sock")).expect_err("a link");
+        assert_eq!(refused.to_string(), "it is not a socket");
+        assert!(open_socket(&dir, OsStr::new("absent.sock")).expect("absent").is_none());
+    }
 
     #[test]
     fn a_link_in_place_of_a_folder_is_replaced_and_its_target_left_alone() {

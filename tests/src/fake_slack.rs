@@ -181,6 +181,11 @@ impl FakeSlack {
         self.send(&frame).then_some(envelope_id)
     }
 
+    /// How many Socket Mode connections are open now.
+    pub fn open_connections(&self) -> usize {
+        self.state.connections.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     /// Takes Socket Mode down (every connection closed, none opened) or, with `false`, up again.
     pub fn set_offline(&self, offline: bool) {
         self.state.offline.store(offline, Ordering::SeqCst);

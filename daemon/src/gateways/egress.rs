@@ -20,6 +20,8 @@ use crate::gateways::{GatewayKind, GatewayRecord};
 const MAX_HEAD: usize = 8 * 1024;
 /// How long a gateway has to send its request.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most tunnels a gateway holds open at once.
+const MAX_TUNNELS: usize = 64;
 
 /// The hosts gateway `record` may reach, as `host:port` or `*.domain:port`.
 pub fn hosts_of(record: &GatewayRecord) -> Vec<String> {
@@ -54,6 +56,7 @@ impl Tunnels {
         }
         let listener = UnixListener::bind(path)?;
         let tunnels = Arc::new(self);
+        let open = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
         Ok(tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -61,7 +64,13 @@ impl Tunnels {
                     accepted = listener.accept() => accepted,
                 };
                 match accepted {
-                    Ok((stream, _)) => {
+                    Ok((mut stream, _)) => {
+                        let Ok(slot) = open.clone().try_acquire_owned() else {
+                            let why = format!("gateway {} has {MAX_TUNNELS} connections open already", tunnels.gateway);
+                            tracing::warn!(gateway = %tunnels.gateway, "a gateway's connection was refused: too many open");
+                            tokio::spawn(async move { answer(&mut stream, "503 Service Unavailable", &why).await });
+                            continue;
+                        };
                         let tunnels = tunnels.clone();
                         let cancel = cancel.clone();
                         tokio::spawn(async move {
@@ -69,6 +78,7 @@ impl Tunnels {
                                 () = cancel.cancelled() => {}
                                 () = tunnels.tunnel(stream) => {}
                             }
+                            drop(slot);
                         });
                     }
                     Err(error) => {
@@ -119,20 +129,19 @@ impl Tunnels {
 
 /// Reads `CONNECT host:port HTTP/1.1` and the head after it; the host and port.
 async fn read_target(stream: &mut UnixStream) -> Result<(String, u16), String> {
-    // One byte at a time: nothing past the head may be taken from the tunnel.
-    let mut reader = BufReader::with_capacity(1, stream);
+    use tokio::io::AsyncReadExt as _;
+    // One byte at a time, at most MAX_HEAD: nothing past the head may be taken from the tunnel.
+    let mut reader = BufReader::with_capacity(1, stream.take(MAX_HEAD as u64));
     let mut request_line = String::new();
     reader.read_line(&mut request_line).await.map_err(|error| error.to_string())?;
-    let mut read = request_line.len();
     loop {
         let mut line = String::new();
         let n = reader.read_line(&mut line).await.map_err(|error| error.to_string())?;
-        read += n;
-        if read > MAX_HEAD {
-            return Err("the request head is longer than 8 KiB".into());
-        }
-        if n == 0 || line == "\r\n" || line == "\n" {
+        if line == "\r\n" || line == "\n" {
             break;
+        }
+        if n == 0 || !line.ends_with('\n') {
+            return Err("the request head ended early or is longer than 8 KiB".into());
         }
     }
     let mut parts = request_line.split_whitespace();

@@ -281,7 +281,7 @@ impl Registry {
 
 /// Refuses what cannot run: a mode the gateway kind has no binary for yet, an argument the
 /// daemon sets itself, the Events API (a listening port) in a container without a network.
-fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(), GatewayError> {
+pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(), GatewayError> {
     if mode == RunMode::External {
         return Ok(());
     }
@@ -294,6 +294,12 @@ fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(), G
     if let Some(taken) = args.iter().find(|arg| DAEMON_ARGS.iter().any(|flag| arg.split('=').next() == Some(flag))) {
         return Err(GatewayError::Invalid(format!(
             "`{taken}` is set by the daemon for a gateway it runs; leave it out"
+        )));
+    }
+    if let Some(asked) = args.iter().find(|arg| ["-h", "--help", "-V", "--version"].contains(&arg.as_str())) {
+        return Err(GatewayError::Invalid(format!(
+            "`{asked}` would print and exit at every start; run `{} {asked}` yourself",
+            supervise::binary_of(kind)
         )));
     }
     let events_http = args.windows(2).any(|pair| pair[0] == "--events" && pair[1] == "http")
@@ -408,6 +414,7 @@ mod tests {
         assert!(refused(RunMode::Process, &["--socket", "/tmp/x"]).contains("`--socket` is set by the daemon"));
         assert!(refused(RunMode::Container, &["--egress-socket=/x"]).contains("set by the daemon"));
         assert!(refused(RunMode::Container, &["--events", "http"]).contains("--mode process"));
+        assert!(refused(RunMode::Process, &["--help"]).contains("would print and exit at every start"));
         let web = GatewayKind::Web { issuer: "https://id.example.com".into(), audience: "a".into() };
         assert!(matches!(registry.add("w", web, RunMode::Container, vec![]), Err(GatewayError::Invalid(_))));
         let (record, _) = registry

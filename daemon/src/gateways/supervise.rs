@@ -5,9 +5,11 @@
 //! growing pause when it keeps failing — when it exits or fails `failure_threshold` checks in a
 //! row, telling the admins.
 //!
-//! In its container a gateway has no network: the gateway's folder (`data/gateways/{name}/`,
-//! mounted at `/gateway`) holds its daemon socket, the [`egress`](super::egress) socket that is
-//! its only way out, and the health socket it serves.
+//! In its container a gateway has no network. The gateway's folder (`data/gateways/{name}/`,
+//! the daemon's alone) holds its daemon socket and the [`egress`](super::egress) socket that is
+//! its only way out, each mounted read-only at `/gateway/`, and `run/`, the one folder the
+//! gateway writes in, for the health socket it serves; the daemon connects to that socket
+//! through a descriptor of it, never following what the gateway puts there.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +35,8 @@ use crate::sockets::ListenerSet;
 
 /// The gateway's folder inside its container.
 const MOUNT: &str = "/gateway";
+/// The folder of the gateway's folder a run writes in: its health socket.
+const RUN_FOLDER: &str = "run";
 const HEALTH_SOCKET: &str = "health.sock";
 const EGRESS_SOCKET: &str = "egress.sock";
 /// How long a started gateway may take to serve its health socket.
@@ -78,6 +82,8 @@ pub struct Supervision {
     pub audit: Audit,
     pub metrics: Arc<Metrics>,
     pub notifier: Arc<Notifier>,
+    /// Stops every gateway: cancelled after the daemon's in-flight requests are drained, so
+    /// answers being written reach Slack.
     pub cancel: CancellationToken,
     pub tracker: tokio_util::task::TaskTracker,
 }
@@ -126,6 +132,11 @@ impl Supervisors {
         if let Some(old) = replaced {
             old.cancel.cancel();
         }
+    }
+
+    /// Stops every gateway (at shutdown, once requests are drained).
+    pub fn stop_all(&self) {
+        self.supervision.cancel.cancel();
     }
 
     /// Stops gateway `name` and waits until it is gone.
@@ -179,6 +190,15 @@ struct Supervisor {
     cancel: CancellationToken,
 }
 
+/// What one run holds, ended by [`Supervisor::end`] however the run went.
+#[derive(Default)]
+struct Run {
+    instance: Option<Instance>,
+    tunnels: Option<CancellationToken>,
+    /// The health socket, opened as a path: the run's connections go to this very socket.
+    health: Option<std::os::fd::OwnedFd>,
+}
+
 impl Supervisor {
     fn folder(&self) -> PathBuf {
         self.supervision.gateways_dir.join(&self.record.name)
@@ -189,37 +209,36 @@ impl Supervisor {
         let mut delay = Duration::from_secs(1);
         loop {
             let started = Instant::now();
-            let outcome = tokio::select! {
-                () = self.cancel.cancelled() => break,
-                outcome = self.start() => outcome,
-            };
-            let reason = match outcome {
-                Ok((mut instance, channel, tunnels)) => {
+            let mut run = Run::default();
+            let (reason, was_healthy) = match self.start(&mut run).await {
+                Ok(channel) => {
                     self.state.send_replace(State::Running);
                     tracing::info!(startup_ms = started.elapsed().as_millis() as u64, "the gateway is running");
-                    let (reason, why) = self.watch(channel, &mut instance).await;
+                    let (reason, why, was_healthy) = self.watch(channel, &mut run).await;
                     if !self.cancel.is_cancelled() {
                         self.supervision.metrics.record_restart(Role::Gateway.as_str(), why);
-                        self.supervision.notifier.notify(
-                            &format!("Gateway {} restarted", self.record.name),
-                            &format!("The gateway {} stopped ({reason}); the daemon restarts it.", self.record.name),
-                        );
+                        // Once per outage: a gateway that never got well is not announced again.
+                        if was_healthy {
+                            self.supervision.notifier.notify(
+                                &format!("Gateway {} restarted", self.record.name),
+                                &format!(
+                                    "The gateway {} stopped ({reason}); the daemon restarts it.",
+                                    self.record.name
+                                ),
+                            );
+                        }
                     }
-                    self.stop(instance, tunnels).await;
-                    reason
+                    (reason, was_healthy)
                 }
-                Err((instance, tunnels, reason)) => {
-                    if let Some(instance) = instance {
-                        self.stop(instance, tunnels).await;
-                    }
-                    reason
-                }
+                Err(reason) => (reason, false),
             };
+            self.end(run).await;
             if self.cancel.is_cancelled() {
                 break;
             }
             self.state.send_replace(State::Down(reason.clone()));
-            if started.elapsed() > Duration::from_secs(60) {
+            // A gateway that was well restarts at once; one that keeps failing backs off.
+            if was_healthy {
                 delay = Duration::from_secs(1);
             }
             tracing::warn!(%reason, retry_in_ms = delay.as_millis() as u64, "restarting the gateway");
@@ -232,66 +251,51 @@ impl Supervisor {
         tracing::info!("the gateway is stopped");
     }
 
-    /// Starts one run: its token, its egress (a container's), the process or container, then
-    /// its health socket.
-    #[allow(clippy::type_complexity)]
-    async fn start(
-        &self,
-    ) -> Result<
-        (Instance, tonic::transport::Channel, Option<CancellationToken>),
-        (Option<Instance>, Option<CancellationToken>, String),
-    > {
-        let fail = |reason: String| (None, None, reason);
+    /// Starts one run: a fresh `run/` folder, its token, its egress (a container's), the
+    /// process or container, then its health socket. What it started is in `run` either way.
+    async fn start(&self, run: &mut Run) -> Result<tonic::transport::Channel, String> {
         let name = &self.record.name;
         let endpoint = self
             .supervision
             .listeners
             .gateway_endpoint(name)
-            .ok_or_else(|| fail(format!("gateway {name}'s socket is not served")))?;
+            .ok_or_else(|| format!("gateway {name}'s socket is not served"))?;
         let binary = self.supervision.binaries_dir.join(binary_of(&self.record.kind));
         if !binary.is_file() {
-            return Err(fail(format!("{} is missing: build it or set container.binaries_dir", binary.display())));
+            return Err(format!("{} is missing: build it or set container.binaries_dir", binary.display()));
         }
         let folder = self.folder();
-        let health = folder.join(HEALTH_SOCKET);
-        remove_stale(&health).map_err(fail)?;
-        let token = crate::auth::new_token().map_err(|error| fail(format!("cannot make a token: {error}")))?;
+        let container = self.record.mode == RunMode::Container;
+        prepare_run_folder(&folder, container)
+            .map_err(|error| format!("cannot prepare {}: {error}", folder.join(RUN_FOLDER).display()))?;
+        let token = crate::auth::new_token().map_err(|error| format!("cannot make a token: {error}"))?;
         endpoint.set_run_token(Some(crate::sockets::token_sha256(&token)));
         let env = vec![("BAAAHT_GATEWAY_TOKEN".to_string(), token), ("RUST_LOG".to_string(), "info".to_string())];
-        let (instance, tunnels) = match self.record.mode {
-            RunMode::Process | RunMode::External => {
-                let mut command = tokio::process::Command::new(&binary);
-                command
-                    .arg("--socket")
-                    .arg(folder.join(GATEWAY_SOCKET_NAME))
-                    .arg("--health-socket")
-                    .arg(&health)
-                    .arg("--parent")
-                    .arg(std::process::id().to_string())
-                    .args(&self.record.args)
-                    // Nothing of the daemon's environment (which may hold keys) is inherited.
-                    .env_clear()
-                    .envs(env)
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::null())
-                    .kill_on_drop(true);
-                let child =
-                    command.spawn().map_err(|error| fail(format!("cannot start {}: {error}", binary.display())))?;
-                (Instance::Process(child), None)
-            }
-            RunMode::Container => {
-                let tunnels = self.open_egress(&folder).map_err(fail)?;
-                match self.start_container(&binary, &folder, env).await {
-                    Ok(name) => (Instance::Container(name), Some(tunnels)),
-                    Err(reason) => return Err((None, Some(tunnels), reason)),
-                }
-            }
-        };
-        let mut instance = instance;
-        match self.connect(&health, &mut instance).await {
-            Ok(channel) => Ok((instance, channel, tunnels)),
-            Err(reason) => Err((Some(instance), tunnels, reason)),
+        if container {
+            run.tunnels = Some(self.open_egress(&folder)?);
+            share_sockets(&folder).map_err(|error| format!("cannot hand the sockets to the container: {error}"))?;
+            run.instance = Some(Instance::Container(self.start_container(&binary, &folder, env).await?));
+        } else {
+            let mut command = tokio::process::Command::new(&binary);
+            command
+                .arg("--socket")
+                .arg(folder.join(GATEWAY_SOCKET_NAME))
+                .arg("--health-socket")
+                .arg(folder.join(RUN_FOLDER).join(HEALTH_SOCKET))
+                .arg("--parent")
+                .arg(std::process::id().to_string())
+                .args(&self.record.args)
+                // Nothing of the daemon's environment (which may hold keys) is inherited; its
+                // log goes where the daemon's does.
+                .env_clear()
+                .envs(env)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true);
+            let child = command.spawn().map_err(|error| format!("cannot start {}: {error}", binary.display()))?;
+            run.instance = Some(Instance::Process(child));
         }
+        self.connect(&folder, run).await
     }
 
     /// Serves the container's egress socket; cancelled when the run ends.
@@ -320,23 +324,29 @@ impl Supervisor {
                 "no container engine yet (or register the gateway with --mode process to run it on the host)".into(),
             ));
             while engine.borrow_and_update().runtime.is_none() {
-                if engine.changed().await.is_err() {
-                    return Err("the engine watcher stopped".into());
+                tokio::select! {
+                    () = self.cancel.cancelled() => return Err("the daemon is stopping it".into()),
+                    changed = engine.changed() => if changed.is_err() {
+                        return Err("the engine watcher stopped".into());
+                    },
                 }
             }
         }
-        hand_over(folder).map_err(|error| format!("cannot hand {} to the container: {error}", folder.display()))?;
         let file = binary.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
         let mut command = vec![
             format!("{BINARIES_MOUNT}/{file}"),
             "--socket".into(),
             format!("{MOUNT}/{GATEWAY_SOCKET_NAME}"),
             "--health-socket".into(),
-            format!("{MOUNT}/{HEALTH_SOCKET}"),
+            format!("{MOUNT}/{RUN_FOLDER}/{HEALTH_SOCKET}"),
             "--egress-socket".into(),
             format!("{MOUNT}/{EGRESS_SOCKET}"),
         ];
         command.extend(self.record.args.iter().cloned());
+        // The daemon's two sockets, each on its own and read-only (the container cannot swap
+        // them), and `run/`, the one folder the container writes in (its health socket).
+        let socket =
+            |name: &str| MountSpec { host: folder.join(name), target: format!("{MOUNT}/{name}"), read_only: true };
         let request = RunRequest {
             role: Role::Gateway,
             session_id: "system".into(),
@@ -344,7 +354,9 @@ impl Supervisor {
             command,
             mounts: vec![
                 MountSpec { host: binary.to_path_buf(), target: format!("{BINARIES_MOUNT}/{file}"), read_only: true },
-                MountSpec { host: folder.to_path_buf(), target: MOUNT.into(), read_only: false },
+                socket(GATEWAY_SOCKET_NAME),
+                socket(EGRESS_SOCKET),
+                MountSpec { host: folder.join(RUN_FOLDER), target: format!("{MOUNT}/{RUN_FOLDER}"), read_only: false },
             ],
             env,
             timeout: Duration::MAX,
@@ -361,40 +373,69 @@ impl Supervisor {
         Ok(handle.name)
     }
 
-    /// Waits for the health socket (or the process's exit) and connects to it.
-    async fn connect(&self, health: &Path, instance: &mut Instance) -> Result<tonic::transport::Channel, String> {
+    /// Waits for the health socket (or the process's exit, or a stop) and connects to it,
+    /// through a descriptor of the socket itself: what the gateway puts in `run/` is never
+    /// followed anywhere else.
+    async fn connect(&self, folder: &Path, run: &mut Run) -> Result<tonic::transport::Channel, String> {
+        use std::os::fd::AsRawFd;
+        let run_folder = folder.join(RUN_FOLDER);
         let deadline = Instant::now() + START_TIMEOUT;
-        while !health.exists() {
-            if let Instance::Process(child) = instance {
+        let socket = loop {
+            let opened = crate::shared_dirs::open_trusted(&run_folder)
+                .and_then(|dir| crate::shared_dirs::open_socket(&dir, std::ffi::OsStr::new(HEALTH_SOCKET)));
+            match opened {
+                Ok(Some(socket)) => break socket,
+                Ok(None) => {}
+                Err(error) => return Err(format!("the gateway's health socket is unusable: {error}")),
+            }
+            if let Some(Instance::Process(child)) = &mut run.instance {
                 if let Ok(Some(status)) = child.try_wait() {
                     return Err(format!("the gateway exited at start ({status}); its log says why"));
                 }
+            }
+            if self.cancel.is_cancelled() {
+                return Err("the daemon is stopping it".into());
             }
             if Instant::now() > deadline {
                 return Err(format!("the gateway did not serve its health within {} s", START_TIMEOUT.as_secs()));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        };
+        let path = PathBuf::from(format!("/proc/self/fd/{}", socket.as_raw_fd()));
+        run.health = Some(socket);
         let backoff = Backoff {
             initial: Duration::from_millis(10),
             max: Duration::from_millis(500),
             give_up_after: Duration::from_secs(5),
         };
-        baaaht_proto::client::channel(health, backoff)
+        baaaht_proto::client::channel(&path, backoff)
             .await
             .map_err(|error| format!("cannot connect to the gateway's health socket: {error}"))
     }
 
-    async fn watch(&self, channel: tonic::transport::Channel, instance: &mut Instance) -> (String, &'static str) {
+    /// Watches the run until it exits, fails its checks or is stopped: why, as a sentence and
+    /// as `unhealthy` or `exited`, and whether it was ever healthy.
+    async fn watch(&self, channel: tonic::transport::Channel, run: &mut Run) -> (String, &'static str, bool) {
+        let mut was_healthy = false;
+        let Some(instance) = run.instance.as_mut() else {
+            return ("the gateway is not running".into(), "exited", false);
+        };
         let exited = instance.exited();
-        crate::health::watch_service(channel, &self.record.name, &self.supervision.health, exited, &self.cancel, |_| {})
-            .await
+        let health = &self.supervision.health;
+        let (reason, why) =
+            crate::health::watch_service(channel, &self.record.name, health, exited, &self.cancel, |answer| {
+                was_healthy |= answer.status == "healthy";
+            })
+            .await;
+        (reason, why, was_healthy)
     }
 
     /// Ends a run: the process or container, its egress, its token.
-    async fn stop(&self, instance: Instance, tunnels: Option<CancellationToken>) {
-        instance.stop(&self.supervision.containers).await;
-        if let Some(tunnels) = tunnels {
+    async fn end(&self, run: Run) {
+        if let Some(instance) = run.instance {
+            instance.stop(&self.supervision.containers).await;
+        }
+        if let Some(tunnels) = run.tunnels {
             tunnels.cancel();
         }
         if let Some(endpoint) = self.supervision.listeners.gateway_endpoint(&self.record.name) {
@@ -403,27 +444,33 @@ impl Supervisor {
     }
 }
 
-fn remove_stale(path: &Path) -> Result<(), String> {
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot remove {}: {error}", path.display()))
-        }
-        _ => Ok(()),
-    }
+/// A fresh `run/` in the gateway's folder: the container's to write in (its health socket), or
+/// the daemon's for a host process. What a previous run left there goes.
+fn prepare_run_folder(folder: &Path, container: bool) -> std::io::Result<()> {
+    use crate::shared_dirs::{ensure_dir, open_trusted, remove, Owner};
+    let parent = open_trusted(folder)?;
+    let owner = if container { Owner::Containers } else { Owner::Daemon };
+    let run = ensure_dir(&parent, std::ffi::OsStr::new(RUN_FOLDER), owner)?;
+    remove(&run, std::ffi::OsStr::new(HEALTH_SOCKET))
 }
 
-/// Gives the gateway's folder and the daemon's sockets in it to the containers' uid (or, without
-/// root, opens the sockets to the daemon's group, which the folder already keeps to itself).
-fn hand_over(folder: &Path) -> std::io::Result<()> {
+/// Lets the containers' uid connect to the daemon's two sockets in the gateway's folder (a
+/// folder only the daemon writes in; the sockets are mounted into the container one by one).
+fn share_sockets(folder: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    crate::shared_dirs::hand_over(crate::shared_dirs::open_trusted(folder)?)?;
     for socket in [GATEWAY_SOCKET_NAME, EGRESS_SOCKET] {
         let path = folder.join(socket);
-        if std::os::unix::fs::chown(&path, Some(CONTAINER_UID), Some(CONTAINER_UID)).is_ok() {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        } else {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
-        }
+        let mode = match crate::shared_dirs::access() {
+            crate::shared_dirs::Access::Owner => {
+                std::os::unix::fs::lchown(&path, Some(CONTAINER_UID), Some(CONTAINER_UID))?;
+                0o600
+            }
+            crate::shared_dirs::Access::Group(gid) => {
+                std::os::unix::fs::lchown(&path, None, Some(gid))?;
+                0o660
+            }
+        };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
     }
     Ok(())
 }

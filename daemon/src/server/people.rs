@@ -436,6 +436,7 @@ impl v1::admin_server::Admin for AdminService {
                 Status::invalid_argument(format!("mode `{text}`: use container, process or external"))
             })?,
         };
+        crate::gateways::check_run(&kind, mode, &message.args)?;
         if mode != crate::gateways::RunMode::External {
             self.shared.supervisors.check_args(&kind, &message.args).await.map_err(Status::invalid_argument)?;
         }
@@ -465,8 +466,9 @@ impl v1::admin_server::Admin for AdminService {
         check(&self.shared, &request, Operation::RemoveGateway, None, None)?;
         let name = request.into_inner().name;
         self.shared.gateways.remove(&name)?;
-        self.shared.supervisors.stop(&name).await;
+        // The token stops working first; the gateway is stopped even if this call is dropped.
         self.shared.listeners.remove_gateway(&name);
+        self.shared.supervisors.stop(&name).await;
         Ok(Response::new(v1::Ack { message: format!("gateway {name} removed; its token no longer works") }))
     }
 

@@ -29,13 +29,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub async fn run(gateway: Arc<Gateway>, app_token: SlackApiToken, egress: Egress, health: Arc<Health>) {
     let mut delay = Duration::from_secs(1);
     loop {
-        match connection(&gateway, &app_token, &egress, &health).await {
-            Ok(why) => {
+        let mut greeted = false;
+        match connection(&gateway, &app_token, &egress, &health, &mut greeted).await {
+            // A connection Slack took and later ended: a new one at once.
+            Ok(why) if greeted => {
                 tracing::info!(%why, "Socket Mode: reconnecting");
                 health.down(&why);
                 delay = Duration::from_secs(1);
             }
-            Err(why) => {
+            Ok(why) | Err(why) => {
                 tracing::warn!(%why, retry_in_ms = delay.as_millis() as u64, "Socket Mode: cannot connect");
                 health.down(&why);
                 tokio::time::sleep(delay).await;
@@ -51,6 +53,7 @@ async fn connection(
     app_token: &SlackApiToken,
     egress: &Egress,
     health: &Health,
+    greeted: &mut bool,
 ) -> Result<String, String> {
     let session = gateway.slack.open_session(app_token);
     let request = SlackApiAppsConnectionOpenRequest::new();
@@ -73,7 +76,7 @@ async fn connection(
             frame = source.next() => frame,
             _ = ping.tick() => {
                 silent += 1;
-                if silent > 3 {
+                if silent >= 3 {
                     return Ok(format!("no word from Slack for {} s", (PING_EVERY * 3).as_secs()));
                 }
                 sink.send(Message::Ping(Default::default())).await.map_err(|error| format!("Socket Mode: {error}"))?;
@@ -100,6 +103,7 @@ async fn connection(
         match envelope["type"].as_str().unwrap_or_default() {
             "hello" => {
                 tracing::info!(host, "Socket Mode: connected");
+                *greeted = true;
                 health.up();
             }
             "disconnect" => {
@@ -115,13 +119,14 @@ async fn connection(
                         gateway.take(payload["event_id"].as_str().unwrap_or_default(), &payload["event"])
                     })
                     .flatten();
-                if let Some(envelope_id) = envelope["envelope_id"].as_str() {
-                    let ack = json!({ "envelope_id": envelope_id }).to_string();
-                    sink.send(Message::text(ack)).await.map_err(|error| format!("Socket Mode: cannot ack: {error}"))?;
-                }
+                // Answered even if the ack is lost: Slack's redelivery is then a repeat.
                 if let Some(route) = route {
                     let gateway = gateway.clone();
                     tokio::spawn(async move { gateway.answer(route).await });
+                }
+                if let Some(envelope_id) = envelope["envelope_id"].as_str() {
+                    let ack = json!({ "envelope_id": envelope_id }).to_string();
+                    sink.send(Message::text(ack)).await.map_err(|error| format!("Socket Mode: cannot ack: {error}"))?;
                 }
             }
         }
