@@ -508,7 +508,8 @@ impl LlmGateway {
         let channel = baaaht_proto::client::channel(socket, backoff)
             .await
             .map_err(|error| format!("cannot connect to the gateway: {error}"))?;
-        let mut client = LlmGatewayClient::new(channel.clone());
+        let mut client =
+            LlmGatewayClient::new(channel.clone()).max_decoding_message_size(baaaht_proto::MAX_MESSAGE_BYTES);
         let configure = client.configure(self.settings.config().clone());
         match tokio::time::timeout(START_TIMEOUT, configure).await {
             Ok(Ok(response)) => {

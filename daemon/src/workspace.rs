@@ -36,6 +36,12 @@ pub enum WorkspaceError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot {action} the workspace image {}: {message}", path.display())]
     Image { action: &'static str, path: PathBuf, message: String },
 }
@@ -168,6 +174,33 @@ impl Workspaces {
         }
         mounted.users.insert(session.to_string(), 1);
         Ok(Prepared { path, checked_cap: None })
+    }
+
+    /// Reads the file `relative` (e.g. `uploads/cat.png`) of `session`'s workspace if it is a
+    /// regular file of at most `cap` bytes; none when it is not there. Never through a link (the
+    /// agents write in the workspace). Blocking: it may mount the workspace.
+    pub fn read(&self, session: &str, relative: &str, cap: u64) -> Result<Option<Vec<u8>>, WorkspaceError> {
+        let prepared = self.acquire(session)?;
+        let path = prepared.path.join(relative);
+        let read = || -> std::io::Result<Option<Vec<u8>>> {
+            let (folder, name) = match relative.rsplit_once('/') {
+                Some((folder, name)) => (Some(folder), name),
+                None => (None, relative),
+            };
+            let root = shared_dirs::open_trusted(&self.sessions.join(session))?;
+            let Some(data) = shared_dirs::open_dir(&root, "data")? else { return Ok(None) };
+            let dir = match folder {
+                Some(folder) => match shared_dirs::open_dir(&data, folder)? {
+                    Some(dir) => dir,
+                    None => return Ok(None),
+                },
+                None => data,
+            };
+            shared_dirs::read_regular(&dir, OsStr::new(name), cap)
+        };
+        let result = read();
+        self.release(session);
+        result.map_err(|source| WorkspaceError::Read { path, source })
     }
 
     /// One tool container of `session` is gone; the last one unmounts its filesystem.

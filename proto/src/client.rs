@@ -40,14 +40,21 @@ impl Client {
     fn new(channel: Channel, metadata: CallMetadata) -> Client {
         let service = InterceptedService::new(channel, metadata);
         Client {
-            agents: v1::agents_client::AgentsClient::new(service.clone()),
-            sessions: v1::sessions_client::SessionsClient::new(service.clone()),
-            skills: v1::skills_client::SkillsClient::new(service.clone()),
-            memory: v1::memory_client::MemoryClient::new(service.clone()),
-            tasks: v1::tasks_client::TasksClient::new(service.clone()),
-            system: v1::system_client::SystemClient::new(service.clone()),
-            gateways: v1::gateways_client::GatewaysClient::new(service.clone()),
-            admin: v1::admin_client::AdminClient::new(service),
+            agents: v1::agents_client::AgentsClient::new(service.clone())
+                .max_decoding_message_size(crate::MAX_MESSAGE_BYTES),
+            sessions: v1::sessions_client::SessionsClient::new(service.clone())
+                .max_decoding_message_size(crate::MAX_MESSAGE_BYTES),
+            skills: v1::skills_client::SkillsClient::new(service.clone())
+                .max_decoding_message_size(crate::MAX_MESSAGE_BYTES),
+            memory: v1::memory_client::MemoryClient::new(service.clone())
+                .max_decoding_message_size(crate::MAX_MESSAGE_BYTES),
+            tasks: v1::tasks_client::TasksClient::new(service.clone())
+                .max_decoding_message_size(crate::MAX_MESSAGE_BYTES),
+            system: v1::system_client::SystemClient::new(service.clone())
+                .max_decoding_message_size(crate::MAX_MESSAGE_BYTES),
+            gateways: v1::gateways_client::GatewaysClient::new(service.clone())
+                .max_decoding_message_size(crate::MAX_MESSAGE_BYTES),
+            admin: v1::admin_client::AdminClient::new(service).max_decoding_message_size(crate::MAX_MESSAGE_BYTES),
         }
     }
 }

@@ -14,6 +14,10 @@ pub mod v1 {
     tonic::include_proto!("baaaht.v1");
 }
 
+/// The largest message any baaaht service or client decodes (tonic's default is 4 MiB): a
+/// turn's conversation carries the pictures shared in it (up to 4 of 3.75 MB each).
+pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
+
 /// gRPC metadata key carrying the correlation id of a turn through every hop.
 pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
 

@@ -361,6 +361,64 @@ fn a_file_shared_with_the_bot_reaches_the_sessions_uploads() {
     assert!(!big_stored, "a refused file left nothing behind");
 }
 
+/// The images in the last request the model was sent: (media type, base64 data) in order.
+fn images_sent(provider: &baaaht_tests::fake_provider::FakeProvider) -> Vec<(String, String)> {
+    let Some(last) = provider.requests().last().map(|request| baaaht_tests::fake_provider::body_of(request)) else {
+        return vec![];
+    };
+    let blocks = last["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default());
+    blocks
+        .filter(|block| block["type"] == "image")
+        .map(|block| {
+            let source = &block["source"];
+            (
+                source["media_type"].as_str().unwrap_or_default().into(),
+                source["data"].as_str().unwrap_or_default().into(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_picture_shared_with_the_bot_reaches_the_model_as_an_image() {
+    use base64::Engine as _;
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let (provider, daemon) = scenario::start(&rt, scenario::echo_brain(), slack_options()).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    // A PNG by its bytes (its name and Slack's type could say anything).
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    png.extend(std::iter::repeat_n(42u8, 200));
+    let picture = fake.add_file("F9", "cat picture.png", "image/png", png.clone());
+    let wanted = ("image/png".to_string(), base64::engine::general_purpose::STANDARD.encode(&png));
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await);
+        let mut shared = dm("U7", "what is in this picture?", "1760000500.000100");
+        shared["subtype"] = json!("file_share");
+        shared["files"] = json!([picture]);
+        fake.push_event(shared, "EvPic1", 0).expect("sent");
+        let shown = fake
+            .wait_for(Duration::from_secs(120), |fake| {
+                shown_in(fake, "DU7").iter().any(|text| text.contains("what is in this picture?"))
+            })
+            .await;
+        assert!(shown, "{:#?}\n{}\n{}", shown_in(&fake, "DU7"), gateway.log_text(), daemon.log_text());
+        assert_eq!(
+            images_sent(&provider),
+            std::slice::from_ref(&wanted),
+            "the picture goes to the model as an image block"
+        );
+        // A follow-up in the same conversation: the model still sees the picture.
+        answered(&fake, &daemon, "and its colour?", "EvPic2", "1760000500.000200").await;
+        assert_eq!(images_sent(&provider), [wanted]);
+    });
+}
+
 /// Slack's side of the Events API over HTTP, signed by slack_sdk's own SignatureVerifier: a
 /// URL check, an event, the same event with a bad signature, a stale one, and Slack's retry.
 const SDK_EVENTS: &str = r#"
@@ -541,7 +599,7 @@ fn the_daemon_runs_the_gateway_and_restarts_it_when_it_dies_or_fails_its_health_
         ("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__TIMEOUT".into(), "500".into()),
     ]);
     let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
-    let added = run_by_daemon(&rt, &daemon, &fake, "process", &["--unhealthy-after", "1"]);
+    let added = run_by_daemon(&rt, &daemon, &fake, "process", &["--unhealthy-after", "4"]);
     assert!(added.token.is_empty(), "a gateway the daemon runs needs no token of its own");
     assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("process"));
     rt.block_on(async {
@@ -552,7 +610,7 @@ fn the_daemon_runs_the_gateway_and_restarts_it_when_it_dies_or_fails_its_health_
 
         // The process dies: the daemon starts another, which answers.
         let pids = gateway_pids(&daemon.data_dir);
-        assert_eq!(pids.len(), 1, "{pids:?}");
+        assert_eq!(pids.len(), 1, "{pids:?}\n{}", daemon.log_text());
         let killed = std::process::Command::new("kill").args(["-9", &pids[0].to_string()]).status().expect("kill");
         assert!(killed.success());
         let back = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 2).await;
@@ -563,11 +621,12 @@ fn the_daemon_runs_the_gateway_and_restarts_it_when_it_dies_or_fails_its_health_
         // Slack goes away: the gateway says it is unhealthy, and after 3 failed checks the
         // daemon restarts it; the new one connects once Slack is back.
         let before = fake.calls_of("auth.test").len();
+        let logged = daemon.log_text().len();
         fake.set_offline(true);
         let restarted = fake.wait_for(Duration::from_secs(60), |fake| fake.calls_of("auth.test").len() > before).await;
         assert!(restarted, "no restart after failed health checks\n{}", daemon.log_text());
-        let log = daemon.log_text();
-        assert!(log.contains("3 checks in a row") && log.contains("no connection to Slack for"), "{log}");
+        let since = daemon.log_text().split_off(logged);
+        assert!(since.contains("3 checks in a row") && since.contains("no connection to Slack for"), "{since}");
         fake.set_offline(false);
         let back = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 3).await;
         assert!(back, "no connection after Slack came back\n{}", daemon.log_text());
@@ -576,7 +635,7 @@ fn the_daemon_runs_the_gateway_and_restarts_it_when_it_dies_or_fails_its_health_
         assert_eq!(pids.len(), 1, "one gateway process at a time: {pids:?}");
     });
     // No Slack token is in the gateway's environment: it asked the daemon for them.
-    let pid = gateway_pids(&daemon.data_dir)[0];
+    let pid = *gateway_pids(&daemon.data_dir).first().expect("a gateway process");
     let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
     let environ = String::from_utf8_lossy(&environ);
     assert!(!environ.contains("xoxb-") && !environ.contains("xapp-"), "{environ}");
@@ -607,16 +666,30 @@ fn in_its_container_the_gateway_reaches_slack_only_through_the_daemon() {
         baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
     assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
     assert!(gateway_pids(&daemon.data_dir).is_empty(), "no gateway on the host");
+    // From inside, the egress socket opens Slack's hosts only.
+    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
+        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
+        print(s.recv(4096).decode())";
+    let refused =
+        baaaht_tests::docker(&["exec", &containers[0], "python3", "-c", probe]).expect("a connection from inside");
+    assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
+    assert!(refused.contains("example.com:443 is not a host gateway work needs"), "{refused}");
     rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host client");
         let query = v1::AuditQuery { kind: "egress".into(), ..Default::default() };
         let records = host.admin.search_audit(query).await.expect("SearchAudit").into_inner().records;
         let tunnels: Vec<_> = records.iter().filter(|record| record.principal == "gateway:work").collect();
         assert!(!tunnels.is_empty(), "{records:#?}");
-        assert!(tunnels.iter().all(|record| record.outcome == "allowed"), "{tunnels:#?}");
+        assert!(tunnels.iter().any(|record| record.outcome == "allowed"), "{tunnels:#?}");
+        assert!(
+            tunnels.iter().any(|record| record.outcome == "refused" && record.detail_json.contains("example.com")),
+            "{tunnels:#?}"
+        );
         // Removed: the container goes, and so does its connection.
         host.admin.remove_gateway(v1::GatewayRef { name: "work".into() }).await.expect("RemoveGateway");
     });
     let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
     assert!(!running.contains(&containers[0]), "{running}");
+    let closed = rt.block_on(fake.wait_for(Duration::from_secs(10), |fake| fake.open_connections() == 0));
+    assert!(closed, "the removed gateway's Socket Mode connection is still open");
 }

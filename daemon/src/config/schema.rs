@@ -319,7 +319,13 @@ const FAST_MODEL: &str = "anthropic/claude-3-5-haiku-20241022";
 
 impl Default for AgentsConfig {
     fn default() -> Self {
-        let agent = |max_iterations, timeout| AgentConfig { model: None, max_iterations, temperature: None, timeout };
+        let agent = |max_iterations, timeout| AgentConfig {
+            model: None,
+            max_iterations,
+            temperature: None,
+            timeout,
+            vision: None,
+        };
         AgentsConfig {
             default_model: None,
             assistant: AgentConfig { temperature: Some(Temperature(0.7)), ..agent(20, 300) },
@@ -361,6 +367,8 @@ pub struct AgentSettings {
     pub max_iterations: u32,
     pub temperature: Option<Temperature>,
     pub timeout: u64,
+    /// Whether the model takes images, when the configuration says.
+    pub vision: Option<bool>,
 }
 
 impl AgentsConfig {
@@ -395,6 +403,7 @@ impl AgentsConfig {
             max_iterations: section.max_iterations,
             temperature: section.temperature,
             timeout: section.timeout,
+            vision: section.vision,
         }
     }
 }
@@ -412,6 +421,10 @@ pub struct AgentConfig {
     /// Seconds a turn of this agent may take.
     #[serde(default = "default_agent_timeout")]
     pub timeout: u64,
+    /// Whether its model takes images (shared pictures are shown to it); unset: known from the
+    /// model's name (Claude, GPT-4o and later, Gemini, and models named for vision do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vision: Option<bool>,
 }
 
 fn default_max_iterations() -> u32 {

@@ -186,7 +186,13 @@ fn finish_background(shared: &Arc<Shared>, task: &Task, result: String, is_error
         shared.sessions.append(
             &live.session,
             None,
-            NewEntry::Message { role: "assistant", content: content.clone(), channel: None, sender: None },
+            NewEntry::Message {
+                role: "assistant",
+                content: content.clone(),
+                channel: None,
+                sender: None,
+                attachments: vec![],
+            },
         )
     });
     if let Err(error) = recorded {

@@ -30,6 +30,59 @@ pub fn context_window(model: &str) -> usize {
     }
 }
 
+/// Whether `model` ("provider/model") takes images, as far as the name tells: Claude 3 and
+/// later, GPT-4o, GPT-4.1 and later, the o-series, Gemini, and open models named for vision.
+pub(super) fn sees_images(model: &str) -> bool {
+    let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    let starts = |prefixes: &[&str]| prefixes.iter().any(|prefix| name.starts_with(prefix));
+    let has = |parts: &[&str]| parts.iter().any(|part| name.contains(part));
+    (starts(&["claude"]) && !starts(&["claude-2", "claude-instant"]))
+        || starts(&["gpt-4o", "gpt-4.1", "gpt-4-turbo", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gemini", "grok-4"])
+        || starts(&["llava", "bakllava", "pixtral", "gemma3", "llama4", "moondream", "minicpm-v"])
+        || has(&["vision", "-vl", "vl-", "qwen2.5vl", "qwen3-vl", "mistral-small-3", "mistral-medium"])
+}
+
+/// Image types both the Anthropic and the OpenAI APIs take.
+pub(super) const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+/// The most images a turn shows the model: the newest of the branch.
+pub(super) const MAX_IMAGES: usize = 4;
+/// The largest image shown (Anthropic takes 5 MB of base64 per image).
+pub(super) const MAX_IMAGE_BYTES: u64 = 3_750_000;
+
+/// Images shared on the branch, read for the model, by their `uploads/…` path.
+pub type Images = std::collections::HashMap<String, (String, Vec<u8>)>;
+
+/// The entries the model sees of `branch`: all, or a compaction's summary and what came after.
+fn visible(branch: &[Entry]) -> (Option<&str>, Vec<&Entry>) {
+    let compaction = branch.iter().rev().find_map(|entry| match entry {
+        Entry::Compaction { summary, compacted_entry_ids, .. } => Some((summary.as_str(), compacted_entry_ids)),
+        _ => None,
+    });
+    let skipped = compaction.map(|(_, ids)| ids.as_slice()).unwrap_or_default();
+    let shown = branch.iter().filter(|entry| !skipped.iter().any(|id| id == entry.id())).collect();
+    (compaction.map(|(summary, _)| summary), shown)
+}
+
+/// The images of `branch` a turn shows the model: the newest [`MAX_IMAGES`] shared with user
+/// messages it sees, of a type the providers take and at most [`MAX_IMAGE_BYTES`] each.
+pub(super) fn wanted_images(branch: &[Entry]) -> Vec<crate::sessions::log::Attachment> {
+    let (_, shown) = visible(branch);
+    shown
+        .iter()
+        .rev()
+        .filter_map(|entry| match entry {
+            Entry::Message { message, .. } if message.role == "user" => Some(message.attachments.iter().rev()),
+            _ => None,
+        })
+        .flatten()
+        .filter(|attachment| {
+            IMAGE_TYPES.contains(&attachment.mime_type.as_str()) && attachment.size_bytes <= MAX_IMAGE_BYTES
+        })
+        .take(MAX_IMAGES)
+        .cloned()
+        .collect()
+}
+
 const SUMMARY_REQUEST: &str = "Summarize the conversation so far for your own later use: who said what that still \
     matters, facts learnt, decisions, open questions and tasks in progress, names, paths and numbers. Write the \
     summary only, in plain sentences.";
@@ -43,7 +96,8 @@ pub(super) async fn summarize(
     correlation_id: &str,
 ) -> Result<String, OrchestratorError> {
     let names = sender_names(shared);
-    let mut messages = history(branch, record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync)));
+    let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
+    let mut messages = history(branch, group, &Images::new());
     if messages.is_empty() {
         return Err(OrchestratorError::Invalid("the session has nothing to compact yet".into()));
     }
@@ -124,48 +178,52 @@ pub(super) fn sender_names(shared: &Shared) -> impl Fn(&str) -> String + Sync + 
 }
 
 /// The conversation the Assistant sees for a branch (root → the new user message): user
-/// messages, its own replies and its delegations (task and result, never the delegated
-/// agent's own steps). A compaction on the branch replaces what it summarised. In a group
-/// (`names` given) each user message starts with who wrote it.
-pub fn history(branch: &[Entry], names: Option<&(dyn Fn(&str) -> String + Sync)>) -> Vec<v1::LlmMessage> {
-    let compaction = branch.iter().rev().find_map(|entry| match entry {
-        Entry::Compaction { summary, compacted_entry_ids, .. } => Some((summary.clone(), compacted_entry_ids.clone())),
-        _ => None,
-    });
-    let mut turns: Vec<(&'static str, String)> = vec![];
-    let skipped = compaction.as_ref().map(|(_, ids)| ids.as_slice()).unwrap_or_default();
-    if let Some((summary, _)) = &compaction {
-        turns.push(("user", format!("(A summary of the earlier conversation.)\n{summary}")));
+/// messages (with the `images` shared with them), its own replies and its delegations (task
+/// and result, never the delegated agent's own steps). A compaction on the branch replaces
+/// what it summarised. In a group (`names` given) each user message starts with who wrote it.
+pub fn history(
+    branch: &[Entry],
+    names: Option<&(dyn Fn(&str) -> String + Sync)>,
+    images: &Images,
+) -> Vec<v1::LlmMessage> {
+    use v1::content_block::Block;
+    let (summary, shown) = visible(branch);
+    let text = |text: String| v1::ContentBlock { block: Some(Block::Text(text)) };
+    let mut turns: Vec<(&'static str, v1::ContentBlock)> = vec![];
+    if let Some(summary) = summary {
+        turns.push(("user", text(format!("(A summary of the earlier conversation.)\n{summary}"))));
     }
-    for entry in branch {
-        if skipped.iter().any(|id| id == entry.id()) {
-            continue;
-        }
+    for entry in shown {
         match entry {
             Entry::Message { message, .. } if message.role == "user" => {
-                let text = match (&message.sender_id, names) {
+                let written = match (&message.sender_id, names) {
                     (Some(sender), Some(names)) => format!("{}: {}", names(sender), message.content),
                     _ => message.content.clone(),
                 };
-                turns.push(("user", text));
+                turns.push(("user", text(written)));
+                for attachment in &message.attachments {
+                    if let Some((media_type, data)) = images.get(&attachment.path) {
+                        let image = v1::ImageBlock { media_type: media_type.clone(), data: data.clone() };
+                        turns.push(("user", v1::ContentBlock { block: Some(Block::Image(image)) }));
+                    }
+                }
             }
             Entry::Message { message, .. } if message.role == "assistant" => {
-                turns.push(("assistant", message.content.clone()))
+                turns.push(("assistant", text(message.content.clone())))
             }
             Entry::Delegate { agent, task, result, is_error, .. } => {
                 let outcome = if *is_error { "failed" } else { "answered" };
                 turns.push((
                     "assistant",
-                    format!("(I delegated to the {agent}: {task})\n(The {agent} {outcome}: {result})"),
+                    text(format!("(I delegated to the {agent}: {task})\n(The {agent} {outcome}: {result})")),
                 ));
             }
             _ => {}
         }
     }
-    // Consecutive texts of one side become one message; the model sees user first and last.
+    // Consecutive blocks of one side become one message; the model sees user first and last.
     let mut messages: Vec<v1::LlmMessage> = vec![];
-    for (role, text) in turns {
-        let block = v1::ContentBlock { block: Some(v1::content_block::Block::Text(text)) };
+    for (role, block) in turns {
         if messages.is_empty() && role == "assistant" {
             continue;
         }
@@ -192,6 +250,7 @@ mod tests {
                 content: content.into(),
                 channel_type: None,
                 sender_id: sender.map(str::to_string),
+                attachments: vec![],
             },
         }
     }
@@ -230,7 +289,7 @@ mod tests {
             message("x", "m2", "system", "The reply was interrupted", None),
             message("m3", "x", "user", "thanks", Some("bob")),
         ];
-        let got = texts(&history(&branch, Some(&|sender: &str| sender.to_string())));
+        let got = texts(&history(&branch, Some(&|sender: &str| sender.to_string()), &Images::new()));
         assert_eq!(
             got,
             vec![
@@ -261,10 +320,97 @@ mod tests {
             },
             message("m3", "c1", "user", "new question", None),
         ];
-        let got = texts(&history(&branch, None));
+        let got = texts(&history(&branch, None, &Images::new()));
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].1.len(), 2);
         assert!(got[0].1[0].contains("they talked about old things"));
         assert_eq!(got[0].1[1], "new question");
+    }
+
+    fn sharing(id: &str, parent: &str, content: &str, files: &[(&str, &str, u64)]) -> Entry {
+        let mut entry = message(id, parent, "user", content, None);
+        if let Entry::Message { message, .. } = &mut entry {
+            message.attachments = files
+                .iter()
+                .map(|(path, mime_type, size_bytes)| crate::sessions::log::Attachment {
+                    path: (*path).into(),
+                    mime_type: (*mime_type).into(),
+                    size_bytes: *size_bytes,
+                })
+                .collect();
+        }
+        entry
+    }
+
+    #[test]
+    fn the_newest_pictures_go_to_the_model_after_the_words_they_came_with() {
+        let branch = vec![
+            sharing("e1", "s", "old ones", &[("uploads/a.png", "image/png", 10), ("uploads/b.png", "image/png", 10)]),
+            message("e2", "e1", "assistant", "nice", None),
+            sharing(
+                "e3",
+                "e2",
+                "new ones",
+                &[
+                    ("uploads/c.jpg", "image/jpeg", 10),
+                    ("uploads/notes.txt", "text/plain", 10),
+                    ("uploads/huge.png", "image/png", MAX_IMAGE_BYTES + 1),
+                    ("uploads/d.webp", "image/webp", 10),
+                    ("uploads/e.gif", "image/gif", 10),
+                ],
+            ),
+        ];
+        let wanted: Vec<String> = wanted_images(&branch).into_iter().map(|a| a.path).collect();
+        assert_eq!(wanted, ["uploads/e.gif", "uploads/d.webp", "uploads/c.jpg", "uploads/b.png"]);
+        let images: Images = wanted.iter().map(|path| (path.clone(), ("image/png".to_string(), vec![1, 2]))).collect();
+        let messages = history(&branch, None, &images);
+        let kinds = |message: &v1::LlmMessage| -> Vec<String> {
+            message
+                .content
+                .iter()
+                .map(|block| match &block.block {
+                    Some(v1::content_block::Block::Text(text)) => text.clone(),
+                    Some(v1::content_block::Block::Image(_)) => "[image]".into(),
+                    _ => "?".into(),
+                })
+                .collect()
+        };
+        assert_eq!(kinds(&messages[0]), ["old ones", "[image]"], "a.png is not among the newest four");
+        assert_eq!(kinds(&messages[2]), ["new ones", "[image]", "[image]", "[image]"]);
+        // What a compaction summarised is not shown again, its pictures neither.
+        let mut compacted = branch.clone();
+        compacted.push(Entry::Compaction {
+            id: "e4".into(),
+            parent: "e3".into(),
+            timestamp: "t".into(),
+            summary: "pictures were shared".into(),
+            compacted_entry_ids: vec!["e1".into(), "e2".into()],
+        });
+        let wanted: Vec<String> = wanted_images(&compacted).into_iter().map(|a| a.path).collect();
+        assert_eq!(wanted, ["uploads/e.gif", "uploads/d.webp", "uploads/c.jpg"]);
+    }
+
+    #[test]
+    fn vision_is_known_from_the_models_name() {
+        for model in [
+            "anthropic/claude-sonnet-4-20250514",
+            "openai/gpt-4o-mini",
+            "openai/gpt-4.1",
+            "openai/o3",
+            "ollama/llava:13b",
+            "openrouter/qwen/qwen2.5-vl-72b-instruct",
+            "google/gemini-2.5-pro",
+        ] {
+            assert!(sees_images(model), "{model}");
+        }
+        for model in [
+            "openai/gpt-3.5-turbo",
+            "ollama/llama3.1:8b",
+            "deepseek/deepseek-chat",
+            "anthropic/claude-2.1",
+            "groq/mixtral-8x7b",
+        ] {
+            assert!(!sees_images(model), "{model}");
+        }
     }
 }

@@ -19,7 +19,7 @@ mod turns;
 pub use archival::{archive, archive_quiet, supervise};
 pub use delegation::{delegate, run_alone};
 use delegation::{run_task, Task};
-pub use history::{compact, context_window, history};
+pub use history::{compact, context_window, history, Images};
 use history::{message_chars, summarize};
 use turns::run_turn;
 
@@ -62,6 +62,8 @@ struct Queued {
     sender: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     parent: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    attachments: Vec<crate::sessions::log::Attachment>,
 }
 
 impl Queued {
@@ -71,6 +73,7 @@ impl Queued {
             content: self.content.clone(),
             channel: self.channel.clone(),
             sender: Some(self.sender.clone()),
+            attachments: self.attachments.clone(),
         }
     }
 }
@@ -196,6 +199,8 @@ pub struct Incoming {
     pub channel: Option<String>,
     pub content: String,
     pub parent: Option<String>,
+    /// Files shared with the message, stored in the session's `uploads/` by UploadFile.
+    pub attachments: Vec<crate::sessions::log::Attachment>,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -241,6 +246,7 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
         channel: incoming.channel,
         sender: incoming.sender,
         parent: incoming.parent,
+        attachments: incoming.attachments,
     };
     let lock = shared.turns.session_lock(&record.id);
     let entry = crate::sessions::new_entry_id();
@@ -349,7 +355,13 @@ pub fn recover(shared: &Shared) -> usize {
         let appended = shared.sessions.append(
             &inflight.session,
             None,
-            NewEntry::Message { role: "system", content: content.clone(), channel: None, sender: None },
+            NewEntry::Message {
+                role: "system",
+                content: content.clone(),
+                channel: None,
+                sender: None,
+                attachments: vec![],
+            },
         );
         match appended {
             Ok(_) => tracing::warn!(turn, session = %inflight.session, "ended a turn interrupted by a restart"),

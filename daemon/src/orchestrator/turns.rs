@@ -63,7 +63,7 @@ pub(super) async fn run_turn(
     let appended = shared.sessions.append(
         &accepted.session,
         tail.as_deref(),
-        NewEntry::Message { role, content: content.clone(), channel: None, sender: None },
+        NewEntry::Message { role, content: content.clone(), channel: None, sender: None, attachments: vec![] },
     );
     match appended {
         Ok(entry_id) if !failed => {
@@ -95,6 +95,43 @@ pub(super) async fn run_turn(
     shared.turns.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
 }
 
+/// Reads the images the turn shows the model ([`wanted_images`]) from the session's uploads,
+/// each checked to be the image it says (the agents can write there); one that cannot be read
+/// is left out, and the message's text still names it.
+async fn read_images(shared: &Arc<Shared>, session: &str, branch: &[Entry]) -> Images {
+    let wanted = super::history::wanted_images(branch);
+    if wanted.is_empty() {
+        return Images::new();
+    }
+    let (workspaces, session) = (shared.workspaces.clone(), session.to_string());
+    let read = tokio::task::spawn_blocking(move || {
+        let mut images = Images::new();
+        for attachment in wanted {
+            match workspaces.read(&session, &attachment.path, super::history::MAX_IMAGE_BYTES) {
+                Ok(Some(bytes)) => match infer::get(&bytes).map(|kind| kind.mime_type()) {
+                    Some(sniffed) if super::history::IMAGE_TYPES.contains(&sniffed) => {
+                        images.insert(attachment.path, (sniffed.to_string(), bytes));
+                    }
+                    other => {
+                        tracing::warn!(path = %attachment.path, sniffed = ?other, "an attached image is not one; not shown to the model")
+                    }
+                },
+                Ok(None) => {
+                    tracing::warn!(path = %attachment.path, "an attached image is gone; not shown to the model")
+                }
+                Err(error) => {
+                    tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot read an attached image")
+                }
+            }
+        }
+        images
+    });
+    read.await.unwrap_or_else(|error| {
+        tracing::warn!(%error, "reading the attached images failed");
+        Images::new()
+    })
+}
+
 async fn assistant_turn(
     shared: &Arc<Shared>,
     record: &SessionRecord,
@@ -109,9 +146,15 @@ async fn assistant_turn(
     let branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
     let names = super::history::sender_names(shared);
     let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
-    let mut messages = history(&branch, group);
     let current = shared.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
-    let model = current.model.clone().unwrap_or_else(|| agent_settings(shared, Role::Assistant).model.0);
+    let settings = agent_settings(shared, Role::Assistant);
+    let model = current.model.clone().unwrap_or_else(|| settings.model.0.clone());
+    let images = if settings.vision.unwrap_or_else(|| super::history::sees_images(&model)) {
+        read_images(shared, &accepted.session, &branch).await
+    } else {
+        Images::new()
+    };
+    let mut messages = history(&branch, group, &images);
     // Near the model's context window: what came before this message becomes a summary first.
     let estimate: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
     if estimate > context_window(&model) * 8 / 10 {
@@ -127,7 +170,7 @@ async fn assistant_turn(
                     .map_err(|e| e.to_string())?;
                 shared.turns.set_tail(&accepted.turn, &id);
                 let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
-                messages = history(&read.branch(&id).map_err(|error| error.to_string())?, group);
+                messages = history(&read.branch(&id).map_err(|error| error.to_string())?, group, &images);
             }
             Err(error) => tracing::warn!(%error, "automatic compaction failed; the turn goes on uncompacted"),
         }

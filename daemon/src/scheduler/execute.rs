@@ -332,6 +332,7 @@ impl Execute for Daemon {
                             content: format!("{title}\n\n{content}"),
                             channel: channel.map(|channel| family(channel).to_string()),
                             sender: None,
+                            attachments: vec![],
                         };
                         if let Err(error) = self.shared.sessions.append(session, None, entry) {
                             tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot record a task's result");

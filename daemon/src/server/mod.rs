@@ -156,7 +156,9 @@ fn task_context(user_id: &str, group_id: &str) -> Result<Option<Context>, Status
 
 /// Every service of the daemon, for the one server that serves every socket.
 pub fn routes(shared: &Arc<Shared>) -> tonic::service::Routes {
-    tonic::service::Routes::new(v1::agents_server::AgentsServer::new(agents::AgentsService { shared: shared.clone() }))
+    let agents = v1::agents_server::AgentsServer::new(agents::AgentsService { shared: shared.clone() })
+        .max_decoding_message_size(baaaht_proto::MAX_MESSAGE_BYTES);
+    tonic::service::Routes::new(agents)
         .add_service(v1::sessions_server::SessionsServer::new(sessions::SessionsService { shared: shared.clone() }))
         .add_service(v1::skills_server::SkillsServer::new(skills::SkillsService { shared: shared.clone() }))
         .add_service(v1::memory_server::MemoryServer::new(memory::MemoryService { shared: shared.clone() }))

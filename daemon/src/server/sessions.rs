@@ -115,6 +115,15 @@ fn incoming(
         }
         content.push_str(&crate::uploads::mention(&attachment.path, &attachment.mime_type, attachment.size_bytes));
     }
+    let attachments = written
+        .attachments
+        .into_iter()
+        .map(|attachment| crate::sessions::log::Attachment {
+            path: attachment.path,
+            mime_type: attachment.mime_type,
+            size_bytes: attachment.size_bytes,
+        })
+        .collect();
     Ok(crate::orchestrator::Incoming {
         context,
         session: (!written.session_id.is_empty()).then_some(written.session_id),
@@ -122,6 +131,7 @@ fn incoming(
         channel: channel_of(caller, written.channel),
         content,
         parent: (!written.parent_entry_id.is_empty()).then_some(written.parent_entry_id),
+        attachments,
     })
 }
 
@@ -300,6 +310,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             channel: None,
             content: message.content,
             parent: None,
+            attachments: vec![],
         };
         let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
         Ok(Response::new(v1::AgentRoutingResponse { session_id: accepted.session, turn_id: accepted.turn }))

@@ -52,6 +52,19 @@ pub struct Message {
     /// Who wrote a user message (in a group session, one of several users).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_id: Option<String>,
+    /// Files shared with a user message, in the session's `uploads/` (the content names them too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+}
+
+/// A file shared with a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    /// `uploads/NAME`, in the session's workspace.
+    pub path: String,
+    pub mime_type: String,
+    pub size_bytes: u64,
 }
 
 /// One line of the log.
@@ -335,7 +348,13 @@ mod tests {
             id: id.into(),
             parent: parent.into(),
             timestamp: "2026-11-22T10:00:01Z".into(),
-            message: Message { role: role.into(), content: content.into(), channel_type: None, sender_id: None },
+            message: Message {
+                role: role.into(),
+                content: content.into(),
+                channel_type: None,
+                sender_id: None,
+                attachments: vec![],
+            },
         }
     }
 

@@ -126,10 +126,27 @@ pub enum SessionError {
 /// What a new entry says; the store gives it its id, parent and time.
 #[derive(Debug, Clone)]
 pub enum NewEntry {
-    Message { role: &'static str, content: String, channel: Option<String>, sender: Option<String> },
-    Delegate { agent: String, task: String, result: String, is_error: bool },
-    Compaction { summary: String, compacted: Vec<String> },
-    ModelChange { previous: String, new: String },
+    Message {
+        role: &'static str,
+        content: String,
+        channel: Option<String>,
+        sender: Option<String>,
+        attachments: Vec<log::Attachment>,
+    },
+    Delegate {
+        agent: String,
+        task: String,
+        result: String,
+        is_error: bool,
+    },
+    Compaction {
+        summary: String,
+        compacted: Vec<String>,
+    },
+    ModelChange {
+        previous: String,
+        new: String,
+    },
 }
 
 /// A filter for [`SessionStore::list`]; empty fields match everything.
@@ -333,11 +350,17 @@ impl SessionStore {
         let entry_id = entry_id.unwrap_or_else(new_entry_id);
         let timestamp = state::rfc3339(now);
         let entry = match entry {
-            NewEntry::Message { role, content, channel, sender } => Entry::Message {
+            NewEntry::Message { role, content, channel, sender, attachments } => Entry::Message {
                 id: entry_id.clone(),
                 parent,
                 timestamp,
-                message: log::Message { role: role.into(), content, channel_type: channel, sender_id: sender },
+                message: log::Message {
+                    role: role.into(),
+                    content,
+                    channel_type: channel,
+                    sender_id: sender,
+                    attachments,
+                },
             },
             NewEntry::Delegate { agent, task, result, is_error } => {
                 Entry::Delegate { id: entry_id.clone(), parent, timestamp, agent, task, result, is_error }
@@ -492,7 +515,13 @@ mod tests {
     use super::*;
 
     fn message(content: &str) -> NewEntry {
-        NewEntry::Message { role: "user", content: content.into(), channel: None, sender: Some("alice".into()) }
+        NewEntry::Message {
+            role: "user",
+            content: content.into(),
+            channel: None,
+            sender: Some("alice".into()),
+            attachments: vec![],
+        }
     }
 
     #[test]

@@ -93,7 +93,9 @@ async fn serve(socket: &Path, mode: u32, parent: Option<u32>) -> Result<(), Box<
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "serving");
     let service = Arc::new(GatewayService::default());
     let server = tonic::transport::Server::builder()
-        .add_service(LlmGatewayServer::from_arc(service.clone()))
+        .add_service(
+            LlmGatewayServer::from_arc(service.clone()).max_decoding_message_size(baaaht_proto::MAX_MESSAGE_BYTES),
+        )
         .add_service(ContainerHealthServer::from_arc(service))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped(parent));
     server.await?;
