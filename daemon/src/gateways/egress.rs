@@ -48,8 +48,13 @@ pub struct Tunnels {
 }
 
 impl Tunnels {
-    /// Binds `path` (a stale socket is replaced) and serves tunnels until `cancel`.
-    pub fn serve(self, path: &Path, cancel: CancellationToken) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    /// Binds `path` (a stale socket is replaced) and serves tunnels on `tracker` until `cancel`.
+    pub fn serve(
+        self,
+        path: &Path,
+        cancel: CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
         match std::fs::remove_file(path) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
             _ => {}
@@ -57,7 +62,8 @@ impl Tunnels {
         let listener = UnixListener::bind(path)?;
         let tunnels = Arc::new(self);
         let open = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
-        Ok(tokio::spawn(async move {
+        let tasks = tracker.clone();
+        Ok(tracker.spawn(async move {
             loop {
                 let accepted = tokio::select! {
                     () = cancel.cancelled() => return,
@@ -68,12 +74,12 @@ impl Tunnels {
                         let Ok(slot) = open.clone().try_acquire_owned() else {
                             let why = format!("gateway {} has {MAX_TUNNELS} connections open already", tunnels.gateway);
                             tracing::warn!(gateway = %tunnels.gateway, "a gateway's connection was refused: too many open");
-                            tokio::spawn(async move { answer(&mut stream, "503 Service Unavailable", &why).await });
+                            tasks.spawn(async move { answer(&mut stream, "503 Service Unavailable", &why).await });
                             continue;
                         };
                         let tunnels = tunnels.clone();
                         let cancel = cancel.clone();
-                        tokio::spawn(async move {
+                        tasks.spawn(async move {
                             tokio::select! {
                                 () = cancel.cancelled() => {}
                                 () = tunnels.tunnel(stream) => {}
@@ -204,7 +210,8 @@ mod tests {
         let audit = Audit::open(folder.path().join("audit"), true, 30, metrics);
         let tunnels = Tunnels { gateway: "work".into(), hosts: hosts_of(&record(&[])), web, audit: audit.clone() };
         let cancel = CancellationToken::new();
-        let server = tunnels.serve(&path, cancel.clone()).expect("serve");
+        let tracker = tokio_util::task::TaskTracker::new();
+        let server = tunnels.serve(&path, cancel.clone(), &tracker).expect("serve");
         let ask = |request: &'static str| {
             let path = path.clone();
             async move {

@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use baaaht_proto::client::Backoff;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -195,8 +194,6 @@ struct Supervisor {
 struct Run {
     instance: Option<Instance>,
     tunnels: Option<CancellationToken>,
-    /// The health socket, opened as a path: the run's connections go to this very socket.
-    health: Option<std::os::fd::OwnedFd>,
 }
 
 impl Supervisor {
@@ -308,7 +305,9 @@ impl Supervisor {
             audit: self.supervision.audit.clone(),
         };
         let cancel = self.cancel.child_token();
-        tunnels.serve(&path, cancel.clone()).map_err(|error| format!("cannot serve {}: {error}", path.display()))?;
+        tunnels
+            .serve(&path, cancel.clone(), &self.supervision.tracker)
+            .map_err(|error| format!("cannot serve {}: {error}", path.display()))?;
         Ok(cancel)
     }
 
@@ -401,16 +400,23 @@ impl Supervisor {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let path = PathBuf::from(format!("/proc/self/fd/{}", socket.as_raw_fd()));
-        run.health = Some(socket);
-        let backoff = Backoff {
-            initial: Duration::from_millis(10),
-            max: Duration::from_millis(500),
-            give_up_after: Duration::from_secs(5),
-        };
-        baaaht_proto::client::channel(&path, backoff)
-            .await
-            .map_err(|error| format!("cannot connect to the gateway's health socket: {error}"))
+        // The descriptor lives as long as the channel's connector: a reconnect never reaches a
+        // socket that took its number.
+        let socket = Arc::new(socket);
+        let connector = tower::service_fn(move |_: tonic::codegen::http::Uri| {
+            let socket = socket.clone();
+            async move {
+                let path = format!("/proc/self/fd/{}", socket.as_raw_fd());
+                tokio::net::UnixStream::connect(path).await.map(hyper_util::rt::TokioIo::new)
+            }
+        });
+        let endpoint = tonic::transport::Endpoint::from_static("http://gateway.health");
+        let connect = endpoint.connect_with_connector(connector);
+        match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok(channel)) => Ok(channel),
+            Ok(Err(error)) => Err(format!("cannot connect to the gateway's health socket: {error}")),
+            Err(_) => Err("the gateway's health socket did not answer within 5 s".into()),
+        }
     }
 
     /// Watches the run until it exits, fails its checks or is stopped: why, as a sentence and
@@ -451,7 +457,14 @@ fn prepare_run_folder(folder: &Path, container: bool) -> std::io::Result<()> {
     let parent = open_trusted(folder)?;
     let owner = if container { Owner::Containers } else { Owner::Daemon };
     let run = ensure_dir(&parent, std::ffi::OsStr::new(RUN_FOLDER), owner)?;
-    remove(&run, std::ffi::OsStr::new(HEALTH_SOCKET))
+    if remove(&run, std::ffi::OsStr::new(HEALTH_SOCKET)).is_ok() {
+        return Ok(());
+    }
+    // Something that is not a file where the socket goes (a folder the last run made): the
+    // whole folder goes (std's removal never follows a link) and a new one is made.
+    drop(run);
+    std::fs::remove_dir_all(folder.join(RUN_FOLDER))?;
+    ensure_dir(&parent, std::ffi::OsStr::new(RUN_FOLDER), owner).map(drop)
 }
 
 /// Lets the containers' uid connect to the daemon's two sockets in the gateway's folder (a

@@ -5,6 +5,10 @@ use super::*;
 use super::{llm, tools};
 use crate::audit::{Kind, Record};
 
+/// The largest message a Worker or Heartbeat sends to the channels: the Agents service decodes
+/// up to 32 MiB for StreamLLM's pictures, far more than a chat message should be.
+const MAX_OUTBOUND_BYTES: usize = 256 * 1024;
+
 /// The `Agents` service.
 #[derive(Debug, Clone)]
 pub(super) struct AgentsService {
@@ -60,6 +64,12 @@ impl v1::agents_server::Agents for AgentsService {
         let message = request.into_inner();
         if message.content.trim().is_empty() {
             return Err(Status::invalid_argument("content: the message is empty"));
+        }
+        if message.content.len() > MAX_OUTBOUND_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "content: {} bytes is more than a message may be ({MAX_OUTBOUND_BYTES}); write a file and name it",
+                message.content.len()
+            )));
         }
         let live = self.shared.agents.live(&identity.name);
         let event = v1::OrchestratorEvent {
