@@ -190,14 +190,14 @@ pub fn read_regular(dir: impl AsFd, name: &OsStr, cap: u64) -> std::io::Result<O
     let Some((fd, stat)) = open_regular(dir, name)? else { return Ok(None) };
     if stat.st_size as u64 > cap {
         return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
+            std::io::ErrorKind::FileTooLarge,
             format!("it is {} bytes, more than the {cap} allowed", stat.st_size),
         ));
     }
     let mut bytes = Vec::with_capacity(stat.st_size as usize);
     std::fs::File::from(fd).take(cap + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > cap {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("it grew past {cap} bytes")));
+        return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, format!("it grew past {cap} bytes")));
     }
     Ok(Some(bytes))
 }

@@ -7,6 +7,10 @@
 //! name is cut down to letters, digits, `.`, `-` and `_`; the type is read from the bytes
 //! (`infer`), not taken from the sender. Every folder is opened without following links
 //! ([`crate::shared_dirs`]): the tool containers write in `data/` too.
+//!
+//! A picture the models can take is also kept, as sent, in the session's `pictures/` (beside
+//! `data/`, never mounted into a container): what a turn shows the model is what the user
+//! shared, whatever the agents do to `uploads/`, and a fork shows it too.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write as _;
@@ -23,6 +27,10 @@ use crate::workspace::Workspaces;
 pub const FOLDER: &str = "uploads";
 /// The longest name kept, in bytes.
 const MAX_NAME: usize = 120;
+/// Picture types both the Anthropic and the OpenAI APIs take.
+pub const PICTURE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+/// The largest picture kept for the models (Anthropic takes 5 MB of base64 per image).
+pub const MAX_PICTURE_BYTES: u64 = 3_750_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
@@ -203,8 +211,19 @@ impl Upload {
     /// Syncs the file and renames it to `name` (made safe), or `name-2` … when that is taken.
     /// Blocking.
     pub fn finish(mut self, name: &str, declared: &str) -> Result<Stored, UploadError> {
-        let file = self.file.take().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
+        let mut file = self.file.take().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
         file.sync_all().map_err(full_or_io)?;
+        let mime_type = sniff(&self.head, declared);
+        // A picture is read back from this very file: nothing a container does meanwhile counts.
+        let picture = if PICTURE_TYPES.contains(&mime_type.as_str()) && self.written <= MAX_PICTURE_BYTES {
+            use std::io::{Read as _, Seek as _};
+            let mut bytes = Vec::with_capacity(self.written as usize);
+            file.seek(std::io::SeekFrom::Start(0))?;
+            (&mut file).take(MAX_PICTURE_BYTES).read_to_end(&mut bytes)?;
+            Some(bytes)
+        } else {
+            None
+        };
         drop(file);
         let name = safe_name(name);
         let (stem, extension) = split_extension(&name);
@@ -241,7 +260,12 @@ impl Upload {
         let _ = rustix::fs::fsync(&folder);
         drop(folder);
         self.release();
-        Ok(Stored { name, mime_type: sniff(&self.head, declared), size: self.written })
+        if let Some(bytes) = picture {
+            if let Err(error) = self.workspaces.keep_picture(&self.session, &name, &bytes) {
+                tracing::warn!(session = %self.session, name, %error, "cannot keep the picture for the models");
+            }
+        }
+        Ok(Stored { name, mime_type, size: self.written })
     }
 
     /// Lets go of the workspace; the file and the folder are closed first, or its filesystem
@@ -296,7 +320,8 @@ fn temporary_file(data: &std::path::Path) -> std::io::Result<(OwnedFd, OsString,
     getrandom::fill(&mut random).map_err(|error| std::io::Error::other(error.to_string()))?;
     let temp: String =
         std::iter::once(".upload-".to_string()).chain(random.iter().map(|byte| format!("{byte:02x}"))).collect();
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    // Read and write: a picture is read back from it.
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(&folder, temp.as_str(), flags, Mode::from_raw_mode(0o600))?;
     if let Err(error) = shared_dirs::hand_over_file(&fd) {
         // silent-ok: the hidden file is empty; the error says what went wrong.
@@ -409,6 +434,24 @@ mod tests {
             std::fs::read_dir(&folder).expect("list").map(|entry| entry.expect("entry").file_name()).collect();
         names.sort();
         assert_eq!(names, ["My_Report-2.pdf", "My_Report.pdf"]);
+        assert!(!sessions.join("s-1/pictures").exists(), "no picture among them");
+    }
+
+    /// A picture is also kept for the models, out of the containers' reach.
+    #[test]
+    fn a_picture_is_kept_beside_the_workspace() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sessions = dir.path().join("sessions");
+        let workspaces = Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked));
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR-and-the-rest".to_vec();
+        let mut upload = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
+        upload.write(&png).expect("write");
+        let stored = upload.finish("cat.png", "application/octet-stream").expect("finish");
+        assert_eq!(stored.mime_type, "image/png");
+        std::fs::write(sessions.join("s-1/data/uploads/cat.png"), b"changed by an agent").expect("overwrite");
+        assert_eq!(workspaces.picture("s-1", "uploads/cat.png", MAX_PICTURE_BYTES).expect("read"), Some(png));
+        assert_eq!(workspaces.picture("s-1", "uploads/dog.png", MAX_PICTURE_BYTES).expect("read"), None);
+        assert_eq!(workspaces.picture("s-2", "uploads/cat.png", MAX_PICTURE_BYTES).expect("read"), None);
     }
 
     /// Where the cap is only checked, an upload gets what the workspace has left.

@@ -25,6 +25,9 @@ use std::sync::{Mutex, PoisonError};
 use crate::config::WorkspaceLimit;
 use crate::shared_dirs::{self, Owner};
 
+/// The folder beside a session's `data/` where the daemon keeps the pictures shared in it.
+const PICTURES: &str = "pictures";
+
 /// The image's file name in `sessions/{id}/`.
 pub const IMAGE: &str = "workspace.img";
 
@@ -32,12 +35,6 @@ pub const IMAGE: &str = "workspace.img";
 pub enum WorkspaceError {
     #[error("cannot prepare the session's data folder {}", path.display())]
     Folder {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot read {}", path.display())]
-    Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -176,31 +173,25 @@ impl Workspaces {
         Ok(Prepared { path, checked_cap: None })
     }
 
-    /// Reads the file `relative` (e.g. `uploads/cat.png`) of `session`'s workspace if it is a
-    /// regular file of at most `cap` bytes; none when it is not there. Never through a link (the
-    /// agents write in the workspace). Blocking: it may mount the workspace.
-    pub fn read(&self, session: &str, relative: &str, cap: u64) -> Result<Option<Vec<u8>>, WorkspaceError> {
-        let prepared = self.acquire(session)?;
-        let path = prepared.path.join(relative);
-        let read = || -> std::io::Result<Option<Vec<u8>>> {
-            let (folder, name) = match relative.rsplit_once('/') {
-                Some((folder, name)) => (Some(folder), name),
-                None => (None, relative),
-            };
-            let root = shared_dirs::open_trusted(&self.sessions.join(session))?;
-            let Some(data) = shared_dirs::open_dir(&root, "data")? else { return Ok(None) };
-            let dir = match folder {
-                Some(folder) => match shared_dirs::open_dir(&data, folder)? {
-                    Some(dir) => dir,
-                    None => return Ok(None),
-                },
-                None => data,
-            };
-            shared_dirs::read_regular(&dir, OsStr::new(name), cap)
+    /// Keeps the picture `name` shared in `session` (its bytes as sent) in the session's
+    /// `pictures/`, which only the daemon reads and no container mounts.
+    pub fn keep_picture(&self, session: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let session_dir = shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon)?;
+        shared_dirs::ensure_dir(&session_dir, OsStr::new(PICTURES), Owner::Daemon)?;
+        let path = self.sessions.join(session).join(PICTURES).join(name);
+        crate::state::write_atomic(&path, bytes, 0o600).map_err(std::io::Error::other)
+    }
+
+    /// The picture an attachment (`uploads/NAME`) of `session` names, as it was shared, if it
+    /// was kept and is at most `cap` bytes; none when it was not kept.
+    pub fn picture(&self, session: &str, attachment: &str, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+        let Some(name) = attachment.strip_prefix("uploads/") else { return Ok(None) };
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let Some(pictures) = shared_dirs::open_dir(&sessions, Path::new(session).join(PICTURES))? else {
+            return Ok(None);
         };
-        let result = read();
-        self.release(session);
-        result.map_err(|source| WorkspaceError::Read { path, source })
+        shared_dirs::read_regular(&pictures, OsStr::new(name), cap)
     }
 
     /// One tool container of `session` is gone; the last one unmounts its filesystem.

@@ -18,6 +18,10 @@ pub mod v1 {
 /// turn's conversation carries the pictures shared in it (up to 4 of 3.75 MB each).
 pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
+/// About what a provider bills for one picture, in input tokens (Anthropic: about 1,600 for
+/// one at its 1568 px limit): what budgets, compaction and usage estimates count an image as.
+pub const IMAGE_TOKENS: usize = 1600;
+
 /// gRPC metadata key carrying the correlation id of a turn through every hop.
 pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
 

@@ -9,6 +9,7 @@ pub(super) fn message_chars(message: &v1::LlmMessage) -> usize {
         .iter()
         .map(|block| match &block.block {
             Some(v1::content_block::Block::Text(text)) => text.len(),
+            Some(v1::content_block::Block::Image(_)) => baaaht_proto::IMAGE_TOKENS * 4,
             _ => 0,
         })
         .sum()
@@ -31,26 +32,29 @@ pub fn context_window(model: &str) -> usize {
 }
 
 /// Whether `model` ("provider/model") takes images, as far as the name tells: Claude 3 and
-/// later, GPT-4o, GPT-4.1 and later, the o-series, Gemini, and open models named for vision.
+/// later, GPT-4o, GPT-4.1 and later, the o-series but its text-only minis and previews, Gemini,
+/// and open models named for vision.
 pub(super) fn sees_images(model: &str) -> bool {
     let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
     let starts = |prefixes: &[&str]| prefixes.iter().any(|prefix| name.starts_with(prefix));
     let has = |parts: &[&str]| parts.iter().any(|part| name.contains(part));
-    (starts(&["claude"]) && !starts(&["claude-2", "claude-instant"]))
-        || starts(&["gpt-4o", "gpt-4.1", "gpt-4-turbo", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gemini", "grok-4"])
-        || starts(&["llava", "bakllava", "pixtral", "gemma3", "llama4", "moondream", "minicpm-v"])
-        || has(&["vision", "-vl", "vl-", "qwen2.5vl", "qwen3-vl", "mistral-small-3", "mistral-medium"])
+    let text_only = starts(&["claude-2", "claude-instant", "o1-mini", "o1-preview", "o3-mini", "gpt-4-turbo-preview"]);
+    let known = starts(&["claude", "gpt-4o", "gpt-4.1", "gpt-4-turbo", "gpt-5", "o1", "o3", "o4", "chatgpt-4o"])
+        || starts(&["gemini", "grok-4", "llava", "bakllava", "pixtral", "gemma3", "llama4", "moondream", "minicpm-v"])
+        || has(&["vision", "-vl", "vl-", "qwen2.5vl", "qwen3-vl", "mistral-small-3.1", "mistral-small-3.2"])
+        || has(&["mistral-medium"]);
+    known && !text_only
 }
 
-/// Image types both the Anthropic and the OpenAI APIs take.
-pub(super) const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
-/// The most images a turn shows the model: the newest of the branch.
+/// The most images a turn shows the model: the newest of its last [`RECENT_TURNS`].
 pub(super) const MAX_IMAGES: usize = 4;
-/// The largest image shown (Anthropic takes 5 MB of base64 per image).
-pub(super) const MAX_IMAGE_BYTES: u64 = 3_750_000;
+/// The user messages whose pictures are shown: older ones are named in their text only, so a
+/// picture is not paid for on every turn forever, nor one a provider refuses sent forever.
+pub(super) const RECENT_TURNS: usize = 3;
 
-/// Images shared on the branch, read for the model, by their `uploads/…` path.
-pub type Images = std::collections::HashMap<String, (String, Vec<u8>)>;
+/// Images shared on the branch, read for the model (type and bytes), or why one cannot be
+/// shown, by their `uploads/…` path.
+pub type Images = std::collections::HashMap<String, Result<(String, Vec<u8>), String>>;
 
 /// The entries the model sees of `branch`: all, or a compaction's summary and what came after.
 fn visible(branch: &[Entry]) -> (Option<&str>, Vec<&Entry>) {
@@ -63,8 +67,8 @@ fn visible(branch: &[Entry]) -> (Option<&str>, Vec<&Entry>) {
     (compaction.map(|(summary, _)| summary), shown)
 }
 
-/// The images of `branch` a turn shows the model: the newest [`MAX_IMAGES`] shared with user
-/// messages it sees, of a type the providers take and at most [`MAX_IMAGE_BYTES`] each.
+/// The pictures of `branch` a turn shows the model: the newest [`MAX_IMAGES`] shared with its
+/// last [`RECENT_TURNS`] user messages (each is then read and checked, [`Images`]).
 pub(super) fn wanted_images(branch: &[Entry]) -> Vec<crate::sessions::log::Attachment> {
     let (_, shown) = visible(branch);
     shown
@@ -74,10 +78,9 @@ pub(super) fn wanted_images(branch: &[Entry]) -> Vec<crate::sessions::log::Attac
             Entry::Message { message, .. } if message.role == "user" => Some(message.attachments.iter().rev()),
             _ => None,
         })
+        .take(RECENT_TURNS)
         .flatten()
-        .filter(|attachment| {
-            IMAGE_TYPES.contains(&attachment.mime_type.as_str()) && attachment.size_bytes <= MAX_IMAGE_BYTES
-        })
+        .filter(|attachment| attachment.mime_type.starts_with("image/"))
         .take(MAX_IMAGES)
         .cloned()
         .collect()
@@ -202,9 +205,16 @@ pub fn history(
                 };
                 turns.push(("user", text(written)));
                 for attachment in &message.attachments {
-                    if let Some((media_type, data)) = images.get(&attachment.path) {
-                        let image = v1::ImageBlock { media_type: media_type.clone(), data: data.clone() };
-                        turns.push(("user", v1::ContentBlock { block: Some(Block::Image(image)) }));
+                    match images.get(&attachment.path) {
+                        Some(Ok((media_type, data))) => {
+                            let image = v1::ImageBlock { media_type: media_type.clone(), data: data.clone() };
+                            turns.push(("user", v1::ContentBlock { block: Some(Block::Image(image)) }));
+                        }
+                        Some(Err(why)) => turns.push((
+                            "user",
+                            text(format!("(The picture {} cannot be shown to you: {why}.)", attachment.path)),
+                        )),
+                        None => {}
                     }
                 }
             }
@@ -333,6 +343,7 @@ mod tests {
             message.attachments = files
                 .iter()
                 .map(|(path, mime_type, size_bytes)| crate::sessions::log::Attachment {
+                    session: "s".into(),
                     path: (*path).into(),
                     mime_type: (*mime_type).into(),
                     size_bytes: *size_bytes,
@@ -344,7 +355,7 @@ mod tests {
 
     #[test]
     fn the_newest_pictures_go_to_the_model_after_the_words_they_came_with() {
-        let branch = vec![
+        let mut branch = vec![
             sharing("e1", "s", "old ones", &[("uploads/a.png", "image/png", 10), ("uploads/b.png", "image/png", 10)]),
             message("e2", "e1", "assistant", "nice", None),
             sharing(
@@ -354,15 +365,18 @@ mod tests {
                 &[
                     ("uploads/c.jpg", "image/jpeg", 10),
                     ("uploads/notes.txt", "text/plain", 10),
-                    ("uploads/huge.png", "image/png", MAX_IMAGE_BYTES + 1),
+                    ("uploads/huge.png", "image/png", crate::uploads::MAX_PICTURE_BYTES + 1),
                     ("uploads/d.webp", "image/webp", 10),
                     ("uploads/e.gif", "image/gif", 10),
                 ],
             ),
         ];
-        let wanted: Vec<String> = wanted_images(&branch).into_iter().map(|a| a.path).collect();
-        assert_eq!(wanted, ["uploads/e.gif", "uploads/d.webp", "uploads/c.jpg", "uploads/b.png"]);
-        let images: Images = wanted.iter().map(|path| (path.clone(), ("image/png".to_string(), vec![1, 2]))).collect();
+        let paths = |branch: &[Entry]| -> Vec<String> { wanted_images(branch).into_iter().map(|a| a.path).collect() };
+        let wanted = paths(&branch);
+        assert_eq!(wanted, ["uploads/e.gif", "uploads/d.webp", "uploads/huge.png", "uploads/c.jpg"]);
+        let mut images: Images =
+            wanted.iter().map(|path| (path.clone(), Ok(("image/png".to_string(), vec![1, 2])))).collect();
+        images.insert("uploads/huge.png".into(), Err("it is larger than the 3.8 MB a picture may be".into()));
         let messages = history(&branch, None, &images);
         let kinds = |message: &v1::LlmMessage| -> Vec<String> {
             message
@@ -375,19 +389,33 @@ mod tests {
                 })
                 .collect()
         };
-        assert_eq!(kinds(&messages[0]), ["old ones", "[image]"], "a.png is not among the newest four");
-        assert_eq!(kinds(&messages[2]), ["new ones", "[image]", "[image]", "[image]"]);
+        assert_eq!(kinds(&messages[0]), ["old ones"], "a.png and b.png are not among the newest four");
+        assert_eq!(
+            kinds(&messages[2]),
+            [
+                "new ones",
+                "[image]",
+                "(The picture uploads/huge.png cannot be shown to you: it is larger than the 3.8 MB a picture may be.)",
+                "[image]",
+                "[image]"
+            ]
+        );
+        // Three user messages later, the pictures are named in their text only.
+        for (index, id) in ["e4", "e5", "e6"].iter().enumerate() {
+            let parent = branch.last().map(|entry| entry.id().to_string()).unwrap_or_default();
+            branch.push(message(id, &parent, "user", &format!("more {index}"), None));
+        }
+        assert!(paths(&branch).is_empty(), "{:?}", paths(&branch));
         // What a compaction summarised is not shown again, its pictures neither.
-        let mut compacted = branch.clone();
+        let mut compacted = branch[..3].to_vec();
         compacted.push(Entry::Compaction {
             id: "e4".into(),
             parent: "e3".into(),
             timestamp: "t".into(),
             summary: "pictures were shared".into(),
-            compacted_entry_ids: vec!["e1".into(), "e2".into()],
+            compacted_entry_ids: vec!["e1".into(), "e2".into(), "e3".into()],
         });
-        let wanted: Vec<String> = wanted_images(&compacted).into_iter().map(|a| a.path).collect();
-        assert_eq!(wanted, ["uploads/e.gif", "uploads/d.webp", "uploads/c.jpg"]);
+        assert!(paths(&compacted).is_empty());
     }
 
     #[test]

@@ -95,10 +95,11 @@ pub(super) async fn run_turn(
     shared.turns.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
 }
 
-/// Reads the images the turn shows the model ([`wanted_images`]) from the session's uploads,
-/// each checked to be the image it says (the agents can write there); one that cannot be read
-/// is left out, and the message's text still names it.
+/// Reads the pictures the turn shows the model ([`wanted_images`]): the copies kept when they
+/// were shared (never the workspace, which the agents write in); for one that cannot be shown
+/// the model is told why.
 async fn read_images(shared: &Arc<Shared>, session: &str, branch: &[Entry]) -> Images {
+    use crate::uploads::{MAX_PICTURE_BYTES, PICTURE_TYPES};
     let wanted = super::history::wanted_images(branch);
     if wanted.is_empty() {
         return Images::new();
@@ -107,27 +108,30 @@ async fn read_images(shared: &Arc<Shared>, session: &str, branch: &[Entry]) -> I
     let read = tokio::task::spawn_blocking(move || {
         let mut images = Images::new();
         for attachment in wanted {
-            match workspaces.read(&session, &attachment.path, super::history::MAX_IMAGE_BYTES) {
+            let stored_in = if attachment.session.is_empty() { &session } else { &attachment.session };
+            let shown = match workspaces.picture(stored_in, &attachment.path, MAX_PICTURE_BYTES) {
                 Ok(Some(bytes)) => match infer::get(&bytes).map(|kind| kind.mime_type()) {
-                    Some(sniffed) if super::history::IMAGE_TYPES.contains(&sniffed) => {
-                        images.insert(attachment.path, (sniffed.to_string(), bytes));
-                    }
-                    other => {
-                        tracing::warn!(path = %attachment.path, sniffed = ?other, "an attached image is not one; not shown to the model")
-                    }
+                    Some(sniffed) if PICTURE_TYPES.contains(&sniffed) => Ok((sniffed.to_string(), bytes)),
+                    _ => Err("it is not a PNG, JPEG, GIF or WebP picture".to_string()),
                 },
-                Ok(None) => {
-                    tracing::warn!(path = %attachment.path, "an attached image is gone; not shown to the model")
-                }
+                Ok(None) => Err(format!(
+                    "only PNG, JPEG, GIF and WebP pictures of at most {} are shown",
+                    baaaht_proto::human_size(MAX_PICTURE_BYTES)
+                )),
                 Err(error) => {
-                    tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot read an attached image")
+                    tracing::warn!(path = %attachment.path, %error, "cannot read a kept picture");
+                    Err("it could not be read".to_string())
                 }
+            };
+            if let Err(why) = &shown {
+                tracing::info!(path = %attachment.path, why, "an attached picture is not shown to the model");
             }
+            images.insert(attachment.path, shown);
         }
         images
     });
     read.await.unwrap_or_else(|error| {
-        tracing::warn!(%error, "reading the attached images failed");
+        tracing::warn!(%error, "reading the attached pictures failed");
         Images::new()
     })
 }
@@ -149,11 +153,10 @@ async fn assistant_turn(
     let current = shared.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
     let settings = agent_settings(shared, Role::Assistant);
     let model = current.model.clone().unwrap_or_else(|| settings.model.0.clone());
-    let images = if settings.vision.unwrap_or_else(|| super::history::sees_images(&model)) {
-        read_images(shared, &accepted.session, &branch).await
-    } else {
-        Images::new()
-    };
+    // agents.assistant.vision speaks of the configured model, not of one the session switched to.
+    let configured = current.model.as_deref().is_none_or(|chosen| chosen == settings.model.0);
+    let vision = settings.vision.filter(|_| configured).unwrap_or_else(|| super::history::sees_images(&model));
+    let images = if vision { read_images(shared, &accepted.session, &branch).await } else { Images::new() };
     let mut messages = history(&branch, group, &images);
     // Near the model's context window: what came before this message becomes a summary first.
     let estimate: usize = messages.iter().map(message_chars).sum::<usize>() / 4;

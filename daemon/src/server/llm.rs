@@ -160,6 +160,7 @@ fn estimated_input_tokens(request: &v1::LlmRequest) -> u64 {
         .map(|block| match &block.block {
             Some(v1::content_block::Block::Text(text)) => text.len(),
             Some(v1::content_block::Block::ToolResult(result)) => result.content.len(),
+            Some(v1::content_block::Block::Image(_)) => baaaht_proto::IMAGE_TOKENS * 4,
             _ => 64,
         })
         .sum();

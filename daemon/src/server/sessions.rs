@@ -115,10 +115,12 @@ fn incoming(
         }
         content.push_str(&crate::uploads::mention(&attachment.path, &attachment.mime_type, attachment.size_bytes));
     }
+    let stored_in = written.session_id.clone();
     let attachments = written
         .attachments
         .into_iter()
         .map(|attachment| crate::sessions::log::Attachment {
+            session: stored_in.clone(),
             path: attachment.path,
             mime_type: attachment.mime_type,
             size_bytes: attachment.size_bytes,

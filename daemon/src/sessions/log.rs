@@ -61,8 +61,11 @@ pub struct Message {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attachment {
-    /// `uploads/NAME`, in the session's workspace.
+    /// `uploads/NAME`, in the workspace of `session`.
     pub path: String,
+    /// The session UploadFile stored it in (a fork's messages keep their original's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub session: String,
     pub mime_type: String,
     pub size_bytes: u64,
 }

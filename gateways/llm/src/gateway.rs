@@ -241,8 +241,8 @@ fn input_chars(request: &Request) -> usize {
         .flat_map(|message| &message.content)
         .map(|block| match block {
             Block::Text(text) => text.len(),
-            // Providers bill images by size; a 1 KiB image is far less than 1,000 tokens.
-            Block::Image { data, .. } => data.len() / 4,
+            // Providers bill a picture by its pixels, not its bytes.
+            Block::Image { .. } => baaaht_proto::IMAGE_TOKENS * 4,
             Block::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
             Block::ToolResult { content, .. } => content.len(),
             Block::Thinking { thinking, .. } => thinking.len(),
