@@ -6,6 +6,7 @@ pub mod fake_provider;
 pub mod fake_slack;
 pub mod oidc;
 pub mod scenario;
+pub mod web;
 pub mod tmux;
 
 use std::os::unix::net::UnixDatagram;

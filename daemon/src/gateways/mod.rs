@@ -40,12 +40,13 @@ pub enum GatewayError {
     State(#[from] StateError),
 }
 
-/// The secrets store name of a Slack gateway's credential `key` (`app_token`, `bot_token`,
-/// `signing_secret`): `SLACK_APP_TOKEN_WORK` for the gateway `work`.
-pub fn slack_secret_name(gateway: &str, key: &str) -> String {
+/// The secrets store name of a gateway's credential `key`: `SLACK_APP_TOKEN_WORK` for the
+/// Slack gateway `work`'s `app_token`, `WEB_CLIENT_SECRET_HOME` for the web gateway `home`'s
+/// `client_secret`.
+pub fn secret_name(record: &GatewayRecord, key: &str) -> String {
     let gateway: String =
-        gateway.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
-    format!("SLACK_{}_{gateway}", key.to_ascii_uppercase())
+        record.name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+    format!("{}_{}_{gateway}", record.kind.as_str().to_ascii_uppercase(), key.to_ascii_uppercase())
 }
 
 /// What kind of gateway, with what its namespace is made of.

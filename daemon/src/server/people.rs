@@ -163,12 +163,21 @@ impl v1::gateways_server::Gateways for GatewaysService {
             .gateways
             .get(&call.gateway)
             .ok_or_else(|| Status::permission_denied("this gateway is no longer registered"))?;
-        let GatewayKind::Slack { .. } = &record.kind else {
-            return Err(Status::failed_precondition("a web gateway keeps no secrets in the daemon"));
-        };
         let mut secrets = std::collections::HashMap::new();
-        for (key, required) in [("app_token", true), ("bot_token", true), ("signing_secret", false)] {
-            let name = crate::gateways::slack_secret_name(&record.name, key);
+        // What the gateway signs in or listens with: a Slack app's tokens; a web gateway's OIDC
+        // issuer and client (its secret when it is a confidential client).
+        let (prefix, keys): (&str, &[(&str, bool)]) = match &record.kind {
+            GatewayKind::Slack { .. } => {
+                ("the Slack gateway", &[("app_token", true), ("bot_token", true), ("signing_secret", false)])
+            }
+            GatewayKind::Web { issuer, audience } => {
+                secrets.insert("issuer".to_string(), issuer.clone());
+                secrets.insert("client_id".to_string(), audience.clone());
+                ("the web gateway", &[("client_secret", false)])
+            }
+        };
+        for &(key, required) in keys {
+            let name = crate::gateways::secret_name(&record, key);
             let reference = format!("${{{name}}}");
             match crate::secrets::resolve_references(&reference, self.shared.secrets.as_deref(), |n| {
                 std::env::var(n).ok()
@@ -181,7 +190,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
                 Err(_) if !required => {}
                 Err(_) => {
                     return Err(Status::failed_precondition(format!(
-                        "the Slack gateway {} needs {name} in the secrets store: run `baaahtd secrets set {name}`",
+                        "{prefix} {} needs {name} in the secrets store: run `baaahtd secrets set {name}`",
                         record.name
                     )))
                 }

@@ -1,0 +1,323 @@
+//! The web gateway's routes: signing in and out, and who is signed in. Every answer carries a
+//! strict Content-Security-Policy; every state-changing request needs the session's CSRF token;
+//! the session cookie is HttpOnly, SameSite=Lax, and Secure unless the site is plain HTTP on
+//! loopback. What fails inside is logged; the browser reads a plain sentence.
+
+use std::sync::Arc;
+
+use axum::extract::{Form, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use baaaht_proto::client::Client;
+use baaaht_proto::v1;
+use serde::Deserialize;
+
+use crate::oidc::Oidc;
+use crate::store::{self, SignedIn, Store};
+
+/// The session cookie's name (the provider's own cookies may share the host).
+pub const COOKIE: &str = "baaaht_web";
+
+/// What the routes share.
+pub struct App {
+    pub oidc: Oidc,
+    pub store: Store,
+    pub daemon: Client,
+    /// The issuer, as the daemon names its users (`web:{issuer}#{sub}`).
+    pub issuer: String,
+    /// The site's own URL, e.g. `https://chat.example.com`.
+    pub public_url: String,
+}
+
+impl App {
+    fn secure(&self) -> bool {
+        !is_loopback_http(&self.public_url)
+    }
+
+    /// The session a request's cookie names.
+    fn session(&self, headers: &HeaderMap) -> Option<(String, SignedIn)> {
+        let id = cookie(headers, COOKIE)?;
+        self.store.get(&id).map(|session| (id, session))
+    }
+
+    /// A call to the daemon as `session`'s user, with the ID token it verifies itself.
+    fn as_user<T>(&self, session: &SignedIn, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        let metadata = request.metadata_mut();
+        let identity = format!("web:{}#{}", self.issuer, session.subject);
+        if let Ok(value) = identity.parse() {
+            metadata.insert(baaaht_proto::USER_HEADER, value);
+        }
+        if let Ok(value) = session.id_token.parse() {
+            metadata.insert(baaaht_proto::ID_TOKEN_HEADER, value);
+        }
+        let name: String = session.name.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect();
+        if let Ok(value) = name.parse() {
+            metadata.insert(baaaht_proto::USER_NAME_HEADER, value);
+        }
+        request
+    }
+}
+
+/// Whether `url` is plain HTTP on loopback (the one place a cookie may go without Secure).
+pub fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else { return false };
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = host.rsplit_once(':').map_or(host, |(host, _)| host);
+    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+}
+
+/// The value of cookie `name`.
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.to_string())
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(home))
+        .route("/login", get(login))
+        .route("/auth/callback", get(callback))
+        .route("/logout", post(logout))
+        .route("/signed-out", get(signed_out))
+        .route("/api/me", get(me))
+        .layer(axum::middleware::map_response(security_headers))
+        .with_state(app)
+}
+
+/// The headers every answer carries.
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
+        headers.insert(name, HeaderValue::from_static(value));
+    };
+    set(
+        headers,
+        "content-security-policy",
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; \
+         frame-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    );
+    set(headers, "x-content-type-options", "nosniff");
+    set(headers, "referrer-policy", "no-referrer");
+    set(headers, "cross-origin-opener-policy", "same-origin");
+    response
+}
+
+/// A page: the site's frame around `body` (already escaped).
+fn page(title: &str, body: &str) -> Html<String> {
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
+         content=\"width=device-width, initial-scale=1\"><title>{} · baaaht</title></head><body><main>{body}</main>\
+         </body></html>",
+        escape(title)
+    ))
+}
+
+/// `text` safe in HTML text and attributes.
+pub fn escape(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '&' => "&amp;".into(),
+            '<' => "&lt;".into(),
+            '>' => "&gt;".into(),
+            '"' => "&quot;".into(),
+            '\'' => "&#39;".into(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// What a browser is told when something failed inside (the detail is in the log).
+fn failed(status: StatusCode, sentence: &str) -> Response {
+    (status, page("Something went wrong", &format!("<h1>Something went wrong</h1><p>{}</p><p><a href=\"/\">Back</a></p>", escape(sentence))))
+        .into_response()
+}
+
+async fn home(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let Some((_, session)) = app.session(&headers) else {
+        return Redirect::to("/login").into_response();
+    };
+    let body = format!(
+        "<h1>baaaht</h1><p>Signed in as <strong id=\"who\">{}</strong> ({})</p>\
+         <form method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <button type=\"submit\">Sign out</button></form>",
+        escape(&session.name),
+        escape(&session.email),
+        escape(&session.csrf)
+    );
+    page("baaaht", &body).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginQuery {
+    next: Option<String>,
+}
+
+async fn login(State(app): State<Arc<App>>, Query(query): Query<LoginQuery>) -> Response {
+    // Only a path of this site: never an open redirect.
+    let next = query.next.filter(|next| next.starts_with('/') && !next.starts_with("//")).unwrap_or_else(|| "/".into());
+    let state = match store::random_id() {
+        Ok(state) => state,
+        Err(error) => {
+            tracing::error!(%error, "cannot start a sign-in");
+            return failed(StatusCode::INTERNAL_SERVER_ERROR, "The sign-in could not start; try again.");
+        }
+    };
+    let start = app.oidc.start(state);
+    if let Err(error) = app.store.begin_with(&start.state, start.nonce, start.pkce_verifier, next) {
+        tracing::error!(%error, "cannot start a sign-in");
+        return failed(StatusCode::INTERNAL_SERVER_ERROR, "The sign-in could not start; try again.");
+    }
+    Redirect::to(&start.url).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct Callback {
+    code: Option<String>,
+    state: Option<String>,
+    iss: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+async fn callback(State(app): State<Arc<App>>, Query(answer): Query<Callback>) -> Response {
+    if let Some(error) = answer.error {
+        tracing::warn!(%error, description = answer.error_description.as_deref().unwrap_or_default(), "the provider refused a sign-in");
+        return failed(StatusCode::BAD_REQUEST, "The sign-in was refused by the identity provider.");
+    }
+    let (Some(code), Some(state)) = (answer.code, answer.state) else {
+        return failed(StatusCode::BAD_REQUEST, "This is not an answer to a sign-in; sign in again.");
+    };
+    let Some(pending) = app.store.take_pending(&state) else {
+        tracing::warn!("a sign-in answer with an unknown or used state");
+        return failed(StatusCode::BAD_REQUEST, "This sign-in has expired or was used already; sign in again.");
+    };
+    let identity = match app.oidc.finish(&code, answer.iss.as_deref(), &pending.nonce, pending.pkce_verifier).await {
+        Ok(identity) => identity,
+        Err(error) => {
+            tracing::warn!(%error, "a sign-in failed");
+            return failed(StatusCode::BAD_REQUEST, "The sign-in could not be completed; sign in again.");
+        }
+    };
+    let csrf = match store::random_id() {
+        Ok(csrf) => csrf,
+        Err(error) => {
+            tracing::error!(%error, "cannot make a CSRF token");
+            return failed(StatusCode::INTERNAL_SERVER_ERROR, "The sign-in could not be completed; try again.");
+        }
+    };
+    let session = SignedIn {
+        subject: identity.subject,
+        name: identity.name,
+        email: identity.email,
+        id_token: identity.id_token,
+        expires: identity.expires,
+        csrf,
+    };
+    // The daemon meets the user (first sign-in creates them) and checks the ID token itself.
+    let mut daemon = app.daemon.clone();
+    if let Err(status) = daemon.gateways.who_am_i(app.as_user(&session, v1::WhoAmIRequest {})).await {
+        tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon refused a signed-in user");
+        let sentence = if status.code() == tonic::Code::PermissionDenied {
+            "You are signed in, but this assistant does not let this account in."
+        } else {
+            "The assistant is not reachable right now; try again in a minute."
+        };
+        return failed(StatusCode::FORBIDDEN, sentence);
+    }
+    let id = match app.store.sign_in(session) {
+        Ok(id) => id,
+        Err(error) => {
+            tracing::error!(%error, "cannot keep a session");
+            return failed(StatusCode::INTERNAL_SERVER_ERROR, "The sign-in could not be completed; try again.");
+        }
+    };
+    let secure = if app.secure() { "; Secure" } else { "" };
+    let cookie = format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Lax{secure}");
+    let mut response = Redirect::to(&pending.next).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[derive(Debug, Deserialize)]
+struct LogoutForm {
+    csrf: Option<String>,
+}
+
+async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): Form<LogoutForm>) -> Response {
+    let Some((id, session)) = app.session(&headers) else {
+        return Redirect::to("/signed-out").into_response();
+    };
+    if form.csrf.as_deref() != Some(session.csrf.as_str()) {
+        tracing::warn!("a sign-out without the session's CSRF token");
+        return failed(StatusCode::FORBIDDEN, "This request did not come from this site's page; reload it and try again.");
+    }
+    if let Err(error) = app.store.sign_out(&id) {
+        tracing::error!(%error, "cannot end a session");
+    }
+    let secure = if app.secure() { "; Secure" } else { "" };
+    let expired = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{secure}");
+    let back = format!("{}/signed-out", app.public_url.trim_end_matches('/'));
+    let target = app.oidc.logout_url(&session.id_token, &back).unwrap_or_else(|| "/signed-out".into());
+    let mut response = Redirect::to(&target).into_response();
+    if let Ok(value) = HeaderValue::from_str(&expired) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+async fn signed_out() -> Response {
+    page("Signed out", "<h1>You are signed out</h1><p><a href=\"/login\">Sign in again</a></p>").into_response()
+}
+
+async fn me(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let Some((_, session)) = app.session(&headers) else {
+        return (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({"error": "sign in first"}))).into_response();
+    };
+    let mut daemon = app.daemon.clone();
+    match daemon.gateways.who_am_i(app.as_user(&session, v1::WhoAmIRequest {})).await {
+        Ok(me) => {
+            let me = me.into_inner();
+            axum::Json(serde_json::json!({"id": me.id, "name": session.name, "email": session.email, "csrf": session.csrf}))
+                .into_response()
+        }
+        Err(status) => {
+            tracing::warn!(code = ?status.code(), message = %status.message(), "WhoAmI failed");
+            (StatusCode::BAD_GATEWAY, axum::Json(serde_json::json!({"error": "the assistant is not reachable"})))
+                .into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_http_goes_without_secure_cookies() {
+        assert!(is_loopback_http("http://127.0.0.1:8080"));
+        assert!(is_loopback_http("http://localhost/"));
+        assert!(!is_loopback_http("http://192.168.1.2:8080"));
+        assert!(!is_loopback_http("https://127.0.0.1:8080"));
+        assert!(!is_loopback_http("http://localhost.evil.example"));
+    }
+
+    #[test]
+    fn cookies_are_found_by_name() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, HeaderValue::from_static("_session=x; baaaht_web=abc; other=1"));
+        assert_eq!(cookie(&headers, COOKIE).as_deref(), Some("abc"));
+        assert_eq!(cookie(&headers, "missing"), None);
+        assert_eq!(escape("<a href=\"x\">'&"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;");
+    }
+}

@@ -1,0 +1,100 @@
+//! `baaaht-web`: the web gateway process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use baaaht_proto::client::{self, Backoff, ConnectOptions};
+use baaaht_proto::v1;
+use baaaht_web::app::{self, App};
+use baaaht_web::oidc::Oidc;
+use baaaht_web::store::Store;
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "baaaht-web", version, about = "baaaht's web gateway: sign in with OpenID Connect, chat in the browser")]
+struct Cli {
+    /// The gateway's socket (data/gateways/{name}/daemon.sock)
+    #[arg(long, env = "BAAAHT_GATEWAY_SOCKET", value_name = "PATH")]
+    socket: PathBuf,
+    /// A file holding the gateway's token (printed once by `baaahtd gateways add`); else
+    /// $BAAAHT_GATEWAY_TOKEN
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Where to serve
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
+    listen: std::net::SocketAddr,
+    /// The site's address as browsers reach it (the sign-in comes back to PUBLIC_URL/auth/callback)
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080")]
+    public_url: String,
+    /// Where signed-in sessions are kept (sessions.json), so a restart signs nobody out
+    #[arg(long, value_name = "DIR")]
+    state_dir: PathBuf,
+    /// Stop when this process is no longer the parent (a host child of a daemon that died)
+    #[arg(long, value_name = "PID")]
+    parent: Option<u32>,
+    /// Only check these arguments and exit (0: usable)
+    #[arg(long)]
+    check: bool,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("baaaht-web: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    if cli.check {
+        return Ok(());
+    }
+    let token = match &cli.token_file {
+        Some(file) => {
+            std::fs::read_to_string(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?
+        }
+        None => std::env::var("BAAAHT_GATEWAY_TOKEN")
+            .map_err(|_unset| "give the gateway's token: --token-file PATH or $BAAAHT_GATEWAY_TOKEN".to_string())?,
+    };
+    let options =
+        ConnectOptions { token: Some(token.trim().to_string()), correlation_id: None, backoff: Backoff::PERSISTENT };
+    let mut daemon = client::connect(&cli.socket, options).await.map_err(|error| error.to_string())?;
+    let settings = daemon
+        .gateways
+        .get_gateway_secrets(v1::GatewaySecretsRequest {})
+        .await
+        .map_err(|status| format!("the daemon: {}", status.message()))?
+        .into_inner()
+        .secrets;
+    let issuer = settings.get("issuer").cloned().unwrap_or_default();
+    let client_id = settings.get("client_id").cloned().unwrap_or_default();
+    let client_secret = settings.get("client_secret").cloned();
+    let public_url = cli.public_url.trim_end_matches('/').to_string();
+    let redirect = format!("{public_url}/auth/callback");
+    let oidc = Oidc::discover(&issuer, &client_id, client_secret, &redirect).await.map_err(|error| error.to_string())?;
+    std::fs::create_dir_all(&cli.state_dir)
+        .map_err(|error| format!("cannot make {}: {error}", cli.state_dir.display()))?;
+    let store = Store::open(&cli.state_dir).map_err(|error| error.to_string())?;
+    let app = Arc::new(App { oidc, store, daemon, issuer, public_url });
+    let listener = tokio::net::TcpListener::bind(cli.listen)
+        .await
+        .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
+    tracing::info!(address = %cli.listen, public_url = %app.public_url, "serving");
+    let stopped = async move {
+        let why = baaaht_proto::lifecycle::stop_requested(cli.parent).await;
+        tracing::info!(why, "stopping");
+    };
+    axum::serve(listener, app::router(app))
+        .with_graceful_shutdown(stopped)
+        .await
+        .map_err(|error| format!("the server stopped: {error}"))
+}

@@ -1,0 +1,199 @@
+//! Browser sessions, kept on the server: a signed-in session's cookie is a random id, and what
+//! it stands for — who signed in, their ID token for the daemon, when it ends — lives here, in
+//! one JSON file written atomically (temp file, fsync, rename), so a restart of the gateway
+//! signs nobody out. Only a SHA-256 of each id is kept: the file alone lets nobody in.
+//!
+//! A sign-in in progress (state, nonce, PKCE verifier) is kept in memory only, for ten
+//! minutes: a restart in the middle of one just asks to sign in again.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+
+/// How long a sign-in may take from the redirect to the provider to its answer.
+const PENDING_FOR: Duration = Duration::from_secs(600);
+
+/// Who is signed in with a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedIn {
+    /// `sub` at the issuer.
+    pub subject: String,
+    pub name: String,
+    pub email: String,
+    /// The ID token, which the daemon verifies itself on every call.
+    pub id_token: String,
+    /// Seconds since the epoch when the session ends (the ID token's expiry).
+    pub expires: u64,
+    /// The token that protects this session's state-changing requests.
+    pub csrf: String,
+}
+
+/// A sign-in in progress.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub nonce: String,
+    pub pkce_verifier: String,
+    /// Where to go once signed in (a path of this site).
+    pub next: String,
+    started: std::time::Instant,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct File {
+    version: u32,
+    /// By the SHA-256 of the session id.
+    sessions: HashMap<String, SignedIn>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{} is not a session file ({source}); move it away and sign in again", path.display())]
+    Corrupt { path: PathBuf, source: serde_json::Error },
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot make a random id: {0}")]
+    Random(#[from] getrandom::Error),
+}
+
+/// The sessions.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    file: Mutex<File>,
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+/// A random id, URL-safe.
+pub fn random_id() -> Result<String, getrandom::Error> {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+fn hashed(id: &str) -> String {
+    sha2::Sha256::digest(id.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+pub fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|since| since.as_secs()).unwrap_or_default()
+}
+
+impl Store {
+    /// The sessions in `dir/sessions.json` (made when the first one is).
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        let path = dir.join("sessions.json");
+        let file = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt { path: path.clone(), source })?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => File { version: 1, ..File::default() },
+            Err(source) => return Err(StoreError::Read { path, source }),
+        };
+        Ok(Store { path, file: Mutex::new(file), pending: Mutex::default() })
+    }
+
+    /// Keeps a sign-in started with `state` until its answer comes back.
+    pub fn begin_with(&self, state: &str, nonce: String, pkce_verifier: String, next: String) -> Result<(), StoreError> {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending.retain(|_, started| started.started.elapsed() < PENDING_FOR);
+        pending.insert(state.to_string(), Pending { nonce, pkce_verifier, next, started: std::time::Instant::now() });
+        Ok(())
+    }
+
+    /// Takes the sign-in `state` stands for, once: a replayed or unknown state gets none.
+    pub fn take_pending(&self, state: &str) -> Option<Pending> {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending.remove(state).filter(|found| found.started.elapsed() < PENDING_FOR)
+    }
+
+    /// Keeps a signed-in session; its id (the cookie's value).
+    pub fn sign_in(&self, signed_in: SignedIn) -> Result<String, StoreError> {
+        let id = random_id()?;
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = now();
+        file.sessions.retain(|_, session| session.expires > now);
+        file.sessions.insert(hashed(&id), signed_in);
+        self.save(&file)?;
+        Ok(id)
+    }
+
+    /// The live session `id` stands for.
+    pub fn get(&self, id: &str) -> Option<SignedIn> {
+        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.sessions.get(&hashed(id)).filter(|session| session.expires > now()).cloned()
+    }
+
+    /// Ends session `id`; what it was.
+    pub fn sign_out(&self, id: &str) -> Result<Option<SignedIn>, StoreError> {
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let removed = file.sessions.remove(&hashed(id));
+        if removed.is_some() {
+            self.save(&file)?;
+        }
+        Ok(removed)
+    }
+
+    fn save(&self, file: &File) -> Result<(), StoreError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let write = |source| StoreError::Write { path: self.path.clone(), source };
+        let temp = self.path.with_extension("json.tmp");
+        let bytes = serde_json::to_vec_pretty(file).map_err(|error| write(std::io::Error::other(error)))?;
+        let mut out =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temp).map_err(write)?;
+        out.write_all(&bytes).map_err(write)?;
+        out.sync_all().map_err(write)?;
+        std::fs::rename(&temp, &self.path).map_err(write)?;
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir).and_then(|dir| dir.sync_all()).map_err(write)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice(expires: u64) -> SignedIn {
+        SignedIn {
+            subject: "alice".into(),
+            name: "Alice".into(),
+            email: "alice@example.test".into(),
+            id_token: "eyJ.x.y".into(),
+            expires,
+            csrf: "c".into(),
+        }
+    }
+
+    #[test]
+    fn sessions_survive_a_restart_and_the_file_holds_no_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let id = store.sign_in(alice(now() + 3600)).expect("sign in");
+        let text = std::fs::read_to_string(dir.path().join("sessions.json")).expect("file");
+        assert!(!text.contains(&id), "{text}");
+        let reopened = Store::open(dir.path()).expect("reopen");
+        assert_eq!(reopened.get(&id).map(|s| s.subject), Some("alice".into()));
+        assert_eq!(reopened.sign_out(&id).expect("sign out").map(|s| s.subject), Some("alice".into()));
+        assert!(reopened.get(&id).is_none());
+        let expired = reopened.sign_in(alice(now() - 1)).expect("sign in");
+        assert!(reopened.get(&expired).is_none(), "an expired session lets nobody in");
+    }
+
+    #[test]
+    fn a_sign_in_state_works_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let state = random_id().expect("state");
+        store.begin_with(&state, "n".into(), "v".into(), "/".into()).expect("begin");
+        assert!(store.take_pending("forged").is_none());
+        assert_eq!(store.take_pending(&state).map(|p| p.nonce), Some("n".into()));
+        assert!(store.take_pending(&state).is_none(), "a replayed state is refused");
+    }
+}

@@ -1,0 +1,35 @@
+// node provider.mjs PORT REDIRECT_URI POST_LOGOUT_URI   env: ID_TOKEN_TTL=secs, AUTO_LOGIN=<sub> (no form)
+import Provider from 'oidc-provider';
+const [port, redirectUri, postLogoutUri] = process.argv.slice(2);
+const issuer = `http://127.0.0.1:${port}`, ttl = Number(process.env.ID_TOKEN_TTL || 3600);
+const USERS = { alice: { name: 'Alice Admin', groups: ['admins', 'users'] }, bob: { name: 'Bob User', groups: ['users'] } };
+const provider = new Provider(issuer, {
+  clients: [{ client_id: 'gateway', client_secret: 'gateway-secret', token_endpoint_auth_method: 'client_secret_basic',
+    redirect_uris: [redirectUri], post_logout_redirect_uris: [postLogoutUri],
+    response_types: ['code'], grant_types: ['authorization_code'] }],
+  pkce: { required: () => true },                 // PKCE (S256 only) even for the confidential client
+  scopes: ['openid', 'email', 'profile', 'groups'],
+  claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name'], groups: ['groups'] },
+  conformIdTokenClaims: false,                    // scope claims go into the ID token, not only /me
+  async findAccount(ctx, sub) {                   // any login name is accepted; password ignored
+    const u = USERS[sub] ?? { name: sub, groups: [] };
+    return { accountId: sub, claims: async () => ({ sub, email: `${sub}@example.test`, email_verified: true, ...u }) };
+  },
+  async loadExistingGrant(ctx) {                  // auto-consent: no "Authorize" page after login
+    const id = ctx.oidc.result?.consent?.grantId || ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
+    if (id) return ctx.oidc.provider.Grant.find(id);
+    const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
+    grant.addOIDCScope('openid email profile groups');
+    await grant.save();
+    return grant;
+  },
+  ttl: { IdToken: ttl, AccessToken: ttl, Session: ttl },
+  features: { devInteractions: { enabled: !process.env.AUTO_LOGIN }, rpInitiatedLogout: { enabled: true } },
+});
+if (process.env.AUTO_LOGIN) provider.use(async (ctx, next) => {   // answer GET /interaction/:uid ourselves
+  if (ctx.method !== 'GET' || !/^\/interaction\/[\w-]+$/.test(ctx.path)) return next();
+  const { params } = await provider.interactionDetails(ctx.req, ctx.res);
+  await provider.interactionFinished(ctx.req, ctx.res,
+    { login: { accountId: params.login_hint || process.env.AUTO_LOGIN } }, { mergeWithLastSubmission: false });
+});
+provider.listen(Number(port), '127.0.0.1', () => console.log(`READY ${issuer}`));
