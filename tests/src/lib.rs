@@ -6,8 +6,8 @@ pub mod fake_provider;
 pub mod fake_slack;
 pub mod oidc;
 pub mod scenario;
-pub mod web;
 pub mod tmux;
+pub mod web;
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};

@@ -31,6 +31,22 @@ pub struct App {
     pub public_url: String,
 }
 
+/// The Content-Security-Policy of every answer. Forms post to this site only, and to the
+/// issuer (`issuer_origin`), where signing out continues after the redirect.
+pub fn content_security_policy(issuer_origin: &str) -> String {
+    format!(
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; \
+         frame-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self' {issuer_origin}; frame-ancestors 'none'"
+    )
+}
+
+/// The scheme, host and port of `url`.
+pub fn origin(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    format!("{scheme}://{host}")
+}
+
 impl App {
     fn secure(&self) -> bool {
         !is_loopback_http(&self.public_url)
@@ -89,22 +105,19 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/logout", post(logout))
         .route("/signed-out", get(signed_out))
         .route("/api/me", get(me))
-        .layer(axum::middleware::map_response(security_headers))
+        .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))
         .with_state(app)
 }
 
 /// The headers every answer carries.
-async fn security_headers(mut response: Response) -> Response {
+async fn security_headers(State(app): State<Arc<App>>, mut response: Response) -> Response {
     let headers = response.headers_mut();
     let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
         headers.insert(name, HeaderValue::from_static(value));
     };
-    set(
-        headers,
-        "content-security-policy",
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; \
-         frame-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-    );
+    if let Ok(csp) = HeaderValue::from_str(&content_security_policy(&origin(&app.issuer))) {
+        headers.insert("content-security-policy", csp);
+    }
     set(headers, "x-content-type-options", "nosniff");
     set(headers, "referrer-policy", "no-referrer");
     set(headers, "cross-origin-opener-policy", "same-origin");
@@ -137,7 +150,13 @@ pub fn escape(text: &str) -> String {
 
 /// What a browser is told when something failed inside (the detail is in the log).
 fn failed(status: StatusCode, sentence: &str) -> Response {
-    (status, page("Something went wrong", &format!("<h1>Something went wrong</h1><p>{}</p><p><a href=\"/\">Back</a></p>", escape(sentence))))
+    (
+        status,
+        page(
+            "Something went wrong",
+            &format!("<h1>Something went wrong</h1><p>{}</p><p><a href=\"/\">Back</a></p>", escape(sentence)),
+        ),
+    )
         .into_response()
 }
 
@@ -260,7 +279,10 @@ async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): For
     };
     if form.csrf.as_deref() != Some(session.csrf.as_str()) {
         tracing::warn!("a sign-out without the session's CSRF token");
-        return failed(StatusCode::FORBIDDEN, "This request did not come from this site's page; reload it and try again.");
+        return failed(
+            StatusCode::FORBIDDEN,
+            "This request did not come from this site's page; reload it and try again.",
+        );
     }
     if let Err(error) = app.store.sign_out(&id) {
         tracing::error!(%error, "cannot end a session");
@@ -288,8 +310,10 @@ async fn me(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     match daemon.gateways.who_am_i(app.as_user(&session, v1::WhoAmIRequest {})).await {
         Ok(me) => {
             let me = me.into_inner();
-            axum::Json(serde_json::json!({"id": me.id, "name": session.name, "email": session.email, "csrf": session.csrf}))
-                .into_response()
+            axum::Json(
+                serde_json::json!({"id": me.id, "name": session.name, "email": session.email, "csrf": session.csrf}),
+            )
+            .into_response()
         }
         Err(status) => {
             tracing::warn!(code = ?status.code(), message = %status.message(), "WhoAmI failed");
@@ -319,5 +343,7 @@ mod tests {
         assert_eq!(cookie(&headers, COOKIE).as_deref(), Some("abc"));
         assert_eq!(cookie(&headers, "missing"), None);
         assert_eq!(escape("<a href=\"x\">'&"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;");
+        assert_eq!(origin("https://id.example.com/realms/home"), "https://id.example.com");
+        assert!(content_security_policy("http://127.0.0.1:9").contains("form-action 'self' http://127.0.0.1:9;"));
     }
 }

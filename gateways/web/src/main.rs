@@ -11,7 +11,11 @@ use baaaht_web::store::Store;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "baaaht-web", version, about = "baaaht's web gateway: sign in with OpenID Connect, chat in the browser")]
+#[command(
+    name = "baaaht-web",
+    version,
+    about = "baaaht's web gateway: sign in with OpenID Connect, chat in the browser"
+)]
 struct Cli {
     /// The gateway's socket (data/gateways/{name}/daemon.sock)
     #[arg(long, env = "BAAAHT_GATEWAY_SOCKET", value_name = "PATH")]
@@ -80,7 +84,8 @@ async fn run(cli: Cli) -> Result<(), String> {
     let client_secret = settings.get("client_secret").cloned();
     let public_url = cli.public_url.trim_end_matches('/').to_string();
     let redirect = format!("{public_url}/auth/callback");
-    let oidc = Oidc::discover(&issuer, &client_id, client_secret, &redirect).await.map_err(|error| error.to_string())?;
+    let oidc =
+        Oidc::discover(&issuer, &client_id, client_secret, &redirect).await.map_err(|error| error.to_string())?;
     std::fs::create_dir_all(&cli.state_dir)
         .map_err(|error| format!("cannot make {}: {error}", cli.state_dir.display()))?;
     let store = Store::open(&cli.state_dir).map_err(|error| error.to_string())?;

@@ -74,7 +74,8 @@ impl<'c> openidconnect::AsyncHttpClient<'c> for Http {
     }
 }
 
-type Configured = CoreClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointMaybeSet, EndpointMaybeSet>;
+type Configured =
+    CoreClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointMaybeSet, EndpointMaybeSet>;
 
 /// The relying party.
 pub struct Oidc {
@@ -121,8 +122,12 @@ impl Oidc {
         let end_session = metadata.additional_metadata().end_session_endpoint.as_ref().map(|url| url.to_string());
         let redirect = RedirectUrl::new(redirect.to_string())
             .map_err(|error| OidcError::Config(format!("--public-url gives the callback `{redirect}`: {error}")))?;
-        let client = CoreClient::from_provider_metadata(metadata, ClientId::new(client_id.into()), client_secret.map(ClientSecret::new))
-            .set_redirect_uri(redirect);
+        let client = CoreClient::from_provider_metadata(
+            metadata,
+            ClientId::new(client_id.into()),
+            client_secret.map(ClientSecret::new),
+        )
+        .set_redirect_uri(redirect);
         Ok(Oidc { client, http, issuer: issuer.to_string(), end_session })
     }
 

@@ -91,7 +91,9 @@ impl Store {
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
         let path = dir.join("sessions.json");
         let file = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt { path: path.clone(), source })?,
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt { path: path.clone(), source })?
+            }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => File { version: 1, ..File::default() },
             Err(source) => return Err(StoreError::Read { path, source }),
         };
@@ -99,7 +101,13 @@ impl Store {
     }
 
     /// Keeps a sign-in started with `state` until its answer comes back.
-    pub fn begin_with(&self, state: &str, nonce: String, pkce_verifier: String, next: String) -> Result<(), StoreError> {
+    pub fn begin_with(
+        &self,
+        state: &str,
+        nonce: String,
+        pkce_verifier: String,
+        next: String,
+    ) -> Result<(), StoreError> {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         pending.retain(|_, started| started.started.elapsed() < PENDING_FOR);
         pending.insert(state.to_string(), Pending { nonce, pkce_verifier, next, started: std::time::Instant::now() });
@@ -144,8 +152,13 @@ impl Store {
         let write = |source| StoreError::Write { path: self.path.clone(), source };
         let temp = self.path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(file).map_err(|error| write(std::io::Error::other(error)))?;
-        let mut out =
-            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temp).map_err(write)?;
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(write)?;
         out.write_all(&bytes).map_err(write)?;
         out.sync_all().map_err(write)?;
         std::fs::rename(&temp, &self.path).map_err(write)?;
