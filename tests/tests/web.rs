@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use baaaht_proto::v1;
 use baaaht_tests::web::{self, Driver, Provider, CLIENT_ID, CLIENT_SECRET};
-use baaaht_tests::{scenario, DaemonOptions, TestDaemon};
+use baaaht_tests::{scenario, DaemonOptions};
 use fantoccini::Locator;
 
 fn web_cookie() -> &'static str {
@@ -44,7 +44,7 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
         ],
         ..DaemonOptions::default()
     };
-    let daemon = TestDaemon::start(options).expect("daemon");
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
     let added = rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host client");
         let request = v1::AddGatewayRequest {
@@ -85,6 +85,25 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
         let identities =
             std::fs::read_to_string(daemon.data_dir.join("data/state/identities.json")).expect("identities");
         assert!(identities.contains(&format!("web:{}#alice", provider.issuer)), "{identities}");
+        // A message: it appears, and the answer streams in below it.
+        let input = browser.find(Locator::Id("input")).await.expect("the composer");
+        input.send_keys("hello from the web\n").await.expect("type");
+        let answered = until(Duration::from_secs(120), || async {
+            match browser.find(Locator::Css(".assistant.done")).await {
+                Ok(answer) => answer.text().await.is_ok_and(|text| text.contains("echo: hello from the web")),
+                Err(_) => false,
+            }
+        })
+        .await;
+        let shown = browser.find(Locator::Id("log")).await.expect("log").text().await.unwrap_or_default();
+        assert!(answered, "no answer: {shown}\n{}\n{}", gateway.log_text(), daemon.log_text());
+        assert!(shown.starts_with("hello from the web"), "the user's message comes first: {shown}");
+        let shot = browser.screenshot().await.expect("screenshot");
+        std::fs::write(dir.path().join("chat.png"), &shot).expect("keep the screenshot");
+        if let Ok(keep) = std::env::var("BAAAHT_SCREENSHOTS") {
+            std::fs::create_dir_all(&keep).expect("screenshot folder");
+            std::fs::write(std::path::Path::new(&keep).join("web-chat-desktop.png"), &shot).expect("screenshot");
+        }
         // A forged or replayed sign-in answer is refused.
         browser.goto(&format!("{site}/auth/callback?code=x&state=forged")).await.expect("forged");
         let body = browser.find(Locator::Css("body")).await.expect("body").text().await.expect("text");

@@ -14,6 +14,7 @@ use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use serde::Deserialize;
 
+use crate::events::Hub;
 use crate::oidc::Oidc;
 use crate::store::{self, SignedIn, Store};
 
@@ -29,6 +30,7 @@ pub struct App {
     pub issuer: String,
     /// The site's own URL, e.g. `https://chat.example.com`.
     pub public_url: String,
+    pub hub: Hub,
 }
 
 /// The Content-Security-Policy of every answer. Forms post to this site only, and to the
@@ -105,6 +107,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/logout", post(logout))
         .route("/signed-out", get(signed_out))
         .route("/api/me", get(me))
+        .route("/api/messages", post(send))
+        .route("/api/events", get(follow))
+        .route("/ui/app.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP_JS) }))
+        .route("/ui/app.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], APP_CSS) }))
         .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))
         .with_state(app)
 }
@@ -128,7 +134,7 @@ async fn security_headers(State(app): State<Arc<App>>, mut response: Response) -
 fn page(title: &str, body: &str) -> Html<String> {
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
-         content=\"width=device-width, initial-scale=1\"><title>{} · baaaht</title></head><body><main>{body}</main>\
+         content=\"width=device-width, initial-scale=1\"><title>{} · baaaht</title><link rel=\"stylesheet\" href=\"/ui/app.css\"></head><body><main>{body}</main>\
          </body></html>",
         escape(title)
     ))
@@ -160,19 +166,150 @@ fn failed(status: StatusCode, sentence: &str) -> Response {
         .into_response()
 }
 
+/// The UI's script and style, built into the binary (no build step, no CDN).
+const APP_JS: &str = include_str!("../ui/app.js");
+const APP_CSS: &str = include_str!("../ui/app.css");
+
 async fn home(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let Some((_, session)) = app.session(&headers) else {
         return Redirect::to("/login").into_response();
     };
     let body = format!(
-        "<h1>baaaht</h1><p>Signed in as <strong id=\"who\">{}</strong> ({})</p>\
-         <form method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <button type=\"submit\">Sign out</button></form>",
+        "<header><h1>baaaht</h1><p>Signed in as <strong id=\"who\">{}</strong> \
+         <form class=\"inline\" method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf\" \
+         value=\"{csrf}\"><button id=\"sign-out\" type=\"submit\">Sign out</button></form></p></header>\
+         <section id=\"log\" aria-live=\"polite\" aria-label=\"Conversation\"></section>\
+         <form id=\"composer\" data-csrf=\"{csrf}\"><label for=\"input\" class=\"hidden\">Message</label>\
+         <textarea id=\"input\" rows=\"2\" placeholder=\"Write a message (Enter sends, Shift+Enter: new line)\">\
+         </textarea><button id=\"send\" type=\"submit\">Send</button></form>\
+         <script type=\"module\" src=\"/ui/app.js\"></script>",
         escape(&session.name),
-        escape(&session.email),
-        escape(&session.csrf)
+        csrf = escape(&session.csrf)
     );
     page("baaaht", &body).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct Outgoing {
+    content: String,
+    #[serde(default)]
+    session_id: String,
+}
+
+/// The signed-in user's context, as the daemon names it.
+async fn context_of(app: &App, session: &SignedIn) -> Result<v1::ContextRef, tonic::Status> {
+    let mut daemon = app.daemon.clone();
+    let me = daemon.gateways.who_am_i(app.as_user(session, v1::WhoAmIRequest {})).await?.into_inner();
+    Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: me.id })
+}
+
+/// A JSON error for the page's script: the daemon's sentence when it is about what the user
+/// asked, a plain one otherwise (the detail is in the log).
+fn api_error(status: &tonic::Status) -> Response {
+    use tonic::Code;
+    let (code, text) = match status.code() {
+        Code::PermissionDenied
+        | Code::ResourceExhausted
+        | Code::FailedPrecondition
+        | Code::InvalidArgument
+        | Code::NotFound => (StatusCode::BAD_REQUEST, status.message().to_string()),
+        Code::Unauthenticated => (StatusCode::UNAUTHORIZED, "Your sign-in has expired; sign in again.".into()),
+        _ => {
+            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a web request");
+            (StatusCode::BAD_GATEWAY, "The assistant is not reachable right now; try again in a minute.".into())
+        }
+    };
+    (code, axum::Json(serde_json::json!({"error": text}))).into_response()
+}
+
+fn unauthorized() -> Response {
+    (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({"error": "sign in first"}))).into_response()
+}
+
+async fn send(State(app): State<Arc<App>>, headers: HeaderMap, axum::Json(outgoing): axum::Json<Outgoing>) -> Response {
+    let Some((_, session)) = app.session(&headers) else { return unauthorized() };
+    let token = headers.get("x-csrf-token").and_then(|value| value.to_str().ok());
+    if token != Some(session.csrf.as_str()) {
+        return (
+            StatusCode::FORBIDDEN,
+            axum::Json(serde_json::json!({"error": "this request did not come from this site's page"})),
+        )
+            .into_response();
+    }
+    let context = match context_of(&app, &session).await {
+        Ok(context) => context,
+        Err(status) => return api_error(&status),
+    };
+    let message = v1::UserMessage {
+        context: Some(context),
+        sender_id: format!("web:{}#{}", app.issuer, session.subject),
+        channel: v1::ChannelType::Web as i32,
+        content: outgoing.content,
+        session_id: outgoing.session_id,
+        ..v1::UserMessage::default()
+    };
+    let mut daemon = app.daemon.clone();
+    match daemon.sessions.send_user_message(app.as_user(&session, message)).await {
+        Ok(sent) => {
+            let sent = sent.into_inner();
+            axum::Json(serde_json::json!({"session": sent.session_id, "turn": sent.turn_id, "entry": sent.entry_id}))
+                .into_response()
+        }
+        Err(status) => api_error(&status),
+    }
+}
+
+/// The user's events as Server-Sent Events, from the one after `Last-Event-ID`.
+async fn follow(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let Some((_, session)) = app.session(&headers) else { return unauthorized() };
+    let context = match context_of(&app, &session).await {
+        Ok(context) => context,
+        Err(status) => return api_error(&status),
+    };
+    let subscription = v1::EventSubscription {
+        context: Some(context.clone()),
+        session_id: String::new(),
+        channel: v1::ChannelType::Web as i32,
+    };
+    let feed = app.hub.feed(&context.id, &app.daemon, app.as_user(&session, subscription));
+    // A new connection starts from now; one that comes back, from where it was.
+    let mut last = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap_or_else(|| feed.newest());
+    let mut changes = feed.changes();
+    let stream = async_stream(move |sender| async move {
+        loop {
+            for (id, json) in feed.after(last) {
+                last = id;
+                if sender
+                    .send(Ok::<_, std::convert::Infallible>(Event::default().id(id.to_string()).data(json)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// A stream fed by `produce` through a channel.
+fn async_stream<T, F, Fut>(produce: F) -> tokio_stream::wrappers::ReceiverStream<T>
+where
+    T: Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::Sender<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(produce(sender));
+    tokio_stream::wrappers::ReceiverStream::new(receiver)
 }
 
 #[derive(Debug, Deserialize)]

@@ -89,7 +89,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     std::fs::create_dir_all(&cli.state_dir)
         .map_err(|error| format!("cannot make {}: {error}", cli.state_dir.display()))?;
     let store = Store::open(&cli.state_dir).map_err(|error| error.to_string())?;
-    let app = Arc::new(App { oidc, store, daemon, issuer, public_url });
+    let app = Arc::new(App { oidc, store, daemon, issuer, public_url, hub: Default::default() });
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;

@@ -1,0 +1,149 @@
+//! What the browser follows: each signed-in user's events (their context's, from the daemon's
+//! SubscribeEvents), numbered and kept in a ring of the latest [`KEPT`], so an SSE connection
+//! that comes back with `Last-Event-ID` — a blip, a reload — gets what it missed and nothing
+//! twice. A turn runs in the daemon whatever the browser does (DESIGN §9.5).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use baaaht_proto::client::Client;
+use baaaht_proto::v1;
+use tokio::sync::watch;
+
+/// Events kept per user for a connection that comes back.
+pub const KEPT: usize = 4096;
+
+/// One user's numbered events.
+#[derive(Debug)]
+pub struct Feed {
+    kept: Mutex<VecDeque<(u64, String)>>,
+    /// The number of the newest event.
+    newest: watch::Sender<u64>,
+}
+
+impl Feed {
+    fn push(&self, json: String) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = kept.back().map_or(1, |(id, _)| id + 1);
+        kept.push_back((id, json));
+        while kept.len() > KEPT {
+            kept.pop_front();
+        }
+        self.newest.send_replace(id);
+    }
+
+    /// The events after `after`, in order.
+    pub fn after(&self, after: u64) -> Vec<(u64, String)> {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.iter().filter(|(id, _)| *id > after).cloned().collect()
+    }
+
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.newest.subscribe()
+    }
+
+    /// The number of the newest event (0: none yet).
+    pub fn newest(&self) -> u64 {
+        *self.newest.borrow()
+    }
+}
+
+/// A user's feed and the task that fills it from the daemon.
+type Followed = (Arc<Feed>, Option<tokio::task::JoinHandle<()>>);
+
+/// The feeds, by user.
+#[derive(Debug, Default)]
+pub struct Hub {
+    feeds: Mutex<HashMap<String, Followed>>,
+}
+
+impl Hub {
+    /// The feed of `user`, following the daemon through `subscribe` (a request made as the
+    /// user) while it is not already.
+    pub fn feed(&self, user: &str, daemon: &Client, subscribe: tonic::Request<v1::EventSubscription>) -> Arc<Feed> {
+        let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = feeds
+            .entry(user.to_string())
+            .or_insert_with(|| (Arc::new(Feed { kept: Mutex::default(), newest: watch::channel(0).0 }), None));
+        let following = entry.1.as_ref().is_some_and(|task| !task.is_finished());
+        if !following {
+            let (feed, mut daemon) = (entry.0.clone(), daemon.clone());
+            entry.1 = Some(tokio::spawn(async move {
+                let mut events = match daemon.sessions.subscribe_events(subscribe).await {
+                    Ok(events) => events.into_inner(),
+                    Err(status) => {
+                        tracing::warn!(message = %status.message(), "cannot follow a user's events");
+                        return;
+                    }
+                };
+                loop {
+                    match events.message().await {
+                        Ok(Some(event)) => {
+                            if let Some(json) = to_json(&event) {
+                                feed.push(json.to_string());
+                            }
+                        }
+                        Ok(None) => return,
+                        Err(status) => {
+                            tracing::warn!(message = %status.message(), "a user's event stream ended");
+                            return;
+                        }
+                    }
+                }
+            }));
+        }
+        entry.0.clone()
+    }
+}
+
+/// An event as the browser reads it; none for what it does not show.
+pub fn to_json(event: &v1::OrchestratorEvent) -> Option<serde_json::Value> {
+    use serde_json::json;
+    use v1::orchestrator_event::Event;
+    let (session, turn) = (&event.session_id, &event.turn_id);
+    let agent =
+        |role: i32| v1::AgentRole::try_from(role).map(|role| role.as_str_name().to_lowercase()).unwrap_or_default();
+    Some(match event.event.as_ref()? {
+        Event::TextDelta(delta) => json!({"type": "delta", "session": session, "turn": turn, "text": delta.text}),
+        Event::Reply(reply) => {
+            json!({"type": "reply", "session": session, "turn": turn, "entry": reply.entry_id, "text": reply.content})
+        }
+        Event::UserMessage(message) => json!({"type": "user", "session": session, "turn": turn,
+            "entry": message.entry_id, "sender": message.sender_id, "text": message.content}),
+        Event::Delegation(progress) => json!({"type": "delegation", "session": session, "turn": turn,
+            "agent": agent(progress.agent), "task": progress.task, "state": progress.state}),
+        Event::Tool(progress) => json!({"type": "tool", "session": session, "turn": turn,
+            "agent": agent(progress.agent), "tool": progress.tool, "state": progress.state, "ms": progress.duration_ms}),
+        Event::Error(error) => {
+            let text = if error.for_users {
+                error.message.clone()
+            } else {
+                "Something went wrong on the assistant's side; try again.".into()
+            };
+            json!({"type": "error", "session": session, "turn": turn, "text": text})
+        }
+        Event::Message(message) => json!({"type": "message", "session": session, "text": message.content}),
+        Event::Notice(notice) => json!({"type": "notice", "session": session, "text": notice.content}),
+        Event::ThinkingDelta(_) => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_feed_gives_what_came_after_and_keeps_the_latest() {
+        let feed = Feed { kept: Mutex::default(), newest: watch::channel(0).0 };
+        for n in 0..(KEPT + 10) {
+            feed.push(format!("{n}"));
+        }
+        assert_eq!(feed.newest(), (KEPT + 10) as u64);
+        let after = feed.after((KEPT + 8) as u64);
+        assert_eq!(
+            after,
+            [((KEPT + 9) as u64, format!("{}", KEPT + 8)), ((KEPT + 10) as u64, format!("{}", KEPT + 9))]
+        );
+        assert_eq!(feed.after(0).len(), KEPT, "only the latest are kept");
+    }
+}
