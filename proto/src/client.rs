@@ -157,6 +157,22 @@ impl Default for ConnectOptions {
 ///
 /// The first connection is made before this returns, so a missing daemon is reported here as
 /// [`ConnectError::NotRunning`]. Later reconnections use the same backoff.
+/// Connects a gateway to its socket `path` with its token — read from `token_file`, else from
+/// `$BAAAHT_GATEWAY_TOKEN` — waiting for the daemon as long as it takes. The error is a
+/// sentence for the gateway's log.
+pub async fn connect_gateway(path: &Path, token_file: Option<&Path>) -> Result<Client, String> {
+    let token = match token_file {
+        Some(file) => {
+            std::fs::read_to_string(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?
+        }
+        None => std::env::var("BAAAHT_GATEWAY_TOKEN")
+            .map_err(|_unset| "give the gateway's token: --token-file PATH or $BAAAHT_GATEWAY_TOKEN".to_string())?,
+    };
+    let options =
+        ConnectOptions { token: Some(token.trim().to_string()), correlation_id: None, backoff: Backoff::PERSISTENT };
+    connect(path, options).await.map_err(|error| error.to_string())
+}
+
 pub async fn connect(path: &Path, options: ConnectOptions) -> Result<Client, ConnectError> {
     let channel = channel(path, options.backoff).await?;
     let metadata = CallMetadata {

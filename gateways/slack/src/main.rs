@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use baaaht_proto::client::{self, Backoff, ConnectOptions};
+use baaaht_proto::client;
 use baaaht_slack::egress::Egress;
 use baaaht_slack::gateway::Gateway;
 use baaaht_slack::health::{self, Health};
@@ -91,13 +91,6 @@ async fn run(cli: Cli) -> Result<(), String> {
     if cli.check {
         return Ok(());
     }
-    let token = match &cli.token_file {
-        Some(file) => {
-            std::fs::read_to_string(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?
-        }
-        None => std::env::var("BAAAHT_GATEWAY_TOKEN")
-            .map_err(|_unset| "give the gateway's token: --token-file PATH or $BAAAHT_GATEWAY_TOKEN".to_string())?,
-    };
     let health = Health::new(std::time::Duration::from_secs(cli.unhealthy_after));
     if let Some(path) = &cli.health_socket {
         health::serve(health.clone(), path).await?;
@@ -106,9 +99,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Some(path) => Egress::Tunnel(Arc::new(path.clone())),
         None => Egress::Direct,
     };
-    let options =
-        ConnectOptions { token: Some(token.trim().to_string()), correlation_id: None, backoff: Backoff::PERSISTENT };
-    let daemon = client::connect(&cli.socket, options).await.map_err(|error| error.to_string())?;
+    let daemon = client::connect_gateway(&cli.socket, cli.token_file.as_deref()).await?;
     let trigger = Trigger { keywords: cli.keywords, always: cli.always };
     let (gateway, listening) = Gateway::new(daemon, &cli.api_url, egress.clone(), trigger, cli.max_file_bytes)
         .await

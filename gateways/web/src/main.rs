@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use baaaht_proto::client::{self, Backoff, ConnectOptions};
+use baaaht_proto::client;
 use baaaht_proto::v1;
 use baaaht_web::app::{self, App};
 use baaaht_web::oidc::Oidc;
@@ -62,16 +62,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     if cli.check {
         return Ok(());
     }
-    let token = match &cli.token_file {
-        Some(file) => {
-            std::fs::read_to_string(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?
-        }
-        None => std::env::var("BAAAHT_GATEWAY_TOKEN")
-            .map_err(|_unset| "give the gateway's token: --token-file PATH or $BAAAHT_GATEWAY_TOKEN".to_string())?,
-    };
-    let options =
-        ConnectOptions { token: Some(token.trim().to_string()), correlation_id: None, backoff: Backoff::PERSISTENT };
-    let mut daemon = client::connect(&cli.socket, options).await.map_err(|error| error.to_string())?;
+    let mut daemon = client::connect_gateway(&cli.socket, cli.token_file.as_deref()).await?;
     let settings = daemon
         .gateways
         .get_gateway_secrets(v1::GatewaySecretsRequest {})
