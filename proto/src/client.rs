@@ -153,10 +153,6 @@ impl Default for ConnectOptions {
     }
 }
 
-/// Connects to the orchestrator socket at `path`.
-///
-/// The first connection is made before this returns, so a missing daemon is reported here as
-/// [`ConnectError::NotRunning`]. Later reconnections use the same backoff.
 /// Connects a gateway to its socket `path` with its token — read from `token_file`, else from
 /// `$BAAAHT_GATEWAY_TOKEN` — waiting for the daemon as long as it takes. The error is a
 /// sentence for the gateway's log.
@@ -173,6 +169,10 @@ pub async fn connect_gateway(path: &Path, token_file: Option<&Path>) -> Result<C
     connect(path, options).await.map_err(|error| error.to_string())
 }
 
+/// Connects to the orchestrator socket at `path`.
+///
+/// The first connection is made before this returns, so a missing daemon is reported here as
+/// [`ConnectError::NotRunning`]. Later reconnections use the same backoff.
 pub async fn connect(path: &Path, options: ConnectOptions) -> Result<Client, ConnectError> {
     let channel = channel(path, options.backoff).await?;
     let metadata = CallMetadata {

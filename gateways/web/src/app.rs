@@ -20,6 +20,8 @@ use crate::store::{self, SignedIn, Store};
 
 /// The session cookie's name (the provider's own cookies may share the host).
 pub const COOKIE: &str = "baaaht_web";
+/// The cookie that binds a sign-in in progress to the browser that started it.
+pub const SIGN_IN_COOKIE: &str = "baaaht_sign_in";
 
 /// What the routes share.
 pub struct App {
@@ -52,6 +54,14 @@ pub fn origin(url: &str) -> String {
 impl App {
     fn secure(&self) -> bool {
         !is_loopback_http(&self.public_url)
+    }
+
+    /// A `Set-Cookie` value for `name`: HttpOnly, SameSite=Lax, Secure unless the site is plain
+    /// HTTP on loopback; `max_age` 0 removes it.
+    fn cookie(&self, name: &str, value: &str, path: &str, max_age: Option<u64>) -> Option<HeaderValue> {
+        let secure = if self.secure() { "; Secure" } else { "" };
+        let age = max_age.map(|age| format!("; Max-Age={age}")).unwrap_or_default();
+        HeaderValue::from_str(&format!("{name}={value}; Path={path}; HttpOnly; SameSite=Lax{age}{secure}")).ok()
     }
 
     /// The session a request's cookie names.
@@ -208,11 +218,13 @@ async fn context_of(app: &App, session: &SignedIn) -> Result<v1::ContextRef, ton
 fn api_error(status: &tonic::Status) -> Response {
     use tonic::Code;
     let (code, text) = match status.code() {
-        Code::PermissionDenied
-        | Code::ResourceExhausted
-        | Code::FailedPrecondition
-        | Code::InvalidArgument
-        | Code::NotFound => (StatusCode::BAD_REQUEST, status.message().to_string()),
+        // The daemon's sentence only where it is about what the user asked (a budget, a message
+        // it cannot take); anything else may be about the host, and stays in the log.
+        Code::ResourceExhausted | Code::InvalidArgument => (StatusCode::BAD_REQUEST, status.message().to_string()),
+        Code::PermissionDenied | Code::NotFound | Code::FailedPrecondition => {
+            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon refused a web request");
+            (StatusCode::FORBIDDEN, "The assistant did not take this request.".into())
+        }
         Code::Unauthenticated => (StatusCode::UNAUTHORIZED, "Your sign-in has expired; sign in again.".into()),
         _ => {
             tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a web request");
@@ -267,6 +279,7 @@ async fn follow(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         Ok(context) => context,
         Err(status) => return api_error(&status),
     };
+    let Some(cookie_id) = cookie(&headers, COOKIE) else { return unauthorized() };
     let subscription = v1::EventSubscription {
         context: Some(context.clone()),
         session_id: String::new(),
@@ -282,6 +295,10 @@ async fn follow(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let mut changes = feed.changes();
     let stream = async_stream(move |sender| async move {
         loop {
+            // A stream lives as long as its session: signed out or expired, it ends.
+            if app.store.get(&cookie_id).is_none() {
+                return;
+            }
             for (id, json) in feed.after(last) {
                 last = id;
                 if sender
@@ -292,8 +309,10 @@ async fn follow(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
                     return;
                 }
             }
-            if changes.changed().await.is_err() {
-                return;
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(std::time::Duration::from_secs(15)) => {}
+                () = sender.closed() => return,
             }
         }
     });
@@ -317,22 +336,37 @@ struct LoginQuery {
     next: Option<String>,
 }
 
+/// Whether `next` is a plain path of this site: `/`, or `/` and a letter or digit, then letters,
+/// digits and `/-_.?=&` only (nothing a browser could read as another site: no `//`, `\`,
+/// escapes or control characters).
+pub fn safe_next(next: &str) -> bool {
+    next.len() <= 200
+        && next.starts_with('/')
+        && next.chars().nth(1).is_none_or(|c| c.is_ascii_alphanumeric())
+        && next.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.?=&".contains(c))
+        && !next.contains("//")
+}
+
 async fn login(State(app): State<Arc<App>>, Query(query): Query<LoginQuery>) -> Response {
-    // Only a path of this site: never an open redirect.
-    let next = query.next.filter(|next| next.starts_with('/') && !next.starts_with("//")).unwrap_or_else(|| "/".into());
-    let state = match store::random_id() {
-        Ok(state) => state,
-        Err(error) => {
+    let next = query.next.filter(|next| safe_next(next)).unwrap_or_else(|| "/".into());
+    let (state, binding) = match (store::random_id(), store::random_id()) {
+        (Ok(state), Ok(binding)) => (state, binding),
+        (Err(error), _) | (_, Err(error)) => {
             tracing::error!(%error, "cannot start a sign-in");
             return failed(StatusCode::INTERNAL_SERVER_ERROR, "The sign-in could not start; try again.");
         }
     };
     let start = app.oidc.start(state);
-    if let Err(error) = app.store.begin_with(&start.state, start.nonce, start.pkce_verifier, next) {
+    if let Err(error) = app.store.begin_with(&start.state, &binding, start.nonce, start.pkce_verifier, next) {
         tracing::error!(%error, "cannot start a sign-in");
         return failed(StatusCode::INTERNAL_SERVER_ERROR, "The sign-in could not start; try again.");
     }
-    Redirect::to(&start.url).into_response()
+    let mut response = Redirect::to(&start.url).into_response();
+    let age = store::PENDING_FOR.as_secs();
+    if let Some(cookie) = app.cookie(SIGN_IN_COOKIE, &binding, "/auth/callback", Some(age)) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
 }
 
 #[derive(Debug, Deserialize)]
@@ -344,7 +378,7 @@ struct Callback {
     error_description: Option<String>,
 }
 
-async fn callback(State(app): State<Arc<App>>, Query(answer): Query<Callback>) -> Response {
+async fn callback(State(app): State<Arc<App>>, headers: HeaderMap, Query(answer): Query<Callback>) -> Response {
     if let Some(error) = answer.error {
         tracing::warn!(%error, description = answer.error_description.as_deref().unwrap_or_default(), "the provider refused a sign-in");
         return failed(StatusCode::BAD_REQUEST, "The sign-in was refused by the identity provider.");
@@ -352,8 +386,9 @@ async fn callback(State(app): State<Arc<App>>, Query(answer): Query<Callback>) -
     let (Some(code), Some(state)) = (answer.code, answer.state) else {
         return failed(StatusCode::BAD_REQUEST, "This is not an answer to a sign-in; sign in again.");
     };
-    let Some(pending) = app.store.take_pending(&state) else {
-        tracing::warn!("a sign-in answer with an unknown or used state");
+    let binding = cookie(&headers, SIGN_IN_COOKIE);
+    let Some(pending) = app.store.take_pending(&state, binding.as_deref()) else {
+        tracing::warn!(cookie = binding.is_some(), "a sign-in answer with an unknown, used or foreign state");
         return failed(StatusCode::BAD_REQUEST, "This sign-in has expired or was used already; sign in again.");
     };
     let identity = match app.oidc.finish(&code, answer.iss.as_deref(), &pending.nonce, pending.pkce_verifier).await {
@@ -396,11 +431,10 @@ async fn callback(State(app): State<Arc<App>>, Query(answer): Query<Callback>) -
             return failed(StatusCode::INTERNAL_SERVER_ERROR, "The sign-in could not be completed; try again.");
         }
     };
-    let secure = if app.secure() { "; Secure" } else { "" };
-    let cookie = format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Lax{secure}");
     let mut response = Redirect::to(&pending.next).into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+    let cookies = [app.cookie(COOKIE, &id, "/", None), app.cookie(SIGN_IN_COOKIE, "", "/auth/callback", Some(0))];
+    for cookie in cookies.into_iter().flatten() {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     response
 }
@@ -411,7 +445,9 @@ struct LogoutForm {
 }
 
 async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): Form<LogoutForm>) -> Response {
-    let Some((id, session)) = app.session(&headers) else {
+    // An expired session is signed out too, at the provider as well.
+    let found = cookie(&headers, COOKIE).and_then(|id| app.store.get_even_expired(&id).map(|session| (id, session)));
+    let Some((id, session)) = found else {
         return Redirect::to("/signed-out").into_response();
     };
     if form.csrf.as_deref() != Some(session.csrf.as_str()) {
@@ -424,13 +460,11 @@ async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): For
     if let Err(error) = app.store.sign_out(&id) {
         tracing::error!(%error, "cannot end a session");
     }
-    let secure = if app.secure() { "; Secure" } else { "" };
-    let expired = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{secure}");
     let back = format!("{}/signed-out", app.public_url.trim_end_matches('/'));
     let target = app.oidc.logout_url(&session.id_token, &back).unwrap_or_else(|| "/signed-out".into());
     let mut response = Redirect::to(&target).into_response();
-    if let Ok(value) = HeaderValue::from_str(&expired) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+    if let Some(expired) = app.cookie(COOKIE, "", "/", Some(0)) {
+        response.headers_mut().insert(header::SET_COOKIE, expired);
     }
     response
 }
@@ -471,6 +505,25 @@ mod tests {
         assert!(!is_loopback_http("http://192.168.1.2:8080"));
         assert!(!is_loopback_http("https://127.0.0.1:8080"));
         assert!(!is_loopback_http("http://localhost.evil.example"));
+    }
+
+    #[test]
+    fn only_plain_paths_of_the_site_come_after_a_sign_in() {
+        for good in ["/", "/sessions/s-1", "/rooms?id=family&x=1"] {
+            assert!(safe_next(good), "{good}");
+        }
+        for bad in [
+            "//evil.example",
+            "/\\evil.example",
+            "/%09/evil.example",
+            "/\tx",
+            "https://evil.example",
+            "evil",
+            "/a//b",
+            "/.x",
+        ] {
+            assert!(!safe_next(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
 /// How long a sign-in may take from the redirect to the provider to its answer.
-const PENDING_FOR: Duration = Duration::from_secs(600);
+pub const PENDING_FOR: Duration = Duration::from_secs(600);
+/// The most sign-ins in progress kept (the oldest go first): anyone may start one.
+const MAX_PENDING: usize = 10_000;
 
 /// Who is signed in with a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +38,9 @@ pub struct SignedIn {
 /// A sign-in in progress.
 #[derive(Debug, Clone)]
 pub struct Pending {
+    /// The SHA-256 of the sign-in cookie of the browser that started it: the answer counts
+    /// only in that browser (no one signs a victim into their own account).
+    binding: String,
     pub nonce: String,
     pub pkce_verifier: String,
     /// Where to go once signed in (a path of this site).
@@ -104,20 +109,35 @@ impl Store {
     pub fn begin_with(
         &self,
         state: &str,
+        binding: &str,
         nonce: String,
         pkce_verifier: String,
         next: String,
     ) -> Result<(), StoreError> {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         pending.retain(|_, started| started.started.elapsed() < PENDING_FOR);
-        pending.insert(state.to_string(), Pending { nonce, pkce_verifier, next, started: std::time::Instant::now() });
+        while pending.len() >= MAX_PENDING {
+            let oldest = pending.iter().min_by_key(|(_, found)| found.started).map(|(state, _)| state.clone());
+            match oldest {
+                Some(state) => pending.remove(&state),
+                None => break,
+            };
+        }
+        let binding = hashed(binding);
+        pending.insert(
+            state.to_string(),
+            Pending { binding, nonce, pkce_verifier, next, started: std::time::Instant::now() },
+        );
         Ok(())
     }
 
-    /// Takes the sign-in `state` stands for, once: a replayed or unknown state gets none.
-    pub fn take_pending(&self, state: &str) -> Option<Pending> {
+    /// Takes the sign-in `state` stands for, once, if the browser answering is the one that
+    /// started it (its sign-in cookie is `binding`): a replayed, unknown or foreign state gets none.
+    pub fn take_pending(&self, state: &str, binding: Option<&str>) -> Option<Pending> {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        pending.remove(state).filter(|found| found.started.elapsed() < PENDING_FOR)
+        let found = pending.remove(state)?;
+        let same_browser = binding.is_some_and(|binding| hashed(binding) == found.binding);
+        (same_browser && found.started.elapsed() < PENDING_FOR).then_some(found)
     }
 
     /// Keeps a signed-in session; its id (the cookie's value).
@@ -125,7 +145,8 @@ impl Store {
         let id = random_id()?;
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         let now = now();
-        file.sessions.retain(|_, session| session.expires > now);
+        // An expired session is kept a day, so signing out still ends it at the provider.
+        file.sessions.retain(|_, session| session.expires + 86_400 > now);
         file.sessions.insert(hashed(&id), signed_in);
         self.save(&file)?;
         Ok(id)
@@ -133,8 +154,13 @@ impl Store {
 
     /// The live session `id` stands for.
     pub fn get(&self, id: &str) -> Option<SignedIn> {
+        self.get_even_expired(id).filter(|session| session.expires > now())
+    }
+
+    /// The session `id` stands for, live or expired (to sign it out at the provider too).
+    pub fn get_even_expired(&self, id: &str) -> Option<SignedIn> {
         let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.sessions.get(&hashed(id)).filter(|session| session.expires > now()).cloned()
+        file.sessions.get(&hashed(id)).cloned()
     }
 
     /// Ends session `id`; what it was.
@@ -204,9 +230,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
         let state = random_id().expect("state");
-        store.begin_with(&state, "n".into(), "v".into(), "/".into()).expect("begin");
-        assert!(store.take_pending("forged").is_none());
-        assert_eq!(store.take_pending(&state).map(|p| p.nonce), Some("n".into()));
-        assert!(store.take_pending(&state).is_none(), "a replayed state is refused");
+        store.begin_with(&state, "browser", "n".into(), "v".into(), "/".into()).expect("begin");
+        assert!(store.take_pending("forged", Some("browser")).is_none());
+        assert_eq!(store.take_pending(&state, Some("browser")).map(|p| p.nonce), Some("n".into()));
+        assert!(store.take_pending(&state, Some("browser")).is_none(), "a replayed state is refused");
+        let other = random_id().expect("state");
+        store.begin_with(&other, "attacker", "n".into(), "v".into(), "/".into()).expect("begin");
+        assert!(store.take_pending(&other, Some("victim")).is_none(), "another browser's sign-in is refused");
+        assert!(store.take_pending(&other, Some("attacker")).is_none(), "and is gone");
     }
 }

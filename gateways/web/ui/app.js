@@ -40,9 +40,15 @@ function status(turn, text) {
 }
 
 const events = new EventSource("/api/events");
+events.onerror = async () => {
+  // Closed for good (signed out, expired): back to the sign-in when that is why.
+  if (events.readyState === EventSource.CLOSED) {
+    const me = await fetch("/api/me");
+    if (me.status === 401) window.location.assign("/login");
+  }
+};
 events.onmessage = (message) => {
   const event = JSON.parse(message.data);
-  if (event.session) session = event.session;
   switch (event.type) {
     case "user":
       bubble("user", event.text);
@@ -85,11 +91,18 @@ async function send() {
     headers: { "content-type": "application/json", "x-csrf-token": csrf },
     body: JSON.stringify({ content, session_id: session }),
   });
+  if (answer.status === 401) {
+    window.location.assign("/login");
+    return;
+  }
   if (!answer.ok) {
     const failure = await answer.json().catch(() => ({ error: "The message was not sent; try again." }));
     bubble("error", failure.error);
     input.value = content;
+    return;
   }
+  // The conversation this page writes in is the one its messages went to.
+  session = (await answer.json()).session || session;
 }
 
 composer.addEventListener("submit", (event) => {
