@@ -33,6 +33,8 @@ pub struct App {
     /// The site's own URL, e.g. `https://chat.example.com`.
     pub public_url: String,
     pub hub: Hub,
+    /// This run of the gateway, in event ids (a reconnection from an earlier run starts anew).
+    pub run: String,
 }
 
 /// The Content-Security-Policy of every answer. Forms post to this site only, and to the
@@ -286,11 +288,14 @@ async fn follow(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         channel: v1::ChannelType::Web as i32,
     };
     let feed = app.hub.feed(&context.id, &app.daemon, app.as_user(&session, subscription));
-    // A new connection starts from now; one that comes back, from where it was.
+    // A new connection starts from now; one that comes back, from where it was (if it was in
+    // this run of the gateway: ids are `{run}.{n}`).
     let mut last = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok())
+        .and_then(|value| value.split_once('.'))
+        .filter(|(run, _)| *run == app.run)
+        .and_then(|(_, n)| n.parse::<u64>().ok())
         .unwrap_or_else(|| feed.newest());
     let mut changes = feed.changes();
     let stream = async_stream(move |sender| async move {
@@ -299,15 +304,22 @@ async fn follow(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
             if app.store.get(&cookie_id).is_none() {
                 return;
             }
+            // The daemon's stream ended: the browser reconnects, and that follows it anew.
+            let ended = feed.ended();
             for (id, json) in feed.after(last) {
                 last = id;
                 if sender
-                    .send(Ok::<_, std::convert::Infallible>(Event::default().id(id.to_string()).data(json)))
+                    .send(Ok::<_, std::convert::Infallible>(
+                        Event::default().id(format!("{}.{id}", app.run)).data(json),
+                    ))
                     .await
                     .is_err()
                 {
                     return;
                 }
+            }
+            if ended {
+                return;
             }
             tokio::select! {
                 changed = changes.changed() => if changed.is_err() { return },

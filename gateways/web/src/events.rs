@@ -19,6 +19,9 @@ pub struct Feed {
     kept: Mutex<VecDeque<(u64, String)>>,
     /// The number of the newest event.
     newest: watch::Sender<u64>,
+    /// The daemon's stream ended: connections close, and the browser's reconnection follows
+    /// the daemon anew.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl Feed {
@@ -46,6 +49,20 @@ impl Feed {
     pub fn newest(&self) -> u64 {
         *self.newest.borrow()
     }
+
+    /// Whether the daemon's stream behind it ended.
+    pub fn ended(&self) -> bool {
+        self.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn end(&self) {
+        self.ended.store(true, std::sync::atomic::Ordering::Release);
+        self.newest.send_modify(|_| {});
+    }
+
+    fn new() -> Feed {
+        Feed { kept: Mutex::default(), newest: watch::channel(0).0, ended: std::sync::atomic::AtomicBool::new(false) }
+    }
 }
 
 /// A user's feed and the task that fills it from the daemon.
@@ -62,37 +79,42 @@ impl Hub {
     /// user) while it is not already.
     pub fn feed(&self, user: &str, daemon: &Client, subscribe: tonic::Request<v1::EventSubscription>) -> Arc<Feed> {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = feeds
-            .entry(user.to_string())
-            .or_insert_with(|| (Arc::new(Feed { kept: Mutex::default(), newest: watch::channel(0).0 }), None));
+        let entry = feeds.entry(user.to_string()).or_insert_with(|| (Arc::new(Feed::new()), None));
         let following = entry.1.as_ref().is_some_and(|task| !task.is_finished());
         if !following {
             let (feed, mut daemon) = (entry.0.clone(), daemon.clone());
+            feed.ended.store(false, std::sync::atomic::Ordering::Release);
             entry.1 = Some(tokio::spawn(async move {
-                let mut events = match daemon.sessions.subscribe_events(subscribe).await {
-                    Ok(events) => events.into_inner(),
-                    Err(status) => {
-                        tracing::warn!(message = %status.message(), "cannot follow a user's events");
-                        return;
-                    }
-                };
-                loop {
-                    match events.message().await {
-                        Ok(Some(event)) => {
-                            if let Some(json) = to_json(&event) {
-                                feed.push(json.to_string());
-                            }
-                        }
-                        Ok(None) => return,
-                        Err(status) => {
-                            tracing::warn!(message = %status.message(), "a user's event stream ended");
-                            return;
-                        }
-                    }
-                }
+                follow(&feed, &mut daemon, subscribe).await;
+                feed.end();
             }));
         }
         entry.0.clone()
+    }
+}
+
+/// Fills `feed` from the daemon's events until they end.
+async fn follow(feed: &Feed, daemon: &mut Client, subscribe: tonic::Request<v1::EventSubscription>) {
+    let mut events = match daemon.sessions.subscribe_events(subscribe).await {
+        Ok(events) => events.into_inner(),
+        Err(status) => {
+            tracing::warn!(message = %status.message(), "cannot follow a user's events");
+            return;
+        }
+    };
+    loop {
+        match events.message().await {
+            Ok(Some(event)) => {
+                if let Some(json) = to_json(&event) {
+                    feed.push(json.to_string());
+                }
+            }
+            Ok(None) => return,
+            Err(status) => {
+                tracing::warn!(message = %status.message(), "a user's event stream ended");
+                return;
+            }
+        }
     }
 }
 
@@ -134,7 +156,7 @@ mod tests {
 
     #[test]
     fn a_feed_gives_what_came_after_and_keeps_the_latest() {
-        let feed = Feed { kept: Mutex::default(), newest: watch::channel(0).0 };
+        let feed = Feed::new();
         for n in 0..(KEPT + 10) {
             feed.push(format!("{n}"));
         }

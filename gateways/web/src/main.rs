@@ -74,13 +74,20 @@ async fn run(cli: Cli) -> Result<(), String> {
     let client_id = settings.get("client_id").cloned().unwrap_or_default();
     let client_secret = settings.get("client_secret").cloned();
     let public_url = cli.public_url.trim_end_matches('/').to_string();
+    if public_url.starts_with("http://") && !app::is_loopback_http(&public_url) {
+        return Err(format!(
+            "--public-url {public_url}: sessions need HTTPS (a Secure cookie) except on loopback; put the gateway behind your HTTPS reverse proxy and give its https:// address"
+        ));
+    }
     let redirect = format!("{public_url}/auth/callback");
     let oidc =
         Oidc::discover(&issuer, &client_id, client_secret, &redirect).await.map_err(|error| error.to_string())?;
     std::fs::create_dir_all(&cli.state_dir)
         .map_err(|error| format!("cannot make {}: {error}", cli.state_dir.display()))?;
     let store = Store::open(&cli.state_dir).map_err(|error| error.to_string())?;
-    let app = Arc::new(App { oidc, store, daemon, issuer, public_url, hub: Default::default() });
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let run = format!("{:x}", started.as_nanos());
+    let app = Arc::new(App { oidc, store, daemon, issuer, public_url, hub: Default::default(), run });
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
