@@ -298,7 +298,9 @@ async fn follow(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         .and_then(|(_, n)| n.parse::<u64>().ok())
         .unwrap_or_else(|| feed.newest());
     let mut changes = feed.changes();
+    let listening = feed.listen();
     let stream = async_stream(move |sender| async move {
+        let _listening = listening;
         loop {
             // A stream lives as long as its session: signed out or expired, it ends.
             if app.store.get(&cookie_id).is_none() {

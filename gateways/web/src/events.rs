@@ -22,6 +22,19 @@ pub struct Feed {
     /// The daemon's stream ended: connections close, and the browser's reconnection follows
     /// the daemon anew.
     ended: std::sync::atomic::AtomicBool,
+    /// Browsers following it now, and when the last one left.
+    listeners: Mutex<(usize, std::time::Instant)>,
+}
+
+/// One browser following a feed, counted while it lives.
+#[derive(Debug)]
+pub struct Listening(Arc<Feed>);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let mut listeners = self.0.listeners.lock().unwrap_or_else(PoisonError::into_inner);
+        *listeners = (listeners.0.saturating_sub(1), std::time::Instant::now());
+    }
 }
 
 impl Feed {
@@ -61,7 +74,24 @@ impl Feed {
     }
 
     fn new() -> Feed {
-        Feed { kept: Mutex::default(), newest: watch::channel(0).0, ended: std::sync::atomic::AtomicBool::new(false) }
+        Feed {
+            kept: Mutex::default(),
+            newest: watch::channel(0).0,
+            ended: std::sync::atomic::AtomicBool::new(false),
+            listeners: Mutex::new((0, std::time::Instant::now())),
+        }
+    }
+
+    /// Counts a browser following the feed until the guard is dropped.
+    pub fn listen(self: &Arc<Self>) -> Listening {
+        self.listeners.lock().unwrap_or_else(PoisonError::into_inner).0 += 1;
+        Listening(self.clone())
+    }
+
+    /// Whether no browser has followed it for `idle`.
+    fn idle_for(&self, idle: std::time::Duration) -> bool {
+        let listeners = self.listeners.lock().unwrap_or_else(PoisonError::into_inner);
+        listeners.0 == 0 && listeners.1.elapsed() >= idle
     }
 }
 
@@ -90,6 +120,26 @@ impl Hub {
             }));
         }
         entry.0.clone()
+    }
+}
+
+impl Hub {
+    /// Stops following the users no browser has followed for `idle`: the daemon then no longer
+    /// counts this channel as there (what it has for them goes to their inbox), and their
+    /// events are let go. Returns how many were retired.
+    pub fn retire_idle(&self, idle: std::time::Duration) -> usize {
+        let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = feeds.len();
+        feeds.retain(|_, (feed, task)| {
+            let keep = !feed.idle_for(idle);
+            if !keep {
+                if let Some(task) = task.take() {
+                    task.abort();
+                }
+            }
+            keep
+        });
+        before - feeds.len()
     }
 }
 
@@ -167,5 +217,22 @@ mod tests {
             [((KEPT + 9) as u64, format!("{}", KEPT + 8)), ((KEPT + 10) as u64, format!("{}", KEPT + 9))]
         );
         assert_eq!(feed.after(0).len(), KEPT, "only the latest are kept");
+    }
+
+    #[test]
+    fn a_feed_nobody_follows_is_retired() {
+        let hub = Hub::default();
+        let (followed, idle) = (Arc::new(Feed::new()), Arc::new(Feed::new()));
+        let listening = followed.listen();
+        {
+            let mut feeds = hub.feeds.lock().expect("lock");
+            feeds.insert("u-1".into(), (followed.clone(), None));
+            feeds.insert("u-2".into(), (idle, None));
+        }
+        assert_eq!(hub.retire_idle(std::time::Duration::ZERO), 1, "u-2 has no browser");
+        assert_eq!(hub.retire_idle(std::time::Duration::ZERO), 0, "u-1 has one");
+        drop(listening);
+        assert_eq!(hub.retire_idle(std::time::Duration::from_secs(3600)), 0, "u-1's browser left just now");
+        assert_eq!(hub.retire_idle(std::time::Duration::ZERO), 1);
     }
 }

@@ -96,8 +96,21 @@ async fn run(cli: Cli) -> Result<(), String> {
         let why = baaaht_proto::lifecycle::stop_requested(cli.parent).await;
         tracing::info!(why, "stopping");
     };
-    axum::serve(listener, app::router(app))
-        .with_graceful_shutdown(stopped)
-        .await
-        .map_err(|error| format!("the server stopped: {error}"))
+    // Users no browser follows for five minutes are let go (checked every minute), for as long
+    // as the server runs.
+    let reap = async {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            every.tick().await;
+            let retired = app.hub.retire_idle(std::time::Duration::from_secs(300));
+            if retired > 0 {
+                tracing::info!(retired, "stopped following users no browser follows");
+            }
+        }
+    };
+    let serve = axum::serve(listener, app::router(app.clone())).with_graceful_shutdown(stopped);
+    tokio::select! {
+        served = serve => served.map_err(|error| format!("the server stopped: {error}")),
+        () = reap => Ok(()),
+    }
 }
