@@ -499,8 +499,7 @@ where
 
 /// A running `baaaht-slack`, stopped on drop.
 pub struct SlackGateway {
-    child: std::process::Child,
-    log: std::path::PathBuf,
+    process: crate::Running,
     /// The gateway's socket and token, for calls the test makes as the gateway.
     pub socket: String,
     pub token: String,
@@ -508,15 +507,7 @@ pub struct SlackGateway {
 
 impl SlackGateway {
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for SlackGateway {
-    fn drop(&mut self) {
-        // silent-ok: it may have exited already.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.log_text()
     }
 }
 
@@ -545,18 +536,14 @@ pub fn gateway_with(
         host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
     });
     let socket = added.gateway.expect("info").socket;
-    let log = daemon.data_dir.join("slack-gateway.log");
-    let output = std::fs::File::create(&log).expect("log file");
-    let child = std::process::Command::new(crate::bin("baaaht-slack"))
+    let mut command = std::process::Command::new(crate::bin("baaaht-slack"));
+    command
         .args(["--socket", &socket, "--api-url", &fake.api_url()])
         .args(args)
         .env("BAAAHT_GATEWAY_TOKEN", &added.token)
-        .env("RUST_LOG", "info")
-        .stdout(output.try_clone().expect("log file"))
-        .stderr(output)
-        .spawn()
-        .expect("baaaht-slack");
-    SlackGateway { child, log, socket, token: added.token }
+        .env("RUST_LOG", "info");
+    let process = crate::spawn(command, &daemon.data_dir.join("slack-gateway.log")).expect("baaaht-slack");
+    SlackGateway { process, socket, token: added.token }
 }
 
 /// The signing secret of the gateway `work` in [`slack_options`].

@@ -16,6 +16,38 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
+/// A child process, killed on drop, whose output goes to `log`.
+pub struct Running {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Running {
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // silent-ok: it may have exited already.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `command` with its standard output and error in `log`.
+pub fn spawn(mut command: Command, log: &Path) -> Result<Running> {
+    let output = std::fs::File::create(log)?;
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(output.try_clone()?)
+        .stderr(output)
+        .spawn()
+        .with_context(|| format!("start {command:?}"))?;
+    Ok(Running { child, log: log.to_path_buf() })
+}
+
 /// A binary of this workspace, from the target folder the tests run in. `scripts/test`
 /// builds every binary before the tests run.
 pub fn bin(name: &str) -> PathBuf {

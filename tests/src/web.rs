@@ -3,10 +3,12 @@
 //! headless Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
+
+use crate::{spawn, Running};
 
 /// A free loopback port (bound and let go: the caller binds it next).
 pub fn free_port() -> Result<u16> {
@@ -16,37 +18,6 @@ pub fn free_port() -> Result<u16> {
 /// The folder of the provider's script and its pinned modules.
 pub fn provider_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("oidc-provider")
-}
-
-/// A child process, killed on drop, whose output goes to `log`.
-pub struct Running {
-    child: Child,
-    pub log: PathBuf,
-}
-
-impl Running {
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // silent-ok: it may have exited already.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(mut command: Command, log: &Path) -> Result<Running> {
-    let output = std::fs::File::create(log)?;
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(output.try_clone()?)
-        .stderr(output)
-        .spawn()
-        .with_context(|| format!("start {command:?}"))?;
-    Ok(Running { child, log: log.to_path_buf() })
 }
 
 /// Waits for `check` on the log of `running`, polling against a deadline.

@@ -35,6 +35,8 @@ pub struct App {
     pub hub: Hub,
     /// This run of the gateway, in event ids (a reconnection from an earlier run starts anew).
     pub run: String,
+    /// The Content-Security-Policy every answer carries ([`content_security_policy`]).
+    pub csp: HeaderValue,
 }
 
 /// The Content-Security-Policy of every answer. Forms post to this site only, and to the
@@ -133,9 +135,7 @@ async fn security_headers(State(app): State<Arc<App>>, mut response: Response) -
     let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
         headers.insert(name, HeaderValue::from_static(value));
     };
-    if let Ok(csp) = HeaderValue::from_str(&content_security_policy(&origin(&app.issuer))) {
-        headers.insert("content-security-policy", csp);
-    }
+    headers.insert("content-security-policy", app.csp.clone());
     set(headers, "x-content-type-options", "nosniff");
     set(headers, "referrer-policy", "no-referrer");
     set(headers, "cross-origin-opener-policy", "same-origin");

@@ -87,7 +87,9 @@ async fn run(cli: Cli) -> Result<(), String> {
     let store = Store::open(&cli.state_dir).map_err(|error| error.to_string())?;
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let run = format!("{:x}", started.as_nanos());
-    let app = Arc::new(App { oidc, store, daemon, issuer, public_url, hub: Default::default(), run });
+    let csp = axum::http::HeaderValue::from_str(&app::content_security_policy(&app::origin(&issuer)))
+        .map_err(|_invalid| format!("the issuer `{issuer}` cannot be named in a Content-Security-Policy"))?;
+    let app = Arc::new(App { oidc, store, daemon, issuer, public_url, hub: Default::default(), run, csp });
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
