@@ -271,6 +271,13 @@ pub fn token_stream(wire: Wire, tokens: usize, interval: Duration) -> Answer {
     tokens_of(wire, tokens, interval, |index| format!("t{index} "))
 }
 
+/// An answer streaming `text` word by word (each word and its space a text delta), one every
+/// `interval`. The words must need no JSON escaping.
+pub fn words_stream(wire: Wire, text: &str, interval: Duration) -> Answer {
+    let words: Vec<String> = text.split_inclusive(' ').map(str::to_string).collect();
+    tokens_of(wire, words.len(), interval, |index| words[index].clone())
+}
+
 /// As [`token_stream`], each token's text the time it was written (`@NANOS `, see [`stamp_of`]).
 pub fn stamped_token_stream(wire: Wire, tokens: usize, interval: Duration) -> Answer {
     tokens_of(wire, tokens, interval, |_| format!("@{STAMP} "))
@@ -316,6 +323,29 @@ pub fn overloaded() -> Answer {
         retry_after: None,
         body: "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}".into(),
     }
+}
+
+/// The images in the last request the model was sent: (media type, base64 data) in order.
+pub fn images_sent(provider: &FakeProvider) -> Vec<(String, String)> {
+    let Some(last) = provider.requests().last().map(|request| body_of(request)) else {
+        return vec![];
+    };
+    let blocks = last["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default());
+    blocks
+        .filter(|block| block["type"] == "image")
+        .map(|block| {
+            let source = &block["source"];
+            (
+                source["media_type"].as_str().unwrap_or_default().into(),
+                source["data"].as_str().unwrap_or_default().into(),
+            )
+        })
+        .collect()
 }
 
 /// The JSON body of a recorded request.

@@ -155,6 +155,24 @@ pub fn slow_echo_brain() -> Answer {
     })))
 }
 
+/// What the web gateway's tests talk to: asked to "ask the worker", the Assistant delegates to
+/// the Worker and passes on its "done"; asked anything else, it echoes it word by word, a word
+/// every 150 ms, so a page can be seen writing it as it comes.
+pub fn web_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        let said = last_user_text(&asked);
+        if asked.offers("delegate") && said.contains("ask the worker") {
+            return assistant_delegates(&asked, "", json!({"agent": "worker", "task": "Say done."}), "Worker: ");
+        }
+        if !asked.offers("delegate") {
+            return anthropic_answer("done", &[]);
+        }
+        let words: String = said.chars().filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '?').collect();
+        crate::fake_provider::words_stream(Wire::Anthropic, &format!("echo: {words}"), Duration::from_millis(150))
+    })))
+}
+
 /// The Assistant delegates to the Worker, whose answer takes a minute to stream.
 pub fn slow_worker_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {

@@ -118,3 +118,123 @@ pub fn web_gateway(dir: &Path, socket: &str, token: &str, port: u16) -> Result<R
     }
     Ok(process)
 }
+
+/// Signs `login` in through the provider's own form, in a browser at the site's home; returns
+/// once the page names them.
+pub async fn sign_in(browser: &fantoccini::Client, site: &str, login: &str) -> Result<()> {
+    use fantoccini::Locator;
+    browser.goto(site).await?;
+    let form = browser.wait().at_most(Duration::from_secs(30)).for_element(Locator::Css("input[name=login]")).await;
+    form.context("the provider's sign-in form")?.send_keys(login).await?;
+    browser.find(Locator::Css("input[name=password]")).await?.send_keys("secret").await?;
+    browser.find(Locator::Css("button.login-submit")).await?.click().await?;
+    browser.wait().at_most(Duration::from_secs(30)).for_element(Locator::Id("who")).await.context("signed in")?;
+    Ok(())
+}
+
+/// A browser session's cookie and CSRF token, for requests made outside the page.
+pub struct Session {
+    pub cookie: String,
+    pub csrf: String,
+}
+
+impl Session {
+    /// The session of the page open in `browser`.
+    pub async fn of(browser: &fantoccini::Client) -> Result<Session> {
+        let cookie = browser.get_named_cookie("baaaht_web").await?;
+        let csrf = browser.find(fantoccini::Locator::Id("composer")).await?.attr("data-csrf").await?;
+        Ok(Session { cookie: format!("baaaht_web={}", cookie.value()), csrf: csrf.unwrap_or_default() })
+    }
+
+    /// `method path` at `site` with this session's cookie, the CSRF token when `csrf`, and a
+    /// JSON body: the status and the body.
+    pub fn call(&self, site: &str, method: &str, path: &str, body: Option<&str>, csrf: bool) -> Result<(u16, String)> {
+        let mut command = Command::new("curl");
+        command.args(["-s", "-o", "-", "-w", "\n%{http_code}", "-X", method]);
+        command.args(["-H", &format!("cookie: {}", self.cookie)]);
+        if csrf {
+            command.args(["-H", &format!("x-csrf-token: {}", self.csrf)]);
+        }
+        if let Some(body) = body {
+            command.args(["-H", "content-type: application/json", "--data", body]);
+        }
+        let output = command.arg(format!("{site}{path}")).output().context("curl")?;
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').context("curl printed no status")?;
+        Ok((code.trim().parse().context("a status")?, body.to_string()))
+    }
+}
+
+/// Whether a PNG screenshot shows something: decoded, its pixels have many colours and no
+/// one colour covers nearly all of it.
+pub fn png_shows_something(png: &[u8]) -> Result<bool> {
+    use std::io::Read as _;
+    if png.get(..8) != Some(b"\x89PNG\r\n\x1a\n") {
+        bail!("not a PNG");
+    }
+    let (mut at, mut width, mut height, mut channels, mut data) = (8, 0usize, 0usize, 0usize, Vec::new());
+    while at + 8 <= png.len() {
+        let length = u32::from_be_bytes(png[at..at + 4].try_into()?) as usize;
+        let kind = &png[at + 4..at + 8];
+        let chunk = png.get(at + 8..at + 8 + length).context("a cut chunk")?;
+        match kind {
+            b"IHDR" => {
+                width = u32::from_be_bytes(chunk[0..4].try_into()?) as usize;
+                height = u32::from_be_bytes(chunk[4..8].try_into()?) as usize;
+                if chunk[8] != 8 {
+                    bail!("bit depth {} (8 expected)", chunk[8]);
+                }
+                channels = match chunk[9] {
+                    2 => 3,
+                    6 => 4,
+                    other => bail!("colour type {other} (RGB or RGBA expected)"),
+                };
+            }
+            b"IDAT" => data.extend_from_slice(chunk),
+            _ => {}
+        }
+        at += 12 + length;
+    }
+    let mut raw = Vec::new();
+    flate2::read::ZlibDecoder::new(&data[..]).read_to_end(&mut raw)?;
+    let stride = width * channels;
+    if raw.len() < height * (stride + 1) {
+        bail!("the image data is short");
+    }
+    // Undo each row's filter (PNG spec §9).
+    let mut pixels = vec![0u8; height * stride];
+    for row in 0..height {
+        let filter = raw[row * (stride + 1)];
+        for i in 0..stride {
+            let x = raw[row * (stride + 1) + 1 + i];
+            let a = if i >= channels { pixels[row * stride + i - channels] } else { 0 };
+            let b = if row > 0 { pixels[(row - 1) * stride + i] } else { 0 };
+            let c = if row > 0 && i >= channels { pixels[(row - 1) * stride + i - channels] } else { 0 };
+            let predicted = match filter {
+                0 => 0,
+                1 => a,
+                2 => b,
+                3 => ((u16::from(a) + u16::from(b)) / 2) as u8,
+                4 => {
+                    let p = i16::from(a) + i16::from(b) - i16::from(c);
+                    let (pa, pb, pc) = ((p - i16::from(a)).abs(), (p - i16::from(b)).abs(), (p - i16::from(c)).abs());
+                    if pa <= pb && pa <= pc {
+                        a
+                    } else if pb <= pc {
+                        b
+                    } else {
+                        c
+                    }
+                }
+                other => bail!("filter {other}"),
+            };
+            pixels[row * stride + i] = x.wrapping_add(predicted);
+        }
+    }
+    let mut counts: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
+    for pixel in pixels.chunks(channels) {
+        *counts.entry(&pixel[..3]).or_default() += 1;
+    }
+    let most = counts.values().max().copied().unwrap_or_default();
+    Ok(counts.len() >= 16 && most * 100 < width * height * 98)
+}

@@ -361,29 +361,6 @@ fn a_file_shared_with_the_bot_reaches_the_sessions_uploads() {
     assert!(!big_stored, "a refused file left nothing behind");
 }
 
-/// The images in the last request the model was sent: (media type, base64 data) in order.
-fn images_sent(provider: &baaaht_tests::fake_provider::FakeProvider) -> Vec<(String, String)> {
-    let Some(last) = provider.requests().last().map(|request| baaaht_tests::fake_provider::body_of(request)) else {
-        return vec![];
-    };
-    let blocks = last["messages"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default());
-    blocks
-        .filter(|block| block["type"] == "image")
-        .map(|block| {
-            let source = &block["source"];
-            (
-                source["media_type"].as_str().unwrap_or_default().into(),
-                source["data"].as_str().unwrap_or_default().into(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_picture_shared_with_the_bot_reaches_the_model_as_an_image() {
     use base64::Engine as _;
@@ -409,13 +386,13 @@ fn a_picture_shared_with_the_bot_reaches_the_model_as_an_image() {
             .await;
         assert!(shown, "{:#?}\n{}\n{}", shown_in(&fake, "DU7"), gateway.log_text(), daemon.log_text());
         assert_eq!(
-            images_sent(&provider),
+            baaaht_tests::fake_provider::images_sent(&provider),
             std::slice::from_ref(&wanted),
             "the picture goes to the model as an image block"
         );
         // A follow-up in the same conversation: the model still sees the picture.
         answered(&fake, &daemon, "and its colour?", "EvPic2", "1760000500.000200").await;
-        assert_eq!(images_sent(&provider), [wanted]);
+        assert_eq!(baaaht_tests::fake_provider::images_sent(&provider), [wanted]);
     });
 }
 

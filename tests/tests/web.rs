@@ -121,7 +121,7 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
         assert!(forged.starts_with("HTTP/1.1 403"), "{forged}");
         // Then the page's own button signs out, at the provider too.
         browser.goto(&site).await.expect("home");
-        browser.find(Locator::Css("button[type=submit]")).await.expect("sign out").click().await.expect("click");
+        browser.find(Locator::Id("sign-out")).await.expect("sign out").click().await.expect("click");
         let confirm =
             browser.wait().at_most(Duration::from_secs(30)).for_element(Locator::Css("button[name=logout]")).await;
         confirm.expect("the provider asks to confirm").click().await.expect("confirm");
@@ -142,4 +142,258 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
     let head = String::from_utf8_lossy(&answer.stdout).to_lowercase();
     assert!(head.contains("content-security-policy: default-src 'self'"), "{head}");
     assert!(head.contains("frame-ancestors 'none'"), "{head}");
+}
+
+/// The text of the element `css` finds (empty when there is none).
+async fn text_of(browser: &fantoccini::Client, css: &str) -> String {
+    match browser.find(Locator::Css(css)).await {
+        Ok(element) => element.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Clicks the element `css` finds, once it is there and can be clicked (a side bar may still
+/// be sliding in).
+async fn click(browser: &fantoccini::Client, css: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let clicked = match browser.find(Locator::Css(css)).await {
+            Ok(element) => element.click().await.map_err(|error| error.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        match clicked {
+            Ok(()) => return,
+            Err(error) if tokio::time::Instant::now() > deadline => panic!("click {css}: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Types `text` into the composer and sends it (Enter).
+async fn say(browser: &fantoccini::Client, text: &str) {
+    let input = browser.find(Locator::Id("input")).await.expect("the composer");
+    input.send_keys(&format!("{text}\n")).await.expect("type");
+}
+
+/// Waits until the newest finished answer contains `text`.
+async fn answered(browser: &fantoccini::Client, text: &str) -> bool {
+    until(Duration::from_secs(120), || async {
+        let answers = browser.find_all(Locator::Css(".assistant.done")).await.unwrap_or_default();
+        match answers.last() {
+            Some(answer) => answer.text().await.is_ok_and(|shown| shown.contains(text)),
+            None => false,
+        }
+    })
+    .await
+}
+
+/// Keeps a screenshot as a test artifact (in $BAAAHT_SCREENSHOTS when set) after checking it
+/// shows something.
+async fn screenshot(browser: &fantoccini::Client, dir: &std::path::Path, name: &str) {
+    let shot = browser.screenshot().await.expect("screenshot");
+    assert!(web::png_shows_something(&shot).expect("a PNG"), "{name} is blank");
+    std::fs::write(dir.join(format!("{name}.png")), &shot).expect("keep the screenshot");
+    if let Ok(keep) = std::env::var("BAAAHT_SCREENSHOTS") {
+        std::fs::create_dir_all(&keep).expect("screenshot folder");
+        std::fs::write(std::path::Path::new(&keep).join(format!("{name}.png")), &shot).expect("screenshot");
+    }
+}
+
+#[test]
+fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_others_things() {
+    use base64::Engine as _;
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let web_port = web::free_port().expect("port");
+    let site = format!("http://127.0.0.1:{web_port}");
+    let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)
+        .expect("the OIDC provider");
+    // Alice is an admin: her identity is known to the daemon from the start, as u-alice.
+    let identities = serde_json::json!({
+        "version": 1,
+        "identities": {format!("web:{}#alice", provider.issuer): {"user": "u-alice", "own": "u-alice", "created": "2026-11-23T00:00:00Z"}},
+        "users": {"u-alice": {"name": "Alice Admin", "created": "2026-11-23T00:00:00Z"}},
+    });
+    let options = DaemonOptions {
+        env: vec![
+            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
+            ("BAAAHT__SYSTEM__ADMIN_USERS".into(), "[\"u-alice\"]".into()),
+            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
+        ],
+        files: vec![("data/state/identities.json".into(), identities.to_string())],
+        ..DaemonOptions::default()
+    };
+    let (fake, daemon) = scenario::start(&rt, scenario::web_brain(), options).expect("daemon");
+    let added = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "web".into(),
+            name: "home".into(),
+            issuer: provider.issuer.clone(),
+            audience: CLIENT_ID.into(),
+            mode: "external".into(),
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    });
+    let socket = added.gateway.expect("info").socket;
+    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port).expect("baaaht-web");
+    let driver = Driver::start(dir.path()).expect("chromedriver");
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    rt.block_on(async {
+        let alice = driver.browser(1280).await.expect("browser");
+        web::sign_in(&alice, &site, "alice").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+
+        // The answer is written as it comes, word by word, then shown as markdown.
+        alice
+            .execute(
+                "window.seen = []; new MutationObserver(() => { const a = document.querySelector('.assistant[aria-busy] .text'); \
+                 if (a) window.seen.push(a.textContent); }).observe(document.getElementById('log'), \
+                 {subtree: true, childList: true, characterData: true});",
+                vec![],
+            )
+            .await
+            .expect("watch the answer");
+        say(&alice, "please answer slowly in many words").await;
+        assert!(answered(&alice, "echo: please answer slowly in many words").await, "no answer\n{}", logs());
+        let seen = alice.execute("return window.seen", vec![]).await.expect("seen");
+        let seen: Vec<String> = serde_json::from_value(seen).expect("texts");
+        let growing: std::collections::BTreeSet<&String> = seen.iter().filter(|text| text.starts_with("echo:")).collect();
+        assert!(growing.len() >= 4, "the answer appeared word by word: {seen:?}");
+        assert_eq!(text_of(&alice, "#title").await, "please answer slowly in many words", "titled by its first message");
+
+        // A delegation shows while it runs, then the answer.
+        say(&alice, "ask the worker").await;
+        assert!(answered(&alice, "Worker: done").await, "no answer from the worker\n{}", logs());
+        let progress = text_of(&alice, ".assistant.done .progress").await;
+        assert!(progress.contains("worker"), "the delegation is shown: {progress:?}");
+
+        // Stop: the turn is cancelled, and the page says so where the answer was.
+        say(&alice, "stop me before I finish this very long answer of many many words").await;
+        click(&alice, "#stop:not([hidden])").await;
+        let stopped = until(Duration::from_secs(60), || async {
+            text_of(&alice, ".assistant.failed .failure").await.contains("cancelled")
+        })
+        .await;
+        assert!(stopped, "stopped: {}\n{}", text_of(&alice, "#log").await, logs());
+        let hidden = alice.find(Locator::Id("stop")).await.expect("stop").attr("hidden").await.expect("attr");
+        assert!(hidden.is_some(), "no turn runs: the stop button is gone");
+
+        // Answering the first answer again makes a branch; the tree switches between them.
+        let first_answer = ".assistant.done:nth-of-type(2) button[title^='Answer from this message']";
+        click(&alice, first_answer).await;
+        say(&alice, "a different question").await;
+        assert!(answered(&alice, "echo: a different question").await, "no answer on the branch\n{}", logs());
+        let log = text_of(&alice, "#log").await;
+        assert!(!log.contains("ask the worker"), "the other branch is not shown: {log}");
+        let two = until(Duration::from_secs(30), || async { text_of(&alice, "#tree-toggle").await == "Branches (2)" }).await;
+        assert!(two, "two branches: {}", text_of(&alice, "#tree-toggle").await);
+        click(&alice, "#tree-toggle").await;
+        screenshot(&alice, dir.path(), "web-chat-desktop-light").await;
+        let switch = alice.find_all(Locator::Css("#tree button")).await.expect("tree");
+        let mut to_worker = None;
+        for button in switch {
+            if button.text().await.unwrap_or_default().contains("ask the worker") {
+                to_worker = Some(button);
+            }
+        }
+        to_worker.expect("the worker branch in the tree").click().await.expect("switch");
+        let switched = until(Duration::from_secs(30), || async {
+            let log = text_of(&alice, "#log").await;
+            log.contains("Worker: done") && !log.contains("a different question")
+        })
+        .await;
+        assert!(switched, "the tree switched the branch: {}", text_of(&alice, "#log").await);
+        let first_session = alice.find(Locator::Css("#sessions [aria-current]")).await.expect("current");
+        let first_session = first_session.attr("data-id").await.expect("id").expect("an id");
+
+        // Fork from the first message: a new conversation with that message alone.
+        click(&alice, ".user button[title^='A new conversation']").await;
+        let forked = until(Duration::from_secs(30), || async {
+            alice.find_all(Locator::Css("#sessions button")).await.is_ok_and(|all| all.len() == 2)
+                && text_of(&alice, "#log").await.contains("please answer slowly")
+                && !text_of(&alice, "#log").await.contains("ask the worker")
+        })
+        .await;
+        assert!(forked, "forked: {}", text_of(&alice, "#sessions").await);
+
+        // A picture, chosen with the picker, reaches the model as an image block.
+        let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+        png.extend(std::iter::repeat_n(7u8, 300));
+        let picture = dir.path().join("cat.png");
+        std::fs::write(&picture, &png).expect("picture");
+        let picker = alice.find(Locator::Id("file")).await.expect("file input");
+        picker.send_keys(&picture.display().to_string()).await.expect("choose the file");
+        let attached = until(Duration::from_secs(30), || async { text_of(&alice, "#attached").await.contains("cat.png") }).await;
+        assert!(attached, "the picture is attached: {}\n{}", text_of(&alice, "#log").await, logs());
+        say(&alice, "what is in this picture?").await;
+        // (The fork ends with a message of its own, so the model reads both.)
+        let shown = answered(&alice, "what is in this picture").await;
+        assert!(shown, "no answer: {}\n{}", text_of(&alice, "#log").await, logs());
+        let wanted = ("image/png".to_string(), base64::engine::general_purpose::STANDARD.encode(&png));
+        assert!(baaaht_tests::fake_provider::images_sent(&fake).contains(&wanted), "the picture went as an image block");
+        let users = alice.find_all(Locator::Css("#log .user")).await.expect("messages");
+        let sent = users.last().expect("the message").text().await.expect("text");
+        assert!(sent.contains("📎 cat.png (image/png, 316 bytes)") && !sent.contains("uploads/"), "{sent}");
+
+        // Bob signs in in his own browser; Alice makes a room for them both.
+        let bob = driver.browser(390).await.expect("a phone-sized browser");
+        web::sign_in(&bob, &site, "bob").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+        alice.find(Locator::Id("room-id")).await.expect("room id").send_keys("family").await.expect("type");
+        alice.find(Locator::Id("room-name")).await.expect("room name").send_keys("Family").await.expect("type");
+        alice.find(Locator::Id("room-members")).await.expect("members").send_keys("bob").await.expect("type");
+        click(&alice, "#new-room button[type=submit]").await;
+        let in_room = until(Duration::from_secs(30), || async {
+            text_of(&alice, "#rooms [aria-current]").await == "Family"
+        })
+        .await;
+        assert!(in_room, "Alice is in the room: {}\n{}", text_of(&alice, "#log").await, logs());
+        bob.refresh().await.expect("reload");
+        click(&bob, "#menu").await;
+        click(&bob, "#rooms button[data-room=family]").await;
+        say(&bob, "hello family").await;
+        let shown = answered(&bob, "Bob User hello family").await;
+        assert!(shown, "no answer in the room: {}\n{}", text_of(&bob, "body").await, logs());
+        let from_bob = until(Duration::from_secs(30), || async {
+            text_of(&alice, "#log .user").await.contains("Bob User\nhello family")
+        })
+        .await;
+        assert!(from_bob, "Alice sees Bob's message, with his name: {}", text_of(&alice, "#log").await);
+        screenshot(&bob, dir.path(), "web-room-phone-light").await;
+        bob.execute("localStorage.setItem('theme', 'dark'); window.applyTheme();", vec![]).await.expect("dark");
+        screenshot(&bob, dir.path(), "web-room-phone-dark").await;
+        alice.execute("localStorage.setItem('theme', 'dark'); window.applyTheme();", vec![]).await.expect("dark");
+        screenshot(&alice, dir.path(), "web-room-desktop-dark").await;
+
+        // What Bob cannot do, from outside the page as well.
+        let bobs = web::Session::of(&bob).await.expect("Bob's session");
+        let alices = web::Session::of(&alice).await.expect("Alice's session");
+        let data_dir = daemon.data_dir.display().to_string();
+        let refused = |(code, body): (u16, String), what: &str| {
+            assert!((400..500).contains(&code), "{what}: {code} {body}");
+            assert!(!body.contains(&data_dir) && !body.contains("/sessions/"), "{what} leaks a path: {body}");
+        };
+        let path = format!("/api/sessions/{first_session}");
+        refused(bobs.call(&site, "GET", &path, None, false).expect("read"), "reading Alice's conversation");
+        let export = format!("/api/sessions/{first_session}/export?format=md");
+        refused(bobs.call(&site, "GET", &export, None, false).expect("export"), "exporting Alice's conversation");
+        let upload = format!("/api/uploads?name=x.txt&session={first_session}");
+        refused(bobs.call(&site, "POST", &upload, Some("{}"), true).expect("upload"), "uploading into Alice's conversation");
+        let into_hers = format!("{{\"content\":\"hi\",\"session_id\":\"{first_session}\"}}");
+        refused(bobs.call(&site, "POST", "/api/messages", Some(&into_hers), true).expect("post"), "writing in Alice's conversation");
+        let (code, _) = alices.call(&site, "POST", "/api/rooms", Some("{\"id\":\"secret\",\"name\":\"Secret\"}"), true).expect("room");
+        assert_eq!(code, 200, "Alice makes a room without Bob");
+        let into_room = "{\"content\":\"let me in\",\"room\":\"secret\"}";
+        refused(bobs.call(&site, "POST", "/api/messages", Some(into_room), true).expect("post"), "posting in a room he is not in");
+        refused(bobs.call(&site, "POST", "/api/rooms", Some("{\"id\":\"mine\"}"), true).expect("room"), "a room made by a non-admin");
+        let (code, body) = alices.call(&site, "POST", "/api/messages", Some("{\"content\":\"no token\"}"), false).expect("post");
+        assert_eq!(code, 403, "no CSRF token: {body}");
+        let (code, body) = alices.call(&site, "GET", &path, None, false).expect("read");
+        assert_eq!(code, 200, "Alice reads her own: {body}");
+        let (code, body) = alices.call(&site, "GET", &export, None, false).expect("export");
+        assert_eq!(code, 200, "{body}");
+        assert!(body.starts_with("# please answer slowly in many words\n") && body.contains("echo: a different question"), "{body}");
+        alice.close().await.expect("close");
+        bob.close().await.expect("close");
+    });
 }

@@ -260,12 +260,17 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     if record.status != SessionStatus::Active {
         prewarm(shared, &record);
     }
+    if record.title.is_none() {
+        shared.sessions.title_from_first_message(&record.id, &incoming_content)?;
+    }
     let turn = new_id("t-");
     let correlation_id = uuid::Uuid::new_v4().to_string();
     // Every channel following the context sees the message, the one it came from included.
+    let sender_id = queued.as_ref().map_or(incoming_sender.clone(), |q| q.sender.clone());
     let entered = v1::UserMessageEntered {
         entry_id: entry.clone(),
-        sender_id: queued.as_ref().map_or(incoming_sender.clone(), |q| q.sender.clone()),
+        sender_name: sender_name(shared, &sender_id),
+        sender_id,
         channel: crate::convert::channel_ref(incoming_channel.as_deref()) as i32,
         content: incoming_content.clone(),
     };
@@ -290,6 +295,12 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     let span = tracing::info_span!("turn", turn = %accepted.turn, correlation_id = %accepted.correlation_id, session = %accepted.session);
     tokio::spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued).instrument(span));
     Ok(accepted)
+}
+
+/// The name the daemon knows `sender` (a channel identity or a user id) by; empty for a host
+/// client or someone it does not know.
+pub fn sender_name(shared: &Shared, sender: &str) -> String {
+    shared.identities.user(sender).map(|user| user.name).unwrap_or_default()
 }
 
 /// Starts the session's tool container ahead of its first tool call (issue 5's pre-warming),

@@ -178,6 +178,7 @@ pub(super) fn entry(entry: &Entry) -> Option<v1::SessionEntry> {
                 content: message.content.clone(),
                 channel: crate::convert::channel_ref(message.channel_type.as_deref()) as i32,
                 sender_id: message.sender_id.clone().unwrap_or_default(),
+                sender_name: String::new(),
             }),
         ),
         Entry::Delegate { id, parent, timestamp, agent, task, result, .. } => (
@@ -549,7 +550,16 @@ impl v1::sessions_server::Sessions for SessionsService {
         };
         Ok(Response::new(v1::SessionTranscript {
             header: Some(header(&record)),
-            entries: entries.iter().filter_map(entry).collect(),
+            entries: entries
+                .iter()
+                .filter_map(entry)
+                .map(|mut entry| {
+                    if let Some(v1::session_entry::Entry::Message(message)) = &mut entry.entry {
+                        message.sender_name = crate::orchestrator::sender_name(&self.shared, &message.sender_id);
+                    }
+                    entry
+                })
+                .collect(),
             problems: read.corrupt.iter().map(|c| format!("line {}: {}", c.line, c.reason)).collect(),
         }))
     }

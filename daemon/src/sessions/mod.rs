@@ -440,6 +440,21 @@ impl SessionStore {
         Ok(record)
     }
 
+    /// Gives session `id` a title made from its first message, when it has none yet: the first
+    /// line, at most 60 characters, cut at a word. Returns whether it did.
+    pub fn title_from_first_message(&self, id: &str, message: &str) -> Result<bool, SessionError> {
+        let Some(title) = title_of(message) else { return Ok(false) };
+        let mut inner = self.lock();
+        let record =
+            inner.index.sessions.iter_mut().find(|s| s.id == id).ok_or_else(|| SessionError::NotFound(id.into()))?;
+        if record.title.is_some() {
+            return Ok(false);
+        }
+        record.title = Some(title);
+        self.save(&inner)?;
+        Ok(true)
+    }
+
     /// Records the model session `id` uses from now on.
     pub fn set_model(&self, id: &str, model: &str) -> Result<(), SessionError> {
         let mut inner = self.lock();
@@ -510,6 +525,18 @@ fn touch(record: &mut SessionRecord, now: u64) {
     record.status = SessionStatus::Active;
 }
 
+/// A title for a conversation that begins with `message`: its first line, at most 60
+/// characters, cut at a word; none for a message without words.
+pub fn title_of(message: &str) -> Option<String> {
+    let line = message.lines().map(str::trim).find(|line| !line.is_empty())?;
+    if line.chars().count() <= 60 {
+        return Some(line.to_string());
+    }
+    let cut: String = line.chars().take(60).collect();
+    let cut = cut.rsplit_once(' ').map_or(cut.as_str(), |(words, _)| words).trim_end();
+    Some(format!("{cut}…"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,6 +589,21 @@ mod tests {
         let branch = reopened.read(&session.id).expect("read").branch(&third).expect("branch");
         assert_eq!(branch.len(), 4, "the resumed session continues from its leaf, the last entry written");
         assert_eq!(reopened.counts(), SessionCounts { active: 2, idle: 0, archived: 0 });
+    }
+
+    #[test]
+    fn a_conversation_is_titled_by_its_first_message() {
+        assert_eq!(title_of("\n  Plan the trip to Lyon \nin June").as_deref(), Some("Plan the trip to Lyon"));
+        let long = "Which of these seven recipes would be quickest to cook on a weekday evening for four";
+        assert_eq!(title_of(long).as_deref(), Some("Which of these seven recipes would be quickest to cook on a…"));
+        assert_eq!(title_of(" \n "), None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("data/state")).expect("state");
+        let store = SessionStore::open(dir.path());
+        let record = store.create(&Context::user("alice"), "alice", None).expect("create");
+        assert!(store.title_from_first_message(&record.id, "hello there").expect("title"));
+        assert!(!store.title_from_first_message(&record.id, "second").expect("kept"));
+        assert_eq!(store.get(&record.id).expect("record").title.as_deref(), Some("hello there"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use serde::Deserialize;
 
+use crate::api;
 use crate::events::Hub;
 use crate::oidc::Oidc;
 use crate::store::{self, SignedIn, Store};
@@ -37,6 +38,8 @@ pub struct App {
     pub run: String,
     /// The Content-Security-Policy every answer carries ([`content_security_policy`]).
     pub csp: HeaderValue,
+    /// The largest upload taken, in bytes (the daemon's own limit holds as well).
+    pub max_upload: u64,
 }
 
 /// The Content-Security-Policy of every answer. Forms post to this site only, and to the
@@ -69,13 +72,13 @@ impl App {
     }
 
     /// The session a request's cookie names.
-    fn session(&self, headers: &HeaderMap) -> Option<(String, SignedIn)> {
+    pub(crate) fn session(&self, headers: &HeaderMap) -> Option<(String, SignedIn)> {
         let id = cookie(headers, COOKIE)?;
         self.store.get(&id).map(|session| (id, session))
     }
 
     /// A call to the daemon as `session`'s user, with the ID token it verifies itself.
-    fn as_user<T>(&self, session: &SignedIn, message: T) -> tonic::Request<T> {
+    pub(crate) fn as_user<T>(&self, session: &SignedIn, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         let metadata = request.metadata_mut();
         let identity = format!("web:{}#{}", self.issuer, session.subject);
@@ -114,6 +117,7 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 pub fn router(app: Arc<App>) -> Router {
+    use crate::api;
     Router::new()
         .route("/", get(home))
         .route("/login", get(login))
@@ -121,10 +125,21 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/logout", post(logout))
         .route("/signed-out", get(signed_out))
         .route("/api/me", get(me))
-        .route("/api/messages", post(send))
+        .route("/api/messages", post(api::send))
         .route("/api/events", get(follow))
-        .route("/ui/app.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP_JS) }))
-        .route("/ui/app.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], APP_CSS) }))
+        .route("/api/sessions", get(api::list).post(api::create))
+        .route("/api/sessions/{id}", get(api::read))
+        .route("/api/sessions/{id}/resume", post(api::resume))
+        .route("/api/sessions/{id}/archive", post(api::archive))
+        .route("/api/sessions/{id}/compact", post(api::compact))
+        .route("/api/sessions/{id}/fork", post(api::fork))
+        .route("/api/sessions/{id}/model", post(api::model))
+        .route("/api/sessions/{id}/stop", post(api::stop))
+        .route("/api/sessions/{id}/export", get(api::export))
+        .route("/api/rooms", get(api::rooms).post(api::create_room))
+        .route("/api/rooms/{id}/members", post(api::add_member))
+        .route("/api/uploads", post(api::upload))
+        .route("/ui/{*file}", get(crate::assets::serve))
         .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))
         .with_state(app)
 }
@@ -144,10 +159,15 @@ async fn security_headers(State(app): State<Arc<App>>, mut response: Response) -
 
 /// A page: the site's frame around `body` (already escaped).
 fn page(title: &str, body: &str) -> Html<String> {
+    shell(title, &format!("<main class=\"page\">{body}</main>"))
+}
+
+/// The document around `body`: the style, and the theme the user chose applied before it is drawn.
+fn shell(title: &str, body: &str) -> Html<String> {
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
-         content=\"width=device-width, initial-scale=1\"><title>{} · baaaht</title><link rel=\"stylesheet\" href=\"/ui/app.css\"></head><body><main>{body}</main>\
-         </body></html>",
+         content=\"width=device-width, initial-scale=1\"><title>{} · baaaht</title><link rel=\"stylesheet\" href=\"/ui/app.css\">\
+         <script src=\"/ui/theme.js\"></script></head><body>{body}</body></html>",
         escape(title)
     ))
 }
@@ -178,116 +198,35 @@ fn failed(status: StatusCode, sentence: &str) -> Response {
         .into_response()
 }
 
-/// The UI's script and style, built into the binary (no build step, no CDN).
-const APP_JS: &str = include_str!("../ui/app.js");
-const APP_CSS: &str = include_str!("../ui/app.css");
-
 async fn home(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let Some((_, session)) = app.session(&headers) else {
         return Redirect::to("/login").into_response();
     };
-    let body = format!(
-        "<header><h1>baaaht</h1><p>Signed in as <strong id=\"who\">{}</strong> \
-         <form class=\"inline\" method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf\" \
-         value=\"{csrf}\"><button id=\"sign-out\" type=\"submit\">Sign out</button></form></p></header>\
-         <section id=\"log\" aria-live=\"polite\" aria-label=\"Conversation\"></section>\
-         <form id=\"composer\" data-csrf=\"{csrf}\"><label for=\"input\" class=\"hidden\">Message</label>\
-         <textarea id=\"input\" rows=\"2\" placeholder=\"Write a message (Enter sends, Shift+Enter: new line)\">\
-         </textarea><button id=\"send\" type=\"submit\">Send</button></form>\
-         <script type=\"module\" src=\"/ui/app.js\"></script>",
-        escape(&session.name),
-        csrf = escape(&session.csrf)
-    );
-    page("baaaht", &body).into_response()
-}
-
-#[derive(Debug, Deserialize)]
-struct Outgoing {
-    content: String,
-    #[serde(default)]
-    session_id: String,
-}
-
-/// The signed-in user's context, as the daemon names it.
-async fn context_of(app: &App, session: &SignedIn) -> Result<v1::ContextRef, tonic::Status> {
-    let mut daemon = app.daemon.clone();
-    let me = daemon.gateways.who_am_i(app.as_user(session, v1::WhoAmIRequest {})).await?.into_inner();
-    Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: me.id })
-}
-
-/// A JSON error for the page's script: the daemon's sentence when it is about what the user
-/// asked, a plain one otherwise (the detail is in the log).
-fn api_error(status: &tonic::Status) -> Response {
-    use tonic::Code;
-    let (code, text) = match status.code() {
-        // The daemon's sentence only where it is about what the user asked (a budget, a message
-        // it cannot take); anything else may be about the host, and stays in the log.
-        Code::ResourceExhausted | Code::InvalidArgument => (StatusCode::BAD_REQUEST, status.message().to_string()),
-        Code::PermissionDenied | Code::NotFound | Code::FailedPrecondition => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon refused a web request");
-            (StatusCode::FORBIDDEN, "The assistant did not take this request.".into())
-        }
-        Code::Unauthenticated => (StatusCode::UNAUTHORIZED, "Your sign-in has expired; sign in again.".into()),
-        _ => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a web request");
-            (StatusCode::BAD_GATEWAY, "The assistant is not reachable right now; try again in a minute.".into())
-        }
-    };
-    (code, axum::Json(serde_json::json!({"error": text}))).into_response()
-}
-
-fn unauthorized() -> Response {
-    (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({"error": "sign in first"}))).into_response()
-}
-
-async fn send(State(app): State<Arc<App>>, headers: HeaderMap, axum::Json(outgoing): axum::Json<Outgoing>) -> Response {
-    let Some((_, session)) = app.session(&headers) else { return unauthorized() };
-    let token = headers.get("x-csrf-token").and_then(|value| value.to_str().ok());
-    if token != Some(session.csrf.as_str()) {
-        return (
-            StatusCode::FORBIDDEN,
-            axum::Json(serde_json::json!({"error": "this request did not come from this site's page"})),
-        )
-            .into_response();
-    }
-    let context = match context_of(&app, &session).await {
-        Ok(context) => context,
-        Err(status) => return api_error(&status),
-    };
-    let message = v1::UserMessage {
-        context: Some(context),
-        sender_id: format!("web:{}#{}", app.issuer, session.subject),
-        channel: v1::ChannelType::Web as i32,
-        content: outgoing.content,
-        session_id: outgoing.session_id,
-        ..v1::UserMessage::default()
-    };
-    let mut daemon = app.daemon.clone();
-    match daemon.sessions.send_user_message(app.as_user(&session, message)).await {
-        Ok(sent) => {
-            let sent = sent.into_inner();
-            axum::Json(serde_json::json!({"session": sent.session_id, "turn": sent.turn_id, "entry": sent.entry_id}))
-                .into_response()
-        }
-        Err(status) => api_error(&status),
-    }
+    let body = format!(include_str!("../ui/home.html"), name = escape(&session.name), csrf = escape(&session.csrf));
+    shell("baaaht", &body).into_response()
 }
 
 /// The user's events as Server-Sent Events, from the one after `Last-Event-ID`.
-async fn follow(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+async fn follow(
+    State(app): State<Arc<App>>,
+    user: api::User,
+    headers: HeaderMap,
+    Query(place): Query<api::Place>,
+) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let Some((_, session)) = app.session(&headers) else { return unauthorized() };
-    let context = match context_of(&app, &session).await {
+    let api::User { cookie: cookie_id, session } = user;
+    let context = match app.context(&session, &place).await {
         Ok(context) => context,
-        Err(status) => return api_error(&status),
+        Err(status) => return api::api_error(&status),
     };
-    let Some(cookie_id) = cookie(&headers, COOKIE) else { return unauthorized() };
     let subscription = v1::EventSubscription {
         context: Some(context.clone()),
         session_id: String::new(),
         channel: v1::ChannelType::Web as i32,
     };
-    let feed = app.hub.feed(&context.id, &app.daemon, app.as_user(&session, subscription));
+    // Each user follows as themselves, a room too: the daemon decides who may.
+    let key = format!("{}\n{}:{}", app.identity(&session), context.r#type, context.id);
+    let feed = app.hub.feed(&key, &app.daemon, app.as_user(&session, subscription));
     // A new connection starts from now; one that comes back, from where it was (if it was in
     // this run of the gateway: ids are `{run}.{n}`).
     let mut last = headers
@@ -487,24 +426,16 @@ async fn signed_out() -> Response {
     page("Signed out", "<h1>You are signed out</h1><p><a href=\"/login\">Sign in again</a></p>").into_response()
 }
 
-async fn me(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let Some((_, session)) = app.session(&headers) else {
-        return (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({"error": "sign in first"}))).into_response();
-    };
+async fn me(State(app): State<Arc<App>>, user: api::User) -> Response {
     let mut daemon = app.daemon.clone();
-    match daemon.gateways.who_am_i(app.as_user(&session, v1::WhoAmIRequest {})).await {
+    match daemon.gateways.who_am_i(app.as_user(&user.session, v1::WhoAmIRequest {})).await {
         Ok(me) => {
             let me = me.into_inner();
-            axum::Json(
-                serde_json::json!({"id": me.id, "name": session.name, "email": session.email, "csrf": session.csrf}),
-            )
+            axum::Json(serde_json::json!({"id": me.id, "name": user.session.name, "email": user.session.email,
+                "identity": app.identity(&user.session), "admin": me.admin, "csrf": user.session.csrf}))
             .into_response()
         }
-        Err(status) => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "WhoAmI failed");
-            (StatusCode::BAD_GATEWAY, axum::Json(serde_json::json!({"error": "the assistant is not reachable"})))
-                .into_response()
-        }
+        Err(status) => api::api_error(&status),
     }
 }
 

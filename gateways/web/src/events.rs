@@ -168,20 +168,25 @@ async fn follow(feed: &Feed, daemon: &mut Client, subscribe: tonic::Request<v1::
     }
 }
 
+/// An agent's role as people read it: `worker`, `coder`…
+pub fn agent_name(role: i32) -> String {
+    let name = v1::AgentRole::try_from(role).map(|role| role.as_str_name()).unwrap_or_default();
+    name.trim_start_matches("AGENT_ROLE_").to_lowercase()
+}
+
 /// An event as the browser reads it; none for what it does not show.
 pub fn to_json(event: &v1::OrchestratorEvent) -> Option<serde_json::Value> {
     use serde_json::json;
     use v1::orchestrator_event::Event;
     let (session, turn) = (&event.session_id, &event.turn_id);
-    let agent =
-        |role: i32| v1::AgentRole::try_from(role).map(|role| role.as_str_name().to_lowercase()).unwrap_or_default();
+    let agent = agent_name;
     Some(match event.event.as_ref()? {
         Event::TextDelta(delta) => json!({"type": "delta", "session": session, "turn": turn, "text": delta.text}),
         Event::Reply(reply) => {
             json!({"type": "reply", "session": session, "turn": turn, "entry": reply.entry_id, "text": reply.content})
         }
         Event::UserMessage(message) => json!({"type": "user", "session": session, "turn": turn,
-            "entry": message.entry_id, "sender": message.sender_id, "text": message.content}),
+            "entry": message.entry_id, "sender": message.sender_id, "name": message.sender_name, "text": message.content}),
         Event::Delegation(progress) => json!({"type": "delegation", "session": session, "turn": turn,
             "agent": agent(progress.agent), "task": progress.task, "state": progress.state}),
         Event::Tool(progress) => json!({"type": "tool", "session": session, "turn": turn,

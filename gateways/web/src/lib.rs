@@ -1,9 +1,13 @@
 //! baaaht's web gateway (`baaaht-web`): an axum server, a gRPC client of the daemon with its
 //! gateway token. People sign in with OpenID Connect ([`oidc`]); their browser sessions are
-//! kept server-side ([`store`]); [`app`] has the routes; [`events`] keeps what each user's
-//! browser follows.
+//! kept server-side ([`store`]); [`app`] has the routes, [`api`] the page's JSON API, [`assets`]
+//! the UI's files; [`events`] keeps what each user's browser follows; [`export`] writes a
+//! conversation as a file.
 
+pub mod api;
 pub mod app;
+pub mod assets;
 pub mod events;
+pub mod export;
 pub mod oidc;
 pub mod store;

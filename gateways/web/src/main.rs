@@ -33,6 +33,10 @@ struct Cli {
     /// Where signed-in sessions are kept (sessions.json), so a restart signs nobody out
     #[arg(long, value_name = "DIR")]
     state_dir: PathBuf,
+    /// The largest file a browser may upload, in bytes (the daemon's sessions.max_upload_bytes
+    /// holds as well)
+    #[arg(long, value_name = "BYTES", default_value_t = 25 * 1024 * 1024)]
+    max_upload_bytes: u64,
     /// Stop when this process is no longer the parent (a host child of a daemon that died)
     #[arg(long, value_name = "PID")]
     parent: Option<u32>,
@@ -89,7 +93,17 @@ async fn run(cli: Cli) -> Result<(), String> {
     let run = format!("{:x}", started.as_nanos());
     let csp = axum::http::HeaderValue::from_str(&app::content_security_policy(&app::origin(&issuer)))
         .map_err(|_invalid| format!("the issuer `{issuer}` cannot be named in a Content-Security-Policy"))?;
-    let app = Arc::new(App { oidc, store, daemon, issuer, public_url, hub: Default::default(), run, csp });
+    let app = Arc::new(App {
+        oidc,
+        store,
+        daemon,
+        issuer,
+        public_url,
+        hub: Default::default(),
+        run,
+        csp,
+        max_upload: cli.max_upload_bytes,
+    });
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;

@@ -1,117 +1,705 @@
-// baaaht's web UI: the conversation, followed over Server-Sent Events (the browser's
-// EventSource sends Last-Event-ID when it reconnects, so a blip loses no words), and the
-// composer. No framework, no build step: the gateway serves this file as it is.
+// baaaht's web UI: conversations and rooms on the side, the open conversation in the middle.
+// Events come over Server-Sent Events (the browser's EventSource sends Last-Event-ID when it
+// reconnects, so a blip loses no words); everything else is the page's JSON API, each change
+// carrying the session's CSRF token. No framework, no build step: the gateway serves these
+// files as they are.
 
-const log = document.getElementById("log");
-const composer = document.getElementById("composer");
-const input = document.getElementById("input");
-const csrf = composer.dataset.csrf;
-let session = "";
-const answers = new Map(); // turn id → the element its answer is written in
+import { render } from "./markdown.js";
+
+const $ = (id) => document.getElementById(id);
+const csrf = $("composer").dataset.csrf;
+const log = $("log");
+const input = $("input");
+
+const state = {
+  me: null,
+  room: "", // the room open, "" for the user's own conversations
+  rooms: [],
+  session: "", // the conversation open
+  leaf: "", // the entry the next message answers ("" = the newest)
+  entries: [], // the open conversation's entries, every branch
+  running: new Set(), // turns of the open conversation still running
+  answers: new Map(), // turn → its answer's element
+  attachments: [], // uploaded, waiting for the next message
+  events: null,
+};
+
+// --- the API -------------------------------------------------------------------------------
+
+async function api(path, { method = "GET", body, raw, type } = {}) {
+  const headers = {};
+  if (method !== "GET") headers["x-csrf-token"] = csrf;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  if (raw !== undefined) headers["content-type"] = type || "application/octet-stream";
+  const answer = await fetch(path, {
+    method,
+    headers,
+    body: raw !== undefined ? raw : body !== undefined ? JSON.stringify(body) : undefined,
+  });
+  if (answer.status === 401) {
+    window.location.assign("/login");
+    throw new Error("Sign in again.");
+  }
+  const json = await answer.json().catch(() => ({}));
+  if (!answer.ok) throw new Error(json.error || "That did not work; try again.");
+  return json;
+}
+
+function problem(text) {
+  const element = bubble("error", text);
+  element.setAttribute("role", "alert");
+}
+
+const roomQuery = () => (state.room ? `&room=${encodeURIComponent(state.room)}` : "");
+
+// --- the conversation --------------------------------------------------------------------
 
 function bubble(kind, text) {
-  const element = document.createElement("div");
+  const element = document.createElement("article");
   element.className = `bubble ${kind}`;
-  element.textContent = text;
+  if (text !== undefined) {
+    const body = document.createElement("div");
+    body.className = "text";
+    body.textContent = text;
+    element.append(body);
+  }
   log.append(element);
   element.scrollIntoView({ block: "end" });
   return element;
 }
 
+function textOf(element) {
+  let body = element.querySelector(":scope > .text");
+  if (!body) {
+    body = document.createElement("div");
+    body.className = "text";
+    element.append(body);
+  }
+  return body;
+}
+
+// The buttons under a finished message: copy, retry (answers), answer from here, fork.
+function actions(element, entry, { retry } = {}) {
+  element.dataset.entry = entry.id;
+  const bar = document.createElement("div");
+  bar.className = "actions";
+  const button = (label, title, act) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = label;
+    b.title = title;
+    b.setAttribute("aria-label", title);
+    b.addEventListener("click", act);
+    bar.append(b);
+    return b;
+  };
+  button("Copy", "Copy this message", () => navigator.clipboard.writeText(entry.text || ""));
+  if (retry) button("Retry", "Ask again (a new branch)", () => retryAnswer(entry));
+  button("Reply here", "Answer from this message (a new branch)", () => branchAt(entry.id));
+  button("Fork", "A new conversation from this message", () => forkAt(entry.id));
+  element.append(bar);
+}
+
+// Whether `sender` (a user id or channel identity) is the one signed in here.
+const isMe = (sender) => !sender || sender === state.me.id || sender === state.me.identity;
+
+function showUser(entry) {
+  const element = bubble(isMe(entry.sender) ? "user" : "user other");
+  if (state.room) {
+    const who = document.createElement("div");
+    who.className = "who";
+    who.textContent = entry.name || entry.sender || "someone";
+    element.append(who);
+  }
+  // The daemon's note of each attached file ("[attached: uploads/NAME (TYPE, SIZE) in the
+  // session's workspace]") is shown as the file's name.
+  const files = [];
+  const text = (entry.text || "").replace(/\n?\[attached: uploads\/(.+?) \(([^)]*)\) in the session's workspace\]/g, (_, name, about) => {
+    files.push(`${name} (${about})`);
+    return "";
+  });
+  textOf(element).textContent = text;
+  if (files.length) {
+    const list = document.createElement("ul");
+    list.className = "files";
+    list.setAttribute("aria-label", "Attached files");
+    for (const file of files) {
+      const item = document.createElement("li");
+      item.textContent = `📎 ${file}`;
+      list.append(item);
+    }
+    element.append(list);
+  }
+  actions(element, entry);
+  return element;
+}
+
+function showAnswer(entry) {
+  const element = bubble("assistant");
+  render(textOf(element), entry.text);
+  element.classList.add("done");
+  actions(element, entry, { retry: true });
+  return element;
+}
+
 function answerOf(turn) {
-  let element = answers.get(turn);
+  let element = state.answers.get(turn);
   if (!element) {
-    element = bubble("assistant", "");
+    element = bubble("assistant");
     element.dataset.turn = turn;
-    answers.set(turn, element);
+    element.setAttribute("aria-busy", "true");
+    state.answers.set(turn, element);
   }
   return element;
 }
 
-function status(turn, text) {
+// Delegations and tool calls, one line each: who, what, running or finished, how long.
+function progress(turn, key, text, stateName) {
   const element = answerOf(turn);
-  let line = element.querySelector(".status");
-  if (!line) {
-    line = document.createElement("div");
-    line.className = "status";
-    element.prepend(line);
+  let list = element.querySelector(":scope > .progress");
+  if (!list) {
+    list = document.createElement("ul");
+    list.className = "progress";
+    list.setAttribute("aria-label", "What the assistant is doing");
+    element.prepend(list);
   }
+  let line = [...list.children].find((item) => item.dataset.key === key);
+  if (!line) {
+    line = document.createElement("li");
+    line.dataset.key = key;
+    list.append(line);
+  }
+  line.className = stateName;
   line.textContent = text;
 }
 
-const events = new EventSource("/api/events");
-events.onerror = async () => {
-  // Closed for good (signed out, expired): back to the sign-in when that is why.
-  if (events.readyState === EventSource.CLOSED) {
-    const me = await fetch("/api/me");
-    if (me.status === 401) window.location.assign("/login");
+function running(turn, on) {
+  if (on) state.running.add(turn);
+  else state.running.delete(turn);
+  $("stop").hidden = state.running.size === 0;
+}
+
+function onEvent(event) {
+  if (event.session && state.session && event.session !== state.session) {
+    markUnread(event.session);
+    return;
   }
-};
-events.onmessage = (message) => {
-  const event = JSON.parse(message.data);
+  if (event.session && !state.session) {
+    state.session = event.session;
+    refreshSessions();
+  }
   switch (event.type) {
-    case "user":
-      bubble("user", event.text);
+    case "user": {
+      // The page's own message, shown as it was sent, now has its place in the conversation.
+      const mine = isMe(event.sender);
+      const pending = mine ? log.querySelector("[data-pending]") : null;
+      const shown = showUser({ id: event.entry, text: event.text, name: event.name, sender: event.sender });
+      if (pending) pending.replaceWith(shown);
+      if (!state.entries.length) refreshSessions();
+      state.leaf = "";
+      running(event.turn, true);
       break;
+    }
     case "delta": {
       const element = answerOf(event.turn);
-      element.append(document.createTextNode(event.text));
+      // The live tail is plain text; the finished answer is rendered (no flicker).
+      textOf(element).append(document.createTextNode(event.text));
       element.scrollIntoView({ block: "end" });
       break;
     }
     case "reply": {
       const element = answerOf(event.turn);
-      element.textContent = event.text;
+      element.removeAttribute("aria-busy");
+      const entry = { id: event.entry, text: event.text };
+      render(textOf(element), event.text);
       element.classList.add("done");
+      actions(element, entry, { retry: true });
+      running(event.turn, false);
+      reloadEntries();
       break;
     }
-    case "delegation":
-      status(event.turn, `${event.agent}: ${event.state}`);
+    case "delegation": {
+      const task = (event.task || "").split("\n")[0].slice(0, 80);
+      const verb = { started: "working on", finished: "finished", failed: "failed" }[event.state] || event.state;
+      progress(event.turn, `d:${event.agent}:${task}`, `${event.agent} ${verb}: ${task}`, event.state);
       break;
-    case "tool":
-      status(event.turn, `${event.tool}: ${event.state}${event.ms ? ` (${event.ms} ms)` : ""}`);
+    }
+    case "tool": {
+      const took = event.ms ? ` (${event.ms < 1000 ? `${event.ms} ms` : `${(event.ms / 1000).toFixed(1)} s`})` : "";
+      progress(event.turn, `t:${event.agent}:${event.tool}`, `${event.agent} · ${event.tool}: ${event.state}${took}`, event.state);
       break;
-    case "error":
-      answerOf(event.turn).classList.add("failed");
-      bubble("error", event.text);
+    }
+    case "error": {
+      const element = answerOf(event.turn);
+      element.removeAttribute("aria-busy");
+      element.classList.add("failed");
+      const note = document.createElement("p");
+      note.className = "failure";
+      note.setAttribute("role", "alert");
+      note.textContent = event.text;
+      element.append(note);
+      running(event.turn, false);
       break;
+    }
     case "message":
     case "notice":
       bubble("notice", event.text);
       break;
   }
-};
-
-async function send() {
-  const content = input.value.trim();
-  if (!content) return;
-  input.value = "";
-  const answer = await fetch("/api/messages", {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-csrf-token": csrf },
-    body: JSON.stringify({ content, session_id: session }),
-  });
-  if (answer.status === 401) {
-    window.location.assign("/login");
-    return;
-  }
-  if (!answer.ok) {
-    const failure = await answer.json().catch(() => ({ error: "The message was not sent; try again." }));
-    bubble("error", failure.error);
-    input.value = content;
-    return;
-  }
-  // The conversation this page writes in is the one its messages went to.
-  session = (await answer.json()).session || session;
 }
 
-composer.addEventListener("submit", (event) => {
+function follow() {
+  if (state.events) state.events.close();
+  const events = new EventSource(`/api/events?${roomQuery().slice(1)}`);
+  events.onmessage = (message) => onEvent(JSON.parse(message.data));
+  events.onerror = async () => {
+    // Closed for good (signed out, expired): back to the sign-in when that is why.
+    if (events.readyState === EventSource.CLOSED) {
+      const me = await fetch("/api/me");
+      if (me.status === 401) window.location.assign("/login");
+      else setTimeout(() => state.events === events && follow(), 1000);
+    }
+  };
+  state.events = events;
+}
+
+// The branch from the root to `leaf` (or to the newest entry).
+function branch(entries, leaf) {
+  const byId = new Map(entries.map((entry) => [entry.id, entry]));
+  let at = byId.get(leaf) || entries[entries.length - 1];
+  const path = [];
+  while (at && path.length <= entries.length) {
+    path.push(at);
+    at = byId.get(at.parent);
+  }
+  return path.reverse();
+}
+
+function show(entries) {
+  log.replaceChildren();
+  state.answers.clear();
+  for (const entry of entries) {
+    if (entry.kind === "message" && entry.role === "user") showUser(entry);
+    else if (entry.kind === "message" && entry.role === "assistant") showAnswer(entry);
+    else if (entry.kind === "delegation") {
+      const element = bubble("notice", `${entry.agent}: ${(entry.task || "").split("\n")[0]}`);
+      element.classList.add("delegation");
+    } else if (entry.kind === "compaction") bubble("notice", "Earlier messages were summarized.");
+    else if (entry.kind === "model") bubble("notice", `Model: ${entry.to}`);
+  }
+}
+
+async function open(id, leaf = "") {
+  state.session = id;
+  state.leaf = leaf;
+  state.running.clear();
+  running("", false);
+  $("bar").hidden = !id;
+  if (!id) {
+    log.replaceChildren();
+    $("title").textContent = state.room ? roomName(state.room) : "New conversation";
+    return;
+  }
+  try {
+    const read = await api(`/api/sessions/${encodeURIComponent(id)}`);
+    state.entries = read.entries;
+    $("title").textContent = read.session.title || "Conversation";
+    $("model").value = read.session.model || "";
+    show(branch(read.entries, leaf));
+    drawTree();
+    for (const item of document.querySelectorAll("#sessions [aria-current]")) item.removeAttribute("aria-current");
+    document.querySelector(`#sessions [data-id="${CSS.escape(id)}"]`)?.setAttribute("aria-current", "page");
+    document.querySelector(`#sessions [data-id="${CSS.escape(id)}"]`)?.classList.remove("unread");
+    $("export-md").href = `/api/sessions/${encodeURIComponent(id)}/export?format=md&leaf=${encodeURIComponent(leaf)}`;
+    $("export-html").href = `/api/sessions/${encodeURIComponent(id)}/export?format=html&leaf=${encodeURIComponent(leaf)}`;
+  } catch (error) {
+    problem(error.message);
+  }
+}
+
+// --- branches and forks ------------------------------------------------------------------
+
+// The newest entry under `id`: following the latest child to the end.
+function newestUnder(id) {
+  let at = id;
+  for (;;) {
+    const children = state.entries.filter((entry) => entry.parent === at);
+    if (!children.length) return at;
+    at = children[children.length - 1].id;
+  }
+}
+
+function drawTree() {
+  const tree = $("tree");
+  const known = new Set(state.entries.map((entry) => entry.id));
+  const children = new Map();
+  for (const entry of state.entries) {
+    const parent = known.has(entry.parent) ? entry.parent : "";
+    if (!children.has(parent)) children.set(parent, []);
+    children.get(parent).push(entry);
+  }
+  const current = new Set(branch(state.entries, state.leaf).map((entry) => entry.id));
+  // Messages only; what sits between them (delegations, summaries) is passed through.
+  const list = (parent) => {
+    const items = [];
+    for (const entry of children.get(parent) || []) {
+      if (entry.kind !== "message") {
+        items.push(...list(entry.id));
+        continue;
+      }
+      const li = document.createElement("li");
+      const b = document.createElement("button");
+      b.type = "button";
+      const who = entry.role !== "user" ? "Assistant" : isMe(entry.sender) ? "You" : entry.name || "Someone";
+      b.textContent = `${who}: ${(entry.text || "").slice(0, 60)}`;
+      b.dataset.entry = entry.id;
+      if (current.has(entry.id)) b.setAttribute("aria-current", "true");
+      b.addEventListener("click", () => {
+        $("replying").hidden = true;
+        open(state.session, newestUnder(entry.id));
+      });
+      li.append(b);
+      const below = list(entry.id);
+      if (below.length) {
+        const ul = document.createElement("ul");
+        ul.append(...below);
+        li.append(ul);
+      }
+      items.push(li);
+    }
+    return items;
+  };
+  const top = document.createElement("ul");
+  top.append(...list(""));
+  const leaves = state.entries.filter((entry) => !state.entries.some((other) => other.parent === entry.id)).length;
+  $("tree-toggle").textContent = `Branches (${leaves})`;
+  tree.replaceChildren(top);
+}
+
+// The open conversation's entries anew (after an answer), for the tree.
+async function reloadEntries() {
+  if (!state.session) return;
+  try {
+    state.entries = (await api(`/api/sessions/${encodeURIComponent(state.session)}`)).entries;
+    drawTree();
+  } catch {
+    // The tree stays as it was; the next answer tries again.
+  }
+}
+
+function branchAt(entry) {
+  const found = state.entries.find((e) => e.id === entry);
+  show(branch(state.entries, entry));
+  state.leaf = entry;
+  drawTree();
+  $("replying").hidden = false;
+  $("replying-text").textContent = `Answering: ${(found?.text || "").slice(0, 80)}`;
+  input.focus();
+}
+
+async function forkAt(entry) {
+  try {
+    const forked = await api(`/api/sessions/${encodeURIComponent(state.session)}/fork`, { method: "POST", body: { entry } });
+    await refreshSessions();
+    await open(forked.id);
+  } catch (error) {
+    problem(error.message);
+  }
+}
+
+async function retryAnswer(answer) {
+  // The question before the answer, asked again under the same parent: a new branch.
+  const entry = state.entries.find((e) => e.id === answer.id);
+  const question = state.entries.find((e) => e.id === entry?.parent);
+  if (!question) return;
+  state.leaf = question.parent || "";
+  await send(question.text, { retry: true });
+}
+
+// --- sending ------------------------------------------------------------------------------
+
+async function ensureSession() {
+  if (state.session) return state.session;
+  const created = await api("/api/sessions", { method: "POST", body: { room: state.room } });
+  state.session = created.id;
+  state.entries = [];
+  $("bar").hidden = false;
+  await refreshSessions();
+  return created.id;
+}
+
+async function send(text, { retry = false } = {}) {
+  const content = (text ?? input.value).trim();
+  if (!content && !state.attachments.length) return;
+  if (!retry) input.value = "";
+  const attachments = state.attachments;
+  state.attachments = [];
+  drawAttachments();
+  $("replying").hidden = true;
+  const pending = bubble("user", content);
+  pending.dataset.pending = "true";
+  try {
+    const sent = await api("/api/messages", {
+      method: "POST",
+      body: { content, session_id: state.session, parent: state.leaf, room: state.room, attachments },
+    });
+    if (!state.session) {
+      state.session = sent.session;
+      $("bar").hidden = false;
+      refreshSessions();
+    }
+  } catch (error) {
+    pending.remove();
+    problem(error.message);
+    if (!retry) input.value = content;
+    state.attachments = attachments;
+    drawAttachments();
+  }
+}
+
+async function upload(files) {
+  try {
+    const session = await ensureSession();
+    for (const file of files) {
+      const chip = document.createElement("li");
+      chip.textContent = `${file.name} (uploading…)`;
+      $("attached").append(chip);
+      const query = `name=${encodeURIComponent(file.name)}&session=${encodeURIComponent(session)}${roomQuery()}`;
+      const stored = await api(`/api/uploads?${query}`, { method: "POST", raw: file, type: file.type });
+      chip.remove();
+      state.attachments.push(stored.attachment);
+      drawAttachments();
+    }
+  } catch (error) {
+    drawAttachments();
+    problem(error.message);
+  }
+}
+
+function drawAttachments() {
+  const list = $("attached");
+  list.replaceChildren();
+  for (const [index, attachment] of state.attachments.entries()) {
+    const chip = document.createElement("li");
+    chip.textContent = attachment.filename;
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.textContent = "×";
+    remove.setAttribute("aria-label", `Remove ${attachment.filename}`);
+    remove.addEventListener("click", () => {
+      state.attachments.splice(index, 1);
+      drawAttachments();
+    });
+    chip.append(remove);
+    list.append(chip);
+  }
+}
+
+// --- the side bar -------------------------------------------------------------------------
+
+function markUnread(session) {
+  document.querySelector(`#sessions [data-id="${CSS.escape(session)}"]`)?.classList.add("unread");
+}
+
+const roomName = (id) => state.rooms.find((room) => room.id === id)?.name || id;
+
+function when(time) {
+  if (!time) return "";
+  const date = new Date(time);
+  return Number.isNaN(date.getTime()) ? "" : date.toLocaleString([], { dateStyle: "short", timeStyle: "short" });
+}
+
+async function refreshSessions() {
+  let sessions;
+  try {
+    sessions = (await api("/api/sessions")).sessions;
+  } catch (error) {
+    problem(error.message);
+    return;
+  }
+  const here = sessions.filter((session) => session.room === state.room);
+  for (const [list, shown] of [
+    [$("sessions"), here.filter((session) => session.status !== "archived")],
+    [$("archived"), here.filter((session) => session.status === "archived")],
+  ]) {
+    list.replaceChildren();
+    for (const session of shown) {
+      const li = document.createElement("li");
+      const b = document.createElement("button");
+      b.type = "button";
+      b.dataset.id = session.id;
+      b.innerHTML = "<span class=\"name\"></span><span class=\"meta\"></span>";
+      b.querySelector(".name").textContent = session.title || "Untitled conversation";
+      b.querySelector(".meta").textContent = `${session.status} · ${when(session.last_activity || session.created)}`;
+      if (session.id === state.session) {
+        b.setAttribute("aria-current", "page");
+        $("title").textContent = session.title || "Conversation";
+      }
+      b.addEventListener("click", async () => {
+        if (session.status === "archived" || session.status === "idle") {
+          await api(`/api/sessions/${encodeURIComponent(session.id)}/resume`, { method: "POST" }).catch((e) => problem(e.message));
+          refreshSessions();
+        }
+        open(session.id);
+        document.body.classList.remove("menu-open");
+      });
+      li.append(b);
+      list.append(li);
+    }
+  }
+  $("archived-count").textContent = `Archived (${$("archived").children.length})`;
+}
+
+async function refreshRooms() {
+  try {
+    const answer = await api("/api/rooms");
+    state.rooms = answer.rooms;
+    $("new-room").hidden = !answer.admin;
+  } catch (error) {
+    problem(error.message);
+    return;
+  }
+  const list = $("rooms");
+  list.replaceChildren();
+  const own = document.createElement("li");
+  const mine = document.createElement("button");
+  mine.type = "button";
+  mine.textContent = "Your conversations";
+  if (!state.room) mine.setAttribute("aria-current", "page");
+  mine.addEventListener("click", () => enter(""));
+  own.append(mine);
+  list.append(own);
+  for (const room of state.rooms.filter((room) => room.member)) {
+    const li = document.createElement("li");
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.room = room.id;
+    b.textContent = room.active ? room.name || room.id : `${room.name || room.id} (read-only)`;
+    if (room.id === state.room) b.setAttribute("aria-current", "page");
+    b.addEventListener("click", () => enter(room.id));
+    li.append(b);
+    list.append(li);
+  }
+}
+
+async function enter(room) {
+  state.room = room;
+  const info = state.rooms.find((r) => r.id === room);
+  const readOnly = Boolean(info && !info.active);
+  for (const id of ["input", "send", "attach"]) $(id).disabled = readOnly;
+  input.placeholder = readOnly
+    ? `This room is closed${info.why ? `: ${info.why}` : ""}. You can read it.`
+    : "Write a message (Enter sends, Shift+Enter: new line)";
+  await refreshRooms();
+  follow();
+  await refreshSessions();
+  const first = $("sessions").querySelector("button");
+  await open(first ? first.dataset.id : "");
+  document.body.classList.remove("menu-open");
+}
+
+// --- wiring -------------------------------------------------------------------------------
+
+$("composer").addEventListener("submit", (event) => {
   event.preventDefault();
   send();
 });
 input.addEventListener("keydown", (event) => {
-  if (event.key === "Enter" && !event.shiftKey) {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
     event.preventDefault();
     send();
   }
 });
+$("stop").addEventListener("click", async () => {
+  for (const turn of state.running) {
+    await api(`/api/sessions/${encodeURIComponent(state.session)}/stop`, { method: "POST", body: { turn } }).catch((e) =>
+      problem(e.message),
+    );
+  }
+});
+$("new").addEventListener("click", async () => {
+  try {
+    const created = await api("/api/sessions", { method: "POST", body: { room: state.room } });
+    await refreshSessions();
+    await open(created.id);
+    input.focus();
+  } catch (error) {
+    problem(error.message);
+  }
+});
+$("archive").addEventListener("click", async () => {
+  try {
+    await api(`/api/sessions/${encodeURIComponent(state.session)}/archive`, { method: "POST" });
+    await refreshSessions();
+    await open("");
+  } catch (error) {
+    problem(error.message);
+  }
+});
+$("compact").addEventListener("click", async () => {
+  try {
+    await api(`/api/sessions/${encodeURIComponent(state.session)}/compact`, { method: "POST" });
+    bubble("notice", "Earlier messages will be summarized.");
+  } catch (error) {
+    problem(error.message);
+  }
+});
+$("model-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  try {
+    await api(`/api/sessions/${encodeURIComponent(state.session)}/model`, { method: "POST", body: { model: $("model").value } });
+    bubble("notice", `Model: ${$("model").value}`);
+  } catch (error) {
+    problem(error.message);
+  }
+});
+$("tree-toggle").addEventListener("click", () => {
+  const tree = $("tree");
+  tree.hidden = !tree.hidden;
+  $("tree-toggle").setAttribute("aria-expanded", String(!tree.hidden));
+});
+$("replying-cancel").addEventListener("click", () => open(state.session));
+$("attach").addEventListener("click", () => $("file").click());
+$("file").addEventListener("change", () => {
+  upload([...$("file").files]);
+  $("file").value = "";
+});
+for (const kind of ["dragenter", "dragover"]) {
+  $("chat").addEventListener(kind, (event) => {
+    event.preventDefault();
+    $("chat").classList.add("dropping");
+  });
+}
+$("chat").addEventListener("dragleave", () => $("chat").classList.remove("dropping"));
+$("chat").addEventListener("drop", (event) => {
+  event.preventDefault();
+  $("chat").classList.remove("dropping");
+  if (event.dataTransfer?.files?.length) upload([...event.dataTransfer.files]);
+});
+$("menu").addEventListener("click", () => document.body.classList.toggle("menu-open"));
+$("new-room").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const members = $("room-members").value.split(/[\s,]+/).filter(Boolean);
+  try {
+    const body = { id: $("room-id").value, name: $("room-name").value, members };
+    const room = await api("/api/rooms", { method: "POST", body });
+    event.target.reset();
+    await refreshRooms();
+    await enter(room.id);
+  } catch (error) {
+    problem(error.message);
+  }
+});
+$("theme").value = localStorage.getItem("theme") || "system";
+$("theme").addEventListener("change", () => {
+  localStorage.setItem("theme", $("theme").value);
+  window.applyTheme();
+});
+
+state.me = await api("/api/me");
+await refreshRooms();
+follow();
+await refreshSessions();
+const first = $("sessions").querySelector("button");
+await open(first ? first.dataset.id : "");
+input.focus();

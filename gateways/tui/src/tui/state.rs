@@ -1162,6 +1162,7 @@ mod tests {
                 content: content.into(),
                 channel: channel as i32,
                 sender_id: "alice".into(),
+                ..Default::default()
             })),
             ..Default::default()
         };

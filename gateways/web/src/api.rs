@@ -1,0 +1,602 @@
+//! The page's JSON API: conversations (list, read, new, resume, archive, fork, compact, model,
+//! stop, export), rooms, and uploads. Every call is made to the daemon as the signed-in user,
+//! which decides what they may see and do; every state-changing call needs the session's CSRF
+//! token in `x-csrf-token` ([`User`]). The daemon's text reaches the browser only where it is
+//! about what the user asked ([`api_error`]).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::{header, request::Parts, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use baaaht_proto::v1;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::store::SignedIn;
+
+/// A signed-in caller of the API. For anything but GET and HEAD the request must carry the
+/// session's CSRF token in `x-csrf-token`, which only this site's page can read.
+pub struct User {
+    pub cookie: String,
+    pub session: SignedIn,
+}
+
+impl FromRequestParts<Arc<App>> for User {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<User, Response> {
+        let Some((cookie, session)) = app.session(&parts.headers) else {
+            return Err(error(StatusCode::UNAUTHORIZED, "Sign in first."));
+        };
+        if parts.method != Method::GET && parts.method != Method::HEAD {
+            let token = parts.headers.get("x-csrf-token").and_then(|value| value.to_str().ok());
+            if token != Some(session.csrf.as_str()) {
+                tracing::warn!(path = %parts.uri.path(), "a state-changing request without the session's CSRF token");
+                return Err(error(
+                    StatusCode::FORBIDDEN,
+                    "This request did not come from this site's page; reload it.",
+                ));
+            }
+        }
+        Ok(User { cookie, session })
+    }
+}
+
+/// A JSON error with a sentence for the user.
+pub fn error(status: StatusCode, sentence: &str) -> Response {
+    (status, Json(json!({"error": sentence}))).into_response()
+}
+
+/// A JSON error for a refusal or failure of the daemon: its sentence when it is about what the
+/// user asked (a budget, bad input), a plain one otherwise (the detail is in the log).
+pub fn api_error(status: &tonic::Status) -> Response {
+    use tonic::Code;
+    match status.code() {
+        Code::ResourceExhausted | Code::InvalidArgument => error(StatusCode::BAD_REQUEST, status.message()),
+        Code::PermissionDenied | Code::NotFound | Code::FailedPrecondition => {
+            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon refused a web request");
+            error(StatusCode::FORBIDDEN, "The assistant did not take this request.")
+        }
+        Code::Unauthenticated => error(StatusCode::UNAUTHORIZED, "Your sign-in has expired; sign in again."),
+        _ => {
+            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a web request");
+            error(StatusCode::BAD_GATEWAY, "The assistant is not reachable right now; try again in a minute.")
+        }
+    }
+}
+
+/// Where a request acts: the user's own context, or a room (a group) they are in.
+#[derive(Debug, Default, Deserialize)]
+pub struct Place {
+    #[serde(default)]
+    pub room: String,
+}
+
+impl App {
+    /// The context `place` names for `user`: a room's group (the daemon checks membership), or
+    /// the user's own.
+    pub async fn context(&self, user: &SignedIn, place: &Place) -> Result<v1::ContextRef, tonic::Status> {
+        if !place.room.is_empty() {
+            return Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: place.room.clone() });
+        }
+        let mut daemon = self.daemon.clone();
+        let me = daemon.gateways.who_am_i(self.as_user(user, v1::WhoAmIRequest {})).await?.into_inner();
+        Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: me.id })
+    }
+
+    /// The channel identity of `user` (`web:{issuer}#{sub}`).
+    pub fn identity(&self, user: &SignedIn) -> String {
+        format!("web:{}#{}", self.issuer, user.subject)
+    }
+}
+
+/// A session as the page lists it.
+fn session_json(header: &v1::SessionHeader) -> Value {
+    let room = (header.context_type == v1::ContextType::Group as i32).then_some(header.group_id.as_str());
+    json!({
+        "id": header.id, "title": header.title, "status": header.status, "created": header.created,
+        "last_activity": header.last_activity, "model": header.model, "room": room.unwrap_or_default(),
+        "forked_from": header.forked_from_session, "forked_at": header.forked_from_entry,
+    })
+}
+
+/// An entry of a transcript as the page shows it.
+fn entry_json(entry: &v1::SessionEntry) -> Option<Value> {
+    use v1::session_entry::Entry;
+    let base = json!({"id": entry.id, "parent": entry.parent, "time": entry.timestamp});
+    let agent = crate::events::agent_name;
+    let details = match entry.entry.as_ref()? {
+        Entry::Message(message) => json!({"kind": "message", "role": message.role, "text": message.content,
+            "sender": message.sender_id, "name": message.sender_name}),
+        Entry::Delegate(delegate) => json!({"kind": "delegation", "agent": agent(delegate.agent),
+            "task": delegate.task, "result": delegate.result}),
+        Entry::Compaction(compaction) => json!({"kind": "compaction", "text": compaction.summary}),
+        Entry::ModelChange(change) => {
+            json!({"kind": "model", "from": change.previous_model, "to": change.new_model})
+        }
+    };
+    let (Value::Object(mut base), Value::Object(details)) = (base, details) else { return None };
+    base.extend(details);
+    Some(Value::Object(base))
+}
+
+/// `GET /api/sessions`: the user's conversations and their rooms', newest first.
+pub async fn list(State(app): State<Arc<App>>, user: User) -> Response {
+    let mut daemon = app.daemon.clone();
+    match daemon.sessions.list_sessions(app.as_user(&user.session, v1::SessionFilter::default())).await {
+        Ok(list) => {
+            let mut sessions = list.into_inner().sessions;
+            sessions.sort_by(|a, b| b.last_activity.cmp(&a.last_activity).then_with(|| b.created.cmp(&a.created)));
+            Json(json!({"sessions": sessions.iter().map(session_json).collect::<Vec<_>>()})).into_response()
+        }
+        Err(status) => api_error(&status),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NewSession {
+    #[serde(default)]
+    room: String,
+    #[serde(default)]
+    title: String,
+}
+
+/// `POST /api/sessions`: a new conversation, in the user's context or a room's.
+pub async fn create(State(app): State<Arc<App>>, user: User, Json(new): Json<NewSession>) -> Response {
+    let context = match app.context(&user.session, &Place { room: new.room }).await {
+        Ok(context) => context,
+        Err(status) => return api_error(&status),
+    };
+    let mut daemon = app.daemon.clone();
+    let request = v1::NewSessionRequest { context: Some(context), title: new.title };
+    match daemon.sessions.new_session(app.as_user(&user.session, request)).await {
+        Ok(header) => Json(session_json(&header.into_inner())).into_response(),
+        Err(status) => api_error(&status),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ReadQuery {
+    #[serde(default)]
+    leaf: String,
+}
+
+/// `GET /api/sessions/{id}`: a conversation, every entry (the page draws the tree) or the
+/// branch that ends at `leaf`.
+pub async fn read(
+    State(app): State<Arc<App>>,
+    user: User,
+    Path(id): Path<String>,
+    Query(query): Query<ReadQuery>,
+) -> Response {
+    let mut daemon = app.daemon.clone();
+    let request = v1::ReadSessionRequest { session_id: id, leaf_entry_id: query.leaf };
+    match daemon.sessions.read_session(app.as_user(&user.session, request)).await {
+        Ok(transcript) => {
+            let transcript = transcript.into_inner();
+            let header = transcript.header.as_ref().map(session_json).unwrap_or_default();
+            let entries: Vec<Value> = transcript.entries.iter().filter_map(entry_json).collect();
+            Json(json!({"session": header, "entries": entries})).into_response()
+        }
+        Err(status) => api_error(&status),
+    }
+}
+
+/// What the page can do to a conversation with one POST.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Resume,
+    Archive,
+    Compact,
+}
+
+async fn act(app: &App, user: &SignedIn, id: String, action: Action) -> Response {
+    let mut daemon = app.daemon.clone();
+    let target = v1::SessionRef { session_id: id };
+    let done = match action {
+        Action::Resume => daemon.sessions.resume_session(app.as_user(user, target)).await.map(|header| {
+            let header = header.into_inner();
+            session_json(&header)
+        }),
+        Action::Archive => daemon.sessions.archive_session(app.as_user(user, target)).await.map(|_| json!({})),
+        Action::Compact => daemon.sessions.compact_session(app.as_user(user, target)).await.map(|_| json!({})),
+    };
+    match done {
+        Ok(answer) => Json(answer).into_response(),
+        Err(status) => api_error(&status),
+    }
+}
+
+/// `POST /api/sessions/{id}/resume`.
+pub async fn resume(State(app): State<Arc<App>>, user: User, Path(id): Path<String>) -> Response {
+    act(&app, &user.session, id, Action::Resume).await
+}
+
+/// `POST /api/sessions/{id}/archive`.
+pub async fn archive(State(app): State<Arc<App>>, user: User, Path(id): Path<String>) -> Response {
+    act(&app, &user.session, id, Action::Archive).await
+}
+
+/// `POST /api/sessions/{id}/compact`.
+pub async fn compact(State(app): State<Arc<App>>, user: User, Path(id): Path<String>) -> Response {
+    act(&app, &user.session, id, Action::Compact).await
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Fork {
+    #[serde(default)]
+    entry: String,
+}
+
+/// `POST /api/sessions/{id}/fork`: a new conversation with this one's branch up to `entry`.
+pub async fn fork(State(app): State<Arc<App>>, user: User, Path(id): Path<String>, Json(fork): Json<Fork>) -> Response {
+    let mut daemon = app.daemon.clone();
+    let request = v1::ForkSessionRequest { session_id: id, entry_id: fork.entry };
+    match daemon.sessions.fork_session(app.as_user(&user.session, request)).await {
+        Ok(header) => Json(session_json(&header.into_inner())).into_response(),
+        Err(status) => api_error(&status),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Model {
+    model: String,
+}
+
+/// `POST /api/sessions/{id}/model`: the model the conversation's next turns use.
+pub async fn model(
+    State(app): State<Arc<App>>,
+    user: User,
+    Path(id): Path<String>,
+    Json(model): Json<Model>,
+) -> Response {
+    let mut daemon = app.daemon.clone();
+    let request = v1::SwitchModelRequest { session_id: id, model: model.model.trim().to_string() };
+    match daemon.sessions.switch_model(app.as_user(&user.session, request)).await {
+        Ok(_) => Json(json!({})).into_response(),
+        Err(status) => api_error(&status),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Stop {
+    #[serde(default)]
+    turn: String,
+}
+
+/// `POST /api/sessions/{id}/stop`: cancels the turn (every turn of the conversation when none
+/// is named).
+pub async fn stop(State(app): State<Arc<App>>, user: User, Path(id): Path<String>, Json(stop): Json<Stop>) -> Response {
+    let mut daemon = app.daemon.clone();
+    let request = v1::CancelTurnRequest { session_id: id, turn_id: stop.turn };
+    match daemon.sessions.cancel_turn(app.as_user(&user.session, request)).await {
+        Ok(_) => Json(json!({})).into_response(),
+        Err(status) => api_error(&status),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ExportQuery {
+    #[serde(default)]
+    format: String,
+    #[serde(default)]
+    leaf: String,
+}
+
+/// `GET /api/sessions/{id}/export?format=md|html`: the conversation's branch as a file.
+pub async fn export(
+    State(app): State<Arc<App>>,
+    user: User,
+    Path(id): Path<String>,
+    Query(query): Query<ExportQuery>,
+) -> Response {
+    let html = match query.format.as_str() {
+        "html" => true,
+        "md" | "markdown" | "" => false,
+        other => {
+            return error(StatusCode::BAD_REQUEST, &format!("format `{other}`: choose md or html"));
+        }
+    };
+    let mut daemon = app.daemon.clone();
+    let request = v1::ReadSessionRequest { session_id: id.clone(), leaf_entry_id: query.leaf };
+    let transcript = match daemon.sessions.read_session(app.as_user(&user.session, request)).await {
+        Ok(transcript) => transcript.into_inner(),
+        Err(status) => return api_error(&status),
+    };
+    // Without a leaf, the conversation as it stands: the branch to its newest entry.
+    let entries = crate::export::current_branch(&transcript.entries);
+    let title = transcript.header.as_ref().map(|header| header.title.clone()).filter(|t| !t.is_empty());
+    let title = title.unwrap_or_else(|| format!("Conversation {id}"));
+    let markdown = crate::export::markdown(&title, &entries);
+    let (body, kind, extension) = if html {
+        (crate::export::html(&title, &markdown), "text/html; charset=utf-8", "html")
+    } else {
+        (markdown, "text/markdown; charset=utf-8", "md")
+    };
+    let name = crate::export::file_name(&title, extension);
+    let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
+        .unwrap_or_else(|_| HeaderValue::from_static("attachment"));
+    ([(header::CONTENT_TYPE, HeaderValue::from_static(kind)), (header::CONTENT_DISPOSITION, disposition)], body)
+        .into_response()
+}
+
+/// `GET /api/rooms`: the rooms the user is in (an admin sees every room, and may create them).
+pub async fn rooms(State(app): State<Arc<App>>, user: User) -> Response {
+    let mut daemon = app.daemon.clone();
+    let me = match daemon.gateways.who_am_i(app.as_user(&user.session, v1::WhoAmIRequest {})).await {
+        Ok(me) => me.into_inner(),
+        Err(status) => return api_error(&status),
+    };
+    match daemon.admin.list_groups(app.as_user(&user.session, v1::ListGroupsRequest {})).await {
+        Ok(groups) => {
+            let rooms: Vec<Value> = groups
+                .into_inner()
+                .groups
+                .iter()
+                .map(|group| {
+                    json!({"id": group.id, "name": group.name, "active": group.active,
+                        "member": me.groups.contains(&group.id), "members": group.members.len(),
+                        "why": group.deactivated_reason})
+                })
+                .collect();
+            Json(json!({"rooms": rooms, "admin": me.admin})).into_response()
+        }
+        Err(status) => api_error(&status),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NewRoom {
+    id: String,
+    #[serde(default)]
+    name: String,
+    /// Members by email address, channel identity or user id.
+    #[serde(default)]
+    members: Vec<String>,
+}
+
+/// `POST /api/rooms`: a new room (admins only; the daemon decides), with its first members.
+pub async fn create_room(State(app): State<Arc<App>>, user: User, Json(room): Json<NewRoom>) -> Response {
+    let mut members = vec![app.identity(&user.session)];
+    members.extend(room.members.iter().map(|member| app.member(member.trim())).filter(|member| !member.is_empty()));
+    members.dedup();
+    let mut daemon = app.daemon.clone();
+    let request =
+        v1::CreateGroupRequest { id: room.id.trim().to_string(), name: room.name.trim().to_string(), members };
+    match daemon.admin.create_group(app.as_user(&user.session, request)).await {
+        Ok(group) => {
+            let group = group.into_inner();
+            Json(json!({"id": group.id, "name": group.name, "members": group.members.len()})).into_response()
+        }
+        Err(status) => api_error(&status),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NewMember {
+    member: String,
+}
+
+/// `POST /api/rooms/{id}/members`: adds someone to a room (admins only; the daemon decides).
+pub async fn add_member(
+    State(app): State<Arc<App>>,
+    user: User,
+    Path(id): Path<String>,
+    Json(new): Json<NewMember>,
+) -> Response {
+    let member = app.member(new.member.trim());
+    if member.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "member: name who to add (their sign-in name or user id)");
+    }
+    let mut daemon = app.daemon.clone();
+    let request = v1::GroupMemberRequest { group: id, member };
+    match daemon.admin.add_group_member(app.as_user(&user.session, request)).await {
+        Ok(group) => Json(json!({"members": group.into_inner().members.len()})).into_response(),
+        Err(status) => api_error(&status),
+    }
+}
+
+impl App {
+    /// Who `named` is to the daemon: a user id (`u-…`) or channel identity as given, else a
+    /// subject at this site's issuer (`web:{issuer}#{named}`).
+    fn member(&self, named: &str) -> String {
+        if named.is_empty() || named.starts_with("u-") || named.starts_with("web:") || named.starts_with("slack:") {
+            named.to_string()
+        } else {
+            format!("web:{}#{named}", self.issuer)
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UploadQuery {
+    #[serde(default)]
+    session: String,
+    #[serde(default)]
+    room: String,
+    name: String,
+}
+
+/// The size of the chunks an upload is sent to the daemon in.
+const CHUNK: usize = 64 * 1024;
+
+/// `POST /api/uploads?name=N&session=S[&room=R]`, the file as the body: stored in the
+/// session's uploads by the daemon, which names it safely, sniffs its type and holds its own
+/// size limit; the answer is the attachment the message then names.
+pub async fn upload(
+    State(app): State<Arc<App>>,
+    user: User,
+    headers: HeaderMap,
+    Query(query): Query<UploadQuery>,
+    body: Body,
+) -> Response {
+    use futures_util::StreamExt;
+    let context = match app.context(&user.session, &Place { room: query.room }).await {
+        Ok(context) => context,
+        Err(status) => return api_error(&status),
+    };
+    let declared = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
+    let start = v1::UploadStart {
+        context: Some(context),
+        session_id: query.session,
+        filename: query.name,
+        mime_type: declared.to_string(),
+        sender_id: app.identity(&user.session),
+    };
+    let max = app.max_upload;
+    let (sender, receiver) = tokio::sync::mpsc::channel(4);
+    let _ = sender.try_send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Start(start)) });
+    // The body goes on to the daemon as it arrives, in chunks; past the limit it stops.
+    let pump = tokio::spawn(async move {
+        let mut stream = body.into_data_stream();
+        let (mut total, mut pending) = (0u64, Vec::with_capacity(CHUNK));
+        while let Some(bytes) = stream.next().await {
+            let Ok(bytes) = bytes else { return Err("the upload was interrupted; try again") };
+            total += bytes.len() as u64;
+            if total > max {
+                return Err("the file is larger than this site takes");
+            }
+            pending.extend_from_slice(&bytes);
+            while pending.len() >= CHUNK {
+                let rest = pending.split_off(CHUNK);
+                let chunk = std::mem::replace(&mut pending, rest);
+                if sender.send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Data(chunk)) }).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        if !pending.is_empty() {
+            let _ = sender.send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Data(pending)) }).await;
+        }
+        Ok(())
+    });
+    let mut daemon = app.daemon.clone();
+    let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
+    let stored = daemon.sessions.upload_file(app.as_user(&user.session, stream)).await;
+    match pump.await {
+        Ok(Err(sentence)) => return error(StatusCode::PAYLOAD_TOO_LARGE, sentence),
+        Err(error) => tracing::warn!(%error, "an upload's pump failed"),
+        Ok(Ok(())) => {}
+    }
+    match stored {
+        Ok(stored) => {
+            let stored = stored.into_inner();
+            let Some(attachment) = stored.attachment else {
+                return error(StatusCode::BAD_GATEWAY, "The file was not stored; try again.");
+            };
+            Json(json!({"session": stored.session_id, "attachment": {"filename": attachment.filename,
+                "mime_type": attachment.mime_type, "path": attachment.path, "size_bytes": attachment.size_bytes}}))
+            .into_response()
+        }
+        Err(status) => api_error(&status),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AttachmentJson {
+    filename: String,
+    mime_type: String,
+    path: String,
+    #[serde(default)]
+    size_bytes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Outgoing {
+    content: String,
+    #[serde(default)]
+    session_id: String,
+    /// The entry to answer under (a branch of the tree); empty: the conversation's newest.
+    #[serde(default)]
+    parent: String,
+    #[serde(default)]
+    room: String,
+    #[serde(default)]
+    attachments: Vec<AttachmentJson>,
+}
+
+/// `POST /api/messages`: a message into a conversation; its answer streams on `/api/events`.
+pub async fn send(State(app): State<Arc<App>>, user: User, Json(outgoing): Json<Outgoing>) -> Response {
+    let context = match app.context(&user.session, &Place { room: outgoing.room }).await {
+        Ok(context) => context,
+        Err(status) => return api_error(&status),
+    };
+    let attachments = outgoing
+        .attachments
+        .into_iter()
+        .map(|attachment| v1::Attachment {
+            filename: attachment.filename,
+            mime_type: attachment.mime_type,
+            path: attachment.path,
+            size_bytes: attachment.size_bytes,
+        })
+        .collect();
+    let message = v1::UserMessage {
+        context: Some(context),
+        sender_id: app.identity(&user.session),
+        channel: v1::ChannelType::Web as i32,
+        content: outgoing.content,
+        session_id: outgoing.session_id,
+        parent_entry_id: outgoing.parent,
+        attachments,
+    };
+    let mut daemon = app.daemon.clone();
+    match daemon.sessions.send_user_message(app.as_user(&user.session, message)).await {
+        Ok(sent) => {
+            let sent = sent.into_inner();
+            Json(json!({"session": sent.session_id, "turn": sent.turn_id, "entry": sent.entry_id})).into_response()
+        }
+        Err(status) => api_error(&status),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_carry_what_the_page_draws() {
+        use v1::session_entry::Entry;
+        let message = v1::SessionEntry {
+            id: "e2".into(),
+            parent: "e1".into(),
+            timestamp: "2026-11-23T10:00:00Z".into(),
+            entry: Some(Entry::Message(v1::MessageEntry {
+                role: "user".into(),
+                content: "hi".into(),
+                sender_id: "web:https://id#alice".into(),
+                sender_name: "Alice".into(),
+                ..Default::default()
+            })),
+        };
+        let json = entry_json(&message).expect("shown");
+        assert_eq!(json["id"], "e2");
+        assert_eq!(json["parent"], "e1");
+        assert_eq!(json["kind"], "message");
+        assert_eq!(json["name"], "Alice");
+        let change = v1::SessionEntry {
+            entry: Some(Entry::ModelChange(v1::ModelChangeEntry { previous_model: "a".into(), new_model: "b".into() })),
+            ..Default::default()
+        };
+        assert_eq!(entry_json(&change).expect("shown")["to"], "b");
+        assert!(entry_json(&v1::SessionEntry::default()).is_none());
+    }
+
+    #[test]
+    fn a_room_session_names_its_room() {
+        let header = v1::SessionHeader {
+            id: "s-1".into(),
+            group_id: "family".into(),
+            context_type: v1::ContextType::Group as i32,
+            ..Default::default()
+        };
+        assert_eq!(session_json(&header)["room"], "family");
+        let own =
+            v1::SessionHeader { id: "s-2".into(), context_type: v1::ContextType::User as i32, ..Default::default() };
+        assert_eq!(session_json(&own)["room"], "");
+    }
+}

@@ -1,0 +1,60 @@
+//! The UI's files, built into the binary (no build step, no CDN; DESIGN §9.5). They are few and
+//! small, so `include_bytes!` does what rust-embed would, without another dependency. Each
+//! answer carries an ETag of the file, so a browser revalidates instead of downloading again,
+//! and a new binary's files are never mixed with an old one's.
+
+use axum::extract::Path;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+
+/// The files under `/ui/`: name, content type, bytes.
+const FILES: &[(&str, &str, &[u8])] = &[
+    ("app.js", "text/javascript; charset=utf-8", include_bytes!("../ui/app.js")),
+    ("app.css", "text/css; charset=utf-8", include_bytes!("../ui/app.css")),
+    ("theme.js", "text/javascript; charset=utf-8", include_bytes!("../ui/theme.js")),
+    ("markdown.js", "text/javascript; charset=utf-8", include_bytes!("../ui/markdown.js")),
+    ("vendor/marked.esm.js", "text/javascript; charset=utf-8", include_bytes!("../ui/vendor/marked.esm.js")),
+    ("vendor/purify.es.mjs", "text/javascript; charset=utf-8", include_bytes!("../ui/vendor/purify.es.mjs")),
+    ("vendor/highlight.min.js", "text/javascript; charset=utf-8", include_bytes!("../ui/vendor/highlight.min.js")),
+];
+
+/// The ETag of `bytes`: a short hash, quoted.
+fn etag(bytes: &[u8]) -> String {
+    let hash = Sha256::digest(bytes);
+    let hex: String = hash.iter().take(12).map(|byte| format!("{byte:02x}")).collect();
+    format!("\"{hex}\"")
+}
+
+/// `GET /ui/{file}`.
+pub async fn serve(Path(file): Path<String>, headers: HeaderMap) -> Response {
+    let Some((_, kind, bytes)) = FILES.iter().find(|(name, _, _)| *name == file) else {
+        return (StatusCode::NOT_FOUND, "no such file").into_response();
+    };
+    let tag = etag(bytes);
+    let cached = headers.get(header::IF_NONE_MATCH).and_then(|value| value.to_str().ok()) == Some(tag.as_str());
+    let mut response = if cached {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, *kind)], *bytes).into_response()
+    };
+    let answer = response.headers_mut();
+    answer.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(tag) = HeaderValue::from_str(&tag) {
+        answer.insert(header::ETAG, tag);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_has_a_type_and_a_distinct_tag() {
+        let tags: std::collections::HashSet<String> = FILES.iter().map(|(_, _, bytes)| etag(bytes)).collect();
+        assert_eq!(tags.len(), FILES.len());
+        assert!(FILES.iter().all(|(name, kind, bytes)| !bytes.is_empty()
+            && kind.contains(if name.ends_with(".css") { "css" } else { "javascript" })));
+    }
+}

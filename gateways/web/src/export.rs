@@ -1,0 +1,142 @@
+//! A conversation as a file: markdown, or a self-contained HTML page made from it (raw HTML in
+//! the conversation is shown as text, never run).
+
+use std::collections::HashMap;
+
+use baaaht_proto::v1;
+
+/// The branch that ends at the newest entry, from its root (a conversation's entries are
+/// stored in the order they were written).
+pub fn current_branch(entries: &[v1::SessionEntry]) -> Vec<&v1::SessionEntry> {
+    let by_id: HashMap<&str, &v1::SessionEntry> = entries.iter().map(|entry| (entry.id.as_str(), entry)).collect();
+    let mut branch = Vec::new();
+    let mut next = entries.last();
+    while let Some(entry) = next {
+        if branch.len() > entries.len() {
+            break; // a loop in a damaged log
+        }
+        branch.push(entry);
+        next = by_id.get(entry.parent.as_str()).copied();
+    }
+    branch.reverse();
+    branch
+}
+
+/// The branch as markdown: a heading per speaker, their words as they wrote them.
+pub fn markdown(title: &str, entries: &[&v1::SessionEntry]) -> String {
+    use v1::session_entry::Entry;
+    let mut out = format!("# {}\n", title.replace('\n', " "));
+    for entry in entries {
+        let when = entry.timestamp.get(..16).unwrap_or(&entry.timestamp).replace('T', " ");
+        match &entry.entry {
+            Some(Entry::Message(message)) => {
+                let who = match message.role.as_str() {
+                    "user" if !message.sender_name.is_empty() => message.sender_name.clone(),
+                    "user" => "You".into(),
+                    "assistant" => "Assistant".into(),
+                    other => other.to_string(),
+                };
+                out.push_str(&format!("\n## {who} · {when}\n\n{}\n", message.content.trim_end()));
+            }
+            Some(Entry::Delegate(delegate)) => {
+                let agent = crate::events::agent_name(delegate.agent);
+                out.push_str(&format!("\n> Delegated to {agent}: {}\n", delegate.task.lines().next().unwrap_or("")));
+            }
+            Some(Entry::Compaction(compaction)) => {
+                out.push_str(&format!("\n> Earlier messages, summarized: {}\n", compaction.summary.trim()));
+            }
+            Some(Entry::ModelChange(change)) => {
+                out.push_str(&format!("\n> Model: {} → {}\n", change.previous_model, change.new_model));
+            }
+            None => {}
+        }
+    }
+    out
+}
+
+/// A self-contained HTML page showing `markdown`.
+pub fn html(title: &str, markdown: &str) -> String {
+    use pulldown_cmark::{Event, Options, Parser};
+    let parser =
+        Parser::new_ext(markdown, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH).map(|event| match event {
+            // What a conversation says is shown, never interpreted as markup.
+            Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
+            other => other,
+        });
+    let mut body = String::new();
+    pulldown_cmark::html::push_html(&mut body, parser);
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
+         content=\"width=device-width, initial-scale=1\"><meta http-equiv=\"Content-Security-Policy\" \
+         content=\"default-src 'none'; style-src 'unsafe-inline'\"><title>{}</title><style>:root{{color-scheme:light dark;\
+         font-family:system-ui,sans-serif}}body{{max-width:48rem;margin:2rem auto;padding:0 1rem;line-height:1.5}}\
+         pre{{overflow:auto;padding:.75rem;border-radius:.5rem;background:color-mix(in srgb,CanvasText 8%,Canvas)}}\
+         blockquote{{opacity:.75;margin-left:0;padding-left:1rem;border-left:3px solid}}</style></head><body>{body}</body></html>",
+        crate::app::escape(title)
+    )
+}
+
+/// A file name for `title`: letters, digits and `-` only.
+pub fn file_name(title: &str, extension: &str) -> String {
+    let mut name = String::new();
+    for c in title.chars() {
+        if c.is_ascii_alphanumeric() {
+            name.push(c.to_ascii_lowercase());
+        } else if !name.ends_with('-') && !name.is_empty() {
+            name.push('-');
+        }
+        if name.len() >= 60 {
+            break;
+        }
+    }
+    let name = name.trim_end_matches('-');
+    let name = if name.is_empty() { "conversation" } else { name };
+    format!("{name}.{extension}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use v1::session_entry::Entry;
+
+    fn message(id: &str, parent: &str, role: &str, text: &str) -> v1::SessionEntry {
+        v1::SessionEntry {
+            id: id.into(),
+            parent: parent.into(),
+            timestamp: "2026-11-23T10:00:00Z".into(),
+            entry: Some(Entry::Message(v1::MessageEntry {
+                role: role.into(),
+                content: text.into(),
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn the_export_follows_the_newest_branch() {
+        let entries = [
+            message("a", "", "user", "first"),
+            message("b", "a", "assistant", "answer one"),
+            message("c", "a", "user", "<script>alert(1)</script> edited"),
+            message("d", "c", "assistant", "answer two\n\n```rust\nfn main() {}\n```"),
+        ];
+        let branch = current_branch(&entries);
+        let ids: Vec<&str> = branch.iter().map(|entry| entry.id.as_str()).collect();
+        assert_eq!(ids, ["a", "c", "d"]);
+        let text = markdown("Plans", &branch);
+        assert!(text.starts_with("# Plans\n"));
+        assert!(!text.contains("answer one"));
+        assert!(text.contains("## Assistant · 2026-11-23 10:00"));
+        let page = html("Plans", &text);
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{page}");
+        assert!(!page.contains("<script>"));
+        assert!(page.contains("<code class=\"language-rust\">"));
+    }
+
+    #[test]
+    fn file_names_are_plain() {
+        assert_eq!(file_name("Trip to Lyon / June!", "md"), "trip-to-lyon-june.md");
+        assert_eq!(file_name("../../etc", "html"), "etc.html");
+        assert_eq!(file_name("", "md"), "conversation.md");
+    }
+}
