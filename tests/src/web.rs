@@ -101,10 +101,12 @@ impl Driver {
     }
 }
 
-/// A running `baaaht-web` for the gateway whose socket and token these are.
-pub fn web_gateway(dir: &Path, socket: &str, token: &str, port: u16) -> Result<Running> {
+/// A running `baaaht-web` for the gateway whose socket and token these are, with `extra`
+/// arguments.
+pub fn web_gateway(dir: &Path, socket: &str, token: &str, port: u16, extra: &[&str]) -> Result<Running> {
     let mut command = Command::new(crate::bin("baaaht-web"));
     command
+        .args(extra)
         .args(["--socket", socket, "--listen", &format!("127.0.0.1:{port}")])
         .args(["--public-url", &format!("http://127.0.0.1:{port}")])
         .arg("--state-dir")

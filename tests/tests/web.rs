@@ -58,7 +58,9 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
         host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
     });
     let socket = added.gateway.expect("info").socket;
-    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port).expect("baaaht-web");
+    // Only verified addresses at example.test, in the provider's group `users`, are let in.
+    let admission = ["--allowed-domain", "example.test", "--required-group", "users", "--scope", "groups"];
+    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &admission).expect("baaaht-web");
     let driver = Driver::start(dir.path()).expect("chromedriver");
     rt.block_on(async {
         let browser = driver.browser(1280).await.expect("browser");
@@ -134,6 +136,29 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
         let again =
             browser.wait().at_most(Duration::from_secs(30)).for_element(Locator::Css("input[name=login]")).await;
         assert!(again.is_ok(), "the session is over: the site asks to sign in again");
+        // Carol signs in with the provider, but she is in none of the required groups.
+        again.expect("the form").send_keys("carol").await.expect("login");
+        browser.find(Locator::Css("input[name=password]")).await.expect("password").send_keys("x").await.expect("type");
+        browser.find(Locator::Css("button.login-submit")).await.expect("submit").click().await.expect("click");
+        let refused = until(Duration::from_secs(30), || async {
+            browser
+                .find(Locator::Css("body"))
+                .await
+                .expect("body")
+                .text()
+                .await
+                .is_ok_and(|text| text.contains("does not let this account in"))
+        })
+        .await;
+        assert!(
+            refused,
+            "Carol is refused: {}",
+            browser.find(Locator::Css("body")).await.expect("body").text().await.unwrap_or_default()
+        );
+        assert!(browser.get_named_cookie(web_cookie()).await.is_err(), "and not signed in");
+        let identities =
+            std::fs::read_to_string(daemon.data_dir.join("data/state/identities.json")).expect("identities");
+        assert!(!identities.contains("#carol"), "the daemon never met her: {identities}");
         browser.close().await.expect("close");
     });
     // The session cookie's attributes, and the CSP on every answer.
@@ -237,7 +262,7 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
     });
     let socket = added.gateway.expect("info").socket;
-    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port).expect("baaaht-web");
+    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &[]).expect("baaaht-web");
     let driver = Driver::start(dir.path()).expect("chromedriver");
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
     rt.block_on(async {

@@ -40,6 +40,8 @@ pub struct App {
     pub csp: HeaderValue,
     /// The largest upload taken, in bytes (the daemon's own limit holds as well).
     pub max_upload: u64,
+    /// Who may sign in at all.
+    pub admission: crate::oidc::Admission,
 }
 
 /// The Content-Security-Policy of every answer. Forms post to this site only, and to the
@@ -351,6 +353,13 @@ async fn callback(State(app): State<Arc<App>>, headers: HeaderMap, Query(answer)
             return failed(StatusCode::BAD_REQUEST, "The sign-in could not be completed; sign in again.");
         }
     };
+    if let Some(why) = app.admission.refuses(&identity) {
+        tracing::warn!(subject = %identity.subject, email = %identity.email, why, "a sign-in refused by the site's admission lists");
+        return failed(
+            StatusCode::FORBIDDEN,
+            "You are signed in with your provider, but this site does not let this account in. Ask whoever runs it.",
+        );
+    }
     let csrf = match store::random_id() {
         Ok(csrf) => csrf,
         Err(error) => {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use baaaht_proto::client;
 use baaaht_proto::v1;
 use baaaht_web::app::{self, App};
-use baaaht_web::oidc::Oidc;
+use baaaht_web::oidc::{Admission, Oidc};
 use baaaht_web::store::Store;
 use clap::Parser;
 
@@ -37,6 +37,23 @@ struct Cli {
     /// holds as well)
     #[arg(long, value_name = "BYTES", default_value_t = 25 * 1024 * 1024)]
     max_upload_bytes: u64,
+    /// Let in only this email address, verified by the provider (repeatable; with
+    /// --allowed-domain, matching either lets an account in)
+    #[arg(long = "allowed-email", value_name = "ADDRESS")]
+    allowed_emails: Vec<String>,
+    /// Let in only verified addresses at this domain (repeatable)
+    #[arg(long = "allowed-domain", value_name = "DOMAIN")]
+    allowed_domains: Vec<String>,
+    /// Let in only accounts in this group (repeatable: any of them), as the provider lists
+    /// them in --groups-claim
+    #[arg(long = "required-group", value_name = "GROUP")]
+    required_groups: Vec<String>,
+    /// The ID token claim that lists an account's groups
+    #[arg(long, value_name = "CLAIM", default_value = "groups")]
+    groups_claim: String,
+    /// Another scope to ask the provider for, e.g. `groups` (repeatable)
+    #[arg(long = "scope", value_name = "SCOPE")]
+    scopes: Vec<String>,
     /// Stop when this process is no longer the parent (a host child of a daemon that died)
     #[arg(long, value_name = "PID")]
     parent: Option<u32>,
@@ -84,8 +101,15 @@ async fn run(cli: Cli) -> Result<(), String> {
         ));
     }
     let redirect = format!("{public_url}/auth/callback");
-    let oidc =
+    let mut oidc =
         Oidc::discover(&issuer, &client_id, client_secret, &redirect).await.map_err(|error| error.to_string())?;
+    oidc.extra_scopes = cli.scopes.clone();
+    oidc.groups_claim = cli.groups_claim.clone();
+    let admission = Admission {
+        emails: cli.allowed_emails.clone(),
+        domains: cli.allowed_domains.clone(),
+        groups: cli.required_groups.clone(),
+    };
     std::fs::create_dir_all(&cli.state_dir)
         .map_err(|error| format!("cannot make {}: {error}", cli.state_dir.display()))?;
     let store = Store::open(&cli.state_dir).map_err(|error| error.to_string())?;
@@ -103,6 +127,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         run,
         csp,
         max_upload: cli.max_upload_bytes,
+        admission,
     });
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await

@@ -83,6 +83,10 @@ pub struct Oidc {
     http: Http,
     issuer: String,
     end_session: Option<String>,
+    /// Scopes asked for beyond `openid email profile` (e.g. `groups`).
+    pub extra_scopes: Vec<String>,
+    /// The claim that lists an account's groups.
+    pub groups_claim: String,
 }
 
 /// Where to send the browser to sign in, and what to keep until it comes back.
@@ -102,6 +106,66 @@ pub struct Identity {
     pub id_token: String,
     /// Seconds since the epoch.
     pub expires: u64,
+    /// Whether the provider says it verified the email address (`email_verified`).
+    pub email_verified: bool,
+    /// The groups the provider lists for them (the `--groups-claim`, `groups` by default).
+    pub groups: Vec<String>,
+}
+
+/// Who may sign in at all: when a list is given, an account must match it.
+#[derive(Debug, Clone, Default)]
+pub struct Admission {
+    /// Email addresses let in (compared without case), verified by the provider.
+    pub emails: Vec<String>,
+    /// Domains whose verified addresses are let in (`example.com`).
+    pub domains: Vec<String>,
+    /// Groups of which an account must be in at least one.
+    pub groups: Vec<String>,
+}
+
+impl Admission {
+    /// Why `identity` may not sign in, or `None` when it may. With both emails and domains
+    /// given, matching either lets an account in.
+    pub fn refuses(&self, identity: &Identity) -> Option<&'static str> {
+        if !self.emails.is_empty() || !self.domains.is_empty() {
+            let email = identity.email.to_lowercase();
+            if email.is_empty() || !identity.email_verified {
+                return Some("the provider gave no verified email address");
+            }
+            let domain = email.rsplit_once('@').map(|(_, domain)| domain).unwrap_or_default();
+            let listed = self.emails.iter().any(|allowed| allowed.to_lowercase() == email)
+                || self.domains.iter().any(|allowed| allowed.trim_start_matches('@').to_lowercase() == domain);
+            if !listed {
+                return Some("the email address is not on the site's list");
+            }
+        }
+        if !self.groups.is_empty() && !identity.groups.iter().any(|group| self.groups.contains(group)) {
+            return Some("the account is in none of the required groups");
+        }
+        None
+    }
+}
+
+/// The claims of an ID token already verified, as JSON (for what the typed claims lack).
+fn payload_of(id_token: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let payload = id_token.split('.').nth(1).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// The groups named in claim `claim`: a list of strings, or one string.
+fn groups_in(payload: &serde_json::Value, claim: &str) -> Vec<String> {
+    match &payload[claim] {
+        serde_json::Value::Array(groups) => {
+            groups.iter().filter_map(|group| group.as_str()).map(str::to_string).collect()
+        }
+        serde_json::Value::String(group) => vec![group.clone()],
+        _ => vec![],
+    }
 }
 
 impl Oidc {
@@ -128,7 +192,14 @@ impl Oidc {
             client_secret.map(ClientSecret::new),
         )
         .set_redirect_uri(redirect);
-        Ok(Oidc { client, http, issuer: issuer.to_string(), end_session })
+        Ok(Oidc {
+            client,
+            http,
+            issuer: issuer.to_string(),
+            end_session,
+            extra_scopes: vec![],
+            groups_claim: "groups".into(),
+        })
     }
 
     /// A sign-in: the provider's URL with a fresh state, nonce and PKCE challenge.
@@ -141,6 +212,7 @@ impl Oidc {
             .authorize_url(CoreAuthenticationFlow::AuthorizationCode, move || CsrfToken::new(state), move || kept)
             .add_scope(Scope::new("email".into()))
             .add_scope(Scope::new("profile".into()))
+            .add_scopes(self.extra_scopes.iter().map(|scope| Scope::new(scope.clone())))
             .set_pkce_challenge(challenge)
             .url();
         Start {
@@ -179,10 +251,13 @@ impl Oidc {
             .map(|name| name.to_string())
             .or_else(|| claims.preferred_username().map(|name| name.to_string()))
             .unwrap_or_default();
+        let payload = payload_of(&id_token.to_string());
         Ok(Identity {
             subject: claims.subject().to_string(),
             name,
             email: claims.email().map(|email| email.to_string()).unwrap_or_default(),
+            email_verified: claims.email_verified().unwrap_or(false),
+            groups: groups_in(&payload, &self.groups_claim),
             id_token: id_token.to_string(),
             expires: claims.expiration().timestamp().max(0) as u64,
         })
@@ -204,5 +279,53 @@ impl Oidc {
             Err(_) => request,
         };
         Some(request.http_get_url().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn someone(email: &str, verified: bool, groups: &[&str]) -> Identity {
+        Identity {
+            subject: "s".into(),
+            name: "S".into(),
+            email: email.into(),
+            id_token: String::new(),
+            expires: 0,
+            email_verified: verified,
+            groups: groups.iter().map(|group| group.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn only_listed_verified_addresses_and_required_groups_are_let_in() {
+        let open = Admission::default();
+        assert_eq!(open.refuses(&someone("", false, &[])), None, "no lists: everyone the provider signs in");
+        let by_mail =
+            Admission { emails: vec!["Gran@Example.org".into()], domains: vec!["family.test".into()], groups: vec![] };
+        assert_eq!(by_mail.refuses(&someone("gran@example.org", true, &[])), None);
+        assert_eq!(by_mail.refuses(&someone("kid@family.test", true, &[])), None);
+        assert!(by_mail.refuses(&someone("kid@family.test", false, &[])).is_some(), "unverified");
+        assert!(
+            by_mail.refuses(&someone("kid@evil.family.test", true, &[])).is_some(),
+            "a subdomain is another domain"
+        );
+        assert!(by_mail.refuses(&someone("mallory@example.com", true, &[])).is_some());
+        let by_group = Admission { groups: vec!["family".into()], ..Admission::default() };
+        assert_eq!(by_group.refuses(&someone("", false, &["users", "family"])), None);
+        assert!(by_group.refuses(&someone("", false, &["users"])).is_some());
+    }
+
+    #[test]
+    fn groups_are_read_from_a_list_or_a_string() {
+        use base64::Engine as _;
+        let payload =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"groups":["a","b"],"role":"admins"}"#);
+        let claims = payload_of(&format!("header.{payload}.signature"));
+        assert_eq!(groups_in(&claims, "groups"), ["a", "b"]);
+        assert_eq!(groups_in(&claims, "role"), ["admins"]);
+        assert!(groups_in(&claims, "missing").is_empty());
+        assert!(groups_in(&payload_of("not a token"), "groups").is_empty());
     }
 }
