@@ -23,3 +23,31 @@ pub async fn stop_requested(parent: Option<u32>) -> &'static str {
         () = orphaned => "the daemon that started it is gone",
     }
 }
+
+/// Serves `health` (a gateway's `ContainerHealth`) on a Unix socket at `path`, a stale one
+/// replaced, until the process ends: how the daemon that supervises a gateway asks after it.
+pub fn serve_health<S: crate::v1::container_health_server::ContainerHealth>(
+    health: std::sync::Arc<S>,
+    path: &std::path::Path,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("cannot replace {}: {error}", path.display()))
+        }
+        _ => {}
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
+    // The folder around it, the daemon's or handed to this container, keeps others out.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|error| format!("cannot set the permissions of {}: {error}", path.display()))?;
+    let server = tonic::transport::Server::builder()
+        .add_service(crate::v1::container_health_server::ContainerHealthServer::from_arc(health))
+        .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener));
+    Ok(tokio::spawn(async move {
+        if let Err(error) = server.await {
+            eprintln!("the health socket stopped: {error}");
+        }
+    }))
+}

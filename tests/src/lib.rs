@@ -482,6 +482,21 @@ pub fn percentile(values: &mut [f64], p: f64) -> f64 {
     values[rank.min(values.len()) - 1]
 }
 
+/// The processes of `binary` (a gateway's) that the daemon of `data_dir` runs.
+pub fn gateway_pids(data_dir: &Path, binary: &str) -> Vec<u32> {
+    let needle = data_dir.join("data/gateways").display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.contains(binary) && cmdline.contains(&needle)).then_some(pid)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

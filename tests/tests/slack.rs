@@ -545,21 +545,6 @@ async fn answered(fake: &FakeSlack, daemon: &baaaht_tests::TestDaemon, text: &st
     assert!(shown, "no answer to `{text}`: {:#?}\n{}", shown_in(fake, "DU7"), daemon.log_text());
 }
 
-/// The pids of the `baaaht-slack` processes serving `data_dir`'s gateways.
-fn gateway_pids(data_dir: &std::path::Path) -> Vec<u32> {
-    let needle = data_dir.join("data/gateways").display().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            (cmdline.contains("baaaht-slack") && cmdline.contains(&needle)).then_some(pid)
-        })
-        .collect()
-}
-
 async fn gateway_state(daemon: &baaaht_tests::TestDaemon) -> v1::GatewayInfo {
     let mut host = scenario::host_client(daemon).await.expect("host client");
     let list = host.admin.list_gateways(v1::ListGatewaysRequest {}).await.expect("ListGateways").into_inner();
@@ -586,7 +571,7 @@ fn the_daemon_runs_the_gateway_and_restarts_it_when_it_dies_or_fails_its_health_
         assert_eq!(gateway_state(&daemon).await.state, "running");
 
         // The process dies: the daemon starts another, which answers.
-        let pids = gateway_pids(&daemon.data_dir);
+        let pids = baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-slack");
         assert_eq!(pids.len(), 1, "{pids:?}\n{}", daemon.log_text());
         let killed = std::process::Command::new("kill").args(["-9", &pids[0].to_string()]).status().expect("kill");
         assert!(killed.success());
@@ -608,11 +593,11 @@ fn the_daemon_runs_the_gateway_and_restarts_it_when_it_dies_or_fails_its_health_
         let back = fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 3).await;
         assert!(back, "no connection after Slack came back\n{}", daemon.log_text());
         answered(&fake, &daemon, "third", "EvP3", "1760000200.000300").await;
-        let pids = gateway_pids(&daemon.data_dir);
+        let pids = baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-slack");
         assert_eq!(pids.len(), 1, "one gateway process at a time: {pids:?}");
     });
     // No Slack token is in the gateway's environment: it asked the daemon for them.
-    let pid = *gateway_pids(&daemon.data_dir).first().expect("a gateway process");
+    let pid = *baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-slack").first().expect("a gateway process");
     let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
     let environ = String::from_utf8_lossy(&environ);
     assert!(!environ.contains("xoxb-") && !environ.contains("xapp-"), "{environ}");
@@ -642,7 +627,7 @@ fn in_its_container_the_gateway_reaches_slack_only_through_the_daemon() {
     let network =
         baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
     assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
-    assert!(gateway_pids(&daemon.data_dir).is_empty(), "no gateway on the host");
+    assert!(baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-slack").is_empty(), "no gateway on the host");
     // From inside, the egress socket opens Slack's hosts only.
     let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
         s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\

@@ -379,6 +379,13 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         say(&bob, "hello family").await;
         let shown = answered(&bob, "Bob User hello family").await;
         assert!(shown, "no answer in the room: {}\n{}", text_of(&bob, "body").await, logs());
+        // Bob's conversation joins Alice's list of the room's conversations; she opens it.
+        let listed = until(Duration::from_secs(30), || async {
+            text_of(&alice, "#sessions button.unread").await.contains("hello family")
+        })
+        .await;
+        assert!(listed, "Bob's conversation is in Alice's list: {}", text_of(&alice, "#sessions").await);
+        click(&alice, "#sessions button.unread").await;
         let from_bob = until(Duration::from_secs(30), || async {
             text_of(&alice, "#log .user").await.contains("Bob User\nhello family")
         })
@@ -421,4 +428,86 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         alice.close().await.expect("close");
         bob.close().await.expect("close");
     });
+}
+
+/// The status of `url`, by curl (0 when nothing answers).
+fn status_of(url: &str) -> u16 {
+    let output = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", url])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(0)
+}
+
+#[test]
+fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let web_port = web::free_port().expect("port");
+    let site = format!("http://127.0.0.1:{web_port}");
+    let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)
+        .expect("the OIDC provider");
+    let options = DaemonOptions {
+        env: vec![
+            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
+            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
+            ("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL".into(), "200".into()),
+        ],
+        ..DaemonOptions::default()
+    };
+    let (_fake, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let added = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        // A web gateway runs as the daemon's host process unless told otherwise.
+        let request = v1::AddGatewayRequest {
+            kind: "web".into(),
+            name: "home".into(),
+            issuer: provider.issuer.clone(),
+            audience: CLIENT_ID.into(),
+            args: vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()],
+            ..Default::default()
+        };
+        let refused = v1::AddGatewayRequest {
+            name: "other".into(),
+            args: vec!["--state-dir".into(), "/tmp/x".into()],
+            ..request.clone()
+        };
+        let error = host.admin.add_gateway(refused).await.expect_err("the daemon sets --state-dir");
+        assert!(error.message().contains("--state-dir"), "{}", error.message());
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    });
+    assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("process"));
+    assert!(added.token.is_empty(), "a gateway the daemon runs needs no token of its own");
+    let serving = |limit: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(limit);
+        while std::time::Instant::now() < deadline {
+            if status_of(&format!("{site}/signed-out")) == 200 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    };
+    assert!(serving(60), "the daemon's web gateway does not serve\n{}", daemon.log_text());
+    let pids = baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-web");
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    // Its sessions are kept in the gateway's folder, where a restart finds them.
+    assert!(daemon.data_dir.join("data/gateways/home/state").is_dir());
+    let killed = std::process::Command::new("kill").args(["-9", &pids[0].to_string()]).status().expect("kill");
+    assert!(killed.success());
+    let restarted = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-web");
+            if now.len() == 1 && now[0] != pids[0] && status_of(&format!("{site}/signed-out")) == 200 {
+                break true;
+            }
+            if std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert!(restarted, "the gateway was not restarted\n{}", daemon.log_text());
+    assert!(daemon.log_text().contains("the gateway process exited"), "{}", daemon.log_text());
 }

@@ -104,7 +104,7 @@ impl RunMode {
     pub fn default_for(kind: &GatewayKind) -> RunMode {
         match kind {
             GatewayKind::Slack { .. } => RunMode::Container,
-            GatewayKind::Web { .. } => RunMode::External,
+            GatewayKind::Web { .. } => RunMode::Process,
         }
     }
 
@@ -119,7 +119,7 @@ impl RunMode {
 
 /// The arguments the daemon gives a gateway itself; they are not the registrant's to set.
 pub const DAEMON_ARGS: &[&str] =
-    &["--socket", "--token-file", "--health-socket", "--egress-socket", "--parent", "--check"];
+    &["--socket", "--token-file", "--health-socket", "--egress-socket", "--parent", "--check", "--state-dir"];
 
 /// A registered gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,9 +286,10 @@ pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(
     if mode == RunMode::External {
         return Ok(());
     }
-    if let GatewayKind::Web { .. } = kind {
+    if let (GatewayKind::Web { .. }, RunMode::Container) = (kind, mode) {
         return Err(GatewayError::Invalid(
-            "the web gateway cannot be run by the daemon yet: register it with --mode external and run it yourself"
+            "the web gateway does not run in a container yet: register it with --mode process (the daemon runs it \
+             on the host) or --mode external"
                 .into(),
         ));
     }

@@ -41,6 +41,15 @@ const EGRESS_SOCKET: &str = "egress.sock";
 /// How long a started gateway may take to serve its health socket.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What the daemon gives a gateway of `kind` in `folder` beyond its sockets: the web gateway
+/// keeps its signed-in sessions in `folder/state`, so a restart signs nobody out.
+pub fn kind_args(kind: &GatewayKind, folder: &Path) -> Vec<std::ffi::OsString> {
+    match kind {
+        GatewayKind::Web { .. } => vec!["--state-dir".into(), folder.join("state").into_os_string()],
+        GatewayKind::Slack { .. } => vec![],
+    }
+}
+
 /// The binary of a gateway kind.
 pub fn binary_of(kind: &GatewayKind) -> &'static str {
     match kind {
@@ -159,6 +168,7 @@ impl Supervisors {
             .arg("--check")
             .arg("--socket")
             .arg("/dev/null")
+            .args(kind_args(kind, Path::new("/nonexistent")))
             .args(args)
             .env_clear()
             .stdin(std::process::Stdio::null())
@@ -281,6 +291,7 @@ impl Supervisor {
                 .arg(folder.join(RUN_FOLDER).join(HEALTH_SOCKET))
                 .arg("--parent")
                 .arg(std::process::id().to_string())
+                .args(kind_args(&self.record.kind, &folder))
                 .args(&self.record.args)
                 // Nothing of the daemon's environment (which may hold keys) is inherited; its
                 // log goes where the daemon's does.

@@ -260,8 +260,11 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     if record.status != SessionStatus::Active {
         prewarm(shared, &record);
     }
+    // A title is a convenience: a failure to save it costs the message nothing.
     if record.title.is_none() {
-        shared.sessions.title_from_first_message(&record.id, &incoming_content)?;
+        if let Err(error) = shared.sessions.title_from_first_message(&record.id, &incoming_content) {
+            tracing::warn!(session = %record.id, %error, "cannot title the conversation");
+        }
     }
     let turn = new_id("t-");
     let correlation_id = uuid::Uuid::new_v4().to_string();

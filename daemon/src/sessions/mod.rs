@@ -528,7 +528,8 @@ fn touch(record: &mut SessionRecord, now: u64) {
 /// A title for a conversation that begins with `message`: its first line, at most 60
 /// characters, cut at a word; none for a message without words.
 pub fn title_of(message: &str) -> Option<String> {
-    let line = message.lines().map(str::trim).find(|line| !line.is_empty())?;
+    // The daemon's notes of attached files are not what the conversation is about.
+    let line = message.lines().map(str::trim).find(|line| !line.is_empty() && !line.starts_with("[attached: "))?;
     if line.chars().count() <= 60 {
         return Some(line.to_string());
     }
@@ -597,6 +598,7 @@ mod tests {
         let long = "Which of these seven recipes would be quickest to cook on a weekday evening for four";
         assert_eq!(title_of(long).as_deref(), Some("Which of these seven recipes would be quickest to cook on a…"));
         assert_eq!(title_of(" \n "), None);
+        assert_eq!(title_of("[attached: uploads/a.png (image/png, 3 KB) in the session's workspace]"), None);
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("data/state")).expect("state");
         let store = SessionStore::open(dir.path());

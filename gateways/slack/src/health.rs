@@ -3,12 +3,11 @@
 //! unhealthy once it has had no Slack connection for `--unhealthy-after`; after three unhealthy
 //! answers in a row the daemon restarts it (DESIGN.md §9.2).
 
-use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use baaaht_proto::v1;
-use baaaht_proto::v1::container_health_server::{ContainerHealth, ContainerHealthServer};
+use baaaht_proto::v1::container_health_server::ContainerHealth;
 use tonic::{Request, Response, Status};
 
 /// Whether events reach the gateway.
@@ -74,30 +73,6 @@ impl ContainerHealth for Health {
             probe: request.into_inner().probe,
         }))
     }
-}
-
-/// Serves `health` on a Unix socket at `path` (a stale one is replaced) until the process ends.
-pub async fn serve(health: Arc<Health>, path: &Path) -> Result<tokio::task::JoinHandle<()>, String> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-            return Err(format!("cannot replace {}: {error}", path.display()))
-        }
-        _ => {}
-    }
-    let listener = tokio::net::UnixListener::bind(path)
-        .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
-    // The folder around it, the daemon's or handed to this container, keeps others out.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|error| format!("cannot set the permissions of {}: {error}", path.display()))?;
-    let server = tonic::transport::Server::builder()
-        .add_service(ContainerHealthServer::from_arc(health))
-        .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener));
-    Ok(tokio::spawn(async move {
-        if let Err(error) = server.await {
-            tracing::error!(%error, "the health socket stopped");
-        }
-    }))
 }
 
 #[cfg(test)]

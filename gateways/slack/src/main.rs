@@ -6,7 +6,7 @@ use std::sync::Arc;
 use baaaht_proto::client;
 use baaaht_slack::egress::Egress;
 use baaaht_slack::gateway::Gateway;
-use baaaht_slack::health::{self, Health};
+use baaaht_slack::health::Health;
 use baaaht_slack::route::Trigger;
 use baaaht_slack::{events_http, socket_mode};
 use clap::Parser;
@@ -93,7 +93,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
     let health = Health::new(std::time::Duration::from_secs(cli.unhealthy_after));
     if let Some(path) = &cli.health_socket {
-        health::serve(health.clone(), path).await?;
+        baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
     }
     let egress = match &cli.egress_socket {
         Some(path) => Egress::Tunnel(Arc::new(path.clone())),

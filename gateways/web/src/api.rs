@@ -124,12 +124,24 @@ fn entry_json(entry: &v1::SessionEntry) -> Option<Value> {
     Some(Value::Object(base))
 }
 
-/// `GET /api/sessions`: the user's conversations and their rooms', newest first.
+/// `GET /api/sessions`: the user's own conversations and their rooms', newest first (an
+/// admin's list too: the daemon would show them everyone's, which is the admin tools' job).
 pub async fn list(State(app): State<Arc<App>>, user: User) -> Response {
     let mut daemon = app.daemon.clone();
+    let me = match daemon.gateways.who_am_i(app.as_user(&user.session, v1::WhoAmIRequest {})).await {
+        Ok(me) => me.into_inner(),
+        Err(status) => return api_error(&status),
+    };
     match daemon.sessions.list_sessions(app.as_user(&user.session, v1::SessionFilter::default())).await {
         Ok(list) => {
             let mut sessions = list.into_inner().sessions;
+            sessions.retain(|session| {
+                if session.context_type == v1::ContextType::Group as i32 {
+                    me.groups.contains(&session.group_id)
+                } else {
+                    session.user_id == me.id
+                }
+            });
             sessions.sort_by(|a, b| b.last_activity.cmp(&a.last_activity).then_with(|| b.created.cmp(&a.created)));
             Json(json!({"sessions": sessions.iter().map(session_json).collect::<Vec<_>>()})).into_response()
         }
@@ -448,40 +460,58 @@ pub async fn upload(
         sender_id: app.identity(&user.session),
     };
     let max = app.max_upload;
+    let declared_size = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared_size.is_some_and(|size| size > max) {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than this site takes.");
+    }
     let (sender, receiver) = tokio::sync::mpsc::channel(4);
+    let (failed, failure) = tokio::sync::oneshot::channel::<(StatusCode, &'static str)>();
     let _ = sender.try_send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Start(start)) });
-    // The body goes on to the daemon as it arrives, in chunks; past the limit it stops.
+    // The body goes on to the daemon as it arrives, in chunks. Past the limit, or when the
+    // browser's upload breaks, the call to the daemon is abandoned (not ended: an ended stream
+    // would be stored, cut short), and the daemon removes what it had.
     let pump = tokio::spawn(async move {
         let mut stream = body.into_data_stream();
         let (mut total, mut pending) = (0u64, Vec::with_capacity(CHUNK));
+        let fail = |failed: tokio::sync::oneshot::Sender<_>, status, sentence| {
+            let _ = failed.send((status, sentence));
+        };
         while let Some(bytes) = stream.next().await {
-            let Ok(bytes) = bytes else { return Err("the upload was interrupted; try again") };
+            let Ok(bytes) = bytes else {
+                fail(failed, StatusCode::BAD_REQUEST, "The upload was interrupted; try again.");
+                sender.closed().await;
+                return;
+            };
             total += bytes.len() as u64;
             if total > max {
-                return Err("the file is larger than this site takes");
+                fail(failed, StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than this site takes.");
+                sender.closed().await;
+                return;
             }
             pending.extend_from_slice(&bytes);
             while pending.len() >= CHUNK {
                 let rest = pending.split_off(CHUNK);
                 let chunk = std::mem::replace(&mut pending, rest);
                 if sender.send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Data(chunk)) }).await.is_err() {
-                    return Ok(());
+                    return; // the daemon answered already
                 }
             }
         }
         if !pending.is_empty() {
             let _ = sender.send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Data(pending)) }).await;
         }
-        Ok(())
     });
     let mut daemon = app.daemon.clone();
     let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
-    let stored = daemon.sessions.upload_file(app.as_user(&user.session, stream)).await;
-    match pump.await {
-        Ok(Err(sentence)) => return error(StatusCode::PAYLOAD_TOO_LARGE, sentence),
-        Err(error) => tracing::warn!(%error, "an upload's pump failed"),
-        Ok(Ok(())) => {}
-    }
+    let stored = tokio::select! {
+        stored = daemon.sessions.upload_file(app.as_user(&user.session, stream)) => stored,
+        Ok((status, sentence)) = failure => return error(status, sentence),
+    };
+    // The daemon answered (it may have refused early): the rest of the body is not wanted.
+    pump.abort();
     match stored {
         Ok(stored) => {
             let stored = stored.into_inner();

@@ -54,6 +54,10 @@ struct Cli {
     /// Another scope to ask the provider for, e.g. `groups` (repeatable)
     #[arg(long = "scope", value_name = "SCOPE")]
     scopes: Vec<String>,
+    /// Serve the gateway's health (ContainerHealth) on this Unix socket, for the daemon that
+    /// supervises it
+    #[arg(long, value_name = "PATH")]
+    health_socket: Option<PathBuf>,
     /// Stop when this process is no longer the parent (a host child of a daemon that died)
     #[arg(long, value_name = "PID")]
     parent: Option<u32>,
@@ -132,6 +136,9 @@ async fn run(cli: Cli) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
+    if let Some(path) = &cli.health_socket {
+        baaaht_proto::lifecycle::serve_health(Arc::new(Serving(std::time::Instant::now())), path)?;
+    }
     tracing::info!(address = %cli.listen, public_url = %app.public_url, "serving");
     let stopped = async move {
         let why = baaaht_proto::lifecycle::stop_requested(cli.parent).await;
@@ -153,5 +160,25 @@ async fn run(cli: Cli) -> Result<(), String> {
     tokio::select! {
         served = serve => served.map_err(|error| format!("the server stopped: {error}")),
         () = reap => Ok(()),
+    }
+}
+
+/// The gateway's health for the daemon that runs it: it answers once the site is served (it
+/// is served for as long as the process lives; a failed listener ends the process).
+struct Serving(std::time::Instant);
+
+#[tonic::async_trait]
+impl v1::container_health_server::ContainerHealth for Serving {
+    async fn health_check(
+        &self,
+        request: tonic::Request<v1::HealthCheckRequest>,
+    ) -> Result<tonic::Response<v1::HealthCheckResponse>, tonic::Status> {
+        Ok(tonic::Response::new(v1::HealthCheckResponse {
+            status: "healthy".into(),
+            message: String::new(),
+            uptime_seconds: self.0.elapsed().as_secs() as i64,
+            metrics: Default::default(),
+            probe: request.into_inner().probe,
+        }))
     }
 }

@@ -6,7 +6,10 @@
 
 import { render } from "./markdown.js";
 
-const $ = (id) => document.getElementById(id);
+// The page's own elements, taken once at the start (nothing an answer shows can stand in).
+const elements = new Map();
+for (const element of document.querySelectorAll("[id]")) elements.set(element.id, element);
+const $ = (id) => elements.get(id);
 const csrf = $("composer").dataset.csrf;
 const log = $("log");
 const input = $("input");
@@ -16,7 +19,8 @@ const state = {
   room: "", // the room open, "" for the user's own conversations
   rooms: [],
   session: "", // the conversation open
-  leaf: "", // the entry the next message answers ("" = the newest)
+  leaf: "", // the entry chosen with "Reply here" ("" = none)
+  tip: "", // the newest entry of the branch on screen: what the next message answers
   entries: [], // the open conversation's entries, every branch
   running: new Set(), // turns of the open conversation still running
   answers: new Map(), // turn → its answer's element
@@ -43,6 +47,11 @@ async function api(path, { method = "GET", body, raw, type } = {}) {
   const json = await answer.json().catch(() => ({}));
   if (!answer.ok) throw new Error(json.error || "That did not work; try again.");
   return json;
+}
+
+// Says `text` to screen readers (the conversation itself is not read out word by word).
+function announce(text) {
+  $("status").textContent = text;
 }
 
 function problem(text) {
@@ -88,20 +97,20 @@ function actions(element, entry, { retry } = {}) {
     b.type = "button";
     b.textContent = label;
     b.title = title;
-    b.setAttribute("aria-label", title);
     b.addEventListener("click", act);
     bar.append(b);
     return b;
   };
   button("Copy", "Copy this message", () => navigator.clipboard.writeText(entry.text || ""));
   if (retry) button("Retry", "Ask again (a new branch)", () => retryAnswer(entry));
+  if (entry.id) state.tip = entry.id;
   button("Reply here", "Answer from this message (a new branch)", () => branchAt(entry.id));
   button("Fork", "A new conversation from this message", () => forkAt(entry.id));
   element.append(bar);
 }
 
 // Whether `sender` (a user id or channel identity) is the one signed in here.
-const isMe = (sender) => !sender || sender === state.me.id || sender === state.me.identity;
+const isMe = (sender) => Boolean(sender) && (sender === state.me.id || sender === state.me.identity);
 
 function showUser(entry) {
   const element = bubble(isMe(entry.sender) ? "user" : "user other");
@@ -180,13 +189,10 @@ function running(turn, on) {
 }
 
 function onEvent(event) {
-  if (event.session && state.session && event.session !== state.session) {
+  // Only the conversation open here is shown; another one is marked in the side bar.
+  if (event.session && event.session !== state.session) {
     markUnread(event.session);
     return;
-  }
-  if (event.session && !state.session) {
-    state.session = event.session;
-    refreshSessions();
   }
   switch (event.type) {
     case "user": {
@@ -196,7 +202,10 @@ function onEvent(event) {
       const shown = showUser({ id: event.entry, text: event.text, name: event.name, sender: event.sender });
       if (pending) pending.replaceWith(shown);
       if (!state.entries.length) refreshSessions();
-      state.leaf = "";
+      if (mine) {
+        state.leaf = "";
+        $("replying").hidden = true;
+      }
       running(event.turn, true);
       break;
     }
@@ -215,6 +224,7 @@ function onEvent(event) {
       element.classList.add("done");
       actions(element, entry, { retry: true });
       running(event.turn, false);
+      announce("The answer is complete.");
       reloadEntries();
       break;
     }
@@ -252,13 +262,25 @@ function follow() {
   if (state.events) state.events.close();
   const events = new EventSource(`/api/events?${roomQuery().slice(1)}`);
   events.onmessage = (message) => onEvent(JSON.parse(message.data));
+  events.onopen = () => {
+    state.retryIn = 1000;
+  };
   events.onerror = async () => {
-    // Closed for good (signed out, expired): back to the sign-in when that is why.
-    if (events.readyState === EventSource.CLOSED) {
+    // Closed for good (signed out, expired): back to the sign-in when that is why; else
+    // follow again, waiting longer each time.
+    if (events.readyState !== EventSource.CLOSED) return;
+    try {
       const me = await fetch("/api/me");
-      if (me.status === 401) window.location.assign("/login");
-      else setTimeout(() => state.events === events && follow(), 1000);
+      if (me.status === 401) {
+        window.location.assign("/login");
+        return;
+      }
+    } catch {
+      // Offline: try again below.
     }
+    const wait = state.retryIn || 1000;
+    state.retryIn = Math.min(wait * 2, 30000);
+    setTimeout(() => state.events === events && follow(), wait);
   };
   state.events = events;
 }
@@ -292,8 +314,11 @@ function show(entries) {
 async function open(id, leaf = "") {
   state.session = id;
   state.leaf = leaf;
+  state.tip = "";
   state.running.clear();
   running("", false);
+  state.attachments = [];
+  drawAttachments();
   $("bar").hidden = !id;
   if (!id) {
     log.replaceChildren();
@@ -302,6 +327,7 @@ async function open(id, leaf = "") {
   }
   try {
     const read = await api(`/api/sessions/${encodeURIComponent(id)}`);
+    if (id !== state.session) return; // another conversation was opened meanwhile
     state.entries = read.entries;
     $("title").textContent = read.session.title || "Conversation";
     $("model").value = read.session.model || "";
@@ -310,8 +336,6 @@ async function open(id, leaf = "") {
     for (const item of document.querySelectorAll("#sessions [aria-current]")) item.removeAttribute("aria-current");
     document.querySelector(`#sessions [data-id="${CSS.escape(id)}"]`)?.setAttribute("aria-current", "page");
     document.querySelector(`#sessions [data-id="${CSS.escape(id)}"]`)?.classList.remove("unread");
-    $("export-md").href = `/api/sessions/${encodeURIComponent(id)}/export?format=md&leaf=${encodeURIComponent(leaf)}`;
-    $("export-html").href = `/api/sessions/${encodeURIComponent(id)}/export?format=html&leaf=${encodeURIComponent(leaf)}`;
   } catch (error) {
     problem(error.message);
   }
@@ -338,7 +362,7 @@ function drawTree() {
     if (!children.has(parent)) children.set(parent, []);
     children.get(parent).push(entry);
   }
-  const current = new Set(branch(state.entries, state.leaf).map((entry) => entry.id));
+  const current = new Set(branch(state.entries, state.leaf || state.tip).map((entry) => entry.id));
   // Messages only; what sits between them (delegations, summaries) is passed through.
   const list = (parent) => {
     const items = [];
@@ -378,9 +402,12 @@ function drawTree() {
 
 // The open conversation's entries anew (after an answer), for the tree.
 async function reloadEntries() {
-  if (!state.session) return;
+  const session = state.session;
+  if (!session) return;
   try {
-    state.entries = (await api(`/api/sessions/${encodeURIComponent(state.session)}`)).entries;
+    const entries = (await api(`/api/sessions/${encodeURIComponent(session)}`)).entries;
+    if (session !== state.session) return; // another conversation was opened meanwhile
+    state.entries = entries;
     drawTree();
   } catch {
     // The tree stays as it was; the next answer tries again.
@@ -411,9 +438,17 @@ async function retryAnswer(answer) {
   // The question before the answer, asked again under the same parent: a new branch.
   const entry = state.entries.find((e) => e.id === answer.id);
   const question = state.entries.find((e) => e.id === entry?.parent);
-  if (!question) return;
-  state.leaf = question.parent || "";
-  await send(question.text, { retry: true });
+  if (!question) {
+    problem("This answer is still being saved; try again in a moment.");
+    return;
+  }
+  if (!question.parent) {
+    problem("The first answer of a conversation cannot be asked again here; use Fork on the question.");
+    return;
+  }
+  show(branch(state.entries, question.parent));
+  state.leaf = question.parent;
+  await send(question.text.replace(/\n?\[attached: [^\]]*\]/g, ""), { retry: true });
 }
 
 // --- sending ------------------------------------------------------------------------------
@@ -439,15 +474,13 @@ async function send(text, { retry = false } = {}) {
   const pending = bubble("user", content);
   pending.dataset.pending = "true";
   try {
-    const sent = await api("/api/messages", {
+    // A message always names its conversation and what it answers: never "the newest", which
+    // in a room may be someone else's.
+    const session = await ensureSession();
+    await api("/api/messages", {
       method: "POST",
-      body: { content, session_id: state.session, parent: state.leaf, room: state.room, attachments },
+      body: { content, session_id: session, parent: state.leaf || state.tip, room: state.room, attachments },
     });
-    if (!state.session) {
-      state.session = sent.session;
-      $("bar").hidden = false;
-      refreshSessions();
-    }
   } catch (error) {
     pending.remove();
     problem(error.message);
@@ -497,8 +530,11 @@ function drawAttachments() {
 
 // --- the side bar -------------------------------------------------------------------------
 
-function markUnread(session) {
-  document.querySelector(`#sessions [data-id="${CSS.escape(session)}"]`)?.classList.add("unread");
+// Marks another conversation of this place as having news; a new one joins the list first.
+async function markUnread(session) {
+  const find = () => $("sessions").querySelector(`[data-id="${CSS.escape(session)}"]`);
+  if (!find()) await refreshSessions();
+  find()?.classList.add("unread");
 }
 
 const roomName = (id) => state.rooms.find((room) => room.id === id)?.name || id;
@@ -584,6 +620,7 @@ async function refreshRooms() {
 
 async function enter(room) {
   state.room = room;
+  state.session = "";
   const info = state.rooms.find((r) => r.id === room);
   const readOnly = Boolean(info && !info.active);
   for (const id of ["input", "send", "attach"]) $(id).disabled = readOnly;
@@ -676,7 +713,20 @@ $("chat").addEventListener("drop", (event) => {
   $("chat").classList.remove("dropping");
   if (event.dataTransfer?.files?.length) upload([...event.dataTransfer.files]);
 });
-$("menu").addEventListener("click", () => document.body.classList.toggle("menu-open"));
+$("menu").addEventListener("click", () => {
+  const open = document.body.classList.toggle("menu-open");
+  $("menu").setAttribute("aria-expanded", String(open));
+});
+for (const [id, format] of [
+  ["export-md", "md"],
+  ["export-html", "html"],
+]) {
+  // The export is of the branch on screen, as it is now.
+  $(id).addEventListener("click", () => {
+    const at = state.leaf || state.tip;
+    $(id).href = `/api/sessions/${encodeURIComponent(state.session)}/export?format=${format}&leaf=${encodeURIComponent(at)}`;
+  });
+}
 $("new-room").addEventListener("submit", async (event) => {
   event.preventDefault();
   const members = $("room-members").value.split(/[\s,]+/).filter(Boolean);

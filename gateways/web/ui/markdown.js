@@ -6,9 +6,12 @@ import { marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.mjs";
 import hljs from "./vendor/highlight.min.js";
 
+// No ids, names or classes either: an answer must not stand in for the page's own elements
+// (DOM clobbering) or dress up as someone else's message.
 const forbidden = {
   FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed"],
-  FORBID_ATTR: ["style"],
+  FORBID_ATTR: ["style", "id", "name", "class"],
+  SANITIZE_NAMED_PROPS: true,
 };
 
 export function render(element, text) {
