@@ -26,6 +26,11 @@ impl Running {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Running {

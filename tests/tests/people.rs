@@ -496,6 +496,7 @@ fn the_web_gateways_id_tokens_are_verified_by_the_daemon() {
             name: "home".into(),
             issuer: issuer.issuer.clone(),
             audience: "baaaht-web".into(),
+            mode: "external".into(),
             ..Default::default()
         };
         let web = connect(&add_gateway(&mut host, request).await).await;

@@ -28,6 +28,66 @@ where
     false
 }
 
+/// A daemon answering with `brain` whose egress lets it reach `provider`, with the web
+/// gateway's client secret, `env` and `files` besides.
+fn daemon_for(
+    rt: &tokio::runtime::Runtime,
+    provider: &Provider,
+    brain: baaaht_tests::fake_provider::Answer,
+    env: Vec<(String, String)>,
+    files: Vec<(String, String)>,
+) -> (baaaht_tests::fake_provider::FakeProvider, baaaht_tests::TestDaemon) {
+    // The daemon fetches the provider's keys through its egress proxy: loopback is allowed here.
+    let mut options = DaemonOptions {
+        env: vec![
+            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
+            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
+        ],
+        files,
+        ..DaemonOptions::default()
+    };
+    options.env.extend(env);
+    scenario::start(rt, brain, options).expect("daemon")
+}
+
+/// Registers the web gateway `home` for `provider`, run as `mode` with `args`.
+fn register(
+    rt: &tokio::runtime::Runtime,
+    daemon: &baaaht_tests::TestDaemon,
+    provider: &Provider,
+    mode: &str,
+    args: Vec<String>,
+) -> v1::AddGatewayResponse {
+    rt.block_on(async {
+        let mut host = scenario::host_client(daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "web".into(),
+            name: "home".into(),
+            issuer: provider.issuer.clone(),
+            audience: CLIENT_ID.into(),
+            mode: mode.into(),
+            args,
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    })
+}
+
+/// The site: a daemon (echoing) and `baaaht-web` on `port`, run by hand with `extra` arguments.
+fn web_site(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    provider: &Provider,
+    port: u16,
+    extra: &[&str],
+) -> (baaaht_tests::fake_provider::FakeProvider, baaaht_tests::TestDaemon, baaaht_tests::Running) {
+    let (fake, daemon) = daemon_for(rt, provider, scenario::echo_brain(), vec![], vec![]);
+    let added = register(rt, &daemon, provider, "external", vec![]);
+    let socket = added.gateway.expect("info").socket;
+    let gateway = web::web_gateway(dir, &socket, &added.token, port, extra).expect("baaaht-web");
+    (fake, daemon, gateway)
+}
+
 #[test]
 fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
     let rt = baaaht_tests::runtime();
@@ -36,31 +96,9 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
     let site = format!("http://127.0.0.1:{web_port}");
     let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)
         .expect("the OIDC provider");
-    // The daemon fetches the provider's keys through its egress proxy: loopback is allowed here.
-    let options = DaemonOptions {
-        env: vec![
-            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
-            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
-        ],
-        ..DaemonOptions::default()
-    };
-    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
-    let added = rt.block_on(async {
-        let mut host = scenario::host_client(&daemon).await.expect("host client");
-        let request = v1::AddGatewayRequest {
-            kind: "web".into(),
-            name: "home".into(),
-            issuer: provider.issuer.clone(),
-            audience: CLIENT_ID.into(),
-            mode: "external".into(),
-            ..Default::default()
-        };
-        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
-    });
-    let socket = added.gateway.expect("info").socket;
     // Only verified addresses at example.test, in the provider's group `users`, are let in.
     let admission = ["--allowed-domain", "example.test", "--required-group", "users", "--scope", "groups"];
-    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &admission).expect("baaaht-web");
+    let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, web_port, &admission);
     let driver = Driver::start(dir.path()).expect("chromedriver");
     rt.block_on(async {
         let browser = driver.browser(1280).await.expect("browser");
@@ -239,28 +277,10 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         "identities": {format!("web:{}#alice", provider.issuer): {"user": "u-alice", "own": "u-alice", "created": "2026-11-23T00:00:00Z"}},
         "users": {"u-alice": {"name": "Alice Admin", "created": "2026-11-23T00:00:00Z"}},
     });
-    let options = DaemonOptions {
-        env: vec![
-            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
-            ("BAAAHT__SYSTEM__ADMIN_USERS".into(), "[\"u-alice\"]".into()),
-            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
-        ],
-        files: vec![("data/state/identities.json".into(), identities.to_string())],
-        ..DaemonOptions::default()
-    };
-    let (fake, daemon) = scenario::start(&rt, scenario::web_brain(), options).expect("daemon");
-    let added = rt.block_on(async {
-        let mut host = scenario::host_client(&daemon).await.expect("host client");
-        let request = v1::AddGatewayRequest {
-            kind: "web".into(),
-            name: "home".into(),
-            issuer: provider.issuer.clone(),
-            audience: CLIENT_ID.into(),
-            mode: "external".into(),
-            ..Default::default()
-        };
-        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
-    });
+    let env = vec![("BAAAHT__SYSTEM__ADMIN_USERS".into(), "[\"u-alice\"]".into())];
+    let files = vec![("data/state/identities.json".into(), identities.to_string())];
+    let (fake, daemon) = daemon_for(&rt, &provider, scenario::web_brain(), env, files);
+    let added = register(&rt, &daemon, &provider, "external", vec![]);
     let socket = added.gateway.expect("info").socket;
     let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &[]).expect("baaaht-web");
     let driver = Driver::start(dir.path()).expect("chromedriver");
@@ -447,35 +467,25 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     let site = format!("http://127.0.0.1:{web_port}");
     let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)
         .expect("the OIDC provider");
-    let options = DaemonOptions {
-        env: vec![
-            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
-            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
-            ("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL".into(), "200".into()),
-        ],
-        ..DaemonOptions::default()
-    };
-    let (_fake, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
-    let added = rt.block_on(async {
+    let env = vec![("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL".into(), "200".into())];
+    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, vec![]);
+    let args = vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()];
+    // A registrant may not choose where the daemon keeps the gateway's sessions.
+    let refused = rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host client");
-        // A web gateway runs as the daemon's host process unless told otherwise.
         let request = v1::AddGatewayRequest {
             kind: "web".into(),
-            name: "home".into(),
+            name: "other".into(),
             issuer: provider.issuer.clone(),
             audience: CLIENT_ID.into(),
-            args: vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()],
+            args: vec!["--state-dir".into(), "/tmp/x".into()],
             ..Default::default()
         };
-        let refused = v1::AddGatewayRequest {
-            name: "other".into(),
-            args: vec!["--state-dir".into(), "/tmp/x".into()],
-            ..request.clone()
-        };
-        let error = host.admin.add_gateway(refused).await.expect_err("the daemon sets --state-dir");
-        assert!(error.message().contains("--state-dir"), "{}", error.message());
-        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+        host.admin.add_gateway(request).await.expect_err("the daemon sets --state-dir")
     });
+    assert!(refused.message().contains("--state-dir"), "{}", refused.message());
+    // A web gateway runs as the daemon's host process unless told otherwise.
+    let added = register(&rt, &daemon, &provider, "", args);
     assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("process"));
     assert!(added.token.is_empty(), "a gateway the daemon runs needs no token of its own");
     let serving = |limit: u64| {
@@ -510,4 +520,106 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     };
     assert!(restarted, "the gateway was not restarted\n{}", daemon.log_text());
     assert!(daemon.log_text().contains("the gateway process exited"), "{}", daemon.log_text());
+}
+
+/// Where `url` redirects to (curl with the cookie jar `jar`), or `None` when it answers.
+fn redirect_of(url: &str, jar: &std::path::Path, form: &[&str]) -> Option<String> {
+    let jar = jar.to_str().expect("a jar path");
+    let output = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{redirect_url}", "-c", jar, "-b", jar])
+        .args(form)
+        .arg(url)
+        .output()
+        .expect("curl");
+    let target = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    (!target.is_empty()).then_some(target)
+}
+
+/// The page `url` answers with (curl with the cookie jar `jar`).
+fn page_of(url: &str, jar: &std::path::Path) -> String {
+    let jar = jar.to_str().expect("a jar path");
+    let output =
+        std::process::Command::new("curl").args(["-s", "-L", "-c", jar, "-b", jar, url]).output().expect("curl");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A sign-in as a browser makes it, stopped at the provider's answer: the callback URL (with
+/// its code) the browser would be sent to. (The provider's form posts to its own full URL.)
+fn callback_for(site: &str, login: &str, jar: &std::path::Path) -> String {
+    let form = page_of(&format!("{site}/login"), jar);
+    let action = form.split("action=\"").nth(1).and_then(|rest| rest.split('"').next()).expect("the provider's form");
+    let login = format!("login={login}");
+    let fields = ["--data-urlencode", "prompt=login", "--data-urlencode", &login, "--data-urlencode", "password=x"];
+    let mut next = redirect_of(action, jar, &fields).expect("the provider answers the form");
+    while !next.starts_with(&format!("{site}/auth/callback")) {
+        next = redirect_of(&next, jar, &[]).unwrap_or_else(|| panic!("the provider stopped at {next}"));
+    }
+    next
+}
+
+#[test]
+fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let web_port = web::free_port().expect("port");
+    let site = format!("http://127.0.0.1:{web_port}");
+    // ID tokens (and so sessions) last 4 seconds.
+    let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 4)
+        .expect("the OIDC provider");
+    let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, web_port, &[]);
+    let jar = dir.path().join("jar");
+    // A sign-in completes once; its answer cannot be used again.
+    let first = callback_for(&site, "dave", &jar);
+    let home = page_of(&first, &jar);
+    assert!(home.contains("data-csrf"), "signed in: {home}\n{}", gateway.log_text());
+    let again = page_of(&first, &jar);
+    assert!(again.contains("expired or was used already"), "{again}");
+    // The code again, under a fresh sign-in of the same browser: the provider refuses it.
+    let code = first.split("code=").nth(1).and_then(|rest| rest.split('&').next()).expect("a code").to_string();
+    let to_provider = redirect_of(&format!("{site}/login"), &jar, &[]).expect("to the provider");
+    let state = to_provider.split("state=").nth(1).and_then(|rest| rest.split('&').next()).expect("a state");
+    let replayed = page_of(&format!("{site}/auth/callback?code={code}&state={state}"), &jar);
+    assert!(replayed.contains("could not be completed"), "{replayed}");
+    assert!(gateway.log_text().contains("a sign-in failed"), "{}", gateway.log_text());
+    // An ID token for another sign-in's nonce is not taken (the relying party's own check,
+    // against the real provider's token).
+    rt.block_on(async {
+        let redirect = format!("{site}/auth/callback");
+        let oidc = baaaht_web::oidc::Oidc::discover(&provider.issuer, CLIENT_ID, Some(CLIENT_SECRET.into()), &redirect)
+            .await
+            .expect("discovery");
+        let start = oidc.start("state-for-the-nonce-test".into());
+        let other = dir.path().join("jar-nonce");
+        let form = page_of(&start.url, &other);
+        let action = form.split("action=\"").nth(1).and_then(|rest| rest.split('"').next()).expect("form");
+        let fields =
+            ["--data-urlencode", "prompt=login", "--data-urlencode", "login=erin", "--data-urlencode", "password=x"];
+        let mut next = redirect_of(action, &other, &fields).expect("answer");
+        while !next.starts_with(&redirect) {
+            next = redirect_of(&next, &other, &[]).expect("redirects");
+        }
+        let code = next.split("code=").nth(1).and_then(|rest| rest.split('&').next()).expect("a code");
+        let refused = oidc.finish(code, Some(&provider.issuer), "another-nonce", start.pkce_verifier).await;
+        let error = refused.expect_err("a wrong nonce is refused").to_string();
+        assert!(error.contains("not valid"), "{error}");
+    });
+    // The session ends with its ID token: the API says so, and the page sends the browser to
+    // sign in again.
+    let session = std::fs::read_to_string(&jar).expect("jar");
+    assert!(session.contains("baaaht_web"), "{session}");
+    let jar_text = jar.to_str().expect("jar");
+    let me = || {
+        let output = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar_text, &format!("{site}/api/me")])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while me() != "401" {
+        assert!(std::time::Instant::now() < deadline, "the session outlived its ID token");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(redirect_of(&format!("{site}/"), &jar, &[]).as_deref(), Some(format!("{site}/login").as_str()));
+    drop(daemon);
 }

@@ -66,6 +66,7 @@ pub(crate) fn run(calls: usize) -> Result<()> {
             name: "home".into(),
             issuer: issuer.issuer.clone(),
             audience: "baaaht-web".into(),
+            mode: "external".into(),
             ..Default::default()
         };
         let mut web = gateway(&mut host, web_request).await?;

@@ -20,6 +20,7 @@ mod scheduler;
 mod slack;
 mod tools;
 mod tui;
+mod web;
 
 #[derive(Debug, Parser)]
 #[command(name = "baaaht-bench", about = "baaaht's benchmarks (DESIGN.md §7)")]
@@ -136,6 +137,16 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// The web gateway with 50 signed-in users: first token in the browser's event stream vs
+    /// the CLI's path, messages per second vs a host client, and its resident memory
+    Web {
+        /// Messages timed for the first token (at least 10)
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Rounds of 50 users writing at once (at least 2)
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -160,6 +171,7 @@ fn main() -> Result<()> {
         Bench::Ops { calls, sessions, scrapes } => ops::run(calls.max(200), sessions.max(1), scrapes.max(50)),
         Bench::Mcp { calls, starts } => mcp::run(calls.max(200), starts.max(5)),
         Bench::Slack { runs, rounds } => slack::run(runs.max(10), rounds.max(2)),
+        Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
     }

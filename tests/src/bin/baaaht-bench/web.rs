@@ -1,0 +1,365 @@
+//! `baaaht-bench web`: the web gateway (the real `baaaht-web`, signed in through the real OIDC
+//! provider's own form) with the real daemon. Time to the first words in a browser's event
+//! stream — the fake provider's first token (stamped with the time it was written) → the same
+//! token arriving on `/api/events` (SSE, read as a browser reads it) — beside the same token
+//! reaching a host client (the CLI's path) in the same run; messages per second with 50 users
+//! signed in and following their streams, beside the same 50 messages from a host client; and
+//! the gateway's resident memory idle and with the 50 users.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use baaaht_proto::v1;
+use baaaht_tests::fake_provider::{
+    anthropic_answer, clock_nanos, stamp_of, stamped_token_stream, Answer, Asked, Responder, Wire,
+};
+use baaaht_tests::scenario::{self, last_user_text};
+use baaaht_tests::web::{self, Provider, CLIENT_ID, CLIENT_SECRET};
+use baaaht_tests::DaemonOptions;
+use http_body_util::BodyExt as _;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::{header, Row};
+
+/// Users signed in for the throughput rounds.
+const USERS: usize = 50;
+
+/// Stamped tokens when asked to `count`, else a short echo.
+fn brain() -> Answer {
+    Answer::Respond(Responder(std::sync::Arc::new(|request| {
+        let asked = Asked::of(request);
+        let said = last_user_text(&asked);
+        if said.ends_with("count") {
+            stamped_token_stream(Wire::Anthropic, 20, Duration::from_millis(10))
+        } else {
+            anthropic_answer(&format!("echo: {said}"), &[])
+        }
+    })))
+}
+
+/// A signed-in browser: its session cookie and the page's CSRF token.
+struct Browser {
+    cookie: String,
+    csrf: String,
+    id: String,
+}
+
+fn curl(args: &[&str]) -> Result<String> {
+    let output = std::process::Command::new("curl").args(args).output().context("curl")?;
+    if !output.status.success() {
+        bail!("curl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Signs `login` in as a browser does: the site sends it to the provider's form, which is
+/// filled in and posted (to the provider's full URL), and the redirects lead back to the site
+/// signed in.
+fn sign_in(site: &str, login: &str, jar: &Path) -> Result<Browser> {
+    let jar = jar.to_str().context("a jar path")?;
+    let form = curl(&["-s", "-c", jar, "-b", jar, "-L", &format!("{site}/login")])?;
+    let action =
+        form.split("action=\"").nth(1).and_then(|rest| rest.split('"').next()).context("the provider's form")?;
+    let login = format!("login={login}");
+    let home = curl(&[
+        "-s",
+        "-c",
+        jar,
+        "-b",
+        jar,
+        "-L",
+        "--data-urlencode",
+        "prompt=login",
+        "--data-urlencode",
+        &login,
+        "--data-urlencode",
+        "password=x",
+        action,
+    ])?;
+    let csrf = home.split("data-csrf=\"").nth(1).and_then(|rest| rest.split('"').next()).context("not signed in")?;
+    let jar_text = std::fs::read_to_string(jar)?;
+    let value = jar_text
+        .lines()
+        .find(|line| line.contains("\tbaaaht_web\t"))
+        .and_then(|line| line.rsplit('\t').next())
+        .context("no session cookie")?;
+    Ok(Browser { cookie: format!("baaaht_web={value}"), csrf: csrf.to_string(), id: String::new() })
+}
+
+/// One HTTP/1.1 request to the site; the status and the body.
+async fn request(
+    site: SocketAddr,
+    method: &str,
+    path: &str,
+    browser: &Browser,
+    body: Option<Value>,
+) -> Result<(u16, Value)> {
+    let stream = tokio::net::TcpStream::connect(site).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", site.to_string())
+        .header("cookie", &browser.cookie)
+        .header("x-csrf-token", &browser.csrf)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body.map(|b| b.to_string()).unwrap_or_default())))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await?.to_bytes();
+    Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+}
+
+/// Follows `/api/events` as a browser's EventSource does; each event with when it arrived.
+async fn follow(site: SocketAddr, browser: &Browser) -> Result<mpsc::UnboundedReceiver<(u64, Value)>> {
+    let stream = tokio::net::TcpStream::connect(site).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    let request = hyper::Request::builder()
+        .uri("/api/events")
+        .header("host", site.to_string())
+        .header("cookie", &browser.cookie)
+        .header("accept", "text/event-stream")
+        .body(http_body_util::Empty::<hyper::body::Bytes>::new())?;
+    let response = sender.send_request(request).await?;
+    if response.status() != 200 {
+        bail!("/api/events answered {}", response.status());
+    }
+    let (events, receiver) = mpsc::unbounded_channel();
+    let mut body = response.into_body();
+    tokio::spawn(async move {
+        let _sender = sender;
+        let mut pending = String::new();
+        while let Some(Ok(frame)) = body.frame().await {
+            let arrived = clock_nanos();
+            let Ok(data) = frame.into_data() else { continue };
+            pending.push_str(&String::from_utf8_lossy(&data));
+            while let Some(end) = pending.find("\n\n") {
+                let event: String = pending.drain(..end + 2).collect();
+                for line in event.lines() {
+                    if let Some(json) = line.strip_prefix("data:") {
+                        if let Ok(value) = serde_json::from_str::<Value>(json.trim()) {
+                            if events.send((arrived, value)).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(receiver)
+}
+
+/// The first stamp in `text` (`@NANOS` tokens).
+fn first_stamp(text: &str) -> Option<u64> {
+    text.split_whitespace().find_map(stamp_of)
+}
+
+/// The gateway's resident memory, in MiB.
+fn rss_mib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .context("VmRSS")?;
+    Ok(kib / 1024.0)
+}
+
+pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir()?;
+    let port = web::free_port()?;
+    let site = format!("http://127.0.0.1:{port}");
+    let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)?;
+    // 50 users are 50 contexts, each with its Assistant and a pre-warmed tool container.
+    let options = DaemonOptions {
+        env: vec![
+            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
+            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
+            ("BAAAHT__CONTAINER__MAX_CONCURRENT".into(), "160".into()),
+        ],
+        ..DaemonOptions::default()
+    };
+    let (_fake, daemon) = scenario::start(&rt, brain(), options)?;
+    let added = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await?;
+        let request = v1::AddGatewayRequest {
+            kind: "web".into(),
+            name: "home".into(),
+            issuer: provider.issuer.clone(),
+            audience: CLIENT_ID.into(),
+            mode: "external".into(),
+            ..Default::default()
+        };
+        anyhow::Ok(host.admin.add_gateway(request).await?.into_inner())
+    })?;
+    let socket = added.gateway.context("gateway info")?.socket;
+    let gateway = web::web_gateway(dir.path(), &socket, &added.token, port, &[])?;
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_rss = rss_mib(gateway.id())?;
+    let mut users = Vec::with_capacity(USERS);
+    for n in 0..USERS {
+        let jar = dir.path().join(format!("jar-{n}"));
+        let mut browser = sign_in(&site, &format!("user{n}"), &jar)
+            .with_context(|| format!("signing in user{n}: {}", gateway.log_text()))?;
+        let me = rt.block_on(request(address, "GET", "/api/me", &browser, None))?;
+        browser.id = me.1["id"].as_str().context("an id")?.to_string();
+        users.push(browser);
+    }
+    let mut rows = [
+        Row {
+            name: "web: provider's first token → the same token on /api/events (SSE)".into(),
+            unit: "ms",
+            values: vec![],
+        },
+        Row { name: "baseline: the same first token → a host client (CLI path)".into(), unit: "ms", values: vec![] },
+        Row {
+            name: format!("web: {USERS} signed-in users, messages answered per second"),
+            unit: "msgs/s",
+            values: vec![],
+        },
+        Row {
+            name: format!("baseline: the same {USERS} contexts, host client messages per second"),
+            unit: "msgs/s",
+            values: vec![],
+        },
+    ];
+    let busy_rss = rt.block_on(async {
+        let mut streams = Vec::with_capacity(USERS);
+        for user in &users {
+            streams.push(follow(address, user).await?);
+        }
+        let mut host = scenario::host_client(&daemon).await?;
+        for _ in 0..runs {
+            let (status, sent) =
+                request(address, "POST", "/api/messages", &users[0], Some(serde_json::json!({"content": "count"})))
+                    .await?;
+            if status != 200 {
+                bail!("the message was refused: {status} {sent}");
+            }
+            let turn = sent["turn"].as_str().context("a turn")?.to_string();
+            let mut first = None;
+            loop {
+                let (arrived, event) = tokio::time::timeout(Duration::from_secs(60), streams[0].recv())
+                    .await?
+                    .context("the stream ended")?;
+                if event["turn"] != turn.as_str() {
+                    continue;
+                }
+                match event["type"].as_str() {
+                    Some("delta") if first.is_none() => {
+                        first = first_stamp(event["text"].as_str().unwrap_or_default())
+                            .map(|stamp| arrived.saturating_sub(stamp));
+                    }
+                    Some("reply") | Some("error") => break,
+                    _ => {}
+                }
+            }
+            rows[0].values.push(first.context("no first token")? as f64 / 1e6);
+            // The CLI's path: the same stream to a host client.
+            let message = scenario::message(scenario::user("cli-bench"), "cli-bench", "count");
+            let subscription =
+                v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 };
+            let mut events = host.sessions.subscribe_events(subscription).await?.into_inner();
+            let sent = host.sessions.send_user_message(message).await?.into_inner();
+            let mut first = None;
+            while let Some(event) =
+                tokio::time::timeout(Duration::from_secs(60), events.message()).await.context("timeout")??
+            {
+                if event.turn_id != sent.turn_id {
+                    continue;
+                }
+                match event.event {
+                    Some(v1::orchestrator_event::Event::TextDelta(delta)) if first.is_none() => {
+                        first = first_stamp(&delta.text).map(|stamp| clock_nanos().saturating_sub(stamp));
+                    }
+                    Some(v1::orchestrator_event::Event::Reply(_)) | Some(v1::orchestrator_event::Event::Error(_)) => {
+                        break
+                    }
+                    _ => {}
+                }
+            }
+            rows[1].values.push(first.context("no first token")? as f64 / 1e6);
+        }
+        // Throughput: a warm-up round makes each user's Assistant, then timed rounds.
+        for round in 0..=rounds {
+            let started = Instant::now();
+            let mut posts = tokio::task::JoinSet::new();
+            for user in &users {
+                let browser = Browser { cookie: user.cookie.clone(), csrf: user.csrf.clone(), id: String::new() };
+                let content = serde_json::json!({"content": format!("hi {round}")});
+                posts.spawn(async move { request(address, "POST", "/api/messages", &browser, Some(content)).await });
+            }
+            while let Some(posted) = posts.join_next().await {
+                let (status, body) = posted??;
+                if status != 200 {
+                    bail!("a message was refused: {status} {body}");
+                }
+            }
+            for stream in &mut streams {
+                loop {
+                    let (_, event) = tokio::time::timeout(Duration::from_secs(300), stream.recv())
+                        .await
+                        .with_context(|| format!("round {round}: no answer\n{}", gateway.log_text()))?
+                        .context("a stream ended")?;
+                    if event["type"] == "reply"
+                        && event["text"].as_str().is_some_and(|text| text.ends_with(&format!("hi {round}")))
+                    {
+                        break;
+                    }
+                }
+            }
+            if round > 0 {
+                rows[2].values.push(USERS as f64 / started.elapsed().as_secs_f64());
+            }
+            // The same 50 messages into the same 50 contexts from a host client.
+            let started = Instant::now();
+            let mut turns = tokio::task::JoinSet::new();
+            for user in &users {
+                let mut client = scenario::host_client(&daemon).await?;
+                let message = scenario::message(scenario::user(&user.id), &user.id, &format!("host {round}"));
+                turns.spawn(async move { scenario::turn(&mut client, message, Duration::from_secs(300)).await });
+            }
+            while let Some(turn) = turns.join_next().await {
+                turn??;
+            }
+            if round > 0 {
+                rows[3].values.push(USERS as f64 / started.elapsed().as_secs_f64());
+            }
+        }
+        let busy = rss_mib(gateway.id())?;
+        drop(streams);
+        anyhow::Ok(busy)
+    })?;
+    println!(
+        "baaaht-web: {runs} messages with a paced 20-token answer (first token → the browser's event stream) beside the CLI's \
+         path, and {rounds} rounds of {USERS} signed-in users writing at once beside {USERS} host-client messages\n"
+    );
+    header();
+    let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();
+    let added = p50[0] - p50[1];
+    println!("{:<72} {:>10.2}  MiB", "baaaht-web resident memory, idle", idle_rss);
+    println!("{:<72} {:>10.2}  MiB", format!("baaaht-web resident memory, {USERS} users following"), busy_rss);
+    println!(
+        "\nfirst words in the browser: +{added:.2} ms p50 over the CLI's path; throughput {:.2}× the host client's",
+        p50[2] / p50[3]
+    );
+    println!(
+        "RESULT web_first_token_p50_ms={:.2} cli_first_token_p50_ms={:.2} added_p50_ms={added:.2} web_msgs_per_s={:.2} \
+         host_msgs_per_s={:.2} throughput_vs_host={:.2} rss_idle_mib={idle_rss:.1} rss_{USERS}_users_mib={busy_rss:.1}",
+        p50[0],
+        p50[1],
+        p50[2],
+        p50[3],
+        p50[2] / p50[3]
+    );
+    Ok(())
+}
