@@ -54,10 +54,11 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum GatewaysCommand {
-    /// Register a gateway. The daemon runs a Slack gateway itself (in a container, or with
-    /// --mode process on the host); an external one gets its socket and token printed (once:
-    /// only a hash is kept). The gateway's own arguments follow `--`, e.g.
-    /// `baaahtd gateways add slack work --team T0123 -- --keyword baaaht`
+    /// Register a gateway. The daemon runs it itself (Slack in a container by default, web as a
+    /// host process, or either with --mode process on the host); an external one gets its
+    /// socket and token printed (once: only a hash is kept). The gateway's own arguments follow
+    /// `--`, e.g. `baaahtd gateways add slack work --team T0123 -- --keyword baaaht` or
+    /// `baaahtd gateways add web home --issuer URL --audience ID -- --public-url https://chat.example.org`
     Add {
         /// web (users signed in with OpenID Connect) or slack (a Slack workspace's users)
         #[arg(value_parser = ["web", "slack"])]
@@ -74,7 +75,8 @@ pub enum GatewaysCommand {
         #[arg(long, value_name = "TEAM_ID", required_if_eq("kind", "slack"))]
         team: Option<String>,
         /// Who runs it: container (the daemon, in a container reaching only Slack; slack's
-        /// default), process (the daemon, on the host) or external (you; web's default)
+        /// default; not yet for web), process (the daemon, on the host; web's default) or
+        /// external (you)
         #[arg(long, value_parser = ["container", "process", "external"])]
         mode: Option<String>,
         /// The gateway's own arguments (baaaht-slack --help lists them)

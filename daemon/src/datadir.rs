@@ -36,6 +36,9 @@ pub enum DataDirError {
     AlreadyRunning { root: PathBuf, pid: Option<u32> },
 }
 
+/// The folder under the state dir where gateways keep what outlives a run.
+pub const GATEWAY_STATE: &str = "gateway-state";
+
 /// Paths inside one data directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataDir {
@@ -99,6 +102,12 @@ impl DataDir {
     }
 
     /// Folders holding one socket per registered gateway.
+    /// What a gateway the daemon runs keeps between runs (the web gateway's signed-in
+    /// sessions), by gateway: apart from its socket folder, which every start makes anew.
+    pub fn gateway_state_dir(&self, name: &str) -> PathBuf {
+        self.state_dir().join(GATEWAY_STATE).join(name)
+    }
+
     pub fn gateways_dir(&self) -> PathBuf {
         self.root.join("data/gateways")
     }

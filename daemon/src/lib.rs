@@ -400,6 +400,7 @@ impl Daemon {
             engine: engine_rx.clone(),
             binaries_dir: binaries.clone(),
             gateways_dir: data_dir.gateways_dir(),
+            state_dirs: data_dir.state_dir().join(datadir::GATEWAY_STATE),
             health: loaded.config.orchestrator.health_check.clone(),
             web: web.clone(),
             audit: audit.clone(),

@@ -468,7 +468,7 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)
         .expect("the OIDC provider");
     let env = vec![("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL".into(), "200".into())];
-    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, vec![]);
+    let (fake, mut daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, vec![]);
     let args = vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()];
     // A registrant may not choose where the daemon keeps the gateway's sessions.
     let refused = rt.block_on(async {
@@ -501,8 +501,6 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     assert!(serving(60), "the daemon's web gateway does not serve\n{}", daemon.log_text());
     let pids = baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-web");
     assert_eq!(pids.len(), 1, "{pids:?}");
-    // Its sessions are kept in the gateway's folder, where a restart finds them.
-    assert!(daemon.data_dir.join("data/gateways/home/state").is_dir());
     let killed = std::process::Command::new("kill").args(["-9", &pids[0].to_string()]).status().expect("kill");
     assert!(killed.success());
     let restarted = {
@@ -520,6 +518,39 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     };
     assert!(restarted, "the gateway was not restarted\n{}", daemon.log_text());
     assert!(daemon.log_text().contains("the gateway process exited"), "{}", daemon.log_text());
+
+    // Someone signed in stays signed in when the daemon (and so its gateway) restarts.
+    let jar = dir.path().join("jar");
+    let home = page_of(&callback_for(&site, "dave", &jar), &jar);
+    assert!(home.contains("data-csrf"), "signed in: {home}");
+    daemon.signal("TERM").expect("stop the daemon");
+    daemon.wait_exit(Duration::from_secs(30)).expect("the daemon stops");
+    let mut options = scenario::options_for(&fake);
+    options.data_dir = Some(daemon.data_dir.clone());
+    options.env.extend([
+        ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".to_string(), format!("[\"127.0.0.1:{}\"]", provider.port)),
+        ("WEB_CLIENT_SECRET_HOME".to_string(), CLIENT_SECRET.to_string()),
+    ]);
+    let again = baaaht_tests::TestDaemon::start(options).expect("the daemon restarts");
+    let jar_text = jar.to_str().expect("jar");
+    let me = || {
+        let output = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar_text, &format!("{site}/api/me")])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while me() != "200" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "signed out by the restart (/api/me: {})\n{}",
+            me(),
+            again.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(again.data_dir.join("data/state/gateway-state/home/sessions.json").is_file());
 }
 
 /// Where `url` redirects to (curl with the cookie jar `jar`), or `None` when it answers.
@@ -568,13 +599,17 @@ fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
         .expect("the OIDC provider");
     let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, web_port, &[]);
     let jar = dir.path().join("jar");
-    // A sign-in completes once; its answer cannot be used again.
+    // A sign-in completes once; its answer cannot be used again, even by the browser that
+    // started it, with the cookies it had then.
     let first = callback_for(&site, "dave", &jar);
+    let before = dir.path().join("jar-before");
+    std::fs::copy(&jar, &before).expect("copy the cookies");
     let home = page_of(&first, &jar);
     assert!(home.contains("data-csrf"), "signed in: {home}\n{}", gateway.log_text());
-    let again = page_of(&first, &jar);
+    let again = page_of(&first, &before);
     assert!(again.contains("expired or was used already"), "{again}");
-    // The code again, under a fresh sign-in of the same browser: the provider refuses it.
+    // The code again, under a fresh sign-in of the same browser: it is refused (the provider
+    // finds it used, and it was issued for another PKCE challenge).
     let code = first.split("code=").nth(1).and_then(|rest| rest.split('&').next()).expect("a code").to_string();
     let to_provider = redirect_of(&format!("{site}/login"), &jar, &[]).expect("to the provider");
     let state = to_provider.split("state=").nth(1).and_then(|rest| rest.split('&').next()).expect("a state");
@@ -601,9 +636,9 @@ fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
         let code = next.split("code=").nth(1).and_then(|rest| rest.split('&').next()).expect("a code");
         let refused = oidc.finish(code, Some(&provider.issuer), "another-nonce", start.pkce_verifier).await;
         let error = refused.expect_err("a wrong nonce is refused").to_string();
-        assert!(error.contains("not valid"), "{error}");
+        assert!(error.to_lowercase().contains("nonce"), "refused for its nonce: {error}");
     });
-    // The session ends with its ID token: the API says so, and the page sends the browser to
+    // The session ends with its ID token: the API says so, and the site sends the browser to
     // sign in again.
     let session = std::fs::read_to_string(&jar).expect("jar");
     assert!(session.contains("baaaht_web"), "{session}");

@@ -100,7 +100,7 @@ impl RunMode {
     }
 
     /// What `gateways add` uses when no mode is named: the daemon runs a Slack gateway in a
-    /// container; the web gateway's binary does not exist yet, so it is run by hand.
+    /// container, and the web gateway as a host process (its container is not built yet).
     pub fn default_for(kind: &GatewayKind) -> RunMode {
         match kind {
             GatewayKind::Slack { .. } => RunMode::Container,

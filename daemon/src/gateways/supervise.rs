@@ -41,11 +41,12 @@ const EGRESS_SOCKET: &str = "egress.sock";
 /// How long a started gateway may take to serve its health socket.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the daemon gives a gateway of `kind` in `folder` beyond its sockets: the web gateway
-/// keeps its signed-in sessions in `folder/state`, so a restart signs nobody out.
-pub fn kind_args(kind: &GatewayKind, folder: &Path) -> Vec<std::ffi::OsString> {
+/// What the daemon gives a gateway of `kind` beyond its sockets: the web gateway keeps its
+/// signed-in sessions in `state` (kept across the gateway's and the daemon's restarts, removed
+/// with the gateway), so a restart signs nobody out.
+pub fn kind_args(kind: &GatewayKind, state: &Path) -> Vec<std::ffi::OsString> {
     match kind {
-        GatewayKind::Web { .. } => vec!["--state-dir".into(), folder.join("state").into_os_string()],
+        GatewayKind::Web { .. } => vec!["--state-dir".into(), state.as_os_str().to_owned()],
         GatewayKind::Slack { .. } => vec![],
     }
 }
@@ -85,6 +86,8 @@ pub struct Supervision {
     pub engine: watch::Receiver<Engine>,
     pub binaries_dir: PathBuf,
     pub gateways_dir: PathBuf,
+    /// Where each gateway's state is kept between runs (`{state_dirs}/{name}`).
+    pub state_dirs: PathBuf,
     pub health: HealthCheckConfig,
     pub web: Arc<WebProxy>,
     pub audit: Audit,
@@ -291,7 +294,7 @@ impl Supervisor {
                 .arg(folder.join(RUN_FOLDER).join(HEALTH_SOCKET))
                 .arg("--parent")
                 .arg(std::process::id().to_string())
-                .args(kind_args(&self.record.kind, &folder))
+                .args(kind_args(&self.record.kind, &self.supervision.state_dirs.join(&self.record.name)))
                 .args(&self.record.args)
                 // Nothing of the daemon's environment (which may hold keys) is inherited; its
                 // log goes where the daemon's does.

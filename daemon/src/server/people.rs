@@ -478,6 +478,13 @@ impl v1::admin_server::Admin for AdminService {
         // The token stops working first; the gateway is stopped even if this call is dropped.
         self.shared.listeners.remove_gateway(&name);
         self.shared.supervisors.stop(&name).await;
+        // What it kept between runs (a web gateway's sessions) goes with it.
+        let state = self.shared.data_dir.gateway_state_dir(&name);
+        if let Err(error) = std::fs::remove_dir_all(&state) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(gateway = %name, path = %state.display(), %error, "cannot remove the gateway's state");
+            }
+        }
         Ok(Response::new(v1::Ack { message: format!("gateway {name} removed; its token no longer works") }))
     }
 

@@ -20,8 +20,8 @@ struct Cli {
     /// The gateway's socket (data/gateways/{name}/daemon.sock)
     #[arg(long, env = "BAAAHT_GATEWAY_SOCKET", value_name = "PATH")]
     socket: PathBuf,
-    /// A file holding the gateway's token (printed once by `baaahtd gateways add`); else
-    /// $BAAAHT_GATEWAY_TOKEN
+    /// A file holding the gateway's token (printed once by `baaahtd gateways add --mode
+    /// external`); else $BAAAHT_GATEWAY_TOKEN (the daemon sets it for a gateway it runs)
     #[arg(long, value_name = "PATH")]
     token_file: Option<PathBuf>,
     /// Where to serve
@@ -84,6 +84,12 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
+    let public_url = cli.public_url.trim_end_matches('/').to_string();
+    if public_url.starts_with("http://") && !app::is_loopback_http(&public_url) {
+        return Err(format!(
+            "--public-url {public_url}: sessions need HTTPS (a Secure cookie) except on loopback; put the gateway behind your HTTPS reverse proxy and give its https:// address"
+        ));
+    }
     if cli.check {
         return Ok(());
     }
@@ -98,12 +104,6 @@ async fn run(cli: Cli) -> Result<(), String> {
     let issuer = settings.get("issuer").cloned().unwrap_or_default();
     let client_id = settings.get("client_id").cloned().unwrap_or_default();
     let client_secret = settings.get("client_secret").cloned();
-    let public_url = cli.public_url.trim_end_matches('/').to_string();
-    if public_url.starts_with("http://") && !app::is_loopback_http(&public_url) {
-        return Err(format!(
-            "--public-url {public_url}: sessions need HTTPS (a Secure cookie) except on loopback; put the gateway behind your HTTPS reverse proxy and give its https:// address"
-        ));
-    }
     let redirect = format!("{public_url}/auth/callback");
     let mut oidc =
         Oidc::discover(&issuer, &client_id, client_secret, &redirect).await.map_err(|error| error.to_string())?;

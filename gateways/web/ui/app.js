@@ -19,8 +19,11 @@ const state = {
   room: "", // the room open, "" for the user's own conversations
   rooms: [],
   session: "", // the conversation open
-  leaf: "", // the entry chosen with "Reply here" ("" = none)
-  tip: "", // the newest entry of the branch on screen: what the next message answers
+  leaf: "", // the entry the next message answers, when a branch was chosen ("" = the newest)
+  pending: [], // the page's own messages, shown before the daemon has them
+  unread: new Set(), // conversations with news not yet seen
+  generation: 0, // counts open() calls: a read that finished after a newer one is dropped
+  creating: null, // a conversation being created for the page's first message or upload
   entries: [], // the open conversation's entries, every branch
   running: new Set(), // turns of the open conversation still running
   answers: new Map(), // turn → its answer's element
@@ -103,7 +106,6 @@ function actions(element, entry, { retry } = {}) {
   };
   button("Copy", "Copy this message", () => navigator.clipboard.writeText(entry.text || ""));
   if (retry) button("Retry", "Ask again (a new branch)", () => retryAnswer(entry));
-  if (entry.id) state.tip = entry.id;
   button("Reply here", "Answer from this message (a new branch)", () => branchAt(entry.id));
   button("Fork", "A new conversation from this message", () => forkAt(entry.id));
   element.append(bar);
@@ -198,7 +200,7 @@ function onEvent(event) {
     case "user": {
       // The page's own message, shown as it was sent, now has its place in the conversation.
       const mine = isMe(event.sender);
-      const pending = mine ? log.querySelector("[data-pending]") : null;
+      const pending = mine ? state.pending.shift() : null;
       const shown = showUser({ id: event.entry, text: event.text, name: event.name, sender: event.sender });
       if (pending) pending.replaceWith(shown);
       if (!state.entries.length) refreshSessions();
@@ -263,12 +265,17 @@ function follow() {
   const events = new EventSource(`/api/events?${roomQuery().slice(1)}`);
   events.onmessage = (message) => onEvent(JSON.parse(message.data));
   events.onopen = () => {
+    // Back on a new stream after it closed (it resumes from nothing, not from Last-Event-ID):
+    // what was missed is read from the conversation itself.
+    if (state.broken) open(state.session, state.leaf);
     state.retryIn = 1000;
+    state.broken = false;
   };
   events.onerror = async () => {
     // Closed for good (signed out, expired): back to the sign-in when that is why; else
     // follow again, waiting longer each time.
     if (events.readyState !== EventSource.CLOSED) return;
+    state.broken = true;
     try {
       const me = await fetch("/api/me");
       if (me.status === 401) {
@@ -312,9 +319,9 @@ function show(entries) {
 }
 
 async function open(id, leaf = "") {
+  const generation = ++state.generation;
   state.session = id;
   state.leaf = leaf;
-  state.tip = "";
   state.running.clear();
   running("", false);
   state.attachments = [];
@@ -327,15 +334,18 @@ async function open(id, leaf = "") {
   }
   try {
     const read = await api(`/api/sessions/${encodeURIComponent(id)}`);
-    if (id !== state.session) return; // another conversation was opened meanwhile
+    if (generation !== state.generation) return; // something else was opened meanwhile
     state.entries = read.entries;
     $("title").textContent = read.session.title || "Conversation";
     $("model").value = read.session.model || "";
-    show(branch(read.entries, leaf));
+    const shown = branch(read.entries, leaf);
+    show(shown);
     drawTree();
-    for (const item of document.querySelectorAll("#sessions [aria-current]")) item.removeAttribute("aria-current");
-    document.querySelector(`#sessions [data-id="${CSS.escape(id)}"]`)?.setAttribute("aria-current", "page");
-    document.querySelector(`#sessions [data-id="${CSS.escape(id)}"]`)?.classList.remove("unread");
+    state.unread.delete(id);
+    for (const item of $("sessions").querySelectorAll("[aria-current]")) item.removeAttribute("aria-current");
+    const item = $("sessions").querySelector(`[data-id="${CSS.escape(id)}"]`);
+    item?.setAttribute("aria-current", "page");
+    item?.classList.remove("unread");
   } catch (error) {
     problem(error.message);
   }
@@ -362,7 +372,7 @@ function drawTree() {
     if (!children.has(parent)) children.set(parent, []);
     children.get(parent).push(entry);
   }
-  const current = new Set(branch(state.entries, state.leaf || state.tip).map((entry) => entry.id));
+  const current = new Set(branch(state.entries, state.leaf).map((entry) => entry.id));
   // Messages only; what sits between them (delegations, summaries) is passed through.
   const list = (parent) => {
     const items = [];
@@ -435,58 +445,76 @@ async function forkAt(entry) {
 }
 
 async function retryAnswer(answer) {
-  // The question before the answer, asked again under the same parent: a new branch.
-  const entry = state.entries.find((e) => e.id === answer.id);
-  const question = state.entries.find((e) => e.id === entry?.parent);
+  // The question the answer was for (the nearest message of the user's above it, past any
+  // delegation or summary), asked again under the same parent: a new branch.
+  const byId = new Map(state.entries.map((entry) => [entry.id, entry]));
+  let question = byId.get(byId.get(answer.id)?.parent);
+  while (question && !(question.kind === "message" && question.role === "user")) question = byId.get(question.parent);
   if (!question) {
     problem("This answer is still being saved; try again in a moment.");
     return;
   }
-  if (!question.parent) {
-    problem("The first answer of a conversation cannot be asked again here; use Fork on the question.");
-    return;
-  }
-  show(branch(state.entries, question.parent));
+  // A first question's parent is the conversation itself: the new branch starts at the root.
+  show(byId.has(question.parent) ? branch(state.entries, question.parent) : []);
   state.leaf = question.parent;
-  await send(question.text.replace(/\n?\[attached: [^\]]*\]/g, ""), { retry: true });
+  // Files the question had are named in its text; they are not sent again.
+  const text = (question.text || "").replace(/\n?\[attached: [^\]]*\]/g, "");
+  await send(text, { retry: true });
 }
 
 // --- sending ------------------------------------------------------------------------------
 
+// The open conversation, created first when there is none (once, however many messages and
+// uploads ask at the same time).
 async function ensureSession() {
   if (state.session) return state.session;
-  const created = await api("/api/sessions", { method: "POST", body: { room: state.room } });
-  state.session = created.id;
-  state.entries = [];
-  $("bar").hidden = false;
-  await refreshSessions();
-  return created.id;
+  if (!state.creating) {
+    const room = state.room;
+    state.creating = api("/api/sessions", { method: "POST", body: { room } }).finally(() => {
+      state.creating = null;
+    });
+    const created = await state.creating;
+    if (state.room === room && !state.session) {
+      state.session = created.id;
+      state.entries = [];
+      $("bar").hidden = false;
+      refreshSessions();
+    }
+    return created.id;
+  }
+  return (await state.creating).id;
 }
 
 async function send(text, { retry = false } = {}) {
   const content = (text ?? input.value).trim();
-  if (!content && !state.attachments.length) return;
-  if (!retry) input.value = "";
-  const attachments = state.attachments;
-  state.attachments = [];
-  drawAttachments();
+  // A retry sends its question alone: what waits in the composer stays there.
+  const attachments = retry ? [] : state.attachments;
+  if (!content && !attachments.length) return;
+  if (!retry) {
+    input.value = "";
+    state.attachments = [];
+    drawAttachments();
+  }
   $("replying").hidden = true;
   const pending = bubble("user", content);
-  pending.dataset.pending = "true";
+  state.pending.push(pending);
   try {
-    // A message always names its conversation and what it answers: never "the newest", which
-    // in a room may be someone else's.
     const session = await ensureSession();
+    // It names its conversation, and the entry it answers when a branch was chosen; else the
+    // daemon puts it after the newest (after a turn still running, too).
     await api("/api/messages", {
       method: "POST",
-      body: { content, session_id: session, parent: state.leaf || state.tip, room: state.room, attachments },
+      body: { content, session_id: session, parent: state.leaf, room: state.room, attachments },
     });
   } catch (error) {
+    state.pending = state.pending.filter((shown) => shown !== pending);
     pending.remove();
     problem(error.message);
-    if (!retry) input.value = content;
-    state.attachments = attachments;
-    drawAttachments();
+    if (!retry) {
+      input.value = content;
+      state.attachments = attachments;
+      drawAttachments();
+    }
   }
 }
 
@@ -500,6 +528,8 @@ async function upload(files) {
       const query = `name=${encodeURIComponent(file.name)}&session=${encodeURIComponent(session)}${roomQuery()}`;
       const stored = await api(`/api/uploads?${query}`, { method: "POST", raw: file, type: file.type });
       chip.remove();
+      // Kept only for the conversation it was stored in, if that is still the one open.
+      if (session !== state.session) return;
       state.attachments.push(stored.attachment);
       drawAttachments();
     }
@@ -532,6 +562,8 @@ function drawAttachments() {
 
 // Marks another conversation of this place as having news; a new one joins the list first.
 async function markUnread(session) {
+  if (state.unread.has(session)) return;
+  state.unread.add(session);
   const find = () => $("sessions").querySelector(`[data-id="${CSS.escape(session)}"]`);
   if (!find()) await refreshSessions();
   find()?.classList.add("unread");
@@ -545,7 +577,26 @@ function when(time) {
   return Number.isNaN(date.getTime()) ? "" : date.toLocaleString([], { dateStyle: "short", timeStyle: "short" });
 }
 
+// The side bar's conversations anew; one refresh at a time (a second asks once more after it).
+let refreshing = null;
+let again = false;
 async function refreshSessions() {
+  if (refreshing) {
+    again = true;
+    return refreshing;
+  }
+  refreshing = (async () => {
+    do {
+      again = false;
+      await drawSessions();
+    } while (again);
+  })().finally(() => {
+    refreshing = null;
+  });
+  return refreshing;
+}
+
+async function drawSessions() {
   let sessions;
   try {
     sessions = (await api("/api/sessions")).sessions;
@@ -567,6 +618,7 @@ async function refreshSessions() {
       b.innerHTML = "<span class=\"name\"></span><span class=\"meta\"></span>";
       b.querySelector(".name").textContent = session.title || "Untitled conversation";
       b.querySelector(".meta").textContent = `${session.status} · ${when(session.last_activity || session.created)}`;
+      if (state.unread.has(session.id)) b.classList.add("unread");
       if (session.id === state.session) {
         b.setAttribute("aria-current", "page");
         $("title").textContent = session.title || "Conversation";
@@ -723,7 +775,7 @@ for (const [id, format] of [
 ]) {
   // The export is of the branch on screen, as it is now.
   $(id).addEventListener("click", () => {
-    const at = state.leaf || state.tip;
+    const at = state.leaf;
     $(id).href = `/api/sessions/${encodeURIComponent(state.session)}/export?format=${format}&leaf=${encodeURIComponent(at)}`;
   });
 }

@@ -6,13 +6,22 @@ import { marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.mjs";
 import hljs from "./vendor/highlight.min.js";
 
-// No ids, names or classes either: an answer must not stand in for the page's own elements
-// (DOM clobbering) or dress up as someone else's message.
+// No ids, names, data attributes or classes either (but a code block's language): an answer
+// must not stand in for the page's own elements (DOM clobbering) or dress up as someone
+// else's message.
 const forbidden = {
   FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed"],
-  FORBID_ATTR: ["style", "id", "name", "class"],
+  FORBID_ATTR: ["style", "id", "name"],
+  ALLOW_DATA_ATTR: false,
   SANITIZE_NAMED_PROPS: true,
 };
+
+// Classes only as marked writes them on code (`language-rust`), for highlighting.
+DOMPurify.addHook("uponSanitizeAttribute", (node, data) => {
+  if (data.attrName === "class") {
+    data.keepAttr = node.nodeName === "CODE" && /^language-[\w+-]+$/.test(data.attrValue);
+  }
+});
 
 export function render(element, text) {
   element.innerHTML = DOMPurify.sanitize(marked.parse(text, { gfm: true }), forbidden);

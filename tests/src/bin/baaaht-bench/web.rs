@@ -320,13 +320,37 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
             if round > 0 {
                 rows[2].values.push(USERS as f64 / started.elapsed().as_secs_f64());
             }
-            // The same 50 messages into the same 50 contexts from a host client.
-            let started = Instant::now();
-            let mut turns = tokio::task::JoinSet::new();
+            // The same 50 messages into the same 50 contexts from host clients, each connected
+            // and following its context before the clock starts (as the browsers are).
+            let mut followers = Vec::with_capacity(USERS);
             for user in &users {
                 let mut client = scenario::host_client(&daemon).await?;
-                let message = scenario::message(scenario::user(&user.id), &user.id, &format!("host {round}"));
-                turns.spawn(async move { scenario::turn(&mut client, message, Duration::from_secs(300)).await });
+                let context = scenario::user(&user.id);
+                let subscription =
+                    v1::EventSubscription { context: Some(context.clone()), session_id: String::new(), channel: 0 };
+                let events = client.sessions.subscribe_events(subscription).await?.into_inner();
+                followers.push((client, events, scenario::message(context, &user.id, &format!("host {round}"))));
+            }
+            let started = Instant::now();
+            let mut turns = tokio::task::JoinSet::new();
+            for (mut client, mut events, message) in followers {
+                turns.spawn(async move {
+                    let sent = client.sessions.send_user_message(message).await?.into_inner();
+                    while let Some(event) =
+                        tokio::time::timeout(Duration::from_secs(300), events.message()).await.context("timeout")??
+                    {
+                        if event.turn_id == sent.turn_id
+                            && matches!(
+                                event.event,
+                                Some(v1::orchestrator_event::Event::Reply(_))
+                                    | Some(v1::orchestrator_event::Event::Error(_))
+                            )
+                        {
+                            return anyhow::Ok(());
+                        }
+                    }
+                    bail!("the event stream ended before the answer")
+                });
             }
             while let Some(turn) = turns.join_next().await {
                 turn??;
