@@ -167,6 +167,26 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Uploads `file` as `name` into conversation `session`, sent in chunks without a length
+    /// when `chunked` (so only the bytes tell its size): the status and the body.
+    pub fn upload(&self, site: &str, session: &str, name: &str, file: &Path, chunked: bool) -> Result<(u16, String)> {
+        let mut command = Command::new("curl");
+        command.args(["-s", "-o", "-", "-w", "\n%{http_code}", "-X", "POST"]);
+        command.args(["-H", &format!("cookie: {}", self.cookie), "-H", &format!("x-csrf-token: {}", self.csrf)]);
+        command.args(["-H", "content-type: application/octet-stream"]);
+        if chunked {
+            command.args(["-H", "transfer-encoding: chunked"]);
+        }
+        command.arg("--data-binary").arg(format!("@{}", file.display()));
+        let output =
+            command.arg(format!("{site}/api/uploads?name={name}&session={session}")).output().context("curl")?;
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').context("curl printed no status")?;
+        Ok((code.trim().parse().context("a status")?, body.to_string()))
+    }
+}
+
 /// Whether a PNG screenshot shows something: decoded, its pixels have many colours and no
 /// one colour covers nearly all of it.
 pub fn png_shows_something(png: &[u8]) -> Result<bool> {

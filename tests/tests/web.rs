@@ -282,7 +282,8 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
     let (fake, daemon) = daemon_for(&rt, &provider, scenario::web_brain(), env, files);
     let added = register(&rt, &daemon, &provider, "external", vec![]);
     let socket = added.gateway.expect("info").socket;
-    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &[]).expect("baaaht-web");
+    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &["--max-upload-bytes", "200000"])
+        .expect("baaaht-web");
     let driver = Driver::start(dir.path()).expect("chromedriver");
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
     rt.block_on(async {
@@ -442,6 +443,19 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         assert_eq!(code, 403, "no CSRF token: {body}");
         let (code, body) = alices.call(&site, "GET", &path, None, false).expect("read");
         assert_eq!(code, 200, "Alice reads her own: {body}");
+        // A file past the site's limit is refused, whether its size is declared or only its
+        // bytes tell, and nothing of it is kept.
+        let big = dir.path().join("big.bin");
+        std::fs::write(&big, vec![1u8; 300_000]).expect("a big file");
+        for chunked in [false, true] {
+            let (code, body) = alices.upload(&site, &first_session, "big.bin", &big, chunked).expect("upload");
+            assert_eq!(code, 413, "chunked: {chunked}: {body}");
+        }
+        let stored = std::fs::read_dir(daemon.data_dir.join("sessions")).expect("sessions").any(|entry| {
+            let session = entry.expect("entry").file_name().to_string_lossy().to_string();
+            baaaht_tests::workspace_file(&daemon.data_dir, &session, "uploads/big.bin").is_some()
+        });
+        assert!(!stored, "a refused file left nothing behind");
         let (code, body) = alices.call(&site, "GET", &export, None, false).expect("export");
         assert_eq!(code, 200, "{body}");
         assert!(body.starts_with("# please answer slowly in many words\n") && body.contains("echo: a different question"), "{body}");

@@ -144,7 +144,7 @@ pub(crate) fn run(calls: usize, starts: usize) -> Result<()> {
     let p99: Vec<f64> = rows.iter_mut().map(|row| baaaht_tests::percentile(&mut row.values, 99.0)).collect();
     let added = p50[0] - p50[2];
     println!(
-        "\nthrough the daemon: +{added:.2} ms p50 over the direct call ({:.2}×); cold start {:.2}× the direct start",
+        "\nthrough the daemon: {added:+.2} ms p50 over the direct call ({:.2}×); cold start {:.2}× the direct start",
         p50[0] / p50[2],
         p50[3] / p50[4]
     );

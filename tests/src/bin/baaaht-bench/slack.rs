@@ -174,7 +174,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
     let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();
     let added = p50[0] - p50[1];
     println!(
-        "\nfirst words in Slack: +{added:.2} ms p50 over the CLI's path; throughput {:.2}× the host client's",
+        "\nfirst words in Slack: {added:+.2} ms p50 over the CLI's path; throughput {:.2}× the host client's",
         p50[2] / p50[3]
     );
     println!(

@@ -373,7 +373,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
     println!("{:<72} {:>10.2}  MiB", "baaaht-web resident memory, idle", idle_rss);
     println!("{:<72} {:>10.2}  MiB", format!("baaaht-web resident memory, {USERS} users following"), busy_rss);
     println!(
-        "\nfirst words in the browser: +{added:.2} ms p50 over the CLI's path; throughput {:.2}× the host client's",
+        "\nfirst words in the browser: {added:+.2} ms p50 over the CLI's path; throughput {:.2}× the host client's",
         p50[2] / p50[3]
     );
     println!(
