@@ -546,14 +546,7 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
         ("WEB_CLIENT_SECRET_HOME".to_string(), CLIENT_SECRET.to_string()),
     ]);
     let again = baaaht_tests::TestDaemon::start(options).expect("the daemon restarts");
-    let jar_text = jar.to_str().expect("jar");
-    let me = || {
-        let output = std::process::Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar_text, &format!("{site}/api/me")])
-            .output()
-            .expect("curl");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
+    let me = || me_status(&site, &jar);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while me() != "200" {
         assert!(
@@ -565,6 +558,16 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(again.data_dir.join("data/state/gateway-state/home/sessions.json").is_file());
+}
+
+/// What `/api/me` answers the browser whose cookies are in `jar` (its HTTP status).
+fn me_status(site: &str, jar: &std::path::Path) -> String {
+    let jar = jar.to_str().expect("a jar path");
+    let output = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar, &format!("{site}/api/me")])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Where `url` redirects to (curl with the cookie jar `jar`), or `None` when it answers.
@@ -656,14 +659,7 @@ fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
     // sign in again.
     let session = std::fs::read_to_string(&jar).expect("jar");
     assert!(session.contains("baaaht_web"), "{session}");
-    let jar_text = jar.to_str().expect("jar");
-    let me = || {
-        let output = std::process::Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar_text, &format!("{site}/api/me")])
-            .output()
-            .expect("curl");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
+    let me = || me_status(&site, &jar);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while me() != "401" {
         assert!(std::time::Instant::now() < deadline, "the session outlived its ID token");
