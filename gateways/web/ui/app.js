@@ -325,6 +325,7 @@ async function open(id, leaf = "") {
   state.running.clear();
   running("", false);
   state.attachments = [];
+  state.pending = [];
   drawAttachments();
   $("bar").hidden = !id;
   if (!id) {
