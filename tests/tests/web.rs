@@ -438,6 +438,7 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         assert_eq!(code, 200, "Alice makes a room without Bob");
         let into_room = "{\"content\":\"let me in\",\"room\":\"secret\"}";
         refused(bobs.call(&site, "POST", "/api/messages", Some(into_room), true).expect("post"), "posting in a room he is not in");
+        refused(bobs.call(&site, "GET", "/api/events?room=secret", None, false).expect("follow"), "following a room he is not in");
         refused(bobs.call(&site, "POST", "/api/rooms", Some("{\"id\":\"mine\"}"), true).expect("room"), "a room made by a non-admin");
         let (code, body) = alices.call(&site, "POST", "/api/messages", Some("{\"content\":\"no token\"}"), false).expect("post");
         assert_eq!(code, 403, "no CSRF token: {body}");

@@ -77,13 +77,16 @@ pub struct Place {
 }
 
 impl App {
-    /// The context `place` names for `user`: a room's group (the daemon checks membership), or
-    /// the user's own.
+    /// The context `place` names for `user`: a room's group, once the daemon has shown it to
+    /// them (members only: anyone else is refused here, before a stream is opened), or the
+    /// user's own.
     pub async fn context(&self, user: &SignedIn, place: &Place) -> Result<v1::ContextRef, tonic::Status> {
+        let mut daemon = self.daemon.clone();
         if !place.room.is_empty() {
+            let room = v1::GroupRef { id: place.room.clone() };
+            daemon.admin.show_group(self.as_user(user, room)).await?;
             return Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: place.room.clone() });
         }
-        let mut daemon = self.daemon.clone();
         let me = daemon.gateways.who_am_i(self.as_user(user, v1::WhoAmIRequest {})).await?.into_inner();
         Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: me.id })
     }
