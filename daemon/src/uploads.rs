@@ -124,13 +124,16 @@ pub fn sniff(head: &[u8], declared: &str) -> String {
 
 pub use baaaht_proto::human_size;
 
+/// How a note of an attached file begins ([`mention`]).
+pub const MENTION_START: &str = "[attached: ";
+
 /// The line a message gets for each file it shares: what the agents read. The type is the
 /// sender's to give, so only a type's characters of it are kept.
 pub fn mention(path: &str, mime_type: &str, size: u64) -> String {
     let mime_type: String =
         mime_type.chars().filter(|c| c.is_ascii_alphanumeric() || "/.+-".contains(*c)).take(100).collect();
     let mime_type = if mime_type.is_empty() { "unknown type".to_string() } else { mime_type };
-    format!("[attached: {path} ({mime_type}, {}) in the session's workspace]", human_size(size))
+    format!("{MENTION_START}{path} ({mime_type}, {}) in the session's workspace]", human_size(size))
 }
 
 /// How many bytes of a file [`sniff`] looks at.

@@ -51,3 +51,25 @@ pub fn serve_health<S: crate::v1::container_health_server::ContainerHealth>(
         }
     }))
 }
+
+/// A gateway binary's logging: to standard error (which a daemon-run gateway shares with the
+/// daemon), filtered by `RUST_LOG`, in colour only on a terminal.
+pub fn log_to_stderr() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// A gateway binary's exit: success, or `program: why` on standard error and failure.
+pub fn exit(program: &str, outcome: Result<(), String>) -> std::process::ExitCode {
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{program}: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -134,6 +134,52 @@ pub async fn sign_in(browser: &fantoccini::Client, site: &str, login: &str) -> R
     Ok(())
 }
 
+// A browser's sign-in without the browser: curl with a cookie jar.
+
+/// What `/api/me` answers the browser whose cookies are in `jar` (its HTTP status).
+pub fn me_status(site: &str, jar: &Path) -> String {
+    let jar = jar.to_str().expect("a jar path");
+    let output = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar, &format!("{site}/api/me")])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Where `url` redirects to (curl with the cookie jar `jar`), or `None` when it answers.
+pub fn redirect_of(url: &str, jar: &Path, form: &[&str]) -> Option<String> {
+    let jar = jar.to_str().expect("a jar path");
+    let output = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{redirect_url}", "-c", jar, "-b", jar])
+        .args(form)
+        .arg(url)
+        .output()
+        .expect("curl");
+    let target = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    (!target.is_empty()).then_some(target)
+}
+
+/// The page `url` answers with (curl with the cookie jar `jar`).
+pub fn page_of(url: &str, jar: &Path) -> String {
+    let jar = jar.to_str().expect("a jar path");
+    let output = Command::new("curl").args(["-s", "-L", "-c", jar, "-b", jar, url]).output().expect("curl");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A sign-in as a browser makes it, stopped at the provider's answer: the callback URL (with
+/// its code) the browser would be sent to. (The provider's form posts to its own full URL.)
+pub fn callback_for(site: &str, login: &str, jar: &Path) -> String {
+    let form = page_of(&format!("{site}/login"), jar);
+    let action = form.split("action=\"").nth(1).and_then(|rest| rest.split('"').next()).expect("the provider's form");
+    let login = format!("login={login}");
+    let fields = ["--data-urlencode", "prompt=login", "--data-urlencode", &login, "--data-urlencode", "password=x"];
+    let mut next = redirect_of(action, jar, &fields).expect("the provider answers the form");
+    while !next.starts_with(&format!("{site}/auth/callback")) {
+        next = redirect_of(&next, jar, &[]).unwrap_or_else(|| panic!("the provider stopped at {next}"));
+    }
+    next
+}
+
 /// A browser session's cookie and CSRF token, for requests made outside the page.
 pub struct Session {
     pub cookie: String,
@@ -190,73 +236,20 @@ impl Session {
 /// Whether a PNG screenshot shows something: decoded, its pixels have many colours and no
 /// one colour covers nearly all of it.
 pub fn png_shows_something(png: &[u8]) -> Result<bool> {
-    use std::io::Read as _;
-    if png.get(..8) != Some(b"\x89PNG\r\n\x1a\n") {
-        bail!("not a PNG");
-    }
-    let (mut at, mut width, mut height, mut channels, mut data) = (8, 0usize, 0usize, 0usize, Vec::new());
-    while at + 8 <= png.len() {
-        let length = u32::from_be_bytes(png[at..at + 4].try_into()?) as usize;
-        let kind = &png[at + 4..at + 8];
-        let chunk = png.get(at + 8..at + 8 + length).context("a cut chunk")?;
-        match kind {
-            b"IHDR" => {
-                width = u32::from_be_bytes(chunk[0..4].try_into()?) as usize;
-                height = u32::from_be_bytes(chunk[4..8].try_into()?) as usize;
-                if chunk[8] != 8 {
-                    bail!("bit depth {} (8 expected)", chunk[8]);
-                }
-                channels = match chunk[9] {
-                    2 => 3,
-                    6 => 4,
-                    other => bail!("colour type {other} (RGB or RGBA expected)"),
-                };
-            }
-            b"IDAT" => data.extend_from_slice(chunk),
-            _ => {}
-        }
-        at += 12 + length;
-    }
-    let mut raw = Vec::new();
-    flate2::read::ZlibDecoder::new(&data[..]).read_to_end(&mut raw)?;
-    let stride = width * channels;
-    if raw.len() < height * (stride + 1) {
-        bail!("the image data is short");
-    }
-    // Undo each row's filter (PNG spec §9).
-    let mut pixels = vec![0u8; height * stride];
-    for row in 0..height {
-        let filter = raw[row * (stride + 1)];
-        for i in 0..stride {
-            let x = raw[row * (stride + 1) + 1 + i];
-            let a = if i >= channels { pixels[row * stride + i - channels] } else { 0 };
-            let b = if row > 0 { pixels[(row - 1) * stride + i] } else { 0 };
-            let c = if row > 0 && i >= channels { pixels[(row - 1) * stride + i - channels] } else { 0 };
-            let predicted = match filter {
-                0 => 0,
-                1 => a,
-                2 => b,
-                3 => ((u16::from(a) + u16::from(b)) / 2) as u8,
-                4 => {
-                    let p = i16::from(a) + i16::from(b) - i16::from(c);
-                    let (pa, pb, pc) = ((p - i16::from(a)).abs(), (p - i16::from(b)).abs(), (p - i16::from(c)).abs());
-                    if pa <= pb && pa <= pc {
-                        a
-                    } else if pb <= pc {
-                        b
-                    } else {
-                        c
-                    }
-                }
-                other => bail!("filter {other}"),
-            };
-            pixels[row * stride + i] = x.wrapping_add(predicted);
-        }
+    let mut decoder = png::Decoder::new(png);
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder.read_info().context("not a PNG")?;
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut pixels).context("the image data")?;
+    let channels = frame.color_type.samples();
+    if channels < 3 {
+        bail!("a grey screenshot ({:?})", frame.color_type);
     }
     let mut counts: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
-    for pixel in pixels.chunks(channels) {
+    for pixel in pixels[..frame.buffer_size()].chunks(channels) {
         *counts.entry(&pixel[..3]).or_default() += 1;
     }
     let most = counts.values().max().copied().unwrap_or_default();
-    Ok(counts.len() >= 16 && most * 100 < width * height * 98)
+    let all = (frame.width * frame.height) as usize;
+    Ok(counts.len() >= 16 && most * 100 < all * 98)
 }

@@ -28,6 +28,16 @@ where
     false
 }
 
+/// A free port for the site, its address, and the provider that signs its users in (ID tokens
+/// lasting `ttl` seconds), answering to the site's callback and sign-out pages.
+fn site_and_provider(dir: &std::path::Path, ttl: u64) -> (u16, String, Provider) {
+    let port = web::free_port().expect("port");
+    let site = format!("http://127.0.0.1:{port}");
+    let provider = Provider::start(dir, &format!("{site}/auth/callback"), &format!("{site}/signed-out"), ttl)
+        .expect("the OIDC provider");
+    (port, site, provider)
+}
+
 /// A daemon answering with `brain` whose egress lets it reach `provider`, with the web
 /// gateway's client secret, `env` and `files` besides.
 fn daemon_for(
@@ -92,10 +102,7 @@ fn web_site(
 fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");
-    let web_port = web::free_port().expect("port");
-    let site = format!("http://127.0.0.1:{web_port}");
-    let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)
-        .expect("the OIDC provider");
+    let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
     // Only verified addresses at example.test, in the provider's group `users`, are let in.
     let admission = ["--allowed-domain", "example.test", "--required-group", "users", "--scope", "groups"];
     let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, web_port, &admission);
@@ -267,10 +274,7 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
     use base64::Engine as _;
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");
-    let web_port = web::free_port().expect("port");
-    let site = format!("http://127.0.0.1:{web_port}");
-    let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)
-        .expect("the OIDC provider");
+    let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
     // Alice is an admin: her identity is known to the daemon from the start, as u-alice.
     let identities = serde_json::json!({
         "version": 1,
@@ -478,10 +482,7 @@ fn status_of(url: &str) -> u16 {
 fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");
-    let web_port = web::free_port().expect("port");
-    let site = format!("http://127.0.0.1:{web_port}");
-    let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)
-        .expect("the OIDC provider");
+    let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
     let env = vec![("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL".into(), "200".into())];
     let (fake, mut daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, vec![]);
     let args = vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()];
@@ -536,7 +537,7 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
 
     // Someone signed in stays signed in when the daemon (and so its gateway) restarts.
     let jar = dir.path().join("jar");
-    let home = page_of(&callback_for(&site, "dave", &jar), &jar);
+    let home = web::page_of(&web::callback_for(&site, "dave", &jar), &jar);
     assert!(home.contains("data-csrf"), "signed in: {home}");
     daemon.signal("TERM").expect("stop the daemon");
     daemon.wait_exit(Duration::from_secs(30)).expect("the daemon stops");
@@ -547,7 +548,7 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
         ("WEB_CLIENT_SECRET_HOME".to_string(), CLIENT_SECRET.to_string()),
     ]);
     let again = baaaht_tests::TestDaemon::start(options).expect("the daemon restarts");
-    let me = || me_status(&site, &jar);
+    let me = || web::me_status(&site, &jar);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while me() != "200" {
         assert!(
@@ -561,77 +562,29 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     assert!(again.data_dir.join("data/state/gateway-state/home/sessions.json").is_file());
 }
 
-/// What `/api/me` answers the browser whose cookies are in `jar` (its HTTP status).
-fn me_status(site: &str, jar: &std::path::Path) -> String {
-    let jar = jar.to_str().expect("a jar path");
-    let output = std::process::Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-b", jar, &format!("{site}/api/me")])
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Where `url` redirects to (curl with the cookie jar `jar`), or `None` when it answers.
-fn redirect_of(url: &str, jar: &std::path::Path, form: &[&str]) -> Option<String> {
-    let jar = jar.to_str().expect("a jar path");
-    let output = std::process::Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{redirect_url}", "-c", jar, "-b", jar])
-        .args(form)
-        .arg(url)
-        .output()
-        .expect("curl");
-    let target = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    (!target.is_empty()).then_some(target)
-}
-
-/// The page `url` answers with (curl with the cookie jar `jar`).
-fn page_of(url: &str, jar: &std::path::Path) -> String {
-    let jar = jar.to_str().expect("a jar path");
-    let output =
-        std::process::Command::new("curl").args(["-s", "-L", "-c", jar, "-b", jar, url]).output().expect("curl");
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// A sign-in as a browser makes it, stopped at the provider's answer: the callback URL (with
-/// its code) the browser would be sent to. (The provider's form posts to its own full URL.)
-fn callback_for(site: &str, login: &str, jar: &std::path::Path) -> String {
-    let form = page_of(&format!("{site}/login"), jar);
-    let action = form.split("action=\"").nth(1).and_then(|rest| rest.split('"').next()).expect("the provider's form");
-    let login = format!("login={login}");
-    let fields = ["--data-urlencode", "prompt=login", "--data-urlencode", &login, "--data-urlencode", "password=x"];
-    let mut next = redirect_of(action, jar, &fields).expect("the provider answers the form");
-    while !next.starts_with(&format!("{site}/auth/callback")) {
-        next = redirect_of(&next, jar, &[]).unwrap_or_else(|| panic!("the provider stopped at {next}"));
-    }
-    next
-}
-
 #[test]
 fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");
-    let web_port = web::free_port().expect("port");
-    let site = format!("http://127.0.0.1:{web_port}");
     // ID tokens (and so sessions) last 4 seconds.
-    let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 4)
-        .expect("the OIDC provider");
+    let (web_port, site, provider) = site_and_provider(dir.path(), 4);
     let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, web_port, &[]);
     let jar = dir.path().join("jar");
     // A sign-in completes once; its answer cannot be used again, even by the browser that
     // started it, with the cookies it had then.
-    let first = callback_for(&site, "dave", &jar);
+    let first = web::callback_for(&site, "dave", &jar);
     let before = dir.path().join("jar-before");
     std::fs::copy(&jar, &before).expect("copy the cookies");
-    let home = page_of(&first, &jar);
+    let home = web::page_of(&first, &jar);
     assert!(home.contains("data-csrf"), "signed in: {home}\n{}", gateway.log_text());
-    let again = page_of(&first, &before);
+    let again = web::page_of(&first, &before);
     assert!(again.contains("expired or was used already"), "{again}");
     // The code again, under a fresh sign-in of the same browser: it is refused (the provider
     // finds it used, and it was issued for another PKCE challenge).
     let code = first.split("code=").nth(1).and_then(|rest| rest.split('&').next()).expect("a code").to_string();
-    let to_provider = redirect_of(&format!("{site}/login"), &jar, &[]).expect("to the provider");
+    let to_provider = web::redirect_of(&format!("{site}/login"), &jar, &[]).expect("to the provider");
     let state = to_provider.split("state=").nth(1).and_then(|rest| rest.split('&').next()).expect("a state");
-    let replayed = page_of(&format!("{site}/auth/callback?code={code}&state={state}"), &jar);
+    let replayed = web::page_of(&format!("{site}/auth/callback?code={code}&state={state}"), &jar);
     assert!(replayed.contains("could not be completed"), "{replayed}");
     assert!(gateway.log_text().contains("a sign-in failed"), "{}", gateway.log_text());
     // An ID token for another sign-in's nonce is not taken (the relying party's own check,
@@ -643,13 +596,13 @@ fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
             .expect("discovery");
         let start = oidc.start("state-for-the-nonce-test".into());
         let other = dir.path().join("jar-nonce");
-        let form = page_of(&start.url, &other);
+        let form = web::page_of(&start.url, &other);
         let action = form.split("action=\"").nth(1).and_then(|rest| rest.split('"').next()).expect("form");
         let fields =
             ["--data-urlencode", "prompt=login", "--data-urlencode", "login=erin", "--data-urlencode", "password=x"];
-        let mut next = redirect_of(action, &other, &fields).expect("answer");
+        let mut next = web::redirect_of(action, &other, &fields).expect("answer");
         while !next.starts_with(&redirect) {
-            next = redirect_of(&next, &other, &[]).expect("redirects");
+            next = web::redirect_of(&next, &other, &[]).expect("redirects");
         }
         let code = next.split("code=").nth(1).and_then(|rest| rest.split('&').next()).expect("a code");
         let refused = oidc.finish(code, Some(&provider.issuer), "another-nonce", start.pkce_verifier).await;
@@ -660,12 +613,12 @@ fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
     // sign in again.
     let session = std::fs::read_to_string(&jar).expect("jar");
     assert!(session.contains("baaaht_web"), "{session}");
-    let me = || me_status(&site, &jar);
+    let me = || web::me_status(&site, &jar);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while me() != "401" {
         assert!(std::time::Instant::now() < deadline, "the session outlived its ID token");
         std::thread::sleep(Duration::from_millis(250));
     }
-    assert_eq!(redirect_of(&format!("{site}/"), &jar, &[]).as_deref(), Some(format!("{site}/login").as_str()));
+    assert_eq!(web::redirect_of(&format!("{site}/"), &jar, &[]).as_deref(), Some(format!("{site}/login").as_str()));
     drop(daemon);
 }

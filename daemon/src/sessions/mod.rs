@@ -529,7 +529,10 @@ fn touch(record: &mut SessionRecord, now: u64) {
 /// characters, cut at a word; none for a message without words.
 pub fn title_of(message: &str) -> Option<String> {
     // The daemon's notes of attached files are not what the conversation is about.
-    let line = message.lines().map(str::trim).find(|line| !line.is_empty() && !line.starts_with("[attached: "))?;
+    let line = message
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with(crate::uploads::MENTION_START))?;
     if line.chars().count() <= 60 {
         return Some(line.to_string());
     }

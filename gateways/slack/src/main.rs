@@ -70,21 +70,8 @@ enum Events {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_target(false)
-        // The log goes to standard error, which a daemon-run gateway shares with the daemon;
-        // colours for a terminal only, not in a log file or the journal.
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match run(Cli::parse()).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("baaaht-slack: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    baaaht_proto::lifecycle::log_to_stderr();
+    baaaht_proto::lifecycle::exit("baaaht-slack", run(Cli::parse()).await)
 }
 
 async fn run(cli: Cli) -> Result<(), String> {

@@ -69,6 +69,18 @@ pub fn api_error(status: &tonic::Status) -> Response {
     }
 }
 
+/// The page's answer to a daemon call: JSON made of what it answered, or its refusal.
+fn answer<T>(called: Result<tonic::Response<T>, tonic::Status>, shown: impl FnOnce(T) -> Value) -> Response {
+    match called {
+        Ok(answered) => Json(shown(answered.into_inner())).into_response(),
+        Err(status) => api_error(&status),
+    }
+}
+
+/// How long a user's canonical id is taken as the daemon last gave it (linking identities may
+/// change it; the daemon checks every call either way).
+pub const ID_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Where a request acts: the user's own context, or a room (a group) they are in.
 #[derive(Debug, Default, Deserialize)]
 pub struct Place {
@@ -87,8 +99,24 @@ impl App {
             daemon.admin.show_group(self.as_user(user, room)).await?;
             return Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: place.room.clone() });
         }
-        let me = daemon.gateways.who_am_i(self.as_user(user, v1::WhoAmIRequest {})).await?.into_inner();
-        Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: me.id })
+        let identity = self.identity(user);
+        let kept = {
+            let ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            ids.get(&identity).filter(|(_, when)| when.elapsed() < ID_KEPT_FOR).map(|(id, _)| id.clone())
+        };
+        let id = match kept {
+            Some(id) => id,
+            None => {
+                let me = daemon.gateways.who_am_i(self.as_user(user, v1::WhoAmIRequest {})).await?.into_inner();
+                let mut ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if ids.len() >= 10_000 {
+                    ids.retain(|_, (_, when)| when.elapsed() < ID_KEPT_FOR);
+                }
+                ids.insert(identity, (me.id.clone(), std::time::Instant::now()));
+                me.id
+            }
+        };
+        Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id })
     }
 
     /// The channel identity of `user` (`web:{issuer}#{sub}`).
@@ -168,10 +196,7 @@ pub async fn create(State(app): State<Arc<App>>, user: User, Json(new): Json<New
     };
     let mut daemon = app.daemon.clone();
     let request = v1::NewSessionRequest { context: Some(context), title: new.title };
-    match daemon.sessions.new_session(app.as_user(&user.session, request)).await {
-        Ok(header) => Json(session_json(&header.into_inner())).into_response(),
-        Err(status) => api_error(&status),
-    }
+    answer(daemon.sessions.new_session(app.as_user(&user.session, request)).await, |header| session_json(&header))
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,55 +215,29 @@ pub async fn read(
 ) -> Response {
     let mut daemon = app.daemon.clone();
     let request = v1::ReadSessionRequest { session_id: id, leaf_entry_id: query.leaf };
-    match daemon.sessions.read_session(app.as_user(&user.session, request)).await {
-        Ok(transcript) => {
-            let transcript = transcript.into_inner();
-            let header = transcript.header.as_ref().map(session_json).unwrap_or_default();
-            let entries: Vec<Value> = transcript.entries.iter().filter_map(entry_json).collect();
-            Json(json!({"session": header, "entries": entries})).into_response()
-        }
-        Err(status) => api_error(&status),
-    }
-}
-
-/// What the page can do to a conversation with one POST.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Resume,
-    Archive,
-    Compact,
-}
-
-async fn act(app: &App, user: &SignedIn, id: String, action: Action) -> Response {
-    let mut daemon = app.daemon.clone();
-    let target = v1::SessionRef { session_id: id };
-    let done = match action {
-        Action::Resume => daemon.sessions.resume_session(app.as_user(user, target)).await.map(|header| {
-            let header = header.into_inner();
-            session_json(&header)
-        }),
-        Action::Archive => daemon.sessions.archive_session(app.as_user(user, target)).await.map(|_| json!({})),
-        Action::Compact => daemon.sessions.compact_session(app.as_user(user, target)).await.map(|_| json!({})),
-    };
-    match done {
-        Ok(answer) => Json(answer).into_response(),
-        Err(status) => api_error(&status),
-    }
+    answer(daemon.sessions.read_session(app.as_user(&user.session, request)).await, |transcript| {
+        let header = transcript.header.as_ref().map(session_json).unwrap_or_default();
+        let entries: Vec<Value> = transcript.entries.iter().filter_map(entry_json).collect();
+        json!({"session": header, "entries": entries})
+    })
 }
 
 /// `POST /api/sessions/{id}/resume`.
 pub async fn resume(State(app): State<Arc<App>>, user: User, Path(id): Path<String>) -> Response {
-    act(&app, &user.session, id, Action::Resume).await
+    let target = app.as_user(&user.session, v1::SessionRef { session_id: id });
+    answer(app.daemon.clone().sessions.resume_session(target).await, |header| session_json(&header))
 }
 
 /// `POST /api/sessions/{id}/archive`.
 pub async fn archive(State(app): State<Arc<App>>, user: User, Path(id): Path<String>) -> Response {
-    act(&app, &user.session, id, Action::Archive).await
+    let target = app.as_user(&user.session, v1::SessionRef { session_id: id });
+    answer(app.daemon.clone().sessions.archive_session(target).await, |_| json!({}))
 }
 
 /// `POST /api/sessions/{id}/compact`.
 pub async fn compact(State(app): State<Arc<App>>, user: User, Path(id): Path<String>) -> Response {
-    act(&app, &user.session, id, Action::Compact).await
+    let target = app.as_user(&user.session, v1::SessionRef { session_id: id });
+    answer(app.daemon.clone().sessions.compact_session(target).await, |_| json!({}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -251,10 +250,7 @@ pub struct Fork {
 pub async fn fork(State(app): State<Arc<App>>, user: User, Path(id): Path<String>, Json(fork): Json<Fork>) -> Response {
     let mut daemon = app.daemon.clone();
     let request = v1::ForkSessionRequest { session_id: id, entry_id: fork.entry };
-    match daemon.sessions.fork_session(app.as_user(&user.session, request)).await {
-        Ok(header) => Json(session_json(&header.into_inner())).into_response(),
-        Err(status) => api_error(&status),
-    }
+    answer(daemon.sessions.fork_session(app.as_user(&user.session, request)).await, |header| session_json(&header))
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,10 +267,7 @@ pub async fn model(
 ) -> Response {
     let mut daemon = app.daemon.clone();
     let request = v1::SwitchModelRequest { session_id: id, model: model.model.trim().to_string() };
-    match daemon.sessions.switch_model(app.as_user(&user.session, request)).await {
-        Ok(_) => Json(json!({})).into_response(),
-        Err(status) => api_error(&status),
-    }
+    answer(daemon.sessions.switch_model(app.as_user(&user.session, request)).await, |_| json!({}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -288,10 +281,7 @@ pub struct Stop {
 pub async fn stop(State(app): State<Arc<App>>, user: User, Path(id): Path<String>, Json(stop): Json<Stop>) -> Response {
     let mut daemon = app.daemon.clone();
     let request = v1::CancelTurnRequest { session_id: id, turn_id: stop.turn };
-    match daemon.sessions.cancel_turn(app.as_user(&user.session, request)).await {
-        Ok(_) => Json(json!({})).into_response(),
-        Err(status) => api_error(&status),
-    }
+    answer(daemon.sessions.cancel_turn(app.as_user(&user.session, request)).await, |_| json!({}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -382,13 +372,10 @@ pub async fn create_room(State(app): State<Arc<App>>, user: User, Json(room): Js
     let mut daemon = app.daemon.clone();
     let request =
         v1::CreateGroupRequest { id: room.id.trim().to_string(), name: room.name.trim().to_string(), members };
-    match daemon.admin.create_group(app.as_user(&user.session, request)).await {
-        Ok(group) => {
-            let group = group.into_inner();
-            Json(json!({"id": group.id, "name": group.name, "members": group.members.len()})).into_response()
-        }
-        Err(status) => api_error(&status),
-    }
+    answer(
+        daemon.admin.create_group(app.as_user(&user.session, request)).await,
+        |group| json!({"id": group.id, "name": group.name, "members": group.members.len()}),
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -409,10 +396,10 @@ pub async fn add_member(
     }
     let mut daemon = app.daemon.clone();
     let request = v1::GroupMemberRequest { group: id, member };
-    match daemon.admin.add_group_member(app.as_user(&user.session, request)).await {
-        Ok(group) => Json(json!({"members": group.into_inner().members.len()})).into_response(),
-        Err(status) => api_error(&status),
-    }
+    answer(
+        daemon.admin.add_group_member(app.as_user(&user.session, request)).await,
+        |group| json!({"members": group.members.len()}),
+    )
 }
 
 impl App {
@@ -578,13 +565,10 @@ pub async fn send(State(app): State<Arc<App>>, user: User, Json(outgoing): Json<
         attachments,
     };
     let mut daemon = app.daemon.clone();
-    match daemon.sessions.send_user_message(app.as_user(&user.session, message)).await {
-        Ok(sent) => {
-            let sent = sent.into_inner();
-            Json(json!({"session": sent.session_id, "turn": sent.turn_id, "entry": sent.entry_id})).into_response()
-        }
-        Err(status) => api_error(&status),
-    }
+    answer(
+        daemon.sessions.send_user_message(app.as_user(&user.session, message)).await,
+        |sent| json!({"session": sent.session_id, "turn": sent.turn_id, "entry": sent.entry_id}),
+    )
 }
 
 #[cfg(test)]

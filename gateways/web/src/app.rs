@@ -42,6 +42,9 @@ pub struct App {
     pub max_upload: u64,
     /// Who may sign in at all.
     pub admission: crate::oidc::Admission,
+    /// Each signed-in identity's canonical user id, as the daemon last said (for a while: see
+    /// [`crate::api::ID_KEPT_FOR`]), so a message costs one call to the daemon, not two.
+    pub user_ids: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
 }
 
 /// The Content-Security-Policy of every answer. Forms post to this site only, and to the

@@ -68,19 +68,8 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match run(Cli::parse()).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("baaaht-web: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    baaaht_proto::lifecycle::log_to_stderr();
+    baaaht_proto::lifecycle::exit("baaaht-web", run(Cli::parse()).await)
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -132,6 +121,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         csp,
         max_upload: cli.max_upload_bytes,
         admission,
+        user_ids: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await

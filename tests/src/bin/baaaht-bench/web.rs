@@ -47,38 +47,10 @@ struct Browser {
     id: String,
 }
 
-fn curl(args: &[&str]) -> Result<String> {
-    let output = std::process::Command::new("curl").args(args).output().context("curl")?;
-    if !output.status.success() {
-        bail!("curl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
-/// Signs `login` in as a browser does: the site sends it to the provider's form, which is
-/// filled in and posted (to the provider's full URL), and the redirects lead back to the site
-/// signed in.
+/// Signs `login` in as a browser does (the provider's own form, with a cookie jar), and reads
+/// the session cookie and the page's CSRF token.
 fn sign_in(site: &str, login: &str, jar: &Path) -> Result<Browser> {
-    let jar = jar.to_str().context("a jar path")?;
-    let form = curl(&["-s", "-c", jar, "-b", jar, "-L", &format!("{site}/login")])?;
-    let action =
-        form.split("action=\"").nth(1).and_then(|rest| rest.split('"').next()).context("the provider's form")?;
-    let login = format!("login={login}");
-    let home = curl(&[
-        "-s",
-        "-c",
-        jar,
-        "-b",
-        jar,
-        "-L",
-        "--data-urlencode",
-        "prompt=login",
-        "--data-urlencode",
-        &login,
-        "--data-urlencode",
-        "password=x",
-        action,
-    ])?;
+    let home = web::page_of(&web::callback_for(site, login, jar), jar);
     let csrf = home.split("data-csrf=\"").nth(1).and_then(|rest| rest.split('"').next()).context("not signed in")?;
     let jar_text = std::fs::read_to_string(jar)?;
     let value = jar_text
@@ -203,7 +175,6 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
     })?;
     let socket = added.gateway.context("gateway info")?.socket;
     let gateway = web::web_gateway(dir.path(), &socket, &added.token, port, &[])?;
-    std::thread::sleep(Duration::from_millis(500));
     let idle_rss = rss_mib(gateway.id())?;
     let mut users = Vec::with_capacity(USERS);
     for n in 0..USERS {
