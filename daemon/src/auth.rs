@@ -340,6 +340,7 @@ pub enum Operation {
     CancelTurn,
     RunSelfTest,
     WhoAmI,
+    UpdateProfile,
     StartLink,
     ConfirmLink,
     EnsureChannelGroup,
@@ -480,6 +481,7 @@ impl Operation {
             Operation::CancelTurn => "CancelTurn",
             Operation::RunSelfTest => "RunSelfTest",
             Operation::WhoAmI => "WhoAmI",
+            Operation::UpdateProfile => "UpdateProfile",
             Operation::StartLink => "StartLink",
             Operation::ConfirmLink => "ConfirmLink",
             Operation::EnsureChannelGroup => "EnsureChannelGroup",
@@ -557,6 +559,7 @@ impl Operation {
                 | Operation::RelayMcp
                 | Operation::StreamLlm
                 | Operation::WhoAmI
+                | Operation::UpdateProfile
                 | Operation::StartLink
                 | Operation::ConfirmLink
                 | Operation::EnsureChannelGroup
@@ -670,7 +673,11 @@ fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<
         // What a gateway asks for its user.
         // Its own credentials: the gateway's, whoever it names.
         Operation::GetGatewaySecrets => return Ok(()),
-        Operation::WhoAmI | Operation::StartLink | Operation::ConfirmLink | Operation::EnsureChannelGroup => {
+        Operation::WhoAmI
+        | Operation::UpdateProfile
+        | Operation::StartLink
+        | Operation::ConfirmLink
+        | Operation::EnsureChannelGroup => {
             return call.user.as_ref().map(drop).ok_or(AuthError::NoEndUser { operation: name });
         }
         // Registering gateways and reading the audit log are the host's alone.

@@ -269,7 +269,7 @@ pub fn new_task(
     };
     let notification = match definition.notification {
         Some(notification) => {
-            if !crate::scheduler::execute::is_valid_channel(&notification.channel) {
+            if !crate::profile::is_valid_channel(&notification.channel) {
                 return Err(format!(
                     "notification.channel: `{}` is not a channel; use tui, web, slack, slack/dm, slack/CHANNEL or none \
                      (empty: the user's preferred channel)",

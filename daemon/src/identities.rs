@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::state::{self, StateError};
 
 pub const IDENTITIES_FILE: &str = "identities.json";
+/// The longest display name, in characters.
+pub const MAX_NAME: usize = 100;
 /// How long a link code may be confirmed.
 pub const LINK_CODE_VALID: Duration = Duration::from_secs(600);
 
@@ -32,6 +34,8 @@ pub enum IdentityError {
     AlreadyLinked(String, String),
     #[error("{0} is not linked to another identity's user")]
     NotLinked(String),
+    #[error("a name must have 1 to {MAX_NAME} characters and no control characters")]
+    BadName,
     #[error("that code is unknown or expired (codes last {} minutes): ask for a new one", LINK_CODE_VALID.as_secs() / 60)]
     BadCode,
     #[error(transparent)]
@@ -159,7 +163,7 @@ impl Identities {
         }
         let user = new_user_id();
         let now = state::now_rfc3339();
-        let shown: String = name.chars().filter(|c| !c.is_control()).take(100).collect();
+        let shown: String = name.chars().filter(|c| !c.is_control()).take(MAX_NAME).collect();
         inner.file.users.insert(user.clone(), UserRecord { name: shown.clone(), created: now.clone() });
         inner
             .file
@@ -204,6 +208,22 @@ impl Identities {
             .map(|record| record.user.clone())
             .unwrap_or_else(|| id_or_identity.to_string());
         inner.file.users.get(&id).map(|record| view(&inner.file, &id, record))
+    }
+
+    /// Renames `user` (the name others see on its messages).
+    pub fn rename(&self, user: &str, name: &str) -> Result<UserView, IdentityError> {
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
+            return Err(IdentityError::BadName);
+        }
+        let mut inner = self.inner();
+        let record = inner.file.users.get_mut(user).ok_or_else(|| IdentityError::UnknownUser(user.to_string()))?;
+        if record.name != name {
+            record.name = name.to_string();
+            self.save(&inner.file)?;
+        }
+        let record = inner.file.users.get(user).cloned().ok_or_else(|| IdentityError::UnknownUser(user.to_string()))?;
+        Ok(view(&inner.file, user, &record))
     }
 
     /// Makes `second` act as the user of `first`.

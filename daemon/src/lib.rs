@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod oidc;
 pub mod orchestrator;
 pub mod policy;
+pub mod profile;
 pub mod sampler;
 pub mod scheduler;
 pub mod secrets;

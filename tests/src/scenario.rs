@@ -155,8 +155,17 @@ pub fn slow_echo_brain() -> Answer {
     })))
 }
 
+/// An answer with a page whose script tries the site's cookie and API, and a picture.
+pub const PAGE_ANSWER: &str = "Here is the page:\n\n```html\n<p id=\"out\">not run</p>\n<script>\n\
+    let cookie; try { cookie = document.cookie ? \"readable\" : \"empty\"; } catch (e) { cookie = \"blocked\"; }\n\
+    fetch(\"/api/me\").then(() => \"reachable\", () => \"blocked\").then((api) => {\n\
+    document.getElementById(\"out\").textContent = `script ran; cookie ${cookie}; api ${api}`;\n});\n</script>\n```\n\n\
+    And a picture:\n\n```svg\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"120\" height=\"120\">\
+    <circle cx=\"60\" cy=\"60\" r=\"50\" fill=\"#3b6fd8\"/></svg>\n```\n";
+
 /// What the web gateway's tests talk to: asked to "ask the worker", the Assistant delegates to
-/// the Worker and passes on its "done"; asked anything else, it echoes it word by word, a word
+/// the Worker and passes on its "done"; asked to "draw a page", it
+/// answers [`PAGE_ANSWER`]; asked anything else, it echoes it word by word, a word
 /// every 150 ms, so a page can be seen writing it as it comes.
 pub fn web_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {
@@ -167,6 +176,9 @@ pub fn web_brain() -> Answer {
         }
         if !asked.offers("delegate") {
             return anthropic_answer("done", &[]);
+        }
+        if said.contains("draw a page") {
+            return anthropic_answer(PAGE_ANSWER, &[]);
         }
         let words: String = said.chars().filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '?').collect();
         crate::fake_provider::words_stream(Wire::Anthropic, &format!("echo: {words}"), Duration::from_millis(150))

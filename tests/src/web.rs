@@ -214,6 +214,22 @@ impl Session {
 }
 
 impl Session {
+    /// The value of header `name` in the answer to `GET path` at `site` (empty when missing).
+    pub fn header(&self, site: &str, path: &str, name: &str) -> Result<String> {
+        let output = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-D", "-", "-H", &format!("cookie: {}", self.cookie)])
+            .arg(format!("{site}{path}"))
+            .output()
+            .context("curl")?;
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        Ok(text
+            .lines()
+            .filter_map(|line| line.split_once(':'))
+            .find(|(key, _)| key.trim().eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.trim().to_string())
+            .unwrap_or_default())
+    }
+
     /// Uploads `file` as `name` into conversation `session`, sent in chunks without a length
     /// when `chunked` (so only the bytes tell its size): the status and the body.
     pub fn upload(&self, site: &str, session: &str, name: &str, file: &Path, chunked: bool) -> Result<(u16, String)> {

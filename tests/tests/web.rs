@@ -318,6 +318,22 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         let progress = text_of(&alice, ".assistant.done .progress").await;
         assert!(progress.contains("worker"), "the delegation is shown: {progress:?}");
 
+        // HTML and SVG in an answer are drawn in sandboxed frames: the page's script runs,
+        // but reaches neither the site's cookie nor its API.
+        say(&alice, "draw a page").await;
+        assert!(answered(&alice, "Here is the page").await, "no page\n{}", logs());
+        let frames = alice.find_all(Locator::Css("iframe.artifact")).await.expect("frames");
+        assert_eq!(frames.len(), 2, "the page and the picture are drawn");
+        assert_eq!(frames[0].attr("sandbox").await.expect("sandbox").as_deref(), Some("allow-scripts"));
+        let artifact = frames[0].attr("src").await.expect("src").expect("the frame's address");
+        frames[0].clone().enter_frame().await.expect("into the frame");
+        let ran = until(Duration::from_secs(20), || async { text_of(&alice, "#out").await.starts_with("script ran") }).await;
+        let out = text_of(&alice, "#out").await;
+        alice.enter_parent_frame().await.expect("out of the frame");
+        assert!(ran, "the page's script ran: {out:?}");
+        assert_eq!(out, "script ran; cookie blocked; api blocked");
+        screenshot(&alice, dir.path(), "web-artifact-desktop-light").await;
+
         // Stop: the turn is cancelled, and the page says so where the answer was.
         say(&alice, "stop me before I finish this very long answer of many many words").await;
         click(&alice, "#stop:not([hidden])").await;
@@ -422,6 +438,19 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         alice.execute("localStorage.setItem('theme', 'dark'); window.applyTheme();", vec![]).await.expect("dark");
         screenshot(&alice, dir.path(), "web-room-desktop-dark").await;
 
+        // Bob names himself and says where scheduled results should reach him; the daemon
+        // keeps both (his name on his messages, the channel in his USER.md).
+        click(&bob, "#menu").await;
+        click(&bob, "#settings-open").await;
+        let name = bob.find(Locator::Id("display-name")).await.expect("name field");
+        name.clear().await.expect("clear");
+        name.send_keys("Bobby").await.expect("type");
+        bob.find(Locator::Id("preferred-channel")).await.expect("channel").select_by_value("web").await.expect("choose");
+        screenshot(&bob, dir.path(), "web-settings-phone-dark").await;
+        click(&bob, "#settings-save").await;
+        let renamed = until(Duration::from_secs(30), || async { text_of(&bob, "#who").await == "Bobby" }).await;
+        assert!(renamed, "the side bar names him anew: {}", text_of(&bob, "#settings").await);
+
         // What Bob cannot do, from outside the page as well.
         let bobs = web::Session::of(&bob).await.expect("Bob's session");
         let alices = web::Session::of(&alice).await.expect("Alice's session");
@@ -444,6 +473,20 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         refused(bobs.call(&site, "POST", "/api/messages", Some(into_room), true).expect("post"), "posting in a room he is not in");
         refused(bobs.call(&site, "GET", "/api/events?room=secret", None, false).expect("follow"), "following a room he is not in");
         refused(bobs.call(&site, "POST", "/api/rooms", Some("{\"id\":\"mine\"}"), true).expect("room"), "a room made by a non-admin");
+        refused(bobs.call(&site, "GET", &artifact, None, false).expect("artifact"), "the page in Alice's answer");
+        let (code, body) = alices.call(&site, "GET", &artifact, None, false).expect("artifact");
+        assert!(code == 200 && body.contains("<script>"), "Alice's page: {code} {body}");
+        let policy = alices.header(&site, &artifact, "content-security-policy").expect("headers");
+        assert!(policy.starts_with("sandbox allow-scripts; default-src 'none'"), "the page's own policy: {policy}");
+        let me: serde_json::Value = serde_json::from_str(&bobs.call(&site, "GET", "/api/me", None, false).expect("me").1).expect("json");
+        assert_eq!((me["name"].as_str(), me["preferred_channel"].as_str()), (Some("Bobby"), Some("web")), "{me}");
+        let profile = daemon.data_dir.join("users").join(me["id"].as_str().expect("id")).join("USER.md");
+        let profile = std::fs::read_to_string(profile).expect("Bob's USER.md");
+        assert!(profile.starts_with("# Bob User\n") && profile.ends_with("\npreferred_channel: web\n"), "{profile}");
+        let (code, body) = bobs.call(&site, "POST", "/api/settings", Some("{\"name\":\" \"}"), true).expect("settings");
+        assert!(code == 400 && body.contains("a name must have 1 to 100 characters"), "{code} {body}");
+        let (code, body) = bobs.call(&site, "POST", "/api/settings", Some("{\"preferred_channel\":\"fax\"}"), true).expect("settings");
+        assert!(code == 400 && body.contains("preferred channel `fax`: choose web"), "{code} {body}");
         let (code, body) = alices.call(&site, "POST", "/api/messages", Some("{\"content\":\"no token\"}"), false).expect("post");
         assert_eq!(code, 403, "no CSRF token: {body}");
         let (code, body) = alices.call(&site, "GET", &path, None, false).expect("read");

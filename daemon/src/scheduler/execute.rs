@@ -38,29 +38,14 @@ pub fn role_of(task: &TaskRecord) -> Result<Role, String> {
     }
 }
 
-/// The channels a result can be sent to.
-pub fn is_valid_channel(channel: &str) -> bool {
-    matches!(channel, "" | "none" | "tui" | "cli" | "web" | "slack")
-        || channel.strip_prefix("slack/").is_some_and(|rest| {
-            !rest.is_empty() && rest.len() <= 64 && rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        })
-}
-
-/// `preferred_channel:` in the context's USER.md or GROUP.md (a line of its own, front matter
-/// or a `- ` list item), if it names a channel.
+/// The channel `context`'s profile (USER.md or GROUP.md) prefers, if it names one.
 fn preferred_channel(shared: &Shared, context: &Context) -> Option<String> {
     let profile = match context.kind {
         ContextKind::User => "USER.md",
         ContextKind::Group => "GROUP.md",
     };
     let text = std::fs::read_to_string(shared.data_dir.context_dir(context).join(profile)).ok()?;
-    text.lines().find_map(|line| {
-        let line = line.trim().trim_start_matches("- ").trim();
-        let (key, value) = line.split_once(':')?;
-        let key = key.trim().trim_matches('*').trim().to_ascii_lowercase().replace(' ', "_");
-        let value = value.trim().trim_matches('`').trim().to_ascii_lowercase();
-        (key == "preferred_channel" && is_valid_channel(&value) && !value.is_empty()).then_some(value)
-    })
+    crate::profile::preferred_channel(&text)
 }
 
 /// The channel family of `channel` (`slack/dm` → `slack`).

@@ -20,7 +20,7 @@ impl From<IdentityError> for Status {
     fn from(error: IdentityError) -> Status {
         let text = error.to_string();
         match error {
-            IdentityError::BadIdentity(_) => Status::invalid_argument(text),
+            IdentityError::BadIdentity(_) | IdentityError::BadName => Status::invalid_argument(text),
             IdentityError::UnknownIdentity(_) | IdentityError::UnknownUser(_) => Status::not_found(text),
             IdentityError::AlreadyLinked(..) => Status::already_exists(text),
             IdentityError::NotLinked(_) | IdentityError::BadCode => Status::failed_precondition(text),
@@ -55,7 +55,10 @@ impl From<GatewayError> for Status {
 }
 
 fn profile(shared: &Shared, user: UserView) -> v1::UserProfile {
+    let path = shared.data_dir.context_dir(&Context::user(&user.id)).join("USER.md");
+    let preferred = std::fs::read_to_string(path).ok().and_then(|text| crate::profile::preferred_channel(&text));
     v1::UserProfile {
+        preferred_channel: preferred.unwrap_or_default(),
         admin: shared.loaded.config.system.admin_users.contains(&user.id),
         groups: shared.groups.of_member(&user.id),
         id: user.id,
@@ -129,6 +132,29 @@ impl v1::gateways_server::Gateways for GatewaysService {
     async fn who_am_i(&self, request: Request<v1::WhoAmIRequest>) -> Result<Response<v1::UserProfile>, Status> {
         let caller = check(&self.shared, &request, Operation::WhoAmI, None, None)?;
         let user = end_user(&caller)?;
+        let view = self.shared.identities.user(&user.id).ok_or_else(|| IdentityError::UnknownUser(user.id.clone()))?;
+        Ok(Response::new(profile(&self.shared, view)))
+    }
+
+    async fn update_profile(&self, request: Request<v1::ProfileUpdate>) -> Result<Response<v1::UserProfile>, Status> {
+        let caller = check(&self.shared, &request, Operation::UpdateProfile, None, None)?;
+        let user = end_user(&caller)?;
+        let update = request.get_ref();
+        let channel = update.preferred_channel.as_deref().map(|channel| channel.trim().to_ascii_lowercase());
+        if let Some(channel) = channel.as_deref().filter(|channel| !crate::profile::is_valid_channel(channel)) {
+            return Err(Status::invalid_argument(format!(
+                "preferred channel `{}`: choose web, tui, slack, slack/dm, none, or nothing for the channel last used",
+                channel.chars().take(80).collect::<String>()
+            )));
+        }
+        if let Some(name) = &update.name {
+            self.shared.identities.rename(&user.id, name)?;
+        }
+        if let Some(channel) = channel {
+            let path = self.shared.data_dir.context_dir(&Context::user(&user.id)).join("USER.md");
+            crate::profile::set_preferred_channel(&path, &channel)
+                .map_err(|error| Status::internal(baaaht_proto::error_chain(&error)))?;
+        }
         let view = self.shared.identities.user(&user.id).ok_or_else(|| IdentityError::UnknownUser(user.id.clone()))?;
         Ok(Response::new(profile(&self.shared, view)))
     }

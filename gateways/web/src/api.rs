@@ -125,6 +125,26 @@ impl App {
     }
 }
 
+/// What the page shows of the user the daemon knows.
+pub fn profile_json(me: &v1::UserProfile) -> Value {
+    json!({"id": me.id, "name": me.name, "admin": me.admin, "preferred_channel": me.preferred_channel})
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Settings {
+    name: Option<String>,
+    preferred_channel: Option<String>,
+}
+
+/// `POST /api/settings`: the user's display name and preferred channel, kept by the daemon
+/// (a field left out stays as it is).
+pub async fn settings(State(app): State<Arc<App>>, user: User, Json(settings): Json<Settings>) -> Response {
+    let request = v1::ProfileUpdate { name: settings.name, preferred_channel: settings.preferred_channel };
+    answer(app.daemon.clone().gateways.update_profile(app.as_user(&user.session, request)).await, |me| {
+        profile_json(&me)
+    })
+}
+
 /// A session as the page lists it.
 fn session_json(header: &v1::SessionHeader) -> Value {
     let room = (header.context_type == v1::ContextType::Group as i32).then_some(header.group_id.as_str());

@@ -141,9 +141,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/sessions/{id}/model", post(api::model))
         .route("/api/sessions/{id}/stop", post(api::stop))
         .route("/api/sessions/{id}/export", get(api::export))
+        .route("/api/sessions/{id}/entries/{entry}/artifacts/{n}", get(crate::artifacts::serve))
         .route("/api/rooms", get(api::rooms).post(api::create_room))
         .route("/api/rooms/{id}/members", post(api::add_member))
         .route("/api/uploads", post(api::upload))
+        .route("/api/settings", post(api::settings))
         .route("/ui/{*file}", get(crate::assets::serve))
         .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))
         .with_state(app)
@@ -155,7 +157,10 @@ async fn security_headers(State(app): State<Arc<App>>, mut response: Response) -
     let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
         headers.insert(name, HeaderValue::from_static(value));
     };
-    headers.insert("content-security-policy", app.csp.clone());
+    // An artifact comes with a policy of its own.
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, app.csp.clone());
+    }
     set(headers, "x-content-type-options", "nosniff");
     set(headers, "referrer-policy", "no-referrer");
     set(headers, "cross-origin-opener-policy", "same-origin");
@@ -442,10 +447,13 @@ async fn me(State(app): State<Arc<App>>, user: api::User) -> Response {
     let mut daemon = app.daemon.clone();
     match daemon.gateways.who_am_i(app.as_user(&user.session, v1::WhoAmIRequest {})).await {
         Ok(me) => {
-            let me = me.into_inner();
-            axum::Json(serde_json::json!({"id": me.id, "name": user.session.name, "email": user.session.email,
-                "identity": app.identity(&user.session), "admin": me.admin, "csrf": user.session.csrf}))
-            .into_response()
+            let mut shown = api::profile_json(&me.into_inner());
+            shown["name"] =
+                serde_json::json!(shown["name"].as_str().filter(|name| !name.is_empty()).unwrap_or(&user.session.name));
+            shown["email"] = serde_json::json!(user.session.email);
+            shown["identity"] = serde_json::json!(app.identity(&user.session));
+            shown["csrf"] = serde_json::json!(user.session.csrf);
+            axum::Json(shown).into_response()
         }
         Err(status) => api::api_error(&status),
     }

@@ -2,10 +2,11 @@
 //! gateway token. People sign in with OpenID Connect ([`oidc`]); their browser sessions are
 //! kept server-side ([`store`]); [`app`] has the routes, [`api`] the page's JSON API, [`assets`]
 //! the UI's files; [`events`] keeps what each user's browser follows; [`export`] writes a
-//! conversation as a file.
+//! conversation as a file; [`artifacts`] serves the HTML and SVG in answers.
 
 pub mod api;
 pub mod app;
+pub mod artifacts;
 pub mod assets;
 pub mod events;
 pub mod export;

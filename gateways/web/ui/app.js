@@ -145,9 +145,15 @@ function showUser(entry) {
   return element;
 }
 
+// Where the HTML and SVG of answer `entry` in the open conversation are served.
+const artifactsOf = (entry) =>
+  state.session && entry
+    ? `/api/sessions/${encodeURIComponent(state.session)}/entries/${encodeURIComponent(entry)}/artifacts/`
+    : "";
+
 function showAnswer(entry) {
   const element = bubble("assistant");
-  render(textOf(element), entry.text);
+  render(textOf(element), entry.text, artifactsOf(entry.id));
   element.classList.add("done");
   actions(element, entry, { retry: true });
   return element;
@@ -222,7 +228,7 @@ function onEvent(event) {
       const element = answerOf(event.turn);
       element.removeAttribute("aria-busy");
       const entry = { id: event.entry, text: event.text };
-      render(textOf(element), event.text);
+      render(textOf(element), event.text, artifactsOf(event.entry));
       element.classList.add("done");
       actions(element, entry, { retry: true });
       running(event.turn, false);
@@ -793,13 +799,43 @@ $("new-room").addEventListener("submit", async (event) => {
     problem(error.message);
   }
 });
-$("theme").value = localStorage.getItem("theme") || "system";
+// Settings: the name others see and where scheduled results go are kept by the daemon; the
+// theme by this browser, applied as it is chosen.
+function showMe() {
+  $("who").textContent = state.me.name || state.me.email || "you";
+}
+$("settings-open").addEventListener("click", () => {
+  $("display-name").value = state.me.name || "";
+  const channel = $("preferred-channel");
+  if (![...channel.options].some((option) => option.value === state.me.preferred_channel)) {
+    channel.append(new Option(state.me.preferred_channel, state.me.preferred_channel));
+  }
+  channel.value = state.me.preferred_channel || "";
+  $("theme").value = localStorage.getItem("theme") || "system";
+  $("settings-status").textContent = "";
+  $("settings").showModal();
+});
+$("settings-close").addEventListener("click", () => $("settings").close());
 $("theme").addEventListener("change", () => {
   localStorage.setItem("theme", $("theme").value);
   window.applyTheme();
 });
+$("settings-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const body = { name: $("display-name").value.trim(), preferred_channel: $("preferred-channel").value };
+  try {
+    Object.assign(state.me, await api("/api/settings", { method: "POST", body }));
+    showMe();
+    $("settings-status").textContent = "Saved.";
+    $("settings").close();
+    announce("Settings saved.");
+  } catch (error) {
+    $("settings-status").textContent = error.message;
+  }
+});
 
 state.me = await api("/api/me");
+showMe();
 await refreshRooms();
 follow();
 await refreshSessions();

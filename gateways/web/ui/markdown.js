@@ -23,13 +23,56 @@ DOMPurify.addHook("uponSanitizeAttribute", (node, data) => {
   }
 });
 
-export function render(element, text) {
+// HTML and SVG in an answer are drawn in a sandboxed frame, loaded from the answer's artifact
+// address (`base` + its number), where the site serves them with a policy of their own and no
+// origin of the site (artifacts.rs counts them the same way: the whole answer when it is a
+// document, else each html or svg code block in order).
+const artifactLanguage = /^language-(html|svg)$/i;
+
+export function documentKind(text) {
+  const start = text.trimStart().slice(0, 15).toLowerCase();
+  if (start.startsWith("<!doctype html") || start.startsWith("<html")) return "html";
+  if (start.startsWith("<svg") || (start.startsWith("<?xml") && text.includes("<svg"))) return "svg";
+  return "";
+}
+
+// The frame above the code, which is folded away behind a button.
+function showArtifact(pre, src, kind) {
+  const frame = document.createElement("iframe");
+  frame.className = "artifact";
+  frame.setAttribute("sandbox", "allow-scripts");
+  frame.referrerPolicy = "no-referrer";
+  frame.title = kind === "svg" ? "The picture in this answer" : "The page in this answer";
+  frame.src = src;
+  const toggle = document.createElement("button");
+  toggle.type = "button";
+  toggle.className = "source";
+  toggle.textContent = "Show the source";
+  toggle.setAttribute("aria-expanded", "false");
+  toggle.addEventListener("click", () => {
+    pre.hidden = !pre.hidden;
+    toggle.setAttribute("aria-expanded", String(!pre.hidden));
+    toggle.textContent = pre.hidden ? "Show the source" : "Hide the source";
+  });
+  pre.hidden = true;
+  pre.before(frame, toggle);
+}
+
+// `text` rendered into `element`; `base` is where its artifacts are (empty: drawn as code only).
+export function render(element, text, base = "") {
+  const kind = documentKind(text);
+  if (kind) {
+    const fence = "`".repeat(Math.max(3, ...(text.match(/`+/g) || []).map((run) => run.length + 1)));
+    text = `${fence}${kind}\n${text}\n${fence}`;
+  }
   element.innerHTML = DOMPurify.sanitize(marked.parse(text, { gfm: true }), forbidden);
   for (const link of element.querySelectorAll("a[href]")) {
     link.target = "_blank";
     link.rel = "noopener noreferrer";
   }
+  let artifacts = 0;
   for (const code of element.querySelectorAll("pre > code")) {
+    const language = code.className.match(artifactLanguage);
     hljs.highlightElement(code);
     const copy = document.createElement("button");
     copy.type = "button";
@@ -43,5 +86,6 @@ export function render(element, text) {
     });
     code.parentElement.classList.add("code");
     code.parentElement.prepend(copy);
+    if (language && base) showArtifact(code.parentElement, base + artifacts++, language[1].toLowerCase());
   }
 }
