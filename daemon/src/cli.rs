@@ -54,8 +54,8 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum GatewaysCommand {
-    /// Register a gateway. The daemon runs it itself (Slack in a container by default, web as a
-    /// host process, or either with --mode process on the host); an external one gets its
+    /// Register a gateway. The daemon runs it itself (in a container by default, or with
+    /// --mode process on the host); an external one gets its
     /// socket and token printed (once: only a hash is kept). The gateway's own arguments follow
     /// `--`, e.g. `baaahtd gateways add slack work --team T0123 -- --keyword baaaht` or
     /// `baaahtd gateways add web home --issuer URL --audience ID -- --public-url https://chat.example.org`
@@ -327,7 +327,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                     let mode = mode
                         .as_deref()
                         .and_then(crate::gateways::RunMode::parse)
-                        .unwrap_or_else(|| crate::gateways::RunMode::default_for(&kind));
+                        .unwrap_or(crate::gateways::RunMode::UNNAMED);
                     let (record, token) = registry.add(&name, kind, mode, args).map_err(DaemonError::from)?;
                     let socket = registry.socket_folder(&name).join(crate::gateways::GATEWAY_SOCKET_NAME);
                     let token = if mode == crate::gateways::RunMode::External { token } else { String::new() };

@@ -57,6 +57,44 @@ struct Cached {
     fetched: Instant,
 }
 
+async fn get_json(web: &WebProxy, url: &str) -> Result<serde_json::Value, OidcError> {
+    let request = FetchRequest {
+        session: "oidc".into(),
+        method: "GET".into(),
+        url: url.to_string(),
+        headers: vec![("accept".into(), "application/json".into())],
+        body: vec![],
+    };
+    let response = web.fetch(request).await.map_err(|error| OidcError::Keys(format!("{url}: {error}")))?;
+    if response.status != 200 {
+        return Err(OidcError::Keys(format!("{url} answered {}", response.status)));
+    }
+    serde_json::from_slice(&response.body).map_err(|error| OidcError::Keys(format!("{url} is not JSON: {error}")))
+}
+
+/// The `host:port` of `url` (the scheme's port when it names none).
+pub fn host_port(url: &str) -> Option<String> {
+    let uri = url.parse::<http::Uri>().ok()?;
+    let host = uri.host()?;
+    let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
+    Some(format!("{host}:{port}"))
+}
+
+/// The hosts a relying party of `issuer` talks to besides the issuer's own: those of the token,
+/// key, userinfo and logout endpoints its discovery document names.
+pub async fn endpoint_hosts(web: &WebProxy, issuer: &str) -> Result<Vec<String>, OidcError> {
+    let discovery = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
+    let document = get_json(web, &discovery).await?;
+    let mut hosts: Vec<String> = ["token_endpoint", "jwks_uri", "userinfo_endpoint", "end_session_endpoint"]
+        .iter()
+        .filter_map(|key| document[*key].as_str())
+        .filter_map(host_port)
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    Ok(hosts)
+}
+
 /// Verifies ID tokens, with every issuer's keys cached.
 pub struct Verifier {
     web: Arc<WebProxy>,
@@ -121,24 +159,9 @@ impl Verifier {
             .unwrap_or_else(|| Err(OidcError::UnknownKey(kid.unwrap_or("(none)").to_string())))
     }
 
-    async fn get_json(&self, url: &str) -> Result<serde_json::Value, OidcError> {
-        let request = FetchRequest {
-            session: "oidc".into(),
-            method: "GET".into(),
-            url: url.to_string(),
-            headers: vec![("accept".into(), "application/json".into())],
-            body: vec![],
-        };
-        let response = self.web.fetch(request).await.map_err(|error| OidcError::Keys(format!("{url}: {error}")))?;
-        if response.status != 200 {
-            return Err(OidcError::Keys(format!("{url} answered {}", response.status)));
-        }
-        serde_json::from_slice(&response.body).map_err(|error| OidcError::Keys(format!("{url} is not JSON: {error}")))
-    }
-
     async fn fetch(&self, issuer: &str) -> Result<JwkSet, OidcError> {
         let discovery = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
-        let document = self.get_json(&discovery).await?;
+        let document = get_json(&self.web, &discovery).await?;
         if document["issuer"].as_str() != Some(issuer) {
             return Err(OidcError::Keys(format!("{discovery} names another issuer ({})", document["issuer"])));
         }
@@ -146,7 +169,7 @@ impl Verifier {
             .as_str()
             .ok_or_else(|| OidcError::Keys(format!("{discovery} has no jwks_uri")))?
             .to_string();
-        let keys = self.get_json(&jwks_uri).await?;
+        let keys = get_json(&self.web, &jwks_uri).await?;
         serde_json::from_value(keys).map_err(|error| OidcError::Keys(format!("{jwks_uri} is not a JWK set: {error}")))
     }
 

@@ -5,6 +5,7 @@
 //! This crate owns no policy: it never decides who may call what.
 
 pub mod client;
+pub mod egress;
 pub mod lifecycle;
 pub mod selftest;
 

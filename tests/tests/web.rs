@@ -521,6 +521,84 @@ fn status_of(url: &str) -> u16 {
     String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(0)
 }
 
+/// Waits until the site answers `/signed-out` (true) or `limit` seconds pass.
+fn serving(site: &str, limit: u64) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(limit);
+    while std::time::Instant::now() < deadline {
+        if status_of(&format!("{site}/signed-out")) == 200 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+fn in_its_container_the_web_gateway_has_no_network_and_is_reached_through_the_daemons_port() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
+    let env = vec![("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL".into(), "200".into())];
+    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, vec![]);
+    let args = vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()];
+    // The daemon runs a web gateway in a container unless told otherwise.
+    let added = register(&rt, &daemon, &provider, "", args);
+    assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("container"));
+    assert!(serving(&site, 120), "the gateway's container does not serve\n{}", daemon.log_text());
+    let containers = || -> Vec<String> {
+        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-gateway-")).collect()
+    };
+    let first = containers();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let network =
+        baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &first[0]]).expect("inspect");
+    assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
+    assert!(baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-web").is_empty(), "no gateway on the host");
+
+    // Signing in: the browser is at the daemon's port, the gateway trades the code for tokens
+    // at the provider through the daemon's egress tunnel.
+    let jar = dir.path().join("jar");
+    let home = web::page_of(&web::callback_for(&site, "erin", &jar), &jar);
+    assert!(home.contains("data-csrf"), "signed in: {home}\n{}", daemon.log_text());
+    assert_eq!(web::me_status(&site, &jar), "200");
+    let kept = daemon.data_dir.join("data/state/gateway-state/home/sessions.json");
+    assert!(kept.is_file(), "the sign-in is kept outside the container");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let query = v1::AuditQuery { kind: "egress".into(), ..Default::default() };
+        let records = host.admin.search_audit(query).await.expect("SearchAudit").into_inner().records;
+        let port = provider.port.to_string();
+        let tunnelled = records.iter().any(|record| {
+            record.principal == "gateway:home" && record.outcome == "allowed" && record.detail_json.contains(&port)
+        });
+        assert!(tunnelled, "{records:#?}");
+    });
+    // From inside, the egress socket opens the provider's hosts only.
+    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
+        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
+        print(s.recv(4096).decode())";
+    let refused = baaaht_tests::docker(&["exec", &first[0], "python3", "-c", probe]).expect("a connection from inside");
+    assert!(refused.contains("example.com:443 is not a host gateway home needs"), "{refused}");
+
+    // A container that dies is replaced, and whoever was signed in still is.
+    baaaht_tests::docker(&["kill", &first[0]]).expect("kill the container");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = containers();
+        if now.iter().any(|name| name != &first[0]) && web::me_status(&site, &jar) == "200" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not replaced: {now:?}\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Removed: the port closes.
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        host.admin.remove_gateway(v1::GatewayRef { name: "home".into() }).await.expect("RemoveGateway");
+    });
+    assert_eq!(status_of(&format!("{site}/signed-out")), 0, "nothing listens on the site's port");
+}
+
 #[test]
 fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     let rt = baaaht_tests::runtime();
@@ -543,21 +621,10 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
         host.admin.add_gateway(request).await.expect_err("the daemon sets --state-dir")
     });
     assert!(refused.message().contains("--state-dir"), "{}", refused.message());
-    // A web gateway runs as the daemon's host process unless told otherwise.
-    let added = register(&rt, &daemon, &provider, "", args);
+    let added = register(&rt, &daemon, &provider, "process", args);
     assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("process"));
     assert!(added.token.is_empty(), "a gateway the daemon runs needs no token of its own");
-    let serving = |limit: u64| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(limit);
-        while std::time::Instant::now() < deadline {
-            if status_of(&format!("{site}/signed-out")) == 200 {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
-    };
-    assert!(serving(60), "the daemon's web gateway does not serve\n{}", daemon.log_text());
+    assert!(serving(&site, 60), "the daemon's web gateway does not serve\n{}", daemon.log_text());
     let pids = baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-web");
     assert_eq!(pids.len(), 1, "{pids:?}");
     let killed = std::process::Command::new("kill").args(["-9", &pids[0].to_string()]).status().expect("kill");
@@ -634,9 +701,15 @@ fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
     // against the real provider's token).
     rt.block_on(async {
         let redirect = format!("{site}/auth/callback");
-        let oidc = baaaht_web::oidc::Oidc::discover(&provider.issuer, CLIENT_ID, Some(CLIENT_SECRET.into()), &redirect)
-            .await
-            .expect("discovery");
+        let oidc = baaaht_web::oidc::Oidc::discover(
+            &provider.issuer,
+            CLIENT_ID,
+            Some(CLIENT_SECRET.into()),
+            &redirect,
+            baaaht_proto::egress::Egress::Direct,
+        )
+        .await
+        .expect("discovery");
         let start = oidc.start("state-for-the-nonce-test".into());
         let other = dir.path().join("jar-nonce");
         let form = web::page_of(&start.url, &other);

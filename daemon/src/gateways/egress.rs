@@ -25,18 +25,17 @@ const MAX_TUNNELS: usize = 64;
 
 /// The hosts gateway `record` may reach, as `host:port` or `*.domain:port`.
 pub fn hosts_of(record: &GatewayRecord) -> Vec<String> {
-    let mut hosts = match record.kind {
-        GatewayKind::Slack { .. } => vec!["slack.com:443".to_string(), "*.slack.com:443".to_string()],
-        GatewayKind::Web { .. } => vec![],
-    };
-    // The Web API the registrant named (a test workspace's, or an enterprise grid's host).
-    if let Some(uri) = record.arg("--api-url").and_then(|url| url.parse::<http::Uri>().ok()) {
-        if let Some(host) = uri.host() {
-            let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
-            hosts.push(format!("{host}:{port}"));
+    use crate::oidc::host_port;
+    match &record.kind {
+        GatewayKind::Slack { .. } => {
+            let mut hosts = vec!["slack.com:443".to_string(), "*.slack.com:443".to_string()];
+            // The Web API the registrant named (a test workspace's, or an enterprise grid's host).
+            hosts.extend(record.arg("--api-url").and_then(host_port));
+            hosts
         }
+        // The provider's (its other endpoints' hosts are added from its discovery document).
+        GatewayKind::Web { issuer, .. } => host_port(issuer).into_iter().collect(),
     }
-    hosts
 }
 
 /// The tunnel endpoint of one gateway run.

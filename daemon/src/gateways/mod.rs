@@ -11,6 +11,7 @@
 //! ([`supervise`]). An `external` gateway is run by hand with the token printed at registration.
 
 pub mod egress;
+pub mod publish;
 pub mod supervise;
 
 use std::path::{Path, PathBuf};
@@ -90,21 +91,16 @@ pub enum RunMode {
 }
 
 impl RunMode {
+    /// What `gateways add` uses when no mode is named: the daemon runs the gateway in a
+    /// container. (A record without a mode predates the daemon running gateways: external.)
+    pub const UNNAMED: RunMode = RunMode::Container;
+
     pub fn parse(text: &str) -> Option<RunMode> {
         match text {
             "container" => Some(RunMode::Container),
             "process" => Some(RunMode::Process),
             "external" => Some(RunMode::External),
             _ => None,
-        }
-    }
-
-    /// What `gateways add` uses when no mode is named: the daemon runs a Slack gateway in a
-    /// container, and the web gateway as a host process (its container is not built yet).
-    pub fn default_for(kind: &GatewayKind) -> RunMode {
-        match kind {
-            GatewayKind::Slack { .. } => RunMode::Container,
-            GatewayKind::Web { .. } => RunMode::Process,
         }
     }
 
@@ -118,8 +114,16 @@ impl RunMode {
 }
 
 /// The arguments the daemon gives a gateway itself; they are not the registrant's to set.
-pub const DAEMON_ARGS: &[&str] =
-    &["--socket", "--token-file", "--health-socket", "--egress-socket", "--parent", "--check", "--state-dir"];
+pub const DAEMON_ARGS: &[&str] = &[
+    "--socket",
+    "--token-file",
+    "--health-socket",
+    "--egress-socket",
+    "--parent",
+    "--check",
+    "--state-dir",
+    "--listen-socket",
+];
 
 /// A registered gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,13 +290,6 @@ pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(
     if mode == RunMode::External {
         return Ok(());
     }
-    if let (GatewayKind::Web { .. }, RunMode::Container) = (kind, mode) {
-        return Err(GatewayError::Invalid(
-            "the web gateway does not run in a container yet: register it with --mode process (the daemon runs it \
-             on the host) or --mode external"
-                .into(),
-        ));
-    }
     if let Some(taken) = args.iter().find(|arg| DAEMON_ARGS.iter().any(|flag| arg.split('=').next() == Some(flag))) {
         return Err(GatewayError::Invalid(format!(
             "`{taken}` is set by the daemon for a gateway it runs; leave it out"
@@ -306,6 +303,9 @@ pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(
     }
     let events_http = args.windows(2).any(|pair| pair[0] == "--events" && pair[1] == "http")
         || args.iter().any(|arg| arg == "--events=http");
+    if let (GatewayKind::Web { .. }, RunMode::Container) = (kind, mode) {
+        publish::listen_address(args).map_err(GatewayError::Invalid)?;
+    }
     if mode == RunMode::Container && events_http {
         return Err(GatewayError::Invalid(
             "--events http needs a port on the host, which a gateway's container does not have: use --mode process, \
@@ -418,7 +418,13 @@ mod tests {
         assert!(refused(RunMode::Container, &["--events", "http"]).contains("--mode process"));
         assert!(refused(RunMode::Process, &["--help"]).contains("would print and exit at every start"));
         let web = GatewayKind::Web { issuer: "https://id.example.com".into(), audience: "a".into() };
-        assert!(matches!(registry.add("w", web, RunMode::Container, vec![]), Err(GatewayError::Invalid(_))));
+        match registry.add("w", web.clone(), RunMode::Container, args(&["--listen", "home-server"])) {
+            Err(GatewayError::Invalid(why)) => {
+                assert!(why.contains("--listen `home-server` is not an address"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(registry.add("w", web, RunMode::Container, args(&["--listen", "0.0.0.0:8443"])).is_ok());
         let (record, _) = registry
             .add("s", slack(), RunMode::Process, args(&["--events", "http", "--api-url=http://127.0.0.1:9/api"]))
             .expect("a process may serve the Events API");

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::egress::{hosts_of, Tunnels};
-use super::{GatewayKind, GatewayRecord, RunMode, GATEWAY_SOCKET_NAME};
+use super::{publish, GatewayKind, GatewayRecord, RunMode, GATEWAY_SOCKET_NAME};
 use crate::audit::Audit;
 use crate::auth::{Context, Role, CONTAINER_UID};
 use crate::config::HealthCheckConfig;
@@ -37,6 +37,10 @@ const MOUNT: &str = "/gateway";
 /// The folder of the gateway's folder a run writes in: its health socket.
 const RUN_FOLDER: &str = "run";
 const HEALTH_SOCKET: &str = "health.sock";
+/// The web gateway's site, in `run/`, when it runs in a container (see [`super::publish`]).
+const HTTP_SOCKET: &str = "http.sock";
+/// Where a web gateway's kept state is mounted in its container.
+const STATE_MOUNT: &str = "/gateway/state";
 const EGRESS_SOCKET: &str = "egress.sock";
 /// How long a started gateway may take to serve its health socket.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -207,6 +211,8 @@ struct Supervisor {
 struct Run {
     instance: Option<Instance>,
     tunnels: Option<CancellationToken>,
+    /// A web gateway's port, carried to its container.
+    published: Option<CancellationToken>,
 }
 
 impl Supervisor {
@@ -281,8 +287,15 @@ impl Supervisor {
         let token = crate::auth::new_token().map_err(|error| format!("cannot make a token: {error}"))?;
         endpoint.set_run_token(Some(crate::sockets::token_sha256(&token)));
         let env = vec![("BAAAHT_GATEWAY_TOKEN".to_string(), token), ("RUST_LOG".to_string(), "info".to_string())];
+        // A web gateway's port is the daemon's while it runs in a container: bound first, so an
+        // address in use says so at once.
+        let web = matches!(self.record.kind, GatewayKind::Web { .. });
+        let listener = match (container, web) {
+            (true, true) => Some(publish::bind(publish::listen_address(&self.record.args)?).await?),
+            _ => None,
+        };
         if container {
-            run.tunnels = Some(self.open_egress(&folder)?);
+            run.tunnels = Some(self.open_egress(&folder).await?);
             share_sockets(&folder).map_err(|error| format!("cannot hand the sockets to the container: {error}"))?;
             run.instance = Some(Instance::Container(self.start_container(&binary, &folder, env).await?));
         } else {
@@ -306,15 +319,40 @@ impl Supervisor {
             let child = command.spawn().map_err(|error| format!("cannot start {}: {error}", binary.display()))?;
             run.instance = Some(Instance::Process(child));
         }
-        self.connect(&folder, run).await
+        let channel = self.connect(&folder, run).await?;
+        if let Some(listener) = listener {
+            // The gateway serves its site before its health: the socket is there now.
+            let opened = crate::shared_dirs::open_trusted(&folder.join(RUN_FOLDER))
+                .and_then(|dir| crate::shared_dirs::open_socket(&dir, std::ffi::OsStr::new(HTTP_SOCKET)));
+            let socket = match opened {
+                Ok(Some(socket)) => socket,
+                Ok(None) => return Err("the gateway serves its health but not its site".into()),
+                Err(error) => return Err(format!("the gateway's site socket is unusable: {error}")),
+            };
+            let cancel = self.cancel.child_token();
+            publish::forward(name.clone(), listener, socket, cancel.clone(), &self.supervision.tracker);
+            run.published = Some(cancel);
+        }
+        Ok(channel)
     }
 
-    /// Serves the container's egress socket; cancelled when the run ends.
-    fn open_egress(&self, folder: &Path) -> Result<CancellationToken, String> {
+    /// Serves the container's egress socket; cancelled when the run ends. A web gateway's
+    /// provider may keep its token and key endpoints on other hosts (Google does): their hosts
+    /// are read from its discovery document, as the daemon reaches it.
+    async fn open_egress(&self, folder: &Path) -> Result<CancellationToken, String> {
         let path = folder.join(EGRESS_SOCKET);
+        let mut hosts = hosts_of(&self.record);
+        if let GatewayKind::Web { issuer, .. } = &self.record.kind {
+            match crate::oidc::endpoint_hosts(&self.supervision.web, issuer).await {
+                Ok(more) => hosts.extend(more.into_iter().filter(|host| !hosts.contains(host)).collect::<Vec<_>>()),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the provider's discovery document: the gateway may reach its host only")
+                }
+            }
+        }
         let tunnels = Tunnels {
             gateway: self.record.name.clone(),
-            hosts: hosts_of(&self.record),
+            hosts,
             web: self.supervision.web.clone(),
             audit: self.supervision.audit.clone(),
         };
@@ -355,22 +393,40 @@ impl Supervisor {
             "--egress-socket".into(),
             format!("{MOUNT}/{EGRESS_SOCKET}"),
         ];
-        command.extend(self.record.args.iter().cloned());
         // The daemon's two sockets, each on its own and read-only (the container cannot swap
         // them), and `run/`, the one folder the container writes in (its health socket).
         let socket =
             |name: &str| MountSpec { host: folder.join(name), target: format!("{MOUNT}/{name}"), read_only: true };
+        let mut mounts = vec![];
+        if let GatewayKind::Web { .. } = self.record.kind {
+            // The site on a socket the daemon publishes, and its sign-ins kept across runs.
+            let state =
+                self.container_state_dir().map_err(|error| format!("cannot prepare its state folder: {error}"))?;
+            command.extend([
+                "--listen-socket".into(),
+                format!("{MOUNT}/{RUN_FOLDER}/{HTTP_SOCKET}"),
+                "--state-dir".into(),
+                STATE_MOUNT.into(),
+            ]);
+            command.extend(publish::without_listen(&self.record.args));
+            mounts.push(MountSpec { host: state, target: STATE_MOUNT.into(), read_only: false });
+        } else {
+            command.extend(self.record.args.iter().cloned());
+        }
         let request = RunRequest {
             role: Role::Gateway,
             session_id: "system".into(),
             context: Context::user("system"),
             command,
-            mounts: vec![
+            mounts: [
                 MountSpec { host: binary.to_path_buf(), target: format!("{BINARIES_MOUNT}/{file}"), read_only: true },
                 socket(GATEWAY_SOCKET_NAME),
                 socket(EGRESS_SOCKET),
                 MountSpec { host: folder.join(RUN_FOLDER), target: format!("{MOUNT}/{RUN_FOLDER}"), read_only: false },
-            ],
+            ]
+            .into_iter()
+            .chain(mounts)
+            .collect(),
             env,
             timeout: Duration::MAX,
             daemon_socket: false,
@@ -450,8 +506,20 @@ impl Supervisor {
         (reason, why, was_healthy)
     }
 
-    /// Ends a run: the process or container, its egress, its token.
+    /// The gateway's state folder, the containers' to write in (made when missing).
+    fn container_state_dir(&self) -> std::io::Result<PathBuf> {
+        use crate::shared_dirs::{ensure_dir, open_trusted, Owner};
+        let dirs = &self.supervision.state_dirs;
+        std::fs::create_dir_all(dirs)?;
+        ensure_dir(open_trusted(dirs)?, std::ffi::OsStr::new(&self.record.name), Owner::Containers)?;
+        Ok(dirs.join(&self.record.name))
+    }
+
+    /// Ends a run: the process or container, its port, its egress, its token.
     async fn end(&self, run: Run) {
+        if let Some(published) = run.published {
+            published.cancel();
+        }
         if let Some(instance) = run.instance {
             instance.stop(&self.supervision.containers).await;
         }

@@ -466,7 +466,7 @@ impl v1::admin_server::Admin for AdminService {
             other => return Err(Status::invalid_argument(format!("kind `{other}`: a gateway is web or slack"))),
         };
         let mode = match message.mode.as_str() {
-            "" => crate::gateways::RunMode::default_for(&kind),
+            "" => crate::gateways::RunMode::UNNAMED,
             text => crate::gateways::RunMode::parse(text).ok_or_else(|| {
                 Status::invalid_argument(format!("mode `{text}`: use container, process or external"))
             })?,

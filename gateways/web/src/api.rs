@@ -481,25 +481,26 @@ pub async fn upload(
     let (failed, failure) = tokio::sync::oneshot::channel::<(StatusCode, &'static str)>();
     let _ = sender.try_send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Start(start)) });
     // The body goes on to the daemon as it arrives, in chunks. Past the limit, or when the
-    // browser's upload breaks, the call to the daemon is abandoned (not ended: an ended stream
-    // would be stored, cut short), and the daemon removes what it had.
+    // browser's upload breaks, the daemon is sent a chunk with no part, which ends the upload
+    // unstored (an upload merely ended would be stored, cut short), and removes what it had.
     let pump = tokio::spawn(async move {
         let mut stream = body.into_data_stream();
         let (mut total, mut pending) = (0u64, Vec::with_capacity(CHUNK));
-        let fail = |failed: tokio::sync::oneshot::Sender<_>, status, sentence| {
+        let fail = |failed: tokio::sync::oneshot::Sender<_>, sender: tokio::sync::mpsc::Sender<_>, status, sentence| async move {
+            // The browser's answer first (so the daemon's refusal never stands in for it).
+            // silent-ok: a request already answered has no one to tell.
             let _ = failed.send((status, sentence));
+            // silent-ok: a daemon that answered already has stored nothing either.
+            let _ = sender.send(v1::UploadChunk { part: None }).await;
         };
         while let Some(bytes) = stream.next().await {
             let Ok(bytes) = bytes else {
-                fail(failed, StatusCode::BAD_REQUEST, "The upload was interrupted; try again.");
-                sender.closed().await;
-                return;
+                return fail(failed, sender, StatusCode::BAD_REQUEST, "The upload was interrupted; try again.").await;
             };
             total += bytes.len() as u64;
             if total > max {
-                fail(failed, StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than this site takes.");
-                sender.closed().await;
-                return;
+                return fail(failed, sender, StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than this site takes.")
+                    .await;
             }
             pending.extend_from_slice(&bytes);
             while pending.len() >= CHUNK {
@@ -517,8 +518,9 @@ pub async fn upload(
     let mut daemon = app.daemon.clone();
     let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
     let stored = tokio::select! {
-        stored = daemon.sessions.upload_file(app.as_user(&user.session, stream)) => stored,
+        biased;
         Ok((status, sentence)) = failure => return error(status, sentence),
+        stored = daemon.sessions.upload_file(app.as_user(&user.session, stream)) => stored,
     };
     // The daemon answered (it may have refused early): the rest of the body is not wanted.
     pump.abort();

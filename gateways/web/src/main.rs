@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use baaaht_proto::client;
+use baaaht_proto::egress::Egress;
 use baaaht_proto::v1;
 use baaaht_web::app::{self, App};
 use baaaht_web::oidc::{Admission, Oidc};
@@ -24,9 +25,18 @@ struct Cli {
     /// external`); else $BAAAHT_GATEWAY_TOKEN (the daemon sets it for a gateway it runs)
     #[arg(long, value_name = "PATH")]
     token_file: Option<PathBuf>,
-    /// Where to serve
+    /// Where to serve (in its container, the daemon listens here and hands each connection
+    /// to --listen-socket)
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
     listen: std::net::SocketAddr,
+    /// Serve on this Unix socket instead of --listen (set by the daemon that runs the gateway
+    /// in a container)
+    #[arg(long, value_name = "PATH")]
+    listen_socket: Option<PathBuf>,
+    /// Reach the OpenID provider through the daemon's egress socket at PATH (set by the daemon
+    /// that runs the gateway in a container, which has no network)
+    #[arg(long, value_name = "PATH")]
+    egress_socket: Option<PathBuf>,
     /// The site's address as browsers reach it (the sign-in comes back to PUBLIC_URL/auth/callback)
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080")]
     public_url: String,
@@ -94,8 +104,13 @@ async fn run(cli: Cli) -> Result<(), String> {
     let client_id = settings.get("client_id").cloned().unwrap_or_default();
     let client_secret = settings.get("client_secret").cloned();
     let redirect = format!("{public_url}/auth/callback");
-    let mut oidc =
-        Oidc::discover(&issuer, &client_id, client_secret, &redirect).await.map_err(|error| error.to_string())?;
+    let egress = match &cli.egress_socket {
+        Some(path) => Egress::Tunnel(Arc::new(path.clone())),
+        None => Egress::Direct,
+    };
+    let mut oidc = Oidc::discover(&issuer, &client_id, client_secret, &redirect, egress)
+        .await
+        .map_err(|error| error.to_string())?;
     oidc.extra_scopes = cli.scopes.clone();
     oidc.groups_claim = cli.groups_claim.clone();
     let admission = Admission {
@@ -123,13 +138,31 @@ async fn run(cli: Cli) -> Result<(), String> {
         admission,
         user_ids: Default::default(),
     });
-    let listener = tokio::net::TcpListener::bind(cli.listen)
-        .await
-        .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
+    // The site is served before the health says so.
+    let listener = match &cli.listen_socket {
+        Some(path) => {
+            match std::fs::remove_file(path) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(format!("cannot replace {}: {error}", path.display()));
+                }
+                _ => {}
+            }
+            let listener = tokio::net::UnixListener::bind(path)
+                .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
+            tracing::info!(socket = %path.display(), public_url = %app.public_url, "serving");
+            Listener::Unix(listener)
+        }
+        None => {
+            let listener = tokio::net::TcpListener::bind(cli.listen)
+                .await
+                .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
+            tracing::info!(address = %cli.listen, public_url = %app.public_url, "serving");
+            Listener::Tcp(listener)
+        }
+    };
     if let Some(path) = &cli.health_socket {
         baaaht_proto::lifecycle::serve_health(Arc::new(Serving(std::time::Instant::now())), path)?;
     }
-    tracing::info!(address = %cli.listen, public_url = %app.public_url, "serving");
     let stopped = async move {
         let why = baaaht_proto::lifecycle::stop_requested(cli.parent).await;
         tracing::info!(why, "stopping");
@@ -146,11 +179,24 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
         }
     };
-    let serve = axum::serve(listener, app::router(app.clone())).with_graceful_shutdown(stopped);
+    let router = app::router(app.clone());
+    let serve = async move {
+        match listener {
+            Listener::Tcp(listener) => axum::serve(listener, router).with_graceful_shutdown(stopped).await,
+            Listener::Unix(listener) => axum::serve(listener, router).with_graceful_shutdown(stopped).await,
+        }
+    };
     tokio::select! {
         served = serve => served.map_err(|error| format!("the server stopped: {error}")),
         () = reap => Ok(()),
     }
+}
+
+/// Where the site is served: a port, or (in the gateway's container) a Unix socket the daemon
+/// forwards the port to.
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
 }
 
 /// The gateway's health for the daemon that runs it: it answers once the site is served (it

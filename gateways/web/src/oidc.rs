@@ -7,9 +7,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use baaaht_proto::egress::Egress;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use openidconnect::core::{
@@ -39,20 +39,21 @@ pub enum OidcError {
 #[error("{0}")]
 pub struct HttpError(String);
 
-type Https = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+type Https = Client<hyper_rustls::HttpsConnector<Egress>, Full<Bytes>>;
 
-/// The HTTP client openidconnect calls: no redirects followed, answers at most 1 MiB.
+/// The HTTP client openidconnect calls: no redirects followed, answers at most 1 MiB. It dials
+/// through `egress` (the daemon's tunnel, in the gateway's container).
 #[derive(Clone)]
 pub struct Http(Https);
 
 impl Http {
-    pub fn new() -> Result<Http, OidcError> {
+    pub fn new(egress: Egress) -> Result<Http, OidcError> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(|error| OidcError::Config(format!("cannot load the system's CA certificates: {error}")))?
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(egress);
         Ok(Http(Client::builder(TokioExecutor::new()).build(https)))
     }
 }
@@ -176,8 +177,9 @@ impl Oidc {
         client_id: &str,
         client_secret: Option<String>,
         redirect: &str,
+        egress: Egress,
     ) -> Result<Oidc, OidcError> {
-        let http = Http::new()?;
+        let http = Http::new(egress)?;
         let issuer_url = IssuerUrl::new(issuer.to_string())
             .map_err(|error| OidcError::Config(format!("issuer `{issuer}`: {error}")))?;
         let metadata = ProviderMetadataWithLogout::discover_async(issuer_url, &http)

@@ -1,0 +1,199 @@
+//! Where a gateway's connections go. As a host process it dials out itself; in its container
+//! it has no network, and every connection (Slack's Web API and Socket Mode, an OpenID
+//! provider's token and key endpoints) is a tunnel through the daemon's egress socket
+//! (`CONNECT host:port` over a Unix socket), which opens only the hosts that gateway needs
+//! (DESIGN.md §9.2).
+//!
+//! The same dialer serves hyper (TLS by hyper-rustls on top, in the gateway) and
+//! tokio-tungstenite (TLS by tokio-tungstenite on top).
+
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+/// The longest answer head the daemon's egress socket sends.
+const MAX_HEAD: usize = 8 * 1024;
+
+/// How the gateway reaches the outside.
+#[derive(Debug, Clone)]
+pub enum Egress {
+    /// Straight out (a host process).
+    Direct,
+    /// Through the daemon's egress socket at this path (a container).
+    Tunnel(Arc<PathBuf>),
+}
+
+/// One outbound connection.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Tunnel(UnixStream),
+}
+
+impl Egress {
+    /// A connection to `host`:`port`; a refusal by the daemon says which host and why.
+    pub async fn dial(&self, host: &str, port: u16) -> io::Result<Stream> {
+        match self {
+            Egress::Direct => {
+                let stream = TcpStream::connect((host, port)).await?;
+                stream.set_nodelay(true)?;
+                Ok(Stream::Tcp(stream))
+            }
+            Egress::Tunnel(socket) => {
+                let stream = UnixStream::connect(socket.as_path()).await.map_err(|error| {
+                    io::Error::new(error.kind(), format!("the daemon's egress socket {}: {error}", socket.display()))
+                })?;
+                tunnel(stream, host, port).await.map(Stream::Tunnel)
+            }
+        }
+    }
+}
+
+/// Asks for a tunnel to `host`:`port` on `stream` and reads the answer's head, not a byte more.
+async fn tunnel(mut stream: UnixStream, host: &str, port: u16) -> io::Result<UnixStream> {
+    let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    let request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    // One byte at a time through a one-byte buffer: what follows the head is the tunnel's.
+    let mut reader = BufReader::with_capacity(1, &mut stream);
+    let mut status_line = String::new();
+    let mut read = reader.read_line(&mut status_line).await?;
+    loop {
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).await?;
+        read += n;
+        if n == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+        if read > MAX_HEAD {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "the egress socket's answer is too long"));
+        }
+    }
+    let status = status_line.trim_end();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("the daemon did not open {authority}: {status}"),
+        ));
+    }
+    Ok(stream)
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            Stream::Tunnel(stream) => Pin::new(stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
+            Stream::Tunnel(stream) => Pin::new(stream).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(stream) => Pin::new(stream).poll_flush(cx),
+            Stream::Tunnel(stream) => Pin::new(stream).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            Stream::Tunnel(stream) => Pin::new(stream).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+/// hyper's connector: the URI's host and port (80 or 443 by scheme when absent).
+impl tower::Service<http::Uri> for Egress {
+    type Response = TokioIo<Stream>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<Stream>>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let egress = self.clone();
+        Box::pin(async move {
+            let (host, port) = host_and_port(&uri)?;
+            egress.dial(&host, port).await.map(TokioIo::new)
+        })
+    }
+}
+
+/// The host (without IPv6 brackets) and port of `uri`.
+pub fn host_and_port(uri: &http::Uri) -> io::Result<(String, u16)> {
+    let host = uri
+        .host()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("`{uri}` has no host")))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+        Some("https" | "wss") => 443,
+        _ => 80,
+    });
+    Ok((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn a_tunnel_reads_the_head_and_leaves_the_rest_to_the_caller() {
+        let folder = tempfile::tempdir().expect("tempdir");
+        let path = folder.path().join("egress.sock");
+        let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+        let server = tokio::spawn(async move {
+            for answer in ["HTTP/1.1 200 Connection established\r\n\r\nhello", "HTTP/1.1 403 Forbidden\r\n\r\n"] {
+                let (mut stream, _) = listener.accept().await.expect("accept");
+                let mut head = vec![0; 256];
+                let n = stream.read(&mut head).await.expect("read");
+                assert!(String::from_utf8_lossy(&head[..n]).starts_with("CONNECT slack.com:443 HTTP/1.1\r\n"));
+                stream.write_all(answer.as_bytes()).await.expect("write");
+            }
+        });
+        let egress = Egress::Tunnel(Arc::new(path));
+        let mut stream = egress.dial("slack.com", 443).await.expect("tunnel");
+        let mut rest = String::new();
+        stream.read_to_string(&mut rest).await.expect("read");
+        assert_eq!(rest, "hello");
+        let refused = egress.dial("slack.com", 443).await.expect_err("refused");
+        assert_eq!(refused.to_string(), "the daemon did not open slack.com:443: HTTP/1.1 403 Forbidden");
+        server.await.expect("server");
+    }
+
+    #[test]
+    fn ports_follow_the_scheme() {
+        let of = |uri: &str| host_and_port(&uri.parse().expect("uri")).expect("host");
+        assert_eq!(of("https://slack.com/api"), ("slack.com".into(), 443));
+        assert_eq!(of("wss://wss-primary.slack.com/link"), ("wss-primary.slack.com".into(), 443));
+        assert_eq!(of("http://127.0.0.1:4000/api"), ("127.0.0.1".into(), 4000));
+        assert_eq!(of("ws://[::1]:9/link"), ("::1".into(), 9));
+    }
+}
