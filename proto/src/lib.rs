@@ -8,6 +8,7 @@ pub mod client;
 pub mod egress;
 pub mod lifecycle;
 pub mod selftest;
+pub mod tls;
 
 /// Generated protobuf types and tonic stubs for `baaaht.v1`.
 #[allow(unreachable_pub, clippy::all, clippy::pedantic)]

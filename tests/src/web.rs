@@ -102,17 +102,14 @@ impl Driver {
 }
 
 /// A running `baaaht-web` for the gateway whose socket and token these are, with `extra`
-/// arguments.
+/// arguments (its address is plain HTTP on loopback unless they name a `--public-url`).
 pub fn web_gateway(dir: &Path, socket: &str, token: &str, port: u16, extra: &[&str]) -> Result<Running> {
     let mut command = Command::new(crate::bin("baaaht-web"));
-    command
-        .args(extra)
-        .args(["--socket", socket, "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--public-url", &format!("http://127.0.0.1:{port}")])
-        .arg("--state-dir")
-        .arg(dir.join("web-state"))
-        .env("BAAAHT_GATEWAY_TOKEN", token)
-        .env("RUST_LOG", "info");
+    command.args(extra).args(["--socket", socket, "--listen", &format!("127.0.0.1:{port}")]);
+    if !extra.contains(&"--public-url") {
+        command.args(["--public-url", &format!("http://127.0.0.1:{port}")]);
+    }
+    command.arg("--state-dir").arg(dir.join("web-state")).env("BAAAHT_GATEWAY_TOKEN", token).env("RUST_LOG", "info");
     let process = spawn(command, &dir.join("baaaht-web.log"))?;
     wait_for_log(&process, Duration::from_secs(60), |log| log.contains("serving") || log.contains("baaaht-web:"))?;
     if !process.log_text().contains("serving") {
@@ -247,6 +244,38 @@ impl Session {
         let (body, code) = text.rsplit_once('\n').context("curl printed no status")?;
         Ok((code.trim().parse().context("a status")?, body.to_string()))
     }
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1 in `dir`: its PEM file and its
+/// key's.
+pub fn self_signed(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .context("openssl")?;
+    if !made.status.success() {
+        bail!("openssl req: {}", String::from_utf8_lossy(&made.stderr));
+    }
+    Ok((cert, key))
+}
+
+/// `GET url` over HTTPS trusting `ca` only: the status, the HTTP version and the headers.
+pub fn https_head(url: &str, ca: &Path) -> (u16, String, String) {
+    let output = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-D", "-", "-w", "\n%{http_code} %{http_version}", "--max-time", "5"])
+        .arg("--cacert")
+        .arg(ca)
+        .arg(url)
+        .output();
+    let text = output.map(|output| String::from_utf8_lossy(&output.stdout).to_string()).unwrap_or_default();
+    let (headers, last) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let (code, version) = last.split_once(' ').unwrap_or((last, ""));
+    (code.trim().parse().unwrap_or(0), version.trim().to_string(), headers.to_string())
 }
 
 /// Whether a PNG screenshot shows something: decoded, its pixels have many colours and no

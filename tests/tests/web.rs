@@ -600,6 +600,82 @@ fn in_its_container_the_web_gateway_has_no_network_and_is_reached_through_the_da
 }
 
 #[test]
+fn with_a_certificate_the_site_is_served_over_https_by_the_gateway_or_in_front_of_its_container() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = web::self_signed(dir.path()).expect("a certificate");
+    let (cert_path, key_path) = (cert.display().to_string(), key.display().to_string());
+    let (_, _, provider) = site_and_provider(dir.path(), 3600);
+    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), vec![], vec![]);
+    let checked = |site: &str, what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let mut seen = web::https_head(&format!("{site}/signed-out"), &cert);
+        while seen.0 != 200 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            seen = web::https_head(&format!("{site}/signed-out"), &cert);
+        }
+        assert_eq!((seen.0, seen.1.as_str()), (200, "2"), "{what}: HTTP/2 over TLS\n{}", daemon.log_text());
+        // Signing in starts at the provider, coming back to the https:// address, with a
+        // Secure cookie.
+        let (code, _, headers) = web::https_head(&format!("{site}/login"), &cert);
+        assert!((300..400).contains(&code), "{what}: {code} {headers}");
+        let back = format!("redirect_uri={}", site.replace(':', "%3A").replace('/', "%2F"));
+        assert!(headers.contains(&back), "{what}: {headers}");
+        assert!(headers.to_ascii_lowercase().contains("; secure"), "{what}: {headers}");
+        let plain = site.replacen("https://localhost", "http://127.0.0.1", 1);
+        assert_eq!(status_of(&format!("{plain}/signed-out")), 0, "{what}: no plain HTTP on the port");
+    };
+
+    // The gateway run by hand serves HTTPS itself.
+    let port = web::free_port().expect("port");
+    let site = format!("https://localhost:{port}");
+    let added = register(&rt, &daemon, &provider, "external", vec![]);
+    let socket = added.gateway.expect("info").socket;
+    let tls = ["--tls-cert", &cert_path, "--tls-key", &key_path, "--public-url", &site];
+    let gateway = web::web_gateway(dir.path(), &socket, &added.token, port, &tls).expect("baaaht-web");
+    checked(&site, "the gateway's own HTTPS");
+    drop(gateway);
+
+    // In its container the daemon speaks HTTPS on the port: the key stays on the host.
+    let port = web::free_port().expect("port");
+    let site = format!("https://localhost:{port}");
+    let args = [
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--public-url",
+        &site,
+        "--tls-cert",
+        &cert_path,
+        "--tls-key",
+        &key_path,
+    ];
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "web".into(),
+            name: "tls".into(),
+            issuer: provider.issuer.clone(),
+            audience: CLIENT_ID.into(),
+            args: args.iter().map(|arg| arg.to_string()).collect(),
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway");
+    });
+    checked(&site, "HTTPS in front of the container");
+    let container = daemon
+        .recorded_containers()
+        .into_iter()
+        .find(|name| name.starts_with("baaaht-gateway-"))
+        .expect("the gateway's container");
+    let command = baaaht_tests::docker(&["inspect", "--format", "{{json .Config.Cmd}} {{json .Mounts}}", &container])
+        .expect("inspect");
+    assert!(
+        !command.contains("key.pem") && !command.contains("--tls"),
+        "the key stays out of the container: {command}"
+    );
+}
+
+#[test]
 fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");

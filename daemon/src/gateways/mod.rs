@@ -305,6 +305,7 @@ pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(
         || args.iter().any(|arg| arg == "--events=http");
     if let (GatewayKind::Web { .. }, RunMode::Container) = (kind, mode) {
         publish::listen_address(args).map_err(GatewayError::Invalid)?;
+        publish::tls_of(args).map_err(GatewayError::Invalid)?;
     }
     if mode == RunMode::Container && events_http {
         return Err(GatewayError::Invalid(

@@ -2,10 +2,13 @@
 //! the daemon listens on the host address the admin picked (the gateway's `--listen`, as for a
 //! host process) and carries each connection, byte for byte, to the HTTP socket the gateway
 //! serves in its `run/` folder. It connects through a descriptor of that socket, never its
-//! path, so nothing the container puts in `run/` sends the daemon anywhere else.
+//! path, so nothing the container puts in `run/` sends the daemon anywhere else. With
+//! `--tls-cert` and `--tls-key` the daemon speaks HTTPS on the port itself, and the private
+//! key never enters the container.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,33 +23,54 @@ const MAX_CONNECTIONS: usize = 1024;
 
 /// The address a web gateway registered with `args` is published on.
 pub fn listen_address(args: &[String]) -> Result<SocketAddr, String> {
-    let mut value = None;
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        if arg == "--listen" {
-            value = rest.next().map(String::as_str);
-        } else if let Some(given) = arg.strip_prefix("--listen=") {
-            value = Some(given);
-        }
-    }
-    let value = value.unwrap_or(DEFAULT_LISTEN);
+    let value = value_of(args, "--listen").unwrap_or(DEFAULT_LISTEN);
     value
         .parse()
         .map_err(|_invalid| format!("--listen `{value}` is not an address: write ADDR:PORT, e.g. 0.0.0.0:8080"))
 }
 
-/// `args` without `--listen` and its value (the daemon listens there, not the container).
-pub fn without_listen(args: &[String]) -> Vec<String> {
+/// The arguments the daemon acts on for a gateway in its container: where to listen, and
+/// with what certificate.
+const DAEMONS_OWN: [&str; 3] = ["--listen", "--tls-cert", "--tls-key"];
+
+/// `args` without those the daemon acts on itself ([`DAEMONS_OWN`]) and their values.
+pub fn container_args(args: &[String]) -> Vec<String> {
     let mut kept = Vec::with_capacity(args.len());
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
-        if arg == "--listen" {
+        if DAEMONS_OWN.contains(&arg.as_str()) {
             rest.next();
-        } else if !arg.starts_with("--listen=") {
+        } else if !DAEMONS_OWN.iter().any(|flag| arg.strip_prefix(flag).is_some_and(|value| value.starts_with('='))) {
             kept.push(arg.clone());
         }
     }
     kept
+}
+
+/// The value of `flag` in `args` (the last one given).
+fn value_of<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let mut value = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if arg == flag {
+            value = rest.next().map(String::as_str);
+        } else if let Some(given) = arg.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')) {
+            value = Some(given);
+        }
+    }
+    value
+}
+
+/// The HTTPS the daemon speaks on the port, when `args` give a certificate and its key.
+pub fn tls_of(args: &[String]) -> Result<Option<tokio_rustls::TlsAcceptor>, String> {
+    match (value_of(args, "--tls-cert"), value_of(args, "--tls-key")) {
+        (Some(cert), Some(key)) => {
+            let config = baaaht_proto::tls::server_config(Path::new(cert), Path::new(key))?;
+            Ok(Some(tokio_rustls::TlsAcceptor::from(config)))
+        }
+        (None, None) => Ok(None),
+        _ => Err("--tls-cert and --tls-key go together: give both, or neither for plain HTTP".into()),
+    }
 }
 
 /// Binds `address` for a gateway's browsers.
@@ -54,10 +78,12 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, String> {
     TcpListener::bind(address).await.map_err(|error| format!("cannot listen on {address}: {error}"))
 }
 
-/// Carries connections from `listener` to the socket open as `socket` until `cancel`.
+/// Carries connections from `listener` (through `tls` when given) to the socket open as
+/// `socket` until `cancel`.
 pub fn forward(
     gateway: String,
     listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     socket: OwnedFd,
     cancel: CancellationToken,
     tracker: &TaskTracker,
@@ -83,28 +109,40 @@ pub fn forward(
                 tracing::warn!(%gateway, "a browser's connection was dropped: {MAX_CONNECTIONS} are open already");
                 continue;
             };
-            let (socket, cancel, gateway) = (socket.clone(), cancel.clone(), gateway.clone());
+            let (socket, cancel, gateway, tls) = (socket.clone(), cancel.clone(), gateway.clone(), tls.clone());
             tasks.spawn(async move {
-                let mut stream = stream;
                 // silent-ok: Nagle's delay only slows small writes; the bytes go either way.
                 let _ = stream.set_nodelay(true);
-                let path = format!("/proc/self/fd/{}", socket.as_raw_fd());
-                let mut upstream = match UnixStream::connect(&path).await {
-                    Ok(upstream) => upstream,
-                    Err(error) => {
-                        tracing::warn!(%gateway, %error, "cannot reach the gateway's HTTP socket");
-                        return;
+                let carried = async {
+                    match tls {
+                        Some(acceptor) => match baaaht_proto::tls::accept(&acceptor, stream).await {
+                            Ok(stream) => carry(stream, &socket, &gateway).await,
+                            Err(error) => tracing::debug!(%gateway, %error, "a browser's TLS handshake failed"),
+                        },
+                        None => carry(stream, &socket, &gateway).await,
                     }
                 };
                 tokio::select! {
                     () = cancel.cancelled() => {}
-                    // silent-ok: a browser or the gateway closing a connection is not news.
-                    _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream) => {}
+                    () = carried => {}
                 }
-                drop((slot, socket));
+                drop(slot);
             });
         }
     });
+}
+
+/// Carries one connection to the gateway's site socket, both ways, until either side closes.
+async fn carry<S>(mut stream: S, socket: &OwnedFd, gateway: &str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let path = format!("/proc/self/fd/{}", socket.as_raw_fd());
+    match UnixStream::connect(&path).await {
+        // silent-ok: a browser or the gateway closing a connection is not news.
+        Ok(mut upstream) => drop(tokio::io::copy_bidirectional(&mut stream, &mut upstream).await),
+        Err(error) => tracing::warn!(%gateway, %error, "cannot reach the gateway's HTTP socket"),
+    }
 }
 
 #[cfg(test)]
@@ -123,7 +161,10 @@ mod tests {
         assert_eq!(listen_address(&args(&["--listen=[::1]:80"])).expect("given").to_string(), "[::1]:80");
         let error = listen_address(&args(&["--listen", "my-server"])).expect_err("refused");
         assert!(error.contains("--listen `my-server` is not an address"), "{error}");
-        assert_eq!(without_listen(&given), args(&["--public-url", "https://chat.example"]));
-        assert_eq!(without_listen(&args(&["--listen=1.2.3.4:5", "--scope", "groups"])), args(&["--scope", "groups"]));
+        assert_eq!(container_args(&given), args(&["--public-url", "https://chat.example"]));
+        let given = args(&["--listen=1.2.3.4:5", "--tls-cert", "/c.pem", "--scope", "groups", "--tls-key=/k.pem"]);
+        assert_eq!(container_args(&given), args(&["--scope", "groups"]));
+        let error = tls_of(&args(&["--tls-cert", "/c.pem"])).err().expect("refused");
+        assert!(error.contains("--tls-cert and --tls-key go together"), "{error}");
     }
 }

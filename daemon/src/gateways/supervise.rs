@@ -290,8 +290,11 @@ impl Supervisor {
         // A web gateway's port is the daemon's while it runs in a container: bound first, so an
         // address in use says so at once.
         let web = matches!(self.record.kind, GatewayKind::Web { .. });
-        let listener = match (container, web) {
-            (true, true) => Some(publish::bind(publish::listen_address(&self.record.args)?).await?),
+        let published = match (container, web) {
+            (true, true) => {
+                let tls = publish::tls_of(&self.record.args)?;
+                Some((publish::bind(publish::listen_address(&self.record.args)?).await?, tls))
+            }
             _ => None,
         };
         if container {
@@ -320,7 +323,7 @@ impl Supervisor {
             run.instance = Some(Instance::Process(child));
         }
         let channel = self.connect(&folder, run).await?;
-        if let Some(listener) = listener {
+        if let Some((listener, tls)) = published {
             // The gateway serves its site before its health: the socket is there now.
             let opened = crate::shared_dirs::open_trusted(&folder.join(RUN_FOLDER))
                 .and_then(|dir| crate::shared_dirs::open_socket(&dir, std::ffi::OsStr::new(HTTP_SOCKET)));
@@ -330,7 +333,7 @@ impl Supervisor {
                 Err(error) => return Err(format!("the gateway's site socket is unusable: {error}")),
             };
             let cancel = self.cancel.child_token();
-            publish::forward(name.clone(), listener, socket, cancel.clone(), &self.supervision.tracker);
+            publish::forward(name.clone(), listener, tls, socket, cancel.clone(), &self.supervision.tracker);
             run.published = Some(cancel);
         }
         Ok(channel)
@@ -408,7 +411,7 @@ impl Supervisor {
                 "--state-dir".into(),
                 STATE_MOUNT.into(),
             ]);
-            command.extend(publish::without_listen(&self.record.args));
+            command.extend(publish::container_args(&self.record.args));
             mounts.push(MountSpec { host: state, target: STATE_MOUNT.into(), read_only: false });
         } else {
             command.extend(self.record.args.iter().cloned());

@@ -37,6 +37,13 @@ struct Cli {
     /// that runs the gateway in a container, which has no network)
     #[arg(long, value_name = "PATH")]
     egress_socket: Option<PathBuf>,
+    /// Serve HTTPS with the certificate chain in this PEM file (read again when it changes);
+    /// else plain HTTP, for a reverse proxy in front
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM)
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// The site's address as browsers reach it (the sign-in comes back to PUBLIC_URL/auth/callback)
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080")]
     public_url: String,
@@ -86,9 +93,18 @@ async fn run(cli: Cli) -> Result<(), String> {
     let public_url = cli.public_url.trim_end_matches('/').to_string();
     if public_url.starts_with("http://") && !app::is_loopback_http(&public_url) {
         return Err(format!(
-            "--public-url {public_url}: sessions need HTTPS (a Secure cookie) except on loopback; put the gateway behind your HTTPS reverse proxy and give its https:// address"
+            "--public-url {public_url}: sessions need HTTPS (a Secure cookie) except on loopback; put the gateway behind your HTTPS reverse proxy, or give it --tls-cert and --tls-key, and give its https:// address"
         ));
     }
+    let tls = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => {
+            if !public_url.starts_with("https://") {
+                return Err(format!("--public-url {public_url}: the site is served over HTTPS (--tls-cert), so give its https:// address"));
+            }
+            Some(baaaht_proto::tls::server_config(cert, key)?)
+        }
+        _ => None,
+    };
     if cli.check {
         return Ok(());
     }
@@ -156,8 +172,11 @@ async fn run(cli: Cli) -> Result<(), String> {
             let listener = tokio::net::TcpListener::bind(cli.listen)
                 .await
                 .map_err(|error| format!("cannot listen on {}: {error}", cli.listen))?;
-            tracing::info!(address = %cli.listen, public_url = %app.public_url, "serving");
-            Listener::Tcp(listener)
+            tracing::info!(address = %cli.listen, public_url = %app.public_url, https = tls.is_some(), "serving");
+            match tls {
+                Some(config) => Listener::Tls(listener, tokio_rustls::TlsAcceptor::from(config)),
+                None => Listener::Tcp(listener),
+            }
         }
     };
     if let Some(path) = &cli.health_socket {
@@ -184,6 +203,10 @@ async fn run(cli: Cli) -> Result<(), String> {
         match listener {
             Listener::Tcp(listener) => axum::serve(listener, router).with_graceful_shutdown(stopped).await,
             Listener::Unix(listener) => axum::serve(listener, router).with_graceful_shutdown(stopped).await,
+            Listener::Tls(listener, acceptor) => {
+                serve_tls(listener, acceptor, router, stopped).await;
+                Ok(())
+            }
         }
     };
     tokio::select! {
@@ -197,6 +220,45 @@ async fn run(cli: Cli) -> Result<(), String> {
 enum Listener {
     Tcp(tokio::net::TcpListener),
     Unix(tokio::net::UnixListener),
+    Tls(tokio::net::TcpListener, tokio_rustls::TlsAcceptor),
+}
+
+/// Serves `router` over TLS until `stopped` (axum serves plain connections only): each
+/// connection's handshake and requests in a task of its own, HTTP/2 or HTTP/1.1 as the browser
+/// chose.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: axum::Router,
+    stopped: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    tokio::pin!(stopped);
+    loop {
+        let stream = tokio::select! {
+            () = &mut stopped => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let (acceptor, service) = (acceptor.clone(), service.clone());
+        tokio::spawn(async move {
+            let stream = match baaaht_proto::tls::accept(&acceptor, stream).await {
+                Ok(stream) => stream,
+                Err(error) => return tracing::debug!(%error, "a TLS handshake failed"),
+            };
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(error) = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).await {
+                tracing::debug!(%error, "a connection ended with an error");
+            }
+        });
+    }
 }
 
 /// The gateway's health for the daemon that runs it: it answers once the site is served (it
