@@ -61,6 +61,16 @@ pub fn role_of(value: i32) -> Result<Option<Role>, String> {
 }
 
 /// The protocol's channel type for a channel's name (`tui`, `cli`, `web`, `slack`).
+/// A file shared with a message, as clients see it.
+pub fn attachment(attachment: &crate::sessions::log::Attachment) -> v1::Attachment {
+    v1::Attachment {
+        filename: attachment.path.strip_prefix("uploads/").unwrap_or(&attachment.path).to_string(),
+        mime_type: attachment.mime_type.clone(),
+        path: attachment.path.clone(),
+        size_bytes: attachment.size_bytes,
+    }
+}
+
 pub fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
     match channel {
         Some("tui") => v1::ChannelType::Tui,

@@ -334,8 +334,12 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         assert_eq!(out, "script ran; cookie blocked; api blocked");
         screenshot(&alice, dir.path(), "web-artifact-desktop-light").await;
 
-        // Stop: the turn is cancelled, and the page says so where the answer was.
+        // Stop: the turn is cancelled, and the page says so where the answer was. The page
+        // reloaded meanwhile knows the turn still runs.
         say(&alice, "stop me before I finish this very long answer of many many words").await;
+        let started = until(Duration::from_secs(30), || async { !text_of(&alice, ".assistant[aria-busy] .text").await.is_empty() }).await;
+        assert!(started, "the answer starts: {}", text_of(&alice, "#log").await);
+        alice.refresh().await.expect("reload");
         click(&alice, "#stop:not([hidden])").await;
         let stopped = until(Duration::from_secs(60), || async {
             text_of(&alice, ".assistant.failed .failure").await.contains("cancelled")
@@ -401,6 +405,17 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         let users = alice.find_all(Locator::Css("#log .user")).await.expect("messages");
         let sent = users.last().expect("the message").text().await.expect("text");
         assert!(sent.contains("📎 cat.png (image/png, 316 bytes)") && !sent.contains("uploads/"), "{sent}");
+        // Asked again, the question goes with its picture.
+        let asked_before = fake.requests().len();
+        let retries = alice.find_all(Locator::Css(".assistant.done button[title^='Ask again']")).await.expect("retry");
+        retries.last().expect("a retry button").click().await.expect("retry");
+        let again = until(Duration::from_secs(60), || async { fake.requests().len() > asked_before }).await
+            && answered(&alice, "what is in this picture").await;
+        assert!(again, "asked again: {}\n{}", text_of(&alice, "#log").await, logs());
+        assert!(baaaht_tests::fake_provider::images_sent(&fake).contains(&wanted), "the picture went again");
+        let users = alice.find_all(Locator::Css("#log .user")).await.expect("messages");
+        let sent = users.last().expect("the message").text().await.expect("text");
+        assert!(sent.contains("📎 cat.png (image/png, 316 bytes)") && !sent.contains("uploads/"), "{sent}");
 
         // Bob signs in in his own browser; Alice makes a room for them both.
         let bob = driver.browser(390).await.expect("a phone-sized browser");
@@ -432,6 +447,8 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         })
         .await;
         assert!(from_bob, "Alice sees Bob's message, with his name: {}", text_of(&alice, "#log").await);
+        let room_session = alice.find(Locator::Css("#sessions [aria-current]")).await.expect("current");
+        let room_session = room_session.attr("data-id").await.expect("id").expect("an id");
         screenshot(&bob, dir.path(), "web-room-phone-light").await;
         bob.execute("localStorage.setItem('theme', 'dark'); window.applyTheme();", vec![]).await.expect("dark");
         screenshot(&bob, dir.path(), "web-room-phone-dark").await;
@@ -491,6 +508,10 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         assert_eq!(code, 403, "no CSRF token: {body}");
         let (code, body) = alices.call(&site, "GET", &path, None, false).expect("read");
         assert_eq!(code, 200, "Alice reads her own: {body}");
+        // Who wrote what in a room is shown by name: nobody's ids reach the others' pages.
+        let (code, body) = alices.call(&site, "GET", &format!("/api/sessions/{room_session}"), None, false).expect("read");
+        assert!(code == 200 && body.contains("\"name\":\"Bobby\""), "{code} {body}");
+        assert!(!body.contains("web:") && !body.contains("\"sender\""), "ids in the room's transcript: {body}");
         // A file past the site's limit is refused, whether its size is declared or only its
         // bytes tell, and nothing of it is kept.
         let big = dir.path().join("big.bin");

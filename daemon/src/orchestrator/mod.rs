@@ -161,6 +161,12 @@ impl Turns {
             .collect()
     }
 
+    /// The turns of session `session` in progress (queued ones included).
+    pub fn running_in(&self, session: &str) -> Vec<String> {
+        let inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+        inflight.turns.iter().filter(|(_, turn)| turn.session == session).map(|(id, _)| id.clone()).collect()
+    }
+
     /// Turns in progress, for status.
     pub fn count(&self) -> usize {
         self.inflight.lock().unwrap_or_else(PoisonError::into_inner).turns.len()
@@ -241,6 +247,8 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     // recorded in turns.json at once and appended when its turn starts, after the reply before it.
     let (incoming_sender, incoming_channel, incoming_content) =
         (incoming.sender.clone(), incoming.channel.clone(), incoming.content.clone());
+    let incoming_attachments: Vec<v1::Attachment> =
+        incoming.attachments.iter().map(crate::convert::attachment).collect();
     let queued = Queued {
         content: incoming.content,
         channel: incoming.channel,
@@ -276,6 +284,7 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
         sender_id,
         channel: crate::convert::channel_ref(incoming_channel.as_deref()) as i32,
         content: incoming_content.clone(),
+        attachments: incoming_attachments,
     };
     shared.events.publish(
         &record.context(),

@@ -179,6 +179,7 @@ pub(super) fn entry(entry: &Entry) -> Option<v1::SessionEntry> {
                 channel: crate::convert::channel_ref(message.channel_type.as_deref()) as i32,
                 sender_id: message.sender_id.clone().unwrap_or_default(),
                 sender_name: String::new(),
+                attachments: message.attachments.iter().map(crate::convert::attachment).collect(),
             }),
         ),
         Entry::Delegate { id, parent, timestamp, agent, task, result, .. } => (
@@ -561,6 +562,7 @@ impl v1::sessions_server::Sessions for SessionsService {
                 })
                 .collect(),
             problems: read.corrupt.iter().map(|c| format!("line {}: {}", c.line, c.reason)).collect(),
+            running_turns: self.shared.turns.running_in(&record.id),
         }))
     }
 

@@ -99,24 +99,32 @@ impl App {
             daemon.admin.show_group(self.as_user(user, room)).await?;
             return Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: place.room.clone() });
         }
+        Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: self.user_id(user).await? })
+    }
+
+    /// The canonical id of `user`, as the daemon last said (see [`ID_KEPT_FOR`]).
+    pub async fn user_id(&self, user: &SignedIn) -> Result<String, tonic::Status> {
         let identity = self.identity(user);
         let kept = {
             let ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             ids.get(&identity).filter(|(_, when)| when.elapsed() < ID_KEPT_FOR).map(|(id, _)| id.clone())
         };
-        let id = match kept {
-            Some(id) => id,
-            None => {
-                let me = daemon.gateways.who_am_i(self.as_user(user, v1::WhoAmIRequest {})).await?.into_inner();
-                let mut ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if ids.len() >= 10_000 {
-                    ids.retain(|_, (_, when)| when.elapsed() < ID_KEPT_FOR);
-                }
-                ids.insert(identity, (me.id.clone(), std::time::Instant::now()));
-                me.id
-            }
-        };
-        Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id })
+        if let Some(id) = kept {
+            return Ok(id);
+        }
+        let mut daemon = self.daemon.clone();
+        let me = daemon.gateways.who_am_i(self.as_user(user, v1::WhoAmIRequest {})).await?.into_inner();
+        let mut ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ids.len() >= 10_000 {
+            ids.retain(|_, (_, when)| when.elapsed() < ID_KEPT_FOR);
+        }
+        ids.insert(identity, (me.id.clone(), std::time::Instant::now()));
+        Ok(me.id)
+    }
+
+    /// Who `user` is, to tell their own messages from others' (without showing anyone's ids).
+    pub async fn me(&self, user: &SignedIn) -> Result<crate::events::Me, tonic::Status> {
+        Ok(crate::events::Me { identity: self.identity(user), id: self.user_id(user).await? })
     }
 
     /// The channel identity of `user` (`web:{issuer}#{sub}`).
@@ -155,14 +163,27 @@ fn session_json(header: &v1::SessionHeader) -> Value {
     })
 }
 
-/// An entry of a transcript as the page shows it.
-fn entry_json(entry: &v1::SessionEntry) -> Option<Value> {
+/// Files shared with a message, as the page shows them (and sends them again on a retry).
+pub fn attachments_json(attachments: &[v1::Attachment]) -> Value {
+    attachments
+        .iter()
+        .map(|attachment| {
+            json!({"filename": attachment.filename, "mime_type": attachment.mime_type, "path": attachment.path,
+                "size_bytes": attachment.size_bytes})
+        })
+        .collect()
+}
+
+/// An entry of a transcript as the page shows it (to `me`: whether a message is theirs, not
+/// who else's it is but by name).
+fn entry_json(entry: &v1::SessionEntry, me: &crate::events::Me) -> Option<Value> {
     use v1::session_entry::Entry;
     let base = json!({"id": entry.id, "parent": entry.parent, "time": entry.timestamp});
     let agent = crate::events::agent_name;
     let details = match entry.entry.as_ref()? {
         Entry::Message(message) => json!({"kind": "message", "role": message.role, "text": message.content,
-            "sender": message.sender_id, "name": message.sender_name}),
+            "mine": me.wrote(&message.sender_id), "name": message.sender_name,
+            "attachments": attachments_json(&message.attachments)}),
         Entry::Delegate(delegate) => json!({"kind": "delegation", "agent": agent(delegate.agent),
             "task": delegate.task, "result": delegate.result}),
         Entry::Compaction(compaction) => json!({"kind": "compaction", "text": compaction.summary}),
@@ -233,12 +254,16 @@ pub async fn read(
     Path(id): Path<String>,
     Query(query): Query<ReadQuery>,
 ) -> Response {
+    let me = match app.me(&user.session).await {
+        Ok(me) => me,
+        Err(status) => return api_error(&status),
+    };
     let mut daemon = app.daemon.clone();
     let request = v1::ReadSessionRequest { session_id: id, leaf_entry_id: query.leaf };
     answer(daemon.sessions.read_session(app.as_user(&user.session, request)).await, |transcript| {
         let header = transcript.header.as_ref().map(session_json).unwrap_or_default();
-        let entries: Vec<Value> = transcript.entries.iter().filter_map(entry_json).collect();
-        json!({"session": header, "entries": entries})
+        let entries: Vec<Value> = transcript.entries.iter().filter_map(|entry| entry_json(entry, &me)).collect();
+        json!({"session": header, "entries": entries, "running": transcript.running_turns})
     })
 }
 
@@ -612,17 +637,23 @@ mod tests {
                 ..Default::default()
             })),
         };
-        let json = entry_json(&message).expect("shown");
+        let alice = crate::events::Me { identity: "web:https://id#alice".into(), id: "u-alice".into() };
+        let json = entry_json(&message, &alice).expect("shown");
         assert_eq!(json["id"], "e2");
         assert_eq!(json["parent"], "e1");
         assert_eq!(json["kind"], "message");
         assert_eq!(json["name"], "Alice");
+        assert_eq!(json["mine"], true);
+        let bob = crate::events::Me { identity: "web:https://id#bob".into(), id: "u-bob".into() };
+        let json = entry_json(&message, &bob).expect("shown");
+        assert_eq!(json["mine"], false);
+        assert!(!json.to_string().contains("web:"), "nobody's ids reach another's page: {json}");
         let change = v1::SessionEntry {
             entry: Some(Entry::ModelChange(v1::ModelChangeEntry { previous_model: "a".into(), new_model: "b".into() })),
             ..Default::default()
         };
-        assert_eq!(entry_json(&change).expect("shown")["to"], "b");
-        assert!(entry_json(&v1::SessionEntry::default()).is_none());
+        assert_eq!(entry_json(&change, &alice).expect("shown")["to"], "b");
+        assert!(entry_json(&v1::SessionEntry::default(), &alice).is_none());
     }
 
     #[test]

@@ -225,8 +225,8 @@ async fn follow(
 ) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     let api::User { cookie: cookie_id, session } = user;
-    let context = match app.context(&session, &place).await {
-        Ok(context) => context,
+    let (context, me) = match tokio::try_join!(app.context(&session, &place), app.me(&session)) {
+        Ok(found) => found,
         Err(status) => return api::api_error(&status),
     };
     let subscription = v1::EventSubscription {
@@ -236,7 +236,7 @@ async fn follow(
     };
     // Each user follows as themselves, a room too: the daemon decides who may.
     let key = format!("{}\n{}:{}", app.identity(&session), context.r#type, context.id);
-    let feed = app.hub.feed(&key, &app.daemon, app.as_user(&session, subscription));
+    let feed = app.hub.feed(&key, me, &app.daemon, app.as_user(&session, subscription));
     // A new connection starts from now; one that comes back, from where it was (if it was in
     // this run of the gateway: ids are `{run}.{n}`).
     let mut last = headers

@@ -98,6 +98,21 @@ impl Feed {
 /// A user's feed and the task that fills it from the daemon.
 type Followed = (Arc<Feed>, Option<tokio::task::JoinHandle<()>>);
 
+/// The user a feed or a transcript is for: their channel identity and canonical id, either of
+/// which may be a message's sender.
+#[derive(Debug, Clone)]
+pub struct Me {
+    pub identity: String,
+    pub id: String,
+}
+
+impl Me {
+    /// Whether `sender` is this user.
+    pub fn wrote(&self, sender: &str) -> bool {
+        !sender.is_empty() && (sender == self.identity || sender == self.id)
+    }
+}
+
 /// The feeds, by user.
 #[derive(Debug, Default)]
 pub struct Hub {
@@ -107,7 +122,13 @@ pub struct Hub {
 impl Hub {
     /// The feed of `user`, following the daemon through `subscribe` (a request made as the
     /// user) while it is not already.
-    pub fn feed(&self, user: &str, daemon: &Client, subscribe: tonic::Request<v1::EventSubscription>) -> Arc<Feed> {
+    pub fn feed(
+        &self,
+        user: &str,
+        me: Me,
+        daemon: &Client,
+        subscribe: tonic::Request<v1::EventSubscription>,
+    ) -> Arc<Feed> {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = feeds.entry(user.to_string()).or_insert_with(|| (Arc::new(Feed::new()), None));
         let following = entry.1.as_ref().is_some_and(|task| !task.is_finished());
@@ -115,7 +136,7 @@ impl Hub {
             let (feed, mut daemon) = (entry.0.clone(), daemon.clone());
             feed.ended.store(false, std::sync::atomic::Ordering::Release);
             entry.1 = Some(tokio::spawn(async move {
-                follow(&feed, &mut daemon, subscribe).await;
+                follow(&feed, &me, &mut daemon, subscribe).await;
                 feed.end();
             }));
         }
@@ -144,7 +165,7 @@ impl Hub {
 }
 
 /// Fills `feed` from the daemon's events until they end.
-async fn follow(feed: &Feed, daemon: &mut Client, subscribe: tonic::Request<v1::EventSubscription>) {
+async fn follow(feed: &Feed, me: &Me, daemon: &mut Client, subscribe: tonic::Request<v1::EventSubscription>) {
     let mut events = match daemon.sessions.subscribe_events(subscribe).await {
         Ok(events) => events.into_inner(),
         Err(status) => {
@@ -155,7 +176,7 @@ async fn follow(feed: &Feed, daemon: &mut Client, subscribe: tonic::Request<v1::
     loop {
         match events.message().await {
             Ok(Some(event)) => {
-                if let Some(json) = to_json(&event) {
+                if let Some(json) = to_json(&event, me) {
                     feed.push(json.to_string());
                 }
             }
@@ -175,7 +196,8 @@ pub fn agent_name(role: i32) -> String {
 }
 
 /// An event as the browser reads it; none for what it does not show.
-pub fn to_json(event: &v1::OrchestratorEvent) -> Option<serde_json::Value> {
+/// An event as `me`'s page reads it.
+pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Value> {
     use serde_json::json;
     use v1::orchestrator_event::Event;
     let (session, turn) = (&event.session_id, &event.turn_id);
@@ -186,7 +208,8 @@ pub fn to_json(event: &v1::OrchestratorEvent) -> Option<serde_json::Value> {
             json!({"type": "reply", "session": session, "turn": turn, "entry": reply.entry_id, "text": reply.content})
         }
         Event::UserMessage(message) => json!({"type": "user", "session": session, "turn": turn,
-            "entry": message.entry_id, "sender": message.sender_id, "name": message.sender_name, "text": message.content}),
+            "entry": message.entry_id, "mine": me.wrote(&message.sender_id), "name": message.sender_name, "text": message.content,
+            "attachments": crate::api::attachments_json(&message.attachments)}),
         Event::Delegation(progress) => json!({"type": "delegation", "session": session, "turn": turn,
             "agent": agent(progress.agent), "task": progress.task, "state": progress.state}),
         Event::Tool(progress) => json!({"type": "tool", "session": session, "turn": turn,

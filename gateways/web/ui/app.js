@@ -111,32 +111,42 @@ function actions(element, entry, { retry } = {}) {
   element.append(bar);
 }
 
-// Whether `sender` (a user id or channel identity) is the one signed in here.
-const isMe = (sender) => Boolean(sender) && (sender === state.me.id || sender === state.me.identity);
+// A user message's own words: without the daemon's note of each attached file (what the
+// agents read: "[attached: PATH (TYPE, SIZE) in the session's workspace]").
+function wordsOf(entry) {
+  const notes = (entry.attachments || []).map((file) => `[attached: ${file.path} (`);
+  return (entry.text || "")
+    .split("\n")
+    .filter((line) => !notes.some((note) => line.startsWith(note)))
+    .join("\n")
+    .trim();
+}
+
+// A file's size as the daemon writes it.
+function size(bytes) {
+  if (bytes < 1e3) return `${bytes} bytes`;
+  if (bytes < 1e6) return `${(bytes / 1e3).toFixed(1)} KB`;
+  if (bytes < 1e9) return `${(bytes / 1e6).toFixed(1)} MB`;
+  return `${(bytes / 1e9).toFixed(1)} GB`;
+}
 
 function showUser(entry) {
-  const element = bubble(isMe(entry.sender) ? "user" : "user other");
+  const element = bubble(entry.mine ? "user" : "user other");
   if (state.room) {
     const who = document.createElement("div");
     who.className = "who";
-    who.textContent = entry.name || entry.sender || "someone";
+    who.textContent = entry.name || "someone";
     element.append(who);
   }
-  // The daemon's note of each attached file ("[attached: uploads/NAME (TYPE, SIZE) in the
-  // session's workspace]") is shown as the file's name.
-  const files = [];
-  const text = (entry.text || "").replace(/\n?\[attached: uploads\/(.+?) \(([^)]*)\) in the session's workspace\]/g, (_, name, about) => {
-    files.push(`${name} (${about})`);
-    return "";
-  });
-  textOf(element).textContent = text;
+  const files = entry.attachments || [];
+  textOf(element).textContent = wordsOf(entry);
   if (files.length) {
     const list = document.createElement("ul");
     list.className = "files";
     list.setAttribute("aria-label", "Attached files");
     for (const file of files) {
       const item = document.createElement("li");
-      item.textContent = `📎 ${file}`;
+      item.textContent = `📎 ${file.filename} (${file.mime_type}, ${size(file.size_bytes)})`;
       list.append(item);
     }
     element.append(list);
@@ -205,9 +215,15 @@ function onEvent(event) {
   switch (event.type) {
     case "user": {
       // The page's own message, shown as it was sent, now has its place in the conversation.
-      const mine = isMe(event.sender);
+      const mine = event.mine;
       const pending = mine ? state.pending.shift() : null;
-      const shown = showUser({ id: event.entry, text: event.text, name: event.name, sender: event.sender });
+      const shown = showUser({
+        id: event.entry,
+        text: event.text,
+        name: event.name,
+        mine: event.mine,
+        attachments: event.attachments,
+      });
       if (pending) pending.replaceWith(shown);
       if (!state.entries.length) refreshSessions();
       if (mine) {
@@ -348,6 +364,9 @@ async function open(id, leaf = "") {
     const shown = branch(read.entries, leaf);
     show(shown);
     drawTree();
+    // A turn still running (sent from here before a reload, or from another channel) can be
+    // stopped here too.
+    for (const turn of read.running || []) running(turn, true);
     state.unread.delete(id);
     for (const item of $("sessions").querySelectorAll("[aria-current]")) item.removeAttribute("aria-current");
     const item = $("sessions").querySelector(`[data-id="${CSS.escape(id)}"]`);
@@ -391,7 +410,7 @@ function drawTree() {
       const li = document.createElement("li");
       const b = document.createElement("button");
       b.type = "button";
-      const who = entry.role !== "user" ? "Assistant" : isMe(entry.sender) ? "You" : entry.name || "Someone";
+      const who = entry.role !== "user" ? "Assistant" : entry.mine ? "You" : entry.name || "Someone";
       b.textContent = `${who}: ${(entry.text || "").slice(0, 60)}`;
       b.dataset.entry = entry.id;
       if (current.has(entry.id)) b.setAttribute("aria-current", "true");
@@ -464,9 +483,8 @@ async function retryAnswer(answer) {
   // A first question's parent is the conversation itself: the new branch starts at the root.
   show(byId.has(question.parent) ? branch(state.entries, question.parent) : []);
   state.leaf = question.parent;
-  // Files the question had are named in its text; they are not sent again.
-  const text = (question.text || "").replace(/\n?\[attached: [^\]]*\]/g, "");
-  await send(text, { retry: true });
+  // The question as it was asked: its words and its files.
+  await send(wordsOf(question), { retry: question.attachments || [] });
 }
 
 // --- sending ------------------------------------------------------------------------------
@@ -492,10 +510,10 @@ async function ensureSession() {
   return (await state.creating).id;
 }
 
-async function send(text, { retry = false } = {}) {
+// `retry`: the files of a question asked again (what waits in the composer stays there).
+async function send(text, { retry = null } = {}) {
   const content = (text ?? input.value).trim();
-  // A retry sends its question alone: what waits in the composer stays there.
-  const attachments = retry ? [] : state.attachments;
+  const attachments = retry || state.attachments;
   if (!content && !attachments.length) return;
   if (!retry) {
     input.value = "";
