@@ -281,7 +281,10 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         "identities": {format!("web:{}#alice", provider.issuer): {"user": "u-alice", "own": "u-alice", "created": "2026-11-23T00:00:00Z"}},
         "users": {"u-alice": {"name": "Alice Admin", "created": "2026-11-23T00:00:00Z"}},
     });
-    let env = vec![("BAAAHT__SYSTEM__ADMIN_USERS".into(), "[\"u-alice\"]".into())];
+    let env = vec![
+        ("BAAAHT__SYSTEM__ADMIN_USERS".into(), "[\"u-alice\"]".into()),
+        ("BAAAHT__SESSIONS__MAX_UPLOAD_BYTES".into(), "150000".into()),
+    ];
     let files = vec![("data/state/identities.json".into(), identities.to_string())];
     let (fake, daemon) = daemon_for(&rt, &provider, scenario::web_brain(), env, files);
     let added = register(&rt, &daemon, &provider, "external", vec![]);
@@ -520,9 +523,17 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
             let (code, body) = alices.upload(&site, &first_session, "big.bin", &big, chunked).expect("upload");
             assert_eq!(code, 413, "chunked: {chunked}: {body}");
         }
+        // One within the site's limit but past the daemon's is refused by the daemon, from its
+        // declared size, before its bytes are taken.
+        let middling = dir.path().join("middling.bin");
+        std::fs::write(&middling, vec![1u8; 180_000]).expect("a middling file");
+        let (code, body) = alices.upload(&site, &first_session, "middling.bin", &middling, false).expect("upload");
+        assert!(code == 400 && body.contains("larger than the 150.0 KB allowed"), "{code} {body}");
         let stored = std::fs::read_dir(daemon.data_dir.join("sessions")).expect("sessions").any(|entry| {
             let session = entry.expect("entry").file_name().to_string_lossy().to_string();
-            baaaht_tests::workspace_file(&daemon.data_dir, &session, "uploads/big.bin").is_some()
+            ["uploads/big.bin", "uploads/middling.bin"]
+                .iter()
+                .any(|name| baaaht_tests::workspace_file(&daemon.data_dir, &session, name).is_some())
         });
         assert!(!stored, "a refused file left nothing behind");
         let (code, body) = alices.call(&site, "GET", &export, None, false).expect("export");

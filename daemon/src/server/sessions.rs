@@ -478,6 +478,9 @@ impl v1::sessions_server::Sessions for SessionsService {
             self.shared.groups.accepts_messages(&context.id).map_err(OrchestratorError::from)?;
         }
         let max = self.shared.loaded.config.sessions.max_upload_bytes;
+        if start.size_bytes > max {
+            return Err(upload_status(crate::uploads::UploadError::TooLarge(max)));
+        }
         let (workspaces, session) = (self.shared.workspaces.clone(), record.id.clone());
         let begun = tokio::task::spawn_blocking(move || crate::uploads::Upload::begin(workspaces, &session, max));
         let mut upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;

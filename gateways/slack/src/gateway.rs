@@ -270,6 +270,7 @@ impl Gateway {
             filename: downloaded.name,
             mime_type: downloaded.mime_type,
             sender_id: route.identity.clone(),
+            size_bytes: downloaded.bytes.len() as u64,
         };
         let chunks: Vec<v1::UploadChunk> = std::iter::once(v1::upload_chunk::Part::Start(start))
             .chain(downloaded.bytes.chunks(UPLOAD_CHUNK).map(|chunk| v1::upload_chunk::Part::Data(chunk.to_vec())))

@@ -486,14 +486,6 @@ pub async fn upload(
         Ok(context) => context,
         Err(status) => return api_error(&status),
     };
-    let declared = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
-    let start = v1::UploadStart {
-        context: Some(context),
-        session_id: query.session,
-        filename: query.name,
-        mime_type: declared.to_string(),
-        sender_id: app.identity(&user.session),
-    };
     let max = app.max_upload;
     let declared_size = headers
         .get(header::CONTENT_LENGTH)
@@ -502,6 +494,16 @@ pub async fn upload(
     if declared_size.is_some_and(|size| size > max) {
         return error(StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than this site takes.");
     }
+    let declared = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
+    let start = v1::UploadStart {
+        context: Some(context),
+        session_id: query.session,
+        filename: query.name,
+        mime_type: declared.to_string(),
+        sender_id: app.identity(&user.session),
+        // The daemon refuses one past its own limit before the bytes are sent.
+        size_bytes: declared_size.unwrap_or_default(),
+    };
     let (sender, receiver) = tokio::sync::mpsc::channel(4);
     let (failed, failure) = tokio::sync::oneshot::channel::<(StatusCode, &'static str)>();
     let _ = sender.try_send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Start(start)) });
