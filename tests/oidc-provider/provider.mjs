@@ -1,12 +1,15 @@
-// node provider.mjs PORT REDIRECT_URI POST_LOGOUT_URI   env: ID_TOKEN_TTL=secs, AUTO_LOGIN=<sub> (no form)
+// node provider.mjs PORT REDIRECT_URI POST_LOGOUT_URI
+//   env: ID_TOKEN_TTL=secs, REFRESH_TTL=secs (refresh tokens issued when set), AUTO_LOGIN=<sub> (no form)
 import Provider from 'oidc-provider';
 const [port, redirectUri, postLogoutUri] = process.argv.slice(2);
 const issuer = `http://127.0.0.1:${port}`, ttl = Number(process.env.ID_TOKEN_TTL || 3600);
+const refreshTtl = Number(process.env.REFRESH_TTL || 0);
 const USERS = { alice: { name: 'Alice Admin', groups: ['admins', 'users'] }, bob: { name: 'Bob User', groups: ['users'] } };
 const provider = new Provider(issuer, {
   clients: [{ client_id: 'gateway', client_secret: 'gateway-secret', token_endpoint_auth_method: 'client_secret_basic',
     redirect_uris: [redirectUri], post_logout_redirect_uris: [postLogoutUri],
-    response_types: ['code'], grant_types: ['authorization_code'] }],
+    response_types: ['code'], grant_types: refreshTtl ? ['authorization_code', 'refresh_token'] : ['authorization_code'] }],
+  issueRefreshToken: async (ctx, client) => refreshTtl > 0 && client.grantTypeAllowed('refresh_token'),
   pkce: { required: () => true },                 // PKCE (S256 only) even for the confidential client
   scopes: ['openid', 'email', 'profile', 'groups'],
   claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name'], groups: ['groups'] },
@@ -23,7 +26,7 @@ const provider = new Provider(issuer, {
     await grant.save();
     return grant;
   },
-  ttl: { IdToken: ttl, AccessToken: ttl, Session: ttl },
+  ttl: { IdToken: ttl, AccessToken: ttl, Session: ttl, ...(refreshTtl ? { RefreshToken: refreshTtl } : {}) },
   features: { devInteractions: { enabled: !process.env.AUTO_LOGIN }, rpInitiatedLogout: { enabled: true } },
 });
 if (process.env.AUTO_LOGIN) provider.use(async (ctx, next) => {   // answer GET /interaction/:uid ourselves

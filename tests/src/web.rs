@@ -46,6 +46,18 @@ pub const CLIENT_SECRET: &str = "gateway-secret";
 
 impl Provider {
     pub fn start(dir: &Path, redirect: &str, post_logout: &str, id_token_ttl: u64) -> Result<Provider> {
+        Provider::start_refreshing(dir, redirect, post_logout, id_token_ttl, 0)
+    }
+
+    /// As [`Provider::start`], issuing refresh tokens that last `refresh_ttl` seconds (none
+    /// when 0).
+    pub fn start_refreshing(
+        dir: &Path,
+        redirect: &str,
+        post_logout: &str,
+        id_token_ttl: u64,
+        refresh_ttl: u64,
+    ) -> Result<Provider> {
         let modules = provider_dir().join("node_modules/oidc-provider");
         if !modules.is_dir() {
             bail!("{} is missing: run `npm ci` in {} (scripts/test does)", modules.display(), provider_dir().display());
@@ -58,7 +70,8 @@ impl Provider {
             .arg(port.to_string())
             .arg(redirect)
             .arg(post_logout)
-            .env("ID_TOKEN_TTL", id_token_ttl.to_string());
+            .env("ID_TOKEN_TTL", id_token_ttl.to_string())
+            .env("REFRESH_TTL", refresh_ttl.to_string());
         let process = spawn(command, &dir.join("oidc-provider.log"))?;
         wait_for_log(&process, Duration::from_secs(30), |log| log.contains("READY"))?;
         Ok(Provider { issuer: format!("http://127.0.0.1:{port}"), port, process })

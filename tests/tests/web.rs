@@ -780,6 +780,51 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     assert!(again.data_dir.join("data/state/gateway-state/home/sessions.json").is_file());
 }
 
+/// The latest ID token expiry among the sessions kept in `file`.
+fn latest_expiry(file: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let kept: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let sessions = kept["sessions"].as_object().cloned().unwrap_or_default();
+    sessions.values().filter_map(|session| session["expires"].as_u64()).max().unwrap_or_default()
+}
+
+#[test]
+fn a_session_outlives_its_id_token_while_the_provider_refreshes_it() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = web::free_port().expect("port");
+    let site = format!("http://127.0.0.1:{port}");
+    // ID tokens last 4 seconds; the provider gives refresh tokens.
+    let provider =
+        Provider::start_refreshing(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 4, 600)
+            .expect("the OIDC provider");
+    let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, port, &[]);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    let jar = dir.path().join("jar");
+    let home = web::page_of(&web::callback_for(&site, "frank", &jar), &jar);
+    assert!(home.contains("data-csrf"), "signed in: {home}\n{}", logs());
+    let kept = dir.path().join("web-state/sessions.json");
+    let first = latest_expiry(&kept);
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    // Past its first ID token's life the session goes on, with fresh ones the daemon takes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while now() <= first + 1 {
+        assert_eq!(web::me_status(&site, &jar), "200", "still signed in\n{}", logs());
+        assert!(std::time::Instant::now() < deadline, "the clock did not pass the first expiry");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(web::me_status(&site, &jar), "200", "signed in past the first ID token\n{}", logs());
+    assert!(latest_expiry(&kept) > first, "the session holds a fresh ID token");
+    // Without the provider there is no fresh token: the session ends with the one it has.
+    drop(provider);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while web::me_status(&site, &jar) == "200" {
+        assert!(std::time::Instant::now() < deadline, "still signed in without a provider\n{}", logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(web::me_status(&site, &jar), "401");
+}
+
 #[test]
 fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
     let rt = baaaht_tests::runtime();

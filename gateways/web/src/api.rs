@@ -29,7 +29,7 @@ impl FromRequestParts<Arc<App>> for User {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<User, Response> {
-        let Some((cookie, session)) = app.session(&parts.headers) else {
+        let Some((cookie, session)) = app.session(&parts.headers).await else {
             return Err(error(StatusCode::UNAUTHORIZED, "Sign in first."));
         };
         if parts.method != Method::GET && parts.method != Method::HEAD {

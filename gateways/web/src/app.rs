@@ -42,6 +42,8 @@ pub struct App {
     pub max_upload: u64,
     /// Who may sign in at all.
     pub admission: crate::oidc::Admission,
+    /// The sessions whose ID token is being refreshed now, by cookie.
+    pub refreshing: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Each signed-in identity's canonical user id, as the daemon last said (for a while: see
     /// [`crate::api::ID_KEPT_FOR`]), so a message costs one call to the daemon, not two.
     pub user_ids: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
@@ -77,9 +79,37 @@ impl App {
     }
 
     /// The session a request's cookie names.
-    pub(crate) fn session(&self, headers: &HeaderMap) -> Option<(String, SignedIn)> {
+    pub(crate) async fn session(&self, headers: &HeaderMap) -> Option<(String, SignedIn)> {
         let id = cookie(headers, COOKIE)?;
-        self.store.get(&id).map(|session| (id, session))
+        let session = self.store.get_even_expired(&id)?;
+        let now = store::now();
+        if session.expires > now + REFRESH_BEFORE || session.refresh_token.is_empty() {
+            return (session.expires > now).then_some((id, session));
+        }
+        // One refresh at a time per session: a provider that rotates refresh tokens may end
+        // the session of a client that uses one twice.
+        let lock = {
+            let mut refreshing = self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            refreshing.entry(id.clone()).or_default().clone()
+        };
+        let _refreshing = lock.lock().await;
+        let session = self.store.get_even_expired(&id)?;
+        let fresh = if session.expires > store::now() + REFRESH_BEFORE {
+            Some(session) // refreshed meanwhile
+        } else {
+            match self.oidc.refresh(&session.refresh_token, &session.subject).await {
+                Ok(refreshed) => self.store.refreshed(&id, refreshed).unwrap_or_else(|error| {
+                    tracing::error!(%error, "cannot keep a refreshed session");
+                    None
+                }),
+                Err(error) => {
+                    tracing::info!(%error, "a session's ID token could not be refreshed: it ends with it");
+                    Some(session)
+                }
+            }
+        };
+        self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+        fresh.filter(|session| session.expires > store::now()).map(|session| (id, session))
     }
 
     /// A call to the daemon as `session`'s user, with the ID token it verifies itself.
@@ -100,6 +130,10 @@ impl App {
         request
     }
 }
+
+/// How long before its ID token expires a session gets a fresh one (where the provider gave a
+/// refresh token).
+const REFRESH_BEFORE: u64 = 60;
 
 /// Whether `url` is plain HTTP on loopback (the one place a cookie may go without Secure).
 pub fn is_loopback_http(url: &str) -> bool {
@@ -209,7 +243,7 @@ fn failed(status: StatusCode, sentence: &str) -> Response {
 }
 
 async fn home(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let Some((_, session)) = app.session(&headers) else {
+    let Some((_, session)) = app.session(&headers).await else {
         return Redirect::to("/login").into_response();
     };
     let body = format!(include_str!("../ui/home.html"), name = escape(&session.name), csrf = escape(&session.csrf));
@@ -382,6 +416,7 @@ async fn callback(State(app): State<Arc<App>>, headers: HeaderMap, Query(answer)
         id_token: identity.id_token,
         expires: identity.expires,
         csrf,
+        refresh_token: identity.refresh_token.unwrap_or_default(),
     };
     // The daemon meets the user (first sign-in creates them) and checks the ID token itself.
     let mut daemon = app.daemon.clone();

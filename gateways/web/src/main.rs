@@ -153,6 +153,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         max_upload: cli.max_upload_bytes,
         admission,
         user_ids: Default::default(),
+        refreshing: Default::default(),
     });
     // The site is served before the health says so.
     let listener = match &cli.listen_socket {

@@ -17,8 +17,8 @@ use openidconnect::core::{
 };
 use openidconnect::{
     AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet, EndpointSet, IssuerUrl,
-    LogoutRequest, Nonce, PkceCodeChallenge, PkceCodeVerifier, PostLogoutRedirectUrl, ProviderMetadataWithLogout,
-    RedirectUrl, Scope, TokenResponse as _,
+    LogoutRequest, Nonce, OAuth2TokenResponse as _, PkceCodeChallenge, PkceCodeVerifier, PostLogoutRedirectUrl,
+    ProviderMetadataWithLogout, RedirectUrl, RefreshToken, Scope, TokenResponse as _,
 };
 
 /// The most an answer of the issuer may be.
@@ -111,6 +111,18 @@ pub struct Identity {
     pub email_verified: bool,
     /// The groups the provider lists for them (the `--groups-claim`, `groups` by default).
     pub groups: Vec<String>,
+    /// What gets a fresh ID token when this one expires, where the provider gives one.
+    pub refresh_token: Option<String>,
+}
+
+/// A fresh ID token for a signed-in user.
+#[derive(Debug, Clone)]
+pub struct Refreshed {
+    pub id_token: String,
+    /// Seconds since the epoch.
+    pub expires: u64,
+    /// The refresh token to use next time, when the provider rotates it.
+    pub refresh_token: Option<String>,
 }
 
 /// Who may sign in at all: when a list is given, an account must match it.
@@ -262,6 +274,30 @@ impl Oidc {
             groups: groups_in(&payload, &self.groups_claim),
             id_token: id_token.to_string(),
             expires: claims.expiration().timestamp().max(0) as u64,
+            refresh_token: tokens.refresh_token().map(|token| token.secret().clone()),
+        })
+    }
+
+    /// A fresh ID token for `subject` with `refresh_token`, checked as at sign-in (but for a
+    /// nonce: a refreshed ID token carries none, or the one of the sign-in) and checked to name
+    /// the same subject.
+    pub async fn refresh(&self, refresh_token: &str, subject: &str) -> Result<Refreshed, OidcError> {
+        let token = RefreshToken::new(refresh_token.to_string());
+        let request =
+            self.client.exchange_refresh_token(&token).map_err(|error| OidcError::Config(error.to_string()))?;
+        let tokens = request.request_async(&self.http).await.map_err(|error| OidcError::SignIn(error.to_string()))?;
+        let id_token =
+            tokens.id_token().ok_or_else(|| OidcError::SignIn("the provider's refresh brought no ID token".into()))?;
+        let claims = id_token
+            .claims(&self.client.id_token_verifier(), |_: Option<&Nonce>| Ok(()))
+            .map_err(|error| OidcError::SignIn(format!("the refreshed ID token is not valid: {error}")))?;
+        if claims.subject().as_str() != subject {
+            return Err(OidcError::SignIn("the refreshed ID token names someone else".into()));
+        }
+        Ok(Refreshed {
+            id_token: id_token.to_string(),
+            expires: claims.expiration().timestamp().max(0) as u64,
+            refresh_token: tokens.refresh_token().map(|token| token.secret().clone()),
         })
     }
 
@@ -295,6 +331,7 @@ mod tests {
             email: email.into(),
             id_token: String::new(),
             expires: 0,
+            refresh_token: None,
             email_verified: verified,
             groups: groups.iter().map(|group| group.to_string()).collect(),
         }

@@ -29,10 +29,14 @@ pub struct SignedIn {
     pub email: String,
     /// The ID token, which the daemon verifies itself on every call.
     pub id_token: String,
-    /// Seconds since the epoch when the session ends (the ID token's expiry).
+    /// Seconds since the epoch when the ID token expires: the session ends then, unless a
+    /// refresh brings a new one.
     pub expires: u64,
     /// The token that protects this session's state-changing requests.
     pub csrf: String,
+    /// What gets a fresh ID token from the provider (empty: it gave none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub refresh_token: String,
 }
 
 /// A sign-in in progress.
@@ -145,8 +149,12 @@ impl Store {
         let id = random_id()?;
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         let now = now();
-        // An expired session is kept a day, so signing out still ends it at the provider.
-        file.sessions.retain(|_, session| session.expires + 86_400 > now);
+        // An expired session is kept a day, so signing out still ends it at the provider; one
+        // the provider may refresh, a month (its refresh token decides how long it lives).
+        file.sessions.retain(|_, session| {
+            let kept = if session.refresh_token.is_empty() { 86_400 } else { 30 * 86_400 };
+            session.expires + kept > now
+        });
         file.sessions.insert(hashed(&id), signed_in);
         self.save(&file)?;
         Ok(id)
@@ -161,6 +169,21 @@ impl Store {
     pub fn get_even_expired(&self, id: &str) -> Option<SignedIn> {
         let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         file.sessions.get(&hashed(id)).cloned()
+    }
+
+    /// Session `id` with the fresh ID token `refreshed` (and the provider's next refresh token,
+    /// when it rotates them); what it is now.
+    pub fn refreshed(&self, id: &str, refreshed: crate::oidc::Refreshed) -> Result<Option<SignedIn>, StoreError> {
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(session) = file.sessions.get_mut(&hashed(id)) else { return Ok(None) };
+        session.id_token = refreshed.id_token;
+        session.expires = refreshed.expires;
+        if let Some(next) = refreshed.refresh_token {
+            session.refresh_token = next;
+        }
+        let session = session.clone();
+        self.save(&file)?;
+        Ok(Some(session))
     }
 
     /// Ends session `id`; what it was.
@@ -201,6 +224,7 @@ mod tests {
 
     fn alice(expires: u64) -> SignedIn {
         SignedIn {
+            refresh_token: String::new(),
             subject: "alice".into(),
             name: "Alice".into(),
             email: "alice@example.test".into(),
