@@ -60,7 +60,6 @@ pub fn role_of(value: i32) -> Result<Option<Role>, String> {
     })
 }
 
-/// The protocol's channel type for a channel's name (`tui`, `cli`, `web`, `slack`).
 /// A file shared with a message, as clients see it.
 pub fn attachment(attachment: &crate::sessions::log::Attachment) -> v1::Attachment {
     v1::Attachment {
@@ -71,6 +70,7 @@ pub fn attachment(attachment: &crate::sessions::log::Attachment) -> v1::Attachme
     }
 }
 
+/// The protocol's channel type for a channel's name (`tui`, `cli`, `web`, `slack`).
 pub fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
     match channel {
         Some("tui") => v1::ChannelType::Tui,

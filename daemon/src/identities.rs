@@ -36,6 +36,8 @@ pub enum IdentityError {
     NotLinked(String),
     #[error("a name must have 1 to {MAX_NAME} characters and no control characters")]
     BadName,
+    #[error("someone here goes by `{0}` already: choose a name others can tell apart")]
+    NameTaken(String),
     #[error("that code is unknown or expired (codes last {} minutes): ask for a new one", LINK_CODE_VALID.as_secs() / 60)]
     BadCode,
     #[error(transparent)]
@@ -217,6 +219,11 @@ impl Identities {
             return Err(IdentityError::BadName);
         }
         let mut inner = self.inner();
+        // People tell each other apart in rooms by name.
+        let same = |other: &str| other.trim().to_lowercase() == name.to_lowercase();
+        if inner.file.users.iter().any(|(id, record)| id != user && same(&record.name)) {
+            return Err(IdentityError::NameTaken(name.to_string()));
+        }
         let record = inner.file.users.get_mut(user).ok_or_else(|| IdentityError::UnknownUser(user.to_string()))?;
         if record.name != name {
             record.name = name.to_string();
@@ -323,6 +330,20 @@ mod tests {
 
     fn open(temp: &tempfile::TempDir) -> Identities {
         Identities::open(temp.path(), temp.path().join("users")).expect("open")
+    }
+
+    #[test]
+    fn a_user_renames_themselves_but_not_into_someone_else() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let identities = open(&temp);
+        let alice = identities.resolve("web:https://id#alice", "Alice").expect("alice");
+        let bob = identities.resolve("web:https://id#bob", "Bob").expect("bob");
+        assert_eq!(identities.rename(&bob.user, "  Bobby ").expect("renamed").name, "Bobby");
+        assert!(matches!(identities.rename(&bob.user, " alice"), Err(IdentityError::NameTaken(_))));
+        assert!(matches!(identities.rename(&bob.user, ""), Err(IdentityError::BadName)));
+        assert!(matches!(identities.rename(&bob.user, "a\u{7}b"), Err(IdentityError::BadName)));
+        assert_eq!(identities.rename(&alice.user, "Alice").expect("her own name").name, "Alice");
+        assert_eq!(open(&temp).user(&bob.user).expect("kept").name, "Bobby");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! A gateway container's only way out: `egress.sock` in its folder, where it asks for a tunnel
 //! with `CONNECT host:port HTTP/1.1`. The daemon opens one only to the hosts the gateway needs
-//! (a Slack gateway: slack.com and its subdomains on 443, and the host of its `--api-url`),
+//! (a Slack gateway: slack.com and its subdomains on 443, and the host of its `--api-url`; a
+//! web gateway: its OpenID provider's issuer, and the hosts of the token, key, userinfo and
+//! logout endpoints its discovery document names),
 //! through the web proxy's address checks (public addresses only, unless
 //! `tools.web_proxy.allow` lets a private one in), and audits each.
 

@@ -535,8 +535,9 @@ impl Supervisor {
     }
 }
 
-/// A fresh `run/` in the gateway's folder: the container's to write in (its health socket), or
-/// the daemon's for a host process. What a previous run left there goes.
+/// A fresh `run/` in the gateway's folder: the container's to write in (its health socket, and
+/// a web gateway's site socket), or the daemon's for a host process. What a previous run left
+/// there goes.
 fn prepare_run_folder(folder: &Path, container: bool) -> std::io::Result<()> {
     use crate::shared_dirs::{ensure_dir, open_trusted, remove, Owner};
     let parent = open_trusted(folder)?;

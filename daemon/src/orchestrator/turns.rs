@@ -65,6 +65,12 @@ pub(super) async fn run_turn(
         tail.as_deref(),
         NewEntry::Message { role, content: content.clone(), channel: None, sender: None, attachments: vec![] },
     );
+    // The turn is over before anyone hears of it: a transcript read after its answer never
+    // lists it as running.
+    shared.turns.update(|inflight| {
+        inflight.turns.remove(&accepted.turn);
+    });
+    shared.turns.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
     match appended {
         Ok(entry_id) if !failed => {
             tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "turn answered");
@@ -89,10 +95,6 @@ pub(super) async fn run_turn(
             );
         }
     }
-    shared.turns.update(|inflight| {
-        inflight.turns.remove(&accepted.turn);
-    });
-    shared.turns.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
 }
 
 /// Reads the pictures the turn shows the model ([`wanted_images`]): the copies kept when they

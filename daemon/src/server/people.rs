@@ -20,7 +20,9 @@ impl From<IdentityError> for Status {
     fn from(error: IdentityError) -> Status {
         let text = error.to_string();
         match error {
-            IdentityError::BadIdentity(_) | IdentityError::BadName => Status::invalid_argument(text),
+            IdentityError::BadIdentity(_) | IdentityError::BadName | IdentityError::NameTaken(_) => {
+                Status::invalid_argument(text)
+            }
             IdentityError::UnknownIdentity(_) | IdentityError::UnknownUser(_) => Status::not_found(text),
             IdentityError::AlreadyLinked(..) => Status::already_exists(text),
             IdentityError::NotLinked(_) | IdentityError::BadCode => Status::failed_precondition(text),

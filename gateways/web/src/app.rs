@@ -79,37 +79,69 @@ impl App {
     }
 
     /// The session a request's cookie names.
-    pub(crate) async fn session(&self, headers: &HeaderMap) -> Option<(String, SignedIn)> {
+    pub(crate) async fn session(self: &Arc<Self>, headers: &HeaderMap) -> Option<(String, SignedIn)> {
         let id = cookie(headers, COOKIE)?;
         let session = self.store.get_even_expired(&id)?;
         let now = store::now();
         if session.expires > now + REFRESH_BEFORE || session.refresh_token.is_empty() {
             return (session.expires > now).then_some((id, session));
         }
-        // One refresh at a time per session: a provider that rotates refresh tokens may end
-        // the session of a client that uses one twice.
+        // In a task of its own: a request given up meanwhile (a tab closed) does not lose a
+        // refresh token the provider has just rotated.
+        let (app, refreshing) = (self.clone(), id.clone());
+        let fresh = tokio::spawn(async move { app.refresh(&refreshing).await }).await.ok().flatten();
+        fresh.filter(|session| session.expires > store::now()).map(|session| (id, session))
+    }
+
+    /// Session `id` with a fresh ID token from the provider, still let in by the site's
+    /// admission lists; as it was when the provider cannot be reached; ended when the provider
+    /// refuses the refresh or the account is no longer let in. One refresh at a time per
+    /// session: a provider that rotates refresh tokens may end the session of a client that
+    /// uses one twice.
+    async fn refresh(&self, id: &str) -> Option<SignedIn> {
         let lock = {
             let mut refreshing = self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            refreshing.entry(id.clone()).or_default().clone()
+            refreshing.entry(id.to_string()).or_default().clone()
         };
         let _refreshing = lock.lock().await;
-        let session = self.store.get_even_expired(&id)?;
-        let fresh = if session.expires > store::now() + REFRESH_BEFORE {
-            Some(session) // refreshed meanwhile
+        let session = self.store.get_even_expired(id)?;
+        let fresh = if session.expires > store::now() + REFRESH_BEFORE || session.refresh_token.is_empty() {
+            Some(session) // refreshed (or spent) meanwhile
         } else {
-            match self.oidc.refresh(&session.refresh_token, &session.subject).await {
-                Ok(refreshed) => self.store.refreshed(&id, refreshed).unwrap_or_else(|error| {
-                    tracing::error!(%error, "cannot keep a refreshed session");
-                    None
-                }),
-                Err(error) => {
-                    tracing::info!(%error, "a session's ID token could not be refreshed: it ends with it");
+            let asked = self.oidc.refresh(&session.refresh_token, &session.subject);
+            match tokio::time::timeout(REFRESH_TIMEOUT, asked).await {
+                Ok(Ok(identity)) => match self.admission.refuses(&identity) {
+                    None => self.store.refreshed(id, identity).unwrap_or_else(|error| {
+                        tracing::error!(%error, "cannot keep a refreshed session");
+                        None
+                    }),
+                    Some(why) => {
+                        tracing::warn!(subject = %identity.subject, why, "a session ended: the account is no longer let in");
+                        if let Err(error) = self.store.sign_out(id) {
+                            tracing::error!(%error, "cannot end a session");
+                        }
+                        None
+                    }
+                },
+                Ok(Err(error @ crate::oidc::OidcError::RefreshRefused(_))) => {
+                    tracing::info!(%error, "a session ends with its ID token");
+                    if let Err(error) = self.store.spent(id) {
+                        tracing::error!(%error, "cannot keep a session");
+                    }
+                    Some(session)
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "a session's ID token could not be refreshed now");
+                    Some(session)
+                }
+                Err(_) => {
+                    tracing::warn!("the provider did not refresh a session's ID token within 10 s");
                     Some(session)
                 }
             }
         };
-        self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
-        fresh.filter(|session| session.expires > store::now()).map(|session| (id, session))
+        self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+        fresh
     }
 
     /// A call to the daemon as `session`'s user, with the ID token it verifies itself.
@@ -134,6 +166,8 @@ impl App {
 /// How long before its ID token expires a session gets a fresh one (where the provider gave a
 /// refresh token).
 const REFRESH_BEFORE: u64 = 60;
+/// How long the provider has to refresh one.
+const REFRESH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether `url` is plain HTTP on loopback (the one place a cookie may go without Secure).
 pub fn is_loopback_http(url: &str) -> bool {

@@ -166,6 +166,13 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             let listener = tokio::net::UnixListener::bind(path)
                 .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
+            // The daemon may reach `run/` through the containers' group only: it needs to
+            // write to the socket to connect (the folder keeps everyone else out).
+            {
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+                    .map_err(|error| format!("cannot open {} to the daemon: {error}", path.display()))?;
+            }
             tracing::info!(socket = %path.display(), public_url = %app.public_url, "serving");
             Listener::Unix(listener)
         }

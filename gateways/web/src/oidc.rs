@@ -32,6 +32,8 @@ pub enum OidcError {
     Config(String),
     #[error("the sign-in failed: {0}")]
     SignIn(String),
+    #[error("the provider refused to refresh the session: {0}")]
+    RefreshRefused(String),
 }
 
 /// An HTTP error for openidconnect's client.
@@ -112,16 +114,6 @@ pub struct Identity {
     /// The groups the provider lists for them (the `--groups-claim`, `groups` by default).
     pub groups: Vec<String>,
     /// What gets a fresh ID token when this one expires, where the provider gives one.
-    pub refresh_token: Option<String>,
-}
-
-/// A fresh ID token for a signed-in user.
-#[derive(Debug, Clone)]
-pub struct Refreshed {
-    pub id_token: String,
-    /// Seconds since the epoch.
-    pub expires: u64,
-    /// The refresh token to use next time, when the provider rotates it.
     pub refresh_token: Option<String>,
 }
 
@@ -259,33 +251,46 @@ impl Oidc {
         let claims = id_token
             .claims(&self.client.id_token_verifier(), &Nonce::new(nonce.into()))
             .map_err(|error| OidcError::SignIn(format!("the ID token is not valid: {error}")))?;
+        Ok(self.identity_of(id_token.to_string(), claims, tokens.refresh_token()))
+    }
+
+    /// Who an ID token (already verified) names, with what it says of them.
+    fn identity_of(
+        &self,
+        id_token: String,
+        claims: &openidconnect::IdTokenClaims<openidconnect::EmptyAdditionalClaims, CoreGenderClaim>,
+        refresh_token: Option<&RefreshToken>,
+    ) -> Identity {
         let name = claims
             .name()
             .and_then(|name| name.get(None))
             .map(|name| name.to_string())
             .or_else(|| claims.preferred_username().map(|name| name.to_string()))
             .unwrap_or_default();
-        let payload = payload_of(&id_token.to_string());
-        Ok(Identity {
+        Identity {
             subject: claims.subject().to_string(),
             name,
             email: claims.email().map(|email| email.to_string()).unwrap_or_default(),
             email_verified: claims.email_verified().unwrap_or(false),
-            groups: groups_in(&payload, &self.groups_claim),
-            id_token: id_token.to_string(),
+            groups: groups_in(&payload_of(&id_token), &self.groups_claim),
+            id_token,
             expires: claims.expiration().timestamp().max(0) as u64,
-            refresh_token: tokens.refresh_token().map(|token| token.secret().clone()),
-        })
+            refresh_token: refresh_token.map(|token| token.secret().clone()),
+        }
     }
 
     /// A fresh ID token for `subject` with `refresh_token`, checked as at sign-in (but for a
     /// nonce: a refreshed ID token carries none, or the one of the sign-in) and checked to name
-    /// the same subject.
-    pub async fn refresh(&self, refresh_token: &str, subject: &str) -> Result<Refreshed, OidcError> {
+    /// the same subject. [`OidcError::RefreshRefused`] when the provider said no (the refresh
+    /// token is spent, revoked or expired: asking again will not help).
+    pub async fn refresh(&self, refresh_token: &str, subject: &str) -> Result<Identity, OidcError> {
         let token = RefreshToken::new(refresh_token.to_string());
         let request =
             self.client.exchange_refresh_token(&token).map_err(|error| OidcError::Config(error.to_string()))?;
-        let tokens = request.request_async(&self.http).await.map_err(|error| OidcError::SignIn(error.to_string()))?;
+        let tokens = request.request_async(&self.http).await.map_err(|error| match error {
+            openidconnect::RequestTokenError::ServerResponse(answer) => OidcError::RefreshRefused(answer.to_string()),
+            other => OidcError::SignIn(other.to_string()),
+        })?;
         let id_token =
             tokens.id_token().ok_or_else(|| OidcError::SignIn("the provider's refresh brought no ID token".into()))?;
         let claims = id_token
@@ -294,11 +299,7 @@ impl Oidc {
         if claims.subject().as_str() != subject {
             return Err(OidcError::SignIn("the refreshed ID token names someone else".into()));
         }
-        Ok(Refreshed {
-            id_token: id_token.to_string(),
-            expires: claims.expiration().timestamp().max(0) as u64,
-            refresh_token: tokens.refresh_token().map(|token| token.secret().clone()),
-        })
+        Ok(self.identity_of(id_token.to_string(), claims, tokens.refresh_token()))
     }
 
     /// Where to send the browser to sign out at the provider too, when it offers that.

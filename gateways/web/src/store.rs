@@ -171,9 +171,9 @@ impl Store {
         file.sessions.get(&hashed(id)).cloned()
     }
 
-    /// Session `id` with the fresh ID token `refreshed` (and the provider's next refresh token,
-    /// when it rotates them); what it is now.
-    pub fn refreshed(&self, id: &str, refreshed: crate::oidc::Refreshed) -> Result<Option<SignedIn>, StoreError> {
+    /// Session `id` with the fresh ID token of `refreshed` (and the provider's next refresh
+    /// token, when it rotates them); what it is now.
+    pub fn refreshed(&self, id: &str, refreshed: crate::oidc::Identity) -> Result<Option<SignedIn>, StoreError> {
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(session) = file.sessions.get_mut(&hashed(id)) else { return Ok(None) };
         session.id_token = refreshed.id_token;
@@ -184,6 +184,15 @@ impl Store {
         let session = session.clone();
         self.save(&file)?;
         Ok(Some(session))
+    }
+
+    /// Session `id` without its refresh token (the provider will not take it again): it ends
+    /// with its ID token.
+    pub fn spent(&self, id: &str) -> Result<(), StoreError> {
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(session) = file.sessions.get_mut(&hashed(id)) else { return Ok(()) };
+        session.refresh_token.clear();
+        self.save(&file)
     }
 
     /// Ends session `id`; what it was.

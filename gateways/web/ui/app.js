@@ -840,7 +840,12 @@ $("theme").addEventListener("change", () => {
 });
 $("settings-form").addEventListener("submit", async (event) => {
   event.preventDefault();
-  const body = { name: $("display-name").value.trim(), preferred_channel: $("preferred-channel").value };
+  // Only what changed: a profile's own way of writing its channel stays as it is.
+  const body = {};
+  const name = $("display-name").value.trim();
+  if (name !== (state.me.name || "")) body.name = name;
+  const channel = $("preferred-channel").value;
+  if (channel !== (state.me.preferred_channel || "")) body.preferred_channel = channel;
   try {
     Object.assign(state.me, await api("/api/settings", { method: "POST", body }));
     showMe();
