@@ -327,10 +327,18 @@ pub fn overloaded() -> Answer {
 
 /// The images in the last request the model was sent: (media type, base64 data) in order.
 pub fn images_sent(provider: &FakeProvider) -> Vec<(String, String)> {
-    let Some(last) = provider.requests().last().map(|request| body_of(request)) else {
-        return vec![];
-    };
-    let blocks = last["messages"]
+    provider.requests().last().map(|request| images_in(&body_of(request))).unwrap_or_default()
+}
+
+/// The images in every request the model was sent from the `from`th on (another agent may
+/// have been asked something since the one that was shown them).
+pub fn images_since(provider: &FakeProvider, from: usize) -> Vec<(String, String)> {
+    provider.requests().iter().skip(from).flat_map(|request| images_in(&body_of(request))).collect()
+}
+
+/// The images in request `body`: (media type, base64 data) in order.
+fn images_in(body: &serde_json::Value) -> Vec<(String, String)> {
+    let blocks = body["messages"]
         .as_array()
         .cloned()
         .unwrap_or_default()
