@@ -24,12 +24,10 @@ pub async fn stop_requested(parent: Option<u32>) -> &'static str {
     }
 }
 
-/// Serves `health` (a gateway's `ContainerHealth`) on a Unix socket at `path`, a stale one
-/// replaced, until the process ends: how the daemon that supervises a gateway asks after it.
-pub fn serve_health<S: crate::v1::container_health_server::ContainerHealth>(
-    health: std::sync::Arc<S>,
-    path: &std::path::Path,
-) -> Result<tokio::task::JoinHandle<()>, String> {
+/// A Unix socket at `path` (a stale one replaced) that the daemon supervising a gateway can
+/// connect to: open to all, as the folder around it (the daemon's, or handed to the gateway's
+/// container and reached by the daemon through the containers' group) keeps others out.
+pub fn bind_socket(path: &std::path::Path) -> Result<tokio::net::UnixListener, String> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::remove_file(path) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
@@ -39,9 +37,18 @@ pub fn serve_health<S: crate::v1::container_health_server::ContainerHealth>(
     }
     let listener = tokio::net::UnixListener::bind(path)
         .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
-    // The folder around it, the daemon's or handed to this container, keeps others out.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
         .map_err(|error| format!("cannot set the permissions of {}: {error}", path.display()))?;
+    Ok(listener)
+}
+
+/// Serves `health` (a gateway's `ContainerHealth`) on a Unix socket at `path`, a stale one
+/// replaced, until the process ends: how the daemon that supervises a gateway asks after it.
+pub fn serve_health<S: crate::v1::container_health_server::ContainerHealth>(
+    health: std::sync::Arc<S>,
+    path: &std::path::Path,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    let listener = bind_socket(path)?;
     let server = tonic::transport::Server::builder()
         .add_service(crate::v1::container_health_server::ContainerHealthServer::from_arc(health))
         .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener));

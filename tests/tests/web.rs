@@ -68,18 +68,30 @@ fn register(
     mode: &str,
     args: Vec<String>,
 ) -> v1::AddGatewayResponse {
+    add_gateway(rt, daemon, provider, "home", mode, args).expect("AddGateway")
+}
+
+/// Asks the daemon to register the web gateway `name` for `provider`, run as `mode` with `args`.
+fn add_gateway(
+    rt: &tokio::runtime::Runtime,
+    daemon: &baaaht_tests::TestDaemon,
+    provider: &Provider,
+    name: &str,
+    mode: &str,
+    args: Vec<String>,
+) -> Result<v1::AddGatewayResponse, tonic::Status> {
     rt.block_on(async {
         let mut host = scenario::host_client(daemon).await.expect("host client");
         let request = v1::AddGatewayRequest {
             kind: "web".into(),
-            name: "home".into(),
+            name: name.into(),
             issuer: provider.issuer.clone(),
             audience: CLIENT_ID.into(),
             mode: mode.into(),
             args,
             ..Default::default()
         };
-        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+        host.admin.add_gateway(request).await.map(tonic::Response::into_inner)
     })
 }
 
@@ -684,18 +696,8 @@ fn with_a_certificate_the_site_is_served_over_https_by_the_gateway_or_in_front_o
         "--tls-key",
         &key_path,
     ];
-    rt.block_on(async {
-        let mut host = scenario::host_client(&daemon).await.expect("host client");
-        let request = v1::AddGatewayRequest {
-            kind: "web".into(),
-            name: "tls".into(),
-            issuer: provider.issuer.clone(),
-            audience: CLIENT_ID.into(),
-            args: args.iter().map(|arg| arg.to_string()).collect(),
-            ..Default::default()
-        };
-        host.admin.add_gateway(request).await.expect("AddGateway");
-    });
+    let args = args.iter().map(|arg| arg.to_string()).collect();
+    add_gateway(&rt, &daemon, &provider, "tls", "", args).expect("AddGateway");
     checked(&site, "HTTPS in front of the container");
     let container = daemon
         .recorded_containers()
@@ -719,18 +721,8 @@ fn the_daemon_runs_the_web_gateway_and_restarts_it_when_it_dies() {
     let (fake, mut daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, vec![]);
     let args = vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()];
     // A registrant may not choose where the daemon keeps the gateway's sessions.
-    let refused = rt.block_on(async {
-        let mut host = scenario::host_client(&daemon).await.expect("host client");
-        let request = v1::AddGatewayRequest {
-            kind: "web".into(),
-            name: "other".into(),
-            issuer: provider.issuer.clone(),
-            audience: CLIENT_ID.into(),
-            args: vec!["--state-dir".into(), "/tmp/x".into()],
-            ..Default::default()
-        };
-        host.admin.add_gateway(request).await.expect_err("the daemon sets --state-dir")
-    });
+    let refused = add_gateway(&rt, &daemon, &provider, "other", "", vec!["--state-dir".into(), "/tmp/x".into()])
+        .expect_err("the daemon sets --state-dir");
     assert!(refused.message().contains("--state-dir"), "{}", refused.message());
     let added = register(&rt, &daemon, &provider, "process", args);
     assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("process"));

@@ -145,16 +145,7 @@ pub struct GatewayRecord {
 impl GatewayRecord {
     /// The value of the gateway argument `flag` (`--flag VALUE` or `--flag=VALUE`), if given.
     pub fn arg(&self, flag: &str) -> Option<&str> {
-        let mut args = self.args.iter();
-        while let Some(arg) = args.next() {
-            if arg == flag {
-                return args.next().map(String::as_str);
-            }
-            if let Some(value) = arg.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')) {
-                return Some(value);
-            }
-        }
-        None
+        arg_in(&self.args, flag)
     }
 
     /// Whether `identity` (e.g. `slack:T0123:U0456`) is in this gateway's namespace: the
@@ -282,6 +273,20 @@ impl Registry {
         tracing::info!(gateway = name, "gateway removed");
         Ok(removed)
     }
+}
+
+/// The value `args` give `flag` (`--flag VALUE` or `--flag=VALUE`), the first time.
+pub fn arg_in<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == flag {
+            return args.next().map(String::as_str);
+        }
+        if let Some(value) = arg.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')) {
+            return Some(value);
+        }
+    }
+    None
 }
 
 /// Refuses what cannot run: a mode the gateway kind has no binary for yet, an argument the

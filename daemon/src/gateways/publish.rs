@@ -16,6 +16,8 @@ use tokio::net::{TcpListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::arg_in;
+
 /// Where a web gateway listens unless its arguments say otherwise (`baaaht-web`'s default).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// The most browser connections a published gateway holds open at once.
@@ -23,7 +25,7 @@ const MAX_CONNECTIONS: usize = 1024;
 
 /// The address a web gateway registered with `args` is published on.
 pub fn listen_address(args: &[String]) -> Result<SocketAddr, String> {
-    let value = value_of(args, "--listen").unwrap_or(DEFAULT_LISTEN);
+    let value = arg_in(args, "--listen").unwrap_or(DEFAULT_LISTEN);
     value
         .parse()
         .map_err(|_invalid| format!("--listen `{value}` is not an address: write ADDR:PORT, e.g. 0.0.0.0:8080"))
@@ -47,23 +49,9 @@ pub fn container_args(args: &[String]) -> Vec<String> {
     kept
 }
 
-/// The value of `flag` in `args` (the last one given).
-fn value_of<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
-    let mut value = None;
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        if arg == flag {
-            value = rest.next().map(String::as_str);
-        } else if let Some(given) = arg.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')) {
-            value = Some(given);
-        }
-    }
-    value
-}
-
 /// The HTTPS the daemon speaks on the port, when `args` give a certificate and its key.
 pub fn tls_of(args: &[String]) -> Result<Option<tokio_rustls::TlsAcceptor>, String> {
-    match (value_of(args, "--tls-cert"), value_of(args, "--tls-key")) {
+    match (arg_in(args, "--tls-cert"), arg_in(args, "--tls-key")) {
         (Some(cert), Some(key)) => {
             let config = baaaht_proto::tls::server_config(Path::new(cert), Path::new(key))?;
             Ok(Some(tokio_rustls::TlsAcceptor::from(config)))

@@ -325,9 +325,7 @@ impl Supervisor {
         let channel = self.connect(&folder, run).await?;
         if let Some((listener, tls)) = published {
             // The gateway serves its site before its health: the socket is there now.
-            let opened = crate::shared_dirs::open_trusted(&folder.join(RUN_FOLDER))
-                .and_then(|dir| crate::shared_dirs::open_socket(&dir, std::ffi::OsStr::new(HTTP_SOCKET)));
-            let socket = match opened {
+            let socket = match open_run_socket(&folder, HTTP_SOCKET) {
                 Ok(Some(socket)) => socket,
                 Ok(None) => return Err("the gateway serves its health but not its site".into()),
                 Err(error) => return Err(format!("the gateway's site socket is unusable: {error}")),
@@ -450,12 +448,9 @@ impl Supervisor {
     /// followed anywhere else.
     async fn connect(&self, folder: &Path, run: &mut Run) -> Result<tonic::transport::Channel, String> {
         use std::os::fd::AsRawFd;
-        let run_folder = folder.join(RUN_FOLDER);
         let deadline = Instant::now() + START_TIMEOUT;
         let socket = loop {
-            let opened = crate::shared_dirs::open_trusted(&run_folder)
-                .and_then(|dir| crate::shared_dirs::open_socket(&dir, std::ffi::OsStr::new(HEALTH_SOCKET)));
-            match opened {
+            match open_run_socket(folder, HEALTH_SOCKET) {
                 Ok(Some(socket)) => break socket,
                 Ok(None) => {}
                 Err(error) => return Err(format!("the gateway's health socket is unusable: {error}")),
@@ -533,6 +528,13 @@ impl Supervisor {
             endpoint.set_run_token(None);
         }
     }
+}
+
+/// The socket `name` the gateway serves in `run/`, opened as a descriptor (never followed
+/// elsewhere); `None` while it is not there.
+fn open_run_socket(folder: &Path, name: &str) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    let run = crate::shared_dirs::open_trusted(&folder.join(RUN_FOLDER))?;
+    crate::shared_dirs::open_socket(&run, std::ffi::OsStr::new(name))
 }
 
 /// A fresh `run/` in the gateway's folder: the container's to write in (its health socket, and

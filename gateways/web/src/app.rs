@@ -293,8 +293,13 @@ async fn follow(
 ) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     let api::User { cookie: cookie_id, session } = user;
-    let (context, me) = match tokio::try_join!(app.context(&session, &place), app.me(&session)) {
-        Ok(found) => found,
+    // Who first: their own context then comes from the id just looked up, not a second call.
+    let me = match app.me(&session).await {
+        Ok(me) => me,
+        Err(status) => return api::api_error(&status),
+    };
+    let context = match app.context(&session, &place).await {
+        Ok(context) => context,
         Err(status) => return api::api_error(&status),
     };
     let subscription = v1::EventSubscription {

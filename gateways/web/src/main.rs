@@ -158,21 +158,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     // The site is served before the health says so.
     let listener = match &cli.listen_socket {
         Some(path) => {
-            match std::fs::remove_file(path) {
-                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(format!("cannot replace {}: {error}", path.display()));
-                }
-                _ => {}
-            }
-            let listener = tokio::net::UnixListener::bind(path)
-                .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
-            // The daemon may reach `run/` through the containers' group only: it needs to
-            // write to the socket to connect (the folder keeps everyone else out).
-            {
-                use std::os::unix::fs::PermissionsExt as _;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-                    .map_err(|error| format!("cannot open {} to the daemon: {error}", path.display()))?;
-            }
+            let listener = baaaht_proto::lifecycle::bind_socket(path)?;
             tracing::info!(socket = %path.display(), public_url = %app.public_url, "serving");
             Listener::Unix(listener)
         }
