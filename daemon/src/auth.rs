@@ -321,6 +321,8 @@ pub enum Operation {
     GetSkillManifest,
     GetSkillContent,
     InstallSkill,
+    /// InstallSkill from a folder on the host (the host's own clients only).
+    InstallSkillFromFolder,
     WriteMemory,
     SearchMemory,
     DeleteMemory,
@@ -462,6 +464,7 @@ impl Operation {
             Operation::GetSkillManifest => "GetSkillManifest",
             Operation::GetSkillContent => "GetSkillContent",
             Operation::InstallSkill => "InstallSkill",
+            Operation::InstallSkillFromFolder => "InstallSkill (from a folder on the host)",
             Operation::WriteMemory => "WriteMemory",
             Operation::SearchMemory => "SearchMemory",
             Operation::DeleteMemory => "DeleteMemory",
@@ -680,8 +683,9 @@ fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<
         | Operation::EnsureChannelGroup => {
             return call.user.as_ref().map(drop).ok_or(AuthError::NoEndUser { operation: name });
         }
-        // Registering gateways and reading the audit log are the host's alone.
+        // Registering gateways, reading the audit log and the host's folders are the host's alone.
         Operation::AddGateway
+        | Operation::InstallSkillFromFolder
         | Operation::ListGateways
         | Operation::RemoveGateway
         | Operation::SearchAudit
@@ -777,13 +781,18 @@ mod tests {
     }
 
     #[test]
-    fn mcp_servers_are_managed_from_the_host_alone() {
+    fn mcp_servers_and_the_hosts_folders_are_for_the_host_alone() {
         let host = Caller::Host(HostPeer { uid: 1000, gid: 1000, pid: None });
         let admin = EndUser { identity: "web:root-admin".into(), id: "u-admin".into(), admin: true, groups: vec![] };
         let gateway =
             Caller::Gateway(Arc::new(GatewayCaller { gateway: "web".into(), channel: "web", user: Some(admin) }));
-        let operations =
-            [Operation::ListMcpServers, Operation::ListMcpTools, Operation::PutMcpServer, Operation::RemoveMcpServer];
+        let operations = [
+            Operation::ListMcpServers,
+            Operation::ListMcpTools,
+            Operation::PutMcpServer,
+            Operation::RemoveMcpServer,
+            Operation::InstallSkillFromFolder,
+        ];
         for operation in operations {
             assert!(authorize(&host, operation, Target::default()).is_ok(), "{operation:?}");
             let by_gateway = authorize(&gateway, operation, Target::default());

@@ -4,6 +4,7 @@
 
 pub mod fake_provider;
 pub mod fake_slack;
+pub mod gateway;
 pub mod oidc;
 pub mod scenario;
 pub mod tmux;

@@ -2,12 +2,12 @@
 //! the privilege table, identity linking, shared sessions across channels, and budgets — on the
 //! real daemon, every check through the real RPC on the real sockets.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use baaaht_proto::client::{self, Client, ConnectOptions};
+use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::FakeProvider;
+use baaaht_tests::gateway::{add_gateway, as_user, connect, slack_gateway, Gateway};
 use baaaht_tests::oidc::TestIssuer;
 use baaaht_tests::scenario::{self, group, message, user};
 use baaaht_tests::{DaemonOptions, TestDaemon};
@@ -26,43 +26,6 @@ fn seeded(config: &str) -> DaemonOptions {
         files: vec![("data/state/identities.json".into(), identities), ("config/config.yaml".into(), config)],
         ..DaemonOptions::default()
     }
-}
-
-/// A registered gateway: where it connects and with what.
-struct Gateway {
-    socket: PathBuf,
-    token: String,
-}
-
-async fn add_gateway(host: &mut Client, request: v1::AddGatewayRequest) -> Gateway {
-    let added = host.admin.add_gateway(request).await.expect("AddGateway").into_inner();
-    Gateway { socket: added.gateway.expect("info").socket.into(), token: added.token }
-}
-
-async fn slack_gateway(host: &mut Client, name: &str, team: &str) -> Gateway {
-    let request = v1::AddGatewayRequest {
-        kind: "slack".into(),
-        name: name.into(),
-        team: team.into(),
-        mode: "external".into(),
-        ..Default::default()
-    };
-    add_gateway(host, request).await
-}
-
-async fn connect(gateway: &Gateway) -> Client {
-    let options = ConnectOptions { token: Some(gateway.token.clone()), ..ConnectOptions::default() };
-    client::connect(&gateway.socket, options).await.expect("connect to the gateway socket")
-}
-
-/// `message` as the gateway's user `identity` (and with an ID token, for a web gateway).
-fn as_user<T>(identity: &str, id_token: Option<&str>, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert(baaaht_proto::USER_HEADER, identity.parse().expect("ascii"));
-    if let Some(token) = id_token {
-        request.metadata_mut().insert(baaaht_proto::ID_TOKEN_HEADER, token.parse().expect("ascii"));
-    }
-    request
 }
 
 async fn who(gateway: &mut Client, identity: &str) -> v1::UserProfile {

@@ -1,6 +1,8 @@
 //! Installing skills from git repositories on the real daemon with a real engine: a good skill
 //! installs into the user's skills and is visible to them only; a bad SKILL.md, a script that
-//! does not parse (checked in a tool container) and a symlink are refused with the reason.
+//! does not parse (checked in a tool container) and a symlink are refused with the reason. An
+//! https repository is fetched through the egress filter only (a real git server over TLS on
+//! loopback), and a gateway's user can reach neither the host's folders nor its loopback.
 
 use std::path::Path;
 use std::process::Command;
@@ -50,8 +52,10 @@ fn a_skill_from_a_local_git_repository_installs_and_bad_ones_are_refused_with_th
         ("skills/weather-report/scripts/forecast.sh", "#!/bin/sh\necho sunny\n"),
     ]);
     let source = good.path().display().to_string();
-    let (ok, out, err) =
-        baaaht(&daemon, &["skills", "install", &source, "--path", "skills/weather-report", "--user", "alice"]);
+    let (ok, out, err) = baaaht(
+        &daemon,
+        &["skills", "install", "--local", &source, "--path", "skills/weather-report", "--user", "alice"],
+    );
     assert!(ok, "{out}{err}\n{}", daemon.log_text());
     assert!(out.starts_with("installed weather-report into users/alice/skills/weather-report (commit "), "{out}");
     let installed = daemon.data_dir.join("users/alice/skills/weather-report");
@@ -72,23 +76,26 @@ fn a_skill_from_a_local_git_repository_installs_and_bad_ones_are_refused_with_th
     assert!(ok && shown == "#!/bin/sh\necho sunny\n", "{shown}");
 
     // Installed already: refused unless replaced.
-    let (ok, _, err) =
-        baaaht(&daemon, &["skills", "install", &source, "--path", "skills/weather-report", "--user", "alice"]);
+    let (ok, _, err) = baaaht(
+        &daemon,
+        &["skills", "install", "--local", &source, "--path", "skills/weather-report", "--user", "alice"],
+    );
     assert!(!ok && err.contains("is installed already") && err.contains("--replace"), "{err}");
     let (ok, _, err) = baaaht(
         &daemon,
-        &["skills", "install", &source, "--path", "skills/weather-report", "--user", "alice", "--replace"],
+        &["skills", "install", "--local", &source, "--path", "skills/weather-report", "--user", "alice", "--replace"],
     );
     assert!(ok, "{err}");
 
     // A bad SKILL.md: the reason, with its line.
     let bad = repository(&[("SKILL.md", "---\nname: Weather_Report\ndescription: x\n---\n")]);
-    let (ok, _, err) = baaaht(&daemon, &["skills", "install", &bad.path().display().to_string(), "--user", "alice"]);
+    let (ok, _, err) =
+        baaaht(&daemon, &["skills", "install", "--local", &bad.path().display().to_string(), "--user", "alice"]);
     assert!(!ok, "refused");
     assert!(err.contains("the skill is refused: SKILL.md:2: name `Weather_Report` may use only lowercase"), "{err}");
     let unknown = repository(&[("SKILL.md", "---\nname: helper\ndescription: Helps.\nauthor: me\n---\n")]);
     let (ok, _, err) =
-        baaaht(&daemon, &["skills", "install", &unknown.path().display().to_string(), "--user", "alice"]);
+        baaaht(&daemon, &["skills", "install", "--local", &unknown.path().display().to_string(), "--user", "alice"]);
     assert!(!ok && err.contains("unknown field `author`"), "{err}");
 
     // A script that does not parse, found by the check in a tool container.
@@ -96,15 +103,174 @@ fn a_skill_from_a_local_git_repository_installs_and_bad_ones_are_refused_with_th
         ("SKILL.md", "---\nname: broken\ndescription: Does not parse.\n---\n"),
         ("scripts/run.sh", "if then fi (\n"),
     ]);
-    let (ok, _, err) = baaaht(&daemon, &["skills", "install", &broken.path().display().to_string(), "--user", "alice"]);
+    let (ok, _, err) =
+        baaaht(&daemon, &["skills", "install", "--local", &broken.path().display().to_string(), "--user", "alice"]);
     assert!(!ok && err.contains("did not pass the check in a tool container") && err.contains("run.sh"), "{err}");
     assert!(!daemon.data_dir.join("users/alice/skills/broken").exists());
 
     // No SKILL.md where it was pointed, and a source that is not a repository.
-    let (ok, _, err) = baaaht(&daemon, &["skills", "install", &source, "--user", "alice"]);
+    let (ok, _, err) = baaaht(&daemon, &["skills", "install", "--local", &source, "--user", "alice"]);
     assert!(!ok && err.contains("there is no SKILL.md in the repository's root"), "{err}");
     let (ok, _, err) = baaaht(&daemon, &["skills", "install", "--user", "alice", "--", "--upload-pack=id"]);
-    assert!(!ok && err.contains("is not a git URL"), "{err}");
+    assert!(!ok && err.contains("is not an https:// URL of a git repository"), "{err}");
+    // A folder is named as one: a path given as the source is not taken for it.
+    let (ok, _, err) = baaaht(&daemon, &["skills", "install", &source, "--user", "alice"]);
+    assert!(!ok && err.contains("is not an https:// URL") && err.contains("--local"), "{err}");
+}
+
+/// A git server over TLS on loopback serving the bare repositories under `root`; its port.
+fn git_server(
+    root: &Path,
+    cert: &Path,
+    key: &Path,
+    redirect: Option<&str>,
+    log: &Path,
+) -> (baaaht_tests::Running, u16) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("git-https-server.py");
+    let portfile = root.join("port");
+    let mut command = Command::new("python3");
+    command.arg(script).arg(root).arg(cert).arg(key).arg(&portfile).args(redirect);
+    let server = baaaht_tests::spawn(command, log).expect("git server starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Ok(port) = std::fs::read_to_string(&portfile).map(|text| text.trim().parse().expect("a port")) {
+            return (server, port);
+        }
+        assert!(std::time::Instant::now() < deadline, "the git server did not start: {}", server.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The audit records of `kind`.
+fn audit(daemon: &TestDaemon, kind: &str) -> Vec<serde_json::Value> {
+    let (ok, out, err) = baaaht(daemon, &["audit", "--kind", kind, "--json"]);
+    assert!(ok, "{err}");
+    out.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect()
+}
+
+#[test]
+fn an_https_repository_is_fetched_through_the_egress_filter_and_a_redirect_to_loopback_is_refused() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = baaaht_tests::web::self_signed(temp.path()).expect("certificate");
+    let root = temp.path().join("repos");
+    std::fs::create_dir_all(&root).expect("root");
+    let good = repository(&[
+        ("skills/weather-report/SKILL.md", GOOD),
+        ("skills/weather-report/scripts/forecast.sh", "#!/bin/sh\necho sunny\n"),
+    ]);
+    git(
+        temp.path(),
+        &["clone", "-q", "--bare", &good.path().display().to_string(), &root.join("skills.git").display().to_string()],
+    );
+    // Where a redirect leads: a loopback port no rule allows. Nothing may reach it.
+    let forbidden = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    forbidden.set_nonblocking(true).expect("nonblocking");
+    let elsewhere = format!("https://127.0.0.1:{}", forbidden.local_addr().expect("address").port());
+    let (server, port) = git_server(&root, &cert, &key, Some(&elsewhere), &temp.path().join("git-server.log"));
+
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("GIT_SSL_CAINFO".into(), cert.display().to_string())],
+        files: vec![(
+            "config/config.yaml".into(),
+            format!("tools:\n  web_proxy:\n    allow: [\"127.0.0.1:{port}\"]\n"),
+        )],
+        ..DaemonOptions::default()
+    })
+    .expect("daemon starts");
+    let url = format!("https://127.0.0.1:{port}/skills.git");
+    let (ok, out, err) =
+        baaaht(&daemon, &["skills", "install", &url, "--path", "skills/weather-report", "--user", "alice"]);
+    assert!(ok, "{out}{err}\n{}\n{}", daemon.log_text(), server.log_text());
+    assert!(out.starts_with("installed weather-report into users/alice/skills/weather-report"), "{out}");
+    assert!(server.log_text().contains("request POST /skills.git/git-upload-pack"), "{}", server.log_text());
+    let records = audit(&daemon, "egress");
+    let allowed: Vec<_> =
+        records.iter().filter(|r| r["outcome"] == "allowed" && r["detail"]["purpose"] == "skill install").collect();
+    assert!(!allowed.is_empty(), "each connection of the clone is audited: {records:?}");
+    assert_eq!(allowed[0]["detail"]["host"], "127.0.0.1", "{records:?}");
+    assert_eq!(allowed[0]["context"], "user:alice", "{records:?}");
+
+    // The same server sends the clone on to a loopback port nothing allows: refused, in the
+    // filter's words, and nothing reaches it.
+    let moved = format!("https://127.0.0.1:{port}/moved/skills.git");
+    let (ok, _, err) = baaaht(&daemon, &["skills", "install", &moved, "--user", "bob"]);
+    assert!(!ok, "refused");
+    assert!(
+        err.contains(&format!("cannot fetch {moved}: 127.0.0.1 is a loopback address"))
+            && err.contains("tools.web_proxy.allow"),
+        "{err}"
+    );
+    assert!(
+        forbidden.accept().is_err_and(|error| error.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing got through"
+    );
+    assert!(!daemon.data_dir.join("users/bob/skills").exists());
+}
+
+#[test]
+fn a_gateways_user_reaches_neither_the_hosts_folders_nor_its_loopback_through_a_skill_install() {
+    use baaaht_proto::v1;
+    use baaaht_tests::gateway::{as_user, connect, slack_gateway};
+    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    // A local repository with a SKILL.md that only the daemon's user may read, and a loopback
+    // listener that nothing may reach.
+    let secret = repository(&[("SKILL.md", "---\nname: secret\ndescription: Root's own.\n---\nroot only\n")]);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("address").port();
+    let rt = baaaht_tests::runtime();
+    rt.block_on(async {
+        let mut host = baaaht_tests::scenario::host_client(&daemon).await.expect("host");
+        let gateway = slack_gateway(&mut host, "work", "T1").await;
+        let mut eve = connect(&gateway).await;
+        // Her own context, where a user may install skills.
+        let me = eve.gateways.who_am_i(as_user("slack:T1:UEVE", None, v1::WhoAmIRequest {})).await.expect("WhoAmI");
+        let own = baaaht_tests::scenario::user(&me.into_inner().id);
+        let install = |source: String, local_folder: String| {
+            let request =
+                v1::InstallSkillRequest { context: Some(own.clone()), source, local_folder, ..Default::default() };
+            let mut eve = eve.clone();
+            async move { eve.skills.install_skill(as_user("slack:T1:UEVE", None, request)).await.expect_err("refused") }
+        };
+        let folder = install(String::new(), secret.path().display().to_string()).await;
+        assert_eq!(folder.code(), tonic::Code::PermissionDenied, "{folder:?}");
+        assert!(folder.message().contains("is for host clients"), "{folder:?}");
+        for source in [
+            format!("file://{}", secret.path().display()),
+            secret.path().display().to_string(),
+            format!("http://127.0.0.1:{port}/x.git"),
+            format!("git://127.0.0.1:{port}/x"),
+            format!("ssh://127.0.0.1:{port}/x"),
+        ] {
+            let refused = install(source.clone(), String::new()).await;
+            assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{source}: {refused:?}");
+            assert!(refused.message().contains("is not an https:// URL of a git repository"), "{refused:?}");
+        }
+        // A file:// of something that does not exist answers the same: no oracle.
+        let missing = install("file:///nonexistent/repo".into(), String::new()).await;
+        assert_eq!(missing.message().replace("file:///nonexistent/repo", "X"), {
+            let there = install("file:///etc".into(), String::new()).await;
+            there.message().replace("file:///etc", "X")
+        });
+        for (source, why) in [
+            (format!("https://127.0.0.1:{port}/x.git"), "127.0.0.1 is a loopback address (127.0.0.1)"),
+            (format!("https://localhost:{port}/x.git"), "localhost is a loopback address"),
+            ("https://169.254.169.254/latest/meta-data".to_string(), "a cloud metadata endpoint"),
+        ] {
+            let refused = install(source.clone(), String::new()).await;
+            assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{source}: {refused:?}");
+            assert!(refused.message().contains(why), "{source}: {refused:?}");
+        }
+    });
+    assert!(
+        listener.accept().is_err_and(|error| error.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing got through"
+    );
+    let refused: Vec<_> = audit(&daemon, "egress").into_iter().filter(|r| r["outcome"] == "refused").collect();
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    assert!(refused.iter().all(|r| r["principal"].as_str().is_some_and(|p| p.starts_with("gateway:work/user:u-"))));
+    let log = daemon.log_text();
+    assert!(!log.contains("root only"), "the folder was never read");
 }
 
 const WITH_PACKAGES: &str = "---\nname: json-tools\ndescription: Queries JSON files with jq.\naddons:\n  packages:\n    - name: jq\n      source: apt\n      verify: \"jq --version\"\n---\nUse jq.\n";
@@ -114,8 +280,10 @@ fn a_skill_with_packages_gets_a_layer_its_contexts_tool_containers_run_on() {
     let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
     let repo = repository(&[("SKILL.md", WITH_PACKAGES)]);
     // The self-test containers' context, so that a lingering coder can try the tool container.
-    let (ok, out, err) =
-        baaaht(&daemon, &["skills", "install", &repo.path().display().to_string(), "--user", "baaaht-self-test"]);
+    let (ok, out, err) = baaaht(
+        &daemon,
+        &["skills", "install", "--local", &repo.path().display().to_string(), "--user", "baaaht-self-test"],
+    );
     assert!(ok, "{out}{err}\n{}", daemon.log_text());
     let record = std::fs::read_to_string(daemon.data_dir.join("data/state/skill-installs.json")).expect("recorded");
     assert!(record.contains("json-tools"), "{record}");
@@ -146,7 +314,8 @@ fn a_skill_with_packages_gets_a_layer_its_contexts_tool_containers_run_on() {
         "SKILL.md",
         "---\nname: alpine-only\ndescription: Needs apk.\naddons:\n  packages:\n    - name: gh\n      source: apk\n---\n",
     )]);
-    let (ok, _, err) = baaaht(&daemon, &["skills", "install", &apk.path().display().to_string(), "--user", "alice"]);
+    let (ok, _, err) =
+        baaaht(&daemon, &["skills", "install", "--local", &apk.path().display().to_string(), "--user", "alice"]);
     assert!(!ok && err.contains("use `source: apt`"), "{err}");
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::egress::{hosts_of, Tunnels};
+use super::egress::{self, hosts_of};
 use super::{publish, GatewayKind, GatewayRecord, RunMode, GATEWAY_SOCKET_NAME};
 use crate::audit::Audit;
 use crate::auth::{Context, Role, CONTAINER_UID};
@@ -351,15 +351,9 @@ impl Supervisor {
                 }
             }
         }
-        let tunnels = Tunnels {
-            gateway: self.record.name.clone(),
-            hosts,
-            web: self.supervision.web.clone(),
-            audit: self.supervision.audit.clone(),
-        };
         let cancel = self.cancel.child_token();
-        tunnels
-            .serve(&path, cancel.clone(), &self.supervision.tracker)
+        let (web, audit) = (self.supervision.web.clone(), self.supervision.audit.clone());
+        egress::serve(&self.record, hosts, web, audit, &path, cancel.clone(), &self.supervision.tracker)
             .map_err(|error| format!("cannot serve {}: {error}", path.display()))?;
         Ok(cancel)
     }

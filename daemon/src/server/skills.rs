@@ -57,8 +57,19 @@ impl v1::skills_server::Skills for SkillsService {
         &self,
         request: Request<v1::InstallSkillRequest>,
     ) -> Result<Response<v1::InstallSkillResponse>, Status> {
+        use crate::skills::install::Source;
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::InstallSkill, context.as_ref(), None)?;
+        let source = match (request.get_ref().source.as_str(), request.get_ref().local_folder.as_str()) {
+            (url, "") => Source::Https(url.to_string()),
+            ("", folder) => {
+                check(&self.shared, &request, Operation::InstallSkillFromFolder, context.as_ref(), None)?;
+                Source::HostFolder(folder.into())
+            }
+            _ => {
+                return Err(Status::invalid_argument("give either source (an https:// URL) or local_folder, not both"))
+            }
+        };
         let context =
             context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?;
         let correlation_id = correlation_id(&request);
@@ -66,16 +77,24 @@ impl v1::skills_server::Skills for SkillsService {
         let record = crate::audit::Record::by(crate::audit::Kind::Skill, &caller, "ok")
             .context(&context)
             .correlation(&correlation_id)
-            .detail("source", message.source.as_str())
+            .detail("source", source.to_string())
             .detail("path", message.path.as_str());
+        let egress = crate::skills::install::Egress {
+            web: self.shared.web.clone(),
+            audit: self.shared.audit.clone(),
+            record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+                .context(&context)
+                .correlation(&correlation_id),
+        };
         let install = crate::skills::install::InstallRequest {
             context,
-            source: message.source,
+            source,
             path: message.path,
             git_ref: message.git_ref,
             replace: message.replace,
         };
-        let installed = crate::skills::install::install(self.shared.data_dir.root(), &self.shared.containers, install)
+        let root = self.shared.data_dir.root();
+        let installed = crate::skills::install::install(root, &self.shared.containers, &egress, install)
             .await
             .map_err(|error| {
                 use crate::skills::install::InstallError;
@@ -84,7 +103,9 @@ impl v1::skills_server::Skills for SkillsService {
                 failed.outcome = "failed".into();
                 self.shared.audit.record(failed);
                 match error {
-                    InstallError::BadSource(_) | InstallError::BadArgument(_) => Status::invalid_argument(text),
+                    InstallError::BadSource(_) | InstallError::BadFolder(_) | InstallError::BadArgument(_) => {
+                        Status::invalid_argument(text)
+                    }
                     InstallError::Exists { .. } => Status::already_exists(text),
                     InstallError::Io { .. } => Status::internal(baaaht_proto::error_chain(&error)),
                     _ => Status::failed_precondition(text),

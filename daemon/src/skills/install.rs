@@ -1,17 +1,29 @@
-//! Installing a skill from a git repository (spec §9): cloned on the host with git (no hooks
-//! run, symlinks checked out as plain files), its SKILL.md parsed, its files checked (no
+//! Installing a skill (spec §9) from an `https://` git repository, or, for the host's own
+//! clients, from a repository in a folder on the host. `git` runs on the host with no hooks,
+//! no configuration but ours, symlinks checked out as plain files and one protocol allowed
+//! (`https`, or `file` for a host folder). An https clone reaches the network only through a
+//! CONNECT proxy the daemon serves on loopback for this one install (a random credential;
+//! every target resolved once, checked by the web proxy's address filter and audited,
+//! [`crate::egress::tunnel`]), so a source cannot lead the daemon to loopback,
+//! private or metadata addresses, nor to anything but https. A failed fetch is told in the
+//! daemon's own words (what the filter refused, or that no repository answered), never with
+//! what the far end said. The skill's SKILL.md is then parsed, its files checked (no
 //! symlinks, bounded size), its scripts syntax-checked inside a tool container (the
 //! repository is untrusted: nothing of it runs on the host), then copied into the context's
 //! `skills/{name}/` in one rename, and recorded in `data/state/skill-installs.json`.
 
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::audit::Audit;
 use crate::auth::{Context, ContextKind, Role};
 use crate::container::manager::{ContainerManager, RunRequest};
 use crate::container::MountSpec;
+use crate::egress::proxy::WebProxy;
+use crate::egress::tunnel::{Listener, Reach, Tunnels};
 use crate::state;
 
 /// The most files and bytes a skill may hold.
@@ -20,11 +32,29 @@ const MAX_BYTES: u64 = 10 * 1024 * 1024;
 const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 const RECORD: &str = "skill-installs.json";
 
+/// Where a skill comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// An `https://` URL of a git repository.
+    Https(String),
+    /// A git repository in a folder on the host (for the host's own clients).
+    HostFolder(PathBuf),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Https(url) => f.write_str(url),
+            Source::HostFolder(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// What to install.
 #[derive(Debug, Clone)]
 pub struct InstallRequest {
     pub context: Context,
-    pub source: String,
+    pub source: Source,
     pub path: String,
     pub git_ref: String,
     pub replace: bool,
@@ -42,11 +72,16 @@ pub struct Installed {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
-    #[error("source `{0}` is not a git URL (https://, http://, git://, file://) or an absolute path to a repository")]
+    #[error(
+        "source `{0}` is not an https:// URL of a git repository (http://, git://, ssh:// and file:// are never \
+         fetched; the host's own clients may install from a folder on the host with --local)"
+    )]
     BadSource(String),
+    #[error("folder `{0}` is not an absolute path on the host")]
+    BadFolder(String),
     #[error("{0}")]
     BadArgument(String),
-    #[error("git could not fetch the repository: {0}")]
+    #[error("{0}")]
     Git(String),
     #[error("there is no SKILL.md in {0}")]
     NoSkill(String),
@@ -86,12 +121,24 @@ struct Install {
     at: String,
 }
 
+fn clean(text: &str) -> bool {
+    !text.is_empty() && !text.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 fn check_request(request: &InstallRequest) -> Result<(), InstallError> {
-    let source = request.source.as_str();
-    let url = ["https://", "http://", "git://", "file://"].iter().any(|scheme| source.starts_with(scheme));
-    let clean = !source.is_empty() && !source.chars().any(|c| c.is_whitespace() || c.is_control());
-    if !clean || !(url || source.starts_with('/')) {
-        return Err(InstallError::BadSource(source.to_string()));
+    match &request.source {
+        Source::Https(url) => {
+            let host = url.strip_prefix("https://").map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+            if !clean(url) || host.is_none_or(str::is_empty) {
+                return Err(InstallError::BadSource(url.clone()));
+            }
+        }
+        Source::HostFolder(path) => {
+            let text = path.to_string_lossy();
+            if !clean(&text) || !path.is_absolute() {
+                return Err(InstallError::BadFolder(text.into_owned()));
+            }
+        }
     }
     if Path::new(&request.path).components().any(|part| !matches!(part, Component::Normal(_) | Component::CurDir)) {
         return Err(InstallError::BadArgument(format!(
@@ -106,26 +153,145 @@ fn check_request(request: &InstallRequest) -> Result<(), InstallError> {
     Ok(())
 }
 
-async fn git(args: &[&str], dir: &Path) -> Result<String, InstallError> {
+/// How the install's `git` reaches the network: the web proxy, the audit log, and what its
+/// audit records say of who asked.
+pub struct Egress {
+    pub web: Arc<WebProxy>,
+    pub audit: Audit,
+    /// Principal, context and correlation id of the one who asked.
+    pub record: crate::audit::Record,
+}
+
+/// Variables of the daemon's environment `git` keeps: where the system's certificates are
+/// (an install may be pointed at another trust store this way, as tests do).
+const GIT_KEEPS: &[&str] = &["SSL_CERT_FILE", "SSL_CERT_DIR", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH"];
+
+/// Why `git` failed, for the caller to put in words.
+enum GitFailure {
+    /// It ran and failed; its last line of stderr (never shown to a remote caller).
+    Failed(String),
+    Timeout,
+    Spawn(std::io::Error),
+}
+
+/// Runs `git args` in `dir` with no configuration but `settings` (as `GIT_CONFIG_*`, never on
+/// the command line, where other users of the host could read a credential), only `protocol`
+/// allowed, and no environment of the daemon's but [`GIT_KEEPS`].
+async fn git(args: &[&str], dir: &Path, protocol: &str, settings: &[(&str, &str)]) -> Result<String, GitFailure> {
     let mut command = tokio::process::Command::new("git");
+    command.env_clear();
+    for name in GIT_KEEPS {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    let fixed = [("core.symlinks", "false"), ("core.hooksPath", "/dev/null"), ("credential.helper", "")];
+    let all: Vec<&(&str, &str)> = fixed.iter().chain(settings).collect();
+    for (index, (key, value)) in all.iter().enumerate() {
+        command.env(format!("GIT_CONFIG_KEY_{index}"), key).env(format!("GIT_CONFIG_VALUE_{index}"), value);
+    }
     command
-        .args(["-c", "protocol.file.allow=always", "-c", "core.symlinks=false", "-c", "core.hooksPath=/dev/null"])
+        .env("GIT_CONFIG_COUNT", all.len().to_string())
+        .env("GIT_ALLOW_PROTOCOL", protocol)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("HOME", dir)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LC_ALL", "C")
         .args(args)
         .current_dir(dir)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     let output = tokio::time::timeout(GIT_TIMEOUT, command.output())
         .await
-        .map_err(|_elapsed| InstallError::Git(format!("no answer within {} s", GIT_TIMEOUT.as_secs())))?
-        .map_err(|error| InstallError::Git(format!("cannot run git ({error}); install it on the host")))?;
+        .map_err(|_elapsed| GitFailure::Timeout)?
+        .map_err(GitFailure::Spawn)?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(InstallError::Git(stderr.trim().lines().last().unwrap_or("failed").to_string()));
+        return Err(GitFailure::Failed(stderr.trim().lines().last().unwrap_or("failed").to_string()));
     }
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+impl GitFailure {
+    /// The failure in the daemon's words; `far_end` says whether git's own may be shown (it
+    /// may quote what a remote server answered, so only for a folder on the host).
+    fn into_error(self, what: &str, far_end: bool) -> InstallError {
+        match self {
+            GitFailure::Timeout => InstallError::Git(format!("{what}: no answer within {} s", GIT_TIMEOUT.as_secs())),
+            GitFailure::Spawn(error) => InstallError::Git(format!("cannot run git ({error}); install it on the host")),
+            GitFailure::Failed(line) if far_end => InstallError::Git(format!("{what}: {line}")),
+            GitFailure::Failed(line) => {
+                tracing::info!(%line, "git's own account of a failed skill fetch (not shown to the caller)");
+                InstallError::Git(format!(
+                    "{what}: no git repository could be read there (check the URL and the ref, and that the \
+                     repository is public)"
+                ))
+            }
+        }
+    }
+}
+
+/// Clones `request`'s source into `staging/repo` (see the module's text); the commit.
+async fn fetch(request: &InstallRequest, staging: &Path, egress: &Egress) -> Result<String, InstallError> {
+    let mut clone = vec!["clone", "--depth", "1", "--no-tags", "--single-branch"];
+    if !request.git_ref.is_empty() {
+        clone.extend(["--branch", request.git_ref.as_str()]);
+    }
+    match &request.source {
+        Source::HostFolder(path) => {
+            let path = path.to_string_lossy();
+            clone.extend(["--", path.as_ref(), "repo"]);
+            let what = format!("cannot clone {path}");
+            git(&clone, staging, "file", &[]).await.map_err(|failure| failure.into_error(&what, true))?;
+        }
+        Source::Https(url) => {
+            clone.extend(["--", url.as_str(), "repo"]);
+            let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+                .await
+                .map_err(io("cannot open the skill install's proxy on loopback"))?;
+            let port = listener.local_addr().map_err(io("cannot open the skill install's proxy on loopback"))?.port();
+            let secret = crate::auth::new_token().map_err(|error| InstallError::Git(error.to_string()))?;
+            let mut tunnels = Tunnels::new(
+                egress.record.principal.clone(),
+                "the skill install".into(),
+                Reach::AnyHost,
+                egress.web.clone(),
+                egress.audit.clone(),
+            );
+            tunnels.record = egress.record.clone().detail("purpose", "skill install");
+            tunnels.credential = Some(format!("Basic {}", base64_of(&format!("baaaht:{}", secret.as_str()))));
+            tunnels.max_open = 8;
+            let tunnels = Arc::new(tunnels);
+            let (cancel, tracker) = (tokio_util::sync::CancellationToken::new(), tokio_util::task::TaskTracker::new());
+            tunnels.clone().serve(Listener::Tcp(listener), cancel.clone(), &tracker);
+            let proxy = format!("http://baaaht:{}@127.0.0.1:{port}", secret.as_str());
+            let settings = [("http.proxy", proxy.as_str()), ("http.proxyAuthMethod", "basic")];
+            let cloned = git(&clone, staging, "https", &settings).await;
+            cancel.cancel();
+            tracker.close();
+            tracker.wait().await;
+            if let Err(failure) = cloned {
+                let what = format!("cannot fetch {url}");
+                return Err(match tunnels.first_problem() {
+                    Some(problem) if !matches!(failure, GitFailure::Spawn(_)) => {
+                        InstallError::Git(format!("{what}: {problem}"))
+                    }
+                    _ => failure.into_error(&what, false),
+                });
+            }
+        }
+    }
+    let far_end = matches!(request.source, Source::HostFolder(_));
+    git(&["rev-parse", "HEAD"], &staging.join("repo"), "file", &[])
+        .await
+        .map_err(|failure| failure.into_error("cannot read the cloned commit", far_end))
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
 }
 
 /// Checks every file below `folder` (but `.git`): no symlink, at most [`MAX_FILES`] files and
@@ -194,12 +360,13 @@ echo checked"#;
 pub async fn install(
     root: &Path,
     containers: &ContainerManager,
+    egress: &Egress,
     request: InstallRequest,
 ) -> Result<Installed, InstallError> {
     check_request(&request)?;
     let staging = root.join("data/tmp").join(format!("skill-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&staging).map_err(io(format!("cannot create {}", staging.display())))?;
-    let outcome = install_from(root, containers, &request, &staging).await;
+    let outcome = install_from(root, containers, egress, &request, &staging).await;
     if let Err(error) = std::fs::remove_dir_all(&staging) {
         tracing::warn!(path = %staging.display(), %error, "cannot remove the staging folder");
     }
@@ -221,17 +388,12 @@ pub async fn install(
 async fn install_from(
     root: &Path,
     containers: &ContainerManager,
+    egress: &Egress,
     request: &InstallRequest,
     staging: &Path,
 ) -> Result<Installed, InstallError> {
-    let mut clone = vec!["clone", "--depth", "1", "--no-tags", "--single-branch"];
-    if !request.git_ref.is_empty() {
-        clone.extend(["--branch", request.git_ref.as_str()]);
-    }
-    clone.extend(["--", request.source.as_str(), "repo"]);
-    git(&clone, staging).await?;
+    let commit = fetch(request, staging, egress).await?;
     let repo = staging.join("repo");
-    let commit = git(&["rev-parse", "HEAD"], &repo).await?;
     let folder = if request.path.is_empty() { repo.clone() } else { repo.join(&request.path) };
     let shown =
         if request.path.is_empty() { "the repository's root".to_string() } else { format!("`{}`", request.path) };
@@ -313,7 +475,7 @@ async fn install_from(
     record.installs.push(Install {
         name: skill.name.clone(),
         context: request.context.to_string(),
-        source: request.source.clone(),
+        source: request.source.to_string(),
         path: request.path.clone(),
         git_ref: request.git_ref.clone(),
         commit: commit.clone(),
@@ -329,25 +491,44 @@ async fn install_from(
 mod tests {
     use super::*;
 
-    fn request(source: &str, path: &str, git_ref: &str) -> InstallRequest {
+    fn request(source: Source, path: &str, git_ref: &str) -> InstallRequest {
         InstallRequest {
             context: Context::user("alice"),
-            source: source.into(),
+            source,
             path: path.into(),
             git_ref: git_ref.into(),
             replace: false,
         }
     }
 
+    fn https(url: &str) -> Source {
+        Source::Https(url.into())
+    }
+
     #[test]
     fn sources_paths_and_refs_are_checked_before_git_runs() {
-        assert!(check_request(&request("https://example.org/skills.git", "", "")).is_ok());
-        assert!(check_request(&request("/srv/skills", "tools/pdf", "v1.2")).is_ok());
-        for bad in ["--upload-pack=touch /tmp/x", "ext::sh -c id", "relative/repo", "ssh://h/r", ""] {
-            assert!(matches!(check_request(&request(bad, "", "")), Err(InstallError::BadSource(_))), "{bad}");
+        assert!(check_request(&request(https("https://example.org/skills.git"), "", "")).is_ok());
+        let folder = Source::HostFolder("/srv/skills".into());
+        assert!(check_request(&request(folder.clone(), "tools/pdf", "v1.2")).is_ok());
+        for bad in [
+            "--upload-pack=touch /tmp/x",
+            "ext::sh -c id",
+            "relative/repo",
+            "ssh://h/r",
+            "",
+            "http://127.0.0.1:8080/x.git",
+            "git://127.0.0.1/x",
+            "file:///root/repo",
+            "https://",
+            "https:///etc",
+            "https://example.org/a b",
+        ] {
+            assert!(matches!(check_request(&request(https(bad), "", "")), Err(InstallError::BadSource(_))), "{bad}");
         }
-        assert!(check_request(&request("/srv/skills", "../etc", "")).is_err());
-        assert!(check_request(&request("/srv/skills", "", "--orphan")).is_err());
+        let relative = Source::HostFolder("srv/skills".into());
+        assert!(matches!(check_request(&request(relative, "", "")), Err(InstallError::BadFolder(_))));
+        assert!(check_request(&request(folder.clone(), "../etc", "")).is_err());
+        assert!(check_request(&request(folder, "", "--orphan")).is_err());
     }
 
     #[test]

@@ -308,9 +308,16 @@ enum SkillsCommand {
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
-    /// Install a skill from a git repository (URL or path) into a user's or group's skills
+    /// Install a skill from a git repository into a user's or group's skills: an https:// URL
+    /// (fetched through the daemon's egress filter), or with --local a repository in a folder
+    /// on the daemon's host
     Install {
-        source: String,
+        /// The https:// URL of the repository
+        #[arg(required_unless_present = "local", conflicts_with = "local")]
+        source: Option<String>,
+        /// A git repository in a folder on the daemon's host (the host's own clients only)
+        #[arg(long, value_name = "FOLDER")]
+        local: Option<std::path::PathBuf>,
         /// The folder inside the repository holding SKILL.md
         #[arg(long, value_name = "PATH", default_value = "")]
         path: String,
@@ -1072,9 +1079,19 @@ async fn skills(
                 v1::SkillContentRequest { context: Some(context), skill: name, path: file.unwrap_or_default() };
             print!("{}", clean(&client.skills.get_skill_content(request).await.map_err(status)?.into_inner().content));
         }
-        SkillsCommand::Install { source, path, git_ref, replace, user, group } => {
+        SkillsCommand::Install { source, local, path, git_ref, replace, user, group } => {
             let context = baaaht_cli::chat::context(user, group, env);
-            let request = v1::InstallSkillRequest { context: Some(context), source, path, git_ref, replace };
+            // The daemon reads the folder: a relative one means the caller's working folder.
+            let local_folder = match local {
+                Some(folder) => std::path::absolute(&folder)
+                    .map_err(|error| CliError::Usage(format!("--local {}: {error}", folder.display())))?
+                    .to_string_lossy()
+                    .into_owned(),
+                None => String::new(),
+            };
+            let source = source.unwrap_or_default();
+            let request =
+                v1::InstallSkillRequest { context: Some(context), source, path, git_ref, replace, local_folder };
             let installed = client.skills.install_skill(request).await.map_err(status)?.into_inner();
             let commit: String = installed.commit.chars().take(12).collect();
             let line = format!(

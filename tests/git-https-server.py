@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""A git smart-HTTP server over TLS on loopback, for the skill install tests: Python's
+http.server in front of `git http-backend` (as a web server runs it, by CGI).
+
+Usage: git-https-server.py ROOT CERT KEY PORTFILE [REDIRECT]
+
+Serves the repositories under ROOT over https://127.0.0.1:PORT (PORT written to PORTFILE once
+listening). A path under /moved/ answers 301 to REDIRECT followed by the rest of the path.
+Each request is printed, so a test can tell whether anything reached the server at all.
+"""
+import http.server
+import os
+import ssl
+import subprocess
+import sys
+
+root, cert, key, portfile = sys.argv[1:5]
+redirect = sys.argv[5] if len(sys.argv) > 5 else None
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.serve()
+
+    def do_POST(self):
+        self.serve()
+
+    def serve(self):
+        print(f"request {self.command} {self.path}", flush=True)
+        if redirect and self.path.startswith("/moved/"):
+            self.send_response(301)
+            self.send_header("Location", redirect + self.path[len("/moved"):])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        # git sends small request bodies with a length (chunked only past http.postBuffer).
+        body = self.rfile.read(length) if length else b""
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GIT_PROJECT_ROOT": root,
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+            "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+            "REMOTE_ADDR": "127.0.0.1",
+        }
+        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True).stdout
+        ends = [(out.find(sep), sep) for sep in (b"\r\n\r\n", b"\n\n") if out.find(sep) >= 0]
+        at, sep = min(ends)
+        head, content = out[:at], out[at + len(sep):]
+        status, headers = 200, []
+        for line in head.decode().replace("\r", "").split("\n"):
+            name, _, value = line.partition(":")
+            if name.lower() == "status":
+                status = int(value.split()[0])
+            elif name:
+                headers.append((name, value.strip()))
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
+
+    def log_message(self, *args):
+        pass
+
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+with open(portfile + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+os.rename(portfile + ".tmp", portfile)
+server.serve_forever()

@@ -1,0 +1,47 @@
+//! Calling the daemon as a gateway does: registering one from the host, connecting on its
+//! socket with its token, and naming the end user a call is for.
+
+use std::path::PathBuf;
+
+use baaaht_proto::client::{self, Client, ConnectOptions};
+use baaaht_proto::v1;
+
+/// A registered gateway: where it connects and with what.
+pub struct Gateway {
+    pub socket: PathBuf,
+    pub token: String,
+}
+
+/// Registers the gateway `request` describes, as the host.
+pub async fn add_gateway(host: &mut Client, request: v1::AddGatewayRequest) -> Gateway {
+    let added = host.admin.add_gateway(request).await.expect("AddGateway").into_inner();
+    Gateway { socket: added.gateway.expect("info").socket.into(), token: added.token }
+}
+
+/// Registers a Slack gateway for `team` that the test runs itself (`--mode external`).
+pub async fn slack_gateway(host: &mut Client, name: &str, team: &str) -> Gateway {
+    let request = v1::AddGatewayRequest {
+        kind: "slack".into(),
+        name: name.into(),
+        team: team.into(),
+        mode: "external".into(),
+        ..Default::default()
+    };
+    add_gateway(host, request).await
+}
+
+/// A client on `gateway`'s socket with its token.
+pub async fn connect(gateway: &Gateway) -> Client {
+    let options = ConnectOptions { token: Some(gateway.token.clone()), ..ConnectOptions::default() };
+    client::connect(&gateway.socket, options).await.expect("connect to the gateway socket")
+}
+
+/// `message` as the gateway's user `identity` (and with an ID token, for a web gateway).
+pub fn as_user<T>(identity: &str, id_token: Option<&str>, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(baaaht_proto::USER_HEADER, identity.parse().expect("ascii"));
+    if let Some(token) = id_token {
+        request.metadata_mut().insert(baaaht_proto::ID_TOKEN_HEADER, token.parse().expect("ascii"));
+    }
+    request
+}
