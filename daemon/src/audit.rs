@@ -39,6 +39,8 @@ pub enum Kind {
     Budget,
     /// An admin's request.
     Admin,
+    /// A principal stopped at a resource limit (connections, uploads, sessions).
+    Limit,
 }
 
 impl Kind {
@@ -53,6 +55,7 @@ impl Kind {
         Kind::Config,
         Kind::Budget,
         Kind::Admin,
+        Kind::Limit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +70,7 @@ impl Kind {
             Kind::Config => "config",
             Kind::Budget => "budget",
             Kind::Admin => "admin",
+            Kind::Limit => "limit",
         }
     }
 

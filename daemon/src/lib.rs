@@ -23,6 +23,7 @@ pub mod health;
 pub mod identities;
 pub mod inbox;
 pub mod ipc;
+pub mod limits;
 pub mod llm;
 pub mod mcp;
 pub mod memory;
@@ -122,6 +123,9 @@ pub enum DaemonError {
 }
 
 /// State every handler can read.
+/// Requests one connection may have in flight at once.
+const MAX_STREAMS_PER_CONNECTION: u32 = 2048;
+
 #[derive(Debug)]
 pub struct Shared {
     pub loaded: LoadedConfig,
@@ -169,6 +173,8 @@ pub struct Shared {
     pub scheduler: Arc<scheduler::Scheduler>,
     /// What was kept for contexts while none of their channels was there.
     pub inbox: Arc<inbox::Inbox>,
+    /// What callers may hold at once and how often they may act.
+    pub limits: limits::Limits,
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -287,13 +293,26 @@ impl Daemon {
             }
             None => (None, None),
         };
-        let (listeners, incoming) = ListenerSet::new(data_dir.container_sockets_dir(), cancel.clone(), tracker.clone());
+        let read = loaded.config.metrics.enabled || loaded.config.metrics.log;
+        let metrics = Arc::new(if read { Metrics::default() } else { Metrics::off() });
+        let audit = audit::Audit::open(
+            data_dir.logs_dir().join("audit"),
+            loaded.config.audit.enabled,
+            loaded.config.audit.retention_days,
+            metrics.clone(),
+        );
+        let connection_limits = sockets::ConnectionLimits::for_descriptors(limits::raise_descriptor_limit());
+        let (listeners, incoming) = ListenerSet::new(
+            data_dir.container_sockets_dir(),
+            connection_limits,
+            audit.clone(),
+            cancel.clone(),
+            tracker.clone(),
+        );
         let (engine, engine_rx) = watch::channel(Engine::probing());
         let engine = Arc::new(engine);
         let policy = Arc::new(Policy::new(&loaded)?);
         let binaries = binaries_dir(&loaded.config.container.binaries_dir);
-        let read = loaded.config.metrics.enabled || loaded.config.metrics.log;
-        let metrics = Arc::new(if read { Metrics::default() } else { Metrics::off() });
         let containers = Arc::new(
             ContainerManager::new(
                 engine.clone(),
@@ -308,12 +327,6 @@ impl Daemon {
                 ),
             )?
             .with_metrics(metrics.clone()),
-        );
-        let audit = audit::Audit::open(
-            data_dir.logs_dir().join("audit"),
-            loaded.config.audit.enabled,
-            loaded.config.audit.retention_days,
-            metrics.clone(),
         );
         audit_config_change(&audit, &loaded, &data_dir.state_dir());
         let secrets = llm::open_secrets(&data_dir.config_dir());
@@ -447,6 +460,7 @@ impl Daemon {
             budgets,
             scheduler,
             inbox,
+            limits: limits::Limits::default(),
         });
         Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
     }
@@ -546,6 +560,8 @@ impl Daemon {
             shared: shared.clone(),
         });
         let server = tonic::transport::Server::builder()
+            // What one connection may have in flight at once (a gateway's users share one).
+            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
             .layer(RequestLayer::new(gate))
             .add_routes(server::routes(&shared))
             .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());

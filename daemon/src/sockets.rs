@@ -4,23 +4,35 @@
 //! Every accepted connection is tagged with the socket it arrived on and handed to the one
 //! tonic server through a channel. The tag *is* the caller's identity for containers; the
 //! bearer token is checked on top (see `server/layer.rs`). Sockets are created here and removed here.
+//!
+//! No container or gateway can take the descriptors the others need ([`ConnectionLimits`]):
+//! each socket holds at most its own number of connections, all of them together at most a
+//! share of the daemon's descriptors (the host socket's clients and the daemon's own files
+//! keep the rest), and a connection that has not authenticated a request within
+//! [`ConnectionLimits::probation`] is closed. A socket at its cap is not accepted on until one
+//! of its connections ends (what waits stays in the kernel's backlog, costing the daemon
+//! nothing), and that is audited once a minute.
 
 use std::collections::HashMap;
+use std::future::Future as _;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::unix::UCred;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::audit::{Audit, Kind, Record};
 use crate::auth::{self, ContainerIdentity, CONTAINER_UID};
 use crate::datadir::MAX_SOCKET_PATH;
 use crate::gateways::{GatewayEndpoint, GatewayRecord, GATEWAY_SOCKET_NAME};
@@ -65,26 +77,73 @@ pub fn token_sha256(token: &str) -> String {
 pub struct PeerInfo {
     pub origin: Origin,
     pub credentials: Option<UCred>,
+    /// Set by the request layer once a request on the connection authenticated: the
+    /// connection's probation is over.
+    pub authenticated: Arc<AtomicBool>,
 }
 
-/// An accepted connection and the socket it came from.
+/// How many connections the daemon takes from containers and gateways, and how long one may
+/// stay without authenticating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections one container's socket holds at once (an agent or a runner needs one or
+    /// two).
+    pub per_container: usize,
+    /// Connections one gateway's socket holds at once (a gateway multiplexes its users over
+    /// one).
+    pub per_gateway: usize,
+    /// Every container's and gateway's connections together.
+    pub shared: usize,
+    pub probation: Duration,
+}
+
+impl ConnectionLimits {
+    /// The limits for a daemon that may hold `descriptors` file descriptors: containers and
+    /// gateways together get half of them (at least 64).
+    pub fn for_descriptors(descriptors: u64) -> ConnectionLimits {
+        let shared = usize::try_from(descriptors / 2).unwrap_or(usize::MAX).max(64);
+        ConnectionLimits { per_container: 32, per_gateway: 64, shared, probation: Duration::from_secs(10) }
+    }
+}
+
+/// An accepted connection and the socket it came from, holding its places under the socket's
+/// caps until it is dropped.
 #[derive(Debug)]
 pub struct Conn {
     stream: UnixStream,
     origin: Origin,
+    authenticated: Arc<AtomicBool>,
+    /// When a connection that has not authenticated is closed; none for the host's.
+    probation: Option<Pin<Box<tokio::time::Sleep>>>,
+    _places: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
 }
 
 impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = PeerInfo;
 
     fn connect_info(&self) -> PeerInfo {
-        PeerInfo { origin: self.origin.clone(), credentials: self.stream.peer_cred().ok() }
+        PeerInfo {
+            origin: self.origin.clone(),
+            credentials: self.stream.peer_cred().ok(),
+            authenticated: self.authenticated.clone(),
+        }
     }
 }
 
 impl AsyncRead for Conn {
     fn poll_read(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        if let Some(deadline) = this.probation.as_mut() {
+            if this.authenticated.load(Ordering::Acquire) {
+                this.probation = None;
+            } else if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no authenticated request on this connection in time",
+                )));
+            }
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
     }
 }
 
@@ -158,6 +217,10 @@ pub struct ListenerSet {
     connections: mpsc::Sender<io::Result<Conn>>,
     cancel: CancellationToken,
     tracker: TaskTracker,
+    limits: ConnectionLimits,
+    /// The places of [`ConnectionLimits::shared`].
+    shared_places: Arc<Semaphore>,
+    audit: Audit,
     containers_dir: PathBuf,
     containers: Mutex<HashMap<String, Registered>>,
     gateways: Mutex<HashMap<String, RegisteredGateway>>,
@@ -180,6 +243,8 @@ impl ListenerSet {
     /// connections for the tonic server.
     pub fn new(
         containers_dir: PathBuf,
+        limits: ConnectionLimits,
+        audit: Audit,
         cancel: CancellationToken,
         tracker: TaskTracker,
     ) -> (Arc<ListenerSet>, tokio_stream::wrappers::ReceiverStream<io::Result<Conn>>) {
@@ -188,6 +253,9 @@ impl ListenerSet {
             connections,
             cancel,
             tracker,
+            limits,
+            shared_places: Arc::new(Semaphore::new(limits.shared)),
+            audit,
             containers_dir,
             containers: Mutex::default(),
             gateways: Mutex::default(),
@@ -198,8 +266,9 @@ impl ListenerSet {
     /// Accepts host clients on `listener` until shutdown.
     pub fn serve_host(&self, listener: UnixListener) {
         let span = tracing::info_span!(parent: None, "accept", socket = "host");
-        self.tracker
-            .spawn(accept_loop(listener, Origin::Host, self.connections.clone(), self.cancel.clone()).instrument(span));
+        self.tracker.spawn(
+            accept_loop(listener, Origin::Host, None, self.connections.clone(), self.cancel.clone()).instrument(span),
+        );
     }
 
     /// Creates the socket of a container with `identity`, with a fresh token, and starts
@@ -253,9 +322,17 @@ impl ListenerSet {
         });
         let cancel = self.cancel.child_token();
         let span = tracing::info_span!(parent: None, "accept", socket = "container", container = %name);
+        let principal = format!("container:{}:{} ({})", endpoint.identity.role, name, endpoint.identity.context);
+        let caps = self.caps(self.limits.per_container, principal);
         self.tracker.spawn(
-            accept_loop(listener, Origin::Container(endpoint.clone()), self.connections.clone(), cancel.clone())
-                .instrument(span),
+            accept_loop(
+                listener,
+                Origin::Container(endpoint.clone()),
+                Some(caps),
+                self.connections.clone(),
+                cancel.clone(),
+            )
+            .instrument(span),
         );
         containers.insert(name, Registered { endpoint, cancel, folder: folder.clone() });
         Ok(ContainerSocket { folder, path, token: String::new(), token_sha256 })
@@ -288,9 +365,16 @@ impl ListenerSet {
         let endpoint = GatewayEndpoint::new(record);
         let cancel = self.cancel.child_token();
         let span = tracing::info_span!(parent: None, "accept", socket = "gateway", gateway = %name);
+        let caps = self.caps(self.limits.per_gateway, format!("gateway:{name}"));
         self.tracker.spawn(
-            accept_loop(listener, Origin::Gateway(endpoint.clone()), self.connections.clone(), cancel.clone())
-                .instrument(span),
+            accept_loop(
+                listener,
+                Origin::Gateway(endpoint.clone()),
+                Some(caps),
+                self.connections.clone(),
+                cancel.clone(),
+            )
+            .instrument(span),
         );
         gateways.insert(name, RegisteredGateway { endpoint, cancel, folder });
         Ok(path)
@@ -360,6 +444,67 @@ impl ListenerSet {
     }
 }
 
+impl ListenerSet {
+    fn caps(&self, own: usize, principal: String) -> Caps {
+        Caps {
+            own: Arc::new(Semaphore::new(own)),
+            shared: self.shared_places.clone(),
+            principal,
+            audit: self.audit.clone(),
+            probation: self.limits.probation,
+        }
+    }
+}
+
+/// The caps of one container's or gateway's socket.
+struct Caps {
+    own: Arc<Semaphore>,
+    shared: Arc<Semaphore>,
+    /// As the audit log names who is at a cap.
+    principal: String,
+    audit: Audit,
+    probation: Duration,
+}
+
+impl Caps {
+    /// Places under both caps, waiting (not accepting) while either is full; none when
+    /// cancelled. A wait is logged and audited at most once a minute.
+    async fn places(
+        &self,
+        last_told: &mut Option<Instant>,
+        cancel: &CancellationToken,
+    ) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+        let mut take = |semaphore: &Arc<Semaphore>, which: &str| match semaphore.clone().try_acquire_owned() {
+            Ok(permit) => Ok(permit),
+            Err(_) => {
+                if last_told.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                    *last_told = Some(Instant::now());
+                    tracing::warn!(principal = %self.principal, cap = which, "a socket is at its connection cap; more connections wait");
+                    let record = Record::new(Kind::Limit, self.principal.as_str(), "refused")
+                        .detail("limit", format!("connections ({which})"));
+                    self.audit.record(record);
+                }
+                Err(semaphore.clone())
+            }
+        };
+        let own = match take(&self.own, "its own") {
+            Ok(permit) => permit,
+            Err(semaphore) => tokio::select! {
+                () = cancel.cancelled() => return None,
+                permit = semaphore.acquire_owned() => permit.ok()?,
+            },
+        };
+        let shared = match take(&self.shared, "every container's and gateway's together") {
+            Ok(permit) => permit,
+            Err(semaphore) => tokio::select! {
+                () = cancel.cancelled() => return None,
+                permit = semaphore.acquire_owned() => permit.ok()?,
+            },
+        };
+        Some((own, shared))
+    }
+}
+
 fn retire_gateway(gateway: RegisteredGateway) {
     gateway.endpoint.revoke();
     gateway.cancel.cancel();
@@ -409,17 +554,28 @@ fn create_container_socket(folder: &Path, path: &Path, reuse_folder: bool) -> Re
 async fn accept_loop(
     listener: UnixListener,
     origin: Origin,
+    caps: Option<Caps>,
     connections: mpsc::Sender<io::Result<Conn>>,
     cancel: CancellationToken,
 ) {
+    let mut last_told = None;
     loop {
+        let places = match &caps {
+            Some(caps) => match caps.places(&mut last_told, &cancel).await {
+                Some(places) => Some(places),
+                None => return,
+            },
+            None => None,
+        };
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
         match accepted {
             Ok((stream, _)) => {
-                let conn = Conn { stream, origin: origin.clone() };
+                let probation = caps.as_ref().map(|caps| Box::pin(tokio::time::sleep(caps.probation)));
+                let authenticated = Arc::new(AtomicBool::new(false));
+                let conn = Conn { stream, origin: origin.clone(), authenticated, probation, _places: places };
                 if connections.send(Ok(conn)).await.is_err() {
                     return; // The server stopped.
                 }

@@ -197,6 +197,33 @@ impl TestDaemon {
         Ok(messages)
     }
 
+    /// As [`TestDaemon::start`], for a daemon that may hold `descriptors` file descriptors at
+    /// most (soft and hard), as one under systemd's default soft limit of 1,024.
+    pub fn start_with_descriptors(options: DaemonOptions, descriptors: u64) -> Result<TestDaemon> {
+        TestDaemon::start_via(options, Duration::from_secs(30), |data_dir, notify, options| {
+            let mut command = Command::new("prlimit");
+            command.arg(format!("--nofile={descriptors}:{descriptors}")).arg("--").arg(bin("baaahtd"));
+            daemon_environment(&mut command, data_dir, notify, options);
+            command
+        })
+    }
+
+    /// The file descriptors the daemon has open now.
+    pub fn open_descriptors(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(Iterator::count).unwrap_or_default()
+    }
+
+    /// The audit records of `kind` (`baaaht audit --kind KIND --json`).
+    pub fn audit(&self, kind: &str) -> Vec<serde_json::Value> {
+        let output = Command::new(bin("baaaht"))
+            .args(["audit", "--kind", kind, "--json"])
+            .env("BAAAHT_SOCKET", self.socket())
+            .output()
+            .expect("baaaht audit runs");
+        assert!(output.status.success(), "baaaht audit: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).lines().map(|line| serde_json::from_str(line).expect("JSON")).collect()
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.data_dir.join("data/ipc/orchestrator.sock")
     }

@@ -446,6 +446,100 @@ fn a_gateway_names_only_its_own_users_and_its_token_works_only_on_its_socket() {
 }
 
 #[test]
+fn no_gateway_or_user_of_it_can_exhaust_what_the_others_need() {
+    let rt = baaaht_tests::runtime();
+    // As under systemd's default soft limit, with no LimitNOFILE.
+    let daemon = TestDaemon::start_with_descriptors(seeded(""), 1024).expect("daemon");
+    let eve = "slack:T1:UEVE";
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let acme = slack_gateway(&mut host, "acme", "T1").await;
+        let mut client = connect(&acme).await;
+        let own = user(&client.gateways.who_am_i(as_user(eve, None, v1::WhoAmIRequest {})).await.expect("who").into_inner().id);
+
+        // Subscriptions: a user holds 16 at once.
+        let mut held = vec![];
+        for _ in 0..16 {
+            let subscription = v1::EventSubscription { context: Some(own.clone()), ..Default::default() };
+            held.push(client.sessions.subscribe_events(as_user(eve, None, subscription)).await.expect("subscribed"));
+        }
+        let subscription = v1::EventSubscription { context: Some(own.clone()), ..Default::default() };
+        let refused = client.sessions.subscribe_events(as_user(eve, None, subscription)).await.expect_err("17th");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().contains("you have 16 event subscriptions open already"), "{refused:?}");
+        // Another user of the gateway is not held back by her.
+        let bob = "slack:T1:UBOB";
+        let bobs = user(&client.gateways.who_am_i(as_user(bob, None, v1::WhoAmIRequest {})).await.expect("who").into_inner().id);
+        let subscription = v1::EventSubscription { context: Some(bobs), ..Default::default() };
+        client.sessions.subscribe_events(as_user(bob, None, subscription)).await.expect("bob subscribes");
+        // A subscription given up frees its place.
+        held.pop();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let subscription = v1::EventSubscription { context: Some(own.clone()), ..Default::default() };
+            match client.sessions.subscribe_events(as_user(eve, None, subscription)).await {
+                Ok(stream) => break held.push(stream),
+                Err(status) => assert!(std::time::Instant::now() < deadline, "never freed: {status:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        // Uploads: a user sends 4 at once; one left open holds its place only while it sends.
+        let mut open = vec![];
+        let start = |n: usize| v1::UploadChunk {
+            part: Some(v1::upload_chunk::Part::Start(v1::UploadStart {
+                context: Some(own.clone()),
+                filename: format!("f{n}.txt"),
+                ..Default::default()
+            })),
+        };
+        // Uploads are opened and left open one by one until one is refused: a held one never
+        // answers, a refused one at once.
+        let refused = loop {
+            let (sender, receiver) = tokio::sync::mpsc::channel(1);
+            sender.send(start(open.len())).await.expect("start");
+            let mut uploading = client.clone();
+            let request = as_user(eve, None, tokio_stream::wrappers::ReceiverStream::new(receiver));
+            let mut upload = tokio::spawn(async move { uploading.sessions.upload_file(request).await });
+            match tokio::time::timeout(Duration::from_secs(2), &mut upload).await {
+                Ok(answered) => break answered.expect("upload task").expect_err("refused"),
+                Err(_still_open) => open.push((sender, upload)),
+            }
+            assert!(open.len() <= 4, "a fifth upload is held");
+        };
+        assert_eq!((open.len(), refused.code()), (4, Code::ResourceExhausted), "{refused:?}");
+        assert!(refused.message().contains("you have 4 uploads open already"), "{refused:?}");
+        drop(open);
+
+        // Connections: 300 that never authenticate. The gateway's socket takes a few, the
+        // host and the gateway's own connection are served, and those it took are closed once
+        // their probation ends.
+        let socket = acme.socket.clone();
+        let idle: Vec<std::os::unix::net::UnixStream> =
+            (0..300).filter_map(|_| std::os::unix::net::UnixStream::connect(&socket).ok()).collect();
+        assert!(idle.len() > 64, "the backlog takes them: {}", idle.len());
+        client.system.get_status(v1::StatusRequest::default()).await.expect("the gateway's own connection works");
+        host.system.get_status(v1::StatusRequest::default()).await.expect("the host is served");
+        let fds = daemon.open_descriptors();
+        assert!(fds < 300, "the daemon holds {fds} descriptors");
+        // The server's greeting comes first; then the end of the connection.
+        let mut first = &idle[0];
+        first.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        let mut greeting = vec![];
+        let closed = std::io::Read::read_to_end(&mut first, &mut greeting);
+        assert!(
+            !matches!(&closed, Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+            "an idle connection is closed: {closed:?}"
+        );
+    });
+    let limits = daemon.audit("limit");
+    let about = |what: &str| {
+        limits.iter().filter(|r| r["detail"]["limit"].as_str().is_some_and(|l| l.starts_with(what))).count()
+    };
+    assert!(about("event subscriptions") >= 1 && about("uploads") >= 1 && about("connections") >= 1, "{limits:?}");
+}
+
+#[test]
 fn the_web_gateways_id_tokens_are_verified_by_the_daemon() {
     let rt = baaaht_tests::runtime();
     let issuer = rt.block_on(TestIssuer::start()).expect("issuer");

@@ -238,6 +238,60 @@ fn zombies_and_a_fork_bomb_leave_later_calls_working() {
     drop(lingering);
 }
 
+/// Four processes, each opening a thousand connections to the daemon's socket and holding
+/// them for `hold` seconds; prints how many connected.
+fn flood(hold: u32) -> String {
+    let script = format!(
+        "import socket, time\nheld = []\nfor _ in range(1000):\n    s = socket.socket(socket.AF_UNIX)\n    \
+         s.settimeout(0.2)\n    try:\n        s.connect('/run/baaaht/daemon.sock'); held.append(s)\n    \
+         except OSError:\n        s.close()\ntime.sleep({hold})\nprint(len(held))\n"
+    );
+    format!("for i in 1 2 3 4; do python3 -c \"{script}\" & done; wait; echo flooded")
+}
+
+#[test]
+fn a_container_flooding_its_socket_is_held_at_its_cap_and_everyone_else_is_served() {
+    let rt = baaaht_tests::runtime();
+    // As under systemd's default soft limit, with no LimitNOFILE.
+    let daemon = TestDaemon::start_with_descriptors(DaemonOptions::default(), 1024).expect("daemon starts");
+    let (lingering, mut coder) = agent(&daemon, &rt, "coder");
+    rt.block_on(async {
+        // The tool container starts with the first call.
+        run(&mut coder, "exec", json!({"command": "true"})).await;
+        let mut flooding = coder.clone();
+        let flood =
+            tokio::spawn(async move { run(&mut flooding, "exec", json!({"command": flood(12), "timeout": 60})).await });
+        // The daemon tells of the flood: its socket is at its cap.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let records = daemon.audit("limit");
+            if records.iter().any(|r| r["principal"].as_str().is_some_and(|p| p.starts_with("container:tool:"))) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the flood was never noticed: {records:?}\n{}", daemon.log_text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // While it lasts, the host's clients and the other containers are served, and the
+        // daemon holds few descriptors.
+        let status = std::process::Command::new(bin("baaaht"))
+            .arg("status")
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("baaaht status");
+        assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+        let skills = coder.skills.get_skill_manifest(v1::SkillManifestRequest::default()).await;
+        assert!(skills.is_ok(), "the Coder's own socket answers: {skills:?}");
+        let open = daemon.open_descriptors();
+        assert!(open < 300, "the daemon holds {open} descriptors during the flood");
+        let flooded = flood.await.expect("flood");
+        assert!(flooded.content.contains("flooded"), "{}", flooded.content);
+        // After it, the container's calls work again.
+        let after = run(&mut coder, "exec", json!({"command": "echo still working"})).await;
+        assert!(after.content.contains("still working"), "{}", after.content);
+    });
+    drop(lingering);
+}
+
 /// The bytes a file takes on disk.
 fn allocated(path: &Path) -> u64 {
     std::fs::metadata(path).map(|meta| meta.blocks() * 512).unwrap_or(0)

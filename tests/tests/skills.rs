@@ -141,13 +141,6 @@ fn git_server(
     }
 }
 
-/// The audit records of `kind`.
-fn audit(daemon: &TestDaemon, kind: &str) -> Vec<serde_json::Value> {
-    let (ok, out, err) = baaaht(daemon, &["audit", "--kind", kind, "--json"]);
-    assert!(ok, "{err}");
-    out.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect()
-}
-
 #[test]
 fn an_https_repository_is_fetched_through_the_egress_filter_and_a_redirect_to_loopback_is_refused() {
     let temp = tempfile::tempdir().expect("tempdir");
@@ -183,7 +176,7 @@ fn an_https_repository_is_fetched_through_the_egress_filter_and_a_redirect_to_lo
     assert!(ok, "{out}{err}\n{}\n{}", daemon.log_text(), server.log_text());
     assert!(out.starts_with("installed weather-report into users/alice/skills/weather-report"), "{out}");
     assert!(server.log_text().contains("request POST /skills.git/git-upload-pack"), "{}", server.log_text());
-    let records = audit(&daemon, "egress");
+    let records = daemon.audit("egress");
     let allowed: Vec<_> =
         records.iter().filter(|r| r["outcome"] == "allowed" && r["detail"]["purpose"] == "skill install").collect();
     assert!(!allowed.is_empty(), "each connection of the clone is audited: {records:?}");
@@ -266,7 +259,7 @@ fn a_gateways_user_reaches_neither_the_hosts_folders_nor_its_loopback_through_a_
         listener.accept().is_err_and(|error| error.kind() == std::io::ErrorKind::WouldBlock),
         "nothing got through"
     );
-    let refused: Vec<_> = audit(&daemon, "egress").into_iter().filter(|r| r["outcome"] == "refused").collect();
+    let refused: Vec<_> = daemon.audit("egress").into_iter().filter(|r| r["outcome"] == "refused").collect();
     assert_eq!(refused.len(), 3, "{refused:?}");
     assert!(refused.iter().all(|r| r["principal"].as_str().is_some_and(|p| p.starts_with("gateway:work/user:u-"))));
     let log = daemon.log_text();

@@ -9,9 +9,8 @@
 //! Name resolution and outbound connections go through [`Resolver`] and [`Connector`], so the
 //! tests can check every refusal without sending a packet anywhere.
 
-use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
@@ -326,7 +325,7 @@ pub struct WebProxy {
     allowed: Vec<Allowed>,
     resolver: Arc<dyn Resolver>,
     connector: Arc<dyn Connector>,
-    recent: Mutex<HashMap<String, VecDeque<Instant>>>,
+    recent: crate::limits::Rate,
 }
 
 impl std::fmt::Debug for WebProxy {
@@ -367,7 +366,7 @@ impl WebProxy {
             allowed,
             resolver,
             connector,
-            recent: Mutex::new(HashMap::new()),
+            recent: crate::limits::Rate::new(config.rate_limit as usize, Duration::from_secs(60)),
         })
     }
 
@@ -381,23 +380,9 @@ impl WebProxy {
     }
 
     fn take_slot(&self, session: &str) -> Result<(), ProxyError> {
-        if self.per_minute == 0 {
-            return Ok(());
-        }
-        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        let minute = Duration::from_secs(60);
-        recent.retain(|_, times| times.back().is_some_and(|last| now.duration_since(*last) < minute));
-        let times = recent.entry(session.to_string()).or_default();
-        while times.front().is_some_and(|first| now.duration_since(*first) >= minute) {
-            times.pop_front();
-        }
-        if times.len() >= self.per_minute as usize {
-            let retry_after = times.front().map_or(minute, |first| minute.saturating_sub(now.duration_since(*first)));
-            return Err(ProxyError::RateLimited { per_minute: self.per_minute, retry_after });
-        }
-        times.push_back(now);
-        Ok(())
+        self.recent
+            .take(session)
+            .map_err(|retry_after| ProxyError::RateLimited { per_minute: self.per_minute, retry_after })
     }
 
     /// The address to connect to for `target`: resolved once, every candidate checked.
@@ -609,6 +594,7 @@ impl WebProxy {
 mod tests {
     use super::*;
     use crate::config::ByteSize;
+    use std::sync::{Mutex, PoisonError};
 
     /// A resolver answering from a table; any other name does not exist.
     struct Table(Vec<(&'static str, IpAddr)>);

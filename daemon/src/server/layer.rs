@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Instant;
@@ -45,14 +46,16 @@ impl Gate {
                     return Err(if known { AuthError::TokenOnHostSocket } else { AuthError::InvalidToken });
                 }
                 let credentials = peer.credentials.ok_or(AuthError::NoPeerCredentials)?;
-                let peer = self.host_policy.check(credentials.uid(), credentials.gid(), credentials.pid())?;
-                Ok(Caller::Host(peer))
+                let host = self.host_policy.check(credentials.uid(), credentials.gid(), credentials.pid())?;
+                peer.authenticated.store(true, Ordering::Release);
+                Ok(Caller::Host(host))
             }
             Origin::Container(endpoint) => {
                 let token = token.ok_or(AuthError::MissingToken)?;
                 if !endpoint.accepts(token) {
                     return Err(AuthError::InvalidToken);
                 }
+                peer.authenticated.store(true, Ordering::Release);
                 Ok(Caller::Container(endpoint.identity.clone()))
             }
             Origin::Gateway(endpoint) => {
@@ -64,6 +67,8 @@ impl Gate {
                         AuthError::InvalidToken
                     });
                 }
+                // The gateway proved itself; whether it may name its user is another matter.
+                peer.authenticated.store(true, Ordering::Release);
                 let user = self.end_user(&endpoint.record, &headers).await?;
                 Ok(Caller::Gateway(Arc::new(GatewayCaller {
                     gateway: endpoint.record.name.clone(),

@@ -140,6 +140,15 @@ fn own_context(caller: &Caller, named: Option<Context>) -> Result<Context, Statu
     }
 }
 
+/// `caller` stopped at a limit of `what` (`why` says which and what to do): audited, and the
+/// sentence for the caller.
+fn limited(shared: &Shared, caller: &Caller, what: &str, why: String) -> Status {
+    tracing::warn!(principal = %crate::audit::principal(caller), limit = what, %why, "a caller is at a limit");
+    let record = crate::audit::Record::by(crate::audit::Kind::Limit, caller, "refused");
+    shared.audit.record(record.detail("limit", what).detail("reason", why.as_str()));
+    Status::resource_exhausted(why)
+}
+
 fn role_of(value: i32) -> Result<Option<crate::auth::Role>, Status> {
     crate::convert::role_of(value).map_err(Status::invalid_argument)
 }

@@ -13,7 +13,7 @@ use crate::orchestrator::OrchestratorError;
 use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
 use crate::Shared;
 
-use super::{caller, check, context_of, own_context, until_shutdown};
+use super::{caller, check, context_of, limited, own_context, until_shutdown};
 
 impl From<SessionError> for Status {
     fn from(error: SessionError) -> Status {
@@ -149,6 +149,8 @@ pub(super) fn channel_name(channel: i32) -> Option<String> {
 
 /// How long an upload may take from its first byte to its last.
 const UPLOAD_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+/// How long an upload may send nothing.
+const UPLOAD_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An upload's failure for the caller: the sentence when it is about the file or the session's
 /// room, the log's for anything else.
@@ -327,7 +329,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         request: Request<v1::EventSubscription>,
     ) -> Result<Response<Self::SubscribeEventsStream>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(
+        let caller = check(
             &self.shared,
             &request,
             Operation::SubscribeEvents,
@@ -338,14 +340,25 @@ impl v1::sessions_server::Sessions for SessionsService {
         let subscription = request.into_inner();
         let session = subscription.session_id;
         let channel = channel_name(subscription.channel);
+        let held = self
+            .shared
+            .limits
+            .subscriptions
+            .take(&crate::limits::Limits::subscription_keys(&caller))
+            .map_err(|why| limited(&self.shared, &caller, "event subscriptions", why))?;
         let mut events = self.shared.events.subscribe();
         // The channel counts as connected (for the scheduler's notices) while it follows.
         let connected = channel.map(|channel| self.shared.events.connect(&context, &channel));
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
         tokio::spawn(async move {
-            let _connected = connected;
+            let (_connected, _held) = (connected, held);
             loop {
-                let event = match events.recv().await {
+                // A subscriber that went away is let go at once, not at its context's next event.
+                let received = tokio::select! {
+                    () = sender.closed() => return,
+                    received = events.recv() => received,
+                };
+                let event = match received {
                     Ok((target, event)) if target == context && (session.is_empty() || event.session_id == session) => {
                         event
                     }
@@ -481,12 +494,28 @@ impl v1::sessions_server::Sessions for SessionsService {
         if start.size_bytes > max {
             return Err(upload_status(crate::uploads::UploadError::TooLarge(max)));
         }
+        // An upload holds a file and the session's workspace open: a user and a gateway hold
+        // a few at a time, and each must keep sending.
+        let _held = self
+            .shared
+            .limits
+            .uploads
+            .take(&crate::limits::Limits::upload_keys(&caller))
+            .map_err(|why| limited(&self.shared, &caller, "uploads", why))?;
         let (workspaces, session) = (self.shared.workspaces.clone(), record.id.clone());
         let begun = tokio::task::spawn_blocking(move || crate::uploads::Upload::begin(workspaces, &session, max));
         let mut upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
         // Disk writes, and the unmount that letting go of the workspace may take, are blocking.
         let received = async {
-            while let Some(chunk) = request.get_mut().message().await? {
+            loop {
+                let next = tokio::time::timeout(UPLOAD_IDLE_LIMIT, request.get_mut().message()).await;
+                let Ok(next) = next else {
+                    return Err(Status::deadline_exceeded(format!(
+                        "the upload sent nothing for {} s; send it again",
+                        UPLOAD_IDLE_LIMIT.as_secs()
+                    )));
+                };
+                let Some(chunk) = next? else { break };
                 let Some(Part::Data(bytes)) = chunk.part else {
                     return Err(Status::invalid_argument("only an upload's first message is its UploadStart"));
                 };
