@@ -678,8 +678,11 @@ fn system_prompt(config: &v1::AgentConfig) -> String {
         parts.push(format!("# What you remember\n{}", lines.join("\n")));
     }
     if let Some(manifest) = config.skills.as_ref().filter(|m| !m.skills.is_empty()) {
-        let mut text =
-            String::from("# Skills\nInstructions for these tasks exist; read one with read_skill when it applies.\n");
+        let mut text = String::from(
+            "# Skills\nInstructions for these tasks exist; read one with read_skill when it applies. A skill's \
+             scripts are in /skills/NAME/scripts/: run one with exec's `script` and `args` (not through a shell \
+             command), so it gets the secrets its skill declares.\n",
+        );
         for skill in &manifest.skills {
             text.push_str(&format!("- {}: {}\n", skill.name, skill.description.trim()));
         }

@@ -299,13 +299,70 @@ impl SecretStore {
     }
 }
 
-/// Replaces every `${NAME}` in `text` with the secret `NAME`, else the environment variable
-/// `NAME` (spec §16.2); a reference found in neither is an error naming it.
+/// Whose file names a secret: the system's own (`config/`, written by an admin) or a user's
+/// or group's (`users/{id}/…`, `groups/{id}/…`, which their owners or their skills write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Referrer {
+    System,
+    Context,
+}
+
+/// Which secrets a file may name: an LLM provider's key never (it never leaves the daemon);
+/// a user's or group's own file only those the admin listed in `secrets.user_usable`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rules {
+    user_usable: std::collections::BTreeSet<String>,
+    provider_keys: std::collections::BTreeSet<String>,
+}
+
+impl Rules {
+    pub fn of(loaded: &crate::config::LoadedConfig) -> Rules {
+        Rules {
+            user_usable: loaded.config.secrets.user_usable.iter().cloned().collect(),
+            provider_keys: provider_key_names(&loaded.providers),
+        }
+    }
+
+    /// Whether `name` may be named by `referrer`'s file; why not, in a sentence.
+    pub fn check(&self, name: &str, referrer: Referrer) -> Result<(), String> {
+        if self.provider_keys.contains(name) {
+            return Err(format!(
+                "`${{{name}}}` is an LLM provider's key: it never leaves the daemon (agents reach the model through \
+                 it); give the server a key of its own"
+            ));
+        }
+        if referrer == Referrer::Context && !self.user_usable.contains(name) {
+            return Err(format!(
+                "`${{{name}}}` is not a secret users' and groups' own servers and skills may use; an admin can list it \
+                 in config.yaml under secrets.user_usable"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The names an LLM provider's key goes by: those providers.yaml refers to, and each
+/// built-in provider's `{NAME}_API_KEY`.
+pub fn provider_key_names(providers: &crate::config::ProvidersConfig) -> std::collections::BTreeSet<String> {
+    let mut names: std::collections::BTreeSet<String> = crate::config::BUILT_IN_PROVIDERS
+        .iter()
+        .map(|provider| format!("{}_API_KEY", provider.to_ascii_uppercase()))
+        .collect();
+    for (_, entry) in providers.providers.configured() {
+        for text in [entry.api_key.as_deref(), entry.api_base.as_deref()].into_iter().flatten() {
+            names.extend(reference_names(text).map(str::to_string));
+        }
+    }
+    names
+}
+
 /// The names `text` refers to as `${NAME}`.
 pub fn reference_names(text: &str) -> impl Iterator<Item = &str> {
     text.split("${").skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
 }
 
+/// Replaces every `${NAME}` in `text` with the secret `NAME`, else the environment variable
+/// `NAME` (spec §16.2); a reference found in neither is an error naming it.
 pub fn resolve_references(
     text: &str,
     secrets: Option<&Secrets>,

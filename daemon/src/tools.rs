@@ -23,7 +23,7 @@ pub const WORKSPACE: &str = "/workspace";
 /// Where its context's IPC folder (`data/ipc/{context}`) is mounted.
 pub const IPC_MOUNT: &str = "/ipc";
 /// Where the skills' `scripts/` folders are mounted, read-only, one per skill.
-pub const SKILLS_MOUNT: &str = "/skills";
+pub use baaaht_proto::SKILLS_MOUNT;
 /// How long a new runner may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -41,8 +41,24 @@ pub const ID_TOKEN_HEADER: &str = "x-baaaht-id-token";
 /// Environment variable through which a container receives its bearer token.
 pub const CONTAINER_TOKEN_ENV: &str = "BAAAHT_CONTAINER_TOKEN";
 
-/// An error and its causes as one line, "outer: inner: root", for the single place each
-/// program prints an error.
+/// Where a tool container finds the skills' scripts: `/skills/{skill}/scripts/…`, read-only.
+pub const SKILLS_MOUNT: &str = "/skills";
+
+/// The skill whose script `path` is — `/skills/{skill}/scripts/{file…}`, with no empty, `.` or
+/// `..` part — if it is one. The daemon gives a run of that path its skill's secrets; the
+/// tool runner runs exactly that path.
+pub fn skill_of_script(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix(SKILLS_MOUNT)?.strip_prefix('/')?;
+    let mut parts = rest.split('/');
+    let skill = parts.next()?;
+    if parts.next()? != "scripts" {
+        return None;
+    }
+    let file: Vec<&str> = parts.collect();
+    let plain = |part: &str| !part.is_empty() && part != "." && part != ".." && !part.contains('\0');
+    (plain(skill) && !file.is_empty() && file.iter().all(|part| plain(part))).then_some(skill)
+}
+
 /// A size as people read it, in decimal units: `512 bytes`, `12.3 KB`, `4.0 MB` (what the
 /// daemon and the gateways tell users of files).
 pub fn human_size(bytes: u64) -> String {
@@ -54,6 +70,8 @@ pub fn human_size(bytes: u64) -> String {
     }
 }
 
+/// An error and its causes as one line, "outer: inner: root", for the single place each
+/// program prints an error.
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -62,4 +80,25 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_skill_script_is_a_plain_path_under_its_skills_scripts() {
+        assert_eq!(super::skill_of_script("/skills/weather/scripts/show.sh"), Some("weather"));
+        assert_eq!(super::skill_of_script("/skills/weather/scripts/lib/util.py"), Some("weather"));
+        for not in [
+            "/skills/weather/show.sh",
+            "/skills/weather/scripts/",
+            "/skills/weather/scripts/../../etc/passwd",
+            "/skills/../workspace/scripts/x.sh",
+            "/skills//scripts/x.sh",
+            "skills/weather/scripts/x.sh",
+            "/skillsx/weather/scripts/x.sh",
+            "/workspace/x.sh",
+        ] {
+            assert_eq!(super::skill_of_script(not), None, "{not}");
+        }
+    }
 }

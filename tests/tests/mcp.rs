@@ -448,9 +448,13 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
     let rt = baaaht_tests::runtime();
     let mcp =
         "servers:\n  crash:\n    command: sh\n    args: [-c, 'echo cannot start >&2; exit 3']\n    roles: [coder]\n";
-    let daemon =
-        TestDaemon::start(DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() })
-            .expect("daemon");
+    // NOTES_KEY is a secret users' own servers may name; no other is.
+    let config = "secrets:\n  user_usable: [NOTES_KEY]\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/mcp.yaml".into(), mcp.into()), ("config/config.yaml".into(), config.into())],
+        ..Default::default()
+    })
+    .expect("daemon");
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
     // Calls until one is turned away by the backoff (on a busy machine a call may come after
     // a pause has passed, and start the server again).
@@ -510,6 +514,24 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
         .expect("baaaht mcp add");
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success() && said.contains("server `bad`: role `assistant` is not one of"), "{said}");
+    // A user's server may name only the secrets an admin let users name, and never a provider's key.
+    for (env, why) in [
+        ("K=${ANTHROPIC_API_KEY}", "`${ANTHROPIC_API_KEY}` is an LLM provider's key: it never leaves the daemon"),
+        ("K=Bearer ${OTHER_KEY}", "`${OTHER_KEY}` is not a secret users' and groups' own servers and skills may use"),
+    ] {
+        let refused = std::process::Command::new(baaaht_tests::bin("baaaht"))
+            .args(["mcp", "add", "leaky", "--command", "x", "--env", env, "--user", "alice"])
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("baaaht mcp add");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success()
+                && said.contains(why)
+                && said.contains("secrets.user_usable") == env.contains("OTHER"),
+            "{said}"
+        );
+    }
     assert_eq!(baaaht_mcp(&daemon, &["rm", "notes", "--user", "alice"]), "removed notes\n");
     assert!(!baaaht_mcp(&daemon, &["list", "--user", "alice"]).contains("notes"));
     let again = std::process::Command::new(baaaht_tests::bin("baaaht"))
@@ -519,4 +541,46 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
         .expect("baaaht mcp rm");
     let said = String::from_utf8_lossy(&again.stderr);
     assert!(!again.status.success() && said.contains("no server `notes`"), "{said}");
+}
+
+/// A user's mcp.yaml written by hand (as a skill or a person with the folder could) that names
+/// a provider's key or a secret no admin let users name: its server is not started, and the
+/// value goes nowhere.
+#[test]
+fn a_users_own_server_never_gets_a_provider_key_or_an_unlisted_secret() {
+    let rt = baaaht_tests::runtime();
+    let script = serde_json::to_string(NET_SERVER).expect("JSON");
+    let mcp = format!(
+        "servers:\n  leaky:\n    command: bash\n    args: [-c, {script}]\n    env: {{K: '${{ANTHROPIC_API_KEY}}'}}\n    roles: [coder]\n  \
+         nosy:\n    command: bash\n    args: [-c, {script}]\n    env: {{K: '${{HOME}}'}}\n    roles: [coder]\n"
+    );
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("users/baaaht-self-test/mcp.yaml".into(), mcp)],
+        env: vec![("ANTHROPIC_API_KEY".into(), "sk-ant-canary-0042".into())],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        for (server, why) in [
+            ("leaky", "`${ANTHROPIC_API_KEY}` is an LLM provider's key"),
+            ("nosy", "`${HOME}` is not a secret users' and groups' own servers and skills may use"),
+        ] {
+            let answer = agent.agents.request_tool_execution(call(&format!("mcp__{server}__env"))).await;
+            let text = match answer {
+                Ok(answer) => answer.into_inner().content,
+                Err(status) => status.message().to_string(),
+            };
+            assert!(text.contains(why) && !text.contains("sk-ant-canary-0042"), "{server}: {text}");
+        }
+    });
+    let inspected = baaaht_tests::docker(&["ps", "-aq"]).expect("ps");
+    for id in inspected.lines() {
+        let config = baaaht_tests::docker(&["inspect", id]).unwrap_or_default();
+        assert!(!config.contains("sk-ant-canary-0042"), "a container holds the provider's key");
+    }
+    let refused: Vec<_> = daemon.audit("secret").into_iter().filter(|r| r["outcome"] == "refused").collect();
+    assert!(refused.iter().any(|r| r["detail"]["name"] == "ANTHROPIC_API_KEY"), "{refused:?}");
+    drop(coder);
 }

@@ -313,13 +313,19 @@ fn a_skill_with_packages_gets_a_layer_its_contexts_tool_containers_run_on() {
 }
 
 #[test]
-fn a_skills_env_reaches_only_the_commands_that_run_its_scripts() {
-    let skill = "---\nname: weather\ndescription: Reads the forecast.\naddons:\n  env:\n    - WEATHER_KEY\n---\n";
+fn a_skills_secrets_reach_only_a_run_of_its_script_and_only_those_an_admin_let_users_name() {
+    let skill = "---\nname: weather\ndescription: Reads the forecast.\naddons:\n  env:\n    - WEATHER_KEY\n    - ANTHROPIC_API_KEY\n    - OTHER_KEY\n---\n";
+    let show = "echo \"key=[$WEATHER_KEY] provider=[$ANTHROPIC_API_KEY] other=[$OTHER_KEY] args=[$*]\"\n";
     let daemon = TestDaemon::start(DaemonOptions {
-        env: vec![("WEATHER_KEY".into(), "wk-5f1c9a".into())],
+        env: vec![
+            ("WEATHER_KEY".into(), "wk-5f1c9a".into()),
+            ("ANTHROPIC_API_KEY".into(), "sk-ant-canary".into()),
+            ("OTHER_KEY".into(), "other-canary".into()),
+        ],
         files: vec![
+            ("config/config.yaml".into(), "secrets:\n  user_usable: [WEATHER_KEY]\n".into()),
             ("users/baaaht-self-test/skills/weather/SKILL.md".into(), skill.into()),
-            ("users/baaaht-self-test/skills/weather/scripts/show.sh".into(), "echo \"key=[$WEATHER_KEY]\"\n".into()),
+            ("users/baaaht-self-test/skills/weather/scripts/show.sh".into(), show.into()),
         ],
         ..DaemonOptions::default()
     })
@@ -328,22 +334,26 @@ fn a_skills_env_reaches_only_the_commands_that_run_its_scripts() {
     let coder = daemon.lingering_agent("coder", Some("env-session"), &[]).expect("coder");
     rt.block_on(async {
         let agent = baaaht_proto::client::connect(&coder.socket, coder.options()).await.expect("connect");
-        let exec = |command: &str| {
+        let exec = |params: serde_json::Value| {
             let request = baaaht_proto::v1::ToolRequest {
                 tool: "exec".into(),
-                params_json: serde_json::json!({ "command": command }).to_string(),
+                params_json: params.to_string(),
                 ..Default::default()
             };
             let mut agent = agent.clone();
             async move { agent.agents.request_tool_execution(request).await.expect("exec").into_inner().content }
         };
-        assert!(
-            exec("sh /skills/weather/scripts/show.sh").await.contains("key=[wk-5f1c9a]"),
-            "the skill's script gets it"
-        );
-        assert!(exec("echo \"key=[$WEATHER_KEY]\"").await.contains("key=[]"), "another command does not");
-        let both = exec("sh /skills/weather/scripts/show.sh; ls /skills/code-review/scripts 2>/dev/null").await;
-        assert!(both.contains("key=[]"), "a command naming two skills' scripts gets neither's: {both}");
+        let run = exec(serde_json::json!({"script": "/skills/weather/scripts/show.sh", "args": ["Berlin; id"]})).await;
+        assert!(run.contains("key=[wk-5f1c9a]"), "the skill's script gets the secret it may have: {run}");
+        assert!(run.contains("provider=[] other=[]"), "a provider's key and an unlisted one it never gets: {run}");
+        assert!(run.contains("args=[Berlin; id]"), "its arguments are arguments, not commands: {run}");
+        // A command that merely names the script, even in a comment, gets nothing.
+        for command in
+            ["sh /skills/weather/scripts/show.sh", "echo \"key=[$WEATHER_KEY]\" # /skills/weather/scripts/show.sh"]
+        {
+            let output = exec(serde_json::json!({ "command": command })).await;
+            assert!(output.contains("key=[]") && !output.contains("wk-5f1c9a"), "{command}: {output}");
+        }
     });
     let tool =
         daemon.recorded_containers().into_iter().find(|name| name.starts_with("baaaht-tool-")).expect("tool container");
@@ -352,4 +362,7 @@ fn a_skills_env_reaches_only_the_commands_that_run_its_scripts() {
     let agent_config = baaaht_tests::docker(&["inspect", &coder.name]).expect("inspect");
     assert!(!agent_config.contains("wk-5f1c9a"), "nor in the agent's");
     drop(coder);
+    let refused: Vec<_> = daemon.audit("secret").into_iter().filter(|r| r["outcome"] == "refused").collect();
+    let names: Vec<&str> = refused.iter().filter_map(|r| r["detail"]["name"].as_str()).collect();
+    assert!(names.contains(&"ANTHROPIC_API_KEY") && names.contains(&"OTHER_KEY"), "{refused:?}");
 }

@@ -1,7 +1,12 @@
-//! `exec`: `sh -c COMMAND` in the workspace, with a clean environment (nothing of the runner's,
-//! so no token), its own process group, a timeout, and stdout and stderr each capped with a
-//! truncation marker. The runner kills whatever the command left behind after each call
-//! ([`crate::runner`]); here the process group is killed at the timeout.
+//! `exec`: `sh -c COMMAND` in the workspace, or a skill's script (`script`, `args`) run by
+//! itself, with a clean environment (nothing of the runner's, so no token), its own process
+//! group, a timeout, and stdout and stderr each capped with a truncation marker. The runner
+//! kills whatever the command left behind after each call ([`crate::runner`]); here the
+//! process group is killed at the timeout.
+//!
+//! What the daemon sends with a call (a skill's `addons.env`) goes only to a run of that
+//! skill's script, never to a shell command: the script is run by path, with its arguments
+//! as arguments, so nothing else can run in its process.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt as _;
@@ -65,19 +70,34 @@ pub fn exec(
     max_timeout: Duration,
     extra_env: &std::collections::HashMap<String, String>,
 ) -> Result<ToolOutput, ToolError> {
-    let command = params.string("command")?;
-    if command.trim().is_empty() {
-        return Err(ToolError::Param { name: "command", problem: "is empty".into() });
-    }
+    let mut command = match (params.optional_string("command")?, params.optional_string("script")?) {
+        (Some(command), None) => {
+            if command.trim().is_empty() {
+                return Err(ToolError::Param { name: "command", problem: "is empty".into() });
+            }
+            if !extra_env.is_empty() {
+                return Err(ToolError::Failed(
+                    "a skill's secrets go only to a run of its script (exec with `script`), never to a command".into(),
+                ));
+            }
+            let mut shell = Command::new("/bin/sh");
+            shell.arg("-c").arg(command);
+            shell
+        }
+        (None, Some(script)) => skill_script(script, &strings(params, "args")?)?,
+        (Some(_), Some(_)) => {
+            return Err(ToolError::Param { name: "command", problem: "give either command or script, not both".into() })
+        }
+        (None, None) => return Err(ToolError::Param { name: "command", problem: "is required (or script)".into() }),
+    };
     let timeout = params
         .optional_u64("timeout")?
         .map_or(max_timeout, |seconds| Duration::from_secs(seconds.max(1)).min(max_timeout));
     let workspace = mounts.default_root().ok_or_else(|| ToolError::Failed("no workspace is mounted".into()))?;
     let started = Instant::now();
+    let program = command.get_program().to_string_lossy().into_owned();
     let mut spawned = crate::reaper::spawn(
-        Command::new("/bin/sh")
-            .arg("-c")
-            .arg(command)
+        command
             .current_dir(&workspace.at)
             .env_clear()
             .envs(ENVIRONMENT.iter().copied())
@@ -87,7 +107,7 @@ pub fn exec(
             .stderr(Stdio::piped())
             .process_group(0),
     )
-    .map_err(|error| ToolError::Failed(format!("cannot start /bin/sh: {error}")))?;
+    .map_err(|error| ToolError::Failed(format!("cannot start {program}: {error}")))?;
     let group = spawned.id();
     let stdout =
         drain(spawned.child.stdout.take().ok_or_else(|| ToolError::Failed("no stdout pipe".into()))?, OUTPUT_CAP);
@@ -136,6 +156,58 @@ pub fn exec(
     })
 }
 
+/// The strings of parameter `name` (an array of strings), none when it is absent.
+fn strings(params: &Params<'_>, name: &'static str) -> Result<Vec<String>, ToolError> {
+    match params.0.get(name) {
+        None | Some(serde_json::Value::Null) => Ok(vec![]),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| ToolError::Param { name, problem: format!("must hold strings, not {item}") })
+            })
+            .collect(),
+        Some(other) => Err(ToolError::Param { name, problem: format!("must be a list of strings, not {other}") }),
+    }
+}
+
+/// The command that runs skill script `path` with `args`: by the interpreter its `#!` line
+/// names (else `/bin/sh`), the script's own path and no shell between. `path` must be a
+/// skill's script (`/skills/{skill}/scripts/…`, read-only in the container) and no part of it
+/// a link.
+fn skill_script(path: &str, args: &[String]) -> Result<Command, ToolError> {
+    let not_a_script = |problem: String| ToolError::Param { name: "script", problem };
+    if baaaht_proto::skill_of_script(path).is_none() {
+        return Err(not_a_script(format!("`{path}` is not a skill's script (/skills/NAME/scripts/FILE)")));
+    }
+    let mut walked = std::path::PathBuf::from("/");
+    for part in std::path::Path::new(path).components().skip(1) {
+        walked.push(part);
+        let meta = std::fs::symlink_metadata(&walked)
+            .map_err(|error| not_a_script(format!("`{}`: {error}", walked.display())))?;
+        if meta.file_type().is_symlink() {
+            return Err(not_a_script(format!("`{}` is a link", walked.display())));
+        }
+    }
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(path)
+        .and_then(|mut file| file.read(&mut head))
+        .map_err(|error| not_a_script(format!("cannot read `{path}`: {error}")))?;
+    let first_line = head[..read].split(|byte| *byte == b'\n').next().unwrap_or_default();
+    let interpreter: Vec<String> = match first_line.strip_prefix(b"#!") {
+        Some(line) => String::from_utf8_lossy(line).split_whitespace().map(str::to_string).collect(),
+        None => vec![],
+    };
+    let (program, leading) = match interpreter.split_first() {
+        Some((program, leading)) => (program.clone(), leading.to_vec()),
+        None => ("/bin/sh".to_string(), vec![]),
+    };
+    let mut command = Command::new(program);
+    command.args(leading).arg(path).args(args);
+    Ok(command)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -150,14 +222,21 @@ mod tests {
     }
 
     #[test]
-    fn the_daemons_env_reaches_this_command_only() {
+    fn the_daemons_env_never_reaches_a_command_and_a_script_must_be_a_skills() {
         let temp = tempfile::tempdir().expect("tempdir");
         let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
         let params = json!({"command": "echo \"key=[$GH_TOKEN]\""});
         let env = [("GH_TOKEN".to_string(), "ghp_x".to_string())].into_iter().collect();
-        let output = exec(&Params(&params), &mounts, Duration::from_secs(5), &env).expect("runs");
-        assert!(output.content.contains("key=[ghp_x]"), "{}", output.content);
+        let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env).expect_err("a command");
+        assert!(refused.to_string().contains("never to a command"), "{refused}");
         assert!(run("echo \"key=[$GH_TOKEN]\"", 5).content.contains("key=[]"));
+        for script in ["/workspace/x.sh", "/skills/w/scripts/../../tmp/x.sh", "/skills/w/x.sh"] {
+            let params = json!({"script": script});
+            let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env).expect_err(script);
+            assert!(refused.to_string().contains("is not a skill's script"), "{refused}");
+        }
+        let both = json!({"script": "/skills/w/scripts/x.sh", "command": "id"});
+        assert!(exec(&Params(&both), &mounts, Duration::from_secs(5), &env).is_err());
     }
 
     #[test]

@@ -143,9 +143,14 @@ pub fn definitions() -> Vec<Definition> {
         },
         Definition {
             name: "exec",
-            description: "Run a shell command (sh -c) in /workspace without network; stdout and stderr are capped at 32 KiB each.",
-            parameters: json!({"type": "object", "required": ["command"], "additionalProperties": false, "properties": {
-                "command": {"type": "string"},
+            description:
+                "Run a shell command (sh -c) in /workspace without network, or one of a skill's scripts: give \
+                          `script` (its path, /skills/NAME/scripts/FILE) and `args` instead of `command`, and it runs \
+                          with the secrets its skill declares. stdout and stderr are capped at 32 KiB each.",
+            parameters: json!({"type": "object", "additionalProperties": false, "properties": {
+                "command": {"type": "string", "description": "a shell command; or give script instead"},
+                "script": {"type": "string", "description": "a skill's script to run by itself, /skills/NAME/scripts/FILE"},
+                "args": {"type": "array", "items": {"type": "string"}, "description": "the script's arguments"},
                 "timeout": {"type": "integer", "minimum": 1, "description": "seconds; at most the configured limit (60 by default)"},
             }}),
         },

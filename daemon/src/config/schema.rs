@@ -26,6 +26,16 @@ pub struct Config {
     pub budgets: BudgetsConfig,
     pub audit: AuditConfig,
     pub otel: OtelConfig,
+    pub secrets: SecretsConfig,
+}
+
+/// Which secrets of the store (`baaahtd secrets set NAME`) users' and groups' own mcp.yaml
+/// servers and skills may name. The system's own may name any; an LLM provider's key can
+/// never be named by any of them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretsConfig {
+    pub user_usable: Vec<String>,
 }
 
 /// Spending limits per user and per group (DESIGN.md §9.3): tokens and cost per day and per

@@ -135,6 +135,21 @@ pub(super) async fn put(shared: &Shared, request: v1::PutMcpServerRequest) -> Re
         system: request.system,
         ..Default::default()
     })?;
+    // The secrets its env names must be ones its file may name (checked again at each start).
+    if let Ok(server) = serde_yaml::from_str::<config::ServerConfig>(&request.yaml) {
+        let rules = crate::secrets::Rules::of(&shared.loaded);
+        let referrer = match scope {
+            Scope::System => crate::secrets::Referrer::System,
+            Scope::Context(_) => crate::secrets::Referrer::Context,
+        };
+        for (variable, reference) in &server.env {
+            for name in crate::secrets::reference_names(reference) {
+                rules
+                    .check(name, referrer)
+                    .map_err(|why| Status::invalid_argument(format!("env {variable}: {why}")))?;
+            }
+        }
+    }
     let file = config::file_of(shared.data_dir.root(), &scope);
     let (name, yaml) = (request.name.clone(), request.yaml.clone());
     let written_scope = scope.clone();

@@ -62,14 +62,24 @@ pub(super) async fn request(
     if tool == "exec" {
         let params: serde_json::Value = serde_json::from_str(&message.params_json)
             .map_err(|error| Status::invalid_argument(format!("params_json is not JSON: {error}")))?;
-        let text = params["command"].as_str().unwrap_or_default();
-        if let Err(error) = shared.policy.validate_exec_command(text) {
-            let record = audit(Kind::Policy, "refused").detail("tool", tool).detail("command", text);
+        // A shell command, or a skill's script by itself (which alone gets its skill's secrets).
+        let script = params["script"].as_str();
+        let text = match script {
+            Some(script) => {
+                let args = params["args"].as_array().into_iter().flatten().filter_map(|arg| arg.as_str());
+                std::iter::once(script).chain(args).collect::<Vec<_>>().join(" ")
+            }
+            None => params["command"].as_str().unwrap_or_default().to_string(),
+        };
+        if let Err(error) = shared.policy.validate_exec_command(&text) {
+            let record = audit(Kind::Policy, "refused").detail("tool", tool).detail("command", text.as_str());
             shared.audit.record(record.detail("reason", error.to_string()));
             return Err(Status::permission_denied(error.to_string()));
         }
-        env = skill_env(shared, &caller, &correlation_id, text);
-        command = Some(text.to_string());
+        if let Some(script) = script {
+            env = skill_env(shared, &caller, &correlation_id, script);
+        }
+        command = Some(text);
     }
     debug_assert_ne!(identity.role, Role::Tool);
     let timeout = timeout_of(shared, tool, message.timeout_seconds);
@@ -161,12 +171,25 @@ pub(super) fn mcp_env(
     server: &crate::mcp::config::Server,
 ) -> Result<Vec<(String, String)>, Status> {
     let mut env = vec![];
+    let rules = crate::secrets::Rules::of(&shared.loaded);
+    let referrer = match server.scope {
+        crate::mcp::config::Scope::System => crate::secrets::Referrer::System,
+        crate::mcp::config::Scope::Context(_) => crate::secrets::Referrer::Context,
+    };
     for (name, reference) in &server.config.env {
+        let refused =
+            |why: String| Status::failed_precondition(format!("MCP server `{}`: env {name}: {why}", server.name));
+        for secret in crate::secrets::reference_names(reference) {
+            if let Err(why) = rules.check(secret, referrer) {
+                let record = Record::by(Kind::Secret, caller, "refused").correlation(correlation_id);
+                let record = record.detail("name", secret).detail("mcp_server", server.name.as_str());
+                shared.audit.record(record.detail("reason", why.as_str()));
+                return Err(refused(why));
+            }
+        }
         let resolved =
             crate::secrets::resolve_references(reference, shared.secrets.as_deref(), |n| std::env::var(n).ok());
-        let value = resolved.map_err(|error| {
-            Status::failed_precondition(format!("MCP server `{}`: env {name}: {error}", server.name))
-        })?;
+        let value = resolved.map_err(|error| refused(error.to_string()))?;
         for secret in crate::secrets::reference_names(reference) {
             let record = Record::by(Kind::Secret, caller, "read").correlation(correlation_id);
             shared.audit.record(record.detail("name", secret).detail("mcp_server", server.name.as_str()));
@@ -255,37 +278,40 @@ pub(super) async fn mcp_definitions(
     found.into_iter().flat_map(|(_, definitions)| definitions).collect()
 }
 
-/// The `addons.env` of the one skill whose scripts `command` runs (`/skills/{name}/scripts/…`,
-/// a skill `context` sees), from the secrets store or else the daemon's environment; empty for
-/// any other command (one that names two skills' scripts gets neither's).
+/// The `addons.env` of the skill whose script `script` is (`/skills/{name}/scripts/…`, a skill
+/// `context` sees), the secrets its skill's scope may name (`secrets::Rules`), from the
+/// secrets store or else the daemon's environment. The runner gives them to that script's run
+/// only: a shell command never gets any.
 fn skill_env(
     shared: &Shared,
     caller: &Caller,
     correlation_id: &str,
-    command: &str,
+    script: &str,
 ) -> std::collections::HashMap<String, String> {
     let Caller::Container(identity) = caller else { return std::collections::HashMap::new() };
     let context = &identity.context;
     let mut env = std::collections::HashMap::new();
-    let prefix = format!("{}/", crate::tools::SKILLS_MOUNT);
-    let mut named = std::collections::BTreeSet::new();
-    for (index, _) in command.match_indices(&prefix) {
-        if let Some((name, after)) = command[index + prefix.len()..].split_once('/') {
-            if after.starts_with("scripts/") || after == "scripts" || after.starts_with("scripts ") {
-                named.insert(name);
-            }
-        }
-    }
-    let (Some(name), 1) = (named.first(), named.len()) else { return env };
+    let Some(name) = baaaht_proto::skill_of_script(script) else { return env };
     let skills = crate::skills::manifest(shared.data_dir.root(), &shared.loaded.config.skills.directories, context);
-    let Some(found) = skills.iter().find(|found| found.skill.name == *name) else { return env };
+    let Some(found) = skills.iter().find(|found| found.skill.name == name) else { return env };
+    let rules = crate::secrets::Rules::of(&shared.loaded);
+    let referrer = match found.scope {
+        crate::skills::Scope::System => crate::secrets::Referrer::System,
+        crate::skills::Scope::User | crate::skills::Scope::Group => crate::secrets::Referrer::Context,
+    };
     for variable in &found.skill.addons.env {
+        if let Err(why) = rules.check(variable, referrer) {
+            tracing::warn!(skill = %name, variable = %variable, %why, "a skill's addons.env variable is not given");
+            let record = Record::by(Kind::Secret, caller, "refused").correlation(correlation_id);
+            shared.audit.record(record.detail("name", variable.as_str()).detail("skill", name).detail("reason", why));
+            continue;
+        }
         let reference = format!("${{{variable}}}");
         match crate::secrets::resolve_references(&reference, shared.secrets.as_deref(), |n| std::env::var(n).ok()) {
             Ok(value) => {
                 env.insert(variable.clone(), value.to_string());
                 let record = Record::by(Kind::Secret, caller, "read").correlation(correlation_id);
-                shared.audit.record(record.detail("name", variable.as_str()).detail("skill", *name));
+                shared.audit.record(record.detail("name", variable.as_str()).detail("skill", name));
             }
             Err(_) => tracing::warn!(
                 skill = %name,
