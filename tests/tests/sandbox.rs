@@ -460,6 +460,23 @@ fn config_check_refuses_what_would_open_the_sandbox() {
             "the data dir",
         ),
     ];
+    let system = [
+        ("/proc", "/proc"),
+        ("/sys/fs/cgroup", "/sys"),
+        ("/dev", "/dev"),
+        ("/etc", "/etc"),
+        ("/var/lib/docker/volumes", "/var/lib/docker"),
+        ("/var/lib", "/var/lib/docker"),
+        ("/run/containerd/containerd.sock", "/run"),
+    ]
+    .map(|(host, says)| {
+        (
+            "mount-allowlist.json",
+            format!(r#"{{"allowedMounts": [{{"hostPath": "{host}", "containerPath": "/project/d"}}]}}"#),
+            says,
+        )
+    });
+    let cases = cases.into_iter().chain(system);
     for (file, text, says) in cases {
         let (code, stderr) = check(file, &text);
         assert_eq!(code, Some(78), "{file}: {text}: {stderr}");

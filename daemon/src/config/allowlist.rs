@@ -34,10 +34,27 @@ pub const ENGINE_SOCKETS: &[&str] =
 /// The daemon's runtime folder (systemd's `RuntimeDirectory=baaaht`).
 pub const RUNTIME_DIR: &str = "/run/baaaht";
 
+/// The host's own folders: its kernel's views (`/proc`, `/sys`, `/dev`), its configuration
+/// and boot files, its runtime sockets (the engines' and containerd's among them) and the
+/// engines' storage, where a container's mount would reach every other container's files.
+const SYSTEM_FOLDERS: &[&str] = &[
+    "/proc",
+    "/sys",
+    "/dev",
+    "/etc",
+    "/boot",
+    "/run",
+    "/var/run",
+    "/var/lib/docker",
+    "/var/lib/containers",
+    "/var/lib/containerd",
+];
+
 /// Why the host folder `host` may never be mounted into a container, whatever an allowlist
 /// says: the whole filesystem, an engine socket or a folder holding one (`engine_socket` is
-/// `container.socket`, empty for the usual places), the daemon's runtime folder, or the data
-/// dir, a folder inside it or one holding it. Paths are compared as given and resolved.
+/// `container.socket`, empty for the usual places), the daemon's runtime folder, one of the
+/// host's [`SYSTEM_FOLDERS`], or the data dir, a folder inside it or one holding it. Paths are
+/// compared as given and resolved.
 pub fn forbidden_mount(host: &Path, data_dir: &Path, engine_socket: &str) -> Option<String> {
     let resolved = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()); // silent-ok: a missing path is compared as written
     let hosts = [host.to_path_buf(), resolved(host)];
@@ -58,6 +75,9 @@ pub fn forbidden_mount(host: &Path, data_dir: &Path, engine_socket: &str) -> Opt
     }
     if related(Path::new(RUNTIME_DIR)) {
         return Some(format!("it is, holds or lies in the daemon's runtime folder {RUNTIME_DIR}"));
+    }
+    if let Some(system) = SYSTEM_FOLDERS.iter().find(|folder| related(Path::new(folder))) {
+        return Some(format!("it is, holds or lies in the host's system folder {system}"));
     }
     if related(data_dir) {
         return Some(format!("it is, holds or lies in the data dir {}", data_dir.display()));

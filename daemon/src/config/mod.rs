@@ -131,6 +131,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     check_limits(&loaded, config_text.as_deref())?;
     check_tools(&loaded, config_text.as_deref())?;
     check_budgets(&loaded, config_text.as_deref())?;
+    check_secrets(&loaded, config_text.as_deref())?;
     check_allowlist(&loaded)?;
     Ok(loaded)
 }
@@ -411,6 +412,25 @@ fn check_tools(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigEr
                 &["tools", "web_proxy", "allow"],
                 format!("tools.web_proxy.allow[{index}]: {why}"),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// `secrets.user_usable`: secret names, none an LLM provider's key.
+fn check_secrets(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    let provider_keys = crate::secrets::provider_key_names(&loaded.providers);
+    for (index, name) in loaded.config.secrets.user_usable.iter().enumerate() {
+        let problem = if !crate::secrets::is_valid_name(name) {
+            Some(format!("`{name}` is not a secret name (letters, digits, `_`, `.`, `-`)"))
+        } else if provider_keys.contains(name) {
+            Some(format!("`{name}` is an LLM provider's key; it never leaves the daemon, so no user may name it"))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            let message = format!("secrets.user_usable[{index}]: {problem}");
+            return Err(invalid_at(&loaded.sources.config, text, &["secrets", "user_usable"], message));
         }
     }
     Ok(())

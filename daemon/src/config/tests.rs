@@ -231,6 +231,12 @@ fn what_would_open_the_sandbox_is_refused_with_its_reason() {
             "2:3",
         ),
         ("budgets:\n  user:\n    monthly_cost: -1\n", "budgets.user: a cost limit cannot be negative", "2:3"),
+        (
+            "secrets:\n  user_usable: [GITHUB_TOKEN, ANTHROPIC_API_KEY]\n",
+            "secrets.user_usable[1]: `ANTHROPIC_API_KEY` is an LLM provider's key",
+            "2:3",
+        ),
+        ("secrets:\n  user_usable: [\"a b\"]\n", "secrets.user_usable[0]: `a b` is not a secret name", "2:3"),
     ];
     for (config, says, at) in cases {
         let error = load_texts(&[("config.yaml", config)], &[]).expect_err(config).to_string();
