@@ -106,7 +106,46 @@ pub struct Reservation {
     context: Context,
     tokens: u64,
     cost_micros: u64,
+    /// The dearest price along the request's chain: what the reservation counts on, and what
+    /// an answer is settled at when the model that gave it has no price of its own.
     price: Option<Price>,
+    /// Each model of the chain (`provider/model`, the requested one first) with its price.
+    chain: Vec<(String, Option<Price>)>,
+}
+
+/// Who answered a request, as the answer's start names it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Answered<'a> {
+    pub provider: &'a str,
+    /// As the provider names it (often with a date after the configured name).
+    pub model: &'a str,
+}
+
+impl Reservation {
+    /// The price of the model that answered: the chain's link for its provider (the one whose
+    /// name the answer's model starts with, when the provider is in the chain twice), else
+    /// the answer's own `provider/model`, else the dearest of the chain.
+    fn price_of(&self, answered: Answered<'_>, prices: impl Fn(&str) -> Option<Price>) -> Option<Price> {
+        let of_provider: Vec<&(String, Option<Price>)> = self
+            .chain
+            .iter()
+            .filter(|(model, _)| model.split_once('/').is_some_and(|(provider, _)| provider == answered.provider))
+            .collect();
+        let link = of_provider
+            .iter()
+            .find(|(model, _)| {
+                model
+                    .split_once('/')
+                    .is_some_and(|(_, name)| !answered.model.is_empty() && answered.model.starts_with(name))
+            })
+            .or(of_provider.first());
+        match link {
+            Some((_, Some(price))) => Some(*price),
+            Some((_, None)) => self.price,
+            None if answered.provider.is_empty() => self.price,
+            None => prices(&format!("{}/{}", answered.provider, answered.model)).or(self.price),
+        }
+    }
 }
 
 /// One context's figures for [`Budgets::report`].
@@ -254,24 +293,29 @@ impl Budgets {
         }
     }
 
-    /// Checks `context`'s limits for a request to `model` (about `input_tokens` in, at most
-    /// `max_output` out) and reserves its worst case; refuses when a hard limit is reached.
+    /// Checks `context`'s limits for a request along `chain` (`provider/model`, the requested
+    /// model first, then its fallbacks; about `input_tokens` in, at most `max_output` out) and
+    /// reserves its worst case at the dearest price of the chain; refuses when a hard limit is
+    /// reached.
     pub fn reserve(
         &self,
         context: &Context,
-        model: &str,
+        chain: &[String],
         input_tokens: u64,
         max_output: Option<u64>,
     ) -> Result<Reservation, BudgetError> {
         let limits = self.limits(context);
-        let price = self.price(model);
-        if limits.limits_cost() && price.is_none() {
+        let model = chain.first().map(String::as_str).unwrap_or_default();
+        let chain: Vec<(String, Option<Price>)> =
+            chain.iter().map(|model| (model.clone(), self.price(model))).collect();
+        if limits.limits_cost() && chain.first().is_none_or(|(_, price)| price.is_none()) {
             self.metrics.record_budget(kind_of(context), "refused");
             return Err(BudgetError::NoPrice { model: model.to_string(), context: context.to_string() });
         }
         let tokens = input_tokens + max_output.filter(|n| *n > 0).unwrap_or(DEFAULT_MAX_OUTPUT);
-        let cost_micros =
-            price.map_or(0, |p| (input_tokens as f64 * p.input + (tokens - input_tokens) as f64 * p.output) as u64);
+        let cost_of = |p: &Price| (input_tokens as f64 * p.input + (tokens - input_tokens) as f64 * p.output) as u64;
+        let price = chain.iter().filter_map(|(_, price)| *price).max_by_key(cost_of);
+        let cost_micros = price.as_ref().map_or(0, cost_of);
         let periods = self.periods();
         let folder = folder_of(context);
         let mut inner = self.inner();
@@ -292,7 +336,7 @@ impl Budgets {
         let entry = inner.reserved.entry(folder).or_default();
         entry.0 += tokens;
         entry.1 += cost_micros;
-        Ok(Reservation { context: context.clone(), tokens, cost_micros, price })
+        Ok(Reservation { context: context.clone(), tokens, cost_micros, price, chain })
     }
 
     /// The sentence for the first hard limit that spending plus reservations has reached.
@@ -348,14 +392,20 @@ impl Budgets {
     }
 
     /// Settles `reservation` with what the answer used (nothing when it failed before any
-    /// usage came); returns a warning when this answer took the context past the soft share
-    /// of a limit for the first time in this period.
-    pub fn settle(&self, reservation: Reservation, used: Option<TokenCounts>) -> Option<String> {
+    /// usage came), at the price of the model that `answered`; returns a warning when this
+    /// answer took the context past the soft share of a limit for the first time in this
+    /// period.
+    pub fn settle(
+        &self,
+        reservation: Reservation,
+        used: Option<TokenCounts>,
+        answered: Answered<'_>,
+    ) -> Option<String> {
         let folder = folder_of(&reservation.context);
         let periods = self.periods();
         let (tokens, cost_micros) = match used {
             Some(used) => {
-                let price = reservation.price.unwrap_or_default();
+                let price = reservation.price_of(answered, |model| self.price(model)).unwrap_or_default();
                 let cost = used.input as f64 * price.input
                     + used.output as f64 * price.output
                     + used.cache_read as f64 * price.cache_read.unwrap_or(price.input)
@@ -465,6 +515,10 @@ mod tests {
         Budgets::new(temp.path(), config, prices, "Europe/Berlin", Arc::new(Metrics::default()))
     }
 
+    fn chain(model: &str) -> Vec<String> {
+        vec![model.to_string()]
+    }
+
     fn tokens(input: u64, output: u64) -> TokenCounts {
         TokenCounts { input, output, ..TokenCounts::default() }
     }
@@ -475,14 +529,14 @@ mod tests {
         let limits = BudgetLimits { daily_tokens: 100, ..BudgetLimits::default() };
         let alice = Context::user("alice");
         let book = budgets(&temp, limits, 50);
-        let first = book.reserve(&alice, "ollama/llama3", 10, Some(20)).expect("first");
-        assert_eq!(book.settle(first, Some(tokens(20, 10))), None, "30% is below the soft share");
-        let second = book.reserve(&alice, "ollama/llama3", 10, Some(20)).expect("second");
-        let warned = book.settle(second, Some(tokens(20, 10))).expect("60% warns");
+        let first = book.reserve(&alice, &chain("ollama/llama3"), 10, Some(20)).expect("first");
+        assert_eq!(book.settle(first, Some(tokens(20, 10)), Answered::default()), None, "30% is below the soft share");
+        let second = book.reserve(&alice, &chain("ollama/llama3"), 10, Some(20)).expect("second");
+        let warned = book.settle(second, Some(tokens(20, 10)), Answered::default()).expect("60% warns");
         assert!(warned.starts_with("You have used 60% of the daily budget (60 of 100 tokens)"), "{warned}");
-        let third = book.reserve(&alice, "ollama/llama3", 10, Some(20)).expect("third");
-        assert_eq!(book.settle(third, Some(tokens(30, 20))), None, "a warning comes once");
-        let refused = book.reserve(&alice, "ollama/llama3", 10, Some(20)).expect_err("110 of 100");
+        let third = book.reserve(&alice, &chain("ollama/llama3"), 10, Some(20)).expect("third");
+        assert_eq!(book.settle(third, Some(tokens(30, 20)), Answered::default()), None, "a warning comes once");
+        let refused = book.reserve(&alice, &chain("ollama/llama3"), 10, Some(20)).expect_err("110 of 100");
         let text = refused.to_string();
         assert!(
             text.starts_with(
@@ -492,9 +546,9 @@ mod tests {
         );
         assert!(text.contains(r#"budgets: {overrides: {"user:alice": {daily_tokens: 200}}}"#), "{text}");
         // Another user is unaffected; the counts survive a restart.
-        book.reserve(&Context::user("bob"), "ollama/llama3", 10, Some(20)).expect("bob");
+        book.reserve(&Context::user("bob"), &chain("ollama/llama3"), 10, Some(20)).expect("bob");
         let reopened = budgets(&temp, limits, 50);
-        assert!(reopened.reserve(&alice, "ollama/llama3", 10, Some(20)).is_err());
+        assert!(reopened.reserve(&alice, &chain("ollama/llama3"), 10, Some(20)).is_err());
         assert_eq!(reopened.report(&alice).today.tokens, 110);
     }
 
@@ -505,18 +559,41 @@ mod tests {
         let alice = Context::user("alice");
         let book = budgets(&temp, limits, 80);
         // custom/cheap: $1 / $2 per million: 100 in + 400 out at most = 900 micro-dollars.
-        let held = book.reserve(&alice, "custom/cheap", 100, Some(400)).expect("first");
-        let second = book.reserve(&alice, "custom/cheap", 100, Some(400)).expect("900 of 1000 held: still below");
-        assert!(book.reserve(&alice, "custom/cheap", 100, Some(400)).is_err(), "1800 held reaches the limit");
-        book.settle(second, None);
-        book.settle(held, Some(tokens(100, 50)));
+        let held = book.reserve(&alice, &chain("custom/cheap"), 100, Some(400)).expect("first");
+        let second =
+            book.reserve(&alice, &chain("custom/cheap"), 100, Some(400)).expect("900 of 1000 held: still below");
+        assert!(book.reserve(&alice, &chain("custom/cheap"), 100, Some(400)).is_err(), "1800 held reaches the limit");
+        book.settle(second, None, Answered::default());
+        book.settle(held, Some(tokens(100, 50)), Answered::default());
         assert_eq!(book.report(&alice).month.cost_micros, 200);
-        let error = book.reserve(&alice, "custom/unknown", 10, None).expect_err("no price");
+        let error = book.reserve(&alice, &chain("custom/unknown"), 10, None).expect_err("no price");
         assert!(matches!(error, BudgetError::NoPrice { .. }), "{error}");
         // The override lifts the limit for one user.
-        book.reserve(&Context::user("rich"), "custom/unknown", 10, None).expect("no cost limit for rich");
+        book.reserve(&Context::user("rich"), &chain("custom/unknown"), 10, None).expect("no cost limit for rich");
         assert_eq!(book.price("anthropic/claude-sonnet-4-20250514").map(|p| p.output), Some(15.0));
         assert_eq!(book.price("ollama/qwen2.5:7b"), Some(Price::default()));
+    }
+
+    #[test]
+    fn a_fallback_is_reserved_and_settled_at_its_own_price() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let limits = BudgetLimits { monthly_cost: 100.0, ..BudgetLimits::default() };
+        let alice = Context::user("alice");
+        let book = budgets(&temp, limits, 99);
+        // custom/cheap $1/$2 per million, falling back to Claude Opus ($15/$75).
+        let chain = vec!["custom/cheap".to_string(), "anthropic/claude-opus-4-20250514".to_string()];
+        let reserved = book.reserve(&alice, &chain, 1_000, Some(1_000)).expect("reserved");
+        assert_eq!(reserved.cost_micros, 90_000, "the dearest link's worst case: 1000 * 15 + 1000 * 75");
+        let fell_back = Answered { provider: "anthropic", model: "claude-opus-4-20250514" };
+        book.settle(reserved, Some(tokens(1_000, 1_000)), fell_back);
+        assert_eq!(book.report(&alice).month.cost_micros, 90_000, "priced as the model that answered");
+        let reserved = book.reserve(&alice, &chain, 1_000, Some(1_000)).expect("reserved");
+        book.settle(reserved, Some(tokens(1_000, 1_000)), Answered { provider: "custom", model: "cheap" });
+        assert_eq!(book.report(&alice).month.cost_micros, 93_000, "the requested model at its own price");
+        // An answer from a provider outside the chain with no price of its own: the dearest.
+        let reserved = book.reserve(&alice, &chain, 1_000, Some(1_000)).expect("reserved");
+        book.settle(reserved, Some(tokens(1_000, 1_000)), Answered { provider: "elsewhere", model: "x" });
+        assert_eq!(book.report(&alice).month.cost_micros, 183_000);
     }
 
     #[test]

@@ -817,3 +817,103 @@ fn budgets_refuse_before_the_provider_is_asked_warn_once_and_survive_a_restart()
     });
     assert_eq!(fake.requests().len(), 5);
 }
+
+/// The ledger of `context` (`data/state/usage/{kind}-{id}.json`): tokens, micro-dollars and
+/// requests this month.
+fn spent_this_month(daemon: &TestDaemon, folder: &str) -> (u64, u64, u64) {
+    let path = daemon.data_dir.join(format!("data/state/usage/{folder}.json"));
+    let Ok(text) = std::fs::read_to_string(path) else { return (0, 0, 0) };
+    let ledger: serde_json::Value = serde_json::from_str(&text).expect("a ledger");
+    let month =
+        ledger["months"].as_object().and_then(|months| months.values().next_back()).cloned().unwrap_or_default();
+    let count = |key: &str| month[key].as_u64().unwrap_or_default();
+    (count("tokens"), count("costMicros"), count("requests"))
+}
+
+#[test]
+fn a_fallback_is_charged_at_its_own_price_a_cancelled_answer_still_counts_and_answers_are_capped() {
+    use baaaht_tests::fake_provider::{overloaded, token_stream, words_stream, Answer, Asked, Responder, Wire};
+    let rt = baaaht_tests::runtime();
+    // The Assistant's model is the cheap Haiku; when Anthropic is overloaded its requests fall
+    // back to openai/pricey, at $5,000 a million tokens either way.
+    let brain = Answer::Respond(Responder(std::sync::Arc::new(|request: &str| {
+        if request.starts_with("POST /v1/chat/completions") {
+            return words_stream(Wire::OpenAi, "fell back ", Duration::ZERO);
+        }
+        if scenario::last_user_text(&Asked::of(request)).contains("slowly") {
+            return token_stream(Wire::Anthropic, 400, Duration::from_millis(100));
+        }
+        overloaded()
+    })));
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(brain))).expect("fake provider");
+    let providers = format!(
+        "providers:\n  anthropic:\n    api_key: ${{TEST_ANTHROPIC_KEY}}\n    api_base: {}\n    default: true\n  \
+         openai:\n    api_key: ${{TEST_OPENAI_KEY}}\n    api_base: {}\nfallback_chains:\n  anthropic: [openai/pricey]\n\
+         prices:\n  openai/pricey: {{input: 5000, output: 5000}}\n",
+        fake.api_base(Wire::Anthropic),
+        fake.api_base(Wire::OpenAi)
+    );
+    let config =
+        "agents:\n  default_model: anthropic/claude-3-5-haiku-20241022\n  assistant:\n    max_output_tokens: 1234\n\
+                  llm:\n  gateway: process\n  retry_attempts: 1\nbudgets:\n  user:\n    monthly_cost: 1000\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![
+            ("TEST_ANTHROPIC_KEY".into(), "sk-ant-scenario".into()),
+            ("TEST_OPENAI_KEY".into(), "sk-openai-scenario".into()),
+        ],
+        files: vec![("config/providers.yaml".into(), providers), ("config/config.yaml".into(), config.into())],
+        ..DaemonOptions::default()
+    })
+    .expect("daemon");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let seen = scenario::turn(&mut host, message(user("alice"), "alice", "hello"), Duration::from_secs(60))
+            .await
+            .expect("turn");
+        assert_eq!(seen.reply.map(|r| r.content).as_deref(), Some("fell back "), "{:?}", seen.error);
+        // Priced as the model that answered, not the one asked for.
+        let (tokens, cost, requests) = spent_this_month(&daemon, "user-alice");
+        assert!(tokens > 0 && requests == 1, "{tokens} {requests}");
+        assert_eq!(cost, tokens * 5000, "{tokens} tokens at $5,000 a million");
+        // The role's cap went to the provider.
+        let asked: Vec<serde_json::Value> =
+            fake.requests().iter().map(|r| baaaht_tests::fake_provider::body_of(r)).collect();
+        assert!(asked.iter().all(|body| body["max_tokens"] == 1234), "{asked:?}");
+
+        // Bob's answer is cancelled while it streams: what was sent and what came back count.
+        let mut events = host
+            .sessions
+            .subscribe_events(v1::EventSubscription { context: Some(user("bob")), ..Default::default() })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        let sent = host
+            .sessions
+            .send_user_message(message(user("bob"), "bob", "answer slowly"))
+            .await
+            .expect("send")
+            .into_inner();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(30), events.message())
+                .await
+                .expect("the answer streams")
+                .expect("stream")
+                .expect("event");
+            if matches!(event.event, Some(v1::orchestrator_event::Event::TextDelta(_))) {
+                break;
+            }
+        }
+        let cancel = v1::CancelTurnRequest { session_id: sent.session_id.clone(), turn_id: sent.turn_id.clone() };
+        host.sessions.cancel_turn(cancel).await.expect("cancel");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (tokens, cost, requests) = spent_this_month(&daemon, "user-bob");
+            if requests == 1 {
+                assert!(tokens > 12 && cost > 0, "the cancelled answer counts: {tokens} tokens, {cost} micro-dollars");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the cancelled answer was never counted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}

@@ -241,8 +241,10 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
         ));
     }
     for (from, chain) in &providers.fallback_chains {
-        for name in std::iter::once(from).chain(chain) {
-            if !names.contains(&name.as_str()) {
+        // A link is a provider, or `provider/model` for a model of its own.
+        let links = chain.iter().map(|link| link.split_once('/').map_or(link.as_str(), |(provider, _)| provider));
+        for name in std::iter::once(from.as_str()).chain(links) {
+            if !names.contains(&name) {
                 let hint = match nearest(name, names.iter().copied()) {
                     Some(best) => format!("; did you mean `{best}`?"),
                     None => format!("; configured providers: {}", names.join(", ")),

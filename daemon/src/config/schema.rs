@@ -329,21 +329,22 @@ const FAST_MODEL: &str = "anthropic/claude-3-5-haiku-20241022";
 
 impl Default for AgentsConfig {
     fn default() -> Self {
-        let agent = |max_iterations, timeout| AgentConfig {
+        let agent = |max_iterations, timeout, max_output_tokens| AgentConfig {
             model: None,
             max_iterations,
             temperature: None,
             timeout,
             vision: None,
+            max_output_tokens,
         };
         AgentsConfig {
             default_model: None,
-            assistant: AgentConfig { temperature: Some(Temperature(0.7)), ..agent(20, 300) },
-            worker: agent(15, 300),
-            researcher: agent(50, 600),
-            coder: agent(30, 600),
-            memory: agent(10, 300),
-            heartbeat: agent(15, 300),
+            assistant: AgentConfig { temperature: Some(Temperature(0.7)), ..agent(20, 300, 8192) },
+            worker: agent(15, 300, 8192),
+            researcher: agent(50, 600, 8192),
+            coder: agent(30, 600, 16384),
+            memory: agent(10, 300, 4096),
+            heartbeat: agent(15, 300, 4096),
         }
     }
 }
@@ -379,6 +380,8 @@ pub struct AgentSettings {
     pub timeout: u64,
     /// Whether the model takes images, when the configuration says.
     pub vision: Option<bool>,
+    /// The most tokens one answer of its model may have.
+    pub max_output_tokens: u32,
 }
 
 impl AgentsConfig {
@@ -414,6 +417,7 @@ impl AgentsConfig {
             temperature: section.temperature,
             timeout: section.timeout,
             vision: section.vision,
+            max_output_tokens: section.max_output_tokens,
         }
     }
 }
@@ -435,10 +439,18 @@ pub struct AgentConfig {
     /// model's name (Claude, GPT-4o and later, Gemini, and models named for vision do).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vision: Option<bool>,
+    /// The most tokens one answer may have: what the daemon asks the provider for at most, and
+    /// what a request's budget reservation counts on.
+    #[serde(default = "default_max_output_tokens")]
+    pub max_output_tokens: u32,
 }
 
 fn default_max_iterations() -> u32 {
     15
+}
+
+fn default_max_output_tokens() -> u32 {
+    8192
 }
 
 fn default_agent_timeout() -> u64 {

@@ -70,6 +70,12 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
             "4:3",
             &["`openrouter` is not configured"],
         ),
+        (
+            "providers.yaml",
+            "providers:\n  anthropic: {}\nfallback_chains:\n  anthropic: [groq/llama-3.3-70b]\n",
+            "4:3",
+            &["`groq` is not configured"],
+        ),
         ("mount-allowlist.json", "{\n  \"allowedMount\": []\n}\n", "2:16", &["did you mean `allowedMounts`?"]),
         ("config.yaml", "tools:\n  blocked_patterns: ['(unclosed']\n", "2:3", &["not a valid regular expression"]),
     ];

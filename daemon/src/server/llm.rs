@@ -45,13 +45,18 @@ pub(super) async fn stream(
         .unwrap_or_default()
         .to_string();
     let context = identity.context.to_string();
-    let request = request.into_inner();
-    // The budget is checked (and the request's worst case held) before any provider is asked.
+    let mut request = request.into_inner();
+    // No answer is longer than its role's cap, whatever the agent asked for.
+    let cap = shared.loaded.config.agents.settings(identity.role).max_output_tokens;
+    request.max_tokens = Some(request.max_tokens.filter(|asked| *asked > 0).map_or(cap, |asked| asked.min(cap)));
+    // The budget is checked (and the request's worst case, along its fallbacks, held) before
+    // any provider is asked.
     let model = qualified_model(shared, &request.model);
+    let input_estimate = estimated_input_tokens(&request);
     let reserved = shared.budgets.reserve(
         &identity.context,
-        &model,
-        estimated_input_tokens(&request),
+        &chain_of(shared, &model),
+        input_estimate,
         request.max_tokens.map(u64::from),
     );
     let reservation = reserved.map_err(|error| {
@@ -95,6 +100,9 @@ pub(super) async fn stream(
         started,
         first_token: None,
         _in_flight: in_flight,
+        input_estimate,
+        output_chars: 0,
+        started_answer: false,
         usage: None,
         outcome: None,
         budget: Some((shared.budgets.clone(), reservation, identity.context.clone(), shared.events.clone())),
@@ -140,6 +148,21 @@ fn publish_delta(bus: &crate::events::EventBus, live: &crate::agents::Live, even
     );
 }
 
+/// `model` (`provider/model`) and its fallbacks along `providers.yaml`'s chains, each as
+/// `provider/model`: what a request may end up costing.
+fn chain_of(shared: &Shared, model: &str) -> Vec<String> {
+    let mut chain = vec![model.to_string()];
+    let Some((provider, bare)) = model.split_once('/') else { return chain };
+    let providers = &shared.loaded.providers;
+    let configured = providers.providers.configured();
+    for (name, fallback) in baaaht_llm::gateway::fallbacks(provider, bare, &providers.fallback_chains) {
+        if configured.iter().any(|(known, _)| *known == name) {
+            chain.push(format!("{name}/{fallback}"));
+        }
+    }
+    chain
+}
+
 /// `model` with its provider: as named, or the default provider's.
 fn qualified_model(shared: &Shared, model: &str) -> String {
     if model.contains('/') || model.is_empty() {
@@ -165,6 +188,19 @@ fn estimated_input_tokens(request: &v1::LlmRequest) -> u64 {
         })
         .sum();
     ((text + request.system.len()) / 4) as u64
+}
+
+/// The characters an event carries of the answer (text, thinking, a tool call's name and
+/// arguments).
+fn streamed_chars(event: &v1::LlmEvent) -> usize {
+    use v1::llm_event::Event;
+    match &event.event {
+        Some(Event::TextDelta(delta)) => delta.text.len(),
+        Some(Event::ThinkingDelta(delta)) => delta.thinking.len(),
+        Some(Event::ToolCallStart(start)) => start.name.len(),
+        Some(Event::ToolCallDelta(delta)) => delta.partial_json.len(),
+        _ => 0,
+    }
 }
 
 /// Counts a StreamLLM request in flight from its creation until it is dropped.
@@ -194,6 +230,12 @@ struct Tally {
     started: std::time::Instant,
     first_token: Option<std::time::Duration>,
     _in_flight: InFlight,
+    /// About how many tokens the request sent, and the characters streamed back: what a
+    /// stream that ends without the provider's usage (cancelled, cut) is counted at.
+    input_estimate: u64,
+    output_chars: usize,
+    /// Whether a provider began answering.
+    started_answer: bool,
     usage: Option<v1::Usage>,
     outcome: Option<&'static str>,
     budget: Option<(Arc<Budgets>, Reservation, Context, Arc<EventBus>)>,
@@ -207,6 +249,7 @@ impl Tally {
         use v1::llm_event::Event;
         match &event.event {
             Some(Event::MessageStart(start)) => {
+                self.started_answer = true;
                 self.provider.clone_from(&start.provider);
                 if !start.model.is_empty() {
                     self.model.clone_from(&start.model);
@@ -214,6 +257,7 @@ impl Tally {
             }
             Some(Event::TextDelta(_) | Event::ThinkingDelta(_)) if self.first_token.is_none() => {
                 self.first_token = Some(self.started.elapsed());
+                self.output_chars += streamed_chars(event);
             }
             Some(Event::Usage(usage)) => self.usage = Some(*usage),
             Some(Event::MessageStop(_)) => self.outcome = Some("ok"),
@@ -223,7 +267,7 @@ impl Tally {
                     self.provider.clone_from(&error.provider);
                 }
             }
-            _ => {}
+            _ => self.output_chars += streamed_chars(event),
         }
     }
 }
@@ -232,6 +276,17 @@ impl Drop for Tally {
     fn drop(&mut self) {
         let provider = if self.provider.is_empty() { "none" } else { self.provider.as_str() };
         let outcome = self.outcome.unwrap_or("cancelled");
+        // A stream that ended without the provider's usage still cost what it sent and what
+        // came back: a cancelled one (the request left for the provider), or one a provider
+        // began and broke off.
+        if self.usage.is_none() && (outcome == "cancelled" || self.started_answer) {
+            self.usage = Some(v1::Usage {
+                input_tokens: self.input_estimate,
+                output_tokens: (self.output_chars as u64).div_ceil(4),
+                estimated: true,
+                ..v1::Usage::default()
+            });
+        }
         self.span.record("provider", provider).record("outcome", outcome);
         self.llm.metrics.record_llm_request(provider, &self.model, outcome, self.started.elapsed(), self.first_token);
         if let Some(usage) = &self.usage {
@@ -244,7 +299,8 @@ impl Drop for Tally {
                 cache_read: usage.cache_read_tokens,
                 cache_write: usage.cache_write_tokens,
             });
-            if let Some(warning) = budgets.settle(reservation, used) {
+            let answered = crate::budgets::Answered { provider: &self.provider, model: &self.model };
+            if let Some(warning) = budgets.settle(reservation, used, answered) {
                 let message = v1::OutboundMessage {
                     target_context: Some(crate::convert::context_ref(&context)),
                     content: warning,

@@ -149,6 +149,27 @@ pub struct Gateway {
     pub policy: RetryPolicy,
 }
 
+/// The `(provider, model)` of each fallback of `provider`'s model `bare`, in the order tried:
+/// a link `name` keeps the model's name, `name/model` names its own, and OpenRouter names it
+/// `{provider}/{bare}`. The daemon prices a request's worst case along the same chain.
+pub fn fallbacks<'a>(
+    provider: &str,
+    bare: &str,
+    fallback_chains: &'a BTreeMap<String, Vec<String>>,
+) -> Vec<(&'a str, String)> {
+    fallback_chains
+        .get(provider)
+        .into_iter()
+        .flatten()
+        .map(|link| match link.split_once('/') {
+            Some((name, model)) => (name, model.to_string()),
+            // OpenRouter names models `{provider}/{model}` itself.
+            None if link == "openrouter" => (link.as_str(), format!("{provider}/{bare}")),
+            None => (link.as_str(), bare.to_string()),
+        })
+        .collect()
+}
+
 /// A request the gateway cannot route, as a sentence for the caller.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{0}")]
@@ -171,13 +192,7 @@ impl Gateway {
             )));
         };
         let mut chain = vec![Attempt { provider: primary, model: bare.to_string() }];
-        for link in self.fallback_chains.get(provider).into_iter().flatten() {
-            let (name, model) = match link.split_once('/') {
-                Some((name, model)) => (name, model.to_string()),
-                // OpenRouter names models `{provider}/{model}` itself.
-                None if link == "openrouter" => (link.as_str(), format!("{provider}/{bare}")),
-                None => (link.as_str(), bare.to_string()),
-            };
+        for (name, model) in fallbacks(provider, bare, &self.fallback_chains) {
             if let Some(fallback) = self.providers.get(name) {
                 chain.push(Attempt { provider: fallback, model });
             }
