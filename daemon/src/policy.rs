@@ -229,6 +229,34 @@ impl Policy {
         }
     }
 
+    /// Everything an agent of `role` can do: its tools, the daemon's tools it has, and for the
+    /// Assistant what the agents it delegates to can do.
+    fn powers(role: Role) -> std::collections::BTreeSet<&'static str> {
+        let mut powers: std::collections::BTreeSet<&'static str> =
+            Policy::tools_of(role).iter().chain(Policy::agent_tools_of(role)).copied().collect();
+        if role == Role::Assistant {
+            for delegate in [Role::Worker, Role::Researcher, Role::Coder] {
+                powers.extend(Policy::powers(delegate));
+            }
+        }
+        powers
+    }
+
+    /// Whether an agent of role `by` may have work done by an agent of role `agent` (a task it
+    /// schedules): only when `agent` can do nothing `by` cannot; why not, in a sentence.
+    pub fn may_act_as(by: Role, agent: Role) -> Result<(), String> {
+        let (mine, theirs) = (Policy::powers(by), Policy::powers(agent));
+        let beyond: Vec<&str> = theirs.difference(&mine).copied().collect();
+        if beyond.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "a {by} may schedule only work it could do itself, and a {agent} can use {}, which a {by} cannot; ask \
+             the user to schedule it",
+            beyond.join(", ")
+        ))
+    }
+
     /// ValidateExecCommand: refuses commands matching spec §8.5's patterns or the configured
     /// ones. Defense in depth: tool containers have no network and no privileges anyway.
     pub fn validate_exec_command(&self, command: &str) -> Result<(), PolicyError> {
@@ -465,5 +493,24 @@ mod tests {
         let components: Vec<String> = ["home", "u", ".config", "baaaht", "x"].iter().map(|s| s.to_string()).collect();
         assert!(pattern_matches(".config/baaaht", &components));
         assert!(!pattern_matches(".config/other", &components));
+    }
+
+    #[test]
+    fn an_agent_hands_work_only_to_a_role_that_can_do_no_more_than_it() {
+        use Role::{Assistant, Coder, Heartbeat, Researcher, Worker};
+        for (by, agent, allowed) in [
+            (Worker, Worker, true),
+            (Worker, Researcher, true),
+            (Worker, Heartbeat, true),
+            (Worker, Coder, false),
+            (Researcher, Worker, false),
+            (Assistant, Coder, true),
+            (Assistant, Worker, true),
+            (Coder, Worker, false),
+        ] {
+            assert_eq!(Policy::may_act_as(by, agent).is_ok(), allowed, "{by} → {agent}");
+        }
+        let refused = Policy::may_act_as(Worker, Coder).expect_err("no exec");
+        assert!(refused.contains("a coder can use edit_file, exec, which a worker cannot"), "{refused}");
     }
 }

@@ -293,3 +293,62 @@ fn a_channel_connected_for_the_user_gets_the_result_at_once_instead_of_the_inbox
         assert!(inbox.items.is_empty(), "delivered, not kept: {inbox:?}");
     });
 }
+
+/// A Worker (no exec) cannot buy itself exec by scheduling a Coder's task, through the RPC or
+/// through the file IPC of its tool container; it may schedule what it could do itself.
+#[test]
+fn a_task_an_agent_schedules_can_do_no_more_than_the_agent() {
+    let rt = baaaht_tests::runtime();
+    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon");
+    let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
+    rt.block_on(async {
+        let mut agent = baaaht_proto::client::connect(&worker.socket, worker.options()).await.expect("connect");
+        let task = |agent_role: &str| v1::TaskDefinition {
+            agent: agent_role.into(),
+            schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Cron("0 9 * * 1".into())) }),
+            prompt: "Run the build.".into(),
+            ..v1::TaskDefinition::default()
+        };
+        let refused = agent.tasks.schedule_task(task("coder")).await.expect_err("a coder's task");
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+        assert!(refused.message().contains("a coder can use edit_file, exec, which a worker cannot"), "{refused:?}");
+        assert!(refused.message().contains("ask the user to schedule it"), "{refused:?}");
+        agent.tasks.schedule_task(task("researcher")).await.expect("a researcher's task is the worker's to give");
+        // A tool call starts the session's tool container, and with it its IPC folder.
+        let list = v1::ToolRequest { tool: "list_dir".into(), params_json: "{}".into(), ..Default::default() };
+        agent.agents.request_tool_execution(list).await.expect("list_dir");
+    });
+    // The same through the file IPC of the session's tool container: set aside, the owner told.
+    let ipc = daemon.data_dir.join("data/ipc/user-baaaht-self-test");
+    let slot = std::fs::read_dir(&ipc)
+        .expect("the context's IPC folder")
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("tools-")))
+        .expect("the tool container's IPC folder");
+    std::fs::write(
+        slot.join("tasks/t9.json"),
+        r#"{"id":"t9","prompt":"Run the build.","cron":"0 9 * * 1","agent":"coder"}"#,
+    )
+    .expect("write a task request");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while slot.join("tasks/t9.json").exists() {
+        assert!(Instant::now() < deadline, "the request was never taken");
+        // Polling the folder against a deadline: the daemon announces nothing else.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let filter = v1::TaskFilter { user_id: "baaaht-self-test".into(), ..Default::default() };
+        let tasks = host.tasks.list_tasks(filter).await.expect("list").into_inner().tasks;
+        let agents: Vec<&str> = tasks.iter().map(|task| task.agent.as_str()).collect();
+        assert_eq!(agents, ["researcher"], "{tasks:?}");
+        let request = v1::InboxRequest { context: Some(user("baaaht-self-test")), ..Default::default() };
+        let inbox = host.sessions.list_inbox(request).await.expect("inbox").into_inner().items;
+        assert!(
+            inbox.iter().any(|item| item.content.contains("a coder can use edit_file, exec, which a worker cannot")),
+            "the owner is told: {inbox:?}"
+        );
+    });
+    drop(worker);
+}

@@ -1347,7 +1347,14 @@ pub fn schedule_requested(
         timezone: request.timezone,
         ..v1::TaskDefinition::default()
     };
+    // Only the runners of the session's non-Coder tool containers write here: a task asked for
+    // this way can do no more than a Worker.
     let scheduled = crate::convert::new_task(definition, context, scheduler.now())
+        .and_then(|task| {
+            let agent = execute::role_of(&task)?;
+            crate::policy::Policy::may_act_as(crate::auth::Role::Worker, agent)?;
+            Ok(task)
+        })
         .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }).map_err(|error| error.to_string()));
     match scheduled {
         Ok(task) => Ok(task.id),

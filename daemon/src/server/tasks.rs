@@ -97,7 +97,17 @@ impl v1::tasks_server::Tasks for TasksService {
                 .map_err(|error| Status::failed_precondition(error.to_string()))?;
         }
         let now = self.shared.scheduler.now();
+        let caller = caller(&request)?;
         let task = crate::convert::new_task(request.into_inner(), &context, now).map_err(Status::invalid_argument)?;
+        // An agent's task runs with at most the powers of the agent that scheduled it.
+        if let Caller::Container(identity) = &caller {
+            let agent = crate::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
+            if let Err(why) = crate::policy::Policy::may_act_as(identity.role, agent) {
+                let record = crate::audit::Record::by(crate::audit::Kind::Policy, &caller, "refused");
+                self.shared.audit.record(record.detail("tool", "schedule_task").detail("reason", why.as_str()));
+                return Err(Status::permission_denied(why));
+            }
+        }
         let task = self.shared.scheduler.add(task).map_err(status_of)?;
         let zone = self.zone_of(&task);
         let next_runs = self
