@@ -369,6 +369,8 @@ impl Daemon {
             data_dir.root().join("sessions"),
             policy.resource_limits(auth::Role::Tool).disk_bytes,
             loaded.config.tools.workspace_limit,
+            // Tool containers hold at most a slot each; uploads in flight are few per gateway.
+            (loaded.config.container.max_concurrent as usize * 4).max(64),
         ));
         let tools = Arc::new(tools::Runners::new(
             containers.clone(),

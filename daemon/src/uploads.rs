@@ -416,7 +416,8 @@ mod tests {
     fn uploads_land_without_replacing_anything() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sessions = dir.path().join("sessions");
-        let workspaces = Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked));
+        let workspaces =
+            Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked, 64));
         let mut first = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
         first.write(b"%PDF-1.7\n").expect("write");
         first.write(b"rest").expect("write");
@@ -445,7 +446,8 @@ mod tests {
     fn a_picture_is_kept_beside_the_workspace() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sessions = dir.path().join("sessions");
-        let workspaces = Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked));
+        let workspaces =
+            Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked, 64));
         let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR-and-the-rest".to_vec();
         let mut upload = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
         upload.write(&png).expect("write");
@@ -462,7 +464,7 @@ mod tests {
     fn an_upload_past_the_workspaces_cap_is_refused_as_full() {
         let dir = tempfile::tempdir().expect("tempdir");
         let workspaces =
-            Arc::new(Workspaces::new(dir.path().join("sessions"), 10, crate::config::WorkspaceLimit::Checked));
+            Arc::new(Workspaces::new(dir.path().join("sessions"), 10, crate::config::WorkspaceLimit::Checked, 64));
         let mut first = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
         first.write(b"12345678").expect("write");
         first.finish("a.txt", "").expect("finish");

@@ -41,6 +41,10 @@ pub enum WorkspaceError {
     },
     #[error("cannot {action} the workspace image {}: {message}", path.display())]
     Image { action: &'static str, path: PathBuf, message: String },
+    #[error(
+        "{0} conversations have their workspace in use at once, the most this host allows; try again when one goes idle"
+    )]
+    TooMany(usize),
 }
 
 /// How a workspace's cap is enforced.
@@ -80,14 +84,17 @@ struct Mounted {
 pub struct Workspaces {
     sessions: PathBuf,
     cap: u64,
+    /// Filesystems mounted at once (each a loop device) at most.
+    max_mounted: usize,
     limit: WorkspaceLimit,
     enforcement: Enforcement,
     mounted: Mutex<Mounted>,
 }
 
 impl Workspaces {
-    /// `sessions_dir` is the data dir's `sessions/`; `cap` the tool role's disk limit.
-    pub fn new(sessions_dir: PathBuf, cap: u64, limit: WorkspaceLimit) -> Workspaces {
+    /// `sessions_dir` is the data dir's `sessions/`; `cap` the tool role's disk limit; at most
+    /// `max_mounted` filesystems are mounted at once.
+    pub fn new(sessions_dir: PathBuf, cap: u64, limit: WorkspaceLimit, max_mounted: usize) -> Workspaces {
         let enforcement = match limit {
             WorkspaceLimit::Checked => Enforcement::Checked,
             WorkspaceLimit::Filesystem => Enforcement::Filesystem,
@@ -100,7 +107,7 @@ impl Workspaces {
             },
         };
         tracing::info!(cap_bytes = cap, enforcement = %enforcement, "session workspace cap");
-        Workspaces { sessions: sessions_dir, cap, limit, enforcement, mounted: Mutex::default() }
+        Workspaces { sessions: sessions_dir, cap, max_mounted, limit, enforcement, mounted: Mutex::default() }
     }
 
     pub fn enforcement(&self) -> Enforcement {
@@ -138,6 +145,9 @@ impl Workspaces {
             return Ok(Prepared { path, checked_cap: None });
         }
         if !is_mount_point(&session_dir, &data).map_err(folder_error)? {
+            if mounted.users.len() >= self.max_mounted {
+                return Err(WorkspaceError::TooMany(self.max_mounted));
+            }
             let image = session_path.join(IMAGE);
             let fresh = !image.exists();
             if fresh {

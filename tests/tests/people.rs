@@ -818,6 +818,57 @@ fn budgets_refuse_before_the_provider_is_asked_warn_once_and_survive_a_restart()
     assert_eq!(fake.requests().len(), 5);
 }
 
+#[test]
+fn a_gateways_user_creates_few_sessions_a_minute_and_an_unused_one_costs_no_workspace() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::echo_brain()))).expect("fake provider");
+    let daemon = scenario::daemon_with(&fake, seeded("")).expect("daemon");
+    let eve = "slack:T1:UEVE";
+    let sessions = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let acme = slack_gateway(&mut host, "acme", "T1").await;
+        let mut client = connect(&acme).await;
+        let own = user(
+            &client.gateways.who_am_i(as_user(eve, None, v1::WhoAmIRequest {})).await.expect("who").into_inner().id,
+        );
+        let mut made = vec![];
+        let refused = loop {
+            let request = v1::NewSessionRequest { context: Some(own.clone()), title: "x".into() };
+            match client.sessions.new_session(as_user(eve, None, request)).await {
+                Ok(header) => made.push(header.into_inner().id),
+                Err(status) => break status,
+            }
+            assert!(made.len() <= 10, "more than 10 sessions in a minute");
+        };
+        assert_eq!((made.len(), refused.code()), (10, Code::ResourceExhausted), "{refused:?}");
+        assert!(refused.message().contains("10 new conversations a minute is the most"), "{refused:?}");
+        let fork = v1::ForkSessionRequest { session_id: made[0].clone(), ..Default::default() };
+        let refused = client.sessions.fork_session(as_user(eve, None, fork)).await.expect_err("a fork is a new one");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        // The host is not held to it.
+        host.sessions
+            .new_session(v1::NewSessionRequest { context: Some(own.clone()), title: "y".into() })
+            .await
+            .expect("host");
+        // The first message is what warms a session up.
+        let mut message = message(own.clone(), &own.id, "hello");
+        message.session_id = made[1].clone();
+        scenario::turn(&mut host, message, Duration::from_secs(60)).await.expect("turn");
+        made
+    });
+    let image = |session: &str| daemon.data_dir.join("sessions").join(session).join("workspace.img");
+    assert!(sessions[2..].iter().all(|session| !image(session).exists()), "an unused session got a workspace");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !image(&sessions[1]).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the used session's workspace was never made\n{}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The ledger of `context` (`data/state/usage/{kind}-{id}.json`): tokens, micro-dollars and
 /// requests this month.
 fn spent_this_month(daemon: &TestDaemon, folder: &str) -> (u64, u64, u64) {

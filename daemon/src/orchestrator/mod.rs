@@ -265,7 +265,9 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
         }
         Err(_busy) => (None, Some(queued)),
     };
-    if record.status != SessionStatus::Active {
+    // A session's tool container is warmed when it is first used or used again: a session
+    // made and never written to costs nothing.
+    if record.status != SessionStatus::Active || record.leaf.is_none() {
         prewarm(shared, &record);
     }
     // A title is a convenience: a failure to save it costs the message nothing.
@@ -316,7 +318,8 @@ pub fn sender_name(shared: &Shared, sender: &str) -> String {
 }
 
 /// Starts the session's tool container ahead of its first tool call (issue 5's pre-warming),
-/// in the background: a session that becomes active usually delegates soon.
+/// in the background, when a message arrives in a session new or resumed: one that is being
+/// written in usually delegates soon.
 pub fn prewarm(shared: &Arc<Shared>, record: &SessionRecord) {
     if shared.loaded.config.tools.mode != crate::config::ToolMode::Warm {
         return;

@@ -158,7 +158,9 @@ fn upload_status(error: crate::uploads::UploadError) -> Status {
     use crate::uploads::UploadError;
     match error {
         UploadError::TooLarge(_) => Status::invalid_argument(error.to_string()),
-        UploadError::Full => Status::resource_exhausted(error.to_string()),
+        UploadError::Full | UploadError::Workspace(crate::workspace::WorkspaceError::TooMany(_)) => {
+            Status::resource_exhausted(error.to_string())
+        }
         UploadError::Io(_) | UploadError::Workspace(_) => {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot store an upload");
             Status::internal("cannot store the upload; the daemon's log says why")
@@ -603,12 +605,13 @@ impl v1::sessions_server::Sessions for SessionsService {
         request: Request<v1::NewSessionRequest>,
     ) -> Result<Response<v1::SessionHeader>, Status> {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
-        check(&self.shared, &request, Operation::NewSession, context.as_ref(), None)?;
+        let caller = check(&self.shared, &request, Operation::NewSession, context.as_ref(), None)?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group"))?;
+        self.shared.limits.new_session(&caller).map_err(|why| limited(&self.shared, &caller, "new sessions", why))?;
         let message = request.into_inner();
         let title = (!message.title.trim().is_empty()).then(|| message.title.trim().to_string());
+        // Its workspace and tool container come with its first message.
         let record = self.shared.sessions.create(&context, &context.id, title)?;
-        crate::orchestrator::prewarm(&self.shared, &record);
         Ok(Response::new(header(&record)))
     }
 
@@ -617,7 +620,6 @@ impl v1::sessions_server::Sessions for SessionsService {
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
         let record = self.shared.sessions.set_status(&id, crate::sessions::SessionStatus::Active)?;
-        crate::orchestrator::prewarm(&self.shared, &record);
         tracing::info!(session = %id, "session resumed");
         Ok(Response::new(header(&record)))
     }
@@ -626,7 +628,8 @@ impl v1::sessions_server::Sessions for SessionsService {
         &self,
         request: Request<v1::ForkSessionRequest>,
     ) -> Result<Response<v1::SessionHeader>, Status> {
-        check(&self.shared, &request, Operation::ForkSession, None, Some(&request.get_ref().session_id))?;
+        let caller = check(&self.shared, &request, Operation::ForkSession, None, Some(&request.get_ref().session_id))?;
+        self.shared.limits.new_session(&caller).map_err(|why| limited(&self.shared, &caller, "new sessions", why))?;
         let message = request.into_inner();
         valid_id(&message.session_id, "session_id")?;
         let entry = if message.entry_id.is_empty() {

@@ -19,6 +19,9 @@ impl From<ToolsError> for Status {
     fn from(error: ToolsError) -> Status {
         match error {
             ToolsError::Timeout(_) => Status::deadline_exceeded(error.to_string()),
+            ToolsError::Workspace(crate::workspace::WorkspaceError::TooMany(_)) => {
+                Status::resource_exhausted(baaaht_proto::error_chain(&error))
+            }
             ToolsError::Workspace(_) | ToolsError::Ipc { .. } => Status::internal(baaaht_proto::error_chain(&error)),
             _ => Status::unavailable(error.to_string()),
         }
