@@ -39,6 +39,10 @@ enum Command {
         /// filesystem of that size holds it)
         #[arg(long, value_name = "BYTES")]
         workspace_cap: Option<u64>,
+        /// The IPC folder's cap in bytes (the parent of --results), checked after each call
+        /// that can write (when no filesystem of that size holds it)
+        #[arg(long, value_name = "BYTES")]
+        ipc_cap: Option<u64>,
     },
     /// Start an MCP server as the daemon says and relay its stdio (an MCP server's container)
     Mcp,
@@ -68,7 +72,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Runner { mounts, once, results, messages, session, workspace_cap } => {
+        Command::Runner { mounts, once, results, messages, session, workspace_cap, ipc_cap } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
                 .map(|mount| match mount.strip_suffix(":ro") {
@@ -77,7 +81,7 @@ fn main() -> ExitCode {
                 })
                 .collect();
             let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
-            let settings = baaaht_agent::runner::Settings { results, messages, session, workspace_cap, once };
+            let settings = baaaht_agent::runner::Settings { results, messages, session, workspace_cap, ipc_cap, once };
             match baaaht_agent::runner::run(socket, &mounts, settings) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {

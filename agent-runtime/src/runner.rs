@@ -26,6 +26,9 @@ pub struct Settings {
     pub session: String,
     /// The workspace's cap in bytes, when no filesystem of that size holds it.
     pub workspace_cap: Option<u64>,
+    /// The IPC folder's cap in bytes (the parent of `results`), when no filesystem of that
+    /// size holds it.
+    pub ipc_cap: Option<u64>,
     /// Serve one call, then wait to be removed (a cold tool container).
     pub once: bool,
 }
@@ -58,14 +61,23 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
         crate::reaper::sweep();
     }
     let writes = matches!(call.tool.as_str(), "exec" | "write_file" | "edit_file");
+    let mut over = vec![];
     if let (true, Some(cap), Some(root)) = (writes, settings.workspace_cap, mounts.default_root()) {
-        if let Some(over) = tools::quota::enforce(root, cap, since) {
-            output.is_error = true;
-            if !output.content.is_empty() && !output.content.ends_with('\n') {
-                output.content.push('\n');
-            }
-            output.content.push_str(&format!("error: {over}\n"));
+        over.extend(tools::quota::enforce(root, cap, since, "the workspace"));
+    }
+    // Only a command can write in the IPC folder: no file tool reaches it.
+    let ipc = settings.results.as_deref().and_then(Path::parent).filter(|_| call.tool == "exec");
+    if let (Some(cap), Some(folder)) = (settings.ipc_cap, ipc) {
+        if let Ok(root) = Mounts::open(&[(folder.to_path_buf(), true)]) {
+            over.extend(root.default_root().and_then(|root| tools::quota::enforce(root, cap, since, "the IPC folder")));
         }
+    }
+    for over in over {
+        output.is_error = true;
+        if !output.content.is_empty() && !output.content.ends_with('\n') {
+            output.content.push('\n');
+        }
+        output.content.push_str(&format!("error: {over}\n"));
     }
     response(output, started)
 }

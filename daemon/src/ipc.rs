@@ -17,14 +17,23 @@
 //! tool_call_id and never runs twice. A message is delivered once: its id goes into
 //! `data/state/ipc-messages.json` before the file is removed. A file that is not what it should
 //! be (does not parse, is not a regular file) is moved to `data/state/ipc-rejected/` with the
-//! reason in the log.
+//! reason in the log (at most [`MAX_REJECTED_BYTES`] a file and [`KEPT_REJECTED`] files a
+//! context; a larger or older one is deleted).
+//!
+//! A container can write [`SLOT_CAP`] bytes in its folder at most: where the daemon can mount,
+//! the folder is a memory filesystem of that size (a write past it fails in the container and
+//! the host's disk is never touched), else the runner checks after each call (`--ipc-cap`). A
+//! tool container holds its folder through a [`Lease`]; once none does, the next pass of the
+//! IPC loop, after delivering what was queued there, collects the results left, unmounts the
+//! folder and removes it. Folders found at start are let go the same way.
 
 use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use baaaht_proto::v1;
 use serde::{Deserialize, Serialize};
@@ -41,6 +50,12 @@ const PRUNE_EVERY: u64 = 64;
 const MAX_RESULT_BYTES: u64 = 16 << 20;
 /// The largest message file read (its content may be 64 KiB, escaped in JSON).
 const MAX_MESSAGE_BYTES: u64 = 512 << 10;
+/// What one container's IPC folder may hold.
+pub const SLOT_CAP: u64 = 16 << 20;
+/// A rejected file larger than this is deleted, not kept.
+const MAX_REJECTED_BYTES: u64 = 1 << 20;
+/// Rejected files kept per context (the newest).
+const KEPT_REJECTED: usize = 100;
 
 /// What a runner writes, and what is kept once collected.
 #[derive(Debug, Deserialize)]
@@ -183,15 +198,51 @@ pub struct Ipc {
     ledger_path: PathBuf,
     ledger: Mutex<Ledger>,
     recorded_since_prune: AtomicU64,
+    /// Whether a container folder gets a memory filesystem of [`SLOT_CAP`] (else the runner
+    /// checks the cap).
+    filesystem: bool,
+    /// `{context folder}/{slot}` → the leases held on it; folders held by none, to let go.
+    slots: Mutex<Slots>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    held: HashMap<String, usize>,
+    idle: BTreeSet<String>,
+}
+
+/// A tool container's hold on its IPC folder (see the module's text).
+#[derive(Debug)]
+pub struct Lease {
+    ipc: Arc<Ipc>,
+    key: String,
+    /// The folder to mount at `/ipc`.
+    pub path: PathBuf,
+    /// The cap the runner must check, when no filesystem holds the folder to it.
+    pub checked_cap: Option<u64>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut slots = self.ipc.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = slots.held.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                slots.held.remove(&self.key);
+                slots.idle.insert(self.key.clone());
+            }
+        }
+    }
 }
 
 impl Ipc {
     /// Opens `data/ipc` and the message ledger; a ledger that does not parse is kept aside,
     /// never lost.
-    pub fn open(ipc_dir: PathBuf, state_dir: &Path) -> std::io::Result<Ipc> {
+    /// `filesystem`: give each container folder a memory filesystem (the daemon can mount).
+    pub fn open(ipc_dir: PathBuf, state_dir: &Path, filesystem: bool) -> std::io::Result<Ipc> {
         let ledger_path = state_dir.join("ipc-messages.json");
         let ledger = state::read_json_or_set_aside(&ledger_path, || Ledger { version: 1, ..Ledger::default() });
-        Ok(Ipc {
+        let ipc = Ipc {
             root_fd: shared_dirs::open_trusted(&ipc_dir)?,
             root: ipc_dir,
             records: state_dir.join("tool-results"),
@@ -199,18 +250,43 @@ impl Ipc {
             ledger_path,
             ledger: Mutex::new(ledger),
             recorded_since_prune: AtomicU64::new(0),
-        })
+            filesystem,
+            slots: Mutex::default(),
+        };
+        // Folders left by an earlier daemon are let go once what they hold is taken.
+        let left: BTreeSet<String> =
+            ipc.container_folders("", true).into_iter().map(|(folder, slot, _)| format!("{folder}/{slot}")).collect();
+        ipc.slots.lock().unwrap_or_else(PoisonError::into_inner).idle = left;
+        Ok(ipc)
     }
 
     /// The IPC folder of a tool container of `session` in `context` (a Coder's when `coder`),
-    /// ready to be mounted at `/ipc`: the slot is the daemon's (0755), `results/` (and, unless
-    /// `coder`, `messages/`) the container's. Whatever a container left in place of those
-    /// folders (a link, a file) is removed, never followed.
-    pub fn prepare(&self, context: &Context, session: &str, coder: bool) -> std::io::Result<PathBuf> {
+    /// ready to be mounted at `/ipc`, held until the lease drops: the slot is the daemon's
+    /// (0755; a memory filesystem of [`SLOT_CAP`] where the daemon can mount), `results/` (and,
+    /// unless `coder`, `messages/`) the container's. Whatever a container left in place of
+    /// those folders (a link, a file) is removed, never followed.
+    pub fn prepare(self: &Arc<Self>, context: &Context, session: &str, coder: bool) -> std::io::Result<Lease> {
         let folder = folder_of(context);
         let slot = slot_name(session, coder);
+        let key = format!("{folder}/{slot}");
+        // One at a time with the sweep, which may be letting this very folder go.
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let context_dir = shared_dirs::ensure_dir(&self.root_fd, OsStr::new(&folder), Owner::Daemon)?;
-        let slot_dir = shared_dirs::ensure_dir(&context_dir, OsStr::new(&slot), Owner::DaemonReadable)?;
+        let mut slot_dir = shared_dirs::ensure_dir(&context_dir, OsStr::new(&slot), Owner::DaemonReadable)?;
+        let mut checked_cap = (!self.filesystem).then_some(SLOT_CAP);
+        if self.filesystem && !crate::workspace::is_mount_point(&context_dir, &slot_dir)? {
+            let path = self.root.join(&folder).join(&slot);
+            match crate::workspace::mount_tmpfs(&path, SLOT_CAP) {
+                Ok(()) => {
+                    slot_dir = shared_dirs::open_dir(&context_dir, &slot)?
+                        .ok_or_else(|| std::io::Error::other("the mounted IPC folder is not a folder"))?;
+                }
+                Err(message) => {
+                    tracing::warn!(folder = %path.display(), %message, "no filesystem for an IPC folder; the runner checks its cap");
+                    checked_cap = Some(SLOT_CAP);
+                }
+            }
+        }
         shared_dirs::ensure_dir(&slot_dir, OsStr::new("results"), Owner::Containers)?;
         if coder {
             // A Coder may not message: whatever is there is not a messages folder of ours.
@@ -221,7 +297,59 @@ impl Ipc {
             shared_dirs::ensure_dir(&slot_dir, OsStr::new("messages"), Owner::Containers)?;
             shared_dirs::ensure_dir(&slot_dir, OsStr::new("tasks"), Owner::Containers)?;
         }
-        Ok(self.root.join(folder).join(slot))
+        *slots.held.entry(key.clone()).or_default() += 1;
+        slots.idle.remove(&key);
+        Ok(Lease { ipc: self.clone(), key, path: self.root.join(folder).join(slot), checked_cap })
+    }
+
+    /// Lets go of every folder no container holds any more: the results left in it are
+    /// collected, its filesystem unmounted and the folder removed. Call it after delivering
+    /// what the folders queued (the IPC loop does), so nothing queued is lost.
+    pub fn sweep(&self) {
+        let idle: Vec<String> =
+            self.slots.lock().unwrap_or_else(PoisonError::into_inner).idle.iter().cloned().collect();
+        for key in idle {
+            let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            if slots.held.contains_key(&key) {
+                continue;
+            }
+            let Some((folder, slot)) = key.split_once('/') else { continue };
+            if let Err(error) = self.let_go(folder, slot) {
+                tracing::warn!(folder = %key, %error, "cannot let an IPC folder go");
+            }
+            drop(slots);
+            self.slots.lock().unwrap_or_else(PoisonError::into_inner).idle.remove(&key);
+        }
+    }
+
+    /// Lets go of every folder, held or not (at shutdown, once the containers are gone and
+    /// what they queued was taken).
+    pub fn let_go_all(&self) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        for (folder, slot, _) in self.container_folders("", true) {
+            if let Err(error) = self.let_go(&folder, &slot) {
+                tracing::warn!(folder = %format!("{folder}/{slot}"), %error, "cannot let an IPC folder go");
+            }
+        }
+        slots.held.clear();
+        slots.idle.clear();
+    }
+
+    fn let_go(&self, folder: &str, slot: &str) -> std::io::Result<()> {
+        let Some(context_dir) = shared_dirs::open_dir(&self.root_fd, folder)? else { return Ok(()) };
+        let Some(slot_dir) = shared_dirs::open_dir(&context_dir, slot)? else { return Ok(()) };
+        if let Some(results) = shared_dirs::open_dir(&slot_dir, "results")? {
+            for name in Self::json_files(&results) {
+                self.collect_file(folder, slot, &results, &name);
+            }
+        }
+        if crate::workspace::is_mount_point(&context_dir, &slot_dir)? {
+            drop(slot_dir);
+            crate::workspace::unmount(&self.root.join(folder).join(slot));
+        } else {
+            drop(slot_dir);
+        }
+        shared_dirs::remove_tree(&context_dir, OsStr::new(slot))
     }
 
     fn record_path(&self, folder: &str, call_id: &str) -> PathBuf {
@@ -270,7 +398,8 @@ impl Ipc {
                     Some((_, coder)) if coder_too || !coder => {}
                     _ => continue,
                 }
-                if let Ok(Some(dir)) = shared_dirs::open_dir(&context_dir, format!("{slot}/{sub}")) {
+                let relative = if sub.is_empty() { slot.to_string() } else { format!("{slot}/{sub}") };
+                if let Ok(Some(dir)) = shared_dirs::open_dir(&context_dir, relative) {
                     found.push((context.to_string(), slot.to_string(), dir));
                 }
             }
@@ -313,23 +442,54 @@ impl Ipc {
     fn reject(&self, found: &Found<'_>, sub: &str, reason: &str) {
         let shown = found.shown(sub);
         let target = self.rejected.join(found.context).join(found.slot);
-        let moved =
+        // Only a small regular file is worth keeping for a person to look at.
+        let small =
+            rustix::fs::statat(found.dir, found.name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|stat| {
+                rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile
+                    && (stat.st_size as u64) <= MAX_REJECTED_BYTES
+            });
+        let unlink = || rustix::fs::unlinkat(found.dir, found.name, rustix::fs::AtFlags::empty());
+        let moved = if small {
             std::fs::create_dir_all(&target).and_then(|()| shared_dirs::open_trusted(&target)).and_then(|into| {
                 rustix::fs::renameat(found.dir, found.name, &into, found.name).or_else(|errno| {
                     if errno == rustix::io::Errno::XDEV {
-                        // Another filesystem: it is not worth a copy.
-                        rustix::fs::unlinkat(found.dir, found.name, rustix::fs::AtFlags::empty())
+                        // Another filesystem (a memory one): it is not worth a copy.
+                        unlink()
                     } else {
                         Err(errno)
                     }
                 })?;
                 Ok(())
-            });
+            })
+        } else {
+            unlink().map_err(std::io::Error::from)
+        };
         match moved {
             Ok(()) => {
-                tracing::warn!(file = %shown, moved_to = %target.display(), reason, "a malformed IPC file was set aside")
+                tracing::warn!(file = %shown, moved_to = %target.display(), reason, "a malformed IPC file was set aside");
+                self.prune_rejected(found.context);
             }
             Err(error) => tracing::warn!(file = %shown, reason, %error, "a malformed IPC file cannot be set aside"),
+        }
+    }
+
+    /// Keeps the newest [`KEPT_REJECTED`] files set aside for the context folder `folder`.
+    fn prune_rejected(&self, folder: &str) {
+        let Ok(slots) = std::fs::read_dir(self.rejected.join(folder)) else { return };
+        let mut kept: Vec<(std::time::SystemTime, PathBuf)> = slots
+            .flatten()
+            .filter_map(|slot| std::fs::read_dir(slot.path()).ok())
+            .flat_map(|files| files.flatten())
+            .filter_map(|file| Some((file.metadata().ok()?.modified().ok()?, file.path())))
+            .collect();
+        if kept.len() <= KEPT_REJECTED {
+            return;
+        }
+        kept.sort();
+        for (_, path) in &kept[..kept.len() - KEPT_REJECTED] {
+            if let Err(error) = std::fs::remove_file(path) {
+                tracing::warn!(file = %path.display(), %error, "cannot prune a rejected IPC file");
+            }
         }
     }
 
@@ -559,11 +719,11 @@ mod tests {
         std::fs::write(path, text).expect("write");
     }
 
-    fn open(temp: &tempfile::TempDir) -> (Ipc, PathBuf, PathBuf) {
+    fn open(temp: &tempfile::TempDir) -> (Arc<Ipc>, PathBuf, PathBuf) {
         let (ipc_dir, state_dir) = (temp.path().join("ipc"), temp.path().join("state"));
         std::fs::create_dir_all(&state_dir).expect("state");
         std::fs::create_dir_all(&ipc_dir).expect("ipc");
-        (Ipc::open(ipc_dir.clone(), &state_dir).expect("open"), ipc_dir, state_dir)
+        (Arc::new(Ipc::open(ipc_dir.clone(), &state_dir, false).expect("open")), ipc_dir, state_dir)
     }
 
     #[test]
@@ -571,7 +731,9 @@ mod tests {
         let temp = tempfile::tempdir().expect("tempdir");
         let (ipc, ipc_dir, state_dir) = open(&temp);
         let alice = Context::user("alice");
-        let results = ipc.prepare(&alice, "s1", true).expect("prepare").join("results");
+        let lease = ipc.prepare(&alice, "s1", true).expect("prepare");
+        assert_eq!(lease.checked_cap, Some(SLOT_CAP), "without a filesystem the runner checks the cap");
+        let results = lease.path.join("results");
         let file = results.join("toolu_1.json");
         write(&file, r#"{"callId":"toolu_1","tool":"exec","content":"exit code 0","isError":false,"durationMs":5}"#);
         write(&results.join("bad.json"), "{not json");
@@ -587,7 +749,7 @@ mod tests {
 
         // A file recorded but not removed before a crash is only removed the next time.
         write(&file, r#"{"callId":"toolu_1","tool":"exec","content":"a second run","isError":false}"#);
-        let reopened = Ipc::open(ipc_dir, &state_dir).expect("reopen");
+        let reopened = Ipc::open(ipc_dir, &state_dir, false).expect("reopen");
         assert_eq!(reopened.collect_all(), 1);
         assert_eq!(reopened.recorded(&alice, "toolu_1").map(|r| r.content).as_deref(), Some("exit code 0"));
         assert!(!file.exists());
@@ -600,7 +762,8 @@ mod tests {
         let host = temp.path().join("host");
         write(&host.join("keep.json"), r#"{"callId":"keep","tool":"x","content":"","isError":false}"#);
         let alice = Context::user("alice");
-        let slot = ipc.prepare(&alice, "s1", false).expect("prepare");
+        let lease = ipc.prepare(&alice, "s1", false).expect("prepare");
+        let slot = lease.path.clone();
         for sub in ["results", "messages"] {
             std::fs::remove_dir(slot.join(sub)).expect("rmdir");
             std::os::unix::fs::symlink(&host, slot.join(sub)).expect("symlink");
@@ -611,7 +774,7 @@ mod tests {
         assert!(host.join("keep.json").exists(), "nothing was moved out of the link's target");
         assert!(!state_dir.join("ipc-rejected").exists());
         // The next container start makes real folders again.
-        ipc.prepare(&alice, "s1", false).expect("prepare again");
+        let _again = ipc.prepare(&alice, "s1", false).expect("prepare again");
         for sub in ["results", "messages"] {
             assert!(std::fs::symlink_metadata(slot.join(sub)).expect("stat").is_dir(), "{sub}");
         }
@@ -624,8 +787,9 @@ mod tests {
         let temp = tempfile::tempdir().expect("tempdir");
         let (ipc, _, _) = open(&temp);
         let alice = Context::user("alice");
-        let tools = ipc.prepare(&alice, "s1", false).expect("prepare");
-        let coder = ipc.prepare(&alice, "s1", true).expect("prepare");
+        let (tools_lease, coder_lease) =
+            (ipc.prepare(&alice, "s1", false).expect("prepare"), ipc.prepare(&alice, "s1", true).expect("prepare"));
+        let (tools, coder) = (tools_lease.path.clone(), coder_lease.path.clone());
         assert!(!coder.join("messages").exists(), "a Coder gets no messages folder");
         write(&coder.join("messages/m1.json"), r#"{"id":"m1","content":"from the coder"}"#);
         write(&tools.join("messages/m2.json"), r#"{"id":"m2","content":"hello","sessionId":"s-other"}"#);
@@ -643,8 +807,9 @@ mod tests {
         let temp = tempfile::tempdir().expect("tempdir");
         let (ipc, _, state_dir) = open(&temp);
         let alice = Context::user("alice");
-        let tools = ipc.prepare(&alice, "s1", false).expect("prepare");
-        let coder = ipc.prepare(&alice, "s1", true).expect("prepare");
+        let (tools_lease, coder_lease) =
+            (ipc.prepare(&alice, "s1", false).expect("prepare"), ipc.prepare(&alice, "s1", true).expect("prepare"));
+        let (tools, coder) = (tools_lease.path.clone(), coder_lease.path.clone());
         assert!(!coder.join("tasks").exists(), "a Coder gets no tasks folder");
         let settings = crate::scheduler::Settings {
             timezone: "UTC".into(),
@@ -676,12 +841,57 @@ mod tests {
         assert_eq!(scheduler.count(), 1);
         assert!(std::fs::read_dir(tools.join("tasks")).expect("tasks").next().is_none(), "every file handled");
         // Bob's request with the same id is bob's own task.
-        let bob = ipc.prepare(&Context::user("bob"), "s2", false).expect("prepare");
+        let bob_lease = ipc.prepare(&Context::user("bob"), "s2", false).expect("prepare");
+        let bob = bob_lease.path.clone();
         write(&bob.join("tasks/t1.json"), r#"{"id":"t1","prompt":"feed the cat","cron":"0 8 * * *"}"#);
         assert_eq!(take(&ipc), 1);
         let bobs =
             scheduler.list(&crate::scheduler::Filter { context: Some(Context::user("bob")), ..Default::default() });
         assert_eq!(bobs.iter().map(|task| task.prompt.as_str()).collect::<Vec<_>>(), ["feed the cat"]);
+    }
+
+    #[test]
+    fn a_folder_no_container_holds_goes_once_what_it_queued_was_taken() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (ipc, ipc_dir, state_dir) = open(&temp);
+        let alice = Context::user("alice");
+        let first = ipc.prepare(&alice, "s1", false).expect("prepare");
+        let second = ipc.prepare(&alice, "s1", false).expect("a second container of the session");
+        let slot = first.path.clone();
+        write(
+            &slot.join("results/toolu_7.json"),
+            r#"{"callId":"toolu_7","tool":"x","content":"late","isError":false}"#,
+        );
+        write(&slot.join("results/junk/deep/file.bin"), "junk");
+        // A big malformed file is deleted, not kept.
+        write(&slot.join("results/big.json"), &"x".repeat(2 << 20));
+        drop(first);
+        ipc.sweep();
+        assert!(slot.is_dir(), "a folder still held stays");
+        drop(second);
+        ipc.sweep();
+        assert!(!slot.exists(), "the folder went");
+        assert_eq!(ipc.recorded(&alice, "toolu_7").map(|r| r.content).as_deref(), Some("late"), "its result first");
+        assert!(!state_dir.join("ipc-rejected/user-alice/tools-s1/big.json").exists());
+        // Folders left by an earlier daemon go at its first sweep.
+        let left = ipc.prepare(&alice, "s2", true).expect("prepare");
+        std::mem::forget(left);
+        let reopened = Ipc::open(ipc_dir.clone(), &state_dir, false).expect("reopen");
+        reopened.sweep();
+        assert!(!ipc_dir.join("user-alice/coder-s2").exists());
+    }
+
+    #[test]
+    fn set_aside_files_are_kept_to_a_hundred_a_context() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (ipc, _, state_dir) = open(&temp);
+        let lease = ipc.prepare(&Context::user("alice"), "s1", true).expect("prepare");
+        for n in 0..130 {
+            write(&lease.path.join(format!("results/bad{n}.json")), "{");
+        }
+        ipc.collect_all();
+        let kept = std::fs::read_dir(state_dir.join("ipc-rejected/user-alice/coder-s1")).expect("kept").count();
+        assert_eq!(kept, KEPT_REJECTED);
     }
 
     #[test]

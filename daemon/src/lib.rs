@@ -361,10 +361,6 @@ impl Daemon {
             )
             .map_err(DaemonError::WebProxy)?,
         );
-        let ipc = Arc::new(
-            ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir())
-                .map_err(|source| DaemonError::Ipc { path: data_dir.ipc_dir(), source })?,
-        );
         let workspaces = Arc::new(workspace::Workspaces::new(
             data_dir.root().join("sessions"),
             policy.resource_limits(auth::Role::Tool).disk_bytes,
@@ -372,6 +368,12 @@ impl Daemon {
             // Tool containers hold at most a slot each; uploads in flight are few per gateway.
             (loaded.config.container.max_concurrent as usize * 4).max(64),
         ));
+        // Where workspaces get a filesystem of their own, so do the IPC folders.
+        let filesystems = workspaces.enforcement() == workspace::Enforcement::Filesystem;
+        let ipc = Arc::new(
+            ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir(), filesystems)
+                .map_err(|source| DaemonError::Ipc { path: data_dir.ipc_dir(), source })?,
+        );
         let tools = Arc::new(tools::Runners::new(
             containers.clone(),
             policy.clone(),
@@ -615,6 +617,9 @@ impl Daemon {
         }
         shared.containers.shutdown().await;
         shared.workspaces.shutdown();
+        // The containers are gone: what they queued is taken, then their folders go.
+        ipc_pass(&shared, &mut std::collections::BTreeMap::new());
+        shared.ipc.let_go_all();
         shared.listeners.remove_all();
         if let Err(error) = std::fs::remove_file(&bound.socket_path) {
             tracing::warn!(socket = %socket, %error, "cannot remove the socket");
@@ -635,23 +640,29 @@ async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let (ipc, events, scheduler) = (shared.ipc.clone(), shared.events.clone(), shared.scheduler.clone());
-        let inbox = shared.inbox.clone();
+        let pass = shared.clone();
         let delivery = tokio::task::spawn_blocking(move || {
-            let delivered = ipc.deliver_messages(&events, &mut sent);
-            ipc.take_task_requests(&mut |context, _session, request| {
-                scheduler::schedule_requested(&scheduler, &inbox, context, request)
-            });
-            (delivered, sent)
+            ipc_pass(&pass, &mut sent);
+            // What no container holds any more goes, now that what it queued was taken.
+            pass.ipc.sweep();
+            sent
         });
         match delivery.await {
-            Ok((_, kept)) => sent = kept,
+            Ok(kept) => sent = kept,
             Err(error) => {
                 tracing::error!(%error, "message delivery failed");
                 sent = std::collections::BTreeMap::new();
             }
         }
     }
+}
+
+/// Delivers the messages and schedules the tasks containers queued in their IPC folders.
+fn ipc_pass(shared: &Shared, sent: &mut std::collections::BTreeMap<String, Vec<u64>>) {
+    shared.ipc.deliver_messages(&shared.events, sent);
+    shared.ipc.take_task_requests(&mut |context, _session, request| {
+        scheduler::schedule_requested(&shared.scheduler, &shared.inbox, context, request)
+    });
 }
 
 /// Runs `work` at `first`, then every `period` until `cancel`; a late run delays the next

@@ -242,6 +242,39 @@ pub fn remove(dir: impl AsFd, name: &OsStr) -> std::io::Result<()> {
     }
 }
 
+/// Folders deeper than this are left (with what holds them) by [`remove_tree`].
+const MAX_DEPTH: usize = 64;
+
+/// Removes `name` beneath `parent` and everything in it, by descriptor, never following a
+/// link (a link is removed itself); gone already is fine. A folder nested deeper than
+/// [`MAX_DEPTH`] stays, and so does everything holding it.
+pub fn remove_tree(parent: impl AsFd, name: &OsStr) -> std::io::Result<()> {
+    remove_at(parent.as_fd(), name, 0)
+}
+
+fn remove_at(parent: std::os::fd::BorrowedFd<'_>, name: &OsStr, depth: usize) -> std::io::Result<()> {
+    let stat = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => stat,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(errno) => return Err(errno.into()),
+    };
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+        return remove(parent, name);
+    }
+    if depth >= MAX_DEPTH {
+        return Err(std::io::Error::other("folders nested too deep to remove"));
+    }
+    if let Some(dir) = open_dir(parent, name)? {
+        for child in names(&dir)? {
+            remove_at(dir.as_fd(), &child, depth + 1)?;
+        }
+    }
+    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

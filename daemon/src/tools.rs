@@ -78,6 +78,8 @@ struct Runner {
     session: String,
     container: String,
     last_used: Instant,
+    /// Its IPC folder, let go when the runner is.
+    _ipc: crate::ipc::Lease,
 }
 
 /// The warm runners of every session.
@@ -218,6 +220,7 @@ impl Runners {
             .ipc
             .prepare(context, session, coder)
             .map_err(|source| ToolsError::Ipc { path: self.data_dir.ipc_dir(), source })?;
+        let ipc_folder = ipc.path.clone();
         let mut command = vec![
             format!("{BINARIES_MOUNT}/baaaht-agent"),
             "runner".into(),
@@ -234,6 +237,9 @@ impl Runners {
         }
         if let Some(cap) = workspace.checked_cap {
             command.extend(["--workspace-cap".into(), cap.to_string()]);
+        }
+        if let Some(cap) = ipc.checked_cap {
+            command.extend(["--ipc-cap".into(), cap.to_string()]);
         }
         let mut projects = if coder { self.policy.coder_mounts() } else { vec![] };
         projects.extend(self.skill_scripts(context));
@@ -252,7 +258,7 @@ impl Runners {
             command,
             mounts: [
                 MountSpec { host: workspace.path, target: WORKSPACE.into(), read_only: false },
-                MountSpec { host: ipc, target: IPC_MOUNT.into(), read_only: false },
+                MountSpec { host: ipc_folder, target: IPC_MOUNT.into(), read_only: false },
             ]
             .into_iter()
             .chain(projects)
@@ -282,7 +288,7 @@ impl Runners {
             }
         }
         tracing::info!(session, container = %handle.name, "tool runner ready");
-        Ok(Runner { session: session.to_string(), container: handle.name, last_used: Instant::now() })
+        Ok(Runner { session: session.to_string(), container: handle.name, last_used: Instant::now(), _ipc: ipc })
     }
 
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).

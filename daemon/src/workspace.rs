@@ -249,7 +249,7 @@ fn can_mount() -> Result<(), String> {
 }
 
 /// Whether `data` (in `parent`) is a mount point: it sits on another device than its parent.
-fn is_mount_point(parent: &OwnedFd, data: &OwnedFd) -> std::io::Result<bool> {
+pub(crate) fn is_mount_point(parent: &OwnedFd, data: &OwnedFd) -> std::io::Result<bool> {
     Ok(rustix::fs::fstat(parent)?.st_dev != rustix::fs::fstat(data)?.st_dev)
 }
 
@@ -315,14 +315,32 @@ fn mount(image: &Path, on: &Path) -> Result<(), WorkspaceError> {
     .map_err(|message| WorkspaceError::Image { action: "mount", path: image.to_path_buf(), message })
 }
 
-fn unmount(on: &Path) {
+/// Mounts a memory filesystem of at most `bytes` on `on` (the daemon's folder, 0755), for a
+/// folder a container writes that must not take the host's disk (an IPC folder).
+pub(crate) fn mount_tmpfs(on: &Path, bytes: u64) -> Result<(), String> {
+    let options = format!("size={bytes},mode=0755,nosuid,nodev,noexec");
+    run(
+        "mount",
+        &[
+            OsStr::new("-t"),
+            OsStr::new("tmpfs"),
+            OsStr::new("-o"),
+            OsStr::new(&options),
+            OsStr::new("tmpfs"),
+            on.as_os_str(),
+        ],
+    )
+}
+
+/// Unmounts the filesystem on `on` (detached at once when it is busy on the host).
+pub(crate) fn unmount(on: &Path) {
     match run("umount", &[on.as_os_str()]) {
-        Ok(()) => tracing::info!(folder = %on.display(), "workspace filesystem unmounted"),
+        Ok(()) => tracing::info!(folder = %on.display(), "filesystem unmounted"),
         Err(message) => {
             // Busy on the host (a shell sitting in it): detach it now, it goes when released.
-            tracing::warn!(folder = %on.display(), %message, "cannot unmount a workspace; detaching it");
+            tracing::warn!(folder = %on.display(), %message, "cannot unmount a filesystem; detaching it");
             if let Err(message) = run("umount", &[OsStr::new("-l"), on.as_os_str()]) {
-                tracing::warn!(folder = %on.display(), %message, "cannot detach a workspace");
+                tracing::warn!(folder = %on.display(), %message, "cannot detach a filesystem");
             }
         }
     }

@@ -366,6 +366,64 @@ fn a_write_past_the_workspace_cap_fails_and_the_host_keeps_within_it() {
     drop(lingering);
 }
 
+/// The IPC folder of the self-test session's Coder tool container, on the host.
+fn coder_ipc(daemon: &TestDaemon) -> PathBuf {
+    daemon.data_dir.join("data/ipc/user-baaaht-self-test/coder-self-test")
+}
+
+#[test]
+fn a_coder_filling_its_ipc_folder_takes_at_most_its_cap_and_the_folder_goes_with_its_container() {
+    let rt = baaaht_tests::runtime();
+    // Tool containers idle for 2 s are removed: the folder must go with them.
+    let config = "tools:\n  warm_idle_timeout: 2\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/config.yaml".into(), config.into())],
+        ..DaemonOptions::default()
+    })
+    .expect("daemon starts");
+    let (lingering, mut coder) = agent(&daemon, &rt, "coder");
+    let folder = coder_ipc(&daemon);
+    rt.block_on(async {
+        let filled = run(
+            &mut coder,
+            "exec",
+            json!({"command": "dd if=/dev/zero of=/ipc/results/big.bin bs=1M count=1500; head -c 3000000 /dev/zero > /ipc/results/junk.json; ls /ipc/results"}),
+        )
+        .await;
+        assert!(filled.content.contains("No space left on device"), "{}", filled.content);
+        // What the container wrote is in memory of the folder's size, not on the host's disk.
+        let parent = std::fs::metadata(folder.parent().expect("parent")).expect("stat").dev();
+        assert_ne!(std::fs::metadata(&folder).expect("stat").dev(), parent, "the folder is a filesystem of its own");
+        assert!(allocated_under(&folder) <= 16 << 20, "{} bytes", allocated_under(&folder));
+    });
+    // The container goes when idle, and its folder after it; nothing big was kept aside.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while folder.exists() {
+        assert!(Instant::now() < deadline, "the IPC folder outlived its container\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rejected = daemon.data_dir.join("data/state/ipc-rejected");
+    assert!(allocated_under(&rejected) < 1 << 20, "{} bytes kept aside", allocated_under(&rejected));
+    drop(lingering);
+
+    // Where the daemon cannot mount, the runner holds the folder to its cap.
+    let daemon = TestDaemon::start(capped("checked")).expect("daemon starts");
+    let (lingering, mut coder) = agent(&daemon, &rt, "coder");
+    let folder = coder_ipc(&daemon);
+    rt.block_on(async {
+        let filled = run(
+            &mut coder,
+            "exec",
+            json!({"command": "dd if=/dev/zero of=/ipc/results/big.bin bs=1M count=40 2>/dev/null; echo wrote"}),
+        )
+        .await;
+        assert!(filled.is_error, "{}", filled.content);
+        assert!(filled.content.contains("the IPC folder went past its cap of 16 MiB"), "{}", filled.content);
+    });
+    assert!(!folder.join("results/big.bin").exists(), "the excess was removed");
+    drop(lingering);
+}
+
 #[test]
 fn special_files_are_refused_at_once() {
     let rt = baaaht_tests::runtime();

@@ -61,9 +61,10 @@ pub fn usage(root: &Root) -> u64 {
     open_root(root).map_or(0, |dir| tally(&dir, Path::new(""), i64::MAX, 0, &mut vec![]))
 }
 
-/// Holds the workspace to `cap` after a call that started at `since` (seconds since the
-/// epoch): `None` when it fits, else what was removed, as a sentence for the model.
-pub fn enforce(root: &Root, cap: u64, since: i64) -> Option<String> {
+/// Holds the folder `root` (`what`, as the sentence names it: "the workspace") to `cap` after a
+/// call that started at `since` (seconds since the epoch): `None` when it fits, else what was
+/// removed, as a sentence for the model.
+pub fn enforce(root: &Root, cap: u64, since: i64, what: &str) -> Option<String> {
     let dir = open_root(root)?;
     let mut written = vec![];
     let used = tally(&dir, Path::new(""), since, 0, &mut written);
@@ -96,7 +97,7 @@ pub fn enforce(root: &Root, cap: u64, since: i64) -> Option<String> {
         }
     }
     let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
-    let mut sentence = format!("the workspace went past its cap of {:.0} MiB ({:.1} MiB used)", mib(cap), mib(used));
+    let mut sentence = format!("{what} went past its cap of {:.0} MiB ({:.1} MiB used)", mib(cap), mib(used));
     if removed.is_empty() {
         sentence.push_str("; nothing this call wrote could be removed: delete files you no longer need");
     } else {
@@ -121,7 +122,7 @@ mod tests {
         std::fs::write(temp.path().join("old.txt"), vec![b'a'; 64 << 10]).expect("write");
         let earlier = std::fs::metadata(temp.path().join("old.txt")).expect("stat");
         let since = std::os::unix::fs::MetadataExt::mtime(&earlier) + 1;
-        assert_eq!(enforce(root, 1 << 20, since), None);
+        assert_eq!(enforce(root, 1 << 20, since, "the workspace"), None);
         // What this call writes: a big file in a subfolder and a small one.
         std::fs::create_dir(temp.path().join("sub")).expect("mkdir");
         std::fs::write(temp.path().join("sub/big.bin"), vec![b'b'; 2 << 20]).expect("write");
@@ -129,7 +130,7 @@ mod tests {
         let now = since + 10;
         filetime(&temp.path().join("sub/big.bin"), now);
         filetime(&temp.path().join("small.txt"), now);
-        let said = enforce(root, 1 << 20, since).expect("over the cap");
+        let said = enforce(root, 1 << 20, since, "the workspace").expect("over the cap");
         assert!(said.contains("removed what this call wrote") && said.contains("sub/big.bin"), "{said}");
         assert!(!temp.path().join("sub/big.bin").exists());
         assert!(temp.path().join("old.txt").exists() && temp.path().join("small.txt").exists());
