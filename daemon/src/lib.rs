@@ -410,6 +410,7 @@ impl Daemon {
         let inbox = Arc::new(inbox::Inbox::new(state_dir.join("inbox")));
         let containers_for_agents = containers.clone();
         let loaded_idle_after = loaded.config.sessions.idle_after;
+        let loaded_max_concurrent = loaded.config.container.max_concurrent;
         let notifier = Arc::new(health::Notifier::new(inbox.clone(), loaded.config.system.admin_users.clone()));
         llm.tell_admins_through(notifier.clone());
         let supervisors = Arc::new(gateways::supervise::Supervisors::new(gateways::supervise::Supervision {
@@ -452,7 +453,7 @@ impl Daemon {
                 containers_for_agents,
                 Duration::from_secs(loaded_idle_after.max(60)),
             )),
-            turns: Arc::new(orchestrator::Turns::open(&state_dir)),
+            turns: Arc::new(orchestrator::Turns::open(&state_dir, loaded_max_concurrent)),
             memory: Arc::new(memory::Memories::new(data_dir_for_memory)),
             secrets,
             shutdown: cancel.clone(),

@@ -326,8 +326,12 @@ impl Runners {
         response
     }
 
-    /// Starts `session`'s tool container ahead of its first call, unless it has one.
+    /// Starts `session`'s tool container ahead of its first call, unless it has one, or no
+    /// container slot is free now (a guess never waits in line before the work that needs one).
     pub async fn prewarm(&self, session: &str, context: &Context) -> Result<(), ToolsError> {
+        if self.containers.slots_free() == 0 {
+            return Ok(());
+        }
         let slot = self
             .sessions
             .lock()

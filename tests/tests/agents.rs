@@ -705,8 +705,13 @@ fn a_message_sent_during_a_turn_waits_and_follows_that_turns_reply() {
 #[test]
 fn sigterm_with_five_active_sessions_closes_their_streams_and_exits_at_once() {
     let rt = baaaht_tests::runtime();
-    let (_fake, mut daemon) =
-        scenario::start(&rt, scenario::echo_brain(), DaemonOptions::default()).expect("fake provider and daemon");
+    // Room for every session's Assistant and pre-warmed tool container (a pre-warm takes a slot
+    // only while half of them are free).
+    let options = DaemonOptions {
+        files: vec![("config/config.yaml".into(), "container:\n  max_concurrent: 20\n".into())],
+        ..DaemonOptions::default()
+    };
+    let (_fake, mut daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
         // A client following events, as a terminal would.
@@ -801,4 +806,48 @@ fn a_turn_cancelled_during_a_delegation_stops_its_agents_and_the_session_says_so
         assert_eq!(again.code(), tonic::Code::FailedPrecondition);
         assert!(again.message().contains("has finished"), "{}", again.message());
     });
+}
+
+/// Fourteen people ask at once for what needs a Coder and its tool container, at a cap of six
+/// containers: every turn is answered (turns wait for a place before their Assistant starts,
+/// so the Assistants never hold every slot while their Coders queue).
+#[test]
+fn at_the_container_cap_every_turn_of_many_at_once_is_answered() {
+    let rt = baaaht_tests::runtime();
+    let config = "container:\n  max_concurrent: 6\n  queue_timeout: 20\n";
+    let options =
+        DaemonOptions { files: vec![("config/config.yaml".into(), config.into())], ..DaemonOptions::default() };
+    let (_fake, daemon) = scenario::start(&rt, coder_brain(), options).expect("fake provider and daemon");
+    let outcomes = rt.block_on(async {
+        let mut asked = tokio::task::JoinSet::new();
+        for n in 0..14 {
+            let socket = daemon.socket();
+            asked.spawn(async move {
+                let mut client = baaaht_proto::client::connect(&socket, Default::default()).await.expect("connect");
+                let who = format!("person{n}");
+                let message = message(user(&who), &who, "Write hello.sh and run it, please.");
+                scenario::turn(&mut client, message, Duration::from_secs(240)).await
+            });
+        }
+        let mut outcomes = vec![];
+        while let Some(joined) = asked.join_next().await {
+            outcomes.push(joined.expect("the turn's task"));
+        }
+        outcomes
+    });
+    let answered = outcomes
+        .iter()
+        .filter(|outcome| {
+            outcome.as_ref().is_ok_and(|turn| turn.reply.as_ref().is_some_and(|r| r.content.contains(HELLO)))
+        })
+        .count();
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            Ok(turn) if turn.reply.as_ref().is_some_and(|r| r.content.contains(HELLO)) => None,
+            Ok(turn) => Some(format!("{:?} {:?}", turn.error, turn.reply)),
+            Err(error) => Some(format!("{error:#}")),
+        })
+        .collect();
+    assert_eq!(answered, 14, "{failed:?}\n{}", daemon.log_text());
 }

@@ -202,11 +202,20 @@ impl Slots {
             return Ok(Some(permit));
         }
         tracing::info!(max = self.max, role = role.as_str(), "every container slot is busy; waiting for one");
-        self.pressure.send_modify(|count| *count += 1);
-        match tokio::time::timeout(self.wait, self.semaphore.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(Some(permit)),
-            _ => Err(ContainerError::Busy { max: self.max, waited: self.wait }),
+        // Asked again every second while it waits: a slot freed for this start may go to one
+        // that waited longer, and then another idle container must make room.
+        let deadline = tokio::time::Instant::now() + self.wait;
+        loop {
+            self.pressure.send_modify(|count| *count += 1);
+            let next = (tokio::time::Instant::now() + Duration::from_secs(1)).min(deadline);
+            match tokio::time::timeout_at(next, self.semaphore.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => return Ok(Some(permit)),
+                Ok(Err(_closed)) => break,
+                Err(_) if next >= deadline => break,
+                Err(_) => {}
+            }
         }
+        Err(ContainerError::Busy { max: self.max, waited: self.wait })
     }
 
     fn hold(&self, name: &str, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
@@ -302,6 +311,11 @@ impl ContainerManager {
     /// Container slots in use (`container.max_concurrent`).
     pub fn slots_in_use(&self) -> usize {
         self.slots.in_use()
+    }
+
+    /// Container slots free now.
+    pub fn slots_free(&self) -> usize {
+        self.slots.semaphore.available_permits()
     }
 
     /// Problems that make container work fail although the engine answers (image missing,

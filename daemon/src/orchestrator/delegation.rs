@@ -91,6 +91,10 @@ pub async fn run_alone(
     text: String,
     timeout: Option<Duration>,
 ) -> Result<(v1::TurnResult, String), crate::agents::AgentError> {
+    // Its agent and tool container wait for their places, as a delegation's do.
+    let Some(_places) = shared.turns.admit_agent(&shared.shutdown).await else {
+        return Err(crate::agents::AgentError::Cancelled(role));
+    };
     let settings = agent_settings(shared, role);
     let turn_id = new_id("k-");
     let correlation_id = uuid::Uuid::new_v4().to_string();
@@ -152,6 +156,9 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
         // Cancelling the user's turn stops the agents working for it; a background task
         // outliving its turn runs on.
         cancel: shared.turns.running_token(&task.live.user_turn).unwrap_or_default(),
+    };
+    let Some(_places) = shared.turns.admit_agent(&work.cancel).await else {
+        return (format!("the {}'s work was cancelled", task.role), true, started.elapsed());
     };
     let (result, is_error) = match shared.agents.run(work).await {
         Ok(answer) => (answer.content, answer.is_error),

@@ -94,10 +94,78 @@ pub struct Turns {
     tails: Mutex<HashMap<String, String>>,
     /// User turn → what stops it and every agent working for it.
     cancels: Mutex<HashMap<String, CancellationToken>>,
+    /// Places for the containers work needs, one per container slot (see [`Places`]).
+    places: Arc<Places>,
+}
+
+/// Places for the containers work needs, one per container slot: a turn's Assistant takes
+/// one, and only while two more stay free; a delegation (its agent and tool container), or a
+/// scheduled run, takes two. So the agents the running turns delegate to always find room,
+/// and the Assistants never hold every slot while waiting for them. Waiters are not served in
+/// order: a delegation needing two goes ahead of a turn waiting for three.
+#[derive(Debug)]
+pub struct Places {
+    slots: u32,
+    taken: Mutex<u32>,
+    freed: tokio::sync::Notify,
+}
+
+/// Places taken, given back when dropped.
+#[derive(Debug)]
+pub struct Taken {
+    places: Arc<Places>,
+    count: u32,
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let mut taken = self.places.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        *taken = taken.saturating_sub(self.count);
+        drop(taken);
+        self.places.freed.notify_waiters();
+    }
+}
+
+impl Places {
+    fn new(slots: u32) -> Arc<Places> {
+        Arc::new(Places { slots: slots.max(1), taken: Mutex::new(0), freed: tokio::sync::Notify::new() })
+    }
+
+    /// Takes `count` places once `free` are free (at least `count`), or none when `cancel`
+    /// fires first.
+    async fn take(self: &Arc<Self>, count: u32, free: u32, cancel: &CancellationToken, what: &str) -> Option<Taken> {
+        let free = free.min(self.slots).max(count);
+        let mut told = false;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+                if *taken + free <= self.slots {
+                    *taken += count;
+                    return Some(Taken { places: self.clone(), count });
+                }
+            }
+            if !told {
+                told = true;
+                tracing::info!(
+                    slots = self.slots,
+                    what,
+                    "the container slots are spoken for; waiting for running work to end"
+                );
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return None,
+                () = freed => {}
+            }
+        }
+    }
 }
 
 impl Turns {
-    pub fn open(state_dir: &std::path::Path) -> Turns {
+    /// The turns recorded in `state_dir`, with `container_slots` container slots to share.
+    pub fn open(state_dir: &std::path::Path, container_slots: u32) -> Turns {
         let path = state_dir.join(TURNS_FILE);
         let inflight = state::read_json_or_set_aside(&path, InFlight::default);
         Turns {
@@ -106,7 +174,21 @@ impl Turns {
             sessions: Mutex::default(),
             tails: Mutex::default(),
             cancels: Mutex::default(),
+            places: Places::new(container_slots),
         }
+    }
+
+    /// A place for a turn's Assistant, taken when three are free (two stay free for the
+    /// delegations of running turns); none when `cancel` fires first.
+    pub async fn admit_turn(&self, cancel: &CancellationToken) -> Option<Taken> {
+        self.places.take(1, 3, cancel, "a turn").await
+    }
+
+    /// Places for an agent and its tool container (a delegation, a scheduled run); none when
+    /// `cancel` fires first.
+    pub async fn admit_agent(&self, cancel: &CancellationToken) -> Option<Taken> {
+        let count = 2.min(self.places.slots.saturating_sub(1)).max(1);
+        self.places.take(count, count, cancel, "an agent").await
     }
 
     fn update(&self, change: impl FnOnce(&mut InFlight)) {
@@ -265,11 +347,9 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
         }
         Err(_busy) => (None, Some(queued)),
     };
-    // A session's tool container is warmed when it is first used or used again: a session
-    // made and never written to costs nothing.
-    if record.status != SessionStatus::Active || record.leaf.is_none() {
-        prewarm(shared, &record);
-    }
+    // A session's tool container is warmed when it is first used or used again (once its turn
+    // is admitted): a session made and never written to costs nothing.
+    let warm = record.status != SessionStatus::Active || record.leaf.is_none();
     // A title is a convenience: a failure to save it costs the message nothing.
     if record.title.is_none() {
         if let Err(error) = shared.sessions.title_from_first_message(&record.id, &incoming_content) {
@@ -307,7 +387,7 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     shared.turns.cancel_token(&turn);
     let accepted = Accepted { session: record.id.clone(), entry, turn, correlation_id };
     let span = tracing::info_span!("turn", turn = %accepted.turn, correlation_id = %accepted.correlation_id, session = %accepted.session);
-    tokio::spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued).instrument(span));
+    tokio::spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued, warm).instrument(span));
     Ok(accepted)
 }
 
@@ -318,10 +398,14 @@ pub fn sender_name(shared: &Shared, sender: &str) -> String {
 }
 
 /// Starts the session's tool container ahead of its first tool call (issue 5's pre-warming),
-/// in the background, when a message arrives in a session new or resumed: one that is being
-/// written in usually delegates soon.
+/// in the background, when the turn of a message in a session new or resumed is admitted: one
+/// that is being written in usually delegates soon.
 pub fn prewarm(shared: &Arc<Shared>, record: &SessionRecord) {
     if shared.loaded.config.tools.mode != crate::config::ToolMode::Warm {
+        return;
+    }
+    // A guess is not worth a slot the turns' own agents may need: only where half are free.
+    if shared.containers.slots_free() * 2 < shared.loaded.config.container.max_concurrent as usize {
         return;
     }
     let shared = shared.clone();
@@ -488,4 +572,36 @@ fn memories_of(folder: &std::path::Path) -> Vec<String> {
             format!("{}: {content}", entry.key)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_turn_starts_only_while_a_delegation_still_finds_room() {
+        let places = Places::new(6);
+        let never = CancellationToken::new();
+        let mut turns = vec![];
+        for _ in 0..4 {
+            turns.push(places.take(1, 3, &never, "a turn").await.expect("room for a turn"));
+        }
+        // A fifth turn waits (it would leave less than two free) ...
+        let cancel = CancellationToken::new();
+        let fifth = tokio::spawn({
+            let (places, cancel) = (places.clone(), cancel.clone());
+            async move { places.take(1, 3, &cancel, "a turn").await }
+        });
+        tokio::task::yield_now().await;
+        // ... and a delegation of a running turn goes ahead of it.
+        let delegation = places.take(2, 2, &never, "an agent").await.expect("room for a delegation");
+        assert_eq!(*places.taken.lock().expect("lock"), 6);
+        drop(delegation);
+        drop(turns.pop());
+        let _fifth = fifth.await.expect("task").expect("the waiting turn starts once there is room");
+        assert_eq!(*places.taken.lock().expect("lock"), 4);
+        // A cancelled wait takes nothing.
+        cancel.cancel();
+        assert!(places.take(2, 6, &cancel, "an agent").await.is_none());
+    }
 }

@@ -12,6 +12,7 @@ pub(super) async fn run_turn(
     accepted: Accepted,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
     queued: Option<Queued>,
+    warm: bool,
 ) {
     let _one_at_a_time = match guard {
         Some(guard) => guard,
@@ -21,8 +22,12 @@ pub(super) async fn run_turn(
     let cancel = shared.turns.cancel_token(&accepted.turn);
     let (shared_ref, record_ref, accepted_ref) = (&shared, &record, &accepted);
     let answer = |cancel: CancellationToken| async move {
+        let Some(_place) = shared_ref.turns.admit_turn(&cancel).await else { return Err(CANCELLED.to_string()) };
         if cancel.is_cancelled() {
             return Err(CANCELLED.to_string());
+        }
+        if warm {
+            prewarm(shared_ref, record_ref);
         }
         assistant_turn(shared_ref, record_ref, accepted_ref, cancel).await
     };
