@@ -120,16 +120,43 @@ pub fn forward(
     });
 }
 
+/// How long a browser still sending is read from (and its bytes dropped) once the gateway
+/// has answered and closed, so that it reads the answer rather than a reset.
+const LINGER: Duration = Duration::from_secs(2);
+
 /// Carries one connection to the gateway's site socket, both ways, until either side closes.
-async fn carry<S>(mut stream: S, socket: &OwnedFd, gateway: &str)
+/// When the gateway answers before taking the whole request (a 413 for a file too large) and
+/// closes, the answer still goes to the browser and what it goes on sending is read and dropped
+/// for a while ([`LINGER`]): closing with its bytes unread would reset the connection, and the
+/// browser would see a failed upload instead of the answer.
+async fn carry<S>(stream: S, socket: &OwnedFd, gateway: &str)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
+    use tokio::io::AsyncWriteExt;
     let path = format!("/proc/self/fd/{}", socket.as_raw_fd());
-    match UnixStream::connect(&path).await {
-        // silent-ok: a browser or the gateway closing a connection is not news.
-        Ok(mut upstream) => drop(tokio::io::copy_bidirectional(&mut stream, &mut upstream).await),
-        Err(error) => tracing::warn!(%gateway, %error, "cannot reach the gateway's HTTP socket"),
+    let upstream = match UnixStream::connect(&path).await {
+        Ok(upstream) => upstream,
+        Err(error) => return tracing::warn!(%gateway, %error, "cannot reach the gateway's HTTP socket"),
+    };
+    let (mut from_browser, mut to_browser) = tokio::io::split(stream);
+    let (mut from_gateway, mut to_gateway) = upstream.into_split();
+    // silent-ok (all below): a browser or the gateway closing a connection is not news.
+    let requests = async {
+        match tokio::io::copy(&mut from_browser, &mut to_gateway).await {
+            Ok(_) => drop(to_gateway.shutdown().await),
+            // The gateway stopped taking: the rest is read and dropped.
+            Err(_) => drop(tokio::io::copy(&mut from_browser, &mut tokio::io::sink()).await),
+        }
+    };
+    let answers = async {
+        drop(tokio::io::copy(&mut from_gateway, &mut to_browser).await);
+        drop(to_browser.shutdown().await);
+    };
+    tokio::pin!(requests, answers);
+    tokio::select! {
+        () = &mut requests => answers.await,
+        () = &mut answers => drop(tokio::time::timeout(LINGER, requests).await),
     }
 }
 
