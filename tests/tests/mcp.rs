@@ -584,3 +584,46 @@ fn a_users_own_server_never_gets_a_provider_key_or_an_unlisted_secret() {
     assert!(refused.iter().any(|r| r["detail"]["name"] == "ANTHROPIC_API_KEY"), "{refused:?}");
     drop(coder);
 }
+
+/// A server whose tool description is 200 KB and whose answer is a 6 MB line: the agents are
+/// offered a description cut to size (and told so), and the call is answered with the
+/// answer's beginning as soon as it passes what the client takes, not after the call's timeout.
+const HUGE_SERVER: &str = r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"huge","version":"1"}}}\n' "$id" ;;
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"flood","description":"' "$id"
+      head -c 204800 /dev/zero | tr '\0' d
+      printf '","inputSchema":{"type":"object","properties":{}}}]}}\n' ;;
+    *'"method":"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"start of the flood ' "$id"
+      head -c 6000000 /dev/zero | tr '\0' a
+      printf '"}],"isError":false}}\n' ;;
+  esac
+done
+"#;
+
+#[test]
+fn a_servers_huge_description_and_answer_are_cut_to_size_and_said_so() {
+    let rt = baaaht_tests::runtime();
+    let mcp = format!(
+        "servers:\n  huge:\n    command: sh\n    args: [-c, {}]\n    roles: [coder]\n    timeout: 300\n",
+        serde_json::to_string(HUGE_SERVER).expect("JSON")
+    );
+    let daemon =
+        TestDaemon::start(DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp)], ..Default::default() })
+            .expect("daemon");
+    let tools = baaaht_mcp(&daemon, &["test", "huge", "--user", "baaaht-self-test"]);
+    assert!(tools.contains("[description cut by baaaht: "), "{}", &tools[..tools.len().min(3000)]);
+    assert!(tools.len() < 8 << 10, "the whole description is not shown: {} bytes", tools.len());
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let answer = agent.agents.request_tool_execution(call("mcp__huge__flood")).await.expect("answered");
+        let answer = answer.into_inner();
+        assert!(!answer.is_error, "{}", &answer.content[..answer.content.len().min(500)]);
+        assert!(answer.content.starts_with("start of the flood aaaa"), "{}", &answer.content[..100]);
+        assert!(answer.content.len() < 70 << 10, "{} bytes", answer.content.len());
+        assert!(answer.content.contains("[truncated: "), "the cut is said");
+    });
+    drop(coder);
+}

@@ -2,4 +2,5 @@
 //! context; the daemon speaks MCP to it and offers its tools to the agents allowed.
 
 pub mod config;
+pub mod limits;
 pub mod pool;

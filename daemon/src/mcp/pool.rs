@@ -103,7 +103,7 @@ impl Offer {
                 }}),
             ));
         }
-        offered
+        super::limits::capped(&server.name, offered)
     }
 
     /// Whether agents are offered `name`: one of the server's tools, or `read_resource` /
@@ -1001,10 +1001,13 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
         use tokio_stream::StreamExt as _;
         let mut log_lines = Rate::new(100, Duration::from_secs(10));
         let mut opens = Rate::new(120, Duration::from_secs(60));
+        // A message longer than the client takes is answered with its beginning at once.
+        let mut lines = super::limits::Lines::new(MAX_MESSAGE);
         while let Some(message) = up.next().await {
             match message.map(|message| message.kind) {
                 Ok(Some(v1::mcp_up::Kind::Stdout(bytes))) => {
-                    if to_client.write_all(&bytes).await.is_err() {
+                    let whole = lines.push(&bytes);
+                    if !whole.is_empty() && to_client.write_all(&whole).await.is_err() {
                         break;
                     }
                 }
