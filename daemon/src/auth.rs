@@ -269,7 +269,9 @@ impl HostPolicy {
             return Ok(peer);
         }
         if let Some((_, group)) = &self.client_group {
-            if gid == *group || pid.is_some_and(|pid| supplementary_groups(pid).contains(group)) {
+            if gid == *group
+                || pid.is_some_and(|pid| baaaht_proto::host::process_groups(&pid.to_string()).contains(group))
+            {
                 return Ok(peer);
             }
         }
@@ -281,18 +283,6 @@ impl HostPolicy {
         }
         Err(AuthError::PeerNotAllowed { uid, allowed })
     }
-}
-
-/// The supplementary groups of a process, from `/proc/{pid}/status` (SO_PEERCRED carries only
-/// the primary group).
-fn supplementary_groups(pid: i32) -> Vec<u32> {
-    // silent-ok: a process that exited or hid its status has no groups we can vouch for.
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Groups:"))
-        .map(|groups| groups.split_whitespace().filter_map(|g| g.parse().ok()).collect())
-        .unwrap_or_default()
 }
 
 /// Every RPC, for authorization and metrics.

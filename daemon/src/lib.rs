@@ -53,7 +53,7 @@ pub mod workspace;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -181,7 +181,10 @@ pub struct Shared {
 #[derive(Debug)]
 pub struct Bound {
     socket: std::os::unix::net::UnixListener,
+    /// Where the host socket is served.
     socket_path: PathBuf,
+    /// The link to it in the data dir, when it is served elsewhere.
+    socket_link: Option<PathBuf>,
     metrics: Option<std::net::TcpListener>,
     client_group: Option<(String, u32)>,
     _lock: DaemonLock,
@@ -193,32 +196,68 @@ impl Bound {
     }
 }
 
+/// Where the host socket is served: in systemd's runtime directory when the unit gives one
+/// (`RuntimeDirectory=baaaht`: `/run/baaaht`, 0755, so that members of the client group reach
+/// it while the data dir stays 0700), else in the data dir.
+fn served_socket(data_dir: &DataDir, runtime_directory: Option<String>) -> PathBuf {
+    match runtime_directory.filter(|value| value.starts_with('/')) {
+        // systemd may pass several colon-separated folders; ours is the first.
+        Some(folders) => Path::new(folders.split(':').next().unwrap_or(&folders)).join("orchestrator.sock"),
+        None => data_dir.socket_path(),
+    }
+}
+
+/// Removes what a daemon that died left at `path` (we hold the lock, so nothing serves it).
+fn remove_stale(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {
+            tracing::info!(socket = %path.display(), "replaced a stale socket left by a previous daemon");
+            Ok(())
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
 /// Creates the data dir layout, takes the daemon lock, replaces a stale socket left by a crash
-/// and binds the host socket (0660) and the metrics listener.
+/// and binds the host socket (0660) and the metrics listener. A socket served outside the data
+/// dir ([`served_socket`]) is linked from the data dir's usual place, where the daemon's own
+/// tools and the CLI of its user look for it.
 pub fn bind(data_dir: &DataDir, loaded: &LoadedConfig) -> Result<Bound, DaemonError> {
     data_dir.create_layout()?;
     let lock = data_dir.lock()?;
-    let path = data_dir.socket_path();
+    let path = served_socket(data_dir, std::env::var("RUNTIME_DIRECTORY").ok());
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH {
         return Err(DaemonError::SocketPathTooLong { path, len });
     }
     let bind_error = |source| DaemonError::Bind { path: path.clone(), source };
-    // We hold the lock, so a socket file here belongs to a daemon that died.
-    match std::fs::remove_file(&path) {
-        Ok(()) => tracing::info!(socket = %path.display(), "replaced a stale socket left by a previous daemon"),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(bind_error(error)),
+    let link = (path != data_dir.socket_path()).then(|| data_dir.socket_path());
+    for stale in std::iter::once(&path).chain(&link) {
+        remove_stale(stale).map_err(|source| DaemonError::Bind { path: stale.clone(), source })?;
     }
     let socket = std::os::unix::net::UnixListener::bind(&path).map_err(bind_error)?;
     socket.set_nonblocking(true).map_err(bind_error)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).map_err(bind_error)?;
+    if let Some(link) = &link {
+        std::os::unix::fs::symlink(&path, link).map_err(|source| DaemonError::Bind { path: link.clone(), source })?;
+    }
     let group_name = &loaded.config.orchestrator.socket.client_group;
     let client_group = if group_name.is_empty() {
         None
     } else {
-        let gid = group_id(group_name).ok_or_else(|| DaemonError::NoSuchGroup(group_name.clone()))?;
+        let gid = baaaht_proto::host::group_named(group_name)
+            .ok_or_else(|| DaemonError::NoSuchGroup(group_name.clone()))?
+            .gid;
         std::os::unix::fs::chown(&path, None, Some(gid)).map_err(bind_error)?;
+        if let Some(folder) = baaaht_proto::host::folder_closed_to_group(&path, gid) {
+            tracing::warn!(
+                socket = %path.display(),
+                "members of group {group_name} cannot reach the socket: {} is closed to them; run under the \
+                 shipped unit (it serves the socket in /run/baaaht), or open that folder to the group",
+                folder.display()
+            );
+        }
         Some((group_name.clone(), gid))
     };
     let metrics = if loaded.config.metrics.enabled {
@@ -230,17 +269,7 @@ pub fn bind(data_dir: &DataDir, loaded: &LoadedConfig) -> Result<Bound, DaemonEr
     } else {
         None
     };
-    Ok(Bound { socket, socket_path: path, metrics, client_group, _lock: lock })
-}
-
-/// The gid of group `name` from /etc/group.
-fn group_id(name: &str) -> Option<u32> {
-    // silent-ok: without /etc/group there is no such group, which the caller reports.
-    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
-    groups.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        (fields.next() == Some(name)).then(|| fields.nth(1)?.parse().ok()).flatten()
-    })
+    Ok(Bound { socket, socket_path: path, socket_link: link, metrics, client_group, _lock: lock })
 }
 
 /// Current uid, from the owner of `/proc/self` (std offers no getuid).
@@ -622,8 +651,10 @@ impl Daemon {
         ipc_pass(&shared, &mut std::collections::BTreeMap::new());
         shared.ipc.let_go_all();
         shared.listeners.remove_all();
-        if let Err(error) = std::fs::remove_file(&bound.socket_path) {
-            tracing::warn!(socket = %socket, %error, "cannot remove the socket");
+        for path in std::iter::once(&bound.socket_path).chain(&bound.socket_link) {
+            if let Err(error) = std::fs::remove_file(path) {
+                tracing::warn!(socket = %path.display(), %error, "cannot remove the socket");
+            }
         }
         tracing::info!("stopped");
         drop(bound);

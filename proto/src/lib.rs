@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod egress;
+pub mod host;
 pub mod lifecycle;
 pub mod selftest;
 pub mod tls;

@@ -518,3 +518,62 @@ fn the_systemd_unit_verifies() {
         .collect();
     assert!(output.status.success() && problems.is_empty(), "{stderr}");
 }
+
+/// `baaaht status` as host user `uid` (holding `groups`), with `args` before the command.
+fn as_host_user(cli: &std::path::Path, uid: &str, groups: Option<&str>, socket: &std::path::Path) -> (bool, String) {
+    let mut command = std::process::Command::new("setpriv");
+    command.args(["--reuid", uid, "--regid", uid, "--inh-caps=-all"]);
+    match groups {
+        Some(groups) => command.args(["--groups", groups]),
+        None => command.arg("--clear-groups"),
+    };
+    let output = command.arg("--").arg(cli).arg("--socket").arg(socket).arg("status").output().expect("setpriv runs");
+    (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// With the shipped unit the data dir is 0700 and the host socket is served in systemd's
+/// runtime directory (0755), linked from the data dir: a member of the client group reaches
+/// the daemon there, someone outside the group is told to ask for it, and a member who looks
+/// in the data dir is told where the socket is.
+#[test]
+fn a_member_of_the_client_group_reaches_the_service_socket_and_others_are_told_what_to_do() {
+    use std::os::unix::fs::PermissionsExt;
+    let open = tempfile::tempdir().expect("tempdir");
+    let runtime = open.path().join("run");
+    std::fs::create_dir(&runtime).expect("runtime directory");
+    let cli = open.path().join("baaaht");
+    std::fs::copy(baaaht_tests::bin("baaaht"), &cli).expect("a copy of the CLI others may run");
+    for path in [open.path(), &runtime, &cli] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    // `users` (gid 100) is Debian's; the test makes no group of its own.
+    let daemon = baaaht_tests::TestDaemon::start(DaemonOptions {
+        env: vec![
+            ("RUNTIME_DIRECTORY".into(), runtime.display().to_string()),
+            ("BAAAHT__ORCHESTRATOR__SOCKET__CLIENT_GROUP".into(), "users".into()),
+        ],
+        ..DaemonOptions::default()
+    })
+    .expect("daemon");
+    let served = runtime.join("orchestrator.sock");
+    let mode = std::fs::metadata(&served).expect("the served socket").permissions().mode();
+    assert_eq!(mode & 0o777, 0o660, "{mode:o}");
+    let data_dir_mode = std::fs::metadata(&daemon.data_dir).expect("data dir").permissions().mode();
+    assert_eq!(data_dir_mode & 0o777, 0o700, "the data dir stays closed");
+    // The daemon's own user finds it where it always did.
+    let (stdout, stderr) = baaaht(&daemon, &["status"]);
+    assert!(stderr.is_empty() && !stdout.is_empty(), "{stdout}\n{stderr}");
+    let (reached, stderr) = as_host_user(&cli, "4242", Some("100"), &served);
+    assert!(reached, "a member of the client group: {stderr}");
+    let (reached, stderr) = as_host_user(&cli, "4243", None, &served);
+    assert!(
+        !reached && stderr.contains("the socket is open to group users only: ask the admin to add you"),
+        "{stderr}"
+    );
+    let (reached, stderr) = as_host_user(&cli, "4242", Some("100"), &daemon.socket());
+    assert!(!reached, "the data dir is closed to the group");
+    let closed = format!("a folder on the way to it is closed to you ({})", daemon.data_dir.display());
+    assert!(stderr.contains(&closed) && stderr.contains("pass --socket /run/baaaht/orchestrator.sock"), "{stderr}");
+    drop(daemon);
+    assert!(!served.exists(), "the daemon takes its socket away when it stops");
+}

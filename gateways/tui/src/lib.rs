@@ -18,6 +18,9 @@ use baaaht_proto::client::{self, Client, ConnectError, ConnectOptions};
 
 /// The host socket below a data dir.
 const SOCKET_IN_DATA_DIR: &str = "data/ipc/orchestrator.sock";
+/// Where the system service serves it (the unit's `RuntimeDirectory`), open to its client
+/// group; its data dir (`/var/lib/baaaht`, 0700) links there for the daemon's own user.
+pub const SERVICE_SOCKET: &str = "/run/baaaht/orchestrator.sock";
 
 /// The socket used when neither --socket nor BAAAHT_SOCKET is given: the data dir's (from
 /// BAAAHT_DATA or the per-user default), or the system service's when only that one exists.
@@ -28,10 +31,81 @@ pub fn default_socket(env: impl Fn(&str) -> Option<String>) -> PathBuf {
         .or_else(|| env("XDG_DATA_HOME").filter(|v| v.starts_with('/')).map(|v| Path::new(&v).join("baaaht")))
         .or_else(|| env("HOME").filter(|v| !v.is_empty()).map(|home| Path::new(&home).join(".local/share/baaaht")));
     let user_socket = data_dir.map(|dir| dir.join(SOCKET_IN_DATA_DIR));
-    let system_socket = Path::new("/var/lib/baaaht").join(SOCKET_IN_DATA_DIR);
-    match user_socket {
-        Some(path) if path.exists() || !system_socket.exists() || env("BAAAHT_DATA").is_some() => path,
-        _ => system_socket,
+    let service_socket = [PathBuf::from(SERVICE_SOCKET), Path::new("/var/lib/baaaht").join(SOCKET_IN_DATA_DIR)]
+        .into_iter()
+        .find(|path| path.exists());
+    match (user_socket, service_socket) {
+        (Some(path), _) if path.exists() || env("BAAAHT_DATA").is_some() => path,
+        (_, Some(service)) => service,
+        (Some(path), None) => path,
+        (None, None) => PathBuf::from(SERVICE_SOCKET),
+    }
+}
+
+/// What a person refused by the socket's permissions can do about it: what the system says
+/// about them and the socket, in a sentence.
+fn permission_advice(socket: &Path) -> String {
+    use baaaht_proto::host;
+    use std::os::unix::fs::MetadataExt;
+    let me = host::my_uid();
+    let my_name = me.and_then(host::user_name).unwrap_or_else(|| "YOUR-USER".into());
+    let Ok(meta) = std::fs::metadata(socket) else {
+        // The socket cannot even be looked at: a folder on the way is closed.
+        let mut on_the_way: Vec<&Path> = socket.ancestors().collect();
+        on_the_way.reverse();
+        let closed = on_the_way.into_iter().find_map(|path| {
+            let refused =
+                std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
+            refused.then(|| path.parent()).flatten()
+        });
+        let place = closed.map(|folder| format!(" ({})", folder.display())).unwrap_or_default();
+        return format!(
+            "a folder on the way to it is closed to you{place}; the service's socket for other users is \
+             {SERVICE_SOCKET}: pass --socket {SERVICE_SOCKET} (or set BAAAHT_SOCKET), or run as the daemon's user"
+        );
+    };
+    let Some(group) = host::group_with_id(meta.gid()) else {
+        return format!("the socket is open to its owner and group {} only: run as the daemon's user", meta.gid());
+    };
+    let held = host::process_groups("self");
+    let facts = Facts {
+        group: &group.name,
+        holds_group: held.contains(&group.gid),
+        listed_in_group: group.members.contains(&my_name),
+        group_may_use: meta.mode() & 0o060 == 0o060,
+    };
+    advice(&facts, &my_name)
+}
+
+/// What [`permission_advice`] found.
+struct Facts<'a> {
+    group: &'a str,
+    /// This process holds the socket's group.
+    holds_group: bool,
+    /// `/etc/group` lists this user in it.
+    listed_in_group: bool,
+    /// The socket's mode lets its group read and write it.
+    group_may_use: bool,
+}
+
+fn advice(facts: &Facts<'_>, me: &str) -> String {
+    let group = facts.group;
+    match facts {
+        Facts { holds_group: true, group_may_use: false, .. } => {
+            format!("you are in group {group}, but the socket is not open to its group: ask the admin to restart the daemon")
+        }
+        Facts { holds_group: true, .. } => format!(
+            "you are in group {group}, but the daemon does not let that group in: its admin sets \
+             orchestrator.socket.client_group: {group}"
+        ),
+        Facts { listed_in_group: true, .. } => format!(
+            "you were added to group {group} after this login: log in again (or run `newgrp {group}`) so that your \
+             session holds it"
+        ),
+        Facts { .. } => format!(
+            "the socket is open to group {group} only: ask the admin to add you (`usermod -aG {group} {me}`), then \
+             log in again; or run as the daemon's user"
+        ),
     }
 }
 
@@ -43,11 +117,8 @@ pub enum CliError {
         path.display()
     )]
     NotRunning { path: PathBuf },
-    #[error(
-        "permission denied on {}: run as the daemon's user, or join the group set in orchestrator.socket.client_group",
-        path.display()
-    )]
-    SocketPermission { path: PathBuf },
+    #[error("permission denied on {}: {advice}", path.display())]
+    SocketPermission { path: PathBuf, advice: String },
     #[error("cannot reach the daemon at {}: {detail}", path.display())]
     Unreachable { path: PathBuf, detail: String },
     #[error("the daemon refused: {0}")]
@@ -106,7 +177,10 @@ impl CliError {
 pub async fn connect(socket: &Path) -> Result<Client, CliError> {
     client::connect(socket, ConnectOptions::default()).await.map_err(|error| match error {
         ConnectError::NotRunning { path } => CliError::NotRunning { path },
-        ConnectError::PermissionDenied { path } => CliError::SocketPermission { path },
+        ConnectError::PermissionDenied { path } => {
+            let advice = permission_advice(&path);
+            CliError::SocketPermission { path, advice }
+        }
         other => CliError::Unreachable { path: socket.to_path_buf(), detail: baaaht_proto::error_chain(&other) },
     })
 }
@@ -126,9 +200,24 @@ mod tests {
         );
         // The per-user default, unless only the system service's socket exists (not here).
         let path = default_socket(env(&[("HOME", "/nonexistent-home")]));
-        if !Path::new("/var/lib/baaaht/data/ipc/orchestrator.sock").exists() {
+        if !Path::new("/var/lib/baaaht/data/ipc/orchestrator.sock").exists() && !Path::new(SERVICE_SOCKET).exists() {
             assert_eq!(path, PathBuf::from("/nonexistent-home/.local/share/baaaht/data/ipc/orchestrator.sock"));
         }
+    }
+
+    #[test]
+    fn a_refused_person_is_told_what_keeps_them_out() {
+        let facts =
+            |holds_group, listed_in_group| Facts { group: "family", holds_group, listed_in_group, group_may_use: true };
+        let told = advice(&facts(false, false), "bob");
+        assert!(told.contains("ask the admin to add you (`usermod -aG family bob`), then log in again"), "{told}");
+        let told = advice(&facts(false, true), "bob");
+        assert!(told.contains("you were added to group family after this login: log in again"), "{told}");
+        let told = advice(&facts(true, true), "bob");
+        assert!(told.contains("sets orchestrator.socket.client_group: family"), "{told}");
+        let socket = tempfile::tempdir().expect("tempdir").path().join("gone/orchestrator.sock");
+        // A missing folder is no closed one; root passes everywhere else.
+        assert!(permission_advice(&socket).contains("a folder on the way to it is closed to you; the service's"));
     }
 
     #[test]
