@@ -7,6 +7,19 @@ use std::path::Path;
 
 use crate::state::{self, StateError};
 
+/// `text` (a name, one line) as plain text in markdown: what would format it, link it or
+/// start a heading is escaped, so that it reads as the words it is.
+pub fn plain_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if matches!(c, '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '#' | '|' | '~' | '!') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The channels a result can be sent to.
 pub fn is_valid_channel(channel: &str) -> bool {
     matches!(channel, "" | "none" | "tui" | "cli" | "web" | "slack")
