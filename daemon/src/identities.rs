@@ -17,6 +17,12 @@ use serde::{Deserialize, Serialize};
 use crate::state::{self, StateError};
 
 pub const IDENTITIES_FILE: &str = "identities.json";
+/// The users met since `identities.json` was last written, a line each: a first contact
+/// appends one line (and syncs it) instead of rewriting the whole map, so meeting the
+/// thousandth user costs what meeting the first did.
+pub const JOURNAL_FILE: &str = "identities.journal";
+/// Lines the journal grows to before they are folded into `identities.json`.
+const FOLD_AFTER: usize = 1000;
 /// The longest display name, in characters.
 pub const MAX_NAME: usize = 100;
 /// How long a link code may be confirmed.
@@ -96,8 +102,32 @@ pub struct Resolved {
     pub created: bool,
 }
 
+/// One user met, as the journal records it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Met {
+    identity: String,
+    user: String,
+    name: String,
+    created: String,
+}
+
+impl Met {
+    /// Puts what it records into `file`, unless it is there already (a journal whose
+    /// folding into the map was cut short by a crash is replayed on a map that has it).
+    fn apply(self, file: &mut IdentitiesFile) {
+        if file.identities.contains_key(&self.identity) {
+            return;
+        }
+        let record = IdentityRecord { user: self.user.clone(), own: self.user.clone(), created: self.created.clone() };
+        file.identities.insert(self.identity, record);
+        file.users.entry(self.user).or_insert(UserRecord { name: self.name, created: self.created });
+    }
+}
+
 struct Inner {
     file: IdentitiesFile,
+    /// Lines in the journal.
+    journal: usize,
     /// Code → (the user it links to, when it was made).
     codes: HashMap<String, (String, Instant)>,
 }
@@ -105,6 +135,7 @@ struct Inner {
 /// The identity map.
 pub struct Identities {
     path: PathBuf,
+    journal: PathBuf,
     users_dir: PathBuf,
     inner: Mutex<Inner>,
 }
@@ -162,17 +193,69 @@ fn new_user_id() -> String {
 impl Identities {
     /// The map in `state_dir`; user profiles go under `users_dir`.
     pub fn open(state_dir: &Path, users_dir: PathBuf) -> Result<Identities, IdentityError> {
-        let path = state_dir.join(IDENTITIES_FILE);
-        let file = state::read_json(&path)?.unwrap_or(IdentitiesFile { version: 1, ..IdentitiesFile::default() });
-        Ok(Identities { path, users_dir, inner: Mutex::new(Inner { file, codes: HashMap::new() }) })
+        let (path, journal) = (state_dir.join(IDENTITIES_FILE), state_dir.join(JOURNAL_FILE));
+        let mut file = state::read_json(&path)?.unwrap_or(IdentitiesFile { version: 1, ..IdentitiesFile::default() });
+        let met = match std::fs::read_to_string(&journal) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => return Err(StateError::Read { path: journal, source }.into()),
+        };
+        let identities = Identities {
+            path,
+            journal,
+            users_dir,
+            inner: Mutex::new(Inner { file: IdentitiesFile::default(), journal: 0, codes: HashMap::new() }),
+        };
+        if met.is_empty() {
+            identities.inner().file = file;
+            return Ok(identities);
+        }
+        for line in met.lines() {
+            match serde_json::from_str::<Met>(line) {
+                Ok(met) => met.apply(&mut file),
+                // Only the last line can be cut short (by a crash while it was written), and its
+                // first contact was never answered.
+                Err(error) => {
+                    tracing::warn!(%error, journal = %identities.journal.display(), "a cut line in the journal is dropped")
+                }
+            }
+        }
+        // Folded at once: the map is whole again and the journal starts on an empty file.
+        let mut inner = identities.inner();
+        inner.file = file;
+        identities.save(&mut inner)?;
+        drop(inner);
+        Ok(identities)
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn save(&self, file: &IdentitiesFile) -> Result<(), IdentityError> {
-        Ok(state::write_json(&self.path, file)?)
+    /// Writes the whole map; the journal is then folded into it and goes.
+    fn save(&self, inner: &mut Inner) -> Result<(), IdentityError> {
+        state::write_json(&self.path, &inner.file)?;
+        match std::fs::remove_file(&self.journal) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(StateError::Write { path: self.journal.clone(), source }.into()),
+        }
+        inner.journal = 0;
+        Ok(())
+    }
+
+    /// Keeps `met` (already in the map) durably: a line appended to the journal, or the whole
+    /// map when the journal is long enough to fold.
+    fn keep(&self, inner: &mut Inner, met: &Met) -> Result<(), IdentityError> {
+        if inner.journal + 1 >= FOLD_AFTER {
+            return self.save(inner);
+        }
+        // silent-ok: a record of plain strings always serializes.
+        let mut line = serde_json::to_vec(met).unwrap_or_default();
+        line.push(b'\n');
+        state::append_synced(&self.journal, &line)?;
+        inner.journal += 1;
+        Ok(())
     }
 
     /// The user `identity` acts as, if it is known (no write).
@@ -196,12 +279,16 @@ impl Identities {
         let now = state::now_rfc3339();
         let channel = identity.split(':').next().unwrap_or_default();
         let shown = distinct_name(&inner.file.users, clean_name(name), channel);
-        inner.file.users.insert(user.clone(), UserRecord { name: shown.clone(), created: now.clone() });
-        inner
-            .file
-            .identities
-            .insert(identity.to_string(), IdentityRecord { user: user.clone(), own: user.clone(), created: now });
-        self.save(&inner.file)?;
+        let met = Met { identity: identity.to_string(), user: user.clone(), name: shown.clone(), created: now };
+        inner.file.users.insert(user.clone(), UserRecord { name: shown.clone(), created: met.created.clone() });
+        let record = IdentityRecord { user: user.clone(), own: user.clone(), created: met.created.clone() };
+        inner.file.identities.insert(identity.to_string(), record);
+        if let Err(error) = self.keep(&mut inner, &met) {
+            // Not kept, so not met: the next call tries again.
+            inner.file.identities.remove(identity);
+            inner.file.users.remove(&user);
+            return Err(error);
+        }
         drop(inner);
         self.write_profile(&user, &shown, identity)?;
         tracing::info!(user = %user, "a new user, on first contact");
@@ -261,7 +348,7 @@ impl Identities {
         let record = inner.file.users.get_mut(user).ok_or_else(|| IdentityError::UnknownUser(user.to_string()))?;
         if record.name != name {
             record.name = name.to_string();
-            self.save(&inner.file)?;
+            self.save(&mut inner)?;
         }
         let record = inner.file.users.get(user).cloned().ok_or_else(|| IdentityError::UnknownUser(user.to_string()))?;
         Ok(view(&inner.file, user, &record))
@@ -282,7 +369,7 @@ impl Identities {
             return Err(IdentityError::AlreadyLinked(first.to_string(), second.to_string()));
         }
         record.user = target.clone();
-        self.save(&inner.file)?;
+        self.save(&mut inner)?;
         tracing::info!(user = %target, "two channel identities linked into one user");
         let user = inner.file.users.get(&target).cloned().ok_or(IdentityError::UnknownUser(target.clone()))?;
         Ok(view(&inner.file, &target, &user))
@@ -301,7 +388,7 @@ impl Identities {
         }
         record.user = record.own.clone();
         let own = record.own.clone();
-        self.save(&inner.file)?;
+        self.save(&mut inner)?;
         tracing::info!(user = %own, "a channel identity unlinked");
         let user = inner.file.users.get(&own).cloned().ok_or(IdentityError::UnknownUser(own.clone()))?;
         Ok(view(&inner.file, &own, &user))
@@ -405,6 +492,40 @@ mod tests {
         let long = "x".repeat(500);
         assert_eq!(clean_name(&long).chars().count(), MAX_NAME);
         assert!(matches!(identities.rename(&copy.user, "\u{200B}\u{202E}"), Err(IdentityError::BadName)));
+    }
+
+    #[test]
+    fn a_first_contact_appends_one_line_and_the_journal_folds_into_the_map() {
+        use std::io::Write as _;
+        let temp = tempfile::tempdir().expect("tempdir");
+        let identities = open(&temp);
+        let (map, journal) = (temp.path().join(IDENTITIES_FILE), temp.path().join(JOURNAL_FILE));
+        let alice = identities.resolve("web:https://id#alice", "Alice").expect("alice");
+        let bob = identities.resolve("web:https://id#bob", "Bob").expect("bob");
+        assert!(!map.exists(), "the map is not rewritten per user");
+        assert_eq!(std::fs::read_to_string(&journal).expect("journal").lines().count(), 2);
+        // A crash while a third line was written leaves it cut: dropped, the rest kept, and the
+        // journal folded into the map at once.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&journal)
+            .and_then(|mut file| file.write_all(b"{\"identity\":\"web:https://id#carol\",\"us"))
+            .expect("a cut line");
+        let reopened = open(&temp);
+        assert_eq!(reopened.lookup("web:https://id#alice"), Some(alice.user.clone()));
+        assert_eq!(reopened.user(&bob.user).expect("bob").name, "Bob");
+        assert_eq!(reopened.lookup("web:https://id#carol"), None);
+        assert!(map.exists() && !journal.exists());
+        // A rename writes the map; many first contacts fold the journal every FOLD_AFTER lines.
+        reopened.rename(&bob.user, "Bobby").expect("rename");
+        for n in 0..FOLD_AFTER + 5 {
+            reopened.resolve(&format!("slack:T1:U{n}"), "").expect("met");
+        }
+        let lines = std::fs::read_to_string(&journal).expect("journal").lines().count();
+        assert_eq!(lines, 5, "999 lines, folded with the 1000th, then five more");
+        let again = open(&temp);
+        assert_eq!(again.users().len(), FOLD_AFTER + 7);
+        assert_eq!(again.user(&bob.user).expect("bob").name, "Bobby");
     }
 
     #[test]

@@ -57,6 +57,25 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateErr
     result.map_err(error)
 }
 
+/// Appends `bytes` to `path` (made 0600 when new) and syncs them: on disk when this returns.
+/// A write that fails part way is cut off again, so the file never keeps half a record.
+pub fn append_synced(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    let error = |source| StateError::Write { path: path.to_path_buf(), source };
+    let mut file = OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(error)?;
+    let before = file.metadata().map_err(error)?.len();
+    if let Err(failed) = file.write_all(bytes).and_then(|()| file.sync_data()) {
+        // silent-ok: the write's own error is the one to report.
+        let _ = file.set_len(before);
+        return Err(error(failed));
+    }
+    if before == 0 {
+        // A new file: its name in the folder is made durable too.
+        let dir = path.parent().unwrap_or(Path::new("."));
+        File::open(dir).and_then(|dir| dir.sync_all()).map_err(error)?;
+    }
+    Ok(())
+}
+
 /// Writes `value` as pretty JSON with [`write_atomic`], mode 0600.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
     let mut bytes =

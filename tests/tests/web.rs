@@ -141,8 +141,7 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
             who.unwrap_or_else(|error| panic!("not signed in: {error}\n{}\n{}", gateway.log_text(), daemon.log_text()));
         assert_eq!(who.text().await.expect("text"), "Alice Admin");
         // The daemon met the user: the first sign-in made a canonical user for the identity.
-        let identities =
-            std::fs::read_to_string(daemon.data_dir.join("data/state/identities.json")).expect("identities");
+        let identities = known_identities(&daemon.data_dir);
         assert!(identities.contains(&format!("web:{}#alice", provider.issuer)), "{identities}");
         // A message: it appears, and the answer streams in below it.
         let input = browser.find(Locator::Id("input")).await.expect("the composer");
@@ -213,8 +212,7 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
             browser.find(Locator::Css("body")).await.expect("body").text().await.unwrap_or_default()
         );
         assert!(browser.get_named_cookie(web_cookie()).await.is_err(), "and not signed in");
-        let identities =
-            std::fs::read_to_string(daemon.data_dir.join("data/state/identities.json")).expect("identities");
+        let identities = known_identities(&daemon.data_dir);
         assert!(!identities.contains("#carol"), "the daemon never met her: {identities}");
         browser.close().await.expect("close");
     });
@@ -885,4 +883,12 @@ fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
     }
     assert_eq!(web::redirect_of(&format!("{site}/"), &jar, &[]).as_deref(), Some(format!("{site}/login").as_str()));
     drop(daemon);
+}
+
+/// The daemon's map of identities and the users it met since it last wrote it.
+fn known_identities(data_dir: &std::path::Path) -> String {
+    ["identities.json", "identities.journal"]
+        .iter()
+        .filter_map(|name| std::fs::read_to_string(data_dir.join("data/state").join(name)).ok())
+        .collect()
 }

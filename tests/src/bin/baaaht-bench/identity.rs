@@ -116,6 +116,77 @@ pub(crate) fn run(calls: usize) -> Result<()> {
     Ok(())
 }
 
+/// WhoAmI as `identity` on `gateway`: its time in µs.
+async fn who_am_i(gateway: &mut Client, identity: &str) -> Result<f64> {
+    let request = with_user(identity, None, v1::WhoAmIRequest {})?;
+    let started = Instant::now();
+    gateway.gateways.who_am_i(request).await?;
+    Ok(started.elapsed().as_secs_f64() * 1e6)
+}
+
+/// `baaaht-bench first-contact`: WhoAmI through a Slack gateway for identities never seen (the
+/// daemon makes the user, its profile and records both durably) with few users known and with
+/// `users` known, each first contact alternating with the baseline, WhoAmI of a known user.
+pub(crate) fn first_contact(users: usize, calls: usize) -> Result<()> {
+    let rt = baaaht_tests::runtime();
+    let daemon = TestDaemon::start(DaemonOptions::default())?;
+    let mut rows = [
+        Row { name: "known user: WhoAmI".into(), unit: "µs", values: vec![] },
+        Row { name: format!("first contact, 0 to {calls} users known"), unit: "µs", values: vec![] },
+        Row { name: format!("first contact, {users} users known"), unit: "µs", values: vec![] },
+    ];
+    let filled = rt.block_on(async {
+        let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await?;
+        let request = v1::AddGatewayRequest {
+            kind: "slack".into(),
+            name: "acme".into(),
+            team: "T1".into(),
+            mode: "external".into(),
+            ..Default::default()
+        };
+        let mut slack = gateway(&mut host, request).await?;
+        let known = "slack:T1:UKNOWN";
+        for _ in 0..50 {
+            who_am_i(&mut slack, known).await?;
+        }
+        let mut made = 1;
+        for n in 0..calls {
+            rows[0].values.push(who_am_i(&mut slack, known).await?);
+            rows[1].values.push(who_am_i(&mut slack, &format!("slack:T1:UA{n}")).await?);
+            made += 1;
+        }
+        let started = Instant::now();
+        while made < users {
+            who_am_i(&mut slack, &format!("slack:T1:UB{made}")).await?;
+            made += 1;
+        }
+        let filled = started.elapsed();
+        for n in 0..calls {
+            rows[0].values.push(who_am_i(&mut slack, known).await?);
+            rows[2].values.push(who_am_i(&mut slack, &format!("slack:T1:UC{n}")).await?);
+        }
+        anyhow::Ok(filled)
+    })?;
+    let journal = daemon.data_dir.join("data/state/identities.journal");
+    let journal = std::fs::metadata(&journal).map(|meta| meta.len()).unwrap_or_default();
+    println!(
+        "baaaht-bench first-contact: WhoAmI through a Slack gateway, {calls} new identities at each size, \
+         alternating with a known one ({users} users made in {:.1} s)\n",
+        filled.as_secs_f64()
+    );
+    header();
+    let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();
+    let (known, few, many) = (p50[0], p50[1], p50[2]);
+    println!("\nfirst contact with {users} users known costs {:.2}× what it costs with few", many / few);
+    println!(
+        "RESULT known_p50_us={known:.1} first_contact_few_p50_us={few:.1} first_contact_{users}_p50_us={many:.1} \
+         growth={:.2} vs_known={:.2} journal_bytes={journal}",
+        many / few,
+        many / known
+    );
+    Ok(())
+}
+
 /// `message` as the gateway's user `identity`, with the user's ID token when given.
 fn with_user<T>(identity: &str, id_token: Option<&str>, message: T) -> Result<tonic::Request<T>> {
     let mut request = tonic::Request::new(message);

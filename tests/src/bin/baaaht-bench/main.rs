@@ -75,6 +75,16 @@ enum Bench {
         #[arg(long, default_value_t = 3000)]
         calls: usize,
     },
+    /// What meeting a new end user costs (their user made and kept durably), with few users
+    /// known and with many, vs a call naming a user already known
+    FirstContact {
+        /// Users known before the second measurement (at least 1000)
+        #[arg(long, default_value_t = 3000)]
+        users: usize,
+        /// First contacts measured at each size (at least 100)
+        #[arg(long, default_value_t = 200)]
+        calls: usize,
+    },
     /// The scheduler: tick time and memory with many tasks, HEARTBEAT.md edit → regenerated
     /// tasks, claim → agent start vs docker run
     Scheduler {
@@ -164,6 +174,7 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
+        Bench::FirstContact { users, calls } => identity::first_contact(users.max(1000), calls.max(100)),
         Bench::Scheduler { tasks, minutes, edits, runs } => {
             scheduler::run(tasks.max(1000), minutes.max(60), edits.max(10), runs.max(3))
         }
