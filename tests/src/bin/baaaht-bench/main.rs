@@ -11,6 +11,7 @@ use baaaht_proto::v1;
 use baaaht_tests::{bin, median, percentile, DaemonOptions, TestDaemon};
 use clap::{Parser, Subcommand};
 
+mod abuse;
 mod delegation;
 mod identity;
 mod llm;
@@ -74,6 +75,13 @@ enum Bench {
         /// Calls of each path (at least 1000)
         #[arg(long, default_value_t = 3000)]
         calls: usize,
+    },
+    /// The daemon's resident memory under rounds of refused work by a hostile gateway user,
+    /// and after it
+    Abuse {
+        /// Seconds of abuse (at least 30)
+        #[arg(long, default_value_t = 120)]
+        seconds: u64,
     },
     /// What meeting a new end user costs (their user made and kept durably), with few users
     /// known and with many, vs a call naming a user already known
@@ -174,6 +182,7 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
+        Bench::Abuse { seconds } => abuse::run(seconds.max(30)),
         Bench::FirstContact { users, calls } => identity::first_contact(users.max(1000), calls.max(100)),
         Bench::Scheduler { tasks, minutes, edits, runs } => {
             scheduler::run(tasks.max(1000), minutes.max(60), edits.max(10), runs.max(3))
