@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, BodyDataStream};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::{header, request::Parts, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +14,7 @@ use axum::Json;
 use baaaht_proto::v1;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio::sync::mpsc::Sender;
 
 use crate::app::App;
 use crate::store::SignedIn;
@@ -481,7 +482,6 @@ pub async fn upload(
     Query(query): Query<UploadQuery>,
     body: Body,
 ) -> Response {
-    use futures_util::StreamExt;
     let context = match app.context(&user.session, &Place { room: query.room }).await {
         Ok(context) => context,
         Err(status) => return api_error(&status),
@@ -492,6 +492,7 @@ pub async fn upload(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if declared_size.is_some_and(|size| size > max) {
+        tokio::spawn(linger(body.into_data_stream()));
         return error(StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than this site takes.");
     }
     let declared = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
@@ -510,37 +511,23 @@ pub async fn upload(
     // The body goes on to the daemon as it arrives, in chunks. Past the limit, or when the
     // browser's upload breaks, the daemon is sent a chunk with no part, which ends the upload
     // unstored (an upload merely ended would be stored, cut short), and removes what it had.
-    let pump = tokio::spawn(async move {
+    // Whatever ends it early, the rest of the body is read and dropped for a while, so the
+    // browser reads the answer instead of a reset connection.
+    tokio::spawn(async move {
         let mut stream = body.into_data_stream();
-        let (mut total, mut pending) = (0u64, Vec::with_capacity(CHUNK));
-        let fail = |failed: tokio::sync::oneshot::Sender<_>, sender: tokio::sync::mpsc::Sender<_>, status, sentence| async move {
-            // The browser's answer first (so the daemon's refusal never stands in for it).
-            // silent-ok: a request already answered has no one to tell.
-            let _ = failed.send((status, sentence));
-            // silent-ok: a daemon that answered already has stored nothing either.
-            let _ = sender.send(v1::UploadChunk { part: None }).await;
-        };
-        while let Some(bytes) = stream.next().await {
-            let Ok(bytes) = bytes else {
-                return fail(failed, sender, StatusCode::BAD_REQUEST, "The upload was interrupted; try again.").await;
-            };
-            total += bytes.len() as u64;
-            if total > max {
-                return fail(failed, sender, StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than this site takes.")
-                    .await;
+        match pump(&mut stream, &sender, max).await {
+            Pumped::All => return,
+            Pumped::Refused(status, sentence) => {
+                // The browser's answer first (so the daemon's refusal never stands in for it).
+                // silent-ok: a request already answered has no one to tell.
+                let _ = failed.send((status, sentence));
+                // silent-ok: a daemon that answered already has stored nothing either.
+                let _ = sender.send(v1::UploadChunk { part: None }).await;
             }
-            pending.extend_from_slice(&bytes);
-            while pending.len() >= CHUNK {
-                let rest = pending.split_off(CHUNK);
-                let chunk = std::mem::replace(&mut pending, rest);
-                if sender.send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Data(chunk)) }).await.is_err() {
-                    return; // the daemon answered already
-                }
-            }
+            Pumped::Answered => {}
         }
-        if !pending.is_empty() {
-            let _ = sender.send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Data(pending)) }).await;
-        }
+        drop(sender);
+        linger(stream).await;
     });
     let mut daemon = app.daemon.clone();
     let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
@@ -549,8 +536,6 @@ pub async fn upload(
         Ok((status, sentence)) = failure => return error(status, sentence),
         stored = daemon.sessions.upload_file(app.as_user(&user.session, stream)) => stored,
     };
-    // The daemon answered (it may have refused early): the rest of the body is not wanted.
-    pump.abort();
     match stored {
         Ok(stored) => {
             let stored = stored.into_inner();
@@ -563,6 +548,58 @@ pub async fn upload(
         }
         Err(status) => api_error(&status),
     }
+}
+
+/// How an upload's body went to the daemon.
+enum Pumped {
+    /// All of it.
+    All,
+    /// Not all: past the site's limit, or broken off by the browser.
+    Refused(StatusCode, &'static str),
+    /// Not all: the daemon answered first (it may refuse from the declared size).
+    Answered,
+}
+
+/// Sends the body in `stream` to the daemon through `sender`, in chunks of [`CHUNK`], while
+/// it stays within `max` bytes.
+async fn pump(stream: &mut BodyDataStream, sender: &Sender<v1::UploadChunk>, max: u64) -> Pumped {
+    use futures_util::StreamExt;
+    let (mut total, mut pending) = (0u64, Vec::with_capacity(CHUNK));
+    while let Some(bytes) = stream.next().await {
+        let Ok(bytes) = bytes else {
+            return Pumped::Refused(StatusCode::BAD_REQUEST, "The upload was interrupted; try again.");
+        };
+        total += bytes.len() as u64;
+        if total > max {
+            return Pumped::Refused(StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than this site takes.");
+        }
+        pending.extend_from_slice(&bytes);
+        while pending.len() >= CHUNK {
+            let rest = pending.split_off(CHUNK);
+            let chunk = std::mem::replace(&mut pending, rest);
+            if sender.send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Data(chunk)) }).await.is_err() {
+                return Pumped::Answered;
+            }
+        }
+    }
+    if !pending.is_empty()
+        && sender.send(v1::UploadChunk { part: Some(v1::upload_chunk::Part::Data(pending)) }).await.is_err()
+    {
+        return Pumped::Answered;
+    }
+    Pumped::All
+}
+
+/// How long the rest of an upload answered early is read (and dropped) for.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads and drops what is left of a request's body for up to [`LINGER`]. An answer given
+/// before the whole body was read (a 413 for a file too large) otherwise reaches the browser
+/// as a reset: the server would close with the browser's bytes unread.
+async fn linger(mut stream: BodyDataStream) {
+    use futures_util::StreamExt;
+    // silent-ok: what is dropped here was refused already; its end is not news.
+    let _ = tokio::time::timeout(LINGER, async { while let Some(Ok(_)) = stream.next().await {} }).await;
 }
 
 #[derive(Debug, Deserialize)]
