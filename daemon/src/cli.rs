@@ -74,12 +74,12 @@ pub enum GatewaysCommand {
         /// slack: the workspace id, e.g. T0123ABCD
         #[arg(long, value_name = "TEAM_ID", required_if_eq("kind", "slack"))]
         team: Option<String>,
-        /// Who runs it: container (the daemon, in a container reaching only Slack; slack's
-        /// default; not yet for web), process (the daemon, on the host; web's default) or
-        /// external (you)
+        /// Who runs it: container (the default: the daemon, in a container with no network of
+        /// its own, reaching only its provider or Slack through the daemon; a web gateway's
+        /// --listen port is the daemon's), process (the daemon, on the host) or external (you)
         #[arg(long, value_parser = ["container", "process", "external"])]
         mode: Option<String>,
-        /// The gateway's own arguments (baaaht-slack --help lists them)
+        /// The gateway's own arguments (baaaht-slack --help and baaaht-web --help list them)
         #[arg(last = true, value_name = "ARGS")]
         args: Vec<String>,
     },

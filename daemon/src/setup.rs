@@ -46,6 +46,8 @@ pub enum SetupError {
     State(#[from] state::StateError),
     #[error("cannot ask on the terminal")]
     Terminal(#[source] std::io::Error),
+    #[error(transparent)]
+    DataDir(#[from] crate::datadir::DataDirError),
 }
 
 /// What the command line asked for.
@@ -186,6 +188,7 @@ async fn probe(choice: &Choice, model: &str, key: Option<&str>) -> Result<Durati
         api_key: key.map(str::to_string),
         timeout: Duration::from_secs(30),
         max_output: None,
+        relay: None,
     };
     let request = Request {
         model: model.to_string(),
@@ -274,6 +277,7 @@ fn providers_yaml(existing: Option<&str>, choice: &Choice) -> Result<String, Set
             timeout: None,
             rate_limit: None,
             max_output_tokens: None,
+            context_window: None,
         });
     }
     let body = serde_yaml::to_string(&providers).map_err(|error| SetupError::Usage(error.to_string()))?;
@@ -550,6 +554,8 @@ pub async fn run(data_dir: &DataDir, options: &Options, asker: &mut dyn Asker) -
         }
     };
 
+    // The data dir as the daemon makes it (0700: it will hold secrets), before anything in it.
+    data_dir.create_layout()?;
     // The files, checked together before anything is written.
     let providers_path = config_dir.join(config::PROVIDERS_FILE);
     let config_path = config_dir.join(config::CONFIG_FILE);
@@ -557,7 +563,10 @@ pub async fn run(data_dir: &DataDir, options: &Options, asker: &mut dyn Asker) -
     let (old_providers, old_config) = (read(&providers_path), read(&config_path));
     let new_providers = providers_yaml(old_providers.as_deref(), &choice)?;
     let new_config = config_yaml(old_config.as_deref(), &full_model)?;
-    check_loads(data_dir, &new_providers, &new_config)?;
+    let gateway_mode = check_loads(data_dir, &new_providers, &new_config)?;
+    if let Some(relayed) = relayed_from(gateway_mode, &choice.api_base) {
+        asker.say(&relayed);
+    }
     let mut planned = vec![];
     for (path, old, new) in [(&providers_path, &old_providers, new_providers), (&config_path, &old_config, new_config)]
     {
@@ -600,23 +609,59 @@ pub async fn run(data_dir: &DataDir, options: &Options, asker: &mut dyn Asker) -
     Ok(Report { model: full_model, written, probe: probed })
 }
 
-/// Whether the Assistant's model has a usable provider (key resolvable, or none needed), for
-/// `baaahtd setup --check`: `Err` says why not.
+/// What a user is told of a provider on this host's loopback when the LLM gateway runs in
+/// a container (where 127.0.0.1 is the container's own): the daemon relays to it.
+fn relayed_from(mode: config::GatewayMode, api_base: &str) -> Option<String> {
+    let (target, _) = crate::llm::relay::loopback_target(api_base)?;
+    (mode == config::GatewayMode::Container).then(|| {
+        format!(
+            "the LLM gateway runs in a container (llm.gateway: container), where 127.0.0.1 is its own: \
+             baaahtd relays its connections to {target} on this host"
+        )
+    })
+}
+
+/// Whether the Assistant's model can be used, for `baaahtd setup --check`: its provider's key
+/// resolves (or it needs none), and a server on this host's loopback answers where the
+/// gateway's connections go. `Ok` describes it; `Err` says why not and what to do.
 pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String, String> {
     let secrets = crate::llm::open_secrets(&data_dir.config_dir());
     let settings = crate::llm::gateway_settings(loaded, secrets.as_ref(), |name| std::env::var(name).ok());
     let model = loaded.config.agents.settings(crate::auth::Role::Assistant).model;
     let provider = model.provider();
     let found = settings.config().providers.iter().find(|configured| configured.name == provider);
-    match found {
-        Some(configured) if configured.unusable.is_empty() => Ok(model.0.clone()),
-        Some(configured) => Err(format!("the assistant's model {} cannot be used: {}", model.0, configured.unusable)),
-        None => Err(format!("the assistant's model {} uses provider {provider}, which is not configured", model.0)),
+    let configured = match found {
+        Some(configured) if configured.unusable.is_empty() => configured,
+        Some(configured) => {
+            return Err(format!("the assistant's model {} cannot be used: {}", model.0, configured.unusable))
+        }
+        None => {
+            return Err(format!("the assistant's model {} uses provider {provider}, which is not configured", model.0))
+        }
+    };
+    let Some((target, plain)) = crate::llm::relay::loopback_target(&configured.api_base) else {
+        return Ok(model.0.clone());
+    };
+    // A local server: asked for its models (free, and what the gateway's connections reach).
+    if plain && configured.wire == "openai" && list_models(&configured.api_base).is_none() {
+        return Err(format!(
+            "the assistant's model {} is served at {} and nothing answers there: start the model server \
+             (e.g. `llama-server --port {port}` or `ollama serve`), or correct api_base in providers.yaml",
+            model.0,
+            configured.api_base,
+            port = target.rsplit_once(':').map_or("8080", |(_, port)| port),
+        ));
     }
+    let relayed = relayed_from(loaded.config.llm.gateway, &configured.api_base);
+    Ok(match relayed {
+        Some(relayed) => format!("{} at {target} ({relayed})", model.0),
+        None => format!("{} at {target}", model.0),
+    })
 }
 
-/// Loads the configuration as it would be, from a scratch folder.
-fn check_loads(data_dir: &DataDir, providers: &str, config_text: &str) -> Result<(), SetupError> {
+/// Loads the configuration as it would be, from a scratch folder: where it runs the LLM
+/// gateway.
+fn check_loads(data_dir: &DataDir, providers: &str, config_text: &str) -> Result<config::GatewayMode, SetupError> {
     let scratch = tempfile_dir(&data_dir.config_dir())?;
     let write = |name: &str, text: &str| {
         std::fs::write(scratch.join(name), text)
@@ -630,7 +675,7 @@ fn check_loads(data_dir: &DataDir, providers: &str, config_text: &str) -> Result
         }
         let paths =
             ConfigPaths { config_file: None, config_dir: scratch.clone(), data_dir: data_dir.root().to_path_buf() };
-        config::load(&paths, std::iter::empty()).map(drop).map_err(SetupError::Invalid)
+        config::load(&paths, std::iter::empty()).map(|loaded| loaded.config.llm.gateway).map_err(SetupError::Invalid)
     })();
     // silent-ok: a scratch folder left behind is harmless and named as such.
     let _ = std::fs::remove_dir_all(&scratch);

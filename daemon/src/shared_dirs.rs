@@ -147,6 +147,57 @@ pub fn hand_over_file(fd: impl AsFd) -> std::io::Result<()> {
     hand_over_as(fd, 0o600, 0o660)
 }
 
+/// The bytes the files below the folder `path` take, counted without following a link (a
+/// container's folder, which it may fill with links and deep trees: at most 64 levels).
+pub fn size_below(path: &Path) -> std::io::Result<u64> {
+    fn below(dir: &OwnedFd, depth: usize) -> std::io::Result<u64> {
+        let mut total = 0;
+        for entry in rustix::fs::Dir::read_from(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => stat,
+                // Gone meanwhile.
+                Err(Errno::NOENT) => continue,
+                Err(error) => return Err(error.into()),
+            };
+            total += (stat.st_blocks as u64) * 512;
+            if FileType::from_raw_mode(stat.st_mode) == FileType::Directory && depth < 64 {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                    Ok(child) => total += below(&child, depth + 1)?,
+                    Err(Errno::NOENT) => {}
+                    Err(error) => return Err(error.into()),
+                }
+            }
+        }
+        Ok(total)
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    below(&rustix::fs::open(path, flags, Mode::empty())?, 0)
+}
+
+/// Lets the containers' uid connect to the socket the daemon bound at `path`, in a folder only
+/// the daemon writes in (its own, or one handed over): the socket is the containers' uid's and
+/// 0600, or (without root) the daemon's group's and 0660. Never through a link.
+pub fn share_socket(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match access() {
+        Access::Owner => {
+            std::os::unix::fs::lchown(path, Some(CONTAINER_UID), Some(CONTAINER_UID))?;
+            0o600
+        }
+        Access::Group(gid) => {
+            std::os::unix::fs::lchown(path, None, Some(gid))?;
+            0o660
+        }
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
 /// Owned by the containers' uid with `owner_mode`, or (without root) the daemon's group with
 /// `group_mode`.
 fn hand_over_as(fd: impl AsFd, owner_mode: u32, group_mode: u32) -> std::io::Result<()> {

@@ -21,6 +21,10 @@ pub mod v1 {
 /// turn's conversation carries the pictures shared in it (up to 4 of 3.75 MB each).
 pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
+/// What follows the part of an answer written before its turn was stopped, in the session and
+/// on screen.
+pub const STOPPED_MARK: &str = "[stopped]";
+
 /// About what a provider bills for one picture, in input tokens (Anthropic: about 1,600 for
 /// one at its 1568 px limit): what budgets, compaction and usage estimates count an image as.
 pub const IMAGE_TOKENS: usize = 1600;

@@ -58,6 +58,11 @@ struct Record {
     abandoned: AtomicUsize,
     /// Answers sent to their end.
     completed: AtomicUsize,
+    /// A context window as llama.cpp's server keeps one: its size in tokens (the conversation's
+    /// characters / 4, the instructions not counted), and whether `GET /props` tells it.
+    context: Mutex<Option<(usize, bool)>>,
+    /// Requests refused as longer than the context window.
+    too_long: AtomicUsize,
 }
 
 /// Replaced, in a paced chunk, by [`clock_nanos`] at the moment the chunk is written, so a
@@ -145,6 +150,42 @@ impl FakeProvider {
     pub fn completed(&self) -> usize {
         self.record.completed.load(Ordering::SeqCst)
     }
+
+    /// From now on keeps a context window of `tokens` as llama.cpp's server does: a request
+    /// whose messages are longer (their characters / 4) is refused with its 400 and words, and
+    /// `GET /props` tells the window when `tells` (else it is not found).
+    pub fn limit_context(&self, tokens: usize, tells: bool) {
+        *self.record.context.lock().unwrap_or_else(PoisonError::into_inner) = Some((tokens, tells));
+    }
+
+    /// Requests refused as longer than the context window.
+    pub fn refused_as_too_long(&self) -> usize {
+        self.record.too_long.load(Ordering::SeqCst)
+    }
+}
+
+/// The tokens a request's messages take, as [`FakeProvider::limit_context`] counts them.
+fn message_tokens(body: &serde_json::Value) -> usize {
+    fn chars(value: &serde_json::Value) -> usize {
+        match value {
+            serde_json::Value::String(text) => text.len(),
+            serde_json::Value::Array(items) => items.iter().map(chars).sum(),
+            serde_json::Value::Object(fields) => {
+                fields.iter().filter(|(key, _)| *key != "type").map(|(_, v)| chars(v)).sum()
+            }
+            _ => 0,
+        }
+    }
+    let conversation = body["messages"].as_array().into_iter().flatten().filter(|m| m["role"] != "system");
+    conversation.map(|m| chars(&m["content"])).sum::<usize>() / 4
+}
+
+/// A complete HTTP answer with a JSON body.
+fn json_reply(status: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 impl Drop for FakeProvider {
@@ -182,6 +223,25 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
         let _ = writer.write_all(reply.as_bytes()).await;
         return;
     }
+    // What llama.cpp's server tells of itself: the context each request gets.
+    if head.starts_with("get /props ") {
+        let asked = String::from_utf8_lossy(&buffer[..body_start]).into_owned();
+        record.requests.lock().unwrap_or_else(PoisonError::into_inner).push(asked);
+        let context = *record.context.lock().unwrap_or_else(PoisonError::into_inner);
+        let reply = match context {
+            Some((tokens, true)) => json_reply(
+                "200 OK",
+                &format!(r#"{{"default_generation_settings":{{"n_ctx":{tokens}}},"total_slots":1}}"#),
+            ),
+            _ => json_reply(
+                "404 Not Found",
+                r#"{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}"#,
+            ),
+        };
+        // silent-ok: as above.
+        let _ = writer.write_all(reply.as_bytes()).await;
+        return;
+    }
     let length: usize = head
         .lines()
         .find_map(|line| line.strip_prefix("content-length:").map(|v| v.trim().to_string()))
@@ -195,6 +255,21 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
         buffer.extend_from_slice(&chunk[..n]);
     }
     let request = String::from_utf8_lossy(&buffer).into_owned();
+    let context = *record.context.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((tokens, _)) = context {
+        let asked = message_tokens(&body_of(&request));
+        if asked > tokens {
+            record.too_long.fetch_add(1, Ordering::SeqCst);
+            record.requests.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+            // llama.cpp's server's very answer.
+            let body = format!(
+                r#"{{"error":{{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":{asked},"n_ctx":{tokens}}}}}"#
+            );
+            // silent-ok: as above.
+            let _ = writer.write_all(json_reply("400 Bad Request", &body).as_bytes()).await;
+            return;
+        }
+    }
     let answer = match answer {
         Some(Answer::Respond(responder)) => Some((responder.0)(&request)),
         other => other,

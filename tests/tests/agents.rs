@@ -851,3 +851,166 @@ fn at_the_container_cap_every_turn_of_many_at_once_is_answered() {
         .collect();
     assert_eq!(answered, 14, "{failed:?}\n{}", daemon.log_text());
 }
+
+/// A daemon whose every agent uses `custom/fake-model` on `fake` (llama.cpp's wire), answering
+/// each request with 300 words (about 450 tokens as the fake counts them); the gateway a host
+/// child.
+fn small_local_model(
+    rt: &tokio::runtime::Runtime,
+    tokens: usize,
+    tells: bool,
+) -> (FakeProvider, baaaht_tests::TestDaemon) {
+    use baaaht_tests::fake_provider::{words_stream, Wire};
+    let answer = "lorem ".repeat(300);
+    let fake = rt
+        .block_on(FakeProvider::start(vec![], Some(words_stream(Wire::OpenAi, &answer, Duration::ZERO))))
+        .expect("fake provider");
+    fake.limit_context(tokens, tells);
+    let providers =
+        format!("providers:\n  custom:\n    - name: custom\n      api_base: {}\n", fake.api_base(Wire::OpenAi));
+    let daemon = baaaht_tests::TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT__LLM__GATEWAY".into(), "process".into())],
+        files: vec![
+            ("config/providers.yaml".into(), providers),
+            ("config/config.yaml".into(), "agents:\n  default_model: custom/fake-model\n".into()),
+        ],
+        ..DaemonOptions::default()
+    })
+    .expect("daemon starts");
+    (fake, daemon)
+}
+
+/// Sends `count` messages in one session of alice's; every one must be answered. The session.
+async fn converse(daemon: &baaaht_tests::TestDaemon, count: usize) -> (baaaht_proto::client::Client, String) {
+    let mut client = scenario::host_client(daemon).await.expect("connect");
+    let mut session = String::new();
+    for index in 0..count {
+        let mut next = message(user("alice"), "alice", &format!("tell me more, part {index}"));
+        next.session_id = session.clone();
+        let turn = scenario::turn(&mut client, next, Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+        assert!(turn.reply.is_some(), "message {index} was not answered: {:?}\n{}", turn.error, daemon.log_text());
+        session = turn.session;
+    }
+    (client, session)
+}
+
+/// The compactions in `session`'s log.
+async fn compactions(client: &mut baaaht_proto::client::Client, session: &str) -> usize {
+    let all = client
+        .sessions
+        .read_session(v1::ReadSessionRequest { session_id: session.into(), leaf_entry_id: String::new() })
+        .await
+        .expect("read")
+        .into_inner();
+    all.entries.iter().filter(|e| matches!(e.entry, Some(v1::session_entry::Entry::Compaction(_)))).count()
+}
+
+#[test]
+fn a_small_local_models_window_is_learnt_from_its_server_and_the_session_compacted_in_time() {
+    let rt = baaaht_tests::runtime();
+    // llama.cpp's server with a 3000-token context, which it tells at /props; by its name alone
+    // the model would be taken for one of 32,000.
+    let (fake, daemon) = small_local_model(&rt, 3000, true);
+    rt.block_on(async {
+        let (mut client, session) = converse(&daemon, 5).await;
+        assert!(
+            compactions(&mut client, &session).await >= 1,
+            "compacted before the window filled\n{}",
+            daemon.log_text()
+        );
+    });
+    assert_eq!(fake.refused_as_too_long(), 0, "no request was ever too long for the server");
+    assert!(fake.requests().iter().any(|request| request.starts_with("GET /props ")), "the server was asked");
+}
+
+#[test]
+fn a_session_whose_history_outgrows_an_unknown_window_is_compacted_and_answered_never_stuck() {
+    let rt = baaaht_tests::runtime();
+    // A server that refuses what does not fit its 1200 tokens and does not say so beforehand.
+    let (fake, daemon) = small_local_model(&rt, 1200, false);
+    rt.block_on(async {
+        let (mut client, session) = converse(&daemon, 6).await;
+        assert!(compactions(&mut client, &session).await >= 1, "{}", daemon.log_text());
+    });
+    assert!(fake.refused_as_too_long() >= 1, "the server did refuse a request as too long");
+}
+
+/// `baaaht chat ARGS` started against `daemon`, its standard output gathered as it comes.
+fn chat_in_background(
+    daemon: &baaaht_tests::TestDaemon,
+    args: &[&str],
+) -> (std::process::Child, std::sync::Arc<std::sync::Mutex<String>>) {
+    use std::io::Read as _;
+    let mut child = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .arg("chat")
+        .args(args)
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("baaaht chat");
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (mut out, gathered) = (child.stdout.take().expect("stdout"), shown.clone());
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 256];
+        while let Ok(read) = out.read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+            gathered.lock().expect("gathered").push_str(&String::from_utf8_lossy(&buffer[..read]));
+        }
+    });
+    (child, shown)
+}
+
+/// Waits up to `limit` for `condition`, else panics with `what`.
+fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !condition() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_c_in_baaaht_chat_stops_the_turn_and_the_session_keeps_what_was_written() {
+    use baaaht_tests::fake_provider::{words_stream, Wire};
+    let rt = baaaht_tests::runtime();
+    // The model writes forty words, a word every 250 ms: ten seconds to the end.
+    let story: String = (1..=40).map(|n| format!("word{n} ")).collect();
+    let (fake, daemon) = scenario::start(
+        &rt,
+        words_stream(Wire::Anthropic, &story, Duration::from_millis(250)),
+        DaemonOptions::default(),
+    )
+    .expect("fake provider and daemon");
+    let (mut first, shown) = chat_in_background(&daemon, &["--user", "alice", "--new", "tell me a story"]);
+    wait_until(Duration::from_secs(60), "the answer began", || shown.lock().expect("shown").contains("word3 "));
+    // Meanwhile a second message in the same session is told what it waits for.
+    let session = {
+        let listed = stdout(&baaaht(&daemon, &["sessions", "list", "--user", "alice"]));
+        listed.split_whitespace().next().expect("a session").to_string()
+    };
+    let (mut second, _) = chat_in_background(&daemon, &["--user", "alice", "--session", &session, "and then?"]);
+    std::process::Command::new("kill").args(["-INT", &first.id().to_string()]).status().expect("kill -INT");
+    let started = std::time::Instant::now();
+    let ended = first.wait().expect("the first chat ends");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut first.stderr.take().expect("stderr"), &mut said).expect("stderr");
+    assert_eq!(ended.code(), Some(130), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(8), "it stopped at once, not at the answer's end");
+    assert!(said.contains("stopping the turn") && said.contains(&format!("baaaht sessions show {session}")), "{said}");
+    // The model was let go half way, and the session keeps what was written, marked.
+    wait_until(Duration::from_secs(10), "the model's answer was abandoned", || fake.abandoned() > 0);
+    let log = stdout(&baaaht(&daemon, &["sessions", "show", &session]));
+    assert!(log.contains("assistant: word1 word2 word3") && log.contains("\n[stopped]\n"), "{log}");
+    assert!(!log.contains("word40") && !log.contains("The turn was cancelled."), "{log}");
+    // The second message's turn then runs, and was told it waited.
+    let ended = second.wait().expect("the second chat ends");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().expect("stderr"), &mut said).expect("stderr");
+    assert!(said.contains("waiting for the answer in progress in this session; Ctrl-C to stop it"), "{said}");
+    assert!(ended.success(), "{said}\n{}", daemon.log_text());
+}

@@ -1,5 +1,7 @@
 //! A newcomer's first steps on the real binaries: `baaahtd setup` against a local
-//! OpenAI-compatible server (the fake provider), `config check`, and the first chat.
+//! OpenAI-compatible server on the host's loopback (the fake provider), `config check`, and the
+//! first chat with the defaults a newcomer gets: the LLM gateway in its container, reaching the
+//! host's loopback through the daemon's relay.
 
 use std::process::Command;
 use std::time::Duration;
@@ -33,6 +35,13 @@ fn setup_against_a_local_server_writes_a_config_that_answers_the_first_chat() {
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("custom/fake-model answered in"), "the key and model were checked: {said}");
     assert!(said.contains("every agent now uses custom/fake-model"), "{said}");
+    let port = fake.address.port();
+    for folder in [data.clone(), data.join("config")] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&folder).expect("made").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} holds secrets: only its owner may enter it", folder.display());
+    }
+    assert!(said.contains(&format!("baaahtd relays its connections to 127.0.0.1:{port} on this host")), "{said}");
     assert!(
         fake.requests().iter().any(|request| request.starts_with("POST /v1/chat/completions")),
         "one check request was sent"
@@ -44,6 +53,10 @@ fn setup_against_a_local_server_writes_a_config_that_answers_the_first_chat() {
     assert!(shown.contains("heartbeat custom/fake-model (agents.default_model)"), "{shown}");
     let (code, _, said) = baaahtd(&data, &["setup", "--check"]);
     assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains(&format!("custom/fake-model at 127.0.0.1:{port} (the LLM gateway runs in a container")),
+        "{said}"
+    );
 
     // Running it again never loses a configuration: a change is shown and needs --yes.
     let config = std::fs::read_to_string(data.join("config/config.yaml")).expect("config.yaml");
@@ -62,22 +75,41 @@ fn setup_against_a_local_server_writes_a_config_that_answers_the_first_chat() {
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("run `baaahtd setup`"), "{said}");
 
-    // The daemon on that data dir answers the first chat.
-    let daemon = TestDaemon::start(DaemonOptions {
-        data_dir: Some(data.clone()),
-        env: vec![("BAAAHT__LLM__GATEWAY".into(), "process".into())],
-        ..DaemonOptions::default()
-    })
-    .expect("daemon starts");
-    let chat = Command::new(bin("baaaht"))
-        .args(["chat", "hello"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht chat");
-    let (out, err) = (String::from_utf8_lossy(&chat.stdout), String::from_utf8_lossy(&chat.stderr));
-    assert!(chat.status.success(), "{out}{err}\n{}", daemon.log_text());
+    // The daemon on that data dir, as it comes (the LLM gateway in its container), answers the
+    // first chat from the server on the host's loopback.
+    let daemon = TestDaemon::start(DaemonOptions { data_dir: Some(data.clone()), ..DaemonOptions::default() })
+        .expect("daemon starts");
+    let chat = |text: &str| {
+        let chat = Command::new(bin("baaaht"))
+            .args(["chat", text])
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("baaaht chat");
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        (chat.status.success(), text(&chat.stdout), text(&chat.stderr))
+    };
+    let (answered, out, err) = chat("hello");
+    assert!(answered, "{out}{err}\n{}", daemon.log_text());
     assert_eq!(out, "t0 t1 t2 \n");
     assert!(err.lines().last().is_some_and(|line| line.starts_with("(session s-")), "{err}");
+    assert!(
+        daemon.recorded_containers().iter().any(|name| name.starts_with("baaaht-llm_gateway-")),
+        "the gateway ran in its container"
+    );
+
+    // With the server gone, the chat and the check say where nothing answers and what to do.
+    drop(fake);
+    let (answered, out, err) = chat("hello again");
+    assert!(!answered, "{out}{err}");
+    assert!(
+        err.contains(&format!("nothing answers at 127.0.0.1:{port} on this host"))
+            && err.contains("start the model server"),
+        "{out}{err}\n{}",
+        daemon.log_text()
+    );
+    let (code, _, said) = baaahtd(&data, &["setup", "--check"]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("nothing answers there: start the model server"), "{said}");
 }
 
 #[test]
@@ -107,4 +139,26 @@ fn scripts_up_builds_a_missing_image_says_what_to_run_and_serves() {
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     drop(daemon);
     removed.expect("the test image is removed");
+}
+
+#[test]
+fn scripts_up_with_a_typo_in_the_configuration_says_so_before_anything_else() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let binaries = bin("baaahtd").parent().expect("the binaries' folder").to_path_buf();
+    let temp = tempfile::tempdir().expect("tempdir");
+    let data = temp.path().join("d");
+    std::fs::create_dir_all(data.join("config")).expect("config folder");
+    std::fs::write(data.join("config/config.yaml"), "agents:\n  defualt_model: custom/x\n").expect("config.yaml");
+    let output = Command::new(root.join("scripts/up"))
+        .current_dir(&root)
+        .env("BAAAHT_BIN_DIR", &binaries)
+        .env("BAAAHT_DATA", &data)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("scripts/up");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("defualt_model") && said.contains("default_model"), "the error and its fix: {said}");
+    assert!(said.contains("fix the configuration (above), then run scripts/up again"), "{said}");
+    assert!(!said.contains("base image"), "nothing else was started: {said}");
 }

@@ -122,6 +122,10 @@ pub struct ProviderEntry {
     pub rate_limit: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+    /// The context window of its models in tokens, when neither its server (llama.cpp's
+    /// `/props`) nor the model's name tells it right.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
 }
 
 /// An OpenAI-compatible endpoint of the user's own, e.g. llama.cpp's llama-server or vLLM.
@@ -142,6 +146,8 @@ pub struct CustomProvider {
     pub rate_limit: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
 }
 
 fn yes() -> bool {
@@ -158,6 +164,7 @@ impl CustomProvider {
             timeout: self.timeout,
             rate_limit: self.rate_limit,
             max_output_tokens: self.max_output_tokens,
+            context_window: self.context_window,
         }
     }
 }

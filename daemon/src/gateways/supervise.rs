@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::egress::{self, hosts_of};
 use super::{publish, GatewayKind, GatewayRecord, RunMode, GATEWAY_SOCKET_NAME};
 use crate::audit::Audit;
-use crate::auth::{Context, Role, CONTAINER_UID};
+use crate::auth::{Context, Role};
 use crate::config::HealthCheckConfig;
 use crate::container::instance::Instance;
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
@@ -552,20 +552,8 @@ fn prepare_run_folder(folder: &Path, container: bool) -> std::io::Result<()> {
 /// Lets the containers' uid connect to the daemon's two sockets in the gateway's folder (a
 /// folder only the daemon writes in; the sockets are mounted into the container one by one).
 fn share_sockets(folder: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     for socket in [GATEWAY_SOCKET_NAME, EGRESS_SOCKET] {
-        let path = folder.join(socket);
-        let mode = match crate::shared_dirs::access() {
-            crate::shared_dirs::Access::Owner => {
-                std::os::unix::fs::lchown(&path, Some(CONTAINER_UID), Some(CONTAINER_UID))?;
-                0o600
-            }
-            crate::shared_dirs::Access::Group(gid) => {
-                std::os::unix::fs::lchown(&path, None, Some(gid))?;
-                0o660
-            }
-        };
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+        crate::shared_dirs::share_socket(&folder.join(socket))?;
     }
     Ok(())
 }

@@ -90,19 +90,45 @@ const SUMMARY_REQUEST: &str = "Summarize the conversation so far for your own la
     matters, facts learnt, decisions, open questions and tasks in progress, names, paths and numbers. Write the \
     summary only, in plain sentences.";
 
-/// Asks `model` (through the LLM gateway) for a summary of `branch`.
+/// The context window of `model` in tokens: as the LLM gateway tells it (providers.yaml, or
+/// the server itself), else as the name tells.
+pub(super) async fn window_of(shared: &Shared, model: &str) -> usize {
+    match shared.llm.context_window(model).await {
+        Some(window) => window,
+        None => context_window(model),
+    }
+}
+
+/// Asks `model` (through the LLM gateway) for a summary of `branch`, of what fits half its
+/// context `window` (the newest messages; the rest is dropped), answered in at most a quarter.
 pub(super) async fn summarize(
     shared: &Arc<Shared>,
     record: &SessionRecord,
     branch: &[Entry],
     model: &str,
     correlation_id: &str,
+    window: usize,
 ) -> Result<String, OrchestratorError> {
     let names = sender_names(shared);
     let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
     let mut messages = history(branch, group, &Images::new());
     if messages.is_empty() {
         return Err(OrchestratorError::Invalid("the session has nothing to compact yet".into()));
+    }
+    let fits = |messages: &[v1::LlmMessage]| messages.iter().map(message_chars).sum::<usize>() / 4 <= window / 2;
+    let mut dropped = 0;
+    while messages.len() > 1 && !fits(&messages) {
+        messages.remove(0);
+        dropped += 1;
+    }
+    if dropped > 0 {
+        tracing::info!(dropped, window, "the oldest messages do not fit the summary request and are left out");
+        // A conversation begins with the user, and its roles take turns.
+        if messages[0].role != "user" {
+            let cut = "(The beginning of the conversation is left out.)";
+            let block = v1::ContentBlock { block: Some(v1::content_block::Block::Text(cut.into())) };
+            messages.insert(0, v1::LlmMessage { role: "user".into(), content: vec![block] });
+        }
     }
     let ask = v1::ContentBlock { block: Some(v1::content_block::Block::Text(SUMMARY_REQUEST.into())) };
     match messages.last_mut() {
@@ -113,7 +139,7 @@ pub(super) async fn summarize(
         model: model.to_string(),
         system: "You write faithful, compact summaries of conversations.".into(),
         messages,
-        max_tokens: Some(2048),
+        max_tokens: Some((window / 4).clamp(256, 2048) as u32),
         ..v1::LlmRequest::default()
     };
     let completion = v1::LlmCompletionRequest {
@@ -160,7 +186,8 @@ pub async fn compact(shared: &Arc<Shared>, id: &str) -> Result<String, Orchestra
         .ok_or_else(|| OrchestratorError::Invalid("the session has nothing to compact yet".into()))?;
     let branch = shared.sessions.read(id)?.branch(&leaf).map_err(SessionError::from)?;
     let model = record.model.clone().unwrap_or_else(|| agent_settings(shared, Role::Assistant).model.0);
-    let summary = summarize(shared, &record, &branch, &model, &uuid::Uuid::new_v4().to_string()).await?;
+    let window = window_of(shared, &model).await;
+    let summary = summarize(shared, &record, &branch, &model, &uuid::Uuid::new_v4().to_string(), window).await?;
     let compacted = branch.iter().skip(1).map(|entry| entry.id().to_string()).collect();
     let entry = shared.sessions.append(id, Some(&leaf), NewEntry::Compaction { summary, compacted })?;
     tracing::info!(session = id, entry = %entry, "session compacted");

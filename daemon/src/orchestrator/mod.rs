@@ -84,6 +84,9 @@ struct InFlight {
 }
 
 /// The turns in progress.
+/// The most of a turn's streamed answer kept for the case it is stopped.
+const MAX_WRITTEN: usize = 1 << 20;
+
 #[derive(Debug)]
 pub struct Turns {
     path: PathBuf,
@@ -94,6 +97,12 @@ pub struct Turns {
     tails: Mutex<HashMap<String, String>>,
     /// User turn → what stops it and every agent working for it.
     cancels: Mutex<HashMap<String, CancellationToken>>,
+    /// User turn → what its Assistant has written of the answer so far, kept when the turn is
+    /// stopped (at most [`MAX_WRITTEN`] bytes).
+    written: Mutex<HashMap<String, String>>,
+    /// User turns whose Assistant was told by the provider that its request did not fit the
+    /// model's context window.
+    overflowed: Mutex<std::collections::HashSet<String>>,
     /// Places for the containers work needs, one per container slot (see [`Places`]).
     places: Arc<Places>,
 }
@@ -174,8 +183,40 @@ impl Turns {
             sessions: Mutex::default(),
             tails: Mutex::default(),
             cancels: Mutex::default(),
+            written: Mutex::default(),
+            overflowed: Mutex::default(),
             places: Places::new(container_slots),
         }
+    }
+
+    /// Notes `text`, streamed by the Assistant of user turn `turn`, as written so far.
+    pub fn wrote(&self, turn: &str, text: &str) {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        let so_far = written.entry(turn.to_string()).or_default();
+        if so_far.len() + text.len() <= MAX_WRITTEN {
+            so_far.push_str(text);
+        }
+    }
+
+    /// What the Assistant of `turn` wrote, forgotten here.
+    fn take_written(&self, turn: &str) -> String {
+        self.written.lock().unwrap_or_else(PoisonError::into_inner).remove(turn).unwrap_or_default()
+    }
+
+    /// Forgets what the Assistant of `turn` wrote (it is tried again).
+    fn wrote_nothing(&self, turn: &str) {
+        self.written.lock().unwrap_or_else(PoisonError::into_inner).remove(turn);
+    }
+
+    /// Notes that the provider refused a request of `turn`'s Assistant as longer than the
+    /// model's context window.
+    pub fn context_exceeded(&self, turn: &str) {
+        self.overflowed.lock().unwrap_or_else(PoisonError::into_inner).insert(turn.to_string());
+    }
+
+    /// Whether [`Turns::context_exceeded`] was noted for `turn`, forgotten here.
+    fn take_context_exceeded(&self, turn: &str) -> bool {
+        self.overflowed.lock().unwrap_or_else(PoisonError::into_inner).remove(turn)
     }
 
     /// A place for a turn's Assistant, taken when three are free (two stay free for the

@@ -56,8 +56,15 @@ pub(super) async fn run_turn(
     shared.turns.tails.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
     let ids = (accepted.session.as_str(), accepted.turn.as_str(), accepted.correlation_id.as_str());
     let context = record.context();
+    let written = shared.turns.take_written(&accepted.turn);
+    shared.turns.take_context_exceeded(&accepted.turn);
     // Whether a failure's sentence is for the user (else it is the operator's detail).
     let (role, content, failed, for_users) = match outcome {
+        // What was written before the stop stays in the session, marked as stopped (the
+        // channels, which showed it as it came, are told the turn was cancelled).
+        _ if cancel.is_cancelled() && !written.trim().is_empty() => {
+            ("assistant", format!("{}\n\n{}", written.trim_end(), baaaht_proto::STOPPED_MARK), true, true)
+        }
         _ if cancel.is_cancelled() => ("system", CANCELLED.to_string(), true, true),
         Ok(result) if !result.is_error => ("assistant", result.content, false, false),
         // A budget limit: the daemon's sentence is what the user reads.
@@ -85,6 +92,7 @@ pub(super) async fn run_turn(
             );
         }
         Ok(_) => {
+            let content = if cancel.is_cancelled() { CANCELLED.to_string() } else { content };
             tracing::warn!(%content, "turn failed");
             shared.events.publish(
                 &context,
@@ -165,48 +173,86 @@ async fn assistant_turn(
     let vision = settings.vision.filter(|_| configured).unwrap_or_else(|| super::history::sees_images(&model));
     let images = if vision { read_images(shared, &accepted.session, &branch).await } else { Images::new() };
     let mut messages = history(&branch, group, &images);
-    // Near the model's context window: what came before this message becomes a summary first.
+    // Near the model's context window (as its server or providers.yaml says, else its name):
+    // what came before this message becomes a summary first.
+    let window = super::history::window_of(shared, &model).await;
     let estimate: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
-    if estimate > context_window(&model) * 8 / 10 {
-        tracing::info!(estimated_tokens = estimate, model = %model, "compacting the session before the turn");
-        let before: Vec<Entry> = branch[..branch.len().saturating_sub(1)].to_vec();
-        match summarize(shared, record, &before, &model, &accepted.correlation_id).await {
-            Ok(summary) => {
-                let compacted = before.iter().skip(1).map(|entry| entry.id().to_string()).collect();
-                let entry = NewEntry::Compaction { summary, compacted };
-                let id = shared
-                    .sessions
-                    .append(&accepted.session, Some(&accepted.entry), entry)
-                    .map_err(|e| e.to_string())?;
-                shared.turns.set_tail(&accepted.turn, &id);
-                let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
-                messages = history(&read.branch(&id).map_err(|error| error.to_string())?, group, &images);
-            }
+    if estimate > history_limit(window) {
+        tracing::info!(estimated_tokens = estimate, window, model = %model, "compacting the session before the turn");
+        match compact_before(shared, record, accepted, &branch, &model, window).await {
+            Ok(compacted) => messages = history(&compacted, group, &images),
             Err(error) => tracing::warn!(%error, "automatic compaction failed; the turn goes on uncompacted"),
         }
     }
-    let turn = v1::AgentTurn {
-        now: super::now_for_agents(shared),
-        turn_id: accepted.turn.clone(),
-        correlation_id: accepted.correlation_id.clone(),
-        messages,
-        model: current.model.unwrap_or_default(),
-        health_check: None,
-        traceparent: crate::telemetry::traceparent(),
-    };
-    let config = agent_settings(shared, Role::Assistant);
-    let work = Work {
-        live: Live {
-            session: accepted.session.clone(),
-            context: record.context(),
-            role: Role::Assistant,
+    let answer = |messages: Vec<v1::LlmMessage>| {
+        let turn = v1::AgentTurn {
+            now: super::now_for_agents(shared),
             turn_id: accepted.turn.clone(),
             correlation_id: accepted.correlation_id.clone(),
-            user_turn: accepted.turn.clone(),
-        },
-        turn,
-        timeout: Duration::from_secs(config.timeout),
-        cancel,
+            messages,
+            model: current.model.clone().unwrap_or_default(),
+            health_check: None,
+            traceparent: crate::telemetry::traceparent(),
+        };
+        let work = Work {
+            live: Live {
+                session: accepted.session.clone(),
+                context: record.context(),
+                role: Role::Assistant,
+                turn_id: accepted.turn.clone(),
+                correlation_id: accepted.correlation_id.clone(),
+                user_turn: accepted.turn.clone(),
+            },
+            turn,
+            timeout: Duration::from_secs(settings.timeout),
+            cancel: cancel.clone(),
+        };
+        async move { shared.agents.run(work).await.map_err(|error| error.to_string()) }
     };
-    shared.agents.run(work).await.map_err(|error| error.to_string())
+    let sent: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
+    let result = answer(messages).await;
+    // The provider said the history does not fit its window after all (a window no one told,
+    // a long answer): compacted, the turn is tried once more, so the session never stays stuck.
+    let failed = result.as_ref().map_or(true, |result| result.is_error);
+    if !failed || !shared.turns.take_context_exceeded(&accepted.turn) || cancel.is_cancelled() {
+        return result;
+    }
+    // The window is smaller than was thought: no more than most of what was just refused.
+    let window = window.min(sent * 7 / 10).max(256);
+    tracing::info!(model = %model, window, "the provider's context window was exceeded: compacting and trying again");
+    let compacted = compact_before(shared, record, accepted, &branch, &model, window).await.map_err(|error| {
+        format!("the conversation no longer fits the model's context window, and compacting it failed: {error}")
+    })?;
+    shared.turns.wrote_nothing(&accepted.turn);
+    answer(history(&compacted, group, &images)).await
+}
+
+/// How many tokens of history a turn sends a model with a context `window` before what came
+/// before is compacted: most of the window, less room for the instructions, the tools and the
+/// answer, and never less than a quarter of it.
+fn history_limit(window: usize) -> usize {
+    (window * 8 / 10).saturating_sub(1000).max(window / 4)
+}
+
+/// Compacts what came before the turn's message on `branch` (a summary by `model`, of at
+/// most what fits its `window`) and hangs the message's turn under it: the branch the model
+/// then sees, ending with the message.
+async fn compact_before(
+    shared: &Arc<Shared>,
+    record: &SessionRecord,
+    accepted: &Accepted,
+    branch: &[Entry],
+    model: &str,
+    window: usize,
+) -> Result<Vec<Entry>, String> {
+    let before = &branch[..branch.len().saturating_sub(1)];
+    let summary = summarize(shared, record, before, model, &accepted.correlation_id, window)
+        .await
+        .map_err(|error| error.to_string())?;
+    let compacted = before.iter().skip(1).map(|entry| entry.id().to_string()).collect();
+    let entry = NewEntry::Compaction { summary, compacted };
+    let id = shared.sessions.append(&accepted.session, Some(&accepted.entry), entry).map_err(|e| e.to_string())?;
+    shared.turns.set_tail(&accepted.turn, &id);
+    let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
+    read.branch(&id).map_err(|error| error.to_string())
 }

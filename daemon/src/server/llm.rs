@@ -110,13 +110,13 @@ pub(super) async fn stream(
     };
     // What the Assistant writes reaches the context's channels as it is written.
     let live = shared.agents.live(&identity.name).filter(|live| live.role == crate::auth::Role::Assistant);
-    let bus = shared.events.clone();
+    let (bus, turns) = (shared.events.clone(), shared.turns.clone());
     let events = upstream.map(move |item| match item {
         Ok(event) => {
             let event = event.event.unwrap_or_default();
             tally.observe(&event);
             if let Some(live) = &live {
-                publish_delta(&bus, live, &event);
+                publish_delta(&bus, &turns, live, &event);
             }
             Ok(event)
         }
@@ -128,13 +128,26 @@ pub(super) async fn stream(
     Ok(Response::new(Box::pin(events)))
 }
 
-/// Sends a text or thinking delta of the Assistant to its context's channels.
-fn publish_delta(bus: &crate::events::EventBus, live: &crate::agents::Live, event: &v1::LlmEvent) {
+/// Sends a text or thinking delta of the Assistant to its context's channels; the text is also
+/// kept as written so far by its turn, for the case the turn is stopped. A refusal for the
+/// context window is noted on the turn, which then compacts and tries again.
+fn publish_delta(
+    bus: &crate::events::EventBus,
+    turns: &crate::orchestrator::Turns,
+    live: &crate::agents::Live,
+    event: &v1::LlmEvent,
+) {
     use v1::llm_event::Event;
     use v1::orchestrator_event::Event as Out;
     let out = match &event.event {
-        Some(Event::TextDelta(delta)) => Out::TextDelta(delta.clone()),
+        Some(Event::TextDelta(delta)) => {
+            turns.wrote(&live.user_turn, &delta.text);
+            Out::TextDelta(delta.clone())
+        }
         Some(Event::ThinkingDelta(delta)) => Out::ThinkingDelta(delta.clone()),
+        Some(Event::Error(error)) if error.kind == "context_exceeded" => {
+            return turns.context_exceeded(&live.user_turn);
+        }
         _ => return,
     };
     bus.publish(

@@ -172,7 +172,8 @@ impl StreamDecoder {
             "message_stop" | "ping" => vec![],
             "error" => {
                 let error_type = data["error"]["type"].as_str().unwrap_or("api_error");
-                vec![Event::Error { kind: error_kind(error_type), message: text(&data["error"]["message"]) }]
+                let message = text(&data["error"]["message"]);
+                vec![Event::Error { kind: error_kind(error_type).refined(&message), message }]
             }
             other => return Err(error(format!("unknown event type {other:?}"))),
         })

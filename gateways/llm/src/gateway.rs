@@ -105,11 +105,58 @@ pub struct Configured {
     /// e.g. "ANTHROPIC_API_KEY is not in the secrets store or the environment".
     pub unusable: Option<String>,
     last_error: Mutex<Option<String>>,
+    /// The context window providers.yaml gives its models, if any.
+    pub context_window: Option<u32>,
+    /// What its server said of its context window (0: nothing), and when.
+    learned_window: tokio::sync::Mutex<Option<(u32, std::time::Instant)>>,
 }
+
+/// How long what a server said of its context window is believed.
+const WINDOW_KEPT: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl Configured {
     pub fn new(endpoint: Endpoint, rate_limit: u32, unusable: Option<String>) -> Configured {
-        Configured { endpoint, limiter: RateLimiter::new(rate_limit), unusable, last_error: Mutex::new(None) }
+        Configured {
+            endpoint,
+            limiter: RateLimiter::new(rate_limit),
+            unusable,
+            last_error: Mutex::new(None),
+            context_window: None,
+            learned_window: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The context window of this provider's models in tokens: as providers.yaml gives it, else
+    /// as a local server says (llama.cpp's `/props`: the `n_ctx` each request gets, asked at
+    /// most every five minutes), else 0 (unknown: the daemon goes by the model's name).
+    pub async fn context_window(&self) -> u32 {
+        if let Some(window) = self.context_window {
+            return window;
+        }
+        let local = self.endpoint.api_base.starts_with("http://") || self.endpoint.relay.is_some();
+        if self.endpoint.wire != crate::provider::Wire::OpenAi || !local || self.unusable.is_some() {
+            return 0;
+        }
+        let mut learned = self.learned_window.lock().await;
+        if let Some((window, when)) = *learned {
+            if when.elapsed() < WINDOW_KEPT {
+                return window;
+            }
+        }
+        let mut asking = self.endpoint.clone();
+        asking.timeout = std::time::Duration::from_secs(2);
+        let window = match crate::provider::get_json(&asking, "/props").await {
+            Ok(props) => props["default_generation_settings"]["n_ctx"]
+                .as_u64()
+                .or_else(|| props["n_ctx"].as_u64())
+                .map_or(0, |n| n.min(u64::from(u32::MAX)) as u32),
+            Err(failure) => {
+                tracing::debug!(provider = %self.endpoint.name, %failure, "the server does not tell its context window");
+                0
+            }
+        };
+        *learned = Some((window, std::time::Instant::now()));
+        window
     }
 
     /// The last failure since the last answer, if any.
@@ -284,6 +331,7 @@ mod tests {
             api_key: None,
             timeout: Duration::from_secs(1),
             max_output: None,
+            relay: None,
         };
         Configured::new(endpoint, 0, unusable.map(str::to_string))
     }

@@ -66,6 +66,9 @@ pub enum ErrorKind {
     Provider,
     Timeout,
     Network,
+    /// The request is longer than the model's context window: the history must be shortened
+    /// (compacted) before it is sent again.
+    ContextExceeded,
 }
 
 impl ErrorKind {
@@ -78,6 +81,18 @@ impl ErrorKind {
             ErrorKind::Provider => "provider",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Network => "network",
+            ErrorKind::ContextExceeded => "context_exceeded",
+        }
+    }
+
+    /// The kind of a request refused with `message`: [`ErrorKind::ContextExceeded`] when the
+    /// words are a context window's (llama.cpp, OpenAI and its compatible servers, Anthropic,
+    /// vLLM, Ollama), else `kind` as it was.
+    pub fn refined(self, message: &str) -> ErrorKind {
+        if self == ErrorKind::InvalidRequest && context_exceeded(message) {
+            ErrorKind::ContextExceeded
+        } else {
+            self
         }
     }
 
@@ -91,6 +106,24 @@ impl ErrorKind {
                 | ErrorKind::Network
         )
     }
+}
+
+/// Whether a provider's refusal says the request does not fit the model's context window.
+pub fn context_exceeded(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    [
+        "exceeds the available context size", // llama.cpp's server
+        "context_length_exceeded",            // OpenAI's code
+        "maximum context length",             // OpenAI, vLLM
+        "context window",                     // several
+        "prompt is too long",                 // Anthropic
+        "exceed context window",
+        "context size has been exceeded",
+        "too many tokens",
+        "input is too long",
+    ]
+    .iter()
+    .any(|words| message.contains(words))
 }
 
 /// One streamed event, in order. Indexes are the provider's content block (Anthropic) or tool
@@ -141,4 +174,23 @@ pub struct StreamError {
     pub provider: &'static str,
     pub event: String,
     pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_in_a_context_windows_words_is_told_apart() {
+        let llama = "the request exceeds the available context size, try increasing it";
+        let openai = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000";
+        let anthropic = "prompt is too long: 210000 tokens > 200000 maximum";
+        for message in [llama, openai, anthropic] {
+            assert_eq!(ErrorKind::InvalidRequest.refined(message), ErrorKind::ContextExceeded, "{message}");
+        }
+        assert_eq!(ErrorKind::InvalidRequest.refined("unknown model"), ErrorKind::InvalidRequest);
+        // Only a refused request: a rate limit that mentions tokens stays what it is.
+        assert_eq!(ErrorKind::RateLimited.refined("too many tokens per minute"), ErrorKind::RateLimited);
+        assert!(!ErrorKind::ContextExceeded.retryable(), "sent again unchanged, it fails again");
+    }
 }

@@ -136,9 +136,11 @@ impl StreamDecoder {
             let kind = match failure["code"].as_u64().or_else(|| failure["code"].as_str().and_then(|c| c.parse().ok()))
             {
                 Some(code) => error_kind(code as u16),
+                // OpenAI names it by a string code.
+                None if failure["code"].as_str() == Some("context_length_exceeded") => ErrorKind::ContextExceeded,
                 None => ErrorKind::Provider,
             };
-            return Ok(vec![Event::Error { kind, message }]);
+            return Ok(vec![Event::Error { kind: kind.refined(&message), message }]);
         }
         if !self.started {
             self.started = true;

@@ -33,6 +33,9 @@ pub struct Endpoint {
     /// The longest wait for the next bytes of an answer.
     pub timeout: Duration,
     pub max_output: Option<u32>,
+    /// The Unix socket to connect to instead of `api_base`'s host (the daemon's relay to a
+    /// provider on the host's loopback, for a gateway in its container).
+    pub relay: Option<std::path::PathBuf>,
 }
 
 impl Drop for Endpoint {
@@ -172,7 +175,6 @@ pub async fn stream(
     request: &Request,
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<(), Failure> {
-    let provider = endpoint.name.clone();
     let target = target(endpoint)?;
     let body = match endpoint.wire {
         Wire::Anthropic => match (endpoint.max_output, request.max_tokens) {
@@ -184,26 +186,85 @@ pub async fn stream(
         Wire::OpenAi => openai::request_body(request, endpoint.max_output),
     };
     let address = format!("{}:{}", target.host, target.port);
-    let connect = tokio::net::TcpStream::connect((target.host.as_str(), target.port));
-    let tcp = match tokio::time::timeout(endpoint.timeout, connect).await {
-        Ok(Ok(tcp)) => tcp,
-        Ok(Err(source)) => return Err(Failure::Connect { provider, address, source }),
-        Err(_) => return Err(Failure::Timeout { provider, timeout: endpoint.timeout }),
+    let connection = open(endpoint, &target, &address).await?;
+    exchange(endpoint, &target, &address, body, TokioIo::new(connection), on_event).await
+}
+
+/// An open connection to a provider, whatever it runs over.
+trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Connection for T {}
+
+/// Opens a connection to `target` (at `address`): through the daemon's relay when the
+/// endpoint has one, else over TCP; TLS on top when the target is `https://`.
+async fn open(endpoint: &Endpoint, target: &Target, address: &str) -> Result<Box<dyn Connection>, Failure> {
+    let provider = endpoint.name.clone();
+    let timeout = |_elapsed| Failure::Timeout { provider: provider.clone(), timeout: endpoint.timeout };
+    let plain: Box<dyn Connection> = match &endpoint.relay {
+        Some(relay) => {
+            let connected = tokio::time::timeout(endpoint.timeout, tokio::net::UnixStream::connect(relay));
+            Box::new(connected.await.map_err(timeout)?.map_err(|source| Failure::Connect {
+                provider: provider.clone(),
+                address: format!("{address} (through the daemon's relay {})", relay.display()),
+                source,
+            })?)
+        }
+        None => {
+            let connected = tokio::time::timeout(
+                endpoint.timeout,
+                tokio::net::TcpStream::connect((target.host.as_str(), target.port)),
+            );
+            Box::new(connected.await.map_err(timeout)?.map_err(|source| Failure::Connect {
+                provider: provider.clone(),
+                address: address.to_string(),
+                source,
+            })?)
+        }
     };
     if !target.tls {
-        return exchange(endpoint, &target, &address, body, TokioIo::new(tcp), on_event).await;
+        return Ok(plain);
     }
     let tls_error = |message: String| Failure::Tls { provider: provider.clone(), host: target.host.clone(), message };
     let config = tls_config().map_err(tls_error)?;
     let name = rustls::pki_types::ServerName::try_from(target.host.clone())
         .map_err(|error| tls_error(format!("`{}` is not a valid server name: {error}", target.host)))?;
-    let handshake = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
-    let tls = match tokio::time::timeout(endpoint.timeout, handshake).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(error)) => return Err(tls_error(error.to_string())),
-        Err(_) => return Err(Failure::Timeout { provider, timeout: endpoint.timeout }),
+    let handshake = tokio_rustls::TlsConnector::from(config).connect(name, plain);
+    let tls = tokio::time::timeout(endpoint.timeout, handshake).await.map_err(timeout)?;
+    Ok(Box::new(tls.map_err(|error| tls_error(error.to_string()))?))
+}
+
+/// `GET path` (from the server's root, e.g. `/props`) of `endpoint`'s server, read as JSON
+/// (at most 1 MiB, within the endpoint's timeout): what a server tells of itself.
+pub async fn get_json(endpoint: &Endpoint, path: &str) -> Result<serde_json::Value, Failure> {
+    let provider = endpoint.name.clone();
+    let target = Target { path: path.to_string(), ..target(endpoint)? };
+    let address = format!("{}:{}", target.host, target.port);
+    let http = |message: String| Failure::Http { provider: provider.clone(), message };
+    let work = async {
+        let connection = open(endpoint, &target, &address).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(connection)).await.map_err(|e| http(e.to_string()))?;
+        let driven = tokio::spawn(connection);
+        let mut builder = hyper::Request::get(&target.path)
+            .header(http::header::HOST, &address)
+            .header(http::header::ACCEPT, "application/json");
+        if let Some(key) = &endpoint.api_key {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        let request = builder.body(Full::new(Bytes::new())).map_err(|e| http(e.to_string()))?;
+        let response = sender.send_request(request).await.map_err(|e| http(e.to_string()))?;
+        let status = response.status().as_u16();
+        let body = http_body_util::Limited::new(response.into_body(), 1 << 20);
+        let bytes = body.collect().await.map_err(|e| http(e.to_string()))?.to_bytes();
+        driven.abort();
+        if status != 200 {
+            let message = String::from_utf8_lossy(&bytes).chars().take(300).collect();
+            return Err(Failure::Status { provider: provider.clone(), status, retry_after: None, message });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| http(format!("{path} is not JSON: {e}")))
     };
-    exchange(endpoint, &target, &address, body, TokioIo::new(tls), on_event).await
+    tokio::time::timeout(endpoint.timeout, work)
+        .await
+        .unwrap_or_else(|_elapsed| Err(Failure::Timeout { provider: provider.clone(), timeout: endpoint.timeout }))
 }
 
 /// One HTTP/1 exchange over an open connection, plain or TLS.
@@ -414,13 +475,14 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 /// Kinds of failures as the unified error event names them.
 pub fn kind_of(failure: &Failure) -> ErrorKind {
     match failure {
-        Failure::Status { status, .. } => openai::error_kind(*status),
+        Failure::Status { status, message, .. } => openai::error_kind(*status).refined(message),
         Failure::Unusable { .. } => ErrorKind::Authentication,
         Failure::Route { .. } => ErrorKind::InvalidRequest,
-        Failure::Provider { kind, .. } => match *kind {
+        Failure::Provider { kind, message, .. } => match *kind {
             "rate_limited" => ErrorKind::RateLimited,
             "overloaded" => ErrorKind::Overloaded,
-            "invalid_request" => ErrorKind::InvalidRequest,
+            "invalid_request" => ErrorKind::InvalidRequest.refined(message),
+            "context_exceeded" => ErrorKind::ContextExceeded,
             "authentication" => ErrorKind::Authentication,
             _ => ErrorKind::Provider,
         },

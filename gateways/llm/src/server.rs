@@ -95,9 +95,12 @@ pub fn gateway_from(config: &v1::GatewayConfig) -> Result<Gateway, String> {
             api_key: (!provider.api_key.is_empty()).then(|| provider.api_key.clone()),
             timeout: Duration::from_secs(u64::from(seconds)),
             max_output: (provider.max_output_tokens > 0).then_some(provider.max_output_tokens),
+            relay: (!provider.relay_socket.is_empty()).then(|| provider.relay_socket.clone().into()),
         };
         let unusable = (!provider.unusable.is_empty()).then(|| provider.unusable.clone());
-        providers.insert(provider.name.clone(), Configured::new(endpoint, provider.rate_limit, unusable));
+        let mut configured = Configured::new(endpoint, provider.rate_limit, unusable);
+        configured.context_window = (provider.context_window > 0).then_some(provider.context_window);
+        providers.insert(provider.name.clone(), configured);
     }
     let attempts = if config.retry_attempts == 0 { RetryPolicy::default().attempts } else { config.retry_attempts };
     Ok(Gateway {
@@ -189,22 +192,26 @@ impl LlmGateway for GatewayService {
     }
 
     async fn list_models(&self, _: Request<v1::ListModelsRequest>) -> Result<Response<v1::ListModelsResponse>, Status> {
-        let installed = self.installed.read().unwrap_or_else(PoisonError::into_inner);
-        let gateway = &installed.gateway;
-        let models = installed
-            .models
-            .iter()
-            .map(|name| {
-                let (provider, _) = split_model(name, &gateway.default_provider);
-                let max_output = gateway.providers.get(provider).and_then(|p| p.endpoint.max_output).unwrap_or(0);
-                v1::ModelInfo {
-                    name: name.clone(),
-                    provider: provider.to_string(),
-                    max_output_tokens: max_output,
-                    context_window: 0,
-                }
-            })
-            .collect();
+        let (gateway, names) = {
+            let installed = self.installed.read().unwrap_or_else(PoisonError::into_inner);
+            (installed.gateway.clone(), installed.models.clone())
+        };
+        let mut models = vec![];
+        for name in names {
+            let (provider, _) = split_model(&name, &gateway.default_provider);
+            let configured = gateway.providers.get(provider);
+            let max_output = configured.and_then(|p| p.endpoint.max_output).unwrap_or(0);
+            let context_window = match configured {
+                Some(configured) => configured.context_window().await,
+                None => 0,
+            };
+            models.push(v1::ModelInfo {
+                name: name.clone(),
+                provider: provider.to_string(),
+                max_output_tokens: max_output,
+                context_window,
+            });
+        }
         Ok(Response::new(v1::ListModelsResponse { models }))
     }
 

@@ -135,6 +135,9 @@ pub enum CliError {
     TurnFailed(String),
     #[error("the daemon closed the event stream before the reply")]
     StreamEnded,
+    /// Ctrl-C: the turn was stopped; what it wrote is kept in the session.
+    #[error("stopped; what was written is kept in the session: baaaht sessions show {session}")]
+    Interrupted { session: String },
     #[error("{0}")]
     Usage(String),
 }
@@ -149,6 +152,8 @@ impl CliError {
             CliError::SelfTestFailed(_) | CliError::TurnFailed(_) => 1,
             CliError::StreamEnded => 69,
             CliError::Usage(_) => 64,
+            // As a shell reports a process ended by SIGINT.
+            CliError::Interrupted { .. } => 130,
         }
     }
 

@@ -334,6 +334,8 @@ enum SkillsCommand {
     },
 }
 
+// Parsed once per run: the size of `Add` beside the others costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum McpCommand {
     /// The MCP servers a user or group sees (the system's and its own)
@@ -389,6 +391,17 @@ enum McpCommand {
         /// Seconds one call may take [default: 60]
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<u64>,
+        /// A host folder it sees, read-only, or read-write with `:rw` (repeatable); each must be
+        /// in mount-allowlist.json, and it appears where the allowlist puts it for a Coder
+        #[arg(long = "mount", value_name = "HOST_PATH[:rw]")]
+        mounts: Vec<String>,
+        /// A folder of its own that outlives its container, at /state (MCP_STATE_DIR)
+        #[arg(long)]
+        state: bool,
+        /// It sees the workspace of the session that calls it, at /workspace (one container per
+        /// session)
+        #[arg(long)]
+        workspace: bool,
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
         #[arg(long, value_name = "ID")]
@@ -833,12 +846,23 @@ async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Pat
         content: chat.prompt,
         ..v1::UserMessage::default()
     };
+    // Ctrl-C from here on stops the turn rather than the client alone.
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|error| CliError::Usage(format!("cannot take Ctrl-C: {error}")))?;
     let sent = client.sessions.send_user_message(message).await.map_err(status)?.into_inner();
+    // A turn already running in the session answers first: say so rather than wait silently.
+    let transcript = v1::ReadSessionRequest { session_id: sent.session_id.clone(), leaf_entry_id: String::new() };
+    if let Ok(transcript) = client.sessions.read_session(transcript).await {
+        if transcript.get_ref().running_turns.iter().any(|turn| *turn != sent.turn_id) {
+            eprintln!("waiting for the answer in progress in this session; Ctrl-C to stop it");
+        }
+    }
     let (mut out, mut note) = (std::io::stdout(), std::io::stderr());
     // Something moves on a terminal until the first token: the model may take a while.
     let mut spinner = std::io::IsTerminal::is_terminal(&note).then(baaaht_cli::chat::Spinner::default);
     let mut ticks = tokio::time::interval(std::time::Duration::from_millis(100));
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(chat.wait);
+    let mut deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(chat.wait);
+    let mut stopping = false;
     let ending = loop {
         let next = tokio::select! {
             next = tokio::time::timeout_at(deadline, events.message()) => next,
@@ -848,6 +872,26 @@ async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Pat
                 }
                 continue;
             }
+            _ = interrupts.recv() => {
+                if stopping {
+                    // A second Ctrl-C: gone at once (the turn was asked to stop already).
+                    break Err(CliError::Interrupted { session: sent.session_id.clone() });
+                }
+                stopping = true;
+                if let Some(spinner) = spinner.as_mut() {
+                    spinner.clear(&mut note);
+                }
+                eprintln!("\nstopping the turn (Ctrl-C again to leave at once)");
+                let cancel = v1::CancelTurnRequest { session_id: sent.session_id.clone(), turn_id: sent.turn_id.clone() };
+                client.sessions.cancel_turn(cancel).await.map_err(status)?;
+                // Its end comes as an event; a daemon that never says is not waited on long.
+                deadline = deadline.min(tokio::time::Instant::now() + std::time::Duration::from_secs(10));
+                continue;
+            }
+        };
+        let next = match next {
+            Err(_elapsed) if stopping => break Err(CliError::Interrupted { session: sent.session_id.clone() }),
+            next => next,
         };
         let next = next.map_err(|_elapsed| {
             CliError::TurnFailed(format!(
@@ -875,6 +919,9 @@ async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Pat
         }
         match show(&event, &mut out, &mut note) {
             Some(Ending::Reply) => break Ok(()),
+            Some(Ending::Failed(_)) if stopping => {
+                break Err(CliError::Interrupted { session: sent.session_id.clone() })
+            }
             Some(Ending::Failed(message)) => break Err(CliError::TurnFailed(message)),
             None => {}
         }
@@ -1014,6 +1061,9 @@ async fn mcp(
             role,
             idle_timeout,
             timeout,
+            mounts,
+            state,
+            workspace,
             user,
             group,
         } => {
@@ -1027,6 +1077,9 @@ async fn mcp(
                 roles: role,
                 idle_timeout,
                 timeout,
+                mounts,
+                state,
+                workspace,
             };
             let yaml = server.yaml().map_err(CliError::Usage)?;
             let flags = match (&user, &group) {

@@ -830,7 +830,11 @@ impl App {
                 self.blocks.push(Block::Assistant { text, thinking });
             }
             Event::Error(error) => {
-                self.live = None;
+                // What was written before a stop stays on screen, as in the session.
+                if let Some(live) = self.live.take().filter(|live| !live.text.trim().is_empty()) {
+                    let text = format!("{}\n\n{}", live.text.trim_end(), baaaht_proto::STOPPED_MARK);
+                    self.blocks.push(Block::Assistant { text, thinking: live.thinking });
+                }
                 self.blocks.push(Block::Error { text: error.message });
             }
             Event::Message(message) => {
@@ -931,6 +935,15 @@ mod tests {
         app.handle(event("t1", Event::TextDelta(v1::TextDelta { text: "…".into(), ..Default::default() })));
         assert_eq!(app.handle(Input::Key(Key::CtrlC)), [Action::Cancel { turn: "t1".into() }]);
         app.handle(event("t1", Event::Error(v1::TurnError { message: "cancelled".into(), for_users: true })));
+        // What was written stays, marked as stopped, above the reason.
+        let n = app.blocks.len();
+        assert_eq!(
+            app.blocks[n - 2..],
+            [
+                Block::Assistant { text: "…\n\n[stopped]".into(), thinking: String::new() },
+                Block::Error { text: "cancelled".into() }
+            ]
+        );
         assert!(app.handle(Input::Key(Key::CtrlC)).is_empty(), "the first one only warns");
         assert!(matches!(app.blocks.last(), Some(Block::Info { text }) if text.contains("again to quit")));
         assert_eq!(app.handle(Input::Key(Key::CtrlC)), [Action::Quit]);

@@ -2,7 +2,10 @@
 //! with the secrets store into the gateway's configuration, run `baaaht-llm-gateway` (in a
 //! container with egress, or as a host child process), configure it over its socket, check its
 //! health and restart it after `failure_threshold` failed checks. Requests that arrive while
-//! it (re)starts wait up to `llm.queue_timeout`.
+//! it (re)starts wait up to `llm.queue_timeout`. A provider on the host's loopback is reached
+//! by a gateway in its container through the daemon's relay ([`relay`]).
+
+pub mod relay;
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -121,6 +124,8 @@ pub fn gateway_settings(
             rate_limit: entry.rate_limit.unwrap_or(0),
             max_output_tokens: entry.max_output_tokens.or(preset.and_then(|p| p.max_output)).unwrap_or(0),
             unusable,
+            relay_socket: String::new(),
+            context_window: entry.context_window.unwrap_or(0),
         });
     }
     if default_provider.is_empty() {
@@ -218,7 +223,13 @@ pub struct LlmGateway {
     pub metrics: Arc<Metrics>,
     pub usage: UsageBook,
     notifier: std::sync::OnceLock<Arc<crate::health::Notifier>>,
+    /// Provider → the context window the gateway gave its models (0: unknown), and when it
+    /// was asked.
+    windows: tokio::sync::Mutex<(std::collections::HashMap<String, u32>, Option<Instant>)>,
 }
+
+/// How long the context windows the gateway gave are kept before it is asked again.
+const WINDOWS_KEPT: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for LlmGateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -252,7 +263,40 @@ impl LlmGateway {
             metrics,
             usage: UsageBook::open(&data_dir.state_dir()),
             notifier: std::sync::OnceLock::new(),
+            windows: tokio::sync::Mutex::default(),
         }
+    }
+
+    /// The context window of `model` (`provider/model`) in tokens, as the gateway tells it:
+    /// providers.yaml's `context_window`, else what a local server says (llama.cpp's `/props`).
+    /// `None` when neither says, or the gateway is not ready: the caller goes by the name.
+    pub async fn context_window(&self, model: &str) -> Option<usize> {
+        let provider = model.split_once('/').map(|(provider, _)| provider)?;
+        let mut windows = self.windows.lock().await;
+        if windows.1.is_none_or(|asked| asked.elapsed() > WINDOWS_KEPT) {
+            let ready = match &*self.state.borrow() {
+                State::Ready { client, .. } => Some(client.clone()),
+                _ => None,
+            };
+            if let Some(mut client) = ready {
+                let asked =
+                    tokio::time::timeout(Duration::from_secs(5), client.list_models(v1::ListModelsRequest::default()));
+                match asked.await {
+                    Ok(Ok(listed)) => {
+                        windows.0 = listed
+                            .into_inner()
+                            .models
+                            .into_iter()
+                            .map(|model| (model.provider, model.context_window))
+                            .collect();
+                        windows.1 = Some(Instant::now());
+                    }
+                    Ok(Err(status)) => tracing::debug!(error = %status.message(), "cannot list the gateway's models"),
+                    Err(_) => tracing::debug!("the gateway did not list its models within 5 s"),
+                }
+            }
+        }
+        windows.0.get(provider).filter(|window| **window > 0).map(|window| *window as usize)
     }
 
     /// Restarts after failed health checks are told to the admins through `notifier`.
@@ -345,7 +389,7 @@ impl LlmGateway {
                 outcome = self.start(&containers, &mut engine) => outcome,
             };
             let reason = match outcome {
-                Ok((mut instance, client, channel)) => {
+                Ok((mut instance, client, channel, relays)) => {
                     generation += 1;
                     self.metrics.set_gateway_up(true);
                     self.state.send_replace(State::Ready { client: client.clone(), generation });
@@ -354,7 +398,11 @@ impl LlmGateway {
                         startup_ms = started.elapsed().as_millis() as u64,
                         "the LLM gateway is ready"
                     );
-                    let (reason, why) = self.watch(channel, &mut instance, &cancel).await;
+                    // The relays carry the gateway's connections for as long as it is watched.
+                    let (reason, why) = tokio::select! {
+                        watched = self.watch(channel, &mut instance, &cancel) => watched,
+                        never = relay::serve(relays) => match never {},
+                    };
                     self.metrics.set_gateway_up(false);
                     if !cancel.is_cancelled() {
                         self.metrics.record_restart(Role::LlmGateway.as_str(), why);
@@ -399,9 +447,17 @@ impl LlmGateway {
         &self,
         containers: &ContainerManager,
         engine: &mut watch::Receiver<Engine>,
-    ) -> Result<(Instance, LlmGatewayClient<Channel>, Channel), (Option<Instance>, String)> {
+    ) -> Result<(Instance, LlmGatewayClient<Channel>, Channel, Vec<relay::Relay>), (Option<Instance>, String)> {
         self.prepare_folder().map_err(|error| (None, format!("cannot prepare {}: {error}", self.folder.display())))?;
         let socket = self.folder.join(GATEWAY_SOCKET);
+        // A copy (its keys wiped when dropped) that names the relays.
+        let mut config = GatewaySettings(self.settings.config().clone());
+        let relays = match self.mode {
+            GatewayMode::Container => relay::bind(&self.folder, GATEWAY_MOUNT, &mut config.0)
+                .map_err(|error| (None, format!("cannot relay to the host's loopback: {error}")))?,
+            // On the host, the host's loopback is the gateway's own.
+            GatewayMode::Process => vec![],
+        };
         let instance = match self.mode {
             GatewayMode::Process => {
                 if !self.binary.is_file() {
@@ -467,8 +523,8 @@ impl LlmGateway {
                 Instance::Container(handle.name)
             }
         };
-        match self.connect(&socket).await {
-            Ok((client, channel)) => Ok((instance, client, channel)),
+        match self.connect(&socket, &config).await {
+            Ok((client, channel)) => Ok((instance, client, channel, relays)),
             Err(reason) => Err((Some(instance), reason)),
         }
     }
@@ -488,7 +544,11 @@ impl LlmGateway {
     }
 
     /// Waits for the socket, connects and sends the configuration.
-    async fn connect(&self, socket: &Path) -> Result<(LlmGatewayClient<Channel>, Channel), String> {
+    async fn connect(
+        &self,
+        socket: &Path,
+        settings: &GatewaySettings,
+    ) -> Result<(LlmGatewayClient<Channel>, Channel), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         while !socket.exists() {
             if Instant::now() > deadline {
@@ -510,7 +570,7 @@ impl LlmGateway {
             .map_err(|error| format!("cannot connect to the gateway: {error}"))?;
         let mut client =
             LlmGatewayClient::new(channel.clone()).max_decoding_message_size(baaaht_proto::MAX_MESSAGE_BYTES);
-        let configure = client.configure(self.settings.config().clone());
+        let configure = client.configure(settings.config().clone());
         match tokio::time::timeout(START_TIMEOUT, configure).await {
             Ok(Ok(response)) => {
                 tracing::info!(usable_providers = response.get_ref().usable_providers, "the LLM gateway is configured");
