@@ -201,7 +201,7 @@ pub async fn relay(
         tokio::join!(out, log);
     };
     // The input side ends with the daemon; the server's end is what ends the relay.
-    tokio::spawn(input);
+    let input = tokio::spawn(input);
     relayed.await;
     let status = exited.await.map_err(|error| error.to_string())??;
     let exit = v1::McpExited {
@@ -210,6 +210,11 @@ pub async fn relay(
     };
     // silent-ok: the daemon may already have hung up.
     let _ = sender.send(up(Up::Exited(exit.clone()))).await;
+    // The exit reaches the daemon before the relay ends with it: the daemon hangs up once it
+    // has read it (a while at most).
+    drop(sender);
+    // silent-ok: a daemon that keeps the stream open is not waited for longer.
+    let _ = tokio::time::timeout(Duration::from_secs(2), input).await;
     Ok(exit)
 }
 

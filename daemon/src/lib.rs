@@ -412,8 +412,23 @@ impl Daemon {
             loaded.config.skills.directories.clone(),
             Duration::from_secs(loaded.config.tools.warm_idle_timeout),
         ));
-        let mcp =
-            Arc::new(mcp::pool::McpPool::new(containers.clone(), web.clone(), audit.clone(), data_dir.state_dir()));
+        // The MCP servers' own folders (`state: true`), capped at the MCP role's disk limit as
+        // workspaces are at the tool role's.
+        let mcp_states = Arc::new(workspace::Workspaces::new(
+            data_dir.root().join("data/mcp-state"),
+            policy.resource_limits(auth::Role::Mcp).disk_bytes,
+            loaded.config.tools.workspace_limit,
+            (loaded.config.container.max_concurrent as usize).max(16),
+        ));
+        let mcp = Arc::new(mcp::pool::McpPool::new(
+            containers.clone(),
+            web.clone(),
+            audit.clone(),
+            data_dir.state_dir(),
+            policy.clone(),
+            mcp_states,
+            workspaces.clone(),
+        ));
         let data_dir_root = &data_dir.root().to_path_buf();
         let data_dir_for_memory = data_dir.clone();
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
@@ -647,6 +662,7 @@ impl Daemon {
         }
         shared.containers.shutdown().await;
         shared.workspaces.shutdown();
+        shared.mcp.shutdown();
         // The containers are gone: what they queued is taken, then their folders go.
         ipc_pass(&shared, &mut std::collections::BTreeMap::new());
         shared.ipc.let_go_all();

@@ -204,6 +204,13 @@ impl Workspaces {
         shared_dirs::read_regular(&pictures, OsStr::new(name), cap)
     }
 
+    /// Where `session`'s workspace is, as [`Workspaces::acquire`] gave it, without taking it.
+    pub fn peek(&self, session: &str) -> Option<Prepared> {
+        let path = self.sessions.join(session).join("data");
+        let mounted = self.mounted().users.contains_key(session);
+        Some(Prepared { path, checked_cap: (!mounted).then_some(self.cap) })
+    }
+
     /// One tool container of `session` is gone; the last one unmounts its filesystem.
     pub fn release(&self, session: &str) {
         let mut mounted = self.mounted();

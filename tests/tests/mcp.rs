@@ -89,6 +89,21 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
         let unknown = unknown.into_inner();
         assert!(unknown.is_error && unknown.content.contains("has no tool `other`"), "{unknown:?}");
     });
+    // Each call is in the audit log, as an exec is: who, which server and tool, how it ended.
+    let mut calls: Vec<(String, String, String)> = daemon
+        .audit("mcp")
+        .iter()
+        .filter(|record| record["detail"]["tool"].is_string())
+        .map(|record| {
+            let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
+            assert!(text(&record["principal"]).starts_with("container:coder:"), "{record}");
+            assert!(record["detail"]["duration_ms"].is_u64(), "{record}");
+            (text(&record["detail"]["server"]), text(&record["detail"]["tool"]), text(&record["outcome"]))
+        })
+        .collect();
+    calls.sort();
+    let audited = |tool: &str, outcome: &str| ("hello".to_string(), tool.to_string(), outcome.to_string());
+    assert_eq!(calls, [audited("hello", "ok"), audited("hello", "ok"), audited("other", "failed")]);
     // This daemon's MCP containers that run (other tests' daemons have theirs).
     let listed = || {
         let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
@@ -471,7 +486,11 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
     assert!(started.len() >= 2, "the first restart is at once: {answers:#?}");
     for answer in started {
         assert!(answer.is_error && answer.content.contains("MCP server `crash` could not be started"), "{answer:?}");
-        assert!(answer.content.contains("`baaaht mcp test crash` shows why"), "{answer:?}");
+        // Why, in the server's own words.
+        assert!(
+            answer.content.contains("its last lines on stderr:\n  cannot start\n  (it exited with code 3)"),
+            "{answer:?}"
+        );
     }
     let failures = started.len();
     assert!(
@@ -480,6 +499,19 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
         "{answers:#?}"
     );
     drop(coder);
+    // `baaaht mcp test` shows the same, rather than asking for itself to be run.
+    let tested = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["mcp", "test", "crash"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht mcp test");
+    let said = String::from_utf8_lossy(&tested.stderr);
+    assert!(!tested.status.success(), "{said}");
+    assert!(
+        said.contains("could not be started") && said.contains("cannot start\n  (it exited with code 3)"),
+        "{said}"
+    );
+    assert!(!said.contains("baaaht mcp test crash"), "{said}");
 
     let added = baaaht_mcp(
         &daemon,
@@ -625,5 +657,97 @@ fn a_servers_huge_description_and_answer_are_cut_to_size_and_said_so() {
         assert!(answer.content.len() < 70 << 10, "{} bytes", answer.content.len());
         assert!(answer.content.contains("[truncated: "), "the cut is said");
     });
+    drop(coder);
+}
+
+/// A server with the tools `look` (what it sees of the allowlisted folders), `remember` (adds
+/// a line to a file in its own folder and counts them) and `workspace` (the calling session's
+/// files).
+const FILES_SERVER: &str = r#"answer() { printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$1" "$(printf '%s' "$2" | tr '\n"\\' '   ')"; }
+while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"files","version":"1"}}}\n' "$id" ;;
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"look","inputSchema":{"type":"object"}},{"name":"remember","inputSchema":{"type":"object"}},{"name":"workspace","inputSchema":{"type":"object"}}]}}\n' "$id" ;;
+    *'"name":"look"'*) answer "$id" "$(cat /project/site/index.html; if echo x > /project/reference/w 2>/dev/null; then echo reference-written; else echo reference-read-only; fi)" ;;
+    *'"name":"remember"'*) echo seen >> "$MCP_STATE_DIR/log"; answer "$id" "$MCP_STATE_DIR: $(wc -l < "$MCP_STATE_DIR/log")" ;;
+    *'"name":"workspace"'*) answer "$id" "$(ls /workspace)" ;;
+  esac
+done
+"#;
+
+#[test]
+fn a_server_sees_its_allowlisted_folders_the_callers_workspace_and_keeps_its_own_state() {
+    use serde_json::json;
+    let rt = baaaht_tests::runtime();
+    let projects = tempfile::tempdir().expect("tempdir");
+    let (site, reference) = (projects.path().join("site"), projects.path().join("reference"));
+    for folder in [&site, &reference] {
+        std::fs::create_dir(folder).expect("mkdir");
+        std::os::unix::fs::chown(folder, Some(1000), Some(1000)).expect("chown to the containers' uid");
+    }
+    std::fs::write(site.join("index.html"), "<h1>site</h1>\n").expect("write");
+    let allowlist = json!({"allowedMounts": [
+        {"hostPath": site, "containerPath": "/project/site", "options": "rw", "type": "project"},
+        {"hostPath": reference, "containerPath": "/project/reference", "options": "ro", "type": "reference"},
+    ]});
+    let server = json!({"servers": {"files": {
+        "command": "sh", "args": ["-c", FILES_SERVER], "roles": ["coder"], "idle_timeout": 600,
+        // Asked read-write, the reference stays read-only: the allowlist says so.
+        "mounts": [{"host": site, "read_write": true}, {"host": reference, "read_write": true}],
+        "state": true, "workspace": true,
+    }}});
+    // A user's own server may not both see folders and reach the network.
+    let leaky = "servers:\n  leaky:\n    command: sh\n    workspace: true\n    egress: [example.com]\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![
+            ("config/mount-allowlist.json".into(), allowlist.to_string()),
+            ("config/mcp.yaml".into(), server.to_string()),
+            ("users/alice/mcp.yaml".into(), leaky.into()),
+        ],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let ask = |tool: &str| {
+        rt.block_on(async {
+            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+            let answer = agent.agents.request_tool_execution(call(tool)).await;
+            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner()
+        })
+    };
+    let looked = ask("mcp__files__look");
+    assert_eq!(looked.content.trim(), "<h1>site</h1> reference-read-only", "{looked:?}");
+    assert_eq!(ask("mcp__files__remember").content, "/state: 1");
+    assert_eq!(ask("mcp__files__remember").content, "/state: 2");
+    // The Coder writes in its session's workspace; the server sees it there.
+    let written = rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let request = v1::ToolRequest {
+            tool: "write_file".into(),
+            params_json: json!({"path": "draft.md", "content": "# draft\n"}).to_string(),
+            ..v1::ToolRequest::default()
+        };
+        agent.agents.request_tool_execution(request).await.expect("write_file").into_inner()
+    });
+    assert!(!written.is_error, "{written:?}");
+    assert!(ask("mcp__files__workspace").content.contains("draft.md"), "the session's workspace");
+    // Its own folder outlives its container.
+    let ours = daemon.recorded_containers();
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    let server = running.lines().find(|n| n.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == n)).expect("ours");
+    baaaht_tests::docker(&["rm", "-f", server]).expect("docker rm");
+    assert_eq!(ask("mcp__files__remember").content, "/state: 3", "{}", daemon.log_text());
+    let listed = baaaht_mcp(&daemon, &["list", "--user", "alice"]);
+    assert!(
+        listed.contains(&format!(
+            "mounts:  {} -> /project/site (rw), {} -> /project/reference (ro)",
+            site.display(),
+            reference.display()
+        )),
+        "{listed}"
+    );
+    assert!(listed.contains("state:   its own folder at /state"), "{listed}");
+    assert!(listed.contains("not used:") && listed.contains("may mount folders or reach the network"), "{listed}");
     drop(coder);
 }

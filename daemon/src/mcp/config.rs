@@ -51,6 +51,43 @@ pub struct ServerConfig {
     /// Seconds one tool call may take.
     #[serde(default = "default_call_timeout")]
     pub timeout: u64,
+    /// Folders of the host the server sees: each an entry of `mount-allowlist.json` or a
+    /// folder below one, at the container path the allowlist gives it (where a Coder sees it),
+    /// read-only unless `read_write` and the entry is a project marked `rw`.
+    #[serde(default)]
+    pub mounts: Vec<ServerMount>,
+    /// A folder of its own that outlives its container: one per context and server, at
+    /// [`STATE_MOUNT`] (named by `MCP_STATE_DIR`), read-write, capped at the MCP role's disk
+    /// limit.
+    #[serde(default)]
+    pub state: bool,
+    /// It sees the workspace of the session that calls it, at [`WORKSPACE_MOUNT`]
+    /// (read-write, as the session's tools do): then one container runs per session.
+    #[serde(default)]
+    pub workspace: bool,
+}
+
+/// Where a `workspace: true` server sees the calling session's workspace.
+pub const WORKSPACE_MOUNT: &str = "/workspace";
+
+/// Where a server's own folder (`state: true`) is mounted, and the variable that names it.
+pub const STATE_MOUNT: &str = "/state";
+pub const STATE_ENV: &str = "MCP_STATE_DIR";
+
+/// A host folder an MCP server sees.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerMount {
+    pub host: String,
+    #[serde(default)]
+    pub read_write: bool,
+}
+
+impl ServerMount {
+    /// The mount as the policy checks it (against the allowlist, as a Coder's).
+    pub fn requested(&self) -> crate::policy::RequestedMount {
+        crate::policy::RequestedMount { host: self.host.clone(), read_write: self.read_write }
+    }
 }
 
 /// Which of a server's tools are offered: all but `deny`, or only `allow` when it is set.
@@ -173,6 +210,15 @@ fn parse(text: &str, file: &Path, scope: &Scope) -> Result<Vec<Server>, McpConfi
         .into_iter()
         .map(|(name, config)| {
             let roles = check(&name, &config).map_err(|what| fail(format!("server `{name}`: {what}")))?;
+            // A user's or group's own server that sees the host's folders must not also
+            // reach the network: what it reads could leave with it.
+            let sees_files = !config.mounts.is_empty() || config.workspace;
+            if matches!(scope, Scope::Context(_)) && sees_files && !config.egress.is_empty() {
+                return Err(fail(format!(
+                    "server `{name}`: a user's or group's own server may mount folders or reach the network \
+                     (egress), not both; an admin can configure such a server in config/mcp.yaml"
+                )));
+            }
             Ok(Server { name, scope: scope.clone(), file: file.to_path_buf(), config, roles })
         })
         .collect()
@@ -316,6 +362,18 @@ fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, String> {
     }
     for host in &config.egress {
         check_host(host).map_err(|why| format!("egress `{host}`: {why}"))?;
+    }
+    for mount in &config.mounts {
+        let path = Path::new(&mount.host);
+        let plain = !mount.host.contains('\0')
+            && path.is_absolute()
+            && !path.components().any(|part| part == std::path::Component::ParentDir);
+        if !plain {
+            return Err(format!(
+                "mounts: `{}` is not an absolute path without `..`: name a folder of mount-allowlist.json",
+                mount.host.escape_debug()
+            ));
+        }
     }
     let mut roles = vec![];
     for role in &config.roles {

@@ -46,9 +46,8 @@ const MAX_TOOLS: usize = 128;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
-    #[error(
-        "MCP server `{server}` could not be started: {why} (`baaaht mcp test {server}` shows why; see the daemon log)"
-    )]
+    /// `why` ends with the last lines the server wrote on stderr, when it wrote any.
+    #[error("MCP server `{server}` could not be started: {why}")]
     Start { server: String, why: String },
     #[error("MCP server `{server}` has no tool `{tool}`")]
     NoTool { server: String, tool: String },
@@ -198,6 +197,11 @@ type Key = (Context, String);
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Running>>>>;
 
 /// The digest of everything in `server`'s configuration that decides what it runs and offers.
+/// The server an instance (`name`, or `name@session` for one per session) is of.
+fn server_of(instance: &str) -> &str {
+    instance.split_once('@').map_or(instance, |(name, _)| name)
+}
+
 fn digest_of(server: &Server) -> String {
     let digest = sha2::Sha256::digest(format!("{}\0{:?}", server.name, server.config).as_bytes());
     digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
@@ -227,6 +231,23 @@ pub struct McpPool {
     relays: Mutex<HashMap<String, Relay>>,
     changes: watch::Sender<u64>,
     running: Mutex<HashMap<Key, Slot>>,
+    /// Checks the host folders a server mounts, as a Coder's are checked.
+    policy: Arc<crate::policy::Policy>,
+    /// The servers' own folders (`state: true`), capped as session workspaces are.
+    states: Arc<crate::workspace::Workspaces>,
+    /// The sessions' workspaces, which a `workspace: true` server sees.
+    workspaces: Arc<crate::workspace::Workspaces>,
+    /// Container → the folders it holds (its own, a session's workspace).
+    holding: Mutex<HashMap<String, Held>>,
+}
+
+/// The folders one server's container holds, given back when it stops.
+#[derive(Debug, Default)]
+struct Held {
+    /// The name of its own folder (`state: true`).
+    state: Option<String>,
+    /// The session whose workspace it sees (`workspace: true`).
+    session: Option<String>,
 }
 
 impl std::fmt::Debug for McpPool {
@@ -236,7 +257,16 @@ impl std::fmt::Debug for McpPool {
 }
 
 impl McpPool {
-    pub fn new(containers: Arc<ContainerManager>, web: Arc<WebProxy>, audit: Audit, state_dir: PathBuf) -> McpPool {
+    /// `states` keeps the servers' own folders (`state: true`); `policy` checks what they mount.
+    pub fn new(
+        containers: Arc<ContainerManager>,
+        web: Arc<WebProxy>,
+        audit: Audit,
+        state_dir: PathBuf,
+        policy: Arc<crate::policy::Policy>,
+        states: Arc<crate::workspace::Workspaces>,
+        workspaces: Arc<crate::workspace::Workspaces>,
+    ) -> McpPool {
         McpPool {
             containers,
             web,
@@ -247,7 +277,125 @@ impl McpPool {
             relays: Mutex::default(),
             changes: watch::channel(0).0,
             running: Mutex::default(),
+            policy,
+            states,
+            workspaces,
+            holding: Mutex::default(),
         }
+    }
+
+    /// Which instance of `server` serves `context` (and, for a server that sees the calling
+    /// session's workspace, `session`): one per context, or one per session.
+    fn key(context: &Context, server: &Server, session: Option<&str>) -> Key {
+        match (server.config.workspace, session) {
+            (true, Some(session)) => (context.clone(), format!("{}@{session}", server.name)),
+            _ => (context.clone(), server.name.clone()),
+        }
+    }
+
+    /// The name of `server`'s own folder for `context` (a folder name: both are plain).
+    fn state_name(context: &Context, server: &Server) -> String {
+        format!("{}.{}", context.to_string().replace(':', "-"), server.name)
+    }
+
+    /// The folders `server` mounts: its allowlisted `mounts`, and its own folder when it keeps
+    /// `state` (taken for `container`'s run, given back by [`McpPool::stop`]); and what its
+    /// environment gains.
+    async fn mounts_of(
+        &self,
+        context: &Context,
+        server: &Server,
+        session: Option<&str>,
+    ) -> Result<(Vec<crate::container::MountSpec>, Held), String> {
+        let requested: Vec<_> = server.config.mounts.iter().map(super::config::ServerMount::requested).collect();
+        let mut mounts = self.policy.validate_mounts(&requested).map_err(|why| format!("mounts: {why}"))?;
+        let mut held = Held::default();
+        if let (true, Some(session)) = (server.config.workspace, session) {
+            let (workspaces, taken) = (self.workspaces.clone(), session.to_string());
+            let prepared = tokio::task::spawn_blocking(move || workspaces.acquire(&taken))
+                .await
+                .map_err(|error| error.to_string())?
+                .map_err(|error| format!("the session's workspace: {}", baaaht_proto::error_chain(&error)))?;
+            mounts.push(crate::container::MountSpec {
+                host: prepared.path,
+                target: super::config::WORKSPACE_MOUNT.into(),
+                read_only: false,
+            });
+            held.session = Some(session.to_string());
+        }
+        if !server.config.state {
+            return Ok((mounts, held));
+        }
+        let (states, name) = (self.states.clone(), Self::state_name(context, server));
+        let taken = name.clone();
+        let acquired = tokio::task::spawn_blocking(move || states.acquire(&taken)).await;
+        let acquired = acquired.map_err(|error| error.to_string()).and_then(|acquired| {
+            acquired.map_err(|error| format!("its own folder: {}", baaaht_proto::error_chain(&error)))
+        });
+        let prepared = match acquired {
+            Ok(prepared) => prepared,
+            Err(why) => {
+                self.let_go(held).await;
+                return Err(why);
+            }
+        };
+        if let Some(cap) = prepared.checked_cap {
+            // No filesystem of its own here: a folder already past its cap is not used again.
+            let used = crate::shared_dirs::size_below(&prepared.path).unwrap_or(0);
+            if used > cap {
+                self.states.release(&name);
+                self.let_go(held).await;
+                return Err(format!(
+                    "its own folder {} holds {}, past its cap of {}: an admin must make room in it",
+                    prepared.path.display(),
+                    baaaht_proto::human_size(used),
+                    baaaht_proto::human_size(cap)
+                ));
+            }
+        }
+        mounts.push(crate::container::MountSpec {
+            host: prepared.path,
+            target: super::config::STATE_MOUNT.into(),
+            read_only: false,
+        });
+        held.state = Some(name);
+        Ok((mounts, held))
+    }
+
+    /// Gives back the folders `held` took.
+    async fn let_go(&self, held: Held) {
+        let (states, workspaces) = (self.states.clone(), self.workspaces.clone());
+        // silent-ok: release logs what it cannot unmount.
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(name) = held.state {
+                states.release(&name);
+            }
+            if let Some(session) = held.session {
+                workspaces.release(&session);
+            }
+        })
+        .await;
+    }
+
+    /// Unmounts the servers' own folders (at shutdown, after the containers went).
+    pub fn shutdown(&self) {
+        self.states.shutdown();
+    }
+
+    /// Whether the own folder `container` holds is past its cap, where no filesystem holds it
+    /// to it: then the sentence that says so.
+    pub fn state_over_cap(&self, container: &str) -> Option<String> {
+        let name = self.holding.lock().unwrap_or_else(PoisonError::into_inner).get(container)?.state.clone()?;
+        let prepared = self.states.peek(&name)?;
+        let cap = prepared.checked_cap?;
+        let used = crate::shared_dirs::size_below(&prepared.path).ok()?;
+        (used > cap).then(|| {
+            format!(
+                "the server's own folder holds {}, past its cap of {}; the server is stopped",
+                baaaht_proto::human_size(used),
+                baaaht_proto::human_size(cap)
+            )
+        })
     }
 
     /// Takes the relay of `identity` (from its RelayMcp call); the stream it returns carries
@@ -277,9 +425,10 @@ impl McpPool {
         &self,
         context: &Context,
         server: &Server,
+        session: Option<&str>,
         env: Vec<(String, String)>,
     ) -> Result<Arc<Running>, McpError> {
-        let key = (context.clone(), server.name.clone());
+        let key = Self::key(context, server, session);
         let digest = digest_of(server);
         let slot = self.slot(&key);
         let mut held = slot.lock().await;
@@ -310,7 +459,7 @@ impl McpPool {
                 });
             }
         }
-        match self.start(context, server, env, digest).await {
+        match self.start(context, server, session, env, digest).await {
             Ok(started) => {
                 *held = Some(started.clone());
                 Ok(started)
@@ -353,7 +502,7 @@ impl McpPool {
     ) -> Result<Offer, McpError> {
         match self.known_offer(context, server) {
             Some(offer) => Ok(offer),
-            None => Ok(self.get(context, server, env).await?.offer.clone()),
+            None => Ok(self.get(context, server, None, env).await?.offer.clone()),
         }
     }
 
@@ -383,6 +532,7 @@ impl McpPool {
         &self,
         context: &Context,
         server: &Server,
+        session: Option<&str>,
         env: Vec<(String, String)>,
         digest: String,
     ) -> Result<Arc<Running>, McpError> {
@@ -394,12 +544,17 @@ impl McpPool {
                 Some(tag)
             }
         };
+        let (mounts, held) = self.mounts_of(context, server, session).await.map_err(fail)?;
+        let mut env = env;
+        if held.state.is_some() {
+            env.push((super::config::STATE_ENV.into(), super::config::STATE_MOUNT.into()));
+        }
         let request = RunRequest {
             role: Role::Mcp,
             session_id: format!("mcp-{}", server.name),
             context: context.clone(),
             command: vec![format!("{}/baaaht-agent", crate::container::manager::BINARIES_MOUNT), "mcp".into()],
-            mounts: vec![],
+            mounts,
             env: vec![],
             timeout: Duration::MAX,
             daemon_socket: true,
@@ -407,7 +562,14 @@ impl McpPool {
             image,
         };
         let mut changes = self.changes.subscribe();
-        let handle = self.containers.start_detached(request).await.map_err(|error| fail(error.to_string()))?;
+        let handle = match self.containers.start_detached(request).await {
+            Ok(handle) => handle,
+            Err(error) => {
+                self.let_go(held).await;
+                return Err(fail(error.to_string()));
+            }
+        };
+        self.holding.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), held);
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         let attached = loop {
             let taken = self.attached.lock().unwrap_or_else(PoisonError::into_inner).remove(&handle.name);
@@ -436,7 +598,13 @@ impl McpPool {
             Relay { down: attached.down.clone(), probe: probe.clone(), identity: Probed::from(&attached.identity) };
         self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
         let egress = Egress { server: server.clone(), web: self.web.clone(), audit: self.audit.clone() };
-        pump(attached, probe, theirs, egress);
+        let stderr = Stderr::default();
+        pump(attached, probe, theirs, egress, stderr.clone());
+        // What went wrong, with the server's own last words.
+        let fail = |why: String| {
+            let stderr = stderr.clone();
+            async move { fail(stderr.explain(why).await) }
+        };
         let (reader, writer) = tokio::io::split(ours);
         let config = ClientConfig::new(Default::default(), Implementation::new("baaahtd", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
@@ -446,11 +614,11 @@ impl McpPool {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
                 self.stop(&handle.name).await;
-                return Err(fail(format!("it did not answer `initialize`: {error}")));
+                return Err(fail(format!("it did not answer `initialize`: {error}")).await);
             }
             Err(_) => {
                 self.stop(&handle.name).await;
-                return Err(fail(format!("it did not answer `initialize` within {} s", START_TIMEOUT.as_secs())));
+                return Err(fail(format!("it did not answer `initialize` within {} s", START_TIMEOUT.as_secs())).await);
             }
         };
         let tools = match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
@@ -472,11 +640,11 @@ impl McpPool {
             }
             Ok(Err(error)) => {
                 self.stop(&handle.name).await;
-                return Err(fail(format!("it did not list its tools: {error}")));
+                return Err(fail(format!("it did not list its tools: {error}")).await);
             }
             Err(_) => {
                 self.stop(&handle.name).await;
-                return Err(fail("it did not list its tools in time".into()));
+                return Err(fail("it did not list its tools in time".into()).await);
             }
         };
         let capabilities = client.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
@@ -534,32 +702,47 @@ impl McpPool {
     /// The names of the servers whose containers run for `context`.
     pub fn running_in(&self, context: &Context) -> Vec<String> {
         let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        running
+        let mut names: Vec<String> = running
             .iter()
             .filter(|((owner, _), slot)| owner == context && slot.try_lock().is_ok_and(|held| held.is_some()))
-            .map(|((_, name), _)| name.clone())
-            .collect()
+            .map(|((_, instance), _)| server_of(instance).to_string())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
-    /// Stops `context`'s instance of the server `name`, if it runs, and forgets its failures.
+    /// Stops `context`'s instances of the server `name` (one, or one per session), if they
+    /// run, and forgets their failures.
     pub async fn stop_server(&self, context: &Context, name: &str) {
-        let key = (context.clone(), name.to_string());
-        let slot = self.slot(&key);
-        let stopped = slot.lock().await.take();
-        self.recovered(&key);
-        if let Some(stopped) = stopped {
-            self.stop(&stopped.container).await;
+        let mut keys: Vec<Key> = {
+            let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            running
+                .keys()
+                .filter(|(owner, instance)| owner == context && server_of(instance) == name)
+                .cloned()
+                .collect()
+        };
+        keys.push((context.clone(), name.to_string()));
+        keys.dedup();
+        for key in keys {
+            let slot = self.slot(&key);
+            let stopped = slot.lock().await.take();
+            self.recovered(&key);
+            if let Some(stopped) = stopped {
+                self.stop(&stopped.container).await;
+            }
         }
     }
 
     /// Stops every context's instance of the server `name` (a system server that changed).
     pub async fn stop_named(&self, name: &str) {
-        let keys: Vec<Key> = {
+        let contexts: Vec<Context> = {
             let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-            running.keys().filter(|(_, n)| n == name).cloned().collect()
+            running.keys().filter(|(_, instance)| server_of(instance) == name).map(|(c, _)| c.clone()).collect()
         };
-        for (context, name) in keys {
-            self.stop_server(&context, &name).await;
+        for context in contexts {
+            self.stop_server(&context, name).await;
         }
     }
 
@@ -598,21 +781,28 @@ impl McpPool {
         if let Err(error) = self.containers.stop_service(container).await {
             tracing::warn!(container, %error, "cannot remove an MCP server's container");
         }
+        // The folders it held are let go with it (unmounted once no container holds them).
+        let held = self.holding.lock().unwrap_or_else(PoisonError::into_inner).remove(container);
+        if let Some(held) = held {
+            self.let_go(held).await;
+        }
     }
 
-    /// Calls `tool` of `server` for `context` with `arguments`; a server that died is started
-    /// again and asked once more.
+    /// Calls `tool` of `server` for `context` (asked from `session`) with `arguments`; a server
+    /// that died is started again and asked once more.
+    #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
         context: &Context,
         server: &Server,
+        session: &str,
         env: Vec<(String, String)>,
         tool: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
         timeout: Duration,
     ) -> Result<Answer, McpError> {
         for attempt in 0..2 {
-            let running = self.get(context, server, env.clone()).await?;
+            let running = self.get(context, server, Some(session), env.clone()).await?;
             if !running.offer.offers(server, tool) {
                 return Err(McpError::NoTool { server: server.name.clone(), tool: tool.into() });
             }
@@ -621,8 +811,16 @@ impl McpPool {
             let asked = tokio::time::timeout(timeout, ask(&running.client, own, tool, &arguments)).await;
             drop(flight);
             match asked {
-                Ok(Ok(answer)) => {
-                    self.recovered(&(context.clone(), server.name.clone()));
+                Ok(Ok(mut answer)) => {
+                    self.recovered(&Self::key(context, server, Some(session)));
+                    // Where no filesystem holds its own folder to its cap, the call that took
+                    // it past stops the server.
+                    if let Some(why) = self.state_over_cap(&running.container) {
+                        tracing::warn!(server = %server.name, %context, %why, "an MCP server's own folder is past its cap");
+                        self.stop_server(context, &server.name).await;
+                        answer.is_error = true;
+                        answer.text.push_str(&format!("\nerror: {why}"));
+                    }
                     return Ok(answer);
                 }
                 Ok(Err(rmcp::ServiceError::McpError(error))) => {
@@ -973,10 +1171,56 @@ impl Rate {
     }
 }
 
+/// The last lines a server wrote on stderr (and how it exited), to tell why it could not start.
+#[derive(Debug, Clone)]
+struct Stderr(Arc<(Mutex<std::collections::VecDeque<String>>, watch::Sender<bool>)>);
+
+impl Default for Stderr {
+    fn default() -> Self {
+        Stderr(Arc::new((Mutex::default(), watch::channel(false).0)))
+    }
+}
+
+impl Stderr {
+    /// Lines kept, and the longest part of a line kept.
+    const LINES: usize = 12;
+    const LINE: usize = 300;
+
+    /// Keeps `line`, its control characters (terminal escapes) as spaces.
+    fn push(&self, line: &str) {
+        let line: String =
+            line.trim_end().chars().take(Self::LINE).map(|c| if c.is_control() { ' ' } else { c }).collect();
+        let mut kept = self.0 .0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() == Self::LINES {
+            kept.pop_front();
+        }
+        kept.push_back(line);
+    }
+
+    /// The server's stream ended: nothing more comes.
+    fn ended(&self) {
+        self.0 .1.send_replace(true);
+    }
+
+    /// `why`, and what the server last wrote on stderr (waiting a moment for the rest of its
+    /// stream, which may come after what made the start fail).
+    async fn explain(&self, why: String) -> String {
+        let mut ended = self.0 .1.subscribe();
+        // silent-ok: a stream still open after 2 s has said what it will say for now.
+        let _ = tokio::time::timeout(Duration::from_secs(2), ended.wait_for(|ended| *ended)).await;
+        let kept = self.0 .0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.is_empty() {
+            return format!("{why}; it wrote nothing on stderr");
+        }
+        let lines: Vec<&str> = kept.iter().map(String::as_str).collect();
+        format!("{why}; its last lines on stderr:\n  {}", lines.join("\n  "))
+    }
+}
+
 /// Carries bytes between the relay's stream and `theirs` (the far end of rmcp's pipe); the
-/// server's stderr lines go to the log (at most 100 every 10 s), and its connections out are
-/// opened (at most 120 a minute).
-fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStream, egress: Egress) {
+/// server's stderr lines go to the log (at most 100 every 10 s) and the last of them to
+/// `stderr`, and its connections out are opened (at most 120 a minute).
+fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStream, egress: Egress, stderr: Stderr) {
     let Attached { down, mut up, identity } = attached;
     let (server, container) = (egress.server.name.clone(), identity.name.clone());
     let egress = Arc::new(egress);
@@ -1037,6 +1281,7 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
                 }
                 Ok(Some(v1::mcp_up::Kind::EgressClose(close))) => tunnels.closed(&close),
                 Ok(Some(v1::mcp_up::Kind::Stderr(line))) => {
+                    stderr.push(&line);
                     let (fits, turned_away) = log_lines.take();
                     if turned_away > 0 {
                         tracing::warn!(server = %server, container = %container, turned_away, "an MCP server wrote more than 100 log lines in 10 s; the rest were not logged");
@@ -1046,6 +1291,10 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
                     }
                 }
                 Ok(Some(v1::mcp_up::Kind::Exited(exit))) => {
+                    stderr.push(&match exit.signal.as_str() {
+                        "" => format!("(it exited with code {})", exit.code),
+                        signal => format!("(it was ended by {signal})"),
+                    });
                     tracing::warn!(server = %server, container = %container, code = exit.code, signal = %exit.signal, "MCP server exited");
                     break;
                 }
@@ -1057,6 +1306,7 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
             }
         }
         // The server is gone: so are its connections.
+        stderr.ended();
         tunnels.clear();
         // rmcp sees the end of the server's output.
         // silent-ok: the pipe may already be closed.

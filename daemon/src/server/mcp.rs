@@ -30,7 +30,7 @@ fn scope_of(request: &v1::McpServerRequest) -> Result<Scope, Status> {
     }
 }
 
-fn info(server: &Server, running: &[String]) -> v1::McpServerInfo {
+fn info(server: &Server, running: &[String], policy: &crate::policy::Policy) -> v1::McpServerInfo {
     v1::McpServerInfo {
         name: server.name.clone(),
         scope: match &server.scope {
@@ -51,6 +51,21 @@ fn info(server: &Server, running: &[String]) -> v1::McpServerInfo {
         egress: server.config.egress.clone(),
         roles: server.roles.iter().map(|role| role.as_str().to_string()).collect(),
         running: running.contains(&server.name),
+        mounts: server
+            .config
+            .mounts
+            .iter()
+            .map(|mount| match policy.validate_mounts(&[mount.requested()]).map(|mut specs| specs.pop()) {
+                Ok(Some(spec)) => {
+                    let mode = if spec.read_only { "ro" } else { "rw" };
+                    format!("{} -> {} ({mode})", mount.host, spec.target)
+                }
+                Ok(None) => mount.host.clone(),
+                Err(why) => format!("{}: not mounted: {why}", mount.host),
+            })
+            .collect(),
+        state: server.config.state,
+        workspace: server.config.workspace,
     }
 }
 
@@ -68,7 +83,7 @@ async fn listed(shared: &Shared, scope: &Scope) -> v1::McpServerList {
         Scope::System => vec![],
     };
     v1::McpServerList {
-        servers: servers.iter().map(|server| info(server, &running)).collect(),
+        servers: servers.iter().map(|server| info(server, &running, &shared.policy)).collect(),
         problems: problems.iter().map(ToString::to_string).collect(),
     }
 }
@@ -105,7 +120,7 @@ pub(super) async fn tools(
     }
     let started = std::time::Instant::now();
     let offer = if request.restart {
-        shared.mcp.get(&context, &server, env).await.map(|running| running.offer.clone())
+        shared.mcp.get(&context, &server, None, env).await.map(|running| running.offer.clone())
     } else {
         shared.mcp.offer(&context, &server, env).await
     };
@@ -135,8 +150,11 @@ pub(super) async fn put(shared: &Shared, request: v1::PutMcpServerRequest) -> Re
         system: request.system,
         ..Default::default()
     })?;
-    // The secrets its env names must be ones its file may name (checked again at each start).
+    // The secrets its env names must be ones its file may name, and the folders it mounts
+    // ones the allowlist lets in (both checked again at each start).
     if let Ok(server) = serde_yaml::from_str::<config::ServerConfig>(&request.yaml) {
+        let mounts: Vec<_> = server.mounts.iter().map(config::ServerMount::requested).collect();
+        shared.policy.validate_mounts(&mounts).map_err(|why| Status::invalid_argument(format!("mounts: {why}")))?;
         let rules = crate::secrets::Rules::of(&shared.loaded);
         let referrer = match scope {
             Scope::System => crate::secrets::Referrer::System,

@@ -370,7 +370,7 @@ async fn mcp_call(
         timeout = timeout.min(Duration::from_secs(u64::from(message.timeout_seconds)));
     }
     let started = std::time::Instant::now();
-    let answer = shared.mcp.call(&identity.context, server, env, tool, arguments, timeout).await;
+    let answer = shared.mcp.call(&identity.context, server, &identity.session_id, env, tool, arguments, timeout).await;
     let elapsed = started.elapsed();
     shared.metrics.record_tool(&message.tool, answer.as_ref().is_ok_and(|a| !a.is_error), elapsed);
     let (mut content, is_error) = match answer {
@@ -388,6 +388,12 @@ async fn mcp_call(
     }
     let duration_ms = elapsed.as_millis() as u64;
     tracing::info!(tool = %message.tool, session = %identity.session_id, is_error, duration_ms, "MCP tool call");
+    // Every call, as an exec is: which server and tool, how it ended, how long it took.
+    let record = audit(Kind::Mcp, if is_error { "failed" } else { "ok" })
+        .detail("server", server.name.as_str())
+        .detail("tool", tool)
+        .detail("duration_ms", duration_ms);
+    shared.audit.record(record);
     publish_progress(shared, identity, &message.tool, is_error, duration_ms);
     // Request in → result out, as the daemon saw it (baaaht-bench mcp reads it).
     let metadata = [("daemon_us".to_string(), received.elapsed().as_micros().to_string())].into_iter().collect();

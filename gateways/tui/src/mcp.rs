@@ -30,6 +30,15 @@ pub fn servers_text(list: &v1::McpServerList) -> String {
         }
         let egress = if server.egress.is_empty() { "none (no network)".to_string() } else { server.egress.join(", ") };
         let _ = writeln!(text, "  egress:  {egress}");
+        if !server.mounts.is_empty() {
+            let _ = writeln!(text, "  mounts:  {}", server.mounts.join(", "));
+        }
+        if server.state {
+            let _ = writeln!(text, "  state:   its own folder at /state (MCP_STATE_DIR)");
+        }
+        if server.workspace {
+            let _ = writeln!(text, "  workspace: the calling session's, at /workspace (one container per session)");
+        }
         let _ = writeln!(text, "  roles:   {}", server.roles.join(", "));
         let _ = writeln!(text, "  file:    {}", server.file);
     }
@@ -76,6 +85,12 @@ pub struct NewServer {
     pub roles: Vec<String>,
     pub idle_timeout: Option<u64>,
     pub timeout: Option<u64>,
+    /// `HOST_PATH` (read-only) or `HOST_PATH:rw`: an allowlisted folder it sees.
+    pub mounts: Vec<String>,
+    /// A folder of its own, kept across restarts.
+    pub state: bool,
+    /// It sees the calling session's workspace.
+    pub workspace: bool,
 }
 
 impl NewServer {
@@ -113,6 +128,23 @@ impl NewServer {
         }
         if !self.egress.is_empty() {
             settings.insert("egress".into(), self.egress.clone().into());
+        }
+        let mounts: Vec<serde_json::Value> = self
+            .mounts
+            .iter()
+            .map(|mount| match mount.strip_suffix(":rw") {
+                Some(host) => serde_json::json!({"host": host, "read_write": true}),
+                None => serde_json::json!({"host": mount.strip_suffix(":ro").unwrap_or(mount)}),
+            })
+            .collect();
+        if !mounts.is_empty() {
+            settings.insert("mounts".into(), mounts.into());
+        }
+        if self.state {
+            settings.insert("state".into(), true.into());
+        }
+        if self.workspace {
+            settings.insert("workspace".into(), true.into());
         }
         if !self.roles.is_empty() {
             settings.insert("roles".into(), self.roles.clone().into());
@@ -192,13 +224,16 @@ mod tests {
             install: vec!["pip:mcp-server-fetch".into()],
             env: vec!["KEY=${FETCH_KEY}".into()],
             egress: vec!["example.com".into()],
+            mounts: vec!["/srv/notes".into(), "/srv/code:rw".into()],
+            state: true,
             ..Default::default()
         };
         let yaml: serde_json::Value = serde_json::from_str(&server.yaml().expect("yaml")).expect("JSON");
         assert_eq!(
             yaml,
             serde_json::json!({"command": "mcp-server-fetch", "install": [{"source": "pip", "name": "mcp-server-fetch"}],
-                "env": {"KEY": "${FETCH_KEY}"}, "egress": ["example.com"]})
+                "env": {"KEY": "${FETCH_KEY}"}, "egress": ["example.com"],
+                "mounts": [{"host": "/srv/notes"}, {"host": "/srv/code", "read_write": true}], "state": true})
         );
         let bad = NewServer { command: "x".into(), install: vec!["mcp-server-time".into()], ..Default::default() };
         assert!(bad.yaml().expect_err("no source").contains("SOURCE:NAME"));
