@@ -751,3 +751,40 @@ fn a_server_sees_its_allowlisted_folders_the_callers_workspace_and_keeps_its_own
     assert!(listed.contains("not used:") && listed.contains("may mount folders or reach the network"), "{listed}");
     drop(coder);
 }
+
+#[test]
+fn the_memory_server_from_npm_keeps_its_graph_in_its_own_folder_across_restarts() {
+    let rt = baaaht_tests::runtime();
+    // As README shows it.
+    let mcp = "servers:\n  memory:\n    command: mcp-server-memory\n    \
+               install: [{source: npm, name: '@modelcontextprotocol/server-memory@2026.8.31'}]\n    \
+               env: {MEMORY_FILE_PATH: /state/memory.json}\n    state: true\n    roles: [coder]\n    timeout: 60\n";
+    let daemon =
+        TestDaemon::start(DaemonOptions { files: vec![("config/mcp.yaml".into(), mcp.into())], ..Default::default() })
+            .expect("daemon");
+    // Its layer is built on the first start.
+    let tested = baaaht_mcp(&daemon, &["test", "memory", "--user", "alice"]);
+    assert!(tested.contains("mcp__memory__create_entities") && tested.contains("mcp__memory__read_graph"), "{tested}");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let ask = |tool: &str, params: serde_json::Value| {
+        rt.block_on(async {
+            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+            let request =
+                v1::ToolRequest { tool: tool.into(), params_json: params.to_string(), ..v1::ToolRequest::default() };
+            let answer = agent.agents.request_tool_execution(request).await;
+            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner()
+        })
+    };
+    let entity = serde_json::json!({"entities": [{"name": "Alice", "entityType": "person", "observations": ["likes jasmine tea"]}]});
+    let created = ask("mcp__memory__create_entities", entity);
+    assert!(!created.is_error, "{created:?}");
+    // Its container goes (as after its idle time, or a crash); what it knew stays.
+    let ours = daemon.recorded_containers();
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    for server in running.lines().filter(|n| n.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == n)) {
+        baaaht_tests::docker(&["rm", "-f", server]).expect("docker rm");
+    }
+    let graph = ask("mcp__memory__read_graph", serde_json::json!({}));
+    assert!(!graph.is_error && graph.content.contains("likes jasmine tea"), "{graph:?}\n{}", daemon.log_text());
+    drop(coder);
+}
