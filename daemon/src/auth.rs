@@ -354,6 +354,7 @@ pub enum Operation {
     AddGateway,
     ListGateways,
     RemoveGateway,
+    RestartGateway,
     SearchAudit,
     ListMcpServers,
     ListMcpTools,
@@ -496,6 +497,7 @@ impl Operation {
             Operation::AddGateway => "AddGateway",
             Operation::ListGateways => "ListGateways",
             Operation::RemoveGateway => "RemoveGateway",
+            Operation::RestartGateway => "RestartGateway",
             Operation::SearchAudit => "SearchAudit",
             Operation::ListMcpServers => "ListMcpServers",
             Operation::ListMcpTools => "ListMcpTools",
@@ -678,6 +680,7 @@ fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<
         | Operation::InstallSkillFromFolder
         | Operation::ListGateways
         | Operation::RemoveGateway
+        | Operation::RestartGateway
         | Operation::SearchAudit
         | Operation::ListMcpServers
         | Operation::ListMcpTools

@@ -154,8 +154,9 @@ pub struct Shared {
     pub turns: Arc<orchestrator::Turns>,
     /// Every context's memory store.
     pub memory: Arc<memory::Memories>,
-    /// The secrets store, when it could be opened: skills' `addons.env` values come from it.
-    pub secrets: Option<Arc<secrets::Secrets>>,
+    /// The secrets store, when it could be opened (read again when it changes): skills'
+    /// `addons.env`, MCP servers' `env` and gateways' credentials come from it.
+    pub secrets: Arc<secrets::LiveSecrets>,
     /// Cancelled when the daemon starts shutting down.
     pub shutdown: CancellationToken,
     /// The registered gateways (web, Slack).
@@ -380,7 +381,7 @@ impl Daemon {
                 })
         });
         // Kept for the skills' `addons.env` (resolved per call, see `server/tools.rs`).
-        let secrets = secrets.map(Arc::new);
+        let secrets = Arc::new(secrets::LiveSecrets::new(&data_dir.config_dir(), secrets));
         let llm = Arc::new(llm::LlmGateway::new(&loaded, settings, &data_dir, &binaries, metrics.clone()));
         let web = Arc::new(
             egress::proxy::WebProxy::new(

@@ -5,7 +5,8 @@
 //! are fetched through the daemon's egress proxy, so the issuer is reached under the same rules
 //! as any web request (a provider on the home network needs an entry in
 //! `tools.web_proxy.allow`), and cached for ten minutes; a key id not in the cache makes one
-//! early refetch (a rotated key) at most once a minute. Only asymmetric algorithms are
+//! early refetch (a rotated key) at most every ten seconds (only a registered gateway passes ID
+//! tokens, and the web gateway checks each before it does). Only asymmetric algorithms are
 //! accepted: a JWKS cannot hold a shared secret, and `none` is never a signature.
 
 use std::collections::HashMap;
@@ -21,7 +22,7 @@ use crate::egress::proxy::{FetchRequest, WebProxy};
 /// How long fetched keys are used.
 const JWKS_FRESH: Duration = Duration::from_secs(600);
 /// The soonest keys are fetched again for an unknown key id.
-const REFETCH_AT_MOST: Duration = Duration::from_secs(60);
+const REFETCH_AT_MOST: Duration = Duration::from_secs(10);
 /// Clock skew tolerated on `exp` and `nbf`.
 const LEEWAY_SECONDS: u64 = 60;
 

@@ -12,6 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io::IsTerminal;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -166,6 +167,59 @@ impl Secrets {
 
     pub fn names(&self) -> Vec<String> {
         self.entries.keys().cloned().collect()
+    }
+}
+
+/// The secrets store as the running daemon reads it: as opened at start, and opened again
+/// (with the passphrase it was opened with: its file, or systemd's credential) when its file
+/// changes, so a secret set while the daemon runs is used at once. A store that cannot be
+/// opened again keeps what was read last, with a warning.
+#[derive(Debug)]
+pub struct LiveSecrets {
+    config_dir: PathBuf,
+    read: std::sync::Mutex<Read>,
+}
+
+/// The store's file as it was read: its modification time and size.
+type Stamp = (std::time::SystemTime, u64);
+
+/// What [`LiveSecrets`] read last, and the file's stamp then.
+#[derive(Debug)]
+struct Read {
+    secrets: Option<Arc<Secrets>>,
+    stamp: Option<Stamp>,
+}
+
+impl LiveSecrets {
+    /// `opened` is what was read at start from `config_dir`'s store.
+    pub fn new(config_dir: &Path, opened: Option<Secrets>) -> LiveSecrets {
+        let read = Read { secrets: opened.map(Arc::new), stamp: Self::stamp(config_dir) };
+        LiveSecrets { config_dir: config_dir.to_path_buf(), read: std::sync::Mutex::new(read) }
+    }
+
+    fn stamp(config_dir: &Path) -> Option<Stamp> {
+        let metadata = std::fs::metadata(SecretStore::new(config_dir).path()).ok()?;
+        Some((metadata.modified().ok()?, metadata.len()))
+    }
+
+    /// The secrets as the store holds them now.
+    pub fn current(&self) -> Option<Arc<Secrets>> {
+        let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stamp = Self::stamp(&self.config_dir);
+        if stamp != read.stamp && stamp.is_some() && passphrase_file(&self.config_dir).is_some() {
+            let store = SecretStore::new(&self.config_dir);
+            match passphrase_from(&self.config_dir, false).and_then(|passphrase| store.open(&passphrase)) {
+                Ok(secrets) => {
+                    tracing::info!(store = %store.path().display(), "the secrets store changed: read again");
+                    *read = Read { secrets: Some(Arc::new(secrets)), stamp };
+                }
+                Err(error) => {
+                    tracing::warn!(store = %store.path().display(), %error, "the secrets store changed but cannot be read; using what was read before");
+                    read.stamp = stamp;
+                }
+            }
+        }
+        read.secrets.clone()
     }
 }
 
@@ -393,6 +447,26 @@ mod tests {
 
     fn pass(text: &str) -> Passphrase {
         Passphrase::new(text.into()).expect("passphrase")
+    }
+
+    #[test]
+    fn a_secret_set_while_the_daemon_runs_is_read_at_once() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join(PASSPHRASE_FILE);
+        std::fs::write(&file, "correct horse battery staple\n").expect("passphrase");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("0600");
+        let passphrase = passphrase_from(dir.path(), false).expect("from the file");
+        let store = SecretStore::new(dir.path());
+        store.set(&passphrase, "ONE", Zeroizing::new("1".into())).expect("set");
+        let live = LiveSecrets::new(dir.path(), Some(store.open(&passphrase).expect("open")));
+        assert_eq!(live.current().expect("read").get("TWO"), None);
+        store.set(&passphrase, "TWO", Zeroizing::new("2".into())).expect("set meanwhile");
+        let now = live.current().expect("read again");
+        assert_eq!((now.get("ONE"), now.get("TWO")), (Some("1"), Some("2")));
+        // A store that cannot be read keeps what was read last.
+        std::fs::write(store.path(), b"not a store").expect("spoil");
+        assert_eq!(live.current().expect("kept").get("TWO"), Some("2"));
     }
 
     #[test]

@@ -1,11 +1,17 @@
 // node provider.mjs PORT REDIRECT_URI POST_LOGOUT_URI
-//   env: ID_TOKEN_TTL=secs, REFRESH_TTL=secs (refresh tokens issued when set), AUTO_LOGIN=<sub> (no form)
+//   env: ID_TOKEN_TTL=secs, REFRESH_TTL=secs (refresh tokens issued when set), AUTO_LOGIN=<sub> (no form),
+//        FRESH_KEYS=1 (a signing key of its own, made at start: a restart rotates it)
 import Provider from 'oidc-provider';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 const [port, redirectUri, postLogoutUri] = process.argv.slice(2);
 const issuer = `http://127.0.0.1:${port}`, ttl = Number(process.env.ID_TOKEN_TTL || 3600);
 const refreshTtl = Number(process.env.REFRESH_TTL || 0);
+const fresh = () => ({ ...generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' }),
+  kid: randomUUID(), use: 'sig', alg: 'RS256' });
+const jwks = process.env.FRESH_KEYS ? { keys: [fresh()] } : undefined;
 const USERS = { alice: { name: 'Alice Admin', groups: ['admins', 'users'] }, bob: { name: 'Bob User', groups: ['users'] } };
 const provider = new Provider(issuer, {
+  ...(jwks ? { jwks } : {}),
   clients: [{ client_id: 'gateway', client_secret: 'gateway-secret', token_endpoint_auth_method: 'client_secret_basic',
     redirect_uris: [redirectUri], post_logout_redirect_uris: [postLogoutUri],
     response_types: ['code'], grant_types: refreshTtl ? ['authorization_code', 'refresh_token'] : ['authorization_code'] }],

@@ -32,13 +32,17 @@ fn wait_for_log(running: &Running, limit: Duration, check: impl Fn(&str) -> bool
     Ok(())
 }
 
-/// The provider, at `http://127.0.0.1:PORT`, with the client `gateway` (secret
+/// The provider, at `http://127.0.0.1:PORT`, signing with a key it makes at start, with the
+/// client `gateway` (secret
 /// `gateway-secret`) answering at `redirect` and signing out to `post_logout`. Any login name
 /// signs in (alice is "Alice Admin"); the password is not checked.
 pub struct Provider {
     pub issuer: String,
     pub port: u16,
     pub process: Running,
+    /// How it was started, to start it again.
+    command: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 pub const CLIENT_ID: &str = "gateway";
@@ -63,18 +67,39 @@ impl Provider {
             bail!("{} is missing: run `npm ci` in {} (scripts/test does)", modules.display(), provider_dir().display());
         }
         let port = free_port()?;
+        let command = vec!["provider.mjs".to_string(), port.to_string(), redirect.into(), post_logout.into()];
+        let env = vec![
+            ("ID_TOKEN_TTL".to_string(), id_token_ttl.to_string()),
+            ("REFRESH_TTL".to_string(), refresh_ttl.to_string()),
+            // Keys of its own, new at each start (see [`Provider::restart`]).
+            ("FRESH_KEYS".to_string(), "1".to_string()),
+        ];
+        let process = Provider::spawn(dir, &command, &env)?;
+        Ok(Provider { issuer: format!("http://127.0.0.1:{port}"), port, process, command, env })
+    }
+
+    fn spawn(dir: &Path, args: &[String], env: &[(String, String)]) -> Result<Running> {
         let mut command = Command::new("node");
-        command
-            .current_dir(provider_dir())
-            .arg("provider.mjs")
-            .arg(port.to_string())
-            .arg(redirect)
-            .arg(post_logout)
-            .env("ID_TOKEN_TTL", id_token_ttl.to_string())
-            .env("REFRESH_TTL", refresh_ttl.to_string());
+        command.current_dir(provider_dir()).args(args).envs(env.iter().map(|(k, v)| (k, v)));
         let process = spawn(command, &dir.join("oidc-provider.log"))?;
         wait_for_log(&process, Duration::from_secs(30), |log| log.contains("READY"))?;
-        Ok(Provider { issuer: format!("http://127.0.0.1:{port}"), port, process })
+        Ok(process)
+    }
+
+    /// Stops the provider and starts it again at the same address: its signing keys are new
+    /// (it makes them at start), as after a key rotation.
+    pub fn restart(&mut self, dir: &Path) -> Result<()> {
+        Command::new("kill").args(["-9", &self.process.id().to_string()]).status()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if std::time::Instant::now() > deadline {
+                bail!("the provider on port {} did not stop", self.port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The old one (ended) is reaped as the new one takes its place.
+        self.process = Provider::spawn(dir, &self.command, &self.env)?;
+        Ok(())
     }
 }
 

@@ -892,3 +892,89 @@ fn known_identities(data_dir: &std::path::Path) -> String {
         .filter_map(|name| std::fs::read_to_string(data_dir.join("data/state").join(name)).ok())
         .collect()
 }
+
+#[test]
+fn a_rotated_key_and_a_client_secret_set_meanwhile_are_taken_without_a_restart() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (web_port, site, mut provider) = site_and_provider(dir.path(), 3600);
+    let passphrase = dir.path().join("passphrase");
+    std::fs::write(&passphrase, "correct horse battery staple\n").expect("passphrase");
+    // The daemon starts with a client secret the provider does not know.
+    let env = vec![
+        ("WEB_CLIENT_SECRET_HOME".into(), "not-the-secret".into()),
+        ("BAAAHT_PASSPHRASE_FILE".into(), passphrase.display().to_string()),
+        ("BAAAHT__ORCHESTRATOR__HEALTH_CHECK__INTERVAL".into(), "200".into()),
+    ];
+    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, vec![]);
+    let args = vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()];
+    register(&rt, &daemon, &provider, "process", args);
+    assert!(serving(&site, 60), "the daemon's web gateway does not serve\n{}", daemon.log_text());
+    let baahtd = |args: &[&str]| {
+        std::process::Command::new(baaaht_tests::bin("baaahtd"))
+            .args(args)
+            .env("BAAAHT_DATA", &daemon.data_dir)
+            .env("BAAAHT_PASSPHRASE_FILE", &passphrase)
+            .stdin(std::process::Stdio::piped())
+            .output()
+            .expect("baaahtd")
+    };
+    // The sign-in fails, and says why; the gateway's health, and so its listing, says so.
+    let jar = dir.path().join("jar");
+    let page = web::page_of(&web::callback_for(&site, "dave", &jar), &jar);
+    assert!(
+        page.contains("refused this site&#39;s client credentials")
+            || page.contains("refused this site's client credentials"),
+        "{page}"
+    );
+    let listed = || String::from_utf8_lossy(&baahtd(&["gateways", "list"]).stdout).into_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !listed().contains("degraded: the last sign-in failed: the provider refused this site's client credentials") {
+        assert!(std::time::Instant::now() < deadline, "the listing: {}\n{}", listed(), daemon.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The right secret is stored while everything runs; the next sign-in uses it.
+    let mut set = std::process::Command::new(baaaht_tests::bin("baaahtd"))
+        .args(["secrets", "set", "WEB_CLIENT_SECRET_HOME"])
+        .env("BAAAHT_DATA", &daemon.data_dir)
+        .env("BAAAHT_PASSPHRASE_FILE", &passphrase)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("secrets set");
+    std::io::Write::write_all(&mut set.stdin.take().expect("stdin"), CLIENT_SECRET.as_bytes()).expect("value");
+    assert!(set.wait().expect("set").success());
+    let jar = dir.path().join("jar-with-the-secret");
+    let home = web::page_of(&web::callback_for(&site, "dave", &jar), &jar);
+    assert!(home.contains("data-csrf"), "signed in with the new secret: {home}\n{}", daemon.log_text());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !listed().contains("home  web  process") || listed().contains("degraded") {
+        assert!(std::time::Instant::now() < deadline, "the listing: {}", listed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The provider's keys change (a restart makes new ones): the next sign-in still works.
+    let published = format!("{}/jwks", provider.issuer);
+    let keys = || web::page_of(&published, &dir.path().join("jar-keys"));
+    let before = keys();
+    provider.restart(dir.path()).expect("the provider restarts");
+    assert_ne!(keys(), before, "the provider signs with a new key");
+    // The gateway reads the keys again at once; the daemon, which checks every ID token too,
+    // within ten seconds of when it last read them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for attempt in 0.. {
+        let other = dir.path().join(format!("jar-after-rotation-{attempt}"));
+        let home = web::page_of(&web::callback_for(&site, "erin", &other), &other);
+        if home.contains("data-csrf") {
+            break;
+        }
+        assert!(!home.contains("could not be completed"), "the gateway took the new key: {home}");
+        assert!(std::time::Instant::now() < deadline, "signed in after the rotation: {home}\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // And the gateway can be restarted by hand.
+    let restarted = baahtd(&["gateways", "restart", "home"]);
+    assert!(restarted.status.success(), "{}", String::from_utf8_lossy(&restarted.stderr));
+    assert!(String::from_utf8_lossy(&restarted.stderr).contains("gateway home restarted"));
+    assert!(serving(&site, 60), "serving again after the restart\n{}", daemon.log_text());
+    let missing = baahtd(&["gateways", "restart", "nope"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no gateway `nope` is registered"));
+}

@@ -68,16 +68,19 @@ pub fn binary_of(kind: &GatewayKind) -> &'static str {
 pub enum State {
     Starting,
     Running,
+    /// Running, but its health says something fails (a web gateway whose sign-ins fail): what.
+    Degraded(String),
     /// Down, restarting: why.
     Down(String),
 }
 
 impl State {
-    /// `starting`, `running` or `down`, and why.
+    /// `starting`, `running`, `degraded` or `down`, and why.
     pub fn describe(&self) -> (&'static str, String) {
         match self {
             State::Starting => ("starting", String::new()),
             State::Running => ("running", String::new()),
+            State::Degraded(what) => ("degraded", what.clone()),
             State::Down(why) => ("down", why.clone()),
         }
     }
@@ -490,9 +493,21 @@ impl Supervisor {
         };
         let exited = instance.exited();
         let health = &self.supervision.health;
+        let state = &self.state;
         let (reason, why) =
             crate::health::watch_service(channel, &self.record.name, health, exited, &self.cancel, |answer| {
                 was_healthy |= answer.status == "healthy";
+                let now = match answer.status.as_str() {
+                    "degraded" => State::Degraded(answer.message.clone()),
+                    "healthy" => State::Running,
+                    // Unhealthy: counted by the watch, which says so when it gives up.
+                    _ => return,
+                };
+                state.send_if_modified(|was| {
+                    let changed = *was != now;
+                    *was = now;
+                    changed
+                });
             })
             .await;
         (reason, why, was_healthy)

@@ -207,7 +207,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
         for &(key, required) in keys {
             let name = crate::gateways::secret_name(&record, key);
             let reference = format!("${{{name}}}");
-            match crate::secrets::resolve_references(&reference, self.shared.secrets.as_deref(), |n| {
+            match crate::secrets::resolve_references(&reference, self.shared.secrets.current().as_deref(), |n| {
                 std::env::var(n).ok()
             }) {
                 Ok(value) => {
@@ -514,6 +514,24 @@ impl v1::admin_server::Admin for AdminService {
             }
         }
         Ok(Response::new(v1::Ack { message: format!("gateway {name} removed; its token no longer works") }))
+    }
+
+    async fn restart_gateway(&self, request: Request<v1::GatewayRef>) -> Result<Response<v1::Ack>, Status> {
+        let caller = check(&self.shared, &request, Operation::RestartGateway, None, None)?;
+        let name = request.into_inner().name;
+        let record =
+            self.shared.gateways.get(&name).ok_or_else(|| {
+                Status::not_found(format!("no gateway `{name}` is registered (baahtd gateways list)"))
+            })?;
+        if record.mode == crate::gateways::RunMode::External {
+            return Err(Status::failed_precondition(format!(
+                "gateway {name} is external: whoever runs it restarts it; the daemon does not run it"
+            )));
+        }
+        self.shared.supervisors.stop(&name).await;
+        self.shared.supervisors.start(record);
+        self.shared.audit.record(Record::by(Kind::Admin, &caller, "restarted").detail("gateway", name.as_str()));
+        Ok(Response::new(v1::Ack { message: format!("gateway {name} restarted") }))
     }
 
     async fn list_mcp_servers(

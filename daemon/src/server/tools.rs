@@ -190,8 +190,9 @@ pub(super) fn mcp_env(
                 return Err(refused(why));
             }
         }
-        let resolved =
-            crate::secrets::resolve_references(reference, shared.secrets.as_deref(), |n| std::env::var(n).ok());
+        let resolved = crate::secrets::resolve_references(reference, shared.secrets.current().as_deref(), |n| {
+            std::env::var(n).ok()
+        });
         let value = resolved.map_err(|error| refused(error.to_string()))?;
         for secret in crate::secrets::reference_names(reference) {
             let record = Record::by(Kind::Secret, caller, "read").correlation(correlation_id);
@@ -310,7 +311,9 @@ fn skill_env(
             continue;
         }
         let reference = format!("${{{variable}}}");
-        match crate::secrets::resolve_references(&reference, shared.secrets.as_deref(), |n| std::env::var(n).ok()) {
+        match crate::secrets::resolve_references(&reference, shared.secrets.current().as_deref(), |n| {
+            std::env::var(n).ok()
+        }) {
             Ok(value) => {
                 env.insert(variable.clone(), value.to_string());
                 let record = Record::by(Kind::Secret, caller, "read").correlation(correlation_id);

@@ -42,11 +42,68 @@ pub struct App {
     pub max_upload: u64,
     /// Who may sign in at all.
     pub admission: crate::oidc::Admission,
+    /// How the last sign-ins went, for the health check the daemon reads.
+    pub sign_ins: SignIns,
+    /// Sessions whose last refresh failed (the provider down, or answering without an ID
+    /// token), by cookie, and when the next may be tried.
+    pub refresh_after: Pauses,
     /// The sessions whose ID token is being refreshed now, by cookie.
     pub refreshing: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Each signed-in identity's canonical user id, as the daemon last said (for a while: see
     /// [`crate::api::ID_KEPT_FOR`]), so a message costs one call to the daemon, not two.
     pub user_ids: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+}
+
+/// Pauses between tries, by key: after a failure the next waits 5 s, then twice as long after
+/// each failure more, up to five minutes; a success ends the pauses. So a provider in trouble
+/// is not asked again on every request.
+#[derive(Debug, Default)]
+pub struct Pauses(std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, std::time::Duration)>>);
+
+impl Pauses {
+    /// Whether `key` must wait at `now`.
+    pub fn waits(&self, key: &str, now: std::time::Instant) -> bool {
+        let pauses = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pauses.get(key).is_some_and(|(next, _)| now < *next)
+    }
+
+    /// Notes how a try of `key` went at `now`.
+    pub fn went(&self, key: &str, failed: bool, now: std::time::Instant) {
+        let mut pauses = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !failed {
+            pauses.remove(key);
+            return;
+        }
+        let pause = pauses.get(key).map_or(REFRESH_PAUSE, |(_, pause)| (*pause * 2).min(REFRESH_PAUSE_MAX));
+        pauses.insert(key.to_string(), (now + pause, pause));
+    }
+}
+
+/// Sign-ins that failed in a row since the last that worked, and why the last one failed: a
+/// provider that rotated its keys, or a client secret that no longer matches, shows in the
+/// gateway's health (and so in `baahtd gateways list`) instead of only in the browser.
+#[derive(Debug, Default)]
+pub struct SignIns(std::sync::Mutex<(u32, String)>);
+
+impl SignIns {
+    pub fn failed(&self, why: &str) {
+        let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = (last.0.saturating_add(1), why.to_string());
+    }
+
+    pub fn succeeded(&self) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = (0, String::new());
+    }
+
+    /// `healthy`, or `degraded` and what failed.
+    pub fn health(&self) -> (&'static str, String) {
+        let last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match last.0 {
+            0 => ("healthy", String::new()),
+            1 => ("degraded", format!("the last sign-in failed: {}", last.1)),
+            failed => ("degraded", format!("the last {failed} sign-ins failed: {}", last.1)),
+        }
+    }
 }
 
 /// The Content-Security-Policy of every answer. Forms post to this site only, and to the
@@ -83,7 +140,7 @@ impl App {
         let id = cookie(headers, COOKIE)?;
         let session = self.store.get_even_expired(&id)?;
         let now = store::now();
-        if session.expires > now + REFRESH_BEFORE || session.refresh_token.is_empty() {
+        if session.expires > now + REFRESH_BEFORE || session.refresh_token.is_empty() || self.refresh_waits(&id) {
             return (session.expires > now).then_some((id, session));
         }
         // In a task of its own: a request given up meanwhile (a tab closed) does not lose a
@@ -91,6 +148,16 @@ impl App {
         let (app, refreshing) = (self.clone(), id.clone());
         let fresh = tokio::spawn(async move { app.refresh(&refreshing).await }).await.ok().flatten();
         fresh.filter(|session| session.expires > store::now()).map(|session| (id, session))
+    }
+
+    /// Whether session `id`'s refresh failed a moment ago and waits before the next try.
+    fn refresh_waits(&self, id: &str) -> bool {
+        self.refresh_after.waits(id, std::time::Instant::now())
+    }
+
+    /// Notes how session `id`'s refresh went (see [`Pauses`]).
+    fn refresh_went(&self, id: &str, failed: bool) {
+        self.refresh_after.went(id, failed, std::time::Instant::now());
     }
 
     /// Session `id` with a fresh ID token from the provider, still let in by the site's
@@ -110,19 +177,22 @@ impl App {
         } else {
             let asked = self.oidc.refresh(&session.refresh_token, &session.subject);
             match tokio::time::timeout(REFRESH_TIMEOUT, asked).await {
-                Ok(Ok(identity)) => match self.admission.refuses(&identity) {
-                    None => self.store.refreshed(id, identity).unwrap_or_else(|error| {
-                        tracing::error!(%error, "cannot keep a refreshed session");
-                        None
-                    }),
-                    Some(why) => {
-                        tracing::warn!(subject = %identity.subject, why, "a session ended: the account is no longer let in");
-                        if let Err(error) = self.store.sign_out(id) {
-                            tracing::error!(%error, "cannot end a session");
+                Ok(Ok(identity)) => {
+                    self.refresh_went(id, false);
+                    match self.admission.refuses(&identity) {
+                        None => self.store.refreshed(id, identity).unwrap_or_else(|error| {
+                            tracing::error!(%error, "cannot keep a refreshed session");
+                            None
+                        }),
+                        Some(why) => {
+                            tracing::warn!(subject = %identity.subject, why, "a session ended: the account is no longer let in");
+                            if let Err(error) = self.store.sign_out(id) {
+                                tracing::error!(%error, "cannot end a session");
+                            }
+                            None
                         }
-                        None
                     }
-                },
+                }
                 Ok(Err(error @ crate::oidc::OidcError::RefreshRefused(_))) => {
                     tracing::info!(%error, "a session ends with its ID token");
                     if let Err(error) = self.store.spent(id) {
@@ -132,16 +202,31 @@ impl App {
                 }
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "a session's ID token could not be refreshed now");
+                    self.refresh_went(id, true);
                     Some(session)
                 }
                 Err(_) => {
                     tracing::warn!("the provider did not refresh a session's ID token within 10 s");
+                    self.refresh_went(id, true);
                     Some(session)
                 }
             }
         };
         self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
         fresh
+    }
+
+    /// Reads the client secret again from the daemon (one set while the gateway runs); whether
+    /// it differs from the one in use.
+    async fn read_client_secret_again(&self) -> bool {
+        let mut daemon = self.daemon.clone();
+        match daemon.gateways.get_gateway_secrets(v1::GatewaySecretsRequest {}).await {
+            Ok(answer) => self.oidc.use_client_secret(answer.into_inner().secrets.get("client_secret").cloned()),
+            Err(status) => {
+                tracing::warn!(error = %status.message(), "cannot read the client secret again");
+                false
+            }
+        }
     }
 
     /// A call to the daemon as `session`'s user, with the ID token it verifies itself.
@@ -168,6 +253,9 @@ impl App {
 const REFRESH_BEFORE: u64 = 60;
 /// How long the provider has to refresh one.
 const REFRESH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The first pause after a failed refresh, and the longest.
+const REFRESH_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+const REFRESH_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Whether `url` is plain HTTP on loopback (the one place a cookie may go without Secure).
 pub fn is_loopback_http(url: &str) -> bool {
@@ -427,13 +515,25 @@ async fn callback(State(app): State<Arc<App>>, headers: HeaderMap, Query(answer)
         tracing::warn!(cookie = binding.is_some(), "a sign-in answer with an unknown, used or foreign state");
         return failed(StatusCode::BAD_REQUEST, "This sign-in has expired or was used already; sign in again.");
     };
-    let identity = match app.oidc.finish(&code, answer.iss.as_deref(), &pending.nonce, pending.pkce_verifier).await {
+    let finish = |verifier: String| app.oidc.finish(&code, answer.iss.as_deref(), &pending.nonce, verifier);
+    let finished = match finish(pending.pkce_verifier.clone()).await {
+        // A client secret set since the gateway started: read again from the daemon, and the
+        // code (not taken by a refused client) exchanged once more.
+        Err(crate::oidc::OidcError::Client(why)) if app.read_client_secret_again().await => {
+            tracing::info!(%why, "the provider refused the client secret; trying the one the daemon holds now");
+            finish(pending.pkce_verifier).await
+        }
+        finished => finished,
+    };
+    let identity = match finished {
         Ok(identity) => identity,
         Err(error) => {
             tracing::warn!(%error, "a sign-in failed");
-            return failed(StatusCode::BAD_REQUEST, "The sign-in could not be completed; sign in again.");
+            app.sign_ins.failed(&error.to_string());
+            return failed(StatusCode::BAD_REQUEST, error.for_people());
         }
     };
+    app.sign_ins.succeeded();
     if let Some(why) = app.admission.refuses(&identity) {
         tracing::warn!(subject = %identity.subject, email = %identity.email, why, "a sign-in refused by the site's admission lists");
         return failed(
@@ -536,6 +636,37 @@ async fn me(State(app): State<Arc<App>>, user: api::User) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_refresh_waits_longer_each_time_and_a_success_ends_the_wait() {
+        use std::time::{Duration, Instant};
+        let (pauses, start) = (Pauses::default(), Instant::now());
+        assert!(!pauses.waits("s", start), "nothing failed yet");
+        pauses.went("s", true, start);
+        assert!(
+            pauses.waits("s", start + Duration::from_secs(4)) && !pauses.waits("s", start + Duration::from_secs(5))
+        );
+        pauses.went("s", true, start);
+        assert!(pauses.waits("s", start + Duration::from_secs(9)), "twice as long after the second");
+        assert!(!pauses.waits("other", start), "by session");
+        for _ in 0..20 {
+            pauses.went("s", true, start);
+        }
+        assert!(!pauses.waits("s", start + Duration::from_secs(300)), "never more than five minutes");
+        pauses.went("s", false, start);
+        assert!(!pauses.waits("s", start));
+    }
+
+    #[test]
+    fn failing_sign_ins_make_the_health_degraded_until_one_works() {
+        let sign_ins = SignIns::default();
+        assert_eq!(sign_ins.health(), ("healthy", String::new()));
+        sign_ins.failed("the ID token is not valid");
+        sign_ins.failed("the ID token is not valid");
+        assert_eq!(sign_ins.health(), ("degraded", "the last 2 sign-ins failed: the ID token is not valid".into()));
+        sign_ins.succeeded();
+        assert_eq!(sign_ins.health().0, "healthy");
+    }
 
     #[test]
     fn only_loopback_http_goes_without_secure_cookies() {

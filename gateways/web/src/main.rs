@@ -154,6 +154,8 @@ async fn run(cli: Cli) -> Result<(), String> {
         admission,
         user_ids: Default::default(),
         refreshing: Default::default(),
+        sign_ins: Default::default(),
+        refresh_after: Default::default(),
     });
     // The site is served before the health says so.
     let listener = match &cli.listen_socket {
@@ -174,7 +176,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     };
     if let Some(path) = &cli.health_socket {
-        baaaht_proto::lifecycle::serve_health(Arc::new(Serving(std::time::Instant::now())), path)?;
+        baaaht_proto::lifecycle::serve_health(Arc::new(Serving(std::time::Instant::now(), app.clone())), path)?;
     }
     let stopped = async move {
         let why = baaaht_proto::lifecycle::stop_requested(cli.parent).await;
@@ -257,7 +259,8 @@ async fn serve_tls(
 
 /// The gateway's health for the daemon that runs it: it answers once the site is served (it
 /// is served for as long as the process lives; a failed listener ends the process).
-struct Serving(std::time::Instant);
+/// The health the daemon reads: degraded while sign-ins fail.
+struct Serving(std::time::Instant, Arc<App>);
 
 #[tonic::async_trait]
 impl v1::container_health_server::ContainerHealth for Serving {
@@ -265,9 +268,10 @@ impl v1::container_health_server::ContainerHealth for Serving {
         &self,
         request: tonic::Request<v1::HealthCheckRequest>,
     ) -> Result<tonic::Response<v1::HealthCheckResponse>, tonic::Status> {
+        let (status, message) = self.1.sign_ins.health();
         Ok(tonic::Response::new(v1::HealthCheckResponse {
-            status: "healthy".into(),
-            message: String::new(),
+            status: status.into(),
+            message,
             uptime_seconds: self.0.elapsed().as_secs() as i64,
             metrics: Default::default(),
             probe: request.into_inner().probe,

@@ -34,7 +34,33 @@ pub enum OidcError {
     SignIn(String),
     #[error("the provider refused to refresh the session: {0}")]
     RefreshRefused(String),
+    /// The provider refused the site's client credentials at its token endpoint.
+    #[error("the provider refused this site's client credentials: {0}")]
+    Client(String),
 }
+
+impl OidcError {
+    /// What the person signing in is told: what failed, and who can fix it.
+    pub fn for_people(&self) -> &'static str {
+        match self {
+            OidcError::Client(_) => {
+                "The sign-in could not be completed: the identity provider refused this site's client \
+                 credentials (its client id or secret). Whoever runs this assistant must store the client \
+                 secret the provider gave (baahtd secrets set); then sign in again."
+            }
+            OidcError::SignIn(_) => {
+                "The sign-in could not be completed: the identity provider's answer was refused or could not be \
+                 checked; sign in again."
+            }
+            _ => {
+                "The sign-in could not be completed: the identity provider could not be reached; try again in a minute."
+            }
+        }
+    }
+}
+
+/// How often the provider's keys may be read again because a token's signature did not check.
+const REDISCOVER_AT_MOST: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An HTTP error for openidconnect's client.
 #[derive(Debug, thiserror::Error)]
@@ -82,9 +108,16 @@ type Configured =
 
 /// The relying party.
 pub struct Oidc {
-    client: Configured,
+    /// Replaced when the provider's keys are read again or the client secret changes.
+    client: std::sync::RwLock<Configured>,
     http: Http,
     issuer: String,
+    client_id: String,
+    client_secret: std::sync::Mutex<Option<String>>,
+    redirect: RedirectUrl,
+    /// When the discovery document and keys were last read again for a token that did not
+    /// check (none yet: the first time is at once).
+    rediscovered: tokio::sync::Mutex<Option<std::time::Instant>>,
     end_session: Option<String>,
     /// Scopes asked for beyond `openid email profile` (e.g. `groups`).
     pub extra_scopes: Vec<String>,
@@ -151,6 +184,26 @@ impl Admission {
     }
 }
 
+/// A token endpoint's failure as an [`OidcError`]: the provider refusing the site's client
+/// ([`OidcError::Client`]), refusing the grant (`refused: …`), or not answering.
+fn token_error<E: std::error::Error>(
+    error: openidconnect::RequestTokenError<
+        E,
+        openidconnect::StandardErrorResponse<openidconnect::core::CoreErrorResponseType>,
+    >,
+) -> OidcError {
+    use openidconnect::core::CoreErrorResponseType;
+    match error {
+        openidconnect::RequestTokenError::ServerResponse(answer) => match answer.error() {
+            CoreErrorResponseType::InvalidClient | CoreErrorResponseType::UnauthorizedClient => {
+                OidcError::Client(answer.to_string())
+            }
+            _ => OidcError::SignIn(format!("refused: {answer}")),
+        },
+        other => OidcError::SignIn(other.to_string()),
+    }
+}
+
 /// The claims of an ID token already verified, as JSON (for what the typed claims lack).
 fn payload_of(id_token: &str) -> serde_json::Value {
     use base64::Engine as _;
@@ -184,28 +237,87 @@ impl Oidc {
         egress: Egress,
     ) -> Result<Oidc, OidcError> {
         let http = Http::new(egress)?;
+        let redirect = RedirectUrl::new(redirect.to_string())
+            .map_err(|error| OidcError::Config(format!("--public-url gives the callback `{redirect}`: {error}")))?;
+        let (client, end_session) =
+            Self::client_of(&http, issuer, client_id, client_secret.clone(), redirect.clone()).await?;
+        Ok(Oidc {
+            client: std::sync::RwLock::new(client),
+            http,
+            issuer: issuer.to_string(),
+            client_id: client_id.to_string(),
+            client_secret: std::sync::Mutex::new(client_secret),
+            redirect,
+            rediscovered: tokio::sync::Mutex::new(None),
+            end_session,
+            extra_scopes: vec![],
+            groups_claim: "groups".into(),
+        })
+    }
+
+    /// The client from `issuer`'s discovery document and keys, read now.
+    async fn client_of(
+        http: &Http,
+        issuer: &str,
+        client_id: &str,
+        client_secret: Option<String>,
+        redirect: RedirectUrl,
+    ) -> Result<(Configured, Option<String>), OidcError> {
         let issuer_url = IssuerUrl::new(issuer.to_string())
             .map_err(|error| OidcError::Config(format!("issuer `{issuer}`: {error}")))?;
-        let metadata = ProviderMetadataWithLogout::discover_async(issuer_url, &http)
+        let metadata = ProviderMetadataWithLogout::discover_async(issuer_url, http)
             .await
             .map_err(|error| OidcError::Discovery { issuer: issuer.into(), message: error.to_string() })?;
         let end_session = metadata.additional_metadata().end_session_endpoint.as_ref().map(|url| url.to_string());
-        let redirect = RedirectUrl::new(redirect.to_string())
-            .map_err(|error| OidcError::Config(format!("--public-url gives the callback `{redirect}`: {error}")))?;
         let client = CoreClient::from_provider_metadata(
             metadata,
             ClientId::new(client_id.into()),
             client_secret.map(ClientSecret::new),
         )
         .set_redirect_uri(redirect);
-        Ok(Oidc {
-            client,
-            http,
-            issuer: issuer.to_string(),
-            end_session,
-            extra_scopes: vec![],
-            groups_claim: "groups".into(),
-        })
+        Ok((client, end_session))
+    }
+
+    fn client(&self) -> Configured {
+        self.client.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Reads the provider's discovery document and keys again (a key rotated since), unless
+    /// that was done less than [`REDISCOVER_AT_MOST`] ago; whether they were read.
+    async fn rediscover(&self) -> bool {
+        let mut rediscovered = self.rediscovered.lock().await;
+        if rediscovered.is_some_and(|when| when.elapsed() < REDISCOVER_AT_MOST) {
+            return false;
+        }
+        *rediscovered = Some(std::time::Instant::now());
+        let secret = self.client_secret.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        match Self::client_of(&self.http, &self.issuer, &self.client_id, secret, self.redirect.clone()).await {
+            Ok((client, _)) => {
+                tracing::info!(issuer = %self.issuer, "read the provider's keys again");
+                *self.client.write().unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the provider's keys again");
+                false
+            }
+        }
+    }
+
+    /// Uses `secret` as the client secret from now on; whether it differs from the one used.
+    pub fn use_client_secret(&self, secret: Option<String>) -> bool {
+        let mut current = self.client_secret.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *current == secret {
+            return false;
+        }
+        *current = secret.clone();
+        let mut client = self.client.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut replaced = client.clone();
+        if let Some(secret) = secret {
+            replaced = replaced.set_client_secret(ClientSecret::new(secret));
+        }
+        *client = replaced;
+        true
     }
 
     /// A sign-in: the provider's URL with a fresh state, nonce and PKCE challenge.
@@ -214,7 +326,7 @@ impl Oidc {
         let nonce = Nonce::new_random();
         let kept = nonce.clone();
         let (url, state, _) = self
-            .client
+            .client()
             .authorize_url(CoreAuthenticationFlow::AuthorizationCode, move || CsrfToken::new(state), move || kept)
             .add_scope(Scope::new("email".into()))
             .add_scope(Scope::new("profile".into()))
@@ -241,17 +353,25 @@ impl Oidc {
         if iss.is_some_and(|iss| iss.trim_end_matches('/') != self.issuer.trim_end_matches('/')) {
             return Err(OidcError::SignIn("the answer came from another issuer".into()));
         }
-        let request = self
-            .client
+        let client = self.client();
+        let request = client
             .exchange_code(AuthorizationCode::new(code.into()))
             .map_err(|error| OidcError::Config(error.to_string()))?
             .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier));
-        let tokens = request.request_async(&self.http).await.map_err(|error| OidcError::SignIn(error.to_string()))?;
+        let tokens = request.request_async(&self.http).await.map_err(token_error)?;
         let id_token = tokens.id_token().ok_or_else(|| OidcError::SignIn("the provider sent no ID token".into()))?;
-        let claims = id_token
-            .claims(&self.client.id_token_verifier(), &Nonce::new(nonce.into()))
-            .map_err(|error| OidcError::SignIn(format!("the ID token is not valid: {error}")))?;
-        Ok(self.identity_of(id_token.to_string(), claims, tokens.refresh_token()))
+        let nonce = Nonce::new(nonce.into());
+        let checked = match id_token.claims(&client.id_token_verifier(), &nonce) {
+            Ok(claims) => Ok(claims.clone()),
+            // Signed with a key not read yet (rotated at the provider): its keys are read again.
+            Err(error) if self.rediscover().await => {
+                tracing::info!(%error, "an ID token did not check with the keys read before; checking with the new ones");
+                id_token.claims(&self.client().id_token_verifier(), &nonce).cloned()
+            }
+            Err(error) => Err(error),
+        };
+        let claims = checked.map_err(|error| OidcError::SignIn(format!("the ID token is not valid: {error}")))?;
+        Ok(self.identity_of(id_token.to_string(), &claims, tokens.refresh_token()))
     }
 
     /// Who an ID token (already verified) names, with what it says of them.
@@ -285,21 +405,28 @@ impl Oidc {
     /// token is spent, revoked or expired: asking again will not help).
     pub async fn refresh(&self, refresh_token: &str, subject: &str) -> Result<Identity, OidcError> {
         let token = RefreshToken::new(refresh_token.to_string());
-        let request =
-            self.client.exchange_refresh_token(&token).map_err(|error| OidcError::Config(error.to_string()))?;
-        let tokens = request.request_async(&self.http).await.map_err(|error| match error {
-            openidconnect::RequestTokenError::ServerResponse(answer) => OidcError::RefreshRefused(answer.to_string()),
-            other => OidcError::SignIn(other.to_string()),
+        let client = self.client();
+        let request = client.exchange_refresh_token(&token).map_err(|error| OidcError::Config(error.to_string()))?;
+        let tokens = request.request_async(&self.http).await.map_err(|error| match token_error(error) {
+            OidcError::SignIn(answer) if answer.starts_with("refused: ") => OidcError::RefreshRefused(answer),
+            other => other,
         })?;
         let id_token =
             tokens.id_token().ok_or_else(|| OidcError::SignIn("the provider's refresh brought no ID token".into()))?;
-        let claims = id_token
-            .claims(&self.client.id_token_verifier(), |_: Option<&Nonce>| Ok(()))
-            .map_err(|error| OidcError::SignIn(format!("the refreshed ID token is not valid: {error}")))?;
+        let any_nonce = |_: Option<&Nonce>| -> Result<(), String> { Ok(()) };
+        let checked = match id_token.claims(&client.id_token_verifier(), any_nonce) {
+            Ok(claims) => Ok(claims.clone()),
+            Err(_) if self.rediscover().await => {
+                id_token.claims(&self.client().id_token_verifier(), any_nonce).cloned()
+            }
+            Err(error) => Err(error),
+        };
+        let claims =
+            checked.map_err(|error| OidcError::SignIn(format!("the refreshed ID token is not valid: {error}")))?;
         if claims.subject().as_str() != subject {
             return Err(OidcError::SignIn("the refreshed ID token names someone else".into()));
         }
-        Ok(self.identity_of(id_token.to_string(), claims, tokens.refresh_token()))
+        Ok(self.identity_of(id_token.to_string(), &claims, tokens.refresh_token()))
     }
 
     /// Where to send the browser to sign out at the provider too, when it offers that.
