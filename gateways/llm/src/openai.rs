@@ -74,8 +74,13 @@ pub fn request_body(request: &Request, max_output: Option<u32>) -> Value {
         "stream": true,
         "stream_options": {"include_usage": true},
     });
-    if let Some(tokens) = request.max_tokens {
-        body["max_tokens"] = json!(max_output.map_or(tokens, |cap| tokens.min(cap)));
+    // The provider's cap holds whether or not the request asks for less.
+    let max_tokens = match (request.max_tokens, max_output) {
+        (Some(asked), Some(cap)) => Some(asked.min(cap)),
+        (asked, cap) => asked.or(cap),
+    };
+    if let Some(tokens) = max_tokens {
+        body["max_tokens"] = json!(tokens);
     }
     if !request.tools.is_empty() {
         body["tools"] = request
@@ -320,6 +325,11 @@ mod tests {
         };
         let body = request_body(&request, Some(16_384));
         assert_eq!(body["max_tokens"], 16_384);
+        // A request that asks for nothing still gets the provider's cap, and one without a
+        // cap what it asked.
+        assert_eq!(request_body(&Request { max_tokens: None, ..request.clone() }, Some(250))["max_tokens"], 250);
+        assert!(request_body(&Request { max_tokens: None, ..request.clone() }, None).get("max_tokens").is_none());
+        assert_eq!(request_body(&Request { max_tokens: Some(90), ..request.clone() }, Some(250))["max_tokens"], 90);
         assert_eq!(body["stream_options"]["include_usage"], true);
         assert_eq!(body["messages"][0], json!({"role": "system", "content": "You are baaaht."}));
         assert_eq!(body["messages"][1], json!({"role": "user", "content": "weather?"}));
