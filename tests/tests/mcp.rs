@@ -680,17 +680,8 @@ done
 fn a_server_sees_its_allowlisted_folders_the_callers_workspace_and_keeps_its_own_state() {
     use serde_json::json;
     let rt = baaaht_tests::runtime();
-    let projects = tempfile::tempdir().expect("tempdir");
-    let (site, reference) = (projects.path().join("site"), projects.path().join("reference"));
-    for folder in [&site, &reference] {
-        std::fs::create_dir(folder).expect("mkdir");
-        std::os::unix::fs::chown(folder, Some(1000), Some(1000)).expect("chown to the containers' uid");
-    }
-    std::fs::write(site.join("index.html"), "<h1>site</h1>\n").expect("write");
-    let allowlist = json!({"allowedMounts": [
-        {"hostPath": site, "containerPath": "/project/site", "options": "rw", "type": "project"},
-        {"hostPath": reference, "containerPath": "/project/reference", "options": "ro", "type": "reference"},
-    ]});
+    let projects = baaaht_tests::Projects::new().expect("the projects");
+    let (site, reference) = (&projects.site, &projects.reference);
     let server = json!({"servers": {"files": {
         "command": "sh", "args": ["-c", FILES_SERVER], "roles": ["coder"], "idle_timeout": 600,
         // Asked read-write, the reference stays read-only: the allowlist says so.
@@ -701,7 +692,7 @@ fn a_server_sees_its_allowlisted_folders_the_callers_workspace_and_keeps_its_own
     let leaky = "servers:\n  leaky:\n    command: sh\n    workspace: true\n    egress: [example.com]\n";
     let daemon = TestDaemon::start(DaemonOptions {
         files: vec![
-            ("config/mount-allowlist.json".into(), allowlist.to_string()),
+            ("config/mount-allowlist.json".into(), projects.allowlist.clone()),
             ("config/mcp.yaml".into(), server.to_string()),
             ("users/alice/mcp.yaml".into(), leaky.into()),
         ],

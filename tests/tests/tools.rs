@@ -238,19 +238,10 @@ fn a_session_never_sees_another_sessions_workspace() {
 #[test]
 fn a_coder_gets_the_allowlisted_projects_and_no_one_else_does() {
     let rt = baaaht_tests::runtime();
-    let projects = tempfile::tempdir().expect("tempdir");
-    let (site, reference) = (projects.path().join("site"), projects.path().join("reference"));
-    for folder in [&site, &reference] {
-        std::fs::create_dir(folder).expect("mkdir");
-        std::os::unix::fs::chown(folder, Some(1000), Some(1000)).expect("chown to the containers' uid");
-    }
-    std::fs::write(site.join("index.html"), "<h1>site</h1>\n").expect("write");
-    let allowlist = json!({"allowedMounts": [
-        {"hostPath": site, "containerPath": "/project/site", "options": "rw", "type": "project"},
-        {"hostPath": reference, "containerPath": "/project/reference", "options": "ro", "type": "reference"},
-    ]});
+    let projects = baaaht_tests::Projects::new().expect("the projects");
+    let (site, reference) = (&projects.site, &projects.reference);
     let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![("config/mount-allowlist.json".into(), allowlist.to_string())],
+        files: vec![("config/mount-allowlist.json".into(), projects.allowlist.clone())],
         ..Default::default()
     })
     .expect("daemon starts");

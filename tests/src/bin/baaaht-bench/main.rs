@@ -17,6 +17,7 @@ mod identity;
 mod llm;
 mod mcp;
 mod ops;
+mod relay;
 mod scheduler;
 mod slack;
 mod tools;
@@ -49,6 +50,16 @@ enum Bench {
         /// Throughput runs of each path (at least 3)
         #[arg(long, default_value_t = 5)]
         runs: usize,
+    },
+    /// A local model's answer through the daemon's relay (a gateway in its container) vs
+    /// straight over TCP
+    Relay {
+        /// Requests timed for the first token (at least 100)
+        #[arg(long, default_value_t = 300)]
+        requests: usize,
+        /// Tokens of each long answer timed for throughput (at least 1000)
+        #[arg(long, default_value_t = 20_000)]
+        tokens: usize,
     },
     /// A tool call (read_file, 1 KiB) in a warm and a cold tool container vs docker exec/run
     Tools {
@@ -194,6 +205,7 @@ fn main() -> Result<()> {
         Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
+        Bench::Relay { requests, tokens } => relay::run(requests.max(100), tokens.max(1000)),
     }
 }
 
