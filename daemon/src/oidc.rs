@@ -38,9 +38,16 @@ pub enum OidcError {
     Keys(String),
     #[error("the ID token is refused: {0}")]
     Invalid(String),
+    #[error("the ID token has expired: sign in again")]
+    Expired,
     #[error("the ID token is for subject `{token}`, not the user the gateway named (`{named}`)")]
     OtherSubject { token: String, named: String },
+    #[error("the ID token has expired, and the provider does not confirm the session: {0}")]
+    NotConfirmed(String),
 }
+
+/// How long the provider's word (userinfo) that an access token names a subject is taken.
+const CONFIRMED_FOR: Duration = Duration::from_secs(300);
 
 /// The claims the daemon reads.
 #[derive(Debug, Clone, Deserialize)]
@@ -100,6 +107,9 @@ pub async fn endpoint_hosts(web: &WebProxy, issuer: &str) -> Result<Vec<String>,
 pub struct Verifier {
     web: Arc<WebProxy>,
     cache: Mutex<HashMap<String, Cached>>,
+    /// Sessions the provider confirmed at its userinfo endpoint: a digest of the access token
+    /// → the subject it named, and until when that is taken.
+    confirmed: Mutex<HashMap<[u8; 32], (String, Instant)>>,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -122,7 +132,7 @@ const ACCEPTED: &[Algorithm] = &[
 
 impl Verifier {
     pub fn new(web: Arc<WebProxy>) -> Verifier {
-        Verifier { web, cache: Mutex::default() }
+        Verifier { web, cache: Mutex::default(), confirmed: Mutex::default() }
     }
 
     fn cached_key(&self, issuer: &str, kid: Option<&str>, max_age: Duration) -> Option<Result<DecodingKey, OidcError>> {
@@ -174,8 +184,85 @@ impl Verifier {
         serde_json::from_value(keys).map_err(|error| OidcError::Keys(format!("{jwks_uri} is not a JWK set: {error}")))
     }
 
+    /// Verifies a web gateway's user: `token` as an ID token of `issuer` for `audience` naming
+    /// `subject`; or, when it has expired and the gateway also sent the session's
+    /// `access_token` (a provider may refresh a session without a new ID token), the ID token
+    /// but for its expiry, and the provider's userinfo endpoint saying now that the access token
+    /// names the same subject (its word kept [`CONFIRMED_FOR`]).
+    pub async fn verify_session(
+        &self,
+        token: &str,
+        access_token: Option<&str>,
+        issuer: &str,
+        audience: &str,
+        subject: &str,
+    ) -> Result<Claims, OidcError> {
+        match (self.verify_with(token, issuer, audience, subject, true).await, access_token) {
+            (Err(OidcError::Expired), Some(access)) => {
+                let claims = self.verify_with(token, issuer, audience, subject, false).await?;
+                self.confirm(issuer, access, subject).await?;
+                Ok(claims)
+            }
+            (verified, _) => verified,
+        }
+    }
+
+    /// Asks `issuer`'s userinfo endpoint whether `access_token` names `subject`.
+    async fn confirm(&self, issuer: &str, access_token: &str, subject: &str) -> Result<(), OidcError> {
+        use sha2::Digest as _;
+        let digest: [u8; 32] = sha2::Sha256::digest(access_token.as_bytes()).into();
+        {
+            let mut confirmed = self.confirmed.lock().unwrap_or_else(PoisonError::into_inner);
+            confirmed.retain(|_, (_, until)| *until > Instant::now());
+            if confirmed.get(&digest).is_some_and(|(named, _)| named == subject) {
+                return Ok(());
+            }
+        }
+        let not = |why: String| OidcError::NotConfirmed(why);
+        let discovery = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
+        let document = get_json(&self.web, &discovery).await.map_err(|error| not(error.to_string()))?;
+        let endpoint = document["userinfo_endpoint"]
+            .as_str()
+            .ok_or_else(|| not("the provider names no userinfo endpoint".into()))?
+            .to_string();
+        let request = FetchRequest {
+            session: "oidc".into(),
+            method: "GET".into(),
+            url: endpoint.clone(),
+            headers: vec![
+                ("accept".into(), "application/json".into()),
+                ("authorization".into(), format!("Bearer {access_token}")),
+            ],
+            body: vec![],
+        };
+        let answer = self.web.fetch(request).await.map_err(|error| not(format!("{endpoint}: {error}")))?;
+        if answer.status != 200 {
+            return Err(not(format!("its userinfo endpoint answered {}", answer.status)));
+        }
+        let info: serde_json::Value =
+            serde_json::from_slice(&answer.body).map_err(|error| not(format!("its userinfo is not JSON: {error}")))?;
+        if info["sub"].as_str() != Some(subject) {
+            return Err(not("its userinfo names someone else".into()));
+        }
+        let until = Instant::now() + CONFIRMED_FOR;
+        self.confirmed.lock().unwrap_or_else(PoisonError::into_inner).insert(digest, (subject.to_string(), until));
+        Ok(())
+    }
+
     /// Verifies `token` as an ID token of `issuer` for `audience` naming `subject`.
     pub async fn verify(&self, token: &str, issuer: &str, audience: &str, subject: &str) -> Result<Claims, OidcError> {
+        self.verify_with(token, issuer, audience, subject, true).await
+    }
+
+    /// As [`Verifier::verify`], its expiry checked only when `expiry`.
+    async fn verify_with(
+        &self,
+        token: &str,
+        issuer: &str,
+        audience: &str,
+        subject: &str,
+        expiry: bool,
+    ) -> Result<Claims, OidcError> {
         let header = jsonwebtoken::decode_header(token).map_err(|error| OidcError::Malformed(error.to_string()))?;
         if !ACCEPTED.contains(&header.alg) {
             return Err(OidcError::Algorithm(header.alg));
@@ -186,9 +273,12 @@ impl Verifier {
         validation.set_audience(&[audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
+        validation.validate_exp = expiry;
         validation.leeway = LEEWAY_SECONDS;
-        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
-            .map_err(|error| OidcError::Invalid(error.to_string()))?;
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(|error| match error.kind() {
+            jsonwebtoken::errors::ErrorKind::ExpiredSignature => OidcError::Expired,
+            _ => OidcError::Invalid(error.to_string()),
+        })?;
         if data.claims.sub != subject {
             return Err(OidcError::OtherSubject { token: data.claims.sub, named: subject.to_string() });
         }

@@ -42,6 +42,10 @@ pub const USER_HEADER: &str = "x-baaaht-user";
 pub const USER_NAME_HEADER: &str = "x-baaaht-user-name";
 /// The web gateway's user's OpenID Connect ID token, which the daemon verifies itself.
 pub const ID_TOKEN_HEADER: &str = "x-baaaht-id-token";
+/// A web gateway's user's access token, sent beside an ID token that has expired when the
+/// provider refreshed the session without a new one; the daemon asks the provider's userinfo
+/// endpoint whether it still names the user.
+pub const ACCESS_TOKEN_HEADER: &str = "x-baaaht-access-token";
 
 /// Environment variable through which a container receives its bearer token.
 pub const CONTAINER_TOKEN_ENV: &str = "BAAAHT_CONTAINER_TOKEN";

@@ -1,6 +1,7 @@
 // node provider.mjs PORT REDIRECT_URI POST_LOGOUT_URI
 //   env: ID_TOKEN_TTL=secs, REFRESH_TTL=secs (refresh tokens issued when set), AUTO_LOGIN=<sub> (no form),
-//        FRESH_KEYS=1 (a signing key of its own, made at start: a restart rotates it)
+//        FRESH_KEYS=1 (a signing key of its own, made at start: a restart rotates it),
+//        NO_REFRESH_ID_TOKEN=1 (a refresh answers without an ID token, as OpenID Connect allows)
 import Provider from 'oidc-provider';
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
 const [port, redirectUri, postLogoutUri] = process.argv.slice(2);
@@ -40,5 +41,10 @@ if (process.env.AUTO_LOGIN) provider.use(async (ctx, next) => {   // answer GET 
   const { params } = await provider.interactionDetails(ctx.req, ctx.res);
   await provider.interactionFinished(ctx.req, ctx.res,
     { login: { accountId: params.login_hint || process.env.AUTO_LOGIN } }, { mergeWithLastSubmission: false });
+});
+if (process.env.NO_REFRESH_ID_TOKEN) provider.use(async (ctx, next) => {   // the provider's answer, less its ID token
+  await next();
+  if (ctx.method === 'POST' && ctx.path === '/token' && ctx.oidc?.params?.grant_type === 'refresh_token'
+      && ctx.body && typeof ctx.body === 'object') delete ctx.body.id_token;
 });
 provider.listen(Number(port), '127.0.0.1', () => console.log(`READY ${issuer}`));

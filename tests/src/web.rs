@@ -62,18 +62,44 @@ impl Provider {
         id_token_ttl: u64,
         refresh_ttl: u64,
     ) -> Result<Provider> {
+        Provider::start_with(dir, redirect, post_logout, id_token_ttl, refresh_ttl, &[])
+    }
+
+    /// As [`Provider::start_refreshing`], its refreshes answered without an ID token (as
+    /// OpenID Connect allows): only the access token is new.
+    pub fn start_refreshing_without_id_tokens(
+        dir: &Path,
+        redirect: &str,
+        post_logout: &str,
+        id_token_ttl: u64,
+        refresh_ttl: u64,
+    ) -> Result<Provider> {
+        Provider::start_with(dir, redirect, post_logout, id_token_ttl, refresh_ttl, &[("NO_REFRESH_ID_TOKEN", "1")])
+    }
+
+    fn start_with(
+        dir: &Path,
+        redirect: &str,
+        post_logout: &str,
+        id_token_ttl: u64,
+        refresh_ttl: u64,
+        extra: &[(&str, &str)],
+    ) -> Result<Provider> {
         let modules = provider_dir().join("node_modules/oidc-provider");
         if !modules.is_dir() {
             bail!("{} is missing: run `npm ci` in {} (scripts/test does)", modules.display(), provider_dir().display());
         }
         let port = free_port()?;
         let command = vec!["provider.mjs".to_string(), port.to_string(), redirect.into(), post_logout.into()];
-        let env = vec![
+        let env = [
             ("ID_TOKEN_TTL".to_string(), id_token_ttl.to_string()),
             ("REFRESH_TTL".to_string(), refresh_ttl.to_string()),
             // Keys of its own, new at each start (see [`Provider::restart`]).
             ("FRESH_KEYS".to_string(), "1".to_string()),
-        ];
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|(key, value)| (key.to_string(), value.to_string())))
+        .collect::<Vec<_>>();
         let process = Provider::spawn(dir, &command, &env)?;
         Ok(Provider { issuer: format!("http://127.0.0.1:{port}"), port, process, command, env })
     }

@@ -819,6 +819,44 @@ fn a_session_outlives_its_id_token_while_the_provider_refreshes_it() {
 }
 
 #[test]
+fn a_session_refreshed_without_a_new_id_token_goes_on_while_the_provider_confirms_it() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = web::free_port().expect("port");
+    let site = format!("http://127.0.0.1:{port}");
+    // ID tokens (and access tokens) last 4 seconds; a refresh brings an access token only.
+    let (redirect, signed_out) = (format!("{site}/auth/callback"), format!("{site}/signed-out"));
+    let provider = Provider::start_refreshing_without_id_tokens(dir.path(), &redirect, &signed_out, 4, 600)
+        .expect("the OIDC provider");
+    let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, port, &[]);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    let jar = dir.path().join("jar");
+    let home = web::page_of(&web::callback_for(&site, "grace", &jar), &jar);
+    assert!(home.contains("data-csrf"), "signed in: {home}\n{}", logs());
+    let kept = dir.path().join("web-state/sessions.json");
+    let first = latest_expiry(&kept);
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    // Well past its only ID token's life, the daemon still takes the user: the provider's
+    // userinfo endpoint confirms each new access token.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while now() <= first + 3 {
+        assert_eq!(web::me_status(&site, &jar), "200", "still signed in\n{}", logs());
+        assert!(std::time::Instant::now() < deadline, "the clock did not pass the ID token's expiry");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(web::me_status(&site, &jar), "200", "signed in past the ID token\n{}", logs());
+    let sessions = std::fs::read_to_string(&kept).expect("sessions.json");
+    assert!(sessions.contains("access_token"), "the session goes on with its access token: {sessions}");
+    // Without the provider, nothing confirms the session: it ends.
+    drop(provider);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while web::me_status(&site, &jar) == "200" {
+        assert!(std::time::Instant::now() < deadline, "still signed in without a provider\n{}", logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
 fn replayed_codes_wrong_nonces_and_expired_sessions_are_refused() {
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");

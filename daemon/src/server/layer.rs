@@ -99,10 +99,13 @@ impl Gate {
                 AuthError::IdToken(format!("a web gateway's call must carry {}", baaaht_proto::ID_TOKEN_HEADER))
             })?;
             let subject = identity.strip_prefix(&gateway.kind.namespace()).unwrap_or_default();
+            // A session the provider refreshed without a new ID token also carries its access
+            // token, which the provider must confirm.
+            let access = header(baaaht_proto::ACCESS_TOKEN_HEADER).filter(|value| !value.is_empty());
             let claims = self
                 .shared
                 .oidc
-                .verify(token, issuer, audience, subject)
+                .verify_session(token, access, issuer, audience, subject)
                 .await
                 .map_err(|error| AuthError::IdToken(error.to_string()))?;
             if name.is_empty() {

@@ -179,7 +179,13 @@ impl App {
             match tokio::time::timeout(REFRESH_TIMEOUT, asked).await {
                 Ok(Ok(identity)) => {
                     self.refresh_went(id, false);
-                    match self.admission.refuses(&identity) {
+                    // A refresh confirmed by userinfo (no new ID token) tells no groups: the
+                    // lists of addresses still hold; the groups were checked at sign-in.
+                    let admission = match identity.id_token.is_empty() {
+                        true => crate::oidc::Admission { groups: vec![], ..self.admission.clone() },
+                        false => self.admission.clone(),
+                    };
+                    match admission.refuses(&identity) {
                         None => self.store.refreshed(id, identity).unwrap_or_else(|error| {
                             tracing::error!(%error, "cannot keep a refreshed session");
                             None
@@ -239,6 +245,11 @@ impl App {
         }
         if let Ok(value) = session.id_token.parse() {
             metadata.insert(baaaht_proto::ID_TOKEN_HEADER, value);
+        }
+        if !session.access_token.is_empty() {
+            if let Ok(value) = session.access_token.parse() {
+                metadata.insert(baaaht_proto::ACCESS_TOKEN_HEADER, value);
+            }
         }
         let name: String = session.name.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect();
         if let Ok(value) = name.parse() {
@@ -556,6 +567,7 @@ async fn callback(State(app): State<Arc<App>>, headers: HeaderMap, Query(answer)
         expires: identity.expires,
         csrf,
         refresh_token: identity.refresh_token.unwrap_or_default(),
+        access_token: String::new(),
     };
     // The daemon meets the user (first sign-in creates them) and checks the ID token itself.
     let mut daemon = app.daemon.clone();

@@ -148,6 +148,9 @@ pub struct Identity {
     pub groups: Vec<String>,
     /// What gets a fresh ID token when this one expires, where the provider gives one.
     pub refresh_token: Option<String>,
+    /// The access token of a refresh that brought no ID token (`id_token` is then empty, and
+    /// `expires` the access token's).
+    pub access_token: String,
 }
 
 /// Who may sign in at all: when a list is given, an account must match it.
@@ -396,6 +399,7 @@ impl Oidc {
             id_token,
             expires: claims.expiration().timestamp().max(0) as u64,
             refresh_token: refresh_token.map(|token| token.secret().clone()),
+            access_token: String::new(),
         }
     }
 
@@ -411,8 +415,11 @@ impl Oidc {
             OidcError::SignIn(answer) if answer.starts_with("refused: ") => OidcError::RefreshRefused(answer),
             other => other,
         })?;
-        let id_token =
-            tokens.id_token().ok_or_else(|| OidcError::SignIn("the provider's refresh brought no ID token".into()))?;
+        let Some(id_token) = tokens.id_token() else {
+            // The provider may refresh without a new ID token (OpenID Connect Core §12.2): its
+            // userinfo endpoint must then say the new access token names the same subject.
+            return self.confirmed(&client, &tokens, subject).await;
+        };
         let any_nonce = |_: Option<&Nonce>| -> Result<(), String> { Ok(()) };
         let checked = match id_token.claims(&client.id_token_verifier(), any_nonce) {
             Ok(claims) => Ok(claims.clone()),
@@ -427,6 +434,37 @@ impl Oidc {
             return Err(OidcError::SignIn("the refreshed ID token names someone else".into()));
         }
         Ok(self.identity_of(id_token.to_string(), &claims, tokens.refresh_token()))
+    }
+
+    /// The session refreshed without an ID token, when the provider's userinfo endpoint says
+    /// its new access token names `subject`: `id_token` empty, `expires` the access token's.
+    async fn confirmed(
+        &self,
+        client: &Configured,
+        tokens: &openidconnect::core::CoreTokenResponse,
+        subject: &str,
+    ) -> Result<Identity, OidcError> {
+        let expected = openidconnect::SubjectIdentifier::new(subject.to_string());
+        let request = client
+            .user_info(tokens.access_token().clone(), Some(expected))
+            .map_err(|error| OidcError::SignIn(format!("the provider's refresh brought no ID token and {error}")))?;
+        let info: openidconnect::UserInfoClaims<openidconnect::EmptyAdditionalClaims, CoreGenderClaim> =
+            request.request_async(&self.http).await.map_err(|error| {
+                OidcError::SignIn(format!("the provider's refresh brought no ID token, and its userinfo: {error}"))
+            })?;
+        let lasts = tokens.expires_in().unwrap_or(std::time::Duration::from_secs(300));
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Ok(Identity {
+            subject: info.subject().to_string(),
+            name: info.name().and_then(|name| name.get(None)).map(|name| name.to_string()).unwrap_or_default(),
+            email: info.email().map(|email| email.to_string()).unwrap_or_default(),
+            id_token: String::new(),
+            expires: (now + lasts).as_secs(),
+            email_verified: info.email_verified().unwrap_or(false),
+            groups: vec![],
+            refresh_token: tokens.refresh_token().map(|token| token.secret().clone()),
+            access_token: tokens.access_token().secret().clone(),
+        })
     }
 
     /// Where to send the browser to sign out at the provider too, when it offers that.
@@ -462,6 +500,7 @@ mod tests {
             refresh_token: None,
             email_verified: verified,
             groups: groups.iter().map(|group| group.to_string()).collect(),
+            access_token: String::new(),
         }
     }
 

@@ -37,6 +37,10 @@ pub struct SignedIn {
     /// What gets a fresh ID token from the provider (empty: it gave none).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub refresh_token: String,
+    /// The access token of a refresh that brought no new ID token (the provider may do so):
+    /// sent to the daemon beside the expired ID token, for it to confirm at the provider.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub access_token: String,
 }
 
 /// A sign-in in progress.
@@ -176,7 +180,14 @@ impl Store {
     pub fn refreshed(&self, id: &str, refreshed: crate::oidc::Identity) -> Result<Option<SignedIn>, StoreError> {
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(session) = file.sessions.get_mut(&hashed(id)) else { return Ok(None) };
-        session.id_token = refreshed.id_token;
+        // A refresh without an ID token keeps the one the session has, and its access token
+        // stands in for it until it expires.
+        if refreshed.id_token.is_empty() {
+            session.access_token = refreshed.access_token;
+        } else {
+            session.id_token = refreshed.id_token;
+            session.access_token.clear();
+        }
         session.expires = refreshed.expires;
         if let Some(next) = refreshed.refresh_token {
             session.refresh_token = next;
@@ -234,6 +245,7 @@ mod tests {
     fn alice(expires: u64) -> SignedIn {
         SignedIn {
             refresh_token: String::new(),
+            access_token: String::new(),
             subject: "alice".into(),
             name: "Alice".into(),
             email: "alice@example.test".into(),
