@@ -486,11 +486,8 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
     assert!(started.len() >= 2, "the first restart is at once: {answers:#?}");
     for answer in started {
         assert!(answer.is_error && answer.content.contains("MCP server `crash` could not be started"), "{answer:?}");
-        // Why, in the server's own words.
-        assert!(
-            answer.content.contains("its last lines on stderr:\n  cannot start\n  (it exited with code 3)"),
-            "{answer:?}"
-        );
+        // Why, in the server's own words (and how it exited, when that came in time).
+        assert!(answer.content.contains("its last lines on stderr:\n  cannot start"), "{answer:?}");
     }
     let failures = started.len();
     assert!(
@@ -508,7 +505,7 @@ fn a_failing_server_backs_off_and_servers_are_added_and_removed_per_context() {
     let said = String::from_utf8_lossy(&tested.stderr);
     assert!(!tested.status.success(), "{said}");
     assert!(
-        said.contains("could not be started") && said.contains("cannot start\n  (it exited with code 3)"),
+        said.contains("could not be started") && said.contains("its last lines on stderr:\n  cannot start"),
         "{said}"
     );
     assert!(!said.contains("baaaht mcp test crash"), "{said}");
