@@ -58,7 +58,13 @@ pub struct Claims {
     pub name: Option<String>,
     #[serde(default)]
     pub email: Option<String>,
+    /// When it expires (seconds since the epoch).
+    #[serde(default)]
+    pub exp: u64,
 }
+
+/// The oldest an expired ID token may be and still stand, with a session the provider confirms.
+const EXPIRED_AT_MOST: Duration = Duration::from_secs(30 * 24 * 3600);
 
 struct Cached {
     keys: JwkSet,
@@ -200,6 +206,12 @@ impl Verifier {
         match (self.verify_with(token, issuer, audience, subject, true).await, access_token) {
             (Err(OidcError::Expired), Some(access)) => {
                 let claims = self.verify_with(token, issuer, audience, subject, false).await?;
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                if claims.exp + EXPIRED_AT_MOST.as_secs() < now.as_secs() {
+                    return Err(OidcError::NotConfirmed(
+                        "the ID token expired more than 30 days ago: sign in again".into(),
+                    ));
+                }
                 self.confirm(issuer, access, subject).await?;
                 Ok(claims)
             }
@@ -210,7 +222,7 @@ impl Verifier {
     /// Asks `issuer`'s userinfo endpoint whether `access_token` names `subject`.
     async fn confirm(&self, issuer: &str, access_token: &str, subject: &str) -> Result<(), OidcError> {
         use sha2::Digest as _;
-        let digest: [u8; 32] = sha2::Sha256::digest(access_token.as_bytes()).into();
+        let digest: [u8; 32] = sha2::Sha256::digest(format!("{issuer}\0{access_token}").as_bytes()).into();
         {
             let mut confirmed = self.confirmed.lock().unwrap_or_else(PoisonError::into_inner);
             confirmed.retain(|_, (_, until)| *until > Instant::now());
@@ -225,6 +237,10 @@ impl Verifier {
             .as_str()
             .ok_or_else(|| not("the provider names no userinfo endpoint".into()))?
             .to_string();
+        // A bearer token goes over HTTPS, unless the issuer itself is plain HTTP (on loopback).
+        if !endpoint.starts_with("https://") && issuer.starts_with("https://") {
+            return Err(not(format!("its userinfo endpoint {endpoint} is not HTTPS")));
+        }
         let request = FetchRequest {
             session: "oidc".into(),
             method: "GET".into(),

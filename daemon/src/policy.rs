@@ -27,6 +27,8 @@ pub enum PolicyError {
     Unresolvable { path: String, reason: String },
     #[error("path {path:?} is not inside any folder of mount-allowlist.json; add its folder there to allow it")]
     NotAllowed { path: String },
+    #[error("path {path:?} is below an entry of mount-allowlist.json: an MCP server mounts an entry as it is written there ({entry})")]
+    NotAnEntry { path: String, entry: String },
     #[error("path {path:?} can never be mounted: {why}")]
     Forbidden { path: String, why: String },
     #[error("command refused: it matches the blocked pattern `{pattern}` ({why})")]
@@ -143,6 +145,29 @@ impl Policy {
             });
         }
         Err(PolicyError::NotAllowed { path: given.into() })
+    }
+
+    /// As [`Policy::validate_mounts`], for an MCP server's `mounts`, which a user may write: each
+    /// must be an entry of the allowlist itself, never a folder below one. A folder below is in
+    /// a project the user's Coder writes in, which could swap it for a link between this check
+    /// and the engine's mount; an entry's own path is not theirs to change.
+    pub fn validate_entry_mounts(&self, requested: &[RequestedMount]) -> Result<Vec<MountSpec>, PolicyError> {
+        let mut mounts = vec![];
+        for mount in requested {
+            let spec = self.validate_mount(mount)?;
+            let entry =
+                self.allowlist.allowed_mounts.iter().find(|entry| {
+                    std::fs::canonicalize(&entry.host_path).is_ok_and(|root| spec.host.starts_with(&root))
+                });
+            match entry {
+                Some(entry) if spec.target == entry.container_path => mounts.push(spec),
+                Some(entry) => {
+                    return Err(PolicyError::NotAnEntry { path: mount.host.clone(), entry: entry.host_path.clone() })
+                }
+                None => return Err(PolicyError::NotAllowed { path: mount.host.clone() }),
+            }
+        }
+        Ok(mounts)
     }
 
     /// Every allowlisted folder as a Coder's tool container mounts it (spec §8.3): at its
@@ -395,6 +420,19 @@ mod tests {
             .expect("allowed");
         assert_eq!(mounts[0].target, "/project/web/src");
         assert!(!mounts[0].read_only);
+    }
+
+    #[test]
+    fn an_mcp_server_mounts_allowlist_entries_as_they_are_never_a_folder_below_one() {
+        let f = fixture();
+        let home = f.home.display().to_string();
+        let entry = |host: String| f.policy.validate_entry_mounts(&[RequestedMount { host, read_write: true }]);
+        assert_eq!(entry(format!("{home}/projects")).expect("an entry")[0].target, "/project");
+        assert!(entry(format!("{home}/docs")).expect("an entry")[0].read_only, "a reference stays read-only");
+        let below = entry(format!("{home}/projects/web")).expect_err("below an entry").to_string();
+        assert!(below.contains("is below an entry of mount-allowlist.json"), "{below}");
+        let outside = entry(format!("{home}/other")).expect_err("outside").to_string();
+        assert!(outside.contains("not inside any folder"), "{outside}");
     }
 
     #[test]

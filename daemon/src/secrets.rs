@@ -208,7 +208,15 @@ impl LiveSecrets {
         let stamp = Self::stamp(&self.config_dir);
         if stamp != read.stamp && stamp.is_some() && passphrase_file(&self.config_dir).is_some() {
             let store = SecretStore::new(&self.config_dir);
-            match passphrase_from(&self.config_dir, false).and_then(|passphrase| store.open(&passphrase)) {
+            let reopen = || passphrase_from(&self.config_dir, false).and_then(|passphrase| store.open(&passphrase));
+            // The key takes a moment to derive: on a runtime's thread, its other tasks move on.
+            let opened = match tokio::runtime::Handle::try_current() {
+                Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(reopen)
+                }
+                _ => reopen(),
+            };
+            match opened {
                 Ok(secrets) => {
                     tracing::info!(store = %store.path().display(), "the secrets store changed: read again");
                     *read = Read { secrets: Some(Arc::new(secrets)), stamp };

@@ -1011,6 +1011,9 @@ fn ctrl_c_in_baaaht_chat_stops_the_turn_and_the_session_keeps_what_was_written()
     let ended = second.wait().expect("the second chat ends");
     let mut said = String::new();
     std::io::Read::read_to_string(&mut second.stderr.take().expect("stderr"), &mut said).expect("stderr");
-    assert!(said.contains("waiting for the answer in progress in this session; Ctrl-C to stop it"), "{said}");
+    assert!(
+        said.contains("waiting for the answer in progress in this session; Ctrl-C withdraws this message"),
+        "{said}"
+    );
     assert!(ended.success(), "{said}\n{}", daemon.log_text());
 }

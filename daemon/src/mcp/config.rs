@@ -51,9 +51,9 @@ pub struct ServerConfig {
     /// Seconds one tool call may take.
     #[serde(default = "default_call_timeout")]
     pub timeout: u64,
-    /// Folders of the host the server sees: each an entry of `mount-allowlist.json` or a
-    /// folder below one, at the container path the allowlist gives it (where a Coder sees it),
-    /// read-only unless `read_write` and the entry is a project marked `rw`.
+    /// Folders of the host the server sees: each an entry of `mount-allowlist.json` as written
+    /// there (never a folder below one), at the container path the allowlist gives it (where a
+    /// Coder sees it), read-only unless `read_write` and the entry is a project marked `rw`.
     #[serde(default)]
     pub mounts: Vec<ServerMount>,
     /// A folder of its own that outlives its container: one per context and server, at

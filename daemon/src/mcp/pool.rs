@@ -241,6 +241,25 @@ pub struct McpPool {
     holding: Mutex<HashMap<String, Held>>,
 }
 
+/// Folders taken for a server's start, given back when dropped before a container holds them.
+struct Unheld {
+    held: Option<Held>,
+    states: Arc<crate::workspace::Workspaces>,
+    workspaces: Arc<crate::workspace::Workspaces>,
+}
+
+impl Drop for Unheld {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else { return };
+        if let Some(name) = held.state {
+            self.states.release(&name);
+        }
+        if let Some(session) = held.session {
+            self.workspaces.release(&session);
+        }
+    }
+}
+
 /// The folders one server's container holds, given back when it stops.
 #[derive(Debug, Default)]
 struct Held {
@@ -293,9 +312,14 @@ impl McpPool {
         }
     }
 
-    /// The name of `server`'s own folder for `context` (a folder name: both are plain).
+    /// The name of `server`'s own folder for `context` (a folder name: all parts are plain):
+    /// a system server's and a context's own of the same name never share one.
     fn state_name(context: &Context, server: &Server) -> String {
-        format!("{}.{}", context.to_string().replace(':', "-"), server.name)
+        let scope = match server.scope {
+            super::config::Scope::System => "system",
+            super::config::Scope::Context(_) => "own",
+        };
+        format!("{}.{scope}.{}", context.to_string().replace(':', "-"), server.name)
     }
 
     /// The folders `server` mounts: its allowlisted `mounts`, and its own folder when it keeps
@@ -308,7 +332,7 @@ impl McpPool {
         session: Option<&str>,
     ) -> Result<(Vec<crate::container::MountSpec>, Held), String> {
         let requested: Vec<_> = server.config.mounts.iter().map(super::config::ServerMount::requested).collect();
-        let mut mounts = self.policy.validate_mounts(&requested).map_err(|why| format!("mounts: {why}"))?;
+        let mut mounts = self.policy.validate_entry_mounts(&requested).map_err(|why| format!("mounts: {why}"))?;
         let mut held = Held::default();
         if let (true, Some(session)) = (server.config.workspace, session) {
             let (workspaces, taken) = (self.workspaces.clone(), session.to_string());
@@ -382,20 +406,39 @@ impl McpPool {
         self.states.shutdown();
     }
 
-    /// Whether the own folder `container` holds is past its cap, where no filesystem holds it
-    /// to it: then the sentence that says so.
-    pub fn state_over_cap(&self, container: &str) -> Option<String> {
-        let name = self.holding.lock().unwrap_or_else(PoisonError::into_inner).get(container)?.state.clone()?;
-        let prepared = self.states.peek(&name)?;
-        let cap = prepared.checked_cap?;
-        let used = crate::shared_dirs::size_below(&prepared.path).ok()?;
-        (used > cap).then(|| {
-            format!(
-                "the server's own folder holds {}, past its cap of {}; the server is stopped",
-                baaaht_proto::human_size(used),
-                baaaht_proto::human_size(cap)
-            )
-        })
+    /// Whether a folder `container` holds (its own, or the session's workspace) is past its cap
+    /// where no filesystem holds it to it: then the sentence that says so. Off the runtime's
+    /// threads: the folder is walked.
+    async fn over_cap(&self, container: &str) -> Option<String> {
+        let (state, session) = {
+            let holding = self.holding.lock().unwrap_or_else(PoisonError::into_inner);
+            let held = holding.get(container)?;
+            (held.state.clone(), held.session.clone())
+        };
+        let checked: Vec<(&'static str, crate::workspace::Prepared)> = [
+            ("the server's own folder", state.and_then(|name| self.states.peek(&name))),
+            ("the session's workspace", session.and_then(|session| self.workspaces.peek(&session))),
+        ]
+        .into_iter()
+        .filter_map(|(what, prepared)| prepared.filter(|prepared| prepared.checked_cap.is_some()).map(|p| (what, p)))
+        .collect();
+        if checked.is_empty() {
+            return None;
+        }
+        let walked = tokio::task::spawn_blocking(move || {
+            checked.into_iter().find_map(|(what, prepared)| {
+                let cap = prepared.checked_cap?;
+                let used = crate::shared_dirs::size_below(&prepared.path).ok()?;
+                (used > cap).then(|| {
+                    format!(
+                        "{what} holds {}, past its cap of {}; the server is stopped",
+                        baaaht_proto::human_size(used),
+                        baaaht_proto::human_size(cap)
+                    )
+                })
+            })
+        });
+        walked.await.ok().flatten()
     }
 
     /// Takes the relay of `identity` (from its RelayMcp call); the stream it returns carries
@@ -545,8 +588,11 @@ impl McpPool {
             }
         };
         let (mounts, held) = self.mounts_of(context, server, session).await.map_err(fail)?;
+        // Given back if this start is given up before its container holds them (the caller
+        // went away meanwhile: nothing else would).
+        let mut held = Unheld { held: Some(held), states: self.states.clone(), workspaces: self.workspaces.clone() };
         let mut env = env;
-        if held.state.is_some() {
+        if held.held.as_ref().is_some_and(|held| held.state.is_some()) {
             env.push((super::config::STATE_ENV.into(), super::config::STATE_MOUNT.into()));
         }
         let request = RunRequest {
@@ -562,14 +608,10 @@ impl McpPool {
             image,
         };
         let mut changes = self.changes.subscribe();
-        let handle = match self.containers.start_detached(request).await {
-            Ok(handle) => handle,
-            Err(error) => {
-                self.let_go(held).await;
-                return Err(fail(error.to_string()));
-            }
-        };
-        self.holding.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), held);
+        let handle = self.containers.start_detached(request).await.map_err(|error| fail(error.to_string()))?;
+        if let Some(held) = held.held.take() {
+            self.holding.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), held);
+        }
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         let attached = loop {
             let taken = self.attached.lock().unwrap_or_else(PoisonError::into_inner).remove(&handle.name);
@@ -581,6 +623,9 @@ impl McpPool {
                 return Err(fail(format!("its relay did not connect within {} s", START_TIMEOUT.as_secs())));
             }
         };
+        // The values its environment was given (secrets among them) never reach anyone through
+        // what the server writes on stderr.
+        let hidden: Vec<String> = env.iter().map(|(_, value)| value.clone()).filter(|value| value.len() >= 6).collect();
         let launch = v1::McpLaunch {
             command: server.config.command.clone(),
             args: server.config.args.clone(),
@@ -598,7 +643,7 @@ impl McpPool {
             Relay { down: attached.down.clone(), probe: probe.clone(), identity: Probed::from(&attached.identity) };
         self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
         let egress = Egress { server: server.clone(), web: self.web.clone(), audit: self.audit.clone() };
-        let stderr = Stderr::default();
+        let stderr = Stderr::hiding(hidden);
         pump(attached, probe, theirs, egress, stderr.clone());
         // What went wrong, with the server's own last words.
         let fail = |why: String| {
@@ -788,6 +833,28 @@ impl McpPool {
         }
     }
 
+    /// `outcome` of a call of `container`, unless the call took a folder it holds past its cap
+    /// (where no filesystem holds it there): then the server is stopped, and the answer says so.
+    async fn within_cap(
+        &self,
+        context: &Context,
+        server: &Server,
+        container: &str,
+        outcome: Result<Answer, McpError>,
+    ) -> Result<Answer, McpError> {
+        let Some(why) = self.over_cap(container).await else { return outcome };
+        tracing::warn!(server = %server.name, %context, %why, "an MCP server's folder is past its cap");
+        self.stop_server(context, &server.name).await;
+        match outcome {
+            Ok(mut answer) => {
+                answer.is_error = true;
+                answer.text.push_str(&format!("\nerror: {why}"));
+                Ok(answer)
+            }
+            Err(error) => Err(McpError::Refused { server: server.name.clone(), why: format!("{error}; {why}") }),
+        }
+    }
+
     /// Calls `tool` of `server` for `context` (asked from `session`) with `arguments`; a server
     /// that died is started again and asked once more.
     #[allow(clippy::too_many_arguments)]
@@ -811,26 +878,22 @@ impl McpPool {
             let asked = tokio::time::timeout(timeout, ask(&running.client, own, tool, &arguments)).await;
             drop(flight);
             match asked {
-                Ok(Ok(mut answer)) => {
+                Ok(Ok(answer)) => {
                     self.recovered(&Self::key(context, server, Some(session)));
-                    // Where no filesystem holds its own folder to its cap, the call that took
-                    // it past stops the server.
-                    if let Some(why) = self.state_over_cap(&running.container) {
-                        tracing::warn!(server = %server.name, %context, %why, "an MCP server's own folder is past its cap");
-                        self.stop_server(context, &server.name).await;
-                        answer.is_error = true;
-                        answer.text.push_str(&format!("\nerror: {why}"));
-                    }
-                    return Ok(answer);
+                    return self.within_cap(context, server, &running.container, Ok(answer)).await;
                 }
                 Ok(Err(rmcp::ServiceError::McpError(error))) => {
-                    return Err(McpError::Refused { server: server.name.clone(), why: error.message.to_string() })
+                    let refused = McpError::Refused { server: server.name.clone(), why: error.message.to_string() };
+                    return self.within_cap(context, server, &running.container, Err(refused)).await;
                 }
                 Ok(Err(error)) if attempt == 0 && running.client.is_transport_closed() => {
                     tracing::warn!(server = %server.name, %error, "the MCP server died; starting it again");
                 }
                 Ok(Err(error)) => return Err(McpError::Gone { server: server.name.clone(), why: error.to_string() }),
-                Err(_) => return Err(McpError::Timeout { server: server.name.clone(), seconds: timeout.as_secs() }),
+                Err(_) => {
+                    let late = McpError::Timeout { server: server.name.clone(), seconds: timeout.as_secs() };
+                    return self.within_cap(context, server, &running.container, Err(late)).await;
+                }
             }
         }
         Err(McpError::Gone { server: server.name.clone(), why: "it died twice".into() })
@@ -1171,44 +1234,58 @@ impl Rate {
     }
 }
 
-/// The last lines a server wrote on stderr (and how it exited), to tell why it could not start.
+/// The last lines a server wrote on stderr (and how it exited), to tell why it could not start;
+/// the values of its environment in them are hidden.
 #[derive(Debug, Clone)]
-struct Stderr(Arc<(Mutex<std::collections::VecDeque<String>>, watch::Sender<bool>)>);
+struct Stderr(Arc<StderrKept>);
 
-impl Default for Stderr {
-    fn default() -> Self {
-        Stderr(Arc::new((Mutex::default(), watch::channel(false).0)))
-    }
+#[derive(Debug)]
+struct StderrKept {
+    lines: Mutex<std::collections::VecDeque<String>>,
+    /// Set when the server's stream ended: nothing more comes.
+    ended: watch::Sender<bool>,
+    /// Values never shown (its environment's).
+    hidden: Vec<String>,
 }
 
 impl Stderr {
+    /// Keeps lines with each of `hidden` in them shown as `[hidden]`.
+    fn hiding(hidden: Vec<String>) -> Stderr {
+        Stderr(Arc::new(StderrKept { lines: Mutex::default(), ended: watch::channel(false).0, hidden }))
+    }
+
     /// Lines kept, and the longest part of a line kept.
     const LINES: usize = 12;
     const LINE: usize = 300;
 
-    /// Keeps `line`, its control characters (terminal escapes) as spaces.
-    fn push(&self, line: &str) {
+    /// Keeps `line`, its control characters (terminal escapes) as spaces; the line as kept.
+    fn push(&self, line: &str) -> String {
+        let mut line = line.to_string();
+        for value in &self.0.hidden {
+            line = line.replace(value.as_str(), "[hidden]");
+        }
         let line: String =
             line.trim_end().chars().take(Self::LINE).map(|c| if c.is_control() { ' ' } else { c }).collect();
-        let mut kept = self.0 .0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = self.0.lines.lock().unwrap_or_else(PoisonError::into_inner);
         if kept.len() == Self::LINES {
             kept.pop_front();
         }
-        kept.push_back(line);
+        kept.push_back(line.clone());
+        line
     }
 
     /// The server's stream ended: nothing more comes.
     fn ended(&self) {
-        self.0 .1.send_replace(true);
+        self.0.ended.send_replace(true);
     }
 
     /// `why`, and what the server last wrote on stderr (waiting a moment for the rest of its
     /// stream, which may come after what made the start fail).
     async fn explain(&self, why: String) -> String {
-        let mut ended = self.0 .1.subscribe();
+        let mut ended = self.0.ended.subscribe();
         // silent-ok: a stream still open after 2 s has said what it will say for now.
         let _ = tokio::time::timeout(Duration::from_secs(2), ended.wait_for(|ended| *ended)).await;
-        let kept = self.0 .0.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = self.0.lines.lock().unwrap_or_else(PoisonError::into_inner);
         if kept.is_empty() {
             return format!("{why}; it wrote nothing on stderr");
         }
@@ -1281,7 +1358,7 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
                 }
                 Ok(Some(v1::mcp_up::Kind::EgressClose(close))) => tunnels.closed(&close),
                 Ok(Some(v1::mcp_up::Kind::Stderr(line))) => {
-                    stderr.push(&line);
+                    let line = stderr.push(&line);
                     let (fits, turned_away) = log_lines.take();
                     if turned_away > 0 {
                         tracing::warn!(server = %server, container = %container, turned_away, "an MCP server wrote more than 100 log lines in 10 s; the rest were not logged");
@@ -1291,7 +1368,7 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
                     }
                 }
                 Ok(Some(v1::mcp_up::Kind::Exited(exit))) => {
-                    stderr.push(&match exit.signal.as_str() {
+                    let _ = stderr.push(&match exit.signal.as_str() {
                         "" => format!("(it exited with code {})", exit.code),
                         signal => format!("(it was ended by {signal})"),
                     });
@@ -1317,6 +1394,18 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn what_a_server_wrote_is_told_without_its_environments_values_or_controls() {
+        let stderr = Stderr::hiding(vec!["sk-secret-123".into()]);
+        assert_eq!(stderr.push("invalid token sk-secret-123\x1b[2J"), "invalid token [hidden] [2J");
+        stderr.ended();
+        let told = stderr.explain("it did not start".into()).await;
+        assert_eq!(told, "it did not start; its last lines on stderr:\n  invalid token [hidden] [2J");
+        let silent = Stderr::hiding(vec![]);
+        silent.ended();
+        assert_eq!(silent.explain("it did not start".into()).await, "it did not start; it wrote nothing on stderr");
+    }
 
     #[test]
     fn restarts_back_off_from_the_second() {

@@ -189,13 +189,21 @@ impl Turns {
         }
     }
 
-    /// Notes `text`, streamed by the Assistant of user turn `turn`, as written so far.
+    /// Notes `text`, streamed by the Assistant of user turn `turn`, as written so far: while
+    /// the turn runs (a delta still coming in after its end is not kept), up to
+    /// [`MAX_WRITTEN`] (the rest is not).
     pub fn wrote(&self, turn: &str, text: &str) {
+        if !self.cancels.lock().unwrap_or_else(PoisonError::into_inner).contains_key(turn) {
+            return;
+        }
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         let so_far = written.entry(turn.to_string()).or_default();
-        if so_far.len() + text.len() <= MAX_WRITTEN {
-            so_far.push_str(text);
+        let room = MAX_WRITTEN.saturating_sub(so_far.len());
+        let mut cut = text.len().min(room);
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
         }
+        so_far.push_str(&text[..cut]);
     }
 
     /// What the Assistant of `turn` wrote, forgotten here.

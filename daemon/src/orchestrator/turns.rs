@@ -83,6 +83,8 @@ pub(super) async fn run_turn(
         inflight.turns.remove(&accepted.turn);
     });
     shared.turns.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
+    // What came in between is not kept (the turn no longer runs, so nothing more is).
+    shared.turns.wrote_nothing(&accepted.turn);
     match appended {
         Ok(entry_id) if !failed => {
             tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "turn answered");

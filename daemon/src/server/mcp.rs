@@ -55,7 +55,7 @@ fn info(server: &Server, running: &[String], policy: &crate::policy::Policy) -> 
             .config
             .mounts
             .iter()
-            .map(|mount| match policy.validate_mounts(&[mount.requested()]).map(|mut specs| specs.pop()) {
+            .map(|mount| match policy.validate_entry_mounts(&[mount.requested()]).map(|mut specs| specs.pop()) {
                 Ok(Some(spec)) => {
                     let mode = if spec.read_only { "ro" } else { "rw" };
                     format!("{} -> {} ({mode})", mount.host, spec.target)
@@ -154,7 +154,10 @@ pub(super) async fn put(shared: &Shared, request: v1::PutMcpServerRequest) -> Re
     // ones the allowlist lets in (both checked again at each start).
     if let Ok(server) = serde_yaml::from_str::<config::ServerConfig>(&request.yaml) {
         let mounts: Vec<_> = server.mounts.iter().map(config::ServerMount::requested).collect();
-        shared.policy.validate_mounts(&mounts).map_err(|why| Status::invalid_argument(format!("mounts: {why}")))?;
+        shared
+            .policy
+            .validate_entry_mounts(&mounts)
+            .map_err(|why| Status::invalid_argument(format!("mounts: {why}")))?;
         let rules = crate::secrets::Rules::of(&shared.loaded);
         let referrer = match scope {
             Scope::System => crate::secrets::Referrer::System,

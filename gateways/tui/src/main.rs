@@ -846,15 +846,15 @@ async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Pat
         content: chat.prompt,
         ..v1::UserMessage::default()
     };
-    // Ctrl-C from here on stops the turn rather than the client alone.
+    let sent = client.sessions.send_user_message(message).await.map_err(status)?.into_inner();
+    // Ctrl-C from here on stops this message's turn rather than the client alone.
     let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|error| CliError::Usage(format!("cannot take Ctrl-C: {error}")))?;
-    let sent = client.sessions.send_user_message(message).await.map_err(status)?.into_inner();
     // A turn already running in the session answers first: say so rather than wait silently.
     let transcript = v1::ReadSessionRequest { session_id: sent.session_id.clone(), leaf_entry_id: String::new() };
     if let Ok(transcript) = client.sessions.read_session(transcript).await {
         if transcript.get_ref().running_turns.iter().any(|turn| *turn != sent.turn_id) {
-            eprintln!("waiting for the answer in progress in this session; Ctrl-C to stop it");
+            eprintln!("waiting for the answer in progress in this session; Ctrl-C withdraws this message");
         }
     }
     let (mut out, mut note) = (std::io::stdout(), std::io::stderr());
@@ -883,7 +883,10 @@ async fn chat(client: &mut baaaht_proto::client::Client, socket: &std::path::Pat
                 }
                 eprintln!("\nstopping the turn (Ctrl-C again to leave at once)");
                 let cancel = v1::CancelTurnRequest { session_id: sent.session_id.clone(), turn_id: sent.turn_id.clone() };
-                client.sessions.cancel_turn(cancel).await.map_err(status)?;
+                if let Err(refused) = client.sessions.cancel_turn(cancel).await {
+                    // It ended meanwhile: its answer is on its way.
+                    eprintln!("{}", clean(refused.message()));
+                }
                 // Its end comes as an event; a daemon that never says is not waited on long.
                 deadline = deadline.min(tokio::time::Instant::now() + std::time::Duration::from_secs(10));
                 continue;

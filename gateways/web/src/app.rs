@@ -179,13 +179,7 @@ impl App {
             match tokio::time::timeout(REFRESH_TIMEOUT, asked).await {
                 Ok(Ok(identity)) => {
                     self.refresh_went(id, false);
-                    // A refresh confirmed by userinfo (no new ID token) tells no groups: the
-                    // lists of addresses still hold; the groups were checked at sign-in.
-                    let admission = match identity.id_token.is_empty() {
-                        true => crate::oidc::Admission { groups: vec![], ..self.admission.clone() },
-                        false => self.admission.clone(),
-                    };
-                    match admission.refuses(&identity) {
+                    match self.admission.refuses(&identity) {
                         None => self.store.refreshed(id, identity).unwrap_or_else(|error| {
                             tracing::error!(%error, "cannot keep a refreshed session");
                             None
@@ -540,7 +534,9 @@ async fn callback(State(app): State<Arc<App>>, headers: HeaderMap, Query(answer)
         Ok(identity) => identity,
         Err(error) => {
             tracing::warn!(%error, "a sign-in failed");
-            app.sign_ins.failed(&error.to_string());
+            if error.is_the_sites() {
+                app.sign_ins.failed(&error.to_string());
+            }
             return failed(StatusCode::BAD_REQUEST, error.for_people());
         }
     };

@@ -40,6 +40,18 @@ pub enum OidcError {
 }
 
 impl OidcError {
+    /// Whether the failure tells of the site or its provider (a secret refused, keys that do
+    /// not check, the provider out of reach), not of one browser's answer (a used or made-up
+    /// code, an answer naming another issuer), which anyone can send: only the site's make its
+    /// health degraded.
+    pub fn is_the_sites(&self) -> bool {
+        match self {
+            OidcError::Client(_) | OidcError::Discovery { .. } | OidcError::Config(_) => true,
+            OidcError::SignIn(why) => !why.starts_with("refused: ") && why != "the answer came from another issuer",
+            OidcError::RefreshRefused(_) => false,
+        }
+    }
+
     /// What the person signing in is told: what failed, and who can fix it.
     pub fn for_people(&self) -> &'static str {
         match self {
@@ -206,6 +218,15 @@ fn token_error<E: std::error::Error>(
         other => OidcError::SignIn(other.to_string()),
     }
 }
+
+/// The claims of a userinfo answer beyond the standard ones (the groups claim among them).
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+struct OtherClaims {
+    #[serde(flatten)]
+    claims: serde_json::Map<String, serde_json::Value>,
+}
+
+impl openidconnect::AdditionalClaims for OtherClaims {}
 
 /// The claims of an ID token already verified, as JSON (for what the typed claims lack).
 fn payload_of(id_token: &str) -> serde_json::Value {
@@ -448,7 +469,7 @@ impl Oidc {
         let request = client
             .user_info(tokens.access_token().clone(), Some(expected))
             .map_err(|error| OidcError::SignIn(format!("the provider's refresh brought no ID token and {error}")))?;
-        let info: openidconnect::UserInfoClaims<openidconnect::EmptyAdditionalClaims, CoreGenderClaim> =
+        let info: openidconnect::UserInfoClaims<OtherClaims, CoreGenderClaim> =
             request.request_async(&self.http).await.map_err(|error| {
                 OidcError::SignIn(format!("the provider's refresh brought no ID token, and its userinfo: {error}"))
             })?;
@@ -461,7 +482,7 @@ impl Oidc {
             id_token: String::new(),
             expires: (now + lasts).as_secs(),
             email_verified: info.email_verified().unwrap_or(false),
-            groups: vec![],
+            groups: groups_in(&serde_json::Value::Object(info.additional_claims().claims.clone()), &self.groups_claim),
             refresh_token: tokens.refresh_token().map(|token| token.secret().clone()),
             access_token: tokens.access_token().secret().clone(),
         })

@@ -460,6 +460,8 @@ pub struct App {
     stashed: String,
     /// Ctrl+C pressed once with nothing to cancel: the next one quits.
     quit_armed: bool,
+    /// The turn Ctrl+C asked to stop: what it wrote stays, marked as stopped.
+    stopping: Option<String>,
 }
 
 use crate::chat::role_name;
@@ -496,6 +498,7 @@ impl App {
             browsing: None,
             stashed: String::new(),
             quit_armed: false,
+            stopping: None,
         }
     }
 
@@ -709,6 +712,7 @@ impl App {
             Key::Enter => return self.submit(),
             Key::CtrlC => {
                 if let Some(live) = &self.live {
+                    self.stopping = Some(live.turn.clone());
                     return vec![Action::Cancel { turn: live.turn.clone() }];
                 }
                 if self.quit_armed {
@@ -831,7 +835,8 @@ impl App {
             }
             Event::Error(error) => {
                 // What was written before a stop stays on screen, as in the session.
-                if let Some(live) = self.live.take().filter(|live| !live.text.trim().is_empty()) {
+                let stopped = self.live.take().filter(|live| self.stopping.as_deref() == Some(live.turn.as_str()));
+                if let Some(live) = stopped.filter(|live| !live.text.trim().is_empty()) {
                     let text = format!("{}\n\n{}", live.text.trim_end(), baaaht_proto::STOPPED_MARK);
                     self.blocks.push(Block::Assistant { text, thinking: live.thinking });
                 }
