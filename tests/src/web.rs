@@ -50,40 +50,19 @@ pub const CLIENT_SECRET: &str = "gateway-secret";
 
 impl Provider {
     pub fn start(dir: &Path, redirect: &str, post_logout: &str, id_token_ttl: u64) -> Result<Provider> {
-        Provider::start_refreshing(dir, redirect, post_logout, id_token_ttl, 0)
+        Provider::start_refreshing(dir, redirect, post_logout, id_token_ttl, 0, true)
     }
 
     /// As [`Provider::start`], issuing refresh tokens that last `refresh_ttl` seconds (none
-    /// when 0).
+    /// when 0); a refresh brings a new ID token, or only an access token when not
+    /// `id_tokens_on_refresh` (as OpenID Connect allows).
     pub fn start_refreshing(
         dir: &Path,
         redirect: &str,
         post_logout: &str,
         id_token_ttl: u64,
         refresh_ttl: u64,
-    ) -> Result<Provider> {
-        Provider::start_with(dir, redirect, post_logout, id_token_ttl, refresh_ttl, &[])
-    }
-
-    /// As [`Provider::start_refreshing`], its refreshes answered without an ID token (as
-    /// OpenID Connect allows): only the access token is new.
-    pub fn start_refreshing_without_id_tokens(
-        dir: &Path,
-        redirect: &str,
-        post_logout: &str,
-        id_token_ttl: u64,
-        refresh_ttl: u64,
-    ) -> Result<Provider> {
-        Provider::start_with(dir, redirect, post_logout, id_token_ttl, refresh_ttl, &[("NO_REFRESH_ID_TOKEN", "1")])
-    }
-
-    fn start_with(
-        dir: &Path,
-        redirect: &str,
-        post_logout: &str,
-        id_token_ttl: u64,
-        refresh_ttl: u64,
-        extra: &[(&str, &str)],
+        id_tokens_on_refresh: bool,
     ) -> Result<Provider> {
         let modules = provider_dir().join("node_modules/oidc-provider");
         if !modules.is_dir() {
@@ -98,7 +77,7 @@ impl Provider {
             ("FRESH_KEYS".to_string(), "1".to_string()),
         ]
         .into_iter()
-        .chain(extra.iter().map(|(key, value)| (key.to_string(), value.to_string())))
+        .chain((!id_tokens_on_refresh).then(|| ("NO_REFRESH_ID_TOKEN".to_string(), "1".to_string())))
         .collect::<Vec<_>>();
         let process = Provider::spawn(dir, &command, &env)?;
         Ok(Provider { issuer: format!("http://127.0.0.1:{port}"), port, process, command, env })

@@ -788,9 +788,15 @@ fn a_session_outlives_its_id_token_while_the_provider_refreshes_it() {
     let port = web::free_port().expect("port");
     let site = format!("http://127.0.0.1:{port}");
     // ID tokens last 4 seconds; the provider gives refresh tokens.
-    let provider =
-        Provider::start_refreshing(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 4, 600)
-            .expect("the OIDC provider");
+    let provider = Provider::start_refreshing(
+        dir.path(),
+        &format!("{site}/auth/callback"),
+        &format!("{site}/signed-out"),
+        4,
+        600,
+        true,
+    )
+    .expect("the OIDC provider");
     let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, port, &[]);
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
     let jar = dir.path().join("jar");
@@ -826,8 +832,8 @@ fn a_session_refreshed_without_a_new_id_token_goes_on_while_the_provider_confirm
     let site = format!("http://127.0.0.1:{port}");
     // ID tokens (and access tokens) last 4 seconds; a refresh brings an access token only.
     let (redirect, signed_out) = (format!("{site}/auth/callback"), format!("{site}/signed-out"));
-    let provider = Provider::start_refreshing_without_id_tokens(dir.path(), &redirect, &signed_out, 4, 600)
-        .expect("the OIDC provider");
+    let provider =
+        Provider::start_refreshing(dir.path(), &redirect, &signed_out, 4, 600, false).expect("the OIDC provider");
     let (_fake, daemon, gateway) = web_site(&rt, dir.path(), &provider, port, &[]);
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
     let jar = dir.path().join("jar");

@@ -4,3 +4,4 @@
 pub mod config;
 pub mod limits;
 pub mod pool;
+mod stderr;
