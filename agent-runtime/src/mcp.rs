@@ -210,8 +210,13 @@ pub async fn relay(
     };
     // silent-ok: the daemon may already have hung up.
     let _ = sender.send(up(Up::Exited(exit.clone()))).await;
-    // The exit reaches the daemon before the relay ends with it: the daemon hangs up once it
-    // has read it (a while at most).
+    // The exit (and the lines before it) reach the daemon before the relay ends with them:
+    // the stream takes what is queued, then the daemon hangs up once it has read it (a while
+    // at most for each).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while sender.capacity() < sender.max_capacity() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     drop(sender);
     // silent-ok: a daemon that keeps the stream open is not waited for longer.
     let _ = tokio::time::timeout(Duration::from_secs(2), input).await;

@@ -659,12 +659,16 @@ impl McpPool {
         let client = match tokio::time::timeout(START_TIMEOUT, config.serve(transport)).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
+                // Its last words first: its container still runs to send them.
+                let failed = fail(format!("it did not answer `initialize`: {error}")).await;
                 self.stop(&handle.name).await;
-                return Err(fail(format!("it did not answer `initialize`: {error}")).await);
+                return Err(failed);
             }
             Err(_) => {
+                // Its last words first: its container still runs to send them.
+                let failed = fail(format!("it did not answer `initialize` within {} s", START_TIMEOUT.as_secs())).await;
                 self.stop(&handle.name).await;
-                return Err(fail(format!("it did not answer `initialize` within {} s", START_TIMEOUT.as_secs())).await);
+                return Err(failed);
             }
         };
         let tools = match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
@@ -685,12 +689,16 @@ impl McpPool {
                 tools
             }
             Ok(Err(error)) => {
+                // Its last words first: its container still runs to send them.
+                let failed = fail(format!("it did not list its tools: {error}")).await;
                 self.stop(&handle.name).await;
-                return Err(fail(format!("it did not list its tools: {error}")).await);
+                return Err(failed);
             }
             Err(_) => {
+                // Its last words first: its container still runs to send them.
+                let failed = fail("it did not list its tools in time".into()).await;
                 self.stop(&handle.name).await;
-                return Err(fail("it did not list its tools in time".into()).await);
+                return Err(failed);
             }
         };
         let capabilities = client.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
