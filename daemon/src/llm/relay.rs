@@ -162,9 +162,24 @@ fn unreachable_sentence(target: &str, why: &str) -> String {
 }
 
 /// Answers the request on `stream` with `502` and `sentence` (as an OpenAI-style error, which
-/// the gateway shows), then reads and drops the rest of the request for a while so the answer
-/// is read rather than reset.
+/// the gateway shows) once its head has arrived (an answer that comes before the request is,
+/// to an HTTP client, a broken connection), then reads and drops the rest of the request for
+/// a while so the answer is read rather than reset.
 async fn answer_unreachable(stream: &mut UnixStream, sentence: &str) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    let whole_head = async {
+        while !head.windows(4).any(|window| window == b"\r\n\r\n") && head.len() < 64 * 1024 {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(read) => head.extend_from_slice(&chunk[..read]),
+            }
+        }
+        true
+    };
+    if !tokio::time::timeout(LINGER, whole_head).await.unwrap_or(false) {
+        return Ok(());
+    }
     let body = serde_json::json!({"error": {"message": sentence, "type": "relay_unreachable"}}).to_string();
     let head = format!(
         "HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -268,6 +283,12 @@ mod tests {
                 && answer.contains("correct api_base in providers.yaml"),
             "{answer}"
         );
+        // Nothing is said before the request has come: a client would take it for a broken
+        // connection.
+        let mut early = UnixStream::connect(path("relay-2.sock")).await.expect("the relay's socket");
+        let mut byte = [0u8; 1];
+        let said = tokio::time::timeout(Duration::from_millis(200), early.read(&mut byte)).await;
+        assert!(said.is_err(), "the relay answered before the request: {said:?}");
         serving.abort();
     }
 }
