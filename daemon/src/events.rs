@@ -1,20 +1,92 @@
 //! The events a context's channels receive (SubscribeEvents): one broadcast that every
 //! subscriber filters by its context, so an event for context A never reaches B's channels.
+//! The bus carries the daemon's own [`Event`]; `server/` turns each into its wire form.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use baaaht_proto::v1;
 use tokio::sync::broadcast;
 
-use crate::auth::Context;
+use crate::auth::{Context, Role};
+use crate::sessions::log::Attachment;
+
+/// One thing a context's channels are told, and the session and turn it belongs to (empty
+/// when it belongs to none, as a scheduled task's notice).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub session: String,
+    pub turn: String,
+    pub correlation_id: String,
+    pub kind: Kind,
+}
+
+impl Event {
+    /// `kind` for `session`'s turn `turn` (with its correlation id).
+    pub fn of_turn(session: &str, turn: &str, correlation_id: &str, kind: Kind) -> Event {
+        Event { session: session.to_string(), turn: turn.to_string(), correlation_id: correlation_id.to_string(), kind }
+    }
+
+    /// `kind` for `session`, in no turn.
+    pub fn of_session(session: &str, kind: Kind) -> Event {
+        Event::of_turn(session, "", "", kind)
+    }
+}
+
+/// What an [`Event`] tells.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    /// A user's message as it entered the session, for every channel following it.
+    UserMessage {
+        entry_id: String,
+        sender_id: String,
+        sender_name: String,
+        /// The channel it came from (`tui`, `web`, `slack/C123`…), if any.
+        channel: Option<String>,
+        content: String,
+        attachments: Vec<Attachment>,
+    },
+    /// Text of the Assistant's answer as it is written.
+    TextDelta { index: u32, text: String },
+    /// The model's thinking as it is written.
+    ThinkingDelta { index: u32, thinking: String, signature: String },
+    /// A delegation `started`, `finished` or `failed`.
+    Delegation { agent: Role, task: String, state: String, result: String },
+    /// A tool call `finished` or `failed`.
+    Tool { agent: Role, tool: String, state: String, duration_ms: u64 },
+    /// The turn's answer, recorded as `entry_id`.
+    Reply { entry_id: String, content: String },
+    /// The turn failed; `for_users` when `message` is a sentence for the user who asked.
+    TurnError { message: String, for_users: bool },
+    /// A message for the context (an agent's `message`, a background result, a budget warning).
+    Message { content: String, reply_to: String, metadata: BTreeMap<String, String> },
+    /// A scheduled task's result or trouble.
+    Notice(Notice),
+}
+
+/// A scheduled task's result or trouble, for `channel` (empty: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Notice {
+    pub task_id: String,
+    pub run_id: String,
+    pub title: String,
+    pub content: String,
+    pub channel: String,
+    pub is_error: bool,
+}
+
+impl Kind {
+    /// A plain message for the context.
+    pub fn message(content: impl Into<String>) -> Kind {
+        Kind::Message { content: content.into(), reply_to: String::new(), metadata: BTreeMap::new() }
+    }
+}
 
 /// Events queued per subscriber before a slow one starts missing them.
 const BACKLOG: usize = 1024;
 
 #[derive(Debug)]
 pub struct EventBus {
-    sender: broadcast::Sender<(Context, v1::OrchestratorEvent)>,
+    sender: broadcast::Sender<(Context, Event)>,
     /// Who follows each context now, by channel (`tui`, `web`, …): how many subscriptions.
     connected: Arc<Mutex<HashMap<(Context, String), usize>>>,
     /// The channel each context's user last wrote from.
@@ -48,7 +120,7 @@ impl Drop for Connected {
 
 impl EventBus {
     /// Sends `event` to `context`'s subscribers; returns how many there are.
-    pub fn publish(&self, context: &Context, event: v1::OrchestratorEvent) -> usize {
+    pub fn publish(&self, context: &Context, event: Event) -> usize {
         self.sender.send((context.clone(), event)).unwrap_or(0)
     }
 
@@ -87,7 +159,7 @@ impl EventBus {
     }
 
     /// Every event from now on; the subscriber filters by context.
-    pub fn subscribe(&self) -> broadcast::Receiver<(Context, v1::OrchestratorEvent)> {
+    pub fn subscribe(&self) -> broadcast::Receiver<(Context, Event)> {
         self.sender.subscribe()
     }
 }

@@ -611,18 +611,8 @@ impl Ipc {
                 self.remove(found, "messages");
                 return false;
             }
-            let channels = bus.publish(
-                context,
-                v1::OrchestratorEvent {
-                    session_id: session.to_string(),
-                    event: Some(v1::orchestrator_event::Event::Message(v1::OutboundMessage {
-                        target_context: Some(crate::convert::context_ref(context)),
-                        content: message.content.clone(),
-                        ..v1::OutboundMessage::default()
-                    })),
-                    ..v1::OrchestratorEvent::default()
-                },
-            );
+            let event = crate::events::Event::of_session(session, crate::events::Kind::message(&message.content));
+            let channels = bus.publish(context, event);
             seen.insert(message.id.clone(), now_seconds());
             if seen.len() > KEPT_PER_CONTEXT {
                 let oldest = seen.iter().min_by_key(|(_, at)| **at).map(|(id, _)| id.clone());
@@ -797,7 +787,7 @@ mod tests {
         let mut events = bus.subscribe();
         assert_eq!(ipc.deliver_messages(&bus, &mut BTreeMap::new()), 1);
         let (context, event) = events.try_recv().expect("one event");
-        assert_eq!((context, event.session_id.as_str()), (alice, "s1"));
+        assert_eq!((context, event.session.as_str()), (alice, "s1"));
         assert!(events.try_recv().is_err(), "nothing from the coder's folder");
         assert!(coder.join("messages/m1.json").exists());
     }

@@ -12,7 +12,6 @@ pub mod budgets;
 pub mod cli;
 pub mod config;
 pub mod container;
-pub mod convert;
 pub mod datadir;
 pub mod defaults;
 pub mod egress;

@@ -3,17 +3,39 @@
 
 use super::*;
 
+/// What an Assistant's `delegate` call asks.
+#[derive(Debug, Clone, Default)]
+pub struct Delegation {
+    /// The role named (`None`: none, or one the protocol does not know).
+    pub agent: Option<Role>,
+    pub task: String,
+    pub context: String,
+    pub response_format: String,
+    /// Whether it runs in the background and answers later as a new message.
+    pub background: bool,
+}
+
+/// What a `delegate` call answers: the agent's answer, or for a background task only that it
+/// was started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delegated {
+    pub result: String,
+    pub is_error: bool,
+    pub background: bool,
+    pub elapsed: Duration,
+}
+
 /// The `delegate` tool of an Assistant (its container `identity`): runs the task in a
 /// container of the target role of the same session and returns its answer; a background
 /// task answers at once and delivers its result later as a new message.
 pub async fn delegate(
     shared: &Arc<Shared>,
     identity: &ContainerIdentity,
-    request: v1::DelegateRequest,
-) -> Result<v1::DelegateResponse, OrchestratorError> {
+    request: Delegation,
+) -> Result<Delegated, OrchestratorError> {
     let live = shared.agents.live(&identity.name).ok_or(OrchestratorError::NoTurn)?;
-    let role = match crate::convert::role_of(request.agent) {
-        Ok(Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Memory))) => role,
+    let role = match request.agent {
+        Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Memory)) => role,
         _ => {
             return Err(OrchestratorError::Invalid(
                 "agent: delegate to the worker, researcher, coder or memory agent".into(),
@@ -30,15 +52,11 @@ pub async fn delegate(
     if !request.response_format.trim().is_empty() {
         text.push_str(&format!("\n\nAnswer in this form: {}", request.response_format.trim()));
     }
-    let background = request.priority == v1::DelegatePriority::Background as i32;
+    let background = request.background;
     let ids = (live.session.clone(), live.turn_id.clone(), live.correlation_id.clone());
     let progress = |state: &str, result: &str| {
-        let kind = v1::orchestrator_event::Event::Delegation(v1::DelegationProgress {
-            agent: crate::convert::role_ref(role) as i32,
-            task: request.task.clone(),
-            state: state.into(),
-            result: result.into(),
-        });
+        let kind =
+            Kind::Delegation { agent: role, task: request.task.clone(), state: state.into(), result: result.into() };
         shared.events.publish(&live.context, event((&ids.0, &ids.1, &ids.2), kind));
     };
     progress("started", "");
@@ -56,14 +74,14 @@ pub async fn delegate(
             }
             .instrument(span),
         );
-        return Ok(v1::DelegateResponse {
+        return Ok(Delegated {
             result: format!(
                 "The {role} is working on it in the background; its result will arrive as a new message in this \
                  conversation. Tell the user so."
             ),
             is_error: false,
             background: true,
-            duration_ms: 0,
+            elapsed: Duration::ZERO,
         });
     }
     let (result, is_error, elapsed) = run_task(shared, &task).await;
@@ -79,7 +97,7 @@ pub async fn delegate(
         Err(error) => tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record a delegation"),
     }
     progress(if is_error { "failed" } else { "finished" }, &result);
-    Ok(v1::DelegateResponse { result, is_error, background: false, duration_ms: elapsed.as_millis() as u64 })
+    Ok(Delegated { result, is_error, background: false, elapsed })
 }
 
 /// Runs `text` as a task of a `role` container of session `record`, outside any user turn
@@ -205,14 +223,10 @@ fn finish_background(shared: &Arc<Shared>, task: &Task, result: String, is_error
     if let Err(error) = recorded {
         tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record a background result");
     }
-    let message = v1::OutboundMessage {
-        target_context: Some(crate::convert::context_ref(&live.context)),
+    let message = Kind::Message {
         content,
-        reply_to_message_id: String::new(),
+        reply_to: String::new(),
         metadata: [("background".to_string(), task.role.as_str().to_string())].into_iter().collect(),
     };
-    shared.events.publish(
-        &live.context,
-        event((&live.session, &live.turn_id, &live.correlation_id), v1::orchestrator_event::Event::Message(message)),
-    );
+    shared.events.publish(&live.context, event((&live.session, &live.turn_id, &live.correlation_id), message));
 }

@@ -17,7 +17,7 @@ mod history;
 mod turns;
 
 pub use archival::{archive, archive_quiet, supervise};
-pub use delegation::{delegate, run_alone};
+pub use delegation::{delegate, run_alone, Delegated, Delegation};
 use delegation::{run_task, Task};
 pub use history::{compact, context_window, history, Images};
 use history::{message_chars, summarize};
@@ -35,6 +35,7 @@ use tracing::Instrument as _;
 
 use crate::agents::{Live, Work};
 use crate::auth::{ContainerIdentity, Context, ContextKind, Role};
+use crate::events::{Event, Kind};
 use crate::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
 use crate::{state, Shared};
 
@@ -345,14 +346,9 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", &simple[..12])
 }
 
-fn event(live: (&str, &str, &str), kind: v1::orchestrator_event::Event) -> v1::OrchestratorEvent {
+fn event(live: (&str, &str, &str), kind: Kind) -> Event {
     let (session, turn, correlation) = live;
-    v1::OrchestratorEvent {
-        session_id: session.to_string(),
-        turn_id: turn.to_string(),
-        correlation_id: correlation.to_string(),
-        event: Some(kind),
-    }
+    Event::of_turn(session, turn, correlation, kind)
 }
 
 /// Records a user message in its session (on disk before this returns) and starts its turn.
@@ -378,8 +374,7 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     // recorded in turns.json at once and appended when its turn starts, after the reply before it.
     let (incoming_sender, incoming_channel, incoming_content) =
         (incoming.sender.clone(), incoming.channel.clone(), incoming.content.clone());
-    let incoming_attachments: Vec<v1::Attachment> =
-        incoming.attachments.iter().map(crate::convert::attachment).collect();
+    let incoming_attachments = incoming.attachments.clone();
     let queued = Queued {
         content: incoming.content,
         channel: incoming.channel,
@@ -409,18 +404,15 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     let correlation_id = uuid::Uuid::new_v4().to_string();
     // Every channel following the context sees the message, the one it came from included.
     let sender_id = queued.as_ref().map_or(incoming_sender.clone(), |q| q.sender.clone());
-    let entered = v1::UserMessageEntered {
+    let entered = Kind::UserMessage {
         entry_id: entry.clone(),
         sender_name: sender_name(shared, &sender_id),
         sender_id,
-        channel: crate::convert::channel_ref(incoming_channel.as_deref()) as i32,
+        channel: incoming_channel.clone(),
         content: incoming_content.clone(),
         attachments: incoming_attachments,
     };
-    shared.events.publish(
-        &record.context(),
-        event((&record.id, &turn, &correlation_id), v1::orchestrator_event::Event::UserMessage(entered)),
-    );
+    shared.events.publish(&record.context(), event((&record.id, &turn, &correlation_id), entered));
     shared.turns.update(|inflight| {
         inflight.turns.insert(
             turn.clone(),
@@ -533,7 +525,7 @@ pub fn recover(shared: &Shared) -> usize {
                 &record.context(),
                 event(
                     (&inflight.session, turn, &inflight.correlation_id),
-                    v1::orchestrator_event::Event::Error(v1::TurnError { message: content, for_users: true }),
+                    Kind::TurnError { message: content, for_users: true },
                 ),
             );
         }

@@ -88,26 +88,17 @@ pub(super) async fn run_turn(
     match appended {
         Ok(entry_id) if !failed => {
             tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "turn answered");
-            shared.events.publish(
-                &context,
-                event(ids, v1::orchestrator_event::Event::Reply(v1::ReplyComplete { entry_id, content })),
-            );
+            shared.events.publish(&context, event(ids, Kind::Reply { entry_id, content }));
         }
         Ok(_) => {
             let content = if cancel.is_cancelled() { CANCELLED.to_string() } else { content };
             tracing::warn!(%content, "turn failed");
-            shared.events.publish(
-                &context,
-                event(ids, v1::orchestrator_event::Event::Error(v1::TurnError { message: content, for_users })),
-            );
+            shared.events.publish(&context, event(ids, Kind::TurnError { message: content, for_users }));
         }
         Err(error) => {
             let message = format!("the reply could not be recorded: {error}");
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record the reply");
-            shared.events.publish(
-                &context,
-                event(ids, v1::orchestrator_event::Event::Error(v1::TurnError { message, for_users: false })),
-            );
+            shared.events.publish(&context, event(ids, Kind::TurnError { message, for_users: false }));
         }
     }
 }

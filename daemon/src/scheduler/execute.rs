@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baaaht_proto::v1;
 use tracing::Instrument as _;
 
 use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJob, TaskKind, TaskRecord};
 use crate::agents::AgentError;
 use crate::auth::{Context, ContextKind, Role};
+use crate::events::Notice;
 use crate::inbox::Item;
 use crate::sessions::{NewEntry, SessionStatus};
 use crate::Shared;
@@ -187,20 +187,14 @@ impl Daemon {
 
     /// Tells `context` `title`/`content`: on `channel` when it is connected (an event every
     /// client of that channel shows), else in the context's inbox.
-    fn tell(&self, context: &Context, channel: Option<&str>, notice: v1::TaskNotice, session: Option<&str>) {
+    fn tell(&self, context: &Context, channel: Option<&str>, notice: Notice, session: Option<&str>) {
         let shared = &self.shared;
         let connected = match channel {
             Some(channel) => shared.events.is_connected(context, family(channel)),
             None => false,
         };
-        let event = v1::OrchestratorEvent {
-            session_id: session.unwrap_or_default().to_string(),
-            event: Some(v1::orchestrator_event::Event::Notice(v1::TaskNotice {
-                channel: channel.unwrap_or_default().to_string(),
-                ..notice.clone()
-            })),
-            ..v1::OrchestratorEvent::default()
-        };
+        let told = Notice { channel: channel.unwrap_or_default().to_string(), ..notice.clone() };
+        let event = crate::events::Event::of_session(session.unwrap_or_default(), crate::events::Kind::Notice(told));
         shared.events.publish(context, event);
         if connected {
             tracing::info!(context = %context, channel, task = %notice.task_id, "task notice sent");
@@ -324,23 +318,17 @@ impl Execute for Daemon {
                         }
                     }
                 }
-                let notice = v1::TaskNotice {
-                    task_id: task.id.clone(),
-                    run_id: run,
-                    title,
-                    content,
-                    ..v1::TaskNotice::default()
-                };
+                let notice = Notice { task_id: task.id.clone(), run_id: run, title, content, ..Notice::default() };
                 self.tell(&context, channel, notice, session.as_deref());
             }
             Delivery::Failed { run, error } => {
-                let notice = v1::TaskNotice {
+                let notice = Notice {
                     task_id: task.id.clone(),
                     run_id: run,
                     title: format!("{title}: failed"),
                     content: format!("The task \"{title}\" failed: {error}"),
                     is_error: true,
-                    ..v1::TaskNotice::default()
+                    ..Notice::default()
                 };
                 self.tell(&context, channel, notice, None);
             }
@@ -350,12 +338,12 @@ impl Execute for Daemon {
                      Resume it with `baaaht tasks resume {}` once the cause is fixed.",
                     task.id, task.id
                 );
-                let notice = v1::TaskNotice {
+                let notice = Notice {
                     task_id: task.id.clone(),
                     title: format!("{title}: paused"),
                     content,
                     is_error: true,
-                    ..v1::TaskNotice::default()
+                    ..Notice::default()
                 };
                 self.tell(&context, channel, notice.clone(), None);
                 // And every admin's inbox (spec §15.7: notify admin).

@@ -15,6 +15,7 @@
 pub mod execute;
 pub mod heartbeat;
 pub mod ledger;
+mod request;
 pub mod schedule;
 pub mod watch;
 
@@ -25,13 +26,14 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
-use sha2::Digest as _;
+
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{Context, ContextKind};
 use crate::state::{self, StateError};
 pub use ledger::{Outcome, RunEvent, RunRecord, RunRow};
+pub use request::{new_task, schedule_requested, Every, TaskRequest};
 use schedule::{Schedule, ScheduleError, ScheduleSpec};
 
 const SCHEDULER_FILE: &str = "scheduler.json";
@@ -1306,66 +1308,6 @@ impl Scheduler {
             }
             self.wake.notify_one();
             return;
-        }
-    }
-}
-
-/// Schedules a task a container asked for through file IPC (`tasks/{id}.json`) for `context`;
-/// the task's id is the request's, so a request seen twice (a crash before its file was
-/// removed) schedules once. A refusal is told to the context's inbox, with why.
-pub fn schedule_requested(
-    scheduler: &Scheduler,
-    inbox: &crate::inbox::Inbox,
-    context: &Context,
-    request: crate::ipc::TaskFile,
-) -> Result<String, String> {
-    use baaaht_proto::v1;
-    // The same request of the same context is one task; another context's never collides.
-    let digest = sha2::Sha256::digest(format!("{context}\n{}", request.id).as_bytes());
-    let id = format!("task-ipc-{}", &format!("{digest:x}")[..16]);
-    if let Some(existing) = scheduler.get(&id) {
-        return if existing.context().as_ref() == Some(context) {
-            Ok(id)
-        } else {
-            Err(format!("id: task {id} belongs to another context"))
-        };
-    }
-    let kinds: Vec<v1::task_schedule::Kind> = [
-        request.cron.map(v1::task_schedule::Kind::Cron),
-        request.interval_seconds.map(v1::task_schedule::Kind::IntervalSeconds),
-        request.once.map(v1::task_schedule::Kind::Once),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let definition = v1::TaskDefinition {
-        r#type: "scheduled".into(),
-        schedule: (kinds.len() == 1).then(|| v1::TaskSchedule { kind: kinds.into_iter().next() }),
-        agent: request.agent,
-        prompt: request.prompt,
-        description: request.description,
-        timezone: request.timezone,
-        ..v1::TaskDefinition::default()
-    };
-    // Only the runners of the session's non-Coder tool containers write here: a task asked for
-    // this way can do no more than a Worker.
-    let scheduled = crate::convert::new_task(definition, context, scheduler.now())
-        .and_then(|task| {
-            let agent = execute::role_of(&task)?;
-            crate::policy::Policy::may_act_as(crate::auth::Role::Worker, agent)?;
-            Ok(task)
-        })
-        .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }).map_err(|error| error.to_string()));
-    match scheduled {
-        Ok(task) => Ok(task.id),
-        Err(why) => {
-            let content =
-                format!("An agent asked to schedule a task (request {}), and it was refused: {why}", request.id);
-            let item = crate::inbox::Item::new("A task was not scheduled", content, "", "");
-            if let Err(error) = inbox.push(context, item) {
-                tracing::warn!(context = %context, %error, "cannot tell of a refused task request");
-            }
-            Err(why)
         }
     }
 }

@@ -26,7 +26,8 @@ impl v1::agents_server::Agents for AgentsService {
             return Err(Status::permission_denied("RegisterAgent is for agent containers"));
         };
         tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
-        let mut config = crate::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity));
+        let mut config =
+            crate::server::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity));
         config.tools.extend(tools::mcp_definitions(&self.shared, &identity).await);
         Ok(Response::new(config))
     }
@@ -72,14 +73,15 @@ impl v1::agents_server::Agents for AgentsService {
             )));
         }
         let live = self.shared.agents.live(&identity.name);
-        let event = v1::OrchestratorEvent {
-            session_id: identity.session_id.clone(),
-            turn_id: live.as_ref().map(|live| live.user_turn.clone()).unwrap_or_default(),
+        let event = crate::events::Event {
+            session: identity.session_id.clone(),
+            turn: live.as_ref().map(|live| live.user_turn.clone()).unwrap_or_default(),
             correlation_id: live.map(|live| live.correlation_id).unwrap_or_default(),
-            event: Some(v1::orchestrator_event::Event::Message(v1::OutboundMessage {
-                target_context: Some(context_ref(&identity.context)),
-                ..message
-            })),
+            kind: crate::events::Kind::Message {
+                content: message.content,
+                reply_to: message.reply_to_message_id,
+                metadata: message.metadata.into_iter().collect(),
+            },
         };
         let reached = self.shared.events.publish(&identity.context, event);
         Ok(Response::new(v1::Ack { message: format!("sent to {reached} channel(s)") }))
@@ -93,8 +95,21 @@ impl v1::agents_server::Agents for AgentsService {
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("DelegateToAgent is for Assistant containers"));
         };
-        let response = crate::orchestrator::delegate(&self.shared, &identity, request.into_inner()).await?;
-        Ok(Response::new(response))
+        let request = request.into_inner();
+        let delegation = crate::orchestrator::Delegation {
+            agent: crate::server::convert::role_of(request.agent).ok().flatten(),
+            background: request.priority == v1::DelegatePriority::Background as i32,
+            task: request.task,
+            context: request.context,
+            response_format: request.response_format,
+        };
+        let done = crate::orchestrator::delegate(&self.shared, &identity, delegation).await?;
+        Ok(Response::new(v1::DelegateResponse {
+            result: done.result,
+            is_error: done.is_error,
+            background: done.background,
+            duration_ms: done.elapsed.as_millis() as u64,
+        }))
     }
 
     async fn request_tool_execution(

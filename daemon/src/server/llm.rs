@@ -137,14 +137,18 @@ fn publish_delta(
     live: &crate::agents::Live,
     event: &v1::LlmEvent,
 ) {
+    use crate::events::Kind;
     use v1::llm_event::Event;
-    use v1::orchestrator_event::Event as Out;
     let out = match &event.event {
         Some(Event::TextDelta(delta)) => {
             turns.wrote(&live.user_turn, &delta.text);
-            Out::TextDelta(delta.clone())
+            Kind::TextDelta { index: delta.index, text: delta.text.clone() }
         }
-        Some(Event::ThinkingDelta(delta)) => Out::ThinkingDelta(delta.clone()),
+        Some(Event::ThinkingDelta(delta)) => Kind::ThinkingDelta {
+            index: delta.index,
+            thinking: delta.thinking.clone(),
+            signature: delta.signature.clone(),
+        },
         Some(Event::Error(error)) if error.kind == "context_exceeded" => {
             return turns.context_exceeded(&live.user_turn);
         }
@@ -152,12 +156,7 @@ fn publish_delta(
     };
     bus.publish(
         &live.context,
-        v1::OrchestratorEvent {
-            session_id: live.session.clone(),
-            turn_id: live.user_turn.clone(),
-            correlation_id: live.correlation_id.clone(),
-            event: Some(out),
-        },
+        crate::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, out),
     );
 }
 
@@ -314,17 +313,10 @@ impl Drop for Tally {
             });
             let answered = crate::budgets::Answered { provider: &self.provider, model: &self.model };
             if let Some(warning) = budgets.settle(reservation, used, answered) {
-                let message = v1::OutboundMessage {
-                    target_context: Some(crate::convert::context_ref(&context)),
-                    content: warning,
-                    ..v1::OutboundMessage::default()
-                };
-                let event = v1::OrchestratorEvent {
-                    session_id: self.session.clone(),
-                    event: Some(v1::orchestrator_event::Event::Message(message)),
-                    ..v1::OrchestratorEvent::default()
-                };
-                bus.publish(&context, event);
+                bus.publish(
+                    &context,
+                    crate::events::Event::of_session(&self.session, crate::events::Kind::message(warning)),
+                );
             }
         }
         tracing::info!(provider, outcome, session = %self.session, "LLM stream ended");

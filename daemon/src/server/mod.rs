@@ -5,6 +5,7 @@
 //! subsystem is not built yet authorize first, then answer UNIMPLEMENTED with a sentence.
 
 mod agents;
+pub(crate) mod convert;
 pub mod layer;
 mod llm;
 mod mcp;
@@ -56,7 +57,7 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
         .ok_or_else(|| Status::internal("request reached a handler without an authenticated caller"))
 }
 
-pub use crate::convert::{context_ref, role_ref};
+pub(crate) use convert::role_ref;
 
 /// The correlation id the request layer gave `request` (empty outside the layer, in tests).
 pub(crate) fn correlation_id<T>(request: &Request<T>) -> String {
@@ -65,7 +66,9 @@ pub(crate) fn correlation_id<T>(request: &Request<T>) -> String {
 
 fn context_of(reference: Option<&v1::ContextRef>, field: &str) -> Result<Option<Context>, Status> {
     let Some(reference) = reference else { return Ok(None) };
-    crate::convert::context_of(reference).map(Some).map_err(|why| Status::invalid_argument(format!("{field}.{why}")))
+    crate::server::convert::context_of(reference)
+        .map(Some)
+        .map_err(|why| Status::invalid_argument(format!("{field}.{why}")))
 }
 
 /// Authorizes `operation` for the caller of `request` on what it names; for a user, the
@@ -150,7 +153,7 @@ fn limited(shared: &Shared, caller: &Caller, what: &str, why: String) -> Status 
 }
 
 fn role_of(value: i32) -> Result<Option<crate::auth::Role>, Status> {
-    crate::convert::role_of(value).map_err(Status::invalid_argument)
+    crate::server::convert::role_of(value).map_err(Status::invalid_argument)
 }
 
 /// The context a task request names: its group when set, else its user.

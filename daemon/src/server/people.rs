@@ -394,7 +394,7 @@ impl v1::admin_server::Admin for AdminService {
             };
         let limits = report.limits;
         Ok(Response::new(v1::UsageReport {
-            context: Some(crate::convert::context_ref(&context)),
+            context: Some(crate::server::convert::context_ref(&context)),
             today: Some(figures(
                 report.today,
                 limits.daily_tokens,

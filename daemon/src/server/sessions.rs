@@ -180,10 +180,10 @@ pub(super) fn entry(entry: &Entry) -> Option<v1::SessionEntry> {
             Kind::Message(v1::MessageEntry {
                 role: message.role.clone(),
                 content: message.content.clone(),
-                channel: crate::convert::channel_ref(message.channel_type.as_deref()) as i32,
+                channel: crate::server::convert::channel_ref(message.channel_type.as_deref()) as i32,
                 sender_id: message.sender_id.clone().unwrap_or_default(),
                 sender_name: String::new(),
-                attachments: message.attachments.iter().map(crate::convert::attachment).collect(),
+                attachments: message.attachments.iter().map(crate::server::convert::attachment).collect(),
             }),
         ),
         Entry::Delegate { id, parent, timestamp, agent, task, result, .. } => (
@@ -361,8 +361,8 @@ impl v1::sessions_server::Sessions for SessionsService {
                     received = events.recv() => received,
                 };
                 let event = match received {
-                    Ok((target, event)) if target == context && (session.is_empty() || event.session_id == session) => {
-                        event
+                    Ok((target, event)) if target == context && (session.is_empty() || event.session == session) => {
+                        crate::server::convert::event(&context, event)
                     }
                     Ok(_) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {

@@ -22,7 +22,9 @@ impl v1::skills_server::Skills for SkillsService {
             &self.shared.loaded.config.skills.directories,
             &context,
         );
-        Ok(Response::new(v1::SkillManifest { skills: skills.iter().map(crate::convert::skill_summary).collect() }))
+        Ok(Response::new(v1::SkillManifest {
+            skills: skills.iter().map(crate::server::convert::skill_summary).collect(),
+        }))
     }
 
     async fn get_skill_content(

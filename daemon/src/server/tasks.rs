@@ -28,7 +28,7 @@ impl TasksService {
     }
 
     fn definition(&self, task: &TaskRecord) -> v1::TaskDefinition {
-        crate::convert::task_definition(task, &self.zone_of(task))
+        crate::server::convert::task_definition(task, &self.zone_of(task))
     }
 
     /// The task `id` names, if the caller may `operation` it: its context's, or (a system
@@ -98,7 +98,9 @@ impl v1::tasks_server::Tasks for TasksService {
         }
         let now = self.shared.scheduler.now();
         let caller = caller(&request)?;
-        let task = crate::convert::new_task(request.into_inner(), &context, now).map_err(Status::invalid_argument)?;
+        let task =
+            crate::scheduler::new_task(crate::server::convert::task_request(request.into_inner()), &context, now)
+                .map_err(Status::invalid_argument)?;
         // An agent's task runs with at most the powers of the agent that scheduled it.
         if let Caller::Container(identity) = &caller {
             let agent = crate::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
@@ -116,7 +118,7 @@ impl v1::tasks_server::Tasks for TasksService {
             .upcoming(&task.id, 5)
             .map_err(status_of)?
             .into_iter()
-            .map(|at| crate::convert::local_time(at, &zone))
+            .map(|at| crate::server::convert::local_time(at, &zone))
             .collect();
         Ok(Response::new(v1::ScheduledTask { task: Some(self.definition(&task)), next_runs }))
     }
@@ -141,8 +143,10 @@ impl v1::tasks_server::Tasks for TasksService {
     async fn resume_task(&self, request: Request<v1::TaskId>) -> Result<Response<v1::Ack>, Status> {
         let task = self.authorized(&request, Operation::ResumeTask, &request.get_ref().id)?;
         let resumed = self.shared.scheduler.resume(&task.id).map_err(status_of)?;
-        let next =
-            resumed.next_run.map(|at| crate::convert::local_time(at, &self.zone_of(&resumed))).unwrap_or_default();
+        let next = resumed
+            .next_run
+            .map(|at| crate::server::convert::local_time(at, &self.zone_of(&resumed)))
+            .unwrap_or_default();
         Ok(Response::new(v1::Ack { message: format!("task {} resumed; next run {next}", task.id) }))
     }
 
@@ -172,7 +176,7 @@ impl v1::tasks_server::Tasks for TasksService {
             runs.push(v1::NextRun {
                 task_id: task.id.clone(),
                 description: task.description.clone(),
-                runs: upcoming.into_iter().map(|at| crate::convert::local_time(at, &zone)).collect(),
+                runs: upcoming.into_iter().map(|at| crate::server::convert::local_time(at, &zone)).collect(),
             });
         }
         Ok(Response::new(v1::NextRunList { runs }))
@@ -203,7 +207,7 @@ impl v1::tasks_server::Tasks for TasksService {
             return Err(status_of(SchedulerError::NotFound(id)));
         }
         Ok(Response::new(v1::TaskRunList {
-            runs: rows.iter().map(|row| crate::convert::task_run(row, &zone)).collect(),
+            runs: rows.iter().map(|row| crate::server::convert::task_run(row, &zone)).collect(),
         }))
     }
 }

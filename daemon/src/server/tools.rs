@@ -147,21 +147,14 @@ pub(super) async fn request(
 /// Tells the turn's watchers that `tool` finished (or failed) for the agent `identity`.
 fn publish_progress(shared: &Shared, identity: &ContainerIdentity, tool: &str, is_error: bool, duration_ms: u64) {
     if let Some(live) = shared.agents.live(&identity.name) {
-        let progress = v1::ToolProgress {
-            agent: super::role_ref(identity.role) as i32,
+        let progress = crate::events::Kind::Tool {
+            agent: identity.role,
             tool: tool.to_string(),
             state: if is_error { "failed" } else { "finished" }.into(),
             duration_ms,
         };
-        shared.events.publish(
-            &live.context,
-            v1::OrchestratorEvent {
-                session_id: live.session,
-                turn_id: live.user_turn,
-                correlation_id: live.correlation_id,
-                event: Some(v1::orchestrator_event::Event::Tool(progress)),
-            },
-        );
+        let event = crate::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, progress);
+        shared.events.publish(&live.context, event);
     }
 }
 

@@ -90,6 +90,62 @@ pub fn request_from_proto(request: v1::LlmRequest) -> Result<Request, BadRequest
     })
 }
 
+/// The protocol message of a model message (what a request built in the daemon is sent as).
+pub fn message_to_proto(message: &Message) -> v1::LlmMessage {
+    use v1::content_block::Block as B;
+    let content = message
+        .content
+        .iter()
+        .map(|block| {
+            let block = match block {
+                Block::Text(text) => B::Text(text.clone()),
+                Block::Image { media_type, data } => {
+                    B::Image(v1::ImageBlock { media_type: media_type.clone(), data: data.clone() })
+                }
+                Block::ToolUse { id, name, input } => {
+                    B::ToolUse(v1::ToolUseBlock { id: id.clone(), name: name.clone(), input_json: input.to_string() })
+                }
+                Block::ToolResult { tool_use_id, content, is_error } => B::ToolResult(v1::ToolResultBlock {
+                    tool_use_id: tool_use_id.clone(),
+                    content: content.clone(),
+                    is_error: *is_error,
+                }),
+                Block::Thinking { thinking, signature } => {
+                    B::Thinking(v1::ThinkingBlock { thinking: thinking.clone(), signature: signature.clone() })
+                }
+            };
+            v1::ContentBlock { block: Some(block) }
+        })
+        .collect();
+    let role = match message.role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    };
+    v1::LlmMessage { role: role.into(), content }
+}
+
+/// The protocol request of a model request (the model keeps its `{provider}/` prefix).
+pub fn request_to_proto(request: &Request) -> v1::LlmRequest {
+    v1::LlmRequest {
+        model: request.model.clone(),
+        system: request.system.clone(),
+        messages: request.messages.iter().map(message_to_proto).collect(),
+        tools: request
+            .tools
+            .iter()
+            .map(|tool| v1::ToolDefinition {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                parameters_json: tool.parameters.to_string(),
+            })
+            .collect(),
+        max_tokens: request.max_tokens,
+        temperature: request.temperature,
+        thinking_budget: request.thinking_budget,
+        stop: request.stop.clone(),
+    }
+}
+
 /// The protocol event of a model event.
 pub fn event_to_proto(event: Event) -> v1::LlmEvent {
     use v1::llm_event::Event as E;
@@ -188,6 +244,8 @@ mod tests {
         );
         assert_eq!(converted.tools[0].parameters["type"], "object");
         assert_eq!(converted.max_tokens, Some(100));
+        // And back: what the daemon builds reaches the gateway as it was.
+        assert_eq!(request_from_proto(request_to_proto(&converted)), Ok(converted));
     }
 
     #[test]

@@ -1,13 +1,12 @@
-//! The protocol's names for the domain's roles and contexts, in one place. The server converts
-//! requests and answers here, and so do the subsystems that speak the protocol to agents
-//! (orchestrator, ipc, tools); none of them imports the wire layer (`server/`) for it.
+//! The protocol's forms of the domain's types, and the domain's of the protocol's, in one
+//! place: only `server/` speaks the wire format, and it converts here.
 
 use baaaht_proto::v1;
 
 use crate::auth::{Context, ContextKind, Role};
 
 /// The protocol's reference to `context`.
-pub fn context_ref(context: &Context) -> v1::ContextRef {
+pub(crate) fn context_ref(context: &Context) -> v1::ContextRef {
     let kind = match context.kind {
         ContextKind::User => v1::ContextType::User,
         ContextKind::Group => v1::ContextType::Group,
@@ -17,7 +16,7 @@ pub fn context_ref(context: &Context) -> v1::ContextRef {
 
 /// The context a protocol reference names; the error says what is wrong with it (the caller
 /// adds the field's name).
-pub fn context_of(reference: &v1::ContextRef) -> Result<Context, String> {
+pub(crate) fn context_of(reference: &v1::ContextRef) -> Result<Context, String> {
     let kind = match v1::ContextType::try_from(reference.r#type) {
         Ok(v1::ContextType::User) => ContextKind::User,
         Ok(v1::ContextType::Group) => ContextKind::Group,
@@ -33,7 +32,7 @@ pub fn context_of(reference: &v1::ContextRef) -> Result<Context, String> {
 }
 
 /// The protocol's name for `role`.
-pub fn role_ref(role: Role) -> v1::AgentRole {
+pub(crate) fn role_ref(role: Role) -> v1::AgentRole {
     match role {
         Role::Assistant => v1::AgentRole::Assistant,
         Role::Worker => v1::AgentRole::Worker,
@@ -46,7 +45,7 @@ pub fn role_ref(role: Role) -> v1::AgentRole {
 }
 
 /// The role a protocol value names; `None` for "unspecified".
-pub fn role_of(value: i32) -> Result<Option<Role>, String> {
+pub(crate) fn role_of(value: i32) -> Result<Option<Role>, String> {
     Ok(match v1::AgentRole::try_from(value) {
         Ok(v1::AgentRole::Unspecified) => None,
         Ok(v1::AgentRole::Assistant) => Some(Role::Assistant),
@@ -61,7 +60,7 @@ pub fn role_of(value: i32) -> Result<Option<Role>, String> {
 }
 
 /// A file shared with a message, as clients see it.
-pub fn attachment(attachment: &crate::sessions::log::Attachment) -> v1::Attachment {
+pub(crate) fn attachment(attachment: &crate::sessions::log::Attachment) -> v1::Attachment {
     v1::Attachment {
         filename: attachment.path.strip_prefix("uploads/").unwrap_or(&attachment.path).to_string(),
         mime_type: attachment.mime_type.clone(),
@@ -71,7 +70,7 @@ pub fn attachment(attachment: &crate::sessions::log::Attachment) -> v1::Attachme
 }
 
 /// The protocol's channel type for a channel's name (`tui`, `cli`, `web`, `slack`).
-pub fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
+pub(crate) fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
     match channel {
         Some("tui") => v1::ChannelType::Tui,
         Some("cli") => v1::ChannelType::Cli,
@@ -81,9 +80,59 @@ pub fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
     }
 }
 
+/// The wire form of `event`, which the bus carried to `context`'s channels.
+pub(crate) fn event(context: &Context, event: crate::events::Event) -> v1::OrchestratorEvent {
+    use crate::events::Kind;
+    use v1::orchestrator_event::Event as Out;
+    let kind = match event.kind {
+        Kind::UserMessage { entry_id, sender_id, sender_name, channel, content, attachments } => {
+            Out::UserMessage(v1::UserMessageEntered {
+                entry_id,
+                sender_id,
+                channel: channel_ref(channel.as_deref()) as i32,
+                content,
+                sender_name,
+                attachments: attachments.iter().map(attachment).collect(),
+            })
+        }
+        Kind::TextDelta { index, text } => Out::TextDelta(v1::TextDelta { index, text }),
+        Kind::ThinkingDelta { index, thinking, signature } => {
+            Out::ThinkingDelta(v1::ThinkingDelta { index, thinking, signature })
+        }
+        Kind::Delegation { agent, task, state, result } => {
+            Out::Delegation(v1::DelegationProgress { agent: role_ref(agent) as i32, task, state, result })
+        }
+        Kind::Tool { agent, tool, state, duration_ms } => {
+            Out::Tool(v1::ToolProgress { agent: role_ref(agent) as i32, tool, state, duration_ms })
+        }
+        Kind::Reply { entry_id, content } => Out::Reply(v1::ReplyComplete { entry_id, content }),
+        Kind::TurnError { message, for_users } => Out::Error(v1::TurnError { message, for_users }),
+        Kind::Message { content, reply_to, metadata } => Out::Message(v1::OutboundMessage {
+            target_context: Some(context_ref(context)),
+            content,
+            reply_to_message_id: reply_to,
+            metadata: metadata.into_iter().collect(),
+        }),
+        Kind::Notice(notice) => Out::Notice(v1::TaskNotice {
+            task_id: notice.task_id,
+            run_id: notice.run_id,
+            title: notice.title,
+            content: notice.content,
+            channel: notice.channel,
+            is_error: notice.is_error,
+        }),
+    };
+    v1::OrchestratorEvent {
+        session_id: event.session,
+        turn_id: event.turn,
+        correlation_id: event.correlation_id,
+        event: Some(kind),
+    }
+}
+
 /// A skill's entry in a manifest: name and description, and the whole body of an
 /// always-loaded skill.
-pub fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {
+pub(crate) fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {
     v1::SkillSummary {
         name: found.skill.name.clone(),
         description: found.skill.description.clone(),
@@ -94,7 +143,7 @@ pub fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {
 }
 
 /// RegisterAgent's answer.
-pub fn agent_config(setup: crate::agents::AgentSetup) -> v1::AgentConfig {
+pub(crate) fn agent_config(setup: crate::agents::AgentSetup) -> v1::AgentConfig {
     v1::AgentConfig {
         role: role_ref(setup.role) as i32,
         model: setup.model,
@@ -117,12 +166,12 @@ pub fn agent_config(setup: crate::agents::AgentSetup) -> v1::AgentConfig {
 }
 
 /// `at` in `zone` as RFC 3339 with its UTC offset (what people read: `2026-06-01T09:00:00+02:00`).
-pub fn local_time(at: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
+pub(crate) fn local_time(at: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
     at.to_zoned(zone.clone()).strftime("%Y-%m-%dT%H:%M:%S%:z").to_string()
 }
 
 /// A task as the protocol shows it, its times in its own time zone.
-pub fn task_definition(task: &crate::scheduler::TaskRecord, zone: &jiff::tz::TimeZone) -> v1::TaskDefinition {
+pub(crate) fn task_definition(task: &crate::scheduler::TaskRecord, zone: &jiff::tz::TimeZone) -> v1::TaskDefinition {
     use crate::scheduler::{ContextMode, CreatedBy, TaskKind, TaskStatus};
     let spec = &task.schedule;
     let kind = if let Some(cadence) = spec.cadence {
@@ -190,7 +239,7 @@ pub fn task_definition(task: &crate::scheduler::TaskRecord, zone: &jiff::tz::Tim
 }
 
 /// A run as the protocol shows it.
-pub fn task_run(row: &crate::scheduler::RunRow, zone: &jiff::tz::TimeZone) -> v1::TaskRun {
+pub(crate) fn task_run(row: &crate::scheduler::RunRow, zone: &jiff::tz::TimeZone) -> v1::TaskRun {
     v1::TaskRun {
         run_id: row.run.clone(),
         slot: local_time(row.slot, zone),
@@ -207,132 +256,30 @@ pub fn task_run(row: &crate::scheduler::RunRow, zone: &jiff::tz::TimeZone) -> v1
     }
 }
 
-/// A new task from a ScheduleTask request, for `context`, as of `now`: every field checked,
-/// each error naming its field and what would do.
-pub fn new_task(
-    definition: v1::TaskDefinition,
-    context: &Context,
-    now: jiff::Timestamp,
-) -> Result<crate::scheduler::TaskRecord, String> {
-    use crate::scheduler::schedule::{self, ScheduleSpec};
-    use crate::scheduler::{
-        CatchUp, Concurrency, ContextMode, CreatedBy, Notification, TaskKind, TaskRecord, TaskStatus, MOST_PROMPT,
-    };
-    match definition.r#type.as_str() {
-        "" | "scheduled" => {}
-        "heartbeat" => return Err("type: heartbeats come from HEARTBEAT.md; edit it instead".into()),
-        "system" => return Err("type: system tasks are the daemon's own".into()),
-        other => return Err(format!("type: `{other}` is not a task type; use scheduled")),
-    }
-    let prompt = definition.prompt.trim().to_string();
-    if prompt.is_empty() {
-        return Err("prompt: say what the agent should do when the task runs".into());
-    }
-    if prompt.len() > MOST_PROMPT {
-        return Err(format!("prompt: {} bytes is too long; keep it under {MOST_PROMPT}", prompt.len()));
-    }
-    let timezone = definition.timezone.trim().to_string();
-    if !timezone.is_empty() {
-        schedule::zone(&timezone).map_err(|error| error.to_string())?;
-    }
-    let active_hours = match definition.active_hours.trim() {
-        "" => None,
-        text => Some(
-            text.parse::<schedule::ActiveHours>()
-                .map_err(|error: schedule::ScheduleError| error.to_string())?
-                .to_string(),
-        ),
-    };
-    let kind = definition.schedule.and_then(|schedule| schedule.kind).ok_or_else(|| {
-        "schedule: give one of cron (\"0 9 * * 1\"), interval_seconds, once (RFC 3339 with offset) or cadence"
-            .to_string()
-    })?;
-    let spec = match kind {
-        v1::task_schedule::Kind::Cron(cron) => {
-            ScheduleSpec { cron: Some(cron), active_hours: active_hours.clone(), ..ScheduleSpec::default() }
-        }
-        v1::task_schedule::Kind::IntervalSeconds(every) => {
-            let anchor = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
-            ScheduleSpec { interval: Some(every), anchor: Some(anchor), ..ScheduleSpec::default() }
-        }
-        v1::task_schedule::Kind::Once(text) => {
-            let once: jiff::Timestamp = text.trim().parse().map_err(|_unreadable: jiff::Error| {
-                format!(
-                    "schedule.once: `{}` is not an RFC 3339 time with its UTC offset (e.g. 2026-03-01T08:00:00+01:00 \
-                     or 2026-03-01T07:00:00Z)",
-                    text.trim()
-                )
-            })?;
-            ScheduleSpec { once: Some(once), ..ScheduleSpec::default() }
-        }
-        v1::task_schedule::Kind::Cadence(text) => {
-            let cadence: schedule::Cadence =
-                text.parse().map_err(|error: schedule::ScheduleError| error.to_string())?;
-            schedule::cadence_schedule(cadence, active_hours.as_deref(), &mut schedule::random_below)
-        }
-    };
-    let context_mode = match definition.context_mode.as_str() {
-        "" | "isolated" => ContextMode::Isolated,
-        "session" => ContextMode::Session,
-        "silent" => ContextMode::Silent,
-        other => return Err(format!("context_mode: `{other}` is not session, isolated or silent")),
-    };
-    let notification = match definition.notification {
-        Some(notification) => {
-            if !crate::profile::is_valid_channel(&notification.channel) {
-                return Err(format!(
-                    "notification.channel: `{}` is not a channel; use tui, web, slack, slack/dm, slack/CHANNEL or none \
-                     (empty: the user's preferred channel)",
-                    notification.channel
-                ));
-            }
-            Notification {
-                channel: notification.channel,
-                on_success: notification.on_success,
-                on_failure: notification.on_failure,
-            }
-        }
-        None => Notification { channel: String::new(), on_success: true, on_failure: true },
-    };
-    let catch_up = CatchUp::try_from(definition.catch_up)?;
-    let concurrency = match definition.concurrency.as_str() {
-        "" | "forbid" => Concurrency::Forbid,
-        "allow" => Concurrency::Allow,
-        other => return Err(format!("concurrency: `{other}` is not forbid or allow")),
-    };
-    let agent = if definition.agent.is_empty() { "worker".to_string() } else { definition.agent };
-    let description = match definition.description.trim() {
-        "" => crate::scheduler::ledger::shortened(prompt.lines().next().unwrap_or_default(), 80),
-        text => crate::scheduler::ledger::shortened(text, 200),
-    };
-    let (user_id, group_id) = crate::scheduler::owner_ids(context);
-    let task = TaskRecord {
-        id: String::new(),
-        kind: TaskKind::Scheduled,
-        user_id,
-        group_id,
-        schedule: spec,
-        timezone,
-        agent,
-        prompt,
-        context_mode,
-        notification,
-        status: TaskStatus::Active,
-        last_run: None,
-        next_run: None,
-        failure_count: 0,
-        created_at: now,
-        created_by: CreatedBy::User,
-        description,
-        catch_up,
-        concurrency,
+/// The domain's form of a ScheduleTask request (checked by the scheduler).
+pub(crate) fn task_request(definition: v1::TaskDefinition) -> crate::scheduler::TaskRequest {
+    use crate::scheduler::{Every, TaskRequest};
+    let kind = definition.schedule.and_then(|schedule| schedule.kind).map(|kind| match kind {
+        v1::task_schedule::Kind::Cron(cron) => Every::Cron(cron),
+        v1::task_schedule::Kind::IntervalSeconds(seconds) => Every::Seconds(seconds),
+        v1::task_schedule::Kind::Once(at) => Every::Once(at),
+        v1::task_schedule::Kind::Cadence(cadence) => Every::Cadence(cadence),
+    });
+    TaskRequest {
+        r#type: definition.r#type,
+        schedule: kind,
+        agent: definition.agent,
+        prompt: definition.prompt,
+        description: definition.description,
+        timezone: definition.timezone,
+        active_hours: definition.active_hours,
+        context_mode: definition.context_mode,
+        notification: definition.notification.map(|n| (n.channel, n.on_success, n.on_failure)),
+        catch_up: definition.catch_up,
+        concurrency: definition.concurrency,
         retry_interrupted: definition.retry_interrupted,
-        timeout: definition.timeout_seconds,
-        section: None,
-        system_job: None,
-    };
-    crate::scheduler::execute::role_of(&task)?;
-    Ok(task)
+        timeout_seconds: definition.timeout_seconds,
+    }
 }
 
 #[cfg(test)]

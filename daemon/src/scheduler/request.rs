@@ -1,0 +1,215 @@
+//! A task as a user or an agent asks for it (ScheduleTask, or a `tasks/{id}.json` request of a
+//! tool container), checked field by field into a [`TaskRecord`].
+
+use sha2::Digest as _;
+
+use super::schedule::{self, ScheduleSpec};
+use super::{
+    execute, CatchUp, Concurrency, ContextMode, CreatedBy, Notification, Scheduler, TaskKind, TaskRecord, TaskStatus,
+    MOST_PROMPT,
+};
+use crate::auth::Context;
+
+/// When a requested task runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Every {
+    /// A 5-field cron expression.
+    Cron(String),
+    /// Seconds between runs.
+    Seconds(u64),
+    /// One run, at an RFC 3339 time.
+    Once(String),
+    /// hourly, daily, weekly, biweekly or monthly.
+    Cadence(String),
+}
+
+/// A task as asked for, each field as written (empty: the default).
+#[derive(Debug, Clone, Default)]
+pub struct TaskRequest {
+    /// `scheduled` (or empty); heartbeats and system tasks are refused.
+    pub r#type: String,
+    pub schedule: Option<Every>,
+    pub agent: String,
+    pub prompt: String,
+    pub description: String,
+    pub timezone: String,
+    pub active_hours: String,
+    pub context_mode: String,
+    /// Channel, on success, on failure.
+    pub notification: Option<(String, bool, bool)>,
+    pub catch_up: String,
+    pub concurrency: String,
+    pub retry_interrupted: bool,
+    pub timeout_seconds: u64,
+}
+
+/// A new task from a request, for `context`, as of `now`: every field checked,
+/// each error naming its field and what would do.
+pub fn new_task(definition: TaskRequest, context: &Context, now: jiff::Timestamp) -> Result<TaskRecord, String> {
+    match definition.r#type.as_str() {
+        "" | "scheduled" => {}
+        "heartbeat" => return Err("type: heartbeats come from HEARTBEAT.md; edit it instead".into()),
+        "system" => return Err("type: system tasks are the daemon's own".into()),
+        other => return Err(format!("type: `{other}` is not a task type; use scheduled")),
+    }
+    let prompt = definition.prompt.trim().to_string();
+    if prompt.is_empty() {
+        return Err("prompt: say what the agent should do when the task runs".into());
+    }
+    if prompt.len() > MOST_PROMPT {
+        return Err(format!("prompt: {} bytes is too long; keep it under {MOST_PROMPT}", prompt.len()));
+    }
+    let timezone = definition.timezone.trim().to_string();
+    if !timezone.is_empty() {
+        schedule::zone(&timezone).map_err(|error| error.to_string())?;
+    }
+    let active_hours = match definition.active_hours.trim() {
+        "" => None,
+        text => Some(
+            text.parse::<schedule::ActiveHours>()
+                .map_err(|error: schedule::ScheduleError| error.to_string())?
+                .to_string(),
+        ),
+    };
+    let kind = definition.schedule.ok_or_else(|| {
+        "schedule: give one of cron (\"0 9 * * 1\"), interval_seconds, once (RFC 3339 with offset) or cadence"
+            .to_string()
+    })?;
+    let spec = match kind {
+        Every::Cron(cron) => {
+            ScheduleSpec { cron: Some(cron), active_hours: active_hours.clone(), ..ScheduleSpec::default() }
+        }
+        Every::Seconds(every) => {
+            let anchor = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+            ScheduleSpec { interval: Some(every), anchor: Some(anchor), ..ScheduleSpec::default() }
+        }
+        Every::Once(text) => {
+            let once: jiff::Timestamp = text.trim().parse().map_err(|_unreadable: jiff::Error| {
+                format!(
+                    "schedule.once: `{}` is not an RFC 3339 time with its UTC offset (e.g. 2026-03-01T08:00:00+01:00 \
+                     or 2026-03-01T07:00:00Z)",
+                    text.trim()
+                )
+            })?;
+            ScheduleSpec { once: Some(once), ..ScheduleSpec::default() }
+        }
+        Every::Cadence(text) => {
+            let cadence: schedule::Cadence =
+                text.parse().map_err(|error: schedule::ScheduleError| error.to_string())?;
+            schedule::cadence_schedule(cadence, active_hours.as_deref(), &mut schedule::random_below)
+        }
+    };
+    let context_mode = match definition.context_mode.as_str() {
+        "" | "isolated" => ContextMode::Isolated,
+        "session" => ContextMode::Session,
+        "silent" => ContextMode::Silent,
+        other => return Err(format!("context_mode: `{other}` is not session, isolated or silent")),
+    };
+    let notification = match definition.notification {
+        Some((channel, on_success, on_failure)) => {
+            if !crate::profile::is_valid_channel(&channel) {
+                return Err(format!(
+                    "notification.channel: `{channel}` is not a channel; use tui, web, slack, slack/dm, slack/CHANNEL or \
+                     none (empty: the user's preferred channel)"
+                ));
+            }
+            Notification { channel, on_success, on_failure }
+        }
+        None => Notification { channel: String::new(), on_success: true, on_failure: true },
+    };
+    let catch_up = CatchUp::try_from(definition.catch_up)?;
+    let concurrency = match definition.concurrency.as_str() {
+        "" | "forbid" => Concurrency::Forbid,
+        "allow" => Concurrency::Allow,
+        other => return Err(format!("concurrency: `{other}` is not forbid or allow")),
+    };
+    let agent = if definition.agent.is_empty() { "worker".to_string() } else { definition.agent };
+    let description = match definition.description.trim() {
+        "" => super::ledger::shortened(prompt.lines().next().unwrap_or_default(), 80),
+        text => super::ledger::shortened(text, 200),
+    };
+    let (user_id, group_id) = super::owner_ids(context);
+    let task = TaskRecord {
+        id: String::new(),
+        kind: TaskKind::Scheduled,
+        user_id,
+        group_id,
+        schedule: spec,
+        timezone,
+        agent,
+        prompt,
+        context_mode,
+        notification,
+        status: TaskStatus::Active,
+        last_run: None,
+        next_run: None,
+        failure_count: 0,
+        created_at: now,
+        created_by: CreatedBy::User,
+        description,
+        catch_up,
+        concurrency,
+        retry_interrupted: definition.retry_interrupted,
+        timeout: definition.timeout_seconds,
+        section: None,
+        system_job: None,
+    };
+    super::execute::role_of(&task)?;
+    Ok(task)
+}
+
+/// Schedules a task a container asked for through file IPC (`tasks/{id}.json`) for `context`;
+/// the task's id is the request's, so a request seen twice (a crash before its file was
+/// removed) schedules once. A refusal is told to the context's inbox, with why.
+pub fn schedule_requested(
+    scheduler: &Scheduler,
+    inbox: &crate::inbox::Inbox,
+    context: &Context,
+    request: crate::ipc::TaskFile,
+) -> Result<String, String> {
+    // The same request of the same context is one task; another context's never collides.
+    let digest = sha2::Sha256::digest(format!("{context}\n{}", request.id).as_bytes());
+    let id = format!("task-ipc-{}", &format!("{digest:x}")[..16]);
+    if let Some(existing) = scheduler.get(&id) {
+        return if existing.context().as_ref() == Some(context) {
+            Ok(id)
+        } else {
+            Err(format!("id: task {id} belongs to another context"))
+        };
+    }
+    let kinds: Vec<Every> =
+        [request.cron.map(Every::Cron), request.interval_seconds.map(Every::Seconds), request.once.map(Every::Once)]
+            .into_iter()
+            .flatten()
+            .collect();
+    let definition = TaskRequest {
+        r#type: "scheduled".into(),
+        schedule: if kinds.len() == 1 { kinds.into_iter().next() } else { None },
+        agent: request.agent,
+        prompt: request.prompt,
+        description: request.description,
+        timezone: request.timezone,
+        ..TaskRequest::default()
+    };
+    // Only the runners of the session's non-Coder tool containers write here: a task asked for
+    // this way can do no more than a Worker.
+    let scheduled = new_task(definition, context, scheduler.now())
+        .and_then(|task| {
+            let agent = execute::role_of(&task)?;
+            crate::policy::Policy::may_act_as(crate::auth::Role::Worker, agent)?;
+            Ok(task)
+        })
+        .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }).map_err(|error| error.to_string()));
+    match scheduled {
+        Ok(task) => Ok(task.id),
+        Err(why) => {
+            let content =
+                format!("An agent asked to schedule a task (request {}), and it was refused: {why}", request.id);
+            let item = crate::inbox::Item::new("A task was not scheduled", content, "", "");
+            if let Err(error) = inbox.push(context, item) {
+                tracing::warn!(context = %context, %error, "cannot tell of a refused task request");
+            }
+            Err(why)
+        }
+    }
+}
