@@ -9,13 +9,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use baaaht_proto::v1;
-use tokio::sync::{mpsc, oneshot, watch};
+use baaaht_llm::model::Message;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
-use crate::health::{ProbeSlot, Probed};
+use crate::health::Probed;
+use crate::peers::{Down, Peer, Up};
 
 /// How long a new agent may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,14 +50,36 @@ pub struct Live {
     pub user_turn: String,
 }
 
-/// An agent connected over TakeTurns.
-#[derive(Debug)]
-struct Connection {
-    turns: mpsc::Sender<v1::AgentTurn>,
-    pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::TurnResult>>>>,
-    probe: Arc<ProbeSlot>,
-    identity: ContainerIdentity,
+/// A turn (or a task) for an agent: the conversation it sees, ending with the new message.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Turn {
+    pub turn_id: String,
+    pub correlation_id: String,
+    pub messages: Vec<Message>,
+    /// The session's model, after SwitchModel; empty: the role's.
+    pub model: String,
+    /// The date and time now where the user is, for "tomorrow at 8".
+    pub now: String,
+    /// The W3C trace context of the turn; empty when tracing is off.
+    pub traceparent: String,
 }
+
+/// What an agent answered a [`Turn`] with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnOutcome {
+    /// Every text the model wrote in the turn, in order.
+    pub content: String,
+    pub is_error: bool,
+    /// Model calls the turn took.
+    pub steps: u32,
+    /// The daemon refused the model call (a budget limit): `content` is its sentence.
+    pub refused: bool,
+    /// Input and output tokens of every model call of the turn.
+    pub tokens: u64,
+}
+
+/// An agent connected over TakeTurns.
+type Connection = Peer<Turn, TurnOutcome>;
 
 /// An idle agent container.
 #[derive(Debug)]
@@ -87,7 +111,7 @@ pub struct AgentSetup {
 #[derive(Debug)]
 pub struct Work {
     pub live: Live,
-    pub turn: v1::AgentTurn,
+    pub turn: Turn,
     pub timeout: Duration,
     /// Stops the work: the container is stopped mid-turn and the answer is [`AgentError::Cancelled`].
     pub cancel: CancellationToken,
@@ -103,6 +127,8 @@ pub struct AgentPool {
     /// Container name → the turn it works on.
     live: Mutex<HashMap<String, Live>>,
     changes: watch::Sender<u64>,
+    /// Holds each connection's reader, so shutdown waits for it.
+    tracker: TaskTracker,
 }
 
 impl std::fmt::Debug for AgentPool {
@@ -112,7 +138,7 @@ impl std::fmt::Debug for AgentPool {
 }
 
 impl AgentPool {
-    pub fn new(containers: Arc<ContainerManager>, assistant_idle: Duration) -> AgentPool {
+    pub fn new(containers: Arc<ContainerManager>, assistant_idle: Duration, tracker: TaskTracker) -> AgentPool {
         AgentPool {
             containers,
             assistant_idle,
@@ -120,6 +146,7 @@ impl AgentPool {
             connected: Mutex::default(),
             live: Mutex::default(),
             changes: watch::channel(0).0,
+            tracker,
         }
     }
 
@@ -230,26 +257,22 @@ impl AgentPool {
     }
 
     /// Runs one turn in a container of its session and role and returns the agent's answer.
-    pub async fn run(&self, work: Work) -> Result<v1::TurnResult, AgentError> {
+    pub async fn run(&self, work: Work) -> Result<TurnOutcome, AgentError> {
         self.run_named(work).await.map(|(result, _)| result)
     }
 
     /// [`AgentPool::run`], also naming the container that did the work.
-    pub async fn run_named(&self, work: Work) -> Result<(v1::TurnResult, String), AgentError> {
+    pub async fn run_named(&self, work: Work) -> Result<(TurnOutcome, String), AgentError> {
         let Work { live, turn, timeout, cancel } = work;
         let role = live.role;
         let container = self.take(&live.session, &live.context, role).await?;
-        let (done, answer) = oneshot::channel();
-        let turns = {
-            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some(connection) = connected.get(&container) else { return Err(AgentError::Lost(role)) };
-            connection.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(turn.turn_id.clone(), done);
-            connection.turns.clone()
-        };
+        let peer = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(&container).cloned();
+        let Some(peer) = peer else { return Err(AgentError::Lost(role)) };
         let session = live.session.clone();
         self.live.lock().unwrap_or_else(PoisonError::into_inner).insert(container.clone(), live);
         let outcome = async {
-            turns.send(turn).await.map_err(|_closed| AgentError::Lost(role))?;
+            let id = turn.turn_id.clone();
+            let answer = peer.send(&id, turn).await.map_err(|_lost| AgentError::Lost(role))?;
             tokio::select! {
                 answered = tokio::time::timeout(timeout, answer) => match answered {
                     Ok(Ok(result)) => Ok(result),
@@ -270,42 +293,20 @@ impl AgentPool {
     }
 
     /// Registers an agent that connected over TakeTurns and returns the stream of its turns;
-    /// results arriving on `reports` complete the pending turns.
+    /// answers arriving on `reports` complete the pending turns.
     pub fn attach(
         self: &Arc<Self>,
         identity: &ContainerIdentity,
-        mut reports: impl tokio_stream::Stream<Item = Result<v1::AgentReport, tonic::Status>> + Unpin + Send + 'static,
-    ) -> mpsc::Receiver<v1::AgentTurn> {
-        let (turns, receiver) = mpsc::channel(2);
-        let pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::TurnResult>>>> = Arc::default();
-        let probe = Arc::new(ProbeSlot::default());
+        reports: impl tokio_stream::Stream<Item = Result<Up<TurnOutcome>, String>> + Unpin + Send + 'static,
+    ) -> mpsc::Receiver<Down<Turn>> {
+        let (peer, receiver) = Connection::new(identity, 2);
         let name = identity.name.clone();
-        let connection =
-            Connection { turns, pending: pending.clone(), probe: probe.clone(), identity: identity.clone() };
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), connection);
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), peer.clone());
         self.changes.send_modify(|count| *count += 1);
         let pool = self.clone();
-        tokio::spawn(async move {
-            use tokio_stream::StreamExt as _;
-            while let Some(report) = reports.next().await {
-                match report {
-                    Ok(v1::AgentReport { kind: Some(v1::agent_report::Kind::Result(result)) }) => {
-                        let waiter = pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&result.turn_id);
-                        match waiter {
-                            // silent-ok: the turn may have timed out meanwhile.
-                            Some(waiter) => drop(waiter.send(result)),
-                            None => {
-                                tracing::warn!(container = %name, turn = %result.turn_id, "an answer to no pending turn")
-                            }
-                        }
-                    }
-                    Ok(v1::AgentReport { kind: Some(v1::agent_report::Kind::Health(health)) }) => probe.answer(health),
-                    Ok(_) => {}
-                    Err(status) => {
-                        tracing::warn!(container = %name, error = %status.message(), "the agent's stream broke");
-                        break;
-                    }
-                }
+        self.tracker.spawn(async move {
+            if let Some(error) = peer.pump(reports).await {
+                tracing::warn!(container = %name, %error, "the agent's stream broke");
             }
             pool.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
             pool.changes.send_modify(|count| *count += 1);
@@ -317,17 +318,14 @@ impl AgentPool {
     /// The connected agents, for the health monitor.
     pub fn probe_targets(&self) -> Vec<Probed> {
         let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-        connected.values().map(|connection| Probed::from(&connection.identity)).collect()
+        connected.values().map(Connection::probed).collect()
     }
 
     /// Asks the agent in `container` whether it is well, over its own turn stream.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<v1::HealthCheckResponse, String> {
-        let found = {
-            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-            connected.get(container).map(|connection| (connection.turns.clone(), connection.probe.clone()))
-        };
-        let wrap = |request| v1::AgentTurn { health_check: Some(request), ..v1::AgentTurn::default() };
-        crate::health::probe_over(found, container, wrap, timeout).await
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::health::Answer, String> {
+        let peer = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(container).cloned();
+        let peer = peer.ok_or_else(|| "it is no longer connected".to_string())?;
+        peer.probe(timeout).await
     }
 
     /// Replaces an agent that failed its health checks: its container is removed (a turn it

@@ -45,7 +45,8 @@ pub async fn watch_service(
             reason = &mut exited => return (reason, "exited"),
             () = tokio::time::sleep(interval) => {}
         }
-        let check = client.health_check(probe_request(what));
+        let probe = probe_request(what);
+        let check = client.health_check(v1::HealthCheckRequest { container_id: probe.container, probe: probe.probe });
         let problem = match tokio::time::timeout(timeout, check).await {
             Ok(Ok(response)) => {
                 let response = response.into_inner();
@@ -68,19 +69,36 @@ pub async fn watch_service(
     }
 }
 
+/// A health probe of a container, numbered so that a late answer is not taken for the next
+/// probe's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    pub container: String,
+    pub probe: u64,
+}
+
+/// A container's answer to a [`Probe`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub probe: u64,
+    /// `healthy`, `degraded` or `unhealthy`.
+    pub status: String,
+    pub message: String,
+}
+
 /// A fresh probe for `container`.
-pub fn probe_request(container: &str) -> v1::HealthCheckRequest {
-    v1::HealthCheckRequest { container_id: container.to_string(), probe: NEXT_PROBE.fetch_add(1, Ordering::Relaxed) }
+pub fn probe_request(container: &str) -> Probe {
+    Probe { container: container.to_string(), probe: NEXT_PROBE.fetch_add(1, Ordering::Relaxed) }
 }
 
 /// The outstanding probe of one connection and who waits for its answer.
 #[derive(Debug, Default)]
-pub struct ProbeSlot(Mutex<Option<(u64, oneshot::Sender<v1::HealthCheckResponse>)>>);
+pub struct ProbeSlot(Mutex<Option<(u64, oneshot::Sender<Answer>)>>);
 
 impl ProbeSlot {
     /// Completes the waiting probe if `response` answers it; a late answer to an older probe is
     /// dropped.
-    pub fn answer(&self, response: v1::HealthCheckResponse) {
+    pub fn answer(&self, response: Answer) {
         let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.as_ref().is_some_and(|(probe, _)| *probe == response.probe) {
             if let Some((_, waiter)) = slot.take() {
@@ -97,7 +115,7 @@ impl ProbeSlot {
         message: T,
         probe: u64,
         timeout: Duration,
-    ) -> Result<v1::HealthCheckResponse, String> {
+    ) -> Result<Answer, String> {
         let (waiter, answer) = oneshot::channel();
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((probe, waiter));
         let deadline = tokio::time::Instant::now() + timeout;
@@ -141,9 +159,9 @@ impl From<&crate::auth::ContainerIdentity> for Probed {
 pub async fn probe_over<T>(
     found: Option<(mpsc::Sender<T>, Arc<ProbeSlot>)>,
     container: &str,
-    wrap: impl FnOnce(v1::HealthCheckRequest) -> T,
+    wrap: impl FnOnce(Probe) -> T,
     timeout: Duration,
-) -> Result<v1::HealthCheckResponse, String> {
+) -> Result<Answer, String> {
     let (stream, slot) = found.ok_or_else(|| "it is no longer connected".to_string())?;
     let request = probe_request(container);
     let probe = request.probe;
@@ -171,7 +189,7 @@ impl Board {
     }
 
     /// Records a probe's outcome; returns the failures in a row.
-    pub fn record(&self, container: &str, outcome: &Result<v1::HealthCheckResponse, String>) -> u32 {
+    pub fn record(&self, container: &str, outcome: &Result<Answer, String>) -> u32 {
         let mut board = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let verdict = board.entry(container.to_string()).or_insert(Verdict { failures: 0, problem: String::new() });
         match outcome {
@@ -301,8 +319,8 @@ mod tests {
             tokio::spawn(async move {
                 let probe = sent.recv().await.expect("probe sent");
                 // The answer to the first probe arrives late, then the right one.
-                slot.answer(v1::HealthCheckResponse { probe: first, status: "unhealthy".into(), ..Default::default() });
-                slot.answer(v1::HealthCheckResponse { probe, status: "healthy".into(), ..Default::default() });
+                slot.answer(Answer { probe: first, status: "unhealthy".into(), ..Default::default() });
+                slot.answer(Answer { probe, status: "healthy".into(), ..Default::default() });
             })
         };
         let outcome = slot.ask(&stream, second, second, Duration::from_secs(5)).await;
@@ -317,7 +335,7 @@ mod tests {
         assert_eq!(board.record("c1", &Err("no answer within 5 ms".into())), 1);
         assert_eq!(board.record("c1", &Err("no answer within 5 ms".into())), 2);
         assert_eq!(board.health_of("c1"), "failing (2 checks): no answer within 5 ms");
-        assert_eq!(board.record("c1", &Ok(v1::HealthCheckResponse::default())), 0);
+        assert_eq!(board.record("c1", &Ok(Answer::default())), 0);
         assert_eq!(board.health_of("c1"), "healthy");
         board.keep_only(&[]);
         assert_eq!(board.health_of("c1"), "unchecked");

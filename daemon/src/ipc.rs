@@ -35,7 +35,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use baaaht_proto::v1;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{Context, ContextKind};
@@ -72,9 +71,18 @@ struct ResultFile {
     metadata: BTreeMap<String, String>,
 }
 
+/// What a tool call answered: as its runner sent it, or wrote it (`results/{call_id}.json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolAnswer {
+    pub content: String,
+    pub is_error: bool,
+    pub duration_ms: u64,
+    pub metadata: std::collections::HashMap<String, String>,
+}
+
 impl ResultFile {
-    fn response(self) -> v1::ToolResponse {
-        v1::ToolResponse {
+    fn response(self) -> ToolAnswer {
+        ToolAnswer {
             content: self.content,
             is_error: self.is_error,
             duration_ms: self.duration_ms,
@@ -357,14 +365,14 @@ impl Ipc {
     }
 
     /// The result of `call_id` in `context`, if it was collected before.
-    pub fn recorded(&self, context: &Context, call_id: &str) -> Option<v1::ToolResponse> {
+    pub fn recorded(&self, context: &Context, call_id: &str) -> Option<ToolAnswer> {
         let bytes = std::fs::read(self.record_path(&folder_of(context), call_id)).ok()?;
         serde_json::from_slice::<ResultFile>(&bytes).ok().map(ResultFile::response)
     }
 
     /// Collects the result file of `call_id` from the tool container of `session` in `context`
     /// (a Coder's when `coder`) if there is one; returns the result collected now or before.
-    pub fn collect(&self, context: &Context, session: &str, coder: bool, call_id: &str) -> Option<v1::ToolResponse> {
+    pub fn collect(&self, context: &Context, session: &str, coder: bool, call_id: &str) -> Option<ToolAnswer> {
         let folder = folder_of(context);
         let slot = slot_name(session, coder);
         let results = shared_dirs::open_dir(&self.root_fd, format!("{folder}/{slot}/results"));

@@ -29,6 +29,7 @@ pub mod memory;
 pub mod metrics;
 pub mod oidc;
 pub mod orchestrator;
+pub mod peers;
 pub mod policy;
 pub mod profile;
 pub mod sampler;
@@ -141,6 +142,8 @@ pub struct Shared {
     pub policy: Arc<Policy>,
     pub containers: Arc<ContainerManager>,
     pub llm: Arc<llm::LlmGateway>,
+    /// The one road to the model: every model call the daemon makes or brokers.
+    pub calls: Arc<llm::call::Calls>,
     pub web: Arc<egress::proxy::WebProxy>,
     pub tools: Arc<tools::Runners>,
     pub mcp: Arc<mcp::pool::McpPool>,
@@ -403,15 +406,16 @@ impl Daemon {
             ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir(), filesystems)
                 .map_err(|source| DaemonError::Ipc { path: data_dir.ipc_dir(), source })?,
         );
-        let tools = Arc::new(tools::Runners::new(
-            containers.clone(),
-            policy.clone(),
-            ipc.clone(),
-            workspaces.clone(),
-            data_dir.clone(),
-            loaded.config.skills.directories.clone(),
-            Duration::from_secs(loaded.config.tools.warm_idle_timeout),
-        ));
+        let tools = Arc::new(tools::Runners::new(tools::Setup {
+            containers: containers.clone(),
+            policy: policy.clone(),
+            ipc: ipc.clone(),
+            workspaces: workspaces.clone(),
+            data_dir: data_dir.clone(),
+            skill_dirs: loaded.config.skills.directories.clone(),
+            idle: Duration::from_secs(loaded.config.tools.warm_idle_timeout),
+            tracker: tracker.clone(),
+        }));
         // The MCP servers' own folders (`state: true`), capped at the MCP role's disk limit as
         // workspaces are at the tool role's.
         let mcp_states = Arc::new(workspace::Workspaces::new(
@@ -472,6 +476,14 @@ impl Daemon {
             cancel: CancellationToken::new(),
             tracker: tracker.clone(),
         }));
+        let events = Arc::new(events::EventBus::default());
+        let calls = Arc::new(llm::call::Calls::new(
+            llm.clone(),
+            budgets.clone(),
+            audit.clone(),
+            events.clone(),
+            Arc::new(loaded.clone()),
+        ));
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -491,11 +503,13 @@ impl Daemon {
             ipc,
             workspaces,
             search,
-            events: Arc::new(events::EventBus::default()),
+            events,
+            calls,
             sessions: Arc::new(sessions::SessionStore::open(data_dir_root)),
             agents: Arc::new(agents::AgentPool::new(
                 containers_for_agents,
                 Duration::from_secs(loaded_idle_after.max(60)),
+                tracker.clone(),
             )),
             turns: Arc::new(orchestrator::Turns::open(&state_dir, loaded_max_concurrent)),
             memory: Arc::new(memory::Memories::new(data_dir_for_memory)),

@@ -9,14 +9,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use baaaht_proto::v1;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
+use tokio_util::task::TaskTracker;
 
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::MountSpec;
 use crate::datadir::DataDir;
-use crate::health::{ProbeSlot, Probed};
+use crate::health::Probed;
+use crate::peers::{Down, Peer, Up};
 
 /// Where a session's data folder is mounted in its tool container.
 pub const WORKSPACE: &str = "/workspace";
@@ -60,17 +61,26 @@ pub struct Call<'a> {
     pub params_json: String,
     pub timeout: Duration,
     /// Environment for this call's command only (a skill's `addons.env`).
-    pub env: std::collections::HashMap<String, String>,
+    pub env: HashMap<String, String>,
 }
 
-/// A runner connected over ServeTools.
-#[derive(Debug)]
-struct Connection {
-    calls: mpsc::Sender<v1::ToolCall>,
-    pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::ToolResponse>>>>,
-    probe: Arc<ProbeSlot>,
-    identity: ContainerIdentity,
+/// One call as its runner gets it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The file name of its result (spec §12.4), and the id its answer comes back under.
+    pub call_id: String,
+    pub tool: String,
+    /// Parameters as a JSON object.
+    pub params_json: String,
+    pub timeout: Duration,
+    /// Environment for this call's command only (a skill's `addons.env`).
+    pub env: HashMap<String, String>,
 }
+
+pub use crate::ipc::ToolAnswer;
+
+/// A runner connected over ServeTools.
+type Connection = Peer<ToolCall, ToolAnswer>;
 
 /// A session's tool container.
 #[derive(Debug)]
@@ -98,6 +108,9 @@ pub struct Runners {
     connected: Mutex<HashMap<String, Connection>>,
     /// Bumped whenever a runner connects or goes away.
     changes: watch::Sender<u64>,
+    /// Holds each connection's reader and each cold container's removal, so shutdown waits
+    /// for them.
+    tracker: TaskTracker,
 }
 
 impl std::fmt::Debug for Runners {
@@ -106,16 +119,24 @@ impl std::fmt::Debug for Runners {
     }
 }
 
+/// What the runners are built with: the handles they use, and their settings.
+#[derive(Debug)]
+pub struct Setup {
+    pub containers: Arc<ContainerManager>,
+    pub policy: Arc<crate::policy::Policy>,
+    pub ipc: Arc<crate::ipc::Ipc>,
+    pub workspaces: Arc<crate::workspace::Workspaces>,
+    pub data_dir: DataDir,
+    /// `skills.directories`.
+    pub skill_dirs: Vec<String>,
+    /// `tools.warm_idle_timeout`.
+    pub idle: Duration,
+    pub tracker: TaskTracker,
+}
+
 impl Runners {
-    pub fn new(
-        containers: Arc<ContainerManager>,
-        policy: Arc<crate::policy::Policy>,
-        ipc: Arc<crate::ipc::Ipc>,
-        workspaces: Arc<crate::workspace::Workspaces>,
-        data_dir: DataDir,
-        skill_dirs: Vec<String>,
-        idle: Duration,
-    ) -> Runners {
+    pub fn new(setup: Setup) -> Runners {
+        let Setup { containers, policy, ipc, workspaces, data_dir, skill_dirs, idle, tracker } = setup;
         Runners {
             containers,
             policy,
@@ -127,6 +148,7 @@ impl Runners {
             sessions: Mutex::default(),
             connected: Mutex::default(),
             changes: watch::channel(0).0,
+            tracker,
         }
     }
 
@@ -292,20 +314,20 @@ impl Runners {
     }
 
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
-    pub async fn call_cold(self: &Arc<Self>, call: Call<'_>) -> Result<v1::ToolResponse, ToolsError> {
+    pub async fn call_cold(self: &Arc<Self>, call: Call<'_>) -> Result<ToolAnswer, ToolsError> {
         let runner = self.start(call.session, call.context, call.coder, true).await?;
         let result =
             self.send(&runner.container, call.call_id, call.tool, call.params_json, call.timeout, call.env).await;
         // The caller has its result; the container goes in the background.
         let runners = self.clone();
-        tokio::spawn(async move {
+        self.tracker.spawn(async move {
             runners.remove(&runner.session, &runner.container, "a cold tool container").await;
         });
         result
     }
 
     /// Runs one call in the session's tool container, starting (or restarting) it if needed.
-    pub async fn call(&self, call: Call<'_>) -> Result<v1::ToolResponse, ToolsError> {
+    pub async fn call(&self, call: Call<'_>) -> Result<ToolAnswer, ToolsError> {
         let Call { session, context, coder, call_id, tool, params_json, timeout, env } = call;
         // A Coder's container (with the project mounts) is its own: the others never see them.
         let key = if coder { format!("{session}/coder") } else { session.to_string() };
@@ -358,24 +380,13 @@ impl Runners {
         tool: &str,
         params_json: String,
         timeout: Duration,
-        env: std::collections::HashMap<String, String>,
-    ) -> Result<v1::ToolResponse, ToolsError> {
-        let (done, result) = oneshot::channel();
-        let calls = {
-            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-            let connection = connected.get(container).ok_or(ToolsError::RunnerLost)?;
-            connection.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(call_id.clone(), done);
-            connection.calls.clone()
-        };
-        let call = v1::ToolCall {
-            call_id,
-            tool: tool.to_string(),
-            params_json,
-            timeout_seconds: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
-            env,
-            health_check: None,
-        };
-        calls.send(call).await.map_err(|_closed| ToolsError::RunnerLost)?;
+        env: HashMap<String, String>,
+    ) -> Result<ToolAnswer, ToolsError> {
+        let peer = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(container).cloned();
+        let peer = peer.ok_or(ToolsError::RunnerLost)?;
+        let id = call_id.clone();
+        let call = ToolCall { call_id, tool: tool.to_string(), params_json, timeout, env };
+        let result = peer.send(&id, call).await.map_err(|_lost| ToolsError::RunnerLost)?;
         // The runner enforces the tool's own timeout; this one catches a runner that hangs.
         let limit = timeout + Duration::from_secs(10);
         match tokio::time::timeout(limit, result).await {
@@ -390,41 +401,20 @@ impl Runners {
     }
 
     /// Registers a runner that connected over ServeTools and returns the stream of its calls;
-    /// results arriving on `results` complete the pending calls.
+    /// answers arriving on `results` complete the pending calls.
     pub fn attach(
         self: &Arc<Self>,
         identity: &ContainerIdentity,
-        mut results: impl tokio_stream::Stream<Item = Result<v1::RunnerMessage, tonic::Status>> + Unpin + Send + 'static,
-    ) -> mpsc::Receiver<v1::ToolCall> {
-        let (calls, receiver) = mpsc::channel(4);
-        let pending: Arc<Mutex<HashMap<String, oneshot::Sender<v1::ToolResponse>>>> = Arc::default();
-        let probe = Arc::new(ProbeSlot::default());
+        results: impl tokio_stream::Stream<Item = Result<Up<ToolAnswer>, String>> + Unpin + Send + 'static,
+    ) -> mpsc::Receiver<Down<ToolCall>> {
+        let (peer, receiver) = Connection::new(identity, 4);
         let name = identity.name.clone();
-        let connection =
-            Connection { calls, pending: pending.clone(), probe: probe.clone(), identity: identity.clone() };
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), connection);
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), peer.clone());
         self.changes.send_modify(|count| *count += 1);
         let runners = self.clone();
-        tokio::spawn(async move {
-            use tokio_stream::StreamExt as _;
-            while let Some(message) = results.next().await {
-                match message {
-                    Ok(v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Result(result)) }) => {
-                        let waiter = pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&result.call_id);
-                        if let Some(waiter) = waiter {
-                            // silent-ok: the caller may have given up (timeout, cancelled RPC).
-                            let _ = waiter.send(result.response.unwrap_or_default());
-                        }
-                    }
-                    Ok(v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Health(health)) }) => {
-                        probe.answer(health);
-                    }
-                    Ok(_) => {}
-                    Err(status) => {
-                        tracing::warn!(container = %name, error = %status.message(), "the tool runner's stream broke");
-                        break;
-                    }
-                }
+        self.tracker.spawn(async move {
+            if let Some(error) = peer.pump(results).await {
+                tracing::warn!(container = %name, %error, "the tool runner's stream broke");
             }
             runners.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
             runners.changes.send_modify(|count| *count += 1);
@@ -436,17 +426,14 @@ impl Runners {
     /// The connected runners, for the health monitor.
     pub fn probe_targets(&self) -> Vec<Probed> {
         let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-        connected.values().map(|connection| Probed::from(&connection.identity)).collect()
+        connected.values().map(Connection::probed).collect()
     }
 
     /// Asks the runner in `container` whether it is well, over its own call stream.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<v1::HealthCheckResponse, String> {
-        let found = {
-            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-            connected.get(container).map(|connection| (connection.calls.clone(), connection.probe.clone()))
-        };
-        let wrap = |request| v1::ToolCall { health_check: Some(request), ..v1::ToolCall::default() };
-        crate::health::probe_over(found, container, wrap, timeout).await
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::health::Answer, String> {
+        let peer = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(container).cloned();
+        let peer = peer.ok_or_else(|| "it is no longer connected".to_string())?;
+        peer.probe(timeout).await
     }
 
     /// Replaces a runner that failed its health checks: its container is removed (a call in

@@ -827,6 +827,62 @@ fn budgets_refuse_before_the_provider_is_asked_warn_once_and_survive_a_restart()
 }
 
 #[test]
+fn a_compaction_is_a_model_call_of_its_context_counted_in_its_usage_and_refused_at_its_hard_limit() {
+    let rt = baaaht_tests::runtime();
+    let config = "budgets:\n  soft_percent: 95\n  user:\n    daily_tokens: 100\n";
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::echo_brain()))).expect("fake provider");
+    let daemon = scenario::daemon_with(&fake, seeded(config)).expect("daemon");
+    let usage = || {
+        let shown = std::process::Command::new(baaaht_tests::bin("baaaht"))
+            .args(["usage", "--user", "alice"])
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("usage");
+        String::from_utf8_lossy(&shown.stdout).into_owned()
+    };
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        // Each answer of the echo brain counts 30 tokens (20 in, 10 out): two turns, 60.
+        let mut session = String::new();
+        for turn in 0..2 {
+            let mut asked = message(user("alice"), "alice", &format!("turn {turn}"));
+            asked.session_id.clone_from(&session);
+            let seen = scenario::turn(&mut host, asked, Duration::from_secs(60)).await.expect("turn");
+            assert!(seen.reply.is_some(), "{:?}", seen.error);
+            session = seen.session;
+        }
+        assert!(usage().contains("60 of 100 tokens"), "{}", usage());
+        // `/compact` asks the model for a summary: 30 tokens more, alice's.
+        let compact = v1::SessionRef { session_id: session.clone() };
+        host.sessions.compact_session(compact.clone()).await.expect("compacted");
+        assert_eq!(fake.requests().len(), 3, "the summary was asked of the provider");
+        assert!(usage().contains("90 of 100 tokens"), "the compaction is counted: {}", usage());
+        // One more turn takes alice past her limit; a compaction is then refused before the
+        // provider is asked, in the budget's words.
+        let mut asked = message(user("alice"), "alice", "turn 2");
+        asked.session_id.clone_from(&session);
+        scenario::turn(&mut host, asked, Duration::from_secs(60)).await.expect("turn");
+        let refused = host.sessions.compact_session(compact).await.expect_err("over the limit");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{}", refused.message());
+        assert!(refused.message().starts_with("your daily budget of 100 tokens is used up"), "{}", refused.message());
+        assert_eq!(fake.requests().len(), 4, "the refused summary never reached the provider");
+    });
+    assert!(usage().contains("120 of 100 tokens") && usage().contains("1 request(s) refused"), "{}", usage());
+    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["audit", "--kind", "budget", "--json"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht audit");
+    let found = String::from_utf8_lossy(&audit.stdout).into_owned();
+    let records: Vec<serde_json::Value> = found.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect();
+    assert_eq!(records.len(), 1, "{found}");
+    assert_eq!(
+        (records[0]["context"].as_str(), records[0]["principal"].as_str()),
+        (Some("user:alice"), Some("daemon:compaction"))
+    );
+}
+
+#[test]
 fn a_gateways_user_creates_few_sessions_a_minute_and_an_unused_one_costs_no_workspace() {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeProvider::start(vec![], Some(scenario::echo_brain()))).expect("fake provider");

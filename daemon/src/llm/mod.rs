@@ -5,6 +5,7 @@
 //! it (re)starts wait up to `llm.queue_timeout`. A provider on the host's loopback is reached
 //! by a gateway in its container through the daemon's relay ([`relay`]).
 
+pub mod call;
 pub mod relay;
 
 use std::os::unix::fs::DirBuilderExt;

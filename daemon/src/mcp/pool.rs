@@ -807,12 +807,17 @@ impl McpPool {
     }
 
     /// Asks the relay in `container` whether its server runs.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<v1::HealthCheckResponse, String> {
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::health::Answer, String> {
         let found = {
             let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
             relays.get(container).map(|relay| (relay.down.clone(), relay.probe.clone()))
         };
-        let wrap = |request| v1::McpDown { kind: Some(v1::mcp_down::Kind::HealthCheck(request)) };
+        let wrap = |request: crate::health::Probe| v1::McpDown {
+            kind: Some(v1::mcp_down::Kind::HealthCheck(v1::HealthCheckRequest {
+                container_id: request.container,
+                probe: request.probe,
+            })),
+        };
         crate::health::probe_over(found, container, wrap, timeout).await
     }
 
@@ -1281,7 +1286,11 @@ fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStre
                         break;
                     }
                 }
-                Ok(Some(v1::mcp_up::Kind::Health(health))) => probe.answer(health),
+                Ok(Some(v1::mcp_up::Kind::Health(health))) => probe.answer(crate::health::Answer {
+                    probe: health.probe,
+                    status: health.status,
+                    message: health.message,
+                }),
                 Ok(Some(v1::mcp_up::Kind::EgressOpen(open))) => {
                     let (fits, turned_away) = opens.take();
                     if turned_away > 0 {

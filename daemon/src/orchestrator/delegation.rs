@@ -2,6 +2,8 @@
 //! of the same session, answered at once or, in the background, later as a new message.
 
 use super::*;
+use crate::agents::{Turn, TurnOutcome};
+use baaaht_llm::model::Message;
 
 /// What an Assistant's `delegate` call asks.
 #[derive(Debug, Clone, Default)]
@@ -108,7 +110,7 @@ pub async fn run_alone(
     role: Role,
     text: String,
     timeout: Option<Duration>,
-) -> Result<(v1::TurnResult, String), crate::agents::AgentError> {
+) -> Result<(TurnOutcome, String), crate::agents::AgentError> {
     // Its agent and tool container wait for their places, as a delegation's do.
     let Some(_places) = shared.turns.admit_agent(&shared.shutdown).await else {
         return Err(crate::agents::AgentError::Cancelled(role));
@@ -125,16 +127,12 @@ pub async fn run_alone(
             correlation_id: correlation_id.clone(),
             user_turn: turn_id.clone(),
         },
-        turn: v1::AgentTurn {
+        turn: Turn {
             now: super::now_for_agents(shared),
             turn_id,
             correlation_id,
-            messages: vec![v1::LlmMessage {
-                role: "user".into(),
-                content: vec![v1::ContentBlock { block: Some(v1::content_block::Block::Text(text)) }],
-            }],
+            messages: vec![Message::user(text)],
             model: String::new(),
-            health_check: None,
             traceparent: crate::telemetry::traceparent(),
         },
         timeout: timeout.unwrap_or(Duration::from_secs(settings.timeout)),
@@ -158,16 +156,12 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
     let turn_id = new_id("d-");
     let work = Work {
         live: Live { role: task.role, turn_id: turn_id.clone(), ..task.live.clone() },
-        turn: v1::AgentTurn {
+        turn: Turn {
             now: super::now_for_agents(shared),
             turn_id,
             correlation_id: task.live.correlation_id.clone(),
-            messages: vec![v1::LlmMessage {
-                role: "user".into(),
-                content: vec![v1::ContentBlock { block: Some(v1::content_block::Block::Text(task.text.clone())) }],
-            }],
+            messages: vec![Message::user(task.text.clone())],
             model: String::new(),
-            health_check: None,
             traceparent: crate::telemetry::traceparent(),
         },
         timeout: Duration::from_secs(settings.timeout),

@@ -3,13 +3,15 @@
 
 use super::*;
 
-pub(super) fn message_chars(message: &v1::LlmMessage) -> usize {
+use baaaht_llm::model::{Block, Message, Request, Role as Side};
+
+pub(super) fn message_chars(message: &Message) -> usize {
     message
         .content
         .iter()
-        .map(|block| match &block.block {
-            Some(v1::content_block::Block::Text(text)) => text.len(),
-            Some(v1::content_block::Block::Image(_)) => baaaht_proto::IMAGE_TOKENS * 4,
+        .map(|block| match block {
+            Block::Text(text) => text.len(),
+            Block::Image { .. } => baaaht_proto::IMAGE_TOKENS * 4,
             _ => 0,
         })
         .sum()
@@ -115,7 +117,7 @@ pub(super) async fn summarize(
     if messages.is_empty() {
         return Err(OrchestratorError::Invalid("the session has nothing to compact yet".into()));
     }
-    let fits = |messages: &[v1::LlmMessage]| messages.iter().map(message_chars).sum::<usize>() / 4 <= window / 2;
+    let fits = |messages: &[Message]| messages.iter().map(message_chars).sum::<usize>() / 4 <= window / 2;
     let mut dropped = 0;
     while messages.len() > 1 && !fits(&messages) {
         messages.remove(0);
@@ -124,51 +126,36 @@ pub(super) async fn summarize(
     if dropped > 0 {
         tracing::info!(dropped, window, "the oldest messages do not fit the summary request and are left out");
         // A conversation begins with the user, and its roles take turns.
-        if messages[0].role != "user" {
+        if messages[0].role != Side::User {
             let cut = "(The beginning of the conversation is left out.)";
-            let block = v1::ContentBlock { block: Some(v1::content_block::Block::Text(cut.into())) };
-            messages.insert(0, v1::LlmMessage { role: "user".into(), content: vec![block] });
+            messages.insert(0, Message { role: Side::User, content: vec![Block::Text(cut.into())] });
         }
     }
-    let ask = v1::ContentBlock { block: Some(v1::content_block::Block::Text(SUMMARY_REQUEST.into())) };
+    let ask = Block::Text(SUMMARY_REQUEST.into());
     match messages.last_mut() {
-        Some(last) if last.role == "user" => last.content.push(ask),
-        _ => messages.push(v1::LlmMessage { role: "user".into(), content: vec![ask] }),
+        Some(last) if last.role == Side::User => last.content.push(ask),
+        _ => messages.push(Message { role: Side::User, content: vec![ask] }),
     }
-    let request = v1::LlmRequest {
+    let request = Request {
         model: model.to_string(),
         system: "You write faithful, compact summaries of conversations.".into(),
         messages,
         max_tokens: Some((window / 4).clamp(256, 2048) as u32),
-        ..v1::LlmRequest::default()
+        ..Request::default()
     };
-    let completion = v1::LlmCompletionRequest {
-        request: Some(request),
-        session_id: record.id.clone(),
-        user_id: record.context().to_string(),
+    // The summary is a model call of the context's like any other: within its budget, counted
+    // in its usage.
+    let payer = crate::llm::call::Payer {
+        principal: "daemon:compaction".into(),
+        context: record.context(),
+        session: record.id.clone(),
         correlation_id: correlation_id.to_string(),
     };
-    let (mut client, _) = shared.llm.client(None).await.map_err(|error| OrchestratorError::Model(error.to_string()))?;
-    let mut events = client
-        .stream_completion(completion)
-        .await
-        .map_err(|status| OrchestratorError::Model(status.message().to_string()))?
-        .into_inner();
-    let mut summary = String::new();
-    while let Some(event) =
-        events.message().await.map_err(|status| OrchestratorError::Model(status.message().to_string()))?
-    {
-        use v1::llm_event::Event;
-        match event.event.and_then(|event| event.event) {
-            Some(Event::TextDelta(delta)) => summary.push_str(&delta.text),
-            Some(Event::Error(error)) => return Err(OrchestratorError::Model(error.message)),
-            _ => {}
-        }
-    }
-    if summary.trim().is_empty() {
-        return Err(OrchestratorError::Model("the summary came back empty".into()));
-    }
-    Ok(summary.trim().to_string())
+    let wire = baaaht_llm::convert::request_to_proto(&request);
+    shared.calls.complete(&payer, wire).await.map_err(|error| match error {
+        crate::llm::call::CallError::Budget(sentence) => OrchestratorError::Budget(sentence),
+        other => OrchestratorError::Model(other.to_string()),
+    })
 }
 
 /// Compacts session `id` on request: its current branch becomes a summary (a compaction
@@ -211,17 +198,12 @@ pub(super) fn sender_names(shared: &Shared) -> impl Fn(&str) -> String + Sync + 
 /// messages (with the `images` shared with them), its own replies and its delegations (task
 /// and result, never the delegated agent's own steps). A compaction on the branch replaces
 /// what it summarised. In a group (`names` given) each user message starts with who wrote it.
-pub fn history(
-    branch: &[Entry],
-    names: Option<&(dyn Fn(&str) -> String + Sync)>,
-    images: &Images,
-) -> Vec<v1::LlmMessage> {
-    use v1::content_block::Block;
+pub fn history(branch: &[Entry], names: Option<&(dyn Fn(&str) -> String + Sync)>, images: &Images) -> Vec<Message> {
     let (summary, shown) = visible(branch);
-    let text = |text: String| v1::ContentBlock { block: Some(Block::Text(text)) };
-    let mut turns: Vec<(&'static str, v1::ContentBlock)> = vec![];
+    let text = Block::Text;
+    let mut turns: Vec<(Side, Block)> = vec![];
     if let Some(summary) = summary {
-        turns.push(("user", text(format!("(A summary of the earlier conversation.)\n{summary}"))));
+        turns.push((Side::User, text(format!("(A summary of the earlier conversation.)\n{summary}"))));
     }
     for entry in shown {
         match entry {
@@ -230,15 +212,15 @@ pub fn history(
                     (Some(sender), Some(names)) => format!("{}: {}", names(sender), message.content),
                     _ => message.content.clone(),
                 };
-                turns.push(("user", text(written)));
+                turns.push((Side::User, text(written)));
                 for attachment in &message.attachments {
                     match images.get(&attachment.path) {
                         Some(Ok((media_type, data))) => {
-                            let image = v1::ImageBlock { media_type: media_type.clone(), data: data.clone() };
-                            turns.push(("user", v1::ContentBlock { block: Some(Block::Image(image)) }));
+                            let image = Block::Image { media_type: media_type.clone(), data: data.clone() };
+                            turns.push((Side::User, image));
                         }
                         Some(Err(why)) => turns.push((
-                            "user",
+                            Side::User,
                             text(format!("(The picture {} cannot be shown to you: {why}.)", attachment.path)),
                         )),
                         None => {}
@@ -246,12 +228,12 @@ pub fn history(
                 }
             }
             Entry::Message { message, .. } if message.role == "assistant" => {
-                turns.push(("assistant", text(message.content.clone())))
+                turns.push((Side::Assistant, text(message.content.clone())))
             }
             Entry::Delegate { agent, task, result, is_error, .. } => {
                 let outcome = if *is_error { "failed" } else { "answered" };
                 turns.push((
-                    "assistant",
+                    Side::Assistant,
                     text(format!("(I delegated to the {agent}: {task})\n(The {agent} {outcome}: {result})")),
                 ));
             }
@@ -259,14 +241,14 @@ pub fn history(
         }
     }
     // Consecutive blocks of one side become one message; the model sees user first and last.
-    let mut messages: Vec<v1::LlmMessage> = vec![];
+    let mut messages: Vec<Message> = vec![];
     for (role, block) in turns {
-        if messages.is_empty() && role == "assistant" {
+        if messages.is_empty() && role == Side::Assistant {
             continue;
         }
         match messages.last_mut() {
             Some(last) if last.role == role => last.content.push(block),
-            _ => messages.push(v1::LlmMessage { role: role.into(), content: vec![block] }),
+            _ => messages.push(Message { role, content: vec![block] }),
         }
     }
     messages
@@ -292,19 +274,20 @@ mod tests {
         }
     }
 
-    fn texts(messages: &[v1::LlmMessage]) -> Vec<(String, Vec<String>)> {
+    fn texts(messages: &[baaaht_llm::model::Message]) -> Vec<(String, Vec<String>)> {
         messages
             .iter()
             .map(|m| {
                 let texts = m
                     .content
                     .iter()
-                    .filter_map(|b| match &b.block {
-                        Some(v1::content_block::Block::Text(text)) => Some(text.clone()),
+                    .filter_map(|b| match b {
+                        Block::Text(text) => Some(text.clone()),
                         _ => None,
                     })
                     .collect();
-                (m.role.clone(), texts)
+                let role = if m.role == Side::User { "user" } else { "assistant" };
+                (role.to_string(), texts)
             })
             .collect()
     }
@@ -405,13 +388,13 @@ mod tests {
             wanted.iter().map(|path| (path.clone(), Ok(("image/png".to_string(), vec![1, 2])))).collect();
         images.insert("uploads/huge.png".into(), Err("it is larger than the 3.8 MB a picture may be".into()));
         let messages = history(&branch, None, &images);
-        let kinds = |message: &v1::LlmMessage| -> Vec<String> {
+        let kinds = |message: &baaaht_llm::model::Message| -> Vec<String> {
             message
                 .content
                 .iter()
-                .map(|block| match &block.block {
-                    Some(v1::content_block::Block::Text(text)) => text.clone(),
-                    Some(v1::content_block::Block::Image(_)) => "[image]".into(),
+                .map(|block| match block {
+                    Block::Text(text) => text.clone(),
+                    Block::Image { .. } => "[image]".into(),
                     _ => "?".into(),
                 })
                 .collect()

@@ -28,7 +28,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use baaaht_proto::v1;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -315,6 +314,9 @@ pub enum OrchestratorError {
     NoTurn,
     #[error("the model could not write the summary: {0}")]
     Model(String),
+    /// A spending limit of the context is reached (the sentence is for the user as it is).
+    #[error("{0}")]
+    Budget(String),
     #[error(transparent)]
     Group(#[from] crate::groups::GroupError),
 }

@@ -149,7 +149,7 @@ async fn assistant_turn(
     record: &SessionRecord,
     accepted: &Accepted,
     cancel: CancellationToken,
-) -> Result<v1::TurnResult, String> {
+) -> Result<crate::agents::TurnOutcome, String> {
     shared.turns.set_tail(&accepted.turn, &accepted.entry);
     let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
     for corrupt in &read.corrupt {
@@ -177,14 +177,13 @@ async fn assistant_turn(
             Err(error) => tracing::warn!(%error, "automatic compaction failed; the turn goes on uncompacted"),
         }
     }
-    let answer = |messages: Vec<v1::LlmMessage>| {
-        let turn = v1::AgentTurn {
+    let answer = |messages: Vec<baaaht_llm::model::Message>| {
+        let turn = crate::agents::Turn {
             now: super::now_for_agents(shared),
             turn_id: accepted.turn.clone(),
             correlation_id: accepted.correlation_id.clone(),
             messages,
             model: current.model.clone().unwrap_or_default(),
-            health_check: None,
             traceparent: crate::telemetry::traceparent(),
         };
         let work = Work {

@@ -2,7 +2,7 @@
 //! (registration, turns, delegation, tools, web egress, the LLM proxy).
 
 use super::*;
-use super::{llm, tools};
+use super::{convert, llm, tools};
 use crate::audit::{Kind, Record};
 
 /// The largest message a Worker or Heartbeat sends to the channels: the Agents service decodes
@@ -42,8 +42,10 @@ impl v1::agents_server::Agents for AgentsService {
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("TakeTurns is for agent containers"));
         };
-        let turns = self.shared.agents.attach(&identity, request.into_inner());
-        let turns = tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(turns), Ok);
+        let reports = convert::ups(request.into_inner(), convert::agent_report);
+        let turns = self.shared.agents.attach(&identity, reports);
+        let turns = tokio_stream::wrappers::ReceiverStream::new(turns);
+        let turns = tokio_stream::StreamExt::map(turns, |down| Ok(convert::agent_turn(down)));
         Ok(Response::new(until_shutdown(&self.shared, turns)))
     }
 

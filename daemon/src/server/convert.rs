@@ -130,6 +130,118 @@ pub(crate) fn event(context: &Context, event: crate::events::Event) -> v1::Orche
     }
 }
 
+/// The wire form of a health probe.
+pub(crate) fn probe(probe: crate::health::Probe) -> v1::HealthCheckRequest {
+    v1::HealthCheckRequest { container_id: probe.container, probe: probe.probe }
+}
+
+/// The daemon's form of a container's answer to a probe.
+pub(crate) fn health_answer(answer: v1::HealthCheckResponse) -> crate::health::Answer {
+    crate::health::Answer { probe: answer.probe, status: answer.status, message: answer.message }
+}
+
+/// What the daemon sends an agent over TakeTurns.
+pub(crate) fn agent_turn(down: crate::peers::Down<crate::agents::Turn>) -> v1::AgentTurn {
+    match down {
+        crate::peers::Down::Work(turn) => v1::AgentTurn {
+            turn_id: turn.turn_id,
+            correlation_id: turn.correlation_id,
+            messages: turn.messages.iter().map(baaaht_llm::convert::message_to_proto).collect(),
+            model: turn.model,
+            now: turn.now,
+            health_check: None,
+            traceparent: turn.traceparent,
+        },
+        crate::peers::Down::Probe(request) => {
+            v1::AgentTurn { health_check: Some(probe(request)), ..v1::AgentTurn::default() }
+        }
+    }
+}
+
+/// What an agent sends back over TakeTurns.
+pub(crate) fn agent_report(report: v1::AgentReport) -> crate::peers::Up<crate::agents::TurnOutcome> {
+    use crate::peers::Up;
+    match report.kind {
+        Some(v1::agent_report::Kind::Result(result)) => Up::Answer {
+            id: result.turn_id,
+            answer: crate::agents::TurnOutcome {
+                content: result.content,
+                is_error: result.is_error,
+                steps: result.steps,
+                refused: result.refused,
+                tokens: result.tokens,
+            },
+        },
+        Some(v1::agent_report::Kind::Health(answer)) => Up::Health(health_answer(answer)),
+        Some(v1::agent_report::Kind::Hello(_)) | None => Up::Other,
+    }
+}
+
+/// What the daemon sends a tool runner over ServeTools.
+pub(crate) fn tool_call(down: crate::peers::Down<crate::tools::ToolCall>) -> v1::ToolCall {
+    match down {
+        crate::peers::Down::Work(call) => v1::ToolCall {
+            call_id: call.call_id,
+            tool: call.tool,
+            params_json: call.params_json,
+            timeout_seconds: call.timeout.as_secs().min(u64::from(u32::MAX)) as u32,
+            env: call.env,
+            health_check: None,
+        },
+        crate::peers::Down::Probe(request) => {
+            v1::ToolCall { health_check: Some(probe(request)), ..v1::ToolCall::default() }
+        }
+    }
+}
+
+/// What a tool runner sends back over ServeTools.
+pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::peers::Up<crate::tools::ToolAnswer> {
+    use crate::peers::Up;
+    match message.kind {
+        Some(v1::runner_message::Kind::Result(result)) => {
+            let response = result.response.unwrap_or_default();
+            Up::Answer { id: result.call_id, answer: tool_answer(response) }
+        }
+        Some(v1::runner_message::Kind::Health(answer)) => Up::Health(health_answer(answer)),
+        Some(v1::runner_message::Kind::Hello(_)) | None => Up::Other,
+    }
+}
+
+fn tool_answer(response: v1::ToolResponse) -> crate::tools::ToolAnswer {
+    crate::tools::ToolAnswer {
+        content: response.content,
+        is_error: response.is_error,
+        duration_ms: response.duration_ms,
+        metadata: response.metadata,
+    }
+}
+
+/// The wire form of a tool call's answer.
+pub(crate) fn tool_response(answer: crate::tools::ToolAnswer) -> v1::ToolResponse {
+    v1::ToolResponse {
+        content: answer.content,
+        is_error: answer.is_error,
+        duration_ms: answer.duration_ms,
+        metadata: answer.metadata,
+    }
+}
+
+/// The daemon's form of a stream a container sends up: each message converted with `up`, a
+/// broken stream its status's message.
+pub(crate) fn ups<T, U>(
+    stream: tonic::Streaming<T>,
+    up: fn(T) -> crate::peers::Up<U>,
+) -> impl tokio_stream::Stream<Item = Result<crate::peers::Up<U>, String>> + Unpin + Send + 'static
+where
+    T: Send + 'static,
+    U: Send + 'static,
+{
+    tokio_stream::StreamExt::map(stream, move |message| match message {
+        Ok(message) => Ok(up(message)),
+        Err(status) => Err(status.message().to_string()),
+    })
+}
+
 /// A skill's entry in a manifest: name and description, and the whole body of an
 /// always-loaded skill.
 pub(crate) fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {

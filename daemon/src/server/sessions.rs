@@ -37,6 +37,7 @@ impl From<OrchestratorError> for Status {
             OrchestratorError::Invalid(text) => Status::invalid_argument(text),
             OrchestratorError::NoTurn => Status::failed_precondition(error.to_string()),
             OrchestratorError::Model(_) => Status::unavailable(error.to_string()),
+            OrchestratorError::Budget(_) => Status::resource_exhausted(error.to_string()),
             OrchestratorError::Group(crate::groups::GroupError::NotFound(_)) => Status::not_found(error.to_string()),
             OrchestratorError::Group(crate::groups::GroupError::State(state)) => {
                 // A file that cannot be written: the operator's to read, not the caller's.

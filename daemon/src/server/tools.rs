@@ -8,6 +8,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
+use super::convert;
 use crate::audit::{Kind, Record};
 use crate::auth::{Caller, ContainerIdentity, Role};
 use crate::config::{ToolMode, ToolName};
@@ -97,7 +98,7 @@ pub(super) async fn request(
     let coder = identity.role == Role::Coder;
     if let Some(recorded) = shared.ipc.collect(&identity.context, &identity.session_id, coder, &call_id) {
         tracing::info!(tool, call_id = %call_id, "answered with a result collected before");
-        return Ok(Response::new(recorded));
+        return Ok(Response::new(convert::tool_response(recorded)));
     }
     let received = std::time::Instant::now();
     let (session, context) = (&identity.session_id, &identity.context);
@@ -141,7 +142,7 @@ pub(super) async fn request(
         "tool call"
     );
     publish_progress(shared, identity, tool, response.is_error, response.duration_ms);
-    Ok(Response::new(response))
+    Ok(Response::new(convert::tool_response(response)))
 }
 
 /// Tells the turn's watchers that `tool` finished (or failed) for the agent `identity`.
@@ -404,7 +405,8 @@ pub(super) fn serve(
     let Caller::Container(identity) = caller else {
         return Err(Status::permission_denied("ServeTools is for tool containers"));
     };
-    let calls = shared.tools.attach(&identity, request.into_inner());
+    let results = convert::ups(request.into_inner(), convert::runner_message);
+    let calls = shared.tools.attach(&identity, results);
     let stream = tokio_stream::wrappers::ReceiverStream::new(calls);
-    Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(stream, Ok))))
+    Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(stream, |down| Ok(convert::tool_call(down))))))
 }

@@ -29,6 +29,13 @@ pub struct Message {
     pub content: Vec<Block>,
 }
 
+impl Message {
+    /// A user message of one text.
+    pub fn user(text: impl Into<String>) -> Message {
+        Message { role: Role::User, content: vec![Block::Text(text.into())] }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
     Text(String),

@@ -1,0 +1,184 @@
+//! A container on the far end of a reverse stream: an agent (TakeTurns) or a tool runner
+//! (ServeTools) connects to the daemon, and the daemon sends it work down the stream the RPC
+//! answers with. Each piece of work carries an id; the answer that comes back up under that id
+//! completes its waiter. Health probes travel beside the work, so a busy container still
+//! answers and only a stuck one fails.
+//!
+//! The agent pool and the tool runners each keep a [`Peer`] per connected container; `server/`
+//! turns what goes down into the wire's messages and what comes up into [`Up`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::auth::ContainerIdentity;
+use crate::health::{self, ProbeSlot, Probed};
+
+/// What the daemon sends a peer: work, or a health probe.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Down<W> {
+    Work(W),
+    Probe(health::Probe),
+}
+
+/// What a peer sends back: the answer to the work with `id`, or to a probe.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Up<A> {
+    Answer {
+        id: String,
+        answer: A,
+    },
+    Health(health::Answer),
+    /// Anything else it says (a greeting), which asks for nothing.
+    Other,
+}
+
+/// The peer went away before it answered (or could be sent the work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the container went away")]
+pub struct Lost;
+
+/// One connected container: where its work goes down and who waits for its answers.
+#[derive(Debug)]
+pub struct Peer<W, A> {
+    pub identity: ContainerIdentity,
+    down: mpsc::Sender<Down<W>>,
+    pending: Arc<Mutex<HashMap<String, oneshot::Sender<A>>>>,
+    probe: Arc<ProbeSlot>,
+}
+
+impl<W, A> Clone for Peer<W, A> {
+    fn clone(&self) -> Self {
+        Peer {
+            identity: self.identity.clone(),
+            down: self.down.clone(),
+            pending: self.pending.clone(),
+            probe: self.probe.clone(),
+        }
+    }
+}
+
+impl<W: Send + 'static, A: Send + 'static> Peer<W, A> {
+    /// A peer for `identity`, and what to send it (at most `queue` pieces waiting).
+    pub fn new(identity: &ContainerIdentity, queue: usize) -> (Peer<W, A>, mpsc::Receiver<Down<W>>) {
+        let (down, receiver) = mpsc::channel(queue);
+        let peer =
+            Peer { identity: identity.clone(), down, pending: Arc::default(), probe: Arc::new(ProbeSlot::default()) };
+        (peer, receiver)
+    }
+
+    /// Sends `work`, answered under `id`; the answer arrives on what this returns, or the
+    /// waiter is dropped when the peer goes away.
+    pub async fn send(&self, id: &str, work: W) -> Result<oneshot::Receiver<A>, Lost> {
+        let (done, answer) = oneshot::channel();
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_string(), done);
+        if self.down.send(Down::Work(work)).await.is_err() {
+            self.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+            return Err(Lost);
+        }
+        Ok(answer)
+    }
+
+    /// Asks the peer whether it is well, waiting up to `timeout`.
+    pub async fn probe(&self, timeout: Duration) -> Result<health::Answer, String> {
+        let request = health::probe_request(&self.identity.name);
+        let number = request.probe;
+        self.probe.ask(&self.down, Down::Probe(request), number, timeout).await
+    }
+
+    /// The peer as the health monitor names it.
+    pub fn probed(&self) -> Probed {
+        Probed::from(&self.identity)
+    }
+
+    /// Reads what the peer sends until its stream ends or breaks, completing the waiters;
+    /// returns why it ended when it broke. Every waiter still pending is then dropped (its
+    /// work is lost).
+    pub async fn pump(
+        &self,
+        mut ups: impl tokio_stream::Stream<Item = Result<Up<A>, String>> + Unpin,
+    ) -> Option<String> {
+        use tokio_stream::StreamExt as _;
+        let broke = loop {
+            match ups.next().await {
+                Some(Ok(Up::Answer { id, answer })) => {
+                    let waiter = self.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+                    match waiter {
+                        // silent-ok: the caller may have given up (a timeout, a cancelled call).
+                        Some(waiter) => drop(waiter.send(answer)),
+                        None => tracing::warn!(container = %self.identity.name, id, "an answer to nothing pending"),
+                    }
+                }
+                Some(Ok(Up::Health(answer))) => self.probe.answer(answer),
+                Some(Ok(Up::Other)) => {}
+                Some(Err(why)) => break Some(why),
+                None => break None,
+            }
+        };
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        broke
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{Context, Role};
+
+    fn identity() -> ContainerIdentity {
+        ContainerIdentity {
+            name: "baaaht-tool-1".into(),
+            role: Role::Tool,
+            session_id: "s1".into(),
+            context: Context::user("alice"),
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_complete_their_own_waiters_and_a_broken_stream_drops_the_rest() {
+        let (peer, mut down) = Peer::<String, String>::new(&identity(), 4);
+        let first = peer.send("a", "work a".into()).await.expect("sent");
+        let second = peer.send("b", "work b".into()).await.expect("sent");
+        assert_eq!(down.recv().await, Some(Down::Work("work a".into())));
+        assert_eq!(down.recv().await, Some(Down::Work("work b".into())));
+        let ups = tokio_stream::iter(vec![
+            Ok(Up::Other),
+            Ok(Up::Answer { id: "a".into(), answer: "done a".into() }),
+            Ok(Up::Answer { id: "zz".into(), answer: "for no one".into() }),
+            Err("the stream broke".into()),
+        ]);
+        assert_eq!(peer.pump(ups).await, Some("the stream broke".into()));
+        assert_eq!(first.await, Ok("done a".to_string()));
+        assert!(second.await.is_err(), "b's waiter is dropped: its work is lost");
+    }
+
+    #[tokio::test]
+    async fn a_probe_is_answered_beside_the_work() {
+        let (peer, mut down) = Peer::<String, String>::new(&identity(), 4);
+        let (ups, stream) = mpsc::channel(4);
+        let pumping = {
+            let peer = peer.clone();
+            tokio::spawn(async move { peer.pump(tokio_stream::wrappers::ReceiverStream::new(stream)).await })
+        };
+        let answering = tokio::spawn(async move {
+            let Some(Down::Probe(probe)) = down.recv().await else { panic!("a probe") };
+            assert_eq!(probe.container, "baaaht-tool-1");
+            let answer = health::Answer { probe: probe.probe, status: "healthy".into(), message: String::new() };
+            ups.send(Ok(Up::Health(answer))).await.expect("answered");
+        });
+        let answer = peer.probe(Duration::from_secs(5)).await.expect("healthy");
+        assert_eq!(answer.status, "healthy");
+        answering.await.expect("the peer");
+        pumping.abort();
+    }
+
+    #[tokio::test]
+    async fn work_for_a_peer_that_is_gone_is_lost() {
+        let (peer, down) = Peer::<String, String>::new(&identity(), 1);
+        drop(down);
+        assert_eq!(peer.send("a", "work".into()).await.err(), Some(Lost));
+        assert!(peer.pending.lock().expect("pending").is_empty(), "nothing is left waiting");
+    }
+}
