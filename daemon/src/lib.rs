@@ -161,6 +161,8 @@ pub struct Shared {
     pub secrets: Arc<secrets::LiveSecrets>,
     /// Cancelled when the daemon starts shutting down.
     pub shutdown: CancellationToken,
+    /// The daemon's tracker: shutdown waits for what runs on it ([`Shared::spawn`]).
+    pub tasks: TaskTracker,
     /// The registered gateways (web, Slack).
     pub gateways: Arc<gateways::Registry>,
     /// The gateways the daemon runs itself.
@@ -178,6 +180,21 @@ pub struct Shared {
     pub inbox: Arc<inbox::Inbox>,
     /// What callers may hold at once and how often they may act.
     pub limits: limits::Limits,
+}
+
+impl Shared {
+    /// Runs `work` on the daemon's tracker until it ends or the daemon stops. Stopped, it is
+    /// dropped where it stands, as a crash would leave it: a turn stays in `turns.json` and is
+    /// ended as interrupted at the next start.
+    pub fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let stop = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = work => {}
+            }
+        });
+    }
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -424,15 +441,16 @@ impl Daemon {
             loaded.config.tools.workspace_limit,
             (loaded.config.container.max_concurrent as usize).max(16),
         ));
-        let mcp = Arc::new(mcp::pool::McpPool::new(
-            containers.clone(),
-            web.clone(),
-            audit.clone(),
-            data_dir.state_dir(),
-            policy.clone(),
-            mcp_states,
-            workspaces.clone(),
-        ));
+        let mcp = Arc::new(mcp::pool::McpPool::new(mcp::pool::Setup {
+            containers: containers.clone(),
+            web: web.clone(),
+            audit: audit.clone(),
+            state_dir: data_dir.state_dir(),
+            policy: policy.clone(),
+            states: mcp_states,
+            workspaces: workspaces.clone(),
+            tracker: tracker.clone(),
+        }));
         let data_dir_root = &data_dir.root().to_path_buf();
         let data_dir_for_memory = data_dir.clone();
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
@@ -515,6 +533,7 @@ impl Daemon {
             memory: Arc::new(memory::Memories::new(data_dir_for_memory)),
             secrets,
             shutdown: cancel.clone(),
+            tasks: tracker.clone(),
             gateways,
             supervisors,
             identities,

@@ -540,8 +540,10 @@ impl WebProxy {
     {
         let http_error =
             |error: &dyn std::fmt::Display| ProxyError::Http { host: target.host.clone(), message: error.to_string() };
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.map_err(|e| http_error(&e))?;
-        let connection = tokio::spawn(connection);
+        let (mut sender, driver) = hyper::client::conn::http1::handshake(io).await.map_err(|e| http_error(&e))?;
+        // Driven beside the exchange, and dropped with it (the connection with it).
+        let mut connection = tokio::task::JoinSet::new();
+        connection.spawn(driver);
         let host_header = if target.port == if target.tls { 443 } else { 80 } {
             target.host.clone()
         } else {
@@ -585,7 +587,7 @@ impl WebProxy {
             }
         }
         // The rest of a cut body is not read: the connection goes with it.
-        connection.abort();
+        connection.abort_all();
         Ok(FetchResponse { status, headers: response_headers, body: collected, final_url: target.url(), truncated })
     }
 }

@@ -17,12 +17,13 @@ use std::task::{Context as TaskContext, Poll};
 use baaaht_proto::v1;
 use tokio_stream::Stream;
 
-use super::{GatewayError, LlmGateway};
+use super::{GatewayError, LlmGateway, Used};
 use crate::audit::{Audit, Kind, Record};
 use crate::auth::{Context, Role};
 use crate::budgets::{Budgets, Reservation};
 use crate::config::LoadedConfig;
 use crate::events::EventBus;
+use crate::metrics::TokenCounts;
 
 /// Why a model call was not made.
 #[derive(Debug, thiserror::Error)]
@@ -152,9 +153,9 @@ impl Calls {
 
     /// The text `request` is answered with, for `payer` (a summary, a title): the whole
     /// stream read, an error event or an empty answer an error.
-    pub async fn complete(&self, payer: &Payer, request: v1::LlmRequest) -> Result<String, CallError> {
+    pub async fn complete(&self, payer: &Payer, request: &baaaht_llm::model::Request) -> Result<String, CallError> {
         use tokio_stream::StreamExt as _;
-        let mut events = self.stream(payer, request).await?;
+        let mut events = self.stream(payer, baaaht_llm::convert::request_to_proto(request)).await?;
         let mut text = String::new();
         while let Some(event) = events.next().await {
             match event.map_err(|status| CallError::Failed(status.message().to_string()))?.event {
@@ -295,7 +296,7 @@ struct Tally {
     output_chars: usize,
     /// Whether a provider began answering.
     started_answer: bool,
-    usage: Option<v1::Usage>,
+    usage: Option<Used>,
     outcome: Option<&'static str>,
     budget: Option<(Arc<Budgets>, Reservation, Arc<EventBus>)>,
     /// Open while the answer streams: the model call in the turn's trace, as the daemon sees it
@@ -318,7 +319,15 @@ impl Tally {
                 self.first_token = Some(self.started.elapsed());
                 self.output_chars += streamed_chars(event);
             }
-            Some(Event::Usage(usage)) => self.usage = Some(*usage),
+            Some(Event::Usage(usage)) => {
+                let tokens = TokenCounts {
+                    input: usage.input_tokens,
+                    output: usage.output_tokens,
+                    cache_read: usage.cache_read_tokens,
+                    cache_write: usage.cache_write_tokens,
+                };
+                self.usage = Some(Used { tokens, estimated: usage.estimated });
+            }
             Some(Event::MessageStop(_)) => self.outcome = Some("ok"),
             Some(Event::Error(error)) => {
                 self.outcome = Some("error");
@@ -339,26 +348,21 @@ impl Drop for Tally {
         // came back: a cancelled one (the request left for the provider), or one a provider
         // began and broke off.
         if self.usage.is_none() && (outcome == "cancelled" || self.started_answer) {
-            self.usage = Some(v1::Usage {
-                input_tokens: self.input_estimate,
-                output_tokens: (self.output_chars as u64).div_ceil(4),
-                estimated: true,
-                ..v1::Usage::default()
-            });
+            let tokens = TokenCounts {
+                input: self.input_estimate,
+                output: (self.output_chars as u64).div_ceil(4),
+                ..TokenCounts::default()
+            };
+            self.usage = Some(Used { tokens, estimated: true });
         }
         self.span.record("provider", provider).record("outcome", outcome);
         self.llm.metrics.record_llm_request(provider, &self.model, outcome, self.started.elapsed(), self.first_token);
         let context = self.context.to_string();
-        if let Some(usage) = &self.usage {
+        if let Some(usage) = self.usage {
             self.llm.account(provider, &self.model, &context, &self.session, usage);
         }
         if let Some((budgets, reservation, bus)) = self.budget.take() {
-            let used = self.usage.map(|usage| crate::metrics::TokenCounts {
-                input: usage.input_tokens,
-                output: usage.output_tokens,
-                cache_read: usage.cache_read_tokens,
-                cache_write: usage.cache_write_tokens,
-            });
+            let used = self.usage.map(|usage| usage.tokens);
             let answered = crate::budgets::Answered { provider: &self.provider, model: &self.model };
             if let Some(warning) = budgets.settle(reservation, used, answered) {
                 let event = crate::events::Event::of_session(&self.session, crate::events::Kind::message(warning));

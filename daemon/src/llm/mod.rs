@@ -212,6 +212,14 @@ pub enum GatewayError {
     Unavailable { waited: u64, reason: String },
 }
 
+/// The tokens a model call used, and whether they were counted from the text (the provider
+/// reported none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Used {
+    pub tokens: TokenCounts,
+    pub estimated: bool,
+}
+
 /// The daemon's handle on the LLM gateway.
 pub struct LlmGateway {
     settings: GatewaySettings,
@@ -347,16 +355,11 @@ impl LlmGateway {
 
     /// Records the usage of one answer of `provider`'s `model` for `context` and `session`:
     /// metrics now, the ledger on a blocking thread.
-    pub fn account(self: &Arc<Self>, provider: &str, model: &str, context: &str, session: &str, usage: &v1::Usage) {
-        let tokens = TokenCounts {
-            input: usage.input_tokens,
-            output: usage.output_tokens,
-            cache_read: usage.cache_read_tokens,
-            cache_write: usage.cache_write_tokens,
-        };
+    pub fn account(self: &Arc<Self>, provider: &str, model: &str, context: &str, session: &str, usage: Used) {
+        let Used { tokens, estimated } = usage;
         self.metrics.record_llm_tokens(provider, model, tokens);
         let gateway = self.clone();
-        let (context, session, estimated) = (context.to_string(), session.to_string(), usage.estimated);
+        let (context, session) = (context.to_string(), session.to_string());
         let write = move || {
             if let Err(error) = gateway.usage.record(&context, &session, tokens, estimated) {
                 tracing::warn!(%error, "cannot update the usage ledger");

@@ -4,4 +4,6 @@
 pub mod config;
 pub mod limits;
 pub mod pool;
+pub mod relay;
 mod stderr;
+mod tunnels;

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use baaaht_proto::v1;
 use rmcp::model::{
     CallToolRequestParams, ClientConfig, ContentBlock, GetPromptRequestParams, Implementation, ProtocolVersion,
     ReadResourceRequestParams,
@@ -18,14 +17,14 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{RoleClient, ServiceExt as _};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
 
 use super::config::Server;
+use super::relay::{pump, Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
-use crate::audit::{Audit, Kind, Record};
-use crate::auth::{Caller, ContainerIdentity, Context, Role};
+use super::tunnels::Egress;
+use crate::audit::Audit;
+use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest};
 use crate::egress::proxy::WebProxy;
 use crate::health::{ProbeSlot, Probed};
@@ -41,7 +40,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a server must have run for its death not to count toward the backoff.
 const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// The longest message a server may send (one line of JSON).
-const MAX_MESSAGE: usize = 4 << 20;
 /// The most tools of one server offered to agents.
 const MAX_TOOLS: usize = 128;
 
@@ -131,16 +129,9 @@ struct Failures {
     last: Instant,
 }
 
-/// A relay that connected and waits to be claimed by the start that made its container.
-struct Attached {
-    down: mpsc::Sender<v1::McpDown>,
-    up: tonic::Streaming<v1::McpUp>,
-    identity: ContainerIdentity,
-}
-
 /// A started server's relay, for the health monitor.
 struct Relay {
-    down: mpsc::Sender<v1::McpDown>,
+    down: mpsc::Sender<Down>,
     probe: Arc<ProbeSlot>,
     identity: Probed,
 }
@@ -240,6 +231,7 @@ pub struct McpPool {
     workspaces: Arc<crate::workspace::Workspaces>,
     /// Container → the folders it holds (its own, a session's workspace).
     holding: Mutex<HashMap<String, Held>>,
+    tracker: tokio_util::task::TaskTracker,
 }
 
 /// Folders taken for a server's start, given back when dropped before a container holds them.
@@ -276,17 +268,27 @@ impl std::fmt::Debug for McpPool {
     }
 }
 
+/// What the pool is built with.
+#[derive(Debug)]
+pub struct Setup {
+    pub containers: Arc<ContainerManager>,
+    pub web: Arc<WebProxy>,
+    pub audit: Audit,
+    /// Where the offers of servers are kept (`mcp/`).
+    pub state_dir: PathBuf,
+    /// Checks what a server mounts.
+    pub policy: Arc<crate::policy::Policy>,
+    /// The servers' own folders (`state: true`).
+    pub states: Arc<crate::workspace::Workspaces>,
+    /// The sessions' workspaces (`workspace: true`).
+    pub workspaces: Arc<crate::workspace::Workspaces>,
+    /// Holds each relay's pumps and tunnels, so shutdown waits for them.
+    pub tracker: tokio_util::task::TaskTracker,
+}
+
 impl McpPool {
-    /// `states` keeps the servers' own folders (`state: true`); `policy` checks what they mount.
-    pub fn new(
-        containers: Arc<ContainerManager>,
-        web: Arc<WebProxy>,
-        audit: Audit,
-        state_dir: PathBuf,
-        policy: Arc<crate::policy::Policy>,
-        states: Arc<crate::workspace::Workspaces>,
-        workspaces: Arc<crate::workspace::Workspaces>,
-    ) -> McpPool {
+    pub fn new(setup: Setup) -> McpPool {
+        let Setup { containers, web, audit, state_dir, policy, states, workspaces, tracker } = setup;
         McpPool {
             containers,
             web,
@@ -301,6 +303,7 @@ impl McpPool {
             states,
             workspaces,
             holding: Mutex::default(),
+            tracker,
         }
     }
 
@@ -444,7 +447,7 @@ impl McpPool {
 
     /// Takes the relay of `identity` (from its RelayMcp call); the stream it returns carries
     /// the daemon's messages down to it.
-    pub fn attach(&self, identity: &ContainerIdentity, up: tonic::Streaming<v1::McpUp>) -> mpsc::Receiver<v1::McpDown> {
+    pub fn attach(&self, identity: &ContainerIdentity, up: Ups) -> mpsc::Receiver<Down> {
         let (down, receiver) = mpsc::channel(64);
         let attached = Attached { down, up, identity: identity.clone() };
         self.attached.lock().unwrap_or_else(PoisonError::into_inner).insert(identity.name.clone(), attached);
@@ -627,13 +630,13 @@ impl McpPool {
         // The values its environment was given (secrets among them) never reach anyone through
         // what the server writes on stderr.
         let hidden: Vec<String> = env.iter().map(|(_, value)| value.clone()).filter(|value| value.len() >= 6).collect();
-        let launch = v1::McpLaunch {
+        let launch = Launch {
             command: server.config.command.clone(),
             args: server.config.args.clone(),
             env: env.into_iter().collect(),
             egress: !server.config.egress.is_empty(),
         };
-        let sent = attached.down.send(v1::McpDown { kind: Some(v1::mcp_down::Kind::Launch(launch)) }).await;
+        let sent = attached.down.send(Down::Launch(launch)).await;
         if sent.is_err() {
             self.stop(&handle.name).await;
             return Err(fail("its relay hung up before the launch".into()));
@@ -645,7 +648,7 @@ impl McpPool {
         self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
         let egress = Egress { server: server.clone(), web: self.web.clone(), audit: self.audit.clone() };
         let stderr = Stderr::hiding(hidden);
-        pump(attached, probe, theirs, egress, stderr.clone());
+        pump(attached, probe, theirs, egress, stderr.clone(), &self.tracker);
         // What went wrong, with the server's own last words.
         let fail = |why: String| {
             let stderr = stderr.clone();
@@ -812,12 +815,7 @@ impl McpPool {
             let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
             relays.get(container).map(|relay| (relay.down.clone(), relay.probe.clone()))
         };
-        let wrap = |request: crate::health::Probe| v1::McpDown {
-            kind: Some(v1::mcp_down::Kind::HealthCheck(v1::HealthCheckRequest {
-                container_id: request.container,
-                probe: request.probe,
-            })),
-        };
+        let wrap = Down::Probe;
         crate::health::probe_over(found, container, wrap, timeout).await
     }
 
@@ -1011,344 +1009,6 @@ fn describe(block: &ContentBlock) -> String {
     }
 }
 
-/// What a relay's tunnels need: the server (its egress list), the proxy that checks and opens
-/// connections, and the audit log.
-struct Egress {
-    server: Server,
-    web: Arc<WebProxy>,
-    audit: Audit,
-}
-
-/// The daemon's end of one tunnel: bytes for its connection's writer (none once the relay has
-/// no more), what tears it down, and which open it belongs to.
-struct Tunnel {
-    bytes: Option<mpsc::Sender<Vec<u8>>>,
-    closed: CancellationToken,
-    generation: u64,
-}
-
-/// One relay's tunnels, by the relay's id.
-#[derive(Clone, Default)]
-struct Tunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
-
-/// The most tunnels one server may have open at once.
-const MAX_TUNNELS: usize = 32;
-/// Chunks buffered toward one tunnel's far end; a far end that does not read is cut off.
-const TUNNEL_BUFFER: usize = 64;
-
-impl Tunnels {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<u64, Tunnel>)> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Reserves `id` before its connection is made; why not, when it cannot be.
-    fn reserve(&self, id: u64) -> Result<(u64, mpsc::Receiver<Vec<u8>>, CancellationToken), String> {
-        let mut state = self.lock();
-        let (generation, open) = &mut *state;
-        if open.contains_key(&id) {
-            return Err(format!("tunnel {id} is already open"));
-        }
-        if open.len() >= MAX_TUNNELS {
-            return Err(format!("the server has {MAX_TUNNELS} connections open; close one first"));
-        }
-        *generation += 1;
-        let (bytes, received) = mpsc::channel(TUNNEL_BUFFER);
-        let closed = CancellationToken::new();
-        open.insert(id, Tunnel { bytes: Some(bytes), closed: closed.clone(), generation: *generation });
-        Ok((*generation, received, closed))
-    }
-
-    /// Forgets tunnel `id` if it is still the one of `generation`, and tears it down.
-    fn end(&self, id: u64, generation: u64) {
-        let mut state = self.lock();
-        if state.1.get(&id).is_some_and(|tunnel| tunnel.generation == generation) {
-            if let Some(tunnel) = state.1.remove(&id) {
-                tunnel.closed.cancel();
-            }
-        }
-    }
-
-    /// Bytes from the relay for tunnel `id`; false when its far end does not keep up (the
-    /// tunnel is then torn down).
-    fn data(&self, data: v1::McpEgressData) -> bool {
-        let mut state = self.lock();
-        let Some(Tunnel { bytes: Some(bytes), closed, .. }) = state.1.get(&data.id) else { return true };
-        if bytes.try_send(data.data).is_ok() {
-            return true;
-        }
-        closed.cancel();
-        state.1.remove(&data.id);
-        false
-    }
-
-    /// The relay's end of tunnel `id`: no more bytes (`write_only`), or gone.
-    fn closed(&self, close: &v1::McpEgressClose) {
-        let mut state = self.lock();
-        if close.write_only {
-            if let Some(tunnel) = state.1.get_mut(&close.id) {
-                tunnel.bytes.take();
-            }
-        } else if let Some(tunnel) = state.1.remove(&close.id) {
-            tunnel.closed.cancel();
-        }
-    }
-
-    /// The relay is gone: so are its tunnels.
-    fn clear(&self) {
-        for (_, tunnel) in self.lock().1.drain() {
-            tunnel.closed.cancel();
-        }
-    }
-}
-
-fn down_close(id: u64, write_only: bool) -> v1::McpDown {
-    v1::McpDown { kind: Some(v1::mcp_down::Kind::EgressClose(v1::McpEgressClose { id, write_only })) }
-}
-
-impl Egress {
-    /// Opens the tunnel `open` when the server's `egress` names its host and the proxy's address
-    /// checks pass; the answer goes down, then the connection's bytes. One audit record each.
-    async fn open(
-        &self,
-        open: v1::McpEgressOpen,
-        identity: &ContainerIdentity,
-        down: mpsc::Sender<v1::McpDown>,
-        tunnels: Tunnels,
-    ) {
-        let id = open.id;
-        let host = open.host.to_ascii_lowercase();
-        let record = Record::by(Kind::Egress, &Caller::Container(Arc::new(identity.clone())), "")
-            .detail("mcp_server", self.server.name.as_str())
-            .detail("host", host.as_str())
-            .detail("port", open.port);
-        let reply = |refused: String| v1::McpDown {
-            kind: Some(v1::mcp_down::Kind::EgressOpened(v1::McpEgressOpened { id, refused })),
-        };
-        let (generation, mut received, closed) = match tunnels.reserve(id) {
-            Ok(reserved) => reserved,
-            Err(why) => {
-                // silent-ok: the relay may be gone.
-                let _ = down.send(reply(why)).await;
-                return;
-            }
-        };
-        let port = u16::try_from(open.port).unwrap_or(0);
-        let connected = if port == 0 {
-            Err((false, format!("port {} is not a TCP port", open.port)))
-        } else if !self.server.egress_allows(&host, port) {
-            let listed =
-                if self.server.config.egress.is_empty() { "none".into() } else { self.server.config.egress.join(", ") };
-            Err((
-                true,
-                format!("{host}:{port} is not in the egress list of MCP server `{}` ({listed})", self.server.name),
-            ))
-        } else {
-            tokio::select! {
-                connected = self.web.connect_checked(&host, port) => {
-                    connected.map_err(|error| (error.is_refusal(), error.to_string()))
-                }
-                () = closed.cancelled() => Err((false, "the server gave up on the connection".into())),
-            }
-        };
-        let stream = match connected {
-            Ok(stream) => stream,
-            Err((refused, why)) => {
-                tunnels.end(id, generation);
-                let outcome = if refused { "refused" } else { "failed" };
-                self.audit.record(Record { outcome: outcome.into(), ..record }.detail("reason", why.as_str()));
-                tracing::warn!(server = %self.server.name, %host, port, %why, "an MCP server's connection was not opened");
-                // silent-ok: the relay may be gone.
-                let _ = down.send(reply(why)).await;
-                return;
-            }
-        };
-        self.audit.record(Record { outcome: "allowed".into(), ..record });
-        let (mut reader, mut writer) = stream.into_split();
-        if down.send(reply(String::new())).await.is_err() {
-            return tunnels.end(id, generation);
-        }
-        let writing = closed.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    bytes = received.recv() => match bytes {
-                        Some(bytes) => if writer.write_all(&bytes).await.is_err() { break },
-                        // The relay has no more: the far end reads the end.
-                        None => break,
-                    },
-                    () = writing.cancelled() => return,
-                }
-            }
-            // silent-ok: the far end may be gone.
-            let _ = writer.shutdown().await;
-        });
-        let mut buffer = vec![0u8; 32 * 1024];
-        let whole = loop {
-            let n = tokio::select! {
-                () = closed.cancelled() => return,
-                read = reader.read(&mut buffer) => match read {
-                    Ok(0) => break true,
-                    Err(_) => break false,
-                    Ok(n) => n,
-                },
-            };
-            let data = v1::McpDown {
-                kind: Some(v1::mcp_down::Kind::EgressData(v1::McpEgressData { id, data: buffer[..n].to_vec() })),
-            };
-            if down.send(data).await.is_err() {
-                return tunnels.end(id, generation);
-            }
-        };
-        if whole {
-            // The far end is done sending; the relay's side may still be, until it closes.
-            // silent-ok: the relay may be gone.
-            let _ = down.send(down_close(id, true)).await;
-            closed.cancelled().await;
-        } else {
-            tunnels.end(id, generation);
-            // silent-ok: as above.
-            let _ = down.send(down_close(id, false)).await;
-        }
-    }
-}
-
-/// At most `limit` of something per `period`, counting what was turned away.
-struct Rate {
-    limit: u32,
-    period: Duration,
-    since: Instant,
-    used: u32,
-    refused: u64,
-}
-
-impl Rate {
-    fn new(limit: u32, period: Duration) -> Rate {
-        Rate { limit, period, since: Instant::now(), used: 0, refused: 0 }
-    }
-
-    /// Whether one more fits; when a new period begins, how many the last one turned away.
-    fn take(&mut self) -> (bool, u64) {
-        self.take_at(Instant::now())
-    }
-
-    fn take_at(&mut self, now: Instant) -> (bool, u64) {
-        let mut turned_away = 0;
-        if now.duration_since(self.since) >= self.period {
-            turned_away = std::mem::take(&mut self.refused);
-            self.since = now;
-            self.used = 0;
-        }
-        if self.used < self.limit {
-            self.used += 1;
-            (true, turned_away)
-        } else {
-            self.refused += 1;
-            (false, turned_away)
-        }
-    }
-}
-
-/// Carries bytes between the relay's stream and `theirs` (the far end of rmcp's pipe); the
-/// server's stderr lines go to the log (at most 100 every 10 s) and the last of them to
-/// `stderr`, and its connections out are opened (at most 120 a minute).
-fn pump(attached: Attached, probe: Arc<ProbeSlot>, theirs: tokio::io::DuplexStream, egress: Egress, stderr: Stderr) {
-    let Attached { down, mut up, identity } = attached;
-    let (server, container) = (egress.server.name.clone(), identity.name.clone());
-    let egress = Arc::new(egress);
-    let tunnels = Tunnels::default();
-    let (mut from_client, mut to_client) = tokio::io::split(theirs);
-    let stdin = down.clone();
-    tokio::spawn(async move {
-        let mut buffer = vec![0u8; 64 * 1024];
-        loop {
-            match from_client.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    let bytes = v1::McpDown { kind: Some(v1::mcp_down::Kind::Stdin(buffer[..n].to_vec())) };
-                    if stdin.send(bytes).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    tokio::spawn(async move {
-        use tokio_stream::StreamExt as _;
-        let mut log_lines = Rate::new(100, Duration::from_secs(10));
-        let mut opens = Rate::new(120, Duration::from_secs(60));
-        // A message longer than the client takes is answered with its beginning at once.
-        let mut lines = super::limits::Lines::new(MAX_MESSAGE);
-        while let Some(message) = up.next().await {
-            match message.map(|message| message.kind) {
-                Ok(Some(v1::mcp_up::Kind::Stdout(bytes))) => {
-                    let whole = lines.push(&bytes);
-                    if !whole.is_empty() && to_client.write_all(&whole).await.is_err() {
-                        break;
-                    }
-                }
-                Ok(Some(v1::mcp_up::Kind::Health(health))) => probe.answer(crate::health::Answer {
-                    probe: health.probe,
-                    status: health.status,
-                    message: health.message,
-                }),
-                Ok(Some(v1::mcp_up::Kind::EgressOpen(open))) => {
-                    let (fits, turned_away) = opens.take();
-                    if turned_away > 0 {
-                        tracing::warn!(server = %server, container = %container, turned_away, "an MCP server opened more than 120 connections a minute; the rest were refused");
-                    }
-                    if !fits {
-                        let refused = "more than 120 connections a minute; try again later".to_string();
-                        let reply = v1::mcp_down::Kind::EgressOpened(v1::McpEgressOpened { id: open.id, refused });
-                        if down.send(v1::McpDown { kind: Some(reply) }).await.is_err() {
-                            break;
-                        }
-                        continue;
-                    }
-                    let (egress, identity, down, tunnels) =
-                        (egress.clone(), identity.clone(), down.clone(), tunnels.clone());
-                    tokio::spawn(async move { egress.open(open, &identity, down, tunnels).await });
-                }
-                Ok(Some(v1::mcp_up::Kind::EgressData(data))) => {
-                    let id = data.id;
-                    if !tunnels.data(data) && down.send(down_close(id, false)).await.is_err() {
-                        break;
-                    }
-                }
-                Ok(Some(v1::mcp_up::Kind::EgressClose(close))) => tunnels.closed(&close),
-                Ok(Some(v1::mcp_up::Kind::Stderr(line))) => {
-                    let line = stderr.push(&line);
-                    let (fits, turned_away) = log_lines.take();
-                    if turned_away > 0 {
-                        tracing::warn!(server = %server, container = %container, turned_away, "an MCP server wrote more than 100 log lines in 10 s; the rest were not logged");
-                    }
-                    if fits {
-                        tracing::info!(server = %server, container = %container, line = %line, "MCP server log");
-                    }
-                }
-                Ok(Some(v1::mcp_up::Kind::Exited(exit))) => {
-                    let _ = stderr.push(&match exit.signal.as_str() {
-                        "" => format!("(it exited with code {})", exit.code),
-                        signal => format!("(it was ended by {signal})"),
-                    });
-                    tracing::warn!(server = %server, container = %container, code = exit.code, signal = %exit.signal, "MCP server exited");
-                    break;
-                }
-                Ok(_) => {}
-                Err(status) => {
-                    tracing::warn!(server = %server, container = %container, error = %status.message(), "MCP relay stream broke");
-                    break;
-                }
-            }
-        }
-        // The server is gone: so are its connections.
-        stderr.ended();
-        tunnels.clear();
-        // rmcp sees the end of the server's output.
-        // silent-ok: the pipe may already be closed.
-        let _ = to_client.shutdown().await;
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1375,44 +1035,5 @@ mod tests {
         assert_eq!(names(&server("    command: x\n")), ["search", RESOURCES_TOOL, PROMPTS_TOOL]);
         assert_eq!(names(&server("    command: x\n    tools: {allow: [search]}\n")), ["search"]);
         assert_eq!(names(&server("    command: x\n    tools: {deny: [get_prompt]}\n")), ["search", RESOURCES_TOOL]);
-    }
-
-    #[test]
-    fn a_tunnel_id_is_reserved_once_and_ended_by_its_own_open_only() {
-        let tunnels = Tunnels::default();
-        let (first, _bytes, closed) = tunnels.reserve(7).expect("reserved");
-        assert_eq!(tunnels.reserve(7).map(drop), Err("tunnel 7 is already open".to_string()));
-        // The relay closes it; a new open takes the id; the old open's end leaves it alone.
-        tunnels.closed(&v1::McpEgressClose { id: 7, write_only: false });
-        assert!(closed.is_cancelled());
-        let (second, _bytes, reopened) = tunnels.reserve(7).expect("reserved again");
-        tunnels.end(7, first);
-        assert!(!reopened.is_cancelled());
-        tunnels.end(7, second);
-        assert!(reopened.is_cancelled());
-        for id in 0..MAX_TUNNELS as u64 {
-            tunnels.reserve(id).expect("room");
-        }
-        assert!(tunnels.reserve(99).expect_err("full").contains("connections open"));
-    }
-
-    #[test]
-    fn a_tunnel_whose_far_end_does_not_read_is_cut_off() {
-        let tunnels = Tunnels::default();
-        let (_, _unread, closed) = tunnels.reserve(1).expect("reserved");
-        for _ in 0..TUNNEL_BUFFER {
-            assert!(tunnels.data(v1::McpEgressData { id: 1, data: vec![0; 8] }));
-        }
-        assert!(!tunnels.data(v1::McpEgressData { id: 1, data: vec![0; 8] }));
-        assert!(closed.is_cancelled());
-    }
-
-    #[test]
-    fn a_rate_counts_what_it_turned_away() {
-        let mut rate = Rate::new(2, Duration::from_secs(10));
-        let start = rate.since;
-        let mut at = |seconds| rate.take_at(start + Duration::from_secs(seconds));
-        assert_eq!([at(0), at(1), at(2), at(9)], [(true, 0), (true, 0), (false, 0), (false, 0)]);
-        assert_eq!([at(10), at(11)], [(true, 2), (true, 0)]);
     }
 }

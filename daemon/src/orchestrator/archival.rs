@@ -9,13 +9,13 @@ use super::*;
 pub async fn archive(shared: &Arc<Shared>, id: &str) -> Result<SessionRecord, SessionError> {
     let record = shared.sessions.set_status(id, SessionStatus::Archived)?;
     if shared.loaded.config.sessions.archival.memory_extraction {
-        let (shared, record) = (shared.clone(), record.clone());
+        let (archiving, record) = (shared.clone(), record.clone());
         let span = tracing::info_span!("archival", session = %record.id);
-        tokio::spawn(
+        shared.spawn(
             async move {
-                extract_memories(&shared, &record).await;
-                shared.agents.reap_idle(std::slice::from_ref(&record.id)).await;
-                shared.tools.release(&record.id).await;
+                extract_memories(&archiving, &record).await;
+                archiving.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+                archiving.tools.release(&record.id).await;
             }
             .instrument(span),
         );

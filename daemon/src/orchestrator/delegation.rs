@@ -65,14 +65,14 @@ pub async fn delegate(
     tracing::info!(agent = role.as_str(), background, "delegating");
     let task = Task { live: live.clone(), role, text, summary: request.task.clone() };
     if background {
-        let shared = shared.clone();
+        let working = shared.clone();
         // Its own span, not the call's: the DelegateToAgent call ends now, the work goes on.
         let span = tracing::info_span!(parent: None, "background delegation", agent = role.as_str());
         span.follows_from(tracing::Span::current());
-        tokio::spawn(
+        shared.spawn(
             async move {
-                let (result, is_error, _) = run_task(&shared, &task).await;
-                finish_background(&shared, &task, result, is_error);
+                let (result, is_error, _) = run_task(&working, &task).await;
+                finish_background(&working, &task, result, is_error);
             }
             .instrument(span),
         );

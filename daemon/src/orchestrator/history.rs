@@ -151,8 +151,7 @@ pub(super) async fn summarize(
         session: record.id.clone(),
         correlation_id: correlation_id.to_string(),
     };
-    let wire = baaaht_llm::convert::request_to_proto(&request);
-    shared.calls.complete(&payer, wire).await.map_err(|error| match error {
+    shared.calls.complete(&payer, &request).await.map_err(|error| match error {
         crate::llm::call::CallError::Budget(sentence) => OrchestratorError::Budget(sentence),
         other => OrchestratorError::Model(other.to_string()),
     })

@@ -430,7 +430,7 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     shared.turns.cancel_token(&turn);
     let accepted = Accepted { session: record.id.clone(), entry, turn, correlation_id };
     let span = tracing::info_span!("turn", turn = %accepted.turn, correlation_id = %accepted.correlation_id, session = %accepted.session);
-    tokio::spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued, warm).instrument(span));
+    shared.spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued, warm).instrument(span));
     Ok(accepted)
 }
 
@@ -451,10 +451,10 @@ pub fn prewarm(shared: &Arc<Shared>, record: &SessionRecord) {
     if shared.containers.slots_free() * 2 < shared.loaded.config.container.max_concurrent as usize {
         return;
     }
-    let shared = shared.clone();
     let (session, context) = (record.id.clone(), record.context());
-    tokio::spawn(async move {
-        if let Err(error) = shared.tools.prewarm(&session, &context).await {
+    let warming = shared.clone();
+    shared.spawn(async move {
+        if let Err(error) = warming.tools.prewarm(&session, &context).await {
             tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot pre-warm the tool container");
         }
     });

@@ -242,6 +242,42 @@ where
     })
 }
 
+/// What the daemon sends an MCP server's relay over RelayMcp.
+pub(crate) fn mcp_down(down: crate::mcp::relay::Down) -> v1::McpDown {
+    use crate::mcp::relay::Down;
+    use v1::mcp_down::Kind;
+    let kind = match down {
+        Down::Launch(launch) => Kind::Launch(v1::McpLaunch {
+            command: launch.command,
+            args: launch.args,
+            env: launch.env,
+            egress: launch.egress,
+        }),
+        Down::Stdin(bytes) => Kind::Stdin(bytes),
+        Down::Probe(request) => Kind::HealthCheck(probe(request)),
+        Down::Opened { id, refused } => Kind::EgressOpened(v1::McpEgressOpened { id, refused }),
+        Down::Data { id, data } => Kind::EgressData(v1::McpEgressData { id, data }),
+        Down::Close { id, write_only } => Kind::EgressClose(v1::McpEgressClose { id, write_only }),
+    };
+    v1::McpDown { kind: Some(kind) }
+}
+
+/// What an MCP server's relay sends up over RelayMcp.
+pub(crate) fn mcp_up(up: v1::McpUp) -> crate::mcp::relay::Up {
+    use crate::mcp::relay::Up;
+    use v1::mcp_up::Kind;
+    match up.kind {
+        Some(Kind::Stdout(bytes)) => Up::Stdout(bytes),
+        Some(Kind::Stderr(line)) => Up::Stderr(line),
+        Some(Kind::Exited(exit)) => Up::Exited { code: exit.code, signal: exit.signal },
+        Some(Kind::Health(answer)) => Up::Health(health_answer(answer)),
+        Some(Kind::EgressOpen(open)) => Up::Open { id: open.id, host: open.host, port: open.port },
+        Some(Kind::EgressData(data)) => Up::Data { id: data.id, data: data.data },
+        Some(Kind::EgressClose(close)) => Up::Close { id: close.id, write_only: close.write_only },
+        Some(Kind::Hello(_)) | None => Up::Other,
+    }
+}
+
 /// A skill's entry in a manifest: name and description, and the whole body of an
 /// always-loaded skill.
 pub(crate) fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {

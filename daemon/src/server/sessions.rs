@@ -353,7 +353,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         // The channel counts as connected (for the scheduler's notices) while it follows.
         let connected = channel.map(|channel| self.shared.events.connect(&context, &channel));
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
-        tokio::spawn(async move {
+        self.shared.spawn(async move {
             let (_connected, _held) = (connected, held);
             loop {
                 // A subscriber that went away is let go at once, not at its context's next event.

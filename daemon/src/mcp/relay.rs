@@ -1,0 +1,250 @@
+//! An MCP server's relay (`baaaht-agent mcp`, its container's init), as the daemon speaks to
+//! it over RelayMcp: the launch goes down, then the bytes of the server's stdin; its stdout,
+//! stderr lines, exit and connections out come up. `server/` turns these into the wire's
+//! `McpDown`/`McpUp`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use super::stderr::Stderr;
+use super::tunnels::{down_close, Egress, Tunnels};
+use crate::auth::ContainerIdentity;
+use crate::health::{self, ProbeSlot};
+
+/// The longest message from a server the daemon takes.
+pub(super) const MAX_MESSAGE: usize = 4 << 20;
+
+/// What the daemon sends a relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Down {
+    /// Start the server.
+    Launch(Launch),
+    /// Bytes for the server's standard input (newline-delimited JSON-RPC).
+    Stdin(Vec<u8>),
+    Probe(health::Probe),
+    /// The answer to a connection the server opened: empty `refused` when it is connected.
+    Opened {
+        id: u64,
+        refused: String,
+    },
+    /// Bytes for a connection.
+    Data {
+        id: u64,
+        data: Vec<u8>,
+    },
+    /// The end of a connection: with `write_only`, no more bytes come from this side.
+    Close {
+        id: u64,
+        write_only: bool,
+    },
+}
+
+/// How a relay starts its server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    pub command: String,
+    pub args: Vec<String>,
+    /// The server's whole environment besides PATH and HOME (secrets resolved).
+    pub env: HashMap<String, String>,
+    /// Whether the server may reach the network (through the relay's tunnels).
+    pub egress: bool,
+}
+
+/// What a relay sends the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Up {
+    /// Bytes of the server's standard output.
+    Stdout(Vec<u8>),
+    /// One line of its standard error (its log).
+    Stderr(String),
+    /// It ended: its exit code (-1 for a signal) and the signal's name.
+    Exited {
+        code: i32,
+        signal: String,
+    },
+    Health(health::Answer),
+    /// The server opens a connection to `host:port`.
+    Open {
+        id: u64,
+        host: String,
+        port: u32,
+    },
+    Data {
+        id: u64,
+        data: Vec<u8>,
+    },
+    Close {
+        id: u64,
+        write_only: bool,
+    },
+    /// Anything else it says (its greeting).
+    Other,
+}
+
+/// What a relay sends up, as the daemon reads it: a broken stream is why it broke.
+pub type Ups = Box<dyn tokio_stream::Stream<Item = Result<Up, String>> + Unpin + Send>;
+
+/// A relay that connected and waits to be claimed by the start that made its container.
+pub(super) struct Attached {
+    pub(super) down: mpsc::Sender<Down>,
+    pub(super) up: Ups,
+    pub(super) identity: ContainerIdentity,
+}
+
+/// At most `limit` of something per `period`, counting what was turned away.
+pub(super) struct Rate {
+    limit: u32,
+    period: Duration,
+    since: Instant,
+    used: u32,
+    refused: u64,
+}
+
+impl Rate {
+    pub(super) fn new(limit: u32, period: Duration) -> Rate {
+        Rate { limit, period, since: Instant::now(), used: 0, refused: 0 }
+    }
+
+    /// Whether one more fits; when a new period begins, how many the last one turned away.
+    pub(super) fn take(&mut self) -> (bool, u64) {
+        self.take_at(Instant::now())
+    }
+
+    fn take_at(&mut self, now: Instant) -> (bool, u64) {
+        let mut turned_away = 0;
+        if now.duration_since(self.since) >= self.period {
+            turned_away = std::mem::take(&mut self.refused);
+            self.since = now;
+            self.used = 0;
+        }
+        if self.used < self.limit {
+            self.used += 1;
+            (true, turned_away)
+        } else {
+            self.refused += 1;
+            (false, turned_away)
+        }
+    }
+}
+
+/// Carries bytes between the relay's stream and `theirs` (the far end of rmcp's pipe); the
+/// server's stderr lines go to the log (at most 100 every 10 s) and the last of them to
+/// `stderr`, and its connections out are opened (at most 120 a minute).
+pub(super) fn pump(
+    attached: Attached,
+    probe: Arc<ProbeSlot>,
+    theirs: tokio::io::DuplexStream,
+    egress: Egress,
+    stderr: Stderr,
+    tracker: &TaskTracker,
+) {
+    let Attached { down, mut up, identity } = attached;
+    let (server, container) = (egress.server.name.clone(), identity.name.clone());
+    let egress = Arc::new(egress);
+    let tunnels = Tunnels::default();
+    let (mut from_client, mut to_client) = tokio::io::split(theirs);
+    let stdin = down.clone();
+    tracker.spawn(async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            match from_client.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if stdin.send(Down::Stdin(buffer[..n].to_vec())).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let opening = tracker.clone();
+    tracker.spawn(async move {
+        use tokio_stream::StreamExt as _;
+        let mut log_lines = Rate::new(100, Duration::from_secs(10));
+        let mut opens = Rate::new(120, Duration::from_secs(60));
+        // A message longer than the client takes is answered with its beginning at once.
+        let mut lines = super::limits::Lines::new(MAX_MESSAGE);
+        while let Some(message) = up.next().await {
+            match message {
+                Ok(Up::Stdout(bytes)) => {
+                    let whole = lines.push(&bytes);
+                    if !whole.is_empty() && to_client.write_all(&whole).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Up::Health(answer)) => probe.answer(answer),
+                Ok(Up::Open { id, host, port }) => {
+                    let (fits, turned_away) = opens.take();
+                    if turned_away > 0 {
+                        tracing::warn!(server = %server, container = %container, turned_away, "an MCP server opened more than 120 connections a minute; the rest were refused");
+                    }
+                    if !fits {
+                        let refused = "more than 120 connections a minute; try again later".to_string();
+                        if down.send(Down::Opened { id, refused }).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    let (egress, identity, down, tunnels) =
+                        (egress.clone(), identity.clone(), down.clone(), tunnels.clone());
+                    let writers = opening.clone();
+                    opening.spawn(async move { egress.open((id, host, port), &identity, down, tunnels, &writers).await });
+                }
+                Ok(Up::Data { id, data }) => {
+                    if !tunnels.data(id, data) && down.send(down_close(id, false)).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Up::Close { id, write_only }) => tunnels.closed(id, write_only),
+                Ok(Up::Stderr(line)) => {
+                    let line = stderr.push(&line);
+                    let (fits, turned_away) = log_lines.take();
+                    if turned_away > 0 {
+                        tracing::warn!(server = %server, container = %container, turned_away, "an MCP server wrote more than 100 log lines in 10 s; the rest were not logged");
+                    }
+                    if fits {
+                        tracing::info!(server = %server, container = %container, line = %line, "MCP server log");
+                    }
+                }
+                Ok(Up::Exited { code, signal }) => {
+                    let _ = stderr.push(&match signal.as_str() {
+                        "" => format!("(it exited with code {code})"),
+                        signal => format!("(it was ended by {signal})"),
+                    });
+                    tracing::warn!(server = %server, container = %container, code, %signal, "MCP server exited");
+                    break;
+                }
+                Ok(Up::Other) => {}
+                Err(error) => {
+                    tracing::warn!(server = %server, container = %container, %error, "MCP relay stream broke");
+                    break;
+                }
+            }
+        }
+        // The server is gone: so are its connections.
+        stderr.ended();
+        tunnels.clear();
+        // rmcp sees the end of the server's output.
+        // silent-ok: the pipe may already be closed.
+        let _ = to_client.shutdown().await;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_counts_what_it_turned_away() {
+        let mut rate = Rate::new(2, Duration::from_secs(10));
+        let start = rate.since;
+        let mut at = |seconds| rate.take_at(start + Duration::from_secs(seconds));
+        assert_eq!([at(0), at(1), at(2), at(9)], [(true, 0), (true, 0), (false, 0), (false, 0)]);
+        assert_eq!([at(10), at(11)], [(true, 2), (true, 0)]);
+    }
+}
