@@ -6,7 +6,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/baaaht/v1/common.proto",
         "proto/baaaht/v1/llm.proto",
         "proto/baaaht/v1/health.proto",
-        "proto/baaaht/v1/orchestrator.proto",
+        "proto/baaaht/v1/types.proto",
+        "proto/baaaht/v1/agents.proto",
+        "proto/baaaht/v1/sessions.proto",
+        "proto/baaaht/v1/skills.proto",
+        "proto/baaaht/v1/memory.proto",
+        "proto/baaaht/v1/tasks.proto",
+        "proto/baaaht/v1/system.proto",
+        "proto/baaaht/v1/gateways.proto",
+        "proto/baaaht/v1/admin.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

@@ -559,12 +559,17 @@ async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (Stri
     };
     if call.name == "delegate" {
         let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
-        let agent = match text("agent").as_str() {
-            "worker" => v1::AgentRole::Worker,
-            "researcher" => v1::AgentRole::Researcher,
-            "coder" => v1::AgentRole::Coder,
-            "memory" => v1::AgentRole::Memory,
-            other => return (format!("agent `{other}` is not one of worker, researcher, coder, memory"), true),
+        let agent = match baaaht_proto::role_named(&text("agent")) {
+            Some(
+                role @ (v1::AgentRole::Worker
+                | v1::AgentRole::Researcher
+                | v1::AgentRole::Coder
+                | v1::AgentRole::Memory),
+            ) => role,
+            _ => {
+                let other = text("agent");
+                return (format!("agent `{other}` is not one of worker, researcher, coder, memory"), true);
+            }
         };
         let priority = match text("priority").as_str() {
             "background" => v1::DelegatePriority::Background,

@@ -397,3 +397,175 @@ impl AgentPool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::container::fake::FakeRuntime;
+    use crate::container::ContainerSpec;
+    use crate::peers::Up;
+
+    /// An agent pool over the fake engine, on a temporary data dir.
+    struct Pool {
+        pool: Arc<AgentPool>,
+        fake: Arc<FakeRuntime>,
+        starts: mpsc::UnboundedReceiver<ContainerSpec>,
+        _temp: tempfile::TempDir,
+    }
+
+    fn pool() -> Pool {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let data_dir = crate::datadir::DataDir::new(temp.path().join("d"));
+        data_dir.create_layout().expect("the data dir's layout");
+        let paths = crate::config::ConfigPaths {
+            config_file: None,
+            config_dir: data_dir.config_dir(),
+            data_dir: data_dir.root().to_path_buf(),
+        };
+        let loaded = crate::config::load(&paths, Vec::<(String, String)>::new()).expect("the default configuration");
+        let (tracker, cancel) = (TaskTracker::new(), CancellationToken::new());
+        let metrics = Arc::new(crate::metrics::Metrics::off());
+        let audit = crate::audit::Audit::open(data_dir.logs_dir().join("audit"), false, 1, metrics);
+        let limits = crate::sockets::ConnectionLimits::for_descriptors(1024);
+        let (listeners, _incoming) =
+            crate::sockets::ListenerSet::new(data_dir.container_sockets_dir(), limits, audit, cancel, tracker.clone());
+        let (fake, starts) = FakeRuntime::new();
+        let engine = Arc::new(watch::channel(fake.engine()).0);
+        let policy = Arc::new(crate::policy::Policy::new(&loaded).expect("policy"));
+        let slots = crate::container::manager::Slots::new(8, Duration::from_secs(5));
+        let containers = ContainerManager::new(
+            engine,
+            policy,
+            listeners,
+            data_dir,
+            "baaaht/base:latest".into(),
+            "/opt/baaaht-agent".into(),
+            slots,
+        )
+        .expect("container manager");
+        let pool = Arc::new(AgentPool::new(Arc::new(containers), Duration::from_secs(60), tracker));
+        Pool { pool, fake, starts, _temp: temp }
+    }
+
+    /// How a played agent answers a turn.
+    enum Reply {
+        Say(String),
+        /// Its stream breaks.
+        Break,
+        /// It never answers.
+        Hold,
+    }
+
+    /// What a container the pool started would do: connect as an agent and answer each turn
+    /// as `answer` says.
+    fn play(pool: &Arc<AgentPool>, spec: &ContainerSpec, answer: fn(&Turn) -> Reply) {
+        let identity = ContainerIdentity {
+            name: spec.name.clone(),
+            role: Role::named(&spec.labels.role).expect("a role"),
+            session_id: spec.labels.session_id.clone(),
+            context: Context::user(spec.labels.context.trim_start_matches("user:")),
+        };
+        let (ups, reports) = mpsc::unbounded_channel();
+        let mut turns = pool.attach(&identity, tokio_stream::wrappers::UnboundedReceiverStream::new(reports));
+        tokio::spawn(async move {
+            while let Some(down) = turns.recv().await {
+                let Down::Work(turn) = down else { continue };
+                let up = match answer(&turn) {
+                    Reply::Say(content) => Ok(Up::Answer {
+                        id: turn.turn_id.clone(),
+                        answer: TurnOutcome { content, steps: 1, ..TurnOutcome::default() },
+                    }),
+                    Reply::Break => Err("the agent's stream broke".to_string()),
+                    Reply::Hold => continue,
+                };
+                if ups.send(up).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn work(session: &str, role: Role, turn: &str, text: &str) -> Work {
+        Work {
+            live: Live {
+                session: session.into(),
+                context: Context::user("alice"),
+                role,
+                turn_id: turn.into(),
+                correlation_id: "c".into(),
+                user_turn: turn.into(),
+            },
+            turn: Turn { turn_id: turn.into(), messages: vec![Message::user(text)], ..Turn::default() },
+            timeout: Duration::from_secs(10),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    fn echo(turn: &Turn) -> Reply {
+        match turn.messages.last().map(|message| &message.content[0]) {
+            Some(baaaht_llm::model::Block::Text(text)) => Reply::Say(format!("echo: {text}")),
+            _ => Reply::Break,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sessions_agent_takes_its_turns_one_container_per_session_and_role() {
+        let Pool { pool, fake, mut starts, _temp } = pool();
+        let serving = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                while let Some(spec) = starts.recv().await {
+                    play(&pool, &spec, echo);
+                }
+            })
+        };
+        let first = pool.run(work("s1", Role::Assistant, "t1", "hello")).await.expect("answered");
+        assert_eq!(first.content, "echo: hello");
+        assert!(pool.live(&fake.running()[0]).is_none(), "no turn is live once answered");
+        // The next turn of the session is the waiting container's; another session gets its own.
+        let (second, by) = pool.run_named(work("s1", Role::Assistant, "t2", "again")).await.expect("answered");
+        assert_eq!(second.content, "echo: again");
+        assert_eq!(fake.running(), std::slice::from_ref(&by), "one container served both turns");
+        let (_, other) = pool.run_named(work("s2", Role::Assistant, "t3", "hi")).await.expect("answered");
+        assert_ne!(other, by);
+        assert_eq!(fake.running().len(), 2);
+        serving.abort();
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_goes_away_mid_turn_loses_it_and_its_container_and_a_cancel_stops_one() {
+        let Pool { pool, fake, mut starts, _temp } = pool();
+        let serving = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                while let Some(spec) = starts.recv().await {
+                    play(&pool, &spec, |turn| match turn.turn_id.split('-').next() {
+                        Some("break") => Reply::Break,
+                        Some("hold") => Reply::Hold,
+                        _ => Reply::Say("ok".into()),
+                    });
+                }
+            })
+        };
+        let lost = pool.run(work("s1", Role::Worker, "break-1", "x")).await.expect_err("its stream broke");
+        assert!(matches!(lost, AgentError::Lost(Role::Worker)), "{lost:?}");
+        assert!(fake.running().is_empty(), "an agent that lost its turn is not trusted with the next one");
+        // A turn cancelled while its agent works ends at once, and its container with it.
+        let held = work("s1", Role::Worker, "hold-1", "x");
+        let cancel = held.cancel.clone();
+        let stopping = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            cancel.cancel();
+        });
+        let outcome = pool.run(held).await;
+        assert!(matches!(outcome, Err(AgentError::Cancelled(Role::Worker))), "{outcome:?}");
+        assert!(fake.running().is_empty());
+        stopping.await.expect("cancelled");
+        // An agent that never answers gives the turn up at its timeout.
+        let mut slow = work("s2", Role::Worker, "hold-2", "x");
+        slow.timeout = Duration::from_millis(100);
+        let outcome = pool.run(slow).await;
+        assert!(matches!(outcome, Err(AgentError::Timeout { role: Role::Worker, .. })), "{outcome:?}");
+        serving.abort();
+    }
+}

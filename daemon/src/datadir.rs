@@ -45,6 +45,24 @@ pub struct DataDir {
     root: PathBuf,
 }
 
+/// The folder (below the data dir) of each kind of context's own folders: `users`, `groups`.
+pub fn context_folder(kind: crate::auth::ContextKind) -> &'static str {
+    match kind {
+        crate::auth::ContextKind::User => "users",
+        crate::auth::ContextKind::Group => "groups",
+    }
+}
+
+/// Both kinds of context, with the folder of each.
+pub const CONTEXT_KINDS: [crate::auth::ContextKind; 2] =
+    [crate::auth::ContextKind::User, crate::auth::ContextKind::Group];
+
+/// The context a data dir's `{users,groups}/{id}` names.
+pub fn context_in(folder: &str, id: &str) -> Option<crate::auth::Context> {
+    let kind = CONTEXT_KINDS.into_iter().find(|kind| context_folder(*kind) == folder)?;
+    crate::auth::is_valid_context_id(id).then(|| crate::auth::Context { kind, id: id.to_string() })
+}
+
 impl DataDir {
     pub fn new(root: impl Into<PathBuf>) -> DataDir {
         DataDir { root: root.into() }
@@ -94,11 +112,12 @@ impl DataDir {
     /// A user's or group's own folder: `users/{id}` or `groups/{id}` (profile, memory,
     /// skills). The one place these paths are built.
     pub fn context_dir(&self, context: &crate::auth::Context) -> PathBuf {
-        let kind = match context.kind {
-            crate::auth::ContextKind::User => "users",
-            crate::auth::ContextKind::Group => "groups",
-        };
-        self.root.join(kind).join(&context.id)
+        self.root.join(context_folder(context.kind)).join(&context.id)
+    }
+
+    /// The folder of every user's, or every group's, own folder.
+    pub fn contexts_dir(&self, kind: crate::auth::ContextKind) -> PathBuf {
+        self.root.join(context_folder(kind))
     }
 
     /// Folders holding one socket per registered gateway.

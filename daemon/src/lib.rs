@@ -454,7 +454,10 @@ impl Daemon {
         let data_dir_root = &data_dir.root().to_path_buf();
         let data_dir_for_memory = data_dir.clone();
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
-        let identities = Arc::new(identities::Identities::open(&data_dir.state_dir(), data_dir.root().join("users"))?);
+        let identities = Arc::new(identities::Identities::open(
+            &data_dir.state_dir(),
+            data_dir.contexts_dir(auth::ContextKind::User),
+        )?);
         let groups = Arc::new(groups::Groups::open(&data_dir.state_dir())?);
         let oidc = Arc::new(oidc::Verifier::new(web.clone()));
         let budgets = Arc::new(budgets::Budgets::new(

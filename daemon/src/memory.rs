@@ -276,8 +276,8 @@ impl Memories {
     /// Removes expired memories of every context; returns how many.
     pub fn expire_all(&self) -> usize {
         let mut removed = 0;
-        for kind in ["users", "groups"] {
-            let Ok(contexts) = std::fs::read_dir(self.data_dir.root().join(kind)) else { continue };
+        for kind in crate::datadir::CONTEXT_KINDS {
+            let Ok(contexts) = std::fs::read_dir(self.data_dir.contexts_dir(kind)) else { continue };
             for context in contexts.flatten() {
                 let folder = context.path().join("memory");
                 if !folder.is_dir() {

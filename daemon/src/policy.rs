@@ -33,8 +33,8 @@ pub enum PolicyError {
     Forbidden { path: String, why: String },
     #[error("command refused: it matches the blocked pattern `{pattern}` ({why})")]
     CommandBlocked { pattern: String, why: String },
-    #[error("blocked command pattern `{pattern}` is not a valid regular expression: {reason}")]
-    BadPattern { pattern: String, reason: String },
+    #[error(transparent)]
+    BadPattern(#[from] crate::config::exec::BadPattern),
 }
 
 /// A mount a caller asks for, before any check.
@@ -43,30 +43,6 @@ pub struct RequestedMount {
     pub host: String,
     pub read_write: bool,
 }
-
-/// Spec §8.5's refused commands: (pattern, why).
-const BUILT_IN_EXEC_PATTERNS: &[(&str, &str)] = &[
-    (r"\brm\s+(-[a-zA-Z]*[rRf][a-zA-Z]*\s+)+(/|/\*|~|~/|\$HOME)(\s|$|;|&|\|)", "deletes the whole filesystem or home"),
-    (r"(?i)\bdel\s+/[fqs]\b", "forced delete"),
-    (r"(?i)\brmdir\s+/s\b", "recursive delete"),
-    (r"(?i)(^|[;&|(]\s*)format\s+[a-z]:", "formats a disk"),
-    (r"\bmkfs(\.[a-z0-9]+)?\b", "formats a disk"),
-    (r"\b(shutdown|reboot|poweroff|halt)\b", "stops the machine"),
-    (r"\binit\s+[06]\b", "stops the machine"),
-    (r":\s*\(\s*\)\s*\{[^}]*:\s*\|\s*:", "fork bomb"),
-    (r">\s*/dev/(sd|hd|vd|nvme|xvd|mmcblk)", "writes to a raw disk"),
-    (r"\bdd\b[^;&|]*\bof=/dev/(sd|hd|vd|nvme|xvd|mmcblk)", "writes to a raw disk"),
-    (r"\b(curl|wget)\b[^;&]*\|\s*(sudo\s+)?(ba|z|da|k)?sh\b", "runs a downloaded script"),
-    (r"\b(docker|podman|nerdctl|crictl|ctr|kubectl)\b", "container engine command"),
-    (r"(^|[;&|(`]\s*|\$\(\s*)container\s", "container engine command"),
-    (r"\b(sudo|doas|pkexec)\b", "privilege escalation"),
-    (r"(^|[;&|(`]\s*|\$\(\s*)su(\s|$)", "privilege escalation"),
-    (r"\bchmod\s+([^;&|]*\s)?([ugoa]*\+[rwx]*s|[0-7]?[4-7][0-7]{3})\b", "sets setuid/setgid bits"),
-    (r"\bchown\b", "changes file ownership"),
-    (r"\b(curl|wget|nc|ncat|netcat|socat|ssh|scp|sftp|telnet|ftp|rsync)\b", "network tool (tools have no network)"),
-    (r"\b(printenv|env)\b", "environment inspection"),
-    (r"/proc/[^/\s]+/environ", "environment inspection"),
-];
 
 /// The policy engine of one configuration.
 #[derive(Debug)]
@@ -77,28 +53,12 @@ pub struct Policy {
     config: Config,
 }
 
-/// Compiles the built-in and the configured exec patterns.
-pub fn compile_exec_patterns(extra: &[String]) -> Result<Vec<(Regex, String)>, PolicyError> {
-    let mut out = vec![];
-    for (pattern, why) in BUILT_IN_EXEC_PATTERNS {
-        let regex = Regex::new(pattern)
-            .map_err(|error| PolicyError::BadPattern { pattern: pattern.to_string(), reason: error.to_string() })?;
-        out.push((regex, why.to_string()));
-    }
-    for pattern in extra {
-        let regex = Regex::new(pattern)
-            .map_err(|error| PolicyError::BadPattern { pattern: pattern.clone(), reason: error.to_string() })?;
-        out.push((regex, "configured in tools.blocked_patterns".to_string()));
-    }
-    Ok(out)
-}
-
 impl Policy {
     pub fn new(loaded: &LoadedConfig) -> Result<Policy, PolicyError> {
         Ok(Policy {
             allowlist: loaded.allowlist.clone(),
             data_dir: loaded.data_dir.clone(),
-            exec_patterns: compile_exec_patterns(&loaded.config.tools.blocked_patterns)?,
+            exec_patterns: crate::config::exec::compile(&loaded.config.tools.blocked_patterns)?,
             config: loaded.config.clone(),
         })
     }

@@ -54,9 +54,11 @@ pub async fn take(shared: &Shared) -> Sample {
 
 /// Bytes in the memory stores of users and of groups (`{users,groups}/{id}/memory/`).
 fn memory_store_bytes(root: &std::path::Path) -> Vec<(&'static str, u64)> {
-    [("user", "users"), ("group", "groups")]
+    crate::datadir::CONTEXT_KINDS
         .into_iter()
-        .map(|(kind, folder)| {
+        .map(|kind| {
+            let folder = crate::datadir::context_folder(kind);
+            let kind = if kind == crate::auth::ContextKind::User { "user" } else { "group" };
             let contexts = std::fs::read_dir(root.join(folder)).into_iter().flatten().flatten();
             let bytes = contexts
                 .flat_map(|context| std::fs::read_dir(context.path().join("memory")).into_iter().flatten().flatten())

@@ -7,6 +7,7 @@
 //! drawn for every write; writes are atomic and serialized by an `flock` across processes.
 //! Decrypted values live only in memory and are zeroized when dropped. Nothing here logs a value.
 
+pub use crate::config::references::{is_valid_name, provider_key_names, reference_names};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::IsTerminal;
@@ -138,12 +139,6 @@ pub fn passphrase_from(config_dir: &Path, confirm: bool) -> Result<Passphrase, S
         }
     }
     Ok(first)
-}
-
-pub fn is_valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 128
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 /// The decrypted contents of the store.
@@ -401,26 +396,6 @@ impl Rules {
         }
         Ok(())
     }
-}
-
-/// The names an LLM provider's key goes by: those providers.yaml refers to, and each
-/// built-in provider's `{NAME}_API_KEY`.
-pub fn provider_key_names(providers: &crate::config::ProvidersConfig) -> std::collections::BTreeSet<String> {
-    let mut names: std::collections::BTreeSet<String> = crate::config::BUILT_IN_PROVIDERS
-        .iter()
-        .map(|provider| format!("{}_API_KEY", provider.to_ascii_uppercase()))
-        .collect();
-    for (_, entry) in providers.providers.configured() {
-        for text in [entry.api_key.as_deref(), entry.api_base.as_deref()].into_iter().flatten() {
-            names.extend(reference_names(text).map(str::to_string));
-        }
-    }
-    names
-}
-
-/// The names `text` refers to as `${NAME}`.
-pub fn reference_names(text: &str) -> impl Iterator<Item = &str> {
-    text.split("${").skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
 }
 
 /// Replaces every `${NAME}` in `text` with the secret `NAME`, else the environment variable

@@ -62,14 +62,8 @@ impl ContainerEndpoint {
     /// True when `presented` is this container's live token.
     pub fn accepts(&self, presented: &str) -> bool {
         !self.revoked.load(std::sync::atomic::Ordering::Acquire)
-            && auth::tokens_equal(&self.token_sha256, &token_sha256(presented))
+            && auth::tokens_equal(&self.token_sha256, &auth::token_sha256(presented))
     }
-}
-
-/// Hex SHA-256 of a token.
-pub fn token_sha256(token: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(token.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Connection info tonic attaches to every request of a connection.
@@ -275,7 +269,7 @@ impl ListenerSet {
     /// accepting on it.
     pub fn add_container(&self, identity: ContainerIdentity) -> Result<ContainerSocket, ListenerError> {
         let token = auth::new_token().map_err(ListenerError::Token)?;
-        let hash = token_sha256(&token);
+        let hash = auth::token_sha256(&token);
         let mut socket = self.register(identity, hash, false)?;
         socket.token = token;
         Ok(socket)

@@ -20,7 +20,7 @@ use crate::CORRELATION_ID_HEADER;
 /// The channel every service client of a [`Client`] shares, with the caller's metadata.
 pub type Intercepted = InterceptedService<Channel, CallMetadata>;
 
-/// A connection to the daemon: one channel, a client per service (see `orchestrator.proto`).
+/// A connection to the daemon: one channel, a client per service (see `proto/baaaht/v1/`, one file per service).
 /// Clones share the channel.
 #[derive(Debug, Clone)]
 pub struct Client {

@@ -19,6 +19,28 @@ pub mod v1 {
 
 /// The largest message any baaaht service or client decodes (tonic's default is 4 MiB): a
 /// turn's conversation carries the pictures shared in it (up to 4 of 3.75 MB each).
+/// Each agent role's protocol value and its name, as configuration, tools, commands and people
+/// write it: the one table every crate reads.
+pub const ROLES: [(v1::AgentRole, &str); 7] = [
+    (v1::AgentRole::Assistant, "assistant"),
+    (v1::AgentRole::Worker, "worker"),
+    (v1::AgentRole::Researcher, "researcher"),
+    (v1::AgentRole::Coder, "coder"),
+    (v1::AgentRole::Memory, "memory"),
+    (v1::AgentRole::Heartbeat, "heartbeat"),
+    (v1::AgentRole::Tool, "tool"),
+];
+
+/// The name of the role a protocol value names; `None` for one unset or unknown.
+pub fn role_name(value: i32) -> Option<&'static str> {
+    ROLES.iter().find(|(role, _)| *role as i32 == value).map(|(_, name)| *name)
+}
+
+/// The role `name` names.
+pub fn role_named(name: &str) -> Option<v1::AgentRole> {
+    ROLES.iter().find(|(_, known)| *known == name).map(|(role, _)| *role)
+}
+
 pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
 /// What follows the part of an answer written before its turn was stopped, in the session and

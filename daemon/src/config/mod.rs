@@ -7,8 +7,10 @@
 
 mod allowlist;
 mod diagnostics;
+pub mod exec;
 mod overrides;
 mod providers;
+pub mod references;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -293,7 +295,7 @@ fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
             ));
         }
     }
-    if let Err(error) = crate::policy::compile_exec_patterns(&loaded.config.tools.blocked_patterns) {
+    if let Err(error) = exec::compile(&loaded.config.tools.blocked_patterns) {
         return Err(invalid_at(
             &loaded.sources.config,
             text,
@@ -407,7 +409,7 @@ fn check_budgets(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Config
 /// `tools.web_proxy.allow`: every entry parses, and none reaches link-local or metadata.
 fn check_tools(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
     for (index, entry) in loaded.config.tools.web_proxy.allow.iter().enumerate() {
-        if let Err(why) = crate::egress::proxy::check_allowed(entry) {
+        if let Err(why) = crate::egress::filter::check_allowed(entry) {
             return Err(invalid_at(
                 &loaded.sources.config,
                 text,
@@ -421,9 +423,9 @@ fn check_tools(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigEr
 
 /// `secrets.user_usable`: secret names, none an LLM provider's key.
 fn check_secrets(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
-    let provider_keys = crate::secrets::provider_key_names(&loaded.providers);
+    let provider_keys = references::provider_key_names(&loaded.providers);
     for (index, name) in loaded.config.secrets.user_usable.iter().enumerate() {
-        let problem = if !crate::secrets::is_valid_name(name) {
+        let problem = if !references::is_valid_name(name) {
             Some(format!("`{name}` is not a secret name (letters, digits, `_`, `.`, `-`)"))
         } else if provider_keys.contains(name) {
             Some(format!("`{name}` is an LLM provider's key; it never leaves the daemon, so no user may name it"))

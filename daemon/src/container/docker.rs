@@ -20,8 +20,7 @@ use tokio_stream::StreamExt;
 
 use super::{
     ContainerInfo, ContainerRuntime, ContainerSpec, EngineInfo, EngineKind, ExecResult, ExitInfo, HealthStatus,
-    NetworkPolicy, Output, RuntimeError, Usage, LABEL_BAAAHT, LABEL_CONTEXT, LABEL_KIND, LABEL_OWNER, LABEL_ROLE,
-    LABEL_SESSION,
+    NetworkPolicy, Output, RuntimeError, Usage,
 };
 
 /// The seccomp profile every container gets (derived by `seccomp/derive.py`).
@@ -227,14 +226,7 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
-        let labels = HashMap::from([
-            (LABEL_BAAAHT.to_string(), "1".to_string()),
-            (LABEL_ROLE.to_string(), spec.labels.role.clone()),
-            (LABEL_SESSION.to_string(), spec.labels.session_id.clone()),
-            (LABEL_CONTEXT.to_string(), spec.labels.context.clone()),
-            (LABEL_OWNER.to_string(), spec.labels.owner.clone()),
-            (LABEL_KIND.to_string(), spec.labels.kind.as_str().to_string()),
-        ]);
+        let labels: HashMap<String, String> = spec.labels.pairs().into_iter().collect();
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
             user: Some(format!("{uid}:{uid}", uid = crate::auth::CONTAINER_UID)),
@@ -459,7 +451,7 @@ impl ContainerRuntime for DockerRuntime {
             forcerm: true,
             ..Default::default()
         };
-        let context = super::images::single_file_tar("Dockerfile", dockerfile.as_bytes());
+        let context = single_file_tar("Dockerfile", dockerfile.as_bytes());
         let mut stream = self.docker.build_image(options, None, Some(bollard::body_full(context.into())));
         let mut last = String::new();
         let drain = async {
@@ -485,6 +477,31 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .map_err(|_elapsed| RuntimeError::Hung { operation: "build an image", seconds: 900 })?
     }
+}
+
+/// A ustar archive holding one regular file: the whole build context.
+pub(crate) fn single_file_tar(name: &str, contents: &[u8]) -> Vec<u8> {
+    let mut header = [0u8; 512];
+    let field = |header: &mut [u8; 512], offset: usize, value: &[u8]| {
+        header[offset..offset + value.len()].copy_from_slice(value);
+    };
+    field(&mut header, 0, name.as_bytes());
+    field(&mut header, 100, b"0000644\0");
+    field(&mut header, 108, b"0000000\0");
+    field(&mut header, 116, b"0000000\0");
+    field(&mut header, 124, format!("{:011o}\0", contents.len()).as_bytes());
+    field(&mut header, 136, b"00000000000\0");
+    field(&mut header, 148, b"        ");
+    header[156] = b'0';
+    field(&mut header, 257, b"ustar\0");
+    field(&mut header, 263, b"00");
+    let checksum: u32 = header.iter().map(|byte| u32::from(*byte)).sum();
+    field(&mut header, 148, format!("{checksum:06o}\0 ").as_bytes());
+    let mut archive = header.to_vec();
+    archive.extend_from_slice(contents);
+    archive.resize(archive.len().div_ceil(512) * 512, 0);
+    archive.extend_from_slice(&[0u8; 1024]);
+    archive
 }
 
 #[cfg(test)]

@@ -208,7 +208,7 @@ async fn build(
         networkmode: (!install_packages).then(|| "none".to_string()),
         ..Default::default()
     };
-    let context = single_file_tar("Dockerfile", BASE_DOCKERFILE.as_bytes());
+    let context = super::docker::single_file_tar("Dockerfile", BASE_DOCKERFILE.as_bytes());
     let mut stream = runtime.docker().build_image(options, None, Some(bollard::body_full(context.into())));
     let drain = async {
         while let Some(item) = stream.next().await {
@@ -225,31 +225,6 @@ async fn build(
     tokio::time::timeout(BUILD_TIMEOUT, drain)
         .await
         .map_err(|_elapsed| ImageError::BuildTimeout { image: image.into() })?
-}
-
-/// A ustar archive holding one regular file: the whole build context.
-pub(crate) fn single_file_tar(name: &str, contents: &[u8]) -> Vec<u8> {
-    let mut header = [0u8; 512];
-    let field = |header: &mut [u8; 512], offset: usize, value: &[u8]| {
-        header[offset..offset + value.len()].copy_from_slice(value);
-    };
-    field(&mut header, 0, name.as_bytes());
-    field(&mut header, 100, b"0000644\0");
-    field(&mut header, 108, b"0000000\0");
-    field(&mut header, 116, b"0000000\0");
-    field(&mut header, 124, format!("{:011o}\0", contents.len()).as_bytes());
-    field(&mut header, 136, b"00000000000\0");
-    field(&mut header, 148, b"        ");
-    header[156] = b'0';
-    field(&mut header, 257, b"ustar\0");
-    field(&mut header, 263, b"00");
-    let checksum: u32 = header.iter().map(|byte| u32::from(*byte)).sum();
-    field(&mut header, 148, format!("{checksum:06o}\0 ").as_bytes());
-    let mut archive = header.to_vec();
-    archive.extend_from_slice(contents);
-    archive.resize(archive.len().div_ceil(512) * 512, 0);
-    archive.extend_from_slice(&[0u8; 1024]);
-    archive
 }
 
 fn which(program: &str) -> Option<std::path::PathBuf> {
@@ -277,7 +252,7 @@ mod tests {
 
     #[test]
     fn tar_of_one_file_is_well_formed() {
-        let archive = single_file_tar("Dockerfile", b"FROM scratch\n");
+        let archive = super::super::docker::single_file_tar("Dockerfile", b"FROM scratch\n");
         assert_eq!(archive.len(), 512 + 512 + 1024);
         assert_eq!(&archive[0..10], b"Dockerfile");
         assert_eq!(&archive[257..262], b"ustar");

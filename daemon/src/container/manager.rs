@@ -870,11 +870,7 @@ impl ContainerManager {
 }
 
 fn identity_of(entry: &InventoryEntry) -> Option<ContainerIdentity> {
-    let role = Role::AGENTS
-        .iter()
-        .chain([&Role::Tool, &Role::LlmGateway, &Role::Mcp])
-        .find(|role| role.as_str() == entry.role)
-        .copied()?;
+    let role = Role::named(&entry.role).filter(|role| *role != Role::Gateway)?;
     let (kind, id) = entry.context.split_once(':')?;
     let context = match kind {
         "user" => Context::user(id),

@@ -5,6 +5,8 @@
 //! …" and container work is refused with that sentence, until a probe finds one.
 
 pub mod docker;
+#[cfg(test)]
+pub mod fake;
 pub mod images;
 pub mod instance;
 pub mod manager;
@@ -73,6 +75,20 @@ pub struct ContainerLabels {
     pub owner: String,
     /// `task` (runs to completion) or `service` (long-lived, adopted after a restart).
     pub kind: ContainerKind,
+}
+
+impl ContainerLabels {
+    /// The labels a container carries, by their names on the engine.
+    pub fn pairs(&self) -> [(String, String); 6] {
+        [
+            (LABEL_BAAAHT.to_string(), "1".to_string()),
+            (LABEL_ROLE.to_string(), self.role.clone()),
+            (LABEL_SESSION.to_string(), self.session_id.clone()),
+            (LABEL_CONTEXT.to_string(), self.context.clone()),
+            (LABEL_OWNER.to_string(), self.owner.clone()),
+            (LABEL_KIND.to_string(), self.kind.as_str().to_string()),
+        ]
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

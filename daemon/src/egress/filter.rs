@@ -2,7 +2,9 @@
 //! Loopback, private, link-local, CGNAT, multicast, unspecified, reserved and documentation
 //! ranges and cloud metadata endpoints are refused in IPv4 and IPv6, including IPv4 addresses
 //! embedded in IPv6 (mapped, compatible, NAT64, 6to4) and the numeric host spellings URL
-//! parsers accept (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1`).
+//! parsers accept (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1`). Also how a host list is
+//! read: `tools.web_proxy.allow` entries ([`check_allowed`]) and `host:port` / `*.domain`
+//! lists ([`listed`]).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -273,6 +275,103 @@ pub fn is_metadata_name(host: &str) -> bool {
     METADATA_NAMES.contains(&host.as_str())
 }
 
+/// One entry of `tools.web_proxy.allow`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Allowed {
+    Host { name: String, port: Option<u16> },
+    Network { base: IpAddr, prefix: u8, port: Option<u16> },
+}
+
+/// Checks one `tools.web_proxy.allow` entry (config check calls it too): a host, host:port or
+/// CIDR, never one reaching a link-local address or a cloud metadata endpoint.
+pub fn check_allowed(entry: &str) -> Result<(), String> {
+    parse_allowed(entry).map(drop)
+}
+
+pub(crate) fn parse_allowed(entry: &str) -> Result<Allowed, String> {
+    let parsed = parse_allowed_entry(entry)?;
+    let refused = match &parsed {
+        Allowed::Network { base, prefix, .. } => never_allowed(*base, *prefix),
+        Allowed::Host { name, .. } if is_metadata_name(name) => Some("it names a cloud metadata endpoint".into()),
+        Allowed::Host { name, .. } => {
+            parse_ip_host(name).and_then(|address| never_allowed(address, if address.is_ipv4() { 32 } else { 128 }))
+        }
+    };
+    match refused {
+        Some(why) => Err(format!("`{}` can never be allowed: {why}", entry.trim())),
+        None => Ok(parsed),
+    }
+}
+
+fn parse_allowed_entry(entry: &str) -> Result<Allowed, String> {
+    let entry = entry.trim();
+    if let Some((address, prefix)) = entry.split_once('/') {
+        let base: IpAddr = address.parse().map_err(|_not_ip| format!("`{address}` is not an IP address"))?;
+        let max = if base.is_ipv4() { 32 } else { 128 };
+        let prefix: u8 = prefix
+            .parse()
+            .ok()
+            .filter(|p| *p <= max)
+            .ok_or_else(|| format!("`/{prefix}` is not a prefix length of 0 to {max}"))?;
+        return Ok(Allowed::Network { base, prefix, port: None });
+    }
+    let (host, port) = split_host_port(entry).ok_or_else(|| format!("`{entry}` is not host, host:port or a CIDR"))?;
+    if let Ok(address) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
+        let prefix = if address.is_ipv4() { 32 } else { 128 };
+        return Ok(Allowed::Network { base: address, prefix, port });
+    }
+    if host.is_empty() || !host.chars().all(|c| c.is_ascii_alphanumeric() || ".-_".contains(c)) {
+        return Err(format!("`{entry}` is not host, host:port or a CIDR"));
+    }
+    Ok(Allowed::Host { name: host.to_ascii_lowercase(), port })
+}
+
+/// Whether `host`:`port` is on `list`, whose entries are a host or `*.domain` (any name under
+/// it), each maybe with `:port` (an MCP server's `egress`, a gateway's hosts).
+pub(crate) fn listed<'a>(list: impl IntoIterator<Item = &'a str>, host: &str, port: u16) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    list.into_iter().any(|entry| {
+        let entry = entry.to_ascii_lowercase();
+        let Some((name, wanted)) = split_host_port(&entry) else { return false };
+        let name_matches = match name.strip_prefix("*.") {
+            Some(domain) => host.strip_suffix(domain).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+            None => host == name,
+        };
+        name_matches && wanted.is_none_or(|wanted| wanted == port)
+    })
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`; none when the port is not a port.
+pub(crate) fn split_host_port(text: &str) -> Option<(&str, Option<u16>)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after.strip_prefix(':') {
+            Some(port) => Some((host, Some(port.parse().ok()?))),
+            None if after.is_empty() => Some((host, None)),
+            None => None,
+        };
+    }
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => Some((host, Some(port.parse().ok()?))),
+        Some(_) => Some((text, None)), // a bare IPv6 address
+        None => Some((text, None)),
+    }
+}
+
+pub(crate) fn in_network(address: IpAddr, base: IpAddr, prefix: u8) -> bool {
+    match (address, base) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(prefix)) };
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,5 +487,40 @@ mod tests {
         );
         assert!(is_metadata_name("Metadata.Google.Internal."));
         assert!(!is_metadata_name("example.com"));
+    }
+
+    #[test]
+    fn link_local_and_metadata_can_never_be_allowed() {
+        for entry in [
+            "169.254.169.254",
+            "169.254.169.254:80",
+            "169.254.0.0/16",
+            "0.0.0.0/0",
+            "[fe80::1]",
+            "fd00:ec2::254",
+            "::ffff:169.254.169.254",
+            "metadata.google.internal",
+            "168.63.129.16",
+        ] {
+            let error = check_allowed(entry).expect_err(entry);
+            assert!(error.contains("can never be allowed"), "{entry}: {error}");
+        }
+        for entry in ["192.168.1.10", "nas.home:8080", "10.0.0.0/8", "[fd12::1]:443"] {
+            check_allowed(entry).unwrap_or_else(|error| panic!("{entry}: {error}"));
+        }
+    }
+
+    #[test]
+    fn allow_entries_parse_or_are_named() {
+        assert_eq!(parse_allowed("searx.lan"), Ok(Allowed::Host { name: "searx.lan".into(), port: None }));
+        assert_eq!(parse_allowed("Searx.lan:8080"), Ok(Allowed::Host { name: "searx.lan".into(), port: Some(8080) }));
+        assert_eq!(
+            parse_allowed("10.1.0.0/16"),
+            Ok(Allowed::Network { base: "10.1.0.0".parse().expect("ip"), prefix: 16, port: None })
+        );
+        assert_eq!(
+            parse_allowed("[::1]:9000"),
+            Ok(Allowed::Network { base: "::1".parse().expect("ip"), prefix: 128, port: Some(9000) })
+        );
     }
 }

@@ -78,7 +78,7 @@ mod tests {
     #[test]
     fn a_slack_gateway_reaches_slack_and_its_api_host_only() {
         let hosts = hosts_of(&record(&["--api-url", "http://127.0.0.1:4000/api"]));
-        let allowed = |host: &str, port| crate::egress::proxy::listed(hosts.iter().map(String::as_str), host, port);
+        let allowed = |host: &str, port| crate::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
         assert!(allowed("slack.com", 443));
         assert!(allowed("wss-primary.slack.com", 443));
         assert!(allowed("files.slack.com", 443));

@@ -61,6 +61,14 @@ pub enum GatewayKind {
 }
 
 impl GatewayKind {
+    /// The binary that serves a gateway of this kind.
+    pub fn binary(&self) -> &'static str {
+        match self {
+            GatewayKind::Web { .. } => "baaaht-web",
+            GatewayKind::Slack { .. } => "baaaht-slack",
+        }
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             GatewayKind::Web { .. } => "web",
@@ -249,7 +257,7 @@ impl Registry {
         let record = GatewayRecord {
             name: name.to_string(),
             kind,
-            token_sha256: crate::sockets::token_sha256(&token),
+            token_sha256: crate::auth::token_sha256(&token),
             created: state::now_rfc3339(),
             mode,
             args,
@@ -303,7 +311,7 @@ pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(
     if let Some(asked) = args.iter().find(|arg| ["-h", "--help", "-V", "--version"].contains(&arg.as_str())) {
         return Err(GatewayError::Invalid(format!(
             "`{asked}` would print and exit at every start; run `{} {asked}` yourself",
-            supervise::binary_of(kind)
+            kind.binary()
         )));
     }
     let events_http = args.windows(2).any(|pair| pair[0] == "--events" && pair[1] == "http")
@@ -346,7 +354,7 @@ impl GatewayEndpoint {
         if self.revoked.load(std::sync::atomic::Ordering::Acquire) {
             return false;
         }
-        let presented = crate::sockets::token_sha256(presented);
+        let presented = crate::auth::token_sha256(presented);
         let run = self.run_token.lock().unwrap_or_else(PoisonError::into_inner).clone();
         crate::auth::tokens_equal(&self.record.token_sha256, &presented)
             || run.is_some_and(|run| crate::auth::tokens_equal(&run, &presented))

@@ -55,14 +55,6 @@ pub fn kind_args(kind: &GatewayKind, state: &Path) -> Vec<std::ffi::OsString> {
     }
 }
 
-/// The binary of a gateway kind.
-pub fn binary_of(kind: &GatewayKind) -> &'static str {
-    match kind {
-        GatewayKind::Web { .. } => "baaaht-web",
-        GatewayKind::Slack { .. } => "baaaht-slack",
-    }
-}
-
 /// Where a gateway the daemon runs stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
@@ -170,7 +162,7 @@ impl Supervisors {
     /// Asks the gateway binary of `kind` whether it takes `args` (`--check`); its complaint
     /// when not. Without the binary there is nothing to ask: the run says what is missing.
     pub async fn check_args(&self, kind: &GatewayKind, args: &[String]) -> Result<(), String> {
-        let binary = self.supervision.binaries_dir.join(binary_of(kind));
+        let binary = self.supervision.binaries_dir.join(kind.binary());
         if !binary.is_file() {
             return Ok(());
         }
@@ -279,7 +271,7 @@ impl Supervisor {
             .listeners
             .gateway_endpoint(name)
             .ok_or_else(|| format!("gateway {name}'s socket is not served"))?;
-        let binary = self.supervision.binaries_dir.join(binary_of(&self.record.kind));
+        let binary = self.supervision.binaries_dir.join(self.record.kind.binary());
         if !binary.is_file() {
             return Err(format!("{} is missing: build it or set container.binaries_dir", binary.display()));
         }
@@ -288,7 +280,7 @@ impl Supervisor {
         prepare_run_folder(&folder, container)
             .map_err(|error| format!("cannot prepare {}: {error}", folder.join(RUN_FOLDER).display()))?;
         let token = crate::auth::new_token().map_err(|error| format!("cannot make a token: {error}"))?;
-        endpoint.set_run_token(Some(crate::sockets::token_sha256(&token)));
+        endpoint.set_run_token(Some(crate::auth::token_sha256(&token)));
         let env = vec![("BAAAHT_GATEWAY_TOKEN".to_string(), token), ("RUST_LOG".to_string(), "info".to_string())];
         // A web gateway's port is the daemon's while it runs in a container: bound first, so an
         // address in use says so at once.

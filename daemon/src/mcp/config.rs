@@ -149,7 +149,7 @@ impl Server {
     /// under example.com, not example.com itself).
     pub fn egress_allows(&self, host: &str, port: u16) -> bool {
         // Checked when read (check_host): a host and maybe a port.
-        crate::egress::proxy::listed(self.config.egress.iter().map(String::as_str), host, port)
+        crate::egress::filter::listed(self.config.egress.iter().map(String::as_str), host, port)
     }
 }
 
@@ -405,7 +405,7 @@ fn check_host(entry: &str) -> Result<(), &'static str> {
         return Err("write the host alone, e.g. api.example.com (no scheme, no path)");
     }
     let (host, port) =
-        crate::egress::proxy::split_host_port(entry).ok_or("the port is not a number from 1 to 65535")?;
+        crate::egress::filter::split_host_port(entry).ok_or("the port is not a number from 1 to 65535")?;
     if port == Some(0) {
         return Err("the port is not a number from 1 to 65535");
     }

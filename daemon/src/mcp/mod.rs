@@ -4,6 +4,7 @@
 pub mod config;
 pub mod limits;
 pub mod pool;
+mod pump;
 pub mod relay;
 mod stderr;
 mod tunnels;

@@ -20,7 +20,8 @@ use sha2::Digest as _;
 use tokio::sync::{mpsc, watch};
 
 use super::config::Server;
-use super::relay::{pump, Attached, Down, Launch, Ups, MAX_MESSAGE};
+use super::pump::pump;
+use super::relay::{Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
 use super::tunnels::Egress;
 use crate::audit::Audit;

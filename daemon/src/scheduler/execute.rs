@@ -29,12 +29,10 @@ pub fn role_of(task: &TaskRecord) -> Result<Role, String> {
     if task.kind == TaskKind::Heartbeat {
         return Ok(Role::Heartbeat);
     }
-    match task.agent.as_str() {
-        "" | "worker" => Ok(Role::Worker),
-        "researcher" => Ok(Role::Researcher),
-        "coder" => Ok(Role::Coder),
-        "heartbeat" => Ok(Role::Heartbeat),
-        other => Err(format!("agent: `{other}` cannot run tasks; use worker, researcher, coder or heartbeat")),
+    match Role::named(task.agent.as_str()) {
+        _ if task.agent.is_empty() => Ok(Role::Worker),
+        Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Heartbeat)) => Ok(role),
+        _ => Err(format!("agent: `{}` cannot run tasks; use worker, researcher, coder or heartbeat", task.agent)),
     }
 }
 

@@ -32,14 +32,7 @@ fn context_of(root: &Path, path: &Path) -> Option<Context> {
         [kind, id] => (kind, id),
         _ => return None,
     };
-    if !crate::auth::is_valid_context_id(id) {
-        return None;
-    }
-    match *kind {
-        "users" => Some(Context::user(*id)),
-        "groups" => Some(Context::group(*id)),
-        _ => None,
-    }
+    crate::datadir::context_in(kind, id)
 }
 
 /// Reads `context`'s HEARTBEAT.md and brings its heartbeat tasks in line with it.
@@ -80,12 +73,12 @@ pub fn sync_context(shared: &Shared, context: &Context) {
 /// Every context that has a HEARTBEAT.md or had heartbeats.
 fn all_contexts(shared: &Shared) -> BTreeSet<Context> {
     let mut contexts = BTreeSet::new();
-    for (kind, make) in [("users", Context::user as fn(String) -> Context), ("groups", Context::group)] {
-        let Ok(entries) = std::fs::read_dir(shared.data_dir.root().join(kind)) else { continue };
+    for kind in crate::datadir::CONTEXT_KINDS {
+        let Ok(entries) = std::fs::read_dir(shared.data_dir.contexts_dir(kind)) else { continue };
         for entry in entries.flatten() {
             let Some(id) = entry.file_name().to_str().map(str::to_string) else { continue };
             if crate::auth::is_valid_context_id(&id) && entry.path().join(FILE).is_file() {
-                contexts.insert(make(id));
+                contexts.insert(Context { kind, id });
             }
         }
     }
@@ -117,8 +110,8 @@ pub async fn watch(shared: Arc<Shared>, cancel: CancellationToken) {
         }
     };
     if let Some(watcher) = watcher.as_mut() {
-        for kind in ["users", "groups"] {
-            let folder = root.join(kind);
+        for kind in crate::datadir::CONTEXT_KINDS {
+            let folder = root.join(crate::datadir::context_folder(kind));
             if let Err(error) = std::fs::create_dir_all(&folder) {
                 tracing::warn!(folder = %folder.display(), %error, "cannot create a folder to watch");
             }

@@ -31,32 +31,20 @@ pub(crate) fn context_of(reference: &v1::ContextRef) -> Result<Context, String> 
     Ok(Context { kind, id: reference.id.clone() })
 }
 
-/// The protocol's name for `role`.
+/// The protocol's name for `role` (the daemon's own roles are all a tool's to agents).
 pub(crate) fn role_ref(role: Role) -> v1::AgentRole {
-    match role {
-        Role::Assistant => v1::AgentRole::Assistant,
-        Role::Worker => v1::AgentRole::Worker,
-        Role::Researcher => v1::AgentRole::Researcher,
-        Role::Coder => v1::AgentRole::Coder,
-        Role::Memory => v1::AgentRole::Memory,
-        Role::Heartbeat => v1::AgentRole::Heartbeat,
-        Role::Tool | Role::LlmGateway | Role::Mcp | Role::Gateway => v1::AgentRole::Tool,
-    }
+    baaaht_proto::role_named(role.as_str()).unwrap_or(v1::AgentRole::Tool)
 }
 
 /// The role a protocol value names; `None` for "unspecified".
 pub(crate) fn role_of(value: i32) -> Result<Option<Role>, String> {
-    Ok(match v1::AgentRole::try_from(value) {
-        Ok(v1::AgentRole::Unspecified) => None,
-        Ok(v1::AgentRole::Assistant) => Some(Role::Assistant),
-        Ok(v1::AgentRole::Worker) => Some(Role::Worker),
-        Ok(v1::AgentRole::Researcher) => Some(Role::Researcher),
-        Ok(v1::AgentRole::Coder) => Some(Role::Coder),
-        Ok(v1::AgentRole::Memory) => Some(Role::Memory),
-        Ok(v1::AgentRole::Heartbeat) => Some(Role::Heartbeat),
-        Ok(v1::AgentRole::Tool) => Some(Role::Tool),
-        Err(_) => return Err(format!("role {value} is not a known AgentRole")),
-    })
+    if value == v1::AgentRole::Unspecified as i32 {
+        return Ok(None);
+    }
+    baaaht_proto::role_name(value)
+        .and_then(Role::named)
+        .map(Some)
+        .ok_or_else(|| format!("role {value} is not a known AgentRole"))
 }
 
 /// A file shared with a message, as clients see it.

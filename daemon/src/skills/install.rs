@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::audit::Audit;
-use crate::auth::{Context, ContextKind, Role};
+use crate::auth::{Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest};
 use crate::container::MountSpec;
 use crate::egress::proxy::WebProxy;
@@ -405,10 +405,7 @@ async fn install_from(
     let skill = super::parse_unplaced(&text).map_err(|error| InstallError::Invalid(error.to_string()))?;
     check_files(&folder)?;
 
-    let kind = match request.context.kind {
-        ContextKind::User => "users",
-        ContextKind::Group => "groups",
-    };
+    let kind = crate::datadir::context_folder(request.context.kind);
     let own = crate::datadir::DataDir::new(root).context_dir(&request.context);
     let destination = own.join("skills").join(&skill.name);
     let relative = format!("{kind}/{}/skills/{}", request.context.id, skill.name);

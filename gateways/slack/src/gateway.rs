@@ -632,11 +632,8 @@ impl Writing {
 }
 
 fn agent_name(agent: i32) -> &'static str {
-    match v1::AgentRole::try_from(agent).unwrap_or(v1::AgentRole::Unspecified) {
-        v1::AgentRole::Worker => "worker",
-        v1::AgentRole::Researcher => "researcher",
-        v1::AgentRole::Coder => "coder",
-        v1::AgentRole::Memory => "memory",
+    match baaaht_proto::role_name(agent) {
+        Some(name @ ("worker" | "researcher" | "coder" | "memory")) => name,
         _ => "agent",
     }
 }

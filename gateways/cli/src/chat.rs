@@ -20,15 +20,7 @@ pub fn login(env: impl Fn(&str) -> Option<String>) -> String {
 
 /// An agent role's name as shown.
 pub fn role_name(role: i32) -> &'static str {
-    match v1::AgentRole::try_from(role) {
-        Ok(v1::AgentRole::Assistant) => "assistant",
-        Ok(v1::AgentRole::Worker) => "worker",
-        Ok(v1::AgentRole::Researcher) => "researcher",
-        Ok(v1::AgentRole::Coder) => "coder",
-        Ok(v1::AgentRole::Memory) => "memory",
-        Ok(v1::AgentRole::Heartbeat) => "heartbeat",
-        _ => "agent",
-    }
+    baaaht_proto::role_name(role).filter(|name| *name != "tool").unwrap_or("agent")
 }
 
 /// How a turn ended.

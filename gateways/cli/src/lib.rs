@@ -3,7 +3,9 @@
 //! Connection and RPC failures become one sentence that says what to do ("daemon not running
 //! at PATH; start it with …"), never a stack of transport errors.
 
+pub mod args;
 pub mod chat;
+pub mod commands;
 pub mod doctor;
 pub mod mcp;
 pub mod people;

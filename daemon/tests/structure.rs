@@ -1,0 +1,241 @@
+//! The house rules the compiler does not check, checked on the daemon's source (ARCHITECTURE.md,
+//! "Architecture invariants"): the wire's types only where the daemon speaks a protocol, no task
+//! outside the tracker, and no two modules importing each other, directly or through others.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Where the wire's types may appear besides `server/`: where the daemon is a client of another
+/// process's protocol (the LLM gateway's configuration and stream, ContainerHealth, `baaahtd`'s
+/// own commands to a running daemon).
+const WIRE_CLIENTS: &[&str] = &["llm/mod.rs", "llm/call.rs", "llm/relay.rs", "health.rs", "cli.rs"];
+
+/// Every `.rs` file below `daemon/src`, by its path from there, without its unit tests.
+fn sources() -> BTreeMap<String, String> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).expect("read the source folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let text = std::fs::read_to_string(&path).expect("read a source file");
+                let code = match text.find("\n#[cfg(test)]\nmod tests") {
+                    Some(at) => text[..at].to_string(),
+                    None => text,
+                };
+                let name = path.strip_prefix(root).expect("below the root").to_string_lossy().into_owned();
+                // A file of unit tests only (`scheduler/tests.rs`, `config/tests.rs`).
+                if !name.ends_with("/tests.rs") {
+                    out.insert(name, code);
+                }
+            }
+        }
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = BTreeMap::new();
+    walk(&root, &root, &mut out);
+    out
+}
+
+/// Where `sources` use the wire's types outside `server/` and the protocol clients.
+fn wire_outside_server(sources: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = vec![];
+    for (file, code) in sources {
+        if file.starts_with("server/") || WIRE_CLIENTS.contains(&file.as_str()) {
+            continue;
+        }
+        for (number, line) in code.lines().enumerate() {
+            if line.contains("v1::") && !line.trim_start().starts_with("//") {
+                found.push(format!("{file}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_wire_types_appear_only_in_server_and_the_protocol_clients() {
+    let found = wire_outside_server(&sources());
+    assert!(found.is_empty(), "the domain speaks its own types; convert in server/convert.rs:\n{}", found.join("\n"));
+}
+
+/// Where `sources` spawn a task of their own.
+fn detached_spawns(sources: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = vec![];
+    for (file, code) in sources {
+        for (number, line) in code.lines().enumerate() {
+            if line.contains("tokio::spawn(") && !line.trim_start().starts_with("//") {
+                found.push(format!("{file}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_task_is_spawned_outside_the_tracker() {
+    let found = detached_spawns(&sources());
+    assert!(
+        found.is_empty(),
+        "a long-lived task goes on the daemon's tracker (Shared::spawn, or the subsystem's TaskTracker):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The module a source file is (`orchestrator`, `mcp::pool`; `lib.rs` is the crate root).
+fn module_of(file: &str) -> String {
+    let path = file.trim_end_matches(".rs");
+    let path = path.strip_suffix("/mod").unwrap_or(path);
+    if path == "lib" || path == "main" {
+        return String::new();
+    }
+    path.replace('/', "::")
+}
+
+/// The modules `code` (the file of `module`) names with `crate::…`, `super::…` or `use super::*`.
+fn imports(module: &str, code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let resolve = |path: &str| -> Option<String> {
+        let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+        (1..=segments.len()).rev().map(|n| segments[..n].join("::")).find(|candidate| modules.contains(candidate))
+    };
+    let own: Vec<&str> = module.split("::").filter(|s| !s.is_empty()).collect();
+    // What `super` is, from this file (the same for `a/b.rs` and `a/b/mod.rs`).
+    let parent: Vec<&str> = own[..own.len().saturating_sub(1)].to_vec();
+    let mut out = BTreeSet::new();
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    for (prefix, base) in [("crate::", Vec::new()), ("super::", parent.clone())] {
+        let mut rest = code;
+        while let Some(at) = rest.find(prefix) {
+            let before = rest[..at].chars().last();
+            rest = &rest[at + prefix.len()..];
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            let path: String = rest.chars().take_while(|c| ident(*c)).collect();
+            let path = path.trim_end_matches(':');
+            let mut names: Vec<String> = vec![];
+            if let Some(group) = rest[path.len()..].strip_prefix("::{") {
+                let group = group.split('}').next().unwrap_or_default();
+                names
+                    .extend(group.split(',').map(|item| item.trim().split(' ').next().unwrap_or_default().to_string()));
+            }
+            let full = |tail: &str| {
+                let mut segments: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+                segments.extend(path.split("::").filter(|s| !s.is_empty()).map(str::to_string));
+                segments.extend(tail.split("::").filter(|s| !s.is_empty() && *s != "self").map(str::to_string));
+                segments.join("::")
+            };
+            let targets = if names.is_empty() { vec![full("")] } else { names.iter().map(|n| full(n)).collect() };
+            for target in targets {
+                if let Some(found) = resolve(&target) {
+                    out.insert(found);
+                }
+            }
+            if prefix == "super::" && path == "*" {
+                out.insert(base.join("::"));
+            }
+        }
+    }
+    if code.contains("use super::*;") {
+        out.insert(parent.join("::"));
+    }
+    out.remove(module);
+    out.remove("");
+    out
+}
+
+/// The circles of `graph`, each as its modules in order from the smallest.
+fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<Vec<String>> {
+    let mut found = BTreeSet::new();
+    for start in graph.keys() {
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<(String, Vec<String>)> = vec![(start.clone(), vec![start.clone()])];
+        while let Some((at, path)) = stack.pop() {
+            for next in graph.get(&at).into_iter().flatten() {
+                if next == start {
+                    let mut circle = path.clone();
+                    let first = circle.iter().min().cloned().unwrap_or_default();
+                    let turn = circle.iter().position(|m| *m == first).unwrap_or(0);
+                    circle.rotate_left(turn);
+                    found.insert(circle);
+                } else if seen.insert(next.clone()) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push((next.clone(), longer));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The folder module `module` is a file of (`mcp` for `mcp::pool`); the crate for a top one.
+fn folder_of(module: &str) -> &str {
+    module.rsplit_once("::").map_or("", |(folder, _)| folder)
+}
+
+/// No circle of imports runs between the daemon's modules, directly or through others. A folder
+/// module and its own files are the one exception: its files use what it declares and it
+/// re-exports what they hold, as Rust's modules do; but its files never import each other
+/// both ways, and nothing outside the folder is part of such a circle. The crate root, which
+/// wires everything, is not one of them.
+fn import_circles(sources: &BTreeMap<String, String>) -> Vec<String> {
+    let modules: BTreeSet<String> = sources.keys().map(|file| module_of(file)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, code) in sources {
+        let module = module_of(file);
+        if module.is_empty() {
+            continue;
+        }
+        let mut edges = imports(&module, code, &modules);
+        // A folder module's use of its own files (`pub use turns::run_turn`, `history::window_of`).
+        for child in modules.iter().filter(|child| folder_of(child) == module) {
+            let name = child.rsplit("::").next().unwrap_or_default();
+            let used = code
+                .match_indices(&format!("{name}::"))
+                .any(|(at, _)| !code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':'));
+            if used {
+                edges.insert(child.clone());
+            }
+        }
+        edges.remove("");
+        graph.insert(module, edges);
+    }
+    let within_its_folder =
+        |circle: &Vec<String>| circle.iter().any(|folder| circle.iter().all(|m| m == folder || folder_of(m) == folder));
+    circles(&graph).into_iter().filter(|circle| !within_its_folder(circle)).map(|c| c.join(" → ")).collect()
+}
+
+#[test]
+fn no_two_modules_import_each_other_even_through_others() {
+    let found = import_circles(&sources());
+    assert!(found.is_empty(), "modules that import each other:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_checks_find_what_they_look_for() {
+    let sources = |files: &[(&str, &str)]| -> BTreeMap<String, String> {
+        files.iter().map(|(file, code)| (file.to_string(), code.to_string())).collect()
+    };
+    let house = sources(&[
+        ("lib.rs", "pub mod a; pub mod b; pub mod f;"),
+        ("a.rs", "use crate::b::Thing;"),
+        ("b.rs", "fn x() { crate::f::go(); }"),
+        ("f/mod.rs", "mod p; mod q; pub use p::go;"),
+        ("f/p.rs", "use super::*; use super::q::Q;"),
+        ("f/q.rs", "pub struct Q;"),
+        ("server/x.rs", "fn y() -> v1::Ack { tokio::task::spawn_blocking(f) }"),
+    ]);
+    assert!(import_circles(&house).is_empty(), "{:?}", import_circles(&house));
+    assert!(wire_outside_server(&house).is_empty() && detached_spawns(&house).is_empty());
+    let mut tangled = house.clone();
+    tangled.insert("f/q.rs".into(), "pub struct Q; fn z() { crate::a::run(); }".into());
+    assert_eq!(import_circles(&tangled), ["a → b → f → f::p → f::q"]);
+    let mut siblings = house.clone();
+    siblings.insert("f/q.rs".into(), "use super::p::go;".into());
+    assert_eq!(import_circles(&siblings), ["f::p → f::q"]);
+    let mut leaky = house;
+    leaky.insert("b.rs".into(), "fn x() { tokio::spawn(v1::Ack::default()); }".into());
+    assert_eq!(wire_outside_server(&leaky).len(), 1);
+    assert_eq!(detached_spawns(&leaky).len(), 1);
+}

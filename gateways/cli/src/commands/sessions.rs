@@ -1,0 +1,80 @@
+//! `baaaht sessions` and the session commands.
+
+use baaaht_proto::v1;
+
+use crate::args::SessionsCommand;
+use crate::terminal::clean;
+use crate::CliError;
+
+pub(crate) async fn sessions(
+    client: &mut baaaht_proto::client::Client,
+    socket: &std::path::Path,
+    command: SessionsCommand,
+) -> Result<(), CliError> {
+    let status = |status| CliError::from_status(status, socket);
+    let env = |key: &str| std::env::var(key).ok();
+    let header_line = |h: &v1::SessionHeader| format!("{}  {}", h.id, h.status);
+    match command {
+        SessionsCommand::List { user, group, status: state, json } => {
+            let filter = v1::SessionFilter {
+                user_id: user.clone().unwrap_or_default(),
+                group_id: group.unwrap_or_default(),
+                context_type: if user.is_some() { v1::ContextType::User as i32 } else { 0 },
+                status: state.unwrap_or_default(),
+                ..v1::SessionFilter::default()
+            };
+            let list = client.sessions.list_sessions(filter).await.map_err(status)?.into_inner();
+            if json {
+                let rows: Vec<serde_json::Value> = list
+                    .sessions
+                    .iter()
+                    .map(|s| {
+                        serde_json::json!({"id": s.id, "status": s.status, "userId": s.user_id, "groupId": s.group_id,
+                            "created": s.created, "lastActivity": s.last_activity, "title": s.title, "model": s.model})
+                    })
+                    .collect();
+                println!("{}", clean(&serde_json::to_string_pretty(&rows).map_err(CliError::Json)?));
+            } else {
+                print!("{}", clean(&crate::chat::sessions_text(&list)));
+            }
+        }
+        SessionsCommand::Show { id, leaf } => {
+            let request = v1::ReadSessionRequest { session_id: id, leaf_entry_id: leaf.unwrap_or_default() };
+            let transcript = client.sessions.read_session(request).await.map_err(status)?.into_inner();
+            print!("{}", clean(&crate::chat::transcript_text(&transcript)));
+        }
+        SessionsCommand::New { user, group, title } => {
+            let context = crate::chat::context(user, group, env);
+            let request = v1::NewSessionRequest { context: Some(context), title: title.unwrap_or_default() };
+            println!(
+                "{}",
+                clean(&header_line(&client.sessions.new_session(request).await.map_err(status)?.into_inner()))
+            );
+        }
+        SessionsCommand::Resume { id } => {
+            let header =
+                client.sessions.resume_session(v1::SessionRef { session_id: id }).await.map_err(status)?.into_inner();
+            println!("{}", clean(&header_line(&header)));
+        }
+        SessionsCommand::Fork { id, entry } => {
+            let request = v1::ForkSessionRequest { session_id: id, entry_id: entry.unwrap_or_default() };
+            println!(
+                "{}",
+                clean(&header_line(&client.sessions.fork_session(request).await.map_err(status)?.into_inner()))
+            );
+        }
+        SessionsCommand::Archive { id } => {
+            let archived = client.sessions.archive_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
+            println!("{}", clean(&archived.into_inner().message));
+        }
+        SessionsCommand::Compact { id } => {
+            let compacted = client.sessions.compact_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
+            println!("{}", clean(&compacted.into_inner().message));
+        }
+        SessionsCommand::Model { id, model } => {
+            let request = v1::SwitchModelRequest { session_id: id, model };
+            println!("{}", clean(&client.sessions.switch_model(request).await.map_err(status)?.into_inner().message));
+        }
+    }
+    Ok(())
+}
