@@ -733,6 +733,18 @@ fn linked_identities_share_one_context_and_session_and_unlinking_splits_them_aga
     });
 }
 
+/// The budget lines of the audit log, as `baaaht audit --kind budget --json` shows them, and
+/// its output.
+fn budget_audit(daemon: &TestDaemon) -> (Vec<serde_json::Value>, String) {
+    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["audit", "--kind", "budget", "--json"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht audit");
+    let found = String::from_utf8_lossy(&audit.stdout).into_owned();
+    (found.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect(), found)
+}
+
 #[test]
 fn budgets_refuse_before_the_provider_is_asked_warn_once_and_survive_a_restart() {
     let rt = baaaht_tests::runtime();
@@ -798,13 +810,7 @@ fn budgets_refuse_before_the_provider_is_asked_warn_once_and_survive_a_restart()
         .expect("metrics")
         .contains("baaaht_budget_events_total{context_kind=\"user\",outcome=\"refused\"} 1"));
     // The refusal is audited once, as alice's.
-    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
-        .args(["audit", "--kind", "budget", "--json"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht audit");
-    let found = String::from_utf8_lossy(&audit.stdout).into_owned();
-    let records: Vec<serde_json::Value> = found.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect();
+    let (records, found) = budget_audit(&daemon);
     assert_eq!(records.len(), 1, "{found}");
     assert_eq!((records[0]["context"].as_str(), records[0]["outcome"].as_str()), (Some("user:alice"), Some("refused")));
     assert!(records[0]["principal"].as_str().is_some_and(|p| p.starts_with("container:assistant:")), "{found}");
@@ -868,13 +874,7 @@ fn a_compaction_is_a_model_call_of_its_context_counted_in_its_usage_and_refused_
         assert_eq!(fake.requests().len(), 4, "the refused summary never reached the provider");
     });
     assert!(usage().contains("120 of 100 tokens") && usage().contains("1 request(s) refused"), "{}", usage());
-    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
-        .args(["audit", "--kind", "budget", "--json"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht audit");
-    let found = String::from_utf8_lossy(&audit.stdout).into_owned();
-    let records: Vec<serde_json::Value> = found.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect();
+    let (records, found) = budget_audit(&daemon);
     assert_eq!(records.len(), 1, "{found}");
     assert_eq!(
         (records[0]["context"].as_str(), records[0]["principal"].as_str()),
