@@ -24,8 +24,8 @@ fn sources() -> BTreeMap<String, String> {
                     None => text,
                 };
                 let name = path.strip_prefix(root).expect("below the root").to_string_lossy().into_owned();
-                // A file of unit tests only (`scheduler/tests.rs`, `config/tests.rs`).
-                if !name.ends_with("/tests.rs") {
+                // A file of unit tests only (`scheduler/tests.rs`, `orchestrator/played_tests.rs`).
+                if !name.ends_with("tests.rs") {
                     out.insert(name, code);
                 }
             }

@@ -325,6 +325,12 @@ impl ContainerManager {
     }
 
     /// The runtime; right after start, waits up to 10 s for the first probe to answer.
+    /// Runs on `engine` from now on (tests: the fake engine).
+    #[cfg(test)]
+    pub fn use_engine(&self, engine: super::Engine) {
+        self.engine.send_replace(engine);
+    }
+
     async fn runtime(&self) -> Result<Arc<dyn ContainerRuntime>, ContainerError> {
         let mut changes = self.engine.subscribe();
         let first_probe = changes.wait_for(|engine| engine.status != super::EngineStatus::Probing);

@@ -618,6 +618,9 @@ fn memories_of(folder: &std::path::Path) -> Vec<String> {
 }
 
 #[cfg(test)]
+mod played_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
