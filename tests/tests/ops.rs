@@ -417,12 +417,13 @@ fn a_scheduled_run_is_one_trace_from_its_task_to_its_model_call() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let (task, llm, spans) = loop {
         let spans = collector.spans().into_iter().map(|(_, span)| span).collect::<Vec<_>>();
-        // Other model calls (not the run's) may be exported first: the one in the task's trace.
-        let task = spans.iter().find(|span| span.name == "task").cloned();
-        let llm = task
-            .as_ref()
-            .and_then(|task| spans.iter().find(|span| span.name == "llm" && span.trace_id == task.trace_id).cloned());
-        if let (Some(task), Some(llm)) = (task, llm) {
+        // Other model calls (not the run's) may be exported first, and other tasks run (the
+        // daemon's own jobs, each minute): the task whose trace holds a model call.
+        let found = spans.iter().filter(|span| span.name == "task").find_map(|task| {
+            let llm = spans.iter().find(|span| span.name == "llm" && span.trace_id == task.trace_id)?;
+            Some((task.clone(), llm.clone()))
+        });
+        if let Some((task, llm)) = found {
             break (task, llm, spans);
         }
         let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();

@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::relay::{Attached, Down, Up, MAX_MESSAGE};
 use super::stderr::Stderr;
-use super::tunnels::{down_close, Egress, Tunnels};
+use super::tunnels::{down_close, Egress, RelayTunnels};
 use crate::health::ProbeSlot;
 
 /// At most `limit` of something per `period`, counting what was turned away.
@@ -63,7 +63,7 @@ pub(super) fn pump(
     let Attached { down, mut up, identity } = attached;
     let (server, container) = (egress.server.name.clone(), identity.name.clone());
     let egress = Arc::new(egress);
-    let tunnels = Tunnels::default();
+    let tunnels = RelayTunnels::default();
     let (mut from_client, mut to_client) = tokio::io::split(theirs);
     let stdin = down.clone();
     tracker.spawn(async move {

@@ -33,16 +33,17 @@ struct Tunnel {
     generation: u64,
 }
 
-/// One relay's tunnels, by the relay's id.
+/// One relay's tunnels, by the relay's id (apart from `egress::tunnel::Tunnels`, the CONNECT
+/// front-end of gateways and skill installs).
 #[derive(Clone, Default)]
-pub(super) struct Tunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
+pub(super) struct RelayTunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
 
 /// The most tunnels one server may have open at once.
 const MAX_TUNNELS: usize = 32;
 /// Chunks buffered toward one tunnel's far end; a far end that does not read is cut off.
 const TUNNEL_BUFFER: usize = 64;
 
-impl Tunnels {
+impl RelayTunnels {
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<u64, Tunnel>)> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -119,7 +120,7 @@ impl Egress {
         (id, host, asked_port): (u64, String, u32),
         identity: &ContainerIdentity,
         down: mpsc::Sender<Down>,
-        tunnels: Tunnels,
+        tunnels: RelayTunnels,
         tracker: &TaskTracker,
     ) {
         let host = host.to_ascii_lowercase();
@@ -220,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_tunnel_id_is_reserved_once_and_ended_by_its_own_open_only() {
-        let tunnels = Tunnels::default();
+        let tunnels = RelayTunnels::default();
         let (first, _bytes, closed) = tunnels.reserve(7).expect("reserved");
         assert_eq!(tunnels.reserve(7).map(drop), Err("tunnel 7 is already open".to_string()));
         // The relay closes it; a new open takes the id; the old open's end leaves it alone.
@@ -239,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_tunnel_whose_far_end_does_not_read_is_cut_off() {
-        let tunnels = Tunnels::default();
+        let tunnels = RelayTunnels::default();
         let (_, _unread, closed) = tunnels.reserve(1).expect("reserved");
         for _ in 0..TUNNEL_BUFFER {
             assert!(tunnels.data(1, vec![0; 8]));
