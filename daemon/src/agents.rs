@@ -463,7 +463,7 @@ mod tests {
             name: spec.name.clone(),
             role: Role::named(&spec.labels.role).expect("a role"),
             session_id: spec.labels.session_id.clone(),
-            context: Context::user(spec.labels.context.trim_start_matches("user:")),
+            context: Context::named(&spec.labels.context).expect("a context"),
         };
         let (ups, reports) = mpsc::unbounded_channel();
         let mut turns = pool.attach(&identity, tokio_stream::wrappers::UnboundedReceiverStream::new(reports));
@@ -552,15 +552,10 @@ mod tests {
         assert!(fake.running().is_empty(), "an agent that lost its turn is not trusted with the next one");
         // A turn cancelled while its agent works ends at once, and its container with it.
         let held = work("s1", Role::Worker, "hold-1", "x");
-        let cancel = held.cancel.clone();
-        let stopping = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            cancel.cancel();
-        });
+        held.cancel.cancel();
         let outcome = pool.run(held).await;
         assert!(matches!(outcome, Err(AgentError::Cancelled(Role::Worker))), "{outcome:?}");
         assert!(fake.running().is_empty());
-        stopping.await.expect("cancelled");
         // An agent that never answers gives the turn up at its timeout.
         let mut slow = work("s2", Role::Worker, "hold-2", "x");
         slow.timeout = Duration::from_millis(100);

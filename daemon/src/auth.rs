@@ -102,6 +102,17 @@ impl Context {
     }
 }
 
+impl Context {
+    /// The context `text` names as it is written (`user:alice`, `group:family`; its `Display`).
+    pub fn named(text: &str) -> Option<Context> {
+        match text.split_once(':')? {
+            ("user", id) => Some(Context::user(id)),
+            ("group", id) => Some(Context::group(id)),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self.kind {

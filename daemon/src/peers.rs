@@ -83,9 +83,8 @@ impl<W: Send + 'static, A: Send + 'static> Peer<W, A> {
 
     /// Asks the peer whether it is well, waiting up to `timeout`.
     pub async fn probe(&self, timeout: Duration) -> Result<health::Answer, String> {
-        let request = health::probe_request(&self.identity.name);
-        let number = request.probe;
-        self.probe.ask(&self.down, Down::Probe(request), number, timeout).await
+        let found = Some((self.down.clone(), self.probe.clone()));
+        health::probe_over(found, &self.identity.name, Down::Probe, timeout).await
     }
 
     /// The peer as the health monitor names it.

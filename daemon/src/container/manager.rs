@@ -877,11 +877,6 @@ impl ContainerManager {
 
 fn identity_of(entry: &InventoryEntry) -> Option<ContainerIdentity> {
     let role = Role::named(&entry.role).filter(|role| *role != Role::Gateway)?;
-    let (kind, id) = entry.context.split_once(':')?;
-    let context = match kind {
-        "user" => Context::user(id),
-        "group" => Context::group(id),
-        _ => return None,
-    };
+    let context = Context::named(&entry.context)?;
     Some(ContainerIdentity { name: entry.name.clone(), role, session_id: entry.session_id.clone(), context })
 }

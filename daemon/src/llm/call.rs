@@ -153,7 +153,7 @@ impl Calls {
 
     /// The text `request` is answered with, for `payer` (a summary, a title): the whole
     /// stream read, an error event or an empty answer an error.
-    pub async fn complete(&self, payer: &Payer, request: &baaaht_llm::model::Request) -> Result<String, CallError> {
+    pub async fn complete(&self, payer: &Payer, request: baaaht_llm::model::Request) -> Result<String, CallError> {
         use tokio_stream::StreamExt as _;
         let mut events = self.stream(payer, baaaht_llm::convert::request_to_proto(request)).await?;
         let mut text = String::new();

@@ -151,7 +151,7 @@ pub(super) async fn summarize(
         session: record.id.clone(),
         correlation_id: correlation_id.to_string(),
     };
-    shared.calls.complete(&payer, &request).await.map_err(|error| match error {
+    shared.calls.complete(&payer, request).await.map_err(|error| match error {
         crate::llm::call::CallError::Budget(sentence) => OrchestratorError::Budget(sentence),
         other => OrchestratorError::Model(other.to_string()),
     })

@@ -42,16 +42,11 @@ fn house() -> House {
 }
 
 fn identity_of(spec: &ContainerSpec) -> ContainerIdentity {
-    let context = match spec.labels.context.split_once(':') {
-        Some(("group", id)) => Context::group(id),
-        Some((_, id)) => Context::user(id),
-        None => Context::user(&spec.labels.context),
-    };
     ContainerIdentity {
         name: spec.name.clone(),
         role: Role::named(&spec.labels.role).expect("a role"),
         session_id: spec.labels.session_id.clone(),
-        context,
+        context: Context::named(&spec.labels.context).expect("a context"),
     }
 }
 

@@ -143,11 +143,7 @@ impl v1::agents_server::Agents for AgentsService {
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("RelayMcp is for MCP server containers"));
         };
-        let up = tokio_stream::StreamExt::map(request.into_inner(), |message| match message {
-            Ok(message) => Ok(convert::mcp_up(message)),
-            Err(status) => Err(status.message().to_string()),
-        });
-        let down = self.shared.mcp.attach(&identity, Box::new(up));
+        let down = self.shared.mcp.attach(&identity, Box::new(convert::ups(request.into_inner(), convert::mcp_up)));
         let down = tokio_stream::wrappers::ReceiverStream::new(down);
         let stream = tokio_stream::StreamExt::map(down, |down| Ok(convert::mcp_down(down)));
         Ok(Response::new(until_shutdown(&self.shared, Box::pin(stream))))

@@ -134,7 +134,7 @@ pub(crate) fn agent_turn(down: crate::peers::Down<crate::agents::Turn>) -> v1::A
         crate::peers::Down::Work(turn) => v1::AgentTurn {
             turn_id: turn.turn_id,
             correlation_id: turn.correlation_id,
-            messages: turn.messages.iter().map(baaaht_llm::convert::message_to_proto).collect(),
+            messages: turn.messages.into_iter().map(baaaht_llm::convert::message_to_proto).collect(),
             model: turn.model,
             now: turn.now,
             health_check: None,
@@ -218,8 +218,8 @@ pub(crate) fn tool_response(answer: crate::tools::ToolAnswer) -> v1::ToolRespons
 /// broken stream its status's message.
 pub(crate) fn ups<T, U>(
     stream: tonic::Streaming<T>,
-    up: fn(T) -> crate::peers::Up<U>,
-) -> impl tokio_stream::Stream<Item = Result<crate::peers::Up<U>, String>> + Unpin + Send + 'static
+    up: fn(T) -> U,
+) -> impl tokio_stream::Stream<Item = Result<U, String>> + Unpin + Send + 'static
 where
     T: Send + 'static,
     U: Send + 'static,

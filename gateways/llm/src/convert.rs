@@ -90,29 +90,24 @@ pub fn request_from_proto(request: v1::LlmRequest) -> Result<Request, BadRequest
     })
 }
 
-/// The protocol message of a model message (what a request built in the daemon is sent as).
-pub fn message_to_proto(message: &Message) -> v1::LlmMessage {
+/// The protocol message of a model message (what a request built in the daemon is sent as);
+/// taken whole, so a picture's bytes are moved, not copied.
+pub fn message_to_proto(message: Message) -> v1::LlmMessage {
     use v1::content_block::Block as B;
     let content = message
         .content
-        .iter()
+        .into_iter()
         .map(|block| {
             let block = match block {
-                Block::Text(text) => B::Text(text.clone()),
-                Block::Image { media_type, data } => {
-                    B::Image(v1::ImageBlock { media_type: media_type.clone(), data: data.clone() })
-                }
+                Block::Text(text) => B::Text(text),
+                Block::Image { media_type, data } => B::Image(v1::ImageBlock { media_type, data }),
                 Block::ToolUse { id, name, input } => {
-                    B::ToolUse(v1::ToolUseBlock { id: id.clone(), name: name.clone(), input_json: input.to_string() })
+                    B::ToolUse(v1::ToolUseBlock { id, name, input_json: input.to_string() })
                 }
-                Block::ToolResult { tool_use_id, content, is_error } => B::ToolResult(v1::ToolResultBlock {
-                    tool_use_id: tool_use_id.clone(),
-                    content: content.clone(),
-                    is_error: *is_error,
-                }),
-                Block::Thinking { thinking, signature } => {
-                    B::Thinking(v1::ThinkingBlock { thinking: thinking.clone(), signature: signature.clone() })
+                Block::ToolResult { tool_use_id, content, is_error } => {
+                    B::ToolResult(v1::ToolResultBlock { tool_use_id, content, is_error })
                 }
+                Block::Thinking { thinking, signature } => B::Thinking(v1::ThinkingBlock { thinking, signature }),
             };
             v1::ContentBlock { block: Some(block) }
         })
@@ -125,24 +120,24 @@ pub fn message_to_proto(message: &Message) -> v1::LlmMessage {
 }
 
 /// The protocol request of a model request (the model keeps its `{provider}/` prefix).
-pub fn request_to_proto(request: &Request) -> v1::LlmRequest {
+pub fn request_to_proto(request: Request) -> v1::LlmRequest {
     v1::LlmRequest {
-        model: request.model.clone(),
-        system: request.system.clone(),
-        messages: request.messages.iter().map(message_to_proto).collect(),
+        model: request.model,
+        system: request.system,
+        messages: request.messages.into_iter().map(message_to_proto).collect(),
         tools: request
             .tools
-            .iter()
+            .into_iter()
             .map(|tool| v1::ToolDefinition {
-                name: tool.name.clone(),
-                description: tool.description.clone(),
+                name: tool.name,
+                description: tool.description,
                 parameters_json: tool.parameters.to_string(),
             })
             .collect(),
         max_tokens: request.max_tokens,
         temperature: request.temperature,
         thinking_budget: request.thinking_budget,
-        stop: request.stop.clone(),
+        stop: request.stop,
     }
 }
 
@@ -245,7 +240,7 @@ mod tests {
         assert_eq!(converted.tools[0].parameters["type"], "object");
         assert_eq!(converted.max_tokens, Some(100));
         // And back: what the daemon builds reaches the gateway as it was.
-        assert_eq!(request_from_proto(request_to_proto(&converted)), Ok(converted));
+        assert_eq!(request_from_proto(request_to_proto(converted.clone())), Ok(converted));
     }
 
     #[test]
