@@ -122,13 +122,39 @@ pub enum DaemonError {
     },
 }
 
-/// State every handler can read.
 /// Requests one connection may have in flight at once.
 const MAX_STREAMS_PER_CONNECTION: u32 = 2048;
 
+/// The daemon's lifetime as a subsystem sees it: the token cancelled when the daemon starts
+/// shutting down, and the tracker shutdown waits on.
+#[derive(Debug, Clone)]
+pub struct Lifetime {
+    pub shutdown: CancellationToken,
+    pub tasks: TaskTracker,
+}
+
+impl Lifetime {
+    /// Runs `work` on the daemon's tracker until it ends or the daemon stops. Stopped, it is
+    /// dropped where it stands, as a crash would leave it: a turn stays in `turns.json` and is
+    /// ended as interrupted at the next start.
+    pub fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let stop = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = work => {}
+            }
+        });
+    }
+}
+
+/// The daemon's subsystems, for the gRPC handlers at the edge and for wiring them together
+/// in [`Daemon`]. Subsystems themselves are handed what they use (the orchestrator its
+/// [`orchestrator::Orchestrator`], the scheduler its executor), never this.
+
 #[derive(Debug)]
 pub struct Shared {
-    pub loaded: LoadedConfig,
+    pub loaded: Arc<LoadedConfig>,
     pub data_dir: DataDir,
     pub metrics: Arc<Metrics>,
     pub audit: audit::Audit,
@@ -154,15 +180,15 @@ pub struct Shared {
     pub sessions: Arc<sessions::SessionStore>,
     pub agents: Arc<agents::AgentPool>,
     pub turns: Arc<orchestrator::Turns>,
+    /// Turns, delegations, compaction and archival, over the subsystems they use.
+    pub orchestrator: Arc<orchestrator::Orchestrator>,
     /// Every context's memory store.
     pub memory: Arc<memory::Memories>,
     /// The secrets store, when it could be opened (read again when it changes): skills'
     /// `addons.env`, MCP servers' `env` and gateways' credentials come from it.
     pub secrets: Arc<secrets::LiveSecrets>,
-    /// Cancelled when the daemon starts shutting down.
-    pub shutdown: CancellationToken,
-    /// The daemon's tracker: shutdown waits for what runs on it ([`Shared::spawn`]).
-    pub tasks: TaskTracker,
+    /// When the daemon stops, and what shutdown waits for ([`Lifetime::spawn`]).
+    pub lifetime: Lifetime,
     /// The registered gateways (web, Slack).
     pub gateways: Arc<gateways::Registry>,
     /// The gateways the daemon runs itself.
@@ -180,21 +206,6 @@ pub struct Shared {
     pub inbox: Arc<inbox::Inbox>,
     /// What callers may hold at once and how often they may act.
     pub limits: limits::Limits,
-}
-
-impl Shared {
-    /// Runs `work` on the daemon's tracker until it ends or the daemon stops. Stopped, it is
-    /// dropped where it stands, as a crash would leave it: a turn stays in `turns.json` and is
-    /// ended as interrupted at the next start.
-    pub fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
-        let stop = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                () = stop.cancelled() => {}
-                () = work => {}
-            }
-        });
-    }
 }
 
 /// The listeners and the lock, acquired before the runtime serves anything.
@@ -497,14 +508,40 @@ impl Daemon {
             cancel: CancellationToken::new(),
             tracker: tracker.clone(),
         }));
+        let loaded = Arc::new(loaded);
         let events = Arc::new(events::EventBus::default());
         let calls = Arc::new(llm::call::Calls::new(
             llm.clone(),
             budgets.clone(),
             audit.clone(),
             events.clone(),
-            Arc::new(loaded.clone()),
+            loaded.clone(),
         ));
+        let lifetime = Lifetime { shutdown: cancel.clone(), tasks: tracker.clone() };
+        let sessions = Arc::new(sessions::SessionStore::open(data_dir_root));
+        let agents = Arc::new(agents::AgentPool::new(
+            containers_for_agents,
+            Duration::from_secs(loaded_idle_after.max(60)),
+            tracker.clone(),
+        ));
+        let turns = Arc::new(orchestrator::Turns::open(&state_dir, loaded_max_concurrent));
+        let orchestrator = Arc::new(orchestrator::Orchestrator {
+            loaded: loaded.clone(),
+            data_dir: data_dir.clone(),
+            metrics: metrics.clone(),
+            events: events.clone(),
+            sessions: sessions.clone(),
+            turns: turns.clone(),
+            agents: agents.clone(),
+            tools: tools.clone(),
+            containers: containers.clone(),
+            workspaces: workspaces.clone(),
+            calls: calls.clone(),
+            llm: llm.clone(),
+            groups: groups.clone(),
+            identities: identities.clone(),
+            lifetime: lifetime.clone(),
+        });
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -526,17 +563,13 @@ impl Daemon {
             search,
             events,
             calls,
-            sessions: Arc::new(sessions::SessionStore::open(data_dir_root)),
-            agents: Arc::new(agents::AgentPool::new(
-                containers_for_agents,
-                Duration::from_secs(loaded_idle_after.max(60)),
-                tracker.clone(),
-            )),
-            turns: Arc::new(orchestrator::Turns::open(&state_dir, loaded_max_concurrent)),
+            sessions,
+            agents,
+            turns,
+            orchestrator,
             memory: Arc::new(memory::Memories::new(data_dir_for_memory)),
             secrets,
-            shutdown: cancel.clone(),
-            tasks: tracker.clone(),
+            lifetime,
             gateways,
             supervisors,
             identities,
@@ -575,7 +608,7 @@ impl Daemon {
 
         // Results written while no daemon ran (or just before one crashed).
         shared.ipc.collect_all();
-        let interrupted = orchestrator::recover(&shared);
+        let interrupted = orchestrator::recover(&shared.orchestrator);
         if interrupted > 0 {
             tracing::warn!(interrupted, "turns interrupted by the previous daemon were ended with a message");
         }
@@ -606,15 +639,31 @@ impl Daemon {
         );
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
         tracker.spawn(shared.mcp.clone().supervise(cancel.clone()).instrument(tracing::info_span!("mcp")));
-        tracker.spawn(health::monitor(shared.clone(), cancel.clone()).instrument(tracing::info_span!("health")));
-        tracker
-            .spawn(orchestrator::supervise(shared.clone(), cancel.clone()).instrument(tracing::info_span!("sessions")));
+        let monitor = Arc::new(health::Monitor {
+            settings: config.orchestrator.health_check.clone(),
+            agents: shared.agents.clone(),
+            tools: shared.tools.clone(),
+            mcp: shared.mcp.clone(),
+            board: shared.health.clone(),
+            metrics: shared.metrics.clone(),
+            notifier: shared.notifier.clone(),
+        });
+        tracker.spawn(health::monitor(monitor, cancel.clone()).instrument(tracing::info_span!("health")));
+        tracker.spawn(
+            orchestrator::supervise(shared.orchestrator.clone(), cancel.clone())
+                .instrument(tracing::info_span!("sessions")),
+        );
         tracker.spawn(take_ipc_requests(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
         shared.scheduler.count_runs_in(shared.metrics.clone());
         if let Err(error) = shared.scheduler.ensure_system(&scheduler::SYSTEM_JOBS) {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot set up the system tasks");
         }
-        let executor: Arc<dyn scheduler::Execute> = Arc::new(scheduler::execute::Daemon { shared: shared.clone() });
+        let executor: Arc<dyn scheduler::Execute> = Arc::new(scheduler::execute::Daemon {
+            orchestrator: shared.orchestrator.clone(),
+            scheduler: shared.scheduler.clone(),
+            memory: shared.memory.clone(),
+            inbox: shared.inbox.clone(),
+        });
         tracker.spawn(
             shared
                 .scheduler
@@ -623,7 +672,11 @@ impl Daemon {
                 .instrument(tracing::info_span!("scheduler")),
         );
         tracker.spawn(
-            scheduler::watch::watch(shared.clone(), cancel.clone()).instrument(tracing::info_span!("heartbeats")),
+            scheduler::watch::watch(
+                scheduler::watch::Heartbeats { data_dir: shared.data_dir.clone(), scheduler: shared.scheduler.clone() },
+                cancel.clone(),
+            )
+            .instrument(tracing::info_span!("heartbeats")),
         );
         tracker.spawn(make_room(shared.clone(), cancel.clone()).instrument(tracing::info_span!("slots")));
         if let Some(listener) = metrics_listener {
@@ -633,7 +686,14 @@ impl Daemon {
             );
         }
         if shared.metrics.recording() {
-            tracker.spawn(sampler::run(shared.clone(), cancel.clone()).instrument(tracing::info_span!("metrics")));
+            let sampler = Arc::new(sampler::Sampler {
+                containers: shared.containers.clone(),
+                sessions: shared.sessions.clone(),
+                data_dir: shared.data_dir.clone(),
+                metrics: shared.metrics.clone(),
+                every: Duration::from_secs(config.metrics.sample_interval.max(1)),
+            });
+            tracker.spawn(sampler::run(sampler, cancel.clone()).instrument(tracing::info_span!("metrics")));
         }
         if shared.loaded.config.metrics.log {
             let (metrics, every) = (shared.metrics.clone(), Duration::from_secs(60));

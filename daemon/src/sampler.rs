@@ -8,24 +8,37 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Role;
+use crate::container::manager::ContainerManager;
+use crate::datadir::DataDir;
+use crate::metrics::Metrics;
 use crate::metrics::Sample;
-use crate::Shared;
+use crate::sessions::SessionStore;
+
+/// What a sample is taken from, and where it goes.
+#[derive(Debug)]
+pub struct Sampler {
+    pub containers: Arc<ContainerManager>,
+    pub sessions: Arc<SessionStore>,
+    pub data_dir: DataDir,
+    pub metrics: Arc<Metrics>,
+    pub every: Duration,
+}
 
 /// Samples until `cancel`.
-pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
-    let every = Duration::from_secs(shared.loaded.config.metrics.sample_interval.max(1));
-    let shared = &shared;
+pub async fn run(sampler: Arc<Sampler>, cancel: CancellationToken) {
+    let every = sampler.every;
+    let sampler = &sampler;
     crate::every(tokio::time::Instant::now(), every, &cancel, || async move {
-        let sample = take(shared).await;
-        shared.metrics.set_sample(&sample);
+        let sample = take(sampler).await;
+        sampler.metrics.set_sample(&sample);
     })
     .await;
 }
 
 /// One sample.
-pub async fn take(shared: &Shared) -> Sample {
-    let inventory = shared.containers.inventory().await;
-    let measured = shared.containers.usage(&inventory.containers).await;
+pub async fn take(sampler: &Sampler) -> Sample {
+    let inventory = sampler.containers.inventory().await;
+    let measured = sampler.containers.usage(&inventory.containers).await;
     let mut containers: Vec<(&'static str, u64, f64, u64)> = vec![];
     for (entry, usage) in &measured {
         let role = Role::named(&entry.role).map_or("other", Role::as_str);
@@ -38,8 +51,8 @@ pub async fn take(shared: &Shared) -> Sample {
             None => containers.push((role, 1, usage.cpu_percent / 100.0, usage.memory_bytes)),
         }
     }
-    let counts = shared.sessions.counts();
-    let root = shared.data_dir.root().to_path_buf();
+    let counts = sampler.sessions.counts();
+    let root = sampler.data_dir.root().to_path_buf();
     let memory_bytes = tokio::task::spawn_blocking(move || memory_store_bytes(&root)).await.unwrap_or_default();
     Sample {
         containers,

@@ -6,12 +6,12 @@ use super::*;
 /// Archives session `id`: no new message is taken from now on; then, with
 /// `sessions.archival.memory_extraction`, the context's Memory agent reads the conversation and
 /// saves what is worth keeping (in the background); the session's agent containers go.
-pub async fn archive(shared: &Arc<Shared>, id: &str) -> Result<SessionRecord, SessionError> {
-    let record = shared.sessions.set_status(id, SessionStatus::Archived)?;
-    if shared.loaded.config.sessions.archival.memory_extraction {
-        let (archiving, record) = (shared.clone(), record.clone());
+pub async fn archive(orchestrator: &Arc<Orchestrator>, id: &str) -> Result<SessionRecord, SessionError> {
+    let record = orchestrator.sessions.set_status(id, SessionStatus::Archived)?;
+    if orchestrator.loaded.config.sessions.archival.memory_extraction {
+        let (archiving, record) = (orchestrator.clone(), record.clone());
         let span = tracing::info_span!("archival", session = %record.id);
-        shared.spawn(
+        orchestrator.lifetime.spawn(
             async move {
                 extract_memories(&archiving, &record).await;
                 archiving.agents.reap_idle(std::slice::from_ref(&record.id)).await;
@@ -20,8 +20,8 @@ pub async fn archive(shared: &Arc<Shared>, id: &str) -> Result<SessionRecord, Se
             .instrument(span),
         );
     } else {
-        shared.agents.reap_idle(std::slice::from_ref(&record.id)).await;
-        shared.tools.release(&record.id).await;
+        orchestrator.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+        orchestrator.tools.release(&record.id).await;
     }
     Ok(record)
 }
@@ -29,8 +29,8 @@ pub async fn archive(shared: &Arc<Shared>, id: &str) -> Result<SessionRecord, Se
 /// The most of a conversation the Memory agent reads at archival (its end is kept).
 const MOST_TRANSCRIPT: usize = 100 * 1024;
 
-async fn extract_memories(shared: &Arc<Shared>, record: &SessionRecord) {
-    let read = match shared.sessions.read(&record.id) {
+async fn extract_memories(orchestrator: &Arc<Orchestrator>, record: &SessionRecord) {
+    let read = match orchestrator.sessions.read(&record.id) {
         Ok(read) => read,
         Err(error) => {
             tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot read the session for memory extraction");
@@ -90,7 +90,7 @@ async fn extract_memories(shared: &Arc<Shared>, record: &SessionRecord) {
         text,
         summary: "memory extraction at archival".into(),
     };
-    let (result, is_error, elapsed) = run_task(shared, &task).await;
+    let (result, is_error, elapsed) = run_task(orchestrator, &task).await;
     if is_error {
         tracing::warn!(%result, "memory extraction failed");
     } else {
@@ -100,9 +100,10 @@ async fn extract_memories(shared: &Arc<Shared>, record: &SessionRecord) {
 
 /// Idles quiet sessions and archives those past `sessions.archival.inactivity_timeout` (the
 /// scheduler's `system-archive-sessions` task); returns how many were idled and archived.
-pub async fn archive_quiet(shared: &Arc<Shared>) -> (usize, usize) {
-    let sessions = &shared.loaded.config.sessions;
-    let swept = shared.sessions.sweep(state::now_seconds(), sessions.idle_after, sessions.archival.inactivity_timeout);
+pub async fn archive_quiet(orchestrator: &Arc<Orchestrator>) -> (usize, usize) {
+    let sessions = &orchestrator.loaded.config.sessions;
+    let swept =
+        orchestrator.sessions.sweep(state::now_seconds(), sessions.idle_after, sessions.archival.inactivity_timeout);
     let (idled, due) = match swept {
         Ok((idled, due)) => {
             for session in &idled {
@@ -117,7 +118,7 @@ pub async fn archive_quiet(shared: &Arc<Shared>) -> (usize, usize) {
     };
     let mut archived = 0;
     for session in &due {
-        match archive(shared, session).await {
+        match archive(orchestrator, session).await {
             Ok(_) => {
                 archived += 1;
                 tracing::info!(session, "session archived after inactivity");
@@ -130,13 +131,13 @@ pub async fn archive_quiet(shared: &Arc<Shared>) -> (usize, usize) {
 
 /// Removes agent containers past their keep-warm window, every 5 s until `cancel` (session
 /// archival and memory expiry are system tasks of the scheduler).
-pub async fn supervise(shared: Arc<Shared>, cancel: tokio_util::sync::CancellationToken) {
+pub async fn supervise(orchestrator: Arc<Orchestrator>, cancel: tokio_util::sync::CancellationToken) {
     let every = Duration::from_secs(5);
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        shared.agents.reap_idle(&[]).await;
+        orchestrator.agents.reap_idle(&[]).await;
     }
 }

@@ -31,11 +31,11 @@ pub struct Delegated {
 /// container of the target role of the same session and returns its answer; a background
 /// task answers at once and delivers its result later as a new message.
 pub async fn delegate(
-    shared: &Arc<Shared>,
+    orchestrator: &Arc<Orchestrator>,
     identity: &ContainerIdentity,
     request: Delegation,
 ) -> Result<Delegated, OrchestratorError> {
-    let live = shared.agents.live(&identity.name).ok_or(OrchestratorError::NoTurn)?;
+    let live = orchestrator.agents.live(&identity.name).ok_or(OrchestratorError::NoTurn)?;
     let role = match request.agent {
         Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Memory)) => role,
         _ => {
@@ -59,17 +59,17 @@ pub async fn delegate(
     let progress = |state: &str, result: &str| {
         let kind =
             Kind::Delegation { agent: role, task: request.task.clone(), state: state.into(), result: result.into() };
-        shared.events.publish(&live.context, event((&ids.0, &ids.1, &ids.2), kind));
+        orchestrator.events.publish(&live.context, event((&ids.0, &ids.1, &ids.2), kind));
     };
     progress("started", "");
     tracing::info!(agent = role.as_str(), background, "delegating");
     let task = Task { live: live.clone(), role, text, summary: request.task.clone() };
     if background {
-        let working = shared.clone();
+        let working = orchestrator.clone();
         // Its own span, not the call's: the DelegateToAgent call ends now, the work goes on.
         let span = tracing::info_span!(parent: None, "background delegation", agent = role.as_str());
         span.follows_from(tracing::Span::current());
-        shared.spawn(
+        orchestrator.lifetime.spawn(
             async move {
                 let (result, is_error, _) = run_task(&working, &task).await;
                 finish_background(&working, &task, result, is_error);
@@ -86,16 +86,16 @@ pub async fn delegate(
             elapsed: Duration::ZERO,
         });
     }
-    let (result, is_error, elapsed) = run_task(shared, &task).await;
-    let parent = shared.turns.tail(&live.user_turn);
+    let (result, is_error, elapsed) = run_task(orchestrator, &task).await;
+    let parent = orchestrator.turns.tail(&live.user_turn);
     let entry = NewEntry::Delegate {
         agent: role.as_str().into(),
         task: request.task.clone(),
         result: result.clone(),
         is_error,
     };
-    match shared.sessions.append(&live.session, parent.as_deref(), entry) {
-        Ok(id) => shared.turns.set_tail(&live.user_turn, &id),
+    match orchestrator.sessions.append(&live.session, parent.as_deref(), entry) {
+        Ok(id) => orchestrator.turns.set_tail(&live.user_turn, &id),
         Err(error) => tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record a delegation"),
     }
     progress(if is_error { "failed" } else { "finished" }, &result);
@@ -105,17 +105,17 @@ pub async fn delegate(
 /// Runs `text` as a task of a `role` container of session `record`, outside any user turn
 /// (the scheduler's runs): its answer and the container that gave it.
 pub async fn run_alone(
-    shared: &Arc<Shared>,
+    orchestrator: &Arc<Orchestrator>,
     record: &SessionRecord,
     role: Role,
     text: String,
     timeout: Option<Duration>,
 ) -> Result<(TurnOutcome, String), crate::agents::AgentError> {
     // Its agent and tool container wait for their places, as a delegation's do.
-    let Some(_places) = shared.turns.admit_agent(&shared.shutdown).await else {
+    let Some(_places) = orchestrator.turns.admit_agent(&orchestrator.lifetime.shutdown).await else {
         return Err(crate::agents::AgentError::Cancelled(role));
     };
-    let settings = agent_settings(shared, role);
+    let settings = agent_settings(orchestrator, role);
     let turn_id = new_id("k-");
     let correlation_id = uuid::Uuid::new_v4().to_string();
     let work = Work {
@@ -128,7 +128,7 @@ pub async fn run_alone(
             user_turn: turn_id.clone(),
         },
         turn: Turn {
-            now: super::now_for_agents(shared),
+            now: super::now_for_agents(orchestrator),
             turn_id,
             correlation_id,
             messages: vec![Message::user(text)],
@@ -138,7 +138,7 @@ pub async fn run_alone(
         timeout: timeout.unwrap_or(Duration::from_secs(settings.timeout)),
         cancel: CancellationToken::new(),
     };
-    shared.agents.run_named(work).await
+    orchestrator.agents.run_named(work).await
 }
 
 #[derive(Debug, Clone)]
@@ -150,14 +150,14 @@ pub(super) struct Task {
 }
 
 #[tracing::instrument(name = "delegation", skip_all, fields(agent = task.role.as_str()))]
-pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool, Duration) {
+pub(super) async fn run_task(orchestrator: &Arc<Orchestrator>, task: &Task) -> (String, bool, Duration) {
     let started = Instant::now();
-    let settings = agent_settings(shared, task.role);
+    let settings = agent_settings(orchestrator, task.role);
     let turn_id = new_id("d-");
     let work = Work {
         live: Live { role: task.role, turn_id: turn_id.clone(), ..task.live.clone() },
         turn: Turn {
-            now: super::now_for_agents(shared),
+            now: super::now_for_agents(orchestrator),
             turn_id,
             correlation_id: task.live.correlation_id.clone(),
             messages: vec![Message::user(task.text.clone())],
@@ -167,12 +167,12 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
         timeout: Duration::from_secs(settings.timeout),
         // Cancelling the user's turn stops the agents working for it; a background task
         // outliving its turn runs on.
-        cancel: shared.turns.running_token(&task.live.user_turn).unwrap_or_default(),
+        cancel: orchestrator.turns.running_token(&task.live.user_turn).unwrap_or_default(),
     };
-    let Some(_places) = shared.turns.admit_agent(&work.cancel).await else {
+    let Some(_places) = orchestrator.turns.admit_agent(&work.cancel).await else {
         return (format!("the {}'s work was cancelled", task.role), true, started.elapsed());
     };
-    let (result, is_error) = match shared.agents.run(work).await {
+    let (result, is_error) = match orchestrator.agents.run(work).await {
         Ok(answer) => (answer.content, answer.is_error),
         Err(error) => (format!("the {} could not finish: {error}", task.role), true),
     };
@@ -182,13 +182,13 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: &Task) -> (String, bool
         elapsed_ms = started.elapsed().as_millis() as u64,
         "delegation done"
     );
-    shared.metrics.record_delegation(task.role.as_str(), !is_error, started.elapsed());
+    orchestrator.metrics.record_delegation(task.role.as_str(), !is_error, started.elapsed());
     (result, is_error, started.elapsed())
 }
 
 /// A background delegation's result: a delegate entry and a message in the session, sent to
 /// the context's channels.
-fn finish_background(shared: &Arc<Shared>, task: &Task, result: String, is_error: bool) {
+fn finish_background(orchestrator: &Arc<Orchestrator>, task: &Task, result: String, is_error: bool) {
     let live = &task.live;
     let entry = NewEntry::Delegate {
         agent: task.role.as_str().into(),
@@ -201,8 +201,8 @@ fn finish_background(shared: &Arc<Shared>, task: &Task, result: String, is_error
     } else {
         format!("The {} finished the background task \"{}\":\n\n{result}", task.role, task.summary)
     };
-    let recorded = shared.sessions.append(&live.session, None, entry).and_then(|_| {
-        shared.sessions.append(
+    let recorded = orchestrator.sessions.append(&live.session, None, entry).and_then(|_| {
+        orchestrator.sessions.append(
             &live.session,
             None,
             NewEntry::Message {
@@ -222,5 +222,5 @@ fn finish_background(shared: &Arc<Shared>, task: &Task, result: String, is_error
         reply_to: String::new(),
         metadata: [("background".to_string(), task.role.as_str().to_string())].into_iter().collect(),
     };
-    shared.events.publish(&live.context, event((&live.session, &live.turn_id, &live.correlation_id), message));
+    orchestrator.events.publish(&live.context, event((&live.session, &live.turn_id, &live.correlation_id), message));
 }

@@ -94,8 +94,8 @@ const SUMMARY_REQUEST: &str = "Summarize the conversation so far for your own la
 
 /// The context window of `model` in tokens: as the LLM gateway tells it (providers.yaml, or
 /// the server itself), else as the name tells.
-pub(super) async fn window_of(shared: &Shared, model: &str) -> usize {
-    match shared.llm.context_window(model).await {
+pub(super) async fn window_of(orchestrator: &Orchestrator, model: &str) -> usize {
+    match orchestrator.llm.context_window(model).await {
         Some(window) => window,
         None => context_window(model),
     }
@@ -104,14 +104,14 @@ pub(super) async fn window_of(shared: &Shared, model: &str) -> usize {
 /// Asks `model` (through the LLM gateway) for a summary of `branch`, of what fits half its
 /// context `window` (the newest messages; the rest is dropped), answered in at most a quarter.
 pub(super) async fn summarize(
-    shared: &Arc<Shared>,
+    orchestrator: &Arc<Orchestrator>,
     record: &SessionRecord,
     branch: &[Entry],
     model: &str,
     correlation_id: &str,
     window: usize,
 ) -> Result<String, OrchestratorError> {
-    let names = sender_names(shared);
+    let names = sender_names(orchestrator);
     let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
     let mut messages = history(branch, group, &Images::new());
     if messages.is_empty() {
@@ -151,7 +151,7 @@ pub(super) async fn summarize(
         session: record.id.clone(),
         correlation_id: correlation_id.to_string(),
     };
-    shared.calls.complete(&payer, request).await.map_err(|error| match error {
+    orchestrator.calls.complete(&payer, request).await.map_err(|error| match error {
         crate::llm::call::CallError::Budget(sentence) => OrchestratorError::Budget(sentence),
         other => OrchestratorError::Model(other.to_string()),
     })
@@ -159,32 +159,32 @@ pub(super) async fn summarize(
 
 /// Compacts session `id` on request: its current branch becomes a summary (a compaction
 /// entry; the history stays in the tree). Waits for a turn in progress to end.
-pub async fn compact(shared: &Arc<Shared>, id: &str) -> Result<String, OrchestratorError> {
-    let record = shared.sessions.get(id).ok_or_else(|| SessionError::NotFound(id.to_string()))?;
+pub async fn compact(orchestrator: &Arc<Orchestrator>, id: &str) -> Result<String, OrchestratorError> {
+    let record = orchestrator.sessions.get(id).ok_or_else(|| SessionError::NotFound(id.to_string()))?;
     if record.status == SessionStatus::Archived {
         return Err(SessionError::Archived(id.to_string()).into());
     }
-    let _no_turn_meanwhile = shared.turns.session_lock(id).lock_owned().await;
-    let record = shared.sessions.get(id).unwrap_or(record);
+    let _no_turn_meanwhile = orchestrator.turns.session_lock(id).lock_owned().await;
+    let record = orchestrator.sessions.get(id).unwrap_or(record);
     let leaf = record
         .leaf
         .clone()
         .ok_or_else(|| OrchestratorError::Invalid("the session has nothing to compact yet".into()))?;
-    let branch = shared.sessions.read(id)?.branch(&leaf).map_err(SessionError::from)?;
-    let model = record.model.clone().unwrap_or_else(|| agent_settings(shared, Role::Assistant).model.0);
-    let window = window_of(shared, &model).await;
-    let summary = summarize(shared, &record, &branch, &model, &uuid::Uuid::new_v4().to_string(), window).await?;
+    let branch = orchestrator.sessions.read(id)?.branch(&leaf).map_err(SessionError::from)?;
+    let model = record.model.clone().unwrap_or_else(|| agent_settings(orchestrator, Role::Assistant).model.0);
+    let window = window_of(orchestrator, &model).await;
+    let summary = summarize(orchestrator, &record, &branch, &model, &uuid::Uuid::new_v4().to_string(), window).await?;
     let compacted = branch.iter().skip(1).map(|entry| entry.id().to_string()).collect();
-    let entry = shared.sessions.append(id, Some(&leaf), NewEntry::Compaction { summary, compacted })?;
+    let entry = orchestrator.sessions.append(id, Some(&leaf), NewEntry::Compaction { summary, compacted })?;
     tracing::info!(session = id, entry = %entry, "session compacted");
     Ok(entry)
 }
 
 /// How a group's messages name their senders: the user's name, else the id the message
 /// carries.
-pub(super) fn sender_names(shared: &Shared) -> impl Fn(&str) -> String + Sync + '_ {
+pub(super) fn sender_names(orchestrator: &Orchestrator) -> impl Fn(&str) -> String + Sync + '_ {
     move |sender| {
-        shared
+        orchestrator
             .identities
             .user(sender)
             .map(|user| user.name)
@@ -421,7 +421,7 @@ mod tests {
             id: "e4".into(),
             parent: "e3".into(),
             timestamp: "t".into(),
-            summary: "pictures were shared".into(),
+            summary: "pictures were orchestrator".into(),
             compacted_entry_ids: vec!["e1".into(), "e2".into(), "e3".into()],
         });
         assert!(paths(&compacted).is_empty());

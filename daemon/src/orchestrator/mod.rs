@@ -32,13 +32,50 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use crate::agents::AgentPool;
 use crate::agents::{Live, Work};
 use crate::auth::{ContainerIdentity, Context, ContextKind, Role};
+use crate::config::LoadedConfig;
+use crate::container::manager::ContainerManager;
+use crate::datadir::DataDir;
+use crate::events::EventBus;
 use crate::events::{Event, Kind};
+use crate::groups::Groups;
+use crate::identities::Identities;
+use crate::llm::call::Calls;
+use crate::llm::LlmGateway;
+use crate::metrics::Metrics;
+use crate::sessions::SessionStore;
 use crate::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
-use crate::{state, Shared};
+use crate::tools::Runners;
+use crate::workspace::Workspaces;
+use crate::{state, Lifetime};
 
 const TURNS_FILE: &str = "turns.json";
+
+/// What the orchestrator works with, handed to it when the daemon is put together.
+#[derive(Debug)]
+pub struct Orchestrator {
+    pub loaded: Arc<LoadedConfig>,
+    pub data_dir: DataDir,
+    pub metrics: Arc<Metrics>,
+    /// Where each step of a turn is published to the context's channels.
+    pub events: Arc<EventBus>,
+    pub sessions: Arc<SessionStore>,
+    /// The turn ledger (`turns.json`) and the places turns and delegations queue for.
+    pub turns: Arc<Turns>,
+    pub agents: Arc<AgentPool>,
+    pub tools: Arc<Runners>,
+    pub containers: Arc<ContainerManager>,
+    pub workspaces: Arc<Workspaces>,
+    /// The one road to the model (compaction, memory extraction).
+    pub calls: Arc<Calls>,
+    /// The configured models and their context windows.
+    pub llm: Arc<LlmGateway>,
+    pub groups: Arc<Groups>,
+    pub identities: Arc<Identities>,
+    pub lifetime: Lifetime,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -354,24 +391,27 @@ fn event(live: (&str, &str, &str), kind: Kind) -> Event {
 }
 
 /// Records a user message in its session (on disk before this returns) and starts its turn.
-pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<Accepted, OrchestratorError> {
+pub fn accept_user_message(
+    orchestrator: &Arc<Orchestrator>,
+    incoming: Incoming,
+) -> Result<Accepted, OrchestratorError> {
     if incoming.content.trim().is_empty() {
         return Err(OrchestratorError::Invalid("content: the message is empty; write something".into()));
     }
     if incoming.context.kind == ContextKind::Group {
-        shared.groups.accepts_messages(&incoming.context.id)?;
+        orchestrator.groups.accepts_messages(&incoming.context.id)?;
     }
     if let Some(channel) = incoming.channel.as_deref() {
-        shared.events.note_activity(&incoming.context, channel);
+        orchestrator.events.note_activity(&incoming.context, channel);
     }
     let record = match &incoming.session {
-        Some(id) => shared.sessions.get_in(id, &incoming.context)?,
-        None => shared.sessions.active(&incoming.context, &incoming.sender)?,
+        Some(id) => orchestrator.sessions.get_in(id, &incoming.context)?,
+        None => orchestrator.sessions.active(&incoming.context, &incoming.sender)?,
     };
     if record.status == SessionStatus::Archived {
         return Err(SessionError::Archived(record.id).into());
     }
-    shared.metrics.record_message(incoming.channel.as_deref().unwrap_or_default());
+    orchestrator.metrics.record_message(incoming.channel.as_deref().unwrap_or_default());
     // Turns of a session run one after another. A message that arrives while one runs is
     // recorded in turns.json at once and appended when its turn starts, after the reply before it.
     let (incoming_sender, incoming_channel, incoming_content) =
@@ -384,11 +424,16 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
         parent: incoming.parent,
         attachments: incoming.attachments,
     };
-    let lock = shared.turns.session_lock(&record.id);
+    let lock = orchestrator.turns.session_lock(&record.id);
     let entry = crate::sessions::new_entry_id();
     let (guard, queued) = match lock.try_lock_owned() {
         Ok(guard) => {
-            shared.sessions.append_as(&record.id, Some(entry.clone()), queued.parent.as_deref(), queued.entry())?;
+            orchestrator.sessions.append_as(
+                &record.id,
+                Some(entry.clone()),
+                queued.parent.as_deref(),
+                queued.entry(),
+            )?;
             (Some(guard), None)
         }
         Err(_busy) => (None, Some(queued)),
@@ -398,7 +443,7 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     let warm = record.status != SessionStatus::Active || record.leaf.is_none();
     // A title is a convenience: a failure to save it costs the message nothing.
     if record.title.is_none() {
-        if let Err(error) = shared.sessions.title_from_first_message(&record.id, &incoming_content) {
+        if let Err(error) = orchestrator.sessions.title_from_first_message(&record.id, &incoming_content) {
             tracing::warn!(session = %record.id, %error, "cannot title the conversation");
         }
     }
@@ -408,14 +453,14 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
     let sender_id = queued.as_ref().map_or(incoming_sender.clone(), |q| q.sender.clone());
     let entered = Kind::UserMessage {
         entry_id: entry.clone(),
-        sender_name: sender_name(shared, &sender_id),
+        sender_name: sender_name(orchestrator, &sender_id),
         sender_id,
         channel: incoming_channel.clone(),
         content: incoming_content.clone(),
         attachments: incoming_attachments,
     };
-    shared.events.publish(&record.context(), event((&record.id, &turn, &correlation_id), entered));
-    shared.turns.update(|inflight| {
+    orchestrator.events.publish(&record.context(), event((&record.id, &turn, &correlation_id), entered));
+    orchestrator.turns.update(|inflight| {
         inflight.turns.insert(
             turn.clone(),
             InFlightTurn {
@@ -427,33 +472,35 @@ pub fn accept_user_message(shared: &Arc<Shared>, incoming: Incoming) -> Result<A
             },
         );
     });
-    shared.turns.cancel_token(&turn);
+    orchestrator.turns.cancel_token(&turn);
     let accepted = Accepted { session: record.id.clone(), entry, turn, correlation_id };
     let span = tracing::info_span!("turn", turn = %accepted.turn, correlation_id = %accepted.correlation_id, session = %accepted.session);
-    shared.spawn(run_turn(shared.clone(), record, accepted.clone(), guard, queued, warm).instrument(span));
+    orchestrator
+        .lifetime
+        .spawn(run_turn(orchestrator.clone(), record, accepted.clone(), guard, queued, warm).instrument(span));
     Ok(accepted)
 }
 
 /// The name the daemon knows `sender` (a channel identity or a user id) by; empty for a host
 /// client or someone it does not know.
-pub fn sender_name(shared: &Shared, sender: &str) -> String {
-    shared.identities.user(sender).map(|user| user.name).unwrap_or_default()
+pub fn sender_name(orchestrator: &Orchestrator, sender: &str) -> String {
+    orchestrator.identities.user(sender).map(|user| user.name).unwrap_or_default()
 }
 
 /// Starts the session's tool container ahead of its first tool call (issue 5's pre-warming),
 /// in the background, when the turn of a message in a session new or resumed is admitted: one
 /// that is being written in usually delegates soon.
-pub fn prewarm(shared: &Arc<Shared>, record: &SessionRecord) {
-    if shared.loaded.config.tools.mode != crate::config::ToolMode::Warm {
+pub fn prewarm(orchestrator: &Arc<Orchestrator>, record: &SessionRecord) {
+    if orchestrator.loaded.config.tools.mode != crate::config::ToolMode::Warm {
         return;
     }
     // A guess is not worth a slot the turns' own agents may need: only where half are free.
-    if shared.containers.slots_free() * 2 < shared.loaded.config.container.max_concurrent as usize {
+    if orchestrator.containers.slots_free() * 2 < orchestrator.loaded.config.container.max_concurrent as usize {
         return;
     }
     let (session, context) = (record.id.clone(), record.context());
-    let warming = shared.clone();
-    shared.spawn(async move {
+    let warming = orchestrator.clone();
+    orchestrator.lifetime.spawn(async move {
         if let Err(error) = warming.tools.prewarm(&session, &context).await {
             tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot pre-warm the tool container");
         }
@@ -461,19 +508,19 @@ pub fn prewarm(shared: &Arc<Shared>, record: &SessionRecord) {
 }
 
 /// The date and time now in `system.timezone`, as agents see it with every turn.
-fn now_for_agents(shared: &Shared) -> String {
-    let name = &shared.loaded.config.system.timezone;
+fn now_for_agents(orchestrator: &Orchestrator) -> String {
+    let name = &orchestrator.loaded.config.system.timezone;
     let zone = jiff::tz::TimeZone::get(name).unwrap_or(jiff::tz::TimeZone::UTC);
     jiff::Timestamp::now().to_zoned(zone).strftime("%A %Y-%m-%d %H:%M:%S %:z").to_string() + &format!(" ({name})")
 }
 
-fn agent_settings(shared: &Shared, role: Role) -> crate::config::AgentSettings {
-    shared.loaded.config.agents.settings(role)
+fn agent_settings(orchestrator: &Orchestrator, role: Role) -> crate::config::AgentSettings {
+    orchestrator.loaded.config.agents.settings(role)
 }
 
 /// Ends every turn a previous daemon left unfinished with a message in its session saying so.
-pub fn recover(shared: &Shared) -> usize {
-    let interrupted: Vec<(String, InFlightTurn)> = shared
+pub fn recover(orchestrator: &Orchestrator) -> usize {
+    let interrupted: Vec<(String, InFlightTurn)> = orchestrator
         .turns
         .inflight
         .lock()
@@ -484,12 +531,12 @@ pub fn recover(shared: &Shared) -> usize {
         .collect();
     for (turn, inflight) in &interrupted {
         if let Some(queued) = &inflight.queued {
-            let recorded = shared
+            let recorded = orchestrator
                 .sessions
                 .read(&inflight.session)
                 .is_ok_and(|read| read.entries.iter().any(|entry| entry.id() == inflight.user_entry));
             if !recorded {
-                let appended = shared.sessions.append_as(
+                let appended = orchestrator.sessions.append_as(
                     &inflight.session,
                     Some(inflight.user_entry.clone()),
                     queued.parent.as_deref(),
@@ -505,7 +552,7 @@ pub fn recover(shared: &Shared) -> usize {
              Send your message again.",
             inflight.started
         );
-        let appended = shared.sessions.append(
+        let appended = orchestrator.sessions.append(
             &inflight.session,
             None,
             NewEntry::Message {
@@ -522,8 +569,8 @@ pub fn recover(shared: &Shared) -> usize {
                 tracing::error!(turn, error = %baaaht_proto::error_chain(&error), "cannot end an interrupted turn")
             }
         }
-        if let Some(record) = shared.sessions.get(&inflight.session) {
-            shared.events.publish(
+        if let Some(record) = orchestrator.sessions.get(&inflight.session) {
+            orchestrator.events.publish(
                 &record.context(),
                 event(
                     (&inflight.session, turn, &inflight.correlation_id),
@@ -533,28 +580,30 @@ pub fn recover(shared: &Shared) -> usize {
         }
     }
     if !interrupted.is_empty() {
-        shared.turns.update(|inflight| inflight.turns.clear());
+        orchestrator.turns.update(|inflight| inflight.turns.clear());
     }
     interrupted.len()
 }
 
 /// What RegisterAgent answers: the role's settings, identity, context, memory and skills.
-pub fn agent_setup(shared: &Shared, identity: &ContainerIdentity) -> crate::agents::AgentSetup {
+pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) -> crate::agents::AgentSetup {
     let role = identity.role;
-    let settings = agent_settings(shared, role);
+    let settings = agent_settings(orchestrator, role);
     let read = |path: PathBuf| std::fs::read_to_string(path).unwrap_or_default();
-    let agent_dir = shared.data_dir.root().join("agents").join(role.as_str());
+    let agent_dir = orchestrator.data_dir.root().join("agents").join(role.as_str());
     let context = &identity.context;
-    let own = shared.data_dir.context_dir(context);
+    let own = orchestrator.data_dir.context_dir(context);
     let profile = match context.kind {
         ContextKind::User => "USER.md",
         ContextKind::Group => "GROUP.md",
     };
     let memories = if role == Role::Assistant { memories_of(&own.join("memory")) } else { vec![] };
     let skills = match role {
-        Role::Assistant | Role::Worker | Role::Researcher | Role::Coder => {
-            crate::skills::manifest(shared.data_dir.root(), &shared.loaded.config.skills.directories, context)
-        }
+        Role::Assistant | Role::Worker | Role::Researcher | Role::Coder => crate::skills::manifest(
+            orchestrator.data_dir.root(),
+            &orchestrator.loaded.config.skills.directories,
+            context,
+        ),
         _ => vec![],
     };
     let tools = crate::policy::Policy::agent_tools_of(role)
@@ -562,7 +611,7 @@ pub fn agent_setup(shared: &Shared, identity: &ContainerIdentity) -> crate::agen
         .chain(crate::policy::Policy::tools_of(role))
         .copied()
         .collect();
-    let session_model = shared.sessions.get(&identity.session_id).and_then(|record| record.model);
+    let session_model = orchestrator.sessions.get(&identity.session_id).and_then(|record| record.model);
     crate::agents::AgentSetup {
         role,
         model: match (role, session_model) {
@@ -618,7 +667,7 @@ fn memories_of(folder: &std::path::Path) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod played_tests;
+pub(crate) mod played_tests;
 
 #[cfg(test)]
 mod tests {

@@ -11,13 +11,14 @@ use crate::container::ContainerSpec;
 use crate::peers::{Down, Up};
 
 /// A daemon's subsystems on a temporary data dir, its containers played.
-struct House {
-    shared: Arc<Shared>,
-    _daemon: crate::Daemon,
+pub(crate) struct House {
+    pub(crate) orchestrator: Arc<Orchestrator>,
+    pub(crate) daemon: crate::Daemon,
     _temp: tempfile::TempDir,
 }
 
-fn house() -> House {
+/// Must be called inside the tokio runtime.
+pub(crate) fn house() -> House {
     let temp = tempfile::tempdir().expect("tempdir");
     let data_dir = crate::datadir::DataDir::new(temp.path().join("d"));
     let paths = crate::config::ConfigPaths {
@@ -29,16 +30,16 @@ fn house() -> House {
     let loaded = crate::config::load(&paths, env).expect("the default configuration");
     let bound = crate::bind(&data_dir, &loaded).expect("bound");
     let daemon = crate::Daemon::new(loaded, data_dir, bound).expect("the daemon's parts");
-    let shared = daemon.shared();
+    let orchestrator = daemon.shared().orchestrator.clone();
     let (fake, mut starts) = FakeRuntime::new();
-    shared.containers.use_engine(fake.engine());
-    let playing = shared.clone();
+    orchestrator.containers.use_engine(fake.engine());
+    let playing = orchestrator.clone();
     tokio::spawn(async move {
         while let Some(spec) = starts.recv().await {
             play(&playing, &spec);
         }
     });
-    House { shared, _daemon: daemon, _temp: temp }
+    House { orchestrator, daemon, _temp: temp }
 }
 
 fn identity_of(spec: &ContainerSpec) -> ContainerIdentity {
@@ -51,21 +52,23 @@ fn identity_of(spec: &ContainerSpec) -> ContainerIdentity {
 }
 
 /// What a started container does: a tool runner connects and waits; an agent connects and
-/// answers each turn. The Assistant delegates what it is asked to with `delegate: …`.
-fn play(shared: &Arc<Shared>, spec: &ContainerSpec) {
+/// answers each turn. The Assistant delegates what it is asked to with `delegate: …`; the
+/// Heartbeat agent has nothing to tell.
+fn play(orchestrator: &Arc<Orchestrator>, spec: &ContainerSpec) {
     let identity = identity_of(spec);
     if identity.role == Role::Tool {
-        let mut calls = shared.tools.attach(&identity, tokio_stream::pending());
+        let mut calls = orchestrator.tools.attach(&identity, tokio_stream::pending());
         tokio::spawn(async move { while calls.recv().await.is_some() {} });
         return;
     }
     let (ups, reports) = tokio::sync::mpsc::unbounded_channel();
-    let mut turns = shared.agents.attach(&identity, tokio_stream::wrappers::UnboundedReceiverStream::new(reports));
-    let shared = shared.clone();
+    let mut turns =
+        orchestrator.agents.attach(&identity, tokio_stream::wrappers::UnboundedReceiverStream::new(reports));
+    let orchestrator = orchestrator.clone();
     tokio::spawn(async move {
         while let Some(down) = turns.recv().await {
             let Down::Work(turn) = down else { continue };
-            let content = answer(&shared, &identity, &turn).await;
+            let content = answer(&orchestrator, &identity, &turn).await;
             let outcome = TurnOutcome { content, steps: 1, ..TurnOutcome::default() };
             if ups.send(Ok(Up::Answer { id: turn.turn_id.clone(), answer: outcome })).is_err() {
                 return;
@@ -74,7 +77,7 @@ fn play(shared: &Arc<Shared>, spec: &ContainerSpec) {
     });
 }
 
-async fn answer(shared: &Arc<Shared>, identity: &ContainerIdentity, turn: &Turn) -> String {
+async fn answer(orchestrator: &Arc<Orchestrator>, identity: &ContainerIdentity, turn: &Turn) -> String {
     let text = match turn.messages.last().and_then(|message| message.content.first()) {
         Some(baaaht_llm::model::Block::Text(text)) => text.clone(),
         _ => String::new(),
@@ -82,12 +85,13 @@ async fn answer(shared: &Arc<Shared>, identity: &ContainerIdentity, turn: &Turn)
     match (identity.role, text.strip_prefix("delegate: ")) {
         (Role::Assistant, Some(task)) => {
             let asked = Delegation { agent: Some(Role::Worker), task: task.to_string(), ..Delegation::default() };
-            match delegate(shared, identity, asked).await {
+            match delegate(orchestrator, identity, asked).await {
                 Ok(done) => format!("the worker said: {}", done.result),
                 Err(error) => format!("the delegation failed: {error}"),
             }
         }
         (Role::Assistant, None) => format!("echo: {text}"),
+        (Role::Heartbeat, _) => crate::scheduler::execute::NOTHING.to_string(),
         (role, _) => format!("the {role} did it: {text}"),
     }
 }
@@ -118,28 +122,28 @@ async fn until_the_answer(events: &mut tokio::sync::broadcast::Receiver<(Context
     }
 }
 
-fn entries(shared: &Shared, session: &str) -> Vec<Entry> {
-    shared.sessions.read(session).expect("the session's log").entries
+fn entries(orchestrator: &Orchestrator, session: &str) -> Vec<Entry> {
+    orchestrator.sessions.read(session).expect("the session's log").entries
 }
 
 #[tokio::test]
 async fn a_message_is_answered_by_its_sessions_assistant_recorded_and_told() {
     let house = house();
-    let shared = house.shared.clone();
-    let mut events = shared.events.subscribe();
-    let accepted = accept_user_message(&shared, incoming("hello")).expect("accepted");
+    let orchestrator = house.orchestrator.clone();
+    let mut events = orchestrator.events.subscribe();
+    let accepted = accept_user_message(&orchestrator, incoming("hello")).expect("accepted");
     let seen = until_the_answer(&mut events).await;
     assert!(matches!(&seen[0], Kind::UserMessage { content, .. } if content == "hello"), "{seen:?}");
     let Some(Kind::Reply { content, entry_id }) = seen.last() else { panic!("a reply: {seen:?}") };
     assert_eq!(content, "echo: hello");
-    let recorded = entries(&shared, &accepted.session);
+    let recorded = entries(&orchestrator, &accepted.session);
     assert!(
         recorded.iter().any(|entry| entry.id() == entry_id
             && matches!(entry, Entry::Message { message, .. } if message.role == "assistant")),
         "the reply is in the session's log: {recorded:?}"
     );
     // The next message of the context goes to the same session, and its Assistant.
-    let again = accept_user_message(&shared, incoming("and again")).expect("accepted");
+    let again = accept_user_message(&orchestrator, incoming("and again")).expect("accepted");
     assert_eq!(again.session, accepted.session);
     let seen = until_the_answer(&mut events).await;
     assert!(matches!(seen.last(), Some(Kind::Reply { content, .. }) if content == "echo: and again"), "{seen:?}");
@@ -148,9 +152,9 @@ async fn a_message_is_answered_by_its_sessions_assistant_recorded_and_told() {
 #[tokio::test]
 async fn a_delegation_runs_in_a_worker_of_the_session_and_is_recorded_beside_the_reply() {
     let house = house();
-    let shared = house.shared.clone();
-    let mut events = shared.events.subscribe();
-    let accepted = accept_user_message(&shared, incoming("delegate: count the apples")).expect("accepted");
+    let orchestrator = house.orchestrator.clone();
+    let mut events = orchestrator.events.subscribe();
+    let accepted = accept_user_message(&orchestrator, incoming("delegate: count the apples")).expect("accepted");
     let seen = until_the_answer(&mut events).await;
     let delegations: Vec<&str> = seen
         .iter()
@@ -165,7 +169,7 @@ async fn a_delegation_runs_in_a_worker_of_the_session_and_is_recorded_beside_the
             if content == "the worker said: the worker did it: Task: count the apples"),
         "{seen:?}"
     );
-    let recorded = entries(&shared, &accepted.session);
+    let recorded = entries(&orchestrator, &accepted.session);
     assert!(
         recorded.iter().any(|entry| matches!(entry, Entry::Delegate { agent, task, is_error: false, .. }
             if agent == "worker" && task == "count the apples")),

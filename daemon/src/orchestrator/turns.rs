@@ -7,7 +7,7 @@ use super::*;
 pub(super) const CANCELLED: &str = "The turn was cancelled.";
 
 pub(super) async fn run_turn(
-    shared: Arc<Shared>,
+    orchestrator: Arc<Orchestrator>,
     record: SessionRecord,
     accepted: Accepted,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
@@ -16,11 +16,11 @@ pub(super) async fn run_turn(
 ) {
     let _one_at_a_time = match guard {
         Some(guard) => guard,
-        None => shared.turns.session_lock(&accepted.session).lock_owned().await,
+        None => orchestrator.turns.session_lock(&accepted.session).lock_owned().await,
     };
     let started = Instant::now();
-    let cancel = shared.turns.cancel_token(&accepted.turn);
-    let (shared_ref, record_ref, accepted_ref) = (&shared, &record, &accepted);
+    let cancel = orchestrator.turns.cancel_token(&accepted.turn);
+    let (shared_ref, record_ref, accepted_ref) = (&orchestrator, &record, &accepted);
     let answer = |cancel: CancellationToken| async move {
         let Some(_place) = shared_ref.turns.admit_turn(&cancel).await else { return Err(CANCELLED.to_string()) };
         if cancel.is_cancelled() {
@@ -34,14 +34,14 @@ pub(super) async fn run_turn(
     let outcome = match queued {
         None => answer(cancel.clone()).await,
         Some(queued) => {
-            match shared.sessions.append_as(
+            match orchestrator.sessions.append_as(
                 &accepted.session,
                 Some(accepted.entry.clone()),
                 queued.parent.as_deref(),
                 queued.entry(),
             ) {
                 Ok(_) => {
-                    shared.turns.update(|inflight| {
+                    orchestrator.turns.update(|inflight| {
                         if let Some(turn) = inflight.turns.get_mut(&accepted.turn) {
                             turn.queued = None;
                         }
@@ -52,12 +52,12 @@ pub(super) async fn run_turn(
             }
         }
     };
-    let tail = shared.turns.tail(&accepted.turn);
-    shared.turns.tails.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
+    let tail = orchestrator.turns.tail(&accepted.turn);
+    orchestrator.turns.tails.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
     let ids = (accepted.session.as_str(), accepted.turn.as_str(), accepted.correlation_id.as_str());
     let context = record.context();
-    let written = shared.turns.take_written(&accepted.turn);
-    shared.turns.take_context_exceeded(&accepted.turn);
+    let written = orchestrator.turns.take_written(&accepted.turn);
+    orchestrator.turns.take_context_exceeded(&accepted.turn);
     // Whether a failure's sentence is for the user (else it is the operator's detail).
     let (role, content, failed, for_users) = match outcome {
         // What was written before the stop stays in the session, marked as stopped (the
@@ -72,33 +72,33 @@ pub(super) async fn run_turn(
         Ok(result) => ("system", format!("The reply failed: {}", result.content), true, false),
         Err(message) => ("system", format!("The reply failed: {message}"), true, false),
     };
-    let appended = shared.sessions.append(
+    let appended = orchestrator.sessions.append(
         &accepted.session,
         tail.as_deref(),
         NewEntry::Message { role, content: content.clone(), channel: None, sender: None, attachments: vec![] },
     );
     // The turn is over before anyone hears of it: a transcript read after its answer never
     // lists it as running.
-    shared.turns.update(|inflight| {
+    orchestrator.turns.update(|inflight| {
         inflight.turns.remove(&accepted.turn);
     });
-    shared.turns.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
+    orchestrator.turns.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&accepted.turn);
     // What came in between is not kept (the turn no longer runs, so nothing more is).
-    shared.turns.wrote_nothing(&accepted.turn);
+    orchestrator.turns.wrote_nothing(&accepted.turn);
     match appended {
         Ok(entry_id) if !failed => {
             tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "turn answered");
-            shared.events.publish(&context, event(ids, Kind::Reply { entry_id, content }));
+            orchestrator.events.publish(&context, event(ids, Kind::Reply { entry_id, content }));
         }
         Ok(_) => {
             let content = if cancel.is_cancelled() { CANCELLED.to_string() } else { content };
             tracing::warn!(%content, "turn failed");
-            shared.events.publish(&context, event(ids, Kind::TurnError { message: content, for_users }));
+            orchestrator.events.publish(&context, event(ids, Kind::TurnError { message: content, for_users }));
         }
         Err(error) => {
             let message = format!("the reply could not be recorded: {error}");
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record the reply");
-            shared.events.publish(&context, event(ids, Kind::TurnError { message, for_users: false }));
+            orchestrator.events.publish(&context, event(ids, Kind::TurnError { message, for_users: false }));
         }
     }
 }
@@ -106,13 +106,13 @@ pub(super) async fn run_turn(
 /// Reads the pictures the turn shows the model ([`wanted_images`]): the copies kept when they
 /// were shared (never the workspace, which the agents write in); for one that cannot be shown
 /// the model is told why.
-async fn read_images(shared: &Arc<Shared>, session: &str, branch: &[Entry]) -> Images {
+async fn read_images(orchestrator: &Arc<Orchestrator>, session: &str, branch: &[Entry]) -> Images {
     use crate::uploads::{MAX_PICTURE_BYTES, PICTURE_TYPES};
     let wanted = super::history::wanted_images(branch);
     if wanted.is_empty() {
         return Images::new();
     }
-    let (workspaces, session) = (shared.workspaces.clone(), session.to_string());
+    let (workspaces, session) = (orchestrator.workspaces.clone(), session.to_string());
     let read = tokio::task::spawn_blocking(move || {
         let mut images = Images::new();
         for attachment in wanted {
@@ -145,41 +145,41 @@ async fn read_images(shared: &Arc<Shared>, session: &str, branch: &[Entry]) -> I
 }
 
 async fn assistant_turn(
-    shared: &Arc<Shared>,
+    orchestrator: &Arc<Orchestrator>,
     record: &SessionRecord,
     accepted: &Accepted,
     cancel: CancellationToken,
 ) -> Result<crate::agents::TurnOutcome, String> {
-    shared.turns.set_tail(&accepted.turn, &accepted.entry);
-    let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
+    orchestrator.turns.set_tail(&accepted.turn, &accepted.entry);
+    let read = orchestrator.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
     for corrupt in &read.corrupt {
         tracing::warn!(line = corrupt.line, reason = %corrupt.reason, "session log line skipped");
     }
     let branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
-    let names = super::history::sender_names(shared);
+    let names = super::history::sender_names(orchestrator);
     let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
-    let current = shared.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
-    let settings = agent_settings(shared, Role::Assistant);
+    let current = orchestrator.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
+    let settings = agent_settings(orchestrator, Role::Assistant);
     let model = current.model.clone().unwrap_or_else(|| settings.model.0.clone());
     // agents.assistant.vision speaks of the configured model, not of one the session switched to.
     let configured = current.model.as_deref().is_none_or(|chosen| chosen == settings.model.0);
     let vision = settings.vision.filter(|_| configured).unwrap_or_else(|| super::history::sees_images(&model));
-    let images = if vision { read_images(shared, &accepted.session, &branch).await } else { Images::new() };
+    let images = if vision { read_images(orchestrator, &accepted.session, &branch).await } else { Images::new() };
     let mut messages = history(&branch, group, &images);
     // Near the model's context window (as its server or providers.yaml says, else its name):
     // what came before this message becomes a summary first.
-    let window = super::history::window_of(shared, &model).await;
+    let window = super::history::window_of(orchestrator, &model).await;
     let estimate: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
     if estimate > history_limit(window) {
         tracing::info!(estimated_tokens = estimate, window, model = %model, "compacting the session before the turn");
-        match compact_before(shared, record, accepted, &branch, &model, window).await {
+        match compact_before(orchestrator, record, accepted, &branch, &model, window).await {
             Ok(compacted) => messages = history(&compacted, group, &images),
             Err(error) => tracing::warn!(%error, "automatic compaction failed; the turn goes on uncompacted"),
         }
     }
     let answer = |messages: Vec<baaaht_llm::model::Message>| {
         let turn = crate::agents::Turn {
-            now: super::now_for_agents(shared),
+            now: super::now_for_agents(orchestrator),
             turn_id: accepted.turn.clone(),
             correlation_id: accepted.correlation_id.clone(),
             messages,
@@ -199,23 +199,23 @@ async fn assistant_turn(
             timeout: Duration::from_secs(settings.timeout),
             cancel: cancel.clone(),
         };
-        async move { shared.agents.run(work).await.map_err(|error| error.to_string()) }
+        async move { orchestrator.agents.run(work).await.map_err(|error| error.to_string()) }
     };
     let sent: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
     let result = answer(messages).await;
     // The provider said the history does not fit its window after all (a window no one told,
     // a long answer): compacted, the turn is tried once more, so the session never stays stuck.
     let failed = result.as_ref().map_or(true, |result| result.is_error);
-    if !failed || !shared.turns.take_context_exceeded(&accepted.turn) || cancel.is_cancelled() {
+    if !failed || !orchestrator.turns.take_context_exceeded(&accepted.turn) || cancel.is_cancelled() {
         return result;
     }
     // The window is smaller than was thought: no more than most of what was just refused.
     let window = window.min(sent * 7 / 10).max(256);
     tracing::info!(model = %model, window, "the provider's context window was exceeded: compacting and trying again");
-    let compacted = compact_before(shared, record, accepted, &branch, &model, window).await.map_err(|error| {
+    let compacted = compact_before(orchestrator, record, accepted, &branch, &model, window).await.map_err(|error| {
         format!("the conversation no longer fits the model's context window, and compacting it failed: {error}")
     })?;
-    shared.turns.wrote_nothing(&accepted.turn);
+    orchestrator.turns.wrote_nothing(&accepted.turn);
     answer(history(&compacted, group, &images)).await
 }
 
@@ -230,7 +230,7 @@ fn history_limit(window: usize) -> usize {
 /// most what fits its `window`) and hangs the message's turn under it: the branch the model
 /// then sees, ending with the message.
 async fn compact_before(
-    shared: &Arc<Shared>,
+    orchestrator: &Arc<Orchestrator>,
     record: &SessionRecord,
     accepted: &Accepted,
     branch: &[Entry],
@@ -238,13 +238,14 @@ async fn compact_before(
     window: usize,
 ) -> Result<Vec<Entry>, String> {
     let before = &branch[..branch.len().saturating_sub(1)];
-    let summary = summarize(shared, record, before, model, &accepted.correlation_id, window)
+    let summary = summarize(orchestrator, record, before, model, &accepted.correlation_id, window)
         .await
         .map_err(|error| error.to_string())?;
     let compacted = before.iter().skip(1).map(|entry| entry.id().to_string()).collect();
     let entry = NewEntry::Compaction { summary, compacted };
-    let id = shared.sessions.append(&accepted.session, Some(&accepted.entry), entry).map_err(|e| e.to_string())?;
-    shared.turns.set_tail(&accepted.turn, &id);
-    let read = shared.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
+    let id =
+        orchestrator.sessions.append(&accepted.session, Some(&accepted.entry), entry).map_err(|e| e.to_string())?;
+    orchestrator.turns.set_tail(&accepted.turn, &id);
+    let read = orchestrator.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
     read.branch(&id).map_err(|error| error.to_string())
 }

@@ -11,17 +11,23 @@ use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJo
 use crate::agents::AgentError;
 use crate::auth::{Context, ContextKind, Role};
 use crate::events::Notice;
+use crate::inbox::Inbox;
 use crate::inbox::Item;
+use crate::memory::Memories;
+use crate::orchestrator::Orchestrator;
 use crate::sessions::{NewEntry, SessionStatus};
-use crate::Shared;
 
 /// What a heartbeat answers when there is nothing to tell.
 pub const NOTHING: &str = "NOTHING";
 
-/// The daemon's executor.
+/// The daemon's executor: task runs go through the orchestrator; the system jobs reach the
+/// memory stores and the scheduler's own records; results wait in the inbox.
 #[derive(Debug)]
 pub struct Daemon {
-    pub shared: Arc<Shared>,
+    pub orchestrator: Arc<Orchestrator>,
+    pub scheduler: Arc<super::Scheduler>,
+    pub memory: Arc<Memories>,
+    pub inbox: Arc<Inbox>,
 }
 
 /// The role a task's `agent` names; heartbeats always use the Heartbeat agent.
@@ -37,12 +43,12 @@ pub fn role_of(task: &TaskRecord) -> Result<Role, String> {
 }
 
 /// The channel `context`'s profile (USER.md or GROUP.md) prefers, if it names one.
-fn preferred_channel(shared: &Shared, context: &Context) -> Option<String> {
+fn preferred_channel(data_dir: &crate::datadir::DataDir, context: &Context) -> Option<String> {
     let profile = match context.kind {
         ContextKind::User => "USER.md",
         ContextKind::Group => "GROUP.md",
     };
-    let text = std::fs::read_to_string(shared.data_dir.context_dir(context).join(profile)).ok()?;
+    let text = std::fs::read_to_string(data_dir.context_dir(context).join(profile)).ok()?;
     crate::profile::preferred_channel(&text)
 }
 
@@ -53,22 +59,21 @@ fn family(channel: &str) -> &str {
 
 impl Daemon {
     async fn system(&self, job: SystemJob) -> RunOutcome {
-        let shared = &self.shared;
         match job {
             SystemJob::ArchiveSessions => {
-                let (idled, archived) = crate::orchestrator::archive_quiet(shared).await;
+                let (idled, archived) = crate::orchestrator::archive_quiet(&self.orchestrator).await;
                 RunOutcome::ok(format!("{idled} session(s) idled, {archived} archived"))
             }
             SystemJob::ExpireMemories => {
-                let memory = shared.memory.clone();
+                let memory = self.memory.clone();
                 match tokio::task::spawn_blocking(move || memory.expire_all()).await {
                     Ok(removed) => RunOutcome::ok(format!("{removed} memor(ies) expired")),
                     Err(error) => RunOutcome::failed(Failure::Error(format!("memory expiry failed: {error}"))),
                 }
             }
             SystemJob::PruneRecords => {
-                let retention = shared.loaded.config.scheduler.retention.clone();
-                let (scheduler, logs) = (shared.scheduler.clone(), shared.data_dir.logs_dir());
+                let retention = self.orchestrator.loaded.config.scheduler.retention.clone();
+                let (scheduler, logs) = (self.scheduler.clone(), self.orchestrator.data_dir.logs_dir());
                 let pruned = tokio::task::spawn_blocking(move || {
                     let runs = scheduler.prune_runs(retention.run_days, retention.runs_per_task);
                     let logs = prune_logs(&logs, retention.log_days);
@@ -87,13 +92,12 @@ impl Daemon {
 
     /// Runs an agent for `claim` in the session its context mode asks for.
     async fn agent(&self, claim: &Claim) -> RunOutcome {
-        let shared = &self.shared;
         let task = &claim.task;
         let Some(context) = task.context() else {
             return RunOutcome::failed(Failure::Error("the task belongs to no user or group".into()));
         };
         if context.kind == ContextKind::Group {
-            if let Err(error) = shared.groups.accepts_messages(&context.id) {
+            if let Err(error) = self.orchestrator.groups.accepts_messages(&context.id) {
                 return RunOutcome::failed(Failure::Error(error.to_string()));
             }
         }
@@ -103,17 +107,16 @@ impl Daemon {
         };
         let owner = if task.user_id.is_empty() { "scheduler" } else { task.user_id.as_str() };
         let session = match task.context_mode {
-            ContextMode::Session => shared.sessions.active(&context, owner),
+            ContextMode::Session => self.orchestrator.sessions.active(&context, owner),
             ContextMode::Isolated | ContextMode::Silent => {
-                shared.sessions.create(&context, owner, Some(format!("task: {}", task.description)))
+                self.orchestrator.sessions.create(&context, owner, Some(format!("task: {}", task.description)))
             }
         };
         let record = match session {
             Ok(record) => record,
             Err(error) => return RunOutcome::failed(Failure::Start(format!("no session for the run: {error}"))),
         };
-        let local =
-            claim.slot.to_zoned(shared.scheduler.display_zone(task)).strftime("%A %Y-%m-%d %H:%M %Z").to_string();
+        let local = claim.slot.to_zoned(self.scheduler.display_zone(task)).strftime("%A %Y-%m-%d %H:%M %Z").to_string();
         let text = match task.kind {
             TaskKind::Heartbeat => format!(
                 "Heartbeat \"{}\" ({local}). {}\n\nIf nothing needs the user's attention, answer with the single word \
@@ -127,14 +130,14 @@ impl Daemon {
             ),
         };
         let timeout = (task.timeout > 0).then(|| Duration::from_secs(task.timeout));
-        let ran = crate::orchestrator::run_alone(shared, &record, role, text, timeout).await;
+        let ran = crate::orchestrator::run_alone(&self.orchestrator, &record, role, text, timeout).await;
         if task.context_mode != ContextMode::Session {
             // The run's own session ends with it (no memory extraction: nothing was said).
-            if let Err(error) = shared.sessions.set_status(&record.id, SessionStatus::Archived) {
+            if let Err(error) = self.orchestrator.sessions.set_status(&record.id, SessionStatus::Archived) {
                 tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot archive a task's session");
             }
-            shared.agents.reap_idle(std::slice::from_ref(&record.id)).await;
-            shared.tools.release(&record.id).await;
+            self.orchestrator.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+            self.orchestrator.tools.release(&record.id).await;
         }
         let session = Some(record.id.clone());
         match ran {
@@ -163,8 +166,8 @@ impl Daemon {
     /// Appends a line to `scheduler.error_handling.log_file`.
     fn log_failure(&self, claim: &Claim, failure: &Failure) {
         use std::io::Write as _;
-        let configured = &self.shared.loaded.config.scheduler.error_handling.log_file;
-        let path = self.shared.data_dir.root().join(configured);
+        let configured = &self.orchestrator.loaded.config.scheduler.error_handling.log_file;
+        let path = self.orchestrator.data_dir.root().join(configured);
         let line = serde_json::json!({
             "at": crate::state::now_rfc3339(),
             "task": claim.task.id,
@@ -186,20 +189,19 @@ impl Daemon {
     /// Tells `context` `title`/`content`: on `channel` when it is connected (an event every
     /// client of that channel shows), else in the context's inbox.
     fn tell(&self, context: &Context, channel: Option<&str>, notice: Notice, session: Option<&str>) {
-        let shared = &self.shared;
         let connected = match channel {
-            Some(channel) => shared.events.is_connected(context, family(channel)),
+            Some(channel) => self.orchestrator.events.is_connected(context, family(channel)),
             None => false,
         };
         let told = Notice { channel: channel.unwrap_or_default().to_string(), ..notice.clone() };
         let event = crate::events::Event::of_session(session.unwrap_or_default(), crate::events::Kind::Notice(told));
-        shared.events.publish(context, event);
+        self.orchestrator.events.publish(context, event);
         if connected {
             tracing::info!(context = %context, channel, task = %notice.task_id, "task notice sent");
             return;
         }
         let item = Item::new(notice.title, notice.content, &notice.task_id, &notice.run_id);
-        match shared.inbox.push(context, item) {
+        match self.inbox.push(context, item) {
             Ok(_) => tracing::info!(context = %context, task = %notice.task_id, "task notice left in the inbox"),
             Err(error) => {
                 tracing::error!(context = %context, error = %baaaht_proto::error_chain(&error), "cannot keep a task notice")
@@ -210,11 +212,11 @@ impl Daemon {
     /// Where `task`'s notices go: its own channel, else the preferred one, else the channel
     /// the user last wrote from while it is still connected, else any connected one.
     fn channel_for(&self, task: &TaskRecord, context: &Context) -> Option<String> {
-        let events = &self.shared.events;
+        let events = &self.orchestrator.events;
         if !task.notification.channel.is_empty() {
             return Some(task.notification.channel.clone());
         }
-        if let Some(preferred) = preferred_channel(&self.shared, context) {
+        if let Some(preferred) = preferred_channel(&self.orchestrator.data_dir, context) {
             return Some(preferred);
         }
         let connected = events.connected_channels(context);
@@ -228,7 +230,7 @@ impl Daemon {
 impl Daemon {
     /// Leaves a notice in every admin's inbox (`system.admin_users`), but `besides`'s.
     fn tell_admins(&self, besides: Option<&Context>, title: &str, content: &str, task: &str) {
-        let admins = &self.shared.loaded.config.system.admin_users;
+        let admins = &self.orchestrator.loaded.config.system.admin_users;
         if admins.is_empty() {
             tracing::error!(task, "{content} (no system.admin_users to tell)");
         }
@@ -237,7 +239,7 @@ impl Daemon {
             if Some(&admin) == besides {
                 continue;
             }
-            if let Err(error) = self.shared.inbox.push(&admin, Item::new(title, content, task, "")) {
+            if let Err(error) = self.inbox.push(&admin, Item::new(title, content, task, "")) {
                 tracing::error!(admin = %admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");
             }
         }
@@ -311,7 +313,7 @@ impl Execute for Daemon {
                             sender: None,
                             attachments: vec![],
                         };
-                        if let Err(error) = self.shared.sessions.append(session, None, entry) {
+                        if let Err(error) = self.orchestrator.sessions.append(session, None, entry) {
                             tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot record a task's result");
                         }
                     }

@@ -1332,4 +1332,6 @@ fn friendly(duration: SignedDuration) -> String {
 }
 
 #[cfg(test)]
+mod executed_tests;
+#[cfg(test)]
 mod tests;

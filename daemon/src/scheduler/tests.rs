@@ -44,7 +44,7 @@ fn settings() -> Settings {
     }
 }
 
-fn task(schedule: ScheduleSpec) -> TaskRecord {
+pub(super) fn task(schedule: ScheduleSpec) -> TaskRecord {
     TaskRecord {
         id: String::new(),
         kind: TaskKind::Scheduled,
@@ -72,7 +72,7 @@ fn task(schedule: ScheduleSpec) -> TaskRecord {
     }
 }
 
-fn cron(expression: &str) -> ScheduleSpec {
+pub(super) fn cron(expression: &str) -> ScheduleSpec {
     ScheduleSpec { cron: Some(expression.into()), ..ScheduleSpec::default() }
 }
 

@@ -12,10 +12,18 @@ use sha2::Digest as _;
 use tokio_util::sync::CancellationToken;
 
 use super::heartbeat;
+use super::Scheduler;
 use crate::auth::Context;
-use crate::Shared;
+use crate::datadir::DataDir;
 
 pub const FILE: &str = "HEARTBEAT.md";
+
+/// What the watch works with: the context folders it reads and the scheduler it updates.
+#[derive(Debug, Clone)]
+pub struct Heartbeats {
+    pub data_dir: DataDir,
+    pub scheduler: Arc<Scheduler>,
+}
 /// Between two full rescans.
 const RESCAN: Duration = Duration::from_secs(300);
 /// Edits arriving together (an editor writes, renames, touches) are read once.
@@ -36,8 +44,8 @@ fn context_of(root: &Path, path: &Path) -> Option<Context> {
 }
 
 /// Reads `context`'s HEARTBEAT.md and brings its heartbeat tasks in line with it.
-pub fn sync_context(shared: &Shared, context: &Context) {
-    let path = shared.data_dir.context_dir(context).join(FILE);
+pub fn sync_context(heartbeats: &Heartbeats, context: &Context) {
+    let path = heartbeats.data_dir.context_dir(context).join(FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -47,14 +55,14 @@ pub fn sync_context(shared: &Shared, context: &Context) {
         }
     };
     let hash = format!("sha256:{:x}", sha2::Sha256::digest(text.as_bytes()));
-    if shared.scheduler.heartbeat_hash(context).as_deref() == Some(hash.as_str()) {
+    if heartbeats.scheduler.heartbeat_hash(context).as_deref() == Some(hash.as_str()) {
         return;
     }
     let parsed = heartbeat::parse(&text);
     for warning in &parsed.warnings {
         tracing::warn!(file = %path.display(), line = warning.line, "{}; the section is skipped", warning.message);
     }
-    match shared.scheduler.sync_heartbeats(context, &hash, &parsed.sections, &mut super::schedule::random_below) {
+    match heartbeats.scheduler.sync_heartbeats(context, &hash, &parsed.sections, &mut super::schedule::random_below) {
         Ok(changes) => tracing::info!(
             context = %context,
             added = changes.added,
@@ -71,10 +79,10 @@ pub fn sync_context(shared: &Shared, context: &Context) {
 }
 
 /// Every context that has a HEARTBEAT.md or had heartbeats.
-fn all_contexts(shared: &Shared) -> BTreeSet<Context> {
+fn all_contexts(heartbeats: &Heartbeats) -> BTreeSet<Context> {
     let mut contexts = BTreeSet::new();
     for kind in crate::datadir::CONTEXT_KINDS {
-        let Ok(entries) = std::fs::read_dir(shared.data_dir.contexts_dir(kind)) else { continue };
+        let Ok(entries) = std::fs::read_dir(heartbeats.data_dir.contexts_dir(kind)) else { continue };
         for entry in entries.flatten() {
             let Some(id) = entry.file_name().to_str().map(str::to_string) else { continue };
             if crate::auth::is_valid_context_id(&id) && entry.path().join(FILE).is_file() {
@@ -83,14 +91,14 @@ fn all_contexts(shared: &Shared) -> BTreeSet<Context> {
         }
     }
     let filter = super::Filter { kind: Some(super::TaskKind::Heartbeat), ..super::Filter::default() };
-    contexts.extend(shared.scheduler.list(&filter).iter().filter_map(super::TaskRecord::context));
+    contexts.extend(heartbeats.scheduler.list(&filter).iter().filter_map(super::TaskRecord::context));
     contexts
 }
 
 /// Watches every HEARTBEAT.md until `cancel`.
-pub async fn watch(shared: Arc<Shared>, cancel: CancellationToken) {
+pub async fn watch(heartbeats: Heartbeats, cancel: CancellationToken) {
     use notify::Watcher as _;
-    let root: PathBuf = shared.data_dir.root().to_path_buf();
+    let root: PathBuf = heartbeats.data_dir.root().to_path_buf();
     let (sender, mut changed) = tokio::sync::mpsc::channel::<PathBuf>(1024);
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
@@ -121,17 +129,17 @@ pub async fn watch(shared: Arc<Shared>, cancel: CancellationToken) {
         }
     }
     // After the watch is set, so that no edit falls in between.
-    let rescan = |shared: &Arc<Shared>| {
-        for context in all_contexts(shared) {
-            sync_context(shared, &context);
+    let rescan = |heartbeats: &Heartbeats| {
+        for context in all_contexts(heartbeats) {
+            sync_context(heartbeats, &context);
         }
     };
-    rescan(&shared);
+    rescan(&heartbeats);
     loop {
         let first = tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(RESCAN) => {
-                rescan(&shared);
+                rescan(&heartbeats);
                 continue;
             }
             path = changed.recv() => match path {
@@ -145,7 +153,7 @@ pub async fn watch(shared: Arc<Shared>, cancel: CancellationToken) {
             contexts.extend(context_of(&root, &path));
         }
         for context in contexts {
-            sync_context(&shared, &context);
+            sync_context(&heartbeats, &context);
         }
     }
 }

@@ -26,8 +26,10 @@ impl v1::agents_server::Agents for AgentsService {
             return Err(Status::permission_denied("RegisterAgent is for agent containers"));
         };
         tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
-        let mut config =
-            crate::server::convert::agent_config(crate::orchestrator::agent_setup(&self.shared, &identity));
+        let mut config = crate::server::convert::agent_config(crate::orchestrator::agent_setup(
+            &self.shared.orchestrator,
+            &identity,
+        ));
         config.tools.extend(tools::mcp_definitions(&self.shared, &identity).await);
         Ok(Response::new(config))
     }
@@ -105,7 +107,7 @@ impl v1::agents_server::Agents for AgentsService {
             context: request.context,
             response_format: request.response_format,
         };
-        let done = crate::orchestrator::delegate(&self.shared, &identity, delegation).await?;
+        let done = crate::orchestrator::delegate(&self.shared.orchestrator, &identity, delegation).await?;
         Ok(Response::new(v1::DelegateResponse {
             result: done.result,
             is_error: done.is_error,

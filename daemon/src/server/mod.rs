@@ -106,7 +106,10 @@ where
     S: tokio_stream::Stream<Item = Result<T, Status>> + Send + 'static,
     T: Send + 'static,
 {
-    Box::pin(UntilShutdown { stream: Box::pin(stream), shutdown: Box::pin(shared.shutdown.clone().cancelled_owned()) })
+    Box::pin(UntilShutdown {
+        stream: Box::pin(stream),
+        shutdown: Box::pin(shared.lifetime.shutdown.clone().cancelled_owned()),
+    })
 }
 
 /// See [`until_shutdown`].

@@ -321,7 +321,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             parent: None,
             attachments: vec![],
         };
-        let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+        let accepted = crate::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
         Ok(Response::new(v1::AgentRoutingResponse { session_id: accepted.session, turn_id: accepted.turn }))
     }
 
@@ -353,7 +353,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         // The channel counts as connected (for the scheduler's notices) while it follows.
         let connected = channel.map(|channel| self.shared.events.connect(&context, &channel));
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
-        self.shared.spawn(async move {
+        self.shared.lifetime.spawn(async move {
             let (_connected, _held) = (connected, held);
             loop {
                 // A subscriber that went away is let go at once, not at its context's next event.
@@ -421,7 +421,7 @@ impl v1::sessions_server::Sessions for SessionsService {
                     attachments: message.attachments,
                 };
                 let incoming = incoming(&caller, context, written, "user_message.session_id")?;
-                let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+                let accepted = crate::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
                 Ok(Response::new(v1::Ack {
                     message: format!("turn {} in session {}", accepted.turn, accepted.session),
                 }))
@@ -454,7 +454,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             attachments: message.attachments,
         };
         let incoming = incoming(&caller, context, written, "session_id")?;
-        let accepted = crate::orchestrator::accept_user_message(&self.shared, incoming)?;
+        let accepted = crate::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
         Ok(Response::new(v1::SendUserMessageResponse {
             session_id: accepted.session,
             entry_id: accepted.entry,
@@ -591,7 +591,8 @@ impl v1::sessions_server::Sessions for SessionsService {
                 .filter_map(entry)
                 .map(|mut entry| {
                     if let Some(v1::session_entry::Entry::Message(message)) = &mut entry.entry {
-                        message.sender_name = crate::orchestrator::sender_name(&self.shared, &message.sender_id);
+                        message.sender_name =
+                            crate::orchestrator::sender_name(&self.shared.orchestrator, &message.sender_id);
                     }
                     entry
                 })
@@ -650,7 +651,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         check(&self.shared, &request, Operation::ArchiveSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
-        crate::orchestrator::archive(&self.shared, &id).await?;
+        crate::orchestrator::archive(&self.shared.orchestrator, &id).await?;
         tracing::info!(session = %id, "session archived on request");
         Ok(Response::new(v1::Ack { message: format!("session {id} archived") }))
     }
@@ -659,7 +660,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         check(&self.shared, &request, Operation::CompactSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
-        let entry = crate::orchestrator::compact(&self.shared, &id).await?;
+        let entry = crate::orchestrator::compact(&self.shared.orchestrator, &id).await?;
         Ok(Response::new(v1::Ack { message: format!("session {id} compacted into entry {entry}") }))
     }
 
