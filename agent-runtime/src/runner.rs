@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use baaaht_proto::client::{connect, Backoff, ConnectOptions};
-use baaaht_proto::v1;
+use baaaht_proto::{v1, ToolName};
 use serde_json::Value;
 
 use crate::tools::{self, paths::Mounts, Params, ToolOutput};
@@ -44,29 +44,31 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
         Ok(other) => return response(error(format!("parameters must be a JSON object, not {other}")), started),
         Err(error_text) => return response(error(format!("parameters are not JSON: {error_text}")), started),
     };
-    let mut output = match call.tool.as_str() {
-        "exec" => {
+    let tool = ToolName::named(&call.tool);
+    let mut output = match tool {
+        None => error(format!("unknown tool `{}`", call.tool)),
+        Some(ToolName::Exec) => {
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
             tools::exec::exec(&Params(&params), mounts, limit, &call.env).unwrap_or_else(ToolOutput::from)
         }
-        "message" => match &settings.messages {
+        Some(ToolName::Message) => match &settings.messages {
             Some(folder) => {
                 tools::message::message(&Params(&params), folder, &settings.session).unwrap_or_else(ToolOutput::from)
             }
             None => error("this tool container has no message folder".into()),
         },
-        name => tools::run(name, &params, mounts),
+        Some(file_tool) => tools::run(file_tool, &params, mounts),
     };
     if crate::reaper::active() {
         crate::reaper::sweep();
     }
-    let writes = matches!(call.tool.as_str(), "exec" | "write_file" | "edit_file");
+    let writes = matches!(tool, Some(ToolName::Exec | ToolName::WriteFile | ToolName::EditFile));
     let mut over = vec![];
     if let (true, Some(cap), Some(root)) = (writes, settings.workspace_cap, mounts.default_root()) {
         over.extend(tools::quota::enforce(root, cap, since, "the workspace"));
     }
     // Only a command can write in the IPC folder: no file tool reaches it.
-    let ipc = settings.results.as_deref().and_then(Path::parent).filter(|_| call.tool == "exec");
+    let ipc = settings.results.as_deref().and_then(Path::parent).filter(|_| tool == Some(ToolName::Exec));
     if let (Some(cap), Some(folder)) = (settings.ipc_cap, ipc) {
         if let Ok(root) = Mounts::open(&[(folder.to_path_buf(), true)]) {
             over.extend(root.default_root().and_then(|root| tools::quota::enforce(root, cap, since, "the IPC folder")));
@@ -169,10 +171,12 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Res
                 let shared_settings = settings.clone();
                 let call_id = call.call_id.clone();
                 let record = call.clone();
-                let response = if call.tool == "web_fetch" || call.tool == "web_search" {
+                let web_tool =
+                    ToolName::named(&call.tool).filter(|tool| matches!(tool, ToolName::WebFetch | ToolName::WebSearch));
+                let response = if let Some(web_tool) = web_tool {
                     let started = Instant::now();
                     let output = match serde_json::from_str::<Value>(&call.params_json) {
-                        Ok(params) if call.tool == "web_fetch" => {
+                        Ok(params) if web_tool == ToolName::WebFetch => {
                             tools::web::web_fetch(&mut web, &params).await.unwrap_or_else(ToolOutput::from)
                         }
                         Ok(params) => tools::web::web_search(&mut web, &params).await.unwrap_or_else(ToolOutput::from),
@@ -207,4 +211,21 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Res
         let (read, served) = tokio::join!(read, serve);
         read.and(served)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_the_runner_does_not_have_is_an_error_the_model_reads() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
+        for tool in ["frobnicate", "delegate", "web_fetch"] {
+            let call = v1::ToolCall { tool: tool.into(), params_json: "{}".into(), ..v1::ToolCall::default() };
+            let answer = execute(&call, &mounts, &Settings::default());
+            assert!(answer.is_error, "{tool}: {}", answer.content);
+            assert_eq!(answer.content, format!("unknown tool `{tool}`"));
+        }
+    }
 }

@@ -172,6 +172,8 @@ pub struct Shared {
     pub calls: Arc<llm::call::Calls>,
     pub web: Arc<egress::proxy::WebProxy>,
     pub tools: Arc<tools::Runners>,
+    /// The one road to a tool: every call an agent asks for.
+    pub tool_calls: Arc<tools::call::Calls>,
     pub mcp: Arc<mcp::pool::McpPool>,
     pub ipc: Arc<ipc::Ipc>,
     pub workspaces: Arc<workspace::Workspaces>,
@@ -542,6 +544,19 @@ impl Daemon {
             identities: identities.clone(),
             lifetime: lifetime.clone(),
         });
+        let tool_calls = Arc::new(tools::call::Calls {
+            runners: tools.clone(),
+            mcp: mcp.clone(),
+            policy: policy.clone(),
+            ipc: ipc.clone(),
+            secrets: secrets::Handout::new(secrets.clone(), secrets::Rules::of(&loaded), audit.clone()),
+            audit: audit.clone(),
+            metrics: metrics.clone(),
+            loaded: loaded.clone(),
+            data_dir: data_dir.clone(),
+            events: events.clone(),
+            agents: agents.clone(),
+        });
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -557,6 +572,7 @@ impl Daemon {
             llm,
             web,
             tools,
+            tool_calls,
             mcp,
             ipc,
             workspaces,
@@ -639,7 +655,7 @@ impl Daemon {
         );
         tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
         tracker.spawn(shared.mcp.clone().supervise(cancel.clone()).instrument(tracing::info_span!("mcp")));
-        let monitor = Arc::new(health::Monitor {
+        let monitor = Arc::new(health::monitor::Monitor {
             settings: config.orchestrator.health_check.clone(),
             agents: shared.agents.clone(),
             tools: shared.tools.clone(),
@@ -648,7 +664,7 @@ impl Daemon {
             metrics: shared.metrics.clone(),
             notifier: shared.notifier.clone(),
         });
-        tracker.spawn(health::monitor(monitor, cancel.clone()).instrument(tracing::info_span!("health")));
+        tracker.spawn(health::monitor::monitor(monitor, cancel.clone()).instrument(tracing::info_span!("health")));
         tracker.spawn(
             orchestrator::supervise(shared.orchestrator.clone(), cancel.clone())
                 .instrument(tracing::info_span!("sessions")),

@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use regex::Regex;
 
 use crate::auth::Role;
-use crate::config::{Config, LoadedConfig, MountAllowlist, MountKind, MountMode};
+use crate::config::{Config, LoadedConfig, MountAllowlist, MountKind, MountMode, ToolName};
 use crate::container::{Limits, MountSpec, NetworkPolicy};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -188,15 +188,14 @@ impl Policy {
     }
 
     /// The tools `role` may use (spec §6.1); the Assistant has only `delegate`, no tool.
-    pub fn tools_of(role: Role) -> &'static [&'static str] {
+    pub fn tools_of(role: Role) -> &'static [ToolName] {
+        use ToolName::{EditFile, Exec, Find, Grep, ListDir, Message, ReadFile, WebFetch, WebSearch, WriteFile};
         match role {
-            Role::Worker => {
-                &["read_file", "list_dir", "grep", "find", "web_search", "web_fetch", "message", "write_file"]
-            }
-            Role::Researcher => &["read_file", "list_dir", "grep", "find", "web_search", "web_fetch", "write_file"],
-            Role::Coder => &["read_file", "write_file", "edit_file", "list_dir", "grep", "find", "exec"],
-            Role::Memory => &["read_file", "write_file"],
-            Role::Heartbeat => &["read_file", "web_search", "web_fetch", "message"],
+            Role::Worker => &[ReadFile, ListDir, Grep, Find, WebSearch, WebFetch, Message, WriteFile],
+            Role::Researcher => &[ReadFile, ListDir, Grep, Find, WebSearch, WebFetch, WriteFile],
+            Role::Coder => &[ReadFile, WriteFile, EditFile, ListDir, Grep, Find, Exec],
+            Role::Memory => &[ReadFile, WriteFile],
+            Role::Heartbeat => &[ReadFile, WebSearch, WebFetch, Message],
             Role::Assistant | Role::Tool | Role::LlmGateway | Role::Mcp | Role::Gateway => &[],
         }
     }
@@ -217,8 +216,11 @@ impl Policy {
     /// Everything an agent of `role` can do: its tools, the daemon's tools it has, and for the
     /// Assistant what the agents it delegates to can do.
     fn powers(role: Role) -> std::collections::BTreeSet<&'static str> {
-        let mut powers: std::collections::BTreeSet<&'static str> =
-            Policy::tools_of(role).iter().chain(Policy::agent_tools_of(role)).copied().collect();
+        let mut powers: std::collections::BTreeSet<&'static str> = Policy::tools_of(role)
+            .iter()
+            .map(|tool| tool.as_str())
+            .chain(Policy::agent_tools_of(role).iter().copied())
+            .collect();
         if role == Role::Assistant {
             for delegate in [Role::Worker, Role::Researcher, Role::Coder] {
                 powers.extend(Policy::powers(delegate));

@@ -364,6 +364,55 @@ pub enum Referrer {
     Context,
 }
 
+/// Secrets handed to what runs in a container (a skill's script, an MCP server): each name
+/// checked against the [`Rules`] for the file that names it, each read and each refusal
+/// audited with the caller and the request it serves. The store is read afresh when it changed.
+#[derive(Debug, Clone)]
+pub struct Handout {
+    live: Arc<LiveSecrets>,
+    rules: Rules,
+    audit: crate::audit::Audit,
+}
+
+/// Who is handed a secret: the caller, the correlation id of its request, and what the secret
+/// is for (`("skill", "weather")`, `("mcp_server", "github")`), as the audit line names it.
+#[derive(Debug, Clone, Copy)]
+pub struct Asker<'a> {
+    pub caller: &'a crate::auth::Caller,
+    pub correlation_id: &'a str,
+    pub consumer: (&'static str, &'a str),
+}
+
+impl Handout {
+    pub fn new(live: Arc<LiveSecrets>, rules: Rules, audit: crate::audit::Audit) -> Handout {
+        Handout { live, rules, audit }
+    }
+
+    /// `reference` (text with `${NAME}`s) resolved for `asker`, from the store, else the
+    /// daemon's environment; `referrer` wrote it. Why not, in a sentence.
+    pub fn resolve(&self, asker: Asker<'_>, referrer: Referrer, reference: &str) -> Result<Zeroizing<String>, String> {
+        use crate::audit::{Kind, Record};
+        let record = |outcome: &str, name: &str| {
+            Record::by(Kind::Secret, asker.caller, outcome)
+                .correlation(asker.correlation_id)
+                .detail("name", name)
+                .detail(asker.consumer.0, asker.consumer.1)
+        };
+        for name in reference_names(reference) {
+            if let Err(why) = self.rules.check(name, referrer) {
+                self.audit.record(record("refused", name).detail("reason", why.as_str()));
+                return Err(why);
+            }
+        }
+        let value = resolve_references(reference, self.live.current().as_deref(), |name| std::env::var(name).ok())
+            .map_err(|error| error.to_string())?;
+        for name in reference_names(reference) {
+            self.audit.record(record("read", name));
+        }
+        Ok(value)
+    }
+}
+
 /// Which secrets a file may name: an LLM provider's key never (it never leaves the daemon);
 /// a user's or group's own file only those the admin listed in `secrets.user_usable`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

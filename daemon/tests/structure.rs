@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Where the wire's types may appear besides `server/`: where the daemon is a client of another
 /// process's protocol (the LLM gateway's configuration and stream, ContainerHealth, `baaahtd`'s
 /// own commands to a running daemon).
-const WIRE_CLIENTS: &[&str] = &["llm/mod.rs", "llm/call.rs", "llm/relay.rs", "health.rs", "cli.rs"];
+const WIRE_CLIENTS: &[&str] = &["llm/mod.rs", "llm/call.rs", "llm/relay.rs", "health/mod.rs", "cli.rs"];
 
 /// Every `.rs` file below `daemon/src`, by its path from there, without its unit tests.
 fn sources() -> BTreeMap<String, String> {
@@ -77,7 +77,7 @@ fn no_task_is_spawned_outside_the_tracker() {
     let found = detached_spawns(&sources());
     assert!(
         found.is_empty(),
-        "a long-lived task goes on the daemon's tracker (Shared::spawn, or the subsystem's TaskTracker):\n{}",
+        "a long-lived task goes on the daemon's tracker (Lifetime::spawn, or the subsystem's TaskTracker):\n{}",
         found.join("\n")
     );
 }

@@ -17,8 +17,6 @@ pub mod v1 {
     tonic::include_proto!("baaaht.v1");
 }
 
-/// The largest message any baaaht service or client decodes (tonic's default is 4 MiB): a
-/// turn's conversation carries the pictures shared in it (up to 4 of 3.75 MB each).
 /// Each agent role's protocol value and its name, as configuration, tools, commands and people
 /// write it: the one table every crate reads.
 pub const ROLES: [(v1::AgentRole, &str); 7] = [
@@ -41,6 +39,67 @@ pub fn role_named(name: &str) -> Option<v1::AgentRole> {
     ROLES.iter().find(|(_, known)| *known == name).map(|(role, _)| *role)
 }
 
+/// A tool a tool container's runner runs, by the name the model, the configuration
+/// (`tools.timeout_overrides`), the policy and the runner all use: the one list every crate
+/// reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolName {
+    ReadFile,
+    WriteFile,
+    EditFile,
+    ListDir,
+    Grep,
+    Find,
+    Exec,
+    WebSearch,
+    WebFetch,
+    Message,
+}
+
+impl ToolName {
+    pub const ALL: [ToolName; 10] = [
+        ToolName::ReadFile,
+        ToolName::WriteFile,
+        ToolName::EditFile,
+        ToolName::ListDir,
+        ToolName::Grep,
+        ToolName::Find,
+        ToolName::Exec,
+        ToolName::WebSearch,
+        ToolName::WebFetch,
+        ToolName::Message,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolName::ReadFile => "read_file",
+            ToolName::WriteFile => "write_file",
+            ToolName::EditFile => "edit_file",
+            ToolName::ListDir => "list_dir",
+            ToolName::Grep => "grep",
+            ToolName::Find => "find",
+            ToolName::Exec => "exec",
+            ToolName::WebSearch => "web_search",
+            ToolName::WebFetch => "web_fetch",
+            ToolName::Message => "message",
+        }
+    }
+
+    /// The tool `name` names, if it is one of the runner's.
+    pub fn named(name: &str) -> Option<ToolName> {
+        ToolName::ALL.into_iter().find(|tool| tool.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for ToolName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The largest message any baaaht service or client decodes (tonic's default is 4 MiB): a
+/// turn's conversation carries the pictures shared in it (up to 4 of 3.75 MB each).
 pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
 /// What follows the part of an answer written before its turn was stopped, in the session and
@@ -115,6 +174,16 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_tools_name_reads_back_as_itself_in_code_and_in_configuration() {
+        for tool in super::ToolName::ALL {
+            assert_eq!(super::ToolName::named(tool.as_str()), Some(tool));
+            let written = serde_json::to_value(tool).expect("serialize");
+            assert_eq!(written, serde_json::Value::String(tool.as_str().into()));
+        }
+        assert_eq!(super::ToolName::named("delegate"), None);
+    }
+
     #[test]
     fn a_skill_script_is_a_plain_path_under_its_skills_scripts() {
         assert_eq!(super::skill_of_script("/skills/weather/scripts/show.sh"), Some("weather"));

@@ -12,6 +12,7 @@ pub mod paths;
 pub mod quota;
 pub mod web;
 
+use baaaht_proto::ToolName;
 use serde_json::{json, Value};
 
 /// Why a tool call failed, as the model reads it.
@@ -98,7 +99,7 @@ pub fn definitions() -> Vec<Definition> {
     let path = json!({"type": "string", "description": "relative to /workspace, or absolute inside a mounted folder"});
     vec![
         Definition {
-            name: "read_file",
+            name: ToolName::ReadFile.as_str(),
             description: "Read a text file with line numbers. Use offset/limit (in lines) for long files.",
             parameters: json!({"type": "object", "required": ["path"], "additionalProperties": false, "properties": {
                 "path": path,
@@ -107,14 +108,14 @@ pub fn definitions() -> Vec<Definition> {
             }}),
         },
         Definition {
-            name: "write_file",
+            name: ToolName::WriteFile.as_str(),
             description: "Create or replace a file atomically; missing parent folders are created.",
             parameters: json!({"type": "object", "required": ["path", "content"], "additionalProperties": false, "properties": {
                 "path": path, "content": {"type": "string"},
             }}),
         },
         Definition {
-            name: "edit_file",
+            name: ToolName::EditFile.as_str(),
             description:
                 "Replace an exact piece of text in a file. old_text must occur exactly once unless replace_all is true.",
             parameters: json!({"type": "object", "required": ["path", "old_text", "new_text"], "additionalProperties": false, "properties": {
@@ -125,14 +126,14 @@ pub fn definitions() -> Vec<Definition> {
             }}),
         },
         Definition {
-            name: "list_dir",
+            name: ToolName::ListDir.as_str(),
             description: "List a folder: each entry's kind, size and modification time.",
             parameters: json!({"type": "object", "additionalProperties": false, "properties": {
                 "path": {"type": "string", "default": "."},
             }}),
         },
         Definition {
-            name: "grep",
+            name: ToolName::Grep.as_str(),
             description: "Search file contents with a regular expression (Rust regex syntax); respects .gitignore.",
             parameters: json!({"type": "object", "required": ["pattern"], "additionalProperties": false, "properties": {
                 "pattern": {"type": "string"},
@@ -142,7 +143,7 @@ pub fn definitions() -> Vec<Definition> {
             }}),
         },
         Definition {
-            name: "exec",
+            name: ToolName::Exec.as_str(),
             description:
                 "Run a shell command (sh -c) in /workspace without network, or one of a skill's scripts: give \
                           `script` (its path, /skills/NAME/scripts/FILE) and `args` instead of `command`, and it runs \
@@ -155,14 +156,14 @@ pub fn definitions() -> Vec<Definition> {
             }}),
         },
         Definition {
-            name: "message",
+            name: ToolName::Message.as_str(),
             description: "Send a message to the user (or group) of this session, e.g. when a background task finishes.",
             parameters: json!({"type": "object", "required": ["content"], "additionalProperties": false, "properties": {
                 "content": {"type": "string"},
             }}),
         },
         Definition {
-            name: "web_search",
+            name: ToolName::WebSearch.as_str(),
             description: "Search the web through the configured search backend; returns titles, URLs and snippets.",
             parameters: json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
                 "query": {"type": "string"},
@@ -170,7 +171,7 @@ pub fn definitions() -> Vec<Definition> {
             }}),
         },
         Definition {
-            name: "web_fetch",
+            name: ToolName::WebFetch.as_str(),
             description: "Fetch a web page (http or https, public addresses only) as readable text.",
             parameters: json!({"type": "object", "required": ["url"], "additionalProperties": false, "properties": {
                 "url": {"type": "string"},
@@ -178,7 +179,7 @@ pub fn definitions() -> Vec<Definition> {
             }}),
         },
         Definition {
-            name: "find",
+            name: ToolName::Find.as_str(),
             description: "Find files whose path matches a glob, e.g. **/*.md; respects .gitignore.",
             parameters: json!({"type": "object", "required": ["pattern"], "additionalProperties": false, "properties": {
                 "pattern": {"type": "string"},
@@ -188,16 +189,16 @@ pub fn definitions() -> Vec<Definition> {
     ]
 }
 
-/// Runs file tool `name` with `params` over `mounts`.
-pub fn run(name: &str, params: &Value, mounts: &paths::Mounts) -> ToolOutput {
+/// Runs file tool `tool` with `params` over `mounts`.
+pub fn run(tool: ToolName, params: &Value, mounts: &paths::Mounts) -> ToolOutput {
     let params = Params(params);
-    let result = match name {
-        "read_file" => files::read_file(&params, mounts),
-        "write_file" => files::write_file(&params, mounts),
-        "edit_file" => files::edit_file(&params, mounts),
-        "list_dir" => files::list_dir(&params, mounts),
-        "grep" => files::grep(&params, mounts),
-        "find" => files::find(&params, mounts),
+    let result = match tool {
+        ToolName::ReadFile => files::read_file(&params, mounts),
+        ToolName::WriteFile => files::write_file(&params, mounts),
+        ToolName::EditFile => files::edit_file(&params, mounts),
+        ToolName::ListDir => files::list_dir(&params, mounts),
+        ToolName::Grep => files::grep(&params, mounts),
+        ToolName::Find => files::find(&params, mounts),
         other => Err(ToolError::UnknownTool(other.to_string())),
     };
     result.unwrap_or_else(ToolOutput::from)

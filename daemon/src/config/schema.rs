@@ -709,20 +709,8 @@ pub enum ToolMode {
     Cold,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolName {
-    ReadFile,
-    WriteFile,
-    EditFile,
-    ListDir,
-    Grep,
-    Find,
-    Exec,
-    WebSearch,
-    WebFetch,
-    Message,
-}
+/// The tools' names, shared with the policy and the runner.
+pub use baaaht_proto::ToolName;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

@@ -145,6 +145,30 @@ impl Server {
         self.roles.contains(&role)
     }
 
+    /// The environment of the server's container: its `env`, each `${NAME}` handed out by
+    /// `secrets` (a system server's file may name any secret but a provider's key, a context's
+    /// own only those users may use), each read audited for `caller`. Why not, in a sentence.
+    pub fn env(
+        &self,
+        secrets: &crate::secrets::Handout,
+        caller: &crate::auth::Caller,
+        correlation_id: &str,
+    ) -> Result<Vec<(String, String)>, String> {
+        let referrer = match self.scope {
+            Scope::System => crate::secrets::Referrer::System,
+            Scope::Context(_) => crate::secrets::Referrer::Context,
+        };
+        let asker = crate::secrets::Asker { caller, correlation_id, consumer: ("mcp_server", &self.name) };
+        let mut env = vec![];
+        for (name, reference) in &self.config.env {
+            let value = secrets
+                .resolve(asker, referrer, reference)
+                .map_err(|why| format!("MCP server `{}`: env {name}: {why}", self.name))?;
+            env.push((name.clone(), value.to_string()));
+        }
+        Ok(env)
+    }
+
     /// Whether the server's `egress` names `host`:`port` (`*.example.com` covers the names
     /// under example.com, not example.com itself).
     pub fn egress_allows(&self, host: &str, port: u16) -> bool {

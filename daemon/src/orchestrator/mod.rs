@@ -608,8 +608,8 @@ pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) ->
     };
     let tools = crate::policy::Policy::agent_tools_of(role)
         .iter()
-        .chain(crate::policy::Policy::tools_of(role))
         .copied()
+        .chain(crate::policy::Policy::tools_of(role).iter().map(|tool| tool.as_str()))
         .collect();
     let session_model = orchestrator.sessions.get(&identity.session_id).and_then(|record| record.model);
     crate::agents::AgentSetup {

@@ -4,7 +4,7 @@
 use baaaht_proto::v1;
 use tonic::Status;
 
-use super::{context_of, tools};
+use super::context_of;
 use crate::auth::{Caller, Context};
 use crate::mcp::config::{self, McpConfigError, Scope, Server};
 use crate::Shared;
@@ -113,7 +113,7 @@ pub(super) async fn tools(
         }
         return Err(Status::not_found(why));
     };
-    let env = tools::mcp_env(shared, caller, "", &server)?;
+    let env = server.env(&shared.tool_calls.secrets, caller, "").map_err(Status::failed_precondition)?;
     let was_running = shared.mcp.running_in(&context).contains(&server.name);
     if request.restart {
         shared.mcp.stop_server(&context, &server.name).await;

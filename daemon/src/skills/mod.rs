@@ -264,6 +264,38 @@ pub fn manifest(data_root: &std::path::Path, extra: &[String], context: &crate::
     found
 }
 
+/// The `addons.env` of the skill whose script `script` is (`/skills/{name}/scripts/…`, one of
+/// `skills`, those `context` sees): the secrets its scope may name, handed out by `secrets`
+/// for `caller`. The runner gives them to that script's run only: a shell command never gets
+/// any. A variable refused or missing is left out, with a warning.
+pub fn script_env(
+    skills: &[Found],
+    script: &str,
+    secrets: &crate::secrets::Handout,
+    caller: &crate::auth::Caller,
+    correlation_id: &str,
+) -> std::collections::HashMap<String, String> {
+    let mut env = std::collections::HashMap::new();
+    let Some(name) = baaaht_proto::skill_of_script(script) else { return env };
+    let Some(found) = skills.iter().find(|found| found.skill.name == name) else { return env };
+    let referrer = match found.scope {
+        Scope::System => crate::secrets::Referrer::System,
+        Scope::User | Scope::Group => crate::secrets::Referrer::Context,
+    };
+    let asker = crate::secrets::Asker { caller, correlation_id, consumer: ("skill", name) };
+    for variable in &found.skill.addons.env {
+        match secrets.resolve(asker, referrer, &format!("${{{variable}}}")) {
+            Ok(value) => {
+                env.insert(variable.clone(), value.to_string());
+            }
+            Err(why) => {
+                tracing::warn!(skill = %name, variable = %variable, %why, "a skill's addons.env variable is not given")
+            }
+        }
+    }
+    env
+}
+
 /// The skill layer for `packages` (of one or more skills) on `base`: its tag (named by a hash
 /// of the base and the sorted package list, so it is built once per set) and its Dockerfile.
 /// `None` when there is nothing to add. Only the packages' names reach the Dockerfile, checked;

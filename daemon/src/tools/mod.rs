@@ -4,6 +4,8 @@
 //! `tools.warm_idle_timeout` without calls, and never shared between sessions. Calls of one
 //! session run one at a time (the runner kills every process after each call).
 
+pub mod call;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};

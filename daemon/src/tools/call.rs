@@ -1,0 +1,372 @@
+//! A tool call an agent asks for (RequestToolExecution), from the request to its answer: the
+//! role's policy, an `exec`'s command check and a skill script's secrets, the call id and the
+//! answer recorded for a call asked again, the warm or cold runner, an MCP server's tool, and
+//! each call's audit line, metrics and progress event. The one road to a tool, beside the
+//! runners as `llm::call::Calls` is beside the LLM gateway.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument as _;
+
+use super::{Runners, ToolAnswer, ToolsError};
+use crate::agents::AgentPool;
+use crate::audit::{Audit, Kind, Record};
+use crate::auth::{Caller, ContainerIdentity, Role};
+use crate::config::{LoadedConfig, ToolMode, ToolName};
+use crate::datadir::DataDir;
+use crate::events::EventBus;
+use crate::ipc::Ipc;
+use crate::mcp::pool::McpPool;
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::secrets::Handout;
+
+/// A call as the agent asked for it.
+#[derive(Debug, Clone, Default)]
+pub struct Asked {
+    /// A runner's tool, or `mcp__{server}__{tool}`.
+    pub tool: String,
+    pub params_json: String,
+    /// What the agent asks for; the tool's configured timeout caps it. 0: that timeout.
+    pub timeout_seconds: u32,
+    /// The file name of its result (spec §12.4); empty: a new one.
+    pub tool_call_id: String,
+}
+
+/// Why a call was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The policy or the caller's role forbids it; audited.
+    #[error("{0}")]
+    Refused(String),
+    /// The request itself is wrong.
+    #[error("{0}")]
+    Invalid(String),
+    /// It names an MCP server the caller's context does not have.
+    #[error("{0}")]
+    NotFound(String),
+    /// The MCP server cannot be started as configured (its env).
+    #[error("{0}")]
+    Unready(String),
+    #[error(transparent)]
+    Tools(#[from] ToolsError),
+}
+
+/// An MCP tool as an agent is offered it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offered {
+    /// `mcp__{server}__{tool}`.
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// What a tool call's work reaches, handed over when the daemon is put together.
+#[derive(Debug)]
+pub struct Calls {
+    pub runners: Arc<Runners>,
+    pub mcp: Arc<McpPool>,
+    pub policy: Arc<Policy>,
+    pub ipc: Arc<Ipc>,
+    pub secrets: Handout,
+    pub audit: Audit,
+    pub metrics: Arc<Metrics>,
+    pub loaded: Arc<LoadedConfig>,
+    pub data_dir: DataDir,
+    /// Where each call's progress is told, to the turn its agent is working for.
+    pub events: Arc<EventBus>,
+    pub agents: Arc<AgentPool>,
+}
+
+/// The most text an MCP tool's answer gives the model, as the built-in tools.
+const MAX_MCP_OUTPUT: usize = 64 << 10;
+
+/// How long an agent's registration waits for MCP servers to list their tools.
+const OFFER_WAIT: Duration = Duration::from_secs(20);
+
+impl Calls {
+    /// Makes the call `asked` of the agent `identity` (`correlation_id`: the request's).
+    pub async fn execute(
+        self: &Arc<Self>,
+        identity: &Arc<ContainerIdentity>,
+        correlation_id: &str,
+        asked: Asked,
+    ) -> Result<ToolAnswer, CallError> {
+        let caller = Caller::Container(identity.clone());
+        let audit = |kind: Kind, outcome: &str| Record::by(kind, &caller, outcome).correlation(correlation_id);
+        if let Some(named) = asked.tool.strip_prefix("mcp__") {
+            return self.mcp_call(identity, &caller, correlation_id, named, &asked).await;
+        }
+        let allowed = Policy::tools_of(identity.role);
+        let Some(tool) = ToolName::named(&asked.tool).filter(|tool| allowed.contains(tool)) else {
+            let allowed: Vec<&str> = allowed.iter().map(|tool| tool.as_str()).collect();
+            let reason = format!(
+                "the {} role may not use `{}`; its tools are: {}",
+                identity.role,
+                asked.tool,
+                allowed.join(", ")
+            );
+            let record = audit(Kind::Policy, "refused").detail("tool", asked.tool.as_str());
+            self.audit.record(record.detail("reason", reason.as_str()));
+            return Err(CallError::Refused(reason));
+        };
+        let mut env = HashMap::new();
+        let mut command = None;
+        if tool == ToolName::Exec {
+            let params: serde_json::Value = serde_json::from_str(&asked.params_json)
+                .map_err(|error| CallError::Invalid(format!("params_json is not JSON: {error}")))?;
+            // A shell command, or a skill's script by itself (which alone gets its skill's secrets).
+            let script = params["script"].as_str();
+            let text = match script {
+                Some(script) => {
+                    let args = params["args"].as_array().into_iter().flatten().filter_map(|arg| arg.as_str());
+                    std::iter::once(script).chain(args).collect::<Vec<_>>().join(" ")
+                }
+                None => params["command"].as_str().unwrap_or_default().to_string(),
+            };
+            if let Err(error) = self.policy.validate_exec_command(&text) {
+                let record =
+                    audit(Kind::Policy, "refused").detail("tool", tool.as_str()).detail("command", text.as_str());
+                self.audit.record(record.detail("reason", error.to_string()));
+                return Err(CallError::Refused(error.to_string()));
+            }
+            if let Some(script) = script {
+                let skills = crate::skills::manifest(
+                    self.data_dir.root(),
+                    &self.loaded.config.skills.directories,
+                    &identity.context,
+                );
+                env = crate::skills::script_env(&skills, script, &self.secrets, &caller, correlation_id);
+            }
+            command = Some(text);
+        }
+        debug_assert_ne!(identity.role, Role::Tool);
+        let timeout = self.timeout_of(tool, asked.timeout_seconds);
+        let call_id = if asked.tool_call_id.is_empty() {
+            uuid::Uuid::new_v4().simple().to_string()
+        } else if crate::ipc::is_valid_call_id(&asked.tool_call_id) {
+            asked.tool_call_id.clone()
+        } else {
+            return Err(CallError::Invalid("tool_call_id must be 1-128 letters, digits, `-` or `_`".into()));
+        };
+        // Asked again (e.g. after a daemon restart): the recorded result, never a second run.
+        let coder = identity.role == Role::Coder;
+        if let Some(recorded) = self.ipc.collect(&identity.context, &identity.session_id, coder, &call_id) {
+            tracing::info!(tool = %tool, call_id = %call_id, "answered with a result collected before");
+            return Ok(recorded);
+        }
+        let received = Instant::now();
+        let (session, context) = (&identity.session_id, &identity.context);
+        let call = super::Call {
+            session,
+            context,
+            coder,
+            call_id: call_id.clone(),
+            tool: tool.as_str(),
+            params_json: asked.params_json,
+            timeout,
+            env,
+        };
+        let span = tracing::info_span!("tool", tool = %tool);
+        let mut answer = if self.loaded.config.tools.mode == ToolMode::Cold {
+            self.runners.call_cold(call).instrument(span).await?
+        } else {
+            self.runners.call(call).instrument(span).await?
+        };
+        // The runner also wrote the result to the context's IPC folder: record it for an agent
+        // that asks again, off the answer's path (a crash before then leaves the file for the
+        // next start).
+        let (ipc, recorded_context, recorded_session) = (self.ipc.clone(), context.clone(), session.clone());
+        tokio::task::spawn_blocking(move || ipc.collect(&recorded_context, &recorded_session, coder, &call_id));
+        // Request in → result out, as the daemon saw it (baaaht-bench tools reads it).
+        answer.metadata.insert("daemon_us".into(), received.elapsed().as_micros().to_string());
+        self.metrics.record_tool(tool.as_str(), !answer.is_error, received.elapsed());
+        if let Some(command) = command {
+            let exit_code = answer.metadata.get("exit_code").cloned().unwrap_or_else(|| "none".into());
+            let record = audit(Kind::Exec, if answer.is_error { "failed" } else { "ok" })
+                .detail("command", command)
+                .detail("exit_code", exit_code.parse::<i64>().map_or(serde_json::Value::from(exit_code), Into::into))
+                .detail("duration_ms", answer.duration_ms);
+            self.audit.record(record);
+        }
+        tracing::info!(
+            tool = %tool,
+            session = %identity.session_id,
+            is_error = answer.is_error,
+            duration_ms = answer.duration_ms,
+            "tool call"
+        );
+        self.tell_progress(identity, tool.as_str(), answer.is_error, answer.duration_ms);
+        Ok(answer)
+    }
+
+    /// The timeout of `tool`: its override, else the default, lowered by the request.
+    fn timeout_of(&self, tool: ToolName, requested: u32) -> Duration {
+        let tools = &self.loaded.config.tools;
+        let configured = tools.timeout_overrides.get(&tool).copied().unwrap_or(tools.default_timeout);
+        let seconds = if requested > 0 { u64::from(requested).min(configured) } else { configured };
+        Duration::from_secs(seconds.max(1))
+    }
+
+    /// Tells the turn's watchers that `tool` finished (or failed) for the agent `identity`.
+    fn tell_progress(&self, identity: &ContainerIdentity, tool: &str, is_error: bool, duration_ms: u64) {
+        if let Some(live) = self.agents.live(&identity.name) {
+            let progress = crate::events::Kind::Tool {
+                agent: identity.role,
+                tool: tool.to_string(),
+                state: if is_error { "failed" } else { "finished" }.into(),
+                duration_ms,
+            };
+            let event = crate::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, progress);
+            self.events.publish(&live.context, event);
+        }
+    }
+
+    /// A call of `named` (`{server}__{tool}`, from `mcp__{server}__{tool}`): the caller's
+    /// context's server, if its role may use it, with the server's environment from the secrets.
+    async fn mcp_call(
+        &self,
+        identity: &ContainerIdentity,
+        caller: &Caller,
+        correlation_id: &str,
+        named: &str,
+        asked: &Asked,
+    ) -> Result<ToolAnswer, CallError> {
+        let received = Instant::now();
+        let Some((server_name, tool)) = named.split_once("__") else {
+            return Err(CallError::Invalid("an MCP tool is named mcp__{server}__{tool}".into()));
+        };
+        let audit = |kind: Kind, outcome: &str| Record::by(kind, caller, outcome).correlation(correlation_id);
+        let (servers, problems) = crate::mcp::config::servers_for(self.data_dir.root(), &identity.context);
+        for problem in problems {
+            tracing::warn!(%problem, "skipping an mcp.yaml");
+        }
+        let Some(server) = servers.iter().find(|server| server.name == server_name) else {
+            let why = format!("no MCP server `{server_name}` is configured for {}", identity.context);
+            return Err(CallError::NotFound(why));
+        };
+        if !server.offered_to(identity.role) {
+            let reason = format!("the {} role may not use the MCP server `{server_name}`", identity.role);
+            let record = audit(Kind::Policy, "refused").detail("tool", asked.tool.as_str());
+            self.audit.record(record.detail("reason", reason.as_str()));
+            return Err(CallError::Refused(reason));
+        }
+        let arguments = match serde_json::from_str::<serde_json::Value>(&asked.params_json) {
+            Ok(serde_json::Value::Object(arguments)) => arguments,
+            Ok(serde_json::Value::Null) => serde_json::Map::new(),
+            _ => return Err(CallError::Invalid("params_json of an MCP tool is a JSON object".into())),
+        };
+        let env = server.env(&self.secrets, caller, correlation_id).map_err(CallError::Unready)?;
+        let mut timeout = Duration::from_secs(server.config.timeout);
+        if asked.timeout_seconds > 0 {
+            timeout = timeout.min(Duration::from_secs(u64::from(asked.timeout_seconds)));
+        }
+        let started = Instant::now();
+        let answer =
+            self.mcp.call(&identity.context, server, &identity.session_id, env, tool, arguments, timeout).await;
+        let elapsed = started.elapsed();
+        self.metrics.record_tool(&asked.tool, answer.as_ref().is_ok_and(|a| !a.is_error), elapsed);
+        let (mut content, is_error) = match answer {
+            Ok(answer) => (answer.text, answer.is_error),
+            Err(error) => (error.to_string(), true),
+        };
+        if content.len() > MAX_MCP_OUTPUT {
+            let mut cut = MAX_MCP_OUTPUT;
+            while !content.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let dropped = content.len() - cut;
+            content.truncate(cut);
+            content.push_str(&format!("\n[truncated: {dropped} more bytes not shown]"));
+        }
+        let duration_ms = elapsed.as_millis() as u64;
+        tracing::info!(tool = %asked.tool, session = %identity.session_id, is_error, duration_ms, "MCP tool call");
+        // Every call, as an exec is: which server and tool, how it ended, how long it took.
+        let record = audit(Kind::Mcp, if is_error { "failed" } else { "ok" })
+            .detail("server", server.name.as_str())
+            .detail("tool", tool)
+            .detail("duration_ms", duration_ms);
+        self.audit.record(record);
+        self.tell_progress(identity, &asked.tool, is_error, duration_ms);
+        // Request in → result out, as the daemon saw it (baaaht-bench mcp reads it).
+        let metadata = [("daemon_us".to_string(), received.elapsed().as_micros().to_string())].into_iter().collect();
+        Ok(ToolAnswer { content, is_error, duration_ms, metadata })
+    }
+
+    /// The MCP tools offered to the agent `identity`: those of the servers its context sees
+    /// and its role may use. A server that has not listed its tools before is started to list
+    /// them; one that cannot be, or is still starting after [`OFFER_WAIT`], is left out (and
+    /// logged) for this agent.
+    pub async fn mcp_offers(self: &Arc<Self>, identity: &Arc<ContainerIdentity>) -> Vec<Offered> {
+        if !crate::auth::Operation::RequestToolExecution.container_roles().contains(&identity.role) {
+            return vec![];
+        }
+        let (servers, problems) = crate::mcp::config::servers_for(self.data_dir.root(), &identity.context);
+        for problem in problems {
+            tracing::warn!(%problem, "skipping an mcp.yaml");
+        }
+        let mut asked = tokio::task::JoinSet::new();
+        for (index, server) in servers.into_iter().filter(|server| server.offered_to(identity.role)).enumerate() {
+            let (calls, identity) = (self.clone(), identity.clone());
+            asked.spawn(async move {
+                // What it listed before, without its secrets; else it is started to list it.
+                let offer = match calls.mcp.known_offer(&identity.context, &server) {
+                    Some(offer) => Ok(offer),
+                    None => {
+                        let caller = Caller::Container(identity.clone());
+                        match server.env(&calls.secrets, &caller, "") {
+                            Ok(env) => {
+                                calls.mcp.offer(&identity.context, &server, env).await.map_err(|e| e.to_string())
+                            }
+                            Err(why) => Err(why),
+                        }
+                    }
+                };
+                let offer = match offer {
+                    Ok(offer) => offer,
+                    Err(error) => {
+                        tracing::warn!(server = %server.name, %error, "an MCP server's tools are not offered");
+                        return (index, vec![]);
+                    }
+                };
+                let offered = offer
+                    .definitions(&server)
+                    .into_iter()
+                    .filter_map(|(tool, description, parameters)| {
+                        let name = server.tool_name(&tool);
+                        let name_ok = name.len() <= crate::mcp::config::MAX_TOOL_NAME
+                            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                        if !name_ok {
+                            tracing::warn!(server = %server.name, tool = %tool, "an MCP tool's name is too long or not [A-Za-z0-9_-]: not offered");
+                        }
+                        name_ok.then_some(Offered { name, description, parameters })
+                    })
+                    .collect();
+                (index, offered)
+            });
+        }
+        // An agent must register within its connect timeout: a server still starting (its
+        // layer being built) is left out of this agent's tools, and keeps starting for the next.
+        let deadline = tokio::time::Instant::now() + OFFER_WAIT;
+        let mut found = vec![];
+        loop {
+            match tokio::time::timeout_at(deadline, asked.join_next()).await {
+                Ok(Some(Ok(done))) => found.push(done),
+                Ok(Some(Err(error))) => tracing::warn!(%error, "listing an MCP server's tools failed"),
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        servers = asked.len(),
+                        "MCP servers still starting are not offered to this agent; the next one gets their tools"
+                    );
+                    asked.detach_all();
+                    break;
+                }
+            }
+        }
+        found.sort_by_key(|(index, _)| *index);
+        found.into_iter().flat_map(|(_, offered)| offered).collect()
+    }
+}
