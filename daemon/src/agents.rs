@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use baaaht_llm::model::Message;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::health::Probed;
-use crate::peers::{Down, Peer, Up};
+use crate::peers::{Connected, Down, Up};
 
 /// How long a new agent may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -78,9 +78,6 @@ pub struct TurnOutcome {
     pub tokens: u64,
 }
 
-/// An agent connected over TakeTurns.
-type Connection = Peer<Turn, TurnOutcome>;
-
 /// An idle agent container.
 #[derive(Debug)]
 struct Idle {
@@ -123,10 +120,9 @@ pub struct AgentPool {
     assistant_idle: Duration,
     /// (session, role) → containers waiting for work.
     idle: Mutex<HashMap<(String, Role), Vec<Idle>>>,
-    connected: Mutex<HashMap<String, Connection>>,
+    connected: Arc<Connected<Turn, TurnOutcome>>,
     /// Container name → the turn it works on.
     live: Mutex<HashMap<String, Live>>,
-    changes: watch::Sender<u64>,
     /// Holds each connection's reader, so shutdown waits for it.
     tracker: TaskTracker,
 }
@@ -143,15 +139,10 @@ impl AgentPool {
             containers,
             assistant_idle,
             idle: Mutex::default(),
-            connected: Mutex::default(),
+            connected: Arc::new(Connected::new("agent")),
             live: Mutex::default(),
-            changes: watch::channel(0).0,
             tracker,
         }
-    }
-
-    fn is_connected(&self, container: &str) -> bool {
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).contains_key(container)
     }
 
     /// The turn `container` is working on, if any.
@@ -161,7 +152,7 @@ impl AgentPool {
 
     /// Agent containers working or waiting, for status and benchmarks.
     pub fn count(&self) -> usize {
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.connected.len()
     }
 
     fn keep_warm(&self, role: Role) -> Duration {
@@ -188,7 +179,7 @@ impl AgentPool {
             working_dir: None,
             image: None,
         };
-        let mut changes = self.changes.subscribe();
+        let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
         let handle = self
             .containers
@@ -196,12 +187,10 @@ impl AgentPool {
             .await
             .map_err(|error| AgentError::Start { role, reason: baaaht_proto::error_chain(&error) })?;
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
-        while !self.is_connected(&handle.name) {
-            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
-                tracing::warn!(container = %handle.name, "the agent did not connect; removing its container");
-                self.remove(&handle.name).await;
-                return Err(AgentError::NoAgent(role));
-            }
+        if !self.connected.wait_for(&mut changes, &handle.name, deadline).await {
+            tracing::warn!(container = %handle.name, "the agent did not connect; removing its container");
+            self.remove(&handle.name).await;
+            return Err(AgentError::NoAgent(role));
         }
         tracing::info!(session, role = role.as_str(), container = %handle.name, "agent ready");
         Ok(handle.name)
@@ -223,7 +212,7 @@ impl AgentPool {
                 .get_mut(&(session.to_string(), role))
                 .and_then(Vec::pop);
             match candidate {
-                Some(idle) if self.is_connected(&idle.container) => return Ok(idle.container),
+                Some(idle) if self.connected.contains(&idle.container) => return Ok(idle.container),
                 Some(gone) => self.remove(&gone.container).await,
                 None => return self.start(session, context, role).await,
             }
@@ -266,7 +255,7 @@ impl AgentPool {
         let Work { live, turn, timeout, cancel } = work;
         let role = live.role;
         let container = self.take(&live.session, &live.context, role).await?;
-        let peer = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(&container).cloned();
+        let peer = self.connected.get(&container);
         let Some(peer) = peer else { return Err(AgentError::Lost(role)) };
         let session = live.session.clone();
         self.live.lock().unwrap_or_else(PoisonError::into_inner).insert(container.clone(), live);
@@ -299,33 +288,17 @@ impl AgentPool {
         identity: &ContainerIdentity,
         reports: impl tokio_stream::Stream<Item = Result<Up<TurnOutcome>, String>> + Unpin + Send + 'static,
     ) -> mpsc::Receiver<Down<Turn>> {
-        let (peer, receiver) = Connection::new(identity, 2);
-        let name = identity.name.clone();
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), peer.clone());
-        self.changes.send_modify(|count| *count += 1);
-        let pool = self.clone();
-        self.tracker.spawn(async move {
-            if let Some(error) = peer.pump(reports).await {
-                tracing::warn!(container = %name, %error, "the agent's stream broke");
-            }
-            pool.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
-            pool.changes.send_modify(|count| *count += 1);
-            tracing::info!(container = %name, "agent disconnected");
-        });
-        receiver
+        self.connected.attach(identity, 2, reports, &self.tracker)
     }
 
     /// The connected agents, for the health monitor.
     pub fn probe_targets(&self) -> Vec<Probed> {
-        let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-        connected.values().map(Connection::probed).collect()
+        self.connected.probe_targets()
     }
 
     /// Asks the agent in `container` whether it is well, over its own turn stream.
     pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::health::Answer, String> {
-        let peer = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(container).cloned();
-        let peer = peer.ok_or_else(|| "it is no longer connected".to_string())?;
-        peer.probe(timeout).await
+        self.connected.probe(container, timeout).await
     }
 
     /// Replaces an agent that failed its health checks: its container is removed (a turn it
@@ -340,7 +313,7 @@ impl AgentPool {
             }
             found
         };
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&target.name);
+        self.connected.forget(&target.name);
         self.remove(&target.name).await;
         if was_idle && target.role == Role::Assistant {
             let container = self.start(&target.session, &target.context, target.role).await?;
@@ -430,7 +403,7 @@ mod tests {
         let (listeners, _incoming) =
             crate::sockets::ListenerSet::new(data_dir.container_sockets_dir(), limits, audit, cancel, tracker.clone());
         let (fake, starts) = FakeRuntime::new();
-        let engine = Arc::new(watch::channel(fake.engine()).0);
+        let engine = Arc::new(tokio::sync::watch::channel(fake.engine()).0);
         let policy = Arc::new(crate::policy::Policy::new(&loaded).expect("policy"));
         let slots = crate::container::manager::Slots::new(8, Duration::from_secs(5));
         let containers = ContainerManager::new(

@@ -4,14 +4,16 @@
 //! completes its waiter. Health probes travel beside the work, so a busy container still
 //! answers and only a stuck one fails.
 //!
-//! The agent pool and the tool runners each keep a [`Peer`] per connected container; `server/`
-//! turns what goes down into the wire's messages and what comes up into [`Up`].
+//! The agent pool and the tool runners each keep their connected containers in a
+//! [`Connected`], a [`Peer`] each; `server/` turns what goes down into the wire's messages and
+//! what comes up into [`Up`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::task::TaskTracker;
 
 use crate::auth::ContainerIdentity;
 use crate::health::{self, ProbeSlot, Probed};
@@ -121,6 +123,104 @@ impl<W: Send + 'static, A: Send + 'static> Peer<W, A> {
     }
 }
 
+/// The containers of one kind connected now (`what`: "agent", "tool runner"), by container
+/// name, and a signal each time one comes or goes.
+#[derive(Debug)]
+pub struct Connected<W, A> {
+    what: &'static str,
+    peers: Mutex<HashMap<String, Peer<W, A>>>,
+    changes: watch::Sender<u64>,
+}
+
+impl<W: Send + 'static, A: Send + 'static> Connected<W, A> {
+    pub fn new(what: &'static str) -> Connected<W, A> {
+        Connected { what, peers: Mutex::default(), changes: watch::channel(0).0 }
+    }
+
+    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Peer<W, A>>> {
+        self.peers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn contains(&self, container: &str) -> bool {
+        self.peers().contains_key(container)
+    }
+
+    pub fn len(&self) -> usize {
+        self.peers().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.peers().is_empty()
+    }
+
+    pub fn get(&self, container: &str) -> Option<Peer<W, A>> {
+        self.peers().get(container).cloned()
+    }
+
+    /// Forgets `container` (it is being removed); its stream ends on its own.
+    pub fn forget(&self, container: &str) {
+        self.peers().remove(container);
+    }
+
+    /// What tells of the next arrival or departure: take it before starting a container,
+    /// then [`Connected::wait_for`] it.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Whether `container` connected before `deadline`.
+    pub async fn wait_for(
+        &self,
+        changes: &mut watch::Receiver<u64>,
+        container: &str,
+        deadline: tokio::time::Instant,
+    ) -> bool {
+        while !self.contains(container) {
+            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Registers the container `identity`, connected now, and returns what to send it (at
+    /// most `queue` pieces waiting); what it sends up on `ups` completes its waiters, pumped
+    /// on `tracker` until its stream ends, when it is forgotten.
+    pub fn attach(
+        self: &Arc<Self>,
+        identity: &ContainerIdentity,
+        queue: usize,
+        ups: impl tokio_stream::Stream<Item = Result<Up<A>, String>> + Unpin + Send + 'static,
+        tracker: &TaskTracker,
+    ) -> mpsc::Receiver<Down<W>> {
+        let (peer, receiver) = Peer::new(identity, queue);
+        let name = identity.name.clone();
+        self.peers().insert(name.clone(), peer.clone());
+        self.changes.send_modify(|count| *count += 1);
+        let connected = self.clone();
+        tracker.spawn(async move {
+            if let Some(error) = peer.pump(ups).await {
+                tracing::warn!(container = %name, %error, "the {}'s stream broke", connected.what);
+            }
+            connected.peers().remove(&name);
+            connected.changes.send_modify(|count| *count += 1);
+            tracing::info!(container = %name, "{} disconnected", connected.what);
+        });
+        receiver
+    }
+
+    /// The connected containers, for the health monitor.
+    pub fn probe_targets(&self) -> Vec<Probed> {
+        self.peers().values().map(Peer::probed).collect()
+    }
+
+    /// Asks `container` whether it is well, over its own stream.
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<health::Answer, String> {
+        let peer = self.get(container).ok_or_else(|| "it is no longer connected".to_string())?;
+        peer.probe(timeout).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +279,32 @@ mod tests {
         drop(down);
         assert_eq!(peer.send("a", "work".into()).await.err(), Some(Lost));
         assert!(peer.pending.lock().expect("pending").is_empty(), "nothing is left waiting");
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_known_while_its_stream_lasts_and_waiters_hear_of_it() {
+        let connected = Arc::new(Connected::<String, String>::new("tool runner"));
+        let tracker = TaskTracker::new();
+        let mut changes = connected.changes();
+        let soon = tokio::time::Instant::now() + Duration::from_millis(50);
+        assert!(!connected.wait_for(&mut changes, "baaaht-tool-1", soon).await, "nobody connected");
+        let (ups, stream) = mpsc::channel::<Result<Up<String>, String>>(4);
+        let mut down = connected.attach(&identity(), 4, tokio_stream::wrappers::ReceiverStream::new(stream), &tracker);
+        let later = tokio::time::Instant::now() + Duration::from_secs(5);
+        assert!(connected.wait_for(&mut changes, "baaaht-tool-1", later).await);
+        assert_eq!(connected.probe_targets().len(), 1);
+        let peer = connected.get("baaaht-tool-1").expect("connected");
+        let answer = peer.send("c1", "work".into()).await.expect("sent");
+        assert_eq!(down.recv().await, Some(Down::Work("work".to_string())));
+        ups.send(Ok(Up::Answer { id: "c1".into(), answer: "done".into() })).await.expect("up");
+        assert_eq!(answer.await.expect("answered"), "done");
+        changes.mark_unchanged();
+        drop(ups);
+        changes.changed().await.expect("told of the departure");
+        assert!(!connected.contains("baaaht-tool-1") && connected.is_empty());
+        let gone = connected.probe("baaaht-tool-1", Duration::from_millis(10)).await;
+        assert_eq!(gone.expect_err("gone"), "it is no longer connected");
+        tracker.close();
+        tracker.wait().await;
     }
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{ContainerIdentity, Context, Role};
@@ -19,7 +19,7 @@ use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::MountSpec;
 use crate::datadir::DataDir;
 use crate::health::Probed;
-use crate::peers::{Down, Peer, Up};
+use crate::peers::{Connected, Down, Up};
 
 /// Where a session's data folder is mounted in its tool container.
 pub const WORKSPACE: &str = "/workspace";
@@ -81,9 +81,6 @@ pub struct ToolCall {
 
 pub use crate::ipc::ToolAnswer;
 
-/// A runner connected over ServeTools.
-type Connection = Peer<ToolCall, ToolAnswer>;
-
 /// A session's tool container.
 #[derive(Debug)]
 struct Runner {
@@ -107,9 +104,7 @@ pub struct Runners {
     /// Session id → its runner, behind a per-session lock held for a whole call.
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Runner>>>>>,
     /// Container name → its connected runner.
-    connected: Mutex<HashMap<String, Connection>>,
-    /// Bumped whenever a runner connects or goes away.
-    changes: watch::Sender<u64>,
+    connected: Arc<Connected<ToolCall, ToolAnswer>>,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
     /// for them.
     tracker: TaskTracker,
@@ -148,14 +143,9 @@ impl Runners {
             skill_dirs,
             idle,
             sessions: Mutex::default(),
-            connected: Mutex::default(),
-            changes: watch::channel(0).0,
+            connected: Arc::new(Connected::new("tool runner")),
             tracker,
         }
-    }
-
-    fn is_connected(&self, container: &str) -> bool {
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).contains_key(container)
     }
 
     /// Removes a tool container of `session` and gives back its hold on the workspace.
@@ -293,7 +283,7 @@ impl Runners {
             working_dir: Some(WORKSPACE.into()),
             image,
         };
-        let mut changes = self.changes.subscribe();
+        let mut changes = self.connected.changes();
         let started = if cold {
             // Not adopted after a daemon crash: the next daemon removes it.
             self.containers.start_detached(request).await
@@ -302,14 +292,12 @@ impl Runners {
         };
         let handle = started.map_err(|error| ToolsError::Start(error.to_string()))?;
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
-        while !self.is_connected(&handle.name) {
-            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
-                tracing::warn!(container = %handle.name, "the tool runner did not connect; removing its container");
-                if let Err(error) = self.containers.stop_service(&handle.name).await {
-                    tracing::warn!(container = %handle.name, %error, "cannot remove the tool container");
-                }
-                return Err(ToolsError::NoRunner);
+        if !self.connected.wait_for(&mut changes, &handle.name, deadline).await {
+            tracing::warn!(container = %handle.name, "the tool runner did not connect; removing its container");
+            if let Err(error) = self.containers.stop_service(&handle.name).await {
+                tracing::warn!(container = %handle.name, %error, "cannot remove the tool container");
             }
+            return Err(ToolsError::NoRunner);
         }
         tracing::info!(session, container = %handle.name, "tool runner ready");
         Ok(Runner { session: session.to_string(), container: handle.name, last_used: Instant::now(), _ipc: ipc })
@@ -335,7 +323,7 @@ impl Runners {
         let key = if coder { format!("{session}/coder") } else { session.to_string() };
         let slot = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();
         let mut runner = slot.lock().await;
-        if let Some(current) = runner.as_ref().filter(|r| !self.is_connected(&r.container)) {
+        if let Some(current) = runner.as_ref().filter(|r| !self.connected.contains(&r.container)) {
             tracing::warn!(session, container = %current.container, "the tool runner is gone; starting a new one");
             self.remove(session, &current.container, "the old tool container").await;
             *runner = None;
@@ -364,7 +352,7 @@ impl Runners {
             .or_default()
             .clone();
         let mut runner = slot.lock().await;
-        if runner.as_ref().is_some_and(|current| self.is_connected(&current.container)) {
+        if runner.as_ref().is_some_and(|current| self.connected.contains(&current.container)) {
             return Ok(());
         }
         if let Some(gone) = runner.take() {
@@ -384,7 +372,7 @@ impl Runners {
         timeout: Duration,
         env: HashMap<String, String>,
     ) -> Result<ToolAnswer, ToolsError> {
-        let peer = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(container).cloned();
+        let peer = self.connected.get(container);
         let peer = peer.ok_or(ToolsError::RunnerLost)?;
         let id = call_id.clone();
         let call = ToolCall { call_id, tool: tool.to_string(), params_json, timeout, env };
@@ -396,7 +384,7 @@ impl Runners {
             Ok(Err(_dropped)) => Err(ToolsError::RunnerLost),
             Err(_) => {
                 // A runner that does not answer is replaced on the next call.
-                self.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(container);
+                self.connected.forget(container);
                 Err(ToolsError::Timeout(limit))
             }
         }
@@ -409,39 +397,23 @@ impl Runners {
         identity: &ContainerIdentity,
         results: impl tokio_stream::Stream<Item = Result<Up<ToolAnswer>, String>> + Unpin + Send + 'static,
     ) -> mpsc::Receiver<Down<ToolCall>> {
-        let (peer, receiver) = Connection::new(identity, 4);
-        let name = identity.name.clone();
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), peer.clone());
-        self.changes.send_modify(|count| *count += 1);
-        let runners = self.clone();
-        self.tracker.spawn(async move {
-            if let Some(error) = peer.pump(results).await {
-                tracing::warn!(container = %name, %error, "the tool runner's stream broke");
-            }
-            runners.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
-            runners.changes.send_modify(|count| *count += 1);
-            tracing::info!(container = %name, "tool runner disconnected");
-        });
-        receiver
+        self.connected.attach(identity, 4, results, &self.tracker)
     }
 
     /// The connected runners, for the health monitor.
     pub fn probe_targets(&self) -> Vec<Probed> {
-        let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
-        connected.values().map(Connection::probed).collect()
+        self.connected.probe_targets()
     }
 
     /// Asks the runner in `container` whether it is well, over its own call stream.
     pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::health::Answer, String> {
-        let peer = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(container).cloned();
-        let peer = peer.ok_or_else(|| "it is no longer connected".to_string())?;
-        peer.probe(timeout).await
+        self.connected.probe(container, timeout).await
     }
 
     /// Replaces a runner that failed its health checks: its container is removed (a call in
     /// progress fails and says so) and the session's next call starts a new one.
     pub async fn restart(&self, target: &Probed) -> Result<String, ToolsError> {
-        self.connected.lock().unwrap_or_else(PoisonError::into_inner).remove(&target.name);
+        self.connected.forget(&target.name);
         self.remove(&target.session, &target.name, "an unhealthy tool container").await;
         Ok("it was removed; the session's next tool call starts a new one".into())
     }
