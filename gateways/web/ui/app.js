@@ -28,6 +28,7 @@ const state = {
   running: new Set(), // turns of the open conversation still running
   answers: new Map(), // turn → its answer's element
   attachments: [], // uploaded, waiting for the next message
+  uploads: Promise.resolve(), // the uploads in progress: a message sent meanwhile waits for them
   events: null,
 };
 
@@ -512,6 +513,8 @@ async function ensureSession() {
 
 // `retry`: the files of a question asked again (what waits in the composer stays there).
 async function send(text, { retry = null } = {}) {
+  // Files still uploading go with the message, as the chips above the input promise.
+  if (!retry) await state.uploads;
   const content = (text ?? input.value).trim();
   const attachments = retry || state.attachments;
   if (!content && !attachments.length) return;
@@ -543,7 +546,13 @@ async function send(text, { retry = null } = {}) {
   }
 }
 
-async function upload(files) {
+function upload(files) {
+  const uploading = uploadAll(files);
+  state.uploads = Promise.all([state.uploads, uploading]);
+  return uploading;
+}
+
+async function uploadAll(files) {
   try {
     const session = await ensureSession();
     for (const file of files) {
