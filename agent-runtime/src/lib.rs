@@ -5,6 +5,7 @@
 //! This crate runs untrusted-side: it holds no secret and never writes outside /tmp.
 
 pub mod agent;
+pub mod egress;
 pub mod health;
 pub mod llmcheck;
 pub mod mcp;

@@ -81,7 +81,15 @@ fn main() -> ExitCode {
                 })
                 .collect();
             let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
-            let settings = baaaht_agent::runner::Settings { results, messages, session, workspace_cap, ipc_cap, once };
+            let settings = baaaht_agent::runner::Settings {
+                results,
+                messages,
+                session,
+                workspace_cap,
+                ipc_cap,
+                once,
+                proxy_env: vec![],
+            };
             match baaaht_agent::runner::run(socket, &mounts, settings) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {

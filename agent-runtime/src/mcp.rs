@@ -4,19 +4,18 @@
 //! relays: the daemon's bytes to the server's standard input, its standard output back, and its
 //! standard error as log lines. It ends when the server does, or when the daemon hangs up.
 
-use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baaaht_proto::client::{connect, Backoff, ConnectOptions};
 use baaaht_proto::v1;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
-use tokio_util::sync::CancellationToken;
+
+use crate::egress::{AskedBy, Tunneled, Tunnels, Upstream};
 
 /// PATH of the server's process; HOME is the container's scratch space.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -26,6 +25,16 @@ const MAX_LOG_LINE: usize = 4096;
 
 fn up(kind: v1::mcp_up::Kind) -> v1::McpUp {
     v1::McpUp { kind: Some(kind) }
+}
+
+/// A tunnel's message in the relay's stream.
+fn tunneled(tunneled: Tunneled) -> v1::McpUp {
+    use v1::mcp_up::Kind as Up;
+    up(match tunneled {
+        Tunneled::Open(open) => Up::EgressOpen(open),
+        Tunneled::Data(data) => Up::EgressData(data),
+        Tunneled::Close(close) => Up::EgressClose(close),
+    })
 }
 
 /// Connects to the daemon on `socket` and relays one server until it ends.
@@ -85,17 +94,9 @@ pub async fn relay(
         .stderr(Stdio::piped());
     let tunnels = Tunnels::default();
     if launch.egress {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .map_err(|error| format!("cannot open the egress proxy on the container's loopback: {error}"))?;
-        let port = listener.local_addr().map_err(|error| error.to_string())?.port();
-        let proxy = format!("http://127.0.0.1:{port}");
-        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
-            command.env(name, &proxy);
-        }
-        // Node's own fetch takes the proxy variables only when asked to.
-        command.env("NODE_USE_ENV_PROXY", "1").env("NO_PROXY", "").env("no_proxy", "");
-        tokio::spawn(serve_proxy(listener, tunnels.clone(), sender.clone()));
+        let upstream = Upstream { sender: sender.clone(), wrap: tunneled };
+        let port = crate::egress::listen(tunnels.clone(), upstream, AskedBy::default()).await?;
+        command.envs(crate::egress::proxy_env(port));
     }
     let mut spawned =
         crate::reaper::spawn(&mut command).map_err(|error| format!("cannot start `{}`: {error}", launch.command))?;
@@ -162,7 +163,8 @@ pub async fn relay(
                     Ok(v1::McpDown { kind: Some(Down::EgressOpened(opened)) }) => tunnels.opened(opened),
                     Ok(v1::McpDown { kind: Some(Down::EgressData(data)) }) => {
                         let id = data.id;
-                        if tunnels.data(data) && sender.send(close(id, false)).await.is_err() {
+                        let close = Tunneled::Close(v1::EgressClose { id, write_only: false });
+                        if tunnels.data(data) && sender.send(tunneled(close)).await.is_err() {
                             break;
                         }
                     }
@@ -221,237 +223,6 @@ pub async fn relay(
     // silent-ok: a daemon that keeps the stream open is not waited for longer.
     let _ = tokio::time::timeout(Duration::from_secs(2), input).await;
     Ok(exit)
-}
-
-/// The relay's tunnels through the daemon, by id.
-#[derive(Clone, Default)]
-struct Tunnels(Arc<Mutex<TunnelState>>);
-
-#[derive(Default)]
-struct TunnelState {
-    next: u64,
-    /// A tunnel waiting for the daemon's answer to its open.
-    pending: HashMap<u64, oneshot::Sender<String>>,
-    open: HashMap<u64, Open>,
-}
-
-/// An open tunnel: its bytes from the daemon (none once the daemon has no more), and what tears
-/// it down.
-struct Open {
-    bytes: Option<mpsc::Sender<Vec<u8>>>,
-    aborted: CancellationToken,
-}
-
-/// A tunnel just begun: its id, the daemon's answer to come, its bytes and what tears it down.
-struct Begun {
-    id: u64,
-    answered: oneshot::Receiver<String>,
-    received: mpsc::Receiver<Vec<u8>>,
-    aborted: CancellationToken,
-}
-
-/// The most tunnels a server may have open at once.
-const MAX_TUNNELS: usize = 32;
-/// Chunks of bytes buffered per tunnel and direction; a side that does not read is cut off.
-const TUNNEL_BUFFER: usize = 64;
-
-fn close(id: u64, write_only: bool) -> v1::McpUp {
-    up(v1::mcp_up::Kind::EgressClose(v1::McpEgressClose { id, write_only }))
-}
-
-impl Tunnels {
-    fn lock(&self) -> std::sync::MutexGuard<'_, TunnelState> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A new tunnel; none when the server has [`MAX_TUNNELS`] open.
-    fn begin(&self) -> Option<Begun> {
-        let (answer, answered) = oneshot::channel();
-        let (bytes, received) = mpsc::channel(TUNNEL_BUFFER);
-        let aborted = CancellationToken::new();
-        let mut state = self.lock();
-        if state.open.len() >= MAX_TUNNELS {
-            return None;
-        }
-        state.next += 1;
-        let id = state.next;
-        state.pending.insert(id, answer);
-        state.open.insert(id, Open { bytes: Some(bytes), aborted: aborted.clone() });
-        Some(Begun { id, answered, received, aborted })
-    }
-
-    fn opened(&self, opened: v1::McpEgressOpened) {
-        if let Some(answer) = self.lock().pending.remove(&opened.id) {
-            // silent-ok: the client may have given up.
-            let _ = answer.send(opened.refused);
-        }
-    }
-
-    /// Bytes from the daemon for tunnel `id`: a tunnel whose client does not keep up is torn
-    /// down (the answer is whether it was).
-    fn data(&self, data: v1::McpEgressData) -> bool {
-        let mut state = self.lock();
-        let Some(Open { bytes: Some(bytes), aborted }) = state.open.get(&data.id) else { return false };
-        match bytes.try_send(data.data) {
-            Ok(()) => false,
-            Err(_) => {
-                aborted.cancel();
-                state.open.remove(&data.id);
-                true
-            }
-        }
-    }
-
-    /// The daemon's end of tunnel `id`: it has no more bytes (`write_only`), or it is gone.
-    fn closed(&self, close: v1::McpEgressClose) {
-        let mut state = self.lock();
-        state.pending.remove(&close.id);
-        if close.write_only {
-            if let Some(open) = state.open.get_mut(&close.id) {
-                open.bytes.take();
-            }
-        } else if let Some(open) = state.open.remove(&close.id) {
-            open.aborted.cancel();
-        }
-    }
-
-    fn forget(&self, id: u64) {
-        let mut state = self.lock();
-        state.pending.remove(&id);
-        state.open.remove(&id);
-    }
-}
-
-/// The longest request head a client may send the egress proxy.
-const MAX_HEAD: usize = 16 * 1024;
-
-/// Accepts the server's proxy connections on the container's loopback.
-async fn serve_proxy(listener: tokio::net::TcpListener, tunnels: Tunnels, sender: mpsc::Sender<v1::McpUp>) {
-    while let Ok((stream, _)) = listener.accept().await {
-        tokio::spawn(tunnel(stream, tunnels.clone(), sender.clone()));
-    }
-}
-
-/// One client connection: its CONNECT is opened through the daemon, which checks the host, and
-/// the bytes are relayed both ways; each side's end is passed on, and the tunnel ends when both
-/// sides have ended or either tears it down.
-async fn tunnel(mut stream: tokio::net::TcpStream, tunnels: Tunnels, sender: mpsc::Sender<v1::McpUp>) {
-    use v1::mcp_up::Kind as Up;
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    let end = loop {
-        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end + 4;
-        }
-        if head.len() > MAX_HEAD {
-            return answer(&mut stream, "431 Request Header Fields Too Large", "the request head is too long").await;
-        }
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => head.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let Some((host, port)) = connect_target(&head[..end]) else {
-        let why = "baaaht's egress proxy only tunnels (HTTP CONNECT host:port): use https, or a client that tunnels";
-        return answer(&mut stream, "405 Method Not Allowed", why).await;
-    };
-    let Some(Begun { id, answered, received: mut from_daemon, aborted }) = tunnels.begin() else {
-        let why = format!("the server has {MAX_TUNNELS} connections open; close one first");
-        return answer(&mut stream, "503 Service Unavailable", &why).await;
-    };
-    let open = v1::McpEgressOpen { id, host, port: u32::from(port) };
-    if sender.send(up(Up::EgressOpen(open))).await.is_err() {
-        return tunnels.forget(id);
-    }
-    match tokio::time::timeout(Duration::from_secs(90), answered).await {
-        Ok(Ok(refused)) if refused.is_empty() => {}
-        Ok(Ok(refused)) => {
-            tunnels.forget(id);
-            return answer(&mut stream, "403 Forbidden", &refused).await;
-        }
-        _ => {
-            tunnels.forget(id);
-            let _ = sender.send(close(id, false)).await; // silent-ok: the daemon may be gone
-            return answer(&mut stream, "504 Gateway Timeout", "the daemon did not open the connection in time").await;
-        }
-    }
-    if stream.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
-        tunnels.forget(id);
-        let _ = sender.send(close(id, false)).await; // silent-ok: the daemon may be gone
-        return;
-    }
-    let (mut reader, mut writer) = stream.into_split();
-    let early = head[end..].to_vec();
-    let outward = {
-        let sender = sender.clone();
-        async move {
-            if !early.is_empty()
-                && sender.send(up(Up::EgressData(v1::McpEgressData { id, data: early }))).await.is_err()
-            {
-                return;
-            }
-            let mut buffer = vec![0u8; 32 * 1024];
-            loop {
-                match reader.read(&mut buffer).await {
-                    Ok(0) => {
-                        // The client is done sending; its answer may still come.
-                        let _ = sender.send(close(id, true)).await; // silent-ok: the daemon may be gone
-                        return;
-                    }
-                    Err(_) => return,
-                    Ok(n) => {
-                        let data = v1::McpEgressData { id, data: buffer[..n].to_vec() };
-                        if sender.send(up(Up::EgressData(data))).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    };
-    let inward = async move {
-        while let Some(bytes) = from_daemon.recv().await {
-            if writer.write_all(&bytes).await.is_err() {
-                break;
-            }
-        }
-        // silent-ok: the client may be gone.
-        let _ = writer.shutdown().await;
-    };
-    tokio::select! {
-        ((), ()) = async { tokio::join!(outward, inward) } => {}
-        () = aborted.cancelled() => {}
-    }
-    tunnels.forget(id);
-    // silent-ok: the daemon may already have closed it.
-    let _ = sender.send(close(id, false)).await;
-}
-
-/// The host and port of a `CONNECT host:port HTTP/1.x` request head.
-fn connect_target(head: &[u8]) -> Option<(String, u16)> {
-    let line = head.split(|b| *b == b'\n').next()?;
-    let line = std::str::from_utf8(line).ok()?.trim_end();
-    let mut words = line.split(' ');
-    let (method, target, version) = (words.next()?, words.next()?, words.next()?);
-    if method != "CONNECT" || !version.starts_with("HTTP/1.") || words.next().is_some() {
-        return None;
-    }
-    let (host, port) = target.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port: u16 = port.parse().ok().filter(|port| *port != 0)?;
-    let host_ok =
-        !host.is_empty() && host.len() <= 253 && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:".contains(&b));
-    host_ok.then(|| (host.to_string(), port))
-}
-
-async fn answer(stream: &mut tokio::net::TcpStream, status: &str, why: &str) {
-    let body = format!("{why}\n");
-    let text = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    // silent-ok: the client may be gone.
-    let _ = stream.write_all(text.as_bytes()).await;
 }
 
 fn health(probe: &v1::HealthCheckRequest, status: &str, message: &str) -> v1::HealthCheckResponse {
@@ -539,24 +310,9 @@ mod tests {
         assert_eq!(exit, Err("the daemon sent input before the launch".into()));
     }
 
-    #[test]
-    fn only_a_connect_to_host_and_port_is_a_tunnel() {
-        let target = |head: &str| connect_target(head.as_bytes());
-        assert_eq!(
-            target("CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Some(("api.example.com".into(), 443))
-        );
-        assert_eq!(target("CONNECT [::1]:8443 HTTP/1.1\r\n\r\n"), Some(("::1".into(), 8443)));
-        assert_eq!(target("GET http://example.com/ HTTP/1.1\r\n\r\n"), None);
-        assert_eq!(target("CONNECT example.com HTTP/1.1\r\n\r\n"), None);
-        assert_eq!(target("CONNECT example.com:0 HTTP/1.1\r\n\r\n"), None);
-        assert_eq!(target("CONNECT a b:1 HTTP/1.1\r\n\r\n"), None);
-        assert_eq!(target("CONNECT ex\u{0}mple.com:443 HTTP/1.1\r\n\r\n"), None);
-    }
-
     /// The server's proxy variables lead to the relay, which opens each CONNECT through the
     /// daemon (here the test): a refusal is the client's 403, an open tunnel carries bytes both
-    /// ways, and anything but CONNECT is a 405.
+    /// ways, and what is not HTTP for the proxy is a 405.
     #[tokio::test]
     async fn a_servers_connect_is_tunnelled_through_the_daemon() {
         use v1::mcp_down::Kind as Down;
@@ -568,7 +324,7 @@ exec 3<>/dev/tcp/127.0.0.1/$port
 printf 'CONNECT open.example:443 HTTP/1.1\r\n\r\nping\n' >&3
 IFS= read -r status <&3; IFS= read -r blank <&3; IFS= read -r echoed <&3
 echo "$status|$echoed" >&2
-ask 'GET http://open.example/ HTTP/1.1\r\n\r\n' >&2
+ask 'SSH-2.0-OpenSSH_9.2\r\n\r\n' >&2
 "#;
         let mut start = launch("bash", &["-c", script], &[]);
         if let Some(Down::Launch(launch)) = &mut start.kind {
@@ -585,10 +341,10 @@ ask 'GET http://open.example/ HTTP/1.1\r\n\r\n' >&2
                 Some(Up::EgressOpen(open)) => {
                     opened.push(format!("{}:{}", open.host, open.port));
                     let refused = if open.host == "refused.example" { "not on the list" } else { "" };
-                    Some(Down::EgressOpened(v1::McpEgressOpened { id: open.id, refused: refused.into() }))
+                    Some(Down::EgressOpened(v1::EgressOpened { id: open.id, refused: refused.into() }))
                 }
                 Some(Up::EgressData(data)) => {
-                    Some(Down::EgressData(v1::McpEgressData { id: data.id, data: b"pong\n".to_vec() }))
+                    Some(Down::EgressData(v1::EgressData { id: data.id, data: b"pong\n".to_vec() }))
                 }
                 Some(Up::Stderr(line)) => {
                     logged.push(line);

@@ -13,6 +13,7 @@ use baaaht_proto::client::{connect, Backoff, ConnectOptions};
 use baaaht_proto::{v1, ToolName};
 use serde_json::Value;
 
+use crate::egress::{AskedBy, Tunneled, Tunnels, Upstream};
 use crate::tools::{self, paths::Mounts, Params, ToolOutput};
 
 /// How this runner was started (its command line).
@@ -31,6 +32,8 @@ pub struct Settings {
     pub ipc_cap: Option<u64>,
     /// Serve one call, then wait to be removed (a cold tool container).
     pub once: bool,
+    /// What a command's environment needs to reach the egress proxy (set once it listens).
+    pub proxy_env: Vec<(&'static str, String)>,
 }
 
 /// Runs one call.
@@ -49,7 +52,8 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
         None => error(format!("unknown tool `{}`", call.tool)),
         Some(ToolName::Exec) => {
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
-            tools::exec::exec(&Params(&params), mounts, limit, &call.env).unwrap_or_else(ToolOutput::from)
+            tools::exec::exec(&Params(&params), mounts, limit, &call.env, &settings.proxy_env)
+                .unwrap_or_else(ToolOutput::from)
         }
         Some(ToolName::Message) => match &settings.messages {
             Some(folder) => {
@@ -82,6 +86,34 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
         output.content.push_str(&format!("error: {over}\n"));
     }
     response(output, started)
+}
+
+/// A tunnel's message in the runner's stream.
+fn tunneled(tunneled: Tunneled) -> v1::RunnerMessage {
+    use v1::runner_message::Kind;
+    let kind = match tunneled {
+        Tunneled::Open(open) => Kind::EgressOpen(open),
+        Tunneled::Data(data) => Kind::EgressData(data),
+        Tunneled::Close(close) => Kind::EgressClose(close),
+    };
+    v1::RunnerMessage { kind: Some(kind) }
+}
+
+/// What the call running asks the network for, as the daemon shows it to whoever approves a
+/// connection: the tool and, for `exec`, its command or script (cut to 200 characters).
+fn asked(call: &v1::ToolCall) -> String {
+    let params: Value = serde_json::from_str(&call.params_json).unwrap_or_default();
+    let what = params["command"].as_str().or_else(|| params["script"].as_str()).unwrap_or_default();
+    let mut asked = if what.is_empty() { call.tool.clone() } else { format!("{}: {what}", call.tool) };
+    if asked.len() > 200 {
+        let mut cut = 200;
+        while !asked.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        asked.truncate(cut);
+        asked.push('…');
+    }
+    asked
 }
 
 fn error(content: String) -> ToolOutput {
@@ -125,7 +157,7 @@ pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResp
 
 /// Serves calls until the daemon closes the stream; returns why it stopped. With `results`,
 /// each call's result is also written there before it is sent.
-pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Result<(), String> {
+pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) -> Result<(), String> {
     let token = crate::reaper::init_token("runner")?;
     let mounts = Mounts::open(mounts).map_err(|error| format!("cannot open the mounts: {error}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -149,24 +181,43 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Res
             .await
             .map_err(|status| status.message().to_string())?
             .into_inner();
+        // A command's connections out ride this stream to the daemon, which decides.
+        let tunnels = Tunnels::default();
+        let asked_by = AskedBy::default();
+        let upstream = Upstream { sender: sender.clone(), wrap: tunneled };
+        let port = crate::egress::listen(tunnels.clone(), upstream.clone(), asked_by.clone()).await?;
+        settings.proxy_env = crate::egress::proxy_env(port);
         let mounts = std::sync::Arc::new(mounts);
         let settings = std::sync::Arc::new(settings);
-        // Calls run one at a time while the reader goes on, so a health probe is answered even
-        // during a long command: only a stuck runner fails it.
+        // Calls run one at a time while the reader goes on, so a health probe (and a tunnel's
+        // bytes) are taken even during a long command: only a stuck runner fails a probe.
         let (work, mut queue) = tokio::sync::mpsc::channel::<v1::ToolCall>(4);
         let busy = crate::health::Busy::default();
         let read = async {
-            let health = |health| v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Health(health)) };
-            let probe_of = |call: &mut v1::ToolCall| call.health_check.take();
-            match crate::health::read_beside(&mut calls, probe_of, health, &sender, work, &busy).await {
-                Ok(()) => Ok(()),
-                Err(crate::health::ReadError::Stream(status)) => Err(status.message().to_string()),
-                Err(crate::health::ReadError::RepliesClosed) => Err("the outbound stream closed".to_string()),
+            let closed = || "the outbound stream closed".to_string();
+            while let Some(mut call) = calls.message().await.map_err(|status| status.message().to_string())? {
+                if let Some(probe) = call.health_check.take() {
+                    let health = v1::RunnerMessage { kind: Some(v1::runner_message::Kind::Health(busy.answer(probe))) };
+                    sender.send(health).await.map_err(|_closed| closed())?;
+                } else if let Some(opened) = call.egress_opened.take() {
+                    tunnels.opened(opened);
+                } else if let Some(data) = call.egress_data.take() {
+                    let id = data.id;
+                    if tunnels.data(data) && !upstream.close(id, false).await {
+                        return Err(closed());
+                    }
+                } else if let Some(close) = call.egress_close.take() {
+                    tunnels.closed(close);
+                } else if work.send(call).await.is_err() {
+                    break;
+                }
             }
+            Ok::<(), String>(())
         };
         let serve = async {
             while let Some(call) = queue.recv().await {
                 busy.working(true);
+                *asked_by.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = asked(&call);
                 let mounts = mounts.clone();
                 let shared_settings = settings.clone();
                 let call_id = call.call_id.clone();
@@ -194,6 +245,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], settings: Settings) -> Res
                     }
                 }
                 busy.working(false);
+                asked_by.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
                 let result = v1::RunnerMessage {
                     kind: Some(v1::runner_message::Kind::Result(v1::ToolCallResult {
                         call_id,

@@ -166,6 +166,10 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
     let loaded = config::load(&paths, std::env::vars()).map_err(DaemonError::from)?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Config { command: ConfigCommand::Check } => {
+            let problems = crate::egress::policy::check_all(&data_dir);
+            if !problems.is_empty() {
+                return Err(Failure::Policy(problems.join("\n")));
+            }
             print!("{}", config::effective_yaml(&loaded).map_err(Failure::Print)?);
             eprintln!("baaahtd: configuration is valid");
             Ok(())
@@ -473,4 +477,7 @@ pub enum Failure {
     NotReady(String),
     #[error("{0}")]
     Gateway(String),
+    /// Every problem of the egress policies, one a line.
+    #[error("{0}")]
+    Policy(String),
 }

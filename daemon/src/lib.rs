@@ -444,6 +444,8 @@ impl Daemon {
             data_dir: data_dir.clone(),
             skill_dirs: loaded.config.skills.directories.clone(),
             idle: Duration::from_secs(loaded.config.tools.warm_idle_timeout),
+            web: web.clone(),
+            audit: audit.clone(),
             tracker: tracker.clone(),
         }));
         // The MCP servers' own folders (`state: true`), capped at the MCP role's disk limit as

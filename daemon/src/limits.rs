@@ -87,6 +87,42 @@ impl Quota {
     }
 }
 
+/// At most `limit` of something per `period`, counting what was turned away.
+pub struct Allowance {
+    limit: u32,
+    period: Duration,
+    since: Instant,
+    used: u32,
+    refused: u64,
+}
+
+impl Allowance {
+    pub fn new(limit: u32, period: Duration) -> Allowance {
+        Allowance { limit, period, since: Instant::now(), used: 0, refused: 0 }
+    }
+
+    /// Whether one more fits; when a new period begins, how many the last one turned away.
+    pub fn take(&mut self) -> (bool, u64) {
+        self.take_at(Instant::now())
+    }
+
+    fn take_at(&mut self, now: Instant) -> (bool, u64) {
+        let mut turned_away = 0;
+        if now.duration_since(self.since) >= self.period {
+            turned_away = std::mem::take(&mut self.refused);
+            self.since = now;
+            self.used = 0;
+        }
+        if self.used < self.limit {
+            self.used += 1;
+            (true, turned_away)
+        } else {
+            self.refused += 1;
+            (false, turned_away)
+        }
+    }
+}
+
 /// How often each key may act within a window.
 #[derive(Debug)]
 pub struct Rate {
@@ -221,6 +257,15 @@ fn gateway_keys(caller: &Caller, per_user: usize, per_gateway: usize) -> Vec<Key
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_allowance_counts_what_it_turned_away() {
+        let mut rate = Allowance::new(2, Duration::from_secs(10));
+        let start = rate.since;
+        let mut at = |seconds| rate.take_at(start + Duration::from_secs(seconds));
+        assert_eq!([at(0), at(1), at(2), at(9)], [(true, 0), (true, 0), (false, 0), (false, 0)]);
+        assert_eq!([at(10), at(11)], [(true, 2), (true, 0)]);
+    }
 
     #[test]
     fn a_quota_holds_each_key_to_its_maximum_and_gives_back_on_drop() {

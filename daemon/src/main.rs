@@ -57,5 +57,6 @@ fn exit_code(failure: &Failure) -> u8 {
         Failure::Setup(_) => CANT_CREATE,
         Failure::NotReady(_) => 1,
         Failure::Gateway(_) => UNAVAILABLE,
+        Failure::Policy(_) => CONFIG,
     }
 }

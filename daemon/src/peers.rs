@@ -89,6 +89,11 @@ impl<W: Send + 'static, A: Send + 'static> Peer<W, A> {
         health::probe_over(found, &self.identity.name, Down::Probe, timeout).await
     }
 
+    /// Where its work goes down, for what is sent beside the work (a tunnel's bytes).
+    pub fn down(&self) -> mpsc::Sender<Down<W>> {
+        self.down.clone()
+    }
+
     /// The peer as the health monitor names it.
     pub fn probed(&self) -> Probed {
         Probed::from(&self.identity)

@@ -48,6 +48,21 @@ fn drain(mut stream: impl Read + Send + 'static, cap: usize) -> std::thread::Joi
     })
 }
 
+/// What a program says when it tried the network without the proxy.
+const OFFLINE_SIGNS: [&str; 6] = [
+    "network is unreachable",
+    "could not resolve host",
+    "temporary failure in name resolution",
+    "name or service not known",
+    "name resolution",
+    "no address associated with hostname",
+];
+
+/// Told after such a failure, so the model knows what does work.
+const OFFLINE_NOTE: &str = "note: this container has no network of its own. Only HTTP and HTTPS reach out, through \
+                            baaaht's proxy (HTTPS_PROXY, set for curl, git, pip and npm); raw TCP, ssh and DNS are \
+                            not offered (git: use the https URL). Each host must be allowed for you.\n";
+
 fn section(out: &mut String, name: &str, (bytes, dropped): (Vec<u8>, usize)) {
     if bytes.is_empty() && dropped == 0 {
         return;
@@ -69,6 +84,7 @@ pub fn exec(
     mounts: &Mounts,
     max_timeout: Duration,
     extra_env: &std::collections::HashMap<String, String>,
+    proxy_env: &[(&'static str, String)],
 ) -> Result<ToolOutput, ToolError> {
     let mut command = match (params.optional_string("command")?, params.optional_string("script")?) {
         (Some(command), None) => {
@@ -101,6 +117,7 @@ pub fn exec(
             .current_dir(&workspace.at)
             .env_clear()
             .envs(ENVIRONMENT.iter().copied())
+            .envs(proxy_env.iter().map(|(name, value)| (name, value)))
             .envs(extra_env)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -144,8 +161,15 @@ pub fn exec(
         (false, Some(code)) => out.push_str(&format!("exit code {code}\n")),
         (false, None) => out.push_str("killed by a signal\n"),
     }
+    let offline = code != Some(0) && {
+        let said = String::from_utf8_lossy(&stderr.0).to_ascii_lowercase();
+        OFFLINE_SIGNS.iter().any(|sign| said.contains(sign))
+    };
     section(&mut out, "stdout", stdout);
     section(&mut out, "stderr", stderr);
+    if offline {
+        out.push_str(OFFLINE_NOTE);
+    }
     Ok(ToolOutput {
         content: out,
         is_error: timed_out || code != Some(0),
@@ -218,7 +242,7 @@ mod tests {
         let temp = tempfile::tempdir().expect("tempdir");
         let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
         let params = json!({"command": command});
-        exec(&Params(&params), &mounts, Duration::from_secs(timeout), &Default::default()).expect("runs")
+        exec(&Params(&params), &mounts, Duration::from_secs(timeout), &Default::default(), &[]).expect("runs")
     }
 
     #[test]
@@ -227,16 +251,16 @@ mod tests {
         let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
         let params = json!({"command": "echo \"key=[$GH_TOKEN]\""});
         let env = [("GH_TOKEN".to_string(), "ghp_x".to_string())].into_iter().collect();
-        let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env).expect_err("a command");
+        let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env, &[]).expect_err("a command");
         assert!(refused.to_string().contains("never to a command"), "{refused}");
         assert!(run("echo \"key=[$GH_TOKEN]\"", 5).content.contains("key=[]"));
         for script in ["/workspace/x.sh", "/skills/w/scripts/../../tmp/x.sh", "/skills/w/x.sh"] {
             let params = json!({"script": script});
-            let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env).expect_err(script);
+            let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env, &[]).expect_err(script);
             assert!(refused.to_string().contains("is not a skill's script"), "{refused}");
         }
         let both = json!({"script": "/skills/w/scripts/x.sh", "command": "id"});
-        assert!(exec(&Params(&both), &mounts, Duration::from_secs(5), &env).is_err());
+        assert!(exec(&Params(&both), &mounts, Duration::from_secs(5), &env, &[]).is_err());
     }
 
     #[test]
@@ -245,6 +269,15 @@ mod tests {
         assert!(output.is_error);
         assert!(output.content.starts_with("exit code 3\n--- stdout ---\nout\ntoken=[] pwd=/"), "{}", output.content);
         assert!(output.content.contains("--- stderr ---\nerr\n"), "{}", output.content);
+    }
+
+    #[test]
+    fn a_command_that_tried_the_network_alone_is_told_what_reaches_out() {
+        let output = run("echo 'curl: (6) Could not resolve host: example.org' >&2; exit 6", 10);
+        assert!(output.is_error);
+        assert!(output.content.ends_with(OFFLINE_NOTE), "{}", output.content);
+        let fine = run("echo 'could not resolve host' >&2", 10);
+        assert!(!fine.content.contains("note:"), "only after a failure: {}", fine.content);
     }
 
     #[test]

@@ -107,7 +107,7 @@ const METADATA_V4: &[Ipv4Addr] = &[
 const METADATA_V6: &[Ipv6Addr] = &[Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254)]; // AWS IMDS over IPv6
 
 /// Host names that are cloud metadata endpoints whatever they resolve to.
-const METADATA_NAMES: &[&str] = &["metadata.google.internal", "metadata.goog", "metadata", "instance-data"];
+pub(crate) const METADATA_NAMES: &[&str] = &["metadata.google.internal", "metadata.goog", "metadata", "instance-data"];
 
 fn in_v4(ip: Ipv4Addr, network: [u8; 4], prefix: u32) -> bool {
     let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };

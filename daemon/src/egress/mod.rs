@@ -1,9 +1,12 @@
 //! Web egress for tool containers, which have no network of their own (spec §13.3): the
 //! address filter every connection passes ([`filter`]), the proxy behind ProxyWebRequest
-//! ([`proxy`]), the web_search backends ([`search`]) and CONNECT tunnels through the filter
-//! ([`tunnel`]).
+//! ([`proxy`]), the web_search backends ([`search`]), CONNECT tunnels through the filter
+//! ([`tunnel`]), the connections a container's own proxy opens over its stream ([`relay`]),
+//! and which hosts a context's tools may reach ([`policy`]).
 
 pub mod filter;
+pub mod policy;
 pub mod proxy;
+pub mod relay;
 pub mod search;
 pub mod tunnel;

@@ -7,4 +7,3 @@ pub mod pool;
 mod pump;
 pub mod relay;
 mod stderr;
-mod tunnels;

@@ -23,7 +23,6 @@ use super::config::Server;
 use super::pump::pump;
 use super::relay::{Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
-use super::tunnels::Egress;
 use crate::audit::Audit;
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest};
@@ -647,9 +646,19 @@ impl McpPool {
         let relay =
             Relay { down: attached.down.clone(), probe: probe.clone(), identity: Probed::from(&attached.identity) };
         self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
-        let egress = Egress { server: server.clone(), web: self.web.clone(), audit: self.audit.clone() };
+        let caller = crate::auth::Caller::Container(Arc::new(attached.identity.clone()));
+        let tunnels = crate::egress::relay::Relay::new(crate::egress::relay::Setup {
+            gate: Arc::new(EgressList(server.clone())),
+            web: self.web.clone(),
+            audit: self.audit.clone(),
+            record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+                .detail("mcp_server", server.name.as_str()),
+            what: format!("MCP server {}", server.name),
+            down: attached.down.clone(),
+            tracker: self.tracker.clone(),
+        });
         let stderr = Stderr::hiding(hidden);
-        pump(attached, probe, theirs, egress, stderr.clone(), &self.tracker);
+        pump(attached, probe, theirs, (server.name.clone(), tunnels), stderr.clone(), &self.tracker);
         // What went wrong, with the server's own last words.
         let fail = |why: String| {
             let stderr = stderr.clone();
@@ -1007,6 +1016,24 @@ fn describe(block: &ContentBlock) -> String {
         },
         ContentBlock::ResourceLink(link) => format!("[resource link {}]", link.uri),
         _ => "[content of a kind baaaht does not show]".into(),
+    }
+}
+
+/// An MCP server's connections out: those its `egress` list names.
+struct EgressList(Server);
+
+#[async_trait::async_trait]
+impl crate::egress::relay::Gate for EgressList {
+    async fn decide(&self, host: &str, port: u16, _asked_by: &str) -> crate::egress::relay::Verdict {
+        let server = &self.0;
+        if server.egress_allows(host, port) {
+            return crate::egress::relay::Verdict::Allow { by: "its egress list".into() };
+        }
+        let listed = if server.config.egress.is_empty() { "none".into() } else { server.config.egress.join(", ") };
+        crate::egress::relay::Verdict::Refuse(format!(
+            "{host}:{port} is not in the egress list of MCP server `{}` ({listed})",
+            server.name
+        ))
     }
 }
 

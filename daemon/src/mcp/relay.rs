@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use tokio::sync::mpsc;
 
 use crate::auth::ContainerIdentity;
+use crate::egress::relay::{TunnelDown, TunnelUp};
 use crate::health;
 
 /// The longest message from a server the daemon takes.
@@ -21,21 +22,14 @@ pub enum Down {
     /// Bytes for the server's standard input (newline-delimited JSON-RPC).
     Stdin(Vec<u8>),
     Probe(health::Probe),
-    /// The answer to a connection the server opened: empty `refused` when it is connected.
-    Opened {
-        id: u64,
-        refused: String,
-    },
-    /// Bytes for a connection.
-    Data {
-        id: u64,
-        data: Vec<u8>,
-    },
-    /// The end of a connection: with `write_only`, no more bytes come from this side.
-    Close {
-        id: u64,
-        write_only: bool,
-    },
+    /// About a connection the server opened.
+    Tunnel(TunnelDown),
+}
+
+impl From<TunnelDown> for Down {
+    fn from(tunnel: TunnelDown) -> Down {
+        Down::Tunnel(tunnel)
+    }
 }
 
 /// How a relay starts its server.
@@ -62,20 +56,8 @@ pub enum Up {
         signal: String,
     },
     Health(health::Answer),
-    /// The server opens a connection to `host:port`.
-    Open {
-        id: u64,
-        host: String,
-        port: u32,
-    },
-    Data {
-        id: u64,
-        data: Vec<u8>,
-    },
-    Close {
-        id: u64,
-        write_only: bool,
-    },
+    /// About a connection the server opens.
+    Tunnel(TunnelUp),
     /// Anything else it says (its greeting).
     Other,
 }

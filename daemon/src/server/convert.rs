@@ -4,6 +4,7 @@
 use baaaht_proto::v1;
 
 use crate::auth::{Context, ContextKind, Role};
+use crate::egress::relay::{TunnelDown, TunnelUp};
 
 /// The protocol's reference to `context`.
 pub(crate) fn context_ref(context: &Context) -> v1::ContextRef {
@@ -166,15 +167,27 @@ pub(crate) fn agent_report(report: v1::AgentReport) -> crate::peers::Up<crate::a
 }
 
 /// What the daemon sends a tool runner over ServeTools.
-pub(crate) fn tool_call(down: crate::peers::Down<crate::tools::ToolCall>) -> v1::ToolCall {
+pub(crate) fn tool_call(down: crate::peers::Down<crate::tools::RunnerWork>) -> v1::ToolCall {
+    use crate::tools::RunnerWork;
     match down {
-        crate::peers::Down::Work(call) => v1::ToolCall {
+        crate::peers::Down::Work(RunnerWork::Call(call)) => v1::ToolCall {
             call_id: call.call_id,
             tool: call.tool,
             params_json: call.params_json,
             timeout_seconds: call.timeout.as_secs().min(u64::from(u32::MAX)) as u32,
             env: call.env,
-            health_check: None,
+            ..v1::ToolCall::default()
+        },
+        crate::peers::Down::Work(RunnerWork::Tunnel(tunnel)) => match tunnel {
+            TunnelDown::Opened { id, refused } => {
+                v1::ToolCall { egress_opened: Some(v1::EgressOpened { id, refused }), ..v1::ToolCall::default() }
+            }
+            TunnelDown::Data { id, data } => {
+                v1::ToolCall { egress_data: Some(v1::EgressData { id, data }), ..v1::ToolCall::default() }
+            }
+            TunnelDown::Close { id, write_only } => {
+                v1::ToolCall { egress_close: Some(v1::EgressClose { id, write_only }), ..v1::ToolCall::default() }
+            }
         },
         crate::peers::Down::Probe(request) => {
             v1::ToolCall { health_check: Some(probe(request)), ..v1::ToolCall::default() }
@@ -183,15 +196,22 @@ pub(crate) fn tool_call(down: crate::peers::Down<crate::tools::ToolCall>) -> v1:
 }
 
 /// What a tool runner sends back over ServeTools.
-pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::peers::Up<crate::tools::ToolAnswer> {
+pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::tools::RunnerUp {
     use crate::peers::Up;
+    use crate::tools::RunnerUp;
+    use v1::runner_message::Kind;
     match message.kind {
-        Some(v1::runner_message::Kind::Result(result)) => {
+        Some(Kind::Result(result)) => {
             let response = result.response.unwrap_or_default();
-            Up::Answer { id: result.call_id, answer: tool_answer(response) }
+            RunnerUp::Peer(Up::Answer { id: result.call_id, answer: tool_answer(response) })
         }
-        Some(v1::runner_message::Kind::Health(answer)) => Up::Health(health_answer(answer)),
-        Some(v1::runner_message::Kind::Hello(_)) | None => Up::Other,
+        Some(Kind::Health(answer)) => RunnerUp::Peer(Up::Health(health_answer(answer))),
+        Some(Kind::EgressOpen(open)) => RunnerUp::Tunnel(tunnel_open(open)),
+        Some(Kind::EgressData(data)) => RunnerUp::Tunnel(TunnelUp::Data { id: data.id, data: data.data }),
+        Some(Kind::EgressClose(close)) => {
+            RunnerUp::Tunnel(TunnelUp::Close { id: close.id, write_only: close.write_only })
+        }
+        Some(Kind::Hello(_)) | None => RunnerUp::Peer(Up::Other),
     }
 }
 
@@ -243,11 +263,16 @@ pub(crate) fn mcp_down(down: crate::mcp::relay::Down) -> v1::McpDown {
         }),
         Down::Stdin(bytes) => Kind::Stdin(bytes),
         Down::Probe(request) => Kind::HealthCheck(probe(request)),
-        Down::Opened { id, refused } => Kind::EgressOpened(v1::McpEgressOpened { id, refused }),
-        Down::Data { id, data } => Kind::EgressData(v1::McpEgressData { id, data }),
-        Down::Close { id, write_only } => Kind::EgressClose(v1::McpEgressClose { id, write_only }),
+        Down::Tunnel(TunnelDown::Opened { id, refused }) => Kind::EgressOpened(v1::EgressOpened { id, refused }),
+        Down::Tunnel(TunnelDown::Data { id, data }) => Kind::EgressData(v1::EgressData { id, data }),
+        Down::Tunnel(TunnelDown::Close { id, write_only }) => Kind::EgressClose(v1::EgressClose { id, write_only }),
     };
     v1::McpDown { kind: Some(kind) }
+}
+
+/// A connection a container's proxy opens (an MCP relay's, a tool runner's).
+fn tunnel_open(open: v1::EgressOpen) -> TunnelUp {
+    TunnelUp::Open { id: open.id, host: open.host, port: open.port, asked_by: open.asked_by }
 }
 
 /// What an MCP server's relay sends up over RelayMcp.
@@ -259,9 +284,9 @@ pub(crate) fn mcp_up(up: v1::McpUp) -> crate::mcp::relay::Up {
         Some(Kind::Stderr(line)) => Up::Stderr(line),
         Some(Kind::Exited(exit)) => Up::Exited { code: exit.code, signal: exit.signal },
         Some(Kind::Health(answer)) => Up::Health(health_answer(answer)),
-        Some(Kind::EgressOpen(open)) => Up::Open { id: open.id, host: open.host, port: open.port },
-        Some(Kind::EgressData(data)) => Up::Data { id: data.id, data: data.data },
-        Some(Kind::EgressClose(close)) => Up::Close { id: close.id, write_only: close.write_only },
+        Some(Kind::EgressOpen(open)) => Up::Tunnel(tunnel_open(open)),
+        Some(Kind::EgressData(data)) => Up::Tunnel(TunnelUp::Data { id: data.id, data: data.data }),
+        Some(Kind::EgressClose(close)) => Up::Tunnel(TunnelUp::Close { id: close.id, write_only: close.write_only }),
         Some(Kind::Hello(_)) | None => Up::Other,
     }
 }

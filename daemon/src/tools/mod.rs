@@ -12,12 +12,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::MountSpec;
 use crate::datadir::DataDir;
+use crate::egress::relay::{Relay, TunnelDown, TunnelUp};
 use crate::health::Probed;
 use crate::peers::{Connected, Down, Up};
 
@@ -81,6 +83,29 @@ pub struct ToolCall {
 
 pub use crate::ipc::ToolAnswer;
 
+/// What goes down to a runner: a call, or the daemon's side of a connection out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunnerWork {
+    Call(ToolCall),
+    Tunnel(TunnelDown),
+}
+
+impl From<TunnelDown> for Down<RunnerWork> {
+    fn from(tunnel: TunnelDown) -> Down<RunnerWork> {
+        Down::Work(RunnerWork::Tunnel(tunnel))
+    }
+}
+
+/// What a runner sends up: for its peer (answers, probes), or about a connection out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunnerUp {
+    Peer(Up<ToolAnswer>),
+    Tunnel(TunnelUp),
+}
+
+/// Pieces of work and tunnel chunks waiting for one runner.
+const RUNNER_QUEUE: usize = 64;
+
 /// A session's tool container.
 #[derive(Debug)]
 struct Runner {
@@ -104,7 +129,10 @@ pub struct Runners {
     /// Session id → its runner, behind a per-session lock held for a whole call.
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Runner>>>>>,
     /// Container name → its connected runner.
-    connected: Arc<Connected<ToolCall, ToolAnswer>>,
+    connected: Arc<Connected<RunnerWork, ToolAnswer>>,
+    /// Checks and opens the runners' connections out.
+    web: Arc<crate::egress::proxy::WebProxy>,
+    audit: crate::audit::Audit,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
     /// for them.
     tracker: TaskTracker,
@@ -128,12 +156,15 @@ pub struct Setup {
     pub skill_dirs: Vec<String>,
     /// `tools.warm_idle_timeout`.
     pub idle: Duration,
+    /// The web proxy, whose address filter the runners' connections out pass.
+    pub web: Arc<crate::egress::proxy::WebProxy>,
+    pub audit: crate::audit::Audit,
     pub tracker: TaskTracker,
 }
 
 impl Runners {
     pub fn new(setup: Setup) -> Runners {
-        let Setup { containers, policy, ipc, workspaces, data_dir, skill_dirs, idle, tracker } = setup;
+        let Setup { containers, policy, ipc, workspaces, data_dir, skill_dirs, idle, web, audit, tracker } = setup;
         Runners {
             containers,
             policy,
@@ -144,6 +175,8 @@ impl Runners {
             idle,
             sessions: Mutex::default(),
             connected: Arc::new(Connected::new("tool runner")),
+            web,
+            audit,
             tracker,
         }
     }
@@ -376,7 +409,7 @@ impl Runners {
         let peer = peer.ok_or(ToolsError::RunnerLost)?;
         let id = call_id.clone();
         let call = ToolCall { call_id, tool: tool.to_string(), params_json, timeout, env };
-        let result = peer.send(&id, call).await.map_err(|_lost| ToolsError::RunnerLost)?;
+        let result = peer.send(&id, RunnerWork::Call(call)).await.map_err(|_lost| ToolsError::RunnerLost)?;
         // The runner enforces the tool's own timeout; this one catches a runner that hangs.
         let limit = timeout + Duration::from_secs(10);
         match tokio::time::timeout(limit, result).await {
@@ -391,13 +424,50 @@ impl Runners {
     }
 
     /// Registers a runner that connected over ServeTools and returns the stream of its calls;
-    /// answers arriving on `results` complete the pending calls.
+    /// answers arriving on `results` complete the pending calls, and the connections its
+    /// commands open go through the context's egress policy and the address filter.
     pub fn attach(
         self: &Arc<Self>,
         identity: &ContainerIdentity,
-        results: impl tokio_stream::Stream<Item = Result<Up<ToolAnswer>, String>> + Unpin + Send + 'static,
-    ) -> mpsc::Receiver<Down<ToolCall>> {
-        self.connected.attach(identity, 4, results, &self.tracker)
+        mut results: impl tokio_stream::Stream<Item = Result<RunnerUp, String>> + Unpin + Send + 'static,
+    ) -> mpsc::Receiver<Down<RunnerWork>> {
+        use tokio_stream::StreamExt as _;
+        let (answers, ups) = mpsc::channel(16);
+        let receiver = self.connected.attach(identity, RUNNER_QUEUE, ReceiverStream::new(ups), &self.tracker);
+        // Gone already: its stream ended before it was registered.
+        let Some(peer) = self.connected.get(&identity.name) else { return receiver };
+        let caller = crate::auth::Caller::Container(Arc::new(identity.clone()));
+        let relay = Relay::new(crate::egress::relay::Setup {
+            gate: Arc::new(crate::egress::policy::Policy {
+                data_dir: self.data_dir.clone(),
+                context: identity.context.clone(),
+            }),
+            web: self.web.clone(),
+            audit: self.audit.clone(),
+            record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+                .detail("session", identity.session_id.as_str()),
+            what: format!("the tools of session {}", identity.session_id),
+            down: peer.down(),
+            tracker: self.tracker.clone(),
+        });
+        self.tracker.spawn(async move {
+            while let Some(up) = results.next().await {
+                let went = match up {
+                    Ok(RunnerUp::Tunnel(tunnel)) => relay.take(tunnel).await,
+                    Ok(RunnerUp::Peer(up)) => answers.send(Ok(up)).await.is_ok(),
+                    Err(why) => {
+                        // silent-ok: the pump may be gone already.
+                        let _ = answers.send(Err(why)).await;
+                        false
+                    }
+                };
+                if !went {
+                    break;
+                }
+            }
+            relay.clear();
+        });
+        receiver
     }
 
     /// The connected runners, for the health monitor.

@@ -1,0 +1,439 @@
+//! A container's egress proxy (an MCP relay's, a tool runner's): the container has no network;
+//! this listens on its loopback for HTTP `CONNECT host:port` (https) and absolute-form plain
+//! HTTP (`GET http://host/…`), and opens each connection as a tunnel over the container's
+//! stream to the daemon, which decides whether it may be made and makes it. Bytes then go both
+//! ways over the stream until either side closes. Anything else is answered with a sentence.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use baaaht_proto::v1;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// What a tunnel sends up the container's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tunneled {
+    Open(v1::EgressOpen),
+    Data(v1::EgressData),
+    Close(v1::EgressClose),
+}
+
+/// Where a container's tunnels send up: its stream's sender, and how a [`Tunneled`] is put in
+/// that stream's message (`McpUp`, `RunnerMessage`).
+pub struct Upstream<M> {
+    pub sender: mpsc::Sender<M>,
+    pub wrap: fn(Tunneled) -> M,
+}
+
+impl<M> Clone for Upstream<M> {
+    fn clone(&self) -> Self {
+        Upstream { sender: self.sender.clone(), wrap: self.wrap }
+    }
+}
+
+impl<M> Upstream<M> {
+    /// Sends `tunneled` up; false when the stream is gone.
+    async fn send(&self, tunneled: Tunneled) -> bool {
+        self.sender.send((self.wrap)(tunneled)).await.is_ok()
+    }
+
+    pub async fn close(&self, id: u64, write_only: bool) -> bool {
+        self.send(Tunneled::Close(v1::EgressClose { id, write_only })).await
+    }
+}
+
+/// A container's tunnels through the daemon, by id.
+#[derive(Clone, Default)]
+pub struct Tunnels(Arc<Mutex<TunnelState>>);
+
+#[derive(Default)]
+struct TunnelState {
+    next: u64,
+    /// A tunnel waiting for the daemon's answer to its open.
+    pending: HashMap<u64, oneshot::Sender<String>>,
+    open: HashMap<u64, Open>,
+}
+
+/// An open tunnel: its bytes from the daemon (none once the daemon has no more), and what tears
+/// it down.
+struct Open {
+    bytes: Option<mpsc::Sender<Vec<u8>>>,
+    aborted: CancellationToken,
+}
+
+/// A tunnel just begun: its id, the daemon's answer to come, its bytes and what tears it down.
+struct Begun {
+    id: u64,
+    answered: oneshot::Receiver<String>,
+    received: mpsc::Receiver<Vec<u8>>,
+    aborted: CancellationToken,
+}
+
+/// The most tunnels a container may have open at once.
+const MAX_TUNNELS: usize = 32;
+/// Chunks of bytes buffered per tunnel and direction; a side that does not read is cut off.
+const TUNNEL_BUFFER: usize = 64;
+/// The longest request head a client may send the egress proxy.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long an open waits for the daemon: longer than an approval asked in chat may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(150);
+
+impl Tunnels {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TunnelState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new tunnel; none when [`MAX_TUNNELS`] are open.
+    fn begin(&self) -> Option<Begun> {
+        let (answer, answered) = oneshot::channel();
+        let (bytes, received) = mpsc::channel(TUNNEL_BUFFER);
+        let aborted = CancellationToken::new();
+        let mut state = self.lock();
+        if state.open.len() >= MAX_TUNNELS {
+            return None;
+        }
+        state.next += 1;
+        let id = state.next;
+        state.pending.insert(id, answer);
+        state.open.insert(id, Open { bytes: Some(bytes), aborted: aborted.clone() });
+        Some(Begun { id, answered, received, aborted })
+    }
+
+    /// The daemon's answer to an open.
+    pub fn opened(&self, opened: v1::EgressOpened) {
+        if let Some(answer) = self.lock().pending.remove(&opened.id) {
+            // silent-ok: the client may have given up.
+            let _ = answer.send(opened.refused);
+        }
+    }
+
+    /// Bytes from the daemon for tunnel `id`: a tunnel whose client does not keep up is torn
+    /// down (the answer is whether it was).
+    pub fn data(&self, data: v1::EgressData) -> bool {
+        let mut state = self.lock();
+        let Some(Open { bytes: Some(bytes), aborted }) = state.open.get(&data.id) else { return false };
+        match bytes.try_send(data.data) {
+            Ok(()) => false,
+            Err(_) => {
+                aborted.cancel();
+                state.open.remove(&data.id);
+                true
+            }
+        }
+    }
+
+    /// The daemon's end of tunnel `id`: it has no more bytes (`write_only`), or it is gone.
+    pub fn closed(&self, close: v1::EgressClose) {
+        let mut state = self.lock();
+        state.pending.remove(&close.id);
+        if close.write_only {
+            if let Some(open) = state.open.get_mut(&close.id) {
+                open.bytes.take();
+            }
+        } else if let Some(open) = state.open.remove(&close.id) {
+            open.aborted.cancel();
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        let mut state = self.lock();
+        state.pending.remove(&id);
+        state.open.remove(&id);
+    }
+}
+
+/// What the egress proxy tells the daemon each connection was asked by (a tool runner: the
+/// call running); empty when the container knows no more than the daemon does.
+pub type AskedBy = Arc<Mutex<String>>;
+
+/// Opens the proxy on the container's loopback (a port of its choosing) and serves it until the
+/// process ends; returns the port.
+pub async fn listen<M: Send + 'static>(
+    tunnels: Tunnels,
+    upstream: Upstream<M>,
+    asked_by: AskedBy,
+) -> Result<u16, String> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .map_err(|error| format!("cannot open the egress proxy on the container's loopback: {error}"))?;
+    let port = listener.local_addr().map_err(|error| error.to_string())?.port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let asked = asked_by.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            tokio::spawn(tunnel(stream, tunnels.clone(), upstream.clone(), asked));
+        }
+    });
+    Ok(port)
+}
+
+/// What a process in the container needs to take the proxy on `port`: the proxy variables
+/// (curl, pip, Python's requests, Node with `NODE_USE_ENV_PROXY`), git's and npm's own
+/// settings, and an ssh for git that says why it cannot be used.
+pub fn proxy_env(port: u16) -> Vec<(&'static str, String)> {
+    let proxy = format!("http://127.0.0.1:{port}");
+    let mut env: Vec<(&'static str, String)> =
+        ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+            .into_iter()
+            .map(|name| (name, proxy.clone()))
+            .collect();
+    env.extend([
+        ("NO_PROXY", String::new()),
+        ("no_proxy", String::new()),
+        // Node's own fetch takes the proxy variables only when asked to.
+        ("NODE_USE_ENV_PROXY", "1".into()),
+        ("npm_config_proxy", proxy.clone()),
+        ("npm_config_https_proxy", proxy.clone()),
+        ("PIP_PROXY", proxy.clone()),
+        // git reads these as `git config http.proxy …`, whatever config files say.
+        ("GIT_CONFIG_COUNT", "1".into()),
+        ("GIT_CONFIG_KEY_0", "http.proxy".into()),
+        ("GIT_CONFIG_VALUE_0", proxy),
+        ("GIT_SSH_COMMAND", format!("f() {{ echo \"{NO_SSH}\" >&2; exit 128; }}; f")),
+    ]);
+    env
+}
+
+/// What git over ssh (`git@host:owner/repo`) says here.
+pub const NO_SSH: &str = "baaaht: this container reaches the network only over HTTP(S) through its proxy; ssh is not \
+                          offered. Use the https URL (https://HOST/OWNER/REPO.git)";
+
+/// One client connection: its CONNECT (or plain-HTTP request) is opened through the daemon,
+/// which decides, and the bytes are relayed both ways; each side's end is passed on, and the
+/// tunnel ends when both sides have ended or either tears it down.
+async fn tunnel<M: Send + 'static>(
+    mut stream: tokio::net::TcpStream,
+    tunnels: Tunnels,
+    upstream: Upstream<M>,
+    asked_by: String,
+) {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let end = loop {
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        if head.len() > MAX_HEAD {
+            return answer(&mut stream, "431 Request Header Fields Too Large", "the request head is too long").await;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    };
+    // A CONNECT's tunnel begins once it is answered; a plain request is sent on, in origin
+    // form, as the tunnel's first bytes.
+    let (host, port, first, connect) = match (connect_target(&head[..end]), http_target(&head[..end])) {
+        (Some((host, port)), _) => (host, port, head[end..].to_vec(), true),
+        (None, Some((host, port, mut rewritten))) => {
+            rewritten.extend_from_slice(&head[end..]);
+            (host, port, rewritten, false)
+        }
+        (None, None) => {
+            let why = "baaaht's egress proxy carries HTTP: CONNECT host:port for https, or a request for an \
+                       http:// URL; other protocols are not offered";
+            return answer(&mut stream, "405 Method Not Allowed", why).await;
+        }
+    };
+    let Some(Begun { id, answered, received: mut from_daemon, aborted }) = tunnels.begin() else {
+        let why = format!("{MAX_TUNNELS} connections are open; close one first");
+        return answer(&mut stream, "503 Service Unavailable", &why).await;
+    };
+    let open = v1::EgressOpen { id, host, port: u32::from(port), asked_by };
+    if !upstream.send(Tunneled::Open(open)).await {
+        return tunnels.forget(id);
+    }
+    match tokio::time::timeout(OPEN_TIMEOUT, answered).await {
+        Ok(Ok(refused)) if refused.is_empty() => {}
+        Ok(Ok(refused)) => {
+            tunnels.forget(id);
+            return answer(&mut stream, "403 Forbidden", &refused).await;
+        }
+        _ => {
+            tunnels.forget(id);
+            upstream.close(id, false).await;
+            return answer(&mut stream, "504 Gateway Timeout", "the daemon did not open the connection in time").await;
+        }
+    }
+    if connect && stream.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
+        tunnels.forget(id);
+        upstream.close(id, false).await;
+        return;
+    }
+    let (mut reader, mut writer) = stream.into_split();
+    let outward = {
+        let upstream = upstream.clone();
+        async move {
+            if !first.is_empty() && !upstream.send(Tunneled::Data(v1::EgressData { id, data: first })).await {
+                return;
+            }
+            let mut buffer = vec![0u8; 32 * 1024];
+            loop {
+                match reader.read(&mut buffer).await {
+                    Ok(0) => {
+                        // The client is done sending; its answer may still come.
+                        upstream.close(id, true).await;
+                        return;
+                    }
+                    Err(_) => return,
+                    Ok(n) => {
+                        let data = v1::EgressData { id, data: buffer[..n].to_vec() };
+                        if !upstream.send(Tunneled::Data(data)).await {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let inward = async move {
+        while let Some(bytes) = from_daemon.recv().await {
+            if writer.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        // silent-ok: the client may be gone.
+        let _ = writer.shutdown().await;
+    };
+    tokio::select! {
+        ((), ()) = async { tokio::join!(outward, inward) } => {}
+        () = aborted.cancelled() => {}
+    }
+    tunnels.forget(id);
+    // The daemon may already have closed it.
+    upstream.close(id, false).await;
+}
+
+/// A host as a request may name one: a DNS name, an IPv4 address or a bracketless IPv6 one.
+fn plain_host(host: &str) -> bool {
+    !host.is_empty() && host.len() <= 253 && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:".contains(&b))
+}
+
+/// The host and port of a `CONNECT host:port HTTP/1.x` request head.
+pub fn connect_target(head: &[u8]) -> Option<(String, u16)> {
+    let line = head.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?.trim_end();
+    let mut words = line.split(' ');
+    let (method, target, version) = (words.next()?, words.next()?, words.next()?);
+    if method != "CONNECT" || !version.starts_with("HTTP/1.") || words.next().is_some() {
+        return None;
+    }
+    let (host, port) = target.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port.parse().ok().filter(|port| *port != 0)?;
+    plain_host(host).then(|| (host.to_string(), port))
+}
+
+/// The host and port of a plain-HTTP proxy request (`GET http://host[:port]/path HTTP/1.x`),
+/// and its head as the server should get it: the request line in origin form, the proxy's own
+/// headers dropped, and `Connection: close` (the next request may be for another host).
+pub fn http_target(head: &[u8]) -> Option<(String, u16, Vec<u8>)> {
+    let text = std::str::from_utf8(head).ok()?;
+    let (line, rest) = text.split_once("\r\n")?;
+    let mut words = line.split(' ');
+    let (method, target, version) = (words.next()?, words.next()?, words.next()?);
+    let token = |word: &str| !word.is_empty() && word.bytes().all(|b| b.is_ascii_uppercase());
+    if !token(method) || method == "CONNECT" || !version.starts_with("HTTP/1.") || words.next().is_some() {
+        return None;
+    }
+    let after = target.strip_prefix("http://")?;
+    let (authority, path) = match after.find(['/', '?']) {
+        Some(at) => (&after[..at], &after[at..]),
+        None => (after, "/"),
+    };
+    if authority.contains('@') {
+        return None;
+    }
+    let (host, port) = match authority.rsplit_once(':').filter(|(_, port)| !port.contains(']')) {
+        Some((host, port)) => (host, port.parse::<u16>().ok().filter(|port| *port != 0)?),
+        None => (authority, 80),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if !plain_host(host) {
+        return None;
+    }
+    let path = if path.starts_with('?') { format!("/{path}") } else { path.to_string() };
+    let mut rewritten = format!("{method} {path} {version}\r\n");
+    for header in rest.split("\r\n").filter(|header| !header.is_empty()) {
+        let name = header.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+        if !matches!(name.as_str(), "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive") {
+            rewritten.push_str(header);
+            rewritten.push_str("\r\n");
+        }
+    }
+    rewritten.push_str("Connection: close\r\n\r\n");
+    Some((host.to_ascii_lowercase(), port, rewritten.into_bytes()))
+}
+
+async fn answer(stream: &mut tokio::net::TcpStream, status: &str, why: &str) {
+    let body = format!("{why}\n");
+    let text = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // silent-ok: the client may be gone.
+    let _ = stream.write_all(text.as_bytes()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_connect_to_host_and_port_is_a_tunnel() {
+        let target = |head: &str| connect_target(head.as_bytes());
+        assert_eq!(
+            target("CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Some(("api.example.com".into(), 443))
+        );
+        assert_eq!(target("CONNECT [::1]:8443 HTTP/1.1\r\n\r\n"), Some(("::1".into(), 8443)));
+        assert_eq!(target("GET / HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT example.com HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT example.com:0 HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT a b:1 HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(target("CONNECT ex\u{0}mple.com:443 HTTP/1.1\r\n\r\n"), None);
+    }
+
+    #[test]
+    fn a_plain_http_request_goes_on_in_origin_form_and_closes_after_its_answer() {
+        let head = "GET http://Files.Example:8080/simple/pkg/?x=1 HTTP/1.1\r\nHost: files.example:8080\r\n\
+                    Proxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n";
+        let (host, port, rewritten) = http_target(head.as_bytes()).expect("a proxy request");
+        assert_eq!((host.as_str(), port), ("files.example", 8080));
+        assert_eq!(
+            String::from_utf8(rewritten).expect("text"),
+            "GET /simple/pkg/?x=1 HTTP/1.1\r\nHost: files.example:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let (host, port, rewritten) = http_target(b"HEAD http://example.org HTTP/1.0\r\n\r\n").expect("no path");
+        assert_eq!((host.as_str(), port), ("example.org", 80));
+        assert!(rewritten.starts_with(b"HEAD / HTTP/1.0\r\n"));
+        for not in [
+            "GET /local HTTP/1.1\r\n\r\n",
+            "GET https://example.org/ HTTP/1.1\r\n\r\n",
+            "GET http://user@example.org/ HTTP/1.1\r\n\r\n",
+            "GET ftp://example.org/ HTTP/1.1\r\n\r\n",
+            "SSH-2.0-OpenSSH_9.2\r\n\r\n",
+            "get http://example.org/ HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(http_target(not.as_bytes()).map(|(host, ..)| host), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn tools_in_the_container_are_pointed_at_the_proxy_and_ssh_says_why_not() {
+        let env: HashMap<&str, String> = proxy_env(4711).into_iter().collect();
+        for name in ["HTTPS_PROXY", "http_proxy", "ALL_PROXY", "npm_config_https_proxy", "GIT_CONFIG_VALUE_0"] {
+            assert_eq!(env[name], "http://127.0.0.1:4711", "{name}");
+        }
+        assert_eq!(env["GIT_CONFIG_KEY_0"], "http.proxy");
+        let ssh = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} git@github.com git-upload-pack 'owner/repo.git'", env["GIT_SSH_COMMAND"]))
+            .output()
+            .expect("sh");
+        assert_eq!(ssh.status.code(), Some(128));
+        assert!(String::from_utf8_lossy(&ssh.stderr).contains("Use the https URL"), "{ssh:?}");
+    }
+}

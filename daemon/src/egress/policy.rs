@@ -1,0 +1,361 @@
+//! Which hosts a context's tools may reach (DESIGN.md §10.2): rules in `config/egress.yaml`
+//! (everyone), `users/{id}/egress.yaml` and `groups/{id}/egress.yaml`:
+//!
+//! ```yaml
+//! rules:
+//!   - host: api.github.com        # a host, `*.domain` (the names under it) or host:port
+//!     action: allow               # allow, deny or ask
+//! ```
+//!
+//! The most specific rule that matches decides (host:port, then the host, then the longest
+//! `*.domain`); at equal specificity `deny` beats `ask`, which beats `allow`. A `deny` in
+//! `config/egress.yaml` holds whatever a context's own file says. A host no rule names is
+//! asked about.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::auth::Context;
+use crate::datadir::DataDir;
+
+/// The file's name in `config/` and in a context's folder.
+pub const FILE: &str = "egress.yaml";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Ask => "ask",
+            Action::Deny => "deny",
+        }
+    }
+}
+
+/// What a rule names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pattern {
+    /// One host, on any port or on one.
+    Host { host: String, port: Option<u16> },
+    /// The names under `domain` (`*.example.com`: `api.example.com`, not `example.com`).
+    Under { domain: String },
+}
+
+impl Pattern {
+    /// How specific a match is: a host and port, then a host, then a longer domain.
+    fn specificity(&self) -> usize {
+        match self {
+            Pattern::Host { port: Some(_), .. } => 10_000,
+            Pattern::Host { port: None, .. } => 9_999,
+            Pattern::Under { domain } => domain.split('.').count(),
+        }
+    }
+
+    fn matches(&self, host: &str, port: u16) -> bool {
+        match self {
+            Pattern::Host { host: named, port: named_port } => {
+                named == host && named_port.is_none_or(|named_port| named_port == port)
+            }
+            Pattern::Under { domain } => host.strip_suffix(domain.as_str()).is_some_and(|rest| rest.ends_with('.')),
+        }
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pattern::Host { host, port: Some(port) } => write!(f, "{host}:{port}"),
+            Pattern::Host { host, port: None } => f.write_str(host),
+            Pattern::Under { domain } => write!(f, "*.{domain}"),
+        }
+    }
+}
+
+/// One rule, and where it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub pattern: Pattern,
+    pub action: Action,
+    /// `path:line`.
+    pub at: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    rules: Vec<Written>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Written {
+    host: String,
+    action: Action,
+}
+
+/// What a rule's `host` names, or why it cannot be one.
+pub fn pattern(written: &str) -> Result<Pattern, String> {
+    let written = written.trim().to_ascii_lowercase();
+    if written.is_empty() {
+        return Err("host is empty".into());
+    }
+    if let Some(domain) = written.strip_prefix("*.") {
+        if domain.contains('*') || domain.contains(':') {
+            return Err(format!("`{written}`: a wildcard is `*.domain`, with no port and one `*`"));
+        }
+        if !domain.contains('.') {
+            return Err(format!(
+                "`{written}` would cover every name under a top-level domain; name the domain (`*.example.com`)"
+            ));
+        }
+        check_name(domain, &written)?;
+        return Ok(Pattern::Under { domain: domain.to_string() });
+    }
+    if written.contains('*') {
+        return Err(format!("`{written}`: `*` is allowed only as `*.domain`; a rule for every host is not offered"));
+    }
+    let Some((host, port)) = crate::egress::filter::split_host_port(&written).filter(|(_, port)| *port != Some(0))
+    else {
+        return Err(format!("`{written}`: the port is not a number from 1 to 65535"));
+    };
+    let host = host.to_string();
+    if let Ok(address) = host.parse::<std::net::IpAddr>() {
+        let full = if address.is_ipv4() { 32 } else { 128 };
+        if let Some(why) = crate::egress::filter::never_allowed(address, full) {
+            return Err(format!("`{written}` is never reachable from a container: {why}"));
+        }
+    } else {
+        check_name(&host, &written)?;
+    }
+    if crate::egress::filter::METADATA_NAMES.contains(&host.as_str()) {
+        return Err(format!("`{written}` names a cloud metadata service: never reachable from a container"));
+    }
+    Ok(Pattern::Host { host, port })
+}
+
+fn check_name(name: &str, written: &str) -> Result<(), String> {
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(format!("`{written}` is not a host name"));
+    }
+    Ok(())
+}
+
+/// The rules of `text` (read from `path`), or every problem, each as `path:line:col: what`.
+pub fn parse(text: &str, path: &Path) -> Result<Vec<Rule>, Vec<String>> {
+    let shown = path.display();
+    let file: File = match serde_yaml::from_str::<Option<File>>(text) {
+        Ok(file) => file.unwrap_or(File { rules: vec![] }),
+        Err(error) => {
+            let at = error.location().map_or(String::new(), |at| format!("{}:{}:", at.line(), at.column()));
+            return Err(vec![format!(
+                "{shown}:{at} {error}; see `rules:` with `- host: …` and `action: allow|deny|ask`"
+            )]);
+        }
+    };
+    let mut rules = vec![];
+    let mut problems = vec![];
+    // Each rule's line: where its `host:` value is written, in order.
+    let mut from = 0;
+    for written in file.rules {
+        let (line, column) = locate(text, &written.host, &mut from);
+        match pattern(&written.host) {
+            Ok(pattern) => rules.push(Rule { pattern, action: written.action, at: format!("{shown}:{line}") }),
+            Err(why) => problems.push(format!("{shown}:{line}:{column}: {why}")),
+        }
+    }
+    if problems.is_empty() {
+        Ok(rules)
+    } else {
+        Err(problems)
+    }
+}
+
+/// The line and column of the next `host:` whose value is `host`, from line `from` on.
+fn locate(text: &str, host: &str, from: &mut usize) -> (usize, usize) {
+    for (index, line) in text.lines().enumerate().skip(*from) {
+        if let Some(at) = line.find("host:") {
+            let value = line[at + 5..].trim().trim_matches(['"', '\'']);
+            if value == host.trim() {
+                *from = index + 1;
+                let column = line[at + 5..].find(|c: char| !c.is_whitespace()).map_or(at + 6, |skip| at + 6 + skip);
+                return (index + 1, column);
+            }
+        }
+    }
+    (0, 0)
+}
+
+/// The rules of `path` (none when there is no file); a file that does not read is logged and
+/// counts as none, which leaves every host to be asked about.
+fn read(path: &Path) -> Vec<Rule> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return vec![],
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cannot read an egress policy; its rules do not apply");
+            return vec![];
+        }
+    };
+    parse(&text, path).unwrap_or_else(|problems| {
+        for problem in problems {
+            tracing::warn!(%problem, "an egress policy has a problem; its rules do not apply until it is fixed");
+        }
+        vec![]
+    })
+}
+
+/// Where the rules for `context`'s tools are: everyone's, then its own.
+pub fn files(data_dir: &DataDir, context: &Context) -> [PathBuf; 2] {
+    [data_dir.config_dir().join(FILE), data_dir.context_dir(context).join(FILE)]
+}
+
+/// What the rules say of `host:port` for `context`, and the rule that said it (none: no rule
+/// names it).
+pub fn decide(data_dir: &DataDir, context: &Context, host: &str, port: u16) -> Option<Rule> {
+    let [everyone, own] = files(data_dir, context);
+    decide_among(&read(&everyone), &read(&own), host, port)
+}
+
+fn decide_among(everyone: &[Rule], own: &[Rule], host: &str, port: u16) -> Option<Rule> {
+    let host = host.to_ascii_lowercase();
+    let matching = |rules: &[Rule]| -> Vec<Rule> {
+        rules.iter().filter(|rule| rule.pattern.matches(&host, port)).cloned().collect::<Vec<_>>()
+    };
+    let (everyone, own) = (matching(everyone), matching(own));
+    if let Some(denied) = everyone.iter().find(|rule| rule.action == Action::Deny) {
+        return Some(denied.clone());
+    }
+    everyone.into_iter().chain(own).max_by_key(|rule| (rule.pattern.specificity(), rule.action))
+}
+
+/// The gate of one context's tool containers: its rules decide; a host no rule names is
+/// refused, with the rule that would allow it, until approvals in chat ask about it.
+#[derive(Debug)]
+pub struct Policy {
+    pub data_dir: DataDir,
+    pub context: Context,
+}
+
+#[async_trait::async_trait]
+impl crate::egress::relay::Gate for Policy {
+    async fn decide(&self, host: &str, port: u16, _asked_by: &str) -> crate::egress::relay::Verdict {
+        use crate::egress::relay::Verdict;
+        let (data_dir, context, host_owned) = (self.data_dir.clone(), self.context.clone(), host.to_string());
+        let rule = tokio::task::spawn_blocking(move || decide(&data_dir, &context, &host_owned, port)).await;
+        let own = self.data_dir.context_dir(&self.context).join(FILE);
+        let own = own.strip_prefix(self.data_dir.root()).unwrap_or(&own).display().to_string();
+        match rule {
+            Ok(Some(rule)) if rule.action == Action::Allow => Verdict::Allow { by: format!("{} ({})", rule.pattern, rule.at) },
+            Ok(Some(rule)) if rule.action == Action::Deny => {
+                Verdict::Refuse(format!("{host}:{port} is denied by the rule `{}` ({})", rule.pattern, rule.at))
+            }
+            Ok(_) => Verdict::Refuse(format!(
+                "{host}:{port} is not allowed for {}'s tools; to allow it, add to {own}:\nrules:\n  - host: {host}\n    action: allow",
+                self.context
+            )),
+            Err(error) => Verdict::Refuse(format!("the egress policy could not be read: {error}")),
+        }
+    }
+}
+
+/// Every egress policy in the data dir and its problems (`baaahtd config check`).
+pub fn check_all(data_dir: &DataDir) -> Vec<String> {
+    let mut paths = vec![data_dir.config_dir().join(FILE)];
+    for kind in crate::datadir::CONTEXT_KINDS {
+        let Ok(entries) = std::fs::read_dir(data_dir.contexts_dir(kind)) else { continue };
+        let mut found: Vec<PathBuf> = entries.flatten().map(|entry| entry.path().join(FILE)).collect();
+        found.sort();
+        paths.extend(found);
+    }
+    let mut problems = vec![];
+    for path in paths {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => problems.extend(parse(&text, &path).err().unwrap_or_default()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => problems.push(format!("{}: cannot be read: {error}", path.display())),
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(text: &str) -> Vec<Rule> {
+        parse(text, Path::new("egress.yaml")).expect("rules")
+    }
+
+    #[test]
+    fn the_most_specific_rule_decides_and_deny_wins_a_tie() {
+        let own = rules(
+            "rules:\n  - host: '*.example.com'\n    action: deny\n  - host: api.example.com\n    action: allow\n  \
+             - host: api.example.com:22\n    action: deny\n  - host: files.example.com\n    action: allow\n  \
+             - host: files.example.com\n    action: ask\n",
+        );
+        let said = |host: &str, port| decide_among(&[], &own, host, port).map(|rule| rule.action);
+        assert_eq!(said("api.example.com", 443), Some(Action::Allow));
+        assert_eq!(said("api.example.com", 22), Some(Action::Deny));
+        assert_eq!(said("www.example.com", 443), Some(Action::Deny));
+        assert_eq!(said("example.com", 443), None, "`*.example.com` covers the names under it only");
+        assert_eq!(said("files.example.com", 443), Some(Action::Ask), "ask beats allow at equal specificity");
+        assert_eq!(said("API.Example.com", 443), Some(Action::Allow));
+        assert_eq!(said("notexample.com", 443), None);
+        let rule = decide_among(&[], &own, "api.example.com", 443).expect("a rule");
+        assert_eq!(rule.at, "egress.yaml:4");
+    }
+
+    #[test]
+    fn everyones_deny_holds_whatever_a_context_allows() {
+        let everyone = rules("rules:\n  - host: '*.tracker.example'\n    action: deny\n");
+        let own = rules("rules:\n  - host: ads.tracker.example:443\n    action: allow\n");
+        let said = decide_among(&everyone, &own, "ads.tracker.example", 443).expect("a rule");
+        assert_eq!((said.action, said.pattern.to_string()), (Action::Deny, "*.tracker.example".to_string()));
+        let everyone_allows = rules("rules:\n  - host: pypi.org\n    action: allow\n");
+        let own_denies = rules("rules:\n  - host: pypi.org\n    action: deny\n");
+        assert_eq!(decide_among(&everyone_allows, &own_denies, "pypi.org", 443).map(|r| r.action), Some(Action::Deny));
+    }
+
+    #[test]
+    fn bad_rules_are_refused_with_where_and_why() {
+        let text = "rules:\n  - host: '*'\n    action: allow\n  - host: '*.com'\n    action: allow\n  \
+                    - host: 169.254.169.254\n    action: allow\n  - host: metadata.google.internal\n    action: allow\n  \
+                    - host: 'a*.example.com'\n    action: allow\n  - host: example.com:http\n    action: allow\n  \
+                    - host: ok.example\n    action: allow\n";
+        let problems = parse(text, Path::new("users/alice/egress.yaml")).expect_err("refused");
+        assert_eq!(problems.len(), 6, "{problems:#?}");
+        assert!(
+            problems[0].starts_with("users/alice/egress.yaml:2:11: `*`: `*` is allowed only as `*.domain`"),
+            "{}",
+            problems[0]
+        );
+        assert!(
+            problems[1].contains(":4:") && problems[1].contains("every name under a top-level domain"),
+            "{}",
+            problems[1]
+        );
+        assert!(problems[2].contains(":6:") && problems[2].contains("never reachable"), "{}", problems[2]);
+        assert!(problems[3].contains("cloud metadata service"), "{}", problems[3]);
+        assert!(problems[4].contains("only as `*.domain`"), "{}", problems[4]);
+        assert!(problems[5].contains("the port is not a number"), "{}", problems[5]);
+        let typo = parse("rules:\n  - host: pypi.org\n    action: alow\n", Path::new("egress.yaml")).expect_err("typo");
+        assert!(typo[0].starts_with("egress.yaml:3:") && typo[0].contains("unknown variant `alow`"), "{typo:?}");
+        assert_eq!(parse("", Path::new("egress.yaml")), Ok(vec![]));
+    }
+}

@@ -1,0 +1,372 @@
+//! A container's connections out through the daemon (an MCP server's, a tool command's): the
+//! container's own proxy (`baaaht-agent`'s `egress.rs`) opens each as a tunnel over the
+//! container's stream; here a [`Gate`] decides whether it may be made (an MCP server's
+//! `egress` list, a context's egress policy), the web proxy's address filter checks where it
+//! leads and connects, and the bytes are carried both ways. One audit record per connection:
+//! who, where, the decision, who approved it, and the bytes each way.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::audit::{Audit, Record};
+use crate::egress::proxy::WebProxy;
+
+/// What a container's proxy sends up about a tunnel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TunnelUp {
+    /// A connection to `host:port`; `asked_by`: what in the container asked, as it says.
+    Open {
+        id: u64,
+        host: String,
+        port: u32,
+        asked_by: String,
+    },
+    Data {
+        id: u64,
+        data: Vec<u8>,
+    },
+    /// The end of a connection: with `write_only`, no more bytes come from this side.
+    Close {
+        id: u64,
+        write_only: bool,
+    },
+}
+
+/// What the daemon sends a container's proxy about a tunnel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TunnelDown {
+    /// The answer to an open: empty `refused` when it is connected.
+    Opened {
+        id: u64,
+        refused: String,
+    },
+    Data {
+        id: u64,
+        data: Vec<u8>,
+    },
+    Close {
+        id: u64,
+        write_only: bool,
+    },
+}
+
+/// Whether a connection may be made, and who said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// `by`: the rule or the person that allowed it.
+    Allow { by: String },
+    /// Why not, in a sentence the container's program shows.
+    Refuse(String),
+}
+
+/// Decides the connections of one container.
+#[async_trait::async_trait]
+pub trait Gate: Send + Sync + 'static {
+    async fn decide(&self, host: &str, port: u16, asked_by: &str) -> Verdict;
+}
+
+/// The daemon's end of one tunnel: bytes for its connection's writer (none once the container
+/// has no more), what tears it down, and which open it belongs to.
+struct Tunnel {
+    bytes: Option<mpsc::Sender<Vec<u8>>>,
+    closed: CancellationToken,
+    generation: u64,
+}
+
+/// One container's tunnels, by the container's id (apart from `egress::tunnel::Tunnels`, the
+/// CONNECT front-end of gateways and skill installs).
+#[derive(Clone, Default)]
+struct RelayTunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
+
+/// The most tunnels one container may have open at once.
+const MAX_TUNNELS: usize = 32;
+/// Chunks buffered toward one tunnel's far end; a far end that does not read is cut off.
+const TUNNEL_BUFFER: usize = 64;
+/// Connections a container may open a minute.
+const OPENS_PER_MINUTE: u32 = 120;
+
+impl RelayTunnels {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<u64, Tunnel>)> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reserves `id` before its connection is made; why not, when it cannot be.
+    fn reserve(&self, id: u64) -> Result<(u64, mpsc::Receiver<Vec<u8>>, CancellationToken), String> {
+        let mut state = self.lock();
+        let (generation, open) = &mut *state;
+        if open.contains_key(&id) {
+            return Err(format!("tunnel {id} is already open"));
+        }
+        if open.len() >= MAX_TUNNELS {
+            return Err(format!("{MAX_TUNNELS} connections are open; close one first"));
+        }
+        *generation += 1;
+        let (bytes, received) = mpsc::channel(TUNNEL_BUFFER);
+        let closed = CancellationToken::new();
+        open.insert(id, Tunnel { bytes: Some(bytes), closed: closed.clone(), generation: *generation });
+        Ok((*generation, received, closed))
+    }
+
+    /// Forgets tunnel `id` if it is still the one of `generation`, and tears it down.
+    fn end(&self, id: u64, generation: u64) {
+        let mut state = self.lock();
+        if state.1.get(&id).is_some_and(|tunnel| tunnel.generation == generation) {
+            if let Some(tunnel) = state.1.remove(&id) {
+                tunnel.closed.cancel();
+            }
+        }
+    }
+
+    /// Bytes from the container for tunnel `id`; false when its far end does not keep up (the
+    /// tunnel is then torn down).
+    fn data(&self, id: u64, data: Vec<u8>) -> bool {
+        let mut state = self.lock();
+        let Some(Tunnel { bytes: Some(bytes), closed, .. }) = state.1.get(&id) else { return true };
+        if bytes.try_send(data).is_ok() {
+            return true;
+        }
+        closed.cancel();
+        state.1.remove(&id);
+        false
+    }
+
+    /// The container's end of tunnel `id`: no more bytes (`write_only`), or gone.
+    fn closed(&self, id: u64, write_only: bool) {
+        let mut state = self.lock();
+        if write_only {
+            if let Some(tunnel) = state.1.get_mut(&id) {
+                tunnel.bytes.take();
+            }
+        } else if let Some(tunnel) = state.1.remove(&id) {
+            tunnel.closed.cancel();
+        }
+    }
+
+    /// The container is gone: so are its tunnels.
+    fn clear(&self) {
+        for (_, tunnel) in self.lock().1.drain() {
+            tunnel.closed.cancel();
+        }
+    }
+}
+
+/// The tunnels of one connected container: what decides, where the down messages go (`D`, its
+/// stream's message), and the base of each audit record (who, for what).
+pub struct Relay<D> {
+    gate: Arc<dyn Gate>,
+    web: Arc<WebProxy>,
+    audit: Audit,
+    record: Record,
+    /// Named in the log: `MCP server notes`, `tools of session …`.
+    what: String,
+    down: mpsc::Sender<D>,
+    tunnels: RelayTunnels,
+    opens: Mutex<crate::limits::Allowance>,
+    tracker: TaskTracker,
+}
+
+/// What a [`Relay`] is made of.
+pub struct Setup<D> {
+    pub gate: Arc<dyn Gate>,
+    pub web: Arc<WebProxy>,
+    pub audit: Audit,
+    /// Each record starts as this (its principal and what it is about); the relay adds the
+    /// host, port, decision and bytes.
+    pub record: Record,
+    pub what: String,
+    pub down: mpsc::Sender<D>,
+    pub tracker: TaskTracker,
+}
+
+impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
+    pub fn new(setup: Setup<D>) -> Arc<Relay<D>> {
+        let Setup { gate, web, audit, record, what, down, tracker } = setup;
+        let opens = Mutex::new(crate::limits::Allowance::new(OPENS_PER_MINUTE, std::time::Duration::from_secs(60)));
+        Arc::new(Relay { gate, web, audit, record, what, down, tunnels: RelayTunnels::default(), opens, tracker })
+    }
+
+    /// Takes what the container's proxy sent; false when the container's stream is gone.
+    pub async fn take(self: &Arc<Self>, up: TunnelUp) -> bool {
+        match up {
+            TunnelUp::Open { id, host, port, asked_by } => {
+                let (fits, turned_away) = self.opens.lock().unwrap_or_else(PoisonError::into_inner).take();
+                if turned_away > 0 {
+                    tracing::warn!(what = %self.what, turned_away, "more than {OPENS_PER_MINUTE} connections a minute; the rest were refused");
+                }
+                if !fits {
+                    let refused = format!("more than {OPENS_PER_MINUTE} connections a minute; try again later");
+                    return self.down.send(D::from(TunnelDown::Opened { id, refused })).await.is_ok();
+                }
+                let relay = self.clone();
+                self.tracker.spawn(async move { relay.open(id, host, port, asked_by).await });
+                true
+            }
+            TunnelUp::Data { id, data } => {
+                self.tunnels.data(id, data)
+                    || self.down.send(D::from(TunnelDown::Close { id, write_only: false })).await.is_ok()
+            }
+            TunnelUp::Close { id, write_only } => {
+                self.tunnels.closed(id, write_only);
+                true
+            }
+        }
+    }
+
+    /// The container is gone: so are its connections.
+    pub fn clear(&self) {
+        self.tunnels.clear();
+    }
+
+    async fn send(&self, down: TunnelDown) -> bool {
+        self.down.send(D::from(down)).await.is_ok()
+    }
+
+    /// Opens tunnel `id` when the gate allows it and the proxy's address checks pass; the
+    /// answer goes down, then the connection's bytes. One audit record each.
+    async fn open(self: Arc<Self>, id: u64, host: String, asked_port: u32, asked_by: String) {
+        let host = host.to_ascii_lowercase();
+        let mut record = self.record.clone().detail("host", host.as_str()).detail("port", asked_port);
+        if !asked_by.is_empty() {
+            record = record.detail("asked_by", asked_by.as_str());
+        }
+        let (generation, mut received, closed) = match self.tunnels.reserve(id) {
+            Ok(reserved) => reserved,
+            Err(why) => {
+                self.send(TunnelDown::Opened { id, refused: why }).await;
+                return;
+            }
+        };
+        let port = u16::try_from(asked_port).unwrap_or(0);
+        let decided = if port == 0 {
+            Err((false, format!("port {asked_port} is not a TCP port")))
+        } else {
+            tokio::select! {
+                verdict = self.gate.decide(&host, port, &asked_by) => match verdict {
+                    Verdict::Allow { by } => Ok(by),
+                    Verdict::Refuse(why) => Err((true, why)),
+                },
+                () = closed.cancelled() => Err((false, "the container gave up on the connection".into())),
+            }
+        };
+        let connected = match decided {
+            Ok(by) => tokio::select! {
+                connected = self.web.connect_checked(&host, port) => {
+                    connected.map(|stream| (stream, by)).map_err(|error| (error.is_refusal(), error.to_string()))
+                }
+                () = closed.cancelled() => Err((false, "the container gave up on the connection".into())),
+            },
+            Err(refused) => Err(refused),
+        };
+        let (stream, by) = match connected {
+            Ok(connected) => connected,
+            Err((refused, why)) => {
+                self.tunnels.end(id, generation);
+                let outcome = if refused { "refused" } else { "failed" };
+                self.audit.record(Record { outcome: outcome.into(), ..record }.detail("reason", why.as_str()));
+                tracing::warn!(what = %self.what, %host, port, %why, "a connection out was not opened");
+                self.send(TunnelDown::Opened { id, refused: why }).await;
+                return;
+            }
+        };
+        let record = record.detail("allowed_by", by.as_str());
+        let (sent, received_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (mut reader, mut writer) = stream.into_split();
+        if !self.send(TunnelDown::Opened { id, refused: String::new() }).await {
+            self.tunnels.end(id, generation);
+            return self.audit_end(record, &sent, &received_bytes);
+        }
+        let writing = closed.clone();
+        let counted = sent.clone();
+        self.tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    bytes = received.recv() => match bytes {
+                        Some(bytes) => {
+                            counted.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                            if writer.write_all(&bytes).await.is_err() { break }
+                        }
+                        // The container has no more: the far end reads the end.
+                        None => break,
+                    },
+                    () = writing.cancelled() => return,
+                }
+            }
+            // silent-ok: the far end may be gone.
+            let _ = writer.shutdown().await;
+        });
+        let mut buffer = vec![0u8; 32 * 1024];
+        let whole = loop {
+            let n = tokio::select! {
+                () = closed.cancelled() => return self.audit_end(record, &sent, &received_bytes),
+                read = reader.read(&mut buffer) => match read {
+                    Ok(0) => break true,
+                    Err(_) => break false,
+                    Ok(n) => n,
+                },
+            };
+            received_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            if !self.send(TunnelDown::Data { id, data: buffer[..n].to_vec() }).await {
+                self.tunnels.end(id, generation);
+                return self.audit_end(record, &sent, &received_bytes);
+            }
+        };
+        if whole {
+            // The far end is done sending; the container's side may still be, until it closes.
+            self.send(TunnelDown::Close { id, write_only: true }).await;
+            closed.cancelled().await;
+        } else {
+            self.tunnels.end(id, generation);
+            self.send(TunnelDown::Close { id, write_only: false }).await;
+        }
+        self.audit_end(record, &sent, &received_bytes);
+    }
+
+    /// The record of a connection that was made, once it ends: its bytes each way.
+    fn audit_end(&self, record: Record, sent: &AtomicU64, received: &AtomicU64) {
+        let record = Record { outcome: "allowed".into(), ..record }
+            .detail("bytes_out", sent.load(Ordering::Relaxed))
+            .detail("bytes_in", received.load(Ordering::Relaxed));
+        self.audit.record(record);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tunnel_id_is_reserved_once_and_ended_by_its_own_open_only() {
+        let tunnels = RelayTunnels::default();
+        let (first, _bytes, closed) = tunnels.reserve(7).expect("reserved");
+        assert_eq!(tunnels.reserve(7).map(drop), Err("tunnel 7 is already open".to_string()));
+        // The relay closes it; a new open takes the id; the old open's end leaves it alone.
+        tunnels.closed(7, false);
+        assert!(closed.is_cancelled());
+        let (second, _bytes, reopened) = tunnels.reserve(7).expect("reserved again");
+        tunnels.end(7, first);
+        assert!(!reopened.is_cancelled());
+        tunnels.end(7, second);
+        assert!(reopened.is_cancelled());
+        for id in 0..MAX_TUNNELS as u64 {
+            tunnels.reserve(id).expect("room");
+        }
+        assert!(tunnels.reserve(99).expect_err("full").contains("connections are open"));
+    }
+
+    #[test]
+    fn a_tunnel_whose_far_end_does_not_read_is_cut_off() {
+        let tunnels = RelayTunnels::default();
+        let (_, _unread, closed) = tunnels.reserve(1).expect("reserved");
+        for _ in 0..TUNNEL_BUFFER {
+            assert!(tunnels.data(1, vec![0; 8]));
+        }
+        assert!(!tunnels.data(1, vec![0; 8]));
+        assert!(closed.is_cancelled());
+    }
+}
