@@ -236,6 +236,16 @@ impl TestDaemon {
         std::fs::read_to_string(&self.log).unwrap_or_else(|error| format!("(no log: {error})"))
     }
 
+    /// The audit records of `kind`, as `baaaht audit --kind KIND --json` prints them.
+    pub fn audit_records(&self, kind: &str) -> Vec<serde_json::Value> {
+        let audit = Command::new(bin("baaaht"))
+            .args(["audit", "--kind", kind, "--json"])
+            .env("BAAAHT_SOCKET", self.socket())
+            .output()
+            .expect("baaaht audit");
+        String::from_utf8_lossy(&audit.stdout).lines().map(|line| serde_json::from_str(line).expect("JSON")).collect()
+    }
+
     /// Sends `signal` (e.g. "TERM") to the daemon.
     pub fn signal(&self, signal: &str) -> Result<()> {
         let status = Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status()?;

@@ -201,6 +201,45 @@ fn env_overrides_change_the_effective_config() {
 }
 
 #[test]
+fn config_check_refuses_bad_egress_rules_saying_where_and_why() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(temp.path().join("users/alice")).expect("mkdir");
+    std::fs::create_dir_all(temp.path().join("config")).expect("mkdir");
+    std::fs::write(
+        temp.path().join("users/alice/egress.yaml"),
+        "rules:\n  - host: '*'\n    action: allow\n  - host: '*.com'\n    action: allow\n  - host: 169.254.169.254\n    action: allow\n  - host: pypi.org\n    action: allow\n",
+    )
+    .expect("write");
+    std::fs::write(temp.path().join("config/egress.yaml"), "rules:\n  - host: github.com\n    action: alow\n")
+        .expect("write");
+    let output =
+        Command::new(bin("baaahtd")).args(["config", "check"]).env("BAAAHT_DATA", temp.path()).output().expect("run");
+    assert_eq!(output.status.code(), Some(78), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    let config = temp.path().join("config/egress.yaml").display().to_string();
+    let alice = temp.path().join("users/alice/egress.yaml").display().to_string();
+    assert!(stderr.contains(&format!("{config}:3:13:")) && stderr.contains("unknown variant `alow`"), "{stderr}");
+    assert!(stderr.contains(&format!("{alice}:2:11: `*`: `*` is allowed only as `*.domain`")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{alice}:4:11: `*.com` would cover every name under a top-level domain")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{alice}:6:11: `169.254.169.254` is never reachable from a container")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("pypi.org"), "{stderr}");
+    // Fixed, it passes.
+    std::fs::write(temp.path().join("users/alice/egress.yaml"), "rules:\n  - host: pypi.org\n    action: allow\n")
+        .expect("write");
+    std::fs::write(temp.path().join("config/egress.yaml"), "rules:\n  - host: '*.github.com'\n    action: ask\n")
+        .expect("write");
+    let output =
+        Command::new(bin("baaahtd")).args(["config", "check"]).env("BAAAHT_DATA", temp.path()).output().expect("run");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
 fn config_check_redacts_secrets() {
     let temp = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(temp.path().join("config")).expect("mkdir");

@@ -92,13 +92,7 @@ fn a_tool_container_fetches_an_allowed_server_and_nothing_private() {
     assert_eq!(log.matches("web request not served").count(), 6, "{log}");
 
     // The audit trail: each request once, by the tool container, host and reason only.
-    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
-        .args(["audit", "--kind", "egress", "--json"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht audit");
-    let records: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&audit.stdout).lines().map(|line| serde_json::from_str(line).expect("JSON")).collect();
+    let records = daemon.audit_records("egress");
     let of = |outcome: &str| records.iter().filter(|r| r["outcome"] == outcome).collect::<Vec<_>>();
     assert_eq!(of("allowed").len(), 2, "{records:?}");
     let refused = of("refused");
@@ -166,4 +160,122 @@ fn web_search_asks_the_configured_searxng_instance() {
         );
     });
     drop(agent);
+}
+
+/// A plain HTTP server on the host's end of the container bridge ("the internet" for these
+/// tests): it answers each request with its request line, so a test sees what arrived.
+fn bridge_server() -> (std::net::IpAddr, u16) {
+    use std::io::{BufRead as _, Write as _};
+    let bridge = baaaht_tests::bridge_address().expect("bridge address");
+    let listener = std::net::TcpListener::bind((bridge, 0)).expect("listen on the bridge");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream);
+                let mut first = String::new();
+                if reader.read_line(&mut first).is_err() {
+                    return;
+                }
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let body = format!("arrived: {}", first.trim());
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                // silent-ok: a client that went away gets nothing.
+                let _ = reader.get_mut().write_all(answer.as_bytes());
+            });
+        }
+    });
+    (bridge, port)
+}
+
+/// A Coder's commands reach the network only through the tool runner's proxy, which the
+/// daemon opens per the context's egress policy and the address filter: a plain http request
+/// (absolute form, rewritten for the server) and a CONNECT tunnel to an allowed host work; a
+/// host the policy does not name is refused with the rule that would allow it; git over ssh
+/// and a raw connection say what works instead; each connection is audited with its bytes.
+#[test]
+fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
+    let rt = baaaht_tests::runtime();
+    let (bridge, port) = bridge_server();
+    let (_, other) = bridge_server();
+    // Both are private addresses the admin lets through the filter; only one is in the policy.
+    let config = format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}', '{bridge}:{other}']\n");
+    let policy = format!("rules:\n  - host: '{bridge}:{port}'\n    action: allow\n");
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/config.yaml".into(), config), ("users/baaaht-self-test/egress.yaml".into(), policy)],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let run = |command: String| {
+        rt.block_on(async {
+            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+            let request = v1::ToolRequest {
+                tool: "exec".into(),
+                params_json: serde_json::json!({ "command": command }).to_string(),
+                ..v1::ToolRequest::default()
+            };
+            let answer = agent.agents.request_tool_execution(request).await;
+            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
+        })
+    };
+    let fetch = |url: String| {
+        run(format!(
+            "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('{url}', timeout=20).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
+        ))
+    };
+    let plain = fetch(format!("http://{bridge}:{port}/hello?x=1"));
+    assert!(
+        plain.contains("arrived: GET /hello?x=1 HTTP/1.1"),
+        "plain http in origin form: {plain}\n{}",
+        daemon.log_text()
+    );
+    let tunnelled = run(format!(
+        "python3 -c \"import http.client, os\nc = http.client.HTTPConnection('127.0.0.1', int(os.environ['HTTPS_PROXY'].rsplit(':', 1)[1]), timeout=20)\nc.set_tunnel('{bridge}', {port})\nc.request('GET', '/through')\nprint(c.getresponse().read().decode())\""
+    ));
+    assert!(tunnelled.contains("arrived: GET /through HTTP/1.1"), "CONNECT: {tunnelled}");
+    let refused = fetch(format!("http://{bridge}:{other}/"));
+    assert!(
+        refused.contains("403")
+            && refused.contains(&format!("{bridge}:{other} is not allowed for"))
+            && refused.contains(&format!("- host: {bridge}\n    action: allow")),
+        "an unnamed host: {refused}"
+    );
+    let ssh = run(format!("git clone git@{bridge}:owner/repo.git /tmp/repo"));
+    assert!(ssh.contains("ssh is not offered. Use the https URL"), "{ssh}");
+    let raw = run(format!("bash -c 'exec 3<>/dev/tcp/{bridge}/{port}'"));
+    assert!(
+        raw.contains("Network is unreachable") && raw.contains("note: this container has no network of its own"),
+        "{raw}"
+    );
+    // One record per connection: the allowed ones with their bytes, the refused one with why.
+    let records = daemon.audit_records("egress");
+    let ours: Vec<&serde_json::Value> =
+        records.iter().filter(|record| record["detail"]["session"] == "self-test").collect();
+    let outcomes: Vec<(String, u64)> = ours
+        .iter()
+        .map(|record| {
+            (record["outcome"].as_str().unwrap_or_default().to_string(), record["detail"]["port"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("allowed".to_string(), u64::from(port)),
+            ("allowed".into(), u64::from(port)),
+            ("refused".into(), u64::from(other))
+        ],
+        "{ours:#?}"
+    );
+    assert!(
+        ours[0]["detail"]["bytes_in"].as_u64().unwrap_or(0) > 0
+            && ours[0]["detail"]["bytes_out"].as_u64().unwrap_or(0) > 0
+    );
+    assert!(ours[0]["detail"]["asked_by"].as_str().unwrap_or_default().starts_with("exec: python3"), "{:?}", ours[0]);
 }

@@ -331,16 +331,6 @@ fn a_hung_mcp_server_is_replaced_after_the_threshold_and_the_admin_is_told() {
     drop(coder);
 }
 
-/// What `baaaht audit --kind egress --json` prints for `daemon`, one record per line.
-fn egress_records(daemon: &TestDaemon) -> Vec<serde_json::Value> {
-    let audit = std::process::Command::new(baaaht_tests::bin("baaaht"))
-        .args(["audit", "--kind", "egress", "--json"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht audit");
-    String::from_utf8_lossy(&audit.stdout).lines().map(|line| serde_json::from_str(line).expect("JSON")).collect()
-}
-
 /// A server reaches the network only through its relay's proxy, which the daemon checks
 /// against the server's `egress` list and the address filter: a listed host answers, an
 /// unlisted one and a listed name for a loopback address are refused, a server with no egress
@@ -434,7 +424,7 @@ fn an_mcp_servers_egress_is_its_list_through_the_daemons_proxy() {
     .expect("the tool container's environment");
     assert!(tool_env.contains("PATH=") && !tool_env.contains("open-server-secret-4711"), "{tool_env}");
     // Each connection is audited once, with the server, host and outcome.
-    let records = egress_records(&daemon);
+    let records = daemon.audit_records("egress");
     let outcomes: Vec<(String, String, String)> = records
         .iter()
         .filter(|record| record["detail"]["mcp_server"].is_string())
