@@ -76,6 +76,8 @@ struct Begun {
 const MAX_TUNNELS: usize = 32;
 /// Chunks of bytes buffered per tunnel and direction; a side that does not read is cut off.
 const TUNNEL_BUFFER: usize = 64;
+/// The most bytes one message of a tunnel carries: larger chunks, fewer messages per MB.
+const CHUNK: usize = 64 * 1024;
 /// The longest request head a client may send the egress proxy.
 const MAX_HEAD: usize = 16 * 1024;
 /// How long an open waits for the daemon: longer than an approval asked in chat may take.
@@ -269,7 +271,7 @@ async fn tunnel<M: Send + 'static>(
             if !first.is_empty() && !upstream.send(Tunneled::Data(v1::EgressData { id, data: first })).await {
                 return;
             }
-            let mut buffer = vec![0u8; 32 * 1024];
+            let mut buffer = vec![0u8; CHUNK];
             loop {
                 match reader.read(&mut buffer).await {
                     Ok(0) => {

@@ -194,6 +194,8 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
         let (work, mut queue) = tokio::sync::mpsc::channel::<v1::ToolCall>(4);
         let busy = crate::health::Busy::default();
         let read = async {
+            // Owned here: when the daemon's stream ends, the queue closes and the calls end.
+            let work = work;
             let closed = || "the outbound stream closed".to_string();
             while let Some(mut call) = calls.message().await.map_err(|status| status.message().to_string())? {
                 if let Some(probe) = call.health_check.take() {

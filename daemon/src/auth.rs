@@ -371,6 +371,8 @@ pub enum Operation {
     ListMcpTools,
     PutMcpServer,
     RemoveMcpServer,
+    ListEgressRules,
+    ChangeEgressRule,
 }
 
 use Role::{Assistant, Coder, Heartbeat, Memory, Researcher, Tool, Worker};
@@ -514,6 +516,8 @@ impl Operation {
             Operation::ListMcpTools => "ListMcpTools",
             Operation::PutMcpServer => "PutMcpServer",
             Operation::RemoveMcpServer => "RemoveMcpServer",
+            Operation::ListEgressRules => "ListEgressRules",
+            Operation::ChangeEgressRule => "ChangeEgressRule",
         }
     }
 
@@ -696,7 +700,9 @@ fn authorize_gateway(call: &GatewayCaller, operation: Operation, target: Target<
         | Operation::ListMcpServers
         | Operation::ListMcpTools
         | Operation::PutMcpServer
-        | Operation::RemoveMcpServer => {
+        | Operation::RemoveMcpServer
+        | Operation::ListEgressRules
+        | Operation::ChangeEgressRule => {
             return Err(AuthError::HostOnly { operation: name });
         }
         _ => {}
@@ -801,6 +807,8 @@ mod tests {
             Operation::ListMcpTools,
             Operation::PutMcpServer,
             Operation::RemoveMcpServer,
+            Operation::ListEgressRules,
+            Operation::ChangeEgressRule,
             Operation::InstallSkillFromFolder,
         ];
         for operation in operations {

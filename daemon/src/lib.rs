@@ -436,6 +436,7 @@ impl Daemon {
             ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir(), filesystems)
                 .map_err(|source| DaemonError::Ipc { path: data_dir.ipc_dir(), source })?,
         );
+        let inbox = Arc::new(inbox::Inbox::new(data_dir.state_dir().join("inbox")));
         let tools = Arc::new(tools::Runners::new(tools::Setup {
             containers: containers.clone(),
             policy: policy.clone(),
@@ -446,6 +447,7 @@ impl Daemon {
             idle: Duration::from_secs(loaded.config.tools.warm_idle_timeout),
             web: web.clone(),
             audit: audit.clone(),
+            inbox: inbox.clone(),
             tracker: tracker.clone(),
         }));
         // The MCP servers' own folders (`state: true`), capped at the MCP role's disk limit as
@@ -491,7 +493,6 @@ impl Daemon {
             )
             .map_err(DaemonError::Scheduler)?,
         );
-        let inbox = Arc::new(inbox::Inbox::new(state_dir.join("inbox")));
         let containers_for_agents = containers.clone();
         let loaded_idle_after = loaded.config.sessions.idle_after;
         let loaded_max_concurrent = loaded.config.container.max_concurrent;

@@ -250,6 +250,44 @@ fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
             && refused.contains(&format!("- host: {bridge}\n    action: allow")),
         "an unnamed host: {refused}"
     );
+    // The user hears of it in the inbox, with the command that allows it (once, however often
+    // it is refused within the hour).
+    fetch(format!("http://{bridge}:{other}/twice"));
+    let inbox = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["inbox", "--user", "baaaht-self-test"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht inbox");
+    let inbox = String::from_utf8_lossy(&inbox.stdout).into_owned();
+    assert_eq!(inbox.matches("was refused to your tools").count(), 1, "{inbox}");
+    assert!(inbox.contains(&format!("`baaaht egress allow {bridge} --user baaaht-self-test`")), "{inbox}");
+    // The host's admin allows it for this user: the next connection goes through, the rule is
+    // in the user's file with who wrote it, and revoked it is refused again.
+    let egress = |args: &[&str]| {
+        let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
+            .arg("egress")
+            .args(args)
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("baaaht egress");
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let target = format!("{bridge}:{other}");
+    let allowed = egress(&["allow", &target, "--user", "baaaht-self-test"]);
+    assert!(allowed.starts_with(&format!("{target} is now: allow\n")), "{allowed}");
+    let listed = egress(&["list", "--user", "baaaht-self-test"]);
+    assert!(
+        listed.contains(&format!("{bridge}:{port}")) && listed.contains(&target) && listed.contains("own"),
+        "{listed}"
+    );
+    let written = std::fs::read_to_string(daemon.data_dir.join("users/baaaht-self-test/egress.yaml")).expect("rules");
+    assert!(written.contains(&format!("  - host: '{target}'\n    action: allow  # by host:uid=")), "{written}");
+    let now = fetch(format!("http://{target}/now"));
+    assert!(now.contains("arrived: GET /now HTTP/1.1"), "allowed now: {now}");
+    egress(&["revoke", &target, "--user", "baaaht-self-test"]);
+    let again = fetch(format!("http://{target}/again"));
+    assert!(again.contains("403") && again.contains("is not allowed for"), "revoked: {again}");
     let ssh = run(format!("git clone git@{bridge}:owner/repo.git /tmp/repo"));
     assert!(ssh.contains("ssh is not offered. Use the https URL"), "{ssh}");
     let raw = run(format!("bash -c 'exec 3<>/dev/tcp/{bridge}/{port}'"));
@@ -272,7 +310,10 @@ fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
         [
             ("allowed".to_string(), u64::from(port)),
             ("allowed".into(), u64::from(port)),
-            ("refused".into(), u64::from(other))
+            ("refused".into(), u64::from(other)),
+            ("refused".into(), u64::from(other)),
+            ("allowed".into(), u64::from(other)),
+            ("refused".into(), u64::from(other)),
         ],
         "{ours:#?}"
     );

@@ -86,6 +86,8 @@ pub struct Rule {
     pub action: Action,
     /// `path:line`.
     pub at: String,
+    /// Its `host:`'s line, from 1 (0: not found in the text).
+    pub line: usize,
 }
 
 #[derive(Deserialize)]
@@ -175,7 +177,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Rule>, Vec<String>> {
     for written in file.rules {
         let (line, column) = locate(text, &written.host, &mut from);
         match pattern(&written.host) {
-            Ok(pattern) => rules.push(Rule { pattern, action: written.action, at: format!("{shown}:{line}") }),
+            Ok(pattern) => rules.push(Rule { pattern, action: written.action, at: format!("{shown}:{line}"), line }),
             Err(why) => problems.push(format!("{shown}:{line}:{column}: {why}")),
         }
     }
@@ -245,33 +247,147 @@ fn decide_among(everyone: &[Rule], own: &[Rule], host: &str, port: u16) -> Optio
 }
 
 /// The gate of one context's tool containers: its rules decide; a host no rule names is
-/// refused, with the rule that would allow it, until approvals in chat ask about it.
+/// refused, with the rule that would allow it, until approvals in chat ask about it, and the
+/// context is told in its inbox (once an hour per host) how to allow it for next time.
 #[derive(Debug)]
 pub struct Policy {
     pub data_dir: DataDir,
     pub context: Context,
+    pub refusals: Refusals,
+}
+
+/// Where refusals of hosts no rule names are told, and when each was last told.
+#[derive(Debug, Clone)]
+pub struct Refusals {
+    inbox: std::sync::Arc<crate::inbox::Inbox>,
+    told: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(Context, String), std::time::Instant>>>,
+}
+
+/// How often one refused host is told to one context.
+const TELL_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl Refusals {
+    pub fn new(inbox: std::sync::Arc<crate::inbox::Inbox>) -> Refusals {
+        Refusals { inbox, told: std::sync::Arc::default() }
+    }
+
+    /// Tells `context` that `host:port` was refused (unless it was within the hour).
+    fn tell(&self, context: &Context, host: &str, port: u16, asked_by: &str) {
+        let now = std::time::Instant::now();
+        {
+            let mut told = self.told.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            told.retain(|_, at| now.duration_since(*at) < TELL_EVERY);
+            if told.insert((context.clone(), format!("{host}:{port}")), now).is_some() {
+                return;
+            }
+        }
+        let named = match context.kind {
+            crate::auth::ContextKind::User => format!("--user {}", context.id),
+            crate::auth::ContextKind::Group => format!("--group {}", context.id),
+        };
+        let what = if asked_by.is_empty() { "A command".to_string() } else { format!("`{asked_by}`") };
+        let content = format!(
+            "{what} wanted {host}:{port}, which no egress rule allows, so it was refused. To allow it from now on: \
+             `baaaht egress allow {host} {named}`."
+        );
+        let item = crate::inbox::Item::new(format!("{host} was refused to your tools"), content, "", "");
+        if let Err(error) = self.inbox.push(context, item) {
+            tracing::warn!(context = %context, %error, "cannot tell of a refused host");
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl crate::egress::relay::Gate for Policy {
-    async fn decide(&self, host: &str, port: u16, _asked_by: &str) -> crate::egress::relay::Verdict {
+    async fn decide(&self, host: &str, port: u16, asked_by: &str) -> crate::egress::relay::Verdict {
         use crate::egress::relay::Verdict;
         let (data_dir, context, host_owned) = (self.data_dir.clone(), self.context.clone(), host.to_string());
         let rule = tokio::task::spawn_blocking(move || decide(&data_dir, &context, &host_owned, port)).await;
         let own = self.data_dir.context_dir(&self.context).join(FILE);
         let own = own.strip_prefix(self.data_dir.root()).unwrap_or(&own).display().to_string();
         match rule {
-            Ok(Some(rule)) if rule.action == Action::Allow => Verdict::Allow { by: format!("{} ({})", rule.pattern, rule.at) },
+            Ok(Some(rule)) if rule.action == Action::Allow => {
+                Verdict::Allow { by: format!("{} ({})", rule.pattern, rule.at) }
+            }
             Ok(Some(rule)) if rule.action == Action::Deny => {
                 Verdict::Refuse(format!("{host}:{port} is denied by the rule `{}` ({})", rule.pattern, rule.at))
             }
-            Ok(_) => Verdict::Refuse(format!(
-                "{host}:{port} is not allowed for {}'s tools; to allow it, add to {own}:\nrules:\n  - host: {host}\n    action: allow",
-                self.context
-            )),
+            Ok(_) => {
+                self.refusals.tell(&self.context, host, port, asked_by);
+                Verdict::Refuse(format!(
+                    "{host}:{port} is not allowed for {}'s tools; to allow it, add to {own}:\nrules:\n  - host: {host}\n    action: allow",
+                    self.context
+                ))
+            }
             Err(error) => Verdict::Refuse(format!("the egress policy could not be read: {error}")),
         }
     }
+}
+
+/// Writes a rule for `host` in the file at `path` (`action`; none: the rule is removed),
+/// atomically, leaving the rest of the file as its owner wrote it; `by` and the time go in a
+/// comment beside it. Why not, in a sentence.
+pub fn change(path: &Path, host: &str, action: Option<Action>, by: &str) -> Result<Vec<Rule>, String> {
+    let wanted = pattern(host)?;
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+    };
+    let rules = parse(&text, path)
+        .map_err(|problems| format!("{} has problems; fix them first:\n{}", path.display(), problems.join("\n")))?;
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // The rules for the same pattern go, last first (their lines stay valid).
+    let found: Vec<usize> =
+        rules.iter().filter(|rule| rule.pattern == wanted && rule.line > 0).map(|rule| rule.line - 1).collect();
+    if action.is_none() && found.is_empty() {
+        return Err(format!("{} has no rule for {wanted}", path.display()));
+    }
+    for host_line in found.into_iter().rev() {
+        let (start, end) = item_lines(&lines, host_line);
+        lines.drain(start..end);
+    }
+    if let Some(action) = action {
+        let block = lines.iter().any(|line| line.trim_end() == "rules:" || line.starts_with("rules: #"));
+        if !block {
+            if lines.iter().any(|line| line.starts_with("rules:")) {
+                return Err(format!(
+                    "{}: write `rules:` as a list, one `- host:` a line, to add to it",
+                    path.display()
+                ));
+            }
+            lines.push("rules:".into());
+        }
+        let when = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC");
+        lines.push(format!("  - host: '{wanted}'"));
+        lines.push(format!("    action: {}  # by {by}, {when}", action.as_str()));
+    }
+    let mut written = lines.join("\n");
+    written.push('\n');
+    let rules = parse(&written, path).map_err(|problems| problems.join("\n"))?;
+    if let Some(folder) = path.parent() {
+        std::fs::create_dir_all(folder).map_err(|error| format!("cannot make {}: {error}", folder.display()))?;
+    }
+    crate::state::write_atomic(path, written.as_bytes(), 0o644).map_err(|error| error.to_string())?;
+    Ok(rules)
+}
+
+/// The lines of the list item whose `host:` is on line `host_line` (0-based): from its `- `
+/// to the next item or the end of the list.
+fn item_lines(lines: &[String], host_line: usize) -> (usize, usize) {
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let start = (0..=host_line).rev().find(|at| lines[*at].trim_start().starts_with("- ")).unwrap_or(host_line);
+    let dash = indent(&lines[start]);
+    let end = (start + 1..lines.len())
+        .find(|at| {
+            let line = &lines[*at];
+            let text = line.trim_start();
+            !text.is_empty()
+                && !text.starts_with('#')
+                && (indent(line) < dash || (indent(line) == dash && text.starts_with("- ")))
+        })
+        .unwrap_or(lines.len());
+    (start, end)
 }
 
 /// Every egress policy in the data dir and its problems (`baaahtd config check`).
@@ -330,6 +446,43 @@ mod tests {
         let everyone_allows = rules("rules:\n  - host: pypi.org\n    action: allow\n");
         let own_denies = rules("rules:\n  - host: pypi.org\n    action: deny\n");
         assert_eq!(decide_among(&everyone_allows, &own_denies, "pypi.org", 443).map(|r| r.action), Some(Action::Deny));
+    }
+
+    #[test]
+    fn a_rule_is_written_beside_what_the_owner_wrote_and_revoked_alone() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let path = temp.path().join("users/alice/egress.yaml");
+        let rules = change(&path, "pypi.org", Some(Action::Allow), "alice").expect("written");
+        assert_eq!(rules.len(), 1);
+        let mine = "# my rules\nrules:\n  # the docs\n  - host: docs.rs\n    action: allow\n";
+        std::fs::write(&path, mine).expect("write");
+        change(&path, "PyPI.org", Some(Action::Allow), "alice").expect("added");
+        change(&path, "*.github.com", Some(Action::Ask), "root").expect("added");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.starts_with(mine), "{text}");
+        assert!(text.contains("  - host: 'pypi.org'\n    action: allow  # by alice, "), "{text}");
+        // A new action for the same host replaces the old rule.
+        let rules = change(&path, "pypi.org", Some(Action::Deny), "root").expect("replaced");
+        let said: Vec<(String, Action)> = rules.iter().map(|rule| (rule.pattern.to_string(), rule.action)).collect();
+        assert_eq!(
+            said,
+            [
+                ("docs.rs".into(), Action::Allow),
+                ("*.github.com".into(), Action::Ask),
+                ("pypi.org".into(), Action::Deny)
+            ]
+        );
+        let rules = change(&path, "*.github.com", None, "root").expect("revoked");
+        assert_eq!(rules.len(), 2);
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.starts_with(mine) && !text.contains("github"), "{text}");
+        assert_eq!(
+            change(&path, "example.org", None, "root").expect_err("none"),
+            format!("{} has no rule for example.org", path.display())
+        );
+        assert!(change(&path, "*", Some(Action::Allow), "root").expect_err("refused").contains("only as `*.domain`"));
+        std::fs::write(&path, "rules: [{host: a.example, action: allow}]\n").expect("flow");
+        assert!(change(&path, "b.example", Some(Action::Allow), "root").expect_err("flow").contains("as a list"));
     }
 
     #[test]

@@ -88,6 +88,8 @@ struct RelayTunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
 const MAX_TUNNELS: usize = 32;
 /// Chunks buffered toward one tunnel's far end; a far end that does not read is cut off.
 const TUNNEL_BUFFER: usize = 64;
+/// The most bytes one message of a tunnel carries: larger chunks, fewer messages per MB.
+const CHUNK: usize = 64 * 1024;
 /// Connections a container may open a minute.
 const OPENS_PER_MINUTE: u32 = 120;
 
@@ -300,7 +302,7 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
             // silent-ok: the far end may be gone.
             let _ = writer.shutdown().await;
         });
-        let mut buffer = vec![0u8; 32 * 1024];
+        let mut buffer = vec![0u8; CHUNK];
         let whole = loop {
             let n = tokio::select! {
                 () = closed.cancelled() => return self.audit_end(record, &sent, &received_bytes),

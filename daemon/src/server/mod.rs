@@ -6,6 +6,7 @@
 
 mod agents;
 pub(crate) mod convert;
+mod egress;
 pub mod layer;
 mod llm;
 mod mcp;

@@ -574,6 +574,28 @@ impl v1::admin_server::Admin for AdminService {
         Ok(Response::new(listed))
     }
 
+    async fn list_egress_rules(
+        &self,
+        request: Request<v1::EgressRulesRequest>,
+    ) -> Result<Response<v1::EgressRules>, Status> {
+        check(&self.shared, &request, Operation::ListEgressRules, None, None)?;
+        super::egress::list(&self.shared, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn change_egress_rule(
+        &self,
+        request: Request<v1::EgressRuleChange>,
+    ) -> Result<Response<v1::EgressRules>, Status> {
+        let caller = check(&self.shared, &request, Operation::ChangeEgressRule, None, None)?;
+        let message = request.into_inner();
+        let (host, action) = (message.host.clone(), message.action.clone());
+        let by = crate::audit::principal(&caller);
+        let rules = super::egress::change(&self.shared, by, message).await?;
+        let record = Record::by(Kind::Policy, &caller, "changed").detail("egress_rule", host).detail("action", action);
+        self.shared.audit.record(record);
+        Ok(Response::new(rules))
+    }
+
     async fn search_audit(&self, request: Request<v1::AuditQuery>) -> Result<Response<v1::AuditRecords>, Status> {
         check(&self.shared, &request, Operation::SearchAudit, None, None)?;
         let message = request.into_inner();

@@ -133,6 +133,7 @@ pub struct Runners {
     /// Checks and opens the runners' connections out.
     web: Arc<crate::egress::proxy::WebProxy>,
     audit: crate::audit::Audit,
+    refusals: crate::egress::policy::Refusals,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
     /// for them.
     tracker: TaskTracker,
@@ -159,12 +160,15 @@ pub struct Setup {
     /// The web proxy, whose address filter the runners' connections out pass.
     pub web: Arc<crate::egress::proxy::WebProxy>,
     pub audit: crate::audit::Audit,
+    /// Where a context hears of hosts its tools were refused.
+    pub inbox: Arc<crate::inbox::Inbox>,
     pub tracker: TaskTracker,
 }
 
 impl Runners {
     pub fn new(setup: Setup) -> Runners {
-        let Setup { containers, policy, ipc, workspaces, data_dir, skill_dirs, idle, web, audit, tracker } = setup;
+        let Setup { containers, policy, ipc, workspaces, data_dir, skill_dirs, idle, web, audit, inbox, tracker } =
+            setup;
         Runners {
             containers,
             policy,
@@ -177,6 +181,7 @@ impl Runners {
             connected: Arc::new(Connected::new("tool runner")),
             web,
             audit,
+            refusals: crate::egress::policy::Refusals::new(inbox),
             tracker,
         }
     }
@@ -441,6 +446,7 @@ impl Runners {
             gate: Arc::new(crate::egress::policy::Policy {
                 data_dir: self.data_dir.clone(),
                 context: identity.context.clone(),
+                refusals: self.refusals.clone(),
             }),
             web: self.web.clone(),
             audit: self.audit.clone(),

@@ -86,6 +86,11 @@ pub enum Command {
         #[command(subcommand)]
         command: McpCommand,
     },
+    /// Which hosts tools may reach: list the rules, allow, deny or ask about a host, revoke a rule
+    Egress {
+        #[command(subcommand)]
+        command: EgressCommand,
+    },
     /// Users and the channel identities that act as them (web, Slack)
     Users {
         #[command(subcommand)]
@@ -327,6 +332,52 @@ pub enum SkillsCommand {
         user: Option<String>,
         #[arg(long, value_name = "ID")]
         group: Option<String>,
+    },
+}
+
+/// Whose egress rules a command means: a user's or group's own (the caller's by default), or
+/// everyone's.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EgressScope {
+    #[arg(long, value_name = "ID", conflicts_with_all = ["group", "system"])]
+    pub user: Option<String>,
+    #[arg(long, value_name = "ID", conflicts_with = "system")]
+    pub group: Option<String>,
+    /// Everyone's rules (config/egress.yaml)
+    #[arg(long)]
+    pub system: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EgressCommand {
+    /// The rules a user's or group's tools go by: everyone's, then its own
+    List {
+        #[command(flatten)]
+        scope: EgressScope,
+    },
+    /// Let tools reach HOST (a host, *.domain or host:port)
+    Allow {
+        host: String,
+        #[command(flatten)]
+        scope: EgressScope,
+    },
+    /// Never let tools reach HOST
+    Deny {
+        host: String,
+        #[command(flatten)]
+        scope: EgressScope,
+    },
+    /// Ask in chat each time tools want HOST
+    Ask {
+        host: String,
+        #[command(flatten)]
+        scope: EgressScope,
+    },
+    /// Remove the rule for HOST
+    Revoke {
+        host: String,
+        #[command(flatten)]
+        scope: EgressScope,
     },
 }
 

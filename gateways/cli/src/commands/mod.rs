@@ -1,6 +1,7 @@
 //! What each `baaaht` command does: [`run`] picks the command's handler, one module per noun.
 
 mod chat;
+mod egress;
 mod mcp;
 mod people;
 mod sessions;
@@ -74,6 +75,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Mcp { command } => {
             let mut client = crate::connect(&socket).await?;
             mcp::mcp(&mut client, &socket, command).await
+        }
+        Command::Egress { command } => {
+            let mut client = crate::connect(&socket).await?;
+            egress::egress(&mut client, &socket, command).await
         }
         Command::Users { command } => {
             let mut client = crate::connect(&socket).await?;

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 mod abuse;
 mod delegation;
+mod egress;
 mod identity;
 mod llm;
 mod mcp;
@@ -176,6 +177,13 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// A 10 MB download by a Coder's command through the tool runner's proxy (plain and
+    /// tunnelled) vs the same download from a container on the bridge network
+    Egress {
+        /// Downloads of each path (at least 5)
+        #[arg(long, default_value_t = 10)]
+        downloads: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -204,6 +212,7 @@ fn main() -> Result<()> {
         Bench::Slack { runs, rounds } => slack::run(runs.max(10), rounds.max(2)),
         Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
+        Bench::Egress { downloads } => egress::run(downloads.max(5)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
         Bench::Relay { requests, tokens } => relay::run(requests.max(100), tokens.max(1000)),
     }

@@ -1,0 +1,64 @@
+//! `baaaht egress`.
+
+use baaaht_proto::v1;
+
+use crate::args::{EgressCommand, EgressScope};
+use crate::terminal::clean;
+use crate::CliError;
+
+pub(crate) async fn egress(
+    client: &mut baaaht_proto::client::Client,
+    socket: &std::path::Path,
+    command: EgressCommand,
+) -> Result<(), CliError> {
+    let status = |status| CliError::from_status(status, socket);
+    let whose = |scope: EgressScope| {
+        let env = |key: &str| std::env::var(key).ok();
+        let context = (!scope.system).then(|| crate::chat::context(scope.user, scope.group, env));
+        (context, scope.system)
+    };
+    let (host, action, scope) = match command {
+        EgressCommand::List { scope } => {
+            let (context, system) = whose(scope);
+            let request = v1::EgressRulesRequest { context, system };
+            let rules = client.admin.list_egress_rules(request).await.map_err(status)?.into_inner();
+            print!("{}", rules_text(&rules));
+            return Ok(());
+        }
+        EgressCommand::Allow { host, scope } => (host, "allow", scope),
+        EgressCommand::Deny { host, scope } => (host, "deny", scope),
+        EgressCommand::Ask { host, scope } => (host, "ask", scope),
+        EgressCommand::Revoke { host, scope } => (host, "revoke", scope),
+    };
+    let (context, system) = whose(scope);
+    let request = v1::EgressRuleChange { context, system, host: host.clone(), action: action.into() };
+    let rules = client.admin.change_egress_rule(request).await.map_err(status)?.into_inner();
+    match action {
+        "revoke" => println!("the rule for {} is removed", clean(&host)),
+        action => println!("{} is now: {action}", clean(&host)),
+    }
+    print!("{}", rules_text(&rules));
+    Ok(())
+}
+
+/// The rules as a table: host, action, whose, where written; then the files' problems.
+fn rules_text(rules: &v1::EgressRules) -> String {
+    let mut text = String::new();
+    if rules.rules.is_empty() {
+        text.push_str("no egress rules: tools are asked about every host (and refused where nobody can answer)\n");
+    }
+    for rule in &rules.rules {
+        let whose = if rule.system { "everyone" } else { "own" };
+        text.push_str(&format!(
+            "{:<40} {:<6} {:<9} {}\n",
+            clean(&rule.host),
+            clean(&rule.action),
+            whose,
+            clean(&rule.at)
+        ));
+    }
+    for problem in &rules.problems {
+        text.push_str(&format!("problem: {}\n", clean(problem)));
+    }
+    text
+}

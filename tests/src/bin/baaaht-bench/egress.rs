@@ -1,0 +1,177 @@
+//! `baaaht-bench egress`: a 10 MB download by a Coder's command through the tool runner's
+//! proxy (plain HTTP, and a CONNECT tunnel as https takes), beside the same download from a
+//! container on Docker's bridge network, in the same run: time to the first byte and
+//! throughput, each measured inside the container by the same Python client.
+
+use std::io::{BufRead as _, Write as _};
+use std::process::Command;
+
+use anyhow::{bail, Context as _, Result};
+use baaaht_proto::v1;
+use baaaht_tests::DaemonOptions;
+
+use crate::{coder, header, Row};
+
+/// The body each download fetches.
+const SIZE: usize = 10 << 20;
+
+/// Fetches `http://HOST:PORT/big` (`proxy`: through the proxy in absolute form; `tunnel`:
+/// through a CONNECT; `direct`: straight) and prints `ttfb_ms total_ms bytes`.
+const CLIENT: &str = r#"
+import os, socket, sys, time
+host, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+get = f"GET {{}} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+started = time.perf_counter()
+if mode == "direct":
+    s = socket.create_connection((host, port)); s.sendall(get.format("/big").encode())
+else:
+    proxy = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+    s = socket.create_connection(("127.0.0.1", proxy))
+    if mode == "proxy":
+        s.sendall(get.format(f"http://{host}:{port}/big").encode())
+    else:
+        s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(1)
+        if b" 200 " not in head.split(b"\r\n")[0]:
+            sys.exit(f"refused: {head!r}")
+        s.sendall(get.format("/big").encode())
+first = s.recv(1 << 20)
+ttfb = time.perf_counter() - started
+received = len(first)
+while True:
+    chunk = s.recv(1 << 20)
+    if not chunk:
+        break
+    received += len(chunk)
+total = time.perf_counter() - started
+print(f"{ttfb * 1e3:.3f} {total * 1e3:.3f} {received}")
+"#;
+
+/// A server on the bridge answering every request with `SIZE` bytes.
+fn big_server() -> Result<(std::net::IpAddr, u16)> {
+    let bridge = baaaht_tests::bridge_address()?;
+    let listener = std::net::TcpListener::bind((bridge, 0))?;
+    let port = listener.local_addr()?.port();
+    let body = vec![b'x'; SIZE];
+    let body = std::sync::Arc::new(body);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream);
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {SIZE}\r\nConnection: close\r\n\r\n");
+                let stream = reader.get_mut();
+                // silent-ok: a client that went away gets nothing.
+                let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(&body));
+            });
+        }
+    });
+    Ok((bridge, port))
+}
+
+/// (time to first byte, whole download) in ms, from the client's line.
+fn parsed(output: &str) -> Result<(f64, f64)> {
+    let line = output.lines().rev().find(|line| line.split(' ').count() == 3).context(output.to_string())?;
+    let fields: Vec<&str> = line.split(' ').collect();
+    let bytes: usize = fields[2].parse()?;
+    if bytes < SIZE {
+        bail!("only {bytes} bytes arrived: {output}");
+    }
+    Ok((fields[0].parse()?, fields[1].parse()?))
+}
+
+pub(crate) fn run(downloads: usize) -> Result<()> {
+    let rt = baaaht_tests::runtime();
+    let (bridge, port) = big_server()?;
+    let target = format!("{bridge}:{port}");
+    let options = DaemonOptions {
+        files: vec![
+            ("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{target}']\n")),
+            ("users/baaaht-self-test/egress.yaml".into(), format!("rules:\n  - host: '{target}'\n    action: allow\n")),
+        ],
+        ..Default::default()
+    };
+    let mut coder = rt.block_on(coder(options))?;
+    let write = v1::ToolRequest {
+        tool: "write_file".into(),
+        params_json: serde_json::json!({ "path": "get.py", "content": CLIENT }).to_string(),
+        ..v1::ToolRequest::default()
+    };
+    let wrote = rt.block_on(coder.client.agents.request_tool_execution(write))?.into_inner();
+    if wrote.is_error {
+        bail!("write_file failed: {}", wrote.content);
+    }
+    let mut through = |mode: &str| -> Result<(f64, f64)> {
+        let command = format!("python3 get.py {bridge} {port} {mode}");
+        let request = v1::ToolRequest {
+            tool: "exec".into(),
+            params_json: serde_json::json!({ "command": command }).to_string(),
+            ..v1::ToolRequest::default()
+        };
+        let answer = rt.block_on(coder.client.agents.request_tool_execution(request))?.into_inner();
+        if answer.is_error {
+            bail!("the download failed: {}", answer.content);
+        }
+        parsed(&answer.content)
+    };
+    let direct = || -> Result<(f64, f64)> {
+        let output = Command::new("docker")
+            .args(["run", "--rm", "--network", "bridge", "baaaht/base:latest", "python3", "-c", CLIENT])
+            .args([bridge.to_string(), port.to_string(), "direct".into()])
+            .output()?;
+        if !output.status.success() {
+            bail!("docker run failed: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        parsed(&String::from_utf8_lossy(&output.stdout))
+    };
+    let row = |name: &str, unit: &'static str| Row { name: name.into(), unit, values: vec![] };
+    let mut rows = [
+        row("proxy (plain http): time to first byte", "ms"),
+        row("proxy (CONNECT tunnel): time to first byte", "ms"),
+        row("baseline: bridge network, direct: time to first byte", "ms"),
+        row("proxy (plain http): throughput", "MB/s"),
+        row("proxy (CONNECT tunnel): throughput", "MB/s"),
+        row("baseline: bridge network, direct: throughput", "MB/s"),
+    ];
+    // The first of each warms the runner and the path; interleaved, so drift hits all alike.
+    through("proxy")?;
+    direct()?;
+    let mb = SIZE as f64 / 1e6;
+    for _ in 0..downloads {
+        for (index, measured) in [through("proxy")?, through("tunnel")?, direct()?].into_iter().enumerate() {
+            rows[index].values.push(measured.0);
+            rows[index + 3].values.push(mb / (measured.1 / 1e3));
+        }
+    }
+    println!(
+        "baaaht-bench egress: {downloads} downloads of {} MB each way, from a Coder's command through the runner's \
+         proxy and the daemon, beside a container on the bridge network in the same run\n",
+        SIZE >> 20
+    );
+    header();
+    let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();
+    let (ttfb_plain, ttfb_tunnel, ttfb_direct) = (p50[0], p50[1], p50[2]);
+    let (rate_plain, rate_tunnel, rate_direct) = (p50[3], p50[4], p50[5]);
+    println!(
+        "\nfirst byte: +{:.1} ms (plain), +{:.1} ms (tunnel) over direct (target ≤ +5 ms); throughput: {:.2}× \
+         (plain), {:.2}× (tunnel) of direct (target ≥ 0.8×)",
+        ttfb_plain - ttfb_direct,
+        ttfb_tunnel - ttfb_direct,
+        rate_plain / rate_direct,
+        rate_tunnel / rate_direct
+    );
+    println!(
+        "RESULT ttfb_plain_ms={ttfb_plain:.2} ttfb_tunnel_ms={ttfb_tunnel:.2} ttfb_direct_ms={ttfb_direct:.2} \
+         mbps_plain={rate_plain:.1} mbps_tunnel={rate_tunnel:.1} mbps_direct={rate_direct:.1} \
+         throughput_vs_direct={:.2}",
+        rate_tunnel / rate_direct
+    );
+    drop(coder);
+    Ok(())
+}
