@@ -341,6 +341,7 @@ pub enum Operation {
     CompactSession,
     SwitchModel,
     CancelTurn,
+    AnswerApproval,
     RunSelfTest,
     WhoAmI,
     UpdateProfile,
@@ -486,6 +487,7 @@ impl Operation {
             Operation::CompactSession => "CompactSession",
             Operation::SwitchModel => "SwitchModel",
             Operation::CancelTurn => "CancelTurn",
+            Operation::AnswerApproval => "AnswerApproval",
             Operation::RunSelfTest => "RunSelfTest",
             Operation::WhoAmI => "WhoAmI",
             Operation::UpdateProfile => "UpdateProfile",
@@ -586,7 +588,8 @@ impl Operation {
             | Operation::UploadFile
             | Operation::RouteToAgent
             | Operation::PublishEvent
-            | Operation::CancelTurn => Capability::SendMessages,
+            | Operation::CancelTurn
+            | Operation::AnswerApproval => Capability::SendMessages,
             Operation::ListSessions | Operation::ReadSession | Operation::SubscribeEvents | Operation::ListInbox => {
                 Capability::ReadSessions
             }

@@ -61,6 +61,10 @@ pub enum Kind {
     Message { content: String, reply_to: String, metadata: BTreeMap<String, String> },
     /// A scheduled task's result or trouble.
     Notice(Notice),
+    /// A tool's connection to `host:port` waits for someone of the context to allow it.
+    ApprovalRequest { id: String, host: String, port: u16, agent: Role, asked_by: String, expires_in: u32 },
+    /// It was answered (`by`; "nobody" when it timed out): `decision` once, session, always, deny.
+    ApprovalSettled { id: String, decision: String, by: String },
 }
 
 /// A scheduled task's result or trouble, for `channel` (empty: any).

@@ -193,6 +193,8 @@ pub struct Shared {
     pub lifetime: Lifetime,
     /// The registered gateways (web, Slack).
     pub gateways: Arc<gateways::Registry>,
+    /// Connections waiting for someone to allow them in chat.
+    pub approvals: Arc<egress::approvals::Approvals>,
     /// The gateways the daemon runs itself.
     pub supervisors: Arc<gateways::supervise::Supervisors>,
     /// Channel identities → canonical users.
@@ -437,6 +439,11 @@ impl Daemon {
                 .map_err(|source| DaemonError::Ipc { path: data_dir.ipc_dir(), source })?,
         );
         let inbox = Arc::new(inbox::Inbox::new(data_dir.state_dir().join("inbox")));
+        let events = Arc::new(events::EventBus::default());
+        let approvals = Arc::new(egress::approvals::Approvals::new(
+            events.clone(),
+            Duration::from_secs(loaded.config.egress.approval_timeout.max(1)),
+        ));
         let tools = Arc::new(tools::Runners::new(tools::Setup {
             containers: containers.clone(),
             policy: policy.clone(),
@@ -448,6 +455,7 @@ impl Daemon {
             web: web.clone(),
             audit: audit.clone(),
             inbox: inbox.clone(),
+            approvals: approvals.clone(),
             tracker: tracker.clone(),
         }));
         // The MCP servers' own folders (`state: true`), capped at the MCP role's disk limit as
@@ -514,7 +522,6 @@ impl Daemon {
             tracker: tracker.clone(),
         }));
         let loaded = Arc::new(loaded);
-        let events = Arc::new(events::EventBus::default());
         let calls = Arc::new(llm::call::Calls::new(
             llm.clone(),
             budgets.clone(),
@@ -589,6 +596,7 @@ impl Daemon {
             memory: Arc::new(memory::Memories::new(data_dir_for_memory)),
             secrets,
             lifetime,
+            approvals,
             gateways,
             supervisors,
             identities,
@@ -682,6 +690,7 @@ impl Daemon {
             scheduler: shared.scheduler.clone(),
             memory: shared.memory.clone(),
             inbox: shared.inbox.clone(),
+            approvals: shared.approvals.clone(),
         });
         tracker.spawn(
             shared

@@ -323,3 +323,111 @@ fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
     );
     assert!(ours[0]["detail"]["asked_by"].as_str().unwrap_or_default().starts_with("exec: python3"), "{:?}", ours[0]);
 }
+
+/// A host no rule names is asked about on every channel following the context, and the first
+/// answer decides: once (asked again next time), for the session (not asked again), always (a
+/// rule in the user's file), deny; nobody answering in time denies; each answer audited.
+#[test]
+fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
+    use tokio_stream::StreamExt as _;
+    let rt = baaaht_tests::runtime();
+    let (bridge, port) = bridge_server();
+    let (_, second) = bridge_server();
+    let (_, third) = bridge_server();
+    let allow: Vec<String> = [port, second, third].iter().map(|p| format!("'{bridge}:{p}'")).collect();
+    let config = format!("tools:\n  web_proxy:\n    allow: [{}]\negress:\n  approval_timeout: 3\n", allow.join(", "));
+    let daemon =
+        TestDaemon::start(DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..Default::default() })
+            .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    // The user follows her conversation in a terminal.
+    let mut events = rt.block_on(async {
+        let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await.expect("connect");
+        let context = v1::ContextRef { r#type: v1::ContextType::User as i32, id: "baaaht-self-test".into() };
+        let subscription = v1::EventSubscription {
+            context: Some(context),
+            channel: v1::ChannelType::Tui as i32,
+            ..Default::default()
+        };
+        host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner()
+    });
+    let fetch_in_background = |target: String| {
+        let (socket, options) = (coder.socket.clone(), coder.options());
+        std::thread::spawn(move || {
+            baaaht_tests::runtime().block_on(async move {
+                let mut agent = client::connect(&socket, options).await.expect("connect");
+                let command = format!(
+                    "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('http://{target}/x', timeout=30).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
+                );
+                let request = v1::ToolRequest {
+                    tool: "exec".into(),
+                    params_json: serde_json::json!({ "command": command }).to_string(),
+                    ..v1::ToolRequest::default()
+                };
+                agent.agents.request_tool_execution(request).await.expect("exec").into_inner().content
+            })
+        })
+    };
+    let next_request = |events: &mut tonic::Streaming<v1::OrchestratorEvent>| {
+        rt.block_on(async {
+            loop {
+                let event = tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
+                    .await
+                    .expect("an approval request within 30 s")
+                    .expect("the stream")
+                    .expect("an event");
+                if let Some(v1::orchestrator_event::Event::Approval(request)) = event.event {
+                    return request;
+                }
+            }
+        })
+    };
+    let answer = |id: &str, how: &[&str]| {
+        let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
+            .args(["egress"])
+            .args(how)
+            .arg(id)
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("baaaht egress");
+        assert!(output.status.success(), "{how:?}: {}", String::from_utf8_lossy(&output.stderr));
+    };
+    // Once: allowed, and asked again the next time.
+    let fetching = fetch_in_background(format!("{bridge}:{port}"));
+    let request = next_request(&mut events);
+    assert_eq!((request.host.as_str(), request.port), (bridge.to_string().as_str(), u32::from(port)));
+    assert!(request.asked_by.starts_with("exec: python3"), "{request:?}");
+    answer(&request.id, &["approve"]);
+    assert!(fetching.join().expect("fetch").contains("arrived: GET /x"), "allowed once");
+    // For the session: allowed now and next time without asking.
+    let fetching = fetch_in_background(format!("{bridge}:{port}"));
+    let request = next_request(&mut events);
+    answer(&request.id, &["approve", "--session"]);
+    assert!(fetching.join().expect("fetch").contains("arrived: GET /x"));
+    let again = fetch_in_background(format!("{bridge}:{port}")).join().expect("fetch");
+    assert!(again.contains("arrived: GET /x"), "not asked again in the session: {again}");
+    // Deny, and nobody answering.
+    let fetching = fetch_in_background(format!("{bridge}:{third}"));
+    let request = next_request(&mut events);
+    answer(&request.id, &["deny"]);
+    let denied = fetching.join().expect("fetch");
+    assert!(denied.contains("403") && denied.contains("was denied by host:uid="), "{denied}");
+    let fetching = fetch_in_background(format!("{bridge}:{third}"));
+    next_request(&mut events);
+    let unanswered = fetching.join().expect("fetch");
+    assert!(unanswered.contains("403") && unanswered.contains("nobody answered within 3 s"), "{unanswered}");
+    // Always: a rule in the user's own file (for the host, every port).
+    let fetching = fetch_in_background(format!("{bridge}:{second}"));
+    let request = next_request(&mut events);
+    answer(&request.id, &["approve", "--always"]);
+    assert!(fetching.join().expect("fetch").contains("arrived: GET /x"));
+    let rules = std::fs::read_to_string(daemon.data_dir.join("users/baaaht-self-test/egress.yaml")).expect("rules");
+    assert!(rules.contains(&format!("  - host: '{bridge}'\n    action: allow  # by host:uid=")), "{rules}");
+    let answers: Vec<String> = daemon
+        .audit_records("egress")
+        .iter()
+        .filter(|record| record["outcome"] == "answered")
+        .map(|record| record["detail"]["decision"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(answers, ["once", "session", "deny", "always"]);
+}

@@ -27,6 +27,21 @@ pub struct Config {
     pub audit: AuditConfig,
     pub otel: OtelConfig,
     pub secrets: SecretsConfig,
+    pub egress: EgressConfig,
+}
+
+/// Tools' connections out (the rules themselves are in `egress.yaml` files).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressConfig {
+    /// Seconds a connection waits for someone to allow it in chat before it is denied.
+    pub approval_timeout: u64,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig { approval_timeout: 120 }
+    }
 }
 
 /// Which secrets of the store (`baaahtd secrets set NAME`) users' and groups' own mcp.yaml

@@ -2,8 +2,10 @@
 //! address filter every connection passes ([`filter`]), the proxy behind ProxyWebRequest
 //! ([`proxy`]), the web_search backends ([`search`]), CONNECT tunnels through the filter
 //! ([`tunnel`]), the connections a container's own proxy opens over its stream ([`relay`]),
-//! and which hosts a context's tools may reach ([`policy`]).
+//! which hosts a context's tools may reach ([`policy`]), and asking its people in chat about
+//! the others ([`approvals`]).
 
+pub mod approvals;
 pub mod filter;
 pub mod policy;
 pub mod proxy;

@@ -246,14 +246,17 @@ fn decide_among(everyone: &[Rule], own: &[Rule], host: &str, port: u16) -> Optio
     everyone.into_iter().chain(own).max_by_key(|rule| (rule.pattern.specificity(), rule.action))
 }
 
-/// The gate of one context's tool containers: its rules decide; a host no rule names is
-/// refused, with the rule that would allow it, until approvals in chat ask about it, and the
-/// context is told in its inbox (once an hour per host) how to allow it for next time.
+/// The gate of one session's tool containers: the context's rules decide; about a host no
+/// rule names (or one whose rule says `ask`) the context's people are asked in chat. Refused
+/// so because nobody could answer, the context is told in its inbox (once an hour per host)
+/// how to allow it for next time.
 #[derive(Debug)]
 pub struct Policy {
     pub data_dir: DataDir,
     pub context: Context,
+    pub session: String,
     pub refusals: Refusals,
+    pub approvals: std::sync::Arc<crate::egress::approvals::Approvals>,
 }
 
 /// Where refusals of hosts no rule names are told, and when each was last told.
@@ -313,11 +316,37 @@ impl crate::egress::relay::Gate for Policy {
                 Verdict::Refuse(format!("{host}:{port} is denied by the rule `{}` ({})", rule.pattern, rule.at))
             }
             Ok(_) => {
-                self.refusals.tell(&self.context, host, port, asked_by);
-                Verdict::Refuse(format!(
-                    "{host}:{port} is not allowed for {}'s tools; to allow it, add to {own}:\nrules:\n  - host: {host}\n    action: allow",
-                    self.context
-                ))
+                use crate::egress::approvals::{Asking, Decision};
+                let asking = Asking {
+                    context: self.context.clone(),
+                    session: self.session.clone(),
+                    agent: crate::auth::Role::Coder,
+                    host: host.to_string(),
+                    port,
+                    asked_by: asked_by.to_string(),
+                };
+                match self.approvals.ask(&asking).await {
+                    Ok((Decision::Deny, by)) => Verdict::Refuse(format!("{host}:{port} was denied by {by}")),
+                    Ok((Decision::Always, by)) => {
+                        let path = self.data_dir.context_dir(&self.context).join(FILE);
+                        let (written, by_rule) = (host.to_string(), by.clone());
+                        let wrote =
+                            tokio::task::spawn_blocking(move || change(&path, &written, Some(Action::Allow), &by_rule))
+                                .await;
+                        if !matches!(wrote, Ok(Ok(_))) {
+                            tracing::warn!(context = %self.context, host, ?wrote, "an approval's rule could not be written");
+                        }
+                        Verdict::Allow { by: format!("{by}, always") }
+                    }
+                    Ok((decision, by)) => Verdict::Allow { by: format!("{by}, {}", decision.as_str()) },
+                    Err(why) => {
+                        self.refusals.tell(&self.context, host, port, asked_by);
+                        Verdict::Refuse(format!(
+                            "{host}:{port} is not allowed for {}'s tools, and {why}; to allow it, add to {own}:\nrules:\n  - host: {host}\n    action: allow",
+                            self.context
+                        ))
+                    }
+                }
             }
             Err(error) => Verdict::Refuse(format!("the egress policy could not be read: {error}")),
         }

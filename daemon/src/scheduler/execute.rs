@@ -28,6 +28,9 @@ pub struct Daemon {
     pub scheduler: Arc<super::Scheduler>,
     pub memory: Arc<Memories>,
     pub inbox: Arc<Inbox>,
+    /// A run's connections out have nobody to ask: they are refused, and the inbox says how
+    /// to allow them.
+    pub approvals: Arc<crate::egress::approvals::Approvals>,
 }
 
 /// The role a task's `agent` names; heartbeats always use the Heartbeat agent.
@@ -130,7 +133,9 @@ impl Daemon {
             ),
         };
         let timeout = (task.timeout > 0).then(|| Duration::from_secs(task.timeout));
+        self.approvals.unattended(&record.id, true);
         let ran = crate::orchestrator::run_alone(&self.orchestrator, &record, role, text, timeout).await;
+        self.approvals.unattended(&record.id, false);
         if task.context_mode != ContextMode::Session {
             // The run's own session ends with it (no memory extraction: nothing was said).
             if let Err(error) = self.orchestrator.sessions.set_status(&record.id, SessionStatus::Archived) {

@@ -21,6 +21,7 @@ fn executor(house: &House) -> Daemon {
         scheduler: shared.scheduler.clone(),
         memory: shared.memory.clone(),
         inbox: shared.inbox.clone(),
+        approvals: shared.approvals.clone(),
     }
 }
 

@@ -110,6 +110,15 @@ pub(crate) fn event(context: &Context, event: crate::events::Event) -> v1::Orche
             channel: notice.channel,
             is_error: notice.is_error,
         }),
+        Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in } => Out::Approval(v1::ApprovalRequest {
+            id,
+            host,
+            port: u32::from(port),
+            agent: role_ref(agent) as i32,
+            asked_by,
+            expires_in_seconds: expires_in,
+        }),
+        Kind::ApprovalSettled { id, decision, by } => Out::ApprovalSettled(v1::ApprovalSettled { id, decision, by }),
     };
     v1::OrchestratorEvent {
         session_id: event.session,

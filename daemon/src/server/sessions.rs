@@ -664,6 +664,32 @@ impl v1::sessions_server::Sessions for SessionsService {
         Ok(Response::new(v1::Ack { message: format!("session {id} compacted into entry {entry}") }))
     }
 
+    async fn answer_approval(&self, request: Request<v1::ApprovalAnswer>) -> Result<Response<v1::Ack>, Status> {
+        use crate::egress::approvals::Decision;
+        let id = request.get_ref().id.clone();
+        let waiting =
+            || Status::not_found(format!("no approval request {id} is waiting (it was answered, or it timed out)"));
+        let context = self.shared.approvals.context_of(&id).ok_or_else(waiting)?;
+        let caller = check(&self.shared, &request, Operation::AnswerApproval, Some(&context), None)?;
+        let answer = request.into_inner();
+        let decision = Decision::named(&answer.decision).ok_or_else(|| {
+            Status::invalid_argument(format!("decision: `{}` is not once, session, always or deny", answer.decision))
+        })?;
+        let admin = match &caller {
+            Caller::Host(_) => true,
+            Caller::Gateway(call) => call.user.as_ref().is_some_and(|user| user.admin),
+            Caller::Container(_) => false,
+        };
+        let by = crate::audit::principal(&caller);
+        self.shared.approvals.answer(&id, Some(&context), decision, &by, admin).map_err(|error| match error {
+            crate::egress::approvals::AnswerError::AdminOnly => Status::permission_denied(error.to_string()),
+            other => Status::not_found(other.to_string()),
+        })?;
+        let record = crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "answered");
+        self.shared.audit.record(record.detail("approval", id.as_str()).detail("decision", decision.as_str()));
+        Ok(Response::new(v1::Ack { message: format!("{id}: {}", decision.as_str()) }))
+    }
+
     async fn cancel_turn(&self, request: Request<v1::CancelTurnRequest>) -> Result<Response<v1::Ack>, Status> {
         check(&self.shared, &request, Operation::CancelTurn, None, Some(&request.get_ref().session_id))?;
         let wanted = request.into_inner();

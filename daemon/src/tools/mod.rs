@@ -134,6 +134,7 @@ pub struct Runners {
     web: Arc<crate::egress::proxy::WebProxy>,
     audit: crate::audit::Audit,
     refusals: crate::egress::policy::Refusals,
+    approvals: Arc<crate::egress::approvals::Approvals>,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
     /// for them.
     tracker: TaskTracker,
@@ -162,13 +163,27 @@ pub struct Setup {
     pub audit: crate::audit::Audit,
     /// Where a context hears of hosts its tools were refused.
     pub inbox: Arc<crate::inbox::Inbox>,
+    /// Where hosts no rule names are asked about.
+    pub approvals: Arc<crate::egress::approvals::Approvals>,
     pub tracker: TaskTracker,
 }
 
 impl Runners {
     pub fn new(setup: Setup) -> Runners {
-        let Setup { containers, policy, ipc, workspaces, data_dir, skill_dirs, idle, web, audit, inbox, tracker } =
-            setup;
+        let Setup {
+            containers,
+            policy,
+            ipc,
+            workspaces,
+            data_dir,
+            skill_dirs,
+            idle,
+            web,
+            audit,
+            inbox,
+            approvals,
+            tracker,
+        } = setup;
         Runners {
             containers,
             policy,
@@ -182,6 +197,7 @@ impl Runners {
             web,
             audit,
             refusals: crate::egress::policy::Refusals::new(inbox),
+            approvals,
             tracker,
         }
     }
@@ -446,7 +462,9 @@ impl Runners {
             gate: Arc::new(crate::egress::policy::Policy {
                 data_dir: self.data_dir.clone(),
                 context: identity.context.clone(),
+                session: identity.session_id.clone(),
                 refusals: self.refusals.clone(),
+                approvals: self.approvals.clone(),
             }),
             web: self.web.clone(),
             audit: self.audit.clone(),

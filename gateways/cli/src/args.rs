@@ -361,7 +361,7 @@ pub enum EgressCommand {
         #[command(flatten)]
         scope: EgressScope,
     },
-    /// Never let tools reach HOST
+    /// Never let tools reach HOST; or, given an approval's id, refuse that connection
     Deny {
         host: String,
         #[command(flatten)]
@@ -378,6 +378,15 @@ pub enum EgressCommand {
         host: String,
         #[command(flatten)]
         scope: EgressScope,
+    },
+    /// Allow a connection waiting for approval (its id is in the prompt): once, for the
+    /// session, or always (a rule)
+    Approve {
+        id: String,
+        #[arg(long, conflicts_with = "always")]
+        session: bool,
+        #[arg(long)]
+        always: bool,
     },
 }
 

@@ -23,6 +23,21 @@ pub fn role_name(role: i32) -> &'static str {
     baaaht_proto::role_name(role).filter(|name| *name != "tool").unwrap_or("agent")
 }
 
+/// A tool's connection waiting for approval, and how to answer it from another terminal.
+pub fn approval_text(request: &v1::ApprovalRequest) -> String {
+    let asked =
+        if request.asked_by.is_empty() { String::new() } else { format!(" for `{}`", clean(&request.asked_by)) };
+    format!(
+        "  ? {}'s tools want {}:{}{asked}. Allow: baaaht egress approve {id} [--session | --always]; refuse: baaaht \
+         egress deny {id} (denied in {} s)\n",
+        role_name(request.agent),
+        clean(&request.host),
+        request.port,
+        request.expires_in_seconds,
+        id = clean(&request.id),
+    )
+}
+
 /// How a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {

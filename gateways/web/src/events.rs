@@ -195,8 +195,7 @@ pub fn agent_name(role: i32) -> String {
     name.trim_start_matches("AGENT_ROLE_").to_lowercase()
 }
 
-/// An event as the browser reads it; none for what it does not show.
-/// An event as `me`'s page reads it.
+/// An event as `me`'s page reads it; none for what it does not show.
 pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Value> {
     use serde_json::json;
     use v1::orchestrator_event::Event;
@@ -224,7 +223,12 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
         }
         Event::Message(message) => json!({"type": "message", "session": session, "text": message.content}),
         Event::Notice(notice) => json!({"type": "notice", "session": session, "text": notice.content}),
-        Event::ThinkingDelta(_) => return None,
+        // The page's approval card comes with the web UI's issue; until then a note says what
+        // waits, and `baaaht egress approve|deny ID` answers it.
+        Event::Approval(request) => json!({"type": "notice", "session": session,
+            "text": format!("The {}'s tools want {}:{} (it waits {} s for an answer; approval {}).",
+                agent(request.agent), request.host, request.port, request.expires_in_seconds, request.id)}),
+        Event::ThinkingDelta(_) | Event::ApprovalSettled(_) => return None,
     })
 }
 

@@ -125,6 +125,13 @@ pub(crate) async fn chat(
             eprint!("{}", clean(&crate::tasks::notice_text(notice)));
             continue;
         }
+        if let Some(v1::orchestrator_event::Event::Approval(request)) = &event.event {
+            if let Some(spinner) = spinner.as_mut() {
+                spinner.clear(&mut note);
+            }
+            eprint!("{}", crate::chat::approval_text(request));
+            continue;
+        }
         if event.turn_id != sent.turn_id {
             continue;
         }

@@ -25,6 +25,23 @@ pub(crate) async fn egress(
             print!("{}", rules_text(&rules));
             return Ok(());
         }
+        EgressCommand::Approve { id, session, always } => {
+            let decision = match (session, always) {
+                (_, true) => "always",
+                (true, false) => "session",
+                (false, false) => "once",
+            };
+            let answer = v1::ApprovalAnswer { id: id.clone(), decision: decision.into() };
+            client.sessions.answer_approval(answer).await.map_err(status)?;
+            println!("{} is allowed ({decision})", clean(&id));
+            return Ok(());
+        }
+        EgressCommand::Deny { host: id, .. } if is_approval_id(&id) => {
+            let answer = v1::ApprovalAnswer { id: id.clone(), decision: "deny".into() };
+            client.sessions.answer_approval(answer).await.map_err(status)?;
+            println!("{} is refused", clean(&id));
+            return Ok(());
+        }
         EgressCommand::Allow { host, scope } => (host, "allow", scope),
         EgressCommand::Deny { host, scope } => (host, "deny", scope),
         EgressCommand::Ask { host, scope } => (host, "ask", scope),
@@ -39,6 +56,11 @@ pub(crate) async fn egress(
     }
     print!("{}", rules_text(&rules));
     Ok(())
+}
+
+/// Whether `text` is an approval's id (`a-` and 12 hex digits), not a host.
+fn is_approval_id(text: &str) -> bool {
+    text.strip_prefix("a-").is_some_and(|hex| hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The rules as a table: host, action, whose, where written; then the files' problems.

@@ -848,6 +848,15 @@ impl App {
             Event::Notice(notice) => {
                 self.blocks.push(Block::Notice { title: notice.title, text: notice.content, error: notice.is_error })
             }
+            Event::Approval(request) => {
+                let title = format!("{}'s tools want {}:{}", role_name(request.agent), request.host, request.port);
+                let text = crate::chat::approval_text(&request).trim().trim_start_matches("? ").to_string();
+                self.blocks.push(Block::Notice { title, text, error: false });
+            }
+            Event::ApprovalSettled(settled) => {
+                let text = format!("· approval {}: {} by {}", settled.id, settled.decision, settled.by);
+                self.blocks.push(Block::Activity { text });
+            }
         }
     }
 

@@ -1,0 +1,257 @@
+//! Approvals in chat (DESIGN.md §10.2): a tool's connection to a host no rule allows waits
+//! while every connected channel of its context is asked (an `ApprovalRequest` event); the
+//! first answer wins (once, for the session, always, or deny), and a timeout, or nobody there
+//! to ask, denies. A session's approvals last as long as the daemon; `always` becomes a rule.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::auth::{Context, Role};
+use crate::events::{Event, EventBus, Kind};
+
+/// An answer to an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Once,
+    Session,
+    Always,
+    Deny,
+}
+
+impl Decision {
+    pub fn named(name: &str) -> Option<Decision> {
+        Some(match name {
+            "once" => Decision::Once,
+            "session" => Decision::Session,
+            "always" => Decision::Always,
+            "deny" => Decision::Deny,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Once => "once",
+            Decision::Session => "session",
+            Decision::Always => "always",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// What asks: whose tools, in which session, for what.
+#[derive(Debug, Clone)]
+pub struct Asking {
+    pub context: Context,
+    pub session: String,
+    pub agent: Role,
+    pub host: String,
+    pub port: u16,
+    pub asked_by: String,
+}
+
+/// A request waiting for its answer.
+struct Pending {
+    context: Context,
+    session: String,
+    answer: oneshot::Sender<(Decision, String)>,
+}
+
+/// Why an answer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("no approval request {0} is waiting (it was answered, or it timed out)")]
+    NotWaiting(String),
+    #[error("approval request {id} is not {context}'s")]
+    NotTheirs { id: String, context: Context },
+    #[error("only an admin may allow a host always for a group; answer once or session")]
+    AdminOnly,
+}
+
+/// Every context's waiting requests, and what each session was allowed.
+#[derive(Debug)]
+pub struct Approvals {
+    events: Arc<EventBus>,
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<String, Pending>,
+    /// (session, host, port) allowed for the session.
+    granted: HashSet<(String, String, u16)>,
+    /// Sessions whose runs have nobody to ask (scheduled runs, heartbeats).
+    unattended: HashSet<String>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State").field("pending", &self.pending.len()).finish_non_exhaustive()
+    }
+}
+
+impl Approvals {
+    pub fn new(events: Arc<EventBus>, timeout: Duration) -> Approvals {
+        Approvals { events, timeout, state: Mutex::default() }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks `session` as run with nobody to ask (a scheduled run) while `unattended`.
+    pub fn unattended(&self, session: &str, unattended: bool) {
+        let mut state = self.state();
+        if unattended {
+            state.unattended.insert(session.to_string());
+        } else {
+            state.unattended.remove(session);
+        }
+    }
+
+    /// Asks the people of `asking.context`; answers the decision and who made it, or why the
+    /// connection is denied.
+    pub async fn ask(&self, asking: &Asking) -> Result<(Decision, String), String> {
+        let key = (asking.session.clone(), asking.host.clone(), asking.port);
+        let (id, answered) = {
+            let mut state = self.state();
+            if state.granted.contains(&key) {
+                return Ok((Decision::Session, "an approval for this session".into()));
+            }
+            if state.unattended.contains(&asking.session) {
+                return Err("nobody can be asked during a scheduled run".into());
+            }
+            if self.events.connected_channels(&asking.context).is_empty() {
+                return Err(format!("nobody of {} is connected to be asked", asking.context));
+            }
+            let id = format!("a-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+            let (answer, answered) = oneshot::channel();
+            state.pending.insert(
+                id.clone(),
+                Pending { context: asking.context.clone(), session: asking.session.clone(), answer },
+            );
+            (id, answered)
+        };
+        let expires_in = u32::try_from(self.timeout.as_secs()).unwrap_or(u32::MAX);
+        let request = Kind::ApprovalRequest {
+            id: id.clone(),
+            host: asking.host.clone(),
+            port: asking.port,
+            agent: asking.agent,
+            asked_by: asking.asked_by.clone(),
+            expires_in,
+        };
+        self.events.publish(&asking.context, Event::of_session(&asking.session, request));
+        let answer = tokio::time::timeout(self.timeout, answered).await;
+        let settled = |decision: &str, by: &str| Kind::ApprovalSettled {
+            id: id.clone(),
+            decision: decision.into(),
+            by: by.into(),
+        };
+        match answer {
+            Ok(Ok((decision, by))) => {
+                if decision == Decision::Session {
+                    self.state().granted.insert(key);
+                }
+                self.events
+                    .publish(&asking.context, Event::of_session(&asking.session, settled(decision.as_str(), &by)));
+                Ok((decision, by))
+            }
+            _ => {
+                self.state().pending.remove(&id);
+                self.events.publish(&asking.context, Event::of_session(&asking.session, settled("deny", "nobody")));
+                Err(format!("nobody answered within {} s", self.timeout.as_secs()))
+            }
+        }
+    }
+
+    /// Takes `decision` by `by` for request `id`, when it is `context`'s (`None`: a host
+    /// client, any context's); `admin`: whether `by` may write a group's rules.
+    pub fn answer(
+        &self,
+        id: &str,
+        context: Option<&Context>,
+        decision: Decision,
+        by: &str,
+        admin: bool,
+    ) -> Result<(), AnswerError> {
+        let mut state = self.state();
+        let Some(pending) = state.pending.get(id) else { return Err(AnswerError::NotWaiting(id.to_string())) };
+        if let Some(context) = context.filter(|context| **context != pending.context) {
+            return Err(AnswerError::NotTheirs { id: id.to_string(), context: context.clone() });
+        }
+        if decision == Decision::Always && pending.context.kind == crate::auth::ContextKind::Group && !admin {
+            return Err(AnswerError::AdminOnly);
+        }
+        let pending = state.pending.remove(id).ok_or_else(|| AnswerError::NotWaiting(id.to_string()))?;
+        // silent-ok: the connection may have been given up meanwhile.
+        let _ = pending.answer.send((decision, by.to_string()));
+        drop(pending.session);
+        Ok(())
+    }
+
+    /// The context whose request `id` is, while it waits.
+    pub fn context_of(&self, id: &str) -> Option<Context> {
+        self.state().pending.get(id).map(|pending| pending.context.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asking(session: &str) -> Asking {
+        Asking {
+            context: Context::user("alice"),
+            session: session.into(),
+            agent: Role::Coder,
+            host: "pypi.org".into(),
+            port: 443,
+            asked_by: "exec: pip download x".into(),
+        }
+    }
+
+    /// Alice follows her events: the request comes, the first answer wins, the second finds
+    /// nothing waiting; `session` holds for the session only.
+    #[tokio::test]
+    async fn the_first_answer_wins_and_a_session_approval_holds_for_its_session() {
+        let events = Arc::new(EventBus::default());
+        let _following = events.connect(&Context::user("alice"), "tui");
+        let mut seen = events.subscribe();
+        let approvals = Arc::new(Approvals::new(events.clone(), Duration::from_secs(5)));
+        let asked = tokio::spawn({
+            let approvals = approvals.clone();
+            async move { approvals.ask(&asking("s1")).await }
+        });
+        let (_, event) = seen.recv().await.expect("an event");
+        let Kind::ApprovalRequest { id, host, port, .. } = event.kind else { panic!("{event:?}") };
+        assert_eq!((host.as_str(), port), ("pypi.org", 443));
+        assert_eq!(
+            approvals.answer(&id, Some(&Context::user("bob")), Decision::Once, "bob", false),
+            Err(AnswerError::NotTheirs { id: id.clone(), context: Context::user("bob") })
+        );
+        approvals.answer(&id, Some(&Context::user("alice")), Decision::Session, "alice", false).expect("taken");
+        assert_eq!(approvals.answer(&id, None, Decision::Deny, "root", true), Err(AnswerError::NotWaiting(id.clone())));
+        assert_eq!(asked.await.expect("asked"), Ok((Decision::Session, "alice".to_string())));
+        let (_, settled) = seen.recv().await.expect("settled");
+        assert!(matches!(settled.kind, Kind::ApprovalSettled { ref decision, .. } if decision == "session"));
+        // The same session is not asked again; another is.
+        assert_eq!(approvals.ask(&asking("s1")).await.map(|(decision, _)| decision), Ok(Decision::Session));
+        approvals.unattended("s2", true);
+        assert_eq!(approvals.ask(&asking("s2")).await, Err("nobody can be asked during a scheduled run".into()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nobody_there_or_nobody_answering_denies() {
+        let events = Arc::new(EventBus::default());
+        let approvals = Approvals::new(events.clone(), Duration::from_secs(120));
+        assert_eq!(approvals.ask(&asking("s1")).await, Err("nobody of user:alice is connected to be asked".into()));
+        let _following = events.connect(&Context::user("alice"), "web");
+        assert_eq!(approvals.ask(&asking("s1")).await, Err("nobody answered within 120 s".into()));
+        assert!(approvals.state().pending.is_empty());
+    }
+}
