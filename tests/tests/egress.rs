@@ -416,13 +416,13 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
     next_request(&mut events);
     let unanswered = fetching.join().expect("fetch");
     assert!(unanswered.contains("403") && unanswered.contains("nobody answered within 3 s"), "{unanswered}");
-    // Always: a rule in the user's own file (for the host, every port).
+    // Always: a rule in the user's own file, for that host and port.
     let fetching = fetch_in_background(format!("{bridge}:{second}"));
     let request = next_request(&mut events);
     answer(&request.id, &["approve", "--always"]);
     assert!(fetching.join().expect("fetch").contains("arrived: GET /x"));
     let rules = std::fs::read_to_string(daemon.data_dir.join("users/baaaht-self-test/egress.yaml")).expect("rules");
-    assert!(rules.contains(&format!("  - host: '{bridge}'\n    action: allow  # by host:uid=")), "{rules}");
+    assert!(rules.contains(&format!("  - host: '{bridge}:{second}'\n    action: allow  # by host:uid=")), "{rules}");
     let answers: Vec<String> = daemon
         .audit_records("egress")
         .iter()

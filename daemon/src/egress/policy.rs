@@ -72,6 +72,7 @@ impl Pattern {
 impl std::fmt::Display for Pattern {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Pattern::Host { host, port: Some(port) } if host.contains(':') => write!(f, "[{host}]:{port}"),
             Pattern::Host { host, port: Some(port) } => write!(f, "{host}:{port}"),
             Pattern::Host { host, port: None } => f.write_str(host),
             Pattern::Under { domain } => write!(f, "*.{domain}"),
@@ -328,8 +329,11 @@ impl crate::egress::relay::Gate for Policy {
                 match self.approvals.ask(&asking).await {
                     Ok((Decision::Deny, by)) => Verdict::Refuse(format!("{host}:{port} was denied by {by}")),
                     Ok((Decision::Always, by)) => {
+                        // What was asked for, no more: this host on this port.
                         let path = self.data_dir.context_dir(&self.context).join(FILE);
-                        let (written, by_rule) = (host.to_string(), by.clone());
+                        let written =
+                            if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+                        let by_rule = by.clone();
                         let wrote =
                             tokio::task::spawn_blocking(move || change(&path, &written, Some(Action::Allow), &by_rule))
                                 .await;
@@ -462,6 +466,7 @@ mod tests {
         assert_eq!(said("files.example.com", 443), Some(Action::Ask), "ask beats allow at equal specificity");
         assert_eq!(said("API.Example.com", 443), Some(Action::Allow));
         assert_eq!(said("notexample.com", 443), None);
+        assert_eq!(pattern("[fd00::7]:8443").map(|p| p.to_string()), Ok("[fd00::7]:8443".to_string()));
         let rule = decide_among(&[], &own, "api.example.com", 443).expect("a rule");
         assert_eq!(rule.at, "egress.yaml:4");
     }

@@ -232,7 +232,18 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
     /// Opens tunnel `id` when the gate allows it and the proxy's address checks pass; the
     /// answer goes down, then the connection's bytes. One audit record each.
     async fn open(self: Arc<Self>, id: u64, host: String, asked_port: u32, asked_by: String) {
-        let host = host.to_ascii_lowercase();
+        // The container's proxy checked it, but the container is not trusted: a name as DNS
+        // writes it, one spelling (lower case, no final dot), or an address.
+        let host = host.to_ascii_lowercase().trim_end_matches('.').to_string();
+        let named = !host.is_empty()
+            && host.len() <= 253
+            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:".contains(&b))
+            && !host.starts_with(['-', '.']);
+        if !named {
+            let refused = "the host is not a host name or an address".to_string();
+            self.send(TunnelDown::Opened { id, refused }).await;
+            return;
+        }
         let mut record = self.record.clone().detail("host", host.as_str()).detail("port", asked_port);
         if !asked_by.is_empty() {
             record = record.detail("asked_by", asked_by.as_str());
