@@ -56,7 +56,6 @@ pub struct Asking {
 /// A request waiting for its answer.
 struct Pending {
     context: Context,
-    session: String,
     answer: oneshot::Sender<(Decision, String)>,
 }
 
@@ -130,10 +129,7 @@ impl Approvals {
             }
             let id = format!("a-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
             let (answer, answered) = oneshot::channel();
-            state.pending.insert(
-                id.clone(),
-                Pending { context: asking.context.clone(), session: asking.session.clone(), answer },
-            );
+            state.pending.insert(id.clone(), Pending { context: asking.context.clone(), answer });
             (id, answered)
         };
         let expires_in = u32::try_from(self.timeout.as_secs()).unwrap_or(u32::MAX);
@@ -190,7 +186,6 @@ impl Approvals {
         let pending = state.pending.remove(id).ok_or_else(|| AnswerError::NotWaiting(id.to_string()))?;
         // silent-ok: the connection may have been given up meanwhile.
         let _ = pending.answer.send((decision, by.to_string()));
-        drop(pending.session);
         Ok(())
     }
 

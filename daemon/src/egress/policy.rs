@@ -204,18 +204,20 @@ fn locate(text: &str, host: &str, from: &mut usize) -> (usize, usize) {
     (0, 0)
 }
 
-/// The rules of `path` (none when there is no file); a file that does not read is logged and
-/// counts as none, which leaves every host to be asked about.
+/// The rules of the file at `path` (none when there is none), or its problems, each as
+/// `path:line:col: what`.
+pub fn load(path: &Path) -> Result<Vec<Rule>, Vec<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse(&text, path),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
+        Err(error) => Err(vec![format!("{}: cannot be read: {error}", path.display())]),
+    }
+}
+
+/// The rules of `path`; a file with problems is logged and counts as none, which leaves every
+/// host to be asked about.
 fn read(path: &Path) -> Vec<Rule> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return vec![],
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "cannot read an egress policy; its rules do not apply");
-            return vec![];
-        }
-    };
-    parse(&text, path).unwrap_or_else(|problems| {
+    load(path).unwrap_or_else(|problems| {
         for problem in problems {
             tracing::warn!(%problem, "an egress policy has a problem; its rules do not apply until it is fixed");
         }
@@ -432,15 +434,7 @@ pub fn check_all(data_dir: &DataDir) -> Vec<String> {
         found.sort();
         paths.extend(found);
     }
-    let mut problems = vec![];
-    for path in paths {
-        match std::fs::read_to_string(&path) {
-            Ok(text) => problems.extend(parse(&text, &path).err().unwrap_or_default()),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => problems.push(format!("{}: cannot be read: {error}", path.display())),
-        }
-    }
-    problems
+    paths.iter().flat_map(|path| load(path).err().unwrap_or_default()).collect()
 }
 
 #[cfg(test)]

@@ -35,13 +35,9 @@ fn listed(shared: &Shared, context: Option<&Context>) -> v1::EgressRules {
     let everyone = shared.data_dir.config_dir().join(policy::FILE);
     let own = context.map(|context| shared.data_dir.context_dir(context).join(policy::FILE));
     for (path, system) in std::iter::once((everyone, true)).chain(own.map(|path| (path, false))) {
-        match std::fs::read_to_string(&path) {
-            Ok(text) => match policy::parse(&text, &path) {
-                Ok(rules) => list.rules.extend(rules.iter().map(|rule| info(rule, system))),
-                Err(problems) => list.problems.extend(problems),
-            },
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => list.problems.push(format!("{}: cannot be read: {error}", path.display())),
+        match policy::load(&path) {
+            Ok(rules) => list.rules.extend(rules.iter().map(|rule| info(rule, system))),
+            Err(problems) => list.problems.extend(problems),
         }
     }
     list
