@@ -7,7 +7,12 @@ Usage: git-https-server.py ROOT CERT KEY PORTFILE [REDIRECT]
 Serves the repositories under ROOT over https://127.0.0.1:PORT (PORT written to PORTFILE once
 listening). A path under /moved/ answers 301 to REDIRECT followed by the rest of the path.
 Each request is printed, so a test can tell whether anything reached the server at all.
+
+With BIND in the environment it listens on that address instead. With AUTH ("user:password"),
+every request must carry it as HTTP Basic (else 401 asks for it, as a forge does), and each
+request's Authorization header is printed as the server received it. /echo answers "ok".
 """
+import base64
 import http.server
 import os
 import ssl
@@ -29,6 +34,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def serve(self):
         print(f"request {self.command} {self.path}", flush=True)
+        received = self.headers.get("Authorization")
+        if received:
+            print(f"authorization {received}", flush=True)
+            if received.startswith("Basic "):
+                print(f"basic {base64.b64decode(received[6:]).decode(errors='replace')}", flush=True)
+        if self.path == "/echo":
+            self.send_response(200)
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"ok\n")
+            return
+        wanted = os.environ.get("AUTH")
+        if wanted and received != "Basic " + base64.b64encode(wanted.encode()).decode():
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="git"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if redirect and self.path.startswith("/moved/"):
             self.send_response(301)
             self.send_header("Location", redirect + self.path[len("/moved"):])
@@ -74,7 +97,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server = http.server.ThreadingHTTPServer((os.environ.get("BIND", "127.0.0.1"), 0), Handler)
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(cert, key)
 server.socket = context.wrap_socket(server.socket, server_side=True)

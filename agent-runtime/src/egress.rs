@@ -195,8 +195,18 @@ pub fn proxy_env(port: u16) -> Vec<(&'static str, String)> {
         ("GIT_CONFIG_VALUE_0", proxy),
         ("GIT_SSH_COMMAND", format!("f() {{ echo \"{NO_SSH}\" >&2; exit 128; }}; f")),
     ]);
+    // The daemon's trust bundle (its roots and its own authority, for hosts a credential is
+    // bound to) is mounted in place of the system's; programs with their own stores are
+    // pointed at it too.
+    env.extend(
+        ["SSL_CERT_FILE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS"]
+            .map(|name| (name, TRUST.to_string())),
+    );
     env
 }
+
+/// Where the daemon mounts what tool commands trust (the system's bundle on Debian).
+pub const TRUST: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// What git over ssh (`git@host:owner/repo`) says here.
 pub const NO_SSH: &str = "baaaht: this container reaches the network only over HTTP(S) through its proxy; ssh is not \

@@ -52,7 +52,7 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
         None => error(format!("unknown tool `{}`", call.tool)),
         Some(ToolName::Exec) => {
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
-            tools::exec::exec(&Params(&params), mounts, limit, &call.env, &settings.proxy_env)
+            tools::exec::exec(&Params(&params), mounts, limit, &call.env, &settings.proxy_env, &call.placeholders)
                 .unwrap_or_else(ToolOutput::from)
         }
         Some(ToolName::Message) => match &settings.messages {

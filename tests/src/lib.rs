@@ -569,6 +569,33 @@ impl Projects {
     }
 }
 
+/// A git server over TLS (`tests/git-https-server.py`: Python's http.server in front of the real
+/// `git http-backend`) serving the bare repositories under `root` with the certificate and key
+/// `tls`; `env` may set BIND (its address, else loopback) and AUTH (the Basic credentials it
+/// demands). The running server and its port.
+pub fn git_server(
+    root: &Path,
+    tls: (&Path, &Path),
+    redirect: Option<&str>,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> (Running, u16) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("git-https-server.py");
+    let portfile = root.join("port");
+    let mut command = Command::new("python3");
+    command.arg(script).arg(root).arg(tls.0).arg(tls.1).arg(&portfile).args(redirect);
+    command.envs(env.iter().copied());
+    let server = spawn(command, log).expect("git server starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(port) = std::fs::read_to_string(&portfile).map(|text| text.trim().parse().expect("a port")) {
+            return (server, port);
+        }
+        assert!(std::time::Instant::now() < deadline, "the git server did not start: {}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

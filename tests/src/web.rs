@@ -307,6 +307,52 @@ pub fn self_signed(dir: &Path) -> Result<(PathBuf, PathBuf)> {
     Ok((cert, key))
 }
 
+/// A test certificate authority and a server certificate it issued for `localhost` and the
+/// address `ip` (as a public CA's would be: the server's is no CA itself), in `dir`: the
+/// authority's PEM file, the server's and its key's.
+pub fn issued_for(dir: &Path, ip: &str) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
+    let (cert, key, request, extensions) =
+        (dir.join("cert.pem"), dir.join("key.pem"), dir.join("cert.csr"), dir.join("cert.ext"));
+    std::fs::write(&extensions, format!("subjectAltName=DNS:localhost,IP:{ip}\nbasicConstraints=critical,CA:FALSE\n"))?;
+    let openssl = |args: &[&std::ffi::OsStr]| -> Result<()> {
+        let made = Command::new("openssl").args(args).output().context("openssl")?;
+        if !made.status.success() {
+            bail!("openssl {:?}: {}", args.first(), String::from_utf8_lossy(&made.stderr));
+        }
+        Ok(())
+    };
+    let os = |text: &'static str| std::ffi::OsStr::new(text);
+    let ec = [os("-newkey"), os("ec"), os("-pkeyopt"), os("ec_paramgen_curve:prime256v1"), os("-nodes")];
+    let mut args = vec![os("req"), os("-x509")];
+    args.extend(ec);
+    args.extend([os("-days"), os("2"), os("-subj"), os("/CN=baaaht test CA"), os("-keyout")]);
+    args.extend([ca_key.as_os_str(), os("-out"), ca.as_os_str()]);
+    openssl(&args)?;
+    let mut args = vec![os("req")];
+    args.extend(ec);
+    args.extend([os("-subj"), os("/CN=localhost"), os("-keyout"), key.as_os_str(), os("-out"), request.as_os_str()]);
+    openssl(&args)?;
+    openssl(&[
+        os("x509"),
+        os("-req"),
+        os("-in"),
+        request.as_os_str(),
+        os("-CA"),
+        ca.as_os_str(),
+        os("-CAkey"),
+        ca_key.as_os_str(),
+        os("-CAcreateserial"),
+        os("-days"),
+        os("2"),
+        os("-extfile"),
+        extensions.as_os_str(),
+        os("-out"),
+        cert.as_os_str(),
+    ])?;
+    Ok((ca, cert, key))
+}
+
 /// `GET url` over HTTPS trusting `ca` only: the status, the HTTP version and the headers.
 pub fn https_head(url: &str, ca: &Path) -> (u16, String, String) {
     let output = Command::new("curl")

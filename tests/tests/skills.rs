@@ -118,29 +118,6 @@ fn a_skill_from_a_local_git_repository_installs_and_bad_ones_are_refused_with_th
     assert!(!ok && err.contains("is not an https:// URL") && err.contains("--local"), "{err}");
 }
 
-/// A git server over TLS on loopback serving the bare repositories under `root`; its port.
-fn git_server(
-    root: &Path,
-    cert: &Path,
-    key: &Path,
-    redirect: Option<&str>,
-    log: &Path,
-) -> (baaaht_tests::Running, u16) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("git-https-server.py");
-    let portfile = root.join("port");
-    let mut command = Command::new("python3");
-    command.arg(script).arg(root).arg(cert).arg(key).arg(&portfile).args(redirect);
-    let server = baaaht_tests::spawn(command, log).expect("git server starts");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if let Ok(port) = std::fs::read_to_string(&portfile).map(|text| text.trim().parse().expect("a port")) {
-            return (server, port);
-        }
-        assert!(std::time::Instant::now() < deadline, "the git server did not start: {}", server.log_text());
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn an_https_repository_is_fetched_through_the_egress_filter_and_a_redirect_to_loopback_is_refused() {
     let temp = tempfile::tempdir().expect("tempdir");
@@ -159,7 +136,8 @@ fn an_https_repository_is_fetched_through_the_egress_filter_and_a_redirect_to_lo
     let forbidden = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     forbidden.set_nonblocking(true).expect("nonblocking");
     let elsewhere = format!("https://127.0.0.1:{}", forbidden.local_addr().expect("address").port());
-    let (server, port) = git_server(&root, &cert, &key, Some(&elsewhere), &temp.path().join("git-server.log"));
+    let (server, port) =
+        baaaht_tests::git_server(&root, (&cert, &key), Some(&elsewhere), &temp.path().join("git-server.log"), &[]);
 
     let daemon = TestDaemon::start(DaemonOptions {
         env: vec![("GIT_SSL_CAINFO".into(), cert.display().to_string())],

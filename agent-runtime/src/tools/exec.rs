@@ -85,6 +85,7 @@ pub fn exec(
     max_timeout: Duration,
     extra_env: &std::collections::HashMap<String, String>,
     proxy_env: &[(&'static str, String)],
+    placeholders: &std::collections::HashMap<String, String>,
 ) -> Result<ToolOutput, ToolError> {
     let mut command = match (params.optional_string("command")?, params.optional_string("script")?) {
         (Some(command), None) => {
@@ -116,6 +117,8 @@ pub fn exec(
         command
             .current_dir(&workspace.at)
             .env_clear()
+            // First, so a credential named like a variable the runner sets does not replace it.
+            .envs(placeholders)
             .envs(ENVIRONMENT.iter().copied())
             .envs(proxy_env.iter().map(|(name, value)| (name, value)))
             .envs(extra_env)
@@ -242,7 +245,8 @@ mod tests {
         let temp = tempfile::tempdir().expect("tempdir");
         let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
         let params = json!({"command": command});
-        exec(&Params(&params), &mounts, Duration::from_secs(timeout), &Default::default(), &[]).expect("runs")
+        exec(&Params(&params), &mounts, Duration::from_secs(timeout), &Default::default(), &[], &Default::default())
+            .expect("runs")
     }
 
     #[test]
@@ -251,16 +255,18 @@ mod tests {
         let mounts = Mounts::open(&[(temp.path().to_path_buf(), true)]).expect("mounts");
         let params = json!({"command": "echo \"key=[$GH_TOKEN]\""});
         let env = [("GH_TOKEN".to_string(), "ghp_x".to_string())].into_iter().collect();
-        let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env, &[]).expect_err("a command");
+        let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env, &[], &Default::default())
+            .expect_err("a command");
         assert!(refused.to_string().contains("never to a command"), "{refused}");
         assert!(run("echo \"key=[$GH_TOKEN]\"", 5).content.contains("key=[]"));
         for script in ["/workspace/x.sh", "/skills/w/scripts/../../tmp/x.sh", "/skills/w/x.sh"] {
             let params = json!({"script": script});
-            let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env, &[]).expect_err(script);
+            let refused = exec(&Params(&params), &mounts, Duration::from_secs(5), &env, &[], &Default::default())
+                .expect_err(script);
             assert!(refused.to_string().contains("is not a skill's script"), "{refused}");
         }
         let both = json!({"script": "/skills/w/scripts/x.sh", "command": "id"});
-        assert!(exec(&Params(&both), &mounts, Duration::from_secs(5), &env, &[]).is_err());
+        assert!(exec(&Params(&both), &mounts, Duration::from_secs(5), &env, &[], &Default::default()).is_err());
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! the others ([`approvals`]).
 
 pub mod approvals;
+pub mod credentials;
+pub mod edge;
 pub mod filter;
 pub mod policy;
 pub mod proxy;

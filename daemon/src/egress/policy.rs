@@ -59,7 +59,7 @@ impl Pattern {
         }
     }
 
-    fn matches(&self, host: &str, port: u16) -> bool {
+    pub fn matches(&self, host: &str, port: u16) -> bool {
         match self {
             Pattern::Host { host: named, port: named_port } => {
                 named == host && named_port.is_none_or(|named_port| named_port == port)

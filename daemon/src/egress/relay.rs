@@ -56,6 +56,24 @@ pub enum TunnelDown {
     },
 }
 
+/// The far end of a tunnel: the host's connection, or the edge's side of it.
+trait Far: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Far for T {}
+
+/// What may stand between a container and a host (the credential edge, `egress::edge`).
+#[async_trait::async_trait]
+pub trait Between: Send + Sync + 'static {
+    /// Takes the connection to `host:port` (`far`, connected) when it must look into it,
+    /// carrying it on `tracker`: the container's side to use; else `far` back, untouched.
+    async fn take(
+        &self,
+        host: &str,
+        port: u16,
+        far: tokio::net::TcpStream,
+        tracker: &TaskTracker,
+    ) -> Result<tokio::io::DuplexStream, tokio::net::TcpStream>;
+}
+
 /// Whether a connection may be made, and who said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -167,6 +185,7 @@ pub struct Relay<D> {
     record: Record,
     /// Named in the log: `MCP server notes`, `tools of session …`.
     what: String,
+    edge: Option<Arc<dyn Between>>,
     down: mpsc::Sender<D>,
     tunnels: RelayTunnels,
     opens: Mutex<crate::limits::Allowance>,
@@ -182,15 +201,18 @@ pub struct Setup<D> {
     /// host, port, decision and bytes.
     pub record: Record,
     pub what: String,
+    /// Where a session's credential placeholders are swapped (none: bytes pass as they are).
+    pub edge: Option<Arc<dyn Between>>,
     pub down: mpsc::Sender<D>,
     pub tracker: TaskTracker,
 }
 
 impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
     pub fn new(setup: Setup<D>) -> Arc<Relay<D>> {
-        let Setup { gate, web, audit, record, what, down, tracker } = setup;
+        let Setup { gate, web, audit, record, what, edge, down, tracker } = setup;
         let opens = Mutex::new(crate::limits::Allowance::new(OPENS_PER_MINUTE, std::time::Duration::from_secs(60)));
-        Arc::new(Relay { gate, web, audit, record, what, down, tunnels: RelayTunnels::default(), opens, tracker })
+        let tunnels = RelayTunnels::default();
+        Arc::new(Relay { gate, web, audit, record, what, edge, down, tunnels, opens, tracker })
     }
 
     /// Takes what the container's proxy sent; false when the container's stream is gone.
@@ -289,7 +311,15 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
         };
         let record = record.detail("allowed_by", by.as_str());
         let (sent, received_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let (mut reader, mut writer) = stream.into_split();
+        // In a session holding credential placeholders, the edge carries the connection.
+        let far: Box<dyn Far> = match &self.edge {
+            Some(between) => match between.take(&host, port, stream, &self.tracker).await {
+                Ok(near) => Box::new(near),
+                Err(stream) => Box::new(stream),
+            },
+            None => Box::new(stream),
+        };
+        let (mut reader, mut writer) = tokio::io::split(far);
         if !self.send(TunnelDown::Opened { id, refused: String::new() }).await {
             self.tunnels.end(id, generation);
             return self.audit_end(record, &sent, &received_bytes);

@@ -654,6 +654,8 @@ impl McpPool {
             record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
                 .detail("mcp_server", server.name.as_str()),
             what: format!("MCP server {}", server.name),
+            // An MCP server's secrets are in its own environment (`env:`), not swapped here.
+            edge: None,
             down: attached.down.clone(),
             tracker: self.tracker.clone(),
         });

@@ -185,6 +185,7 @@ pub(crate) fn tool_call(down: crate::peers::Down<crate::tools::RunnerWork>) -> v
             params_json: call.params_json,
             timeout_seconds: call.timeout.as_secs().min(u64::from(u32::MAX)) as u32,
             env: call.env,
+            placeholders: call.placeholders,
             ..v1::ToolCall::default()
         },
         crate::peers::Down::Work(RunnerWork::Tunnel(tunnel)) => match tunnel {

@@ -6,7 +6,9 @@ use tonic::Status;
 
 use super::context_of;
 use crate::auth::Context;
+use crate::egress::credentials;
 use crate::egress::policy::{self, Action, Rule};
+use crate::secrets::Referrer;
 use crate::Shared;
 
 /// Whose file a request names: everyone's (`None`), or a context's.
@@ -29,14 +31,25 @@ fn info(rule: &Rule, system: bool) -> v1::EgressRuleInfo {
     }
 }
 
-/// Everyone's rules, then `context`'s own (none: everyone's only), with the files' problems.
+/// Everyone's rules and credentials, then `context`'s own (none: everyone's only), with the
+/// files' problems.
 fn listed(shared: &Shared, context: Option<&Context>) -> v1::EgressRules {
     let mut list = v1::EgressRules::default();
-    let everyone = shared.data_dir.config_dir().join(policy::FILE);
-    let own = context.map(|context| shared.data_dir.context_dir(context).join(policy::FILE));
-    for (path, system) in std::iter::once((everyone, true)).chain(own.map(|path| (path, false))) {
-        match policy::load(&path) {
+    let folders = std::iter::once((shared.data_dir.config_dir(), true))
+        .chain(context.map(|context| (shared.data_dir.context_dir(context), false)));
+    for (folder, system) in folders {
+        match policy::load(&folder.join(policy::FILE)) {
             Ok(rules) => list.rules.extend(rules.iter().map(|rule| info(rule, system))),
+            Err(problems) => list.problems.extend(problems),
+        }
+        let referrer = if system { Referrer::System } else { Referrer::Context };
+        match credentials::load(&folder.join(credentials::FILE), referrer) {
+            Ok(bound) => list.credentials.extend(bound.into_iter().map(|binding| v1::EgressCredentialInfo {
+                name: binding.name,
+                hosts: binding.hosts.iter().map(ToString::to_string).collect(),
+                at: binding.at,
+                system,
+            })),
             Err(problems) => list.problems.extend(problems),
         }
     }
@@ -45,7 +58,55 @@ fn listed(shared: &Shared, context: Option<&Context>) -> v1::EgressRules {
 
 pub(super) async fn list(shared: &Shared, request: v1::EgressRulesRequest) -> Result<v1::EgressRules, Status> {
     let context = whose(request.system, request.context.as_ref())?;
-    Ok(listed(shared, context.as_ref()))
+    let mut list = listed(shared, context.as_ref());
+    if let Some(context) = context {
+        list.suggestions = suggested(shared, &context);
+    }
+    Ok(list)
+}
+
+/// How often a host must have been allowed once to be suggested as a rule.
+const SUGGEST_AFTER: u32 = 3;
+
+/// The hosts `context`'s people allowed once at least [`SUGGEST_AFTER`] times in the last 30
+/// days (from the audit log's connection records) that no rule allows now; most asked first.
+fn suggested(shared: &Shared, context: &Context) -> Vec<v1::EgressSuggestion> {
+    let query = crate::audit::Query {
+        since: Some(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(30 * 24)),
+        user: None,
+        kind: Some(crate::audit::Kind::Egress),
+        limit: 100_000,
+    };
+    let records = shared.audit.search(&query).unwrap_or_else(|error| {
+        tracing::warn!(%error, "the audit log could not be read for egress suggestions");
+        vec![]
+    });
+    let whose = context.to_string();
+    let mut counted: std::collections::BTreeMap<(String, u16), u32> = std::collections::BTreeMap::new();
+    for record in records {
+        let once = record.detail.get("allowed_by").and_then(|by| by.as_str()).is_some_and(|by| by.ends_with(", once"));
+        if record.context != whose || record.outcome != "allowed" || !once {
+            continue;
+        }
+        let host = record.detail.get("host").and_then(|host| host.as_str()).unwrap_or_default().to_string();
+        let port = record.detail.get("port").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        *counted.entry((host, u16::try_from(port).unwrap_or(0))).or_default() += 1;
+    }
+    let mut suggestions: Vec<v1::EgressSuggestion> = counted
+        .into_iter()
+        .filter(|((host, port), times)| {
+            *times >= SUGGEST_AFTER
+                && !host.is_empty()
+                && policy::decide(&shared.data_dir, context, host, *port)
+                    .is_none_or(|rule| rule.action != Action::Allow)
+        })
+        .map(|((host, port), times)| {
+            let host = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+            v1::EgressSuggestion { host, times }
+        })
+        .collect();
+    suggestions.sort_by(|a, b| b.times.cmp(&a.times).then_with(|| a.host.cmp(&b.host)));
+    suggestions
 }
 
 /// Writes (or with `revoke`, removes) a rule; answers the rules as they are now.
@@ -70,6 +131,34 @@ pub(super) async fn change(
     };
     let host = request.host.clone();
     let written = tokio::task::spawn_blocking(move || policy::change(&path, &host, action, &by))
+        .await
+        .map_err(|error| Status::internal(error.to_string()))?;
+    written.map_err(Status::invalid_argument)?;
+    Ok(listed(shared, context.as_ref()))
+}
+
+/// Binds a secret to hosts (or with `remove`, unbinds it); answers the rules as they are now.
+/// The secret must be one the file may name (a context's own: `secrets.user_usable`).
+pub(super) async fn change_credential(
+    shared: &Shared,
+    by: String,
+    request: v1::EgressCredentialChange,
+) -> Result<v1::EgressRules, Status> {
+    let context = whose(request.system, request.context.as_ref())?;
+    let (path, referrer) = match &context {
+        Some(context) => (shared.data_dir.context_dir(context).join(credentials::FILE), Referrer::Context),
+        None => (shared.data_dir.config_dir().join(credentials::FILE), Referrer::System),
+    };
+    let hosts = (!request.remove).then_some(request.hosts);
+    if hosts.as_ref().is_some_and(Vec::is_empty) {
+        return Err(Status::invalid_argument("name the hosts the secret is sent to (--host HOST, once or more)"));
+    }
+    if hosts.is_some() {
+        let rules = crate::secrets::Rules::of(&shared.loaded);
+        rules.check(&request.name, referrer).map_err(Status::invalid_argument)?;
+    }
+    let name = request.name;
+    let written = tokio::task::spawn_blocking(move || credentials::change(&path, &name, hosts.as_deref(), &by))
         .await
         .map_err(|error| Status::internal(error.to_string()))?;
     written.map_err(Status::invalid_argument)?;

@@ -596,6 +596,23 @@ impl v1::admin_server::Admin for AdminService {
         Ok(Response::new(rules))
     }
 
+    async fn change_egress_credential(
+        &self,
+        request: Request<v1::EgressCredentialChange>,
+    ) -> Result<Response<v1::EgressRules>, Status> {
+        // The same right as a rule's: the host's admin, on the host.
+        let caller = check(&self.shared, &request, Operation::ChangeEgressRule, None, None)?;
+        let message = request.into_inner();
+        let (name, hosts, remove) = (message.name.clone(), message.hosts.join(","), message.remove);
+        let by = crate::audit::principal(&caller);
+        let rules = super::egress::change_credential(&self.shared, by, message).await?;
+        let outcome = if remove { "unbound" } else { "bound" };
+        let record =
+            Record::by(Kind::Policy, &caller, outcome).detail("egress_credential", name).detail("hosts", hosts);
+        self.shared.audit.record(record);
+        Ok(Response::new(rules))
+    }
+
     async fn search_audit(&self, request: Request<v1::AuditQuery>) -> Result<Response<v1::AuditRecords>, Status> {
         check(&self.shared, &request, Operation::SearchAudit, None, None)?;
         let message = request.into_inner();

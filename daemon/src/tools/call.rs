@@ -142,6 +142,14 @@ impl Calls {
             }
             command = Some(text);
         }
+        // A bound secret's variable holds the session's placeholder, never the value.
+        let placeholders = match (&self.runners.edge, tool == ToolName::Exec) {
+            (Some(edge), true) => {
+                let (edge, context, session) = (edge.clone(), identity.context.clone(), identity.session_id.clone());
+                tokio::task::spawn_blocking(move || edge.placeholders_for(&context, &session)).await.unwrap_or_default()
+            }
+            _ => HashMap::new(),
+        };
         debug_assert_ne!(identity.role, Role::Tool);
         let timeout = self.timeout_of(tool, asked.timeout_seconds);
         let call_id = if asked.tool_call_id.is_empty() {
@@ -168,6 +176,7 @@ impl Calls {
             params_json: asked.params_json,
             timeout,
             env,
+            placeholders,
         };
         let span = tracing::info_span!("tool", tool = %tool);
         let mut answer = if self.loaded.config.tools.mode == ToolMode::Cold {

@@ -66,6 +66,15 @@ pub struct Call<'a> {
     pub timeout: Duration,
     /// Environment for this call's command only (a skill's `addons.env`).
     pub env: HashMap<String, String>,
+    /// The session's credential placeholders, by variable name (`egress::edge`).
+    pub placeholders: HashMap<String, String>,
+}
+
+impl From<Call<'_>> for ToolCall {
+    fn from(call: Call<'_>) -> ToolCall {
+        let Call { call_id, tool, params_json, timeout, env, placeholders, .. } = call;
+        ToolCall { call_id, tool: tool.to_string(), params_json, timeout, env, placeholders }
+    }
 }
 
 /// One call as its runner gets it.
@@ -79,6 +88,8 @@ pub struct ToolCall {
     pub timeout: Duration,
     /// Environment for this call's command only (a skill's `addons.env`).
     pub env: HashMap<String, String>,
+    /// The session's credential placeholders, by variable name.
+    pub placeholders: HashMap<String, String>,
 }
 
 pub use crate::ipc::ToolAnswer;
@@ -135,6 +146,8 @@ pub struct Runners {
     audit: crate::audit::Audit,
     refusals: crate::egress::policy::Refusals,
     approvals: Arc<crate::egress::approvals::Approvals>,
+    /// Swaps credentials in at the edge; its authority's bundle is what tool containers trust.
+    pub edge: Option<Arc<crate::egress::edge::Edge>>,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
     /// for them.
     tracker: TaskTracker,
@@ -165,6 +178,9 @@ pub struct Setup {
     pub inbox: Arc<crate::inbox::Inbox>,
     /// Where hosts no rule names are asked about.
     pub approvals: Arc<crate::egress::approvals::Approvals>,
+    /// None when the daemon's certificate authority could not be made (no credential is then
+    /// swapped in).
+    pub edge: Option<Arc<crate::egress::edge::Edge>>,
     pub tracker: TaskTracker,
 }
 
@@ -182,6 +198,7 @@ impl Runners {
             audit,
             inbox,
             approvals,
+            edge,
             tracker,
         } = setup;
         Runners {
@@ -198,6 +215,7 @@ impl Runners {
             audit,
             refusals: crate::egress::policy::Refusals::new(inbox),
             approvals,
+            edge,
             tracker,
         }
     }
@@ -330,6 +348,12 @@ impl Runners {
             ]
             .into_iter()
             .chain(projects)
+            // What the commands trust: the daemon's roots and its authority (for bound hosts).
+            .chain(self.edge.as_ref().map(|edge| MountSpec {
+                host: edge.authority.trust().to_path_buf(),
+                target: crate::egress::edge::TRUST_IN_CONTAINER.into(),
+                read_only: true,
+            }))
             .collect(),
             env: vec![],
             timeout: Duration::MAX,
@@ -360,8 +384,7 @@ impl Runners {
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
     pub async fn call_cold(self: &Arc<Self>, call: Call<'_>) -> Result<ToolAnswer, ToolsError> {
         let runner = self.start(call.session, call.context, call.coder, true).await?;
-        let result =
-            self.send(&runner.container, call.call_id, call.tool, call.params_json, call.timeout, call.env).await;
+        let result = self.send(&runner.container, call.into()).await;
         // The caller has its result; the container goes in the background.
         let runners = self.clone();
         self.tracker.spawn(async move {
@@ -372,7 +395,7 @@ impl Runners {
 
     /// Runs one call in the session's tool container, starting (or restarting) it if needed.
     pub async fn call(&self, call: Call<'_>) -> Result<ToolAnswer, ToolsError> {
-        let Call { session, context, coder, call_id, tool, params_json, timeout, env } = call;
+        let (session, context, coder) = (call.session, call.context, call.coder);
         // A Coder's container (with the project mounts) is its own: the others never see them.
         let key = if coder { format!("{session}/coder") } else { session.to_string() };
         let slot = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();
@@ -387,7 +410,7 @@ impl Runners {
         }
         let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
         current.last_used = Instant::now();
-        let response = self.send(&current.container, call_id, tool, params_json, timeout, env).await;
+        let response = self.send(&current.container, call.into()).await;
         current.last_used = Instant::now();
         response
     }
@@ -417,19 +440,10 @@ impl Runners {
     }
 
     /// Sends one call to the runner of `container` and waits for its result.
-    async fn send(
-        &self,
-        container: &str,
-        call_id: String,
-        tool: &str,
-        params_json: String,
-        timeout: Duration,
-        env: HashMap<String, String>,
-    ) -> Result<ToolAnswer, ToolsError> {
+    async fn send(&self, container: &str, call: ToolCall) -> Result<ToolAnswer, ToolsError> {
         let peer = self.connected.get(container);
         let peer = peer.ok_or(ToolsError::RunnerLost)?;
-        let id = call_id.clone();
-        let call = ToolCall { call_id, tool: tool.to_string(), params_json, timeout, env };
+        let (id, timeout) = (call.call_id.clone(), call.timeout);
         let result = peer.send(&id, RunnerWork::Call(call)).await.map_err(|_lost| ToolsError::RunnerLost)?;
         // The runner enforces the tool's own timeout; this one catches a runner that hangs.
         let limit = timeout + Duration::from_secs(10);
@@ -471,6 +485,16 @@ impl Runners {
             record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
                 .detail("session", identity.session_id.as_str()),
             what: format!("the tools of session {}", identity.session_id),
+            edge: self.edge.as_ref().map(|edge| {
+                Arc::new(crate::egress::edge::Crossing {
+                    edge: edge.clone(),
+                    context: identity.context.clone(),
+                    session: identity.session_id.clone(),
+                    caller: caller.clone(),
+                    record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+                        .detail("session", identity.session_id.as_str()),
+                }) as Arc<dyn crate::egress::relay::Between>
+            }),
             down: peer.down(),
             tracker: self.tracker.clone(),
         });
@@ -524,6 +548,9 @@ impl Runners {
                 tracing::info!(session, container = %runner.container, "removing the tool container of an archived session");
                 self.remove(session, &runner.container, "an archived session's tool container").await;
             }
+        }
+        if let Some(edge) = &self.edge {
+            edge.placeholders.forget(session);
         }
     }
 

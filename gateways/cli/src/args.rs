@@ -388,6 +388,34 @@ pub enum EgressCommand {
         #[arg(long)]
         always: bool,
     },
+    /// Hosts allowed once, three times or more: rules worth writing
+    Suggest {
+        #[command(flatten)]
+        scope: EgressScope,
+    },
+    /// Secrets swapped in at the edge for the hosts they are bound to (tools see a placeholder)
+    #[command(subcommand)]
+    Credential(CredentialCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CredentialCommand {
+    /// Bind the secret NAME (from the store) to hosts: commands find a placeholder in $NAME,
+    /// and the daemon sends the value to these hosts only, over https
+    Add {
+        name: String,
+        /// A host (or *.domain, host:port) the secret is sent to; once or more
+        #[arg(long = "host", value_name = "HOST", required = true)]
+        hosts: Vec<String>,
+        #[command(flatten)]
+        scope: EgressScope,
+    },
+    /// Unbind the secret NAME
+    Remove {
+        name: String,
+        #[command(flatten)]
+        scope: EgressScope,
+    },
 }
 
 // Parsed once per run: the size of `Add` beside the others costs nothing.

@@ -2,7 +2,7 @@
 
 use baaaht_proto::v1;
 
-use crate::args::{EgressCommand, EgressScope};
+use crate::args::{CredentialCommand, EgressCommand, EgressScope};
 use crate::terminal::clean;
 use crate::CliError;
 
@@ -42,6 +42,39 @@ pub(crate) async fn egress(
             println!("{} is refused", clean(&id));
             return Ok(());
         }
+        EgressCommand::Credential(command) => {
+            let (name, hosts, remove, scope) = match command {
+                CredentialCommand::Add { name, hosts, scope } => (name, hosts, false, scope),
+                CredentialCommand::Remove { name, scope } => (name, vec![], true, scope),
+            };
+            let (context, system) = whose(scope);
+            let request = v1::EgressCredentialChange { context, system, name: name.clone(), hosts, remove };
+            let rules = client.admin.change_egress_credential(request).await.map_err(status)?.into_inner();
+            if remove {
+                println!("{} is no longer sent anywhere", clean(&name));
+            } else {
+                println!(
+                    "{} is swapped in for its placeholder on the way to the hosts it is bound to; tool commands see \
+                     only the placeholder in ${}",
+                    clean(&name),
+                    clean(&name)
+                );
+            }
+            print!("{}", rules_text(&rules));
+            return Ok(());
+        }
+        EgressCommand::Suggest { scope } => {
+            let named = match (&scope.user, &scope.group) {
+                (Some(user), _) => format!(" --user {user}"),
+                (None, Some(group)) => format!(" --group {group}"),
+                (None, None) => String::new(),
+            };
+            let (context, system) = whose(scope);
+            let request = v1::EgressRulesRequest { context, system };
+            let rules = client.admin.list_egress_rules(request).await.map_err(status)?.into_inner();
+            print!("{}", suggestions_text(&rules, &named));
+            return Ok(());
+        }
         EgressCommand::Allow { host, scope } => (host, "allow", scope),
         EgressCommand::Deny { host, scope } => (host, "deny", scope),
         EgressCommand::Ask { host, scope } => (host, "ask", scope),
@@ -79,8 +112,37 @@ fn rules_text(rules: &v1::EgressRules) -> String {
             clean(&rule.at)
         ));
     }
+    for credential in &rules.credentials {
+        let whose = if credential.system { "everyone" } else { "own" };
+        text.push_str(&format!(
+            "credential {:<29} {:<6} {:<9} {}\n",
+            clean(&credential.name),
+            "→",
+            whose,
+            clean(&format!("{} ({})", credential.hosts.join(", "), credential.at))
+        ));
+    }
     for problem in &rules.problems {
         text.push_str(&format!("problem: {}\n", clean(problem)));
+    }
+    text
+}
+
+/// The hosts worth a rule, each with the command that writes it.
+fn suggestions_text(rules: &v1::EgressRules, named: &str) -> String {
+    if rules.suggestions.is_empty() {
+        return "nothing to suggest: no host was allowed once three times or more in the last 30 days without a rule\n"
+            .into();
+    }
+    let mut text = String::new();
+    for suggestion in &rules.suggestions {
+        text.push_str(&format!(
+            "{:<40} allowed once {} times; to allow it from now on: baaaht egress allow {}{}\n",
+            clean(&suggestion.host),
+            suggestion.times,
+            clean(&suggestion.host),
+            clean(named)
+        ));
     }
     text
 }
