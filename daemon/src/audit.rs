@@ -221,6 +221,9 @@ impl Audit {
 
     /// Queues `record` for the log.
     pub fn record(&self, record: Record) {
+        if record.kind == Kind::Egress {
+            self.metrics.record_egress(&record.outcome, &record.detail);
+        }
         let Some(queue) = &self.queue else { return };
         self.metrics.record_audit(record.kind.as_str());
         if queue.send(Command::Write(Box::new(record))).is_err() {

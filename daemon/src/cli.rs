@@ -166,7 +166,8 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
     let loaded = config::load(&paths, std::env::vars()).map_err(DaemonError::from)?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Config { command: ConfigCommand::Check } => {
-            let problems = crate::egress::policy::check_all(&data_dir);
+            let mut problems = crate::egress::policy::check_all(&data_dir);
+            problems.extend(crate::egress::credentials::check_all(&data_dir));
             if !problems.is_empty() {
                 return Err(Failure::Policy(problems.join("\n")));
             }

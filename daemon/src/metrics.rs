@@ -146,6 +146,24 @@ struct AuditLabel {
     kind: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EgressLabels {
+    /// allowed, refused, failed.
+    outcome: &'static str,
+    /// How it was allowed: rule, approval, list (an MCP server's or a gateway's), none.
+    by: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabel {
+    decision: &'static str,
+}
+
 /// The values one open label has taken, up to [`OPEN_LABEL_LIMIT`].
 #[derive(Debug, Default)]
 struct Bounded(Mutex<HashSet<String>>);
@@ -207,6 +225,9 @@ pub struct Metrics {
     budget_events: Family<KindOutcome, Counter>,
     budget_spent: Family<KindLabel, Counter<f64, AtomicU64>>,
     audit_events: Family<AuditLabel, Counter>,
+    egress_connections: Family<EgressLabels, Counter>,
+    egress_bytes: Family<DirectionLabel, Counter>,
+    egress_approvals: Family<DecisionLabel, Counter>,
     methods: Bounded,
     providers: Bounded,
     models: Bounded,
@@ -262,6 +283,9 @@ impl Metrics {
             budget_events: Family::default(),
             budget_spent: Family::default(),
             audit_events: Family::default(),
+            egress_connections: Family::default(),
+            egress_bytes: Family::default(),
+            egress_approvals: Family::default(),
             methods: Bounded::default(),
             providers: Bounded::default(),
             models: Bounded::default(),
@@ -386,6 +410,22 @@ impl Metrics {
             self.budget_spent.clone(),
         );
         r.register("baaaht_audit_events", "Events written to the audit log, by kind", self.audit_events.clone());
+        r.register(
+            "baaaht_egress_connections",
+            "Connections out of containers, by outcome and what allowed them",
+            self.egress_connections.clone(),
+        );
+        r.register_with_unit(
+            "baaaht_egress",
+            "Bytes carried by connections out of containers, by direction",
+            Unit::Bytes,
+            self.egress_bytes.clone(),
+        );
+        r.register(
+            "baaaht_egress_approvals",
+            "Answers to approval requests for hosts, by decision",
+            self.egress_approvals.clone(),
+        );
     }
 
     /// Metrics that record nothing, for a daemon whose figures nobody reads.
@@ -554,6 +594,47 @@ impl Metrics {
             return;
         }
         self.audit_events.get_or_create(&AuditLabel { kind }).inc();
+    }
+
+    /// An egress audit record, counted by its outcome and (bounded) particulars: never by host.
+    pub fn record_egress(&self, outcome: &str, detail: &serde_json::Map<String, serde_json::Value>) {
+        if !self.recording {
+            return;
+        }
+        let text = |key: &str| detail.get(key).and_then(serde_json::Value::as_str).unwrap_or_default();
+        if outcome == "answered" {
+            let decision = match text("decision") {
+                "once" => "once",
+                "session" => "session",
+                "always" => "always",
+                "deny" => "deny",
+                _ => "other",
+            };
+            self.egress_approvals.get_or_create(&DecisionLabel { decision }).inc();
+            return;
+        }
+        let outcome = match outcome {
+            "allowed" => "allowed",
+            "refused" => "refused",
+            "failed" => "failed",
+            _ => return,
+        };
+        let allowed_by = text("allowed_by");
+        let by = if outcome != "allowed" {
+            "none"
+        } else if [", once", ", session", ", always"].iter().any(|answer| allowed_by.ends_with(answer)) {
+            "approval"
+        } else if allowed_by.contains("egress.yaml") {
+            "rule"
+        } else {
+            "list"
+        };
+        self.egress_connections.get_or_create(&EgressLabels { outcome, by }).inc();
+        for (direction, key) in [("in", "bytes_in"), ("out", "bytes_out")] {
+            if let Some(bytes) = detail.get(key).and_then(serde_json::Value::as_u64) {
+                self.egress_bytes.get_or_create(&DirectionLabel { direction }).inc_by(bytes);
+            }
+        }
     }
 
     pub fn set_gateway_up(&self, up: bool) {

@@ -212,6 +212,11 @@ fn config_check_refuses_bad_egress_rules_saying_where_and_why() {
     .expect("write");
     std::fs::write(temp.path().join("config/egress.yaml"), "rules:\n  - host: github.com\n    action: alow\n")
         .expect("write");
+    std::fs::write(
+        temp.path().join("users/alice/credentials.yaml"),
+        "credentials:\n  - name: GITHUB_TOKEN\n    hosts: ['*.com']\n  - name: lower_case\n    hosts: [github.com]\n",
+    )
+    .expect("write");
     let output =
         Command::new(bin("baaahtd")).args(["config", "check"]).env("BAAAHT_DATA", temp.path()).output().expect("run");
     assert_eq!(output.status.code(), Some(78), "{}", text(&output.stderr));
@@ -229,6 +234,14 @@ fn config_check_refuses_bad_egress_rules_saying_where_and_why() {
         "{stderr}"
     );
     assert!(!stderr.contains("pypi.org"), "{stderr}");
+    let credentials = temp.path().join("users/alice/credentials.yaml").display().to_string();
+    assert!(stderr.contains(&format!("{credentials}:2: `*.com` would cover every name")), "{stderr}");
+    assert!(stderr.contains(&format!("{credentials}:4: `lower_case` is not a credential's name")), "{stderr}");
+    std::fs::write(
+        temp.path().join("users/alice/credentials.yaml"),
+        "credentials:\n  - name: GITHUB_TOKEN\n    hosts: [github.com, api.github.com]\n",
+    )
+    .expect("write");
     // Fixed, it passes.
     std::fs::write(temp.path().join("users/alice/egress.yaml"), "rules:\n  - host: pypi.org\n    action: allow\n")
         .expect("write");

@@ -322,6 +322,16 @@ fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
             && ours[0]["detail"]["bytes_out"].as_u64().unwrap_or(0) > 0
     );
     assert!(ours[0]["detail"]["asked_by"].as_str().unwrap_or_default().starts_with("exec: python3"), "{:?}", ours[0]);
+    // The metrics count the same connections by outcome and what allowed them, never by host.
+    let metrics = daemon.metrics().expect("metrics");
+    for counted in [
+        "baaaht_egress_connections_total{outcome=\"allowed\",by=\"rule\"} 3",
+        "baaaht_egress_connections_total{outcome=\"refused\",by=\"none\"} 3",
+    ] {
+        assert!(metrics.contains(counted), "{counted}:\n{metrics}");
+    }
+    assert!(metrics.contains("baaaht_egress_bytes_total{direction=\"in\"}"), "{metrics}");
+    assert!(!metrics.contains(&bridge.to_string()), "no host is a label");
 }
 
 /// A host no rule names is asked about on every channel following the context, and the first
