@@ -80,6 +80,11 @@ pub struct Notice {
 
 impl Kind {
     /// A plain message for the context.
+    /// An approval request or its answer: shown to everyone following the context.
+    pub fn is_approval(&self) -> bool {
+        matches!(self, Kind::ApprovalRequest { .. } | Kind::ApprovalSettled { .. })
+    }
+
     pub fn message(content: impl Into<String>) -> Kind {
         Kind::Message { content: content.into(), reply_to: String::new(), metadata: BTreeMap::new() }
     }

@@ -573,3 +573,64 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
     assert!(!daemon.log_text().contains(TOKEN));
     drop(coder);
 }
+
+/// Runs `python3 urllib` GET http://`target`/x in `coder`'s container, in the background.
+fn fetch_in_background(coder: &baaaht_tests::LingeringAgent, target: String) -> std::thread::JoinHandle<String> {
+    let (socket, options) = (coder.socket.clone(), coder.options());
+    std::thread::spawn(move || {
+        baaaht_tests::runtime().block_on(async move {
+            let mut agent = client::connect(&socket, options).await.expect("connect");
+            let command = format!(
+                "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('http://{target}/x', timeout=30).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
+            );
+            let request = v1::ToolRequest {
+                tool: "exec".into(),
+                params_json: serde_json::json!({ "command": command }).to_string(),
+                ..v1::ToolRequest::default()
+            };
+            agent.agents.request_tool_execution(request).await.expect("exec").into_inner().content
+        })
+    })
+}
+
+/// In the TUI an approval request is a prompt over the editor, and one key answers it: `s`
+/// allows the host for the session (not asked again), `d` refuses the next one.
+#[test]
+fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
+    use baaaht_tests::tmux::{shell_quote, Tmux};
+    let wait = std::time::Duration::from_secs(30);
+    let (bridge, port) = bridge_server();
+    let (_, other) = bridge_server();
+    let config = format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}', '{bridge}:{other}']\n");
+    let daemon =
+        TestDaemon::start(DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..Default::default() })
+            .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let terminal = Tmux::start(120, 30, &[("BAAAHT_SOCKET", daemon.socket().display().to_string())]).expect("tmux");
+    let tui =
+        format!("{} tui --user baaaht-self-test", shell_quote(&baaaht_tests::bin("baaaht").display().to_string()));
+    terminal.type_text(&tui).expect("type");
+    terminal.press(&["Enter"]).expect("enter");
+    terminal.wait_for("● connected · user:baaaht-self-test", wait).expect("the TUI attaches");
+
+    let fetching = fetch_in_background(&coder, format!("{bridge}:{port}"));
+    let prompt = format!(
+        "? [o] once  [s] this session  [a] always  [d] deny  coder's tools want {bridge}:{port} for `exec: python3"
+    );
+    terminal.wait_for(&prompt, wait).unwrap_or_else(|error| panic!("{error:?}\n{}", daemon.log_text()));
+    terminal.press(&["s"]).expect("s");
+    let fetched = fetching.join().expect("fetch");
+    assert!(fetched.contains("arrived: GET /x"), "{fetched}");
+    let screen = terminal.wait_for(": session by host:uid=", wait).expect("settled");
+    assert!(!screen.contains("[o] once"), "the prompt is gone: {screen}");
+    // Not asked again in this session.
+    assert!(fetch_in_background(&coder, format!("{bridge}:{port}")).join().expect("fetch").contains("arrived: GET /x"));
+    // Another host, refused with d; what was typed meanwhile would not have answered.
+    let fetching = fetch_in_background(&coder, format!("{bridge}:{other}"));
+    terminal.wait_for(&format!("[d] deny  coder's tools want {bridge}:{other}"), wait).expect("the second prompt");
+    terminal.press(&["d"]).expect("d");
+    let refused = fetching.join().expect("fetch");
+    assert!(refused.contains("403") && refused.contains("was denied by host:uid="), "{refused}");
+    terminal.wait_for(": deny by host:uid=", wait).expect("settled");
+    drop(coder);
+}

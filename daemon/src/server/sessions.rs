@@ -362,7 +362,12 @@ impl v1::sessions_server::Sessions for SessionsService {
                     received = events.recv() => received,
                 };
                 let event = match received {
-                    Ok((target, event)) if target == context && (session.is_empty() || event.session == session) => {
+                    // An approval request is for everyone following the context, whichever
+                    // conversation they are in: it waits for whoever answers first.
+                    Ok((target, event))
+                        if target == context
+                            && (session.is_empty() || event.session == session || event.kind.is_approval()) =>
+                    {
                         crate::server::convert::event(&context, event)
                     }
                     Ok(_) => continue,

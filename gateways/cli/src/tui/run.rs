@@ -367,6 +367,12 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
                 Err(status) => failed(status),
             }
         }
+        Action::Answer { id, decision } => {
+            match client.sessions.answer_approval(v1::ApprovalAnswer { id, decision }).await {
+                Ok(_) => None,
+                Err(status) => failed(status),
+            }
+        }
         Action::Copy(_) | Action::Quit => None,
         Action::Run(command) => match command {
             Command::New => {

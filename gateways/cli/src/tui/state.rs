@@ -193,6 +193,11 @@ pub enum Action {
     Cancel {
         turn: String,
     },
+    /// Answers an approval request (once, session, always or deny).
+    Answer {
+        id: String,
+        decision: String,
+    },
     /// Puts this on the clipboard (OSC 52: works over SSH and in tmux).
     Copy(String),
     Run(Command),
@@ -462,7 +467,22 @@ pub struct App {
     quit_armed: bool,
     /// The turn Ctrl+C asked to stop: what it wrote stays, marked as stopped.
     stopping: Option<String>,
+    /// Connections waiting for an answer, oldest first: with the draft empty, o/s/a/d answer
+    /// the first.
+    pub asking: Vec<Asking>,
 }
+
+/// A connection waiting for someone to allow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asking {
+    pub id: String,
+    /// "the Coder's tools want github.com:443 for `git clone …`".
+    pub what: String,
+}
+
+/// The answers the approval prompt offers: its key, the decision, and how it is shown.
+pub const ANSWERS: &[(char, &str, &str)] =
+    &[('o', "once", "once"), ('s', "session", "this session"), ('a', "always", "always"), ('d', "deny", "deny")];
 
 use crate::chat::role_name;
 
@@ -499,6 +519,7 @@ impl App {
             stashed: String::new(),
             quit_armed: false,
             stopping: None,
+            asking: vec![],
         }
     }
 
@@ -689,6 +710,14 @@ impl App {
         if key != Key::Tab {
             self.offered.clear();
         }
+        if let (Key::Char(c), true) = (&key, self.draft.text.is_empty()) {
+            let answer = ANSWERS.iter().find(|(shortcut, ..)| shortcut == c);
+            if let (Some((_, decision, _)), Some(asking)) = (answer, self.asking.first()) {
+                let id = asking.id.clone();
+                self.asking.remove(0);
+                return vec![Action::Answer { id, decision: (*decision).to_string() }];
+            }
+        }
         match key {
             Key::Char(c) => self.draft.insert(&c.to_string()),
             Key::Paste(text) => self.draft.insert(&text.replace("\r\n", "\n").replace('\r', "\n")),
@@ -796,9 +825,10 @@ impl App {
     fn event(&mut self, event: v1::OrchestratorEvent) {
         use v1::orchestrator_event::Event;
         let Some(kind) = event.event else { return };
-        // The context's other sessions go on without this screen; notices are for everyone.
+        // The context's other sessions go on without this screen; notices and approval requests
+        // are for everyone.
         let elsewhere = !event.session_id.is_empty() && self.session.as_deref().is_some_and(|s| s != event.session_id);
-        if elsewhere && !matches!(kind, Event::Notice(_)) {
+        if elsewhere && !matches!(kind, Event::Notice(_) | Event::Approval(_) | Event::ApprovalSettled(_)) {
             return;
         }
         match kind {
@@ -850,10 +880,23 @@ impl App {
             }
             Event::Approval(request) => {
                 let title = format!("{}'s tools want {}:{}", role_name(request.agent), request.host, request.port);
-                let text = crate::chat::approval_text(&request).trim().trim_start_matches("? ").to_string();
-                self.blocks.push(Block::Notice { title, text, error: false });
+                let asked =
+                    if request.asked_by.is_empty() { String::new() } else { format!(" for `{}`", request.asked_by) };
+                let text = format!(
+                    "Allow it? Press o (once), s (this session), a (always: a rule) or d (deny); denied in {} s                      without an answer. Approval {}{asked}.",
+                    request.expires_in_seconds, request.id
+                );
+                self.blocks.push(Block::Notice { title: title.clone(), text, error: false });
+                // One line: the command's first words.
+                let mut command: String = request.asked_by.split_whitespace().collect::<Vec<_>>().join(" ");
+                if command.chars().count() > 48 {
+                    command = command.chars().take(47).collect::<String>() + "…";
+                }
+                let what = if command.is_empty() { title } else { format!("{title} for `{command}`") };
+                self.asking.push(Asking { id: request.id, what });
             }
             Event::ApprovalSettled(settled) => {
+                self.asking.retain(|asking| asking.id != settled.id);
                 let text = format!("· approval {}: {} by {}", settled.id, settled.decision, settled.by);
                 self.blocks.push(Block::Activity { text });
             }

@@ -188,9 +188,11 @@ pub fn draw(frame: &mut ratatui::Frame<'_>, app: &App) {
     let area = frame.area();
     let draft_lines = app.draft.text.split('\n').count().clamp(1, 6) as u16;
     let offered = u16::from(!app.offered.is_empty());
-    let [talk, hints, line, input] = Layout::vertical([
+    let asking = u16::from(!app.asking.is_empty());
+    let [talk, hints, prompt, line, input] = Layout::vertical([
         Constraint::Min(3),
         Constraint::Length(offered),
+        Constraint::Length(asking),
         Constraint::Length(1),
         Constraint::Length(draft_lines + 2),
     ])
@@ -199,6 +201,13 @@ pub fn draw(frame: &mut ratatui::Frame<'_>, app: &App) {
     frame.render_widget(Paragraph::new(lines), talk);
     if offered > 0 {
         frame.render_widget(Paragraph::new(Line::styled(app.offered.join("  "), app.theme.accent)), hints);
+    }
+    if let Some(first) = app.asking.first() {
+        let answers: Vec<String> =
+            crate::tui::state::ANSWERS.iter().map(|(key, _, shown)| format!("[{key}] {shown}")).collect();
+        let more = if app.asking.len() > 1 { format!(" (+{} more)", app.asking.len() - 1) } else { String::new() };
+        let text = format!("? {}  {}{more}", answers.join("  "), clean(&first.what));
+        frame.render_widget(Paragraph::new(Line::styled(text, app.theme.accent)), prompt);
     }
     frame.render_widget(Paragraph::new(status(app)), line);
     // The draft's last lines when it is longer than the editor.
