@@ -596,6 +596,57 @@ pub fn git_server(
     }
 }
 
+/// A plain HTTP server on the host's end of the container bridge ("the internet" for these
+/// tests): it answers each request with its request line, so a test sees what arrived.
+pub fn bridge_server() -> (std::net::IpAddr, u16) {
+    use std::io::{BufRead as _, Write as _};
+    let bridge = bridge_address().expect("bridge address");
+    let listener = std::net::TcpListener::bind((bridge, 0)).expect("listen on the bridge");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream);
+                let mut first = String::new();
+                if reader.read_line(&mut first).is_err() {
+                    return;
+                }
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let body = format!("arrived: {}", first.trim());
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                // silent-ok: a client that went away gets nothing.
+                let _ = reader.get_mut().write_all(answer.as_bytes());
+            });
+        }
+    });
+    (bridge, port)
+}
+
+/// Runs `python3 urllib` GET http://`target`/x in `coder`'s container, in the background.
+pub fn fetch_in_background(coder: &LingeringAgent, target: String) -> std::thread::JoinHandle<String> {
+    let (socket, options) = (coder.socket.clone(), coder.options());
+    std::thread::spawn(move || {
+        runtime().block_on(async move {
+            let mut agent = baaaht_proto::client::connect(&socket, options).await.expect("connect");
+            let command = format!(
+                "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('http://{target}/x', timeout=30).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
+            );
+            let request = baaaht_proto::v1::ToolRequest {
+                tool: "exec".into(),
+                params_json: serde_json::json!({ "command": command }).to_string(),
+                ..baaaht_proto::v1::ToolRequest::default()
+            };
+            agent.agents.request_tool_execution(request).await.expect("exec").into_inner().content
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,38 +165,6 @@ fn web_search_asks_the_configured_searxng_instance() {
     drop(agent);
 }
 
-/// A plain HTTP server on the host's end of the container bridge ("the internet" for these
-/// tests): it answers each request with its request line, so a test sees what arrived.
-fn bridge_server() -> (std::net::IpAddr, u16) {
-    use std::io::{BufRead as _, Write as _};
-    let bridge = baaaht_tests::bridge_address().expect("bridge address");
-    let listener = std::net::TcpListener::bind((bridge, 0)).expect("listen on the bridge");
-    let port = listener.local_addr().expect("address").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut reader = std::io::BufReader::new(stream);
-                let mut first = String::new();
-                if reader.read_line(&mut first).is_err() {
-                    return;
-                }
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let body = format!("arrived: {}", first.trim());
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                // silent-ok: a client that went away gets nothing.
-                let _ = reader.get_mut().write_all(answer.as_bytes());
-            });
-        }
-    });
-    (bridge, port)
-}
-
 /// A Coder's commands reach the network only through the tool runner's proxy, which the
 /// daemon opens per the context's egress policy and the address filter: a plain http request
 /// (absolute form, rewritten for the server) and a CONNECT tunnel to an allowed host work; a
@@ -205,8 +173,8 @@ fn bridge_server() -> (std::net::IpAddr, u16) {
 #[test]
 fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
     let rt = baaaht_tests::runtime();
-    let (bridge, port) = bridge_server();
-    let (_, other) = bridge_server();
+    let (bridge, port) = baaaht_tests::bridge_server();
+    let (_, other) = baaaht_tests::bridge_server();
     // Both are private addresses the admin lets through the filter; only one is in the policy.
     let config = format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}', '{bridge}:{other}']\n");
     let policy = format!("rules:\n  - host: '{bridge}:{port}'\n    action: allow\n");
@@ -341,9 +309,9 @@ fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
 fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
     use tokio_stream::StreamExt as _;
     let rt = baaaht_tests::runtime();
-    let (bridge, port) = bridge_server();
-    let (_, second) = bridge_server();
-    let (_, third) = bridge_server();
+    let (bridge, port) = baaaht_tests::bridge_server();
+    let (_, second) = baaaht_tests::bridge_server();
+    let (_, third) = baaaht_tests::bridge_server();
     let allow: Vec<String> = [port, second, third].iter().map(|p| format!("'{bridge}:{p}'")).collect();
     let config = format!("tools:\n  web_proxy:\n    allow: [{}]\negress:\n  approval_timeout: 3\n", allow.join(", "));
     let daemon =
@@ -361,23 +329,7 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
         };
         host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner()
     });
-    let fetch_in_background = |target: String| {
-        let (socket, options) = (coder.socket.clone(), coder.options());
-        std::thread::spawn(move || {
-            baaaht_tests::runtime().block_on(async move {
-                let mut agent = client::connect(&socket, options).await.expect("connect");
-                let command = format!(
-                    "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('http://{target}/x', timeout=30).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
-                );
-                let request = v1::ToolRequest {
-                    tool: "exec".into(),
-                    params_json: serde_json::json!({ "command": command }).to_string(),
-                    ..v1::ToolRequest::default()
-                };
-                agent.agents.request_tool_execution(request).await.expect("exec").into_inner().content
-            })
-        })
-    };
+    let fetch_in_background = |target: String| baaaht_tests::fetch_in_background(&coder, target);
     let next_request = |events: &mut tonic::Streaming<v1::OrchestratorEvent>| {
         rt.block_on(async {
             loop {
@@ -484,7 +436,7 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
         &temp.path().join("forge.log"),
         &[("BIND", bind.as_str()), ("AUTH", auth.as_str())],
     );
-    let (_, other) = bridge_server();
+    let (_, other) = baaaht_tests::bridge_server();
     let passphrase = temp.path().join("passphrase");
     std::fs::write(&passphrase, "correct horse battery staple\n").expect("passphrase");
     let config = format!(
@@ -574,33 +526,14 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
     drop(coder);
 }
 
-/// Runs `python3 urllib` GET http://`target`/x in `coder`'s container, in the background.
-fn fetch_in_background(coder: &baaaht_tests::LingeringAgent, target: String) -> std::thread::JoinHandle<String> {
-    let (socket, options) = (coder.socket.clone(), coder.options());
-    std::thread::spawn(move || {
-        baaaht_tests::runtime().block_on(async move {
-            let mut agent = client::connect(&socket, options).await.expect("connect");
-            let command = format!(
-                "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('http://{target}/x', timeout=30).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
-            );
-            let request = v1::ToolRequest {
-                tool: "exec".into(),
-                params_json: serde_json::json!({ "command": command }).to_string(),
-                ..v1::ToolRequest::default()
-            };
-            agent.agents.request_tool_execution(request).await.expect("exec").into_inner().content
-        })
-    })
-}
-
 /// In the TUI an approval request is a prompt over the editor, and one key answers it: `s`
 /// allows the host for the session (not asked again), `d` refuses the next one.
 #[test]
 fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     use baaaht_tests::tmux::{shell_quote, Tmux};
     let wait = std::time::Duration::from_secs(30);
-    let (bridge, port) = bridge_server();
-    let (_, other) = bridge_server();
+    let (bridge, port) = baaaht_tests::bridge_server();
+    let (_, other) = baaaht_tests::bridge_server();
     let config = format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}', '{bridge}:{other}']\n");
     let daemon =
         TestDaemon::start(DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..Default::default() })
@@ -613,7 +546,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     terminal.press(&["Enter"]).expect("enter");
     terminal.wait_for("● connected · user:baaaht-self-test", wait).expect("the TUI attaches");
 
-    let fetching = fetch_in_background(&coder, format!("{bridge}:{port}"));
+    let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"));
     let prompt = format!(
         "? [o] once  [s] this session  [a] always  [d] deny  coder's tools want {bridge}:{port} for `exec: python3"
     );
@@ -624,9 +557,12 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     let screen = terminal.wait_for(": session by host:uid=", wait).expect("settled");
     assert!(!screen.contains("[o] once"), "the prompt is gone: {screen}");
     // Not asked again in this session.
-    assert!(fetch_in_background(&coder, format!("{bridge}:{port}")).join().expect("fetch").contains("arrived: GET /x"));
+    assert!(baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"))
+        .join()
+        .expect("fetch")
+        .contains("arrived: GET /x"));
     // Another host, refused with d; what was typed meanwhile would not have answered.
-    let fetching = fetch_in_background(&coder, format!("{bridge}:{other}"));
+    let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{other}"));
     terminal.wait_for(&format!("[d] deny  coder's tools want {bridge}:{other}"), wait).expect("the second prompt");
     terminal.press(&["d"]).expect("d");
     let refused = fetching.join().expect("fetch");

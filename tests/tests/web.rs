@@ -1022,3 +1022,82 @@ fn a_rotated_key_and_a_client_secret_set_meanwhile_are_taken_without_a_restart()
     let missing = baahtd(&["gateways", "restart", "nope"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no gateway `nope` is registered"));
 }
+
+/// A tool's connection waiting for approval is a card on the page, whichever conversation is
+/// open: its buttons answer it (for this conversation: the command goes on, and the next one
+/// is not asked about; deny: refused), and the card says what was decided, by whom.
+#[test]
+fn an_approval_request_is_a_card_whose_buttons_answer_it() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
+    let (bridge, port) = baaaht_tests::bridge_server();
+    let (_, other) = baaaht_tests::bridge_server();
+    // Alice signs in as the user whose tools the test's Coder runs for.
+    let identities = serde_json::json!({
+        "version": 1,
+        "identities": {format!("web:{}#alice", provider.issuer): {"user": "baaaht-self-test", "own": "baaaht-self-test", "created": "2026-11-23T00:00:00Z"}},
+        "users": {"baaaht-self-test": {"name": "Alice", "created": "2026-11-23T00:00:00Z"}},
+    });
+    let allow = format!("[\"127.0.0.1:{}\", \"{bridge}:{port}\", \"{bridge}:{other}\"]", provider.port);
+    let env = vec![("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), allow)];
+    let files = vec![("data/state/identities.json".into(), identities.to_string())];
+    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, files);
+    let added = register(&rt, &daemon, &provider, "external", vec![]);
+    let socket = added.gateway.expect("info").socket;
+    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &[]).expect("baaaht-web");
+    let driver = Driver::start(dir.path()).expect("chromedriver");
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    rt.block_on(async {
+        let alice = driver.browser(1280).await.expect("browser");
+        web::sign_in(&alice, &site, "alice").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+        // Her page follows her events before the command asks.
+        say(&alice, "hello").await;
+        assert!(answered(&alice, "echo: hello").await, "no answer\n{}", logs());
+
+        let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"));
+        let shown = until(Duration::from_secs(30), || async {
+            text_of(&alice, ".approval .text")
+                .await
+                .contains(&format!("The coder's tools want to reach {bridge}:{port}"))
+        })
+        .await;
+        assert!(shown, "no card: {}\n{}", text_of(&alice, "#log").await, logs());
+        let card = text_of(&alice, ".approval").await;
+        assert!(
+            card.contains("Allow once") && card.contains("For this conversation") && card.contains("Deny"),
+            "{card}"
+        );
+        screenshot(&alice, dir.path(), "approval-card").await;
+        click(&alice, ".approval button[data-decision=session]").await;
+        let fetched = tokio::task::spawn_blocking(move || fetching.join().expect("fetch")).await.expect("join");
+        assert!(fetched.contains("arrived: GET /x"), "{fetched}");
+        let settled = until(Duration::from_secs(30), || async {
+            text_of(&alice, ".approval.allowed .meta").await.starts_with("Allowed for this conversation, by gateway:")
+        })
+        .await;
+        assert!(settled, "{}", text_of(&alice, ".approval").await);
+        assert!(alice.find_all(Locator::Css(".approval button")).await.expect("buttons").is_empty());
+
+        // Another host: denied from the page.
+        let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{other}"));
+        let asked = until(Duration::from_secs(30), || async {
+            alice
+                .find_all(Locator::Css(".approval button[data-decision=deny]"))
+                .await
+                .is_ok_and(|found| found.len() == 1)
+        })
+        .await;
+        assert!(asked, "no second card\n{}", logs());
+        click(&alice, ".approval button[data-decision=deny]").await;
+        let refused = tokio::task::spawn_blocking(move || fetching.join().expect("fetch")).await.expect("join");
+        assert!(refused.contains("403") && refused.contains("was denied by gateway:"), "{refused}");
+        let denied = until(Duration::from_secs(30), || async {
+            text_of(&alice, ".approval.denied .meta").await.starts_with("Denied")
+        })
+        .await;
+        assert!(denied, "{}", text_of(&alice, "#log").await);
+    });
+    drop(coder);
+}

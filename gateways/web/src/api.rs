@@ -331,6 +331,24 @@ pub async fn stop(State(app): State<Arc<App>>, user: User, Path(id): Path<String
 }
 
 #[derive(Debug, Deserialize)]
+pub struct Answer {
+    decision: String,
+}
+
+/// `POST /api/approvals/{id}`: answers a connection waiting for approval (once, session,
+/// always or deny); the first answer anywhere wins.
+pub async fn approve(
+    State(app): State<Arc<App>>,
+    user: User,
+    Path(id): Path<String>,
+    Json(given): Json<Answer>,
+) -> Response {
+    let mut daemon = app.daemon.clone();
+    let request = v1::ApprovalAnswer { id, decision: given.decision };
+    answer(daemon.sessions.answer_approval(app.as_user(&user.session, request)).await, |_| json!({}))
+}
+
+#[derive(Debug, Deserialize)]
 pub struct ExportQuery {
     #[serde(default)]
     format: String,

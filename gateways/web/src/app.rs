@@ -306,6 +306,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/rooms", get(api::rooms).post(api::create_room))
         .route("/api/rooms/{id}/members", post(api::add_member))
         .route("/api/uploads", post(api::upload))
+        .route("/api/approvals/{id}", post(api::approve))
         .route("/api/settings", post(api::settings))
         .route("/ui/{*file}", get(crate::assets::serve))
         .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))

@@ -223,12 +223,13 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
         }
         Event::Message(message) => json!({"type": "message", "session": session, "text": message.content}),
         Event::Notice(notice) => json!({"type": "notice", "session": session, "text": notice.content}),
-        // The page's approval card comes with the web UI's issue; until then a note says what
-        // waits, and `baaaht egress approve|deny ID` answers it.
-        Event::Approval(request) => json!({"type": "notice", "session": session,
-            "text": format!("The {}'s tools want {}:{} (it waits {} s for an answer; approval {}).",
-                agent(request.agent), request.host, request.port, request.expires_in_seconds, request.id)}),
-        Event::ThinkingDelta(_) | Event::ApprovalSettled(_) => return None,
+        // A card with the answers as buttons, whichever conversation is open.
+        Event::Approval(request) => json!({"type": "approval", "session": session, "id": request.id,
+            "agent": agent(request.agent), "host": request.host, "port": request.port,
+            "asked_by": request.asked_by, "expires_in": request.expires_in_seconds}),
+        Event::ApprovalSettled(settled) => json!({"type": "settled", "session": session, "id": settled.id,
+            "decision": settled.decision, "by": settled.by}),
+        Event::ThinkingDelta(_) => return None,
     })
 }
 

@@ -207,7 +207,65 @@ function running(turn, on) {
   $("stop").hidden = state.running.size === 0;
 }
 
+const ANSWERS = [
+  ["once", "Allow once"],
+  ["session", "For this conversation"],
+  ["always", "Always"],
+  ["deny", "Deny"],
+];
+const SETTLED = { once: "Allowed once", session: "Allowed for this conversation", always: "Allowed always (a rule)", deny: "Denied" };
+
+// A connection waiting for someone to allow it: a card with the answers as buttons.
+function approvalCard(event) {
+  const card = bubble("approval");
+  card.dataset.approval = event.id;
+  card.setAttribute("role", "group");
+  card.setAttribute("aria-label", "Approval request");
+  const text = document.createElement("p");
+  text.className = "text";
+  const command = (event.asked_by || "").split("\n")[0];
+  text.textContent = `The ${event.agent}'s tools want to reach ${event.host}:${event.port}` +
+    (command ? ` for \u201c${command.length > 80 ? `${command.slice(0, 79)}\u2026` : command}\u201d` : "") + ".";
+  const note = document.createElement("p");
+  note.className = "meta";
+  note.textContent = `Denied in ${event.expires_in} s without an answer.`;
+  const buttons = document.createElement("div");
+  buttons.className = "answers";
+  for (const [decision, label] of ANSWERS) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = label;
+    button.dataset.decision = decision;
+    if (decision === "deny") button.className = "danger";
+    button.addEventListener("click", async () => {
+      for (const other of buttons.querySelectorAll("button")) other.disabled = true;
+      try {
+        await api(`/api/approvals/${encodeURIComponent(event.id)}`, { method: "POST", body: { decision } });
+      } catch (error) {
+        note.textContent = error.message;
+        for (const other of buttons.querySelectorAll("button")) other.disabled = false;
+      }
+    });
+    buttons.append(button);
+  }
+  card.append(text, note, buttons);
+  announce(text.textContent);
+}
+
+function approvalSettled(event) {
+  const card = log.querySelector(`[data-approval="${CSS.escape(event.id)}"]`);
+  if (!card) return;
+  card.querySelector(".answers")?.remove();
+  const note = card.querySelector(".meta");
+  const by = event.by === "nobody" ? "nobody answered in time" : `by ${event.by}`;
+  note.textContent = `${SETTLED[event.decision] || event.decision}, ${by}.`;
+  card.classList.add(event.decision === "deny" ? "denied" : "allowed");
+}
+
 function onEvent(event) {
+  // Approval requests are for whoever is here, whichever conversation is open.
+  if (event.type === "approval") return approvalCard(event);
+  if (event.type === "settled") return approvalSettled(event);
   // Only the conversation open here is shown; another one is marked in the side bar.
   if (event.session && event.session !== state.session) {
     markUnread(event.session);
