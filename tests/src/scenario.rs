@@ -145,13 +145,18 @@ pub fn memory_brain() -> Answer {
 
 /// As [`echo_brain`], each answer taking about a second to stream.
 pub fn slow_echo_brain() -> Answer {
-    Answer::Respond(Responder(Arc::new(|request| {
+    paced_echo_brain(Duration::from_millis(150))
+}
+
+/// As [`echo_brain`], each of an answer's half-dozen stream events `interval` apart.
+pub fn paced_echo_brain(interval: Duration) -> Answer {
+    Answer::Respond(Responder(Arc::new(move |request| {
         let asked = Asked::of(request);
         let Answer::Stream { body, .. } = anthropic_answer(&format!("echo: {}", last_user_text(&asked)), &[]) else {
             unreachable!("anthropic_answer streams")
         };
         let chunks: Vec<String> = body.split_inclusive("\n\n").map(str::to_string).collect();
-        Answer::Paced { chunks: Arc::new(chunks), interval: Duration::from_millis(150) }
+        Answer::Paced { chunks: Arc::new(chunks), interval }
     })))
 }
 

@@ -655,3 +655,124 @@ fn in_its_container_the_gateway_reaches_slack_only_through_the_daemon() {
     let closed = rt.block_on(fake.wait_for(Duration::from_secs(10), |fake| fake.open_connections() == 0));
     assert!(closed, "the removed gateway's Socket Mode connection is still open");
 }
+
+/// slack_sdk's own Block Kit models read the blocks the gateway posted: prints each block's
+/// class, then each button's action id and value.
+const SDK_BLOCKS: &str = r#"
+import json, sys
+from slack_sdk.models.blocks import Block, ActionsBlock, ButtonElement
+blocks = Block.parse_all(json.loads(sys.argv[1]))
+for block in blocks:
+    print(type(block).__name__)
+    if isinstance(block, ActionsBlock):
+        for element in block.elements:
+            assert isinstance(element, ButtonElement), element
+            element.validate_json()
+            print(element.action_id, element.value, element.style or "")
+"#;
+
+/// A tool's connection waiting for approval during a Slack turn is posted in the thread as
+/// Block Kit buttons (read back by slack_sdk's models); a click, delivered as Slack delivers
+/// it (a `block_actions` interaction over Socket Mode), answers it as the Slack user who
+/// clicked, and the message then says what was decided, without its buttons.
+#[test]
+fn an_approval_request_is_slack_buttons_and_a_click_answers_it() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let (bridge, port) = baaaht_tests::bridge_server();
+    // The Slack user U7 is the user whose tools the test's Coder runs for.
+    let identities = json!({
+        "version": 1,
+        "identities": {"slack:T0FAKE:U7": {"user": "baaaht-self-test", "own": "baaaht-self-test", "created": "2026-11-23T00:00:00Z"}},
+        "users": {"baaaht-self-test": {"name": "Seven", "created": "2026-11-23T00:00:00Z"}},
+    });
+    let mut options = slack_options();
+    options.files.push(("data/state/identities.json".into(), identities.to_string()));
+    options
+        .files
+        .push(("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}']\n")));
+    // The turn takes a while, as a real model's would: the request comes while it runs.
+    let brain = scenario::paced_echo_brain(Duration::from_secs(3));
+    let (_provider, daemon) = scenario::start(&rt, brain, options).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let logs = || format!("{}\n{}\n{:#?}", gateway.log_text(), daemon.log_text(), fake.calls());
+    let posted_buttons = |fake: &FakeSlack| {
+        fake.calls_of("chat.postMessage")
+            .into_iter()
+            .find(|call| call.params["blocks"].to_string().contains("baaaht_approval_"))
+    };
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await, "{}", logs());
+        fake.push_event(dm("U7", "take your time", "1760000300.000100"), "EvAP1", 0).expect("sent");
+        let answering = fake.wait_for(Duration::from_secs(30), |fake| !shown_in(fake, "DU7").is_empty()).await;
+        assert!(answering, "the turn did not start\n{}", logs());
+    });
+    let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"));
+    let posted = rt.block_on(async {
+        let asked = fake.wait_for(Duration::from_secs(30), |fake| posted_buttons(fake).is_some()).await;
+        assert!(asked, "no buttons\n{}", logs());
+        posted_buttons(&fake).expect("posted")
+    });
+    assert_eq!(posted.params["channel"], "DU7");
+    let blocks = posted.params["blocks"].clone();
+    let read = std::process::Command::new("python3")
+        .args(["-c", SDK_BLOCKS, &blocks.to_string()])
+        .output()
+        .expect("python3 with slack_sdk");
+    let printed = String::from_utf8_lossy(&read.stdout).into_owned();
+    assert!(read.status.success(), "{printed}{}", String::from_utf8_lossy(&read.stderr));
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines[..2], ["SectionBlock", "ActionsBlock"], "{printed}");
+    let id = lines[2].split_whitespace().nth(1).expect("the request's id").to_string();
+    assert!(id.starts_with("a-"), "{printed}");
+    assert_eq!(
+        lines[2..].iter().map(|line| line.split_whitespace().next().unwrap_or_default()).collect::<Vec<_>>(),
+        ["baaaht_approval_once", "baaaht_approval_session", "baaaht_approval_always", "baaaht_approval_deny"]
+    );
+    let ts = posted.answer["ts"].as_str().unwrap_or_default().to_string();
+
+    // U7 clicks "For this conversation".
+    let click = json!({
+        "envelope_id": "env-click-1",
+        "type": "interactive",
+        "accepts_response_payload": false,
+        "payload": {
+            "type": "block_actions",
+            "user": {"id": "U7", "username": "seven", "team_id": "T0FAKE"},
+            "team": {"id": "T0FAKE", "domain": "fake"},
+            "api_app_id": "A0FAKE",
+            "container": {"type": "message", "message_ts": ts, "channel_id": "DU7", "is_ephemeral": false},
+            "channel": {"id": "DU7", "name": "directmessage"},
+            "message": {"ts": ts, "text": "approval"},
+            "trigger_id": "1.2.3",
+            "actions": [{
+                "type": "button", "action_id": "baaaht_approval_session", "block_id": format!("approval:{id}"),
+                "text": {"type": "plain_text", "text": "For this conversation"}, "value": id, "action_ts": "1760000301.000200",
+            }],
+        },
+    });
+    assert!(fake.send(&click), "a connection to send the click on");
+    let fetched = fetching.join().expect("fetch");
+    assert!(fetched.contains("arrived: GET /x"), "{fetched}\n{}", logs());
+    rt.block_on(async {
+        let settled = fake
+            .wait_for(Duration::from_secs(30), |fake| {
+                fake.calls_of("chat.update").iter().any(|call| {
+                    call.params["ts"] == ts.as_str()
+                        && call.params["text"]
+                            .as_str()
+                            .is_some_and(|text| text.starts_with("Allowed for this conversation, by "))
+                        && !call.params["blocks"].to_string().contains("baaaht_approval_")
+                })
+            })
+            .await;
+        assert!(settled, "the message was not settled\n{}", logs());
+        assert!(fake.acks().iter().any(|ack| ack["envelope_id"] == "env-click-1"), "the click was acknowledged");
+    });
+    let answers = daemon.audit_records("egress");
+    let answered: Vec<_> = answers.iter().filter(|record| record["outcome"] == "answered").collect();
+    assert_eq!(answered.len(), 1, "{answered:#?}");
+    assert!(answered[0]["principal"].as_str().is_some_and(|p| p.starts_with("gateway:work")), "{answered:#?}");
+    drop(coder);
+}

@@ -49,6 +49,8 @@ pub struct Gateway {
     threads: Mutex<Threads>,
     /// Slack users' display names, by user id.
     names: Mutex<std::collections::HashMap<String, String>>,
+    /// The approval requests posted, by id: where their message is (`crate::approvals`).
+    pub(crate) asked: Mutex<std::collections::HashMap<String, (SlackChannelId, SlackTs)>>,
 }
 
 /// The credentials the events come in with: the app token (Socket Mode) and the signing
@@ -61,7 +63,7 @@ pub struct Listening {
 /// What a Slack user may read of the daemon's refusal: its sentence when it is about what they
 /// asked (a budget, a permission, a bad request); a plain sentence for anything internal, whose
 /// text stays in the log (DESIGN §9.2: no host path or internal error text reaches Slack).
-fn for_users(status: &tonic::Status) -> String {
+pub(crate) fn for_users(status: &tonic::Status) -> String {
     use tonic::Code;
     match status.code() {
         Code::PermissionDenied
@@ -165,6 +167,7 @@ impl Gateway {
             seen: Mutex::new(Seen::new(Duration::from_secs(15 * 60), 10_000)),
             threads: Mutex::new(Threads::default()),
             names: Mutex::default(),
+            asked: Mutex::default(),
         };
         Ok((gateway, listening))
     }
@@ -202,11 +205,16 @@ impl Gateway {
     }
 
     fn as_user<T>(&self, route: &Route, message: T) -> tonic::Request<T> {
+        self.as_identity(&route.identity, &route.user, message)
+    }
+
+    /// `message` on behalf of the Slack user `user`, whose channel identity is `identity`.
+    pub(crate) fn as_identity<T>(&self, identity: &str, user: &str, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        if let Ok(value) = route.identity.parse() {
+        if let Ok(value) = identity.parse() {
             request.metadata_mut().insert(baaaht_proto::USER_HEADER, value);
         }
-        let name = self.names.lock().unwrap_or_else(PoisonError::into_inner).get(&route.user).cloned();
+        let name = self.names.lock().unwrap_or_else(PoisonError::into_inner).get(user).cloned();
         if let Some(Ok(value)) = name.map(|name| tonic::metadata::MetadataValue::try_from(name.as_str())) {
             request.metadata_mut().insert(baaaht_proto::USER_NAME_HEADER, value);
         }
@@ -304,8 +312,11 @@ impl Gateway {
             session_id = session;
             attachments.push(attachment);
         }
-        let subscription =
-            v1::EventSubscription { context: Some(context.clone()), session_id: String::new(), channel: 0 };
+        let subscription = v1::EventSubscription {
+            context: Some(context.clone()),
+            session_id: String::new(),
+            channel: v1::ChannelType::Slack as i32,
+        };
         let mut events =
             daemon.sessions.subscribe_events(self.as_user(route, subscription)).await.map_err(sentence)?.into_inner();
         let message = v1::UserMessage {
@@ -355,6 +366,10 @@ impl Gateway {
                     break Some(":warning: Lost the daemon while answering; try again.".to_string())
                 }
             };
+            // A connection waiting for approval, whichever turn asked: buttons in this thread.
+            if let Some(asked) = event.as_ref().and_then(|event| event.event.as_ref()) {
+                self.approval_event(asked, channel, thread.as_ref()).await;
+            }
             if let Some(event) = event.filter(|event| event.turn_id == sent.turn_id) {
                 use v1::orchestrator_event::Event;
                 match event.event {
@@ -631,7 +646,7 @@ impl Writing {
     }
 }
 
-fn agent_name(agent: i32) -> &'static str {
+pub(crate) fn agent_name(agent: i32) -> &'static str {
     match baaaht_proto::role_name(agent) {
         Some(name @ ("worker" | "researcher" | "coder" | "memory")) => name,
         _ => "agent",

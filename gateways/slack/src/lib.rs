@@ -5,6 +5,7 @@
 //! files are fetched for the session's uploads ([`files`]). Every connection out goes through
 //! [`egress`] (the daemon's tunnel in a container); the daemon asks after [`health`].
 
+pub mod approvals;
 pub mod egress;
 pub mod events_http;
 pub mod files;

@@ -11,7 +11,7 @@ use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 /// splits `text` past 4,000 in some clients; blocks hold at most 3,000).
 pub const MESSAGE_LIMIT: usize = 3_900;
 
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 

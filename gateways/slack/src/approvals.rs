@@ -1,0 +1,187 @@
+//! Approval requests in Slack (DESIGN.md §10.2): a tool's connection waiting for someone to
+//! allow it is posted in the thread of the turn being answered, as Block Kit buttons (once,
+//! for this conversation, always, deny); a click comes back over Socket Mode as a
+//! `block_actions` interaction and is answered as the Slack user who clicked (the daemon
+//! decides whether they may); the first answer anywhere settles it, and the message then says
+//! what was decided, by whom, without its buttons.
+
+use serde_json::{json, Value};
+use slack_morphism::prelude::*;
+
+use baaaht_proto::v1;
+
+use crate::gateway::{patiently, Gateway};
+
+/// The buttons' action ids start with this; the rest is the decision.
+const ACTION: &str = "baaaht_approval_";
+
+const ANSWERS: &[(&str, &str)] =
+    &[("once", "Allow once"), ("session", "For this conversation"), ("always", "Always"), ("deny", "Deny")];
+
+/// What a settled request's message says.
+fn settled_text(decision: &str, by: &str) -> String {
+    let what = match decision {
+        "once" => "Allowed once",
+        "session" => "Allowed for this conversation",
+        "always" => "Allowed always (a rule)",
+        "deny" => "Denied",
+        other => other,
+    };
+    let by = if by == "nobody" { "nobody answered in time".to_string() } else { format!("by {by}") };
+    format!("{what}, {by}.")
+}
+
+/// The request as Slack blocks: what waits, and the answers.
+fn blocks(request: &v1::ApprovalRequest, agent: &str) -> Value {
+    let command = request.asked_by.lines().next().unwrap_or_default();
+    let command: String = command.chars().take(120).collect();
+    let asked = if command.is_empty() {
+        String::new()
+    } else {
+        format!(" for `{}`", crate::mrkdwn::escape(&command.replace('`', "'")))
+    };
+    let text = format!(
+        "*The {agent}'s tools want to reach {}:{}*{asked}. Denied in {} s without an answer.",
+        crate::mrkdwn::escape(&request.host),
+        request.port,
+        request.expires_in_seconds
+    );
+    let buttons: Vec<Value> = ANSWERS
+        .iter()
+        .map(|(decision, label)| {
+            let mut button = json!({
+                "type": "button",
+                "action_id": format!("{ACTION}{decision}"),
+                "text": {"type": "plain_text", "text": label},
+                "value": request.id,
+            });
+            match *decision {
+                "once" => button["style"] = json!("primary"),
+                "deny" => button["style"] = json!("danger"),
+                _ => {}
+            }
+            button
+        })
+        .collect();
+    json!([
+        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+        {"type": "actions", "block_id": format!("approval:{}", request.id), "elements": buttons},
+    ])
+}
+
+impl Gateway {
+    /// Shows an approval request (posts its buttons) or its answer (updates its message).
+    pub(crate) async fn approval_event(
+        &self,
+        event: &v1::orchestrator_event::Event,
+        channel: &SlackChannelId,
+        thread: Option<&SlackTs>,
+    ) {
+        use v1::orchestrator_event::Event;
+        let session = self.slack.open_session(&self.bot_token);
+        match event {
+            Event::Approval(request) => {
+                let agent = crate::gateway::agent_name(request.agent);
+                let blocks: Vec<SlackBlock> = match serde_json::from_value(blocks(request, agent)) {
+                    Ok(blocks) => blocks,
+                    Err(error) => return tracing::warn!(%error, "an approval request could not be written as blocks"),
+                };
+                let text = format!("The {agent}'s tools want to reach {}:{}", request.host, request.port);
+                let content = SlackMessageContent::new().with_text(text).with_blocks(blocks);
+                let post = SlackApiChatPostMessageRequest::new(channel.clone(), content).opt_thread_ts(thread.cloned());
+                match patiently("chat.postMessage", || session.chat_post_message(&post)).await {
+                    Ok(posted) => {
+                        let mut asked = self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        asked.insert(request.id.clone(), (channel.clone(), posted.ts));
+                    }
+                    Err(error) => tracing::warn!(%error, "an approval request could not be posted"),
+                }
+            }
+            Event::ApprovalSettled(settled) => {
+                let posted = self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&settled.id);
+                let Some((channel, ts)) = posted else { return };
+                let text = settled_text(&settled.decision, &settled.by);
+                let blocks = vec![SlackBlock::Section(SlackSectionBlock::new().with_text(md!("{}", text)))];
+                let content = SlackMessageContent::new().with_text(text).with_blocks(blocks);
+                let update = SlackApiChatUpdateRequest::new(channel, content, ts);
+                if let Err(error) = patiently("chat.update", || session.chat_update(&update)).await {
+                    tracing::warn!(%error, "an approval's answer could not be shown");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A `block_actions` interaction: a click on an approval's button, answered as the Slack
+    /// user who clicked. What went wrong is told to them alone (chat.postEphemeral).
+    pub async fn interact(&self, payload: &Value) {
+        if payload["type"] != "block_actions" {
+            return;
+        }
+        let user = payload["user"]["id"].as_str().unwrap_or_default();
+        let team = payload["user"]["team_id"].as_str().or(payload["team"]["id"].as_str()).unwrap_or_default();
+        if user.is_empty() || team != self.team {
+            tracing::warn!(team, "an interaction from another workspace is ignored");
+            return;
+        }
+        let identity = format!("slack:{team}:{user}");
+        for action in payload["actions"].as_array().into_iter().flatten() {
+            let Some(decision) = action["action_id"].as_str().and_then(|id| id.strip_prefix(ACTION)) else { continue };
+            let id = action["value"].as_str().unwrap_or_default().to_string();
+            let answer = v1::ApprovalAnswer { id: id.clone(), decision: decision.to_string() };
+            let mut daemon = self.daemon.clone();
+            if let Err(status) = daemon.sessions.answer_approval(self.as_identity(&identity, user, answer)).await {
+                tracing::info!(approval = %id, message = %status.message(), "an approval's answer was refused");
+                let channel = payload["channel"]["id"].as_str().unwrap_or_default().to_string();
+                let text = format!(":warning: {}", crate::gateway::for_users(&status));
+                let content = SlackMessageContent::new().with_text(text);
+                let request = SlackApiChatPostEphemeralRequest::new(
+                    SlackChannelId::new(channel),
+                    SlackUserId::new(user.to_string()),
+                    content,
+                );
+                let session = self.slack.open_session(&self.bot_token);
+                if let Err(error) = session.chat_post_ephemeral(&request).await {
+                    tracing::warn!(%error, "cannot tell the Slack user their answer was refused");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_a_section_and_four_buttons_carrying_its_id() {
+        let request = v1::ApprovalRequest {
+            id: "a-0123456789ab".into(),
+            host: "pypi.org".into(),
+            port: 443,
+            asked_by: "exec: pip download <x>\nmore".into(),
+            expires_in_seconds: 120,
+            ..Default::default()
+        };
+        let written = blocks(&request, "coder");
+        let parsed: Vec<SlackBlock> = serde_json::from_value(written.clone()).expect("slack-morphism reads them");
+        assert_eq!(parsed.len(), 2);
+        let text = written[0]["text"]["text"].as_str().expect("text");
+        assert!(
+            text.starts_with("*The coder's tools want to reach pypi.org:443* for `exec: pip download &lt;x&gt;`"),
+            "{text}"
+        );
+        let ids: Vec<&str> = written[1]["elements"]
+            .as_array()
+            .expect("buttons")
+            .iter()
+            .map(|b| b["action_id"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            ids,
+            ["baaaht_approval_once", "baaaht_approval_session", "baaaht_approval_always", "baaaht_approval_deny"]
+        );
+        assert!(written[1]["elements"].as_array().expect("buttons").iter().all(|b| b["value"] == "a-0123456789ab"));
+        assert_eq!(settled_text("session", "nobody"), "Allowed for this conversation, nobody answered in time.");
+    }
+}
