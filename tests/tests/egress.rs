@@ -361,6 +361,24 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
     assert!(request.asked_by.starts_with("exec: python3"), "{request:?}");
     answer(&request.id, &["approve"]);
     assert!(fetching.join().expect("fetch").contains("arrived: GET /x"), "allowed once");
+    // Allowed once three times: suggested as a rule.
+    for _ in 0..2 {
+        let fetching = fetch_in_background(format!("{bridge}:{port}"));
+        answer(&next_request(&mut events).id, &["approve"]);
+        assert!(fetching.join().expect("fetch").contains("arrived: GET /x"));
+    }
+    let suggested = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["egress", "suggest", "--user", "baaaht-self-test"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht egress suggest");
+    let suggested = String::from_utf8_lossy(&suggested.stdout).into_owned();
+    assert!(
+        suggested.contains(&format!("{bridge}:{port}"))
+            && suggested.contains("allowed once 3 times")
+            && suggested.contains(&format!("baaaht egress allow {bridge}:{port} --user baaaht-self-test")),
+        "{suggested}"
+    );
     // For the session: allowed now and next time without asking.
     let fetching = fetch_in_background(format!("{bridge}:{port}"));
     let request = next_request(&mut events);
@@ -391,7 +409,7 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
         .filter(|record| record["outcome"] == "answered")
         .map(|record| record["detail"]["decision"].as_str().unwrap_or_default().to_string())
         .collect();
-    assert_eq!(answers, ["once", "session", "deny", "always"]);
+    assert_eq!(answers, ["once", "once", "once", "session", "deny", "always"]);
 }
 
 /// A secret bound to a host is swapped in at the edge: the Coder's commands see only a
@@ -569,4 +587,85 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     assert!(refused.contains("403") && refused.contains("was denied by host:uid="), "{refused}");
     terminal.wait_for(": deny by host:uid=", wait).expect("settled");
     drop(coder);
+}
+
+/// A scheduled run has nobody to ask: a host no rule names is refused at once (even with the
+/// user connected), and the inbox says how to allow it.
+#[test]
+fn a_scheduled_run_reaching_an_unnamed_host_is_refused_at_once_and_the_inbox_says_how_to_allow_it() {
+    use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
+    use baaaht_tests::scenario;
+    let rt = baaaht_tests::runtime();
+    let (bridge, port) = baaaht_tests::bridge_server();
+    let target = format!("{bridge}:{port}");
+    let command = format!(
+        "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('http://{target}/x', timeout=30).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
+    );
+    // The Coder, run by the scheduler, fetches the host and reports what it got.
+    let brain = Answer::Respond(Responder(std::sync::Arc::new(move |request| {
+        let asked = Asked::of(request);
+        match asked.results.last() {
+            None if asked.offers("exec") => {
+                anthropic_answer("", &[("toolu_exec_1", "exec", serde_json::json!({"command": command}))])
+            }
+            Some(result) => anthropic_answer(&format!("fetched: {result}"), &[]),
+            None => anthropic_answer("I was not expecting to be asked.", &[]),
+        }
+    })));
+    let options = DaemonOptions {
+        files: vec![("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{target}']\n"))],
+        ..Default::default()
+    };
+    let (_fake, daemon) = scenario::start(&rt, brain, options).expect("daemon");
+    let id = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("connect");
+        // Alice is connected: an interactive turn would ask her; a scheduled run does not.
+        let context = v1::ContextRef { r#type: v1::ContextType::User as i32, id: "alice".into() };
+        let subscription = v1::EventSubscription {
+            context: Some(context),
+            channel: v1::ChannelType::Tui as i32,
+            ..Default::default()
+        };
+        let events = host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner();
+        std::mem::forget(events);
+        let at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1);
+        let task = v1::TaskDefinition {
+            user_id: "alice".into(),
+            agent: "coder".into(),
+            description: "fetch the report".into(),
+            schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(at.to_string())) }),
+            prompt: "Fetch the report.".into(),
+            ..v1::TaskDefinition::default()
+        };
+        host.tasks.schedule_task(task).await.expect("scheduled").into_inner().task.expect("task").id
+    });
+    let baaaht = |args: &[&str]| {
+        let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
+            .args(args)
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("baaaht");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let runs = loop {
+        let runs = baaaht(&["tasks", "runs", &id]);
+        if runs.contains(" ok") || runs.contains("failed") {
+            break runs;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run did not end: {runs}\n{}", daemon.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(runs.contains(" ok"), "{runs}");
+    // (The run's own result went to her connected channel; the refusal waits in her inbox.)
+    let inbox = baaaht(&["inbox", "--user", "alice", "--all"]);
+    assert!(inbox.contains(&format!("{bridge} was refused to your tools")), "{inbox}");
+    assert!(inbox.contains(&format!("`baaaht egress allow {bridge} --user alice`")), "{inbox}");
+    let records = daemon.audit_records("egress");
+    assert!(records.iter().all(|record| record["outcome"] != "answered"), "nobody was asked: {records:#?}");
+    let refused: Vec<_> =
+        records.iter().filter(|record| record["outcome"] == "refused" && record["context"] == "user:alice").collect();
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    let reason = refused[0]["detail"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("nobody can be asked during a scheduled run"), "{reason}");
 }
