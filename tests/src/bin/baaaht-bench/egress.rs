@@ -166,12 +166,27 @@ pub(crate) fn run(downloads: usize) -> Result<()> {
         rate_plain / rate_direct,
         rate_tunnel / rate_direct
     );
+    drop(coder);
+    // The credential edge and the approval path, each with its own daemon.
+    let (bound, unbound) = crate::edge::interception(downloads * 4)?;
+    let (asked, allowed) = crate::edge::approval(downloads * 2)?;
+    let mut more = [bound, unbound, asked, allowed];
+    println!();
+    header();
+    let p50: Vec<f64> = more.iter_mut().map(Row::print).collect();
+    let (bound, unbound, asked, allowed) = (p50[0], p50[1], p50[2], p50[3]);
+    println!(
+        "\nTLS interception: +{:.1} ms a request over the unbound host (target ≤ +10 ms); an approval request reaches \
+         a TUI {asked:.1} ms after the command connects (target ≤ 50 ms; the allowed command's whole answer: \
+         {allowed:.1} ms)",
+        bound - unbound
+    );
     println!(
         "RESULT ttfb_plain_ms={ttfb_plain:.2} ttfb_tunnel_ms={ttfb_tunnel:.2} ttfb_direct_ms={ttfb_direct:.2} \
          mbps_plain={rate_plain:.1} mbps_tunnel={rate_tunnel:.1} mbps_direct={rate_direct:.1} \
-         throughput_vs_direct={:.2}",
-        rate_tunnel / rate_direct
+         throughput_vs_direct={:.2} tls_interception_ms={:.2} approval_to_prompt_ms={asked:.2}",
+        rate_tunnel / rate_direct,
+        bound - unbound
     );
-    drop(coder);
     Ok(())
 }

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 mod abuse;
 mod delegation;
+mod edge;
 mod egress;
 mod identity;
 mod llm;
