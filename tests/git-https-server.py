@@ -11,6 +11,8 @@ Each request is printed, so a test can tell whether anything reached the server 
 With BIND in the environment it listens on that address instead. With AUTH ("user:password"),
 every request must carry it as HTTP Basic (else 401 asks for it, as a forge does), and each
 request's Authorization header is printed as the server received it. /echo answers "ok".
+With STATIC (a folder), paths under /simple/ and /files/ are its files (a folder's
+index.html for a folder), as a Python package index serves them.
 """
 import base64
 import http.server
@@ -44,6 +46,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "3")
             self.end_headers()
             self.wfile.write(b"ok\n")
+            return
+        static = os.environ.get("STATIC")
+        if static and self.path.startswith(("/simple/", "/files/")):
+            path = os.path.join(static, self.path.lstrip("/").split("?")[0])
+            if os.path.isdir(path):
+                path = os.path.join(path, "index.html")
+            if not os.path.isfile(path):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            with open(path, "rb") as f:
+                content = f.read()
+            self.send_response(200)
+            kind = "text/html" if path.endswith(".html") else "application/octet-stream"
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
             return
         wanted = os.environ.get("AUTH")
         if wanted and received != "Basic " + base64.b64encode(wanted.encode()).decode():

@@ -222,13 +222,18 @@ async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir:
     let image = &loaded.config.container.image;
     match command {
         ImagesCommand::Check => {
-            use crate::container::ContainerRuntime;
-            let present = runtime.image_exists(image).await.map_err(|error| Failure::Engine(error.to_string()))?;
-            if present {
-                println!("{image}: present ({} {})", info.kind.as_str(), info.version);
-                Ok(())
-            } else {
-                Err(Failure::Engine(format!("{image} is missing: run `baaahtd images build`")))
+            let version = runtime.image_version(image).await.map_err(|error| Failure::Engine(error.to_string()))?;
+            match version {
+                Some(version) if version == images::IMAGE_VERSION => {
+                    println!("{image}: present, version {version} ({} {})", info.kind.as_str(), info.version);
+                    Ok(())
+                }
+                Some(version) => Err(Failure::Engine(format!(
+                    "{image} is version {version}, built before curl and pip were in it; run `baaahtd images build` \
+                     for version {}",
+                    images::IMAGE_VERSION
+                ))),
+                None => Err(Failure::Engine(format!("{image} is missing: run `baaahtd images build`"))),
             }
         }
         ImagesCommand::Build => {

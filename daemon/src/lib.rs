@@ -749,6 +749,11 @@ impl Daemon {
         let server = tonic::transport::Server::builder()
             // What one connection may have in flight at once (a gateway's users share one).
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+            // Room for a tunnel's bytes in flight (a download through a tool's proxy), in larger
+            // frames: fewer window updates and frames a megabyte.
+            .initial_stream_window_size(Some(baaaht_proto::client::STREAM_WINDOW))
+            .initial_connection_window_size(Some(baaaht_proto::client::CONNECTION_WINDOW))
+            .max_frame_size(Some(baaaht_proto::client::MAX_FRAME))
             .layer(RequestLayer::new(gate))
             .add_routes(server::routes(&shared))
             .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());

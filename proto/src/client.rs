@@ -182,12 +182,20 @@ pub async fn connect(path: &Path, options: ConnectOptions) -> Result<Client, Con
     Ok(Client::new(channel, metadata))
 }
 
+/// HTTP/2 flow-control windows and frame size on the daemon's sockets: a tunnel's bytes (a
+/// download through a tool's proxy) flow without waiting on window updates every 64 KiB.
+pub const STREAM_WINDOW: u32 = 4 << 20;
+pub const CONNECTION_WINDOW: u32 = 16 << 20;
+pub const MAX_FRAME: u32 = 256 << 10;
+
 /// A tonic channel over the Unix socket at `path`, reconnecting with `backoff`.
 pub async fn channel(path: &Path, backoff: Backoff) -> Result<Channel, ConnectError> {
     // Fail early with a sentence rather than inside the lazy channel.
     connect_stream(path, backoff).await?;
     // The URI is required by tonic but never resolved: the connector below ignores it.
-    let endpoint = Endpoint::from_static("http://baaaht.sock");
+    let endpoint = Endpoint::from_static("http://baaaht.sock")
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW);
     let socket = path.to_path_buf();
     let connector = tower::service_fn(move |_: Uri| {
         let socket = socket.clone();

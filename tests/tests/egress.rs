@@ -669,3 +669,127 @@ fn a_scheduled_run_reaching_an_unnamed_host_is_refused_at_once_and_the_inbox_say
     let reason = refused[0]["detail"]["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("nobody can be asked during a scheduled run"), "{reason}");
 }
+
+/// Writes a package index under `root`: `/simple/demo-pkg/` listing a real wheel of
+/// `demo_pkg` 1.0 in `/files/`.
+fn package_index(root: &std::path::Path) {
+    let script = r#"
+import base64, hashlib, os, sys, zipfile
+root = sys.argv[1]
+os.makedirs(os.path.join(root, "files"), exist_ok=True)
+os.makedirs(os.path.join(root, "simple", "demo-pkg"), exist_ok=True)
+name = "demo_pkg-1.0-py3-none-any.whl"
+files = {
+    "demo_pkg/__init__.py": "GREETING = 'installed through the proxy'\n",
+    "demo_pkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n",
+    "demo_pkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for path, text in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+    record.append(f"{path},sha256={digest},{len(text.encode())}")
+record.append("demo_pkg-1.0.dist-info/RECORD,,")
+files["demo_pkg-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
+wheel = os.path.join(root, "files", name)
+with zipfile.ZipFile(wheel, "w") as archive:
+    for path, text in files.items():
+        archive.writestr(path, text)
+digest = hashlib.sha256(open(wheel, "rb").read()).hexdigest()
+with open(os.path.join(root, "simple", "demo-pkg", "index.html"), "w") as index:
+    index.write(f'<!DOCTYPE html><html><body><a href="/files/{name}#sha256={digest}">{name}</a></body></html>\n')
+"#;
+    let status = std::process::Command::new("python3").args(["-c", script]).arg(root).status().expect("python3");
+    assert!(status.success(), "the package index was not written");
+}
+
+/// A Coder's real `pip download` from a local package index over https, `curl` to the same
+/// host, and a `git clone` over https, all through the runner's proxy: the daemon's roots
+/// (here a test authority) are what the commands trust, and nothing else is reached.
+#[test]
+fn pip_curl_and_git_in_a_coders_container_reach_a_local_https_server_through_the_proxy() {
+    let rt = baaaht_tests::runtime();
+    let temp = tempfile::tempdir().expect("tempdir");
+    let bridge = baaaht_tests::bridge_address().expect("bridge address");
+    let (ca, cert, key) = baaaht_tests::web::issued_for(temp.path(), &bridge.to_string()).expect("certificates");
+    let root = temp.path().join("served");
+    std::fs::create_dir_all(&root).expect("root");
+    package_index(&root);
+    let work = temp.path().join("work");
+    std::fs::create_dir_all(&work).expect("work");
+    std::fs::write(work.join("README"), "a repository on the local forge\n").expect("readme");
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "README"],
+        &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"],
+    ] {
+        assert!(std::process::Command::new("git").args(args).current_dir(&work).status().expect("git").success());
+    }
+    let bare = root.join("repo.git");
+    assert!(std::process::Command::new("git")
+        .args(["clone", "-q", "--bare"])
+        .arg(&work)
+        .arg(&bare)
+        .status()
+        .expect("git")
+        .success());
+    let (bind, served) = (bridge.to_string(), root.display().to_string());
+    let (server, port) = baaaht_tests::git_server(
+        &root,
+        (&cert, &key),
+        None,
+        &temp.path().join("server.log"),
+        &[("BIND", bind.as_str()), ("STATIC", served.as_str())],
+    );
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("SSL_CERT_FILE".into(), ca.display().to_string())],
+        files: vec![
+            ("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}']\n")),
+            (
+                "users/baaaht-self-test/egress.yaml".into(),
+                format!("rules:\n  - host: '{bridge}'\n    action: allow\n  - host: localhost\n    action: allow\n"),
+            ),
+        ],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let run = |command: String| {
+        rt.block_on(async {
+            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+            let request = v1::ToolRequest {
+                tool: "exec".into(),
+                params_json: serde_json::json!({ "command": command, "timeout": 120 }).to_string(),
+                ..v1::ToolRequest::default()
+            };
+            let answer = agent.agents.request_tool_execution(request).await;
+            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
+        })
+    };
+    let index = format!("https://{bridge}:{port}/simple/");
+    let pip = run(format!(
+        "PIP_DISABLE_PIP_VERSION_CHECK=1 pip download --no-deps --no-cache-dir -d /workspace/dl --index-url {index} demo-pkg \
+         && ls /workspace/dl"
+    ));
+    assert!(pip.contains("demo_pkg-1.0-py3-none-any.whl"), "{pip}\n{}\n{}", server.log_text(), daemon.log_text());
+    let curl = run(format!("curl -sS https://{bridge}:{port}/echo"));
+    assert!(curl.contains("ok"), "{curl}");
+    let git =
+        run(format!("git clone -q https://{bridge}:{port}/repo.git /workspace/repo && cat /workspace/repo/README"));
+    assert!(git.contains("a repository on the local forge"), "{git}");
+    // A name the rules allow but that resolves to loopback is refused by the address filter.
+    let loopback = run(format!("curl -sS http://localhost:{port}/echo"));
+    assert!(loopback.contains("is a loopback address"), "{loopback}");
+    let log = server.log_text();
+    assert!(log.contains("request GET /simple/demo-pkg/") && log.contains("request GET /files/demo_pkg-1.0"), "{log}");
+    // Each went through the daemon, by the user's rule, with what asked for it.
+    let records = daemon.audit_records("egress");
+    let asked: Vec<&str> = records
+        .iter()
+        .filter(|record| record["outcome"] == "allowed")
+        .filter_map(|record| record["detail"]["asked_by"].as_str())
+        .collect();
+    for program in ["exec: PIP_DISABLE_PIP_VERSION_CHECK=1 pip download", "exec: curl", "exec: git clone"] {
+        assert!(asked.iter().any(|by| by.starts_with(program)), "{program}: {asked:?}");
+    }
+    drop(coder);
+}

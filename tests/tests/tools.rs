@@ -87,7 +87,7 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
         assert!(probed.content.contains("refused"), "{}", probed.content);
 
         // Policy: blocked commands and other roles' tools.
-        let status = agent.agents.request_tool_execution(call("exec", json!({"command": "curl http://example.com"}))).await.expect_err("blocked");
+        let status = agent.agents.request_tool_execution(call("exec", json!({"command": "nc example.com 80"}))).await.expect_err("blocked");
         assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
         let status = agent.agents.request_tool_execution(call("web_fetch", json!({"url": "http://example.com"}))).await.expect_err("not a coder tool");
         assert!(status.message().contains("the coder role may not use `web_fetch`"), "{status:?}");

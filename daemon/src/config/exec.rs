@@ -30,7 +30,12 @@ const BUILT_IN_EXEC_PATTERNS: &[(&str, &str)] = &[
     (r"(^|[;&|(`]\s*|\$\(\s*)su(\s|$)", "privilege escalation"),
     (r"\bchmod\s+([^;&|]*\s)?([ugoa]*\+[rwx]*s|[0-7]?[4-7][0-7]{3})\b", "sets setuid/setgid bits"),
     (r"\bchown\b", "changes file ownership"),
-    (r"\b(curl|wget|nc|ncat|netcat|socat|ssh|scp|sftp|telnet|ftp|rsync)\b", "network tool (tools have no network)"),
+    // curl, wget, git, pip and npm reach the network over HTTP(S) through the runner's proxy,
+    // by the context's egress rules (DESIGN.md §10.2); these speak raw protocols it does not carry.
+    (
+        r"\b(nc|ncat|netcat|socat|ssh|scp|sftp|telnet|ftp)\b",
+        "raw network tool: tools reach the network only over HTTP(S) through their proxy (curl, wget, git, pip)",
+    ),
     (r"\b(printenv|env)\b", "environment inspection"),
     (r"/proc/[^/\s]+/environ", "environment inspection"),
 ];

@@ -108,6 +108,22 @@ async fn call<T>(
 }
 
 impl DockerRuntime {
+    /// The `baaaht.image.version` label of `image` (empty when it has none); none when there is
+    /// no such image.
+    pub async fn image_version(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        match call(self.limit, "inspect an image", self.docker.inspect_image(image)).await {
+            Ok(inspected) => Ok(Some(
+                inspected
+                    .config
+                    .and_then(|config| config.labels)
+                    .and_then(|labels| labels.get("baaaht.image.version").cloned())
+                    .unwrap_or_default(),
+            )),
+            Err(RuntimeError::NotFound(_)) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Connects to the engine at `socket` and negotiates the API version with it (Debian's
     /// dockerd 20.10 speaks 1.41, older than bollard's default).
     pub async fn connect(socket: &Path, limit: Duration) -> Result<DockerRuntime, RuntimeError> {

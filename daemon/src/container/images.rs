@@ -18,10 +18,13 @@ use super::{ContainerRuntime, RuntimeError};
 pub const BASE_DOCKERFILE: &str = include_str!("../../../container-images/base/Dockerfile");
 /// Packages beyond debootstrap's minbase (which already has bash, coreutils, findutils, grep
 /// and util-linux); the Dockerfile installs the same list from a registry base.
-pub const BASE_PACKAGES: &[&str] = &["ca-certificates", "git", "python3", "procps"];
+pub const BASE_PACKAGES: &[&str] = &["ca-certificates", "curl", "git", "python3", "python3-pip", "procps"];
 pub const REGISTRY_BASE: &str = "debian:bookworm-slim";
-/// The debootstrapped root filesystem, imported as an image.
-pub const ROOTFS_IMAGE: &str = "baaaht/rootfs:bookworm";
+/// The debootstrapped root filesystem, imported as an image (named for the package list it has).
+pub const ROOTFS_IMAGE: &str = "baaaht/rootfs:bookworm-2";
+/// The base image's `baaaht.image.version` label: raised when the package list changes, so an
+/// image built before is built again (2: curl and pip, for commands that reach the network).
+pub const IMAGE_VERSION: &str = "2";
 
 const PULL_TIMEOUT: Duration = Duration::from_secs(120);
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
@@ -75,8 +78,16 @@ pub async fn ensure_base(
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<BuiltImage, ImageError> {
     let started = Instant::now();
-    if runtime.image_exists(image).await? {
-        return Ok(BuiltImage { image: image.into(), source: BaseSource::AlreadyPresent, elapsed: started.elapsed() });
+    match runtime.image_version(image).await? {
+        Some(version) if version == IMAGE_VERSION => {
+            return Ok(BuiltImage {
+                image: image.into(),
+                source: BaseSource::AlreadyPresent,
+                elapsed: started.elapsed(),
+            });
+        }
+        Some(version) => progress(&format!("{image} is version {version}; building version {IMAGE_VERSION}")),
+        None => {}
     }
     let source = match pull(runtime, REGISTRY_BASE).await {
         Ok(()) => {
@@ -247,6 +258,7 @@ mod tests {
             assert!(install_line.split_whitespace().any(|word| word.trim_end_matches(';') == *package), "{package}");
         }
         assert!(BASE_DOCKERFILE.contains("ARG BASE=debian:bookworm-slim"));
+        assert!(BASE_DOCKERFILE.contains(&format!("baaaht.image.version=\"{IMAGE_VERSION}\"")));
         assert!(BASE_DOCKERFILE.contains("useradd --uid 1000"));
     }
 
