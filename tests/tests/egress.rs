@@ -184,18 +184,7 @@ fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
     })
     .expect("daemon");
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
-    let run = |command: String| {
-        rt.block_on(async {
-            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
-            let request = v1::ToolRequest {
-                tool: "exec".into(),
-                params_json: serde_json::json!({ "command": command }).to_string(),
-                ..v1::ToolRequest::default()
-            };
-            let answer = agent.agents.request_tool_execution(request).await;
-            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
-        })
-    };
+    let run = |command: String| exec(&rt, &daemon, &coder, &command);
     let fetch = |url: String| {
         run(format!(
             "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('{url}', timeout=20).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
@@ -426,25 +415,7 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
     let (ca, cert, key) = baaaht_tests::web::issued_for(temp.path(), &bridge.to_string()).expect("certificates");
     // A repository on the local forge, which demands the token as git sends it.
     let root = temp.path().join("repos");
-    let work = temp.path().join("work");
-    std::fs::create_dir_all(&work).expect("work");
-    std::fs::write(work.join("README"), "cloned through the edge\n").expect("readme");
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "README"],
-        &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"],
-    ] {
-        let status = std::process::Command::new("git").args(args).current_dir(&work).status().expect("git");
-        assert!(status.success(), "git {args:?}");
-    }
-    std::fs::create_dir_all(&root).expect("root");
-    let status = std::process::Command::new("git")
-        .args(["clone", "-q", "--bare"])
-        .arg(&work)
-        .arg(root.join("repo.git"))
-        .status()
-        .expect("git clone --bare");
-    assert!(status.success());
+    bare_repository(temp.path(), &root, "cloned through the edge\n");
     let auth = format!("x-access-token:{TOKEN}");
     let bind = bridge.to_string();
     let (forge, port) = baaaht_tests::git_server(
@@ -491,18 +462,7 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
     assert!(said.contains("GIT_TOKEN is swapped in") && said.contains("credential GIT_TOKEN"), "{said}");
 
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
-    let run = |command: &str| {
-        rt.block_on(async {
-            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
-            let request = v1::ToolRequest {
-                tool: "exec".into(),
-                params_json: serde_json::json!({ "command": command, "timeout": 60 }).to_string(),
-                ..v1::ToolRequest::default()
-            };
-            let answer = agent.agents.request_tool_execution(request).await;
-            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
-        })
-    };
+    let run = |command: &str| exec(&rt, &daemon, &coder, command);
     let seen = run("echo \"GIT_TOKEN=$GIT_TOKEN\"");
     assert!(seen.contains("GIT_TOKEN=baaaht-placeholder-") && !seen.contains(TOKEN), "{seen}");
 
@@ -714,24 +674,7 @@ fn pip_curl_and_git_in_a_coders_container_reach_a_local_https_server_through_the
     let root = temp.path().join("served");
     std::fs::create_dir_all(&root).expect("root");
     package_index(&root);
-    let work = temp.path().join("work");
-    std::fs::create_dir_all(&work).expect("work");
-    std::fs::write(work.join("README"), "a repository on the local forge\n").expect("readme");
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "README"],
-        &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"],
-    ] {
-        assert!(std::process::Command::new("git").args(args).current_dir(&work).status().expect("git").success());
-    }
-    let bare = root.join("repo.git");
-    assert!(std::process::Command::new("git")
-        .args(["clone", "-q", "--bare"])
-        .arg(&work)
-        .arg(&bare)
-        .status()
-        .expect("git")
-        .success());
+    bare_repository(temp.path(), &root, "a repository on the local forge\n");
     let (bind, served) = (bridge.to_string(), root.display().to_string());
     let (server, port) = baaaht_tests::git_server(
         &root,
@@ -753,18 +696,7 @@ fn pip_curl_and_git_in_a_coders_container_reach_a_local_https_server_through_the
     })
     .expect("daemon");
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
-    let run = |command: String| {
-        rt.block_on(async {
-            let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
-            let request = v1::ToolRequest {
-                tool: "exec".into(),
-                params_json: serde_json::json!({ "command": command, "timeout": 120 }).to_string(),
-                ..v1::ToolRequest::default()
-            };
-            let answer = agent.agents.request_tool_execution(request).await;
-            answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
-        })
-    };
+    let run = |command: String| exec(&rt, &daemon, &coder, &command);
     let index = format!("https://{bridge}:{port}/simple/");
     let pip = run(format!(
         "PIP_DISABLE_PIP_VERSION_CHECK=1 pip download --no-deps --no-cache-dir -d /workspace/dl --index-url {index} demo-pkg \
@@ -792,4 +724,47 @@ fn pip_curl_and_git_in_a_coders_container_reach_a_local_https_server_through_the
         assert!(asked.iter().any(|by| by.starts_with(program)), "{program}: {asked:?}");
     }
     drop(coder);
+}
+
+/// Runs `command` in `coder`'s container; what it printed.
+fn exec(
+    rt: &tokio::runtime::Runtime,
+    daemon: &TestDaemon,
+    coder: &baaaht_tests::LingeringAgent,
+    command: &str,
+) -> String {
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let request = v1::ToolRequest {
+            tool: "exec".into(),
+            params_json: serde_json::json!({ "command": command, "timeout": 120 }).to_string(),
+            ..v1::ToolRequest::default()
+        };
+        let answer = agent.agents.request_tool_execution(request).await;
+        answer.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner().content
+    })
+}
+
+/// A bare repository `root/repo.git` with one commit of a README saying `readme` (made in
+/// `scratch/work`).
+fn bare_repository(scratch: &std::path::Path, root: &std::path::Path, readme: &str) {
+    let work = scratch.join("work");
+    std::fs::create_dir_all(&work).expect("work");
+    std::fs::write(work.join("README"), readme).expect("readme");
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "README"],
+        &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"],
+    ] {
+        let status = std::process::Command::new("git").args(args).current_dir(&work).status().expect("git");
+        assert!(status.success(), "git {args:?}");
+    }
+    std::fs::create_dir_all(root).expect("root");
+    let status = std::process::Command::new("git")
+        .args(["clone", "-q", "--bare"])
+        .arg(&work)
+        .arg(root.join("repo.git"))
+        .status()
+        .expect("git clone --bare");
+    assert!(status.success());
 }
