@@ -43,6 +43,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 print(f"basic {base64.b64decode(received[6:]).decode(errors='replace')}", flush=True)
         if self.path == "/echo":
             self.send_response(200)
+            # As some servers do: the request's credential echoed back.
+            self.send_header("X-Echo", received or "")
             self.send_header("Content-Length", "3")
             self.end_headers()
             self.wfile.write(b"ok\n")

@@ -602,6 +602,10 @@ impl Metrics {
             return;
         }
         let text = |key: &str| detail.get(key).and_then(serde_json::Value::as_str).unwrap_or_default();
+        // A request refused inside a connection (a credential's placeholder) is not a connection.
+        if detail.contains_key("credential") {
+            return;
+        }
         if outcome == "answered" {
             let decision = match text("decision") {
                 "once" => "once",

@@ -470,10 +470,24 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
         "git clone -q https://x-access-token:$GIT_TOKEN@{bridge}:{port}/repo.git /workspace/repo && cat /workspace/repo/README"
     ));
     assert!(cloned.contains("cloned through the edge"), "{cloned}\n{}\n{}", forge.log_text(), daemon.log_text());
-    let bearer = run(&format!(
-        "python3 -c \"import os, urllib.request\nr = urllib.request.Request('https://{bridge}:{port}/echo', headers={{'Authorization': 'Bearer ' + os.environ['GIT_TOKEN']}})\nprint(urllib.request.urlopen(r, timeout=20).read().decode())\""
-    ));
-    assert!(bearer.contains("ok"), "{bearer}");
+    // A request with the token, as any API client sends it; the server echoes it back, and the
+    // command sees its placeholder there, not the value.
+    let request = |headers: &str| {
+        run(&format!(
+            "python3 -c \"import os, urllib.request, urllib.error\nt = os.environ['GIT_TOKEN']\nr = urllib.request.Request('https://{bridge}:{port}/echo', headers={headers})\ntry:\n  a = urllib.request.urlopen(r, timeout=20)\n  print(a.status, a.headers.get('X-Echo'), a.read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
+        ))
+    };
+    let bearer = request("{'Authorization': 'Bearer ' + t}");
+    assert!(
+        bearer.contains("200 Bearer baaaht-placeholder-") && bearer.contains("ok") && !bearer.contains(TOKEN),
+        "{bearer}"
+    );
+    // Inside a tunnel to the bound host, a request naming another host, a placeholder in a
+    // header a server might echo, or in the URL, is refused before anything is sent.
+    let elsewhere_host = request("{'Authorization': 'Bearer ' + t, 'Host': 'attacker.example'}");
+    assert!(elsewhere_host.contains("403") && elsewhere_host.contains("must name that host"), "{elsewhere_host}");
+    let other_header = request("{'X-Request-Id': t}");
+    assert!(other_header.contains("403") && other_header.contains("it goes only in Authorization"), "{other_header}");
     let received = forge.log_text();
     assert!(received.contains(&format!("basic x-access-token:{TOKEN}")), "git's Basic auth: {received}");
     assert!(received.contains(&format!("authorization Bearer {TOKEN}")), "the bearer header: {received}");
@@ -481,7 +495,7 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
 
     // The placeholder sent anywhere else is refused, and the refusal audited.
     let elsewhere = run(&format!(
-        "python3 -c \"import os, urllib.request, urllib.error\nr = urllib.request.Request('http://{bridge}:{other}/leak', headers={{'X-Token': os.environ['GIT_TOKEN']}})\ntry: print(urllib.request.urlopen(r, timeout=20).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
+        "python3 -c \"import os, urllib.request, urllib.error\nr = urllib.request.Request('http://{bridge}:{other}/leak', headers={{'Authorization': 'token ' + os.environ['GIT_TOKEN']}})\ntry: print(urllib.request.urlopen(r, timeout=20).read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\""
     ));
     assert!(elsewhere.contains("403") && elsewhere.contains("which GIT_TOKEN is not bound to"), "{elsewhere}");
     let records = daemon.audit_records("egress");

@@ -39,6 +39,8 @@ pub const TRUST_FILE: &str = "egress-trust.pem";
 pub const TRUST_IN_CONTAINER: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// A certificate the authority issues is made again after this many days (it is valid for 90).
 const REISSUE_DAYS: i64 = 30;
+/// The most certificates kept at once.
+const MAX_ISSUED: usize = 256;
 
 /// The daemon's certificate authority: made once, its key never leaving `data/state/`.
 pub struct Authority {
@@ -126,12 +128,15 @@ impl Authority {
     /// A TLS server configuration presenting a certificate for `host`, issued now or lately.
     fn server_for(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, String> {
         let now = jiff::Timestamp::now();
-        let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((at, config)) = issued.get(host) {
-            if now.duration_since(*at).as_secs() < REISSUE_DAYS * 86_400 {
-                return Ok(config.clone());
+        {
+            let issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((at, config)) = issued.get(host) {
+                if now.duration_since(*at).as_secs() < REISSUE_DAYS * 86_400 {
+                    return Ok(config.clone());
+                }
             }
         }
+        // Made outside the lock: a key takes a while.
         let key = KeyPair::generate().map_err(|error| error.to_string())?;
         let mut params = CertificateParams::default();
         params.distinguished_name.push(DnType::CommonName, host);
@@ -155,6 +160,14 @@ impl Authority {
             .map_err(|error| error.to_string())?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
+        let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
+        // A bound `*.domain` covers names without end: the oldest certificate makes room.
+        if issued.len() >= MAX_ISSUED && !issued.contains_key(host) {
+            let oldest = issued.iter().min_by_key(|(_, (at, _))| *at).map(|(host, _)| host.clone());
+            if let Some(oldest) = oldest {
+                issued.remove(&oldest);
+            }
+        }
         issued.insert(host.to_string(), (now, config.clone()));
         Ok(config)
     }
@@ -255,7 +268,7 @@ impl crate::egress::relay::Between for Crossing {
     ) -> Result<tokio::io::DuplexStream, tokio::net::TcpStream> {
         let Some(plan) = self.plan(host, port).await else { return Err(far) };
         let (near, edge_side) = tokio::io::duplex(BETWEEN_BUFFER);
-        tracker.spawn(self.clone().carry(edge_side, far, host.to_string(), plan));
+        tracker.spawn(self.clone().carry(edge_side, far, (host.to_string(), port), plan));
         Ok(near)
     }
 }
@@ -275,22 +288,30 @@ impl Crossing {
     }
 
     /// Carries one connection between the command (`near`) and the far end (`far`, connected
-    /// and checked), by `plan`.
+    /// and checked), by `plan`: HTTP in plain text is read (a placeholder in it refused), TLS to
+    /// a bound host terminated and its requests swapped; anything else passes as it is.
     async fn carry(
         self,
         near: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
         mut far: tokio::net::TcpStream,
-        host: String,
+        (host, port): (String, u16),
         plan: Plan,
     ) {
         let mut near = tokio::io::BufReader::new(near);
-        let tls = matches!(near.fill_buf().await, Ok([0x16, ..]));
-        if tls && plan.bound.is_empty() {
+        // What the client sends first: a protocol whose server speaks first sends nothing.
+        let head = match tokio::time::timeout(SNIFF, near.fill_buf()).await {
+            Ok(Ok(bytes)) => bytes.iter().take(8).copied().collect::<Vec<u8>>(),
+            _ => vec![],
+        };
+        let tls = head.first() == Some(&0x16);
+        let http = HTTP_METHODS.iter().any(|method| head.starts_with(method));
+        if (tls && plan.bound.is_empty()) || (!tls && !http) {
             // silent-ok: either end may hang up; the relay records the connection.
             let _ = tokio::io::copy_bidirectional(&mut near, &mut far).await;
             return;
         }
-        let exchange = Arc::new(Exchange { crossing: self, host: host.clone(), plan, tls, values: Mutex::default() });
+        let exchange =
+            Arc::new(Exchange { crossing: self, host: host.clone(), port, plan, tls, values: Mutex::default() });
         if !tls {
             return exchange.serve(near, Ok(far)).await;
         }
@@ -311,10 +332,21 @@ impl Crossing {
     }
 }
 
+/// How long the edge waits for a client's first bytes before passing the connection on as it is.
+const SNIFF: std::time::Duration = std::time::Duration::from_secs(5);
+/// How an HTTP/1 request starts.
+const HTTP_METHODS: &[&[u8]] =
+    &[b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ", b"TRACE ", b"CONNECT "];
+/// The request headers a placeholder is swapped in: where APIs take a token. Anywhere else (the
+/// URL, a header a server may echo back) it is refused.
+const CREDENTIAL_HEADERS: &[&str] = &["authorization", "x-api-key", "private-token", "x-auth-token"];
+
 /// One connection's requests through the edge.
 struct Exchange {
     crossing: Crossing,
+    /// Where the tunnel leads: every request in it must name this host and port.
     host: String,
+    port: u16,
     plan: Plan,
     tls: bool,
     /// The values read for this connection, by name.
@@ -341,8 +373,18 @@ impl Exchange {
             let (exchange, sender) = (self.clone(), sender.clone());
             async move { Ok::<_, std::convert::Infallible>(exchange.forward(request, &sender).await) }
         });
-        // silent-ok: a command that hangs up mid-request ends its connection, nothing more.
-        let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(near), service).await;
+        let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(near), service);
+        tokio::pin!(connection);
+        // silent-ok (both): a command that hangs up mid-request ends its connection, nothing more.
+        tokio::select! {
+            _ = connection.as_mut() => {}
+            // The far end closed its connection (an idle keep-alive timed out): this one closes
+            // after the request in progress, so the command connects again.
+            Some(_) = driving.join_next() => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.await;
+            }
+        }
         driving.abort_all();
     }
 
@@ -352,7 +394,7 @@ impl Exchange {
         sender: &Result<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Incoming>>, String>,
     ) -> hyper::Response<Body> {
         let (mut parts, body) = request.into_parts();
-        if let Err(why) = self.swap(&mut parts) {
+        if let Err(why) = self.aimed(&mut parts).and_then(|()| self.swap(&mut parts)) {
             return answer(hyper::StatusCode::FORBIDDEN, &why);
         }
         let sender = match sender {
@@ -364,22 +406,49 @@ impl Exchange {
             return answer(hyper::StatusCode::BAD_GATEWAY, &format!("{} closed the connection", self.host));
         }
         match sender.send_request(hyper::Request::from_parts(parts, body)).await {
-            Ok(response) => response.map(BodyExt::boxed),
+            Ok(mut response) => {
+                self.scrub(response.headers_mut());
+                response.map(BodyExt::boxed)
+            }
             Err(error) => answer(hyper::StatusCode::BAD_GATEWAY, &format!("{} did not answer: {error}", self.host)),
         }
     }
 
-    /// Puts the bound secrets' values in place of their placeholders in `parts` (the URL, the
-    /// headers, inside `Authorization: Basic`); why not, when a placeholder goes where its
-    /// secret may not.
-    fn swap(&self, parts: &mut http::request::Parts) -> Result<(), String> {
-        let uri = parts.uri.to_string();
-        if let Some(swapped) = self.swapped(&uri)? {
-            parts.uri = swapped
-                .parse()
-                .map_err(|_holds_the_value| "the URL with the credential in it is not a URL".to_string())?;
+    /// Checks that the request names the tunnel's own host and port (its `Host` and, in
+    /// absolute form, its URL), so that nothing sent through a tunnel to a bound host is meant
+    /// for another; then writes its URL in origin form.
+    fn aimed(&self, parts: &mut http::request::Parts) -> Result<(), String> {
+        let default = if self.tls { 443 } else { 80 };
+        let same = |host: &str, port: Option<u16>| {
+            let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.');
+            host.eq_ignore_ascii_case(&self.host) && port.unwrap_or(default) == self.port
+        };
+        let named = parts.headers.get(http::header::HOST).and_then(|value| value.to_str().ok());
+        let named = named.and_then(|value| value.parse::<http::uri::Authority>().ok());
+        let aimed = named.is_some_and(|named| same(named.host(), named.port_u16()))
+            && parts.uri.authority().is_none_or(|authority| same(authority.host(), authority.port_u16()));
+        if !aimed {
+            return Err(format!(
+                "a request in a connection to {}:{} must name that host (its Host header and URL) and no other",
+                self.host, self.port
+            ));
         }
-        for value in parts.headers.values_mut() {
+        let path = parts.uri.path_and_query().map_or("/", |path| path.as_str()).to_string();
+        parts.uri = path.parse().map_err(|error| format!("the request's path is not a path: {error}"))?;
+        Ok(())
+    }
+
+    /// Puts the bound secrets' values in place of their placeholders in the headers APIs take
+    /// tokens in ([`CREDENTIAL_HEADERS`], inside `Authorization: Basic` too); why not, when a
+    /// placeholder goes where its secret may not (another host, plain http, the URL, another
+    /// header, a TRACE).
+    fn swap(&self, parts: &mut http::request::Parts) -> Result<(), String> {
+        let anywhere = |text: &str| text.contains(credentials::PREFIX);
+        if anywhere(parts.uri.to_string().as_str()) {
+            return Err(self.refused(&parts.uri.to_string(), "the URL: put it in the Authorization header"));
+        }
+        let method = parts.method.clone();
+        for (name, value) in parts.headers.iter_mut() {
             let Ok(text) = value.to_str() else { continue };
             let (basic, text) = match text.strip_prefix("Basic ").or_else(|| text.strip_prefix("basic ")) {
                 Some(encoded) => match base64::engine::general_purpose::STANDARD.decode(encoded.trim()) {
@@ -388,6 +457,15 @@ impl Exchange {
                 },
                 None => (false, text.to_string()),
             };
+            if !anywhere(&text) {
+                continue;
+            }
+            if !CREDENTIAL_HEADERS.contains(&name.as_str()) {
+                return Err(self.refused(&text, &format!("the header {name}: it goes only in Authorization")));
+            }
+            if method == http::Method::TRACE {
+                return Err(self.refused(&text, "a TRACE, which echoes it back"));
+            }
             let Some(swapped) = self.swapped(&text)? else { continue };
             let swapped = Zeroizing::new(if basic {
                 format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(swapped.as_bytes()))
@@ -400,6 +478,50 @@ impl Exchange {
             *value = header;
         }
         Ok(())
+    }
+
+    /// Refuses (and audits) the placeholder found in `text`, which is on its way to `where_`.
+    fn refused(&self, text: &str, where_: &str) -> String {
+        let name = self.plan.made.iter().find(|(placeholder, _)| text.contains(placeholder.as_str()));
+        let name = name.map_or("a credential", |(_, name)| name.as_str());
+        self.refuse(name, format!("the placeholder of {name} is not sent in {where_}"))
+    }
+
+    /// Audits and logs refusing `name`'s placeholder; the sentence, for the command.
+    fn refuse(&self, name: &str, why: String) -> String {
+        let crossing = &self.crossing;
+        let record = crossing.record.clone().detail("host", self.host.as_str()).detail("credential", name);
+        crossing.edge.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why.as_str()));
+        tracing::warn!(session = %crossing.session, host = %self.host, credential = name, "{why}");
+        why
+    }
+
+    /// Puts each value read for this connection back in place of where it shows in the
+    /// answer's headers (a server echoing a header, a redirect to a URL with it), so the
+    /// command never sees it.
+    fn scrub(&self, headers: &mut http::HeaderMap) {
+        let values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
+        if values.is_empty() {
+            return;
+        }
+        for value in headers.values_mut() {
+            let Ok(text) = value.to_str() else { continue };
+            let mut text = text.to_string();
+            let mut changed = false;
+            for (name, secret) in values.iter() {
+                if secret.is_empty() || !text.contains(secret.as_str()) {
+                    continue;
+                }
+                let placeholder = self.plan.made.iter().find(|(_, made)| *made == name).map(|(p, _)| p.as_str());
+                text = text.replace(secret.as_str(), placeholder.unwrap_or("[credential]"));
+                changed = true;
+            }
+            if changed {
+                if let Ok(scrubbed) = http::HeaderValue::from_str(&text) {
+                    *value = scrubbed;
+                }
+            }
+        }
     }
 
     /// `text` with each placeholder in it replaced by its value (none: no placeholder in it),
@@ -424,12 +546,7 @@ impl Exchange {
     /// The value of the secret `name` for this connection's host, or why it is not sent there.
     fn value(&self, name: &str) -> Result<Zeroizing<String>, String> {
         let crossing = &self.crossing;
-        let refuse = |why: String| {
-            let record = crossing.record.clone().detail("host", self.host.as_str()).detail("credential", name);
-            crossing.edge.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why.as_str()));
-            tracing::warn!(session = %crossing.session, host = %self.host, credential = name, "{why}");
-            why
-        };
+        let refuse = |why: String| self.refuse(name, why);
         let Some(binding) = self.plan.bound.iter().find(|binding| binding.name == name) else {
             return Err(refuse(format!(
                 "the placeholder of {name} was sent to {}, which {name} is not bound to; it is swapped for the secret \

@@ -60,7 +60,11 @@ pub(super) async fn list(shared: &Shared, request: v1::EgressRulesRequest) -> Re
     let context = whose(request.system, request.context.as_ref())?;
     let mut list = listed(shared, context.as_ref());
     if let Some(context) = context {
-        list.suggestions = suggested(shared, &context);
+        // The audit log is read from disk: off the runtime's threads.
+        let (audit, data_dir) = (shared.audit.clone(), shared.data_dir.clone());
+        list.suggestions = tokio::task::spawn_blocking(move || suggested(&audit, &data_dir, &context))
+            .await
+            .map_err(|error| Status::internal(error.to_string()))?;
     }
     Ok(list)
 }
@@ -70,14 +74,18 @@ const SUGGEST_AFTER: u32 = 3;
 
 /// The hosts `context`'s people allowed once at least [`SUGGEST_AFTER`] times in the last 30
 /// days (from the audit log's connection records) that no rule allows now; most asked first.
-fn suggested(shared: &Shared, context: &Context) -> Vec<v1::EgressSuggestion> {
+fn suggested(
+    audit: &crate::audit::Audit,
+    data_dir: &crate::datadir::DataDir,
+    context: &Context,
+) -> Vec<v1::EgressSuggestion> {
     let query = crate::audit::Query {
         since: Some(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(30 * 24)),
         user: None,
         kind: Some(crate::audit::Kind::Egress),
         limit: 100_000,
     };
-    let records = shared.audit.search(&query).unwrap_or_else(|error| {
+    let records = audit.search(&query).unwrap_or_else(|error| {
         tracing::warn!(%error, "the audit log could not be read for egress suggestions");
         vec![]
     });
@@ -97,8 +105,7 @@ fn suggested(shared: &Shared, context: &Context) -> Vec<v1::EgressSuggestion> {
         .filter(|((host, port), times)| {
             *times >= SUGGEST_AFTER
                 && !host.is_empty()
-                && policy::decide(&shared.data_dir, context, host, *port)
-                    .is_none_or(|rule| rule.action != Action::Allow)
+                && policy::decide(data_dir, context, host, *port).is_none_or(|rule| rule.action != Action::Allow)
         })
         .map(|((host, port), times)| {
             let host = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };

@@ -15,6 +15,9 @@ use crate::gateway::{patiently, Gateway};
 /// The buttons' action ids start with this; the rest is the decision.
 const ACTION: &str = "baaaht_approval_";
 
+/// The most requests waiting for an answer in one workspace at once.
+const MAX_ASKED: usize = 256;
+
 const ANSWERS: &[(&str, &str)] =
     &[("once", "Allow once"), ("session", "For this conversation"), ("always", "Always"), ("deny", "Deny")];
 
@@ -81,6 +84,15 @@ impl Gateway {
         let session = self.slack.open_session(&self.bot_token);
         match event {
             Event::Approval(request) => {
+                {
+                    // Posted once, however many turns of the context are following it; what
+                    // was never settled here goes once it has expired.
+                    let mut asked = self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    asked.retain(|_, (.., until)| *until > std::time::Instant::now());
+                    if asked.contains_key(&request.id) || asked.len() >= MAX_ASKED {
+                        return;
+                    }
+                }
                 let agent = crate::gateway::agent_name(request.agent);
                 let blocks: Vec<SlackBlock> = match serde_json::from_value(blocks(request, agent)) {
                     Ok(blocks) => blocks,
@@ -91,15 +103,17 @@ impl Gateway {
                 let post = SlackApiChatPostMessageRequest::new(channel.clone(), content).opt_thread_ts(thread.cloned());
                 match patiently("chat.postMessage", || session.chat_post_message(&post)).await {
                     Ok(posted) => {
+                        let until = std::time::Instant::now()
+                            + std::time::Duration::from_secs(u64::from(request.expires_in_seconds) + 60);
                         let mut asked = self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        asked.insert(request.id.clone(), (channel.clone(), posted.ts));
+                        asked.insert(request.id.clone(), (channel.clone(), posted.ts, until));
                     }
                     Err(error) => tracing::warn!(%error, "an approval request could not be posted"),
                 }
             }
             Event::ApprovalSettled(settled) => {
                 let posted = self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&settled.id);
-                let Some((channel, ts)) = posted else { return };
+                let Some((channel, ts, _)) = posted else { return };
                 let text = settled_text(&settled.decision, &settled.by);
                 let blocks = vec![SlackBlock::Section(SlackSectionBlock::new().with_text(md!("{}", text)))];
                 let content = SlackMessageContent::new().with_text(text).with_blocks(blocks);

@@ -50,7 +50,7 @@ pub struct Gateway {
     /// Slack users' display names, by user id.
     names: Mutex<std::collections::HashMap<String, String>>,
     /// The approval requests posted, by id: where their message is (`crate::approvals`).
-    pub(crate) asked: Mutex<std::collections::HashMap<String, (SlackChannelId, SlackTs)>>,
+    pub(crate) asked: Mutex<std::collections::HashMap<String, (SlackChannelId, SlackTs, Instant)>>,
 }
 
 /// The credentials the events come in with: the app token (Socket Mode) and the signing

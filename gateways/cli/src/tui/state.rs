@@ -470,6 +470,8 @@ pub struct App {
     /// Connections waiting for an answer, oldest first: with the draft empty, o/s/a/d answer
     /// the first.
     pub asking: Vec<Asking>,
+    /// The request `a` was pressed for once: a second `a` allows it always.
+    pub confirming_always: Option<String>,
 }
 
 /// A connection waiting for someone to allow it.
@@ -520,6 +522,7 @@ impl App {
             quit_armed: false,
             stopping: None,
             asking: vec![],
+            confirming_always: None,
         }
     }
 
@@ -710,10 +713,16 @@ impl App {
         if key != Key::Tab {
             self.offered.clear();
         }
+        let confirming = self.confirming_always.take();
         if let (Key::Char(c), true) = (&key, self.draft.text.is_empty()) {
             let answer = ANSWERS.iter().find(|(shortcut, ..)| shortcut == c);
             if let (Some((_, decision, _)), Some(asking)) = (answer, self.asking.first()) {
                 let id = asking.id.clone();
+                // `always` writes a rule: it takes a second `a`, so a word begun with one does not.
+                if *decision == "always" && confirming.as_deref() != Some(id.as_str()) {
+                    self.confirming_always = Some(id);
+                    return vec![];
+                }
                 self.asking.remove(0);
                 return vec![Action::Answer { id, decision: (*decision).to_string() }];
             }
@@ -883,7 +892,8 @@ impl App {
                 let asked =
                     if request.asked_by.is_empty() { String::new() } else { format!(" for `{}`", request.asked_by) };
                 let text = format!(
-                    "Allow it? Press o (once), s (this session), a (always: a rule) or d (deny); denied in {} s                      without an answer. Approval {}{asked}.",
+                    "Allow it? Press o (once), s (this session), a twice (always: a rule) or d (deny); denied in {} \
+                     s without an answer. Approval {}{asked}.",
                     request.expires_in_seconds, request.id
                 );
                 self.blocks.push(Block::Notice { title: title.clone(), text, error: false });
@@ -929,6 +939,39 @@ mod tests {
         for c in text.chars() {
             app.handle(Input::Key(Key::Char(c)));
         }
+    }
+
+    #[test]
+    fn an_approval_is_answered_by_one_key_with_the_draft_empty_and_always_takes_two() {
+        let mut app = App::new("user:alice");
+        app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
+        let asked = |id: &str| {
+            let request =
+                v1::ApprovalRequest { id: id.into(), host: "pypi.org".into(), port: 443, ..Default::default() };
+            event("", Event::Approval(request))
+        };
+        app.handle(asked("a-1"));
+        // Once a message is begun, the keys type it: only an empty draft answers.
+        typed(&mut app, "I so");
+        assert_eq!(app.draft.text, "I so");
+        assert_eq!(app.asking.len(), 1);
+        app.draft.take();
+        // `a` once asks again; another key cancels; `a` twice answers.
+        assert_eq!(app.handle(Input::Key(Key::Char('a'))), []);
+        assert_eq!(app.confirming_always.as_deref(), Some("a-1"));
+        assert_eq!(
+            app.handle(Input::Key(Key::Char('a'))),
+            [Action::Answer { id: "a-1".into(), decision: "always".into() }]
+        );
+        app.handle(asked("a-2"));
+        app.handle(Input::Key(Key::Char('a')));
+        app.handle(Input::Key(Key::Esc));
+        assert_eq!(app.confirming_always, None);
+        assert_eq!(
+            app.handle(Input::Key(Key::Char('s'))),
+            [Action::Answer { id: "a-2".into(), decision: "session".into() }]
+        );
+        assert!(app.asking.is_empty());
     }
 
     #[test]

@@ -206,7 +206,14 @@ pub fn draw(frame: &mut ratatui::Frame<'_>, app: &App) {
         let answers: Vec<String> =
             crate::tui::state::ANSWERS.iter().map(|(key, _, shown)| format!("[{key}] {shown}")).collect();
         let more = if app.asking.len() > 1 { format!(" (+{} more)", app.asking.len() - 1) } else { String::new() };
-        let text = format!("? {}  {}{more}", answers.join("  "), clean(&first.what));
+        let text = if app.confirming_always.as_deref() == Some(first.id.as_str()) {
+            format!(
+                "? press a again to allow it always (a rule in your egress.yaml); another key cancels  {}",
+                clean(&first.what)
+            )
+        } else {
+            format!("? {}  {}{more}", answers.join("  "), clean(&first.what))
+        };
         frame.render_widget(Paragraph::new(Line::styled(text, app.theme.accent)), prompt);
     }
     frame.render_widget(Paragraph::new(status(app)), line);
