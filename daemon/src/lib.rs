@@ -32,6 +32,7 @@ pub mod orchestrator;
 pub mod peers;
 pub mod policy;
 pub mod profile;
+pub mod redact;
 pub mod sampler;
 pub mod scheduler;
 pub mod secrets;
