@@ -472,6 +472,9 @@ impl Runners {
         // Gone already: its stream ended before it was registered.
         let Some(peer) = self.connected.get(&identity.name) else { return receiver };
         let caller = crate::auth::Caller::Container(Arc::new(identity.clone()));
+        // Each connection's audit record starts as this, at the relay and at the edge alike.
+        let record = crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+            .detail("session", identity.session_id.as_str());
         let relay = Relay::new(crate::egress::relay::Setup {
             gate: Arc::new(crate::egress::policy::Policy {
                 data_dir: self.data_dir.clone(),
@@ -482,8 +485,7 @@ impl Runners {
             }),
             web: self.web.clone(),
             audit: self.audit.clone(),
-            record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
-                .detail("session", identity.session_id.as_str()),
+            record: record.clone(),
             what: format!("the tools of session {}", identity.session_id),
             edge: self.edge.as_ref().map(|edge| {
                 Arc::new(crate::egress::edge::Crossing {
@@ -491,8 +493,7 @@ impl Runners {
                     context: identity.context.clone(),
                     session: identity.session_id.clone(),
                     caller: caller.clone(),
-                    record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
-                        .detail("session", identity.session_id.as_str()),
+                    record: record.clone(),
                 }) as Arc<dyn crate::egress::relay::Between>
             }),
             down: peer.down(),
