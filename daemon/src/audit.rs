@@ -41,6 +41,11 @@ pub enum Kind {
     Admin,
     /// A principal stopped at a resource limit (connections, uploads, sessions).
     Limit,
+    /// A secret or credential replaced in what the daemon persisted or sent (where, and which
+    /// secret's name or rule's id; never the value).
+    Redaction,
+    /// A capability withheld from a turn that read untrusted content.
+    Taint,
 }
 
 impl Kind {
@@ -56,6 +61,8 @@ impl Kind {
         Kind::Budget,
         Kind::Admin,
         Kind::Limit,
+        Kind::Redaction,
+        Kind::Taint,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -71,6 +78,8 @@ impl Kind {
             Kind::Budget => "budget",
             Kind::Admin => "admin",
             Kind::Limit => "limit",
+            Kind::Redaction => "redaction",
+            Kind::Taint => "taint",
         }
     }
 
@@ -192,6 +201,8 @@ pub struct Audit {
     dir: PathBuf,
     queue: Option<mpsc::Sender<Command>>,
     metrics: Arc<Metrics>,
+    /// What the writer cleans each record's particulars with (`redact`), once the daemon has it.
+    shield: Arc<std::sync::OnceLock<Arc<crate::redact::Shield>>>,
 }
 
 impl std::fmt::Debug for Audit {
@@ -204,9 +215,10 @@ impl Audit {
     /// The log in `dir`, written by a thread of its own; with `enabled: false` nothing is
     /// written (and searches find what earlier runs wrote).
     pub fn open(dir: PathBuf, enabled: bool, retention_days: u32, metrics: Arc<Metrics>) -> Audit {
+        let shield = Arc::new(std::sync::OnceLock::new());
         let queue = enabled.then(|| {
             let (sender, receiver) = mpsc::channel();
-            let writer = Writer { dir: dir.clone(), retention_days, file: None };
+            let writer = Writer { dir: dir.clone(), retention_days, file: None, shield: shield.clone() };
             let spawned = std::thread::Builder::new().name("audit".into()).spawn(move || writer.run(receiver));
             match spawned {
                 Ok(_) => Some(sender),
@@ -216,7 +228,14 @@ impl Audit {
                 }
             }
         });
-        Audit { dir, queue: queue.flatten(), metrics }
+        Audit { dir, queue: queue.flatten(), metrics, shield }
+    }
+
+    /// From now on every record's particulars are cleaned by `shield` before they are written;
+    /// what it replaced is named in the record's `redacted`.
+    pub fn shield_with(&self, shield: Arc<crate::redact::Shield>) {
+        // silent-ok: set once, when the daemon is put together.
+        let _ = self.shield.set(shield);
     }
 
     /// Queues `record` for the log.
@@ -308,6 +327,7 @@ struct Writer {
     retention_days: u32,
     /// The open day file and its day.
     file: Option<(String, std::fs::File)>,
+    shield: Arc<std::sync::OnceLock<Arc<crate::redact::Shield>>>,
 }
 
 impl Writer {
@@ -318,7 +338,8 @@ impl Writer {
             let mut wrote = false;
             for command in std::iter::once(first).chain(std::iter::from_fn(|| queue.try_recv().ok())) {
                 match command {
-                    Command::Write(record) => {
+                    Command::Write(mut record) => {
+                        self.clean(&mut record);
                         if let Err(error) = self.write(&record) {
                             tracing::error!(%error, dir = %self.dir.display(), "cannot write the audit log; a record is lost");
                         }
@@ -338,6 +359,20 @@ impl Writer {
                 // silent-ok: the asker may have given up waiting.
                 let _ = done.send(());
             }
+        }
+    }
+
+    /// `record`'s particulars with no secret left in them.
+    fn clean(&self, record: &mut Record) {
+        let Some(shield) = self.shield.get() else { return };
+        let mut detail = serde_json::Value::Object(std::mem::take(&mut record.detail));
+        let mut names = vec![];
+        crate::redact::clean_value(shield, &mut detail, &mut names);
+        if let serde_json::Value::Object(detail) = detail {
+            record.detail = detail;
+        }
+        if !names.is_empty() {
+            record.detail.insert("redacted".into(), names.into());
         }
     }
 

@@ -327,6 +327,8 @@ pub enum Operation {
     WriteMemory,
     SearchMemory,
     DeleteMemory,
+    /// Moves an entry out of quarantine (a context's people, never an agent).
+    ConfirmMemory,
     SubscribeEvents,
     PublishEvent,
     GetStatus,
@@ -473,6 +475,7 @@ impl Operation {
             Operation::WriteMemory => "WriteMemory",
             Operation::SearchMemory => "SearchMemory",
             Operation::DeleteMemory => "DeleteMemory",
+            Operation::ConfirmMemory => "ConfirmMemory",
             Operation::SubscribeEvents => "SubscribeEvents",
             Operation::PublishEvent => "PublishEvent",
             Operation::GetStatus => "GetStatus",
@@ -602,7 +605,7 @@ impl Operation {
             Operation::SearchMemory | Operation::GetSkillManifest | Operation::GetSkillContent => {
                 Capability::ReadMemory
             }
-            Operation::WriteMemory | Operation::DeleteMemory => Capability::WriteMemory,
+            Operation::WriteMemory | Operation::DeleteMemory | Operation::ConfirmMemory => Capability::WriteMemory,
             Operation::InstallSkill if group_target => Capability::InstallGroupSkills,
             Operation::InstallSkill => Capability::InstallUserSkills,
             // Tasks of a context are its own to manage; tasks of no named context are everyone's.

@@ -65,6 +65,9 @@ pub enum Kind {
     ApprovalRequest { id: String, host: String, port: u16, agent: Role, asked_by: String, expires_in: u32 },
     /// It was answered (`by`; "nobody" when it timed out): `decision` once, session, always, deny.
     ApprovalSettled { id: String, decision: String, by: String },
+    /// The turn read untrusted content (`source`: what, e.g. `web_fetch https://…`): some tools
+    /// are paused until the next turn (DESIGN.md §10.3).
+    Tainted { source: String, withheld: Vec<String> },
 }
 
 /// A scheduled task's result or trouble, for `channel` (empty: any).
@@ -100,11 +103,18 @@ pub struct EventBus {
     connected: Arc<Mutex<HashMap<(Context, String), usize>>>,
     /// The channel each context's user last wrote from.
     last_active: Mutex<HashMap<Context, String>>,
+    /// What every event's text passes before a channel sees it.
+    redact: Option<crate::redact::Redact>,
 }
 
 impl Default for EventBus {
     fn default() -> Self {
-        EventBus { sender: broadcast::channel(BACKLOG).0, connected: Arc::default(), last_active: Mutex::default() }
+        EventBus {
+            sender: broadcast::channel(BACKLOG).0,
+            connected: Arc::default(),
+            last_active: Mutex::default(),
+            redact: None,
+        }
     }
 }
 
@@ -127,9 +137,44 @@ impl Drop for Connected {
     }
 }
 
+impl Kind {
+    /// Every text a person reads, cleaned by `redact` (DESIGN.md §10.3).
+    fn clean(&mut self, redact: &crate::redact::Redact) {
+        use crate::redact::Place::Channel;
+        let clean = |text: &mut String| *text = redact.clean_string(Channel, std::mem::take(text));
+        match self {
+            Kind::UserMessage { content, .. } => {
+                clean(content);
+            }
+            Kind::TextDelta { text, .. } => clean(text),
+            Kind::ThinkingDelta { thinking, .. } => clean(thinking),
+            Kind::Delegation { task, result, .. } => {
+                clean(task);
+                clean(result);
+            }
+            Kind::Reply { content, .. } | Kind::Message { content, .. } => clean(content),
+            Kind::TurnError { message, .. } => clean(message),
+            Kind::Notice(notice) => {
+                clean(&mut notice.title);
+                clean(&mut notice.content);
+            }
+            Kind::Tainted { source, .. } => clean(source),
+            Kind::Tool { .. } | Kind::ApprovalRequest { .. } | Kind::ApprovalSettled { .. } => {}
+        }
+    }
+}
+
 impl EventBus {
+    /// A bus whose events are cleaned by `redact` before any channel sees them.
+    pub fn redacting(redact: crate::redact::Redact) -> EventBus {
+        EventBus { redact: Some(redact), ..EventBus::default() }
+    }
+
     /// Sends `event` to `context`'s subscribers; returns how many there are.
-    pub fn publish(&self, context: &Context, event: Event) -> usize {
+    pub fn publish(&self, context: &Context, mut event: Event) -> usize {
+        if let Some(redact) = &self.redact {
+            event.kind.clean(redact);
+        }
         self.sender.send((context.clone(), event)).unwrap_or(0)
     }
 

@@ -57,11 +57,18 @@ pub struct Inbox {
     dir: PathBuf,
     /// One writer at a time (read, change, write).
     lock: Mutex<()>,
+    /// What an item's text passes before it is kept.
+    redact: Option<crate::redact::Redact>,
 }
 
 impl Inbox {
     pub fn new(dir: PathBuf) -> Inbox {
-        Inbox { dir, lock: Mutex::new(()) }
+        Inbox { dir, lock: Mutex::new(()), redact: None }
+    }
+
+    /// This inbox, its items cleaned by `redact` before they are kept.
+    pub fn redacting(self, redact: crate::redact::Redact) -> Inbox {
+        Inbox { redact: Some(redact), ..self }
     }
 
     fn path(&self, context: &Context) -> PathBuf {
@@ -74,6 +81,11 @@ impl Inbox {
 
     /// Adds an item for `context`; on disk when this returns.
     pub fn push(&self, context: &Context, mut item: Item) -> Result<Item, StateError> {
+        if let Some(redact) = &self.redact {
+            use crate::redact::Place::Inbox;
+            item.title = redact.clean_string(Inbox, std::mem::take(&mut item.title));
+            item.content = redact.clean_string(Inbox, std::mem::take(&mut item.content));
+        }
         let _writer = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         let mut file = self.load(context);
         if item.id.is_empty() {

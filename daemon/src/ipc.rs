@@ -211,6 +211,8 @@ pub struct Ipc {
     filesystem: bool,
     /// `{context folder}/{slot}` → the leases held on it; folders held by none, to let go.
     slots: Mutex<Slots>,
+    /// What a result passes before it is recorded (set once the daemon has it).
+    redact: std::sync::OnceLock<crate::redact::Redact>,
 }
 
 #[derive(Debug, Default)]
@@ -260,6 +262,7 @@ impl Ipc {
             recorded_since_prune: AtomicU64::new(0),
             filesystem,
             slots: Mutex::default(),
+            redact: std::sync::OnceLock::new(),
         };
         // Folders left by an earlier daemon are let go once what they hold is taken.
         let left: BTreeSet<String> =
@@ -372,6 +375,12 @@ impl Ipc {
 
     /// Collects the result file of `call_id` from the tool container of `session` in `context`
     /// (a Coder's when `coder`) if there is one; returns the result collected now or before.
+    /// Results are cleaned by `redact` before they are recorded, from now on.
+    pub fn redact_with(&self, redact: crate::redact::Redact) {
+        // silent-ok: set once, when the daemon is put together.
+        let _ = self.redact.set(redact);
+    }
+
     pub fn collect(&self, context: &Context, session: &str, coder: bool, call_id: &str) -> Option<ToolAnswer> {
         let folder = folder_of(context);
         let slot = slot_name(session, coder);
@@ -527,6 +536,14 @@ impl Ipc {
             return false;
         }
         let record = self.record_path(folder, &file.call_id);
+        // No secret is kept: the result as the redactor leaves it.
+        let bytes = match (self.redact.get(), serde_json::from_slice::<serde_json::Value>(&bytes)) {
+            (Some(redact), Ok(mut value)) => {
+                redact.clean_json(crate::redact::Place::ToolResult, &mut value);
+                serde_json::to_vec(&value).unwrap_or(bytes)
+            }
+            _ => bytes,
+        };
         // The record is written from the bytes read here, never by moving the container's
         // file: what is recorded is what was checked.
         let recorded = record.exists()

@@ -45,6 +45,7 @@ pub mod skills;
 pub mod sockets;
 pub mod state;
 pub mod systemd;
+pub mod taint;
 pub mod telemetry;
 pub mod tools;
 pub mod uploads;
@@ -105,6 +106,8 @@ pub enum DaemonError {
     Policy(#[from] policy::PolicyError),
     #[error("cannot set up the web egress proxy: {0}")]
     WebProxy(String),
+    #[error("security.redact.extra_patterns: {0}")]
+    Redact(String),
     #[error(transparent)]
     Container(#[from] container::manager::ContainerError),
     #[error(transparent)]
@@ -187,6 +190,8 @@ pub struct Shared {
     pub orchestrator: Arc<orchestrator::Orchestrator>,
     /// Every context's memory store.
     pub memory: Arc<memory::Memories>,
+    /// The tainted turns and what they may no longer do.
+    pub taints: Arc<taint::Taints>,
     /// The secrets store, when it could be opened (read again when it changes): skills'
     /// `addons.env`, MCP servers' `env` and gateways' credentials come from it.
     pub secrets: Arc<secrets::LiveSecrets>,
@@ -417,6 +422,17 @@ impl Daemon {
         });
         // Kept for the skills' `addons.env` (resolved per call, see `server/tools.rs`).
         let secrets = Arc::new(secrets::LiveSecrets::new(&data_dir.config_dir(), secrets));
+        // The one redactor (DESIGN.md §10.3): the store's values, gitleaks' rules (compiled
+        // now, beside the start), the operator's patterns; the audit cleans its records with it.
+        let shield = Arc::new(
+            redact::Shield::new(Some(secrets.clone()), &loaded.config.security.redact.patterns())
+                .map_err(DaemonError::Redact)?,
+        );
+        let warming = shield.clone();
+        tracker.spawn_blocking(move || warming.warm());
+        audit.shield_with(shield.clone());
+        let redact = redact::Redact::new(shield, audit.clone());
+        redact::for_log_lines(&redact);
         let llm = Arc::new(llm::LlmGateway::new(&loaded, settings, &data_dir, &binaries, metrics.clone()));
         let web = Arc::new(
             egress::proxy::WebProxy::new(
@@ -439,8 +455,15 @@ impl Daemon {
             ipc::Ipc::open(data_dir.ipc_dir(), &data_dir.state_dir(), filesystems)
                 .map_err(|source| DaemonError::Ipc { path: data_dir.ipc_dir(), source })?,
         );
-        let inbox = Arc::new(inbox::Inbox::new(data_dir.state_dir().join("inbox")));
-        let events = Arc::new(events::EventBus::default());
+        let inbox = Arc::new(inbox::Inbox::new(data_dir.state_dir().join("inbox")).redacting(redact.clone()));
+        ipc.redact_with(redact.clone());
+        let events = Arc::new(events::EventBus::redacting(redact.clone()));
+        let taints = Arc::new(taint::Taints::open(
+            &data_dir.state_dir(),
+            loaded.config.security.taint.clone(),
+            audit.clone(),
+            events.clone(),
+        ));
         let approvals = Arc::new(egress::approvals::Approvals::new(
             events.clone(),
             Duration::from_secs(loaded.config.egress.approval_timeout.max(1)),
@@ -470,6 +493,7 @@ impl Daemon {
             audit: audit.clone(),
             inbox: inbox.clone(),
             approvals: approvals.clone(),
+            taints: taints.clone(),
             edge: edge.clone(),
             tracker: tracker.clone(),
         }));
@@ -545,7 +569,7 @@ impl Daemon {
             loaded.clone(),
         ));
         let lifetime = Lifetime { shutdown: cancel.clone(), tasks: tracker.clone() };
-        let sessions = Arc::new(sessions::SessionStore::open(data_dir_root));
+        let sessions = Arc::new(sessions::SessionStore::open(data_dir_root).redacting(redact.clone()));
         let agents = Arc::new(agents::AgentPool::new(
             containers_for_agents,
             Duration::from_secs(loaded_idle_after.max(60)),
@@ -568,6 +592,8 @@ impl Daemon {
             groups: groups.clone(),
             identities: identities.clone(),
             lifetime: lifetime.clone(),
+            taints: taints.clone(),
+            redact: redact.clone(),
         });
         let tool_calls = Arc::new(tools::call::Calls {
             runners: tools.clone(),
@@ -581,6 +607,8 @@ impl Daemon {
             data_dir: data_dir.clone(),
             events: events.clone(),
             agents: agents.clone(),
+            taints: taints.clone(),
+            redact: redact.clone(),
         });
         let shared = Arc::new(Shared {
             loaded,
@@ -608,7 +636,8 @@ impl Daemon {
             agents,
             turns,
             orchestrator,
-            memory: Arc::new(memory::Memories::new(data_dir_for_memory)),
+            memory: Arc::new(memory::Memories::new(data_dir_for_memory).redacting(redact)),
+            taints,
             secrets,
             lifetime,
             approvals,
@@ -852,7 +881,9 @@ async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
 /// Delivers the messages and schedules the tasks containers queued in their IPC folders.
 fn ipc_pass(shared: &Shared, sent: &mut std::collections::BTreeMap<String, Vec<u64>>) {
     shared.ipc.deliver_messages(&shared.events, sent);
-    shared.ipc.take_task_requests(&mut |context, _session, request| {
+    shared.ipc.take_task_requests(&mut |context, session, request| {
+        let principal = format!("ipc:{context}/{session}");
+        shared.taints.allow_session(session, taint::Way::ScheduleTask, &principal)?;
         scheduler::schedule_requested(&shared.scheduler, &shared.inbox, context, request)
     });
 }

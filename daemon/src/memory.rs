@@ -31,7 +31,45 @@ pub struct Metadata {
     pub message_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
+    /// Whose words it is (DESIGN.md §10.3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+    /// For an untrusted origin: what it came from (an address, a file, a server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub came_from: Option<String>,
+    /// Who confirmed an entry that waited in quarantine, and when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmed_by: Option<String>,
 }
+
+/// Where a memory entry came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// The user said it, or wrote it themselves (the CLI, a gateway).
+    User,
+    /// An agent inferred it from the user's messages.
+    Inferred,
+    /// An agent wrote it in a turn that read content from outside.
+    Untrusted,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::User => "user",
+            Origin::Inferred => "inferred",
+            Origin::Untrusted => "untrusted",
+        }
+    }
+}
+
+/// The most entries one context keeps (its quarantine apart): beyond it a write is refused,
+/// and the agent and the user are told.
+pub const MOST_ENTRIES: usize = 2000;
+
+/// The folder, inside a context's memory folder, where quarantined entries wait.
+const QUARANTINE: &str = "quarantine";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -67,6 +105,10 @@ pub enum MemoryError {
     State(#[from] StateError),
     #[error("cannot encode memory metadata: {0}")]
     Encode(String),
+    #[error("memory is full: {0} entries are kept, the most there may be; forget some (memory_delete, or `baaaht memory forget KEY`) before remembering more")]
+    Full(usize),
+    #[error("no entry `{0}` waits for review")]
+    NotQuarantined(String),
 }
 
 /// Whether `key` can name a memory file.
@@ -239,11 +281,18 @@ impl MemoryStore {
 pub struct Memories {
     data_dir: crate::datadir::DataDir,
     writes: std::sync::Mutex<()>,
+    /// What an entry's text passes before it is kept.
+    redact: Option<crate::redact::Redact>,
 }
 
 impl Memories {
     pub fn new(data_dir: crate::datadir::DataDir) -> Memories {
-        Memories { data_dir, writes: std::sync::Mutex::new(()) }
+        Memories { data_dir, writes: std::sync::Mutex::new(()), redact: None }
+    }
+
+    /// These stores, every entry cleaned by `redact` before it is kept.
+    pub fn redacting(self, redact: crate::redact::Redact) -> Memories {
+        Memories { redact: Some(redact), ..self }
     }
 
     /// The store of `context`: `users/{id}/memory` or `groups/{id}/memory`.
@@ -255,7 +304,21 @@ impl Memories {
         self.writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Writes `key` in `context`'s store.
+    /// The entries of `context` that wait for its owner's review (DESIGN.md §10.3): written in
+    /// turns that read untrusted content, never loaded into an agent's context.
+    pub fn quarantine(&self, context: &crate::auth::Context) -> MemoryStore {
+        MemoryStore::new(self.data_dir.context_dir(context).join("memory").join(QUARANTINE))
+    }
+
+    fn cleaned(&self, content: &str) -> String {
+        match &self.redact {
+            Some(redact) => redact.clean(crate::redact::Place::Memory, content).into_owned(),
+            None => content.to_string(),
+        }
+    }
+
+    /// Writes `key` in `context`'s store (no secret in it); refused when the store is full
+    /// and `key` is new.
     pub fn write(
         &self,
         context: &crate::auth::Context,
@@ -263,8 +326,58 @@ impl Memories {
         content: &str,
         metadata: Metadata,
     ) -> Result<(), MemoryError> {
+        let content = self.cleaned(content);
         let _one_writer = self.writing();
-        self.store(context).write(key, content, metadata, crate::state::now_seconds())
+        let store = self.store(context);
+        let index = store.index()?;
+        if index.entries.len() >= MOST_ENTRIES && !index.entries.contains_key(key) {
+            return Err(MemoryError::Full(index.entries.len()));
+        }
+        store.write(key, &content, metadata, crate::state::now_seconds())
+    }
+
+    /// Keeps `key` aside in `context`'s quarantine until its owner confirms or drops it.
+    pub fn put_aside(
+        &self,
+        context: &crate::auth::Context,
+        key: &str,
+        content: &str,
+        metadata: Metadata,
+    ) -> Result<(), MemoryError> {
+        let content = self.cleaned(content);
+        let _one_writer = self.writing();
+        let quarantine = self.quarantine(context);
+        let index = quarantine.index()?;
+        if index.entries.len() >= MOST_ENTRIES && !index.entries.contains_key(key) {
+            return Err(MemoryError::Full(index.entries.len()));
+        }
+        quarantine.write(key, &content, metadata, crate::state::now_seconds())
+    }
+
+    /// Moves `key` out of `context`'s quarantine into its memory, confirmed `by`.
+    pub fn confirm(&self, context: &crate::auth::Context, key: &str, by: &str) -> Result<MemoryEntry, MemoryError> {
+        let _one_writer = self.writing();
+        let quarantine = self.quarantine(context);
+        let mut entry = quarantine.read(key)?.ok_or_else(|| MemoryError::NotQuarantined(key.to_string()))?;
+        let store = self.store(context);
+        let index = store.index()?;
+        if index.entries.len() >= MOST_ENTRIES && !index.entries.contains_key(key) {
+            return Err(MemoryError::Full(index.entries.len()));
+        }
+        entry.metadata.confirmed_by = Some(format!("{by} at {}", crate::state::now_rfc3339()));
+        store.write(key, &entry.content, entry.metadata.clone(), crate::state::now_seconds())?;
+        quarantine.delete(key)?;
+        Ok(entry)
+    }
+
+    /// Drops `key` from `context`'s quarantine.
+    pub fn drop_quarantined(&self, context: &crate::auth::Context, key: &str) -> Result<(), MemoryError> {
+        let _one_writer = self.writing();
+        if self.quarantine(context).delete(key)? {
+            Ok(())
+        } else {
+            Err(MemoryError::NotQuarantined(key.to_string()))
+        }
     }
 
     /// Deletes `key` from `context`'s store; false when there was none.

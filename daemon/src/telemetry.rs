@@ -1,6 +1,7 @@
 //! Logging: JSON lines when stderr is not a terminal (journald, files, CI), human-readable
 //! lines on a terminal; levels from `system.log_level` and `system.log_components`, or from
-//! `RUST_LOG` when it is set.
+//! `RUST_LOG` when it is set. Every line passes the redactor ([`crate::redact::log_line`])
+//! before it is written.
 //!
 //! Tracing: with `otel.endpoint` set, the daemon's info spans (each RPC, each turn, each
 //! delegation, LLM request and tool call) are exported over OTLP/gRPC. The W3C `traceparent`
@@ -57,6 +58,27 @@ impl Drop for Tracing {
     }
 }
 
+/// Standard error, each line cleaned by the redactor first (the formatter writes an event's
+/// line in one `write`).
+struct Redacted(std::io::Stderr);
+
+impl std::io::Write for Redacted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => {
+                let clean = crate::redact::log_line(text);
+                self.0.write_all(clean.as_bytes())?;
+            }
+            Err(_) => self.0.write_all(bytes)?,
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// Installs the global subscriber, and the OTLP exporter when `otel.endpoint` is set. Call
 /// once, from `main`; keep what it returns until the daemon ends.
 pub fn init(system: &SystemConfig, otel: &OtelConfig) -> Tracing {
@@ -64,7 +86,7 @@ pub fn init(system: &SystemConfig, otel: &OtelConfig) -> Tracing {
         Ok(directives) if !directives.is_empty() => EnvFilter::new(directives),
         _ => EnvFilter::new(filter_directives(system)),
     };
-    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = tracing_subscriber::fmt::layer().with_writer(|| Redacted(std::io::stderr()));
     let lines = if std::io::stderr().is_terminal() {
         lines.with_target(false).with_filter(filter).boxed()
     } else {

@@ -12,6 +12,7 @@ mod overrides;
 mod providers;
 pub mod references;
 mod schema;
+mod security;
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,7 @@ pub use allowlist::{
 };
 pub use providers::{CustomProvider, Price, ProviderEntry, Providers, ProvidersConfig, BUILT_IN_PROVIDERS};
 pub use schema::*;
+pub use security::*;
 
 use diagnostics::{find_yaml_key, nearest, strip_yaml_location, with_suggestion};
 

@@ -28,6 +28,7 @@ pub struct Config {
     pub otel: OtelConfig,
     pub secrets: SecretsConfig,
     pub egress: EgressConfig,
+    pub security: super::security::SecurityConfig,
 }
 
 /// Tools' connections out (the rules themselves are in `egress.yaml` files).

@@ -112,6 +112,11 @@ impl Approvals {
         }
     }
 
+    /// Whether `host:port` was allowed for `session` (an answer `session`).
+    pub fn granted(&self, session: &str, host: &str, port: u16) -> bool {
+        self.state().granted.contains(&(session.to_string(), host.to_string(), port))
+    }
+
     /// Asks the people of `asking.context`; answers the decision and who made it, or why the
     /// connection is denied.
     pub async fn ask(&self, asking: &Asking) -> Result<(Decision, String), String> {

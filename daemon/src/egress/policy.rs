@@ -260,6 +260,8 @@ pub struct Policy {
     pub session: String,
     pub refusals: Refusals,
     pub approvals: std::sync::Arc<crate::egress::approvals::Approvals>,
+    /// A turn that read untrusted content is not asked about new hosts: they are refused.
+    pub taints: std::sync::Arc<crate::taint::Taints>,
 }
 
 /// Where refusals of hosts no rule names are told, and when each was last told.
@@ -320,6 +322,11 @@ impl crate::egress::relay::Gate for Policy {
             }
             Ok(_) => {
                 use crate::egress::approvals::{Asking, Decision};
+                let principal = format!("container:tool:{}", self.session);
+                let granted = self.approvals.granted(&self.session, host, port);
+                if let Err(why) = (!granted).then(|| self.taints.may_ask(&self.session, &principal)).unwrap_or(Ok(())) {
+                    return Verdict::Refuse(format!("{host}:{port}: {why}"));
+                }
                 let asking = Asking {
                     context: self.context.clone(),
                     session: self.session.clone(),

@@ -65,6 +65,10 @@ pub struct ServerConfig {
     /// (read-write, as the session's tools do): then one container runs per session.
     #[serde(default)]
     pub workspace: bool,
+    /// Its answers are the operator's own data, not content from outside (DESIGN.md §10.3):
+    /// reading them does not taint the turn. Off unless said.
+    #[serde(default)]
+    pub trusted: bool,
 }
 
 /// Where a `workspace: true` server sees the calling session's workspace.

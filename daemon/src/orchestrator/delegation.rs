@@ -47,6 +47,12 @@ pub async fn delegate(
     if request.task.trim().is_empty() {
         return Err(OrchestratorError::Invalid("task: describe what the agent should do".into()));
     }
+    // The agent with a shell is not for a turn that read untrusted content.
+    if role == Role::Coder {
+        if let Err(why) = orchestrator.taints.allow(&live, crate::taint::Way::DelegateCoder) {
+            return Ok(Delegated { result: why, is_error: true, background: request.background, elapsed: Duration::ZERO });
+        }
+    }
     let mut text = format!("Task: {}", request.task.trim());
     if !request.context.trim().is_empty() {
         text.push_str(&format!("\n\nContext: {}", request.context.trim()));

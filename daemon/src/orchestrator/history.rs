@@ -180,6 +180,27 @@ pub async fn compact(orchestrator: &Arc<Orchestrator>, id: &str) -> Result<Strin
     Ok(entry)
 }
 
+/// The senders, other than the one of `asked` (the turn's message), of the user messages the
+/// Assistant sees on `branch`; `None` when there are none (DESIGN.md §10.3: their words are
+/// not the asker's).
+pub(super) fn other_senders(branch: &[Entry], asked: &str) -> Option<Vec<String>> {
+    let asker = branch.iter().find_map(|entry| match entry {
+        Entry::Message { id, message, .. } if id == asked => message.sender_id.clone(),
+        _ => None,
+    })?;
+    let (_, shown) = visible(branch);
+    let mut others: Vec<String> = vec![];
+    for entry in shown {
+        if let Entry::Message { message, .. } = entry {
+            let sender = message.sender_id.as_ref().filter(|sender| message.role == "user" && **sender != asker);
+            if let Some(sender) = sender.filter(|sender| !others.contains(sender)) {
+                others.push(sender.clone());
+            }
+        }
+    }
+    (!others.is_empty()).then_some(others)
+}
+
 /// How a group's messages name their senders: the user's name, else the id the message
 /// carries.
 pub(super) fn sender_names(orchestrator: &Orchestrator) -> impl Fn(&str) -> String + Sync + '_ {

@@ -75,6 +75,10 @@ pub struct Orchestrator {
     pub groups: Arc<Groups>,
     pub identities: Arc<Identities>,
     pub lifetime: Lifetime,
+    /// Turns that read untrusted content, and what they may no longer do.
+    pub taints: Arc<crate::taint::Taints>,
+    /// What a scheduled run's result passes before it is kept.
+    pub redact: crate::redact::Redact,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -151,11 +151,28 @@ async fn assistant_turn(
     cancel: CancellationToken,
 ) -> Result<crate::agents::TurnOutcome, String> {
     orchestrator.turns.set_tail(&accepted.turn, &accepted.entry);
+    orchestrator.taints.begin(&accepted.session, &accepted.turn);
     let read = orchestrator.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
     for corrupt in &read.corrupt {
         tracing::warn!(line = corrupt.line, reason = %corrupt.reason, "session log line skipped");
     }
     let branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
+    let live = Live {
+        session: accepted.session.clone(),
+        context: record.context(),
+        role: Role::Assistant,
+        turn_id: accepted.turn.clone(),
+        correlation_id: accepted.correlation_id.clone(),
+        user_turn: accepted.turn.clone(),
+    };
+    // In a group, other members' messages (and what they shared) are not the asker's words.
+    if let Some(others) = super::history::other_senders(&branch, &accepted.entry).filter(|_| record.group_id.is_some())
+    {
+        let names = super::history::sender_names(orchestrator);
+        let named: Vec<String> = others.iter().map(|sender| names(sender)).collect();
+        let source = format!("messages and files of other members ({})", named.join(", "));
+        orchestrator.taints.taint(&live, &source, "");
+    }
     let names = super::history::sender_names(orchestrator);
     let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
     let current = orchestrator.sessions.get(&accepted.session).unwrap_or_else(|| record.clone());
@@ -187,14 +204,7 @@ async fn assistant_turn(
             traceparent: crate::telemetry::traceparent(),
         };
         let work = Work {
-            live: Live {
-                session: accepted.session.clone(),
-                context: record.context(),
-                role: Role::Assistant,
-                turn_id: accepted.turn.clone(),
-                correlation_id: accepted.correlation_id.clone(),
-                user_turn: accepted.turn.clone(),
-            },
+            live: live.clone(),
             turn,
             timeout: Duration::from_secs(settings.timeout),
             cancel: cancel.clone(),

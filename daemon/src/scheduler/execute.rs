@@ -279,10 +279,15 @@ impl Execute for Daemon {
         let span = tracing::info_span!("task", task = %claim.task.id, run = %claim.run, slot = %claim.slot);
         span.in_scope(|| tracing::info!(attempt = claim.attempt, "task run starting"));
         // The run's agents carry the span's trace context: a scheduled run is one trace.
-        let outcome = match claim.task.system_job {
+        let mut outcome = match claim.task.system_job {
             Some(job) => self.system(job).instrument(span).await,
             None => self.agent(claim).instrument(span).await,
         };
+        // What the ledger keeps and the channels are told carries no secret.
+        if let Ok(result) = &mut outcome.result {
+            let redact = &self.orchestrator.redact;
+            *result = redact.clean_string(crate::redact::Place::TaskResult, std::mem::take(result));
+        }
         if let Err(failure) = &outcome.result {
             self.log_failure(claim, failure);
         }

@@ -77,6 +77,9 @@ impl v1::agents_server::Agents for AgentsService {
             )));
         }
         let live = self.shared.agents.live(&identity.name);
+        if let Some(live) = &live {
+            self.shared.taints.allow(live, crate::taint::Way::Message).map_err(Status::permission_denied)?;
+        }
         let event = crate::events::Event {
             session: identity.session_id.clone(),
             turn: live.as_ref().map(|live| live.user_turn.clone()).unwrap_or_default(),
@@ -185,6 +188,19 @@ impl v1::agents_server::Agents for AgentsService {
             }));
         }
         let host = host_of(&message.url);
+        // A turn that read untrusted content follows only the links it was shown, or hosts a rule allows.
+        let principal = crate::audit::principal(&caller);
+        let (data_dir, context, bare) = (self.shared.data_dir.clone(), identity.context.clone(), host_only(&host));
+        let port = if message.url.starts_with("http://") { 80 } else { 443 };
+        let allowed = tokio::task::spawn_blocking(move || {
+            crate::egress::policy::decide(&data_dir, &context, &bare, port)
+                .is_some_and(|rule| rule.action == crate::egress::policy::Action::Allow)
+        });
+        let allowed = allowed.await.unwrap_or(false);
+        if let Err(why) = self.shared.taints.may_fetch(&identity.session_id, &message.url, allowed, &principal) {
+            self.shared.audit.record(audit("refused").detail("host", host.as_str()).detail("reason", why.as_str()));
+            return Err(Status::permission_denied(why));
+        }
         let fetch = crate::egress::proxy::FetchRequest {
             session: identity.session_id.clone(),
             method: message.method,
@@ -241,6 +257,15 @@ impl v1::agents_server::Agents for AgentsService {
         let caller = check(&self.shared, &request, Operation::StreamLlm, None, None)?;
         llm::stream(&self.shared, caller, request).await
     }
+}
+
+/// `host` without its port (and an IPv6 address without its brackets).
+fn host_only(host: &str) -> String {
+    let without_port = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|byte| byte.is_ascii_digit()) && !name.ends_with(':') => name,
+        _ => host,
+    };
+    without_port.trim_start_matches('[').trim_end_matches(']').to_string()
 }
 
 /// The host of `url` for the audit log (never its path or query, which may carry data).

@@ -119,6 +119,7 @@ pub(crate) fn event(context: &Context, event: crate::events::Event) -> v1::Orche
             expires_in_seconds: expires_in,
         }),
         Kind::ApprovalSettled { id, decision, by } => Out::ApprovalSettled(v1::ApprovalSettled { id, decision, by }),
+        Kind::Tainted { source, withheld } => Out::Tainted(v1::TurnTainted { source, withheld }),
     };
     v1::OrchestratorEvent {
         session_id: event.session,

@@ -1,6 +1,8 @@
-//! WriteMemory, SearchMemory, DeleteMemory: a context's long-term memory (spec §14.3). A
-//! container reaches only its own context's store; every entry records the session and user
-//! it came from.
+//! WriteMemory, SearchMemory, DeleteMemory, ConfirmMemory: a context's long-term memory (spec
+//! §14.3). A container reaches only its own context's store; every entry records the session
+//! and user it came from, and whose words it is (DESIGN.md §10.3): an agent's write in a turn
+//! that read untrusted content waits in quarantine for the context's people. A refused write
+//! (memory full, or withheld) is told to the agent and to the user.
 
 use baaaht_proto::v1;
 use tonic::{Request, Response, Status};
@@ -10,19 +12,22 @@ use std::sync::Arc;
 use crate::auth::{Caller, Context, ContextKind, Operation};
 
 use super::{check, context_of, own_context};
-use crate::memory::{MemoryEntry, MemoryError, Metadata};
+use crate::memory::{MemoryEntry, MemoryError, Metadata, Origin};
+use crate::taint::MemoryWrite;
 use crate::Shared;
 
 impl From<MemoryError> for Status {
     fn from(error: MemoryError) -> Status {
         match error {
             MemoryError::BadKey(_) | MemoryError::BadContent => Status::invalid_argument(error.to_string()),
+            MemoryError::Full(_) => Status::resource_exhausted(error.to_string()),
+            MemoryError::NotQuarantined(_) => Status::not_found(error.to_string()),
             other => Status::internal(baaaht_proto::error_chain(&other)),
         }
     }
 }
 
-fn record(entry: MemoryEntry) -> v1::MemoryRecord {
+fn record(entry: MemoryEntry, quarantined: bool) -> v1::MemoryRecord {
     let metadata = entry.metadata;
     v1::MemoryRecord {
         key: entry.key,
@@ -36,6 +41,10 @@ fn record(entry: MemoryEntry) -> v1::MemoryRecord {
         source: metadata.source.unwrap_or_default(),
         created_at: crate::state::rfc3339(entry.created_at),
         updated_at: crate::state::rfc3339(entry.updated_at),
+        origin: metadata.origin.map(|origin| origin.as_str().to_string()).unwrap_or_default(),
+        came_from: metadata.came_from.unwrap_or_default(),
+        quarantined,
+        confirmed_by: metadata.confirmed_by.unwrap_or_default(),
     }
 }
 
@@ -59,6 +68,22 @@ pub(super) fn write(
         (ContextKind::Group, Some(session)) => shared.sessions.get(session).map(|record| record.user_id),
         (ContextKind::Group, None) => None,
     };
+    // Whose words: the person's own through a client; an agent's inference, or from outside
+    // when its turn read untrusted content.
+    let live = match caller {
+        Caller::Container(identity) => shared.agents.live(&identity.name),
+        _ => None,
+    };
+    let verdict = match (caller, &live) {
+        (Caller::Container(_), Some(live)) => shared.taints.memory_write(live),
+        (Caller::Container(_), None) => MemoryWrite::Keep,
+        _ => MemoryWrite::Keep,
+    };
+    let (origin, came_from) = match (&verdict, caller) {
+        (MemoryWrite::Quarantine(source), _) => (Origin::Untrusted, Some(source.clone())),
+        (_, Caller::Container(_)) => (Origin::Inferred, None),
+        _ => (Origin::User, None),
+    };
     let metadata = Metadata {
         source: Some(source),
         tags: request.tags,
@@ -67,10 +92,44 @@ pub(super) fn write(
         session_id: session,
         message_id: (!request.message_id.is_empty()).then_some(request.message_id),
         user_id: user,
+        origin: Some(origin),
+        came_from,
+        confirmed_by: None,
     };
-    shared.memory.write(&context, &request.key, &request.content, metadata)?;
-    tracing::info!(context = %context, key = %request.key, "memory written");
-    Ok(Response::new(v1::Ack { message: format!("remembered `{}`", request.key) }))
+    let key = request.key.clone();
+    let tell = |text: String| {
+        let session = live.as_ref().map(|live| (live.session.as_str(), live.user_turn.as_str(), live.correlation_id.as_str()));
+        let (session, turn, correlation) = session.unwrap_or_default();
+        let event = crate::events::Event::of_turn(session, turn, correlation, crate::events::Kind::message(text));
+        shared.events.publish(&context, event);
+    };
+    let written = match &verdict {
+        MemoryWrite::Refuse(why) => return Err(Status::permission_denied(why.clone())),
+        MemoryWrite::Quarantine(_) => shared.memory.put_aside(&context, &request.key, &request.content, metadata),
+        MemoryWrite::Keep => shared.memory.write(&context, &request.key, &request.content, metadata),
+    };
+    if let Err(error) = written {
+        if matches!(error, MemoryError::Full(_)) {
+            tell(format!("A memory (`{key}`) was not kept: {error}"));
+        }
+        return Err(error.into());
+    }
+    if let MemoryWrite::Quarantine(source) = &verdict {
+        tracing::info!(context = %context, key = %key, %source, "memory put aside for review");
+        tell(format!(
+            "A memory (`{key}`) was written while reading content from outside ({source}); it waits for your \
+             review and is not used until you confirm it: `baaaht memory review`, /memory in the terminal, or the \
+             web settings."
+        ));
+        return Ok(Response::new(v1::Ack {
+            message: format!(
+                "`{key}` is kept aside for the user's review, not remembered: this turn read content from outside \
+                 ({source}). Tell the user it waits for them in memory review."
+            ),
+        }));
+    }
+    tracing::info!(context = %context, key = %key, "memory written");
+    Ok(Response::new(v1::Ack { message: format!("remembered `{key}`") }))
 }
 
 pub(super) fn search(
@@ -79,7 +138,8 @@ pub(super) fn search(
     query: v1::MemoryQuery,
 ) -> Result<Response<v1::MemoryList>, Status> {
     let limit = if query.limit == 0 { 20 } else { query.limit.min(200) as usize };
-    let store = shared.memory.store(context);
+    let quarantined = query.quarantined;
+    let store = if quarantined { shared.memory.quarantine(context) } else { shared.memory.store(context) };
     let entries = if query.query.trim().is_empty() {
         let mut all = store.list((!query.tag.is_empty()).then_some(query.tag.as_str()))?;
         all.sort_by_key(|entry| std::cmp::Reverse(entry.updated_at));
@@ -88,10 +148,22 @@ pub(super) fn search(
     } else {
         store.search(&query.query, limit)?
     };
-    Ok(Response::new(v1::MemoryList { entries: entries.into_iter().map(record).collect() }))
+    Ok(Response::new(v1::MemoryList {
+        entries: entries.into_iter().map(|entry| record(entry, quarantined)).collect(),
+    }))
 }
 
-pub(super) fn delete(shared: &Shared, context: &Context, key: &str) -> Result<Response<v1::Ack>, Status> {
+pub(super) fn delete(
+    shared: &Shared,
+    context: &Context,
+    key: &str,
+    quarantined: bool,
+) -> Result<Response<v1::Ack>, Status> {
+    if quarantined {
+        shared.memory.drop_quarantined(context, key)?;
+        tracing::info!(context = %context, key, "quarantined memory dropped");
+        return Ok(Response::new(v1::Ack { message: format!("dropped `{key}`; it was never used") }));
+    }
     if shared.memory.delete(context, key)? {
         tracing::info!(context = %context, key, "memory deleted");
         Ok(Response::new(v1::Ack { message: format!("forgot `{key}`") }))
@@ -119,6 +191,9 @@ impl v1::memory_server::Memory for MemoryService {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::SearchMemory, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
+        if request.get_ref().quarantined && matches!(caller, Caller::Container(_)) {
+            return Err(Status::permission_denied("what waits in quarantine is for the context's people, not its agents"));
+        }
         search(&self.shared, &context, request.into_inner())
     }
 
@@ -126,6 +201,24 @@ impl v1::memory_server::Memory for MemoryService {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::DeleteMemory, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
-        delete(&self.shared, &context, &request.into_inner().key)
+        let key = request.into_inner();
+        if key.quarantined && matches!(caller, Caller::Container(_)) {
+            return Err(Status::permission_denied("what waits in quarantine is for the context's people, not its agents"));
+        }
+        delete(&self.shared, &context, &key.key, key.quarantined)
+    }
+
+    async fn confirm_memory(&self, request: Request<v1::MemoryKey>) -> Result<Response<v1::Ack>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&self.shared, &request, Operation::ConfirmMemory, context.as_ref(), None)?;
+        let context = own_context(&caller, context)?;
+        let key = request.into_inner().key;
+        let by = crate::audit::principal(&caller);
+        let entry = self.shared.memory.confirm(&context, &key, &by)?;
+        let record = crate::audit::Record::by(crate::audit::Kind::Taint, &caller, "confirmed").context(&context);
+        let came_from = entry.metadata.came_from.unwrap_or_default();
+        self.shared.audit.record(record.detail("memory", key.as_str()).detail("came_from", came_from));
+        tracing::info!(context = %context, key = %key, "quarantined memory confirmed");
+        Ok(Response::new(v1::Ack { message: format!("`{key}` is remembered from now on") }))
     }
 }

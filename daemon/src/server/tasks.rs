@@ -101,8 +101,12 @@ impl v1::tasks_server::Tasks for TasksService {
         let task =
             crate::scheduler::new_task(crate::server::convert::task_request(request.into_inner()), &context, now)
                 .map_err(Status::invalid_argument)?;
-        // An agent's task runs with at most the powers of the agent that scheduled it.
+        // An agent's task runs with at most the powers of the agent that scheduled it, and a
+        // turn that read untrusted content schedules nothing.
         if let Caller::Container(identity) = &caller {
+            if let Some(live) = self.shared.agents.live(&identity.name) {
+                self.shared.taints.allow(&live, crate::taint::Way::ScheduleTask).map_err(Status::permission_denied)?;
+            }
             let agent = crate::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
             if let Err(why) = crate::policy::Policy::may_act_as(identity.role, agent) {
                 let record = crate::audit::Record::by(crate::audit::Kind::Policy, &caller, "refused");

@@ -172,6 +172,8 @@ pub struct SessionStore {
     sessions_dir: PathBuf,
     index_path: PathBuf,
     inner: Mutex<Inner>,
+    /// What every entry's text passes before it is written.
+    redact: Option<crate::redact::Redact>,
 }
 
 /// A fresh entry id, e.g. for a message recorded before it is appended.
@@ -194,7 +196,31 @@ impl SessionStore {
             sessions_dir: root.join("sessions"),
             index_path,
             inner: Mutex::new(Inner { index, logs: HashMap::new() }),
+            redact: None,
         }
+    }
+
+    /// This store, every entry's text cleaned by `redact` before it is written.
+    pub fn redacting(self, redact: crate::redact::Redact) -> SessionStore {
+        SessionStore { redact: Some(redact), ..self }
+    }
+
+    /// `entry` with no secret left in its text.
+    fn cleaned(&self, mut entry: NewEntry) -> NewEntry {
+        let Some(redact) = &self.redact else { return entry };
+        let clean = |text: &mut String| {
+            *text = redact.clean_string(crate::redact::Place::SessionLog, std::mem::take(text));
+        };
+        match &mut entry {
+            NewEntry::Message { content, .. } => clean(content),
+            NewEntry::Delegate { task, result, .. } => {
+                clean(task);
+                clean(result);
+            }
+            NewEntry::Compaction { summary, .. } => clean(summary),
+            NewEntry::ModelChange { .. } => {}
+        }
+        entry
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -339,6 +365,7 @@ impl SessionStore {
         parent: Option<&str>,
         entry: NewEntry,
     ) -> Result<String, SessionError> {
+        let entry = self.cleaned(entry);
         let now = state::now_seconds();
         let mut inner = self.lock();
         let record =

@@ -78,6 +78,11 @@ pub struct Calls {
     /// Where each call's progress is told, to the turn its agent is working for.
     pub events: Arc<EventBus>,
     pub agents: Arc<AgentPool>,
+    /// What a call's turn may still do, and which answers taint it.
+    pub taints: Arc<crate::taint::Taints>,
+    /// What a call's parameters pass on their way into a container, and its answer on its
+    /// way back.
+    pub redact: crate::redact::Redact,
 }
 
 /// The most text an MCP tool's answer gives the model, as the built-in tools.
@@ -87,8 +92,51 @@ const MAX_MCP_OUTPUT: usize = 64 << 10;
 const OFFER_WAIT: Duration = Duration::from_secs(20);
 
 impl Calls {
-    /// Makes the call `asked` of the agent `identity` (`correlation_id`: the request's).
+    /// Makes the call `asked` of the agent `identity` (`correlation_id`: the request's): no
+    /// secret goes in or comes back (DESIGN.md §10.3); a turn that read untrusted content may
+    /// not `message`; an answer from outside taints the turn.
     pub async fn execute(
+        self: &Arc<Self>,
+        identity: &Arc<ContainerIdentity>,
+        correlation_id: &str,
+        mut asked: Asked,
+    ) -> Result<ToolAnswer, CallError> {
+        use crate::redact::Place;
+        let live = self.agents.live(&identity.name);
+        let _calling = live.as_ref().map(|live| self.taints.calling(live));
+        if let Some(live) = live.as_ref().filter(|_| asked.tool == ToolName::Message.as_str()) {
+            self.taints.allow(live, crate::taint::Way::Message).map_err(CallError::Refused)?;
+        }
+        asked.params_json = self.redact.clean_string(Place::ToolCall, asked.params_json);
+        let untrusted = self.untrusted_source(identity, &asked);
+        let mut answer = self.run(identity, correlation_id, asked).await?;
+        answer.content = self.redact.clean_string(Place::ToolResult, answer.content);
+        if let (Some(live), Some(source)) = (&live, untrusted) {
+            let taints = self.taints.clone();
+            let (live, read) = (live.clone(), answer.content.clone());
+            // The mark is saved to disk before the answer reaches the agent.
+            tokio::task::spawn_blocking(move || taints.taint(&live, &source, &read)).await.ok();
+        }
+        Ok(answer)
+    }
+
+    /// What `asked` reads from outside, if anything (DESIGN.md §10.3): the web, or an MCP
+    /// server not marked `trusted`.
+    fn untrusted_source(&self, identity: &ContainerIdentity, asked: &Asked) -> Option<String> {
+        let params = || serde_json::from_str::<serde_json::Value>(&asked.params_json).unwrap_or_default();
+        if asked.tool == ToolName::WebFetch.as_str() {
+            return Some(format!("web_fetch {}", params()["url"].as_str().unwrap_or("?")));
+        }
+        if asked.tool == ToolName::WebSearch.as_str() {
+            return Some(format!("web_search \"{}\"", params()["query"].as_str().unwrap_or("?")));
+        }
+        let (server, _) = asked.tool.strip_prefix("mcp__")?.split_once("__")?;
+        let (servers, _) = crate::mcp::config::servers_for(self.data_dir.root(), &identity.context);
+        let trusted = servers.iter().any(|known| known.name == server && known.config.trusted);
+        (!trusted).then(|| format!("the MCP server {server}"))
+    }
+
+    async fn run(
         self: &Arc<Self>,
         identity: &Arc<ContainerIdentity>,
         correlation_id: &str,

@@ -146,6 +146,7 @@ pub struct Runners {
     audit: crate::audit::Audit,
     refusals: crate::egress::policy::Refusals,
     approvals: Arc<crate::egress::approvals::Approvals>,
+    taints: Arc<crate::taint::Taints>,
     /// Swaps credentials in at the edge; its authority's bundle is what tool containers trust.
     pub edge: Option<Arc<crate::egress::edge::Edge>>,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
@@ -178,6 +179,8 @@ pub struct Setup {
     pub inbox: Arc<crate::inbox::Inbox>,
     /// Where hosts no rule names are asked about.
     pub approvals: Arc<crate::egress::approvals::Approvals>,
+    /// A turn that read untrusted content is not asked about new hosts.
+    pub taints: Arc<crate::taint::Taints>,
     /// None when the daemon's certificate authority could not be made (no credential is then
     /// swapped in).
     pub edge: Option<Arc<crate::egress::edge::Edge>>,
@@ -198,6 +201,7 @@ impl Runners {
             audit,
             inbox,
             approvals,
+            taints,
             edge,
             tracker,
         } = setup;
@@ -215,6 +219,7 @@ impl Runners {
             audit,
             refusals: crate::egress::policy::Refusals::new(inbox),
             approvals,
+            taints,
             edge,
             tracker,
         }
@@ -482,6 +487,7 @@ impl Runners {
                 session: identity.session_id.clone(),
                 refusals: self.refusals.clone(),
                 approvals: self.approvals.clone(),
+                taints: self.taints.clone(),
             }),
             web: self.web.clone(),
             audit: self.audit.clone(),

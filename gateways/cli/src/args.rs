@@ -91,6 +91,11 @@ pub enum Command {
         #[command(subcommand)]
         command: EgressCommand,
     },
+    /// What is remembered, where each entry came from, and what waits for your review
+    Memory {
+        #[command(subcommand)]
+        command: MemoryCommand,
+    },
     /// Users and the channel identities that act as them (web, Slack)
     Users {
         #[command(subcommand)]
@@ -137,7 +142,7 @@ pub enum Command {
         /// Only records by or about this user
         #[arg(long, value_name = "ID")]
         user: Option<String>,
-        /// Only this kind: exec, egress, policy, auth, secret, skill, mcp, config, budget, admin
+        /// Only this kind: exec, egress, policy, auth, secret, skill, mcp, config, budget, admin, limit, redaction, taint
         #[arg(long, value_name = "KIND")]
         kind: Option<String>,
         /// The newest this many [default: 1000]
@@ -396,6 +401,44 @@ pub enum EgressCommand {
     /// Secrets swapped in at the edge for the hosts they are bound to (tools see a placeholder)
     #[command(subcommand)]
     Credential(CredentialCommand),
+}
+
+/// Whose memory: yours (`$USER`), a user's or a group's.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MemoryScope {
+    #[arg(long, value_name = "ID", conflicts_with = "group")]
+    pub user: Option<String>,
+    #[arg(long, value_name = "ID")]
+    pub group: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// What is remembered, newest first, with whose words each entry is
+    List {
+        /// Only entries matching these words, best first
+        query: Option<String>,
+        #[command(flatten)]
+        scope: MemoryScope,
+    },
+    /// Entries written while reading content from outside wait here, never used until
+    /// confirmed: list them (on a terminal, confirm or drop each), or confirm or drop one
+    Review {
+        /// Remember this entry from now on
+        #[arg(long, value_name = "KEY", conflicts_with = "drop")]
+        confirm: Option<String>,
+        /// Drop this entry
+        #[arg(long, value_name = "KEY")]
+        drop: Option<String>,
+        #[command(flatten)]
+        scope: MemoryScope,
+    },
+    /// Forget a remembered entry
+    Forget {
+        key: String,
+        #[command(flatten)]
+        scope: MemoryScope,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -65,6 +65,12 @@ pub fn show(
             writeln!(note, "    · {} {} {} ({} ms)", role_name(t.agent), clean(&t.tool), clean(&t.state), t.duration_ms)
         }
         Some(Event::Message(m)) => writeln!(out, "\n{}", clean(&m.content)),
+        Some(Event::Tainted(t)) => writeln!(
+            note,
+            "  ! reading untrusted content ({}): some tools are paused: {}",
+            clean(&t.source),
+            clean(&t.withheld.join(", "))
+        ),
         _ => Ok(()),
     };
     match &event.event {

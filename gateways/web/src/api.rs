@@ -348,6 +348,41 @@ pub async fn approve(
     answer(daemon.sessions.answer_approval(app.as_user(&user.session, request)).await, |_| json!({}))
 }
 
+/// `GET /api/memory/review`: the user's memory entries written while reading content from
+/// outside, waiting for them (never used until confirmed).
+pub async fn memory_review(State(app): State<Arc<App>>, user: User) -> Response {
+    let mut daemon = app.daemon.clone();
+    let query = v1::MemoryQuery { context: None, limit: 200, quarantined: true, ..v1::MemoryQuery::default() };
+    answer(daemon.memory.search_memory(app.as_user(&user.session, query)).await, |list| {
+        let entries: Vec<serde_json::Value> = list
+            .entries
+            .iter()
+            .map(|entry| {
+                json!({"key": entry.key, "content": entry.content, "came_from": entry.came_from,
+                    "updated": entry.updated_at})
+            })
+            .collect();
+        json!({"entries": entries})
+    })
+}
+
+/// `POST /api/memory/review/{key}` with `{"decision": "confirm" | "drop"}`.
+pub async fn settle_memory(
+    State(app): State<Arc<App>>,
+    user: User,
+    Path(key): Path<String>,
+    Json(given): Json<Answer>,
+) -> Response {
+    let mut daemon = app.daemon.clone();
+    let request = v1::MemoryKey { context: None, key, quarantined: true };
+    let done = match given.decision.as_str() {
+        "confirm" => daemon.memory.confirm_memory(app.as_user(&user.session, request)).await,
+        "drop" => daemon.memory.delete_memory(app.as_user(&user.session, request)).await,
+        other => return error(StatusCode::BAD_REQUEST, &format!("decision `{other}`: choose confirm or drop")),
+    };
+    answer(done, |ack| json!({"message": ack.message}))
+}
+
 #[derive(Debug, Deserialize)]
 pub struct ExportQuery {
     #[serde(default)]

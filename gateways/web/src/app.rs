@@ -307,6 +307,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/rooms/{id}/members", post(api::add_member))
         .route("/api/uploads", post(api::upload))
         .route("/api/approvals/{id}", post(api::approve))
+        .route("/api/memory/review", get(api::memory_review))
+        .route("/api/memory/review/{key}", post(api::settle_memory))
         .route("/api/settings", post(api::settings))
         .route("/ui/{*file}", get(crate::assets::serve))
         .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))

@@ -229,6 +229,9 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
             "asked_by": request.asked_by, "expires_in": request.expires_in_seconds}),
         Event::ApprovalSettled(settled) => json!({"type": "settled", "session": session, "id": settled.id,
             "decision": settled.decision, "by": settled.by}),
+        // The status line of a turn that read untrusted content.
+        Event::Tainted(tainted) => json!({"type": "tainted", "session": session, "turn": turn,
+            "source": tainted.source, "withheld": tainted.withheld}),
         Event::ThinkingDelta(_) => return None,
     })
 }

@@ -334,6 +334,12 @@ function onEvent(event) {
       running(event.turn, false);
       break;
     }
+    case "tainted": {
+      const paused = (event.withheld || []).join(", ");
+      progress(event.turn, "taint", `Reading untrusted content: some tools are paused (${paused}). Source: ${event.source}`, "tainted");
+      announce("Reading untrusted content: some tools are paused.");
+      break;
+    }
     case "message":
     case "notice":
       bubble("notice", event.text);
@@ -899,7 +905,51 @@ $("settings-open").addEventListener("click", () => {
   $("theme").value = localStorage.getItem("theme") || "system";
   $("settings-status").textContent = "";
   $("settings").showModal();
+  showMemoryReview();
 });
+
+// Memory entries from turns that read untrusted content: each confirmed or dropped here.
+async function showMemoryReview() {
+  const list = $("memory-waiting");
+  list.replaceChildren();
+  let waiting;
+  try {
+    waiting = (await api("/api/memory/review")).entries;
+  } catch (error) {
+    list.append(Object.assign(document.createElement("li"), { textContent: error.message }));
+    return;
+  }
+  if (!waiting.length) {
+    list.append(Object.assign(document.createElement("li"), { className: "hint", textContent: "Nothing waits for review." }));
+    return;
+  }
+  for (const entry of waiting) {
+    const item = document.createElement("li");
+    item.className = "memory-entry";
+    item.dataset.key = entry.key;
+    const title = Object.assign(document.createElement("strong"), { textContent: entry.key });
+    const from = Object.assign(document.createElement("p"), { className: "hint", textContent: `From: ${entry.came_from || "content from outside"}` });
+    const text = Object.assign(document.createElement("p"), { textContent: entry.content });
+    const buttons = document.createElement("div");
+    buttons.className = "buttons";
+    for (const [decision, label] of [["confirm", "Confirm"], ["drop", "Drop"]]) {
+      const button = Object.assign(document.createElement("button"), { type: "button", textContent: label });
+      button.dataset.decision = decision;
+      button.addEventListener("click", async () => {
+        try {
+          const done = await api(`/api/memory/review/${encodeURIComponent(entry.key)}`, { method: "POST", body: { decision } });
+          item.replaceChildren(Object.assign(document.createElement("p"), { className: "hint", textContent: done.message }));
+          announce(done.message);
+        } catch (error) {
+          $("settings-status").textContent = error.message;
+        }
+      });
+      buttons.append(button);
+    }
+    item.append(title, from, text, buttons);
+    list.append(item);
+  }
+}
 $("settings-close").addEventListener("click", () => $("settings").close());
 $("theme").addEventListener("change", () => {
   localStorage.setItem("theme", $("theme").value);

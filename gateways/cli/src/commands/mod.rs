@@ -3,6 +3,7 @@
 mod chat;
 mod egress;
 mod mcp;
+pub(crate) mod memory;
 mod people;
 mod sessions;
 mod skills;
@@ -79,6 +80,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Egress { command } => {
             let mut client = crate::connect(&socket).await?;
             egress::egress(&mut client, &socket, command).await
+        }
+        Command::Memory { command } => {
+            let mut client = crate::connect(&socket).await?;
+            memory::memory(&mut client, &socket, command).await
         }
         Command::Users { command } => {
             let mut client = crate::connect(&socket).await?;

@@ -476,6 +476,43 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
                     Err(status) => failed(status),
                 }
             }
+            Command::Memory(review) => {
+                use super::state::MemoryReview;
+                let key = |key: String| v1::MemoryKey { context: Some(target.context.clone()), key, quarantined: true };
+                let answered = match review {
+                    MemoryReview::Confirm(name) => client.memory.confirm_memory(key(name)).await,
+                    MemoryReview::Drop(name) => client.memory.delete_memory(key(name)).await,
+                    MemoryReview::List => {
+                        let query = v1::MemoryQuery {
+                            context: Some(target.context.clone()),
+                            limit: 200,
+                            quarantined: true,
+                            ..Default::default()
+                        };
+                        return match client.memory.search_memory(query).await {
+                            Ok(list) => {
+                                let entries = list.into_inner().entries;
+                                let mut text = if entries.is_empty() {
+                                    "Nothing waits for review.".to_string()
+                                } else {
+                                    "Written while reading content from outside; none is used until you confirm it \
+                                     (/memory confirm KEY, /memory drop KEY):\n"
+                                        .to_string()
+                                };
+                                for entry in &entries {
+                                    text.push_str(&crate::commands::memory::entry_text(entry));
+                                }
+                                said(text)
+                            }
+                            Err(status) => failed(status),
+                        };
+                    }
+                };
+                match answered {
+                    Ok(ack) => said(ack.into_inner().message),
+                    Err(status) => failed(status),
+                }
+            }
             // Answered by the state machine or the loop itself.
             Command::Help | Command::Quit | Command::Copy(_) | Command::Skill { .. } | Command::Group(_) => None,
         },

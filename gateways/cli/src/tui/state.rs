@@ -43,6 +43,8 @@ pub struct Live {
     pub turn: String,
     pub text: String,
     pub thinking: String,
+    /// The turn read untrusted content: some of its tools are paused.
+    pub tainted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,10 +178,20 @@ pub enum Command {
         text: String,
     },
     Tasks,
+    /// Memory written while reading untrusted content: list it, or confirm or drop one.
+    Memory(MemoryReview),
     Usage,
     Status,
     Help,
     Quit,
+}
+
+/// What `/memory` asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryReview {
+    List,
+    Confirm(String),
+    Drop(String),
 }
 
 /// What the client should ask the daemon, or do.
@@ -219,6 +231,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("/skill:", "use a skill: /skill:NAME what to do"),
     ("/group", "talk in a group: /group ID (/group me: back to yours)"),
     ("/tasks", "this context's scheduled tasks and their last runs"),
+    ("/memory", "memory waiting for review (from untrusted content): /memory confirm KEY, /memory drop KEY"),
     ("/usage", "tokens and cost against the budget"),
     ("/status", "the daemon, the engine and your containers"),
     ("/help", "these commands and keys"),
@@ -282,6 +295,12 @@ pub fn parse_command(text: &str) -> Result<Command, String> {
         },
         "/group" => argument("/group GROUP-ID (or /group me)").map(Command::Group),
         "/tasks" => bare(Command::Tasks),
+        "/memory" => match rest.as_slice() {
+            [] => Ok(Command::Memory(MemoryReview::List)),
+            ["confirm", key] => Ok(Command::Memory(MemoryReview::Confirm((*key).to_string()))),
+            ["drop", key] => Ok(Command::Memory(MemoryReview::Drop((*key).to_string()))),
+            _ => Err("usage: /memory, /memory confirm KEY or /memory drop KEY".into()),
+        },
         "/usage" => bare(Command::Usage),
         "/status" => bare(Command::Status),
         "/help" => bare(Command::Help),
@@ -904,6 +923,15 @@ impl App {
                 }
                 let what = if command.is_empty() { title } else { format!("{title} for `{command}`") };
                 self.asking.push(Asking { id: request.id, what });
+            }
+            Event::Tainted(tainted) => {
+                self.live_of(&event.turn_id).tainted = true;
+                let text = format!(
+                    "! reading untrusted content ({}): paused until the next message: {}",
+                    tainted.source,
+                    tainted.withheld.join(", ")
+                );
+                self.blocks.push(Block::Activity { text });
             }
             Event::ApprovalSettled(settled) => {
                 self.asking.retain(|asking| asking.id != settled.id);

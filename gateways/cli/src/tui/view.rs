@@ -140,7 +140,11 @@ fn status(app: &App) -> Line<'static> {
     };
     let session = app.session.clone().unwrap_or_else(|| "no session yet".into());
     let branch = if app.parent.is_some() { " (earlier branch)" } else { "" };
-    let busy = if app.live.is_some() { " · answering, Ctrl+C cancels" } else { "" };
+    let busy = match &app.live {
+        Some(live) if live.tainted => " · reading untrusted content: some tools are paused · Ctrl+C cancels",
+        Some(_) => " · answering, Ctrl+C cancels",
+        None => "",
+    };
     let scrolled = if app.scroll > 0 { " · scrolled, Esc returns" } else { "" };
     Line::from(vec![
         Span::styled(format!("{mark} {state}"), style),

@@ -19,6 +19,7 @@ mod identity;
 mod llm;
 mod mcp;
 mod ops;
+mod redact;
 mod relay;
 mod scheduler;
 mod slack;
@@ -185,6 +186,16 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         downloads: usize,
     },
+    /// The redactor with 50 secrets and gitleaks' rules: per KiB of session text vs JSON
+    /// serialization, and what it adds to a warm tool call and a streamed answer's first token
+    Redact {
+        /// Runs over 64 KiB (at least 20)
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+        /// Tool calls and deltas timed (at least 200)
+        #[arg(long, default_value_t = 1000)]
+        calls: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -214,6 +225,7 @@ fn main() -> Result<()> {
         Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Egress { downloads } => egress::run(downloads.max(5)),
+        Bench::Redact { runs, calls } => redact::run(runs.max(20), calls.max(200)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
         Bench::Relay { requests, tokens } => relay::run(requests.max(100), tokens.max(1000)),
     }

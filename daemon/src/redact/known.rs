@@ -1,5 +1,5 @@
-//! The redactor (DESIGN.md §10.3), its first part: the secret values the daemon knows (the
-//! secrets store's), found in the forms they travel in, and replaced by `[redacted: NAME]`.
+//! The secret values the daemon knows (the secrets store's), found in the forms they travel
+//! in, and replaced by `[redacted: NAME]`.
 //!
 //! Each value is searched for as it is, in hex (either case), in base64 and base64url at each
 //! of the three alignments a value can have inside a longer encoded string (the characters
@@ -7,14 +7,11 @@
 //! percent-encoded. One automaton (`aho-corasick`, leftmost-longest) finds them all in one
 //! pass. Values shorter than [`MIN_VALUE`] are not searched for: they would redact ordinary
 //! words. Split or reversed values are not found; that is the known limit.
-//!
-//! Still to come (issue 34): the credential rule set for values the daemon does not know, and
-//! the one path every persisted or sent string takes through [`Redactor::redact`].
-
-use std::borrow::Cow;
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine as _;
+
+use super::Finding;
 
 /// The shortest value searched for.
 pub const MIN_VALUE: usize = 8;
@@ -22,15 +19,15 @@ pub const MIN_VALUE: usize = 8;
 const MIN_NEEDLE: usize = 6;
 
 /// Finds known secret values in text.
-pub struct Redactor {
+pub struct Known {
     automaton: Option<AhoCorasick>,
     /// The secret's name for each needle, by the automaton's pattern index.
     names: Vec<String>,
 }
 
-impl std::fmt::Debug for Redactor {
+impl std::fmt::Debug for Known {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Redactor").field("needles", &self.names.len()).finish_non_exhaustive()
+        f.debug_struct("Known").field("needles", &self.names.len()).finish_non_exhaustive()
     }
 }
 
@@ -70,9 +67,9 @@ fn forms(value: &str) -> Vec<String> {
     found
 }
 
-impl Redactor {
+impl Known {
     /// A redactor for `secrets` (name, value); values shorter than [`MIN_VALUE`] are left out.
-    pub fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a str)>) -> Redactor {
+    pub fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a str)>) -> Known {
         let (mut needles, mut names) = (vec![], vec![]);
         for (name, value) in secrets {
             if value.len() < MIN_VALUE {
@@ -94,42 +91,37 @@ impl Redactor {
                 }
             }
         };
-        Redactor { automaton, names }
+        Known { automaton, names }
     }
 
-    /// `text` with every known value replaced by `[redacted: NAME]`, and the names found (in
-    /// order, once each).
-    pub fn redact<'t>(&self, text: &'t str) -> (Cow<'t, str>, Vec<String>) {
-        let Some(automaton) = &self.automaton else { return (Cow::Borrowed(text), vec![]) };
-        let mut found: Vec<String> = vec![];
-        let mut out = String::new();
-        let mut last = 0;
+    /// Where each known value is in `text`, appended to `found` (named by the secret).
+    pub fn find(&self, text: &str, found: &mut Vec<Finding>) {
+        let Some(automaton) = &self.automaton else { return };
         for matched in automaton.find_iter(text) {
             let name = &self.names[matched.pattern().as_usize()];
-            out.push_str(&text[last..matched.start()]);
-            out.push_str(&format!("[redacted: {name}]"));
-            last = matched.end();
-            if !found.contains(name) {
-                found.push(name.clone());
-            }
+            found.push(Finding { start: matched.start(), end: matched.end(), rule: name.clone() });
         }
-        if found.is_empty() {
-            return (Cow::Borrowed(text), found);
-        }
-        out.push_str(&text[last..]);
-        (Cow::Owned(out), found)
+    }
+
+    /// `text` with every known value replaced by `[redacted: NAME]`, and the names found.
+    #[cfg(test)]
+    pub fn redact<'t>(&self, text: &'t str) -> (std::borrow::Cow<'t, str>, Vec<String>) {
+        let mut found = vec![];
+        self.find(text, &mut found);
+        super::replace(text, found)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::borrow::Cow;
 
     const VALUE: &str = "ghp_Secr3tValue/with+odd?chars";
 
     #[test]
     fn a_value_is_found_plain_hex_base64_at_every_alignment_and_percent_encoded() {
-        let redactor = Redactor::new([("GITHUB_TOKEN", VALUE), ("SHORT", "abc")]);
+        let redactor = Known::new([("GITHUB_TOKEN", VALUE), ("SHORT", "abc")]);
         let standard = base64::engine::general_purpose::STANDARD;
         let url_safe = base64::engine::general_purpose::URL_SAFE;
         let hex: String = VALUE.bytes().map(|byte| format!("{byte:02x}")).collect();
@@ -152,7 +144,7 @@ mod tests {
         // Nothing known: the text itself, not a copy; a short value is not searched for.
         let (same, names) = redactor.redact("nothing to see, abc");
         assert!(matches!(same, Cow::Borrowed(_)) && names.is_empty());
-        let (none, _) = Redactor::new([]).redact(VALUE);
+        let (none, _) = Known::new([]).redact(VALUE);
         assert_eq!(none, VALUE);
     }
 }
