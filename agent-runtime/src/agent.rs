@@ -642,7 +642,8 @@ async fn memory(mut client: Client, tool: &str, params: &Value, hop: Hop<'_>) ->
         }
         "memory_search" => {
             let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(10).min(200) as u32;
-            let request = v1::MemoryQuery { context: None, query: text("query"), tag: String::new(), limit, quarantined: false };
+            let request =
+                v1::MemoryQuery { context: None, query: text("query"), tag: String::new(), limit, quarantined: false };
             client.memory.search_memory(with_correlation(request, hop)).await.map(|found| {
                 let found = found.into_inner().entries;
                 if found.is_empty() {

@@ -195,6 +195,12 @@ enum Command {
     Flush(mpsc::Sender<()>),
 }
 
+/// What cleans a record's particulars before they are written: the redactor
+/// (`redact::Shield`), which answers what it replaced.
+pub trait Cleaner: Send + Sync {
+    fn clean(&self, value: &mut serde_json::Value) -> Vec<String>;
+}
+
 /// The audit log's handle: cheap to clone, safe to use from any thread.
 #[derive(Clone)]
 pub struct Audit {
@@ -202,7 +208,7 @@ pub struct Audit {
     queue: Option<mpsc::Sender<Command>>,
     metrics: Arc<Metrics>,
     /// What the writer cleans each record's particulars with (`redact`), once the daemon has it.
-    shield: Arc<std::sync::OnceLock<Arc<crate::redact::Shield>>>,
+    shield: Arc<std::sync::OnceLock<Arc<dyn Cleaner>>>,
 }
 
 impl std::fmt::Debug for Audit {
@@ -233,7 +239,7 @@ impl Audit {
 
     /// From now on every record's particulars are cleaned by `shield` before they are written;
     /// what it replaced is named in the record's `redacted`.
-    pub fn shield_with(&self, shield: Arc<crate::redact::Shield>) {
+    pub fn shield_with(&self, shield: Arc<dyn Cleaner>) {
         // silent-ok: set once, when the daemon is put together.
         let _ = self.shield.set(shield);
     }
@@ -327,7 +333,7 @@ struct Writer {
     retention_days: u32,
     /// The open day file and its day.
     file: Option<(String, std::fs::File)>,
-    shield: Arc<std::sync::OnceLock<Arc<crate::redact::Shield>>>,
+    shield: Arc<std::sync::OnceLock<Arc<dyn Cleaner>>>,
 }
 
 impl Writer {
@@ -366,8 +372,7 @@ impl Writer {
     fn clean(&self, record: &mut Record) {
         let Some(shield) = self.shield.get() else { return };
         let mut detail = serde_json::Value::Object(std::mem::take(&mut record.detail));
-        let mut names = vec![];
-        crate::redact::clean_value(shield, &mut detail, &mut names);
+        let names = shield.clean(&mut detail);
         if let serde_json::Value::Object(detail) = detail {
             record.detail = detail;
         }

@@ -39,7 +39,9 @@ fn exit_code(failure: &Failure) -> u8 {
             DaemonError::Defaults(_) => CANT_CREATE,
             DaemonError::MetricsBind { .. } => UNAVAILABLE,
             DaemonError::Serve(_) => SOFTWARE,
-            DaemonError::Policy(_) | DaemonError::WebProxy(_) | DaemonError::Redact(_) | DaemonError::Scheduler(_) => CONFIG,
+            DaemonError::Policy(_) | DaemonError::WebProxy(_) | DaemonError::Redact(_) | DaemonError::Scheduler(_) => {
+                CONFIG
+            }
             DaemonError::Container(_) | DaemonError::Ipc { .. } => CANT_CREATE,
             DaemonError::Gateways(_) | DaemonError::Identities(_) | DaemonError::Groups(_) => DATA_ERROR,
         },

@@ -408,12 +408,12 @@ mod tests {
 
     #[test]
     fn a_tainted_turn_loses_its_ways_out_and_the_next_starts_clean_even_after_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("tempdir");
         let first = taints(dir.path());
         first.begin("s1", "t1");
         assert_eq!(first.allow(&live("t1"), Way::ScheduleTask), Ok(()));
         first.taint(&live("t1"), "web_fetch https://evil.example/page", "see https://evil.example/next.");
-        let why = first.allow(&live("t1"), Way::ScheduleTask).unwrap_err();
+        let why = first.allow(&live("t1"), Way::ScheduleTask).expect_err("withheld");
         assert!(why.starts_with("`schedule_task` is paused") && why.contains("web_fetch https://evil.example/page"));
         assert!(matches!(first.memory_write(&live("t1")), MemoryWrite::Quarantine(source) if source.contains("evil")));
         assert!(first.may_ask("s1", "container:tool").is_err());

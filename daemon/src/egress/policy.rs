@@ -324,7 +324,8 @@ impl crate::egress::relay::Gate for Policy {
                 use crate::egress::approvals::{Asking, Decision};
                 let principal = format!("container:tool:{}", self.session);
                 let granted = self.approvals.granted(&self.session, host, port);
-                if let Err(why) = (!granted).then(|| self.taints.may_ask(&self.session, &principal)).unwrap_or(Ok(())) {
+                let asked = if granted { Ok(()) } else { self.taints.may_ask(&self.session, &principal) };
+                if let Err(why) = asked {
                     return Verdict::Refuse(format!("{host}:{port}: {why}"));
                 }
                 let asking = Asking {

@@ -50,7 +50,12 @@ pub async fn delegate(
     // The agent with a shell is not for a turn that read untrusted content.
     if role == Role::Coder {
         if let Err(why) = orchestrator.taints.allow(&live, crate::taint::Way::DelegateCoder) {
-            return Ok(Delegated { result: why, is_error: true, background: request.background, elapsed: Duration::ZERO });
+            return Ok(Delegated {
+                result: why,
+                is_error: true,
+                background: request.background,
+                elapsed: Duration::ZERO,
+            });
         }
     }
     let mut text = format!("Task: {}", request.task.trim());

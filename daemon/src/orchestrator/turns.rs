@@ -203,12 +203,8 @@ async fn assistant_turn(
             model: current.model.clone().unwrap_or_default(),
             traceparent: crate::telemetry::traceparent(),
         };
-        let work = Work {
-            live: live.clone(),
-            turn,
-            timeout: Duration::from_secs(settings.timeout),
-            cancel: cancel.clone(),
-        };
+        let work =
+            Work { live: live.clone(), turn, timeout: Duration::from_secs(settings.timeout), cancel: cancel.clone() };
         async move { orchestrator.agents.run(work).await.map_err(|error| error.to_string()) }
     };
     let sent: usize = messages.iter().map(message_chars).sum::<usize>() / 4;

@@ -22,7 +22,6 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-
 pub use known::{Known, MIN_VALUE};
 pub use rules::Rules;
 
@@ -161,7 +160,8 @@ impl Shield {
                     let known = match &current {
                         Some(secrets) => {
                             let names = secrets.names();
-                            let values = names.iter().filter_map(|name| secrets.get(name).map(|value| (name.as_str(), value)));
+                            let values =
+                                names.iter().filter_map(|name| secrets.get(name).map(|value| (name.as_str(), value)));
                             Known::new(values)
                         }
                         None => Known::new([]),
@@ -186,6 +186,14 @@ impl Shield {
     /// Compiles the rule set now, off any request's path.
     pub fn warm(&self) {
         Rules::gitleaks();
+    }
+}
+
+impl crate::audit::Cleaner for Shield {
+    fn clean(&self, value: &mut serde_json::Value) -> Vec<String> {
+        let mut names = vec![];
+        clean_value(self, value, &mut names);
+        names
     }
 }
 
@@ -296,14 +304,11 @@ mod tests {
 
     #[test]
     fn known_values_rules_and_placeholders_are_replaced_once_each() {
-        let shield = Shield::new(None, &[("badge".into(), r"EMP-\d{6}".into())]).unwrap();
+        let shield = Shield::new(None, &[("badge".into(), r"EMP-\d{6}".into())]).expect("compiles");
         let text = "a baaaht-placeholder-0123456789abcdef0123456789abcdef and EMP-123456 and \
                     ghp_R7s2kLm9QwErTy0UiOpAsDfGhJkLzXcVbN12 end";
         let (clean, names) = shield.scan(text);
-        assert_eq!(
-            clean,
-            "a [redacted: baaaht-placeholder] and [redacted: badge] and [redacted: github-pat] end"
-        );
+        assert_eq!(clean, "a [redacted: baaaht-placeholder] and [redacted: badge] and [redacted: github-pat] end");
         assert_eq!(names, vec!["baaaht-placeholder", "badge", "github-pat"]);
         let (same, none) = shield.scan("nothing to see");
         assert!(matches!(same, Cow::Borrowed(_)) && none.is_empty());
@@ -311,10 +316,8 @@ mod tests {
 
     #[test]
     fn overlapping_findings_are_merged() {
-        let found = vec![
-            Finding { start: 2, end: 8, rule: "a".into() },
-            Finding { start: 4, end: 10, rule: "b".into() },
-        ];
+        let found =
+            vec![Finding { start: 2, end: 8, rule: "a".into() }, Finding { start: 4, end: 10, rule: "b".into() }];
         let (clean, names) = replace("0123456789xy", found);
         assert_eq!(clean, "01[redacted: a]xy");
         assert_eq!(names, vec!["a"]);

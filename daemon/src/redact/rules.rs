@@ -253,7 +253,14 @@ impl Rules {
         for (name, pattern) in patterns {
             let regex = compile(pattern).map_err(|error| format!("pattern {name}: {error}"))?;
             let (id, pattern) = (name.clone(), pattern.clone());
-            rules.push(Rule { id, pattern, regex: OnceLock::from(Some(regex)), secret_group: None, entropy: None, allows: vec![] });
+            rules.push(Rule {
+                id,
+                pattern,
+                regex: OnceLock::from(Some(regex)),
+                secret_group: None,
+                entropy: None,
+                allows: vec![],
+            });
         }
         Ok(Rules::assemble(rules, vec![], vec![]))
     }
@@ -384,10 +391,10 @@ mod tests {
 
     #[test]
     fn extra_patterns_run_on_every_text() {
-        let rules = Rules::extra(&[("employee-id".into(), r"EMP-(\d{6})".into())]).unwrap();
+        let rules = Rules::extra(&[("employee-id".into(), r"EMP-(\d{6})".into())]).expect("compiles");
         let mut found = vec![];
         rules.find("badge EMP-123456 here", &mut found);
         assert_eq!(found, vec![Finding { start: 10, end: 16, rule: "employee-id".into() }]);
-        assert!(Rules::extra(&[("bad".into(), "(".into())]).unwrap_err().contains("pattern bad"));
+        assert!(Rules::extra(&[("bad".into(), "(".into())]).expect_err("does not compile").contains("pattern bad"));
     }
 }

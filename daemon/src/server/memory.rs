@@ -98,7 +98,8 @@ pub(super) fn write(
     };
     let key = request.key.clone();
     let tell = |text: String| {
-        let session = live.as_ref().map(|live| (live.session.as_str(), live.user_turn.as_str(), live.correlation_id.as_str()));
+        let session =
+            live.as_ref().map(|live| (live.session.as_str(), live.user_turn.as_str(), live.correlation_id.as_str()));
         let (session, turn, correlation) = session.unwrap_or_default();
         let event = crate::events::Event::of_turn(session, turn, correlation, crate::events::Kind::message(text));
         shared.events.publish(&context, event);
@@ -148,9 +149,7 @@ pub(super) fn search(
     } else {
         store.search(&query.query, limit)?
     };
-    Ok(Response::new(v1::MemoryList {
-        entries: entries.into_iter().map(|entry| record(entry, quarantined)).collect(),
-    }))
+    Ok(Response::new(v1::MemoryList { entries: entries.into_iter().map(|entry| record(entry, quarantined)).collect() }))
 }
 
 pub(super) fn delete(
@@ -192,7 +191,9 @@ impl v1::memory_server::Memory for MemoryService {
         let caller = check(&self.shared, &request, Operation::SearchMemory, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
         if request.get_ref().quarantined && matches!(caller, Caller::Container(_)) {
-            return Err(Status::permission_denied("what waits in quarantine is for the context's people, not its agents"));
+            return Err(Status::permission_denied(
+                "what waits in quarantine is for the context's people, not its agents",
+            ));
         }
         search(&self.shared, &context, request.into_inner())
     }
@@ -203,7 +204,9 @@ impl v1::memory_server::Memory for MemoryService {
         let context = own_context(&caller, context)?;
         let key = request.into_inner();
         if key.quarantined && matches!(caller, Caller::Container(_)) {
-            return Err(Status::permission_denied("what waits in quarantine is for the context's people, not its agents"));
+            return Err(Status::permission_denied(
+                "what waits in quarantine is for the context's people, not its agents",
+            ));
         }
         delete(&self.shared, &context, &key.key, key.quarantined)
     }

@@ -57,8 +57,13 @@ pub(crate) async fn memory(
                 println!("{}", clean(&ack.message));
                 return Ok(());
             }
-            let query =
-                v1::MemoryQuery { context: context.clone(), query: String::new(), tag: String::new(), limit: 200, quarantined: true };
+            let query = v1::MemoryQuery {
+                context: context.clone(),
+                query: String::new(),
+                tag: String::new(),
+                limit: 200,
+                quarantined: true,
+            };
             let waiting = client.memory.search_memory(query).await.map_err(status)?.into_inner().entries;
             if waiting.is_empty() {
                 println!("Nothing waits for review.");
@@ -117,8 +122,11 @@ pub(crate) fn entry_text(entry: &v1::MemoryRecord) -> String {
         ("user", _) => "your own words".to_string(),
         _ => "written before origins were kept".to_string(),
     };
-    let confirmed =
-        if entry.confirmed_by.is_empty() { String::new() } else { format!("; confirmed by {}", clean(&entry.confirmed_by)) };
+    let confirmed = if entry.confirmed_by.is_empty() {
+        String::new()
+    } else {
+        format!("; confirmed by {}", clean(&entry.confirmed_by))
+    };
     let text: String = entry.content.lines().map(|line| format!("    {}\n", clean(line))).collect();
     format!("{} ({origin}{confirmed}, {})\n{text}", clean(&entry.key), clean(&entry.updated_at))
 }

@@ -75,11 +75,21 @@ pub(crate) fn run(runs: usize, calls: usize) -> Result<()> {
         bail!("the corpus's secrets were not all found: {found:?}");
     }
     let mut rows = [
-        Row { name: format!("redact {kib} KiB of session text (50 secrets + gitleaks), per KiB"), unit: "µs", values: vec![] },
-        Row { name: format!("baseline: serde_json::to_string of the same {kib} KiB, per KiB"), unit: "µs", values: vec![] },
+        Row {
+            name: format!("redact {kib} KiB of session text (50 secrets + gitleaks), per KiB"),
+            unit: "µs",
+            values: vec![],
+        },
+        Row {
+            name: format!("baseline: serde_json::to_string of the same {kib} KiB, per KiB"),
+            unit: "µs",
+            values: vec![],
+        },
         Row { name: "added to a tool call: parameters in + 1 KiB answer out".into(), unit: "µs", values: vec![] },
         Row { name: "added to a streamed answer's first token: one delta".into(), unit: "µs", values: vec![] },
-        Row { name: "warm read_file 1 KiB through the daemon (redaction included)".into(), unit: "µs", values: vec![] },
+        Row {
+            name: "warm read_file 1 KiB through the daemon (redaction included)".into(), unit: "µs", values: vec![]
+        },
     ];
     for _ in 0..runs {
         let started = Instant::now();
