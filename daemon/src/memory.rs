@@ -275,6 +275,15 @@ impl MemoryStore {
     }
 }
 
+/// Whether `store` has room for `key` (it is there already, or fewer than [`MOST_ENTRIES`] are).
+fn room_for(store: &MemoryStore, key: &str) -> Result<(), MemoryError> {
+    let index = store.index()?;
+    if index.entries.len() >= MOST_ENTRIES && !index.entries.contains_key(key) {
+        return Err(MemoryError::Full(index.entries.len()));
+    }
+    Ok(())
+}
+
 /// Every context's memory: where each store is, and the one lock writers take (each store's
 /// index is rewritten whole, so two writers at once would lose an entry).
 #[derive(Debug)]
@@ -329,10 +338,7 @@ impl Memories {
         let content = self.cleaned(content);
         let _one_writer = self.writing();
         let store = self.store(context);
-        let index = store.index()?;
-        if index.entries.len() >= MOST_ENTRIES && !index.entries.contains_key(key) {
-            return Err(MemoryError::Full(index.entries.len()));
-        }
+        room_for(&store, key)?;
         store.write(key, &content, metadata, crate::state::now_seconds())
     }
 
@@ -347,10 +353,7 @@ impl Memories {
         let content = self.cleaned(content);
         let _one_writer = self.writing();
         let quarantine = self.quarantine(context);
-        let index = quarantine.index()?;
-        if index.entries.len() >= MOST_ENTRIES && !index.entries.contains_key(key) {
-            return Err(MemoryError::Full(index.entries.len()));
-        }
+        room_for(&quarantine, key)?;
         quarantine.write(key, &content, metadata, crate::state::now_seconds())
     }
 
@@ -360,10 +363,7 @@ impl Memories {
         let quarantine = self.quarantine(context);
         let mut entry = quarantine.read(key)?.ok_or_else(|| MemoryError::NotQuarantined(key.to_string()))?;
         let store = self.store(context);
-        let index = store.index()?;
-        if index.entries.len() >= MOST_ENTRIES && !index.entries.contains_key(key) {
-            return Err(MemoryError::Full(index.entries.len()));
-        }
+        room_for(&store, key)?;
         entry.metadata.confirmed_by = Some(format!("{by} at {}", crate::state::now_rfc3339()));
         store.write(key, &entry.content, entry.metadata.clone(), crate::state::now_seconds())?;
         quarantine.delete(key)?;

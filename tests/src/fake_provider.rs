@@ -481,6 +481,8 @@ pub struct Asked {
     pub tools: Vec<String>,
     /// Every tool result sent back so far, in order.
     pub results: Vec<String>,
+    /// Those sent back since the last message the user wrote (this turn's).
+    pub turn_results: Vec<String>,
     /// The text of the first user message.
     pub first: String,
     pub system: String,
@@ -496,6 +498,7 @@ impl Asked {
             .map(|tools| tools.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect())
             .unwrap_or_default();
         let mut results = vec![];
+        let mut turn_results = vec![];
         let mut first = String::new();
         for message in body["messages"].as_array().into_iter().flatten() {
             let content = &message["content"];
@@ -510,9 +513,15 @@ impl Asked {
                         serde_json::Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
                         _ => String::new(),
                     };
-                    results.push(text);
-                } else if first.is_empty() && message["role"] == "user" {
-                    first = block["text"].as_str().or(block.as_str()).unwrap_or_default().to_string();
+                    results.push(text.clone());
+                    turn_results.push(text);
+                } else if message["role"] == "user" {
+                    if block["type"] == "text" || block.is_string() {
+                        turn_results.clear();
+                    }
+                    if first.is_empty() {
+                        first = block["text"].as_str().or(block.as_str()).unwrap_or_default().to_string();
+                    }
                 }
             }
         }
@@ -521,7 +530,7 @@ impl Asked {
             serde_json::Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
             _ => String::new(),
         };
-        Asked { tools, results, first, system, body }
+        Asked { tools, results, turn_results, first, system, body }
     }
 
     pub fn offers(&self, tool: &str) -> bool {

@@ -12,30 +12,6 @@ use baaaht_tests::DaemonOptions;
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-/// The tool results sent back since the last message the user wrote (this turn's).
-fn results_of_this_turn(asked: &Asked) -> Vec<String> {
-    let mut results = vec![];
-    for message in asked.body["messages"].as_array().into_iter().flatten() {
-        let blocks: Vec<&serde_json::Value> = match &message["content"] {
-            serde_json::Value::Array(blocks) => blocks.iter().collect(),
-            other => vec![other],
-        };
-        for block in blocks {
-            if block["type"] == "tool_result" {
-                let text = match &block["content"] {
-                    serde_json::Value::String(text) => text.clone(),
-                    serde_json::Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
-                    _ => String::new(),
-                };
-                results.push(text);
-            } else if message["role"] == "user" && (block["type"] == "text" || block.is_string()) {
-                results.clear();
-            }
-        }
-    }
-    results
-}
-
 /// A page with an injected instruction, served with a recording of every path asked for.
 async fn page_server() -> (u16, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -76,7 +52,7 @@ async fn page_server() -> (u16, Arc<Mutex<Vec<String>>>) {
 fn hostile_brain(port: u16) -> Answer {
     Answer::Respond(Responder(Arc::new(move |request| {
         let asked = Asked::of(request);
-        let done = results_of_this_turn(&asked);
+        let done = asked.turn_results.clone();
         if asked.offers("delegate") {
             let reading = last_user_text(&asked).contains("read the page");
             let steps = if reading {
@@ -280,7 +256,7 @@ fn leaks() -> String {
 fn canary_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(move |request| {
         let asked = Asked::of(request);
-        let done = results_of_this_turn(&asked);
+        let done = asked.turn_results.clone();
         let plain = CANARIES[0].1;
         if asked.offers("delegate") {
             let steps = [

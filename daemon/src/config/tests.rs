@@ -58,6 +58,13 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
             &["unknown variant `dokcer`", "did you mean `docker`?"],
         ),
         ("config.yaml", "container:\n  default_timeout: soon\n", "2:20", &["invalid type", "u64"]),
+        (
+            "config.yaml",
+            "security:\n  redact:\n    extra_patterns:\n      - {name: badge, regex: 'EMP-(\\d{6}'}\n",
+            "4:9",
+            &["regex `EMP-(\\d{6}` does not compile"],
+        ),
+        ("config.yaml", "security:\n  taint:\n    memory_write: forget\n", "3:19", &["unknown variant `forget`"]),
         ("config.yaml", "container:\n  resource_limits:\n    memory: 12x\n", "3:5", &["invalid size `12x`"]),
         ("config.yaml", "metrics:\n  listen: 0.0.0.0:9479\n", "2:3", &["not a loopback address"]),
         ("config.yaml", "agents:\n  worker:\n    model: gpt-4o\n", "3:5", &["provider/model"]),
