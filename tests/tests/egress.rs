@@ -482,7 +482,9 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
     };
     let bearer = request("{'Authorization': 'Bearer ' + t}");
     assert!(
-        bearer.contains("200 Bearer [redacted: baaaht-placeholder]") && bearer.contains("ok") && !bearer.contains(TOKEN),
+        bearer.contains("200 Bearer [redacted: baaaht-placeholder]")
+            && bearer.contains("ok")
+            && !bearer.contains(TOKEN),
         "{bearer}"
     );
     // Inside a tunnel to the bound host, a request naming another host, a placeholder in a

@@ -183,7 +183,17 @@ impl Shield {
         replace(text, found)
     }
 
-    /// Compiles the rule set now, off any request's path.
+    /// `text` with the store's values and placeholders replaced, credential patterns left
+    /// alone: for what goes into a container, where a pattern's false positive would change
+    /// the code an agent writes, and only the store's values must never arrive.
+    pub fn scan_values<'t>(&self, text: &'t str) -> (Cow<'t, str>, Vec<String>) {
+        let mut found = vec![];
+        self.known().find(text, &mut found);
+        self.own.find(text, &mut found);
+        replace(text, found)
+    }
+
+    /// Reads the rule set now, off any request's path (each rule compiles when first needed).
     pub fn warm(&self) {
         Rules::gitleaks();
     }
@@ -226,6 +236,17 @@ impl Redact {
         let (clean, names) = self.shield.scan(text);
         self.report(place, names);
         clean
+    }
+
+    /// `text`, owned, with no value of the store in it (credential patterns left alone): what
+    /// goes into a container ([`Shield::scan_values`]).
+    pub fn clean_values(&self, place: Place, text: String) -> String {
+        let (clean, names) = self.shield.scan_values(&text);
+        self.report(place, names);
+        match clean {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(clean) => clean,
+        }
     }
 
     /// `text`, owned, as it may be persisted or sent to `place`.

@@ -107,7 +107,7 @@ impl Calls {
         if let Some(live) = live.as_ref().filter(|_| asked.tool == ToolName::Message.as_str()) {
             self.taints.allow(live, crate::taint::Way::Message).map_err(CallError::Refused)?;
         }
-        asked.params_json = self.redact.clean_string(Place::ToolCall, asked.params_json);
+        asked.params_json = self.redact.clean_values(Place::ToolCall, asked.params_json);
         let untrusted = self.untrusted_source(identity, &asked);
         let mut answer = self.run(identity, correlation_id, asked).await?;
         answer.content = self.redact.clean_string(Place::ToolResult, answer.content);
