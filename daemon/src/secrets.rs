@@ -199,6 +199,8 @@ impl LiveSecrets {
 
     /// The secrets as the store holds them now.
     pub fn current(&self) -> Option<Arc<Secrets>> {
+        // Told once the lock is let go: a log line is cleaned with the store's values.
+        let mut told: Option<Box<dyn FnOnce()>> = None;
         let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let stamp = Self::stamp(&self.config_dir);
         if stamp != read.stamp && stamp.is_some() && passphrase_file(&self.config_dir).is_some() {
@@ -213,16 +215,26 @@ impl LiveSecrets {
             };
             match opened {
                 Ok(secrets) => {
-                    tracing::info!(store = %store.path().display(), "the secrets store changed: read again");
+                    let path = store.path().display().to_string();
+                    told =
+                        Some(Box::new(move || tracing::info!(store = %path, "the secrets store changed: read again")));
                     *read = Read { secrets: Some(Arc::new(secrets)), stamp };
                 }
                 Err(error) => {
-                    tracing::warn!(store = %store.path().display(), %error, "the secrets store changed but cannot be read; using what was read before");
+                    let path = store.path().display().to_string();
+                    told = Some(Box::new(
+                        move || tracing::warn!(store = %path, %error, "the secrets store changed but cannot be read; using what was read before"),
+                    ));
                     read.stamp = stamp;
                 }
             }
         }
-        read.secrets.clone()
+        let current = read.secrets.clone();
+        drop(read);
+        if let Some(tell) = told {
+            tell();
+        }
+        current
     }
 }
 

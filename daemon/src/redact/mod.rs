@@ -145,9 +145,11 @@ impl Shield {
         Shield { live: None, known, refresh: Mutex::default(), own }
     }
 
-    /// The store's values, read again when it changed (at most every [`RECHECK`]).
-    fn known(&self) -> Arc<Known> {
-        if let (Some(live), Ok(mut refresh)) = (&self.live, self.refresh.try_lock()) {
+    /// The store's values, read again when it changed (at most every [`RECHECK`]) if
+    /// `refresh`: a log line never reads the store (reading it may log, from inside its lock).
+    fn known(&self, refresh: bool) -> Arc<Known> {
+        let live = self.live.as_ref().filter(|_| refresh);
+        if let (Some(live), Ok(mut refresh)) = (live, self.refresh.try_lock()) {
             if refresh.checked.is_none_or(|checked| checked.elapsed() >= RECHECK) {
                 refresh.checked = Some(Instant::now());
                 let current = live.current();
@@ -176,8 +178,12 @@ impl Shield {
 
     /// `text` with every secret and credential replaced, and what was found (names and rule ids).
     pub fn scan<'t>(&self, text: &'t str) -> (Cow<'t, str>, Vec<String>) {
+        self.scan_with(text, true)
+    }
+
+    fn scan_with<'t>(&self, text: &'t str, refresh: bool) -> (Cow<'t, str>, Vec<String>) {
         let mut found = vec![];
-        self.known().find(text, &mut found);
+        self.known(refresh).find(text, &mut found);
         self.own.find(text, &mut found);
         Rules::gitleaks().find(text, &mut found);
         replace(text, found)
@@ -188,7 +194,7 @@ impl Shield {
     /// the code an agent writes, and only the store's values must never arrive.
     pub fn scan_values<'t>(&self, text: &'t str) -> (Cow<'t, str>, Vec<String>) {
         let mut found = vec![];
-        self.known().find(text, &mut found);
+        self.known(true).find(text, &mut found);
         self.own.find(text, &mut found);
         replace(text, found)
     }
@@ -314,7 +320,12 @@ pub fn for_log_lines(redact: &Redact) {
 pub fn log_line(line: &str) -> Cow<'_, str> {
     let redact = LOG_LINES.read().unwrap_or_else(PoisonError::into_inner).clone();
     match redact {
-        Some(redact) => Cow::Owned(redact.clean(Place::DaemonLog, line).into_owned()),
+        Some(redact) => {
+            // The values as last read: a log line may be written while the store is read.
+            let (clean, names) = redact.shield.scan_with(line, false);
+            redact.report(Place::DaemonLog, names);
+            Cow::Owned(clean.into_owned())
+        }
         None => Cow::Borrowed(line),
     }
 }
