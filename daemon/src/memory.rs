@@ -335,9 +335,13 @@ impl Memories {
         content: &str,
         metadata: Metadata,
     ) -> Result<(), MemoryError> {
+        self.keep(self.store(context), key, content, metadata)
+    }
+
+    /// Writes `key` in `store`, cleaned, under the one writer lock, if there is room.
+    fn keep(&self, store: MemoryStore, key: &str, content: &str, metadata: Metadata) -> Result<(), MemoryError> {
         let content = self.cleaned(content);
         let _one_writer = self.writing();
-        let store = self.store(context);
         room_for(&store, key)?;
         store.write(key, &content, metadata, crate::state::now_seconds())
     }
@@ -350,11 +354,7 @@ impl Memories {
         content: &str,
         metadata: Metadata,
     ) -> Result<(), MemoryError> {
-        let content = self.cleaned(content);
-        let _one_writer = self.writing();
-        let quarantine = self.quarantine(context);
-        room_for(&quarantine, key)?;
-        quarantine.write(key, &content, metadata, crate::state::now_seconds())
+        self.keep(self.quarantine(context), key, content, metadata)
     }
 
     /// Moves `key` out of `context`'s quarantine into its memory, confirmed `by`.
