@@ -342,6 +342,7 @@ pub enum Operation {
     ArchiveSession,
     CompactSession,
     SwitchModel,
+    ListModelChoices,
     CancelTurn,
     AnswerApproval,
     RunSelfTest,
@@ -489,6 +490,7 @@ impl Operation {
             Operation::ArchiveSession => "ArchiveSession",
             Operation::CompactSession => "CompactSession",
             Operation::SwitchModel => "SwitchModel",
+            Operation::ListModelChoices => "ListModelChoices",
             Operation::CancelTurn => "CancelTurn",
             Operation::AnswerApproval => "AnswerApproval",
             Operation::RunSelfTest => "RunSelfTest",
@@ -593,9 +595,11 @@ impl Operation {
             | Operation::PublishEvent
             | Operation::CancelTurn
             | Operation::AnswerApproval => Capability::SendMessages,
-            Operation::ListSessions | Operation::ReadSession | Operation::SubscribeEvents | Operation::ListInbox => {
-                Capability::ReadSessions
-            }
+            Operation::ListSessions
+            | Operation::ReadSession
+            | Operation::SubscribeEvents
+            | Operation::ListInbox
+            | Operation::ListModelChoices => Capability::ReadSessions,
             Operation::NewSession
             | Operation::ResumeSession
             | Operation::ForkSession

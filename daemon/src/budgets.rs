@@ -339,6 +339,24 @@ impl Budgets {
         Ok(Reservation { context: context.clone(), tokens, cost_micros, price, chain })
     }
 
+    /// Why `context` could not use `model` now (a cost limit and no price, or a hard limit
+    /// reached by spending and requests in flight), without reserving anything; `None`: it can.
+    pub fn refusal(&self, context: &Context, model: &str) -> Option<String> {
+        let limits = self.limits(context);
+        if limits.limits_cost() && self.price(model).is_none() {
+            return Some(BudgetError::NoPrice { model: model.to_string(), context: context.to_string() }.to_string());
+        }
+        let periods = self.periods();
+        let folder = folder_of(context);
+        let mut inner = self.inner();
+        let (reserved_tokens, reserved_cost) = inner.reserved.get(&folder).copied().unwrap_or_default();
+        let ledger = self.ledger(&mut inner, &folder);
+        let today = ledger.days.get(&periods.day).copied().unwrap_or_default();
+        let month = ledger.months.get(&periods.month).copied().unwrap_or_default();
+        drop(inner);
+        self.over(context, &limits, &periods, today, month, reserved_tokens, reserved_cost)
+    }
+
     /// The sentence for the first hard limit that spending plus reservations has reached.
     #[allow(clippy::too_many_arguments)]
     fn over(
@@ -572,6 +590,25 @@ mod tests {
         book.reserve(&Context::user("rich"), &chain("custom/unknown"), 10, None).expect("no cost limit for rich");
         assert_eq!(book.price("anthropic/claude-sonnet-4-20250514").map(|p| p.output), Some(15.0));
         assert_eq!(book.price("ollama/qwen2.5:7b"), Some(Price::default()));
+    }
+
+    #[test]
+    fn a_model_picker_is_told_what_a_request_would_be_refused_for_without_anything_reserved() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let limits = BudgetLimits { daily_tokens: 100, monthly_cost: 1.0, ..BudgetLimits::default() };
+        let alice = Context::user("alice");
+        let book = budgets(&temp, limits, 80);
+        assert_eq!(book.refusal(&alice, "custom/cheap"), None);
+        let unpriced = book.refusal(&alice, "custom/unknown").expect("no price under a cost limit");
+        assert!(unpriced.starts_with("custom/unknown has no price"), "{unpriced}");
+        assert_eq!(book.refusal(&Context::user("rich"), "custom/unknown"), None, "no cost limit for rich");
+        // Asking reserves nothing: the whole budget is still there for a request.
+        assert_eq!(book.refusal(&alice, "custom/cheap"), None);
+        let held = book.reserve(&alice, &chain("custom/cheap"), 50, Some(50)).expect("100 tokens");
+        let used_up = book.refusal(&alice, "custom/cheap").expect("held to the limit");
+        assert!(used_up.starts_with("your daily budget of 100 tokens is used up"), "{used_up}");
+        book.settle(held, Some(tokens(10, 10)), Answered::default());
+        assert_eq!(book.refusal(&alice, "custom/cheap"), None, "settled at 20 of 100");
     }
 
     #[test]

@@ -278,6 +278,7 @@ fn providers_yaml(existing: Option<&str>, choice: &Choice) -> Result<String, Set
             rate_limit: None,
             max_output_tokens: None,
             context_window: None,
+            models: vec![],
         });
     }
     let body = serde_yaml::to_string(&providers).map_err(|error| SetupError::Usage(error.to_string()))?;

@@ -358,6 +358,11 @@ pub fn stamped_token_stream(wire: Wire, tokens: usize, interval: Duration) -> An
     tokens_of(wire, tokens, interval, |_| format!("@{STAMP} "))
 }
 
+/// `text` as a JSON string, quoted and escaped (a token may hold a newline or a quote).
+fn json_text(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
+}
+
 fn tokens_of(wire: Wire, tokens: usize, interval: Duration, text: impl Fn(usize) -> String) -> Answer {
     let mut chunks = Vec::with_capacity(tokens + 6);
     match wire {
@@ -365,7 +370,7 @@ fn tokens_of(wire: Wire, tokens: usize, interval: Duration, text: impl Fn(usize)
             chunks.push("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_fake\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"fake-model\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n".to_string());
             chunks.push("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_string());
             for index in 0..tokens {
-                chunks.push(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{}\"}}}}\n\n", text(index)));
+                chunks.push(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n", json_text(&text(index))));
             }
             chunks
                 .push("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n".to_string());
@@ -375,7 +380,7 @@ fn tokens_of(wire: Wire, tokens: usize, interval: Duration, text: impl Fn(usize)
         Wire::OpenAi => {
             for index in 0..tokens {
                 let role = if index == 0 { "\"role\":\"assistant\"," } else { "" };
-                chunks.push(format!("data: {{\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[{{\"index\":0,\"delta\":{{{role}\"content\":\"{}\"}},\"finish_reason\":null}}]}}\n\n", text(index)));
+                chunks.push(format!("data: {{\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[{{\"index\":0,\"delta\":{{{role}\"content\":{}}},\"finish_reason\":null}}]}}\n\n", json_text(&text(index))));
             }
             chunks.push("data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_string());
             chunks.push(format!("data: {{\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":\"fake-model\",\"choices\":[],\"usage\":{{\"prompt_tokens\":12,\"completion_tokens\":{tokens},\"total_tokens\":{}}}}}\n\n", tokens + 12));

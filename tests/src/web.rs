@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{spawn, Running};
+use crate::{spawn, DaemonOptions, Running};
 
 /// A free loopback port (bound and let go: the caller binds it next).
 pub fn free_port() -> Result<u16> {
@@ -124,17 +124,20 @@ impl Driver {
         Ok(Driver { url: format!("http://127.0.0.1:{port}"), process })
     }
 
-    /// A headless Chromium, `width` pixels wide.
+    /// A headless Chromium, `width` pixels wide; under 500 (narrower than a desktop window
+    /// can be), a phone: a 390×844 touch screen, as Chromium's device emulation makes it.
     pub async fn browser(&self, width: u32) -> Result<fantoccini::Client> {
-        let capabilities = serde_json::json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--no-first-run", format!("--window-size={width},900")],
-            },
+        let mut options = serde_json::json!({
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--no-first-run", format!("--window-size={},900", width.max(500))],
         });
+        if width < 500 {
+            options["mobileEmulation"] =
+                serde_json::json!({"deviceMetrics": {"width": width, "height": 844, "pixelRatio": 1.0, "touch": true}});
+        }
+        let capabilities = serde_json::json!({"browserName": "chrome", "goog:chromeOptions": options});
         let serde_json::Value::Object(capabilities) = capabilities else { bail!("capabilities") };
         fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
             .capabilities(capabilities)
@@ -386,4 +389,201 @@ pub fn png_shows_something(png: &[u8]) -> Result<bool> {
     let most = counts.values().max().copied().unwrap_or_default();
     let all = (frame.width * frame.height) as usize;
     Ok(counts.len() >= 16 && most * 100 < all * 98)
+}
+
+// What the browser tests share: the site, its daemon, and steps in a browser.
+
+/// Waits until `check` holds in the browser, polling against a deadline.
+pub async fn until<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// A free port for the site, its address, and the provider that signs its users in (ID tokens
+/// lasting `ttl` seconds), answering to the site's callback and sign-out pages.
+pub fn site_and_provider(dir: &std::path::Path, ttl: u64) -> (u16, String, Provider) {
+    let port = free_port().expect("port");
+    let site = format!("http://127.0.0.1:{port}");
+    let provider = Provider::start(dir, &format!("{site}/auth/callback"), &format!("{site}/signed-out"), ttl)
+        .expect("the OIDC provider");
+    (port, site, provider)
+}
+
+/// A daemon answering with `brain` whose egress lets it reach `provider`, with the web
+/// gateway's client secret, `env` and `files` besides.
+pub fn daemon_for(
+    rt: &tokio::runtime::Runtime,
+    provider: &Provider,
+    brain: crate::fake_provider::Answer,
+    env: Vec<(String, String)>,
+    files: Vec<(String, String)>,
+) -> (crate::fake_provider::FakeProvider, crate::TestDaemon) {
+    daemon_offering(rt, provider, brain, env, files, &[])
+}
+
+/// As [`daemon_for`], its provider also offering `models` (providers.yaml's `models:`) in the
+/// model pickers.
+pub fn daemon_offering(
+    rt: &tokio::runtime::Runtime,
+    provider: &Provider,
+    brain: crate::fake_provider::Answer,
+    env: Vec<(String, String)>,
+    files: Vec<(String, String)>,
+    models: &[&str],
+) -> (crate::fake_provider::FakeProvider, crate::TestDaemon) {
+    let fake = rt.block_on(crate::fake_provider::FakeProvider::start(vec![], Some(brain))).expect("fake provider");
+    let mut wired = crate::scenario::options_for(&fake);
+    for (path, text) in &mut wired.files {
+        if path == "config/providers.yaml" && !models.is_empty() {
+            text.push_str(&format!("    models: [{}]\n", models.join(", ")));
+        }
+    }
+    // The daemon fetches the provider's keys through its egress proxy: loopback is allowed here.
+    let mut options = DaemonOptions {
+        env: vec![
+            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
+            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
+        ],
+        files,
+        ..DaemonOptions::default()
+    };
+    options.env.extend(env);
+    options.env.extend(wired.env);
+    options.files.extend(wired.files);
+    (fake, crate::TestDaemon::start(options).expect("daemon"))
+}
+
+/// Registers the web gateway `home` for `provider`, run as `mode` with `args`.
+pub fn register(
+    rt: &tokio::runtime::Runtime,
+    daemon: &crate::TestDaemon,
+    provider: &Provider,
+    mode: &str,
+    args: Vec<String>,
+) -> baaaht_proto::v1::AddGatewayResponse {
+    add_gateway(rt, daemon, provider, "home", mode, args).expect("AddGateway")
+}
+
+/// Asks the daemon to register the web gateway `name` for `provider`, run as `mode` with `args`.
+pub fn add_gateway(
+    rt: &tokio::runtime::Runtime,
+    daemon: &crate::TestDaemon,
+    provider: &Provider,
+    name: &str,
+    mode: &str,
+    args: Vec<String>,
+) -> Result<baaaht_proto::v1::AddGatewayResponse, tonic::Status> {
+    rt.block_on(async {
+        let mut host = crate::scenario::host_client(daemon).await.expect("host client");
+        let request = baaaht_proto::v1::AddGatewayRequest {
+            kind: "web".into(),
+            name: name.into(),
+            issuer: provider.issuer.clone(),
+            audience: CLIENT_ID.into(),
+            mode: mode.into(),
+            args,
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.map(tonic::Response::into_inner)
+    })
+}
+
+pub async fn text_of(browser: &fantoccini::Client, css: &str) -> String {
+    match browser.find(fantoccini::Locator::Css(css)).await {
+        Ok(element) => element.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Clicks the element `css` finds, once it is there and can be clicked (a side bar may still
+/// be sliding in).
+pub async fn click(browser: &fantoccini::Client, css: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let clicked = match browser.find(fantoccini::Locator::Css(css)).await {
+            Ok(element) => element.click().await.map_err(|error| error.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        match clicked {
+            Ok(()) => return,
+            Err(error) if tokio::time::Instant::now() > deadline => panic!("click {css}: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Types `text` into the composer and sends it (Enter).
+pub async fn say(browser: &fantoccini::Client, text: &str) {
+    let input = browser.find(fantoccini::Locator::Id("input")).await.expect("the composer");
+    input.send_keys(&format!("{text}\n")).await.expect("type");
+}
+
+/// Waits until the newest finished answer contains `text`.
+pub async fn answered(browser: &fantoccini::Client, text: &str) -> bool {
+    until(Duration::from_secs(120), || async {
+        let answers = browser.find_all(fantoccini::Locator::Css(".assistant.done")).await.unwrap_or_default();
+        match answers.last() {
+            Some(answer) => answer.text().await.is_ok_and(|shown| shown.contains(text)),
+            None => false,
+        }
+    })
+    .await
+}
+
+/// Keeps a screenshot as a test artifact (in $BAAAHT_SCREENSHOTS when set) after checking it
+/// shows something.
+pub async fn screenshot(browser: &fantoccini::Client, dir: &std::path::Path, name: &str) {
+    let shot = browser.screenshot().await.expect("screenshot");
+    assert!(png_shows_something(&shot).expect("a PNG"), "{name} is blank");
+    std::fs::write(dir.join(format!("{name}.png")), &shot).expect("keep the screenshot");
+    if let Ok(keep) = std::env::var("BAAAHT_SCREENSHOTS") {
+        std::fs::create_dir_all(&keep).expect("screenshot folder");
+        std::fs::write(std::path::Path::new(&keep).join(format!("{name}.png")), &shot).expect("screenshot");
+    }
+}
+
+/// What axe-core (Deque's accessibility checker, `tests/browser/`) finds serious or critical on
+/// the page open in `browser` now: one line per violation, with the elements it is about.
+pub async fn accessibility_problems(browser: &fantoccini::Client) -> Result<Vec<String>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/node_modules/axe-core/axe.min.js");
+    let source = std::fs::read_to_string(&script).with_context(|| {
+        format!("{} is missing: run `npm ci` in tests/browser (scripts/test does)", script.display())
+    })?;
+    browser.execute(&source, vec![]).await.context("load axe-core into the page")?;
+    let found = browser
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             axe.run(document, { resultTypes: ['violations'] })
+               .then((result) => done({ checked: result.passes.length + result.violations.length, problems: result.violations
+                 .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+                 .map((v) => `${v.impact} ${v.id}: ${v.help} — ${v.nodes.slice(0, 4).map((n) => n.target.join(' ') + ' (' + (n.failureSummary || '').replace(/\\s+/g, ' ').slice(0, 160) + ')').join('; ')}`) }))
+               .catch((error) => done({ checked: 0, problems: [`axe-core failed: ${error}`] }));",
+            vec![],
+        )
+        .await
+        .context("run axe-core")?;
+    let problems: Vec<String> = serde_json::from_value(found["problems"].clone()).context("axe-core's answer")?;
+    // A run that checked nothing proves nothing.
+    if found["checked"].as_u64().unwrap_or(0) < 10 && problems.is_empty() {
+        bail!("axe-core checked almost nothing: {found}");
+    }
+    Ok(problems)
+}
+
+/// Whether the element `css` finds is shown (present, displayed and with a size).
+pub async fn shown(browser: &fantoccini::Client, css: &str) -> bool {
+    match browser.find(fantoccini::Locator::Css(css)).await {
+        Ok(element) => element.is_displayed().await.unwrap_or(false),
+        Err(_) => false,
+    }
 }

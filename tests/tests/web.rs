@@ -4,95 +4,15 @@
 use std::time::Duration;
 
 use baaaht_proto::v1;
-use baaaht_tests::web::{self, Driver, Provider, CLIENT_ID, CLIENT_SECRET};
-use baaaht_tests::{scenario, DaemonOptions};
+use baaaht_tests::scenario;
+use baaaht_tests::web::{
+    self, add_gateway, answered, click, daemon_for, register, say, screenshot, site_and_provider, text_of, until,
+    Driver, Provider, CLIENT_ID, CLIENT_SECRET,
+};
 use fantoccini::Locator;
 
 fn web_cookie() -> &'static str {
     "baaaht_web"
-}
-
-/// Waits until `check` holds in the browser, polling against a deadline.
-async fn until<F, Fut>(limit: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
-}
-
-/// A free port for the site, its address, and the provider that signs its users in (ID tokens
-/// lasting `ttl` seconds), answering to the site's callback and sign-out pages.
-fn site_and_provider(dir: &std::path::Path, ttl: u64) -> (u16, String, Provider) {
-    let port = web::free_port().expect("port");
-    let site = format!("http://127.0.0.1:{port}");
-    let provider = Provider::start(dir, &format!("{site}/auth/callback"), &format!("{site}/signed-out"), ttl)
-        .expect("the OIDC provider");
-    (port, site, provider)
-}
-
-/// A daemon answering with `brain` whose egress lets it reach `provider`, with the web
-/// gateway's client secret, `env` and `files` besides.
-fn daemon_for(
-    rt: &tokio::runtime::Runtime,
-    provider: &Provider,
-    brain: baaaht_tests::fake_provider::Answer,
-    env: Vec<(String, String)>,
-    files: Vec<(String, String)>,
-) -> (baaaht_tests::fake_provider::FakeProvider, baaaht_tests::TestDaemon) {
-    // The daemon fetches the provider's keys through its egress proxy: loopback is allowed here.
-    let mut options = DaemonOptions {
-        env: vec![
-            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
-            ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
-        ],
-        files,
-        ..DaemonOptions::default()
-    };
-    options.env.extend(env);
-    scenario::start(rt, brain, options).expect("daemon")
-}
-
-/// Registers the web gateway `home` for `provider`, run as `mode` with `args`.
-fn register(
-    rt: &tokio::runtime::Runtime,
-    daemon: &baaaht_tests::TestDaemon,
-    provider: &Provider,
-    mode: &str,
-    args: Vec<String>,
-) -> v1::AddGatewayResponse {
-    add_gateway(rt, daemon, provider, "home", mode, args).expect("AddGateway")
-}
-
-/// Asks the daemon to register the web gateway `name` for `provider`, run as `mode` with `args`.
-fn add_gateway(
-    rt: &tokio::runtime::Runtime,
-    daemon: &baaaht_tests::TestDaemon,
-    provider: &Provider,
-    name: &str,
-    mode: &str,
-    args: Vec<String>,
-) -> Result<v1::AddGatewayResponse, tonic::Status> {
-    rt.block_on(async {
-        let mut host = scenario::host_client(daemon).await.expect("host client");
-        let request = v1::AddGatewayRequest {
-            kind: "web".into(),
-            name: name.into(),
-            issuer: provider.issuer.clone(),
-            audience: CLIENT_ID.into(),
-            mode: mode.into(),
-            args,
-            ..Default::default()
-        };
-        host.admin.add_gateway(request).await.map(tonic::Response::into_inner)
-    })
 }
 
 /// The site: a daemon (echoing) and `baaaht-web` on `port`, run by hand with `extra` arguments.
@@ -225,60 +145,6 @@ fn a_user_signs_in_with_the_provider_is_met_by_the_daemon_and_signs_out() {
 }
 
 /// The text of the element `css` finds (empty when there is none).
-async fn text_of(browser: &fantoccini::Client, css: &str) -> String {
-    match browser.find(Locator::Css(css)).await {
-        Ok(element) => element.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
-    }
-}
-
-/// Clicks the element `css` finds, once it is there and can be clicked (a side bar may still
-/// be sliding in).
-async fn click(browser: &fantoccini::Client, css: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let clicked = match browser.find(Locator::Css(css)).await {
-            Ok(element) => element.click().await.map_err(|error| error.to_string()),
-            Err(error) => Err(error.to_string()),
-        };
-        match clicked {
-            Ok(()) => return,
-            Err(error) if tokio::time::Instant::now() > deadline => panic!("click {css}: {error}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-/// Types `text` into the composer and sends it (Enter).
-async fn say(browser: &fantoccini::Client, text: &str) {
-    let input = browser.find(Locator::Id("input")).await.expect("the composer");
-    input.send_keys(&format!("{text}\n")).await.expect("type");
-}
-
-/// Waits until the newest finished answer contains `text`.
-async fn answered(browser: &fantoccini::Client, text: &str) -> bool {
-    until(Duration::from_secs(120), || async {
-        let answers = browser.find_all(Locator::Css(".assistant.done")).await.unwrap_or_default();
-        match answers.last() {
-            Some(answer) => answer.text().await.is_ok_and(|shown| shown.contains(text)),
-            None => false,
-        }
-    })
-    .await
-}
-
-/// Keeps a screenshot as a test artifact (in $BAAAHT_SCREENSHOTS when set) after checking it
-/// shows something.
-async fn screenshot(browser: &fantoccini::Client, dir: &std::path::Path, name: &str) {
-    let shot = browser.screenshot().await.expect("screenshot");
-    assert!(web::png_shows_something(&shot).expect("a PNG"), "{name} is blank");
-    std::fs::write(dir.join(format!("{name}.png")), &shot).expect("keep the screenshot");
-    if let Ok(keep) = std::env::var("BAAAHT_SCREENSHOTS") {
-        std::fs::create_dir_all(&keep).expect("screenshot folder");
-        std::fs::write(std::path::Path::new(&keep).join(format!("{name}.png")), &shot).expect("screenshot");
-    }
-}
-
 #[test]
 fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_others_things() {
     use base64::Engine as _;
@@ -436,6 +302,7 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         // Bob signs in in his own browser; Alice makes a room for them both.
         let bob = driver.browser(390).await.expect("a phone-sized browser");
         web::sign_in(&bob, &site, "bob").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+        click(&alice, "#new-room-open").await;
         alice.find(Locator::Id("room-id")).await.expect("room id").send_keys("family").await.expect("type");
         alice.find(Locator::Id("room-name")).await.expect("room name").send_keys("Family").await.expect("type");
         alice.find(Locator::Id("room-members")).await.expect("members").send_keys("bob").await.expect("type");
@@ -463,6 +330,7 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         })
         .await;
         assert!(from_bob, "Alice sees Bob's message, with his name: {}", text_of(&alice, "#log").await);
+        assert_eq!(text_of(&alice, "#log .user.other .who .avatar").await, "BU", "with his initials");
         let room_session = alice.find(Locator::Css("#sessions [aria-current]")).await.expect("current");
         let room_session = room_session.attr("data-id").await.expect("id").expect("an id");
         screenshot(&bob, dir.path(), "web-room-phone-light").await;

@@ -126,6 +126,10 @@ pub struct ProviderEntry {
     /// `/props`) nor the model's name tells it right.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
+    /// Models offered in the channels' model pickers besides the agents' own, as the provider
+    /// names them (`claude-haiku-4-5`, not `anthropic/claude-haiku-4-5`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
 }
 
 /// An OpenAI-compatible endpoint of the user's own, e.g. llama.cpp's llama-server or vLLM.
@@ -148,6 +152,9 @@ pub struct CustomProvider {
     pub max_output_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
+    /// As [`ProviderEntry::models`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -165,6 +172,7 @@ impl CustomProvider {
             rate_limit: self.rate_limit,
             max_output_tokens: self.max_output_tokens,
             context_window: self.context_window,
+            models: self.models.clone(),
         }
     }
 }

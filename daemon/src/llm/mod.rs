@@ -6,8 +6,11 @@
 //! by a gateway in its container through the daemon's relay ([`relay`]).
 
 pub mod call;
+mod choices;
+pub use choices::ModelChoice;
 pub mod relay;
 
+use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -306,6 +309,28 @@ impl LlmGateway {
             }
         }
         windows.0.get(provider).filter(|window| **window > 0).map(|window| *window as usize)
+    }
+
+    /// Each provider's health as the gateway sees it (healthy, and what it last said), or why
+    /// the gateway cannot say; it is waited for at most 2 s.
+    pub async fn provider_health(&self) -> Result<HashMap<String, (bool, String)>, String> {
+        let mut client = match &*self.state.borrow() {
+            State::Ready { client, .. } => client.clone(),
+            State::Off(why) => return Err(format!("no model can be used: {why}")),
+            State::Starting => return Err("the LLM gateway is starting: try again in a moment".into()),
+            State::Down(why) => return Err(format!("the LLM gateway is down: {why}")),
+        };
+        let asked = client.get_provider_status(v1::ProviderStatusRequest {});
+        match tokio::time::timeout(Duration::from_secs(2), asked).await {
+            Ok(Ok(status)) => Ok(status
+                .into_inner()
+                .providers
+                .into_iter()
+                .map(|provider| (provider.name, (provider.healthy, provider.message)))
+                .collect()),
+            Ok(Err(status)) => Err(format!("the LLM gateway cannot say how its providers are: {}", status.message())),
+            Err(_) => Err("the LLM gateway did not answer within 2 s: try again in a moment".into()),
+        }
     }
 
     /// Restarts after failed health checks are told to the admins through `notifier`.

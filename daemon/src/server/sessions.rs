@@ -714,6 +714,45 @@ impl v1::sessions_server::Sessions for SessionsService {
         Ok(Response::new(v1::Ack { message: format!("cancelled {}", cancelled.join(", ")) }))
     }
 
+    async fn list_model_choices(
+        &self,
+        request: Request<v1::ModelChoicesRequest>,
+    ) -> Result<Response<v1::ModelChoices>, Status> {
+        let session_id = request.get_ref().session_id.clone();
+        let (context, current) = if session_id.is_empty() {
+            let named = context_of(request.get_ref().context.as_ref(), "context")?;
+            let context = own_context(&caller(&request)?, named)?;
+            check(&self.shared, &request, Operation::ListModelChoices, Some(&context), None)?;
+            (context, None)
+        } else {
+            valid_id(&session_id, "session_id")?;
+            check(&self.shared, &request, Operation::ListModelChoices, None, Some(&session_id))?;
+            let record = self
+                .shared
+                .sessions
+                .get(&session_id)
+                .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(session_id.clone())))?;
+            (record.context(), record.model)
+        };
+        let current =
+            current.unwrap_or_else(|| self.shared.loaded.config.agents.settings(crate::auth::Role::Assistant).model.0);
+        let choices = self.shared.llm.choices(&self.shared.loaded.providers, &self.shared.budgets, &context).await;
+        let models = choices
+            .into_iter()
+            .map(|choice| v1::ModelChoice {
+                available: choice.unavailable.is_none(),
+                why: choice.unavailable.unwrap_or_default(),
+                input_price: choice.price.map_or(0.0, |price| price.input),
+                output_price: choice.price.map_or(0.0, |price| price.output),
+                priced: choice.price.is_some(),
+                configured: choice.configured,
+                provider: choice.provider,
+                name: choice.name,
+            })
+            .collect();
+        Ok(Response::new(v1::ModelChoices { models, current }))
+    }
+
     async fn switch_model(&self, request: Request<v1::SwitchModelRequest>) -> Result<Response<v1::Ack>, Status> {
         check(&self.shared, &request, Operation::SwitchModel, None, Some(&request.get_ref().session_id))?;
         let message = request.into_inner();

@@ -71,7 +71,7 @@ pub fn api_error(status: &tonic::Status) -> Response {
 }
 
 /// The page's answer to a daemon call: JSON made of what it answered, or its refusal.
-fn answer<T>(called: Result<tonic::Response<T>, tonic::Status>, shown: impl FnOnce(T) -> Value) -> Response {
+pub(crate) fn answer<T>(called: Result<tonic::Response<T>, tonic::Status>, shown: impl FnOnce(T) -> Value) -> Response {
     match called {
         Ok(answered) => Json(shown(answered.into_inner())).into_response(),
         Err(status) => api_error(&status),

@@ -310,6 +310,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/memory/review", get(api::memory_review))
         .route("/api/memory/review/{key}", post(api::settle_memory))
         .route("/api/settings", post(api::settings))
+        .route("/api/home", get(crate::home::home))
+        .route("/api/models", get(crate::home::models))
         .route("/ui/{*file}", get(crate::assets::serve))
         .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))
         .with_state(app)

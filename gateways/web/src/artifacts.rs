@@ -51,6 +51,31 @@ pub struct Artifact {
 pub const POLICY: &str = "sandbox allow-scripts; default-src 'none'; script-src 'unsafe-inline'; \
      style-src 'unsafe-inline'; img-src data: blob:; media-src data: blob:; font-src data:; frame-ancestors 'self'";
 
+/// What an artifact runs besides its own script: it tells the page drawing it how tall it is,
+/// as it changes (a number only; the page caps it), so its frame fits it. A picture's height is
+/// its own (its `height`, else its `viewBox` at the frame's width, else what it draws).
+const MEASURE: &str = "(()=>{const e=document.documentElement;let l=0;\
+     const s=()=>{const a=e.getAttribute('height');if(a&&!a.includes('%'))return e.height.baseVal.value;\
+     const v=e.viewBox&&e.viewBox.baseVal;if(v&&v.width)return e.getBoundingClientRect().width*v.height/v.width;\
+     const b=e.getBBox();return b.y+b.height;};\
+     const t=()=>{const h=Math.ceil(e instanceof SVGSVGElement?s():Math.max(e.getBoundingClientRect().height,\
+     document.body?document.body.getBoundingClientRect().bottom:0));\
+     if(h!==l){l=h;parent.postMessage({baaahtArtifactHeight:h},'*');}};\
+     if(window.ResizeObserver)new ResizeObserver(t).observe(document.body||e);addEventListener('load',t);t();})();";
+
+/// `artifact`'s body as served: with [`MEASURE`] at its end (in a CDATA section in an SVG).
+fn measured(artifact: &Artifact) -> String {
+    match artifact.kind {
+        Kind::Html => format!("{}\n<script>{MEASURE}</script>\n", artifact.body),
+        Kind::Svg => match artifact.body.rfind("</svg>") {
+            Some(end) => {
+                format!("{}<script><![CDATA[{MEASURE}]]></script>{}", &artifact.body[..end], &artifact.body[end..])
+            }
+            None => artifact.body.clone(),
+        },
+    }
+}
+
 /// The kind of a whole answer that is a document, not markdown (what the page's `documentKind`
 /// says too).
 fn document_kind(text: &str) -> Option<Kind> {
@@ -116,7 +141,7 @@ pub async fn serve(
         (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY)),
         (header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=300")),
     ];
-    (headers, artifact.body).into_response()
+    (headers, measured(&artifact)).into_response()
 }
 
 #[cfg(test)]
@@ -137,6 +162,20 @@ mod tests {
             ]
         );
         assert!(artifacts("`<p>inline</p>` and <b>raw</b>").is_empty());
+    }
+
+    #[test]
+    fn an_artifact_is_served_with_the_script_that_tells_its_height() {
+        let page = Artifact { kind: Kind::Html, body: "<p>hi</p>".into() };
+        assert!(
+            measured(&page).starts_with("<p>hi</p>\n<script>(()=>") && measured(&page).contains("baaahtArtifactHeight")
+        );
+        let picture = Artifact { kind: Kind::Svg, body: "<svg><rect/></svg>\n".into() };
+        let served = measured(&picture);
+        assert!(
+            served.starts_with("<svg><rect/><script><![CDATA[(()=>") && served.ends_with("]]></script></svg>\n"),
+            "{served}"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! gateway token. People sign in with OpenID Connect ([`oidc`]); their browser sessions are
 //! kept server-side ([`store`]); [`app`] has the routes, [`api`] the page's JSON API, [`assets`]
 //! the UI's files; [`events`] keeps what each user's browser follows; [`export`] writes a
-//! conversation as a file; [`artifacts`] serves the HTML and SVG in answers.
+//! conversation as a file; [`artifacts`] serves the HTML and SVG in answers; [`home`] has the first screen's suggestions
+//! and the model picker's choices.
 
 pub mod api;
 pub mod app;
@@ -10,5 +11,6 @@ pub mod artifacts;
 pub mod assets;
 pub mod events;
 pub mod export;
+pub mod home;
 pub mod oidc;
 pub mod store;

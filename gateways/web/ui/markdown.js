@@ -1,10 +1,12 @@
 // Markdown for finished answers: marked turns it into HTML, DOMPurify keeps only what is safe
 // to show (no scripts, forms, frames or styles), highlight.js colours code, and each code block
-// gets a copy button. Links open in a new tab without telling the other site where from.
+// gets a copy button. Links open in a new tab without telling the other site where from, and
+// show any bidirectional control in their text.
 
 import { marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.mjs";
 import hljs from "./vendor/highlight.min.js";
+import { revealBidi } from "./text.js";
 
 // No ids, names, data attributes or classes either (but a code block's language): an answer
 // must not stand in for the page's own elements (DOM clobbering) or dress up as someone
@@ -66,9 +68,14 @@ export function render(element, text, base = "") {
     text = `${fence}${kind}\n${text}\n${fence}`;
   }
   element.innerHTML = DOMPurify.sanitize(marked.parse(text, { gfm: true }), forbidden);
-  for (const link of element.querySelectorAll("a[href]")) {
+  // A link's text cannot be turned around by bidirectional controls (they are shown as
+  // <U+202E> and the like), and it opens in a new tab.
+  for (const link of element.querySelectorAll("a")) {
+    revealBidi(link);
+    if (!link.hasAttribute("href")) continue;
     link.target = "_blank";
     link.rel = "noopener noreferrer";
+    if (link.textContent !== link.href && !link.title) link.title = link.href;
   }
   let artifacts = 0;
   for (const code of element.querySelectorAll("pre > code")) {

@@ -170,7 +170,8 @@ enum Bench {
         rounds: usize,
     },
     /// The web gateway with 50 signed-in users: first token in the browser's event stream vs
-    /// the CLI's path, messages per second vs a host client, and its resident memory
+    /// the CLI's path, and painted in Chromium vs the gateway's event; messages per second vs a
+    /// host client, and its resident memory
     Web {
         /// Messages timed for the first token (at least 10)
         #[arg(long, default_value_t = 20)]

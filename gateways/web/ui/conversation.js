@@ -1,0 +1,642 @@
+// The open conversation: its messages (one branch of its tree), the answer being written, the
+// approval cards, and the events that change them. The log follows new words while the user
+// is at its end; scrolled up, it stays put and offers a button back to the latest.
+
+import { $, api, announce, input, log, roomQuery, state } from "./state.js";
+import { render } from "./markdown.js";
+import { avatar, size, visible } from "./text.js";
+import { markUnread, refreshSessions } from "./sidebar.js";
+import { refreshModels } from "./models.js";
+import { send, showWelcome } from "./composer.js";
+
+// --- following the end of the log ------------------------------------------------------------
+
+// Within this many pixels of the end, the log counts as at its end.
+const NEAR_END = 48;
+
+export function stick() {
+  if (state.following) log.scrollTop = log.scrollHeight;
+  else $("jump").hidden = false;
+}
+
+log.addEventListener("scroll", () => {
+  state.following = log.scrollHeight - log.scrollTop - log.clientHeight < NEAR_END;
+  if (state.following) $("jump").hidden = true;
+});
+$("jump").addEventListener("click", () => {
+  state.following = true;
+  $("jump").hidden = true;
+  log.scrollTop = log.scrollHeight;
+  input.focus();
+});
+
+// Pages and pictures in answers say how tall they are (artifacts.rs adds the script that
+// does): their frame takes that height, up to a cap, so an 80-pixel picture is not drawn in a
+// tall empty box. Only a number is taken from the frame.
+window.addEventListener("message", (event) => {
+  const height = Number(event.data?.baaahtArtifactHeight);
+  if (!Number.isFinite(height)) return;
+  for (const frame of log.querySelectorAll("iframe.artifact")) {
+    if (frame.contentWindow !== event.source) continue;
+    const cap = Math.min(window.innerHeight * 0.7, 640);
+    frame.style.height = `${Math.max(32, Math.min(Math.ceil(height) + 2, cap))}px`;
+    stick();
+  }
+});
+
+// --- messages ---------------------------------------------------------------------------------
+
+export function bubble(kind, text) {
+  const element = document.createElement("article");
+  element.className = `bubble ${kind}`;
+  if (text !== undefined) textOf(element).textContent = text;
+  log.append(element);
+  stick();
+  return element;
+}
+
+export function problem(text) {
+  const element = bubble("error", text);
+  element.setAttribute("role", "alert");
+}
+
+function textOf(element) {
+  let body = element.querySelector(":scope > .text");
+  if (!body) {
+    body = document.createElement("div");
+    body.className = "text";
+    element.append(body);
+  }
+  return body;
+}
+
+// The buttons of a finished message (copy, retry for answers, answer from here, fork), shown
+// on hover and keyboard focus, and by a long press on a touch screen.
+function actions(element, entry, { retry } = {}) {
+  element.dataset.entry = entry.id;
+  element.tabIndex = -1;
+  const bar = document.createElement("div");
+  bar.className = "actions";
+  bar.setAttribute("role", "toolbar");
+  bar.setAttribute("aria-label", "Message actions");
+  const button = (label, title, act) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = label;
+    b.title = title;
+    b.addEventListener("click", () => {
+      element.classList.remove("pressed");
+      act();
+    });
+    bar.append(b);
+    return b;
+  };
+  const copy = button("Copy", "Copy this message", async () => {
+    await navigator.clipboard.writeText(entry.text || "");
+    copy.textContent = "Copied";
+    setTimeout(() => (copy.textContent = "Copy"), 1500);
+  });
+  if (retry) button("Retry", "Ask again (a new branch)", () => retryAnswer(entry));
+  button("Reply here", "Answer from this message (a new branch)", () => branchAt(entry.id));
+  button("Fork", "A new conversation from this message", () => forkAt(entry.id));
+  element.append(bar);
+  longPress(element);
+}
+
+// A long press (touch) shows a message's actions; a tap elsewhere hides them.
+function longPress(element) {
+  let timer = 0;
+  element.addEventListener("pointerdown", (event) => {
+    if (event.pointerType !== "touch") return;
+    timer = setTimeout(() => {
+      for (const other of log.querySelectorAll(".pressed")) other.classList.remove("pressed");
+      element.classList.add("pressed");
+      element.querySelector(".actions button")?.focus();
+    }, 500);
+  });
+  for (const end of ["pointerup", "pointercancel", "pointermove"]) element.addEventListener(end, () => clearTimeout(timer));
+}
+document.addEventListener("pointerdown", (event) => {
+  for (const pressed of log.querySelectorAll(".pressed")) if (!pressed.contains(event.target)) pressed.classList.remove("pressed");
+});
+
+// A user message's own words: without the daemon's note of each attached file (what the
+// agents read: "[attached: PATH (TYPE, SIZE) in the session's workspace]").
+export function wordsOf(entry) {
+  const notes = (entry.attachments || []).map((file) => `[attached: ${file.path} (`);
+  return (entry.text || "")
+    .split("\n")
+    .filter((line) => !notes.some((note) => line.startsWith(note)))
+    .join("\n")
+    .trim();
+}
+
+// In a room, who wrote: their initials and name.
+function byline(element, name) {
+  const who = document.createElement("div");
+  who.className = "who";
+  const label = document.createElement("span");
+  label.textContent = visible(name);
+  who.append(avatar(name), label);
+  element.prepend(who);
+}
+
+function showUser(entry) {
+  const element = bubble(entry.mine ? "user" : "user other");
+  if (state.room) byline(element, entry.mine ? state.me?.name || entry.name || "you" : entry.name || "someone");
+  const files = entry.attachments || [];
+  textOf(element).textContent = wordsOf(entry);
+  if (files.length) {
+    const list = document.createElement("ul");
+    list.className = "files";
+    list.setAttribute("aria-label", "Attached files");
+    for (const file of files) {
+      const item = document.createElement("li");
+      item.textContent = `📎 ${visible(file.filename)} (${file.mime_type}, ${size(file.size_bytes)})`;
+      list.append(item);
+    }
+    element.append(list);
+  }
+  actions(element, entry);
+  return element;
+}
+
+// Where the HTML and SVG of answer `entry` in the open conversation are served.
+const artifactsOf = (entry) =>
+  state.session && entry
+    ? `/api/sessions/${encodeURIComponent(state.session)}/entries/${encodeURIComponent(entry)}/artifacts/`
+    : "";
+
+function showAnswer(entry) {
+  const element = bubble("assistant");
+  render(textOf(element), entry.text, artifactsOf(entry.id));
+  element.classList.add("done");
+  actions(element, entry, { retry: true });
+  return element;
+}
+
+function answerOf(turn) {
+  let element = state.answers.get(turn);
+  if (!element) {
+    element = bubble("assistant");
+    element.dataset.turn = turn;
+    element.setAttribute("aria-busy", "true");
+    state.answers.set(turn, element);
+  }
+  return element;
+}
+
+// Delegations and tool calls, one line each: who, what, running or finished, how long.
+function progress(turn, key, text, stateName) {
+  const element = answerOf(turn);
+  let list = element.querySelector(":scope > .progress");
+  if (!list) {
+    list = document.createElement("ul");
+    list.className = "progress";
+    list.setAttribute("aria-label", "What the assistant is doing");
+    element.prepend(list);
+  }
+  let line = [...list.children].find((item) => item.dataset.key === key);
+  if (!line) {
+    line = document.createElement("li");
+    line.dataset.key = key;
+    list.append(line);
+  }
+  line.className = stateName;
+  line.textContent = text;
+  stick();
+}
+
+export function running(turn, on) {
+  if (on) state.running.add(turn);
+  else state.running.delete(turn);
+  $("stop").hidden = state.running.size === 0;
+}
+
+export async function stopAll() {
+  for (const turn of state.running) {
+    await api(`/api/sessions/${encodeURIComponent(state.session)}/stop`, { method: "POST", body: { turn } }).catch((e) =>
+      problem(e.message),
+    );
+  }
+}
+
+// What screen readers hear of an answer being written: whole sentences, not each word.
+let spoken = "";
+function speak(text, { flush = false } = {}) {
+  spoken += text;
+  const end = flush ? spoken.length : Math.max(spoken.lastIndexOf(". "), spoken.lastIndexOf("\n")) + 1;
+  if (end <= 0) return;
+  const said = spoken.slice(0, end).trim();
+  spoken = spoken.slice(end);
+  if (said) $("live").textContent = said;
+}
+
+// --- approvals ---------------------------------------------------------------------------------
+
+const ANSWERS = [
+  ["once", "Allow once"],
+  ["session", "For this conversation"],
+  ["always", "Always"],
+  ["deny", "Deny"],
+];
+const SETTLED = { once: "Allowed once", session: "Allowed for this conversation", always: "Allowed always (a rule)", deny: "Denied" };
+
+// A connection waiting for someone to allow it: a card with the answers as buttons.
+function approvalCard(event) {
+  const card = bubble("approval");
+  card.dataset.approval = event.id;
+  card.setAttribute("role", "group");
+  card.setAttribute("aria-label", "Approval request");
+  const text = document.createElement("p");
+  text.className = "text";
+  const command = (event.asked_by || "").split("\n")[0];
+  text.textContent = visible(
+    `The ${event.agent}'s tools want to reach ${event.host}:${event.port}` +
+      (command ? ` for \u201c${command.length > 80 ? `${command.slice(0, 79)}\u2026` : command}\u201d` : "") +
+      ".",
+  );
+  const note = document.createElement("p");
+  note.className = "meta";
+  note.textContent = `Denied in ${event.expires_in} s without an answer.`;
+  const buttons = document.createElement("div");
+  buttons.className = "answers";
+  for (const [decision, label] of ANSWERS) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = label;
+    button.dataset.decision = decision;
+    if (decision === "deny") button.className = "danger";
+    button.addEventListener("click", async () => {
+      for (const other of buttons.querySelectorAll("button")) other.disabled = true;
+      try {
+        await api(`/api/approvals/${encodeURIComponent(event.id)}`, { method: "POST", body: { decision } });
+      } catch (error) {
+        note.textContent = error.message;
+        for (const other of buttons.querySelectorAll("button")) other.disabled = false;
+      }
+    });
+    buttons.append(button);
+  }
+  card.append(text, note, buttons);
+  announce(text.textContent);
+}
+
+function approvalSettled(event) {
+  const card = log.querySelector(`[data-approval="${CSS.escape(event.id)}"]`);
+  if (!card) return;
+  card.querySelector(".answers")?.remove();
+  const note = card.querySelector(".meta");
+  const by = event.by === "nobody" ? "nobody answered in time" : `by ${event.by}`;
+  note.textContent = `${SETTLED[event.decision] || event.decision}, ${by}.`;
+  card.classList.add(event.decision === "deny" ? "denied" : "allowed");
+}
+
+// --- events -------------------------------------------------------------------------------------
+
+// The first words of each turn are marked with the Performance API (`first-token`, its detail
+// the turn and the provider's stamp when the words carry one) as they reach the page, and
+// again once they are painted (`first-token-painted`), for `baaaht-bench web`.
+const marked = new Set();
+function markFirst(turn, text) {
+  if (marked.has(turn)) return;
+  marked.add(turn);
+  const detail = { turn, text: text.slice(0, 40) };
+  performance.mark("first-token", { detail });
+  requestAnimationFrame(() => setTimeout(() => performance.mark("first-token-painted", { detail })));
+}
+
+function onEvent(event) {
+  // Approval requests are for whoever is here, whichever conversation is open.
+  if (event.type === "approval") return approvalCard(event);
+  if (event.type === "settled") return approvalSettled(event);
+  // Only the conversation open here is shown; another one is marked in the side bar.
+  if (event.session && event.session !== state.session) {
+    markUnread(event.session);
+    return;
+  }
+  switch (event.type) {
+    case "user": {
+      // The page's own message, shown as it was sent, now has its place in the conversation.
+      const mine = event.mine;
+      const pending = mine ? state.pending.shift() : null;
+      const shown = showUser({
+        id: event.entry,
+        text: event.text,
+        name: event.name,
+        mine: event.mine,
+        attachments: event.attachments,
+      });
+      if (pending) pending.replaceWith(shown);
+      if (!state.entries.length) refreshSessions();
+      if (mine) {
+        state.leaf = "";
+        $("replying").hidden = true;
+      }
+      running(event.turn, true);
+      break;
+    }
+    case "delta": {
+      const element = answerOf(event.turn);
+      // The live tail is plain text; the finished answer is rendered (no flicker).
+      textOf(element).append(document.createTextNode(event.text));
+      markFirst(event.turn, event.text);
+      speak(event.text);
+      stick();
+      break;
+    }
+    case "reply": {
+      const element = answerOf(event.turn);
+      element.removeAttribute("aria-busy");
+      const entry = { id: event.entry, text: event.text };
+      render(textOf(element), event.text, artifactsOf(event.entry));
+      element.classList.add("done");
+      actions(element, entry, { retry: true });
+      running(event.turn, false);
+      speak("", { flush: true });
+      announce("The answer is complete.");
+      stick();
+      reloadEntries();
+      break;
+    }
+    case "delegation": {
+      const task = (event.task || "").split("\n")[0].slice(0, 80);
+      const verb = { started: "working on", finished: "finished", failed: "failed" }[event.state] || event.state;
+      progress(event.turn, `d:${event.agent}:${task}`, `${event.agent} ${verb}: ${task}`, event.state);
+      break;
+    }
+    case "tool": {
+      const took = event.ms ? ` (${event.ms < 1000 ? `${event.ms} ms` : `${(event.ms / 1000).toFixed(1)} s`})` : "";
+      progress(event.turn, `t:${event.agent}:${event.tool}`, `${event.agent} · ${event.tool}: ${event.state}${took}`, event.state);
+      break;
+    }
+    case "error": {
+      const element = answerOf(event.turn);
+      element.removeAttribute("aria-busy");
+      element.classList.add("failed");
+      const note = document.createElement("p");
+      note.className = "failure";
+      note.setAttribute("role", "alert");
+      note.textContent = event.text;
+      element.append(note);
+      running(event.turn, false);
+      stick();
+      reloadEntries();
+      break;
+    }
+    case "tainted": {
+      const paused = (event.withheld || []).join(", ");
+      progress(event.turn, "taint", `Reading untrusted content: some tools are paused (${paused}). Source: ${event.source}`, "tainted");
+      announce("Reading untrusted content: some tools are paused.");
+      break;
+    }
+    case "message":
+    case "notice":
+      bubble("notice", event.text);
+      break;
+  }
+}
+
+export function follow() {
+  if (state.events) state.events.close();
+  const events = new EventSource(`/api/events?${roomQuery().slice(1)}`);
+  events.onmessage = (message) => onEvent(JSON.parse(message.data));
+  events.onopen = () => {
+    // Back on a new stream after it closed (it resumes from nothing, not from Last-Event-ID):
+    // what was missed is read from the conversation itself.
+    if (state.broken) open(state.session, state.leaf);
+    state.retryIn = 1000;
+    state.broken = false;
+  };
+  events.onerror = async () => {
+    // Closed for good (signed out, expired): back to the sign-in when that is why; else
+    // follow again, waiting longer each time.
+    if (events.readyState !== EventSource.CLOSED) return;
+    state.broken = true;
+    try {
+      const me = await fetch("/api/me");
+      if (me.status === 401) {
+        window.location.assign("/login");
+        return;
+      }
+    } catch {
+      // Offline: try again below.
+    }
+    const wait = state.retryIn || 1000;
+    state.retryIn = Math.min(wait * 2, 30000);
+    setTimeout(() => state.events === events && follow(), wait);
+  };
+  state.events = events;
+}
+
+// --- reading a conversation ----------------------------------------------------------------
+
+// The branch from the root to `leaf` (or to the newest entry).
+function branch(entries, leaf) {
+  const byId = new Map(entries.map((entry) => [entry.id, entry]));
+  let at = byId.get(leaf) || entries[entries.length - 1];
+  const path = [];
+  while (at && path.length <= entries.length) {
+    path.push(at);
+    at = byId.get(at.parent);
+  }
+  return path.reverse();
+}
+
+function show(entries) {
+  log.replaceChildren();
+  state.answers.clear();
+  for (const entry of entries) {
+    if (entry.kind === "message" && entry.role === "user") showUser(entry);
+    else if (entry.kind === "message" && entry.role === "assistant") showAnswer(entry);
+    else if (entry.kind === "delegation") {
+      const element = bubble("notice", `${entry.agent}: ${(entry.task || "").split("\n")[0]}`);
+      element.classList.add("delegation");
+    } else if (entry.kind === "compaction") bubble("notice", "Earlier messages were summarized.");
+    else if (entry.kind === "model") bubble("notice", `Model: ${entry.to}`);
+  }
+  state.following = true;
+  $("jump").hidden = true;
+  log.scrollTop = log.scrollHeight;
+}
+
+// Whether a conversation is open: its toolbar and log, or the first screen.
+export function showOpen(open) {
+  $("bar").hidden = !open;
+  document.body.classList.toggle("fresh", !open);
+  $("welcome").hidden = open;
+  log.hidden = !open;
+}
+
+export async function open(id, leaf = "") {
+  const generation = ++state.generation;
+  state.session = id;
+  state.leaf = leaf;
+  state.running.clear();
+  running("", false);
+  state.attachments = [];
+  state.pending = [];
+  $("attached").replaceChildren();
+  log.replaceChildren();
+  showOpen(Boolean(id));
+  if (!id) {
+    $("title").textContent = state.room ? state.rooms.find((room) => room.id === state.room)?.name || state.room : "New conversation";
+    showWelcome();
+    return;
+  }
+  try {
+    const read = await api(`/api/sessions/${encodeURIComponent(id)}`);
+    if (generation !== state.generation) return; // something else was opened meanwhile
+    state.entries = read.entries;
+    $("title").textContent = visible(read.session.title || "Conversation");
+    show(branch(read.entries, leaf));
+    drawTree();
+    refreshModels();
+    // A turn still running (sent from here before a reload, or from another channel) can be
+    // stopped here too.
+    for (const turn of read.running || []) running(turn, true);
+    state.unread.delete(id);
+    for (const item of $("sessions").querySelectorAll("[aria-current]")) item.removeAttribute("aria-current");
+    const item = $("sessions").querySelector(`[data-id="${CSS.escape(id)}"]`);
+    item?.setAttribute("aria-current", "page");
+    item?.classList.remove("unread");
+  } catch (error) {
+    problem(error.message);
+  }
+}
+
+// --- branches and forks ------------------------------------------------------------------
+
+// The newest entry under `id`: following the latest child to the end.
+function newestUnder(id) {
+  let at = id;
+  for (;;) {
+    const children = state.entries.filter((entry) => entry.parent === at);
+    if (!children.length) return at;
+    at = children[children.length - 1].id;
+  }
+}
+
+function drawTree() {
+  const tree = $("tree");
+  const known = new Set(state.entries.map((entry) => entry.id));
+  const children = new Map();
+  for (const entry of state.entries) {
+    const parent = known.has(entry.parent) ? entry.parent : "";
+    if (!children.has(parent)) children.set(parent, []);
+    children.get(parent).push(entry);
+  }
+  const current = new Set(branch(state.entries, state.leaf).map((entry) => entry.id));
+  // Messages only; what sits between them (delegations, summaries) is passed through.
+  const list = (parent) => {
+    const items = [];
+    for (const entry of children.get(parent) || []) {
+      if (entry.kind !== "message") {
+        items.push(...list(entry.id));
+        continue;
+      }
+      const li = document.createElement("li");
+      const b = document.createElement("button");
+      b.type = "button";
+      const who = entry.role !== "user" ? "Assistant" : entry.mine ? "You" : entry.name || "Someone";
+      b.textContent = visible(`${who}: ${(entry.text || "").slice(0, 60)}`);
+      b.dataset.entry = entry.id;
+      if (current.has(entry.id)) b.setAttribute("aria-current", "true");
+      b.addEventListener("click", () => {
+        $("replying").hidden = true;
+        open(state.session, newestUnder(entry.id));
+      });
+      li.append(b);
+      const below = list(entry.id);
+      if (below.length) {
+        const ul = document.createElement("ul");
+        ul.append(...below);
+        li.append(ul);
+      }
+      items.push(li);
+    }
+    return items;
+  };
+  const top = document.createElement("ul");
+  top.append(...list(""));
+  const leaves = state.entries.filter((entry) => !state.entries.some((other) => other.parent === entry.id)).length;
+  // Shown once there is more than one branch to choose between.
+  $("tree-toggle").textContent = `Branches (${leaves})`;
+  $("tree-toggle").hidden = leaves < 2;
+  if (leaves < 2) $("tree").hidden = true;
+  tree.replaceChildren(top);
+}
+
+// The open conversation's entries anew (after an answer), for the tree.
+async function reloadEntries() {
+  const session = state.session;
+  if (!session) return;
+  try {
+    const entries = (await api(`/api/sessions/${encodeURIComponent(session)}`)).entries;
+    if (session !== state.session) return; // another conversation was opened meanwhile
+    state.entries = entries;
+    drawTree();
+  } catch {
+    // The tree stays as it was; the next answer tries again.
+  }
+}
+
+function branchAt(entry, text = "") {
+  const found = state.entries.find((e) => e.id === entry);
+  show(branch(state.entries, entry));
+  state.leaf = entry;
+  drawTree();
+  $("replying").hidden = false;
+  $("replying-text").textContent = text || visible(`Answering: ${(found?.text || "").slice(0, 80)}`);
+  input.focus();
+}
+
+// ↑ in an empty composer: the last message of the user's, to write again (sent, it becomes a
+// new branch beside the old one).
+export async function editLast() {
+  const mine = [...log.querySelectorAll(".user:not(.other)[data-entry]")].pop();
+  if (!mine) return;
+  if (!state.entries.some((e) => e.id === mine.dataset.entry)) await reloadEntries();
+  const entry = state.entries.find((e) => e.id === mine.dataset.entry);
+  if (!entry || input.value) return;
+  if (state.entries.some((e) => e.id === entry.parent)) {
+    branchAt(entry.parent, "Editing your last message: sent, it makes a new branch");
+  } else {
+    // A first message's parent is the conversation itself: the new branch starts at the root.
+    show([]);
+    drawTree();
+    $("replying").hidden = false;
+    $("replying-text").textContent = "Editing your first message: sent, it makes a new branch";
+  }
+  state.leaf = entry.parent;
+  input.value = wordsOf(entry);
+  input.setSelectionRange(input.value.length, input.value.length);
+  input.dispatchEvent(new Event("input"));
+}
+
+async function forkAt(entry) {
+  try {
+    const forked = await api(`/api/sessions/${encodeURIComponent(state.session)}/fork`, { method: "POST", body: { entry } });
+    await refreshSessions();
+    await open(forked.id);
+  } catch (error) {
+    problem(error.message);
+  }
+}
+
+async function retryAnswer(answer) {
+  // The question the answer was for (the nearest message of the user's above it, past any
+  // delegation or summary), asked again under the same parent: a new branch.
+  const byId = new Map(state.entries.map((entry) => [entry.id, entry]));
+  let question = byId.get(byId.get(answer.id)?.parent);
+  while (question && !(question.kind === "message" && question.role === "user")) question = byId.get(question.parent);
+  if (!question) {
+    problem("This answer is still being saved; try again in a moment.");
+    return;
+  }
+  // A first question's parent is the conversation itself: the new branch starts at the root.
+  show(byId.has(question.parent) ? branch(state.entries, question.parent) : []);
+  state.leaf = question.parent;
+  // The question as it was asked: its words and its files.
+  await send(wordsOf(question), { retry: question.attachments || [] });
+}
