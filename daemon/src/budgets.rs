@@ -319,11 +319,8 @@ impl Budgets {
         let periods = self.periods();
         let folder = folder_of(context);
         let mut inner = self.inner();
-        let (reserved_tokens, reserved_cost) = inner.reserved.get(&folder).copied().unwrap_or_default();
-        let ledger = self.ledger(&mut inner, &folder);
-        let today = ledger.days.get(&periods.day).copied().unwrap_or_default();
-        let month = ledger.months.get(&periods.month).copied().unwrap_or_default();
-        if let Some(sentence) = self.over(context, &limits, &periods, today, month, reserved_tokens, reserved_cost) {
+        if let Some(sentence) = self.over_now(&mut inner, context, &limits, &periods, &folder) {
+            let ledger = self.ledger(&mut inner, &folder);
             ledger.days.entry(periods.day.clone()).or_default().refused += 1;
             ledger.months.entry(periods.month.clone()).or_default().refused += 1;
             let snapshot = ledger.clone();
@@ -346,15 +343,25 @@ impl Budgets {
         if limits.limits_cost() && self.price(model).is_none() {
             return Some(BudgetError::NoPrice { model: model.to_string(), context: context.to_string() }.to_string());
         }
-        let periods = self.periods();
-        let folder = folder_of(context);
         let mut inner = self.inner();
-        let (reserved_tokens, reserved_cost) = inner.reserved.get(&folder).copied().unwrap_or_default();
-        let ledger = self.ledger(&mut inner, &folder);
+        self.over_now(&mut inner, context, &limits, &self.periods(), &folder_of(context))
+    }
+
+    /// The sentence for the first hard limit of `context` (its ledger in `folder`) that its
+    /// spending and its requests in flight have reached in `periods`.
+    fn over_now(
+        &self,
+        inner: &mut Inner,
+        context: &Context,
+        limits: &BudgetLimits,
+        periods: &Periods,
+        folder: &str,
+    ) -> Option<String> {
+        let (reserved_tokens, reserved_cost) = inner.reserved.get(folder).copied().unwrap_or_default();
+        let ledger = self.ledger(inner, folder);
         let today = ledger.days.get(&periods.day).copied().unwrap_or_default();
         let month = ledger.months.get(&periods.month).copied().unwrap_or_default();
-        drop(inner);
-        self.over(context, &limits, &periods, today, month, reserved_tokens, reserved_cost)
+        self.over(context, limits, periods, today, month, reserved_tokens, reserved_cost)
     }
 
     /// The sentence for the first hard limit that spending plus reservations has reached.

@@ -463,6 +463,21 @@ pub fn daemon_offering(
     (fake, crate::TestDaemon::start(options).expect("daemon"))
 }
 
+/// The site within a browser's reach: `baaaht-web` run by hand on `port` for `daemon`
+/// (registered for `provider`), and chromedriver.
+pub fn site_for(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    daemon: &crate::TestDaemon,
+    provider: &Provider,
+    port: u16,
+) -> (Running, Driver) {
+    let added = register(rt, daemon, provider, "external", vec![]);
+    let socket = added.gateway.expect("info").socket;
+    let gateway = web_gateway(dir, &socket, &added.token, port, &[]).expect("baaaht-web");
+    (gateway, Driver::start(dir).expect("chromedriver"))
+}
+
 /// Registers the web gateway `home` for `provider`, run as `mode` with `args`.
 pub fn register(
     rt: &tokio::runtime::Runtime,

@@ -10,8 +10,8 @@ use baaaht_proto::v1;
 use baaaht_tests::fake_provider::{anthropic_answer, words_stream, Answer, Asked, Responder, Wire};
 use baaaht_tests::scenario::{self, last_user_text};
 use baaaht_tests::web::{
-    self, accessibility_problems, answered, click, daemon_offering, register, say, screenshot, shown,
-    site_and_provider, text_of, until, Driver,
+    self, accessibility_problems, answered, click, daemon_offering, say, screenshot, shown, site_and_provider, text_of,
+    until,
 };
 use fantoccini::{Client, Locator};
 
@@ -119,10 +119,7 @@ fn a_newcomer_meets_a_greeting_and_suggestions_and_only_admins_see_admin_control
         };
         host.tasks.schedule_task(task).await.expect("ScheduleTask");
     });
-    let added = register(&rt, &daemon, &provider, "external", vec![]);
-    let socket = added.gateway.expect("info").socket;
-    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &[]).expect("baaaht-web");
-    let driver = Driver::start(dir.path()).expect("chromedriver");
+    let (gateway, driver) = web::site_for(&rt, dir.path(), &daemon, &provider, web_port);
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
     rt.block_on(async {
         for (width, size) in [(1280, "desktop"), (390, "phone")] {
@@ -216,10 +213,7 @@ fn a_conversation_follows_its_answer_switches_models_and_shows_what_link_text_hi
     let env = vec![("BAAAHT__BUDGETS__USER__MONTHLY_COST".into(), "50".into())];
     let offered = ["claude-haiku-4-5", "claude-unpriced-1"];
     let (fake, daemon) = daemon_offering(&rt, &provider, brain(), env, people(&provider.issuer), &offered);
-    let added = register(&rt, &daemon, &provider, "external", vec![]);
-    let socket = added.gateway.expect("info").socket;
-    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &[]).expect("baaaht-web");
-    let driver = Driver::start(dir.path()).expect("chromedriver");
+    let (gateway, driver) = web::site_for(&rt, dir.path(), &daemon, &provider, web_port);
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
     rt.block_on(async {
         let alice = driver.browser(1280).await.expect("browser");

@@ -93,7 +93,7 @@ impl Gateway {
                         return;
                     }
                 }
-                let agent = crate::gateway::agent_name(request.agent);
+                let agent = baaaht_gateway_kit::turn::agent_name(request.agent);
                 let blocks: Vec<SlackBlock> = match serde_json::from_value(blocks(request, agent)) {
                     Ok(blocks) => blocks,
                     Err(error) => return tracing::warn!(%error, "an approval request could not be written as blocks"),
@@ -144,10 +144,10 @@ impl Gateway {
             let id = action["value"].as_str().unwrap_or_default().to_string();
             let answer = v1::ApprovalAnswer { id: id.clone(), decision: decision.to_string() };
             let mut daemon = self.daemon.clone();
-            if let Err(status) = daemon.sessions.answer_approval(self.as_identity(&identity, user, answer)).await {
+            if let Err(status) = daemon.sessions.answer_approval(self.person(&identity, user).request(answer)).await {
                 tracing::info!(approval = %id, message = %status.message(), "an approval's answer was refused");
                 let channel = payload["channel"]["id"].as_str().unwrap_or_default().to_string();
-                let text = format!(":warning: {}", crate::gateway::for_users(&status));
+                let text = format!(":warning: {}", baaaht_gateway_kit::daemon::for_users(&status));
                 let content = SlackMessageContent::new().with_text(text);
                 let request = SlackApiChatPostEphemeralRequest::new(
                     SlackChannelId::new(channel),

@@ -11,6 +11,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use baaaht_gateway_kit::daemon::{File, Person, Place};
+use baaaht_gateway_kit::seen::Seen;
+use baaaht_gateway_kit::text::pieces;
+use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use slack_morphism::prelude::*;
@@ -18,20 +22,14 @@ use slack_morphism::prelude::*;
 use crate::egress::Egress;
 use crate::files::Files;
 use crate::mrkdwn;
-use crate::route::{route, Route, Seen, Threads, Trigger};
+use crate::route::{route, Route, Threads, Trigger};
 
 /// How often the answer being written is updated in Slack.
 const UPDATE_EVERY: Duration = Duration::from_millis(1000);
 /// What a message shows before the answer's first words.
 const PLACEHOLDER: &str = "_…_";
-/// What a Slack user reads of a failure inside baaaht (its detail is in the logs).
-const INTERNAL: &str = "Something went wrong on the assistant's side; try again.";
 /// The most text one streaming chunk carries (Slack takes 12,000 characters per call).
 const STREAM_CHUNK_LIMIT: usize = 10_000;
-/// The size of each piece of a file sent to the daemon.
-const UPLOAD_CHUNK: usize = 64 * 1024;
-/// How long a turn may take before the gateway stops following it.
-const TURN_LIMIT: Duration = Duration::from_secs(900);
 
 type Connector = SlackClientHyperConnector<hyper_rustls::HttpsConnector<Egress>>;
 
@@ -58,27 +56,6 @@ pub struct Gateway {
 pub struct Listening {
     pub app_token: SlackApiToken,
     pub signing_secret: String,
-}
-
-/// What a Slack user may read of the daemon's refusal: its sentence when it is about what they
-/// asked (a budget, a permission, a bad request); a plain sentence for anything internal, whose
-/// text stays in the log (DESIGN §9.2: no host path or internal error text reaches Slack).
-pub(crate) fn for_users(status: &tonic::Status) -> String {
-    use tonic::Code;
-    match status.code() {
-        Code::PermissionDenied
-        | Code::ResourceExhausted
-        | Code::FailedPrecondition
-        | Code::InvalidArgument
-        | Code::NotFound => status.message().to_string(),
-        Code::Unavailable | Code::DeadlineExceeded => {
-            "The assistant is not reachable right now; try again in a minute.".into()
-        }
-        _ => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a Slack turn");
-            INTERNAL.into()
-        }
-    }
 }
 
 /// Runs a Web API call; a 429 is waited out (its Retry-After, at most a minute) and the call
@@ -190,11 +167,18 @@ impl Gateway {
     pub async fn answer(&self, route: Route) {
         let channel = SlackChannelId::new(route.channel.clone());
         let thread = route.thread_ts.clone().map(SlackTs::new);
-        if let Err(error) = self.run_turn(&route, &channel, thread.clone()).await {
+        let ran = match self.message_of(&route).await {
+            Ok(message) => {
+                let surface = Answering { gateway: self, route: &route, channel: &channel, thread: thread.as_ref() };
+                turn::run(&self.daemon, message, &surface).await
+            }
+            Err(sentence) => Err(TurnError::Daemon(sentence)),
+        };
+        if let Err(error) = ran {
             tracing::warn!(channel = %route.channel, error = %error, "a turn from Slack failed");
             let text = match error {
-                GatewayError::Daemon(sentence) => format!(":warning: {sentence}"),
-                GatewayError::Slack(_) => ":warning: Slack did not take the answer; try again.".into(),
+                TurnError::Daemon(sentence) => format!(":warning: {sentence}"),
+                TurnError::Channel(_) => ":warning: Slack did not take the answer; try again.".into(),
             };
             let content = SlackMessageContent::new().with_text(text);
             let request = SlackApiChatPostMessageRequest::new(channel, content).opt_thread_ts(thread);
@@ -204,21 +188,10 @@ impl Gateway {
         }
     }
 
-    fn as_user<T>(&self, route: &Route, message: T) -> tonic::Request<T> {
-        self.as_identity(&route.identity, &route.user, message)
-    }
-
-    /// `message` on behalf of the Slack user `user`, whose channel identity is `identity`.
-    pub(crate) fn as_identity<T>(&self, identity: &str, user: &str, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        if let Ok(value) = identity.parse() {
-            request.metadata_mut().insert(baaaht_proto::USER_HEADER, value);
-        }
+    /// The Slack user `user`, whose channel identity is `identity`, as the daemon is told.
+    pub(crate) fn person(&self, identity: &str, user: &str) -> Person {
         let name = self.names.lock().unwrap_or_else(PoisonError::into_inner).get(user).cloned();
-        if let Some(Ok(value)) = name.map(|name| tonic::metadata::MetadataValue::try_from(name.as_str())) {
-            request.metadata_mut().insert(baaaht_proto::USER_NAME_HEADER, value);
-        }
-        request
+        Person { identity: identity.to_string(), name }
     }
 
     /// Learns the Slack user's display name once (users.info), so the daemon names the user
@@ -239,172 +212,33 @@ impl Gateway {
                     .flatten()
                     .find(|name| !name.trim().is_empty())
                     .unwrap_or_else(|| user.to_string());
-                // Only what a header carries (visible ASCII and spaces).
-                let name: String = name.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect();
                 self.names.lock().unwrap_or_else(PoisonError::into_inner).insert(user.to_string(), name);
             }
             Err(error) => tracing::warn!(user, %error, "users.info failed; the user is named by id"),
         }
     }
 
-    async fn context_of(&self, route: &Route) -> Result<v1::ContextRef, GatewayError> {
+    /// The turn's message: who wrote it, where, and the files they shared (downloaded with the
+    /// bot token); a sentence for the user when a file cannot be fetched.
+    async fn message_of(&self, route: &Route) -> Result<turn::Message, String> {
         self.learn_name(&route.user).await;
-        let mut daemon = self.daemon.clone();
-        let sentence = |status: tonic::Status| GatewayError::Daemon(for_users(&status));
-        if route.shared {
-            let request = v1::EnsureChannelGroupRequest { channel: route.channel.clone(), name: String::new() };
-            let group = daemon.gateways.ensure_channel_group(self.as_user(route, request)).await.map_err(sentence)?;
-            Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: group.into_inner().id })
-        } else {
-            let me = daemon.gateways.who_am_i(self.as_user(route, v1::WhoAmIRequest {})).await.map_err(sentence)?;
-            Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: me.into_inner().id })
-        }
-    }
-
-    /// Downloads one shared file and stores it in the session's uploads (the context's active
-    /// session when `session_id` is empty); returns the session and the attachment.
-    async fn share(
-        &self,
-        route: &Route,
-        context: &v1::ContextRef,
-        session_id: &str,
-        file: &serde_json::Value,
-    ) -> Result<(String, v1::Attachment), GatewayError> {
         let token = self.bot_token.token_value.0.clone();
-        let downloaded = self.files.download(file, &token).await.map_err(GatewayError::Daemon)?;
-        let start = v1::UploadStart {
-            context: Some(context.clone()),
-            session_id: session_id.to_string(),
-            filename: downloaded.name,
-            mime_type: downloaded.mime_type,
-            sender_id: route.identity.clone(),
-            size_bytes: downloaded.bytes.len() as u64,
-        };
-        let chunks: Vec<v1::UploadChunk> = std::iter::once(v1::upload_chunk::Part::Start(start))
-            .chain(downloaded.bytes.chunks(UPLOAD_CHUNK).map(|chunk| v1::upload_chunk::Part::Data(chunk.to_vec())))
-            .map(|part| v1::UploadChunk { part: Some(part) })
-            .collect();
-        let mut daemon = self.daemon.clone();
-        let stored = daemon
-            .sessions
-            .upload_file(self.as_user(route, tokio_stream::iter(chunks)))
-            .await
-            .map_err(|status| GatewayError::Daemon(for_users(&status)))?
-            .into_inner();
-        let attachment = stored.attachment.ok_or_else(|| GatewayError::Daemon("The file was not stored.".into()))?;
-        tracing::info!(session = %stored.session_id, path = %attachment.path, bytes = attachment.size_bytes, "a shared file is in the session's uploads");
-        Ok((stored.session_id, attachment))
-    }
-
-    async fn run_turn(
-        &self,
-        route: &Route,
-        channel: &SlackChannelId,
-        thread: Option<SlackTs>,
-    ) -> Result<(), GatewayError> {
-        let sentence = |status: tonic::Status| GatewayError::Daemon(for_users(&status));
-        let context = self.context_of(route).await?;
-        let mut daemon = self.daemon.clone();
-        // Shared files go first into the session's uploads; the message names them.
-        let (mut session_id, mut attachments) = (String::new(), vec![]);
+        let mut files = vec![];
         for file in &route.files {
-            let (session, attachment) = self.share(route, &context, &session_id, file).await?;
-            session_id = session;
-            attachments.push(attachment);
+            let downloaded = self.files.download(file, &token).await?;
+            files.push(File {
+                name: downloaded.name,
+                mime_type: downloaded.mime_type,
+                bytes: downloaded.bytes.to_vec(),
+            });
         }
-        let subscription = v1::EventSubscription {
-            context: Some(context.clone()),
-            session_id: String::new(),
-            channel: v1::ChannelType::Slack as i32,
-        };
-        let mut events =
-            daemon.sessions.subscribe_events(self.as_user(route, subscription)).await.map_err(sentence)?.into_inner();
-        let message = v1::UserMessage {
-            context: Some(context),
-            sender_id: route.identity.clone(),
-            channel: v1::ChannelType::Slack as i32,
-            content: route.text.clone(),
-            session_id,
-            attachments,
-            ..v1::UserMessage::default()
-        };
-        // The answer's message goes up while the daemon takes the message: its first words never
-        // wait behind it.
-        let (sent, output) = tokio::join!(
-            daemon.sessions.send_user_message(self.as_user(route, message)),
-            self.open_answer(route, channel, thread.as_ref())
-        );
-        let mut output = output?;
-        let sent = match sent {
-            Ok(sent) => sent.into_inner(),
-            Err(status) => {
-                // The answer's message is up already: it says what went wrong.
-                let trouble = format!(":warning: {}", for_users(&status));
-                return self.close_answer(output, &Writing::default(), Some(trouble), route, channel, thread).await;
-            }
-        };
-        if let Some(thread) = &route.thread_ts {
-            self.threads.lock().unwrap_or_else(PoisonError::into_inner).answered(&route.channel, thread);
-        }
-        let mut writing = Writing::default();
-        // The first words show as soon as they come; then at most one update a second.
-        let mut last_update = Instant::now().checked_sub(UPDATE_EVERY).unwrap_or_else(Instant::now);
-        let deadline = tokio::time::Instant::now() + TURN_LIMIT;
-        let trouble = loop {
-            let next = tokio::time::timeout(UPDATE_EVERY, events.message());
-            let event = match tokio::time::timeout_at(deadline, next).await {
-                Err(_) => {
-                    break Some(format!(
-                        ":hourglass: No answer after {} minutes; the gateway stopped waiting. Ask again, or read the \
-                         conversation in another baaaht client later.",
-                        TURN_LIMIT.as_secs() / 60
-                    ))
-                }
-                Ok(Err(_)) => None,
-                Ok(Ok(Ok(Some(event)))) => Some(event),
-                Ok(Ok(Ok(None))) | Ok(Ok(Err(_))) => {
-                    break Some(":warning: Lost the daemon while answering; try again.".to_string())
-                }
-            };
-            // A connection waiting for approval, whichever turn asked: buttons in this thread.
-            if let Some(asked) = event.as_ref().and_then(|event| event.event.as_ref()) {
-                self.approval_event(asked, channel, thread.as_ref()).await;
-            }
-            if let Some(event) = event.filter(|event| event.turn_id == sent.turn_id) {
-                use v1::orchestrator_event::Event;
-                match event.event {
-                    Some(Event::TextDelta(delta)) => writing.text.push_str(&delta.text),
-                    Some(Event::Delegation(delegation)) => {
-                        writing.status = format!("{} {}", agent_name(delegation.agent), delegation.state);
-                    }
-                    Some(Event::Tool(tool)) => {
-                        writing.status = format!("{} {} ({} ms)", tool.tool, tool.state, tool.duration_ms);
-                    }
-                    Some(Event::Reply(reply)) => {
-                        writing.text = reply.content;
-                        break None;
-                    }
-                    Some(Event::Error(error)) if error.for_users => break Some(format!(":warning: {}", error.message)),
-                    Some(Event::Error(error)) => {
-                        tracing::warn!(message = %error.message, "the turn failed");
-                        break Some(format!(":warning: {INTERNAL}"));
-                    }
-                    _ => {}
-                }
-            }
-            // The throttle counts from an update sent, so the first words go at once.
-            if last_update.elapsed() >= UPDATE_EVERY {
-                match self.show(&mut output, &mut writing, channel).await {
-                    Ok(true) => last_update = Instant::now(),
-                    Ok(false) => {}
-                    Err(error) => {
-                        tracing::warn!(%error, "Slack refused an update; the answer is written when it is done");
-                        last_update = Instant::now();
-                    }
-                }
-            }
-        };
-        self.close_answer(output, &writing, trouble, route, channel, thread).await
+        Ok(turn::Message {
+            person: self.person(&route.identity, &route.user),
+            place: if route.shared { Place::Shared { chat: route.channel.clone() } } else { Place::Own },
+            text: route.text.clone(),
+            files,
+            channel: v1::ChannelType::Slack,
+        })
     }
 
     /// The answer's message: a stream in a thread when the workspace has Slack's streaming
@@ -443,13 +277,13 @@ impl Gateway {
     async fn show(
         &self,
         output: &mut Output,
-        writing: &mut Writing,
+        writing: &Writing,
         channel: &SlackChannelId,
     ) -> Result<bool, GatewayError> {
         let session = self.slack.open_session(&self.bot_token);
         match output {
             Output::Update { ts, shown } => {
-                let live = writing.live();
+                let live = live(writing);
                 if live == *shown {
                     return Ok(false);
                 }
@@ -561,23 +395,6 @@ impl Gateway {
     }
 }
 
-/// `text` in pieces of at most `limit` bytes, cut at character boundaries only (streamed
-/// deltas join up exactly as they came).
-fn pieces(text: &str, limit: usize) -> Vec<String> {
-    let mut pieces = vec![];
-    let mut rest = text;
-    while !rest.is_empty() {
-        let mut end = rest.len().min(limit.max(4));
-        while !rest.is_char_boundary(end) {
-            end -= 1;
-        }
-        let (piece, after) = rest.split_at(end);
-        pieces.push(piece.to_string());
-        rest = after;
-    }
-    pieces
-}
-
 fn slack_error(error: slack_morphism::errors::SlackClientError) -> GatewayError {
     GatewayError::Slack(error.to_string())
 }
@@ -624,45 +441,62 @@ impl Streaming {
     }
 }
 
-/// The answer being written.
-#[derive(Debug, Default)]
-struct Writing {
-    text: String,
-    status: String,
+/// What the message shows while the answer is written: the text so far (within one message)
+/// and the status line.
+fn live(writing: &Writing) -> String {
+    let text = mrkdwn::from_markdown(&writing.text);
+    let text = mrkdwn::split(&text, mrkdwn::MESSAGE_LIMIT - 200).into_iter().next().unwrap_or_default();
+    match (text.is_empty(), writing.status.is_empty()) {
+        (true, true) => PLACEHOLDER.into(),
+        (true, false) => format!("_{}…_", writing.status),
+        (false, true) => format!("{text} …"),
+        (false, false) => format!("{text} …\n_{}_", writing.status),
+    }
 }
 
-impl Writing {
-    /// What the message shows while the answer is written: the text so far (within one
-    /// message) and the status line.
-    fn live(&self) -> String {
-        let text = mrkdwn::from_markdown(&self.text);
-        let text = mrkdwn::split(&text, mrkdwn::MESSAGE_LIMIT - 200).into_iter().next().unwrap_or_default();
-        match (text.is_empty(), self.status.is_empty()) {
-            (true, true) => PLACEHOLDER.into(),
-            (true, false) => format!("_{}…_", self.status),
-            (false, true) => format!("{text} …"),
-            (false, false) => format!("{text} …\n_{}_", self.status),
+/// One turn's answer in Slack: in the thread of the message that asked.
+struct Answering<'a> {
+    gateway: &'a Gateway,
+    route: &'a Route,
+    channel: &'a SlackChannelId,
+    thread: Option<&'a SlackTs>,
+}
+
+impl Surface for Answering<'_> {
+    type Answer = Output;
+
+    fn update_every(&self) -> Duration {
+        UPDATE_EVERY
+    }
+
+    async fn open(&self) -> Result<Output, String> {
+        self.gateway.open_answer(self.route, self.channel, self.thread).await.map_err(|error| error.to_string())
+    }
+
+    async fn show(&self, answer: &mut Output, writing: &Writing) -> Result<bool, String> {
+        self.gateway.show(answer, writing, self.channel).await.map_err(|error| error.to_string())
+    }
+
+    async fn close(&self, answer: Output, writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
+        let trouble = trouble.map(|trouble| match trouble {
+            Trouble::TooLong => format!(":hourglass: {}", trouble.sentence()),
+            Trouble::Failed(sentence) => format!(":warning: {sentence}"),
+        });
+        let thread = self.thread.cloned();
+        self.gateway
+            .close_answer(answer, writing, trouble, self.route, self.channel, thread)
+            .await
+            .map_err(|error| error.to_string())
+    }
+
+    async fn approval(&self, event: &v1::orchestrator_event::Event) {
+        self.gateway.approval_event(event, self.channel, self.thread).await;
+    }
+
+    fn accepted(&self) {
+        if let Some(thread) = &self.route.thread_ts {
+            let mut threads = self.gateway.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            threads.answered(&self.route.channel, thread);
         }
-    }
-}
-
-pub(crate) fn agent_name(agent: i32) -> &'static str {
-    match baaaht_proto::role_name(agent) {
-        Some(name @ ("worker" | "researcher" | "coder" | "memory")) => name,
-        _ => "agent",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn streamed_text_is_cut_at_character_boundaries_and_joins_up_exactly() {
-        let text = "ab é  \n".repeat(3);
-        let cut = pieces(&text, 5);
-        assert!(cut.iter().all(|piece| piece.len() <= 5), "{cut:?}");
-        assert_eq!(cut.concat(), text);
-        assert!(pieces("", 5).is_empty());
     }
 }

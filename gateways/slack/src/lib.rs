@@ -6,11 +6,13 @@
 //! [`egress`] (the daemon's tunnel in a container); the daemon asks after [`health`].
 
 pub mod approvals;
-pub mod egress;
 pub mod events_http;
 pub mod files;
 pub mod gateway;
-pub mod health;
 pub mod mrkdwn;
 pub mod route;
 pub mod socket_mode;
+
+/// The gateway kit's: connections out through the daemon's egress, and the health the daemon
+/// asks after.
+pub use baaaht_gateway_kit::{egress, health};

@@ -78,7 +78,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     if cli.check {
         return Ok(());
     }
-    let health = Health::new(std::time::Duration::from_secs(cli.unhealthy_after));
+    let health = Health::new("Slack", std::time::Duration::from_secs(cli.unhealthy_after));
     if let Some(path) = &cli.health_socket {
         baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
     }

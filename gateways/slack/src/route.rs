@@ -3,7 +3,7 @@
 //! message in a channel listed as `always`) or follows up in a thread the bot answers in goes to
 //! the channel's group. Everything else — the bot's own messages, edits, joins — is ignored.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -119,40 +119,6 @@ pub fn route(event: &Value, team: &str, bot: &str, trigger: &Trigger, threads: &
     Some(Route { thread_ts: Some(thread.unwrap_or(ts)), ..base })
 }
 
-/// Event ids seen recently: a delivery seen before (a retry, or the same event after a
-/// reconnect) is not processed again. Ids are kept `ttl` (at least 10 minutes) and at most
-/// `capacity` of them.
-#[derive(Debug)]
-pub struct Seen {
-    ttl: Duration,
-    capacity: usize,
-    ids: HashSet<String>,
-    order: VecDeque<(Instant, String)>,
-}
-
-impl Seen {
-    pub fn new(ttl: Duration, capacity: usize) -> Seen {
-        Seen { ttl, capacity: capacity.max(1), ids: HashSet::new(), order: VecDeque::new() }
-    }
-
-    /// Whether `id` is new at `now` (and remembers it).
-    pub fn first(&mut self, id: &str, now: Instant) -> bool {
-        while let Some((at, old)) = self.order.front() {
-            if now.duration_since(*at) < self.ttl && self.order.len() < self.capacity {
-                break;
-            }
-            self.ids.remove(old);
-            self.order.pop_front();
-        }
-        if self.ids.contains(id) {
-            return false;
-        }
-        self.ids.insert(id.to_string());
-        self.order.push_back((now, id.to_string()));
-        true
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,18 +197,5 @@ mod tests {
         }
         let shared = json!({"type": "message", "subtype": "file_share", "channel": "D1", "user": "U7", "text": "", "ts": "1", "files": [{"id": "F1"}]});
         assert_eq!(routed(shared, &trigger, &threads).expect("a file").files.len(), 1);
-    }
-
-    #[test]
-    fn a_delivery_is_processed_once_within_the_window() {
-        let mut seen = Seen::new(Duration::from_secs(600), 3);
-        let start = Instant::now();
-        assert!(seen.first("Ev1", start));
-        assert!(!seen.first("Ev1", start + Duration::from_secs(599)));
-        assert!(seen.first("Ev1", start + Duration::from_secs(601)), "forgotten after the window");
-        for id in ["Ev2", "Ev3", "Ev4"] {
-            assert!(seen.first(id, start + Duration::from_secs(602)));
-        }
-        assert!(seen.first("Ev1", start + Duration::from_secs(603)), "the oldest goes past the capacity");
     }
 }

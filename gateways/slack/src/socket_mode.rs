@@ -22,12 +22,10 @@ use crate::health::Health;
 
 /// How often the gateway pings Slack; a connection silent for three of these is dead.
 const PING_EVERY: Duration = Duration::from_secs(30);
-/// The longest wait between two attempts to connect.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Keeps a Socket Mode connection open until the process ends.
 pub async fn run(gateway: Arc<Gateway>, app_token: SlackApiToken, egress: Egress, health: Arc<Health>) {
-    let mut delay = Duration::from_secs(1);
+    let mut backoff = baaaht_gateway_kit::backoff::Backoff::default();
     loop {
         let mut greeted = false;
         match connection(&gateway, &app_token, &egress, &health, &mut greeted).await {
@@ -35,13 +33,13 @@ pub async fn run(gateway: Arc<Gateway>, app_token: SlackApiToken, egress: Egress
             Ok(why) if greeted => {
                 tracing::info!(%why, "Socket Mode: reconnecting");
                 health.down(&why);
-                delay = Duration::from_secs(1);
+                backoff.reset();
             }
             Ok(why) | Err(why) => {
-                tracing::warn!(%why, retry_in_ms = delay.as_millis() as u64, "Socket Mode: cannot connect");
+                let wait = backoff.next_wait();
+                tracing::warn!(%why, retry_in_ms = wait.as_millis() as u64, "Socket Mode: cannot connect");
                 health.down(&why);
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(MAX_BACKOFF);
+                tokio::time::sleep(wait).await;
             }
         }
     }

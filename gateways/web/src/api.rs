@@ -584,10 +584,18 @@ pub async fn upload(
     });
     let mut daemon = app.daemon.clone();
     let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
+    let upload = daemon.sessions.upload_file(app.as_user(&user.session, stream));
+    tokio::pin!(upload);
     let stored = tokio::select! {
         biased;
-        Ok((status, sentence)) = failure => return error(status, sentence),
-        stored = daemon.sessions.upload_file(app.as_user(&user.session, stream)) => stored,
+        Ok((status, sentence)) = failure => {
+            // The call is not dropped: dropped, it could reach the daemon as an upload merely
+            // ended, stored cut short. Its ending chunk follows; the daemon's refusal is awaited.
+            // silent-ok: the browser is told below; the daemon's refusal is the expected one.
+            let _ = tokio::time::timeout(UPLOAD_SETTLES, &mut upload).await;
+            return error(status, sentence);
+        }
+        stored = &mut upload => stored,
     };
     match stored {
         Ok(stored) => {
@@ -642,6 +650,9 @@ async fn pump(stream: &mut BodyDataStream, sender: &Sender<v1::UploadChunk>, max
     }
     Pumped::All
 }
+
+/// How long a refused upload's call may take to end at the daemon.
+const UPLOAD_SETTLES: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long the rest of an upload answered early is read (and dropped) for.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(2);

@@ -1,7 +1,8 @@
-//! The gateway's health, as the daemon asks for it (`ContainerHealth` on `--health-socket`): it
-//! is healthy while events can reach it — Socket Mode connected, or the Events API served — and
-//! unhealthy once it has had no Slack connection for `--unhealthy-after`; after three unhealthy
-//! answers in a row the daemon restarts it (DESIGN.md §9.2).
+//! A gateway's health, as the daemon asks for it (`ContainerHealth` on `--health-socket`): it
+//! is healthy while its channel's updates can reach it (a connection open, a poll answered, a
+//! webhook served) and unhealthy once it has had no connection to its service for
+//! `--unhealthy-after`; after three unhealthy answers in a row the daemon restarts it
+//! (DESIGN.md §9.2).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -20,16 +21,18 @@ enum Events {
 /// What the gateway tells the daemon about itself.
 #[derive(Debug)]
 pub struct Health {
+    /// The service, as sentences name it ("Slack", "Telegram").
+    service: String,
     started: Instant,
     unhealthy_after: Duration,
     events: Mutex<Events>,
 }
 
 impl Health {
-    pub fn new(unhealthy_after: Duration) -> Arc<Health> {
+    pub fn new(service: &str, unhealthy_after: Duration) -> Arc<Health> {
         let started = Instant::now();
-        let events = Events::Down { since: started, why: "not connected to Slack yet".into() };
-        Arc::new(Health { started, unhealthy_after, events: Mutex::new(events) })
+        let events = Events::Down { since: started, why: format!("not connected to {service} yet") };
+        Arc::new(Health { service: service.to_string(), started, unhealthy_after, events: Mutex::new(events) })
     }
 
     /// Events reach the gateway.
@@ -52,7 +55,8 @@ impl Health {
             Events::Up => ("healthy", String::new()),
             Events::Down { since, why } if since.elapsed() < self.unhealthy_after => ("degraded", why.clone()),
             Events::Down { since, why } => {
-                ("unhealthy", format!("no connection to Slack for {} s: {why}", since.elapsed().as_secs()))
+                let seconds = since.elapsed().as_secs();
+                ("unhealthy", format!("no connection to {} for {seconds} s: {why}", self.service))
             }
         }
     }
@@ -81,13 +85,13 @@ mod tests {
 
     #[test]
     fn a_lost_connection_is_degraded_then_unhealthy() {
-        let patient = Health::new(Duration::from_secs(3600));
+        let patient = Health::new("Slack", Duration::from_secs(3600));
         assert_eq!(patient.status().0, "degraded");
         patient.up();
         assert_eq!(patient.status(), ("healthy", String::new()));
         patient.down("Slack closed the connection");
         assert_eq!(patient.status(), ("degraded", "Slack closed the connection".into()));
-        let impatient = Health::new(Duration::ZERO);
+        let impatient = Health::new("Slack", Duration::ZERO);
         impatient.up();
         impatient.down("Slack closed the connection");
         impatient.down("apps.connections.open failed");

@@ -1,0 +1,146 @@
+//! The daemon, called for a channel's user: each request names them (their channel identity
+//! and the name they go by), their place (their own conversations, or a shared chat's group,
+//! made by the daemon on first use), and what they may read of a refusal.
+
+use baaaht_proto::client::Client;
+use baaaht_proto::v1;
+
+/// What a channel's user reads of a failure inside baaaht (its detail is in the logs).
+pub const INTERNAL: &str = "Something went wrong on the assistant's side; try again.";
+
+/// The size of each piece of a file sent to the daemon.
+const UPLOAD_CHUNK: usize = 64 * 1024;
+
+/// A channel's user as the daemon is told: their identity in the gateway's namespace
+/// (`slack:T1:U7`, `telegram:bot:42`) and, when known, the name they go by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Person {
+    pub identity: String,
+    pub name: Option<String>,
+}
+
+impl Person {
+    /// `message` on behalf of this person.
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Ok(value) = self.identity.parse() {
+            request.metadata_mut().insert(baaaht_proto::USER_HEADER, value);
+        }
+        // Only what a header carries (visible ASCII and spaces).
+        let name: Option<String> = self
+            .name
+            .as_deref()
+            .map(|name| name.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect());
+        if let Some(Ok(value)) = name.filter(|name| !name.trim().is_empty()).map(|name| name.parse()) {
+            request.metadata_mut().insert(baaaht_proto::USER_NAME_HEADER, value);
+        }
+        request
+    }
+}
+
+/// Where a message belongs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// A direct chat: the person's own conversations.
+    Own,
+    /// A chat with others (a channel, a group, a room): its group's, by the chat's id.
+    Shared { chat: String },
+}
+
+/// What a channel's user may read of the daemon's refusal: its sentence when it is about what
+/// they asked (a budget, a permission, a bad request); a plain one for anything internal, whose
+/// text stays in the log (no host path or internal error reaches a chat).
+pub fn for_users(status: &tonic::Status) -> String {
+    use tonic::Code;
+    match status.code() {
+        Code::PermissionDenied
+        | Code::ResourceExhausted
+        | Code::FailedPrecondition
+        | Code::InvalidArgument
+        | Code::NotFound => status.message().to_string(),
+        Code::Unavailable | Code::DeadlineExceeded => {
+            "The assistant is not reachable right now; try again in a minute.".into()
+        }
+        _ => {
+            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a channel's request");
+            INTERNAL.into()
+        }
+    }
+}
+
+/// The context `person` writes in at `place`: their own, or the shared chat's group.
+pub async fn context_of(daemon: &Client, person: &Person, place: &Place) -> Result<v1::ContextRef, tonic::Status> {
+    let mut daemon = daemon.clone();
+    match place {
+        Place::Shared { chat } => {
+            let request = v1::EnsureChannelGroupRequest { channel: chat.clone(), name: String::new() };
+            let group = daemon.gateways.ensure_channel_group(person.request(request)).await?.into_inner();
+            Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: group.id })
+        }
+        Place::Own => {
+            let me = daemon.gateways.who_am_i(person.request(v1::WhoAmIRequest {})).await?.into_inner();
+            Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: me.id })
+        }
+    }
+}
+
+/// A file a person shared in their channel, fetched by the gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File {
+    pub name: String,
+    pub mime_type: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Stores `file` in the uploads of the session `session_id` (the context's active one when
+/// empty): the session it went to and the attachment that names it in a message.
+pub async fn upload(
+    daemon: &Client,
+    person: &Person,
+    context: &v1::ContextRef,
+    session_id: &str,
+    file: File,
+) -> Result<(String, v1::Attachment), tonic::Status> {
+    let start = v1::UploadStart {
+        context: Some(context.clone()),
+        session_id: session_id.to_string(),
+        filename: file.name,
+        mime_type: file.mime_type,
+        sender_id: person.identity.clone(),
+        size_bytes: file.bytes.len() as u64,
+    };
+    let chunks: Vec<v1::UploadChunk> = std::iter::once(v1::upload_chunk::Part::Start(start))
+        .chain(file.bytes.chunks(UPLOAD_CHUNK).map(|chunk| v1::upload_chunk::Part::Data(chunk.to_vec())))
+        .map(|part| v1::UploadChunk { part: Some(part) })
+        .collect();
+    let mut daemon = daemon.clone();
+    let stored = daemon.sessions.upload_file(person.request(tokio_stream::iter(chunks))).await?.into_inner();
+    let attachment = stored.attachment.ok_or_else(|| tonic::Status::internal("the daemon stored no attachment"))?;
+    tracing::info!(session = %stored.session_id, path = %attachment.path, bytes = attachment.size_bytes, "a shared file is in the session's uploads");
+    Ok((stored.session_id, attachment))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_names_the_person_and_a_name_only_as_a_header_carries_it() {
+        let person = Person { identity: "telegram:bot:42".into(), name: Some("Zoë \u{1b}[2J Smith".into()) };
+        let request = person.request(());
+        let header = |key: &str| request.metadata().get(key).and_then(|value| value.to_str().ok()).map(str::to_string);
+        assert_eq!(header(baaaht_proto::USER_HEADER).as_deref(), Some("telegram:bot:42"));
+        assert_eq!(header(baaaht_proto::USER_NAME_HEADER).as_deref(), Some("Zo [2J Smith"));
+        let nameless = Person { identity: "slack:T1:U7".into(), name: Some("李".into()) }.request(());
+        assert!(nameless.metadata().get(baaaht_proto::USER_NAME_HEADER).is_none());
+    }
+
+    #[test]
+    fn a_refusal_about_the_request_is_told_and_an_internal_one_is_not() {
+        assert_eq!(
+            for_users(&tonic::Status::resource_exhausted("your daily budget is used up")),
+            "your daily budget is used up"
+        );
+        assert_eq!(for_users(&tonic::Status::internal("/var/lib/baaaht/x: disk full")), INTERNAL);
+    }
+}
