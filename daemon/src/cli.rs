@@ -60,8 +60,9 @@ pub enum GatewaysCommand {
     /// `--`, e.g. `baaahtd gateways add slack work --team T0123 -- --keyword baaaht` or
     /// `baaahtd gateways add web home --issuer URL --audience ID -- --public-url https://chat.example.org`
     Add {
-        /// web (users signed in with OpenID Connect) or slack (a Slack workspace's users)
-        #[arg(value_parser = ["web", "slack"])]
+        /// web (users signed in with OpenID Connect), slack (a Slack workspace's users) or
+        /// telegram (people writing to a Telegram bot)
+        #[arg(value_parser = ["web", "slack", "telegram"])]
         kind: String,
         /// Its name: lowercase letters, digits and `-`
         name: String,
@@ -74,6 +75,9 @@ pub enum GatewaysCommand {
         /// slack: the workspace id, e.g. T0123ABCD
         #[arg(long, value_name = "TEAM_ID", required_if_eq("kind", "slack"))]
         team: Option<String>,
+        /// telegram: the bot's id, the digits before the `:` of its token
+        #[arg(long, value_name = "BOT_ID", required_if_eq("kind", "telegram"))]
+        bot: Option<String>,
         /// Who runs it: container (the default: the daemon, in a container with no network of
         /// its own, reaching only its provider or Slack through the daemon; a web gateway's
         /// --listen port is the daemon's), process (the daemon, on the host) or external (you)
@@ -297,7 +301,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
         Ok(mut client) => {
             let status = |status: tonic::Status| Failure::Gateway(status.message().to_string());
             match command {
-                GatewaysCommand::Add { kind, name, issuer, audience, team, mode, args } => {
+                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, mode, args } => {
                     let request = v1::AddGatewayRequest {
                         kind,
                         name,
@@ -306,6 +310,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                         team: team.unwrap_or_default(),
                         mode: mode.unwrap_or_default(),
                         args,
+                        bot: bot.unwrap_or_default(),
                     };
                     let added = client.admin.add_gateway(request).await.map_err(status)?.into_inner();
                     let info = added.gateway.unwrap_or_default();
@@ -332,12 +337,13 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
             let registry = crate::gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())
                 .map_err(DaemonError::from)?;
             match command {
-                GatewaysCommand::Add { kind, name, issuer, audience, team, mode, args } => {
+                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, mode, args } => {
                     let kind = match kind.as_str() {
                         "web" => crate::gateways::GatewayKind::Web {
                             issuer: issuer.unwrap_or_default(),
                             audience: audience.unwrap_or_default(),
                         },
+                        "telegram" => crate::gateways::GatewayKind::Telegram { bot: bot.unwrap_or_default() },
                         _ => crate::gateways::GatewayKind::Slack { team: team.unwrap_or_default() },
                     };
                     let mode = mode

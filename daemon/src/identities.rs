@@ -152,6 +152,7 @@ pub fn is_channel_identity(identity: &str) -> bool {
     match identity.split_once(':') {
         Some(("web", rest)) => rest.split_once('#').is_some_and(|(issuer, sub)| valid(issuer) && valid(sub)),
         Some(("slack", rest)) => rest.split_once(':').is_some_and(|(team, user)| valid(team) && valid(user)),
+        Some(("telegram", rest)) => rest.split_once(':').is_some_and(|(bot, user)| valid(bot) && valid(user)),
         _ => false,
     }
 }
@@ -451,6 +452,16 @@ mod tests {
 
     fn open(temp: &tempfile::TempDir) -> Identities {
         Identities::open(temp.path(), temp.path().join("users")).expect("open")
+    }
+
+    #[test]
+    fn channel_identities_have_their_channels_shapes() {
+        for good in ["web:https://id#alice", "slack:T1:U7", "telegram:123456789:42"] {
+            assert!(is_channel_identity(good), "{good}");
+        }
+        for bad in ["telegram:123456789", "telegram::42", "telegram:1:", "signal:+4412", "slack:T1", "u-alice"] {
+            assert!(!is_channel_identity(bad), "{bad}");
+        }
     }
 
     #[test]

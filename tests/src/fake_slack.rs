@@ -275,8 +275,8 @@ fn respond(status: u16, body: Value) -> Response {
         .unwrap_or_default()
 }
 
-/// `a=b&c=d` with `+` and `%XX` decoded.
-fn form(text: &str) -> Value {
+/// `a=b&c=d` with `+` and `%XX` decoded (a form body or a query string), each field a string.
+pub(crate) fn form(text: &str) -> Value {
     let decode = |part: &str| {
         let bytes = part.replace('+', " ").into_bytes();
         let mut out = Vec::with_capacity(bytes.len());

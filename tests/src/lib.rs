@@ -4,6 +4,7 @@
 
 pub mod fake_provider;
 pub mod fake_slack;
+pub mod fake_telegram;
 pub mod gateway;
 pub mod oidc;
 pub mod scenario;

@@ -29,6 +29,12 @@ pub fn hosts_of(record: &GatewayRecord) -> Vec<String> {
             hosts.extend(record.arg("--api-url").and_then(host_port));
             hosts
         }
+        GatewayKind::Telegram { .. } => {
+            let mut hosts = vec!["api.telegram.org:443".to_string()];
+            // The Bot API the registrant named (a local Bot API server, or a test's).
+            hosts.extend(record.arg("--api-url").and_then(host_port));
+            hosts
+        }
         // The provider's (its other endpoints' hosts are added from its discovery document).
         GatewayKind::Web { issuer, .. } => host_port(issuer).into_iter().collect(),
     }
@@ -88,6 +94,19 @@ mod tests {
         assert!(!allowed("evilslack.com", 443));
         assert!(!allowed("slack.com.evil.example", 443));
         assert_eq!(hosts_of(&record(&[])), ["slack.com:443", "*.slack.com:443"]);
+    }
+
+    #[test]
+    fn a_telegram_gateway_reaches_the_bot_api_and_its_api_host_only() {
+        let mut telegram = record(&["--api-url", "http://127.0.0.1:4100"]);
+        telegram.kind = GatewayKind::Telegram { bot: "123".into() };
+        let hosts = hosts_of(&telegram);
+        assert_eq!(hosts, ["api.telegram.org:443", "127.0.0.1:4100"]);
+        let allowed = |host: &str, port| crate::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
+        assert!(allowed("api.telegram.org", 443) && allowed("127.0.0.1", 4100));
+        assert!(
+            !allowed("telegram.org", 443) && !allowed("evil.api.telegram.org", 443) && !allowed("api.telegram.org", 80)
+        );
     }
 
     #[tokio::test]

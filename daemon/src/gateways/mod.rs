@@ -58,6 +58,8 @@ pub enum GatewayKind {
     Web { issuer: String, audience: String },
     /// Users of one Slack workspace.
     Slack { team: String },
+    /// People writing to one Telegram bot.
+    Telegram { bot: String },
 }
 
 impl GatewayKind {
@@ -66,6 +68,7 @@ impl GatewayKind {
         match self {
             GatewayKind::Web { .. } => "baaaht-web",
             GatewayKind::Slack { .. } => "baaaht-slack",
+            GatewayKind::Telegram { .. } => "baaaht-telegram",
         }
     }
 
@@ -73,6 +76,7 @@ impl GatewayKind {
         match self {
             GatewayKind::Web { .. } => "web",
             GatewayKind::Slack { .. } => "slack",
+            GatewayKind::Telegram { .. } => "telegram",
         }
     }
 
@@ -81,6 +85,7 @@ impl GatewayKind {
         match self {
             GatewayKind::Web { issuer, .. } => format!("web:{issuer}#"),
             GatewayKind::Slack { team } => format!("slack:{team}:"),
+            GatewayKind::Telegram { bot } => format!("telegram:{bot}:"),
         }
     }
 }
@@ -248,6 +253,13 @@ impl Registry {
                     )));
                 }
             }
+            GatewayKind::Telegram { bot } => {
+                if bot.is_empty() || bot.len() > 20 || !bot.chars().all(|c| c.is_ascii_digit()) {
+                    return Err(GatewayError::Invalid(format!(
+                        "--bot `{bot}` must be the bot's id: the digits before the `:` of the token BotFather gave"
+                    )));
+                }
+            }
         }
         let mut file = self.file();
         if file.gateways.iter().any(|record| record.name == name) {
@@ -403,6 +415,18 @@ mod tests {
             .expect("slack");
         assert!(slack.may_name("slack:T0123:U0456"));
         assert!(!slack.may_name("slack:T9999:U0456"));
+        let (telegram, _) = registry
+            .add("family", GatewayKind::Telegram { bot: "123456789".into() }, RunMode::External, vec![])
+            .expect("telegram");
+        assert!(telegram.may_name("telegram:123456789:42"));
+        assert!(!telegram.may_name("telegram:987654321:42") && !telegram.may_name("slack:T0123:U0456"));
+        for bad in ["", "12ab", "123456789:AAtoken"] {
+            let refused = registry.add("tg", GatewayKind::Telegram { bot: bad.into() }, RunMode::External, vec![]);
+            assert!(
+                matches!(&refused, Err(GatewayError::Invalid(why)) if why.contains("the bot's id")),
+                "{bad}: {refused:?}"
+            );
+        }
         assert!(matches!(
             registry.add("acme", GatewayKind::Slack { team: "T1".into() }, RunMode::External, vec![]),
             Err(GatewayError::Exists(_))
@@ -412,7 +436,7 @@ mod tests {
             Err(GatewayError::BadName(_))
         ));
         let reopened = Registry::open(temp.path(), temp.path().join("gateways")).expect("reopen");
-        assert_eq!(reopened.list().len(), 2);
+        assert_eq!(reopened.list().len(), 3);
         reopened.remove("acme").expect("rm");
         assert!(reopened.get("acme").is_none());
     }

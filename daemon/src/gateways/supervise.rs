@@ -51,7 +51,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn kind_args(kind: &GatewayKind, state: &Path) -> Vec<std::ffi::OsString> {
     match kind {
         GatewayKind::Web { .. } => vec!["--state-dir".into(), state.as_os_str().to_owned()],
-        GatewayKind::Slack { .. } => vec![],
+        GatewayKind::Slack { .. } | GatewayKind::Telegram { .. } => vec![],
     }
 }
 

@@ -65,6 +65,7 @@ pub(crate) fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
         Some("cli") => v1::ChannelType::Cli,
         Some("web") => v1::ChannelType::Web,
         Some("slack") => v1::ChannelType::Slack,
+        Some("telegram") => v1::ChannelType::Telegram,
         _ => v1::ChannelType::Unspecified,
     }
 }

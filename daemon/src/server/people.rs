@@ -198,6 +198,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
             GatewayKind::Slack { .. } => {
                 ("the Slack gateway", &[("app_token", true), ("bot_token", true), ("signing_secret", false)])
             }
+            GatewayKind::Telegram { .. } => ("the Telegram gateway", &[("bot_token", true)]),
             GatewayKind::Web { issuer, audience } => {
                 secrets.insert("issuer".to_string(), issuer.clone());
                 secrets.insert("client_id".to_string(), audience.clone());
@@ -239,20 +240,33 @@ impl v1::gateways_server::Gateways for GatewaysService {
             .gateways
             .get(&call.gateway)
             .ok_or_else(|| Status::permission_denied("this gateway is no longer registered"))?;
-        let GatewayKind::Slack { team } = &record.kind else {
-            return Err(Status::permission_denied(
-                "only a Slack gateway makes groups for its channels; a web gateway's rooms are made by an admin",
-            ));
-        };
         let message = request.into_inner();
         let channel = message.channel.trim();
-        if channel.is_empty() || !channel.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(Status::invalid_argument(format!(
-                "channel `{}` is not a Slack channel id",
-                channel.escape_debug()
-            )));
-        }
-        let id = format!("slack-{team}-{channel}");
+        let id = match &record.kind {
+            GatewayKind::Slack { team } => {
+                if channel.is_empty() || !channel.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    return Err(Status::invalid_argument(format!(
+                        "channel `{}` is not a Slack channel id",
+                        channel.escape_debug()
+                    )));
+                }
+                format!("slack-{team}-{channel}")
+            }
+            GatewayKind::Telegram { bot } => {
+                // A group's chat id is negative: `-100…` for a supergroup.
+                let digits = channel.strip_prefix('-').unwrap_or(channel);
+                if digits.is_empty() || digits.len() > 20 || !digits.chars().all(|c| c.is_ascii_digit()) {
+                    return Err(Status::invalid_argument(format!(
+                        "chat `{}` is not a Telegram chat id",
+                        channel.escape_debug()
+                    )));
+                }
+                format!("telegram-{bot}-{}", channel.replace('-', "n"))
+            }
+            GatewayKind::Web { .. } => {
+                return Err(Status::permission_denied("a web gateway's rooms are made by an admin, not for a channel"))
+            }
+        };
         let group = self.shared.groups.ensure(&id, &message.name, &user.id, &format!("gateway:{}", call.gateway))?;
         Ok(Response::new(group_info(id, group)))
     }
@@ -465,7 +479,10 @@ impl v1::admin_server::Admin for AdminService {
         let kind = match message.kind.as_str() {
             "web" => GatewayKind::Web { issuer: message.issuer, audience: message.audience },
             "slack" => GatewayKind::Slack { team: message.team },
-            other => return Err(Status::invalid_argument(format!("kind `{other}`: a gateway is web or slack"))),
+            "telegram" => GatewayKind::Telegram { bot: message.bot },
+            other => {
+                return Err(Status::invalid_argument(format!("kind `{other}`: a gateway is web, slack or telegram")))
+            }
         };
         let mode = match message.mode.as_str() {
             "" => crate::gateways::RunMode::UNNAMED,

@@ -1,13 +1,15 @@
 //! What every chat gateway of baaaht repeats, in one place (DESIGN.md §10.4): the daemon
 //! called as the channel's user ([`daemon`]), the health the daemon asks after ([`health`]),
 //! connections out through the daemon's egress ([`egress`]), redelivered updates dropped
-//! ([`seen`]), reconnects that wait longer each time ([`backoff`]), text made safe for a
+//! ([`seen`]), reconnects that wait longer each time ([`backoff`]), the options a supervised gateway takes
+//! ([`cli`]), text made safe for a
 //! channel ([`text`]), and a turn: the message sent, its answer streamed as edits of one
 //! message within the channel's rate, a status line while agents work, approval requests
 //! handed to the channel ([`turn`]). A gateway supplies what its channel does differently
 //! (a [`turn::Surface`]: how an answer is opened, shown and closed) and its own way in.
 
 pub mod backoff;
+pub mod cli;
 pub mod daemon;
 pub mod egress;
 pub mod health;

@@ -1,10 +1,9 @@
 //! `baaaht-slack`: the Slack gateway process.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
+use baaaht_gateway_kit::cli::Supervised;
 use baaaht_proto::client;
-use baaaht_slack::egress::Egress;
 use baaaht_slack::gateway::Gateway;
 use baaaht_slack::health::Health;
 use baaaht_slack::route::Trigger;
@@ -16,13 +15,8 @@ use slack_morphism::signature_verifier::SlackEventSignatureVerifier;
 #[derive(Debug, Parser)]
 #[command(name = "baaaht-slack", version, about = "baaaht's Slack gateway (Socket Mode or the Events API)")]
 struct Cli {
-    /// The gateway's socket (data/gateways/{name}/daemon.sock)
-    #[arg(long, env = "BAAAHT_GATEWAY_SOCKET", value_name = "PATH")]
-    socket: PathBuf,
-    /// A file holding the gateway's token (printed once by `baaahtd gateways add`); else
-    /// $BAAAHT_GATEWAY_TOKEN
-    #[arg(long, value_name = "PATH")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    supervised: Supervised,
     /// Slack's Web API
     #[arg(long, env = "BAAAHT_SLACK_API_URL", default_value = "https://slack.com/api")]
     api_url: String,
@@ -43,23 +37,9 @@ struct Cli {
     /// Where the Events API is served (with --events http)
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3000")]
     listen: std::net::SocketAddr,
-    /// Serve the gateway's health (ContainerHealth) on this Unix socket, for the daemon that
-    /// supervises it
-    #[arg(long, value_name = "PATH")]
-    health_socket: Option<PathBuf>,
     /// Seconds without a connection to Slack before the gateway calls itself unhealthy
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     unhealthy_after: u64,
-    /// Reach Slack through the daemon's egress socket (CONNECT host:port) instead of directly:
-    /// how the gateway runs in its container, which has no network
-    #[arg(long, value_name = "PATH")]
-    egress_socket: Option<PathBuf>,
-    /// Stop when this process is no longer the parent (a host child of a daemon that died)
-    #[arg(long, value_name = "PID")]
-    parent: Option<u32>,
-    /// Only check these arguments and exit (0: usable)
-    #[arg(long)]
-    check: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -75,18 +55,16 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
-    if cli.check {
+    let supervised = cli.supervised.clone();
+    if supervised.check {
         return Ok(());
     }
     let health = Health::new("Slack", std::time::Duration::from_secs(cli.unhealthy_after));
-    if let Some(path) = &cli.health_socket {
+    if let Some(path) = &supervised.health_socket {
         baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
     }
-    let egress = match &cli.egress_socket {
-        Some(path) => Egress::Tunnel(Arc::new(path.clone())),
-        None => Egress::Direct,
-    };
-    let daemon = client::connect_gateway(&cli.socket, cli.token_file.as_deref()).await?;
+    let egress = supervised.egress();
+    let daemon = client::connect_gateway(&supervised.socket, supervised.token_file.as_deref()).await?;
     let trigger = Trigger { keywords: cli.keywords, always: cli.always };
     let (gateway, listening) = Gateway::new(daemon, &cli.api_url, egress.clone(), trigger, cli.max_file_bytes)
         .await
@@ -113,7 +91,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     };
     tracing::info!("listening to Slack");
-    let why = baaaht_proto::lifecycle::stop_requested(cli.parent).await;
+    let why = baaaht_proto::lifecycle::stop_requested(supervised.parent).await;
     tracing::info!(why, "stopping");
     events.abort();
     Ok(())

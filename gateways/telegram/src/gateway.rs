@@ -1,0 +1,366 @@
+//! The gateway: updates by long polling in, the daemon's turns out, each answer one message
+//! (a reply to the one that asked) edited as it is written — at most once a second per chat,
+//! within Telegram's limits — then cut into more messages past Telegram's 4096 characters.
+//! An update seen before (the same `update_id` after a restart or a lost answer) is dropped.
+//! Approval requests are messages with inline buttons; a press is answered as the person who
+//! pressed it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_gateway_kit::backoff::Backoff;
+use baaaht_gateway_kit::daemon::{for_users, File, Person, Place};
+use baaaht_gateway_kit::health::Health;
+use baaaht_gateway_kit::seen::Seen;
+use baaaht_gateway_kit::text::clean;
+use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing};
+use baaaht_proto::client::Client;
+use baaaht_proto::v1;
+use serde_json::{json, Value};
+
+use crate::api::Api;
+use crate::route::{route, Bot, Press, Route, Update};
+
+/// How often the answer being written is edited.
+const UPDATE_EVERY: Duration = Duration::from_millis(1000);
+/// What a message shows before the answer's first words.
+const PLACEHOLDER: &str = "…";
+/// The most characters of one message (Telegram takes 4096).
+const MESSAGE_LIMIT: usize = 4000;
+/// How long a long poll waits at Telegram.
+const POLL_WAIT: Duration = Duration::from_secs(25);
+/// The buttons' data start with this; then the decision and the request's id.
+const ACTION: &str = "a:";
+const ANSWERS: &[(&str, &str)] =
+    &[("once", "Allow once"), ("session", "For this conversation"), ("always", "Always"), ("deny", "Deny")];
+
+/// What the gateway knows for its whole life.
+pub struct Gateway {
+    pub daemon: Client,
+    pub api: Api,
+    pub bot: Bot,
+    /// The largest file taken from a chat.
+    pub max_file_bytes: u64,
+    seen: Mutex<Seen>,
+    /// Approval requests posted, by id: where their message is, and until when it is kept.
+    asked: Mutex<HashMap<String, (i64, i64, Instant)>>,
+}
+
+impl Gateway {
+    /// Asks Telegram who the bot is.
+    pub async fn new(daemon: Client, api: Api, max_file_bytes: u64) -> Result<Gateway, String> {
+        let me =
+            api.call("getMe", &json!({})).await.map_err(|error| format!("getMe with the bot token failed: {error}"))?;
+        let bot = Bot {
+            id: me["id"].as_i64().ok_or("getMe answered no id")?,
+            username: me["username"].as_str().unwrap_or_default().to_string(),
+        };
+        tracing::info!(bot = bot.id, username = %bot.username, "signed in to Telegram");
+        Ok(Gateway {
+            daemon,
+            api,
+            bot,
+            max_file_bytes,
+            seen: Mutex::new(Seen::new(Duration::from_secs(24 * 3600), 10_000)),
+            asked: Mutex::default(),
+        })
+    }
+
+    fn person(&self, user: i64, name: &str) -> Person {
+        Person { identity: format!("telegram:{}:{user}", self.bot.id), name: Some(name.to_string()) }
+    }
+
+    /// Polls for updates until the process ends, answering each (a message's turn runs on its
+    /// own task; the next poll does not wait for it).
+    pub async fn run(self: Arc<Self>, health: Arc<Health>) {
+        let mut offset: i64 = 0;
+        let mut backoff = Backoff::default();
+        loop {
+            let params = json!({"offset": offset, "timeout": POLL_WAIT.as_secs(),
+                "allowed_updates": ["message", "callback_query"]});
+            let updates = match self.api.call_waiting("getUpdates", &params, POLL_WAIT).await {
+                Ok(updates) => {
+                    health.up();
+                    backoff.reset();
+                    updates
+                }
+                Err(error) => {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "getUpdates failed");
+                    health.down(&error.to_string());
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            };
+            for update in updates.as_array().into_iter().flatten() {
+                let Some(id) = update["update_id"].as_i64() else { continue };
+                offset = offset.max(id + 1);
+                if !self.seen.lock().unwrap_or_else(PoisonError::into_inner).first(&id.to_string(), Instant::now()) {
+                    tracing::info!(update = id, "an update seen before is dropped");
+                    continue;
+                }
+                match route(update, &self.bot) {
+                    Some(Update::Message(route)) => {
+                        let gateway = self.clone();
+                        tokio::spawn(async move { gateway.answer(route).await });
+                    }
+                    Some(Update::Press(press)) => {
+                        let gateway = self.clone();
+                        tokio::spawn(async move { gateway.pressed(press).await });
+                    }
+                    None => tracing::debug!(update = id, "not for the bot"),
+                }
+            }
+        }
+    }
+
+    /// Answers `route`: the turn in its context, the answer a reply to its message.
+    pub async fn answer(&self, route: Route) {
+        // "typing…" while the turn starts (Telegram shows it for five seconds).
+        let typing = json!({"chat_id": route.chat, "action": "typing"});
+        if let Err(error) = self.api.call("sendChatAction", &typing).await {
+            tracing::debug!(%error, "sendChatAction failed");
+        }
+        let ran = match self.message_of(&route).await {
+            Ok(message) => turn::run(&self.daemon, message, &Answering { gateway: self, route: &route }).await,
+            Err(sentence) => Err(TurnError::Daemon(sentence)),
+        };
+        if let Err(error) = ran {
+            tracing::warn!(chat = route.chat, %error, "a turn from Telegram failed");
+            let text = match error {
+                TurnError::Daemon(sentence) => format!("⚠️ {sentence}"),
+                TurnError::Channel(_) => "⚠️ Telegram did not take the answer; try again.".into(),
+            };
+            if let Err(error) = self.api.send(route.chat, &text, Some(route.message), None).await {
+                tracing::warn!(%error, "cannot tell the Telegram user what went wrong");
+            }
+        }
+    }
+
+    /// The turn's message: who wrote it, where, and the files they shared (fetched from
+    /// Telegram); a sentence for them when a file cannot be fetched.
+    async fn message_of(&self, route: &Route) -> Result<turn::Message, String> {
+        let mut files = vec![];
+        for shared in &route.files {
+            if shared.size > self.max_file_bytes {
+                return Err(format!(
+                    "{} is larger than the {} this gateway takes.",
+                    clean(&shared.name),
+                    baaaht_proto::human_size(self.max_file_bytes)
+                ));
+            }
+            let found = self
+                .api
+                .call("getFile", &json!({"file_id": shared.file_id}))
+                .await
+                .map_err(|error| format!("Telegram did not give the file: {error}"))?;
+            let path = found["file_path"].as_str().ok_or("Telegram gave no path for the file; try again.")?;
+            let bytes = self.api.download(path, self.max_file_bytes).await?;
+            files.push(File { name: shared.name.clone(), mime_type: shared.mime_type.clone(), bytes });
+        }
+        Ok(turn::Message {
+            person: self.person(route.user, &route.name),
+            place: if route.group { Place::Shared { chat: route.chat.to_string() } } else { Place::Own },
+            text: route.text.clone(),
+            files,
+            channel: v1::ChannelType::Telegram,
+        })
+    }
+
+    /// A press of an approval's button, answered as the person who pressed it.
+    async fn pressed(&self, press: Press) {
+        let mut told = String::new();
+        if let Some((decision, id)) = press.data.strip_prefix(ACTION).and_then(|rest| rest.split_once(':')) {
+            let answer = v1::ApprovalAnswer { id: id.to_string(), decision: decision.to_string() };
+            let mut daemon = self.daemon.clone();
+            if let Err(status) =
+                daemon.sessions.answer_approval(self.person(press.user, &press.name).request(answer)).await
+            {
+                tracing::info!(approval = %id, message = %status.message(), "an approval's answer was refused");
+                told = for_users(&status);
+            }
+        }
+        let mut params = json!({"callback_query_id": press.id});
+        if !told.is_empty() {
+            params["text"] = json!(told.chars().take(190).collect::<String>());
+            params["show_alert"] = json!(true);
+        }
+        if let Err(error) = self.api.call("answerCallbackQuery", &params).await {
+            tracing::warn!(%error, "answerCallbackQuery failed");
+        }
+    }
+
+    /// Shows an approval request (a message with its buttons) or its answer (the message
+    /// edited, without buttons).
+    async fn approval_event(&self, event: &v1::orchestrator_event::Event, chat: i64) {
+        use v1::orchestrator_event::Event;
+        match event {
+            Event::Approval(request) => {
+                {
+                    let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+                    asked.retain(|_, (.., until)| *until > Instant::now());
+                    if asked.contains_key(&request.id) || asked.len() >= 256 {
+                        return;
+                    }
+                }
+                let command: String = request.asked_by.lines().next().unwrap_or_default().chars().take(120).collect();
+                let asked_by =
+                    if command.is_empty() { String::new() } else { format!(" for “{}”", clean(&command)) };
+                let text = format!(
+                    "The {}'s tools want to reach {}:{}{asked_by}. Denied in {} s without an answer.",
+                    agent_name(request.agent),
+                    clean(&request.host),
+                    request.port,
+                    request.expires_in_seconds
+                );
+                let buttons: Vec<Value> = ANSWERS
+                    .iter()
+                    .map(|(decision, label)| json!({"text": label, "callback_data": format!("{ACTION}{decision}:{}", request.id)}))
+                    .collect();
+                let keyboard = json!({"inline_keyboard": [buttons[..2].to_vec(), buttons[2..].to_vec()]});
+                match self.api.send(chat, &text, None, Some(keyboard)).await {
+                    Ok(message) => {
+                        let until = Instant::now() + Duration::from_secs(u64::from(request.expires_in_seconds) + 60);
+                        self.asked
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert(request.id.clone(), (chat, message, until));
+                    }
+                    Err(error) => tracing::warn!(%error, "an approval request could not be posted"),
+                }
+            }
+            Event::ApprovalSettled(settled) => {
+                let posted = self.asked.lock().unwrap_or_else(PoisonError::into_inner).remove(&settled.id);
+                let Some((chat, message, _)) = posted else { return };
+                let what = match settled.decision.as_str() {
+                    "once" => "Allowed once",
+                    "session" => "Allowed for this conversation",
+                    "always" => "Allowed always (a rule)",
+                    "deny" => "Denied",
+                    other => other,
+                };
+                let by = if settled.by == "nobody" {
+                    "nobody answered in time".to_string()
+                } else {
+                    format!("by {}", settled.by)
+                };
+                if let Err(error) = self.api.edit(chat, message, &format!("{what}, {by}."), None).await {
+                    tracing::warn!(%error, "an approval's answer could not be shown");
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The answer's message: its id and what it shows.
+pub struct Shown {
+    message: i64,
+    text: String,
+}
+
+/// One turn's answer in Telegram: a reply to the message that asked.
+struct Answering<'a> {
+    gateway: &'a Gateway,
+    route: &'a Route,
+}
+
+/// What the message shows while the answer is written: the text so far (within one message)
+/// and the status line.
+fn live(writing: &Writing) -> String {
+    let text: String = clean(&writing.text).chars().take(MESSAGE_LIMIT - 200).collect();
+    match (text.trim().is_empty(), writing.status.is_empty()) {
+        (true, true) => PLACEHOLDER.into(),
+        (true, false) => format!("{}…", writing.status),
+        (false, true) => format!("{text} …"),
+        (false, false) => format!("{text} …\n\n({})", writing.status),
+    }
+}
+
+/// `text` in messages of at most [`MESSAGE_LIMIT`] characters, cut at a line where one is near.
+fn messages(text: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut rest: Vec<char> = text.chars().collect();
+    while rest.len() > MESSAGE_LIMIT {
+        let window: String = rest[..MESSAGE_LIMIT].iter().collect();
+        let cut = window.rfind('\n').filter(|at| *at > MESSAGE_LIMIT / 2).map(|at| window[..at].chars().count() + 1);
+        let cut = cut.unwrap_or(MESSAGE_LIMIT);
+        out.push(rest[..cut].iter().collect());
+        rest.drain(..cut);
+    }
+    out.push(rest.into_iter().collect());
+    out
+}
+
+impl Surface for Answering<'_> {
+    type Answer = Shown;
+
+    fn update_every(&self) -> Duration {
+        UPDATE_EVERY
+    }
+
+    async fn open(&self) -> Result<Shown, String> {
+        let api = &self.gateway.api;
+        let message =
+            api.send(self.route.chat, PLACEHOLDER, Some(self.route.message), None).await.map_err(|e| e.to_string())?;
+        Ok(Shown { message, text: PLACEHOLDER.into() })
+    }
+
+    async fn show(&self, answer: &mut Shown, writing: &Writing) -> Result<bool, String> {
+        let live = live(writing);
+        if live == answer.text {
+            return Ok(false);
+        }
+        self.gateway.api.edit(self.route.chat, answer.message, &live, None).await.map_err(|e| e.to_string())?;
+        answer.text = live;
+        Ok(true)
+    }
+
+    async fn close(&self, answer: Shown, writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
+        let text = clean(&writing.text).to_string();
+        let whole = match trouble {
+            None if text.trim().is_empty() => "(no answer)".to_string(),
+            None => text,
+            Some(trouble) if text.trim().is_empty() => format!("⚠️ {}", trouble.sentence()),
+            Some(trouble) => format!("{text}\n\n⚠️ {}", trouble.sentence()),
+        };
+        let api = &self.gateway.api;
+        let mut parts = messages(&whole).into_iter();
+        let first = parts.next().unwrap_or_default();
+        api.edit(self.route.chat, answer.message, &first, None).await.map_err(|e| e.to_string())?;
+        let mut after = answer.message;
+        for part in parts {
+            after = api.send(self.route.chat, &part, Some(after), None).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    async fn approval(&self, event: &v1::orchestrator_event::Event) {
+        self.gateway.approval_event(event, self.route.chat).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_answer_is_cut_into_messages_at_lines_and_a_live_one_shows_its_status() {
+        let line = "x".repeat(99);
+        let text = format!("{line}\n").repeat(90);
+        let parts = messages(&text);
+        assert_eq!(parts.len(), 3);
+        assert!(
+            parts.iter().all(|part| part.chars().count() <= MESSAGE_LIMIT),
+            "{:?}",
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>()
+        );
+        assert!(parts[0].ends_with('\n'), "cut after a line");
+        assert_eq!(parts.concat(), text);
+        assert_eq!(messages("short"), ["short"]);
+        let writing = Writing { text: "Hello \u{1b}[2J".into(), status: "worker started".into() };
+        assert_eq!(live(&writing), "Hello ^[[2J …\n\n(worker started)");
+        assert_eq!(live(&Writing::default()), PLACEHOLDER);
+    }
+}

@@ -1,0 +1,67 @@
+//! `baaaht-telegram`: the Telegram gateway process.
+
+use std::sync::Arc;
+
+use baaaht_gateway_kit::cli::Supervised;
+use baaaht_gateway_kit::health::Health;
+use baaaht_proto::client;
+use baaaht_telegram::api::Api;
+use baaaht_telegram::gateway::Gateway;
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "baaaht-telegram", version, about = "baaaht's Telegram gateway (the Bot API by long polling)")]
+struct Cli {
+    #[command(flatten)]
+    supervised: Supervised,
+    /// The Bot API
+    #[arg(long, env = "BAAAHT_TELEGRAM_API_URL", default_value = "https://api.telegram.org")]
+    api_url: String,
+    /// The largest file from a chat that is taken, in bytes (Telegram gives bots at most 20 MB;
+    /// the daemon's sessions.max_upload_bytes holds as well)
+    #[arg(long, value_name = "BYTES", default_value_t = 20 * 1024 * 1024)]
+    max_file_bytes: u64,
+    /// Seconds without an answer from Telegram before the gateway calls itself unhealthy
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    unhealthy_after: u64,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    baaaht_proto::lifecycle::log_to_stderr();
+    baaaht_proto::lifecycle::exit("baaaht-telegram", run(Cli::parse()).await)
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let supervised = &cli.supervised;
+    let egress = supervised.egress();
+    if supervised.check {
+        return Api::new(&cli.api_url, "", egress).map(drop);
+    }
+    let health = Health::new("Telegram", std::time::Duration::from_secs(cli.unhealthy_after));
+    if let Some(path) = &supervised.health_socket {
+        baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
+    }
+    let mut daemon = client::connect_gateway(&supervised.socket, supervised.token_file.as_deref()).await?;
+    let secrets = daemon
+        .gateways
+        .get_gateway_secrets(baaaht_proto::v1::GatewaySecretsRequest {})
+        .await
+        .map_err(|status| format!("the daemon gave no bot token: {}", status.message()))?
+        .into_inner()
+        .secrets;
+    let token = secrets.get("bot_token").cloned().unwrap_or_default();
+    if token.is_empty() {
+        return Err(
+            "no bot token: store TELEGRAM_BOT_TOKEN_{NAME} with `baaahtd secrets set` (BotFather gives it)".into()
+        );
+    }
+    let api = Api::new(&cli.api_url, &token, egress)?;
+    let gateway = Arc::new(Gateway::new(daemon, api, cli.max_file_bytes).await?);
+    let polling = tokio::spawn(gateway.run(health));
+    tracing::info!("listening to Telegram");
+    let why = baaaht_proto::lifecycle::stop_requested(supervised.parent).await;
+    tracing::info!(why, "stopping");
+    polling.abort();
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! The Telegram gateway (`baaaht-telegram`, the real binary) against a fake Bot API and the
+//! real daemon. The fake's wire format is proved first: python-telegram-bot 22.8 (PyPI), the
+//! most used Telegram library, talks to it — getMe, getUpdates, sendMessage with a reply and an
+//! inline keyboard, editMessageText, getFile and a download, and a 429 it reports as RetryAfter.
+
+use std::time::Duration;
+
+use baaaht_proto::v1;
+use baaaht_tests::fake_provider::{anthropic_answer, images_since, Answer, Asked, Responder};
+use baaaht_tests::fake_telegram::{gateway_for, telegram_options, FakeTelegram, BOT_ID, BOT_USERNAME, TOKEN};
+use baaaht_tests::scenario::{self, last_user_text};
+use serde_json::json;
+
+/// Drives the fake with python-telegram-bot; prints one line per step.
+const PTB_CLIENT: &str = r#"
+import asyncio, sys
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
+from telegram.error import RetryAfter
+from telegram.request import HTTPXRequest
+
+async def main(base, token):
+    bot = Bot(token, base_url=f"{base}/bot", base_file_url=f"{base}/file/bot", request=HTTPXRequest(proxy=None))
+    async with bot:
+        me = await bot.get_me()
+        print("ME", me.id, me.username, me.is_bot)
+        updates = await bot.get_updates(timeout=1)
+        print("UPDATES", " ".join(f"{u.update_id}:{u.message.chat.type}:{u.message.from_user.first_name}:{u.message.text}" for u in updates))
+        try:
+            await bot.send_message(42, "too fast")
+        except RetryAfter as limited:
+            wait = limited.retry_after
+            print("RETRY_AFTER", int(wait.total_seconds()) if hasattr(wait, "total_seconds") else wait)
+        keyboard = InlineKeyboardMarkup([[InlineKeyboardButton("Allow once", callback_data="a:once:a-1")]])
+        sent = await bot.send_message(42, "hello", reply_parameters=ReplyParameters(updates[0].message.message_id), reply_markup=keyboard)
+        print("SENT", sent.message_id, sent.chat.id, sent.text, sent.reply_markup.inline_keyboard[0][0].callback_data)
+        edited = await bot.edit_message_text("hello again", chat_id=42, message_id=sent.message_id)
+        print("EDITED", edited.message_id, edited.text)
+        later = await bot.get_updates(offset=updates[-1].update_id + 1, timeout=1)
+        print("CONFIRMED", len(later))
+        f = await bot.get_file("photo-1")
+        data = await f.download_as_bytearray()
+        print("FILE", f.file_path, len(data))
+        print("DONE")
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"#;
+
+#[test]
+fn the_fake_bot_api_speaks_the_wire_format_of_python_telegram_bot() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    let update = fake.message(42, "private", 42, "Ada", "hi bot");
+    let first = fake.push(update);
+    fake.add_file("photo-1", "photos/file_1.jpg", vec![7; 1234]);
+    fake.rate_limit_once("sendMessage", 1);
+    let ptb = std::thread::spawn({
+        let base = fake.api_url();
+        move || {
+            std::process::Command::new("python3")
+                .args(["-c", PTB_CLIENT, &base, TOKEN])
+                .env_remove("HTTPS_PROXY")
+                .env_remove("HTTP_PROXY")
+                .env_remove("https_proxy")
+                .env_remove("http_proxy")
+                .output()
+                .expect("python3 with python-telegram-bot (scripts/test installs it)")
+        }
+    });
+    let output = ptb.join().expect("python");
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{printed}{}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines[0], format!("ME {BOT_ID} {BOT_USERNAME} True"));
+    assert_eq!(lines[1], format!("UPDATES {first}:private:Ada:hi bot"));
+    assert_eq!(lines[2], "RETRY_AFTER 1", "{printed}");
+    assert!(lines[3].starts_with("SENT ") && lines[3].ends_with(" 42 hello a:once:a-1"), "{printed}");
+    assert!(lines[4].starts_with("EDITED ") && lines[4].ends_with(" hello again"), "{printed}");
+    assert_eq!(lines[5], "CONFIRMED 0", "{printed}");
+    // The library builds the file's address from its path: ours, downloaded whole.
+    let file = format!("FILE {}/file/bot{TOKEN}/photos/file_1.jpg 1234", fake.api_url());
+    assert_eq!(lines[6..], [file.as_str(), "DONE"], "{printed}");
+    let sent = fake.calls_of("sendMessage");
+    assert!(sent[1].params["reply_parameters"]["message_id"].is_number(), "{:#?}", sent[1].params);
+}
+
+/// Whether the bot's reply to message `asked` in `chat` shows `text` now.
+fn replied(fake: &FakeTelegram, chat: i64, asked: i64, text: &str) -> bool {
+    fake.replies_to(chat, asked).first().and_then(|reply| fake.text_of(chat, *reply)).is_some_and(|shown| shown == text)
+}
+
+/// Echoes what it was asked, slowly, in many words; names a picture it was shown.
+fn brain() -> Answer {
+    Answer::Respond(Responder(std::sync::Arc::new(|request| {
+        let asked = Asked::of(request);
+        let said = last_user_text(&asked);
+        if !asked.body.to_string().contains("\"image\"") {
+            let words: String = said.chars().filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '?').collect();
+            return baaaht_tests::fake_provider::words_stream(
+                baaaht_tests::fake_provider::Wire::Anthropic,
+                &format!("echo: {words}"),
+                Duration::from_millis(300),
+            );
+        }
+        anthropic_answer("a picture of seven grey pixels", &[])
+    })))
+}
+
+#[test]
+fn a_dm_is_answered_as_edits_of_one_reply_a_429_is_waited_out_and_a_redelivered_update_is_answered_once() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    let (_provider, daemon) = scenario::start(&rt, brain(), telegram_options()).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    rt.block_on(async {
+        let polling = fake.wait_for(Duration::from_secs(60), |fake| !fake.calls_of("getUpdates").is_empty()).await;
+        assert!(polling, "the gateway does not poll\n{}", logs());
+        // Telegram answers the first edit with 429: the gateway waits it out.
+        fake.rate_limit_once("editMessageText", 1);
+        let update = fake.message(42, "private", 42, "Ada", "hello there from telegram in many words");
+        let message = update["message"]["message_id"].as_i64().expect("id");
+        let id = fake.push(update.clone());
+        let answered = fake
+            .wait_for(Duration::from_secs(120), |fake| {
+                replied(fake, 42, message, "echo: hello there from telegram in many words")
+            })
+            .await;
+        assert!(answered, "no answer: {:#?}\n{}", fake.calls_of("editMessageText"), logs());
+        let reply = fake.replies_to(42, message)[0];
+        let shown = fake.texts_of(42, reply);
+        assert!(shown.len() >= 3, "the answer grew as it was written: {shown:?}");
+        let edits = fake.calls_of("editMessageText");
+        assert!(edits.first().is_some_and(|call| call.limited), "the first edit was refused: {edits:#?}");
+        let waited = edits[1].at.duration_since(edits[0].at);
+        assert!(waited >= Duration::from_millis(950), "retry_after 1 was not waited out ({waited:?})");
+        // Telegram delivers the same update again: it is not answered twice.
+        let mut again = update;
+        again["update_id"] = json!(id);
+        fake.redeliver(again);
+        let polled = fake.calls_of("getUpdates").len();
+        assert!(fake.wait_for(Duration::from_secs(30), |fake| fake.calls_of("getUpdates").len() >= polled + 2).await);
+    });
+    assert!(gateway.log_text().contains("an update seen before is dropped"), "{}", logs());
+    let replies: Vec<_> = fake.calls_of("sendMessage").into_iter().filter(|call| !call.limited).collect();
+    assert_eq!(replies.len(), 1, "answered once: {replies:#?}");
+    assert!(fake.calls_of("sendChatAction").iter().any(|call| call.params["action"] == "typing"));
+    // Who wrote is the daemon's user for telegram:{bot}:42.
+    let known: String = ["identities.json", "identities.journal"]
+        .iter()
+        .filter_map(|name| std::fs::read_to_string(daemon.data_dir.join("data/state").join(name)).ok())
+        .collect();
+    assert!(known.contains(&format!("telegram:{BOT_ID}:42")), "{known}");
+}
+
+#[test]
+fn a_group_answers_a_mention_in_the_group_and_a_photo_reaches_the_model_as_an_image() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    let (provider, daemon) = scenario::start(&rt, brain(), telegram_options()).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    let group = -100_123_456_i64;
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| !fake.calls_of("getUpdates").is_empty()).await);
+        // Chatter not for the bot is left alone; a mention is answered in the group.
+        fake.push(fake.message(group, "supergroup", 42, "Ada", "anyone up for lunch?"));
+        let mention = fake.message(group, "supergroup", 43, "Bo", &format!("@{BOT_USERNAME} what is up"));
+        let asked = mention["message"]["message_id"].as_i64().expect("id");
+        fake.push(mention);
+        let answered =
+            fake.wait_for(Duration::from_secs(120), |fake| replied(fake, group, asked, "echo: Bo what is up")).await;
+        let shown: Vec<Vec<String>> =
+            fake.replies_to(group, asked).iter().map(|reply| fake.texts_of(group, *reply)).collect();
+        assert!(answered, "no answer in the group: {shown:?}\n{}", logs());
+        // A photo in a private chat reaches the model as an image block.
+        let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+        png.extend(std::iter::repeat_n(7u8, 300));
+        fake.add_file("ph-big", "photos/file_9.jpg", png.clone());
+        let mut photo = fake.message(42, "private", 42, "Ada", "");
+        photo["message"]["photo"] =
+            json!([{"file_id": "ph-big", "file_unique_id": "u1", "width": 640, "height": 480, "file_size": png.len()}]);
+        photo["message"]["caption"] = json!("what is in this picture?");
+        let asked = photo["message"]["message_id"].as_i64().expect("id");
+        let before = provider.requests().len();
+        fake.push(photo);
+        let seen = fake
+            .wait_for(Duration::from_secs(120), |fake| replied(fake, 42, asked, "a picture of seven grey pixels"))
+            .await;
+        assert!(seen, "no answer to the photo: {:#?}\n{}", fake.calls(), logs());
+        let images = images_since(&provider, before);
+        assert!(images.iter().any(|(_, data)| !data.is_empty()), "the photo went as an image block");
+        let asked_with_caption =
+            provider.requests()[before..].iter().any(|request| request.contains("what is in this picture?"));
+        assert!(asked_with_caption, "the caption went with the photo");
+    });
+    // Only the mention was answered in the group; its group is the daemon's.
+    let in_group: Vec<_> =
+        fake.calls_of("sendMessage").into_iter().filter(|call| call.params["chat_id"] == group).collect();
+    assert_eq!(in_group.len(), 1, "{in_group:#?}");
+    let groups = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        host.admin.list_groups(v1::ListGroupsRequest::default()).await.expect("groups").into_inner()
+    });
+    assert!(format!("{groups:?}").contains(&format!("telegram-{BOT_ID}-n100123456")), "{groups:?}");
+}
+
+#[test]
+fn an_approval_request_is_inline_buttons_and_a_press_answers_it() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    let (bridge, port) = baaaht_tests::bridge_server();
+    let identities = json!({
+        "version": 1,
+        "identities": {format!("telegram:{BOT_ID}:42"): {"user": "baaaht-self-test", "own": "baaaht-self-test", "created": "2026-11-23T00:00:00Z"}},
+        "users": {"baaaht-self-test": {"name": "Ada", "created": "2026-11-23T00:00:00Z"}},
+    });
+    let mut options = telegram_options();
+    options.files.push(("data/state/identities.json".into(), identities.to_string()));
+    options
+        .files
+        .push(("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}']\n")));
+    let brain = scenario::paced_echo_brain(Duration::from_secs(3));
+    let (_provider, daemon) = scenario::start(&rt, brain, options).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let logs = || format!("{}\n{}\n{:#?}", gateway.log_text(), daemon.log_text(), fake.calls());
+    let buttons = |fake: &FakeTelegram| {
+        fake.calls_of("sendMessage").into_iter().find(|call| call.params["reply_markup"]["inline_keyboard"].is_array())
+    };
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| !fake.calls_of("getUpdates").is_empty()).await);
+        fake.push(fake.message(42, "private", 42, "Ada", "take your time"));
+        let answering = fake.wait_for(Duration::from_secs(30), |fake| !fake.calls_of("sendMessage").is_empty()).await;
+        assert!(answering, "the turn did not start\n{}", logs());
+    });
+    let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"));
+    let posted = rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(30), |fake| buttons(fake).is_some()).await, "no buttons\n{}", logs());
+        buttons(&fake).expect("posted")
+    });
+    assert_eq!(posted.params["chat_id"], 42);
+    let keyboard = &posted.params["reply_markup"]["inline_keyboard"];
+    let data: Vec<String> = keyboard
+        .as_array()
+        .expect("rows")
+        .iter()
+        .flat_map(|row| row.as_array().expect("a row").iter())
+        .map(|button| button["callback_data"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(data.len(), 4, "{keyboard}");
+    assert!(data.iter().all(|data| data.len() <= 64), "Telegram takes 64 bytes of callback data: {data:?}");
+    let session = data.iter().find(|data| data.starts_with("a:session:")).expect("for this conversation").clone();
+    let message = posted.answer["message_id"].as_i64().expect("id");
+    // Ada presses "For this conversation".
+    fake.push(json!({"callback_query": {"id": "cq-1", "chat_instance": "ci",
+        "from": {"id": 42, "is_bot": false, "first_name": "Ada"}, "data": session,
+        "message": {"message_id": message, "date": 1_760_000_000, "chat": {"id": 42, "type": "private"}, "text": "approval"}}}));
+    let fetched = fetching.join().expect("the fetch");
+    assert!(fetched.contains("arrived: GET /x"), "the connection was allowed: {fetched}\n{}", logs());
+    rt.block_on(async {
+        let settled = fake
+            .wait_for(Duration::from_secs(30), |fake| {
+                fake.text_of(42, message).is_some_and(|text| text.starts_with("Allowed for this conversation, by "))
+            })
+            .await;
+        assert!(settled, "the message says what was decided: {:?}\n{}", fake.text_of(42, message), logs());
+    });
+    let answered = fake.calls_of("answerCallbackQuery");
+    assert!(
+        answered
+            .iter()
+            .any(|call| call.params["callback_query_id"] == "cq-1" && call.params.get("show_alert").is_none()),
+        "{answered:#?}"
+    );
+}
+
+#[test]
+fn a_person_linked_across_telegram_and_the_tui_sees_one_session() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    // Ada's Telegram identity is linked to her user, whom the TUI (a host client) names.
+    let identities = json!({
+        "version": 1,
+        "identities": {format!("telegram:{BOT_ID}:42"): {"user": "u-ada", "own": "u-ada", "created": "2026-11-23T00:00:00Z"}},
+        "users": {"u-ada": {"name": "Ada", "created": "2026-11-23T00:00:00Z"}},
+    });
+    let mut options = telegram_options();
+    options.files.push(("data/state/identities.json".into(), identities.to_string()));
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| !fake.calls_of("getUpdates").is_empty()).await);
+        let update = fake.message(42, "private", 42, "Ada", "first from telegram");
+        let asked = update["message"]["message_id"].as_i64().expect("id");
+        fake.push(update);
+        let answered = fake
+            .wait_for(Duration::from_secs(120), |fake| {
+                fake.replies_to(42, asked)
+                    .first()
+                    .and_then(|reply| fake.text_of(42, *reply))
+                    .is_some_and(|text| text.contains("first from telegram"))
+            })
+            .await;
+        assert!(answered, "no answer\n{}", logs());
+        // The TUI writes as the same user: the same conversation goes on.
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let context = scenario::user("u-ada");
+        let mut events = host
+            .sessions
+            .subscribe_events(v1::EventSubscription {
+                context: Some(context.clone()),
+                session_id: String::new(),
+                channel: 0,
+            })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        let sent = host
+            .sessions
+            .send_user_message(scenario::message(context, "u-ada", "then from the terminal"))
+            .await
+            .expect("sent")
+            .into_inner();
+        while let Some(event) =
+            tokio::time::timeout(Duration::from_secs(120), events.message()).await.expect("in time").expect("events")
+        {
+            if event.turn_id == sent.turn_id && matches!(event.event, Some(v1::orchestrator_event::Event::Reply(_))) {
+                break;
+            }
+        }
+        let listed = host
+            .sessions
+            .list_sessions(v1::SessionFilter { user_id: "u-ada".into(), ..Default::default() })
+            .await
+            .expect("sessions")
+            .into_inner()
+            .sessions;
+        assert_eq!(listed.len(), 1, "one conversation: {listed:#?}");
+        let read = host
+            .sessions
+            .read_session(v1::ReadSessionRequest { session_id: sent.session_id.clone(), leaf_entry_id: String::new() })
+            .await
+            .expect("read")
+            .into_inner();
+        let text = format!("{:?}", read.entries);
+        assert!(text.contains("first from telegram") && text.contains("then from the terminal"), "{text}");
+    });
+}
+
+#[test]
+fn in_its_container_the_gateway_reaches_telegram_only_through_the_daemon() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    let port = fake.api_url().rsplit(':').next().unwrap_or_default().to_string();
+    let mut options = telegram_options();
+    // The fake is on loopback, which the egress filter lets in only when told to.
+    options.env.push(("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{port}\"]")));
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let added = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "telegram".into(),
+            name: "home".into(),
+            bot: BOT_ID.to_string(),
+            mode: "container".into(),
+            args: vec!["--api-url".into(), fake.api_url()],
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    });
+    assert_eq!(
+        added.gateway.as_ref().map(|info| info.namespace.as_str()),
+        Some(format!("telegram:{BOT_ID}:").as_str())
+    );
+    rt.block_on(async {
+        let polling = fake.wait_for(Duration::from_secs(120), |fake| !fake.calls_of("getUpdates").is_empty()).await;
+        assert!(polling, "the gateway's container does not poll\n{}", daemon.log_text());
+        let update = fake.message(42, "private", 42, "Ada", "from a container");
+        let asked = update["message"]["message_id"].as_i64().expect("id");
+        fake.push(update);
+        let answered =
+            fake.wait_for(Duration::from_secs(120), |fake| replied(fake, 42, asked, "echo: from a container")).await;
+        assert!(answered, "no answer from the container\n{}", daemon.log_text());
+    });
+    let containers: Vec<String> =
+        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-gateway-")).collect();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let network =
+        baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
+    assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
+    // From inside, the egress socket opens Telegram's hosts only.
+    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
+        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
+        print(s.recv(4096).decode())";
+    let refused =
+        baaaht_tests::docker(&["exec", &containers[0], "python3", "-c", probe]).expect("a connection from inside");
+    assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
+    assert!(refused.contains("api.telegram.org:443"), "the hosts it may reach are named: {refused}");
+}
