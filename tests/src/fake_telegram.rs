@@ -34,6 +34,8 @@ pub struct Call {
     /// What it answered (for a message sent: the message).
     pub answer: Value,
     pub at: std::time::Instant,
+    /// When it arrived on the fake provider's clock ([`crate::fake_provider::clock_nanos`]).
+    pub nanos: u64,
 }
 
 #[derive(Default)]
@@ -274,6 +276,7 @@ async fn answer(state: &Arc<State>, request: hyper::Request<hyper::body::Incomin
         limited: limited.is_some(),
         answer: result,
         at: std::time::Instant::now(),
+        nanos: crate::fake_provider::clock_nanos(),
     });
     state.changed();
     reply(status, answer)

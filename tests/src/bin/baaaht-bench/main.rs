@@ -12,6 +12,7 @@ use baaaht_tests::{bin, median, percentile, DaemonOptions, TestDaemon};
 use clap::{Parser, Subcommand};
 
 mod abuse;
+mod channels;
 mod delegation;
 mod edge;
 mod egress;
@@ -169,6 +170,17 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// The chat gateways on the gateway kit (Telegram) against their fakes: first visible
+    /// answer update vs the CLI's first token, messages per second with 20 people writing vs a
+    /// host client, and the gateway's resident memory idle and after 50 people
+    Channels {
+        /// DMs timed for the first update (at least 10)
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Rounds of 20 people writing at once (at least 2)
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// The web gateway with 50 signed-in users: first token in the browser's event stream vs
     /// the CLI's path, and painted in Chromium vs the gateway's event; messages per second vs a
     /// host client, and its resident memory
@@ -224,6 +236,7 @@ fn main() -> Result<()> {
         Bench::Mcp { calls, starts } => mcp::run(calls.max(200), starts.max(5)),
         Bench::Slack { runs, rounds } => slack::run(runs.max(10), rounds.max(2)),
         Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
+        Bench::Channels { runs, rounds } => channels::run(runs.max(10), rounds.max(2)),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Egress { downloads } => egress::run(downloads.max(5)),
         Bench::Redact { runs, calls } => redact::run(runs.max(20), calls.max(200)),
