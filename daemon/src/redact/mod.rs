@@ -89,8 +89,9 @@ pub struct Shield {
     live: Option<Arc<LiveSecrets>>,
     /// The values found by the last look at the store.
     known: RwLock<Arc<Known>>,
-    /// Taken (without waiting) by whoever looks at the store: a log line written while the
-    /// store is read (which logs) uses the values as they were, never waits for itself.
+    /// Held by whoever looks at the store; a writer waits for a look in progress, so nothing
+    /// written after a secret was stored (and [`RECHECK`] passed) goes out without it. A log line
+    /// never takes it (it uses the values as they were): reading the store logs, from inside.
     refresh: Mutex<Refresh>,
     /// The placeholder and the operator's patterns.
     own: Rules,
@@ -149,7 +150,8 @@ impl Shield {
     /// `refresh`: a log line never reads the store (reading it may log, from inside its lock).
     fn known(&self, refresh: bool) -> Arc<Known> {
         let live = self.live.as_ref().filter(|_| refresh);
-        if let (Some(live), Ok(mut refresh)) = (live, self.refresh.try_lock()) {
+        if let Some(live) = live {
+            let mut refresh = self.refresh.lock().unwrap_or_else(PoisonError::into_inner);
             if refresh.checked.is_none_or(|checked| checked.elapsed() >= RECHECK) {
                 refresh.checked = Some(Instant::now());
                 let current = live.current();
