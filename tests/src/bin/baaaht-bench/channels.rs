@@ -9,14 +9,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_proto::v1;
-use baaaht_tests::fake_provider::{
-    anthropic_answer, clock_nanos, stamp_of, stamped_token_stream, Answer, Asked, Responder, Wire,
-};
+use baaaht_tests::fake_provider::{anthropic_answer, stamped_token_stream, Answer, Asked, Responder, Wire};
 use baaaht_tests::fake_telegram::{gateway_for, telegram_options, FakeTelegram};
 use baaaht_tests::scenario::{self, last_user_text};
 
-use crate::{header, Row};
+use crate::{cli_first_token, first_stamp, header, rss_mib, Row};
 
 /// Senders writing at once in the throughput rounds.
 const SENDERS: i64 = 20;
@@ -34,23 +31,6 @@ fn brain() -> Answer {
             anthropic_answer(&format!("echo: {said}"), &[])
         }
     })))
-}
-
-/// The first stamp in `text` (`@NANOS` tokens).
-fn first_stamp(text: &str) -> Option<u64> {
-    text.split_whitespace().find_map(stamp_of)
-}
-
-/// A process's resident memory, in MiB.
-fn rss_mib(pid: u32) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .context("VmRSS")?;
-    Ok(kib / 1024.0)
 }
 
 /// Whether every one of `chats`' latest message from the bot reads `text`.
@@ -122,29 +102,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
                 bail!("the answer did not end: {}", gateway.log_text());
             }
             // The CLI's path: the same stream to a host client.
-            let message = scenario::message(scenario::user("cli-bench"), "cli-bench", "count");
-            let subscription =
-                v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 };
-            let mut events = host.sessions.subscribe_events(subscription).await?.into_inner();
-            let sent = host.sessions.send_user_message(message).await?.into_inner();
-            let mut first = None;
-            while let Some(event) =
-                tokio::time::timeout(Duration::from_secs(60), events.message()).await.context("timeout")??
-            {
-                if event.turn_id != sent.turn_id {
-                    continue;
-                }
-                match event.event {
-                    Some(v1::orchestrator_event::Event::TextDelta(delta)) if first.is_none() => {
-                        first = first_stamp(&delta.text).map(|stamp| clock_nanos().saturating_sub(stamp));
-                    }
-                    Some(v1::orchestrator_event::Event::Reply(_)) | Some(v1::orchestrator_event::Event::Error(_)) => {
-                        break
-                    }
-                    _ => {}
-                }
-            }
-            rows[1].values.push(first.context("no first token")? as f64 / 1e6);
+            rows[1].values.push(cli_first_token(&mut host).await?);
         }
         // Throughput: a warm-up round meets each person and makes their Assistant, then timed rounds.
         for round in 0..=rounds {

@@ -301,6 +301,53 @@ impl Row {
     }
 }
 
+/// The first stamp in `text` (the fake provider's `@NANOS` tokens).
+pub(crate) fn first_stamp(text: &str) -> Option<u64> {
+    text.split_whitespace().find_map(baaaht_tests::fake_provider::stamp_of)
+}
+
+/// The CLI's path, a channel benchmark's baseline: `count` sent by `host` for the user
+/// `cli-bench`, and its first stamped token's time from the provider to the host client, in ms.
+pub(crate) async fn cli_first_token(host: &mut baaaht_proto::client::Client) -> anyhow::Result<f64> {
+    use anyhow::Context as _;
+    use baaaht_proto::v1;
+    let message = baaaht_tests::scenario::message(baaaht_tests::scenario::user("cli-bench"), "cli-bench", "count");
+    let subscription =
+        v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 };
+    let mut events = host.sessions.subscribe_events(subscription).await?.into_inner();
+    let sent = host.sessions.send_user_message(message).await?.into_inner();
+    let mut first = None;
+    while let Some(event) =
+        tokio::time::timeout(std::time::Duration::from_secs(60), events.message()).await.context("timeout")??
+    {
+        if event.turn_id != sent.turn_id {
+            continue;
+        }
+        match event.event {
+            Some(v1::orchestrator_event::Event::TextDelta(delta)) if first.is_none() => {
+                first = first_stamp(&delta.text)
+                    .map(|stamp| baaaht_tests::fake_provider::clock_nanos().saturating_sub(stamp));
+            }
+            Some(v1::orchestrator_event::Event::Reply(_)) | Some(v1::orchestrator_event::Event::Error(_)) => break,
+            _ => {}
+        }
+    }
+    Ok(first.context("no first token")? as f64 / 1e6)
+}
+
+/// A process's resident memory, in MiB.
+pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    use anyhow::Context as _;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .context("VmRSS")?;
+    Ok(kib / 1024.0)
+}
+
 pub(crate) fn header() {
     println!("{:<72} {:>10} {:>10} {:>10} {:>10}", "measurement", "p50", "p99", "min", "max");
 }

@@ -8,15 +8,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_proto::v1;
-use baaaht_tests::fake_provider::{
-    anthropic_answer, clock_nanos, stamp_of, stamped_token_stream, Answer, Asked, Responder, Wire,
-};
+use baaaht_tests::fake_provider::{anthropic_answer, stamped_token_stream, Answer, Asked, Responder, Wire};
 use baaaht_tests::fake_slack::{gateway_for, slack_options, FakeSlack};
 use baaaht_tests::scenario::{self, last_user_text};
 use serde_json::json;
 
-use crate::{header, Row};
+use crate::{cli_first_token, first_stamp, header, Row};
 
 /// Stamped tokens when asked to `count`, else a short echo.
 fn brain() -> Answer {
@@ -32,11 +29,6 @@ fn brain() -> Answer {
             anthropic_answer(&format!("echo: {said}"), &[])
         }
     })))
-}
-
-/// The first stamp in `text` (`@NANOS` tokens).
-fn first_stamp(text: &str) -> Option<u64> {
-    text.split_whitespace().find_map(stamp_of)
 }
 
 pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
@@ -96,29 +88,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
                 bail!("the answer did not end");
             }
             // The CLI's path: the same stream to a host client.
-            let message = scenario::message(scenario::user("cli-bench"), "cli-bench", "count");
-            let mut events = host
-                .sessions
-                .subscribe_events(v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 })
-                .await?
-                .into_inner();
-            let sent = host.sessions.send_user_message(message).await?.into_inner();
-            let mut first = None;
-            while let Some(event) = tokio::time::timeout(Duration::from_secs(60), events.message()).await.context("timeout")?? {
-                if event.turn_id != sent.turn_id {
-                    continue;
-                }
-                match event.event {
-                    Some(v1::orchestrator_event::Event::TextDelta(delta)) if first.is_none() => {
-                        if let Some(stamp) = first_stamp(&delta.text) {
-                            first = Some(clock_nanos().saturating_sub(stamp));
-                        }
-                    }
-                    Some(v1::orchestrator_event::Event::Reply(_)) | Some(v1::orchestrator_event::Event::Error(_)) => break,
-                    _ => {}
-                }
-            }
-            rows[1].values.push(first.context("no first token")? as f64 / 1e6);
+            rows[1].values.push(cli_first_token(&mut host).await?);
         }
         // Throughput: a warm-up round makes each channel's group and Assistant, then timed rounds.
         for round in 0..=rounds {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::{
-    anthropic_answer, clock_nanos, stamp_of, stamped_token_stream, Answer, Asked, Responder, Wire,
+    anthropic_answer, clock_nanos, stamped_token_stream, Answer, Asked, Responder, Wire,
 };
 use baaaht_tests::scenario::{self, last_user_text};
 use baaaht_tests::web::{self, Provider, CLIENT_ID, CLIENT_SECRET};
@@ -24,7 +24,7 @@ use http_body_util::BodyExt as _;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::{header, Row};
+use crate::{cli_first_token, first_stamp, header, rss_mib, Row};
 
 /// Users signed in for the throughput rounds.
 const USERS: usize = 50;
@@ -127,23 +127,6 @@ async fn follow(site: SocketAddr, browser: &Browser) -> Result<mpsc::UnboundedRe
         }
     });
     Ok(receiver)
-}
-
-/// The first stamp in `text` (`@NANOS` tokens).
-fn first_stamp(text: &str) -> Option<u64> {
-    text.split_whitespace().find_map(stamp_of)
-}
-
-/// The gateway's resident memory, in MiB.
-fn rss_mib(pid: u32) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .context("VmRSS")?;
-    Ok(kib / 1024.0)
 }
 
 /// The wall clock in nanoseconds since 1970, as the browser's Performance API counts it
@@ -302,29 +285,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
             }
             rows[0].values.push(first.context("no first token")? as f64 / 1e6);
             // The CLI's path: the same stream to a host client.
-            let message = scenario::message(scenario::user("cli-bench"), "cli-bench", "count");
-            let subscription =
-                v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 };
-            let mut events = host.sessions.subscribe_events(subscription).await?.into_inner();
-            let sent = host.sessions.send_user_message(message).await?.into_inner();
-            let mut first = None;
-            while let Some(event) =
-                tokio::time::timeout(Duration::from_secs(60), events.message()).await.context("timeout")??
-            {
-                if event.turn_id != sent.turn_id {
-                    continue;
-                }
-                match event.event {
-                    Some(v1::orchestrator_event::Event::TextDelta(delta)) if first.is_none() => {
-                        first = first_stamp(&delta.text).map(|stamp| clock_nanos().saturating_sub(stamp));
-                    }
-                    Some(v1::orchestrator_event::Event::Reply(_)) | Some(v1::orchestrator_event::Event::Error(_)) => {
-                        break
-                    }
-                    _ => {}
-                }
-            }
-            rows[1].values.push(first.context("no first token")? as f64 / 1e6);
+            rows[1].values.push(cli_first_token(&mut host).await?);
         }
         // A real browser: Chromium signed in on the page, its first token timed by the page.
         let driver = web::Driver::start(dir.path())?;
