@@ -524,26 +524,12 @@ pub fn gateway_with(
     fake: &FakeSlack,
     args: &[&str],
 ) -> SlackGateway {
-    let added = rt.block_on(async {
-        let mut host = crate::scenario::host_client(daemon).await.expect("host client");
-        let request = v1::AddGatewayRequest {
-            kind: "slack".into(),
-            name: "work".into(),
-            team: fake.team(),
-            mode: "external".into(),
-            ..Default::default()
-        };
-        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
-    });
-    let socket = added.gateway.expect("info").socket;
-    let mut command = std::process::Command::new(crate::bin("baaaht-slack"));
-    command
-        .args(["--socket", &socket, "--api-url", &fake.api_url()])
-        .args(args)
-        .env("BAAAHT_GATEWAY_TOKEN", &added.token)
-        .env("RUST_LOG", "info");
-    let process = crate::spawn(command, &daemon.data_dir.join("slack-gateway.log")).expect("baaaht-slack");
-    SlackGateway { process, socket, token: added.token }
+    let request =
+        v1::AddGatewayRequest { kind: "slack".into(), name: "work".into(), team: fake.team(), ..Default::default() };
+    let api = fake.api_url();
+    let args: Vec<&str> = ["--api-url", api.as_str()].into_iter().chain(args.iter().copied()).collect();
+    let (process, gateway) = crate::gateway::run_external(rt, daemon, request, "baaaht-slack", &args);
+    SlackGateway { process, socket: gateway.socket.display().to_string(), token: gateway.token }
 }
 
 /// The signing secret of the gateway `work` in [`slack_options`].

@@ -361,24 +361,14 @@ fn call(state: &Arc<State>, method: &str, params: &Value) -> Value {
 /// The Telegram gateway `home` for the fake's bot, run by the test (its token in the daemon's
 /// environment, as the secrets store's fallback).
 pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &crate::TestDaemon, fake: &FakeTelegram) -> crate::Running {
-    let added = rt.block_on(async {
-        let mut host = crate::scenario::host_client(daemon).await.expect("host client");
-        let request = baaaht_proto::v1::AddGatewayRequest {
-            kind: "telegram".into(),
-            name: "home".into(),
-            bot: BOT_ID.to_string(),
-            mode: "external".into(),
-            ..Default::default()
-        };
-        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
-    });
-    let socket = added.gateway.expect("info").socket;
-    let mut command = std::process::Command::new(crate::bin("baaaht-telegram"));
-    command
-        .args(["--socket", &socket, "--api-url", &fake.api_url()])
-        .env("BAAAHT_GATEWAY_TOKEN", &added.token)
-        .env("RUST_LOG", "info");
-    crate::spawn(command, &daemon.data_dir.join("telegram-gateway.log")).expect("baaaht-telegram")
+    let request = baaaht_proto::v1::AddGatewayRequest {
+        kind: "telegram".into(),
+        name: "home".into(),
+        bot: BOT_ID.to_string(),
+        ..Default::default()
+    };
+    let api = fake.api_url();
+    crate::gateway::run_external(rt, daemon, request, "baaaht-telegram", &["--api-url", &api]).0
 }
 
 /// What a daemon needs for [`gateway_for`]: the bot's token.

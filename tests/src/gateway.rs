@@ -30,6 +30,30 @@ pub async fn slack_gateway(host: &mut Client, name: &str, team: &str) -> Gateway
     add_gateway(host, request).await
 }
 
+/// Registers the gateway `request` describes (`--mode external`) and starts its `binary` on
+/// its socket with its token and `args`, logging to `{binary}.log` in the daemon's data dir.
+pub fn run_external(
+    rt: &tokio::runtime::Runtime,
+    daemon: &crate::TestDaemon,
+    request: v1::AddGatewayRequest,
+    binary: &str,
+    args: &[&str],
+) -> (crate::Running, Gateway) {
+    let gateway = rt.block_on(async {
+        let mut host = crate::scenario::host_client(daemon).await.expect("host client");
+        add_gateway(&mut host, v1::AddGatewayRequest { mode: "external".into(), ..request }).await
+    });
+    let mut command = std::process::Command::new(crate::bin(binary));
+    command
+        .arg("--socket")
+        .arg(&gateway.socket)
+        .args(args)
+        .env("BAAAHT_GATEWAY_TOKEN", &gateway.token)
+        .env("RUST_LOG", "info");
+    let process = crate::spawn(command, &daemon.data_dir.join(format!("{binary}.log"))).expect(binary);
+    (process, gateway)
+}
+
 /// A client on `gateway`'s socket with its token.
 pub async fn connect(gateway: &Gateway) -> Client {
     let options = ConnectOptions { token: Some(gateway.token.clone()), ..ConnectOptions::default() };
