@@ -316,3 +316,16 @@ pub fn message(context: v1::ContextRef, sender: &str, content: &str) -> v1::User
 pub async fn host_client(daemon: &TestDaemon) -> Result<Client> {
     Ok(client::connect(&daemon.socket(), client::ConnectOptions::default()).await?)
 }
+
+/// The data-dir file that links channel identities to users before the daemon starts: each
+/// `(identity, user, name)` is the user `user`, named `name`, whose own identity it is.
+pub fn linked_identities(links: &[(&str, &str, &str)]) -> (String, String) {
+    let mut identities = serde_json::Map::new();
+    let mut users = serde_json::Map::new();
+    for (identity, user, name) in links {
+        identities.insert(identity.to_string(), json!({"user": user, "own": user, "created": "2026-11-23T00:00:00Z"}));
+        users.insert(user.to_string(), json!({"name": name, "created": "2026-11-23T00:00:00Z"}));
+    }
+    let file = json!({"version": 1, "identities": identities, "users": users});
+    ("data/state/identities.json".into(), file.to_string())
+}

@@ -681,13 +681,8 @@ fn an_approval_request_is_slack_buttons_and_a_click_answers_it() {
     let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
     let (bridge, port) = baaaht_tests::bridge_server();
     // The Slack user U7 is the user whose tools the test's Coder runs for.
-    let identities = json!({
-        "version": 1,
-        "identities": {"slack:T0FAKE:U7": {"user": "baaaht-self-test", "own": "baaaht-self-test", "created": "2026-11-23T00:00:00Z"}},
-        "users": {"baaaht-self-test": {"name": "Seven", "created": "2026-11-23T00:00:00Z"}},
-    });
     let mut options = slack_options();
-    options.files.push(("data/state/identities.json".into(), identities.to_string()));
+    options.files.push(scenario::linked_identities(&[("slack:T0FAKE:U7", "baaaht-self-test", "Seven")]));
     options
         .files
         .push(("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}']\n")));

@@ -209,13 +209,9 @@ fn an_approval_request_is_inline_buttons_and_a_press_answers_it() {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
     let (bridge, port) = baaaht_tests::bridge_server();
-    let identities = json!({
-        "version": 1,
-        "identities": {format!("telegram:{BOT_ID}:42"): {"user": "baaaht-self-test", "own": "baaaht-self-test", "created": "2026-11-23T00:00:00Z"}},
-        "users": {"baaaht-self-test": {"name": "Ada", "created": "2026-11-23T00:00:00Z"}},
-    });
     let mut options = telegram_options();
-    options.files.push(("data/state/identities.json".into(), identities.to_string()));
+    let ada = format!("telegram:{BOT_ID}:42");
+    options.files.push(scenario::linked_identities(&[(&ada, "baaaht-self-test", "Ada")]));
     options
         .files
         .push(("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}']\n")));
@@ -279,13 +275,9 @@ fn a_person_linked_across_telegram_and_the_tui_sees_one_session() {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
     // Ada's Telegram identity is linked to her user, whom the TUI (a host client) names.
-    let identities = json!({
-        "version": 1,
-        "identities": {format!("telegram:{BOT_ID}:42"): {"user": "u-ada", "own": "u-ada", "created": "2026-11-23T00:00:00Z"}},
-        "users": {"u-ada": {"name": "Ada", "created": "2026-11-23T00:00:00Z"}},
-    });
     let mut options = telegram_options();
-    options.files.push(("data/state/identities.json".into(), identities.to_string()));
+    let ada = format!("telegram:{BOT_ID}:42");
+    options.files.push(scenario::linked_identities(&[(&ada, "u-ada", "Ada")]));
     let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
     let gateway = gateway_for(&rt, &daemon, &fake);
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
