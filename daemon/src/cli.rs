@@ -60,9 +60,9 @@ pub enum GatewaysCommand {
     /// `--`, e.g. `baaahtd gateways add slack work --team T0123 -- --keyword baaaht` or
     /// `baaahtd gateways add web home --issuer URL --audience ID -- --public-url https://chat.example.org`
     Add {
-        /// web (users signed in with OpenID Connect), slack (a Slack workspace's users) or
-        /// telegram (people writing to a Telegram bot)
-        #[arg(value_parser = ["web", "slack", "telegram"])]
+        /// web (users signed in with OpenID Connect), slack (a Slack workspace's users),
+        /// telegram (people writing to a Telegram bot) or email (people writing to a mailbox)
+        #[arg(value_parser = ["web", "slack", "telegram", "email"])]
         kind: String,
         /// Its name: lowercase letters, digits and `-`
         name: String,
@@ -78,6 +78,10 @@ pub enum GatewaysCommand {
         /// telegram: the bot's id, the digits before the `:` of its token
         #[arg(long, value_name = "BOT_ID", required_if_eq("kind", "telegram"))]
         bot: Option<String>,
+        /// email: the assistant's mail address (the mailbox it reads; its --imap, --smtp and
+        /// --allow follow `--`)
+        #[arg(long, value_name = "ADDRESS", required_if_eq("kind", "email"))]
+        address: Option<String>,
         /// Who runs it: container (the default: the daemon, in a container with no network of
         /// its own, reaching only its provider or Slack through the daemon; a web gateway's
         /// --listen port is the daemon's), process (the daemon, on the host) or external (you)
@@ -301,7 +305,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
         Ok(mut client) => {
             let status = |status: tonic::Status| Failure::Gateway(status.message().to_string());
             match command {
-                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, mode, args } => {
+                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, address, mode, args } => {
                     let request = v1::AddGatewayRequest {
                         kind,
                         name,
@@ -311,6 +315,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                         mode: mode.unwrap_or_default(),
                         args,
                         bot: bot.unwrap_or_default(),
+                        address: address.unwrap_or_default(),
                     };
                     let added = client.admin.add_gateway(request).await.map_err(status)?.into_inner();
                     let info = added.gateway.unwrap_or_default();
@@ -337,13 +342,16 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
             let registry = crate::gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())
                 .map_err(DaemonError::from)?;
             match command {
-                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, mode, args } => {
+                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, address, mode, args } => {
                     let kind = match kind.as_str() {
                         "web" => crate::gateways::GatewayKind::Web {
                             issuer: issuer.unwrap_or_default(),
                             audience: audience.unwrap_or_default(),
                         },
                         "telegram" => crate::gateways::GatewayKind::Telegram { bot: bot.unwrap_or_default() },
+                        "email" => crate::gateways::GatewayKind::Email {
+                            address: address.unwrap_or_default().trim().to_ascii_lowercase(),
+                        },
                         _ => crate::gateways::GatewayKind::Slack { team: team.unwrap_or_default() },
                     };
                     let mode = mode

@@ -153,6 +153,9 @@ pub fn is_channel_identity(identity: &str) -> bool {
         Some(("web", rest)) => rest.split_once('#').is_some_and(|(issuer, sub)| valid(issuer) && valid(sub)),
         Some(("slack", rest)) => rest.split_once(':').is_some_and(|(team, user)| valid(team) && valid(user)),
         Some(("telegram", rest)) => rest.split_once(':').is_some_and(|(bot, user)| valid(bot) && valid(user)),
+        Some(("email", address)) => {
+            address.split_once('@').is_some_and(|(user, domain)| valid(user) && valid(domain) && !address.contains(' '))
+        }
         _ => false,
     }
 }

@@ -6,6 +6,7 @@ pub mod fake_provider;
 pub mod fake_slack;
 pub mod fake_telegram;
 pub mod gateway;
+pub mod mail;
 pub mod oidc;
 pub mod scenario;
 pub mod tmux;

@@ -1,6 +1,7 @@
 //! A gateway container's only way out: `egress.sock` in its folder, where it asks for a tunnel
 //! with `CONNECT host:port HTTP/1.1`. The daemon opens one only to the hosts the gateway needs
-//! (a Slack gateway: slack.com and its subdomains on 443, and the host of its `--api-url`; a
+//! (a Slack gateway: slack.com and its subdomains on 443, and the host of its `--api-url`; an
+//! email gateway: its `--imap` and `--smtp` servers; a
 //! web gateway: its OpenID provider's issuer, and the hosts of the token, key, userinfo and
 //! logout endpoints its discovery document names),
 //! through the web proxy's address checks (public addresses only, unless
@@ -34,6 +35,10 @@ pub fn hosts_of(record: &GatewayRecord) -> Vec<String> {
             // The Bot API the registrant named (a local Bot API server, or a test's).
             hosts.extend(record.arg("--api-url").and_then(host_port));
             hosts
+        }
+        // The mailbox's IMAP server and the SMTP server answers go out through, as registered.
+        GatewayKind::Email { .. } => {
+            ["--imap", "--smtp"].iter().filter_map(|flag| record.arg(flag)).filter_map(host_port).collect()
         }
         // The provider's (its other endpoints' hosts are added from its discovery document).
         GatewayKind::Web { issuer, .. } => host_port(issuer).into_iter().collect(),

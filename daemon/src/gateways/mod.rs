@@ -60,6 +60,8 @@ pub enum GatewayKind {
     Slack { team: String },
     /// People writing to one Telegram bot.
     Telegram { bot: String },
+    /// People writing to one mailbox, at `address`.
+    Email { address: String },
 }
 
 impl GatewayKind {
@@ -69,6 +71,7 @@ impl GatewayKind {
             GatewayKind::Web { .. } => "baaaht-web",
             GatewayKind::Slack { .. } => "baaaht-slack",
             GatewayKind::Telegram { .. } => "baaaht-telegram",
+            GatewayKind::Email { .. } => "baaaht-email",
         }
     }
 
@@ -77,6 +80,7 @@ impl GatewayKind {
             GatewayKind::Web { .. } => "web",
             GatewayKind::Slack { .. } => "slack",
             GatewayKind::Telegram { .. } => "telegram",
+            GatewayKind::Email { .. } => "email",
         }
     }
 
@@ -86,6 +90,8 @@ impl GatewayKind {
             GatewayKind::Web { issuer, .. } => format!("web:{issuer}#"),
             GatewayKind::Slack { team } => format!("slack:{team}:"),
             GatewayKind::Telegram { bot } => format!("telegram:{bot}:"),
+            // A sender is their address, whichever mailbox they wrote to.
+            GatewayKind::Email { .. } => "email:".to_string(),
         }
     }
 }
@@ -258,6 +264,26 @@ impl Registry {
                     return Err(GatewayError::Invalid(format!(
                         "--bot `{bot}` must be the bot's id: the digits before the `:` of the token BotFather gave"
                     )));
+                }
+            }
+            GatewayKind::Email { address } => {
+                let valid = address.split_once('@').is_some_and(|(user, domain)| {
+                    !user.is_empty()
+                        && !domain.is_empty()
+                        && !address.chars().any(|c| c.is_whitespace() || c.is_control())
+                });
+                if !valid || address.len() > 254 {
+                    return Err(GatewayError::Invalid(format!(
+                        "--address `{address}` must be the assistant's mail address, e.g. assistant@home.example"
+                    )));
+                }
+                // The daemon runs it with these (an external one is run with them by whoever runs it).
+                for flag in ["--imap", "--smtp"] {
+                    if mode != RunMode::External && arg_in(&args, flag).is_none() {
+                        return Err(GatewayError::Invalid(format!(
+                            "an email gateway needs {flag} HOST:PORT among its arguments (after `--`)"
+                        )));
+                    }
                 }
             }
         }

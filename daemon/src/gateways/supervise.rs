@@ -46,13 +46,42 @@ const EGRESS_SOCKET: &str = "egress.sock";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the daemon gives a gateway of `kind` beyond its sockets: the web gateway keeps its
-/// signed-in sessions in `state` (kept across the gateway's and the daemon's restarts, removed
+/// signed-in sessions, the email gateway its threads' conversations, in `state` (kept across the gateway's and the daemon's restarts, removed
 /// with the gateway), so a restart signs nobody out.
 pub fn kind_args(kind: &GatewayKind, state: &Path) -> Vec<std::ffi::OsString> {
     match kind {
         GatewayKind::Web { .. } => vec!["--state-dir".into(), state.as_os_str().to_owned()],
+        GatewayKind::Email { address } => {
+            vec!["--address".into(), address.into(), "--state-dir".into(), state.as_os_str().to_owned()]
+        }
         GatewayKind::Slack { .. } | GatewayKind::Telegram { .. } => vec![],
     }
+}
+
+/// Where a `--ca-file` given to a gateway is in its container.
+const CA_MOUNT: &str = "/gateway/ca.pem";
+
+/// `args` with a `--ca-file PATH` (a host file) pointed at [`CA_MOUNT`], and the mount that
+/// puts it there read-only.
+fn ca_file_mounted(args: &[String]) -> (Vec<String>, Option<MountSpec>) {
+    let mut out = Vec::with_capacity(args.len());
+    let mut mount = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let path = match arg.strip_prefix("--ca-file=") {
+            Some(path) => Some(path.to_string()),
+            None if arg == "--ca-file" => args.next().cloned(),
+            None => None,
+        };
+        match path {
+            Some(path) => {
+                mount = Some(MountSpec { host: PathBuf::from(path), target: CA_MOUNT.into(), read_only: true });
+                out.extend(["--ca-file".to_string(), CA_MOUNT.to_string()]);
+            }
+            None => out.push(arg.clone()),
+        }
+    }
+    (out, mount)
 }
 
 /// Where a gateway the daemon runs stands.
@@ -400,6 +429,17 @@ impl Supervisor {
             ]);
             command.extend(publish::container_args(&self.record.args));
             mounts.push(MountSpec { host: state, target: STATE_MOUNT.into(), read_only: false });
+        } else if let GatewayKind::Email { .. } = self.record.kind {
+            // Its threads' conversations kept across runs, and a household's own certificate
+            // authority (a host file) given to it read-only.
+            let state =
+                self.container_state_dir().map_err(|error| format!("cannot prepare its state folder: {error}"))?;
+            let kind_args = kind_args(&self.record.kind, Path::new(STATE_MOUNT));
+            command.extend(kind_args.iter().map(|arg| arg.to_string_lossy().into_owned()));
+            let (args, ca_file) = ca_file_mounted(&self.record.args);
+            command.extend(args);
+            mounts.push(MountSpec { host: state, target: STATE_MOUNT.into(), read_only: false });
+            mounts.extend(ca_file);
         } else {
             command.extend(self.record.args.iter().cloned());
         }

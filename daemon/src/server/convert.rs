@@ -66,6 +66,7 @@ pub(crate) fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
         Some("web") => v1::ChannelType::Web,
         Some("slack") => v1::ChannelType::Slack,
         Some("telegram") => v1::ChannelType::Telegram,
+        Some("email") => v1::ChannelType::Email,
         _ => v1::ChannelType::Unspecified,
     }
 }

@@ -199,6 +199,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
                 ("the Slack gateway", &[("app_token", true), ("bot_token", true), ("signing_secret", false)])
             }
             GatewayKind::Telegram { .. } => ("the Telegram gateway", &[("bot_token", true)]),
+            GatewayKind::Email { .. } => ("the email gateway", &[("password", true)]),
             GatewayKind::Web { issuer, audience } => {
                 secrets.insert("issuer".to_string(), issuer.clone());
                 secrets.insert("client_id".to_string(), audience.clone());
@@ -265,6 +266,11 @@ impl v1::gateways_server::Gateways for GatewaysService {
             }
             GatewayKind::Web { .. } => {
                 return Err(Status::permission_denied("a web gateway's rooms are made by an admin, not for a channel"))
+            }
+            GatewayKind::Email { .. } => {
+                return Err(Status::permission_denied(
+                    "an email gateway answers each sender in their own conversations",
+                ))
             }
         };
         let group = self.shared.groups.ensure(&id, &message.name, &user.id, &format!("gateway:{}", call.gateway))?;
@@ -480,8 +486,11 @@ impl v1::admin_server::Admin for AdminService {
             "web" => GatewayKind::Web { issuer: message.issuer, audience: message.audience },
             "slack" => GatewayKind::Slack { team: message.team },
             "telegram" => GatewayKind::Telegram { bot: message.bot },
+            "email" => GatewayKind::Email { address: message.address.trim().to_ascii_lowercase() },
             other => {
-                return Err(Status::invalid_argument(format!("kind `{other}`: a gateway is web, slack or telegram")))
+                return Err(Status::invalid_argument(format!(
+                    "kind `{other}`: a gateway is web, slack, telegram or email"
+                )))
             }
         };
         let mode = match message.mode.as_str() {

@@ -144,6 +144,7 @@ pub(super) fn channel_name(channel: i32) -> Option<String> {
         Ok(v1::ChannelType::Web) => Some("web".into()),
         Ok(v1::ChannelType::Slack) => Some("slack".into()),
         Ok(v1::ChannelType::Telegram) => Some("telegram".into()),
+        Ok(v1::ChannelType::Email) => Some("email".into()),
         Ok(v1::ChannelType::Cli) => Some("cli".into()),
         _ => None,
     }

@@ -1,7 +1,7 @@
 //! What every chat gateway of baaaht repeats, in one place (DESIGN.md §10.4): the daemon
 //! called as the channel's user ([`daemon`]), the health the daemon asks after ([`health`]),
 //! connections out through the daemon's egress ([`egress`]), redelivered updates dropped
-//! ([`seen`]), reconnects that wait longer each time ([`backoff`]), the options a supervised gateway takes
+//! ([`seen`]), state files written atomically ([`state`]), reconnects that wait longer each time ([`backoff`]), the options a supervised gateway takes
 //! ([`cli`]), text made safe for a
 //! channel ([`text`]), and a turn: the message sent, its answer streamed as edits of one
 //! message within the channel's rate, a status line while agents work, approval requests
@@ -14,5 +14,6 @@ pub mod daemon;
 pub mod egress;
 pub mod health;
 pub mod seen;
+pub mod state;
 pub mod text;
 pub mod turn;

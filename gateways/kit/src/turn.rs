@@ -82,6 +82,8 @@ pub struct Message {
     pub text: String,
     pub files: Vec<File>,
     pub channel: v1::ChannelType,
+    /// The session it goes to (empty: the context's active one, made when there is none).
+    pub session_id: String,
 }
 
 /// Why a turn could not be answered at all (before its answer's message was up).
@@ -115,11 +117,11 @@ pub fn agent_name(agent: i32) -> &'static str {
 /// Runs `message`'s turn, its answer shown on `surface`.
 pub async fn run<S: Surface>(daemon: &Client, message: Message, surface: &S) -> Result<(), TurnError> {
     let sentence = |status: tonic::Status| TurnError::Daemon(for_users(&status));
-    let Message { person, place, text, files, channel } = message;
+    let Message { person, place, text, files, channel, session_id } = message;
     let context = context_of(daemon, &person, &place).await.map_err(sentence)?;
     let mut daemon = daemon.clone();
     // Shared files go first into the session's uploads; the message names them.
-    let (mut session_id, mut attachments) = (String::new(), vec![]);
+    let (mut session_id, mut attachments) = (session_id, vec![]);
     for file in files {
         let (session, attachment) = upload(&daemon, &person, &context, &session_id, file).await.map_err(sentence)?;
         session_id = session;

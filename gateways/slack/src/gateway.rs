@@ -238,6 +238,7 @@ impl Gateway {
             text: route.text.clone(),
             files,
             channel: v1::ChannelType::Slack,
+            session_id: String::new(),
         })
     }
 

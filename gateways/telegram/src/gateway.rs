@@ -165,6 +165,7 @@ impl Gateway {
             text: route.text.clone(),
             files,
             channel: v1::ChannelType::Telegram,
+            session_id: String::new(),
         })
     }
 

@@ -1,0 +1,423 @@
+//! The gateway: the mailbox watched by IMAP IDLE, each new mail from an allowed sender a turn
+//! in the conversation of its thread (a new thread, a new conversation), the answer a reply in
+//! the thread sent by SMTP. A mail is marked read when it is taken; one taken but not answered
+//! when the gateway stopped gets a sentence saying so when it starts again. Mail from anyone
+//! else, automatic mail (autoresponders, bounces, lists) and mail the server found forged is
+//! left unread and logged. An approval request is a mail the person answers with one word.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use baaaht_gateway_kit::backoff::Backoff;
+use baaaht_gateway_kit::daemon::{context_of, for_users, Person, Place};
+use baaaht_gateway_kit::egress::Egress;
+use baaaht_gateway_kit::health::Health;
+use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing};
+use baaaht_proto::client::Client;
+use baaaht_proto::v1;
+use futures_util::StreamExt as _;
+
+use crate::allow::Allowed;
+use crate::mail::{self, Incoming};
+use crate::server::{Server, Trust};
+use crate::threads::{Pending, Threads};
+use crate::wire::{self, Session};
+
+/// How long one IDLE lasts before the gateway asks again (servers drop it after 30 minutes).
+const IDLE_FOR: Duration = Duration::from_secs(9 * 60);
+/// The words an approval's answer may start with, and the decision each is.
+const DECISIONS: &[(&str, &str)] = &[
+    ("once", "once"),
+    ("allow", "once"),
+    ("yes", "once"),
+    ("session", "session"),
+    ("conversation", "session"),
+    ("always", "always"),
+    ("deny", "deny"),
+    ("no", "deny"),
+];
+
+/// What the gateway is told to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The assistant's address (answers come from it) and the name shown with it.
+    pub address: String,
+    pub name: String,
+    /// The mailbox's sign-in (its address unless told) and password.
+    pub login: String,
+    pub password: String,
+    pub imap: Server,
+    pub smtp: Server,
+    pub mailbox: String,
+    pub allowed: Allowed,
+    pub max_file_bytes: u64,
+}
+
+/// What the gateway knows for its whole life.
+pub struct Gateway {
+    daemon: Client,
+    egress: Egress,
+    trust: Trust,
+    options: Options,
+    threads: Mutex<Threads>,
+    /// Mails left unread (not allowed, automatic, forged, unreadable), by UID: looked at once.
+    ignored: Mutex<HashSet<u32>>,
+    /// Approval requests mailed, by the request mail's Message-ID: the request's id.
+    asked: Mutex<HashMap<String, String>>,
+}
+
+impl Gateway {
+    pub fn new(daemon: Client, egress: Egress, trust: Trust, options: Options, threads: Threads) -> Gateway {
+        Gateway {
+            daemon,
+            egress,
+            trust,
+            options,
+            threads: Mutex::new(threads),
+            ignored: Mutex::default(),
+            asked: Mutex::default(),
+        }
+    }
+
+    fn person(&self, mail: &Incoming) -> Person {
+        Person { identity: format!("email:{}", mail.from), name: mail.name.clone() }
+    }
+
+    fn domain(&self) -> &str {
+        self.options.address.rsplit_once('@').map(|(_, domain)| domain).unwrap_or("localhost")
+    }
+
+    /// Signs in and watches the mailbox until the process ends, reconnecting with backoff.
+    pub async fn run(self: Arc<Self>, health: Arc<Health>) {
+        self.clone().tell_unanswered().await;
+        let mut backoff = Backoff::default();
+        loop {
+            let options = &self.options;
+            let signed_in = wire::imap(
+                &self.egress,
+                &self.trust,
+                &options.imap,
+                &options.login,
+                &options.password,
+                &options.mailbox,
+            )
+            .await;
+            let error = match signed_in {
+                Ok(session) => {
+                    health.up();
+                    backoff.reset();
+                    tracing::info!(mailbox = %options.mailbox, "watching the mailbox");
+                    self.clone().watch(session).await
+                }
+                Err(error) => error,
+            };
+            let wait = backoff.next_wait();
+            tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "the mailbox is out of reach");
+            health.down(&error);
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Takes the new mail, then waits in IDLE for more, until the connection fails (why).
+    async fn watch(self: Arc<Self>, mut session: Session) -> String {
+        loop {
+            if let Err(error) = self.clone().take_new(&mut session).await {
+                return error;
+            }
+            let mut idle = session.idle();
+            if let Err(error) = idle.init().await {
+                return format!("IMAP IDLE: {error}");
+            }
+            let (waiting, _stop) = idle.wait_with_timeout(IDLE_FOR);
+            if let Err(error) = waiting.await {
+                return format!("IMAP IDLE: {error}");
+            }
+            session = match idle.done().await {
+                Ok(session) => session,
+                Err(error) => return format!("IMAP IDLE: {error}"),
+            };
+        }
+    }
+
+    /// Every unread mail not looked at yet: taken (marked read, its turn started) or left.
+    async fn take_new(self: Arc<Self>, session: &mut Session) -> Result<(), String> {
+        let unread = session.uid_search("UNSEEN").await.map_err(|error| format!("IMAP SEARCH: {error}"))?;
+        let mut uids: Vec<u32> = {
+            let ignored = self.ignored.lock().unwrap_or_else(PoisonError::into_inner);
+            unread.into_iter().filter(|uid| !ignored.contains(uid)).collect()
+        };
+        uids.sort_unstable();
+        for uid in uids {
+            let raw = {
+                let mut fetched = session
+                    .uid_fetch(uid.to_string(), "BODY.PEEK[]")
+                    .await
+                    .map_err(|error| format!("IMAP FETCH: {error}"))?;
+                let mut raw = None;
+                while let Some(fetch) = fetched.next().await {
+                    let fetch = fetch.map_err(|error| format!("IMAP FETCH: {error}"))?;
+                    if let Some(body) = fetch.body() {
+                        raw = Some(body.to_vec());
+                    }
+                }
+                raw
+            };
+            let Some(raw) = raw else { continue };
+            if self.clone().arrived(uid, &raw).await {
+                let mut stored = session
+                    .uid_store(uid.to_string(), "+FLAGS (\\Seen)")
+                    .await
+                    .map_err(|error| format!("IMAP STORE: {error}"))?;
+                while let Some(done) = stored.next().await {
+                    done.map_err(|error| format!("IMAP STORE: {error}"))?;
+                }
+            } else {
+                self.ignored.lock().unwrap_or_else(PoisonError::into_inner).insert(uid);
+            }
+        }
+        Ok(())
+    }
+
+    /// A new mail: whether it was taken (its turn started, or an approval answered).
+    async fn arrived(self: Arc<Self>, uid: u32, raw: &[u8]) -> bool {
+        let mail = match mail::read(raw, uid, self.options.max_file_bytes) {
+            Ok(mail) => mail,
+            Err(why) => {
+                tracing::warn!(uid, why, "a mail left unread: it cannot be read");
+                return false;
+            }
+        };
+        let sender = mail.from.as_str();
+        if sender == self.options.address.as_str() {
+            tracing::info!(uid, "a mail from the assistant's own address left unread");
+            return false;
+        }
+        if !self.options.allowed.allows(sender) {
+            tracing::warn!(uid, sender, subject = %mail.subject, "a mail from a sender not allowed left unread");
+            return false;
+        }
+        if mail.forged {
+            tracing::warn!(uid, sender, "a mail the server found forged (Authentication-Results) left unread");
+            return false;
+        }
+        if mail.automatic {
+            tracing::info!(uid, sender, subject = %mail.subject, "an automatic mail left unread");
+            return false;
+        }
+        if self.threads.lock().unwrap_or_else(PoisonError::into_inner).is_pending(&mail.id) {
+            return true;
+        }
+        let approval = mail
+            .answers
+            .iter()
+            .find_map(|id| self.asked.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned());
+        if let Some(approval) = approval {
+            tokio::spawn(async move { self.approval_answered(&mail, approval).await });
+            return true;
+        }
+        let pending = Pending { raw: String::from_utf8_lossy(raw).into_owned(), uid };
+        if let Err(error) = self.threads.lock().unwrap_or_else(PoisonError::into_inner).take(&mail.id, pending) {
+            tracing::error!(%error, "a mail left unread: the gateway cannot keep its state");
+            return false;
+        }
+        tracing::info!(uid, sender, "a mail taken");
+        tokio::spawn(async move { self.answer(mail).await });
+        true
+    }
+
+    /// The turn of `mail`, in the conversation of its thread; its answer a reply.
+    async fn answer(&self, mail: Incoming) {
+        let ran = match self.message_of(&mail).await {
+            Ok(message) => turn::run(&self.daemon, message, &Answering { gateway: self, mail: &mail }).await,
+            Err(status) => Err(TurnError::Daemon(for_users(&status))),
+        };
+        if let Err(error) = ran {
+            tracing::warn!(%error, "a turn from email failed");
+            let sentence = match error {
+                TurnError::Daemon(sentence) => sentence,
+                TurnError::Channel(_) => "The answer could not be sent; ask again.".into(),
+            };
+            if let Err(error) = self.reply(&mail, &format!("⚠️ {sentence}")).await {
+                tracing::warn!(%error, "cannot tell the sender what went wrong");
+            }
+        }
+        if let Err(error) = self.threads.lock().unwrap_or_else(PoisonError::into_inner).done(&mail.id) {
+            tracing::warn!(%error, "cannot note a mail as answered");
+        }
+    }
+
+    /// The turn's message, in the session of the mail's thread (a new one for a new thread).
+    async fn message_of(&self, mail: &Incoming) -> Result<turn::Message, tonic::Status> {
+        let person = self.person(mail);
+        let known = self.threads.lock().unwrap_or_else(PoisonError::into_inner).session_of(&mail.answers);
+        let session_id = match known {
+            Some(session) => session,
+            None => {
+                let context = context_of(&self.daemon, &person, &Place::Own).await?;
+                let title = if mail.subject.is_empty() { "Mail".to_string() } else { mail.subject.clone() };
+                let request = v1::NewSessionRequest { context: Some(context), title };
+                let mut daemon = self.daemon.clone();
+                daemon.sessions.new_session(person.request(request)).await?.into_inner().id
+            }
+        };
+        let ids: Vec<String> = std::iter::once(mail.id.clone()).chain(mail.answers.iter().cloned()).collect();
+        if let Err(error) = self.threads.lock().unwrap_or_else(PoisonError::into_inner).remember(&ids, &session_id) {
+            tracing::warn!(%error, "the thread's conversation is not kept; a reply may start a new one");
+        }
+        let text = if mail.text.is_empty() && mail.files.is_empty() { mail.subject.clone() } else { mail.text.clone() };
+        Ok(turn::Message {
+            person,
+            place: Place::Own,
+            text,
+            files: mail.files.clone(),
+            channel: v1::ChannelType::Email,
+            session_id,
+        })
+    }
+
+    /// Sends `text` as a reply to `mail` in its thread; the reply's Message-ID.
+    async fn reply(&self, mail: &Incoming, text: &str) -> Result<String, String> {
+        let options = &self.options;
+        let id = mail::new_id(self.domain());
+        let message = mail::reply(&options.address, &options.name, mail, text, &id)?;
+        wire::send(&self.egress, &self.trust, &options.smtp, &options.login, &options.password, &message).await?;
+        let session =
+            self.threads.lock().unwrap_or_else(PoisonError::into_inner).session_of(std::slice::from_ref(&mail.id));
+        if let Some(session) = session {
+            if let Err(error) = self
+                .threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remember(std::slice::from_ref(&id), &session)
+            {
+                tracing::warn!(%error, "the reply's id is not kept; an answer to it may start a new conversation");
+            }
+        }
+        tracing::info!(to = %mail.from, "a reply sent");
+        Ok(id)
+    }
+
+    /// Mails taken before the gateway last stopped whose answers never went out: their senders
+    /// are told.
+    async fn tell_unanswered(self: Arc<Self>) {
+        let unanswered = self.threads.lock().unwrap_or_else(PoisonError::into_inner).unanswered();
+        for (id, pending) in unanswered {
+            match mail::read(pending.raw.as_bytes(), pending.uid, self.options.max_file_bytes) {
+                Ok(mail) => {
+                    let sentence = "⚠️ The assistant was restarted while answering this, so no answer was sent. \
+                                    What it wrote, if anything, is in your conversation in the other baaaht apps; \
+                                    reply to this mail to ask again.";
+                    if let Err(error) = self.reply(&mail, sentence).await {
+                        tracing::warn!(%error, "cannot tell a sender their mail went unanswered; told at the next start");
+                        continue;
+                    }
+                }
+                Err(why) => tracing::warn!(why, "a mail taken before the restart cannot be read again"),
+            }
+            if let Err(error) = self.threads.lock().unwrap_or_else(PoisonError::into_inner).done(&id) {
+                tracing::warn!(%error, "cannot note a mail as answered");
+            }
+        }
+    }
+
+    /// Mails an approval request in the thread of `mail`.
+    async fn ask_approval(&self, mail: &Incoming, request: &v1::ApprovalRequest) {
+        if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == request.id) {
+            return;
+        }
+        let command: String = request.asked_by.lines().next().unwrap_or_default().chars().take(120).collect();
+        let asked_by = if command.is_empty() { String::new() } else { format!(" for “{command}”") };
+        let text = format!(
+            "The {}'s tools want to reach {}:{}{asked_by}.\n\nReply to this mail with one word: once (allow it this \
+             time), session (for this conversation), always, or deny. Without an answer it is denied in {} seconds.",
+            agent_name(request.agent),
+            request.host,
+            request.port,
+            request.expires_in_seconds
+        );
+        match self.reply(mail, &text).await {
+            Ok(id) => {
+                let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+                if asked.len() >= 256 {
+                    asked.clear();
+                }
+                asked.insert(id, request.id.clone());
+            }
+            Err(error) => tracing::warn!(%error, "an approval request could not be mailed"),
+        }
+    }
+
+    /// `mail` answers the approval request `approval`: its first word is the decision.
+    async fn approval_answered(&self, mail: &Incoming, approval: String) {
+        let word = mail.text.split_whitespace().next().unwrap_or_default().to_lowercase();
+        let word = word.trim_matches(|c: char| !c.is_alphanumeric());
+        let Some((_, decision)) = DECISIONS.iter().find(|(said, _)| *said == word) else {
+            let sentence = "⚠️ That answer was not understood: reply with once, session, always or deny.";
+            if let Err(error) = self.reply(mail, sentence).await {
+                tracing::warn!(%error, "cannot ask again for an approval's answer");
+            }
+            return;
+        };
+        let answer = v1::ApprovalAnswer { id: approval.clone(), decision: decision.to_string() };
+        let mut daemon = self.daemon.clone();
+        let told = match daemon.sessions.answer_approval(self.person(mail).request(answer)).await {
+            Ok(_) => format!(
+                "Done: {}.",
+                match *decision {
+                    "once" => "allowed this time",
+                    "session" => "allowed for this conversation",
+                    "always" => "allowed always (a rule)",
+                    _ => "denied",
+                }
+            ),
+            Err(status) => {
+                tracing::info!(approval = %approval, message = %status.message(), "an approval's answer was refused");
+                format!("⚠️ {}", for_users(&status))
+            }
+        };
+        if let Err(error) = self.reply(mail, &told).await {
+            tracing::warn!(%error, "cannot confirm an approval's answer");
+        }
+    }
+}
+
+/// One turn's answer by mail: written whole when it is done (a mail cannot be edited).
+struct Answering<'a> {
+    gateway: &'a Gateway,
+    mail: &'a Incoming,
+}
+
+impl Surface for Answering<'_> {
+    type Answer = ();
+
+    fn update_every(&self) -> Duration {
+        // Nothing is shown while the answer is written.
+        Duration::from_secs(3600)
+    }
+
+    async fn open(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn show(&self, _answer: &mut (), _writing: &Writing) -> Result<bool, String> {
+        Ok(false)
+    }
+
+    async fn close(&self, _answer: (), writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
+        let text = writing.text.trim();
+        let whole = match trouble {
+            None if text.is_empty() => "(no answer)".to_string(),
+            None => text.to_string(),
+            Some(trouble) if text.is_empty() => format!("⚠️ {}", trouble.sentence()),
+            Some(trouble) => format!("{text}\n\n⚠️ {}", trouble.sentence()),
+        };
+        self.gateway.reply(self.mail, &whole).await.map(drop)
+    }
+
+    async fn approval(&self, event: &v1::orchestrator_event::Event) {
+        if let v1::orchestrator_event::Event::Approval(request) = event {
+            self.gateway.ask_approval(self.mail, request).await;
+        }
+    }
+}

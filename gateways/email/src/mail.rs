@@ -1,0 +1,269 @@
+//! A mail as the gateway reads it — who sent it, which thread it belongs to, its words (HTML
+//! mail turned into text, the quoted history of a reply left out) and its attachments — and
+//! the answer it sends back: a reply in the same thread that quotes what it answers.
+
+use baaaht_gateway_kit::daemon::File;
+use mail_parser::{HeaderValue, MessageParser, MimeHeaders as _};
+
+/// The most characters of a mail's text given to the assistant.
+const MAX_TEXT: usize = 32 * 1024;
+/// The most lines of the asking mail quoted in a reply.
+const MAX_QUOTED_LINES: usize = 40;
+
+/// A mail that arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incoming {
+    /// Its Message-ID, without angle brackets (made up from the mailbox's UID when it has none).
+    pub id: String,
+    /// The Message-IDs it answers (In-Reply-To, then References), nearest first.
+    pub answers: Vec<String>,
+    /// References to carry on in a reply: its References, then its own id.
+    pub references: Vec<String>,
+    /// The sender's address (lowercase) and name.
+    pub from: String,
+    pub name: Option<String>,
+    pub subject: String,
+    /// When it says it was written (RFC 2822), for the quote's heading.
+    pub date: Option<String>,
+    /// What it says that is new (no quoted history, no signature).
+    pub text: String,
+    /// What it said whole, for quoting.
+    pub whole: String,
+    pub files: Vec<File>,
+    /// An automatic mail (an autoresponder, a bounce, a mailing list): never answered, so two
+    /// machines do not answer each other for ever.
+    pub automatic: bool,
+    /// The mail server's verdict on the sender (`Authentication-Results`): whether SPF, DKIM
+    /// or DMARC failed for it.
+    pub forged: bool,
+}
+
+/// `raw` read, or why it cannot be; `uid` names a mail without a Message-ID.
+pub fn read(raw: &[u8], uid: u32, max_file_bytes: u64) -> Result<Incoming, String> {
+    let message = MessageParser::default().parse(raw).ok_or("not a mail message")?;
+    let from = message.from().and_then(|from| from.first()).ok_or("it names no sender (From)")?;
+    let address = from.address().ok_or("its sender (From) has no address")?.trim().to_ascii_lowercase();
+    let name = from.name().map(str::trim).filter(|name| !name.is_empty()).map(str::to_string);
+    let id = message.message_id().map(str::to_string).unwrap_or_else(|| format!("uid-{uid}@baaaht.invalid"));
+    let ids = |value: &HeaderValue<'_>| -> Vec<String> {
+        match value {
+            HeaderValue::Text(text) => vec![text.to_string()],
+            HeaderValue::TextList(list) => list.iter().map(|text| text.to_string()).collect(),
+            _ => vec![],
+        }
+    };
+    let references = ids(message.references());
+    let mut answers = ids(message.in_reply_to());
+    for id in references.iter().rev() {
+        if !answers.contains(id) {
+            answers.push(id.clone());
+        }
+    }
+    let header = |name: &str| message.header_raw(name).map(str::trim).unwrap_or_default().to_ascii_lowercase();
+    let auto_submitted = header("Auto-Submitted");
+    let precedence = header("Precedence");
+    let automatic = (!auto_submitted.is_empty() && auto_submitted != "no")
+        || matches!(precedence.as_str(), "bulk" | "list" | "junk" | "auto_reply")
+        || message.header_raw("List-Id").is_some()
+        || address.starts_with("mailer-daemon@")
+        || address.starts_with("postmaster@");
+    let forged = message.header_values("Authentication-Results").filter_map(HeaderValue::as_text).any(failed_check);
+    let whole: String = message.body_text(0).map(|text| text.replace("\r\n", "\n")).unwrap_or_default();
+    let whole: String = whole.chars().take(MAX_TEXT).collect();
+    let text = new_part(&whole);
+    let mut files = vec![];
+    for part in message.attachments() {
+        let bytes = part.contents();
+        if bytes.len() as u64 > max_file_bytes {
+            return Err(format!(
+                "its attachment {} is larger than the {} this gateway takes",
+                part.attachment_name().unwrap_or("(unnamed)"),
+                baaaht_proto::human_size(max_file_bytes)
+            ));
+        }
+        let mime_type = part
+            .content_type()
+            .map(|kind| match kind.subtype() {
+                Some(sub) => format!("{}/{sub}", kind.ctype()),
+                None => kind.ctype().to_string(),
+            })
+            .unwrap_or_else(|| "application/octet-stream".into());
+        let name =
+            part.attachment_name().map(str::to_string).unwrap_or_else(|| format!("attachment-{}", files.len() + 1));
+        files.push(File { name, mime_type, bytes: bytes.to_vec() });
+    }
+    let mut references_out = references.clone();
+    references_out.push(id.clone());
+    Ok(Incoming {
+        id,
+        answers,
+        references: references_out,
+        from: address,
+        name,
+        subject: message.subject().unwrap_or_default().trim().to_string(),
+        date: message.date().map(|date| date.to_rfc822()),
+        text,
+        whole,
+        files,
+        automatic,
+        forged,
+    })
+}
+
+/// Whether an `Authentication-Results` verdict says a check of the sender failed.
+fn failed_check(verdict: &str) -> bool {
+    let verdict = verdict.to_ascii_lowercase();
+    ["spf=fail", "dkim=fail", "dmarc=fail"].iter().any(|failed| verdict.contains(failed))
+}
+
+/// What a mail says that is new: the quoted history of a reply (`> …` lines, and the
+/// "On …, … wrote:" line before them) and the signature (after `-- `) left out.
+pub fn new_part(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut kept: Vec<&str> = vec![];
+    for (at, line) in lines.iter().enumerate() {
+        if *line == "-- " || *line == "--" {
+            break;
+        }
+        if line.trim_start().starts_with('>') {
+            continue;
+        }
+        let quoted_next = lines[at + 1..]
+            .iter()
+            .find(|next| !next.trim().is_empty())
+            .is_some_and(|next| next.trim_start().starts_with('>'));
+        if quoted_next && line.trim_end().ends_with(':') {
+            continue;
+        }
+        kept.push(line);
+    }
+    let text = kept.join("\n");
+    text.trim().to_string()
+}
+
+/// The subject of a reply to `subject`.
+pub fn reply_subject(subject: &str) -> String {
+    let subject = subject.trim();
+    if subject.is_empty() {
+        "Re: your message".into()
+    } else if subject.to_ascii_lowercase().starts_with("re:") {
+        subject.to_string()
+    } else {
+        format!("Re: {subject}")
+    }
+}
+
+/// The body of a reply: `answer`, then `asked` quoted under its heading.
+pub fn reply_body(answer: &str, asked: &Incoming) -> String {
+    let who = match &asked.name {
+        Some(name) => format!("{name} <{}>", asked.from),
+        None => asked.from.clone(),
+    };
+    let heading = match &asked.date {
+        Some(date) => format!("On {date}, {who} wrote:"),
+        None => format!("{who} wrote:"),
+    };
+    let mut quoted: Vec<String> = asked
+        .whole
+        .trim_end()
+        .lines()
+        .take(MAX_QUOTED_LINES)
+        .map(|line| if line.is_empty() { ">".to_string() } else { format!("> {line}") })
+        .collect();
+    if asked.whole.trim_end().lines().count() > MAX_QUOTED_LINES {
+        quoted.push("> […]".into());
+    }
+    format!("{}\n\n{heading}\n{}\n", answer.trim_end(), quoted.join("\n"))
+}
+
+/// A new Message-ID at `domain`.
+pub fn new_id(domain: &str) -> String {
+    let mut bytes = [0u8; 12];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The clock is unique enough for an id when the system's randomness is not there.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        bytes.copy_from_slice(&nanos.to_le_bytes()[..12]);
+    }
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{token}@{domain}")
+}
+
+/// `asked`'s reply from `address` (named `name`), `answer` its text, with its own `id`.
+pub fn reply(address: &str, name: &str, asked: &Incoming, answer: &str, id: &str) -> Result<lettre::Message, String> {
+    use lettre::message::{header, Mailbox};
+    let from: Mailbox = format!("{name} <{address}>")
+        .parse()
+        .or_else(|_| address.parse().map(|address| Mailbox::new(None, address)))
+        .map_err(|error| format!("the gateway's address `{address}`: {error}"))?;
+    let to_address = asked.from.parse().map_err(|error| format!("the sender's address `{}`: {error}", asked.from))?;
+    let to = Mailbox::new(asked.name.clone(), to_address);
+    let references: Vec<String> = asked.references.iter().map(|id| format!("<{id}>")).collect();
+    let mut reply = lettre::Message::builder()
+        .from(from)
+        .to(to)
+        .subject(reply_subject(&asked.subject))
+        .message_id(Some(format!("<{id}>")))
+        .in_reply_to(format!("<{}>", asked.id))
+        .references(references.join(" "))
+        .header(header::ContentType::TEXT_PLAIN)
+        .body(reply_body(answer, asked))
+        .map_err(|error| format!("the reply cannot be written: {error}"))?;
+    // RFC 3834: an answer made by a program, so other programs do not answer it back.
+    let auto = header::HeaderName::new_from_ascii_str("Auto-Submitted");
+    reply.headers_mut().insert_raw(header::HeaderValue::new(auto, "auto-replied".into()));
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ASKED: &str = "Message-ID: <q1@family.test>\r\nIn-Reply-To: <a0@home.test>\r\nReferences: <r0@family.test> <a0@home.test>\r\nFrom: Alice Liddell <Alice@Family.test>\r\nTo: assistant@home.test\r\nSubject: Dinner\r\nDate: Thu, 26 Nov 2026 18:00:00 +0000\r\nContent-Type: text/plain\r\n\r\nWhat about fish?\r\n\r\nOn Wed, 25 Nov 2026, assistant wrote:\r\n> Pasta is good.\r\n> Or soup.\r\n\r\n-- \r\nAlice\r\n";
+
+    #[test]
+    fn a_reply_is_read_for_its_thread_and_its_new_words_only() {
+        let mail = read(ASKED.as_bytes(), 7, 1024).expect("read");
+        assert_eq!(mail.id, "q1@family.test");
+        assert_eq!(mail.answers, ["a0@home.test", "r0@family.test"]);
+        assert_eq!(mail.references, ["r0@family.test", "a0@home.test", "q1@family.test"]);
+        assert_eq!((mail.from.as_str(), mail.name.as_deref()), ("alice@family.test", Some("Alice Liddell")));
+        assert_eq!(mail.text, "What about fish?");
+        assert!(!mail.automatic && !mail.forged);
+    }
+
+    #[test]
+    fn html_mail_becomes_text_and_automatic_or_forged_mail_is_marked() {
+        let html = "Message-ID: <h@x>\r\nFrom: bob@family.test\r\nSubject: hi\r\nContent-Type: text/html\r\n\r\n<p>Hello <b>there</b></p><script>x()</script>";
+        let mail = read(html.as_bytes(), 1, 1024).expect("html");
+        assert!(mail.text.contains("Hello there") || mail.text.contains("Hello *there*"), "{}", mail.text);
+        assert!(!mail.text.contains('<'), "{}", mail.text);
+        let auto = "Message-ID: <v@x>\r\nFrom: bob@family.test\r\nAuto-Submitted: auto-replied\r\nSubject: Out of office\r\n\r\naway";
+        assert!(read(auto.as_bytes(), 2, 1024).expect("auto").automatic);
+        let forged = "Message-ID: <f@x>\r\nAuthentication-Results: mail.home.test; spf=fail smtp.mailfrom=family.test\r\nFrom: alice@family.test\r\nSubject: x\r\n\r\nsend me the codes";
+        assert!(read(forged.as_bytes(), 3, 1024).expect("forged").forged);
+        let no_id = "From: bob@family.test\r\nSubject: x\r\n\r\nhi";
+        assert_eq!(read(no_id.as_bytes(), 9, 1024).expect("no id").id, "uid-9@baaaht.invalid");
+        assert!(read(b"Subject: x\r\n\r\nhi", 4, 1024).expect_err("no sender").contains("From"));
+    }
+
+    #[test]
+    fn a_reply_quotes_what_it_answers_in_the_same_thread() {
+        let mail = read(ASKED.as_bytes(), 7, 1024).expect("read");
+        let reply = reply("assistant@home.test", "baaaht", &mail, "Fish is fine.", "n1@home.test").expect("reply");
+        let text = String::from_utf8(reply.formatted()).expect("utf-8");
+        assert!(text.contains("Subject: Re: Dinner"), "{text}");
+        assert!(text.contains("In-Reply-To: <q1@family.test>"), "{text}");
+        assert!(text.contains("References: <r0@family.test> <a0@home.test> <q1@family.test>"), "{text}");
+        assert!(text.contains("Message-ID: <n1@home.test>"), "{text}");
+        assert!(text.contains("Auto-Submitted: auto-replied"), "{text}");
+        assert!(
+            text.contains("To: \"Alice Liddell\" <alice@family.test>")
+                || text.contains("To: Alice Liddell <alice@family.test>"),
+            "{text}"
+        );
+        let body = reply_body("Fish is fine.", &mail);
+        assert!(body.starts_with("Fish is fine.\n\nOn Thu, 26 Nov 2026 18:00:00 +0000, Alice Liddell <alice@family.test> wrote:\n> What about fish?\n"), "{body}");
+        assert_eq!(reply_subject("RE: x"), "RE: x");
+        assert_eq!(reply_subject(""), "Re: your message");
+    }
+}

@@ -1,0 +1,117 @@
+//! `baaaht-email`: the email gateway process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use baaaht_email::allow::Allowed;
+use baaaht_email::gateway::{Gateway, Options};
+use baaaht_email::server::{Server, Trust};
+use baaaht_email::threads::Threads;
+use baaaht_gateway_kit::cli::Supervised;
+use baaaht_gateway_kit::health::Health;
+use baaaht_proto::client;
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "baaaht-email", version, about = "baaaht's email gateway (IMAP IDLE in, SMTP out)")]
+struct Cli {
+    #[command(flatten)]
+    supervised: Supervised,
+    /// The assistant's address: the mailbox it reads, and the sender of its answers
+    #[arg(long, value_name = "ADDRESS")]
+    address: String,
+    /// The name shown with the address on answers
+    #[arg(long, value_name = "NAME", default_value = "baaaht")]
+    name: String,
+    /// The mailbox's sign-in name (default: the address)
+    #[arg(long, value_name = "NAME")]
+    login: Option<String>,
+    /// The IMAP server, host:port (993: TLS from the first byte; another port: STARTTLS)
+    #[arg(long, value_name = "HOST:PORT")]
+    imap: String,
+    /// implicit or starttls, when the IMAP port does not say
+    #[arg(long, value_name = "TLS")]
+    imap_tls: Option<String>,
+    /// The SMTP submission server, host:port (465: TLS from the first byte; 587: STARTTLS)
+    #[arg(long, value_name = "HOST:PORT")]
+    smtp: String,
+    /// implicit or starttls, when the SMTP port does not say
+    #[arg(long, value_name = "TLS")]
+    smtp_tls: Option<String>,
+    /// The folder watched
+    #[arg(long, value_name = "NAME", default_value = "INBOX")]
+    mailbox: String,
+    /// Who may write to the assistant: addresses (alice@family.example) and domains
+    /// (@family.example), comma-separated or repeated. Anyone else's mail is left unread.
+    #[arg(long, value_name = "SENDERS", required = true)]
+    allow: Vec<String>,
+    /// A certificate authority (PEM) trusted besides the system's, for a household's own mail
+    /// server
+    #[arg(long, value_name = "PATH")]
+    ca_file: Option<PathBuf>,
+    /// Where the gateway keeps which conversation each thread is (kept across restarts)
+    #[arg(long, value_name = "PATH", default_value = "email-state")]
+    state_dir: PathBuf,
+    /// The largest attachment taken, in bytes (the daemon's sessions.max_upload_bytes holds too)
+    #[arg(long, value_name = "BYTES", default_value_t = 25 * 1024 * 1024)]
+    max_file_bytes: u64,
+    /// Seconds without the mailbox before the gateway calls itself unhealthy
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    unhealthy_after: u64,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    baaaht_proto::lifecycle::log_to_stderr();
+    baaaht_proto::lifecycle::exit("baaaht-email", run(Cli::parse()).await)
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let supervised = &cli.supervised;
+    let address = cli.address.trim().to_ascii_lowercase();
+    if address.split_once('@').is_none_or(|(user, domain)| user.is_empty() || domain.is_empty()) {
+        return Err(format!("--address `{address}`: give the assistant's mail address, e.g. assistant@home.example"));
+    }
+    let imap = Server::parse("--imap", &cli.imap, cli.imap_tls.as_deref())?;
+    let smtp = Server::parse("--smtp", &cli.smtp, cli.smtp_tls.as_deref())?;
+    let allowed = Allowed::parse(&cli.allow)?;
+    let trust = Trust::load(cli.ca_file.as_deref())?;
+    if supervised.check {
+        return Ok(());
+    }
+    let threads = Threads::open(&cli.state_dir)?;
+    let health = Health::new("the mail server", std::time::Duration::from_secs(cli.unhealthy_after));
+    if let Some(path) = &supervised.health_socket {
+        baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
+    }
+    let mut daemon = client::connect_gateway(&supervised.socket, supervised.token_file.as_deref()).await?;
+    let secrets = daemon
+        .gateways
+        .get_gateway_secrets(baaaht_proto::v1::GatewaySecretsRequest {})
+        .await
+        .map_err(|status| format!("the daemon gave no mailbox password: {}", status.message()))?
+        .into_inner()
+        .secrets;
+    let password = secrets.get("password").cloned().unwrap_or_default();
+    if password.is_empty() {
+        return Err("no mailbox password: store EMAIL_PASSWORD_{NAME} with `baaahtd secrets set`".into());
+    }
+    let options = Options {
+        login: cli.login.clone().unwrap_or_else(|| address.clone()),
+        address,
+        name: cli.name.clone(),
+        password,
+        imap,
+        smtp,
+        mailbox: cli.mailbox.clone(),
+        allowed,
+        max_file_bytes: cli.max_file_bytes,
+    };
+    let gateway = Arc::new(Gateway::new(daemon, supervised.egress(), trust, options, threads));
+    let watching = tokio::spawn(gateway.run(health));
+    tracing::info!("watching the mailbox");
+    let why = baaaht_proto::lifecycle::stop_requested(supervised.parent).await;
+    tracing::info!(why, "stopping");
+    watching.abort();
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! Real mail servers for the email gateway's tests, one set per test on loopback: Dovecot
+//! (IMAP with TLS from the first byte and with STARTTLS, delivery by LMTP, sign-in from a
+//! password file) and Postfix (SMTP in for the test's senders, submission with TLS or STARTTLS
+//! and a password for the gateway's answers, everything delivered to Dovecot), with a
+//! certificate from a test authority. Debian's packages; `scripts/test` installs them. Mail is
+//! sent and read with Python's smtplib and imaplib, as a person's mail program would.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::web::free_port;
+use crate::Running;
+
+/// The mail domains the servers take mail for.
+pub const DOMAINS: &[&str] = &["home.test", "family.test", "elsewhere.test"];
+
+/// Sends and reads mail as a person's mail program would (Python's smtplib and imaplib).
+const CLIENT: &str = r#"
+import imaplib, json, smtplib, ssl, sys
+verb = sys.argv[1]
+if verb == "send":
+    port, sender, to, raw = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.stdin.buffer.read()
+    with smtplib.SMTP("127.0.0.1", port) as smtp:
+        smtp.sendmail(sender, [to], raw)
+    print("SENT")
+elif verb == "list":
+    port, ca, user, password = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    imap = imaplib.IMAP4_SSL("127.0.0.1", port, ssl_context=ssl.create_default_context(cafile=ca))
+    imap.login(user, password)
+    imap.select("INBOX", readonly=True)
+    out = []
+    _, found = imap.uid("SEARCH", None, "ALL")
+    for uid in found[0].split():
+        _, data = imap.uid("FETCH", uid, "(FLAGS BODY.PEEK[])")
+        flags = data[0][0].decode()
+        out.append({"uid": int(uid), "seen": "\\Seen" in flags, "raw": data[0][1].decode("utf-8", "replace")})
+    print(json.dumps(out))
+"#;
+
+/// A mail in a mailbox.
+#[derive(Debug, Clone)]
+pub struct Mail {
+    pub uid: u32,
+    pub seen: bool,
+    pub raw: String,
+}
+
+impl Mail {
+    /// The first value of header `name`.
+    pub fn header(&self, name: &str) -> Option<String> {
+        let head = self.raw.split("\r\n\r\n").next().unwrap_or_default().replace("\r\n ", " ").replace("\r\n\t", " ");
+        head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim().to_string())
+        })
+    }
+
+    /// The text after the headers (as sent: a quoted-printable body is left so).
+    pub fn body(&self) -> String {
+        self.raw
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.replace("=\r\n", "").replace("\r\n", "\n"))
+            .unwrap_or_default()
+    }
+}
+
+/// Dovecot and Postfix, stopped on drop.
+pub struct MailServers {
+    pub dir: PathBuf,
+    /// IMAP with TLS from the first byte, and with STARTTLS.
+    pub imaps: u16,
+    pub imap: u16,
+    /// SMTP in, no sign-in (mail from the test's senders).
+    pub smtp: u16,
+    /// Submission with a password: TLS from the first byte, and with STARTTLS.
+    pub submissions: u16,
+    pub submission: u16,
+    /// The test authority's certificate (PEM).
+    pub ca: PathBuf,
+    dovecot: Option<Running>,
+    postfix: Option<Running>,
+}
+
+impl MailServers {
+    /// Starts both, with a mailbox for each of `users` (address, password).
+    pub fn start(users: &[(&str, &str)]) -> Result<MailServers> {
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let count = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Short: the servers' sockets live here, and a socket's path has at most 107 bytes.
+        let dir = PathBuf::from(format!("/tmp/bm-{}-{count}", std::process::id()));
+        // silent-ok: a folder left by an earlier run, or none.
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["tls", "mail", "run", "spool", "pdata", "postfix"] {
+            std::fs::create_dir_all(dir.join(sub))?;
+        }
+        let ports = [free_port()?, free_port()?, free_port()?, free_port()?, free_port()?];
+        let mut servers = MailServers {
+            ca: dir.join("tls/ca.pem"),
+            dir,
+            imaps: ports[0],
+            imap: ports[1],
+            smtp: ports[2],
+            submissions: ports[3],
+            submission: ports[4],
+            dovecot: None,
+            postfix: None,
+        };
+        servers.certificates()?;
+        let passwords: String = users.iter().map(|(user, password)| format!("{user}:{{PLAIN}}{password}\n")).collect();
+        std::fs::write(servers.dir.join("users"), passwords)?;
+        servers.start_dovecot()?;
+        servers.start_postfix()?;
+        Ok(servers)
+    }
+
+    fn run(command: &mut Command) -> Result<()> {
+        let output = command.output().with_context(|| format!("run {command:?}"))?;
+        if !output.status.success() {
+            bail!("{command:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        Ok(())
+    }
+
+    /// A test authority and the servers' certificate from it (for 127.0.0.1 and localhost).
+    fn certificates(&self) -> Result<()> {
+        let tls = self.dir.join("tls");
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+        Self::run(Command::new("openssl").current_dir(&tls).args(["req", "-x509"]).args(ec).args([
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=baaaht test mail CA",
+        ]))?;
+        Self::run(Command::new("openssl").current_dir(&tls).args(["req"]).args(ec).args([
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]))?;
+        std::fs::write(tls.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")?;
+        Self::run(Command::new("openssl").current_dir(&tls).args([
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ]))?;
+        Ok(())
+    }
+
+    fn start_dovecot(&mut self) -> Result<()> {
+        let d = self.dir.display().to_string();
+        let config = format!(
+            "base_dir = {d}/run/dovecot\nstate_dir = {d}/run/state\nlog_path = {d}/dovecot.log\n\
+             protocols = imap lmtp\nlisten = 127.0.0.1\nssl = required\nssl_cert = <{d}/tls/server.pem\n\
+             ssl_key = <{d}/tls/server.key\ndisable_plaintext_auth = yes\nauth_mechanisms = plain login\n\
+             first_valid_uid = 1\n\
+             passdb {{\n  driver = passwd-file\n  args = scheme=PLAIN username_format=%u {d}/users\n}}\n\
+             userdb {{\n  driver = static\n  args = uid=dovenull gid=dovenull home={d}/mail/%d/%n\n}}\n\
+             mail_location = maildir:~/Maildir\n\
+             service imap-login {{\n  inet_listener imap {{\n    address = 127.0.0.1\n    port = {imap}\n  }}\n\
+               inet_listener imaps {{\n    address = 127.0.0.1\n    port = {imaps}\n    ssl = yes\n  }}\n}}\n\
+             service lmtp {{\n  unix_listener {d}/run/lmtp {{\n    mode = 0666\n  }}\n}}\n\
+             service auth {{\n  unix_listener {d}/run/auth {{\n    mode = 0666\n  }}\n}}\n\
+             default_internal_user = dovecot\ndefault_login_user = dovenull\n",
+            imap = self.imap,
+            imaps = self.imaps,
+        );
+        std::fs::write(self.dir.join("dovecot.conf"), config)?;
+        Self::run(Command::new("chown").args(["-R", "dovenull:dovenull"]).arg(self.dir.join("mail")))?;
+        Self::run(Command::new("chmod").args(["755"]).arg(&self.dir).arg(self.dir.join("run")))?;
+        let mut command = Command::new("dovecot");
+        command.args(["-F", "-c"]).arg(self.dir.join("dovecot.conf"));
+        self.dovecot = Some(crate::spawn(command, &self.dir.join("dovecot.out"))?);
+        wait_for_port(self.imaps, "Dovecot", &self.dir.join("dovecot.log"))
+    }
+
+    fn start_postfix(&mut self) -> Result<()> {
+        let d = self.dir.display().to_string();
+        let main = format!(
+            "compatibility_level = 3.6\nqueue_directory = {d}/spool\ndata_directory = {d}/pdata\n\
+             myhostname = mail.home.test\nmydestination =\ninet_interfaces = 127.0.0.1\ninet_protocols = ipv4\n\
+             mynetworks = 127.0.0.0/8\nvirtual_mailbox_domains = {domains}\nvirtual_transport = lmtp:unix:{d}/run/lmtp\n\
+             smtpd_tls_cert_file = {d}/tls/server.pem\nsmtpd_tls_key_file = {d}/tls/server.key\n\
+             smtpd_tls_security_level = may\nsmtpd_sasl_type = dovecot\nsmtpd_sasl_path = {d}/run/auth\n\
+             smtpd_relay_restrictions = permit_mynetworks permit_sasl_authenticated reject_unauth_destination\n\
+             maillog_file = {d}/postfix.log\nmaillog_file_prefixes = {d}\nalias_maps =\nalias_database =\n",
+            domains = DOMAINS.join(" "),
+        );
+        std::fs::write(self.dir.join("postfix/main.cf"), main)?;
+        let submission = |port: u16, tls: &str| {
+            format!(
+                "127.0.0.1:{port} inet n - n - - smtpd\n  {tls}\n  -o smtpd_sasl_auth_enable=yes\n  \
+                 -o smtpd_client_restrictions=permit_sasl_authenticated,reject\n  \
+                 -o smtpd_relay_restrictions=permit_sasl_authenticated,reject\n"
+            )
+        };
+        // Debian's services, none chrooted (the test's folders are not in a chroot), SMTP on
+        // the test's port, and the two submission services.
+        let proto = std::fs::read_to_string("/etc/postfix/master.cf.proto")
+            .or_else(|_| std::fs::read_to_string("/usr/share/postfix/master.cf.dist"))
+            .context("Postfix's master.cf.proto (install postfix)")?;
+        let mut master = String::new();
+        for line in proto.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if line.starts_with(|c: char| c.is_ascii_alphanumeric()) && fields.len() >= 8 {
+                if fields[0] == "smtp" && fields[1] == "inet" {
+                    master.push_str(&format!("127.0.0.1:{} inet n - n - - smtpd\n", self.smtp));
+                    continue;
+                }
+                let mut fields = fields;
+                fields[4] = "n";
+                master.push_str(&fields.join(" "));
+            } else {
+                master.push_str(line);
+            }
+            master.push('\n');
+        }
+        master.push_str(&submission(self.submissions, "-o smtpd_tls_wrappermode=yes"));
+        master.push_str(&submission(self.submission, "-o smtpd_tls_security_level=encrypt"));
+        std::fs::write(self.dir.join("postfix/master.cf"), master)?;
+        Self::run(Command::new("chown").args(["postfix"]).arg(self.dir.join("pdata")))?;
+        let mut command = Command::new("postfix");
+        command.arg("-c").arg(self.dir.join("postfix")).arg("start-fg");
+        self.postfix = Some(crate::spawn(command, &self.dir.join("postfix.out"))?);
+        wait_for_port(self.submissions, "Postfix", &self.dir.join("postfix.log"))?;
+        wait_for_port(self.smtp, "Postfix", &self.dir.join("postfix.log"))
+    }
+
+    fn client(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<String> {
+        use std::io::Write as _;
+        let mut child = Command::new("python3")
+            .args(["-c", CLIENT])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        if let Some(mut input) = child.stdin.take() {
+            input.write_all(stdin.unwrap_or_default())?;
+        }
+        let output = child.wait_with_output()?;
+        if !output.status.success() {
+            bail!("the mail client ({}) failed: {}", args[0], String::from_utf8_lossy(&output.stderr));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Sends `raw` (a whole mail, CRLF lines) from `sender` to `to` through Postfix.
+    pub fn send(&self, sender: &str, to: &str, raw: &str) -> Result<()> {
+        self.client(&["send", &self.smtp.to_string(), sender, to], Some(raw.as_bytes())).map(drop)
+    }
+
+    /// The mails in `user`'s inbox, oldest first.
+    pub fn mailbox(&self, user: &str, password: &str) -> Result<Vec<Mail>> {
+        let ca = self.ca.display().to_string();
+        let printed = self.client(&["list", &self.imaps.to_string(), &ca, user, password], None)?;
+        let listed: Vec<serde_json::Value> = serde_json::from_str(printed.trim())?;
+        Ok(listed
+            .iter()
+            .map(|mail| Mail {
+                uid: mail["uid"].as_u64().unwrap_or_default() as u32,
+                seen: mail["seen"] == true,
+                raw: mail["raw"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect())
+    }
+
+    /// Waits until `user`'s inbox satisfies `check` (its mails then), or `limit` passes (None).
+    pub fn wait_for_mail(
+        &self,
+        user: &str,
+        password: &str,
+        limit: Duration,
+        check: impl Fn(&[Mail]) -> bool,
+    ) -> Option<Vec<Mail>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(mails) = self.mailbox(user, password) {
+                if check(&mails) {
+                    return Some(mails);
+                }
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// What the servers logged (for a failing test's message).
+    pub fn logs(&self) -> String {
+        ["dovecot.log", "postfix.log", "dovecot.out", "postfix.out"]
+            .iter()
+            .map(|name| format!("--- {name}\n{}", std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()))
+            .collect()
+    }
+}
+
+impl Drop for MailServers {
+    fn drop(&mut self) {
+        // Postfix's master in the foreground stops its children when it is stopped.
+        // silent-ok: it may have stopped already.
+        let _ = Command::new("postfix").arg("-c").arg(self.dir.join("postfix")).arg("stop").output();
+        self.postfix.take();
+        self.dovecot.take();
+        if std::env::var_os("BAAAHT_KEEP_MAIL").is_none() {
+            // silent-ok: cleaning up.
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Waits for `port` on loopback to take connections (what `log` says when it does not).
+fn wait_for_port(port: u16, server: &str, log: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("{server} does not listen on 127.0.0.1:{port}: {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// A mail from `from` to `to`, CRLF lines; `headers` added after the usual ones.
+pub fn compose(from: &str, to: &str, subject: &str, id: &str, headers: &[(&str, &str)], body: &str) -> String {
+    let mut mail = format!(
+        "From: {from}\r\nTo: {to}\r\nSubject: {subject}\r\nMessage-ID: <{id}>\r\nDate: Fri, 27 Nov 2026 08:00:00 +0000\r\n"
+    );
+    for (name, value) in headers {
+        mail.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("Content-Type")) {
+        mail.push_str("Content-Type: text/plain; charset=utf-8\r\n");
+    }
+    mail.push_str("\r\n");
+    mail.push_str(&body.replace('\n', "\r\n"));
+    mail.push_str("\r\n");
+    mail
+}

@@ -1,0 +1,274 @@
+//! The email gateway (`baaaht-email`, the real binary) against real mail servers — Dovecot for
+//! IMAP and Postfix for SMTP, Debian's, started by each test on loopback with a test
+//! authority's certificate — and the real daemon. Mail is sent and read with Python's smtplib
+//! and imaplib, as a person's mail program would.
+
+use std::time::Duration;
+
+use baaaht_proto::v1;
+use baaaht_tests::mail::{compose, Mail, MailServers};
+use baaaht_tests::scenario;
+
+const ASSISTANT: (&str, &str) = ("assistant@home.test", "assistant-pw");
+const ALICE: (&str, &str) = ("alice@family.test", "alice-pw");
+const MALLORY: (&str, &str) = ("mallory@elsewhere.test", "mallory-pw");
+const WAIT: Duration = Duration::from_secs(90);
+
+fn servers() -> MailServers {
+    MailServers::start(&[ASSISTANT, ALICE, MALLORY]).expect("Dovecot and Postfix (scripts/test installs them)")
+}
+
+/// What a daemon needs for the gateway: the mailbox's password, and Alice linked to `u-alice`.
+fn email_options() -> baaaht_tests::DaemonOptions {
+    let mut options = baaaht_tests::DaemonOptions {
+        env: vec![("EMAIL_PASSWORD_HOME".into(), ASSISTANT.1.into())],
+        ..Default::default()
+    };
+    options.files.push(scenario::linked_identities(&[(&format!("email:{}", ALICE.0), "u-alice", "Alice")]));
+    options
+}
+
+/// The gateway's arguments for `servers`: IMAPS and SMTPS (TLS from the first byte), the test
+/// authority trusted, Alice allowed.
+fn arguments(servers: &MailServers, state: &std::path::Path) -> Vec<String> {
+    [
+        "--address",
+        ASSISTANT.0,
+        "--imap",
+        &format!("127.0.0.1:{}", servers.imaps),
+        "--imap-tls",
+        "implicit",
+        "--smtp",
+        &format!("127.0.0.1:{}", servers.submissions),
+        "--smtp-tls",
+        "implicit",
+        "--ca-file",
+        &servers.ca.display().to_string(),
+        "--allow",
+        ALICE.0,
+        "--state-dir",
+        &state.display().to_string(),
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect()
+}
+
+fn run_gateway(
+    rt: &tokio::runtime::Runtime,
+    daemon: &baaaht_tests::TestDaemon,
+    args: &[String],
+) -> (baaaht_tests::Running, baaaht_tests::gateway::Gateway) {
+    let request = v1::AddGatewayRequest {
+        kind: "email".into(),
+        name: "home".into(),
+        address: ASSISTANT.0.into(),
+        ..Default::default()
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    baaaht_tests::gateway::run_external(rt, daemon, request, "baaaht-email", &args)
+}
+
+fn alice_has(servers: &MailServers, count: usize) -> Option<Vec<Mail>> {
+    servers.wait_for_mail(ALICE.0, ALICE.1, WAIT, |mails| mails.len() >= count)
+}
+
+#[test]
+fn a_mail_is_answered_in_its_thread_and_a_reply_to_the_answer_goes_on_in_the_same_conversation() {
+    let rt = baaaht_tests::runtime();
+    let servers = servers();
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), email_options()).expect("daemon");
+    let (gateway, _) = run_gateway(&rt, &daemon, &arguments(&servers, &daemon.data_dir.join("email-state")));
+    let logs = || format!("{}\n{}\n{}", gateway.log_text(), daemon.log_text(), servers.logs());
+    let asked = compose(
+        "Alice Liddell <alice@family.test>",
+        ASSISTANT.0,
+        "Dinner plans",
+        "q1@family.test",
+        &[],
+        "What shall we cook tonight?",
+    );
+    servers.send(ALICE.0, ASSISTANT.0, &asked).expect("send");
+    let Some(mails) = alice_has(&servers, 1) else { panic!("no answer in Alice's inbox\n{}", logs()) };
+    let answer = &mails[0];
+    assert_eq!(answer.header("Subject").as_deref(), Some("Re: Dinner plans"), "{}", answer.raw);
+    assert_eq!(answer.header("In-Reply-To").as_deref(), Some("<q1@family.test>"));
+    assert_eq!(answer.header("References").as_deref(), Some("<q1@family.test>"));
+    assert_eq!(answer.header("Auto-Submitted").as_deref(), Some("auto-replied"));
+    assert!(answer.header("From").is_some_and(|from| from.contains(ASSISTANT.0)), "{}", answer.raw);
+    let body = answer.body();
+    assert!(body.starts_with("echo: What shall we cook tonight?"), "{body}");
+    assert!(body.contains("Alice Liddell <alice@family.test> wrote:\n> What shall we cook tonight?"), "{body}");
+    // The asking mail is read in the assistant's mailbox: taken.
+    let inbox = servers.mailbox(ASSISTANT.0, ASSISTANT.1).expect("inbox");
+    assert!(inbox.iter().all(|mail| mail.seen), "{inbox:?}");
+
+    // Alice answers the answer, quoting it as mail programs do: the same conversation goes on,
+    // with her new words only.
+    let reply_id = answer.header("Message-ID").expect("the answer's id");
+    let quoted: String = body.lines().map(|line| format!("> {line}\n")).collect();
+    let again = compose(
+        ALICE.0,
+        ASSISTANT.0,
+        "Re: Dinner plans",
+        "q2@family.test",
+        &[("In-Reply-To", &reply_id), ("References", &format!("<q1@family.test> {reply_id}"))],
+        &format!("And for dessert?\n\nOn Fri, 27 Nov 2026, baaaht wrote:\n{quoted}"),
+    );
+    servers.send(ALICE.0, ASSISTANT.0, &again).expect("send");
+    let Some(mails) = alice_has(&servers, 2) else { panic!("no second answer\n{}", logs()) };
+    let second = &mails[1];
+    assert!(second.body().starts_with("echo: And for dessert?\n"), "only the new words were asked: {}", second.body());
+    assert_eq!(second.header("In-Reply-To").as_deref(), Some("<q2@family.test>"));
+    // A mail with a new subject and no thread is a new conversation.
+    let other = compose(ALICE.0, ASSISTANT.0, "Holiday", "q3@family.test", &[], "Where shall we go?");
+    servers.send(ALICE.0, ASSISTANT.0, &other).expect("send");
+    assert!(alice_has(&servers, 3).is_some(), "no third answer\n{}", logs());
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let filter = v1::SessionFilter { user_id: "u-alice".into(), ..Default::default() };
+        let listed = host.sessions.list_sessions(filter).await.expect("sessions").into_inner().sessions;
+        let mut titles: Vec<&str> = listed.iter().map(|session| session.title.as_str()).collect();
+        titles.sort_unstable();
+        assert_eq!(titles, ["Dinner plans", "Holiday"], "a conversation per thread: {listed:#?}");
+        let dinner = listed.iter().find(|session| session.title == "Dinner plans").expect("dinner");
+        let request = v1::ReadSessionRequest { session_id: dinner.id.clone(), leaf_entry_id: String::new() };
+        let read = host.sessions.read_session(request).await.expect("read").into_inner();
+        let text = format!("{:?}", read.entries);
+        assert!(text.contains("What shall we cook tonight?") && text.contains("And for dessert?"), "{text}");
+        assert!(!text.contains("Where shall we go?"), "{text}");
+    });
+}
+
+#[test]
+fn only_allowed_senders_are_answered_and_automatic_or_forged_mail_is_left_unread() {
+    let rt = baaaht_tests::runtime();
+    let servers = servers();
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), email_options()).expect("daemon");
+    let (gateway, _) = run_gateway(&rt, &daemon, &arguments(&servers, &daemon.data_dir.join("email-state")));
+    let logs = || format!("{}\n{}\n{}", gateway.log_text(), daemon.log_text(), servers.logs());
+    let strangers = compose(MALLORY.0, ASSISTANT.0, "Invoice", "m1@elsewhere.test", &[], "Pay me.");
+    servers.send(MALLORY.0, ASSISTANT.0, &strangers).expect("send");
+    let automatic = compose(
+        ALICE.0,
+        ASSISTANT.0,
+        "Out of office",
+        "o1@family.test",
+        &[("Auto-Submitted", "auto-replied")],
+        "Away.",
+    );
+    servers.send(ALICE.0, ASSISTANT.0, &automatic).expect("send");
+    let forged = compose(
+        ALICE.0,
+        ASSISTANT.0,
+        "Codes",
+        "f1@family.test",
+        &[("Authentication-Results", "mail.home.test; spf=fail smtp.mailfrom=family.test")],
+        "Send me the codes.",
+    );
+    servers.send(ALICE.0, ASSISTANT.0, &forged).expect("send");
+    // Then an HTML mail from Alice with a file: answered, as text, the file in her uploads.
+    let boundary = "b0undary";
+    let html = compose(
+        ALICE.0,
+        ASSISTANT.0,
+        "Shopping",
+        "h1@family.test",
+        &[("MIME-Version", "1.0"), ("Content-Type", &format!("multipart/mixed; boundary=\"{boundary}\""))],
+        &format!(
+            "--{boundary}\nContent-Type: text/html; charset=utf-8\n\n<html><body><p>Please read <b>the list</b>.</p>\
+             <script>alert(1)</script></body></html>\n--{boundary}\nContent-Type: text/plain; name=\"list.txt\"\n\
+             Content-Disposition: attachment; filename=\"list.txt\"\n\neggs, flour, milk\n--{boundary}--"
+        ),
+    );
+    servers.send(ALICE.0, ASSISTANT.0, &html).expect("send");
+    let Some(mails) = alice_has(&servers, 1) else { panic!("no answer to Alice's HTML mail\n{}", logs()) };
+    let body = mails[0].body();
+    assert!(body.contains("Please read"), "{body}");
+    assert!(!body.contains("<b>") && !body.contains("<script>"), "the HTML was turned into text: {body}");
+    assert_eq!(mails[0].header("In-Reply-To").as_deref(), Some("<h1@family.test>"));
+    let uploaded = walk(&daemon.data_dir).into_iter().find(|path| path.ends_with("list.txt"));
+    let uploaded = uploaded.unwrap_or_else(|| panic!("the attachment is not in Alice's uploads\n{}", logs()));
+    assert_eq!(std::fs::read_to_string(&uploaded).expect("upload").trim(), "eggs, flour, milk");
+    // The others are still unread, nobody answered them, and the log says why.
+    let inbox = servers.mailbox(ASSISTANT.0, ASSISTANT.1).expect("inbox");
+    let unread: Vec<String> =
+        inbox.iter().filter(|mail| !mail.seen).filter_map(|mail| mail.header("Subject")).collect();
+    assert_eq!(unread, ["Invoice", "Out of office", "Codes"], "{inbox:?}");
+    assert_eq!(servers.mailbox(MALLORY.0, MALLORY.1).expect("mallory").len(), 0, "a stranger gets no answer");
+    assert_eq!(alice_has(&servers, 1).map(|mails| mails.len()), Some(1), "one answer only");
+    let log = gateway.log_text();
+    assert!(log.contains("a mail from a sender not allowed left unread"), "{log}");
+    assert!(log.contains("an automatic mail left unread"), "{log}");
+    assert!(log.contains("found forged"), "{log}");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.is_symlink() {
+            found.extend(walk(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn starttls_is_used_on_plain_ports_and_a_server_the_gateway_cannot_verify_gets_no_password() {
+    let rt = baaaht_tests::runtime();
+    let servers = servers();
+    let mut options = email_options();
+    options.env.push(("EMAIL_PASSWORD_PLAIN_PORTS".into(), ASSISTANT.1.into()));
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    // Without the test authority, the servers' certificate is not trusted: no sign-in is tried.
+    let state = daemon.data_dir.join("email-state");
+    let mut untrusting = arguments(&servers, &state);
+    let at = untrusting.iter().position(|arg| arg == "--ca-file").expect("ca");
+    untrusting.drain(at..at + 2);
+    let (refused, _) = run_gateway(&rt, &daemon, &untrusting);
+    let deadline = std::time::Instant::now() + WAIT;
+    while !refused.log_text().contains("the mailbox is out of reach") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = refused.log_text();
+    assert!(log.contains("the mailbox is out of reach") && log.contains("TLS with 127.0.0.1"), "{log}");
+    assert!(log.to_lowercase().contains("certificate"), "it says the certificate is the trouble: {log}");
+    drop(refused);
+    let dovecot = std::fs::read_to_string(servers.dir.join("dovecot.log")).unwrap_or_default();
+    assert!(
+        !dovecot.contains("Login: user=<assistant@home.test>"),
+        "a password went to a server not verified: {dovecot}"
+    );
+
+    // IMAP on its plain port and submission on its own, both by STARTTLS.
+    let mut plain_ports = arguments(&servers, &state);
+    for (flag, port) in [("--imap", servers.imap), ("--smtp", servers.submission)] {
+        let at = plain_ports.iter().position(|arg| arg == flag).expect(flag);
+        plain_ports[at + 1] = format!("127.0.0.1:{port}");
+        plain_ports[at + 3] = "starttls".into();
+    }
+    let request = v1::AddGatewayRequest {
+        kind: "email".into(),
+        name: "plain-ports".into(),
+        address: ASSISTANT.0.into(),
+        ..Default::default()
+    };
+    let args: Vec<&str> = plain_ports.iter().map(String::as_str).collect();
+    let (gateway, _) = baaaht_tests::gateway::run_external(&rt, &daemon, request, "baaaht-email", &args);
+    let asked = compose(ALICE.0, ASSISTANT.0, "Weather", "s1@family.test", &[], "Will it rain?");
+    servers.send(ALICE.0, ASSISTANT.0, &asked).expect("send");
+    let answered = alice_has(&servers, 1);
+    assert!(
+        answered.is_some_and(|mails| mails[0].body().starts_with("echo: Will it rain?")),
+        "{}\n{}",
+        gateway.log_text(),
+        servers.logs()
+    );
+    let logged = std::fs::read_to_string(servers.dir.join("dovecot.log")).unwrap_or_default();
+    assert!(logged.contains("Login: user=<assistant@home.test>") && logged.contains("TLS"), "{logged}");
+    let postfix = std::fs::read_to_string(servers.dir.join("postfix.log")).unwrap_or_default();
+    assert!(postfix.contains("starttls=1") && postfix.contains("auth=1"), "{postfix}");
+}
