@@ -19,7 +19,7 @@ pub const DOMAINS: &[&str] = &["home.test", "family.test", "elsewhere.test"];
 
 /// Sends and reads mail as a person's mail program would (Python's smtplib and imaplib).
 const CLIENT: &str = r#"
-import imaplib, json, smtplib, ssl, sys
+import email, email.policy, imaplib, json, smtplib, ssl, sys
 verb = sys.argv[1]
 if verb == "send":
     port, sender, to, raw = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.stdin.buffer.read()
@@ -36,7 +36,10 @@ elif verb == "list":
     for uid in found[0].split():
         _, data = imap.uid("FETCH", uid, "(FLAGS BODY.PEEK[])")
         flags = data[0][0].decode()
-        out.append({"uid": int(uid), "seen": "\\Seen" in flags, "raw": data[0][1].decode("utf-8", "replace")})
+        message = email.message_from_bytes(data[0][1], policy=email.policy.default)
+        body = message.get_body(("plain",))
+        text = body.get_content() if body is not None else ""
+        out.append({"uid": int(uid), "seen": "\\Seen" in flags, "raw": data[0][1].decode("utf-8", "replace"), "text": text})
     print(json.dumps(out))
 "#;
 
@@ -46,6 +49,8 @@ pub struct Mail {
     pub uid: u32,
     pub seen: bool,
     pub raw: String,
+    /// Its text, decoded (as a mail program shows it).
+    pub text: String,
 }
 
 impl Mail {
@@ -58,12 +63,9 @@ impl Mail {
         })
     }
 
-    /// The text after the headers (as sent: a quoted-printable body is left so).
+    /// Its text, as a mail program shows it.
     pub fn body(&self) -> String {
-        self.raw
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.replace("=\r\n", "").replace("\r\n", "\n"))
-            .unwrap_or_default()
+        self.text.replace("\r\n", "\n")
     }
 }
 
@@ -281,6 +283,7 @@ impl MailServers {
                 uid: mail["uid"].as_u64().unwrap_or_default() as u32,
                 seen: mail["seen"] == true,
                 raw: mail["raw"].as_str().unwrap_or_default().to_string(),
+                text: mail["text"].as_str().unwrap_or_default().to_string(),
             })
             .collect())
     }

@@ -272,3 +272,133 @@ fn starttls_is_used_on_plain_ports_and_a_server_the_gateway_cannot_verify_gets_n
     let postfix = std::fs::read_to_string(servers.dir.join("postfix.log")).unwrap_or_default();
     assert!(postfix.contains("starttls=1") && postfix.contains("auth=1"), "{postfix}");
 }
+
+#[test]
+fn an_approval_request_is_a_mail_and_a_one_word_reply_answers_it() {
+    let rt = baaaht_tests::runtime();
+    let servers = servers();
+    let (bridge, port) = baaaht_tests::bridge_server();
+    let mut options = email_options();
+    // Alice is the user the lingering Coder works for.
+    options.files.retain(|(path, _)| !path.ends_with("identities.json"));
+    options.files.push(scenario::linked_identities(&[(&format!("email:{}", ALICE.0), "baaaht-self-test", "Alice")]));
+    options
+        .files
+        .push(("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}']\n")));
+    let brain = scenario::paced_echo_brain(Duration::from_secs(3));
+    let (_provider, daemon) = scenario::start(&rt, brain, options).expect("daemon");
+    let (gateway, _) = run_gateway(&rt, &daemon, &arguments(&servers, &daemon.data_dir.join("email-state")));
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    let logs = || format!("{}\n{}\n{}", gateway.log_text(), daemon.log_text(), servers.logs());
+    let asked = compose(ALICE.0, ASSISTANT.0, "Fetch", "p1@family.test", &[], "take your time");
+    servers.send(ALICE.0, ASSISTANT.0, &asked).expect("send");
+    let taken = servers.wait_for_mail(ASSISTANT.0, ASSISTANT.1, WAIT, |mails| mails.iter().any(|mail| mail.seen));
+    assert!(taken.is_some(), "the mail was not taken\n{}", logs());
+    let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"));
+    let request = servers
+        .wait_for_mail(ALICE.0, ALICE.1, WAIT, |mails| mails.iter().any(|mail| mail.body().contains("want to reach")));
+    let Some(mails) = request else { panic!("no approval request by mail\n{}", logs()) };
+    let request = mails.iter().find(|mail| mail.body().contains("want to reach")).expect("the request");
+    let body = request.body();
+    assert!(body.contains(&format!("{bridge}:{port}")) && body.contains("session"), "{body}");
+    assert_eq!(request.header("In-Reply-To").as_deref(), Some("<p1@family.test>"), "in the thread");
+    let id = request.header("Message-ID").expect("its id");
+    let answer =
+        compose(ALICE.0, ASSISTANT.0, "Re: Fetch", "p2@family.test", &[("In-Reply-To", &id)], "Session, please");
+    servers.send(ALICE.0, ASSISTANT.0, &answer).expect("send");
+    let fetched = fetching.join().expect("the fetch");
+    assert!(fetched.contains("arrived: GET /x"), "the connection was allowed: {fetched}\n{}", logs());
+    let confirmed = servers.wait_for_mail(ALICE.0, ALICE.1, WAIT, |mails| {
+        mails.iter().any(|mail| mail.body().starts_with("Done: allowed for this conversation."))
+    });
+    assert!(confirmed.is_some(), "the decision is confirmed\n{}", logs());
+}
+
+#[test]
+fn a_mail_taken_when_the_gateway_stopped_gets_a_sentence_when_it_starts_again() {
+    let rt = baaaht_tests::runtime();
+    let servers = servers();
+    let brain = scenario::paced_echo_brain(Duration::from_secs(4));
+    let (_provider, daemon) = scenario::start(&rt, brain, email_options()).expect("daemon");
+    let state = daemon.data_dir.join("email-state");
+    let args = arguments(&servers, &state);
+    let (gateway, registered) = run_gateway(&rt, &daemon, &args);
+    let asked = compose(ALICE.0, ASSISTANT.0, "Slow", "r1@family.test", &[], "think hard");
+    servers.send(ALICE.0, ASSISTANT.0, &asked).expect("send");
+    let taken = servers.wait_for_mail(ASSISTANT.0, ASSISTANT.1, WAIT, |mails| mails.iter().any(|mail| mail.seen));
+    assert!(taken.is_some(), "the mail was not taken\n{}", gateway.log_text());
+    // Stopped mid-answer (as a crash would).
+    drop(gateway);
+    assert!(servers.mailbox(ALICE.0, ALICE.1).expect("alice").is_empty(), "no answer went out");
+    // Started again.
+    let mut command = std::process::Command::new(baaaht_tests::bin("baaaht-email"));
+    command.arg("--socket").arg(&registered.socket).args(&args).env("BAAAHT_GATEWAY_TOKEN", &registered.token);
+    let again = baaaht_tests::spawn(command, &daemon.data_dir.join("baaaht-email-again.log")).expect("restart");
+    let told = servers.wait_for_mail(ALICE.0, ALICE.1, WAIT, |mails| !mails.is_empty());
+    let Some(mails) = told else { panic!("no sentence after the restart\n{}", again.log_text()) };
+    assert_eq!(mails.len(), 1, "{mails:?}");
+    let body = mails[0].body();
+    assert!(body.starts_with("⚠️ The assistant was restarted while answering this"), "{body}");
+    assert_eq!(mails[0].header("In-Reply-To").as_deref(), Some("<r1@family.test>"));
+    // Told once: the state says so across another start.
+    let threads = std::fs::read_to_string(state.join("threads.json")).expect("threads");
+    assert!(threads.contains("\"pending\":{}"), "{threads}");
+}
+
+#[test]
+fn in_its_container_the_gateway_reaches_only_its_mail_servers_through_the_daemon() {
+    let rt = baaaht_tests::runtime();
+    let servers = servers();
+    let mut options = email_options();
+    // The servers are on loopback, which the egress filter lets in only when told to.
+    let allowed = format!("[\"127.0.0.1:{}\", \"127.0.0.1:{}\"]", servers.imaps, servers.submissions);
+    options.env.push(("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), allowed));
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let args: Vec<String> = arguments(&servers, std::path::Path::new("/unused"))
+        .into_iter()
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .filter(|pair| pair[0] != "--address" && pair[0] != "--state-dir")
+        .flatten()
+        .cloned()
+        .collect();
+    let added = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "email".into(),
+            name: "home".into(),
+            address: ASSISTANT.0.into(),
+            mode: "container".into(),
+            args,
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    });
+    assert_eq!(added.gateway.as_ref().map(|info| info.namespace.as_str()), Some("email:"));
+    let asked = compose(ALICE.0, ASSISTANT.0, "Boxed", "c1@family.test", &[], "from a container");
+    servers.send(ALICE.0, ASSISTANT.0, &asked).expect("send");
+    let answered = alice_has(&servers, 1);
+    assert!(
+        answered.is_some_and(|mails| mails[0].body().starts_with("echo: from a container")),
+        "no answer from the container\n{}\n{}",
+        daemon.log_text(),
+        servers.logs()
+    );
+    let containers: Vec<String> =
+        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-gateway-")).collect();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let network =
+        baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
+    assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
+    // Its threads are kept on the host, in the gateway's state folder.
+    let kept = walk(&daemon.data_dir).into_iter().any(|path| path.ends_with("threads.json"));
+    assert!(kept, "the threads file is in the gateway's state folder");
+    // From inside, the egress socket opens the mail servers only.
+    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
+        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
+        print(s.recv(4096).decode())";
+    let refused =
+        baaaht_tests::docker(&["exec", &containers[0], "python3", "-c", probe]).expect("a connection from inside");
+    assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
+    assert!(refused.contains(&format!("127.0.0.1:{}", servers.imaps)), "the hosts it may reach are named: {refused}");
+}

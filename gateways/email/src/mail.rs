@@ -205,8 +205,7 @@ pub fn reply(address: &str, name: &str, asked: &Incoming, answer: &str, id: &str
         .message_id(Some(format!("<{id}>")))
         .in_reply_to(format!("<{}>", asked.id))
         .references(references.join(" "))
-        .header(header::ContentType::TEXT_PLAIN)
-        .body(reply_body(answer, asked))
+        .singlepart(lettre::message::SinglePart::plain(reply_body(answer, asked)))
         .map_err(|error| format!("the reply cannot be written: {error}"))?;
     // RFC 3834: an answer made by a program, so other programs do not answer it back.
     let auto = header::HeaderName::new_from_ascii_str("Auto-Submitted");
@@ -256,6 +255,7 @@ mod tests {
         assert!(text.contains("References: <r0@family.test> <a0@home.test> <q1@family.test>"), "{text}");
         assert!(text.contains("Message-ID: <n1@home.test>"), "{text}");
         assert!(text.contains("Auto-Submitted: auto-replied"), "{text}");
+        assert!(text.contains("MIME-Version: 1.0"), "a MIME mail says so: {text}");
         assert!(
             text.contains("To: \"Alice Liddell\" <alice@family.test>")
                 || text.contains("To: Alice Liddell <alice@family.test>"),
