@@ -459,10 +459,21 @@ mod tests {
 
     #[test]
     fn channel_identities_have_their_channels_shapes() {
-        for good in ["web:https://id#alice", "slack:T1:U7", "telegram:123456789:42"] {
+        for good in ["web:https://id#alice", "slack:T1:U7", "telegram:123456789:42", "email:alice@family.example"] {
             assert!(is_channel_identity(good), "{good}");
         }
-        for bad in ["telegram:123456789", "telegram::42", "telegram:1:", "signal:+4412", "slack:T1", "u-alice"] {
+        for bad in [
+            "telegram:123456789",
+            "telegram::42",
+            "telegram:1:",
+            "signal:+4412",
+            "slack:T1",
+            "u-alice",
+            "email:alice",
+            "email:@family.example",
+            "email:alice@",
+            "email:a b@x",
+        ] {
             assert!(!is_channel_identity(bad), "{bad}");
         }
     }

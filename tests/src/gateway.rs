@@ -69,3 +69,23 @@ pub fn as_user<T>(identity: &str, id_token: Option<&str>, message: T) -> tonic::
     }
     request
 }
+
+/// The one gateway container `daemon` started, checked to have no network of its own.
+pub fn only_container(daemon: &crate::TestDaemon) -> String {
+    let containers: Vec<String> =
+        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-gateway-")).collect();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let network =
+        crate::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
+    assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
+    containers[0].clone()
+}
+
+/// What the egress socket of gateway `container` answers, from inside, to a tunnel asked to
+/// example.com:443 (a host no gateway needs).
+pub fn egress_from_inside(container: &str) -> String {
+    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
+        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
+        print(s.recv(4096).decode())";
+    crate::docker(&["exec", container, "python3", "-c", probe]).expect("a connection from inside")
+}

@@ -3,7 +3,7 @@
 //! password file) and Postfix (SMTP in for the test's senders, submission with TLS or STARTTLS
 //! and a password for the gateway's answers, everything delivered to Dovecot), with a
 //! certificate from a test authority. Debian's packages; `scripts/test` installs them. Mail is
-//! sent and read with Python's smtplib and imaplib, as a person's mail program would.
+//! sent with lettre and read with Python's imaplib and email package, as a mail program shows it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,16 +17,11 @@ use crate::Running;
 /// The mail domains the servers take mail for.
 pub const DOMAINS: &[&str] = &["home.test", "family.test", "elsewhere.test"];
 
-/// Sends and reads mail as a person's mail program would (Python's smtplib and imaplib).
+/// Reads mail as a person's mail program shows it (Python's imaplib and email package).
 const CLIENT: &str = r#"
-import email, email.policy, imaplib, json, smtplib, ssl, sys
+import email, email.policy, imaplib, json, ssl, sys
 verb = sys.argv[1]
-if verb == "send":
-    port, sender, to, raw = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.stdin.buffer.read()
-    with smtplib.SMTP("127.0.0.1", port) as smtp:
-        smtp.sendmail(sender, [to], raw)
-    print("SENT")
-elif verb == "list":
+if verb == "list":
     port, ca, user, password = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     imap = imaplib.IMAP4_SSL("127.0.0.1", port, ssl_context=ssl.create_default_context(cafile=ca))
     imap.login(user, password)
@@ -267,9 +262,38 @@ impl MailServers {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    /// Sends `raw` (a whole mail, CRLF lines) from `sender` to `to` through Postfix.
+    /// Sends `raw` (a whole mail, CRLF lines) from `sender` to `to` through Postfix's SMTP.
     pub fn send(&self, sender: &str, to: &str, raw: &str) -> Result<()> {
-        self.client(&["send", &self.smtp.to_string(), sender, to], Some(raw.as_bytes())).map(drop)
+        use lettre::Transport as _;
+        let envelope = lettre::address::Envelope::new(Some(sender.parse()?), vec![to.parse()?])?;
+        let smtp = lettre::SmtpTransport::builder_dangerous("127.0.0.1").port(self.smtp).build();
+        smtp.send_raw(&envelope, raw.as_bytes())
+            .with_context(|| format!("Postfix did not take a mail from {sender}"))?;
+        Ok(())
+    }
+
+    /// Sends `raw` from `sender` (signed in with `password`) to `to` through Postfix's
+    /// submission port with TLS from the first byte, as a mail program sends.
+    pub fn submit(&self, sender: &str, password: &str, to: &str, raw: &str) -> Result<()> {
+        use lettre::transport::smtp::authentication::Credentials;
+        use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+        use lettre::Transport as _;
+        let authority = Certificate::from_pem(&std::fs::read(&self.ca)?)?;
+        let tls = TlsParameters::builder("127.0.0.1".into()).add_root_certificate(authority).build_rustls()?;
+        let envelope = lettre::address::Envelope::new(Some(sender.parse()?), vec![to.parse()?])?;
+        let smtp = lettre::SmtpTransport::builder_dangerous("127.0.0.1")
+            .port(self.submissions)
+            .tls(Tls::Wrapper(tls))
+            .credentials(Credentials::new(sender.into(), password.into()))
+            .build();
+        smtp.send_raw(&envelope, raw.as_bytes()).with_context(|| format!("Postfix did not take {sender}'s mail"))?;
+        Ok(())
+    }
+
+    /// Where Dovecot delivers new mail for `address` (a Maildir's `new/`; made with its first mail).
+    pub fn new_mail_folder(&self, address: &str) -> PathBuf {
+        let (user, domain) = address.split_once('@').unwrap_or((address, ""));
+        self.dir.join("mail").join(domain).join(user).join("Maildir/new")
     }
 
     /// The mails in `user`'s inbox, oldest first.

@@ -1,7 +1,7 @@
 //! The email gateway (`baaaht-email`, the real binary) against real mail servers — Dovecot for
 //! IMAP and Postfix for SMTP, Debian's, started by each test on loopback with a test
-//! authority's certificate — and the real daemon. Mail is sent and read with Python's smtplib
-//! and imaplib, as a person's mail program would.
+//! authority's certificate — and the real daemon. Mail is sent over SMTP (lettre) and read
+//! over IMAP with Python's imaplib and email package, as a person's mail program shows it.
 
 use std::time::Duration;
 
@@ -384,21 +384,12 @@ fn in_its_container_the_gateway_reaches_only_its_mail_servers_through_the_daemon
         daemon.log_text(),
         servers.logs()
     );
-    let containers: Vec<String> =
-        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-gateway-")).collect();
-    assert_eq!(containers.len(), 1, "{containers:?}");
-    let network =
-        baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
-    assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
+    let container = baaaht_tests::gateway::only_container(&daemon);
     // Its threads are kept on the host, in the gateway's state folder.
     let kept = walk(&daemon.data_dir).into_iter().any(|path| path.ends_with("threads.json"));
     assert!(kept, "the threads file is in the gateway's state folder");
     // From inside, the egress socket opens the mail servers only.
-    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
-        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
-        print(s.recv(4096).decode())";
-    let refused =
-        baaaht_tests::docker(&["exec", &containers[0], "python3", "-c", probe]).expect("a connection from inside");
+    let refused = baaaht_tests::gateway::egress_from_inside(&container);
     assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
     assert!(refused.contains(&format!("127.0.0.1:{}", servers.imaps)), "the hosts it may reach are named: {refused}");
 }

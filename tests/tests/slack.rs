@@ -621,19 +621,10 @@ fn in_its_container_the_gateway_reaches_slack_only_through_the_daemon() {
         answered(&fake, &daemon, "from a container", "EvC1", "1760000300.000100").await;
         assert_eq!(gateway_state(&daemon).await.state, "running");
     });
-    let containers: Vec<String> =
-        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-gateway-")).collect();
-    assert_eq!(containers.len(), 1, "{containers:?}");
-    let network =
-        baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
-    assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
+    let container = baaaht_tests::gateway::only_container(&daemon);
     assert!(baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-slack").is_empty(), "no gateway on the host");
     // From inside, the egress socket opens Slack's hosts only.
-    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
-        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
-        print(s.recv(4096).decode())";
-    let refused =
-        baaaht_tests::docker(&["exec", &containers[0], "python3", "-c", probe]).expect("a connection from inside");
+    let refused = baaaht_tests::gateway::egress_from_inside(&container);
     assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
     assert!(refused.contains("example.com:443 is not a host gateway work needs"), "{refused}");
     rt.block_on(async {
@@ -651,7 +642,7 @@ fn in_its_container_the_gateway_reaches_slack_only_through_the_daemon() {
         host.admin.remove_gateway(v1::GatewayRef { name: "work".into() }).await.expect("RemoveGateway");
     });
     let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
-    assert!(!running.contains(&containers[0]), "{running}");
+    assert!(!running.contains(&container), "{running}");
     let closed = rt.block_on(fake.wait_for(Duration::from_secs(10), |fake| fake.open_connections() == 0));
     assert!(closed, "the removed gateway's Socket Mode connection is still open");
 }

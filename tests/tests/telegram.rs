@@ -375,18 +375,9 @@ fn in_its_container_the_gateway_reaches_telegram_only_through_the_daemon() {
             fake.wait_for(Duration::from_secs(120), |fake| replied(fake, 42, asked, "echo: from a container")).await;
         assert!(answered, "no answer from the container\n{}", daemon.log_text());
     });
-    let containers: Vec<String> =
-        daemon.recorded_containers().into_iter().filter(|name| name.starts_with("baaaht-gateway-")).collect();
-    assert_eq!(containers.len(), 1, "{containers:?}");
-    let network =
-        baaaht_tests::docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &containers[0]]).expect("inspect");
-    assert_eq!(network.trim(), "none", "the gateway's container has no network of its own");
+    let container = baaaht_tests::gateway::only_container(&daemon);
     // From inside, the egress socket opens Telegram's hosts only.
-    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
-        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
-        print(s.recv(4096).decode())";
-    let refused =
-        baaaht_tests::docker(&["exec", &containers[0], "python3", "-c", probe]).expect("a connection from inside");
+    let refused = baaaht_tests::gateway::egress_from_inside(&container);
     assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
     assert!(refused.contains("api.telegram.org:443"), "the hosts it may reach are named: {refused}");
 }

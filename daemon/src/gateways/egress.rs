@@ -114,6 +114,17 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_email_gateway_reaches_its_imap_and_smtp_servers_only() {
+        let mut email = record(&["--imap", "mail.example.org:993", "--smtp=smtp.example.org:465", "--allow", "@x.org"]);
+        email.kind = GatewayKind::Email { address: "assistant@example.org".into() };
+        let hosts = hosts_of(&email);
+        assert_eq!(hosts, ["mail.example.org:993", "smtp.example.org:465"]);
+        let allowed = |host: &str, port| crate::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
+        assert!(allowed("mail.example.org", 993) && allowed("smtp.example.org", 465));
+        assert!(!allowed("mail.example.org", 465) && !allowed("example.org", 993) && !allowed("x.org", 443));
+    }
+
     #[tokio::test]
     async fn a_host_it_does_not_need_is_refused_before_any_connection() {
         let folder = tempfile::tempdir().expect("tempdir");

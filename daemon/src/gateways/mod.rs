@@ -453,6 +453,17 @@ mod tests {
                 "{bad}: {refused:?}"
             );
         }
+        // An email gateway: anyone's address is theirs to name; the daemon runs it only with
+        // its servers named.
+        let mailbox = || GatewayKind::Email { address: "assistant@home.example".into() };
+        let (email, _) = registry.add("mail", mailbox(), RunMode::External, vec![]).expect("email");
+        assert!(email.may_name("email:alice@family.example") && !email.may_name("telegram:1:2"));
+        let unnamed = registry.add("mail2", mailbox(), RunMode::Container, vec!["--imap".into(), "m:993".into()]);
+        assert!(matches!(&unnamed, Err(GatewayError::Invalid(why)) if why.contains("--smtp")), "{unnamed:?}");
+        for bad in ["assistant", "@home.example", "a b@home.example"] {
+            let refused = registry.add("mail3", GatewayKind::Email { address: bad.into() }, RunMode::External, vec![]);
+            assert!(matches!(&refused, Err(GatewayError::Invalid(why)) if why.contains("--address")), "{bad}");
+        }
         assert!(matches!(
             registry.add("acme", GatewayKind::Slack { team: "T1".into() }, RunMode::External, vec![]),
             Err(GatewayError::Exists(_))
@@ -462,7 +473,7 @@ mod tests {
             Err(GatewayError::BadName(_))
         ));
         let reopened = Registry::open(temp.path(), temp.path().join("gateways")).expect("reopen");
-        assert_eq!(reopened.list().len(), 3);
+        assert_eq!(reopened.list().len(), 4);
         reopened.remove("acme").expect("rm");
         assert!(reopened.get("acme").is_none());
     }

@@ -604,3 +604,31 @@ fn share_sockets(folder: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_file_on_the_host_is_mounted_read_only_where_the_gateway_is_told_to_look() {
+        let args: Vec<String> = ["--imap", "m:993", "--ca-file", "/etc/home-ca.pem", "--allow", "@x.org"]
+            .iter()
+            .map(|arg| arg.to_string())
+            .collect();
+        let (rewritten, mount) = ca_file_mounted(&args);
+        assert_eq!(rewritten, ["--imap", "m:993", "--ca-file", CA_MOUNT, "--allow", "@x.org"]);
+        let mount = mount.expect("mounted");
+        assert_eq!(
+            (mount.host.as_path(), mount.target.as_str(), mount.read_only),
+            (Path::new("/etc/home-ca.pem"), CA_MOUNT, true)
+        );
+        let (joined, mount) = ca_file_mounted(&["--ca-file=/srv/ca.pem".to_string()]);
+        assert_eq!(
+            (joined, mount.map(|m| m.host)),
+            (vec!["--ca-file".to_string(), CA_MOUNT.to_string()], Some(PathBuf::from("/srv/ca.pem")))
+        );
+        assert_eq!(ca_file_mounted(&["--allow".into(), "@x.org".into()]).1, None);
+        let kind = GatewayKind::Email { address: "a@b.example".into() };
+        assert_eq!(kind_args(&kind, Path::new("/state")), ["--address", "a@b.example", "--state-dir", "/state"]);
+    }
+}

@@ -24,8 +24,9 @@ use crate::server::{Server, Trust};
 use crate::threads::{Pending, Threads};
 use crate::wire::{self, Session};
 
-/// How long one IDLE lasts before the gateway asks again (servers drop it after 30 minutes).
-const IDLE_FOR: Duration = Duration::from_secs(9 * 60);
+/// How long one IDLE lasts before the gateway looks again (servers drop it after 30 minutes;
+/// a look every few minutes also takes a mail whose notice was lost).
+const IDLE_FOR: Duration = Duration::from_secs(4 * 60);
 /// The words an approval's answer may start with, and the decision each is.
 const DECISIONS: &[(&str, &str)] = &[
     ("once", "once"),
@@ -124,6 +125,16 @@ impl Gateway {
         loop {
             if let Err(error) = self.clone().take_new(&mut session).await {
                 return error;
+            }
+            // Mail that arrived while the last was taken was announced then, between commands:
+            // IDLE would not announce it again, so it is taken before waiting.
+            let mut arrived = false;
+            while let Ok(said) = session.unsolicited_responses.try_recv() {
+                use async_imap::types::UnsolicitedResponse;
+                arrived |= matches!(said, UnsolicitedResponse::Exists(_) | UnsolicitedResponse::Recent(_));
+            }
+            if arrived {
+                continue;
             }
             let mut idle = session.idle();
             if let Err(error) = idle.init().await {

@@ -9,7 +9,6 @@ use baaaht_email::server::{Server, Trust};
 use baaaht_email::threads::Threads;
 use baaaht_gateway_kit::cli::Supervised;
 use baaaht_gateway_kit::health::Health;
-use baaaht_proto::client;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -81,21 +80,8 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
     let threads = Threads::open(&cli.state_dir)?;
     let health = Health::new("the mail server", std::time::Duration::from_secs(cli.unhealthy_after));
-    if let Some(path) = &supervised.health_socket {
-        baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
-    }
-    let mut daemon = client::connect_gateway(&supervised.socket, supervised.token_file.as_deref()).await?;
-    let secrets = daemon
-        .gateways
-        .get_gateway_secrets(baaaht_proto::v1::GatewaySecretsRequest {})
-        .await
-        .map_err(|status| format!("the daemon gave no mailbox password: {}", status.message()))?
-        .into_inner()
-        .secrets;
-    let password = secrets.get("password").cloned().unwrap_or_default();
-    if password.is_empty() {
-        return Err("no mailbox password: store EMAIL_PASSWORD_{NAME} with `baaahtd secrets set`".into());
-    }
+    let missing = "no mailbox password: store EMAIL_PASSWORD_{NAME} with `baaahtd secrets set`";
+    let (daemon, password) = supervised.start(&health, "password", missing).await?;
     let options = Options {
         login: cli.login.clone().unwrap_or_else(|| address.clone()),
         address,
@@ -108,10 +94,6 @@ async fn run(cli: Cli) -> Result<(), String> {
         max_file_bytes: cli.max_file_bytes,
     };
     let gateway = Arc::new(Gateway::new(daemon, supervised.egress(), trust, options, threads));
-    let watching = tokio::spawn(gateway.run(health));
-    tracing::info!("watching the mailbox");
-    let why = baaaht_proto::lifecycle::stop_requested(supervised.parent).await;
-    tracing::info!(why, "stopping");
-    watching.abort();
+    supervised.run_until_stopped(gateway.run(health)).await;
     Ok(())
 }

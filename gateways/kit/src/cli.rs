@@ -41,3 +41,39 @@ impl Supervised {
         }
     }
 }
+
+impl Supervised {
+    /// Serves the gateway's health on `--health-socket` (when given), then connects to the
+    /// daemon and takes the credential `key` from its secrets store: the client and the value,
+    /// or `missing` (a sentence saying what to store) when there is none.
+    pub async fn start(
+        &self,
+        health: &Arc<crate::health::Health>,
+        key: &str,
+        missing: &str,
+    ) -> Result<(baaaht_proto::client::Client, String), String> {
+        if let Some(path) = &self.health_socket {
+            baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
+        }
+        let mut daemon = baaaht_proto::client::connect_gateway(&self.socket, self.token_file.as_deref()).await?;
+        let secrets = daemon
+            .gateways
+            .get_gateway_secrets(baaaht_proto::v1::GatewaySecretsRequest {})
+            .await
+            .map_err(|status| format!("the daemon gave no {key}: {}", status.message()))?
+            .into_inner()
+            .secrets;
+        match secrets.get(key).filter(|value| !value.is_empty()) {
+            Some(value) => Ok((daemon, value.clone())),
+            None => Err(missing.to_string()),
+        }
+    }
+
+    /// Runs `work` until the gateway is asked to stop (a signal, or its parent gone).
+    pub async fn run_until_stopped(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let running = tokio::spawn(work);
+        let why = baaaht_proto::lifecycle::stop_requested(self.parent).await;
+        tracing::info!(why, "stopping");
+        running.abort();
+    }
+}

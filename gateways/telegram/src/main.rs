@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use baaaht_gateway_kit::cli::Supervised;
 use baaaht_gateway_kit::health::Health;
-use baaaht_proto::client;
 use baaaht_telegram::api::Api;
 use baaaht_telegram::gateway::Gateway;
 use clap::Parser;
@@ -39,29 +38,11 @@ async fn run(cli: Cli) -> Result<(), String> {
         return Api::new(&cli.api_url, "", egress).map(drop);
     }
     let health = Health::new("Telegram", std::time::Duration::from_secs(cli.unhealthy_after));
-    if let Some(path) = &supervised.health_socket {
-        baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
-    }
-    let mut daemon = client::connect_gateway(&supervised.socket, supervised.token_file.as_deref()).await?;
-    let secrets = daemon
-        .gateways
-        .get_gateway_secrets(baaaht_proto::v1::GatewaySecretsRequest {})
-        .await
-        .map_err(|status| format!("the daemon gave no bot token: {}", status.message()))?
-        .into_inner()
-        .secrets;
-    let token = secrets.get("bot_token").cloned().unwrap_or_default();
-    if token.is_empty() {
-        return Err(
-            "no bot token: store TELEGRAM_BOT_TOKEN_{NAME} with `baaahtd secrets set` (BotFather gives it)".into()
-        );
-    }
+    let missing = "no bot token: store TELEGRAM_BOT_TOKEN_{NAME} with `baaahtd secrets set` (BotFather gives it)";
+    let (daemon, token) = supervised.start(&health, "bot_token", missing).await?;
     let api = Api::new(&cli.api_url, &token, egress)?;
     let gateway = Arc::new(Gateway::new(daemon, api, cli.max_file_bytes).await?);
-    let polling = tokio::spawn(gateway.run(health));
     tracing::info!("listening to Telegram");
-    let why = baaaht_proto::lifecycle::stop_requested(supervised.parent).await;
-    tracing::info!(why, "stopping");
-    polling.abort();
+    supervised.run_until_stopped(gateway.run(health)).await;
     Ok(())
 }

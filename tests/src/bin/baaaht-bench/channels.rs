@@ -16,12 +16,12 @@ use baaaht_tests::scenario::{self, last_user_text};
 use crate::{cli_first_token, first_stamp, header, rss_mib, Row};
 
 /// Senders writing at once in the throughput rounds.
-const SENDERS: i64 = 20;
+pub(crate) const SENDERS: i64 = 20;
 /// People who have written when the busy memory is read.
-const PEOPLE: i64 = 50;
+pub(crate) const PEOPLE: i64 = 50;
 
 /// Stamped tokens when asked to `count`, else a short echo.
-fn brain() -> Answer {
+pub(crate) fn brain() -> Answer {
     Answer::Respond(Responder(std::sync::Arc::new(|request| {
         let asked = Asked::of(request);
         let said = last_user_text(&asked);
@@ -40,7 +40,47 @@ fn all_answered(fake: &FakeTelegram, chats: &[(i64, i64)], text: &str) -> bool {
     })
 }
 
-pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
+/// `SENDERS` messages at once from host clients into the contexts of the first people the
+/// daemon met (a channel round's baseline): how many, and when they were sent.
+pub(crate) async fn host_round(daemon: &baaaht_tests::TestDaemon, round: usize) -> Result<(usize, Instant)> {
+    let known = std::fs::read_to_string(daemon.data_dir.join("data/state/identities.json")).unwrap_or_default()
+        + &std::fs::read_to_string(daemon.data_dir.join("data/state/identities.journal")).unwrap_or_default();
+    let users: Vec<String> = known
+        .split('"')
+        .filter(|part| part.starts_with("u-"))
+        .map(str::to_string)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .take(SENDERS as usize)
+        .collect();
+    let started = Instant::now();
+    let mut turns = tokio::task::JoinSet::new();
+    for user in users {
+        let mut client = scenario::host_client(daemon).await?;
+        let message = scenario::message(scenario::user(&user), &user, &format!("host {round}"));
+        turns.spawn(async move { scenario::turn(&mut client, message, Duration::from_secs(300)).await });
+    }
+    let count = turns.len();
+    while let Some(turn) = turns.join_next().await {
+        turn??;
+    }
+    Ok((count, started))
+}
+
+pub(crate) fn run(runs: usize, rounds: usize, only: Option<&str>) -> Result<()> {
+    let mut results = vec![];
+    if only.is_none_or(|only| only == "telegram") {
+        results.push(telegram(runs, rounds)?);
+    }
+    if only.is_none_or(|only| only == "email") {
+        results.push(crate::channels_email::run(runs, rounds)?);
+    }
+    println!("RESULT {}", results.join(" "));
+    Ok(())
+}
+
+/// The Telegram part: its table, and its RESULT fields.
+fn telegram(runs: usize, rounds: usize) -> Result<String> {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeTelegram::start())?;
     // 50 people are 50 contexts, each with its Assistant (and a pre-warmed tool container).
@@ -124,27 +164,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
                 rows[2].values.push(SENDERS as f64 / started.elapsed().as_secs_f64());
             }
             // The same messages into the same people's contexts from host clients.
-            let known = std::fs::read_to_string(daemon.data_dir.join("data/state/identities.json")).unwrap_or_default()
-                + &std::fs::read_to_string(daemon.data_dir.join("data/state/identities.journal")).unwrap_or_default();
-            let users: Vec<String> = known
-                .split('"')
-                .filter(|part| part.starts_with("u-"))
-                .map(str::to_string)
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .take(SENDERS as usize)
-                .collect();
-            let started = Instant::now();
-            let mut turns = tokio::task::JoinSet::new();
-            for user in users {
-                let mut client = scenario::host_client(&daemon).await?;
-                let message = scenario::message(scenario::user(&user), &user, &format!("host {round}"));
-                turns.spawn(async move { scenario::turn(&mut client, message, Duration::from_secs(300)).await });
-            }
-            let count = turns.len();
-            while let Some(turn) = turns.join_next().await {
-                turn??;
-            }
+            let (count, started) = host_round(&daemon, round).await?;
             if round > 0 {
                 rows[3].values.push(count as f64 / started.elapsed().as_secs_f64());
             }
@@ -176,15 +196,14 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
          host client's (target ≥ 0.5); memory {busy:.1} MiB with {PEOPLE} people (target ≤ 30)",
         p50[2] / p50[3]
     );
-    println!(
-        "RESULT telegram_first_update_p50_ms={:.2} cli_first_token_p50_ms={:.2} added_p50_ms={added:.2} \
-         telegram_msgs_per_s={:.2} host_msgs_per_s={:.2} throughput_vs_host={:.2} rss_idle_mib={idle:.1} \
-         rss_{PEOPLE}_people_mib={busy:.1}",
+    Ok(format!(
+        "telegram_first_update_p50_ms={:.2} cli_first_token_p50_ms={:.2} telegram_added_p50_ms={added:.2} \
+         telegram_msgs_per_s={:.2} host_msgs_per_s={:.2} telegram_throughput_vs_host={:.2} telegram_rss_idle_mib={idle:.1} \
+         telegram_rss_{PEOPLE}_people_mib={busy:.1}",
         p50[0],
         p50[1],
         p50[2],
         p50[3],
         p50[2] / p50[3]
-    );
-    Ok(())
+    ))
 }

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 mod abuse;
 mod channels;
+mod channels_email;
 mod delegation;
 mod edge;
 mod egress;
@@ -170,16 +171,20 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
-    /// The chat gateways on the gateway kit (Telegram) against their fakes: first visible
-    /// answer update vs the CLI's first token, messages per second with 20 people writing vs a
-    /// host client, and the gateway's resident memory idle and after 50 people
+    /// The chat gateways on the gateway kit (Telegram against its fake, email against real
+    /// Dovecot and Postfix): first visible answer vs the CLI's path, messages per second with
+    /// 20 people writing vs a host client, and the gateway's resident memory idle and after 50
+    /// people
     Channels {
-        /// DMs timed for the first update (at least 10)
+        /// DMs (and mails) timed for the first visible answer (at least 10)
         #[arg(long, default_value_t = 20)]
         runs: usize,
         /// Rounds of 20 people writing at once (at least 2)
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Only this gateway's part: telegram or email
+        #[arg(long, value_parser = ["telegram", "email"])]
+        only: Option<String>,
     },
     /// The web gateway with 50 signed-in users: first token in the browser's event stream vs
     /// the CLI's path, and painted in Chromium vs the gateway's event; messages per second vs a
@@ -236,7 +241,7 @@ fn main() -> Result<()> {
         Bench::Mcp { calls, starts } => mcp::run(calls.max(200), starts.max(5)),
         Bench::Slack { runs, rounds } => slack::run(runs.max(10), rounds.max(2)),
         Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
-        Bench::Channels { runs, rounds } => channels::run(runs.max(10), rounds.max(2)),
+        Bench::Channels { runs, rounds, only } => channels::run(runs.max(10), rounds.max(2), only.as_deref()),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Egress { downloads } => egress::run(downloads.max(5)),
         Bench::Redact { runs, calls } => redact::run(runs.max(20), calls.max(200)),
