@@ -61,6 +61,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    baaaht_proto::lifecycle::use_ring_for_tls();
     match Cli::parse().command {
         Command::Agent => {
             let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);

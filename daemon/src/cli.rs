@@ -52,6 +52,8 @@ pub enum Command {
     },
 }
 
+// Parsed once per run: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum GatewaysCommand {
     /// Register a gateway. The daemon runs it itself (in a container by default, or with
@@ -61,8 +63,9 @@ pub enum GatewaysCommand {
     /// `baaahtd gateways add web home --issuer URL --audience ID -- --public-url https://chat.example.org`
     Add {
         /// web (users signed in with OpenID Connect), slack (a Slack workspace's users),
-        /// telegram (people writing to a Telegram bot) or email (people writing to a mailbox)
-        #[arg(value_parser = ["web", "slack", "telegram", "email"])]
+        /// telegram (people writing to a Telegram bot), email (people writing to a mailbox) or
+        /// matrix (people of allowed homeservers writing to a bot account)
+        #[arg(value_parser = ["web", "slack", "telegram", "email", "matrix"])]
         kind: String,
         /// Its name: lowercase letters, digits and `-`
         name: String,
@@ -82,6 +85,9 @@ pub enum GatewaysCommand {
         /// --allow follow `--`)
         #[arg(long, value_name = "ADDRESS", required_if_eq("kind", "email"))]
         address: Option<String>,
+        /// matrix: the homeserver's address (its --user and --allow-server follow `--`)
+        #[arg(long, value_name = "URL", required_if_eq("kind", "matrix"))]
+        homeserver: Option<String>,
         /// Who runs it: container (the default: the daemon, in a container with no network of
         /// its own, reaching only its provider or Slack through the daemon; a web gateway's
         /// --listen port is the daemon's), process (the daemon, on the host) or external (you)
@@ -305,7 +311,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
         Ok(mut client) => {
             let status = |status: tonic::Status| Failure::Gateway(status.message().to_string());
             match command {
-                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, address, mode, args } => {
+                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, address, homeserver, mode, args } => {
                     let request = v1::AddGatewayRequest {
                         kind,
                         name,
@@ -316,6 +322,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                         args,
                         bot: bot.unwrap_or_default(),
                         address: address.unwrap_or_default(),
+                        homeserver: homeserver.unwrap_or_default(),
                     };
                     let added = client.admin.add_gateway(request).await.map_err(status)?.into_inner();
                     let info = added.gateway.unwrap_or_default();
@@ -342,7 +349,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
             let registry = crate::gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())
                 .map_err(DaemonError::from)?;
             match command {
-                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, address, mode, args } => {
+                GatewaysCommand::Add { kind, name, issuer, audience, team, bot, address, homeserver, mode, args } => {
                     let kind = match kind.as_str() {
                         "web" => crate::gateways::GatewayKind::Web {
                             issuer: issuer.unwrap_or_default(),
@@ -351,6 +358,9 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                         "telegram" => crate::gateways::GatewayKind::Telegram { bot: bot.unwrap_or_default() },
                         "email" => crate::gateways::GatewayKind::Email {
                             address: address.unwrap_or_default().trim().to_ascii_lowercase(),
+                        },
+                        "matrix" => crate::gateways::GatewayKind::Matrix {
+                            homeserver: homeserver.unwrap_or_default().trim().trim_end_matches('/').to_string(),
                         },
                         _ => crate::gateways::GatewayKind::Slack { team: team.unwrap_or_default() },
                     };

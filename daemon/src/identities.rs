@@ -153,6 +153,10 @@ pub fn is_channel_identity(identity: &str) -> bool {
         Some(("web", rest)) => rest.split_once('#').is_some_and(|(issuer, sub)| valid(issuer) && valid(sub)),
         Some(("slack", rest)) => rest.split_once(':').is_some_and(|(team, user)| valid(team) && valid(user)),
         Some(("telegram", rest)) => rest.split_once(':').is_some_and(|(bot, user)| valid(bot) && valid(user)),
+        Some(("matrix", user)) => user
+            .strip_prefix('@')
+            .and_then(|rest| rest.split_once(':'))
+            .is_some_and(|(name, server)| valid(name) && valid(server) && !user.contains(char::is_whitespace)),
         Some(("email", address)) => {
             address.split_once('@').is_some_and(|(user, domain)| valid(user) && valid(domain) && !address.contains(' '))
         }
@@ -459,7 +463,13 @@ mod tests {
 
     #[test]
     fn channel_identities_have_their_channels_shapes() {
-        for good in ["web:https://id#alice", "slack:T1:U7", "telegram:123456789:42", "email:alice@family.example"] {
+        for good in [
+            "web:https://id#alice",
+            "slack:T1:U7",
+            "telegram:123456789:42",
+            "email:alice@family.example",
+            "matrix:@alice:home.example",
+        ] {
             assert!(is_channel_identity(good), "{good}");
         }
         for bad in [
@@ -473,6 +483,9 @@ mod tests {
             "email:@family.example",
             "email:alice@",
             "email:a b@x",
+            "matrix:alice",
+            "matrix:@alice",
+            "matrix:@:home.example",
         ] {
             assert!(!is_channel_identity(bad), "{bad}");
         }

@@ -9,6 +9,7 @@ use baaaht_daemon::DaemonError;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    baaaht_proto::lifecycle::use_ring_for_tls();
     let cli = Cli::parse();
     match baaaht_daemon::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -59,6 +59,14 @@ pub fn serve_health<S: crate::v1::container_health_server::ContainerHealth>(
     }))
 }
 
+/// Makes ring this process's TLS provider. The workspace's crates are built with more than one
+/// (matrix-sdk's HTTP client brings aws-lc-rs), and rustls then will not choose for a library
+/// that asks for the default; every binary calls this first.
+pub fn use_ring_for_tls() {
+    // silent-ok: a provider already chosen (by an earlier call) stays.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// A gateway binary's logging: to standard error (which a daemon-run gateway shares with the
 /// daemon), filtered by `RUST_LOG`, in colour only on a terminal.
 pub fn log_to_stderr() {
@@ -78,5 +86,19 @@ pub fn exit(program: &str, outcome: Result<(), String>) -> std::process::ExitCod
             eprintln!("{program}: {error}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    #[test]
+    fn a_library_asking_for_the_default_tls_provider_gets_ring() {
+        super::use_ring_for_tls();
+        super::use_ring_for_tls();
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let ring = rustls::crypto::ring::default_provider();
+        assert_eq!(config.crypto_provider().cipher_suites.len(), ring.cipher_suites.len());
     }
 }

@@ -1,14 +1,17 @@
 //! Test support shared by the end-to-end tests and `baaaht-bench`: run the real `baaahtd` on a
 //! temporary data dir, know when it is ready (systemd's READY=1 on a notify socket we own, so
 //! nothing sleeps to synchronise), talk to it, and stop it with a signal.
+#![recursion_limit = "256"]
 
 pub mod fake_provider;
 pub mod fake_slack;
 pub mod fake_telegram;
 pub mod gateway;
 pub mod mail;
+pub mod matrix_person;
 pub mod oidc;
 pub mod scenario;
+pub mod synapse;
 pub mod tmux;
 pub mod web;
 
@@ -455,6 +458,8 @@ pub fn daemon_environment(command: &mut Command, data_dir: &Path, notify: &Path,
 /// The runtime the tests and benchmarks drive their async clients and servers with: two
 /// workers, so a server keeps answering while the test thread blocks.
 pub fn runtime() -> tokio::runtime::Runtime {
+    // As every binary does: this process's TLS is ring's.
+    baaaht_proto::lifecycle::use_ring_for_tls();
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime")
 }
 

@@ -463,7 +463,7 @@ fn container_max_concurrent_queues_then_refuses_with_a_sentence() {
     };
     const WAITING: &str = "every container slot is busy; waiting for one";
     let refused = doctor("three").wait_with_output().expect("doctor");
-    let said = String::from_utf8_lossy(&refused.stderr).into_owned() + &String::from_utf8_lossy(&refused.stdout);
+    let said = format!("{}{}", String::from_utf8_lossy(&refused.stderr), String::from_utf8_lossy(&refused.stdout));
     assert!(!refused.status.success(), "{said}");
     assert!(said.contains("all 2 container slots (container.max_concurrent) stayed busy for 8 s"), "{said}");
     let running = docker(&["ps", "--filter", "label=baaaht.session=three", "-q"]).expect("docker ps");

@@ -40,6 +40,8 @@ pub fn hosts_of(record: &GatewayRecord) -> Vec<String> {
         GatewayKind::Email { .. } => {
             ["--imap", "--smtp"].iter().filter_map(|flag| record.arg(flag)).filter_map(host_port).collect()
         }
+        // The homeserver (its media too: matrix-sdk fetches media from the homeserver).
+        GatewayKind::Matrix { homeserver } => host_port(homeserver).into_iter().collect(),
         // The provider's (its other endpoints' hosts are added from its discovery document).
         GatewayKind::Web { issuer, .. } => host_port(issuer).into_iter().collect(),
     }
@@ -123,6 +125,15 @@ mod tests {
         let allowed = |host: &str, port| crate::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
         assert!(allowed("mail.example.org", 993) && allowed("smtp.example.org", 465));
         assert!(!allowed("mail.example.org", 465) && !allowed("example.org", 993) && !allowed("x.org", 443));
+    }
+
+    #[test]
+    fn a_matrix_gateway_reaches_its_homeserver_only() {
+        let mut matrix = record(&["--user", "@baaaht:home.example"]);
+        matrix.kind = GatewayKind::Matrix { homeserver: "https://matrix.home.example".into() };
+        assert_eq!(hosts_of(&matrix), ["matrix.home.example:443"]);
+        matrix.kind = GatewayKind::Matrix { homeserver: "http://127.0.0.1:8008".into() };
+        assert_eq!(hosts_of(&matrix), ["127.0.0.1:8008"]);
     }
 
     #[tokio::test]

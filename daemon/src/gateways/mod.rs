@@ -62,6 +62,8 @@ pub enum GatewayKind {
     Telegram { bot: String },
     /// People writing to one mailbox, at `address`.
     Email { address: String },
+    /// People of allowed homeservers writing to a bot account on `homeserver`.
+    Matrix { homeserver: String },
 }
 
 impl GatewayKind {
@@ -72,6 +74,7 @@ impl GatewayKind {
             GatewayKind::Slack { .. } => "baaaht-slack",
             GatewayKind::Telegram { .. } => "baaaht-telegram",
             GatewayKind::Email { .. } => "baaaht-email",
+            GatewayKind::Matrix { .. } => "baaaht-matrix",
         }
     }
 
@@ -81,6 +84,7 @@ impl GatewayKind {
             GatewayKind::Slack { .. } => "slack",
             GatewayKind::Telegram { .. } => "telegram",
             GatewayKind::Email { .. } => "email",
+            GatewayKind::Matrix { .. } => "matrix",
         }
     }
 
@@ -92,6 +96,8 @@ impl GatewayKind {
             GatewayKind::Telegram { bot } => format!("telegram:{bot}:"),
             // A sender is their address, whichever mailbox they wrote to.
             GatewayKind::Email { .. } => "email:".to_string(),
+            // A Matrix user id names its homeserver: `matrix:@alice:home.example`.
+            GatewayKind::Matrix { .. } => "matrix:".to_string(),
         }
     }
 }
@@ -278,10 +284,26 @@ impl Registry {
                     )));
                 }
                 // The daemon runs it with these (an external one is run with them by whoever runs it).
-                for flag in ["--imap", "--smtp"] {
+                for flag in ["--imap", "--smtp", "--allow"] {
                     if mode != RunMode::External && arg_in(&args, flag).is_none() {
                         return Err(GatewayError::Invalid(format!(
-                            "an email gateway needs {flag} HOST:PORT among its arguments (after `--`)"
+                            "an email gateway needs {flag} among its arguments (after `--`)"
+                        )));
+                    }
+                }
+            }
+            GatewayKind::Matrix { homeserver } => {
+                let valid = (homeserver.starts_with("https://") || homeserver.starts_with("http://"))
+                    && homeserver.parse::<http::Uri>().is_ok_and(|uri| uri.host().is_some());
+                if !valid {
+                    return Err(GatewayError::Invalid(format!(
+                        "--homeserver `{homeserver}` must be the homeserver's address, e.g. https://matrix.home.example"
+                    )));
+                }
+                for flag in ["--user", "--allow-server"] {
+                    if mode != RunMode::External && arg_in(&args, flag).is_none() {
+                        return Err(GatewayError::Invalid(format!(
+                            "a Matrix gateway needs {flag} among its arguments (after `--`)"
                         )));
                     }
                 }
@@ -464,6 +486,20 @@ mod tests {
             let refused = registry.add("mail3", GatewayKind::Email { address: bad.into() }, RunMode::External, vec![]);
             assert!(matches!(&refused, Err(GatewayError::Invalid(why)) if why.contains("--address")), "{bad}");
         }
+        // A Matrix gateway: its homeserver an address; the daemon runs it only with its account
+        // and allowed homeservers named.
+        let homeserver = || GatewayKind::Matrix { homeserver: "https://matrix.home.example".into() };
+        let (matrix, _) = registry.add("chat", homeserver(), RunMode::External, vec![]).expect("matrix");
+        assert!(matrix.may_name("matrix:@alice:home.example") && !matrix.may_name("email:a@b.example"));
+        let unnamed = registry.add("chat2", homeserver(), RunMode::Process, vec!["--user".into(), "@b:h".into()]);
+        assert!(matches!(&unnamed, Err(GatewayError::Invalid(why)) if why.contains("--allow-server")), "{unnamed:?}");
+        let refused = registry.add(
+            "chat3",
+            GatewayKind::Matrix { homeserver: "matrix.home.example".into() },
+            RunMode::External,
+            vec![],
+        );
+        assert!(matches!(&refused, Err(GatewayError::Invalid(why)) if why.contains("--homeserver")), "{refused:?}");
         assert!(matches!(
             registry.add("acme", GatewayKind::Slack { team: "T1".into() }, RunMode::External, vec![]),
             Err(GatewayError::Exists(_))
@@ -473,7 +509,7 @@ mod tests {
             Err(GatewayError::BadName(_))
         ));
         let reopened = Registry::open(temp.path(), temp.path().join("gateways")).expect("reopen");
-        assert_eq!(reopened.list().len(), 4);
+        assert_eq!(reopened.list().len(), 5);
         reopened.remove("acme").expect("rm");
         assert!(reopened.get("acme").is_none());
     }

@@ -46,13 +46,17 @@ const EGRESS_SOCKET: &str = "egress.sock";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the daemon gives a gateway of `kind` beyond its sockets: the web gateway keeps its
-/// signed-in sessions, the email gateway its threads' conversations, in `state` (kept across the gateway's and the daemon's restarts, removed
+/// signed-in sessions, the email gateway its threads' conversations, the Matrix gateway its
+/// device and keys, in `state` (kept across the gateway's and the daemon's restarts, removed
 /// with the gateway), so a restart signs nobody out.
 pub fn kind_args(kind: &GatewayKind, state: &Path) -> Vec<std::ffi::OsString> {
     match kind {
         GatewayKind::Web { .. } => vec!["--state-dir".into(), state.as_os_str().to_owned()],
         GatewayKind::Email { address } => {
             vec!["--address".into(), address.into(), "--state-dir".into(), state.as_os_str().to_owned()]
+        }
+        GatewayKind::Matrix { homeserver } => {
+            vec!["--homeserver".into(), homeserver.into(), "--state-dir".into(), state.as_os_str().to_owned()]
         }
         GatewayKind::Slack { .. } | GatewayKind::Telegram { .. } => vec![],
     }
@@ -429,8 +433,9 @@ impl Supervisor {
             ]);
             command.extend(publish::container_args(&self.record.args));
             mounts.push(MountSpec { host: state, target: STATE_MOUNT.into(), read_only: false });
-        } else if let GatewayKind::Email { .. } = self.record.kind {
-            // Its threads' conversations kept across runs, and a household's own certificate
+        } else if let GatewayKind::Email { .. } | GatewayKind::Matrix { .. } = self.record.kind {
+            // Its kept state across runs (an email gateway's threads, a Matrix gateway's device
+            // and keys), and a household's own certificate
             // authority (a host file) given to it read-only.
             let state =
                 self.container_state_dir().map_err(|error| format!("cannot prepare its state folder: {error}"))?;

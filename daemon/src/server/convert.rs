@@ -67,6 +67,7 @@ pub(crate) fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
         Some("slack") => v1::ChannelType::Slack,
         Some("telegram") => v1::ChannelType::Telegram,
         Some("email") => v1::ChannelType::Email,
+        Some("matrix") => v1::ChannelType::Matrix,
         _ => v1::ChannelType::Unspecified,
     }
 }

@@ -200,6 +200,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
             }
             GatewayKind::Telegram { .. } => ("the Telegram gateway", &[("bot_token", true)]),
             GatewayKind::Email { .. } => ("the email gateway", &[("password", true)]),
+            GatewayKind::Matrix { .. } => ("the Matrix gateway", &[("password", true)]),
             GatewayKind::Web { issuer, audience } => {
                 secrets.insert("issuer".to_string(), issuer.clone());
                 secrets.insert("client_id".to_string(), audience.clone());
@@ -271,6 +272,21 @@ impl v1::gateways_server::Gateways for GatewaysService {
                 return Err(Status::permission_denied(
                     "an email gateway answers each sender in their own conversations",
                 ))
+            }
+            GatewayKind::Matrix { .. } => {
+                // A room id: `!opaque:server`, or from room version 12 `!opaque`. The group's id is
+                // a digest of it (ids stay short and plain).
+                let valid = channel.starts_with('!') && channel.len() > 1 && channel.len() <= 255;
+                if !valid || channel.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(Status::invalid_argument(format!(
+                        "room `{}` is not a Matrix room id",
+                        channel.escape_debug()
+                    )));
+                }
+                use sha2::Digest as _;
+                let digest = sha2::Sha256::digest(channel.as_bytes());
+                let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                format!("matrix-{short}")
             }
         };
         let group = self.shared.groups.ensure(&id, &message.name, &user.id, &format!("gateway:{}", call.gateway))?;
@@ -487,9 +503,10 @@ impl v1::admin_server::Admin for AdminService {
             "slack" => GatewayKind::Slack { team: message.team },
             "telegram" => GatewayKind::Telegram { bot: message.bot },
             "email" => GatewayKind::Email { address: message.address.trim().to_ascii_lowercase() },
+            "matrix" => GatewayKind::Matrix { homeserver: message.homeserver.trim().trim_end_matches('/').to_string() },
             other => {
                 return Err(Status::invalid_argument(format!(
-                    "kind `{other}`: a gateway is web, slack, telegram or email"
+                    "kind `{other}`: a gateway is web, slack, telegram, email or matrix"
                 )))
             }
         };

@@ -145,6 +145,7 @@ pub(super) fn channel_name(channel: i32) -> Option<String> {
         Ok(v1::ChannelType::Slack) => Some("slack".into()),
         Ok(v1::ChannelType::Telegram) => Some("telegram".into()),
         Ok(v1::ChannelType::Email) => Some("email".into()),
+        Ok(v1::ChannelType::Matrix) => Some("matrix".into()),
         Ok(v1::ChannelType::Cli) => Some("cli".into()),
         _ => None,
     }

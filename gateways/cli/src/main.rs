@@ -8,6 +8,7 @@ use baaaht_cli::terminal::clean;
 use clap::Parser as _;
 
 fn main() -> ExitCode {
+    baaaht_proto::lifecycle::use_ring_for_tls();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,

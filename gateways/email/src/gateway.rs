@@ -27,17 +27,6 @@ use crate::wire::{self, Session};
 /// How long one IDLE lasts before the gateway looks again (servers drop it after 30 minutes;
 /// a look every few minutes also takes a mail whose notice was lost).
 const IDLE_FOR: Duration = Duration::from_secs(4 * 60);
-/// The words an approval's answer may start with, and the decision each is.
-const DECISIONS: &[(&str, &str)] = &[
-    ("once", "once"),
-    ("allow", "once"),
-    ("yes", "once"),
-    ("session", "session"),
-    ("conversation", "session"),
-    ("always", "always"),
-    ("deny", "deny"),
-    ("no", "deny"),
-];
 
 /// What the gateway is told to do.
 #[derive(Debug, Clone)]
@@ -340,11 +329,11 @@ impl Gateway {
         let command: String = request.asked_by.lines().next().unwrap_or_default().chars().take(120).collect();
         let asked_by = if command.is_empty() { String::new() } else { format!(" for “{command}”") };
         let text = format!(
-            "The {}'s tools want to reach {}:{}{asked_by}.\n\nReply to this mail with one word: once (allow it this \
-             time), session (for this conversation), always, or deny. Without an answer it is denied in {} seconds.",
+            "The {}'s tools want to reach {}:{}{asked_by}.\n\n{} Without an answer it is denied in {} seconds.",
             agent_name(request.agent),
             request.host,
             request.port,
+            turn::ANSWER_WITH,
             request.expires_in_seconds
         );
         match self.reply(mail, &text).await {
@@ -361,32 +350,7 @@ impl Gateway {
 
     /// `mail` answers the approval request `approval`: its first word is the decision.
     async fn approval_answered(&self, mail: &Incoming, approval: String) {
-        let word = mail.text.split_whitespace().next().unwrap_or_default().to_lowercase();
-        let word = word.trim_matches(|c: char| !c.is_alphanumeric());
-        let Some((_, decision)) = DECISIONS.iter().find(|(said, _)| *said == word) else {
-            let sentence = "⚠️ That answer was not understood: reply with once, session, always or deny.";
-            if let Err(error) = self.reply(mail, sentence).await {
-                tracing::warn!(%error, "cannot ask again for an approval's answer");
-            }
-            return;
-        };
-        let answer = v1::ApprovalAnswer { id: approval.clone(), decision: decision.to_string() };
-        let mut daemon = self.daemon.clone();
-        let told = match daemon.sessions.answer_approval(self.person(mail).request(answer)).await {
-            Ok(_) => format!(
-                "Done: {}.",
-                match *decision {
-                    "once" => "allowed this time",
-                    "session" => "allowed for this conversation",
-                    "always" => "allowed always (a rule)",
-                    _ => "denied",
-                }
-            ),
-            Err(status) => {
-                tracing::info!(approval = %approval, message = %status.message(), "an approval's answer was refused");
-                format!("⚠️ {}", for_users(&status))
-            }
-        };
+        let told = turn::answer_by_word(&self.daemon, &self.person(mail), &approval, &mail.text).await;
         if let Err(error) = self.reply(mail, &told).await {
             tracing::warn!(%error, "cannot confirm an approval's answer");
         }
@@ -416,14 +380,7 @@ impl Surface for Answering<'_> {
     }
 
     async fn close(&self, _answer: (), writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
-        let text = writing.text.trim();
-        let whole = match trouble {
-            None if text.is_empty() => "(no answer)".to_string(),
-            None => text.to_string(),
-            Some(trouble) if text.is_empty() => format!("⚠️ {}", trouble.sentence()),
-            Some(trouble) => format!("{text}\n\n⚠️ {}", trouble.sentence()),
-        };
-        self.gateway.reply(self.mail, &whole).await.map(drop)
+        self.gateway.reply(self.mail, &turn::whole(writing.text.trim(), trouble)).await.map(drop)
     }
 
     async fn approval(&self, event: &v1::orchestrator_event::Event) {

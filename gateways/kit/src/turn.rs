@@ -106,6 +106,77 @@ impl std::fmt::Display for TurnError {
 
 impl std::error::Error for TurnError {}
 
+/// What an answer's message shows before its first words.
+pub const PLACEHOLDER: &str = "…";
+
+/// What an answer's message shows while it is written: its text so far (cleaned, at most
+/// `limit` characters) and the status line.
+pub fn live(writing: &Writing, limit: usize) -> String {
+    let text: String = crate::text::clean(&writing.text).chars().take(limit).collect();
+    match (text.trim().is_empty(), writing.status.is_empty()) {
+        (true, true) => PLACEHOLDER.into(),
+        (true, false) => format!("{}…", writing.status),
+        (false, true) => format!("{text} …"),
+        (false, false) => format!("{text} …\n\n({})", writing.status),
+    }
+}
+
+/// The whole answer as its channel writes it last: its text, and what went wrong when it did
+/// not finish.
+pub fn whole(text: &str, trouble: Option<Trouble>) -> String {
+    match trouble {
+        None if text.trim().is_empty() => "(no answer)".to_string(),
+        None => text.to_string(),
+        Some(trouble) if text.trim().is_empty() => format!("⚠️ {}", trouble.sentence()),
+        Some(trouble) => format!("{text}\n\n⚠️ {}", trouble.sentence()),
+    }
+}
+
+/// The words an approval's answer may start with, where a channel has no buttons (email,
+/// Matrix), and the decision each is.
+const DECISIONS: &[(&str, &str)] = &[
+    ("once", "once"),
+    ("allow", "once"),
+    ("yes", "once"),
+    ("session", "session"),
+    ("conversation", "session"),
+    ("always", "always"),
+    ("deny", "deny"),
+    ("no", "deny"),
+];
+
+/// How a channel without buttons asks for an approval: what to answer with.
+pub const ANSWER_WITH: &str =
+    "Reply to this with one word: once (allow it this time), session (for this conversation), \
+                               always, or deny.";
+
+/// Answers the approval request `approval` as `person` with the first word of `said`: the
+/// sentence that tells them what was done.
+pub async fn answer_by_word(daemon: &Client, person: &Person, approval: &str, said: &str) -> String {
+    let word = said.split_whitespace().next().unwrap_or_default().to_lowercase();
+    let word = word.trim_matches(|c: char| !c.is_alphanumeric());
+    let Some((_, decision)) = DECISIONS.iter().find(|(known, _)| *known == word) else {
+        return "⚠️ That answer was not understood: reply with once, session, always or deny.".into();
+    };
+    let answer = v1::ApprovalAnswer { id: approval.to_string(), decision: decision.to_string() };
+    let mut daemon = daemon.clone();
+    match daemon.sessions.answer_approval(person.request(answer)).await {
+        Ok(_) => format!(
+            "Done: {}.",
+            match *decision {
+                "once" => "allowed this time",
+                "session" => "allowed for this conversation",
+                "always" => "allowed always (a rule)",
+                _ => "denied",
+            }
+        ),
+        Err(status) => {
+            tracing::info!(approval, message = %status.message(), "an approval's answer was refused");
+            format!("⚠️ {}", for_users(&status))
+        }
+    }
+}
+
 /// The agent a delegation went to, as a status line names it.
 pub fn agent_name(agent: i32) -> &'static str {
     match baaaht_proto::role_name(agent) {
@@ -211,4 +282,24 @@ pub async fn run<S: Surface>(daemon: &Client, message: Message, surface: &S) -> 
         }
     };
     surface.close(answer, &writing, trouble).await.map_err(TurnError::Channel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_shows_its_words_and_status_while_written_and_what_failed_at_the_end() {
+        let writing = Writing { text: "Hello \u{1b}[2J there".into(), status: "worker started".into() };
+        assert_eq!(live(&writing, 8), "Hello ^[ …\n\n(worker started)");
+        assert_eq!(live(&Writing::default(), 100), PLACEHOLDER);
+        assert_eq!(
+            live(&Writing { status: "exec running (3 ms)".into(), ..Writing::default() }, 100),
+            "exec running (3 ms)…"
+        );
+        assert_eq!(whole("Done.", None), "Done.");
+        assert_eq!(whole("  ", None), "(no answer)");
+        assert_eq!(whole("", Some(Trouble::Failed("The budget is used up.".into()))), "⚠️ The budget is used up.");
+        assert!(whole("Half", Some(Trouble::TooLong)).starts_with("Half\n\n⚠️ No answer after 15 minutes"));
+    }
 }

@@ -50,6 +50,7 @@ enum Events {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    baaaht_proto::lifecycle::use_ring_for_tls();
     baaaht_proto::lifecycle::log_to_stderr();
     baaaht_proto::lifecycle::exit("baaaht-slack", run(Cli::parse()).await)
 }

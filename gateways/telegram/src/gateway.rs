@@ -14,7 +14,7 @@ use baaaht_gateway_kit::daemon::{for_users, File, Person, Place};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::text::clean;
-use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing};
+use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing, PLACEHOLDER};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use serde_json::{json, Value};
@@ -24,8 +24,6 @@ use crate::route::{route, Bot, Press, Route, Update};
 
 /// How often the answer being written is edited.
 const UPDATE_EVERY: Duration = Duration::from_millis(1000);
-/// What a message shows before the answer's first words.
-const PLACEHOLDER: &str = "…";
 /// The most characters of one message (Telegram takes 4096).
 const MESSAGE_LIMIT: usize = 4000;
 /// How long a long poll waits at Telegram.
@@ -267,16 +265,9 @@ struct Answering<'a> {
     route: &'a Route,
 }
 
-/// What the message shows while the answer is written: the text so far (within one message)
-/// and the status line.
+/// What the message shows while the answer is written (within one message).
 fn live(writing: &Writing) -> String {
-    let text: String = clean(&writing.text).chars().take(MESSAGE_LIMIT - 200).collect();
-    match (text.trim().is_empty(), writing.status.is_empty()) {
-        (true, true) => PLACEHOLDER.into(),
-        (true, false) => format!("{}…", writing.status),
-        (false, true) => format!("{text} …"),
-        (false, false) => format!("{text} …\n\n({})", writing.status),
-    }
+    turn::live(writing, MESSAGE_LIMIT - 200)
 }
 
 /// `text` in messages of at most [`MESSAGE_LIMIT`] characters, cut at a line where one is near.
@@ -319,13 +310,7 @@ impl Surface for Answering<'_> {
     }
 
     async fn close(&self, answer: Shown, writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
-        let text = clean(&writing.text).to_string();
-        let whole = match trouble {
-            None if text.trim().is_empty() => "(no answer)".to_string(),
-            None => text,
-            Some(trouble) if text.trim().is_empty() => format!("⚠️ {}", trouble.sentence()),
-            Some(trouble) => format!("{text}\n\n⚠️ {}", trouble.sentence()),
-        };
+        let whole = turn::whole(&clean(&writing.text), trouble);
         let api = &self.gateway.api;
         let mut parts = messages(&whole).into_iter();
         let first = parts.next().unwrap_or_default();

@@ -27,6 +27,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    baaaht_proto::lifecycle::use_ring_for_tls();
     baaaht_proto::lifecycle::log_to_stderr();
     baaaht_proto::lifecycle::exit("baaaht-telegram", run(Cli::parse()).await)
 }

@@ -40,6 +40,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    baaaht_proto::lifecycle::use_ring_for_tls();
     let Command::Serve { socket, parent, socket_mode, log_level } = Cli::parse().command;
     let filter =
         tracing_subscriber::EnvFilter::try_new(format!("warn,baaaht_llm={log_level},baaaht_llm_gateway={log_level}"));

@@ -43,8 +43,10 @@ fn all_answered(fake: &FakeTelegram, chats: &[(i64, i64)], text: &str) -> bool {
 /// `SENDERS` messages at once from host clients into the contexts of the first people the
 /// daemon met (a channel round's baseline): how many, and when they were sent.
 pub(crate) async fn host_round(daemon: &baaaht_tests::TestDaemon, round: usize) -> Result<(usize, Instant)> {
-    let known = std::fs::read_to_string(daemon.data_dir.join("data/state/identities.json")).unwrap_or_default()
-        + &std::fs::read_to_string(daemon.data_dir.join("data/state/identities.journal")).unwrap_or_default();
+    let known: String = ["identities.json", "identities.journal"]
+        .iter()
+        .filter_map(|name| std::fs::read_to_string(daemon.data_dir.join("data/state").join(name)).ok())
+        .collect();
     let users: Vec<String> = known
         .split('"')
         .filter(|part| part.starts_with("u-"))

@@ -226,6 +226,7 @@ enum Bench {
 }
 
 fn main() -> Result<()> {
+    baaaht_proto::lifecycle::use_ring_for_tls();
     match Cli::parse().command {
         Bench::Daemon { runs } => daemon(runs.max(10)),
         Bench::Containers { runs, image } => containers(runs.max(20), &image),

@@ -1,0 +1,374 @@
+//! The gateway: Matrix's sync in, the daemon's turns out. Invitations are accepted only from
+//! people on the allowed homeservers; a direct chat is the person's own conversation, any
+//! other room the room's group's (a message there must mention the bot).
+//! Each answer is one message — a reply to the one that asked — edited (`m.replace`) as it is
+//! written, at most once per update interval, with a typing notice while the turn starts.
+//! Encrypted rooms are read and answered encrypted; files and pictures (encrypted or not) go
+//! to the session's uploads. An approval request is a message answered with one word.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baaaht_gateway_kit::daemon::{File, Person, Place};
+use baaaht_gateway_kit::health::Health;
+use baaaht_gateway_kit::seen::Seen;
+use baaaht_gateway_kit::text::clean;
+use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing, PLACEHOLDER};
+use baaaht_proto::client::Client as Daemon;
+use baaaht_proto::v1;
+use matrix_sdk::config::SyncSettings;
+use matrix_sdk::room::Room;
+use matrix_sdk::ruma::events::room::member::{MembershipState, StrippedRoomMemberEvent};
+use matrix_sdk::ruma::events::room::message::{
+    AddMentions, ForwardThread, MessageType, OriginalSyncRoomMessageEvent, Relation, ReplacementMetadata,
+    RoomMessageEventContent,
+};
+use matrix_sdk::ruma::{OwnedEventId, OwnedUserId};
+use matrix_sdk::Client;
+
+/// How often the answer being written is edited (homeservers limit how fast a user sends).
+const UPDATE_EVERY: Duration = Duration::from_millis(1500);
+
+/// What the gateway knows for its whole life.
+pub struct Gateway {
+    pub daemon: Daemon,
+    pub client: Client,
+    /// Homeservers whose people may invite the bot and write to it.
+    pub allowed_servers: Vec<String>,
+    pub max_file_bytes: u64,
+    seen: Mutex<Seen>,
+    /// Approval requests posted, by the request message's event id: the request's id.
+    asked: Mutex<HashMap<OwnedEventId, String>>,
+}
+
+impl Gateway {
+    pub fn new(daemon: Daemon, client: Client, allowed_servers: Vec<String>, max_file_bytes: u64) -> Gateway {
+        Gateway {
+            daemon,
+            client,
+            allowed_servers,
+            max_file_bytes,
+            seen: Mutex::new(Seen::new(Duration::from_secs(24 * 3600), 10_000)),
+            asked: Mutex::default(),
+        }
+    }
+
+    fn allows(&self, user: &OwnedUserId) -> bool {
+        self.allowed_servers.iter().any(|server| server == user.server_name().as_str())
+    }
+
+    /// Syncs until the process ends. On a device's first start its rooms' history is not
+    /// answered; a device that goes on answers what was written while it was stopped.
+    pub async fn run(self: Arc<Self>, health: Arc<Health>, first: bool) {
+        let mut backoff = baaaht_gateway_kit::backoff::Backoff::default();
+        // The first sync of a new device only finds where the timeline is now.
+        let mut skipped = !first;
+        while !skipped {
+            match self.client.sync_once(SyncSettings::default()).await {
+                Ok(_) => skipped = true,
+                Err(error) => {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "the homeserver is out of reach");
+                    health.down(&error.to_string());
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+        // Invitations waiting from before are answered too.
+        for room in self.client.invited_rooms() {
+            let gateway = self.clone();
+            tokio::spawn(async move { gateway.invited(room, None).await });
+        }
+        let gateway = self.clone();
+        self.client.add_event_handler(move |event: StrippedRoomMemberEvent, room: Room| {
+            let gateway = gateway.clone();
+            async move {
+                if event.content.membership == MembershipState::Invite
+                    && gateway.client.user_id() == Some(event.state_key.as_ref())
+                {
+                    tokio::spawn(async move { gateway.invited(room, Some(event.sender)).await });
+                }
+            }
+        });
+        let gateway = self.clone();
+        self.client.add_event_handler(move |event: OriginalSyncRoomMessageEvent, room: Room| {
+            let gateway = gateway.clone();
+            async move {
+                tokio::spawn(async move { gateway.message(event, room).await });
+            }
+        });
+        tracing::info!("listening to Matrix");
+        loop {
+            let synced = self
+                .client
+                .sync_with_callback(SyncSettings::default(), |_| {
+                    let health = health.clone();
+                    async move {
+                        health.up();
+                        matrix_sdk::LoopCtrl::Continue
+                    }
+                })
+                .await;
+            if let Err(error) = synced {
+                let wait = backoff.next_wait();
+                tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "the sync failed");
+                health.down(&error.to_string());
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+
+    /// An invitation: joined when it comes from an allowed homeserver, else declined.
+    async fn invited(&self, room: Room, by: Option<OwnedUserId>) {
+        let inviter = match by {
+            Some(user) => Some(user),
+            None => room
+                .invite_details()
+                .await
+                .ok()
+                .and_then(|details| details.inviter)
+                .map(|member| member.user_id().to_owned()),
+        };
+        let allowed = inviter.as_ref().is_some_and(|user| self.allows(user));
+        if !allowed {
+            tracing::warn!(room = %room.room_id(), inviter = ?inviter, "an invitation from outside the allowed homeservers declined");
+            if let Err(error) = room.leave().await {
+                tracing::warn!(%error, "cannot decline an invitation");
+            }
+            return;
+        }
+        // A homeserver may not have the room ready the moment it invites: tried a few times.
+        let mut wait = Duration::from_millis(500);
+        for _ in 0..6 {
+            match room.join().await {
+                Ok(()) => {
+                    tracing::info!(room = %room.room_id(), inviter = ?inviter, "joined a room on invitation");
+                    return;
+                }
+                Err(error) => {
+                    tracing::info!(%error, "cannot join yet");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+            }
+        }
+        tracing::warn!(room = %room.room_id(), "could not join a room it was invited to");
+    }
+
+    /// A message in a room the bot is in.
+    async fn message(&self, event: OriginalSyncRoomMessageEvent, room: Room) {
+        let me = match self.client.user_id() {
+            Some(me) => me.to_owned(),
+            None => return,
+        };
+        if event.sender == me || !self.allows(&event.sender) {
+            return;
+        }
+        if !self.seen.lock().unwrap_or_else(PoisonError::into_inner).first(event.event_id.as_str(), Instant::now()) {
+            tracing::info!(event = %event.event_id, "an event seen before is dropped");
+            return;
+        }
+        // An edit is not asked again.
+        if matches!(event.content.relates_to, Some(Relation::Replacement(_))) {
+            return;
+        }
+        // A direct chat (invited as one) is the person's own; any other room is its group's,
+        // however few have joined yet.
+        let group = !room.is_direct().await.unwrap_or(false);
+        let (mut text, file) = match &event.content.msgtype {
+            MessageType::Text(text) => (text.body.clone(), None),
+            MessageType::Notice(_) => return,
+            MessageType::Image(image) => (
+                String::new(),
+                Some((
+                    image.body.clone(),
+                    mime_of(image.info.as_deref().and_then(|info| info.mimetype.clone())),
+                    self.client.media().get_file(image, false).await,
+                )),
+            ),
+            MessageType::File(file) => (
+                String::new(),
+                Some((
+                    file.filename.clone().unwrap_or_else(|| file.body.clone()),
+                    mime_of(file.info.as_deref().and_then(|info| info.mimetype.clone())),
+                    self.client.media().get_file(file, false).await,
+                )),
+            ),
+            _ => return,
+        };
+        // An answer to an approval request.
+        let replied_to = match &event.content.relates_to {
+            Some(Relation::Reply(reply)) => Some(reply.in_reply_to.event_id.clone()),
+            Some(Relation::Thread(thread)) => thread.in_reply_to.as_ref().map(|reply| reply.event_id.clone()),
+            _ => None,
+        };
+        if let Some(approval) = replied_to
+            .as_ref()
+            .and_then(|id| self.asked.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned())
+        {
+            self.approval_answered(&room, &event, approval, &text).await;
+            return;
+        }
+        if group {
+            let mentioned = event.content.mentions.as_ref().is_some_and(|mentions| mentions.user_ids.contains(&me));
+            let named = text.contains(me.as_str())
+                || text.to_lowercase().contains(&format!("{}:", me.localpart().to_lowercase()));
+            if !mentioned && !named {
+                return;
+            }
+            text = text.replace(me.as_str(), "").trim_start_matches([':', ',', ' ']).trim().to_string();
+            let prefix = format!("{}:", me.localpart());
+            if text.to_lowercase().starts_with(&prefix.to_lowercase()) {
+                text = text[prefix.len()..].trim().to_string();
+            }
+        }
+        // silent-ok: a typing notice is a courtesy.
+        let _ = room.typing_notice(true).await;
+        let files = match file {
+            None => vec![],
+            Some((name, mime_type, Ok(Some(bytes)))) if bytes.len() as u64 <= self.max_file_bytes => {
+                vec![File { name, mime_type, bytes }]
+            }
+            Some((name, ..)) => {
+                let sentence =
+                    format!("⚠️ {} could not be fetched, or is larger than this gateway takes.", clean(&name));
+                // silent-ok: the person is told if Matrix takes it; the log says the rest.
+                let _ = room.send(RoomMessageEventContent::text_plain(sentence)).await;
+                return;
+            }
+        };
+        let person = Person {
+            identity: format!("matrix:{}", event.sender),
+            name: room
+                .get_member_no_sync(&event.sender)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|member| member.display_name().map(str::to_string)),
+        };
+        let message = turn::Message {
+            person,
+            place: if group { Place::Shared { chat: room.room_id().to_string() } } else { Place::Own },
+            text,
+            files,
+            channel: v1::ChannelType::Matrix,
+            session_id: String::new(),
+        };
+        let answering = Answering { gateway: self, room: &room, asked: &event };
+        if let Err(error) = turn::run(&self.daemon, message, &answering).await {
+            tracing::warn!(room = %room.room_id(), %error, "a turn from Matrix failed");
+            let text = match error {
+                TurnError::Daemon(sentence) => format!("⚠️ {sentence}"),
+                TurnError::Channel(_) => "⚠️ Matrix did not take the answer; try again.".into(),
+            };
+            // silent-ok: when Matrix does not take this either, the log says why above.
+            let _ = room
+                .send(RoomMessageEventContent::text_plain(text).make_reply_to(
+                    &event.clone().into_full_event(room.room_id().to_owned()),
+                    ForwardThread::Yes,
+                    AddMentions::No,
+                ))
+                .await;
+        }
+        // silent-ok: the notice ends by itself.
+        let _ = room.typing_notice(false).await;
+    }
+
+    /// `event` answers the approval request `approval`: its first word is the decision.
+    async fn approval_answered(&self, room: &Room, event: &OriginalSyncRoomMessageEvent, approval: String, text: &str) {
+        let person = Person { identity: format!("matrix:{}", event.sender), name: None };
+        let told = turn::answer_by_word(&self.daemon, &person, &approval, text).await;
+        if let Err(error) = room.send(RoomMessageEventContent::text_plain(told)).await {
+            tracing::warn!(%error, "cannot confirm an approval's answer");
+        }
+    }
+
+    /// Posts an approval request in `room`, answered by a reply of one word.
+    async fn ask_approval(&self, room: &Room, request: &v1::ApprovalRequest) {
+        if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == request.id) {
+            return;
+        }
+        let command: String = request.asked_by.lines().next().unwrap_or_default().chars().take(120).collect();
+        let asked_by = if command.is_empty() { String::new() } else { format!(" for “{}”", clean(&command)) };
+        let text = format!(
+            "The {}'s tools want to reach {}:{}{asked_by}. {} Denied in {} s without an answer.",
+            agent_name(request.agent),
+            clean(&request.host),
+            request.port,
+            turn::ANSWER_WITH,
+            request.expires_in_seconds
+        );
+        match room.send(RoomMessageEventContent::text_plain(text)).await {
+            Ok(sent) => {
+                let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+                if asked.len() >= 256 {
+                    asked.clear();
+                }
+                asked.insert(sent.response.event_id, request.id.clone());
+            }
+            Err(error) => tracing::warn!(%error, "an approval request could not be posted"),
+        }
+    }
+}
+
+fn mime_of(mime: Option<String>) -> String {
+    mime.filter(|mime| !mime.trim().is_empty()).unwrap_or_else(|| "application/octet-stream".into())
+}
+
+/// The answer's message: its event, and what it shows.
+pub struct Shown {
+    event: OwnedEventId,
+    text: String,
+}
+
+/// One turn's answer in Matrix: a reply to the message that asked.
+struct Answering<'a> {
+    gateway: &'a Gateway,
+    room: &'a Room,
+    asked: &'a OriginalSyncRoomMessageEvent,
+}
+
+impl Answering<'_> {
+    async fn edit(&self, answer: &Shown, text: &str) -> Result<(), String> {
+        let content = RoomMessageEventContent::text_plain(text)
+            .make_replacement(ReplacementMetadata::new(answer.event.clone(), None));
+        self.room.send(content).await.map(drop).map_err(|error| error.to_string())
+    }
+}
+
+impl Surface for Answering<'_> {
+    type Answer = Shown;
+
+    fn update_every(&self) -> Duration {
+        UPDATE_EVERY
+    }
+
+    async fn open(&self) -> Result<Shown, String> {
+        let asked = self.asked.clone().into_full_event(self.room.room_id().to_owned());
+        let content =
+            RoomMessageEventContent::text_plain(PLACEHOLDER).make_reply_to(&asked, ForwardThread::Yes, AddMentions::No);
+        let sent = self.room.send(content).await.map_err(|error| error.to_string())?;
+        Ok(Shown { event: sent.response.event_id, text: PLACEHOLDER.into() })
+    }
+
+    async fn show(&self, answer: &mut Shown, writing: &Writing) -> Result<bool, String> {
+        let live = turn::live(writing, usize::MAX);
+        if live == answer.text {
+            return Ok(false);
+        }
+        self.edit(answer, &live).await?;
+        answer.text = live;
+        Ok(true)
+    }
+
+    async fn close(&self, answer: Shown, writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
+        self.edit(&answer, &turn::whole(&clean(&writing.text), trouble)).await
+    }
+
+    async fn approval(&self, event: &v1::orchestrator_event::Event) {
+        if let v1::orchestrator_event::Event::Approval(request) = event {
+            self.gateway.ask_approval(self.room, request).await;
+        }
+    }
+}

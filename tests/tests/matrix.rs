@@ -1,0 +1,221 @@
+//! The Matrix gateway (`baaaht-matrix`, the real binary) against a real homeserver — Synapse
+//! from PyPI, started by each test on loopback — and the real daemon. People are matrix-sdk
+//! clients with end-to-end encryption on, as Element is: they read the gateway's answers only
+//! if the gateway encrypted them for their devices.
+
+use std::time::Duration;
+
+use baaaht_proto::v1;
+use baaaht_tests::matrix_person::MatrixPerson;
+use baaaht_tests::scenario;
+use baaaht_tests::synapse::Synapse;
+
+const BOT: (&str, &str) = ("baaaht", "bot-password");
+const ALICE: (&str, &str) = ("alice", "alice-password");
+const BOB: (&str, &str) = ("bob", "bob-password");
+const WAIT: Duration = Duration::from_secs(90);
+
+fn synapse() -> Synapse {
+    Synapse::start().expect("Synapse (scripts/test installs it from PyPI)")
+}
+
+/// What a daemon needs for the gateway: the bot's password, and Alice linked to `u-alice`.
+fn matrix_options() -> baaaht_tests::DaemonOptions {
+    let mut options =
+        baaaht_tests::DaemonOptions { env: vec![("MATRIX_PASSWORD_HOME".into(), BOT.1.into())], ..Default::default() };
+    options.files.push(scenario::linked_identities(&[("matrix:@alice:home.test", "u-alice", "Alice")]));
+    options
+}
+
+fn arguments(synapse: &Synapse, bot: &str, state: &std::path::Path, allowed: &str) -> Vec<String> {
+    [
+        "--homeserver",
+        &synapse.url(),
+        "--user",
+        bot,
+        "--allow-server",
+        allowed,
+        "--state-dir",
+        &state.display().to_string(),
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect()
+}
+
+fn run_gateway(
+    rt: &tokio::runtime::Runtime,
+    daemon: &baaaht_tests::TestDaemon,
+    synapse: &Synapse,
+    args: &[String],
+) -> (baaaht_tests::Running, baaaht_tests::gateway::Gateway) {
+    let request = v1::AddGatewayRequest {
+        kind: "matrix".into(),
+        name: "home".into(),
+        homeserver: synapse.url(),
+        ..Default::default()
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    baaaht_tests::gateway::run_external(rt, daemon, request, "baaaht-matrix", &args)
+}
+
+/// Waits for `running`'s log to say `what`.
+fn logged(running: &baaaht_tests::Running, what: &str) -> bool {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !running.log_text().contains(what) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    true
+}
+
+#[test]
+fn an_encrypted_dm_is_answered_as_edits_of_one_reply_and_a_restart_keeps_the_device() {
+    let rt = baaaht_tests::runtime();
+    // The people's clients close their stores on the runtime when they are dropped.
+    let _entered = rt.enter();
+    let synapse = synapse();
+    let bot = synapse.register(BOT.0, BOT.1).expect("bot");
+    let alice = synapse.register(ALICE.0, ALICE.1).expect("alice");
+    let brain = scenario::paced_echo_brain(Duration::from_millis(700));
+    let (_provider, daemon) = scenario::start(&rt, brain, matrix_options()).expect("daemon");
+    let state = daemon.data_dir.join("matrix-state");
+    let args = arguments(&synapse, &bot, &state, "home.test");
+    let (gateway, registered) = run_gateway(&rt, &daemon, &synapse, &args);
+    assert!(logged(&gateway, "listening to Matrix"), "{}\n{}", gateway.log_text(), synapse.log_text());
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    let store = tempfile::tempdir().expect("store");
+    let (person, room) = rt.block_on(async {
+        let person = MatrixPerson::sign_in(&synapse.url(), &alice, ALICE.1, store.path()).await.expect("alice");
+        let room = person.dm(&bot).await.expect("a DM");
+        person.joined(&room, &bot, WAIT).await.unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        (person, room)
+    });
+    rt.block_on(async {
+        let encrypted = room.latest_encryption_state().await.expect("state").is_encrypted();
+        assert!(encrypted, "the DM is end-to-end encrypted");
+        let asked = person.say(&room, "hello from matrix in many words").await.expect("say");
+        let (text, edits) = person
+            .wait_for_answer(&asked, WAIT, |text| text == "echo: hello from matrix in many words")
+            .await
+            .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        assert_eq!(text, "echo: hello from matrix in many words");
+        assert!(edits >= 2, "the answer grew as it was written ({edits} edits)");
+        assert_eq!(person.undecryptable(), 0, "alice read everything");
+    });
+    // The gateway is stopped and started again: the same device, so Alice's client reads it.
+    drop(gateway);
+    let mut command = std::process::Command::new(baaaht_tests::bin("baaaht-matrix"));
+    command
+        .arg("--socket")
+        .arg(&registered.socket)
+        .args(&args)
+        .env("BAAAHT_GATEWAY_TOKEN", &registered.token)
+        .env("RUST_LOG", "info");
+    let again = baaaht_tests::spawn(command, &daemon.data_dir.join("baaaht-matrix-again.log")).expect("restart");
+    assert!(logged(&again, "listening to Matrix"), "{}", again.log_text());
+    assert!(again.log_text().contains("the kept Matrix device goes on"), "{}", again.log_text());
+    rt.block_on(async {
+        let asked = person.say(&room, "after the restart").await.expect("say");
+        let answered = person.wait_for_answer(&asked, WAIT, |text| text == "echo: after the restart").await;
+        assert!(answered.is_ok(), "{answered:?}\n{}", again.log_text());
+        assert_eq!(person.undecryptable(), 0, "no \"unable to decrypt\" after the restart");
+        // One conversation, Alice's own, with both messages.
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let filter = v1::SessionFilter { user_id: "u-alice".into(), ..Default::default() };
+        let listed = host.sessions.list_sessions(filter).await.expect("sessions").into_inner().sessions;
+        assert_eq!(listed.len(), 1, "{listed:#?}");
+    });
+}
+
+#[test]
+fn a_room_mention_is_answered_in_the_room_and_a_file_reaches_the_uploads() {
+    let rt = baaaht_tests::runtime();
+    // The people's clients close their stores on the runtime when they are dropped.
+    let _entered = rt.enter();
+    let synapse = synapse();
+    let bot = synapse.register(BOT.0, BOT.1).expect("bot");
+    let alice = synapse.register(ALICE.0, ALICE.1).expect("alice");
+    let bob = synapse.register(BOB.0, BOB.1).expect("bob");
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), matrix_options()).expect("daemon");
+    let args = arguments(&synapse, &bot, &daemon.data_dir.join("matrix-state"), "home.test");
+    let (gateway, _) = run_gateway(&rt, &daemon, &synapse, &args);
+    assert!(logged(&gateway, "listening to Matrix"), "{}", gateway.log_text());
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    let (alice_store, bob_store) = (tempfile::tempdir().expect("store"), tempfile::tempdir().expect("store"));
+    rt.block_on(async {
+        let person = MatrixPerson::sign_in(&synapse.url(), &alice, ALICE.1, alice_store.path()).await.expect("alice");
+        let other = MatrixPerson::sign_in(&synapse.url(), &bob, BOB.1, bob_store.path()).await.expect("bob");
+        // A family room of three, encrypted.
+        let mut request = matrix_sdk::ruma::api::client::room::create_room::v3::Request::new();
+        request.name = Some("Family".into());
+        request.invite = vec![
+            matrix_sdk::ruma::UserId::parse(bob.as_str()).expect("bob"),
+            matrix_sdk::ruma::UserId::parse(bot.as_str()).expect("bot"),
+        ];
+        let encryption =
+            matrix_sdk::ruma::events::room::encryption::RoomEncryptionEventContent::with_recommended_defaults();
+        request.initial_state =
+            vec![matrix_sdk::ruma::events::InitialStateEvent::with_empty_state_key(encryption).to_raw_any()];
+        let room = person.client.create_room(request).await.expect("a room");
+        let deadline = std::time::Instant::now() + WAIT;
+        let bob_room = loop {
+            if let Ok(invited) = other.room(room.room_id().as_str()) {
+                break invited;
+            }
+            assert!(std::time::Instant::now() < deadline, "bob was not invited");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        bob_room.join().await.expect("bob joins");
+        person.joined(&room, &bot, WAIT).await.unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        person.joined(&room, &bob, WAIT).await.expect("bob joined");
+        // Chatter without the bot's name is not for it.
+        let chatter = person.say(&room, "dinner at eight?").await.expect("say");
+        let asked = person.say(&room, "baaaht: what is for dinner?").await.expect("say");
+        let (text, _) = person
+            .wait_for_answer(&asked, WAIT, |text| text == "echo: Alice: what is for dinner?")
+            .await
+            .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        assert_eq!(text, "echo: Alice: what is for dinner?");
+        assert!(person.answer_to(&chatter).is_none(), "chatter is not answered");
+        // Bob reads the answer too: it was encrypted for every device in the room.
+        let bob_read = other.wait_for_answer(&asked, WAIT, |text| text == "echo: Alice: what is for dinner?").await;
+        assert!(bob_read.is_ok(), "{bob_read:?}");
+        assert_eq!(person.undecryptable() + other.undecryptable(), 0);
+        // A file in the DM is stored in Alice's uploads (an encrypted attachment).
+        let dm = person.dm(&bot).await.expect("a DM");
+        person.joined(&dm, &bot, WAIT).await.expect("the bot joins the DM");
+        let config = matrix_sdk::attachment::AttachmentConfig::new();
+        let sent = dm
+            .send_attachment("list.txt", &"text/plain".parse().expect("mime"), b"eggs, flour, milk".to_vec(), config)
+            .await
+            .expect("an attachment");
+        let file = person.wait_for_answer(sent.event_id.as_str(), WAIT, |text| text.contains("uploads/list.txt")).await;
+        assert!(file.is_ok(), "{file:?}\n{}", logs());
+    });
+    let group = std::fs::read_to_string(daemon.data_dir.join("data/state/groups.json")).unwrap_or_default();
+    assert!(group.contains("matrix-"), "the room's group was made on first use: {group}");
+}
+
+#[test]
+fn an_invitation_from_another_homeserver_is_declined() {
+    let rt = baaaht_tests::runtime();
+    // The people's clients close their stores on the runtime when they are dropped.
+    let _entered = rt.enter();
+    let synapse = synapse();
+    let bot = synapse.register(BOT.0, BOT.1).expect("bot");
+    let alice = synapse.register(ALICE.0, ALICE.1).expect("alice");
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), matrix_options()).expect("daemon");
+    // Only people of family.example may write: home.test's Alice may not.
+    let args = arguments(&synapse, &bot, &daemon.data_dir.join("matrix-state"), "family.example");
+    let (gateway, _) = run_gateway(&rt, &daemon, &synapse, &args);
+    assert!(logged(&gateway, "listening to Matrix"), "{}", gateway.log_text());
+    let store = tempfile::tempdir().expect("store");
+    rt.block_on(async {
+        let person = MatrixPerson::sign_in(&synapse.url(), &alice, ALICE.1, store.path()).await.expect("alice");
+        person.dm(&bot).await.expect("a DM");
+    });
+    assert!(logged(&gateway, "an invitation from outside the allowed homeservers declined"), "{}", gateway.log_text());
+}
