@@ -7,8 +7,9 @@ pub use baaaht_proto::egress::{host_and_port, Egress, Stream};
 /// An HTTPS (or, for a local test service, plain HTTP) connector over `egress`, trusting the
 /// system's certificate authorities.
 pub fn https(egress: Egress) -> Result<hyper_rustls::HttpsConnector<Egress>, String> {
+    // ring, named: a library asking for the default cannot choose when more than one is built.
     Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
+        .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
         .map_err(|error| format!("cannot load the system's CA certificates: {error}"))?
         .https_or_http()
         .enable_http1()

@@ -88,8 +88,9 @@ pub struct Http(Https);
 
 impl Http {
     pub fn new(egress: Egress) -> Result<Http, OidcError> {
+        // ring, named: a library asking for the default cannot choose when more than one is built.
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
+            .with_provider_and_native_roots(tokio_rustls::rustls::crypto::ring::default_provider())
             .map_err(|error| OidcError::Config(format!("cannot load the system's CA certificates: {error}")))?
             .https_or_http()
             .enable_http1()
