@@ -1,5 +1,6 @@
-//! `baaaht-bench channels`: the chat gateways on the gateway kit against their fakes and the
-//! real daemon (Telegram here; Matrix and email join it with their gateways). Per gateway: the
+//! `baaaht-bench channels`: the chat gateways on the gateway kit against their fake or real
+//! services and the real daemon (Telegram here; email in `channels_email.rs`, Matrix in
+//! `channels_matrix.rs`). Per gateway: the
 //! first visible answer update — the provider's first token (stamped with the time it was
 //! written) → the first edit showing it — beside the same first token reaching a host client
 //! (`baaaht chat`'s path) in the same run; messages answered per second with 20 people writing
@@ -76,6 +77,9 @@ pub(crate) fn run(runs: usize, rounds: usize, only: Option<&str>) -> Result<()> 
     }
     if only.is_none_or(|only| only == "email") {
         results.push(crate::channels_email::run(runs, rounds)?);
+    }
+    if only.is_none_or(|only| only == "matrix") {
+        results.push(crate::channels_matrix::run(runs, rounds)?);
     }
     println!("RESULT {}", results.join(" "));
     Ok(())

@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 mod abuse;
 mod channels;
 mod channels_email;
+mod channels_matrix;
 mod delegation;
 mod edge;
 mod egress;
@@ -172,7 +173,7 @@ enum Bench {
         rounds: usize,
     },
     /// The chat gateways on the gateway kit (Telegram against its fake, email against real
-    /// Dovecot and Postfix): first visible answer vs the CLI's path, messages per second with
+    /// Dovecot and Postfix, Matrix against a real Synapse): first visible answer vs the CLI's path, messages per second with
     /// 20 people writing vs a host client, and the gateway's resident memory idle and after 50
     /// people
     Channels {
@@ -182,8 +183,8 @@ enum Bench {
         /// Rounds of 20 people writing at once (at least 2)
         #[arg(long, default_value_t = 3)]
         rounds: usize,
-        /// Only this gateway's part: telegram or email
-        #[arg(long, value_parser = ["telegram", "email"])]
+        /// Only this gateway's part: telegram, email or matrix
+        #[arg(long, value_parser = ["telegram", "email", "matrix"])]
         only: Option<String>,
     },
     /// The web gateway with 50 signed-in users: first token in the browser's event stream vs
