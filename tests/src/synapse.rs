@@ -49,6 +49,7 @@ impl Synapse {
         }
         let config = dir.join("homeserver.yaml");
         let generated = Command::new(&python)
+            .current_dir(&dir)
             .args(["-m", "synapse.app.homeserver", "--server-name", SERVER, "--config-path"])
             .arg(&config)
             .arg("--data-directory")
@@ -76,7 +77,8 @@ impl Synapse {
         text.push_str(&overrides);
         std::fs::write(&config, text)?;
         let mut command = Command::new(&python);
-        command.args(["-m", "synapse.app.homeserver", "--config-path"]).arg(&config);
+        // Its log's path is relative: in its own folder, not wherever the test runs.
+        command.current_dir(&dir).args(["-m", "synapse.app.homeserver", "--config-path"]).arg(&config);
         let process = crate::spawn(command, &dir.join("synapse.out"))?;
         let synapse = Synapse { dir, port, process: Some(process) };
         let deadline = Instant::now() + Duration::from_secs(90);
