@@ -231,6 +231,13 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         // Answering the first answer again makes a branch; the tree switches between them.
         let first_answer = ".assistant.done:nth-of-type(2) button[title^='Answer from this message']";
         click(&alice, first_answer).await;
+        // What a person waits for before typing: the page shows the branch being answered.
+        let chosen = until(Duration::from_secs(30), || async {
+            let replying = alice.find(Locator::Id("replying")).await.expect("replying").attr("hidden").await.expect("attr");
+            replying.is_none() && !text_of(&alice, "#log").await.contains("ask the worker")
+        })
+        .await;
+        assert!(chosen, "the branch is shown before answering: {}", text_of(&alice, "#log").await);
         say(&alice, "a different question").await;
         assert!(answered(&alice, "echo: a different question").await, "no answer on the branch\n{}", logs());
         let log = text_of(&alice, "#log").await;

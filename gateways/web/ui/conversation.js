@@ -489,7 +489,8 @@ export async function open(id, leaf = "") {
     if (generation !== state.generation) return; // something else was opened meanwhile
     state.entries = read.entries;
     $("title").textContent = visible(read.session.title || "Conversation");
-    show(branch(read.entries, leaf));
+    // A branch chosen while the conversation was being read (state.leaf) is the one shown.
+    show(branch(read.entries, state.leaf));
     drawTree();
     refreshModels();
     // A turn still running (sent from here before a reload, or from another channel) can be
