@@ -56,9 +56,8 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
                 .unwrap_or_else(ToolOutput::from)
         }
         Some(ToolName::Message) => match &settings.messages {
-            Some(folder) => {
-                tools::message::message(&Params(&params), folder, &settings.session).unwrap_or_else(ToolOutput::from)
-            }
+            Some(folder) => tools::message::message(&Params(&params), folder, &settings.session, mounts)
+                .unwrap_or_else(ToolOutput::from),
             None => error("this tool container has no message folder".into()),
         },
         Some(file_tool) => tools::run(file_tool, &params, mounts),
@@ -71,8 +70,12 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
     if let (true, Some(cap), Some(root)) = (writes, settings.workspace_cap, mounts.default_root()) {
         over.extend(tools::quota::enforce(root, cap, since, "the workspace"));
     }
-    // Only a command can write in the IPC folder: no file tool reaches it.
-    let ipc = settings.results.as_deref().and_then(Path::parent).filter(|_| tool == Some(ToolName::Exec));
+    // Only a command, and a message's files, can write in the IPC folder: no file tool reaches it.
+    let ipc = settings
+        .results
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|_| matches!(tool, Some(ToolName::Exec | ToolName::Message)));
     if let (Some(cap), Some(folder)) = (settings.ipc_cap, ipc) {
         if let Ok(root) = Mounts::open(&[(folder.to_path_buf(), true)]) {
             over.extend(root.default_root().and_then(|root| tools::quota::enforce(root, cap, since, "the IPC folder")));

@@ -336,6 +336,8 @@ pub enum Operation {
     UploadFile,
     ListSessions,
     ReadSession,
+    /// A file an agent sent to a conversation.
+    DownloadFile,
     NewSession,
     ResumeSession,
     ForkSession,
@@ -484,6 +486,7 @@ impl Operation {
             Operation::UploadFile => "UploadFile",
             Operation::ListSessions => "ListSessions",
             Operation::ReadSession => "ReadSession",
+            Operation::DownloadFile => "DownloadFile",
             Operation::NewSession => "NewSession",
             Operation::ResumeSession => "ResumeSession",
             Operation::ForkSession => "ForkSession",
@@ -597,6 +600,7 @@ impl Operation {
             | Operation::AnswerApproval => Capability::SendMessages,
             Operation::ListSessions
             | Operation::ReadSession
+            | Operation::DownloadFile
             | Operation::SubscribeEvents
             | Operation::ListInbox
             | Operation::ListModelChoices => Capability::ReadSessions,

@@ -58,7 +58,13 @@ pub enum Kind {
     /// The turn failed; `for_users` when `message` is a sentence for the user who asked.
     TurnError { message: String, for_users: bool },
     /// A message for the context (an agent's `message`, a background result, a budget warning).
-    Message { content: String, reply_to: String, metadata: BTreeMap<String, String> },
+    Message {
+        content: String,
+        reply_to: String,
+        metadata: BTreeMap<String, String>,
+        /// Files sent with it, in the session's `sent/` ([`crate::sent`]).
+        attachments: Vec<Attachment>,
+    },
     /// A scheduled task's result or trouble.
     Notice(Notice),
     /// A tool's connection to `host:port` waits for someone of the context to allow it.
@@ -89,7 +95,12 @@ impl Kind {
     }
 
     pub fn message(content: impl Into<String>) -> Kind {
-        Kind::Message { content: content.into(), reply_to: String::new(), metadata: BTreeMap::new() }
+        Kind::Message {
+            content: content.into(),
+            reply_to: String::new(),
+            metadata: BTreeMap::new(),
+            attachments: vec![],
+        }
     }
 }
 

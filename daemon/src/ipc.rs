@@ -113,6 +113,9 @@ struct MessageFile {
     #[serde(default)]
     #[allow(dead_code)]
     session_id: String,
+    /// Files sent with it, copied by the runner into `{id}.files/` beside it ([`crate::sent`]).
+    #[serde(default)]
+    files: Vec<String>,
 }
 
 /// What a container writes to `tasks/{id}.json` to schedule a task (spec §12.4).
@@ -206,6 +209,11 @@ pub struct Ipc {
     ledger_path: PathBuf,
     ledger: Mutex<Ledger>,
     recorded_since_prune: AtomicU64,
+    /// The IPC loop's passes: how many began and how many ended, and what wakes it early
+    /// ([`Ipc::flush`]).
+    passes_begun: AtomicU64,
+    passes_ended: tokio::sync::watch::Sender<u64>,
+    wake: tokio::sync::Notify,
     /// Whether a container folder gets a memory filesystem of [`SLOT_CAP`] (else the runner
     /// checks the cap).
     filesystem: bool,
@@ -260,6 +268,9 @@ impl Ipc {
             ledger_path,
             ledger: Mutex::new(ledger),
             recorded_since_prune: AtomicU64::new(0),
+            passes_begun: AtomicU64::new(0),
+            passes_ended: tokio::sync::watch::Sender::new(0),
+            wake: tokio::sync::Notify::new(),
             filesystem,
             slots: Mutex::default(),
             redact: std::sync::OnceLock::new(),
@@ -566,6 +577,32 @@ impl Ipc {
         true
     }
 
+    /// Notes that the IPC loop begins a pass over the folders.
+    pub fn pass_begins(&self) {
+        self.passes_begun.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Notes that the IPC loop ended a pass.
+    pub fn pass_ended(&self) {
+        self.passes_ended.send_modify(|ended| *ended += 1);
+    }
+
+    /// Waits for the IPC loop to wake early.
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Has the IPC loop pass over the folders now, and waits (up to `within`) until a pass that
+    /// began after this call has ended: what a container queued before is then delivered (a
+    /// `message` reaches the channels before the turn that sent it ends).
+    pub async fn flush(&self, within: std::time::Duration) {
+        let target = self.passes_begun.load(Ordering::SeqCst) + 1;
+        let mut ended = self.passes_ended.subscribe();
+        self.wake.notify_one();
+        // silent-ok: past `within` the next regular pass delivers it.
+        let _ = tokio::time::timeout(within, ended.wait_for(|ended| *ended >= target)).await;
+    }
+
     /// Keeps the newest [`KEPT_PER_CONTEXT`] results of a context.
     fn prune(&self, folder: &str) {
         let Ok(entries) = std::fs::read_dir(self.records.join(folder)) else { return };
@@ -588,7 +625,12 @@ impl Ipc {
     /// context and its slot's session (the folder is its authority), only from a `tools-` slot
     /// (a Coder's has no `message` tool), at most [`MESSAGES_PER_MINUTE`] per context (the rest
     /// wait for the next minute), logging each delivery. Returns how many were delivered.
-    pub fn deliver_messages(&self, bus: &crate::events::EventBus, sent: &mut BTreeMap<String, Vec<u64>>) -> usize {
+    pub fn deliver_messages(
+        &self,
+        bus: &crate::events::EventBus,
+        workspaces: &crate::workspace::Workspaces,
+        sent: &mut BTreeMap<String, Vec<u64>>,
+    ) -> usize {
         let mut delivered = 0;
         let now = now_seconds();
         for (folder, slot, dir) in self.container_folders("messages", false) {
@@ -601,7 +643,13 @@ impl Ipc {
                     break;
                 }
                 let found = Found { context: &folder, slot: &slot, dir: &dir, name: &name };
-                if self.deliver_message(&found, &context, session, bus) {
+                let delivered_now = self.deliver_message(&found, &context, session, bus, workspaces);
+                // Its files went with it, or go with it refused.
+                let files = format!("{}.files", name.to_string_lossy().trim_end_matches(".json"));
+                if let Err(error) = shared_dirs::remove_tree(&dir, OsStr::new(&files)) {
+                    tracing::warn!(file = %found.shown("messages"), %error, "cannot remove a message's files");
+                }
+                if delivered_now {
                     delivered += 1;
                     sent.entry(folder.clone()).or_default().push(now);
                 }
@@ -616,6 +664,7 @@ impl Ipc {
         context: &Context,
         session: &str,
         bus: &crate::events::EventBus,
+        workspaces: &crate::workspace::Workspaces,
     ) -> bool {
         let Some(message) = self.read_request::<MessageFile>(found, "messages", "message", |m| &m.id) else {
             return false;
@@ -636,7 +685,31 @@ impl Ipc {
                 self.remove(found, "messages");
                 return false;
             }
-            let event = crate::events::Event::of_session(session, crate::events::Kind::message(&message.content));
+            let attachments = if message.files.is_empty() {
+                vec![]
+            } else {
+                let files = format!("{}.files", message.id);
+                let kept = match shared_dirs::open_dir(found.dir, &files) {
+                    Ok(Some(dir)) => crate::sent::keep(workspaces, session, dir, &message.files),
+                    Ok(None) => Err(format!("its files are not in {files}/")),
+                    Err(error) => Err(format!("its files in {files}/ cannot be read: {error}")),
+                };
+                match kept {
+                    Ok(attachments) => attachments,
+                    Err(why) => {
+                        drop(ledger);
+                        self.reject(found, "messages", &why);
+                        return false;
+                    }
+                }
+            };
+            let kind = crate::events::Kind::Message {
+                content: message.content.clone(),
+                reply_to: String::new(),
+                metadata: BTreeMap::new(),
+                attachments,
+            };
+            let event = crate::events::Event::of_session(session, kind);
             let channels = bus.publish(context, event);
             seen.insert(message.id.clone(), now_seconds());
             if seen.len() > KEPT_PER_CONTEXT {
@@ -741,6 +814,47 @@ mod tests {
         (Arc::new(Ipc::open(ipc_dir.clone(), &state_dir, false).expect("open")), ipc_dir, state_dir)
     }
 
+    fn workspaces(temp: &tempfile::TempDir) -> crate::workspace::Workspaces {
+        std::fs::create_dir_all(temp.path().join("sessions")).expect("sessions");
+        crate::workspace::Workspaces::new(
+            temp.path().join("sessions"),
+            1 << 20,
+            crate::config::WorkspaceLimit::Checked,
+            1,
+        )
+    }
+
+    #[test]
+    fn a_messages_files_are_kept_in_its_session_and_named_by_its_event_and_a_bad_one_refuses_it() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (ipc, _, state_dir) = open(&temp);
+        let workspaces = workspaces(&temp);
+        let alice = Context::user("alice");
+        let lease = ipc.prepare(&alice, "s1", false).expect("prepare");
+        let messages = lease.path.join("messages");
+        write(&messages.join("m1.files/chart.png"), "\u{89}PNG");
+        write(&messages.join("m1.json"), r#"{"id":"m1","content":"the chart","files":["chart.png"]}"#);
+        write(&messages.join("m2.json"), r#"{"id":"m2","content":"a missing file","files":["gone.pdf"]}"#);
+        write(&messages.join("m3.files/x"), "x");
+        std::os::unix::fs::symlink("/etc/hostname", messages.join("m3.files/host.txt")).expect("link");
+        write(&messages.join("m3.json"), r#"{"id":"m3","content":"a link","files":["host.txt"]}"#);
+        let bus = crate::events::EventBus::default();
+        let mut events = bus.subscribe();
+        assert_eq!(ipc.deliver_messages(&bus, &workspaces, &mut BTreeMap::new()), 1);
+        let (_, event) = events.try_recv().expect("one event");
+        let crate::events::Kind::Message { content, attachments, .. } = event.kind else { panic!("a message") };
+        assert_eq!(content, "the chart");
+        assert_eq!(attachments.len(), 1);
+        assert_eq!((attachments[0].path.as_str(), attachments[0].session.as_str()), ("sent/chart.png", "s1"));
+        assert_eq!(workspaces.sent("s1", "chart.png", 100).expect("read").as_deref(), Some("\u{89}PNG".as_bytes()));
+        assert!(events.try_recv().is_err(), "the others were refused");
+        for gone in ["m1.json", "m1.files", "m2.json", "m3.json", "m3.files"] {
+            assert!(!messages.join(gone).exists(), "{gone} was collected");
+        }
+        let rejected = std::fs::read_dir(state_dir.join("ipc-rejected/user-alice")).expect("rejected").count();
+        assert!(rejected >= 1, "the refused messages were set aside");
+    }
+
     #[test]
     fn results_are_collected_once_and_survive_a_restart() {
         let temp = tempfile::tempdir().expect("tempdir");
@@ -785,7 +899,7 @@ mod tests {
         }
         assert_eq!(ipc.collect_all(), 0);
         let bus = crate::events::EventBus::default();
-        assert_eq!(ipc.deliver_messages(&bus, &mut BTreeMap::new()), 0);
+        assert_eq!(ipc.deliver_messages(&bus, &workspaces(&temp), &mut BTreeMap::new()), 0);
         assert!(host.join("keep.json").exists(), "nothing was moved out of the link's target");
         assert!(!state_dir.join("ipc-rejected").exists());
         // The next container start makes real folders again.
@@ -810,7 +924,7 @@ mod tests {
         write(&tools.join("messages/m2.json"), r#"{"id":"m2","content":"hello","sessionId":"s-other"}"#);
         let bus = crate::events::EventBus::default();
         let mut events = bus.subscribe();
-        assert_eq!(ipc.deliver_messages(&bus, &mut BTreeMap::new()), 1);
+        assert_eq!(ipc.deliver_messages(&bus, &workspaces(&temp), &mut BTreeMap::new()), 1);
         let (context, event) = events.try_recv().expect("one event");
         assert_eq!((context, event.session.as_str()), (alice, "s1"));
         assert!(events.try_recv().is_err(), "nothing from the coder's folder");

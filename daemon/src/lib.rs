@@ -37,6 +37,7 @@ pub mod sampler;
 pub mod scheduler;
 pub mod secrets;
 pub mod selftest;
+pub mod sent;
 pub mod server;
 pub mod sessions;
 pub mod setup;
@@ -852,7 +853,8 @@ impl Daemon {
 }
 
 /// Takes what containers queue in their IPC folders (messages to deliver, tasks to schedule),
-/// every `orchestrator.poll_intervals.ipc` milliseconds, until `cancel`.
+/// every `orchestrator.poll_intervals.ipc` milliseconds and when a call asks ([`ipc::Ipc::flush`]),
+/// until `cancel`.
 async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
     let every = Duration::from_millis(shared.loaded.config.orchestrator.poll_intervals.ipc.max(50));
     let mut sent = std::collections::BTreeMap::new();
@@ -860,12 +862,15 @@ async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(every) => {}
+            () = shared.ipc.woken() => {}
         }
         let pass = shared.clone();
+        shared.ipc.pass_begins();
         let delivery = tokio::task::spawn_blocking(move || {
             ipc_pass(&pass, &mut sent);
             // What no container holds any more goes, now that what it queued was taken.
             pass.ipc.sweep();
+            pass.ipc.pass_ended();
             sent
         });
         match delivery.await {
@@ -880,7 +885,7 @@ async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
 
 /// Delivers the messages and schedules the tasks containers queued in their IPC folders.
 fn ipc_pass(shared: &Shared, sent: &mut std::collections::BTreeMap<String, Vec<u64>>) {
-    shared.ipc.deliver_messages(&shared.events, sent);
+    shared.ipc.deliver_messages(&shared.events, &shared.workspaces, sent);
     shared.ipc.take_task_requests(&mut |context, session, request| {
         let principal = format!("ipc:{context}/{session}");
         shared.taints.allow_session(session, taint::Way::ScheduleTask, &principal)?;

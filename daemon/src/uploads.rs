@@ -26,7 +26,6 @@ use crate::workspace::Workspaces;
 /// The folder in a session's workspace.
 pub const FOLDER: &str = "uploads";
 /// The longest name kept, in bytes.
-const MAX_NAME: usize = 120;
 /// Picture types both the Anthropic and the OpenAI APIs take.
 pub const PICTURE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
 /// The largest picture kept for the models (Anthropic takes 5 MB of base64 per image).
@@ -60,39 +59,7 @@ impl Stored {
     }
 }
 
-/// `given` made safe as a file name: its last path component, letters, digits, `.`, `-` and
-/// `_` only (anything else becomes `_`), no leading dot, at most [`MAX_NAME`] bytes with its
-/// extension kept; `upload` when nothing is left.
-pub fn safe_name(given: &str) -> String {
-    let last = given.rsplit(['/', '\\']).next().unwrap_or_default();
-    let mut name = String::with_capacity(last.len());
-    for c in last.chars() {
-        let c = if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' };
-        if c == '_' && name.ends_with('_') {
-            continue;
-        }
-        name.push(c);
-    }
-    let name = name.trim_start_matches(['.', '_']).trim_end_matches('.');
-    if name.is_empty() {
-        return "upload".into();
-    }
-    if name.len() <= MAX_NAME {
-        return name.to_string();
-    }
-    let (stem, extension) = split_extension(name);
-    let keep = MAX_NAME.saturating_sub(extension.len());
-    format!("{}{extension}", &stem[..keep.min(stem.len())])
-}
-
-/// `name` as stem and extension (with its dot; empty when there is none or it is too long to
-/// be one).
-fn split_extension(name: &str) -> (&str, &str) {
-    match name.rfind('.') {
-        Some(dot) if dot > 0 && name.len() - dot <= 12 => name.split_at(dot),
-        _ => (name, ""),
-    }
-}
+pub use baaaht_proto::files::{safe_name, split_extension};
 
 /// Whether `path` is what [`Stored::path`] gives: `uploads/` and a safe name.
 pub fn is_upload_path(path: &str) -> bool {
@@ -378,7 +345,7 @@ mod tests {
         assert_eq!(safe_name("a\u{0}b\nc.txt"), "a_b_c.txt");
         let long = format!("{}.tar.gz", "x".repeat(300));
         let cut = safe_name(&long);
-        assert_eq!(cut.len(), MAX_NAME);
+        assert_eq!(cut.len(), baaaht_proto::files::MAX_NAME);
         assert!(cut.ends_with("x.gz"), "{cut}");
     }
 

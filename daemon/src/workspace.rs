@@ -28,6 +28,9 @@ use crate::shared_dirs::{self, Owner};
 /// The folder beside a session's `data/` where the daemon keeps the pictures shared in it.
 const PICTURES: &str = "pictures";
 
+/// The folder beside a session's `data/` where the daemon keeps the files agents sent to people.
+pub const SENT: &str = "sent";
+
 /// The image's file name in `sessions/{id}/`.
 pub const IMAGE: &str = "workspace.img";
 
@@ -202,6 +205,35 @@ impl Workspaces {
             return Ok(None);
         };
         shared_dirs::read_regular(&pictures, OsStr::new(name), cap)
+    }
+
+    /// Keeps the file `name` an agent sent to people in `session`'s `sent/` (beside `data/`,
+    /// only the daemon's); the name it got there, made unique with `-2`, `-3`… before its
+    /// extension when one of that name was kept before.
+    pub fn keep_sent(&self, session: &str, name: &str, bytes: &[u8]) -> std::io::Result<String> {
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let session_dir = shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon)?;
+        let sent = shared_dirs::ensure_dir(&session_dir, OsStr::new(SENT), Owner::Daemon)?;
+        let (stem, extension) = crate::uploads::split_extension(name);
+        let mut kept = name.to_string();
+        for number in 2.. {
+            if shared_dirs::open_regular(&sent, OsStr::new(&kept))?.is_none() {
+                break;
+            }
+            kept = format!("{stem}-{number}{extension}");
+        }
+        let path = self.sessions.join(session).join(SENT).join(&kept);
+        crate::state::write_atomic(&path, bytes, 0o600).map_err(std::io::Error::other)?;
+        Ok(kept)
+    }
+
+    /// The file `name` kept in `session`'s `sent/`, if it is there and at most `cap` bytes.
+    pub fn sent(&self, session: &str, name: &str, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let Some(sent) = shared_dirs::open_dir(&sessions, Path::new(session).join(SENT))? else {
+            return Ok(None);
+        };
+        shared_dirs::read_regular(&sent, OsStr::new(name), cap)
     }
 
     /// Where `session`'s workspace is, as [`Workspaces::acquire`] gave it, without taking it.

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod egress;
+pub mod files;
 pub mod host;
 pub mod lifecycle;
 pub mod selftest;
@@ -101,6 +102,12 @@ impl std::fmt::Display for ToolName {
 /// The largest message any baaaht service or client decodes (tonic's default is 4 MiB): a
 /// turn's conversation carries the pictures shared in it (up to 4 of 3.75 MB each).
 pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
+
+/// The most files one `message` may send, and the most bytes they may have together (the
+/// runner copies them into its IPC folder, a memory filesystem of 16 MiB; chat services take
+/// this much).
+pub const SENT_FILES_MAX: usize = 5;
+pub const SENT_FILE_MAX_BYTES: u64 = 10 << 20;
 
 /// What follows the part of an answer written before its turn was stopped, in the session and
 /// on screen.

@@ -57,6 +57,8 @@ struct State {
     opened: AtomicU64,
     limited: Mutex<HashMap<String, u64>>,
     files: Mutex<HashMap<String, Vec<u8>>>,
+    /// Files the bot uploads: id → its name (files.getUploadURLExternal) and its bytes.
+    uploads: Mutex<HashMap<String, (String, Vec<u8>)>>,
     /// Whether the workspace has Slack's streaming API (chat.startStream …).
     streaming: std::sync::atomic::AtomicBool,
     /// Whether Socket Mode is down: connections closed, apps.connections.open refused.
@@ -77,6 +79,15 @@ impl State {
         let n = self.next.fetch_add(1, Ordering::SeqCst) + 1;
         format!("1760000000.{n:06}")
     }
+}
+
+/// A file the bot shared: its name and bytes, where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedFile {
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub channel: String,
+    pub thread: Option<String>,
 }
 
 /// A running fake workspace.
@@ -231,6 +242,29 @@ impl FakeSlack {
         self.state.limited.lock().unwrap_or_else(PoisonError::into_inner).insert(method.into(), seconds);
     }
 
+    /// The files the bot shared (files.completeUploadExternal), in order.
+    pub fn shared_files(&self) -> Vec<SharedFile> {
+        let uploads = self.state.uploads.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        self.calls_of("files.completeUploadExternal")
+            .into_iter()
+            .flat_map(|call| {
+                let files = match &call.params["files"] {
+                    Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+                    other => other.clone(),
+                };
+                let channel = call.params["channel_id"].as_str().unwrap_or_default().to_string();
+                let thread = call.params["thread_ts"].as_str().map(str::to_string);
+                files
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|file| uploads.get(file["id"].as_str()?).cloned())
+                    .map(|(name, bytes)| SharedFile { name, bytes, channel: channel.clone(), thread: thread.clone() })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// A file shared in the workspace: its object as events carry it, served to bot tokens.
     pub fn add_file(&self, id: &str, name: &str, mimetype: &str, bytes: Vec<u8>) -> Value {
         let size = bytes.len();
@@ -347,6 +381,31 @@ async fn answer(state: &Arc<State>, mut request: hyper::Request<hyper::body::Inc
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("application/json"));
     let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
+    // An upload address files.getUploadURLExternal gave: the file's bytes, as Slack takes them.
+    if let Some(id) = path.strip_prefix("/upload/") {
+        let call = Call {
+            method: format!("upload/{id}"),
+            params: json!({"bytes": body.len()}),
+            token: token.clone(),
+            limited: false,
+            answer: Value::Null,
+            at: std::time::Instant::now(),
+            nanos: crate::fake_provider::clock_nanos(),
+        };
+        state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
+        let mut uploads = state.uploads.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((_, bytes)) = uploads.get_mut(id) else {
+            return respond(404, json!({"ok": false, "error": "invalid_upload_url"}));
+        };
+        *bytes = body.to_vec();
+        drop(uploads);
+        state.changed();
+        return hyper::Response::builder()
+            .status(200)
+            .header("content-type", "text/plain; charset=utf-8")
+            .body(Full::new(Bytes::from(format!("OK - {}", body.len()))))
+            .unwrap_or_default();
+    }
     if let Some(file) = path.strip_prefix("/api/files/") {
         let id = file.split('/').next().unwrap_or_default();
         let call = Call {
@@ -435,6 +494,31 @@ async fn answer(state: &Arc<State>, mut request: hyper::Request<hyper::body::Inc
                 "message": {"type": "message", "text": text("text"), "ts": ts, "user": BOT_USER}})
         }
         "assistant.threads.setStatus" | "reactions.add" => json!({"ok": true}),
+        "files.getUploadURLExternal" if text("filename").is_empty() || text("length").parse::<u64>().is_err() => {
+            json!({"ok": false, "error": "invalid_arguments"})
+        }
+        "files.getUploadURLExternal" => {
+            let id = format!("F{}", state.next.fetch_add(1, Ordering::SeqCst) + 1);
+            state.uploads.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), (text("filename"), vec![]));
+            let base = state.api.trim_end_matches("/api");
+            json!({"ok": true, "upload_url": format!("{base}/upload/{id}"), "file_id": id})
+        }
+        "files.completeUploadExternal" => {
+            let files = match &params["files"] {
+                Value::String(listed) => serde_json::from_str(listed).unwrap_or(Value::Null),
+                other => other.clone(),
+            };
+            let uploads = state.uploads.lock().unwrap_or_else(PoisonError::into_inner);
+            let known = files.as_array().is_some_and(|files| {
+                !files.is_empty()
+                    && files.iter().all(|file| file["id"].as_str().is_some_and(|id| uploads.contains_key(id)))
+            });
+            if known {
+                json!({"ok": true, "files": files})
+            } else {
+                json!({"ok": false, "error": "file_not_found"})
+            }
+        }
         "users.info" => {
             let user = text("user");
             json!({"ok": true, "user": {"id": user, "team_id": state.team, "name": user.to_lowercase(),

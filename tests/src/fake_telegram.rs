@@ -50,6 +50,8 @@ struct State {
     next_message: AtomicI64,
     limited: Mutex<HashMap<String, u64>>,
     files: Mutex<HashMap<String, (String, Vec<u8>)>>,
+    /// Files the bot sent (sendDocument, sendPhoto): the method, the file's name and bytes.
+    sent_files: Mutex<Vec<SentFile>>,
     changes: Option<watch::Sender<u64>>,
 }
 
@@ -59,6 +61,16 @@ impl State {
             changes.send_modify(|count| *count += 1);
         }
     }
+}
+
+/// A file the bot sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentFile {
+    pub method: String,
+    pub chat: i64,
+    pub name: String,
+    pub content_type: String,
+    pub bytes: Vec<u8>,
 }
 
 /// A running fake Bot API.
@@ -142,6 +154,11 @@ impl FakeTelegram {
     /// A file the fake serves: its `file_id`.
     pub fn add_file(&self, id: &str, path: &str, bytes: Vec<u8>) {
         self.state.files.lock().unwrap_or_else(PoisonError::into_inner).insert(id.into(), (path.into(), bytes));
+    }
+
+    /// The files the bot sent, in order.
+    pub fn sent_files(&self) -> Vec<SentFile> {
+        self.state.sent_files.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Answers the next call of `method` with 429 and `retry_after: seconds`.
@@ -256,7 +273,17 @@ async fn answer(state: &Arc<State>, request: hyper::Request<hyper::body::Incomin
         return reply(401, json!({"ok": false, "error_code": 401, "description": "Unauthorized"}));
     };
     let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
-    let params = params_of(&query, &content_type, &body);
+    let (params, files) = match content_type.split_once("boundary=") {
+        Some((form, boundary)) if form.starts_with("multipart/form-data") => {
+            multipart(&body, boundary.trim_matches('"'))
+        }
+        _ => (params_of(&query, &content_type, &body), vec![]),
+    };
+    let chat = params["chat_id"].as_i64().or_else(|| params["chat_id"].as_str().and_then(|s| s.parse().ok()));
+    for (_, name, content_type, bytes) in files {
+        let sent = SentFile { method: method.clone(), chat: chat.unwrap_or_default(), name, content_type, bytes };
+        state.sent_files.lock().unwrap_or_else(PoisonError::into_inner).push(sent);
+    }
     let limited = state.limited.lock().unwrap_or_else(PoisonError::into_inner).remove(&method);
     let (status, answer) = match limited {
         Some(seconds) => (
@@ -280,6 +307,55 @@ async fn answer(state: &Arc<State>, request: hyper::Request<hyper::body::Incomin
     });
     state.changed();
     reply(status, answer)
+}
+
+/// A multipart/form-data body: its fields (a file as its name, type and size) and its files
+/// (field, name, type, bytes).
+type FormFile = (String, String, String, Vec<u8>);
+fn multipart(body: &[u8], boundary: &str) -> (Value, Vec<FormFile>) {
+    let (mut fields, mut files) = (serde_json::Map::new(), vec![]);
+    let delimiter = format!("--{boundary}");
+    let find = |haystack: &[u8], needle: &[u8], from: usize| {
+        haystack.get(from..)?.windows(needle.len()).position(|window| window == needle).map(|at| at + from)
+    };
+    let mut at = find(body, delimiter.as_bytes(), 0).map(|start| start + delimiter.len());
+    while let Some(start) = at {
+        if body.get(start..start + 2) == Some(b"--") {
+            break;
+        }
+        let Some(end) = find(body, format!("\r\n{delimiter}").as_bytes(), start) else { break };
+        let part = &body[start..end];
+        let part = part.strip_prefix(b"\r\n").unwrap_or(part);
+        let Some(split) = find(part, b"\r\n\r\n", 0) else { break };
+        let headers = String::from_utf8_lossy(&part[..split]).to_string();
+        let content = part[split + 4..].to_vec();
+        let quoted = |key: &str| {
+            let (_, rest) = headers.split_once(&format!("{key}=\""))?;
+            rest.split_once('"').map(|(value, _)| value.to_string())
+        };
+        let content_type = headers
+            .lines()
+            .find_map(|line| {
+                line.to_ascii_lowercase().strip_prefix("content-type:").map(|value| value.trim().to_string())
+            })
+            .unwrap_or_default();
+        if let Some(name) = quoted("name") {
+            match quoted("filename") {
+                Some(file) => {
+                    fields.insert(
+                        name.clone(),
+                        json!({"filename": file, "content_type": content_type, "size": content.len()}),
+                    );
+                    files.push((name, file, content_type, content));
+                }
+                None => {
+                    fields.insert(name, Value::String(String::from_utf8_lossy(&content).into_owned()));
+                }
+            }
+        }
+        at = Some(end + 2 + delimiter.len());
+    }
+    (Value::Object(fields), files)
 }
 
 /// `getUpdates`: confirms what `offset` is past, then answers the rest, waiting up to
@@ -353,6 +429,24 @@ fn call(state: &Arc<State>, method: &str, params: &Value) -> Value {
                 None => json!({"ok": false, "error_code": 400, "description": "Bad Request: invalid file_id"}),
             }
         }
+        "sendDocument" | "sendPhoto" => {
+            let field = if method == "sendPhoto" { "photo" } else { "document" };
+            let (Some(chat), Some(size)) = (int(&params["chat_id"]), params[field]["size"].as_u64()) else {
+                return json!({"ok": false, "error_code": 400, "description": format!("Bad Request: there is no {field} in the request")});
+            };
+            let id = state.next_message.fetch_add(1, Ordering::SeqCst);
+            let file_id = format!("sent-{id}");
+            let mut message = json!({"message_id": id, "date": 1_760_000_000,
+                "chat": {"id": chat, "type": if chat > 0 { "private" } else { "supergroup" }},
+                "from": {"id": BOT_ID, "is_bot": true, "first_name": "baaaht", "username": BOT_USERNAME}});
+            message[field] = if method == "sendPhoto" {
+                json!([{"file_id": file_id, "file_unique_id": format!("u{file_id}"), "width": 1, "height": 1, "file_size": size}])
+            } else {
+                json!({"file_id": file_id, "file_unique_id": format!("u{file_id}"), "file_name": params[field]["filename"],
+                    "mime_type": params[field]["content_type"], "file_size": size})
+            };
+            json!({"ok": true, "result": message})
+        }
         "answerCallbackQuery" | "sendChatAction" | "deleteWebhook" => json!({"ok": true, "result": true}),
         other => json!({"ok": false, "error_code": 404, "description": format!("Not Found: method {other}")}),
     }
@@ -361,6 +455,16 @@ fn call(state: &Arc<State>, method: &str, params: &Value) -> Value {
 /// The Telegram gateway `home` for the fake's bot, run by the test (its token in the daemon's
 /// environment, as the secrets store's fallback).
 pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &crate::TestDaemon, fake: &FakeTelegram) -> crate::Running {
+    gateway_and_registration_for(rt, daemon, fake).0
+}
+
+/// [`gateway_for`], with the gateway's registration (its socket and token), to call the daemon
+/// as it does.
+pub fn gateway_and_registration_for(
+    rt: &tokio::runtime::Runtime,
+    daemon: &crate::TestDaemon,
+    fake: &FakeTelegram,
+) -> (crate::Running, crate::gateway::Gateway) {
     let request = baaaht_proto::v1::AddGatewayRequest {
         kind: "telegram".into(),
         name: "home".into(),
@@ -368,7 +472,7 @@ pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &crate::TestDaemon, fak
         ..Default::default()
     };
     let api = fake.api_url();
-    crate::gateway::run_external(rt, daemon, request, "baaaht-telegram", &["--api-url", &api]).0
+    crate::gateway::run_external(rt, daemon, request, "baaaht-telegram", &["--api-url", &api])
 }
 
 /// What a daemon needs for [`gateway_for`]: the bot's token.

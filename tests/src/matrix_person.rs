@@ -11,7 +11,7 @@ use anyhow::{bail, Context as _, Result};
 use matrix_sdk::config::SyncSettings;
 use matrix_sdk::room::Room;
 use matrix_sdk::ruma::events::room::encrypted::OriginalSyncRoomEncryptedEvent;
-use matrix_sdk::ruma::events::room::message::{OriginalSyncRoomMessageEvent, Relation};
+use matrix_sdk::ruma::events::room::message::{MessageType, OriginalSyncRoomMessageEvent, Relation};
 use matrix_sdk::ruma::{OwnedUserId, UserId};
 use matrix_sdk::Client;
 
@@ -26,6 +26,8 @@ pub struct Said {
     pub reply_to: Option<String>,
     /// The message it replaces (an edit), if any.
     pub replaces: Option<String>,
+    /// A file or picture it carries ([`MatrixPerson::download`] reads it).
+    pub media: Option<MessageType>,
 }
 
 /// A signed-in person, syncing until dropped.
@@ -73,6 +75,8 @@ impl MatrixPerson {
                     body,
                     reply_to,
                     replaces,
+                    media: matches!(&event.content.msgtype, MessageType::File(_) | MessageType::Image(_))
+                        .then(|| event.content.msgtype.clone()),
                 });
             }
         });
@@ -95,6 +99,17 @@ impl MatrixPerson {
     /// Everything read so far.
     pub fn said(&self) -> Vec<Said> {
         self.said.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The bytes of the file or picture `said` carries, decrypted as Element would.
+    pub async fn download(&self, said: &Said) -> Result<Vec<u8>> {
+        let media = self.client.media();
+        let bytes = match &said.media {
+            Some(MessageType::File(file)) => media.get_file(file, false).await?,
+            Some(MessageType::Image(image)) => media.get_file(image, false).await?,
+            _ => bail!("{} carries no file", said.event_id),
+        };
+        bytes.context("the file has no source")
     }
 
     /// How many messages could not be decrypted.

@@ -160,6 +160,47 @@ pub fn paced_echo_brain(interval: Duration) -> Answer {
     })))
 }
 
+/// What a person asks to be sent a file, the file, and what goes with it.
+pub const ASK_FOR_REPORT: &str = "send me the May report";
+pub const REPORT_NAME: &str = "report.csv";
+pub const REPORT: &[u8] = b"month,cost\nMay,12\n";
+pub const REPORT_MESSAGE: &str = "Here is the **May** report.";
+pub const REPORT_SENT: &str = "The report is on its way.";
+
+/// `otherwise` (a responding brain), but asked for the May report ([`ASK_FOR_REPORT`]) the
+/// Assistant has the Worker write it and send it with a message (the `message` tool's `files`),
+/// then says so ([`REPORT_SENT`]).
+pub fn report_sending_brain(otherwise: Answer) -> Answer {
+    let Answer::Respond(Responder(otherwise)) = otherwise else {
+        panic!("report_sending_brain wraps a responding brain")
+    };
+    Answer::Respond(Responder(Arc::new(move |request| {
+        let asked = Asked::of(request);
+        if !last_user_text(&asked).contains("May report") {
+            return otherwise(request);
+        }
+        let done = asked.turn_results.len();
+        if asked.offers("delegate") {
+            return match done {
+                0 => {
+                    let task = json!({"agent": "worker", "task": "Write the May report and send it."});
+                    anthropic_answer("", &[("toolu_d0", "delegate", task)])
+                }
+                _ => anthropic_answer(REPORT_SENT, &[]),
+            };
+        }
+        let path = format!("out/{REPORT_NAME}");
+        let steps = [
+            ("write_file", json!({"path": path, "content": String::from_utf8_lossy(REPORT)})),
+            ("message", json!({"content": REPORT_MESSAGE, "files": [path]})),
+        ];
+        match steps.get(done) {
+            Some((tool, params)) => anthropic_answer("", &[(&format!("toolu_w{done}"), tool, params.clone())]),
+            None => anthropic_answer(&asked.turn_results.join("\n"), &[]),
+        }
+    })))
+}
+
 /// An answer with a page whose script tries the site's cookie and API, and a picture.
 pub const PAGE_ANSWER: &str = "Here is the page:\n\n```html\n<p id=\"out\">not run</p>\n<script>\n\
     let cookie; try { cookie = document.cookie ? \"readable\" : \"empty\"; } catch (e) { cookie = \"blocked\"; }\n\

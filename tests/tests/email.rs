@@ -8,6 +8,7 @@ use std::time::Duration;
 use baaaht_proto::v1;
 use baaaht_tests::mail::{compose, Mail, MailServers};
 use baaaht_tests::scenario;
+use mail_parser::MimeHeaders as _;
 
 const ASSISTANT: (&str, &str) = ("assistant@home.test", "assistant-pw");
 const ALICE: (&str, &str) = ("alice@family.test", "alice-pw");
@@ -74,10 +75,11 @@ fn alice_has(servers: &MailServers, count: usize) -> Option<Vec<Mail>> {
 }
 
 #[test]
-fn a_mail_is_answered_in_its_thread_and_a_reply_to_the_answer_goes_on_in_the_same_conversation() {
+fn a_mail_is_answered_in_its_thread_a_reply_goes_on_in_the_same_conversation_and_files_sent_are_attached() {
     let rt = baaaht_tests::runtime();
     let servers = servers();
-    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), email_options()).expect("daemon");
+    let brain = scenario::report_sending_brain(scenario::echo_brain());
+    let (_provider, daemon) = scenario::start(&rt, brain, email_options()).expect("daemon");
     let (gateway, _) = run_gateway(&rt, &daemon, &arguments(&servers, &daemon.data_dir.join("email-state")));
     let logs = || format!("{}\n{}\n{}", gateway.log_text(), daemon.log_text(), servers.logs());
     let asked = compose(
@@ -124,13 +126,29 @@ fn a_mail_is_answered_in_its_thread_and_a_reply_to_the_answer_goes_on_in_the_sam
     let other = compose(ALICE.0, ASSISTANT.0, "Holiday", "q3@family.test", &[], "Where shall we go?");
     servers.send(ALICE.0, ASSISTANT.0, &other).expect("send");
     assert!(alice_has(&servers, 3).is_some(), "no third answer\n{}", logs());
+    // A file the Worker sends goes with the answer, attached; its message is in the text.
+    let report = compose(ALICE.0, ASSISTANT.0, "Report", "q4@family.test", &[], scenario::ASK_FOR_REPORT);
+    servers.send(ALICE.0, ASSISTANT.0, &report).expect("send");
+    let Some(mails) = alice_has(&servers, 4) else { panic!("no fourth answer\n{}", logs()) };
+    let answer = &mails[3];
+    assert!(
+        answer.body().starts_with(&format!("{}\n\n{}", scenario::REPORT_SENT, scenario::REPORT_MESSAGE)),
+        "{}",
+        answer.body()
+    );
+    let parsed = mail_parser::MessageParser::default().parse(answer.raw.as_bytes()).expect("a mail");
+    let attached: Vec<(String, Vec<u8>)> = parsed
+        .attachments()
+        .map(|part| (part.attachment_name().unwrap_or_default().to_string(), part.contents().to_vec()))
+        .collect();
+    assert_eq!(attached, [(scenario::REPORT_NAME.to_string(), scenario::REPORT.to_vec())], "{}", answer.raw);
     rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host");
         let filter = v1::SessionFilter { user_id: "u-alice".into(), ..Default::default() };
         let listed = host.sessions.list_sessions(filter).await.expect("sessions").into_inner().sessions;
         let mut titles: Vec<&str> = listed.iter().map(|session| session.title.as_str()).collect();
         titles.sort_unstable();
-        assert_eq!(titles, ["Dinner plans", "Holiday"], "a conversation per thread: {listed:#?}");
+        assert_eq!(titles, ["Dinner plans", "Holiday", "Report"], "a conversation per thread: {listed:#?}");
         let dinner = listed.iter().find(|session| session.title == "Dinner plans").expect("dinner");
         let request = v1::ReadSessionRequest { session_id: dinner.id.clone(), leaf_entry_id: String::new() };
         let read = host.sessions.read_session(request).await.expect("read").into_inner();

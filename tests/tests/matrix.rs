@@ -72,14 +72,14 @@ fn logged(running: &baaaht_tests::Running, what: &str) -> bool {
 }
 
 #[test]
-fn an_encrypted_dm_is_answered_as_edits_of_one_reply_and_a_restart_keeps_the_device() {
+fn an_encrypted_dm_is_answered_as_edits_of_one_reply_a_file_comes_encrypted_and_a_restart_keeps_the_device() {
     let rt = baaaht_tests::runtime();
     // The people's clients close their stores on the runtime when they are dropped.
     let _entered = rt.enter();
     let synapse = synapse();
     let bot = synapse.register(BOT.0, BOT.1).expect("bot");
     let alice = synapse.register(ALICE.0, ALICE.1).expect("alice");
-    let brain = scenario::paced_echo_brain(Duration::from_millis(700));
+    let brain = scenario::report_sending_brain(scenario::paced_echo_brain(Duration::from_millis(700)));
     let (_provider, daemon) = scenario::start(&rt, brain, matrix_options()).expect("daemon");
     let state = daemon.data_dir.join("matrix-state");
     let args = arguments(&synapse, &bot, &state, "home.test");
@@ -103,6 +103,21 @@ fn an_encrypted_dm_is_answered_as_edits_of_one_reply_and_a_restart_keeps_the_dev
             .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
         assert_eq!(text, "echo: hello from matrix in many words");
         assert!(edits >= 2, "the answer grew as it was written ({edits} edits)");
+        assert_eq!(person.undecryptable(), 0, "alice read everything");
+
+        // A file the Worker sends comes as an encrypted attachment Alice's client opens.
+        let asked = person.say(&room, scenario::ASK_FOR_REPORT).await.expect("say");
+        let answered = person.wait_for_answer(&asked, WAIT, |text| text == scenario::REPORT_SENT).await;
+        assert!(answered.is_ok(), "{answered:?}\n{}", logs());
+        let said = person.said();
+        assert!(said.iter().any(|said| said.body == scenario::REPORT_MESSAGE), "{said:#?}");
+        let file =
+            said.iter().find(|said| said.media.is_some()).unwrap_or_else(|| panic!("no file: {said:#?}\n{}", logs()));
+        assert_eq!(file.body, scenario::REPORT_NAME);
+        let encrypted = matches!(&file.media, Some(matrix_sdk::ruma::events::room::message::MessageType::File(content))
+            if matches!(content.source, matrix_sdk::ruma::events::room::MediaSource::Encrypted(_)));
+        assert!(encrypted, "the file was encrypted before it was uploaded: {:?}", file.media);
+        assert_eq!(person.download(file).await.expect("download"), scenario::REPORT);
         assert_eq!(person.undecryptable(), 0, "alice read everything");
     });
     // The gateway is stopped and started again: the same device, so Alice's client reads it.

@@ -30,6 +30,8 @@ stream = web.chat_startStream(channel="C1", thread_ts="1760000000.000001", recip
 web.chat_appendStream(channel="C1", ts=stream["ts"], markdown_text="streamed ")
 web.chat_stopStream(channel="C1", ts=stream["ts"], chunks=[{"type": "markdown_text", "text": "answer"}])
 print("STREAMED", stream["ts"], flush=True)
+shared = web.files_upload_v2(channel="C1", content=b"month,cost\nMay,12\n", filename="report.csv", thread_ts="1760000000.000001")
+print("SHARED", len(shared["files"]), flush=True)
 
 seen = []
 got = threading.Event()
@@ -89,7 +91,16 @@ fn the_fake_slack_speaks_the_wire_format_of_slacks_own_sdk() {
     assert_eq!(lines[2], "USER user-u7");
     let stream = lines[3].strip_prefix("STREAMED ").expect("a stream");
     assert_eq!(fake.streamed_text(stream), "streamed answer");
-    assert_eq!(&lines[4..], ["CONNECTED", "EVENT Ev001 first", "EVENT Ev002 second", "DONE"]);
+    assert_eq!(&lines[4..], ["SHARED 1", "CONNECTED", "EVENT Ev001 first", "EVENT Ev002 second", "DONE"]);
+    // A file as the SDK shares it (an upload address, its bytes there, one completion).
+    let shared = fake.shared_files();
+    let report = baaaht_tests::fake_slack::SharedFile {
+        name: "report.csv".into(),
+        bytes: b"month,cost\nMay,12\n".to_vec(),
+        channel: "C1".into(),
+        thread: Some("1760000000.000001".into()),
+    };
+    assert_eq!(shared, [report], "{:#?}", fake.calls());
     // The 429 was waited out and the message sent once more; every call carried its token.
     let posts = fake.calls_of("chat.postMessage");
     assert_eq!(posts.iter().map(|call| call.limited).collect::<Vec<_>>(), [true, false]);
@@ -311,12 +322,13 @@ fn a_channel_mention_is_answered_in_its_thread_and_the_channel_shares_a_group_wh
 /// A text file shared in a DM lands in the session's `uploads/` and the agents are told of it;
 /// a file past the daemon's limit is refused with a sentence the user reads in Slack.
 #[test]
-fn a_file_shared_with_the_bot_reaches_the_sessions_uploads() {
+fn a_file_shared_with_the_bot_reaches_the_sessions_uploads_and_a_file_an_agent_sends_is_shared_back() {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
     let mut options = slack_options();
     options.env.push(("BAAAHT__SESSIONS__MAX_UPLOAD_BYTES".into(), "4096".into()));
-    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let brain = scenario::report_sending_brain(scenario::echo_brain());
+    let (_provider, daemon) = scenario::start(&rt, brain, options).expect("daemon");
     let gateway = gateway_for(&rt, &daemon, &fake);
     let notes = b"groceries: apples, bread\n".to_vec();
     let file = fake.add_file("F1", "my notes.txt", "text/plain", notes.clone());
@@ -342,6 +354,20 @@ fn a_file_shared_with_the_bot_reaches_the_sessions_uploads() {
             })
             .await;
         assert!(refused, "{:#?}\n{}", shown_in(&fake, "DU7"), gateway.log_text());
+
+        // The Worker sends a file: its message is posted in the DM and the file shared there.
+        fake.push_event(dm("U7", scenario::ASK_FOR_REPORT, "1760000302.000100"), "EvFile3", 0).expect("sent");
+        let shared = fake.wait_for(Duration::from_secs(120), |fake| !fake.shared_files().is_empty()).await;
+        assert!(shared, "{:#?}\n{}\n{}", fake.calls(), gateway.log_text(), daemon.log_text());
+        let shared = fake.shared_files();
+        assert_eq!(shared.len(), 1, "{shared:#?}");
+        assert_eq!((shared[0].name.as_str(), shared[0].bytes.as_slice()), (scenario::REPORT_NAME, scenario::REPORT));
+        assert_eq!(shared[0].channel, "DU7");
+        assert!(
+            shown_in(&fake, "DU7").iter().any(|text| text == "Here is the *May* report."),
+            "{:#?}",
+            shown_in(&fake, "DU7")
+        );
     });
     let downloads: Vec<_> = fake.calls().into_iter().filter(|call| call.method.starts_with("files/")).collect();
     assert!(downloads.iter().all(|call| call.token == "xoxb-1-work"), "{downloads:#?}");

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::{anthropic_answer, images_since, Answer, Asked, Responder};
-use baaaht_tests::fake_telegram::{gateway_for, telegram_options, FakeTelegram, BOT_ID, BOT_USERNAME, TOKEN};
+use baaaht_tests::fake_telegram::{
+    gateway_and_registration_for, gateway_for, telegram_options, FakeTelegram, BOT_ID, BOT_USERNAME, TOKEN,
+};
+use baaaht_tests::gateway::as_user;
 use baaaht_tests::scenario::{self, last_user_text};
 use serde_json::json;
 
@@ -40,6 +43,10 @@ async def main(base, token):
         f = await bot.get_file("photo-1")
         data = await f.download_as_bytearray()
         print("FILE", f.file_path, len(data))
+        doc = await bot.send_document(42, document=b"month,cost\nMay,12\n", filename="report.csv")
+        print("DOCUMENT", doc.document.file_name, doc.document.file_size)
+        photo = await bot.send_photo(42, photo=b"\x89PNG\r\n\x1a\n" + b"0" * 24, filename="chart.png")
+        print("PHOTO", len(photo.photo), photo.photo[0].file_size)
         print("DONE")
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))
@@ -78,7 +85,16 @@ fn the_fake_bot_api_speaks_the_wire_format_of_python_telegram_bot() {
     assert_eq!(lines[5], "CONFIRMED 0", "{printed}");
     // The library builds the file's address from its path: ours, downloaded whole.
     let file = format!("FILE {}/file/bot{TOKEN}/photos/file_1.jpg 1234", fake.api_url());
-    assert_eq!(lines[6..], [file.as_str(), "DONE"], "{printed}");
+    assert_eq!(lines[6..], [file.as_str(), "DOCUMENT report.csv 18", "PHOTO 1 32", "DONE"], "{printed}");
+    // Files as the library sends them (multipart/form-data), read back whole.
+    let files = fake.sent_files();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert_eq!((files[0].method.as_str(), files[0].chat, files[0].name.as_str()), ("sendDocument", 42, "report.csv"));
+    assert_eq!(files[0].bytes, b"month,cost\nMay,12\n");
+    assert_eq!(
+        (files[1].method.as_str(), files[1].name.as_str(), files[1].bytes.len()),
+        ("sendPhoto", "chart.png", 32)
+    );
     let sent = fake.calls_of("sendMessage");
     assert!(sent[1].params["reply_parameters"]["message_id"].is_number(), "{:#?}", sent[1].params);
 }
@@ -150,6 +166,73 @@ fn a_dm_is_answered_as_edits_of_one_reply_a_429_is_waited_out_and_a_redelivered_
         .filter_map(|name| std::fs::read_to_string(daemon.data_dir.join("data/state").join(name)).ok())
         .collect();
     assert!(known.contains(&format!("telegram:{BOT_ID}:42")), "{known}");
+}
+
+#[test]
+fn a_file_an_agent_sends_arrives_as_a_document_and_only_its_conversations_people_can_read_it() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    let brain = scenario::report_sending_brain(brain());
+    let (_provider, daemon) = scenario::start(&rt, brain, telegram_options()).expect("daemon");
+    let (gateway, registered) = gateway_and_registration_for(&rt, &daemon, &fake);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    rt.block_on(async {
+        let update = fake.message(42, "private", 42, "Ada", scenario::ASK_FOR_REPORT);
+        let message = update["message"]["message_id"].as_i64().expect("id");
+        fake.push(update);
+        let answered =
+            fake.wait_for(Duration::from_secs(180), |fake| replied(fake, 42, message, scenario::REPORT_SENT)).await;
+        assert!(answered, "no answer: {:#?}\n{}", fake.calls_of("sendMessage"), logs());
+        let sent = fake.wait_for(Duration::from_secs(30), |fake| !fake.sent_files().is_empty()).await;
+        assert!(sent, "no file: {:#?}\n{}", fake.calls(), logs());
+        let files = fake.sent_files();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(
+            (files[0].method.as_str(), files[0].chat, files[0].name.as_str()),
+            ("sendDocument", 42, "report.csv")
+        );
+        assert_eq!((files[0].content_type.as_str(), files[0].bytes.as_slice()), ("text/csv", scenario::REPORT));
+        let told = fake.calls_of("sendMessage").iter().any(|call| call.params["text"] == scenario::REPORT_MESSAGE);
+        assert!(told, "the message went with it: {:#?}", fake.calls_of("sendMessage"));
+
+        // The file is Ada's conversation's: another person of the same bot cannot read it,
+        // nor anything beside it by a path.
+        let mut client = baaaht_tests::gateway::connect(&registered).await;
+        let ada = format!("telegram:{BOT_ID}:42");
+        let sessions = client
+            .sessions
+            .list_sessions(as_user(&ada, None, v1::SessionFilter::default()))
+            .await
+            .expect("sessions")
+            .into_inner()
+            .sessions;
+        let session = sessions[0].id.clone();
+        let ask = |path: &str| v1::DownloadFileRequest { session_id: session.clone(), path: path.into() };
+        let mut chunks = client
+            .sessions
+            .download_file(as_user(&ada, None, ask("sent/report.csv")))
+            .await
+            .expect("hers")
+            .into_inner();
+        let mut bytes = vec![];
+        while let Some(chunk) = chunks.message().await.expect("chunk") {
+            if let Some(v1::file_chunk::Part::Data(data)) = chunk.part {
+                bytes.extend(data);
+            }
+        }
+        assert_eq!(bytes, scenario::REPORT);
+        let eve = format!("telegram:{BOT_ID}:66");
+        let refused =
+            client.sessions.download_file(as_user(&eve, None, ask("sent/report.csv"))).await.expect_err("not hers");
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+        for around in ["sent/../data/out/report.csv", "data/out/report.csv", "uploads/report.csv", "sent/.hidden"] {
+            let refused = client.sessions.download_file(as_user(&ada, None, ask(around))).await.expect_err(around);
+            assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{around}: {refused:?}");
+        }
+        let missing =
+            client.sessions.download_file(as_user(&ada, None, ask("sent/other.csv"))).await.expect_err("none");
+        assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    });
 }
 
 #[test]

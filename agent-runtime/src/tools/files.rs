@@ -36,7 +36,7 @@ fn io_error(path: &str, error: std::io::Error) -> ToolError {
 
 /// Opens a regular file for reading, with its status. Opened without blocking: a FIFO, device
 /// or socket is refused at once, never waited on.
-fn open_regular(located: &Located<'_>) -> Result<(OwnedFd, rustix::fs::Stat), ToolError> {
+pub(super) fn open_regular(located: &Located<'_>) -> Result<(OwnedFd, rustix::fs::Stat), ToolError> {
     let shown_path = located.display();
     let fd = located.open(OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
     let stat = rustix::fs::fstat(&fd).map_err(|errno| open_error(&shown_path, errno))?;

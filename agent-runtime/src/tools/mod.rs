@@ -157,9 +157,12 @@ pub fn definitions() -> Vec<Definition> {
         },
         Definition {
             name: ToolName::Message.as_str(),
-            description: "Send a message to the user (or group) of this session, e.g. when a background task finishes.",
+            description: "Send a message to the user (or group) of this session, e.g. when a background task finishes, \
+                          with files from the workspace if asked for (a chart, a document): each channel shows them its own way.",
             parameters: json!({"type": "object", "required": ["content"], "additionalProperties": false, "properties": {
                 "content": {"type": "string"},
+                "files": {"type": "array", "maxItems": baaaht_proto::SENT_FILES_MAX, "items": path.clone(),
+                          "description": "files to send with it (10 MiB together at most)"},
             }}),
         },
         Definition {

@@ -232,6 +232,7 @@ fn finish_background(orchestrator: &Arc<Orchestrator>, task: &Task, result: Stri
         content,
         reply_to: String::new(),
         metadata: [("background".to_string(), task.role.as_str().to_string())].into_iter().collect(),
+        attachments: vec![],
     };
     orchestrator.events.publish(&live.context, event((&live.session, &live.turn_id, &live.correlation_id), message));
 }

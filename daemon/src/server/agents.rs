@@ -70,6 +70,11 @@ impl v1::agents_server::Agents for AgentsService {
         if message.content.trim().is_empty() {
             return Err(Status::invalid_argument("content: the message is empty"));
         }
+        if !message.attachments.is_empty() {
+            return Err(Status::invalid_argument(
+                "attachments: an agent sends files with the `message` tool's `files`, which the daemon keeps first",
+            ));
+        }
         if message.content.len() > MAX_OUTBOUND_BYTES {
             return Err(Status::invalid_argument(format!(
                 "content: {} bytes is more than a message may be ({MAX_OUTBOUND_BYTES}); write a file and name it",
@@ -88,6 +93,7 @@ impl v1::agents_server::Agents for AgentsService {
                 content: message.content,
                 reply_to: message.reply_to_message_id,
                 metadata: message.metadata.into_iter().collect(),
+                attachments: vec![],
             },
         };
         let reached = self.shared.events.publish(&identity.context, event);

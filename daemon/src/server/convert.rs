@@ -51,7 +51,7 @@ pub(crate) fn role_of(value: i32) -> Result<Option<Role>, String> {
 /// A file shared with a message, as clients see it.
 pub(crate) fn attachment(attachment: &crate::sessions::log::Attachment) -> v1::Attachment {
     v1::Attachment {
-        filename: attachment.path.strip_prefix("uploads/").unwrap_or(&attachment.path).to_string(),
+        filename: attachment.path.rsplit('/').next().unwrap_or(&attachment.path).to_string(),
         mime_type: attachment.mime_type.clone(),
         path: attachment.path.clone(),
         size_bytes: attachment.size_bytes,
@@ -99,11 +99,12 @@ pub(crate) fn event(context: &Context, event: crate::events::Event) -> v1::Orche
         }
         Kind::Reply { entry_id, content } => Out::Reply(v1::ReplyComplete { entry_id, content }),
         Kind::TurnError { message, for_users } => Out::Error(v1::TurnError { message, for_users }),
-        Kind::Message { content, reply_to, metadata } => Out::Message(v1::OutboundMessage {
+        Kind::Message { content, reply_to, metadata, attachments } => Out::Message(v1::OutboundMessage {
             target_context: Some(context_ref(context)),
             content,
             reply_to_message_id: reply_to,
             metadata: metadata.into_iter().collect(),
+            attachments: attachments.iter().map(attachment).collect(),
         }),
         Kind::Notice(notice) => Out::Notice(v1::TaskNotice {
             task_id: notice.task_id,

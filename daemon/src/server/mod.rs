@@ -7,6 +7,7 @@
 mod agents;
 pub(crate) mod convert;
 mod egress;
+mod files;
 pub mod layer;
 mod llm;
 mod mcp;

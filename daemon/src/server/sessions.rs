@@ -328,6 +328,15 @@ impl v1::sessions_server::Sessions for SessionsService {
         Ok(Response::new(v1::AgentRoutingResponse { session_id: accepted.session, turn_id: accepted.turn }))
     }
 
+    type DownloadFileStream = BoxStream<v1::FileChunk>;
+
+    async fn download_file(
+        &self,
+        request: Request<v1::DownloadFileRequest>,
+    ) -> Result<Response<Self::DownloadFileStream>, Status> {
+        super::files::download_file(&self.shared, request).await
+    }
+
     type SubscribeEventsStream = BoxStream<v1::OrchestratorEvent>;
 
     async fn subscribe_events(

@@ -88,6 +88,9 @@ pub struct Calls {
 /// The most text an MCP tool's answer gives the model, as the built-in tools.
 const MAX_MCP_OUTPUT: usize = 64 << 10;
 
+/// How long a `message` call waits for its delivery.
+const MESSAGE_DELIVERY: Duration = Duration::from_secs(5);
+
 /// How long an agent's registration waits for MCP servers to list their tools.
 const OFFER_WAIT: Duration = Duration::from_secs(20);
 
@@ -109,7 +112,13 @@ impl Calls {
         }
         asked.params_json = self.redact.clean_values(Place::ToolCall, asked.params_json);
         let untrusted = self.untrusted_source(identity, &asked);
+        let messaging = asked.tool == ToolName::Message.as_str();
         let mut answer = self.run(identity, correlation_id, asked).await?;
+        if messaging && !answer.is_error {
+            // The message (and its files) reaches the channels before the agent goes on, so
+            // before the turn that sent it ends.
+            self.ipc.flush(MESSAGE_DELIVERY).await;
+        }
         answer.content = self.redact.clean_string(Place::ToolResult, answer.content);
         if let (Some(live), Some(source)) = (&live, untrusted) {
             let taints = self.taints.clone();

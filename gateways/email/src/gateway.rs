@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baaaht_gateway_kit::backoff::Backoff;
-use baaaht_gateway_kit::daemon::{context_of, for_users, Person, Place};
+use baaaht_gateway_kit::daemon::{context_of, for_users, File, Person, Place};
 use baaaht_gateway_kit::egress::Egress;
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing};
@@ -229,7 +229,10 @@ impl Gateway {
     /// The turn of `mail`, in the conversation of its thread; its answer a reply.
     async fn answer(&self, mail: Incoming) {
         let ran = match self.message_of(&mail).await {
-            Ok(message) => turn::run(&self.daemon, message, &Answering { gateway: self, mail: &mail }).await,
+            Ok(message) => {
+                turn::run(&self.daemon, message, &Answering { gateway: self, mail: &mail, sent: Mutex::default() })
+                    .await
+            }
             Err(status) => Err(TurnError::Daemon(for_users(&status))),
         };
         if let Err(error) = ran {
@@ -238,7 +241,7 @@ impl Gateway {
                 TurnError::Daemon(sentence) => sentence,
                 TurnError::Channel(_) => "The answer could not be sent; ask again.".into(),
             };
-            if let Err(error) = self.reply(&mail, &format!("⚠️ {sentence}")).await {
+            if let Err(error) = self.reply(&mail, &format!("⚠️ {sentence}"), &[]).await {
                 tracing::warn!(%error, "cannot tell the sender what went wrong");
             }
         }
@@ -277,23 +280,18 @@ impl Gateway {
     }
 
     /// Sends `text` as a reply to `mail` in its thread; the reply's Message-ID.
-    async fn reply(&self, mail: &Incoming, text: &str) -> Result<String, String> {
+    async fn reply(&self, mail: &Incoming, text: &str, files: &[File]) -> Result<String, String> {
         let options = &self.options;
         let id = mail::new_id(self.domain());
-        let message = mail::reply(&options.address, &options.name, mail, text, &id)?;
+        let message = mail::reply(&options.address, &options.name, mail, text, files, &id)?;
         wire::send(&self.egress, &self.trust, &options.smtp, &options.login, &options.password, &message).await?;
-        let session =
-            self.threads.lock().unwrap_or_else(PoisonError::into_inner).session_of(std::slice::from_ref(&mail.id));
-        if let Some(session) = session {
-            if let Err(error) = self
-                .threads
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remember(std::slice::from_ref(&id), &session)
-            {
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(session) = threads.session_of(std::slice::from_ref(&mail.id)) {
+            if let Err(error) = threads.remember(std::slice::from_ref(&id), &session) {
                 tracing::warn!(%error, "the reply's id is not kept; an answer to it may start a new conversation");
             }
         }
+        drop(threads);
         tracing::info!(to = %mail.from, "a reply sent");
         Ok(id)
     }
@@ -308,7 +306,7 @@ impl Gateway {
                     let sentence = "⚠️ The assistant was restarted while answering this, so no answer was sent. \
                                     What it wrote, if anything, is in your conversation in the other baaaht apps; \
                                     reply to this mail to ask again.";
-                    if let Err(error) = self.reply(&mail, sentence).await {
+                    if let Err(error) = self.reply(&mail, sentence, &[]).await {
                         tracing::warn!(%error, "cannot tell a sender their mail went unanswered; told at the next start");
                         continue;
                     }
@@ -336,7 +334,7 @@ impl Gateway {
             turn::ANSWER_WITH,
             request.expires_in_seconds
         );
-        match self.reply(mail, &text).await {
+        match self.reply(mail, &text, &[]).await {
             Ok(id) => {
                 let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
                 if asked.len() >= 256 {
@@ -351,7 +349,7 @@ impl Gateway {
     /// `mail` answers the approval request `approval`: its first word is the decision.
     async fn approval_answered(&self, mail: &Incoming, approval: String) {
         let told = turn::answer_by_word(&self.daemon, &self.person(mail), &approval, &mail.text).await;
-        if let Err(error) = self.reply(mail, &told).await {
+        if let Err(error) = self.reply(mail, &told, &[]).await {
             tracing::warn!(%error, "cannot confirm an approval's answer");
         }
     }
@@ -361,6 +359,8 @@ impl Gateway {
 struct Answering<'a> {
     gateway: &'a Gateway,
     mail: &'a Incoming,
+    /// What the agents sent meanwhile (the `message` tool): it goes with the answer's mail.
+    sent: Mutex<(Vec<String>, Vec<File>)>,
 }
 
 impl Surface for Answering<'_> {
@@ -380,7 +380,19 @@ impl Surface for Answering<'_> {
     }
 
     async fn close(&self, _answer: (), writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
-        self.gateway.reply(self.mail, &turn::whole(writing.text.trim(), trouble)).await.map(drop)
+        let (said, files) = std::mem::take(&mut *self.sent.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut text = turn::whole(writing.text.trim(), trouble);
+        for message in said {
+            text.push_str(&format!("\n\n{}", message.trim()));
+        }
+        self.gateway.reply(self.mail, &text, &files).await.map(drop)
+    }
+
+    async fn message(&self, text: &str, files: Vec<File>) -> Result<(), String> {
+        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        sent.0.push(text.to_string());
+        sent.1.extend(files);
+        Ok(())
     }
 
     async fn approval(&self, event: &v1::orchestrator_event::Event) {

@@ -188,8 +188,16 @@ pub fn new_id(domain: &str) -> String {
     format!("{token}@{domain}")
 }
 
-/// `asked`'s reply from `address` (named `name`), `answer` its text, with its own `id`.
-pub fn reply(address: &str, name: &str, asked: &Incoming, answer: &str, id: &str) -> Result<lettre::Message, String> {
+/// `asked`'s reply from `address` (named `name`), `answer` its text and `files` attached, with
+/// its own `id`.
+pub fn reply(
+    address: &str,
+    name: &str,
+    asked: &Incoming,
+    answer: &str,
+    files: &[File],
+    id: &str,
+) -> Result<lettre::Message, String> {
     use lettre::message::{header, Mailbox};
     let from: Mailbox = format!("{name} <{address}>")
         .parse()
@@ -198,15 +206,31 @@ pub fn reply(address: &str, name: &str, asked: &Incoming, answer: &str, id: &str
     let to_address = asked.from.parse().map_err(|error| format!("the sender's address `{}`: {error}", asked.from))?;
     let to = Mailbox::new(asked.name.clone(), to_address);
     let references: Vec<String> = asked.references.iter().map(|id| format!("<{id}>")).collect();
-    let mut reply = lettre::Message::builder()
+    let builder = lettre::Message::builder()
         .from(from)
         .to(to)
         .subject(reply_subject(&asked.subject))
         .message_id(Some(format!("<{id}>")))
         .in_reply_to(format!("<{}>", asked.id))
-        .references(references.join(" "))
-        .singlepart(lettre::message::SinglePart::plain(reply_body(answer, asked)))
-        .map_err(|error| format!("the reply cannot be written: {error}"))?;
+        .references(references.join(" "));
+    let text = lettre::message::SinglePart::plain(reply_body(answer, asked));
+    let written = if files.is_empty() {
+        builder.singlepart(text)
+    } else {
+        let mut parts = lettre::message::MultiPart::mixed().singlepart(text);
+        for file in files {
+            let content_type = header::ContentType::parse(&file.mime_type)
+                .unwrap_or_else(|_unknown| header::ContentType::parse("application/octet-stream").expect("a type"));
+            let name = baaaht_proto::files::safe_name(&file.name);
+            // Base64, so the file arrives as it was sent (a text file's line ends too).
+            let body =
+                lettre::message::Body::new_with_encoding(file.bytes.clone(), header::ContentTransferEncoding::Base64)
+                    .map_err(|_unencodable| format!("{name} cannot be attached"))?;
+            parts = parts.singlepart(lettre::message::Attachment::new(name).body(body, content_type));
+        }
+        builder.multipart(parts)
+    };
+    let mut reply = written.map_err(|error| format!("the reply cannot be written: {error}"))?;
     // RFC 3834: an answer made by a program, so other programs do not answer it back.
     let auto = header::HeaderName::new_from_ascii_str("Auto-Submitted");
     reply.headers_mut().insert_raw(header::HeaderValue::new(auto, "auto-replied".into()));
@@ -248,7 +272,7 @@ mod tests {
     #[test]
     fn a_reply_quotes_what_it_answers_in_the_same_thread() {
         let mail = read(ASKED.as_bytes(), 7, 1024).expect("read");
-        let reply = reply("assistant@home.test", "baaaht", &mail, "Fish is fine.", "n1@home.test").expect("reply");
+        let reply = reply("assistant@home.test", "baaaht", &mail, "Fish is fine.", &[], "n1@home.test").expect("reply");
         let text = String::from_utf8(reply.formatted()).expect("utf-8");
         assert!(text.contains("Subject: Re: Dinner"), "{text}");
         assert!(text.contains("In-Reply-To: <q1@family.test>"), "{text}");
@@ -265,5 +289,17 @@ mod tests {
         assert!(body.starts_with("Fish is fine.\n\nOn Thu, 26 Nov 2026 18:00:00 +0000, Alice Liddell <alice@family.test> wrote:\n> What about fish?\n"), "{body}");
         assert_eq!(reply_subject("RE: x"), "RE: x");
         assert_eq!(reply_subject(""), "Re: your message");
+    }
+
+    #[test]
+    fn files_the_agents_sent_are_attached_to_the_reply_and_read_back_as_attachments() {
+        let mail = read(ASKED.as_bytes(), 7, 1024).expect("read");
+        let chart = File { name: "chart.csv".into(), mime_type: "text/csv".into(), bytes: b"a,b\n1,2\n".to_vec() };
+        let reply =
+            reply("assistant@home.test", "baaaht", &mail, "Here it is.", std::slice::from_ref(&chart), "n2@home.test")
+                .expect("reply");
+        let read_back = read(&reply.formatted(), 8, 1024).expect("read back");
+        assert!(read_back.text.starts_with("Here it is."), "{}", read_back.text);
+        assert_eq!(read_back.files, vec![chart]);
     }
 }

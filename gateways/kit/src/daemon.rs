@@ -120,6 +120,39 @@ pub async fn upload(
     Ok((stored.session_id, attachment))
 }
 
+/// The file an agent sent to the conversation `session` (a message's attachment, `sent/NAME`),
+/// read as `person`: the daemon gives it only to whoever may read the conversation.
+pub async fn download(
+    daemon: &Client,
+    person: &Person,
+    session: &str,
+    attachment: &v1::Attachment,
+) -> Result<File, tonic::Status> {
+    let mut daemon = daemon.clone();
+    let request = v1::DownloadFileRequest { session_id: session.to_string(), path: attachment.path.clone() };
+    let mut chunks = daemon.sessions.download_file(person.request(request)).await?.into_inner();
+    let mut file = File { name: attachment.filename.clone(), mime_type: attachment.mime_type.clone(), bytes: vec![] };
+    while let Some(chunk) = chunks.message().await? {
+        match chunk.part {
+            Some(v1::file_chunk::Part::Attachment(about)) => {
+                file.name = about.filename;
+                file.mime_type = about.mime_type;
+            }
+            Some(v1::file_chunk::Part::Data(bytes)) => {
+                if file.bytes.len() + bytes.len() > baaaht_proto::SENT_FILE_MAX_BYTES as usize {
+                    return Err(tonic::Status::out_of_range(format!(
+                        "{} is larger than a sent file may be",
+                        file.name
+                    )));
+                }
+                file.bytes.extend_from_slice(&bytes);
+            }
+            None => {}
+        }
+    }
+    Ok(file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

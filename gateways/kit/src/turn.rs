@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 
-use crate::daemon::{context_of, for_users, upload, File, Person, Place, INTERNAL};
+use crate::daemon::{context_of, download, for_users, upload, File, Person, Place, INTERNAL};
 
 /// How long a turn may take before the gateway stops following it.
 pub const TURN_LIMIT: Duration = Duration::from_secs(900);
@@ -66,6 +66,10 @@ pub trait Surface: Sync {
         writing: &Writing,
         trouble: Option<Trouble>,
     ) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// A message the agents sent to this chat while answering (the `message` tool), with the
+    /// files it sent.
+    fn message(&self, text: &str, files: Vec<File>) -> impl Future<Output = Result<(), String>> + Send;
 
     /// An approval request or its answer, for whoever is in this chat.
     fn approval(&self, event: &v1::orchestrator_event::Event) -> impl Future<Output = ()> + Send;
@@ -245,6 +249,28 @@ pub async fn run<S: Surface>(daemon: &Client, message: Message, surface: &S) -> 
                 v1::orchestrator_event::Event::Approval(_) | v1::orchestrator_event::Event::ApprovalSettled(_)
             ) {
                 surface.approval(asked).await;
+            }
+        }
+        // What the agents sent to this conversation meanwhile (the `message` tool), with its files.
+        if let Some(v1::orchestrator_event::Event::Message(message)) =
+            event.as_ref().filter(|event| event.session_id == sent.session_id).and_then(|event| event.event.as_ref())
+        {
+            let (mut files, mut text) = (vec![], message.content.clone());
+            for attachment in &message.attachments {
+                match download(&daemon, &person, &sent.session_id, attachment).await {
+                    Ok(file) => files.push(file),
+                    Err(status) => {
+                        tracing::warn!(path = %attachment.path, error = %status.message(), "cannot read a file an agent sent");
+                        text.push_str(&format!(
+                            "\n({} could not be sent: {})",
+                            attachment.filename,
+                            for_users(&status)
+                        ));
+                    }
+                }
+            }
+            if let Err(error) = surface.message(&text, files).await {
+                tracing::warn!(%error, "the channel refused a message the agents sent");
             }
         }
         if let Some(event) = event.filter(|event| event.turn_id == sent.turn_id) {

@@ -366,6 +366,20 @@ impl Surface for Answering<'_> {
         self.edit(&answer, &turn::whole(&clean(&writing.text), trouble)).await
     }
 
+    async fn message(&self, text: &str, files: Vec<File>) -> Result<(), String> {
+        self.room.send(RoomMessageEventContent::text_plain(clean(text))).await.map_err(|error| error.to_string())?;
+        for file in files {
+            // In an encrypted room the SDK encrypts the file before it uploads it.
+            let mime: mime::Mime = file.mime_type.parse().unwrap_or(mime::APPLICATION_OCTET_STREAM);
+            let config = matrix_sdk::attachment::AttachmentConfig::new();
+            self.room
+                .send_attachment(file.name.as_str(), &mime, file.bytes, config)
+                .await
+                .map_err(|error| format!("{}: {error}", file.name))?;
+        }
+        Ok(())
+    }
+
     async fn approval(&self, event: &v1::orchestrator_event::Event) {
         if let v1::orchestrator_event::Event::Approval(request) = event {
             self.gateway.ask_approval(self.room, request).await;

@@ -394,6 +394,44 @@ impl Gateway {
         }
         Ok(())
     }
+
+    /// A message the agents sent, posted in `channel` (in `thread` when given), then its files
+    /// shared there as Slack's upload asks: an upload address for each, its bytes sent there,
+    /// then one completion that shares them all.
+    async fn post_message(
+        &self,
+        channel: &SlackChannelId,
+        thread: Option<&SlackTs>,
+        text: &str,
+        files: Vec<File>,
+    ) -> Result<(), GatewayError> {
+        let session = self.slack.open_session(&self.bot_token);
+        for part in mrkdwn::split(&mrkdwn::from_markdown(text), mrkdwn::MESSAGE_LIMIT) {
+            let content = SlackMessageContent::new().with_text(part);
+            let request = SlackApiChatPostMessageRequest::new(channel.clone(), content).opt_thread_ts(thread.cloned());
+            patiently("chat.postMessage", || session.chat_post_message(&request)).await.map_err(slack_error)?;
+        }
+        if files.is_empty() {
+            return Ok(());
+        }
+        let mut uploaded = vec![];
+        for file in files {
+            let asked = SlackApiFilesGetUploadUrlExternalRequest::new(file.name.clone(), file.bytes.len());
+            let upload = patiently("files.getUploadURLExternal", || session.get_upload_url_external(&asked))
+                .await
+                .map_err(slack_error)?;
+            let bytes = SlackApiFilesUploadViaUrlRequest::new(upload.upload_url, file.bytes, file.mime_type);
+            patiently("the file's upload", || session.files_upload_via_url(&bytes)).await.map_err(slack_error)?;
+            uploaded.push(SlackApiFilesComplete::new(upload.file_id).with_title(file.name));
+        }
+        let complete = SlackApiFilesCompleteUploadExternalRequest::new(uploaded)
+            .with_channel_id(channel.clone())
+            .opt_thread_ts(thread.cloned());
+        patiently("files.completeUploadExternal", || session.files_complete_upload_external(&complete))
+            .await
+            .map_err(slack_error)?;
+        Ok(())
+    }
 }
 
 fn slack_error(error: slack_morphism::errors::SlackClientError) -> GatewayError {
@@ -488,6 +526,11 @@ impl Surface for Answering<'_> {
             .close_answer(answer, writing, trouble, self.route, self.channel, thread)
             .await
             .map_err(|error| error.to_string())
+    }
+
+    async fn message(&self, text: &str, files: Vec<File>) -> Result<(), String> {
+        // Where the answer goes: its thread in a channel, the chat itself in a DM.
+        self.gateway.post_message(self.channel, self.thread, text, files).await.map_err(|error| error.to_string())
     }
 
     async fn approval(&self, event: &v1::orchestrator_event::Event) {

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use baaaht_gateway_kit::daemon::File;
 use baaaht_gateway_kit::egress::Egress;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Bytes;
@@ -59,9 +60,14 @@ impl Api {
     /// Calls `method` with `params`; its `result`. `wait` is how long the call itself waits at
     /// Telegram (a long poll), added to the timeout.
     pub async fn call_waiting(&self, method: &str, params: &Value, wait: Duration) -> Result<Value, ApiError> {
+        self.retried(method, &Body::Json(params), wait).await
+    }
+
+    /// Calls `method` with `body`, waiting out a 429 (up to 5 times).
+    async fn retried(&self, method: &str, body: &Body<'_>, wait: Duration) -> Result<Value, ApiError> {
         let mut attempt = 0;
         loop {
-            match self.once(method, params, wait).await {
+            match self.once(method, body, wait).await {
                 Err(ApiError::Refused { code: 429, description }) if attempt < 5 => {
                     attempt += 1;
                     let retry = retry_after(&description).unwrap_or(1).min(60);
@@ -77,10 +83,11 @@ impl Api {
         self.call_waiting(method, params, Duration::ZERO).await
     }
 
-    async fn once(&self, method: &str, params: &Value, wait: Duration) -> Result<Value, ApiError> {
+    async fn once(&self, method: &str, body: &Body<'_>, wait: Duration) -> Result<Value, ApiError> {
+        let (content_type, body) = body.encoded();
         let request = http::Request::post(format!("{}/bot{}/{method}", self.base, self.token))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(params.to_string())))
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(Full::new(body))
             .map_err(|error| ApiError::Transport(error.to_string()))?;
         let answer = tokio::time::timeout(CALL_TIMEOUT + wait, self.http.request(request))
             .await
@@ -158,6 +165,16 @@ impl Api {
         sent["message_id"].as_i64().ok_or_else(|| ApiError::Transport("sendMessage answered no message_id".into()))
     }
 
+    /// Sends `file` to `chat`: a picture Telegram shows (JPEG, PNG, WebP) as a photo, anything
+    /// else as a document; its message id.
+    pub async fn send_file(&self, chat: i64, file: &File) -> Result<i64, ApiError> {
+        let photo = matches!(file.mime_type.as_str(), "image/jpeg" | "image/png" | "image/webp");
+        let (method, field) = if photo { ("sendPhoto", "photo") } else { ("sendDocument", "document") };
+        let fields = json!({"chat_id": chat});
+        let sent = self.retried(method, &Body::Form { fields: &fields, field, file }, Duration::ZERO).await?;
+        sent["message_id"].as_i64().ok_or_else(|| ApiError::Transport(format!("{method} answered no message_id")))
+    }
+
     /// Replaces the text of message `message` in `chat` (and its buttons: none unless given).
     pub async fn edit(&self, chat: i64, message: i64, text: &str, keyboard: Option<Value>) -> Result<(), ApiError> {
         let mut params = json!({"chat_id": chat, "message_id": message, "text": text,
@@ -171,6 +188,48 @@ impl Api {
                 Ok(())
             }
             other => other.map(drop),
+        }
+    }
+}
+
+/// A call's parameters: JSON, or a form with one file (multipart/form-data).
+enum Body<'a> {
+    Json(&'a Value),
+    Form { fields: &'a Value, field: &'a str, file: &'a File },
+}
+
+impl Body<'_> {
+    /// Its content type and bytes.
+    fn encoded(&self) -> (String, Bytes) {
+        match self {
+            Body::Json(params) => ("application/json".into(), Bytes::from(params.to_string())),
+            Body::Form { fields, field, file } => {
+                // A boundary the file's bytes do not hold.
+                let mut boundary = format!("baaaht-{:x}", std::process::id());
+                while file.bytes.windows(boundary.len()).any(|window| window == boundary.as_bytes()) {
+                    boundary.push('x');
+                }
+                let mut body = vec![];
+                for (name, value) in fields.as_object().into_iter().flatten() {
+                    let value = value.as_str().map_or_else(|| value.to_string(), str::to_string);
+                    body.extend_from_slice(
+                        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+                            .as_bytes(),
+                    );
+                }
+                // The name is a safe one (letters, digits, `.`, `-`, `_`): nothing to quote.
+                let name = baaaht_proto::files::safe_name(&file.name);
+                body.extend_from_slice(
+                    format!(
+                        "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{name}\"\r\nContent-Type: {}\r\n\r\n",
+                        file.mime_type
+                    )
+                    .as_bytes(),
+                );
+                body.extend_from_slice(&file.bytes);
+                body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+                (format!("multipart/form-data; boundary={boundary}"), Bytes::from(body))
+            }
         }
     }
 }
@@ -192,6 +251,21 @@ fn error_without_token(text: &str, token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_goes_as_a_form_whose_boundary_its_bytes_do_not_hold() {
+        let boundary = format!("baaaht-{:x}", std::process::id());
+        let file =
+            File { name: "my chart.png".into(), mime_type: "image/png".into(), bytes: boundary.clone().into_bytes() };
+        let fields = json!({"chat_id": 42});
+        let (content_type, body) = Body::Form { fields: &fields, field: "photo", file: &file }.encoded();
+        let chosen = content_type.strip_prefix("multipart/form-data; boundary=").expect("a form");
+        assert_eq!(chosen, format!("{boundary}x"));
+        let body = String::from_utf8(body.to_vec()).expect("text");
+        assert!(body.contains("name=\"chat_id\"\r\n\r\n42\r\n"), "{body}");
+        assert!(body.contains("name=\"photo\"; filename=\"my_chart.png\"\r\nContent-Type: image/png"), "{body}");
+        assert!(body.ends_with(&format!("\r\n--{chosen}--\r\n")), "{body}");
+    }
 
     #[test]
     fn a_refusal_says_how_long_to_wait_and_no_error_names_the_token() {

@@ -322,6 +322,17 @@ impl Surface for Answering<'_> {
         Ok(())
     }
 
+    async fn message(&self, text: &str, files: Vec<File>) -> Result<(), String> {
+        let api = &self.gateway.api;
+        for part in messages(&clean(text)) {
+            api.send(self.route.chat, &part, None, None).await.map_err(|e| e.to_string())?;
+        }
+        for file in &files {
+            api.send_file(self.route.chat, file).await.map_err(|e| format!("{}: {e}", file.name))?;
+        }
+        Ok(())
+    }
+
     async fn approval(&self, event: &v1::orchestrator_event::Event) {
         self.gateway.approval_event(event, self.route.chat).await;
     }

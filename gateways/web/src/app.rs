@@ -302,6 +302,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/sessions/{id}/model", post(api::model))
         .route("/api/sessions/{id}/stop", post(api::stop))
         .route("/api/sessions/{id}/export", get(api::export))
+        .route("/api/sessions/{id}/files/sent/{name}", get(crate::files::download))
         .route("/api/sessions/{id}/entries/{entry}/artifacts/{n}", get(crate::artifacts::serve))
         .route("/api/rooms", get(api::rooms).post(api::create_room))
         .route("/api/rooms/{id}/members", post(api::add_member))

@@ -221,7 +221,9 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
             };
             json!({"type": "error", "session": session, "turn": turn, "text": text})
         }
-        Event::Message(message) => json!({"type": "message", "session": session, "text": message.content}),
+        Event::Message(message) => json!({"type": "message", "session": session, "text": message.content,
+            "files": message.attachments.iter().map(|file| json!({"name": file.filename, "path": file.path,
+                "type": file.mime_type, "size": file.size_bytes})).collect::<Vec<_>>()}),
         Event::Notice(notice) => json!({"type": "notice", "session": session, "text": notice.content}),
         // A card with the answers as buttons, whichever conversation is open.
         Event::Approval(request) => json!({"type": "approval", "session": session, "id": request.id,

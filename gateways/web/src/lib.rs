@@ -11,6 +11,7 @@ pub mod artifacts;
 pub mod assets;
 pub mod events;
 pub mod export;
+pub mod files;
 pub mod home;
 pub mod oidc;
 pub mod store;

@@ -390,7 +390,27 @@ function onEvent(event) {
       announce("Reading untrusted content: some tools are paused.");
       break;
     }
-    case "message":
+    case "message": {
+      // What an agent sent (the `message` tool), with its files to download.
+      const element = bubble("notice", event.text);
+      if ((event.files || []).length) {
+        const list = document.createElement("ul");
+        list.className = "files";
+        list.setAttribute("aria-label", "Files sent");
+        for (const file of event.files) {
+          const item = document.createElement("li");
+          const link = document.createElement("a");
+          const name = file.path.replace(/^sent\//, "");
+          link.href = `/api/sessions/${encodeURIComponent(event.session)}/files/sent/${encodeURIComponent(name)}`;
+          link.download = name;
+          link.textContent = `📎 ${visible(file.name)} (${file.type}, ${size(file.size)})`;
+          item.append(link);
+          list.append(item);
+        }
+        element.append(list);
+      }
+      break;
+    }
     case "notice":
       bubble("notice", event.text);
       break;
