@@ -338,6 +338,14 @@ pub(crate) fn form(text: &str) -> Value {
     Value::Object(params)
 }
 
+/// Records a call made to a file's address (a download, an upload), not to a Web API method.
+fn record_file_call(state: &State, method: String, params: Value, token: &str) {
+    let (at, nanos) = (std::time::Instant::now(), crate::fake_provider::clock_nanos());
+    let call = Call { method, params, token: token.to_string(), limited: false, answer: Value::Null, at, nanos };
+    state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
+    state.changed();
+}
+
 async fn answer(state: &Arc<State>, mut request: hyper::Request<hyper::body::Incoming>) -> Response {
     let path = request.uri().path().to_string();
     if path == "/link" {
@@ -383,16 +391,7 @@ async fn answer(state: &Arc<State>, mut request: hyper::Request<hyper::body::Inc
     let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
     // An upload address files.getUploadURLExternal gave: the file's bytes, as Slack takes them.
     if let Some(id) = path.strip_prefix("/upload/") {
-        let call = Call {
-            method: format!("upload/{id}"),
-            params: json!({"bytes": body.len()}),
-            token: token.clone(),
-            limited: false,
-            answer: Value::Null,
-            at: std::time::Instant::now(),
-            nanos: crate::fake_provider::clock_nanos(),
-        };
-        state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
+        record_file_call(state, format!("upload/{id}"), json!({"bytes": body.len()}), &token);
         let mut uploads = state.uploads.lock().unwrap_or_else(PoisonError::into_inner);
         let Some((_, bytes)) = uploads.get_mut(id) else {
             return respond(404, json!({"ok": false, "error": "invalid_upload_url"}));
@@ -408,17 +407,7 @@ async fn answer(state: &Arc<State>, mut request: hyper::Request<hyper::body::Inc
     }
     if let Some(file) = path.strip_prefix("/api/files/") {
         let id = file.split('/').next().unwrap_or_default();
-        let call = Call {
-            method: format!("files/{id}"),
-            params: Value::Null,
-            token: token.clone(),
-            limited: false,
-            answer: Value::Null,
-            at: std::time::Instant::now(),
-            nanos: crate::fake_provider::clock_nanos(),
-        };
-        state.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
-        state.changed();
+        record_file_call(state, format!("files/{id}"), Value::Null, &token);
         if !token.starts_with("xoxb-") {
             return respond(403, json!({"ok": false, "error": "not_authed"}));
         }
