@@ -214,7 +214,7 @@ impl Workspaces {
         let sessions = shared_dirs::open_trusted(&self.sessions)?;
         let session_dir = shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon)?;
         let sent = shared_dirs::ensure_dir(&session_dir, OsStr::new(SENT), Owner::Daemon)?;
-        let (stem, extension) = crate::uploads::split_extension(name);
+        let (stem, extension) = baaaht_proto::files::split_extension(name);
         let mut kept = name.to_string();
         for number in 2.. {
             if shared_dirs::open_regular(&sent, OsStr::new(&kept))?.is_none() {

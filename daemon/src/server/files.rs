@@ -8,8 +8,7 @@ use tonic::{Request, Response, Status};
 use crate::auth::Operation;
 use crate::Shared;
 
-use super::check;
-use super::sessions::valid_id;
+use super::{check, valid_id};
 
 /// The size of each piece of a file sent to a client.
 const CHUNK: usize = 64 * 1024;

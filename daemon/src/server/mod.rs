@@ -66,6 +66,18 @@ pub(crate) fn correlation_id<T>(request: &Request<T>) -> String {
     request.extensions().get::<layer::CorrelationId>().map(|id| id.0.clone()).unwrap_or_default()
 }
 
+/// `id` as a session's, task's or person's id, or why not (naming `field`).
+fn valid_id(id: &str, field: &str) -> Result<(), Status> {
+    if crate::auth::is_valid_context_id(id) {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!(
+            "{field} `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
+            id.escape_debug()
+        )))
+    }
+}
+
 fn context_of(reference: Option<&v1::ContextRef>, field: &str) -> Result<Option<Context>, Status> {
     let Some(reference) = reference else { return Ok(None) };
     crate::server::convert::context_of(reference)

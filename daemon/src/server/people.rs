@@ -119,7 +119,7 @@ fn member_id(shared: &Shared, named: &str) -> Result<String, Status> {
     if crate::identities::is_channel_identity(named) {
         return Err(IdentityError::UnknownIdentity(named.to_string()).into());
     }
-    super::sessions::valid_id(named, "member")?;
+    super::valid_id(named, "member")?;
     Ok(named.to_string())
 }
 
@@ -476,7 +476,7 @@ impl v1::admin_server::Admin for AdminService {
         let sessions: Vec<String> = if session.is_empty() {
             self.shared.sessions.list(&crate::sessions::Filter::default()).into_iter().map(|record| record.id).collect()
         } else {
-            super::sessions::valid_id(&session, "session_id")?;
+            super::valid_id(&session, "session_id")?;
             vec![session]
         };
         for session in &sessions {

@@ -13,7 +13,7 @@ use crate::orchestrator::OrchestratorError;
 use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
 use crate::Shared;
 
-use super::{caller, check, context_of, limited, own_context, until_shutdown};
+use super::{caller, check, context_of, limited, own_context, until_shutdown, valid_id};
 
 impl From<SessionError> for Status {
     fn from(error: SessionError) -> Status {
@@ -282,17 +282,6 @@ pub(super) fn channel_of(caller: &Caller, requested: i32) -> Option<String> {
     match caller {
         Caller::Gateway(call) => Some(call.channel.to_string()),
         _ => channel_name(requested),
-    }
-}
-
-pub(super) fn valid_id(id: &str, field: &str) -> Result<(), Status> {
-    if crate::auth::is_valid_context_id(id) {
-        Ok(())
-    } else {
-        Err(Status::invalid_argument(format!(
-            "{field} `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
-            id.escape_debug()
-        )))
     }
 }
 

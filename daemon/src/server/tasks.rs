@@ -4,7 +4,6 @@
 use super::*;
 use crate::auth::ContextKind;
 use crate::scheduler::{Filter, SchedulerError, TaskKind, TaskRecord, TaskStatus};
-use sessions::valid_id;
 
 /// The `Tasks` service.
 #[derive(Debug, Clone)]
