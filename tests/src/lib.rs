@@ -12,6 +12,7 @@ pub mod matrix_person;
 pub mod oidc;
 pub mod scenario;
 pub mod synapse;
+pub mod tls;
 pub mod tmux;
 pub mod web;
 

@@ -113,55 +113,9 @@ impl MailServers {
         Ok(servers)
     }
 
-    fn run(command: &mut Command) -> Result<()> {
-        let output = command.output().with_context(|| format!("run {command:?}"))?;
-        if !output.status.success() {
-            bail!("{command:?} failed: {}", String::from_utf8_lossy(&output.stderr));
-        }
-        Ok(())
-    }
-
     /// A test authority and the servers' certificate from it (for 127.0.0.1 and localhost).
     fn certificates(&self) -> Result<()> {
-        let tls = self.dir.join("tls");
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-        Self::run(Command::new("openssl").current_dir(&tls).args(["req", "-x509"]).args(ec).args([
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=baaaht test mail CA",
-        ]))?;
-        Self::run(Command::new("openssl").current_dir(&tls).args(["req"]).args(ec).args([
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]))?;
-        std::fs::write(tls.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")?;
-        Self::run(Command::new("openssl").current_dir(&tls).args([
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "ext",
-        ]))?;
-        Ok(())
+        crate::tls::test_authority(&self.dir.join("tls"), "baaaht test mail CA")
     }
 
     fn start_dovecot(&mut self) -> Result<()> {
@@ -183,8 +137,8 @@ impl MailServers {
             imaps = self.imaps,
         );
         std::fs::write(self.dir.join("dovecot.conf"), config)?;
-        Self::run(Command::new("chown").args(["-R", "dovenull:dovenull"]).arg(self.dir.join("mail")))?;
-        Self::run(Command::new("chmod").args(["755"]).arg(&self.dir).arg(self.dir.join("run")))?;
+        crate::tls::run(Command::new("chown").args(["-R", "dovenull:dovenull"]).arg(self.dir.join("mail")))?;
+        crate::tls::run(Command::new("chmod").args(["755"]).arg(&self.dir).arg(self.dir.join("run")))?;
         let mut command = Command::new("dovecot");
         command.args(["-F", "-c"]).arg(self.dir.join("dovecot.conf"));
         self.dovecot = Some(crate::spawn(command, &self.dir.join("dovecot.out"))?);
@@ -235,7 +189,7 @@ impl MailServers {
         master.push_str(&submission(self.submissions, "-o smtpd_tls_wrappermode=yes"));
         master.push_str(&submission(self.submission, "-o smtpd_tls_security_level=encrypt"));
         std::fs::write(self.dir.join("postfix/master.cf"), master)?;
-        Self::run(Command::new("chown").args(["postfix"]).arg(self.dir.join("pdata")))?;
+        crate::tls::run(Command::new("chown").args(["postfix"]).arg(self.dir.join("pdata")))?;
         let mut command = Command::new("postfix");
         command.arg("-c").arg(self.dir.join("postfix")).arg("start-fg");
         self.postfix = Some(crate::spawn(command, &self.dir.join("postfix.out"))?);

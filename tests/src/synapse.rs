@@ -31,6 +31,9 @@ pub fn synapse_dir() -> PathBuf {
 pub struct Synapse {
     pub dir: PathBuf,
     pub port: u16,
+    /// The client API with TLS (a certificate from [`Synapse::ca`]), for a gateway in a
+    /// container, whose tunnel carries https only.
+    pub tls_port: u16,
     process: Option<Running>,
 }
 
@@ -60,12 +63,17 @@ impl Synapse {
         if !generated.status.success() {
             bail!("Synapse could not generate its configuration: {}", String::from_utf8_lossy(&generated.stderr));
         }
-        let port = free_port()?;
+        let (port, tls_port) = (free_port()?, free_port()?);
+        crate::tls::test_authority(&dir.join("tls"), "baaaht test homeserver CA")?;
+        let tls = dir.join("tls").display().to_string();
         // What the test needs beyond the generated defaults (a later key replaces an earlier one).
         let limits = "{per_second: 1000, burst_count: 1000}";
         let overrides = format!(
             "\nlisteners:\n  - port: {port}\n    bind_addresses: ['127.0.0.1']\n    type: http\n    tls: false\n    \
              x_forwarded: false\n    resources:\n      - names: [client]\n        compress: false\n\
+             \x20 - port: {tls_port}\n    bind_addresses: ['127.0.0.1']\n    type: http\n    tls: true\n    \
+             x_forwarded: false\n    resources:\n      - names: [client]\n        compress: false\n\
+             tls_certificate_path: \"{tls}/server.pem\"\ntls_private_key_path: \"{tls}/server.key\"\n\
              registration_shared_secret: \"baaaht-test-secret\"\ntrusted_key_servers: []\n\
              suppress_key_server_warning: true\nrc_message: {limits}\nrc_registration: {limits}\n\
              rc_login:\n  address: {limits}\n  account: {limits}\n  failed_attempts: {limits}\n\
@@ -80,7 +88,7 @@ impl Synapse {
         // Its log's path is relative: in its own folder, not wherever the test runs.
         command.current_dir(&dir).args(["-m", "synapse.app.homeserver", "--config-path"]).arg(&config);
         let process = crate::spawn(command, &dir.join("synapse.out"))?;
-        let synapse = Synapse { dir, port, process: Some(process) };
+        let synapse = Synapse { dir, port, tls_port, process: Some(process) };
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             let answered = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
@@ -110,6 +118,16 @@ impl Synapse {
     /// The client API's address.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The client API's address with TLS.
+    pub fn tls_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.tls_port)
+    }
+
+    /// The authority whose certificate [`Synapse::tls_url`] shows.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("tls/ca.pem")
     }
 
     /// Registers `name` with `password` (Synapse's own tool, with the shared secret): its user id.

@@ -102,7 +102,11 @@ fn an_encrypted_dm_is_answered_as_edits_of_one_reply_a_file_comes_encrypted_and_
             .await
             .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
         assert_eq!(text, "echo: hello from matrix in many words");
-        assert!(edits >= 2, "the answer grew as it was written ({edits} edits)");
+        // Put up with its first words (no placeholder), then edited as it grew.
+        let first = person.said().into_iter().find(|said| said.reply_to.as_deref() == Some(asked.as_str()));
+        let first = first.map(|said| said.body).unwrap_or_default();
+        assert!(first.starts_with("echo:") && first != text, "the reply came with its first words: {first:?}");
+        assert!(edits >= 1, "the answer grew as it was written ({edits} edits)");
         assert_eq!(person.undecryptable(), 0, "alice read everything");
 
         // A file the Worker sends comes as an encrypted attachment Alice's client opens.
@@ -233,4 +237,61 @@ fn an_invitation_from_another_homeserver_is_declined() {
         person.dm(&bot).await.expect("a DM");
     });
     assert!(logged(&gateway, "an invitation from outside the allowed homeservers declined"), "{}", gateway.log_text());
+}
+
+#[test]
+fn in_its_container_the_gateway_reaches_the_homeserver_through_the_daemon_and_a_new_container_keeps_the_device() {
+    let rt = baaaht_tests::runtime();
+    let _entered = rt.enter();
+    let synapse = synapse();
+    let bot = synapse.register(BOT.0, BOT.1).expect("bot");
+    let alice = synapse.register(ALICE.0, ALICE.1).expect("alice");
+    let mut options = matrix_options();
+    // The homeserver is on loopback, which the egress filter lets in only when told to.
+    options.env.push(("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", synapse.tls_port)));
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let ca = synapse.ca().display().to_string();
+    let added = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let request = v1::AddGatewayRequest {
+            kind: "matrix".into(),
+            name: "home".into(),
+            homeserver: synapse.tls_url(),
+            mode: "container".into(),
+            args: ["--user", &bot, "--allow-server", "home.test", "--ca-file", &ca].map(String::from).to_vec(),
+            ..Default::default()
+        };
+        host.admin.add_gateway(request).await.expect("AddGateway").into_inner()
+    });
+    assert_eq!(added.gateway.as_ref().map(|info| info.namespace.as_str()), Some("matrix:"));
+    let logs = || format!("{}\n{}", daemon.log_text(), synapse.log_text());
+    let store = tempfile::tempdir().expect("store");
+    rt.block_on(async {
+        let person = MatrixPerson::sign_in(&synapse.url(), &alice, ALICE.1, store.path()).await.expect("alice");
+        let room = person.dm(&bot).await.expect("a DM");
+        person.joined(&room, &bot, WAIT).await.unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        let asked = person.say(&room, "from a container").await.expect("say");
+        let answered = person.wait_for_answer(&asked, WAIT, |text| text == "echo: from a container").await;
+        assert!(answered.is_ok(), "{answered:?}\n{}", logs());
+        let container = baaaht_tests::gateway::only_container(&daemon);
+        // From inside, the egress socket opens the homeserver only.
+        let refused = baaaht_tests::gateway::egress_from_inside(&container);
+        assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
+        assert!(
+            refused.contains(&format!("127.0.0.1:{}", synapse.tls_port)),
+            "the host it may reach is named: {refused}"
+        );
+
+        // The container goes: the daemon starts another, which goes on as the same device with
+        // the keys kept in the gateway's state folder, so Alice reads what it writes.
+        baaaht_tests::docker(&["rm", "-f", &container]).expect("remove the container");
+        let asked = person.say(&room, "after the container was replaced").await.expect("say");
+        let answered =
+            person.wait_for_answer(&asked, 2 * WAIT, |text| text == "echo: after the container was replaced").await;
+        assert!(answered.is_ok(), "{answered:?}\n{}", logs());
+        assert_eq!(person.undecryptable(), 0, "no \"unable to decrypt\" after the container was replaced");
+        let bot_id = matrix_sdk::ruma::UserId::parse(bot.as_str()).expect("user id");
+        let devices = person.client.encryption().get_user_devices(&bot_id).await.expect("the bot's devices");
+        assert_eq!(devices.devices().count(), 1, "the bot has one device, kept across containers");
+    });
 }

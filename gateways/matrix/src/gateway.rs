@@ -14,7 +14,7 @@ use baaaht_gateway_kit::daemon::{File, Person, Place};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::text::clean;
-use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing, PLACEHOLDER};
+use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client as Daemon;
 use baaaht_proto::v1;
 use matrix_sdk::config::SyncSettings;
@@ -29,6 +29,13 @@ use matrix_sdk::Client;
 
 /// How often the answer being written is edited (homeservers limit how fast a user sends).
 const UPDATE_EVERY: Duration = Duration::from_millis(1500);
+/// The most characters an answer shows while it is written (Matrix events are at most 64 KiB).
+const LIVE_LIMIT: usize = 16_000;
+/// How long a sync waits at the homeserver for something new (the long poll).
+const SYNC_WAIT: Duration = Duration::from_secs(30);
+/// A sync answered this fast with nothing new is followed by a pause of [`QUICK_SYNC_PAUSE`].
+const QUICK_SYNC: Duration = Duration::from_millis(50);
+const QUICK_SYNC_PAUSE: Duration = Duration::from_millis(200);
 
 /// What the gateway knows for its whole life.
 pub struct Gateway {
@@ -99,22 +106,30 @@ impl Gateway {
             }
         });
         tracing::info!("listening to Matrix");
+        // Synced here, not by matrix-sdk's own loop (`sync`, `sync_with_callback`): that one
+        // waits a second after any sync that came less than a second after the one before, so
+        // while people wrote every message and answer waited up to a second
+        // (`baaaht-bench channels --only matrix`). The homeserver's long poll paces this one.
+        let settings = SyncSettings::default().timeout(SYNC_WAIT);
         loop {
-            let synced = self
-                .client
-                .sync_with_callback(SyncSettings::default(), |_| {
-                    let health = health.clone();
-                    async move {
-                        health.up();
-                        matrix_sdk::LoopCtrl::Continue
+            let started = Instant::now();
+            match self.client.sync_once(settings.clone()).await {
+                Ok(response) => {
+                    health.up();
+                    backoff.reset();
+                    // A homeserver that answers at once with nothing new (one that ignores the
+                    // wait asked for) is not asked again at once.
+                    let nothing = response.rooms.is_empty() && response.to_device.is_empty();
+                    if nothing && started.elapsed() < QUICK_SYNC {
+                        tokio::time::sleep(QUICK_SYNC_PAUSE).await;
                     }
-                })
-                .await;
-            if let Err(error) = synced {
-                let wait = backoff.next_wait();
-                tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "the sync failed");
-                health.down(&error.to_string());
-                tokio::time::sleep(wait).await;
+                }
+                Err(error) => {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "the sync failed");
+                    health.down(&error.to_string());
+                    tokio::time::sleep(wait).await;
+                }
             }
         }
     }
@@ -316,13 +331,15 @@ fn mime_of(mime: Option<String>) -> String {
     mime.filter(|mime| !mime.trim().is_empty()).unwrap_or_else(|| "application/octet-stream".into())
 }
 
-/// The answer's message: its event, and what it shows.
+/// The answer's message: its event once it is up, and what it shows.
 pub struct Shown {
-    event: OwnedEventId,
+    event: Option<OwnedEventId>,
     text: String,
 }
 
-/// One turn's answer in Matrix: a reply to the message that asked.
+/// One turn's answer in Matrix: a reply to the message that asked, put up with its first words
+/// (the typing notice stands for it until then: each event costs the homeserver a round, and a
+/// placeholder first would hold the first words back by one), then edited.
 struct Answering<'a> {
     gateway: &'a Gateway,
     room: &'a Room,
@@ -330,10 +347,20 @@ struct Answering<'a> {
 }
 
 impl Answering<'_> {
-    async fn edit(&self, answer: &Shown, text: &str) -> Result<(), String> {
-        let content = RoomMessageEventContent::text_plain(text)
-            .make_replacement(ReplacementMetadata::new(answer.event.clone(), None));
-        self.room.send(content).await.map(drop).map_err(|error| error.to_string())
+    /// Shows `text`: the reply put up, or edited once it is.
+    async fn put(&self, answer: &mut Shown, text: &str) -> Result<(), String> {
+        let content = RoomMessageEventContent::text_plain(text);
+        let content = match &answer.event {
+            Some(event) => content.make_replacement(ReplacementMetadata::new(event.clone(), None)),
+            None => {
+                let asked = self.asked.clone().into_full_event(self.room.room_id().to_owned());
+                content.make_reply_to(&asked, ForwardThread::Yes, AddMentions::No)
+            }
+        };
+        let sent = self.room.send(content).await.map_err(|error| error.to_string())?;
+        answer.event.get_or_insert(sent.response.event_id);
+        answer.text = text.to_string();
+        Ok(())
     }
 }
 
@@ -345,25 +372,24 @@ impl Surface for Answering<'_> {
     }
 
     async fn open(&self) -> Result<Shown, String> {
-        let asked = self.asked.clone().into_full_event(self.room.room_id().to_owned());
-        let content =
-            RoomMessageEventContent::text_plain(PLACEHOLDER).make_reply_to(&asked, ForwardThread::Yes, AddMentions::No);
-        let sent = self.room.send(content).await.map_err(|error| error.to_string())?;
-        Ok(Shown { event: sent.response.event_id, text: PLACEHOLDER.into() })
+        Ok(Shown { event: None, text: String::new() })
     }
 
     async fn show(&self, answer: &mut Shown, writing: &Writing) -> Result<bool, String> {
-        let live = turn::live(writing, usize::MAX);
+        // Nothing to show yet: the typing notice says it is coming.
+        if writing.text.trim().is_empty() && writing.status.is_empty() {
+            return Ok(false);
+        }
+        let live = turn::live(writing, LIVE_LIMIT);
         if live == answer.text {
             return Ok(false);
         }
-        self.edit(answer, &live).await?;
-        answer.text = live;
+        self.put(answer, &live).await?;
         Ok(true)
     }
 
-    async fn close(&self, answer: Shown, writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
-        self.edit(&answer, &turn::whole(&clean(&writing.text), trouble)).await
+    async fn close(&self, mut answer: Shown, writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
+        self.put(&mut answer, &turn::whole(&clean(&writing.text), trouble)).await
     }
 
     async fn message(&self, text: &str, files: Vec<File>) -> Result<(), String> {

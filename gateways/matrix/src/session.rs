@@ -50,8 +50,13 @@ pub async fn signed_in(settings: &Settings<'_>) -> Result<(Client, bool), String
     std::fs::create_dir_all(settings.state)
         .map_err(|error| format!("cannot make {}: {error}", settings.state.display()))?;
     let key = passphrase(settings.state)?;
-    let mut builder =
-        Client::builder().homeserver_url(settings.homeserver).sqlite_store(settings.state.join("store"), Some(&key));
+    // The SDK's store for small machines: a connection per core with 500 kB of cache each (its
+    // default is four connections a core, each with SQLite's 2 MB).
+    let store =
+        matrix_sdk::SqliteStoreConfig::with_low_memory_config(settings.state.join("store")).passphrase(Some(&key));
+    let mut builder = Client::builder()
+        .homeserver_url(settings.homeserver)
+        .sqlite_store_with_config_and_cache_path(store, None::<&std::path::Path>);
     if let Some(proxy) = &settings.proxy {
         builder = builder.proxy(proxy);
     }

@@ -16,7 +16,7 @@ use baaaht_tests::scenario;
 use baaaht_tests::synapse::Synapse;
 
 use crate::channels::{host_round, PEOPLE, SENDERS};
-use crate::{cli_first_token, first_stamp, header, rss_mib, Row};
+use crate::{cli_first_token, first_stamp, header, rss_mib, status_mib, Row};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -68,6 +68,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     let idle = rss_mib(gateway.id())?;
+    let idle_anon = status_mib(gateway.id(), "RssAnon")?;
     let mut rows = [
         Row {
             name: "Matrix: provider's first token → first edit showing it (decrypted)".into(),
@@ -75,6 +76,11 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
             values: vec![],
         },
         Row { name: "baseline: the same first token → a host client (CLI path)".into(), unit: "ms", values: vec![] },
+        Row {
+            name: "baseline: Synapse alone, a person's message → another's client (decrypted)".into(),
+            unit: "ms",
+            values: vec![],
+        },
         Row {
             name: format!("Matrix: {SENDERS} people writing at once, answered per second"),
             unit: "msgs/s",
@@ -108,6 +114,27 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
             first.person.wait_for_answer(&asked, WAIT, |text| !text.ends_with('…') && text.contains('@')).await?;
             rows[1].values.push(cli_first_token(&mut host).await?);
         }
+        // What the homeserver alone takes: a message from one person's client to another's,
+        // encrypted and decrypted, with no gateway between.
+        let peer_name = synapse.register("peer", "pw")?;
+        let peer_store = tempfile::tempdir()?;
+        let peer = MatrixPerson::sign_in(&synapse.url(), &peer_name, "pw", peer_store.path()).await?;
+        let between = first.person.dm(&peer_name).await?;
+        peer.client.join_room_by_id(between.room_id()).await?;
+        first.person.joined(&between, &peer_name, WAIT).await?;
+        let peer_room = peer.client.get_room(between.room_id()).context("the peer's room")?;
+        for run in 0..runs {
+            let sent = clock_nanos();
+            peer.say(&peer_room, &format!("ping {run} {sent}")).await?;
+            let deadline = Instant::now() + WAIT;
+            while !first.person.said().iter().any(|said| said.body == format!("ping {run} {sent}")) {
+                if Instant::now() > deadline {
+                    bail!("the peer's message did not arrive");
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            rows[2].values.push(clock_nanos().saturating_sub(sent) as f64 / 1e6);
+        }
         let mut chats = vec![first];
         for person in 1..SENDERS {
             chats.push(chat(&synapse, &bot, &format!("p{person}")).await?);
@@ -122,11 +149,11 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
                 chat.person.wait_for_answer(asked, WAIT, |text| text == format!("echo: hi {round}")).await?;
             }
             if round > 0 {
-                rows[2].values.push(SENDERS as f64 / started.elapsed().as_secs_f64());
+                rows[3].values.push(SENDERS as f64 / started.elapsed().as_secs_f64());
             }
             let (count, started) = host_round(&daemon, round).await?;
             if round > 0 {
-                rows[3].values.push(count as f64 / started.elapsed().as_secs_f64());
+                rows[4].values.push(count as f64 / started.elapsed().as_secs_f64());
             }
         }
         drop(chats);
@@ -136,8 +163,9 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
             let asked = chat.person.say(&chat.room, "hello").await?;
             chat.person.wait_for_answer(&asked, WAIT, |text| text == "echo: hello").await.context("answered")?;
         }
-        rss_mib(gateway.id())
+        Ok::<_, anyhow::Error>((rss_mib(gateway.id())?, status_mib(gateway.id(), "RssAnon")?))
     })?;
+    let (busy, busy_anon) = busy;
     println!(
         "\nbaaaht-matrix: {runs} encrypted DMs of a paced 20-token answer (first token → the first edit showing it, \
          decrypted) beside the CLI's path, and {rounds} rounds of {SENDERS} people writing at once beside {SENDERS} \
@@ -146,21 +174,28 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
     header();
     let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();
     let added = p50[0] - p50[1];
+    let over_synapse = p50[0] - p50[2];
     println!("{:<72} {:>10.2}  MiB", "baaaht-matrix resident memory, idle", idle);
     println!("{:<72} {:>10.2}  MiB", format!("baaaht-matrix resident memory, {PEOPLE} people have written"), busy);
+    println!("{:<72} {:>10.2}  MiB", "  of it its own data (RssAnon; the rest is code and files), idle", idle_anon);
+    println!("{:<72} {:>10.2}  MiB", format!("  of it its own data, {PEOPLE} people have written"), busy_anon);
     println!(
-        "\nfirst visible words in Matrix: {added:+.2} ms p50 over the CLI's path (target ≤ +50); throughput {:.2}× the \
-         host client's (target ≥ 0.5); memory {busy:.1} MiB with {PEOPLE} people (target ≤ 30)",
-        p50[2] / p50[3]
+        "\nfirst visible words in Matrix: {added:+.2} ms p50 over the CLI's path, {over_synapse:+.2} ms over Synapse's own \
+         delivery (target ≤ +50 over the local server); throughput {:.2}× the host client's (target ≥ 0.5); memory \
+         {busy:.1} MiB with {PEOPLE} people (target ≤ 30)",
+        p50[3] / p50[4]
     );
     Ok(format!(
         "matrix_first_update_p50_ms={:.2} matrix_cli_first_token_p50_ms={:.2} matrix_added_p50_ms={added:.2} \
+         matrix_synapse_alone_p50_ms={:.2} matrix_added_over_synapse_p50_ms={over_synapse:.2} \
          matrix_msgs_per_s={:.2} matrix_host_msgs_per_s={:.2} matrix_throughput_vs_host={:.2} \
-         matrix_rss_idle_mib={idle:.1} matrix_rss_{PEOPLE}_people_mib={busy:.1}",
+         matrix_rss_idle_mib={idle:.1} matrix_rss_{PEOPLE}_people_mib={busy:.1} matrix_anon_idle_mib={idle_anon:.1} \
+         matrix_anon_{PEOPLE}_people_mib={busy_anon:.1}",
         p50[0],
         p50[1],
         p50[2],
         p50[3],
-        p50[2] / p50[3]
+        p50[4],
+        p50[3] / p50[4]
     ))
 }

@@ -344,14 +344,20 @@ pub(crate) async fn cli_first_token(host: &mut baaaht_proto::client::Client) -> 
 
 /// A process's resident memory, in MiB.
 pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    status_mib(pid, "VmRSS")
+}
+
+/// The `field` of a process's `/proc/{pid}/status` (a size in KiB there), in MiB: `VmRSS` all
+/// it holds in memory, `RssAnon` its own data (the rest is the binary's code and files read).
+pub(crate) fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
     use anyhow::Context as _;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib: f64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|kib| kib.parse().ok())
-        .context("VmRSS")?;
+        .with_context(|| field.to_string())?;
     Ok(kib / 1024.0)
 }
 
