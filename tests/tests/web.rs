@@ -208,7 +208,11 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         let link = alice.find(Locator::Css(".notice .files a[download]")).await.expect("the file's link");
         assert!(link.text().await.expect("text").starts_with("📎 report.csv (text/csv"), "{:?}", link.text().await);
         let sent_file = link.attr("href").await.expect("href").expect("an address");
-        assert!(text_of(&alice, ".notice").await.contains(scenario::REPORT_MESSAGE), "{}", text_of(&alice, "#log").await);
+        // Its message is markdown, shown as answers are.
+        let said = text_of(&alice, ".notice.message").await;
+        assert!(said.contains("Here is the May report."), "{said}");
+        assert_eq!(text_of(&alice, ".notice.message strong").await, "May");
+        screenshot(&alice, dir.path(), "web-file-sent-desktop-light").await;
 
         // HTML and SVG in an answer are drawn in sandboxed frames: the page's script runs,
         // but reaches neither the site's cookie nor its API.

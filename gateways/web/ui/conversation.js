@@ -391,8 +391,10 @@ function onEvent(event) {
       break;
     }
     case "message": {
-      // What an agent sent (the `message` tool), with its files to download.
-      const element = bubble("notice", event.text);
+      // What an agent sent (the `message` tool, markdown as answers are), with its files to
+      // download.
+      const element = bubble("notice message");
+      render(textOf(element), event.text);
       if ((event.files || []).length) {
         const list = document.createElement("ul");
         list.className = "files";
