@@ -91,6 +91,11 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
             unit: "msgs/s",
             values: vec![],
         },
+        Row {
+            name: format!("baseline: Synapse alone, {SENDERS} people's messages read by one client per second"),
+            unit: "msgs/s",
+            values: vec![],
+        },
     ];
     let busy = rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await?;
@@ -156,6 +161,35 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
                 rows[4].values.push(count as f64 / started.elapsed().as_secs_f64());
             }
         }
+        // What Synapse alone carries: the same people each writing at once to one peer in a
+        // direct chat of their own, every message read (decrypted) at the peer's client. An
+        // answering bot needs at least this round and one more event back.
+        let mut to_peer = vec![];
+        for chat in &chats {
+            let room = chat.person.dm(&peer_name).await?;
+            peer.client.join_room_by_id(room.room_id()).await?;
+            chat.person.joined(&room, &peer_name, WAIT).await?;
+            to_peer.push(room);
+        }
+        for round in 0..=rounds {
+            let started = Instant::now();
+            let mut sent = vec![];
+            for (n, (chat, room)) in chats.iter().zip(&to_peer).enumerate() {
+                let text = format!("to the peer {round} {n}");
+                chat.person.say(room, &text).await?;
+                sent.push(text);
+            }
+            let deadline = Instant::now() + WAIT;
+            while !sent.iter().all(|text| peer.said().iter().any(|said| said.body == *text)) {
+                if Instant::now() > deadline {
+                    bail!("the peer did not read every message");
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if round > 0 {
+                rows[5].values.push(SENDERS as f64 / started.elapsed().as_secs_f64());
+            }
+        }
         drop(chats);
         // The rest write once: 50 have written when the memory is read.
         for person in SENDERS..PEOPLE {
@@ -181,14 +215,16 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
     println!("{:<72} {:>10.2}  MiB", format!("  of it its own data, {PEOPLE} people have written"), busy_anon);
     println!(
         "\nfirst visible words in Matrix: {added:+.2} ms p50 over the CLI's path, {over_synapse:+.2} ms over Synapse's own \
-         delivery (target ≤ +50 over the local server); throughput {:.2}× the host client's (target ≥ 0.5); memory \
-         {busy:.1} MiB with {PEOPLE} people (target ≤ 30)",
-        p50[3] / p50[4]
+         delivery (target ≤ +50 over the local server); throughput {:.2}× the host client's (target ≥ 0.5), {:.2}× \
+         Synapse's own one-way rate; memory {busy:.1} MiB with {PEOPLE} people (target ≤ 30)",
+        p50[3] / p50[4],
+        p50[3] / p50[5]
     );
     Ok(format!(
         "matrix_first_update_p50_ms={:.2} matrix_cli_first_token_p50_ms={:.2} matrix_added_p50_ms={added:.2} \
          matrix_synapse_alone_p50_ms={:.2} matrix_added_over_synapse_p50_ms={over_synapse:.2} \
          matrix_msgs_per_s={:.2} matrix_host_msgs_per_s={:.2} matrix_throughput_vs_host={:.2} \
+         matrix_synapse_msgs_per_s={:.2} matrix_throughput_vs_synapse={:.2} \
          matrix_rss_idle_mib={idle:.1} matrix_rss_{PEOPLE}_people_mib={busy:.1} matrix_anon_idle_mib={idle_anon:.1} \
          matrix_anon_{PEOPLE}_people_mib={busy_anon:.1}",
         p50[0],
@@ -196,6 +232,8 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
         p50[2],
         p50[3],
         p50[4],
-        p50[3] / p50[4]
+        p50[3] / p50[4],
+        p50[5],
+        p50[3] / p50[5]
     ))
 }
