@@ -8,7 +8,6 @@ use baaaht_email::gateway::{Gateway, Options};
 use baaaht_email::server::{Server, Trust};
 use baaaht_email::threads::Threads;
 use baaaht_gateway_kit::cli::Supervised;
-use baaaht_gateway_kit::health::Health;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -54,16 +53,10 @@ struct Cli {
     /// The largest attachment taken, in bytes (the daemon's sessions.max_upload_bytes holds too)
     #[arg(long, value_name = "BYTES", default_value_t = 25 * 1024 * 1024)]
     max_file_bytes: u64,
-    /// Seconds without the mailbox before the gateway calls itself unhealthy
-    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
-    unhealthy_after: u64,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    baaaht_proto::lifecycle::use_ring_for_tls();
-    baaaht_proto::lifecycle::log_to_stderr();
-    baaaht_proto::lifecycle::exit("baaaht-email", run(Cli::parse()).await)
+fn main() -> std::process::ExitCode {
+    baaaht_gateway_kit::cli::main("baaaht-email", || run(Cli::parse()))
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -80,7 +73,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         return Ok(());
     }
     let threads = Threads::open(&cli.state_dir)?;
-    let health = Health::new("the mail server", std::time::Duration::from_secs(cli.unhealthy_after));
+    let health = supervised.health("the mail server", std::time::Duration::from_secs(120));
     let missing = "no mailbox password: store EMAIL_PASSWORD_{NAME} with `baaahtd secrets set`";
     let (daemon, password) = supervised.start(&health, "password", missing).await?;
     let options = Options {

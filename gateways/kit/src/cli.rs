@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::egress::Egress;
 
@@ -27,12 +28,37 @@ pub struct Supervised {
     /// Stop when this process is no longer the parent (a host child of a daemon that died)
     #[arg(long, value_name = "PID")]
     pub parent: Option<u32>,
+    /// Seconds without the channel's service before the gateway calls itself unhealthy (120 s,
+    /// Slack's 60 s, when not given)
+    #[arg(long, value_name = "SECONDS")]
+    pub unhealthy_after: Option<u64>,
     /// Only check these arguments and exit (0: usable)
     #[arg(long)]
     pub check: bool,
 }
 
+/// A chat gateway's `main`: TLS by ring, logs to stderr, `run` on a tokio runtime, and the
+/// process's exit code from what it returned (an error's sentence printed as `name: …`).
+pub fn main<F>(name: &str, run: impl FnOnce() -> F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<(), String>>,
+{
+    baaaht_proto::lifecycle::use_ring_for_tls();
+    baaaht_proto::lifecycle::log_to_stderr();
+    let outcome = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(error) => Err(format!("cannot start the async runtime: {error}")),
+    };
+    baaaht_proto::lifecycle::exit(name, outcome)
+}
+
 impl Supervised {
+    /// The gateway's health: unhealthy after `--unhealthy-after` seconds (else `default`)
+    /// without `service`.
+    pub fn health(&self, service: &str, default: Duration) -> Arc<crate::health::Health> {
+        crate::health::Health::new(service, self.unhealthy_after.map_or(default, Duration::from_secs))
+    }
+
     /// Where the gateway's connections go.
     pub fn egress(&self) -> Egress {
         match &self.egress_socket {

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use baaaht_gateway_kit::cli::Supervised;
-use baaaht_gateway_kit::health::Health;
 use baaaht_matrix::gateway::Gateway;
 use baaaht_matrix::session::{signed_in, Settings};
 use clap::Parser;
@@ -36,16 +35,10 @@ struct Cli {
     /// The largest file taken from a room, in bytes (the daemon's sessions.max_upload_bytes holds too)
     #[arg(long, value_name = "BYTES", default_value_t = 25 * 1024 * 1024)]
     max_file_bytes: u64,
-    /// Seconds without the homeserver before the gateway calls itself unhealthy
-    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
-    unhealthy_after: u64,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    baaaht_proto::lifecycle::use_ring_for_tls();
-    baaaht_proto::lifecycle::log_to_stderr();
-    baaaht_proto::lifecycle::exit("baaaht-matrix", run(Cli::parse()).await)
+fn main() -> std::process::ExitCode {
+    baaaht_gateway_kit::cli::main("baaaht-matrix", || run(Cli::parse()))
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -85,7 +78,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     if supervised.check {
         return Ok(());
     }
-    let health = Health::new("the homeserver", std::time::Duration::from_secs(cli.unhealthy_after));
+    let health = supervised.health("the homeserver", std::time::Duration::from_secs(120));
     let missing = "no password for the bot: store MATRIX_PASSWORD_{NAME} with `baaahtd secrets set`";
     let (daemon, password) = supervised.start(&health, "password", missing).await?;
     let proxy = baaaht_gateway_kit::egress::local_proxy(supervised.egress())

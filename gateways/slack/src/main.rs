@@ -5,7 +5,6 @@ use std::sync::Arc;
 use baaaht_gateway_kit::cli::Supervised;
 use baaaht_proto::client;
 use baaaht_slack::gateway::Gateway;
-use baaaht_slack::health::Health;
 use baaaht_slack::route::Trigger;
 use baaaht_slack::{events_http, socket_mode};
 use clap::Parser;
@@ -37,9 +36,6 @@ struct Cli {
     /// Where the Events API is served (with --events http)
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3000")]
     listen: std::net::SocketAddr,
-    /// Seconds without a connection to Slack before the gateway calls itself unhealthy
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    unhealthy_after: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -48,11 +44,8 @@ enum Events {
     Http,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    baaaht_proto::lifecycle::use_ring_for_tls();
-    baaaht_proto::lifecycle::log_to_stderr();
-    baaaht_proto::lifecycle::exit("baaaht-slack", run(Cli::parse()).await)
+fn main() -> std::process::ExitCode {
+    baaaht_gateway_kit::cli::main("baaaht-slack", || run(Cli::parse()))
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -60,7 +53,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     if supervised.check {
         return Ok(());
     }
-    let health = Health::new("Slack", std::time::Duration::from_secs(cli.unhealthy_after));
+    let health = supervised.health("Slack", std::time::Duration::from_secs(60));
     if let Some(path) = &supervised.health_socket {
         baaaht_proto::lifecycle::serve_health(health.clone(), path)?;
     }

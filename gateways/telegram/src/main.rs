@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use baaaht_gateway_kit::cli::Supervised;
-use baaaht_gateway_kit::health::Health;
 use baaaht_telegram::api::Api;
 use baaaht_telegram::gateway::Gateway;
 use clap::Parser;
@@ -20,16 +19,10 @@ struct Cli {
     /// the daemon's sessions.max_upload_bytes holds as well)
     #[arg(long, value_name = "BYTES", default_value_t = 20 * 1024 * 1024)]
     max_file_bytes: u64,
-    /// Seconds without an answer from Telegram before the gateway calls itself unhealthy
-    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
-    unhealthy_after: u64,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    baaaht_proto::lifecycle::use_ring_for_tls();
-    baaaht_proto::lifecycle::log_to_stderr();
-    baaaht_proto::lifecycle::exit("baaaht-telegram", run(Cli::parse()).await)
+fn main() -> std::process::ExitCode {
+    baaaht_gateway_kit::cli::main("baaaht-telegram", || run(Cli::parse()))
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -38,7 +31,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     if supervised.check {
         return Api::new(&cli.api_url, "", egress).map(drop);
     }
-    let health = Health::new("Telegram", std::time::Duration::from_secs(cli.unhealthy_after));
+    let health = supervised.health("Telegram", std::time::Duration::from_secs(120));
     let missing = "no bot token: store TELEGRAM_BOT_TOKEN_{NAME} with `baaahtd secrets set` (BotFather gives it)";
     let (daemon, token) = supervised.start(&health, "bot_token", missing).await?;
     let api = Api::new(&cli.api_url, &token, egress)?;
