@@ -95,18 +95,10 @@ fn telegram(runs: usize, rounds: usize) -> Result<String> {
     let (_provider, daemon) = scenario::start(&rt, brain(), options)?;
     let gateway = gateway_for(&rt, &daemon, &fake);
     let mut rows = [
-        Row { name: "Telegram: provider's first token → first edit showing it".into(), unit: "ms", values: vec![] },
-        Row { name: "baseline: the same first token → a host client (CLI path)".into(), unit: "ms", values: vec![] },
-        Row {
-            name: format!("Telegram: {SENDERS} people writing at once, answered per second"),
-            unit: "msgs/s",
-            values: vec![],
-        },
-        Row {
-            name: format!("baseline: the same {SENDERS} contexts, host client messages per second"),
-            unit: "msgs/s",
-            values: vec![],
-        },
+        Row::new("Telegram: provider's first token → first edit showing it", "ms"),
+        Row::new("baseline: the same first token → a host client (CLI path)", "ms"),
+        Row::new(format!("Telegram: {SENDERS} people writing at once, answered per second"), "msgs/s"),
+        Row::new(format!("baseline: the same {SENDERS} contexts, host client messages per second"), "msgs/s"),
     ];
     let (idle, busy) = rt.block_on(async {
         if !fake.wait_for(Duration::from_secs(60), |fake| !fake.calls_of("getUpdates").is_empty()).await {

@@ -163,36 +163,15 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
     };
     let (gateway, _) = baaaht_tests::gateway::run_external(&rt, &daemon, request, "baaaht-email", &args);
     let mut rows = [
-        Row {
-            name: "email: provider's last token → the reply in the sender's mailbox".into(),
-            unit: "ms",
-            values: vec![],
-        },
-        Row {
-            name: "baseline: the same last token → the reply at a host client (CLI path)".into(),
-            unit: "ms",
-            values: vec![],
-        },
-        Row {
-            name: "the mail servers alone: SMTP handed → delivered in a mailbox".into(), unit: "ms", values: vec![]
-        },
-        Row {
-            name: format!("email: {SENDERS} people writing at once, answered per second"),
-            unit: "msgs/s",
-            values: vec![],
-        },
-        Row {
-            name: format!("baseline: the same {SENDERS} contexts, host client messages per second"),
-            unit: "msgs/s",
-            values: vec![],
-        },
-        Row {
-            name: format!(
-                "the mail servers alone: {SENDERS} mails in, {SENDERS} answers out (TLS, sign-in), per second"
-            ),
-            unit: "msgs/s",
-            values: vec![],
-        },
+        Row::new("email: provider's last token → the reply in the sender's mailbox", "ms"),
+        Row::new("baseline: the same last token → the reply at a host client (CLI path)", "ms"),
+        Row::new("the mail servers alone: SMTP handed → delivered in a mailbox", "ms"),
+        Row::new(format!("email: {SENDERS} people writing at once, answered per second"), "msgs/s"),
+        Row::new(format!("baseline: the same {SENDERS} contexts, host client messages per second"), "msgs/s"),
+        Row::new(
+            format!("the mail servers alone: {SENDERS} mails in, {SENDERS} answers out (TLS, sign-in), per second"),
+            "msgs/s",
+        ),
     ];
     // Signed in and watching before anything is timed.
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -70,32 +70,15 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
     let idle = rss_mib(gateway.id())?;
     let idle_anon = status_mib(gateway.id(), "RssAnon")?;
     let mut rows = [
-        Row {
-            name: "Matrix: provider's first token → first edit showing it (decrypted)".into(),
-            unit: "ms",
-            values: vec![],
-        },
-        Row { name: "baseline: the same first token → a host client (CLI path)".into(), unit: "ms", values: vec![] },
-        Row {
-            name: "baseline: Synapse alone, a person's message → another's client (decrypted)".into(),
-            unit: "ms",
-            values: vec![],
-        },
-        Row {
-            name: format!("Matrix: {SENDERS} people writing at once, answered per second"),
-            unit: "msgs/s",
-            values: vec![],
-        },
-        Row {
-            name: format!("baseline: the same {SENDERS} contexts, host client messages per second"),
-            unit: "msgs/s",
-            values: vec![],
-        },
-        Row {
-            name: format!("baseline: Synapse alone, {SENDERS} people's messages read by one client per second"),
-            unit: "msgs/s",
-            values: vec![],
-        },
+        Row::new("Matrix: provider's first token → the answer showing it (decrypted)", "ms"),
+        Row::new("baseline: the same first token → a host client (CLI path)", "ms"),
+        Row::new("baseline: Synapse alone, a person's message → another's client (decrypted)", "ms"),
+        Row::new(format!("Matrix: {SENDERS} people writing at once, answered per second"), "msgs/s"),
+        Row::new(format!("baseline: the same {SENDERS} contexts, host client messages per second"), "msgs/s"),
+        Row::new(
+            format!("baseline: Synapse alone, {SENDERS} people's messages read by one client per second"),
+            "msgs/s",
+        ),
     ];
     let busy = rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await?;
@@ -201,7 +184,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
     })?;
     let (busy, busy_anon) = busy;
     println!(
-        "\nbaaaht-matrix: {runs} encrypted DMs of a paced 20-token answer (first token → the first edit showing it, \
+        "\nbaaaht-matrix: {runs} encrypted DMs of a paced 20-token answer (first token → the answer showing it, \
          decrypted) beside the CLI's path, and {rounds} rounds of {SENDERS} people writing at once beside {SENDERS} \
          host-client messages (Synapse on loopback)\n"
     );

@@ -290,6 +290,11 @@ pub(crate) struct Row {
 }
 
 impl Row {
+    /// An empty row named `name`, its values in `unit`.
+    pub(crate) fn new(name: impl Into<String>, unit: &'static str) -> Row {
+        Row { name: name.into(), unit, values: vec![] }
+    }
+
     pub(crate) fn print(&mut self) -> f64 {
         let p50 = median(&mut self.values);
         let p99 = percentile(&mut self.values, 99.0);
