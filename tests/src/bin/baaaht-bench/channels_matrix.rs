@@ -1,7 +1,7 @@
 //! `baaaht-bench channels`, its Matrix part: the Matrix gateway against a real Synapse on
 //! loopback and the real daemon, people being matrix-sdk clients in end-to-end encrypted
 //! direct chats. The first visible answer update — the provider's first token (stamped with
-//! the time it was written) → the first edit showing it, decrypted at the person's client —
+//! the time it was written) → the answer first showing it, decrypted at the person's client —
 //! beside the same first token reaching a host client (`baaaht chat`'s path) in the same run;
 //! messages answered per second with 20 people writing at once beside the same 20 messages
 //! from host clients; and the gateway's resident memory idle and after 50 people wrote.
@@ -85,7 +85,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<String> {
         let first = chat(&synapse, &bot, "p0").await?;
         for _ in 0..runs {
             let asked = first.person.say(&first.room, "count").await?;
-            // The first edit with a stamp in it, and when this client read it.
+            // The answer's first showing of a stamp, and when this client read it.
             let deadline = Instant::now() + WAIT;
             let shown = loop {
                 if let Some((text, _)) = first.person.answer_to(&asked) {
