@@ -744,13 +744,18 @@ impl Daemon {
                 .run(executor, cancel.clone(), tracker.clone())
                 .instrument(tracing::info_span!("scheduler")),
         );
+        let (scanned, first_scan) = tokio::sync::oneshot::channel();
         tracker.spawn(
             scheduler::watch::watch(
                 scheduler::watch::Heartbeats { data_dir: shared.data_dir.clone(), scheduler: shared.scheduler.clone() },
                 cancel.clone(),
+                scanned,
             )
             .instrument(tracing::info_span!("heartbeats")),
         );
+        // Every HEARTBEAT.md is read before the daemon serves: the first `tasks list` shows them.
+        // silent-ok: a watch that stopped before its first scan logged why.
+        let _ = first_scan.await;
         tracker.spawn(make_room(shared.clone(), cancel.clone()).instrument(tracing::info_span!("slots")));
         if let Some(listener) = metrics_listener {
             tracker.spawn(

@@ -95,8 +95,9 @@ fn all_contexts(heartbeats: &Heartbeats) -> BTreeSet<Context> {
     contexts
 }
 
-/// Watches every HEARTBEAT.md until `cancel`.
-pub async fn watch(heartbeats: Heartbeats, cancel: CancellationToken) {
+/// Watches every HEARTBEAT.md until `cancel`; `scanned` is told once every one was read at
+/// start.
+pub async fn watch(heartbeats: Heartbeats, cancel: CancellationToken, scanned: tokio::sync::oneshot::Sender<()>) {
     use notify::Watcher as _;
     let root: PathBuf = heartbeats.data_dir.root().to_path_buf();
     let (sender, mut changed) = tokio::sync::mpsc::channel::<PathBuf>(1024);
@@ -135,6 +136,8 @@ pub async fn watch(heartbeats: Heartbeats, cancel: CancellationToken) {
         }
     };
     rescan(&heartbeats);
+    // silent-ok: a daemon that stopped waiting has nothing to be told.
+    let _ = scanned.send(());
     loop {
         let first = tokio::select! {
             () = cancel.cancelled() => return,
