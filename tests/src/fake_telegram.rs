@@ -475,6 +475,36 @@ pub fn gateway_and_registration_for(
     crate::gateway::run_external(rt, daemon, request, "baaaht-telegram", &["--api-url", &api])
 }
 
+/// [`gateway_and_registration_for`], the gateway keeping the chats it served in `state` (as it
+/// does in the daemon's care); started again by [`restart_gateway`].
+pub fn gateway_keeping_chats(
+    rt: &tokio::runtime::Runtime,
+    daemon: &crate::TestDaemon,
+    fake: &FakeTelegram,
+    state: &std::path::Path,
+) -> (crate::Running, crate::gateway::Gateway) {
+    let request = baaaht_proto::v1::AddGatewayRequest {
+        kind: "telegram".into(),
+        name: "home".into(),
+        bot: BOT_ID.to_string(),
+        ..Default::default()
+    };
+    let (api, state) = (fake.api_url(), state.display().to_string());
+    crate::gateway::run_external(rt, daemon, request, "baaaht-telegram", &["--api-url", &api, "--state-dir", &state])
+}
+
+/// The gateway of [`gateway_keeping_chats`] started again (logging to `baaaht-telegram-2.log`).
+pub fn restart_gateway(
+    daemon: &crate::TestDaemon,
+    registered: &crate::gateway::Gateway,
+    fake: &FakeTelegram,
+    state: &std::path::Path,
+) -> crate::Running {
+    let (api, state) = (fake.api_url(), state.display().to_string());
+    let args = ["--api-url", api.as_str(), "--state-dir", state.as_str()];
+    crate::gateway::start_external(daemon, registered, "baaaht-telegram", &args, "baaaht-telegram-2.log")
+}
+
 /// What a daemon needs for [`gateway_for`]: the bot's token.
 pub fn telegram_options() -> crate::DaemonOptions {
     crate::DaemonOptions { env: vec![("TELEGRAM_BOT_TOKEN_HOME".into(), TOKEN.into())], ..Default::default() }

@@ -43,6 +43,19 @@ pub fn run_external(
         let mut host = crate::scenario::host_client(daemon).await.expect("host client");
         add_gateway(&mut host, v1::AddGatewayRequest { mode: "external".into(), ..request }).await
     });
+    let process = start_external(daemon, &gateway, binary, args, &format!("{binary}.log"));
+    (process, gateway)
+}
+
+/// Starts the registered `gateway`'s `binary` on its socket with its token and `args`, logging
+/// to `log` in the daemon's data dir (again, after a restart).
+pub fn start_external(
+    daemon: &crate::TestDaemon,
+    gateway: &Gateway,
+    binary: &str,
+    args: &[&str],
+    log: &str,
+) -> crate::Running {
     let mut command = std::process::Command::new(crate::bin(binary));
     command
         .arg("--socket")
@@ -50,8 +63,7 @@ pub fn run_external(
         .args(args)
         .env("BAAAHT_GATEWAY_TOKEN", &gateway.token)
         .env("RUST_LOG", "info");
-    let process = crate::spawn(command, &daemon.data_dir.join(format!("{binary}.log"))).expect(binary);
-    (process, gateway)
+    crate::spawn(command, &daemon.data_dir.join(log)).expect(binary)
 }
 
 /// A client on `gateway`'s socket with its token.

@@ -8,7 +8,8 @@ use std::time::Duration;
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::{anthropic_answer, images_since, Answer, Asked, Responder};
 use baaaht_tests::fake_telegram::{
-    gateway_and_registration_for, gateway_for, telegram_options, FakeTelegram, BOT_ID, BOT_USERNAME, TOKEN,
+    gateway_and_registration_for, gateway_for, gateway_keeping_chats, restart_gateway, telegram_options, FakeTelegram,
+    BOT_ID, BOT_USERNAME, TOKEN,
 };
 use baaaht_tests::gateway::as_user;
 use baaaht_tests::scenario::{self, last_user_text};
@@ -420,6 +421,81 @@ fn a_person_linked_across_telegram_and_the_tui_sees_one_session() {
             .into_inner();
         let text = format!("{:?}", read.entries);
         assert!(text.contains("first from telegram") && text.contains("then from the terminal"), "{text}");
+    });
+}
+
+/// A one-shot task for `user` two seconds from now, doing `prompt`.
+fn task_for(user: &str, prompt: &str) -> v1::TaskDefinition {
+    let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(2)).expect("time");
+    v1::TaskDefinition {
+        user_id: user.into(),
+        schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(at.to_string())) }),
+        prompt: prompt.into(),
+        ..v1::TaskDefinition::default()
+    }
+}
+
+/// Whether a message that answers nothing in `chat` says `text` (what came between turns).
+fn told_between_turns(fake: &FakeTelegram, chat: i64, text: &str) -> bool {
+    fake.calls_of("sendMessage").iter().any(|call| {
+        !call.limited
+            && call.params["chat_id"] == chat
+            && call.params.get("reply_parameters").is_none()
+            && call.params["text"].as_str().is_some_and(|said| said.contains(text))
+    })
+}
+
+#[test]
+fn a_scheduled_result_reaches_the_chat_between_turns_also_after_the_gateway_restarts_and_not_the_inbox() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    let mut options = telegram_options();
+    let ada = format!("telegram:{BOT_ID}:42");
+    options.files.push(scenario::linked_identities(&[(&ada, "u-ada", "Ada")]));
+    let (_provider, daemon) = scenario::start(&rt, brain(), options).expect("daemon");
+    let state = daemon.data_dir.join("telegram-state");
+    let (gateway, registered) = gateway_keeping_chats(&rt, &daemon, &fake, &state);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    rt.block_on(async {
+        // Ada writes once: the gateway knows her chat from then on.
+        let update = fake.message(42, "private", 42, "Ada", "good morning");
+        let asked = update["message"]["message_id"].as_i64().expect("id");
+        fake.push(update);
+        let answered =
+            fake.wait_for(Duration::from_secs(120), |fake| replied(fake, 42, asked, "echo: good morning")).await;
+        assert!(answered, "no answer\n{}", logs());
+        // A task of hers finishes while nobody writes: its result comes to her chat.
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        host.tasks.schedule_task(task_for("u-ada", "Say hello to Ada")).await.expect("scheduled");
+        let told =
+            fake.wait_for(Duration::from_secs(120), |fake| told_between_turns(fake, 42, "Say hello to Ada")).await;
+        assert!(told, "no result in the chat: {:#?}\n{}", fake.calls_of("sendMessage"), logs());
+        let inbox = host
+            .sessions
+            .list_inbox(v1::InboxRequest {
+                context: Some(scenario::user("u-ada")),
+                unread_only: true,
+                mark_read: false,
+            })
+            .await
+            .expect("inbox")
+            .into_inner();
+        assert!(inbox.items.is_empty(), "delivered, not kept: {inbox:?}");
+    });
+    let kept = std::fs::read_to_string(state.join("chats.json")).expect("the chats are kept");
+    assert!(kept.contains(&ada) && kept.contains("u-ada"), "{kept}");
+    // The gateway restarts; nobody writes: the next result still comes, to the chat kept.
+    drop(gateway);
+    let again = restart_gateway(&daemon, &registered, &fake, &state);
+    let logs = || format!("{}\n{}", again.log_text(), daemon.log_text());
+    rt.block_on(async {
+        let polled = fake.calls_of("getUpdates").len();
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| fake.calls_of("getUpdates").len() > polled).await);
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        host.tasks.schedule_task(task_for("u-ada", "Water the plants")).await.expect("scheduled");
+        let told =
+            fake.wait_for(Duration::from_secs(120), |fake| told_between_turns(fake, 42, "Water the plants")).await;
+        assert!(told, "no result after the restart: {:#?}\n{}", fake.calls_of("sendMessage"), logs());
     });
 }
 

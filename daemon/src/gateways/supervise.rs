@@ -47,18 +47,20 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the daemon gives a gateway of `kind` beyond its sockets: the web gateway keeps its
 /// signed-in sessions, the email gateway its threads' conversations, the Matrix gateway its
-/// device and keys, in `state` (kept across the gateway's and the daemon's restarts, removed
-/// with the gateway), so a restart signs nobody out.
+/// device and keys, and every chat gateway the chats it served (to send them what comes
+/// between turns), in `state` (kept across the gateway's and the daemon's restarts, removed
+/// with the gateway), so a restart signs nobody out and forgets no chat.
 pub fn kind_args(kind: &GatewayKind, state: &Path) -> Vec<std::ffi::OsString> {
     match kind {
-        GatewayKind::Web { .. } => vec!["--state-dir".into(), state.as_os_str().to_owned()],
+        GatewayKind::Web { .. } | GatewayKind::Slack { .. } | GatewayKind::Telegram { .. } => {
+            vec!["--state-dir".into(), state.as_os_str().to_owned()]
+        }
         GatewayKind::Email { address } => {
             vec!["--address".into(), address.into(), "--state-dir".into(), state.as_os_str().to_owned()]
         }
         GatewayKind::Matrix { homeserver } => {
             vec!["--homeserver".into(), homeserver.into(), "--state-dir".into(), state.as_os_str().to_owned()]
         }
-        GatewayKind::Slack { .. } | GatewayKind::Telegram { .. } => vec![],
     }
 }
 
@@ -433,10 +435,10 @@ impl Supervisor {
             ]);
             command.extend(publish::container_args(&self.record.args));
             mounts.push(MountSpec { host: state, target: STATE_MOUNT.into(), read_only: false });
-        } else if let GatewayKind::Email { .. } | GatewayKind::Matrix { .. } = self.record.kind {
-            // Its kept state across runs (an email gateway's threads, a Matrix gateway's device
-            // and keys), and a household's own certificate
-            // authority (a host file) given to it read-only.
+        } else {
+            // Its kept state across runs (the chats served; an email gateway's threads, a
+            // Matrix gateway's device and keys), and a household's own certificate authority
+            // (a host file) given to it read-only.
             let state =
                 self.container_state_dir().map_err(|error| format!("cannot prepare its state folder: {error}"))?;
             let kind_args = kind_args(&self.record.kind, Path::new(STATE_MOUNT));
@@ -445,8 +447,6 @@ impl Supervisor {
             command.extend(args);
             mounts.push(MountSpec { host: state, target: STATE_MOUNT.into(), read_only: false });
             mounts.extend(ca_file);
-        } else {
-            command.extend(self.record.args.iter().cloned());
         }
         let request = RunRequest {
             role: Role::Gateway,

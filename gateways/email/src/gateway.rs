@@ -12,6 +12,7 @@ use std::time::Duration;
 use baaaht_gateway_kit::backoff::Backoff;
 use baaaht_gateway_kit::daemon::{context_of, for_users, File, Person, Place};
 use baaaht_gateway_kit::egress::Egress;
+use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client;
@@ -50,6 +51,8 @@ pub struct Gateway {
     egress: Egress,
     trust: Trust,
     options: Options,
+    /// The senders served, followed for what comes between turns.
+    follower: Arc<Follower>,
     threads: Mutex<Threads>,
     /// Mails left unread (not allowed, automatic, forged, unreadable), by UID: looked at once.
     ignored: Mutex<HashSet<u32>>,
@@ -58,12 +61,20 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(daemon: Client, egress: Egress, trust: Trust, options: Options, threads: Threads) -> Gateway {
+    pub fn new(
+        daemon: Client,
+        egress: Egress,
+        trust: Trust,
+        options: Options,
+        threads: Threads,
+        follower: Arc<Follower>,
+    ) -> Gateway {
         Gateway {
             daemon,
             egress,
             trust,
             options,
+            follower,
             threads: Mutex::new(threads),
             ignored: Mutex::default(),
             asked: Mutex::default(),
@@ -230,8 +241,8 @@ impl Gateway {
     async fn answer(&self, mail: Incoming) {
         let ran = match self.message_of(&mail).await {
             Ok(message) => {
-                turn::run(&self.daemon, message, &Answering { gateway: self, mail: &mail, sent: Mutex::default() })
-                    .await
+                let answering = Answering { gateway: self, mail: &mail, sent: Mutex::default() };
+                turn::run(&self.daemon, &self.follower, message, &answering).await
             }
             Err(status) => Err(TurnError::Daemon(for_users(&status))),
         };
@@ -270,6 +281,7 @@ impl Gateway {
         }
         let text = if mail.text.is_empty() && mail.files.is_empty() { mail.subject.clone() } else { mail.text.clone() };
         Ok(turn::Message {
+            chat: mail.from.clone(),
             person,
             place: Place::Own,
             text,
@@ -294,6 +306,39 @@ impl Gateway {
         drop(threads);
         tracing::info!(to = %mail.from, "a reply sent");
         Ok(id)
+    }
+
+    /// Mails what comes between turns (a scheduled task's result, a later message) to its
+    /// sender until the follower ends; a reply to that mail goes on in its conversation.
+    pub async fn deliver(self: Arc<Self>, mut deliveries: tokio::sync::mpsc::Receiver<Delivery>) {
+        while let Some(delivery) = deliveries.recv().await {
+            let subject = delivery.title.clone().filter(|title| !title.trim().is_empty()).unwrap_or_else(|| {
+                let first = delivery.text.lines().find(|line| !line.trim().is_empty()).unwrap_or("A message");
+                let first: String = first.trim().chars().take(70).collect();
+                format!("From your assistant: {first}")
+            });
+            if let Err(error) = self.mail(&delivery, &subject).await {
+                tracing::warn!(%error, "what came between turns could not be mailed");
+            }
+        }
+    }
+
+    /// Sends `delivery` as a new mail titled `subject`.
+    async fn mail(&self, delivery: &Delivery, subject: &str) -> Result<(), String> {
+        let options = &self.options;
+        let id = mail::new_id(self.domain());
+        let to = (delivery.chat.as_str(), None);
+        let message =
+            mail::new_mail(&options.address, &options.name, to, subject, &delivery.text, &delivery.files, &id)?;
+        wire::send(&self.egress, &self.trust, &options.smtp, &options.login, &options.password, &message).await?;
+        if !delivery.session.is_empty() {
+            let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(error) = threads.remember(std::slice::from_ref(&id), &delivery.session) {
+                tracing::warn!(%error, "the mail's id is not kept; an answer to it may start a new conversation");
+            }
+        }
+        tracing::info!(to = %delivery.chat, "a mail sent between turns");
+        Ok(())
     }
 
     /// Mails taken before the gateway last stopped whose answers never went out: their senders

@@ -188,6 +188,15 @@ pub fn new_id(domain: &str) -> String {
     format!("{token}@{domain}")
 }
 
+/// The gateway's own mailbox: `address`, shown as `name`.
+fn sender(address: &str, name: &str) -> Result<lettre::message::Mailbox, String> {
+    use lettre::message::Mailbox;
+    format!("{name} <{address}>")
+        .parse()
+        .or_else(|_| address.parse().map(|address| Mailbox::new(None, address)))
+        .map_err(|error| format!("the gateway's address `{address}`: {error}"))
+}
+
 /// `asked`'s reply from `address` (named `name`), `answer` its text and `files` attached, with
 /// its own `id`.
 pub fn reply(
@@ -198,22 +207,52 @@ pub fn reply(
     files: &[File],
     id: &str,
 ) -> Result<lettre::Message, String> {
-    use lettre::message::{header, Mailbox};
-    let from: Mailbox = format!("{name} <{address}>")
-        .parse()
-        .or_else(|_| address.parse().map(|address| Mailbox::new(None, address)))
-        .map_err(|error| format!("the gateway's address `{address}`: {error}"))?;
+    use lettre::message::Mailbox;
     let to_address = asked.from.parse().map_err(|error| format!("the sender's address `{}`: {error}", asked.from))?;
     let to = Mailbox::new(asked.name.clone(), to_address);
     let references: Vec<String> = asked.references.iter().map(|id| format!("<{id}>")).collect();
     let builder = lettre::Message::builder()
-        .from(from)
+        .from(sender(address, name)?)
         .to(to)
         .subject(reply_subject(&asked.subject))
         .message_id(Some(format!("<{id}>")))
         .in_reply_to(format!("<{}>", asked.id))
         .references(references.join(" "));
-    let text = lettre::message::SinglePart::plain(reply_body(answer, asked));
+    // RFC 3834: an answer made by a program, so other programs do not answer it back.
+    written(builder, reply_body(answer, asked), files, "auto-replied")
+}
+
+/// A mail from `address` (named `name`) to `to` (named `to_name`) that answers none — what
+/// comes between turns, a scheduled task's result — with its own `id`.
+pub fn new_mail(
+    address: &str,
+    name: &str,
+    (to, to_name): (&str, Option<String>),
+    subject: &str,
+    text: &str,
+    files: &[File],
+    id: &str,
+) -> Result<lettre::Message, String> {
+    use lettre::message::Mailbox;
+    let to_address = to.parse().map_err(|error| format!("the address `{to}`: {error}"))?;
+    let builder = lettre::Message::builder()
+        .from(sender(address, name)?)
+        .to(Mailbox::new(to_name, to_address))
+        .subject(subject)
+        .message_id(Some(format!("<{id}>")));
+    // RFC 3834: made by a program (not an answer), so other programs do not answer it.
+    written(builder, text.trim_end().to_string() + "\n", files, "auto-generated")
+}
+
+/// The mail `builder` starts, `text` its body and `files` attached, marked `Auto-Submitted: auto`.
+fn written(
+    builder: lettre::message::MessageBuilder,
+    text: String,
+    files: &[File],
+    auto: &str,
+) -> Result<lettre::Message, String> {
+    use lettre::message::header;
+    let text = lettre::message::SinglePart::plain(text);
     let written = if files.is_empty() {
         builder.singlepart(text)
     } else {
@@ -230,11 +269,10 @@ pub fn reply(
         }
         builder.multipart(parts)
     };
-    let mut reply = written.map_err(|error| format!("the reply cannot be written: {error}"))?;
-    // RFC 3834: an answer made by a program, so other programs do not answer it back.
-    let auto = header::HeaderName::new_from_ascii_str("Auto-Submitted");
-    reply.headers_mut().insert_raw(header::HeaderValue::new(auto, "auto-replied".into()));
-    Ok(reply)
+    let mut mail = written.map_err(|error| format!("the mail cannot be written: {error}"))?;
+    let header = header::HeaderName::new_from_ascii_str("Auto-Submitted");
+    mail.headers_mut().insert_raw(header::HeaderValue::new(header, auto.into()));
+    Ok(mail)
 }
 
 #[cfg(test)]
@@ -285,6 +323,19 @@ mod tests {
                 || text.contains("To: Alice Liddell <alice@family.test>"),
             "{text}"
         );
+        let fresh = new_mail(
+            "assistant@home.test",
+            "baaaht",
+            ("alice@family.test", Some("Alice".into())),
+            "Daily digest",
+            "Three things today.",
+            &[],
+            "n3@home.test",
+        )
+        .expect("a new mail");
+        let fresh = String::from_utf8(fresh.formatted()).expect("utf-8");
+        assert!(fresh.contains("Subject: Daily digest") && fresh.contains("Auto-Submitted: auto-generated"), "{fresh}");
+        assert!(!fresh.contains("In-Reply-To"), "{fresh}");
         let body = reply_body("Fish is fine.", &mail);
         assert!(body.starts_with("Fish is fine.\n\nOn Thu, 26 Nov 2026 18:00:00 +0000, Alice Liddell <alice@family.test> wrote:\n> What about fish?\n"), "{body}");
         assert_eq!(reply_subject("RE: x"), "RE: x");

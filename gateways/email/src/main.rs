@@ -8,6 +8,7 @@ use baaaht_email::gateway::{Gateway, Options};
 use baaaht_email::server::{Server, Trust};
 use baaaht_email::threads::Threads;
 use baaaht_gateway_kit::cli::Supervised;
+use baaaht_gateway_kit::follow::Follower;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -87,7 +88,11 @@ async fn run(cli: Cli) -> Result<(), String> {
         allowed,
         max_file_bytes: cli.max_file_bytes,
     };
-    let gateway = Arc::new(Gateway::new(daemon, supervised.egress(), trust, options, threads));
+    let (follower, deliveries) =
+        Follower::open(daemon.clone(), baaaht_proto::v1::ChannelType::Email, Some(&cli.state_dir))?;
+    let gateway = Arc::new(Gateway::new(daemon, supervised.egress(), trust, options, threads, follower));
+    let delivering = tokio::spawn(gateway.clone().deliver(deliveries));
     supervised.run_until_stopped(gateway.run(health)).await;
+    delivering.abort();
     Ok(())
 }

@@ -5,13 +5,16 @@
 //! ([`cli`]), text made safe for a
 //! channel ([`text`]), and a turn: the message sent, its answer streamed as edits of one
 //! message within the channel's rate, a status line while agents work, approval requests
-//! handed to the channel ([`turn`]). A gateway supplies what its channel does differently
+//! handed to the channel ([`turn`]); and what reaches a chat between its turns — a scheduled
+//! task's result, a message sent later — through one subscription per context served
+//! ([`follow`]). A gateway supplies what its channel does differently
 //! (a [`turn::Surface`]: how an answer is opened, shown and closed) and its own way in.
 
 pub mod backoff;
 pub mod cli;
 pub mod daemon;
 pub mod egress;
+pub mod follow;
 pub mod health;
 pub mod seen;
 pub mod state;

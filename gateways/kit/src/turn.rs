@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 
-use crate::daemon::{context_of, download, for_users, upload, File, Person, Place, INTERNAL};
+use std::sync::Arc;
+
+use crate::daemon::{context_of, for_users, upload, File, Person, Place, INTERNAL};
+use crate::follow::{read_sent, Follower};
 
 /// How long a turn may take before the gateway stops following it.
 pub const TURN_LIMIT: Duration = Duration::from_secs(900);
@@ -81,6 +84,8 @@ pub trait Surface: Sync {
 /// A message from a chat.
 #[derive(Debug, Clone)]
 pub struct Message {
+    /// The chat it came from (its id in the channel), where what comes between turns goes.
+    pub chat: String,
     pub person: Person,
     pub place: Place,
     pub text: String,
@@ -189,11 +194,18 @@ pub fn agent_name(agent: i32) -> &'static str {
     }
 }
 
-/// Runs `message`'s turn, its answer shown on `surface`.
-pub async fn run<S: Surface>(daemon: &Client, message: Message, surface: &S) -> Result<(), TurnError> {
+/// Runs `message`'s turn, its answer shown on `surface`; its chat is kept by `follower`, for
+/// what comes after the turn.
+pub async fn run<S: Surface>(
+    daemon: &Client,
+    follower: &Arc<Follower>,
+    message: Message,
+    surface: &S,
+) -> Result<(), TurnError> {
     let sentence = |status: tonic::Status| TurnError::Daemon(for_users(&status));
-    let Message { person, place, text, files, channel, session_id } = message;
+    let Message { chat, person, place, text, files, channel, session_id } = message;
     let context = context_of(daemon, &person, &place).await.map_err(sentence)?;
+    follower.served(&chat, &person, &context);
     let mut daemon = daemon.clone();
     // Shared files go first into the session's uploads; the message names them.
     let (mut session_id, mut attachments) = (session_id, vec![]);
@@ -227,6 +239,8 @@ pub async fn run<S: Surface>(daemon: &Client, message: Message, surface: &S) -> 
         }
     };
     surface.accepted();
+    // What the agents send to this conversation while it answers is the turn's to show.
+    let in_turn = follower.in_turn(&sent.session_id);
     let every = surface.update_every();
     let mut writing = Writing::default();
     // The first words show as soon as they come; then at most one update per interval.
@@ -255,20 +269,7 @@ pub async fn run<S: Surface>(daemon: &Client, message: Message, surface: &S) -> 
         if let Some(v1::orchestrator_event::Event::Message(message)) =
             event.as_ref().filter(|event| event.session_id == sent.session_id).and_then(|event| event.event.as_ref())
         {
-            let (mut files, mut text) = (vec![], message.content.clone());
-            for attachment in &message.attachments {
-                match download(&daemon, &person, &sent.session_id, attachment).await {
-                    Ok(file) => files.push(file),
-                    Err(status) => {
-                        tracing::warn!(path = %attachment.path, error = %status.message(), "cannot read a file an agent sent");
-                        text.push_str(&format!(
-                            "\n({} could not be sent: {})",
-                            attachment.filename,
-                            for_users(&status)
-                        ));
-                    }
-                }
-            }
+            let (text, files) = read_sent(&daemon, &person, &sent.session_id, message).await;
             if let Err(error) = surface.message(&text, files).await {
                 tracing::warn!(%error, "the channel refused a message the agents sent");
             }
@@ -307,6 +308,7 @@ pub async fn run<S: Surface>(daemon: &Client, message: Message, surface: &S) -> 
             }
         }
     };
+    drop(in_turn);
     surface.close(answer, &writing, trouble).await.map_err(TurnError::Channel)
 }
 

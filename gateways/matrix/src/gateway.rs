@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use baaaht_gateway_kit::daemon::{File, Person, Place};
+use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::text::clean;
@@ -44,18 +45,27 @@ pub struct Gateway {
     /// Homeservers whose people may invite the bot and write to it.
     pub allowed_servers: Vec<String>,
     pub max_file_bytes: u64,
+    /// The rooms served, followed for what comes between turns.
+    pub follower: Arc<Follower>,
     seen: Mutex<Seen>,
     /// Approval requests posted, by the request message's event id: the request's id.
     asked: Mutex<HashMap<OwnedEventId, String>>,
 }
 
 impl Gateway {
-    pub fn new(daemon: Daemon, client: Client, allowed_servers: Vec<String>, max_file_bytes: u64) -> Gateway {
+    pub fn new(
+        daemon: Daemon,
+        client: Client,
+        allowed_servers: Vec<String>,
+        max_file_bytes: u64,
+        follower: Arc<Follower>,
+    ) -> Gateway {
         Gateway {
             daemon,
             client,
             allowed_servers,
             max_file_bytes,
+            follower,
             seen: Mutex::new(Seen::new(Duration::from_secs(24 * 3600), 10_000)),
             asked: Mutex::default(),
         }
@@ -263,6 +273,7 @@ impl Gateway {
                 .and_then(|member| member.display_name().map(str::to_string)),
         };
         let message = turn::Message {
+            chat: room.room_id().to_string(),
             person,
             place: if group { Place::Shared { chat: room.room_id().to_string() } } else { Place::Own },
             text,
@@ -271,7 +282,7 @@ impl Gateway {
             session_id: String::new(),
         };
         let answering = Answering { gateway: self, room: &room, asked: &event };
-        if let Err(error) = turn::run(&self.daemon, message, &answering).await {
+        if let Err(error) = turn::run(&self.daemon, &self.follower, message, &answering).await {
             tracing::warn!(room = %room.room_id(), %error, "a turn from Matrix failed");
             let text = match error {
                 TurnError::Daemon(sentence) => format!("⚠️ {sentence}"),
@@ -288,6 +299,21 @@ impl Gateway {
         }
         // silent-ok: the notice ends by itself.
         let _ = room.typing_notice(false).await;
+    }
+
+    /// Sends what comes between turns (a scheduled task's result, a later message) to its room
+    /// until the follower ends.
+    pub async fn deliver(self: Arc<Self>, mut deliveries: tokio::sync::mpsc::Receiver<Delivery>) {
+        while let Some(delivery) = deliveries.recv().await {
+            let room = matrix_sdk::ruma::RoomId::parse(&delivery.chat).ok().and_then(|id| self.client.get_room(&id));
+            let Some(room) = room else {
+                tracing::warn!(room = %delivery.chat, "what came between turns is for a room the bot is not in");
+                continue;
+            };
+            if let Err(error) = post(&room, &delivery.text, delivery.files).await {
+                tracing::warn!(room = %delivery.chat, %error, "Matrix did not take what came between turns");
+            }
+        }
     }
 
     /// `event` answers the approval request `approval`: its first word is the decision.
@@ -393,17 +419,7 @@ impl Surface for Answering<'_> {
     }
 
     async fn message(&self, text: &str, files: Vec<File>) -> Result<(), String> {
-        self.room.send(RoomMessageEventContent::text_plain(clean(text))).await.map_err(|error| error.to_string())?;
-        for file in files {
-            // In an encrypted room the SDK encrypts the file before it uploads it.
-            let mime: mime::Mime = file.mime_type.parse().unwrap_or(mime::APPLICATION_OCTET_STREAM);
-            let config = matrix_sdk::attachment::AttachmentConfig::new();
-            self.room
-                .send_attachment(file.name.as_str(), &mime, file.bytes, config)
-                .await
-                .map_err(|error| format!("{}: {error}", file.name))?;
-        }
-        Ok(())
+        post(self.room, text, files).await
     }
 
     async fn approval(&self, event: &v1::orchestrator_event::Event) {
@@ -411,4 +427,18 @@ impl Surface for Answering<'_> {
             self.gateway.ask_approval(self.room, request).await;
         }
     }
+}
+
+/// Sends `text` to `room`, then each of `files` (in an encrypted room the SDK encrypts a file
+/// before it uploads it).
+async fn post(room: &Room, text: &str, files: Vec<File>) -> Result<(), String> {
+    room.send(RoomMessageEventContent::text_plain(clean(text))).await.map_err(|error| error.to_string())?;
+    for file in files {
+        let mime: mime::Mime = file.mime_type.parse().unwrap_or(mime::APPLICATION_OCTET_STREAM);
+        let config = matrix_sdk::attachment::AttachmentConfig::new();
+        room.send_attachment(file.name.as_str(), &mime, file.bytes, config)
+            .await
+            .map_err(|error| format!("{}: {error}", file.name))?;
+    }
+    Ok(())
 }

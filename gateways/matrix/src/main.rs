@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use baaaht_gateway_kit::cli::Supervised;
+use baaaht_gateway_kit::follow::Follower;
 use baaaht_matrix::gateway::Gateway;
 use baaaht_matrix::session::{signed_in, Settings};
 use clap::Parser;
@@ -94,7 +95,11 @@ async fn run(cli: Cli) -> Result<(), String> {
         ca_pem,
     };
     let (client, first) = signed_in(&settings).await?;
-    let gateway = Arc::new(Gateway::new(daemon, client, allowed, cli.max_file_bytes));
+    let (follower, deliveries) =
+        Follower::open(daemon.clone(), baaaht_proto::v1::ChannelType::Matrix, Some(&cli.state_dir))?;
+    let gateway = Arc::new(Gateway::new(daemon, client, allowed, cli.max_file_bytes, follower));
+    let delivering = tokio::spawn(gateway.clone().deliver(deliveries));
     supervised.run_until_stopped(gateway.run(health, first)).await;
+    delivering.abort();
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use baaaht_gateway_kit::daemon::{File, Person, Place};
+use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::text::pieces;
 use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
@@ -41,6 +42,8 @@ pub struct Gateway {
     pub team: String,
     pub bot_user: String,
     pub trigger: Trigger,
+    /// The chats served, followed for what comes between turns.
+    pub follower: Arc<Follower>,
     files: Files,
     streaming: Streaming,
     seen: Mutex<Seen>,
@@ -110,6 +113,7 @@ impl Gateway {
         egress: Egress,
         trigger: Trigger,
         max_file_bytes: u64,
+        follower: Arc<Follower>,
     ) -> Result<(Gateway, Listening), GatewayError> {
         let files = Files::new(api_url, egress.clone(), max_file_bytes).map_err(GatewayError::Slack)?;
         let secrets = daemon
@@ -139,6 +143,7 @@ impl Gateway {
             team: me.team_id.to_string(),
             bot_user: me.user_id.to_string(),
             trigger,
+            follower,
             files,
             streaming: Streaming::default(),
             seen: Mutex::new(Seen::new(Duration::from_secs(15 * 60), 10_000)),
@@ -163,6 +168,17 @@ impl Gateway {
         routed
     }
 
+    /// Posts what comes between turns (a scheduled task's result, a later message) until the
+    /// follower ends.
+    pub async fn deliver(self: Arc<Self>, mut deliveries: tokio::sync::mpsc::Receiver<Delivery>) {
+        while let Some(delivery) = deliveries.recv().await {
+            let channel = SlackChannelId::new(delivery.chat.clone());
+            if let Err(error) = self.post_message(&channel, None, &delivery.text, delivery.files).await {
+                tracing::warn!(channel = %delivery.chat, %error, "Slack did not take what came between turns");
+            }
+        }
+    }
+
     /// Answers `route`: the turn in its context, streamed into its thread.
     pub async fn answer(&self, route: Route) {
         let channel = SlackChannelId::new(route.channel.clone());
@@ -170,7 +186,7 @@ impl Gateway {
         let ran = match self.message_of(&route).await {
             Ok(message) => {
                 let surface = Answering { gateway: self, route: &route, channel: &channel, thread: thread.as_ref() };
-                turn::run(&self.daemon, message, &surface).await
+                turn::run(&self.daemon, &self.follower, message, &surface).await
             }
             Err(sentence) => Err(TurnError::Daemon(sentence)),
         };
@@ -233,6 +249,7 @@ impl Gateway {
             });
         }
         Ok(turn::Message {
+            chat: route.channel.clone(),
             person: self.person(&route.identity, &route.user),
             place: if route.shared { Place::Shared { chat: route.channel.clone() } } else { Place::Own },
             text: route.text.clone(),

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use baaaht_gateway_kit::cli::Supervised;
+use baaaht_gateway_kit::follow::Follower;
 use baaaht_proto::client;
 use baaaht_slack::gateway::Gateway;
 use baaaht_slack::route::Trigger;
@@ -36,6 +37,10 @@ struct Cli {
     /// Where the Events API is served (with --events http)
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3000")]
     listen: std::net::SocketAddr,
+    /// Where the chats served are kept across restarts (the daemon gives each gateway its own;
+    /// without one, they are known until the process ends)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -60,10 +65,14 @@ async fn run(cli: Cli) -> Result<(), String> {
     let egress = supervised.egress();
     let daemon = client::connect_gateway(&supervised.socket, supervised.token_file.as_deref()).await?;
     let trigger = Trigger { keywords: cli.keywords, always: cli.always };
-    let (gateway, listening) = Gateway::new(daemon, &cli.api_url, egress.clone(), trigger, cli.max_file_bytes)
-        .await
-        .map_err(|error| error.to_string())?;
+    let (follower, deliveries) =
+        Follower::open(daemon.clone(), baaaht_proto::v1::ChannelType::Slack, cli.state_dir.as_deref())?;
+    let (gateway, listening) =
+        Gateway::new(daemon, &cli.api_url, egress.clone(), trigger, cli.max_file_bytes, follower)
+            .await
+            .map_err(|error| error.to_string())?;
     let gateway = Arc::new(gateway);
+    let delivering = tokio::spawn(gateway.clone().deliver(deliveries));
     let events = match cli.events {
         Events::Socket => {
             if listening.app_token.token_value.0.is_empty() {
@@ -88,5 +97,6 @@ async fn run(cli: Cli) -> Result<(), String> {
     let why = baaaht_proto::lifecycle::stop_requested(supervised.parent).await;
     tracing::info!(why, "stopping");
     events.abort();
+    delivering.abort();
     Ok(())
 }

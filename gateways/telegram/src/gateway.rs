@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use baaaht_gateway_kit::backoff::Backoff;
 use baaaht_gateway_kit::daemon::{for_users, File, Person, Place};
+use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::text::clean;
@@ -40,6 +41,8 @@ pub struct Gateway {
     pub bot: Bot,
     /// The largest file taken from a chat.
     pub max_file_bytes: u64,
+    /// The chats served, followed for what comes between turns.
+    pub follower: Arc<Follower>,
     seen: Mutex<Seen>,
     /// Approval requests posted, by id: where their message is, and until when it is kept.
     asked: Mutex<HashMap<String, (i64, i64, Instant)>>,
@@ -47,7 +50,12 @@ pub struct Gateway {
 
 impl Gateway {
     /// Asks Telegram who the bot is.
-    pub async fn new(daemon: Client, api: Api, max_file_bytes: u64) -> Result<Gateway, String> {
+    pub async fn new(
+        daemon: Client,
+        api: Api,
+        max_file_bytes: u64,
+        follower: Arc<Follower>,
+    ) -> Result<Gateway, String> {
         let me =
             api.call("getMe", &json!({})).await.map_err(|error| format!("getMe with the bot token failed: {error}"))?;
         let bot = Bot {
@@ -60,6 +68,7 @@ impl Gateway {
             api,
             bot,
             max_file_bytes,
+            follower,
             seen: Mutex::new(Seen::new(Duration::from_secs(24 * 3600), 10_000)),
             asked: Mutex::default(),
         })
@@ -121,7 +130,9 @@ impl Gateway {
             tracing::debug!(%error, "sendChatAction failed");
         }
         let ran = match self.message_of(&route).await {
-            Ok(message) => turn::run(&self.daemon, message, &Answering { gateway: self, route: &route }).await,
+            Ok(message) => {
+                turn::run(&self.daemon, &self.follower, message, &Answering { gateway: self, route: &route }).await
+            }
             Err(sentence) => Err(TurnError::Daemon(sentence)),
         };
         if let Err(error) = ran {
@@ -158,6 +169,7 @@ impl Gateway {
             files.push(File { name: shared.name.clone(), mime_type: shared.mime_type.clone(), bytes });
         }
         Ok(turn::Message {
+            chat: route.chat.to_string(),
             person: self.person(route.user, &route.name),
             place: if route.group { Place::Shared { chat: route.chat.to_string() } } else { Place::Own },
             text: route.text.clone(),
@@ -165,6 +177,28 @@ impl Gateway {
             channel: v1::ChannelType::Telegram,
             session_id: String::new(),
         })
+    }
+
+    /// Sends `text` and `files` to `chat`, each file its own message.
+    async fn post(&self, chat: i64, text: &str, files: &[File]) -> Result<(), String> {
+        for part in messages(&clean(text)) {
+            self.api.send(chat, &part, None, None).await.map_err(|e| e.to_string())?;
+        }
+        for file in files {
+            self.api.send_file(chat, file).await.map_err(|e| format!("{}: {e}", file.name))?;
+        }
+        Ok(())
+    }
+
+    /// Sends what comes between turns (a scheduled task's result, a later message) until the
+    /// follower ends.
+    pub async fn deliver(self: Arc<Self>, mut deliveries: tokio::sync::mpsc::Receiver<Delivery>) {
+        while let Some(delivery) = deliveries.recv().await {
+            let Ok(chat) = delivery.chat.parse::<i64>() else { continue };
+            if let Err(error) = self.post(chat, &delivery.text, &delivery.files).await {
+                tracing::warn!(chat, %error, "Telegram did not take what came between turns");
+            }
+        }
     }
 
     /// A press of an approval's button, answered as the person who pressed it.
@@ -323,14 +357,7 @@ impl Surface for Answering<'_> {
     }
 
     async fn message(&self, text: &str, files: Vec<File>) -> Result<(), String> {
-        let api = &self.gateway.api;
-        for part in messages(&clean(text)) {
-            api.send(self.route.chat, &part, None, None).await.map_err(|e| e.to_string())?;
-        }
-        for file in &files {
-            api.send_file(self.route.chat, file).await.map_err(|e| format!("{}: {e}", file.name))?;
-        }
-        Ok(())
+        self.gateway.post(self.route.chat, text, &files).await
     }
 
     async fn approval(&self, event: &v1::orchestrator_event::Event) {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use baaaht_gateway_kit::cli::Supervised;
+use baaaht_gateway_kit::follow::Follower;
 use baaaht_telegram::api::Api;
 use baaaht_telegram::gateway::Gateway;
 use clap::Parser;
@@ -19,6 +20,10 @@ struct Cli {
     /// the daemon's sessions.max_upload_bytes holds as well)
     #[arg(long, value_name = "BYTES", default_value_t = 20 * 1024 * 1024)]
     max_file_bytes: u64,
+    /// Where the chats served are kept across restarts (the daemon gives each gateway its own;
+    /// without one, they are known until the process ends)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,8 +40,12 @@ async fn run(cli: Cli) -> Result<(), String> {
     let missing = "no bot token: store TELEGRAM_BOT_TOKEN_{NAME} with `baaahtd secrets set` (BotFather gives it)";
     let (daemon, token) = supervised.start(&health, "bot_token", missing).await?;
     let api = Api::new(&cli.api_url, &token, egress)?;
-    let gateway = Arc::new(Gateway::new(daemon, api, cli.max_file_bytes).await?);
+    let (follower, deliveries) =
+        Follower::open(daemon.clone(), baaaht_proto::v1::ChannelType::Telegram, cli.state_dir.as_deref())?;
+    let gateway = Arc::new(Gateway::new(daemon, api, cli.max_file_bytes, follower).await?);
     tracing::info!("listening to Telegram");
+    let delivering = tokio::spawn(gateway.clone().deliver(deliveries));
     supervised.run_until_stopped(gateway.run(health)).await;
+    delivering.abort();
     Ok(())
 }
