@@ -121,9 +121,27 @@ pub fn memory_definitions() -> Vec<crate::tools::Definition> {
         },
         crate::tools::Definition {
             name: "memory_search",
-            description: "Search what is remembered (ranked full text); an empty query lists the most recent.",
+            description: "Search what is remembered about the user or group (ranked: matching words, importance, \
+                          recency); an empty query lists the most recent. Words match any of them; \"a phrase\"; prefix*. \
+                          Each result names its key, so it can be quoted.",
             parameters: json!({"type": "object", "additionalProperties": false, "properties": {
                 "query": {"type": "string"},
+                "tag": {"type": "string", "description": "only entries with this tag"},
+                "since": {"type": "string", "description": "only entries updated at or after this time (RFC 3339)"},
+                "until": {"type": "string", "description": "only entries updated before this time (RFC 3339)"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 200},
+            }}),
+        },
+        crate::tools::Definition {
+            name: "session_search",
+            description: "Search everything said in past conversations with the user or group (archived ones too), \
+                          best matches first. Words match any of them; \"a phrase\"; prefix*. Each result names its \
+                          conversation and message, so it can be quoted.",
+            parameters: json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
+                "query": {"type": "string"},
+                "sessionId": {"type": "string", "description": "only this conversation"},
+                "since": {"type": "string", "description": "only messages written at or after this time (RFC 3339)"},
+                "until": {"type": "string", "description": "only messages written before this time (RFC 3339)"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 200},
             }}),
         },
@@ -602,7 +620,7 @@ async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (Stri
     if matches!(call.name.as_str(), "schedule_task" | "list_tasks" | "cancel_task") {
         return task_tool(client, &call.name, &params, Hop::from(turn)).await;
     }
-    if call.name.starts_with("memory_") {
+    if call.name.starts_with("memory_") || call.name == "session_search" {
         return memory(client, &call.name, &params, Hop::from(turn)).await;
     }
     let request = v1::ToolRequest {
@@ -642,15 +660,56 @@ async fn memory(mut client: Client, tool: &str, params: &Value, hop: Hop<'_>) ->
         }
         "memory_search" => {
             let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(10).min(200) as u32;
-            let request =
-                v1::MemoryQuery { context: None, query: text("query"), tag: String::new(), limit, quarantined: false };
+            let request = v1::MemoryQuery {
+                context: None,
+                query: text("query"),
+                tag: text("tag"),
+                limit,
+                quarantined: false,
+                since: text("since"),
+                until: text("until"),
+                key: String::new(),
+            };
             client.memory.search_memory(with_correlation(request, hop)).await.map(|found| {
                 let found = found.into_inner().entries;
                 if found.is_empty() {
-                    "nothing remembered matches".to_string()
-                } else {
-                    found.iter().map(|entry| format!("{}: {}", entry.key, entry.content)).collect::<Vec<_>>().join("\n")
+                    return "nothing remembered matches".to_string();
                 }
+                let line = |entry: &v1::MemoryRecord| {
+                    let tags =
+                        if entry.tags.is_empty() { String::new() } else { format!(" [{}]", entry.tags.join(", ")) };
+                    format!("- {}{tags} (updated {}): {}", entry.key, entry.updated_at, entry.content)
+                };
+                found.iter().map(line).collect::<Vec<_>>().join("\n")
+            })
+        }
+        "session_search" => {
+            let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(10).min(200) as u32;
+            let request = v1::SessionQuery {
+                context: None,
+                query: text("query"),
+                session_id: text("sessionId"),
+                since: text("since"),
+                until: text("until"),
+                limit,
+            };
+            client.sessions.search_sessions(with_correlation(request, hop)).await.map(|found| {
+                let hits = found.into_inner().hits;
+                if hits.is_empty() {
+                    return "nothing said in past conversations matches".to_string();
+                }
+                let line = |hit: &v1::SessionHit| {
+                    let title = if hit.session_title.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" “{}”", hit.session_title)
+                    };
+                    format!(
+                        "- conversation {}{title}, message {} ({}, {}): {}",
+                        hit.session_id, hit.entry_id, hit.role, hit.at, hit.content
+                    )
+                };
+                hits.iter().map(line).collect::<Vec<_>>().join("\n")
             })
         }
         _ => {

@@ -335,6 +335,8 @@ pub enum Operation {
     SendUserMessage,
     UploadFile,
     ListSessions,
+    /// Full-text search over a context's sessions' messages.
+    SearchSessions,
     ReadSession,
     /// A file an agent sent to a conversation.
     DownloadFile,
@@ -477,6 +479,7 @@ impl Operation {
             Operation::InstallSkillFromFolder => "InstallSkill (from a folder on the host)",
             Operation::WriteMemory => "WriteMemory",
             Operation::SearchMemory => "SearchMemory",
+            Operation::SearchSessions => "SearchSessions",
             Operation::DeleteMemory => "DeleteMemory",
             Operation::ConfirmMemory => "ConfirmMemory",
             Operation::SubscribeEvents => "SubscribeEvents",
@@ -545,7 +548,7 @@ impl Operation {
             operation if operation.is_task() => &[Assistant, Worker],
             Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
             Operation::WriteMemory | Operation::DeleteMemory => &[Memory],
-            Operation::SearchMemory => &[Assistant, Memory],
+            Operation::SearchMemory | Operation::SearchSessions => &[Assistant, Memory],
             _ => &[],
         }
     }
@@ -599,6 +602,7 @@ impl Operation {
             | Operation::CancelTurn
             | Operation::AnswerApproval => Capability::SendMessages,
             Operation::ListSessions
+            | Operation::SearchSessions
             | Operation::ReadSession
             | Operation::DownloadFile
             | Operation::SubscribeEvents

@@ -32,6 +32,7 @@ pub mod orchestrator;
 pub mod peers;
 pub mod policy;
 pub mod profile;
+pub mod recall;
 pub mod redact;
 pub mod sampler;
 pub mod scheduler;
@@ -191,6 +192,8 @@ pub struct Shared {
     pub orchestrator: Arc<orchestrator::Orchestrator>,
     /// Every context's memory store.
     pub memory: Arc<memory::Memories>,
+    /// Every context's search index over its memory and its sessions' messages.
+    pub recall: Arc<recall::Recall>,
     /// The tainted turns and what they may no longer do.
     pub taints: Arc<taint::Taints>,
     /// The secrets store, when it could be opened (read again when it changes): skills'
@@ -571,6 +574,17 @@ impl Daemon {
         ));
         let lifetime = Lifetime { shutdown: cancel.clone(), tasks: tracker.clone() };
         let sessions = Arc::new(sessions::SessionStore::open(data_dir_root).redacting(redact.clone()));
+        let memory = Arc::new(
+            memory::Memories::new(data_dir_for_memory)
+                .redacting(redact.clone())
+                .keeping(loaded.config.memory.max_entries),
+        );
+        // The search index hears of every message and memory as it is written.
+        let recall = Arc::new(recall::Recall::new(data_dir.clone(), sessions.clone(), memory.clone()));
+        let recall_sink: Arc<dyn sessions::EntrySink> = recall.clone();
+        sessions.told(Arc::downgrade(&recall_sink));
+        let recall_index: Arc<dyn memory::MemoryIndex> = recall.clone();
+        memory.indexed_by(Arc::downgrade(&recall_index));
         let agents = Arc::new(agents::AgentPool::new(
             containers_for_agents,
             Duration::from_secs(loaded_idle_after.max(60)),
@@ -637,7 +651,8 @@ impl Daemon {
             agents,
             turns,
             orchestrator,
-            memory: Arc::new(memory::Memories::new(data_dir_for_memory).redacting(redact)),
+            memory,
+            recall,
             taints,
             secrets,
             lifetime,

@@ -40,6 +40,48 @@ pub struct Metadata {
     /// Who confirmed an entry that waited in quarantine, and when.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confirmed_by: Option<String>,
+    /// Every time it was told, where (its first source and each near duplicate since, see
+    /// [`Kept::SameAs`]); empty while it was told once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
+}
+
+impl Metadata {
+    /// Where this was told: its session and message, else its source.
+    pub fn provenance(&self) -> String {
+        match (&self.session_id, &self.message_id, &self.source) {
+            (Some(session), Some(message), _) => format!("session:{session}/message:{message}"),
+            (Some(session), None, Some(source)) => format!("session:{session} ({source})"),
+            (Some(session), None, None) => format!("session:{session}"),
+            (None, Some(message), Some(source)) => format!("{source}, message {message}"),
+            (None, _, Some(source)) => source.clone(),
+            (None, _, None) => "unknown".into(),
+        }
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kept {
+    /// A new entry under its key.
+    New,
+    /// The key's entry, replaced.
+    Replaced,
+    /// The same fact was kept already, under this key: that entry was updated (its importance,
+    /// time and sources) instead of another added.
+    SameAs(String),
+    /// A new entry; the store was full, so this one (the least important, the oldest of those)
+    /// was forgotten to make room.
+    MadeRoom(Box<MemoryEntry>),
+}
+
+/// The search index over a context's memory (the daemon's `recall`), told of every change; it finds
+/// a fact kept already.
+pub trait MemoryIndex: Send + Sync {
+    /// The key of the entry that says what `content` says, if one does.
+    fn same_fact(&self, context: &crate::auth::Context, content: &str) -> Option<String>;
+    fn kept(&self, context: &crate::auth::Context, entry: &MemoryEntry);
+    fn forgotten(&self, context: &crate::auth::Context, key: &str);
 }
 
 /// Where a memory entry came from.
@@ -64,9 +106,12 @@ impl Origin {
     }
 }
 
-/// The most entries one context keeps (its quarantine apart): beyond it a write is refused,
-/// and the agent and the user are told.
-pub const MOST_ENTRIES: usize = 2000;
+/// The most entries one context keeps by default (`memory.max_entries`): past it, the least
+/// important and oldest entry is forgotten to make room for a new one, and the person told.
+/// Its quarantine holds as many, and refuses more.
+pub fn most_entries() -> usize {
+    crate::config::MemoryConfig::default().max_entries
+}
 
 /// The folder, inside a context's memory folder, where quarantined entries wait.
 const QUARANTINE: &str = "quarantine";
@@ -275,10 +320,10 @@ impl MemoryStore {
     }
 }
 
-/// Whether `store` has room for `key` (it is there already, or fewer than [`MOST_ENTRIES`] are).
-fn room_for(store: &MemoryStore, key: &str) -> Result<(), MemoryError> {
+/// Whether `store` has room for `key` (it is there already, or fewer than `most` are).
+fn room_for(store: &MemoryStore, key: &str, most: usize) -> Result<(), MemoryError> {
     let index = store.index()?;
-    if index.entries.len() >= MOST_ENTRIES && !index.entries.contains_key(key) {
+    if index.entries.len() >= most && !index.entries.contains_key(key) {
         return Err(MemoryError::Full(index.entries.len()));
     }
     Ok(())
@@ -286,17 +331,47 @@ fn room_for(store: &MemoryStore, key: &str) -> Result<(), MemoryError> {
 
 /// Every context's memory: where each store is, and the one lock writers take (each store's
 /// index is rewritten whole, so two writers at once would lose an entry).
-#[derive(Debug)]
 pub struct Memories {
     data_dir: crate::datadir::DataDir,
     writes: std::sync::Mutex<()>,
     /// What an entry's text passes before it is kept.
     redact: Option<crate::redact::Redact>,
+    /// The search index, told of every change (set once the daemon has made it).
+    index: std::sync::OnceLock<std::sync::Weak<dyn MemoryIndex>>,
+    /// The most entries a context keeps.
+    most: usize,
+}
+
+impl std::fmt::Debug for Memories {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memories").field("data_dir", &self.data_dir).finish_non_exhaustive()
+    }
 }
 
 impl Memories {
     pub fn new(data_dir: crate::datadir::DataDir) -> Memories {
-        Memories { data_dir, writes: std::sync::Mutex::new(()), redact: None }
+        Memories {
+            data_dir,
+            writes: std::sync::Mutex::new(()),
+            redact: None,
+            index: std::sync::OnceLock::new(),
+            most: most_entries(),
+        }
+    }
+
+    /// These stores, each keeping at most `most` entries.
+    pub fn keeping(self, most: usize) -> Memories {
+        Memories { most: most.max(1), ..self }
+    }
+
+    /// Tells `index` of every change from now on.
+    pub fn indexed_by(&self, index: std::sync::Weak<dyn MemoryIndex>) {
+        // silent-ok: the daemon sets it once; a second index is not taken.
+        let _ = self.index.set(index);
+    }
+
+    fn index(&self) -> Option<std::sync::Arc<dyn MemoryIndex>> {
+        self.index.get().and_then(std::sync::Weak::upgrade)
     }
 
     /// These stores, every entry cleaned by `redact` before it is kept.
@@ -327,22 +402,105 @@ impl Memories {
     }
 
     /// Writes `key` in `context`'s store (no secret in it); refused when the store is full
-    /// and `key` is new.
+    /// and `key` is new. A new key whose content says what another entry says already
+    /// updates that entry instead ([`Kept::SameAs`]).
     pub fn write(
         &self,
         context: &crate::auth::Context,
         key: &str,
         content: &str,
         metadata: Metadata,
-    ) -> Result<(), MemoryError> {
-        self.keep(self.store(context), key, content, metadata)
+    ) -> Result<Kept, MemoryError> {
+        let content = self.cleaned(content);
+        let store = self.store(context);
+        let _one_writer = self.writing();
+        let index = self.index();
+        if store.read(key)?.is_some() {
+            store.write(key, &content, metadata, crate::state::now_seconds())?;
+            self.tell_kept(index.as_deref(), context, &store, key);
+            return Ok(Kept::Replaced);
+        }
+        let same = index.as_deref().and_then(|index| index.same_fact(context, &content));
+        if let Some(existing) = same.and_then(|same| store.read(&same).ok().flatten()) {
+            let mut merged = existing.metadata.clone();
+            if merged.sources.is_empty() {
+                merged.sources.push(existing.metadata.provenance());
+            }
+            let told = metadata.provenance();
+            if !merged.sources.contains(&told) {
+                merged.sources.push(told);
+            }
+            merged.importance = match (existing.metadata.importance, metadata.importance) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            for tag in metadata.tags {
+                if !merged.tags.contains(&tag) {
+                    merged.tags.push(tag);
+                }
+            }
+            store.write(&existing.key, &existing.content, merged, crate::state::now_seconds())?;
+            self.tell_kept(index.as_deref(), context, &store, &existing.key);
+            return Ok(Kept::SameAs(existing.key));
+        }
+        // Full: the least important entry, the oldest of those, makes room.
+        let entries = store.index()?.entries;
+        let forgot = if entries.len() >= self.most {
+            let importance = |entry: &IndexEntry| entry.metadata.importance.unwrap_or(0.0);
+            let least = entries
+                .iter()
+                .min_by(|(_, a), (_, b)| importance(a).total_cmp(&importance(b)).then(a.updated_at.cmp(&b.updated_at)))
+                .map(|(key, _)| key.clone());
+            match least.map(|least| store.read(&least)).transpose()?.flatten() {
+                Some(gone) => {
+                    store.delete(&gone.key)?;
+                    if let Some(index) = &index {
+                        index.forgotten(context, &gone.key);
+                    }
+                    tracing::info!(context = %context, key = %gone.key, most = self.most, "memory forgotten to make room");
+                    Some(gone)
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        store.write(key, &content, metadata, crate::state::now_seconds())?;
+        self.tell_kept(index.as_deref(), context, &store, key);
+        Ok(match forgot {
+            Some(gone) => Kept::MadeRoom(Box::new(gone)),
+            None => Kept::New,
+        })
+    }
+
+    /// The most entries a context keeps.
+    pub fn most(&self) -> usize {
+        self.most
+    }
+
+    /// Tells `index` that `key` of `context` is as `store` holds it now.
+    fn tell_kept(
+        &self,
+        index: Option<&dyn MemoryIndex>,
+        context: &crate::auth::Context,
+        store: &MemoryStore,
+        key: &str,
+    ) {
+        let Some(index) = index else { return };
+        match store.read(key) {
+            Ok(Some(entry)) => index.kept(context, &entry),
+            Ok(None) => index.forgotten(context, key),
+            Err(error) => {
+                tracing::warn!(context = %context, key, error = %baaaht_proto::error_chain(&error), "cannot read a memory back to index it")
+            }
+        }
     }
 
     /// Writes `key` in `store`, cleaned, under the one writer lock, if there is room.
     fn keep(&self, store: MemoryStore, key: &str, content: &str, metadata: Metadata) -> Result<(), MemoryError> {
         let content = self.cleaned(content);
         let _one_writer = self.writing();
-        room_for(&store, key)?;
+        room_for(&store, key, self.most)?;
         store.write(key, &content, metadata, crate::state::now_seconds())
     }
 
@@ -363,10 +521,11 @@ impl Memories {
         let quarantine = self.quarantine(context);
         let mut entry = quarantine.read(key)?.ok_or_else(|| MemoryError::NotQuarantined(key.to_string()))?;
         let store = self.store(context);
-        room_for(&store, key)?;
+        room_for(&store, key, self.most)?;
         entry.metadata.confirmed_by = Some(format!("{by} at {}", crate::state::now_rfc3339()));
         store.write(key, &entry.content, entry.metadata.clone(), crate::state::now_seconds())?;
         quarantine.delete(key)?;
+        self.tell_kept(self.index().as_deref(), context, &store, key);
         Ok(entry)
     }
 
@@ -383,7 +542,11 @@ impl Memories {
     /// Deletes `key` from `context`'s store; false when there was none.
     pub fn delete(&self, context: &crate::auth::Context, key: &str) -> Result<bool, MemoryError> {
         let _one_writer = self.writing();
-        self.store(context).delete(key)
+        let deleted = self.store(context).delete(key)?;
+        if let Some(index) = self.index() {
+            index.forgotten(context, key);
+        }
+        Ok(deleted)
     }
 
     /// Removes expired memories of every context; returns how many.
@@ -399,8 +562,13 @@ impl Memories {
                 let _one_writer = self.writing();
                 match MemoryStore::new(folder.clone()).expire(crate::state::now_seconds()) {
                     Ok(keys) => {
+                        let id = context.file_name().to_string_lossy().into_owned();
+                        let index = self.index();
                         for key in &keys {
                             tracing::info!(folder = %folder.display(), key, "memory expired");
+                            if let Some(index) = &index {
+                                index.forgotten(&crate::auth::Context { kind, id: id.clone() }, key);
+                            }
                         }
                         removed += keys.len();
                     }

@@ -201,14 +201,23 @@ impl Policy {
     }
 
     /// The tools of `role` the daemon answers itself, not a tool container: the Assistant's
-    /// `delegate`, `read_skill` (a visible skill's instructions), the Memory agent's memory
+    /// `delegate`, `read_skill` (a visible skill's instructions), searches of what its context
+    /// remembers and said before (`memory_search`, `session_search`), the Memory agent's memory
     /// store (always its own context's).
     pub fn agent_tools_of(role: Role) -> &'static [&'static str] {
         match role {
-            Role::Assistant => &["delegate", "read_skill", "schedule_task", "list_tasks", "cancel_task"],
+            Role::Assistant => &[
+                "delegate",
+                "read_skill",
+                "schedule_task",
+                "list_tasks",
+                "cancel_task",
+                "memory_search",
+                "session_search",
+            ],
             Role::Worker => &["read_skill", "schedule_task", "list_tasks", "cancel_task"],
             Role::Researcher | Role::Coder => &["read_skill"],
-            Role::Memory => &["memory_write", "memory_search", "memory_delete"],
+            Role::Memory => &["memory_write", "memory_search", "memory_delete", "session_search"],
             _ => &[],
         }
     }

@@ -311,6 +311,15 @@ fn a_conversation_follows_its_answer_switches_models_and_shows_what_link_text_hi
         let found = until(Duration::from_secs(5), || async { text_of(&alice, "#sessions").await.contains("hello") }).await;
         assert!(found, "{}", text_of(&alice, "#sidebar").await);
         assert_eq!(text_of(&alice, "#sessions h3").await, "Today", "grouped by date");
+        // Below the titles, what was said in the conversations that matches (the daemon's index).
+        js(&alice, "const s = document.getElementById('search'); s.value = 'long answer'; s.dispatchEvent(new Event('input'));").await;
+        let said = until(Duration::from_secs(10), || async {
+            shown(&alice, "#said-box").await && text_of(&alice, "#said").await.contains("another long answer please")
+        })
+        .await;
+        assert!(said, "{}", text_of(&alice, "#sidebar").await);
+        screenshot(&alice, dir.path(), "web-search-said-desktop-light").await;
+        js(&alice, "const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input'));").await;
 
         // Link text cannot hide a reversed extension; a small picture gets a small frame.
         say(&alice, "send me the invoice").await;

@@ -28,7 +28,23 @@ pub struct Config {
     pub otel: OtelConfig,
     pub secrets: SecretsConfig,
     pub egress: EgressConfig,
+    pub memory: MemoryConfig,
     pub security: super::security::SecurityConfig,
+}
+
+/// A context's long-term memory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// The most entries a user or group keeps: past it, the least important and oldest entry
+    /// is forgotten to make room, and the person is told which.
+    pub max_entries: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig { max_entries: 2000 }
+    }
 }
 
 /// Tools' connections out (the rules themselves are in `egress.yaml` files).

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::auth::{Caller, Context, ContextKind, Operation};
 
 use super::{check, context_of, own_context};
-use crate::memory::{MemoryEntry, MemoryError, Metadata, Origin};
+use crate::memory::{Kept, MemoryEntry, MemoryError, Metadata, Origin};
 use crate::taint::MemoryWrite;
 use crate::Shared;
 
@@ -29,7 +29,10 @@ impl From<MemoryError> for Status {
 
 fn record(entry: MemoryEntry, quarantined: bool) -> v1::MemoryRecord {
     let metadata = entry.metadata;
+    let sources = if metadata.sources.is_empty() { vec![metadata.provenance()] } else { metadata.sources.clone() };
     v1::MemoryRecord {
+        sources,
+        score: 0.0,
         key: entry.key,
         content: entry.content,
         tags: metadata.tags,
@@ -95,6 +98,7 @@ pub(super) fn write(
         origin: Some(origin),
         came_from,
         confirmed_by: None,
+        sources: vec![],
     };
     let key = request.key.clone();
     let tell = |text: String| {
@@ -106,15 +110,20 @@ pub(super) fn write(
     };
     let written = match &verdict {
         MemoryWrite::Refuse(why) => return Err(Status::permission_denied(why.clone())),
-        MemoryWrite::Quarantine(_) => shared.memory.put_aside(&context, &request.key, &request.content, metadata),
+        MemoryWrite::Quarantine(_) => {
+            shared.memory.put_aside(&context, &request.key, &request.content, metadata).map(|()| Kept::New)
+        }
         MemoryWrite::Keep => shared.memory.write(&context, &request.key, &request.content, metadata),
     };
-    if let Err(error) = written {
-        if matches!(error, MemoryError::Full(_)) {
-            tell(format!("A memory (`{key}`) was not kept: {error}"));
+    let kept = match written {
+        Ok(kept) => kept,
+        Err(error) => {
+            if matches!(error, MemoryError::Full(_)) {
+                tell(format!("A memory (`{key}`) was not kept: {error}"));
+            }
+            return Err(error.into());
         }
-        return Err(error.into());
-    }
+    };
     if let MemoryWrite::Quarantine(source) = &verdict {
         tracing::info!(context = %context, key = %key, %source, "memory put aside for review");
         tell(format!(
@@ -129,27 +138,62 @@ pub(super) fn write(
             ),
         }));
     }
-    tracing::info!(context = %context, key = %key, "memory written");
-    Ok(Response::new(v1::Ack { message: format!("remembered `{key}`") }))
+    let message = match kept {
+        Kept::SameAs(existing) => {
+            tracing::info!(context = %context, key = %key, existing = %existing, "memory told again");
+            format!(
+                "`{existing}` says this already: it was updated (told again, its importance and sources) instead \
+                 of adding `{key}`"
+            )
+        }
+        Kept::MadeRoom(gone) => {
+            let said: String = gone.content.chars().take(80).collect();
+            tell(format!(
+                "Memory keeps at most {} entries: to remember `{key}`, the least important and oldest one, `{}` \
+                 (“{said}”), was forgotten. Raise memory.max_entries to keep more.",
+                shared.memory.most(),
+                gone.key
+            ));
+            format!("remembered `{key}`; `{}` was forgotten to make room (the user was told)", gone.key)
+        }
+        Kept::New | Kept::Replaced => {
+            tracing::info!(context = %context, key = %key, "memory written");
+            format!("remembered `{key}`")
+        }
+    };
+    Ok(Response::new(v1::Ack { message }))
 }
 
-pub(super) fn search(
+/// A context's memory: ranked by the search index for a query (the quarantine, which is never
+/// indexed, by its words); listed newest first without one.
+pub(super) async fn search(
     shared: &Shared,
     context: &Context,
     query: v1::MemoryQuery,
 ) -> Result<Response<v1::MemoryList>, Status> {
-    let limit = if query.limit == 0 { 20 } else { query.limit.min(200) as usize };
+    let limit = super::search::limit(query.limit, 20);
     let quarantined = query.quarantined;
+    let tag = (!query.tag.is_empty()).then(|| query.tag.clone());
+    let filter = super::search::filter(&query.since, &query.until, tag.clone(), None)?;
     let store = if quarantined { shared.memory.quarantine(context) } else { shared.memory.store(context) };
-    let entries = if query.query.trim().is_empty() {
-        let mut all = store.list((!query.tag.is_empty()).then_some(query.tag.as_str()))?;
+    let entries: Vec<(MemoryEntry, f64)> = if !query.key.is_empty() {
+        store.read(&query.key)?.into_iter().map(|entry| (entry, 0.0)).collect()
+    } else if query.query.trim().is_empty() {
+        let mut all = store.list(tag.as_deref())?;
+        all.retain(|entry| {
+            filter.since.is_none_or(|since| entry.updated_at >= since)
+                && filter.until.is_none_or(|until| entry.updated_at < until)
+        });
         all.sort_by_key(|entry| std::cmp::Reverse(entry.updated_at));
         all.truncate(limit);
-        all
+        all.into_iter().map(|entry| (entry, 0.0)).collect()
+    } else if quarantined {
+        store.search(&query.query, limit)?.into_iter().map(|entry| (entry, 0.0)).collect()
     } else {
-        store.search(&query.query, limit)?
+        super::search::memories(shared, context, query.query.clone(), filter, limit).await?
     };
-    Ok(Response::new(v1::MemoryList { entries: entries.into_iter().map(|entry| record(entry, quarantined)).collect() }))
+    let entries = entries.into_iter().map(|(entry, score)| v1::MemoryRecord { score, ..record(entry, quarantined) });
+    Ok(Response::new(v1::MemoryList { entries: entries.collect() }))
 }
 
 pub(super) fn delete(
@@ -195,7 +239,7 @@ impl v1::memory_server::Memory for MemoryService {
                 "what waits in quarantine is for the context's people, not its agents",
             ));
         }
-        search(&self.shared, &context, request.into_inner())
+        search(&self.shared, &context, request.into_inner()).await
     }
 
     async fn delete_memory(&self, request: Request<v1::MemoryKey>) -> Result<Response<v1::Ack>, Status> {

@@ -13,6 +13,7 @@ mod llm;
 mod mcp;
 mod memory;
 mod people;
+mod search;
 mod sessions;
 mod skills;
 mod system;

@@ -429,7 +429,19 @@ impl v1::admin_server::Admin for AdminService {
                 period: period.to_string(),
             };
         let limits = report.limits;
+        let (recall, searched) = (self.shared.recall.clone(), context.clone());
+        let kept = tokio::task::spawn_blocking(move || recall.size(&searched))
+            .await
+            .map_err(|error| Status::internal(format!("the index's size: {error}")))?;
+        let (memory_entries, indexed_messages, index_bytes) = kept.unwrap_or_else(|error| {
+            tracing::warn!(context = %context, error = %baaaht_proto::error_chain(&error), "cannot size the search index");
+            (0, 0, 0)
+        });
         Ok(Response::new(v1::UsageReport {
+            memory_entries,
+            memory_limit: self.shared.memory.most() as u64,
+            indexed_messages,
+            index_bytes,
             context: Some(crate::server::convert::context_ref(&context)),
             today: Some(figures(
                 report.today,

@@ -572,6 +572,13 @@ impl v1::sessions_server::Sessions for SessionsService {
         Ok(Response::new(v1::SessionList { sessions: found.iter().map(header).collect() }))
     }
 
+    async fn search_sessions(&self, request: Request<v1::SessionQuery>) -> Result<Response<v1::SessionHits>, Status> {
+        let context = context_of(request.get_ref().context.as_ref(), "context")?;
+        let caller = check(&self.shared, &request, Operation::SearchSessions, context.as_ref(), None)?;
+        let context = super::own_context(&caller, context)?;
+        Ok(Response::new(super::search::sessions(&self.shared, &context, request.into_inner()).await?))
+    }
+
     async fn read_session(
         &self,
         request: Request<v1::ReadSessionRequest>,

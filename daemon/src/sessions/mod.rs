@@ -166,14 +166,27 @@ struct Inner {
     logs: HashMap<String, SessionLog>,
 }
 
+/// What is told of every entry appended (the search index, the daemon's `recall`), after it is on
+/// disk and outside the store's lock.
+pub trait EntrySink: Send + Sync {
+    fn appended(&self, record: &SessionRecord, entry: &Entry);
+}
+
 /// Every session of the data dir.
-#[derive(Debug)]
 pub struct SessionStore {
     sessions_dir: PathBuf,
     index_path: PathBuf,
     inner: Mutex<Inner>,
     /// What every entry's text passes before it is written.
     redact: Option<crate::redact::Redact>,
+    /// Told of every entry appended (set once the daemon has made it).
+    sink: std::sync::OnceLock<std::sync::Weak<dyn EntrySink>>,
+}
+
+impl std::fmt::Debug for SessionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionStore").field("sessions_dir", &self.sessions_dir).finish_non_exhaustive()
+    }
 }
 
 /// A fresh entry id, e.g. for a message recorded before it is appended.
@@ -197,7 +210,14 @@ impl SessionStore {
             index_path,
             inner: Mutex::new(Inner { index, logs: HashMap::new() }),
             redact: None,
+            sink: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Tells `sink` of every entry appended from now on.
+    pub fn told(&self, sink: std::sync::Weak<dyn EntrySink>) {
+        // silent-ok: the daemon sets it once; a second sink is not taken.
+        let _ = self.sink.set(sink);
     }
 
     /// This store, every entry's text cleaned by `redact` before it is written.
@@ -400,11 +420,17 @@ impl SessionStore {
             }
         };
         self.with_log(&mut inner, id, |log| log.append(&entry))?;
+        let mut told = None;
         if let Some(record) = inner.index.sessions.iter_mut().find(|s| s.id == id) {
             record.leaf = Some(entry_id.clone());
             touch(record, now);
+            told = Some(record.clone());
         }
         self.save(&inner)?;
+        drop(inner);
+        if let (Some(record), Some(sink)) = (told, self.sink.get().and_then(std::sync::Weak::upgrade)) {
+            sink.appended(&record, &entry);
+        }
         Ok(entry_id)
     }
 

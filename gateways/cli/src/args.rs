@@ -418,6 +418,33 @@ pub enum MemoryCommand {
     List {
         /// Only entries matching these words, best first
         query: Option<String>,
+        /// Only entries with this tag
+        #[arg(long)]
+        tag: Option<String>,
+        #[command(flatten)]
+        scope: MemoryScope,
+    },
+    /// Search what is remembered: words (any of them, the best matches first), "a phrase", or
+    /// a prefix*
+    Search {
+        query: String,
+        /// Only entries with this tag
+        #[arg(long)]
+        tag: Option<String>,
+        /// Only entries updated at or after this time (RFC 3339, e.g. 2026-11-01T00:00:00Z)
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Only entries updated before this time (RFC 3339)
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: u32,
+        #[command(flatten)]
+        scope: MemoryScope,
+    },
+    /// One entry whole: its text, tags, importance, and every time it was told
+    Show {
+        key: String,
         #[command(flatten)]
         scope: MemoryScope,
     },
@@ -557,6 +584,26 @@ pub enum SessionsCommand {
         status: Option<String>,
         #[arg(long)]
         json: bool,
+    },
+    /// Search everything said in a user's or group's sessions (archived too): words (any of
+    /// them, the best matches first), "a phrase", or a prefix*
+    Search {
+        query: String,
+        #[arg(long, value_name = "ID", conflicts_with = "group")]
+        user: Option<String>,
+        #[arg(long, value_name = "ID")]
+        group: Option<String>,
+        /// Only this session's messages
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Only messages written at or after this time (RFC 3339, e.g. 2026-11-01T00:00:00Z)
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Only messages written before this time (RFC 3339)
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: u32,
     },
     /// Print a session's entries (or one branch, root to --leaf)
     Show {

@@ -83,6 +83,16 @@ pub fn usage_text(report: &v1::UsageReport, month_only: bool) -> String {
     if report.requests_refused > 0 {
         let _ = writeln!(text, "{} request(s) refused at a limit this month", report.requests_refused);
     }
+    if report.memory_limit > 0 {
+        let _ = writeln!(
+            text,
+            "memory: {} of {} entries; {} messages searchable ({})",
+            report.memory_entries,
+            report.memory_limit,
+            report.indexed_messages,
+            baaaht_proto::human_size(report.index_bytes)
+        );
+    }
     text
 }
 
@@ -169,9 +179,14 @@ mod tests {
                 period: "2026-11".into(),
             }),
             requests_refused: 2,
+            memory_entries: 12,
+            memory_limit: 2000,
+            indexed_messages: 340,
+            index_bytes: 262_144,
         };
         let text = usage_text(&report, false);
         assert!(text.starts_with("usage of user:alice\ntoday   2026-11-22 500 of 1000 tokens (50%)"), "{text}");
+        assert!(text.contains("memory: 12 of 2000 entries; 340 messages searchable ("), "{text}");
         assert!(text.contains("$15.00 of $20.00 (75%)") && text.contains("2 request(s) refused"), "{text}");
         assert!(!usage_text(&report, true).contains("today"));
     }

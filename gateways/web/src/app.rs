@@ -313,6 +313,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/settings", post(api::settings))
         .route("/api/home", get(crate::home::home))
         .route("/api/models", get(crate::home::models))
+        .route("/api/search", get(crate::search::search))
         .route("/ui/{*file}", get(crate::assets::serve))
         .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))
         .with_state(app)

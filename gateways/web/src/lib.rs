@@ -14,4 +14,5 @@ pub mod export;
 pub mod files;
 pub mod home;
 pub mod oidc;
+pub mod search;
 pub mod store;

@@ -14,9 +14,17 @@ import { send, showWelcome } from "./composer.js";
 // Within this many pixels of the end, the log counts as at its end.
 const NEAR_END = 48;
 
+// Where the log was last put at its end: a log above it and away from the end was scrolled
+// up by the person, even before the browser's scroll event says so.
+let snapped = 0;
+
 export function stick() {
-  if (state.following) log.scrollTop = log.scrollHeight;
-  else $("jump").hidden = false;
+  const away = log.scrollHeight - log.scrollTop - log.clientHeight >= NEAR_END;
+  if (state.following && away && log.scrollTop + 1 < snapped) state.following = false;
+  if (state.following) {
+    log.scrollTop = log.scrollHeight;
+    snapped = log.scrollTop;
+  } else $("jump").hidden = false;
 }
 
 log.addEventListener("scroll", () => {
@@ -27,6 +35,7 @@ $("jump").addEventListener("click", () => {
   state.following = true;
   $("jump").hidden = true;
   log.scrollTop = log.scrollHeight;
+  snapped = log.scrollTop;
   input.focus();
 });
 
@@ -480,6 +489,7 @@ function show(entries) {
   state.following = true;
   $("jump").hidden = true;
   log.scrollTop = log.scrollHeight;
+  snapped = log.scrollTop;
 }
 
 // Whether a conversation is open: its toolbar and log, or the first screen.

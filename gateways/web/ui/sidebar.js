@@ -157,7 +157,54 @@ function drawList() {
   $("no-match").hidden = !(words.length && here.length === 0);
 }
 
-$("search").addEventListener("input", drawList);
+// What was said in the place's conversations that matches, best first (the daemon's search
+// index), below the titles that match; asked once typing pauses.
+let saidTimer = null;
+let saidAsked = 0;
+async function drawSaid() {
+  const words = $("search").value.trim();
+  const asked = ++saidAsked;
+  if (words.length < 3) {
+    $("said-box").hidden = true;
+    $("said").replaceChildren();
+    return;
+  }
+  const room = state.room ? `&room=${encodeURIComponent(state.room)}` : "";
+  let found;
+  try {
+    found = await api(`/api/search?q=${encodeURIComponent(words)}${room}`);
+  } catch (e) {
+    problem(e.message);
+    return;
+  }
+  if (asked !== saidAsked) return;
+  const items = found.hits.map((hit) => {
+    const li = document.createElement("li");
+    const b = document.createElement("button");
+    b.type = "button";
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = visible(hit.text.replace(/\s+/g, " ").slice(0, 140));
+    const meta = document.createElement("span");
+    meta.className = "meta";
+    meta.textContent = `${visible(hit.title || "Conversation")} · ${hit.role === "user" ? "said" : "answered"} ${when(hit.at)}`;
+    b.append(name, meta);
+    b.addEventListener("click", () => {
+      open(hit.session);
+      closeSidebar();
+    });
+    li.append(b);
+    return li;
+  });
+  $("said").replaceChildren(...items);
+  $("said-box").hidden = items.length === 0;
+}
+
+$("search").addEventListener("input", () => {
+  drawList();
+  clearTimeout(saidTimer);
+  saidTimer = setTimeout(drawSaid, 250);
+});
 $("search").addEventListener("keydown", (event) => {
   if (event.key === "Enter") {
     event.preventDefault();
@@ -166,6 +213,7 @@ $("search").addEventListener("keydown", (event) => {
     event.stopPropagation();
     $("search").value = "";
     drawList();
+    drawSaid();
   }
 });
 

@@ -20,13 +20,13 @@ pub(crate) async fn memory(
         Some(crate::chat::context(scope.user, scope.group, env))
     };
     match command {
-        MemoryCommand::List { query, scope } => {
+        MemoryCommand::List { query, tag, scope } => {
             let query = v1::MemoryQuery {
                 context: whose(scope),
                 query: query.unwrap_or_default(),
-                tag: String::new(),
+                tag: tag.unwrap_or_default(),
                 limit: 200,
-                quarantined: false,
+                ..v1::MemoryQuery::default()
             };
             let found = client.memory.search_memory(query).await.map_err(status)?.into_inner();
             if found.entries.is_empty() {
@@ -34,6 +34,50 @@ pub(crate) async fn memory(
             }
             for entry in &found.entries {
                 print!("{}", entry_text(entry));
+            }
+            Ok(())
+        }
+        MemoryCommand::Search { query, tag, since, until, limit, scope } => {
+            let query = v1::MemoryQuery {
+                context: whose(scope),
+                query,
+                tag: tag.unwrap_or_default(),
+                limit,
+                since: since.unwrap_or_default(),
+                until: until.unwrap_or_default(),
+                ..v1::MemoryQuery::default()
+            };
+            let found = client.memory.search_memory(query).await.map_err(status)?.into_inner();
+            if found.entries.is_empty() {
+                println!("Nothing remembered matches.");
+            }
+            for entry in &found.entries {
+                print!("{}", entry_text(entry));
+            }
+            Ok(())
+        }
+        MemoryCommand::Show { key, scope } => {
+            let query =
+                v1::MemoryQuery { context: whose(scope), key: key.clone(), limit: 1, ..v1::MemoryQuery::default() };
+            let found = client.memory.search_memory(query).await.map_err(status)?.into_inner();
+            let Some(entry) = found.entries.first() else {
+                return Err(CliError::Usage(format!(
+                    "nothing is remembered under `{}`: `baaaht memory list` shows the keys",
+                    clean(&key)
+                )));
+            };
+            print!("{}", entry_text(entry));
+            if !entry.tags.is_empty() {
+                println!("  tags: {}", clean(&entry.tags.join(", ")));
+            }
+            if entry.importance > 0.0 {
+                println!("  importance: {}", entry.importance);
+            }
+            println!("  first kept: {}", clean(&entry.created_at));
+            let told = entry.sources.len();
+            println!("  told {} time{}:", told, if told == 1 { "" } else { "s" });
+            for source in &entry.sources {
+                println!("    {}", clean(source));
             }
             Ok(())
         }
@@ -59,10 +103,9 @@ pub(crate) async fn memory(
             }
             let query = v1::MemoryQuery {
                 context: context.clone(),
-                query: String::new(),
-                tag: String::new(),
                 limit: 200,
                 quarantined: true,
+                ..v1::MemoryQuery::default()
             };
             let waiting = client.memory.search_memory(query).await.map_err(status)?.into_inner().entries;
             if waiting.is_empty() {

@@ -5,7 +5,7 @@ mod egress;
 mod mcp;
 pub(crate) mod memory;
 mod people;
-mod sessions;
+pub(crate) mod sessions;
 mod skills;
 mod tasks;
 

@@ -38,6 +38,23 @@ pub(crate) async fn sessions(
                 print!("{}", clean(&crate::chat::sessions_text(&list)));
             }
         }
+        SessionsCommand::Search { query, user, group, session, since, until, limit } => {
+            let request = v1::SessionQuery {
+                context: Some(crate::chat::context(user, group, env)),
+                query,
+                session_id: session.unwrap_or_default(),
+                since: since.unwrap_or_default(),
+                until: until.unwrap_or_default(),
+                limit,
+            };
+            let hits = client.sessions.search_sessions(request).await.map_err(status)?.into_inner().hits;
+            if hits.is_empty() {
+                println!("Nothing said in these sessions matches.");
+            }
+            for hit in &hits {
+                print!("{}", hit_text(hit));
+            }
+        }
         SessionsCommand::Show { id, leaf } => {
             let request = v1::ReadSessionRequest { session_id: id, leaf_entry_id: leaf.unwrap_or_default() };
             let transcript = client.sessions.read_session(request).await.map_err(status)?.into_inner();
@@ -77,4 +94,21 @@ pub(crate) async fn sessions(
         }
     }
     Ok(())
+}
+
+/// A message a search found: its session, entry, who said it and when, then its text.
+pub(crate) fn hit_text(hit: &v1::SessionHit) -> String {
+    let title = if hit.session_title.is_empty() { "untitled" } else { hit.session_title.as_str() };
+    let mut text = format!(
+        "{} “{}” · {} · {} · {}\n",
+        clean(&hit.session_id),
+        clean(title),
+        clean(&hit.entry_id),
+        clean(&hit.role),
+        clean(&hit.at)
+    );
+    for line in hit.content.lines() {
+        text.push_str(&format!("    {}\n", clean(line)));
+    }
+    text
 }

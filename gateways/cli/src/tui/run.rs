@@ -476,6 +476,34 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
                     Err(status) => failed(status),
                 }
             }
+            Command::Search(words) => {
+                let context = Some(target.context.clone());
+                let memories =
+                    v1::MemoryQuery { context: context.clone(), query: words.clone(), limit: 5, ..Default::default() };
+                let said_before = v1::SessionQuery { context, query: words.clone(), limit: 8, ..Default::default() };
+                let (memories, said_before) = match (
+                    client.memory.search_memory(memories).await,
+                    client.sessions.search_sessions(said_before).await,
+                ) {
+                    (Ok(memories), Ok(said_before)) => (memories.into_inner().entries, said_before.into_inner().hits),
+                    (Err(status), _) | (_, Err(status)) => return failed(status),
+                };
+                let mut text = format!("Remembered, matching “{words}”:\n");
+                if memories.is_empty() {
+                    text.push_str("    nothing\n");
+                }
+                for entry in &memories {
+                    text.push_str(&crate::commands::memory::entry_text(entry));
+                }
+                text.push_str("\nSaid in past sessions (/resume ID to open one):\n");
+                if said_before.is_empty() {
+                    text.push_str("    nothing\n");
+                }
+                for hit in &said_before {
+                    text.push_str(&crate::commands::sessions::hit_text(hit));
+                }
+                said(text)
+            }
             Command::Memory(review) => {
                 use super::state::MemoryReview;
                 let key = |key: String| v1::MemoryKey { context: Some(target.context.clone()), key, quarantined: true };

@@ -180,6 +180,8 @@ pub enum Command {
     Tasks,
     /// Memory written while reading untrusted content: list it, or confirm or drop one.
     Memory(MemoryReview),
+    /// What is remembered and what was said before that matches these words.
+    Search(String),
     Usage,
     Status,
     Help,
@@ -231,6 +233,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("/skill:", "use a skill: /skill:NAME what to do"),
     ("/group", "talk in a group: /group ID (/group me: back to yours)"),
     ("/tasks", "this context's scheduled tasks and their last runs"),
+    ("/search", "find what is remembered and what was said in past sessions: /search WORDS"),
     ("/memory", "memory waiting for review (from untrusted content): /memory confirm KEY, /memory drop KEY"),
     ("/usage", "tokens and cost against the budget"),
     ("/status", "the daemon, the engine and your containers"),
@@ -301,6 +304,8 @@ pub fn parse_command(text: &str) -> Result<Command, String> {
             ["drop", key] => Ok(Command::Memory(MemoryReview::Drop((*key).to_string()))),
             _ => Err("usage: /memory, /memory confirm KEY or /memory drop KEY".into()),
         },
+        "/search" if rest.is_empty() => Err("usage: /search WORDS (\"a phrase\", prefix*)".into()),
+        "/search" => Ok(Command::Search(rest.join(" "))),
         "/usage" => bare(Command::Usage),
         "/status" => bare(Command::Status),
         "/help" => bare(Command::Help),
@@ -1128,7 +1133,9 @@ mod tests {
         );
         assert_eq!(parse_command("/new please"), Err("/new takes no argument".into()));
         assert_eq!(parse_command("/frobnicate"), Err("/frobnicate is not a command; /help lists them".into()));
-        assert_eq!(complete("/s", &["summarize".into()]), ["/sessions", "/status", "/skill:summarize"]);
+        assert_eq!(complete("/s", &["summarize".into()]), ["/sessions", "/search", "/status", "/skill:summarize"]);
+        assert_eq!(parse_command("/search lisbon trip"), Ok(Command::Search("lisbon trip".into())));
+        assert!(parse_command("/search").is_err_and(|why| why.starts_with("usage: /search WORDS")));
         let mut app = App::new("user:alice");
         typed(&mut app, "/tasks");
         assert_eq!(app.handle(Input::Key(Key::Enter)), [Action::Run(Command::Tasks)]);
@@ -1204,7 +1211,7 @@ mod tests {
         app3.draft = Draft::default();
         typed(&mut app3, "/s");
         app3.handle(Input::Key(Key::Tab));
-        assert_eq!(app3.offered, ["/sessions", "/status", "/skill:summarize"], "several: all are offered");
+        assert_eq!(app3.offered, ["/sessions", "/search", "/status", "/skill:summarize"], "several: all are offered");
         let mut app4 = app.clone();
         app4.draft = Draft::default();
         typed(&mut app4, "read @no");

@@ -21,6 +21,7 @@ mod egress;
 mod identity;
 mod llm;
 mod mcp;
+mod memory;
 mod ops;
 mod redact;
 mod relay;
@@ -162,6 +163,21 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         starts: usize,
     },
+    /// A context's search index with 100,000 memories and 1,000,000 messages: search p50/p99,
+    /// indexing throughput, a rebuild from the files, size; beside the word-count search it
+    /// replaced, on the same 2,000 entries
+    Memory {
+        #[arg(long, default_value_t = 100_000)]
+        memories: usize,
+        #[arg(long, default_value_t = 1_000_000)]
+        messages: usize,
+        /// Searches timed of each kind (at least 200)
+        #[arg(long, default_value_t = 1000)]
+        queries: usize,
+        /// Messages written to real session logs for the rebuild from the files (at least 10,000)
+        #[arg(long, default_value_t = 100_000)]
+        rebuild_messages: usize,
+    },
     /// The Slack gateway against the fake Slack: first token → first update in Slack vs the
     /// CLI's path, and events per second with 20 channels active vs a host client
     Slack {
@@ -241,6 +257,9 @@ fn main() -> Result<()> {
         Bench::Tui { samples, launches, tokens } => tui::run(samples.max(100), launches.max(5), tokens.max(1000)),
         Bench::Ops { calls, sessions, scrapes } => ops::run(calls.max(200), sessions.max(1), scrapes.max(50)),
         Bench::Mcp { calls, starts } => mcp::run(calls.max(200), starts.max(5)),
+        Bench::Memory { memories, messages, queries, rebuild_messages } => {
+            memory::run(memories.max(1000), messages.max(10_000), queries.max(200), rebuild_messages.max(10_000))
+        }
         Bench::Slack { runs, rounds } => slack::run(runs.max(10), rounds.max(2)),
         Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
         Bench::Channels { runs, rounds, only } => channels::run(runs.max(10), rounds.max(2), only.as_deref()),

@@ -1,0 +1,124 @@
+//! SearchSessions, and SearchMemory's ranked search: a context's search index (`crate::recall`)
+//! asked, off the async workers (a context's first search may bring its index up to date with
+//! the files first). What is found is the context's own: the caller was checked for it, and an
+//! index holds one context only.
+
+use baaaht_proto::v1;
+use tonic::Status;
+
+use crate::auth::Context;
+use crate::recall::{Filter, IndexError};
+use crate::Shared;
+
+/// The most characters of a message a hit carries.
+const HIT_CHARS: usize = 1_000;
+
+impl From<IndexError> for Status {
+    fn from(error: IndexError) -> Status {
+        Status::internal(baaaht_proto::error_chain(&error))
+    }
+}
+
+/// The seconds since the epoch `text` (RFC 3339) names, for the request's `field`.
+fn time(text: &str, field: &str) -> Result<Option<u64>, Status> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let at: jiff::Timestamp = text.trim().parse().map_err(|error| {
+        Status::invalid_argument(format!(
+            "{field}: `{text}` is not a time ({error}); give one like 2026-11-27T09:00:00Z"
+        ))
+    })?;
+    Ok(Some(at.as_second().max(0) as u64))
+}
+
+/// The filter a request's times, tag and session make.
+pub(super) fn filter(since: &str, until: &str, tag: Option<String>, session: Option<String>) -> Result<Filter, Status> {
+    Ok(Filter { tag, session, since: time(since, "since")?, until: time(until, "until")? })
+}
+
+/// At most `asked` (0: `default`), never more than 200.
+pub(super) fn limit(asked: u32, default: usize) -> usize {
+    if asked == 0 {
+        default
+    } else {
+        (asked as usize).min(200)
+    }
+}
+
+/// `context`'s memories matching `text`, best first: each entry as its file holds it, with
+/// its score.
+pub(super) async fn memories(
+    shared: &Shared,
+    context: &Context,
+    text: String,
+    filter: Filter,
+    limit: usize,
+) -> Result<Vec<(crate::memory::MemoryEntry, f64)>, Status> {
+    let (recall, memory, searched) = (shared.recall.clone(), shared.memory.clone(), context.clone());
+    let found = tokio::task::spawn_blocking(move || {
+        let found = recall.search_memories(&searched, &text, &filter, limit)?;
+        let store = memory.store(&searched);
+        let mut entries = vec![];
+        for hit in found {
+            // The file is the truth: an entry forgotten meanwhile is not shown.
+            match store.read(&hit.doc.key) {
+                Ok(Some(entry)) => entries.push((entry, hit.score)),
+                Ok(None) => {}
+                Err(error) => return Err(Status::from(error)),
+            }
+        }
+        Ok(entries)
+    })
+    .await
+    .map_err(|error| Status::internal(format!("the search stopped: {error}")))??;
+    Ok(found)
+}
+
+/// `context`'s messages matching `query`, best first.
+pub(super) async fn sessions(
+    shared: &Shared,
+    context: &Context,
+    query: v1::SessionQuery,
+) -> Result<v1::SessionHits, Status> {
+    let session = (!query.session_id.is_empty()).then(|| query.session_id.clone());
+    if let Some(session) = &session {
+        super::valid_id(session, "session_id")?;
+    }
+    let filter = filter(&query.since, &query.until, None, session)?;
+    let limit = limit(query.limit, 10);
+    let (recall, searched, text) = (shared.recall.clone(), context.clone(), query.query);
+    let found = tokio::task::spawn_blocking(move || recall.search_messages(&searched, &text, &filter, limit))
+        .await
+        .map_err(|error| Status::internal(format!("the search stopped: {error}")))??;
+    let hits = found
+        .into_iter()
+        .map(|hit| {
+            let title = shared.sessions.get(&hit.doc.session).and_then(|record| record.title).unwrap_or_default();
+            v1::SessionHit {
+                session_id: hit.doc.session,
+                session_title: title,
+                entry_id: hit.doc.entry,
+                role: hit.doc.role,
+                content: hit.doc.body.chars().take(HIT_CHARS).collect(),
+                at: crate::state::rfc3339(hit.doc.at),
+                score: hit.score,
+            }
+        })
+        .collect();
+    Ok(v1::SessionHits { hits })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_limits_are_read_or_refused_with_what_to_give() {
+        assert_eq!(time("", "since").expect("none"), None);
+        assert_eq!(time("1970-01-01T00:01:00Z", "since").expect("a time"), Some(60));
+        let refused = time("yesterday", "until").expect_err("not a time");
+        assert!(refused.message().starts_with("until: `yesterday` is not a time"), "{}", refused.message());
+        assert_eq!((limit(0, 10), limit(5, 10), limit(5000, 10)), (10, 5, 200));
+    }
+}
