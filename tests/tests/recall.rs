@@ -260,6 +260,32 @@ fn a_context_finds_only_its_own_and_the_same_fact_told_three_ways_is_one_entry()
             .expect_err("not hers");
         assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
 
+        // A group's conversations are its members' to search, and no longer one's who left.
+        let family =
+            v1::CreateGroupRequest { id: "family".into(), name: "Family".into(), members: vec!["alice".into()] };
+        host.admin.create_group(family).await.expect("a group");
+        let group = scenario::group("family");
+        let said = message(group.clone(), "alice", "Grandma's birthday party is at the lakehouse.");
+        let turn = scenario::turn(&mut host, said, Duration::from_secs(120)).await.expect("turn");
+        assert!(turn.reply.is_some(), "{:?}", turn.error);
+        let found = gateway
+            .sessions
+            .search_sessions(as_user("slack:T1:UALICE", None, search(&group, "lakehouse")))
+            .await
+            .expect("a member searches her group");
+        assert_eq!(found.into_inner().hits.len(), 2, "her words and the echo");
+        let left = v1::GroupMemberRequest { group: "family".into(), member: "alice".into() };
+        host.admin.remove_group_member(left).await.expect("alice leaves");
+        let refused = gateway
+            .sessions
+            .search_sessions(as_user("slack:T1:UALICE", None, search(&group, "lakehouse")))
+            .await
+            .expect_err("she left");
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+        let own = v1::SessionQuery { query: "lakehouse".into(), ..Default::default() };
+        let own = gateway.sessions.search_sessions(as_user("slack:T1:UALICE", None, own)).await.expect("her own");
+        assert!(own.into_inner().hits.is_empty(), "the group's words are not in her own context");
+
         // The same fact told three ways: one entry, three sources.
         for (key, said, message_id) in [
             ("coffee", "Alice takes her coffee black.", "e-1"),

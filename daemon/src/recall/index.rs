@@ -279,14 +279,7 @@ impl Index {
         let Some(expression) = query::fts(text) else { return Ok(vec![]) };
         let mut statement = self
             .db
-            .prepare_cached(
-                "SELECT m.key, m.body, m.tags, m.importance, m.origin, m.session, m.created, m.updated, f.rank
-                 FROM memories_fts f JOIN memories m ON m.id = f.rowid
-                 WHERE memories_fts MATCH ?1
-                   AND (?2 IS NULL OR (' ' || m.tags || ' ') LIKE '% ' || ?2 || ' %')
-                   AND (?3 IS NULL OR m.updated >= ?3) AND (?4 IS NULL OR m.updated < ?4)
-                 ORDER BY f.rank LIMIT ?5",
-            )
+            .prepare_cached(&ranked(MEMORY_COLUMNS, "memories", MEMORY_FILTERS, filter))
             .map_err(|source| self.sql(source))?;
         let rows = statement
             .query_map(
@@ -332,14 +325,7 @@ impl Index {
         let Some(expression) = query::fts(text) else { return Ok(vec![]) };
         let mut statement = self
             .db
-            .prepare_cached(
-                "SELECT m.entry, m.session, m.role, m.body, m.at, f.rank
-                 FROM messages_fts f JOIN messages m ON m.id = f.rowid
-                 WHERE messages_fts MATCH ?1
-                   AND (?2 IS NULL OR m.session = ?2)
-                   AND (?3 IS NULL OR m.at >= ?3) AND (?4 IS NULL OR m.at < ?4)
-                 ORDER BY f.rank LIMIT ?5",
-            )
+            .prepare_cached(&ranked(MESSAGE_COLUMNS, "messages", MESSAGE_FILTERS, filter))
             .map_err(|source| self.sql(source))?;
         let rows = statement
             .query_map(
@@ -406,6 +392,31 @@ impl Index {
             })
             .map_err(|source| self.sql(source))?;
         Ok((count("memories")?, count("messages")?, pages as u64))
+    }
+}
+
+const MEMORY_COLUMNS: &str = "m.key, m.body, m.tags, m.importance, m.origin, m.session, m.created, m.updated";
+const MEMORY_FILTERS: &str = "(?2 IS NULL OR (' ' || m.tags || ' ') LIKE '% ' || ?2 || ' %')
+    AND (?3 IS NULL OR m.updated >= ?3) AND (?4 IS NULL OR m.updated < ?4)";
+const MESSAGE_COLUMNS: &str = "m.entry, m.session, m.role, m.body, m.at";
+const MESSAGE_FILTERS: &str =
+    "(?2 IS NULL OR m.session = ?2) AND (?3 IS NULL OR m.at >= ?3) AND (?4 IS NULL OR m.at < ?4)";
+
+/// The query of `table`'s best [`CANDIDATES`] matches of `?1`, with `columns` and their rank,
+/// narrowed by `filters` (`?2`–`?4`). Unfiltered, the matches are ranked in the FTS table
+/// alone and only the best are read from `table` (a query matching many rows reads 200, not
+/// all of them); filtered, every match is read, to keep the best that pass.
+fn ranked(columns: &str, table: &str, filters: &str, filter: &Filter) -> String {
+    if *filter == Filter::default() {
+        format!(
+            "SELECT {columns}, f.rank FROM (SELECT rowid, rank FROM {table}_fts WHERE {table}_fts MATCH ?1
+             ORDER BY rank LIMIT ?5) f JOIN {table} m ON m.id = f.rowid WHERE {filters} ORDER BY f.rank"
+        )
+    } else {
+        format!(
+            "SELECT {columns}, f.rank FROM {table}_fts f JOIN {table} m ON m.id = f.rowid
+             WHERE {table}_fts MATCH ?1 AND {filters} ORDER BY f.rank LIMIT ?5"
+        )
     }
 }
 
