@@ -16,6 +16,11 @@ pub const SCHEMA_VERSION: i64 = 1;
 /// How many best bm25 matches are ranked again by importance and recency.
 const CANDIDATES: usize = 200;
 
+/// A query of prefixes only (`ran*`) ranks among its newest this many matches: a short prefix
+/// can match most of a context's messages, and bm25 over all of them took a third of a second
+/// at a million messages (`baaaht-bench memory`).
+const PREFIX_WINDOW: usize = 5_000;
+
 /// Prefixes of 3 and 4 characters have indexes of their own (`prefix='3 4'`): a query like
 /// `ran*` would otherwise merge the lists of every word starting so (half a second over a
 /// million messages; `baaaht-bench memory`).
@@ -281,9 +286,10 @@ impl Index {
         now: u64,
     ) -> Result<Vec<Found<MemoryDoc>>, IndexError> {
         let Some(expression) = query::fts(text) else { return Ok(vec![]) };
+        let from = self.window("memories", &expression)?;
         let mut statement = self
             .db
-            .prepare_cached(&ranked(MEMORY_COLUMNS, "memories", MEMORY_FILTERS, filter))
+            .prepare_cached(&ranked(MEMORY_COLUMNS, "memories", MEMORY_FILTERS, filter, from > 0))
             .map_err(|source| self.sql(source))?;
         let rows = statement
             .query_map(
@@ -292,7 +298,8 @@ impl Index {
                     filter.tag,
                     filter.since.map(|at| at as i64),
                     filter.until.map(|at| at as i64),
-                    CANDIDATES as i64
+                    CANDIDATES as i64,
+                    from
                 ],
                 |row| {
                     let doc = MemoryDoc {
@@ -327,9 +334,10 @@ impl Index {
         now: u64,
     ) -> Result<Vec<Found<MessageDoc>>, IndexError> {
         let Some(expression) = query::fts(text) else { return Ok(vec![]) };
+        let from = self.window("messages", &expression)?;
         let mut statement = self
             .db
-            .prepare_cached(&ranked(MESSAGE_COLUMNS, "messages", MESSAGE_FILTERS, filter))
+            .prepare_cached(&ranked(MESSAGE_COLUMNS, "messages", MESSAGE_FILTERS, filter, from > 0))
             .map_err(|source| self.sql(source))?;
         let rows = statement
             .query_map(
@@ -338,7 +346,8 @@ impl Index {
                     filter.session,
                     filter.since.map(|at| at as i64),
                     filter.until.map(|at| at as i64),
-                    CANDIDATES as i64
+                    CANDIDATES as i64,
+                    from
                 ],
                 |row| {
                     let doc = MessageDoc {
@@ -359,6 +368,24 @@ impl Index {
             found.push(Found { doc, score });
         }
         Ok(best(found, limit))
+    }
+
+    /// The lowest rowid of `table` a search for `expression` ranks: for a query of prefixes
+    /// only with more than [`PREFIX_WINDOW`] matches, its newest that many; else all (0).
+    fn window(&self, table: &str, expression: &str) -> Result<i64, IndexError> {
+        if !expression.split(" OR ").all(|term| term.ends_with('*')) {
+            return Ok(0);
+        }
+        let oldest: Option<i64> = self
+            .db
+            .prepare_cached(&format!(
+                "SELECT rowid FROM {table}_fts WHERE {table}_fts MATCH ?1 ORDER BY rowid DESC LIMIT 1 OFFSET ?2"
+            ))
+            .and_then(|mut statement| {
+                statement.query_row(params![expression, PREFIX_WINDOW as i64 - 1], |row| row.get(0)).optional()
+            })
+            .map_err(|source| self.sql(source))?;
+        Ok(oldest.unwrap_or(0))
     }
 
     /// The memory that says what `body` says, if one does: the same words, or the most alike
@@ -406,20 +433,23 @@ const MESSAGE_COLUMNS: &str = "m.entry, m.session, m.role, m.body, m.at";
 const MESSAGE_FILTERS: &str =
     "(?2 IS NULL OR m.session = ?2) AND (?3 IS NULL OR m.at >= ?3) AND (?4 IS NULL OR m.at < ?4)";
 
-/// The query of `table`'s best [`CANDIDATES`] matches of `?1`, with `columns` and their rank,
-/// narrowed by `filters` (`?2`–`?4`). Unfiltered, the matches are ranked in the FTS table
+/// The query of `table`'s best [`CANDIDATES`] matches of `?1` from rowid `?6` on, with
+/// `columns` and their rank, narrowed by `filters` (`?2`–`?4`). Unfiltered, the matches are ranked in the FTS table
 /// alone and only the best are read from `table` (a query matching many rows reads 200, not
 /// all of them); filtered, every match is read, to keep the best that pass.
-fn ranked(columns: &str, table: &str, filters: &str, filter: &Filter) -> String {
+fn ranked(columns: &str, table: &str, filters: &str, filter: &Filter, windowed: bool) -> String {
+    // Without a window, `?6` is only bound: a rowid constraint would change FTS5's plan.
+    let (inner, outer) = if windowed { ("AND rowid >= ?6", "") } else { ("", "AND ?6 IS NOT NULL") };
     if *filter == Filter::default() {
         format!(
-            "SELECT {columns}, f.rank FROM (SELECT rowid, rank FROM {table}_fts WHERE {table}_fts MATCH ?1
-             ORDER BY rank LIMIT ?5) f JOIN {table} m ON m.id = f.rowid WHERE {filters} ORDER BY f.rank"
+            "SELECT {columns}, f.rank FROM (SELECT rowid, rank FROM {table}_fts WHERE {table}_fts MATCH ?1 {inner}
+             ORDER BY rank LIMIT ?5) f JOIN {table} m ON m.id = f.rowid WHERE {filters} {outer} ORDER BY f.rank"
         )
     } else {
+        let inner = inner.replace("rowid", "f.rowid");
         format!(
             "SELECT {columns}, f.rank FROM {table}_fts f JOIN {table} m ON m.id = f.rowid
-             WHERE {table}_fts MATCH ?1 AND {filters} ORDER BY f.rank LIMIT ?5"
+             WHERE {table}_fts MATCH ?1 {inner} AND {filters} {outer} ORDER BY f.rank LIMIT ?5"
         )
     }
 }
@@ -490,6 +520,31 @@ mod tests {
         assert_eq!(index.log_bytes("s1").expect("bytes"), 300);
         assert_eq!(index.size().expect("size").0, 2);
         assert_eq!(index.size().expect("size").1, 2);
+    }
+
+    #[test]
+    fn a_query_of_prefixes_only_ranks_its_newest_matches_and_a_word_ranks_them_all() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut index = Index::open(&dir.path().join("recall.sqlite")).expect("open");
+        let docs: Vec<MessageDoc> = (0..PREFIX_WINDOW + 1000)
+            .map(|n| MessageDoc {
+                entry: format!("e-{n:05}"),
+                session: "s1".into(),
+                role: "user".into(),
+                // The oldest thousand say it most.
+                body: if n < 1000 { "alphabet alphabet alphabet".into() } else { format!("alphabet and {n} more") },
+                at: 1_000,
+            })
+            .collect();
+        index.put_messages(&docs, None).expect("messages");
+        let entries = |query: &str| -> Vec<String> {
+            let found = index.search_messages(query, &Filter::default(), 5, 2_000).expect("search");
+            found.into_iter().map(|found| found.doc.entry).collect()
+        };
+        assert!(entries("alphabet").iter().all(|entry| entry.as_str() < "e-01000"), "the best of all");
+        let newest = entries("alpha*");
+        assert_eq!(newest.len(), 5);
+        assert!(newest.iter().all(|entry| entry.as_str() >= "e-01000"), "the newest matches: {newest:?}");
     }
 
     #[test]
