@@ -458,6 +458,16 @@ pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &crate::TestDaemon, fak
     gateway_and_registration_for(rt, daemon, fake).0
 }
 
+/// The test bot's gateway, `home`, as the host registers it.
+fn registration() -> baaaht_proto::v1::AddGatewayRequest {
+    baaaht_proto::v1::AddGatewayRequest {
+        kind: "telegram".into(),
+        name: "home".into(),
+        bot: BOT_ID.to_string(),
+        ..Default::default()
+    }
+}
+
 /// [`gateway_for`], with the gateway's registration (its socket and token), to call the daemon
 /// as it does.
 pub fn gateway_and_registration_for(
@@ -465,14 +475,8 @@ pub fn gateway_and_registration_for(
     daemon: &crate::TestDaemon,
     fake: &FakeTelegram,
 ) -> (crate::Running, crate::gateway::Gateway) {
-    let request = baaaht_proto::v1::AddGatewayRequest {
-        kind: "telegram".into(),
-        name: "home".into(),
-        bot: BOT_ID.to_string(),
-        ..Default::default()
-    };
     let api = fake.api_url();
-    crate::gateway::run_external(rt, daemon, request, "baaaht-telegram", &["--api-url", &api])
+    crate::gateway::run_external(rt, daemon, registration(), "baaaht-telegram", &["--api-url", &api])
 }
 
 /// [`gateway_and_registration_for`], the gateway keeping the chats it served in `state` (as it
@@ -483,14 +487,9 @@ pub fn gateway_keeping_chats(
     fake: &FakeTelegram,
     state: &std::path::Path,
 ) -> (crate::Running, crate::gateway::Gateway) {
-    let request = baaaht_proto::v1::AddGatewayRequest {
-        kind: "telegram".into(),
-        name: "home".into(),
-        bot: BOT_ID.to_string(),
-        ..Default::default()
-    };
     let (api, state) = (fake.api_url(), state.display().to_string());
-    crate::gateway::run_external(rt, daemon, request, "baaaht-telegram", &["--api-url", &api, "--state-dir", &state])
+    let args = ["--api-url", api.as_str(), "--state-dir", state.as_str()];
+    crate::gateway::run_external(rt, daemon, registration(), "baaaht-telegram", &args)
 }
 
 /// The gateway of [`gateway_keeping_chats`] started again (logging to `baaaht-telegram-2.log`).

@@ -230,6 +230,14 @@ impl TestDaemon {
         String::from_utf8_lossy(&output.stdout).lines().map(|line| serde_json::from_str(line).expect("JSON")).collect()
     }
 
+    /// `baaaht ARGS` against this daemon, which must succeed: what it printed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let output =
+            Command::new(bin("baaaht")).args(args).env("BAAAHT_SOCKET", self.socket()).output().expect("baaaht runs");
+        assert!(output.status.success(), "baaaht {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.data_dir.join("data/ipc/orchestrator.sock")
     }

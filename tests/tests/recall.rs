@@ -197,16 +197,6 @@ fn paraphrased_questions_find_the_right_memory_and_message_in_the_top_5_through_
     assert!(messages_found >= 180, "session_search found {messages_found}/200:\n{}", missed.join("\n"));
 }
 
-fn baaaht(daemon: &TestDaemon, args: &[&str]) -> String {
-    let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
-        .args(args)
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht runs");
-    assert!(output.status.success(), "baaaht {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 #[test]
 fn a_context_finds_only_its_own_and_the_same_fact_told_three_ways_is_one_entry() {
     let rt = baaaht_tests::runtime();
@@ -306,11 +296,11 @@ fn a_context_finds_only_its_own_and_the_same_fact_told_three_ways_is_one_entry()
         assert_eq!(entries.len(), 1, "{entries:#?}");
         assert_eq!((entries[0].key.as_str(), entries[0].sources.len()), ("coffee", 3), "{entries:#?}");
     });
-    let shown = baaaht(&daemon, &["memory", "show", "coffee", "--user", "alice"]);
+    let shown = daemon.cli(&["memory", "show", "coffee", "--user", "alice"]);
     assert!(shown.contains("told 3 times"), "{shown}");
-    let found = baaaht(&daemon, &["sessions", "search", "flowerpot", "--user", "alice"]);
+    let found = daemon.cli(&["sessions", "search", "flowerpot", "--user", "alice"]);
     assert!(found.contains("The spare key is under the blue flowerpot."), "{found}");
-    let found = baaaht(&daemon, &["memory", "search", "\"coffee black\"", "--user", "alice"]);
+    let found = daemon.cli(&["memory", "search", "\"coffee black\"", "--user", "alice"]);
     assert!(found.starts_with("coffee ("), "{found}");
 
     // A container's token searches its own context only: naming another is refused, and its

@@ -55,16 +55,6 @@ fn scheduling_brain() -> Answer {
     })))
 }
 
-fn baaaht(daemon: &TestDaemon, args: &[&str]) -> String {
-    let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
-        .args(args)
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht runs");
-    assert!(output.status.success(), "baaaht {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 fn options() -> DaemonOptions {
     DaemonOptions { env: vec![("BAAAHT__SYSTEM__TIMEZONE".into(), "Europe/Berlin".into())], ..DaemonOptions::default() }
 }
@@ -119,16 +109,16 @@ fn a_worker_asked_to_remind_every_monday_at_9_creates_the_task_and_the_reply_sta
     let first = reply.split("Next runs: ").nth(1).and_then(|runs| runs.split(", ").next()).expect("a next run");
     let zoned: jiff::Zoned = format!("{first}[Europe/Berlin]").parse().unwrap_or_else(|e| panic!("{first}: {e}"));
     assert_eq!((zoned.weekday(), zoned.hour(), zoned.minute()), (jiff::civil::Weekday::Monday, 9, 0), "{reply}");
-    let listed = baaaht(&daemon, &["tasks", "list", "--user", "alice"]);
+    let listed = daemon.cli(&["tasks", "list", "--user", "alice"]);
     assert!(
         listed.contains("scheduled") && listed.contains("check the build") && listed.contains("cron 0 9 * * 1"),
         "{listed}"
     );
     let id = listed.split_whitespace().next().expect("an id").to_string();
-    let shown = baaaht(&daemon, &["tasks", "show", &id]);
+    let shown = daemon.cli(&["tasks", "show", &id]);
     assert!(shown.contains("Remind the user to check the build.") && shown.contains("next runs"), "{shown}");
     // Bob sees none of alice's tasks; a bad schedule is refused naming its field.
-    assert!(baaaht(&daemon, &["tasks", "list", "--user", "bob"]).contains("no tasks"));
+    assert!(daemon.cli(&["tasks", "list", "--user", "bob"]).contains("no tasks"));
     let output = std::process::Command::new(baaaht_tests::bin("baaaht"))
         .args(["tasks", "add", "x", "--user", "alice", "--cron", "0 9 * * 8"])
         .env("BAAAHT_SOCKET", daemon.socket())
@@ -146,11 +136,11 @@ fn editing_heartbeat_md_regenerates_that_contexts_tasks_within_a_second_and_no_o
         ..options()
     })
     .expect("daemon");
-    let bob_before = baaaht(&daemon, &["tasks", "list", "--user", "bob", "--type", "heartbeat"]);
+    let bob_before = daemon.cli(&["tasks", "list", "--user", "bob", "--type", "heartbeat"]);
     assert!(bob_before.contains("Mail (from HEARTBEAT.md)"), "bob's HEARTBEAT.md is read at start: {bob_before}");
     let alice = daemon.data_dir.join("users/alice");
     std::fs::create_dir_all(&alice).expect("alice's folder");
-    let list = || baaaht(&daemon, &["tasks", "list", "--user", "alice", "--type", "heartbeat"]);
+    let list = || daemon.cli(&["tasks", "list", "--user", "alice", "--type", "heartbeat"]);
     let edited = Instant::now();
     std::fs::write(
         alice.join("HEARTBEAT.md"),
@@ -173,11 +163,7 @@ fn editing_heartbeat_md_regenerates_that_contexts_tasks_within_a_second_and_no_o
         assert!(edited.elapsed() < Duration::from_secs(1), "not regenerated within a second: {listed}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        baaaht(&daemon, &["tasks", "list", "--user", "bob", "--type", "heartbeat"]),
-        bob_before,
-        "bob's untouched"
-    );
+    assert_eq!(daemon.cli(&["tasks", "list", "--user", "bob", "--type", "heartbeat"]), bob_before, "bob's untouched");
 }
 
 #[test]
@@ -201,19 +187,19 @@ fn a_run_in_flight_at_kill_9_is_interrupted_never_repeated_and_retried_once_when
     let restarted =
         TestDaemon::start(DaemonOptions { data_dir: Some(daemon.data_dir.clone()), ..scenario::options_for(&fake) })
             .expect("restarts");
-    let plain_runs = baaaht(&restarted, &["tasks", "runs", &plain]);
+    let plain_runs = restarted.cli(&["tasks", "runs", &plain]);
     assert!(plain_runs.contains("interrupted"), "{plain_runs}");
-    assert!(baaaht(&restarted, &["tasks", "show", &plain]).contains("failed"), "a one-shot cut short did not complete");
+    assert!(restarted.cli(&["tasks", "show", &plain]).contains("failed"), "a one-shot cut short did not complete");
     wait_for(Duration::from_secs(120), "the retry", &restarted, || {
-        baaaht(&restarted, &["tasks", "runs", &retried]).contains("(attempt 2)")
+        restarted.cli(&["tasks", "runs", &retried]).contains("(attempt 2)")
     });
     wait_for(Duration::from_secs(120), "the retry's end", &restarted, || {
-        let runs = baaaht(&restarted, &["tasks", "runs", &retried]);
+        let runs = restarted.cli(&["tasks", "runs", &retried]);
         runs.lines().next().is_some_and(|line| !line.contains("running"))
     });
     // Exactly once each: the plain run never again, the retried one once more; both one-shots
     // are over, so nothing of either is left to run.
-    assert!(baaaht(&restarted, &["tasks", "show", &retried]).contains("completed"));
+    assert!(restarted.cli(&["tasks", "show", &retried]).contains("completed"));
     assert_eq!(runs_asked(&fake, "slowly (plain)"), 1, "{}", restarted.log_text());
     assert_eq!(runs_asked(&fake, "slowly (retried)"), 2);
 }
@@ -238,9 +224,9 @@ fn a_run_due_while_the_daemon_is_dead_happens_once_after_the_restart_and_lands_i
         TestDaemon::start(DaemonOptions { data_dir: Some(daemon.data_dir.clone()), ..scenario::options_for(&fake) })
             .expect("restarts");
     wait_for(Duration::from_secs(120), "the missed run", &restarted, || {
-        baaaht(&restarted, &["tasks", "runs", &id]).contains(" ok")
+        restarted.cli(&["tasks", "runs", &id]).contains(" ok")
     });
-    let runs = baaaht(&restarted, &["tasks", "runs", &id]);
+    let runs = restarted.cli(&["tasks", "runs", &id]);
     assert_eq!(runs.lines().filter(|line| line.starts_with("run-")).count(), 1, "{runs}");
     assert!(runs.contains("tokens") && runs.contains("container baaaht-worker-"), "{runs}");
     assert_eq!(runs_asked(&fake, "Water the plants."), 1);
@@ -248,11 +234,11 @@ fn a_run_due_while_the_daemon_is_dead_happens_once_after_the_restart_and_lands_i
     assert!(metrics.contains("baaaht_task_runs_total{type=\"scheduled\",outcome=\"ok\"} 1"), "{metrics}");
     // No channel was there: the result waits in alice's inbox, shown once.
     wait_for(Duration::from_secs(10), "the inbox item", &restarted, || {
-        baaaht(&restarted, &["inbox", "--user", "alice", "--all"]).contains("ran: Water the plants.")
+        restarted.cli(&["inbox", "--user", "alice", "--all"]).contains("ran: Water the plants.")
     });
-    let inbox = baaaht(&restarted, &["inbox", "--user", "alice"]);
+    let inbox = restarted.cli(&["inbox", "--user", "alice"]);
     assert!(inbox.contains("the inbox is empty"), "read once: {inbox}");
-    assert!(baaaht(&restarted, &["tasks", "show", &id]).contains("completed"));
+    assert!(restarted.cli(&["tasks", "show", &id]).contains("completed"));
 }
 
 #[test]
