@@ -57,6 +57,10 @@ pub fn run(probe: Option<SocketAddr>) -> SelfTestReport {
     let mut report = SelfTestReport::default();
     // silent-ok: an unreadable status leaves fields empty, and judge() reports them.
     read_status(&std::fs::read_to_string("/proc/self/status").unwrap_or_default(), &mut report);
+    // gVisor's /proc/self/status has no NoNewPrivs line: the kernel is asked instead.
+    if let Ok(set) = rustix::thread::no_new_privs() {
+        report.no_new_privs = set;
+    }
 
     let marker = format!("/.baaaht-self-test-{}", std::process::id());
     report.root_read_only = std::fs::write(&marker, b"x").is_err();
@@ -92,6 +96,14 @@ pub fn run(probe: Option<SocketAddr>) -> SelfTestReport {
         "python3",
         &["-c", "import ctypes, sys; sys.exit(1 if ctypes.CDLL(None).ptrace(0, 0, None, None) == -1 else 0)"],
     );
+    // silent-ok: an unreadable /proc/version leaves the kernel empty, which the daemon reports.
+    report.kernel = std::fs::read_to_string("/proc/version").unwrap_or_default().lines().next().unwrap_or("").into();
+    report.kernel_log = Command::new("dmesg")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").trim().to_string())
+        .unwrap_or_default();
     report.daemon_socket =
         Path::new(DAEMON_SOCKET).exists() && std::os::unix::net::UnixStream::connect(DAEMON_SOCKET).is_ok();
 

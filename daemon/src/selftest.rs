@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::auth::{Context, Role};
 use crate::container::manager::{ContainerError, ContainerManager, RunRequest, RunStatus, BINARIES_MOUNT};
+use crate::container::Isolation;
 
 /// What to test.
 #[derive(Debug, Clone)]
@@ -29,6 +30,8 @@ pub struct SelfTestOutcome {
     pub status: RunStatus,
     pub duration: Duration,
     pub stderr_tail: String,
+    /// The tier the container was started under.
+    pub isolation: Isolation,
 }
 
 /// Runs `test` in a container of the self-test context.
@@ -54,6 +57,7 @@ pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTe
         working_dir: None,
         image: None,
     };
+    let isolation = containers.isolation_of(test.role).await?;
     let outcome = containers.run(run).await.inspect_err(|error| {
         tracing::warn!(error = %baaaht_proto::error_chain(error), "self-test container failed");
     })?;
@@ -61,9 +65,19 @@ pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTe
     let report_json = stdout.lines().find(|line| line.starts_with('{')).unwrap_or("").to_string();
     let mut problems = match serde_json::from_str::<baaaht_proto::selftest::SelfTestReport>(&report_json) {
         Ok(report) => {
-            let mut problems = report.problems;
+            let mut problems = report.problems.clone();
             if !report.daemon_socket {
                 problems.push("the container could not reach its daemon socket".into());
+            }
+            match (isolation, report.in_gvisor()) {
+                (Isolation::Gvisor, false) => problems.push(format!(
+                    "the container was started under gVisor but its kernel is not gVisor's ({:?}, kernel log {:?})",
+                    report.kernel, report.kernel_log
+                )),
+                (Isolation::Runc, true) => {
+                    problems.push("the container was started under runc but runs on gVisor's kernel".into())
+                }
+                _ => {}
             }
             problems
         }
@@ -79,5 +93,6 @@ pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTe
         status: outcome.status,
         duration: outcome.duration,
         stderr_tail: outcome.stderr_tail(5),
+        isolation,
     })
 }

@@ -32,6 +32,14 @@ pub struct SelfTestReport {
     pub ptrace_blocked: bool,
     /// The daemon's socket at /run/baaaht/daemon.sock accepted a connection.
     pub daemon_socket: bool,
+    /// The kernel the container sees: the first line of /proc/version (gVisor's reads
+    /// `Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016`).
+    #[serde(default)]
+    pub kernel: String,
+    /// The first line of the kernel log (`dmesg`), when the container may read it: gVisor's
+    /// starts `Starting gVisor...`; the host's is closed to uid 1000.
+    #[serde(default)]
+    pub kernel_log: String,
     /// The completion streamed through StreamLLM, when one was asked for.
     pub llm: Option<LlmCheck>,
     /// Every expectation that does not hold, as sentences; empty when all hold.
@@ -55,6 +63,11 @@ pub struct LlmCheck {
 }
 
 impl SelfTestReport {
+    /// The container runs on gVisor's kernel, as its own kernel log says.
+    pub fn in_gvisor(&self) -> bool {
+        self.kernel_log.contains("Starting gVisor")
+    }
+
     /// Fills `problems` from the other fields: the expectations of DESIGN.md §5.4.
     pub fn judge(&mut self) {
         let mut problems = vec![];

@@ -133,6 +133,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     check_providers(&loaded, providers_text.as_deref())?;
     check_agents(&loaded, config_text.as_deref())?;
     check_limits(&loaded, config_text.as_deref())?;
+    check_isolation(&loaded, config_text.as_deref())?;
     check_tools(&loaded, config_text.as_deref())?;
     check_budgets(&loaded, config_text.as_deref())?;
     check_secrets(&loaded, config_text.as_deref())?;
@@ -358,6 +359,33 @@ fn check_limits(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
         text,
         &keys,
         format!("{}: 0 would let no container run (there is no \"unlimited\"); give {hint}", keys.join(".")),
+    ))
+}
+
+/// `container.isolation`: the LLM gateway and the chat gateways run on the host's kernel.
+/// They run no code a model chose, and the LLM gateway needs the engine's network, which
+/// the `runsc` runtime is registered without.
+fn check_isolation(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    use crate::auth::Role;
+    let Some((role, choice)) =
+        loaded.config.container.isolation.iter().find(|(role, choice)| {
+            matches!(role, Role::LlmGateway | Role::Gateway) && **choice != IsolationChoice::Runc
+        })
+    else {
+        return Ok(());
+    };
+    let keys = ["container", "isolation", role.as_str()];
+    Err(invalid_at(
+        &loaded.sources.config,
+        text,
+        &keys,
+        format!(
+            "container.isolation.{}: {} is not offered for gateways (they run no code a model chose, and \
+             the LLM gateway needs the network the runsc runtime is registered without); remove the key \
+             or set it to runc",
+            role.as_str(),
+            choice.as_str()
+        ),
     ))
 }
 

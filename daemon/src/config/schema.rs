@@ -198,6 +198,9 @@ pub struct ContainerConfig {
     pub resource_limits: ResourceLimits,
     /// Per-role overrides of `resource_limits`, e.g. `{coder: {memory: 2g}}`.
     pub role_limits: BTreeMap<crate::auth::Role, ResourceLimitsOverride>,
+    /// Per-role isolation tier, e.g. `{coder: gvisor, assistant: auto}`; a role not named
+    /// gets [`IsolationChoice::default_for`] it.
+    pub isolation: BTreeMap<crate::auth::Role, IsolationChoice>,
     /// Image every agent and tool container starts from.
     pub image: String,
     /// Folder holding `baaaht-agent`, mounted read-only into containers; empty: beside baaahtd.
@@ -217,11 +220,19 @@ impl Default for ContainerConfig {
             queue_timeout: 60,
             resource_limits: ResourceLimits::default(),
             role_limits: BTreeMap::new(),
+            isolation: BTreeMap::new(),
             image: "baaaht/base:latest".into(),
             binaries_dir: String::new(),
             socket: String::new(),
             engine_timeout: 30,
         }
+    }
+}
+
+impl ContainerConfig {
+    /// The isolation tier asked for `role`: `isolation`, else the role's default.
+    pub fn isolation_of(&self, role: crate::auth::Role) -> IsolationChoice {
+        self.isolation.get(&role).copied().unwrap_or_else(|| IsolationChoice::default_for(role))
     }
 }
 
@@ -231,6 +242,39 @@ pub enum RuntimeChoice {
     Auto,
     Docker,
     Podman,
+}
+
+/// Which kernel a role's containers run on (DESIGN.md §10.6).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum IsolationChoice {
+    /// gVisor where the engine has a usable `runsc` runtime, else runc (and a log line).
+    Auto,
+    /// The host's kernel, behind namespaces, capabilities and seccomp.
+    Runc,
+    /// A second kernel (gVisor's Sentry) between the container and the host's; a container
+    /// is refused, with the fix, when the engine has no usable `runsc`.
+    Gvisor,
+}
+
+impl IsolationChoice {
+    /// Roles that run code a model chose or a third party wrote (tools, the Coder, MCP
+    /// servers) get gVisor where it is there; the others the host's kernel.
+    pub fn default_for(role: crate::auth::Role) -> IsolationChoice {
+        use crate::auth::Role;
+        match role {
+            Role::Tool | Role::Coder | Role::Mcp => IsolationChoice::Auto,
+            _ => IsolationChoice::Runc,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IsolationChoice::Auto => "auto",
+            IsolationChoice::Runc => "runc",
+            IsolationChoice::Gvisor => "gvisor",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

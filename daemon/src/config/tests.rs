@@ -236,6 +236,16 @@ fn what_would_open_the_sandbox_is_refused_with_its_reason() {
         ),
         ("container:\n  resource_limits:\n    pids: 0\n", "container.resource_limits.pids: 0", "3:5"),
         ("container:\n  role_limits:\n    coder:\n      disk: 0\n", "container.role_limits.coder.disk: 0", "4:7"),
+        (
+            "container:\n  isolation:\n    llm_gateway: gvisor\n",
+            "container.isolation.llm_gateway: gvisor is not offered for gateways",
+            "3:5",
+        ),
+        (
+            "container:\n  isolation:\n    coder: kata\n",
+            "unknown variant `kata`, expected one of `auto`, `runc`, `gvisor`",
+            "3:12",
+        ),
         ("container:\n  max_concurrent: 0\n", "container.max_concurrent: 0 would let no container run", "2:3"),
         ("budgets:\n  soft_percent: 0\n", "budgets.soft_percent: 0 is not a share of 1 to 100", "2:3"),
         (

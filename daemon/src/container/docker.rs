@@ -20,7 +20,7 @@ use tokio_stream::StreamExt;
 
 use super::{
     ContainerInfo, ContainerRuntime, ContainerSpec, EngineInfo, EngineKind, ExecResult, ExitInfo, HealthStatus,
-    NetworkPolicy, Output, RuntimeError, Usage,
+    Isolation, NetworkPolicy, Output, RuntimeError, Usage,
 };
 
 /// The seccomp profile every container gets (derived by `seccomp/derive.py`).
@@ -40,6 +40,8 @@ pub struct DockerRuntime {
     /// The seccomp profile as the engine wants it in `security_opt`: compact JSON for Docker,
     /// a file path for Podman.
     seccomp: String,
+    /// The profile for containers under gVisor (see [`gvisor_profile`]).
+    seccomp_gvisor: String,
     /// How long one engine call may take (see [`ENGINE_CALL_TIMEOUT`]).
     limit: Duration,
 }
@@ -135,19 +137,30 @@ impl DockerRuntime {
         let version = call(limit, "report its version", docker.version()).await?;
         let is_podman = version.components.iter().flatten().any(|c| c.name.to_ascii_lowercase().contains("podman"))
             || version.platform.as_ref().is_some_and(|p| p.name.to_ascii_lowercase().contains("podman"));
+        let kind = if is_podman { EngineKind::Podman } else { EngineKind::Docker };
+        let system = call(limit, "report its runtimes", docker.info()).await?;
+        let runtimes: Vec<(String, String, Vec<String>)> = system
+            .runtimes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, runtime)| (name, runtime.path.unwrap_or_default(), runtime.runtime_args.unwrap_or_default()))
+            .collect();
         let info = EngineInfo {
-            kind: if is_podman { EngineKind::Podman } else { EngineKind::Docker },
+            kind,
             socket: socket.to_path_buf(),
             version: version.version.unwrap_or_default(),
             api_version: docker.client_version().to_string(),
+            gvisor: super::find_gvisor(kind, &runtimes),
         };
         let compact = compact_json(SECCOMP_PROFILE)
+            .map_err(|message| RuntimeError::Engine { operation: "load the seccomp profile", message })?;
+        let seccomp_gvisor = gvisor_profile(&compact)
             .map_err(|message| RuntimeError::Engine { operation: "load the seccomp profile", message })?;
         let seccomp = match info.kind {
             EngineKind::Docker => compact,
             EngineKind::Podman => seccomp_file(&compact)?.display().to_string(),
         };
-        Ok(DockerRuntime { docker, info, seccomp, limit })
+        Ok(DockerRuntime { docker, info, seccomp, seccomp_gvisor, limit })
     }
 
     /// The engine client, for image work in `images`.
@@ -186,7 +199,16 @@ impl DockerRuntime {
             privileged: Some(false),
             cap_drop: Some(vec!["ALL".into()]),
             cap_add: Some(vec![]),
-            security_opt: Some(vec!["no-new-privileges:true".into(), format!("seccomp={}", self.seccomp)]),
+            security_opt: Some(vec![
+                "no-new-privileges:true".into(),
+                format!(
+                    "seccomp={}",
+                    match spec.isolation {
+                        Isolation::Runc => &self.seccomp,
+                        Isolation::Gvisor => &self.seccomp_gvisor,
+                    }
+                ),
+            ]),
             network_mode: Some(match spec.network {
                 NetworkPolicy::None => "none".into(),
                 NetworkPolicy::Egress => "bridge".into(),
@@ -208,7 +230,13 @@ impl DockerRuntime {
             },
             // Podman here runs without CAP_SYS_RESOURCE and with hybrid cgroups: it needs runc
             // and explicit limits no higher than its own.
-            runtime: podman.then(|| "runc".to_string()),
+            runtime: match spec.isolation {
+                Isolation::Gvisor => Some(self.info.gvisor.clone().map_err(|why| RuntimeError::Engine {
+                    operation: "create a container under gVisor",
+                    message: why,
+                })?),
+                Isolation::Runc => podman.then(|| "runc".to_string()),
+            },
             ulimits: podman.then(|| {
                 ["nofile", "nproc"]
                     .iter()
@@ -218,6 +246,32 @@ impl DockerRuntime {
             ..Default::default()
         })
     }
+}
+
+/// The profile as gVisor applies it inside its sandbox (`runsc --oci-seccomp`), where every
+/// refusal returns EPERM: its seccomp ignores `errnoRet`. Our profile answers `clone3` with
+/// ENOSYS so that libc falls back to `clone`, whose flags seccomp can inspect; an EPERM would
+/// make every `posix_spawn` fail instead. So `clone3` is passed to gVisor's kernel, which
+/// implements it itself (or answers ENOSYS): any namespace it makes is the sandbox's own, and
+/// the host's kernel never sees the call. Everything else is the same profile.
+pub fn gvisor_profile(compact: &str) -> Result<String, String> {
+    let mut profile: serde_json::Value = serde_json::from_str(compact).map_err(|error| error.to_string())?;
+    let rules =
+        profile.get_mut("syscalls").and_then(|rules| rules.as_array_mut()).ok_or("the profile has no syscalls")?;
+    let clone3 = rules
+        .iter_mut()
+        .find(|rule| {
+            rule.get("names")
+                .and_then(|names| names.as_array())
+                .is_some_and(|names| names.len() == 1 && names[0] == "clone3")
+        })
+        .ok_or("the profile has no rule of its own for clone3")?;
+    *clone3 = serde_json::json!({
+        "names": ["clone3"],
+        "action": "SCMP_ACT_ALLOW",
+        "comment": "under gVisor: its kernel, not the host's, runs clone3",
+    });
+    serde_json::to_string(&profile).map_err(|error| error.to_string())
 }
 
 fn compact_json(text: &str) -> Result<String, String> {
@@ -572,6 +626,23 @@ mod tests {
             assert_ne!(kind["valueTwo"], 3, "SOCK_RAW allowed");
         }
         assert!(allowed.contains(&"read") && allowed.contains(&"execve"));
+    }
+
+    #[test]
+    fn the_gvisor_profile_differs_only_in_clone3() {
+        let compact = compact_json(SECCOMP_PROFILE).expect("valid JSON");
+        let runc: serde_json::Value = serde_json::from_str(&compact).expect("json");
+        let gvisor: serde_json::Value =
+            serde_json::from_str(&gvisor_profile(&compact).expect("derived")).expect("json");
+        let rules = |profile: &serde_json::Value| profile["syscalls"].as_array().expect("rules").clone();
+        let (before, after) = (rules(&runc), rules(&gvisor));
+        assert_eq!(before.len(), after.len());
+        let changed: Vec<(&serde_json::Value, &serde_json::Value)> =
+            before.iter().zip(&after).filter(|(a, b)| a != b).collect();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].0["names"], serde_json::json!(["clone3"]));
+        assert_eq!(changed[0].1["action"], "SCMP_ACT_ALLOW");
+        assert_eq!(runc["defaultAction"], gvisor["defaultAction"]);
     }
 
     #[test]

@@ -42,6 +42,7 @@ impl FakeRuntime {
             socket: PathBuf::from("/fake/docker.sock"),
             version: "fake".into(),
             api_version: "1.41".into(),
+            gvisor: Err("the fake engine has no runsc runtime registered".into()),
         };
         let runtime = FakeRuntime {
             info,

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    report_hung, ContainerKind, ContainerLabels, ContainerRuntime, ContainerSpec, Engine, MountSpec, Output,
+    report_hung, ContainerKind, ContainerLabels, ContainerRuntime, ContainerSpec, Engine, Isolation, MountSpec, Output,
     RuntimeError, LABEL_BAAAHT, LABEL_OWNER,
 };
 use crate::auth::{ContainerIdentity, Context, Role};
@@ -40,6 +40,9 @@ pub enum ContainerError {
     /// The sentence callers get while no engine is usable.
     #[error("{0}")]
     Unavailable(String),
+    /// `container.isolation` asks for a tier the engine does not have.
+    #[error("{0}")]
+    Isolation(String),
     #[error("the container did not start after {attempts} attempts: {message}")]
     StartFailed { attempts: u32, message: String },
     #[error(transparent)]
@@ -400,6 +403,7 @@ impl ContainerManager {
         kind: ContainerKind,
         socket: Option<&PathBuf>,
         token: Option<&str>,
+        isolation: Isolation,
     ) -> ContainerSpec {
         let role = request.role;
         let mut mounts = vec![MountSpec {
@@ -439,7 +443,28 @@ impl ContainerManager {
             limits: self.policy.resource_limits(role),
             command: request.command.clone(),
             working_dir: request.working_dir.clone(),
+            isolation,
         }
+    }
+
+    /// The tier `role`'s containers get on the engine now.
+    pub async fn isolation_of(&self, role: Role) -> Result<Isolation, ContainerError> {
+        let runtime = self.runtime().await?;
+        self.isolation(&*runtime, role)
+    }
+
+    /// What every role that takes a tier gets on the engine now (none while there is none).
+    pub fn tiers(&self) -> Vec<super::Tier> {
+        match &self.engine.borrow().status {
+            super::EngineStatus::Ready(info) => super::tiers(self.policy.container_config(), info),
+            _ => vec![],
+        }
+    }
+
+    /// The tier `role`'s containers get on `runtime`'s engine (`container.isolation`).
+    pub fn isolation(&self, runtime: &dyn ContainerRuntime, role: Role) -> Result<Isolation, ContainerError> {
+        Isolation::resolve(self.policy.isolation(role), runtime.engine())
+            .map_err(|why| ContainerError::Isolation(format!("{} containers: {why}", role.as_str())))
     }
 
     /// A fresh name, the container's own daemon socket when `with_socket`, and its spec.
@@ -448,6 +473,7 @@ impl ContainerManager {
         request: &RunRequest,
         kind: ContainerKind,
         with_socket: bool,
+        isolation: Isolation,
     ) -> Result<(String, Option<ContainerSocket>, ContainerSpec), ContainerError> {
         let name = format!("baaaht-{}-{}", request.role.as_str(), &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let socket = if with_socket {
@@ -467,6 +493,7 @@ impl ContainerManager {
             kind,
             socket.as_ref().map(|s| &s.folder),
             socket.as_ref().map(|s| s.token.as_str()),
+            isolation,
         );
         Ok((name, socket, spec))
     }
@@ -474,9 +501,10 @@ impl ContainerManager {
     /// Runs `request` to completion in a fresh hardened container (spec §5.4).
     pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, ContainerError> {
         let runtime = self.runtime().await?;
+        let isolation = self.isolation(&*runtime, request.role)?;
         let _slot = self.slots.take(request.role).await?;
         let started = Instant::now();
-        let (name, socket, spec) = self.prepare(&request, ContainerKind::Task, request.daemon_socket)?;
+        let (name, socket, spec) = self.prepare(&request, ContainerKind::Task, request.daemon_socket, isolation)?;
         let result = self.run_spec(&*runtime, &request, &spec, socket.as_ref().map(|s| s.token_sha256.clone())).await;
         if socket.is_some() {
             self.listeners.remove_container(&name);
@@ -665,9 +693,10 @@ impl ContainerManager {
         kind: ContainerKind,
     ) -> Result<ServiceHandle, ContainerError> {
         let runtime = self.runtime().await?;
+        let isolation = self.isolation(&*runtime, request.role)?;
         let slot = self.slots.take(request.role).await?;
         let with_socket = request.daemon_socket || kind == ContainerKind::Service;
-        let (name, socket, spec) = self.prepare(&request, kind, with_socket)?;
+        let (name, socket, spec) = self.prepare(&request, kind, with_socket, isolation)?;
         let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();
         match self.start_with_retry(&*runtime, &spec, token_sha256).await {
             Ok((id, _attempts)) => {

@@ -41,6 +41,157 @@ pub struct EngineInfo {
     pub version: String,
     /// The Engine API version negotiated with the engine (1.41 for Debian's dockerd 20.10).
     pub api_version: String,
+    /// The name of the engine's runtime that runs gVisor as baaaht needs it, or the sentence
+    /// saying why there is none (found in `docker info` at each probe).
+    pub gvisor: Result<String, String>,
+}
+
+/// Which kernel a container runs on: the tier [`crate::config::IsolationChoice`] resolved
+/// against what the engine has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    #[default]
+    Runc,
+    Gvisor,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Runc => "runc",
+            Isolation::Gvisor => "gvisor",
+        }
+    }
+
+    /// The tier `choice` gets on `engine`: `auto` falls back to runc where gVisor is not
+    /// there; `gvisor` without it is refused with the sentence naming the fix.
+    pub fn resolve(choice: crate::config::IsolationChoice, engine: &EngineInfo) -> Result<Isolation, String> {
+        use crate::config::IsolationChoice;
+        match (choice, &engine.gvisor) {
+            (IsolationChoice::Runc, _) | (IsolationChoice::Auto, Err(_)) => Ok(Isolation::Runc),
+            (IsolationChoice::Auto | IsolationChoice::Gvisor, Ok(_)) => Ok(Isolation::Gvisor),
+            (IsolationChoice::Gvisor, Err(why)) => Err(format!(
+                "container.isolation asks for gVisor, but {why}; install Debian's runsc and register it \
+                 with the engine (scripts/up does; see README \"Isolation tiers\"), or set the role's \
+                 container.isolation to auto or runc"
+            )),
+        }
+    }
+}
+
+/// Roles whose containers take an isolation tier: the agents, tools and MCP servers.
+pub const ISOLATED_ROLES: [crate::auth::Role; 8] = {
+    use crate::auth::Role;
+    [Role::Assistant, Role::Worker, Role::Researcher, Role::Coder, Role::Memory, Role::Heartbeat, Role::Tool, Role::Mcp]
+};
+
+/// What one role asks for and gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tier {
+    pub role: crate::auth::Role,
+    pub asked: crate::config::IsolationChoice,
+    /// None: its containers are refused.
+    pub tier: Option<Isolation>,
+    /// Why `auto` fell back to runc, or why `gvisor` is refused; empty otherwise.
+    pub reason: String,
+}
+
+/// What each of [`ISOLATED_ROLES`] asks for in `config` and gets on `engine`.
+pub fn tiers(config: &crate::config::ContainerConfig, engine: &EngineInfo) -> Vec<Tier> {
+    use crate::config::IsolationChoice;
+    ISOLATED_ROLES
+        .iter()
+        .map(|role| {
+            let asked = config.isolation_of(*role);
+            let (tier, reason) = match (Isolation::resolve(asked, engine), &engine.gvisor) {
+                (Ok(Isolation::Runc), Err(why)) if asked == IsolationChoice::Auto => {
+                    (Some(Isolation::Runc), why.clone())
+                }
+                (Ok(tier), _) => (Some(tier), String::new()),
+                (Err(why), _) => (None, why),
+            };
+            Tier { role: *role, asked, tier, reason }
+        })
+        .collect()
+}
+
+/// The log line of the tiers, once per engine that became ready: which roles run where and,
+/// when `auto` fell back to runc, why.
+fn log_tiers(config: &crate::config::ContainerConfig, engine: &EngineInfo) {
+    let tiers = tiers(config, engine);
+    let named = |wanted: Option<Isolation>| -> String {
+        let roles: Vec<&str> = tiers.iter().filter(|t| t.tier == wanted).map(|t| t.role.as_str()).collect();
+        if roles.is_empty() {
+            "none".into()
+        } else {
+            roles.join(", ")
+        }
+    };
+    let (gvisor, runc, refused) = (named(Some(Isolation::Gvisor)), named(Some(Isolation::Runc)), named(None));
+    match &engine.gvisor {
+        Ok(runtime) => tracing::info!(%gvisor, %runc, %runtime, "container isolation tiers"),
+        Err(why) if tiers.iter().any(|t| !t.reason.is_empty()) => tracing::warn!(
+            %runc,
+            %refused,
+            "gVisor is not available ({why}): roles set to auto run under runc, those set to gvisor are \
+             refused; see README \"Isolation tiers\""
+        ),
+        Err(_) => tracing::info!(%runc, "container isolation tiers"),
+    }
+}
+
+/// Flags a registered `runsc` must be given for baaaht's containers: the daemon's socket is
+/// a host Unix socket they connect to, and our seccomp profile must apply inside the sandbox.
+const GVISOR_FLAGS: [&[&str]; 2] = [
+    &["host-uds=open", "host-uds=all", "fsgofer-host-uds", "fsgofer-host-uds=true"],
+    &["oci-seccomp", "oci-seccomp=true"],
+];
+
+/// The runtime among `runtimes` (name, program path, arguments) that runs gVisor as baaaht
+/// needs it; `runsc` itself is preferred when several do.
+pub fn find_gvisor(kind: EngineKind, runtimes: &[(String, String, Vec<String>)]) -> Result<String, String> {
+    if kind == EngineKind::Podman {
+        return Err("gVisor is offered on Docker only (Podman runs its containers with runc here)".into());
+    }
+    let mut candidates: Vec<&(String, String, Vec<String>)> = runtimes
+        .iter()
+        .filter(|(_, path, _)| Path::new(path).file_name().is_some_and(|name| name == "runsc"))
+        .collect();
+    candidates.sort_by_key(|(name, _, _)| (name != "runsc", name.clone()));
+    if candidates.is_empty() {
+        return Err("the engine has no runsc runtime registered".into());
+    }
+    let mut problems = vec![];
+    for (name, _, args) in &candidates {
+        let given = normalize_flags(args);
+        let missing: Vec<String> = GVISOR_FLAGS
+            .iter()
+            .filter(|accepted| !accepted.iter().any(|flag| given.iter().any(|g| g == flag)))
+            .map(|accepted| format!("--{}", accepted[0]))
+            .collect();
+        if missing.is_empty() {
+            return Ok(name.clone());
+        }
+        problems.push(format!("its runtime `{name}` lacks {}", missing.join(" and ")));
+    }
+    Err(format!("the engine's runsc cannot run baaaht's containers: {}", problems.join("; ")))
+}
+
+/// `--flag value`, `-flag=value` and `--flag=value` all as `flag=value`.
+fn normalize_flags(args: &[String]) -> Vec<String> {
+    let mut out = vec![];
+    let mut iter = args.iter().peekable();
+    while let Some(arg) = iter.next() {
+        let bare = arg.trim_start_matches('-');
+        if bare.contains('=') || !arg.starts_with('-') {
+            out.push(bare.to_string());
+        } else if let Some(value) = iter.next_if(|next| !next.starts_with('-')) {
+            out.push(format!("{bare}={value}"));
+        } else {
+            out.push(bare.to_string());
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,6 +308,7 @@ pub struct ContainerSpec {
     pub limits: Limits,
     pub command: Vec<String>,
     pub working_dir: Option<String>,
+    pub isolation: Isolation,
 }
 
 /// How a container ended.
@@ -364,13 +516,16 @@ pub async fn watch_engine(
         let changed = engine.borrow().status != current.status;
         if changed {
             match &current.status {
-                EngineStatus::Ready(info) => tracing::info!(
-                    engine = info.kind.as_str(),
-                    socket = %info.socket.display(),
-                    version = %info.version,
-                    api_version = %info.api_version,
-                    "container engine ready"
-                ),
+                EngineStatus::Ready(info) => {
+                    tracing::info!(
+                        engine = info.kind.as_str(),
+                        socket = %info.socket.display(),
+                        version = %info.version,
+                        api_version = %info.api_version,
+                        "container engine ready"
+                    );
+                    log_tiers(&config, info);
+                }
                 other => {
                     tracing::warn!(reason = other.degraded_reason().unwrap_or_default(), "container engine unavailable")
                 }
@@ -403,6 +558,62 @@ pub async fn watch_engine(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn runtime(name: &str, path: &str, args: &[&str]) -> (String, String, Vec<String>) {
+        (name.into(), path.into(), args.iter().map(|arg| arg.to_string()).collect())
+    }
+
+    #[test]
+    fn gvisor_is_found_only_with_what_baaaht_needs() {
+        let ready = ["--platform=ptrace", "--network=none", "--host-uds=open", "--oci-seccomp"];
+        let docker = EngineKind::Docker;
+        assert_eq!(
+            find_gvisor(docker, &[runtime("runc", "runc", &[])]),
+            Err("the engine has no runsc runtime registered".into())
+        );
+        assert_eq!(find_gvisor(docker, &[runtime("gv", "/usr/bin/runsc", &ready)]), Ok("gv".into()));
+        // `runsc` itself first; separate values and single dashes read the same.
+        let both = [
+            runtime("zz", "/usr/bin/runsc", &ready),
+            runtime("runsc", "/usr/bin/runsc", &["-host-uds", "all", "-oci-seccomp"]),
+        ];
+        assert_eq!(find_gvisor(docker, &both), Ok("runsc".into()));
+        let lacking =
+            find_gvisor(docker, &[runtime("runsc", "/usr/bin/runsc", &["--platform=ptrace", "--network=none"])]);
+        assert_eq!(
+            lacking,
+            Err("the engine's runsc cannot run baaaht's containers: its runtime `runsc` lacks --host-uds=open and --oci-seccomp".into())
+        );
+        assert!(find_gvisor(EngineKind::Podman, &[runtime("runsc", "/usr/bin/runsc", &ready)]).is_err());
+    }
+
+    #[test]
+    fn auto_falls_back_and_gvisor_is_refused_with_the_fix() {
+        use crate::config::IsolationChoice;
+        let mut engine = EngineInfo {
+            kind: EngineKind::Docker,
+            socket: PathBuf::from("/var/run/docker.sock"),
+            version: "20.10".into(),
+            api_version: "1.41".into(),
+            gvisor: Err("the engine has no runsc runtime registered".into()),
+        };
+        assert_eq!(Isolation::resolve(IsolationChoice::Auto, &engine), Ok(Isolation::Runc));
+        assert_eq!(Isolation::resolve(IsolationChoice::Runc, &engine), Ok(Isolation::Runc));
+        let refused = Isolation::resolve(IsolationChoice::Gvisor, &engine).expect_err("refused");
+        assert!(refused.contains("no runsc runtime") && refused.contains("install Debian's runsc"), "{refused}");
+        let config = crate::config::ContainerConfig::default();
+        let fell_back: Vec<&str> =
+            tiers(&config, &engine).into_iter().filter(|t| !t.reason.is_empty()).map(|t| t.role.as_str()).collect();
+        assert_eq!(fell_back, ["coder", "tool", "mcp"]);
+        engine.gvisor = Ok("runsc".into());
+        assert_eq!(Isolation::resolve(IsolationChoice::Auto, &engine), Ok(Isolation::Gvisor));
+        let gvisor: Vec<&str> = tiers(&config, &engine)
+            .into_iter()
+            .filter(|t| t.tier == Some(Isolation::Gvisor))
+            .map(|t| t.role.as_str())
+            .collect();
+        assert_eq!(gvisor, ["coder", "tool", "mcp"]);
+    }
 
     #[test]
     fn candidates_per_choice() {

@@ -35,7 +35,9 @@ impl From<ContainerError> for Status {
     fn from(error: ContainerError) -> Status {
         match error {
             ContainerError::Unavailable(reason) => Status::unavailable(reason),
-            ContainerError::StartFailed { .. } => Status::failed_precondition(error.to_string()),
+            ContainerError::StartFailed { .. } | ContainerError::Isolation(_) => {
+                Status::failed_precondition(error.to_string())
+            }
             other => Status::internal(baaaht_proto::error_chain(&other)),
         }
     }

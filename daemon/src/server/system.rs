@@ -122,6 +122,19 @@ impl v1::system_server::System for SystemService {
             status: outcome.status.to_string(),
             duration_ms: outcome.duration.as_millis() as u64,
             stderr_tail: outcome.stderr_tail,
+            isolation: outcome.isolation.as_str().into(),
+            tiers: self
+                .shared
+                .containers
+                .tiers()
+                .into_iter()
+                .map(|tier| v1::IsolationTier {
+                    role: tier.role.as_str().into(),
+                    asked: tier.asked.as_str().into(),
+                    tier: tier.tier.map(|tier| tier.as_str().to_string()).unwrap_or_default(),
+                    reason: tier.reason,
+                })
+                .collect(),
         }))
     }
 }

@@ -39,6 +39,14 @@ pub fn to_text(role: &str, response: &v1::SelfTestResponse) -> String {
         for (ok, what) in checks {
             let _ = writeln!(out, "  [{}] {what}", mark(ok));
         }
+        let gvisor = report.in_gvisor();
+        let kernel = if gvisor {
+            format!("gVisor's kernel ({}; kernel log: {})", report.kernel, report.kernel_log)
+        } else {
+            format!("the host's kernel ({})", report.kernel)
+        };
+        let expected = (response.isolation == "gvisor") == gvisor;
+        let _ = writeln!(out, "  [{}] started under {}, runs on {kernel}", mark(expected), response.isolation);
         if let Some(probe) = &report.probe {
             let _ = writeln!(out, "  [{}] {probe} unreachable ({})", mark(!report.probe_reachable), report.probe_error);
         }
@@ -56,6 +64,14 @@ pub fn to_text(role: &str, response: &v1::SelfTestResponse) -> String {
             } else {
                 let _ = writeln!(out, "  [FAIL] {}: {}", llm.model, llm.error);
             }
+        }
+    }
+    if !response.tiers.is_empty() {
+        let _ = writeln!(out, "isolation tiers (container.isolation):");
+        for tier in &response.tiers {
+            let got = if tier.tier.is_empty() { "refused" } else { tier.tier.as_str() };
+            let why = if tier.reason.is_empty() { String::new() } else { format!(": {}", tier.reason) };
+            let _ = writeln!(out, "  {:<11} {:<7} (asked {}){why}", tier.role, got, tier.asked);
         }
     }
     if response.ok {

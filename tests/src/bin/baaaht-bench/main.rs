@@ -449,7 +449,9 @@ fn daemon(runs: usize) -> Result<()> {
 
 fn containers(runs: usize, image: &str) -> Result<()> {
     use baaaht_daemon::config::RuntimeChoice;
-    use baaaht_daemon::container::{self, ContainerKind, ContainerLabels, ContainerSpec, Limits, NetworkPolicy};
+    use baaaht_daemon::container::{
+        self, ContainerKind, ContainerLabels, ContainerSpec, Isolation, Limits, NetworkPolicy,
+    };
     let tokio = baaaht_tests::runtime();
     let engine = tokio.block_on(container::probe(RuntimeChoice::Docker));
     let runtime = engine
@@ -476,6 +478,7 @@ fn containers(runs: usize, image: &str) -> Result<()> {
         limits: Limits { cpus: 1.0, memory_bytes: 512 << 20, pids: 256, tmp_bytes: 64 << 20, disk_bytes: 1 << 30 },
         command: vec!["true".into()],
         working_dir: None,
+        isolation: Isolation::Runc,
     };
     let mut total = Row { name: "baaaht runtime: create+start+wait+remove".into(), unit: "ms", values: vec![] };
     let mut create = Row { name: "  create".into(), unit: "ms", values: vec![] };
