@@ -50,3 +50,74 @@ ensure_container_engine() {
     fi
     echo "docker engine: $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')" >&2
 }
+
+# The runsc runtime arguments baaaht needs (README "Isolation tiers"): ptrace works on any
+# host (KVM needs /dev/kvm); Debian's runsc (2022) refuses a network in the root namespace;
+# containers connect to their daemon socket (a host Unix socket); our seccomp profile applies
+# inside the sandbox.
+GVISOR_RUNTIME_ARGS='["--platform=ptrace", "--network=none", "--host-uds=open", "--oci-seccomp"]'
+
+# Makes sure dockerd has a `runsc` runtime baaaht can use: installs Debian's runsc when it is
+# missing and merges the runtime into /etc/docker/daemon.json (keeping everything else there),
+# then reloads dockerd with SIGHUP, never restarting it. Idempotent.
+ensure_gvisor() {
+    command -v runsc >/dev/null 2>&1 || apt_install runsc
+    local runsc
+    runsc=$(command -v runsc)
+    if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc":{"path":"'"$runsc"'","runtimeArgs":\["--platform=ptrace","--network=none","--host-uds=open","--oci-seccomp"\]}'; then
+        echo "gVisor: runsc registered with dockerd" >&2
+        return
+    fi
+    is_root || die "registering runsc with dockerd needs root: add it to /etc/docker/daemon.json (README \"Isolation tiers\")"
+    mkdir -p /etc/docker
+    python3 - "$runsc" "$GVISOR_RUNTIME_ARGS" <<'PY'
+import json, os, sys
+path = "/etc/docker/daemon.json"
+config = {}
+if os.path.exists(path) and os.path.getsize(path) > 0:
+    with open(path) as f:
+        config = json.load(f)
+config.setdefault("runtimes", {})["runsc"] = {"path": sys.argv[1], "runtimeArgs": json.loads(sys.argv[2])}
+tmp = path + ".baaaht-tmp"
+with open(tmp, "w") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+    f.flush()
+    os.fsync(f.fileno())
+os.replace(tmp, path)
+PY
+    local pid
+    pid=$(pgrep -xo dockerd) || die "dockerd is not running: cannot reload it to register runsc"
+    kill -HUP "$pid"
+    local waited=0
+    until docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; do
+        sleep 1
+        waited=$((waited + 1))
+        [ "$waited" -lt 20 ] || die "dockerd did not pick up the runsc runtime from /etc/docker/daemon.json"
+    done
+    echo "gVisor: runsc registered with dockerd (reloaded with SIGHUP)" >&2
+}
+
+# Makes sure Podman's Docker-compatible API answers on /run/podman/podman.sock (as root):
+# installs Debian's podman and starts its service when none answers.
+PODMAN_SOCKET=/run/podman/podman.sock
+ensure_podman() {
+    command -v podman >/dev/null 2>&1 || apt_install podman
+    if [ -S "$PODMAN_SOCKET" ] && timeout 10 curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1; then
+        return
+    fi
+    is_root || die "starting the Podman service needs root here"
+    mkdir -p "$(dirname "$PODMAN_SOCKET")"
+    local log=/var/log/baaaht-podman.log
+    nohup podman system service --time=0 "unix://$PODMAN_SOCKET" >"$log" 2>&1 &
+    local waited=0
+    until [ -S "$PODMAN_SOCKET" ] && curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1; do
+        sleep 1
+        waited=$((waited + 1))
+        if [ "$waited" -ge 30 ]; then
+            tail -n 20 "$log" >&2 || true
+            die "the Podman service did not answer within 30 s"
+        fi
+    done
+    echo "podman: $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version)" >&2
+}

@@ -88,6 +88,7 @@ pub async fn relay(
         .env_clear()
         .env("PATH", PATH)
         .env("HOME", HOME)
+        .envs(crate::tools::exec::kept_env())
         .envs(&launch.env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

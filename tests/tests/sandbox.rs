@@ -12,6 +12,57 @@ use baaaht_proto::v1;
 use baaaht_tests::{bin, docker, DaemonOptions, LingeringAgent, TestDaemon};
 use serde_json::json;
 
+/// The kernel the tool, Coder and MCP containers of a test run on: every test of this suite
+/// that starts containers runs once under each (the `runc` and `gvisor` modules below).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    Runc,
+    Gvisor,
+}
+
+impl Tier {
+    /// `options` with `container.isolation` set for this tier. gVisor is asked for by name, not
+    /// `auto`: without a usable runsc its tests fail, they never fall back to runc.
+    fn options(self, mut options: DaemonOptions) -> DaemonOptions {
+        let tier = match self {
+            Tier::Runc => "runc",
+            Tier::Gvisor => "gvisor",
+        };
+        let isolation = json!({"tool": tier, "coder": tier, "mcp": tier});
+        options.env.push(("BAAAHT__CONTAINER__ISOLATION".into(), isolation.to_string()));
+        options
+    }
+}
+
+/// One `#[test]` per tier for each named test function (which takes the [`Tier`]).
+macro_rules! on_both_tiers {
+    ($($name:ident),* $(,)?) => {
+        mod runc {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Tier::Runc)
+            })*
+        }
+        mod gvisor {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Tier::Gvisor)
+            })*
+        }
+    };
+}
+
+on_both_tiers!(
+    the_daemon_never_follows_a_link_in_a_container_writable_folder,
+    zombies_and_a_fork_bomb_leave_later_calls_working,
+    a_container_flooding_its_socket_is_held_at_its_cap_and_everyone_else_is_served,
+    a_write_past_the_workspace_cap_fails_and_the_host_keeps_within_it,
+    a_coder_filling_its_ipc_folder_takes_at_most_its_cap_and_the_folder_goes_with_its_container,
+    special_files_are_refused_at_once,
+    container_max_concurrent_queues_then_refuses_with_a_sentence,
+    the_kernel_inside_is_the_tiers_and_the_seccomp_profile_holds_there,
+);
+
 fn request(tool: &str, params: serde_json::Value, call_id: &str) -> v1::ToolRequest {
     v1::ToolRequest {
         tool: tool.into(),
@@ -109,10 +160,9 @@ fn wait_for_log(daemon: &TestDaemon, line: &str, times: usize) {
     }
 }
 
-#[test]
-fn the_daemon_never_follows_a_link_in_a_container_writable_folder() {
+fn the_daemon_never_follows_a_link_in_a_container_writable_folder(tier: Tier) {
     let rt = baaaht_tests::runtime();
-    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let daemon = TestDaemon::start(tier.options(DaemonOptions::default())).expect("daemon starts");
     let target = victim(daemon.temp.path());
     let before = snapshot(&target);
     let (coder_container, mut coder) = agent(&daemon, &rt, "coder");
@@ -206,10 +256,9 @@ fn tool_container(daemon: &TestDaemon, which: &str) -> String {
         .unwrap_or_else(|| panic!("no {which} tool container in:\n{listed}"))
 }
 
-#[test]
-fn zombies_and_a_fork_bomb_leave_later_calls_working() {
+fn zombies_and_a_fork_bomb_leave_later_calls_working(tier: Tier) {
     let rt = baaaht_tests::runtime();
-    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let daemon = TestDaemon::start(tier.options(DaemonOptions::default())).expect("daemon starts");
     let (lingering, mut coder) = agent(&daemon, &rt, "coder");
     rt.block_on(async {
         for round in 0..12 {
@@ -226,9 +275,24 @@ fn zombies_and_a_fork_bomb_leave_later_calls_working() {
         .await;
         let counts: Vec<&str> = left.content.lines().skip(2).collect();
         assert_eq!(counts.first().copied(), Some("0"), "zombies left: {}", left.content);
-        let bomb =
-            run(&mut coder, "exec", json!({"command": "b(){ b|b& }; b; sleep 2; echo lit", "timeout": 10})).await;
-        assert!(bomb.content.contains("exit code") || bomb.content.contains("killed"), "{}", bomb.content);
+        let bomb = json!({"command": "b(){ b|b& }; b; sleep 2; echo lit", "timeout": 10});
+        match (tier, coder.agents.request_tool_execution(request("exec", bomb, "")).await) {
+            (_, Ok(answer)) => {
+                let answer = answer.into_inner();
+                assert!(
+                    answer.content.contains("exit code") || answer.content.contains("killed"),
+                    "{}",
+                    answer.content
+                );
+            }
+            // Under gVisor's ptrace platform each process in the sandbox costs host threads:
+            // the bomb reaches the container's cgroup pids limit, and the sandbox dies, not
+            // the host. The caller is told, and the next call gets a new runner.
+            (Tier::Gvisor, Err(status)) => {
+                assert!(status.message().contains("it is restarted on the next call"), "{status:?}")
+            }
+            (Tier::Runc, Err(status)) => panic!("the runner died of a fork bomb under runc: {status:?}"),
+        }
         for _ in 0..3 {
             let after =
                 run(&mut coder, "exec", json!({"command": "echo still working; ls -d /proc/[0-9]* | wc -l"})).await;
@@ -249,11 +313,11 @@ fn flood(hold: u32) -> String {
     format!("for i in 1 2 3 4; do python3 -c \"{script}\" & done; wait; echo flooded")
 }
 
-#[test]
-fn a_container_flooding_its_socket_is_held_at_its_cap_and_everyone_else_is_served() {
+fn a_container_flooding_its_socket_is_held_at_its_cap_and_everyone_else_is_served(tier: Tier) {
     let rt = baaaht_tests::runtime();
     // As under systemd's default soft limit, with no LimitNOFILE.
-    let daemon = TestDaemon::start_with_descriptors(DaemonOptions::default(), 1024).expect("daemon starts");
+    let daemon =
+        TestDaemon::start_with_descriptors(tier.options(DaemonOptions::default()), 1024).expect("daemon starts");
     let (lingering, mut coder) = agent(&daemon, &rt, "coder");
     rt.block_on(async {
         // The tool container starts with the first call.
@@ -317,10 +381,9 @@ fn capped(limit: &str) -> DaemonOptions {
     DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..DaemonOptions::default() }
 }
 
-#[test]
-fn a_write_past_the_workspace_cap_fails_and_the_host_keeps_within_it() {
+fn a_write_past_the_workspace_cap_fails_and_the_host_keeps_within_it(tier: Tier) {
     let rt = baaaht_tests::runtime();
-    let daemon = TestDaemon::start(capped("filesystem")).expect("daemon starts");
+    let daemon = TestDaemon::start(tier.options(capped("filesystem"))).expect("daemon starts");
     let (lingering, mut coder) = agent(&daemon, &rt, "coder");
     let session = daemon.data_dir.join("sessions/self-test");
     rt.block_on(async {
@@ -371,15 +434,14 @@ fn coder_ipc(daemon: &TestDaemon) -> PathBuf {
     daemon.data_dir.join("data/ipc/user-baaaht-self-test/coder-self-test")
 }
 
-#[test]
-fn a_coder_filling_its_ipc_folder_takes_at_most_its_cap_and_the_folder_goes_with_its_container() {
+fn a_coder_filling_its_ipc_folder_takes_at_most_its_cap_and_the_folder_goes_with_its_container(tier: Tier) {
     let rt = baaaht_tests::runtime();
     // Tool containers idle for 2 s are removed: the folder must go with them.
     let config = "tools:\n  warm_idle_timeout: 2\n";
-    let daemon = TestDaemon::start(DaemonOptions {
+    let daemon = TestDaemon::start(tier.options(DaemonOptions {
         files: vec![("config/config.yaml".into(), config.into())],
         ..DaemonOptions::default()
-    })
+    }))
     .expect("daemon starts");
     let (lingering, mut coder) = agent(&daemon, &rt, "coder");
     let folder = coder_ipc(&daemon);
@@ -424,10 +486,9 @@ fn a_coder_filling_its_ipc_folder_takes_at_most_its_cap_and_the_folder_goes_with
     drop(lingering);
 }
 
-#[test]
-fn special_files_are_refused_at_once() {
+fn special_files_are_refused_at_once(tier: Tier) {
     let rt = baaaht_tests::runtime();
-    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let daemon = TestDaemon::start(tier.options(DaemonOptions::default())).expect("daemon starts");
     let (lingering, mut coder) = agent(&daemon, &rt, "coder");
     rt.block_on(async {
         run(&mut coder, "exec", json!({"command": "mkfifo pipe && mkdir tree && mkfifo tree/.gitignore"})).await;
@@ -443,13 +504,12 @@ fn special_files_are_refused_at_once() {
     drop(lingering);
 }
 
-#[test]
-fn container_max_concurrent_queues_then_refuses_with_a_sentence() {
+fn container_max_concurrent_queues_then_refuses_with_a_sentence(tier: Tier) {
     let options = DaemonOptions {
         files: vec![("config/config.yaml".into(), "container:\n  max_concurrent: 2\n  queue_timeout: 8\n".into())],
         ..DaemonOptions::default()
     };
-    let daemon = TestDaemon::start(options).expect("daemon starts");
+    let daemon = TestDaemon::start(tier.options(options)).expect("daemon starts");
     let first = daemon.lingering_agent("coder", Some("one"), &[]).expect("first");
     let second = daemon.lingering_agent("coder", Some("two"), &[]).expect("second");
     let doctor = |session: &str| {
@@ -540,4 +600,40 @@ fn config_check_refuses_what_would_open_the_sandbox() {
         assert_eq!(code, Some(78), "{file}: {text}: {stderr}");
         assert!(stderr.contains(says), "{file}: {text}: {stderr}");
     }
+}
+
+/// From inside a Coder's tool container: the kernel is the host's under runc and gVisor's
+/// under gVisor (`uname -r`, /proc/version), a system call our seccomp profile forbids is
+/// refused with its EPERM in both (under gVisor, by the profile applied inside the sandbox:
+/// without it gVisor's kernel answers EINVAL), and `baaaht doctor` says the same.
+fn the_kernel_inside_is_the_tiers_and_the_seccomp_profile_holds_there(tier: Tier) {
+    let rt = baaaht_tests::runtime();
+    let daemon = TestDaemon::start(tier.options(DaemonOptions::default())).expect("daemon starts");
+    let (lingering, mut coder) = agent(&daemon, &rt, "coder");
+    let host_kernel = std::fs::read_to_string("/proc/version").expect("the host's /proc/version");
+    let probe = "uname -r; head -n 1 /proc/version; python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); \
+                 r = libc.personality(0xffffffff); print(\"personality\", r, os.strerror(ctypes.get_errno())); \
+                 r = libc.ptrace(0, 0, None, None); print(\"ptrace\", r, os.strerror(ctypes.get_errno()))'; ls -l /proc/version";
+    let inside = rt.block_on(run(&mut coder, "exec", json!({"command": probe})));
+    assert!(inside.content.starts_with("exit code 0\n"), "{}", inside.content);
+    let gvisor_kernel = inside.content.contains("Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016");
+    match tier {
+        Tier::Runc => {
+            assert!(!gvisor_kernel, "{}", inside.content);
+            assert!(inside.content.contains(host_kernel.trim()), "not the host's kernel: {}", inside.content);
+        }
+        Tier::Gvisor => {
+            assert!(gvisor_kernel, "not gVisor's kernel: {}", inside.content);
+            assert!(!inside.content.contains(host_kernel.trim()), "{}", inside.content);
+        }
+    }
+    assert!(inside.content.contains("personality -1 Operation not permitted"), "{}", inside.content);
+    assert!(inside.content.contains("ptrace -1 Operation not permitted"), "{}", inside.content);
+    let said = daemon.cli(&["doctor", "--role", "coder"]);
+    let expected = match tier {
+        Tier::Runc => "[ok  ] started under runc, runs on the host's kernel",
+        Tier::Gvisor => "[ok  ] started under gvisor, runs on gVisor's kernel",
+    };
+    assert!(said.contains(expected) && said.contains("confined as designed"), "{said}");
+    drop(lingering);
 }

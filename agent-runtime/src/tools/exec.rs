@@ -28,6 +28,12 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ("TERM", "dumb"),
 ];
 
+/// The variables of the runner's own environment every command and MCP server keeps: the
+/// library the daemon preloads under gVisor (`LD_PRELOAD`, set only there).
+pub fn kept_env() -> impl Iterator<Item = (&'static str, String)> {
+    ["LD_PRELOAD"].into_iter().filter_map(|name| std::env::var(name).ok().map(|value| (name, value)))
+}
+
 /// Reads a stream to its end, keeping the first `cap` bytes and counting the rest.
 fn drain(mut stream: impl Read + Send + 'static, cap: usize) -> std::thread::JoinHandle<(Vec<u8>, usize)> {
     std::thread::spawn(move || {
@@ -120,6 +126,7 @@ pub fn exec(
             // First, so a credential named like a variable the runner sets does not replace it.
             .envs(placeholders)
             .envs(ENVIRONMENT.iter().copied())
+            .envs(kept_env())
             .envs(proxy_env.iter().map(|(name, value)| (name, value)))
             .envs(extra_env)
             .stdin(Stdio::null())

@@ -402,11 +402,10 @@ pub fn grep(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, ToolErro
         }
         // Opened again beneath the searched folder: a file swapped for a symlink is refused.
         // Without blocking, and only a regular file: a FIFO swapped in is skipped at once.
-        let Ok(fd) = rustix::fs::openat2(
+        let Ok(fd) = super::paths::open_beneath(
             dir.as_fd(),
             relative,
             OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
             rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS,
         ) else {
             continue;

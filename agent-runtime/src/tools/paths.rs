@@ -4,6 +4,11 @@
 //! `RESOLVE_BENEATH` from the mount's root, so the kernel resolves every component (symlinks
 //! included) in one step and refuses one that leaves the mount, also a symlink swapped in
 //! between a check and the use: there is no check separate from the use.
+//!
+//! Where the kernel has no `openat2` (gVisor's before 2023 answers ENOSYS, and EPERM through
+//! our seccomp profile), [`open_beneath`] walks the path itself, one `O_NOFOLLOW` component
+//! at a time from the mount's root: `..` and every symlink are refused, which is stricter
+//! than `RESOLVE_BENEATH` (a symlink that stays inside is refused too) and as safe.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -44,6 +49,73 @@ fn beneath() -> ResolveFlags {
     ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
 }
 
+/// Whether this kernel has `openat2`, asked once.
+fn has_openat2() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let probe = rustix::fs::openat2(
+            rustix::fs::CWD,
+            "/",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::empty(),
+        );
+        !matches!(probe, Err(Errno::NOSYS | Errno::PERM))
+    })
+}
+
+/// Opens `path` beneath `dir` with `flags`: `openat2` with `resolve`, or where the kernel has
+/// none, a walk that refuses `..` (EXDEV) and every symlink (ELOOP).
+pub fn open_beneath(dir: impl AsFd, path: &Path, flags: OFlags, resolve: ResolveFlags) -> Result<OwnedFd, Errno> {
+    if has_openat2() {
+        return rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve);
+    }
+    walk_beneath(dir, path, flags)
+}
+
+/// [`open_beneath`] without `openat2`: one `O_NOFOLLOW` component at a time.
+fn walk_beneath(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
+    let parts: Vec<&std::ffi::OsStr> = path
+        .components()
+        .filter(|part| *part != Component::CurDir)
+        .map(|part| match part {
+            Component::Normal(name) => Ok(name),
+            _ => Err(Errno::XDEV),
+        })
+        .collect::<Result<_, _>>()?;
+    let Some((last, folders)) = parts.split_last() else {
+        return rustix::fs::openat(dir, ".", flags, Mode::empty());
+    };
+    let walk = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut current = rustix::fs::openat(dir, ".", walk, Mode::empty())?;
+    for folder in folders {
+        current = match rustix::fs::openat(&current, *folder, walk, Mode::empty()) {
+            // O_NOFOLLOW|O_DIRECTORY on a symlink: ENOTDIR; say it was a link.
+            Err(Errno::NOTDIR) if is_symlink(&current, folder) => return Err(Errno::LOOP),
+            other => other?,
+        };
+    }
+    let opened = rustix::fs::openat(&current, *last, flags | OFlags::NOFOLLOW, Mode::empty());
+    match opened {
+        Err(Errno::NOTDIR) if is_symlink(&current, last) => Err(Errno::LOOP),
+        // O_PATH|O_NOFOLLOW opens a symlink itself: refused as the others are.
+        Ok(fd)
+            if flags.contains(OFlags::PATH)
+                && rustix::fs::fstat(&fd).is_ok_and(|stat| {
+                    rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Symlink
+                }) =>
+        {
+            Err(Errno::LOOP)
+        }
+        other => other,
+    }
+}
+
+fn is_symlink(dir: &OwnedFd, name: &std::ffi::OsStr) -> bool {
+    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|stat| rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Symlink)
+}
+
 /// Turns an errno from opening `shown` into a sentence.
 pub fn open_error(shown: &str, errno: Errno) -> ToolError {
     match errno {
@@ -52,7 +124,12 @@ pub fn open_error(shown: &str, errno: Errno) -> ToolError {
             path: shown.to_string(),
             reason: "it leads outside the mounted folders (through a symlink)".into(),
         },
-        Errno::LOOP => ToolError::Path { path: shown.to_string(), reason: "too many symlinks".into() },
+        Errno::LOOP => ToolError::Path {
+            path: shown.to_string(),
+            reason:
+                "a symlink on the way is not followed (too many of them, or a kernel without openat2, where none are)"
+                    .into(),
+        },
         Errno::NAMETOOLONG => ToolError::Path { path: shown.to_string(), reason: "the path is too long".into() },
         Errno::NOTDIR => ToolError::Path { path: shown.to_string(), reason: "a part of it is not a folder".into() },
         Errno::ISDIR => ToolError::Path { path: shown.to_string(), reason: "it is a folder".into() },
@@ -149,7 +226,7 @@ impl Located<'_> {
 
     /// Opens the file or folder with `flags`, confined to the mount.
     pub fn open(&self, flags: OFlags) -> Result<OwnedFd, ToolError> {
-        rustix::fs::openat2(&self.root.dir, self.relative_or_dot(), flags | OFlags::CLOEXEC, Mode::empty(), beneath())
+        open_beneath(&self.root.dir, self.relative_or_dot(), flags | OFlags::CLOEXEC, beneath())
             .map_err(|errno| open_error(&self.display(), errno))
     }
 
@@ -164,27 +241,16 @@ impl Located<'_> {
             .ok_or_else(|| ToolError::Path { path: self.display(), reason: "it names a folder, not a file".into() })?
             .to_os_string();
         let parent = self.relative.parent().unwrap_or(Path::new(""));
-        let mut dir = rustix::fs::openat2(
-            &self.root.dir,
-            ".",
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            beneath(),
-        )
-        .map_err(|errno| open_error(&self.root.at.display().to_string(), errno))?;
+        let mut dir =
+            open_beneath(&self.root.dir, Path::new("."), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, beneath())
+                .map_err(|errno| open_error(&self.root.at.display().to_string(), errno))?;
         let mut walked = self.root.at.clone();
         for component in parent.components() {
             let Component::Normal(part) = component else { continue };
             walked.push(part);
             let shown_dir = walked.display().to_string();
             let open = |dir: &OwnedFd| {
-                rustix::fs::openat2(
-                    dir,
-                    part,
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                    beneath(),
-                )
+                open_beneath(dir, Path::new(part), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, beneath())
             };
             dir = match open(&dir) {
                 Ok(next) => next,
@@ -211,4 +277,36 @@ pub fn read_capped(fd: impl AsFd, cap: usize) -> std::io::Result<(Vec<u8>, bool)
     let more = bytes.len() > cap;
     bytes.truncate(cap);
     Ok((bytes, more))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk without `openat2` opens what is inside and refuses what could lead out.
+    #[test]
+    fn the_walk_without_openat2_refuses_dot_dot_and_every_symlink() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("a/b")).expect("mkdir");
+        std::fs::write(root.path().join("a/b/file.txt"), "hello").expect("write");
+        std::os::unix::fs::symlink("b", root.path().join("a/inside")).expect("link");
+        std::os::unix::fs::symlink("/etc", root.path().join("out")).expect("link");
+        std::os::unix::fs::symlink("b/file.txt", root.path().join("a/file-link")).expect("link");
+        let dir = rustix::fs::open(root.path(), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .expect("root");
+        let open = |path: &str, flags: OFlags| walk_beneath(&dir, Path::new(path), flags | OFlags::CLOEXEC);
+        let fd = open("a/b/file.txt", OFlags::RDONLY).expect("a file inside");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text).expect("read");
+        assert_eq!(text, "hello");
+        assert!(open(".", OFlags::PATH | OFlags::DIRECTORY).is_ok());
+        assert!(open("./a/./b", OFlags::PATH | OFlags::DIRECTORY).is_ok());
+        assert_eq!(open("a/../a/b/file.txt", OFlags::RDONLY).err(), Some(Errno::XDEV));
+        assert_eq!(open("/etc/passwd", OFlags::RDONLY).err(), Some(Errno::XDEV));
+        assert_eq!(open("out/passwd", OFlags::RDONLY).err(), Some(Errno::LOOP));
+        assert_eq!(open("a/inside/file.txt", OFlags::RDONLY).err(), Some(Errno::LOOP));
+        assert_eq!(open("a/file-link", OFlags::RDONLY).err(), Some(Errno::LOOP));
+        assert_eq!(open("a/file-link", OFlags::PATH).err(), Some(Errno::LOOP));
+        assert_eq!(open("a/missing", OFlags::RDONLY).err(), Some(Errno::NOENT));
+    }
 }

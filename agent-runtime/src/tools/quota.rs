@@ -82,11 +82,10 @@ pub fn enforce(root: &Root, cap: u64, since: i64, what: &str) -> Option<String> 
         let parent = if file.folder.as_os_str().is_empty() {
             rustix::fs::openat(&dir, ".", flags, Mode::empty())
         } else {
-            rustix::fs::openat2(
+            super::paths::open_beneath(
                 &dir,
                 &file.folder,
                 flags,
-                Mode::empty(),
                 rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS,
             )
         };

@@ -30,6 +30,12 @@ pub const SECCOMP_PROFILE: &str = include_str!("../../../seccomp/default.json");
 /// counts as hung, unless `container.engine_timeout` says otherwise.
 pub const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Under gVisor's ptrace platform every process in the sandbox is backed by host threads (a
+/// stub and its tracer, and more per thread): 256 processes of a fork bomb took 4,779 host
+/// tasks here. The container's cgroup pids limit is this many times the role's, so that
+/// the sandbox, not the host, says no first (RLIMIT_NPROC, which gVisor's kernel holds).
+const GVISOR_HOST_TASKS_PER_PROCESS: i64 = 32;
+
 /// Host paths that are never mounted into a container: the engines' own sockets.
 use crate::config::ENGINE_SOCKETS;
 
@@ -221,7 +227,10 @@ impl DockerRuntime {
             // Equal to memory: no swap, so a memory hog is killed instead of thrashing.
             memory_swap: Some(memory),
             nano_cpus: Some((limits.cpus * 1e9) as i64),
-            pids_limit: Some(i64::from(limits.pids)),
+            pids_limit: Some(match spec.isolation {
+                Isolation::Runc => i64::from(limits.pids),
+                Isolation::Gvisor => i64::from(limits.pids) * GVISOR_HOST_TASKS_PER_PROCESS,
+            }),
             ipc_mode: Some("private".into()),
             // Without root the daemon shares folders through its group (see shared_dirs.rs).
             group_add: match crate::shared_dirs::access() {
@@ -237,12 +246,25 @@ impl DockerRuntime {
                 })?),
                 Isolation::Runc => podman.then(|| "runc".to_string()),
             },
-            ulimits: podman.then(|| {
-                ["nofile", "nproc"]
-                    .iter()
-                    .map(|name| ResourcesUlimits { name: Some(name.to_string()), soft: Some(1024), hard: Some(1024) })
-                    .collect()
-            }),
+            ulimits: match spec.isolation {
+                // gVisor's kernel counts the sandbox's own processes against RLIMIT_NPROC:
+                // the role's pids limit, held inside (the host's cgroup limit is above).
+                Isolation::Gvisor => Some(vec![ResourcesUlimits {
+                    name: Some("nproc".into()),
+                    soft: Some(i64::from(limits.pids)),
+                    hard: Some(i64::from(limits.pids)),
+                }]),
+                Isolation::Runc => podman.then(|| {
+                    ["nofile", "nproc"]
+                        .iter()
+                        .map(|name| ResourcesUlimits {
+                            name: Some(name.to_string()),
+                            soft: Some(1024),
+                            hard: Some(1024),
+                        })
+                        .collect()
+                }),
+            },
             ..Default::default()
         })
     }

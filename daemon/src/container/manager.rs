@@ -31,6 +31,10 @@ pub const SOCKET_MOUNT: &str = "/run/baaaht";
 pub const BINARIES_MOUNT: &str = "/opt/baaaht/bin";
 /// The LLM gateway's binary, beside `baaaht-agent`; mounted only into the gateway's container.
 pub const GATEWAY_BINARY: &str = "baaaht-llm-gateway";
+/// The library preloaded into containers under gVisor (`agent-runtime/gvisor-compat`), beside
+/// `baaaht-agent`, and where it is mounted.
+pub const GVISOR_COMPAT: &str = "libbaaaht_gvisor_compat.so";
+const GVISOR_COMPAT_MOUNT: &str = "/opt/baaaht/lib/gvisor-compat.so";
 /// The most of each output stream kept in memory and in the log files.
 const OUTPUT_CAP: usize = 1 << 20;
 const INVENTORY_FILE: &str = "containers.json";
@@ -423,6 +427,14 @@ impl ContainerManager {
         }
         mounts.extend(request.mounts.iter().cloned());
         let mut env = request.env.clone();
+        if isolation == Isolation::Gvisor {
+            mounts.push(MountSpec {
+                host: self.agent_binary.with_file_name(GVISOR_COMPAT),
+                target: GVISOR_COMPAT_MOUNT.into(),
+                read_only: true,
+            });
+            env.push(("LD_PRELOAD".into(), GVISOR_COMPAT_MOUNT.into()));
+        }
         if let Some(token) = token {
             env.push((baaaht_proto::CONTAINER_TOKEN_ENV.into(), token.into()));
             env.push(("BAAAHT_SOCKET".into(), format!("{SOCKET_MOUNT}/daemon.sock")));
@@ -463,8 +475,19 @@ impl ContainerManager {
 
     /// The tier `role`'s containers get on `runtime`'s engine (`container.isolation`).
     pub fn isolation(&self, runtime: &dyn ContainerRuntime, role: Role) -> Result<Isolation, ContainerError> {
-        Isolation::resolve(self.policy.isolation(role), runtime.engine())
-            .map_err(|why| ContainerError::Isolation(format!("{} containers: {why}", role.as_str())))
+        let tier = Isolation::resolve(self.policy.isolation(role), runtime.engine())
+            .map_err(|why| ContainerError::Isolation(format!("{} containers: {why}", role.as_str())))?;
+        let compat = self.agent_binary.with_file_name(GVISOR_COMPAT);
+        if tier == Isolation::Gvisor && !compat.is_file() {
+            return Err(ContainerError::Isolation(format!(
+                "{} containers run under gVisor, which needs {} beside baaaht-agent: build it with \
+                 `cargo build -p baaaht-gvisor-compat` (scripts/up does), or set container.isolation.{} to runc",
+                role.as_str(),
+                compat.display(),
+                role.as_str()
+            )));
+        }
+        Ok(tier)
     }
 
     /// A fresh name, the container's own daemon socket when `with_socket`, and its spec.
