@@ -2,7 +2,7 @@
 //! degraded (visible in status) and recover by itself when the engine answers again.
 //!
 //! The stand-in engine is a Unix socket speaking just enough of the Engine API (`/_ping`,
-//! `/version`); a real dockerd cannot be made to hang without disturbing every other test.
+//! `/version`, `/info`); a real dockerd cannot be made to hang without disturbing every other test.
 
 mod common;
 
@@ -34,6 +34,9 @@ async fn stand_in_engine(listener: tokio::net::UnixListener) {
                         "OK"
                     } else if path.ends_with("/version") {
                         VERSION
+                    } else if path.ends_with("/info") {
+                        // The runtimes, asked at connect (runc only: no gVisor here).
+                        r#"{"Runtimes":{"runc":{"path":"runc"}}}"#
                     } else {
                         // Hang: hold the connection and never answer.
                         std::future::pending::<()>().await;
