@@ -19,6 +19,7 @@ mod delegation;
 mod edge;
 mod egress;
 mod identity;
+mod isolation;
 mod llm;
 mod mcp;
 mod memory;
@@ -75,6 +76,16 @@ enum Bench {
         warm: usize,
         /// Cold calls (at least 20)
         #[arg(long, default_value_t = 25)]
+        cold: usize,
+    },
+    /// Tool calls under runc and under gVisor (warm, cold, a 1,000-file grep, python3 start)
+    /// beside docker run --rm with each runtime
+    Isolation {
+        /// Warm calls of each kind per tier (at least 100)
+        #[arg(long, default_value_t = 200)]
+        warm: usize,
+        /// Cold calls and docker runs per tier (at least 15)
+        #[arg(long, default_value_t = 20)]
         cold: usize,
     },
     /// A turn in which the Assistant delegates to the Worker, warm and cold, vs docker run;
@@ -264,6 +275,7 @@ fn main() -> Result<()> {
         Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
         Bench::Channels { runs, rounds, only } => channels::run(runs.max(10), rounds.max(2), only.as_deref()),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
+        Bench::Isolation { warm, cold } => isolation::run(warm.max(100), cold.max(15)),
         Bench::Egress { downloads } => egress::run(downloads.max(5)),
         Bench::Redact { runs, calls } => redact::run(runs.max(20), calls.max(200)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),

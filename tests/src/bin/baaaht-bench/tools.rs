@@ -16,12 +16,12 @@ async fn agent(mode: &str) -> Result<Coder> {
     coder(DaemonOptions { env: vec![("BAAAHT__TOOLS__MODE".into(), mode.into())], ..Default::default() }).await
 }
 
-fn request(tool: &str, params: serde_json::Value) -> v1::ToolRequest {
+pub(crate) fn request(tool: &str, params: serde_json::Value) -> v1::ToolRequest {
     v1::ToolRequest { tool: tool.into(), params_json: params.to_string(), ..v1::ToolRequest::default() }
 }
 
 /// One read_file call: (daemon in → out, client round trip), in ms.
-async fn read_once(client: &mut Client) -> Result<(f64, f64)> {
+pub(crate) async fn read_once(client: &mut Client) -> Result<(f64, f64)> {
     let started = Instant::now();
     let response =
         client.agents.request_tool_execution(request("read_file", serde_json::json!({"path": "kib.txt"}))).await?;
@@ -34,7 +34,7 @@ async fn read_once(client: &mut Client) -> Result<(f64, f64)> {
     Ok((daemon_us / 1e3, round_trip))
 }
 
-fn timed(command: &mut Command) -> Result<f64> {
+pub(crate) fn timed(command: &mut Command) -> Result<f64> {
     let started = Instant::now();
     let status = command.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
     if !status.success() {
