@@ -18,10 +18,7 @@ const TIERS: [(&str, &str); 2] = [("runc", "runc"), ("gvisor", "runsc")];
 async fn agent(tier: &str, mode: &str) -> Result<Coder> {
     let isolation = serde_json::json!({"tool": tier, "coder": tier}).to_string();
     coder(DaemonOptions {
-        env: vec![
-            ("BAAAHT__TOOLS__MODE".into(), mode.into()),
-            ("BAAAHT__CONTAINER__ISOLATION".into(), isolation),
-        ],
+        env: vec![("BAAAHT__TOOLS__MODE".into(), mode.into()), ("BAAAHT__CONTAINER__ISOLATION".into(), isolation)],
         ..Default::default()
     })
     .await
@@ -54,7 +51,8 @@ fn measure(tier: &str, runtime: &str, warm_calls: usize, cold_calls: usize) -> R
         for agent in [&mut warm, &mut cold] {
             call(&mut agent.client, "write_file", serde_json::json!({"path": "kib.txt", "content": kib})).await?;
         }
-        let files = "mkdir -p tree && for i in $(seq 1000); do echo \"line $i of a file with a needle\" > tree/f$i.txt; done";
+        let files =
+            "mkdir -p tree && for i in $(seq 1000); do echo \"line $i of a file with a needle\" > tree/f$i.txt; done";
         call(&mut warm.client, "exec", serde_json::json!({"command": files})).await?;
         for _ in 0..warm_calls {
             rows[0].values.push(read_once(&mut warm.client).await?.0);
