@@ -55,8 +55,10 @@ fn drain(mut stream: impl Read + Send + 'static, cap: usize) -> std::thread::Joi
 }
 
 /// What a program says when it tried the network without the proxy.
-const OFFLINE_SIGNS: [&str; 6] = [
+const OFFLINE_SIGNS: [&str; 7] = [
     "network is unreachable",
+    // gVisor's kernel, with no network of its own, says this of a connect.
+    "no route to host",
     "could not resolve host",
     "temporary failure in name resolution",
     "name or service not known",
