@@ -41,14 +41,46 @@ pub fn activate() {
     ACTIVE.store(true, Ordering::SeqCst);
 }
 
+/// Set for the init's second image: its token is on its standard input.
+const TOKEN_ON_STDIN_ENV: &str = "BAAAHT_TOKEN_ON_STDIN";
+
 /// What a container's init (the tool runner, an MCP server's relay) does first: nothing the
-/// commands it runs start may read it through /proc (environ, mem, fd); the container's token
-/// from its environment.
+/// commands it runs start may read it through /proc (environ, mem, fd); the container's token.
+///
+/// The token comes in the environment, and /proc/1/environ keeps the environment a process
+/// started with. Non-dumpable closes it under runc, but gVisor's kernel (2022) shows it to
+/// every process of the uid. So, as PID 1, the init starts itself again (execve: the same
+/// PID, the same arguments) without the token in its environment and with the token on its
+/// standard input (a pipe), which it reads to the end before anything else runs.
 pub fn init_token(what: &str) -> Result<String, String> {
+    use std::os::unix::process::CommandExt as _;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|errno| format!("cannot make the {what} non-dumpable: {errno}"))?;
-    std::env::var(baaaht_proto::CONTAINER_TOKEN_ENV)
-        .map_err(|_unset| format!("{} is not set", baaaht_proto::CONTAINER_TOKEN_ENV))
+    if std::env::var_os(TOKEN_ON_STDIN_ENV).is_some() {
+        let mut token = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut token)
+            .map_err(|error| format!("cannot read the {what}'s token from its standard input: {error}"))?;
+        return Ok(token);
+    }
+    let token = std::env::var(baaaht_proto::CONTAINER_TOKEN_ENV)
+        .map_err(|_unset| format!("{} is not set", baaaht_proto::CONTAINER_TOKEN_ENV))?;
+    if std::process::id() != 1 {
+        return Ok(token);
+    }
+    let handing = |error: String| format!("cannot hand the {what} its token: {error}");
+    let (reader, writer) = rustix::pipe::pipe().map_err(|errno| handing(errno.to_string()))?;
+    // The token is far smaller than a pipe's buffer: the write does not wait for a reader.
+    std::io::Write::write_all(&mut std::fs::File::from(writer), token.as_bytes())
+        .map_err(|error| handing(error.to_string()))?;
+    let mut args = std::env::args_os();
+    let error = std::process::Command::new("/proc/self/exe")
+        .arg0(args.next().unwrap_or_default())
+        .args(args)
+        .env_remove(baaaht_proto::CONTAINER_TOKEN_ENV)
+        .env(TOKEN_ON_STDIN_ENV, "1")
+        .stdin(std::process::Stdio::from(reader))
+        .exec();
+    Err(format!("cannot start the {what} again without its token in the environment: {error}"))
 }
 
 /// As PID 1 (the container's init), every orphan of the container is ours to reap (or

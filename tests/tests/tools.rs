@@ -66,8 +66,13 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
         // A command cannot read the runner's credentials or environment (written so that the
         // blocked patterns do not catch it: the container itself must refuse).
         let snoop = run(&mut agent, "exec", json!({"command": "f=/proc/1/en; cat ${f}viron; echo \"[$BAAAHT_CONTAINER_TOKEN]\"; ls -l /proc/1/fd 2>&1 | head -3"})).await;
+        // Under runc the runner's /proc entries are closed (non-dumpable); gVisor's kernel shows
+        // its environment, which no longer holds the token (the runner started itself again
+        // without it). Either way no command sees the token.
         assert!(!snoop.content.contains(baaaht_proto::CONTAINER_TOKEN_ENV), "{}", snoop.content);
-        assert!(snoop.content.contains("Permission denied") && snoop.content.contains("[]"), "{}", snoop.content);
+        assert!(snoop.content.contains("[]"), "{}", snoop.content);
+        let gvisor = daemon.log_text().contains(r#""gvisor":"coder, tool, mcp""#);
+        assert!(gvisor || snoop.content.contains("Permission denied"), "{}", snoop.content);
 
         // Escapes are refused, also through a symlink the tool itself made.
         run(&mut agent, "exec", json!({"command": "ln -s / root-link"})).await;

@@ -11,6 +11,7 @@
 //! than `RESOLVE_BENEATH` (a symlink that stays inside is refused too) and as safe.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
@@ -91,13 +92,13 @@ fn walk_beneath(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, E
     for folder in folders {
         current = match rustix::fs::openat(&current, *folder, walk, Mode::empty()) {
             // O_NOFOLLOW|O_DIRECTORY on a symlink: ENOTDIR; say it was a link.
-            Err(Errno::NOTDIR) if is_symlink(&current, folder) => return Err(Errno::LOOP),
+            Err(Errno::NOTDIR) => return Err(symlink_refusal(&current, folder).unwrap_or(Errno::NOTDIR)),
             other => other?,
         };
     }
     let opened = rustix::fs::openat(&current, *last, flags | OFlags::NOFOLLOW, Mode::empty());
     match opened {
-        Err(Errno::NOTDIR) if is_symlink(&current, last) => Err(Errno::LOOP),
+        Err(errno @ (Errno::NOTDIR | Errno::LOOP)) => Err(symlink_refusal(&current, last).unwrap_or(errno)),
         // O_PATH|O_NOFOLLOW opens a symlink itself: refused as the others are.
         Ok(fd)
             if flags.contains(OFlags::PATH)
@@ -111,9 +112,13 @@ fn walk_beneath(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, E
     }
 }
 
-fn is_symlink(dir: &OwnedFd, name: &std::ffi::OsStr) -> bool {
-    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-        .is_ok_and(|stat| rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Symlink)
+/// Why a symlink at `name` in `dir` is refused, or none when it is no symlink: one that could
+/// lead out (absolute, or with `..`) as `RESOLVE_BENEATH` refuses it (EXDEV), any other ELOOP.
+fn symlink_refusal(dir: &OwnedFd, name: &std::ffi::OsStr) -> Option<Errno> {
+    let target = rustix::fs::readlinkat(dir, name, Vec::new()).ok()?;
+    let target = Path::new(std::ffi::OsStr::from_bytes(target.as_bytes()));
+    let leads_out = target.is_absolute() || target.components().any(|part| part == Component::ParentDir);
+    Some(if leads_out { Errno::XDEV } else { Errno::LOOP })
 }
 
 /// Turns an errno from opening `shown` into a sentence.
@@ -303,7 +308,8 @@ mod tests {
         assert!(open("./a/./b", OFlags::PATH | OFlags::DIRECTORY).is_ok());
         assert_eq!(open("a/../a/b/file.txt", OFlags::RDONLY).err(), Some(Errno::XDEV));
         assert_eq!(open("/etc/passwd", OFlags::RDONLY).err(), Some(Errno::XDEV));
-        assert_eq!(open("out/passwd", OFlags::RDONLY).err(), Some(Errno::LOOP));
+        assert_eq!(open("out/passwd", OFlags::RDONLY).err(), Some(Errno::XDEV));
+        assert_eq!(open("out", OFlags::RDONLY).err(), Some(Errno::XDEV));
         assert_eq!(open("a/inside/file.txt", OFlags::RDONLY).err(), Some(Errno::LOOP));
         assert_eq!(open("a/file-link", OFlags::RDONLY).err(), Some(Errno::LOOP));
         assert_eq!(open("a/file-link", OFlags::PATH).err(), Some(Errno::LOOP));
