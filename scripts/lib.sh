@@ -17,6 +17,22 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# Waits up to SECONDS for COMMAND... to succeed; otherwise shows the tail of LOG (when it is a
+# file) and dies saying WHAT did not happen.
+wait_until() {
+    local seconds=$1 log=$2 what=$3
+    shift 3
+    local waited=0
+    until "$@"; do
+        sleep 1
+        waited=$((waited + 1))
+        if [ "$waited" -ge "$seconds" ]; then
+            [ -f "$log" ] && tail -n 30 "$log" >&2
+            die "$what within $seconds s"
+        fi
+    done
+}
+
 engine_answers() {
     [ -S /var/run/docker.sock ] && timeout 10 docker version >/dev/null 2>&1
 }
@@ -38,15 +54,7 @@ ensure_container_engine() {
         local log=/var/log/baaaht-dockerd.log
         echo "starting dockerd (log: $log)" >&2
         nohup dockerd >"$log" 2>&1 &
-        local waited=0
-        until engine_answers; do
-            sleep 1
-            waited=$((waited + 1))
-            if [ "$waited" -ge 60 ]; then
-                tail -n 30 "$log" >&2 || true
-                die "dockerd did not answer within 60 s"
-            fi
-        done
+        wait_until 60 "$log" "dockerd did not answer" engine_answers
     fi
     echo "docker engine: $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')" >&2
 }
@@ -60,6 +68,10 @@ GVISOR_RUNTIME_ARGS='["--platform=ptrace", "--network=none", "--host-uds=open", 
 # Makes sure dockerd has a `runsc` runtime baaaht can use: installs Debian's runsc when it is
 # missing and merges the runtime into /etc/docker/daemon.json (keeping everything else there),
 # then reloads dockerd with SIGHUP, never restarting it. Idempotent.
+gvisor_registered() {
+    docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'
+}
+
 ensure_gvisor() {
     command -v runsc >/dev/null 2>&1 || apt_install runsc
     local runsc
@@ -89,35 +101,26 @@ PY
     local pid
     pid=$(pgrep -xo dockerd) || die "dockerd is not running: cannot reload it to register runsc"
     kill -HUP "$pid"
-    local waited=0
-    until docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; do
-        sleep 1
-        waited=$((waited + 1))
-        [ "$waited" -lt 20 ] || die "dockerd did not pick up the runsc runtime from /etc/docker/daemon.json"
-    done
+    wait_until 20 "" "dockerd did not pick up the runsc runtime from /etc/docker/daemon.json" gvisor_registered
     echo "gVisor: runsc registered with dockerd (reloaded with SIGHUP)" >&2
 }
 
 # Makes sure Podman's Docker-compatible API answers on /run/podman/podman.sock (as root):
 # installs Debian's podman and starts its service when none answers.
 PODMAN_SOCKET=/run/podman/podman.sock
+podman_answers() {
+    [ -S "$PODMAN_SOCKET" ] && timeout 10 curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1
+}
+
 ensure_podman() {
     command -v podman >/dev/null 2>&1 || apt_install podman
-    if [ -S "$PODMAN_SOCKET" ] && timeout 10 curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1; then
+    if podman_answers; then
         return
     fi
     is_root || die "starting the Podman service needs root here"
     mkdir -p "$(dirname "$PODMAN_SOCKET")"
     local log=/var/log/baaaht-podman.log
     nohup podman system service --time=0 "unix://$PODMAN_SOCKET" >"$log" 2>&1 &
-    local waited=0
-    until [ -S "$PODMAN_SOCKET" ] && curl -sf --unix-socket "$PODMAN_SOCKET" http://d/_ping >/dev/null 2>&1; do
-        sleep 1
-        waited=$((waited + 1))
-        if [ "$waited" -ge 30 ]; then
-            tail -n 20 "$log" >&2 || true
-            die "the Podman service did not answer within 30 s"
-        fi
-    done
+    wait_until 30 "$log" "the Podman service did not answer" podman_answers
     echo "podman: $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version)" >&2
 }

@@ -3,13 +3,11 @@
 //! runner), a cold one (a fresh container per call), a `grep` over 1,000 files and
 //! `python3 -c pass` through `exec`, beside `docker run --rm` with each runtime.
 
-use std::process::Command;
-
 use anyhow::{bail, Context as _, Result};
 use baaaht_proto::client::Client;
 use baaaht_tests::DaemonOptions;
 
-use crate::tools::{read_once, request, timed};
+use crate::tools::{docker_run_cat, read_once, request};
 use crate::{coder, header, Coder, Row};
 
 const TIERS: [(&str, &str); 2] = [("runc", "runc"), ("gvisor", "runsc")];
@@ -71,21 +69,8 @@ fn measure(tier: &str, runtime: &str, warm_calls: usize, cold_calls: usize) -> R
         anyhow::Ok(())
     })?;
     let workspace = warm.daemon.data_dir.join("sessions/self-test/data");
-    let mount = format!("{}:/workspace:ro", workspace.display());
     for _ in 0..cold_calls {
-        let runtime_flag = format!("--runtime={runtime}");
-        rows[4].values.push(timed(Command::new("docker").args([
-            "run",
-            "--rm",
-            &runtime_flag,
-            "--network",
-            "none",
-            "-v",
-            &mount,
-            "baaaht/base:latest",
-            "cat",
-            "/workspace/kib.txt",
-        ]))?);
+        rows[4].values.push(docker_run_cat(&workspace, runtime)?);
     }
     Ok(rows)
 }

@@ -43,6 +43,16 @@ pub(crate) fn timed(command: &mut Command) -> Result<f64> {
     Ok(started.elapsed().as_secs_f64() * 1e3)
 }
 
+/// `docker run --rm` of the base image under `runtime`, reading `kib.txt` from `workspace`
+/// (mounted read-only): the cold baseline, in ms.
+pub(crate) fn docker_run_cat(workspace: &std::path::Path, runtime: &str) -> Result<f64> {
+    let mount = format!("{}:/workspace:ro", workspace.display());
+    let runtime = format!("--runtime={runtime}");
+    let mut command = Command::new("docker");
+    command.args(["run", "--rm", &runtime, "--network", "none", "-v", &mount, "baaaht/base:latest"]);
+    timed(command.args(["cat", "/workspace/kib.txt"]))
+}
+
 pub(crate) fn run(warm_calls: usize, cold_calls: usize) -> Result<()> {
     let rt = baaaht_tests::runtime();
     let kib = "x".repeat(1023) + "\n";
@@ -92,19 +102,8 @@ pub(crate) fn run(warm_calls: usize, cold_calls: usize) -> Result<()> {
         ]))?);
     }
     let workspace = warm.daemon.data_dir.join("sessions/self-test/data");
-    let mount = format!("{}:/workspace:ro", workspace.display());
     for _ in 0..cold_calls {
-        rows[4].values.push(timed(Command::new("docker").args([
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "-v",
-            &mount,
-            "baaaht/base:latest",
-            "cat",
-            "/workspace/kib.txt",
-        ]))?);
+        rows[4].values.push(docker_run_cat(&workspace, "runc")?);
     }
     println!(
         "baaaht-bench tools: read_file of a 1 KiB file through RequestToolExecution, {warm_calls} warm and \
