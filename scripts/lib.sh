@@ -120,7 +120,9 @@ ensure_podman() {
     is_root || die "starting the Podman service needs root here"
     mkdir -p "$(dirname "$PODMAN_SOCKET")"
     local log=/var/log/baaaht-podman.log
-    nohup podman system service --time=0 "unix://$PODMAN_SOCKET" >"$log" 2>&1 &
+    # From /: conmon, which the service starts per container, writes files (e.g. `oom`) into
+    # its working folder.
+    (cd / && exec nohup podman system service --time=0 "unix://$PODMAN_SOCKET") >"$log" 2>&1 &
     wait_until 30 "$log" "the Podman service did not answer" podman_answers
     echo "podman: $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version)" >&2
 }
