@@ -184,11 +184,6 @@ impl Policy {
         &self.config.container
     }
 
-    /// The isolation tier asked for `role`: `container.isolation`, else the role's default.
-    pub fn isolation(&self, role: Role) -> crate::config::IsolationChoice {
-        self.config.container.isolation_of(role)
-    }
-
     /// Agents and tools get no network; only the LLM gateway reaches out (spec §13.3).
     pub fn network_policy(role: Role) -> NetworkPolicy {
         match role {

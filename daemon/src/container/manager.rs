@@ -475,7 +475,7 @@ impl ContainerManager {
 
     /// The tier `role`'s containers get on `runtime`'s engine (`container.isolation`).
     pub fn isolation(&self, runtime: &dyn ContainerRuntime, role: Role) -> Result<Isolation, ContainerError> {
-        let tier = Isolation::resolve(self.policy.isolation(role), runtime.engine())
+        let tier = Isolation::resolve(self.policy.container_config().isolation_of(role), runtime.engine())
             .map_err(|why| ContainerError::Isolation(format!("{} containers: {why}", role.as_str())))?;
         let compat = self.agent_binary.with_file_name(GVISOR_COMPAT);
         if tier == Isolation::Gvisor && !compat.is_file() {
