@@ -100,6 +100,7 @@ pub fn delegate_definition() -> crate::tools::Definition {
             "context": {"type": "string", "description": "everything from the conversation the agent needs: names, paths, decisions"},
             "responseFormat": {"type": "string", "description": "how the answer should be shaped"},
             "priority": {"type": "string", "enum": ["normal", "background"], "description": "background: answer the user at once; the result arrives later as a new message"},
+            "returnDirectly": {"type": "boolean", "description": "true: the agent's answer is your reply, shown to the user as it is written, and you are not asked again; false: you get the answer and write the reply. Unset: the household's setting for that agent (out of the box true for worker and coder). Set false when you must combine, check or add to the answer."},
         }}),
     }
 }
@@ -395,14 +396,16 @@ impl Agent {
         let mut tokens = 0;
         let limit = self.config.max_iterations.max(1);
         for step in 1..=limit {
-            let system = if turn.now.is_empty() {
-                self.system.clone()
+            // The time goes after the cached system prompt: it changes every turn.
+            let system_tail = if turn.now.is_empty() {
+                String::new()
             } else {
-                format!("{}\n\n# Now\nIt is {} where the user is.", self.system, turn.now)
+                format!("# Now\nIt is {} where the user is.", turn.now)
             };
             let request = v1::LlmRequest {
                 model: model.clone(),
-                system,
+                system: self.system.clone(),
+                system_tail,
                 messages: messages.clone(),
                 tools: self.tools.clone(),
                 temperature: self.config.temperature,
@@ -459,7 +462,19 @@ impl Agent {
                 };
             }
             messages.push(v1::LlmMessage { role: "assistant".into(), content });
-            let results = self.execute_all(&answer.calls, turn).await;
+            let (results, reply) = self.execute_all(&answer.calls, turn).await;
+            // A delegate's answer given to the user as the reply ends the turn: no second
+            // request re-writes it.
+            if let Some(reply) = reply {
+                texts.push(reply);
+                return v1::TurnResult {
+                    content: texts.join("\n\n"),
+                    is_error: false,
+                    steps: step,
+                    tokens,
+                    ..Default::default()
+                };
+            }
             messages.push(v1::LlmMessage {
                 role: "user".into(),
                 content: results
@@ -532,28 +547,37 @@ impl Agent {
         Ok(answer)
     }
 
-    /// Runs the calls of one step at once; results come back in the calls' order.
-    async fn execute_all(&self, calls: &[Call], turn: &v1::AgentTurn) -> Vec<v1::ToolResultBlock> {
+    /// Runs the calls of one step at once; results come back in the calls' order, with the
+    /// answer of a delegation returned directly to the user (only a step's single call may be).
+    async fn execute_all(&self, calls: &[Call], turn: &v1::AgentTurn) -> (Vec<v1::ToolResultBlock>, Option<String>) {
         let mut set = tokio::task::JoinSet::new();
+        let alone = calls.len() == 1;
         for (index, call) in calls.iter().enumerate() {
             let (client, call, turn) = (self.client.clone(), call.clone(), turn.clone());
             let allowed = self.tools.iter().any(|tool| tool.name == call.name);
             set.spawn(async move {
-                let (content, is_error) = if allowed {
-                    execute(client, &call, &turn).await
+                let (content, is_error, returned) = if !allowed {
+                    (format!("there is no tool `{}` here", call.name), true, false)
+                } else if call.name == "delegate" {
+                    delegate(client, &call, &turn, alone).await
                 } else {
-                    (format!("there is no tool `{}` here", call.name), true)
+                    let (content, is_error) = execute(client, &call, &turn).await;
+                    (content, is_error, false)
                 };
-                (index, v1::ToolResultBlock { tool_use_id: call.id, content, is_error })
+                (index, v1::ToolResultBlock { tool_use_id: call.id, content, is_error }, returned)
             });
         }
         let mut results: Vec<Option<v1::ToolResultBlock>> = vec![None; calls.len()];
+        let mut reply = None;
         while let Some(joined) = set.join_next().await {
-            if let Ok((index, result)) = joined {
+            if let Ok((index, result, returned)) = joined {
+                if returned && alone {
+                    reply = Some(result.content.clone());
+                }
                 results[index] = Some(result);
             }
         }
-        results
+        let results = results
             .into_iter()
             .zip(calls)
             .map(|(result, call)| {
@@ -563,52 +587,68 @@ impl Agent {
                     is_error: true,
                 })
             })
-            .collect()
+            .collect();
+        (results, reply)
+    }
+}
+
+/// A call's arguments: a JSON object, or why not.
+fn arguments(call: &Call) -> Result<Value, String> {
+    let input = if call.input.trim().is_empty() { "{}" } else { call.input.as_str() };
+    match serde_json::from_str(input) {
+        Ok(params @ Value::Object(_)) => Ok(params),
+        Ok(_) => Err("the arguments must be a JSON object".into()),
+        Err(error) => Err(format!("the arguments are not valid JSON: {error}")),
+    }
+}
+
+/// A `delegate` call through the daemon: the agent's answer, whether it is an error, and
+/// whether it went to the user as the reply. A call beside others in its step never returns
+/// directly (the Assistant brings their results together).
+async fn delegate(mut client: Client, call: &Call, turn: &v1::AgentTurn, alone: bool) -> (String, bool, bool) {
+    let params = match arguments(call) {
+        Ok(params) => params,
+        Err(why) => return (why, true, false),
+    };
+    let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let agent = match baaaht_proto::role_named(&text("agent")) {
+        Some(
+            role @ (v1::AgentRole::Worker | v1::AgentRole::Researcher | v1::AgentRole::Coder | v1::AgentRole::Memory),
+        ) => role,
+        _ => {
+            let other = text("agent");
+            return (format!("agent `{other}` is not one of worker, researcher, coder, memory"), true, false);
+        }
+    };
+    let priority = match text("priority").as_str() {
+        "background" => v1::DelegatePriority::Background,
+        _ => v1::DelegatePriority::Normal,
+    };
+    let asked = params.get("returnDirectly").and_then(Value::as_bool);
+    let request = v1::DelegateRequest {
+        agent: agent as i32,
+        task: text("task"),
+        context: text("context"),
+        response_format: text("responseFormat"),
+        priority: priority as i32,
+        tool_call_id: call.id.clone(),
+        return_directly: if alone { asked } else { Some(false) },
+    };
+    match client.agents.delegate_to_agent(with_correlation(request, Hop::from(turn))).await {
+        Ok(response) => {
+            let response = response.into_inner();
+            (response.result, response.is_error, response.returned_directly)
+        }
+        Err(status) => (format!("the delegation failed: {}", status.message()), true, false),
     }
 }
 
 /// One tool call through the daemon.
 async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTurn) -> (String, bool) {
-    let input = if call.input.trim().is_empty() { "{}" } else { call.input.as_str() };
-    let params: Value = match serde_json::from_str(input) {
-        Ok(params @ Value::Object(_)) => params,
-        Ok(_) => return ("the arguments must be a JSON object".into(), true),
-        Err(error) => return (format!("the arguments are not valid JSON: {error}"), true),
+    let params = match arguments(call) {
+        Ok(params) => params,
+        Err(why) => return (why, true),
     };
-    if call.name == "delegate" {
-        let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
-        let agent = match baaaht_proto::role_named(&text("agent")) {
-            Some(
-                role @ (v1::AgentRole::Worker
-                | v1::AgentRole::Researcher
-                | v1::AgentRole::Coder
-                | v1::AgentRole::Memory),
-            ) => role,
-            _ => {
-                let other = text("agent");
-                return (format!("agent `{other}` is not one of worker, researcher, coder, memory"), true);
-            }
-        };
-        let priority = match text("priority").as_str() {
-            "background" => v1::DelegatePriority::Background,
-            _ => v1::DelegatePriority::Normal,
-        };
-        let request = v1::DelegateRequest {
-            agent: agent as i32,
-            task: text("task"),
-            context: text("context"),
-            response_format: text("responseFormat"),
-            priority: priority as i32,
-            tool_call_id: call.id.clone(),
-        };
-        return match client.agents.delegate_to_agent(with_correlation(request, Hop::from(turn))).await {
-            Ok(response) => {
-                let response = response.into_inner();
-                (response.result, response.is_error)
-            }
-            Err(status) => (format!("the delegation failed: {}", status.message()), true),
-        };
-    }
     if call.name == "read_skill" {
         let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
         let request = v1::SkillContentRequest { context: None, skill: text("skill"), path: text("path") };

@@ -48,6 +48,9 @@ pub struct Live {
     pub correlation_id: String,
     /// The user turn this work belongs to (a delegated task's is its Assistant's turn).
     pub user_turn: String,
+    /// Whether what this agent writes is the turn's reply, streamed to the context's channels
+    /// as written (the Assistant's; a delegate's whose answer returns directly).
+    pub speaks: bool,
 }
 
 /// A turn (or a task) for an agent: the conversation it sees, ending with the new message.
@@ -467,6 +470,7 @@ mod tests {
                 turn_id: turn.into(),
                 correlation_id: "c".into(),
                 user_turn: turn.into(),
+                speaks: role == Role::Assistant,
             },
             turn: Turn { turn_id: turn.into(), messages: vec![Message::user(text)], ..Turn::default() },
             timeout: Duration::from_secs(10),

@@ -56,6 +56,21 @@ const BUILT_IN_PRICES: &[(&str, f64, f64)] = &[
     ("xai/grok-3", 3.0, 15.0),
 ];
 
+/// What cached input of a built-in model costs per million tokens — read, written — at its
+/// provider's published rates: Anthropic reads at a tenth of the input price and writes at
+/// 1.25×; OpenAI's GPT-4o models read at half, its later ones at a quarter; DeepSeek's cache
+/// hits cost about a quarter. Others: the input price.
+fn cached_rates(model: &str, input: f64) -> (Option<f64>, Option<f64>) {
+    let provider = model.split('/').next().unwrap_or_default();
+    match provider {
+        "anthropic" => (Some(input * 0.1), Some(input * 1.25)),
+        "openai" if model.starts_with("openai/gpt-4o") => (Some(input * 0.5), None),
+        "openai" => (Some(input * 0.25), None),
+        "deepseek" => (Some(input * 0.26), None),
+        _ => (None, None),
+    }
+}
+
 /// Providers on the user's own machine: their models cost nothing.
 const LOCAL_PROVIDERS: &[&str] = &["ollama", "lmstudio", "vllm"];
 
@@ -251,7 +266,8 @@ impl Budgets {
         let built_in =
             BUILT_IN_PRICES.iter().filter(|(prefix, _, _)| model.starts_with(prefix)).max_by_key(|(p, _, _)| p.len());
         if let Some((_, input, output)) = built_in {
-            return Some(Price { input: *input, output: *output, cache_read: None, cache_write: None });
+            let (cache_read, cache_write) = cached_rates(model, *input);
+            return Some(Price { input: *input, output: *output, cache_read, cache_write });
         }
         let provider = model.split('/').next().unwrap_or_default();
         LOCAL_PROVIDERS.contains(&provider).then(Price::default)
@@ -649,5 +665,26 @@ mod tests {
         let periods = book.periods_at(at);
         assert_eq!((periods.day.as_str(), periods.month.as_str()), ("2026-12-01", "2026-12"));
         assert_eq!(periods.month_ends.to_string(), "2027-01-01T00:00:00+01:00[Europe/Berlin]");
+    }
+
+    #[test]
+    fn cached_input_is_priced_at_the_cached_rate() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let limits = BudgetLimits { monthly_cost: 100.0, ..BudgetLimits::default() };
+        let alice = Context::user("alice");
+        let book = budgets(&temp, limits, 80);
+        let sonnet = "anthropic/claude-sonnet-4-20250514";
+        let price = book.price(sonnet).expect("built in");
+        assert!(price.cache_read.is_some_and(|read| (read - 0.3).abs() < 1e-9), "a tenth of $3: {price:?}");
+        assert_eq!(price.cache_write, Some(3.75), "1.25× of $3");
+        let held = book.reserve(&alice, &chain(sonnet), 10_000, Some(100)).expect("reserved");
+        // 1,000 fresh, 9,000 read from the cache, 100 out: 3,000 + 2,700 + 1,500 micro-dollars.
+        let used = TokenCounts { input: 1_000, output: 100, cache_read: 9_000, cache_write: 0 };
+        book.settle(held, Some(used), Answered::default());
+        let month = book.report(&alice).month;
+        assert_eq!((month.tokens, month.cost_micros), (10_100, 7_200));
+        assert_eq!(book.price("openai/gpt-4.1").and_then(|p| p.cache_read), Some(0.5));
+        assert_eq!(book.price("openai/gpt-4o").and_then(|p| p.cache_read), Some(1.25));
+        assert_eq!(book.price("groq/llama-3.3-70b").and_then(|p| p.cache_read), None, "the input price");
     }
 }

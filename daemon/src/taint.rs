@@ -398,6 +398,7 @@ mod tests {
             turn_id: "d-1".into(),
             correlation_id: "c".into(),
             user_turn: turn.into(),
+            speaks: false,
         }
     }
 

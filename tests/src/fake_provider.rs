@@ -42,6 +42,11 @@ pub enum Answer {
         chunks: Arc<Vec<String>>,
         interval: Duration,
     },
+    /// `answer`, after `wait` (a model's time to its first token).
+    Later {
+        wait: Duration,
+        answer: Box<Answer>,
+    },
 }
 
 /// The provider's wire format, for the generated streams.
@@ -275,6 +280,13 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
         other => other,
     };
     record.requests.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+    let answer = match answer {
+        Some(Answer::Later { wait, answer }) => {
+            tokio::time::sleep(wait).await;
+            Some(*answer)
+        }
+        other => other,
+    };
     const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
     let chunks: Vec<String>;
     let (parts, interval, cut): (&[String], Duration, bool) = match &answer {
@@ -295,7 +307,7 @@ async fn answer(stream: tokio::net::TcpStream, answer: Option<Answer>, record: A
             let _ = writer.write_all(STREAM_HEAD.as_bytes()).await;
             (paced.as_slice(), *interval, false)
         }
-        Some(Answer::Respond(_)) | None => {
+        Some(Answer::Respond(_) | Answer::Later { .. }) | None => {
             chunks = vec!["HTTP/1.1 500 Internal\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string()];
             (&chunks, Duration::ZERO, false)
         }

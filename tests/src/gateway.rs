@@ -47,6 +47,15 @@ pub fn run_external(
     (process, gateway)
 }
 
+/// Where a gateway's `binary` is taken from: `$BAAAHT_GATEWAY_BIN_DIR` when set (a release
+/// build's, for a benchmark of its memory), else beside the other binaries.
+fn gateway_bin(binary: &str) -> std::path::PathBuf {
+    match std::env::var_os("BAAAHT_GATEWAY_BIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join(binary),
+        None => crate::bin(binary),
+    }
+}
+
 /// Starts the registered `gateway`'s `binary` on its socket with its token and `args`, logging
 /// to `log` in the daemon's data dir (again, after a restart).
 pub fn start_external(
@@ -56,7 +65,7 @@ pub fn start_external(
     args: &[&str],
     log: &str,
 ) -> crate::Running {
-    let mut command = std::process::Command::new(crate::bin(binary));
+    let mut command = std::process::Command::new(gateway_bin(binary));
     command
         .arg("--socket")
         .arg(&gateway.socket)

@@ -31,7 +31,7 @@ pub fn coder_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {
         let asked = Asked::of(request);
         if asked.offers("delegate") {
-            let task = json!({"agent": "coder", "task": "Write hello.sh that prints a greeting, then run it.", "responseFormat": "what it printed"});
+            let task = json!({"agent": "coder", "task": "Write hello.sh that prints a greeting, then run it.", "responseFormat": "what it printed", "returnDirectly": false});
             return assistant_delegates(&asked, "I'll ask the coder. ", task, "Done. The coder says: ");
         }
         if asked.offers("exec") {
@@ -62,7 +62,12 @@ pub fn worker_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {
         let asked = Asked::of(request);
         if asked.offers("delegate") {
-            return assistant_delegates(&asked, "", json!({"agent": "worker", "task": "Say done."}), "Worker: ");
+            return assistant_delegates(
+                &asked,
+                "",
+                json!({"agent": "worker", "task": "Say done.", "returnDirectly": false}),
+                "Worker: ",
+            );
         }
         anthropic_answer("done", &[])
     })))
@@ -183,7 +188,7 @@ pub fn report_sending_brain(otherwise: Answer) -> Answer {
         if asked.offers("delegate") {
             return match done {
                 0 => {
-                    let task = json!({"agent": "worker", "task": "Write the May report and send it."});
+                    let task = json!({"agent": "worker", "task": "Write the May report and send it.", "returnDirectly": false});
                     anthropic_answer("", &[("toolu_d0", "delegate", task)])
                 }
                 _ => anthropic_answer(REPORT_SENT, &[]),
@@ -218,7 +223,12 @@ pub fn web_brain() -> Answer {
         let asked = Asked::of(request);
         let said = last_user_text(&asked);
         if asked.offers("delegate") && said.contains("ask the worker") {
-            return assistant_delegates(&asked, "", json!({"agent": "worker", "task": "Say done."}), "Worker: ");
+            return assistant_delegates(
+                &asked,
+                "",
+                json!({"agent": "worker", "task": "Say done.", "returnDirectly": false}),
+                "Worker: ",
+            );
         }
         if !asked.offers("delegate") {
             return anthropic_answer("done", &[]);
@@ -236,7 +246,12 @@ pub fn slow_worker_brain() -> Answer {
     Answer::Respond(Responder(Arc::new(|request| {
         let asked = Asked::of(request);
         if asked.offers("delegate") {
-            return assistant_delegates(&asked, "", json!({"agent": "worker", "task": "Take your time."}), "Worker: ");
+            return assistant_delegates(
+                &asked,
+                "",
+                json!({"agent": "worker", "task": "Take your time.", "returnDirectly": false}),
+                "Worker: ",
+            );
         }
         crate::fake_provider::token_stream(Wire::Anthropic, 120, Duration::from_millis(500))
     })))
@@ -369,4 +384,16 @@ pub fn linked_identities(links: &[(&str, &str, &str)]) -> (String, String) {
     }
     let file = json!({"version": 1, "identities": identities, "users": users});
     ("data/state/identities.json".into(), file.to_string())
+}
+
+/// A task that runs once, `seconds` from now, as `user`, doing `prompt` (the rest as
+/// scheduled tasks default).
+pub fn task_once(user: &str, seconds: i64, prompt: &str) -> v1::TaskDefinition {
+    let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(seconds)).expect("a time");
+    v1::TaskDefinition {
+        user_id: user.into(),
+        schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(at.to_string())) }),
+        prompt: prompt.into(),
+        ..v1::TaskDefinition::default()
+    }
 }

@@ -413,3 +413,75 @@ fn in_its_container_the_gateway_reaches_only_its_mail_servers_through_the_daemon
     assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
     assert!(refused.contains(&format!("127.0.0.1:{}", servers.imaps)), "the hosts it may reach are named: {refused}");
 }
+
+#[test]
+fn a_scheduled_result_is_mailed_between_turns_and_a_reply_to_it_goes_on_in_its_conversation() {
+    let rt = baaaht_tests::runtime();
+    let servers = servers();
+    let (provider, daemon) = scenario::start(&rt, scenario::echo_brain(), email_options()).expect("daemon");
+    let (gateway, _) = run_gateway(&rt, &daemon, &arguments(&servers, &daemon.data_dir.join("email-state")));
+    let logs = || format!("{}\n{}\n{}", gateway.log_text(), daemon.log_text(), servers.logs());
+    // Alice writes once: the gateway knows her address from then on.
+    let asked = compose(ALICE.0, ASSISTANT.0, "Hello", "h1@family.test", &[], "Good morning");
+    servers.send(ALICE.0, ASSISTANT.0, &asked).expect("send");
+    assert!(alice_has(&servers, 1).is_some(), "no answer\n{}", logs());
+    // A task of hers finishes while nobody writes: its result is a new mail, not an answer.
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        host.tasks.schedule_task(scenario::task_once("u-alice", 2, "Water the plants")).await.expect("scheduled");
+    });
+    let Some(mails) = alice_has(&servers, 2) else { panic!("no mail between turns\n{}", logs()) };
+    let told = &mails[1];
+    // The task's title is the subject; the Assistant's words (the echo of the task) the text.
+    assert!(told.body().contains("echo: Scheduled task \"Water the plants\""), "{}", told.raw);
+    assert_eq!(told.header("Auto-Submitted").as_deref(), Some("auto-generated"), "{}", told.raw);
+    assert_eq!(told.header("In-Reply-To"), None, "it answers no mail: {}", told.raw);
+    assert!(told.header("From").is_some_and(|from| from.contains(ASSISTANT.0)), "{}", told.raw);
+    let subject = told.header("Subject").expect("a subject");
+    assert_eq!(subject, "Water the plants", "{}", told.raw);
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let request =
+            v1::InboxRequest { context: Some(scenario::user("u-alice")), unread_only: true, mark_read: false };
+        let inbox = host.sessions.list_inbox(request).await.expect("inbox").into_inner();
+        assert!(inbox.items.is_empty(), "mailed, not kept in the inbox: {inbox:?}");
+    });
+    // Alice answers that mail: her words go on in the task's conversation, answered in the thread.
+    let id = told.header("Message-ID").expect("its id");
+    let reply = compose(
+        ALICE.0,
+        ASSISTANT.0,
+        &format!("Re: {subject}"),
+        "w2@family.test",
+        &[("In-Reply-To", &id), ("References", &id)],
+        "Done, thank you",
+    );
+    servers.send(ALICE.0, ASSISTANT.0, &reply).expect("send");
+    let Some(mails) = alice_has(&servers, 3) else { panic!("no answer to the reply\n{}", logs()) };
+    let answer = &mails[2];
+    assert!(answer.body().starts_with("echo: Done, thank you"), "{}", answer.body());
+    assert_eq!(answer.header("In-Reply-To").as_deref(), Some("<w2@family.test>"), "{}", answer.raw);
+    // The Assistant answering it was shown what the task had found.
+    let asked = provider.requests().into_iter().rev().find(|request| request.contains("Done, thank you"));
+    assert!(asked.as_ref().is_some_and(|asked| asked.contains("Water the plants")), "{asked:?}");
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let filter = v1::SessionFilter { user_id: "u-alice".into(), ..Default::default() };
+        let listed = host.sessions.list_sessions(filter).await.expect("sessions").into_inner().sessions;
+        let mut went_on = vec![];
+        for session in &listed {
+            let request = v1::ReadSessionRequest { session_id: session.id.clone(), leaf_entry_id: String::new() };
+            let read = host.sessions.read_session(request).await.expect("read").into_inner();
+            let text = format!("{:?}", read.entries);
+            if text.contains("Done, thank you") {
+                went_on.push(text);
+            }
+        }
+        assert_eq!(went_on.len(), 1, "{listed:#?}");
+        assert!(
+            went_on[0].contains("Water the plants"),
+            "the reply went on in the task's conversation: {}",
+            went_on[0]
+        );
+    });
+}

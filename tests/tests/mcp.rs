@@ -180,7 +180,7 @@ fn real_servers_from_pypi_and_npm_answer_a_coder() {
         if asked.offers("delegate") {
             return match asked.results.last() {
                 None => {
-                    let task = json!({"agent": "coder", "task": "Tell the time in UTC, then echo a greeting."});
+                    let task = json!({"agent": "coder", "task": "Tell the time in UTC, then echo a greeting.", "returnDirectly": false});
                     anthropic_answer("", &[("toolu_delegate_1", "delegate", task)])
                 }
                 Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),

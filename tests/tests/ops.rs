@@ -405,13 +405,7 @@ fn a_scheduled_run_is_one_trace_from_its_task_to_its_model_call() {
     let (_fake, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("fake provider and daemon");
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("connect");
-        let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(1)).expect("time");
-        let task = v1::TaskDefinition {
-            user_id: "alice".into(),
-            schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(at.to_string())) }),
-            prompt: "Say hello.".into(),
-            ..v1::TaskDefinition::default()
-        };
+        let task = scenario::task_once("alice", 1, "Say hello.");
         client.tasks.schedule_task(task).await.expect("scheduled");
     });
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -24,7 +24,7 @@ fn scheduling_brain() -> Answer {
                     &[(
                         "toolu_delegate_1",
                         "delegate",
-                        json!({"agent": "worker", "task": "Schedule a reminder every Monday at 9:00: check the build."}),
+                        json!({"agent": "worker", "task": "Schedule a reminder every Monday at 9:00: check the build.", "returnDirectly": false}),
                     )],
                 ),
                 Some(result) => anthropic_answer(&format!("Done. {result}"), &[]),
@@ -61,14 +61,7 @@ fn options() -> DaemonOptions {
 
 /// A one-shot task for alice `seconds` from now, doing `prompt`.
 fn once_in(seconds: i64, prompt: &str, retry_interrupted: bool) -> v1::TaskDefinition {
-    let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(seconds)).expect("time");
-    v1::TaskDefinition {
-        user_id: "alice".into(),
-        schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(at.to_string())) }),
-        prompt: prompt.into(),
-        retry_interrupted,
-        ..v1::TaskDefinition::default()
-    }
+    v1::TaskDefinition { retry_interrupted, ..scenario::task_once("alice", seconds, prompt) }
 }
 
 /// How many scheduled runs the fake model was asked for with `needle` in the task.

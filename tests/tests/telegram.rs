@@ -424,17 +424,6 @@ fn a_person_linked_across_telegram_and_the_tui_sees_one_session() {
     });
 }
 
-/// A one-shot task for `user` two seconds from now, doing `prompt`.
-fn task_for(user: &str, prompt: &str) -> v1::TaskDefinition {
-    let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(2)).expect("time");
-    v1::TaskDefinition {
-        user_id: user.into(),
-        schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(at.to_string())) }),
-        prompt: prompt.into(),
-        ..v1::TaskDefinition::default()
-    }
-}
-
 /// Whether a message that answers nothing in `chat` says `text` (what came between turns).
 fn told_between_turns(fake: &FakeTelegram, chat: i64, text: &str) -> bool {
     fake.calls_of("sendMessage").iter().any(|call| {
@@ -466,7 +455,7 @@ fn a_scheduled_result_reaches_the_chat_between_turns_also_after_the_gateway_rest
         assert!(answered, "no answer\n{}", logs());
         // A task of hers finishes while nobody writes: its result comes to her chat.
         let mut host = scenario::host_client(&daemon).await.expect("host");
-        host.tasks.schedule_task(task_for("u-ada", "Say hello to Ada")).await.expect("scheduled");
+        host.tasks.schedule_task(scenario::task_once("u-ada", 2, "Say hello to Ada")).await.expect("scheduled");
         let told =
             fake.wait_for(Duration::from_secs(120), |fake| told_between_turns(fake, 42, "Say hello to Ada")).await;
         assert!(told, "no result in the chat: {:#?}\n{}", fake.calls_of("sendMessage"), logs());
@@ -492,7 +481,7 @@ fn a_scheduled_result_reaches_the_chat_between_turns_also_after_the_gateway_rest
         let polled = fake.calls_of("getUpdates").len();
         assert!(fake.wait_for(Duration::from_secs(60), |fake| fake.calls_of("getUpdates").len() > polled).await);
         let mut host = scenario::host_client(&daemon).await.expect("host");
-        host.tasks.schedule_task(task_for("u-ada", "Water the plants")).await.expect("scheduled");
+        host.tasks.schedule_task(scenario::task_once("u-ada", 2, "Water the plants")).await.expect("scheduled");
         let told =
             fake.wait_for(Duration::from_secs(120), |fake| told_between_turns(fake, 42, "Water the plants")).await;
         assert!(told, "no result after the restart: {:#?}\n{}", fake.calls_of("sendMessage"), logs());

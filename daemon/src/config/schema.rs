@@ -412,6 +412,7 @@ impl Default for AgentsConfig {
             timeout,
             vision: None,
             max_output_tokens,
+            return_directly: None,
         };
         AgentsConfig {
             default_model: None,
@@ -458,6 +459,9 @@ pub struct AgentSettings {
     pub vision: Option<bool>,
     /// The most tokens one answer of its model may have.
     pub max_output_tokens: u32,
+    /// Whether a delegation to it returns its answer to the user directly, unless the
+    /// Assistant says otherwise.
+    pub return_directly: bool,
 }
 
 impl AgentsConfig {
@@ -494,6 +498,9 @@ impl AgentsConfig {
             timeout: section.timeout,
             vision: section.vision,
             max_output_tokens: section.max_output_tokens,
+            // The Worker's and the Coder's answers to a direct request usually are the reply;
+            // a Researcher's or the Memory agent's are material for the Assistant.
+            return_directly: section.return_directly.unwrap_or(matches!(role, Role::Worker | Role::Coder)),
         }
     }
 }
@@ -519,6 +526,11 @@ pub struct AgentConfig {
     /// what a request's budget reservation counts on.
     #[serde(default = "default_max_output_tokens")]
     pub max_output_tokens: u32,
+    /// Whether a delegation to this agent makes its final answer the turn's reply — streamed
+    /// to the user as written, with no second request of the Assistant — unless the Assistant
+    /// asks otherwise; unset: yes for the Worker and the Coder, no for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_directly: Option<bool>,
 }
 
 fn default_max_iterations() -> u32 {

@@ -15,6 +15,8 @@ pub struct Delegation {
     pub response_format: String,
     /// Whether it runs in the background and answers later as a new message.
     pub background: bool,
+    /// Whether its answer is the turn's reply; `None`: the role's default.
+    pub return_directly: Option<bool>,
 }
 
 /// What a `delegate` call answers: the agent's answer, or for a background task only that it
@@ -25,6 +27,8 @@ pub struct Delegated {
     pub is_error: bool,
     pub background: bool,
     pub elapsed: Duration,
+    /// Whether `result` went to the user as the turn's reply.
+    pub returned_directly: bool,
 }
 
 /// The `delegate` tool of an Assistant (its container `identity`): runs the task in a
@@ -55,6 +59,7 @@ pub async fn delegate(
                 is_error: true,
                 background: request.background,
                 elapsed: Duration::ZERO,
+                returned_directly: false,
             });
         }
     }
@@ -66,6 +71,9 @@ pub async fn delegate(
         text.push_str(&format!("\n\nAnswer in this form: {}", request.response_format.trim()));
     }
     let background = request.background;
+    // The agent's answer is the reply, streamed as it writes it; never for work that answers
+    // later.
+    let speaks = !background && request.return_directly.unwrap_or(agent_settings(orchestrator, role).return_directly);
     let ids = (live.session.clone(), live.turn_id.clone(), live.correlation_id.clone());
     let progress = |state: &str, result: &str| {
         let kind =
@@ -73,8 +81,8 @@ pub async fn delegate(
         orchestrator.events.publish(&live.context, event((&ids.0, &ids.1, &ids.2), kind));
     };
     progress("started", "");
-    tracing::info!(agent = role.as_str(), background, "delegating");
-    let task = Task { live: live.clone(), role, text, summary: request.task.clone() };
+    tracing::info!(agent = role.as_str(), background, speaks, "delegating");
+    let task = Task { live: Live { speaks, ..live.clone() }, role, text, summary: request.task.clone() };
     if background {
         let working = orchestrator.clone();
         // Its own span, not the call's: the DelegateToAgent call ends now, the work goes on.
@@ -95,6 +103,7 @@ pub async fn delegate(
             is_error: false,
             background: true,
             elapsed: Duration::ZERO,
+            returned_directly: false,
         });
     }
     let (result, is_error, elapsed) = run_task(orchestrator, &task).await;
@@ -110,7 +119,7 @@ pub async fn delegate(
         Err(error) => tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record a delegation"),
     }
     progress(if is_error { "failed" } else { "finished" }, &result);
-    Ok(Delegated { result, is_error, background: false, elapsed })
+    Ok(Delegated { result, is_error, background: false, elapsed, returned_directly: speaks && !is_error })
 }
 
 /// Runs `text` as a task of a `role` container of session `record`, outside any user turn
@@ -137,6 +146,7 @@ pub async fn run_alone(
             turn_id: turn_id.clone(),
             correlation_id: correlation_id.clone(),
             user_turn: turn_id.clone(),
+            speaks: role == Role::Assistant,
         },
         turn: Turn {
             now: super::now_for_agents(orchestrator),

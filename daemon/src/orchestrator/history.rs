@@ -214,6 +214,9 @@ pub(super) fn sender_names(orchestrator: &Orchestrator) -> impl Fn(&str) -> Stri
     }
 }
 
+/// What stands first in a conversation the Assistant began (models want a user message first).
+pub const OPENED_BY_YOU: &str = "(This conversation began with your message below, not with mine.)";
+
 /// The conversation the Assistant sees for a branch (root → the new user message): user
 /// messages (with the `images` shared with them), its own replies and its delegations (task
 /// and result, never the delegated agent's own steps). A compaction on the branch replaces
@@ -261,11 +264,13 @@ pub fn history(branch: &[Entry], names: Option<&(dyn Fn(&str) -> String + Sync)>
         }
     }
     // Consecutive blocks of one side become one message; the model sees user first and last.
+    // A conversation its Assistant began (a scheduled task's result, then the person's reply)
+    // keeps that beginning, after a line that says so.
+    if turns.first().is_some_and(|(side, _)| *side == Side::Assistant) {
+        turns.insert(0, (Side::User, text(OPENED_BY_YOU.into())));
+    }
     let mut messages: Vec<Message> = vec![];
     for (role, block) in turns {
-        if messages.is_empty() && role == Side::Assistant {
-            continue;
-        }
         match messages.last_mut() {
             Some(last) if last.role == role => last.content.push(block),
             _ => messages.push(Message { role, content: vec![block] }),
@@ -365,6 +370,24 @@ mod tests {
         assert_eq!(got[0].1.len(), 2);
         assert!(got[0].1[0].contains("they talked about old things"));
         assert_eq!(got[0].1[1], "new question");
+    }
+
+    #[test]
+    fn a_conversation_the_assistant_began_keeps_its_beginning() {
+        // A scheduled task's result, then the person's reply to it.
+        let branch = vec![
+            message("m1", "s", "assistant", "Water the plants\n\nThe basil is dry.", None),
+            message("m2", "m1", "user", "Done, thank you", None),
+        ];
+        let got = texts(&history(&branch, None, &Images::new()));
+        assert_eq!(
+            got,
+            [
+                ("user".to_string(), vec![OPENED_BY_YOU.to_string()]),
+                ("assistant".to_string(), vec!["Water the plants\n\nThe basil is dry.".to_string()]),
+                ("user".to_string(), vec!["Done, thank you".to_string()]),
+            ]
+        );
     }
 
     fn sharing(id: &str, parent: &str, content: &str, files: &[(&str, &str, u64)]) -> Entry {

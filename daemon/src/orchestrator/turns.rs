@@ -164,6 +164,7 @@ async fn assistant_turn(
         turn_id: accepted.turn.clone(),
         correlation_id: accepted.correlation_id.clone(),
         user_turn: accepted.turn.clone(),
+        speaks: true,
     };
     // In a group, other members' messages (and what they shared) are not the asker's words.
     if let Some(others) = super::history::other_senders(&branch, &accepted.entry).filter(|_| record.group_id.is_some())

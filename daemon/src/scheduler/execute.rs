@@ -137,7 +137,25 @@ impl Daemon {
         let ran = crate::orchestrator::run_alone(&self.orchestrator, &record, role, text, timeout).await;
         self.approvals.unattended(&record.id, false);
         if task.context_mode != ContextMode::Session {
-            // The run's own session ends with it (no memory extraction: nothing was said).
+            // The run's own session keeps what it found (as a session-mode run's conversation
+            // does), so a reply to its notice (an answer to its mail) goes on from it; then it
+            // ends with the run (no memory extraction: nobody wrote in it).
+            let found = ran.as_ref().ok().map(|(result, _)| result).filter(|result| {
+                let content = result.content.trim();
+                !result.is_error && !content.is_empty() && content.trim_end_matches('.') != NOTHING
+            });
+            if let Some(result) = found.filter(|_| task.context_mode == ContextMode::Isolated) {
+                let entry = NewEntry::Message {
+                    role: "assistant",
+                    content: format!("{}\n\n{}", task.description, result.content.trim()),
+                    channel: None,
+                    sender: None,
+                    attachments: vec![],
+                };
+                if let Err(error) = self.orchestrator.sessions.append(&record.id, None, entry) {
+                    tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot record a task's result");
+                }
+            }
             if let Err(error) = self.orchestrator.sessions.set_status(&record.id, SessionStatus::Archived) {
                 tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot archive a task's session");
             }

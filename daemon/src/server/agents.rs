@@ -115,6 +115,7 @@ impl v1::agents_server::Agents for AgentsService {
             task: request.task,
             context: request.context,
             response_format: request.response_format,
+            return_directly: request.return_directly,
         };
         let done = crate::orchestrator::delegate(&self.shared.orchestrator, &identity, delegation).await?;
         Ok(Response::new(v1::DelegateResponse {
@@ -122,6 +123,7 @@ impl v1::agents_server::Agents for AgentsService {
             is_error: done.is_error,
             background: done.background,
             duration_ms: done.elapsed.as_millis() as u64,
+            returned_directly: done.returned_directly,
         }))
     }
 

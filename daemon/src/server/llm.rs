@@ -51,8 +51,9 @@ pub(super) async fn stream(
         CallError::Refused(status) => status,
         CallError::Failed(why) => Status::unavailable(why),
     })?;
-    // What the Assistant writes reaches the context's channels as it is written.
-    let live = shared.agents.live(&identity.name).filter(|live| live.role == crate::auth::Role::Assistant);
+    // What the Assistant writes, or a delegate whose answer is the reply, reaches the
+    // context's channels as it is written.
+    let live = shared.agents.live(&identity.name).filter(|live| live.speaks);
     let (bus, turns) = (shared.events.clone(), shared.turns.clone());
     let events = upstream.map(move |item| {
         let event = item?;
@@ -64,7 +65,7 @@ pub(super) async fn stream(
     Ok(Response::new(Box::pin(events)))
 }
 
-/// Sends a text or thinking delta of the Assistant to its context's channels; the text is also
+/// Sends a text or thinking delta of the agent writing the reply to its context's channels; the text is also
 /// kept as written so far by its turn, for the case the turn is stopped. A refusal for the
 /// context window is noted on the turn, which then compacts and tries again.
 fn publish_delta(
@@ -85,7 +86,8 @@ fn publish_delta(
             thinking: delta.thinking.clone(),
             signature: delta.signature.clone(),
         },
-        Some(Event::Error(error)) if error.kind == "context_exceeded" => {
+        // The Assistant's history is what compaction shortens; a delegate's task is not.
+        Some(Event::Error(error)) if error.kind == "context_exceeded" && live.role == crate::auth::Role::Assistant => {
             return turns.context_exceeded(&live.user_turn);
         }
         _ => return,

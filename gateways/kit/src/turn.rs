@@ -91,7 +91,8 @@ pub struct Message {
     pub text: String,
     pub files: Vec<File>,
     pub channel: v1::ChannelType,
-    /// The session it goes to (empty: the context's active one, made when there is none).
+    /// The session it goes to, resumed if archived (empty: the context's active one, made when
+    /// there is none).
     pub session_id: String,
 }
 
@@ -207,6 +208,12 @@ pub async fn run<S: Surface>(
     let context = context_of(daemon, &person, &place).await.map_err(sentence)?;
     follower.served(&chat, &person, &context);
     let mut daemon = daemon.clone();
+    // A conversation the channel names (a mail thread) is the person's to go on with: archived
+    // since (quiet for a day, or a scheduled run's that ended), their reply resumes it.
+    if !session_id.is_empty() {
+        let session = v1::SessionRef { session_id: session_id.clone() };
+        daemon.sessions.resume_session(person.request(session)).await.map_err(sentence)?;
+    }
     // Shared files go first into the session's uploads; the message names them.
     let (mut session_id, mut attachments) = (session_id, vec![]);
     for file in files {

@@ -31,7 +31,13 @@ fn block(block: &Block) -> Value {
     }
 }
 
-/// The JSON body of `POST /v1/messages` with `stream: true`.
+/// Anthropic takes at most four cache breakpoints a request.
+const CACHE_BREAKPOINTS: usize = 4;
+
+/// The JSON body of `POST /v1/messages` with `stream: true`, with prompt caching: breakpoints
+/// at the end of the tools, of the system prompt's stable part, and of the conversation (its
+/// last message, and the user message before it), so each request reads what the one before
+/// wrote — the next step of a turn, and the next turn up to its previous message.
 pub fn request_body(request: &Request) -> Value {
     let max_tokens = request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(MAX_OUTPUT_TOKENS);
     let mut body = json!({
@@ -44,8 +50,17 @@ pub fn request_body(request: &Request) -> Value {
         })).collect::<Vec<_>>(),
     });
     // The system prompt and tools are the stable prefix: mark the end of each for caching.
+    let mut breakpoints = 0;
+    let mut system = vec![];
     if !request.system.is_empty() {
-        body["system"] = json!([{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}]);
+        system.push(json!({"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}));
+        breakpoints += 1;
+    }
+    if !request.system_tail.is_empty() {
+        system.push(json!({"type": "text", "text": request.system_tail}));
+    }
+    if !system.is_empty() {
+        body["system"] = Value::Array(system);
     }
     if !request.tools.is_empty() {
         let count = request.tools.len();
@@ -62,7 +77,9 @@ pub fn request_body(request: &Request) -> Value {
                 definition
             })
             .collect();
+        breakpoints += 1;
     }
+    mark_history(&mut body["messages"], CACHE_BREAKPOINTS - breakpoints);
     if let Some(temperature) = request.temperature {
         body["temperature"] = json!(temperature);
     }
@@ -73,6 +90,31 @@ pub fn request_body(request: &Request) -> Value {
         body["thinking"] = json!({"type": "enabled", "budget_tokens": request.thinking_budget});
     }
     body
+}
+
+/// Marks for caching the last block of the last message and of the user message before it (a
+/// thinking block cannot carry a mark: the block before it does), at most `left` marks.
+fn mark_history(messages: &mut Value, left: usize) {
+    let Some(messages) = messages.as_array_mut() else { return };
+    let mut marked = 0;
+    let mut last = true;
+    for message in messages.iter_mut().rev() {
+        if marked == left {
+            break;
+        }
+        if !last && message["role"] != "user" {
+            continue;
+        }
+        let blocks = message["content"].as_array_mut().into_iter().flatten();
+        if let Some(block) = blocks.rev().find(|block| block["type"] != "thinking") {
+            block["cache_control"] = json!({"type": "ephemeral"});
+            marked += 1;
+        }
+        if !last {
+            break;
+        }
+        last = false;
+    }
 }
 
 /// Maps Anthropic's error types to what they mean for a caller.
@@ -349,6 +391,7 @@ mod tests {
             temperature: Some(0.5),
             thinking_budget: 2048,
             stop: vec!["END".into()],
+            system_tail: String::new(),
         };
         let body = request_body(&request);
         assert_eq!(body["max_tokens"], MAX_OUTPUT_TOKENS);
@@ -362,5 +405,74 @@ mod tests {
         assert_eq!(body["messages"][2]["content"][0]["tool_use_id"], "t1");
         assert_eq!(body["thinking"]["budget_tokens"], 2048);
         assert_eq!(body["stop_sequences"][0], "END");
+    }
+
+    #[test]
+    fn request_body_marks_tools_the_stable_system_and_the_conversation_for_caching_and_nothing_else() {
+        let user = |text: &str| Message { role: Role::User, content: vec![Block::Text(text.into())] };
+        let request = Request {
+            model: "claude-sonnet-4-20250514".into(),
+            system: "You are baaaht.".into(),
+            system_tail: "# Now\nIt is Friday.".into(),
+            messages: vec![
+                user("first"),
+                Message { role: Role::Assistant, content: vec![Block::Text("one".into())] },
+                user("second"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        Block::Thinking { thinking: "hm".into(), signature: "sig".into() },
+                        Block::ToolUse { id: "t1".into(), name: "exec".into(), input: json!({"command": "ls"}) },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![Block::ToolResult {
+                        tool_use_id: "t1".into(),
+                        content: "a.txt".into(),
+                        is_error: false,
+                    }],
+                },
+            ],
+            tools: vec![Tool { name: "exec".into(), description: "Run".into(), parameters: json!({"type": "object"}) }],
+            max_tokens: Some(100),
+            ..Request::default()
+        };
+        let expected = r##"{
+            "model": "claude-sonnet-4-20250514", "max_tokens": 100, "stream": true,
+            "system": [
+                {"type": "text", "text": "You are baaaht.", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "# Now\nIt is Friday."}
+            ],
+            "tools": [{"name": "exec", "description": "Run", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "first"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "one"}]},
+                {"role": "user", "content": [{"type": "text", "text": "second", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hm", "signature": "sig"},
+                    {"type": "tool_use", "id": "t1", "name": "exec", "input": {"command": "ls"}}
+                ]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt", "is_error": false, "cache_control": {"type": "ephemeral"}}]}
+            ]
+        }"##;
+        let expected: Value = serde_json::from_str(expected).expect("JSON");
+        assert_eq!(request_body(&request), expected);
+        // Four marks at most: with no tools the conversation still gets two, never more.
+        let bare = Request { tools: vec![], system_tail: String::new(), ..request.clone() };
+        let marks = request_body(&bare).to_string().matches("cache_control").count();
+        assert_eq!(marks, 3);
+        // A single message is marked once; a thinking block is never marked.
+        let one = Request {
+            messages: vec![Message {
+                role: Role::User,
+                content: vec![Block::Text("q".into()), Block::Thinking { thinking: "t".into(), signature: "s".into() }],
+            }],
+            ..request
+        };
+        let body = request_body(&one);
+        assert_eq!(body["messages"][0]["content"][0]["cache_control"]["type"], "ephemeral");
+        assert!(body["messages"][0]["content"][1].get("cache_control").is_none());
+        assert_eq!(body.to_string().matches("cache_control").count(), 3);
     }
 }

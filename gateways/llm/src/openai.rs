@@ -62,8 +62,15 @@ fn message_json(role: Role, content: &[Block]) -> Vec<Value> {
 /// provider's cap on output tokens, if known.
 pub fn request_body(request: &Request, max_output: Option<u32>) -> Value {
     let mut messages = vec![];
-    if !request.system.is_empty() {
-        messages.push(json!({"role": "system", "content": request.system}));
+    // One system message (servers' chat templates want it first and alone), its changing tail
+    // last, so the servers' automatic prefix caching keeps the tools and the stable part.
+    let system = match (request.system.is_empty(), request.system_tail.is_empty()) {
+        (_, true) => request.system.clone(),
+        (true, false) => request.system_tail.clone(),
+        (false, false) => format!("{}\n\n{}", request.system, request.system_tail),
+    };
+    if !system.is_empty() {
+        messages.push(json!({"role": "system", "content": system}));
     }
     for message in &request.messages {
         messages.extend(message_json(message.role, &message.content));
@@ -194,10 +201,12 @@ impl StreamDecoder {
         }
         if let Some(usage) = chunk.get("usage").filter(|usage| !usage.is_null()) {
             let read = |value: &Value| value.as_u64().unwrap_or(0);
+            // OpenAI counts the cached part in prompt_tokens; Anthropic (and our usage) apart.
+            let cached = read(&usage["prompt_tokens_details"]["cached_tokens"]);
             events.push(Event::Usage(Usage {
-                input_tokens: read(&usage["prompt_tokens"]),
+                input_tokens: read(&usage["prompt_tokens"]).saturating_sub(cached),
                 output_tokens: read(&usage["completion_tokens"]),
-                cache_read_tokens: read(&usage["prompt_tokens_details"]["cached_tokens"]),
+                cache_read_tokens: cached,
                 ..Usage::default()
             }));
         }
@@ -319,9 +328,7 @@ mod tests {
                 parameters: json!({"type": "object"}),
             }],
             max_tokens: Some(100_000),
-            temperature: None,
-            thinking_budget: 0,
-            stop: vec![],
+            ..Request::default()
         };
         let body = request_body(&request, Some(16_384));
         assert_eq!(body["max_tokens"], 16_384);
@@ -338,5 +345,23 @@ mod tests {
         assert_eq!(body["messages"][3], json!({"role": "tool", "tool_call_id": "c1", "content": "sunny"}));
         assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
         assert!(body.get("temperature").is_none());
+        // The changing tail goes last in the one system message: the prefix stays the same.
+        let now = Request { system_tail: "# Now\nIt is Friday.".into(), ..request };
+        assert_eq!(
+            request_body(&now, None)["messages"][0],
+            json!({"role": "system", "content": "You are baaaht.\n\n# Now\nIt is Friday."})
+        );
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_counted_apart_from_fresh_ones() {
+        let stream = concat!(
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4.1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4.1\",\"choices\":[],\"usage\":{\"prompt_tokens\":2006,\"completion_tokens\":300,\"total_tokens\":2306,\"prompt_tokens_details\":{\"cached_tokens\":1920}}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let (events, _) = decode(stream);
+        let usage = Usage { input_tokens: 86, output_tokens: 300, cache_read_tokens: 1920, ..Usage::default() };
+        assert_eq!(events.last(), Some(&Event::Usage(usage)));
     }
 }

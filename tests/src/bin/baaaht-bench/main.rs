@@ -30,6 +30,7 @@ mod scheduler;
 mod slack;
 mod tools;
 mod tui;
+mod turn;
 mod web;
 
 #[derive(Debug, Parser)]
@@ -97,6 +98,16 @@ enum Bench {
         /// Active sessions for the memory measurement
         #[arg(long, default_value_t = 50)]
         sessions: usize,
+    },
+    /// A one-tool turn against a model with 800 ms to its first token: its answer returned
+    /// directly vs re-written by the Assistant; a conversation's input tokens with prompt caching
+    Turn {
+        /// Turns of each kind (at least 5)
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// Turns of the conversation whose input tokens are counted (at least 2)
+        #[arg(long, default_value_t = 10)]
+        conversation: usize,
     },
     /// What naming an end user costs per RPC: host client vs a gateway naming its user, and
     /// with an OIDC ID token verified against cached keys
@@ -202,7 +213,7 @@ enum Bench {
     /// The chat gateways on the gateway kit (Telegram against its fake, email against real
     /// Dovecot and Postfix, Matrix against a real Synapse): first visible answer vs the CLI's path, messages per second with
     /// 20 people writing vs a host client, and the gateway's resident memory idle and after 50
-    /// people
+    /// people (with BAAAHT_GATEWAY_BIN_DIR=target/release, a release build's gateways)
     Channels {
         /// DMs (and mails) timed for the first visible answer (at least 10)
         #[arg(long, default_value_t = 20)]
@@ -260,6 +271,7 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
+        Bench::Turn { runs, conversation } => turn::run(runs.max(5), conversation.max(2)),
         Bench::Abuse { seconds } => abuse::run(seconds.max(30)),
         Bench::FirstContact { users, calls } => identity::first_contact(users.max(1000), calls.max(100)),
         Bench::Scheduler { tasks, minutes, edits, runs } => {
