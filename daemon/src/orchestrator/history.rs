@@ -215,7 +215,7 @@ pub(super) fn sender_names(orchestrator: &Orchestrator) -> impl Fn(&str) -> Stri
 }
 
 /// What stands first in a conversation the Assistant began (models want a user message first).
-pub const OPENED_BY_YOU: &str = "(This conversation began with your message below, not with mine.)";
+const OPENED_BY_YOU: &str = "(This conversation began with your message below, not with mine.)";
 
 /// The conversation the Assistant sees for a branch (root → the new user message): user
 /// messages (with the `images` shared with them), its own replies and its delegations (task
