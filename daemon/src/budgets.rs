@@ -45,6 +45,7 @@ const BUILT_IN_PRICES: &[(&str, f64, f64)] = &[
     ("openai/gpt-4.1-mini", 0.4, 1.6),
     ("openai/gpt-4.1", 2.0, 8.0),
     ("openai/o4-mini", 1.1, 4.4),
+    ("openai/o3-mini", 1.1, 4.4),
     ("openai/o3", 2.0, 8.0),
     ("deepseek/deepseek-chat", 0.27, 1.1),
     ("deepseek/deepseek-reasoner", 0.55, 2.19),
@@ -64,7 +65,9 @@ fn cached_rates(model: &str, input: f64) -> (Option<f64>, Option<f64>) {
     let provider = model.split('/').next().unwrap_or_default();
     match provider {
         "anthropic" => (Some(input * 0.1), Some(input * 1.25)),
-        "openai" if model.starts_with("openai/gpt-4o") => (Some(input * 0.5), None),
+        "openai" if model.starts_with("openai/gpt-4o") || model.starts_with("openai/o3-mini") => {
+            (Some(input * 0.5), None)
+        }
         "openai" => (Some(input * 0.25), None),
         "deepseek" => (Some(input * 0.26), None),
         _ => (None, None),

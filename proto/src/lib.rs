@@ -40,6 +40,15 @@ pub fn role_named(name: &str) -> Option<v1::AgentRole> {
     ROLES.iter().find(|(_, known)| *known == name).map(|(role, _)| *role)
 }
 
+/// How a note of the time now begins: an agent adds one after a turn's new message (where the
+/// prefix a provider caches ends), never to the session.
+pub const TIME_NOTE: &str = "(The time now, where the user is:";
+
+/// The note of the time `now` an agent adds after a turn's new message.
+pub fn time_note(now: &str) -> String {
+    format!("{TIME_NOTE} {now}.)")
+}
+
 /// A tool a tool container's runner runs, by the name the model, the configuration
 /// (`tools.timeout_overrides`), the policy and the runner all use: the one list every crate
 /// reads.

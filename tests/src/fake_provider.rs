@@ -523,6 +523,10 @@ impl Asked {
                 serde_json::Value::Array(blocks) => blocks.iter().collect(),
                 other => vec![other],
             };
+            // The agent's note of the time is not the person's words.
+            let blocks = blocks.into_iter().filter(|block| {
+                !block["text"].as_str().or(block.as_str()).is_some_and(|text| text.starts_with(baaaht_proto::TIME_NOTE))
+            });
             for block in blocks {
                 if block["type"] == "tool_result" {
                     let text = match &block["content"] {

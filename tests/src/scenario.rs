@@ -84,7 +84,11 @@ pub fn last_user_text(asked: &Asked) -> String {
             serde_json::Value::Array(blocks) => blocks.iter().collect(),
             other => vec![other],
         };
-        let text: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str().or(b.as_str())).collect();
+        let text: Vec<&str> = blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str().or(b.as_str()))
+            .filter(|text| !text.starts_with(baaaht_proto::TIME_NOTE))
+            .collect();
         if !text.is_empty() {
             last = text.join("\n");
         }

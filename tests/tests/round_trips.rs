@@ -180,7 +180,7 @@ fn two_delegations_of_one_step_run_at_once_each_in_its_own_container() {
     let meeting = Arc::new(Meeting::default());
     let (_fake, daemon) = scenario::start(&rt, parallel_brain(meeting), DaemonOptions::default()).expect("daemon");
     let turn = scenario::turn_on(&rt, &daemon, message(user("alice"), "alice", "Check the kitchen."));
-    let reply = turn.reply.unwrap_or_else(|| panic!("no reply: {:?}\n{}", turn.error, daemon.log_text()));
+    let reply = turn.reply.clone().unwrap_or_else(|| panic!("no reply: {:?}\n{}", turn.error, daemon.log_text()));
     // Both asked the model at once: neither answered alone. Two answers beside each other are
     // brought together by the Assistant (none returns directly).
     assert_eq!(
@@ -189,6 +189,8 @@ fn two_delegations_of_one_step_run_at_once_each_in_its_own_container() {
         "{}",
         daemon.log_text()
     );
+    // Neither Worker spoke to the person: only the Assistant's words were streamed.
+    assert_eq!(turn.streamed, reply.content);
     // Both Workers' containers wait, kept warm, for the session's next task.
     let session = format!("label=baaaht.session={}", turn.session);
     let workers = baaaht_tests::docker(&["ps", "--filter", &session, "--filter", "label=baaaht.role=worker", "-q"])

@@ -247,7 +247,7 @@ fn estimated_input_tokens(request: &v1::LlmRequest) -> u64 {
             _ => 64,
         })
         .sum();
-    ((text + request.system.len() + request.system_tail.len()) / 4) as u64
+    ((text + request.system.len()) / 4) as u64
 }
 
 /// The characters an event carries of the answer (text, thinking, a tool call's name and

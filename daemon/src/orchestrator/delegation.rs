@@ -71,9 +71,12 @@ pub async fn delegate(
         text.push_str(&format!("\n\nAnswer in this form: {}", request.response_format.trim()));
     }
     let background = request.background;
-    // The agent's answer is the reply, streamed as it writes it; never for work that answers
-    // later.
-    let speaks = !background && request.return_directly.unwrap_or(agent_settings(orchestrator, role).return_directly);
+    // The agent's answer is the reply, streamed as it writes it: never for work that answers
+    // later, and for one delegation of a turn at a time (the daemon holds that, whatever an
+    // Assistant asks).
+    let wanted = !background && request.return_directly.unwrap_or(agent_settings(orchestrator, role).return_directly);
+    let word = if wanted { orchestrator.turns.give_word(&live.user_turn) } else { None };
+    let speaks = word.is_some();
     let ids = (live.session.clone(), live.turn_id.clone(), live.correlation_id.clone());
     let progress = |state: &str, result: &str| {
         let kind =
@@ -106,20 +109,32 @@ pub async fn delegate(
             returned_directly: false,
         });
     }
+    let written_before = orchestrator.turns.written_len(&live.user_turn);
     let (result, is_error, elapsed) = run_task(orchestrator, &task).await;
+    let returned = speaks && !is_error;
+    drop(word);
+    if speaks {
+        // It failed after some words: the Assistant answers after them, a paragraph on.
+        if is_error && orchestrator.turns.written_len(&live.user_turn) > written_before {
+            let parted = Kind::TextDelta { index: 0, text: "\n\n".into() };
+            orchestrator.turns.wrote(&live.user_turn, "\n\n");
+            orchestrator.events.publish(&live.context, event((&ids.0, &live.user_turn, &ids.2), parted));
+        }
+    }
     let parent = orchestrator.turns.tail(&live.user_turn);
     let entry = NewEntry::Delegate {
         agent: role.as_str().into(),
         task: request.task.clone(),
         result: result.clone(),
         is_error,
+        returned,
     };
     match orchestrator.sessions.append(&live.session, parent.as_deref(), entry) {
         Ok(id) => orchestrator.turns.set_tail(&live.user_turn, &id),
         Err(error) => tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record a delegation"),
     }
     progress(if is_error { "failed" } else { "finished" }, &result);
-    Ok(Delegated { result, is_error, background: false, elapsed, returned_directly: speaks && !is_error })
+    Ok(Delegated { result, is_error, background: false, elapsed, returned_directly: returned })
 }
 
 /// Runs `text` as a task of a `role` container of session `record`, outside any user turn
@@ -216,6 +231,7 @@ fn finish_background(orchestrator: &Arc<Orchestrator>, task: &Task, result: Stri
         task: task.summary.clone(),
         result: result.clone(),
         is_error,
+        returned: false,
     };
     let content = if is_error {
         format!("The background task for the {} failed: {result}", task.role)

@@ -253,6 +253,11 @@ pub fn history(branch: &[Entry], names: Option<&(dyn Fn(&str) -> String + Sync)>
             Entry::Message { message, .. } if message.role == "assistant" => {
                 turns.push((Side::Assistant, text(message.content.clone())))
             }
+            // An answer that was the reply is in the reply after it: not shown twice.
+            Entry::Delegate { agent, task, returned: true, .. } => turns.push((
+                Side::Assistant,
+                text(format!("(I delegated to the {agent}: {task})\n(Its answer is my reply below.)")),
+            )),
             Entry::Delegate { agent, task, result, is_error, .. } => {
                 let outcome = if *is_error { "failed" } else { "answered" };
                 turns.push((
@@ -329,6 +334,7 @@ mod tests {
                 task: "fix it".into(),
                 result: "fixed".into(),
                 is_error: false,
+                returned: false,
             },
             message("m2", "d1", "assistant", "Done.", None),
             message("x", "m2", "system", "The reply was interrupted", None),
@@ -370,6 +376,29 @@ mod tests {
         assert_eq!(got[0].1.len(), 2);
         assert!(got[0].1[0].contains("they talked about old things"));
         assert_eq!(got[0].1[1], "new question");
+    }
+
+    #[test]
+    fn an_answer_returned_directly_is_shown_once() {
+        let branch = vec![
+            message("m1", "s", "user", "run it", None),
+            Entry::Delegate {
+                id: "d1".into(),
+                parent: "m1".into(),
+                timestamp: "t".into(),
+                agent: "coder".into(),
+                task: "run it".into(),
+                result: "It printed: a long output".into(),
+                is_error: false,
+                returned: true,
+            },
+            message("m2", "d1", "assistant", "It printed: a long output", None),
+        ];
+        let got = texts(&history(&branch, None, &Images::new()));
+        assert_eq!(
+            got[1].1,
+            ["(I delegated to the coder: run it)\n(Its answer is my reply below.)", "It printed: a long output"]
+        );
     }
 
     #[test]

@@ -144,8 +144,24 @@ pub struct Turns {
     /// User turns whose Assistant was told by the provider that its request did not fit the
     /// model's context window.
     overflowed: Mutex<std::collections::HashSet<String>>,
+    /// User turns whose word a delegate holds: its answer is the reply (one at a time).
+    speaking: Mutex<std::collections::HashSet<String>>,
     /// Places for the containers work needs, one per container slot (see [`Places`]).
     places: Arc<Places>,
+}
+
+/// A delegate's hold on its turn's word ([`Turns::give_word`]), given back when dropped (also
+/// when the delegation's call goes away).
+#[derive(Debug)]
+pub struct Word<'a> {
+    turns: &'a Turns,
+    turn: String,
+}
+
+impl Drop for Word<'_> {
+    fn drop(&mut self) {
+        self.turns.speaking.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.turn);
+    }
 }
 
 /// Places for the containers work needs, one per container slot: a turn's Assistant takes
@@ -226,6 +242,7 @@ impl Turns {
             cancels: Mutex::default(),
             written: Mutex::default(),
             overflowed: Mutex::default(),
+            speaking: Mutex::default(),
             places: Places::new(container_slots),
         }
     }
@@ -245,6 +262,18 @@ impl Turns {
             cut -= 1;
         }
         so_far.push_str(&text[..cut]);
+    }
+
+    /// How much of `turn`'s answer has been written so far.
+    pub fn written_len(&self, turn: &str) -> usize {
+        self.written.lock().unwrap_or_else(PoisonError::into_inner).get(turn).map_or(0, String::len)
+    }
+
+    /// Gives a delegate of `turn` the word (its answer is the reply) until the [`Word`] is
+    /// dropped, unless another delegate has it.
+    pub fn give_word(&self, turn: &str) -> Option<Word<'_>> {
+        let given = self.speaking.lock().unwrap_or_else(PoisonError::into_inner).insert(turn.to_string());
+        given.then(|| Word { turns: self, turn: turn.to_string() })
     }
 
     /// What the Assistant of `turn` wrote, forgotten here.

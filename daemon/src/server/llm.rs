@@ -81,7 +81,8 @@ fn publish_delta(
             turns.wrote(&live.user_turn, &delta.text);
             Kind::TextDelta { index: delta.index, text: delta.text.clone() }
         }
-        Some(Event::ThinkingDelta(delta)) => Kind::ThinkingDelta {
+        // A delegate's reasoning (over pages it read, say) is its own; only its answer speaks.
+        Some(Event::ThinkingDelta(delta)) if live.role == crate::auth::Role::Assistant => Kind::ThinkingDelta {
             index: delta.index,
             thinking: delta.thinking.clone(),
             signature: delta.signature.clone(),

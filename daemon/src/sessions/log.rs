@@ -92,6 +92,10 @@ pub enum Entry {
         result: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        /// Its answer was the turn's reply, streamed to the person (the reply entry after it
+        /// holds it).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        returned: bool,
     },
     #[serde(rename_all = "camelCase")]
     Compaction {

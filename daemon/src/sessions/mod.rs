@@ -138,6 +138,8 @@ pub enum NewEntry {
         task: String,
         result: String,
         is_error: bool,
+        /// Its answer is the turn's reply.
+        returned: bool,
     },
     Compaction {
         summary: String,
@@ -409,8 +411,8 @@ impl SessionStore {
                     attachments,
                 },
             },
-            NewEntry::Delegate { agent, task, result, is_error } => {
-                Entry::Delegate { id: entry_id.clone(), parent, timestamp, agent, task, result, is_error }
+            NewEntry::Delegate { agent, task, result, is_error, returned } => {
+                Entry::Delegate { id: entry_id.clone(), parent, timestamp, agent, task, result, is_error, returned }
             }
             NewEntry::Compaction { summary, compacted } => {
                 Entry::Compaction { id: entry_id.clone(), parent, timestamp, summary, compacted_entry_ids: compacted }

@@ -56,9 +56,6 @@ pub fn request_body(request: &Request) -> Value {
         system.push(json!({"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}));
         breakpoints += 1;
     }
-    if !request.system_tail.is_empty() {
-        system.push(json!({"type": "text", "text": request.system_tail}));
-    }
     if !system.is_empty() {
         body["system"] = Value::Array(system);
     }
@@ -391,7 +388,6 @@ mod tests {
             temperature: Some(0.5),
             thinking_budget: 2048,
             stop: vec!["END".into()],
-            system_tail: String::new(),
         };
         let body = request_body(&request);
         assert_eq!(body["max_tokens"], MAX_OUTPUT_TOKENS);
@@ -413,7 +409,6 @@ mod tests {
         let request = Request {
             model: "claude-sonnet-4-20250514".into(),
             system: "You are baaaht.".into(),
-            system_tail: "# Now\nIt is Friday.".into(),
             messages: vec![
                 user("first"),
                 Message { role: Role::Assistant, content: vec![Block::Text("one".into())] },
@@ -440,10 +435,7 @@ mod tests {
         };
         let expected = r##"{
             "model": "claude-sonnet-4-20250514", "max_tokens": 100, "stream": true,
-            "system": [
-                {"type": "text", "text": "You are baaaht.", "cache_control": {"type": "ephemeral"}},
-                {"type": "text", "text": "# Now\nIt is Friday."}
-            ],
+            "system": [{"type": "text", "text": "You are baaaht.", "cache_control": {"type": "ephemeral"}}],
             "tools": [{"name": "exec", "description": "Run", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
             "messages": [
                 {"role": "user", "content": [{"type": "text", "text": "first"}]},
@@ -459,7 +451,7 @@ mod tests {
         let expected: Value = serde_json::from_str(expected).expect("JSON");
         assert_eq!(request_body(&request), expected);
         // Four marks at most: with no tools the conversation still gets two, never more.
-        let bare = Request { tools: vec![], system_tail: String::new(), ..request.clone() };
+        let bare = Request { tools: vec![], ..request.clone() };
         let marks = request_body(&bare).to_string().matches("cache_control").count();
         assert_eq!(marks, 3);
         // A single message is marked once; a thinking block is never marked.

@@ -81,7 +81,6 @@ pub fn request_from_proto(request: v1::LlmRequest) -> Result<Request, BadRequest
     Ok(Request {
         model: request.model,
         system: request.system,
-        system_tail: request.system_tail,
         messages,
         tools,
         max_tokens: request.max_tokens,
@@ -125,7 +124,6 @@ pub fn request_to_proto(request: Request) -> v1::LlmRequest {
     v1::LlmRequest {
         model: request.model,
         system: request.system,
-        system_tail: request.system_tail,
         messages: request.messages.into_iter().map(message_to_proto).collect(),
         tools: request
             .tools

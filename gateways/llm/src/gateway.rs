@@ -315,7 +315,7 @@ fn input_chars(request: &Request) -> usize {
         .iter()
         .map(|tool| tool.name.len() + tool.description.len() + tool.parameters.to_string().len())
         .sum();
-    request.system.len() + request.system_tail.len() + blocks + tools
+    request.system.len() + blocks + tools
 }
 
 #[cfg(test)]

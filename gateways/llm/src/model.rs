@@ -8,9 +8,6 @@ pub struct Request {
     /// The model name without its provider prefix.
     pub model: String,
     pub system: String,
-    /// What follows `system` and changes from turn to turn (the time now): after the cached
-    /// prefix.
-    pub system_tail: String,
     pub messages: Vec<Message>,
     pub tools: Vec<Tool>,
     pub max_tokens: Option<u32>,

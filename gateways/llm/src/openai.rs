@@ -44,10 +44,14 @@ fn message_json(role: Role, content: &[Block]) -> Vec<Value> {
     };
     if !parts.is_empty() || !calls.is_empty() {
         let mut message = json!({"role": role});
-        // Plain text stays a string: some compatible servers accept nothing else.
+        // Plain text stays a string (its blocks a paragraph each): some compatible servers
+        // accept nothing else.
         message["content"] = match parts.as_slice() {
             [] => Value::Null,
-            [only] if only["type"] == "text" => only["text"].clone(),
+            texts if texts.iter().all(|part| part["type"] == "text") => {
+                let texts: Vec<&str> = texts.iter().filter_map(|part| part["text"].as_str()).collect();
+                json!(texts.join("\n\n"))
+            }
             _ => json!(parts),
         };
         if !calls.is_empty() {
@@ -62,15 +66,8 @@ fn message_json(role: Role, content: &[Block]) -> Vec<Value> {
 /// provider's cap on output tokens, if known.
 pub fn request_body(request: &Request, max_output: Option<u32>) -> Value {
     let mut messages = vec![];
-    // One system message (servers' chat templates want it first and alone), its changing tail
-    // last, so the servers' automatic prefix caching keeps the tools and the stable part.
-    let system = match (request.system.is_empty(), request.system_tail.is_empty()) {
-        (_, true) => request.system.clone(),
-        (true, false) => request.system_tail.clone(),
-        (false, false) => format!("{}\n\n{}", request.system, request.system_tail),
-    };
-    if !system.is_empty() {
-        messages.push(json!({"role": "system", "content": system}));
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
     }
     for message in &request.messages {
         messages.extend(message_json(message.role, &message.content));
@@ -202,7 +199,11 @@ impl StreamDecoder {
         if let Some(usage) = chunk.get("usage").filter(|usage| !usage.is_null()) {
             let read = |value: &Value| value.as_u64().unwrap_or(0);
             // OpenAI counts the cached part in prompt_tokens; Anthropic (and our usage) apart.
-            let cached = read(&usage["prompt_tokens_details"]["cached_tokens"]);
+            // DeepSeek names it prompt_cache_hit_tokens.
+            let cached = match &usage["prompt_tokens_details"]["cached_tokens"] {
+                Value::Number(_) => read(&usage["prompt_tokens_details"]["cached_tokens"]),
+                _ => read(&usage["prompt_cache_hit_tokens"]),
+            };
             events.push(Event::Usage(Usage {
                 input_tokens: read(&usage["prompt_tokens"]).saturating_sub(cached),
                 output_tokens: read(&usage["completion_tokens"]),
@@ -345,11 +346,18 @@ mod tests {
         assert_eq!(body["messages"][3], json!({"role": "tool", "tool_call_id": "c1", "content": "sunny"}));
         assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
         assert!(body.get("temperature").is_none());
-        // The changing tail goes last in the one system message: the prefix stays the same.
-        let now = Request { system_tail: "# Now\nIt is Friday.".into(), ..request };
+        // Text alone stays one string, its blocks a paragraph each (the time the agent adds
+        // after a person's words among them).
+        let two = Request {
+            messages: vec![Message {
+                role: Role::User,
+                content: vec![Block::Text("weather?".into()), Block::Text("(It is noon.)".into())],
+            }],
+            ..request
+        };
         assert_eq!(
-            request_body(&now, None)["messages"][0],
-            json!({"role": "system", "content": "You are baaaht.\n\n# Now\nIt is Friday."})
+            request_body(&two, None)["messages"][1],
+            json!({"role": "user", "content": "weather?\n\n(It is noon.)"})
         );
     }
 
@@ -363,5 +371,13 @@ mod tests {
         let (events, _) = decode(stream);
         let usage = Usage { input_tokens: 86, output_tokens: 300, cache_read_tokens: 1920, ..Usage::default() };
         assert_eq!(events.last(), Some(&Event::Usage(usage)));
+        // DeepSeek's names for the same.
+        let deepseek = concat!(
+            "data: {\"id\":\"d1\",\"object\":\"chat.completion.chunk\",\"model\":\"deepseek-chat\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: {\"id\":\"d1\",\"object\":\"chat.completion.chunk\",\"model\":\"deepseek-chat\",\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":5,\"total_tokens\":105,\"prompt_cache_hit_tokens\":64,\"prompt_cache_miss_tokens\":36}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let usage = Usage { input_tokens: 36, output_tokens: 5, cache_read_tokens: 64, ..Usage::default() };
+        assert_eq!(decode(deepseek).0.last(), Some(&Event::Usage(usage)));
     }
 }

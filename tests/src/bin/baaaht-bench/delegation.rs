@@ -6,59 +6,41 @@
 //! then the daemon's resident memory with 50 active sessions and an agent process's.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::FakeProvider;
-use baaaht_tests::scenario::{self, message, user};
+use baaaht_tests::scenario::{self, user};
 use baaaht_tests::{DaemonOptions, TestDaemon};
 
 use crate::{header, Row};
 
 /// (delegation started → finished, message sent → reply), in ms, of one turn.
 async fn turn(client: &mut Client, session: &str) -> Result<(f64, f64)> {
-    let mut events = client
-        .sessions
-        .subscribe_events(v1::EventSubscription {
-            context: Some(user("bench")),
-            session_id: session.into(),
-            channel: 0,
-        })
-        .await?
-        .into_inner();
-    let mut sent_message = message(user("bench"), "bench", "Ask the worker.");
-    sent_message.session_id = session.into();
-    let sent_at = Instant::now();
-    let sent = client.sessions.send_user_message(sent_message).await?.into_inner();
+    let mut turn = crate::Following::send(client, session, "Ask the worker.").await?;
     let mut started = None;
     let mut delegation = None;
     loop {
-        let event = tokio::time::timeout(Duration::from_secs(120), events.message())
-            .await
-            .context("no reply within 120 s")??
-            .context("the event stream ended")?;
-        if event.turn_id != sent.turn_id {
-            continue;
-        }
         use v1::orchestrator_event::Event;
-        match &event.event {
-            Some(Event::Delegation(d)) if d.state == "started" => started = Some(Instant::now()),
-            Some(Event::Delegation(d)) if d.state == "finished" => {
+        match turn.next().await? {
+            Event::Delegation(d) if d.state == "started" => started = Some(Instant::now()),
+            Event::Delegation(d) if d.state == "finished" => {
                 delegation = started.map(|at| at.elapsed().as_secs_f64() * 1e3)
             }
-            Some(Event::Delegation(d)) => bail!("the delegation failed: {}", d.result),
-            Some(Event::Reply(_)) => break,
-            Some(Event::Error(error)) => bail!("the turn failed: {}", error.message),
+            Event::Delegation(d) => bail!("the delegation failed: {}", d.result),
+            Event::Reply(_) => break,
+            Event::Error(error) => bail!("the turn failed: {}", error.message),
             _ => {}
         }
     }
-    let whole = sent_at.elapsed().as_secs_f64() * 1e3;
+    let whole = turn.sent_at.elapsed().as_secs_f64() * 1e3;
     Ok((delegation.context("no delegation events")?, whole))
 }
 
-async fn new_session(client: &mut Client) -> Result<String> {
+/// A new session of user `bench`.
+pub(crate) async fn new_session(client: &mut Client) -> Result<String> {
     let request = v1::NewSessionRequest { context: Some(user("bench")), title: String::new() };
     Ok(client.sessions.new_session(request).await?.into_inner().id)
 }

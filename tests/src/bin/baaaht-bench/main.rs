@@ -409,6 +409,42 @@ pub(crate) fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
     Ok(kib / 1024.0)
 }
 
+/// A message of user `bench` sent in `session`, and its turn followed.
+pub(crate) struct Following {
+    events: tonic::Streaming<v1::OrchestratorEvent>,
+    turn: String,
+    /// When it was sent.
+    pub(crate) sent_at: Instant,
+}
+
+impl Following {
+    pub(crate) async fn send(client: &mut client::Client, session: &str, text: &str) -> Result<Following> {
+        let context = Some(baaaht_tests::scenario::user("bench"));
+        let subscription = v1::EventSubscription { context, session_id: session.into(), channel: 0 };
+        let events = client.sessions.subscribe_events(subscription).await?.into_inner();
+        let mut asked = baaaht_tests::scenario::message(baaaht_tests::scenario::user("bench"), "bench", text);
+        asked.session_id = session.into();
+        let sent_at = Instant::now();
+        let turn = client.sessions.send_user_message(asked).await?.into_inner().turn_id;
+        Ok(Following { events, turn, sent_at })
+    }
+
+    /// The turn's next event (within two minutes).
+    pub(crate) async fn next(&mut self) -> Result<v1::orchestrator_event::Event> {
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(120), self.events.message())
+                .await
+                .context("no reply within 120 s")??
+                .context("the event stream ended")?;
+            if event.turn_id == self.turn {
+                if let Some(event) = event.event {
+                    return Ok(event);
+                }
+            }
+        }
+    }
+}
+
 pub(crate) fn header() {
     println!("{:<72} {:>10} {:>10} {:>10} {:>10}", "measurement", "p50", "p99", "min", "max");
 }

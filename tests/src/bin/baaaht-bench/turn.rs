@@ -14,13 +14,13 @@
 use std::collections::HashSet;
 use std::hash::{Hash as _, Hasher as _};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::{Answer, Asked, Responder};
-use baaaht_tests::scenario::{self, message, user};
+use baaaht_tests::scenario;
 use serde_json::{json, Value};
 
 use crate::{header, Row};
@@ -204,44 +204,27 @@ struct Measured {
 }
 
 async fn turn(client: &mut Client, session: &str, text: &str) -> Result<Measured> {
-    let subscription = v1::EventSubscription { context: Some(user("bench")), session_id: session.into(), channel: 0 };
-    let mut events = client.sessions.subscribe_events(subscription).await?.into_inner();
-    let mut asked = message(user("bench"), "bench", text);
-    asked.session_id = session.into();
-    let sent_at = Instant::now();
-    let sent = client.sessions.send_user_message(asked).await?.into_inner();
+    let mut turn = crate::Following::send(client, session, text).await?;
     let (mut first, mut tool_ms) = (None, 0.0);
     loop {
-        let event = tokio::time::timeout(Duration::from_secs(120), events.message())
-            .await
-            .context("no reply within 120 s")??
-            .context("the event stream ended")?;
-        if event.turn_id != sent.turn_id {
-            continue;
-        }
         use v1::orchestrator_event::Event;
-        match &event.event {
-            Some(Event::TextDelta(delta)) if first.is_none() && !delta.text.trim().is_empty() => {
-                first = Some(sent_at.elapsed().as_secs_f64() * 1e3);
+        match turn.next().await? {
+            Event::TextDelta(delta) if first.is_none() && !delta.text.trim().is_empty() => {
+                first = Some(turn.sent_at.elapsed().as_secs_f64() * 1e3);
             }
-            Some(Event::Tool(tool)) if tool.state == "finished" => tool_ms += tool.duration_ms as f64,
-            Some(Event::Reply(reply)) => {
+            Event::Tool(tool) if tool.state == "finished" => tool_ms += tool.duration_ms as f64,
+            Event::Reply(reply) => {
                 if !reply.content.contains(ANSWER) {
                     bail!("an unexpected reply: {}", reply.content);
                 }
                 break;
             }
-            Some(Event::Error(error)) => bail!("the turn failed: {}", error.message),
+            Event::Error(error) => bail!("the turn failed: {}", error.message),
             _ => {}
         }
     }
-    let end_ms = sent_at.elapsed().as_secs_f64() * 1e3;
+    let end_ms = turn.sent_at.elapsed().as_secs_f64() * 1e3;
     Ok(Measured { first_word_ms: first.context("no word streamed")?, end_ms, tool_ms })
-}
-
-async fn new_session(client: &mut Client) -> Result<String> {
-    let request = v1::NewSessionRequest { context: Some(user("bench")), title: String::new() };
-    Ok(client.sessions.new_session(request).await?.into_inner().id)
 }
 
 /// The sums of `inputs`: (prompt, fresh, read, written).
@@ -271,8 +254,8 @@ pub(crate) fn run(runs: usize, conversation: usize) -> Result<()> {
     ];
     let (conversation_sums, turns) = rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await?;
-        let direct_session = new_session(&mut client).await?;
-        let rewrite_session = new_session(&mut client).await?;
+        let direct_session = crate::delegation::new_session(&mut client).await?;
+        let rewrite_session = crate::delegation::new_session(&mut client).await?;
         // A first turn of each starts the session's containers; not counted.
         turn(&mut client, &direct_session, "Run it.").await?;
         turn(&mut client, &rewrite_session, "Run it. [rewrite]").await?;
@@ -292,7 +275,7 @@ pub(crate) fn run(runs: usize, conversation: usize) -> Result<()> {
             }
         }
         // A conversation of `conversation` turns in a session of its own.
-        let session = new_session(&mut client).await?;
+        let session = crate::delegation::new_session(&mut client).await?;
         let before = cache.asked().len();
         for _ in 0..conversation {
             turn(&mut client, &session, "Run it.").await?;
