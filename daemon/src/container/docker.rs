@@ -384,8 +384,9 @@ impl ContainerRuntime for DockerRuntime {
             }
         };
         // dockerd may handle the exit before the cgroup's OOM event: a SIGKILL exit (137) gets
-        // up to a second for the OOMKilled flag to appear.
-        let mut checks = if code == 137 { 10 } else { 1 };
+        // up to three seconds for the OOMKilled flag to appear (under gVisor's ptrace platform,
+        // on a busy host, it came after more than one).
+        let mut checks = if code == 137 { 30 } else { 1 };
         loop {
             let inspected = call(
                 self.limit,
