@@ -136,34 +136,8 @@ impl Daemon {
         self.approvals.unattended(&record.id, true);
         let ran = crate::orchestrator::run_alone(&self.orchestrator, &record, role, text, timeout).await;
         self.approvals.unattended(&record.id, false);
-        if task.context_mode != ContextMode::Session {
-            // The run's own session keeps what it found (as a session-mode run's conversation
-            // does), so a reply to its notice (an answer to its mail) goes on from it; then it
-            // ends with the run (no memory extraction: nobody wrote in it).
-            let found = ran.as_ref().ok().map(|(result, _)| result).filter(|result| {
-                let content = result.content.trim();
-                !result.is_error && !content.is_empty() && content.trim_end_matches('.') != NOTHING
-            });
-            if let Some(result) = found.filter(|_| task.context_mode == ContextMode::Isolated) {
-                let entry = NewEntry::Message {
-                    role: "assistant",
-                    content: format!("{}\n\n{}", task.description, result.content.trim()),
-                    channel: None,
-                    sender: None,
-                    attachments: vec![],
-                };
-                if let Err(error) = self.orchestrator.sessions.append(&record.id, None, entry) {
-                    tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot record a task's result");
-                }
-            }
-            if let Err(error) = self.orchestrator.sessions.set_status(&record.id, SessionStatus::Archived) {
-                tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot archive a task's session");
-            }
-            self.orchestrator.agents.reap_idle(std::slice::from_ref(&record.id)).await;
-            self.orchestrator.tools.release(&record.id).await;
-        }
         let session = Some(record.id.clone());
-        match ran {
+        let outcome = match ran {
             Ok((result, container)) => {
                 let content = result.content.trim().to_string();
                 let outcome = if result.is_error {
@@ -183,7 +157,31 @@ impl Daemon {
                 };
                 RunOutcome { result: Err(failure), container: None, session, tokens: 0 }
             }
+        };
+        if task.context_mode != ContextMode::Session {
+            // The run's own session keeps what it found (as a session-mode run's conversation
+            // does), so a reply to its notice (an answer to its mail) goes on from it; then it
+            // ends with the run (no memory extraction: nobody wrote in it).
+            let found = outcome.result.as_ref().ok().filter(|content| !content.is_empty());
+            if let Some(content) = found.filter(|_| task.context_mode == ContextMode::Isolated) {
+                let entry = NewEntry::Message {
+                    role: "assistant",
+                    content: format!("{}\n\n{content}", task.description),
+                    channel: None,
+                    sender: None,
+                    attachments: vec![],
+                };
+                if let Err(error) = self.orchestrator.sessions.append(&record.id, None, entry) {
+                    tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot record a task's result");
+                }
+            }
+            if let Err(error) = self.orchestrator.sessions.set_status(&record.id, SessionStatus::Archived) {
+                tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot archive a task's session");
+            }
+            self.orchestrator.agents.reap_idle(std::slice::from_ref(&record.id)).await;
+            self.orchestrator.tools.release(&record.id).await;
         }
+        outcome
     }
 
     /// Appends a line to `scheduler.error_handling.log_file`.
