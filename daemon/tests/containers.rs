@@ -101,6 +101,35 @@ async fn a_memory_hog_is_oom_killed_and_reported() {
     running.stop().await;
 }
 
+/// A container an operator kills with the engine's CLI is reported as killed, never as out of
+/// memory (the OOMKilled flag cannot be trusted, so the engine's `kill` events decide).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_killed_through_the_engine_is_not_reported_as_out_of_memory() {
+    let running = start(&[]).await;
+    let cli = if std::env::var("BAAAHT_TEST_PODMAN").as_deref() == Ok("1") { "podman" } else { "docker" };
+    let mut sleeper = request(&["sleep", "60"], Duration::from_secs(60));
+    sleeper.session_id = "s-killed".into();
+    let containers = running.shared.containers.clone();
+    let run = tokio::spawn(async move { containers.run(sleeper).await });
+    let label = format!("label={}=s-killed", baaaht_daemon::container::LABEL_SESSION);
+    let mut killed = false;
+    for _ in 0..200 {
+        let found = std::process::Command::new(cli).args(["ps", "-q", "--filter", &label]).output().expect(cli);
+        let id = String::from_utf8_lossy(&found.stdout).trim().to_string();
+        if !id.is_empty() {
+            let status = std::process::Command::new(cli).args(["kill", &id]).status().expect(cli);
+            killed = status.success();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(killed, "the sleeping container never showed up in `{cli} ps`");
+    let outcome = run.await.expect("joins").expect("runs");
+    assert_eq!(outcome.status, RunStatus::Exited(137));
+    assert_eq!(outcome.status.to_string(), "exited with code 137");
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_bomb_stays_inside_the_pids_limit() {
     let running = start(&[("BAAAHT__CONTAINER__ROLE_LIMITS__TOOL", r#"{"pids": 48}"#)]).await;
