@@ -34,6 +34,25 @@ pub enum StateError {
     },
 }
 
+/// What a person is told when the daemon cannot keep their words because its disk is full
+/// (the operator's log has the file and the error).
+pub const DISK_FULL: &str = "baaaht cannot save anything right now: the disk it keeps its data on is full. \
+                             Nothing was kept; try again once the person who runs baaaht has made room.";
+
+/// Whether `error` (or one of its sources) is a write that failed for want of space.
+pub fn is_disk_full(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::StorageFull || io.kind() == std::io::ErrorKind::QuotaExceeded {
+                return true;
+            }
+        }
+        next = error.source();
+    }
+    false
+}
+
 /// Replaces `path` with `bytes` atomically and durably; the file gets `mode`.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
     let error = |source| StateError::Write { path: path.to_path_buf(), source };
@@ -149,6 +168,15 @@ pub fn now_rfc3339() -> String {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_full_disk_is_known_through_the_errors_that_wrap_it() {
+        let full = StateError::Write { path: "/d/state/x.json".into(), source: std::io::Error::from_raw_os_error(28) };
+        let wrapped = crate::sessions::SessionError::Index(full);
+        assert!(is_disk_full(&wrapped));
+        let denied = StateError::Write { path: "/d/x".into(), source: std::io::Error::from_raw_os_error(13) };
+        assert!(!is_disk_full(&denied));
+    }
 
     #[test]
     fn formats_rfc3339() {

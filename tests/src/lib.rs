@@ -7,6 +7,7 @@ pub mod fake_provider;
 pub mod fake_slack;
 pub mod fake_telegram;
 pub mod gateway;
+pub mod household;
 pub mod mail;
 pub mod matrix_person;
 pub mod oidc;
@@ -86,6 +87,8 @@ pub struct TestDaemon {
     /// Keeps the temporary folder alive.
     pub temp: tempfile::TempDir,
     notify: UnixDatagram,
+    /// Killed with SIGKILL by [`TestDaemon::crash`]: its mounts are the next daemon's to adopt.
+    crashed: bool,
 }
 
 /// An agent container of a [`TestDaemon`] kept alive by `baaaht doctor --linger`, whose socket
@@ -157,7 +160,7 @@ impl TestDaemon {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("spawn baaahtd")?;
-        let mut daemon = TestDaemon { child, data_dir, log, temp, notify };
+        let mut daemon = TestDaemon { child, data_dir, log, temp, notify, crashed: false };
         daemon.wait_ready(limit)?;
         Ok(daemon)
     }
@@ -284,6 +287,15 @@ impl TestDaemon {
         }
     }
 
+    /// `kill -9`: the daemon dies as in a crash, leaving its containers and mounts for the
+    /// next daemon on the same data dir to find (dropping it then unmounts nothing).
+    pub fn crash(&mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        self.crashed = true;
+        Ok(())
+    }
+
     /// SIGTERM, then wait for exit.
     pub fn stop(mut self) -> Result<ExitStatus> {
         self.signal("TERM")?;
@@ -403,8 +415,11 @@ impl Drop for TestDaemon {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        // A daemon that was killed leaves its workspace filesystems mounted.
-        unmount_below(&self.data_dir);
+        // A daemon that was killed leaves its workspace filesystems mounted; a crashed one's are
+        // for the daemon that took its place.
+        if !self.crashed {
+            unmount_below(&self.data_dir);
+        }
     }
 }
 

@@ -66,6 +66,20 @@ fn shorten(message: String) -> String {
     format!("{}… ({} bytes)", &message[..end], message.len())
 }
 
+/// Whether `error` is a failure to connect to the engine's socket (gone, or nobody listening:
+/// dockerd stopped or restarting).
+fn cannot_connect(error: &bollard::errors::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = next {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{ConnectionRefused, NotFound};
+            return matches!(io.kind(), ConnectionRefused | NotFound);
+        }
+        next = error.source();
+    }
+    false
+}
+
 fn engine_error(operation: &'static str, error: bollard::errors::Error) -> RuntimeError {
     match error {
         // bollard's own client timeout (set above ours as a backstop) means the same: hung.
@@ -76,6 +90,7 @@ fn engine_error(operation: &'static str, error: bollard::errors::Error) -> Runti
         bollard::errors::Error::DockerResponseServerError { message, .. } => {
             RuntimeError::Engine { operation, message: shorten(message) }
         }
+        other if cannot_connect(&other) => RuntimeError::Unreachable { operation, message: shorten(other.to_string()) },
         other => RuntimeError::Engine { operation, message: shorten(other.to_string()) },
     }
 }
@@ -447,7 +462,11 @@ impl ContainerRuntime for DockerRuntime {
                     .and_then(|names| names.into_iter().next())
                     .map(|name| name.trim_start_matches('/').to_string())
                     .unwrap_or_default(),
-                running: summary.state.is_some_and(|state| state.to_string() == "running"),
+                running: summary.state.as_ref().is_some_and(|state| state.to_string() == "running"),
+                ended: summary
+                    .state
+                    .as_ref()
+                    .is_some_and(|state| matches!(state.to_string().as_str(), "exited" | "dead")),
                 labels: summary.labels.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
             })
             .collect())

@@ -137,7 +137,13 @@ impl ContainerRuntime for FakeRuntime {
             .iter()
             .map(|(id, held)| {
                 let labels = held.spec.labels.pairs().into_iter().collect();
-                ContainerInfo { id: id.clone(), name: held.spec.name.clone(), running: held.running, labels }
+                ContainerInfo {
+                    id: id.clone(),
+                    name: held.spec.name.clone(),
+                    running: held.running,
+                    ended: false,
+                    labels,
+                }
             })
             .filter(|info| labels.iter().all(|(key, value)| info.labels.get(*key).is_some_and(|v| v == value)))
             .collect();

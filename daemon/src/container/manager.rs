@@ -356,7 +356,9 @@ impl ContainerManager {
     }
 
     fn note_hung(&self, error: &RuntimeError) {
-        if matches!(error, RuntimeError::Hung { .. }) {
+        // Either way the engine is not there: degraded until it answers again, and reconciled
+        // when it does (what it ran may be gone, and their slots with them).
+        if matches!(error, RuntimeError::Hung { .. } | RuntimeError::Unreachable { .. }) {
             report_hung(&self.engine, error);
         }
     }
@@ -602,7 +604,10 @@ impl ContainerManager {
                     self.metrics.record_spawn(role, started.elapsed());
                     return Ok((id, attempts));
                 }
-                Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
+                Err(error)
+                    if attempts < 2
+                        && !matches!(error, RuntimeError::Hung { .. } | RuntimeError::Unreachable { .. }) =>
+                {
                     tracing::warn!(container = %spec.name, %error, "container failed to start; retrying once");
                 }
                 Err(error) => return Err(ContainerError::StartFailed { attempts, message: error.to_string() }),
@@ -757,7 +762,11 @@ impl ContainerManager {
         let started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner).clone();
         for container in &found {
             let known = inventory.containers.iter().find(|entry| entry.id == container.id).cloned();
-            if started_here.contains(&container.id) || started_here.contains(&container.name) {
+            let service = known.as_ref().is_some_and(|entry| entry.kind == ContainerKind::Service);
+            // A service of this process's that has ended (dockerd restarted under it, say) is
+            // dead: removed, and its slot freed. Anything else it started is in use.
+            let dead = service && container.ended;
+            if (started_here.contains(&container.id) || started_here.contains(&container.name)) && !dead {
                 // Started by this process while the reconcile ran: in use, not an orphan.
                 kept.extend(known);
                 continue;
@@ -782,9 +791,14 @@ impl ContainerManager {
             }
             match self.check(runtime.remove(&container.id).await) {
                 Ok(()) => {
-                    tracing::info!(container = %container.name, known = known.is_some(), "removed an orphaned container");
+                    tracing::info!(container = %container.name, known = known.is_some(), dead, "removed an orphaned container");
                     self.listeners.remove_container(&container.name);
                     self.slots.release(&container.name);
+                    if dead {
+                        let mut started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner);
+                        started_here.remove(&container.id);
+                        started_here.remove(&container.name);
+                    }
                     report.removed.push(container.name.clone());
                 }
                 Err(error) => {

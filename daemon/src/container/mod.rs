@@ -324,6 +324,8 @@ pub struct ContainerInfo {
     pub id: String,
     pub name: String,
     pub running: bool,
+    /// It ran and exited (or died), as opposed to created and not yet started.
+    pub ended: bool,
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
@@ -370,6 +372,9 @@ pub enum RuntimeError {
     NotFound(String),
     #[error("the container engine did not answer {operation} within {seconds} s")]
     Hung { operation: &'static str, seconds: u64 },
+    /// Its socket cannot be connected to: the engine is down or restarting.
+    #[error("the container engine cannot be reached to {operation}: {message}")]
+    Unreachable { operation: &'static str, message: String },
     #[error("cannot {operation}")]
     Io {
         operation: &'static str,
@@ -492,10 +497,14 @@ async fn probe_sockets(candidates: Vec<PathBuf>, limit: Duration) -> Engine {
     Engine { status: EngineStatus::Unavailable { reason }, runtime: None }
 }
 
-/// Marks the engine unusable after a call hung; the watcher then re-probes with backoff.
+/// Marks the engine unusable after a call hung or could not reach it; the watcher then
+/// re-probes with backoff, and the container manager reconciles once it answers again.
 pub fn report_hung(engine: &watch::Sender<Engine>, error: &RuntimeError) {
+    if engine.borrow().runtime.is_none() {
+        return;
+    }
     let reason = format!("{error}; retrying");
-    tracing::warn!(%reason, "container engine hung: degraded until it answers again");
+    tracing::warn!(%reason, "container engine not answering: degraded until it answers again");
     engine.send_modify(|engine| {
         engine.status = EngineStatus::Unavailable { reason };
         engine.runtime = None;
@@ -511,8 +520,20 @@ pub async fn watch_engine(
 ) {
     let mut changes = engine.subscribe();
     let mut backoff = Duration::from_secs(2);
+    // The first engine found is the daemon's for as long as it runs: its containers, images
+    // and inventory are that engine's. While dockerd restarts, Podman's socket may answer;
+    // switching to it would strand everything dockerd holds.
+    let mut found: Option<PathBuf> = None;
     loop {
-        let current = probe_config(&config).await;
+        let current = match &found {
+            Some(socket) => {
+                probe_sockets(vec![socket.clone()], Duration::from_secs(config.engine_timeout.max(1))).await
+            }
+            None => probe_config(&config).await,
+        };
+        if let EngineStatus::Ready(info) = &current.status {
+            found.get_or_insert_with(|| info.socket.clone());
+        }
         let changed = engine.borrow().status != current.status;
         if changed {
             match &current.status {

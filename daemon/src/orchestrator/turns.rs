@@ -48,6 +48,7 @@ pub(super) async fn run_turn(
                     });
                     answer(cancel.clone()).await
                 }
+                Err(error) if crate::state::is_disk_full(&error) => Err(crate::state::DISK_FULL.to_string()),
                 Err(error) => Err(format!("the message could not be recorded: {error}")),
             }
         }
@@ -96,9 +97,13 @@ pub(super) async fn run_turn(
             orchestrator.events.publish(&context, event(ids, Kind::TurnError { message: content, for_users }));
         }
         Err(error) => {
-            let message = format!("the reply could not be recorded: {error}");
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record the reply");
-            orchestrator.events.publish(&context, event(ids, Kind::TurnError { message, for_users: false }));
+            let (message, for_users) = if crate::state::is_disk_full(&error) {
+                (crate::state::DISK_FULL.to_string(), true)
+            } else {
+                (format!("the reply could not be recorded: {error}"), false)
+            };
+            orchestrator.events.publish(&context, event(ids, Kind::TurnError { message, for_users }));
         }
     }
 }

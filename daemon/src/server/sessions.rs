@@ -25,6 +25,10 @@ impl From<SessionError> for Status {
             SessionError::Log(
                 crate::sessions::LogError::UnknownEntry(_) | crate::sessions::LogError::UnknownParent { .. },
             ) => Status::invalid_argument(text),
+            other if crate::state::is_disk_full(&other) => {
+                tracing::error!(error = %baaaht_proto::error_chain(&other), "the data dir's disk is full");
+                Status::resource_exhausted(crate::state::DISK_FULL)
+            }
             other => Status::internal(baaaht_proto::error_chain(&other)),
         }
     }

@@ -303,7 +303,12 @@ where
         let request = builder
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|error| Failure::Http { provider: endpoint.name.clone(), message: error.to_string() })?;
-        let response = sender.send_request(request).await.map_err(http)?;
+        // A provider that takes the request and never answers (its head, then each frame of
+        // the body, below) is given up after the endpoint's timeout, as one that never connects.
+        let response = tokio::time::timeout(endpoint.timeout, sender.send_request(request))
+            .await
+            .map_err(|_elapsed| Failure::Timeout { provider: endpoint.name.clone(), timeout: endpoint.timeout })?
+            .map_err(http)?;
         read_response(endpoint, response, on_event).await
     };
     tokio::pin!(exchange);

@@ -18,6 +18,7 @@ mod channels_matrix;
 mod delegation;
 mod edge;
 mod egress;
+mod household;
 mod identity;
 mod isolation;
 mod llm;
@@ -98,6 +99,25 @@ enum Bench {
         /// Active sessions for the memory measurement
         #[arg(long, default_value_t = 50)]
         sessions: usize,
+    },
+    /// A household of people on one daemon for minutes, with faults: what became of every
+    /// message, scheduled runs, first-word latency, the daemon's memory and what it left
+    Household {
+        #[arg(long, default_value_t = 30)]
+        minutes: u64,
+        #[arg(long, default_value_t = 25)]
+        users: usize,
+        #[arg(long, default_value_t = 5)]
+        groups: usize,
+        /// Each person's mean pause between messages, in seconds
+        #[arg(long, default_value_t = 30)]
+        every: u64,
+        /// Inject faults on a schedule
+        #[arg(long)]
+        faults: bool,
+        /// Among the faults, restart dockerd
+        #[arg(long)]
+        dockerd: bool,
     },
     /// A one-tool turn against a model with 800 ms to its first token: its answer returned
     /// directly vs re-written by the Assistant; a conversation's input tokens with prompt caching
@@ -271,6 +291,9 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
+        Bench::Household { minutes, users, groups, every, faults, dockerd } => {
+            household::run(household::plan(minutes.max(1), users.max(1), groups.max(1), every.max(1), faults, dockerd))
+        }
         Bench::Turn { runs, conversation } => turn::run(runs.max(5), conversation.max(2)),
         Bench::Abuse { seconds } => abuse::run(seconds.max(30)),
         Bench::FirstContact { users, calls } => identity::first_contact(users.max(1000), calls.max(100)),

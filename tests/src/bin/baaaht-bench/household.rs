@@ -1,0 +1,148 @@
+//! `baaaht-bench household` (issue 39): a household of 25 people in 5 groups on one daemon for
+//! `--minutes`, with faults on a schedule (`--faults`), and what became of every message. The
+//! run itself is `baaaht_tests::household`, which the two-minute test shares.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use baaaht_tests::household::{self, Kind, Outcome, Plan, Report};
+use baaaht_tests::percentile;
+
+pub(crate) fn run(plan: Plan) -> Result<()> {
+    println!(
+        "household: {} people in {} groups for {} min, a message each every {} s on average, faults {}",
+        plan.users,
+        plan.groups,
+        plan.run_for.as_secs() / 60,
+        plan.message_every.as_secs(),
+        if plan.faults { "on" } else { "off" }
+    );
+    let runtime = baaaht_tests::runtime();
+    let report = runtime.block_on(household::run(plan))?;
+    let logs = std::env::temp_dir().join("baaaht-household-daemon.log");
+    std::fs::write(&logs, &report.logs)?;
+    println!("the daemons' logs: {}", logs.display());
+    print(&report);
+    Ok(())
+}
+
+fn print(report: &Report) {
+    println!("\nfaults injected:");
+    for (at, what) in &report.faults {
+        println!("  {at:>7.1} s  {what}");
+    }
+    let sent = report.sent.len();
+    let answered = report.count(|s| s.outcome == Outcome::Answered);
+    let refused = report.count(|s| matches!(s.outcome, Outcome::Refused(_)));
+    let lost = report.lost();
+    let doubled = report.doubled();
+    println!(
+        "\nmessages: {sent} sent, {answered} answered, {refused} refused, {} lost, {} doubled",
+        lost.len(),
+        doubled.len()
+    );
+    for (kind, name) in
+        [(Kind::Chat, "chats"), (Kind::Coder, "coder turns (delegation + exec)"), (Kind::Group, "group messages")]
+    {
+        let of_kind = report.count(|s| s.kind == kind);
+        let ok = report.count(|s| s.kind == kind && s.outcome == Outcome::Answered);
+        println!("  {name:<34} {ok:>5} of {of_kind:>5} answered");
+    }
+    println!("refused, with what the sender saw:");
+    for (why, count) in report.refusals() {
+        println!("  {count:>4} × {}", why.chars().take(160).collect::<String>());
+    }
+    for sent in lost.iter().chain(doubled.iter()) {
+        println!(
+            "  LOST/DOUBLED {} ({:?}, {:.1} s, fault {:?}): {:?}",
+            sent.token, sent.kind, sent.at, sent.fault, sent.outcome
+        );
+    }
+    let (mut due, mut ran, mut twice) = (0, 0, 0);
+    let mut outcomes = std::collections::BTreeMap::<&str, usize>::new();
+    for task in &report.tasks {
+        due += task.due;
+        ran += task.run;
+        twice += task.twice;
+        for outcome in &task.outcomes {
+            *outcomes.entry(outcome).or_default() += 1;
+        }
+    }
+    println!(
+        "\nscheduled (a task of each group every minute): {due} due, {ran} run, {twice} run twice; runs: {outcomes:?}"
+    );
+    let mut quiet = report.first_words_ms();
+    let mut all: Vec<f64> = report
+        .sent
+        .iter()
+        .filter(|s| s.kind == Kind::Chat)
+        .filter_map(|s| s.first_word)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect();
+    let (p50, p99) = (percentile(&mut quiet, 50.0), percentile(&mut quiet, 99.0));
+    println!(
+        "first word of a chat (the model answers at once): p50 {p50:.0} ms, p99 {p99:.0} ms without a fault ({} chats); \
+         p50 {:.0} ms, p99 {:.0} ms over all {} (baseline: the quiet ones, ratio p99 {:.2}×)",
+        quiet.len(),
+        percentile(&mut all, 50.0),
+        percentile(&mut all, 99.0),
+        all.len(),
+        percentile(&mut all, 99.0) / p99.max(1.0)
+    );
+    let last_pid = report.samples.last().map(|s| s.pid);
+    let last: Vec<_> = report.samples.iter().filter(|s| Some(s.pid) == last_pid).collect();
+    // After warm-up: from the third sample of the daemon serving at the end.
+    let (warm, end) = (last.get(2.min(last.len().saturating_sub(1))), last.last());
+    if let (Some(warm), Some(end)) = (warm, end) {
+        println!(
+            "baaahtd (pid {}): resident {:.1} MiB at {:.0} s → {:.1} MiB at {:.0} s; descriptors {} → {}",
+            end.pid,
+            warm.rss_kib as f64 / 1024.0,
+            warm.at,
+            end.rss_kib as f64 / 1024.0,
+            end.at,
+            warm.descriptors,
+            end.descriptors
+        );
+    }
+    println!(
+        "  samples (s: MiB/fds): {}",
+        report
+            .samples
+            .iter()
+            .map(|s| format!("{:.0}:{:.0}/{}", s.at, s.rss_kib as f64 / 1024.0, s.descriptors))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "left after the daemon stopped: {} containers {:?}, {} mounts {:?}",
+        report.leftover_containers.len(),
+        report.leftover_containers,
+        report.leftover_mounts.len(),
+        report.leftover_mounts
+    );
+    let growth = match (warm, end) {
+        (Some(warm), Some(end)) => (end.rss_kib as f64 - warm.rss_kib as f64) / 1024.0,
+        _ => 0.0,
+    };
+    println!(
+        "RESULT household_sent={sent} answered={answered} refused={refused} lost={} doubled={} scheduled_due={due} scheduled_run={ran} scheduled_twice={twice} first_word_p50_ms={p50:.0} first_word_p99_ms={p99:.0} rss_growth_mib={growth:.1} leftover_containers={} leftover_mounts={}",
+        lost.len(),
+        doubled.len(),
+        report.leftover_containers.len(),
+        report.leftover_mounts.len()
+    );
+}
+
+/// The plan the subcommand's flags make.
+pub(crate) fn plan(minutes: u64, users: usize, groups: usize, every: u64, faults: bool, dockerd: bool) -> Plan {
+    Plan {
+        users,
+        groups,
+        run_for: Duration::from_secs(minutes * 60),
+        message_every: Duration::from_secs(every),
+        faults,
+        restart_dockerd: dockerd,
+        disk_full_for: Duration::from_secs(30),
+    }
+}

@@ -1,0 +1,766 @@
+//! A household under load (issue 39), shared by `baaaht-bench household` and the two-minute
+//! test in `tests/tests/household.rs`: one daemon on a small loop-mounted filesystem of its own,
+//! 25 people in 5 groups writing to it (chats, turns that delegate to the Coder and run a
+//! command, group messages), a task of each group's every minute, the scripted model streaming
+//! at 50 tokens a second, and faults on a schedule: containers killed, the model failing and
+//! stalling, the daemon killed with SIGKILL and restarted as systemd would, the data dir's
+//! filesystem full, dockerd restarted.
+//!
+//! Every message carries its own token (`hh00042`); the model echoes it, so every answer is
+//! matched to its message. When the run ends, what each person saw live is settled against the
+//! sessions' logs (what a person sees on coming back): each message is answered, refused with a
+//! sentence its sender saw, or lost; an answer or a message recorded twice is doubled.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use baaaht_proto::client::{self, Client};
+use baaaht_proto::v1;
+use serde_json::json;
+
+use crate::fake_provider::{anthropic_answer, words_stream, Answer, Asked, FakeProvider, Responder, Wire};
+use crate::{docker, scenario, DaemonOptions, TestDaemon};
+
+/// The model's pace: 50 tokens (words) a second.
+const WORD_EVERY: Duration = Duration::from_millis(20);
+/// How long a person waits for an answer before calling the message lost.
+const PATIENCE: Duration = Duration::from_secs(180);
+/// How the Assistant begins an answer that says it could not do what was asked.
+const SORRY: &str = "Sorry, I could not do that";
+/// The loop filesystem the data dir lives on.
+const FILESYSTEM_MIB: u64 = 6 * 1024;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub users: usize,
+    pub groups: usize,
+    pub run_for: Duration,
+    /// Each person's mean pause between two messages.
+    pub message_every: Duration,
+    pub faults: bool,
+    /// Among the faults: restart dockerd (every container of the host goes down with it).
+    pub restart_dockerd: bool,
+    /// How long the data dir's filesystem stays full.
+    pub disk_full_for: Duration,
+}
+
+/// The kinds of message people send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A chat the Assistant answers itself.
+    Chat,
+    /// The Assistant delegates to the Coder, which runs a command in a tool container.
+    Coder,
+    /// A message in the person's group.
+    Group,
+}
+
+/// What became of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Answered,
+    /// Refused with this sentence, which its sender saw.
+    Refused(String),
+    /// Neither answered nor refused: why.
+    Lost(String),
+}
+
+/// One message sent, and what its sender saw.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub token: String,
+    pub user: String,
+    pub kind: Kind,
+    /// Seconds into the run.
+    pub at: f64,
+    /// The fault in force when it was sent, if any.
+    pub fault: Option<String>,
+    /// From sending to the answer's first word.
+    pub first_word: Option<Duration>,
+    pub outcome: Outcome,
+    /// Its answer (or the message itself) was recorded more than once.
+    pub doubled: bool,
+    /// Whether the client could not reach the daemon at all.
+    unreachable: bool,
+}
+
+/// One sample of the daemon's resources.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub at: f64,
+    pub pid: u32,
+    pub rss_kib: u64,
+    pub descriptors: usize,
+}
+
+/// One scheduled task's runs.
+#[derive(Debug, Clone, Default)]
+pub struct TaskRuns {
+    pub due: usize,
+    /// Slots run (including the ones a catch-up run stood for).
+    pub run: usize,
+    /// Slots that ran to completion more than once.
+    pub twice: usize,
+    pub outcomes: Vec<String>,
+}
+
+/// What the run found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub sent: Vec<Sent>,
+    pub tasks: Vec<TaskRuns>,
+    pub samples: Vec<Sample>,
+    /// (seconds into the run, what was done).
+    pub faults: Vec<(f64, String)>,
+    pub leftover_containers: Vec<String>,
+    pub leftover_mounts: Vec<String>,
+    /// The daemon's log (every daemon of the run), for a failure's message.
+    pub logs: String,
+}
+
+impl Report {
+    pub fn count(&self, wanted: impl Fn(&Sent) -> bool) -> usize {
+        self.sent.iter().filter(|sent| wanted(sent)).count()
+    }
+
+    pub fn lost(&self) -> Vec<&Sent> {
+        self.sent.iter().filter(|sent| matches!(sent.outcome, Outcome::Lost(_))).collect()
+    }
+
+    pub fn doubled(&self) -> Vec<&Sent> {
+        self.sent.iter().filter(|sent| sent.doubled).collect()
+    }
+
+    /// Each sentence people were refused with, and how often.
+    pub fn refusals(&self) -> Vec<(String, usize)> {
+        let mut counted: HashMap<String, usize> = HashMap::new();
+        for sent in &self.sent {
+            if let Outcome::Refused(why) = &sent.outcome {
+                *counted.entry(why.clone()).or_default() += 1;
+            }
+        }
+        let mut refusals: Vec<(String, usize)> = counted.into_iter().collect();
+        refusals.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        refusals
+    }
+
+    /// First word of the chats answered live while no fault was in force, in milliseconds.
+    pub fn first_words_ms(&self) -> Vec<f64> {
+        self.sent
+            .iter()
+            .filter(|sent| sent.kind == Kind::Chat && sent.fault.is_none())
+            .filter_map(|sent| sent.first_word)
+            .map(|took| took.as_secs_f64() * 1000.0)
+            .collect()
+    }
+}
+
+/// How the model misbehaves now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum ModelFault {
+    #[default]
+    None,
+    Failing(u16),
+    Stalling,
+}
+
+/// The last token in `text`: `hh` and five digits.
+fn token_in(text: &str) -> Option<&str> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .rev()
+        .find(|word| word.len() == 7 && word.starts_with("hh") && word[2..].bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The line of `text` with its last token: what the model answers when a message it never
+/// answered (its turn cut short by a restart) comes before the new one.
+fn latest_line(text: &str) -> &str {
+    text.lines().rev().find(|line| token_in(line).is_some()).unwrap_or(text)
+}
+
+/// The scripted model: it echoes what it was asked (tokens and all), word by word; asked to
+/// have the coder print a token, the Assistant delegates and the Coder runs `echo TOKEN`.
+fn brain(fault: Arc<Mutex<ModelFault>>) -> Answer {
+    Answer::Respond(Responder(Arc::new(move |request| {
+        match *fault.lock().unwrap_or_else(PoisonError::into_inner) {
+            ModelFault::Failing(code) => {
+                let kind = if code == 429 { "rate_limit_error" } else { "api_error" };
+                return Answer::Status {
+                    code,
+                    retry_after: (code == 429).then(|| "1".to_string()),
+                    body: json!({"type": "error", "error": {"type": kind, "message": "household fault"}}).to_string(),
+                };
+            }
+            ModelFault::Stalling => {
+                return Answer::Later {
+                    wait: Duration::from_secs(600),
+                    answer: Box::new(anthropic_answer("too late", &[])),
+                };
+            }
+            ModelFault::None => {}
+        }
+        let asked = Asked::of(request);
+        let said = scenario::last_user_text(&asked);
+        let said = latest_line(&said);
+        if asked.offers("delegate") && said.contains("ask the coder") && asked.turn_results.is_empty() {
+            let token = token_in(said).unwrap_or("nothing");
+            let task = json!({"agent": "coder", "task": format!("Run: echo {token}")});
+            return anthropic_answer("", &[("toolu_household_1", "delegate", task)]);
+        }
+        if asked.offers("exec") && said.contains("Run: echo ") {
+            return match asked.turn_results.last() {
+                None => {
+                    let command = format!("echo {}", token_in(said).unwrap_or("nothing"));
+                    anthropic_answer("", &[("toolu_household_2", "exec", json!({"command": command}))])
+                }
+                Some(printed) => match printed.lines().find(|line| token_in(line).is_some()) {
+                    Some(line) => words_stream(Wire::Anthropic, &format!("It printed: {line}"), WORD_EVERY),
+                    // The command did not run (its container could not start, say): the Coder
+                    // says so, and its answer is the reply.
+                    None => {
+                        let token = token_in(said).unwrap_or("nothing");
+                        words_stream(Wire::Anthropic, &format!("{SORRY} ({token}): {printed}"), WORD_EVERY)
+                    }
+                },
+            };
+        }
+        if let Some(result) = asked.turn_results.last() {
+            // The coder could not do it: the Assistant says so (a refusal its sender sees).
+            let token = token_in(said).unwrap_or("nothing");
+            return words_stream(Wire::Anthropic, &format!("{SORRY} ({token}): {result}"), WORD_EVERY);
+        }
+        words_stream(Wire::Anthropic, &format!("echo: {said}"), WORD_EVERY)
+    })))
+}
+
+/// A small pseudo-random sequence (xorshift), one per person: no dependency for this.
+struct Dice(u64);
+
+impl Dice {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() % 1_000_000) as f64 / 1_000_000.0
+    }
+}
+
+/// What the people, the fault injector and the sampler share.
+struct Household {
+    plan: Plan,
+    socket: PathBuf,
+    started: Instant,
+    ends: Instant,
+    next_token: AtomicUsize,
+    sent: Mutex<Vec<Sent>>,
+    /// The fault in force now.
+    fault: Mutex<Option<String>>,
+    model: Arc<Mutex<ModelFault>>,
+}
+
+impl Household {
+    fn fault_now(&self) -> Option<String> {
+        self.fault.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn set_fault(&self, fault: Option<String>) {
+        *self.fault.lock().unwrap_or_else(PoisonError::into_inner) = fault;
+    }
+}
+
+fn user_id(index: usize) -> String {
+    format!("person{index:02}")
+}
+
+fn group_id(index: usize) -> String {
+    format!("family{index}")
+}
+
+/// One person: a message every so often until the run ends, each followed to its answer.
+async fn person(house: Arc<Household>, index: usize) {
+    let user = user_id(index);
+    let group = group_id(index % house.plan.groups.max(1));
+    let mut dice = Dice(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let mut client: Option<Client> = None;
+    loop {
+        let pause = house.plan.message_every.mul_f64(0.5 + dice.unit());
+        if Instant::now() + pause >= house.ends {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        let token = format!("hh{:05}", house.next_token.fetch_add(1, Ordering::SeqCst));
+        let (kind, context, content) = match dice.next() % 10 {
+            0 | 1 => (Kind::Coder, scenario::user(&user), format!("Please ask the coder to print {token}.")),
+            2 | 3 => (Kind::Group, scenario::group(&group), format!("Family note {token}: dinner is at seven.")),
+            _ => (Kind::Chat, scenario::user(&user), format!("Remember {token} for me, please.")),
+        };
+        let mut sent = Sent {
+            token: token.clone(),
+            user: user.clone(),
+            kind,
+            at: house.started.elapsed().as_secs_f64(),
+            fault: house.fault_now(),
+            first_word: None,
+            outcome: Outcome::Lost("not settled".into()),
+            doubled: false,
+            unreachable: false,
+        };
+        follow(&house.socket, &mut client, scenario::message(context, &user, &content), &mut sent).await;
+        house.sent.lock().unwrap_or_else(PoisonError::into_inner).push(sent);
+    }
+}
+
+/// Sends one message as a host client (a TUI, say) and follows its turn: what the person saw.
+async fn follow(socket: &Path, client: &mut Option<Client>, message: v1::UserMessage, sent: &mut Sent) {
+    if client.is_none() {
+        match client::connect(socket, client::ConnectOptions::default()).await {
+            Ok(connected) => *client = Some(connected),
+            Err(error) => {
+                sent.unreachable = true;
+                sent.outcome = Outcome::Refused(format!("cannot reach baaahtd: {error}"));
+                return;
+            }
+        }
+    }
+    let Some(connected) = client.as_mut() else { return };
+    let subscription =
+        v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 };
+    let mut events = match connected.sessions.subscribe_events(subscription).await {
+        Ok(events) => events.into_inner(),
+        Err(status) => {
+            *client = None;
+            sent.unreachable = true;
+            sent.outcome = Outcome::Refused(format!("cannot reach baaahtd: {}", status.message()));
+            return;
+        }
+    };
+    let asked = Instant::now();
+    let accepted = match connected.sessions.send_user_message(message).await {
+        Ok(accepted) => accepted.into_inner(),
+        Err(status) => {
+            // Refused, or the daemon went away (then the log says whether it took the message).
+            let gone =
+                matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
+            if gone {
+                *client = None;
+                sent.unreachable = true;
+                sent.outcome = Outcome::Lost(format!("SendUserMessage: {}", status.message()));
+            } else {
+                sent.outcome = Outcome::Refused(status.message().to_string());
+            }
+            return;
+        }
+    };
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let next = match tokio::time::timeout_at(deadline, events.message()).await {
+            Err(_) => {
+                sent.outcome = Outcome::Lost(format!("no answer within {} s", PATIENCE.as_secs()));
+                return;
+            }
+            Ok(Ok(Some(event))) => event,
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                *client = None;
+                sent.outcome = Outcome::Lost("the event stream broke".into());
+                return;
+            }
+        };
+        if next.turn_id != accepted.turn_id {
+            continue;
+        }
+        use v1::orchestrator_event::Event;
+        match next.event {
+            Some(Event::TextDelta(_)) if sent.first_word.is_none() => sent.first_word = Some(asked.elapsed()),
+            Some(Event::Reply(reply)) if reply.content.starts_with(SORRY) => {
+                sent.outcome = Outcome::Refused(reply.content);
+                return;
+            }
+            Some(Event::Reply(reply)) if token_in(&reply.content) == Some(sent.token.as_str()) => {
+                sent.outcome = Outcome::Answered;
+                return;
+            }
+            Some(Event::Reply(reply)) => {
+                sent.outcome = Outcome::Lost(format!("a reply without its token: {}", reply.content));
+                return;
+            }
+            Some(Event::Error(error)) => {
+                sent.outcome = Outcome::Refused(error.message);
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What the sessions' logs hold of each token: the user messages carrying it, the answers
+/// carrying it, and the system notes after its message (e.g. "The reply was interrupted").
+#[derive(Debug, Default)]
+struct Logged {
+    asked: usize,
+    answers: usize,
+    notes: Vec<String>,
+}
+
+async fn read_logs(socket: &Path) -> Result<HashMap<String, Logged>> {
+    let mut host = client::connect(socket, client::ConnectOptions::default()).await?;
+    let mut logged: HashMap<String, Logged> = HashMap::new();
+    // Every session of every context, archived ones too.
+    let sessions = host.sessions.list_sessions(v1::SessionFilter::default()).await.context("ListSessions")?;
+    {
+        let sessions = sessions.into_inner().sessions;
+        for session in sessions {
+            let read = v1::ReadSessionRequest { session_id: session.id.clone(), leaf_entry_id: String::new() };
+            let transcript = host.sessions.read_session(read).await.context("ReadSession")?.into_inner();
+            let mut last_asked: Option<String> = None;
+            for entry in transcript.entries {
+                let Some(v1::session_entry::Entry::Message(message)) = entry.entry else { continue };
+                let token = token_in(&message.content).map(str::to_string);
+                match (message.role.as_str(), token) {
+                    ("user", Some(token)) => {
+                        logged.entry(token.clone()).or_default().asked += 1;
+                        last_asked = Some(token);
+                    }
+                    ("assistant", Some(token)) => logged.entry(token).or_default().answers += 1,
+                    ("system", _) => {
+                        if let Some(token) = &last_asked {
+                            logged.entry(token.clone()).or_default().notes.push(message.content.clone());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(logged)
+}
+
+/// Settles what each person saw live against the logs.
+fn settle(sent: &mut [Sent], logged: &HashMap<String, Logged>) {
+    let nothing = Logged::default();
+    for message in sent {
+        let log = logged.get(&message.token).unwrap_or(&nothing);
+        message.doubled = log.asked > 1 || log.answers > 1;
+        if message.outcome == Outcome::Answered || matches!(message.outcome, Outcome::Refused(_)) {
+            continue;
+        }
+        message.outcome = if log.answers > 0 {
+            // Answered while its sender was away: seen on coming back.
+            Outcome::Answered
+        } else if let Some(note) = log.notes.first() {
+            Outcome::Refused(note.clone())
+        } else if log.asked == 0 && message.unreachable {
+            Outcome::Refused("cannot reach baaahtd (the daemon was restarting)".into())
+        } else {
+            message.outcome.clone()
+        };
+    }
+}
+
+/// The loop-mounted filesystem the data dir lives on, unmounted and removed on drop.
+pub struct SmallDisk {
+    pub mount: PathBuf,
+    _folder: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    pub fn new(mib: u64) -> Result<SmallDisk> {
+        let folder = tempfile::Builder::new().prefix("baaaht-household-").tempdir()?;
+        let image = folder.path().join("disk.img");
+        let mount = folder.path().join("mnt");
+        std::fs::create_dir(&mount)?;
+        std::fs::File::create(&image)?.set_len(mib << 20)?;
+        // No blocks reserved for root: the daemon runs as root and must see the disk full.
+        run_program("mkfs.ext4", &["-q", "-F", "-m", "0", &image.to_string_lossy()])?;
+        run_program("mount", &["-o", "loop", &image.to_string_lossy(), &mount.to_string_lossy()])?;
+        Ok(SmallDisk { mount, _folder: folder })
+    }
+
+    /// Fills it (but for a few KiB) with one file; removing the file frees it.
+    fn fill(&self) -> Result<PathBuf> {
+        let filler = self.mount.join("filler");
+        let free = run_program("df", &["-B1", "--output=avail", &self.mount.to_string_lossy()])?;
+        let free: u64 = free.lines().nth(1).context("df prints a value")?.trim().parse()?;
+        run_program("fallocate", &["-l", &free.saturating_sub(64 << 10).to_string(), &filler.to_string_lossy()])?;
+        Ok(filler)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        // The workspaces a crashed daemon left, then the filesystem itself (lazily, if busy);
+        // the folder with its image goes after.
+        crate::unmount_below(&self.mount);
+    }
+}
+
+fn run_program(program: &str, args: &[&str]) -> Result<String> {
+    let output = Command::new(program).args(args).output().with_context(|| format!("run {program}"))?;
+    if !output.status.success() {
+        bail!("{program} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The faults of a run, as fractions of it.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    KillContainers,
+    ModelFailing(u16),
+    ModelStalling,
+    CrashDaemon,
+    DiskFull,
+    RestartDockerd,
+}
+
+fn schedule(plan: &Plan) -> Vec<(f64, Fault)> {
+    if !plan.faults {
+        return vec![];
+    }
+    // Spread over the first three quarters, so the run's end shows how it came back.
+    let mut faults = vec![
+        (0.10, Fault::KillContainers),
+        (0.18, Fault::ModelFailing(500)),
+        (0.28, Fault::CrashDaemon),
+        (0.38, Fault::ModelFailing(429)),
+        (0.46, Fault::ModelStalling),
+        (0.54, Fault::DiskFull),
+    ];
+    if plan.restart_dockerd {
+        faults.push((0.70, Fault::RestartDockerd));
+    }
+    faults
+}
+
+/// The daemons of a run: the one serving now, and the crashed ones (kept for their logs).
+struct Daemons {
+    now: TestDaemon,
+    crashed: Vec<TestDaemon>,
+    options: DaemonOptions,
+}
+
+impl Daemons {
+    fn logs(&self) -> String {
+        let mut logs = String::new();
+        for daemon in self.crashed.iter().chain([&self.now]) {
+            logs.push_str(&format!("--- baaahtd pid {}\n{}\n", daemon.pid(), daemon.log_text()));
+        }
+        logs
+    }
+}
+
+/// Injects `fault`; returns what it did.
+async fn inject(house: &Household, daemons: &mut Daemons, disk: &SmallDisk, fault: Fault) -> Result<String> {
+    let plan = &house.plan;
+    let window = (plan.run_for / 12).clamp(Duration::from_secs(5), Duration::from_secs(60));
+    let model_fault = |fault: ModelFault, name: String| async move {
+        house.set_fault(Some(name.clone()));
+        *house.model.lock().unwrap_or_else(PoisonError::into_inner) = fault;
+        tokio::time::sleep(window).await;
+        *house.model.lock().unwrap_or_else(PoisonError::into_inner) = ModelFault::None;
+        house.set_fault(None);
+        Ok(format!("{name} for {} s", window.as_secs()))
+    };
+    match fault {
+        Fault::KillContainers => {
+            let running = docker(&["ps", "--format", "{{.Names}}"])?;
+            let ours = daemons.now.recorded_containers();
+            let mut killed = vec![];
+            for prefix in ["baaaht-tool-", "baaaht-assistant-", "baaaht-coder-"] {
+                if let Some(name) =
+                    ours.iter().find(|name| name.starts_with(prefix) && running.lines().any(|l| l == *name))
+                {
+                    docker(&["kill", name])?;
+                    killed.push(name.clone());
+                }
+            }
+            Ok(format!("docker kill {}", if killed.is_empty() { "(none running)".into() } else { killed.join(" ") }))
+        }
+        Fault::ModelFailing(code) => {
+            model_fault(ModelFault::Failing(code), format!("the model answering {code}")).await
+        }
+        Fault::ModelStalling => model_fault(ModelFault::Stalling, "the model stalling".into()).await,
+        Fault::CrashDaemon => {
+            house.set_fault(Some("baaahtd killed".into()));
+            daemons.now.crash()?;
+            // systemd's RestartSec.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let options = daemons.options.clone();
+            let restarted = tokio::task::spawn_blocking(move || TestDaemon::start(options)).await??;
+            let crashed = std::mem::replace(&mut daemons.now, restarted);
+            let pid = crashed.pid();
+            daemons.crashed.push(crashed);
+            house.set_fault(None);
+            Ok(format!("kill -9 baaahtd (pid {pid}), restarted in 2 s as pid {}", daemons.now.pid()))
+        }
+        Fault::DiskFull => {
+            house.set_fault(Some("the data dir's filesystem full".into()));
+            let filler = disk.fill()?;
+            tokio::time::sleep(plan.disk_full_for).await;
+            std::fs::remove_file(&filler)?;
+            house.set_fault(None);
+            Ok(format!("the data dir's filesystem full for {} s", plan.disk_full_for.as_secs()))
+        }
+        Fault::RestartDockerd => {
+            house.set_fault(Some("dockerd restarted".into()));
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/lib.sh");
+            let restart = format!(
+                "source {script} && pid=$(pgrep -xo dockerd) && kill -TERM $pid && \
+                 while kill -0 $pid 2>/dev/null; do sleep 0.2; done && ensure_container_engine"
+            );
+            let took = Instant::now();
+            tokio::task::spawn_blocking(move || run_program("bash", &["-c", &restart])).await??;
+            house.set_fault(None);
+            Ok(format!("dockerd restarted ({:.1} s)", took.elapsed().as_secs_f64()))
+        }
+    }
+}
+
+/// Every `every`, the serving daemon's resident memory and open descriptors.
+async fn sample(house: &Household, pid: u32) -> Option<Sample> {
+    let rss_kib = crate::rss_kib(pid).ok()?;
+    let descriptors = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
+    Some(Sample { at: house.started.elapsed().as_secs_f64(), pid, rss_kib, descriptors })
+}
+
+/// Runs the household as `plan` says and reports what happened.
+pub async fn run(plan: Plan) -> Result<Report> {
+    let disk = SmallDisk::new(FILESYSTEM_MIB)?;
+    let model = Arc::new(Mutex::new(ModelFault::None));
+    let fake = FakeProvider::start(vec![], Some(brain(model.clone()))).await?;
+    let mut options = scenario::options_for(&fake);
+    let data_dir = disk.mount.join("baaaht");
+    options.data_dir = Some(data_dir.clone());
+    // A stalled model is given up after 20 s (the default is for real models' long thoughts).
+    let providers = format!(
+        "providers:\n  anthropic:\n    api_key: ${{TEST_ANTHROPIC_KEY}}\n    api_base: {}\n    default: true\n    timeout: 20\n",
+        fake.api_base(Wire::Anthropic)
+    );
+    options.files = vec![("config/providers.yaml".into(), providers)];
+    let start_options = options.clone();
+    let first = tokio::task::spawn_blocking(move || TestDaemon::start(start_options)).await??;
+    let mut daemons = Daemons { now: first, crashed: vec![], options };
+    let socket = daemons.now.socket();
+
+    let mut host = client::connect(&socket, client::ConnectOptions::default()).await?;
+    for group in 0..plan.groups {
+        let members = (0..plan.users).filter(|user| user % plan.groups == group).map(user_id).collect();
+        let create = v1::CreateGroupRequest { id: group_id(group), name: format!("Family {group}"), members };
+        host.admin.create_group(create).await.context("CreateGroup")?;
+    }
+    let mut tasks = vec![];
+    for group in 0..plan.groups {
+        let task = v1::TaskDefinition {
+            user_id: user_id(group),
+            schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Cron("* * * * *".into())) }),
+            prompt: format!("Scheduled check-in for family {group}."),
+            ..v1::TaskDefinition::default()
+        };
+        let created = host.tasks.schedule_task(task).await.context("ScheduleTask")?.into_inner();
+        tasks.push((created.task.context("the task")?.id, jiff::Timestamp::now()));
+    }
+
+    let started = Instant::now();
+    let house = Arc::new(Household {
+        plan: plan.clone(),
+        socket: socket.clone(),
+        started,
+        ends: started + plan.run_for,
+        next_token: AtomicUsize::new(0),
+        sent: Mutex::new(vec![]),
+        fault: Mutex::new(None),
+        model,
+    });
+    let people: Vec<_> = (0..plan.users).map(|index| tokio::spawn(person(house.clone(), index))).collect();
+
+    let mut report = Report::default();
+    let mut faults = schedule(&plan).into_iter().peekable();
+    let mut next_sample = Instant::now();
+    while Instant::now() < house.ends {
+        if Instant::now() >= next_sample {
+            report.samples.extend(sample(&house, daemons.now.pid()).await);
+            next_sample += Duration::from_secs(5);
+        }
+        if let Some((at, fault)) = faults.peek().copied() {
+            if started.elapsed() >= plan.run_for.mul_f64(at) {
+                faults.next();
+                let when = started.elapsed().as_secs_f64();
+                let done =
+                    inject(&house, &mut daemons, &disk, fault).await.with_context(|| format!("inject {fault:?}"))?;
+                report.faults.push((when, done));
+                continue;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for person in people {
+        person.await?;
+    }
+    report.samples.extend(sample(&house, daemons.now.pid()).await);
+
+    let logged = read_logs(&socket).await?;
+    report.sent = std::mem::take(&mut *house.sent.lock().unwrap_or_else(PoisonError::into_inner));
+    report.sent.sort_by(|a, b| a.token.cmp(&b.token));
+    settle(&mut report.sent, &logged);
+    let mut host = client::connect(&socket, client::ConnectOptions::default()).await?;
+    for (id, created) in tasks {
+        let runs = host.tasks.list_task_runs(v1::TaskRunsRequest { task_id: id, limit: 1000 }).await?.into_inner();
+        report.tasks.push(task_runs(created, jiff::Timestamp::now(), &runs.runs));
+    }
+    report.logs = daemons.logs();
+
+    // Stopped as systemd stops it: nothing of it may be left behind.
+    let owner = baaaht_daemon::container::manager::owner_id(&baaaht_daemon::datadir::DataDir::new(&data_dir));
+    let Daemons { now, crashed, .. } = daemons;
+    let status = tokio::task::spawn_blocking(move || now.stop()).await??;
+    if !status.success() {
+        bail!("baaahtd stopped with {status}");
+    }
+    drop(crashed);
+    let left = docker(&["ps", "-a", "--filter", &format!("label=baaaht.owner={owner}"), "--format", "{{.Names}}"])?;
+    report.leftover_containers = left.lines().map(str::to_string).collect();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let canonical = std::fs::canonicalize(&data_dir)?;
+    report.leftover_mounts = mounts
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| Path::new(point).starts_with(&canonical))
+        .map(str::to_string)
+        .collect();
+    drop(fake);
+    Ok(report)
+}
+
+/// A task's runs between its creation and `now`: slots due (minutes begun), slots run (and
+/// the ones a catch-up run stood for), slots run to completion twice.
+fn task_runs(created: jiff::Timestamp, now: jiff::Timestamp, runs: &[v1::TaskRun]) -> TaskRuns {
+    let minute = |at: jiff::Timestamp| at.as_second().div_euclid(60);
+    let mut completed: HashMap<&str, usize> = HashMap::new();
+    let mut slots = std::collections::HashSet::new();
+    let mut missed = 0;
+    for each in runs.iter().filter(|each| each.outcome != "skipped") {
+        if slots.insert(each.slot.as_str()) {
+            missed += each.missed as usize;
+        }
+        if each.outcome == "ok" {
+            *completed.entry(each.slot.as_str()).or_default() += 1;
+        }
+    }
+    TaskRuns {
+        due: (minute(now) - minute(created)).max(0) as usize,
+        run: slots.len() + missed,
+        twice: completed.values().filter(|count| **count > 1).count(),
+        outcomes: runs
+            .iter()
+            .map(|each| if each.outcome.is_empty() { "running".into() } else { each.outcome.clone() })
+            .collect(),
+    }
+}
