@@ -39,6 +39,10 @@ pub enum StateError {
 pub const DISK_FULL: &str = "baaaht cannot save anything right now: the disk it keeps its data on is full. \
                              Nothing was kept; try again once the person who runs baaaht has made room.";
 
+/// What a person is told when their message was kept but the reply to it could not be.
+pub const DISK_FULL_REPLY: &str = "baaaht could not save its reply: the disk it keeps its data on is full. \
+                                   Your message is kept; ask again once the person who runs baaaht has made room.";
+
 /// Whether `error` (or one of its sources) is a write that failed for want of space.
 pub fn is_disk_full(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);

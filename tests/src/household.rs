@@ -30,6 +30,8 @@ use crate::{docker, scenario, DaemonOptions, TestDaemon};
 const WORD_EVERY: Duration = Duration::from_millis(20);
 /// How long a person waits for an answer before calling the message lost.
 const PATIENCE: Duration = Duration::from_secs(180);
+/// The daemon's sentence for a message it could not keep (`state::DISK_FULL`).
+const DISK_FULL_SENTENCE: &str = baaaht_daemon::state::DISK_FULL;
 /// How the Assistant begins an answer that says it could not do what was asked.
 const SORRY: &str = "Sorry, I could not do that";
 /// The loop filesystem the data dir lives on.
@@ -218,7 +220,7 @@ fn brain(fault: Arc<Mutex<ModelFault>>) -> Answer {
                     let command = format!("echo {}", token_in(said).unwrap_or("nothing"));
                     anthropic_answer("", &[("toolu_household_2", "exec", json!({"command": command}))])
                 }
-                Some(printed) => match printed.lines().find(|line| token_in(line).is_some()) {
+                Some(printed) => match printed.lines().find(|line| token_in(said).is_some_and(|t| line.trim() == t)) {
                     Some(line) => words_stream(Wire::Anthropic, &format!("It printed: {line}"), WORD_EVERY),
                     // The command did not run (its container could not start, say): the Coder
                     // says so, and its answer is the reply.
@@ -412,6 +414,20 @@ struct Logged {
 
 async fn read_logs(socket: &Path) -> Result<HashMap<String, Logged>> {
     let mut host = client::connect(socket, client::ConnectOptions::default()).await?;
+    // Read once no turn runs any more (up to two minutes): one still running could yet
+    // record an answer twice.
+    for _ in 0..120 {
+        let sessions = host.sessions.list_sessions(v1::SessionFilter::default()).await.context("ListSessions")?;
+        let mut running = 0;
+        for session in sessions.into_inner().sessions {
+            let read = v1::ReadSessionRequest { session_id: session.id, leaf_entry_id: String::new() };
+            running += host.sessions.read_session(read).await.context("ReadSession")?.into_inner().running_turns.len();
+        }
+        if running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let mut logged: HashMap<String, Logged> = HashMap::new();
     // Every session of every context, archived ones too.
     let sessions = host.sessions.list_sessions(v1::SessionFilter::default()).await.context("ListSessions")?;
@@ -449,8 +465,17 @@ fn settle(sent: &mut [Sent], logged: &HashMap<String, Logged>) {
     for message in sent {
         let log = logged.get(&message.token).unwrap_or(&nothing);
         message.doubled = log.asked > 1 || log.answers > 1;
-        if message.outcome == Outcome::Answered || matches!(message.outcome, Outcome::Refused(_)) {
-            continue;
+        match &message.outcome {
+            Outcome::Answered if log.answers == 0 => {
+                message.outcome = Outcome::Lost("answered live, but the answer is not in its session's log".into());
+                continue;
+            }
+            Outcome::Refused(why) if why == DISK_FULL_SENTENCE && log.asked > 0 => {
+                message.outcome = Outcome::Lost("told nothing was kept, but its session's log has it".into());
+                continue;
+            }
+            Outcome::Answered | Outcome::Refused(_) => continue,
+            Outcome::Lost(_) => {}
         }
         message.outcome = if log.answers > 0 {
             // Answered while its sender was away: seen on coming back.
@@ -487,10 +512,18 @@ impl SmallDisk {
     /// Fills it (but for a few KiB) with one file; removing the file frees it.
     fn fill(&self) -> Result<PathBuf> {
         let filler = self.mount.join("filler");
-        let free = run_program("df", &["-B1", "--output=avail", &self.mount.to_string_lossy()])?;
-        let free: u64 = free.lines().nth(1).context("df prints a value")?.trim().parse()?;
-        run_program("fallocate", &["-l", &free.saturating_sub(64 << 10).to_string(), &filler.to_string_lossy()])?;
-        Ok(filler)
+        // The daemon writes meanwhile: what df said may be gone by the fallocate; ask again.
+        let mut last = None;
+        for _ in 0..5 {
+            let free = run_program("df", &["-B1", "--output=avail", &self.mount.to_string_lossy()])?;
+            let free: u64 = free.lines().nth(1).context("df prints a value")?.trim().parse()?;
+            let size = free.saturating_sub(64 << 10).to_string();
+            match run_program("fallocate", &["-l", &size, &filler.to_string_lossy()]) {
+                Ok(_) => return Ok(filler),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.context("fallocate was tried")?)
     }
 }
 
@@ -571,16 +604,22 @@ async fn inject(house: &Household, daemons: &mut Daemons, disk: &SmallDisk, faul
     };
     match fault {
         Fault::KillContainers => {
-            let running = docker(&["ps", "--format", "{{.Names}}"])?;
-            let ours = daemons.now.recorded_containers();
             let mut killed = vec![];
-            for prefix in ["baaaht-tool-", "baaaht-assistant-", "baaaht-coder-"] {
-                if let Some(name) =
-                    ours.iter().find(|name| name.starts_with(prefix) && running.lines().any(|l| l == *name))
-                {
-                    docker(&["kill", name])?;
-                    killed.push(name.clone());
+            // Some are running at any moment of a household's day; wait up to 20 s for one.
+            for _ in 0..100 {
+                let running = docker(&["ps", "--format", "{{.Names}}"])?;
+                let ours = daemons.now.recorded_containers();
+                for prefix in ["baaaht-tool-", "baaaht-assistant-", "baaaht-coder-"] {
+                    let found = ours.iter().find(|name| name.starts_with(prefix) && running.lines().any(|l| l == *name));
+                    if let Some(name) = found {
+                        docker(&["kill", name])?;
+                        killed.push(name.clone());
+                    }
                 }
+                if !killed.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Ok(format!("docker kill {}", if killed.is_empty() { "(none running)".into() } else { killed.join(" ") }))
         }
@@ -743,21 +782,28 @@ pub async fn run(plan: Plan) -> Result<Report> {
 /// the ones a catch-up run stood for), slots run to completion twice.
 fn task_runs(created: jiff::Timestamp, now: jiff::Timestamp, runs: &[v1::TaskRun]) -> TaskRuns {
     let minute = |at: jiff::Timestamp| at.as_second().div_euclid(60);
-    let mut completed: HashMap<&str, usize> = HashMap::new();
     let mut slots = std::collections::HashSet::new();
     let mut missed = 0;
     for each in runs.iter().filter(|each| each.outcome != "skipped") {
         if slots.insert(each.slot.as_str()) {
             missed += each.missed as usize;
         }
-        if each.outcome == "ok" {
-            *completed.entry(each.slot.as_str()).or_default() += 1;
-        }
     }
+    // A slot ran twice when any run of it started after one of it had finished well.
+    let twice: std::collections::HashSet<&str> = runs
+        .iter()
+        .filter(|ok| ok.outcome == "ok")
+        .filter(|ok| {
+            runs.iter().any(|other| {
+                other.slot == ok.slot && other.run_id != ok.run_id && other.outcome != "skipped" && other.started > ok.started
+            })
+        })
+        .map(|ok| ok.slot.as_str())
+        .collect();
     TaskRuns {
         due: (minute(now) - minute(created)).max(0) as usize,
         run: slots.len() + missed,
-        twice: completed.values().filter(|count| **count > 1).count(),
+        twice: twice.len(),
         outcomes: runs
             .iter()
             .map(|each| if each.outcome.is_empty() { "running".into() } else { each.outcome.clone() })

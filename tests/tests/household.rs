@@ -30,6 +30,7 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
     for fault in ["docker kill", "answering 500", "kill -9 baaahtd", "answering 429", "stalling", "full"] {
         assert!(injected.iter().any(|what| what.contains(fault)), "not injected: {fault}; {injected:?}");
     }
+    assert!(!injected.iter().any(|what| what.contains("none running")), "nothing was there to kill: {injected:?}");
     // Nothing lost, nothing doubled.
     let lost = report.lost();
     assert!(lost.is_empty(), "lost: {lost:#?}\n{}", logs());

@@ -132,7 +132,7 @@ async fn call<T>(
 
 impl DockerRuntime {
     /// Whether the engine was asked to kill or stop container `id` since it started (the `kill`
-    /// events of its log).
+    /// and `stop` events of its log).
     async fn killed_by_the_engine(&self, id: &str, started_at: Option<&str>) -> Result<bool, RuntimeError> {
         let now = jiff::Timestamp::now();
         let since = started_at
@@ -146,7 +146,7 @@ impl DockerRuntime {
             until: Some((now.as_second() + 1).to_string()),
             filters: Some(HashMap::from([
                 ("container".to_string(), vec![id.to_string()]),
-                ("event".to_string(), vec!["kill".to_string()]),
+                ("event".to_string(), vec!["kill".to_string(), "stop".to_string()]),
             ])),
         };
         let read = async {
@@ -157,7 +157,15 @@ impl DockerRuntime {
                 None => Ok(false),
             }
         };
-        call(self.limit, "read a container's events", read).await
+        // Its own bound, past the second the log is asked for: not an engine call's, whose
+        // timeout marks the whole engine hung.
+        match tokio::time::timeout(Duration::from_secs(5), read).await {
+            Ok(read) => read.map_err(|error| engine_error("read a container's events", error)),
+            Err(_) => Err(RuntimeError::Engine {
+                operation: "read a container's events",
+                message: "the event log did not end within 5 s".into(),
+            }),
+        }
     }
 
     /// The `baaaht.image.version` label of `image` (empty when it has none); none when there is
@@ -434,14 +442,25 @@ impl ContainerRuntime for DockerRuntime {
         if state.oom_killed == Some(true) || code != 137 {
             return Ok(ExitInfo { code, oom_killed: state.oom_killed == Some(true) });
         }
-        // A SIGKILLed init without the OOMKilled flag. The flag is not to be trusted: dockerd
+        // Exit 137 without the OOMKilled flag. Under runc on Docker the flag is to be trusted
+        // (137 is then a shell passing on its child's SIGKILL, say). Elsewhere it is not: dockerd
         // 20.10 sets it only when the shim's OOM event comes before the exit, and under gVisor
         // on a busy host the event sometimes never comes (reproduced: 1 run in 8 under load had
-        // neither flag nor `oom` event). A container's init can only be SIGKILLed from outside
-        // its PID namespace: by the engine (`docker kill`/`stop`, which leave a `kill` event),
-        // or by the kernel's OOM killer. The daemon's own kills are timeouts, reported as such
-        // before the exit code is read. Podman 4 on hybrid cgroups never sets the flag at all.
-        let oom_killed = !self.killed_by_the_engine(id, state.started_at.as_deref()).await?;
+        // neither flag nor `oom` event); Podman 4 on hybrid cgroups never sets it. There, a
+        // sandbox or an init is SIGKILLed only from outside: by the engine (`kill`/`stop`, which
+        // leave their events) or by the kernel's OOM killer. The daemon's own kills are
+        // timeouts, reported as such before the exit code is read.
+        let gvisor = inspected.host_config.and_then(|host| host.runtime).is_some_and(|runtime| runtime == "runsc");
+        if !gvisor && self.info.kind == EngineKind::Docker {
+            return Ok(ExitInfo { code, oom_killed: false });
+        }
+        let oom_killed = match self.killed_by_the_engine(id, state.started_at.as_deref()).await {
+            Ok(killed) => !killed,
+            Err(error) => {
+                tracing::warn!(container = id, %error, "cannot read the engine's events; exit 137 taken as a kill");
+                false
+            }
+        };
         Ok(ExitInfo { code, oom_killed })
     }
 

@@ -250,6 +250,9 @@ pub struct ContainerManager {
     /// Ids and names of containers this process created (or is creating) and has not removed: a
     /// reconcile running at the same time leaves them alone.
     started_here: Mutex<std::collections::HashSet<String>>,
+    /// Containers whose exit a [`ContainerManager::run`] is waiting for, to read their logs:
+    /// ended, they are still in use until it removes them.
+    awaited: Mutex<std::collections::HashSet<String>>,
     metrics: Arc<crate::metrics::Metrics>,
 }
 
@@ -296,6 +299,7 @@ impl ContainerManager {
             inventory: tokio::sync::Mutex::new(inventory),
             problems: Mutex::default(),
             started_here: Mutex::default(),
+            awaited: Mutex::default(),
             metrics: Arc::default(),
         })
     }
@@ -556,13 +560,30 @@ impl ContainerManager {
         token_sha256: Option<String>,
     ) -> Result<(String, RunStatus, Output, u32), ContainerError> {
         let (id, attempts) = self.start_with_retry(runtime, spec, token_sha256.unwrap_or_default()).await?;
+        self.awaited.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone());
+        let result = self.wait_and_keep(runtime, request, spec, &id).await;
+        self.awaited.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+        self.cleanup(runtime, &id, &spec.name).await;
+        let (status, output) = result?;
+        Ok((id, status, output, attempts))
+    }
+
+    /// Waits for container `id` of `spec` to exit (killing it at the request's timeout) and
+    /// keeps what it wrote.
+    async fn wait_and_keep(
+        &self,
+        runtime: &dyn ContainerRuntime,
+        request: &RunRequest,
+        spec: &ContainerSpec,
+        id: &str,
+    ) -> Result<(RunStatus, Output), ContainerError> {
+        let id = id.to_string();
         let waited = tokio::time::timeout(request.timeout, runtime.wait(&id)).await;
         let status = match waited {
             Ok(Ok(exit)) if exit.oom_killed => RunStatus::OutOfMemory { limit_bytes: spec.limits.memory_bytes },
             Ok(Ok(exit)) => RunStatus::Exited(exit.code),
             Ok(Err(error)) => {
                 self.note_hung(&error);
-                self.cleanup(runtime, &id, &spec.name).await;
                 return Err(ContainerError::Runtime(error));
             }
             Err(_) => {
@@ -583,8 +604,7 @@ impl ContainerManager {
         if let Err(error) = self.keep_logs(&id, spec, &status, &output) {
             tracing::warn!(container = %spec.name, error = %error, "cannot keep container logs");
         }
-        self.cleanup(runtime, &id, &spec.name).await;
-        Ok((id, status, output, attempts))
+        Ok((status, output))
     }
 
     /// Creates and starts `spec`, retrying once (spec §5.4); a hung engine is not retried.
@@ -760,12 +780,12 @@ impl ContainerManager {
         let mut report = ReconcileReport::default();
         let mut kept = vec![];
         let started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let awaited = self.awaited.lock().unwrap_or_else(PoisonError::into_inner).clone();
         for container in &found {
             let known = inventory.containers.iter().find(|entry| entry.id == container.id).cloned();
-            let service = known.as_ref().is_some_and(|entry| entry.kind == ContainerKind::Service);
-            // A service of this process's that has ended (dockerd restarted under it, say) is
-            // dead: removed, and its slot freed. Anything else it started is in use.
-            let dead = service && container.ended;
+            // A container of this process's that has ended (dockerd restarted under it, say)
+            // is dead, unless a run waits to read its logs: removed, and its slot freed.
+            let dead = container.ended && !awaited.contains(&container.id);
             if (started_here.contains(&container.id) || started_here.contains(&container.name)) && !dead {
                 // Started by this process while the reconcile ran: in use, not an orphan.
                 kept.extend(known);

@@ -373,7 +373,10 @@ pub enum RuntimeError {
     #[error("the container engine did not answer {operation} within {seconds} s")]
     Hung { operation: &'static str, seconds: u64 },
     /// Its socket cannot be connected to: the engine is down or restarting.
-    #[error("the container engine cannot be reached to {operation}: {message}")]
+    #[error(
+        "the container engine cannot be reached to {operation} ({message}): start it (dockerd, or podman.socket); \
+         baaaht goes on when it answers"
+    )]
     Unreachable { operation: &'static str, message: String },
     #[error("cannot {operation}")]
     Io {

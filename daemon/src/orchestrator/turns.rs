@@ -99,7 +99,7 @@ pub(super) async fn run_turn(
         Err(error) => {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record the reply");
             let (message, for_users) = if crate::state::is_disk_full(&error) {
-                (crate::state::DISK_FULL.to_string(), true)
+                (crate::state::DISK_FULL_REPLY.to_string(), true)
             } else {
                 (format!("the reply could not be recorded: {error}"), false)
             };

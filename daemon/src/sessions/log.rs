@@ -300,16 +300,22 @@ impl SessionLog {
             return Err(LogError::UnknownParent { session: self.session.clone(), id, parent: parent.to_string() });
         }
         let mut file = std::fs::OpenOptions::new().read(true).append(true).open(&self.path).map_err(io(&self.path))?;
+        let length = file.metadata().map_err(io(&self.path))?.len();
         // A line cut by a crash stays as it is (reported when read); the next entry starts anew.
         let ends_cleanly = {
             use std::os::unix::fs::FileExt;
-            let length = file.metadata().map_err(io(&self.path))?.len();
             let mut last = [0u8; 1];
             length == 0 || (file.read_exact_at(&mut last, length - 1).is_ok() && last[0] == b'\n')
         };
         let mut bytes = if ends_cleanly { vec![] } else { vec![b'\n'] };
         bytes.extend(line_of(entry)?);
-        file.write_all(&bytes).and_then(|()| file.sync_data()).map_err(io(&self.path))?;
+        if let Err(error) = file.write_all(&bytes).and_then(|()| file.sync_data()) {
+            // Not kept means not there: a part of the line (the disk filled under it, say)
+            // would read back as an entry or a torn line.
+            // silent-ok: the write's own error is the one to report.
+            let _ = file.set_len(length);
+            return Err(io(&self.path)(error));
+        }
         self.ids.insert(id);
         Ok(())
     }

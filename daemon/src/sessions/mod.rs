@@ -428,7 +428,12 @@ impl SessionStore {
             touch(record, now);
             told = Some(record.clone());
         }
-        self.save(&inner)?;
+        // The entry is in its log, durably: the index (its leaf and times, kept in memory) is
+        // saved with the next change that can be. Failing here would tell the caller it was
+        // not kept, and a retry would record it twice.
+        if let Err(error) = self.save(&inner) {
+            tracing::error!(session = id, error = %baaaht_proto::error_chain(&error), "cannot save the session index after an entry; it is in the log");
+        }
         drop(inner);
         if let (Some(record), Some(sink)) = (told, self.sink.get().and_then(std::sync::Weak::upgrade)) {
             sink.appended(&record, &entry);
