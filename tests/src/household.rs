@@ -610,7 +610,8 @@ async fn inject(house: &Household, daemons: &mut Daemons, disk: &SmallDisk, faul
                 let running = docker(&["ps", "--format", "{{.Names}}"])?;
                 let ours = daemons.now.recorded_containers();
                 for prefix in ["baaaht-tool-", "baaaht-assistant-", "baaaht-coder-"] {
-                    let found = ours.iter().find(|name| name.starts_with(prefix) && running.lines().any(|l| l == *name));
+                    let found =
+                        ours.iter().find(|name| name.starts_with(prefix) && running.lines().any(|l| l == *name));
                     if let Some(name) = found {
                         docker(&["kill", name])?;
                         killed.push(name.clone());
@@ -795,7 +796,10 @@ fn task_runs(created: jiff::Timestamp, now: jiff::Timestamp, runs: &[v1::TaskRun
         .filter(|ok| ok.outcome == "ok")
         .filter(|ok| {
             runs.iter().any(|other| {
-                other.slot == ok.slot && other.run_id != ok.run_id && other.outcome != "skipped" && other.started > ok.started
+                other.slot == ok.slot
+                    && other.run_id != ok.run_id
+                    && other.outcome != "skipped"
+                    && other.started > ok.started
             })
         })
         .map(|ok| ok.slot.as_str())
