@@ -24,7 +24,7 @@ use baaaht_proto::v1;
 use serde_json::json;
 
 use crate::fake_provider::{anthropic_answer, words_stream, Answer, Asked, FakeProvider, Responder, Wire};
-use crate::{docker, scenario, DaemonOptions, TestDaemon};
+use crate::{docker, scenario, DaemonOptions, Dice, TestDaemon};
 
 /// The model's pace: 50 tokens (words) a second.
 const WORD_EVERY: Duration = Duration::from_millis(20);
@@ -240,22 +240,6 @@ fn brain(fault: Arc<Mutex<ModelFault>>) -> Answer {
     })))
 }
 
-/// A small pseudo-random sequence (xorshift), one per person: no dependency for this.
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() % 1_000_000) as f64 / 1_000_000.0
-    }
-}
-
 /// What the people, the fault injector and the sampler share.
 struct Household {
     plan: Plan,
@@ -300,7 +284,7 @@ async fn person(house: Arc<Household>, index: usize) {
         }
         tokio::time::sleep(pause).await;
         let token = format!("hh{:05}", house.next_token.fetch_add(1, Ordering::SeqCst));
-        let (kind, context, content) = match dice.next() % 10 {
+        let (kind, context, content) = match dice.roll() % 10 {
             0 | 1 => (Kind::Coder, scenario::user(&user), format!("Please ask the coder to print {token}.")),
             2 | 3 => (Kind::Group, scenario::group(&group), format!("Family note {token}: dinner is at seven.")),
             _ => (Kind::Chat, scenario::user(&user), format!("Remember {token} for me, please.")),

@@ -678,6 +678,29 @@ pub fn fetch_in_background(coder: &LingeringAgent, target: String) -> std::threa
     })
 }
 
+/// A small, fixed pseudo-random sequence (xorshift) for corpora and simulated people: the same
+/// numbers from the same seed, and no dependency for it.
+pub struct Dice(pub u64);
+
+impl Dice {
+    pub fn roll(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.roll() % n as u64) as usize
+    }
+
+    /// A number in `0.0..1.0`.
+    pub fn unit(&mut self) -> f64 {
+        (self.roll() % 1_000_000) as f64 / 1_000_000.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,23 +20,9 @@ use baaaht_daemon::recall::index::{Filter, Index, MemoryDoc, MessageDoc};
 use baaaht_daemon::recall::Recall;
 use baaaht_daemon::sessions::SessionStore;
 
+use baaaht_tests::Dice;
+
 use crate::{header, Row};
-
-/// A fixed sequence of numbers (the same corpus every run).
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// The corpus's words: common English words, and 20,000 made-up ones (names, places, things)
 /// used with a Zipf-like skew, as a household's vocabulary is.
