@@ -28,6 +28,10 @@ pub const KEEP_WARM: Duration = Duration::from_secs(60);
 pub enum AgentError {
     #[error("cannot start the {role} container: {reason}")]
     Start { role: Role, reason: String },
+    /// The container could not start for want of space in the data dir (the operator's log
+    /// has the error).
+    #[error("cannot start the {role} container: {full}", role = .0, full = crate::state::DISK_FULL_WORK)]
+    DiskFull(Role),
     #[error("the {role} agent did not connect within {} s; see the daemon log", CONNECT_TIMEOUT.as_secs(), role = .0)]
     NoAgent(Role),
     #[error("the {0} agent stopped during the turn")]
@@ -79,6 +83,14 @@ pub struct TurnOutcome {
     pub refused: bool,
     /// Input and output tokens of every model call of the turn.
     pub tokens: u64,
+}
+
+impl TurnOutcome {
+    /// The daemon's own sentence instead of an answer (a budget's limit, a full disk, no room):
+    /// what the person who asked reads.
+    pub fn refusal(content: String) -> TurnOutcome {
+        TurnOutcome { content, is_error: true, refused: true, ..TurnOutcome::default() }
+    }
 }
 
 /// An idle agent container.
@@ -184,11 +196,13 @@ impl AgentPool {
         };
         let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
-        let handle = self
-            .containers
-            .start_detached(request)
-            .await
-            .map_err(|error| AgentError::Start { role, reason: baaaht_proto::error_chain(&error) })?;
+        let handle = self.containers.start_detached(request).await.map_err(|error| {
+            if crate::state::is_disk_full(&error) {
+                tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
+                return AgentError::DiskFull(role);
+            }
+            AgentError::Start { role, reason: baaaht_proto::error_chain(&error) }
+        })?;
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         if !self.connected.wait_for(&mut changes, &handle.name, deadline).await {
             tracing::warn!(container = %handle.name, "the agent did not connect; removing its container");

@@ -590,7 +590,11 @@ impl Daemon {
             Duration::from_secs(loaded_idle_after.max(60)),
             tracker.clone(),
         ));
-        let turns = Arc::new(orchestrator::Turns::open(&state_dir, loaded_max_concurrent));
+        let turns = Arc::new(orchestrator::Turns::open(
+            &state_dir,
+            loaded_max_concurrent,
+            Duration::from_secs(loaded.config.container.queue_timeout),
+        ));
         let orchestrator = Arc::new(orchestrator::Orchestrator {
             loaded: loaded.clone(),
             data_dir: data_dir.clone(),

@@ -43,6 +43,15 @@ pub const DISK_FULL: &str = "baaaht cannot save anything right now: the disk it 
 pub const DISK_FULL_REPLY: &str = "baaaht could not save its reply: the disk it keeps its data on is full. \
                                    Your message is kept; ask again once the person who runs baaaht has made room.";
 
+/// What a person is told when their message was kept but no agent could start to answer it.
+pub const DISK_FULL_TURN: &str = "baaaht could not answer: the disk it keeps its data on is full. \
+                                  Your message is kept; ask again once the person who runs baaaht has made room.";
+
+/// What a caller is told (a model, through a tool's error) when work cannot start for want of
+/// space.
+pub const DISK_FULL_WORK: &str = "the disk baaaht keeps its data on is full; \
+                                  try again once the person who runs baaaht has made room";
+
 /// Whether `error` (or one of its sources) is a write that failed for want of space.
 pub fn is_disk_full(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);

@@ -607,7 +607,8 @@ impl ContainerManager {
         Ok((status, output))
     }
 
-    /// Creates and starts `spec`, retrying once (spec §5.4); a hung engine is not retried.
+    /// Creates and starts `spec`, retrying once (spec §5.4); a hung engine or a full disk is
+    /// not retried.
     async fn start_with_retry(
         &self,
         runtime: &dyn ContainerRuntime,
@@ -624,6 +625,8 @@ impl ContainerManager {
                     self.metrics.record_spawn(role, started.elapsed());
                     return Ok((id, attempts));
                 }
+                // A full disk is told as such (its cause kept), not retried: a retry cannot help.
+                Err(error) if crate::state::is_disk_full(&error) => return Err(ContainerError::Runtime(error)),
                 Err(error)
                     if attempts < 2
                         && !matches!(error, RuntimeError::Hung { .. } | RuntimeError::Unreachable { .. }) =>

@@ -148,6 +148,8 @@ pub struct Turns {
     speaking: Mutex<std::collections::HashSet<String>>,
     /// Places for the containers work needs, one per container slot (see [`Places`]).
     places: Arc<Places>,
+    /// How long a turn waits for its place (`container.queue_timeout`).
+    patience: Duration,
 }
 
 /// A delegate's hold on its turn's word ([`Turns::give_word`]), given back when dropped (also
@@ -174,6 +176,16 @@ pub struct Places {
     slots: u32,
     taken: Mutex<u32>,
     freed: tokio::sync::Notify,
+}
+
+/// What a turn waiting for its place ([`Turns::admit_turn`]) got.
+#[derive(Debug)]
+pub enum Admission {
+    Place(Taken),
+    /// The turn was stopped while it waited.
+    Cancelled,
+    /// No place came free in time: the sentence for the person who asked.
+    Busy(String),
 }
 
 /// Places taken, given back when dropped.
@@ -230,8 +242,9 @@ impl Places {
 }
 
 impl Turns {
-    /// The turns recorded in `state_dir`, with `container_slots` container slots to share.
-    pub fn open(state_dir: &std::path::Path, container_slots: u32) -> Turns {
+    /// The turns recorded in `state_dir`, with `container_slots` container slots to share; a
+    /// turn waits `patience` at most for its place.
+    pub fn open(state_dir: &std::path::Path, container_slots: u32, patience: Duration) -> Turns {
         let path = state_dir.join(TURNS_FILE);
         let inflight = state::read_json_or_set_aside(&path, InFlight::default);
         Turns {
@@ -244,6 +257,7 @@ impl Turns {
             overflowed: Mutex::default(),
             speaking: Mutex::default(),
             places: Places::new(container_slots),
+            patience,
         }
     }
 
@@ -298,9 +312,21 @@ impl Turns {
     }
 
     /// A place for a turn's Assistant, taken when three are free (two stay free for the
-    /// delegations of running turns); none when `cancel` fires first.
-    pub async fn admit_turn(&self, cancel: &CancellationToken) -> Option<Taken> {
-        self.places.take(1, 3, cancel, "a turn").await
+    /// delegations of running turns), waiting no longer than `container.queue_timeout`.
+    pub async fn admit_turn(&self, cancel: &CancellationToken) -> Admission {
+        match tokio::time::timeout(self.patience, self.places.take(1, 3, cancel, "a turn")).await {
+            Ok(Some(place)) => Admission::Place(place),
+            Ok(None) => Admission::Cancelled,
+            Err(_) => {
+                tracing::warn!(slots = self.places.slots, waited_s = self.patience.as_secs(), "a turn found no place");
+                Admission::Busy(format!(
+                    "baaaht is busy: all {} of its container slots stayed in use for {} s. Your message is kept; \
+                     ask again in a few minutes (the person who runs baaaht can raise container.max_concurrent).",
+                    self.places.slots,
+                    self.patience.as_secs()
+                ))
+            }
+        }
     }
 
     /// Places for an agent and its tool container (a delegation, a scheduled run); none when
@@ -731,5 +757,19 @@ mod tests {
         // A cancelled wait takes nothing.
         cancel.cancel();
         assert!(places.take(2, 6, &cancel, "an agent").await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_that_finds_no_place_in_time_is_told_so() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let turns = Turns::open(dir.path(), 3, Duration::from_secs(60));
+        let never = CancellationToken::new();
+        let Admission::Place(first) = turns.admit_turn(&never).await else { panic!("room for the first turn") };
+        // A second would leave less than two places for the first one's delegations.
+        let Admission::Busy(sentence) = turns.admit_turn(&never).await else { panic!("no room for a second turn") };
+        assert!(sentence.contains("all 3 of its container slots stayed in use for 60 s"), "{sentence}");
+        assert!(sentence.contains("Your message is kept"), "{sentence}");
+        drop(first);
+        assert!(matches!(turns.admit_turn(&never).await, Admission::Place(_)));
     }
 }

@@ -22,7 +22,11 @@ pub(super) async fn run_turn(
     let cancel = orchestrator.turns.cancel_token(&accepted.turn);
     let (shared_ref, record_ref, accepted_ref) = (&orchestrator, &record, &accepted);
     let answer = |cancel: CancellationToken| async move {
-        let Some(_place) = shared_ref.turns.admit_turn(&cancel).await else { return Err(CANCELLED.to_string()) };
+        let _place = match shared_ref.turns.admit_turn(&cancel).await {
+            super::Admission::Place(place) => place,
+            super::Admission::Cancelled => return Err(CANCELLED.to_string()),
+            super::Admission::Busy(sentence) => return Ok(crate::agents::TurnOutcome::refusal(sentence)),
+        };
         if cancel.is_cancelled() {
             return Err(CANCELLED.to_string());
         }
@@ -211,7 +215,15 @@ async fn assistant_turn(
         };
         let work =
             Work { live: live.clone(), turn, timeout: Duration::from_secs(settings.timeout), cancel: cancel.clone() };
-        async move { orchestrator.agents.run(work).await.map_err(|error| error.to_string()) }
+        async move {
+            match orchestrator.agents.run(work).await {
+                // Said to the person as the daemon's sentence, as a budget's refusal is.
+                Err(crate::agents::AgentError::DiskFull(_)) => {
+                    Ok(crate::agents::TurnOutcome::refusal(crate::state::DISK_FULL_TURN.to_string()))
+                }
+                ran => ran.map_err(|error| error.to_string()),
+            }
+        }
     };
     let sent: usize = messages.iter().map(message_chars).sum::<usize>() / 4;
     let result = answer(messages).await;

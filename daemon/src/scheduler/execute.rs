@@ -112,7 +112,7 @@ impl Daemon {
         let session = match task.context_mode {
             ContextMode::Session => self.orchestrator.sessions.active(&context, owner),
             ContextMode::Isolated | ContextMode::Silent => {
-                self.orchestrator.sessions.create(&context, owner, Some(format!("task: {}", task.description)))
+                self.orchestrator.sessions.create_for_run(&context, owner, format!("task: {}", task.description))
             }
         };
         let record = match session {
@@ -151,7 +151,9 @@ impl Daemon {
             }
             Err(error) => {
                 let failure = match &error {
-                    AgentError::Start { .. } | AgentError::NoAgent(_) => Failure::Start(error.to_string()),
+                    AgentError::Start { .. } | AgentError::DiskFull(_) | AgentError::NoAgent(_) => {
+                        Failure::Start(error.to_string())
+                    }
                     AgentError::Timeout { .. } => Failure::Timeout(error.to_string()),
                     AgentError::Lost(_) | AgentError::Cancelled(_) => Failure::Error(error.to_string()),
                 };

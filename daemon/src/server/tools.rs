@@ -17,6 +17,7 @@ impl From<ToolsError> for Status {
     fn from(error: ToolsError) -> Status {
         match error {
             ToolsError::Timeout(_) => Status::deadline_exceeded(error.to_string()),
+            ToolsError::DiskFull => Status::resource_exhausted(error.to_string()),
             ToolsError::Workspace(crate::workspace::WorkspaceError::TooMany(_)) => {
                 Status::resource_exhausted(baaaht_proto::error_chain(&error))
             }

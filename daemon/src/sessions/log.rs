@@ -32,6 +32,10 @@ pub struct Header {
     /// The session and entry it was forked from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkPoint>,
+    /// A scheduled run's own session (an isolated or silent task's): a message sent without
+    /// naming a session never goes to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -353,6 +357,7 @@ mod tests {
             context_type: "user".into(),
             title: None,
             forked_from: None,
+            run: false,
         }
     }
 

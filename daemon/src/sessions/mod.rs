@@ -71,6 +71,9 @@ pub struct SessionRecord {
     /// The session and entry this one was forked from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<log::ForkPoint>,
+    /// A scheduled run's own session ([`log::Header::run`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run: bool,
 }
 
 impl SessionRecord {
@@ -310,6 +313,28 @@ impl SessionStore {
         user_id: &str,
         title: Option<String>,
     ) -> Result<SessionRecord, SessionError> {
+        self.create_as(context, user_id, title, false)
+    }
+
+    /// Starts a scheduled run's own session for `context` (its task's owner `user_id`): one a
+    /// person's message goes to only when it names it (a reply to the run's notice), never as
+    /// the context's [`Sessions::active`] one, though it is the newest.
+    pub fn create_for_run(
+        &self,
+        context: &Context,
+        user_id: &str,
+        title: String,
+    ) -> Result<SessionRecord, SessionError> {
+        self.create_as(context, user_id, Some(title), true)
+    }
+
+    fn create_as(
+        &self,
+        context: &Context,
+        user_id: &str,
+        title: Option<String>,
+        run: bool,
+    ) -> Result<SessionRecord, SessionError> {
         let now = state::now_seconds();
         let mut inner = self.lock();
         let id = loop {
@@ -329,6 +354,7 @@ impl SessionStore {
             context_type: context_type(context).into(),
             title: title.clone(),
             forked_from: None,
+            run,
         };
         let log = SessionLog::create(&self.folder(&id), header.clone())?;
         let record = record_of(&header, now);
@@ -340,14 +366,14 @@ impl SessionStore {
     }
 
     /// The context's session new messages go to: the most recently active one that is not
-    /// archived, or a new one.
+    /// archived (nor a scheduled run's own), or a new one.
     pub fn active(&self, context: &Context, user_id: &str) -> Result<SessionRecord, SessionError> {
         let current = self
             .lock()
             .index
             .sessions
             .iter()
-            .filter(|s| s.context() == *context && s.status != SessionStatus::Archived)
+            .filter(|s| s.context() == *context && s.status != SessionStatus::Archived && !s.run)
             .max_by_key(|s| s.last_activity_seconds)
             .cloned();
         match current {
@@ -465,6 +491,8 @@ impl SessionStore {
         let mut header = source.header().cloned().ok_or_else(|| SessionError::NotFound(id.to_string()))?;
         header.id = new.clone();
         header.created = state::rfc3339(now);
+        // A fork is a person's conversation, even of a run's.
+        header.run = false;
         let log = log::fork(&source, entry, &self.folder(&new), header.clone())?;
         let mut record = record_of(&header, now);
         record.forked_from = Some(log::ForkPoint { session_id: id.to_string(), entry_id: entry.to_string() });
@@ -576,6 +604,7 @@ fn record_of(header: &log::Header, now: u64) -> SessionRecord {
         leaf: None,
         last_activity_seconds: now,
         forked_from: header.forked_from.clone(),
+        run: header.run,
     }
 }
 
@@ -653,6 +682,26 @@ mod tests {
         let branch = reopened.read(&session.id).expect("read").branch(&third).expect("branch");
         assert_eq!(branch.len(), 4, "the resumed session continues from its leaf, the last entry written");
         assert_eq!(reopened.counts(), SessionCounts { active: 2, idle: 0, archived: 0 });
+    }
+
+    #[test]
+    fn a_message_naming_no_session_never_goes_to_a_scheduled_runs_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("data/state")).expect("state");
+        let store = SessionStore::open(dir.path());
+        let family = Context::group("family");
+        let chat = store.active(&family, "alice").expect("created");
+        store.append(&chat.id, None, message("hello")).expect("append");
+        // A task's run starts its own session after it, the newest, and is at work in it ...
+        let run = store.create_for_run(&family, "alice", "task: the weather".into()).expect("run");
+        store.append(&run.id, None, message("Heartbeat")).expect("append to the run");
+        // ... and a member's message still goes on in their conversation, also once reopened,
+        // and in a fork of the run's (a person's).
+        assert_eq!(store.active(&family, "bob").expect("active").id, chat.id);
+        let reopened = SessionStore::open(dir.path());
+        assert_eq!(reopened.active(&family, "bob").expect("active").id, chat.id);
+        let fork = reopened.fork(&run.id, &run.id).expect("fork");
+        assert_eq!(reopened.active(&family, "bob").expect("active").id, fork.id);
     }
 
     #[test]

@@ -44,12 +44,28 @@ pub enum ToolsError {
     },
     #[error("cannot start the session's tool container: {0}")]
     Start(String),
+    #[error("cannot start the session's tool container: {0}")]
+    Container(#[source] crate::container::manager::ContainerError),
+    /// The tool container could not start for want of space in the data dir (the operator's
+    /// log has the error).
+    #[error("cannot start the session's tool container: {}", crate::state::DISK_FULL_WORK)]
+    DiskFull,
     #[error("the tool runner did not connect within {} s; see the daemon log", CONNECT_TIMEOUT.as_secs())]
     NoRunner,
     #[error("the tool runner stopped during the call; it is restarted on the next call")]
     RunnerLost,
     #[error("the call did not finish within {} s", .0.as_secs())]
     Timeout(Duration),
+}
+
+/// `error`, or [`ToolsError::DiskFull`] when it is a write that failed for want of space (what a
+/// model relays to a person then names no file; the operator's log has the error).
+fn worded(error: ToolsError) -> ToolsError {
+    if !crate::state::is_disk_full(&error) {
+        return error;
+    }
+    tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
+    ToolsError::DiskFull
 }
 
 /// One tool call for [`Runners::call`].
@@ -289,8 +305,9 @@ impl Runners {
         let (workspaces, held) = (self.workspaces.clone(), session.to_string());
         let workspace = tokio::task::spawn_blocking(move || workspaces.acquire(&held))
             .await
-            .map_err(|error| ToolsError::Start(format!("the workspace could not be prepared: {error}")))??;
-        let started = self.start_holding(session, context, coder, cold, workspace).await;
+            .map_err(|error| ToolsError::Start(format!("the workspace could not be prepared: {error}")))?
+            .map_err(|error| worded(error.into()))?;
+        let started = self.start_holding(session, context, coder, cold, workspace).await.map_err(worded);
         if started.is_err() {
             let (workspaces, held) = (self.workspaces.clone(), session.to_string());
             // silent-ok: a panic there is logged by the runtime; the start error is what matters.
@@ -373,7 +390,7 @@ impl Runners {
         } else {
             self.containers.start_service(request).await
         };
-        let handle = started.map_err(|error| ToolsError::Start(error.to_string()))?;
+        let handle = started.map_err(ToolsError::Container)?;
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         if !self.connected.wait_for(&mut changes, &handle.name, deadline).await {
             tracing::warn!(container = %handle.name, "the tool runner did not connect; removing its container");
@@ -611,5 +628,27 @@ impl Runners {
                 () = tokio::time::sleep(every) => self.reap_idle().await,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::container::manager::ContainerError;
+    use crate::sockets::ListenerError;
+
+    #[test]
+    fn a_tool_container_that_cannot_start_on_a_full_disk_says_so_without_the_operators_detail() {
+        let socket = |errno| {
+            ToolsError::Container(ContainerError::Socket(ListenerError::Create {
+                path: "/var/lib/baaaht/run/c-1/daemon.sock".into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            }))
+        };
+        let said = worded(socket(28)).to_string();
+        assert!(said.contains("disk baaaht keeps its data on is full"), "{said}");
+        assert!(!said.contains("/var/lib") && !said.contains("os error"), "{said}");
+        // Any other failure keeps its detail.
+        assert!(matches!(worded(socket(13)), ToolsError::Container(_)));
     }
 }
