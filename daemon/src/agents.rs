@@ -32,6 +32,9 @@ pub enum AgentError {
     /// has the error).
     #[error("cannot start the {role} container: {full}", role = .0, full = crate::state::DISK_FULL_WORK)]
     DiskFull(Role),
+    /// The container engine is down or restarting (the operator's log has the error).
+    #[error("cannot start the {0} container: the container engine is not answering (restarting, or stopped)")]
+    EngineDown(Role),
     #[error("the {role} agent did not connect within {} s; see the daemon log", CONNECT_TIMEOUT.as_secs(), role = .0)]
     NoAgent(Role),
     #[error("the {0} agent stopped during the turn")]
@@ -200,6 +203,14 @@ impl AgentPool {
             if crate::state::is_disk_full(&error) {
                 tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
                 return AgentError::DiskFull(role);
+            }
+            use crate::container::{manager::ContainerError, RuntimeError};
+            if matches!(
+                error,
+                ContainerError::Unavailable(_) | ContainerError::Runtime(RuntimeError::Unreachable { .. })
+            ) {
+                tracing::warn!(error = %baaaht_proto::error_chain(&error), "no container engine for an agent");
+                return AgentError::EngineDown(role);
             }
             AgentError::Start { role, reason: baaaht_proto::error_chain(&error) }
         })?;

@@ -1,19 +1,22 @@
 //! A household under load (issue 39), shared by `baaaht-bench household` and the two-minute
 //! test in `tests/tests/household.rs`: one daemon on a small loop-mounted filesystem of its own,
 //! 25 people in 5 groups writing to it (chats, turns that delegate to the Coder and run a
-//! command, group messages), a task of each group's every minute, the scripted model streaming
-//! at 50 tokens a second, and faults on a schedule: containers killed, the model failing and
-//! stalling, the daemon killed with SIGKILL and restarted as systemd would, the data dir's
-//! filesystem full, dockerd restarted.
+//! command, group messages) as host clients, some through the web gateway (`web`), a task of
+//! each group's every minute, the scripted model streaming at 50 tokens a second, and faults on
+//! a schedule (`faults`): containers killed, the model failing and stalling, the daemon killed
+//! with SIGKILL and restarted as systemd would, the data dir's filesystem full, the web's
+//! sign-in provider away, dockerd restarted.
 //!
 //! Every message carries its own token (`hh00042`); the model echoes it, so every answer is
 //! matched to its message. When the run ends, what each person saw live is settled against the
 //! sessions' logs (what a person sees on coming back): each message is answered, refused with a
 //! sentence its sender saw, or lost; an answer or a message recorded twice is doubled.
 
+mod faults;
+mod web;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -24,7 +27,9 @@ use baaaht_proto::v1;
 use serde_json::json;
 
 use crate::fake_provider::{anthropic_answer, words_stream, Answer, Asked, FakeProvider, Responder, Wire};
-use crate::{docker, scenario, DaemonOptions, Dice, TestDaemon};
+use crate::{docker, scenario, Dice, TestDaemon};
+pub use faults::SmallDisk;
+use faults::{inject, run_program, schedule, Daemons};
 
 /// The model's pace: 50 tokens (words) a second.
 const WORD_EVERY: Duration = Duration::from_millis(20);
@@ -48,8 +53,11 @@ pub struct Plan {
     pub faults: bool,
     /// Among the faults: restart dockerd (every container of the host goes down with it).
     pub restart_dockerd: bool,
-    /// How long the data dir's filesystem stays full.
-    pub disk_full_for: Duration,
+    /// Of the people, how many use the web (the real `baaaht-web`, signed in through the real
+    /// OIDC provider) rather than a host client; they chat and ask the Coder, not in groups.
+    pub web_people: usize,
+    /// How long the data dir's filesystem stays full, and the web's sign-in provider away.
+    pub outage: Duration,
 }
 
 /// The kinds of message people send.
@@ -61,6 +69,8 @@ pub enum Kind {
     Coder,
     /// A message in the person's group.
     Group,
+    /// A chat or a Coder turn from a page of the web gateway.
+    Web,
 }
 
 /// What became of a message.
@@ -88,8 +98,9 @@ pub struct Sent {
     pub outcome: Outcome,
     /// Its answer (or the message itself) was recorded more than once.
     pub doubled: bool,
-    /// Whether the client could not reach the daemon at all.
-    unreachable: bool,
+    /// What the client showed when it could not reach the daemon (then its message may not
+    /// have been taken).
+    unreachable: Option<String>,
 }
 
 /// One sample of the daemon's resources.
@@ -251,6 +262,8 @@ struct Household {
     /// The fault in force now.
     fault: Mutex<Option<String>>,
     model: Arc<Mutex<ModelFault>>,
+    /// The web site's address and its people's sessions, by household index.
+    web: Option<(std::net::SocketAddr, Vec<(usize, crate::web::Session)>)>,
 }
 
 impl Household {
@@ -284,11 +297,17 @@ async fn person(house: Arc<Household>, index: usize) {
         }
         tokio::time::sleep(pause).await;
         let token = format!("hh{:05}", house.next_token.fetch_add(1, Ordering::SeqCst));
-        let (kind, context, content) = match dice.roll() % 10 {
+        let (mut kind, context, content) = match dice.roll() % 10 {
             0 | 1 => (Kind::Coder, scenario::user(&user), format!("Please ask the coder to print {token}.")),
             2 | 3 => (Kind::Group, scenario::group(&group), format!("Family note {token}: dinner is at seven.")),
             _ => (Kind::Chat, scenario::user(&user), format!("Remember {token} for me, please.")),
         };
+        let on_the_web = house.web.as_ref().and_then(|(address, people)| {
+            people.iter().find(|(each, _)| *each == index).map(|(_, session)| (*address, session))
+        });
+        if on_the_web.is_some() {
+            kind = Kind::Web;
+        }
         let mut sent = Sent {
             token: token.clone(),
             user: user.clone(),
@@ -298,9 +317,13 @@ async fn person(house: Arc<Household>, index: usize) {
             first_word: None,
             outcome: Outcome::Lost("not settled".into()),
             doubled: false,
-            unreachable: false,
+            unreachable: None,
         };
-        follow(&house.socket, &mut client, scenario::message(context, &user, &content), &mut sent).await;
+        match on_the_web {
+            // A group message from the web goes to its sender's own chat (rooms are the admins').
+            Some((address, session)) => web::follow(address, session, &content, &mut sent).await,
+            None => follow(&house.socket, &mut client, scenario::message(context, &user, &content), &mut sent).await,
+        }
         house.sent.lock().unwrap_or_else(PoisonError::into_inner).push(sent);
     }
 }
@@ -311,7 +334,6 @@ async fn follow(socket: &Path, client: &mut Option<Client>, message: v1::UserMes
         match client::connect(socket, client::ConnectOptions::default()).await {
             Ok(connected) => *client = Some(connected),
             Err(error) => {
-                sent.unreachable = true;
                 sent.outcome = Outcome::Refused(format!("cannot reach baaahtd: {error}"));
                 return;
             }
@@ -324,7 +346,6 @@ async fn follow(socket: &Path, client: &mut Option<Client>, message: v1::UserMes
         Ok(events) => events.into_inner(),
         Err(status) => {
             *client = None;
-            sent.unreachable = true;
             sent.outcome = Outcome::Refused(format!("cannot reach baaahtd: {}", status.message()));
             return;
         }
@@ -338,7 +359,7 @@ async fn follow(socket: &Path, client: &mut Option<Client>, message: v1::UserMes
                 matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
             if gone {
                 *client = None;
-                sent.unreachable = true;
+                sent.unreachable = Some(format!("cannot reach baaahtd: {}", status.message()));
                 sent.outcome = Outcome::Lost(format!("SendUserMessage: {}", status.message()));
             } else {
                 sent.outcome = Outcome::Refused(status.message().to_string());
@@ -466,185 +487,11 @@ fn settle(sent: &mut [Sent], logged: &HashMap<String, Logged>) {
             Outcome::Answered
         } else if let Some(note) = log.notes.first() {
             Outcome::Refused(note.clone())
-        } else if log.asked == 0 && message.unreachable {
-            Outcome::Refused("cannot reach baaahtd (the daemon was restarting)".into())
+        } else if let Some(shown) = message.unreachable.as_ref().filter(|_| log.asked == 0) {
+            Outcome::Refused(shown.clone())
         } else {
             message.outcome.clone()
         };
-    }
-}
-
-/// The loop-mounted filesystem the data dir lives on, unmounted and removed on drop.
-pub struct SmallDisk {
-    pub mount: PathBuf,
-    _folder: tempfile::TempDir,
-}
-
-impl SmallDisk {
-    pub fn new(mib: u64) -> Result<SmallDisk> {
-        let folder = tempfile::Builder::new().prefix("baaaht-household-").tempdir()?;
-        let image = folder.path().join("disk.img");
-        let mount = folder.path().join("mnt");
-        std::fs::create_dir(&mount)?;
-        std::fs::File::create(&image)?.set_len(mib << 20)?;
-        // No blocks reserved for root: the daemon runs as root and must see the disk full.
-        run_program("mkfs.ext4", &["-q", "-F", "-m", "0", &image.to_string_lossy()])?;
-        run_program("mount", &["-o", "loop", &image.to_string_lossy(), &mount.to_string_lossy()])?;
-        Ok(SmallDisk { mount, _folder: folder })
-    }
-
-    /// Fills it (but for a few KiB) with one file; removing the file frees it.
-    fn fill(&self) -> Result<PathBuf> {
-        let filler = self.mount.join("filler");
-        // The daemon writes meanwhile: what df said may be gone by the fallocate; ask again.
-        let mut last = None;
-        for _ in 0..5 {
-            let free = run_program("df", &["-B1", "--output=avail", &self.mount.to_string_lossy()])?;
-            let free: u64 = free.lines().nth(1).context("df prints a value")?.trim().parse()?;
-            let size = free.saturating_sub(64 << 10).to_string();
-            match run_program("fallocate", &["-l", &size, &filler.to_string_lossy()]) {
-                Ok(_) => return Ok(filler),
-                Err(error) => last = Some(error),
-            }
-        }
-        Err(last.context("fallocate was tried")?)
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        // The workspaces a crashed daemon left, then the filesystem itself (lazily, if busy);
-        // the folder with its image goes after.
-        crate::unmount_below(&self.mount);
-    }
-}
-
-fn run_program(program: &str, args: &[&str]) -> Result<String> {
-    let output = Command::new(program).args(args).output().with_context(|| format!("run {program}"))?;
-    if !output.status.success() {
-        bail!("{program} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
-/// The faults of a run, as fractions of it.
-#[derive(Debug, Clone, Copy)]
-enum Fault {
-    KillContainers,
-    ModelFailing(u16),
-    ModelStalling,
-    CrashDaemon,
-    DiskFull,
-    RestartDockerd,
-}
-
-fn schedule(plan: &Plan) -> Vec<(f64, Fault)> {
-    if !plan.faults {
-        return vec![];
-    }
-    // Spread over the first three quarters, so the run's end shows how it came back.
-    let mut faults = vec![
-        (0.10, Fault::KillContainers),
-        (0.18, Fault::ModelFailing(500)),
-        (0.28, Fault::CrashDaemon),
-        (0.38, Fault::ModelFailing(429)),
-        (0.46, Fault::ModelStalling),
-        (0.54, Fault::DiskFull),
-    ];
-    if plan.restart_dockerd {
-        faults.push((0.70, Fault::RestartDockerd));
-    }
-    faults
-}
-
-/// The daemons of a run: the one serving now, and the crashed ones (kept for their logs).
-struct Daemons {
-    now: TestDaemon,
-    crashed: Vec<TestDaemon>,
-    options: DaemonOptions,
-}
-
-impl Daemons {
-    fn logs(&self) -> String {
-        let mut logs = String::new();
-        for daemon in self.crashed.iter().chain([&self.now]) {
-            logs.push_str(&format!("--- baaahtd pid {}\n{}\n", daemon.pid(), daemon.log_text()));
-        }
-        logs
-    }
-}
-
-/// Injects `fault`; returns what it did.
-async fn inject(house: &Household, daemons: &mut Daemons, disk: &SmallDisk, fault: Fault) -> Result<String> {
-    let plan = &house.plan;
-    let window = (plan.run_for / 12).clamp(Duration::from_secs(5), Duration::from_secs(60));
-    let model_fault = |fault: ModelFault, name: String| async move {
-        house.set_fault(Some(name.clone()));
-        *house.model.lock().unwrap_or_else(PoisonError::into_inner) = fault;
-        tokio::time::sleep(window).await;
-        *house.model.lock().unwrap_or_else(PoisonError::into_inner) = ModelFault::None;
-        house.set_fault(None);
-        Ok(format!("{name} for {} s", window.as_secs()))
-    };
-    match fault {
-        Fault::KillContainers => {
-            let mut killed = vec![];
-            // Some are running at any moment of a household's day; wait up to 20 s for one.
-            for _ in 0..100 {
-                let running = docker(&["ps", "--format", "{{.Names}}"])?;
-                let ours = daemons.now.recorded_containers();
-                for prefix in ["baaaht-tool-", "baaaht-assistant-", "baaaht-coder-"] {
-                    let found =
-                        ours.iter().find(|name| name.starts_with(prefix) && running.lines().any(|l| l == *name));
-                    if let Some(name) = found {
-                        docker(&["kill", name])?;
-                        killed.push(name.clone());
-                    }
-                }
-                if !killed.is_empty() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Ok(format!("docker kill {}", if killed.is_empty() { "(none running)".into() } else { killed.join(" ") }))
-        }
-        Fault::ModelFailing(code) => {
-            model_fault(ModelFault::Failing(code), format!("the model answering {code}")).await
-        }
-        Fault::ModelStalling => model_fault(ModelFault::Stalling, "the model stalling".into()).await,
-        Fault::CrashDaemon => {
-            house.set_fault(Some("baaahtd killed".into()));
-            daemons.now.crash()?;
-            // systemd's RestartSec.
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let options = daemons.options.clone();
-            let restarted = tokio::task::spawn_blocking(move || TestDaemon::start(options)).await??;
-            let crashed = std::mem::replace(&mut daemons.now, restarted);
-            let pid = crashed.pid();
-            daemons.crashed.push(crashed);
-            house.set_fault(None);
-            Ok(format!("kill -9 baaahtd (pid {pid}), restarted in 2 s as pid {}", daemons.now.pid()))
-        }
-        Fault::DiskFull => {
-            house.set_fault(Some("the data dir's filesystem full".into()));
-            let filler = disk.fill()?;
-            tokio::time::sleep(plan.disk_full_for).await;
-            std::fs::remove_file(&filler)?;
-            house.set_fault(None);
-            Ok(format!("the data dir's filesystem full for {} s", plan.disk_full_for.as_secs()))
-        }
-        Fault::RestartDockerd => {
-            house.set_fault(Some("dockerd restarted".into()));
-            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/lib.sh");
-            let restart = format!(
-                "source {script} && pid=$(pgrep -xo dockerd) && kill -TERM $pid && \
-                 while kill -0 $pid 2>/dev/null; do sleep 0.2; done && ensure_container_engine"
-            );
-            let took = Instant::now();
-            tokio::task::spawn_blocking(move || run_program("bash", &["-c", &restart])).await??;
-            house.set_fault(None);
-            Ok(format!("dockerd restarted ({:.1} s)", took.elapsed().as_secs_f64()))
-        }
     }
 }
 
@@ -669,6 +516,7 @@ pub async fn run(plan: Plan) -> Result<Report> {
         fake.api_base(Wire::Anthropic)
     );
     options.files = vec![("config/providers.yaml".into(), providers)];
+    let mut site = if plan.web_people > 0 { Some(web::Site::provider(&mut options)?) } else { None };
     let start_options = options.clone();
     let first = tokio::task::spawn_blocking(move || TestDaemon::start(start_options)).await??;
     let mut daemons = Daemons { now: first, crashed: vec![], options };
@@ -679,6 +527,9 @@ pub async fn run(plan: Plan) -> Result<Report> {
         let members = (0..plan.users).filter(|user| user % plan.groups == group).map(user_id).collect();
         let create = v1::CreateGroupRequest { id: group_id(group), name: format!("Family {group}"), members };
         host.admin.create_group(create).await.context("CreateGroup")?;
+    }
+    if let Some(site) = site.as_mut() {
+        site.open(&mut host, plan.users.saturating_sub(plan.web_people)..plan.users).await?;
     }
     let mut tasks = vec![];
     for group in 0..plan.groups {
@@ -702,6 +553,7 @@ pub async fn run(plan: Plan) -> Result<Report> {
         sent: Mutex::new(vec![]),
         fault: Mutex::new(None),
         model,
+        web: site.as_ref().map(|site| (site.address, site.people.clone())),
     });
     let people: Vec<_> = (0..plan.users).map(|index| tokio::spawn(person(house.clone(), index))).collect();
 
@@ -717,8 +569,9 @@ pub async fn run(plan: Plan) -> Result<Report> {
             if started.elapsed() >= plan.run_for.mul_f64(at) {
                 faults.next();
                 let when = started.elapsed().as_secs_f64();
-                let done =
-                    inject(&house, &mut daemons, &disk, fault).await.with_context(|| format!("inject {fault:?}"))?;
+                let done = inject(&house, &mut daemons, &disk, site.as_ref(), fault)
+                    .await
+                    .with_context(|| format!("inject {fault:?}"))?;
                 report.faults.push((when, done));
                 continue;
             }
@@ -739,7 +592,7 @@ pub async fn run(plan: Plan) -> Result<Report> {
         let runs = host.tasks.list_task_runs(v1::TaskRunsRequest { task_id: id, limit: 1000 }).await?.into_inner();
         report.tasks.push(task_runs(created, jiff::Timestamp::now(), &runs.runs));
     }
-    report.logs = daemons.logs();
+    report.logs = daemons.logs() + site.as_ref().map(web::Site::logs).unwrap_or_default().as_str();
 
     // Stopped as systemd stops it: nothing of it may be left behind.
     let owner = baaaht_daemon::container::manager::owner_id(&baaaht_daemon::datadir::DataDir::new(&data_dir));

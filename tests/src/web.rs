@@ -224,6 +224,7 @@ pub fn callback_for(site: &str, login: &str, jar: &Path) -> String {
 }
 
 /// A browser session's cookie and CSRF token, for requests made outside the page.
+#[derive(Debug, Clone)]
 pub struct Session {
     pub cookie: String,
     pub csrf: String,
@@ -290,6 +291,93 @@ impl Session {
         let (body, code) = text.rsplit_once('\n').context("curl printed no status")?;
         Ok((code.trim().parse().context("a status")?, body.to_string()))
     }
+}
+
+/// Signs `login` in as a browser does (the provider's own form, with the cookie jar `jar`),
+/// without one: the session cookie and the page's CSRF token.
+pub fn signed_in(site: &str, login: &str, jar: &Path) -> Result<Session> {
+    let home = page_of(&callback_for(site, login, jar), jar);
+    let csrf = home.split("data-csrf=\"").nth(1).and_then(|rest| rest.split('"').next()).context("not signed in")?;
+    let jar_text = std::fs::read_to_string(jar)?;
+    let value = jar_text
+        .lines()
+        .find(|line| line.contains("\tbaaaht_web\t"))
+        .and_then(|line| line.rsplit('\t').next())
+        .context("no session cookie")?;
+    Ok(Session { cookie: format!("baaaht_web={value}"), csrf: csrf.to_string() })
+}
+
+/// One HTTP/1.1 request to the site at `site` as `session` (its cookie and CSRF token), with
+/// a JSON body: the status and the JSON answered (null when it is not JSON).
+pub async fn request(
+    site: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    session: &Session,
+    body: Option<serde_json::Value>,
+) -> Result<(u16, serde_json::Value)> {
+    use http_body_util::BodyExt as _;
+    let stream = tokio::net::TcpStream::connect(site).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", site.to_string())
+        .header("cookie", &session.cookie)
+        .header("x-csrf-token", &session.csrf)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body.map(|b| b.to_string()).unwrap_or_default())))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await?.to_bytes();
+    Ok((status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)))
+}
+
+/// Follows `/api/events` as a browser's EventSource does: each event's JSON with when it
+/// arrived ([`crate::fake_provider::clock_nanos`]); the channel closes when the stream ends.
+pub async fn events(
+    site: std::net::SocketAddr,
+    session: &Session,
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<(u64, serde_json::Value)>> {
+    use http_body_util::BodyExt as _;
+    let stream = tokio::net::TcpStream::connect(site).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    let request = hyper::Request::builder()
+        .uri("/api/events")
+        .header("host", site.to_string())
+        .header("cookie", &session.cookie)
+        .header("accept", "text/event-stream")
+        .body(http_body_util::Empty::<hyper::body::Bytes>::new())?;
+    let response = sender.send_request(request).await?;
+    if response.status() != 200 {
+        bail!("/api/events answered {}", response.status());
+    }
+    let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut body = response.into_body();
+    tokio::spawn(async move {
+        let _sender = sender;
+        let mut pending = String::new();
+        while let Some(Ok(frame)) = body.frame().await {
+            let arrived = crate::fake_provider::clock_nanos();
+            let Ok(data) = frame.into_data() else { continue };
+            pending.push_str(&String::from_utf8_lossy(&data));
+            while let Some(end) = pending.find("\n\n") {
+                let event: String = pending.drain(..end + 2).collect();
+                for line in event.lines() {
+                    if let Some(json) = line.strip_prefix("data:") {
+                        if let Ok(value) = serde_json::from_str::<serde_json::Value>(json.trim()) {
+                            if events.send((arrived, value)).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(receiver)
 }
 
 /// A self-signed certificate for `localhost` and 127.0.0.1 in `dir`: its PEM file and its

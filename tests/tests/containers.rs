@@ -150,6 +150,16 @@ fn without_an_engine_the_daemon_serves_degraded_and_refuses_container_work_with_
     assert_eq!(doctor.status.code(), Some(70));
     let stderr = text(&doctor.stderr);
     assert!(stderr.contains("degraded: no container engine at /nonexistent/engine.sock; start dockerd"), "{stderr}");
+    // A person writing meanwhile is told in a sentence, their message kept.
+    let rt = baaaht_tests::runtime();
+    let hello = baaaht_tests::scenario::message(baaaht_tests::scenario::user("alice"), "alice", "hello");
+    let turn = baaaht_tests::scenario::turn_on(&rt, &daemon, hello);
+    let said = turn.error.expect("the turn is refused");
+    assert!(
+        said.starts_with("baaaht could not answer: the container engine it runs its assistants in is not answering"),
+        "{said}"
+    );
+    assert!(said.contains("Your message is kept"), "{said}");
 }
 
 #[test]

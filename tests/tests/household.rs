@@ -1,9 +1,10 @@
-//! A household under load for two minutes with every fault `baaaht-bench household --faults --dockerd`
-//! injects (issue 39): 25 people in 5 groups, a task of each group's every minute, containers
-//! killed, the model failing (500, 429) and stalling, baaahtd killed with SIGKILL and
-//! restarted, the data dir's filesystem full, dockerd restarted. Nothing is lost or doubled:
-//! every message is answered, or refused with a sentence its sender saw; no scheduled slot
-//! runs twice; nothing is left behind.
+//! A household under load for two minutes with every fault `baaaht-bench household --faults
+//! --dockerd` injects (issue 39): 25 people in 5 groups, three of them on the web (the real
+//! `baaaht-web`, signed in through the real OIDC provider), a task of each group's every
+//! minute; containers killed, the model failing (500, 429) and stalling, baaahtd killed with
+//! SIGKILL and restarted, the data dir's filesystem full, the web's sign-in provider away,
+//! dockerd restarted. Nothing is lost or doubled: every message is answered, or refused with a
+//! sentence its sender saw; no scheduled slot runs twice; nothing is left behind.
 
 use std::time::Duration;
 
@@ -18,14 +19,24 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
         message_every: Duration::from_secs(20),
         faults: true,
         restart_dockerd: true,
-        disk_full_for: Duration::from_secs(15),
+        web_people: 3,
+        outage: Duration::from_secs(15),
     };
     let report = baaaht_tests::runtime().block_on(household::run(plan)).expect("the household runs");
     let logs = || format!("{}\n\nfaults: {:#?}\nrefusals: {:#?}", report.logs, report.faults, report.refusals());
 
     // Every fault was injected.
     let injected: Vec<&str> = report.faults.iter().map(|(_, what)| what.as_str()).collect();
-    for fault in ["docker kill", "answering 500", "kill -9 baaahtd", "answering 429", "stalling", "full", "dockerd"] {
+    for fault in [
+        "docker kill",
+        "answering 500",
+        "kill -9 baaahtd",
+        "answering 429",
+        "stalling",
+        "full",
+        "provider away",
+        "dockerd",
+    ] {
         assert!(injected.iter().any(|what| what.contains(fault)), "not injected: {fault}; {injected:?}");
     }
     assert!(!injected.iter().any(|what| what.contains("none running")), "nothing was there to kill: {injected:?}");
@@ -35,18 +46,23 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
     let doubled = report.doubled();
     assert!(doubled.is_empty(), "doubled: {doubled:#?}\n{}", logs());
     // Each kind of message was answered, most of them (the faults refuse some).
-    for kind in [Kind::Chat, Kind::Coder, Kind::Group] {
+    for kind in [Kind::Chat, Kind::Coder, Kind::Group, Kind::Web] {
         let answered = report.count(|sent| sent.kind == kind && sent.outcome == Outcome::Answered);
         assert!(answered > 0, "no {kind:?} answered\n{}", logs());
     }
-    let answered = report.count(|sent| sent.outcome == Outcome::Answered);
-    assert!(answered * 2 > report.sent.len(), "{answered} of {} answered\n{}", report.sent.len(), logs());
+    // Most of what was sent while no fault was in force was answered (a fault's effects last a
+    // while after it: containers restart, the engine is probed again).
+    let quiet = report.count(|sent| sent.fault.is_none());
+    let answered = report.count(|sent| sent.fault.is_none() && sent.outcome == Outcome::Answered);
+    assert!(answered * 2 > quiet, "{answered} of {quiet} sent without a fault answered\n{}", logs());
     // Every refusal is a sentence its sender saw, and a refusal of the daemon's is a sentence
     // for a person, never an internal error's detail (a full disk under a container's start
     // included). An Assistant passing on what a tool told it, "Sorry, …", speaks for itself.
     assert!(report.refusals().iter().all(|(why, _)| !why.trim().is_empty()), "{:#?}", report.refusals());
     for (why, _) in report.refusals().into_iter().filter(|(why, _)| !why.starts_with("Sorry")) {
-        assert!(!why.contains("os error") && !why.contains("could not be recorded"), "refused with: {why}");
+        let detail =
+            ["os error", "could not be recorded", "cannot record"].into_iter().find(|detail| why.contains(detail));
+        assert!(detail.is_none(), "refused with: {why}");
     }
     // The scheduler ran each slot once at most, and every slot came due.
     for task in &report.tasks {

@@ -607,8 +607,8 @@ impl ContainerManager {
         Ok((status, output))
     }
 
-    /// Creates and starts `spec`, retrying once (spec §5.4); a hung engine or a full disk is
-    /// not retried.
+    /// Creates and starts `spec`, retrying once (spec §5.4); a hung or unreachable engine or a
+    /// full disk is not retried.
     async fn start_with_retry(
         &self,
         runtime: &dyn ContainerRuntime,
@@ -625,12 +625,13 @@ impl ContainerManager {
                     self.metrics.record_spawn(role, started.elapsed());
                     return Ok((id, attempts));
                 }
-                // A full disk is told as such (its cause kept), not retried: a retry cannot help.
-                Err(error) if crate::state::is_disk_full(&error) => return Err(ContainerError::Runtime(error)),
+                // A full disk or an engine away is told as such, not retried: a retry cannot help.
                 Err(error)
-                    if attempts < 2
-                        && !matches!(error, RuntimeError::Hung { .. } | RuntimeError::Unreachable { .. }) =>
+                    if crate::state::is_disk_full(&error) || matches!(error, RuntimeError::Unreachable { .. }) =>
                 {
+                    return Err(ContainerError::Runtime(error))
+                }
+                Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
                     tracing::warn!(container = %spec.name, %error, "container failed to start; retrying once");
                 }
                 Err(error) => return Err(ContainerError::StartFailed { attempts, message: error.to_string() }),
@@ -669,9 +670,15 @@ impl ContainerManager {
         if let Err(error) = self.record(entry).await {
             // Without a record it would be an orphan; remove it now rather than later.
             self.cleanup(runtime, &id, &spec.name).await;
+            // A full disk stays known as one (the caller words it for people).
+            let kind = if crate::state::is_disk_full(&error) {
+                std::io::ErrorKind::StorageFull
+            } else {
+                std::io::ErrorKind::Other
+            };
             return Err(RuntimeError::Io {
                 operation: "record the container",
-                source: std::io::Error::other(error.to_string()),
+                source: std::io::Error::new(kind, baaaht_proto::error_chain(&error)),
             });
         }
         if let Err(error) = self.check(runtime.start(&id).await) {

@@ -5,6 +5,10 @@ use super::*;
 
 /// What the session records, and its channels show, for a turn the user stopped.
 pub(super) const CANCELLED: &str = "The turn was cancelled.";
+/// What a person is told when their Assistant cannot start because the container engine is
+/// away (restarting, or stopped; the operator's log says which).
+const ENGINE_DOWN_TURN: &str = "baaaht could not answer: the container engine it runs its assistants in is not \
+                                answering (restarting, or stopped). Your message is kept; ask again in a minute.";
 
 pub(super) async fn run_turn(
     orchestrator: Arc<Orchestrator>,
@@ -220,6 +224,9 @@ async fn assistant_turn(
                 // Said to the person as the daemon's sentence, as a budget's refusal is.
                 Err(crate::agents::AgentError::DiskFull(_)) => {
                     Ok(crate::agents::TurnOutcome::refusal(crate::state::DISK_FULL_TURN.to_string()))
+                }
+                Err(crate::agents::AgentError::EngineDown(_)) => {
+                    Ok(crate::agents::TurnOutcome::refusal(ENGINE_DOWN_TURN.to_string()))
                 }
                 ran => ran.map_err(|error| error.to_string()),
             }

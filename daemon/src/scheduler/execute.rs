@@ -151,9 +151,10 @@ impl Daemon {
             }
             Err(error) => {
                 let failure = match &error {
-                    AgentError::Start { .. } | AgentError::DiskFull(_) | AgentError::NoAgent(_) => {
-                        Failure::Start(error.to_string())
-                    }
+                    AgentError::Start { .. }
+                    | AgentError::DiskFull(_)
+                    | AgentError::EngineDown(_)
+                    | AgentError::NoAgent(_) => Failure::Start(error.to_string()),
                     AgentError::Timeout { .. } => Failure::Timeout(error.to_string()),
                     AgentError::Lost(_) | AgentError::Cancelled(_) => Failure::Error(error.to_string()),
                 };

@@ -5,13 +5,15 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use baaaht_tests::household::{self, Kind, Outcome, Plan, Report};
+pub(crate) use baaaht_tests::household::Plan;
+use baaaht_tests::household::{self, Kind, Outcome, Report};
 use baaaht_tests::percentile;
 
 pub(crate) fn run(plan: Plan) -> Result<()> {
     println!(
-        "household: {} people in {} groups for {} min, a message each every {} s on average, faults {}",
+        "household: {} people ({} on the web) in {} groups for {} min, a message each every {} s on average, faults {}",
         plan.users,
+        plan.web_people,
         plan.groups,
         plan.run_for.as_secs() / 60,
         plan.message_every.as_secs(),
@@ -41,9 +43,13 @@ fn print(report: &Report) {
         lost.len(),
         doubled.len()
     );
-    for (kind, name) in
-        [(Kind::Chat, "chats"), (Kind::Coder, "coder turns (delegation + exec)"), (Kind::Group, "group messages")]
-    {
+    let kinds = [
+        (Kind::Chat, "chats"),
+        (Kind::Coder, "coder turns (delegation + exec)"),
+        (Kind::Group, "group messages"),
+        (Kind::Web, "on the web (chats and coder turns)"),
+    ];
+    for (kind, name) in kinds {
         let of_kind = report.count(|s| s.kind == kind);
         let ok = report.count(|s| s.kind == kind && s.outcome == Outcome::Answered);
         println!("  {name:<34} {ok:>5} of {of_kind:>5} answered");
@@ -143,6 +149,7 @@ pub(crate) fn plan(minutes: u64, users: usize, groups: usize, every: u64, faults
         message_every: Duration::from_secs(every),
         faults,
         restart_dockerd: dockerd,
-        disk_full_for: Duration::from_secs(30),
+        web_people: 0,
+        outage: Duration::from_secs(30),
     }
 }

@@ -9,7 +9,6 @@
 //! the gateway's resident memory idle and with the 50 users.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
@@ -20,7 +19,6 @@ use baaaht_tests::fake_provider::{
 use baaaht_tests::scenario::{self, last_user_text};
 use baaaht_tests::web::{self, Provider, CLIENT_ID, CLIENT_SECRET};
 use baaaht_tests::DaemonOptions;
-use http_body_util::BodyExt as _;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -40,93 +38,6 @@ fn brain() -> Answer {
             anthropic_answer(&format!("echo: {said}"), &[])
         }
     })))
-}
-
-/// A signed-in browser: its session cookie and the page's CSRF token.
-struct Browser {
-    cookie: String,
-    csrf: String,
-    id: String,
-}
-
-/// Signs `login` in as a browser does (the provider's own form, with a cookie jar), and reads
-/// the session cookie and the page's CSRF token.
-fn sign_in(site: &str, login: &str, jar: &Path) -> Result<Browser> {
-    let home = web::page_of(&web::callback_for(site, login, jar), jar);
-    let csrf = home.split("data-csrf=\"").nth(1).and_then(|rest| rest.split('"').next()).context("not signed in")?;
-    let jar_text = std::fs::read_to_string(jar)?;
-    let value = jar_text
-        .lines()
-        .find(|line| line.contains("\tbaaaht_web\t"))
-        .and_then(|line| line.rsplit('\t').next())
-        .context("no session cookie")?;
-    Ok(Browser { cookie: format!("baaaht_web={value}"), csrf: csrf.to_string(), id: String::new() })
-}
-
-/// One HTTP/1.1 request to the site; the status and the body.
-async fn request(
-    site: SocketAddr,
-    method: &str,
-    path: &str,
-    browser: &Browser,
-    body: Option<Value>,
-) -> Result<(u16, Value)> {
-    let stream = tokio::net::TcpStream::connect(site).await?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", site.to_string())
-        .header("cookie", &browser.cookie)
-        .header("x-csrf-token", &browser.csrf)
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(hyper::body::Bytes::from(body.map(|b| b.to_string()).unwrap_or_default())))?;
-    let response = sender.send_request(request).await?;
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await?.to_bytes();
-    Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
-}
-
-/// Follows `/api/events` as a browser's EventSource does; each event with when it arrived.
-async fn follow(site: SocketAddr, browser: &Browser) -> Result<mpsc::UnboundedReceiver<(u64, Value)>> {
-    let stream = tokio::net::TcpStream::connect(site).await?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    let request = hyper::Request::builder()
-        .uri("/api/events")
-        .header("host", site.to_string())
-        .header("cookie", &browser.cookie)
-        .header("accept", "text/event-stream")
-        .body(http_body_util::Empty::<hyper::body::Bytes>::new())?;
-    let response = sender.send_request(request).await?;
-    if response.status() != 200 {
-        bail!("/api/events answered {}", response.status());
-    }
-    let (events, receiver) = mpsc::unbounded_channel();
-    let mut body = response.into_body();
-    tokio::spawn(async move {
-        let _sender = sender;
-        let mut pending = String::new();
-        while let Some(Ok(frame)) = body.frame().await {
-            let arrived = clock_nanos();
-            let Ok(data) = frame.into_data() else { continue };
-            pending.push_str(&String::from_utf8_lossy(&data));
-            while let Some(end) = pending.find("\n\n") {
-                let event: String = pending.drain(..end + 2).collect();
-                for line in event.lines() {
-                    if let Some(json) = line.strip_prefix("data:") {
-                        if let Ok(value) = serde_json::from_str::<Value>(json.trim()) {
-                            if events.send((arrived, value)).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    });
-    Ok(receiver)
 }
 
 /// The wall clock in nanoseconds since 1970, as the browser's Performance API counts it
@@ -224,11 +135,11 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
     let mut users = Vec::with_capacity(USERS);
     for n in 0..USERS {
         let jar = dir.path().join(format!("jar-{n}"));
-        let mut browser = sign_in(&site, &format!("user{n}"), &jar)
+        let browser = web::signed_in(&site, &format!("user{n}"), &jar)
             .with_context(|| format!("signing in user{n}: {}", gateway.log_text()))?;
-        let me = rt.block_on(request(address, "GET", "/api/me", &browser, None))?;
-        browser.id = me.1["id"].as_str().context("an id")?.to_string();
-        users.push(browser);
+        let me = rt.block_on(web::request(address, "GET", "/api/me", &browser, None))?;
+        let id = me.1["id"].as_str().context("an id")?.to_string();
+        users.push((browser, id));
     }
     let mut rows = [
         Row {
@@ -255,13 +166,18 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
     let busy_rss = rt.block_on(async {
         let mut streams = Vec::with_capacity(USERS);
         for user in &users {
-            streams.push(follow(address, user).await?);
+            streams.push(web::events(address, &user.0).await?);
         }
         let mut host = scenario::host_client(&daemon).await?;
         for _ in 0..runs {
-            let (status, sent) =
-                request(address, "POST", "/api/messages", &users[0], Some(serde_json::json!({"content": "count"})))
-                    .await?;
+            let (status, sent) = web::request(
+                address,
+                "POST",
+                "/api/messages",
+                &users[0].0,
+                Some(serde_json::json!({"content": "count"})),
+            )
+            .await?;
             if status != 200 {
                 bail!("the message was refused: {status} {sent}");
             }
@@ -292,8 +208,7 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
         let page = driver.browser(1280).await?;
         web::sign_in(&page, &site, "viewer").await?;
         let session = web::Session::of(&page).await?;
-        let viewer = Browser { cookie: session.cookie, csrf: session.csrf, id: String::new() };
-        let mut viewer_stream = follow(address, &viewer).await?;
+        let mut viewer_stream = web::events(address, &session).await?;
         let offset = wall_nanos() - i128::from(clock_nanos());
         // A first turn warms the viewer's Assistant and page.
         browser_turn(&page, &mut viewer_stream, offset).await?;
@@ -311,9 +226,11 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
             let started = Instant::now();
             let mut posts = tokio::task::JoinSet::new();
             for user in &users {
-                let browser = Browser { cookie: user.cookie.clone(), csrf: user.csrf.clone(), id: String::new() };
+                let browser = web::Session { cookie: user.0.cookie.clone(), csrf: user.0.csrf.clone() };
                 let content = serde_json::json!({"content": format!("hi {round}")});
-                posts.spawn(async move { request(address, "POST", "/api/messages", &browser, Some(content)).await });
+                posts.spawn(
+                    async move { web::request(address, "POST", "/api/messages", &browser, Some(content)).await },
+                );
             }
             while let Some(posted) = posts.join_next().await {
                 let (status, body) = posted??;
@@ -342,11 +259,11 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
             let mut followers = Vec::with_capacity(USERS);
             for user in &users {
                 let mut client = scenario::host_client(&daemon).await?;
-                let context = scenario::user(&user.id);
+                let context = scenario::user(&user.1);
                 let subscription =
                     v1::EventSubscription { context: Some(context.clone()), session_id: String::new(), channel: 0 };
                 let events = client.sessions.subscribe_events(subscription).await?.into_inner();
-                followers.push((client, events, scenario::message(context, &user.id, &format!("host {round}"))));
+                followers.push((client, events, scenario::message(context, &user.1, &format!("host {round}"))));
             }
             let started = Instant::now();
             let mut turns = tokio::task::JoinSet::new();
