@@ -32,8 +32,8 @@ pub enum AgentError {
     /// has the error).
     #[error("cannot start the {role} container: {full}", role = .0, full = crate::state::DISK_FULL_WORK)]
     DiskFull(Role),
-    /// The container engine is down or restarting (the operator's log has the error).
-    #[error("cannot start the {0} container: the container engine is not answering (restarting, or stopped)")]
+    /// The container engine is away: none, down, restarting or hung (the operator's log says).
+    #[error("cannot start the {0} container: the container engine is not answering")]
     EngineDown(Role),
     #[error("the {role} agent did not connect within {} s; see the daemon log", CONNECT_TIMEOUT.as_secs(), role = .0)]
     NoAgent(Role),
@@ -82,7 +82,8 @@ pub struct TurnOutcome {
     pub is_error: bool,
     /// Model calls the turn took.
     pub steps: u32,
-    /// The daemon refused the model call (a budget limit): `content` is its sentence.
+    /// The daemon refused the turn (a budget's limit, a full disk, no container engine, no
+    /// room): `content` is its sentence for the person who asked.
     pub refused: bool,
     /// Input and output tokens of every model call of the turn.
     pub tokens: u64,
@@ -207,7 +208,8 @@ impl AgentPool {
             use crate::container::{manager::ContainerError, RuntimeError};
             if matches!(
                 error,
-                ContainerError::Unavailable(_) | ContainerError::Runtime(RuntimeError::Unreachable { .. })
+                ContainerError::Unavailable(_)
+                    | ContainerError::Runtime(RuntimeError::Unreachable { .. } | RuntimeError::Hung { .. })
             ) {
                 tracing::warn!(error = %baaaht_proto::error_chain(&error), "no container engine for an agent");
                 return AgentError::EngineDown(role);

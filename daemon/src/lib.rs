@@ -846,7 +846,7 @@ impl Daemon {
                 systemd::notify("STOPPING=1\nSTATUS=draining");
                 cancel.cancel();
                 match tokio::time::timeout(deadline, &mut server).await {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(())) => tracing::info!("the requests in flight are done"),
                     Ok(Err(error)) => outcome = Err(DaemonError::Serve(error)),
                     Err(_) => tracing::warn!(deadline_s = deadline.as_secs(), "requests still running at the deadline were cut off"),
                 }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use baaaht_proto::client::{self, Client};
 use baaaht_proto::v1;
 use serde_json::json;
@@ -39,6 +39,8 @@ const PATIENCE: Duration = Duration::from_secs(180);
 const DISK_FULL_SENTENCE: &str = baaaht_daemon::state::DISK_FULL;
 /// How the Assistant begins an answer that says it could not do what was asked.
 const SORRY: &str = "Sorry, I could not do that";
+/// How long systemd lets baaahtd stop (`TimeoutStopSec` in `config/baaaht.service`).
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The loop filesystem the data dir lives on.
 const FILESYSTEM_MIB: u64 = 6 * 1024;
 
@@ -131,6 +133,10 @@ pub struct Report {
     pub samples: Vec<Sample>,
     /// (seconds into the run, what was done).
     pub faults: Vec<(f64, String)>,
+    /// How long the SIGTERM stop took, and why it failed (not within systemd's 30 s, or not
+    /// with success).
+    pub stopped_in: Duration,
+    pub stop_failed: Option<String>,
     pub leftover_containers: Vec<String>,
     pub leftover_mounts: Vec<String>,
     /// The daemon's log (every daemon of the run), for a failure's message.
@@ -592,16 +598,25 @@ pub async fn run(plan: Plan) -> Result<Report> {
         let runs = host.tasks.list_task_runs(v1::TaskRunsRequest { task_id: id, limit: 1000 }).await?.into_inner();
         report.tasks.push(task_runs(created, jiff::Timestamp::now(), &runs.runs));
     }
-    report.logs = daemons.logs() + site.as_ref().map(web::Site::logs).unwrap_or_default().as_str();
 
-    // Stopped as systemd stops it: nothing of it may be left behind.
+    // Stopped as systemd stops it (SIGTERM, SIGKILL after the unit's TimeoutStopSec of 30 s):
+    // nothing of it may be left behind.
     let owner = baaaht_daemon::container::manager::owner_id(&baaaht_daemon::datadir::DataDir::new(&data_dir));
-    let Daemons { now, crashed, .. } = daemons;
-    let status = tokio::task::spawn_blocking(move || now.stop()).await??;
-    if !status.success() {
-        bail!("baaahtd stopped with {status}");
-    }
-    drop(crashed);
+    let took = Instant::now();
+    let Daemons { mut now, crashed, options } = daemons;
+    let (now, stopped) = tokio::task::spawn_blocking(move || {
+        let stopped = now.signal("TERM").and_then(|()| now.wait_exit(STOP_TIMEOUT));
+        (now, stopped)
+    })
+    .await?;
+    report.stopped_in = took.elapsed();
+    report.stop_failed = match stopped {
+        Ok(status) if status.success() => None,
+        Ok(status) => Some(format!("baaahtd stopped with {status}")),
+        Err(_) => Some(format!("baaahtd did not stop within {} s of SIGTERM", STOP_TIMEOUT.as_secs())),
+    };
+    report.logs =
+        Daemons { now, crashed, options }.logs() + site.as_ref().map(web::Site::logs).unwrap_or_default().as_str();
     let left = docker(&["ps", "-a", "--filter", &format!("label=baaaht.owner={owner}"), "--format", "{{.Names}}"])?;
     report.leftover_containers = left.lines().map(str::to_string).collect();
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;

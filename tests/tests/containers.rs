@@ -156,7 +156,7 @@ fn without_an_engine_the_daemon_serves_degraded_and_refuses_container_work_with_
     let turn = baaaht_tests::scenario::turn_on(&rt, &daemon, hello);
     let said = turn.error.expect("the turn is refused");
     assert!(
-        said.starts_with("baaaht could not answer: the container engine it runs its assistants in is not answering"),
+        said.starts_with("baaaht could not answer: the container engine it runs its assistants in is not answering."),
         "{said}"
     );
     assert!(said.contains("Your message is kept"), "{said}");

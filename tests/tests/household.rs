@@ -69,7 +69,8 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
         assert_eq!(task.twice, 0, "a slot ran twice: {task:?}");
         assert!(task.run >= task.due.saturating_sub(1), "{task:?}\n{}", logs());
     }
-    // Stopped, the daemon left nothing behind.
+    // Stopped as systemd stops it, the daemon left nothing behind.
+    assert_eq!(report.stop_failed, None, "stopped in {:?}\n{}", report.stopped_in, logs());
     assert_eq!(report.leftover_containers, Vec::<String>::new());
     assert_eq!(report.leftover_mounts, Vec::<String>::new());
 }

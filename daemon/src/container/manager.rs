@@ -625,13 +625,15 @@ impl ContainerManager {
                     self.metrics.record_spawn(role, started.elapsed());
                     return Ok((id, attempts));
                 }
-                // A full disk or an engine away is told as such, not retried: a retry cannot help.
+                // A full disk or an engine away (hung, unreachable) is told as such, not retried:
+                // a retry cannot help.
                 Err(error)
-                    if crate::state::is_disk_full(&error) || matches!(error, RuntimeError::Unreachable { .. }) =>
+                    if crate::state::is_disk_full(&error)
+                        || matches!(error, RuntimeError::Hung { .. } | RuntimeError::Unreachable { .. }) =>
                 {
                     return Err(ContainerError::Runtime(error))
                 }
-                Err(error) if attempts < 2 && !matches!(error, RuntimeError::Hung { .. }) => {
+                Err(error) if attempts < 2 => {
                     tracing::warn!(container = %spec.name, %error, "container failed to start; retrying once");
                 }
                 Err(error) => return Err(ContainerError::StartFailed { attempts, message: error.to_string() }),
@@ -957,6 +959,8 @@ impl ContainerManager {
     pub async fn shutdown(self: &Arc<Self>) {
         let Ok(runtime) = self.runtime().await else { return };
         let entries = self.inventory.lock().await.containers.clone();
+        let started = Instant::now();
+        tracing::info!(containers = entries.len(), "removing the containers");
         // All at once: each removal is mostly the engine waiting for a kill.
         let mut removals = tokio::task::JoinSet::new();
         for entry in entries {
@@ -968,6 +972,7 @@ impl ContainerManager {
                 tracing::warn!(%error, "a container removal failed");
             }
         }
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "the containers are removed");
     }
 }
 

@@ -320,10 +320,11 @@ impl Turns {
             Err(_) => {
                 tracing::warn!(slots = self.places.slots, waited_s = self.patience.as_secs(), "a turn found no place");
                 Admission::Busy(format!(
-                    "baaaht is busy: all {} of its container slots stayed in use for {} s. Your message is kept; \
-                     ask again in a few minutes (the person who runs baaaht can raise container.max_concurrent).",
-                    self.places.slots,
-                    self.patience.as_secs()
+                    "baaaht is busy: no room came free for your message in {} s while others' work ran. Your \
+                     message is kept; ask again in a few minutes (the person who runs baaaht can raise \
+                     container.max_concurrent, now {}).",
+                    self.patience.as_secs(),
+                    self.places.slots
                 ))
             }
         }
@@ -767,7 +768,7 @@ mod tests {
         let Admission::Place(first) = turns.admit_turn(&never).await else { panic!("room for the first turn") };
         // A second would leave less than two places for the first one's delegations.
         let Admission::Busy(sentence) = turns.admit_turn(&never).await else { panic!("no room for a second turn") };
-        assert!(sentence.contains("all 3 of its container slots stayed in use for 60 s"), "{sentence}");
+        assert!(sentence.starts_with("baaaht is busy: no room came free for your message in 60 s"), "{sentence}");
         assert!(sentence.contains("Your message is kept"), "{sentence}");
         drop(first);
         assert!(matches!(turns.admit_turn(&never).await, Admission::Place(_)));

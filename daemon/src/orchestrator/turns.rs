@@ -6,9 +6,10 @@ use super::*;
 /// What the session records, and its channels show, for a turn the user stopped.
 pub(super) const CANCELLED: &str = "The turn was cancelled.";
 /// What a person is told when their Assistant cannot start because the container engine is
-/// away (restarting, or stopped; the operator's log says which).
+/// away (none, stopped, restarting or hung; the operator's log says which).
 const ENGINE_DOWN_TURN: &str = "baaaht could not answer: the container engine it runs its assistants in is not \
-                                answering (restarting, or stopped). Your message is kept; ask again in a minute.";
+                                answering. Your message is kept; ask again in a few minutes, or tell the person \
+                                who runs baaaht.";
 
 pub(super) async fn run_turn(
     orchestrator: Arc<Orchestrator>,
@@ -76,7 +77,8 @@ pub(super) async fn run_turn(
         }
         _ if cancel.is_cancelled() => ("system", CANCELLED.to_string(), true, true),
         Ok(result) if !result.is_error => ("assistant", result.content, false, false),
-        // A budget limit: the daemon's sentence is what the user reads.
+        // The daemon's refusal (a budget's limit, a full disk, no engine, no room): its sentence
+        // is what the user reads.
         Ok(result) if result.refused => ("system", result.content, true, true),
         Ok(result) => ("system", format!("The reply failed: {}", result.content), true, false),
         Err(message) => ("system", format!("The reply failed: {message}"), true, false),

@@ -69,6 +69,7 @@ pub(super) fn header(record: &SessionRecord) -> v1::SessionHeader {
         archived_at: record.archived_at.clone().unwrap_or_default(),
         forked_from_session: record.forked_from.as_ref().map(|fork| fork.session_id.clone()).unwrap_or_default(),
         forked_from_entry: record.forked_from.as_ref().map(|fork| fork.entry_id.clone()).unwrap_or_default(),
+        scheduled_run: record.run,
     }
 }
 

@@ -318,7 +318,7 @@ impl SessionStore {
 
     /// Starts a scheduled run's own session for `context` (its task's owner `user_id`): one a
     /// person's message goes to only when it names it (a reply to the run's notice), never as
-    /// the context's [`Sessions::active`] one, though it is the newest.
+    /// the context's [`SessionStore::active`] one, though it is the newest.
     pub fn create_for_run(
         &self,
         context: &Context,

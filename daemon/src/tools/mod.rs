@@ -42,14 +42,20 @@ pub enum ToolsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot start the session's tool container: {0}")]
-    Start(String),
+    /// The workspace could not be made ready (its task panicked).
+    #[error("cannot prepare the session's workspace: {0}")]
+    Prepare(String),
     #[error("cannot start the session's tool container: {0}")]
     Container(#[source] crate::container::manager::ContainerError),
     /// The tool container could not start for want of space in the data dir (the operator's
     /// log has the error).
     #[error("cannot start the session's tool container: {}", crate::state::DISK_FULL_WORK)]
     DiskFull,
+    /// The container engine is away: none, down, restarting or hung (the operator's log says).
+    #[error(
+        "cannot start the session's tool container: the container engine is not answering; try again in a few minutes"
+    )]
+    EngineDown,
     #[error("the tool runner did not connect within {} s; see the daemon log", CONNECT_TIMEOUT.as_secs())]
     NoRunner,
     #[error("the tool runner stopped during the call; it is restarted on the next call")]
@@ -58,14 +64,24 @@ pub enum ToolsError {
     Timeout(Duration),
 }
 
-/// `error`, or [`ToolsError::DiskFull`] when it is a write that failed for want of space (what a
-/// model relays to a person then names no file; the operator's log has the error).
+/// `error`, or [`ToolsError::DiskFull`] when it is a write that failed for want of space, or
+/// [`ToolsError::EngineDown`] when the engine is away (what a model relays to a person then
+/// names no file nor socket; the operator's log has the error).
 fn worded(error: ToolsError) -> ToolsError {
-    if !crate::state::is_disk_full(&error) {
-        return error;
+    use crate::container::{manager::ContainerError, RuntimeError};
+    if crate::state::is_disk_full(&error) {
+        tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
+        return ToolsError::DiskFull;
     }
-    tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
-    ToolsError::DiskFull
+    if let ToolsError::Container(
+        ContainerError::Unavailable(_)
+        | ContainerError::Runtime(RuntimeError::Unreachable { .. } | RuntimeError::Hung { .. }),
+    ) = &error
+    {
+        tracing::warn!(error = %baaaht_proto::error_chain(&error), "no container engine for a tool container");
+        return ToolsError::EngineDown;
+    }
+    error
 }
 
 /// One tool call for [`Runners::call`].
@@ -305,7 +321,7 @@ impl Runners {
         let (workspaces, held) = (self.workspaces.clone(), session.to_string());
         let workspace = tokio::task::spawn_blocking(move || workspaces.acquire(&held))
             .await
-            .map_err(|error| ToolsError::Start(format!("the workspace could not be prepared: {error}")))?
+            .map_err(|error| ToolsError::Prepare(error.to_string()))?
             .map_err(|error| worded(error.into()))?;
         let started = self.start_holding(session, context, coder, cold, workspace).await.map_err(worded);
         if started.is_err() {

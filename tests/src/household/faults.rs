@@ -81,7 +81,9 @@ pub(super) fn schedule(plan: &Plan) -> Vec<(f64, Fault)> {
     if !plan.faults {
         return vec![];
     }
-    // Spread over the first three quarters, so the run's end shows how it came back.
+    // Each begins at its fraction of the run or when the one before it ended, whichever is
+    // later (a long outage in a short run pushes the rest back), so the run's end shows how it
+    // came back.
     let mut faults = vec![
         (0.10, Fault::KillContainers),
         (0.18, Fault::ModelFailing(500)),

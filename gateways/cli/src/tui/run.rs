@@ -98,10 +98,11 @@ fn read_keys(sender: mpsc::Sender<Input>) {
     });
 }
 
-/// The context's active session, or a new one.
+/// The context's active session (as the daemon picks it: never a scheduled run's own), or a
+/// new one.
 async fn attach(client: &mut Client, target: &Target) -> Result<String, tonic::Status> {
     let sessions = client.sessions.list_sessions(target.filter()).await?.into_inner().sessions;
-    if let Some(session) = sessions.iter().find(|session| session.status != "archived") {
+    if let Some(session) = sessions.iter().find(|session| session.status != "archived" && !session.scheduled_run) {
         return Ok(session.id.clone());
     }
     let request = v1::NewSessionRequest { context: Some(target.context.clone()), title: String::new() };

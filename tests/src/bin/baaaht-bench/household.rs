@@ -120,6 +120,10 @@ fn print(report: &Report) {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    match &report.stop_failed {
+        None => println!("baaahtd stopped on SIGTERM in {:.1} s", report.stopped_in.as_secs_f64()),
+        Some(why) => println!("STOP FAILED after {:.1} s: {why}", report.stopped_in.as_secs_f64()),
+    }
     println!(
         "left after the daemon stopped: {} containers {:?}, {} mounts {:?}",
         report.leftover_containers.len(),
@@ -132,9 +136,11 @@ fn print(report: &Report) {
         _ => 0.0,
     };
     println!(
-        "RESULT household_sent={sent} answered={answered} refused={refused} lost={} doubled={} scheduled_due={due} scheduled_run={ran} scheduled_twice={twice} first_word_p50_ms={p50:.0} first_word_p99_ms={p99:.0} rss_growth_mib={growth:.1} leftover_containers={} leftover_mounts={}",
+        "RESULT household_sent={sent} answered={answered} refused={refused} lost={} doubled={} scheduled_due={due} scheduled_run={ran} scheduled_twice={twice} first_word_p50_ms={p50:.0} first_word_p99_ms={p99:.0} rss_growth_mib={growth:.1} stopped_in_s={:.1} stop_ok={} leftover_containers={} leftover_mounts={}",
         lost.len(),
         doubled.len(),
+        report.stopped_in.as_secs_f64(),
+        report.stop_failed.is_none(),
         report.leftover_containers.len(),
         report.leftover_mounts.len()
     );
