@@ -205,12 +205,7 @@ impl AgentPool {
                 tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
                 return AgentError::DiskFull(role);
             }
-            use crate::container::{manager::ContainerError, RuntimeError};
-            if matches!(
-                error,
-                ContainerError::Unavailable(_)
-                    | ContainerError::Runtime(RuntimeError::Unreachable { .. } | RuntimeError::Hung { .. })
-            ) {
+            if error.engine_away() {
                 tracing::warn!(error = %baaaht_proto::error_chain(&error), "no container engine for an agent");
                 return AgentError::EngineDown(role);
             }

@@ -69,6 +69,17 @@ pub enum ContainerError {
     Busy { max: u32, waited: Duration },
 }
 
+impl ContainerError {
+    /// Whether the engine is away: none, unreachable or hung (not the container's fault).
+    pub fn engine_away(&self) -> bool {
+        matches!(
+            self,
+            ContainerError::Unavailable(_)
+                | ContainerError::Runtime(RuntimeError::Unreachable { .. } | RuntimeError::Hung { .. })
+        )
+    }
+}
+
 /// One container to run to completion.
 #[derive(Debug, Clone)]
 pub struct RunRequest {

@@ -35,9 +35,7 @@ impl From<ContainerError> for Status {
     fn from(error: ContainerError) -> Status {
         match error {
             ContainerError::Unavailable(reason) => Status::unavailable(reason),
-            ContainerError::Runtime(
-                crate::container::RuntimeError::Hung { .. } | crate::container::RuntimeError::Unreachable { .. },
-            ) => Status::unavailable(error.to_string()),
+            ref away if away.engine_away() => Status::unavailable(away.to_string()),
             ref full if crate::state::is_disk_full(full) => {
                 tracing::error!(error = %baaaht_proto::error_chain(full), "the data dir's disk is full");
                 Status::resource_exhausted(crate::state::DISK_FULL_WORK)

@@ -68,16 +68,11 @@ pub enum ToolsError {
 /// [`ToolsError::EngineDown`] when the engine is away (what a model relays to a person then
 /// names no file nor socket; the operator's log has the error).
 fn worded(error: ToolsError) -> ToolsError {
-    use crate::container::{manager::ContainerError, RuntimeError};
     if crate::state::is_disk_full(&error) {
         tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
         return ToolsError::DiskFull;
     }
-    if let ToolsError::Container(
-        ContainerError::Unavailable(_)
-        | ContainerError::Runtime(RuntimeError::Unreachable { .. } | RuntimeError::Hung { .. }),
-    ) = &error
-    {
+    if matches!(&error, ToolsError::Container(container) if container.engine_away()) {
         tracing::warn!(error = %baaaht_proto::error_chain(&error), "no container engine for a tool container");
         return ToolsError::EngineDown;
     }
