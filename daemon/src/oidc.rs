@@ -6,7 +6,9 @@
 //! as any web request (a provider on the home network needs an entry in
 //! `tools.web_proxy.allow`), and cached for ten minutes; a key id not in the cache makes one
 //! early refetch (a rotated key) at most every ten seconds (only a registered gateway passes ID
-//! tokens, and the web gateway checks each before it does). Only asymmetric algorithms are
+//! tokens, and the web gateway checks each before it does). While the issuer cannot be reached,
+//! the keys last fetched stay in use for up to a day (a provider away must not sign out everyone
+//! signed in), and it is asked again at most every ten seconds. Only asymmetric algorithms are
 //! accepted: a JWKS cannot hold a shared secret, and `none` is never a signature.
 
 use std::collections::HashMap;
@@ -21,8 +23,10 @@ use crate::egress::proxy::{FetchRequest, WebProxy};
 
 /// How long fetched keys are used.
 const JWKS_FRESH: Duration = Duration::from_secs(600);
-/// The soonest keys are fetched again for an unknown key id.
+/// The soonest keys are fetched again for an unknown key id, or after a fetch failed.
 const REFETCH_AT_MOST: Duration = Duration::from_secs(10);
+/// How long fetched keys stay in use while their issuer cannot be reached.
+const KEPT_WHILE_AWAY: Duration = Duration::from_secs(24 * 3600);
 /// Clock skew tolerated on `exp` and `nbf`.
 const LEEWAY_SECONDS: u64 = 60;
 
@@ -69,6 +73,8 @@ const EXPIRED_AT_MOST: Duration = Duration::from_secs(30 * 24 * 3600);
 struct Cached {
     keys: JwkSet,
     fetched: Instant,
+    /// When the keys were last asked for, fetched or not.
+    tried: Instant,
 }
 
 async fn get_json(web: &WebProxy, url: &str) -> Result<serde_json::Value, OidcError> {
@@ -160,19 +166,29 @@ impl Verifier {
         if let Some(key) = self.cached_key(issuer, kid, JWKS_FRESH) {
             return key;
         }
-        // Not cached, stale, or a key id not seen yet (rotated): fetch, unless just fetched.
+        // Not cached, stale, or a key id not seen yet (rotated): fetch, unless just tried.
         let recent = {
             let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            cache.get(issuer).is_some_and(|cached| cached.fetched.elapsed() < REFETCH_AT_MOST)
+            cache.get(issuer).is_some_and(|cached| cached.tried.elapsed() < REFETCH_AT_MOST)
         };
         if !recent {
-            let keys = self.fetch(issuer).await?;
-            self.cache
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(issuer.to_string(), Cached { keys, fetched: Instant::now() });
+            match self.fetch(issuer).await {
+                Ok(keys) => {
+                    let now = Instant::now();
+                    let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+                    cache.insert(issuer.to_string(), Cached { keys, fetched: now, tried: now });
+                }
+                Err(error) => {
+                    if let Some(cached) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get_mut(issuer) {
+                        cached.tried = Instant::now();
+                    }
+                    let Some(kept) = self.cached_key(issuer, kid, KEPT_WHILE_AWAY) else { return Err(error) };
+                    tracing::warn!(issuer, %error, "cannot fetch the issuer's keys; the last fetched stay in use");
+                    return kept;
+                }
+            }
         }
-        self.cached_key(issuer, kid, JWKS_FRESH)
+        self.cached_key(issuer, kid, KEPT_WHILE_AWAY)
             .unwrap_or_else(|| Err(OidcError::UnknownKey(kid.unwrap_or("(none)").to_string())))
     }
 
@@ -299,5 +315,112 @@ impl Verifier {
             return Err(OidcError::OtherSubject { token: data.claims.sub, named: subject.to_string() });
         }
         Ok(data.claims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// Connects to the loopback issuer while it is up; refuses while it is away.
+    #[derive(Default)]
+    struct Switch {
+        away: AtomicBool,
+        connections: AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::egress::proxy::Connector for Switch {
+        async fn connect(&self, address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+            self.connections.fetch_add(1, Ordering::SeqCst);
+            if self.away.load(Ordering::SeqCst) || !address.ip().is_loopback() {
+                return Err(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "the issuer is away"));
+            }
+            tokio::net::TcpStream::connect(address).await
+        }
+    }
+
+    /// A loopback issuer publishing one P-256 key (RFC 7517's example), kid `1`.
+    async fn issuer() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let issuer = format!("http://127.0.0.1:{}", listener.local_addr().expect("address").port());
+        let served = issuer.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { return };
+                let issuer = served.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 4096];
+                    let n = stream.read(&mut buffer).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                    let body = if head.starts_with("GET /jwks ") {
+                        serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "1", "use": "sig",
+                            "x": "MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4",
+                            "y": "4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM"}]})
+                    } else {
+                        serde_json::json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")})
+                    };
+                    let body = body.to_string();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    // silent-ok: the test's client may hang up early.
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        issuer
+    }
+
+    fn verifier(issuer: &str, switch: Arc<Switch>) -> Verifier {
+        let host = issuer.trim_start_matches("http://").to_string();
+        let config = crate::config::WebProxyConfig { allow: vec![host], ..Default::default() };
+        let resolver = Arc::new(crate::egress::proxy::SystemResolver);
+        Verifier::new(Arc::new(WebProxy::new(&config, resolver, switch).expect("proxy")))
+    }
+
+    /// Makes the cached keys of `issuer` look fetched and last tried `ago`.
+    fn age(verifier: &Verifier, issuer: &str, ago: Duration) {
+        let then = Instant::now().checked_sub(ago).expect("the clock runs long enough");
+        let mut cache = verifier.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let cached = cache.get_mut(issuer).expect("cached");
+        (cached.fetched, cached.tried) = (then, then);
+    }
+
+    #[tokio::test]
+    async fn an_issuer_away_leaves_the_last_keys_in_use_and_is_asked_again_at_most_every_ten_seconds() {
+        let issuer = issuer().await;
+        let switch = Arc::new(Switch::default());
+        let verifier = verifier(&issuer, switch.clone());
+        verifier.key(&issuer, Some("1")).await.expect("fetched");
+        let fetched = switch.connections.load(Ordering::SeqCst);
+        assert_eq!(fetched, 2, "discovery and keys");
+        verifier.key(&issuer, Some("1")).await.expect("cached");
+        assert_eq!(switch.connections.load(Ordering::SeqCst), fetched, "fresh keys are not fetched again");
+
+        // The issuer goes away and the keys grow stale: they stay in use, with one try to refresh.
+        switch.away.store(true, Ordering::SeqCst);
+        age(&verifier, &issuer, JWKS_FRESH + Duration::from_secs(1));
+        verifier.key(&issuer, Some("1")).await.expect("the last keys while the issuer is away");
+        assert_eq!(switch.connections.load(Ordering::SeqCst), fetched + 1, "one try");
+        verifier.key(&issuer, Some("1")).await.expect("the last keys while the issuer is away");
+        assert_eq!(switch.connections.load(Ordering::SeqCst), fetched + 1, "not tried again within ten seconds");
+        // A key id they do not hold is not taken on their word.
+        let unknown = verifier.key(&issuer, Some("2")).await.err().expect("unknown");
+        assert_eq!(unknown, OidcError::UnknownKey("2".into()));
+
+        // Older than a day, they are not used: the error says why.
+        age(&verifier, &issuer, KEPT_WHILE_AWAY + Duration::from_secs(1));
+        let error = verifier.key(&issuer, Some("1")).await.err().expect("too old");
+        assert!(matches!(&error, OidcError::Keys(why) if why.contains("cannot connect to")), "{error}");
+
+        // Back, the issuer is asked again and its keys are fresh.
+        switch.away.store(false, Ordering::SeqCst);
+        age(&verifier, &issuer, KEPT_WHILE_AWAY + Duration::from_secs(1));
+        verifier.key(&issuer, Some("1")).await.expect("fetched again");
+        assert!(verifier.cached_key(&issuer, Some("1"), JWKS_FRESH).is_some(), "fresh again");
     }
 }

@@ -9,19 +9,31 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 /// Sends `state` (e.g. `"READY=1\nSTATUS=serving"`) to `$NOTIFY_SOCKET` if it is set.
 pub fn notify(state: &str) {
     let Some(target) = std::env::var_os("NOTIFY_SOCKET") else { return };
-    let target = target.to_string_lossy().into_owned();
+    notify_to(&target.to_string_lossy(), state);
+}
+
+/// Sends `state` to the notify socket `target` without waiting: a listener that does not read
+/// (a busy or stuck manager, whose queue holds ten datagrams) loses the message rather than
+/// stopping the runtime thread that sent it, which would stop the daemon with it.
+fn notify_to(target: &str, state: &str) {
     let result = (|| -> std::io::Result<()> {
         let socket = UnixDatagram::unbound()?;
+        socket.set_nonblocking(true)?;
         let address = match target.strip_prefix('@') {
             // An abstract socket: the name follows a NUL byte.
             Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
-            None => SocketAddr::from_pathname(&target)?,
+            None => SocketAddr::from_pathname(target)?,
         };
         socket.send_to_addr(state.as_bytes(), &address)?;
         Ok(())
     })();
-    if let Err(error) = result {
-        tracing::warn!(notify_socket = %target, %error, "cannot notify systemd");
+    match result {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+            let what = state.lines().next().unwrap_or_default();
+            tracing::warn!(notify_socket = %target, what, "systemd's notify socket is full (not read); the notification is dropped");
+        }
+        Err(error) => tracing::warn!(notify_socket = %target, %error, "cannot notify systemd"),
     }
 }
 
@@ -72,5 +84,31 @@ mod tests {
         let mut buffer = [0u8; 64];
         let n = receiver.recv(&mut buffer).expect("recv");
         assert_eq!(&buffer[..n], b"READY=1");
+    }
+
+    /// A manager that stops reading (its queue full) once stopped the daemon: the watchdog
+    /// ping blocked a runtime thread, and `STOPPING=1` the shutdown itself.
+    #[test]
+    fn a_notify_socket_nobody_reads_does_not_stop_the_sender() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("notify");
+        let receiver = UnixDatagram::bind(&path).expect("bind");
+        let target = path.display().to_string();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Far more than the socket queues (ten by default).
+            for n in 0..100 {
+                notify_to(&target, &format!("STATUS=ping {n}"));
+            }
+            notify_to(&target, "STOPPING=1");
+            // silent-ok: the test may have given up already.
+            let _ = done.send(());
+        });
+        let returned = finished.recv_timeout(std::time::Duration::from_secs(30));
+        assert!(returned.is_ok(), "notify blocked on a socket nobody reads");
+        // What was queued is intact; the rest was dropped.
+        let mut buffer = [0u8; 64];
+        let n = receiver.recv(&mut buffer).expect("recv");
+        assert_eq!(&buffer[..n], b"STATUS=ping 0");
     }
 }
