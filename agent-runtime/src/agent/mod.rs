@@ -322,7 +322,10 @@ impl Agent {
                 Some(Event::MessageStop(_)) => stopped = true,
                 Some(Event::Usage(usage)) => answer.tokens += usage.input_tokens + usage.output_tokens,
                 Some(Event::Error(error)) => {
-                    return Err(Failed::Other(format!("the model failed ({}): {}", error.kind, error.message)));
+                    return Err(match passing_trouble(&error.kind) {
+                        Some(sentence) => Failed::Refused(sentence.to_string()),
+                        None => Failed::Other(format!("the model failed ({}): {}", error.kind, error.message)),
+                    });
                 }
                 _ => {}
             }
@@ -416,9 +419,41 @@ fn system_prompt(config: &v1::AgentConfig) -> String {
     parts.join("\n\n")
 }
 
+/// What the person who asked reads when the model's provider fails in a way that passes (its
+/// detail is in the daemon's log, where the provider's answer was logged): the kinds of
+/// `baaaht-llm`'s `ErrorKind`, after its retries and fallbacks.
+fn passing_trouble(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "rate_limited" | "overloaded" => {
+            "The model is busy: its provider is turning requests away for now. Your message is kept; ask again in a \
+             minute."
+        }
+        "provider" | "network" => {
+            "The model's provider is failing for now. Your message is kept; ask again in a few minutes."
+        }
+        "timeout" => "The model did not answer in time. Your message is kept; ask again.",
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_provider_failing_for_now_is_told_in_a_sentence_without_its_detail() {
+        for kind in ["rate_limited", "overloaded", "provider", "network", "timeout"] {
+            let sentence = passing_trouble(kind).unwrap_or_else(|| panic!("{kind} has no sentence"));
+            assert!(
+                sentence.contains("Your message is kept") && !sentence.contains(&format!("({kind})")),
+                "{kind}: {sentence}"
+            );
+        }
+        // These are not passing: the operator's detail stays in the reply's failure.
+        for kind in ["authentication", "invalid_request", "context_exceeded"] {
+            assert_eq!(passing_trouble(kind), None, "{kind}");
+        }
+    }
 
     #[test]
     fn the_system_prompt_carries_identity_context_memory_and_skills() {
