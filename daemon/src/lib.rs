@@ -937,7 +937,7 @@ where
 
 /// Whenever a container start waits for a slot (`container.max_concurrent`), removes one idle
 /// container: an idle agent first (it is cheap to start again), else the tool container unused
-/// the longest.
+/// the longest, else the MCP server unused the longest that answers no call.
 async fn make_room(shared: Arc<Shared>, cancel: CancellationToken) {
     let mut pressure = shared.containers.pressure();
     loop {
@@ -946,7 +946,7 @@ async fn make_room(shared: Arc<Shared>, cancel: CancellationToken) {
             changed = pressure.changed() => if changed.is_err() { return },
         }
         pressure.borrow_and_update();
-        if !shared.agents.evict_one().await && !shared.tools.evict_one().await {
+        if !shared.agents.evict_one().await && !shared.tools.evict_one().await && !shared.mcp.evict_one().await {
             tracing::info!("no idle container to remove; the start waits for one to finish");
         }
     }

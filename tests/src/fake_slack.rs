@@ -134,6 +134,16 @@ impl FakeSlack {
         self.state.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// The calls after the first `since`.
+    pub fn calls_since(&self, since: usize) -> Vec<Call> {
+        self.state.calls.lock().unwrap_or_else(PoisonError::into_inner).iter().skip(since).cloned().collect()
+    }
+
+    /// How many calls so far.
+    pub fn call_count(&self) -> usize {
+        self.state.calls.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     /// The calls of `method` so far.
     pub fn calls_of(&self, method: &str) -> Vec<Call> {
         self.calls().into_iter().filter(|call| call.method == method).collect()

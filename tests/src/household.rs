@@ -13,6 +13,7 @@
 //! sentence its sender saw, or lost; an answer or a message recorded twice is doubled.
 
 mod faults;
+mod slack;
 mod web;
 
 use std::collections::HashMap;
@@ -43,6 +44,20 @@ const SORRY: &str = "Sorry, I could not do that";
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The loop filesystem the data dir lives on.
 const FILESYSTEM_MIB: u64 = 6 * 1024;
+/// The household's MCP server (in sh, as small as a server gets): its tool `stamp` answers
+/// `stamped TOKEN`.
+const MCP_SERVER: &str = r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"household","version":"1"}}}\n' "$id" ;;
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"stamp","description":"Stamps a token","inputSchema":{"type":"object","properties":{"token":{"type":"string"}}}}]}}\n' "$id" ;;
+    *'"method":"tools/call"'*) token=$(printf '%s' "$line" | sed -n 's/.*"token":"\([a-z0-9]*\)".*/\1/p')
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"stamped %s"}]}}\n' "$id" "$token" ;;
+  esac
+done
+"#;
+/// The MCP server's tool as the Coder is offered it.
+const MCP_TOOL: &str = "mcp__household__stamp";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -58,6 +73,9 @@ pub struct Plan {
     /// Of the people, how many use the web (the real `baaaht-web`, signed in through the real
     /// OIDC provider) rather than a host client; they chat and ask the Coder, not in groups.
     pub web_people: usize,
+    /// Of the people, how many use Slack (the real `baaaht-slack` in its container, against
+    /// the fake Slack); they chat, ask the Coder and share files, in direct messages.
+    pub slack_people: usize,
     /// How long the data dir's filesystem stays full, and the web's sign-in provider away.
     pub outage: Duration,
 }
@@ -73,6 +91,13 @@ pub enum Kind {
     Group,
     /// A chat or a Coder turn from a page of the web gateway.
     Web,
+    /// The Assistant delegates to the Coder, which calls a tool of an MCP server (in its own
+    /// container).
+    Mcp,
+    /// A chat or a Coder turn in a direct message on Slack.
+    Slack,
+    /// A file shared with the bot on Slack, which the model reads of.
+    Upload,
 }
 
 /// What became of a message.
@@ -228,8 +253,19 @@ fn brain(fault: Arc<Mutex<ModelFault>>) -> Answer {
         let said = latest_line(&said);
         if asked.offers("delegate") && said.contains("ask the coder") && asked.turn_results.is_empty() {
             let token = token_in(said).unwrap_or("nothing");
-            let task = json!({"agent": "coder", "task": format!("Run: echo {token}")});
+            let task = if said.contains("to stamp") { format!("Stamp: {token}") } else { format!("Run: echo {token}") };
+            let task = json!({"agent": "coder", "task": task});
             return anthropic_answer("", &[("toolu_household_1", "delegate", task)]);
+        }
+        if asked.offers(MCP_TOOL) && said.contains("Stamp: ") {
+            let token = token_in(said).unwrap_or("nothing");
+            return match asked.turn_results.last() {
+                None => anthropic_answer("", &[("toolu_household_3", MCP_TOOL, json!({"token": token}))]),
+                Some(stamped) if stamped.contains(&format!("stamped {token}")) => {
+                    words_stream(Wire::Anthropic, &format!("It stamped: {token}"), WORD_EVERY)
+                }
+                Some(failed) => words_stream(Wire::Anthropic, &format!("{SORRY} ({token}): {failed}"), WORD_EVERY),
+            };
         }
         if asked.offers("exec") && said.contains("Run: echo ") {
             return match asked.turn_results.last() {
@@ -270,6 +306,8 @@ struct Household {
     model: Arc<Mutex<ModelFault>>,
     /// The web site's address and its people's sessions, by household index.
     web: Option<(std::net::SocketAddr, Vec<(usize, crate::web::Session)>)>,
+    /// The Slack workspace and its people.
+    slack: Option<slack::Workspace>,
 }
 
 impl Household {
@@ -304,15 +342,25 @@ async fn person(house: Arc<Household>, index: usize) {
         tokio::time::sleep(pause).await;
         let token = format!("hh{:05}", house.next_token.fetch_add(1, Ordering::SeqCst));
         let (mut kind, context, content) = match dice.roll() % 10 {
-            0 | 1 => (Kind::Coder, scenario::user(&user), format!("Please ask the coder to print {token}.")),
+            0 => (Kind::Coder, scenario::user(&user), format!("Please ask the coder to print {token}.")),
+            1 => (Kind::Mcp, scenario::user(&user), format!("Please ask the coder to stamp {token}.")),
             2 | 3 => (Kind::Group, scenario::group(&group), format!("Family note {token}: dinner is at seven.")),
             _ => (Kind::Chat, scenario::user(&user), format!("Remember {token} for me, please.")),
         };
         let on_the_web = house.web.as_ref().and_then(|(address, people)| {
             people.iter().find(|(each, _)| *each == index).map(|(_, session)| (*address, session))
         });
+        let on_slack = house.slack.as_ref().filter(|workspace| workspace.people.contains(&index));
+        // Group messages come from host clients (rooms are the admins' to make); on Slack they
+        // are files shared instead.
+        let (content, file) = match (kind, on_slack.is_some()) {
+            (Kind::Group, true) => (format!("Here is my list {token}."), true),
+            _ => (content, false),
+        };
         if on_the_web.is_some() {
             kind = Kind::Web;
+        } else if on_slack.is_some() {
+            kind = if file { Kind::Upload } else { Kind::Slack };
         }
         let mut sent = Sent {
             token: token.clone(),
@@ -325,10 +373,13 @@ async fn person(house: Arc<Household>, index: usize) {
             doubled: false,
             unreachable: None,
         };
-        match on_the_web {
+        match (on_the_web, on_slack) {
             // A group message from the web goes to its sender's own chat (rooms are the admins').
-            Some((address, session)) => web::follow(address, session, &content, &mut sent).await,
-            None => follow(&house.socket, &mut client, scenario::message(context, &user, &content), &mut sent).await,
+            (Some((address, session)), _) => web::follow(address, session, &content, &mut sent).await,
+            (None, Some(workspace)) => slack::follow(workspace, index, &content, file, &mut sent).await,
+            (None, None) => {
+                follow(&house.socket, &mut client, scenario::message(context, &user, &content), &mut sent).await
+            }
         }
         house.sent.lock().unwrap_or_else(PoisonError::into_inner).push(sent);
     }
@@ -501,6 +552,21 @@ fn settle(sent: &mut [Sent], logged: &HashMap<String, Logged>) {
     }
 }
 
+/// Lets the daemon's egress reach `host_port` on loopback (`tools.web_proxy.allow`), besides
+/// what `options` let it reach already.
+fn allow_egress(options: &mut crate::DaemonOptions, host_port: &str) {
+    const ALLOW: &str = "BAAAHT__TOOLS__WEB_PROXY__ALLOW";
+    let mut allowed: Vec<String> = options
+        .env
+        .iter()
+        .find(|(name, _)| name == ALLOW)
+        .and_then(|(_, value)| serde_json::from_str(value).ok())
+        .unwrap_or_default();
+    allowed.push(host_port.to_string());
+    options.env.retain(|(name, _)| name != ALLOW);
+    options.env.push((ALLOW.into(), serde_json::to_string(&allowed).unwrap_or_default()));
+}
+
 /// Every `every`, the serving daemon's resident memory and open descriptors.
 async fn sample(house: &Household, pid: u32) -> Option<Sample> {
     let rss_kib = crate::rss_kib(pid).ok()?;
@@ -521,8 +587,13 @@ pub async fn run(plan: Plan) -> Result<Report> {
         "providers:\n  anthropic:\n    api_key: ${{TEST_ANTHROPIC_KEY}}\n    api_base: {}\n    default: true\n    timeout: 20\n",
         fake.api_base(Wire::Anthropic)
     );
-    options.files = vec![("config/providers.yaml".into(), providers)];
+    let mcp = format!(
+        "servers:\n  household:\n    command: sh\n    args: [-c, {}]\n    roles: [coder]\n",
+        serde_json::to_string(MCP_SERVER)?
+    );
+    options.files = vec![("config/providers.yaml".into(), providers), ("config/mcp.yaml".into(), mcp)];
     let mut site = if plan.web_people > 0 { Some(web::Site::provider(&mut options)?) } else { None };
+    let mut workspace = if plan.slack_people > 0 { Some(slack::Workspace::start(&mut options).await?) } else { None };
     let start_options = options.clone();
     let first = tokio::task::spawn_blocking(move || TestDaemon::start(start_options)).await??;
     let mut daemons = Daemons { now: first, crashed: vec![], options };
@@ -534,8 +605,13 @@ pub async fn run(plan: Plan) -> Result<Report> {
         let create = v1::CreateGroupRequest { id: group_id(group), name: format!("Family {group}"), members };
         host.admin.create_group(create).await.context("CreateGroup")?;
     }
+    // The last people are on the web, the ones before them on Slack.
+    let on_the_web = plan.users.saturating_sub(plan.web_people);
     if let Some(site) = site.as_mut() {
-        site.open(&mut host, plan.users.saturating_sub(plan.web_people)..plan.users).await?;
+        site.open(&mut host, on_the_web..plan.users).await?;
+    }
+    if let Some(workspace) = workspace.as_mut() {
+        workspace.open(&mut host, on_the_web.saturating_sub(plan.slack_people)..on_the_web).await?;
     }
     let mut tasks = vec![];
     for group in 0..plan.groups {
@@ -560,6 +636,7 @@ pub async fn run(plan: Plan) -> Result<Report> {
         fault: Mutex::new(None),
         model,
         web: site.as_ref().map(|site| (site.address, site.people.clone())),
+        slack: workspace,
     });
     let people: Vec<_> = (0..plan.users).map(|index| tokio::spawn(person(house.clone(), index))).collect();
 

@@ -20,6 +20,7 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
         faults: true,
         restart_dockerd: true,
         web_people: 3,
+        slack_people: 3,
         outage: Duration::from_secs(15),
     };
     let report = baaaht_tests::runtime().block_on(household::run(plan)).expect("the household runs");
@@ -46,7 +47,7 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
     let doubled = report.doubled();
     assert!(doubled.is_empty(), "doubled: {doubled:#?}\n{}", logs());
     // Each kind of message was answered, most of them (the faults refuse some).
-    for kind in [Kind::Chat, Kind::Coder, Kind::Group, Kind::Web] {
+    for kind in [Kind::Chat, Kind::Coder, Kind::Mcp, Kind::Group, Kind::Web, Kind::Slack, Kind::Upload] {
         let answered = report.count(|sent| sent.kind == kind && sent.outcome == Outcome::Answered);
         assert!(answered > 0, "no {kind:?} answered\n{}", logs());
     }

@@ -150,6 +150,45 @@ fn a_coder_calls_an_mcp_servers_tool_and_the_server_gets_its_env() {
     drop(coder);
 }
 
+/// At the container cap, a start that waits for a slot stops the MCP server unused the
+/// longest (answering no call), as it removes an idle agent or tool container: a server idle
+/// within its `idle_timeout` does not hold a slot others wait for.
+#[test]
+fn at_the_container_cap_an_mcp_server_answering_no_call_gives_its_slot_up() {
+    let rt = baaaht_tests::runtime();
+    let server = serde_json::to_string(SERVER).expect("JSON");
+    let mcp = format!(
+        "servers:\n  one:\n    command: sh\n    args: [-c, {server}]\n    roles: [coder]\n  \
+         two:\n    command: sh\n    args: [-c, {server}]\n    roles: [coder]\n"
+    );
+    let config = "container:\n  max_concurrent: 2\n  queue_timeout: 30\n";
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/mcp.yaml".into(), mcp), ("config/config.yaml".into(), config.into())],
+        ..Default::default()
+    })
+    .expect("daemon");
+    // The Coder holds one slot, server `one` the other.
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    rt.block_on(async {
+        let mut agent = client::connect(&coder.socket, coder.options()).await.expect("connect");
+        let one = agent.agents.request_tool_execution(call("mcp__one__hello")).await.expect("one").into_inner();
+        assert_eq!((one.content.as_str(), one.is_error), ("hello from nobody", false), "{}", daemon.log_text());
+        // Server `two` waits for a slot: `one`, answering nothing, gives its up.
+        let two = agent.agents.request_tool_execution(call("mcp__two__hello")).await;
+        let two = two.unwrap_or_else(|status| panic!("{status:?}\n{}", daemon.log_text())).into_inner();
+        assert_eq!((two.content.as_str(), two.is_error), ("hello from nobody", false), "{}", daemon.log_text());
+    });
+    assert!(
+        daemon.log_text().contains("stopping an MCP server that answers no call to free a slot"),
+        "{}",
+        daemon.log_text()
+    );
+    let running = baaaht_tests::docker(&["ps", "--format", "{{.Names}}"]).expect("docker ps");
+    let ours = daemon.recorded_containers();
+    let servers = running.lines().filter(|name| name.starts_with("baaaht-mcp-") && ours.iter().any(|o| o == name));
+    assert_eq!(servers.count(), 1, "one server runs: {running}");
+}
+
 /// Runs `baaaht mcp ARGS` against `daemon`; its standard output, or a panic with what it said.
 fn baaaht_mcp(daemon: &TestDaemon, args: &[&str]) -> String {
     let output = std::process::Command::new(baaaht_tests::bin("baaaht"))

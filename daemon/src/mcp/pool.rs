@@ -768,6 +768,34 @@ impl McpPool {
         }
     }
 
+    /// Stops the server unused the longest that answers no call, to free a container slot for
+    /// a start that waits for one; whether there was one.
+    pub async fn evict_one(&self) -> bool {
+        let slots: Vec<(Key, Slot)> = {
+            let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            running.iter().map(|(key, slot)| (key.clone(), slot.clone())).collect()
+        };
+        let mut oldest: Option<(Instant, Key, tokio::sync::OwnedMutexGuard<Option<Arc<Running>>>)> = None;
+        for (key, slot) in slots {
+            // A slot being started or replaced is its holder's business.
+            let Ok(held) = slot.try_lock_owned() else { continue };
+            let Some(server) = held.as_ref() else { continue };
+            if server.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                continue;
+            }
+            let used = *server.used.lock().unwrap_or_else(PoisonError::into_inner);
+            if oldest.as_ref().is_none_or(|(best, ..)| used < *best) {
+                oldest = Some((used, key, held));
+            }
+        }
+        let Some((_, (context, name), mut held)) = oldest else { return false };
+        let Some(server) = held.take() else { return false };
+        drop(held);
+        tracing::info!(server = %name, context = %context, container = %server.container, "stopping an MCP server that answers no call to free a slot");
+        self.stop(&server.container).await;
+        true
+    }
+
     /// The names of the servers whose containers run for `context`.
     pub fn running_in(&self, context: &Context) -> Vec<String> {
         let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);

@@ -143,7 +143,7 @@ pub(super) async fn inject(
             for _ in 0..100 {
                 let running = docker(&["ps", "--format", "{{.Names}}"])?;
                 let ours = daemons.now.recorded_containers();
-                for prefix in ["baaaht-tool-", "baaaht-assistant-", "baaaht-coder-"] {
+                for prefix in ["baaaht-tool-", "baaaht-assistant-", "baaaht-coder-", "baaaht-mcp-", "baaaht-gateway-"] {
                     let found =
                         ours.iter().find(|name| name.starts_with(prefix) && running.lines().any(|l| l == *name));
                     if let Some(name) = found {

@@ -37,7 +37,7 @@ impl Site {
         // ID tokens outlast the run: no sign-in again.
         let provider =
             Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 4 * 3600)?;
-        options.env.push(("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)));
+        super::allow_egress(options, &format!("127.0.0.1:{}", provider.port));
         options.env.push(("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()));
         Ok(Site {
             provider,

@@ -11,9 +11,10 @@ use baaaht_tests::percentile;
 
 pub(crate) fn run(plan: Plan) -> Result<()> {
     println!(
-        "household: {} people ({} on the web) in {} groups for {} min, a message each every {} s on average, faults {}",
+        "household: {} people ({} on the web, {} on Slack) in {} groups for {} min, a message each every {} s on average, faults {}",
         plan.users,
         plan.web_people,
+        plan.slack_people,
         plan.groups,
         plan.run_for.as_secs() / 60,
         plan.message_every.as_secs(),
@@ -46,8 +47,11 @@ fn print(report: &Report) {
     let kinds = [
         (Kind::Chat, "chats"),
         (Kind::Coder, "coder turns (delegation + exec)"),
+        (Kind::Mcp, "coder turns through an MCP server"),
         (Kind::Group, "group messages"),
         (Kind::Web, "on the web (chats and coder turns)"),
+        (Kind::Slack, "on Slack (chats and coder turns)"),
+        (Kind::Upload, "files shared on Slack"),
     ];
     for (kind, name) in kinds {
         let of_kind = report.count(|s| s.kind == kind);
@@ -156,6 +160,7 @@ pub(crate) fn plan(minutes: u64, users: usize, groups: usize, every: u64, faults
         faults,
         restart_dockerd: dockerd,
         web_people: 0,
+        slack_people: 0,
         outage: Duration::from_secs(30),
     }
 }

@@ -121,6 +121,9 @@ enum Bench {
         /// Of the users, how many use the web gateway (signed in through the OIDC provider)
         #[arg(long, default_value_t = 3)]
         web: usize,
+        /// Of the users, how many use Slack (the gateway in its container, the fake Slack)
+        #[arg(long, default_value_t = 3)]
+        slack: usize,
     },
     /// A one-tool turn against a model with 800 ms to its first token: its answer returned
     /// directly vs re-written by the Assistant; a conversation's input tokens with prompt caching
@@ -294,10 +297,11 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
-        Bench::Household { minutes, users, groups, every, faults, dockerd, web } => {
+        Bench::Household { minutes, users, groups, every, faults, dockerd, web, slack } => {
             let users = users.max(1);
             let plan = household::plan(minutes.max(1), users, groups.max(1), every.max(1), faults, dockerd);
-            household::run(household::Plan { web_people: web.min(users), ..plan })
+            let (web_people, slack_people) = (web.min(users), slack.min(users - web.min(users)));
+            household::run(household::Plan { web_people, slack_people, ..plan })
         }
         Bench::Turn { runs, conversation } => turn::run(runs.max(5), conversation.max(2)),
         Bench::Abuse { seconds } => abuse::run(seconds.max(30)),
