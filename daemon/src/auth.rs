@@ -248,6 +248,9 @@ pub enum AuthError {
     IdToken(String),
     #[error("{0}")]
     Unresolvable(String),
+    /// A first contact that could not be recorded (the detail is in the log).
+    #[error("baaaht could not record who you are; the daemon's log says why")]
+    Unrecorded { disk_full: bool },
 }
 
 impl AuthError {

@@ -112,11 +112,14 @@ impl Gate {
                 name = claims.name.or(claims.email).unwrap_or_default();
             }
         }
-        let resolved = self
-            .shared
-            .identities
-            .resolve(identity, &name)
-            .map_err(|error| AuthError::Unresolvable(baaaht_proto::error_chain(&error)))?;
+        let resolved = self.shared.identities.resolve(identity, &name).map_err(|error| match error {
+            crate::identities::IdentityError::BadIdentity(_) => AuthError::Unresolvable(error.to_string()),
+            // A first contact not recorded: its caller reads a sentence, the log the detail.
+            other => {
+                tracing::error!(error = %baaaht_proto::error_chain(&other), "cannot record a first contact");
+                AuthError::Unrecorded { disk_full: crate::state::is_disk_full(&other) }
+            }
+        })?;
         let admin = self.shared.loaded.config.system.admin_users.contains(&resolved.user);
         let groups = self.shared.groups.of_member(&resolved.user);
         Ok(Some(EndUser { identity: identity.to_string(), id: resolved.user, admin, groups }))

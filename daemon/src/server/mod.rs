@@ -50,6 +50,13 @@ impl From<ContainerError> for Status {
 
 impl From<AuthError> for Status {
     fn from(error: AuthError) -> Status {
+        if let AuthError::Unrecorded { disk_full } = error {
+            return if disk_full {
+                Status::resource_exhausted(crate::state::DISK_FULL)
+            } else {
+                Status::internal(error.to_string())
+            };
+        }
         if error.is_unauthenticated() {
             Status::unauthenticated(error.to_string())
         } else {

@@ -26,7 +26,16 @@ impl From<IdentityError> for Status {
             IdentityError::UnknownIdentity(_) | IdentityError::UnknownUser(_) => Status::not_found(text),
             IdentityError::AlreadyLinked(..) => Status::already_exists(text),
             IdentityError::NotLinked(_) | IdentityError::BadCode => Status::failed_precondition(text),
-            other => Status::internal(baaaht_proto::error_chain(&other)),
+            // What could not be written stays in the operator's log; its caller (anyone whose
+            // first message it was) reads a sentence.
+            other => {
+                tracing::error!(error = %baaaht_proto::error_chain(&other), "cannot record who is who");
+                if crate::state::is_disk_full(&other) {
+                    Status::resource_exhausted(crate::state::DISK_FULL)
+                } else {
+                    Status::internal("baaaht could not record who you are; the daemon's log says why")
+                }
+            }
         }
     }
 }
@@ -745,5 +754,32 @@ mod audit_tests {
         let error = parse_since("yesterday", now).expect_err("refused");
         assert!(error.contains("since `yesterday`: write a duration like 90s"), "{error}");
         assert!(parse_since("5y", now).is_err());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_is_who_unwritable_for_a_full_disk_is_told_without_the_path() {
+        let full = crate::state::StateError::Write {
+            path: "/data/state/identities.journal".into(),
+            source: std::io::Error::from(std::io::ErrorKind::StorageFull),
+        };
+        let status = Status::from(IdentityError::State(full));
+        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::state::DISK_FULL));
+        let other = crate::state::StateError::Write {
+            path: "/data/state/identities.journal".into(),
+            source: std::io::Error::other("bad block"),
+        };
+        let status = Status::from(IdentityError::State(other));
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert!(!status.message().contains("/data"), "{}", status.message());
+        // A first contact through a gateway, not recorded: the same sentences.
+        let status = Status::from(crate::auth::AuthError::Unrecorded { disk_full: true });
+        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::state::DISK_FULL));
+        let status = Status::from(crate::auth::AuthError::Unrecorded { disk_full: false });
+        assert_eq!(status.code(), tonic::Code::Internal);
     }
 }

@@ -170,6 +170,11 @@ fn upload_status(error: crate::uploads::UploadError) -> Status {
         UploadError::Full | UploadError::Workspace(crate::workspace::WorkspaceError::TooMany(_)) => {
             Status::resource_exhausted(error.to_string())
         }
+        // Nothing of the file was kept: the sender is told so, and why.
+        UploadError::Io(_) | UploadError::Workspace(_) if crate::state::is_disk_full(&error) => {
+            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot store an upload");
+            Status::resource_exhausted(crate::state::DISK_FULL)
+        }
         UploadError::Io(_) | UploadError::Workspace(_) => {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot store an upload");
             Status::internal("cannot store the upload; the daemon's log says why")
@@ -796,5 +801,21 @@ impl v1::sessions_server::Sessions for SessionsService {
         Ok(Response::new(v1::Ack {
             message: format!("session {} now uses {} (was {previous})", message.session_id, message.model),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upload_on_a_full_disk_is_told_as_such_and_other_failures_keep_their_detail_in_the_log() {
+        let full = crate::uploads::UploadError::Io(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        let status = upload_status(full);
+        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::state::DISK_FULL));
+        let other = crate::uploads::UploadError::Io(std::io::Error::other("/data/x: bad block"));
+        let status = upload_status(other);
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert!(!status.message().contains("/data"), "{}", status.message());
     }
 }

@@ -29,6 +29,58 @@ pub(crate) fn run(plan: Plan) -> Result<()> {
     Ok(())
 }
 
+/// The people a host serves: the number of active people at which the p99 first word of a
+/// chat stays within this (the model answers at once, so it is the daemon's time).
+const FIRST_WORD_TARGET_MS: f64 = 1000.0;
+/// The numbers of active people the capacity line tries, in turn.
+const CROWDS: [usize; 7] = [5, 10, 15, 25, 40, 60, 90];
+
+/// Runs the household without faults at each of [`CROWDS`] (a fifth of them in groups, the
+/// plan's web and Slack people among them) until the p99 first word of a chat exceeds 1 s:
+/// the most people one host serves within it.
+pub(crate) fn capacity(plan: Plan) -> Result<()> {
+    println!(
+        "capacity: the household without faults, {} min at each size, a message each every {} s on average; \
+         target: p99 first word of a chat ≤ {FIRST_WORD_TARGET_MS:.0} ms",
+        plan.run_for.as_secs() / 60,
+        plan.message_every.as_secs()
+    );
+    println!(
+        "{:>7} {:>6} {:>9} {:>8} {:>8} {:>8} {:>14}",
+        "people", "sent", "answered", "lost", "p50 ms", "p99 ms", "p99 / target"
+    );
+    let runtime = baaaht_tests::runtime();
+    let mut served = 0;
+    let mut at_served = f64::NAN;
+    for people in CROWDS {
+        let crowd = Plan {
+            users: people,
+            groups: (people / 5).max(1),
+            faults: false,
+            restart_dockerd: false,
+            web_people: plan.web_people.min(people / 5),
+            slack_people: plan.slack_people.min(people / 5),
+            ..plan.clone()
+        };
+        let report = runtime.block_on(household::run(crowd))?;
+        let mut quiet = report.first_words_ms();
+        let (p50, p99) = (percentile(&mut quiet, 50.0), percentile(&mut quiet, 99.0));
+        let answered = report.count(|s| s.outcome == Outcome::Answered);
+        println!(
+            "{people:>7} {:>6} {answered:>9} {:>8} {p50:>8.0} {p99:>8.0} {:>13.2}×",
+            report.sent.len(),
+            report.lost().len(),
+            p99 / FIRST_WORD_TARGET_MS
+        );
+        if p99 > FIRST_WORD_TARGET_MS || !report.lost().is_empty() {
+            break;
+        }
+        (served, at_served) = (people, p99);
+    }
+    println!("RESULT household_capacity_people={served} first_word_p99_ms={at_served:.0} target_ms={FIRST_WORD_TARGET_MS:.0}");
+    Ok(())
+}
+
 fn print(report: &Report) {
     println!("\nfaults injected:");
     for (at, what) in &report.faults {

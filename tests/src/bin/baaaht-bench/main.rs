@@ -124,6 +124,10 @@ enum Bench {
         /// Of the users, how many use Slack (the gateway in its container, the fake Slack)
         #[arg(long, default_value_t = 3)]
         slack: usize,
+        /// Instead of one run: runs without faults at a rising number of active people (each
+        /// `--minutes` long) up to the first whose p99 first word exceeds 1 s: the capacity line
+        #[arg(long)]
+        capacity: bool,
     },
     /// A one-tool turn against a model with 800 ms to its first token: its answer returned
     /// directly vs re-written by the Assistant; a conversation's input tokens with prompt caching
@@ -297,11 +301,16 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
-        Bench::Household { minutes, users, groups, every, faults, dockerd, web, slack } => {
+        Bench::Household { minutes, users, groups, every, faults, dockerd, web, slack, capacity } => {
             let users = users.max(1);
             let plan = household::plan(minutes.max(1), users, groups.max(1), every.max(1), faults, dockerd);
             let (web_people, slack_people) = (web.min(users), slack.min(users - web.min(users)));
-            household::run(household::Plan { web_people, slack_people, ..plan })
+            let plan = household::Plan { web_people, slack_people, ..plan };
+            if capacity {
+                household::capacity(plan)
+            } else {
+                household::run(plan)
+            }
         }
         Bench::Turn { runs, conversation } => turn::run(runs.max(5), conversation.max(2)),
         Bench::Abuse { seconds } => abuse::run(seconds.max(30)),
