@@ -249,7 +249,7 @@ pub enum AuthError {
     #[error("{0}")]
     Unresolvable(String),
     /// A first contact that could not be recorded (the detail is in the log).
-    #[error("baaaht could not record who you are; the daemon's log says why")]
+    #[error("{}", crate::identities::NOT_RECORDED)]
     Unrecorded { disk_full: bool },
 }
 

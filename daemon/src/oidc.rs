@@ -40,6 +40,9 @@ pub enum OidcError {
     UnknownKey(String),
     #[error("cannot fetch the issuer's keys: {0}")]
     Keys(String),
+    /// The issuer could not be reached, or failed (5xx): its last keys may stand meanwhile.
+    #[error("cannot fetch the issuer's keys: {0}")]
+    Unreachable(String),
     #[error("the ID token is refused: {0}")]
     Invalid(String),
     #[error("the ID token has expired: sign in again")]
@@ -85,7 +88,10 @@ async fn get_json(web: &WebProxy, url: &str) -> Result<serde_json::Value, OidcEr
         headers: vec![("accept".into(), "application/json".into())],
         body: vec![],
     };
-    let response = web.fetch(request).await.map_err(|error| OidcError::Keys(format!("{url}: {error}")))?;
+    let response = web.fetch(request).await.map_err(|error| OidcError::Unreachable(format!("{url}: {error}")))?;
+    if response.status >= 500 {
+        return Err(OidcError::Unreachable(format!("{url} answered {}", response.status)));
+    }
     if response.status != 200 {
         return Err(OidcError::Keys(format!("{url} answered {}", response.status)));
     }
@@ -172,19 +178,26 @@ impl Verifier {
             cache.get(issuer).is_some_and(|cached| cached.tried.elapsed() < REFETCH_AT_MOST)
         };
         if !recent {
+            // Marked before the fetch: callers meanwhile do not ask again.
+            if let Some(cached) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get_mut(issuer) {
+                cached.tried = Instant::now();
+            }
             match self.fetch(issuer).await {
                 Ok(keys) => {
                     let now = Instant::now();
                     let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
                     cache.insert(issuer.to_string(), Cached { keys, fetched: now, tried: now });
                 }
-                Err(error) => {
-                    if let Some(cached) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get_mut(issuer) {
-                        cached.tried = Instant::now();
-                    }
+                // Only an issuer away leaves its last keys standing: one that answers (another
+                // issuer, a set that does not parse, a 404) is believed.
+                Err(error @ OidcError::Unreachable(_)) => {
                     let Some(kept) = self.cached_key(issuer, kid, KEPT_WHILE_AWAY) else { return Err(error) };
                     tracing::warn!(issuer, %error, "cannot fetch the issuer's keys; the last fetched stay in use");
                     return kept;
+                }
+                Err(error) => {
+                    self.cache.lock().unwrap_or_else(PoisonError::into_inner).remove(issuer);
+                    return Err(error);
                 }
             }
         }
@@ -341,8 +354,9 @@ mod tests {
         }
     }
 
-    /// A loopback issuer publishing one P-256 key (RFC 7517's example), kid `1`.
-    async fn issuer() -> String {
+    /// A loopback issuer publishing one P-256 key (RFC 7517's example), kid `1`; while `broken`,
+    /// it answers 404.
+    async fn issuer(broken: Arc<AtomicBool>) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let issuer = format!("http://127.0.0.1:{}", listener.local_addr().expect("address").port());
@@ -350,7 +364,7 @@ mod tests {
         tokio::spawn(async move {
             loop {
                 let Ok((mut stream, _)) = listener.accept().await else { return };
-                let issuer = served.clone();
+                let (issuer, broken) = (served.clone(), broken.clone());
                 tokio::spawn(async move {
                     let mut buffer = vec![0u8; 4096];
                     let n = stream.read(&mut buffer).await.unwrap_or(0);
@@ -363,8 +377,9 @@ mod tests {
                         serde_json::json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")})
                     };
                     let body = body.to_string();
+                    let status = if broken.load(Ordering::SeqCst) { "404 Not Found" } else { "200 OK" };
                     let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()
                     );
                     // silent-ok: the test's client may hang up early.
@@ -392,7 +407,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_issuer_away_leaves_the_last_keys_in_use_and_is_asked_again_at_most_every_ten_seconds() {
-        let issuer = issuer().await;
+        let broken = Arc::new(AtomicBool::new(false));
+        let issuer = issuer(broken.clone()).await;
         let switch = Arc::new(Switch::default());
         let verifier = verifier(&issuer, switch.clone());
         verifier.key(&issuer, Some("1")).await.expect("fetched");
@@ -415,12 +431,20 @@ mod tests {
         // Older than a day, they are not used: the error says why.
         age(&verifier, &issuer, KEPT_WHILE_AWAY + Duration::from_secs(1));
         let error = verifier.key(&issuer, Some("1")).await.err().expect("too old");
-        assert!(matches!(&error, OidcError::Keys(why) if why.contains("cannot connect to")), "{error}");
+        assert!(matches!(&error, OidcError::Unreachable(why) if why.contains("cannot connect to")), "{error}");
 
         // Back, the issuer is asked again and its keys are fresh.
         switch.away.store(false, Ordering::SeqCst);
         age(&verifier, &issuer, KEPT_WHILE_AWAY + Duration::from_secs(1));
         verifier.key(&issuer, Some("1")).await.expect("fetched again");
         assert!(verifier.cached_key(&issuer, Some("1"), JWKS_FRESH).is_some(), "fresh again");
+
+        // An issuer that answers, but not with keys, is believed: the last keys go.
+        broken.store(true, Ordering::SeqCst);
+        age(&verifier, &issuer, JWKS_FRESH + Duration::from_secs(1));
+        let error = verifier.key(&issuer, Some("1")).await.err().expect("not keys");
+        assert!(matches!(&error, OidcError::Keys(why) if why.contains("answered 404")), "{error}");
+        let again = verifier.key(&issuer, Some("1")).await.err().expect("still not keys");
+        assert!(matches!(&again, OidcError::Keys(_)), "the stale keys are not used: {again}");
     }
 }

@@ -12,13 +12,18 @@ pub fn notify(state: &str) {
     notify_to(&target.to_string_lossy(), state);
 }
 
-/// Sends `state` to the notify socket `target` without waiting: a listener that does not read
-/// (a busy or stuck manager, whose queue holds ten datagrams) loses the message rather than
-/// stopping the runtime thread that sent it, which would stop the daemon with it.
+/// Sends `state` to the notify socket `target` without waiting long: a listener that does not
+/// read (a busy or stuck manager, whose queue holds ten datagrams) loses a status or watchdog
+/// ping at once, and `READY=1` or `STOPPING=1` after a second, rather than stopping the
+/// runtime thread that sent it, which would stop the daemon with it.
 fn notify_to(target: &str, state: &str) {
     let result = (|| -> std::io::Result<()> {
         let socket = UnixDatagram::unbound()?;
-        socket.set_nonblocking(true)?;
+        if state.starts_with("READY=") || state.starts_with("STOPPING=") {
+            socket.set_write_timeout(Some(std::time::Duration::from_secs(1)))?;
+        } else {
+            socket.set_nonblocking(true)?;
+        }
         let address = match target.strip_prefix('@') {
             // An abstract socket: the name follows a NUL byte.
             Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,

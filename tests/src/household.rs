@@ -96,7 +96,8 @@ pub enum Kind {
     Mcp,
     /// A chat or a Coder turn in a direct message on Slack.
     Slack,
-    /// A file shared with the bot on Slack, which the model reads of.
+    /// A file shared with the bot on Slack: stored in the session's uploads, and shown to the
+    /// model as its message's attachment.
     Upload,
 }
 
@@ -219,6 +220,20 @@ fn token_in(text: &str) -> Option<&str> {
     text.split(|c: char| !c.is_ascii_alphanumeric())
         .rev()
         .find(|word| word.len() == 7 && word.starts_with("hh") && word[2..].bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether `reply` answers the message with `token` of `kind` as it should: it carries the
+/// token, and a Coder turn what its command printed, a turn through the MCP server what the
+/// server stamped, a shared file the attachment the model was shown.
+fn answers(kind: Kind, reply: &str, token: &str) -> bool {
+    let carried = token_in(reply) == Some(token);
+    carried
+        && match kind {
+            Kind::Coder => reply.contains(&format!("It printed: {token}")),
+            Kind::Mcp => reply.contains(&format!("It stamped: {token}")),
+            Kind::Upload => reply.contains(&format!("[attached: uploads/{token}.txt")),
+            Kind::Chat | Kind::Group | Kind::Web | Kind::Slack => true,
+        }
 }
 
 /// The line of `text` with its last token: what the model answers when a message it never
@@ -448,7 +463,7 @@ async fn follow(socket: &Path, client: &mut Option<Client>, message: v1::UserMes
                 sent.outcome = Outcome::Refused(reply.content);
                 return;
             }
-            Some(Event::Reply(reply)) if token_in(&reply.content) == Some(sent.token.as_str()) => {
+            Some(Event::Reply(reply)) if answers(sent.kind, &reply.content, &sent.token) => {
                 sent.outcome = Outcome::Answered;
                 return;
             }

@@ -41,6 +41,8 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
         assert!(injected.iter().any(|what| what.contains(fault)), "not injected: {fault}; {injected:?}");
     }
     assert!(!injected.iter().any(|what| what.contains("none running")), "nothing was there to kill: {injected:?}");
+    // The Slack gateway's container (always running) among them.
+    assert!(injected.iter().any(|what| what.contains("baaaht-gateway-")), "the gateway not killed: {injected:?}");
     // Nothing lost, nothing doubled.
     let lost = report.lost();
     assert!(lost.is_empty(), "lost: {lost:#?}\n{}", logs());

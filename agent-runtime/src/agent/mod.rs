@@ -19,7 +19,8 @@ use calls::{delegate, delegate_definition, execute, memory_definitions, read_ski
 /// Why a model call gave no answer.
 #[derive(Debug)]
 enum Failed {
-    /// The daemon refused it (a budget limit), with a sentence for the user.
+    /// The daemon refused it (a budget limit), or the provider failed for now: a sentence for
+    /// the user.
     Refused(String),
     Other(String),
 }

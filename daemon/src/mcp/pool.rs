@@ -129,6 +129,10 @@ struct Failures {
     last: Instant,
 }
 
+/// How long after its last use (or its handing to a caller) a server is spared when a slot is
+/// wanted: the next call of the same turn comes soon after one.
+const SPARED_AFTER_USE: Duration = Duration::from_secs(10);
+
 /// A started server's relay, for the health monitor.
 struct Relay {
     down: mpsc::Sender<Down>,
@@ -768,8 +772,9 @@ impl McpPool {
         }
     }
 
-    /// Stops the server unused the longest that answers no call, to free a container slot for
-    /// a start that waits for one; whether there was one.
+    /// Stops the server unused the longest that answers no call and was not used (or handed to
+    /// a caller) in the last [`SPARED_AFTER_USE`], to free a container slot for a start that
+    /// waits for one; whether there was one.
     pub async fn evict_one(&self) -> bool {
         let slots: Vec<(Key, Slot)> = {
             let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
@@ -784,6 +789,9 @@ impl McpPool {
                 continue;
             }
             let used = *server.used.lock().unwrap_or_else(PoisonError::into_inner);
+            if used.elapsed() < SPARED_AFTER_USE {
+                continue;
+            }
             if oldest.as_ref().is_none_or(|(best, ..)| used < *best) {
                 oldest = Some((used, key, held));
             }

@@ -33,7 +33,7 @@ impl From<IdentityError> for Status {
                 if crate::state::is_disk_full(&other) {
                     Status::resource_exhausted(crate::state::DISK_FULL)
                 } else {
-                    Status::internal("baaaht could not record who you are; the daemon's log says why")
+                    Status::internal(crate::identities::NOT_RECORDED)
                 }
             }
         }

@@ -11,7 +11,7 @@ use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use serde_json::{json, Value};
 
-use super::{token_in, Outcome, Sent, PATIENCE, SORRY};
+use super::{Outcome, Sent, PATIENCE, SORRY};
 use crate::fake_slack::{slack_options, FakeSlack};
 use crate::DaemonOptions;
 
@@ -81,20 +81,24 @@ impl Workspace {
     }
 }
 
-/// What the bot's message `ts` in `channel` shows now, for each message it posted there after
-/// call `since`: (ts, text, when it was last written).
+/// What the bot's messages in `channel` show now, for each message it posted there after call
+/// `since` (an edit of an earlier one, a late answer to an earlier message, is not this one's):
+/// (ts, text, when it was last written).
 fn shown(fake: &FakeSlack, channel: &str, since: usize) -> Vec<(String, String, Instant)> {
     let mut messages: Vec<(String, String, Instant)> = vec![];
     for call in fake.calls_since(since).into_iter().filter(|call| !call.limited && call.params["channel"] == channel) {
         let text = call.params["text"].as_str().unwrap_or_default().to_string();
-        let ts = match call.method.as_str() {
-            "chat.postMessage" => call.answer["ts"].as_str().unwrap_or_default().to_string(),
-            "chat.update" => call.params["ts"].as_str().unwrap_or_default().to_string(),
-            _ => continue,
-        };
-        match messages.iter_mut().find(|(each, ..)| *each == ts) {
-            Some(message) => (message.1, message.2) = (text, call.at),
-            None => messages.push((ts, text, call.at)),
+        match call.method.as_str() {
+            "chat.postMessage" => {
+                messages.push((call.answer["ts"].as_str().unwrap_or_default().to_string(), text, call.at));
+            }
+            "chat.update" => {
+                let ts = call.params["ts"].as_str().unwrap_or_default();
+                if let Some(message) = messages.iter_mut().find(|(each, ..)| each == ts) {
+                    (message.1, message.2) = (text, call.at);
+                }
+            }
+            _ => {}
         }
     }
     messages
@@ -150,7 +154,7 @@ pub(super) async fn follow(workspace: &Workspace, index: usize, content: &str, f
                 sent.outcome = Outcome::Refused(text);
                 return;
             }
-            if token_in(&text) == Some(sent.token.as_str()) {
+            if super::answers(sent.kind, &text, &sent.token) {
                 sent.outcome = Outcome::Answered;
                 return;
             }

@@ -11,7 +11,7 @@ use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use serde_json::json;
 
-use super::{token_in, Outcome, Sent, PATIENCE, SORRY};
+use super::{Outcome, Sent, PATIENCE, SORRY};
 use crate::web::{self, Provider, Session, CLIENT_ID, CLIENT_SECRET};
 use crate::{DaemonOptions, Running};
 
@@ -144,7 +144,7 @@ pub(super) async fn follow(address: SocketAddr, session: &Session, content: &str
                 sent.outcome = Outcome::Refused(text);
                 return;
             }
-            Some("reply") if token_in(&text) == Some(sent.token.as_str()) => {
+            Some("reply") if super::answers(sent.kind, &text, &sent.token) => {
                 sent.outcome = Outcome::Answered;
                 return;
             }

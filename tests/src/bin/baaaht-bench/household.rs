@@ -72,7 +72,12 @@ pub(crate) fn capacity(plan: Plan) -> Result<()> {
             report.lost().len(),
             p99 / FIRST_WORD_TARGET_MS
         );
-        if p99 > FIRST_WORD_TARGET_MS || !report.lost().is_empty() {
+        // Past what it serves: too slow, or chats refused (busy) rather than answered.
+        let chats_refused = report.count(|s| s.kind == Kind::Chat && s.outcome != Outcome::Answered);
+        if p99 > FIRST_WORD_TARGET_MS || quiet.is_empty() || chats_refused > 0 || !report.lost().is_empty() {
+            if chats_refused > 0 {
+                println!("        {chats_refused} chats not answered at {people} people");
+            }
             break;
         }
         (served, at_served) = (people, p99);
