@@ -191,6 +191,8 @@ type Key = (Context, String);
 /// One server's place for one context: whoever starts or replaces the server holds its lock,
 /// so a slow start blocks only callers of that server in that context.
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Running>>>>;
+/// A [`Slot`] held.
+type HeldSlot = tokio::sync::OwnedMutexGuard<Option<Arc<Running>>>;
 
 /// The digest of everything in `server`'s configuration that decides what it runs and offers.
 /// The server an instance (`name`, or `name@session` for one per session) is of.
@@ -780,7 +782,7 @@ impl McpPool {
             let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             running.iter().map(|(key, slot)| (key.clone(), slot.clone())).collect()
         };
-        let mut oldest: Option<(Instant, Key, tokio::sync::OwnedMutexGuard<Option<Arc<Running>>>)> = None;
+        let mut oldest: Option<(Instant, Key, HeldSlot)> = None;
         for (key, slot) in slots {
             // A slot being started or replaced is its holder's business.
             let Ok(held) = slot.try_lock_owned() else { continue };
