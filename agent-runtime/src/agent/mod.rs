@@ -422,15 +422,14 @@ fn system_prompt(config: &v1::AgentConfig) -> String {
 
 /// What the person who asked reads when the model's provider fails in a way that passes (its
 /// detail is in the daemon's log, where the provider's answer was logged): the kinds of
-/// `baaaht-llm`'s `ErrorKind`, after its retries and fallbacks.
+/// `baaaht-llm`'s `ErrorKind`, after its retries and fallbacks. A `network` or `provider`
+/// failure keeps its words: for a model on the host, the daemon's relay says there where
+/// nothing answers and what to start.
 fn passing_trouble(kind: &str) -> Option<&'static str> {
     Some(match kind {
         "rate_limited" | "overloaded" => {
             "The model is busy: its provider is turning requests away for now. Your message is kept; ask again in a \
              minute."
-        }
-        "provider" | "network" => {
-            "The model's provider is failing for now. Your message is kept; ask again in a few minutes."
         }
         "timeout" => "The model did not answer in time. Your message is kept; ask again.",
         _ => return None,
@@ -443,7 +442,7 @@ mod tests {
 
     #[test]
     fn a_provider_failing_for_now_is_told_in_a_sentence_without_its_detail() {
-        for kind in ["rate_limited", "overloaded", "provider", "network", "timeout"] {
+        for kind in ["rate_limited", "overloaded", "timeout"] {
             let sentence = passing_trouble(kind).unwrap_or_else(|| panic!("{kind} has no sentence"));
             assert!(
                 sentence.contains("Your message is kept") && !sentence.contains(&format!("({kind})")),
@@ -451,7 +450,7 @@ mod tests {
             );
         }
         // These are not passing: the operator's detail stays in the reply's failure.
-        for kind in ["authentication", "invalid_request", "context_exceeded"] {
+        for kind in ["provider", "network", "authentication", "invalid_request", "context_exceeded"] {
             assert_eq!(passing_trouble(kind), None, "{kind}");
         }
     }
