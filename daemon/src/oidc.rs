@@ -354,40 +354,30 @@ mod tests {
         }
     }
 
-    /// A loopback issuer publishing one P-256 key (RFC 7517's example), kid `1`; while `broken`,
-    /// it answers 404.
-    async fn issuer(broken: Arc<AtomicBool>) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let issuer = format!("http://127.0.0.1:{}", listener.local_addr().expect("address").port());
-        let served = issuer.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else { return };
-                let (issuer, broken) = (served.clone(), broken.clone());
-                tokio::spawn(async move {
-                    let mut buffer = vec![0u8; 4096];
-                    let n = stream.read(&mut buffer).await.unwrap_or(0);
-                    let head = String::from_utf8_lossy(&buffer[..n]).into_owned();
-                    let body = if head.starts_with("GET /jwks ") {
-                        serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "1", "use": "sig",
-                            "x": "MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4",
-                            "y": "4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM"}]})
-                    } else {
-                        serde_json::json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")})
-                    };
-                    let body = body.to_string();
-                    let status = if broken.load(Ordering::SeqCst) { "404 Not Found" } else { "200 OK" };
-                    let answer = format!(
-                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    // silent-ok: the test's client may hang up early.
-                    let _ = stream.write_all(answer.as_bytes()).await;
-                });
+    /// While set, the test issuer answers 404 (one test in this module uses it).
+    static BROKEN: AtomicBool = AtomicBool::new(false);
+
+    /// A loopback issuer publishing one P-256 key (RFC 7517's example), kid `1`; while
+    /// [`BROKEN`], it answers 404.
+    async fn issuer() -> String {
+        let port = crate::egress::proxy::tests::server(|path, port| {
+            let issuer = format!("http://127.0.0.1:{port}");
+            let body = if path == "/jwks" {
+                serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "1", "use": "sig",
+                    "x": "MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4",
+                    "y": "4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM"}]})
+            } else {
+                serde_json::json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")})
             }
-        });
-        issuer
+            .to_string();
+            let status = if BROKEN.load(Ordering::SeqCst) { "404 Not Found" } else { "200 OK" };
+            format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        })
+        .await;
+        format!("http://127.0.0.1:{port}")
     }
 
     fn verifier(issuer: &str, switch: Arc<Switch>) -> Verifier {
@@ -407,8 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_issuer_away_leaves_the_last_keys_in_use_and_is_asked_again_at_most_every_ten_seconds() {
-        let broken = Arc::new(AtomicBool::new(false));
-        let issuer = issuer(broken.clone()).await;
+        let issuer = issuer().await;
         let switch = Arc::new(Switch::default());
         let verifier = verifier(&issuer, switch.clone());
         verifier.key(&issuer, Some("1")).await.expect("fetched");
@@ -440,7 +429,7 @@ mod tests {
         assert!(verifier.cached_key(&issuer, Some("1"), JWKS_FRESH).is_some(), "fresh again");
 
         // An issuer that answers, but not with keys, is believed: the last keys go.
-        broken.store(true, Ordering::SeqCst);
+        BROKEN.store(true, Ordering::SeqCst);
         age(&verifier, &issuer, JWKS_FRESH + Duration::from_secs(1));
         let error = verifier.key(&issuer, Some("1")).await.err().expect("not keys");
         assert!(matches!(&error, OidcError::Keys(why) if why.contains("answered 404")), "{error}");

@@ -497,7 +497,7 @@ impl WebProxy {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::ByteSize;
     use std::sync::{Mutex, PoisonError};
@@ -551,7 +551,7 @@ mod tests {
     }
 
     /// A loopback HTTP server answering every request with `respond(path)`.
-    async fn server(respond: fn(&str, u16) -> String) -> u16 {
+    pub(crate) async fn server(respond: fn(&str, u16) -> String) -> u16 {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("address").port();
