@@ -19,7 +19,9 @@ fn sources() -> BTreeMap<String, String> {
                 walk(&path, root, out);
             } else if path.extension().is_some_and(|ext| ext == "rs") {
                 let text = std::fs::read_to_string(&path).expect("read a source file");
-                let code = match text.find("\n#[cfg(test)]\nmod tests") {
+                // A unit-test module, private or shared with other modules' tests.
+                let tests = ["\n#[cfg(test)]\nmod tests", "\n#[cfg(test)]\npub(crate) mod tests"];
+                let code = match tests.iter().filter_map(|marker| text.find(marker)).min() {
                     Some(at) => text[..at].to_string(),
                     None => text,
                 };
