@@ -1,7 +1,8 @@
 //! A household under load (issue 39), shared by `baaaht-bench household` and the two-minute
 //! test in `tests/tests/household.rs`: one daemon on a small loop-mounted filesystem of its own,
 //! 25 people in 5 groups writing to it (chats, turns that delegate to the Coder and run a
-//! command, group messages) as host clients, some through the web gateway (`web`), a task of
+//! command, group messages) as host clients, some at the real TUI in a terminal (`tui`), some
+//! through the web gateway (`web`) and Slack (`slack`), a task of
 //! each group's every minute, the scripted model streaming at 50 tokens a second, and faults on
 //! a schedule (`faults`): containers killed, the model failing and stalling, the daemon killed
 //! with SIGKILL and restarted as systemd would, the data dir's filesystem full, the web's
@@ -14,6 +15,7 @@
 
 mod faults;
 mod slack;
+mod tui;
 mod web;
 
 use std::collections::HashMap;
@@ -76,6 +78,9 @@ pub struct Plan {
     /// Of the people, how many use Slack (the real `baaaht-slack` in its container, against
     /// the fake Slack); they chat, ask the Coder and share files, in direct messages.
     pub slack_people: usize,
+    /// Of the host people, how many use the real `baaaht tui` in a terminal (tmux); they chat
+    /// and ask the Coder in their own chat.
+    pub tui_people: usize,
     /// How long the data dir's filesystem stays full, and the web's sign-in provider away.
     pub outage: Duration,
 }
@@ -96,6 +101,8 @@ pub enum Kind {
     Mcp,
     /// A chat or a Coder turn in a direct message on Slack.
     Slack,
+    /// A chat or a Coder turn typed into the TUI, read off its screen.
+    Tui,
     /// A file shared with the bot on Slack: stored in the session's uploads, and shown to the
     /// model as its message's attachment.
     Upload,
@@ -165,6 +172,8 @@ pub struct Report {
     pub stop_failed: Option<String>,
     pub leftover_containers: Vec<String>,
     pub leftover_mounts: Vec<String>,
+    /// The TUIs that did not show they were connected at the end, with what they showed.
+    pub tui_not_connected: Vec<String>,
     /// The daemon's log (every daemon of the run), for a failure's message.
     pub logs: String,
 }
@@ -232,7 +241,7 @@ fn answers(kind: Kind, reply: &str, token: &str) -> bool {
             Kind::Coder => reply.contains(&format!("It printed: {token}")),
             Kind::Mcp => reply.contains(&format!("It stamped: {token}")),
             Kind::Upload => reply.contains(&format!("[attached: uploads/{token}.txt")),
-            Kind::Chat | Kind::Group | Kind::Web | Kind::Slack => true,
+            Kind::Chat | Kind::Group | Kind::Web | Kind::Slack | Kind::Tui => true,
         }
 }
 
@@ -323,6 +332,8 @@ struct Household {
     web: Option<(std::net::SocketAddr, Vec<(usize, crate::web::Session)>)>,
     /// The Slack workspace and its people.
     slack: Option<slack::Workspace>,
+    /// The TUIs and their people.
+    tui: tui::Terminals,
 }
 
 impl Household {
@@ -366,6 +377,7 @@ async fn person(house: Arc<Household>, index: usize) {
             people.iter().find(|(each, _)| *each == index).map(|(_, session)| (*address, session))
         });
         let on_slack = house.slack.as_ref().filter(|workspace| workspace.people.contains(&index));
+        let at_a_terminal = house.tui.terminal(index);
         // Group messages come from host clients (rooms are the admins' to make); on Slack they
         // are files shared instead.
         let (content, file) = match (kind, on_slack.is_some()) {
@@ -374,6 +386,8 @@ async fn person(house: Arc<Household>, index: usize) {
         };
         if on_the_web.is_some() {
             kind = Kind::Web;
+        } else if at_a_terminal.is_some() {
+            kind = Kind::Tui;
         } else if on_slack.is_some() {
             kind = if file { Kind::Upload } else { Kind::Slack };
         }
@@ -388,11 +402,22 @@ async fn person(house: Arc<Household>, index: usize) {
             doubled: false,
             unreachable: None,
         };
-        match (on_the_web, on_slack) {
-            // A group message from the web goes to its sender's own chat (rooms are the admins').
-            (Some((address, session)), _) => web::follow(address, session, &content, &mut sent).await,
-            (None, Some(workspace)) => slack::follow(workspace, index, &content, file, &mut sent).await,
-            (None, None) => {
+        match (on_the_web, on_slack, at_a_terminal) {
+            // A group message from the web or the TUI goes to its sender's own chat.
+            (Some((address, session)), _, _) => web::follow(address, session, &content, &mut sent).await,
+            (None, Some(workspace), _) => slack::follow(workspace, index, &content, file, &mut sent).await,
+            (None, None, Some(terminal)) => {
+                let user = user.clone();
+                let followed = tokio::task::spawn_blocking(move || {
+                    tui::follow(&terminal, &user, &content, &mut sent);
+                    sent
+                });
+                match followed.await {
+                    Ok(followed) => sent = followed,
+                    Err(error) => panic!("following a TUI turn: {error}"),
+                }
+            }
+            (None, None, None) => {
                 follow(&house.socket, &mut client, scenario::message(context, &user, &content), &mut sent).await
             }
         }
@@ -625,9 +650,14 @@ pub async fn run(plan: Plan) -> Result<Report> {
     if let Some(site) = site.as_mut() {
         site.open(&mut host, on_the_web..plan.users).await?;
     }
+    let on_slack = on_the_web.saturating_sub(plan.slack_people);
     if let Some(workspace) = workspace.as_mut() {
-        workspace.open(&mut host, on_the_web.saturating_sub(plan.slack_people)..on_the_web).await?;
+        workspace.open(&mut host, on_slack..on_the_web).await?;
     }
+    // At a terminal: the host people after the ones whose tasks run every minute.
+    let at_a_terminal = plan.groups.min(on_slack)..(plan.groups + plan.tui_people).min(on_slack);
+    let tui_socket = socket.clone();
+    let terminals = tokio::task::spawn_blocking(move || tui::Terminals::open(&tui_socket, at_a_terminal)).await??;
     let mut tasks = vec![];
     for group in 0..plan.groups {
         let task = v1::TaskDefinition {
@@ -652,6 +682,7 @@ pub async fn run(plan: Plan) -> Result<Report> {
         model,
         web: site.as_ref().map(|site| (site.address, site.people.clone())),
         slack: workspace,
+        tui: terminals,
     });
     let people: Vec<_> = (0..plan.users).map(|index| tokio::spawn(person(house.clone(), index))).collect();
 
@@ -680,6 +711,8 @@ pub async fn run(plan: Plan) -> Result<Report> {
         person.await?;
     }
     report.samples.extend(sample(&house, daemons.now.pid()).await);
+    let house_now = house.clone();
+    report.tui_not_connected = tokio::task::spawn_blocking(move || house_now.tui.not_connected()).await?;
 
     let logged = read_logs(&socket).await?;
     report.sent = std::mem::take(&mut *house.sent.lock().unwrap_or_else(PoisonError::into_inner));

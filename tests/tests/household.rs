@@ -1,7 +1,8 @@
 //! A household under load for two minutes with every fault `baaaht-bench household --faults
 //! --dockerd` injects (issue 39): 25 people in 5 groups, three of them on the web (the real
-//! `baaaht-web`, signed in through the real OIDC provider), a task of each group's every
-//! minute; containers killed, the model failing (500, 429) and stalling, baaahtd killed with
+//! `baaaht-web`, signed in through the real OIDC provider), three on Slack (the real
+//! `baaaht-slack` in its container) and three at the real TUI in a terminal, a task of each
+//! group's every minute; containers killed, the model failing (500, 429) and stalling, baaahtd killed with
 //! SIGKILL and restarted, the data dir's filesystem full, the web's sign-in provider away,
 //! dockerd restarted. Nothing is lost or doubled: every message is answered, or refused with a
 //! sentence its sender saw; no scheduled slot runs twice; nothing is left behind.
@@ -21,6 +22,7 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
         restart_dockerd: true,
         web_people: 3,
         slack_people: 3,
+        tui_people: 3,
         outage: Duration::from_secs(15),
     };
     let report = baaaht_tests::runtime().block_on(household::run(plan)).expect("the household runs");
@@ -49,7 +51,7 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
     let doubled = report.doubled();
     assert!(doubled.is_empty(), "doubled: {doubled:#?}\n{}", logs());
     // Each kind of message was answered, most of them (the faults refuse some).
-    for kind in [Kind::Chat, Kind::Coder, Kind::Mcp, Kind::Group, Kind::Web, Kind::Slack, Kind::Upload] {
+    for kind in [Kind::Chat, Kind::Coder, Kind::Mcp, Kind::Group, Kind::Web, Kind::Slack, Kind::Upload, Kind::Tui] {
         let answered = report.count(|sent| sent.kind == kind && sent.outcome == Outcome::Answered);
         assert!(answered > 0, "no {kind:?} answered\n{}", logs());
     }
@@ -76,4 +78,6 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
     assert_eq!(report.stop_failed, None, "stopped in {:?}\n{}", report.stopped_in, logs());
     assert_eq!(report.leftover_containers, Vec::<String>::new());
     assert_eq!(report.leftover_mounts, Vec::<String>::new());
+    // The TUIs came back by themselves after the daemon's restart.
+    assert_eq!(report.tui_not_connected, Vec::<String>::new());
 }

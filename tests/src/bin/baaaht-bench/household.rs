@@ -11,10 +11,11 @@ use baaaht_tests::percentile;
 
 pub(crate) fn run(plan: Plan) -> Result<()> {
     println!(
-        "household: {} people ({} on the web, {} on Slack) in {} groups for {} min, a message each every {} s on average, faults {}",
+        "household: {} people ({} on the web, {} on Slack, {} at the TUI) in {} groups for {} min, a message each every {} s on average, faults {}",
         plan.users,
         plan.web_people,
         plan.slack_people,
+        plan.tui_people,
         plan.groups,
         plan.run_for.as_secs() / 60,
         plan.message_every.as_secs(),
@@ -60,6 +61,7 @@ pub(crate) fn capacity(plan: Plan) -> Result<()> {
             restart_dockerd: false,
             web_people: plan.web_people.min(people / 5),
             slack_people: plan.slack_people.min(people / 5),
+            tui_people: plan.tui_people.min(people / 5),
             ..plan.clone()
         };
         let report = runtime.block_on(household::run(crowd))?;
@@ -109,6 +111,7 @@ fn print(report: &Report) {
         (Kind::Web, "on the web (chats and coder turns)"),
         (Kind::Slack, "on Slack (chats and coder turns)"),
         (Kind::Upload, "files shared on Slack"),
+        (Kind::Tui, "at the TUI (chats and coder turns)"),
     ];
     for (kind, name) in kinds {
         let of_kind = report.count(|s| s.kind == kind);
@@ -192,6 +195,9 @@ fn print(report: &Report) {
         report.leftover_mounts.len(),
         report.leftover_mounts
     );
+    if !report.tui_not_connected.is_empty() {
+        println!("TUIS NOT CONNECTED at the end: {:#?}", report.tui_not_connected);
+    }
     let growth = match (warm, end) {
         (Some(warm), Some(end)) => (end.rss_kib as f64 - warm.rss_kib as f64) / 1024.0,
         _ => 0.0,
@@ -218,6 +224,7 @@ pub(crate) fn plan(minutes: u64, users: usize, groups: usize, every: u64, faults
         restart_dockerd: dockerd,
         web_people: 0,
         slack_people: 0,
+        tui_people: 0,
         outage: Duration::from_secs(30),
     }
 }

@@ -124,6 +124,9 @@ enum Bench {
         /// Of the users, how many use Slack (the gateway in its container, the fake Slack)
         #[arg(long, default_value_t = 3)]
         slack: usize,
+        /// Of the host users, how many use the TUI in a terminal (tmux)
+        #[arg(long, default_value_t = 3)]
+        tui: usize,
         /// Instead of one run: runs without faults at a rising number of active people (each
         /// `--minutes` long) up to the first whose p99 first word exceeds 1 s: the capacity line
         #[arg(long)]
@@ -301,11 +304,11 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
-        Bench::Household { minutes, users, groups, every, faults, dockerd, web, slack, capacity } => {
+        Bench::Household { minutes, users, groups, every, faults, dockerd, web, slack, tui, capacity } => {
             let users = users.max(1);
             let plan = household::plan(minutes.max(1), users, groups.max(1), every.max(1), faults, dockerd);
             let (web_people, slack_people) = (web.min(users), slack.min(users - web.min(users)));
-            let plan = household::Plan { web_people, slack_people, ..plan };
+            let plan = household::Plan { web_people, slack_people, tui_people: tui, ..plan };
             if capacity {
                 household::capacity(plan)
             } else {
