@@ -132,6 +132,9 @@ struct Inner {
     journal: usize,
     /// Code → (the user it links to, when it was made).
     codes: HashMap<String, (String, Instant)>,
+    /// Profiles (user, name, identity) a first contact could not write (a full disk, say):
+    /// written on a later message.
+    owed: Vec<(String, String, String)>,
 }
 
 /// The identity map.
@@ -214,7 +217,12 @@ impl Identities {
             path,
             journal,
             users_dir,
-            inner: Mutex::new(Inner { file: IdentitiesFile::default(), journal: 0, codes: HashMap::new() }),
+            inner: Mutex::new(Inner {
+                file: IdentitiesFile::default(),
+                journal: 0,
+                codes: HashMap::new(),
+                owed: vec![],
+            }),
         };
         if met.is_empty() {
             identities.inner().file = file;
@@ -276,6 +284,7 @@ impl Identities {
     /// The user `identity` acts as; a new user the first time (`name` is its display name).
     pub fn resolve(&self, identity: &str, name: &str) -> Result<Resolved, IdentityError> {
         if let Some(user) = self.lookup(identity) {
+            self.write_owed_profiles();
             return Ok(Resolved { user, created: false });
         }
         if !is_channel_identity(identity) {
@@ -300,9 +309,24 @@ impl Identities {
             return Err(error);
         }
         drop(inner);
-        self.write_profile(&user, &shown, identity)?;
+        // The person is met and recorded: a profile not written now is written later, and
+        // their message goes on.
+        if let Err(error) = self.write_profile(&user, &shown, identity) {
+            tracing::warn!(user = %user, error = %baaaht_proto::error_chain(&error), "a new user's profile is written later");
+            self.inner().owed.push((user.clone(), shown, identity.to_string()));
+        }
         tracing::info!(user = %user, "a new user, on first contact");
         Ok(Resolved { user, created: true })
+    }
+
+    /// Writes the profiles first contacts could not; the ones that still cannot be wait again.
+    fn write_owed_profiles(&self) {
+        let owed = std::mem::take(&mut self.inner().owed);
+        for (user, name, identity) in owed {
+            if self.write_profile(&user, &name, &identity).is_err() {
+                self.inner().owed.push((user, name, identity));
+            }
+        }
     }
 
     /// `users/{id}/USER.md`, unless it exists (the user's own words win).
@@ -566,6 +590,25 @@ mod tests {
         let again = open(&temp);
         assert_eq!(again.users().len(), FOLD_AFTER + 7);
         assert_eq!(again.user(&bob.user).expect("bob").name, "Bobby");
+    }
+
+    /// A first contact whose profile cannot be written is still met (its message goes on), and
+    /// the profile is written on a later message.
+    #[test]
+    fn a_profile_not_written_at_first_contact_is_written_later() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let users = temp.path().join("users");
+        std::fs::write(&users, "not a folder").expect("a file where the folder goes");
+        let identities = Identities::open(temp.path(), users.clone()).expect("open");
+        let alice = identities.resolve("slack:T1:U1", "Alice").expect("met without a profile");
+        assert!(alice.created);
+        assert_eq!(identities.lookup("slack:T1:U1").as_deref(), Some(alice.user.as_str()));
+        std::fs::remove_file(&users).expect("the folder can be made again");
+        let again = identities.resolve("slack:T1:U1", "Alice").expect("again");
+        assert!(!again.created);
+        let profile = std::fs::read_to_string(users.join(&alice.user).join("USER.md")).expect("written now");
+        assert!(profile.starts_with("# Alice\n"), "{profile}");
+        assert!(identities.inner().owed.is_empty());
     }
 
     #[test]

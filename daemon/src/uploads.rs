@@ -175,14 +175,25 @@ impl Upload {
             self.head.extend_from_slice(&bytes[..take]);
         }
         let file = self.file.as_mut().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
-        file.write_all(bytes).map_err(full_or_io)
+        file.write_all(bytes).map_err(|error| self.full_or_io(error))
+    }
+
+    /// A failed write's error: the workspace is full when a filesystem of its own holds it to
+    /// its cap; where the cap is only checked (`room`), no space is the data disk's, which the
+    /// caller tells as a full disk.
+    fn full_or_io(&self, error: std::io::Error) -> UploadError {
+        if self.room.is_none() && no_space(&error) {
+            UploadError::Full
+        } else {
+            UploadError::Io(error)
+        }
     }
 
     /// Syncs the file and renames it to `name` (made safe), or `name-2` … when that is taken.
     /// Blocking.
     pub fn finish(mut self, name: &str, declared: &str) -> Result<Stored, UploadError> {
         let mut file = self.file.take().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
-        file.sync_all().map_err(full_or_io)?;
+        file.sync_all().map_err(|error| self.full_or_io(error))?;
         let mime_type = sniff(&self.head, declared);
         // A picture is read back from this very file: nothing a container does meanwhile counts.
         let picture = if PICTURE_TYPES.contains(&mime_type.as_str()) && self.written <= MAX_PICTURE_BYTES {
@@ -319,14 +330,10 @@ fn bytes_in(folder: &std::path::Path) -> u64 {
     total
 }
 
-fn full_or_io(error: std::io::Error) -> UploadError {
-    if error.raw_os_error() == Some(Errno::NOSPC.raw_os_error())
+/// Whether `error` says the filesystem it was written to is full (or over its quota).
+fn no_space(error: &std::io::Error) -> bool {
+    error.raw_os_error() == Some(Errno::NOSPC.raw_os_error())
         || error.raw_os_error() == Some(Errno::DQUOT.raw_os_error())
-    {
-        UploadError::Full
-    } else {
-        UploadError::Io(error)
-    }
 }
 
 #[cfg(test)]
@@ -437,5 +444,23 @@ mod tests {
         first.finish("a.txt", "").expect("finish");
         let mut second = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
         assert!(matches!(second.write(b"123"), Err(UploadError::Full)));
+    }
+
+    /// No space on a workspace the daemon only checks is the data disk's, not the workspace's:
+    /// raising the workspace's cap would not help.
+    #[test]
+    fn no_space_is_the_workspaces_only_where_a_filesystem_holds_it_to_its_cap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspaces =
+            Arc::new(Workspaces::new(dir.path().join("sessions"), 1024, crate::config::WorkspaceLimit::Checked, 64));
+        let mut upload = Upload::begin(workspaces, "s-1", 1024).expect("begin");
+        let no_space = || std::io::Error::from_raw_os_error(Errno::NOSPC.raw_os_error());
+        let checked = upload.full_or_io(no_space());
+        assert!(matches!(checked, UploadError::Io(_)), "{checked}");
+        assert!(crate::state::is_disk_full(&checked), "told as a full disk: {checked}");
+        upload.room = None;
+        assert!(matches!(upload.full_or_io(no_space()), UploadError::Full));
+        let other = upload.full_or_io(std::io::Error::from_raw_os_error(Errno::IO.raw_os_error()));
+        assert!(matches!(other, UploadError::Io(_)));
     }
 }

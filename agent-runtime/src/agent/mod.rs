@@ -424,14 +424,14 @@ fn system_prompt(config: &v1::AgentConfig) -> String {
 /// detail is in the daemon's log, where the provider's answer was logged): the kinds of
 /// `baaaht-llm`'s `ErrorKind`, after its retries and fallbacks. A `network` or `provider`
 /// failure keeps its words: for a model on the host, the daemon's relay says there where
-/// nothing answers and what to start.
+/// nothing answers and what to start. Worded for every reader: a person's turn, a scheduled
+/// run's result, an agent that delegated.
 fn passing_trouble(kind: &str) -> Option<&'static str> {
     Some(match kind {
         "rate_limited" | "overloaded" => {
-            "The model is busy: its provider is turning requests away for now. Your message is kept; ask again in a \
-             minute."
+            "The model is busy: its provider is turning requests away for now. Try again in a minute."
         }
-        "timeout" => "The model did not answer in time. Your message is kept; ask again.",
+        "timeout" => "The model did not answer in time. Try again in a minute.",
         _ => return None,
     })
 }
@@ -445,7 +445,7 @@ mod tests {
         for kind in ["rate_limited", "overloaded", "timeout"] {
             let sentence = passing_trouble(kind).unwrap_or_else(|| panic!("{kind} has no sentence"));
             assert!(
-                sentence.contains("Your message is kept") && !sentence.contains(&format!("({kind})")),
+                sentence.ends_with("Try again in a minute.") && !sentence.contains(&format!("({kind})")),
                 "{kind}: {sentence}"
             );
         }

@@ -78,6 +78,17 @@ impl ContainerError {
                 | ContainerError::Runtime(RuntimeError::Unreachable { .. } | RuntimeError::Hung { .. })
         )
     }
+
+    /// The error as a caller passes it on (an MCP server's or a skill layer's start, the LLM
+    /// gateway's): a full disk as the daemon's sentence, with the detail in the log (it names
+    /// the data dir's files); anything else with its causes.
+    pub fn told(&self) -> String {
+        if crate::state::is_disk_full(self) {
+            tracing::error!(error = %baaaht_proto::error_chain(self), "the data dir's disk is full");
+            return crate::state::DISK_FULL_WORK.to_string();
+        }
+        baaaht_proto::error_chain(self)
+    }
 }
 
 /// One container to run to completion.

@@ -583,6 +583,20 @@ pub async fn watch_engine(
 mod tests {
     use super::*;
 
+    /// A start that failed for want of space is told as the full disk, never by the socket or
+    /// the file it was writing; anything else keeps its causes.
+    #[test]
+    fn a_start_on_a_full_disk_is_told_without_the_file_it_was_writing() {
+        use crate::sockets::ListenerError;
+        use manager::ContainerError;
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let path = PathBuf::from("/srv/baaaht/ipc/c.sock");
+        let socket = ContainerError::Socket(ListenerError::Create { path, source: full });
+        assert_eq!(socket.told(), crate::state::DISK_FULL_WORK);
+        let busy = ContainerError::Busy { max: 2, waited: Duration::from_secs(30) };
+        assert_eq!(busy.told(), busy.to_string());
+    }
+
     fn runtime(name: &str, path: &str, args: &[&str]) -> (String, String, Vec<String>) {
         (name.into(), path.into(), args.iter().map(|arg| arg.to_string()).collect())
     }

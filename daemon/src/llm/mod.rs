@@ -548,7 +548,7 @@ impl LlmGateway {
                 let handle = containers
                     .start_detached(request)
                     .await
-                    .map_err(|error| (None, format!("cannot start the gateway container: {error}")))?;
+                    .map_err(|error| (None, format!("cannot start the gateway container: {}", error.told())))?;
                 Instance::Container(handle.name)
             }
         };

@@ -593,7 +593,7 @@ impl McpPool {
         let image = match crate::skills::layer(self.containers.image(), &server.config.install).map_err(fail)? {
             None => server.config.image.clone(),
             Some((tag, dockerfile)) => {
-                self.containers.ensure_image(&tag, &dockerfile).await.map_err(|error| fail(error.to_string()))?;
+                self.containers.ensure_image(&tag, &dockerfile).await.map_err(|error| fail(error.told()))?;
                 Some(tag)
             }
         };
@@ -618,7 +618,7 @@ impl McpPool {
             image,
         };
         let mut changes = self.changes.subscribe();
-        let handle = self.containers.start_detached(request).await.map_err(|error| fail(error.to_string()))?;
+        let handle = self.containers.start_detached(request).await.map_err(|error| fail(error.told()))?;
         if let Some(held) = held.held.take() {
             self.holding.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), held);
         }

@@ -417,10 +417,9 @@ async fn install_from(
     // checked in it, its `verify` commands included.
     let layer = super::layer(containers.image(), &skill.addons.packages).map_err(InstallError::Invalid)?;
     if let Some((tag, dockerfile)) = &layer {
-        containers
-            .ensure_image(tag, dockerfile)
-            .await
-            .map_err(|error| InstallError::Validation(format!("the skill layer {tag} could not be built: {error}")))?;
+        containers.ensure_image(tag, dockerfile).await.map_err(|error| {
+            InstallError::Validation(format!("the skill layer {tag} could not be built: {}", error.told()))
+        })?;
     }
     let verifies: Vec<(String, String)> = skill
         .addons
@@ -449,7 +448,7 @@ async fn install_from(
         working_dir: Some("/skill".into()),
         image: layer.as_ref().map(|(tag, _)| tag.clone()),
     };
-    let outcome = containers.run(check).await.map_err(|error| InstallError::Validation(error.to_string()))?;
+    let outcome = containers.run(check).await.map_err(|error| InstallError::Validation(error.told()))?;
     if !outcome.succeeded() {
         let why = outcome.stderr_tail(3);
         return Err(InstallError::Validation(if why.trim().is_empty() { outcome.status.to_string() } else { why }));
