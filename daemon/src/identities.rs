@@ -132,9 +132,9 @@ struct Inner {
     journal: usize,
     /// Code → (the user it links to, when it was made).
     codes: HashMap<String, (String, Instant)>,
-    /// Profiles (user, name, identity) a first contact could not write (a full disk, say):
-    /// written on a later message.
-    owed: Vec<(String, String, String)>,
+    /// Users (with the identity they were met by) whose profile a first contact could not
+    /// write (a full disk, say): written on a later message. Found again at open.
+    owed: Vec<(String, String)>,
 }
 
 /// The identity map.
@@ -225,7 +225,10 @@ impl Identities {
             }),
         };
         if met.is_empty() {
-            identities.inner().file = file;
+            let mut inner = identities.inner();
+            inner.owed = identities.profiles_missing(&file);
+            inner.file = file;
+            drop(inner);
             return Ok(identities);
         }
         for line in met.lines() {
@@ -242,8 +245,23 @@ impl Identities {
         let mut inner = identities.inner();
         inner.file = file;
         identities.save(&mut inner)?;
+        inner.owed = identities.profiles_missing(&inner.file);
         drop(inner);
         Ok(identities)
+    }
+
+    /// The users met on a channel whose profile is not there (a first contact that could not
+    /// write it before the daemon stopped), with the identity they were met by.
+    fn profiles_missing(&self, file: &IdentitiesFile) -> Vec<(String, String)> {
+        let mut missing: Vec<(String, String)> = file
+            .identities
+            .iter()
+            .filter(|(_, record)| !self.users_dir.join(&record.own).join("USER.md").exists())
+            .map(|(identity, record)| (record.own.clone(), identity.clone()))
+            .collect();
+        missing.sort();
+        missing.dedup_by(|a, b| a.0 == b.0);
+        missing
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -313,18 +331,21 @@ impl Identities {
         // their message goes on.
         if let Err(error) = self.write_profile(&user, &shown, identity) {
             tracing::warn!(user = %user, error = %baaaht_proto::error_chain(&error), "a new user's profile is written later");
-            self.inner().owed.push((user.clone(), shown, identity.to_string()));
+            self.inner().owed.push((user.clone(), identity.to_string()));
         }
         tracing::info!(user = %user, "a new user, on first contact");
         Ok(Resolved { user, created: true })
     }
 
-    /// Writes the profiles first contacts could not; the ones that still cannot be wait again.
+    /// Writes the profiles first contacts could not (with each user's name now); the ones
+    /// that still cannot be wait again.
     fn write_owed_profiles(&self) {
         let owed = std::mem::take(&mut self.inner().owed);
-        for (user, name, identity) in owed {
-            if self.write_profile(&user, &name, &identity).is_err() {
-                self.inner().owed.push((user, name, identity));
+        for (user, identity) in owed {
+            let Some(name) = self.inner().file.users.get(&user).map(|record| record.name.clone()) else { continue };
+            match self.write_profile(&user, &name, &identity) {
+                Ok(()) => tracing::info!(user = %user, "a profile not written at first contact is written now"),
+                Err(_) => self.inner().owed.push((user, identity)),
             }
         }
     }
@@ -609,6 +630,12 @@ mod tests {
         let profile = std::fs::read_to_string(users.join(&alice.user).join("USER.md")).expect("written now");
         assert!(profile.starts_with("# Alice\n"), "{profile}");
         assert!(identities.inner().owed.is_empty());
+        // Owed across a restart: found again at open, written on the next message.
+        std::fs::remove_file(users.join(&alice.user).join("USER.md")).expect("gone as if never written");
+        drop(identities);
+        let reopened = Identities::open(temp.path(), users.clone()).expect("reopen");
+        reopened.resolve("slack:T1:U1", "Alice").expect("again");
+        assert!(users.join(&alice.user).join("USER.md").exists(), "written after the restart");
     }
 
     #[test]

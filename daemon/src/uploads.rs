@@ -182,7 +182,7 @@ impl Upload {
     /// its cap; where the cap is only checked (`room`), no space is the data disk's, which the
     /// caller tells as a full disk.
     fn full_or_io(&self, error: std::io::Error) -> UploadError {
-        if self.room.is_none() && no_space(&error) {
+        if self.room.is_none() && crate::state::is_disk_full(&error) {
             UploadError::Full
         } else {
             UploadError::Io(error)
@@ -328,12 +328,6 @@ fn bytes_in(folder: &std::path::Path) -> u64 {
         }
     }
     total
-}
-
-/// Whether `error` says the filesystem it was written to is full (or over its quota).
-fn no_space(error: &std::io::Error) -> bool {
-    error.raw_os_error() == Some(Errno::NOSPC.raw_os_error())
-        || error.raw_os_error() == Some(Errno::DQUOT.raw_os_error())
 }
 
 #[cfg(test)]

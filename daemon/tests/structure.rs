@@ -19,9 +19,7 @@ fn sources() -> BTreeMap<String, String> {
                 walk(&path, root, out);
             } else if path.extension().is_some_and(|ext| ext == "rs") {
                 let text = std::fs::read_to_string(&path).expect("read a source file");
-                // A unit-test module, private or shared with other modules' tests.
-                let tests = ["\n#[cfg(test)]\nmod tests", "\n#[cfg(test)]\npub(crate) mod tests"];
-                let code = match tests.iter().filter_map(|marker| text.find(marker)).min() {
+                let code = match unit_tests_at(&text) {
                     Some(at) => text[..at].to_string(),
                     None => text,
                 };
@@ -37,6 +35,24 @@ fn sources() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     walk(&root, &root, &mut out);
     out
+}
+
+/// Where `text`'s unit-test module begins (`#[cfg(test)]`, other attributes, then `mod tests`,
+/// private or shared with other modules' tests); they come last in a file.
+fn unit_tests_at(text: &str) -> Option<usize> {
+    let mut offset = 0;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    for (index, line) in lines.iter().enumerate() {
+        if line.trim() == "#[cfg(test)]" {
+            let item = lines[index + 1..].iter().map(|line| line.trim()).find(|line| !line.starts_with("#["));
+            let module = item.and_then(|item| item.strip_suffix("mod tests {"));
+            if module.is_some_and(|visibility| visibility.is_empty() || visibility.starts_with("pub")) {
+                return Some(offset);
+            }
+        }
+        offset += line.len();
+    }
+    None
 }
 
 /// Where `sources` use the wire's types outside `server/` and the protocol clients.
@@ -240,4 +256,11 @@ fn the_checks_find_what_they_look_for() {
     leaky.insert("b.rs".into(), "fn x() { tokio::spawn(v1::Ack::default()); }".into());
     assert_eq!(wire_outside_server(&leaky).len(), 1);
     assert_eq!(detached_spawns(&leaky).len(), 1);
+    // A unit-test module is found however it is marked; a `cfg(test)` item that is not one
+    // stays in the code.
+    for tests in ["mod tests {", "pub(crate) mod tests {", "pub mod tests {"] {
+        let text = format!("fn f() {{}}\n#[cfg(test)]\n#[allow(clippy::x)]\n{tests}\n}}\n");
+        assert_eq!(unit_tests_at(&text), Some("fn f() {}\n".len()), "{tests}");
+    }
+    assert_eq!(unit_tests_at("#[cfg(test)]\nfn helper() {}\n"), None);
 }

@@ -384,6 +384,8 @@ async fn person(house: Arc<Household>, index: usize) {
             (Kind::Group, true) => (format!("Here is my list {token}."), true),
             _ => (content, false),
         };
+        // What the message asks for, which its answer must show.
+        let asked = kind;
         if on_the_web.is_some() {
             kind = Kind::Web;
         } else if at_a_terminal.is_some() {
@@ -409,7 +411,7 @@ async fn person(house: Arc<Household>, index: usize) {
             (None, None, Some(terminal)) => {
                 let user = user.clone();
                 let followed = tokio::task::spawn_blocking(move || {
-                    tui::follow(&terminal, &user, &content, &mut sent);
+                    tui::follow(&terminal, &user, asked, &content, &mut sent);
                     sent
                 });
                 match followed.await {

@@ -80,14 +80,15 @@ impl ContainerError {
     }
 
     /// The error as a caller passes it on (an MCP server's or a skill layer's start, the LLM
-    /// gateway's): a full disk as the daemon's sentence, with the detail in the log (it names
-    /// the data dir's files); anything else with its causes.
+    /// gateway's), its causes in the log (they name the data dir's files): a full disk as the
+    /// daemon's sentence, anything else in its own words.
     pub fn told(&self) -> String {
         if crate::state::is_disk_full(self) {
             tracing::error!(error = %baaaht_proto::error_chain(self), "the data dir's disk is full");
             return crate::state::DISK_FULL_WORK.to_string();
         }
-        baaaht_proto::error_chain(self)
+        tracing::warn!(error = %baaaht_proto::error_chain(self), "a container did not start");
+        self.to_string()
     }
 }
 

@@ -389,6 +389,20 @@ pub fn branch_of(entries: &[v1::SessionEntry], leaf: Option<&str>) -> Vec<v1::Se
     branch
 }
 
+/// The blocks of `history` (the session now) after the last message `shown` also holds, less
+/// the ones shown after it already: what the session gained while the screen was away.
+fn missed(shown: &[Block], history: Vec<Block>) -> Vec<Block> {
+    let common = shown.iter().enumerate().rev().filter(|(_, block)| matches!(block, Block::User { .. })).find_map(
+        |(at_shown, block)| history.iter().rposition(|each| each == block).map(|at_history| (at_shown, at_history)),
+    );
+    let Some((at_shown, at_history)) = common else {
+        // Nothing in common: the screen showed none of it (or the history was cut short).
+        return vec![];
+    };
+    let after = &shown[at_shown + 1..];
+    history.into_iter().skip(at_history + 1).filter(|block| !after.contains(block)).collect()
+}
+
 /// A session's entries as the screen shows them.
 pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
     use v1::session_entry::Entry;
@@ -560,12 +574,18 @@ impl App {
             Input::Key(key) => return self.key(key),
             Input::Event(event) => self.event(*event),
             Input::Connected { session, history } => {
+                let again = matches!(self.connection, Connection::Reconnecting { .. });
                 if self.session.as_deref() != Some(session.as_str()) {
                     self.blocks = history;
                     self.generation += 1;
                     self.parent = None;
+                } else if again {
+                    // What the session gained while the screen was away: answers, notes of
+                    // turns the daemon's restart cut short, messages sent from elsewhere.
+                    let missed = missed(&self.blocks, history);
+                    self.blocks.extend(missed);
                 }
-                if matches!(self.connection, Connection::Reconnecting { .. }) {
+                if again {
                     self.info("reconnected");
                 }
                 self.connection = Connection::Connected;
@@ -972,6 +992,39 @@ mod tests {
         for c in text.chars() {
             app.handle(Input::Key(Key::Char(c)));
         }
+    }
+
+    /// Back on the same session after the daemon went away, the screen shows what the session
+    /// gained meanwhile (the note of a turn cut short, an answer given while away), once.
+    #[test]
+    fn a_reconnection_shows_what_the_session_gained_while_away() {
+        let user = |text: &str| Block::User { sender: "alice".into(), channel: None, text: text.into() };
+        let said = |text: &str| Block::Assistant { text: text.into(), thinking: String::new() };
+        let note = Block::Info { text: "The reply was interrupted".into() };
+        let mut app = App::new("user:alice");
+        app.handle(Input::Connected { session: "s-1".into(), history: vec![user("one"), said("first")] });
+        app.handle(Input::Disconnected { reason: "the daemon restarted".into() });
+        let history = vec![user("one"), said("first"), user("two"), note.clone(), user("three"), said("third")];
+        // "two" was on the screen when the daemon went; "three" was sent from elsewhere.
+        app.blocks.push(user("two"));
+        app.handle(Input::Connected { session: "s-1".into(), history: history.clone() });
+        let shown: Vec<&Block> = app.blocks.iter().collect();
+        assert_eq!(
+            shown,
+            [
+                &user("one"),
+                &said("first"),
+                &user("two"),
+                &note,
+                &user("three"),
+                &said("third"),
+                &Block::Info { text: "reconnected".into() }
+            ]
+        );
+        // Again, with nothing new: nothing is shown twice.
+        app.handle(Input::Disconnected { reason: "again".into() });
+        app.handle(Input::Connected { session: "s-1".into(), history });
+        assert_eq!(app.blocks.iter().filter(|block| **block == said("third")).count(), 1);
     }
 
     #[test]
