@@ -301,16 +301,18 @@ impl Identities {
 
     /// The user `identity` acts as; a new user the first time (`name` is its display name).
     pub fn resolve(&self, identity: &str, name: &str) -> Result<Resolved, IdentityError> {
-        if let Some(user) = self.lookup(identity) {
-            self.write_owed_profiles();
+        let mut inner = self.inner();
+        if let Some(record) = inner.file.identities.get(identity) {
+            // Known: one look under the lock, and profiles owed written only when there are any.
+            let (user, owed) = (record.user.clone(), !inner.owed.is_empty());
+            drop(inner);
+            if owed {
+                self.write_owed_profiles();
+            }
             return Ok(Resolved { user, created: false });
         }
         if !is_channel_identity(identity) {
             return Err(IdentityError::BadIdentity(identity.to_string()));
-        }
-        let mut inner = self.inner();
-        if let Some(record) = inner.file.identities.get(identity) {
-            return Ok(Resolved { user: record.user.clone(), created: false });
         }
         let user = new_user_id();
         let now = state::now_rfc3339();
