@@ -1,7 +1,8 @@
 //! The LLM path end to end on the real binaries and a real engine: an agent container streams a
 //! completion through `baaahtd` and `baaaht-llm-gateway` from the scripted fake provider; a
 //! stream dropped mid-answer stops the upstream request; callers without an agent's token are
-//! refused; a hung gateway is restarted and the request waiting for it is served; and with the
+//! refused; a provider failing with server errors is told in a sentence a gateway shows as it
+//! is; a hung gateway is restarted and the request waiting for it is served; and with the
 //! gateway in its own container, no provider key reaches an agent container.
 
 use std::io::Write as _;
@@ -154,6 +155,34 @@ fn a_providers_error_reaches_the_agent_as_a_typed_event_with_its_message() {
     assert_eq!(provider.requests().len(), 1, "a refused request is not retried");
     let metrics = daemon.metrics().expect("metrics");
     assert!(metrics.contains("baaaht_llm_requests_total{provider=\"anthropic\",outcome=\"error\"} 1"), "{metrics}");
+}
+
+#[test]
+fn a_provider_failing_with_server_errors_is_told_in_a_sentence_every_channel_shows() {
+    use baaaht_tests::scenario;
+    let rt = baaaht_tests::runtime();
+    let failing = Answer::Status {
+        code: 500,
+        retry_after: None,
+        body: "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"shard 7 is down\"}}".into(),
+    };
+    let provider = rt.block_on(FakeProvider::start(vec![failing.clone(), failing], None)).expect("fake provider");
+    let daemon = daemon_for(&provider, "process", "", &[("BAAAHT__LLM__RETRY_ATTEMPTS", "2")]);
+    let seen = scenario::turn_on(&rt, &daemon, scenario::message(scenario::user("alice"), "alice", "hello"));
+    // The sentence is for users, so a gateway shows it as it is (not its plain "something went
+    // wrong"); the provider's own words stay in the daemon's log.
+    let error = seen
+        .events
+        .iter()
+        .find_map(|event| match &event.event {
+            Some(v1::orchestrator_event::Event::Error(error)) => Some(error.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no error: {:?}", seen.reply));
+    assert_eq!(error.message, "The model's provider (anthropic) is failing right now. Try again in a few minutes.");
+    assert!(error.for_users, "{error:?}");
+    assert_eq!(provider.requests().len(), 2, "both attempts went to the provider");
+    assert!(daemon.log_text().contains("shard 7 is down"), "the detail is the operator's, in the log");
 }
 
 #[test]

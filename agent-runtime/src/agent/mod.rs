@@ -323,8 +323,8 @@ impl Agent {
                 Some(Event::MessageStop(_)) => stopped = true,
                 Some(Event::Usage(usage)) => answer.tokens += usage.input_tokens + usage.output_tokens,
                 Some(Event::Error(error)) => {
-                    return Err(match passing_trouble(&error.kind) {
-                        Some(sentence) => Failed::Refused(sentence.to_string()),
+                    return Err(match passing_trouble(&error) {
+                        Some(sentence) => Failed::Refused(sentence),
                         None => Failed::Other(format!("the model failed ({}): {}", error.kind, error.message)),
                     });
                 }
@@ -421,17 +421,23 @@ fn system_prompt(config: &v1::AgentConfig) -> String {
 }
 
 /// What the person who asked reads when the model's provider fails in a way that passes (its
-/// detail is in the daemon's log, where the provider's answer was logged): the kinds of
-/// `baaaht-llm`'s `ErrorKind`, after its retries and fallbacks. A `network` or `provider`
-/// failure keeps its words: for a model on the host, the daemon's relay says there where
-/// nothing answers and what to start. Worded for every reader: a person's turn, a scheduled
-/// run's result, an agent that delegated.
-fn passing_trouble(kind: &str) -> Option<&'static str> {
-    Some(match kind {
+/// detail is in the daemon's log, where the LLM gateway logged the provider's answer): the
+/// kinds of `baaaht-llm`'s `ErrorKind`, after its retries and fallbacks. A provider's server
+/// error passes too (the gateway marks it retryable); a people's channel would otherwise show
+/// only its plain "something went wrong". A `network` failure keeps its words: for a model on
+/// the host, the daemon's relay says there where nothing answers and what to start; so does a
+/// `provider` failure that trying again cannot mend (a base URL the gateway does not support).
+/// Worded for every reader: a person's turn, a scheduled run's result, an agent that delegated.
+fn passing_trouble(error: &v1::LlmError) -> Option<String> {
+    Some(match error.kind.as_str() {
         "rate_limited" | "overloaded" => {
-            "The model is busy: its provider is turning requests away for now. Try again in a minute."
+            "The model is busy: its provider is turning requests away for now. Try again in a minute.".into()
         }
-        "timeout" => "The model did not answer in time. Try again in a minute.",
+        "timeout" => "The model did not answer in time. Try again in a minute.".into(),
+        "provider" if error.retryable => match error.provider.trim() {
+            "" => "The model's provider is failing right now. Try again in a few minutes.".into(),
+            provider => format!("The model's provider ({provider}) is failing right now. Try again in a few minutes."),
+        },
         _ => return None,
     })
 }
@@ -442,17 +448,34 @@ mod tests {
 
     #[test]
     fn a_provider_failing_for_now_is_told_in_a_sentence_without_its_detail() {
+        let failure = |kind: &str, retryable: bool| v1::LlmError {
+            kind: kind.into(),
+            message: "anthropic answered 500: /srv/provider/trace.log".into(),
+            provider: "anthropic".into(),
+            retryable,
+        };
         for kind in ["rate_limited", "overloaded", "timeout"] {
-            let sentence = passing_trouble(kind).unwrap_or_else(|| panic!("{kind} has no sentence"));
+            let sentence = passing_trouble(&failure(kind, true)).unwrap_or_else(|| panic!("{kind} has no sentence"));
             assert!(
                 sentence.ends_with("Try again in a minute.") && !sentence.contains(&format!("({kind})")),
                 "{kind}: {sentence}"
             );
         }
+        // A server error after the gateway's retries: the provider's name, never its words.
+        assert_eq!(
+            passing_trouble(&failure("provider", true)).as_deref(),
+            Some("The model's provider (anthropic) is failing right now. Try again in a few minutes.")
+        );
+        let unnamed = v1::LlmError { provider: String::new(), ..failure("provider", true) };
+        assert_eq!(
+            passing_trouble(&unnamed).as_deref(),
+            Some("The model's provider is failing right now. Try again in a few minutes.")
+        );
         // These are not passing: the operator's detail stays in the reply's failure.
         for kind in ["provider", "network", "authentication", "invalid_request", "context_exceeded"] {
-            assert_eq!(passing_trouble(kind), None, "{kind}");
+            assert_eq!(passing_trouble(&failure(kind, false)), None, "{kind}");
         }
+        assert_eq!(passing_trouble(&failure("network", true)), None, "a host model's relay says what to start");
     }
 
     #[test]

@@ -13,6 +13,11 @@ use crate::tmux::{shell_quote, Tmux};
 
 /// How long a TUI may take to attach at the start.
 const ATTACH: Duration = Duration::from_secs(60);
+/// How often a person looks at the screen: each look is a `tmux capture-pane` process, and
+/// three terminals looked at every 50 ms were some 60 processes a second on the two cores the
+/// daemon is measured on. A TUI's first word is not in the report's latency (the chats' is), so
+/// looking four times a second costs the report nothing.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// What the TUI shows for a message it could not send, and for one the daemon refused
 /// (`tui/run.rs`, `act`).
 const NOT_SENT: &str = "not sent:";
@@ -200,7 +205,7 @@ pub(super) fn follow(terminal: &Tmux, user: &str, asked: Kind, content: &str, se
             sent.outcome = Outcome::Lost(format!("no answer on the screen within {} s", PATIENCE.as_secs()));
             return;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(LOOK_EVERY);
     }
 }
 
