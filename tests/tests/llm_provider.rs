@@ -130,6 +130,23 @@ async fn an_error_event_mid_stream_becomes_a_typed_failure() {
 }
 
 #[tokio::test]
+async fn the_daemons_answer_that_nothing_answers_on_the_host_is_a_network_failure_not_the_providers() {
+    // What the daemon's relay answers for a model on the host that is not running: a failure of
+    // the way there (its sentence says what to start), not the provider failing right now.
+    let sentence = "nothing answers at 127.0.0.1:8080 on this host; start the model server";
+    let body = serde_json::json!({"error": {"message": sentence, "type": provider::NOTHING_ANSWERS}}).to_string();
+    let answer = Answer::Status { code: 502, retry_after: None, body };
+    let fake = start(vec![answer.clone(), answer]).await;
+    let endpoints = [endpoint(&fake, "local", Wire::OpenAi)];
+    let policy = RetryPolicy { attempts: 2, ..FAST };
+    let failure = provider::stream_with_fallback(&chain(&endpoints), &request(), policy, &mut |_| {}).await;
+    let failure = failure.expect_err("nothing answers");
+    assert_eq!(failure.to_string(), format!("local: {sentence}"));
+    assert_eq!(provider::kind_of(&failure).as_str(), "network");
+    assert_eq!(fake.requests().len(), 2, "tried again, as a connection refused is: the server may be starting");
+}
+
+#[tokio::test]
 async fn bad_bases_are_refused_with_a_sentence() {
     let endpoint = Endpoint {
         name: "anthropic".into(),

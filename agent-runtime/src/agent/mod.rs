@@ -421,8 +421,8 @@ fn system_prompt(config: &v1::AgentConfig) -> String {
 }
 
 /// What the person who asked reads when the model's provider fails in a way that passes (its
-/// detail is in the daemon's log, where the LLM gateway logged the provider's answer): the
-/// kinds of `baaaht-llm`'s `ErrorKind`, after its retries and fallbacks. A provider's server
+/// detail is in the daemon's log, where the daemon's side of every model call logs a failure):
+/// the kinds of `baaaht-llm`'s `ErrorKind`, after its retries and fallbacks. A provider's server
 /// error passes too (the gateway marks it retryable); a people's channel would otherwise show
 /// only its plain "something went wrong". A `network` failure keeps its words: for a model on
 /// the host, the daemon's relay says there where nothing answers and what to start; so does a

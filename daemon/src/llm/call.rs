@@ -330,6 +330,10 @@ impl Tally {
             }
             Some(Event::MessageStop(_)) => self.outcome = Some("ok"),
             Some(Event::Error(error)) => {
+                // The provider's own words are the operator's: a turn tells its people a
+                // sentence without them, and a gateway in its container logs to the engine.
+                tracing::warn!(kind = %error.kind, provider = %error.provider, message = %error.message,
+                    "the model's call failed");
                 self.outcome = Some("error");
                 if self.provider.is_empty() {
                     self.provider.clone_from(&error.provider);

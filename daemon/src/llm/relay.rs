@@ -180,7 +180,8 @@ async fn answer_unreachable(stream: &mut UnixStream, sentence: &str) -> std::io:
     if !tokio::time::timeout(LINGER, whole_head).await.unwrap_or(false) {
         return Ok(());
     }
-    let body = serde_json::json!({"error": {"message": sentence, "type": "relay_unreachable"}}).to_string();
+    let body =
+        serde_json::json!({"error": {"message": sentence, "type": baaaht_llm::provider::NOTHING_ANSWERS}}).to_string();
     let head = format!(
         "HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()

@@ -183,7 +183,8 @@ pub fn failure_to_proto(failure: &Failure) -> v1::LlmEvent {
         | Failure::BadBase { provider, .. }
         | Failure::Tls { provider, .. }
         | Failure::Provider { provider, .. }
-        | Failure::Unusable { provider, .. } => provider.clone(),
+        | Failure::Unusable { provider, .. }
+        | Failure::NothingAnswers { provider, .. } => provider.clone(),
         Failure::Stream(error) => error.provider.to_string(),
         Failure::Route { .. } => String::new(),
     };

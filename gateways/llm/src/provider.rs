@@ -52,6 +52,10 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
+/// The error type of the daemon's answer for a provider on the host's loopback that nothing
+/// answers at (`daemon/src/llm/relay.rs`), in a gateway in its container.
+pub const NOTHING_ANSWERS: &str = "relay_unreachable";
+
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
     #[error("{provider} answered {status}: {message}")]
@@ -79,6 +83,10 @@ pub enum Failure {
     Provider { provider: String, kind: &'static str, message: String },
     #[error("{provider} cannot be used: {reason}")]
     Unusable { provider: String, reason: String },
+    /// The daemon's relay answered for a provider on the host that nothing answers at: its
+    /// sentence says where and what to start (a network failure, not the provider's).
+    #[error("{provider}: {message}")]
+    NothingAnswers { provider: String, message: String },
     #[error("{message}")]
     Route { message: String },
 }
@@ -88,7 +96,10 @@ impl Failure {
     pub fn retryable(&self) -> bool {
         match self {
             Failure::Status { status, .. } => matches!(status, 429 | 500 | 502 | 503 | 504 | 529),
-            Failure::Connect { .. } | Failure::Timeout { .. } | Failure::Dropped { .. } => true,
+            Failure::Connect { .. }
+            | Failure::NothingAnswers { .. }
+            | Failure::Timeout { .. }
+            | Failure::Dropped { .. } => true,
             Failure::Provider { kind, .. } => matches!(*kind, "rate_limited" | "overloaded" | "provider"),
             Failure::Http { .. }
             | Failure::Stream(_)
@@ -349,6 +360,9 @@ async fn read_response(
             .as_str()
             .map(str::to_string)
             .unwrap_or_else(|| String::from_utf8_lossy(&text).chars().take(300).collect());
+        if parsed["error"]["type"] == NOTHING_ANSWERS {
+            return Err(Failure::NothingAnswers { provider, message });
+        }
         return Err(Failure::Status { provider, status, retry_after, message });
     }
     let mut sse = SseDecoder::new();
@@ -492,9 +506,11 @@ pub fn kind_of(failure: &Failure) -> ErrorKind {
             _ => ErrorKind::Provider,
         },
         Failure::Timeout { .. } => ErrorKind::Timeout,
-        Failure::Connect { .. } | Failure::Dropped { .. } | Failure::Http { .. } | Failure::Tls { .. } => {
-            ErrorKind::Network
-        }
+        Failure::Connect { .. }
+        | Failure::NothingAnswers { .. }
+        | Failure::Dropped { .. }
+        | Failure::Http { .. }
+        | Failure::Tls { .. } => ErrorKind::Network,
         Failure::Stream(_) | Failure::BadBase { .. } => ErrorKind::Provider,
     }
 }
