@@ -155,6 +155,9 @@ pub struct TaskRuns {
     pub run: usize,
     /// Slots that ran to completion more than once.
     pub twice: usize,
+    /// Slots the scheduler skipped on purpose, each with its reason (the previous run still
+    /// going under `concurrency: forbid`, a slot missed while baaahtd was down).
+    pub skipped: Vec<String>,
     pub outcomes: Vec<String>,
 }
 
@@ -759,7 +762,7 @@ pub async fn run(plan: Plan) -> Result<Report> {
 }
 
 /// A task's runs between its creation and `now`: slots due (minutes begun), slots run (and
-/// the ones a catch-up run stood for), slots run to completion twice.
+/// the ones a catch-up run stood for), slots run to completion twice, slots skipped on purpose.
 fn task_runs(created: jiff::Timestamp, now: jiff::Timestamp, runs: &[v1::TaskRun]) -> TaskRuns {
     let minute = |at: jiff::Timestamp| at.as_second().div_euclid(60);
     let mut slots = std::collections::HashSet::new();
@@ -787,6 +790,11 @@ fn task_runs(created: jiff::Timestamp, now: jiff::Timestamp, runs: &[v1::TaskRun
         due: (minute(now) - minute(created)).max(0) as usize,
         run: slots.len() + missed,
         twice: twice.len(),
+        skipped: runs
+            .iter()
+            .filter(|each| each.outcome == "skipped")
+            .flat_map(|each| std::iter::repeat_n(each.error.clone(), each.missed.max(1) as usize))
+            .collect(),
         outcomes: runs
             .iter()
             .map(|each| if each.outcome.is_empty() { "running".into() } else { each.outcome.clone() })

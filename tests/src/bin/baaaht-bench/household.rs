@@ -130,6 +130,7 @@ fn print(report: &Report) {
     }
     let (mut due, mut ran, mut twice) = (0, 0, 0);
     let mut outcomes = std::collections::BTreeMap::<&str, usize>::new();
+    let mut skipped = std::collections::BTreeMap::<&str, usize>::new();
     for task in &report.tasks {
         due += task.due;
         ran += task.run;
@@ -137,10 +138,18 @@ fn print(report: &Report) {
         for outcome in &task.outcomes {
             *outcomes.entry(outcome).or_default() += 1;
         }
+        for reason in &task.skipped {
+            *skipped.entry(reason).or_default() += 1;
+        }
     }
+    let skipped_slots: usize = skipped.values().sum();
     println!(
-        "\nscheduled (a task of each group every minute): {due} due, {ran} run, {twice} run twice; runs: {outcomes:?}"
+        "\nscheduled (a task of each group every minute): {due} due, {ran} run, {skipped_slots} skipped on purpose, \
+         {twice} run twice; runs: {outcomes:?}"
     );
+    for (reason, count) in &skipped {
+        println!("  {count:>4} × skipped: {reason}");
+    }
     let mut quiet = report.first_words_ms();
     let mut all: Vec<f64> = report
         .sent
@@ -203,7 +212,7 @@ fn print(report: &Report) {
         _ => 0.0,
     };
     println!(
-        "RESULT household_sent={sent} answered={answered} refused={refused} lost={} doubled={} scheduled_due={due} scheduled_run={ran} scheduled_twice={twice} first_word_p50_ms={p50:.0} first_word_p99_ms={p99:.0} rss_growth_mib={growth:.1} stopped_in_s={:.1} stop_ok={} leftover_containers={} leftover_mounts={}",
+        "RESULT household_sent={sent} answered={answered} refused={refused} lost={} doubled={} scheduled_due={due} scheduled_run={ran} scheduled_skipped={skipped_slots} scheduled_twice={twice} first_word_p50_ms={p50:.0} first_word_p99_ms={p99:.0} rss_growth_mib={growth:.1} stopped_in_s={:.1} stop_ok={} leftover_containers={} leftover_mounts={}",
         lost.len(),
         doubled.len(),
         report.stopped_in.as_secs_f64(),
