@@ -55,6 +55,9 @@ pub struct Live {
     pub correlation_id: String,
     /// The user turn this work belongs to (a delegated task's is its Assistant's turn).
     pub user_turn: String,
+    /// The user whose message the turn answers (none: a scheduled run, an archival): in a
+    /// group, everyone else's words are not theirs (DESIGN.md §10.3).
+    pub asker: Option<String>,
     /// Whether what this agent writes is the turn's reply, streamed to the context's channels
     /// as written (the Assistant's; a delegate's whose answer returns directly).
     pub speaks: bool,
@@ -492,6 +495,7 @@ mod tests {
                 turn_id: turn.into(),
                 correlation_id: "c".into(),
                 user_turn: turn.into(),
+                asker: None,
                 speaks: role == Role::Assistant,
             },
             turn: Turn { turn_id: turn.into(), messages: vec![Message::user(text)], ..Turn::default() },

@@ -128,8 +128,8 @@ impl Met {
 
 struct Inner {
     file: IdentitiesFile,
-    /// Lines in the journal.
-    journal: usize,
+    /// Users met since the map was last written whole.
+    journal: state::Journal,
     /// Code → (the user it links to, when it was made).
     codes: HashMap<String, (String, Instant)>,
     /// Users (with the identity they were met by) whose profile a first contact could not
@@ -140,7 +140,6 @@ struct Inner {
 /// The identity map.
 pub struct Identities {
     path: PathBuf,
-    journal: PathBuf,
     users_dir: PathBuf,
     inner: Mutex<Inner>,
 }
@@ -206,45 +205,23 @@ fn new_user_id() -> String {
 impl Identities {
     /// The map in `state_dir`; user profiles go under `users_dir`.
     pub fn open(state_dir: &Path, users_dir: PathBuf) -> Result<Identities, IdentityError> {
-        let (path, journal) = (state_dir.join(IDENTITIES_FILE), state_dir.join(JOURNAL_FILE));
+        let path = state_dir.join(IDENTITIES_FILE);
         let mut file = state::read_json(&path)?.unwrap_or(IdentitiesFile { version: 1, ..IdentitiesFile::default() });
-        let met = match std::fs::read_to_string(&journal) {
-            Ok(text) => text,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(source) => return Err(StateError::Read { path: journal, source }.into()),
-        };
+        let (journal, met) = state::Journal::open::<Met>(state_dir.join(JOURNAL_FILE), FOLD_AFTER)?;
+        let replayed = !journal.is_empty();
+        for met in met {
+            met.apply(&mut file);
+        }
         let identities = Identities {
             path,
-            journal,
             users_dir,
-            inner: Mutex::new(Inner {
-                file: IdentitiesFile::default(),
-                journal: 0,
-                codes: HashMap::new(),
-                owed: vec![],
-            }),
+            inner: Mutex::new(Inner { file, journal, codes: HashMap::new(), owed: vec![] }),
         };
-        if met.is_empty() {
-            let mut inner = identities.inner();
-            inner.owed = identities.profiles_missing(&file);
-            inner.file = file;
-            drop(inner);
-            return Ok(identities);
-        }
-        for line in met.lines() {
-            match serde_json::from_str::<Met>(line) {
-                Ok(met) => met.apply(&mut file),
-                // Only the last line can be cut short (by a crash while it was written), and its
-                // first contact was never answered.
-                Err(error) => {
-                    tracing::warn!(%error, journal = %identities.journal.display(), "a cut line in the journal is dropped")
-                }
-            }
-        }
-        // Folded at once: the map is whole again and the journal starts on an empty file.
         let mut inner = identities.inner();
-        inner.file = file;
-        identities.save(&mut inner)?;
+        if replayed {
+            // Folded at once: the map is whole again and the journal starts on an empty file.
+            identities.save(&mut inner)?;
+        }
         inner.owed = identities.profiles_missing(&inner.file);
         drop(inner);
         Ok(identities)
@@ -271,26 +248,16 @@ impl Identities {
     /// Writes the whole map; the journal is then folded into it and goes.
     fn save(&self, inner: &mut Inner) -> Result<(), IdentityError> {
         state::write_json(&self.path, &inner.file)?;
-        match std::fs::remove_file(&self.journal) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(StateError::Write { path: self.journal.clone(), source }.into()),
-        }
-        inner.journal = 0;
+        inner.journal.folded()?;
         Ok(())
     }
 
     /// Keeps `met` (already in the map) durably: a line appended to the journal, or the whole
     /// map when the journal is long enough to fold.
     fn keep(&self, inner: &mut Inner, met: &Met) -> Result<(), IdentityError> {
-        if inner.journal + 1 >= FOLD_AFTER {
-            return self.save(inner);
+        if !inner.journal.keep(met)? {
+            self.save(inner)?;
         }
-        // silent-ok: a record of plain strings always serializes.
-        let mut line = serde_json::to_vec(met).unwrap_or_default();
-        line.push(b'\n');
-        state::append_synced(&self.journal, &line)?;
-        inner.journal += 1;
         Ok(())
     }
 

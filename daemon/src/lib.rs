@@ -467,6 +467,7 @@ impl Daemon {
             loaded.config.security.taint.clone(),
             audit.clone(),
             events.clone(),
+            redact.clone(),
         ));
         let approvals = Arc::new(egress::approvals::Approvals::new(
             events.clone(),

@@ -134,6 +134,24 @@ pub struct MemoryEntry {
     pub updated_at: u64,
 }
 
+impl MemoryEntry {
+    /// Why this entry is not the words of `asker` (DESIGN.md §10.3), if it is not: with
+    /// `outside`, it was kept from content from outside (its owner confirmed it, so it is in
+    /// use, but a search that finds it reads that content again); in a group (`group`), it
+    /// was kept from another member's words or from the group's as a whole (no one's alone).
+    pub fn foreign_to(&self, group: bool, asker: Option<&str>, outside: bool) -> Option<String> {
+        if outside && self.metadata.origin == Some(Origin::Untrusted) {
+            let from = self.metadata.came_from.as_deref().unwrap_or("content from outside");
+            return Some(format!("the memory `{}`, kept from {from}", self.key));
+        }
+        let theirs = self.metadata.user_id.as_deref();
+        if group && (asker.is_none() || theirs != asker) {
+            return Some(format!("the memory `{}`, kept from other members' words", self.key));
+        }
+        None
+    }
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Index {
     version: u32,

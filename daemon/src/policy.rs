@@ -9,8 +9,8 @@ use std::path::{Component, Path, PathBuf};
 
 use regex::Regex;
 
-use crate::auth::Role;
-use crate::config::{Config, LoadedConfig, MountAllowlist, MountKind, MountMode, ToolName};
+use crate::auth::{Context, ContextKind, Role};
+use crate::config::{AllowedMount, Config, LoadedConfig, MountAllowlist, MountKind, MountMode, MountOwner, ToolName};
 use crate::container::{Limits, MountSpec, NetworkPolicy};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +29,8 @@ pub enum PolicyError {
     NotAllowed { path: String },
     #[error("path {path:?} is below an entry of mount-allowlist.json: an MCP server mounts an entry as it is written there ({entry})")]
     NotAnEntry { path: String, entry: String },
+    #[error("path {path:?} is in a folder of mount-allowlist.json that is not shared with {context} (its owner is `{owner}`)")]
+    NotShared { path: String, owner: MountOwner, context: String },
     #[error("path {path:?} can never be mounted: {why}")]
     Forbidden { path: String, why: String },
     #[error("command refused: it matches the blocked pattern `{pattern}` ({why})")]
@@ -64,12 +66,33 @@ impl Policy {
     }
 
     /// ValidateMounts: each requested host path, resolved, allowed and not blocked, with its
-    /// container path and mode (read-write only for a `project` entry marked `rw`).
-    pub fn validate_mounts(&self, requested: &[RequestedMount]) -> Result<Vec<MountSpec>, PolicyError> {
-        requested.iter().map(|mount| self.validate_mount(mount)).collect()
+    /// container path and mode for `context`'s containers (read-write only for a `project`
+    /// entry marked `rw` that is the context's own, or shared with an administrator's).
+    pub fn validate_mounts(
+        &self,
+        requested: &[RequestedMount],
+        context: Option<&Context>,
+    ) -> Result<Vec<MountSpec>, PolicyError> {
+        requested.iter().map(|mount| self.validate_mount(mount, context)).collect()
     }
 
-    fn validate_mount(&self, mount: &RequestedMount) -> Result<MountSpec, PolicyError> {
+    /// How `context` may use `entry`: not at all (None), as its options say (true), or
+    /// read-only (false). Spec §11.3: a container for one user never sees another's data, and
+    /// non-admin contexts get read-only access to shared resources. No context: the entry as
+    /// the system's file names it (a system MCP server's mounts, listed or added), whoever's.
+    fn shared_with(&self, entry: &AllowedMount, context: Option<&Context>) -> Option<bool> {
+        let Some(context) = context else { return Some(true) };
+        let user = |id: &str| context.kind == ContextKind::User && context.id == id;
+        let admin = context.kind == ContextKind::User && self.config.system.admin_users.contains(&context.id);
+        match &entry.owner {
+            MountOwner::Admins => admin.then_some(true),
+            MountOwner::Everyone => Some(admin),
+            MountOwner::User(id) => user(id).then_some(true),
+            MountOwner::Group(id) => (context.kind == ContextKind::Group && context.id == *id).then_some(true),
+        }
+    }
+
+    fn validate_mount(&self, mount: &RequestedMount, context: Option<&Context>) -> Result<MountSpec, PolicyError> {
         let given = mount.host.as_str();
         if given.contains('\0') {
             return Err(PolicyError::NullByte(given.escape_debug().to_string()));
@@ -89,11 +112,16 @@ impl Policy {
         if let Some(why) = crate::config::forbidden_mount(&resolved, &self.data_dir, &self.config.container.socket) {
             return Err(PolicyError::Forbidden { path: given.into(), why });
         }
+        let mut not_shared = None;
         for entry in &self.allowlist.allowed_mounts {
             let Ok(root) = std::fs::canonicalize(&entry.host_path) else { continue };
             let Ok(rest) = resolved.strip_prefix(&root) else { continue };
             self.check_blocked(&root, given)?;
-            let writable = entry.options == MountMode::Rw && entry.kind == MountKind::Project;
+            let Some(as_configured) = self.shared_with(entry, context) else {
+                not_shared.get_or_insert_with(|| entry.owner.clone());
+                continue;
+            };
+            let writable = as_configured && entry.options == MountMode::Rw && entry.kind == MountKind::Project;
             let target = match rest.as_os_str().is_empty() {
                 true => PathBuf::from(&entry.container_path),
                 false => Path::new(&entry.container_path).join(rest),
@@ -104,17 +132,28 @@ impl Policy {
                 read_only: !(mount.read_write && writable),
             });
         }
-        Err(PolicyError::NotAllowed { path: given.into() })
+        match not_shared {
+            Some(owner) => Err(PolicyError::NotShared {
+                path: given.into(),
+                owner,
+                context: context.map(ToString::to_string).unwrap_or_default(),
+            }),
+            None => Err(PolicyError::NotAllowed { path: given.into() }),
+        }
     }
 
     /// As [`Policy::validate_mounts`], for an MCP server's `mounts`, which a user may write: each
     /// must be an entry of the allowlist itself, never a folder below one. A folder below is in
     /// a project the user's Coder writes in, which could swap it for a link between this check
     /// and the engine's mount; an entry's own path is not theirs to change.
-    pub fn validate_entry_mounts(&self, requested: &[RequestedMount]) -> Result<Vec<MountSpec>, PolicyError> {
+    pub fn validate_entry_mounts(
+        &self,
+        requested: &[RequestedMount],
+        context: Option<&Context>,
+    ) -> Result<Vec<MountSpec>, PolicyError> {
         let mut mounts = vec![];
         for mount in requested {
-            let spec = self.validate_mount(mount)?;
+            let spec = self.validate_mount(mount, context)?;
             let entry =
                 self.allowlist.allowed_mounts.iter().find(|entry| {
                     std::fs::canonicalize(&entry.host_path).is_ok_and(|root| spec.host.starts_with(&root))
@@ -130,16 +169,19 @@ impl Policy {
         Ok(mounts)
     }
 
-    /// Every allowlisted folder as a Coder's tool container mounts it (spec §8.3): at its
-    /// container path, read-write only for a `project` entry marked `rw`. An entry that cannot be
-    /// mounted (missing, blocked) is left out with a warning.
-    pub fn coder_mounts(&self) -> Vec<MountSpec> {
+    /// The allowlisted folders `context`'s Coder tool containers mount (spec §8.3, §11.3): its
+    /// own and those shared with it, at their container paths, read-write only for a
+    /// `project` entry marked `rw` that is the context's own (or shared, for an
+    /// administrator's context). An entry that cannot be mounted (missing, blocked) is left
+    /// out with a warning.
+    pub fn coder_mounts(&self, context: &Context) -> Vec<MountSpec> {
         self.allowlist
             .allowed_mounts
             .iter()
+            .filter(|entry| self.shared_with(entry, Some(context)).is_some())
             .filter_map(|entry| {
                 let requested = RequestedMount { host: entry.host_path.clone(), read_write: true };
-                match self.validate_mount(&requested) {
+                match self.validate_mount(&requested, Some(context)) {
                     Ok(mount) => Some(mount),
                     Err(error) => {
                         tracing::warn!(%error, "an allowlisted folder is not mounted for the Coder");
@@ -338,14 +380,31 @@ mod tests {
                 container_path: "/project".into(),
                 options: MountMode::Rw,
                 kind: MountKind::Project,
+                owner: MountOwner::Admins,
             },
             AllowedMount {
                 host_path: home.join("docs").display().to_string(),
                 container_path: "/project/docs".into(),
                 options: MountMode::Ro,
                 kind: MountKind::Reference,
+                owner: MountOwner::Everyone,
+            },
+            AllowedMount {
+                host_path: home.join("other").display().to_string(),
+                container_path: "/project/bobs".into(),
+                options: MountMode::Rw,
+                kind: MountKind::Project,
+                owner: MountOwner::User("u-bob".into()),
+            },
+            AllowedMount {
+                host_path: home.join("secrets-elsewhere").display().to_string(),
+                container_path: "/project/shared".into(),
+                options: MountMode::Rw,
+                kind: MountKind::Project,
+                owner: MountOwner::Everyone,
             },
         ];
+        loaded.config.system.admin_users = vec!["u-admin".into()];
         loaded.config.tools.blocked_patterns = vec![r"\bshred\b".into()];
         let policy = Policy::new(&loaded).expect("policy");
         Fixture { _temp: temp, home, policy }
@@ -362,12 +421,13 @@ mod tests {
             (format!("{home}/projects/web"), false, Ok(("/project/web", true))),
             (format!("{home}/docs"), true, Ok(("/project/docs", true))),
             (format!("{home}/projects/web/src/"), true, Ok(("/project/web/src", false))),
-            (format!("{home}/other"), false, Err("not inside any folder")),
+            (format!("{home}/other"), false, Err("not shared with user:u-admin (its owner is `user:u-bob`)")),
+            (format!("{home}/ssh-nowhere"), false, Err("does not exist")),
             (format!("{home}/.ssh"), false, Err("blocked pattern `.ssh`")),
             (format!("{home}/projects/web/.ssh"), false, Err("blocked pattern `.ssh`")),
             (format!("{home}/projects/web/server.pem"), false, Err("blocked pattern `*.pem`")),
             (format!("{home}/projects/web/keys"), false, Err("blocked pattern `.ssh`")),
-            (format!("{home}/projects/web/outside"), false, Err("not inside any folder")),
+            (format!("{home}/projects/web/outside"), false, Err("not shared with user:u-admin")),
             (format!("{home}/projects/../.ssh"), false, Err("contains `..`")),
             (format!("{home}/projects/web/../web"), false, Err("contains `..`")),
             ("projects/web".into(), false, Err("is not absolute")),
@@ -378,7 +438,8 @@ mod tests {
             ("/var/run".into(), false, Err("the container engine's socket")),
         ];
         for (path, read_write, expected) in cases {
-            let result = f.policy.validate_mounts(&[RequestedMount { host: path.clone(), read_write }]);
+            let admin = Context::user("u-admin");
+            let result = f.policy.validate_mounts(&[RequestedMount { host: path.clone(), read_write }], Some(&admin));
             match (result, expected) {
                 (Ok(mounts), Ok((target, read_only))) => {
                     assert_eq!(mounts[0].target, target, "{path}");
@@ -392,7 +453,10 @@ mod tests {
         // A symlink inside one allowed folder into another resolves to its real place.
         let mounts = f
             .policy
-            .validate_mounts(&[RequestedMount { host: format!("{home}/docs/web-src"), read_write: true }])
+            .validate_mounts(
+                &[RequestedMount { host: format!("{home}/docs/web-src"), read_write: true }],
+                Some(&Context::user("u-admin")),
+            )
             .expect("allowed");
         assert_eq!(mounts[0].target, "/project/web/src");
         assert!(!mounts[0].read_only);
@@ -402,13 +466,57 @@ mod tests {
     fn an_mcp_server_mounts_allowlist_entries_as_they_are_never_a_folder_below_one() {
         let f = fixture();
         let home = f.home.display().to_string();
-        let entry = |host: String| f.policy.validate_entry_mounts(&[RequestedMount { host, read_write: true }]);
+        let admin = Context::user("u-admin");
+        let entry =
+            |host: String| f.policy.validate_entry_mounts(&[RequestedMount { host, read_write: true }], Some(&admin));
         assert_eq!(entry(format!("{home}/projects")).expect("an entry")[0].target, "/project");
         assert!(entry(format!("{home}/docs")).expect("an entry")[0].read_only, "a reference stays read-only");
         let below = entry(format!("{home}/projects/web")).expect_err("below an entry").to_string();
         assert!(below.contains("is below an entry of mount-allowlist.json"), "{below}");
-        let outside = entry(format!("{home}/other")).expect_err("outside").to_string();
-        assert!(outside.contains("not inside any folder"), "{outside}");
+        let outside = entry(format!("{home}/.ssh")).expect_err("outside").to_string();
+        assert!(outside.contains("blocked pattern"), "{outside}");
+        // Bob's own server mounts Bob's folder, never the administrators'.
+        let bob = Context::user("u-bob");
+        let bobs =
+            |host: String| f.policy.validate_entry_mounts(&[RequestedMount { host, read_write: true }], Some(&bob));
+        assert!(!bobs(format!("{home}/other")).expect("his own")[0].read_only);
+        let refused = bobs(format!("{home}/projects")).expect_err("the administrators'").to_string();
+        assert!(refused.contains("not shared with user:u-bob (its owner is `admins`)"), "{refused}");
+    }
+
+    #[test]
+    fn a_coder_mounts_its_own_folders_and_shared_ones_read_only_unless_its_owner_is_an_administrator() {
+        let f = fixture();
+        let mounted = |context: &Context| -> Vec<(String, bool)> {
+            let mut mounts: Vec<(String, bool)> =
+                f.policy.coder_mounts(context).into_iter().map(|mount| (mount.target, mount.read_only)).collect();
+            mounts.sort();
+            mounts
+        };
+        let pairs = |list: &[(&str, bool)]| list.iter().map(|(t, ro)| (t.to_string(), *ro)).collect::<Vec<_>>();
+        assert_eq!(
+            mounted(&Context::user("u-admin")),
+            pairs(&[("/project", false), ("/project/docs", true), ("/project/shared", false)])
+        );
+        assert_eq!(
+            mounted(&Context::user("u-bob")),
+            pairs(&[("/project/bobs", false), ("/project/docs", true), ("/project/shared", true)])
+        );
+        assert_eq!(mounted(&Context::user("u-carol")), pairs(&[("/project/docs", true), ("/project/shared", true)]));
+        assert_eq!(mounted(&Context::group("family")), pairs(&[("/project/docs", true), ("/project/shared", true)]));
+        for (owner, expected) in [
+            ("\"admins\"", Ok(MountOwner::Admins)),
+            ("\"group:family\"", Ok(MountOwner::Group("family".into()))),
+            ("\"user:u-bob\"", Ok(MountOwner::User("u-bob".into()))),
+            ("\"bob\"", Err("owner `bob`: give `admins`, `everyone`, `user:ID` or `group:ID`")),
+            ("\"user:\"", Err("owner `user:`")),
+        ] {
+            match (serde_json::from_str::<MountOwner>(owner), expected) {
+                (Ok(read), Ok(expected)) => assert_eq!(read, expected),
+                (Err(error), Err(words)) => assert!(error.to_string().contains(words), "{owner}: {error}"),
+                (other, expected) => panic!("{owner}: {other:?}, expected {expected:?}"),
+            }
+        }
     }
 
     #[test]

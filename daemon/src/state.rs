@@ -108,6 +108,76 @@ pub fn append_synced(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     Ok(())
 }
 
+/// Changes to a state file kept as synced lines beside it (`{name}.journal`) until there are
+/// enough to fold them into the file: a change costs one short appended line, not the whole
+/// file written again. The owner keeps the file in memory, applies each change to it, and
+/// writes it whole when [`Journal::keep`] says so; a journal whose folding a crash cut short
+/// is replayed on a file that has some of it, so changes must be idempotent.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    lines: usize,
+    fold_after: usize,
+}
+
+impl Journal {
+    /// The journal at `path` and its changes, oldest first; a last line a crash cut short is
+    /// dropped with a warning (its change was never acknowledged).
+    pub fn open<C: DeserializeOwned>(path: PathBuf, fold_after: usize) -> Result<(Journal, Vec<C>), StateError> {
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => return Err(StateError::Read { path, source }),
+        };
+        let mut changes = vec![];
+        for line in text.lines() {
+            match serde_json::from_str::<C>(line) {
+                Ok(change) => changes.push(change),
+                Err(error) => tracing::warn!(%error, journal = %path.display(), "a cut line in a journal is dropped"),
+            }
+        }
+        let lines = text.lines().count();
+        Ok((Journal { path, lines, fold_after: fold_after.max(1) }, changes))
+    }
+
+    /// A journal at `path` taken as empty (one that could not be read is replaced by the next
+    /// fold).
+    pub fn empty(path: PathBuf, fold_after: usize) -> Journal {
+        Journal { path, lines: 0, fold_after: fold_after.max(1) }
+    }
+
+    /// Whether the journal has lines to fold.
+    pub fn is_empty(&self) -> bool {
+        self.lines == 0
+    }
+
+    /// Keeps `change` (already applied to the owner's file): a synced line, or `Ok(false)`
+    /// when the journal is long enough that the owner must write the file whole instead (and
+    /// then call [`Journal::folded`]).
+    pub fn keep<C: Serialize>(&mut self, change: &C) -> Result<bool, StateError> {
+        if self.lines + 1 >= self.fold_after {
+            return Ok(false);
+        }
+        let mut line =
+            serde_json::to_vec(change).map_err(|source| StateError::Encode { path: self.path.clone(), source })?;
+        line.push(b'\n');
+        append_synced(&self.path, &line)?;
+        self.lines += 1;
+        Ok(true)
+    }
+
+    /// The owner wrote its file whole: the journal's lines are in it, and the journal goes.
+    pub fn folded(&mut self) -> Result<(), StateError> {
+        match fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(StateError::Write { path: self.path.clone(), source }),
+        }
+        self.lines = 0;
+        Ok(())
+    }
+}
+
 /// Writes `value` as pretty JSON with [`write_atomic`], mode 0600.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
     let mut bytes =

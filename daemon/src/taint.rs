@@ -5,34 +5,59 @@
 //! when a `web_fetch` or `web_search` result, an untrusted MCP server's answer, another
 //! person's upload or another member's message enters an agent's context, the user turn it
 //! works for (its session and turn; a delegation works for its Assistant's turn, so it carries
-//! the taint) is marked. While marked, by `security.taint`:
+//! the taint) is marked. The mark follows the data: files a marked turn wrote mark the turns
+//! that read them (`wrote`, `written`), and the callers mark a turn that reads a summary, a
+//! search result or a memory made of another member's words or of content from outside. While
+//! marked, by `security.taint`:
 //! - egress `ask` becomes deny for hosts no rule allows, and `web_fetch` reaches only the
-//!   addresses the turn has been shown (links of what it read) and hosts a rule allows;
+//!   addresses the turn was shown by content from outside (never the daemon's own sentences or
+//!   the model's arguments), at most [`FOLLOW_PAGES`] of them on [`FOLLOW_HOSTS`] hosts, since
+//!   which links a turn follows can itself carry data out;
 //! - `message`, `schedule_task`, skill installs and `delegate` to the Coder are withheld;
 //! - memory writes go to quarantine.
 //!
 //! Each refusal is a sentence for the agent (what was withheld and why) and an audit line
-//! (`taint`). Marks are kept in `data/state/taint.json` (written atomically), so a turn resumed
-//! after a restart is still marked; a new turn starts clean. The checks are the daemon's, on
-//! the paths every call takes: an agent cannot switch them off.
+//! (`taint`). Marks are kept in `data/state/taint.json` and the journal beside it (a line per
+//! change, folded every [`FOLD_AFTER`]), bounded in number and size; addresses are kept as
+//! digests, never as text (a query may carry a token), and sources pass the redactor. A turn
+//! resumed after a restart is still marked; a new turn starts clean. The checks are the
+//! daemon's, on the paths every call takes: an agent cannot switch them off.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
 
 use crate::agents::Live;
 use crate::audit::{Audit, Kind, Record};
 use crate::config::{EgressInTaint, MemoryInTaint, TaintPolicy, Withhold};
 use crate::events::{Event, EventBus};
+use crate::redact::{Place, Redact};
 use crate::state;
 
 const FILE: &str = "taint.json";
+const JOURNAL: &str = "taint.journal";
+/// Changes journaled before they are folded into `taint.json`.
+const FOLD_AFTER: usize = 512;
 /// Marks older than this are dropped (a turn is long over by then).
 const KEPT_SECONDS: u64 = 7 * 24 * 3600;
+/// The most marks kept: past it the oldest go (their turns are over).
+const MOST_MARKS: usize = 5_000;
 /// The most addresses a turn remembers it was shown.
-const MOST_SEEN: usize = 4096;
+const MOST_SEEN: usize = 512;
+/// An address longer than this is not remembered (so never followed by a marked turn).
+const LONGEST_ADDRESS: usize = 2_048;
+/// The most sources a mark names, and the most characters of each.
+const MOST_SOURCES: usize = 8;
+const LONGEST_SOURCE: usize = 300;
+/// The most files of a session a mark follows.
+const MOST_FILES: usize = 256;
+/// The most shown pages a marked turn may follow, and on how many hosts: which links it
+/// follows is a channel out, so it is kept narrow.
+pub const FOLLOW_PAGES: usize = 10;
+pub const FOLLOW_HOSTS: usize = 3;
 
 /// A tainted turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,13 +65,25 @@ const MOST_SEEN: usize = 4096;
 pub struct Mark {
     pub session: String,
     pub turn: String,
-    /// What it read, first first (e.g. `web_fetch https://example.com/page`).
+    /// What it read, first first (e.g. `web_fetch https://example.com/page`), redacted.
     pub sources: Vec<String>,
     /// Seconds since the epoch.
     pub since: u64,
-    /// Addresses (without fragment) that appeared in what it read: `web_fetch` may follow them.
+    /// Digests of the shown pages it followed, and of their hosts.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub seen: BTreeSet<String>,
+    pub followed: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub hosts: BTreeSet<String>,
+}
+
+/// The addresses content from outside showed a turn (digests), which `web_fetch` may follow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Shown {
+    session: String,
+    turn: String,
+    since: u64,
+    seen: BTreeSet<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -54,9 +91,133 @@ pub struct Mark {
 struct File {
     version: u32,
     marks: Vec<Mark>,
-    /// Each session's latest user turn.
+    #[serde(default)]
+    shown: Vec<Shown>,
+    /// Each session's latest user turn (kept for sessions with a mark only).
     #[serde(default)]
     latest: BTreeMap<String, String>,
+    /// Each session's files (paths in its workspace, or the digest of a path the redactor
+    /// would change) written by a marked turn.
+    #[serde(default)]
+    files: BTreeMap<String, BTreeMap<String, Written>>,
+}
+
+/// A file a marked turn wrote: the source of the mark, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Written {
+    source: String,
+    at: u64,
+}
+
+/// How a path the redactor would change is kept: its digest behind this.
+pub const DIGEST_PATH: &str = "digest:";
+
+/// The version of `taint.json` this daemon writes: 2 keeps digests of addresses.
+const VERSION: u32 = 2;
+
+/// One change, as the journal keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "change")]
+enum Change {
+    Begin { session: String, turn: String, at: u64 },
+    Marked { session: String, turn: String, source: String, at: u64 },
+    Shown { session: String, turn: String, seen: Vec<String>, at: u64 },
+    Followed { session: String, turn: String, page: String, host: String },
+    Wrote { session: String, paths: Vec<String>, source: String, at: u64 },
+    Gone { session: String, paths: Vec<String> },
+}
+
+impl File {
+    /// Puts `change` into the file (again, when a journal is replayed: changes are idempotent).
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::Begin { session, turn, .. } => {
+                self.latest.insert(session, turn);
+            }
+            Change::Marked { session, turn, source, at } => {
+                let mark = match self.marks.iter().position(|mark| mark.session == session && mark.turn == turn) {
+                    Some(at) => &mut self.marks[at],
+                    None => {
+                        self.marks.push(Mark {
+                            session,
+                            turn,
+                            sources: vec![],
+                            since: at,
+                            followed: BTreeSet::new(),
+                            hosts: BTreeSet::new(),
+                        });
+                        self.marks.last_mut().expect("just pushed")
+                    }
+                };
+                if !mark.sources.contains(&source) && mark.sources.len() < MOST_SOURCES {
+                    mark.sources.push(source);
+                }
+            }
+            Change::Shown { session, turn, seen, at } => {
+                let shown = match self.shown.iter().position(|shown| shown.session == session && shown.turn == turn) {
+                    Some(at) => &mut self.shown[at],
+                    None => {
+                        self.shown.push(Shown { session, turn, since: at, seen: BTreeSet::new() });
+                        self.shown.last_mut().expect("just pushed")
+                    }
+                };
+                for digest in seen {
+                    if shown.seen.len() >= MOST_SEEN {
+                        break;
+                    }
+                    shown.seen.insert(digest);
+                }
+            }
+            Change::Followed { session, turn, page, host } => {
+                if let Some(mark) = self.marks.iter_mut().find(|mark| mark.session == session && mark.turn == turn) {
+                    mark.followed.insert(page);
+                    mark.hosts.insert(host);
+                }
+            }
+            Change::Wrote { session, paths, source, at } => {
+                let files = self.files.entry(session).or_default();
+                for path in paths {
+                    if files.len() >= MOST_FILES && !files.contains_key(&path) {
+                        break;
+                    }
+                    files.insert(path, Written { source: source.clone(), at });
+                }
+            }
+            Change::Gone { session, paths } => {
+                if let Some(files) = self.files.get_mut(&session) {
+                    for path in &paths {
+                        files.remove(path);
+                    }
+                    if files.is_empty() {
+                        self.files.remove(&session);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops what is older than [`KEPT_SECONDS`] at `now`, the oldest marks past
+    /// [`MOST_MARKS`], and the latest turn of sessions with no mark.
+    fn prune(&mut self, now: u64) {
+        self.marks.retain(|mark| mark.since + KEPT_SECONDS > now);
+        self.shown.retain(|shown| shown.since + KEPT_SECONDS > now);
+        if self.marks.len() > MOST_MARKS {
+            self.marks.sort_by_key(|mark| mark.since);
+            let extra = self.marks.len() - MOST_MARKS;
+            self.marks.drain(..extra);
+        }
+        if self.shown.len() > MOST_MARKS {
+            self.shown.sort_by_key(|shown| shown.since);
+            let extra = self.shown.len() - MOST_MARKS;
+            self.shown.drain(..extra);
+        }
+        let marked: BTreeSet<&str> = self.marks.iter().map(|mark| mark.session.as_str()).collect();
+        self.latest.retain(|session, _| marked.contains(session.as_str()));
+        for files in self.files.values_mut() {
+            files.retain(|_, written| written.at + KEPT_SECONDS > now);
+        }
+        self.files.retain(|_, files| !files.is_empty());
+    }
 }
 
 /// A way out a tainted turn may lose.
@@ -71,6 +232,8 @@ pub enum Way {
     EgressAsk,
     /// `web_fetch` of an address the turn was not shown.
     WebFetch,
+    /// `web_fetch` of a shown address past the pages and hosts a marked turn may follow.
+    FollowMore,
 }
 
 impl Way {
@@ -83,6 +246,7 @@ impl Way {
             Way::MemoryWrite => "writing memory",
             Way::EgressAsk => "connections to hosts no rule allows",
             Way::WebFetch => "`web_fetch` of addresses not in what it read",
+            Way::FollowMore => "following more links",
         }
     }
 
@@ -95,6 +259,7 @@ impl Way {
             Way::MemoryWrite => "memory_write",
             Way::EgressAsk => "egress_ask",
             Way::WebFetch => "web_fetch",
+            Way::FollowMore => "follow_more",
         }
     }
 }
@@ -110,16 +275,28 @@ pub enum MemoryWrite {
     Refuse(String),
 }
 
+/// The file and its journal.
+struct Kept {
+    file: File,
+    journal: state::Journal,
+}
+
 /// Every tainted turn, and the turns calls run for now.
-#[derive(Debug)]
 pub struct Taints {
-    path: PathBuf,
+    path: std::path::PathBuf,
     policy: TaintPolicy,
-    file: Mutex<File>,
+    kept: Mutex<Kept>,
     /// (session, turn) → tool calls running for it now.
     calls: Mutex<HashMap<(String, String), usize>>,
     audit: Audit,
     events: Arc<EventBus>,
+    redact: Redact,
+}
+
+impl std::fmt::Debug for Taints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Taints").field("path", &self.path).finish_non_exhaustive()
+    }
 }
 
 /// A tool call in progress for its turn; dropped when the call ends.
@@ -161,36 +338,102 @@ fn normal(url: &str) -> String {
     url.split('#').next().unwrap_or(url).to_string()
 }
 
+/// What is kept of `text` (an address, a host): a digest, so that nothing it carries is.
+fn digest(text: &str) -> String {
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
+}
+
 impl Taints {
     /// The marks kept in `state_dir`.
-    pub fn open(state_dir: &Path, policy: TaintPolicy, audit: Audit, events: Arc<EventBus>) -> Taints {
+    pub fn open(state_dir: &Path, policy: TaintPolicy, audit: Audit, events: Arc<EventBus>, redact: Redact) -> Taints {
         let path = state_dir.join(FILE);
-        let mut file: File = state::read_json_or_set_aside(&path, File::default);
-        let now = state::now_seconds();
-        file.marks.retain(|mark| mark.since + KEPT_SECONDS > now);
-        Taints { path, policy, file: Mutex::new(file), calls: Mutex::default(), audit, events }
+        let mut file: File = state::read_json_or_set_aside(&path, || File { version: VERSION, ..File::default() });
+        let mut rewrite = false;
+        if file.version < VERSION {
+            // Version 1 kept the addresses a turn was shown as text; its marks are of turns
+            // long over, and the addresses are not kept.
+            tracing::info!(file = %path.display(), "the tainted turns' file is rewritten without the addresses it kept");
+            file = File { version: VERSION, ..File::default() };
+            rewrite = true;
+        }
+        let journal = match state::Journal::open::<Change>(state_dir.join(JOURNAL), FOLD_AFTER) {
+            Ok((journal, changes)) => {
+                rewrite |= !journal.is_empty();
+                for change in changes {
+                    file.apply(change);
+                }
+                journal
+            }
+            Err(error) => {
+                tracing::error!(%error, "the tainted turns' journal cannot be read; the marks in it are lost");
+                rewrite = true;
+                state::Journal::empty(state_dir.join(JOURNAL), FOLD_AFTER)
+            }
+        };
+        file.prune(state::now_seconds());
+        let taints = Taints {
+            path,
+            policy,
+            kept: Mutex::new(Kept { file, journal }),
+            calls: Mutex::default(),
+            audit,
+            events,
+            redact,
+        };
+        if rewrite {
+            let mut kept = taints.lock();
+            taints.fold(&mut kept);
+        }
+        taints
     }
 
     pub fn policy(&self) -> &TaintPolicy {
         &self.policy
     }
 
-    fn save(&self, file: &File) {
-        if let Err(error) = state::write_json(&self.path, file) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the file whole; the journal goes.
+    fn fold(&self, kept: &mut Kept) {
+        let written = state::write_json(&self.path, &kept.file).map_err(|error| error.to_string());
+        let folded = written.and_then(|()| kept.journal.folded().map_err(|error| error.to_string()));
+        if let Err(error) = folded {
             tracing::error!(%error, "cannot save the tainted turns; a restart would forget them");
+        }
+    }
+
+    /// Applies `change` and keeps it: a journal line, or the whole file now and then.
+    fn change(&self, kept: &mut Kept, change: Change) {
+        let journaled = kept.journal.keep(&change);
+        kept.file.apply(change);
+        match journaled {
+            Ok(true) => {}
+            Ok(false) => self.fold(kept),
+            Err(error) => {
+                tracing::error!(%error, "cannot journal a tainted turn; the whole file is written instead");
+                self.fold(kept);
+            }
         }
     }
 
     /// A new user turn `turn` of `session` starts (clean).
     pub fn begin(&self, session: &str, turn: &str) {
-        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        if file.latest.get(session).is_some_and(|latest| latest == turn) {
+        let mut kept = self.lock();
+        if kept.file.latest.get(session).is_some_and(|latest| latest == turn) {
             return;
         }
-        file.latest.insert(session.to_string(), turn.to_string());
-        let now = state::now_seconds();
-        file.marks.retain(|mark| mark.since + KEPT_SECONDS > now);
-        self.save(&file);
+        // Only a session with a mark needs its latest turn known.
+        let marked = kept.file.marks.iter().any(|mark| mark.session == session);
+        let begin = Change::Begin { session: session.into(), turn: turn.into(), at: state::now_seconds() };
+        if marked {
+            self.change(&mut kept, begin);
+        } else {
+            kept.file.apply(begin);
+        }
+        kept.file.prune(state::now_seconds());
     }
 
     /// A tool call of `live`'s turn runs until the guard is dropped.
@@ -200,35 +443,32 @@ impl Taints {
         Calling { taints: self.clone(), key }
     }
 
-    /// Marks `live`'s turn: its agent read `source`; `read` is what it read (its addresses
-    /// are remembered). The turn's channels are told the first time.
-    pub fn taint(&self, live: &Live, source: &str, read: &str) {
+    /// Marks `live`'s turn: its agent read `source`. The turn's channels are told the first time.
+    pub fn taint(&self, live: &Live, source: &str) {
+        let source: String = self.redact.clean(Place::State, source).chars().take(LONGEST_SOURCE).collect();
         let first = {
-            let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-            let at = file.marks.iter().position(|mark| mark.session == live.session && mark.turn == live.user_turn);
-            let first = at.is_none();
-            let index = at.unwrap_or_else(|| {
-                file.marks.push(Mark {
+            let mut kept = self.lock();
+            let known = kept.file.marks.iter().find(|mark| mark.session == live.session && mark.turn == live.user_turn);
+            let first = known.is_none();
+            if known.is_some_and(|mark| mark.sources.contains(&source) || mark.sources.len() >= MOST_SOURCES) {
+                return;
+            }
+            if first && kept.file.latest.get(&live.session) != Some(&live.user_turn) {
+                kept.file.latest.insert(live.session.clone(), live.user_turn.clone());
+                let begin = Change::Begin {
                     session: live.session.clone(),
                     turn: live.user_turn.clone(),
-                    sources: vec![],
-                    since: state::now_seconds(),
-                    seen: BTreeSet::new(),
-                });
-                file.marks.len() - 1
-            });
-            let mark = &mut file.marks[index];
-            let known = mark.sources.iter().any(|known| known == source);
-            if !known && mark.sources.len() < 32 {
-                mark.sources.push(source.to_string());
+                    at: state::now_seconds(),
+                };
+                self.change(&mut kept, begin);
             }
-            for address in addresses(read) {
-                if mark.seen.len() >= MOST_SEEN {
-                    break;
-                }
-                mark.seen.insert(address);
-            }
-            self.save(&file);
+            let marked = Change::Marked {
+                session: live.session.clone(),
+                turn: live.user_turn.clone(),
+                source: source.clone(),
+                at: state::now_seconds(),
+            };
+            self.change(&mut kept, marked);
             first
         };
         if first {
@@ -237,11 +477,46 @@ impl Taints {
                 .context(&live.context)
                 .session(&live.session)
                 .correlation(&live.correlation_id);
-            self.audit.record(record.detail("turn", live.user_turn.as_str()).detail("source", source));
-            let kind = crate::events::Kind::Tainted { source: source.to_string(), withheld: self.withheld() };
+            self.audit.record(record.detail("turn", live.user_turn.as_str()).detail("source", source.as_str()));
+            let kind = crate::events::Kind::Tainted { source, withheld: self.withheld() };
             let event = Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, kind);
             self.events.publish(&live.context, event);
         }
+    }
+
+    /// The turn `session`'s tools work for now: that of a call in progress, else its latest.
+    fn working_turn(&self, kept: &Kept, session: &str) -> Option<String> {
+        let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut running: Vec<&String> = calls.keys().filter(|(of, _)| of == session).map(|(_, turn)| turn).collect();
+        running.sort();
+        running.first().map(|turn| turn.to_string()).or_else(|| kept.file.latest.get(session).cloned())
+    }
+
+    /// Content from outside (`text`: a page fetched, search results, an untrusted server's
+    /// answer) reached `session`'s tools: the addresses in it are ones the turn they work for
+    /// was shown, which it may follow while marked. Only content from outside shows an
+    /// address: never the daemon's own sentences, never what the model asked for.
+    pub fn shown(&self, session: &str, turn: Option<&str>, text: &str) {
+        let seen: BTreeSet<String> = addresses(text)
+            .filter(|address| address.len() <= LONGEST_ADDRESS)
+            .map(|address| digest(&address))
+            .collect();
+        if seen.is_empty() {
+            return;
+        }
+        let mut kept = self.lock();
+        let Some(turn) = turn.map(str::to_string).or_else(|| self.working_turn(&kept, session)) else { return };
+        let known = kept.file.shown.iter().find(|shown| shown.session == session && shown.turn == turn);
+        let seen: Vec<String> = match known {
+            Some(shown) if shown.seen.len() >= MOST_SEEN => return,
+            Some(shown) => seen.into_iter().filter(|digest| !shown.seen.contains(digest)).collect(),
+            None => seen.into_iter().collect(),
+        };
+        if seen.is_empty() {
+            return;
+        }
+        let change = Change::Shown { session: session.into(), turn, seen, at: state::now_seconds() };
+        self.change(&mut kept, change);
     }
 
     /// What the policy withholds from a tainted turn, for the status line.
@@ -271,8 +546,8 @@ impl Taints {
 
     /// The mark of `session`'s turn `turn`, if it is tainted.
     pub fn mark(&self, session: &str, turn: &str) -> Option<Mark> {
-        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.marks.iter().find(|mark| mark.session == session && mark.turn == turn).cloned()
+        let kept = self.lock();
+        kept.file.marks.iter().find(|mark| mark.session == session && mark.turn == turn).cloned()
     }
 
     /// The mark `session`'s tools work under now: that of a turn a call runs for, else that
@@ -282,9 +557,10 @@ impl Taints {
             let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
             calls.keys().filter(|(of, _)| of == session).map(|(_, turn)| turn.clone()).collect()
         };
-        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        let latest = file.latest.get(session);
-        file.marks
+        let kept = self.lock();
+        let latest = kept.file.latest.get(session);
+        kept.file
+            .marks
             .iter()
             .find(|mark| mark.session == session && (turns.contains(&mark.turn) || latest == Some(&mark.turn)))
             .cloned()
@@ -293,6 +569,14 @@ impl Taints {
     /// The sentence an agent is told when `way` is withheld from its turn `mark`.
     fn sentence(way: Way, mark: &Mark) -> String {
         let source = mark.sources.first().map(String::as_str).unwrap_or("untrusted content");
+        if way == Way::FollowMore {
+            return format!(
+                "`web_fetch` of this address is paused for the rest of this turn: the turn read content from outside \
+                 ({source}), and such a turn follows at most {FOLLOW_PAGES} of the links it was shown, on at most \
+                 {FOLLOW_HOSTS} hosts (which links it follows could carry data out). Tell the user what you wanted \
+                 to read; they can ask for it in a new message."
+            );
+        }
         format!(
             "{} is paused for the rest of this turn: the turn read content from outside ({source}), which may \
              carry instructions that are not the user's. Tell the user what you wanted to do and why; they can \
@@ -320,7 +604,7 @@ impl Taints {
                 MemoryInTaint::Withhold => Withhold::Withhold,
                 _ => Withhold::Allow,
             },
-            Way::EgressAsk | Way::WebFetch => Withhold::Withhold,
+            Way::EgressAsk | Way::WebFetch | Way::FollowMore => Withhold::Withhold,
         };
         if setting == Withhold::Allow {
             return Ok(());
@@ -366,15 +650,102 @@ impl Taints {
         self.allow_session(session, Way::EgressAsk, principal)
     }
 
-    /// Whether `session`'s `web_fetch` may reach `url`: always in a clean turn; in a tainted
-    /// one, an address it was shown, or one `allowed` (a rule allows its host).
-    pub fn may_fetch(&self, session: &str, url: &str, allowed: bool, principal: &str) -> Result<(), String> {
+    /// Whether `session`'s `web_fetch` may reach `url` (on `host`): always in a clean turn; in
+    /// a tainted one, a host a rule allows (`allowed`), or an address content from outside
+    /// showed the turn, up to [`FOLLOW_PAGES`] pages on [`FOLLOW_HOSTS`] hosts.
+    pub fn may_fetch(
+        &self,
+        session: &str,
+        url: &str,
+        host: &str,
+        allowed: bool,
+        principal: &str,
+    ) -> Result<(), String> {
         let Some(mark) = self.of_session(session) else { return Ok(()) };
-        if allowed || mark.seen.contains(&normal(url)) {
+        if allowed {
             return Ok(());
         }
-        Err(self.refuse(&mark, principal, Way::WebFetch))
+        let page = digest(&normal(url));
+        let mut kept = self.lock();
+        let shown = kept
+            .file
+            .shown
+            .iter()
+            .any(|shown| shown.session == mark.session && shown.turn == mark.turn && shown.seen.contains(&page));
+        if !shown {
+            drop(kept);
+            return Err(self.refuse(&mark, principal, Way::WebFetch));
+        }
+        let host = digest(&host.to_ascii_lowercase());
+        let current = kept.file.marks.iter().find(|known| known.session == mark.session && known.turn == mark.turn);
+        let (followed, hosts) = current.map(|mark| (mark.followed.clone(), mark.hosts.clone())).unwrap_or_default();
+        if followed.contains(&page) {
+            return Ok(());
+        }
+        let new_host = !hosts.contains(&host);
+        if followed.len() >= FOLLOW_PAGES || (new_host && hosts.len() >= FOLLOW_HOSTS) {
+            drop(kept);
+            return Err(self.refuse(&mark, principal, Way::FollowMore));
+        }
+        let change = Change::Followed { session: mark.session.clone(), turn: mark.turn.clone(), page, host };
+        self.change(&mut kept, change);
+        Ok(())
     }
+
+    /// A turn marked `mark` wrote `paths` (in its session's workspace): turns that read them
+    /// later read what it wrote, and are marked too. A path the redactor would change is kept
+    /// as its digest ([`DIGEST_PATH`]).
+    pub fn wrote(&self, mark: &Mark, paths: Vec<String>) {
+        let paths: BTreeSet<String> = paths
+            .into_iter()
+            .map(|path| normal_path(&path))
+            .filter(|path| !path.is_empty())
+            .map(|path| match self.redact.shield().scan(&path).1.is_empty() {
+                true => path,
+                false => format!("{DIGEST_PATH}{}", digest(&path)),
+            })
+            .collect();
+        let source = mark.sources.first().cloned().unwrap_or_else(|| "content from outside".into());
+        let mut kept = self.lock();
+        let known = kept.file.files.get(&mark.session);
+        let paths: Vec<String> =
+            paths.into_iter().filter(|path| known.is_none_or(|files| !files.contains_key(path))).collect();
+        if paths.is_empty() {
+            return;
+        }
+        let change = Change::Wrote { session: mark.session.clone(), paths, source, at: state::now_seconds() };
+        self.change(&mut kept, change);
+    }
+
+    /// The files of `session` written by a marked turn, with the source of each mark.
+    pub fn written(&self, session: &str) -> BTreeMap<String, String> {
+        let kept = self.lock();
+        let files = kept.file.files.get(session).into_iter().flatten();
+        files.map(|(path, written)| (path.clone(), written.source.clone())).collect()
+    }
+
+    /// Whether `path` (as a tool names it) is one of `written`'s.
+    pub fn is_written(written: &BTreeMap<String, String>, path: &str) -> bool {
+        let path = normal_path(path);
+        written.contains_key(&path) || written.contains_key(&format!("{DIGEST_PATH}{}", digest(&path)))
+    }
+
+    /// `paths` of `session` are no longer there: reading the session's files no longer reads
+    /// them.
+    pub fn gone(&self, session: &str, paths: Vec<String>) {
+        if paths.is_empty() {
+            return;
+        }
+        let mut kept = self.lock();
+        self.change(&mut kept, Change::Gone { session: session.into(), paths });
+    }
+}
+
+/// A path in a workspace as the marks keep it: relative, without `./`, `//` or `/workspace/`.
+fn normal_path(path: &str) -> String {
+    let path = path.trim();
+    let path = path.strip_prefix("/workspace").filter(|rest| rest.is_empty() || rest.starts_with('/')).unwrap_or(path);
+    path.split('/').filter(|part| !part.is_empty() && *part != ".").collect::<Vec<_>>().join("/")
 }
 
 fn capitalized(text: &str) -> String {
@@ -398,13 +769,19 @@ mod tests {
             turn_id: "d-1".into(),
             correlation_id: "c".into(),
             user_turn: turn.into(),
+            asker: None,
             speaks: false,
         }
     }
 
     fn taints(dir: &Path) -> Arc<Taints> {
         let audit = Audit::open(dir.join("audit"), false, 1, Arc::new(crate::metrics::Metrics::off()));
-        Arc::new(Taints::open(dir, TaintPolicy::default(), audit, Arc::new(EventBus::default())))
+        let shield = Arc::new(crate::redact::Shield::with_values(&[(
+            "GITHUB_TOKEN",
+            "ghp_canary0123456789abcdefghijklmnopqrstu",
+        )]));
+        let redact = Redact::new(shield, audit.clone());
+        Arc::new(Taints::open(dir, TaintPolicy::default(), audit, Arc::new(EventBus::default()), redact))
     }
 
     #[test]
@@ -413,17 +790,23 @@ mod tests {
         let first = taints(dir.path());
         first.begin("s1", "t1");
         assert_eq!(first.allow(&live("t1"), Way::ScheduleTask), Ok(()));
-        first.taint(&live("t1"), "web_fetch https://evil.example/page", "see https://evil.example/next.");
+        first.shown("s1", Some("t1"), "see https://evil.example/next.");
+        first.taint(&live("t1"), "web_fetch https://evil.example/page");
         let why = first.allow(&live("t1"), Way::ScheduleTask).expect_err("withheld");
         assert!(why.starts_with("`schedule_task` is paused") && why.contains("web_fetch https://evil.example/page"));
         assert!(matches!(first.memory_write(&live("t1")), MemoryWrite::Quarantine(source) if source.contains("evil")));
         assert!(first.may_ask("s1", "container:tool").is_err());
-        assert_eq!(first.may_fetch("s1", "https://evil.example/next", false, "x"), Ok(()), "a link it was shown");
-        assert!(first.may_fetch("s1", "https://evil.example/next?memory=secret", false, "x").is_err());
-        assert_eq!(first.may_fetch("s1", "https://allowed.example/", true, "x"), Ok(()));
+        let fetch = |taints: &Taints, url: &str, allowed: bool| {
+            let host = url.split('/').nth(2).unwrap_or_default().to_string();
+            taints.may_fetch("s1", url, &host, allowed, "x")
+        };
+        assert_eq!(fetch(&first, "https://evil.example/next", false), Ok(()), "a link it was shown");
+        assert!(fetch(&first, "https://evil.example/next?memory=secret", false).is_err());
+        assert_eq!(fetch(&first, "https://allowed.example/", true), Ok(()));
         drop(first);
         let again = taints(dir.path());
         assert!(again.allow(&live("t1"), Way::DelegateCoder).is_err(), "kept across a restart");
+        assert_eq!(fetch(&again, "https://evil.example/next", false), Ok(()), "what it was shown is kept too");
         again.begin("s1", "t2");
         assert_eq!(again.allow(&live("t2"), Way::DelegateCoder), Ok(()));
         assert_eq!(again.may_ask("s1", "x"), Ok(()), "the session's tools work for the new turn");
@@ -434,9 +817,71 @@ mod tests {
     }
 
     #[test]
+    fn a_marked_turn_follows_few_shown_links_on_few_hosts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let taints = taints(dir.path());
+        taints.begin("s1", "t1");
+        let links: String = (0..20).map(|n| format!(" https://h{}.example/p{n}", n % 5)).collect();
+        taints.shown("s1", Some("t1"), &links);
+        taints.taint(&live("t1"), "web_fetch https://h0.example/");
+        let fetch = |n: usize| {
+            taints.may_fetch(
+                "s1",
+                &format!("https://h{}.example/p{n}", n % 5),
+                &format!("h{}.example", n % 5),
+                false,
+                "x",
+            )
+        };
+        // Three hosts: h0, h1, h2; a fourth host is refused, the same hosts still served.
+        assert_eq!(fetch(0), Ok(()));
+        assert_eq!(fetch(1), Ok(()));
+        assert_eq!(fetch(2), Ok(()));
+        let refused = fetch(3).expect_err("a fourth host");
+        assert!(refused.contains("at most 10 of the links") && refused.contains("at most 3 hosts"), "{refused}");
+        assert_eq!(fetch(0), Ok(()), "a page followed already");
+        for n in [5, 6, 7, 10, 11, 12, 15] {
+            assert_eq!(fetch(n), Ok(()), "page {n}");
+        }
+        assert!(fetch(16).is_err(), "the eleventh page");
+    }
+
+    #[test]
     fn addresses_are_found_without_trailing_punctuation_or_fragment() {
         let found: Vec<String> =
             addresses("go to https://a.example/x#top, or (http://b.example/y). \"https://c.example/z\"").collect();
         assert_eq!(found, vec!["https://a.example/x", "http://b.example/y", "https://c.example/z"]);
+    }
+
+    #[test]
+    fn the_file_stays_small_keeps_no_address_or_secret_and_files_carry_the_mark() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let taints = taints(dir.path());
+        let token = "ghp_canary0123456789abcdefghijklmnopqrstu";
+        taints.begin("s1", "t1");
+        for n in 0..60 {
+            let page: String = (0..50).map(|m| format!(" https://site{n}.example/{m}?token={token}")).collect();
+            taints.shown("s1", Some("t1"), &page);
+            taints.taint(&live("t1"), &format!("web_fetch https://site{n}.example/?token={token}"));
+        }
+        let mark = taints.mark("s1", "t1").expect("marked");
+        assert_eq!(mark.sources.len(), MOST_SOURCES);
+        taints.wrote(&mark, vec!["notes//page.md".into(), "/workspace/out.txt".into(), format!("{token}.txt")]);
+        let written = taints.written("s1");
+        assert!(Taints::is_written(&written, "/workspace/notes/page.md") && Taints::is_written(&written, "./out.txt"));
+        assert!(Taints::is_written(&written, &format!("/workspace/{token}.txt")), "{written:?}");
+        assert!(!Taints::is_written(&written, "notes"));
+        taints.gone("s1", vec!["out.txt".into()]);
+        drop(taints);
+        let mut on_disk = String::new();
+        for name in [FILE, JOURNAL] {
+            on_disk.push_str(&std::fs::read_to_string(dir.path().join(name)).unwrap_or_default());
+        }
+        assert!(on_disk.len() < 100_000, "{} bytes", on_disk.len());
+        assert!(!on_disk.contains(token) && !on_disk.contains("site3.example/7"), "{on_disk}");
+        let again = super::tests::taints(dir.path());
+        let written = again.written("s1");
+        assert!(Taints::is_written(&written, "notes/page.md") && !Taints::is_written(&written, "out.txt"));
+        assert!(again.mark("s1", "t1").is_some());
     }
 }

@@ -33,6 +33,8 @@ pub const SENT: &str = "sent";
 
 /// The image's file name in `sessions/{id}/`.
 pub const IMAGE: &str = "workspace.img";
+/// The most entries of a workspace looked at to find what a command changed.
+const MOST_WALKED: usize = 20_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
@@ -234,6 +236,71 @@ impl Workspaces {
             return Ok(None);
         };
         shared_dirs::read_regular(&sent, OsStr::new(name), cap)
+    }
+
+    /// The entries of `session`'s workspace whose status changed at or after `since` (seconds
+    /// since the epoch; a command can set a file's times back, never its status change time),
+    /// as paths relative to the workspace, at most `most` of them after looking at no more
+    /// than [`MOST_WALKED`] entries; never through a link.
+    pub fn changed_since(&self, session: &str, since: i64, most: usize) -> std::io::Result<Vec<String>> {
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let Some(data) = shared_dirs::open_dir(&sessions, Path::new(session).join("data"))? else {
+            return Ok(vec![]);
+        };
+        let mut found = vec![];
+        let mut walked = 0usize;
+        let mut folders = vec![(data, String::new(), 0usize)];
+        while let Some((folder, prefix, depth)) = folders.pop() {
+            for name in shared_dirs::names(&folder)? {
+                walked += 1;
+                if walked > MOST_WALKED || found.len() >= most {
+                    return Ok(found);
+                }
+                let Ok(stat) = rustix::fs::statat(&folder, name.as_os_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                else {
+                    // silent-ok: gone since it was listed.
+                    continue;
+                };
+                let path = format!("{prefix}{}", name.to_string_lossy());
+                let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+                if kind == rustix::fs::FileType::Directory {
+                    if depth < 32 {
+                        if let Some(inner) = shared_dirs::open_dir(&folder, name.as_os_str())? {
+                            folders.push((inner, format!("{path}/"), depth + 1));
+                        }
+                    }
+                } else if stat.st_ctime >= since {
+                    found.push(path);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Which of `paths` (relative to `session`'s workspace) are there, as anything; a path
+    /// that cannot be looked at is taken as there.
+    pub fn present(&self, session: &str, paths: &[String]) -> std::io::Result<Vec<bool>> {
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let Some(data) = shared_dirs::open_dir(&sessions, Path::new(session).join("data"))? else {
+            return Ok(vec![false; paths.len()]);
+        };
+        let mut present = vec![];
+        for path in paths {
+            let (folder, name) = match path.rsplit_once('/') {
+                Some((folder, name)) => (shared_dirs::open_dir(&data, folder)?, name),
+                None => (Some(data.try_clone()?), path.as_str()),
+            };
+            let there = match folder {
+                None => false,
+                Some(folder) => match rustix::fs::statat(&folder, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(_) => true,
+                    Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => false,
+                    Err(_) => true,
+                },
+            };
+            present.push(there);
+        }
+        Ok(present)
     }
 
     /// Where `session`'s workspace is, as [`Workspaces::acquire`] gave it, without taking it.

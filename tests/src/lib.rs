@@ -571,13 +571,16 @@ pub fn gateway_pids(data_dir: &Path, binary: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Two host folders of the containers' uid and the `mount-allowlist.json` that lets them in:
-/// `site`, a project mounted read-write at `/project/site` (it holds `index.html`), and
-/// `reference`, read-only at `/project/reference`. The folders go when this is dropped.
+/// Three host folders of the containers' uid and the `mount-allowlist.json` that lets them in:
+/// `site`, the self-test user's project mounted read-write at `/project/site` (it holds
+/// `index.html`); `reference`, everyone's, read-only at `/project/reference`; and `shared`, a
+/// project shared with everyone at `/project/shared` (read-write for administrators only).
+/// The folders go when this is dropped.
 pub struct Projects {
     _dir: tempfile::TempDir,
     pub site: PathBuf,
     pub reference: PathBuf,
+    pub shared: PathBuf,
     /// The allowlist's JSON.
     pub allowlist: String,
 }
@@ -585,18 +588,20 @@ pub struct Projects {
 impl Projects {
     pub fn new() -> Result<Projects> {
         let dir = tempfile::tempdir()?;
-        let (site, reference) = (dir.path().join("site"), dir.path().join("reference"));
-        for folder in [&site, &reference] {
+        let (site, reference, shared) =
+            (dir.path().join("site"), dir.path().join("reference"), dir.path().join("shared"));
+        for folder in [&site, &reference, &shared] {
             std::fs::create_dir(folder)?;
             std::os::unix::fs::chown(folder, Some(1000), Some(1000)).context("chown to the containers' uid")?;
         }
         std::fs::write(site.join("index.html"), "<h1>site</h1>\n")?;
         let allowlist = serde_json::json!({"allowedMounts": [
-            {"hostPath": site, "containerPath": "/project/site", "options": "rw", "type": "project"},
-            {"hostPath": reference, "containerPath": "/project/reference", "options": "ro", "type": "reference"},
+            {"hostPath": site, "containerPath": "/project/site", "options": "rw", "type": "project", "owner": "user:baaaht-self-test"},
+            {"hostPath": reference, "containerPath": "/project/reference", "options": "ro", "type": "reference", "owner": "everyone"},
+            {"hostPath": shared, "containerPath": "/project/shared", "options": "rw", "type": "project", "owner": "everyone"},
         ]})
         .to_string();
-        Ok(Projects { _dir: dir, site, reference, allowlist })
+        Ok(Projects { _dir: dir, site, reference, shared, allowlist })
     }
 }
 

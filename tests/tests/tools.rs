@@ -276,6 +276,64 @@ fn a_coder_gets_the_allowlisted_projects_and_no_one_else_does() {
     drop((coder_container, worker_container));
 }
 
+/// Spec §11.3 through the real binaries and a scripted model: a family member's Coder mounts
+/// only the folders that are theirs or shared with them, and a shared project read-only; the
+/// administrator's Coder writes in it.
+#[test]
+fn a_family_members_coder_never_writes_the_administrators_projects() {
+    use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
+    use baaaht_tests::scenario;
+    let rt = baaaht_tests::runtime();
+    let projects = baaaht_tests::Projects::new().expect("the projects");
+    let allowlist = json!({"allowedMounts": [
+        {"hostPath": projects.site, "containerPath": "/project/site", "options": "rw", "type": "project", "owner": "user:alice"},
+        {"hostPath": projects.shared, "containerPath": "/project/shared", "options": "rw", "type": "project", "owner": "everyone"},
+    ]});
+    // Each Coder looks at /project, reads the administrator's site and writes in the shared one.
+    let brain = Answer::Respond(Responder(std::sync::Arc::new(|request| {
+        let asked = Asked::of(request);
+        let done = asked.turn_results.clone();
+        if asked.offers("delegate") {
+            let who = if scenario::last_user_text(&asked).contains("bob") { "bob" } else { "alice" };
+            let task =
+                json!({"agent": "coder", "task": format!("Work on the projects for {who}."), "returnDirectly": false});
+            return match done.len() {
+                0 => anthropic_answer("", &[("toolu_d0", "delegate", task)]),
+                _ => anthropic_answer(&done.join("\n"), &[]),
+            };
+        }
+        let who = if asked.first.contains("bob") { "bob" } else { "alice" };
+        let steps = [
+            ("list_dir", json!({"path": "/project"})),
+            ("read_file", json!({"path": "/project/site/index.html"})),
+            ("write_file", json!({"path": format!("/project/shared/{who}.txt"), "content": "hello\n"})),
+        ];
+        match steps.get(done.len()) {
+            Some((tool, params)) => anthropic_answer("", &[(&format!("toolu_c{}", done.len()), tool, params.clone())]),
+            None => anthropic_answer(&done.join("\n===\n"), &[]),
+        }
+    })));
+    let options = DaemonOptions {
+        files: vec![("config/mount-allowlist.json".into(), allowlist.to_string())],
+        env: vec![("BAAAHT__SYSTEM__ADMIN_USERS".into(), "[\"alice\"]".into())],
+        ..Default::default()
+    };
+    let (_fake, daemon) = scenario::start(&rt, brain, options).expect("daemon starts");
+    let reply = |who: &str| {
+        let turn = scenario::turn_on(&rt, &daemon, scenario::message(scenario::user(who), who, &format!("{who} asks")));
+        turn.reply.map(|reply| reply.content).unwrap_or_default()
+    };
+    let bobs = reply("bob");
+    let looked = bobs.split("===").next().unwrap_or_default();
+    assert!(looked.contains("shared") && !looked.contains("site"), "Bob sees only what is shared: {bobs}");
+    assert!(!bobs.contains("<h1>site</h1>"), "Bob cannot read Alice's project: {bobs}");
+    assert!(bobs.contains("read-only"), "the shared project is read-only for Bob: {bobs}");
+    let alices = reply("alice");
+    assert!(alices.contains("<h1>site</h1>"), "{alices}");
+    assert!(projects.shared.join("alice.txt").exists(), "the administrator writes in the shared project: {alices}");
+    assert!(!projects.shared.join("bob.txt").exists() && !projects.site.join("bob.txt").exists());
+}
+
 #[test]
 fn a_message_reaches_its_own_contexts_channels_and_no_other() {
     use baaaht_proto::client::ConnectOptions;

@@ -124,6 +124,65 @@ pub struct AllowedMount {
     pub options: MountMode,
     #[serde(rename = "type", default)]
     pub kind: MountKind,
+    /// Whose folder it is: a Coder mounts only what is its context's or shared with it.
+    #[serde(default)]
+    pub owner: MountOwner,
+}
+
+/// Whose an allowlisted folder is (spec §11.3: a container for one user never sees another's
+/// data; non-admin contexts get read-only access to shared resources).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum MountOwner {
+    /// The administrators' (`system.admin_users`): what an entry without `owner` is.
+    #[default]
+    Admins,
+    /// Shared with every context: read-write for administrators' contexts as its `options`
+    /// say, read-only for everyone else's.
+    Everyone,
+    /// One user's (`user:ID`) or one group's (`group:ID`): mounted in that context only.
+    User(String),
+    Group(String),
+}
+
+impl TryFrom<String> for MountOwner {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let id = |id: &str| {
+            let valid = !id.is_empty()
+                && id.len() <= 128
+                && id.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+            valid.then(|| id.to_string())
+        };
+        match value.split_once(':') {
+            None if value == "admins" => Ok(MountOwner::Admins),
+            None if value == "everyone" => Ok(MountOwner::Everyone),
+            Some(("user", user)) if id(user).is_some() => Ok(MountOwner::User(user.to_string())),
+            Some(("group", group)) if id(group).is_some() => Ok(MountOwner::Group(group.to_string())),
+            _ => Err(format!(
+                "owner `{value}`: give `admins`, `everyone`, `user:ID` or `group:ID` (whose folder it is: only \
+                 that context's Coder mounts it)"
+            )),
+        }
+    }
+}
+
+impl From<MountOwner> for String {
+    fn from(owner: MountOwner) -> String {
+        match owner {
+            MountOwner::Admins => "admins".into(),
+            MountOwner::Everyone => "everyone".into(),
+            MountOwner::User(id) => format!("user:{id}"),
+            MountOwner::Group(id) => format!("group:{id}"),
+        }
+    }
+}
+
+impl std::fmt::Display for MountOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from(self.clone()))
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]

@@ -17,8 +17,8 @@ mod security;
 use std::path::{Path, PathBuf};
 
 pub use allowlist::{
-    forbidden_mount, AllowedMount, MountAllowlist, MountKind, MountMode, BUILT_IN_BLOCKED_PATTERNS, ENGINE_SOCKETS,
-    RUNTIME_DIR,
+    forbidden_mount, AllowedMount, MountAllowlist, MountKind, MountMode, MountOwner, BUILT_IN_BLOCKED_PATTERNS,
+    ENGINE_SOCKETS, RUNTIME_DIR,
 };
 pub use providers::{CustomProvider, Price, ProviderEntry, Providers, ProvidersConfig, BUILT_IN_PROVIDERS};
 pub use schema::*;
@@ -485,6 +485,12 @@ fn check_allowlist(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             .any(|p| p.split('/').any(|segment| segment == "..") || p.contains('\0'))
         {
             Some("paths may not contain `..` or null bytes".to_string())
+        } else if mount.kind == MountKind::Reference && mount.options == MountMode::Rw {
+            Some(
+                "a `reference` folder is read-only: write `\"options\": \"ro\"`, or make it `\"type\": \"project\"` \
+                 for a Coder to write in"
+                    .to_string(),
+            )
         } else {
             forbidden_mount(Path::new(&mount.host_path), &loaded.data_dir, &loaded.config.container.socket)
                 .map(|why| format!("hostPath `{}` can never be mounted: {why}", mount.host_path))

@@ -133,6 +133,15 @@ impl Target {
         if url.len() > 8192 {
             return Err(bad("longer than 8,192 bytes"));
         }
+        // One reading of a URL for every check and the connection: a character that readers
+        // take differently (a backslash is `/` to a browser, part of the user to others) is
+        // refused, not guessed at.
+        if let Some(odd) = url
+            .chars()
+            .find(|c| !c.is_ascii_graphic() || matches!(c, '\\' | '"' | '<' | '>' | '^' | '`' | '{' | '}' | '|'))
+        {
+            return Err(bad(&format!("it holds {odd:?}, which is not written plainly in a URL (percent-encode it)")));
+        }
         match url.split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase()) {
             Some(scheme) if scheme == "http" || scheme == "https" => {}
             Some(scheme) => return Err(bad(&format!("the scheme `{scheme}` is not http or https"))),
@@ -192,6 +201,12 @@ impl Target {
         };
         Target::parse(&format!("{scheme}://{}:{}{path}", self.host, self.port))
     }
+}
+
+/// The host (lowercase, an IPv6 address in brackets) and port `url` leads to, as the proxy
+/// reads it to connect: every check of an address reads it so too.
+pub fn host_and_port(url: &str) -> Result<(String, u16), ProxyError> {
+    Target::parse(url).map(|target| (target.host, target.port))
 }
 
 /// The scheme of an absolute URI reference (RFC 3986: a letter, then letters, digits, `+`,
@@ -615,11 +630,15 @@ pub(crate) mod tests {
             ("http:///etc/passwd", "it does not parse"),
             ("http://user:pw@example.com/", "credentials in the URL are not forwarded"),
             ("example.com", "write it with http:// or https://"),
+            ("http://127.0.0.1:28801\\@loop.example/", "it holds '\\\\'"),
+            ("http://example.com/a b", "it holds ' '"),
         ] {
             let error = proxy.fetch(get(url)).await.expect_err(url).to_string();
             assert!(error.contains(reason), "{url}: {error}");
         }
         assert!(recorder.attempts.lock().expect("lock").is_empty(), "a refused request opened a connection");
+        assert_eq!(host_and_port("http://Loop.Example:8080/x").expect("read"), ("loop.example".to_string(), 8080));
+        assert_eq!(host_and_port("https://[::1]/").expect("read"), ("[::1]".to_string(), 443));
         let message = proxy.fetch(get("http://rebind.test/")).await.expect_err("refused").to_string();
         assert_eq!(
             message,

@@ -342,7 +342,8 @@ impl McpPool {
         session: Option<&str>,
     ) -> Result<(Vec<crate::container::MountSpec>, Held), String> {
         let requested: Vec<_> = server.config.mounts.iter().map(super::config::ServerMount::requested).collect();
-        let mut mounts = self.policy.validate_entry_mounts(&requested).map_err(|why| format!("mounts: {why}"))?;
+        let mut mounts =
+            self.policy.validate_entry_mounts(&requested, Some(context)).map_err(|why| format!("mounts: {why}"))?;
         let mut held = Held::default();
         if let (true, Some(session)) = (server.config.workspace, session) {
             let (workspaces, taken) = (self.workspaces.clone(), session.to_string());

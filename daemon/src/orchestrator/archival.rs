@@ -85,6 +85,7 @@ async fn extract_memories(orchestrator: &Arc<Orchestrator>, record: &SessionReco
             turn_id: String::new(),
             correlation_id,
             user_turn: format!("archive-{}", record.id),
+            asker: None,
             speaks: false,
         },
         role: Role::Memory,

@@ -175,7 +175,8 @@ pub async fn compact(orchestrator: &Arc<Orchestrator>, id: &str) -> Result<Strin
     let window = window_of(orchestrator, &model).await;
     let summary = summarize(orchestrator, &record, &branch, &model, &uuid::Uuid::new_v4().to_string(), window).await?;
     let compacted = branch.iter().skip(1).map(|entry| entry.id().to_string()).collect();
-    let entry = orchestrator.sessions.append(id, Some(&leaf), NewEntry::Compaction { summary, compacted })?;
+    let entry = NewEntry::Compaction { summary, compacted, senders: senders(&branch) };
+    let entry = orchestrator.sessions.append(id, Some(&leaf), entry)?;
     tracing::info!(session = id, entry = %entry, "session compacted");
     Ok(entry)
 }
@@ -184,21 +185,37 @@ pub async fn compact(orchestrator: &Arc<Orchestrator>, id: &str) -> Result<Strin
 /// Assistant sees on `branch`; `None` when there are none (DESIGN.md §10.3: their words are
 /// not the asker's).
 pub(super) fn other_senders(branch: &[Entry], asked: &str) -> Option<Vec<String>> {
-    let asker = branch.iter().find_map(|entry| match entry {
+    let asker = asker(branch, asked)?;
+    let others: Vec<String> = senders(branch).into_iter().filter(|sender| *sender != asker).collect();
+    (!others.is_empty()).then_some(others)
+}
+
+/// The sender of the message `asked` on `branch`.
+pub(super) fn asker(branch: &[Entry], asked: &str) -> Option<String> {
+    branch.iter().find_map(|entry| match entry {
         Entry::Message { id, message, .. } if id == asked => message.sender_id.clone(),
         _ => None,
-    })?;
+    })
+}
+
+/// Whose words the Assistant sees on `branch`: the senders of its user messages, and of those
+/// a compaction it sees summarised (a summary carries their words), first seen first.
+pub(super) fn senders(branch: &[Entry]) -> Vec<String> {
+    let summarised = branch.iter().rev().find_map(|entry| match entry {
+        Entry::Compaction { senders, .. } => Some(senders.clone()),
+        _ => None,
+    });
+    let mut found: Vec<String> = summarised.unwrap_or_default();
     let (_, shown) = visible(branch);
-    let mut others: Vec<String> = vec![];
     for entry in shown {
         if let Entry::Message { message, .. } = entry {
-            let sender = message.sender_id.as_ref().filter(|sender| message.role == "user" && **sender != asker);
-            if let Some(sender) = sender.filter(|sender| !others.contains(sender)) {
-                others.push(sender.clone());
+            let sender = message.sender_id.as_ref().filter(|_| message.role == "user");
+            if let Some(sender) = sender.filter(|sender| !found.contains(sender)) {
+                found.push(sender.clone());
             }
         }
     }
-    (!others.is_empty()).then_some(others)
+    found
 }
 
 /// How a group's messages name their senders: the user's name, else the id the message
@@ -358,6 +375,35 @@ mod tests {
     }
 
     #[test]
+    fn a_summary_carries_the_words_of_whom_it_summarised() {
+        let before = vec![
+            message("m1", "s", "user", "bring the cake", Some("u-bob")),
+            message("m2", "m1", "assistant", "noted", None),
+            message("m3", "m2", "user", "and candles", Some("u-alice")),
+        ];
+        assert_eq!(senders(&before), vec!["u-bob".to_string(), "u-alice".to_string()]);
+        assert_eq!(other_senders(&before, "m3"), Some(vec!["u-bob".to_string()]));
+        // Compacted, Bob's words are in the summary: Alice's next turn still reads them.
+        let after = vec![
+            before[0].clone(),
+            before[1].clone(),
+            before[2].clone(),
+            Entry::Compaction {
+                id: "c1".into(),
+                parent: "m3".into(),
+                timestamp: "t".into(),
+                summary: "Bob asked for a cake; Alice for candles.".into(),
+                compacted_entry_ids: vec!["m1".into(), "m2".into(), "m3".into()],
+                senders: senders(&before),
+            },
+            message("m4", "c1", "user", "what did we plan?", Some("u-alice")),
+        ];
+        assert_eq!(other_senders(&after, "m4"), Some(vec!["u-bob".to_string()]));
+        let alone = vec![message("m5", "s", "user", "hi", Some("u-alice"))];
+        assert_eq!(other_senders(&alone, "m5"), None);
+    }
+
+    #[test]
     fn history_starts_from_the_last_compaction() {
         let branch = vec![
             message("m1", "s", "user", "old question", None),
@@ -368,6 +414,7 @@ mod tests {
                 timestamp: "t".into(),
                 summary: "they talked about old things".into(),
                 compacted_entry_ids: vec!["m1".into(), "m2".into()],
+                senders: vec![],
             },
             message("m3", "c1", "user", "new question", None),
         ];
@@ -496,6 +543,7 @@ mod tests {
             timestamp: "t".into(),
             summary: "pictures were orchestrator".into(),
             compacted_entry_ids: vec!["e1".into(), "e2".into(), "e3".into()],
+            senders: vec![],
         });
         assert!(paths(&compacted).is_empty());
     }

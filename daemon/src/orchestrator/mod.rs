@@ -658,6 +658,7 @@ pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) ->
         ContextKind::Group => "GROUP.md",
     };
     let memories = if role == Role::Assistant { memories_of(&own.join("memory")) } else { vec![] };
+    let memories = memories.iter().map(remembered).collect();
     let skills = match role {
         Role::Assistant | Role::Worker | Role::Researcher | Role::Coder => crate::skills::manifest(
             orchestrator.data_dir.root(),
@@ -692,10 +693,41 @@ pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) ->
     }
 }
 
-/// The most recent memories of a context, one line each, for the Assistant's context.
-fn memories_of(folder: &std::path::Path) -> Vec<String> {
-    const MOST: usize = 20;
+/// What the Assistant of `live`'s turn holds of its group's memory that is not the words of the
+/// turn's asker, if anything (the source of a mark): what other members said. (An entry kept
+/// from outside is in its context once its owner confirmed it; a search that finds one marks.)
+pub(crate) fn foreign_memories(orchestrator: &Orchestrator, live: &Live) -> Option<String> {
+    if live.context.kind != ContextKind::Group {
+        return None;
+    }
+    let folder = orchestrator.data_dir.context_dir(&live.context).join("memory");
+    let foreign: Vec<String> =
+        memories_of(&folder).iter().filter_map(|entry| entry.foreign_to(true, live.asker.as_deref(), false)).collect();
+    let first = foreign.first()?;
+    Some(match foreign.len() {
+        1 => first.clone(),
+        more => format!("{first}, and {} more", more - 1),
+    })
+}
+
+/// A memory as the Assistant is given it: one line, at most 500 characters.
+fn remembered(entry: &crate::memory::MemoryEntry) -> String {
     const LONGEST: usize = 500;
+    let mut content = entry.content.trim().replace('\n', " ");
+    if content.len() > LONGEST {
+        let mut cut = LONGEST;
+        while !content.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        content.truncate(cut);
+        content.push('…');
+    }
+    format!("{}: {content}", entry.key)
+}
+
+/// The most recent memories of a context, those the Assistant is given.
+fn memories_of(folder: &std::path::Path) -> Vec<crate::memory::MemoryEntry> {
+    const MOST: usize = 20;
     if !folder.is_dir() {
         return vec![];
     }
@@ -708,22 +740,8 @@ fn memories_of(folder: &std::path::Path) -> Vec<String> {
         }
     };
     entries.sort_by_key(|entry| std::cmp::Reverse(entry.updated_at));
+    entries.truncate(MOST);
     entries
-        .into_iter()
-        .take(MOST)
-        .map(|entry| {
-            let mut content = entry.content.trim().replace('\n', " ");
-            if content.len() > LONGEST {
-                let mut cut = LONGEST;
-                while !content.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                content.truncate(cut);
-                content.push('…');
-            }
-            format!("{}: {content}", entry.key)
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -179,15 +179,21 @@ async fn assistant_turn(
         turn_id: accepted.turn.clone(),
         correlation_id: accepted.correlation_id.clone(),
         user_turn: accepted.turn.clone(),
+        asker: super::history::asker(&branch, &accepted.entry),
         speaks: true,
     };
-    // In a group, other members' messages (and what they shared) are not the asker's words.
+    // In a group, other members' messages (and what they shared, and a summary of them) are
+    // not the asker's words.
     if let Some(others) = super::history::other_senders(&branch, &accepted.entry).filter(|_| record.group_id.is_some())
     {
         let names = super::history::sender_names(orchestrator);
         let named: Vec<String> = others.iter().map(|sender| names(sender)).collect();
         let source = format!("messages and files of other members ({})", named.join(", "));
-        orchestrator.taints.taint(&live, &source, "");
+        orchestrator.taints.taint(&live, &source);
+    }
+    // Nor is what the Assistant remembers of others, or of content from outside.
+    if let Some(source) = super::foreign_memories(orchestrator, &live) {
+        orchestrator.taints.taint(&live, &source);
     }
     let names = super::history::sender_names(orchestrator);
     let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
@@ -275,7 +281,7 @@ async fn compact_before(
         .await
         .map_err(|error| error.to_string())?;
     let compacted = before.iter().skip(1).map(|entry| entry.id().to_string()).collect();
-    let entry = NewEntry::Compaction { summary, compacted };
+    let entry = NewEntry::Compaction { summary, compacted, senders: super::history::senders(before) };
     let id =
         orchestrator.sessions.append(&accepted.session, Some(&accepted.entry), entry).map_err(|e| e.to_string())?;
     orchestrator.turns.set_tail(&accepted.turn, &id);

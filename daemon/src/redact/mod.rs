@@ -52,6 +52,8 @@ pub enum Place {
     ToolCall,
     /// A tool's answer, on its way to the agent.
     ToolResult,
+    /// A field of one of the daemon's state files (`data/state/`, a profile).
+    State,
 }
 
 impl Place {
@@ -66,6 +68,7 @@ impl Place {
             Place::Channel => "channel",
             Place::ToolCall => "tool_call",
             Place::ToolResult => "tool_result",
+            Place::State => "state",
         }
     }
 }

@@ -187,6 +187,8 @@ impl v1::agents_server::Agents for AgentsService {
                 })?;
             self.shared.audit.record(audit("allowed").detail("search_results", found.len()));
             let body = serde_json::to_vec(&found).map_err(|error| Status::internal(error.to_string()))?;
+            // What the search engine answered shows the turn the addresses in it.
+            self.shared.taints.shown(&identity.session_id, None, &String::from_utf8_lossy(&body));
             return Ok(Response::new(v1::WebProxyResponse {
                 status: 200,
                 headers: [("content-type".to_string(), "application/json".to_string())].into_iter().collect(),
@@ -195,17 +197,20 @@ impl v1::agents_server::Agents for AgentsService {
                 truncated: false,
             }));
         }
-        let host = host_of(&message.url);
+        // The address as the proxy will read it to connect, for every check.
+        let (host, port) = crate::egress::proxy::host_and_port(&message.url)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
         // A turn that read untrusted content follows only the links it was shown, or hosts a rule allows.
         let principal = crate::audit::principal(&caller);
-        let (data_dir, context, bare) = (self.shared.data_dir.clone(), identity.context.clone(), host_only(&host));
-        let port = if message.url.starts_with("http://") { 80 } else { 443 };
+        let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let (data_dir, context, checked) = (self.shared.data_dir.clone(), identity.context.clone(), bare.clone());
         let allowed = tokio::task::spawn_blocking(move || {
-            crate::egress::policy::decide(&data_dir, &context, &bare, port)
+            crate::egress::policy::decide(&data_dir, &context, &checked, port)
                 .is_some_and(|rule| rule.action == crate::egress::policy::Action::Allow)
         });
         let allowed = allowed.await.unwrap_or(false);
-        if let Err(why) = self.shared.taints.may_fetch(&identity.session_id, &message.url, allowed, &principal) {
+        let taints = &self.shared.taints;
+        if let Err(why) = taints.may_fetch(&identity.session_id, &message.url, &bare, allowed, &principal) {
             self.shared.audit.record(audit("refused").detail("host", host.as_str()).detail("reason", why.as_str()));
             return Err(Status::permission_denied(why));
         }
@@ -220,7 +225,7 @@ impl v1::agents_server::Agents for AgentsService {
         let record = match &fetched {
             Ok(response) => audit("allowed")
                 .detail("host", host.as_str())
-                .detail("final_host", host_of(&response.final_url))
+                .detail("final_host", final_host(&response.final_url))
                 .detail("status", response.status),
             Err(error) if error.is_refusal() => {
                 audit("refused").detail("host", host.as_str()).detail("reason", error.to_string())
@@ -228,6 +233,12 @@ impl v1::agents_server::Agents for AgentsService {
             Err(error) => audit("failed").detail("host", host.as_str()).detail("reason", error.to_string()),
         };
         self.shared.audit.record(record);
+        if let Ok(response) = &fetched {
+            // The page shows the turn the addresses in it (and where it ended up).
+            let text = format!("{} {}", response.final_url, String::from_utf8_lossy(&response.body));
+            let (taints, session) = (self.shared.taints.clone(), identity.session_id.clone());
+            tokio::task::spawn_blocking(move || taints.shown(&session, None, &text)).await.ok();
+        }
         let response = fetched.map_err(|error| {
             use crate::egress::proxy::ProxyError;
             let text = error.to_string();
@@ -267,19 +278,8 @@ impl v1::agents_server::Agents for AgentsService {
     }
 }
 
-/// `host` without its port (and an IPv6 address without its brackets).
-fn host_only(host: &str) -> String {
-    let without_port = match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|byte| byte.is_ascii_digit()) && !name.ends_with(':') => name,
-        _ => host,
-    };
-    without_port.trim_start_matches('[').trim_end_matches(']').to_string()
-}
-
-/// The host of `url` for the audit log (never its path or query, which may carry data).
-fn host_of(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    host_port.to_ascii_lowercase()
+/// The host `url` (an address the proxy fetched) leads to, for the audit line.
+fn final_host(url: &str) -> String {
+    // silent-ok: the proxy parsed it to fetch it; an address it could not is named by none.
+    crate::egress::proxy::host_and_port(url).map(|(host, _)| host).unwrap_or_default()
 }

@@ -31,6 +31,11 @@ fn scope_of(request: &v1::McpServerRequest) -> Result<Scope, Status> {
 }
 
 fn info(server: &Server, running: &[String], policy: &crate::policy::Policy) -> v1::McpServerInfo {
+    // A context's server mounts what is shared with its context; the system's, as named.
+    let context = match &server.scope {
+        Scope::System => None,
+        Scope::Context(context) => Some(context),
+    };
     v1::McpServerInfo {
         name: server.name.clone(),
         scope: match &server.scope {
@@ -55,13 +60,15 @@ fn info(server: &Server, running: &[String], policy: &crate::policy::Policy) -> 
             .config
             .mounts
             .iter()
-            .map(|mount| match policy.validate_entry_mounts(&[mount.requested()]).map(|mut specs| specs.pop()) {
-                Ok(Some(spec)) => {
-                    let mode = if spec.read_only { "ro" } else { "rw" };
-                    format!("{} -> {} ({mode})", mount.host, spec.target)
+            .map(|mount| {
+                match policy.validate_entry_mounts(&[mount.requested()], context).map(|mut specs| specs.pop()) {
+                    Ok(Some(spec)) => {
+                        let mode = if spec.read_only { "ro" } else { "rw" };
+                        format!("{} -> {} ({mode})", mount.host, spec.target)
+                    }
+                    Ok(None) => mount.host.clone(),
+                    Err(why) => format!("{}: not mounted: {why}", mount.host),
                 }
-                Ok(None) => mount.host.clone(),
-                Err(why) => format!("{}: not mounted: {why}", mount.host),
             })
             .collect(),
         state: server.config.state,
@@ -156,7 +163,13 @@ pub(super) async fn put(shared: &Shared, request: v1::PutMcpServerRequest) -> Re
         let mounts: Vec<_> = server.mounts.iter().map(config::ServerMount::requested).collect();
         shared
             .policy
-            .validate_entry_mounts(&mounts)
+            .validate_entry_mounts(
+                &mounts,
+                match &scope {
+                    Scope::System => None,
+                    Scope::Context(context) => Some(context),
+                },
+            )
             .map_err(|why| Status::invalid_argument(format!("mounts: {why}")))?;
         let rules = crate::secrets::Rules::of(&shared.loaded);
         let referrer = match scope {

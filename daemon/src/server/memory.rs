@@ -65,18 +65,20 @@ pub(super) fn write(
             (None, format!("user:{user} via gateway {}", call.gateway))
         }
     };
-    // Who the session's messages came from: in a user's context, that user.
-    let user = match (&context.kind, &session) {
-        (ContextKind::User, _) => Some(context.id.clone()),
-        (ContextKind::Group, Some(session)) => shared.sessions.get(session).map(|record| record.user_id),
-        (ContextKind::Group, None) => None,
-    };
-    // Whose words: the person's own through a client; an agent's inference, or from outside
-    // when its turn read untrusted content.
     let live = match caller {
         Caller::Container(identity) => shared.agents.live(&identity.name),
         _ => None,
     };
+    // Whose words it is: in a user's context, that user; in a group's, the member whose turn
+    // wrote it (what no one member said is the group's, untrusted for each of them).
+    let user = match (&context.kind, caller) {
+        (ContextKind::User, _) => Some(context.id.clone()),
+        (ContextKind::Group, Caller::Container(_)) => live.as_ref().and_then(|live| live.asker.clone()),
+        (ContextKind::Group, Caller::Gateway(call)) => call.user.as_ref().map(|user| user.id.clone()),
+        (ContextKind::Group, Caller::Host(_)) => None,
+    };
+    // Whose words: the person's own through a client; an agent's inference, or from outside
+    // when its turn read untrusted content.
     let verdict = match (caller, &live) {
         (Caller::Container(_), Some(live)) => shared.taints.memory_write(live),
         (Caller::Container(_), None) => MemoryWrite::Keep,
@@ -196,6 +198,27 @@ pub(super) async fn search(
     Ok(Response::new(v1::MemoryList { entries: entries.collect() }))
 }
 
+/// An agent's turn that found memories not of its asker's words (kept from outside, or in a
+/// group from other members') read them: it is marked (DESIGN.md §10.3).
+fn mark_foreign(
+    shared: &Shared,
+    identity: &crate::auth::ContainerIdentity,
+    context: &Context,
+    found: &[v1::MemoryRecord],
+) {
+    let Some(live) = shared.agents.live(&identity.name) else { return };
+    let group = context.kind == ContextKind::Group;
+    let store = shared.memory.store(context);
+    let foreign = found.iter().find_map(|record| match store.read(&record.key) {
+        // The entry as kept, not as the wire carries it: its origin and whose words.
+        Ok(Some(entry)) => entry.foreign_to(group, live.asker.as_deref(), true),
+        _ => Some(format!("the memory `{}`, whose origin cannot be read back", record.key)),
+    });
+    if let Some(source) = foreign {
+        shared.taints.taint(&live, &format!("memory_search found {source}"));
+    }
+}
+
 pub(super) fn delete(
     shared: &Shared,
     context: &Context,
@@ -239,7 +262,11 @@ impl v1::memory_server::Memory for MemoryService {
                 "what waits in quarantine is for the context's people, not its agents",
             ));
         }
-        search(&self.shared, &context, request.into_inner()).await
+        let found = search(&self.shared, &context, request.into_inner()).await?;
+        if let Caller::Container(identity) = &caller {
+            mark_foreign(&self.shared, identity, &context, &found.get_ref().entries);
+        }
+        Ok(found)
     }
 
     async fn delete_memory(&self, request: Request<v1::MemoryKey>) -> Result<Response<v1::Ack>, Status> {

@@ -109,6 +109,33 @@ pub(super) async fn sessions(
     Ok(v1::SessionHits { hits })
 }
 
+/// Which of a group's `hits` are not the words of `asker`, in a sentence (none: all are): an
+/// answer of the assistant (it answered someone, with what they said), a message of another
+/// member, or one whose sender cannot be read back.
+pub(super) fn others_words(shared: &Shared, hits: &[v1::SessionHit], asker: Option<&str>) -> Option<String> {
+    use crate::sessions::Entry;
+    let mut read: std::collections::HashMap<&str, Vec<Entry>> = std::collections::HashMap::new();
+    for hit in hits {
+        if hit.role != "user" || asker.is_none() {
+            return Some("the assistant's answers in the group's conversations".into());
+        }
+        let entries = read.entry(hit.session_id.as_str()).or_insert_with(|| {
+            shared.sessions.read(&hit.session_id).map(|read| read.entries).unwrap_or_else(|error| {
+                tracing::warn!(%error, session = %hit.session_id, "cannot read a session a search found");
+                vec![]
+            })
+        });
+        let sender = entries.iter().find_map(|entry| match entry {
+            Entry::Message { id, message, .. } if *id == hit.entry_id => Some(message.sender_id.clone()),
+            _ => None,
+        });
+        if sender.flatten().as_deref() != asker {
+            return Some("messages of other members of the group".into());
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Context;
-use crate::auth::{Caller, Operation};
+use crate::auth::{Caller, ContextKind, Operation};
 use crate::orchestrator::OrchestratorError;
 use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
 use crate::Shared;
@@ -210,7 +210,7 @@ pub(super) fn entry(entry: &Entry) -> Option<v1::SessionEntry> {
                 result: result.clone(),
             }),
         ),
-        Entry::Compaction { id, parent, timestamp, summary, compacted_entry_ids } => (
+        Entry::Compaction { id, parent, timestamp, summary, compacted_entry_ids, .. } => (
             id,
             parent,
             timestamp,
@@ -586,7 +586,17 @@ impl v1::sessions_server::Sessions for SessionsService {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::SearchSessions, context.as_ref(), None)?;
         let context = super::own_context(&caller, context)?;
-        Ok(Response::new(super::search::sessions(&self.shared, &context, request.into_inner()).await?))
+        let found = super::search::sessions(&self.shared, &context, request.into_inner()).await?;
+        if let (Caller::Container(identity), ContextKind::Group) = (&caller, &context.kind) {
+            // A group's conversations hold every member's words: an agent's turn that found
+            // some not of its asker read them (DESIGN.md §10.3).
+            if let Some(live) = self.shared.agents.live(&identity.name) {
+                if let Some(source) = super::search::others_words(&self.shared, &found.hits, live.asker.as_deref()) {
+                    self.shared.taints.taint(&live, &format!("session_search found {source}"));
+                }
+            }
+        }
+        Ok(Response::new(found))
     }
 
     async fn read_session(

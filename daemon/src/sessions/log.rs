@@ -108,6 +108,9 @@ pub enum Entry {
         timestamp: String,
         summary: String,
         compacted_entry_ids: Vec<String>,
+        /// Whose messages it summarises (user ids): their words are in it (DESIGN.md §10.3).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        senders: Vec<String>,
     },
     #[serde(rename_all = "camelCase")]
     ModelChange {

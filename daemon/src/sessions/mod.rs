@@ -147,6 +147,8 @@ pub enum NewEntry {
     Compaction {
         summary: String,
         compacted: Vec<String>,
+        /// Whose messages it summarises.
+        senders: Vec<String>,
     },
     ModelChange {
         previous: String,
@@ -440,9 +442,14 @@ impl SessionStore {
             NewEntry::Delegate { agent, task, result, is_error, returned } => {
                 Entry::Delegate { id: entry_id.clone(), parent, timestamp, agent, task, result, is_error, returned }
             }
-            NewEntry::Compaction { summary, compacted } => {
-                Entry::Compaction { id: entry_id.clone(), parent, timestamp, summary, compacted_entry_ids: compacted }
-            }
+            NewEntry::Compaction { summary, compacted, senders } => Entry::Compaction {
+                id: entry_id.clone(),
+                parent,
+                timestamp,
+                summary,
+                compacted_entry_ids: compacted,
+                senders,
+            },
             NewEntry::ModelChange { previous, new } => {
                 Entry::ModelChange { id: entry_id.clone(), parent, timestamp, previous_model: previous, new_model: new }
             }

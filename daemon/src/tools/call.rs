@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use super::{Runners, ToolAnswer, ToolsError};
-use crate::agents::AgentPool;
+use crate::agents::{AgentPool, Live};
 use crate::audit::{Audit, Kind, Record};
 use crate::auth::{Caller, ContainerIdentity, Role};
 use crate::config::{LoadedConfig, ToolMode, ToolName};
@@ -22,6 +22,17 @@ use crate::mcp::pool::McpPool;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::secrets::Handout;
+
+/// The tools that read or write a session's files.
+const FILE_TOOLS: &[ToolName] = &[
+    ToolName::ReadFile,
+    ToolName::WriteFile,
+    ToolName::EditFile,
+    ToolName::ListDir,
+    ToolName::Grep,
+    ToolName::Find,
+    ToolName::Exec,
+];
 
 /// A call as the agent asked for it.
 #[derive(Debug, Clone, Default)]
@@ -113,36 +124,120 @@ impl Calls {
         asked.params_json = self.redact.clean_values(Place::ToolCall, asked.params_json);
         let untrusted = self.untrusted_source(identity, &asked);
         let messaging = asked.tool == ToolName::Message.as_str();
+        // What it does with the session's files, which carry the marks of the turns that wrote
+        // them (a status change time has whole seconds: from the second before).
+        let files = ToolName::named(&asked.tool).filter(|tool| FILE_TOOLS.contains(tool)).map(|tool| {
+            let params = serde_json::from_str::<serde_json::Value>(&asked.params_json).unwrap_or_default();
+            (tool, params["path"].as_str().map(str::to_string), crate::state::now_seconds() as i64 - 1)
+        });
         let mut answer = self.run(identity, correlation_id, asked).await?;
+        if let (Some(live), Some(files)) = (&live, files) {
+            self.follow_files(live, files).await;
+        }
         if messaging && !answer.is_error {
             // The message (and its files) reaches the channels before the agent goes on, so
             // before the turn that sent it ends.
             self.ipc.flush(MESSAGE_DELIVERY).await;
         }
         answer.content = self.redact.clean_string(Place::ToolResult, answer.content);
-        if let (Some(live), Some(source)) = (&live, untrusted) {
-            let taints = self.taints.clone();
-            let (live, read) = (live.clone(), answer.content.clone());
-            // The mark is saved to disk before the answer reaches the agent.
-            tokio::task::spawn_blocking(move || taints.taint(&live, &source, &read)).await.ok();
+        if let (Some(live), Some((source, server))) = (&live, untrusted) {
+            // A web tool that failed read nothing from outside (what the web said reached the
+            // turn through the proxy, which marked what it showed); a server's answer, failed
+            // or not, is all its own.
+            if server || !answer.is_error {
+                let taints = self.taints.clone();
+                let (live, read) = (live.clone(), server.then(|| answer.content.clone()));
+                // The mark is saved to disk before the answer reaches the agent.
+                let marking = move || {
+                    if let Some(read) = read {
+                        taints.shown(&live.session, Some(&live.user_turn), &read);
+                    }
+                    taints.taint(&live, &source)
+                };
+                tokio::task::spawn_blocking(marking).await.ok();
+            }
         }
         Ok(answer)
     }
 
+    /// Files follow their marks (DESIGN.md §10.3): a clean turn that reads a file a marked
+    /// turn wrote (`read_file`, `edit_file` of it; `list_dir`, `grep`, `find`, `exec` while
+    /// one is in the session's workspace) is marked; what a marked turn writes (`write_file`,
+    /// `edit_file`, what an `exec` changed) is noted. Runs before the answer reaches the agent.
+    async fn follow_files(&self, live: &Live, (tool, path, started): (ToolName, Option<String>, i64)) {
+        use crate::taint::{Taints, DIGEST_PATH};
+        let (taints, workspaces, live) = (self.taints.clone(), self.runners.workspaces().clone(), live.clone());
+        let following = move || {
+            let session = live.session.as_str();
+            let written = taints.written(session);
+            if !written.is_empty() && taints.mark(session, &live.user_turn).is_none() {
+                let read: Vec<(String, String)> = match tool {
+                    ToolName::ReadFile | ToolName::EditFile => {
+                        let read = path.as_deref().filter(|path| Taints::is_written(&written, path));
+                        let source = written.values().next().cloned().unwrap_or_default();
+                        read.map(|path| (path.to_string(), source)).into_iter().collect()
+                    }
+                    _ => {
+                        let (paths, sources): (Vec<String>, Vec<String>) = written.into_iter().unzip();
+                        let present = workspaces.present(session, &paths).unwrap_or_else(|error| {
+                            tracing::warn!(%error, session, "cannot look for the files a marked turn wrote; they count as there");
+                            vec![true; paths.len()]
+                        });
+                        let mut there = vec![];
+                        let mut gone = vec![];
+                        for ((path, source), present) in paths.into_iter().zip(sources).zip(present) {
+                            match present || path.starts_with(DIGEST_PATH) {
+                                true => there.push((path, source)),
+                                false => gone.push(path),
+                            }
+                        }
+                        taints.gone(session, gone);
+                        there
+                    }
+                };
+                if let Some((_, source)) = read.first() {
+                    let mut names: Vec<&str> = read.iter().take(3).map(|(path, _)| path.as_str()).collect();
+                    if read.len() > 3 {
+                        names.push("…");
+                    }
+                    let names = names.iter().map(|name| if name.starts_with(DIGEST_PATH) { "a file" } else { name });
+                    let names: Vec<&str> = names.collect();
+                    let read = format!(
+                        "files written by an earlier turn that read content from outside ({}; {source})",
+                        names.join(", ")
+                    );
+                    taints.taint(&live, &read);
+                }
+            }
+            if let Some(mark) = taints.mark(session, &live.user_turn) {
+                let paths = match tool {
+                    ToolName::WriteFile | ToolName::EditFile => path.into_iter().collect(),
+                    ToolName::Exec => workspaces.changed_since(session, started, 256).unwrap_or_else(|error| {
+                        tracing::warn!(%error, session, "cannot find what a marked turn's command wrote");
+                        vec![]
+                    }),
+                    _ => vec![],
+                };
+                taints.wrote(&mark, paths);
+            }
+        };
+        tokio::task::spawn_blocking(following).await.ok();
+    }
+
     /// What `asked` reads from outside, if anything (DESIGN.md §10.3): the web, or an MCP
-    /// server not marked `trusted`.
-    fn untrusted_source(&self, identity: &ContainerIdentity, asked: &Asked) -> Option<String> {
+    /// server not marked `trusted` (then true: its answer is from outside as a whole).
+    fn untrusted_source(&self, identity: &ContainerIdentity, asked: &Asked) -> Option<(String, bool)> {
         let params = || serde_json::from_str::<serde_json::Value>(&asked.params_json).unwrap_or_default();
         if asked.tool == ToolName::WebFetch.as_str() {
-            return Some(format!("web_fetch {}", params()["url"].as_str().unwrap_or("?")));
+            return Some((format!("web_fetch {}", params()["url"].as_str().unwrap_or("?")), false));
         }
         if asked.tool == ToolName::WebSearch.as_str() {
-            return Some(format!("web_search \"{}\"", params()["query"].as_str().unwrap_or("?")));
+            return Some((format!("web_search \"{}\"", params()["query"].as_str().unwrap_or("?")), false));
         }
         let (server, _) = asked.tool.strip_prefix("mcp__")?.split_once("__")?;
         let (servers, _) = crate::mcp::config::servers_for(self.data_dir.root(), &identity.context);
         let trusted = servers.iter().any(|known| known.name == server && known.config.trusted);
-        (!trusted).then(|| format!("the MCP server {server}"))
+        (!trusted).then(|| (format!("the MCP server {server}"), true))
     }
 
     async fn run(

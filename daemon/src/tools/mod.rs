@@ -215,6 +215,11 @@ pub struct Setup {
 }
 
 impl Runners {
+    /// The sessions' workspaces the runners mount.
+    pub fn workspaces(&self) -> &Arc<crate::workspace::Workspaces> {
+        &self.workspaces
+    }
+
     pub fn new(setup: Setup) -> Runners {
         let Setup {
             containers,
@@ -360,7 +365,7 @@ impl Runners {
         if let Some(cap) = ipc.checked_cap {
             command.extend(["--ipc-cap".into(), cap.to_string()]);
         }
-        let mut projects = if coder { self.policy.coder_mounts() } else { vec![] };
+        let mut projects = if coder { self.policy.coder_mounts(context) } else { vec![] };
         projects.extend(self.skill_scripts(context));
         for project in &projects {
             command.push("--mount".into());
