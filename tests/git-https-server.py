@@ -10,12 +10,15 @@ Each request is printed, so a test can tell whether anything reached the server 
 
 With BIND in the environment it listens on that address instead. With AUTH ("user:password"),
 every request must carry it as HTTP Basic (else 401 asks for it, as a forge does), and each
-request's Authorization header is printed as the server received it. /echo answers "ok".
+request's Authorization header is printed as the server received it. /echo answers "ok" with
+the Authorization header echoed in X-Echo; /echo-all echoes it in every form it may travel in.
 With STATIC (a folder), paths under /simple/ and /files/ are its files (a folder's
 index.html for a folder), as a Python package index serves them.
 """
 import base64
 import http.server
+import json
+import urllib.parse
 import os
 import ssl
 import subprocess
@@ -48,6 +51,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "3")
             self.end_headers()
             self.wfile.write(b"ok\n")
+            return
+        if self.path == "/echo-all":
+            # As an echoing API or an error page might: the credential in every form, in the
+            # headers (one with a byte that is not UTF-8 before it) and the body, and the body
+            # sent in chunks of three bytes, so each form is cut across chunks.
+            value = (received or "").encode()
+            body = json.dumps({
+                "authorization": received or "",
+                "base64": base64.b64encode(value).decode(),
+                "base64url": base64.urlsafe_b64encode(b"x" + value).decode(),
+                "hex": value.hex(),
+                "percent": urllib.parse.quote(received or "", safe=""),
+            }).encode()
+            self.send_response(200)
+            self.send_header("X-Echo-B64", base64.b64encode(value).decode())
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self._headers_buffer.append(b"X-Echo-Bin: \xff" + value + b"\r\n")
+            self.end_headers()
+            for at in range(0, len(body), 3):
+                piece = body[at:at + 3]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
             return
         static = os.environ.get("STATIC")
         if static and self.path.startswith(("/simple/", "/files/")):

@@ -474,12 +474,11 @@ impl Daemon {
             Duration::from_secs(loaded.config.egress.approval_timeout.max(1)),
         ));
         // The edge's authority, made once; without it tools still run, and no secret is swapped.
-        let edge = match egress::edge::Authority::open(&data_dir.state_dir()) {
+        let edge = match egress::authority::Authority::open(&data_dir.state_dir()) {
             Ok(authority) => Some(Arc::new(egress::edge::Edge::new(
                 Arc::new(authority),
                 data_dir.clone(),
                 secrets::Handout::new(secrets.clone(), secrets::Rules::of(&loaded), audit.clone()),
-                audit.clone(),
             ))),
             Err(why) => {
                 tracing::error!(%why, "the egress certificate authority could not be made; credentials are not swapped in");
@@ -500,6 +499,7 @@ impl Daemon {
             approvals: approvals.clone(),
             taints: taints.clone(),
             edge: edge.clone(),
+            values: redact.shield().clone(),
             tracker: tracker.clone(),
         }));
         // The MCP servers' own folders (`state: true`), capped at the MCP role's disk limit as

@@ -6,6 +6,7 @@
 use baaaht_proto::client::{self, ConnectOptions};
 use baaaht_proto::v1;
 use baaaht_tests::{DaemonOptions, TestDaemon};
+use base64::Engine as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What a SearXNG instance answers to `/search?q=rust%20lang&format=json`.
@@ -484,10 +485,37 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
     };
     let bearer = request("{'Authorization': 'Bearer ' + t}");
     assert!(
-        bearer.contains("200 Bearer [redacted: baaaht-placeholder]")
-            && bearer.contains("ok")
-            && !bearer.contains(TOKEN),
-        "{bearer}"
+        bearer.contains(&format!("200 Bearer {} ok", "*".repeat(TOKEN.len()))) && !bearer.contains(TOKEN),
+        "the value echoed back is blotted: {bearer}"
+    );
+    // An echoing endpoint that sends it back in every form, in headers (one with a byte that is
+    // not text before it) and in a body cut in three-byte chunks: the command keeps what it
+    // got in a file, which never holds the value in any form.
+    let saved = run(&format!(
+        "python3 -c \"import os, urllib.request\nr = urllib.request.Request('https://{bridge}:{port}/echo-all', headers={{'Authorization': 'Bearer ' + os.environ['GIT_TOKEN']}})\na = urllib.request.urlopen(r, timeout=20)\nopen('/workspace/echoed', 'wb').write(str(a.headers).encode('latin-1') + a.read())\nprint('saved', a.status)\""
+    ));
+    assert!(saved.contains("saved 200"), "{saved}\n{}", daemon.log_text());
+    let echoed =
+        std::fs::read(daemon.data_dir.join("sessions/self-test/data/echoed")).expect("the echo kept in the workspace");
+    let echoed = String::from_utf8_lossy(&echoed).into_owned();
+    let bearer_value = format!("Bearer {TOKEN}");
+    let standard = base64::engine::general_purpose::STANDARD.encode(&bearer_value);
+    let url_safe = base64::engine::general_purpose::URL_SAFE.encode(format!("xBearer {TOKEN}"));
+    let hex: String = bearer_value.bytes().map(|byte| format!("{byte:02x}")).collect();
+    for (form, value) in [
+        ("raw", TOKEN.to_string()),
+        ("base64", standard[12..40].to_string()),
+        ("base64url", url_safe[12..40].to_string()),
+        ("hex", hex[14..60].to_string()),
+        ("percent", TOKEN.replace('-', "%2D")),
+    ] {
+        assert!(!echoed.contains(&value), "the {form} value reached the container: {echoed}");
+    }
+    assert!(echoed.contains("\"authorization\": \"Bearer ****"), "{echoed}");
+    let blotted = daemon.audit_records("egress");
+    assert!(
+        blotted.iter().any(|r| r["outcome"] == "blotted" && r["detail"]["place"] == "response_body"),
+        "{blotted:#?}"
     );
     // Inside a tunnel to the bound host, a request naming another host, a placeholder in a
     // header a server might echo, or in the URL, is refused before anything is sent.
@@ -744,6 +772,200 @@ fn pip_curl_and_git_in_a_coders_container_reach_a_local_https_server_through_the
     for program in ["exec: PIP_DISABLE_PIP_VERSION_CHECK=1 pip download", "exec: curl", "exec: git clone"] {
         assert!(asked.iter().any(|by| by.starts_with(program)), "{program}: {asked:?}");
     }
+    drop(coder);
+}
+
+/// What a client in a tool container sends through its own egress proxy, byte for byte: a
+/// CONNECT to `ADDRESS`, then `PLAN` — `tls NAME` (a TLS handshake naming NAME), or lines to
+/// send as they are (`\\r\\n` ends a line; `pause N` waits N seconds between pieces); what
+/// comes back until the connection closes is printed (a request that is served asks for it
+/// with `Connection: close`: the client does not half-close, which gVisor's network stack does
+/// not always pass on).
+const RAW_CLIENT: &str = r#"
+import os, socket, ssl, sys, time
+proxy = os.environ["HTTPS_PROXY"].split("//")[1].rstrip("/")
+host, port = proxy.rsplit(":", 1)
+address, plan = sys.argv[1], sys.argv[2:]
+s = socket.create_connection((host, int(port)), timeout=20)
+s.sendall(f"CONNECT {address} HTTP/1.1\r\nHost: {address}\r\n\r\n".encode())
+said = b""
+while b"\r\n\r\n" not in said:
+    said += s.recv(1)
+print("proxy:", said.split(b"\r\n")[0].decode())
+if plan[0] == "tls":
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        context.wrap_socket(s, server_hostname=plan[1]).do_handshake()
+        print("handshake: done")
+    except Exception as error:
+        print("handshake: failed", type(error).__name__)
+    sys.exit(0)
+for piece in plan:
+    if piece.startswith("pause "):
+        time.sleep(float(piece[6:]))
+        continue
+    s.sendall(piece.replace("\\r\\n", "\r\n").encode())
+got = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    got += chunk
+print(got.decode(errors="replace"))
+"#;
+
+/// A plain HTTP server on the host's end of the container bridge that keeps its connections
+/// open: each request answered with its request line, the next one read on.
+fn keep_alive_server(bridge: std::net::IpAddr) -> u16 {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::net::TcpListener::bind((bridge, 0)).expect("listen on the bridge");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream);
+                loop {
+                    let mut first = String::new();
+                    if reader.read_line(&mut first).map_or(true, |n| n == 0) {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        line.clear();
+                    }
+                    let body = format!("arrived: {}", first.trim());
+                    let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    if reader.get_mut().write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// The egress edge reads every connection a tool command opens (DESIGN.md §10.2, §5.11, §5.14):
+/// TLS must name the host it was allowed for (SNI), and plain HTTP is read with one real parser,
+/// request by request — one `Host` naming that host, every request of a kept-alive connection;
+/// a placeholder never goes out in plain HTTP, however the request is spelt or paced. Played
+/// through the real runner's proxy with a raw client, against servers on the container bridge.
+#[test]
+fn a_connection_reaches_only_the_name_it_was_allowed_for_and_plain_http_is_read_strictly() {
+    let rt = baaaht_tests::runtime();
+    let temp = tempfile::tempdir().expect("tempdir");
+    let bridge = baaaht_tests::bridge_address().expect("bridge address");
+    let (_ca, cert, key) = baaaht_tests::web::issued_for(temp.path(), &bridge.to_string()).expect("certificates");
+    let root = temp.path().join("repos");
+    std::fs::create_dir_all(&root).expect("root");
+    let bind = bridge.to_string();
+    let (forge, tls_port) = baaaht_tests::git_server(
+        &root,
+        (&cert, &key),
+        None,
+        &temp.path().join("forge.log"),
+        &[("BIND", bind.as_str())],
+    );
+    let plain_port = keep_alive_server(bridge);
+    let passphrase = temp.path().join("passphrase");
+    std::fs::write(&passphrase, "correct horse battery staple\n").expect("passphrase");
+    let config = format!(
+        "tools:\n  web_proxy:\n    allow: ['{bridge}:{tls_port}', '{bridge}:{plain_port}']\nsecrets:\n  user_usable: [API_TOKEN]\n"
+    );
+    let policy = format!("rules:\n  - host: '{bridge}'\n    action: allow\n");
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT_PASSPHRASE_FILE".into(), passphrase.display().to_string())],
+        files: vec![("config/config.yaml".into(), config), ("users/baaaht-self-test/egress.yaml".into(), policy)],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let mut set = std::process::Command::new(baaaht_tests::bin("baaahtd"))
+        .args(["secrets", "set", "API_TOKEN"])
+        .env("BAAAHT_DATA", &daemon.data_dir)
+        .env("BAAAHT_PASSPHRASE_FILE", &passphrase)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("secrets set");
+    std::io::Write::write_all(&mut set.stdin.take().expect("stdin"), b"tok-value-only-the-daemon-knows")
+        .expect("value");
+    assert!(set.wait().expect("set").success());
+    let bound = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["egress", "credential", "add", "API_TOKEN", "--host", &format!("{bridge}:{tls_port}")])
+        .args(["--user", "baaaht-self-test"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht egress credential add");
+    assert!(bound.status.success(), "{}", String::from_utf8_lossy(&bound.stderr));
+    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    // Each piece in double quotes: `$API_TOKEN` is the command's own placeholder (the daemon
+    // redacts a placeholder written into a command, so it is named, not written).
+    let client = |address: String, plan: &[&str]| {
+        let plan: Vec<String> = plan.iter().map(|piece| format!("\"{piece}\"")).collect();
+        let command =
+            format!("cat > /tmp/raw.py <<'EOF'\n{RAW_CLIENT}\nEOF\npython3 /tmp/raw.py '{address}' {}", plan.join(" "));
+        exec(&rt, &daemon, &coder, &command)
+    };
+    let (tls, plain) = (format!("{bridge}:{tls_port}"), format!("{bridge}:{plain_port}"));
+
+    // TLS naming its own host (none, for an address) is carried; naming another is cut off.
+    assert!(client(tls.clone(), &["tls", &bind]).contains("handshake: done"), "{}", daemon.log_text());
+    let fronted = client(tls.clone(), &["tls", "hidden.rt3.test"]);
+    assert!(fronted.contains("proxy: HTTP/1.1 200") && fronted.contains("handshake: failed"), "{fronted}");
+
+    // Plain HTTP: one Host naming the host, on every request of a kept-alive connection.
+    let good = format!("GET /first HTTP/1.1\\r\\nHost: {plain}\\r\\nConnection: close\\r\\n\\r\\n");
+    let served = client(plain.clone(), &[&good]);
+    assert!(served.contains("arrived: GET /first HTTP/1.1"), "{served}\n{}", daemon.log_text());
+    let other = client(plain.clone(), &["GET /x HTTP/1.1\\r\\nHost: hidden.rt3.test\\r\\n\\r\\n"]);
+    assert!(other.contains("403") && other.contains("must name that host once"), "{other}");
+    let twice = format!("GET /x HTTP/1.1\\r\\nHost: {plain}\\r\\nHost: hidden.rt3.test\\r\\n\\r\\n");
+    assert!(client(plain.clone(), &[&twice]).contains("must name that host once"));
+    let kept_alive = format!(
+        "GET /one HTTP/1.1\\r\\nHost: {plain}\\r\\n\\r\\nGET /two HTTP/1.1\\r\\nHost: hidden.rt3.test\\r\\n\\r\\n"
+    );
+    let kept_alive = client(plain.clone(), &[&kept_alive]);
+    assert!(kept_alive.contains("must name that host once") && !kept_alive.contains("GET /two"), "{kept_alive}");
+    // A placeholder in plain HTTP: refused however the request is spelt or paced.
+    let placeholder = "$API_TOKEN";
+    for (spelt, plan) in [
+        (
+            "a lower-case method",
+            vec![format!("get /leak HTTP/1.1\\r\\nHost: {plain}\\r\\nAuthorization: Bearer {placeholder}\\r\\n\\r\\n")],
+        ),
+        (
+            "an unusual method",
+            vec![format!(
+                "PURGE /leak HTTP/1.1\\r\\nHost: {plain}\\r\\nAuthorization: Bearer {placeholder}\\r\\n\\r\\n"
+            )],
+        ),
+        (
+            "in pieces, slowly",
+            vec![
+                "G".to_string(),
+                "pause 7".into(),
+                format!("ET /leak HTTP/1.1\\r\\nHost: {plain}\\r\\nAuthorization: Bearer {placeholder}\\r\\n\\r\\n"),
+            ],
+        ),
+    ] {
+        let plan: Vec<&str> = plan.iter().map(String::as_str).collect();
+        let said = client(plain.clone(), &plan);
+        assert!(
+            said.contains("403") && said.contains("never in plain http") || said.contains("not bound to"),
+            "{spelt}: {said}\n{}",
+            daemon.log_text()
+        );
+        assert!(!said.contains("arrived:"), "{spelt} reached the server: {said}");
+    }
+    let records = daemon.audit_records("egress");
+    let refused: Vec<String> = records
+        .iter()
+        .filter(|r| r["outcome"] == "refused")
+        .filter_map(|r| r["detail"]["reason"].as_str().map(str::to_string))
+        .collect();
+    assert!(refused.iter().any(|why| why.contains("named hidden.rt3.test (SNI)")), "{refused:#?}");
+    assert!(!forge.log_text().contains("request "), "nothing reached the TLS server: {}", forge.log_text());
     drop(coder);
 }
 

@@ -1,189 +1,49 @@
-//! Credentials swapped in at the edge (DESIGN.md §10.2): the daemon's own certificate
-//! authority ([`Authority`]), and what happens to a tool command's connection in a session
-//! that holds placeholders ([`Crossing`]).
+//! The edge (DESIGN.md §10.2): what every connection a container's own proxy opens (a tool
+//! command's, an MCP server's) passes on its way out, once the relay has allowed and connected
+//! it ([`Crossing`], the relay's [`Between`]).
 //!
-//! For a host a secret is bound to (`egress::credentials`), the daemon terminates the
-//! command's TLS with a certificate of its own authority (which the tool containers trust),
-//! connects onward with full verification against the daemon's trusted roots, and in each
-//! request puts the secret's value in place of its placeholder: in any header, inside an
-//! `Authorization: Basic` (as git sends it) and in the URL. A placeholder on its way anywhere
-//! else is refused with a sentence and audited; in plain HTTP the daemon sees it whatever the
-//! host, and a secret never goes out in plain HTTP. TLS to a host no secret is bound to is
-//! not opened: the daemon cannot see a placeholder in it, and a placeholder is worth nothing
-//! away from the edge.
+//! - **The name it uses is the name it was allowed for.** A rule names a host; the connection
+//!   goes to that host's address, which may serve many names (a CDN). TLS must name the host
+//!   in its ClientHello (SNI, read with rustls); each HTTP request must name it in exactly one
+//!   `Host` header (and in its URL, in absolute form), every request of a kept-alive
+//!   connection alike. Anything else — another name, none, a protocol that is neither TLS nor
+//!   HTTP/1, a CONNECT or an upgrade inside the tunnel — is refused with a sentence and audited.
+//! - **Credentials at the edge.** For a host a secret is bound to (`egress::credentials`), the
+//!   daemon terminates the command's TLS with a certificate of its own authority
+//!   (`egress::authority`), connects onward with full verification, and in each request puts
+//!   the secret's value in place of its placeholder: in a credential header, inside an
+//!   `Authorization: Basic` (as git sends it). A placeholder on its way anywhere else is
+//!   refused and audited.
+//! - **No secret value either way.** In a tool command's connection the edge reads (plain
+//!   HTTP, and TLS it terminated), the store's values in every form they travel in
+//!   (`redact::Known`: raw, hex, base64 at every alignment, percent, JSON) are refused in a
+//!   request's URL and headers, blotted in its body, and blotted in the answer's headers and
+//!   body as it streams (same length, so its framing holds), across chunk boundaries; answers
+//!   are asked for uncompressed, and a compressed one is refused, since it cannot be read.
+//!   TLS to a host no secret is bound to is not opened: nothing of the store goes in there.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context as TaskContext, Poll};
 
 use base64::Engine as _;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::{Bytes, Frame, Incoming};
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
-use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use zeroize::Zeroizing;
 
 use crate::audit::{Audit, Record};
 use crate::auth::{Caller, Context};
 use crate::datadir::DataDir;
+use crate::egress::authority::Authority;
 use crate::egress::credentials::{self, Binding, Placeholders};
+use crate::egress::relay::Between;
+use crate::redact::{Known, Scrubbing, Shield};
 use crate::secrets::Handout;
 
-/// The authority's key (0600) and certificate, and the bundle tool containers trust (the
-/// daemon's own trusted roots and the authority), in `data/state/`.
-pub const KEY_FILE: &str = "egress-ca.key";
-pub const CERT_FILE: &str = "egress-ca.pem";
-pub const TRUST_FILE: &str = "egress-trust.pem";
-/// Where tool containers find the bundle: in place of Debian's, so every program trusts it.
-pub const TRUST_IN_CONTAINER: &str = "/etc/ssl/certs/ca-certificates.crt";
-/// A certificate the authority issues is made again after this many days (it is valid for 90).
-const REISSUE_DAYS: i64 = 30;
-/// The most certificates kept at once.
-const MAX_ISSUED: usize = 256;
-
-/// The daemon's certificate authority: made once, its key never leaving `data/state/`.
-pub struct Authority {
-    key: KeyPair,
-    certificate: rcgen::Certificate,
-    trust: PathBuf,
-    issued: Mutex<HashMap<String, (jiff::Timestamp, Arc<rustls::ServerConfig>)>>,
-}
-
-impl std::fmt::Debug for Authority {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Authority").field("trust", &self.trust).finish_non_exhaustive()
-    }
-}
-
-/// The authority's own certificate: the same name and key each time it is made, so the
-/// certificates it issues chain to the one written down the first time.
-fn authority_params() -> CertificateParams {
-    let mut params = CertificateParams::default();
-    params.distinguished_name.push(DnType::OrganizationName, "baaaht");
-    params.distinguished_name.push(DnType::CommonName, "baaaht egress authority");
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-    params.not_before = rcgen::date_time_ymd(2025, 1, 1);
-    params.not_after = rcgen::date_time_ymd(2045, 1, 1);
-    params
-}
-
-/// `params` valid from the day before `now` for 90 days.
-fn valid_from(params: &mut CertificateParams, now: jiff::Timestamp) {
-    let day = |timestamp: jiff::Timestamp| {
-        let date = timestamp.to_zoned(jiff::tz::TimeZone::UTC).date();
-        (i32::from(date.year()), date.month() as u8, date.day() as u8)
-    };
-    let (from, until) =
-        (day(now - jiff::SignedDuration::from_hours(24)), day(now + jiff::SignedDuration::from_hours(90 * 24)));
-    params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
-    params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
-}
-
-impl Authority {
-    /// The authority of the data dir whose state folder is `state`: made and written down the
-    /// first time; the trust bundle written afresh from the daemon's trusted roots.
-    pub fn open(state: &Path) -> Result<Authority, String> {
-        std::fs::create_dir_all(state).map_err(|error| format!("cannot make {}: {error}", state.display()))?;
-        let key_path = state.join(KEY_FILE);
-        let key = match std::fs::read_to_string(&key_path) {
-            Ok(pem) => {
-                KeyPair::from_pem(&pem).map_err(|error| format!("{} is not a key: {error}", key_path.display()))?
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let key = KeyPair::generate().map_err(|error| error.to_string())?;
-                let pem = Zeroizing::new(key.serialize_pem());
-                crate::state::write_atomic(&key_path, pem.as_bytes(), 0o600).map_err(|error| error.to_string())?;
-                tracing::info!(key = %key_path.display(), "made the egress certificate authority");
-                key
-            }
-            Err(error) => return Err(format!("cannot read {}: {error}", key_path.display())),
-        };
-        let certificate = authority_params().self_signed(&key).map_err(|error| error.to_string())?;
-        let cert_path = state.join(CERT_FILE);
-        let pem = match std::fs::read_to_string(&cert_path) {
-            Ok(pem) => pem,
-            Err(_) => {
-                let pem = certificate.pem();
-                crate::state::write_atomic(&cert_path, pem.as_bytes(), 0o644).map_err(|error| error.to_string())?;
-                pem
-            }
-        };
-        let mut bundle = String::new();
-        for root in rustls_native_certs::load_native_certs().certs {
-            bundle.push_str(&pem_of("CERTIFICATE", root.as_ref()));
-        }
-        bundle.push_str(&pem);
-        let trust = state.join(TRUST_FILE);
-        crate::state::write_atomic(&trust, bundle.as_bytes(), 0o644).map_err(|error| error.to_string())?;
-        Ok(Authority { key, certificate, trust, issued: Mutex::default() })
-    }
-
-    /// The bundle tool containers trust.
-    pub fn trust(&self) -> &Path {
-        &self.trust
-    }
-
-    /// A TLS server configuration presenting a certificate for `host`, issued now or lately.
-    fn server_for(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, String> {
-        let now = jiff::Timestamp::now();
-        {
-            let issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some((at, config)) = issued.get(host) {
-                if now.duration_since(*at).as_secs() < REISSUE_DAYS * 86_400 {
-                    return Ok(config.clone());
-                }
-            }
-        }
-        // Made outside the lock: a key takes a while.
-        let key = KeyPair::generate().map_err(|error| error.to_string())?;
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, host);
-        params.subject_alt_names = vec![match host.parse::<std::net::IpAddr>() {
-            Ok(address) => rcgen::SanType::IpAddress(address),
-            Err(_) => rcgen::SanType::DnsName(host.try_into().map_err(|error| format!("{host}: {error}"))?),
-        }];
-        valid_from(&mut params, now);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.use_authority_key_identifier_extension = true;
-        let leaf = params.signed_by(&key, &self.certificate, &self.key).map_err(|error| error.to_string())?;
-        let chain = vec![leaf.der().clone(), self.certificate.der().clone()];
-        let private = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|error| error.to_string())?
-            .with_no_client_auth()
-            .with_single_cert(chain, private)
-            .map_err(|error| error.to_string())?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let config = Arc::new(config);
-        let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
-        // A bound `*.domain` covers names without end: the oldest certificate makes room.
-        if issued.len() >= MAX_ISSUED && !issued.contains_key(host) {
-            let oldest = issued.iter().min_by_key(|(_, (at, _))| *at).map(|(host, _)| host.clone());
-            if let Some(oldest) = oldest {
-                issued.remove(&oldest);
-            }
-        }
-        issued.insert(host.to_string(), (now, config.clone()));
-        Ok(config)
-    }
-}
-
-/// `der` as PEM text under `label`.
-fn pem_of(label: &str, der: &[u8]) -> String {
-    let encoded = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut text = format!("-----BEGIN {label}-----\n");
-    for line in encoded.as_bytes().chunks(64) {
-        text.push_str(std::str::from_utf8(line).unwrap_or_default());
-        text.push('\n');
-    }
-    text.push_str(&format!("-----END {label}-----\n"));
-    text
-}
+pub use crate::egress::authority::TRUST_IN_CONTAINER;
 
 /// The daemon's edge: its authority, the sessions' placeholders, and what the values are
 /// read from.
@@ -192,7 +52,6 @@ pub struct Edge {
     pub placeholders: Placeholders,
     data_dir: DataDir,
     secrets: Handout,
-    audit: Audit,
 }
 
 impl std::fmt::Debug for Edge {
@@ -202,8 +61,8 @@ impl std::fmt::Debug for Edge {
 }
 
 impl Edge {
-    pub fn new(authority: Arc<Authority>, data_dir: DataDir, secrets: Handout, audit: Audit) -> Edge {
-        Edge { authority, placeholders: Placeholders::default(), data_dir, secrets, audit }
+    pub fn new(authority: Arc<Authority>, data_dir: DataDir, secrets: Handout) -> Edge {
+        Edge { authority, placeholders: Placeholders::default(), data_dir, secrets }
     }
 
     /// What the tool commands of `session` (in `context`) find in the variables of the secrets
@@ -217,21 +76,35 @@ impl Edge {
     }
 }
 
-/// One session's connections at the edge: whose they are, for the audit log and the secrets'
-/// rules.
+/// A session's credentials at the edge: whose connections they are, for the secrets' rules.
 #[derive(Clone)]
-pub struct Crossing {
+pub struct Swap {
     pub edge: Arc<Edge>,
     pub context: Context,
     pub session: String,
     pub caller: Caller,
+}
+
+/// One container's connections at the edge.
+#[derive(Clone)]
+pub struct Crossing {
+    /// Where a tool command's placeholders are swapped (none for an MCP server, whose secrets
+    /// are in its own environment, or when the authority could not be made).
+    pub swap: Option<Swap>,
+    /// The store's values, which never cross (a tool command's connections; none for an MCP
+    /// server, whose own secrets travel in its requests).
+    pub values: Option<Arc<Shield>>,
+    /// Whether a protocol that is neither TLS nor HTTP passes (an MCP server's: a database, a
+    /// mail server; it names no host to check), or is refused (a tool command's).
+    pub other_protocols: bool,
+    pub audit: Audit,
     /// The base of each audit record.
     pub record: Record,
 }
 
 /// What one connection carries through the edge: the session's placeholders (placeholder →
 /// name) and the bindings that cover its host.
-pub struct Plan {
+struct Plan {
     made: HashMap<String, String>,
     bound: Vec<Binding>,
 }
@@ -241,6 +114,9 @@ trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
 type Body = BoxBody<Bytes, hyper::Error>;
+
+/// What records the names of secrets blotted somewhere in a connection.
+type Report = Arc<dyn Fn(&[String]) + Send + Sync>;
 
 /// The daemon's roots, offering HTTP/1.1 only (what the edge speaks).
 fn onward_tls() -> Result<Arc<rustls::ClientConfig>, String> {
@@ -256,71 +132,270 @@ fn onward_tls() -> Result<Arc<rustls::ClientConfig>, String> {
 
 /// Chunks of bytes buffered between the relay and the edge.
 const BETWEEN_BUFFER: usize = 128 * 1024;
+/// How long the edge waits for a client's first bytes (a protocol whose server speaks first is
+/// not offered: nothing could say which name it uses).
+const FIRST_BYTES: std::time::Duration = std::time::Duration::from_secs(60);
+/// The largest TLS ClientHello read (post-quantum key shares make them a few KiB).
+const MOST_HELLO: usize = 64 * 1024;
+/// The request headers a placeholder is swapped in: where APIs take a token. Anywhere else (the
+/// URL, a header a server may echo back) it is refused.
+const CREDENTIAL_HEADERS: &[&str] = &["authorization", "x-api-key", "private-token", "x-auth-token"];
 
 #[async_trait::async_trait]
-impl crate::egress::relay::Between for Crossing {
+impl Between for Crossing {
     async fn take(
         &self,
         host: &str,
         port: u16,
         far: tokio::net::TcpStream,
         tracker: &tokio_util::task::TaskTracker,
-    ) -> Result<tokio::io::DuplexStream, tokio::net::TcpStream> {
-        let Some(plan) = self.plan(host, port).await else { return Err(far) };
+    ) -> tokio::io::DuplexStream {
         let (near, edge_side) = tokio::io::duplex(BETWEEN_BUFFER);
-        tracker.spawn(self.clone().carry(edge_side, far, (host.to_string(), port), plan));
-        Ok(near)
+        tracker.spawn(self.clone().carry(edge_side, far, (host.to_string(), port)));
+        near
+    }
+}
+
+/// `host` as compared: lower case, without a final dot or an IPv6 address's brackets.
+fn plain(host: &str) -> String {
+    host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Bytes read already, then the rest of the stream: what a peeked-at connection is carried on.
+struct Replayed<T> {
+    head: Vec<u8>,
+    at: usize,
+    inner: T,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Replayed<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.at < self.head.len() {
+            let n = (self.head.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.head[at..at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Replayed<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The command's side of a connection as the edge's HTTP server reads it. After each flush it
+/// looks at the read side once (keeping what it finds, waking the server when there is
+/// something): a client that stopped writing while its request was being answered would
+/// otherwise never be noticed, as the server (hyper, half-closed connections allowed) does not
+/// read again by itself then, and the connection would wait for ever.
+struct Watched<T> {
+    inner: T,
+    kept: Vec<u8>,
+    ended: bool,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.kept.is_empty() {
+            let n = self.kept.len().min(buf.remaining());
+            buf.put_slice(&self.kept[..n]);
+            self.kept.drain(..n);
+            return Poll::Ready(Ok(()));
+        }
+        if self.ended {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        std::task::ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
+        if !self.ended && self.kept.is_empty() {
+            let mut looked = [0u8; 4096];
+            let mut buf = ReadBuf::new(&mut looked);
+            match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) => {
+                    match buf.filled() {
+                        [] => self.ended = true,
+                        read => self.kept.extend_from_slice(read),
+                    }
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Ready(Err(_)) => {
+                    // silent-ok: the next read meets it again.
+                    cx.waker().wake_by_ref();
+                }
+                // Waiting: its end wakes the server.
+                Poll::Pending => {}
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The name a TLS ClientHello at the start of `head` gives (SNI), reading more of `near` into
+/// `head` until the hello is whole; why not, when it is not a hello.
+async fn client_hello(head: &mut Vec<u8>, near: &mut (impl AsyncRead + Unpin)) -> Result<Option<String>, String> {
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut fed = 0;
+    loop {
+        while fed < head.len() {
+            match acceptor.read_tls(&mut &head[fed..]) {
+                Ok(0) => break,
+                Ok(n) => fed += n,
+                Err(error) => return Err(format!("it is not TLS ({error})")),
+            }
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => return Ok(accepted.client_hello().server_name().map(str::to_string)),
+            Ok(None) => {}
+            Err((error, _alert)) => return Err(format!("its TLS hello does not read ({error})")),
+        }
+        if head.len() > MOST_HELLO {
+            return Err(format!("its TLS hello is longer than {MOST_HELLO} bytes"));
+        }
+        let mut more = [0u8; 8192];
+        let n = match tokio::time::timeout(FIRST_BYTES, near.read(&mut more)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return Err("it stopped in the middle of its TLS hello".into()),
+        };
+        head.extend_from_slice(&more[..n]);
     }
 }
 
 impl Crossing {
-    /// What a connection to `host:port` must go through; none: nothing (the session holds no
-    /// placeholder), its bytes pass as they are.
+    /// Refuses (audits and logs) a connection to `host:port` for `why`.
+    fn refuse(&self, (host, port): (&str, u16), why: &str) {
+        let record = self.record.clone().detail("host", host).detail("port", port);
+        self.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why));
+        tracing::warn!(%host, port, %why, "the edge refused a connection");
+    }
+
+    /// What a connection to `host:port` carries through: none when the session holds no
+    /// placeholder.
     async fn plan(&self, host: &str, port: u16) -> Option<Plan> {
-        let made = self.edge.placeholders.made(&self.session);
+        let swap = self.swap.as_ref()?;
+        let made = swap.edge.placeholders.made(&swap.session);
         if made.is_empty() {
             return None;
         }
-        let (data_dir, context) = (self.edge.data_dir.clone(), self.context.clone());
+        let (data_dir, context) = (swap.edge.data_dir.clone(), swap.context.clone());
         let bindings = tokio::task::spawn_blocking(move || credentials::bindings(&data_dir, &context)).await.ok()?;
         let bound = bindings.into_iter().filter(|binding| binding.covers(host, port)).collect();
         Some(Plan { made, bound })
     }
 
     /// Carries one connection between the command (`near`) and the far end (`far`, connected
-    /// and checked), by `plan`: HTTP in plain text is read (a placeholder in it refused), TLS to
-    /// a bound host terminated and its requests swapped; anything else passes as it is.
-    async fn carry(
-        self,
-        near: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        mut far: tokio::net::TcpStream,
-        (host, port): (String, u16),
-        plan: Plan,
-    ) {
-        let mut near = tokio::io::BufReader::new(near);
-        // What the client sends first: a protocol whose server speaks first sends nothing.
-        let head = match tokio::time::timeout(SNIFF, near.fill_buf()).await {
-            Ok(Ok(bytes)) => bytes.iter().take(8).copied().collect::<Vec<u8>>(),
-            _ => vec![],
+    /// and checked): TLS passes on when it names `host` (terminated and its requests read when
+    /// a secret is bound to `host`); anything else is read as HTTP/1, request by request.
+    async fn carry(self, mut near: impl Io, far: tokio::net::TcpStream, (host, port): (String, u16)) {
+        let mut head = vec![0u8; 8192];
+        let mut peeked = [0u8; 1];
+        // Who speaks first: the client (TLS, HTTP), or the server (a protocol that is neither).
+        let first = tokio::select! {
+            read = near.read(&mut head) => Some(read),
+            _ = far.peek(&mut peeked) => None,
+            () = tokio::time::sleep(FIRST_BYTES) => Some(Err(std::io::ErrorKind::TimedOut.into())),
         };
-        let tls = head.first() == Some(&0x16);
-        let http = HTTP_METHODS.iter().any(|method| head.starts_with(method));
-        if (tls && plan.bound.is_empty()) || (!tls && !http) {
-            // silent-ok: either end may hang up; the relay records the connection.
-            let _ = tokio::io::copy_bidirectional(&mut near, &mut far).await;
-            return;
+        let n = match first {
+            Some(Ok(n)) if n > 0 => n,
+            Some(Ok(_)) => return,
+            None if self.other_protocols => return self.pass(near, far, vec![]).await,
+            None | Some(Err(_)) => {
+                let why = format!(
+                    "the client sent nothing first (the server spoke, or {}s passed): only HTTP and HTTPS go out, \
+                     and the client speaks first in both",
+                    FIRST_BYTES.as_secs()
+                );
+                return self.refuse((&host, port), &why);
+            }
+        };
+        head.truncate(n);
+        let tls = head[0] == 0x16;
+        if !tls && self.other_protocols {
+            // What is neither TLS nor HTTP names no host to check: it passes as it is.
+            match http_request_line(&mut head, &mut near).await {
+                Some(true) => {}
+                Some(false) => return self.pass(near, far, head).await,
+                None => return,
+            }
         }
+        if tls {
+            let named = match client_hello(&mut head, &mut near).await {
+                Ok(named) => named,
+                Err(why) => {
+                    return self
+                        .refuse((&host, port), &format!("a connection to {host}:{port} that began as TLS: {why}"))
+                }
+            };
+            let address = host.parse::<std::net::IpAddr>().is_ok()
+                || host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok();
+            match named {
+                Some(name) if plain(&name) == plain(&host) => {}
+                None if address => {}
+                None => {
+                    let why = format!("a TLS connection to {host} must name it (SNI); this one names no host");
+                    return self.refuse((&host, port), &why);
+                }
+                Some(name) => {
+                    let why = format!(
+                        "a TLS connection to {host} named {name} (SNI): a connection reaches only the host it was \
+                         allowed for, whatever else shares its address"
+                    );
+                    return self.refuse((&host, port), &why);
+                }
+            }
+        }
+        let plan = self.plan(&host, port).await;
+        let bound = plan.as_ref().is_some_and(|plan| !plan.bound.is_empty());
+        if tls && !bound {
+            // TLS this edge does not open: the bytes pass as they are, the hello first.
+            return self.pass(near, far, head).await;
+        }
+        let plan = plan.unwrap_or(Plan { made: HashMap::new(), bound: vec![] });
+        let near = Replayed { head, at: 0, inner: near };
         let exchange =
             Arc::new(Exchange { crossing: self, host: host.clone(), port, plan, tls, values: Mutex::default() });
         if !tls {
             return exchange.serve(near, Ok(far)).await;
         }
-        let accepted = match exchange.crossing.edge.authority.server_for(&host) {
-            Ok(config) => tokio_rustls::TlsAcceptor::from(config).accept(near).await,
-            Err(why) => {
+        let accepted = match exchange.crossing.swap.as_ref().map(|swap| swap.edge.authority.server_for(&host)) {
+            Some(Ok(config)) => tokio_rustls::TlsAcceptor::from(config).accept(near).await,
+            Some(Err(why)) => {
                 tracing::warn!(%host, %why, "no certificate for a bound host");
                 return;
             }
+            None => return,
         };
         let Ok(near) = accepted else { return };
         let onward = async {
@@ -332,14 +407,37 @@ impl Crossing {
     }
 }
 
-/// How long the edge waits for a client's first bytes before passing the connection on as it is.
-const SNIFF: std::time::Duration = std::time::Duration::from_secs(5);
-/// How an HTTP/1 request starts.
-const HTTP_METHODS: &[&[u8]] =
-    &[b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ", b"TRACE ", b"CONNECT "];
-/// The request headers a placeholder is swapped in: where APIs take a token. Anywhere else (the
-/// URL, a header a server may echo back) it is refused.
-const CREDENTIAL_HEADERS: &[&str] = &["authorization", "x-api-key", "private-token", "x-auth-token"];
+impl Crossing {
+    /// Passes the connection on as it is, `head` (read already) first.
+    async fn pass(&self, mut near: impl Io, mut far: tokio::net::TcpStream, head: Vec<u8>) {
+        if far.write_all(&head).await.is_ok() {
+            // silent-ok: either end may hang up; the relay records the connection.
+            let _ = tokio::io::copy_bidirectional(&mut near, &mut far).await;
+        }
+    }
+}
+
+/// Whether `head` begins with an HTTP/1 request line (`METHOD TARGET HTTP/1.x`), reading more of
+/// `near` into it until its first line is whole; none when the client stops first.
+async fn http_request_line(head: &mut Vec<u8>, near: &mut (impl AsyncRead + Unpin)) -> Option<bool> {
+    loop {
+        if let Some(end) = head.iter().position(|byte| *byte == b'\n') {
+            let line = String::from_utf8_lossy(&head[..end]);
+            let words: Vec<&str> = line.trim_end_matches('\r').split(' ').collect();
+            let token = |word: &str| !word.is_empty() && word.bytes().all(|byte| byte.is_ascii_graphic());
+            return Some(words.len() == 3 && token(words[0]) && token(words[1]) && words[2].starts_with("HTTP/1."));
+        }
+        // A request line is short; this long without one, it is something else.
+        if head.len() > 8192 || !head.iter().all(|byte| byte.is_ascii_graphic() || *byte == b' ' || *byte == b'\r') {
+            return Some(false);
+        }
+        let mut more = [0u8; 4096];
+        match tokio::time::timeout(FIRST_BYTES, near.read(&mut more)).await {
+            Ok(Ok(n)) if n > 0 => head.extend_from_slice(&more[..n]),
+            _ => return None,
+        }
+    }
+}
 
 /// One connection's requests through the edge.
 struct Exchange {
@@ -373,7 +471,9 @@ impl Exchange {
             let (exchange, sender) = (self.clone(), sender.clone());
             async move { Ok::<_, std::convert::Infallible>(exchange.forward(request, &sender).await) }
         });
-        let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(near), service);
+        // A client may stop writing once its request is sent and wait for the answer.
+        let near = TokioIo::new(Watched { inner: near, kept: vec![], ended: false });
+        let connection = hyper::server::conn::http1::Builder::new().half_close(true).serve_connection(near, service);
         tokio::pin!(connection);
         // silent-ok (both): a command that hangs up mid-request ends its connection, nothing more.
         tokio::select! {
@@ -391,12 +491,23 @@ impl Exchange {
     async fn forward(
         &self,
         request: hyper::Request<Incoming>,
-        sender: &Result<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Incoming>>, String>,
+        sender: &Result<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Body>>, String>,
     ) -> hyper::Response<Body> {
         let (mut parts, body) = request.into_parts();
-        if let Err(why) = self.aimed(&mut parts).and_then(|()| self.swap(&mut parts)) {
+        let checked =
+            self.aimed(&mut parts).and_then(|()| self.carries_no_value(&parts)).and_then(|()| self.swap(&mut parts));
+        if let Err(why) = checked {
             return answer(hyper::StatusCode::FORBIDDEN, &why);
         }
+        let known = self.crossing.values.as_ref().map(|shield| shield.values());
+        if known.is_some() {
+            // An answer the edge reads must be readable: not compressed.
+            parts.headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        }
+        let body = match &known {
+            Some(known) => Scrubbed::new(body, known.clone(), self.audited("request_body")).boxed(),
+            None => body.boxed(),
+        };
         let sender = match sender {
             Ok(sender) => sender,
             Err(why) => return answer(hyper::StatusCode::BAD_GATEWAY, why),
@@ -405,37 +516,115 @@ impl Exchange {
         if sender.ready().await.is_err() {
             return answer(hyper::StatusCode::BAD_GATEWAY, &format!("{} closed the connection", self.host));
         }
-        match sender.send_request(hyper::Request::from_parts(parts, body)).await {
-            Ok(mut response) => {
-                self.scrub(response.headers_mut());
-                response.map(BodyExt::boxed)
+        let response = match sender.send_request(hyper::Request::from_parts(parts, body)).await {
+            Ok(response) => response,
+            Err(error) => {
+                return answer(hyper::StatusCode::BAD_GATEWAY, &format!("{} did not answer: {error}", self.host))
             }
-            Err(error) => answer(hyper::StatusCode::BAD_GATEWAY, &format!("{} did not answer: {error}", self.host)),
+        };
+        let Some(known) = known else { return response.map(BodyExt::boxed) };
+        let (mut parts, body) = response.into_parts();
+        let encoding =
+            parts.headers.get(http::header::CONTENT_ENCODING).map(|value| value.as_bytes().to_ascii_lowercase());
+        if encoding.is_some_and(|encoding| encoding != b"identity") {
+            let why = format!(
+                "{} answered compressed though an uncompressed answer was asked for; the edge reads every answer for \
+                 the values of secrets, and cannot read this one",
+                self.host
+            );
+            self.crossing.refuse((&self.host, self.port), &why);
+            return answer(hyper::StatusCode::BAD_GATEWAY, &why);
         }
+        let mut found = vec![];
+        for value in parts.headers.values_mut() {
+            let mut bytes = value.as_bytes().to_vec();
+            let names = known.blot(&mut bytes);
+            if !names.is_empty() {
+                found.extend(names);
+                if let Ok(blotted) = http::HeaderValue::from_bytes(&bytes) {
+                    *value = blotted;
+                }
+            }
+        }
+        if !found.is_empty() {
+            self.audited("response_headers")(&found);
+        }
+        hyper::Response::from_parts(parts, Scrubbed::new(body, known, self.audited("response_body")).boxed())
     }
 
-    /// Checks that the request names the tunnel's own host and port (its `Host` and, in
-    /// absolute form, its URL), so that nothing sent through a tunnel to a bound host is meant
-    /// for another; then writes its URL in origin form.
+    /// What records the names of secrets blotted in `place` of this connection.
+    fn audited(&self, place: &'static str) -> Report {
+        let (audit, record) = (self.crossing.audit.clone(), self.crossing.record.clone());
+        let (host, port) = (self.host.clone(), self.port);
+        Arc::new(move |names: &[String]| {
+            let record = record.clone().detail("host", host.as_str()).detail("port", port).detail("place", place);
+            audit.record(Record { outcome: "blotted".into(), ..record }.detail("found", names.to_vec()));
+            tracing::warn!(%host, port, place, ?names, "the values of secrets were blotted at the edge");
+        })
+    }
+
+    /// Checks that the request names the tunnel's own host and port (in exactly one `Host`
+    /// header and, in absolute form, its URL), so that nothing sent through a tunnel to a host
+    /// is meant for another; then writes its URL in origin form. A tunnel inside the tunnel
+    /// (CONNECT) and a change of protocol (`Upgrade`) are refused: they would carry what the
+    /// edge cannot read.
     fn aimed(&self, parts: &mut http::request::Parts) -> Result<(), String> {
         let default = if self.tls { 443 } else { 80 };
-        let same = |host: &str, port: Option<u16>| {
-            let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.');
-            host.eq_ignore_ascii_case(&self.host) && port.unwrap_or(default) == self.port
+        let same =
+            |host: &str, port: Option<u16>| plain(host) == plain(&self.host) && port.unwrap_or(default) == self.port;
+        let wrong = || {
+            format!(
+                "a request in a connection to {}:{} must name that host once (one Host header, and its URL) and no \
+                 other",
+                self.host, self.port
+            )
         };
-        let named = parts.headers.get(http::header::HOST).and_then(|value| value.to_str().ok());
+        if parts.method == http::Method::CONNECT {
+            return Err(format!(
+                "a CONNECT inside the connection to {} is not sent: open each connection through the proxy",
+                self.host
+            ));
+        }
+        if parts.headers.contains_key(http::header::UPGRADE) {
+            return Err(format!("a change of protocol (Upgrade) in the connection to {} is not offered", self.host));
+        }
+        let mut named = parts.headers.get_all(http::header::HOST).iter();
+        let (Some(first), None) = (named.next(), named.next()) else { return Err(wrong()) };
+        let named = first.to_str().ok().filter(|value| !value.contains('@'));
         let named = named.and_then(|value| value.parse::<http::uri::Authority>().ok());
         let aimed = named.is_some_and(|named| same(named.host(), named.port_u16()))
-            && parts.uri.authority().is_none_or(|authority| same(authority.host(), authority.port_u16()));
+            && parts.uri.authority().is_none_or(|authority| {
+                !authority.as_str().contains('@') && same(authority.host(), authority.port_u16())
+            });
         if !aimed {
-            return Err(format!(
-                "a request in a connection to {}:{} must name that host (its Host header and URL) and no other",
-                self.host, self.port
-            ));
+            return Err(wrong());
         }
         let path = parts.uri.path_and_query().map_or("/", |path| path.as_str()).to_string();
         parts.uri = path.parse().map_err(|error| format!("the request's path is not a path: {error}"))?;
         Ok(())
+    }
+
+    /// Refuses a request whose URL or headers carry a value of the secrets store (in any form
+    /// it travels in): only placeholders go out, and the edge puts values in.
+    fn carries_no_value(&self, parts: &http::request::Parts) -> Result<(), String> {
+        let Some(shield) = &self.crossing.values else { return Ok(()) };
+        let known = shield.values();
+        let carried = known.first_in(parts.uri.to_string().as_bytes()).map(str::to_string).or_else(|| {
+            let mut headers = parts.headers.iter();
+            headers.find_map(|(name, value)| {
+                known
+                    .first_in(name.as_str().as_bytes())
+                    .or_else(|| known.first_in(value.as_bytes()))
+                    .map(str::to_string)
+            })
+        });
+        match carried {
+            Some(name) => {
+                Err(self
+                    .refuse(&name, format!("a request to {} carries the value of {name}; it is not sent", self.host)))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Puts the bound secrets' values in place of their placeholders in the headers APIs take
@@ -443,23 +632,32 @@ impl Exchange {
     /// placeholder goes where its secret may not (another host, plain http, the URL, another
     /// header, a TRACE).
     fn swap(&self, parts: &mut http::request::Parts) -> Result<(), String> {
-        let anywhere = |text: &str| text.contains(credentials::PREFIX);
-        if anywhere(parts.uri.to_string().as_str()) {
+        let anywhere = |text: &[u8]| {
+            text.windows(credentials::PREFIX.len()).any(|window| window == credentials::PREFIX.as_bytes())
+        };
+        if anywhere(parts.uri.to_string().as_bytes()) {
             return Err(self.refused(&parts.uri.to_string(), "the URL: put it in the Authorization header"));
         }
         let method = parts.method.clone();
         for (name, value) in parts.headers.iter_mut() {
-            let Ok(text) = value.to_str() else { continue };
-            let (basic, text) = match text.strip_prefix("Basic ").or_else(|| text.strip_prefix("basic ")) {
-                Some(encoded) => match base64::engine::general_purpose::STANDARD.decode(encoded.trim()) {
-                    Ok(decoded) => (true, String::from_utf8_lossy(&decoded).into_owned()),
-                    Err(_) => (false, text.to_string()),
+            let raw = value.as_bytes();
+            let (basic, text) = match raw.strip_prefix(b"Basic ").or_else(|| raw.strip_prefix(b"basic ")) {
+                Some(encoded) => match base64::engine::general_purpose::STANDARD.decode(encoded.trim_ascii()) {
+                    Ok(decoded) => (true, decoded),
+                    Err(_) => (false, raw.to_vec()),
                 },
-                None => (false, text.to_string()),
+                None => (false, raw.to_vec()),
             };
             if !anywhere(&text) {
                 continue;
             }
+            // Any byte that is not text hides nothing: the placeholder is refused or swapped
+            // whole, and a header that is not text is not one it may be swapped in.
+            let Ok(text) = String::from_utf8(text) else {
+                return Err(
+                    self.refused(&String::from_utf8_lossy(raw), &format!("the header {name}, which is not text"))
+                );
+            };
             if !CREDENTIAL_HEADERS.contains(&name.as_str()) {
                 return Err(self.refused(&text, &format!("the header {name}: it goes only in Authorization")));
             }
@@ -487,41 +685,13 @@ impl Exchange {
         self.refuse(name, format!("the placeholder of {name} is not sent in {where_}"))
     }
 
-    /// Audits and logs refusing `name`'s placeholder; the sentence, for the command.
+    /// Audits and logs refusing `name`'s placeholder or value; the sentence, for the command.
     fn refuse(&self, name: &str, why: String) -> String {
         let crossing = &self.crossing;
         let record = crossing.record.clone().detail("host", self.host.as_str()).detail("credential", name);
-        crossing.edge.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why.as_str()));
-        tracing::warn!(session = %crossing.session, host = %self.host, credential = name, "{why}");
+        crossing.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why.as_str()));
+        tracing::warn!(host = %self.host, credential = name, "{why}");
         why
-    }
-
-    /// Puts each value read for this connection back in place of where it shows in the
-    /// answer's headers (a server echoing a header, a redirect to a URL with it), so the
-    /// command never sees it.
-    fn scrub(&self, headers: &mut http::HeaderMap) {
-        let values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
-        if values.is_empty() {
-            return;
-        }
-        for value in headers.values_mut() {
-            let Ok(text) = value.to_str() else { continue };
-            let mut text = text.to_string();
-            let mut changed = false;
-            for (name, secret) in values.iter() {
-                if secret.is_empty() || !text.contains(secret.as_str()) {
-                    continue;
-                }
-                let placeholder = self.plan.made.iter().find(|(_, made)| *made == name).map(|(p, _)| p.as_str());
-                text = text.replace(secret.as_str(), placeholder.unwrap_or("[credential]"));
-                changed = true;
-            }
-            if changed {
-                if let Ok(scrubbed) = http::HeaderValue::from_str(&text) {
-                    *value = scrubbed;
-                }
-            }
-        }
     }
 
     /// `text` with each placeholder in it replaced by its value (none: no placeholder in it),
@@ -540,12 +710,14 @@ impl Exchange {
             let value = self.value(name)?;
             *out = out.replace(placeholder.as_str(), &value);
         }
-        Ok(found.then_some(out))
+        if !found {
+            return Err(self.refused(text, "this session: it is another's, or was never made"));
+        }
+        Ok(Some(out))
     }
 
     /// The value of the secret `name` for this connection's host, or why it is not sent there.
     fn value(&self, name: &str) -> Result<Zeroizing<String>, String> {
-        let crossing = &self.crossing;
         let refuse = |why: String| self.refuse(name, why);
         let Some(binding) = self.plan.bound.iter().find(|binding| binding.name == name) else {
             return Err(refuse(format!(
@@ -560,21 +732,102 @@ impl Exchange {
                 self.host
             )));
         }
+        let Some(swap) = &self.crossing.swap else {
+            return Err(refuse(format!("{name} is not swapped in for this container")));
+        };
         if let Some(value) = self.values.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
             return Ok(value.clone());
         }
         let asker = crate::secrets::Asker {
-            caller: &crossing.caller,
+            caller: &swap.caller,
             correlation_id: "",
             consumer: ("egress_host", self.host.as_str()),
         };
-        let value = crossing
+        let value = swap
             .edge
             .secrets
             .resolve(asker, binding.referrer, &format!("${{{name}}}"))
             .map_err(|why| refuse(format!("{name} could not be read for {}: {why}", self.host)))?;
         self.values.lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), value.clone());
         Ok(value)
+    }
+}
+
+/// A body with the store's values blotted as it streams ([`Scrubbing`]), the names found
+/// reported when it ends.
+struct Scrubbed {
+    inner: Incoming,
+    scrubbing: Scrubbing,
+    /// Trailers waiting behind the bytes kept back.
+    trailers: Option<Frame<Bytes>>,
+    done: bool,
+    report: Report,
+}
+
+impl Scrubbed {
+    fn new(inner: Incoming, known: Arc<Known>, report: Report) -> Scrubbed {
+        Scrubbed { inner, scrubbing: Scrubbing::new(known), trailers: None, done: false, report }
+    }
+
+    /// The end: what was kept back, and the names found, reported once.
+    fn end(&mut self) -> Option<Bytes> {
+        self.done = true;
+        let rest = self.scrubbing.finish();
+        if !self.scrubbing.found.is_empty() {
+            (self.report)(&self.scrubbing.found);
+        }
+        (!rest.is_empty()).then(|| Bytes::from(rest))
+    }
+}
+
+impl hyper::body::Body for Scrubbed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        loop {
+            if let Some(trailers) = self.trailers.take() {
+                return Poll::Ready(Some(Ok(trailers)));
+            }
+            if self.done {
+                return Poll::Ready(None);
+            }
+            let polled = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+            match polled {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        let passed = self.scrubbing.pass(&data);
+                        if !passed.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(passed)))));
+                        }
+                    }
+                    Err(trailers) => {
+                        self.trailers = Some(trailers);
+                        if let Some(rest) = self.end() {
+                            return Poll::Ready(Some(Ok(Frame::data(rest))));
+                        }
+                    }
+                },
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                None => {
+                    if let Some(rest) = self.end() {
+                        return Poll::Ready(Some(Ok(Frame::data(rest))));
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        // Blotting keeps the length.
+        self.inner.size_hint()
     }
 }
 
@@ -593,50 +846,157 @@ fn answer(status: hyper::StatusCode, why: &str) -> hyper::Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustls::pki_types::pem::PemObject as _;
 
-    /// A TLS handshake with a server of `authority` for `host`, by a client trusting only
-    /// `root`; the client's error, if any.
-    async fn handshake(authority: &Authority, host: &str, root: &str) -> Result<(), String> {
-        let mut roots = rustls::RootCertStore::empty();
-        let root = rustls::pki_types::CertificateDer::from_pem_slice(root.as_bytes()).expect("pem");
-        roots.add(root).expect("root");
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let client = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let (near, far) = tokio::io::duplex(64 * 1024);
-        let server = tokio_rustls::TlsAcceptor::from(authority.server_for(host)?);
-        let name = rustls::pki_types::ServerName::try_from(host.to_string()).expect("name");
-        let (served, connected) =
-            tokio::join!(server.accept(far), tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, near));
-        connected.map_err(|error| error.to_string())?;
-        served.map_err(|error| error.to_string())?;
-        Ok(())
+    /// A loopback server that keeps its connections: each request answered with its request
+    /// line and `body` (what an echoing API answers), the next one read on.
+    async fn keep_alive(body: &'static str) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                tokio::spawn(async move {
+                    use tokio::io::AsyncBufReadExt as _;
+                    let mut stream = tokio::io::BufReader::new(stream);
+                    loop {
+                        let mut first = String::new();
+                        if stream.read_line(&mut first).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let mut line = String::new();
+                        while stream.read_line(&mut line).await.is_ok_and(|n| n > 2) {
+                            line.clear();
+                        }
+                        let text = format!("arrived: {} {body}", first.trim());
+                        let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{text}", text.len());
+                        if stream.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    fn crossing(dir: &std::path::Path, values: Option<Arc<Shield>>) -> Crossing {
+        let audit = Audit::open(dir.join("audit"), false, 1, Arc::new(crate::metrics::Metrics::off()));
+        let record = Record::new(crate::audit::Kind::Egress, "test", "");
+        Crossing { swap: None, values, other_protocols: false, audit, record }
+    }
+
+    /// What comes back through the edge for `sent` (the client then stops writing).
+    async fn through(crossing: &Crossing, port: u16, pieces: &[&[u8]]) -> String {
+        let far = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+        let tracker = tokio_util::task::TaskTracker::new();
+        let mut near = crossing.take("127.0.0.1", port, far, &tracker).await;
+        for piece in pieces {
+            near.write_all(piece).await.expect("send");
+        }
+        near.shutdown().await.expect("stop writing");
+        let mut got = vec![];
+        tokio::time::timeout(std::time::Duration::from_secs(10), near.read_to_end(&mut got))
+            .await
+            .expect("an answer within 10 s")
+            .expect("read");
+        String::from_utf8_lossy(&got).into_owned()
     }
 
     #[tokio::test]
-    async fn the_authority_is_made_once_and_its_certificates_chain_to_what_it_wrote() {
-        use std::os::unix::fs::PermissionsExt as _;
+    async fn every_request_must_name_the_host_it_was_allowed_for() {
         let dir = tempfile::tempdir().expect("tempdir");
-        drop(Authority::open(dir.path()).expect("made"));
-        let key = std::fs::metadata(dir.path().join(KEY_FILE)).expect("key");
-        assert_eq!(key.permissions().mode() & 0o777, 0o600);
-        let written = std::fs::read_to_string(dir.path().join(CERT_FILE)).expect("certificate");
-        // Opened again: the same key, so what it issues verifies against the certificate
-        // written the first time, for names and addresses alike.
-        let again = Authority::open(dir.path()).expect("opened");
-        assert!(std::fs::read_to_string(again.trust()).expect("bundle").ends_with(&written));
-        handshake(&again, "git.example.com", &written).await.expect("a name");
-        handshake(&again, "10.1.2.3", &written).await.expect("an address");
-        let kept = again.server_for("git.example.com").expect("kept");
-        assert!(Arc::ptr_eq(&kept, &again.server_for("git.example.com").expect("kept")));
-        // Another authority's certificates are not trusted in its place.
-        let other = tempfile::tempdir().expect("tempdir");
-        let stranger = Authority::open(other.path()).expect("another");
-        let refused = handshake(&stranger, "git.example.com", &written).await.expect_err("another authority");
-        assert!(refused.contains("UnknownIssuer") || refused.contains("invalid peer certificate"), "{refused}");
+        let crossing = crossing(dir.path(), None);
+        let port = keep_alive("ok").await;
+        let host = format!("127.0.0.1:{port}");
+        let good = format!("GET /first HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        for _ in 0..20 {
+            let said = through(&crossing, port, &[good.as_bytes()]).await;
+            assert!(said.contains("arrived: GET /first HTTP/1.1 ok"), "{said}");
+        }
+        for request in [
+            "GET /x HTTP/1.1\r\nHost: hidden.example\r\n\r\n".to_string(),
+            format!("GET /x HTTP/1.1\r\nHost: {host}\r\nHost: hidden.example\r\n\r\n"),
+            format!("GET http://hidden.example/x HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+            format!("GET /x HTTP/1.1\r\nHost: user@{host}\r\n\r\n"),
+            "GET /x HTTP/1.0\r\n\r\n".to_string(),
+        ] {
+            let said = through(&crossing, port, &[request.as_bytes()]).await;
+            assert!(said.contains(" 403 Forbidden") && said.contains("must name that host once"), "{request}: {said}");
+        }
+        let kept =
+            format!("GET /one HTTP/1.1\r\nHost: {host}\r\n\r\nGET /two HTTP/1.1\r\nHost: hidden.example\r\n\r\n");
+        let said = through(&crossing, port, &[kept.as_bytes()]).await;
+        assert!(said.contains("arrived: GET /one") && said.contains("must name that host once"), "{said}");
+        assert!(!said.contains("/two"), "{said}");
+        let tunnel = format!("CONNECT hidden.example:443 HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        assert!(through(&crossing, port, &[tunnel.as_bytes()]).await.contains("a CONNECT inside the connection"));
+        // Slowly, in pieces, in lower case: read the same way.
+        let slow =
+            through(&crossing, port, &[b"g", format!("et /slow HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes()]).await;
+        assert!(slow.contains("arrived: get /slow"), "{slow}");
+        // A placeholder in plain HTTP, however spelt.
+        for method in ["GET", "get", "PURGE"] {
+            let leak = format!("{method} /leak HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer baaaht-placeholder-0123456789abcdef0123456789abcdef\r\n\r\n");
+            let said = through(&crossing, port, &[leak.as_bytes()]).await;
+            assert!(said.contains(" 403 ") && !said.contains("arrived"), "{method}: {said}");
+        }
+        // Not HTTP at all: nothing reaches the server.
+        assert!(!through(&crossing, port, &[b"\x00\x01binary\r\n\r\n"]).await.contains("arrived"));
+    }
+
+    #[tokio::test]
+    async fn an_mcp_servers_other_protocols_pass_and_its_http_is_read_as_strictly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mcp = Crossing { other_protocols: true, ..crossing(dir.path(), None) };
+        // A server that speaks first, then echoes a line.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let raw = listener.local_addr().expect("address").port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    use tokio::io::AsyncBufReadExt as _;
+                    let _ = stream.write_all(b"220 hello\r\n").await;
+                    let mut reader = tokio::io::BufReader::new(stream);
+                    let mut line = String::new();
+                    let _ = reader.read_line(&mut line).await;
+                    let _ = reader.get_mut().write_all(format!("echo {line}").as_bytes()).await;
+                });
+            }
+        });
+        let said = through(&mcp, raw, &[b"ping\r\n"]).await;
+        assert_eq!(said, "220 hello\r\necho ping\r\n");
+        let port = keep_alive("ok").await;
+        let fronted = through(&mcp, port, &[b"GET /x HTTP/1.1\r\nHost: hidden.example\r\n\r\n"]).await;
+        assert!(fronted.contains(" 403 ") && !fronted.contains("arrived"), "{fronted}");
+        // A tool command's: the server speaking first is refused.
+        let tools = crossing(dir.path(), None);
+        assert_eq!(through(&tools, raw, &[]).await, "");
+    }
+
+    #[tokio::test]
+    async fn a_secrets_value_never_crosses_either_way() {
+        const VALUE: &str = "ghp_Secr3tValue-only-the-store-knows";
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shield = Arc::new(Shield::with_values(&[("GITHUB_TOKEN", VALUE)]));
+        let crossing = crossing(dir.path(), Some(shield));
+        let port = keep_alive(
+            "Bearer ghp_Secr3tValue-only-the-store-knows and Z2hwX1NlY3IzdFZhbHVlLW9ubHktdGhlLXN0b3JlLWtub3dz",
+        )
+        .await;
+        let host = format!("127.0.0.1:{port}");
+        let asked = format!("GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let said = through(&crossing, port, &[asked.as_bytes()]).await;
+        assert!(said.contains("arrived: GET /echo HTTP/1.1 Bearer ****") && !said.contains(VALUE), "{said}");
+        assert!(!said.contains("LW9ubHktdGhlLXN0b3JlLWtub3dz"), "base64 too: {said}");
+        // A short answer, shorter than what is kept back to find a value across chunks.
+        let short = keep_alive("").await;
+        for _ in 0..20 {
+            let asked = format!("GET /s HTTP/1.1\r\nHost: 127.0.0.1:{short}\r\n\r\n");
+            let said = through(&crossing, short, &[asked.as_bytes()]).await;
+            assert!(said.contains("arrived: GET /s HTTP/1.1"), "{said}");
+        }
+        let carrying = format!("GET /leak?t={VALUE} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let said = through(&crossing, port, &[carrying.as_bytes()]).await;
+        assert!(said.starts_with("HTTP/1.1 403") && said.contains("carries the value of GITHUB_TOKEN"), "{said}");
     }
 }

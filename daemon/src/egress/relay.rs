@@ -60,18 +60,19 @@ pub enum TunnelDown {
 trait Far: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Far for T {}
 
-/// What may stand between a container and a host (the credential edge, `egress::edge`).
+/// What stands between a container and a host (the edge, `egress::edge`): every connection
+/// passes it.
 #[async_trait::async_trait]
 pub trait Between: Send + Sync + 'static {
-    /// Takes the connection to `host:port` (`far`, connected) when it must look into it,
-    /// carrying it on `tracker`: the container's side to use; else `far` back, untouched.
+    /// Takes the connection to `host:port` (`far`, connected), carrying it on `tracker`: the
+    /// container's side to use.
     async fn take(
         &self,
         host: &str,
         port: u16,
         far: tokio::net::TcpStream,
         tracker: &TaskTracker,
-    ) -> Result<tokio::io::DuplexStream, tokio::net::TcpStream>;
+    ) -> tokio::io::DuplexStream;
 }
 
 /// Whether a connection may be made, and who said so.
@@ -185,7 +186,7 @@ pub struct Relay<D> {
     record: Record,
     /// Named in the log: `MCP server notes`, `tools of session …`.
     what: String,
-    edge: Option<Arc<dyn Between>>,
+    edge: Arc<dyn Between>,
     down: mpsc::Sender<D>,
     tunnels: RelayTunnels,
     opens: Mutex<crate::limits::Allowance>,
@@ -201,8 +202,9 @@ pub struct Setup<D> {
     /// host, port, decision and bytes.
     pub record: Record,
     pub what: String,
-    /// Where a session's credential placeholders are swapped (none: bytes pass as they are).
-    pub edge: Option<Arc<dyn Between>>,
+    /// What every connection passes: the name it uses checked, a session's credential
+    /// placeholders swapped, no secret value either way.
+    pub edge: Arc<dyn Between>,
     pub down: mpsc::Sender<D>,
     pub tracker: TaskTracker,
 }
@@ -311,14 +313,8 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
         };
         let record = record.detail("allowed_by", by.as_str());
         let (sent, received_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        // In a session holding credential placeholders, the edge carries the connection.
-        let far: Box<dyn Far> = match &self.edge {
-            Some(between) => match between.take(&host, port, stream, &self.tracker).await {
-                Ok(near) => Box::new(near),
-                Err(stream) => Box::new(stream),
-            },
-            None => Box::new(stream),
-        };
+        // The edge carries the connection.
+        let far: Box<dyn Far> = Box::new(self.edge.take(&host, port, stream, &self.tracker).await);
         let (mut reader, mut writer) = tokio::io::split(far);
         if !self.send(TunnelDown::Opened { id, refused: String::new() }).await {
             self.tunnels.end(id, generation);

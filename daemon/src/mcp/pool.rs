@@ -654,15 +654,23 @@ impl McpPool {
             Relay { down: attached.down.clone(), probe: probe.clone(), identity: Probed::from(&attached.identity) };
         self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
         let caller = crate::auth::Caller::Container(Arc::new(attached.identity.clone()));
+        let record = crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+            .detail("mcp_server", server.name.as_str());
         let tunnels = crate::egress::relay::Relay::new(crate::egress::relay::Setup {
             gate: Arc::new(EgressList(server.clone())),
             web: self.web.clone(),
             audit: self.audit.clone(),
-            record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
-                .detail("mcp_server", server.name.as_str()),
+            record: record.clone(),
             what: format!("MCP server {}", server.name),
-            // An MCP server's secrets are in its own environment (`env:`), not swapped here.
-            edge: None,
+            // An MCP server's secrets are in its own environment (`env:`): neither swapped here
+            // nor kept from its requests; the name each connection uses is checked.
+            edge: Arc::new(crate::egress::edge::Crossing {
+                swap: None,
+                values: None,
+                other_protocols: true,
+                audit: self.audit.clone(),
+                record,
+            }),
             down: attached.down.clone(),
             tracker: self.tracker.clone(),
         });

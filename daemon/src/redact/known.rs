@@ -3,10 +3,12 @@
 //!
 //! Each value is searched for as it is, in hex (either case), in base64 and base64url at each
 //! of the three alignments a value can have inside a longer encoded string (the characters
-//! that mix with unknown neighbouring bytes are left out of the needle), and
-//! percent-encoded. One automaton (`aho-corasick`, leftmost-longest) finds them all in one
-//! pass. Values shorter than [`MIN_VALUE`] are not searched for: they would redact ordinary
-//! words. Split or reversed values are not found; that is the known limit.
+//! that mix with unknown neighbouring bytes are left out of the needle), percent-encoded
+//! (either case) and escaped as a JSON string. One automaton (`aho-corasick`,
+//! leftmost-longest) finds them all in one pass, in text or in bytes; [`Scrubbing`] does it to
+//! a stream, across the boundaries of its chunks. Values shorter than [`MIN_VALUE`] are not
+//! searched for: they would redact ordinary words. Split or reversed values are not found;
+//! that is the known limit.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine as _;
@@ -60,11 +62,48 @@ fn forms(value: &str) -> Vec<String> {
             other => format!("%{other:02X}"),
         })
         .collect();
+    found.push(lower_escapes(&percent));
     found.push(percent);
+    // As a JSON string holds it (quotes, backslashes and control characters escaped; a slash
+    // may be too, and anything beyond ASCII as \u escapes).
+    if let Ok(json) = serde_json::to_string(value) {
+        let json = json[1..json.len() - 1].to_string();
+        found.push(json.replace('/', "\\/"));
+        let ascii: String = json
+            .chars()
+            .map(|c| {
+                if c.is_ascii() {
+                    c.to_string()
+                } else {
+                    c.encode_utf16(&mut [0; 2]).iter().map(|unit| format!("\\u{unit:04x}")).collect()
+                }
+            })
+            .collect();
+        found.push(ascii);
+        found.push(json);
+    }
     found.retain(|needle| needle.len() >= MIN_NEEDLE);
     found.sort();
     found.dedup();
     found
+}
+
+/// `percent` with the hex digits of its escapes in lower case (`%2f`), the rest as it is.
+fn lower_escapes(percent: &str) -> String {
+    let mut out = String::with_capacity(percent.len());
+    let mut escape = 0;
+    for c in percent.chars() {
+        if c == '%' {
+            escape = 2;
+            out.push(c);
+        } else if escape > 0 {
+            escape -= 1;
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl Known {
@@ -96,11 +135,49 @@ impl Known {
 
     /// Where each known value is in `text`, appended to `found` (named by the secret).
     pub fn find(&self, text: &str, found: &mut Vec<Finding>) {
+        self.find_bytes(text.as_bytes(), found);
+    }
+
+    /// As [`Known::find`], in bytes that need not be text.
+    pub fn find_bytes(&self, bytes: &[u8], found: &mut Vec<Finding>) {
         let Some(automaton) = &self.automaton else { return };
-        for matched in automaton.find_iter(text) {
+        for matched in automaton.find_iter(bytes) {
             let name = &self.names[matched.pattern().as_usize()];
             found.push(Finding { start: matched.start(), end: matched.end(), rule: name.clone() });
         }
+    }
+
+    /// The name of the first known value in `bytes`, if one is there.
+    pub fn first_in(&self, bytes: &[u8]) -> Option<&str> {
+        let automaton = self.automaton.as_ref()?;
+        automaton.find(bytes).map(|matched| self.names[matched.pattern().as_usize()].as_str())
+    }
+
+    /// Whether any value is known at all.
+    pub fn is_empty(&self) -> bool {
+        self.automaton.is_none()
+    }
+
+    /// `bytes` with every known value overwritten in place by as many `*` (the length of
+    /// what carries it stays the same: a `Content-Length`, a JSON string stay whole), and the
+    /// names found.
+    pub fn blot(&self, bytes: &mut [u8]) -> Vec<String> {
+        let mut found = vec![];
+        self.find_bytes(bytes, &mut found);
+        let mut names: Vec<String> = vec![];
+        for finding in found {
+            bytes[finding.start..finding.end].fill(b'*');
+            if !names.contains(&finding.rule) {
+                names.push(finding.rule);
+            }
+        }
+        names
+    }
+
+    /// The longest form searched for, in bytes: a stream keeps one less than this back to
+    /// find a form cut across two chunks.
+    fn longest(&self) -> usize {
+        self.automaton.as_ref().map_or(0, |automaton| automaton.max_pattern_len())
     }
 
     /// `text` with every known value replaced by `[redacted: NAME]`, and the names found.
@@ -109,6 +186,58 @@ impl Known {
         let mut found = vec![];
         self.find(text, &mut found);
         super::replace(text, found)
+    }
+}
+
+/// A stream scrubbed of the known values as it passes, chunk by chunk: each chunk comes out
+/// with its values blotted ([`Known::blot`]), less the few bytes at its end that may begin a
+/// value the next chunk ends, which come out with the next one (or at [`Scrubbing::finish`]).
+pub struct Scrubbing {
+    known: std::sync::Arc<Known>,
+    kept: Vec<u8>,
+    /// The names found so far.
+    pub found: Vec<String>,
+}
+
+impl Scrubbing {
+    pub fn new(known: std::sync::Arc<Known>) -> Scrubbing {
+        Scrubbing { known, kept: vec![], found: vec![] }
+    }
+
+    /// What of `chunk` (after what was kept back) may go on now, scrubbed.
+    pub fn pass(&mut self, chunk: &[u8]) -> Vec<u8> {
+        if self.known.is_empty() {
+            return chunk.to_vec();
+        }
+        let mut bytes = std::mem::take(&mut self.kept);
+        bytes.extend_from_slice(chunk);
+        let mut found = vec![];
+        self.known.find_bytes(&bytes, &mut found);
+        // Everything but the last `longest - 1` bytes goes on; a value that begins before that
+        // point ends inside `bytes` (it is no longer than `longest`), so it is found whole.
+        let mut cut = bytes.len().saturating_sub(self.known.longest().saturating_sub(1));
+        for finding in &found {
+            if finding.start < cut {
+                cut = cut.max(finding.end);
+                bytes[finding.start..finding.end].fill(b'*');
+                if !self.found.contains(&finding.rule) {
+                    self.found.push(finding.rule.clone());
+                }
+            }
+        }
+        self.kept = bytes.split_off(cut);
+        bytes
+    }
+
+    /// What was kept back, scrubbed: the end of the stream.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let mut rest = std::mem::take(&mut self.kept);
+        for name in self.known.blot(&mut rest) {
+            if !self.found.contains(&name) {
+                self.found.push(name);
+            }
+        }
+        rest
     }
 }
 
@@ -141,10 +270,42 @@ mod tests {
             assert!(redacted.contains("[redacted: GITHUB_TOKEN]"), "{redacted}");
             assert!(!redacted.contains(VALUE) && !redacted.contains(&hex), "{redacted}");
         }
+        // Escaped in JSON, percent-encoded in lower case.
+        for text in [
+            serde_json::json!({"echo": format!("Bearer {VALUE}")}).to_string(),
+            serde_json::to_string(&format!("Bearer {VALUE}")).expect("json").replace('/', "\\/"),
+            format!("q={}", VALUE.replace('/', "%2f").replace('+', "%2b").replace('?', "%3f")),
+        ] {
+            let (redacted, names) = redactor.redact(&text);
+            assert_eq!(names, ["GITHUB_TOKEN"], "{text} → {redacted}");
+        }
         // Nothing known: the text itself, not a copy; a short value is not searched for.
         let (same, names) = redactor.redact("nothing to see, abc");
         assert!(matches!(same, Cow::Borrowed(_)) && names.is_empty());
         let (none, _) = Known::new([]).redact(VALUE);
         assert_eq!(none, VALUE);
+    }
+
+    #[test]
+    fn a_stream_is_scrubbed_across_its_chunks_and_keeps_its_length() {
+        use base64::Engine as _;
+        let known = std::sync::Arc::new(Known::new([("GITHUB_TOKEN", VALUE)]));
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("Bearer {VALUE}"));
+        let body = format!("{{\"h\":\"Bearer {VALUE}\",\"b\":\"{b64}\",\"x\":\"{}\"}}", "y".repeat(100));
+        let bytes = body.as_bytes();
+        // Cut at every place, in pieces of every size from one byte.
+        for size in [1, 2, 3, 7, 16, 64, bytes.len()] {
+            let mut scrubbing = Scrubbing::new(known.clone());
+            let mut out = vec![];
+            for chunk in bytes.chunks(size) {
+                out.extend(scrubbing.pass(chunk));
+            }
+            out.extend(scrubbing.finish());
+            let out = String::from_utf8(out).expect("text");
+            assert_eq!(out.len(), body.len(), "{size}");
+            assert!(!out.contains(VALUE) && !out.contains(&b64[10..30]), "{size}: {out}");
+            assert!(out.ends_with(&format!("{}\"}}", "y".repeat(100))), "{size}: {out}");
+            assert_eq!(scrubbing.found, ["GITHUB_TOKEN"]);
+        }
     }
 }

@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-pub use known::{Known, MIN_VALUE};
+pub use known::{Known, Scrubbing, MIN_VALUE};
 pub use rules::Rules;
 
 use crate::audit::{Audit, Kind, Record};
@@ -179,6 +179,12 @@ impl Shield {
             }
         }
         self.known.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The store's values as they are now, in the forms they travel in: what the egress edge
+    /// scrubs from answers and refuses in requests, byte by byte.
+    pub fn values(&self) -> Arc<Known> {
+        self.known(true)
     }
 
     /// `text` with every secret and credential replaced, and what was found (names and rule ids).

@@ -197,22 +197,26 @@ impl v1::agents_server::Agents for AgentsService {
                 truncated: false,
             }));
         }
-        // The address as the proxy will read it to connect, for every check.
-        let (host, port) = crate::egress::proxy::host_and_port(&message.url)
-            .map_err(|error| Status::invalid_argument(error.to_string()))?;
-        // A turn that read untrusted content follows only the links it was shown, or hosts a rule allows.
-        let principal = crate::audit::principal(&caller);
-        let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
-        let (data_dir, context, checked) = (self.shared.data_dir.clone(), identity.context.clone(), bare.clone());
-        let allowed = tokio::task::spawn_blocking(move || {
-            crate::egress::policy::decide(&data_dir, &context, &checked, port)
-                .is_some_and(|rule| rule.action == crate::egress::policy::Action::Allow)
-        });
-        let allowed = allowed.await.unwrap_or(false);
-        let taints = &self.shared.taints;
-        if let Err(why) = taints.may_fetch(&identity.session_id, &message.url, &bare, allowed, &principal) {
-            self.shared.audit.record(audit("refused").detail("host", host.as_str()).detail("reason", why.as_str()));
-            return Err(Status::permission_denied(why));
+        // The address as the proxy will read it to connect, for every check (one it cannot read
+        // is refused by the proxy, which says why).
+        let parsed = crate::egress::proxy::host_and_port(&message.url);
+        let host = parsed.as_ref().map(|(host, _)| host.clone()).unwrap_or_default();
+        if let Ok((host, port)) = parsed {
+            // A turn that read untrusted content follows only the links it was shown, or hosts a
+            // rule allows.
+            let principal = crate::audit::principal(&caller);
+            let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+            let (data_dir, context, checked) = (self.shared.data_dir.clone(), identity.context.clone(), bare.clone());
+            let allowed = tokio::task::spawn_blocking(move || {
+                crate::egress::policy::decide(&data_dir, &context, &checked, port)
+                    .is_some_and(|rule| rule.action == crate::egress::policy::Action::Allow)
+            });
+            let allowed = allowed.await.unwrap_or(false);
+            let taints = &self.shared.taints;
+            if let Err(why) = taints.may_fetch(&identity.session_id, &message.url, &bare, allowed, &principal) {
+                self.shared.audit.record(audit("refused").detail("host", host.as_str()).detail("reason", why.as_str()));
+                return Err(Status::permission_denied(why));
+            }
         }
         let fetch = crate::egress::proxy::FetchRequest {
             session: identity.session_id.clone(),
@@ -251,6 +255,19 @@ impl v1::agents_server::Agents for AgentsService {
                 _ => Status::unavailable(baaaht_proto::error_chain(&error)),
             }
         })?;
+        // No value of the secrets store reaches a container, whatever a page says.
+        let known = self.shared.tool_calls.redact.shield().values();
+        let mut response = response;
+        let mut blotted = known.blot(&mut response.body);
+        for (_, value) in response.headers.iter_mut() {
+            let mut bytes = std::mem::take(value).into_bytes();
+            blotted.extend(known.blot(&mut bytes));
+            *value = String::from_utf8_lossy(&bytes).into_owned();
+        }
+        if !blotted.is_empty() {
+            blotted.dedup();
+            self.shared.audit.record(audit("blotted").detail("host", host.as_str()).detail("found", blotted));
+        }
         let mut headers = std::collections::HashMap::<String, String>::new();
         for (name, value) in response.headers {
             headers

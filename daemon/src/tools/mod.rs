@@ -176,6 +176,8 @@ pub struct Runners {
     taints: Arc<crate::taint::Taints>,
     /// Swaps credentials in at the edge; its authority's bundle is what tool containers trust.
     pub edge: Option<Arc<crate::egress::edge::Edge>>,
+    /// The store's values, which the edge keeps from crossing either way.
+    values: Arc<crate::redact::Shield>,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
     /// for them.
     tracker: TaskTracker,
@@ -211,6 +213,8 @@ pub struct Setup {
     /// None when the daemon's certificate authority could not be made (no credential is then
     /// swapped in).
     pub edge: Option<Arc<crate::egress::edge::Edge>>,
+    /// The store's values, which the edge keeps from crossing either way.
+    pub values: Arc<crate::redact::Shield>,
     pub tracker: TaskTracker,
 }
 
@@ -235,6 +239,7 @@ impl Runners {
             approvals,
             taints,
             edge,
+            values,
             tracker,
         } = setup;
         Runners {
@@ -253,6 +258,7 @@ impl Runners {
             approvals,
             taints,
             edge,
+            values,
             tracker,
         }
     }
@@ -526,14 +532,17 @@ impl Runners {
             audit: self.audit.clone(),
             record: record.clone(),
             what: format!("the tools of session {}", identity.session_id),
-            edge: self.edge.as_ref().map(|edge| {
-                Arc::new(crate::egress::edge::Crossing {
+            edge: Arc::new(crate::egress::edge::Crossing {
+                swap: self.edge.as_ref().map(|edge| crate::egress::edge::Swap {
                     edge: edge.clone(),
                     context: identity.context.clone(),
                     session: identity.session_id.clone(),
                     caller: caller.clone(),
-                    record: record.clone(),
-                }) as Arc<dyn crate::egress::relay::Between>
+                }),
+                values: Some(self.values.clone()),
+                other_protocols: false,
+                audit: self.audit.clone(),
+                record: record.clone(),
             }),
             down: peer.down(),
             tracker: self.tracker.clone(),
