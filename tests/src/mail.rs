@@ -1,9 +1,13 @@
 //! Real mail servers for the email gateway's tests, one set per test on loopback: Dovecot
 //! (IMAP with TLS from the first byte and with STARTTLS, delivery by LMTP, sign-in from a
-//! password file) and Postfix (SMTP in for the test's senders, submission with TLS or STARTTLS
-//! and a password for the gateway's answers, everything delivered to Dovecot), with a
-//! certificate from a test authority. Debian's packages; `scripts/test` installs them. Mail is
-//! sent with lettre and read with Python's imaplib and email package, as a mail program shows it.
+//! password file), Postfix (SMTP in for anyone, submission with TLS or STARTTLS and a password,
+//! a signed-in user sending only as their own address, everything delivered to Dovecot) with
+//! OpenDKIM as its milter (mail submitted for `family.test` signed with a key made for the
+//! test; mail coming in checked, an `Authentication-Results` of `mail.home.test` written and
+//! any claiming that id removed), and dnsmasq answering for the key (`mail._domainkey.
+//! family.test`), all with a certificate from a test authority. Debian's packages;
+//! `scripts/test` installs them. Mail is sent with lettre and read with Python's imaplib and
+//! email package, as a mail program shows it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +20,11 @@ use crate::Running;
 
 /// The mail domains the servers take mail for.
 pub const DOMAINS: &[&str] = &["home.test", "family.test", "elsewhere.test"];
+/// The domain whose submitted mail OpenDKIM signs, and its selector.
+pub const SIGNED_DOMAIN: &str = "family.test";
+pub const SELECTOR: &str = "mail";
+/// The authserv-id of the household's mail server (OpenDKIM's `AuthservID`).
+pub const AUTHSERV_ID: &str = "mail.home.test";
 
 /// Reads mail as a person's mail program shows it (Python's imaplib and email package).
 const CLIENT: &str = r#"
@@ -77,8 +86,13 @@ pub struct MailServers {
     pub submission: u16,
     /// The test authority's certificate (PEM).
     pub ca: PathBuf,
+    /// dnsmasq's port on 127.0.0.1: where the DKIM key is asked for.
+    pub dns: u16,
+    milter: u16,
     dovecot: Option<Running>,
     postfix: Option<Running>,
+    opendkim: Option<Running>,
+    dnsmasq: Option<Running>,
 }
 
 impl MailServers {
@@ -90,10 +104,10 @@ impl MailServers {
         let dir = PathBuf::from(format!("/tmp/bm-{}-{count}", std::process::id()));
         // silent-ok: a folder left by an earlier run, or none.
         let _ = std::fs::remove_dir_all(&dir);
-        for sub in ["tls", "mail", "run", "spool", "pdata", "postfix"] {
+        for sub in ["tls", "mail", "run", "spool", "pdata", "postfix", "dkim"] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
-        let ports = [free_port()?, free_port()?, free_port()?, free_port()?, free_port()?];
+        let ports = [free_port()?, free_port()?, free_port()?, free_port()?, free_port()?, free_port()?, free_port()?];
         let mut servers = MailServers {
             ca: dir.join("tls/ca.pem"),
             dir,
@@ -102,15 +116,66 @@ impl MailServers {
             smtp: ports[2],
             submissions: ports[3],
             submission: ports[4],
+            dns: ports[5],
+            milter: ports[6],
             dovecot: None,
             postfix: None,
+            opendkim: None,
+            dnsmasq: None,
         };
         servers.certificates()?;
         let passwords: String = users.iter().map(|(user, password)| format!("{user}:{{PLAIN}}{password}\n")).collect();
         std::fs::write(servers.dir.join("users"), passwords)?;
         servers.start_dovecot()?;
-        servers.start_postfix()?;
+        servers.start_dkim()?;
+        servers.start_postfix(users)?;
         Ok(servers)
+    }
+
+    /// A DKIM key for [`SIGNED_DOMAIN`] (opendkim-genkey), dnsmasq answering for it, and
+    /// OpenDKIM signing and checking as the household's milter.
+    fn start_dkim(&mut self) -> Result<()> {
+        let keys = self.dir.join("dkim");
+        crate::tls::run(
+            Command::new("opendkim-genkey").args(["-b", "2048", "-d", SIGNED_DOMAIN, "-s", SELECTOR, "-D"]).arg(&keys),
+        )
+        .context("opendkim-genkey (install opendkim-tools)")?;
+        // The record as the zone file has it: quoted strings inside parentheses, joined.
+        let zone = std::fs::read_to_string(keys.join(format!("{SELECTOR}.txt")))?;
+        let inside = zone.split_once('(').and_then(|(_, rest)| rest.split_once(')')).map(|(inside, _)| inside);
+        let record: String = inside.context("the key's record")?.split('"').skip(1).step_by(2).collect();
+        let mut dnsmasq = Command::new("dnsmasq");
+        dnsmasq
+            .args(["--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll"])
+            .args(["--local=/test/", "--listen-address=127.0.0.1", "--bind-interfaces", "--pid-file=", "--user=root"])
+            .arg(format!("--port={}", self.dns))
+            .arg(format!("--txt-record={SELECTOR}._domainkey.{SIGNED_DOMAIN},{record}"));
+        self.dnsmasq =
+            Some(crate::spawn(dnsmasq, &self.dir.join("dnsmasq.log")).context("dnsmasq (install dnsmasq-base)")?);
+        wait_for_port(self.dns, "dnsmasq", &self.dir.join("dnsmasq.log"))?;
+        // OpenDKIM resolves through libunbound, which asks no loopback server and answers for
+        // `.test` itself unless told otherwise.
+        let unbound = format!(
+            "server:\n    do-not-query-localhost: no\n    local-zone: \"test.\" nodefault\nforward-zone:\n    \
+             name: \".\"\n    forward-addr: 127.0.0.1@{}\n",
+            self.dns
+        );
+        std::fs::write(keys.join("unbound.conf"), unbound)?;
+        let k = keys.display();
+        let config = format!(
+            "Background no\nSyslog no\nLogWhy yes\nMode sv\nSocket inet:{milter}@[127.0.0.1]\nUserID root\n\
+             RequireSafeKeys no\nDomain {SIGNED_DOMAIN}\nSelector {SELECTOR}\nKeyFile {k}/{SELECTOR}.private\n\
+             Canonicalization relaxed/simple\nOversignHeaders From\n\
+             InternalHosts 192.0.2.1\nAuthservID {AUTHSERV_ID}\nAlwaysAddARHeader yes\nRemoveARAll yes\n\
+             ResolverConfiguration {k}/unbound.conf\n",
+            milter = self.milter,
+        );
+        std::fs::write(keys.join("opendkim.conf"), config)?;
+        let mut opendkim = Command::new("opendkim");
+        opendkim.args(["-f", "-x"]).arg(keys.join("opendkim.conf"));
+        self.opendkim =
+            Some(crate::spawn(opendkim, &self.dir.join("opendkim.log")).context("opendkim (install opendkim)")?);
+        wait_for_port(self.milter, "OpenDKIM", &self.dir.join("opendkim.log"))
     }
 
     /// A test authority and the servers' certificate from it (for 127.0.0.1 and localhost).
@@ -145,8 +210,10 @@ impl MailServers {
         wait_for_port(self.imaps, "Dovecot", &self.dir.join("dovecot.log"))
     }
 
-    fn start_postfix(&mut self) -> Result<()> {
+    fn start_postfix(&mut self, users: &[(&str, &str)]) -> Result<()> {
         let d = self.dir.display().to_string();
+        // A signed-in user sends as their own address only, as a household's server is set up.
+        let logins: Vec<String> = users.iter().map(|(user, _)| format!("{user}={user}")).collect();
         let main = format!(
             "compatibility_level = 3.6\nqueue_directory = {d}/spool\ndata_directory = {d}/pdata\n\
              myhostname = mail.home.test\nmydestination =\ninet_interfaces = 127.0.0.1\ninet_protocols = ipv4\n\
@@ -154,14 +221,19 @@ impl MailServers {
              smtpd_tls_cert_file = {d}/tls/server.pem\nsmtpd_tls_key_file = {d}/tls/server.key\n\
              smtpd_tls_security_level = may\nsmtpd_sasl_type = dovecot\nsmtpd_sasl_path = {d}/run/auth\n\
              smtpd_relay_restrictions = permit_mynetworks permit_sasl_authenticated reject_unauth_destination\n\
-             maillog_file = {d}/postfix.log\nmaillog_file_prefixes = {d}\nalias_maps =\nalias_database =\n",
+             maillog_file = {d}/postfix.log\nmaillog_file_prefixes = {d}\nalias_maps =\nalias_database =\n\
+             smtpd_sender_login_maps = inline:{{ {logins} }}\n\
+             smtpd_milters = inet:127.0.0.1:{milter}\nnon_smtpd_milters = $smtpd_milters\nmilter_default_action = tempfail\n",
             domains = DOMAINS.join(" "),
+            logins = logins.join(", "),
+            milter = self.milter,
         );
         std::fs::write(self.dir.join("postfix/main.cf"), main)?;
         let submission = |port: u16, tls: &str| {
             format!(
                 "127.0.0.1:{port} inet n - n - - smtpd\n  {tls}\n  -o smtpd_sasl_auth_enable=yes\n  \
                  -o smtpd_client_restrictions=permit_sasl_authenticated,reject\n  \
+                 -o smtpd_sender_restrictions=reject_sender_login_mismatch\n  \
                  -o smtpd_relay_restrictions=permit_sasl_authenticated,reject\n"
             )
         };
@@ -298,7 +370,7 @@ impl MailServers {
 
     /// What the servers logged (for a failing test's message).
     pub fn logs(&self) -> String {
-        ["dovecot.log", "postfix.log", "dovecot.out", "postfix.out"]
+        ["dovecot.log", "postfix.log", "dovecot.out", "postfix.out", "opendkim.log", "dnsmasq.log"]
             .iter()
             .map(|name| format!("--- {name}\n{}", std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()))
             .collect()
@@ -312,6 +384,8 @@ impl Drop for MailServers {
         let _ = Command::new("postfix").arg("-c").arg(self.dir.join("postfix")).arg("stop").output();
         self.postfix.take();
         self.dovecot.take();
+        self.opendkim.take();
+        self.dnsmasq.take();
         if std::env::var_os("BAAAHT_KEEP_MAIL").is_none() {
             // silent-ok: cleaning up.
             let _ = std::fs::remove_dir_all(&self.dir);

@@ -36,9 +36,10 @@ pub fn hosts_of(record: &GatewayRecord) -> Vec<String> {
             hosts.extend(record.arg("--api-url").and_then(host_port));
             hosts
         }
-        // The mailbox's IMAP server and the SMTP server answers go out through, as registered.
+        // The mailbox's IMAP server and the SMTP server answers go out through, and the resolver
+        // DKIM keys are asked of, as registered.
         GatewayKind::Email { .. } => {
-            ["--imap", "--smtp"].iter().filter_map(|flag| record.arg(flag)).filter_map(host_port).collect()
+            ["--imap", "--smtp", "--dns"].iter().filter_map(|flag| record.arg(flag)).filter_map(host_port).collect()
         }
         // The homeserver (its media too: matrix-sdk fetches media from the homeserver).
         GatewayKind::Matrix { homeserver } => host_port(homeserver).into_iter().collect(),

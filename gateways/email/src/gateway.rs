@@ -1,9 +1,13 @@
-//! The gateway: the mailbox watched by IMAP IDLE, each new mail from an allowed sender a turn
-//! in the conversation of its thread (a new thread, a new conversation), the answer a reply in
-//! the thread sent by SMTP. A mail is marked read when it is taken; one taken but not answered
-//! when the gateway stopped gets a sentence saying so when it starts again. Mail from anyone
-//! else, automatic mail (autoresponders, bounces, lists) and mail the server found forged is
-//! left unread and logged. An approval request is a mail the person answers with one word.
+//! The gateway: the mailbox watched by IMAP IDLE, each new mail from an allowed sender whose
+//! sending is authenticated (`auth`) a turn in the conversation of its thread (a new thread, a
+//! new conversation; a thread is its sender's, so another's mail naming it starts its own), the
+//! answer a reply in the thread sent by SMTP. A mail is marked read when it is taken; one taken
+//! but not answered when the gateway stopped gets a sentence saying so when it starts again (or,
+//! when no answer can be written for it, is set aside with a line in the log). Mail from anyone
+//! else, unauthenticated mail (unless `--unauthenticated isolate` answers it in a conversation
+//! of its own, with no one's context), automatic mail, and a sender writing faster than a person
+//! does (an auto-responder that does not say so) is left unread and logged. An approval request
+//! is a mail the person answers with one word.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,6 +24,7 @@ use baaaht_proto::v1;
 use futures_util::StreamExt as _;
 
 use crate::allow::Allowed;
+use crate::auth::{Checks, Verdict};
 use crate::mail::{self, Incoming};
 use crate::server::{Server, Trust};
 use crate::threads::{Pending, Threads};
@@ -43,7 +48,51 @@ pub struct Options {
     pub mailbox: String,
     pub allowed: Allowed,
     pub max_file_bytes: u64,
+    /// How senders are authenticated.
+    pub checks: Arc<Checks>,
+    /// What becomes of a mail from an allowed address that is not authenticated.
+    pub unauthenticated: Unauthenticated,
 }
+
+/// What becomes of an allowed sender's mail that is not authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unauthenticated {
+    /// Left unread and logged (the default).
+    Ignore,
+    /// Answered as an unknown sender: a person of its own (`email:ADDRESS/unverified`, which no
+    /// address is: a domain has no `/`), with no one's context, the answer not quoting it.
+    Isolate,
+}
+
+impl Unauthenticated {
+    pub fn parse(text: &str) -> Result<Unauthenticated, String> {
+        match text {
+            "ignore" => Ok(Unauthenticated::Ignore),
+            "isolate" => Ok(Unauthenticated::Isolate),
+            other => Err(format!(
+                "--unauthenticated `{other}`: give ignore (unauthenticated mail is left unread) or isolate (it is \
+                 answered as from an unknown sender, with no one's context)"
+            )),
+        }
+    }
+}
+
+/// What became of a mail looked at.
+enum Taken {
+    /// Taken: marked read.
+    Yes,
+    /// Left unread for good (not looked at again while the gateway runs).
+    No,
+    /// Left unread for now: looked at again after a while.
+    Later,
+}
+
+/// The most mails one sender's are taken in a minute, and in an hour: a person writes fewer, an
+/// auto-responder that does not say it is one writes more.
+const PER_MINUTE: usize = 5;
+const PER_HOUR: usize = 30;
+/// How long a mail left for later waits to be looked at again.
+const LATER: Duration = Duration::from_secs(60);
 
 /// What the gateway knows for its whole life.
 pub struct Gateway {
@@ -58,6 +107,10 @@ pub struct Gateway {
     ignored: Mutex<HashSet<u32>>,
     /// Approval requests mailed, by the request mail's Message-ID: the request's id.
     asked: Mutex<HashMap<String, String>>,
+    /// Mails left for later, by UID: when they may be looked at again.
+    later: Mutex<HashMap<u32, std::time::Instant>>,
+    /// When each sender's recent mails were taken.
+    recent: Mutex<HashMap<String, std::collections::VecDeque<std::time::Instant>>>,
 }
 
 impl Gateway {
@@ -78,11 +131,21 @@ impl Gateway {
             threads: Mutex::new(threads),
             ignored: Mutex::default(),
             asked: Mutex::default(),
+            later: Mutex::default(),
+            recent: Mutex::default(),
         }
     }
 
+    /// Who `mail` is from, as the daemon is told: its sender, or, when the sender is not
+    /// authenticated (and such mail is answered), an unknown person of its own.
     fn person(&self, mail: &Incoming) -> Person {
-        Person { identity: format!("email:{}", mail.from), name: mail.name.clone() }
+        match mail.verified {
+            true => Person { identity: format!("email:{}", mail.from), name: mail.name.clone() },
+            false => Person {
+                identity: format!("email:{}/unverified", mail.from),
+                name: Some(format!("{} (unverified)", mail.name.as_deref().unwrap_or(&mail.from))),
+            },
+        }
     }
 
     fn domain(&self) -> &str {
@@ -156,7 +219,12 @@ impl Gateway {
         let unread = session.uid_search("UNSEEN").await.map_err(|error| format!("IMAP SEARCH: {error}"))?;
         let mut uids: Vec<u32> = {
             let ignored = self.ignored.lock().unwrap_or_else(PoisonError::into_inner);
-            unread.into_iter().filter(|uid| !ignored.contains(uid)).collect()
+            let later = self.later.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = std::time::Instant::now();
+            unread
+                .into_iter()
+                .filter(|uid| !ignored.contains(uid) && later.get(uid).is_none_or(|at| *at <= now))
+                .collect()
         };
         uids.sort_unstable();
         for uid in uids {
@@ -175,7 +243,11 @@ impl Gateway {
                 raw
             };
             let Some(raw) = raw else { continue };
-            if self.clone().arrived(uid, &raw).await {
+            let taken = self.clone().arrived(uid, &raw).await;
+            if matches!(taken, Taken::Yes | Taken::No) {
+                self.later.lock().unwrap_or_else(PoisonError::into_inner).remove(&uid);
+            }
+            if let Taken::Yes = taken {
                 let mut stored = session
                     .uid_store(uid.to_string(), "+FLAGS (\\Seen)")
                     .await
@@ -183,58 +255,120 @@ impl Gateway {
                 while let Some(done) = stored.next().await {
                     done.map_err(|error| format!("IMAP STORE: {error}"))?;
                 }
-            } else {
+            } else if let Taken::No = taken {
                 self.ignored.lock().unwrap_or_else(PoisonError::into_inner).insert(uid);
+            } else {
+                let again = std::time::Instant::now() + LATER;
+                self.later.lock().unwrap_or_else(PoisonError::into_inner).insert(uid, again);
             }
         }
         Ok(())
     }
 
+    /// Whether `sender` may have one more mail taken now (a person writes fewer than
+    /// [`PER_MINUTE`] a minute and [`PER_HOUR`] an hour); noted when it may.
+    fn within_pace(&self, sender: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.len() > 1024 {
+            recent
+                .retain(|_, times| times.back().is_some_and(|at| now.duration_since(*at) < Duration::from_secs(3600)));
+        }
+        let times = recent.entry(sender.to_string()).or_default();
+        while times.front().is_some_and(|at| now.duration_since(*at) >= Duration::from_secs(3600)) {
+            times.pop_front();
+        }
+        let last_minute = times.iter().filter(|at| now.duration_since(**at) < Duration::from_secs(60)).count();
+        if last_minute >= PER_MINUTE || times.len() >= PER_HOUR {
+            return false;
+        }
+        times.push_back(now);
+        true
+    }
+
     /// A new mail: whether it was taken (its turn started, or an approval answered).
-    async fn arrived(self: Arc<Self>, uid: u32, raw: &[u8]) -> bool {
-        let mail = match mail::read(raw, uid, self.options.max_file_bytes) {
+    async fn arrived(self: Arc<Self>, uid: u32, raw: &[u8]) -> Taken {
+        let mut mail = match mail::read(raw, uid, self.options.max_file_bytes) {
             Ok(mail) => mail,
             Err(why) => {
                 tracing::warn!(uid, why, "a mail left unread: it cannot be read");
-                return false;
+                return Taken::No;
             }
         };
-        let sender = mail.from.as_str();
-        if sender == self.options.address.as_str() {
+        let sender = mail.from.clone();
+        if sender == self.options.address {
             tracing::info!(uid, "a mail from the assistant's own address left unread");
-            return false;
+            return Taken::No;
         }
-        if !self.options.allowed.allows(sender) {
+        if !self.options.allowed.allows(&sender) {
             tracing::warn!(uid, sender, subject = %mail.subject, "a mail from a sender not allowed left unread");
-            return false;
-        }
-        if mail.forged {
-            tracing::warn!(uid, sender, "a mail the server found forged (Authentication-Results) left unread");
-            return false;
+            return Taken::No;
         }
         if mail.automatic {
             tracing::info!(uid, sender, subject = %mail.subject, "an automatic mail left unread");
-            return false;
+            return Taken::No;
+        }
+        match self.options.checks.check(raw, &sender, &mail.results).await {
+            Verdict::Authenticated(how) => {
+                tracing::info!(uid, sender, %how, "the sender is authenticated");
+                mail.verified = true;
+            }
+            Verdict::Unsure(why) => {
+                tracing::warn!(
+                    uid,
+                    sender,
+                    why,
+                    "a mail left unread for now: whether its sender sent it is not known yet"
+                );
+                return Taken::Later;
+            }
+            Verdict::Unauthenticated(why) if self.options.unauthenticated == Unauthenticated::Ignore => {
+                tracing::warn!(
+                    uid,
+                    sender,
+                    why,
+                    "a mail left unread: nothing shows its sender sent it (its From is what anyone may write)"
+                );
+                return Taken::No;
+            }
+            Verdict::Unauthenticated(why) => {
+                tracing::warn!(
+                    uid,
+                    sender,
+                    why,
+                    "an unauthenticated mail answered as from an unknown sender, with no one's context"
+                );
+            }
         }
         if self.threads.lock().unwrap_or_else(PoisonError::into_inner).is_pending(&mail.id) {
-            return true;
+            return Taken::Yes;
+        }
+        // Paced by who it is from: a stranger writing as Alice spends none of Alice's pace.
+        if !self.within_pace(&self.person(&mail).identity) {
+            tracing::warn!(
+                uid,
+                sender,
+                "a mail left unread for now: its sender writes faster than {PER_MINUTE} a minute or {PER_HOUR} an hour \
+                 (an auto-responder that does not say it is one?)"
+            );
+            return Taken::Later;
         }
         let approval = mail
             .answers
             .iter()
             .find_map(|id| self.asked.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned());
-        if let Some(approval) = approval {
+        if let Some(approval) = approval.filter(|_| mail.verified) {
             tokio::spawn(async move { self.approval_answered(&mail, approval).await });
-            return true;
+            return Taken::Yes;
         }
-        let pending = Pending { raw: String::from_utf8_lossy(raw).into_owned(), uid };
+        let pending = Pending { raw: String::from_utf8_lossy(raw).into_owned(), uid, verified: mail.verified };
         if let Err(error) = self.threads.lock().unwrap_or_else(PoisonError::into_inner).take(&mail.id, pending) {
             tracing::error!(%error, "a mail left unread: the gateway cannot keep its state");
-            return false;
+            return Taken::No;
         }
         tracing::info!(uid, sender, "a mail taken");
         tokio::spawn(async move { self.answer(mail).await });
-        true
+        Taken::Yes
     }
 
     /// The turn of `mail`, in the conversation of its thread; its answer a reply.
@@ -264,7 +398,9 @@ impl Gateway {
     /// The turn's message, in the session of the mail's thread (a new one for a new thread).
     async fn message_of(&self, mail: &Incoming) -> Result<turn::Message, tonic::Status> {
         let person = self.person(mail);
-        let known = self.threads.lock().unwrap_or_else(PoisonError::into_inner).session_of(&mail.answers);
+        // A thread is its sender's: another's mail naming its ids starts a conversation of its own.
+        let known =
+            self.threads.lock().unwrap_or_else(PoisonError::into_inner).session_of(&mail.answers, &person.identity);
         let session_id = match known {
             Some(session) => session,
             None => {
@@ -276,7 +412,9 @@ impl Gateway {
             }
         };
         let ids: Vec<String> = std::iter::once(mail.id.clone()).chain(mail.answers.iter().cloned()).collect();
-        if let Err(error) = self.threads.lock().unwrap_or_else(PoisonError::into_inner).remember(&ids, &session_id) {
+        let remembered =
+            self.threads.lock().unwrap_or_else(PoisonError::into_inner).remember(&ids, &session_id, &person.identity);
+        if let Err(error) = remembered {
             tracing::warn!(%error, "the thread's conversation is not kept; a reply may start a new one");
         }
         let text = if mail.text.is_empty() && mail.files.is_empty() { mail.subject.clone() } else { mail.text.clone() };
@@ -291,15 +429,31 @@ impl Gateway {
         })
     }
 
+    /// The reply to `mail` saying `text` with `files`, and its Message-ID; why none can be
+    /// written (never a panic: whatever the mail said, it is set aside).
+    fn written_reply(&self, mail: &Incoming, text: &str, files: &[File]) -> Result<(lettre::Message, String), String> {
+        let options = &self.options;
+        let id = mail::new_id(self.domain());
+        // An answer to a sender not authenticated does not quote them: the household's address
+        // does not carry a stranger's words to whoever they named.
+        let quoted = mail.verified;
+        let writing = std::panic::AssertUnwindSafe(|| {
+            mail::reply(&options.address, &options.name, mail, text, files, &id, quoted)
+        });
+        let message = std::panic::catch_unwind(writing)
+            .map_err(|_panicked| "the answer could not be written (the mail library failed on it)".to_string())??;
+        Ok((message, id))
+    }
+
     /// Sends `text` as a reply to `mail` in its thread; the reply's Message-ID.
     async fn reply(&self, mail: &Incoming, text: &str, files: &[File]) -> Result<String, String> {
         let options = &self.options;
-        let id = mail::new_id(self.domain());
-        let message = mail::reply(&options.address, &options.name, mail, text, files, &id)?;
+        let (message, id) = self.written_reply(mail, text, files)?;
         wire::send(&self.egress, &self.trust, &options.smtp, &options.login, &options.password, &message).await?;
+        let identity = self.person(mail).identity;
         let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(session) = threads.session_of(std::slice::from_ref(&mail.id)) {
-            if let Err(error) = threads.remember(std::slice::from_ref(&id), &session) {
+        if let Some(session) = threads.session_of(std::slice::from_ref(&mail.id), &identity) {
+            if let Err(error) = threads.remember(std::slice::from_ref(&id), &session, &identity) {
                 tracing::warn!(%error, "the reply's id is not kept; an answer to it may start a new conversation");
             }
         }
@@ -333,7 +487,8 @@ impl Gateway {
         wire::send(&self.egress, &self.trust, &options.smtp, &options.login, &options.password, &message).await?;
         if !delivery.session.is_empty() {
             let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Err(error) = threads.remember(std::slice::from_ref(&id), &delivery.session) {
+            let owner = format!("email:{}", delivery.chat);
+            if let Err(error) = threads.remember(std::slice::from_ref(&id), &delivery.session, &owner) {
                 tracing::warn!(%error, "the mail's id is not kept; an answer to it may start a new conversation");
             }
         }
@@ -342,21 +497,33 @@ impl Gateway {
     }
 
     /// Mails taken before the gateway last stopped whose answers never went out: their senders
-    /// are told.
+    /// are told (a mail no answer can be written for is set aside, said in the log).
     async fn tell_unanswered(self: Arc<Self>) {
         let unanswered = self.threads.lock().unwrap_or_else(PoisonError::into_inner).unanswered();
         for (id, pending) in unanswered {
             match mail::read(pending.raw.as_bytes(), pending.uid, self.options.max_file_bytes) {
-                Ok(mail) => {
+                Ok(mut mail) => {
+                    mail.verified = pending.verified;
                     let sentence = "⚠️ The assistant was restarted while answering this, so no answer was sent. \
                                     What it wrote, if anything, is in your conversation in the other baaaht apps; \
                                     reply to this mail to ask again.";
-                    if let Err(error) = self.reply(&mail, sentence, &[]).await {
-                        tracing::warn!(%error, "cannot tell a sender their mail went unanswered; told at the next start");
-                        continue;
+                    match self.written_reply(&mail, sentence, &[]) {
+                        Err(why) => {
+                            tracing::warn!(
+                                why,
+                                uid = pending.uid,
+                                "a mail taken before the restart is set aside: no answer can be written for it"
+                            );
+                        }
+                        Ok(_) => {
+                            if let Err(error) = self.reply(&mail, sentence, &[]).await {
+                                tracing::warn!(%error, "cannot tell a sender their mail went unanswered; told at the next start");
+                                continue;
+                            }
+                        }
                     }
                 }
-                Err(why) => tracing::warn!(why, "a mail taken before the restart cannot be read again"),
+                Err(why) => tracing::warn!(why, "a mail taken before the restart cannot be read again; set aside"),
             }
             if let Err(error) = self.threads.lock().unwrap_or_else(PoisonError::into_inner).done(&id) {
                 tracing::warn!(%error, "cannot note a mail as answered");

@@ -1,6 +1,8 @@
-//! A mail as the gateway reads it — who sent it, which thread it belongs to, its words (HTML
-//! mail turned into text, the quoted history of a reply left out) and its attachments — and
-//! the answer it sends back: a reply in the same thread that quotes what it answers.
+//! A mail as the gateway reads it — who says they sent it (exactly one `From:` address; who
+//! really did is `auth`'s to say), which thread it belongs to, its words (HTML mail turned into
+//! text, the quoted history of a reply left out) and its attachments — and the answer it sends
+//! back: a reply in the same thread that quotes what it answers. Nothing a mail says can make
+//! the answer fail to be written: names are one plain line.
 
 use baaaht_gateway_kit::daemon::File;
 use mail_parser::{HeaderValue, MessageParser, MimeHeaders as _};
@@ -9,6 +11,8 @@ use mail_parser::{HeaderValue, MessageParser, MimeHeaders as _};
 const MAX_TEXT: usize = 32 * 1024;
 /// The most lines of the asking mail quoted in a reply.
 const MAX_QUOTED_LINES: usize = 40;
+/// The most attachments one mail may carry.
+pub const MAX_FILES: usize = 10;
 
 /// A mail that arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,17 +37,39 @@ pub struct Incoming {
     /// An automatic mail (an autoresponder, a bounce, a mailing list): never answered, so two
     /// machines do not answer each other for ever.
     pub automatic: bool,
-    /// The mail server's verdict on the sender (`Authentication-Results`): whether SPF, DKIM
-    /// or DMARC failed for it.
-    pub forged: bool,
+    /// Its `Authentication-Results` headers, topmost (the last server's) first.
+    pub results: Vec<String>,
+    /// Whether its sender was authenticated (`auth`): false until the gateway says so.
+    pub verified: bool,
 }
 
 /// `raw` read, or why it cannot be; `uid` names a mail without a Message-ID.
 pub fn read(raw: &[u8], uid: u32, max_file_bytes: u64) -> Result<Incoming, String> {
     let message = MessageParser::default().parse(raw).ok_or("not a mail message")?;
+    // Exactly one sender: a second From line, or a second address in it, would let a mail name
+    // one sender to a check and another to the conversation.
+    let froms = message.header_values("From").count();
+    if froms != 1 {
+        return Err(format!("it has {froms} From lines; a mail names exactly one sender"));
+    }
+    let senders = message.from().map(|from| from.iter().count()).unwrap_or(0);
+    if senders != 1 {
+        return Err(format!("its From names {senders} addresses; a mail names exactly one sender"));
+    }
     let from = message.from().and_then(|from| from.first()).ok_or("it names no sender (From)")?;
     let address = from.address().ok_or("its sender (From) has no address")?.trim().to_ascii_lowercase();
-    let name = from.name().map(str::trim).filter(|name| !name.is_empty()).map(str::to_string);
+    let plain = address.split_once('@').is_some_and(|(user, domain)| {
+        !user.is_empty()
+            && !domain.is_empty()
+            && !domain.ends_with('.')
+            && !domain.starts_with('.')
+            && domain.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'-'))
+            && !address.chars().any(|c| c.is_whitespace() || c.is_control())
+    });
+    if !plain {
+        return Err(format!("its sender's address `{}` is not a plain address", address.escape_debug()));
+    }
+    let name = from.name().map(one_line).filter(|name| !name.is_empty());
     let id = message.message_id().map(str::to_string).unwrap_or_else(|| format!("uid-{uid}@baaaht.invalid"));
     let ids = |value: &HeaderValue<'_>| -> Vec<String> {
         match value {
@@ -67,10 +93,15 @@ pub fn read(raw: &[u8], uid: u32, max_file_bytes: u64) -> Result<Incoming, Strin
         || message.header_raw("List-Id").is_some()
         || address.starts_with("mailer-daemon@")
         || address.starts_with("postmaster@");
-    let forged = message.header_values("Authentication-Results").filter_map(HeaderValue::as_text).any(failed_check);
+    let results =
+        message.header_values("Authentication-Results").filter_map(HeaderValue::as_text).map(str::to_string).collect();
     let whole: String = message.body_text(0).map(|text| text.replace("\r\n", "\n")).unwrap_or_default();
     let whole: String = whole.chars().take(MAX_TEXT).collect();
     let text = new_part(&whole);
+    let attached = message.attachments().count();
+    if attached > MAX_FILES {
+        return Err(format!("it has {attached} attachments; at most {MAX_FILES} are taken from one mail"));
+    }
     let mut files = vec![];
     for part in message.attachments() {
         let bytes = part.contents();
@@ -88,8 +119,11 @@ pub fn read(raw: &[u8], uid: u32, max_file_bytes: u64) -> Result<Incoming, Strin
                 None => kind.ctype().to_string(),
             })
             .unwrap_or_else(|| "application/octet-stream".into());
-        let name =
-            part.attachment_name().map(str::to_string).unwrap_or_else(|| format!("attachment-{}", files.len() + 1));
+        let name = part
+            .attachment_name()
+            .map(one_line)
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| format!("attachment-{}", files.len() + 1));
         files.push(File { name, mime_type, bytes: bytes.to_vec() });
     }
     let mut references_out = references.clone();
@@ -100,20 +134,22 @@ pub fn read(raw: &[u8], uid: u32, max_file_bytes: u64) -> Result<Incoming, Strin
         references: references_out,
         from: address,
         name,
-        subject: message.subject().unwrap_or_default().trim().to_string(),
+        subject: one_line(message.subject().unwrap_or_default()),
         date: message.date().map(|date| date.to_rfc822()),
         text,
         whole,
         files,
         automatic,
-        forged,
+        results,
+        verified: false,
     })
 }
 
-/// Whether an `Authentication-Results` verdict says a check of the sender failed.
-fn failed_check(verdict: &str) -> bool {
-    let verdict = verdict.to_ascii_lowercase();
-    ["spf=fail", "dkim=fail", "dmarc=fail"].iter().any(|failed| verdict.contains(failed))
+/// `text` as one plain line: control characters (a line break a decoded word hid among them)
+/// become spaces, runs of space one, at most 200 characters.
+fn one_line(text: &str) -> String {
+    let text: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(200).collect()
 }
 
 /// What a mail says that is new: the quoted history of a reply (`> …` lines, and the
@@ -153,8 +189,11 @@ pub fn reply_subject(subject: &str) -> String {
     }
 }
 
-/// The body of a reply: `answer`, then `asked` quoted under its heading.
-pub fn reply_body(answer: &str, asked: &Incoming) -> String {
+/// The body of a reply: `answer`, then `asked` quoted under its heading (with `quoted`).
+pub fn reply_body(answer: &str, asked: &Incoming, quoted: bool) -> String {
+    if !quoted {
+        return format!("{}\n", answer.trim_end());
+    }
     let who = match &asked.name {
         Some(name) => format!("{name} <{}>", asked.from),
         None => asked.from.clone(),
@@ -198,7 +237,7 @@ fn sender(address: &str, name: &str) -> Result<lettre::message::Mailbox, String>
 }
 
 /// `asked`'s reply from `address` (named `name`), `answer` its text and `files` attached, with
-/// its own `id`.
+/// its own `id`; quoting `asked` with `quoted`.
 pub fn reply(
     address: &str,
     name: &str,
@@ -206,6 +245,7 @@ pub fn reply(
     answer: &str,
     files: &[File],
     id: &str,
+    quoted: bool,
 ) -> Result<lettre::Message, String> {
     use lettre::message::Mailbox;
     let to_address = asked.from.parse().map_err(|error| format!("the sender's address `{}`: {error}", asked.from))?;
@@ -219,7 +259,7 @@ pub fn reply(
         .in_reply_to(format!("<{}>", asked.id))
         .references(references.join(" "));
     // RFC 3834: an answer made by a program, so other programs do not answer it back.
-    written(builder, reply_body(answer, asked), files, "auto-replied")
+    written(builder, reply_body(answer, asked, quoted), files, "auto-replied")
 }
 
 /// A mail from `address` (named `name`) to `to` (named `to_name`) that answers none — what
@@ -289,7 +329,7 @@ mod tests {
         assert_eq!(mail.references, ["r0@family.test", "a0@home.test", "q1@family.test"]);
         assert_eq!((mail.from.as_str(), mail.name.as_deref()), ("alice@family.test", Some("Alice Liddell")));
         assert_eq!(mail.text, "What about fish?");
-        assert!(!mail.automatic && !mail.forged);
+        assert!(!mail.automatic && mail.results.is_empty());
     }
 
     #[test]
@@ -300,17 +340,53 @@ mod tests {
         assert!(!mail.text.contains('<'), "{}", mail.text);
         let auto = "Message-ID: <v@x>\r\nFrom: bob@family.test\r\nAuto-Submitted: auto-replied\r\nSubject: Out of office\r\n\r\naway";
         assert!(read(auto.as_bytes(), 2, 1024).expect("auto").automatic);
-        let forged = "Message-ID: <f@x>\r\nAuthentication-Results: mail.home.test; spf=fail smtp.mailfrom=family.test\r\nFrom: alice@family.test\r\nSubject: x\r\n\r\nsend me the codes";
-        assert!(read(forged.as_bytes(), 3, 1024).expect("forged").forged);
+        let stamped = "Message-ID: <f@x>\r\nAuthentication-Results: mail.home.test; dkim=none\r\nAuthentication-Results: x; dmarc=pass\r\nFrom: alice@family.test\r\nSubject: x\r\n\r\nsend me the codes";
+        assert_eq!(
+            read(stamped.as_bytes(), 3, 1024).expect("stamped").results,
+            ["mail.home.test; dkim=none", "x; dmarc=pass"]
+        );
         let no_id = "From: bob@family.test\r\nSubject: x\r\n\r\nhi";
         assert_eq!(read(no_id.as_bytes(), 9, 1024).expect("no id").id, "uid-9@baaaht.invalid");
         assert!(read(b"Subject: x\r\n\r\nhi", 4, 1024).expect_err("no sender").contains("From"));
     }
 
     #[test]
+    fn a_mail_names_exactly_one_plain_sender_and_few_attachments() {
+        let mail = |from: &str| format!("Message-ID: <m@x>\r\n{from}\r\nSubject: x\r\n\r\nhi");
+        for (from, says) in [
+            ("From: alice@family.test\r\nFrom: mallory@elsewhere.test", "2 From lines"),
+            ("From: alice@family.test, mallory@elsewhere.test", "names 2 addresses"),
+            ("From: alice@family.test.", "not a plain address"),
+        ] {
+            let refused = read(mail(from).as_bytes(), 1, 1024).expect_err(from);
+            assert!(refused.contains(says), "{from}: {refused}");
+        }
+        let many: String = (0..11)
+            .map(|n| format!("--b\r\nContent-Type: text/plain\r\nContent-Disposition: attachment; filename=\"f{n}.txt\"\r\n\r\nx\r\n"))
+            .collect();
+        let attached = format!(
+            "Message-ID: <a@x>\r\nFrom: alice@family.test\r\nSubject: x\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nhi\r\n{many}--b--\r\n"
+        );
+        assert!(read(attached.as_bytes(), 1, 1024).expect_err("too many").contains("11 attachments; at most 10"));
+    }
+
+    #[test]
+    fn a_name_with_a_line_break_in_it_is_answered_as_one_plain_line() {
+        // "Al\nice: Bcc: x@evil" as a decoded word.
+        let asked = "Message-ID: <n@x>\r\nFrom: =?utf-8?B?QWwKaWNlOiBCY2M6IHhAZXZpbA==?= <alice@family.test>\r\nSubject: =?utf-8?B?aGkKQmNjOiB4QGV2aWw=?=\r\n\r\nhi";
+        let mail = read(asked.as_bytes(), 1, 1024).expect("read");
+        assert_eq!(mail.name.as_deref(), Some("Al ice: Bcc: x@evil"));
+        assert_eq!(mail.subject, "hi Bcc: x@evil");
+        let reply = reply("assistant@home.test", "baaaht", &mail, "ok", &[], "r@home.test", true).expect("a reply");
+        let text = String::from_utf8(reply.formatted()).expect("utf-8");
+        assert!(!text.lines().any(|line| line.starts_with("Bcc:")), "{text}");
+    }
+
+    #[test]
     fn a_reply_quotes_what_it_answers_in_the_same_thread() {
         let mail = read(ASKED.as_bytes(), 7, 1024).expect("read");
-        let reply = reply("assistant@home.test", "baaaht", &mail, "Fish is fine.", &[], "n1@home.test").expect("reply");
+        let reply =
+            reply("assistant@home.test", "baaaht", &mail, "Fish is fine.", &[], "n1@home.test", true).expect("reply");
         let text = String::from_utf8(reply.formatted()).expect("utf-8");
         assert!(text.contains("Subject: Re: Dinner"), "{text}");
         assert!(text.contains("In-Reply-To: <q1@family.test>"), "{text}");
@@ -336,7 +412,7 @@ mod tests {
         let fresh = String::from_utf8(fresh.formatted()).expect("utf-8");
         assert!(fresh.contains("Subject: Daily digest") && fresh.contains("Auto-Submitted: auto-generated"), "{fresh}");
         assert!(!fresh.contains("In-Reply-To"), "{fresh}");
-        let body = reply_body("Fish is fine.", &mail);
+        let body = reply_body("Fish is fine.", &mail, true);
         assert!(body.starts_with("Fish is fine.\n\nOn Thu, 26 Nov 2026 18:00:00 +0000, Alice Liddell <alice@family.test> wrote:\n> What about fish?\n"), "{body}");
         assert_eq!(reply_subject("RE: x"), "RE: x");
         assert_eq!(reply_subject(""), "Re: your message");
@@ -346,9 +422,16 @@ mod tests {
     fn files_the_agents_sent_are_attached_to_the_reply_and_read_back_as_attachments() {
         let mail = read(ASKED.as_bytes(), 7, 1024).expect("read");
         let chart = File { name: "chart.csv".into(), mime_type: "text/csv".into(), bytes: b"a,b\n1,2\n".to_vec() };
-        let reply =
-            reply("assistant@home.test", "baaaht", &mail, "Here it is.", std::slice::from_ref(&chart), "n2@home.test")
-                .expect("reply");
+        let reply = reply(
+            "assistant@home.test",
+            "baaaht",
+            &mail,
+            "Here it is.",
+            std::slice::from_ref(&chart),
+            "n2@home.test",
+            true,
+        )
+        .expect("reply");
         let read_back = read(&reply.formatted(), 8, 1024).expect("read back");
         assert!(read_back.text.starts_with("Here it is."), "{}", read_back.text);
         assert_eq!(read_back.files, vec![chart]);

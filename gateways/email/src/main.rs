@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use baaaht_email::allow::Allowed;
-use baaaht_email::gateway::{Gateway, Options};
+use baaaht_email::auth::Checks;
+use baaaht_email::gateway::{Gateway, Options, Unauthenticated};
 use baaaht_email::server::{Server, Trust};
 use baaaht_email::threads::Threads;
 use baaaht_gateway_kit::cli::Supervised;
@@ -44,6 +45,19 @@ struct Cli {
     /// (@family.example), comma-separated or repeated. Anyone else's mail is left unread.
     #[arg(long, value_name = "SENDERS", required = true)]
     allow: Vec<String>,
+    /// A DNS resolver, host:port, asked (over TCP, through the daemon's egress) for the DKIM keys
+    /// that authenticate senders, e.g. 1.1.1.1:53 (a private one needs tools.web_proxy.allow)
+    #[arg(long, value_name = "HOST:PORT")]
+    dns: Option<String>,
+    /// The authserv-id of the household's mail server, whose topmost Authentication-Results
+    /// header is believed (dmarc=pass, or an aligned dkim=pass); the server must stamp every
+    /// mail and remove stamps claiming its id (OpenDKIM: AuthservID, RemoveARAll)
+    #[arg(long, value_name = "ID")]
+    authserv_id: Option<String>,
+    /// What becomes of an allowed address's mail that is not authenticated: ignore (left
+    /// unread) or isolate (answered as from an unknown sender, with no one's context)
+    #[arg(long, value_name = "WHAT", default_value = "ignore")]
+    unauthenticated: String,
     /// A certificate authority (PEM) trusted besides the system's, for a household's own mail
     /// server
     #[arg(long, value_name = "PATH")]
@@ -70,6 +84,22 @@ async fn run(cli: Cli) -> Result<(), String> {
     let smtp = Server::parse("--smtp", &cli.smtp, cli.smtp_tls.as_deref())?;
     let allowed = Allowed::parse(&cli.allow)?;
     let trust = Trust::load(cli.ca_file.as_deref())?;
+    let unauthenticated = Unauthenticated::parse(&cli.unauthenticated)?;
+    let dns = match cli.dns.as_deref() {
+        Some(dns) => Some(
+            dns.rsplit_once(':')
+                .map(|(host, port)| {
+                    (host.trim_start_matches('[').trim_end_matches(']').to_string(), port.parse::<u16>())
+                })
+                .and_then(|(host, port)| {
+                    port.ok().filter(|port| *port != 0 && !host.is_empty()).map(|port| (host, port))
+                })
+                .ok_or_else(|| format!("--dns `{dns}`: give a resolver's host:port, e.g. 1.1.1.1:53"))?,
+        ),
+        None => None,
+    };
+    let authserv_id = cli.authserv_id.as_deref().map(str::trim).filter(|id| !id.is_empty()).map(str::to_string);
+    let checks = Checks::new(authserv_id, dns, supervised.egress())?;
     if supervised.check {
         return Ok(());
     }
@@ -87,6 +117,8 @@ async fn run(cli: Cli) -> Result<(), String> {
         mailbox: cli.mailbox.clone(),
         allowed,
         max_file_bytes: cli.max_file_bytes,
+        checks: Arc::new(checks),
+        unauthenticated,
     };
     let (follower, deliveries) =
         Follower::open(daemon.clone(), baaaht_proto::v1::ChannelType::Email, Some(&cli.state_dir))?;

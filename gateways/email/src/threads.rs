@@ -1,8 +1,10 @@
 //! Which conversation a mail belongs to, kept in the gateway's state folder across restarts:
 //! every Message-ID of a thread (the asking mails and the answers sent) names the session the
-//! thread is, so a reply to any of them goes on in that session. Mails taken but not yet
-//! answered are kept too: a gateway stopped mid-answer tells their senders when it starts
-//! again, rather than leaving them waiting.
+//! thread is and whose it is, so a reply to any of them from the same person goes on in that
+//! session; another person's mail naming them (a Message-ID is no secret) starts its own, and
+//! never changes whose the ids are. Mails taken but not yet answered are kept too: a gateway
+//! stopped mid-answer tells their senders when it starts again, rather than leaving them
+//! waiting.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,13 +21,34 @@ pub struct Pending {
     /// The raw mail, to answer it after a restart.
     pub raw: String,
     pub uid: u32,
+    /// Whether its sender was authenticated (an answer quotes only those).
+    #[serde(default)]
+    pub verified: bool,
+}
+
+/// One Message-ID of a thread: the session, when it was seen (seconds since the epoch), and
+/// whose thread it is (the channel identity; none for one kept before threads had owners,
+/// which no one's mail goes on in).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Kept {
+    Owned { session: String, at: u64, owner: String },
+    Unowned(String, u64),
+}
+
+impl Kept {
+    fn at(&self) -> u64 {
+        match self {
+            Kept::Owned { at, .. } | Kept::Unowned(_, at) => *at,
+        }
+    }
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct File {
-    /// Message-ID → (session id, when it was seen, seconds since the epoch).
+    /// Message-ID → its thread.
     #[serde(default)]
-    threads: BTreeMap<String, (String, u64)>,
+    threads: BTreeMap<String, Kept>,
     /// Message-ID → the mail taken.
     #[serde(default)]
     pending: BTreeMap<String, Pending>,
@@ -60,20 +83,28 @@ impl Threads {
         Ok(Threads { path, file })
     }
 
-    /// The session of the thread any of `ids` is in.
-    pub fn session_of(&self, ids: &[String]) -> Option<String> {
-        ids.iter().find_map(|id| self.file.threads.get(id)).map(|(session, _)| session.clone())
+    /// The session of `owner`'s thread any of `ids` is in.
+    pub fn session_of(&self, ids: &[String], owner: &str) -> Option<String> {
+        ids.iter().find_map(|id| match self.file.threads.get(id) {
+            Some(Kept::Owned { session, owner: theirs, .. }) if theirs == owner => Some(session.clone()),
+            _ => None,
+        })
     }
 
-    /// Puts `ids` in the thread of `session`.
-    pub fn remember(&mut self, ids: &[String], session: &str) -> Result<(), String> {
+    /// Puts `ids` in `owner`'s thread of `session`; an id that is someone else's stays theirs.
+    pub fn remember(&mut self, ids: &[String], session: &str, owner: &str) -> Result<(), String> {
         let at = now();
         for id in ids {
-            self.file.threads.insert(id.clone(), (session.to_string(), at));
+            let theirs =
+                matches!(self.file.threads.get(id), Some(Kept::Owned { owner: theirs, .. }) if theirs != owner);
+            if !theirs {
+                let kept = Kept::Owned { session: session.to_string(), at, owner: owner.to_string() };
+                self.file.threads.insert(id.clone(), kept);
+            }
         }
         if self.file.threads.len() > MAX_IDS {
             let mut ages: Vec<(u64, String)> =
-                self.file.threads.iter().map(|(id, (_, at))| (*at, id.clone())).collect();
+                self.file.threads.iter().map(|(id, kept)| (kept.at(), id.clone())).collect();
             ages.sort();
             for (_, id) in ages.into_iter().take(self.file.threads.len() - MAX_IDS) {
                 self.file.threads.remove(&id);
@@ -117,16 +148,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_thread_kept_before_threads_had_owners_is_no_ones() {
+        let dir = std::env::temp_dir().join(format!("baaaht-email-threads-old-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("threads.json"), r#"{"threads":{"q1@x":["s-1",1700000000]},"pending":{}}"#)
+            .expect("old");
+        let threads = Threads::open(&dir).expect("an old file reads");
+        assert_eq!(threads.session_of(&["q1@x".into()], "email:alice@family.test"), None);
+        // silent-ok: cleaning up.
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_thread_is_found_by_any_of_its_ids_after_a_restart_and_pending_mail_is_kept() {
         let dir = std::env::temp_dir().join(format!("baaaht-email-threads-{}", std::process::id()));
         // silent-ok: a folder left by an earlier run, or none.
         let _ = std::fs::remove_dir_all(&dir);
         let mut threads = Threads::open(&dir).expect("open");
-        threads.remember(&["q1@x".into(), "a1@y".into()], "s-1").expect("remember");
-        threads.take("q2@x", Pending { raw: "From: a@x\r\n\r\nhi".into(), uid: 4 }).expect("take");
+        let alice = "email:alice@family.test";
+        threads.remember(&["q1@x".into(), "a1@y".into()], "s-1", alice).expect("remember");
+        threads.take("q2@x", Pending { raw: "From: a@x\r\n\r\nhi".into(), uid: 4, verified: true }).expect("take");
+        // Bob's mail naming Alice's thread: his own conversation; Alice's ids stay hers.
+        threads.remember(&["b1@x".into(), "a1@y".into()], "s-bob", "email:bob@family.test").expect("remember");
         let threads = Threads::open(&dir).expect("reopen");
-        assert_eq!(threads.session_of(&["zz@x".into(), "a1@y".into()]).as_deref(), Some("s-1"));
-        assert_eq!(threads.session_of(&["zz@x".into()]), None);
+        assert_eq!(threads.session_of(&["zz@x".into(), "a1@y".into()], alice).as_deref(), Some("s-1"));
+        assert_eq!(threads.session_of(&["a1@y".into()], "email:bob@family.test"), None);
+        assert_eq!(threads.session_of(&["zz@x".into()], alice), None);
         assert!(threads.is_pending("q2@x"));
         assert_eq!(threads.unanswered().len(), 1);
         std::fs::write(dir.join("threads.json"), "{not json").expect("spoil");
