@@ -218,6 +218,86 @@ fn a_room_mention_is_answered_in_the_room_and_a_file_reaches_the_uploads() {
     assert!(group.contains("matrix-"), "the room's group was made on first use: {group}");
 }
 
+/// DESIGN.md §5.8 against Synapse: a stranger makes a room flagged direct with the bot and
+/// Alice. It is not Alice's private conversation (three are in it, whatever the flag says): her
+/// words there are answered only when she names the bot, in the room's group, never from her
+/// own context; her own DM stays hers.
+#[test]
+fn a_strangers_direct_flagged_room_is_a_group_not_a_members_private_chat() {
+    let rt = baaaht_tests::runtime();
+    let _entered = rt.enter();
+    let synapse = synapse();
+    let bot = synapse.register(BOT.0, BOT.1).expect("bot");
+    let alice = synapse.register(ALICE.0, ALICE.1).expect("alice");
+    let mallory = synapse.register("mallory", "mallory-password").expect("mallory");
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), matrix_options()).expect("daemon");
+    let args = arguments(&synapse, &bot, &daemon.data_dir.join("matrix-state"), "home.test");
+    let (gateway, _) = run_gateway(&rt, &daemon, &synapse, &args);
+    assert!(logged(&gateway, "listening to Matrix"), "{}", gateway.log_text());
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    let (alice_store, mallory_store) = (tempfile::tempdir().expect("store"), tempfile::tempdir().expect("store"));
+    rt.block_on(async {
+        let person = MatrixPerson::sign_in(&synapse.url(), &alice, ALICE.1, alice_store.path()).await.expect("alice");
+        let stranger = MatrixPerson::sign_in(&synapse.url(), &mallory, "mallory-password", mallory_store.path())
+            .await
+            .expect("mallory");
+        // Mallory's room, flagged direct, with the bot and Alice in it.
+        let mut request = matrix_sdk::ruma::api::client::room::create_room::v3::Request::new();
+        request.is_direct = true;
+        request.invite = vec![
+            matrix_sdk::ruma::UserId::parse(alice.as_str()).expect("alice"),
+            matrix_sdk::ruma::UserId::parse(bot.as_str()).expect("bot"),
+        ];
+        let room = stranger.client.create_room(request).await.expect("a room");
+        let deadline = std::time::Instant::now() + WAIT;
+        let alices = loop {
+            if let Ok(invited) = person.room(room.room_id().as_str()) {
+                break invited;
+            }
+            assert!(std::time::Instant::now() < deadline, "alice was not invited");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        alices.join().await.expect("alice joins");
+        stranger.joined(&room, &bot, WAIT).await.unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        stranger.joined(&room, &alice, WAIT).await.expect("alice joined");
+        // Not a private chat: a message that does not name the bot is not answered ...
+        let private = person.say(&alices, "what do you remember about me?").await.expect("say");
+        // ... and one that does is answered as the room's, not from Alice's own context.
+        let named = person.say(&alices, "baaaht: hello").await.expect("say");
+        let (text, _) = stranger
+            .wait_for_answer(&named, WAIT, |text| !text.is_empty() && !text.ends_with('…'))
+            .await
+            .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        assert_eq!(text, "echo: Alice: hello", "answered in the group, names in front: {}", logs());
+        assert!(stranger.answer_to(&private).is_none(), "{:?}", stranger.answer_to(&private));
+    });
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let filter = v1::SessionFilter { user_id: "u-alice".into(), ..Default::default() };
+        let own = host.sessions.list_sessions(filter).await.expect("sessions").into_inner().sessions;
+        let own: Vec<&v1::SessionHeader> = own.iter().filter(|session| session.group_id.is_empty()).collect();
+        assert!(own.is_empty(), "nothing of Alice's own was said in Mallory's room: {own:#?}");
+    });
+    let groups = std::fs::read_to_string(daemon.data_dir.join("data/state/groups.json")).unwrap_or_default();
+    assert!(groups.contains("matrix-"), "the room is a group's: {groups}");
+    // The device's stores and their passphrase are the gateway's alone.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut folders = vec![daemon.data_dir.join("matrix-state")];
+    while let Some(folder) = folders.pop() {
+        let mode = std::fs::metadata(&folder).expect("folder").permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", folder.display());
+        for entry in std::fs::read_dir(&folder).expect("read").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                let mode = std::fs::metadata(&path).expect("file").permissions().mode();
+                assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+            }
+        }
+    }
+}
+
 #[test]
 fn an_invitation_from_another_homeserver_is_declined() {
     let rt = baaaht_tests::runtime();

@@ -35,6 +35,10 @@ pub struct Delivery {
     pub files: Vec<File>,
     /// The conversation it belongs to (empty when it belongs to none).
     pub session: String,
+    /// For a person's own chat, who it is for (their identity): a channel whose chats can gain
+    /// people (a Matrix room) checks it is still theirs alone before it posts. None for a
+    /// group's chat.
+    pub own: Option<String>,
 }
 
 /// One chat the gateway served.
@@ -288,14 +292,21 @@ impl Follower {
             }
             _ => return,
         };
-        let (chats, _) = self.chats_of(context);
-        for chat in chats {
+        let chats: Vec<(String, Option<String>)> = {
+            let key = key_of(context);
+            let chats = self.chats.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut of: Vec<&Chat> = chats.values().filter(|chat| key_of(&chat.context()) == key).collect();
+            of.sort_by_key(|chat| std::cmp::Reverse(chat.at));
+            of.iter().map(|chat| (chat.chat.clone(), (!chat.group).then(|| chat.identity.clone()))).collect()
+        };
+        for (chat, own) in chats {
             let delivery = Delivery {
                 chat,
                 title: title.clone(),
                 text: text.clone(),
                 files: files.clone(),
                 session: session.clone(),
+                own,
             };
             if self.out.send(delivery).await.is_err() {
                 return;

@@ -1,6 +1,8 @@
 //! The gateway: Matrix's sync in, the daemon's turns out. Invitations are accepted only from
-//! people on the allowed homeservers; a direct chat is the person's own conversation, any
-//! other room the room's group's (a message there must mention the bot).
+//! people on the allowed homeservers; a room of exactly the bot and one person is that
+//! person's own conversation (whatever its `is_direct` flag says: its creator writes it), any
+//! other room the room's group's (a message there must mention the bot); what comes between
+//! turns for a person goes only to a room that is still just them and the bot.
 //! Each answer is one message — a reply to the one that asked — edited (`m.replace`) as it is
 //! written, at most once per update interval, with a typing notice while the turn starts.
 //! Encrypted rooms are read and answered encrypted; files and pictures (encrypted or not) go
@@ -181,6 +183,23 @@ impl Gateway {
         tracing::warn!(room = %room.room_id(), "could not join a room it was invited to");
     }
 
+    /// Whether `room`'s members (joined or invited) are exactly `me` and `sender`; a room whose
+    /// members cannot be read is not.
+    async fn just_us(&self, room: &Room, sender: &OwnedUserId, me: &OwnedUserId) -> bool {
+        use matrix_sdk::RoomMemberships;
+        match room.members(RoomMemberships::ACTIVE).await {
+            Ok(members) => {
+                members.len() == 2
+                    && members.iter().any(|member| member.user_id() == sender)
+                    && members.iter().any(|member| member.user_id() == me)
+            }
+            Err(error) => {
+                tracing::warn!(%error, room = %room.room_id(), "cannot read a room's members; it is taken as a group's");
+                false
+            }
+        }
+    }
+
     /// A message in a room the bot is in.
     async fn message(&self, event: OriginalSyncRoomMessageEvent, room: Room) {
         let me = match self.client.user_id() {
@@ -198,9 +217,10 @@ impl Gateway {
         if matches!(event.content.relates_to, Some(Relation::Replacement(_))) {
             return;
         }
-        // A direct chat (invited as one) is the person's own; any other room is its group's,
-        // however few have joined yet.
-        let group = !room.is_direct().await.unwrap_or(false);
+        // A private conversation is a room of exactly two, the bot and the one who wrote: the
+        // person's own. Any other room is its group's, whoever flagged it direct (a flag its
+        // creator writes) and however few have joined yet.
+        let group = !self.just_us(&room, &event.sender, &me).await;
         let (mut text, file) = match &event.content.msgtype {
             MessageType::Text(text) => (text.body.clone(), None),
             MessageType::Notice(_) => return,
@@ -310,6 +330,18 @@ impl Gateway {
                 tracing::warn!(room = %delivery.chat, "what came between turns is for a room the bot is not in");
                 continue;
             };
+            // A person's own conversation goes only to a room that is still just them and the bot.
+            if let Some(own) = &delivery.own {
+                let person = own.strip_prefix("matrix:").and_then(|user| matrix_sdk::ruma::UserId::parse(user).ok());
+                let still_theirs = match (person, self.client.user_id()) {
+                    (Some(person), Some(me)) => self.just_us(&room, &person, &me.to_owned()).await,
+                    _ => false,
+                };
+                if !still_theirs {
+                    tracing::warn!(room = %delivery.chat, "what came between turns for a person is not posted: their room is no longer just them and the bot");
+                    continue;
+                }
+            }
             if let Err(error) = post(&room, &delivery.text, delivery.files).await {
                 tracing::warn!(room = %delivery.chat, %error, "Matrix did not take what came between turns");
             }

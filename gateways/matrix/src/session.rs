@@ -2,7 +2,8 @@
 //! stores (its end-to-end encryption keys among them) in SQLite in the state folder, and the
 //! signed-in session (user, device, access token) beside them. A gateway started again goes on
 //! as the same device, so people's clients keep the keys they share with it and nobody sees
-//! "unable to decrypt"; only the first start signs in with the password.
+//! "unable to decrypt"; only the first start signs in with the password. The state folder is
+//! its owner's alone (0700, every file in it 0600): the stores' passphrase lies beside them.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +32,26 @@ fn passphrase(state: &Path) -> Result<String, String> {
     Ok(key)
 }
 
+/// Makes `folder` and everything in it its owner's alone: folders 0700, files 0600.
+fn owners_only(folder: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let set = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|error| format!("cannot make {} its owner's only: {error}", path.display()))
+    };
+    set(folder, 0o700)?;
+    let entries = std::fs::read_dir(folder).map_err(|error| format!("cannot read {}: {error}", folder.display()))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => owners_only(&path)?,
+            Ok(kind) if kind.is_file() => set(&path, 0o600)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// What the client is built with.
 pub struct Settings<'a> {
     pub homeserver: &'a str,
@@ -49,6 +70,7 @@ pub struct Settings<'a> {
 pub async fn signed_in(settings: &Settings<'_>) -> Result<(Client, bool), String> {
     std::fs::create_dir_all(settings.state)
         .map_err(|error| format!("cannot make {}: {error}", settings.state.display()))?;
+    owners_only(settings.state)?;
     let key = passphrase(settings.state)?;
     // The SDK's store for small machines: a connection per core with 500 kB of cache each (its
     // default is four connections a core, each with SQLite's 2 MB).
@@ -66,6 +88,8 @@ pub async fn signed_in(settings: &Settings<'_>) -> Result<(Client, bool), String
         builder = builder.add_root_certificates(certificates);
     }
     let client = builder.build().await.map_err(|error| format!("cannot open the Matrix client: {error}"))?;
+    // The SDK made its stores with the umask's modes.
+    owners_only(settings.state)?;
     let kept = session_path(settings.state);
     let first = match std::fs::read(&kept) {
         Ok(bytes) => {
