@@ -242,7 +242,8 @@ pub enum AuthError {
     NotForGateways { operation: &'static str },
     #[error("{operation} needs an admin ({what}); ask one, or be listed in system.admin_users")]
     AdminOnly { operation: &'static str, what: &'static str },
-    #[error("{context} is not yours: you may {what} in your own context and your groups' only")]
+    /// Said without naming whose it is: a refusal never shows another person's user id.
+    #[error("that is not yours: you may {what} in your own context and your groups' only")]
     NotYours { context: String, what: &'static str },
     #[error("the ID token is refused: {0}")]
     IdToken(String),
@@ -251,6 +252,9 @@ pub enum AuthError {
     /// A first contact that could not be recorded (the detail is in the log).
     #[error("{}", crate::identities::NOT_RECORDED)]
     Unrecorded { disk_full: bool },
+    /// A first contact its gateway does not admit: waiting for an admin.
+    #[error("{}", crate::admissions::WAITING)]
+    NotAdmitted,
 }
 
 impl AuthError {
@@ -363,6 +367,7 @@ pub enum Operation {
     ShowUser,
     LinkIdentities,
     UnlinkIdentity,
+    AdmitIdentity,
     CreateGroup,
     ListGroups,
     ShowGroup,
@@ -512,6 +517,7 @@ impl Operation {
             Operation::ListUsers => "ListUsers",
             Operation::ShowUser => "ShowUser",
             Operation::LinkIdentities => "LinkIdentities",
+            Operation::AdmitIdentity => "AdmitIdentity",
             Operation::UnlinkIdentity => "UnlinkIdentity",
             Operation::CreateGroup => "CreateGroup",
             Operation::ListGroups => "ListGroups",
@@ -640,6 +646,7 @@ impl Operation {
             }
             Operation::ListUsers
             | Operation::LinkIdentities
+            | Operation::AdmitIdentity
             | Operation::UnlinkIdentity
             | Operation::AddGroupMember
             | Operation::RemoveGroupMember => Capability::ManageUsers,

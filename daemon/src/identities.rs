@@ -29,6 +29,15 @@ const FOLD_AFTER: usize = 1000;
 pub const MAX_NAME: usize = 100;
 /// How long a link code may be confirmed.
 pub const LINK_CODE_VALID: Duration = Duration::from_secs(600);
+/// The most link codes one user may ask for within [`LINK_CODE_VALID`], and the most waiting
+/// at once for everyone.
+const CODES_PER_USER: usize = 3;
+const MOST_CODES: usize = 1_000;
+/// The most wrong codes one identity may try within [`LINK_CODE_VALID`], and everyone: past
+/// everyone's, every code waiting is void (a code cannot be guessed at more than this many
+/// times), and new tries wait for the window to pass.
+const WRONG_PER_IDENTITY: usize = 5;
+const WRONG_FOR_EVERYONE: usize = 50;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
@@ -48,6 +57,8 @@ pub enum IdentityError {
     NameTaken(String),
     #[error("that code is unknown or expired (codes last {} minutes): ask for a new one", LINK_CODE_VALID.as_secs() / 60)]
     BadCode,
+    #[error("{0}")]
+    TooMany(String),
     #[error(transparent)]
     State(#[from] StateError),
     #[error("cannot write {}", path.display())]
@@ -132,6 +143,9 @@ struct Inner {
     journal: state::Journal,
     /// Code → (the user it links to, when it was made).
     codes: HashMap<String, (String, Instant)>,
+    /// When each identity last tried a wrong code, and everyone did.
+    wrong: HashMap<String, Vec<Instant>>,
+    wrong_everyone: Vec<Instant>,
     /// Users (with the identity they were met by) whose profile a first contact could not
     /// write (a full disk, say): written on a later message. Found again at open.
     owed: Vec<(String, String)>,
@@ -147,6 +161,15 @@ pub struct Identities {
 impl std::fmt::Debug for Identities {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Identities").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// `identity` as the map keeps it: an email address in lower case (mail is delivered to an
+/// address whatever its case, so `Alice@…` is `alice@…`).
+pub fn canonical(identity: &str) -> String {
+    match identity.strip_prefix("email:") {
+        Some(address) => format!("email:{}", address.to_ascii_lowercase()),
+        None => identity.to_string(),
     }
 }
 
@@ -215,7 +238,14 @@ impl Identities {
         let identities = Identities {
             path,
             users_dir,
-            inner: Mutex::new(Inner { file, journal, codes: HashMap::new(), owed: vec![] }),
+            inner: Mutex::new(Inner {
+                file,
+                journal,
+                codes: HashMap::new(),
+                wrong: HashMap::new(),
+                wrong_everyone: vec![],
+                owed: vec![],
+            }),
         };
         let mut inner = identities.inner();
         if replayed {
@@ -263,11 +293,14 @@ impl Identities {
 
     /// The user `identity` acts as, if it is known (no write).
     pub fn lookup(&self, identity: &str) -> Option<String> {
-        self.inner().file.identities.get(identity).map(|record| record.user.clone())
+        let identity = canonical(identity);
+        self.inner().file.identities.get(&identity).map(|record| record.user.clone())
     }
 
     /// The user `identity` acts as; a new user the first time (`name` is its display name).
     pub fn resolve(&self, identity: &str, name: &str) -> Result<Resolved, IdentityError> {
+        let identity = canonical(identity);
+        let identity = identity.as_str();
         let mut inner = self.inner();
         if let Some(record) = inner.file.identities.get(identity) {
             // Known: one look under the lock, and profiles owed written only when there are any.
@@ -380,6 +413,8 @@ impl Identities {
 
     /// Makes `second` act as the user of `first`.
     pub fn link(&self, first: &str, second: &str) -> Result<UserView, IdentityError> {
+        let (first, second) = (canonical(first), canonical(second));
+        let (first, second) = (first.as_str(), second.as_str());
         let mut inner = self.inner();
         let target = inner
             .file
@@ -401,6 +436,8 @@ impl Identities {
 
     /// Points `identity` back at the user it was created with.
     pub fn unlink(&self, identity: &str) -> Result<UserView, IdentityError> {
+        let identity = canonical(identity);
+        let identity = identity.as_str();
         let mut inner = self.inner();
         let record = inner
             .file
@@ -432,17 +469,76 @@ impl Identities {
             (0..8).map(|i| ALPHABET[((value >> (i * 5)) & 31) as usize % ALPHABET.len()] as char).collect();
         let mut inner = self.inner();
         inner.codes.retain(|_, (_, made)| made.elapsed() < LINK_CODE_VALID);
+        if inner.codes.values().filter(|(of, _)| of == user).count() >= CODES_PER_USER {
+            return Err(IdentityError::TooMany(format!(
+                "you have {CODES_PER_USER} link codes waiting already: use one, or wait {} minutes",
+                LINK_CODE_VALID.as_secs() / 60
+            )));
+        }
+        if inner.codes.len() >= MOST_CODES {
+            return Err(IdentityError::TooMany("too many link codes are waiting; try again in a few minutes".into()));
+        }
         inner.codes.insert(code.clone(), (user.to_string(), Instant::now()));
         Ok(code)
     }
 
+    /// Notes a wrong code tried by `identity`; refuses (the sentence) when it, or everyone,
+    /// tried too many lately.
+    fn tried_wrong(inner: &mut Inner, identity: &str) -> IdentityError {
+        let now = Instant::now();
+        let recent = |times: &mut Vec<Instant>| times.retain(|at| now.duration_since(*at) < LINK_CODE_VALID);
+        recent(&mut inner.wrong_everyone);
+        inner.wrong_everyone.push(now);
+        if inner.wrong_everyone.len() >= WRONG_FOR_EVERYONE {
+            // So many wrong codes: someone is guessing. Every code waiting is void.
+            inner.codes.clear();
+            tracing::warn!(tries = inner.wrong_everyone.len(), "many wrong link codes: every waiting code is void");
+        }
+        if inner.wrong.len() > 10_000 {
+            inner.wrong.retain(|_, times| times.last().is_some_and(|at| now.duration_since(*at) < LINK_CODE_VALID));
+        }
+        let mine = inner.wrong.entry(identity.to_string()).or_default();
+        recent(mine);
+        mine.push(now);
+        IdentityError::BadCode
+    }
+
+    /// Why `identity` may not try a code now, if it may not.
+    fn may_try(inner: &mut Inner, identity: &str) -> Result<(), IdentityError> {
+        let now = Instant::now();
+        let recent = |at: &&Instant| now.duration_since(**at) < LINK_CODE_VALID;
+        let minutes = LINK_CODE_VALID.as_secs() / 60;
+        if inner.wrong.get(identity).is_some_and(|times| times.iter().filter(recent).count() >= WRONG_PER_IDENTITY) {
+            return Err(IdentityError::TooMany(format!(
+                "{WRONG_PER_IDENTITY} wrong link codes: try again in {minutes} minutes, with a new code"
+            )));
+        }
+        if inner.wrong_everyone.iter().filter(recent).count() >= WRONG_FOR_EVERYONE {
+            return Err(IdentityError::TooMany(format!(
+                "too many wrong link codes were tried lately; every code waiting is void: ask for a new one in \
+                 {minutes} minutes"
+            )));
+        }
+        Ok(())
+    }
+
     /// Links `identity` to the user that asked for `code`; the code is used up.
     pub fn confirm_link(&self, code: &str, identity: &str) -> Result<UserView, IdentityError> {
+        let identity = canonical(identity);
+        let identity = identity.as_str();
+        // A mail whose sender was not authenticated speaks for no one (the email gateway's
+        // `email:ADDRESS/unverified`): it links nothing.
+        if identity.ends_with("/unverified") {
+            return Err(IdentityError::BadIdentity(identity.to_string()));
+        }
         let target = {
             let mut inner = self.inner();
-            let entry = inner.codes.remove(&code.trim().to_ascii_uppercase()).ok_or(IdentityError::BadCode)?;
+            Self::may_try(&mut inner, identity)?;
+            let Some(entry) = inner.codes.remove(&code.trim().to_ascii_uppercase()) else {
+                return Err(Self::tried_wrong(&mut inner, identity));
+            };
             if entry.1.elapsed() >= LINK_CODE_VALID {
-                return Err(IdentityError::BadCode);
+                return Err(Self::tried_wrong(&mut inner, identity));
             }
             entry.0
         };
@@ -605,6 +701,38 @@ mod tests {
         let reopened = Identities::open(temp.path(), users.clone()).expect("reopen");
         reopened.resolve("slack:T1:U1", "Alice").expect("again");
         assert!(users.join(&alice.user).join("USER.md").exists(), "written after the restart");
+    }
+
+    #[test]
+    fn link_codes_are_few_and_guessing_them_stops() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let identities = open(&temp);
+        let ada = identities.resolve("telegram:1:42", "Ada").expect("ada").user;
+        for _ in 0..CODES_PER_USER {
+            identities.start_link(&ada).expect("a code");
+        }
+        assert!(matches!(identities.start_link(&ada), Err(IdentityError::TooMany(_))), "a fourth code waits");
+        identities.resolve("telegram:1:43", "Bo").expect("bo");
+        for guess in ["AAAAAAAA", "BBBBBBBB", "CCCCCCCC", "DDDDDDDD", "EEEEEEEE"] {
+            assert!(matches!(identities.confirm_link(guess, "telegram:1:43"), Err(IdentityError::BadCode)));
+        }
+        let sixth = identities.confirm_link("FFFFFFFF", "telegram:1:43").expect_err("stopped");
+        assert!(sixth.to_string().contains("5 wrong link codes"), "{sixth}");
+        // Everyone's guesses past the limit void every code waiting.
+        for n in 0..WRONG_FOR_EVERYONE {
+            let guesser = format!("telegram:1:{}", 100 + n);
+            identities.resolve(&guesser, "Guesser").expect("guesser");
+            // silent-ok: each guess is wrong; the count is what matters.
+            let _ = identities.confirm_link("GGGGGGGG", &guesser);
+        }
+        assert!(identities.inner().codes.is_empty(), "the waiting codes are void");
+        // An upper-case address is the same person's.
+        let mail = identities.resolve("email:alice@family.test", "Alice").expect("alice").user;
+        assert_eq!(identities.resolve("email:Alice@Family.TEST", "A").expect("again").user, mail);
+        assert!(matches!(
+            identities.confirm_link("HHHHHHHH", "email:alice@family.test/unverified"),
+            Err(IdentityError::BadIdentity(_))
+        ));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! shutdown future resolves, then drains within `orchestrator.shutdown_timeout`. Subsystems are
 //! modules named after the nouns of DESIGN.md.
 
+pub mod admissions;
 pub mod agents;
 pub mod audit;
 pub mod auth;
@@ -209,6 +210,8 @@ pub struct Shared {
     pub supervisors: Arc<gateways::supervise::Supervisors>,
     /// Channel identities → canonical users.
     pub identities: Arc<identities::Identities>,
+    /// People waiting to be admitted.
+    pub admissions: Arc<admissions::Admissions>,
     pub groups: Arc<groups::Groups>,
     /// Verifies the web gateway's ID tokens.
     pub oidc: Arc<oidc::Verifier>,
@@ -630,6 +633,7 @@ impl Daemon {
             taints: taints.clone(),
             redact: redact.clone(),
         });
+        let admissions = Arc::new(admissions::Admissions::open(&data_dir.state_dir()));
         let shared = Arc::new(Shared {
             loaded,
             data_dir,
@@ -665,6 +669,7 @@ impl Daemon {
             gateways,
             supervisors,
             identities,
+            admissions,
             groups,
             oidc,
             budgets,

@@ -458,12 +458,22 @@ pub fn gateway_for(rt: &tokio::runtime::Runtime, daemon: &crate::TestDaemon, fak
     gateway_and_registration_for(rt, daemon, fake).0
 }
 
+/// The Telegram users the test bot's gateway lets in (`--allow`): the tests' people (1, 7, 42,
+/// 43) and the benchmark's (1000 to 1099). Anyone else waits for an admin.
+pub fn allowed() -> String {
+    let mut allowed = vec!["1".to_string(), "7".into(), "42".into(), "43".into()];
+    allowed.extend((1000..1100).map(|user: u32| user.to_string()));
+    allowed.join(",")
+}
+
 /// The test bot's gateway, `home`, as the host registers it.
+/// Its `--allow` is in the registration, where the daemon reads who it admits.
 fn registration() -> baaaht_proto::v1::AddGatewayRequest {
     baaaht_proto::v1::AddGatewayRequest {
         kind: "telegram".into(),
         name: "home".into(),
         bot: BOT_ID.to_string(),
+        args: vec!["--allow".into(), allowed()],
         ..Default::default()
     }
 }
@@ -475,8 +485,14 @@ pub fn gateway_and_registration_for(
     daemon: &crate::TestDaemon,
     fake: &FakeTelegram,
 ) -> (crate::Running, crate::gateway::Gateway) {
-    let api = fake.api_url();
-    crate::gateway::run_external(rt, daemon, registration(), "baaaht-telegram", &["--api-url", &api])
+    let (api, allowed) = (fake.api_url(), allowed());
+    crate::gateway::run_external(
+        rt,
+        daemon,
+        registration(),
+        "baaaht-telegram",
+        &["--api-url", &api, "--allow", &allowed],
+    )
 }
 
 /// [`gateway_and_registration_for`], the gateway keeping the chats it served in `state` (as it
@@ -487,8 +503,8 @@ pub fn gateway_keeping_chats(
     fake: &FakeTelegram,
     state: &std::path::Path,
 ) -> (crate::Running, crate::gateway::Gateway) {
-    let (api, state) = (fake.api_url(), state.display().to_string());
-    let args = ["--api-url", api.as_str(), "--state-dir", state.as_str()];
+    let (api, state, allowed) = (fake.api_url(), state.display().to_string(), allowed());
+    let args = ["--api-url", api.as_str(), "--state-dir", state.as_str(), "--allow", allowed.as_str()];
     crate::gateway::run_external(rt, daemon, registration(), "baaaht-telegram", &args)
 }
 
@@ -499,8 +515,8 @@ pub fn restart_gateway(
     fake: &FakeTelegram,
     state: &std::path::Path,
 ) -> crate::Running {
-    let (api, state) = (fake.api_url(), state.display().to_string());
-    let args = ["--api-url", api.as_str(), "--state-dir", state.as_str()];
+    let (api, state, allowed) = (fake.api_url(), state.display().to_string(), allowed());
+    let args = ["--api-url", api.as_str(), "--state-dir", state.as_str(), "--allow", allowed.as_str()];
     crate::gateway::start_external(daemon, registered, "baaaht-telegram", &args, "baaaht-telegram-2.log")
 }
 

@@ -49,10 +49,13 @@ fn run_gateway(
     synapse: &Synapse,
     args: &[String],
 ) -> (baaaht_tests::Running, baaaht_tests::gateway::Gateway) {
+    // The allowed homeservers are in the registration too, where the daemon reads them.
+    let allowed = args.iter().position(|arg| arg == "--allow-server").map(|at| args[at..at + 2].to_vec());
     let request = v1::AddGatewayRequest {
         kind: "matrix".into(),
         name: "home".into(),
         homeserver: synapse.url(),
+        args: allowed.unwrap_or_default(),
         ..Default::default()
     };
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -105,6 +105,19 @@ mod tests {
     }
 
     #[test]
+    fn a_gateway_names_only_its_own_people_and_a_telegram_bot_admits_only_those_listed() {
+        let mut matrix = record(&["--allow-server", "home.test", "--allow-server=other.test:8448"]);
+        matrix.kind = GatewayKind::Matrix { homeserver: "https://home.test".into() };
+        assert!(matrix.may_name("matrix:@alice:home.test") && matrix.may_name("matrix:@bob:other.test:8448"));
+        assert!(!matrix.may_name("matrix:@mallory:evil.test") && !matrix.may_name("matrix:@x:home.test.evil"));
+        let mut telegram = record(&["--allow", "42, 43", "--allow=7"]);
+        telegram.kind = GatewayKind::Telegram { bot: "9".into() };
+        assert!(telegram.admits("telegram:9:42") && telegram.admits("telegram:9:7"));
+        assert!(!telegram.admits("telegram:9:666") && !telegram.admits("telegram:8:42"));
+        assert!(record(&[]).admits("slack:T1:U1"), "a Slack workspace admits its own");
+    }
+
+    #[test]
     fn a_telegram_gateway_reaches_the_bot_api_and_its_api_host_only() {
         let mut telegram = record(&["--api-url", "http://127.0.0.1:4100"]);
         telegram.kind = GatewayKind::Telegram { bot: "123".into() };

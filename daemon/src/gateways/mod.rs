@@ -173,15 +173,57 @@ impl GatewayRecord {
         arg_in(&self.args, flag)
     }
 
+    /// Every value given for `flag` (it may be repeated, each a comma-separated list), trimmed.
+    pub fn arg_values(&self, flag: &str) -> Vec<&str> {
+        let mut values = vec![];
+        let mut args = self.args.iter();
+        while let Some(arg) = args.next() {
+            let value = match arg.strip_prefix(flag) {
+                Some("") => args.next().map(String::as_str),
+                Some(rest) => rest.strip_prefix('='),
+                None => None,
+            };
+            values
+                .extend(value.into_iter().flat_map(|value| value.split(',')).map(str::trim).filter(|v| !v.is_empty()));
+        }
+        values
+    }
+
     /// Whether `identity` (e.g. `slack:T0123:U0456`) is in this gateway's namespace: the
     /// prefix, then a non-empty id without the separators that could start another one.
     pub fn may_name(&self, identity: &str) -> bool {
-        identity.strip_prefix(&self.kind.namespace()).is_some_and(|rest| {
+        let shaped = identity.strip_prefix(&self.kind.namespace()).is_some_and(|rest| {
             !rest.is_empty()
                 && rest.len() <= 256
                 && !rest.contains(['#', ' ', '\n'])
                 && !rest.chars().any(char::is_control)
-        })
+        });
+        // A Matrix gateway speaks for people of the homeservers it lets in only (as registered;
+        // one run by someone else may not have told the daemon).
+        let allowed_server = match &self.kind {
+            GatewayKind::Matrix { .. } if !self.arg_values("--allow-server").is_empty() => {
+                let servers = self.arg_values("--allow-server");
+                // `matrix:@user:server`, the server perhaps with a port.
+                let server = identity.strip_prefix("matrix:").and_then(|user| user.split_once(':'));
+                server.is_some_and(|(_, server)| servers.iter().any(|allowed| allowed.eq_ignore_ascii_case(server)))
+            }
+            _ => true,
+        };
+        shaped && allowed_server
+    }
+
+    /// Whether this gateway lets `identity`, met for the first time, become a user by itself:
+    /// a Telegram bot (anyone on Telegram can write to it) only those its `--allow` lists by
+    /// Telegram user id; the others admit whom their own checks let through (a Slack
+    /// workspace, an email allowlist and DKIM, allowed homeservers, an OpenID provider).
+    pub fn admits(&self, identity: &str) -> bool {
+        match &self.kind {
+            GatewayKind::Telegram { bot } => {
+                let user = identity.strip_prefix(&format!("telegram:{bot}:")).unwrap_or_default();
+                !user.is_empty() && self.arg_values("--allow").contains(&user)
+            }
+            _ => true,
+        }
     }
 }
 

@@ -112,6 +112,12 @@ impl Gate {
                 name = claims.name.or(claims.email).unwrap_or_default();
             }
         }
+        // Someone never met before is a user only when their gateway admits them, or an admin
+        // did: else they wait, and the admins are told once.
+        if self.shared.identities.lookup(identity).is_none() && !gateway.admits(identity) {
+            self.waits(gateway, identity, &name);
+            return Err(AuthError::NotAdmitted);
+        }
         let resolved = self.shared.identities.resolve(identity, &name).map_err(|error| match error {
             crate::identities::IdentityError::BadIdentity(_) => AuthError::Unresolvable(error.to_string()),
             // A first contact not recorded: its caller reads a sentence, the log the detail.
@@ -123,6 +129,41 @@ impl Gate {
         let admin = self.shared.loaded.config.system.admin_users.contains(&resolved.user);
         let groups = self.shared.groups.of_member(&resolved.user);
         Ok(Some(EndUser { identity: identity.to_string(), id: resolved.user, admin, groups }))
+    }
+}
+
+impl Gate {
+    /// `identity` (named `name`) wrote to `gateway` and waits to be admitted: the admins are
+    /// told the first time, in their inbox and on their connected channels.
+    fn waits(&self, gateway: &GatewayRecord, identity: &str, name: &str) {
+        let first = match self.shared.admissions.ask(identity, name, &gateway.name) {
+            Ok(first) => first,
+            Err(error) => {
+                tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot keep who waits to be admitted");
+                false
+            }
+        };
+        tracing::info!(%identity, gateway = %gateway.name, first, "a first contact waits to be admitted");
+        if !first {
+            return;
+        }
+        let shown = crate::identities::clean_name(name);
+        let shown = if shown.is_empty() { identity.to_string() } else { format!("{shown} ({identity})") };
+        let text = format!(
+            "{shown} wrote to the {} gateway {} for the first time and waits to be let in. To admit them: \
+             `baaaht users admit {identity}`; `baaaht users list` shows who waits.",
+            gateway.kind.as_str(),
+            gateway.name
+        );
+        for admin in &self.shared.loaded.config.system.admin_users {
+            let context = crate::auth::Context::user(admin.clone());
+            let item = crate::inbox::Item::new("Someone asks to use baaaht", text.clone(), "", "");
+            if let Err(error) = self.shared.inbox.push(&context, item) {
+                tracing::error!(admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin who waits");
+            }
+            let event = crate::events::Event::of_turn("", "", "", crate::events::Kind::message(text.clone()));
+            self.shared.events.publish(&context, event);
+        }
     }
 }
 

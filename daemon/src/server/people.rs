@@ -26,6 +26,7 @@ impl From<IdentityError> for Status {
             IdentityError::UnknownIdentity(_) | IdentityError::UnknownUser(_) => Status::not_found(text),
             IdentityError::AlreadyLinked(..) => Status::already_exists(text),
             IdentityError::NotLinked(_) | IdentityError::BadCode => Status::failed_precondition(text),
+            IdentityError::TooMany(_) => Status::resource_exhausted(text),
             // What could not be written stays in the operator's log; its caller (anyone whose
             // first message it was) reads a sentence.
             other => {
@@ -298,6 +299,18 @@ impl v1::gateways_server::Gateways for GatewaysService {
                 format!("matrix-{short}")
             }
         };
+        if message.left {
+            // A group's membership follows who is in its chat.
+            let Some(group) = self.shared.groups.get(&id) else {
+                return Err(Status::not_found("this chat has no group"));
+            };
+            if !group.members.contains(&user.id) {
+                return Ok(Response::new(group_info(id, group)));
+            }
+            let group = self.shared.groups.remove_member(&id, &user.id)?;
+            tracing::info!(group = %id, user = %user.id, "a member left the chat, so the group");
+            return Ok(Response::new(group_info(id, group)));
+        }
         let group = self.shared.groups.ensure(&id, &message.name, &user.id, &format!("gateway:{}", call.gateway))?;
         Ok(Response::new(group_info(id, group)))
     }
@@ -314,7 +327,19 @@ impl v1::admin_server::Admin for AdminService {
     async fn list_users(&self, request: Request<v1::ListUsersRequest>) -> Result<Response<v1::UserList>, Status> {
         check(&self.shared, &request, Operation::ListUsers, None, None)?;
         let users = self.shared.identities.users().into_iter().map(|user| profile(&self.shared, user)).collect();
-        Ok(Response::new(v1::UserList { users }))
+        let waiting = self
+            .shared
+            .admissions
+            .waiting()
+            .into_iter()
+            .map(|(identity, waiting)| v1::WaitingPerson {
+                identity,
+                name: waiting.name,
+                gateway: waiting.gateway,
+                since: crate::state::rfc3339(waiting.since),
+            })
+            .collect();
+        Ok(Response::new(v1::UserList { users, waiting }))
     }
 
     async fn show_user(&self, request: Request<v1::UserRef>) -> Result<Response<v1::UserProfile>, Status> {
@@ -329,6 +354,23 @@ impl v1::admin_server::Admin for AdminService {
         check(&self.shared, &request, Operation::LinkIdentities, None, None)?;
         let message = request.into_inner();
         let view = self.shared.identities.link(&message.first, &message.second)?;
+        Ok(Response::new(profile(&self.shared, view)))
+    }
+
+    async fn admit_identity(&self, request: Request<v1::AdmitRequest>) -> Result<Response<v1::UserProfile>, Status> {
+        check(&self.shared, &request, Operation::AdmitIdentity, None, None)?;
+        let message = request.into_inner();
+        let identity = crate::identities::canonical(message.identity.trim());
+        let waited = self.shared.admissions.waiting().into_iter().find(|(waiting, _)| *waiting == identity);
+        let name = match message.name.trim() {
+            "" => waited.map(|(_, waiting)| waiting.name).unwrap_or_default(),
+            name => name.to_string(),
+        };
+        let resolved = self.shared.identities.resolve(&identity, &name)?;
+        self.shared.admissions.settled(&identity).map_err(|error| Status::internal(error.to_string()))?;
+        tracing::info!(%identity, user = %resolved.user, created = resolved.created, "admitted");
+        let view =
+            self.shared.identities.user(&resolved.user).ok_or_else(|| IdentityError::UnknownUser(resolved.user))?;
         Ok(Response::new(profile(&self.shared, view)))
     }
 

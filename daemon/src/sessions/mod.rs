@@ -118,7 +118,8 @@ pub enum SessionError {
     NotFound(String),
     #[error("session {0} is archived: resume it first (`baaaht sessions resume {0}`)")]
     Archived(String),
-    #[error("session {session} belongs to {owner}, not to {asked}")]
+    /// Said without naming whose it is: a refusal never shows another person's user id.
+    #[error("session {session} is not one of {asked}'s")]
     OtherContext { session: String, owner: String, asked: String },
     #[error(transparent)]
     Log(#[from] LogError),

@@ -259,6 +259,14 @@ pub enum UsersCommand {
     Link { first: String, second: String },
     /// Give an identity back the user it was created with
     Unlink { identity: String },
+    /// Let someone in: make a user of a channel identity that waits to be admitted (see
+    /// `users list`), or of one you expect (a Telegram user id: telegram:BOT:USER)
+    Admit {
+        identity: String,
+        /// The name they go by (default: the one their channel gave)
+        #[arg(long)]
+        name: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

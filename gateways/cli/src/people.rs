@@ -21,10 +21,22 @@ pub fn user_text(user: &v1::UserProfile) -> String {
 }
 
 pub fn users_text(list: &v1::UserList) -> String {
-    if list.users.is_empty() {
-        return "no users yet: a user is made the first time a gateway names them\n".into();
+    let mut text = if list.users.is_empty() {
+        "no users yet: a user is made the first time a gateway names them\n".to_string()
+    } else {
+        list.users.iter().map(user_text).collect()
+    };
+    if !list.waiting.is_empty() {
+        text.push_str("\nwaiting to be let in (`baaaht users admit IDENTITY`):\n");
+        for waiting in &list.waiting {
+            let name = if waiting.name.is_empty() { String::new() } else { format!("  \"{}\"", waiting.name) };
+            text.push_str(&format!(
+                "  {}{name}  wrote to {} since {}\n",
+                waiting.identity, waiting.gateway, waiting.since
+            ));
+        }
     }
-    list.users.iter().map(user_text).collect()
+    text
 }
 
 pub fn group_text(group: &v1::GroupInfo) -> String {

@@ -73,7 +73,7 @@ pub async fn context_of(daemon: &Client, person: &Person, place: &Place) -> Resu
     let mut daemon = daemon.clone();
     match place {
         Place::Shared { chat } => {
-            let request = v1::EnsureChannelGroupRequest { channel: chat.clone(), name: String::new() };
+            let request = v1::EnsureChannelGroupRequest { channel: chat.clone(), name: String::new(), left: false };
             let group = daemon.gateways.ensure_channel_group(person.request(request)).await?.into_inner();
             Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: group.id })
         }

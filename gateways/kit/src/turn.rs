@@ -195,8 +195,65 @@ pub fn agent_name(agent: i32) -> &'static str {
     }
 }
 
+/// What a chat message asks of linking, when that is all it is: `/link` a code for this
+/// person (None), `/link CODE` (or `link CODE`) to confirm one made on another channel.
+fn link_command(text: &str) -> Option<Option<String>> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let command = |word: &str| {
+        let word = word.split('@').next().unwrap_or(word);
+        word.eq_ignore_ascii_case("/link")
+    };
+    // A code's alphabet: letters and digits without look-alikes, eight of them.
+    let code = |word: &str| {
+        word.len() == 8 && word.bytes().all(|byte| byte.is_ascii_alphanumeric() && !b"01ILOilo".contains(&byte))
+    };
+    match words.as_slice() {
+        [first] if command(first) => Some(None),
+        [first, given] if (command(first) || first.eq_ignore_ascii_case("link")) && code(given) => {
+            Some(Some(given.to_ascii_uppercase()))
+        }
+        _ => None,
+    }
+}
+
+/// Links the person's channels as `code` asks (a new code, or one confirmed): the sentence
+/// that tells them what was done.
+async fn link(daemon: &Client, person: &Person, place: &Place, code: Option<String>) -> String {
+    if matches!(place, Place::Shared { .. }) {
+        return "Link your channels in a private chat with me: a code said here could be used by whoever reads it."
+            .into();
+    }
+    let mut daemon = daemon.clone();
+    match code {
+        None => match daemon.gateways.start_link(person.request(v1::StartLinkRequest {})).await {
+            Ok(made) => {
+                let made = made.into_inner();
+                format!(
+                    "Your link code is {code}. Within {minutes} minutes, send `/link {code}` to me from your other \
+                     channel (Telegram, Matrix, Slack, or a mail whose text is just that line): both become one \
+                     person here, with the same conversations, memory and files. Share the code with no one.",
+                    code = made.code,
+                    minutes = made.valid_seconds / 60
+                )
+            }
+            Err(status) => format!("⚠️ {}", for_users(&status)),
+        },
+        Some(code) => {
+            let request = v1::ConfirmLinkRequest { code };
+            match daemon.gateways.confirm_link(person.request(request)).await {
+                Ok(linked) => format!(
+                    "Linked: this channel is now {}'s, with their conversations, memory and files.",
+                    linked.into_inner().name
+                ),
+                Err(status) => format!("⚠️ {}", for_users(&status)),
+            }
+        }
+    }
+}
+
 /// Runs `message`'s turn, its answer shown on `surface`; its chat is kept by `follower`, for
-/// what comes after the turn.
+/// what comes after the turn. A message that only asks to link channels (`/link`) is answered
+/// by the gateway itself.
 pub async fn run<S: Surface>(
     daemon: &Client,
     follower: &Arc<Follower>,
@@ -205,6 +262,12 @@ pub async fn run<S: Surface>(
 ) -> Result<(), TurnError> {
     let sentence = |status: tonic::Status| TurnError::Daemon(for_users(&status));
     let Message { chat, person, place, text, files, channel, session_id } = message;
+    if let Some(code) = link_command(&text).filter(|_| files.is_empty()) {
+        let said = link(daemon, &person, &place, code).await;
+        let answer = surface.open().await.map_err(TurnError::Channel)?;
+        let writing = Writing { text: said, status: String::new() };
+        return surface.close(answer, &writing, None).await.map_err(TurnError::Channel);
+    }
     let context = context_of(daemon, &person, &place).await.map_err(sentence)?;
     follower.served(&chat, &person, &context);
     let mut daemon = daemon.clone();
@@ -322,6 +385,17 @@ pub async fn run<S: Surface>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_message_that_is_just_a_link_command_is_one() {
+        assert_eq!(link_command("/link"), Some(None));
+        assert_eq!(link_command(" /LINK@baaaht_bot "), Some(None));
+        assert_eq!(link_command("/link abcd2345"), Some(Some("ABCD2345".into())));
+        assert_eq!(link_command("link ABCD2345"), Some(Some("ABCD2345".into())));
+        for not in ["link", "link me to the docs", "/link ABCD234", "/link ABCD1234", "please /link"] {
+            assert_eq!(link_command(not), None, "{not}");
+        }
+    }
 
     #[test]
     fn an_answer_shows_its_words_and_status_while_written_and_what_failed_at_the_end() {

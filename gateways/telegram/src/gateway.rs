@@ -116,9 +116,25 @@ impl Gateway {
                         let gateway = self.clone();
                         tokio::spawn(async move { gateway.pressed(press).await });
                     }
+                    Some(Update::Left { chat, user }) => {
+                        let gateway = self.clone();
+                        tokio::spawn(async move { gateway.left(chat, user).await });
+                    }
                     None => tracing::debug!(update = id, "not for the bot"),
                 }
             }
+        }
+    }
+
+    /// `user` left the group chat `chat`: they leave its group (and its memory and history).
+    async fn left(&self, chat: i64, user: i64) {
+        let person = self.person(user, "");
+        let request = v1::EnsureChannelGroupRequest { channel: chat.to_string(), name: String::new(), left: true };
+        let mut daemon = self.daemon.clone();
+        match daemon.gateways.ensure_channel_group(person.request(request)).await {
+            Ok(_) => tracing::info!(chat, user, "someone left the chat: the group follows"),
+            // Someone never met, or a chat that never had a group: nothing to leave.
+            Err(status) => tracing::info!(chat, user, message = %status.message(), "someone left a chat"),
         }
     }
 

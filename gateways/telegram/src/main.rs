@@ -20,6 +20,11 @@ struct Cli {
     /// the daemon's sessions.max_upload_bytes holds as well)
     #[arg(long, value_name = "BYTES", default_value_t = 20 * 1024 * 1024)]
     max_file_bytes: u64,
+    /// The Telegram user ids (numbers, comma-separated or repeated) who become users on their
+    /// first message; anyone else waits for an admin (`baaaht users admit`). The daemon reads
+    /// this list from the gateway's registration and holds to it.
+    #[arg(long, value_name = "USER_IDS")]
+    allow: Vec<String>,
     /// Where the chats served are kept across restarts (the daemon gives each gateway its own;
     /// without one, they are known until the process ends)
     #[arg(long, value_name = "DIR")]
@@ -33,6 +38,13 @@ fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> Result<(), String> {
     let supervised = &cli.supervised;
     let egress = supervised.egress();
+    for listed in cli.allow.iter().flat_map(|value| value.split(',')).map(str::trim).filter(|id| !id.is_empty()) {
+        if !listed.bytes().all(|byte| byte.is_ascii_digit()) {
+            return Err(format!(
+                "--allow `{listed}`: give Telegram user ids (numbers: @userinfobot tells one), not names, which can change hands"
+            ));
+        }
+    }
     if supervised.check {
         return Api::new(&cli.api_url, "", egress).map(drop);
     }

@@ -50,6 +50,11 @@ pub struct Press {
 pub enum Update {
     Message(Route),
     Press(Press),
+    /// Someone left a group chat (or was removed from it): `user` of `chat`.
+    Left {
+        chat: i64,
+        user: i64,
+    },
 }
 
 fn name_of(from: &Value) -> String {
@@ -78,6 +83,10 @@ pub fn route(update: &Value, bot: &Bot) -> Option<Update> {
     }
     // New messages only: an edit is not asked again.
     let message = update.get("message")?;
+    // A group's membership follows who is in its chat.
+    if let Some(left) = message.get("left_chat_member") {
+        return Some(Update::Left { chat: message["chat"]["id"].as_i64()?, user: left["id"].as_i64()? });
+    }
     let from = &message["from"];
     if from["is_bot"] == true {
         return None;
@@ -185,6 +194,9 @@ mod tests {
         photo["message"]["caption"] = json!("what is this?");
         let Some(Update::Message(shared)) = route(&photo, &bot()) else { panic!("a photo") };
         assert_eq!((shared.files[0].file_id.as_str(), shared.text.as_str()), ("big", "what is this?"));
+        let left = json!({"update_id": 4, "message": {"message_id": 6, "from": {"id": 1, "is_bot": false, "first_name": "Admin"},
+            "chat": {"id": -100, "type": "supergroup"}, "date": 0, "left_chat_member": {"id": 7, "is_bot": false, "first_name": "Ada"}}});
+        assert_eq!(route(&left, &bot()), Some(Update::Left { chat: -100, user: 7 }));
         let press = json!({"update_id": 3, "callback_query": {"id": "q1", "from": {"id": 7, "first_name": "Ada"},
             "data": "a:once:a-1", "message": {"message_id": 9, "chat": {"id": 7}}}});
         assert!(matches!(route(&press, &bot()), Some(Update::Press(Press { user: 7, message: 9, .. }))));

@@ -26,6 +26,10 @@ pub(crate) async fn users(
         UsersCommand::Unlink { identity } => {
             user_text(&client.admin.unlink_identity(v1::UnlinkRequest { identity }).await.map_err(status)?.into_inner())
         }
+        UsersCommand::Admit { identity, name } => {
+            let request = v1::AdmitRequest { identity, name: name.unwrap_or_default() };
+            user_text(&client.admin.admit_identity(request).await.map_err(status)?.into_inner())
+        }
     };
     print!("{}", clean(&text));
     Ok(())
