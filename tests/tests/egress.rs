@@ -346,7 +346,10 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
             .expect("baaaht egress");
         assert!(output.status.success(), "{how:?}: {}", String::from_utf8_lossy(&output.stderr));
     };
-    // Once: allowed, and asked again the next time.
+    // An address the filter refuses anyway (loopback) is refused at once: nobody is asked.
+    let refused = fetch_in_background("127.0.0.1:9".into()).join().expect("fetch");
+    assert!(refused.contains("403") && refused.contains("loopback"), "{refused}");
+    // Once: allowed, and asked again the next time (the first request asked is this one).
     let fetching = fetch_in_background(format!("{bridge}:{port}"));
     let request = next_request(&mut events);
     assert_eq!((request.host.as_str(), request.port), (bridge.to_string().as_str(), u32::from(port)));

@@ -423,7 +423,10 @@ fn an_mcp_servers_egress_is_its_list_through_the_daemons_proxy() {
     let answer = reach("open", format!("{bridge}:{port}"));
     assert_eq!(answer.trim(), format!("tunnel: pong to ping"), "{}", daemon.log_text());
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Loopback is refused at sight (the filter's word comes first); a name not listed by its list.
     let answer = reach("open", format!("127.0.0.1:{port}"));
+    assert!(answer.contains("403") && answer.contains("loopback"), "{answer}");
+    let answer = reach("open", format!("unlisted.test:{port}"));
     assert!(answer.contains("403") && answer.contains("is not in the egress list of MCP server `open`"), "{answer}");
     let answer = reach("local", format!("localhost:{port}"));
     assert!(answer.contains("403") && answer.contains("loopback"), "a listed name for a loopback address: {answer}");
@@ -477,6 +480,7 @@ fn an_mcp_servers_egress_is_its_list_through_the_daemons_proxy() {
         [
             ("open".to_string(), bridge.to_string(), "allowed".to_string()),
             ("open".into(), "127.0.0.1".into(), "refused".into()),
+            ("open".into(), "unlisted.test".into(), "refused".into()),
             ("local".into(), "localhost".into(), "refused".into()),
         ],
         "{records:#?}"

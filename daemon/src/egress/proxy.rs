@@ -334,6 +334,33 @@ impl WebProxy {
         Err(first_refusal.unwrap_or(ProxyError::NoAddress { host: target.host.clone() }))
     }
 
+    /// Why a tunnel to `host`:`port` is refused, when that is known without asking DNS: a
+    /// metadata name, `localhost`, or an address (in any spelling) the filter refuses. Checked
+    /// before anyone is asked about the host, so no one is asked about one the filter refuses
+    /// anyway; a name is not resolved before its rule or its person allows it (a lookup of a
+    /// name made up of data would carry that data out).
+    pub fn refused_at_sight(&self, host: &str, port: u16) -> Option<ProxyError> {
+        let host = host.to_ascii_lowercase();
+        if is_metadata_name(&host) {
+            return Some(ProxyError::MetadataName { host });
+        }
+        let address = match parse_ip_host(&host) {
+            Some(address) => address,
+            None if host == "localhost" || host.ends_with(".localhost") => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            None => return None,
+        };
+        let address = match address {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
+            v4 => v4,
+        };
+        match refusal(address) {
+            Some(why) if why.is_absolute() || !self.allows(&host, port, address) => {
+                Some(ProxyError::Refused { host, address, why })
+            }
+            _ => None,
+        }
+    }
+
     /// A TCP connection to `host`:`port` for a tunnel (an MCP server's CONNECT): the host is
     /// resolved once and the address checked as a fetch's is, then connected to.
     pub async fn connect_checked(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream, ProxyError> {

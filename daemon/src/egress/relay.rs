@@ -280,23 +280,25 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
             }
         };
         let port = u16::try_from(asked_port).unwrap_or(0);
-        let decided = if port == 0 {
-            Err((false, format!("port {asked_port} is not a TCP port")))
-        } else {
-            tokio::select! {
+        let gave_up = || (false, "the container gave up on the connection".to_string());
+        // What the filter refuses at sight (loopback, metadata) is refused before anyone is asked.
+        let decided = match (port, self.web.refused_at_sight(&host, port)) {
+            (0, _) => Err((false, format!("port {asked_port} is not a TCP port"))),
+            (_, Some(refused)) => Err((true, refused.to_string())),
+            _ => tokio::select! {
                 verdict = self.gate.decide(&host, port, &asked_by) => match verdict {
                     Verdict::Allow { by } => Ok(by),
                     Verdict::Refuse(why) => Err((true, why)),
                 },
-                () = closed.cancelled() => Err((false, "the container gave up on the connection".into())),
-            }
+                () = closed.cancelled() => Err(gave_up()),
+            },
         };
         let connected = match decided {
             Ok(by) => tokio::select! {
                 connected = self.web.connect_checked(&host, port) => {
                     connected.map(|stream| (stream, by)).map_err(|error| (error.is_refusal(), error.to_string()))
                 }
-                () = closed.cancelled() => Err((false, "the container gave up on the connection".into())),
+                () = closed.cancelled() => Err(gave_up()),
             },
             Err(refused) => Err(refused),
         };
