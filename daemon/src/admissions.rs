@@ -47,6 +47,8 @@ struct File {
 pub struct Admissions {
     path: PathBuf,
     file: Mutex<File>,
+    /// What a name passes before it is kept (none in tests).
+    redact: Option<crate::redact::Redact>,
 }
 
 impl Admissions {
@@ -55,7 +57,12 @@ impl Admissions {
         let mut file: File = state::read_json_or_set_aside(&path, File::default);
         let now = state::now_seconds();
         file.waiting.retain(|_, waiting| waiting.since + KEPT_SECONDS > now);
-        Admissions { path, file: Mutex::new(file) }
+        Admissions { path, file: Mutex::new(file), redact: None }
+    }
+
+    /// These admissions, every name cleaned by `redact` before it is kept.
+    pub fn redacting(self, redact: crate::redact::Redact) -> Admissions {
+        Admissions { redact: Some(redact), ..self }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, File> {
@@ -76,7 +83,7 @@ impl Admissions {
                 file.waiting.remove(&oldest);
             }
         }
-        let name = crate::identities::clean_name(name);
+        let name = crate::redact::state_field(self.redact.as_ref(), crate::identities::clean_name(name));
         let waiting = Waiting { name, gateway: gateway.to_string(), since: state::now_seconds() };
         file.waiting.insert(identity.to_string(), waiting);
         state::write_json(&self.path, &*file)?;

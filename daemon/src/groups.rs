@@ -57,13 +57,27 @@ struct GroupsFile {
 pub struct Groups {
     path: PathBuf,
     file: Mutex<GroupsFile>,
+    /// What a name or a reason passes before it is kept (none in tests).
+    redact: Option<crate::redact::Redact>,
 }
 
 impl Groups {
     pub fn open(state_dir: &Path) -> Result<Groups, GroupError> {
         let path = state_dir.join(GROUPS_FILE);
         let file = state::read_json(&path)?.unwrap_or(GroupsFile { version: 1, groups: BTreeMap::new() });
-        Ok(Groups { path, file: Mutex::new(file) })
+        Ok(Groups { path, file: Mutex::new(file), redact: None })
+    }
+
+    /// These groups, every name and reason cleaned by `redact` before it is kept.
+    pub fn redacting(self, redact: crate::redact::Redact) -> Groups {
+        Groups { redact: Some(redact), ..self }
+    }
+
+    /// `text` as groups.json may keep it: no control character, at most `most` characters,
+    /// no secret.
+    fn kept(&self, text: &str, most: usize) -> String {
+        let text: String = text.chars().filter(|c| !c.is_control()).take(most).collect();
+        crate::redact::state_field(self.redact.as_ref(), text)
     }
 
     fn file(&self) -> std::sync::MutexGuard<'_, GroupsFile> {
@@ -112,7 +126,7 @@ impl Groups {
             }
         }
         let record = GroupRecord {
-            name: name.chars().filter(|c| !c.is_control()).take(100).collect(),
+            name: self.kept(name, 100),
             members: unique,
             active: true,
             deactivated_reason: String::new(),
@@ -153,10 +167,11 @@ impl Groups {
     }
 
     pub fn deactivate(&self, id: &str, reason: &str) -> Result<GroupRecord, GroupError> {
+        let reason = self.kept(reason, 200);
         let record = self
             .change(id, |record| {
                 record.active = false;
-                record.deactivated_reason = reason.chars().filter(|c| !c.is_control()).take(200).collect();
+                record.deactivated_reason = reason;
             })?
             .1;
         tracing::info!(group = id, "group deactivated");

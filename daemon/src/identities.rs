@@ -156,6 +156,8 @@ pub struct Identities {
     path: PathBuf,
     users_dir: PathBuf,
     inner: Mutex<Inner>,
+    /// What a display name passes before it is kept (none in tests).
+    redact: Option<crate::redact::Redact>,
 }
 
 impl std::fmt::Debug for Identities {
@@ -246,6 +248,7 @@ impl Identities {
                 wrong_everyone: vec![],
                 owed: vec![],
             }),
+            redact: None,
         };
         let mut inner = identities.inner();
         if replayed {
@@ -317,7 +320,7 @@ impl Identities {
         let user = new_user_id();
         let now = state::now_rfc3339();
         let channel = identity.split(':').next().unwrap_or_default();
-        let shown = distinct_name(&inner.file.users, clean_name(name), channel);
+        let shown = distinct_name(&inner.file.users, self.cleaned(clean_name(name)), channel);
         let met = Met { identity: identity.to_string(), user: user.clone(), name: shown.clone(), created: now };
         inner.file.users.insert(user.clone(), UserRecord { name: shown.clone(), created: met.created.clone() });
         let record = IdentityRecord { user: user.clone(), own: user.clone(), created: met.created.clone() };
@@ -337,6 +340,34 @@ impl Identities {
         }
         tracing::info!(user = %user, "a new user, on first contact");
         Ok(Resolved { user, created: true })
+    }
+
+    /// These identities, every display name cleaned by `redact` before it is kept; names kept
+    /// before with a secret in them are cleaned now.
+    pub fn redacting(self, redact: crate::redact::Redact) -> Result<Identities, IdentityError> {
+        let identities = Identities { redact: Some(redact), ..self };
+        let mut inner = identities.inner();
+        let mut changed = false;
+        let names: Vec<(String, String)> =
+            inner.file.users.iter().map(|(id, record)| (id.clone(), record.name.clone())).collect();
+        for (id, name) in names {
+            let clean = identities.cleaned(name.clone());
+            if clean != name {
+                if let Some(record) = inner.file.users.get_mut(&id) {
+                    record.name = clean;
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            identities.save(&mut inner)?;
+        }
+        drop(inner);
+        Ok(identities)
+    }
+
+    fn cleaned(&self, text: String) -> String {
+        crate::redact::state_field(self.redact.as_ref(), text)
     }
 
     /// Writes the profiles first contacts could not (with each user's name now); the ones
@@ -391,7 +422,7 @@ impl Identities {
         if name.trim().chars().count() > MAX_NAME || name.chars().any(char::is_control) {
             return Err(IdentityError::BadName);
         }
-        let name = clean_name(name);
+        let name = self.cleaned(clean_name(name));
         if name.is_empty() {
             return Err(IdentityError::BadName);
         }

@@ -526,11 +526,11 @@ impl Daemon {
         let data_dir_root = &data_dir.root().to_path_buf();
         let data_dir_for_memory = data_dir.clone();
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
-        let identities = Arc::new(identities::Identities::open(
-            &data_dir.state_dir(),
-            data_dir.contexts_dir(auth::ContextKind::User),
-        )?);
-        let groups = Arc::new(groups::Groups::open(&data_dir.state_dir())?);
+        let identities = Arc::new(
+            identities::Identities::open(&data_dir.state_dir(), data_dir.contexts_dir(auth::ContextKind::User))?
+                .redacting(redact.clone())?,
+        );
+        let groups = Arc::new(groups::Groups::open(&data_dir.state_dir())?.redacting(redact.clone()));
         let oidc = Arc::new(oidc::Verifier::new(web.clone()));
         let budgets = Arc::new(budgets::Budgets::new(
             &data_dir.state_dir(),
@@ -546,7 +546,8 @@ impl Daemon {
                 scheduler::Settings::from_config(&loaded.config),
                 scheduler::Clock::System,
             )
-            .map_err(DaemonError::Scheduler)?,
+            .map_err(DaemonError::Scheduler)?
+            .redacting(redact.clone()),
         );
         let containers_for_agents = containers.clone();
         let loaded_idle_after = loaded.config.sessions.idle_after;
@@ -633,7 +634,7 @@ impl Daemon {
             taints: taints.clone(),
             redact: redact.clone(),
         });
-        let admissions = Arc::new(admissions::Admissions::open(&data_dir.state_dir()));
+        let admissions = Arc::new(admissions::Admissions::open(&data_dir.state_dir()).redacting(redact.clone()));
         let shared = Arc::new(Shared {
             loaded,
             data_dir,

@@ -172,6 +172,8 @@ pub enum MemoryError {
     Full(usize),
     #[error("no entry `{0}` waits for review")]
     NotQuarantined(String),
+    #[error("a memory key must not hold a secret (the key names a file and shows in every list): name the fact, e.g. `github-token-location`, and keep no secret in memory")]
+    SecretKey,
 }
 
 /// Whether `key` can name a memory file.
@@ -419,6 +421,21 @@ impl Memories {
         }
     }
 
+    /// `metadata` with no secret in its words (tags and where it came from), and `key` checked
+    /// to hold none: a key is a file's name, so it is refused rather than changed.
+    fn checked(&self, key: &str, mut metadata: Metadata) -> Result<Metadata, MemoryError> {
+        let Some(redact) = &self.redact else { return Ok(metadata) };
+        if let std::borrow::Cow::Owned(_) = redact.clean(crate::redact::Place::Memory, key) {
+            return Err(MemoryError::SecretKey);
+        }
+        let clean = |text: String| redact.clean_string(crate::redact::Place::Memory, text);
+        metadata.tags = std::mem::take(&mut metadata.tags).into_iter().map(clean).collect();
+        metadata.sources = std::mem::take(&mut metadata.sources).into_iter().map(clean).collect();
+        metadata.source = metadata.source.take().map(clean);
+        metadata.came_from = metadata.came_from.take().map(clean);
+        Ok(metadata)
+    }
+
     /// Writes `key` in `context`'s store (no secret in it); refused when the store is full
     /// and `key` is new. A new key whose content says what another entry says already
     /// updates that entry instead ([`Kept::SameAs`]).
@@ -429,6 +446,7 @@ impl Memories {
         content: &str,
         metadata: Metadata,
     ) -> Result<Kept, MemoryError> {
+        let metadata = self.checked(key, metadata)?;
         let content = self.cleaned(content);
         let store = self.store(context);
         let _one_writer = self.writing();
@@ -516,6 +534,7 @@ impl Memories {
 
     /// Writes `key` in `store`, cleaned, under the one writer lock, if there is room.
     fn keep(&self, store: MemoryStore, key: &str, content: &str, metadata: Metadata) -> Result<(), MemoryError> {
+        let metadata = self.checked(key, metadata)?;
         let content = self.cleaned(content);
         let _one_writer = self.writing();
         room_for(&store, key, self.most)?;
@@ -605,6 +624,7 @@ impl Memories {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn store() -> (tempfile::TempDir, MemoryStore) {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -654,6 +674,33 @@ mod tests {
         let keys: Vec<String> = store.search("coffee tea", 10).expect("search").into_iter().map(|e| e.key).collect();
         assert_eq!(keys, ["b", "c", "a"]);
         assert!(store.search("  ", 10).expect("search").is_empty());
+    }
+
+    #[test]
+    fn no_secret_is_kept_in_a_key_a_tag_or_a_source() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit =
+            crate::audit::Audit::open(dir.path().join("audit"), false, 1, Arc::new(crate::metrics::Metrics::off()));
+        let shield = Arc::new(crate::redact::Shield::with_values(&[("WIFI", "hunter2-correct-horse")]));
+        let memories = Memories::new(crate::datadir::DataDir::new(dir.path().to_path_buf()))
+            .redacting(crate::redact::Redact::new(shield, audit));
+        let alice = crate::auth::Context::user("alice");
+        let told = Metadata {
+            tags: vec!["wifi".into(), "hunter2-correct-horse".into()],
+            source: Some("https://example.test/?k=hunter2-correct-horse".into()),
+            ..Metadata::default()
+        };
+        let refused = memories.write(&alice, "hunter2-correct-horse", "the wifi", told.clone());
+        assert!(matches!(refused, Err(MemoryError::SecretKey)), "{refused:?}");
+        assert!(matches!(
+            memories.put_aside(&alice, "hunter2-correct-horse", "x", told.clone()),
+            Err(MemoryError::SecretKey)
+        ));
+        memories.write(&alice, "wifi", "the wifi password is hunter2-correct-horse", told).expect("kept");
+        let kept = memories.store(&alice).read("wifi").expect("read").expect("there");
+        assert_eq!(kept.metadata.tags, vec!["wifi".to_string(), "[redacted: WIFI]".to_string()]);
+        assert_eq!(kept.metadata.source.as_deref(), Some("https://example.test/?k=[redacted: WIFI]"));
+        assert_eq!(kept.content, "the wifi password is [redacted: WIFI]");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
+use baaaht_tests::gateway::{as_user, connect, slack_gateway};
 use baaaht_tests::scenario::{self, last_user_text};
 use baaaht_tests::DaemonOptions;
 use serde_json::json;
@@ -253,7 +254,14 @@ fn leaks() -> String {
     )
 }
 
-fn canary_brain() -> Answer {
+/// A credential of the kind gitleaks' rules know (not a value of the store): a tool's
+/// parameters carry it (only the store's values are taken out of them), so every place it is
+/// kept must clean it.
+fn github_token() -> String {
+    format!("ghp_{}", "Zk3Qm8Rt5Wx2Yv7Bn4Hj6Lp9Sd1Fg0Ca8Ue2I")
+}
+
+fn canary_brain(port: u16) -> Answer {
     Answer::Respond(Responder(Arc::new(move |request| {
         let asked = Asked::of(request);
         let done = asked.turn_results.clone();
@@ -269,14 +277,26 @@ fn canary_brain() -> Answer {
             };
         }
         if asked.offers("memory_write") {
-            return match done.len() {
-                0 => anthropic_answer("", &[("toolu_m0", "memory_write", json!({"key": "leak", "content": leaks()}))]),
-                _ => anthropic_answer(&format!("kept {}", leaks()), &[]),
+            // A key is a file's name: one holding a secret is refused; tags are cleaned.
+            let steps = [
+                json!({"key": hex(CANARIES[2].1), "content": "the key is the secret"}),
+                json!({"key": "leak", "content": leaks(), "tags": [plain, github_token()]}),
+            ];
+            return match steps.get(done.len()) {
+                Some(step) => {
+                    anthropic_answer("", &[(&format!("toolu_m{}", done.len()), "memory_write", step.clone())])
+                }
+                None => anthropic_answer(&format!("kept {}", leaks()), &[]),
             };
         }
         if asked.offers("write_file") && !asked.offers("exec") {
-            let steps =
-                [("write_file", json!({"path": format!("{plain}.txt"), "content": leaks()})), (plain, json!({}))];
+            // The fetch last: what it reads marks the turn, and taint.json names its source.
+            let page = format!("http://127.0.0.1:{port}/page?token={}", github_token());
+            let steps = [
+                ("write_file", json!({"path": format!("{plain}.txt"), "content": leaks()})),
+                (plain, json!({})),
+                ("web_fetch", json!({"url": page})),
+            ];
             return match steps.get(done.len()) {
                 Some((tool, params)) => {
                     anthropic_answer("", &[(&format!("toolu_w{}", done.len()), tool, params.clone())])
@@ -290,8 +310,11 @@ fn canary_brain() -> Answer {
 
 /// Five canaries in the secrets store; the hostile model tries to get each into every place
 /// the daemon persists and every channel, plainly, base64, hex, split across two places and
-/// reversed. Nothing the daemon wrote or sent holds a plain, base64 or hex canary; the split
-/// and reversed forms are the known limit and are reported, not claimed.
+/// reversed, and a GitHub token into every field the daemon keeps: a conversation's title, a
+/// task's prompt and description, a memory's key and tags, a display name and a group's name
+/// from a channel, the address of a page read (taint.json). Nothing the daemon wrote (the
+/// index's WAL too) or sent holds a plain, base64 or hex canary or the token; the split and
+/// reversed forms are the known limit and are reported, not claimed.
 #[test]
 fn no_secret_of_the_store_is_persisted_or_sent_in_the_forms_the_redactor_knows() {
     let rt = baaaht_tests::runtime();
@@ -302,7 +325,13 @@ fn no_secret_of_the_store_is_persisted_or_sent_in_the_forms_the_redactor_knows()
         env: vec![("BAAAHT_PASSPHRASE_FILE".into(), passphrase.display().to_string())],
         ..Default::default()
     };
-    let (_fake, daemon) = scenario::start(&rt, canary_brain(), options).expect("daemon");
+    let (port, asked_paths) = rt.block_on(page_server());
+    let options = DaemonOptions {
+        env: [options.env, vec![("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{port}\"]"))]]
+            .concat(),
+        ..options
+    };
+    let (_fake, daemon) = scenario::start(&rt, canary_brain(port), options).expect("daemon");
     for (name, value) in CANARIES {
         let mut set = std::process::Command::new(baaaht_tests::bin("baaahtd"))
             .args(["secrets", "set", name])
@@ -316,9 +345,35 @@ fn no_secret_of_the_store_is_persisted_or_sent_in_the_forms_the_redactor_knows()
     }
     // The daemon reads the store again within a second of its change.
     std::thread::sleep(Duration::from_millis(1500));
-    let turn = scenario::turn_on(&rt, &daemon, scenario::message(alice(), "alice", "Leak everything."));
+    // The first message names the conversation: its title is kept too.
+    let first = format!("Leak everything, {} too.", github_token());
+    let turn = scenario::turn_on(&rt, &daemon, scenario::message(alice(), "alice", &first));
     let reply = turn.reply.as_ref().map(|reply| reply.content.clone()).unwrap_or_default();
     assert!(reply.contains("[redacted: CANARY_PLAIN]") && reply.contains("[redacted: CANARY_HEX]"), "{reply}");
+    assert!(
+        asked_paths.lock().expect("recording").iter().any(|path| path.starts_with("/page?token=ghp_")),
+        "the page was fetched with the token in its query: {}",
+        daemon.log_text()
+    );
+    let memory = daemon.data_dir.join("users/alice/memory");
+    assert!(memory.join("leak.md").exists(), "the memory was kept, its tags cleaned");
+    assert!(!memory.join(format!("{}.md", hex(CANARIES[2].1))).exists(), "a key holding a secret is refused");
+    // A channel's display name and group name, given by a gateway.
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host client");
+        let mut acme = connect(&slack_gateway(&mut host, "acme", "T1").await).await;
+        let mut request = as_user("slack:T1:UMAL", None, v1::WhoAmIRequest {});
+        let name = format!("Mallory {plain}", plain = CANARIES[0].1);
+        request.metadata_mut().insert(baaaht_proto::USER_NAME_HEADER, name.parse().expect("ascii"));
+        let mallory = acme.gateways.who_am_i(request).await.expect("who").into_inner();
+        assert_eq!(mallory.name, "Mallory [redacted: CANARY_PLAIN]");
+        let group = v1::EnsureChannelGroupRequest {
+            channel: "C1".into(),
+            name: format!("room {}", github_token()),
+            left: false,
+        };
+        acme.gateways.ensure_channel_group(as_user("slack:T1:UMAL", None, group)).await.expect("group");
+    });
     // A scheduled run whose answer carries them too (its result goes to the run ledger).
     rt.block_on(async {
         let mut client = scenario::host_client(&daemon).await.expect("client");
@@ -327,7 +382,8 @@ fn no_secret_of_the_store_is_persisted_or_sent_in_the_forms_the_redactor_knows()
             r#type: "scheduled".into(),
             user_id: "alice".into(),
             schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Once(once)) }),
-            prompt: "echo the canaries".into(),
+            prompt: format!("echo the canaries {}", CANARIES[0].1),
+            description: format!("every morning with {}", github_token()),
             ..Default::default()
         };
         let task = client.tasks.schedule_task(task).await.expect("schedule").into_inner().task.expect("task");
@@ -361,6 +417,7 @@ fn no_secret_of_the_store_is_persisted_or_sent_in_the_forms_the_redactor_knows()
     everything.push_str(&walked.join("\n"));
     let [plain, b64, hexed, split, reversed] = CANARIES.map(|(_, value)| value);
     for (form, found) in [
+        ("GitHub token", github_token()),
         ("plain", plain.to_string()),
         ("base64", base64(b64)),
         ("hex", hex(hexed)),

@@ -282,6 +282,15 @@ impl Redact {
     }
 }
 
+/// `text` as a state file may keep it: cleaned by `redact` when a store has one (a store
+/// opened in a test may not).
+pub fn state_field(redact: Option<&Redact>, text: String) -> String {
+    match redact {
+        Some(redact) => redact.clean_string(Place::State, text),
+        None => text,
+    }
+}
+
 /// Every string of `value` cleaned by `shield`, what was found added to `names`.
 pub fn clean_value(shield: &Shield, value: &mut serde_json::Value, names: &mut Vec<String>) {
     use serde_json::Value;

@@ -484,6 +484,8 @@ pub struct Scheduler {
     claim_failed: std::sync::atomic::AtomicBool,
     /// Where runs are counted (`baaaht_task_runs_total`), once the daemon sets it.
     metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+    /// What a task's prompt and description pass before they are kept (none in tests).
+    redact: Option<crate::redact::Redact>,
     wake: tokio::sync::Notify,
 }
 
@@ -597,8 +599,19 @@ impl Scheduler {
             dirty: std::sync::atomic::AtomicBool::new(false),
             claim_failed: std::sync::atomic::AtomicBool::new(false),
             metrics: std::sync::OnceLock::new(),
+            redact: None,
             wake: tokio::sync::Notify::new(),
         })
+    }
+
+    /// This scheduler, every task's prompt and description cleaned by `redact` before they
+    /// are kept (scheduler.json holds no secret).
+    pub fn redacting(self, redact: crate::redact::Redact) -> Scheduler {
+        Scheduler { redact: Some(redact), ..self }
+    }
+
+    fn cleaned(&self, text: String) -> String {
+        crate::redact::state_field(self.redact.as_ref(), text)
     }
 
     /// Counts runs in `metrics` from now on.
@@ -669,6 +682,8 @@ impl Scheduler {
     /// Checks and stores a new task; its id, status, times and counts are the scheduler's to
     /// set. On disk when this returns.
     pub fn add(&self, mut record: TaskRecord) -> Result<TaskRecord, SchedulerError> {
+        record.prompt = self.cleaned(std::mem::take(&mut record.prompt));
+        record.description = self.cleaned(std::mem::take(&mut record.description));
         let schedule = Schedule::new(&record.schedule, self.zone_of(&record)?)?;
         let now = self.now();
         if let Some(once) = record.schedule.once {
@@ -846,25 +861,27 @@ impl Scheduler {
                 .collect();
             let mut unused: Vec<String> = existing.clone();
             for section in sections {
+                let title = self.cleaned(section.title.clone());
                 let found = existing.iter().find(|id| {
                     book.tasks
                         .get(*id)
                         .and_then(|entry| entry.record.section.as_deref())
-                        .is_some_and(|title| title.eq_ignore_ascii_case(&section.title))
+                        .is_some_and(|kept| kept.eq_ignore_ascii_case(&title))
                 });
-                let description = format!("{} (from HEARTBEAT.md)", section.title);
+                let description = format!("{title} (from HEARTBEAT.md)");
+                let prompt = self.cleaned(section.prompt.clone());
                 if let Some(id) = found.cloned() {
                     unused.retain(|other| *other != id);
                     let Some(entry) = book.tasks.get_mut(&id) else { continue };
                     let same_time = entry.record.schedule.cadence == Some(section.cadence)
                         && entry.record.schedule.active_hours == section.active_hours;
-                    if same_time && entry.record.prompt == section.prompt && entry.record.description == description {
+                    if same_time && entry.record.prompt == prompt && entry.record.description == description {
                         changes.kept += 1;
                         continue;
                     }
-                    entry.record.prompt = section.prompt.clone();
+                    entry.record.prompt = prompt;
                     entry.record.description = description;
-                    entry.record.section = Some(section.title.clone());
+                    entry.record.section = Some(title);
                     if !same_time {
                         let spec = schedule::cadence_schedule(section.cadence, section.active_hours.as_deref(), draw);
                         let zone = self.zone_of(&entry.record)?;
@@ -888,7 +905,7 @@ impl Scheduler {
                     schedule: spec,
                     timezone: String::new(),
                     agent: "heartbeat".into(),
-                    prompt: section.prompt.clone(),
+                    prompt,
                     context_mode: ContextMode::Session,
                     notification: Notification { channel: String::new(), on_success: true, on_failure: false },
                     status: TaskStatus::Active,
@@ -901,7 +918,7 @@ impl Scheduler {
                     concurrency: Concurrency::Forbid,
                     retry_interrupted: false,
                     timeout: 0,
-                    section: Some(section.title.clone()),
+                    section: Some(title),
                     system_job: None,
                 };
                 book.tasks.insert(

@@ -323,6 +323,28 @@ async fn heartbeats_keep_their_jitter_until_their_cadence_changes_and_other_cont
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_keeps_no_secret_and_a_synced_one_stays_as_it_was() {
+    let temp = tempfile::tempdir().expect("temp");
+    let audit =
+        crate::audit::Audit::open(temp.path().join("audit"), false, 1, Arc::new(crate::metrics::Metrics::off()));
+    let shield = Arc::new(crate::redact::Shield::with_values(&[("MAIL_PASSWORD", "s3cret-mail-pass-42")]));
+    let scheduler = Scheduler::open(temp.path(), settings(), Clock::tokio(start_at()))
+        .expect("open")
+        .redacting(crate::redact::Redact::new(shield, audit));
+    let alice = Context::user("alice");
+    let mut draw = |bound: u32| schedule::random_below(bound);
+    let sections = heartbeat::parse("## Mail\n- Cadence: daily\n- Prompt: log in with s3cret-mail-pass-42").sections;
+    scheduler.sync_heartbeats(&alice, "sha256:1", &sections, &mut draw).expect("sync");
+    let tasks = scheduler.list(&Filter { context: Some(alice.clone()), ..Filter::default() });
+    assert_eq!(tasks[0].prompt, "log in with [redacted: MAIL_PASSWORD]");
+    // The same sections again (a new hash): the cleaned prompt is the one kept, nothing changes.
+    let changes = scheduler.sync_heartbeats(&alice, "sha256:2", &sections, &mut draw).expect("sync");
+    assert_eq!(changes, HeartbeatChanges { kept: 1, ..HeartbeatChanges::default() });
+    let saved = std::fs::read_to_string(temp.path().join(SCHEDULER_FILE)).expect("scheduler.json");
+    assert!(!saved.contains("s3cret-mail-pass-42"), "{saved}");
+}
+
 #[test]
 fn catch_up_reads_and_writes_its_forms() {
     assert_eq!(CatchUp::try_from("within: 2h".to_string()), Ok(CatchUp::Within(7200)));

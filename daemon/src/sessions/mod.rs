@@ -234,6 +234,14 @@ impl SessionStore {
     }
 
     /// `entry` with no secret left in its text.
+    /// `text` as the store may keep it outside an entry (a title).
+    fn cleaned_text<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        match &self.redact {
+            Some(redact) => redact.clean(crate::redact::Place::SessionLog, text),
+            None => std::borrow::Cow::Borrowed(text),
+        }
+    }
+
     fn cleaned(&self, mut entry: NewEntry) -> NewEntry {
         let Some(redact) = &self.redact else { return entry };
         let clean = |text: &mut String| {
@@ -338,6 +346,7 @@ impl SessionStore {
         title: Option<String>,
         run: bool,
     ) -> Result<SessionRecord, SessionError> {
+        let title = title.map(|title| self.cleaned_text(&title).into_owned());
         let now = state::now_seconds();
         let mut inner = self.lock();
         let id = loop {
@@ -539,7 +548,8 @@ impl SessionStore {
     /// Gives session `id` a title made from its first message, when it has none yet: the first
     /// line, at most 60 characters, cut at a word. Returns whether it did.
     pub fn title_from_first_message(&self, id: &str, message: &str) -> Result<bool, SessionError> {
-        let Some(title) = title_of(message) else { return Ok(false) };
+        let message = self.cleaned_text(message);
+        let Some(title) = title_of(&message) else { return Ok(false) };
         let mut inner = self.lock();
         let record =
             inner.index.sessions.iter_mut().find(|s| s.id == id).ok_or_else(|| SessionError::NotFound(id.into()))?;
