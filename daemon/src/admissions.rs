@@ -20,10 +20,6 @@ const MOST_WAITING: usize = 1_000;
 /// How long a wait is kept.
 const KEPT_SECONDS: u64 = 7 * 24 * 3600;
 
-/// What a person is told on their first contact while they wait.
-pub const WAITING: &str = "You are not known to this assistant yet: the people who run it have been asked to let you \
-                           in. Write again once they have.";
-
 /// Someone waiting to be admitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Waiting {

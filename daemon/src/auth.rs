@@ -210,6 +210,12 @@ pub struct HostPeer {
     pub pid: Option<i32>,
 }
 
+/// What a person is told when who they are could not be recorded (the detail is in the log).
+pub const NOT_RECORDED: &str = "baaaht could not record who you are; the daemon's log says why";
+/// What a person is told on their first contact while they wait to be admitted.
+pub const WAITING: &str = "You are not known to this assistant yet: the people who run it have been asked to let you \
+                           in. Write again once they have.";
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     #[error("missing bearer token: containers must send `authorization: Bearer $BAAAHT_CONTAINER_TOKEN`")]
@@ -250,10 +256,10 @@ pub enum AuthError {
     #[error("{0}")]
     Unresolvable(String),
     /// A first contact that could not be recorded (the detail is in the log).
-    #[error("{}", crate::identities::NOT_RECORDED)]
+    #[error("{}", NOT_RECORDED)]
     Unrecorded { disk_full: bool },
     /// A first contact its gateway does not admit: waiting for an admin.
-    #[error("{}", crate::admissions::WAITING)]
+    #[error("{}", WAITING)]
     NotAdmitted,
 }
 

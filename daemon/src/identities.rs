@@ -21,8 +21,6 @@ pub const IDENTITIES_FILE: &str = "identities.json";
 /// appends one line (and syncs it) instead of rewriting the whole map, so meeting the
 /// thousandth user costs what meeting the first did.
 pub const JOURNAL_FILE: &str = "identities.journal";
-/// What a person is told when who they are could not be recorded (the detail is in the log).
-pub const NOT_RECORDED: &str = "baaaht could not record who you are; the daemon's log says why";
 /// Lines the journal grows to before they are folded into `identities.json`.
 const FOLD_AFTER: usize = 1000;
 /// The longest display name, in characters.

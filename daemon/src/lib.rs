@@ -441,14 +441,18 @@ impl Daemon {
         let redact = redact::Redact::new(shield, audit.clone());
         redact::for_log_lines(&redact);
         let llm = Arc::new(llm::LlmGateway::new(&loaded, settings, &data_dir, &binaries, metrics.clone()));
-        let web = Arc::new(
+        let web_proxy = || {
             egress::proxy::WebProxy::new(
                 &loaded.config.tools.web_proxy,
                 Arc::new(egress::proxy::SystemResolver),
                 Arc::new(egress::proxy::TcpConnector),
             )
-            .map_err(DaemonError::WebProxy)?,
-        );
+            .map_err(DaemonError::WebProxy)
+        };
+        let web = Arc::new(web_proxy()?);
+        // The gateway in its container has no network: its providers' hosts only, by tunnel.
+        let hosts = llm.provider_hosts();
+        llm.reach_out_through(llm::egress::WayOut::new(hosts, web_proxy()?, audit.clone(), tracker.clone()));
         let workspaces = Arc::new(workspace::Workspaces::new(
             data_dir.root().join("sessions"),
             policy.resource_limits(auth::Role::Tool).disk_bytes,

@@ -11,7 +11,7 @@ use regex::Regex;
 
 use crate::auth::{Context, ContextKind, Role};
 use crate::config::{AllowedMount, Config, LoadedConfig, MountAllowlist, MountKind, MountMode, MountOwner, ToolName};
-use crate::container::{Limits, MountSpec, NetworkPolicy};
+use crate::container::{Limits, MountSpec};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
@@ -224,14 +224,6 @@ impl Policy {
     /// The `container` section this policy was made from.
     pub fn container_config(&self) -> &crate::config::ContainerConfig {
         &self.config.container
-    }
-
-    /// Agents and tools get no network; only the LLM gateway reaches out (spec §13.3).
-    pub fn network_policy(role: Role) -> NetworkPolicy {
-        match role {
-            Role::LlmGateway => NetworkPolicy::Egress,
-            _ => NetworkPolicy::None,
-        }
     }
 
     /// The tools `role` may use (spec §6.1); the Assistant has only `delegate`, no tool.
@@ -596,9 +588,6 @@ mod tests {
         assert_eq!((coder.memory_bytes, coder.cpus, coder.pids), (2 << 30, 2.0, 256));
         let worker = policy.resource_limits(Role::Worker);
         assert_eq!((worker.memory_bytes, worker.cpus), (512 << 20, 1.0));
-        assert_eq!(Policy::network_policy(Role::Tool), NetworkPolicy::None);
-        assert_eq!(Policy::network_policy(Role::Assistant), NetworkPolicy::None);
-        assert_eq!(Policy::network_policy(Role::LlmGateway), NetworkPolicy::Egress);
     }
 
     #[test]

@@ -188,7 +188,7 @@ async fn probe(choice: &Choice, model: &str, key: Option<&str>) -> Result<Durati
         api_key: key.map(str::to_string),
         timeout: Duration::from_secs(30),
         max_output: None,
-        relay: None,
+        route: baaaht_llm::provider::Route::Direct,
     };
     let request = Request {
         model: model.to_string(),

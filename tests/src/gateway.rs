@@ -102,11 +102,16 @@ pub fn only_container(daemon: &crate::TestDaemon) -> String {
     containers[0].clone()
 }
 
-/// What the egress socket of gateway `container` answers, from inside, to a tunnel asked to
-/// example.com:443 (a host no gateway needs).
-pub fn egress_from_inside(container: &str) -> String {
-    let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/gateway/egress.sock')\n\
-        s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
-        print(s.recv(4096).decode())";
-    crate::docker(&["exec", container, "python3", "-c", probe]).expect("a connection from inside")
+/// The egress socket of a channel gateway's container.
+pub const EGRESS_SOCKET: &str = "/gateway/egress.sock";
+
+/// What the egress socket at `socket` in `container` answers, from inside, to a tunnel asked
+/// to example.com:443 (a host no gateway needs; the refusal comes before any lookup).
+pub fn egress_from_inside(container: &str, socket: &str) -> String {
+    let probe = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('{socket}')\n\
+         s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n')\n\
+         print(s.recv(4096).decode())"
+    );
+    crate::docker(&["exec", container, "python3", "-c", &probe]).expect("a connection from inside")
 }

@@ -422,7 +422,7 @@ fn in_its_container_the_gateway_reaches_only_its_mail_servers_through_the_daemon
     let kept = walk(&daemon.data_dir).into_iter().any(|path| path.ends_with("threads.json"));
     assert!(kept, "the threads file is in the gateway's state folder");
     // From inside, the egress socket opens the mail servers only.
-    let refused = baaaht_tests::gateway::egress_from_inside(&container);
+    let refused = baaaht_tests::gateway::egress_from_inside(&container, baaaht_tests::gateway::EGRESS_SOCKET);
     assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
     assert!(refused.contains(&format!("127.0.0.1:{}", servers.imaps)), "the hosts it may reach are named: {refused}");
 }

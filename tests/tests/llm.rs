@@ -287,7 +287,7 @@ fn a_hung_gateway_is_restarted_after_three_failed_checks_and_the_waiting_request
 }
 
 #[test]
-fn with_the_gateway_in_its_container_no_provider_key_reaches_an_agent_container() {
+fn with_the_gateway_in_its_container_no_provider_key_reaches_an_agent_container_and_it_has_no_network() {
     let rt = baaaht_tests::runtime();
     let address = std::net::SocketAddr::new(baaaht_tests::bridge_address().expect("the bridge network exists"), 0);
     let provider = rt.block_on(FakeProvider::start_on(address, vec![], Some(hello()))).expect("fake provider");
@@ -352,7 +352,32 @@ fn with_the_gateway_in_its_container_no_provider_key_reaches_an_agent_container(
         .expect("a gateway container is recorded");
     let inspected = docker(&["inspect", &gateway]).expect("inspect the gateway container");
     assert!(!inspected.contains(KEY), "the key is in the gateway container's configuration");
-    assert!(inspected.contains("\"NetworkMode\": \"bridge\""), "the gateway has egress: {inspected}");
+    // It has no network: the provider (on the bridge, as a hosted one would be out there) was
+    // reached through a tunnel the daemon opened, and the daemon opens no other host.
+    assert!(inspected.contains("\"NetworkMode\": \"none\""), "the gateway has a network: {inspected}");
+    let refused = baaaht_tests::gateway::egress_from_inside(&gateway, "/run/baaaht-llm/egress.sock");
+    assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
+    assert!(refused.contains("example.com:443"), "{refused}");
+    let dial = format!(
+        "import socket\ntry:\n  socket.create_connection(('{host}', {port}), 3)\n  print('connected')\nexcept OSError as e:\n  print('refused', e)",
+        host = address.ip(),
+        port = provider.api_base(fake::Wire::Anthropic).rsplit(':').next().unwrap_or_default(),
+    );
+    let reached = docker(&["exec", &gateway, "python3", "-c", &dial]).expect("a connection from inside");
+    assert!(reached.starts_with("refused"), "the gateway reached the bridge by itself: {reached}");
+    let tunnels = Command::new(bin("baaaht"))
+        .args(["audit", "--kind", "egress", "--json"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht audit");
+    let tunnels = String::from_utf8_lossy(&tunnels.stdout).into_owned();
+    let of_the_gateway = |outcome: &str, host: &str| {
+        tunnels
+            .lines()
+            .any(|line| line.contains("\"principal\":\"llm-gateway\"") && line.contains(outcome) && line.contains(host))
+    };
+    assert!(of_the_gateway("\"allowed\"", &address.ip().to_string()), "{tunnels}");
+    assert!(of_the_gateway("\"refused\"", "example.com"), "{tunnels}");
 
     docker(&["kill", &agent]).expect("end the lingering container");
     let output = lingering.wait_with_output().expect("doctor ends");

@@ -24,7 +24,7 @@ fn endpoint(fake: &FakeProvider, name: &str, wire: Wire) -> Endpoint {
         api_key: Some("sk-test".into()),
         timeout: Duration::from_secs(10),
         max_output: None,
-        relay: None,
+        route: baaaht_llm::provider::Route::Direct,
     }
 }
 
@@ -155,7 +155,7 @@ async fn bad_bases_are_refused_with_a_sentence() {
         api_key: None,
         timeout: Duration::from_secs(1),
         max_output: None,
-        relay: None,
+        route: baaaht_llm::provider::Route::Direct,
     };
     let failure = provider::stream(&endpoint, &request(), &mut |_| {}).await.expect_err("ftp");
     assert!(failure.to_string().contains("write it as https://host[:port]/path"), "{failure}");

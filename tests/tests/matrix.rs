@@ -358,7 +358,7 @@ fn in_its_container_the_gateway_reaches_the_homeserver_through_the_daemon_and_a_
         assert!(answered.is_ok(), "{answered:?}\n{}", logs());
         let container = baaaht_tests::gateway::only_container(&daemon);
         // From inside, the egress socket opens the homeserver only.
-        let refused = baaaht_tests::gateway::egress_from_inside(&container);
+        let refused = baaaht_tests::gateway::egress_from_inside(&container, baaaht_tests::gateway::EGRESS_SOCKET);
         assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
         assert!(
             refused.contains(&format!("127.0.0.1:{}", synapse.tls_port)),

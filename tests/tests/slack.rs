@@ -650,7 +650,7 @@ fn in_its_container_the_gateway_reaches_slack_only_through_the_daemon() {
     let container = baaaht_tests::gateway::only_container(&daemon);
     assert!(baaaht_tests::gateway_pids(&daemon.data_dir, "baaaht-slack").is_empty(), "no gateway on the host");
     // From inside, the egress socket opens Slack's hosts only.
-    let refused = baaaht_tests::gateway::egress_from_inside(&container);
+    let refused = baaaht_tests::gateway::egress_from_inside(&container, baaaht_tests::gateway::EGRESS_SOCKET);
     assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
     assert!(refused.contains("example.com:443 is not a host gateway work needs"), "{refused}");
     rt.block_on(async {

@@ -525,7 +525,7 @@ fn in_its_container_the_gateway_reaches_telegram_only_through_the_daemon() {
     });
     let container = baaaht_tests::gateway::only_container(&daemon);
     // From inside, the egress socket opens Telegram's hosts only.
-    let refused = baaaht_tests::gateway::egress_from_inside(&container);
+    let refused = baaaht_tests::gateway::egress_from_inside(&container, baaaht_tests::gateway::EGRESS_SOCKET);
     assert!(refused.starts_with("HTTP/1.1 403 Forbidden"), "{refused}");
     assert!(refused.contains("api.telegram.org:443"), "the hosts it may reach are named: {refused}");
 }

@@ -875,8 +875,8 @@ impl Default for LlmConfig {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum GatewayMode {
-    /// In a hardened container on the engine's bridge network: the only container with egress,
-    /// the only one given provider keys.
+    /// In a hardened container with no network, reaching its providers' hosts only through the
+    /// daemon's tunnel: the only one given provider keys.
     Container,
     /// A child process on the host, for machines without a container engine.
     Process,

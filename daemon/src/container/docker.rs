@@ -20,7 +20,7 @@ use tokio_stream::StreamExt;
 
 use super::{
     ContainerInfo, ContainerRuntime, ContainerSpec, EngineInfo, EngineKind, ExecResult, ExitInfo, HealthStatus,
-    Isolation, NetworkPolicy, Output, RuntimeError, Usage,
+    Isolation, Output, RuntimeError, Usage,
 };
 
 /// The seccomp profile every container gets (derived by `seccomp/derive.py`).
@@ -267,10 +267,7 @@ impl DockerRuntime {
                     }
                 ),
             ]),
-            network_mode: Some(match spec.network {
-                NetworkPolicy::None => "none".into(),
-                NetworkPolicy::Egress => "bridge".into(),
-            }),
+            network_mode: Some("none".into()),
             tmpfs: Some(HashMap::from([(
                 "/tmp".to_string(),
                 format!("rw,nosuid,nodev,size={},mode=1777", limits.tmp_bytes),
@@ -379,7 +376,7 @@ impl ContainerRuntime for DockerRuntime {
             env: Some(spec.env.iter().map(|(key, value)| format!("{key}={value}")).collect()),
             labels: Some(labels),
             working_dir: spec.working_dir.clone(),
-            network_disabled: Some(spec.network == NetworkPolicy::None),
+            network_disabled: Some(true),
             host_config: Some(self.host_config(spec)?),
             ..Default::default()
         };

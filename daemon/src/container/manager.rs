@@ -480,7 +480,6 @@ impl ContainerManager {
             },
             mounts,
             env,
-            network: Policy::network_policy(role),
             limits: self.policy.resource_limits(role),
             command: request.command.clone(),
             working_dir: request.working_dir.clone(),

@@ -273,15 +273,6 @@ pub struct MountSpec {
     pub read_only: bool,
 }
 
-/// Network access of a container (spec §13.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NetworkPolicy {
-    /// Loopback only: agents and tools.
-    None,
-    /// Outbound through the engine's default bridge: the LLM gateway only.
-    Egress,
-}
-
 /// Resource limits of one container.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
@@ -295,8 +286,9 @@ pub struct Limits {
 }
 
 /// Everything a container is made from. The hardening (uid 1000, read-only root, no
-/// capabilities, no-new-privileges, the seccomp profile, never privileged, never the host
-/// network) is not part of the spec: the runtime applies it to every container, always.
+/// capabilities, no-new-privileges, the seccomp profile, never privileged, no network: every
+/// way out is a socket of the daemon's) is not part of the spec: the runtime applies it to
+/// every container, always.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerSpec {
     pub name: String,
@@ -304,7 +296,6 @@ pub struct ContainerSpec {
     pub labels: ContainerLabels,
     pub mounts: Vec<MountSpec>,
     pub env: Vec<(String, String)>,
-    pub network: NetworkPolicy,
     pub limits: Limits,
     pub command: Vec<String>,
     pub working_dir: Option<String>,

@@ -289,6 +289,19 @@ impl WebProxy {
         })
     }
 
+    /// This proxy, also reaching `entries` (`host:port`, as `tools.web_proxy.allow` names
+    /// them) whatever their address, short of those always refused (link-local, metadata): the
+    /// hosts an administrator wrote elsewhere in the configuration (the LLM providers').
+    pub fn allowing(mut self, entries: &[String]) -> WebProxy {
+        for entry in entries {
+            match parse_allowed(entry) {
+                Ok(allowed) => self.allowed.push(allowed),
+                Err(why) => tracing::warn!(entry, %why, "not allowed through the address filter"),
+            }
+        }
+        self
+    }
+
     fn allows(&self, host: &str, port: u16, address: IpAddr) -> bool {
         self.allowed.iter().any(|entry| match entry {
             Allowed::Host { name, port: wanted } => name == host && wanted.is_none_or(|p| p == port),

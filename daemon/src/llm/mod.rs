@@ -1,13 +1,15 @@
 //! The LLM gateway, from the daemon's side (spec §7, DESIGN.md §1): resolve `providers.yaml`
 //! with the secrets store into the gateway's configuration, run `baaaht-llm-gateway` (in a
-//! container with egress, or as a host child process), configure it over its socket, check its
-//! health and restart it after `failure_threshold` failed checks. Requests that arrive while
-//! it (re)starts wait up to `llm.queue_timeout`. A provider on the host's loopback is reached
-//! by a gateway in its container through the daemon's relay ([`relay`]).
+//! container with no network, or as a host child process), configure it over its socket, check
+//! its health and restart it after `failure_threshold` failed checks. Requests that arrive
+//! while it (re)starts wait up to `llm.queue_timeout`. A gateway in its container reaches a
+//! provider on the host's loopback through the daemon's relay ([`relay`]) and any other only
+//! through a tunnel to that provider's host ([`egress`]).
 
 pub mod call;
 mod choices;
 pub use choices::ModelChoice;
+pub mod egress;
 pub mod relay;
 
 use std::collections::HashMap;
@@ -223,6 +225,16 @@ pub struct Used {
     pub estimated: bool,
 }
 
+/// A gateway started and configured: what runs it, its client, and the ways out it is given
+/// for as long as it is watched (its relays, and its tunnels until the guard is dropped).
+struct Started {
+    instance: Instance,
+    client: LlmGatewayClient<Channel>,
+    channel: Channel,
+    relays: Vec<relay::Relay>,
+    _tunnels: Option<tokio_util::sync::DropGuard>,
+}
+
 /// The daemon's handle on the LLM gateway.
 pub struct LlmGateway {
     settings: GatewaySettings,
@@ -235,6 +247,8 @@ pub struct LlmGateway {
     pub metrics: Arc<Metrics>,
     pub usage: UsageBook,
     notifier: std::sync::OnceLock<Arc<crate::health::Notifier>>,
+    /// The tunnels a gateway in its container reaches its providers by.
+    way_out: std::sync::OnceLock<egress::WayOut>,
     /// Provider → the context window the gateway gave its models (0: unknown), and when it
     /// was asked.
     windows: tokio::sync::Mutex<(std::collections::HashMap<String, u32>, Option<Instant>)>,
@@ -275,6 +289,7 @@ impl LlmGateway {
             metrics,
             usage: UsageBook::open(&data_dir.state_dir()),
             notifier: std::sync::OnceLock::new(),
+            way_out: std::sync::OnceLock::new(),
             windows: tokio::sync::Mutex::default(),
         }
     }
@@ -337,6 +352,17 @@ impl LlmGateway {
     pub fn tell_admins_through(&self, notifier: Arc<crate::health::Notifier>) {
         // silent-ok: set once, at start.
         let _ = self.notifier.set(notifier);
+    }
+
+    /// The hosts of the providers a gateway in its container reaches by a tunnel.
+    pub fn provider_hosts(&self) -> Vec<String> {
+        egress::provider_hosts(self.settings.config().providers.iter().map(|provider| provider.api_base.as_str()))
+    }
+
+    /// A gateway in its container reaches its providers through `way_out` from now on.
+    pub fn reach_out_through(&self, way_out: egress::WayOut) {
+        // silent-ok: set once, at start.
+        let _ = self.way_out.set(way_out);
     }
 
     /// Where the gateway stands, for `baaaht status`.
@@ -418,7 +444,7 @@ impl LlmGateway {
                 outcome = self.start(&containers, &mut engine) => outcome,
             };
             let reason = match outcome {
-                Ok((mut instance, client, channel, relays)) => {
+                Ok(Started { mut instance, client, channel, relays, _tunnels }) => {
                     generation += 1;
                     self.metrics.set_gateway_up(true);
                     self.state.send_replace(State::Ready { client: client.clone(), generation });
@@ -476,7 +502,7 @@ impl LlmGateway {
         &self,
         containers: &ContainerManager,
         engine: &mut watch::Receiver<Engine>,
-    ) -> Result<(Instance, LlmGatewayClient<Channel>, Channel, Vec<relay::Relay>), (Option<Instance>, String)> {
+    ) -> Result<Started, (Option<Instance>, String)> {
         self.prepare_folder().map_err(|error| (None, format!("cannot prepare {}: {error}", self.folder.display())))?;
         let socket = self.folder.join(GATEWAY_SOCKET);
         // A copy (its keys wiped when dropped) that names the relays.
@@ -486,6 +512,15 @@ impl LlmGateway {
                 .map_err(|error| (None, format!("cannot relay to the host's loopback: {error}")))?,
             // On the host, the host's loopback is the gateway's own.
             GatewayMode::Process => vec![],
+        };
+        let tunnels = match (self.mode, self.way_out.get()) {
+            (GatewayMode::Container, Some(way_out)) => Some(
+                way_out
+                    .open(&self.folder)
+                    .map_err(|error| (None, format!("cannot serve the gateway's egress socket: {error}")))?,
+            ),
+            (GatewayMode::Container, None) => return Err((None, "the daemon gave the gateway no way out".into())),
+            (GatewayMode::Process, _) => None,
         };
         let instance = match self.mode {
             GatewayMode::Process => {
@@ -533,6 +568,8 @@ impl LlmGateway {
                         format!("{GATEWAY_MOUNT}/{GATEWAY_SOCKET}"),
                         "--socket-mode".into(),
                         socket_mode.into(),
+                        "--egress-socket".into(),
+                        format!("{GATEWAY_MOUNT}/{}", egress::EGRESS_SOCKET),
                     ],
                     mounts: vec![MountSpec {
                         host: self.folder.clone(),
@@ -553,7 +590,7 @@ impl LlmGateway {
             }
         };
         match self.connect(&socket, &config).await {
-            Ok((client, channel)) => Ok((instance, client, channel, relays)),
+            Ok((client, channel)) => Ok(Started { instance, client, channel, relays, _tunnels: tunnels }),
             Err(reason) => Err((Some(instance), reason)),
         }
     }

@@ -34,7 +34,7 @@ impl From<IdentityError> for Status {
                 if crate::state::is_disk_full(&other) {
                     Status::resource_exhausted(crate::state::DISK_FULL)
                 } else {
-                    Status::internal(crate::identities::NOT_RECORDED)
+                    Status::internal(crate::auth::NOT_RECORDED)
                 }
             }
         }

@@ -133,7 +133,8 @@ impl Configured {
         if let Some(window) = self.context_window {
             return window;
         }
-        let local = self.endpoint.api_base.starts_with("http://") || self.endpoint.relay.is_some();
+        let local = self.endpoint.api_base.starts_with("http://")
+            || matches!(self.endpoint.route, crate::provider::Route::Relay(_));
         if self.endpoint.wire != crate::provider::Wire::OpenAi || !local || self.unusable.is_some() {
             return 0;
         }
@@ -331,7 +332,7 @@ mod tests {
             api_key: None,
             timeout: Duration::from_secs(1),
             max_output: None,
-            relay: None,
+            route: crate::provider::Route::Direct,
         };
         Configured::new(endpoint, 0, unusable.map(str::to_string))
     }

@@ -33,9 +33,22 @@ pub struct Endpoint {
     /// The longest wait for the next bytes of an answer.
     pub timeout: Duration,
     pub max_output: Option<u32>,
-    /// The Unix socket to connect to instead of `api_base`'s host (the daemon's relay to a
-    /// provider on the host's loopback, for a gateway in its container).
-    pub relay: Option<std::path::PathBuf>,
+    /// How a connection to the provider is made.
+    pub route: Route,
+}
+
+/// How the gateway reaches a provider.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Route {
+    /// Straight to `api_base`'s host (a gateway on the host).
+    #[default]
+    Direct,
+    /// The daemon's relay socket, carried to the provider on the host's loopback (a gateway
+    /// in its container, where 127.0.0.1 is its own).
+    Relay(std::path::PathBuf),
+    /// A tunnel to `api_base`'s host asked of the daemon's egress socket (a gateway in its
+    /// container, which has no network: the daemon opens only its providers' hosts).
+    Tunnel(std::sync::Arc<std::path::PathBuf>),
 }
 
 impl Drop for Endpoint {
@@ -205,30 +218,28 @@ pub async fn stream(
 trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Connection for T {}
 
-/// Opens a connection to `target` (at `address`): through the daemon's relay when the
-/// endpoint has one, else over TCP; TLS on top when the target is `https://`.
+/// Opens a connection to `target` (at `address`) by the endpoint's [`Route`]; TLS on top
+/// when the target is `https://`.
 async fn open(endpoint: &Endpoint, target: &Target, address: &str) -> Result<Box<dyn Connection>, Failure> {
     let provider = endpoint.name.clone();
     let timeout = |_elapsed| Failure::Timeout { provider: provider.clone(), timeout: endpoint.timeout };
-    let plain: Box<dyn Connection> = match &endpoint.relay {
-        Some(relay) => {
+    let connect_failed = |address: String| {
+        let provider = provider.clone();
+        move |source| Failure::Connect { provider, address, source }
+    };
+    let plain: Box<dyn Connection> = match &endpoint.route {
+        Route::Relay(relay) => {
             let connected = tokio::time::timeout(endpoint.timeout, tokio::net::UnixStream::connect(relay));
-            Box::new(connected.await.map_err(timeout)?.map_err(|source| Failure::Connect {
-                provider: provider.clone(),
-                address: format!("{address} (through the daemon's relay {})", relay.display()),
-                source,
-            })?)
+            let through = format!("{address} (through the daemon's relay {})", relay.display());
+            Box::new(connected.await.map_err(timeout)?.map_err(connect_failed(through))?)
         }
-        None => {
-            let connected = tokio::time::timeout(
-                endpoint.timeout,
-                tokio::net::TcpStream::connect((target.host.as_str(), target.port)),
-            );
-            Box::new(connected.await.map_err(timeout)?.map_err(|source| Failure::Connect {
-                provider: provider.clone(),
-                address: address.to_string(),
-                source,
-            })?)
+        route => {
+            let egress = match route {
+                Route::Tunnel(socket) => baaaht_proto::egress::Egress::Tunnel(socket.clone()),
+                _ => baaaht_proto::egress::Egress::Direct,
+            };
+            let connected = tokio::time::timeout(endpoint.timeout, egress.dial(&target.host, target.port));
+            Box::new(connected.await.map_err(timeout)?.map_err(connect_failed(address.to_string()))?)
         }
     };
     if !target.tls {

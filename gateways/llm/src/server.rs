@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use crate::convert::{event_to_proto, failure_to_proto, request_from_proto};
 use crate::gateway::{Configured, Gateway};
 use crate::presets::split_model;
-use crate::provider::{Endpoint, RetryPolicy, Wire};
+use crate::provider::{Endpoint, RetryPolicy, Route, Wire};
 
 /// Seconds a provider may stay silent before a request to it is abandoned, unless configured.
 pub const DEFAULT_TIMEOUT_SECONDS: u32 = 120;
@@ -32,11 +32,22 @@ struct Installed {
 pub struct GatewayService {
     installed: RwLock<Installed>,
     started: std::time::Instant,
+    /// The daemon's egress socket, when the gateway has no network of its own (its container).
+    egress: Option<Arc<std::path::PathBuf>>,
 }
 
 impl Default for GatewayService {
     fn default() -> Self {
-        GatewayService { installed: RwLock::default(), started: std::time::Instant::now() }
+        GatewayService { installed: RwLock::default(), started: std::time::Instant::now(), egress: None }
+    }
+}
+
+impl GatewayService {
+    /// A service whose providers are reached through the daemon's egress socket at `socket`
+    /// (each a tunnel the daemon opens to that provider's host only); those on the host's
+    /// loopback through their relay still.
+    pub fn through(socket: std::path::PathBuf) -> GatewayService {
+        GatewayService { egress: Some(Arc::new(socket)), ..GatewayService::default() }
     }
 }
 
@@ -81,7 +92,9 @@ impl v1::container_health_server::ContainerHealth for GatewayService {
 type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::LlmCompletionEvent, Status>> + Send>>;
 
 /// Builds the gateway a configuration describes, or says which entry is wrong.
-pub fn gateway_from(config: &v1::GatewayConfig) -> Result<Gateway, String> {
+/// `egress`: the daemon's egress socket, the way to a provider no relay reaches (none: out
+/// directly).
+pub fn gateway_from(config: &v1::GatewayConfig, egress: Option<&Arc<std::path::PathBuf>>) -> Result<Gateway, String> {
     let mut providers = BTreeMap::new();
     for (index, provider) in config.providers.iter().enumerate() {
         let wire = Wire::parse(&provider.wire).ok_or_else(|| {
@@ -95,7 +108,11 @@ pub fn gateway_from(config: &v1::GatewayConfig) -> Result<Gateway, String> {
             api_key: (!provider.api_key.is_empty()).then(|| provider.api_key.clone()),
             timeout: Duration::from_secs(u64::from(seconds)),
             max_output: (provider.max_output_tokens > 0).then_some(provider.max_output_tokens),
-            relay: (!provider.relay_socket.is_empty()).then(|| provider.relay_socket.clone().into()),
+            route: match egress {
+                _ if !provider.relay_socket.is_empty() => Route::Relay(provider.relay_socket.clone().into()),
+                Some(socket) => Route::Tunnel(socket.clone()),
+                None => Route::Direct,
+            },
         };
         let unusable = (!provider.unusable.is_empty()).then(|| provider.unusable.clone());
         let mut configured = Configured::new(endpoint, provider.rate_limit, unusable);
@@ -129,7 +146,7 @@ impl GatewayService {
 impl LlmGateway for GatewayService {
     async fn configure(&self, request: Request<v1::GatewayConfig>) -> Result<Response<v1::ConfigureResponse>, Status> {
         let mut config = request.into_inner();
-        let gateway = gateway_from(&config);
+        let gateway = gateway_from(&config, self.egress.as_ref());
         // The keys now live in the gateway's endpoints only.
         for provider in &mut config.providers {
             zeroize::Zeroize::zeroize(&mut provider.api_key);

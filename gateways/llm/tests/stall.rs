@@ -31,7 +31,7 @@ fn endpoint(port: u16) -> Endpoint {
         api_key: None,
         timeout: Duration::from_secs(1),
         max_output: None,
-        relay: None,
+        route: baaaht_llm::provider::Route::Direct,
     }
 }
 

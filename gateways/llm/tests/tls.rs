@@ -54,7 +54,7 @@ fn endpoint(port: u16) -> Endpoint {
         api_key: Some("sk-test".into()),
         timeout: Duration::from_secs(10),
         max_output: None,
-        relay: None,
+        route: baaaht_llm::provider::Route::Direct,
     }
 }
 

@@ -1,6 +1,7 @@
 //! `baaaht-llm-gateway`: the only process that holds LLM provider keys. It serves the
 //! LLMGateway service on a Unix socket that only the daemon reaches; the daemon runs it in a
-//! container with egress (or as a host child process) and configures it over that socket.
+//! container with no network, its providers reached through the daemon's egress socket (or as
+//! a host child process), and configures it over that socket.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,10 @@ enum Command {
         /// Permissions of the socket, in octal (the folder around it is what keeps others out)
         #[arg(long, default_value = "600", value_parser = parse_mode)]
         socket_mode: u32,
+        /// Reach providers through the daemon's egress socket (CONNECT host:port) instead of
+        /// directly: how the gateway runs in its container, which has no network
+        #[arg(long, value_name = "PATH")]
+        egress_socket: Option<PathBuf>,
         /// Log level: error, warn, info, debug or trace
         #[arg(long, default_value = "info")]
         log_level: String,
@@ -41,7 +46,7 @@ enum Command {
 
 fn main() -> ExitCode {
     baaaht_proto::lifecycle::use_ring_for_tls();
-    let Command::Serve { socket, parent, socket_mode, log_level } = Cli::parse().command;
+    let Command::Serve { socket, parent, socket_mode, egress_socket, log_level } = Cli::parse().command;
     let filter =
         tracing_subscriber::EnvFilter::try_new(format!("warn,baaaht_llm={log_level},baaaht_llm_gateway={log_level}"));
     let filter = match filter {
@@ -66,7 +71,7 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    match runtime.block_on(serve(&socket, socket_mode, parent)) {
+    match runtime.block_on(serve(&socket, socket_mode, parent, egress_socket)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = %baaaht_proto::error_chain(&*error), "stopped");
@@ -82,7 +87,12 @@ fn parse_mode(text: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("`{text}` is not an octal mode such as 600"))
 }
 
-async fn serve(socket: &Path, mode: u32, parent: Option<u32>) -> Result<(), Box<dyn std::error::Error>> {
+async fn serve(
+    socket: &Path,
+    mode: u32,
+    parent: Option<u32>,
+    egress: Option<PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>> {
     match std::fs::remove_file(socket) {
         Ok(()) => tracing::info!(socket = %socket.display(), "replaced a stale socket"),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -92,7 +102,7 @@ async fn serve(socket: &Path, mode: u32, parent: Option<u32>) -> Result<(), Box<
         .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))?;
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "serving");
-    let service = Arc::new(GatewayService::default());
+    let service = Arc::new(egress.map_or_else(GatewayService::default, GatewayService::through));
     let server = tonic::transport::Server::builder()
         .add_service(
             LlmGatewayServer::from_arc(service.clone()).max_decoding_message_size(baaaht_proto::MAX_MESSAGE_BYTES),

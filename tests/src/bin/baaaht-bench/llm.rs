@@ -227,7 +227,7 @@ pub(crate) fn run(tokens: usize, paced_tokens: usize, runs: usize) -> Result<()>
             api_key: Some("bench-key".into()),
             timeout: Duration::from_secs(60),
             max_output: None,
-            relay: None,
+            route: baaaht_llm::provider::Route::Direct,
         },
         gateway_socket: daemon.data_dir.join("data/llm/gateway.sock"),
         proxy_socket: daemon.temp.path().join("bare-proxy.sock"),

@@ -553,9 +553,7 @@ fn daemon(runs: usize) -> Result<()> {
 
 fn containers(runs: usize, image: &str) -> Result<()> {
     use baaaht_daemon::config::RuntimeChoice;
-    use baaaht_daemon::container::{
-        self, ContainerKind, ContainerLabels, ContainerSpec, Isolation, Limits, NetworkPolicy,
-    };
+    use baaaht_daemon::container::{self, ContainerKind, ContainerLabels, ContainerSpec, Isolation, Limits};
     let tokio = baaaht_tests::runtime();
     let engine = tokio.block_on(container::probe(RuntimeChoice::Docker));
     let runtime = engine
@@ -578,7 +576,6 @@ fn containers(runs: usize, image: &str) -> Result<()> {
         },
         mounts: vec![],
         env: vec![],
-        network: NetworkPolicy::None,
         limits: Limits { cpus: 1.0, memory_bytes: 512 << 20, pids: 256, tmp_bytes: 64 << 20, disk_bytes: 1 << 30 },
         command: vec!["true".into()],
         working_dir: None,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use baaaht_llm::model::{Block, Event, Message, Request, Role};
-use baaaht_llm::provider::{Endpoint, Wire};
+use baaaht_llm::provider::{Endpoint, Route, Wire};
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::{self as fake, FakeProvider};
 
@@ -52,16 +52,16 @@ pub(crate) fn run(requests: usize, tokens: usize) -> Result<()> {
     let relays = rt.block_on(async { baaaht_daemon::llm::relay::bind(folder.path(), "/unused", &mut config) })?;
     let socket = folder.path().join(config.providers[0].relay_socket.trim_start_matches("/unused/"));
     let serving = rt.spawn(baaaht_daemon::llm::relay::serve(relays));
-    let endpoint = |relay: Option<std::path::PathBuf>| Endpoint {
+    let endpoint = |route: Route| Endpoint {
         name: "local".into(),
         wire: Wire::OpenAi,
         api_base: api_base.clone(),
         api_key: None,
         timeout: Duration::from_secs(60),
         max_output: None,
-        relay,
+        route,
     };
-    let (direct, relayed) = (endpoint(None), endpoint(Some(socket)));
+    let (direct, relayed) = (endpoint(Route::Direct), endpoint(Route::Relay(socket)));
     println!(
         "baaaht-bench relay: a local model's answer straight over TCP (baseline) and through the daemon's relay; \
          {requests} requests of 1 token, then {tokens}-token streams × 10\n"
