@@ -633,8 +633,18 @@ pub fn git_server(
 }
 
 /// A plain HTTP server on the host's end of the container bridge ("the internet" for these
-/// tests): it answers each request with its request line, so a test sees what arrived.
+/// tests): it answers each request with its request line, so a test sees what arrived, and
+/// closes the connection.
 pub fn bridge_server() -> (std::net::IpAddr, u16) {
+    request_line_server(false)
+}
+
+/// [`bridge_server`] keeping its connections open: each request answered, the next one read on.
+pub fn keep_alive_bridge_server() -> (std::net::IpAddr, u16) {
+    request_line_server(true)
+}
+
+fn request_line_server(keep_alive: bool) -> (std::net::IpAddr, u16) {
     use std::io::{BufRead as _, Write as _};
     let bridge = bridge_address().expect("bridge address");
     let listener = std::net::TcpListener::bind((bridge, 0)).expect("listen on the bridge");
@@ -643,21 +653,26 @@ pub fn bridge_server() -> (std::net::IpAddr, u16) {
         for stream in listener.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut reader = std::io::BufReader::new(stream);
-                let mut first = String::new();
-                if reader.read_line(&mut first).is_err() {
-                    return;
+                loop {
+                    let mut first = String::new();
+                    if reader.read_line(&mut first).map_or(true, |n| n == 0) {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        line.clear();
+                    }
+                    let body = format!("arrived: {}", first.trim());
+                    let connection = if keep_alive { "keep-alive" } else { "close" };
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    // A client that went away gets nothing.
+                    if reader.get_mut().write_all(answer.as_bytes()).is_err() || !keep_alive {
+                        return;
+                    }
                 }
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let body = format!("arrived: {}", first.trim());
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                // silent-ok: a client that went away gets nothing.
-                let _ = reader.get_mut().write_all(answer.as_bytes());
             });
         }
     });

@@ -819,37 +819,6 @@ while True:
 print(got.decode(errors="replace"))
 "#;
 
-/// A plain HTTP server on the host's end of the container bridge that keeps its connections
-/// open: each request answered with its request line, the next one read on.
-fn keep_alive_server(bridge: std::net::IpAddr) -> u16 {
-    use std::io::{BufRead as _, Write as _};
-    let listener = std::net::TcpListener::bind((bridge, 0)).expect("listen on the bridge");
-    let port = listener.local_addr().expect("address").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut reader = std::io::BufReader::new(stream);
-                loop {
-                    let mut first = String::new();
-                    if reader.read_line(&mut first).map_or(true, |n| n == 0) {
-                        return;
-                    }
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                        line.clear();
-                    }
-                    let body = format!("arrived: {}", first.trim());
-                    let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-                    if reader.get_mut().write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
 /// The egress edge reads every connection a tool command opens (DESIGN.md §10.2, §5.11, §5.14):
 /// TLS must name the host it was allowed for (SNI), and plain HTTP is read with one real parser,
 /// request by request — one `Host` naming that host, every request of a kept-alive connection;
@@ -871,7 +840,7 @@ fn a_connection_reaches_only_the_name_it_was_allowed_for_and_plain_http_is_read_
         &temp.path().join("forge.log"),
         &[("BIND", bind.as_str())],
     );
-    let plain_port = keep_alive_server(bridge);
+    let (_, plain_port) = baaaht_tests::keep_alive_bridge_server();
     let passphrase = temp.path().join("passphrase");
     std::fs::write(&passphrase, "correct horse battery staple\n").expect("passphrase");
     let config = format!(
