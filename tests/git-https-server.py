@@ -11,11 +11,14 @@ Each request is printed, so a test can tell whether anything reached the server 
 With BIND in the environment it listens on that address instead. With AUTH ("user:password"),
 every request must carry it as HTTP Basic (else 401 asks for it, as a forge does), and each
 request's Authorization header is printed as the server received it. /echo answers "ok" with
-the Authorization header echoed in X-Echo; /echo-all echoes it in every form it may travel in.
+the Authorization header echoed in X-Echo; /echo-all echoes it in every form it may travel in;
+/echo-edges in its status line and a trailer, compressed under chunked when the request asks
+for it with TE (or with ?gzip, whatever the request asks).
 With STATIC (a folder), paths under /simple/ and /files/ are its files (a folder's
 index.html for a folder), as a Python package index serves them.
 """
 import base64
+import gzip
 import http.server
 import json
 import urllib.parse
@@ -63,7 +66,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "base64url": base64.urlsafe_b64encode(b"x" + value).decode(),
                 "hex": value.hex(),
                 "percent": urllib.parse.quote(received or "", safe=""),
-            }).encode()
+                "every-byte": "".join("%%%02X" % b for b in value),
+                "reversed": (received or "")[::-1],
+                "base32": base64.b32encode(value).decode(),
+                "html": "".join("&#%d;" % b for b in value),
+                "cut": (received or "")[:-2] + "...",
+                "mime": base64.encodebytes(b"Authorization: " + value).decode(),
+            })
+            # And as JSON may hold it: every character a \\u escape.
+            body = (body[:-1] + ', "json-u": "' + "".join("\\u%04x" % b for b in value) + '"}').encode()
             self.send_response(200)
             self.send_header("X-Echo-B64", base64.b64encode(value).decode())
             self.send_header("Content-Type", "application/json")
@@ -74,6 +85,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 piece = body[at:at + 3]
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.write(b"0\r\n\r\n")
+            return
+        if self.path.startswith("/echo-edges"):
+            te = self.headers.get("TE", "")
+            print(f"te {te}", flush=True)
+            body = b"body: " + (received or "").encode() + b"\n"
+            compressed = "gzip" in te or self.path.endswith("?gzip")
+            self.send_response(200, "OK " + (received or ""))
+            self.send_header("Trailer", "X-Echo-Trailer")
+            self.send_header("Transfer-Encoding", "gzip, chunked" if compressed else "chunked")
+            self.end_headers()
+            if compressed:
+                body = gzip.compress(body)
+            self.wfile.write(b"%x\r\n%s\r\n0\r\n" % (len(body), body))
+            self.wfile.write(b"X-Echo-Trailer: " + (received or "").encode() + b"\r\n\r\n")
             return
         static = os.environ.get("STATIC")
         if static and self.path.startswith(("/simple/", "/files/")):

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use baaaht_proto::egress::{byte_queue, ByteReceiver, ByteSender};
 use baaaht_proto::v1;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, oneshot};
@@ -57,25 +58,28 @@ struct TunnelState {
     open: HashMap<u64, Open>,
 }
 
-/// An open tunnel: its bytes from the daemon (none once the daemon has no more), and what tears
-/// it down.
+/// An open tunnel: its bytes from the daemon (none once the daemon has no more), what tears it
+/// down, and what says the daemon's end is gone (the client gets what came before it).
 struct Open {
-    bytes: Option<mpsc::Sender<Vec<u8>>>,
+    bytes: Option<ByteSender>,
     aborted: CancellationToken,
+    gone: CancellationToken,
 }
 
-/// A tunnel just begun: its id, the daemon's answer to come, its bytes and what tears it down.
+/// A tunnel just begun: its id, the daemon's answer to come, its bytes, what tears it down and
+/// what says the daemon's end is gone.
 struct Begun {
     id: u64,
     answered: oneshot::Receiver<String>,
-    received: mpsc::Receiver<Vec<u8>>,
+    received: ByteReceiver,
     aborted: CancellationToken,
+    gone: CancellationToken,
 }
 
 /// The most tunnels a container may have open at once.
 const MAX_TUNNELS: usize = 32;
-/// Chunks of bytes buffered per tunnel and direction; a side that does not read is cut off.
-const TUNNEL_BUFFER: usize = 64;
+/// Bytes buffered per tunnel and direction; a side that does not read is cut off.
+const TUNNEL_BUFFER: usize = 4 * 1024 * 1024;
 /// The most bytes one message of a tunnel carries: larger chunks, fewer messages per MB.
 const CHUNK: usize = 64 * 1024;
 /// The longest request head a client may send the egress proxy.
@@ -91,8 +95,8 @@ impl Tunnels {
     /// A new tunnel; none when [`MAX_TUNNELS`] are open.
     fn begin(&self) -> Option<Begun> {
         let (answer, answered) = oneshot::channel();
-        let (bytes, received) = mpsc::channel(TUNNEL_BUFFER);
-        let aborted = CancellationToken::new();
+        let (bytes, received) = byte_queue(TUNNEL_BUFFER);
+        let (aborted, gone) = (CancellationToken::new(), CancellationToken::new());
         let mut state = self.lock();
         if state.open.len() >= MAX_TUNNELS {
             return None;
@@ -100,8 +104,8 @@ impl Tunnels {
         state.next += 1;
         let id = state.next;
         state.pending.insert(id, answer);
-        state.open.insert(id, Open { bytes: Some(bytes), aborted: aborted.clone() });
-        Some(Begun { id, answered, received, aborted })
+        state.open.insert(id, Open { bytes: Some(bytes), aborted: aborted.clone(), gone: gone.clone() });
+        Some(Begun { id, answered, received, aborted, gone })
     }
 
     /// The daemon's answer to an open.
@@ -116,18 +120,17 @@ impl Tunnels {
     /// down (the answer is whether it was).
     pub fn data(&self, data: v1::EgressData) -> bool {
         let mut state = self.lock();
-        let Some(Open { bytes: Some(bytes), aborted }) = state.open.get(&data.id) else { return false };
-        match bytes.try_send(data.data) {
-            Ok(()) => false,
-            Err(_) => {
-                aborted.cancel();
-                state.open.remove(&data.id);
-                true
-            }
+        let Some(Open { bytes: Some(bytes), aborted, .. }) = state.open.get(&data.id) else { return false };
+        if bytes.try_send(data.data) {
+            return false;
         }
+        aborted.cancel();
+        state.open.remove(&data.id);
+        true
     }
 
-    /// The daemon's end of tunnel `id`: it has no more bytes (`write_only`), or it is gone.
+    /// The daemon's end of tunnel `id`: it has no more bytes (`write_only`), or it is gone. Either
+    /// way the client still gets the bytes that came before (they wait in the tunnel's buffer).
     pub fn closed(&self, close: v1::EgressClose) {
         let mut state = self.lock();
         state.pending.remove(&close.id);
@@ -136,7 +139,7 @@ impl Tunnels {
                 open.bytes.take();
             }
         } else if let Some(open) = state.open.remove(&close.id) {
-            open.aborted.cancel();
+            open.gone.cancel();
         }
     }
 
@@ -249,7 +252,7 @@ async fn tunnel<M: Send + 'static>(
             return answer(&mut stream, "405 Method Not Allowed", why).await;
         }
     };
-    let Some(Begun { id, answered, received: mut from_daemon, aborted }) = tunnels.begin() else {
+    let Some(Begun { id, answered, received: mut from_daemon, aborted, gone }) = tunnels.begin() else {
         let why = format!("{MAX_TUNNELS} connections are open; close one first");
         return answer(&mut stream, "503 Service Unavailable", &why).await;
     };
@@ -308,6 +311,13 @@ async fn tunnel<M: Send + 'static>(
         }
         // silent-ok: the client may be gone.
         let _ = writer.shutdown().await;
+    };
+    // Nothing more goes out once the daemon's end is gone; what came before it still comes in.
+    let outward = async move {
+        tokio::select! {
+            () = outward => {}
+            () = gone.cancelled() => {}
+        }
     };
     tokio::select! {
         ((), ()) = async { tokio::join!(outward, inward) } => {}

@@ -159,6 +159,53 @@ pub fn host_and_port(uri: &http::Uri) -> io::Result<(String, u16)> {
     Ok((host, port))
 }
 
+/// Bytes waiting for one tunnel's reader, bounded by their size rather than their number: a
+/// server that writes three bytes at a time is as welcome as one that writes 64 KiB, and a
+/// reader that does not keep up shows when `most` bytes wait (the container's relay and the
+/// daemon's tear such a tunnel down rather than hold up the others on their shared stream).
+pub fn byte_queue(most: usize) -> (ByteSender, ByteReceiver) {
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    (ByteSender { sender, waiting: waiting.clone(), most }, ByteReceiver { receiver, waiting })
+}
+
+/// The writing end of a [`byte_queue`].
+#[derive(Debug)]
+pub struct ByteSender {
+    sender: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+    most: usize,
+}
+
+impl ByteSender {
+    /// Queues `bytes`; false when the reader is gone or `most` bytes would be waiting.
+    pub fn try_send(&self, bytes: Vec<u8>) -> bool {
+        use std::sync::atomic::Ordering;
+        let n = bytes.len();
+        if self.waiting.fetch_add(n, Ordering::Relaxed) + n > self.most || self.sender.send(bytes).is_err() {
+            self.waiting.fetch_sub(n, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
+/// The reading end of a [`byte_queue`].
+#[derive(Debug)]
+pub struct ByteReceiver {
+    receiver: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ByteReceiver {
+    /// The next bytes; none once every sender is gone and nothing waits.
+    pub async fn recv(&mut self) -> Option<Vec<u8>> {
+        let bytes = self.receiver.recv().await?;
+        self.waiting.fetch_sub(bytes.len(), std::sync::atomic::Ordering::Relaxed);
+        Some(bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +242,24 @@ mod tests {
         assert_eq!(of("wss://wss-primary.slack.com/link"), ("wss-primary.slack.com".into(), 443));
         assert_eq!(of("http://127.0.0.1:4000/api"), ("127.0.0.1".into(), 4000));
         assert_eq!(of("ws://[::1]:9/link"), ("::1".into(), 9));
+    }
+
+    #[tokio::test]
+    async fn a_queue_counts_bytes_not_messages() {
+        let (sender, mut receiver) = byte_queue(10);
+        // Ten one-byte messages fit where a single eleven-byte one does not.
+        assert!((0..10u8).all(|byte| sender.try_send(vec![byte])));
+        assert!(!sender.try_send(vec![0]));
+        assert_eq!(receiver.recv().await, Some(vec![0]));
+        assert!(sender.try_send(vec![10]));
+        drop(sender);
+        let mut rest = vec![];
+        while let Some(bytes) = receiver.recv().await {
+            rest.extend(bytes);
+        }
+        assert_eq!(rest, (1..=10).collect::<Vec<u8>>());
+        let (sender, receiver) = byte_queue(100);
+        drop(receiver);
+        assert!(!sender.try_send(vec![1]));
     }
 }

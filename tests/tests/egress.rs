@@ -505,16 +505,43 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
     let standard = base64::engine::general_purpose::STANDARD.encode(&bearer_value);
     let url_safe = base64::engine::general_purpose::URL_SAFE.encode(format!("xBearer {TOKEN}"));
     let hex: String = bearer_value.bytes().map(|byte| format!("{byte:02x}")).collect();
+    let every_byte: String = TOKEN.bytes().map(|byte| format!("%{byte:02X}")).collect();
+    let base32 = data_encoding::BASE32.encode(bearer_value.as_bytes());
+    let mime = base64::engine::general_purpose::STANDARD.encode(format!("Authorization: {bearer_value}"));
     for (form, value) in [
         ("raw", TOKEN.to_string()),
         ("base64", standard[12..40].to_string()),
         ("base64url", url_safe[12..40].to_string()),
         ("hex", hex[14..60].to_string()),
         ("percent", TOKEN.replace('-', "%2D")),
+        ("every byte percent-encoded", every_byte),
+        ("reversed", TOKEN.chars().rev().collect()),
+        ("base32", base32[16..48].to_string()),
+        ("json \\u", TOKEN.bytes().map(|byte| format!("\\u{byte:04x}")).collect()),
+        ("html", TOKEN.bytes().map(|byte| format!("&#{byte};")).collect()),
+        ("cut short", TOKEN[..TOKEN.len() - 2].to_string()),
+        ("base64 in lines", mime[28..76].to_string()),
     ] {
         assert!(!echoed.contains(&value), "the {form} value reached the container: {echoed}");
     }
     assert!(echoed.contains("\"authorization\": \"Bearer ****"), "{echoed}");
+    // In its status line and a trailer, asking for the answer compressed under `chunked`: the
+    // server is not asked (TE goes no further), and an answer compressed anyway is refused.
+    let edges = |query: &str| {
+        run(&format!(
+            "curl -s -i --raw --suppress-connect-headers -H \"Authorization: Bearer $GIT_TOKEN\" -H 'TE: gzip, trailers' \
+             -o /workspace/edges https://{bridge}:{port}/echo-edges{query}; echo curl $?"
+        ));
+        let kept = std::fs::read(daemon.data_dir.join("sessions/self-test/data/edges")).expect("the answer kept");
+        String::from_utf8_lossy(&kept).into_owned()
+    };
+    let raw = edges("");
+    assert!(raw.starts_with("HTTP/1.1 200 OK\r\n") && !raw.contains(TOKEN), "{raw}");
+    assert!(raw.contains(&format!("body: Bearer {}", "*".repeat(TOKEN.len()))), "{raw}");
+    assert!(raw.to_ascii_lowercase().contains(&format!("x-echo-trailer: bearer {}", "*".repeat(TOKEN.len()))), "{raw}");
+    let compressed = edges("?gzip");
+    assert!(compressed.contains("502") && compressed.contains("answered compressed"), "{compressed}");
+    assert!(!forge.log_text().contains("te gzip"), "{}", forge.log_text());
     let blotted = daemon.audit_records("egress");
     assert!(
         blotted.iter().any(|r| r["outcome"] == "blotted" && r["detail"]["place"] == "response_body"),

@@ -501,8 +501,10 @@ impl Exchange {
         }
         let known = self.crossing.values.as_ref().map(|shield| shield.values());
         if known.is_some() {
-            // An answer the edge reads must be readable: not compressed.
+            // An answer the edge reads must be readable: not compressed, in its content or in
+            // its transfer (`TE: gzip` would have it sent compressed under `chunked`).
             parts.headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+            parts.headers.remove(http::header::TE);
         }
         let body = match &known {
             Some(known) => Scrubbed::new(body, known.clone(), self.audited("request_body")).boxed(),
@@ -524,9 +526,10 @@ impl Exchange {
         };
         let Some(known) = known else { return response.map(BodyExt::boxed) };
         let (mut parts, body) = response.into_parts();
-        let encoding =
-            parts.headers.get(http::header::CONTENT_ENCODING).map(|value| value.as_bytes().to_ascii_lowercase());
-        if encoding.is_some_and(|encoding| encoding != b"identity") {
+        let coded = |name: http::header::HeaderName, plain: &[u8]| {
+            parts.headers.get_all(name).iter().any(|value| !value.as_bytes().trim_ascii().eq_ignore_ascii_case(plain))
+        };
+        if coded(http::header::CONTENT_ENCODING, b"identity") || coded(http::header::TRANSFER_ENCODING, b"chunked") {
             let why = format!(
                 "{} answered compressed though an uncompressed answer was asked for; the edge reads every answer for \
                  the values of secrets, and cannot read this one",
@@ -535,17 +538,9 @@ impl Exchange {
             self.crossing.refuse((&self.host, self.port), &why);
             return answer(hyper::StatusCode::BAD_GATEWAY, &why);
         }
-        let mut found = vec![];
-        for value in parts.headers.values_mut() {
-            let mut bytes = value.as_bytes().to_vec();
-            let names = known.blot(&mut bytes);
-            if !names.is_empty() {
-                found.extend(names);
-                if let Ok(blotted) = http::HeaderValue::from_bytes(&bytes) {
-                    *value = blotted;
-                }
-            }
-        }
+        // The status line's words are the server's to choose: the command gets the standard ones.
+        parts.extensions.remove::<hyper::ext::ReasonPhrase>();
+        let found = blot_headers(&known, &mut parts.headers);
         if !found.is_empty() {
             self.audited("response_headers")(&found);
         }
@@ -805,7 +800,12 @@ impl hyper::body::Body for Scrubbed {
                         }
                     }
                     Err(trailers) => {
-                        self.trailers = Some(trailers);
+                        // Trailers are headers at the end: their values are read as the head's.
+                        if let Ok(mut headers) = trailers.into_trailers() {
+                            let found = blot_headers(self.scrubbing.known(), &mut headers);
+                            self.scrubbing.found.extend(found);
+                            self.trailers = Some(Frame::trailers(headers));
+                        }
                         if let Some(rest) = self.end() {
                             return Poll::Ready(Some(Ok(Frame::data(rest))));
                         }
@@ -829,6 +829,29 @@ impl hyper::body::Body for Scrubbed {
         // Blotting keeps the length.
         self.inner.size_hint()
     }
+}
+
+/// `headers` with every known value in their values blotted, and the names found; a header
+/// whose name carries one is dropped.
+fn blot_headers(known: &Known, headers: &mut http::HeaderMap) -> Vec<String> {
+    let mut found = vec![];
+    let named: Vec<http::header::HeaderName> =
+        headers.keys().filter(|name| known.first_in(name.as_str().as_bytes()).is_some()).cloned().collect();
+    for name in named {
+        found.extend(known.first_in(name.as_str().as_bytes()).map(String::from));
+        headers.remove(&name);
+    }
+    for value in headers.values_mut() {
+        let mut bytes = value.as_bytes().to_vec();
+        let names = known.blot(&mut bytes);
+        if !names.is_empty() {
+            found.extend(names);
+            if let Ok(blotted) = http::HeaderValue::from_bytes(&bytes) {
+                *value = blotted;
+            }
+        }
+    }
+    found
 }
 
 /// An answer of the edge itself: `status` and a sentence.

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use baaaht_proto::egress::{byte_queue, ByteReceiver, ByteSender};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -93,7 +94,7 @@ pub trait Gate: Send + Sync + 'static {
 /// The daemon's end of one tunnel: bytes for its connection's writer (none once the container
 /// has no more), what tears it down, and which open it belongs to.
 struct Tunnel {
-    bytes: Option<mpsc::Sender<Vec<u8>>>,
+    bytes: Option<ByteSender>,
     closed: CancellationToken,
     generation: u64,
 }
@@ -105,8 +106,8 @@ struct RelayTunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
 
 /// The most tunnels one container may have open at once.
 const MAX_TUNNELS: usize = 32;
-/// Chunks buffered toward one tunnel's far end; a far end that does not read is cut off.
-const TUNNEL_BUFFER: usize = 64;
+/// Bytes buffered toward one tunnel's far end; a far end that does not read is cut off.
+const TUNNEL_BUFFER: usize = 4 * 1024 * 1024;
 /// The most bytes one message of a tunnel carries: larger chunks, fewer messages per MB.
 const CHUNK: usize = 64 * 1024;
 /// Connections a container may open a minute.
@@ -118,7 +119,7 @@ impl RelayTunnels {
     }
 
     /// Reserves `id` before its connection is made; why not, when it cannot be.
-    fn reserve(&self, id: u64) -> Result<(u64, mpsc::Receiver<Vec<u8>>, CancellationToken), String> {
+    fn reserve(&self, id: u64) -> Result<(u64, ByteReceiver, CancellationToken), String> {
         let mut state = self.lock();
         let (generation, open) = &mut *state;
         if open.contains_key(&id) {
@@ -128,7 +129,7 @@ impl RelayTunnels {
             return Err(format!("{MAX_TUNNELS} connections are open; close one first"));
         }
         *generation += 1;
-        let (bytes, received) = mpsc::channel(TUNNEL_BUFFER);
+        let (bytes, received) = byte_queue(TUNNEL_BUFFER);
         let closed = CancellationToken::new();
         open.insert(id, Tunnel { bytes: Some(bytes), closed: closed.clone(), generation: *generation });
         Ok((*generation, received, closed))
@@ -149,7 +150,7 @@ impl RelayTunnels {
     fn data(&self, id: u64, data: Vec<u8>) -> bool {
         let mut state = self.lock();
         let Some(Tunnel { bytes: Some(bytes), closed, .. }) = state.1.get(&id) else { return true };
-        if bytes.try_send(data).is_ok() {
+        if bytes.try_send(data) {
             return true;
         }
         closed.cancel();
@@ -404,8 +405,9 @@ mod tests {
     fn a_tunnel_whose_far_end_does_not_read_is_cut_off() {
         let tunnels = RelayTunnels::default();
         let (_, _unread, closed) = tunnels.reserve(1).expect("reserved");
-        for _ in 0..TUNNEL_BUFFER {
-            assert!(tunnels.data(1, vec![0; 8]));
+        // Counted in bytes: many small chunks are welcome until they add up.
+        for _ in 0..TUNNEL_BUFFER / 1024 {
+            assert!(tunnels.data(1, vec![0; 1024]));
         }
         assert!(!tunnels.data(1, vec![0; 8]));
         assert!(closed.is_cancelled());

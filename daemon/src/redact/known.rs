@@ -1,14 +1,18 @@
 //! The secret values the daemon knows (the secrets store's), found in the forms they travel
 //! in, and replaced by `[redacted: NAME]`.
 //!
-//! Each value is searched for as it is, in hex (either case), in base64 and base64url at each
-//! of the three alignments a value can have inside a longer encoded string (the characters
-//! that mix with unknown neighbouring bytes are left out of the needle), percent-encoded
-//! (either case) and escaped as a JSON string. One automaton (`aho-corasick`,
-//! leftmost-longest) finds them all in one pass, in text or in bytes; [`Scrubbing`] does it to
-//! a stream, across the boundaries of its chunks. Values shorter than [`MIN_VALUE`] are not
-//! searched for: they would redact ordinary words. Split or reversed values are not found;
-//! that is the known limit.
+//! Each value is searched for as it is and reversed, in hex (either case), in base64 and
+//! base64url at each of the three alignments a value can have inside a longer encoded string
+//! (the characters that mix with unknown neighbouring bytes are left out of the needle), in
+//! base32 at each of its five, percent-encoded (the bytes that need it, or every byte; either
+//! case), escaped as a JSON string (as it needs, or every character as `\u`), and as HTML's
+//! character references. An answer cut short still carries most of a value: any [`PIECE`]
+//! bytes of it in a row are found, and any [`PIECE_ENCODED`] characters of its base64 (a mail
+//! wraps base64 in lines). One automaton (`aho-corasick`, leftmost-longest) finds them all in
+//! one pass, in text or in bytes, overlapping pieces joined; [`Scrubbing`] does it to a stream,
+//! across the boundaries of its chunks. Values shorter than [`MIN_VALUE`] are not searched for:
+//! they would redact ordinary words. The known limit: a value in pieces shorter than those, or
+//! in an encoding not listed here (encrypted, compressed), is not found.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine as _;
@@ -19,6 +23,11 @@ use super::Finding;
 pub const MIN_VALUE: usize = 8;
 /// The shortest encoded needle searched for (a short value's base64 edges are dropped).
 const MIN_NEEDLE: usize = 6;
+/// How many bytes of a value in a row are found on their own (an error page that quotes the
+/// first characters of a token, an echo cut short).
+pub(super) const PIECE: usize = 12;
+/// The same for a value's base64, in characters (twelve bytes' worth).
+const PIECE_ENCODED: usize = 16;
 
 /// Finds known secret values in text.
 pub struct Known {
@@ -40,6 +49,7 @@ fn forms(value: &str) -> Vec<String> {
     let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
     found.push(hex.to_ascii_uppercase());
     found.push(hex);
+    let first_base64 = found.len();
     for engine in [&base64::engine::general_purpose::STANDARD_NO_PAD, &base64::engine::general_purpose::URL_SAFE_NO_PAD]
     {
         for offset in 0..3usize {
@@ -55,6 +65,34 @@ fn forms(value: &str) -> Vec<String> {
             }
         }
     }
+    let base64_end = found.len();
+    for engine in [&data_encoding::BASE32_NOPAD, &data_encoding::BASE32HEX_NOPAD] {
+        for offset in 0..5usize {
+            let mut shifted = vec![0u8; offset];
+            shifted.extend_from_slice(bytes);
+            let encoded = engine.encode(&shifted);
+            let (start, end) = ((8 * offset).div_ceil(5), (8 * (offset + bytes.len())) / 5);
+            if end > start {
+                let needle = &encoded[start..end.min(encoded.len())];
+                found.push(needle.to_ascii_lowercase());
+                found.push(needle.to_string());
+            }
+        }
+    }
+    let encoded: Vec<String> =
+        found[first_base64..base64_end].iter().flat_map(|form| pieces(form, PIECE_ENCODED)).collect();
+    found.extend(encoded);
+    found.push(value.chars().rev().collect());
+    let every: String = bytes.iter().map(|byte| format!("%{byte:02X}")).collect();
+    found.push(every.to_ascii_lowercase());
+    found.push(every);
+    let units: Vec<u16> = value.encode_utf16().collect();
+    found.push(units.iter().map(|unit| format!("\\u{unit:04x}")).collect());
+    found.push(units.iter().map(|unit| format!("\\u{unit:04X}")).collect());
+    found.push(value.chars().map(|c| format!("&#{};", c as u32)).collect());
+    found.push(value.chars().map(|c| format!("&#x{:x};", c as u32)).collect());
+    found.push(value.chars().map(|c| format!("&#x{:X};", c as u32)).collect());
+    found.extend(pieces(value, PIECE));
     let percent: String = bytes
         .iter()
         .map(|&byte| match byte {
@@ -86,6 +124,15 @@ fn forms(value: &str) -> Vec<String> {
     found.sort();
     found.dedup();
     found
+}
+
+/// Every run of `length` bytes of `form` that begins and ends on a character's boundary (none
+/// when the form is no longer than that: it is searched for whole).
+fn pieces(form: &str, length: usize) -> Vec<String> {
+    if form.len() <= length {
+        return vec![];
+    }
+    (0..=form.len() - length).filter_map(|start| form.get(start..start + length)).map(String::from).collect()
 }
 
 /// `percent` with the hex digits of its escapes in lower case (`%2f`), the rest as it is.
@@ -139,12 +186,23 @@ impl Known {
     }
 
     /// As [`Known::find`], in bytes that need not be text.
+    /// Pieces of a value overlap: each place is searched again from one byte after the last
+    /// found began, and what overlaps is joined into one finding.
     pub fn find_bytes(&self, bytes: &[u8], found: &mut Vec<Finding>) {
         let Some(automaton) = &self.automaton else { return };
-        for matched in automaton.find_iter(bytes) {
-            let name = &self.names[matched.pattern().as_usize()];
-            found.push(Finding { start: matched.start(), end: matched.end(), rule: name.clone() });
+        let mut joined: Option<Finding> = None;
+        let mut at = 0;
+        while let Some(matched) = automaton.find(aho_corasick::Input::new(bytes).range(at..)) {
+            at = matched.start() + 1;
+            match &mut joined {
+                Some(last) if matched.start() < last.end => last.end = last.end.max(matched.end()),
+                _ => {
+                    let name = self.names[matched.pattern().as_usize()].clone();
+                    found.extend(joined.replace(Finding { start: matched.start(), end: matched.end(), rule: name }));
+                }
+            }
         }
+        found.extend(joined);
     }
 
     /// The name of the first known value in `bytes`, if one is there.
@@ -200,6 +258,11 @@ pub struct Scrubbing {
 }
 
 impl Scrubbing {
+    /// The values it looks for.
+    pub fn known(&self) -> &Known {
+        &self.known
+    }
+
     pub fn new(known: std::sync::Arc<Known>) -> Scrubbing {
         Scrubbing { known, kept: vec![], found: vec![] }
     }
@@ -284,6 +347,55 @@ mod tests {
         assert!(matches!(same, Cow::Borrowed(_)) && names.is_empty());
         let (none, _) = Known::new([]).redact(VALUE);
         assert_eq!(none, VALUE);
+    }
+
+    #[test]
+    fn a_value_is_found_reversed_base32_escaped_every_way_cut_short_and_wrapped() {
+        let redactor = Known::new([("GITHUB_TOKEN", VALUE)]);
+        let every_byte: String = VALUE.bytes().map(|byte| format!("%{byte:02X}")).collect();
+        let mime = base64::engine::general_purpose::STANDARD.encode(format!("Authorization: Bearer {VALUE}"));
+        // The characters of it that carry only the value's bits.
+        let value_in_mime =
+            &mime[("Authorization: Bearer ".len() * 4).div_ceil(3)..mime.trim_end_matches('=').len() - 1];
+        let mut carried = vec![
+            VALUE.chars().rev().collect::<String>(),
+            every_byte.to_ascii_lowercase(),
+            every_byte,
+            VALUE.chars().map(|c| format!("\\u{:04X}", c as u32)).collect(),
+            VALUE.chars().map(|c| format!("&#{};", c as u32)).collect(),
+            VALUE.chars().map(|c| format!("&#x{:x};", c as u32)).collect(),
+            format!("invalid token '{}…'", &VALUE[..PIECE + 3]),
+            format!("…{}", &VALUE[VALUE.len() - PIECE..]),
+        ];
+        for prefix in ["", "a", "ab", "abc", "abcd"] {
+            carried.push(data_encoding::BASE32.encode(format!("{prefix}{VALUE}").as_bytes()));
+            carried.push(data_encoding::BASE32.encode(format!("{prefix}{VALUE}").as_bytes()).to_ascii_lowercase());
+        }
+        // base64 wrapped as a mail wraps it, the break at every place in the value's part.
+        for width in 20..mime.len() {
+            let wrapped: Vec<&str> =
+                mime.as_bytes().chunks(width).map(|line| std::str::from_utf8(line).expect("ascii")).collect();
+            carried.push(wrapped.join("\r\n"));
+        }
+        for text in &carried {
+            let (redacted, names) = redactor.redact(text);
+            assert_eq!(names, ["GITHUB_TOKEN"], "{text} → {redacted}");
+            // What is left of the value is shorter than a piece, in every line.
+            for line in redacted.lines() {
+                let left = line.replace("[redacted: GITHUB_TOKEN]", "\n");
+                for part in left.lines() {
+                    let long = |piece: usize| part.len() >= piece;
+                    assert!(
+                        !(long(PIECE_ENCODED) && value_in_mime.contains(part) || long(PIECE) && VALUE.contains(part)),
+                        "{text} → {redacted}"
+                    );
+                }
+            }
+        }
+        // Ordinary words and a short run of the value are left alone.
+        let ordinary = format!("ghp_ tokens are GitHub's; {}", &VALUE[..PIECE - 1]);
+        let (same, names) = redactor.redact(&ordinary);
+        assert!(matches!(same, Cow::Borrowed(_)) && names.is_empty(), "{same}");
     }
 
     #[test]

@@ -61,8 +61,8 @@ enum Bench {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
-    /// A local model's answer through the daemon's relay (a gateway in its container) vs
-    /// straight over TCP
+    /// A model's answer through the daemon's relay and through a tunnel of the gateway's egress
+    /// socket (a gateway in its container, which has no network) vs straight over TCP
     Relay {
         /// Requests timed for the first token (at least 100)
         #[arg(long, default_value_t = 300)]
