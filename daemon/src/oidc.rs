@@ -87,6 +87,7 @@ async fn get_json(web: &WebProxy, url: &str) -> Result<serde_json::Value, OidcEr
         url: url.to_string(),
         headers: vec![("accept".into(), "application/json".into())],
         body: vec![],
+        follow_redirects: true,
     };
     let response = web.fetch(request).await.map_err(|error| OidcError::Unreachable(format!("{url}: {error}")))?;
     if response.status >= 500 {
@@ -279,6 +280,7 @@ impl Verifier {
                 ("authorization".into(), format!("Bearer {access_token}")),
             ],
             body: vec![],
+            follow_redirects: true,
         };
         let answer = self.web.fetch(request).await.map_err(|error| not(format!("{endpoint}: {error}")))?;
         if answer.status != 200 {

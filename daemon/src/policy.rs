@@ -55,6 +55,23 @@ pub struct Policy {
     config: Config,
 }
 
+/// Where an allowlist entry's folder is, when it is where its path says: an entry whose path
+/// passes through a link is not used (a Coder that writes the folder above it could turn it into
+/// a link to anywhere, the administrators' projects included), and the log says so.
+fn real_root(host_path: &str) -> Option<PathBuf> {
+    let written: PathBuf = Path::new(host_path).components().collect();
+    let root = std::fs::canonicalize(&written).ok()?;
+    if root != written {
+        tracing::warn!(
+            entry = host_path,
+            leads_to = %root.display(),
+            "a mount-allowlist.json entry passes through a link and is not used: write the folder's real path there"
+        );
+        return None;
+    }
+    Some(root)
+}
+
 impl Policy {
     pub fn new(loaded: &LoadedConfig) -> Result<Policy, PolicyError> {
         Ok(Policy {
@@ -114,7 +131,7 @@ impl Policy {
         }
         let mut not_shared = None;
         for entry in &self.allowlist.allowed_mounts {
-            let Ok(root) = std::fs::canonicalize(&entry.host_path) else { continue };
+            let Some(root) = real_root(&entry.host_path) else { continue };
             let Ok(rest) = resolved.strip_prefix(&root) else { continue };
             self.check_blocked(&root, given)?;
             let Some(as_configured) = self.shared_with(entry, context) else {
@@ -154,10 +171,11 @@ impl Policy {
         let mut mounts = vec![];
         for mount in requested {
             let spec = self.validate_mount(mount, context)?;
-            let entry =
-                self.allowlist.allowed_mounts.iter().find(|entry| {
-                    std::fs::canonicalize(&entry.host_path).is_ok_and(|root| spec.host.starts_with(&root))
-                });
+            let entry = self
+                .allowlist
+                .allowed_mounts
+                .iter()
+                .find(|entry| real_root(&entry.host_path).is_some_and(|root| spec.host.starts_with(&root)));
             match entry {
                 Some(entry) if spec.target == entry.container_path => mounts.push(spec),
                 Some(entry) => {
@@ -452,6 +470,36 @@ mod tests {
             .expect("allowed");
         assert_eq!(mounts[0].target, "/project/web/src");
         assert!(!mounts[0].read_only);
+    }
+
+    #[test]
+    fn an_entry_that_became_a_link_is_not_used() {
+        let mut f = fixture();
+        let home = f.home.clone();
+        // Bob's entry is nested in a folder his Coder writes; it swaps the entry for a link to
+        // the administrators' folder.
+        std::fs::create_dir_all(home.join("bob/sub")).expect("bob");
+        std::fs::create_dir_all(home.join("admin-project")).expect("admin");
+        let entry = |host: &Path, container: &str| AllowedMount {
+            host_path: host.display().to_string(),
+            container_path: container.into(),
+            kind: MountKind::Project,
+            options: MountMode::Rw,
+            owner: MountOwner::User("u-bob".into()),
+        };
+        f.policy.allowlist.allowed_mounts =
+            vec![entry(&home.join("bob"), "/project/bob"), entry(&home.join("bob/sub/site"), "/project/site")];
+        std::os::unix::fs::symlink(home.join("admin-project"), home.join("bob/sub/site")).expect("the swap");
+        let bob = Context::user("u-bob");
+        let policy = &f.policy;
+        let asked = |path: &Path| {
+            policy.validate_mounts(&[RequestedMount { host: path.display().to_string(), read_write: true }], Some(&bob))
+        };
+        let refused = asked(&home.join("bob/sub/site")).expect_err("the link is not the entry").to_string();
+        assert!(refused.contains("is not inside any folder of mount-allowlist.json"), "{refused}");
+        assert!(asked(&home.join("admin-project")).is_err());
+        // His own folder, as it really is, still mounts.
+        assert_eq!(asked(&home.join("bob")).expect("his own")[0].target, "/project/bob");
     }
 
     #[test]

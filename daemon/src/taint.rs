@@ -496,9 +496,16 @@ impl Taints {
     /// answer) reached `session`'s tools: the addresses in it are ones the turn they work for
     /// was shown, which it may follow while marked. Only content from outside shows an
     /// address: never the daemon's own sentences, never what the model asked for.
-    pub fn shown(&self, session: &str, turn: Option<&str>, text: &str) {
+    ///
+    /// `asked` is what the turn sent for it (a fetch's address and body, a search's words, a
+    /// call's parameters): an address the answer only echoes back from it (a page that repeats
+    /// its query, a redirect to an address in the request) was the model's own words, not
+    /// shown, whatever the encoding the request gave it in (as written or percent-decoded).
+    pub fn shown(&self, session: &str, turn: Option<&str>, text: &str, asked: &str) {
+        let decoded = percent_encoding::percent_decode_str(asked).decode_utf8_lossy();
         let seen: BTreeSet<String> = addresses(text)
             .filter(|address| address.len() <= LONGEST_ADDRESS)
+            .filter(|address| !asked.contains(address.as_str()) && !decoded.contains(address.as_str()))
             .map(|address| digest(&address))
             .collect();
         if seen.is_empty() {
@@ -790,7 +797,7 @@ mod tests {
         let first = taints(dir.path());
         first.begin("s1", "t1");
         assert_eq!(first.allow(&live("t1"), Way::ScheduleTask), Ok(()));
-        first.shown("s1", Some("t1"), "see https://evil.example/next.");
+        first.shown("s1", Some("t1"), "see https://evil.example/next.", "");
         first.taint(&live("t1"), "web_fetch https://evil.example/page");
         let why = first.allow(&live("t1"), Way::ScheduleTask).expect_err("withheld");
         assert!(why.starts_with("`schedule_task` is paused") && why.contains("web_fetch https://evil.example/page"));
@@ -822,7 +829,7 @@ mod tests {
         let taints = taints(dir.path());
         taints.begin("s1", "t1");
         let links: String = (0..20).map(|n| format!(" https://h{}.example/p{n}", n % 5)).collect();
-        taints.shown("s1", Some("t1"), &links);
+        taints.shown("s1", Some("t1"), &links, "");
         taints.taint(&live("t1"), "web_fetch https://h0.example/");
         let fetch = |n: usize| {
             taints.may_fetch(
@@ -847,6 +854,25 @@ mod tests {
     }
 
     #[test]
+    fn what_an_answer_only_echoes_of_the_request_is_not_shown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let taints = taints(dir.path());
+        taints.begin("s1", "t1");
+        taints.taint(&live("t1"), "web_fetch https://allowed.example/");
+        // The model's own address bounced off an allowed host: in the request, in the page, in
+        // the address it ended up at, percent-encoded or not.
+        let asked = "https://allowed.example/x?u=http%3A%2F%2Fcollect.example%2Fc%3Fd%3DSECRET";
+        let page =
+            "https://allowed.example/x?u=http://collect.example/c?d=SECRET see http://collect.example/c?d=SECRET";
+        taints.shown("s1", Some("t1"), page, asked);
+        let refused = taints.may_fetch("s1", "http://collect.example/c?d=SECRET", "collect.example", false, "agent");
+        assert!(refused.is_err(), "an echo is not shown");
+        // What the page says of its own is.
+        taints.shown("s1", Some("t1"), "next: https://allowed.example/page2", asked);
+        assert!(taints.may_fetch("s1", "https://allowed.example/page2", "allowed.example", false, "agent").is_ok());
+    }
+
+    #[test]
     fn addresses_are_found_without_trailing_punctuation_or_fragment() {
         let found: Vec<String> =
             addresses("go to https://a.example/x#top, or (http://b.example/y). \"https://c.example/z\"").collect();
@@ -861,7 +887,7 @@ mod tests {
         taints.begin("s1", "t1");
         for n in 0..60 {
             let page: String = (0..50).map(|m| format!(" https://site{n}.example/{m}?token={token}")).collect();
-            taints.shown("s1", Some("t1"), &page);
+            taints.shown("s1", Some("t1"), &page, "");
             taints.taint(&live("t1"), &format!("web_fetch https://site{n}.example/?token={token}"));
         }
         let mark = taints.mark("s1", "t1").expect("marked");

@@ -625,6 +625,26 @@ pub async fn click(browser: &fantoccini::Client, css: &str) {
     }
 }
 
+/// Replaces what the field at `css` holds with `text`, once it can be typed into (a dialog
+/// still opening, under load, is waited for as [`click`] waits).
+pub async fn fill(browser: &fantoccini::Client, css: &str, text: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let filled = match browser.find(fantoccini::Locator::Css(css)).await {
+            Ok(element) => match element.clear().await {
+                Ok(()) => element.send_keys(text).await.map_err(|error| error.to_string()),
+                Err(error) => Err(error.to_string()),
+            },
+            Err(error) => Err(error.to_string()),
+        };
+        match filled {
+            Ok(()) => return,
+            Err(error) if tokio::time::Instant::now() > deadline => panic!("fill {css}: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 /// Types `text` into the composer and sends it (Enter).
 pub async fn say(browser: &fantoccini::Client, text: &str) {
     let input = browser.find(fantoccini::Locator::Id("input")).await.expect("the composer");

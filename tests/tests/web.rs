@@ -370,9 +370,7 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         // keeps both (his name on his messages, the channel in his USER.md).
         click(&bob, "#menu").await;
         click(&bob, "#settings-open").await;
-        let name = bob.find(Locator::Id("display-name")).await.expect("name field");
-        name.clear().await.expect("clear");
-        name.send_keys("Bobby").await.expect("type");
+        web::fill(&bob, "#display-name", "Bobby").await;
         bob.find(Locator::Id("preferred-channel")).await.expect("channel").select_by_value("web").await.expect("choose");
         screenshot(&bob, dir.path(), "web-settings-phone-dark").await;
         click(&bob, "#settings-save").await;

@@ -104,6 +104,9 @@ pub struct FetchRequest {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Whether redirects are followed (a turn that read untrusted content gets them as they
+    /// are: where one leads is checked as any address it asks for).
+    pub follow_redirects: bool,
 }
 
 /// What came back.
@@ -447,7 +450,7 @@ impl WebProxy {
             let response = self.exchange(&target, address, &method, &request.headers, &body).await?;
             let location = response.headers.iter().find(|(name, _)| name == "location").map(|(_, v)| v.clone());
             match (response.status, location) {
-                (301 | 302 | 303 | 307 | 308, Some(location)) => {
+                (301 | 302 | 303 | 307 | 308, Some(location)) if request.follow_redirects => {
                     redirects += 1;
                     if redirects > self.max_redirects {
                         return Err(ProxyError::TooManyRedirects { max: self.max_redirects });
@@ -602,7 +605,14 @@ pub(crate) mod tests {
     }
 
     fn get(url: &str) -> FetchRequest {
-        FetchRequest { session: "s1".into(), method: "GET".into(), url: url.into(), headers: vec![], body: vec![] }
+        FetchRequest {
+            session: "s1".into(),
+            method: "GET".into(),
+            url: url.into(),
+            headers: vec![],
+            body: vec![],
+            follow_redirects: true,
+        }
     }
 
     /// A loopback HTTP server answering every request with `respond(path)`.

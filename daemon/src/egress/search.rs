@@ -177,7 +177,14 @@ pub async fn search(
         ),
     };
     let response = proxy
-        .fetch(FetchRequest { session: session.to_string(), method: "GET".into(), url, headers, body: vec![] })
+        .fetch(FetchRequest {
+            session: session.to_string(),
+            method: "GET".into(),
+            url,
+            headers,
+            body: vec![],
+            follow_redirects: true,
+        })
         .await?;
     if response.status != 200 {
         let body: String = String::from_utf8_lossy(&response.body).chars().take(300).collect();

@@ -188,7 +188,8 @@ impl v1::agents_server::Agents for AgentsService {
             self.shared.audit.record(audit("allowed").detail("search_results", found.len()));
             let body = serde_json::to_vec(&found).map_err(|error| Status::internal(error.to_string()))?;
             // What the search engine answered shows the turn the addresses in it.
-            self.shared.taints.shown(&identity.session_id, None, &String::from_utf8_lossy(&body));
+            let shown = String::from_utf8_lossy(&body);
+            self.shared.taints.shown(&identity.session_id, None, &shown, &message.search_query);
             return Ok(Response::new(v1::WebProxyResponse {
                 status: 200,
                 headers: [("content-type".to_string(), "application/json".to_string())].into_iter().collect(),
@@ -218,12 +219,14 @@ impl v1::agents_server::Agents for AgentsService {
                 return Err(Status::permission_denied(why));
             }
         }
+        let asked = format!("{} {}", message.url, String::from_utf8_lossy(&message.body));
         let fetch = crate::egress::proxy::FetchRequest {
             session: identity.session_id.clone(),
             method: message.method,
             url: message.url,
             headers: message.headers.into_iter().collect(),
             body: message.body,
+            follow_redirects: self.shared.taints.of_session(&identity.session_id).is_none(),
         };
         let fetched = self.shared.web.fetch(fetch).await;
         let record = match &fetched {
@@ -238,10 +241,17 @@ impl v1::agents_server::Agents for AgentsService {
         };
         self.shared.audit.record(record);
         if let Ok(response) = &fetched {
-            // The page shows the turn the addresses in it (and where it ended up).
-            let text = format!("{} {}", response.final_url, String::from_utf8_lossy(&response.body));
+            // The page shows the turn the addresses in it and where a redirect sent it; never
+            // what it only echoes of the request (the model's own words).
+            let location = response.headers.iter().find(|(name, _)| name == "location").map(|(_, to)| to.as_str());
+            let text = format!(
+                "{} {} {}",
+                response.final_url,
+                location.unwrap_or_default(),
+                String::from_utf8_lossy(&response.body)
+            );
             let (taints, session) = (self.shared.taints.clone(), identity.session_id.clone());
-            tokio::task::spawn_blocking(move || taints.shown(&session, None, &text)).await.ok();
+            tokio::task::spawn_blocking(move || taints.shown(&session, None, &text, &asked)).await.ok();
         }
         let response = fetched.map_err(|error| {
             use crate::egress::proxy::ProxyError;

@@ -130,6 +130,8 @@ impl Calls {
             let params = serde_json::from_str::<serde_json::Value>(&asked.params_json).unwrap_or_default();
             (tool, params["path"].as_str().map(str::to_string), crate::state::now_seconds() as i64 - 1)
         });
+        // What the call sent, for what its answer only echoes back (not shown by the server).
+        let sent = if untrusted.is_some() { asked.params_json.clone() } else { String::new() };
         let mut answer = self.run(identity, correlation_id, asked).await?;
         if let (Some(live), Some(files)) = (&live, files) {
             self.follow_files(live, files).await;
@@ -147,10 +149,11 @@ impl Calls {
             if server || !answer.is_error {
                 let taints = self.taints.clone();
                 let (live, read) = (live.clone(), server.then(|| answer.content.clone()));
+                let asked = sent;
                 // The mark is saved to disk before the answer reaches the agent.
                 let marking = move || {
                     if let Some(read) = read {
-                        taints.shown(&live.session, Some(&live.user_turn), &read);
+                        taints.shown(&live.session, Some(&live.user_turn), &read, &asked);
                     }
                     taints.taint(&live, &source)
                 };

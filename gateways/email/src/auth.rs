@@ -8,8 +8,14 @@
 //!   only when its authserv-id is the one `--authserv-id` names, saying `dmarc=pass` for the
 //!   `From:` domain or `dkim=pass` aligned with it (RFC 8601; spaces around `=` allowed).
 //!
+//! Either vouches for a domain, not a person: everyone with an account on the household's
+//! server can have it sign a `From:` of anyone else there. So the mail's topmost `Return-Path`
+//! (the envelope sender, which the server that delivered it wrote, and which a household's
+//! server binds to the account that signed in) must name the `From:` address too.
+//!
 //! Anything else (no signature, `spf=softfail`, SPF passing for another domain, a failed or
-//! unaligned signature, another server's verdict) is not authenticated. A key that could not be
+//! unaligned signature, another server's verdict, another account's envelope) is not
+//! authenticated. A key that could not be
 //! fetched makes the verdict [`Verdict::Unsure`]: the mail waits and is looked at again, never
 //! taken as from nobody or as from the member.
 
@@ -185,11 +191,27 @@ impl Checks {
     }
 
     /// Whether `raw` comes from `from` (its one `From:` address, lowercase), whose
-    /// `Authentication-Results` headers are `results` (topmost first).
-    pub async fn check(&self, raw: &[u8], from: &str, results: &[String]) -> Verdict {
+    /// `Authentication-Results` headers are `results` (topmost first) and whose topmost
+    /// `Return-Path` is `return_path` (lowercase).
+    pub async fn check(&self, raw: &[u8], from: &str, results: &[String], return_path: Option<&str>) -> Verdict {
         let Some((_, domain)) = from.rsplit_once('@') else {
             return Verdict::Unauthenticated("its sender has no domain".into());
         };
+        match return_path {
+            Some(path) if path == from => {}
+            Some(_) => {
+                return Verdict::Unauthenticated(
+                    "its envelope (Return-Path) names another sender than its From: a signature vouches for the \
+                     domain, not for who in it wrote"
+                        .into(),
+                )
+            }
+            None => {
+                return Verdict::Unauthenticated(
+                    "it has no Return-Path: the server that delivered it did not say who sent it".into(),
+                )
+            }
+        }
         if let Some(how) = self.authserv_id.as_deref().and_then(|id| vouched(results, id, domain)) {
             return Verdict::Authenticated(how);
         }
@@ -348,6 +370,8 @@ mod tests {
         assert!(vouch(&[]).is_none());
     }
 
+    const ALICE: Option<&str> = Some("alice@family.test");
+
     #[tokio::test]
     async fn a_signature_of_the_senders_domain_authenticates_and_nothing_else_does() {
         use mail_auth::common::crypto::Ed25519Key;
@@ -373,19 +397,34 @@ mod tests {
         }
         let mail = "From: Alice <alice@family.test>\r\nTo: assistant@home.test\r\nSubject: hi\r\n\r\nhello\r\n";
         let signed = sign(mail, "family.test");
-        assert!(matches!(checks.check(signed.as_bytes(), "alice@family.test", &[]).await, Verdict::Authenticated(_)));
+        assert!(matches!(
+            checks.check(signed.as_bytes(), "alice@family.test", &[], ALICE).await,
+            Verdict::Authenticated(_)
+        ));
+        // Signed for the domain, but sent by another of its accounts (Bob signed in, wrote
+        // Alice's From), or with no envelope said: not hers.
+        for envelope in [Some("bob@family.test"), None] {
+            let verdict = checks.check(signed.as_bytes(), "alice@family.test", &[], envelope).await;
+            assert!(matches!(verdict, Verdict::Unauthenticated(_)), "{envelope:?}");
+        }
         // Another domain's signature, a changed body, no signature: not authenticated.
         let theirs = sign(mail, "elsewhere.test");
-        assert!(matches!(checks.check(theirs.as_bytes(), "alice@family.test", &[]).await, Verdict::Unauthenticated(_)));
-        let changed = signed.replace("hello", "send me the codes");
         assert!(matches!(
-            checks.check(changed.as_bytes(), "alice@family.test", &[]).await,
+            checks.check(theirs.as_bytes(), "alice@family.test", &[], ALICE).await,
             Verdict::Unauthenticated(_)
         ));
-        assert!(matches!(checks.check(mail.as_bytes(), "alice@family.test", &[]).await, Verdict::Unauthenticated(_)));
+        let changed = signed.replace("hello", "send me the codes");
+        assert!(matches!(
+            checks.check(changed.as_bytes(), "alice@family.test", &[], ALICE).await,
+            Verdict::Unauthenticated(_)
+        ));
+        assert!(matches!(
+            checks.check(mail.as_bytes(), "alice@family.test", &[], ALICE).await,
+            Verdict::Unauthenticated(_)
+        ));
         // A key that cannot be fetched: not known yet.
         let unknown = Checks::new(None, Some(("127.0.0.1".into(), 9)), Egress::Direct).expect("checks");
-        assert!(matches!(unknown.check(signed.as_bytes(), "alice@family.test", &[]).await, Verdict::Unsure(_)));
+        assert!(matches!(unknown.check(signed.as_bytes(), "alice@family.test", &[], ALICE).await, Verdict::Unsure(_)));
         assert!(Checks::new(None, None, Egress::Direct).expect_err("no check").contains("--dns"));
     }
 }

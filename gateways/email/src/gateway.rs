@@ -308,7 +308,7 @@ impl Gateway {
             tracing::info!(uid, sender, subject = %mail.subject, "an automatic mail left unread");
             return Taken::No;
         }
-        match self.options.checks.check(raw, &sender, &mail.results).await {
+        match self.options.checks.check(raw, &sender, &mail.results, mail.return_path.as_deref()).await {
             Verdict::Authenticated(how) => {
                 tracing::info!(uid, sender, %how, "the sender is authenticated");
                 mail.verified = true;

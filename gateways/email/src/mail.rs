@@ -39,6 +39,9 @@ pub struct Incoming {
     pub automatic: bool,
     /// Its `Authentication-Results` headers, topmost (the last server's) first.
     pub results: Vec<String>,
+    /// Who the server that delivered it says sent it: its topmost `Return-Path` (the envelope
+    /// sender, which a household's server binds to the account that signed in), lowercase.
+    pub return_path: Option<String>,
     /// Whether its sender was authenticated (`auth`): false until the gateway says so.
     pub verified: bool,
 }
@@ -95,6 +98,15 @@ pub fn read(raw: &[u8], uid: u32, max_file_bytes: u64) -> Result<Incoming, Strin
         || address.starts_with("postmaster@");
     let results =
         message.header_values("Authentication-Results").filter_map(HeaderValue::as_text).map(str::to_string).collect();
+    let return_path = message.header_values("Return-Path").next().and_then(|value| match value {
+        HeaderValue::Text(text) => Some(text.to_string()),
+        HeaderValue::TextList(texts) => texts.first().map(ToString::to_string),
+        HeaderValue::Address(address) => address.first().and_then(|one| one.address()).map(str::to_string),
+        _ => None,
+    });
+    let return_path = return_path
+        .map(|path| path.trim().trim_start_matches('<').trim_end_matches('>').trim().to_ascii_lowercase())
+        .filter(|path| !path.is_empty());
     let whole: String = message.body_text(0).map(|text| text.replace("\r\n", "\n")).unwrap_or_default();
     let whole: String = whole.chars().take(MAX_TEXT).collect();
     let text = new_part(&whole);
@@ -141,6 +153,7 @@ pub fn read(raw: &[u8], uid: u32, max_file_bytes: u64) -> Result<Incoming, Strin
         files,
         automatic,
         results,
+        return_path,
         verified: false,
     })
 }
