@@ -369,7 +369,18 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         // Bob names himself and says where scheduled results should reach him; the daemon
         // keeps both (his name on his messages, the channel in his USER.md).
         click(&bob, "#menu").await;
-        click(&bob, "#settings-open").await;
+        // The dialog opens once the page knows who he is (asked for as it loads).
+        let opened = until(Duration::from_secs(30), || async {
+            if bob.find(Locator::Css("#settings[open]")).await.is_ok() {
+                return true;
+            }
+            if let Ok(button) = bob.find(Locator::Id("settings-open")).await {
+                button.click().await.ok();
+            }
+            false
+        })
+        .await;
+        assert!(opened, "the settings open: {}", text_of(&bob, "body").await);
         web::fill(&bob, "#display-name", "Bobby").await;
         bob.find(Locator::Id("preferred-channel")).await.expect("channel").select_by_value("web").await.expect("choose");
         screenshot(&bob, dir.path(), "web-settings-phone-dark").await;
