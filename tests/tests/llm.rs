@@ -365,12 +365,16 @@ fn with_the_gateway_in_its_container_no_provider_key_reaches_an_agent_container_
     );
     let reached = docker(&["exec", &gateway, "python3", "-c", &dial]).expect("a connection from inside");
     assert!(reached.starts_with("refused"), "the gateway reached the bridge by itself: {reached}");
-    let tunnels = Command::new(bin("baaaht"))
-        .args(["audit", "--kind", "egress", "--json"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht audit");
-    let tunnels = String::from_utf8_lossy(&tunnels.stdout).into_owned();
+    // What `baaaht audit --kind KIND --json` lists.
+    let audited = |kind: &str| {
+        let audit = Command::new(bin("baaaht"))
+            .args(["audit", "--kind", kind, "--json"])
+            .env("BAAAHT_SOCKET", daemon.socket())
+            .output()
+            .expect("baaaht audit");
+        String::from_utf8_lossy(&audit.stdout).into_owned()
+    };
+    let tunnels = audited("egress");
     let of_the_gateway = |outcome: &str, host: &str| {
         tunnels
             .lines()
@@ -388,12 +392,7 @@ fn with_the_gateway_in_its_container_no_provider_key_reaches_an_agent_container_
 
     // The key was read by name, and its value is in no file the daemon wrote: logs, audit,
     // state, sessions (the store itself is encrypted).
-    let audit = Command::new(bin("baaaht"))
-        .args(["audit", "--kind", "secret", "--json"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht audit");
-    let found = String::from_utf8_lossy(&audit.stdout).into_owned();
+    let found = audited("secret");
     assert!(
         found
             .lines()
