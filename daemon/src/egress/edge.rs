@@ -835,11 +835,13 @@ impl hyper::body::Body for Scrubbed {
 /// whose name carries one is dropped.
 fn blot_headers(known: &Known, headers: &mut http::HeaderMap) -> Vec<String> {
     let mut found = vec![];
-    let named: Vec<http::header::HeaderName> =
-        headers.keys().filter(|name| known.first_in(name.as_str().as_bytes()).is_some()).cloned().collect();
-    for name in named {
-        found.extend(known.first_in(name.as_str().as_bytes()).map(String::from));
+    let named: Vec<(http::header::HeaderName, String)> = headers
+        .keys()
+        .filter_map(|name| known.first_in(name.as_str().as_bytes()).map(|secret| (name.clone(), secret.to_string())))
+        .collect();
+    for (name, secret) in named {
         headers.remove(&name);
+        found.push(secret);
     }
     for value in headers.values_mut() {
         let mut bytes = value.as_bytes().to_vec();
