@@ -55,6 +55,9 @@ pub struct Live {
     pub correlation_id: String,
     /// The user turn this work belongs to (a delegated task's is its Assistant's turn).
     pub user_turn: String,
+    /// The message that turn answers (its entry in the session's log; empty for a scheduled
+    /// run or an archival): a mark of the turn stays on it, for the turns after it.
+    pub entry: String,
     /// The user whose message the turn answers (none: a scheduled run, an archival): in a
     /// group, everyone else's words are not theirs (DESIGN.md §10.3).
     pub asker: Option<String>,
@@ -495,6 +498,7 @@ mod tests {
                 turn_id: turn.into(),
                 correlation_id: "c".into(),
                 user_turn: turn.into(),
+                entry: String::new(),
                 asker: None,
                 speaks: role == Role::Assistant,
             },

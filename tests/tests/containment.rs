@@ -203,10 +203,25 @@ fn an_injected_page_cannot_make_the_turn_exfiltrate_and_the_next_turn_works() {
     );
     assert!(cli(&["memory", "review", "--user", "alice"]).contains("Nothing waits for review."));
 
-    // A new turn in the same session starts clean: the same actions work.
-    let chores = scenario::turn_on(&rt, &daemon, scenario::message(alice(), "alice", "Do the chores."));
+    // The next turn of the conversation reads what the marked one answered (its history holds
+    // it): it is marked too, and says how to start clean.
+    let carried = scenario::turn_on(&rt, &daemon, scenario::message(alice(), "alice", "Do the chores."));
+    let reply = carried.reply.as_ref().map(|reply| reply.content.clone()).unwrap_or_default();
+    assert_eq!(carried.session, turn.session, "the same session");
+    assert!(reply.contains("`schedule_task` is paused"), "{reply}");
+    assert!(reply.contains("an earlier message of this conversation, whose turn read web_fetch"), "{reply}");
+    assert!(reply.contains("in a new conversation (`/new`)"), "{reply}");
+
+    // A new conversation starts clean: the same actions work.
+    let fresh = rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("client");
+        let new = v1::NewSessionRequest { context: Some(alice()), title: String::new() };
+        client.sessions.new_session(new).await.expect("new session").into_inner().id
+    });
+    let chores = v1::UserMessage { session_id: fresh.clone(), ..scenario::message(alice(), "alice", "Do the chores.") };
+    let chores = scenario::turn_on(&rt, &daemon, chores);
     let reply = chores.reply.as_ref().map(|reply| reply.content.clone()).unwrap_or_default();
-    assert_eq!(chores.session, turn.session, "the same session");
+    assert_eq!(chores.session, fresh, "the new session");
     assert!(!reply.contains("paused"), "no false positive: {reply}");
     assert!(reply.contains("message queued for delivery"), "{reply}");
     assert!(reply.contains("Scheduled task"), "{reply}");
@@ -492,7 +507,8 @@ fn following_brain(port: u16) -> Answer {
             } else if said.contains("send me the notes") {
                 vec![worker("Send the notes")]
             } else if said.contains("search") {
-                vec![("session_search", json!({"query": "wifi"})), worker("Message everyone")]
+                let query = if said.contains("notes") { "notes" } else { "wifi" };
+                vec![("session_search", json!({"query": query})), worker("Message everyone")]
             } else if said.contains("tell everyone") {
                 vec![worker("Message everyone")]
             } else if said.contains("remember the plan") {
@@ -567,14 +583,53 @@ fn taint_follows_data_through_files_summaries_searches_and_group_memory() {
     assert!(reply.contains("which is not written plainly in a URL"), "{reply}");
     assert_eq!(asked_paths.lock().expect("recording").clone(), vec!["/page".to_string()], "only the page was asked");
 
-    // The next turn reads the notes the marked turn wrote: marked too.
+    // The next turn of the conversation reads what the marked one answered: marked too (and
+    // the notes it wrote would mark it again).
     let send = scenario::turn_on(&rt, &daemon, scenario::message(alice(), "alice", "Now send me the notes."));
     let (reply, source) = (reply_of(&send), tainted_by(&send).unwrap_or_default());
-    assert!(source.contains("files written by an earlier turn that read content from outside (notes.txt"), "{source}");
+    assert!(source.contains("an earlier message of this conversation, whose turn read web_fetch"), "{source}");
     assert!(reply.contains(paused), "{reply}");
-    // A turn that reads none of it is clean.
-    let chores = scenario::turn_on(&rt, &daemon, scenario::message(alice(), "alice", "Do the chores."));
+    // A new conversation that reads none of it is clean; one whose search finds the marked
+    // conversation's answers is not.
+    let own_session = |title: &str| {
+        rt.block_on(async {
+            let mut client = scenario::host_client(&daemon).await.expect("client");
+            let request = v1::NewSessionRequest { context: Some(alice()), title: title.into() };
+            client.sessions.new_session(request).await.expect("new session").into_inner().id
+        })
+    };
+    let in_own = |session: &str, text: &str| {
+        let message = v1::UserMessage { session_id: session.to_string(), ..scenario::message(alice(), "alice", text) };
+        scenario::turn_on(&rt, &daemon, message)
+    };
+    let chores = in_own(&own_session("chores"), "Do the chores.");
     assert!(tainted_by(&chores).is_none() && reply_of(&chores).contains("message queued for delivery"), "{chores:?}");
+    let found = in_own(&own_session("found"), "Please search the notes and tell everyone.");
+    let source = tainted_by(&found).unwrap_or_default();
+    assert!(source.contains("session_search found answers given after a turn that read web_fetch"), "{source}");
+    assert!(reply_of(&found).contains(paused), "{}", reply_of(&found));
+    // What the archival pass keeps of the marked conversation waits for review, marked as kept
+    // from content from outside.
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("client");
+        let session = v1::SessionRef { session_id: notes.session.clone() };
+        client.sessions.archive_session(session).await.expect("archived");
+        let query = v1::MemoryQuery { context: Some(alice()), limit: 50, quarantined: true, ..Default::default() };
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        let waiting = loop {
+            let waiting = client.memory.search_memory(query.clone()).await.expect("quarantine").into_inner().entries;
+            if let Some(plan) = waiting.into_iter().find(|entry| entry.key == "plan") {
+                break plan;
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing kept aside:\n{}", daemon.log_text());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(waiting.origin, "untrusted", "{waiting:?}");
+        assert!(waiting.came_from.contains("whose turn read web_fetch"), "{waiting:?}");
+        let query = v1::MemoryQuery { context: Some(alice()), query: "station".into(), ..Default::default() };
+        let kept = client.memory.search_memory(query).await.expect("memory").into_inner().entries;
+        assert!(kept.is_empty(), "nothing of it is in use: {kept:?}");
+    });
 
     // A group: Bob says something in one conversation; Alice's search in another finds it.
     let family = scenario::group("family");

@@ -273,6 +273,37 @@ fn a_strangers_direct_flagged_room_is_a_group_not_a_members_private_chat() {
             .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
         assert_eq!(text, "echo: Alice: hello", "answered in the group, names in front: {}", logs());
         assert!(stranger.answer_to(&private).is_none(), "{:?}", stranger.answer_to(&private));
+
+        // Mallory's public room, with the bot and Alice, which Mallory then leaves: two are in
+        // it, but anyone may come back and read what is said since. Still a group's.
+        let mut request = matrix_sdk::ruma::api::client::room::create_room::v3::Request::new();
+        request.preset = Some(matrix_sdk::ruma::api::client::room::create_room::v3::RoomPreset::PublicChat);
+        request.invite = vec![
+            matrix_sdk::ruma::UserId::parse(alice.as_str()).expect("alice"),
+            matrix_sdk::ruma::UserId::parse(bot.as_str()).expect("bot"),
+        ];
+        let open = stranger.client.create_room(request).await.expect("a public room");
+        let deadline = std::time::Instant::now() + WAIT;
+        let alices = loop {
+            if let Ok(invited) = person.room(open.room_id().as_str()) {
+                break invited;
+            }
+            assert!(std::time::Instant::now() < deadline, "alice was not invited");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        alices.join().await.expect("alice joins");
+        stranger.joined(&open, &bot, WAIT).await.unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        stranger.joined(&open, &alice, WAIT).await.expect("alice joined");
+        open.leave().await.expect("mallory leaves");
+        let private = person.say(&alices, "what do you remember about me, just us?").await.expect("say");
+        let named = person.say(&alices, "baaaht: hello again").await.expect("say");
+        let (text, _) = person
+            .wait_for_answer(&named, WAIT, |text| !text.is_empty() && !text.ends_with('…'))
+            .await
+            .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+        assert_eq!(text, "echo: Alice: hello again", "answered as the room's group: {}", logs());
+        assert!(person.answer_to(&private).is_none(), "{:?}", person.answer_to(&private));
+        assert!(logged(&gateway, "a room others may join or read is taken as a group's"), "{}", logs());
     });
     rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host");

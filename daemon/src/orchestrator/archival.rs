@@ -85,6 +85,7 @@ async fn extract_memories(orchestrator: &Arc<Orchestrator>, record: &SessionReco
             turn_id: String::new(),
             correlation_id,
             user_turn: format!("archive-{}", record.id),
+            entry: String::new(),
             asker: None,
             speaks: false,
         },
@@ -92,6 +93,11 @@ async fn extract_memories(orchestrator: &Arc<Orchestrator>, record: &SessionReco
         text,
         summary: "memory extraction at archival".into(),
     };
+    // What it keeps of a conversation that read content from outside is kept from that
+    // content (its memories wait for review); in a group, from every member's words.
+    if let Some(source) = orchestrator.taints.carried(branch.iter().map(Entry::id)) {
+        orchestrator.taints.taint(&task.live, &format!("{}{source}", crate::taint::EARLIER));
+    }
     let (result, is_error, elapsed) = run_task(orchestrator, &task).await;
     if is_error {
         tracing::warn!(%result, "memory extraction failed");

@@ -161,6 +161,7 @@ pub async fn run_alone(
             turn_id: turn_id.clone(),
             correlation_id: correlation_id.clone(),
             user_turn: turn_id.clone(),
+            entry: String::new(),
             asker: None,
             speaks: role == Role::Assistant,
         },

@@ -179,6 +179,7 @@ async fn assistant_turn(
         turn_id: accepted.turn.clone(),
         correlation_id: accepted.correlation_id.clone(),
         user_turn: accepted.turn.clone(),
+        entry: accepted.entry.clone(),
         asker: super::history::asker(&branch, &accepted.entry),
         speaks: true,
     };
@@ -190,6 +191,12 @@ async fn assistant_turn(
         let named: Vec<String> = others.iter().map(|sender| names(sender)).collect();
         let source = format!("messages and files of other members ({})", named.join(", "));
         orchestrator.taints.taint(&live, &source);
+    }
+    // Nor is what was said after a message whose turn read content from outside: the replies
+    // and results of that turn are on the branch (or in the summary of it), with what they read.
+    let earlier = branch.iter().map(Entry::id).filter(|id| *id != accepted.entry);
+    if let Some(source) = orchestrator.taints.carried(earlier) {
+        orchestrator.taints.taint(&live, &format!("{}{source}", crate::taint::EARLIER));
     }
     // Nor is what the Assistant remembers of others, or of content from outside.
     if let Some(source) = super::foreign_memories(orchestrator, &live) {

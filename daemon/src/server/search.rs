@@ -136,6 +136,31 @@ pub(super) fn others_words(shared: &Shared, hits: &[v1::SessionHit], asker: Opti
     None
 }
 
+/// What the marked messages before `hits` read, if one of them follows one (DESIGN.md
+/// §10.3): a reply or a result said after a turn read content from outside carries it.
+pub(super) fn carried(shared: &Shared, hits: &[v1::SessionHit]) -> Option<String> {
+    let mut read: std::collections::HashMap<&str, Option<crate::sessions::Read>> = std::collections::HashMap::new();
+    // A person's own message is their words, whatever was read before it (in a group,
+    // `others_words` speaks of the others').
+    hits.iter().filter(|hit| hit.role != "user").find_map(|hit| {
+        let session = read.entry(hit.session_id.as_str()).or_insert_with(|| {
+            shared
+                .sessions
+                .read(&hit.session_id)
+                .inspect_err(
+                    |error| tracing::warn!(%error, session = %hit.session_id, "cannot read a session a search found"),
+                )
+                .ok()
+        });
+        // A hit that cannot be traced back is taken as marked: nothing says it is not.
+        let Some(branch) = session.as_ref().and_then(|session| session.branch(&hit.entry_id).ok()) else {
+            return Some("a conversation that cannot be read back".to_string());
+        };
+        let source = shared.taints.carried(branch.iter().map(crate::sessions::Entry::id))?;
+        Some(format!("answers given after a turn that read {source}"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

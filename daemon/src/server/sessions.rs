@@ -587,11 +587,15 @@ impl v1::sessions_server::Sessions for SessionsService {
         let caller = check(&self.shared, &request, Operation::SearchSessions, context.as_ref(), None)?;
         let context = super::own_context(&caller, context)?;
         let found = super::search::sessions(&self.shared, &context, request.into_inner()).await?;
-        if let (Caller::Container(identity), ContextKind::Group) = (&caller, &context.kind) {
-            // A group's conversations hold every member's words: an agent's turn that found
-            // some not of its asker read them (DESIGN.md §10.3).
+        if let Caller::Container(identity) = &caller {
             if let Some(live) = self.shared.agents.live(&identity.name) {
-                if let Some(source) = super::search::others_words(&self.shared, &found.hits, live.asker.as_deref()) {
+                // A group's conversations hold every member's words: an agent's turn that
+                // found some not of its asker read them; and what was said after a turn read
+                // content from outside carries it (DESIGN.md §10.3).
+                let others = (context.kind == ContextKind::Group)
+                    .then(|| super::search::others_words(&self.shared, &found.hits, live.asker.as_deref()))
+                    .flatten();
+                if let Some(source) = others.or_else(|| super::search::carried(&self.shared, &found.hits)) {
                     self.shared.taints.taint(&live, &format!("session_search found {source}"));
                 }
             }

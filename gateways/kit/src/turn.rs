@@ -216,6 +216,27 @@ fn link_command(text: &str) -> Option<Option<String>> {
     }
 }
 
+/// Whether a chat message only asks for a new conversation (`/new`, `/new@bot`).
+fn new_command(text: &str) -> bool {
+    let mut words = text.split_whitespace();
+    let first = words.next().map(|word| word.split('@').next().unwrap_or(word));
+    first.is_some_and(|word| word.eq_ignore_ascii_case("/new")) && words.next().is_none()
+}
+
+/// Starts a new conversation in `context` (the next message goes to it): the sentence that
+/// says so.
+async fn new_conversation(daemon: &Client, person: &Person, context: v1::ContextRef) -> String {
+    let mut daemon = daemon.clone();
+    let request = v1::NewSessionRequest { context: Some(context), title: String::new() };
+    match daemon.sessions.new_session(person.request(request)).await {
+        Ok(_) => "A new conversation starts with your next message. It knows nothing of the last one, nor of what \
+                  that one read (a page, another person's words), so nothing is paused for it. The last one is kept: \
+                  search it, or read it in another baaaht client."
+            .into(),
+        Err(status) => format!("⚠️ {}", for_users(&status)),
+    }
+}
+
 /// Links the person's channels as `code` asks (a new code, or one confirmed): the sentence
 /// that tells them what was done.
 async fn link(daemon: &Client, person: &Person, place: &Place, code: Option<String>) -> String {
@@ -251,9 +272,16 @@ async fn link(daemon: &Client, person: &Person, place: &Place, code: Option<Stri
     }
 }
 
+/// Answers with the gateway's own `sentence` (no turn).
+async fn say<S: Surface>(surface: &S, sentence: String) -> Result<(), TurnError> {
+    let answer = surface.open().await.map_err(TurnError::Channel)?;
+    let writing = Writing { text: sentence, status: String::new() };
+    surface.close(answer, &writing, None).await.map_err(TurnError::Channel)
+}
+
 /// Runs `message`'s turn, its answer shown on `surface`; its chat is kept by `follower`, for
-/// what comes after the turn. A message that only asks to link channels (`/link`) is answered
-/// by the gateway itself.
+/// what comes after the turn. A message that only asks to link channels (`/link`) or for a new
+/// conversation (`/new`) is answered by the gateway itself.
 pub async fn run<S: Surface>(
     daemon: &Client,
     follower: &Arc<Follower>,
@@ -263,12 +291,14 @@ pub async fn run<S: Surface>(
     let sentence = |status: tonic::Status| TurnError::Daemon(for_users(&status));
     let Message { chat, person, place, text, files, channel, session_id } = message;
     if let Some(code) = link_command(&text).filter(|_| files.is_empty()) {
-        let said = link(daemon, &person, &place, code).await;
-        let answer = surface.open().await.map_err(TurnError::Channel)?;
-        let writing = Writing { text: said, status: String::new() };
-        return surface.close(answer, &writing, None).await.map_err(TurnError::Channel);
+        return say(surface, link(daemon, &person, &place, code).await).await;
     }
     let context = context_of(daemon, &person, &place).await.map_err(sentence)?;
+    // A chat has one conversation at a time; `/new` starts the next (a channel that names its
+    // conversations, a mail thread, starts one with each new thread).
+    if new_command(&text) && files.is_empty() && session_id.is_empty() {
+        return say(surface, new_conversation(daemon, &person, context).await).await;
+    }
     follower.served(&chat, &person, &context);
     let mut daemon = daemon.clone();
     // A conversation the channel names (a mail thread) is the person's to go on with: archived
@@ -385,6 +415,16 @@ pub async fn run<S: Surface>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_message_that_is_just_new_asks_for_a_new_conversation() {
+        for new in ["/new", " /NEW@baaaht_bot "] {
+            assert!(new_command(new), "{new}");
+        }
+        for not in ["new", "/new please", "/newer", "what is /new"] {
+            assert!(!new_command(not), "{not}");
+        }
+    }
 
     #[test]
     fn only_a_message_that_is_just_a_link_command_is_one() {

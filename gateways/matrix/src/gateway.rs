@@ -183,10 +183,26 @@ impl Gateway {
         tracing::warn!(room = %room.room_id(), "could not join a room it was invited to");
     }
 
-    /// Whether `room`'s members (joined or invited) are exactly `me` and `sender`; a room whose
-    /// members cannot be read is not.
+    /// Whether `room`'s members (joined or invited) are exactly `me` and `sender`, and no one
+    /// else may join it or read it: only an invitation lets anyone in (not a public, knocking
+    /// or space-restricted room, where whoever made it and left could come back and read
+    /// what was said since; a guest too needs an invitation then), its history is not
+    /// world-readable. A room whose members or rules cannot be read is not.
     async fn just_us(&self, room: &Room, sender: &OwnedUserId, me: &OwnedUserId) -> bool {
+        use matrix_sdk::ruma::events::room::history_visibility::HistoryVisibility;
+        use matrix_sdk::ruma::events::room::join_rules::JoinRule;
         use matrix_sdk::RoomMemberships;
+        let closed = matches!(room.join_rule(), Some(JoinRule::Invite | JoinRule::Private))
+            && room.history_visibility().is_some_and(|seen| seen != HistoryVisibility::WorldReadable);
+        if !closed {
+            tracing::info!(
+                room = %room.room_id(),
+                join_rule = ?room.join_rule(),
+                history = ?room.history_visibility(),
+                "a room others may join or read is taken as a group's"
+            );
+            return false;
+        }
         match room.members(RoomMemberships::ACTIVE).await {
             Ok(members) => {
                 members.len() == 2
