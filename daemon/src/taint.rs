@@ -389,6 +389,36 @@ fn normal(url: &str) -> String {
     url.split('#').next().unwrap_or(url).to_string()
 }
 
+/// The forms in which a server could give back what a turn sent it (`asked`), lowercased: as
+/// written, percent-decoded, reversed, and each word of it that is base64 (standard or for
+/// URLs) or hex decoded — an address found in one of them is the model's own, echoed.
+fn echoes(asked: &str) -> Vec<String> {
+    use base64::Engine as _;
+    const SHORTEST: usize = 16;
+    let decoded = percent_encoding::percent_decode_str(asked).decode_utf8_lossy().into_owned();
+    let mut echoes = vec![asked.to_string(), asked.chars().rev().collect(), decoded.chars().rev().collect()];
+    for text in [asked, decoded.as_str()] {
+        // `=` ends a word: a query's `v=` before it, padding after it.
+        let words = text.split(|c: char| !(c.is_ascii_alphanumeric() || "+/-_".contains(c)));
+        for word in words.filter(|word| word.len() >= SHORTEST) {
+            let engines =
+                [&base64::engine::general_purpose::STANDARD_NO_PAD, &base64::engine::general_purpose::URL_SAFE_NO_PAD];
+            for bytes in engines.iter().filter_map(|engine| engine.decode(word).ok()) {
+                echoes.push(String::from_utf8_lossy(&bytes).into_owned());
+            }
+            if word.len() % 2 == 0 && word.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+                let bytes: Vec<u8> = (0..word.len())
+                    .step_by(2)
+                    .filter_map(|at| u8::from_str_radix(&word[at..at + 2], 16).ok())
+                    .collect();
+                echoes.push(String::from_utf8_lossy(&bytes).into_owned());
+            }
+        }
+    }
+    echoes.push(decoded);
+    echoes.iter().map(|echo| echo.to_lowercase()).collect()
+}
+
 /// What is kept of `text` (an address, a host): a digest, so that nothing it carries is.
 fn digest(text: &str) -> String {
     let digest = sha2::Sha256::digest(text.as_bytes());
@@ -563,10 +593,13 @@ impl Taints {
     /// its query, a redirect to an address in the request) was the model's own words, not
     /// shown, whatever the encoding the request gave it in (as written or percent-decoded).
     pub fn shown(&self, session: &str, turn: Option<&str>, text: &str, asked: &str) {
-        let decoded = percent_encoding::percent_decode_str(asked).decode_utf8_lossy();
+        let echoes = echoes(asked);
         let seen: BTreeSet<String> = addresses(text)
             .filter(|address| address.len() <= LONGEST_ADDRESS)
-            .filter(|address| !asked.contains(address.as_str()) && !decoded.contains(address.as_str()))
+            .filter(|address| {
+                let lower = address.to_lowercase();
+                !echoes.iter().any(|echo| echo.contains(&lower))
+            })
             .map(|address| digest(&address))
             .collect();
         if seen.is_empty() {
@@ -955,6 +988,23 @@ mod tests {
         taints.shown("s1", Some("t1"), page, asked);
         let refused = taints.may_fetch("s1", "http://collect.example/c?d=SECRET", "collect.example", false, "agent");
         assert!(refused.is_err(), "an echo is not shown");
+        // Nor is one it gives back transformed: decoded from base64 or hex, reversed, in
+        // other letters' case.
+        use base64::Engine as _;
+        let sent = "http://collect.example/c?d=SECRET2";
+        let forms = [
+            base64::engine::general_purpose::STANDARD.encode(sent),
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sent),
+            sent.bytes().map(|byte| format!("{byte:02x}")).collect(),
+            sent.chars().rev().collect(),
+            sent.to_uppercase(),
+        ];
+        for form in forms {
+            let asked = format!("https://allowed.example/decode?v={form}");
+            taints.shown("s1", Some("t1"), &format!("your link: {sent} and {}", sent.to_uppercase()), &asked);
+            let refused = taints.may_fetch("s1", sent, "collect.example", false, "agent");
+            assert!(refused.is_err(), "an echo of {form} is not shown");
+        }
         // What the page says of its own is.
         taints.shown("s1", Some("t1"), "next: https://allowed.example/page2", asked);
         assert!(taints.may_fetch("s1", "https://allowed.example/page2", "allowed.example", false, "agent").is_ok());

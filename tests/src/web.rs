@@ -108,7 +108,9 @@ impl Provider {
     }
 }
 
-/// `chromedriver` on a free port, for headless Chromium sessions.
+/// `chromedriver` on a free port, for headless Chromium sessions. It leads its own process
+/// group, with the browsers it starts: dropped (a test that ends, or one that panics), the
+/// whole group goes, so no Chromium outlives its test.
 pub struct Driver {
     pub url: String,
     pub process: Running,
@@ -119,9 +121,18 @@ impl Driver {
         let port = free_port()?;
         let mut command = Command::new("chromedriver");
         command.arg(format!("--port={port}"));
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let process = spawn(command, &dir.join("chromedriver.log"))?;
         wait_for_log(&process, Duration::from_secs(30), |log| log.contains("started successfully"))?;
         Ok(Driver { url: format!("http://127.0.0.1:{port}"), process })
+    }
+
+    /// The browsers it started that are still running (their process ids).
+    pub fn browsers(&self) -> Vec<u32> {
+        let group = self.process.id();
+        let listed = Command::new("pgrep").args(["-g", &group.to_string()]).output();
+        let listed = listed.map(|output| String::from_utf8_lossy(&output.stdout).into_owned()).unwrap_or_default();
+        listed.lines().filter_map(|pid| pid.trim().parse().ok()).filter(|pid| *pid != group).collect()
     }
 
     /// A headless Chromium, `width` pixels wide; under 500 (narrower than a desktop window
@@ -144,6 +155,13 @@ impl Driver {
             .connect(&self.url)
             .await
             .context("start a headless Chromium")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // silent-ok: the group may be gone already; the driver itself is killed by `Running`.
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.process.id())]).status();
     }
 }
 

@@ -421,6 +421,45 @@ fn a_person_linked_across_telegram_and_the_tui_sees_one_session() {
             .into_inner();
         let text = format!("{:?}", read.entries);
         assert!(text.contains("first from telegram") && text.contains("then from the terminal"), "{text}");
+
+        // `/new` starts the next conversation: what follows is not in the first one.
+        let asking = fake.message(42, "private", 42, "Ada", "/new");
+        let new = asking["message"]["message_id"].as_i64().expect("id");
+        fake.push(asking);
+        let told = fake
+            .wait_for(Duration::from_secs(60), |fake| {
+                let reply = fake.replies_to(42, new).first().and_then(|reply| fake.text_of(42, *reply));
+                reply.is_some_and(|text| text.starts_with("A new conversation starts with your next message"))
+            })
+            .await;
+        assert!(told, "/new is answered by the gateway\n{}", logs());
+        let update = fake.message(42, "private", 42, "Ada", "second conversation");
+        let asked = update["message"]["message_id"].as_i64().expect("id");
+        fake.push(update);
+        let answered = fake
+            .wait_for(Duration::from_secs(120), |fake| {
+                let reply = fake.replies_to(42, asked).first().and_then(|reply| fake.text_of(42, *reply));
+                reply.is_some_and(|text| text.contains("second conversation"))
+            })
+            .await;
+        assert!(answered, "no answer\n{}", logs());
+        let listed = host
+            .sessions
+            .list_sessions(v1::SessionFilter { user_id: "u-ada".into(), ..Default::default() })
+            .await
+            .expect("sessions")
+            .into_inner()
+            .sessions;
+        assert_eq!(listed.len(), 2, "a second conversation: {listed:#?}");
+        let second = listed.iter().find(|session| session.id != sent.session_id).expect("the new one");
+        let read = host
+            .sessions
+            .read_session(v1::ReadSessionRequest { session_id: second.id.clone(), leaf_entry_id: String::new() })
+            .await
+            .expect("read")
+            .into_inner();
+        let text = format!("{:?}", read.entries);
+        assert!(text.contains("second conversation") && !text.contains("first from telegram"), "{text}");
     });
 }
 

@@ -1076,3 +1076,22 @@ fn memory_written_from_untrusted_content_is_reviewed_in_the_settings() {
         assert!(waiting.is_empty(), "{waiting:?}");
     });
 }
+
+/// A test that fails with its browser open (a panic skips `close`) leaves no Chromium behind:
+/// the browsers go with their driver.
+#[test]
+fn a_browser_left_open_goes_with_its_driver() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = Driver::start(dir.path()).expect("chromedriver");
+    let browser = rt.block_on(driver.browser(800)).expect("browser");
+    let browsers = driver.browsers();
+    assert!(!browsers.is_empty(), "the browser runs in the driver's group");
+    std::mem::forget(browser);
+    drop(driver);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while browsers.iter().any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+        assert!(std::time::Instant::now() < deadline, "a Chromium outlived its driver: {browsers:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
