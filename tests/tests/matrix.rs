@@ -244,25 +244,35 @@ fn a_strangers_direct_flagged_room_is_a_group_not_a_members_private_chat() {
         let stranger = MatrixPerson::sign_in(&synapse.url(), &mallory, "mallory-password", mallory_store.path())
             .await
             .expect("mallory");
-        // Mallory's room, flagged direct, with the bot and Alice in it.
-        let mut request = matrix_sdk::ruma::api::client::room::create_room::v3::Request::new();
-        request.is_direct = true;
-        request.invite = vec![
-            matrix_sdk::ruma::UserId::parse(alice.as_str()).expect("alice"),
-            matrix_sdk::ruma::UserId::parse(bot.as_str()).expect("bot"),
-        ];
-        let room = stranger.client.create_room(request).await.expect("a room");
-        let deadline = std::time::Instant::now() + WAIT;
-        let alices = loop {
-            if let Ok(invited) = person.room(room.room_id().as_str()) {
-                break invited;
+        // Mallory's room with the bot and Alice in it: made, joined by both, as `room` asks.
+        use matrix_sdk::ruma::api::client::room::create_room::v3::{Request, RoomPreset};
+        let joined = |mut request: Request| {
+            let (person, stranger, logs) = (&person, &stranger, &logs);
+            let (alice, bot) = (alice.clone(), bot.clone());
+            async move {
+                request.invite = [&alice, &bot]
+                    .iter()
+                    .map(|user| matrix_sdk::ruma::UserId::parse(user.as_str()).expect("user"))
+                    .collect();
+                let room = stranger.client.create_room(request).await.expect("a room");
+                let deadline = std::time::Instant::now() + WAIT;
+                let alices = loop {
+                    if let Ok(invited) = person.room(room.room_id().as_str()) {
+                        break invited;
+                    }
+                    assert!(std::time::Instant::now() < deadline, "alice was not invited");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
+                alices.join().await.expect("alice joins");
+                stranger.joined(&room, &bot, WAIT).await.unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+                stranger.joined(&room, &alice, WAIT).await.expect("alice joined");
+                (room, alices)
             }
-            assert!(std::time::Instant::now() < deadline, "alice was not invited");
-            tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        alices.join().await.expect("alice joins");
-        stranger.joined(&room, &bot, WAIT).await.unwrap_or_else(|error| panic!("{error}\n{}", logs()));
-        stranger.joined(&room, &alice, WAIT).await.expect("alice joined");
+        // Flagged direct.
+        let mut request = Request::new();
+        request.is_direct = true;
+        let (_room, alices) = joined(request).await;
         // Not a private chat: a message that does not name the bot is not answered ...
         let private = person.say(&alices, "what do you remember about me?").await.expect("say");
         // ... and one that does is answered as the room's, not from Alice's own context.
@@ -276,24 +286,9 @@ fn a_strangers_direct_flagged_room_is_a_group_not_a_members_private_chat() {
 
         // Mallory's public room, with the bot and Alice, which Mallory then leaves: two are in
         // it, but anyone may come back and read what is said since. Still a group's.
-        let mut request = matrix_sdk::ruma::api::client::room::create_room::v3::Request::new();
-        request.preset = Some(matrix_sdk::ruma::api::client::room::create_room::v3::RoomPreset::PublicChat);
-        request.invite = vec![
-            matrix_sdk::ruma::UserId::parse(alice.as_str()).expect("alice"),
-            matrix_sdk::ruma::UserId::parse(bot.as_str()).expect("bot"),
-        ];
-        let open = stranger.client.create_room(request).await.expect("a public room");
-        let deadline = std::time::Instant::now() + WAIT;
-        let alices = loop {
-            if let Ok(invited) = person.room(open.room_id().as_str()) {
-                break invited;
-            }
-            assert!(std::time::Instant::now() < deadline, "alice was not invited");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        alices.join().await.expect("alice joins");
-        stranger.joined(&open, &bot, WAIT).await.unwrap_or_else(|error| panic!("{error}\n{}", logs()));
-        stranger.joined(&open, &alice, WAIT).await.expect("alice joined");
+        let mut request = Request::new();
+        request.preset = Some(RoomPreset::PublicChat);
+        let (open, alices) = joined(request).await;
         open.leave().await.expect("mallory leaves");
         let private = person.say(&alices, "what do you remember about me, just us?").await.expect("say");
         let named = person.say(&alices, "baaaht: hello again").await.expect("say");

@@ -367,17 +367,7 @@ fn a_person_linked_across_telegram_and_the_tui_sees_one_session() {
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
     rt.block_on(async {
         assert!(fake.wait_for(Duration::from_secs(60), |fake| !fake.calls_of("getUpdates").is_empty()).await);
-        let update = fake.message(42, "private", 42, "Ada", "first from telegram");
-        let asked = update["message"]["message_id"].as_i64().expect("id");
-        fake.push(update);
-        let answered = fake
-            .wait_for(Duration::from_secs(120), |fake| {
-                fake.replies_to(42, asked)
-                    .first()
-                    .and_then(|reply| fake.text_of(42, *reply))
-                    .is_some_and(|text| text.contains("first from telegram"))
-            })
-            .await;
+        let answered = ada_says(&fake, "first from telegram", |text| text.contains("first from telegram")).await;
         assert!(answered, "no answer\n{}", logs());
         // The TUI writes as the same user: the same conversation goes on.
         let mut host = scenario::host_client(&daemon).await.expect("host");
@@ -405,62 +395,46 @@ fn a_person_linked_across_telegram_and_the_tui_sees_one_session() {
                 break;
             }
         }
-        let listed = host
-            .sessions
-            .list_sessions(v1::SessionFilter { user_id: "u-ada".into(), ..Default::default() })
-            .await
-            .expect("sessions")
-            .into_inner()
-            .sessions;
+        let listed = adas_sessions(&mut host).await;
         assert_eq!(listed.len(), 1, "one conversation: {listed:#?}");
-        let read = host
-            .sessions
-            .read_session(v1::ReadSessionRequest { session_id: sent.session_id.clone(), leaf_entry_id: String::new() })
-            .await
-            .expect("read")
-            .into_inner();
-        let text = format!("{:?}", read.entries);
+        let text = said_in(&mut host, &sent.session_id).await;
         assert!(text.contains("first from telegram") && text.contains("then from the terminal"), "{text}");
 
         // `/new` starts the next conversation: what follows is not in the first one.
-        let asking = fake.message(42, "private", 42, "Ada", "/new");
-        let new = asking["message"]["message_id"].as_i64().expect("id");
-        fake.push(asking);
-        let told = fake
-            .wait_for(Duration::from_secs(60), |fake| {
-                let reply = fake.replies_to(42, new).first().and_then(|reply| fake.text_of(42, *reply));
-                reply.is_some_and(|text| text.starts_with("A new conversation starts with your next message"))
-            })
-            .await;
-        assert!(told, "/new is answered by the gateway\n{}", logs());
-        let update = fake.message(42, "private", 42, "Ada", "second conversation");
-        let asked = update["message"]["message_id"].as_i64().expect("id");
-        fake.push(update);
-        let answered = fake
-            .wait_for(Duration::from_secs(120), |fake| {
-                let reply = fake.replies_to(42, asked).first().and_then(|reply| fake.text_of(42, *reply));
-                reply.is_some_and(|text| text.contains("second conversation"))
-            })
-            .await;
+        let told = ada_says(&fake, "/new", |text| text.starts_with("A new conversation starts with your next message"));
+        assert!(told.await, "/new is answered by the gateway\n{}", logs());
+        let answered = ada_says(&fake, "second conversation", |text| text.contains("second conversation")).await;
         assert!(answered, "no answer\n{}", logs());
-        let listed = host
-            .sessions
-            .list_sessions(v1::SessionFilter { user_id: "u-ada".into(), ..Default::default() })
-            .await
-            .expect("sessions")
-            .into_inner()
-            .sessions;
+        let listed = adas_sessions(&mut host).await;
         assert_eq!(listed.len(), 2, "a second conversation: {listed:#?}");
         let second = listed.iter().find(|session| session.id != sent.session_id).expect("the new one");
-        let read = host
-            .sessions
-            .read_session(v1::ReadSessionRequest { session_id: second.id.clone(), leaf_entry_id: String::new() })
-            .await
-            .expect("read")
-            .into_inner();
-        let text = format!("{:?}", read.entries);
+        let text = said_in(&mut host, &second.id).await;
         assert!(text.contains("second conversation") && !text.contains("first from telegram"), "{text}");
     });
+}
+
+/// Ada (chat 42) says `text` in her private chat: whether the reply to it comes to be what
+/// `answer` wants.
+async fn ada_says(fake: &FakeTelegram, text: &str, answer: impl Fn(&str) -> bool) -> bool {
+    let update = fake.message(42, "private", 42, "Ada", text);
+    let asked = update["message"]["message_id"].as_i64().expect("id");
+    fake.push(update);
+    fake.wait_for(Duration::from_secs(120), |fake| {
+        let reply = fake.replies_to(42, asked).first().and_then(|reply| fake.text_of(42, *reply));
+        reply.is_some_and(|text| answer(&text))
+    })
+    .await
+}
+
+async fn adas_sessions(host: &mut baaaht_proto::client::Client) -> Vec<v1::SessionHeader> {
+    let filter = v1::SessionFilter { user_id: "u-ada".into(), ..Default::default() };
+    host.sessions.list_sessions(filter).await.expect("sessions").into_inner().sessions
+}
+
+/// What was said in session `id`, as one text.
+async fn said_in(host: &mut baaaht_proto::client::Client, id: &str) -> String {
+    let request = v1::ReadSessionRequest { session_id: id.to_string(), leaf_entry_id: String::new() };
+    format!("{:?}", host.sessions.read_session(request).await.expect("read").into_inner().entries)
 }
 
 /// Whether a message that answers nothing in `chat` says `text` (what came between turns).
