@@ -54,9 +54,15 @@ const MOST_SOURCES: usize = 8;
 const LONGEST_SOURCE: usize = 300;
 /// The most files of a session a mark follows.
 const MOST_FILES: usize = 256;
-/// The most marked messages kept (past it the oldest go, and the conversations after them
-/// are no longer marked by them).
-const MOST_CARRIED: usize = 4_096;
+/// The most marked messages kept of one conversation: its earliest (a later turn on the same
+/// branch comes after them, so they mark it already).
+const MOST_CARRIED_IN_ONE: usize = 16;
+/// The most marked messages kept in all (past it the oldest go, and the conversations after
+/// them are no longer marked by them). With [`MOST_CARRIED_IN_ONE`], one person's many marked
+/// turns in one conversation cannot push others' marks out.
+const MOST_CARRIED: usize = 50_000;
+/// The most characters of a carried mark's source.
+const LONGEST_CARRIED_SOURCE: usize = 120;
 /// How the source of a mark carried from an earlier turn of a conversation begins.
 pub const EARLIER: &str = "an earlier message of this conversation, whose turn read ";
 /// The most shown pages a marked turn may follow, and on how many hosts: which links it
@@ -108,7 +114,15 @@ struct File {
     /// The messages (their entries in session logs) whose turns were marked: what was said
     /// after them, in their conversation or a fork of it, was said having read what they read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    carried: BTreeMap<String, Written>,
+    carried: BTreeMap<String, Carried>,
+}
+
+/// A marked message: its conversation, what its turn read, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Carried {
+    session: String,
+    source: String,
+    at: u64,
 }
 
 /// A file a marked turn wrote: the source of the mark, and when.
@@ -174,9 +188,11 @@ impl File {
                 self.latest.insert(session, turn);
             }
             Change::Marked { session, turn, source, at, entry } => {
-                if !entry.is_empty() && !self.carried.contains_key(&entry) {
-                    let first = source.strip_prefix(EARLIER).unwrap_or(&source).to_string();
-                    self.carried.insert(entry, Written { source: first, at });
+                let in_one = self.carried.values().filter(|carried| carried.session == session).count();
+                if !entry.is_empty() && !self.carried.contains_key(&entry) && in_one < MOST_CARRIED_IN_ONE {
+                    let first = source.strip_prefix(EARLIER).unwrap_or(&source);
+                    let source = first.chars().take(LONGEST_CARRIED_SOURCE).collect();
+                    self.carried.insert(entry, Carried { session: session.clone(), source, at });
                 }
                 let mark = match self.marks.iter().position(|mark| mark.session == session && mark.turn == turn) {
                     Some(at) => &mut self.marks[at],
@@ -263,10 +279,10 @@ impl File {
         // A conversation goes on for as long as it is written to: its marks are not dropped
         // for their age, only the oldest past the most kept.
         if self.carried.len() > MOST_CARRIED {
-            let mut ages: Vec<u64> = self.carried.values().map(|written| written.at).collect();
+            let mut ages: Vec<u64> = self.carried.values().map(|carried| carried.at).collect();
             ages.sort_unstable();
             let oldest_kept = ages[ages.len() - MOST_CARRIED];
-            self.carried.retain(|_, written| written.at >= oldest_kept);
+            self.carried.retain(|_, carried| carried.at >= oldest_kept);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Containment (DESIGN.md §10.3) with the real binaries and engine and a scripted hostile
 //! model: a page a Worker fetches tells the turn to exfiltrate; the daemon withholds every way
-//! out, keeps the memory it wrote aside for review, and the next turn works as usual.
+//! out, keeps the memory it wrote aside for review; the conversation stays marked, and a new
+//! one works as usual.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -117,7 +118,7 @@ fn alice() -> v1::ContextRef {
 }
 
 #[test]
-fn an_injected_page_cannot_make_the_turn_exfiltrate_and_the_next_turn_works() {
+fn an_injected_page_cannot_make_the_turn_exfiltrate_and_a_new_conversation_works() {
     let rt = baaaht_tests::runtime();
     let (port, asked_paths) = rt.block_on(page_server());
     let options = DaemonOptions {
@@ -606,8 +607,40 @@ fn taint_follows_data_through_files_summaries_searches_and_group_memory() {
     assert!(tainted_by(&chores).is_none() && reply_of(&chores).contains("message queued for delivery"), "{chores:?}");
     let found = in_own(&own_session("found"), "Please search the notes and tell everyone.");
     let source = tainted_by(&found).unwrap_or_default();
-    assert!(source.contains("session_search found answers given after a turn that read web_fetch"), "{source}");
+    assert!(source.contains("session_search found what was said after a turn that read web_fetch"), "{source}");
     assert!(reply_of(&found).contains(paused), "{}", reply_of(&found));
+    // A scheduled run that reads the page keeps its result in the conversation: the turns
+    // after it there are marked by it.
+    let planned = own_session("planned");
+    let before = in_own(&planned, "Do the chores.");
+    assert!(tainted_by(&before).is_none(), "{before:?}");
+    let read_planned = || {
+        rt.block_on(async {
+            let mut client = scenario::host_client(&daemon).await.expect("client");
+            let request = v1::ReadSessionRequest { session_id: planned.clone(), leaf_entry_id: String::new() };
+            client.sessions.read_session(request).await.expect("read").into_inner().entries.len()
+        })
+    };
+    let entries = read_planned();
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("client");
+        let task = v1::TaskDefinition {
+            agent: "worker".into(),
+            context_mode: "session".into(),
+            ..scenario::task_once("alice", 1, "Take notes of the page.")
+        };
+        client.tasks.schedule_task(task).await.expect("scheduled");
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while read_planned() == entries {
+        assert!(std::time::Instant::now() < deadline, "the run's result was not kept:\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = in_own(&planned, "Do the chores.");
+    let source = tainted_by(&after).unwrap_or_default();
+    assert!(source.contains("an earlier message of this conversation, whose turn read web_fetch"), "{source}");
+    assert!(reply_of(&after).contains(paused), "{}", reply_of(&after));
+
     // What the archival pass keeps of the marked conversation waits for review, marked as kept
     // from content from outside.
     rt.block_on(async {

@@ -284,21 +284,38 @@ fn a_strangers_direct_flagged_room_is_a_group_not_a_members_private_chat() {
         assert_eq!(text, "echo: Alice: hello", "answered in the group, names in front: {}", logs());
         assert!(stranger.answer_to(&private).is_none(), "{:?}", stranger.answer_to(&private));
 
-        // Mallory's public room, with the bot and Alice, which Mallory then leaves: two are in
-        // it, but anyone may come back and read what is said since. Still a group's.
-        let mut request = Request::new();
-        request.preset = Some(RoomPreset::PublicChat);
-        let (open, alices) = joined(request).await;
-        open.leave().await.expect("mallory leaves");
-        let private = person.say(&alices, "what do you remember about me, just us?").await.expect("say");
-        let named = person.say(&alices, "baaaht: hello again").await.expect("say");
-        let (text, _) = person
-            .wait_for_answer(&named, WAIT, |text| !text.is_empty() && !text.ends_with('…'))
-            .await
-            .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
-        assert_eq!(text, "echo: Alice: hello again", "answered as the room's group: {}", logs());
-        assert!(person.answer_to(&private).is_none(), "{:?}", person.answer_to(&private));
-        assert!(logged(&gateway, "a room others may join or read is taken as a group's"), "{}", logs());
+        // Mallory's rooms with the bot and Alice, which Mallory then leaves: two are in each,
+        // but Mallory may come back and read what is said since — a public room, and an
+        // invite-only one where an invitation to Mallory's address waits. Still a group's.
+        let mut public = Request::new();
+        public.preset = Some(RoomPreset::PublicChat);
+        let mut closed = Request::new();
+        closed.preset = Some(RoomPreset::PrivateChat);
+        for (request, asked) in [(public, "hello again"), (closed, "hello once more")] {
+            let invites_an_address = request.preset == Some(RoomPreset::PrivateChat);
+            let (room, alices) = joined(request).await;
+            if invites_an_address {
+                // The key server is never asked (no one takes the invitation up here).
+                let invitation = serde_json::json!({
+                    "display_name": "m…@elsewhere.test",
+                    "key_validity_url": "http://127.0.0.1:9/_matrix/identity/v2/pubkey/isvalid",
+                    "public_key": "bm90IGEga2V5",
+                });
+                room.send_state_event_raw("m.room.third_party_invite", "a-token", invitation)
+                    .await
+                    .expect("an invitation to an address");
+            }
+            room.leave().await.expect("mallory leaves");
+            let private = person.say(&alices, "what do you remember about me, just us?").await.expect("say");
+            let named = person.say(&alices, &format!("baaaht: {asked}")).await.expect("say");
+            let (text, _) = person
+                .wait_for_answer(&named, WAIT, |text| !text.is_empty() && !text.ends_with('…'))
+                .await
+                .unwrap_or_else(|error| panic!("{error}\n{}", logs()));
+            assert_eq!(text, format!("echo: Alice: {asked}"), "answered as the room's group: {}", logs());
+            assert!(person.answer_to(&private).is_none(), "{:?}", person.answer_to(&private));
+        }
+        assert_eq!(gateway.log_text().matches("a room others may join or read is taken as a group's").count(), 4);
     });
     rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host");

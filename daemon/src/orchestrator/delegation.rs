@@ -138,12 +138,13 @@ pub async fn delegate(
 }
 
 /// Runs `text` as a task of a `role` container of session `record`, outside any user turn
-/// (the scheduler's runs): its answer and the container that gave it.
+/// (the scheduler's runs): its answer and the container that gave it. The answer is kept in
+/// the session as `entry` (empty: not kept), which a mark of the run stays on.
 pub async fn run_alone(
     orchestrator: &Arc<Orchestrator>,
     record: &SessionRecord,
     role: Role,
-    text: String,
+    (text, entry): (String, String),
     timeout: Option<Duration>,
 ) -> Result<(TurnOutcome, String), crate::agents::AgentError> {
     // Its agent and tool container wait for their places, as a delegation's do.
@@ -161,7 +162,7 @@ pub async fn run_alone(
             turn_id: turn_id.clone(),
             correlation_id: correlation_id.clone(),
             user_turn: turn_id.clone(),
-            entry: String::new(),
+            entry,
             asker: None,
             speaks: role == Role::Assistant,
         },

@@ -134,7 +134,9 @@ impl Daemon {
         };
         let timeout = (task.timeout > 0).then(|| Duration::from_secs(task.timeout));
         self.approvals.unattended(&record.id, true);
-        let ran = crate::orchestrator::run_alone(&self.orchestrator, &record, role, text, timeout).await;
+        let kept_as = result_entry(&claim.run);
+        let ran =
+            crate::orchestrator::run_alone(&self.orchestrator, &record, role, (text, kept_as.clone()), timeout).await;
         self.approvals.unattended(&record.id, false);
         let session = Some(record.id.clone());
         let outcome = match ran {
@@ -174,7 +176,7 @@ impl Daemon {
                     sender: None,
                     attachments: vec![],
                 };
-                if let Err(error) = self.orchestrator.sessions.append(&record.id, None, entry) {
+                if let Err(error) = self.orchestrator.sessions.append_as(&record.id, Some(kept_as), None, entry) {
                     tracing::warn!(session = %record.id, error = %baaaht_proto::error_chain(&error), "cannot record a task's result");
                 }
             }
@@ -342,7 +344,8 @@ impl Execute for Daemon {
                             sender: None,
                             attachments: vec![],
                         };
-                        if let Err(error) = self.orchestrator.sessions.append(session, None, entry) {
+                        let kept_as = Some(result_entry(&run));
+                        if let Err(error) = self.orchestrator.sessions.append_as(session, kept_as, None, entry) {
                             tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot record a task's result");
                         }
                     }
@@ -380,4 +383,10 @@ impl Execute for Daemon {
             }
         }
     }
+}
+
+/// The entry a run's result is kept as in its session: a mark of the run (it read content from
+/// outside) stays on it, for the turns that read it after.
+fn result_entry(run: &str) -> String {
+    format!("e-{run}")
 }

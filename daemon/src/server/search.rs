@@ -140,9 +140,7 @@ pub(super) fn others_words(shared: &Shared, hits: &[v1::SessionHit], asker: Opti
 /// §10.3): a reply or a result said after a turn read content from outside carries it.
 pub(super) fn carried(shared: &Shared, hits: &[v1::SessionHit]) -> Option<String> {
     let mut read: std::collections::HashMap<&str, Option<crate::sessions::Read>> = std::collections::HashMap::new();
-    // A person's own message is their words, whatever was read before it (in a group,
-    // `others_words` speaks of the others').
-    hits.iter().filter(|hit| hit.role != "user").find_map(|hit| {
+    hits.iter().find_map(|hit| {
         let session = read.entry(hit.session_id.as_str()).or_insert_with(|| {
             shared
                 .sessions
@@ -156,8 +154,14 @@ pub(super) fn carried(shared: &Shared, hits: &[v1::SessionHit]) -> Option<String
         let Some(branch) = session.as_ref().and_then(|session| session.branch(&hit.entry_id).ok()) else {
             return Some("a conversation that cannot be read back".to_string());
         };
-        let source = shared.taints.carried(branch.iter().map(crate::sessions::Entry::id))?;
-        Some(format!("answers given after a turn that read {source}"))
+        // A person's message that was marked is their own words, written before its turn read
+        // anything; one written after it may quote what was read.
+        let before = match hit.role.as_str() {
+            "user" => &branch[..branch.len().saturating_sub(1)],
+            _ => &branch[..],
+        };
+        let source = shared.taints.carried(before.iter().map(crate::sessions::Entry::id))?;
+        Some(format!("what was said after a turn that read {source}"))
     })
 }
 

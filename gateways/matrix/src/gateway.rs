@@ -187,14 +187,15 @@ impl Gateway {
     /// else may join it or read it: only an invitation lets anyone in (not a public, knocking
     /// or space-restricted room, where whoever made it and left could come back and read
     /// what was said since; a guest too needs an invitation then), its history is not
-    /// world-readable. A room whose members or rules cannot be read is not.
+    /// world-readable, and no invitation to an address waits in it (whoever takes it up
+    /// joins). A room whose members or rules cannot be read is not.
     async fn just_us(&self, room: &Room, sender: &OwnedUserId, me: &OwnedUserId) -> bool {
         use matrix_sdk::ruma::events::room::history_visibility::HistoryVisibility;
         use matrix_sdk::ruma::events::room::join_rules::JoinRule;
         use matrix_sdk::RoomMemberships;
         let closed = matches!(room.join_rule(), Some(JoinRule::Invite | JoinRule::Private))
             && room.history_visibility().is_some_and(|seen| seen != HistoryVisibility::WorldReadable);
-        if !closed {
+        if !closed || Self::invites_an_address(room).await {
             tracing::info!(
                 room = %room.room_id(),
                 join_rule = ?room.join_rule(),
@@ -214,6 +215,28 @@ impl Gateway {
                 false
             }
         }
+    }
+
+    /// Whether `room` holds an invitation to an address (`m.room.third_party_invite`) not
+    /// revoked (a revoked one is empty), or cannot say.
+    async fn invites_an_address(room: &Room) -> bool {
+        use matrix_sdk::deserialized_responses::RawAnySyncOrStrippedState;
+        use matrix_sdk::ruma::events::StateEventType;
+        let events = match room.get_state_events(StateEventType::RoomThirdPartyInvite).await {
+            Ok(events) => events,
+            Err(error) => {
+                tracing::warn!(%error, room = %room.room_id(), "cannot read a room's invitations to addresses");
+                return true;
+            }
+        };
+        events.iter().any(|event| {
+            let json = match event {
+                RawAnySyncOrStrippedState::Sync(raw) => raw.json().get(),
+                RawAnySyncOrStrippedState::Stripped(raw) => raw.json().get(),
+            };
+            let content = serde_json::from_str::<serde_json::Value>(json).map(|event| event["content"].clone());
+            content.map_or(true, |content| content.as_object().is_none_or(|fields| !fields.is_empty()))
+        })
     }
 
     /// A message in a room the bot is in.
