@@ -96,8 +96,24 @@ pub struct MailServers {
 }
 
 impl MailServers {
-    /// Starts both, with a mailbox for each of `users` (address, password).
+    /// Starts both, with a mailbox for each of `users` (address, password). The ports are
+    /// free when chosen; another process (a connection's own port is drawn from the same
+    /// range) may take one before a server binds it: then all start again on new ones.
     pub fn start(users: &[(&str, &str)]) -> Result<MailServers> {
+        const TRIES: usize = 3;
+        let mut tried = 1;
+        loop {
+            match Self::start_once(users) {
+                Err(error) if tried < TRIES && format!("{error:#}").contains("Address already in use") => {
+                    eprintln!("a mail server's port was taken meanwhile; starting them again on others");
+                    tried += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    fn start_once(users: &[(&str, &str)]) -> Result<MailServers> {
         static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let count = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Short: the servers' sockets live here, and a socket's path has at most 107 bytes.
