@@ -33,6 +33,21 @@ wait_until() {
     done
 }
 
+# Starts COMMAND... in the background as a service of this machine, not of the script: in a
+# session of its own (setsid), so the Ctrl-C that stops a script (a signal to the terminal's
+# foreground process group) never reaches it, and it outlives the script. Its output goes to
+# LOG. Where systemd runs, prefer its unit (start_unit).
+start_service() {
+    local log=$1
+    shift
+    setsid --fork nohup "$@" >"$log" 2>&1 </dev/null
+}
+
+# Starts systemd's UNIT when systemd runs this machine and has the unit; false otherwise.
+start_unit() {
+    [ -d /run/systemd/system ] && systemctl cat "$1" >/dev/null 2>&1 && systemctl start "$1"
+}
+
 engine_answers() {
     [ -S /var/run/docker.sock ] && timeout 10 docker version >/dev/null 2>&1
 }
@@ -52,8 +67,12 @@ ensure_container_engine() {
     if ! engine_answers; then
         is_root || die "no container engine answers on /var/run/docker.sock and dockerd needs root to start"
         local log=/var/log/baaaht-dockerd.log
-        echo "starting dockerd (log: $log)" >&2
-        nohup dockerd >"$log" 2>&1 &
+        if start_unit docker.service; then
+            echo "started docker.service (systemd)" >&2
+        else
+            echo "starting dockerd in its own session; it outlives this script (log: $log)" >&2
+            start_service "$log" dockerd
+        fi
         wait_until 60 "$log" "dockerd did not answer" engine_answers
     fi
     echo "docker engine: $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')" >&2
@@ -122,7 +141,7 @@ ensure_podman() {
     local log=/var/log/baaaht-podman.log
     # From /: conmon, which the service starts per container, writes files (e.g. `oom`) into
     # its working folder.
-    (cd / && exec nohup podman system service --time=0 "unix://$PODMAN_SOCKET") >"$log" 2>&1 &
+    (cd / && start_service "$log" podman system service --time=0 "unix://$PODMAN_SOCKET")
     wait_until 30 "$log" "the Podman service did not answer" podman_answers
     echo "podman: $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version)" >&2
 }

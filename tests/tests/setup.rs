@@ -162,3 +162,50 @@ fn scripts_up_with_a_typo_in_the_configuration_says_so_before_anything_else() {
     assert!(said.contains("fix the configuration (above), then run scripts/up again"), "{said}");
     assert!(!said.contains("base image"), "nothing else was started: {said}");
 }
+
+/// Whether the Podman service answers on the socket `scripts/lib.sh` starts it on.
+fn podman_answers() -> bool {
+    Command::new("curl")
+        .args(["-sf", "--max-time", "5", "--unix-socket", "/run/podman/podman.sock", "http://d/_ping"])
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+/// The Ctrl-C that stops a script stops only what the script runs in the foreground: a
+/// service it started (the Podman service here, started as `scripts/up` starts `dockerd`, by
+/// the same `start_service`) goes on answering, in a session of its own.
+#[test]
+fn a_service_a_script_started_outlives_the_scripts_ctrl_c() {
+    use std::os::unix::process::CommandExt as _;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The service as this run started it goes; the script starts it again.
+    let _ = Command::new("pkill").args(["-f", "podman system service"]).status(); // silent-ok: may be down
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while podman_answers() {
+        assert!(std::time::Instant::now() < deadline, "the Podman service did not stop");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut script = Command::new("bash")
+        .args(["-c", ". scripts/lib.sh && ensure_podman && exec sleep 300"])
+        .current_dir(&root)
+        .process_group(0)
+        .spawn()
+        .expect("bash");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !podman_answers() {
+        assert!(std::time::Instant::now() < deadline, "ensure_podman did not start the service");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Ctrl-C: SIGINT to the terminal's foreground process group, the script's.
+    let group = format!("-{}", script.id());
+    assert!(Command::new("kill").args(["-INT", "--", &group]).status().expect("kill").success());
+    let ended = script.wait().expect("the script ends");
+    assert!(!ended.success(), "the script was interrupted: {ended:?}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(podman_answers(), "the Podman service went down with the script's Ctrl-C");
+    let service = Command::new("pgrep").args(["-f", "podman system service"]).output().expect("pgrep");
+    let service = String::from_utf8_lossy(&service.stdout).lines().next().unwrap_or_default().trim().to_string();
+    let session = Command::new("ps").args(["-o", "sid=", "-p", &service]).output().expect("ps");
+    let session = String::from_utf8_lossy(&session.stdout).trim().to_string();
+    assert_eq!(session, service, "the service leads its own session");
+}
