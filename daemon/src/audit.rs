@@ -6,7 +6,7 @@
 
 use std::io::Write as _;
 use std::io::{Read as _, Seek as _};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 
@@ -387,7 +387,7 @@ impl Writer {
             if let Some((_, previous)) = self.file.take() {
                 previous.sync_data()?;
             }
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
+            crate::state::private_dir(&self.dir)?;
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .read(true)

@@ -252,7 +252,7 @@ async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir:
         }
         ImagesCommand::Build => {
             let work_dir = data_dir.root().join("data/cache");
-            std::fs::create_dir_all(&work_dir).map_err(Failure::Runtime)?;
+            crate::state::private_dir(&work_dir).map_err(Failure::Runtime)?;
             let mut progress = |line: &str| eprintln!("baaahtd: {line}");
             let built = images::ensure_base(&runtime, image, &work_dir, &mut progress)
                 .await
@@ -431,7 +431,7 @@ fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
             if !crate::secrets::is_valid_name(&name) {
                 return Err(Failure::Secrets(crate::secrets::SecretsError::BadName(name)));
             }
-            std::fs::create_dir_all(&config_dir).map_err(Failure::Runtime)?;
+            crate::state::private_dir(&config_dir).map_err(Failure::Runtime)?;
             let value = if std::io::stdin().is_terminal() {
                 rpassword::prompt_password(format!("value of {name}: ")).map_err(Failure::Runtime)?
             } else {

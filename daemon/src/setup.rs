@@ -589,13 +589,12 @@ pub async fn run(data_dir: &DataDir, options: &Options, asker: &mut dyn Asker) -
 
     if let (Some(name), Some(key)) = (&choice.key_name, key) {
         let passphrase = passphrase(&config_dir, options, asker)?;
-        std::fs::create_dir_all(&config_dir)
-            .map_err(|source| SetupError::Write { path: config_dir.clone(), source })?;
+        state::private_dir(&config_dir).map_err(|source| SetupError::Write { path: config_dir.clone(), source })?;
         SecretStore::new(&config_dir).set(&passphrase, name, key)?;
         asker.say(&format!("{name} stored in {}", config_dir.join(secrets::SECRETS_FILE).display()));
     }
     let mut written = vec![];
-    std::fs::create_dir_all(&config_dir).map_err(|source| SetupError::Write { path: config_dir.clone(), source })?;
+    state::private_dir(&config_dir).map_err(|source| SetupError::Write { path: config_dir.clone(), source })?;
     for (path, old, new) in planned {
         if let Some(old) = old {
             let kept = path.with_file_name(format!(
@@ -685,7 +684,7 @@ fn check_loads(data_dir: &DataDir, providers: &str, config_text: &str) -> Result
 
 fn tempfile_dir(near: &Path) -> Result<PathBuf, SetupError> {
     let parent = near.parent().unwrap_or(near);
-    std::fs::create_dir_all(parent).map_err(|source| SetupError::Write { path: parent.to_path_buf(), source })?;
+    state::private_dir(parent).map_err(|source| SetupError::Write { path: parent.to_path_buf(), source })?;
     let mut suffix = [0u8; 6];
     getrandom::fill(&mut suffix)
         .map_err(|error| SetupError::Write { path: parent.to_path_buf(), source: std::io::Error::other(error) })?;
@@ -740,8 +739,7 @@ fn passphrase(config_dir: &Path, options: &Options, asker: &mut dyn Asker) -> Re
 }
 
 fn write_passphrase(config_dir: &Path, text: &str) -> Result<(), SetupError> {
-    std::fs::create_dir_all(config_dir)
-        .map_err(|source| SetupError::Write { path: config_dir.to_path_buf(), source })?;
+    state::private_dir(config_dir).map_err(|source| SetupError::Write { path: config_dir.to_path_buf(), source })?;
     state::write_atomic(&config_dir.join(secrets::PASSPHRASE_FILE), text.as_bytes(), 0o600)?;
     Ok(())
 }

@@ -353,7 +353,7 @@ impl ListenerSet {
             Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(create(error)),
             _ => {}
         }
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&folder).map_err(create)?;
+        crate::state::private_dir(&folder).map_err(create)?;
         let listener = UnixListener::bind(&path).map_err(create)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(create)?;
         let endpoint = GatewayEndpoint::new(record);

@@ -66,6 +66,13 @@ pub fn is_disk_full(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Creates folder `path` and the folders above it that are missing, each 0700 (what the data
+/// dir holds is its owner's alone, whichever command makes it first).
+pub fn private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
 /// Replaces `path` with `bytes` atomically and durably; the file gets `mode`.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
     let error = |source| StateError::Write { path: path.to_path_buf(), source };

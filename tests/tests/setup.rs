@@ -209,3 +209,35 @@ fn a_service_a_script_started_outlives_the_scripts_ctrl_c() {
     let session = String::from_utf8_lossy(&session.stdout).trim().to_string();
     assert_eq!(session, service, "the service leads its own session");
 }
+
+/// The first command a newcomer runs makes the data dir: only its owner may enter it, nor any
+/// folder made in it (the daemon would otherwise warn of what the quickstart itself did).
+#[test]
+fn a_data_dir_made_by_any_command_is_its_owners_alone() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let temp = tempfile::tempdir().expect("tempdir");
+    for args in [&["images", "build"][..], &["config", "check"], &["setup", "--check"]] {
+        let data = temp.path().join(args.join("-"));
+        let (code, _, said) = baaahtd(&data, args);
+        if !data.exists() {
+            continue;
+        }
+        let mut folders = vec![data.clone()];
+        while let Some(folder) = folders.pop() {
+            let mode = std::fs::metadata(&folder).expect("folder").permissions().mode() & 0o777;
+            assert_eq!(
+                mode,
+                0o700,
+                "`baaahtd {}` ({code:?}: {said}) made {} {mode:o}",
+                args.join(" "),
+                folder.display()
+            );
+            for entry in std::fs::read_dir(&folder).expect("read").flatten() {
+                if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                    folders.push(entry.path());
+                }
+            }
+        }
+    }
+    assert!(temp.path().join("images-build").is_dir(), "images build keeps its work in the data dir");
+}

@@ -99,7 +99,6 @@ fn engine_error(operation: &'static str, error: bollard::errors::Error) -> Runti
 /// derived from its contents, to a folder only this user can enter.
 fn seccomp_file(profile: &str) -> Result<PathBuf, RuntimeError> {
     use sha2::Digest;
-    use std::os::unix::fs::DirBuilderExt;
     let io = |source| RuntimeError::Io { operation: "write the seccomp profile for podman", source };
     let dir = if crate::current_uid() == 0 {
         PathBuf::from("/run/baaaht")
@@ -108,7 +107,7 @@ fn seccomp_file(profile: &str) -> Result<PathBuf, RuntimeError> {
     } else {
         std::env::temp_dir().join(format!("baaaht-{}", crate::current_uid()))
     };
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(io)?;
+    crate::state::private_dir(&dir).map_err(io)?;
     let digest: String = sha2::Sha256::digest(profile.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
     let path = dir.join(format!("seccomp-{digest}.json"));
     if std::fs::read_to_string(&path).ok().as_deref() != Some(profile) {
