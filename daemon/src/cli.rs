@@ -10,6 +10,8 @@ use crate::config::{self, ConfigPaths};
 use crate::datadir::DataDir;
 use crate::DaemonError;
 
+/// The baaaht daemon: runs every agent and tool call in a container and serves the clients
+/// and gateways (without a command, it runs).
 #[derive(Debug, Parser)]
 #[command(name = "baaahtd", version)]
 pub struct Cli {
@@ -45,7 +47,8 @@ pub enum Command {
     /// Set up a model provider: asks on a terminal, or takes flags (providers.yaml, the key in
     /// the secrets store, agents.default_model)
     Setup(SetupArgs),
-    /// Register, list and remove the web and Slack gateways that may call the daemon
+    /// Register, list and remove the gateways that may call the daemon (web, Slack, Telegram,
+    /// Matrix, email)
     Gateways {
         #[command(subcommand)]
         command: GatewaysCommand,

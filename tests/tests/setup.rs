@@ -241,3 +241,45 @@ fn a_data_dir_made_by_any_command_is_its_owners_alone() {
     }
     assert!(temp.path().join("images-build").is_dir(), "images build keeps its work in the data dir");
 }
+
+/// What a newcomer reads first says what each thing is: no command or argument undescribed,
+/// no note of work in progress, every kind of gateway named.
+#[test]
+fn the_help_a_newcomer_reads_describes_everything_and_nothing_stale() {
+    let help = |binary: &str, args: &[&str]| {
+        let output = Command::new(bin(binary)).args(args).output().expect("help");
+        assert!(output.status.success(), "{binary} {args:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let daemon = help("baaahtd", &["--help"]);
+    assert!(daemon.starts_with("The baaaht daemon"), "a one-line description first: {daemon}");
+    assert!(daemon.contains("(web, Slack, Telegram,"), "{daemon}");
+    let client = help("baaaht", &["--help"]);
+    assert!(!client.contains("in progress") && client.contains("The terminal client"), "{client}");
+    let add = help("baaaht", &["mcp", "add", "--help"]).split_whitespace().collect::<Vec<_>>().join(" ");
+    for described in [
+        "its tools are offered as mcp__NAME__TOOL",
+        "--user <ID> Act in this user's context",
+        "--group <ID> Act in this group's context",
+    ] {
+        assert!(add.contains(described), "`{described}` in: {add}");
+    }
+    // Every argument of every command has its line.
+    let commands = [
+        &["mcp", "list"][..],
+        &["tasks", "add"],
+        &["memory", "list"],
+        &["sessions", "list"],
+        &["sessions", "new"],
+        &["egress", "allow"],
+        &["egress", "approve"],
+        &["groups", "create"],
+    ];
+    for command in commands {
+        let shown = help("baaaht", &[command, &["--help"]].concat());
+        for line in shown.lines().filter(|line| line.trim_start().starts_with("--")) {
+            let described = line.trim().split_once("  ").is_some_and(|(_, rest)| !rest.trim().is_empty());
+            assert!(described, "`baaaht {}`: {line}", command.join(" "));
+        }
+    }
+}

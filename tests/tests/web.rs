@@ -863,7 +863,7 @@ fn a_rotated_key_and_a_client_secret_set_meanwhile_are_taken_without_a_restart()
     let args = vec!["--listen".into(), format!("127.0.0.1:{web_port}"), "--public-url".into(), site.clone()];
     register(&rt, &daemon, &provider, "process", args);
     assert!(serving(&site, 60), "the daemon's web gateway does not serve\n{}", daemon.log_text());
-    let baahtd = |args: &[&str]| {
+    let baaahtd = |args: &[&str]| {
         std::process::Command::new(baaaht_tests::bin("baaahtd"))
             .args(args)
             .env("BAAAHT_DATA", &daemon.data_dir)
@@ -880,7 +880,7 @@ fn a_rotated_key_and_a_client_secret_set_meanwhile_are_taken_without_a_restart()
             || page.contains("refused this site's client credentials"),
         "{page}"
     );
-    let listed = || String::from_utf8_lossy(&baahtd(&["gateways", "list"]).stdout).into_owned();
+    let listed = || String::from_utf8_lossy(&baaahtd(&["gateways", "list"]).stdout).into_owned();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !listed().contains("degraded: the last sign-in failed: the provider refused this site's client credentials") {
         assert!(std::time::Instant::now() < deadline, "the listing: {}\n{}", listed(), daemon.log_text());
@@ -924,11 +924,11 @@ fn a_rotated_key_and_a_client_secret_set_meanwhile_are_taken_without_a_restart()
         std::thread::sleep(Duration::from_secs(1));
     }
     // And the gateway can be restarted by hand.
-    let restarted = baahtd(&["gateways", "restart", "home"]);
+    let restarted = baaahtd(&["gateways", "restart", "home"]);
     assert!(restarted.status.success(), "{}", String::from_utf8_lossy(&restarted.stderr));
     assert!(String::from_utf8_lossy(&restarted.stderr).contains("gateway home restarted"));
     assert!(serving(&site, 60), "serving again after the restart\n{}", daemon.log_text());
-    let missing = baahtd(&["gateways", "restart", "nope"]);
+    let missing = baaahtd(&["gateways", "restart", "nope"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no gateway `nope` is registered"));
 }
 

@@ -627,7 +627,7 @@ impl v1::admin_server::Admin for AdminService {
         let name = request.into_inner().name;
         let record =
             self.shared.gateways.get(&name).ok_or_else(|| {
-                Status::not_found(format!("no gateway `{name}` is registered (baahtd gateways list)"))
+                Status::not_found(format!("no gateway `{name}` is registered (baaahtd gateways list)"))
             })?;
         if record.mode == crate::gateways::RunMode::External {
             return Err(Status::failed_precondition(format!(

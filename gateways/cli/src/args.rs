@@ -106,10 +106,12 @@ pub enum Command {
         #[command(subcommand)]
         command: GroupsCommand,
     },
-    /// The terminal client: the context's conversation, live (in progress: issue 16)
+    /// The terminal client: the context's conversation, live
     Tui {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
         /// Who writes, in a group [default: $USER]
@@ -126,8 +128,10 @@ pub enum Command {
     },
     /// What the daemon kept for you while no channel was there (task results, paused tasks)
     Inbox {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
         /// Also the items read before
@@ -154,8 +158,10 @@ pub enum Command {
     },
     /// Tokens and cost against the budget, today and this month
     Usage {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
         /// Only this month's figures
@@ -168,8 +174,10 @@ pub enum Command {
 pub enum TasksCommand {
     /// A context's tasks (with no --user/--group: every task, for the host)
     List {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
         #[arg(long = "type", value_parser = ["heartbeat", "scheduled", "system"])]
@@ -189,8 +197,10 @@ pub enum TasksCommand {
     },
     /// The next runs of a context's tasks
     Next {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
         /// Runs per task
@@ -201,8 +211,10 @@ pub enum TasksCommand {
     Add {
         /// What the agent should do when it runs
         prompt: String,
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
         /// 5-field cron: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1"
@@ -214,6 +226,7 @@ pub enum TasksCommand {
         /// Once, at this RFC 3339 time with its offset, e.g. 2026-03-01T08:00:00+01:00
         #[arg(long, value_name = "TIME")]
         at: Option<String>,
+        /// A short name for it in lists and notices
         #[arg(long)]
         description: Option<String>,
         /// IANA time zone [default: system.timezone]
@@ -274,6 +287,7 @@ pub enum GroupsCommand {
     /// Make a group (its id: letters, digits, `.`, `_`, `-`)
     Create {
         id: String,
+        /// Its name as people see it
         #[arg(long)]
         name: Option<String>,
         /// A member (user id or identity); repeat for more
@@ -307,8 +321,10 @@ pub enum GroupsCommand {
 pub enum SkillsCommand {
     /// The skills a user or group sees (the system's and its own)
     List {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
@@ -317,8 +333,10 @@ pub enum SkillsCommand {
         name: String,
         /// A file inside the skill's folder
         file: Option<String>,
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
@@ -341,8 +359,10 @@ pub enum SkillsCommand {
         /// Replace an installed skill of the same name
         #[arg(long)]
         replace: bool,
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
@@ -352,8 +372,10 @@ pub enum SkillsCommand {
 /// everyone's.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EgressScope {
+    /// This user's own rules (their id)
     #[arg(long, value_name = "ID", conflicts_with_all = ["group", "system"])]
     pub user: Option<String>,
+    /// This group's own rules (its id)
     #[arg(long, value_name = "ID", conflicts_with = "system")]
     pub group: Option<String>,
     /// Everyone's rules (config/egress.yaml)
@@ -396,8 +418,10 @@ pub enum EgressCommand {
     /// session, or always (a rule)
     Approve {
         id: String,
+        /// Allow it for this session only
         #[arg(long, conflicts_with = "always")]
         session: bool,
+        /// Allow it from now on: a rule is written
         #[arg(long)]
         always: bool,
     },
@@ -414,8 +438,10 @@ pub enum EgressCommand {
 /// Whose memory: yours (`$USER`), a user's or a group's.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MemoryScope {
+    /// This user's memory (their id)
     #[arg(long, value_name = "ID", conflicts_with = "group")]
     pub user: Option<String>,
+    /// This group's memory (its id)
     #[arg(long, value_name = "ID")]
     pub group: Option<String>,
 }
@@ -502,29 +528,36 @@ pub enum CredentialCommand {
 pub enum McpCommand {
     /// The MCP servers a user or group sees (the system's and its own)
     List {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
     /// A server's tools as agents are offered them (started to list them if it never was)
     Tools {
         server: String,
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
     /// Start a server afresh and list its tools with their schemas
     Test {
         server: String,
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
     /// Add (or replace) a server: the system's, or with --user/--group that context's own
     Add {
+        /// The server's name: its tools are offered as mcp__NAME__TOOL
         name: String,
         /// The program that speaks MCP on its standard input and output
         #[arg(long, value_name = "PROGRAM")]
@@ -564,16 +597,20 @@ pub enum McpCommand {
         /// session)
         #[arg(long)]
         workspace: bool,
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
     /// Remove a server: the system's, or with --user/--group that context's own
     Rm {
         name: String,
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
@@ -583,13 +620,16 @@ pub enum McpCommand {
 pub enum SessionsCommand {
     /// List sessions, most recently active first
     List {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
         /// Only sessions in this state
         #[arg(long, value_parser = ["created", "active", "idle", "archived"])]
         status: Option<String>,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
@@ -597,8 +637,10 @@ pub enum SessionsCommand {
     /// them, the best matches first), "a phrase", or a prefix*
     Search {
         query: String,
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
         /// Only this session's messages
@@ -616,15 +658,19 @@ pub enum SessionsCommand {
     /// Print a session's entries (or one branch, root to --leaf)
     Show {
         id: String,
+        /// The entry the branch ends at [default: the session's last]
         #[arg(long, value_name = "ENTRY")]
         leaf: Option<String>,
     },
     /// Start a new session
     New {
+        /// Act in this user's context (their id)
         #[arg(long, value_name = "ID", conflicts_with = "group")]
         user: Option<String>,
+        /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
+        /// Its title [default: its first message]
         #[arg(long)]
         title: Option<String>,
     },
@@ -633,6 +679,7 @@ pub enum SessionsCommand {
     /// Start a new session from a session's branch ending at --entry (default: its last entry)
     Fork {
         id: String,
+        /// The entry the new session's branch ends at
         #[arg(long, value_name = "ENTRY")]
         entry: Option<String>,
     },

@@ -237,7 +237,7 @@ async fn sessions_picker(client: &mut Client, target: &Target, current: &str) ->
     for session in sessions.iter().take(50) {
         let entries = branch(client, &session.id, None).await.unwrap_or_default();
         let topic = if session.title.is_empty() { last_said(&entries, "user") } else { session.title.clone() };
-        let when = session.last_activity.get(..16).unwrap_or(&session.last_activity).replace('T', " ");
+        let when = crate::terminal::local_time(&session.last_activity);
         items.push(PickItem {
             label: format!("{} · {} · {when} · {}", session.id, session.status, short(&topic, 50)),
             depth: 0,
