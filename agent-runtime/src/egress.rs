@@ -50,9 +50,18 @@ impl<M> Upstream<M> {
 #[derive(Clone, Default)]
 pub struct Tunnels(Arc<Mutex<TunnelState>>);
 
+impl std::fmt::Debug for Tunnels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tunnels").field("open", &self.lock().open.len()).finish()
+    }
+}
+
 #[derive(Default)]
 struct TunnelState {
     next: u64,
+    /// What the daemon refused since a command last asked (`host:port: why`), at most
+    /// [`MOST_REFUSALS`]: a command's client shows only a status, so its tool result says why.
+    refused: Vec<String>,
     /// A tunnel waiting for the daemon's answer to its open.
     pending: HashMap<u64, oneshot::Sender<String>>,
     open: HashMap<u64, Open>,
@@ -87,7 +96,22 @@ const MAX_HEAD: usize = 16 * 1024;
 /// How long an open waits for the daemon: longer than an approval asked in chat may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(150);
 
+/// The most refusals kept for the tool result of one command.
+const MOST_REFUSALS: usize = 10;
+
 impl Tunnels {
+    /// The refusals since the last call, and none kept after.
+    pub fn take_refused(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().refused)
+    }
+
+    fn refused(&self, host: &str, port: u16, why: &str) {
+        let mut state = self.lock();
+        if state.refused.len() < MOST_REFUSALS {
+            state.refused.push(format!("{host}:{port}: {why}"));
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, TunnelState> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -256,7 +280,7 @@ async fn tunnel<M: Send + 'static>(
         let why = format!("{MAX_TUNNELS} connections are open; close one first");
         return answer(&mut stream, "503 Service Unavailable", &why).await;
     };
-    let open = v1::EgressOpen { id, host, port: u32::from(port), asked_by };
+    let open = v1::EgressOpen { id, host: host.clone(), port: u32::from(port), asked_by };
     if !upstream.send(Tunneled::Open(open)).await {
         return tunnels.forget(id);
     }
@@ -264,6 +288,7 @@ async fn tunnel<M: Send + 'static>(
         Ok(Ok(refused)) if refused.is_empty() => {}
         Ok(Ok(refused)) => {
             tunnels.forget(id);
+            tunnels.refused(&host, port, &refused);
             return answer(&mut stream, "403 Forbidden", &refused).await;
         }
         _ => {
@@ -389,10 +414,15 @@ pub fn http_target(head: &[u8]) -> Option<(String, u16, Vec<u8>)> {
     Some((host.to_ascii_lowercase(), port, rewritten.into_bytes()))
 }
 
+/// Answers a request the proxy does not carry: `why` in the body, and in `X-Baaaht-Reason`
+/// (one line of printable ASCII) for a client that shows headers but not a body.
 async fn answer(stream: &mut tokio::net::TcpStream, status: &str, why: &str) {
     let body = format!("{why}\n");
+    let reason: String =
+        why.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).take(512).collect();
     let text = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nX-Baaaht-Reason: \
+         {reason}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     // silent-ok: the client may be gone.

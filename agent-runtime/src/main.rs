@@ -89,7 +89,7 @@ fn main() -> ExitCode {
                 workspace_cap,
                 ipc_cap,
                 once,
-                proxy_env: vec![],
+                ..baaaht_agent::runner::Settings::default()
             };
             match baaaht_agent::runner::run(socket, &mounts, settings) {
                 Ok(()) => ExitCode::SUCCESS,

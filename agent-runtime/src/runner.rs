@@ -34,6 +34,8 @@ pub struct Settings {
     pub once: bool,
     /// What a command's environment needs to reach the egress proxy (set once it listens).
     pub proxy_env: Vec<(&'static str, String)>,
+    /// The proxy's tunnels: what the daemon refused during a command goes in its result.
+    pub tunnels: Tunnels,
 }
 
 /// Runs one call.
@@ -52,8 +54,13 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
         None => error(format!("unknown tool `{}`", call.tool)),
         Some(ToolName::Exec) => {
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
-            tools::exec::exec(&Params(&params), mounts, limit, &call.env, &settings.proxy_env, &call.placeholders)
-                .unwrap_or_else(ToolOutput::from)
+            // What was refused before this command is not its own.
+            settings.tunnels.take_refused();
+            let mut output =
+                tools::exec::exec(&Params(&params), mounts, limit, &call.env, &settings.proxy_env, &call.placeholders)
+                    .unwrap_or_else(ToolOutput::from);
+            tools::exec::refused(&mut output.content, &settings.tunnels.take_refused());
+            output
         }
         Some(ToolName::Message) => match &settings.messages {
             Some(folder) => tools::message::message(&Params(&params), folder, &settings.session, mounts)
@@ -190,6 +197,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
         let upstream = Upstream { sender: sender.clone(), wrap: tunneled };
         let port = crate::egress::listen(tunnels.clone(), upstream.clone(), asked_by.clone()).await?;
         settings.proxy_env = crate::egress::proxy_env(port);
+        settings.tunnels = tunnels.clone();
         let mounts = std::sync::Arc::new(mounts);
         let settings = std::sync::Arc::new(settings);
         // Calls run one at a time while the reader goes on, so a health probe (and a tunnel's

@@ -292,6 +292,17 @@ fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
     }
     assert!(metrics.contains("baaaht_egress_bytes_total{direction=\"in\"}"), "{metrics}");
     assert!(!metrics.contains(&bridge.to_string()), "no host is a label");
+    // A client that shows only the status (git: "CONNECT tunnel failed, response 403") is not
+    // left guessing: the command's result says what was refused and why, and so does a header.
+    let cloned = run(format!("git clone https://{bridge}:{other}/repo.git /tmp/repo"));
+    assert!(cloned.contains("response 403"), "{cloned}");
+    assert!(
+        cloned.contains("--- refused by baaaht's egress proxy ---")
+            && cloned.contains(&format!("{bridge}:{other}: {bridge}:{other} is not allowed for")),
+        "the reason in the tool's result: {cloned}"
+    );
+    let headers = run(format!("curl -s -o /dev/null -D - -p -x \"$HTTPS_PROXY\" https://{bridge}:{other}/"));
+    assert!(headers.contains(&format!("X-Baaaht-Reason: {bridge}:{other} is not allowed for")), "{headers}");
 }
 
 /// A host no rule names is asked about on every channel following the context, and the first

@@ -85,6 +85,19 @@ fn section(out: &mut String, name: &str, (bytes, dropped): (Vec<u8>, usize)) {
     }
 }
 
+/// Adds to a command's `out` the connections baaaht's egress proxy refused it, and why (its
+/// client, git or curl, shows only "CONNECT tunnel failed, response 403").
+pub fn refused(out: &mut String, refusals: &[String]) {
+    if refusals.is_empty() {
+        return;
+    }
+    out.push_str("--- refused by baaaht's egress proxy ---\n");
+    for refusal in refusals {
+        out.push_str(refusal);
+        out.push('\n');
+    }
+}
+
 /// Runs `exec` with `params`; `max_timeout` is the configured limit for this tool; `extra_env`
 /// is what the daemon gives this command only (a skill's `addons.env`).
 pub fn exec(
