@@ -110,14 +110,24 @@ pub struct Record {
     pub detail: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The time a record carries: now, to the millisecond, RFC 3339 in UTC.
+fn now() -> String {
+    // silent-ok: rounding a current time cannot overflow.
+    jiff::Timestamp::now().round(jiff::Unit::Millisecond).unwrap_or_else(|_| jiff::Timestamp::now()).to_string()
+}
+
 impl Record {
+    /// This record (a template kept for a container's or a gateway's events) for an event that
+    /// happens now: it carries the time of its own event, not the template's.
+    pub fn at_now(mut self) -> Record {
+        self.time = now();
+        self
+    }
+
     /// A record of `kind` by `principal`, now.
     pub fn new(kind: Kind, principal: impl Into<String>, outcome: impl Into<String>) -> Record {
         Record {
-            time: jiff::Timestamp::now()
-                .round(jiff::Unit::Millisecond)
-                .unwrap_or_else(|_| jiff::Timestamp::now())
-                .to_string(), // silent-ok: rounding a current time cannot overflow
+            time: now(),
             kind,
             principal: principal.into(),
             context: String::new(),
@@ -322,6 +332,9 @@ fn search(dir: &Path, query: &Query) -> Result<Vec<Record>, AuditError> {
             found.push(record);
         }
     }
+    // A record is written when its event is over (a connection, once closed, with its bytes):
+    // shown, they are in the order the events began.
+    found.sort_by_key(|record| record.time.parse::<jiff::Timestamp>().ok());
     let limit = if query.limit == 0 { usize::MAX } else { query.limit };
     let skip = found.len().saturating_sub(limit);
     Ok(found.split_off(skip))

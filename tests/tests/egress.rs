@@ -282,6 +282,11 @@ fn a_coders_commands_reach_allowed_hosts_through_the_proxy_and_nothing_else() {
             && ours[0]["detail"]["bytes_out"].as_u64().unwrap_or(0) > 0
     );
     assert!(ours[0]["detail"]["asked_by"].as_str().unwrap_or_default().starts_with("exec: python3"), "{:?}", ours[0]);
+    // Each carries the time its own connection was asked for (not the container's first), and
+    // `baaaht audit` shows them in that order, though a connection is written once it closes.
+    let times: Vec<jiff::Timestamp> =
+        ours.iter().map(|record| record["time"].as_str().unwrap_or_default().parse().expect("a time")).collect();
+    assert!(times.windows(2).all(|pair| pair[0] < pair[1]), "{times:?}");
     // The metrics count the same connections by outcome and what allowed them, never by host.
     let metrics = daemon.metrics().expect("metrics");
     for counted in [

@@ -296,7 +296,7 @@ async fn client_hello(head: &mut Vec<u8>, near: &mut (impl AsyncRead + Unpin)) -
 impl Crossing {
     /// Refuses (audits and logs) a connection to `host:port` for `why`.
     fn refuse(&self, (host, port): (&str, u16), why: &str) {
-        let record = self.record.clone().detail("host", host).detail("port", port);
+        let record = self.record.clone().at_now().detail("host", host).detail("port", port);
         self.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why));
         tracing::warn!(%host, port, %why, "the edge refused a connection");
     }
@@ -552,7 +552,8 @@ impl Exchange {
         let (audit, record) = (self.crossing.audit.clone(), self.crossing.record.clone());
         let (host, port) = (self.host.clone(), self.port);
         Arc::new(move |names: &[String]| {
-            let record = record.clone().detail("host", host.as_str()).detail("port", port).detail("place", place);
+            let record =
+                record.clone().at_now().detail("host", host.as_str()).detail("port", port).detail("place", place);
             audit.record(Record { outcome: "blotted".into(), ..record }.detail("found", names.to_vec()));
             tracing::warn!(%host, port, place, ?names, "the values of secrets were blotted at the edge");
         })
@@ -683,7 +684,7 @@ impl Exchange {
     /// Audits and logs refusing `name`'s placeholder or value; the sentence, for the command.
     fn refuse(&self, name: &str, why: String) -> String {
         let crossing = &self.crossing;
-        let record = crossing.record.clone().detail("host", self.host.as_str()).detail("credential", name);
+        let record = crossing.record.clone().at_now().detail("host", self.host.as_str()).detail("credential", name);
         crossing.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why.as_str()));
         tracing::warn!(host = %self.host, credential = name, "{why}");
         why

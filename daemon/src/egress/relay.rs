@@ -269,7 +269,7 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
             self.send(TunnelDown::Opened { id, refused }).await;
             return;
         }
-        let mut record = self.record.clone().detail("host", host.as_str()).detail("port", asked_port);
+        let mut record = self.record.clone().at_now().detail("host", host.as_str()).detail("port", asked_port);
         if !asked_by.is_empty() {
             record = record.detail("asked_by", asked_by.as_str());
         }

@@ -175,7 +175,7 @@ impl Tunnels {
             }
         }
         let (host, port) = (head.host, head.port);
-        let record = self.record.clone().detail("host", host.as_str()).detail("port", port);
+        let record = self.record.clone().at_now().detail("host", host.as_str()).detail("port", port);
         if !self.reach.allows(&host, port) {
             let why = format!("{host}:{port} is not a host {} needs ({})", self.who, self.reach.describe());
             tracing::warn!(principal = %self.principal, %why, "a tunnel was refused");
