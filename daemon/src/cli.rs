@@ -289,11 +289,21 @@ fn setup(args: &SetupArgs, data_dir: &DataDir) -> Result<(), Failure> {
     for path in &report.written {
         eprintln!("baaahtd: wrote {}", path.display());
     }
-    eprintln!(
-        "baaahtd: every agent now uses {} (agents.default_model).\n\
-         Start baaaht with `scripts/up` (or `baaahtd`), then: baaaht chat \"hello\"",
-        report.model
-    );
+    // A daemon that runs read its configuration when it started: it goes on with that.
+    if std::os::unix::net::UnixStream::connect(data_dir.socket_path()).is_ok() {
+        eprintln!(
+            "baaahtd: {} is set up (agents.default_model). The baaahtd running on this data dir read its \
+             configuration when it started and goes on without it: restart it for this to take effect (Ctrl-C \
+             and `scripts/up` again, or `systemctl restart baaaht`), then: baaaht chat \"hello\"",
+            report.model
+        );
+    } else {
+        eprintln!(
+            "baaahtd: every agent now uses {} (agents.default_model).\n\
+             Start baaaht with `scripts/up` (or `baaahtd`), then: baaaht chat \"hello\"",
+            report.model
+        );
+    }
     Ok(())
 }
 

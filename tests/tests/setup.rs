@@ -283,3 +283,27 @@ fn the_help_a_newcomer_reads_describes_everything_and_nothing_stale() {
         }
     }
 }
+
+/// A daemon started before any provider was set up says to set one up (never a key the person
+/// did not choose), and `setup` then says plainly that the running daemon must be restarted.
+#[test]
+fn a_daemon_started_before_setup_says_to_set_one_up_and_setup_says_to_restart_it() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt
+        .block_on(FakeProvider::start(vec![], Some(token_stream(Wire::OpenAi, 3, Duration::ZERO))))
+        .expect("fake provider");
+    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon");
+    let chat = Command::new(bin("baaaht"))
+        .args(["chat", "hello"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht chat");
+    let said = format!("{}{}", String::from_utf8_lossy(&chat.stdout), String::from_utf8_lossy(&chat.stderr));
+    assert!(said.contains("run `baaahtd setup`") && !said.contains("API_KEY"), "{said}\n{}", daemon.log_text());
+    let api_base = fake.api_base(Wire::OpenAi);
+    let setup = ["setup", "--non-interactive", "--provider", "custom", "--api-base", &api_base];
+    let (code, _, said) = baaahtd(&daemon.data_dir, &setup);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("restart it for this to take effect"), "{said}");
+    assert!(!said.contains("every agent now uses"), "the running daemon does not: {said}");
+}

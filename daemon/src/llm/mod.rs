@@ -106,6 +106,14 @@ pub fn gateway_settings(
         let mut api_key = String::new();
         match entry.api_key.as_deref().map(|text| secrets::resolve_references(text, secrets, &env)) {
             Some(Ok(key)) => api_key = key.to_string(),
+            // The built-in providers are a guess, not the person's choice: no key is advised.
+            Some(Err(secrets::SecretsError::Unresolved { .. }))
+                if loaded.sources.providers == crate::config::Source::BuiltIn =>
+            {
+                unusable = "no model provider is set up yet: run `baaahtd setup` (it finds a model on this machine \
+                            or takes a key), then restart baaahtd"
+                    .into();
+            }
             Some(Err(secrets::SecretsError::Unresolved { name: variable })) => {
                 unusable = format!(
                     "its key ${{{variable}}} is neither in the secrets store nor in the environment: \
@@ -715,6 +723,7 @@ mod tests {
         let settings = gateway_settings(&loaded(""), None, |_| None);
         let (usable, problems) = settings.usable();
         assert!(usable.is_empty());
-        assert!(problems.iter().any(|p| p.contains("ANTHROPIC_API_KEY")), "{problems:?}");
+        // The built-in providers are no one's choice: what is said is to set one up.
+        assert!(problems.iter().all(|p| p.contains("run `baaahtd setup`") && !p.contains("API_KEY")), "{problems:?}");
     }
 }
