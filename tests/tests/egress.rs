@@ -402,7 +402,7 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
     let request = next_request(&mut events);
     answer(&request.id, &["deny"]);
     let denied = fetching.join().expect("fetch");
-    assert!(denied.contains("403") && denied.contains("was denied by host:uid="), "{denied}");
+    assert!(denied.contains("403") && denied.contains("was denied by root at the host"), "{denied}");
     let fetching = fetch_in_background(format!("{bridge}:{third}"));
     next_request(&mut events);
     let unanswered = fetching.join().expect("fetch");
@@ -413,7 +413,10 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
     answer(&request.id, &["approve", "--always"]);
     assert!(fetching.join().expect("fetch").contains("arrived: GET /x"));
     let rules = std::fs::read_to_string(daemon.data_dir.join("users/baaaht-self-test/egress.yaml")).expect("rules");
-    assert!(rules.contains(&format!("  - host: '{bridge}:{second}'\n    action: allow  # by host:uid=")), "{rules}");
+    assert!(
+        rules.contains(&format!("  - host: '{bridge}:{second}'\n    action: allow  # by root at the host")),
+        "{rules}"
+    );
     let answers: Vec<String> = daemon
         .audit_records("egress")
         .iter()
@@ -627,7 +630,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     terminal.press(&["s"]).expect("s");
     let fetched = fetching.join().expect("fetch");
     assert!(fetched.contains("arrived: GET /x"), "{fetched}");
-    let screen = terminal.wait_for(": session by host:uid=", wait).expect("settled");
+    let screen = terminal.wait_for(": session by root at the host", wait).expect("settled");
     assert!(!screen.contains("[o] once"), "the prompt is gone: {screen}");
     // Not asked again in this session.
     assert!(baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"))
@@ -639,8 +642,8 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     terminal.wait_for(&format!("[d] deny  coder's tools want {bridge}:{other}"), wait).expect("the second prompt");
     terminal.press(&["d"]).expect("d");
     let refused = fetching.join().expect("fetch");
-    assert!(refused.contains("403") && refused.contains("was denied by host:uid="), "{refused}");
-    terminal.wait_for(": deny by host:uid=", wait).expect("settled");
+    assert!(refused.contains("403") && refused.contains("was denied by root at the host"), "{refused}");
+    terminal.wait_for(": deny by root at the host", wait).expect("settled");
     drop(coder);
 }
 

@@ -980,7 +980,7 @@ fn an_approval_request_is_a_card_whose_buttons_answer_it() {
         let fetched = tokio::task::spawn_blocking(move || fetching.join().expect("fetch")).await.expect("join");
         assert!(fetched.contains("arrived: GET /x"), "{fetched}");
         let settled = until(Duration::from_secs(30), || async {
-            text_of(&alice, ".approval.allowed .meta").await.starts_with("Allowed for this conversation, by gateway:")
+            text_of(&alice, ".approval.allowed .meta").await.starts_with("Allowed for this conversation, by Alice")
         })
         .await;
         assert!(settled, "{}", text_of(&alice, ".approval").await);
@@ -998,7 +998,7 @@ fn an_approval_request_is_a_card_whose_buttons_answer_it() {
         assert!(asked, "no second card\n{}", logs());
         click(&alice, ".approval button[data-decision=deny]").await;
         let refused = tokio::task::spawn_blocking(move || fetching.join().expect("fetch")).await.expect("join");
-        assert!(refused.contains("403") && refused.contains("was denied by gateway:"), "{refused}");
+        assert!(refused.contains("403") && refused.contains("was denied by Alice"), "{refused}");
         let denied = until(Duration::from_secs(30), || async {
             text_of(&alice, ".approval.denied .meta").await.starts_with("Denied")
         })

@@ -177,6 +177,34 @@ fn own_context(caller: &Caller, named: Option<Context>) -> Result<Context, Statu
 
 /// `caller` stopped at a limit of `what` (`why` says which and what to do): audited, and the
 /// sentence for the caller.
+/// Who `caller` is, as a person reads it: a user's display name, the login of the host's user
+/// (`root at the host`), a gateway's name; the audit keeps the principal.
+fn person_named(shared: &Shared, caller: &Caller) -> String {
+    match caller {
+        Caller::Host(peer) => {
+            let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+            let login = passwd.lines().find_map(|line| {
+                let fields: Vec<&str> = line.split(':').collect();
+                (fields.get(2) == Some(&peer.uid.to_string().as_str())).then(|| fields[0].to_string())
+            });
+            match login {
+                Some(login) => format!("{login} at the host"),
+                None => format!("the host's user {}", peer.uid),
+            }
+        }
+        Caller::Gateway(call) => match &call.user {
+            Some(user) => shared
+                .identities
+                .user(&user.id)
+                .map(|view| view.name)
+                .filter(|name| !name.trim().is_empty())
+                .unwrap_or_else(|| user.id.clone()),
+            None => format!("the {} gateway", call.gateway),
+        },
+        Caller::Container(_) => crate::audit::principal(caller),
+    }
+}
+
 fn limited(shared: &Shared, caller: &Caller, what: &str, why: String) -> Status {
     tracing::warn!(principal = %crate::audit::principal(caller), limit = what, %why, "a caller is at a limit");
     let record = crate::audit::Record::by(crate::audit::Kind::Limit, caller, "refused");

@@ -717,7 +717,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             Caller::Gateway(call) => call.user.as_ref().is_some_and(|user| user.admin),
             Caller::Container(_) => false,
         };
-        let by = crate::audit::principal(&caller);
+        let by = super::person_named(&self.shared, &caller);
         self.shared.approvals.answer(&id, Some(&context), decision, &by, admin).map_err(|error| match error {
             crate::egress::approvals::AnswerError::AdminOnly => Status::permission_denied(error.to_string()),
             other => Status::not_found(other.to_string()),
