@@ -809,3 +809,64 @@ fn the_memory_server_from_npm_keeps_its_graph_in_its_own_folder_across_restarts(
     assert!(!graph.is_error && graph.content.contains("likes jasmine tea"), "{graph:?}\n{}", daemon.log_text());
     drop(coder);
 }
+
+/// A server added while a Coder runs is offered to it from its next turn: the same Coder that
+/// had no such tool in the first turn calls it in the second.
+#[test]
+fn a_server_added_mid_conversation_is_offered_from_the_next_turn() {
+    use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
+    use baaaht_tests::scenario;
+    use serde_json::json;
+    let rt = baaaht_tests::runtime();
+    let brain = Answer::Respond(Responder(std::sync::Arc::new(move |request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.turn_results.last() {
+                None => {
+                    let task = json!({"agent": "coder", "task": "Tell the time in UTC.", "returnDirectly": false});
+                    anthropic_answer("", &[("toolu_delegate", "delegate", task)])
+                }
+                Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),
+            };
+        }
+        if asked.offers("exec") {
+            if !asked.offers("mcp__time__get_current_time") {
+                return anthropic_answer("I have no time tool.", &[]);
+            }
+            return match asked.turn_results.len() {
+                0 => anthropic_answer("", &[("toolu_time", "mcp__time__get_current_time", json!({"timezone": "UTC"}))]),
+                _ => anthropic_answer(&asked.turn_results.join("\n"), &[]),
+            };
+        }
+        anthropic_answer("I was not expecting to be asked.", &[])
+    })));
+    let (_fake, daemon) = scenario::start(&rt, brain, DaemonOptions::default()).expect("daemon");
+    let first =
+        scenario::turn_on(&rt, &daemon, scenario::message(scenario::user("alice"), "alice", "What time is it?"));
+    let reply = first.reply.expect("a reply").content;
+    assert!(reply.contains("I have no time tool."), "{reply}\n{}", daemon.log_text());
+    let coders =
+        || -> Vec<String> { daemon.recorded_containers().into_iter().filter(|name| name.contains("coder")).collect() };
+    let before = coders();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let added = baaaht_mcp(
+        &daemon,
+        &[
+            "add",
+            "time",
+            "--command",
+            "mcp-server-time",
+            "--install",
+            "pip:mcp-server-time==2026.10.19",
+            "--role",
+            "coder",
+        ],
+    );
+    assert!(added.contains("time"), "{added}");
+    let mut message = scenario::message(scenario::user("alice"), "alice", "And now?");
+    message.session_id = first.session.clone();
+    let second = scenario::turn_on(&rt, &daemon, message);
+    let reply = second.reply.expect("a reply").content;
+    assert!(reply.contains("\"timezone\": \"UTC\""), "the new server answered: {reply}\n{}", daemon.log_text());
+    assert_eq!(coders(), before, "the same Coder, started before the server was added");
+}

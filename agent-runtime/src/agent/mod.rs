@@ -146,36 +146,51 @@ fn with_correlation<T>(message: T, hop: Hop<'_>) -> tonic::Request<T> {
     request
 }
 
+/// The tools the daemon `listed` (by name), described: the runtime's own with their
+/// descriptions and schemas, an MCP server's as the daemon described them.
+fn described(listed: &[v1::ToolDefinition]) -> Vec<v1::ToolDefinition> {
+    let known = crate::tools::definitions();
+    let memory = memory_definitions();
+    let tasks = task_definitions();
+    listed
+        .iter()
+        .filter_map(|tool| {
+            let definition = if tool.name == "delegate" {
+                Some(delegate_definition())
+            } else if tool.name == "read_skill" {
+                Some(read_skill_definition())
+            } else {
+                known.iter().chain(&memory).chain(&tasks).find(|known| known.name == tool.name).cloned()
+            };
+            match definition {
+                Some(d) => Some(v1::ToolDefinition {
+                    name: d.name.into(),
+                    description: d.description.into(),
+                    parameters_json: d.parameters.to_string(),
+                }),
+                // A tool the daemon describes itself (an MCP server's), called through it.
+                None if !tool.parameters_json.is_empty() => Some(tool.clone()),
+                None => None,
+            }
+        })
+        .collect()
+}
+
 impl Agent {
     fn new(config: v1::AgentConfig, client: Client) -> Agent {
-        let known = crate::tools::definitions();
-        let memory = memory_definitions();
-        let tasks = task_definitions();
-        let tools = config
-            .tools
-            .iter()
-            .filter_map(|tool| {
-                let definition = if tool.name == "delegate" {
-                    Some(delegate_definition())
-                } else if tool.name == "read_skill" {
-                    Some(read_skill_definition())
-                } else {
-                    known.iter().chain(&memory).chain(&tasks).find(|known| known.name == tool.name).cloned()
-                };
-                match definition {
-                    Some(d) => Some(v1::ToolDefinition {
-                        name: d.name.into(),
-                        description: d.description.into(),
-                        parameters_json: d.parameters.to_string(),
-                    }),
-                    // A tool the daemon describes itself (an MCP server's), called through it.
-                    None if !tool.parameters_json.is_empty() => Some(tool.clone()),
-                    None => None,
-                }
-            })
-            .collect();
+        let tools = described(&config.tools);
         let system = system_prompt(&config);
         Agent { config, client, system, tools }
+    }
+
+    /// The tools of `turn`: those the daemon lists with it (what is offered now: a server added
+    /// since this agent started is among them), else those of the agent's configuration.
+    fn offered(&self, turn: &v1::AgentTurn) -> Vec<v1::ToolDefinition> {
+        if turn.tools.is_empty() {
+            self.tools.clone()
+        } else {
+            described(&turn.tools)
+        }
     }
 
     /// Runs one turn to its end.
@@ -195,13 +210,14 @@ impl Agent {
         }
         let mut texts: Vec<String> = vec![];
         let mut tokens = 0;
+        let tools = self.offered(turn);
         let limit = self.config.max_iterations.max(1);
         for step in 1..=limit {
             let request = v1::LlmRequest {
                 model: model.clone(),
                 system: self.system.clone(),
                 messages: messages.clone(),
-                tools: self.tools.clone(),
+                tools: tools.clone(),
                 temperature: self.config.temperature,
                 ..v1::LlmRequest::default()
             };
@@ -344,9 +360,10 @@ impl Agent {
     async fn execute_all(&self, calls: &[Call], turn: &v1::AgentTurn) -> (Vec<v1::ToolResultBlock>, Option<String>) {
         let mut set = tokio::task::JoinSet::new();
         let alone = calls.len() == 1;
+        let offered = self.offered(turn);
         for (index, call) in calls.iter().enumerate() {
             let (client, call, turn) = (self.client.clone(), call.clone(), turn.clone());
-            let allowed = self.tools.iter().any(|tool| tool.name == call.name);
+            let allowed = offered.iter().any(|tool| tool.name == call.name);
             set.spawn(async move {
                 let (content, is_error, returned) = if !allowed {
                     (format!("there is no tool `{}` here", call.name), true, false)

@@ -47,7 +47,21 @@ impl v1::agents_server::Agents for AgentsService {
         let reports = convert::ups(request.into_inner(), convert::agent_report);
         let turns = self.shared.agents.attach(&identity, reports);
         let turns = tokio_stream::wrappers::ReceiverStream::new(turns);
-        let turns = tokio_stream::StreamExt::map(turns, |down| Ok(convert::agent_turn(down)));
+        // Each turn carries the tools offered now: a server or skill added since the agent
+        // registered is there from its next turn.
+        let shared = self.shared.clone();
+        let turns = tokio_stream::StreamExt::then(turns, move |down| {
+            let (shared, identity) = (shared.clone(), identity.clone());
+            async move {
+                let mut turn = convert::agent_turn(down);
+                if turn.health_check.is_none() {
+                    let setup = crate::orchestrator::agent_setup(&shared.orchestrator, &identity);
+                    turn.tools = convert::agent_config(setup).tools;
+                    turn.tools.extend(tools::mcp_definitions(&shared, &identity).await);
+                }
+                Ok(turn)
+            }
+        });
         Ok(Response::new(until_shutdown(&self.shared, turns)))
     }
 

@@ -154,6 +154,8 @@ pub(crate) fn agent_turn(down: crate::peers::Down<crate::agents::Turn>) -> v1::A
             now: turn.now,
             health_check: None,
             traceparent: turn.traceparent,
+            // Filled by TakeTurns with what is offered now.
+            tools: vec![],
         },
         crate::peers::Down::Probe(request) => {
             v1::AgentTurn { health_check: Some(probe(request)), ..v1::AgentTurn::default() }
