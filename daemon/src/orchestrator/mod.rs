@@ -646,6 +646,15 @@ pub fn recover(orchestrator: &Orchestrator) -> usize {
 }
 
 /// What RegisterAgent answers: the role's settings, identity, context, memory and skills.
+/// The tools `role` may call, by name (the policy's): the daemon's own and the runner's.
+pub fn role_tools(role: Role) -> Vec<&'static str> {
+    crate::policy::Policy::agent_tools_of(role)
+        .iter()
+        .copied()
+        .chain(crate::policy::Policy::tools_of(role).iter().map(|tool| tool.as_str()))
+        .collect()
+}
+
 pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) -> crate::agents::AgentSetup {
     let role = identity.role;
     let settings = agent_settings(orchestrator, role);
@@ -667,11 +676,7 @@ pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) ->
         ),
         _ => vec![],
     };
-    let tools = crate::policy::Policy::agent_tools_of(role)
-        .iter()
-        .copied()
-        .chain(crate::policy::Policy::tools_of(role).iter().map(|tool| tool.as_str()))
-        .collect();
+    let tools = role_tools(role);
     let session_model = orchestrator.sessions.get(&identity.session_id).and_then(|record| record.model);
     crate::agents::AgentSetup {
         role,

@@ -55,8 +55,7 @@ impl v1::agents_server::Agents for AgentsService {
             async move {
                 let mut turn = convert::agent_turn(down);
                 if turn.health_check.is_none() {
-                    let setup = crate::orchestrator::agent_setup(&shared.orchestrator, &identity);
-                    turn.tools = convert::agent_config(setup).tools;
+                    turn.tools = convert::tool_names(&crate::orchestrator::role_tools(identity.role));
                     turn.tools.extend(tools::mcp_definitions(&shared, &identity).await);
                 }
                 Ok(turn)

@@ -333,11 +333,7 @@ pub(crate) fn agent_config(setup: crate::agents::AgentSetup) -> v1::AgentConfig 
         context_profile: setup.context_profile,
         memories: setup.memories,
         skills: Some(v1::SkillManifest { skills: setup.skills.iter().map(skill_summary).collect() }),
-        tools: setup
-            .tools
-            .into_iter()
-            .map(|name| v1::ToolDefinition { name: name.into(), ..v1::ToolDefinition::default() })
-            .collect(),
+        tools: tool_names(&setup.tools),
         session_id: setup.session_id,
         context: Some(context_ref(&setup.context)),
     }
@@ -458,6 +454,11 @@ pub(crate) fn task_request(definition: v1::TaskDefinition) -> crate::scheduler::
         retry_interrupted: definition.retry_interrupted,
         timeout_seconds: definition.timeout_seconds,
     }
+}
+
+/// Tools named only (the agent's runtime describes its own).
+pub(crate) fn tool_names(names: &[&str]) -> Vec<v1::ToolDefinition> {
+    names.iter().map(|name| v1::ToolDefinition { name: (*name).into(), ..v1::ToolDefinition::default() }).collect()
 }
 
 #[cfg(test)]
