@@ -188,8 +188,9 @@ impl File {
                 self.latest.insert(session, turn);
             }
             Change::Marked { session, turn, source, at, entry } => {
-                let in_one = self.carried.values().filter(|carried| carried.session == session).count();
-                if !entry.is_empty() && !self.carried.contains_key(&entry) && in_one < MOST_CARRIED_IN_ONE {
+                let new = !entry.is_empty() && !self.carried.contains_key(&entry);
+                let in_one = || self.carried.values().filter(|carried| carried.session == session).count();
+                if new && in_one() < MOST_CARRIED_IN_ONE {
                     let first = source.strip_prefix(EARLIER).unwrap_or(&source);
                     let source = first.chars().take(LONGEST_CARRIED_SOURCE).collect();
                     self.carried.insert(entry, Carried { session: session.clone(), source, at });
