@@ -250,16 +250,19 @@ impl AgentPool {
         }
     }
 
-    /// Starts the Assistant of `session` ahead of its first turn (and the session's tool
-    /// container with it, see `tools::Runners::prewarm`), unless one is waiting already.
-    pub async fn prewarm(&self, session: &str, context: &Context, role: Role) -> Result<(), AgentError> {
-        let waiting = self
-            .idle
+    /// Whether an agent of `role` waits idle for `session`'s next turn (else one starts for it).
+    pub fn waiting(&self, session: &str, role: Role) -> bool {
+        self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&(session.to_string(), role))
-            .is_some_and(|idle| !idle.is_empty());
-        if waiting {
+            .is_some_and(|idle| !idle.is_empty())
+    }
+
+    /// Starts the Assistant of `session` ahead of its first turn (and the session's tool
+    /// container with it, see `tools::Runners::prewarm`), unless one is waiting already.
+    pub async fn prewarm(&self, session: &str, context: &Context, role: Role) -> Result<(), AgentError> {
+        if self.waiting(session, role) {
             return Ok(());
         }
         let container = self.start(session, context, role).await?;

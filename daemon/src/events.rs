@@ -51,6 +51,9 @@ pub enum Kind {
     ThinkingDelta { index: u32, thinking: String, signature: String },
     /// A delegation `started`, `finished` or `failed`.
     Delegation { agent: Role, task: String, state: String, result: String },
+    /// What an agent of the turn is doing before words come: `starting` (its container
+    /// starts) or `thinking` (its model was asked).
+    Phase { agent: Role, phase: &'static str },
     /// A tool call `finished` or `failed`.
     Tool { agent: Role, tool: String, state: String, duration_ms: u64 },
     /// The turn's answer, recorded as `entry_id`.
@@ -170,7 +173,7 @@ impl Kind {
                 clean(&mut notice.content);
             }
             Kind::Tainted { source, .. } => clean(source),
-            Kind::Tool { .. } | Kind::ApprovalRequest { .. } | Kind::ApprovalSettled { .. } => {}
+            Kind::Tool { .. } | Kind::Phase { .. } | Kind::ApprovalRequest { .. } | Kind::ApprovalSettled { .. } => {}
         }
     }
 }

@@ -57,10 +57,10 @@ pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTe
         working_dir: None,
         image: None,
     };
-    let isolation = containers.isolation_of(test.role).await?;
     let outcome = containers.run(run).await.inspect_err(|error| {
         tracing::warn!(error = %baaaht_proto::error_chain(error), "self-test container failed");
     })?;
+    let isolation = outcome.isolation;
     let stdout = String::from_utf8_lossy(&outcome.output.stdout);
     let report_json = stdout.lines().find(|line| line.starts_with('{')).unwrap_or("").to_string();
     let mut problems = match serde_json::from_str::<baaaht_proto::selftest::SelfTestReport>(&report_json) {

@@ -49,6 +49,17 @@ pub fn time_note(now: &str) -> String {
     format!("{TIME_NOTE} {now}.)")
 }
 
+/// What a channel says a turn's agent is doing before its words ([`v1::TurnPhase`]), e.g.
+/// "starting the assistant", "thinking", "the coder is thinking".
+pub fn phase_said(phase: &v1::TurnPhase) -> String {
+    let agent = role_name(phase.agent).unwrap_or("agent");
+    match (phase.phase.as_str(), agent) {
+        ("starting", agent) => format!("starting the {agent}"),
+        (_, "assistant") => "thinking".into(),
+        (_, agent) => format!("the {agent} is thinking"),
+    }
+}
+
 /// A tool a tool container's runner runs, by the name the model, the configuration
 /// (`tools.timeout_overrides`), the policy and the runner all use: the one list every crate
 /// reads.

@@ -202,12 +202,18 @@ impl DockerRuntime {
             .into_iter()
             .map(|(name, runtime)| (name, runtime.path.unwrap_or_default(), runtime.runtime_args.unwrap_or_default()))
             .collect();
+        let gvisor = super::find_gvisor(kind, &runtimes);
+        let gvisor_program = gvisor.as_ref().ok().and_then(|found| {
+            runtimes.iter().find(|(name, _, _)| name == found).map(|(_, path, _)| PathBuf::from(path))
+        });
         let info = EngineInfo {
             kind,
             socket: socket.to_path_buf(),
             version: version.version.unwrap_or_default(),
             api_version: docker.client_version().to_string(),
-            gvisor: super::find_gvisor(kind, &runtimes),
+            gvisor,
+            gvisor_program,
+            data_root: system.docker_root_dir.filter(|root| !root.is_empty()).map(PathBuf::from),
         };
         let compact = compact_json(SECCOMP_PROFILE)
             .map_err(|message| RuntimeError::Engine { operation: "load the seccomp profile", message })?;

@@ -43,6 +43,8 @@ impl FakeRuntime {
             version: "fake".into(),
             api_version: "1.41".into(),
             gvisor: Err("the fake engine has no runsc runtime registered".into()),
+            gvisor_program: None,
+            data_root: None,
         };
         let runtime = FakeRuntime {
             info,

@@ -141,6 +141,8 @@ pub struct RunOutcome {
     pub output: Output,
     pub duration: Duration,
     pub attempts: u32,
+    /// The tier it ran under (runc when gVisor stopped starting sandboxes and its role is `auto`).
+    pub isolation: Isolation,
 }
 
 impl RunOutcome {
@@ -277,6 +279,8 @@ pub struct ContainerManager {
     /// ended, they are still in use until it removes them.
     awaited: Mutex<std::collections::HashSet<String>>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// Whether gVisor starts sandboxes, as the last starts under it found.
+    gvisor: super::gvisor::Health,
 }
 
 impl std::fmt::Debug for ContainerManager {
@@ -286,6 +290,16 @@ impl std::fmt::Debug for ContainerManager {
             .field("image", &self.image)
             .finish_non_exhaustive()
     }
+}
+
+/// The refusal of a container whose role must run under gVisor while gVisor does not start
+/// sandboxes: the cause, and what else the person can do.
+fn gvisor_refused(role: Role, cause: &str) -> ContainerError {
+    ContainerError::Isolation(format!(
+        "{role} containers must run under gVisor (container.isolation.{role} is gvisor), but gVisor does not start \
+         sandboxes now: {cause}. Or set container.isolation.{role} to auto to run them under runc until it does",
+        role = role.as_str()
+    ))
 }
 
 /// The owner label of a data dir: containers of other data dirs on the same engine are never
@@ -324,6 +338,7 @@ impl ContainerManager {
             started_here: Mutex::default(),
             awaited: Mutex::default(),
             metrics: Arc::default(),
+            gvisor: super::gvisor::Health::default(),
         })
     }
 
@@ -487,24 +502,41 @@ impl ContainerManager {
         }
     }
 
-    /// The tier `role`'s containers get on the engine now.
-    pub async fn isolation_of(&self, role: Role) -> Result<Isolation, ContainerError> {
-        let runtime = self.runtime().await?;
-        self.isolation(&*runtime, role)
-    }
-
     /// What every role that takes a tier gets on the engine now (none while there is none).
     pub fn tiers(&self) -> Vec<super::Tier> {
-        match &self.engine.borrow().status {
+        use crate::config::IsolationChoice;
+        let mut tiers = match &self.engine.borrow().status {
             super::EngineStatus::Ready(info) => super::tiers(self.policy.container_config(), info),
             _ => vec![],
+        };
+        if let Some(cause) = self.gvisor.down() {
+            for tier in tiers.iter_mut().filter(|tier| tier.tier == Some(Isolation::Gvisor)) {
+                tier.reason = format!("gVisor stopped starting sandboxes: {cause}");
+                tier.tier = (tier.asked == IsolationChoice::Auto).then_some(Isolation::Runc);
+            }
         }
+        tiers
+    }
+
+    /// Why gVisor does not start sandboxes now (found by a start that failed), if it does not.
+    pub fn gvisor_down(&self) -> Option<String> {
+        self.gvisor.down()
     }
 
     /// The tier `role`'s containers get on `runtime`'s engine (`container.isolation`).
     pub fn isolation(&self, runtime: &dyn ContainerRuntime, role: Role) -> Result<Isolation, ContainerError> {
-        let tier = Isolation::resolve(self.policy.container_config().isolation_of(role), runtime.engine())
+        let asked = self.policy.container_config().isolation_of(role);
+        let mut tier = Isolation::resolve(asked, runtime.engine())
             .map_err(|why| ContainerError::Isolation(format!("{} containers: {why}", role.as_str())))?;
+        // gVisor registered but not starting sandboxes: `auto` stays on runc until a retry is
+        // due; `gvisor` is refused with the cause until then.
+        if tier == Isolation::Gvisor && !self.gvisor.try_now() {
+            let cause = self.gvisor.down().unwrap_or_default();
+            if asked != crate::config::IsolationChoice::Auto {
+                return Err(gvisor_refused(role, &cause));
+            }
+            tier = Isolation::Runc;
+        }
         let compat = self.agent_binary.with_file_name(GVISOR_COMPAT);
         if tier == Isolation::Gvisor && !compat.is_file() {
             return Err(ContainerError::Isolation(format!(
@@ -516,6 +548,66 @@ impl ContainerManager {
             )));
         }
         Ok(tier)
+    }
+
+    /// Starts a sandbox under gVisor running `true` and waits for it to end (`baaaht doctor`): its time, or
+    /// the cause found when it does not start (which also keeps roles set to `auto` on runc
+    /// until it does, as a failed start of theirs would). None where the engine has no gVisor.
+    pub async fn probe_gvisor(&self) -> Option<Result<Duration, String>> {
+        let runtime = self.runtime().await.ok()?;
+        runtime.engine().gvisor.as_ref().ok()?;
+        let request = RunRequest {
+            role: Role::Tool,
+            session_id: "gvisor-probe".into(),
+            context: Context::user("baaaht-self-test"),
+            command: vec!["true".into()],
+            mounts: vec![],
+            env: vec![],
+            timeout: Duration::from_secs(60),
+            daemon_socket: false,
+            working_dir: None,
+            image: None,
+        };
+        // No slot: it lives a second, and a doctor filling the slots must count only its own.
+        let (name, _, spec) = match self.prepare(&request, ContainerKind::Task, false, Isolation::Gvisor) {
+            Ok(prepared) => prepared,
+            Err(error) => return Some(Err(error.to_string())),
+        };
+        let started = Instant::now();
+        match self.create_and_start(&*runtime, &spec, String::new()).await {
+            Ok(id) => {
+                let ended = runtime.wait(&id).await;
+                self.cleanup(&*runtime, &id, &name).await;
+                if self.gvisor.worked() {
+                    tracing::info!("gVisor starts sandboxes again: roles set to auto are back on it");
+                }
+                Some(match ended {
+                    Ok(exit) if exit.code == 0 => Ok(started.elapsed()),
+                    Ok(exit) => Err(format!("a sandbox started but `true` in it exited with code {}", exit.code)),
+                    Err(error) => Err(format!("a sandbox started but could not be waited for: {error}")),
+                })
+            }
+            Err(error) if super::gvisor::is_sandbox_failure(&error) => Some(Err(self.gvisor_failed(&*runtime, &error))),
+            Err(error) => Some(Err(error.to_string())),
+        }
+    }
+
+    /// A sandbox gVisor could not make: its cause, found on the host, told to the health
+    /// record (and logged once when gVisor was working until now).
+    fn gvisor_failed(&self, runtime: &dyn ContainerRuntime, error: &RuntimeError) -> String {
+        let engine = runtime.engine();
+        let message = error.to_string();
+        let cause = super::gvisor::cause(&message, engine.gvisor_program.as_deref(), engine.data_root.as_deref());
+        if self.gvisor.failed(&cause) {
+            tracing::warn!(
+                %cause,
+                error = %message,
+                "gVisor stopped starting sandboxes: roles set to auto run under runc until it works again (tried \
+                 again every {} s); those set to gvisor are refused; see `baaaht doctor`",
+                super::gvisor::RETRY.as_secs()
+            );
+        }
+        cause
     }
 
     /// A fresh name, the container's own daemon socket when `with_socket`, and its spec.
@@ -560,8 +652,9 @@ impl ContainerManager {
         if socket.is_some() {
             self.listeners.remove_container(&name);
         }
-        let (id, status, output, attempts) = result?;
-        let outcome = RunOutcome { container_id: id, name, status, output, duration: started.elapsed(), attempts };
+        let (id, status, output, attempts, isolation) = result?;
+        let outcome =
+            RunOutcome { container_id: id, name, status, output, duration: started.elapsed(), attempts, isolation };
         tracing::info!(
             container = %outcome.name,
             container_id = %outcome.container_id,
@@ -580,14 +673,14 @@ impl ContainerManager {
         request: &RunRequest,
         spec: &ContainerSpec,
         token_sha256: Option<String>,
-    ) -> Result<(String, RunStatus, Output, u32), ContainerError> {
-        let (id, attempts) = self.start_with_retry(runtime, spec, token_sha256.unwrap_or_default()).await?;
+    ) -> Result<(String, RunStatus, Output, u32, Isolation), ContainerError> {
+        let (id, attempts, isolation) = self.start_with_retry(runtime, spec, token_sha256.unwrap_or_default()).await?;
         self.awaited.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone());
         let result = self.wait_and_keep(runtime, request, spec, &id).await;
         self.awaited.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
         self.cleanup(runtime, &id, &spec.name).await;
         let (status, output) = result?;
-        Ok((id, status, output, attempts))
+        Ok((id, status, output, attempts, isolation))
     }
 
     /// Waits for container `id` of `spec` to exit (killing it at the request's timeout) and
@@ -631,21 +724,30 @@ impl ContainerManager {
 
     /// Creates and starts `spec`, retrying once (spec §5.4); a hung or unreachable engine or a
     /// full disk is not retried.
+    /// Creates and starts `spec`, once more when the first try fails. A sandbox gVisor cannot
+    /// make (it stopped working) is told to [`super::gvisor::Health`]; the role's container
+    /// then starts under runc when its tier is `auto`, and is refused with the cause when it is
+    /// `gvisor`. Returns the id, the attempts and the tier it runs under.
     async fn start_with_retry(
         &self,
         runtime: &dyn ContainerRuntime,
         spec: &ContainerSpec,
         token_sha256: String,
-    ) -> Result<(String, u32), ContainerError> {
+    ) -> Result<(String, u32, Isolation), ContainerError> {
         let mut attempts = 0;
         let started = Instant::now();
+        let mut fallback: Option<ContainerSpec> = None;
         loop {
             attempts += 1;
-            match self.create_and_start(runtime, spec, token_sha256.clone()).await {
+            let trying = fallback.as_ref().unwrap_or(spec);
+            match self.create_and_start(runtime, trying, token_sha256.clone()).await {
                 Ok(id) => {
                     let role = crate::auth::Role::named(&spec.labels.role).map_or("other", crate::auth::Role::as_str);
                     self.metrics.record_spawn(role, started.elapsed());
-                    return Ok((id, attempts));
+                    if trying.isolation == Isolation::Gvisor && self.gvisor.worked() {
+                        tracing::info!("gVisor starts sandboxes again: roles set to auto are back on it");
+                    }
+                    return Ok((id, attempts, trying.isolation));
                 }
                 // A full disk or an engine away (hung, unreachable) is told as such, not retried:
                 // a retry cannot help.
@@ -654,6 +756,21 @@ impl ContainerManager {
                         || matches!(error, RuntimeError::Hung { .. } | RuntimeError::Unreachable { .. }) =>
                 {
                     return Err(ContainerError::Runtime(error))
+                }
+                Err(error) if trying.isolation == Isolation::Gvisor && super::gvisor::is_sandbox_failure(&error) => {
+                    let message = error.to_string();
+                    let cause = self.gvisor_failed(runtime, &error);
+                    let role = crate::auth::Role::named(&spec.labels.role);
+                    let asked = role.map(|role| self.policy.container_config().isolation_of(role));
+                    match (role, asked) {
+                        (_, Some(crate::config::IsolationChoice::Auto)) => {
+                            let mut runc = spec.clone();
+                            runc.isolation = Isolation::Runc;
+                            fallback = Some(runc);
+                        }
+                        (Some(role), _) => return Err(gvisor_refused(role, &cause)),
+                        (None, _) => return Err(ContainerError::StartFailed { attempts, message }),
+                    }
                 }
                 Err(error) if attempts < 2 => {
                     tracing::warn!(container = %spec.name, %error, "container failed to start; retrying once");
@@ -781,7 +898,7 @@ impl ContainerManager {
         let (name, socket, spec) = self.prepare(&request, kind, with_socket, isolation)?;
         let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();
         match self.start_with_retry(&*runtime, &spec, token_sha256).await {
-            Ok((id, _attempts)) => {
+            Ok((id, _attempts, _isolation)) => {
                 self.slots.hold(&name, slot);
                 tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), "service container started");
                 Ok(ServiceHandle { id, name })

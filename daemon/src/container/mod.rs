@@ -7,6 +7,7 @@
 pub mod docker;
 #[cfg(test)]
 pub mod fake;
+pub mod gvisor;
 pub mod images;
 pub mod instance;
 pub mod manager;
@@ -44,6 +45,10 @@ pub struct EngineInfo {
     /// The name of the engine's runtime that runs gVisor as baaaht needs it, or the sentence
     /// saying why there is none (found in `docker info` at each probe).
     pub gvisor: Result<String, String>,
+    /// The program of that runtime, and the engine's data root (`docker info`): where
+    /// [`gvisor::cause`] looks when a sandbox does not start.
+    pub gvisor_program: Option<PathBuf>,
+    pub data_root: Option<PathBuf>,
 }
 
 /// Which kernel a container runs on: the tier [`crate::config::IsolationChoice`] resolved
@@ -625,6 +630,8 @@ mod tests {
             version: "20.10".into(),
             api_version: "1.41".into(),
             gvisor: Err("the engine has no runsc runtime registered".into()),
+            gvisor_program: None,
+            data_root: None,
         };
         assert_eq!(Isolation::resolve(IsolationChoice::Auto, &engine), Ok(Isolation::Runc));
         assert_eq!(Isolation::resolve(IsolationChoice::Runc, &engine), Ok(Isolation::Runc));

@@ -234,6 +234,13 @@ async fn assistant_turn(
         };
         let work =
             Work { live: live.clone(), turn, timeout: Duration::from_secs(settings.timeout), cancel: cancel.clone() };
+        // The channels hear at once when the Assistant must start first (its words then take
+        // seconds more); "thinking" follows when it asks its model.
+        if !orchestrator.agents.waiting(&accepted.session, Role::Assistant) {
+            let starting = Kind::Phase { agent: Role::Assistant, phase: "starting" };
+            let ids = (accepted.session.as_str(), accepted.turn.as_str(), accepted.correlation_id.as_str());
+            orchestrator.events.publish(&record.context(), super::event(ids, starting));
+        }
         async move {
             match orchestrator.agents.run(work).await {
                 // Said to the person as the daemon's sentence, as a budget's refusal is.

@@ -45,6 +45,13 @@ pub(super) async fn stream(
         session: identity.session_id.clone(),
         correlation_id,
     };
+    // Every channel following the turn hears at once that its agent is thinking.
+    let live = shared.agents.live(&identity.name);
+    if let Some(live) = &live {
+        let phase = crate::events::Kind::Phase { agent: live.role, phase: "thinking" };
+        let event = crate::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, phase);
+        shared.events.publish(&live.context, event);
+    }
     let upstream = shared.calls.stream(&payer, request).await.map_err(|error| match error {
         CallError::Budget(sentence) => Status::resource_exhausted(sentence),
         CallError::Gateway(error) => error.into(),
@@ -53,7 +60,7 @@ pub(super) async fn stream(
     })?;
     // What the Assistant writes, or a delegate whose answer is the reply, reaches the
     // context's channels as it is written.
-    let live = shared.agents.live(&identity.name).filter(|live| live.speaks);
+    let live = live.filter(|live| live.speaks);
     let (bus, turns) = (shared.events.clone(), shared.turns.clone());
     let events = upstream.map(move |item| {
         let event = item?;

@@ -113,10 +113,26 @@ impl v1::system_server::System for SystemService {
             )));
         }
         let test = crate::selftest::SelfTest { role, probe, llm_model, session, linger: message.linger_seconds };
-        let outcome = crate::selftest::run(&self.shared.containers, test).await?;
+        // A sandbox under gVisor beside the test's own container, which falls back (or is
+        // refused) by itself when gVisor fails; after it failed, first: its start is what
+        // brings the roles set to auto back to gVisor.
+        let containers = &self.shared.containers;
+        let (probe, outcome) = if containers.gvisor_down().is_some() {
+            let probe = containers.probe_gvisor().await;
+            (probe, crate::selftest::run(containers, test).await)
+        } else {
+            tokio::join!(containers.probe_gvisor(), crate::selftest::run(containers, test))
+        };
+        let mut outcome = outcome?;
+        if let Some(Err(cause)) = &probe {
+            outcome.problems.push(format!("gVisor does not start sandboxes: {cause}"));
+        }
         Ok(Response::new(v1::SelfTestResponse {
             ok: outcome.problems.is_empty(),
             problems: outcome.problems,
+            gvisor_probed: probe.is_some(),
+            gvisor_problem: probe.as_ref().and_then(|probe| probe.as_ref().err().cloned()).unwrap_or_default(),
+            gvisor_probe_ms: probe.and_then(Result::ok).map_or(0, |took| took.as_millis() as u64),
             report_json: outcome.report_json,
             container: outcome.container,
             status: outcome.status.to_string(),

@@ -66,6 +66,13 @@ pub fn to_text(role: &str, response: &v1::SelfTestResponse) -> String {
             }
         }
     }
+    if response.gvisor_probed {
+        if response.gvisor_problem.is_empty() {
+            let _ = writeln!(out, "  [ok  ] gVisor starts a sandbox ({} ms)", response.gvisor_probe_ms);
+        } else {
+            let _ = writeln!(out, "  [FAIL] gVisor does not start sandboxes: {}", response.gvisor_problem);
+        }
+    }
     if !response.tiers.is_empty() {
         let _ = writeln!(out, "isolation tiers (container.isolation):");
         for tier in &response.tiers {

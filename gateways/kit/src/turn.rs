@@ -79,7 +79,16 @@ pub trait Surface: Sync {
 
     /// The daemon took the message.
     fn accepted(&self) {}
+
+    /// The channel's "typing…" sign, where it has one: sent when the turn starts and again
+    /// every [`TYPING_EVERY`] until the first words (Telegram's lasts 5 s, Matrix's 4 s).
+    fn typing(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
+
+/// How often a channel's "typing…" sign is sent again while no words have come.
+pub const TYPING_EVERY: Duration = Duration::from_secs(4);
 
 /// A message from a chat.
 #[derive(Debug, Clone)]
@@ -345,9 +354,14 @@ pub async fn run<S: Surface>(
     let mut writing = Writing::default();
     // The first words show as soon as they come; then at most one update per interval.
     let mut last_update = Instant::now().checked_sub(every).unwrap_or_else(Instant::now);
+    let mut last_typing = Instant::now();
     let deadline = tokio::time::Instant::now() + TURN_LIMIT;
     let trouble = loop {
-        let next = tokio::time::timeout(every, events.message());
+        if writing.text.is_empty() && last_typing.elapsed() >= TYPING_EVERY {
+            surface.typing().await;
+            last_typing = Instant::now();
+        }
+        let next = tokio::time::timeout(every.min(TYPING_EVERY), events.message());
         let event = match tokio::time::timeout_at(deadline, next).await {
             Err(_) => break Some(Trouble::TooLong),
             Ok(Err(_)) => None,
@@ -378,6 +392,7 @@ pub async fn run<S: Surface>(
             use v1::orchestrator_event::Event;
             match event.event {
                 Some(Event::TextDelta(delta)) => writing.text.push_str(&delta.text),
+                Some(Event::Phase(phase)) if writing.text.is_empty() => writing.status = baaaht_proto::phase_said(&phase),
                 Some(Event::Delegation(delegation)) => {
                     writing.status = format!("{} {}", agent_name(delegation.agent), delegation.state);
                 }

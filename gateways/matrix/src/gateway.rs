@@ -468,6 +468,11 @@ impl Surface for Answering<'_> {
         UPDATE_EVERY
     }
 
+    async fn typing(&self) {
+        // silent-ok: a typing notice is a courtesy (the SDK sends it again only after 3 s).
+        let _ = self.room.typing_notice(true).await;
+    }
+
     async fn open(&self) -> Result<Shown, String> {
         Ok(Shown { event: None, text: String::new() })
     }

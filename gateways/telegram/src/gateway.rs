@@ -140,11 +140,9 @@ impl Gateway {
 
     /// Answers `route`: the turn in its context, the answer a reply to its message.
     pub async fn answer(&self, route: Route) {
-        // "typing…" while the turn starts (Telegram shows it for five seconds).
-        let typing = json!({"chat_id": route.chat, "action": "typing"});
-        if let Err(error) = self.api.call("sendChatAction", &typing).await {
-            tracing::debug!(%error, "sendChatAction failed");
-        }
+        // "typing…" while the turn starts (Telegram shows it for five seconds; the turn sends it
+        // again until the first words).
+        self.typing(route.chat).await;
         let ran = match self.message_of(&route).await {
             Ok(message) => {
                 turn::run(&self.daemon, &self.follower, message, &Answering { gateway: self, route: &route }).await
@@ -160,6 +158,14 @@ impl Gateway {
             if let Err(error) = self.api.send(route.chat, &text, Some(route.message), None).await {
                 tracing::warn!(%error, "cannot tell the Telegram user what went wrong");
             }
+        }
+    }
+
+    /// "typing…" in `chat` for the next five seconds.
+    async fn typing(&self, chat: i64) {
+        let typing = json!({"chat_id": chat, "action": "typing"});
+        if let Err(error) = self.api.call("sendChatAction", &typing).await {
+            tracing::debug!(%error, "sendChatAction failed");
         }
     }
 
@@ -340,6 +346,10 @@ impl Surface for Answering<'_> {
 
     fn update_every(&self) -> Duration {
         UPDATE_EVERY
+    }
+
+    async fn typing(&self) {
+        self.gateway.typing(self.route.chat).await;
     }
 
     async fn open(&self) -> Result<Shown, String> {

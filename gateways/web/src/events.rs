@@ -234,6 +234,9 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
         // The status line of a turn that read untrusted content.
         Event::Tainted(tainted) => json!({"type": "tainted", "session": session, "turn": turn,
             "source": tainted.source, "withheld": tainted.withheld}),
+        // What the turn's agent does before its words (the answer's "working" line).
+        Event::Phase(phase) => json!({"type": "phase", "session": session, "turn": turn,
+            "agent": agent(phase.agent), "phase": phase.phase}),
         Event::ThinkingDelta(_) => return None,
     })
 }

@@ -4,7 +4,7 @@
 
 import { $, api, input, roomQuery, state } from "./state.js";
 import { visible } from "./text.js";
-import { bubble, problem, showOpen } from "./conversation.js";
+import { awaiting, bubble, problem, showOpen } from "./conversation.js";
 import { refreshSessions } from "./sidebar.js";
 import { refreshModels } from "./models.js";
 
@@ -107,6 +107,9 @@ export async function send(text, { retry = null } = {}) {
   showOpen(true);
   const pending = bubble("user", content);
   state.pending.push(pending);
+  // Said at once, before the daemon has the message: the answer is coming.
+  const answer = awaiting();
+  state.waiting.push(answer);
   try {
     const session = await ensureSession();
     // It names its conversation, and the entry it answers when a branch was chosen; else the
@@ -117,7 +120,9 @@ export async function send(text, { retry = null } = {}) {
     });
   } catch (error) {
     state.pending = state.pending.filter((shown) => shown !== pending);
+    state.waiting = state.waiting.filter((shown) => shown !== answer);
     pending.remove();
+    answer.remove();
     problem(error.message);
     if (!retry) {
       input.value = content;

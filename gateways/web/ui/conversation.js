@@ -184,6 +184,33 @@ function showAnswer(entry) {
   return element;
 }
 
+// An answer still to come says what the assistant is doing (sending, starting, thinking,
+// delegating, waiting for an approval), in the bubble and to screen readers; its first words
+// take the line's place.
+export function working(element, text) {
+  let line = element.querySelector(":scope > .working");
+  if (!text) {
+    line?.remove();
+    return;
+  }
+  if (!line) {
+    line = document.createElement("p");
+    line.className = "working";
+    element.prepend(line);
+  }
+  if (line.textContent === text) return;
+  line.textContent = text;
+  announce(text);
+}
+
+// An answer's bubble before its turn is known (the page's message is on its way).
+export function awaiting() {
+  const element = bubble("assistant");
+  element.setAttribute("aria-busy", "true");
+  working(element, "Sending your message…");
+  return element;
+}
+
 function answerOf(turn) {
   let element = state.answers.get(turn);
   if (!element) {
@@ -253,6 +280,10 @@ const SETTLED = { once: "Allowed once", session: "Allowed for this conversation"
 
 // A connection waiting for someone to allow it: a card with the answers as buttons.
 function approvalCard(event) {
+  for (const turn of state.running) {
+    const answer = state.answers.get(turn);
+    if (answer && !textOf(answer).textContent) working(answer, "Waiting for an approval (below)…");
+  }
   const card = bubble("approval");
   card.dataset.approval = event.id;
   card.setAttribute("role", "group");
@@ -337,6 +368,13 @@ function onEvent(event) {
         attachments: event.attachments,
       });
       if (pending) pending.replaceWith(shown);
+      // The answer's bubble stands under the message: the page's own waited for it already.
+      const answer = mine ? state.waiting.shift() : null;
+      if (answer && !state.answers.has(event.turn)) {
+        answer.dataset.turn = event.turn;
+        state.answers.set(event.turn, answer);
+      }
+      if (!textOf(answerOf(event.turn)).textContent) working(answerOf(event.turn), "The assistant is on it…");
       if (!state.entries.length) refreshSessions();
       if (mine) {
         state.leaf = "";
@@ -347,6 +385,7 @@ function onEvent(event) {
     }
     case "delta": {
       const element = answerOf(event.turn);
+      working(element, "");
       // The live tail is plain text; the finished answer is rendered (no flicker).
       textOf(element).append(document.createTextNode(event.text));
       markFirst(event.turn, event.text);
@@ -356,6 +395,7 @@ function onEvent(event) {
     }
     case "reply": {
       const element = answerOf(event.turn);
+      working(element, "");
       element.removeAttribute("aria-busy");
       const entry = { id: event.entry, text: event.text };
       render(textOf(element), event.text, artifactsOf(event.entry));
@@ -368,9 +408,21 @@ function onEvent(event) {
       reloadEntries();
       break;
     }
+    case "phase": {
+      // Before the first words only: a later model call (after a tool) is in the progress lines.
+      const element = answerOf(event.turn);
+      if (textOf(element).textContent) break;
+      const who = event.agent === "assistant" ? "the assistant" : `the ${event.agent}`;
+      const said = event.phase === "starting" ? `Starting ${who}…` : event.agent === "assistant" ? "Thinking…" : `The ${event.agent} is thinking…`;
+      working(element, said.charAt(0).toUpperCase() + said.slice(1));
+      break;
+    }
     case "delegation": {
       const task = (event.task || "").split("\n")[0].slice(0, 80);
       const verb = { started: "working on", finished: "finished", failed: "failed" }[event.state] || event.state;
+      if (event.state === "started" && !textOf(answerOf(event.turn)).textContent) {
+        working(answerOf(event.turn), `Delegated to the ${event.agent}, who is working on it…`);
+      }
       progress(event.turn, `d:${event.agent}:${task}`, `${event.agent} ${verb}: ${task}`, event.state);
       break;
     }
@@ -381,6 +433,7 @@ function onEvent(event) {
     }
     case "error": {
       const element = answerOf(event.turn);
+      working(element, "");
       element.removeAttribute("aria-busy");
       element.classList.add("failed");
       const note = document.createElement("p");
@@ -508,6 +561,8 @@ export async function open(id, leaf = "") {
   running("", false);
   state.attachments = [];
   state.pending = [];
+  state.waiting = [];
+  state.answers.clear();
   $("attached").replaceChildren();
   log.replaceChildren();
   showOpen(Boolean(id));
@@ -527,7 +582,10 @@ export async function open(id, leaf = "") {
     refreshModels();
     // A turn still running (sent from here before a reload, or from another channel) can be
     // stopped here too.
-    for (const turn of read.running || []) running(turn, true);
+    for (const turn of read.running || []) {
+      running(turn, true);
+      working(answerOf(turn), "The assistant is on it…");
+    }
     state.unread.delete(id);
     for (const item of $("sessions").querySelectorAll("[aria-current]")) item.removeAttribute("aria-current");
     const item = $("sessions").querySelector(`[data-id="${CSS.escape(id)}"]`);

@@ -15,6 +15,7 @@ export const state = {
   session: "", // the conversation open
   leaf: "", // the entry the next message answers, when a branch was chosen ("" = the newest)
   pending: [], // the page's own messages, shown before the daemon has them
+  waiting: [], // the answers to them, each saying at once that the assistant is working
   unread: new Set(), // conversations with news not yet seen
   generation: 0, // counts open() calls: a read that finished after a newer one is dropped
   creating: null, // a conversation being created for the page's first message or upload

@@ -45,6 +45,8 @@ pub struct Live {
     pub thinking: String,
     /// The turn read untrusted content: some of its tools are paused.
     pub tainted: bool,
+    /// What its agent does before words come ("starting the assistant", "thinking").
+    pub phase: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -894,6 +896,7 @@ impl App {
                 self.live = Some(Live { turn: event.turn_id, ..Live::default() });
             }
             Event::TextDelta(delta) => self.live_of(&event.turn_id).text.push_str(&delta.text),
+            Event::Phase(phase) => self.live_of(&event.turn_id).phase = baaaht_proto::phase_said(&phase),
             Event::ThinkingDelta(delta) => self.live_of(&event.turn_id).thinking.push_str(&delta.thinking),
             Event::Delegation(delegation) => {
                 let task = delegation.task.lines().next().unwrap_or_default().to_string();
