@@ -28,6 +28,9 @@ fn brain() -> Answer {
             let lines: String = (1..=120).map(|n| format!("line{n}\n")).collect();
             return words_stream(Wire::Anthropic, &lines.replace('\n', "\n "), Duration::from_millis(50));
         }
+        if said.contains("take your time") {
+            return words_stream(Wire::Anthropic, "Here I am, after a while.", Duration::from_millis(700));
+        }
         if said.contains("the invoice") {
             return anthropic_answer(
                 "Here is the invoice: [invoice\u{202E}fdp.exe](http://127.0.0.1:9/invoice) and a picture:\n\n\
@@ -135,8 +138,10 @@ fn a_newcomer_meets_a_greeting_and_suggestions_and_only_admins_see_admin_control
             let suggestions = text_of(&bob, "#suggestions").await;
             assert!(suggestions.contains("Use weather\nTells the weather for a place."), "{suggestions}");
             assert!(shown(&bob, "#input").await, "{size}: the composer is there");
-            // No toolbar for a conversation that does not exist, no admin control for him.
-            for hidden in ["#bar", "#model", "#tree-toggle", "#more", "#new-room-box", "#new-room", "#room-id", "#log"] {
+            // The model can be chosen before he asks; no conversation's actions for one that
+            // does not exist, no admin control for him.
+            assert!(shown(&bob, "#model").await, "{size}: the model picker is on the first screen");
+            for hidden in ["#tree-toggle", "#more", "#new-room-box", "#new-room", "#room-id", "#log"] {
                 assert!(!shown(&bob, hidden).await, "{size}: {hidden} is shown on Bob's first screen");
             }
             screenshot(&bob, dir.path(), &format!("web-first-screen-{size}-light")).await;
@@ -201,6 +206,97 @@ fn a_newcomer_meets_a_greeting_and_suggestions_and_only_admins_see_admin_control
         let admin = until(Duration::from_secs(30), || async { shown(&alice, "#new-room-open").await }).await;
         assert!(admin, "an admin can make rooms");
         alice.close().await.expect("close");
+    });
+}
+
+/// Sends `text` from the composer as a person does and returns, from the page, when the
+/// answer's "working" line appeared (ms after the send), what it and the live region said, and
+/// how many of the page's requests had been answered by then.
+async fn send_and_catch_the_working_line(browser: &Client, text: &str) -> serde_json::Value {
+    let script = r#"
+        const [text, done] = arguments;
+        const log = document.getElementById('log');
+        const sent = performance.now();
+        const seen = new MutationObserver(() => {
+          const line = log.querySelector('.assistant .working');
+          if (!line) return;
+          seen.disconnect();
+          const at = performance.now();
+          const answered = performance.getEntriesByType('resource')
+            .filter((r) => r.startTime >= sent && r.responseEnd > 0 && r.responseEnd <= at).length;
+          done({ms: at - sent, line: line.textContent, status: document.getElementById('status').textContent, answered});
+        });
+        seen.observe(log, {childList: true, subtree: true});
+        document.getElementById('input').value = text;
+        document.getElementById('composer').requestSubmit();
+    "#;
+    browser.execute_async(script, vec![serde_json::json!(text)]).await.expect("the working line appears")
+}
+
+#[test]
+fn a_message_says_at_once_that_the_assistant_works_and_the_model_is_chosen_before_it() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
+    let (fake, daemon) =
+        daemon_offering(&rt, &provider, brain(), vec![], people(&provider.issuer), &["claude-haiku-4-5"]);
+    let (gateway, driver) = web::site_for(&rt, dir.path(), &daemon, &provider, web_port);
+    let logs = || {
+        format!(
+            "{}
+{}",
+            gateway.log_text(),
+            daemon.log_text()
+        )
+    };
+    rt.block_on(async {
+        let alice = driver.browser(1280).await.expect("browser");
+        web::sign_in(&alice, &site, "alice").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+        // Before the first message: the picker is there and says what a choice covers.
+        let listed = until(Duration::from_secs(30), || async {
+            let options = js(&alice, "return [...document.querySelectorAll('#model option')].map((o) => o.value)").await;
+            options.as_array().is_some_and(|all| all.iter().any(|value| value == OTHER_MODEL))
+        })
+        .await;
+        assert!(listed && shown(&alice, "#model").await, "the picker on the first screen\n{}", logs());
+        let picker = alice.find(Locator::Id("model")).await.expect("the picker");
+        picker.select_by_value(OTHER_MODEL).await.expect("choose");
+        let covers = js(&alice, "return document.getElementById('model').title").await;
+        assert!(
+            covers.as_str().is_some_and(|said| said.contains(OTHER_MODEL) && said.contains("Coder it delegates to keep their own")),
+            "{covers}"
+        );
+        let described = text_of(&alice, "#model-covers").await;
+        assert!(described.is_empty() || described.contains("keep their own models"), "{described}");
+
+        // The moment the message is sent, before the daemon has answered anything, the answer
+        // says the assistant is working, in the page and to screen readers.
+        let caught = send_and_catch_the_working_line(&alice, "take your time").await;
+        eprintln!("the working line appeared {} ms after the send", caught["ms"]);
+        assert_eq!(caught["line"], "Sending your message…", "{caught}");
+        assert_eq!(caught["status"], "Sending your message…", "the live region says it too: {caught}");
+        assert_eq!(caught["answered"], 0, "shown before any answer from the server: {caught}");
+        // Then what it does: the Assistant starts for the new conversation, then thinks.
+        let seen = std::sync::Mutex::new(Vec::<String>::new());
+        let thought = until(Duration::from_secs(60), || async {
+            let line = text_of(&alice, ".assistant .working").await;
+            let mut seen = seen.lock().expect("seen");
+            if !line.is_empty() && seen.last() != Some(&line) {
+                seen.push(line.clone());
+            }
+            line == "Thinking…"
+        })
+        .await;
+        assert!(thought, "the phases shown: {:?}\n{}", seen.lock().expect("seen"), logs());
+        screenshot(&alice, dir.path(), "web-working-desktop-light").await;
+        let status = js(&alice, "return document.getElementById('status').textContent").await;
+        assert_eq!(status, "Thinking…", "the live region follows");
+        assert!(answered(&alice, "Here I am, after a while.").await, "{}", logs());
+        assert!(!shown(&alice, ".assistant .working").await, "the line goes with the first words");
+        // The answer came from the model chosen before the conversation began.
+        let models: Vec<String> =
+            fake.requests().iter().map(|r| Asked::of(r).body["model"].as_str().unwrap_or_default().to_string()).collect();
+        assert!(models.iter().any(|model| model == "claude-haiku-4-5"), "the provider was asked for {models:?}");
     });
 }
 

@@ -94,7 +94,9 @@ pub(crate) fn event(context: &Context, event: crate::events::Event) -> v1::Orche
         Kind::Delegation { agent, task, state, result } => {
             Out::Delegation(v1::DelegationProgress { agent: role_ref(agent) as i32, task, state, result })
         }
-        Kind::Phase { agent, phase } => Out::Phase(v1::TurnPhase { agent: role_ref(agent) as i32, phase: phase.into() }),
+        Kind::Phase { agent, phase } => {
+            Out::Phase(v1::TurnPhase { agent: role_ref(agent) as i32, phase: phase.into() })
+        }
         Kind::Tool { agent, tool, state, duration_ms } => {
             Out::Tool(v1::ToolProgress { agent: role_ref(agent) as i32, tool, state, duration_ms })
         }

@@ -392,7 +392,9 @@ pub async fn run<S: Surface>(
             use v1::orchestrator_event::Event;
             match event.event {
                 Some(Event::TextDelta(delta)) => writing.text.push_str(&delta.text),
-                Some(Event::Phase(phase)) if writing.text.is_empty() => writing.status = baaaht_proto::phase_said(&phase),
+                Some(Event::Phase(phase)) if writing.text.is_empty() => {
+                    writing.status = baaaht_proto::phase_said(&phase)
+                }
                 Some(Event::Delegation(delegation)) => {
                     writing.status = format!("{} {}", agent_name(delegation.agent), delegation.state);
                 }

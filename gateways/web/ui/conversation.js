@@ -547,7 +547,9 @@ function show(entries) {
 
 // Whether a conversation is open: its toolbar and log, or the first screen.
 export function showOpen(open) {
-  $("bar").hidden = !open;
+  // The model can be chosen before the first message; the rest is a conversation's.
+  $("more").hidden = !open;
+  if (!open) $("tree-toggle").hidden = true;
   document.body.classList.toggle("fresh", !open);
   $("welcome").hidden = open;
   log.hidden = !open;

@@ -51,18 +51,26 @@ export async function refreshModels() {
   picker.replaceChildren(...options);
   picker.value = choices.current;
   picker.dataset.current = choices.current;
-  picker.title = `Model: ${choices.current}`;
+  picker.title = covers(choices.current);
 }
+
+// What a choice covers, said where the picker is (its title, and to screen readers).
+const covers = (model) =>
+  `The Assistant answers with ${model} in this conversation; the Worker, Researcher and Coder it delegates to keep their own models.`;
 
 picker.addEventListener("change", async () => {
   const model = picker.value;
   // Without a conversation yet, the choice waits for the first message (composer.js).
-  if (!state.session) return;
+  if (!state.session) {
+    picker.title = covers(model);
+    announce(`Your next conversation starts with ${model} for the Assistant.`);
+    return;
+  }
   try {
     await api(`/api/sessions/${encodeURIComponent(state.session)}/model`, { method: "POST", body: { model } });
     picker.dataset.current = model;
-    picker.title = `Model: ${model}`;
-    announce(`This conversation now uses ${model}.`);
+    picker.title = covers(model);
+    announce(`The Assistant now answers with ${model} in this conversation; agents it delegates to keep their own models.`);
   } catch (error) {
     picker.value = picker.dataset.current || "";
     problem(error.message);

@@ -141,7 +141,9 @@ fn status(app: &App) -> Line<'static> {
     let session = app.session.clone().unwrap_or_else(|| "no session yet".into());
     let branch = if app.parent.is_some() { " (earlier branch)" } else { "" };
     let busy = match &app.live {
-        Some(live) if live.tainted => " · reading untrusted content: some tools are paused · Ctrl+C cancels".to_string(),
+        Some(live) if live.tainted => {
+            " · reading untrusted content: some tools are paused · Ctrl+C cancels".to_string()
+        }
         Some(_) if !app.asking.is_empty() => " · waiting for your approval (o/s/a/d)".to_string(),
         Some(live) if live.text.is_empty() && !live.phase.is_empty() => format!(" · {}…, Ctrl+C cancels", live.phase),
         Some(live) if live.text.is_empty() => " · working…, Ctrl+C cancels".to_string(),
