@@ -11,6 +11,7 @@ mod choices;
 pub use choices::ModelChoice;
 pub mod egress;
 pub mod relay;
+pub mod small;
 
 use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;

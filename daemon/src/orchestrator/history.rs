@@ -113,7 +113,28 @@ pub(super) async fn summarize(
 ) -> Result<String, OrchestratorError> {
     let names = sender_names(orchestrator);
     let group = record.group_id.is_some().then_some(&names as &(dyn Fn(&str) -> String + Sync));
+    // A summary request offers no tools, and may drop its oldest messages: a delegation is
+    // told in words there (a provider refuses a tool call without its tool, or a result
+    // without its call).
     let mut messages = history(branch, group, &Images::new());
+    for message in &mut messages {
+        for block in &mut message.content {
+            let told = match block {
+                Block::ToolUse { input, .. } => {
+                    format!(
+                        "[delegated to the {}: {}]",
+                        input["agent"].as_str().unwrap_or("agent"),
+                        input["task"].as_str().unwrap_or("")
+                    )
+                }
+                Block::ToolResult { content, is_error, .. } => {
+                    format!("[{}: {content}]", if *is_error { "it failed" } else { "its answer" })
+                }
+                _ => continue,
+            };
+            *block = Block::Text(told);
+        }
+    }
     if messages.is_empty() {
         return Err(OrchestratorError::Invalid("the session has nothing to compact yet".into()));
     }
@@ -231,6 +252,9 @@ pub(super) fn sender_names(orchestrator: &Orchestrator) -> impl Fn(&str) -> Stri
     }
 }
 
+/// The result of a delegation whose answer was the reply (the reply follows it).
+const DELEGATE_REPLIED: &str = "Its answer was given to the person as your reply.";
+
 /// What stands first in a conversation the Assistant began (models want a user message first).
 const OPENED_BY_YOU: &str = "(This conversation began with your message below, not with mine.)";
 
@@ -270,17 +294,15 @@ pub fn history(branch: &[Entry], names: Option<&(dyn Fn(&str) -> String + Sync)>
             Entry::Message { message, .. } if message.role == "assistant" => {
                 turns.push((Side::Assistant, text(message.content.clone())))
             }
+            // A delegation is what it was, a call of the `delegate` tool and its result: words of
+            // ours in the Assistant's own voice would be copied into its answers by small models.
             // An answer that was the reply is in the reply after it: not shown twice.
-            Entry::Delegate { agent, task, returned: true, .. } => turns.push((
-                Side::Assistant,
-                text(format!("(I delegated to the {agent}: {task})\n(Its answer is my reply below.)")),
-            )),
-            Entry::Delegate { agent, task, result, is_error, .. } => {
-                let outcome = if *is_error { "failed" } else { "answered" };
-                turns.push((
-                    Side::Assistant,
-                    text(format!("(I delegated to the {agent}: {task})\n(The {agent} {outcome}: {result})")),
-                ));
+            Entry::Delegate { id, agent, task, result, is_error, returned, .. } => {
+                let call = format!("toolu_{}", id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"));
+                let input = serde_json::json!({"agent": agent, "task": task});
+                turns.push((Side::Assistant, Block::ToolUse { id: call.clone(), name: "delegate".into(), input }));
+                let content = if *returned { DELEGATE_REPLIED.to_string() } else { result.clone() };
+                turns.push((Side::User, Block::ToolResult { tool_use_id: call, content, is_error: *is_error }));
             }
             _ => {}
         }
@@ -330,6 +352,10 @@ mod tests {
                     .iter()
                     .filter_map(|b| match b {
                         Block::Text(text) => Some(text.clone()),
+                        Block::ToolUse { name, input, .. } => {
+                            Some(format!("{name} {}: {}", input["agent"], input["task"]))
+                        }
+                        Block::ToolResult { content, .. } => Some(format!("result: {content}")),
                         _ => None,
                     })
                     .collect();
@@ -362,13 +388,9 @@ mod tests {
             got,
             vec![
                 ("user".to_string(), vec!["alice: fix the build".to_string()]),
-                (
-                    "assistant".to_string(),
-                    vec![
-                        "(I delegated to the coder: fix it)\n(The coder answered: fixed)".to_string(),
-                        "Done.".to_string()
-                    ]
-                ),
+                ("assistant".to_string(), vec!["delegate \"coder\": \"fix it\"".to_string()]),
+                ("user".to_string(), vec!["result: fixed".to_string()]),
+                ("assistant".to_string(), vec!["Done.".to_string()]),
                 ("user".to_string(), vec!["bob: thanks".to_string()]),
             ]
         );
@@ -441,11 +463,19 @@ mod tests {
             },
             message("m2", "d1", "assistant", "It printed: a long output", None),
         ];
-        let got = texts(&history(&branch, None, &Images::new()));
-        assert_eq!(
-            got[1].1,
-            ["(I delegated to the coder: run it)\n(Its answer is my reply below.)", "It printed: a long output"]
-        );
+        let messages = history(&branch, None, &Images::new());
+        let got = texts(&messages);
+        assert_eq!(got[1].1, ["delegate \"coder\": \"run it\""]);
+        assert_eq!(got[2].1, [format!("result: {DELEGATE_REPLIED}")]);
+        assert_eq!(got[3], ("assistant".to_string(), vec!["It printed: a long output".to_string()]));
+        // The call and its result pair up, as a provider requires.
+        let (Block::ToolUse { id, .. }, Block::ToolResult { tool_use_id, .. }) =
+            (&messages[1].content[0], &messages[2].content[0])
+        else {
+            panic!("{messages:?}")
+        };
+        assert_eq!(id, tool_use_id);
+        assert_eq!(id, "toolu_d1");
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub(super) async fn stream(
     // No answer is longer than its role's cap, whatever the agent asked for.
     let cap = shared.loaded.config.agents.settings(identity.role).max_output_tokens;
     request.max_tokens = Some(request.max_tokens.filter(|asked| *asked > 0).map_or(cap, |asked| asked.min(cap)));
+    // A model with a small window (as its server or providers.yaml says) gets the tools cut.
+    if let Some(window) = shared.llm.context_window(&request.model).await {
+        crate::llm::small::fit(&mut request, window);
+    }
     let payer = Payer {
         principal: crate::audit::principal(&caller),
         context: identity.context.clone(),

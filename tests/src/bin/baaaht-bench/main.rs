@@ -22,6 +22,7 @@ mod household;
 mod identity;
 mod isolation;
 mod llm;
+mod local_model;
 mod mcp;
 mod memory;
 mod ops;
@@ -131,6 +132,16 @@ enum Bench {
         /// `--minutes` long) up to the first whose p99 first word exceeds 1 s: the capacity line
         #[arg(long)]
         capacity: bool,
+    },
+    /// "hello" in two new conversations to a local llama.cpp server (scripts/local-model): the
+    /// second's first word, its instructions and tools cached by the server, vs the first's
+    LocalModel {
+        /// Rounds of two conversations each (at least 3)
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// The server's address
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        server: String,
     },
     /// A one-tool turn against a model with 800 ms to its first token: its answer returned
     /// directly vs re-written by the Assistant; a conversation's input tokens with prompt caching
@@ -315,6 +326,7 @@ fn main() -> Result<()> {
                 household::run(plan)
             }
         }
+        Bench::LocalModel { rounds, server } => local_model::run(rounds.max(3), server.trim_end_matches('/')),
         Bench::Turn { runs, conversation } => turn::run(runs.max(5), conversation.max(2)),
         Bench::Abuse { seconds } => abuse::run(seconds.max(30)),
         Bench::FirstContact { users, calls } => identity::first_contact(users.max(1000), calls.max(100)),
