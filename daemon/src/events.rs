@@ -97,6 +97,23 @@ impl Kind {
         matches!(self, Kind::ApprovalRequest { .. } | Kind::ApprovalSettled { .. })
     }
 
+    /// A memory written while reading content from outside waits for review: the text every
+    /// channel can show (it names where a review is done), and the key and source in its
+    /// metadata (`topic: memory-review`), from which a channel that offers the review itself
+    /// (the web's settings, the TUI's /memory) says it its own way.
+    pub fn memory_review(key: &str, source: &str) -> Kind {
+        let content = format!(
+            "A memory (`{key}`) was written while reading content from outside ({source}); it waits for your \
+             review and is not used until you confirm it: in the web's settings, with /memory in the terminal \
+             app, or `baaaht memory review` on the host."
+        );
+        let metadata = [("topic", "memory-review"), ("key", key), ("source", source)]
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        Kind::Message { content, reply_to: String::new(), metadata, attachments: vec![] }
+    }
+
     pub fn message(content: impl Into<String>) -> Kind {
         Kind::Message {
             content: content.into(),

@@ -105,7 +105,7 @@ fn when_gvisor_stops_starting_sandboxes_auto_goes_on_under_runc_and_doctor_names
     assert!(!ok, "{said}");
     assert!(
         said.contains("worker containers must run under gVisor (container.isolation.worker is gvisor), but gVisor does not start sandboxes now")
-            && said.contains(&cause)
+            && said.contains("`baaaht doctor` on the host says why")
             && said.contains("set container.isolation.worker to auto"),
         "{said}"
     );

@@ -1059,8 +1059,6 @@ fn memory_written_from_untrusted_content_is_reviewed_in_the_settings() {
         })
         .await;
         assert!(settled, "{}", text_of(&alice, "#memory-review").await);
-    });
-    rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host client");
         let query = |quarantined| v1::MemoryQuery {
             context: Some(scenario::user("alice-web")),
@@ -1074,6 +1072,24 @@ fn memory_written_from_untrusted_content_is_reviewed_in_the_settings() {
         assert!(remembered[0].confirmed_by.contains("alice"), "{:?}", remembered[0]);
         let waiting = host.memory.search_memory(query(true)).await.expect("quarantine").into_inner().entries;
         assert!(waiting.is_empty(), "{waiting:?}");
+
+        // What is remembered is shown in the settings too, and forgotten from there.
+        click(&alice, "#settings-close").await;
+        click(&alice, "#settings-open").await;
+        let kept = until(Duration::from_secs(20), || async {
+            text_of(&alice, "#memory-list").await.contains("The user banks at evil-bank.")
+        })
+        .await;
+        assert!(kept, "{}\n{}", text_of(&alice, "#settings").await, logs());
+        screenshot(&alice, dir.path(), "memory-kept").await;
+        click(&alice, "#memory-list .memory-entry[data-key=bank] button").await;
+        let forgotten = until(Duration::from_secs(20), || async {
+            alice.find_all(Locator::Css("#memory-list button")).await.is_ok_and(|found| found.is_empty())
+        })
+        .await;
+        assert!(forgotten, "{}", text_of(&alice, "#memory-list").await);
+        let remembered = host.memory.search_memory(query(false)).await.expect("memory").into_inner().entries;
+        assert!(remembered.is_empty(), "forgotten: {remembered:?}");
     });
 }
 

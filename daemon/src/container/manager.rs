@@ -294,10 +294,11 @@ impl std::fmt::Debug for ContainerManager {
 
 /// The refusal of a container whose role must run under gVisor while gVisor does not start
 /// sandboxes: the cause, and what else the person can do.
-fn gvisor_refused(role: Role, cause: &str) -> ContainerError {
+fn gvisor_refused(role: Role) -> ContainerError {
     ContainerError::Isolation(format!(
         "{role} containers must run under gVisor (container.isolation.{role} is gvisor), but gVisor does not start \
-         sandboxes now: {cause}. Or set container.isolation.{role} to auto to run them under runc until it does",
+         sandboxes now: `baaaht doctor` on the host says why and what to fix. Or set container.isolation.{role} to \
+         auto to run them under runc until it does",
         role = role.as_str()
     ))
 }
@@ -531,9 +532,8 @@ impl ContainerManager {
         // gVisor registered but not starting sandboxes: `auto` stays on runc until a retry is
         // due; `gvisor` is refused with the cause until then.
         if tier == Isolation::Gvisor && !self.gvisor.try_now() {
-            let cause = self.gvisor.down().unwrap_or_default();
             if asked != crate::config::IsolationChoice::Auto {
-                return Err(gvisor_refused(role, &cause));
+                return Err(gvisor_refused(role));
             }
             tier = Isolation::Runc;
         }
@@ -556,6 +556,22 @@ impl ContainerManager {
     pub async fn probe_gvisor(&self) -> Option<Result<Duration, String>> {
         let runtime = self.runtime().await.ok()?;
         runtime.engine().gvisor.as_ref().ok()?;
+        Some(match self.bare_sandbox(&*runtime).await {
+            Ok(took) => {
+                if self.gvisor.worked() {
+                    tracing::info!("gVisor starts sandboxes again: roles set to auto are back on it");
+                }
+                Ok(took)
+            }
+            Err(Ok(error)) => Err(self.gvisor_failed(&*runtime, &error)),
+            Err(Err(why)) => Err(why),
+        })
+    }
+
+    /// Starts a bare sandbox under gVisor running `true` (no mounts of anyone's, no socket, the
+    /// base image) and waits for it to end: its time; else the engine's error when gVisor
+    /// could not make it (`Err(Ok)`), or what else went wrong (`Err(Err)`).
+    async fn bare_sandbox(&self, runtime: &dyn ContainerRuntime) -> Result<Duration, Result<RuntimeError, String>> {
         let request = RunRequest {
             role: Role::Tool,
             session_id: "gvisor-probe".into(),
@@ -569,26 +585,24 @@ impl ContainerManager {
             image: None,
         };
         // No slot: it lives a second, and a doctor filling the slots must count only its own.
-        let (name, _, spec) = match self.prepare(&request, ContainerKind::Task, false, Isolation::Gvisor) {
-            Ok(prepared) => prepared,
-            Err(error) => return Some(Err(error.to_string())),
-        };
+        let (name, _, spec) = self
+            .prepare(&request, ContainerKind::Task, false, Isolation::Gvisor)
+            .map_err(|error| Err(error.to_string()))?;
         let started = Instant::now();
-        match self.create_and_start(&*runtime, &spec, String::new()).await {
+        match self.create_and_start(runtime, &spec, String::new()).await {
             Ok(id) => {
-                let ended = runtime.wait(&id).await;
-                self.cleanup(&*runtime, &id, &name).await;
-                if self.gvisor.worked() {
-                    tracing::info!("gVisor starts sandboxes again: roles set to auto are back on it");
-                }
-                Some(match ended {
+                let ended = tokio::time::timeout(Duration::from_secs(60), runtime.wait(&id))
+                    .await
+                    .unwrap_or(Err(RuntimeError::Hung { operation: "wait for a sandbox running `true`", seconds: 60 }));
+                self.cleanup(runtime, &id, &name).await;
+                match ended {
                     Ok(exit) if exit.code == 0 => Ok(started.elapsed()),
-                    Ok(exit) => Err(format!("a sandbox started but `true` in it exited with code {}", exit.code)),
-                    Err(error) => Err(format!("a sandbox started but could not be waited for: {error}")),
-                })
+                    Ok(exit) => Err(Err(format!("a sandbox started but `true` in it exited with code {}", exit.code))),
+                    Err(error) => Err(Err(format!("a sandbox started but could not be waited for: {error}"))),
+                }
             }
-            Err(error) if super::gvisor::is_sandbox_failure(&error) => Some(Err(self.gvisor_failed(&*runtime, &error))),
-            Err(error) => Some(Err(error.to_string())),
+            Err(error) if super::gvisor::is_sandbox_failure(&error) => Err(Ok(error)),
+            Err(error) => Err(Err(error.to_string())),
         }
     }
 
@@ -759,6 +773,12 @@ impl ContainerManager {
                 }
                 Err(error) if trying.isolation == Isolation::Gvisor && super::gvisor::is_sandbox_failure(&error) => {
                     let message = error.to_string();
+                    // gVisor's fault only when a bare sandbox does not start either: a container
+                    // whose own start fails (its mounts, its image) never sends others to runc.
+                    if self.bare_sandbox(runtime).await.is_ok() {
+                        tracing::warn!(container = %spec.name, error = %message, "a container did not start under gVisor, which starts sandboxes: its own failure");
+                        return Err(ContainerError::StartFailed { attempts, message });
+                    }
                     let cause = self.gvisor_failed(runtime, &error);
                     let role = crate::auth::Role::named(&spec.labels.role);
                     let asked = role.map(|role| self.policy.container_config().isolation_of(role));
@@ -766,9 +786,14 @@ impl ContainerManager {
                         (_, Some(crate::config::IsolationChoice::Auto)) => {
                             let mut runc = spec.clone();
                             runc.isolation = Isolation::Runc;
+                            runc.mounts.retain(|mount| mount.target != GVISOR_COMPAT_MOUNT);
+                            runc.env.retain(|(name, value)| !(name == "LD_PRELOAD" && value == GVISOR_COMPAT_MOUNT));
                             fallback = Some(runc);
                         }
-                        (Some(role), _) => return Err(gvisor_refused(role, &cause)),
+                        (Some(role), _) => {
+                            tracing::warn!(role = role.as_str(), %cause, "refused: the role must run under gVisor");
+                            return Err(gvisor_refused(role));
+                        }
                         (None, _) => return Err(ContainerError::StartFailed { attempts, message }),
                     }
                 }

@@ -308,31 +308,37 @@ impl LlmGateway {
     /// `None` when neither says, or the gateway is not ready: the caller goes by the name.
     pub async fn context_window(&self, model: &str) -> Option<usize> {
         let provider = model.split_once('/').map(|(provider, _)| provider)?;
-        let mut windows = self.windows.lock().await;
-        if windows.1.is_none_or(|asked| asked.elapsed() > WINDOWS_KEPT) {
-            let ready = match &*self.state.borrow() {
-                State::Ready { client, .. } => Some(client.clone()),
-                _ => None,
-            };
-            if let Some(mut client) = ready {
-                let asked =
-                    tokio::time::timeout(Duration::from_secs(5), client.list_models(v1::ListModelsRequest::default()));
-                match asked.await {
-                    Ok(Ok(listed)) => {
-                        windows.0 = listed
-                            .into_inner()
-                            .models
-                            .into_iter()
-                            .map(|model| (model.provider, model.context_window))
-                            .collect();
-                        windows.1 = Some(Instant::now());
-                    }
-                    Ok(Err(status)) => tracing::debug!(error = %status.message(), "cannot list the gateway's models"),
-                    Err(_) => tracing::debug!("the gateway did not list its models within 5 s"),
+        // Asked of the gateway at most once a minute (after a failure too), and not under the
+        // lock: a slow gateway holds up no model call.
+        let due = {
+            let mut windows = self.windows.lock().await;
+            let due = windows.1.is_none_or(|asked| asked.elapsed() > WINDOWS_KEPT);
+            if due {
+                windows.1 = Some(Instant::now());
+            }
+            due
+        };
+        let ready = match &*self.state.borrow() {
+            State::Ready { client, .. } if due => Some(client.clone()),
+            _ => None,
+        };
+        if let Some(mut client) = ready {
+            let asked =
+                tokio::time::timeout(Duration::from_secs(5), client.list_models(v1::ListModelsRequest::default()));
+            match asked.await {
+                Ok(Ok(listed)) => {
+                    self.windows.lock().await.0 = listed
+                        .into_inner()
+                        .models
+                        .into_iter()
+                        .map(|model| (model.provider, model.context_window))
+                        .collect();
                 }
+                Ok(Err(status)) => tracing::debug!(error = %status.message(), "cannot list the gateway's models"),
+                Err(_) => tracing::debug!("the gateway did not list its models within 5 s"),
             }
         }
-        windows.0.get(provider).filter(|window| **window > 0).map(|window| *window as usize)
+        self.windows.lock().await.0.get(provider).filter(|window| **window > 0).map(|window| *window as usize)
     }
 
     /// Each provider's health as the gateway sees it (healthy, and what it last said), or why

@@ -4,22 +4,27 @@
 //! is the same for every request, so a local server's prompt cache (llama.cpp, Ollama) still
 //! finds the same prefix from one request, and one conversation, to the next.
 
-use baaaht_proto::v1;
 use serde_json::Value;
 
 /// The largest window whose requests are cut.
 pub const SMALL_WINDOW: usize = 8192;
 
-/// Cuts `request`'s tools for a model whose context window is `window` tokens, when it is small.
-pub fn fit(request: &mut v1::LlmRequest, window: usize) {
+/// A tool as a request carries it: its description and its parameters' JSON schema.
+pub struct ToolText<'a> {
+    pub description: &'a mut String,
+    pub parameters_json: &'a mut String,
+}
+
+/// Cuts `tools` for a model whose context window is `window` tokens, when it is small.
+pub fn fit<'a>(tools: impl IntoIterator<Item = ToolText<'a>>, window: usize) {
     if window > SMALL_WINDOW {
         return;
     }
-    for tool in &mut request.tools {
-        tool.description = first_sentence(&tool.description);
-        if let Ok(mut schema) = serde_json::from_str::<Value>(&tool.parameters_json) {
+    for tool in tools {
+        *tool.description = first_sentence(tool.description);
+        if let Ok(mut schema) = serde_json::from_str::<Value>(tool.parameters_json) {
             drop_descriptions(&mut schema);
-            tool.parameters_json = schema.to_string();
+            *tool.parameters_json = schema.to_string();
         }
     }
 }
@@ -52,29 +57,26 @@ fn drop_descriptions(schema: &mut Value) {
 mod tests {
     use super::*;
 
-    fn request() -> v1::LlmRequest {
+    fn tool() -> (String, String) {
         let parameters = serde_json::json!({"type": "object", "properties": {
             "task": {"type": "string", "description": "what to do, in full sentences"},
             "description": {"type": "string", "description": "a line about it"},
             "when": {"type": "array", "items": {"type": "string", "description": "a time"}},
         }});
-        v1::LlmRequest {
-            tools: vec![v1::ToolDefinition {
-                name: "delegate".into(),
-                description: "Hand a task to an agent. worker: searches; coder: code.".into(),
-                parameters_json: parameters.to_string(),
-            }],
-            ..v1::LlmRequest::default()
-        }
+        ("Hand a task to an agent. worker: searches; coder: code.".into(), parameters.to_string())
+    }
+
+    fn cut(window: usize) -> (String, String) {
+        let (mut description, mut parameters_json) = tool();
+        fit([ToolText { description: &mut description, parameters_json: &mut parameters_json }], window);
+        (description, parameters_json)
     }
 
     #[test]
     fn a_small_window_gets_the_first_sentence_and_no_parameter_descriptions() {
-        let mut cut = request();
-        fit(&mut cut, 4096);
-        let tool = &cut.tools[0];
-        assert_eq!(tool.description, "Hand a task to an agent.");
-        let schema: Value = serde_json::from_str(&tool.parameters_json).expect("json");
+        let (description, parameters_json) = cut(4096);
+        assert_eq!(description, "Hand a task to an agent.");
+        let schema: Value = serde_json::from_str(&parameters_json).expect("json");
         assert_eq!(schema["properties"]["task"], serde_json::json!({"type": "string"}));
         assert_eq!(
             schema["properties"]["description"],
@@ -82,15 +84,11 @@ mod tests {
             "a property so named stays"
         );
         assert_eq!(schema["properties"]["when"]["items"], serde_json::json!({"type": "string"}));
-        let mut again = request();
-        fit(&mut again, 4096);
-        assert_eq!(again, cut, "the same cut every time: a prompt cache still matches");
+        assert_eq!(cut(4096), (description, parameters_json), "the same cut every time: a prompt cache still matches");
     }
 
     #[test]
     fn a_large_window_gets_everything() {
-        let mut whole = request();
-        fit(&mut whole, 128_000);
-        assert_eq!(whole, request());
+        assert_eq!(cut(128_000), tool());
     }
 }

@@ -41,7 +41,11 @@ pub(super) async fn stream(
     request.max_tokens = Some(request.max_tokens.filter(|asked| *asked > 0).map_or(cap, |asked| asked.min(cap)));
     // A model with a small window (as its server or providers.yaml says) gets the tools cut.
     if let Some(window) = shared.llm.context_window(&request.model).await {
-        crate::llm::small::fit(&mut request, window);
+        let tools = request.tools.iter_mut().map(|tool| crate::llm::small::ToolText {
+            description: &mut tool.description,
+            parameters_json: &mut tool.parameters_json,
+        });
+        crate::llm::small::fit(tools, window);
     }
     let payer = Payer {
         principal: crate::audit::principal(&caller),

@@ -128,11 +128,11 @@ pub(super) fn write(
     };
     if let MemoryWrite::Quarantine(source) = &verdict {
         tracing::info!(context = %context, key = %key, %source, "memory put aside for review");
-        tell(format!(
-            "A memory (`{key}`) was written while reading content from outside ({source}); it waits for your \
-             review and is not used until you confirm it: `baaaht memory review`, /memory in the terminal, or the \
-             web settings."
-        ));
+        let notice = crate::events::Kind::memory_review(&request.key, source);
+        let session =
+            live.as_ref().map(|live| (live.session.as_str(), live.user_turn.as_str(), live.correlation_id.as_str()));
+        let (session, turn, correlation) = session.unwrap_or_default();
+        shared.events.publish(&context, crate::events::Event::of_turn(session, turn, correlation, notice));
         return Ok(Response::new(v1::Ack {
             message: format!(
                 "`{key}` is kept aside for the user's review, not remembered: this turn read content from outside \

@@ -358,7 +358,8 @@ pub async fn run<S: Surface>(
     let deadline = tokio::time::Instant::now() + TURN_LIMIT;
     let trouble = loop {
         if writing.text.is_empty() && last_typing.elapsed() >= TYPING_EVERY {
-            surface.typing().await;
+            // A courtesy: a channel that throttles it never holds the turn up.
+            let _ = tokio::time::timeout(Duration::from_secs(2), surface.typing()).await; // silent-ok: as above
             last_typing = Instant::now();
         }
         let next = tokio::time::timeout(every.min(TYPING_EVERY), events.message());

@@ -366,6 +366,30 @@ pub async fn memory_review(State(app): State<Arc<App>>, user: User) -> Response 
     })
 }
 
+/// `GET /api/memory`: what the assistant remembers of the user (confirmed, in use).
+pub async fn memories(State(app): State<Arc<App>>, user: User) -> Response {
+    let mut daemon = app.daemon.clone();
+    let query = v1::MemoryQuery { context: None, limit: 500, quarantined: false, ..v1::MemoryQuery::default() };
+    answer(daemon.memory.search_memory(app.as_user(&user.session, query)).await, |list| {
+        let entries: Vec<serde_json::Value> = list
+            .entries
+            .iter()
+            .map(|entry| json!({"key": entry.key, "content": entry.content, "updated": entry.updated_at}))
+            .collect();
+        json!({"entries": entries})
+    })
+}
+
+/// `POST /api/memory/{key}/forget`: the assistant forgets it.
+pub async fn forget_memory(State(app): State<Arc<App>>, user: User, Path(key): Path<String>) -> Response {
+    let mut daemon = app.daemon.clone();
+    let request = v1::MemoryKey { context: None, key, quarantined: false };
+    answer(
+        daemon.memory.delete_memory(app.as_user(&user.session, request)).await,
+        |ack| json!({"message": ack.message}),
+    )
+}
+
 /// `POST /api/memory/review/{key}` with `{"decision": "confirm" | "drop"}`.
 pub async fn settle_memory(
     State(app): State<Arc<App>>,

@@ -310,6 +310,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/approvals/{id}", post(api::approve))
         .route("/api/memory/review", get(api::memory_review))
         .route("/api/memory/review/{key}", post(api::settle_memory))
+        .route("/api/memory", get(api::memories))
+        .route("/api/memory/{key}/forget", post(api::forget_memory))
         .route("/api/settings", post(api::settings))
         .route("/api/home", get(crate::home::home))
         .route("/api/models", get(crate::home::models))

@@ -221,6 +221,17 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
             };
             json!({"type": "error", "session": session, "turn": turn, "text": text})
         }
+        // A memory waiting for review is reviewed here, in the settings.
+        Event::Message(message) if message.metadata.get("topic").is_some_and(|topic| topic == "memory-review") => {
+            let said = |name: &str| message.metadata.get(name).map_or("", String::as_str).to_string();
+            let text = format!(
+                "A memory (`{}`) was written while reading content from outside ({}). It is not used until you \
+                 confirm it: open Settings (⚙), Memory waiting for your review.",
+                said("key"),
+                said("source")
+            );
+            json!({"type": "message", "session": session, "text": text, "files": []})
+        }
         Event::Message(message) => json!({"type": "message", "session": session, "text": message.content,
             "files": message.attachments.iter().map(|file| json!({"name": file.filename, "path": file.path,
                 "type": file.mime_type, "size": file.size_bytes})).collect::<Vec<_>>()}),
@@ -258,6 +269,28 @@ mod tests {
             [((KEPT + 9) as u64, format!("{}", KEPT + 8)), ((KEPT + 10) as u64, format!("{}", KEPT + 9))]
         );
         assert_eq!(feed.after(0).len(), KEPT, "only the latest are kept");
+    }
+
+    #[test]
+    fn a_memory_waiting_for_review_is_sent_to_the_settings_not_to_a_command() {
+        let metadata = [("topic", "memory-review"), ("key", "bank"), ("source", "web_fetch https://x.example/")]
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        let message = v1::OutboundMessage {
+            content: "… `baaaht memory review` on the host.".into(),
+            metadata,
+            ..v1::OutboundMessage::default()
+        };
+        let event = v1::OrchestratorEvent {
+            session_id: "s-1".into(),
+            event: Some(v1::orchestrator_event::Event::Message(message)),
+            ..v1::OrchestratorEvent::default()
+        };
+        let shown = to_json(&event, &Me { identity: String::new(), id: String::new() }).expect("shown");
+        let text = shown["text"].as_str().expect("text");
+        assert!(text.contains("`bank`") && text.contains("open Settings (⚙)"), "{text}");
+        assert!(!text.contains("baaaht memory review"), "no command the web cannot run: {text}");
     }
 
     #[test]

@@ -22,7 +22,45 @@ $("settings-open").addEventListener("click", () => {
   $("settings-status").textContent = "";
   $("settings").showModal();
   showMemoryReview();
+  showMemories();
 });
+
+// What the assistant remembers (confirmed, in use): each can be forgotten here.
+async function showMemories() {
+  const list = $("memory-list");
+  list.replaceChildren();
+  let kept;
+  try {
+    kept = (await api("/api/memory")).entries;
+  } catch (error) {
+    list.append(Object.assign(document.createElement("li"), { textContent: error.message }));
+    return;
+  }
+  if (!kept.length) {
+    list.append(Object.assign(document.createElement("li"), { className: "hint", textContent: "Nothing yet." }));
+    return;
+  }
+  for (const entry of kept) {
+    const item = document.createElement("li");
+    item.className = "memory-entry";
+    item.dataset.key = entry.key;
+    const title = Object.assign(document.createElement("strong"), { textContent: visible(entry.key) });
+    const text = Object.assign(document.createElement("p"), { textContent: entry.content });
+    const forget = Object.assign(document.createElement("button"), { type: "button", textContent: "Forget", className: "danger" });
+    forget.setAttribute("aria-label", `Forget ${visible(entry.key)}`);
+    forget.addEventListener("click", async () => {
+      try {
+        const done = await api(`/api/memory/${encodeURIComponent(entry.key)}/forget`, { method: "POST", body: {} });
+        item.replaceChildren(Object.assign(document.createElement("p"), { className: "hint", textContent: done.message }));
+        announce(done.message);
+      } catch (error) {
+        announce(error.message);
+      }
+    });
+    item.append(title, text, forget);
+    list.append(item);
+  }
+}
 
 // Memory entries from turns that read untrusted content: each confirmed or dropped here.
 async function showMemoryReview() {
