@@ -24,6 +24,10 @@ pub const TURN_LIMIT: Duration = Duration::from_secs(900);
 pub struct Writing {
     pub text: String,
     pub status: String,
+    /// What the agent does before its first words ("starting the assistant", "thinking"):
+    /// shown in a placeholder already up; a channel that waits for the words (Matrix) shows
+    /// its typing sign instead.
+    pub phase: String,
 }
 
 /// Why an answer did not finish, as its channel tells the person.
@@ -133,6 +137,7 @@ pub const PLACEHOLDER: &str = "…";
 pub fn live(writing: &Writing, limit: usize) -> String {
     let text: String = crate::text::clean(&writing.text).chars().take(limit).collect();
     match (text.trim().is_empty(), writing.status.is_empty()) {
+        (true, true) if !writing.phase.is_empty() => format!("{}…", writing.phase),
         (true, true) => PLACEHOLDER.into(),
         (true, false) => format!("{}…", writing.status),
         (false, true) => format!("{text} …"),
@@ -284,7 +289,7 @@ async fn link(daemon: &Client, person: &Person, place: &Place, code: Option<Stri
 /// Answers with the gateway's own `sentence` (no turn).
 async fn say<S: Surface>(surface: &S, sentence: String) -> Result<(), TurnError> {
     let answer = surface.open().await.map_err(TurnError::Channel)?;
-    let writing = Writing { text: sentence, status: String::new() };
+    let writing = Writing { text: sentence, ..Writing::default() };
     surface.close(answer, &writing, None).await.map_err(TurnError::Channel)
 }
 
@@ -394,7 +399,7 @@ pub async fn run<S: Surface>(
             match event.event {
                 Some(Event::TextDelta(delta)) => writing.text.push_str(&delta.text),
                 Some(Event::Phase(phase)) if writing.text.is_empty() => {
-                    writing.status = baaaht_proto::phase_said(&phase)
+                    writing.phase = baaaht_proto::phase_said(&phase)
                 }
                 Some(Event::Delegation(delegation)) => {
                     writing.status = format!("{} {}", agent_name(delegation.agent), delegation.state);
@@ -457,9 +462,14 @@ mod tests {
 
     #[test]
     fn an_answer_shows_its_words_and_status_while_written_and_what_failed_at_the_end() {
-        let writing = Writing { text: "Hello \u{1b}[2J there".into(), status: "worker started".into() };
+        let writing =
+            Writing { text: "Hello \u{1b}[2J there".into(), status: "worker started".into(), ..Writing::default() };
         assert_eq!(live(&writing, 8), "Hello ^[ …\n\n(worker started)");
         assert_eq!(live(&Writing::default(), 100), PLACEHOLDER);
+        // Before the words, what the agent does; the words take its place.
+        let thinking = Writing { phase: "thinking".into(), ..Writing::default() };
+        assert_eq!(live(&thinking, 100), "thinking…");
+        assert_eq!(live(&Writing { text: "Hi".into(), ..thinking }, 100), "Hi …");
         assert_eq!(
             live(&Writing { status: "exec running (3 ms)".into(), ..Writing::default() }, 100),
             "exec running (3 ms)…"

@@ -409,7 +409,7 @@ mod tests {
         assert!(parts[0].ends_with('\n'), "cut after a line");
         assert_eq!(parts.concat(), text);
         assert_eq!(messages("short"), ["short"]);
-        let writing = Writing { text: "Hello \u{1b}[2J".into(), status: "worker started".into() };
+        let writing = Writing { text: "Hello \u{1b}[2J".into(), status: "worker started".into(), ..Writing::default() };
         assert_eq!(live(&writing), "Hello ^[[2J …\n\n(worker started)");
         assert_eq!(live(&Writing::default()), PLACEHOLDER);
     }
