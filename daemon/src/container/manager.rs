@@ -585,9 +585,12 @@ impl ContainerManager {
             image: None,
         };
         // No slot: it lives a second, and a doctor filling the slots must count only its own.
-        let (name, _, spec) = self
+        let (_, _, mut spec) = self
             .prepare(&request, ContainerKind::Task, false, Isolation::Gvisor)
             .map_err(|error| Err(error.to_string()))?;
+        // Named for what it is: never taken for a session's tool container.
+        spec.name = spec.name.replacen("baaaht-tool-", "baaaht-gvisor-probe-", 1);
+        let name = spec.name.clone();
         let started = Instant::now();
         match self.create_and_start(runtime, &spec, String::new()).await {
             Ok(id) => {
