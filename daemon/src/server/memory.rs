@@ -103,12 +103,11 @@ pub(super) fn write(
         sources: vec![],
     };
     let key = request.key.clone();
-    let tell = |text: String| {
+    let tell = |kind: crate::events::Kind| {
         let session =
             live.as_ref().map(|live| (live.session.as_str(), live.user_turn.as_str(), live.correlation_id.as_str()));
         let (session, turn, correlation) = session.unwrap_or_default();
-        let event = crate::events::Event::of_turn(session, turn, correlation, crate::events::Kind::message(text));
-        shared.events.publish(&context, event);
+        shared.events.publish(&context, crate::events::Event::of_turn(session, turn, correlation, kind));
     };
     let written = match &verdict {
         MemoryWrite::Refuse(why) => return Err(Status::permission_denied(why.clone())),
@@ -121,18 +120,14 @@ pub(super) fn write(
         Ok(kept) => kept,
         Err(error) => {
             if matches!(error, MemoryError::Full(_)) {
-                tell(format!("A memory (`{key}`) was not kept: {error}"));
+                tell(crate::events::Kind::message(format!("A memory (`{key}`) was not kept: {error}")));
             }
             return Err(error.into());
         }
     };
     if let MemoryWrite::Quarantine(source) = &verdict {
         tracing::info!(context = %context, key = %key, %source, "memory put aside for review");
-        let notice = crate::events::Kind::memory_review(&request.key, source);
-        let session =
-            live.as_ref().map(|live| (live.session.as_str(), live.user_turn.as_str(), live.correlation_id.as_str()));
-        let (session, turn, correlation) = session.unwrap_or_default();
-        shared.events.publish(&context, crate::events::Event::of_turn(session, turn, correlation, notice));
+        tell(crate::events::Kind::memory_review(&request.key, source));
         return Ok(Response::new(v1::Ack {
             message: format!(
                 "`{key}` is kept aside for the user's review, not remembered: this turn read content from outside \
@@ -150,12 +145,12 @@ pub(super) fn write(
         }
         Kept::MadeRoom(gone) => {
             let said: String = gone.content.chars().take(80).collect();
-            tell(format!(
+            tell(crate::events::Kind::message(format!(
                 "Memory keeps at most {} entries: to remember `{key}`, the least important and oldest one, `{}` \
                  (“{said}”), was forgotten. Raise memory.max_entries to keep more.",
                 shared.memory.most(),
                 gone.key
-            ));
+            )));
             format!("remembered `{key}`; `{}` was forgotten to make room (the user was told)", gone.key)
         }
         Kept::New | Kept::Replaced => {

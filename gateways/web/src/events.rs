@@ -247,7 +247,7 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
             "source": tainted.source, "withheld": tainted.withheld}),
         // What the turn's agent does before its words (the answer's "working" line).
         Event::Phase(phase) => json!({"type": "phase", "session": session, "turn": turn,
-            "agent": agent(phase.agent), "phase": phase.phase}),
+            "agent": agent(phase.agent), "phase": phase.phase, "said": baaaht_proto::phase_said(phase)}),
         Event::ThinkingDelta(_) => return None,
     })
 }

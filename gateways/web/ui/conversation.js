@@ -412,9 +412,7 @@ function onEvent(event) {
       // Before the first words only: a later model call (after a tool) is in the progress lines.
       const element = answerOf(event.turn);
       if (textOf(element).textContent) break;
-      const who = event.agent === "assistant" ? "the assistant" : `the ${event.agent}`;
-      const said = event.phase === "starting" ? `Starting ${who}…` : event.agent === "assistant" ? "Thinking…" : `The ${event.agent} is thinking…`;
-      working(element, said.charAt(0).toUpperCase() + said.slice(1));
+      working(element, `${event.said.charAt(0).toUpperCase()}${event.said.slice(1)}…`);
       break;
     }
     case "delegation": {

@@ -25,88 +25,68 @@ $("settings-open").addEventListener("click", () => {
   showMemories();
 });
 
-// What the assistant remembers (confirmed, in use): each can be forgotten here.
-async function showMemories() {
-  const list = $("memory-list");
+// A list of memory entries read from `url`: each its key, then what `parts` makes of it (its
+// buttons given `settle`, which posts an answer and puts the daemon's sentence in its place).
+async function memoryList(id, url, empty, parts) {
+  const list = $(id);
   list.replaceChildren();
-  let kept;
+  let entries;
   try {
-    kept = (await api("/api/memory")).entries;
+    entries = (await api(url)).entries;
   } catch (error) {
     list.append(Object.assign(document.createElement("li"), { textContent: error.message }));
     return;
   }
-  if (!kept.length) {
-    list.append(Object.assign(document.createElement("li"), { className: "hint", textContent: "Nothing yet." }));
+  if (!entries.length) {
+    list.append(Object.assign(document.createElement("li"), { className: "hint", textContent: empty }));
     return;
   }
-  for (const entry of kept) {
+  for (const entry of entries) {
     const item = document.createElement("li");
     item.className = "memory-entry";
     item.dataset.key = entry.key;
-    const title = Object.assign(document.createElement("strong"), { textContent: visible(entry.key) });
-    const text = Object.assign(document.createElement("p"), { textContent: entry.content });
-    const forget = Object.assign(document.createElement("button"), { type: "button", textContent: "Forget", className: "danger" });
-    forget.setAttribute("aria-label", `Forget ${visible(entry.key)}`);
-    forget.addEventListener("click", async () => {
+    const settle = async (path, body) => {
       try {
-        const done = await api(`/api/memory/${encodeURIComponent(entry.key)}/forget`, { method: "POST", body: {} });
+        const done = await api(path, { method: "POST", body });
         item.replaceChildren(Object.assign(document.createElement("p"), { className: "hint", textContent: done.message }));
         announce(done.message);
       } catch (error) {
-        announce(error.message);
+        $("settings-status").textContent = error.message;
       }
-    });
-    item.append(title, text, forget);
+    };
+    item.append(Object.assign(document.createElement("strong"), { textContent: visible(entry.key) }), ...parts(entry, settle));
     list.append(item);
   }
 }
 
+const text = (entry) => Object.assign(document.createElement("p"), { textContent: entry.content });
+
+// What the assistant remembers (confirmed, in use): each can be forgotten here.
+const showMemories = () =>
+  memoryList("memory-list", "/api/memory", "Nothing yet.", (entry, settle) => {
+    const forget = Object.assign(document.createElement("button"), { type: "button", textContent: "Forget", className: "danger" });
+    forget.setAttribute("aria-label", `Forget ${visible(entry.key)}`);
+    forget.addEventListener("click", () => settle(`/api/memory/${encodeURIComponent(entry.key)}/forget`, {}));
+    return [text(entry), forget];
+  });
+
 // Memory entries from turns that read untrusted content: each confirmed or dropped here.
-async function showMemoryReview() {
-  const list = $("memory-waiting");
-  list.replaceChildren();
-  let waiting;
-  try {
-    waiting = (await api("/api/memory/review")).entries;
-  } catch (error) {
-    list.append(Object.assign(document.createElement("li"), { textContent: error.message }));
-    return;
-  }
-  if (!waiting.length) {
-    list.append(Object.assign(document.createElement("li"), { className: "hint", textContent: "Nothing waits for review." }));
-    return;
-  }
-  for (const entry of waiting) {
-    const item = document.createElement("li");
-    item.className = "memory-entry";
-    item.dataset.key = entry.key;
-    const title = Object.assign(document.createElement("strong"), { textContent: visible(entry.key) });
+const showMemoryReview = () =>
+  memoryList("memory-waiting", "/api/memory/review", "Nothing waits for review.", (entry, settle) => {
     const from = Object.assign(document.createElement("p"), {
       className: "hint",
       textContent: visible(`From: ${entry.came_from || "content from outside"}`),
     });
-    const text = Object.assign(document.createElement("p"), { textContent: entry.content });
     const buttons = document.createElement("div");
     buttons.className = "buttons";
     for (const [decision, label] of [["confirm", "Confirm"], ["drop", "Drop"]]) {
       const button = Object.assign(document.createElement("button"), { type: "button", textContent: label });
       button.dataset.decision = decision;
-      button.addEventListener("click", async () => {
-        try {
-          const done = await api(`/api/memory/review/${encodeURIComponent(entry.key)}`, { method: "POST", body: { decision } });
-          item.replaceChildren(Object.assign(document.createElement("p"), { className: "hint", textContent: done.message }));
-          announce(done.message);
-        } catch (error) {
-          $("settings-status").textContent = error.message;
-        }
-      });
+      button.addEventListener("click", () => settle(`/api/memory/review/${encodeURIComponent(entry.key)}`, { decision }));
       buttons.append(button);
     }
-    item.append(title, from, text, buttons);
-    list.append(item);
-  }
-}
+    return [from, text(entry), buttons];
+  });
 
 $("settings-close").addEventListener("click", () => $("settings").close());
 $("theme").addEventListener("change", () => {
