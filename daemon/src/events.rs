@@ -114,6 +114,57 @@ impl Kind {
         Kind::Message { content, reply_to: String::new(), metadata, attachments: vec![] }
     }
 
+    /// What a session's log keeps of this event, if anything: the approvals, the notices of
+    /// a turn that read content from outside, and messages (not the turn's own words, which
+    /// are its entries, nor its progress).
+    pub fn activity(&self) -> Option<crate::sessions::log::Activity> {
+        use crate::sessions::log::Activity;
+        Some(match self {
+            Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in } => Activity::Approval {
+                approval: id.clone(),
+                host: host.clone(),
+                port: *port,
+                agent: agent.as_str().to_string(),
+                asked_by: asked_by.clone(),
+                expires_in: *expires_in,
+            },
+            Kind::ApprovalSettled { id, decision, by } => {
+                Activity::ApprovalSettled { approval: id.clone(), decision: decision.clone(), by: by.clone() }
+            }
+            Kind::Tainted { source, withheld } => {
+                Activity::Tainted { source: source.clone(), withheld: withheld.clone() }
+            }
+            Kind::Message { content, metadata, attachments, .. } => Activity::Message {
+                content: content.clone(),
+                metadata: metadata.clone(),
+                attachments: attachments.clone(),
+            },
+            _ => return None,
+        })
+    }
+
+    /// The event an activity kept in a session's log was made from.
+    pub fn of_activity(activity: crate::sessions::log::Activity) -> Kind {
+        use crate::sessions::log::Activity;
+        match activity {
+            Activity::Approval { approval, host, port, agent, asked_by, expires_in } => Kind::ApprovalRequest {
+                id: approval,
+                host,
+                port,
+                agent: Role::named(&agent).unwrap_or(Role::Assistant),
+                asked_by,
+                expires_in,
+            },
+            Activity::ApprovalSettled { approval, decision, by } => {
+                Kind::ApprovalSettled { id: approval, decision, by }
+            }
+            Activity::Tainted { source, withheld } => Kind::Tainted { source, withheld },
+            Activity::Message { content, metadata, attachments } => {
+                Kind::Message { content, reply_to: String::new(), metadata, attachments }
+            }
+        }
+    }
+
     pub fn message(content: impl Into<String>) -> Kind {
         Kind::Message {
             content: content.into(),
@@ -136,6 +187,14 @@ pub struct EventBus {
     last_active: Mutex<HashMap<Context, String>>,
     /// What every event's text passes before a channel sees it.
     redact: Option<crate::redact::Redact>,
+    /// Keeps a session's approvals and notices in its log (set once the daemon has made it).
+    keeper: std::sync::OnceLock<std::sync::Weak<dyn Keeper>>,
+}
+
+/// Keeps what a conversation's people are shown besides its messages ([`Kind::activity`]),
+/// so that the conversation shows it again when it is opened anew.
+pub trait Keeper: Send + Sync + std::fmt::Debug {
+    fn keep(&self, context: &Context, session: &str, activity: crate::sessions::log::Activity);
 }
 
 impl Default for EventBus {
@@ -145,6 +204,7 @@ impl Default for EventBus {
             connected: Arc::default(),
             last_active: Mutex::default(),
             redact: None,
+            keeper: std::sync::OnceLock::new(),
         }
     }
 }
@@ -201,10 +261,22 @@ impl EventBus {
         EventBus { redact: Some(redact), ..EventBus::default() }
     }
 
-    /// Sends `event` to `context`'s subscribers; returns how many there are.
+    /// Gives `keeper` every session's approvals and notices from now on.
+    pub fn kept_by(&self, keeper: std::sync::Weak<dyn Keeper>) {
+        // silent-ok: the daemon sets it once; a second keeper is not taken.
+        let _ = self.keeper.set(keeper);
+    }
+
+    /// Sends `event` to `context`'s subscribers; returns how many there are. An approval or a
+    /// notice of a session is kept in its log first.
     pub fn publish(&self, context: &Context, mut event: Event) -> usize {
         if let Some(redact) = &self.redact {
             event.kind.clean(redact);
+        }
+        if let (false, Some(activity)) = (event.session.is_empty(), event.kind.activity()) {
+            if let Some(keeper) = self.keeper.get().and_then(std::sync::Weak::upgrade) {
+                keeper.keep(context, &event.session, activity);
+            }
         }
         self.sender.send((context.clone(), event)).unwrap_or(0)
     }

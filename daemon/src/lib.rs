@@ -583,6 +583,9 @@ impl Daemon {
         ));
         let lifetime = Lifetime { shutdown: cancel.clone(), tasks: tracker.clone() };
         let sessions = Arc::new(sessions::SessionStore::open(data_dir_root).redacting(redact.clone()));
+        // A conversation keeps the approvals and notices its people were shown.
+        let keeper: Arc<dyn events::Keeper> = sessions.clone();
+        events.kept_by(Arc::downgrade(&keeper));
         let memory = Arc::new(
             memory::Memories::new(data_dir_for_memory)
                 .redacting(redact.clone())

@@ -11,6 +11,7 @@ pub mod host;
 pub mod lifecycle;
 pub mod selftest;
 pub mod tls;
+pub mod transcript;
 
 /// Generated protobuf types and tonic stubs for `baaaht.v1`.
 #[allow(unreachable_pub, clippy::all, clippy::pedantic)]

@@ -626,6 +626,15 @@ pub async fn text_of(browser: &fantoccini::Client, css: &str) -> String {
     }
 }
 
+/// The text of every element `css` finds, in the page's order.
+pub async fn texts_of(browser: &fantoccini::Client, css: &str) -> Vec<String> {
+    let mut texts = vec![];
+    for element in browser.find_all(fantoccini::Locator::Css(css)).await.unwrap_or_default() {
+        texts.push(element.text().await.unwrap_or_default());
+    }
+    texts
+}
+
 /// Clicks the element `css` finds, once it is there and can be clicked (a side bar may still
 /// be sliding in).
 pub async fn click(browser: &fantoccini::Client, css: &str) {

@@ -182,11 +182,24 @@ fn upload_status(error: crate::uploads::UploadError) -> Status {
     }
 }
 
-/// A log entry as the protocol shows it; the header is the transcript's, not an entry.
-pub(super) fn entry(entry: &Entry) -> Option<v1::SessionEntry> {
+/// A log entry of `record` as the protocol shows it; the header is the transcript's, not an
+/// entry.
+pub(super) fn entry(record: &crate::sessions::SessionRecord, entry: &Entry) -> Option<v1::SessionEntry> {
     use v1::session_entry::Entry as Kind;
     let (id, parent, timestamp, kind) = match entry {
         Entry::Header(_) => return None,
+        Entry::Activity { id, after, timestamp, activity } => {
+            let kind = crate::events::Kind::of_activity(activity.clone());
+            let event =
+                crate::server::convert::event(&record.context(), crate::events::Event::of_session(&record.id, kind));
+            let kind = Kind::Activity(v1::ActivityEntry { after: after.clone(), event: Some(event) });
+            return Some(v1::SessionEntry {
+                id: id.clone(),
+                parent: String::new(),
+                timestamp: timestamp.clone(),
+                entry: Some(kind),
+            });
+        }
         Entry::Message { id, parent, timestamp, message } => (
             id,
             parent,
@@ -619,13 +632,13 @@ impl v1::sessions_server::Sessions for SessionsService {
         let entries = if message.leaf_entry_id.is_empty() {
             read.entries.clone()
         } else {
-            read.branch(&message.leaf_entry_id).map_err(crate::sessions::SessionError::from)?
+            read.with_activities(read.branch(&message.leaf_entry_id).map_err(crate::sessions::SessionError::from)?)
         };
         Ok(Response::new(v1::SessionTranscript {
             header: Some(header(&record)),
             entries: entries
                 .iter()
-                .filter_map(entry)
+                .filter_map(|kept| entry(&record, kept))
                 .map(|mut entry| {
                     if let Some(v1::session_entry::Entry::Message(message)) = &mut entry.entry {
                         message.sender_name =

@@ -1,10 +1,11 @@
 //! A session's log (spec §14.2): `sessions/{id}/session.jsonl`, one JSON entry per line — a
 //! header, then messages, delegations, compactions and model changes, each naming its parent,
-//! so that branches share their history. Only the daemon writes it, one fsync per entry. A line
+//! so that branches share their history — and what its people were shown besides (approvals,
+//! notices: [`Activity`]), each naming the entry it came after and on no branch. Only the daemon writes it, one fsync per entry. A line
 //! that does not parse (e.g. cut by a crash) is reported with its line number and skipped, and
 //! never removed from the file.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -120,6 +121,40 @@ pub enum Entry {
         previous_model: String,
         new_model: String,
     },
+    /// Something the conversation's people were shown besides its messages, kept so that the
+    /// conversation shows it again when opened anew. It is on no branch: no entry names it as
+    /// its parent, the agents' history never holds it, and a fork leaves it behind.
+    #[serde(rename_all = "camelCase")]
+    Activity {
+        id: String,
+        /// The entry it came after (the branch's end when it happened).
+        after: String,
+        timestamp: String,
+        activity: Activity,
+    },
+}
+
+/// What an [`Entry::Activity`] showed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Activity {
+    /// A tool's connection waited for someone to allow it (`approval`: its id).
+    #[serde(rename_all = "camelCase")]
+    Approval { approval: String, host: String, port: u16, agent: String, asked_by: String, expires_in: u32 },
+    /// Someone answered it (`by`, "nobody" when nobody did in time).
+    #[serde(rename_all = "camelCase")]
+    ApprovalSettled { approval: String, decision: String, by: String },
+    /// The turn read content from outside, and these ways out were paused.
+    Tainted { source: String, withheld: Vec<String> },
+    /// A message for the conversation's people: an agent's, a budget's warning, a memory's
+    /// review.
+    Message {
+        content: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        metadata: BTreeMap<String, String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
+    },
 }
 
 impl Entry {
@@ -129,14 +164,21 @@ impl Entry {
             Entry::Message { id, .. }
             | Entry::Delegate { id, .. }
             | Entry::Compaction { id, .. }
-            | Entry::ModelChange { id, .. } => id,
+            | Entry::ModelChange { id, .. }
+            | Entry::Activity { id, .. } => id,
         }
+    }
+
+    /// An activity: on no branch.
+    pub fn is_activity(&self) -> bool {
+        matches!(self, Entry::Activity { .. })
     }
 
     /// Hangs the entry under `new_parent` (a header has no parent and stays as it is).
     fn reparent(&mut self, new_parent: &str) {
         match self {
             Entry::Header(_) => {}
+            Entry::Activity { after, .. } => *after = new_parent.to_string(),
             Entry::Message { parent, .. }
             | Entry::Delegate { parent, .. }
             | Entry::Compaction { parent, .. }
@@ -144,10 +186,10 @@ impl Entry {
         }
     }
 
-    /// The parent entry; the header has none.
+    /// The parent entry; the header and activities have none.
     pub fn parent(&self) -> Option<&str> {
         match self {
-            Entry::Header(_) => None,
+            Entry::Header(_) | Entry::Activity { .. } => None,
             Entry::Message { parent, .. }
             | Entry::Delegate { parent, .. }
             | Entry::Compaction { parent, .. }
@@ -201,9 +243,10 @@ impl Read {
         }
     }
 
-    /// Root → `leaf`: the entries of one branch.
+    /// Root → `leaf`: the entries of one branch (never an activity).
     pub fn branch(&self, leaf: &str) -> Result<Vec<Entry>, LogError> {
-        let by_id: HashMap<&str, &Entry> = self.entries.iter().map(|entry| (entry.id(), entry)).collect();
+        let by_id: HashMap<&str, &Entry> =
+            self.entries.iter().filter(|entry| !entry.is_activity()).map(|entry| (entry.id(), entry)).collect();
         let mut branch = vec![];
         let mut current = by_id.get(leaf).copied().ok_or_else(|| LogError::UnknownEntry(leaf.to_string()))?;
         let mut seen = HashSet::new();
@@ -224,7 +267,30 @@ impl Read {
     /// Entries no other entry names as its parent: the ends of the branches.
     pub fn leaves(&self) -> Vec<&str> {
         let parents: HashSet<&str> = self.entries.iter().filter_map(Entry::parent).collect();
-        self.entries.iter().map(Entry::id).filter(|id| !parents.contains(id)).collect()
+        self.entries
+            .iter()
+            .filter(|entry| !entry.is_activity())
+            .map(Entry::id)
+            .filter(|id| !parents.contains(id))
+            .collect()
+    }
+
+    /// `branch` (as [`Read::branch`] gives it) with the activities that came after its
+    /// entries, each after the entry it came after, in the order they were written.
+    pub fn with_activities(&self, branch: Vec<Entry>) -> Vec<Entry> {
+        let mut after: HashMap<&str, Vec<&Entry>> = HashMap::new();
+        for entry in &self.entries {
+            if let Entry::Activity { after: previous, .. } = entry {
+                after.entry(previous.as_str()).or_default().push(entry);
+            }
+        }
+        let mut shown = Vec::with_capacity(branch.len());
+        for entry in branch {
+            let activities = after.remove(entry.id()).unwrap_or_default();
+            shown.push(entry);
+            shown.extend(activities.into_iter().cloned());
+        }
+        shown
     }
 }
 
@@ -303,7 +369,11 @@ impl SessionLog {
         if matches!(entry, Entry::Header(_)) || self.ids.contains(&id) {
             return Err(LogError::DuplicateId { session: self.session.clone(), id });
         }
-        if let Some(parent) = entry.parent().filter(|parent| !self.ids.contains(*parent)) {
+        let parent = match entry {
+            Entry::Activity { after, .. } => Some(after.as_str()),
+            _ => entry.parent(),
+        };
+        if let Some(parent) = parent.filter(|parent| !self.ids.contains(*parent)) {
             return Err(LogError::UnknownParent { session: self.session.clone(), id, parent: parent.to_string() });
         }
         let mut file = std::fs::OpenOptions::new().read(true).append(true).open(&self.path).map_err(io(&self.path))?;
@@ -435,5 +505,36 @@ mod tests {
             Some(ForkPoint { session_id: "s1".into(), entry_id: "m2".into() })
         );
         assert_eq!(copy.entries[1].parent(), Some("s2"));
+    }
+
+    #[test]
+    fn an_activity_is_kept_beside_its_branch_and_never_on_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = SessionLog::create(dir.path(), header("s1")).expect("create");
+        log.append(&message("m1", "s1", "user", "clone it")).expect("append");
+        let activity = |id: &str, after: &str, decision: &str| Entry::Activity {
+            id: id.into(),
+            after: after.into(),
+            timestamp: "2026-11-22T10:00:02Z".into(),
+            activity: Activity::ApprovalSettled {
+                approval: "a1".into(),
+                decision: decision.into(),
+                by: "Alice".into(),
+            },
+        };
+        log.append(&activity("x1", "m1", "once")).expect("append an activity");
+        log.append(&message("m2", "m1", "assistant", "cloned")).expect("the reply hangs off the message");
+        log.append(&activity("x2", "m2", "deny")).expect("append an activity");
+        assert!(matches!(log.append(&activity("x3", "nope", "deny")), Err(LogError::UnknownParent { .. })));
+        let (_, read) = SessionLog::open(dir.path()).expect("opens");
+        assert_eq!(read.leaves(), ["m2"], "an activity ends no branch");
+        let branch = read.branch("m2").expect("branch");
+        assert_eq!(branch.iter().map(Entry::id).collect::<Vec<_>>(), ["s1", "m1", "m2"]);
+        let shown = read.with_activities(branch);
+        assert_eq!(shown.iter().map(Entry::id).collect::<Vec<_>>(), ["s1", "m1", "x1", "m2", "x2"]);
+        assert!(read.branch("x1").is_err(), "no branch ends at an activity");
+        let line = std::fs::read_to_string(log.path()).expect("read");
+        assert!(line.contains(r#""type":"activity","id":"x1","after":"m1""#), "{line}");
+        assert!(line.contains(r#""activity":{"kind":"approval_settled","approval":"a1""#), "{line}");
     }
 }

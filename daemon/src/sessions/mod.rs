@@ -180,6 +180,19 @@ pub trait EntrySink: Send + Sync {
     fn appended(&self, record: &SessionRecord, entry: &Entry);
 }
 
+impl crate::events::Keeper for SessionStore {
+    fn keep(&self, context: &Context, session: &str, activity: log::Activity) {
+        match SessionStore::keep(self, context, session, activity) {
+            Ok(()) | Err(SessionError::NotFound(_)) => {}
+            Err(error) => tracing::warn!(
+                session,
+                error = %baaaht_proto::error_chain(&error),
+                "an approval or notice is shown but not kept in the conversation"
+            ),
+        }
+    }
+}
+
 /// Every session of the data dir.
 pub struct SessionStore {
     sessions_dir: PathBuf,
@@ -482,6 +495,36 @@ impl SessionStore {
             sink.appended(&record, &entry);
         }
         Ok(entry_id)
+    }
+
+    /// Keeps `activity` in session `id` of `context`, after the end of its branch (which it
+    /// does not move): the conversation shows it again when it is opened anew. Refused for a
+    /// session of another context.
+    pub fn keep(&self, context: &Context, id: &str, mut activity: log::Activity) -> Result<(), SessionError> {
+        if let Some(redact) = &self.redact {
+            let clean = |text: &mut String| {
+                *text = redact.clean_string(crate::redact::Place::SessionLog, std::mem::take(text));
+            };
+            match &mut activity {
+                log::Activity::Approval { asked_by, .. } => clean(asked_by),
+                log::Activity::ApprovalSettled { .. } => {}
+                log::Activity::Tainted { source, .. } => clean(source),
+                log::Activity::Message { content, .. } => clean(content),
+            }
+        }
+        let mut inner = self.lock();
+        let record =
+            inner.index.sessions.iter().find(|s| s.id == id).ok_or_else(|| SessionError::NotFound(id.into()))?;
+        if record.context() != *context {
+            return Err(SessionError::NotFound(id.into()));
+        }
+        let entry = Entry::Activity {
+            id: new_entry_id(),
+            after: record.leaf.clone().unwrap_or_else(|| id.to_string()),
+            timestamp: state::rfc3339(state::now_seconds()),
+            activity,
+        };
+        self.with_log(&mut inner, id, |log| log.append(&entry))
     }
 
     /// Everything in session `id`'s log.

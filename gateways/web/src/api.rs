@@ -191,6 +191,11 @@ fn entry_json(entry: &v1::SessionEntry, me: &crate::events::Me) -> Option<Value>
         Entry::ModelChange(change) => {
             json!({"kind": "model", "from": change.previous_model, "to": change.new_model})
         }
+        // An approval or a notice, as the event that showed it (the page shows it the same way).
+        Entry::Activity(activity) => {
+            json!({"kind": "activity", "after": activity.after,
+                "event": crate::events::to_json(activity.event.as_ref()?, me)?})
+        }
     };
     let (Value::Object(mut base), Value::Object(details)) = (base, details) else { return None };
     base.extend(details);
@@ -436,7 +441,7 @@ pub async fn export(
         Err(status) => return api_error(&status),
     };
     // Without a leaf, the conversation as it stands: the branch to its newest entry.
-    let entries = crate::export::current_branch(&transcript.entries);
+    let entries = baaaht_proto::transcript::branch(&transcript.entries, None);
     let title = transcript.header.as_ref().map(|header| header.title.clone()).filter(|t| !t.is_empty());
     let title = title.unwrap_or_else(|| format!("Conversation {id}"));
     let markdown = crate::export::markdown(&title, &entries);

@@ -1,26 +1,7 @@
 //! A conversation as a file: markdown, or a self-contained HTML page made from it (raw HTML in
 //! the conversation is shown as text, never run).
 
-use std::collections::HashMap;
-
 use baaaht_proto::v1;
-
-/// The branch that ends at the newest entry, from its root (a conversation's entries are
-/// stored in the order they were written).
-pub fn current_branch(entries: &[v1::SessionEntry]) -> Vec<&v1::SessionEntry> {
-    let by_id: HashMap<&str, &v1::SessionEntry> = entries.iter().map(|entry| (entry.id.as_str(), entry)).collect();
-    let mut branch = Vec::new();
-    let mut next = entries.last();
-    while let Some(entry) = next {
-        if branch.len() > entries.len() {
-            break; // a loop in a damaged log
-        }
-        branch.push(entry);
-        next = by_id.get(entry.parent.as_str()).copied();
-    }
-    branch.reverse();
-    branch
-}
 
 /// The branch as markdown: a heading per speaker, their words as they wrote them.
 pub fn markdown(title: &str, entries: &[&v1::SessionEntry]) -> String {
@@ -47,6 +28,11 @@ pub fn markdown(title: &str, entries: &[&v1::SessionEntry]) -> String {
             }
             Some(Entry::ModelChange(change)) => {
                 out.push_str(&format!("\n> Model: {} → {}\n", change.previous_model, change.new_model));
+            }
+            Some(Entry::Activity(activity)) => {
+                if let Some(said) = baaaht_proto::transcript::activity_said(activity) {
+                    out.push_str(&format!("\n> {}\n", said.trim_end().replace('\n', "\n> ")));
+                }
             }
             None => {}
         }
@@ -120,7 +106,7 @@ mod tests {
             message("c", "a", "user", "<script>alert(1)</script> edited"),
             message("d", "c", "assistant", "answer two\n\n```rust\nfn main() {}\n```"),
         ];
-        let branch = current_branch(&entries);
+        let branch = baaaht_proto::transcript::branch(&entries, None);
         let ids: Vec<&str> = branch.iter().map(|entry| entry.id.as_str()).collect();
         assert_eq!(ids, ["a", "c", "d"]);
         let text = markdown("Plans", &branch);

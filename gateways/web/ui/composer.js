@@ -78,6 +78,7 @@ async function ensureSession() {
     if (state.room === room && !state.session) {
       state.session = created.id;
       state.entries = [];
+      state.activities = [];
       showOpen(true);
       // A model chosen on the first screen is the new conversation's.
       if (model && model !== $("model").dataset.current) {

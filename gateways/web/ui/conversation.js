@@ -278,9 +278,12 @@ const ANSWERS = [
 ];
 const SETTLED = { once: "Allowed once", session: "Allowed for this conversation", always: "Allowed always (a rule)", deny: "Denied" };
 
-// A connection waiting for someone to allow it: a card with the answers as buttons.
-function approvalCard(event) {
-  for (const turn of state.running) {
+// A connection waiting for someone to allow it: a card with the answers as buttons. Shown again
+// from the conversation's history, `left` says how many seconds it still waits (none: it was
+// not answered in time, or the daemon restarted meanwhile).
+function approvalCard(event, { left } = {}) {
+  const live = left === undefined;
+  for (const turn of live ? state.running : []) {
     const answer = state.answers.get(turn);
     if (answer && !textOf(answer).textContent) working(answer, "Waiting for an approval (below)…");
   }
@@ -298,7 +301,12 @@ function approvalCard(event) {
   );
   const note = document.createElement("p");
   note.className = "meta";
-  note.textContent = `Denied in ${event.expires_in} s without an answer.`;
+  note.textContent = `Denied in ${live ? event.expires_in : left} s without an answer.`;
+  if (!live && left <= 0) {
+    card.append(text, note);
+    approvalSettled({ id: event.id, decision: "deny", by: "nobody" });
+    return;
+  }
   const buttons = document.createElement("div");
   buttons.className = "answers";
   for (const [decision, label] of ANSWERS) {
@@ -319,7 +327,7 @@ function approvalCard(event) {
     buttons.append(button);
   }
   card.append(text, note, buttons);
-  announce(text.textContent);
+  if (live) announce(text.textContent);
 }
 
 function approvalSettled(event) {
@@ -344,6 +352,43 @@ function markFirst(turn, text) {
   const detail = { turn, text: text.slice(0, 40) };
   performance.mark("first-token", { detail });
   requestAnimationFrame(() => setTimeout(() => performance.mark("first-token-painted", { detail })));
+}
+
+// What an agent sent (the `message` tool, markdown as answers are), with its files to
+// download; a budget's warning; a memory waiting for review.
+function showMessage(event) {
+  const element = bubble("notice message");
+  render(textOf(element), event.text);
+  if ((event.files || []).length) {
+    const list = document.createElement("ul");
+    list.className = "files";
+    list.setAttribute("aria-label", "Files sent");
+    for (const file of event.files) {
+      const item = document.createElement("li");
+      const link = document.createElement("a");
+      const name = file.path.replace(/^sent\//, "");
+      link.href = `/api/sessions/${encodeURIComponent(event.session)}/files/sent/${encodeURIComponent(name)}`;
+      link.download = name;
+      link.textContent = `📎 ${visible(file.name)} (${file.type}, ${size(file.size)})`;
+      item.append(link);
+      list.append(item);
+    }
+    element.append(list);
+  }
+}
+
+// An approval or a notice kept in the conversation, shown as it was when it happened.
+function showActivity(entry) {
+  const event = entry.event || {};
+  if (event.type === "approval") {
+    const waited = Math.floor((Date.now() - Date.parse(entry.time)) / 1000);
+    approvalCard(event, { left: Math.max(0, (event.expires_in || 0) - waited) });
+  } else if (event.type === "settled") approvalSettled(event);
+  else if (event.type === "message") showMessage(event);
+  else if (event.type === "tainted") {
+    const paused = (event.withheld || []).join(", ");
+    bubble("notice", `The assistant read untrusted content (${event.source}); some tools were paused until the next message (${paused}).`);
+  }
 }
 
 function onEvent(event) {
@@ -450,29 +495,9 @@ function onEvent(event) {
       announce("Reading untrusted content: some tools are paused.");
       break;
     }
-    case "message": {
-      // What an agent sent (the `message` tool, markdown as answers are), with its files to
-      // download.
-      const element = bubble("notice message");
-      render(textOf(element), event.text);
-      if ((event.files || []).length) {
-        const list = document.createElement("ul");
-        list.className = "files";
-        list.setAttribute("aria-label", "Files sent");
-        for (const file of event.files) {
-          const item = document.createElement("li");
-          const link = document.createElement("a");
-          const name = file.path.replace(/^sent\//, "");
-          link.href = `/api/sessions/${encodeURIComponent(event.session)}/files/sent/${encodeURIComponent(name)}`;
-          link.download = name;
-          link.textContent = `📎 ${visible(file.name)} (${file.type}, ${size(file.size)})`;
-          item.append(link);
-          list.append(item);
-        }
-        element.append(list);
-      }
+    case "message":
+      showMessage(event);
       break;
-    }
     case "notice":
       bubble("notice", event.text);
       break;
@@ -525,11 +550,27 @@ function branch(entries, leaf) {
   return path.reverse();
 }
 
-function show(entries) {
+// A conversation's entries as read: its tree, and its approvals and notices apart.
+function keep(entries) {
+  state.entries = entries.filter((entry) => entry.kind !== "activity");
+  state.activities = entries.filter((entry) => entry.kind === "activity");
+}
+
+// `path` (a branch) with the approvals and notices that came after each of its entries (and
+// before its first).
+function withActivities(path) {
+  const known = new Set(state.entries.map((entry) => entry.id));
+  const shown = state.activities.filter((activity) => !known.has(activity.after));
+  for (const entry of path) shown.push(entry, ...state.activities.filter((activity) => activity.after === entry.id));
+  return shown;
+}
+
+function show(path) {
   log.replaceChildren();
   state.answers.clear();
-  for (const entry of entries) {
-    if (entry.kind === "message" && entry.role === "user") showUser(entry);
+  for (const entry of withActivities(path)) {
+    if (entry.kind === "activity") showActivity(entry);
+    else if (entry.kind === "message" && entry.role === "user") showUser(entry);
     else if (entry.kind === "message" && entry.role === "assistant") showAnswer(entry);
     else if (entry.kind === "delegation") {
       const element = bubble("notice", `${entry.agent}: ${(entry.task || "").split("\n")[0]}`);
@@ -574,10 +615,10 @@ export async function open(id, leaf = "") {
   try {
     const read = await api(`/api/sessions/${encodeURIComponent(id)}`);
     if (generation !== state.generation) return; // something else was opened meanwhile
-    state.entries = read.entries;
+    keep(read.entries);
     $("title").textContent = visible(read.session.title || "Conversation");
     // A branch chosen while the conversation was being read (state.leaf) is the one shown.
-    show(branch(read.entries, state.leaf));
+    show(branch(state.entries, state.leaf));
     drawTree();
     refreshModels();
     // A turn still running (sent from here before a reload, or from another channel) can be
@@ -665,7 +706,7 @@ async function reloadEntries() {
   try {
     const entries = (await api(`/api/sessions/${encodeURIComponent(session)}`)).entries;
     if (session !== state.session) return; // another conversation was opened meanwhile
-    state.entries = entries;
+    keep(entries);
     drawTree();
   } catch {
     // The tree stays as it was; the next answer tries again.

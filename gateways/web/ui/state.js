@@ -20,6 +20,7 @@ export const state = {
   generation: 0, // counts open() calls: a read that finished after a newer one is dropped
   creating: null, // a conversation being created for the page's first message or upload
   entries: [], // the open conversation's entries, every branch
+  activities: [], // its approvals and notices, each kept after the entry it came after
   running: new Set(), // turns of the open conversation still running
   answers: new Map(), // turn → its answer's element
   attachments: [], // uploaded, waiting for the next message

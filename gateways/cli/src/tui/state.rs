@@ -373,22 +373,10 @@ fn common_prefix(words: &[String]) -> String {
     first[..end].to_string()
 }
 
-/// The entries of the branch ending at `leaf` (the last entry written when None), root first.
+/// The entries of the branch ending at `leaf` (the last entry written when None), root first,
+/// with the approvals and notices shown beside them.
 pub fn branch_of(entries: &[v1::SessionEntry], leaf: Option<&str>) -> Vec<v1::SessionEntry> {
-    let by_id: std::collections::HashMap<&str, &v1::SessionEntry> =
-        entries.iter().map(|entry| (entry.id.as_str(), entry)).collect();
-    let mut at = match leaf {
-        Some(leaf) => by_id.get(leaf).copied(),
-        None => entries.last(),
-    };
-    let mut branch = vec![];
-    while let Some(entry) = at {
-        branch.push(entry.clone());
-        // A parent seen already would be a cycle in a damaged log: stop there.
-        at = by_id.get(entry.parent.as_str()).copied().filter(|parent| !branch.iter().any(|seen| seen.id == parent.id));
-    }
-    branch.reverse();
-    branch
+    baaaht_proto::transcript::branch(entries, leaf).into_iter().cloned().collect()
 }
 
 /// The blocks of `history` (the session now) after the last message `shown` also holds, less
@@ -430,6 +418,17 @@ pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
             Some(Entry::ModelChange(change)) => {
                 blocks.push(Block::Info { text: format!("model: {} → {}", change.previous_model, change.new_model) })
             }
+            // A message for the conversation reads as the live one did; the rest as a line.
+            Some(Entry::Activity(activity)) => match activity.event.as_ref().and_then(|event| event.event.as_ref()) {
+                Some(v1::orchestrator_event::Event::Message(message)) => {
+                    blocks.push(Block::Assistant { text: message.content.clone(), thinking: String::new() })
+                }
+                _ => {
+                    if let Some(text) = baaaht_proto::transcript::activity_said(activity) {
+                        blocks.push(Block::Activity { text: format!("· {text}") });
+                    }
+                }
+            },
             None => {}
         }
     }
@@ -1378,10 +1377,21 @@ mod tests {
             })),
             ..Default::default()
         };
+        let activity = |event: v1::orchestrator_event::Event| v1::SessionEntry {
+            entry: Some(Entry::Activity(v1::ActivityEntry {
+                after: String::new(),
+                event: Some(v1::OrchestratorEvent { event: Some(event), ..Default::default() }),
+            })),
+            ..Default::default()
+        };
+        let settled = v1::ApprovalSettled { id: "a1".into(), decision: "once".into(), by: "Alice".into() };
+        let sent = v1::OutboundMessage { content: "The report is ready.".into(), ..Default::default() };
         let entries = [
             message("user", "hello", v1::ChannelType::Slack),
             delegate,
+            activity(v1::orchestrator_event::Event::ApprovalSettled(settled)),
             message("assistant", "hi", v1::ChannelType::Unspecified),
+            activity(v1::orchestrator_event::Event::Message(sent)),
             message("system", "The turn was cancelled.", v1::ChannelType::Unspecified),
         ];
         assert_eq!(
@@ -1389,7 +1399,9 @@ mod tests {
             [
                 Block::User { sender: "alice".into(), channel: Some("slack".into()), text: "hello".into() },
                 Block::Activity { text: "→ coder: Write it".into() },
+                Block::Activity { text: "· Allowed once by Alice.".into() },
                 Block::Assistant { text: "hi".into(), thinking: String::new() },
+                Block::Assistant { text: "The report is ready.".into(), thinking: String::new() },
                 Block::Info { text: "The turn was cancelled.".into() },
             ]
         );
