@@ -344,3 +344,68 @@ fn a_skills_secrets_reach_only_a_run_of_its_script_and_only_those_an_admin_let_u
     let names: Vec<&str> = refused.iter().filter_map(|r| r["detail"]["name"].as_str()).collect();
     assert!(names.contains(&"ANTHROPIC_API_KEY") && names.contains(&"OTHER_KEY"), "{refused:?}");
 }
+
+/// A skill installed while a Coder and its tool container run is offered from the next turn:
+/// the same Coder, which had no such skill in the first turn, runs its script in the second
+/// (its tool container, started before the install, is started anew with the new scripts).
+#[test]
+fn a_skill_installed_mid_conversation_is_offered_and_runs_from_the_next_turn() {
+    use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
+    use baaaht_tests::scenario;
+    use serde_json::json;
+    let rt = baaaht_tests::runtime();
+    let brain = Answer::Respond(Responder(std::sync::Arc::new(move |request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.turn_results.last() {
+                None => {
+                    let task = json!({"agent": "coder", "task": "Greet Alice.", "returnDirectly": false});
+                    anthropic_answer("", &[("toolu_delegate", "delegate", task)])
+                }
+                Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),
+            };
+        }
+        if asked.offers("exec") {
+            let call = if asked.system.contains("- greet: ") {
+                json!({"script": "/skills/greet/scripts/hello.sh", "args": ["Alice"]})
+            } else {
+                json!({"command": "ls /skills"})
+            };
+            return match asked.turn_results.last() {
+                None => anthropic_answer("", &[("toolu_exec", "exec", call)]),
+                Some(result) if asked.system.contains("- greet: ") => anthropic_answer(result, &[]),
+                Some(result) => anthropic_answer(&format!("I have no greeting skill; /skills holds: {result}"), &[]),
+            };
+        }
+        anthropic_answer("I was not expecting to be asked.", &[])
+    })));
+    let (_fake, daemon) = scenario::start(&rt, brain, DaemonOptions::default()).expect("daemon");
+    let first = scenario::turn_on(&rt, &daemon, scenario::message(scenario::user("alice"), "alice", "Greet me."));
+    let reply = first.reply.expect("a reply").content;
+    assert!(reply.contains("I have no greeting skill"), "{reply}\n{}", daemon.log_text());
+    let containers = |kind: &str| -> Vec<String> {
+        daemon.recorded_containers().into_iter().filter(|name| name.starts_with(&format!("baaaht-{kind}-"))).collect()
+    };
+    let coders = containers("coder");
+    assert_eq!(coders.len(), 1, "{coders:?}");
+
+    let skill = repository(&[
+        ("SKILL.md", "---\nname: greet\ndescription: Greets a person by name.\n---\nRun scripts/hello.sh NAME.\n"),
+        ("scripts/hello.sh", "#!/bin/sh\necho \"hello, $1, from the greet skill\"\n"),
+    ]);
+    let (ok, out, err) =
+        baaaht(&daemon, &["skills", "install", "--local", &skill.path().display().to_string(), "--user", "alice"]);
+    assert!(ok, "{out}{err}\n{}", daemon.log_text());
+
+    let mut message = scenario::message(scenario::user("alice"), "alice", "Greet me now.");
+    message.session_id = first.session.clone();
+    let second = scenario::turn_on(&rt, &daemon, message);
+    let reply = second.reply.expect("a reply").content;
+    assert!(reply.contains("hello, Alice, from the greet skill"), "the new skill ran: {reply}\n{}", daemon.log_text());
+    assert_eq!(containers("coder"), coders, "the same Coder, started before the skill was installed");
+    assert!(
+        daemon.log_text().contains("the skills changed; starting the tool container anew with their scripts"),
+        "{}",
+        daemon.log_text()
+    );
+}

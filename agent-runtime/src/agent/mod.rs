@@ -193,6 +193,18 @@ impl Agent {
         }
     }
 
+    /// The system prompt of `turn`: the agent's, or, when the skills installed now are not
+    /// those it started with, the same with the skills of now (a skill added mid-conversation
+    /// is offered from the next turn; the prompt, a cached prefix, changes only then).
+    fn system_of(&self, turn: &v1::AgentTurn) -> String {
+        match &turn.skills {
+            Some(skills) if Some(skills) != self.config.skills.as_ref() => {
+                system_prompt(&v1::AgentConfig { skills: Some(skills.clone()), ..self.config.clone() })
+            }
+            _ => self.system.clone(),
+        }
+    }
+
     /// Runs one turn to its end.
     async fn take(&self, turn: v1::AgentTurn) -> v1::TurnResult {
         let mut result = self.run(&turn).await;
@@ -210,12 +222,12 @@ impl Agent {
         }
         let mut texts: Vec<String> = vec![];
         let mut tokens = 0;
-        let tools = self.offered(turn);
+        let (tools, system) = (self.offered(turn), self.system_of(turn));
         let limit = self.config.max_iterations.max(1);
         for step in 1..=limit {
             let request = v1::LlmRequest {
                 model: model.clone(),
-                system: self.system.clone(),
+                system: system.clone(),
                 messages: messages.clone(),
                 tools: tools.clone(),
                 temperature: self.config.temperature,

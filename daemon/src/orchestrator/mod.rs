@@ -645,7 +645,6 @@ pub fn recover(orchestrator: &Orchestrator) -> usize {
     interrupted.len()
 }
 
-/// What RegisterAgent answers: the role's settings, identity, context, memory and skills.
 /// The tools `role` may call, by name (the policy's): the daemon's own and the runner's.
 pub fn role_tools(role: Role) -> Vec<&'static str> {
     crate::policy::Policy::agent_tools_of(role)
@@ -655,6 +654,20 @@ pub fn role_tools(role: Role) -> Vec<&'static str> {
         .collect()
 }
 
+/// The skills `role` is offered in `context`: those installed now (none for the roles that
+/// use none).
+pub fn role_skills(orchestrator: &Orchestrator, role: Role, context: &Context) -> Vec<crate::skills::Found> {
+    match role {
+        Role::Assistant | Role::Worker | Role::Researcher | Role::Coder => crate::skills::manifest(
+            orchestrator.data_dir.root(),
+            &orchestrator.loaded.config.skills.directories,
+            context,
+        ),
+        _ => vec![],
+    }
+}
+
+/// What RegisterAgent answers: the role's settings, identity, context, memory and skills.
 pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) -> crate::agents::AgentSetup {
     let role = identity.role;
     let settings = agent_settings(orchestrator, role);
@@ -668,14 +681,7 @@ pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) ->
     };
     let memories = if role == Role::Assistant { memories_of(&own.join("memory")) } else { vec![] };
     let memories = memories.iter().map(remembered).collect();
-    let skills = match role {
-        Role::Assistant | Role::Worker | Role::Researcher | Role::Coder => crate::skills::manifest(
-            orchestrator.data_dir.root(),
-            &orchestrator.loaded.config.skills.directories,
-            context,
-        ),
-        _ => vec![],
-    };
+    let skills = role_skills(orchestrator, role, context);
     let tools = role_tools(role);
     let session_model = orchestrator.sessions.get(&identity.session_id).and_then(|record| record.model);
     crate::agents::AgentSetup {

@@ -57,6 +57,10 @@ impl v1::agents_server::Agents for AgentsService {
                 if turn.health_check.is_none() {
                     turn.tools = convert::tool_names(&crate::orchestrator::role_tools(identity.role));
                     turn.tools.extend(tools::mcp_definitions(&shared, &identity).await);
+                    let skills =
+                        crate::orchestrator::role_skills(&shared.orchestrator, identity.role, &identity.context);
+                    turn.skills =
+                        Some(v1::SkillManifest { skills: skills.iter().map(convert::skill_summary).collect() });
                 }
                 Ok(turn)
             }

@@ -159,6 +159,7 @@ pub(crate) fn agent_turn(down: crate::peers::Down<crate::agents::Turn>) -> v1::A
             traceparent: turn.traceparent,
             // Filled by TakeTurns with what is offered now.
             tools: vec![],
+            skills: None,
         },
         crate::peers::Down::Probe(request) => {
             v1::AgentTurn { health_check: Some(probe(request)), ..v1::AgentTurn::default() }

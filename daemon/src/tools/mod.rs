@@ -150,6 +150,8 @@ struct Runner {
     session: String,
     container: String,
     last_used: Instant,
+    /// The skills' scripts it mounts: a skill installed since is not among them.
+    skills: Vec<MountSpec>,
     /// Its IPC folder, let go when the runner is.
     _ipc: crate::ipc::Lease,
 }
@@ -372,7 +374,8 @@ impl Runners {
             command.extend(["--ipc-cap".into(), cap.to_string()]);
         }
         let mut projects = if coder { self.policy.coder_mounts(context) } else { vec![] };
-        projects.extend(self.skill_scripts(context));
+        let skills = self.skill_scripts(context);
+        projects.extend(skills.iter().cloned());
         for project in &projects {
             command.push("--mount".into());
             command.push(if project.read_only { format!("{}:ro", project.target) } else { project.target.clone() });
@@ -422,7 +425,13 @@ impl Runners {
             return Err(ToolsError::NoRunner);
         }
         tracing::info!(session, container = %handle.name, "tool runner ready");
-        Ok(Runner { session: session.to_string(), container: handle.name, last_used: Instant::now(), _ipc: ipc })
+        Ok(Runner {
+            session: session.to_string(),
+            container: handle.name,
+            last_used: Instant::now(),
+            skills,
+            _ipc: ipc,
+        })
     }
 
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
@@ -447,6 +456,16 @@ impl Runners {
         if let Some(current) = runner.as_ref().filter(|r| !self.connected.contains(&r.container)) {
             tracing::warn!(session, container = %current.container, "the tool runner is gone; starting a new one");
             self.remove(session, &current.container, "the old tool container").await;
+            *runner = None;
+        }
+        // A call naming a skill's folder finds the scripts of a skill installed mid-conversation:
+        // the container is started anew with them (its workspace stays).
+        if let Some(current) = runner
+            .as_ref()
+            .filter(|r| call.params_json.contains(SKILLS_MOUNT) && r.skills != self.skill_scripts(context))
+        {
+            tracing::info!(session, container = %current.container, "the skills changed; starting the tool container anew with their scripts");
+            self.remove(session, &current.container, "a tool container without the new skills").await;
             *runner = None;
         }
         if runner.is_none() {
