@@ -71,11 +71,15 @@ async fn accessible(browser: &Client, state: &str) {
     assert!(problems.is_empty(), "axe-core, {state}:\n{}", problems.join("\n"));
 }
 
-/// Sets the theme as the settings do, and waits for the page to be drawn in it.
+/// Sets the theme as the settings do, and waits for the page to be drawn in it: its colours'
+/// transitions ended and two frames painted.
 async fn theme(browser: &Client, theme: &str) {
-    let script = format!("localStorage.setItem('theme', '{theme}'); window.applyTheme();");
-    browser.execute(&script, vec![]).await.expect("theme");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let script = format!(
+        "const done = arguments[arguments.length - 1]; localStorage.setItem('theme', '{theme}'); \
+         window.applyTheme(); requestAnimationFrame(() => Promise.all(document.getAnimations().map((a) => a.finished)) \
+         .then(() => requestAnimationFrame(() => requestAnimationFrame(() => done(true)))));"
+    );
+    browser.execute_async(&script, vec![]).await.expect("theme");
 }
 
 /// Runs `script` in the page and returns what it returns, as JSON.
