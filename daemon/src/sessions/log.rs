@@ -300,6 +300,8 @@ pub struct SessionLog {
     path: PathBuf,
     session: String,
     ids: HashSet<String>,
+    /// Those of activities, which no entry may name as its parent.
+    activities: HashSet<String>,
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> LogError + '_ {
@@ -347,7 +349,7 @@ impl SessionLog {
         };
         file.write_all(&line_of(&Entry::Header(header))?).and_then(|()| file.sync_all()).map_err(io(&path))?;
         std::fs::File::open(folder).and_then(|dir| dir.sync_all()).map_err(io(folder))?;
-        Ok(SessionLog { path, ids: HashSet::from([session.clone()]), session })
+        Ok(SessionLog { path, ids: HashSet::from([session.clone()]), activities: HashSet::new(), session })
     }
 
     /// Opens an existing log; `read` tells what it holds.
@@ -356,7 +358,8 @@ impl SessionLog {
         let read = read(&path)?;
         let session = read.header().map(|header| header.id.clone()).unwrap_or_default();
         let ids = read.entries.iter().map(|entry| entry.id().to_string()).collect();
-        Ok((SessionLog { path, session, ids }, read))
+        let activities = read.entries.iter().filter(|entry| entry.is_activity()).map(|e| e.id().to_string()).collect();
+        Ok((SessionLog { path, session, ids, activities }, read))
     }
 
     pub fn path(&self) -> &Path {
@@ -373,7 +376,7 @@ impl SessionLog {
             Entry::Activity { after, .. } => Some(after.as_str()),
             _ => entry.parent(),
         };
-        if let Some(parent) = parent.filter(|parent| !self.ids.contains(*parent)) {
+        if let Some(parent) = parent.filter(|parent| !self.ids.contains(*parent) || self.activities.contains(*parent)) {
             return Err(LogError::UnknownParent { session: self.session.clone(), id, parent: parent.to_string() });
         }
         let mut file = std::fs::OpenOptions::new().read(true).append(true).open(&self.path).map_err(io(&self.path))?;
@@ -392,6 +395,9 @@ impl SessionLog {
             // silent-ok: the write's own error is the one to report.
             let _ = file.set_len(length);
             return Err(io(&self.path)(error));
+        }
+        if entry.is_activity() {
+            self.activities.insert(id.clone());
         }
         self.ids.insert(id);
         Ok(())
@@ -526,6 +532,11 @@ mod tests {
         log.append(&message("m2", "m1", "assistant", "cloned")).expect("the reply hangs off the message");
         log.append(&activity("x2", "m2", "deny")).expect("append an activity");
         assert!(matches!(log.append(&activity("x3", "nope", "deny")), Err(LogError::UnknownParent { .. })));
+        assert!(
+            matches!(log.append(&message("m3", "x1", "user", "under it")), Err(LogError::UnknownParent { .. })),
+            "nothing hangs under an activity"
+        );
+        assert!(matches!(log.append(&activity("x4", "x1", "deny")), Err(LogError::UnknownParent { .. })));
         let (_, read) = SessionLog::open(dir.path()).expect("opens");
         assert_eq!(read.leaves(), ["m2"], "an activity ends no branch");
         let branch = read.branch("m2").expect("branch");
