@@ -25,6 +25,18 @@ fn assistant_delegates(asked: &Asked, say: &str, params: serde_json::Value, repl
     }
 }
 
+/// The Assistant's side of a turn, every turn anew: it hands `task` to the Coder, then passes
+/// on what the Coder said ("The coder says: …").
+pub fn assistant_asks_the_coder(asked: &Asked, task: &str) -> Answer {
+    match asked.turn_results.last() {
+        None => {
+            let params = json!({"agent": "coder", "task": task, "returnDirectly": false});
+            anthropic_answer("", &[("toolu_delegate", "delegate", params)])
+        }
+        Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),
+    }
+}
+
 /// The Assistant delegates to the Coder; the Coder writes `hello.sh`, runs it, and reports what
 /// it printed; the Assistant passes that on.
 pub fn coder_brain() -> Answer {

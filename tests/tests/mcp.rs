@@ -821,13 +821,7 @@ fn a_server_added_mid_conversation_is_offered_from_the_next_turn() {
     let brain = Answer::Respond(Responder(std::sync::Arc::new(move |request| {
         let asked = Asked::of(request);
         if asked.offers("delegate") {
-            return match asked.turn_results.last() {
-                None => {
-                    let task = json!({"agent": "coder", "task": "Tell the time in UTC.", "returnDirectly": false});
-                    anthropic_answer("", &[("toolu_delegate", "delegate", task)])
-                }
-                Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),
-            };
+            return scenario::assistant_asks_the_coder(&asked, "Tell the time in UTC.");
         }
         if asked.offers("exec") {
             if !asked.offers("mcp__time__get_current_time") {

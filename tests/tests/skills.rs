@@ -357,13 +357,7 @@ fn a_skill_installed_mid_conversation_is_offered_and_runs_from_the_next_turn() {
     let brain = Answer::Respond(Responder(std::sync::Arc::new(move |request| {
         let asked = Asked::of(request);
         if asked.offers("delegate") {
-            return match asked.turn_results.last() {
-                None => {
-                    let task = json!({"agent": "coder", "task": "Greet Alice.", "returnDirectly": false});
-                    anthropic_answer("", &[("toolu_delegate", "delegate", task)])
-                }
-                Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),
-            };
+            return scenario::assistant_asks_the_coder(&asked, "Greet Alice.");
         }
         if asked.offers("exec") {
             let call = if asked.system.contains("- greet: ") {
