@@ -52,12 +52,18 @@ pub fn branch<'e>(entries: &'e [v1::SessionEntry], leaf: Option<&str>) -> Vec<&'
     shown
 }
 
-/// An activity as a line of text (a transcript printed or exported): who asked to reach what
-/// and how it was answered, what a turn read from outside, a message.
-pub fn activity_said(activity: &v1::ActivityEntry) -> Option<String> {
+/// The event an activity kept.
+pub fn activity_event(activity: &v1::ActivityEntry) -> Option<&v1::orchestrator_event::Event> {
+    activity.event.as_ref()?.event.as_ref()
+}
+
+/// An activity's event as a line of text (a transcript printed or exported, or shown as it
+/// happens): who asked to reach what and how it was answered, what a turn read from outside,
+/// a message.
+pub fn activity_said(event: &v1::orchestrator_event::Event) -> Option<String> {
     use v1::orchestrator_event::Event;
     let role = |value: i32| crate::role_name(value).unwrap_or("agent");
-    Some(match activity.event.as_ref()?.event.as_ref()? {
+    Some(match event {
         Event::Approval(asked) => {
             let command = asked.asked_by.lines().next().unwrap_or_default();
             let command = if command.is_empty() { String::new() } else { format!(" for `{command}`") };
@@ -127,6 +133,6 @@ mod tests {
         assert!(branch(&entries, Some("x1")).is_empty(), "no branch ends at an activity");
         assert!(branch(&entries, Some("nope")).is_empty());
         let Some(Entry::Activity(activity)) = &entries[3].entry else { unreachable!() };
-        assert_eq!(activity_said(activity).as_deref(), Some("Allowed once by Alice."));
+        assert_eq!(activity_event(activity).and_then(activity_said).as_deref(), Some("Allowed once by Alice."));
     }
 }

@@ -603,7 +603,8 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
 }
 
 /// In the TUI an approval request is a prompt over the editor, and one key answers it: `s`
-/// allows the host for the session (not asked again), `d` refuses the next one.
+/// allows the host for the session (not asked again), `d` refuses the next one. Both stay in
+/// the conversation: the TUI started again shows them.
 #[test]
 fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     use baaaht_tests::tmux::{shell_quote, Tmux};
@@ -614,7 +615,15 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     let daemon =
         TestDaemon::start(DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..Default::default() })
             .expect("daemon");
-    let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
+    // The conversation the TUI attaches to is the one the Coder's tools ask for.
+    let created = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["sessions", "new", "--user", "baaaht-self-test"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("sessions new");
+    let created = String::from_utf8_lossy(&created.stdout).to_string();
+    let session = created.split_whitespace().next().expect("a session id").to_string();
+    let coder = daemon.lingering_agent("coder", Some(&session), &[]).expect("coder");
     let terminal = Tmux::start(120, 30, &[("BAAAHT_SOCKET", daemon.socket().display().to_string())]).expect("tmux");
     let tui =
         format!("{} tui --user baaaht-self-test", shell_quote(&baaaht_tests::bin("baaaht").display().to_string()));
@@ -630,7 +639,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     terminal.press(&["s"]).expect("s");
     let fetched = fetching.join().expect("fetch");
     assert!(fetched.contains("arrived: GET /x"), "{fetched}");
-    let screen = terminal.wait_for(": session by root at the host", wait).expect("settled");
+    let screen = terminal.wait_for("Allowed for this conversation by root at the host.", wait).expect("settled");
     assert!(!screen.contains("[o] once"), "the prompt is gone: {screen}");
     // Not asked again in this session.
     assert!(baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"))
@@ -643,7 +652,27 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     terminal.press(&["d"]).expect("d");
     let refused = fetching.join().expect("fetch");
     assert!(refused.contains("403") && refused.contains("was denied by root at the host"), "{refused}");
-    terminal.wait_for(": deny by root at the host", wait).expect("settled");
+    terminal.wait_for("Denied by root at the host.", wait).expect("settled");
+
+    terminal.type_text("/quit").expect("type");
+    terminal.press(&["Enter"]).expect("quit");
+    terminal.wait_for("baaaht: left session", wait).expect("the TUI ends");
+    terminal.type_text("clear").expect("type");
+    terminal.press(&["Enter"]).expect("enter");
+    terminal.type_text(&tui).expect("type");
+    terminal.press(&["Enter"]).expect("enter");
+    let screen = terminal
+        .wait_until(
+            |screen| {
+                screen.contains("● connected")
+                    && screen.contains("Allowed for this conversation by root at the host.")
+                    && screen.contains("Denied by root at the host.")
+            },
+            wait,
+        )
+        .unwrap_or_else(|error| panic!("the conversation keeps its approvals: {error:?}"));
+    assert!(screen.contains(&format!("coder's tools want {bridge}:{other}")), "{screen}");
+    assert!(!screen.contains("[o] once"), "nothing waits: no prompt: {screen}");
     drop(coder);
 }
 

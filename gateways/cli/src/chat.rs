@@ -140,10 +140,12 @@ pub fn transcript_text(transcript: &v1::SessionTranscript) -> String {
             Some(Entry::Delegate(d)) => format!("delegated to {}: {}\n    → {}", role_name(d.agent), d.task, d.result),
             Some(Entry::Compaction(c)) => format!("compacted {} entries: {}", c.compacted_entry_ids.len(), c.summary),
             Some(Entry::ModelChange(m)) => format!("model {} → {}", m.previous_model, m.new_model),
-            Some(Entry::Activity(a)) => match baaaht_proto::transcript::activity_said(a) {
-                Some(said) => format!("· {said}"),
-                None => continue,
-            },
+            Some(Entry::Activity(a)) => {
+                match baaaht_proto::transcript::activity_event(a).and_then(baaaht_proto::transcript::activity_said) {
+                    Some(said) => format!("· {said}"),
+                    None => continue,
+                }
+            }
             None => "(empty entry)".into(),
         };
         text.push_str(&format!("[{}] {body}\n", entry.id));

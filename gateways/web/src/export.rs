@@ -30,7 +30,8 @@ pub fn markdown(title: &str, entries: &[&v1::SessionEntry]) -> String {
                 out.push_str(&format!("\n> Model: {} → {}\n", change.previous_model, change.new_model));
             }
             Some(Entry::Activity(activity)) => {
-                if let Some(said) = baaaht_proto::transcript::activity_said(activity) {
+                use baaaht_proto::transcript::{activity_event, activity_said};
+                if let Some(said) = activity_event(activity).and_then(activity_said) {
                     out.push_str(&format!("\n> {}\n", said.trim_end().replace('\n', "\n> ")));
                 }
             }

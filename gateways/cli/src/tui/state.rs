@@ -418,21 +418,40 @@ pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
             Some(Entry::ModelChange(change)) => {
                 blocks.push(Block::Info { text: format!("model: {} → {}", change.previous_model, change.new_model) })
             }
-            // A message for the conversation reads as the live one did; the rest as a line.
-            Some(Entry::Activity(activity)) => match activity.event.as_ref().and_then(|event| event.event.as_ref()) {
-                Some(v1::orchestrator_event::Event::Message(message)) => {
-                    blocks.push(Block::Assistant { text: message.content.clone(), thinking: String::new() })
-                }
-                _ => {
-                    if let Some(text) = baaaht_proto::transcript::activity_said(activity) {
-                        blocks.push(Block::Activity { text: format!("· {text}") });
-                    }
-                }
-            },
+            // As it was shown when it happened.
+            Some(Entry::Activity(activity)) => {
+                blocks.extend(baaaht_proto::transcript::activity_event(activity).and_then(activity_block))
+            }
             None => {}
         }
     }
     blocks
+}
+
+/// An approval, its answer, a turn that read content from outside, or a message, as the screen
+/// shows it, live or from the session's log (the same block both ways: a screen that comes
+/// back finds it shown already).
+fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
+    use v1::orchestrator_event::Event;
+    Some(match event {
+        Event::Approval(request) => {
+            let title = format!("{}'s tools want {}:{}", role_name(request.agent), request.host, request.port);
+            let asked =
+                if request.asked_by.is_empty() { String::new() } else { format!(" for `{}`", request.asked_by) };
+            let text = format!(
+                "Allow it? Press o (once), s (this session), a twice (always: a rule) or d (deny); denied in {} s \
+                 without an answer. Approval {}{asked}.",
+                request.expires_in_seconds, request.id
+            );
+            Block::Notice { title, text, error: false }
+        }
+        Event::Message(message) => Block::Assistant { text: message.content.clone(), thinking: String::new() },
+        Event::Tainted(_) => Block::Activity { text: format!("! {}", baaaht_proto::transcript::activity_said(event)?) },
+        Event::ApprovalSettled(_) => {
+            Block::Activity { text: format!("· {}", baaaht_proto::transcript::activity_said(event)?) }
+        }
+        _ => return None,
+    })
 }
 
 /// The text being written, a cursor in it (a char index).
@@ -927,43 +946,28 @@ impl App {
                 }
                 self.blocks.push(Block::Error { text: error.message });
             }
-            Event::Message(message) => {
-                self.blocks.push(Block::Assistant { text: message.content, thinking: String::new() })
-            }
+            Event::Message(_) => self.blocks.extend(activity_block(&kind)),
             Event::Notice(notice) => {
                 self.blocks.push(Block::Notice { title: notice.title, text: notice.content, error: notice.is_error })
             }
-            Event::Approval(request) => {
+            Event::Approval(ref request) => {
                 let title = format!("{}'s tools want {}:{}", role_name(request.agent), request.host, request.port);
-                let asked =
-                    if request.asked_by.is_empty() { String::new() } else { format!(" for `{}`", request.asked_by) };
-                let text = format!(
-                    "Allow it? Press o (once), s (this session), a twice (always: a rule) or d (deny); denied in {} \
-                     s without an answer. Approval {}{asked}.",
-                    request.expires_in_seconds, request.id
-                );
-                self.blocks.push(Block::Notice { title: title.clone(), text, error: false });
+                self.blocks.extend(activity_block(&kind));
                 // One line: the command's first words.
                 let mut command: String = request.asked_by.split_whitespace().collect::<Vec<_>>().join(" ");
                 if command.chars().count() > 48 {
                     command = command.chars().take(47).collect::<String>() + "…";
                 }
                 let what = if command.is_empty() { title } else { format!("{title} for `{command}`") };
-                self.asking.push(Asking { id: request.id, what });
+                self.asking.push(Asking { id: request.id.clone(), what });
             }
-            Event::Tainted(tainted) => {
+            Event::Tainted(_) => {
                 self.live_of(&event.turn_id).tainted = true;
-                let text = format!(
-                    "! reading untrusted content ({}): paused until the next message: {}",
-                    tainted.source,
-                    tainted.withheld.join(", ")
-                );
-                self.blocks.push(Block::Activity { text });
+                self.blocks.extend(activity_block(&kind));
             }
-            Event::ApprovalSettled(settled) => {
+            Event::ApprovalSettled(ref settled) => {
                 self.asking.retain(|asking| asking.id != settled.id);
-                let text = format!("· approval {}: {} by {}", settled.id, settled.decision, settled.by);
-                self.blocks.push(Block::Activity { text });
+                self.blocks.extend(activity_block(&kind));
             }
         }
     }
