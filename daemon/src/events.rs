@@ -243,14 +243,24 @@ impl Kind {
                 clean(task);
                 clean(result);
             }
-            Kind::Reply { content, .. } | Kind::Message { content, .. } => clean(content),
+            Kind::Reply { content, .. } => clean(content),
+            Kind::Message { content, metadata, .. } => {
+                clean(content);
+                metadata.values_mut().for_each(clean);
+            }
             Kind::TurnError { message, .. } => clean(message),
             Kind::Notice(notice) => {
                 clean(&mut notice.title);
                 clean(&mut notice.content);
             }
             Kind::Tainted { source, .. } => clean(source),
-            Kind::Tool { .. } | Kind::Phase { .. } | Kind::ApprovalRequest { .. } | Kind::ApprovalSettled { .. } => {}
+            // A command line, or a host a command made up, can carry a secret.
+            Kind::ApprovalRequest { host, asked_by, .. } => {
+                clean(host);
+                clean(asked_by);
+            }
+            Kind::ApprovalSettled { by, .. } => clean(by),
+            Kind::Tool { .. } | Kind::Phase { .. } => {}
         }
     }
 }

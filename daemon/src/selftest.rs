@@ -34,6 +34,11 @@ pub struct SelfTestOutcome {
     pub isolation: Isolation,
 }
 
+/// The context every self-test container runs in.
+pub fn context() -> Context {
+    Context::user("baaaht-self-test")
+}
+
 /// Runs `test` in a container of the self-test context.
 pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTestOutcome, ContainerError> {
     let mut command = vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "self-test".into()];
@@ -48,7 +53,7 @@ pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTe
     let run = RunRequest {
         role: test.role,
         session_id: test.session,
-        context: Context::user("baaaht-self-test"),
+        context: context(),
         command,
         mounts: vec![],
         env: vec![],

@@ -347,7 +347,8 @@ fn a_skills_secrets_reach_only_a_run_of_its_script_and_only_those_an_admin_let_u
 
 /// A skill installed while a Coder and its tool container run is offered from the next turn:
 /// the same Coder, which had no such skill in the first turn, runs its script in the second
-/// (its tool container, started before the install, is started anew with the new scripts).
+/// (its tool container, started before the install, is started anew with the new scripts),
+/// and the script of the skill replaced after that in the third.
 #[test]
 fn a_skill_installed_mid_conversation_is_offered_and_runs_from_the_next_turn() {
     use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
@@ -402,4 +403,22 @@ fn a_skill_installed_mid_conversation_is_offered_and_runs_from_the_next_turn() {
         "{}",
         daemon.log_text()
     );
+
+    // Replaced in place (a new folder under the same name): the next turn runs the new script.
+    let newer = repository(&[
+        ("SKILL.md", "---\nname: greet\ndescription: Greets a person by name.\n---\nRun scripts/hello.sh NAME.\n"),
+        ("scripts/hello.sh", "#!/bin/sh\necho \"hello again, $1, from the new greet skill\"\n"),
+    ]);
+    let newer = newer.path().display().to_string();
+    let (ok, out, err) = baaaht(&daemon, &["skills", "install", "--local", &newer, "--user", "alice", "--replace"]);
+    assert!(ok, "{out}{err}");
+    let mut message = scenario::message(scenario::user("alice"), "alice", "Once more.");
+    message.session_id = first.session.clone();
+    let third = scenario::turn_on(&rt, &daemon, message);
+    let reply = third.reply.expect("a reply").content;
+    assert!(reply.contains("hello again, Alice, from the new greet skill"), "{reply}\n{}", daemon.log_text());
+
+    // The self-test cannot claim her conversation (its tool container and workspace are hers).
+    let (ok, out, err) = baaaht(&daemon, &["doctor", "--role", "coder", "--session", &first.session]);
+    assert!(!ok && err.contains(&format!("session `{}` is a conversation of user:alice", first.session)), "{out}{err}");
 }

@@ -112,6 +112,15 @@ impl v1::system_server::System for SystemService {
                 session.escape_debug()
             )));
         }
+        // A conversation of someone else's is not the test's to join: its tool container and
+        // workspace are theirs.
+        if let Some(record) = self.shared.sessions.get(&session).filter(|r| r.context() != crate::selftest::context()) {
+            return Err(Status::failed_precondition(format!(
+                "session `{session}` is a conversation of {}: a self-test runs in its own session (leave \
+                 --session out, or name one of the self-test user's)",
+                record.context()
+            )));
+        }
         let test = crate::selftest::SelfTest { role, probe, llm_model, session, linger: message.linger_seconds };
         // A sandbox under gVisor beside the test's own container, which falls back (or is
         // refused) by itself when gVisor fails; after it failed, first: its start is what

@@ -366,6 +366,11 @@ impl SessionLog {
         &self.path
     }
 
+    /// How many activities it holds.
+    pub fn activities(&self) -> usize {
+        self.activities.len()
+    }
+
     /// Appends `entry` (its parent must be in the log), with an fsync.
     pub fn append(&mut self, entry: &Entry) -> Result<(), LogError> {
         let id = entry.id().to_string();

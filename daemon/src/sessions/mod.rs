@@ -193,6 +193,11 @@ impl crate::events::Keeper for SessionStore {
     }
 }
 
+/// The approvals and notices a conversation keeps at most ([`SessionStore::keep`]).
+pub const MOST_ACTIVITIES: usize = 1000;
+/// The most of a message's text a conversation keeps (the rest was shown as it came).
+const MOST_KEPT_TEXT: usize = 16 * 1024;
+
 /// Every session of the data dir.
 pub struct SessionStore {
     sessions_dir: PathBuf,
@@ -501,15 +506,32 @@ impl SessionStore {
     /// does not move): the conversation shows it again when it is opened anew. Refused for a
     /// session of another context.
     pub fn keep(&self, context: &Context, id: &str, mut activity: log::Activity) -> Result<(), SessionError> {
+        if let log::Activity::Message { content, .. } = &mut activity {
+            if content.len() > MOST_KEPT_TEXT {
+                let whole = content.len();
+                let mut end = MOST_KEPT_TEXT;
+                while !content.is_char_boundary(end) {
+                    end -= 1;
+                }
+                content.truncate(end);
+                content.push_str(&format!("\n\n(Kept in the conversation up to here: the message was {whole} bytes.)"));
+            }
+        }
         if let Some(redact) = &self.redact {
             let clean = |text: &mut String| {
                 *text = redact.clean_string(crate::redact::Place::SessionLog, std::mem::take(text));
             };
             match &mut activity {
-                log::Activity::Approval { asked_by, .. } => clean(asked_by),
-                log::Activity::ApprovalSettled { .. } => {}
+                log::Activity::Approval { host, asked_by, .. } => {
+                    clean(host);
+                    clean(asked_by);
+                }
+                log::Activity::ApprovalSettled { by, .. } => clean(by),
                 log::Activity::Tainted { source, .. } => clean(source),
-                log::Activity::Message { content, .. } => clean(content),
+                log::Activity::Message { content, metadata, .. } => {
+                    clean(content);
+                    metadata.values_mut().for_each(clean);
+                }
             }
         }
         let mut inner = self.lock();
@@ -518,13 +540,27 @@ impl SessionStore {
         if record.context() != *context {
             return Err(SessionError::NotFound(id.into()));
         }
-        let entry = Entry::Activity {
+        let after = record.leaf.clone().unwrap_or_else(|| id.to_string());
+        let entry = |activity| Entry::Activity {
             id: new_entry_id(),
-            after: record.leaf.clone().unwrap_or_else(|| id.to_string()),
+            after: after.clone(),
             timestamp: state::rfc3339(state::now_seconds()),
             activity,
         };
-        self.with_log(&mut inner, id, |log| log.append(&entry))
+        self.with_log(&mut inner, id, |log| match log.activities() {
+            // A conversation's record of its notices has an end: a flood of them (a model's
+            // messages, say) never grows its log without bound. The last one says so.
+            kept if kept + 1 < MOST_ACTIVITIES => log.append(&entry(activity)),
+            kept if kept + 1 == MOST_ACTIVITIES => log.append(&entry(log::Activity::Message {
+                content: format!(
+                    "This conversation keeps no more notices or approvals: it holds {MOST_ACTIVITIES}. Those \
+                     to come are shown as they happen, not kept."
+                ),
+                metadata: Default::default(),
+                attachments: vec![],
+            })),
+            _ => Ok(()),
+        })
     }
 
     /// Everything in session `id`'s log.
@@ -743,6 +779,47 @@ mod tests {
         let branch = reopened.read(&session.id).expect("read").branch(&third).expect("branch");
         assert_eq!(branch.len(), 4, "the resumed session continues from its leaf, the last entry written");
         assert_eq!(reopened.counts(), SessionCounts { active: 2, idle: 0, archived: 0 });
+    }
+
+    #[test]
+    fn a_conversation_keeps_its_own_contexts_notices_cut_and_up_to_a_limit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("data/state")).expect("state");
+        let store = SessionStore::open(dir.path());
+        let alice = Context::user("alice");
+        let session = store.active(&alice, "alice").expect("created");
+        let first = store.append(&session.id, None, message("hello")).expect("first");
+        let said =
+            |content: String| log::Activity::Message { content, metadata: Default::default(), attachments: vec![] };
+        let refused = store.keep(&Context::user("mallory"), &session.id, said("from elsewhere".into()));
+        assert!(matches!(refused, Err(SessionError::NotFound(_))), "another context's notice is not kept");
+        store.keep(&alice, &session.id, said("é".repeat(MOST_KEPT_TEXT))).expect("kept");
+        for n in 0..MOST_ACTIVITIES + 5 {
+            store.keep(&alice, &session.id, said(format!("notice {n}"))).expect("kept or passed over");
+        }
+        let read = store.read(&session.id).expect("read");
+        let kept: Vec<&log::Activity> = read
+            .entries
+            .iter()
+            .filter_map(|entry| match entry {
+                Entry::Activity { after, activity, .. } if after == &first => Some(activity),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kept.len(), MOST_ACTIVITIES, "a flood is not kept without end");
+        let text = |activity: &log::Activity| match activity {
+            log::Activity::Message { content, .. } => content.clone(),
+            other => panic!("{other:?}"),
+        };
+        let long = text(kept[0]);
+        assert!(long.len() < MOST_KEPT_TEXT + 200, "cut: {}", long.len());
+        assert!(
+            long.ends_with(&format!("the message was {} bytes.)", 2 * MOST_KEPT_TEXT)),
+            "{}",
+            &long[long.len() - 80..]
+        );
+        assert!(text(kept[MOST_ACTIVITIES - 1]).starts_with("This conversation keeps no more notices"));
+        assert_eq!(store.get(&session.id).and_then(|record| record.leaf), Some(first), "the leaf stays");
     }
 
     #[test]

@@ -62,6 +62,9 @@ pub enum ToolsError {
     RunnerLost,
     #[error("the call did not finish within {} s", .0.as_secs())]
     Timeout(Duration),
+    /// The session's tool container runs for another context (a session id claimed twice).
+    #[error("session {0}'s tool container is another user's or group's: this call is refused")]
+    NotYours(String),
 }
 
 /// `error`, or [`ToolsError::DiskFull`] when it is a write that failed for want of space, or
@@ -77,6 +80,13 @@ fn worded(error: ToolsError) -> ToolsError {
         return ToolsError::EngineDown;
     }
     error
+}
+
+/// Each skill's script folder of `mounts` and its inode: a skill replaced in place (a new folder
+/// under the old name) is told apart from the one a container mounts.
+fn skills_found(mounts: &[MountSpec]) -> Vec<(PathBuf, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    mounts.iter().map(|mount| (mount.host.clone(), std::fs::metadata(&mount.host).map_or(0, |m| m.ino()))).collect()
 }
 
 /// One tool call for [`Runners::call`].
@@ -149,9 +159,12 @@ const RUNNER_QUEUE: usize = 64;
 struct Runner {
     session: String,
     container: String,
+    /// Whose it is: no other context's call reaches it.
+    context: Context,
     last_used: Instant,
-    /// The skills' scripts it mounts: a skill installed since is not among them.
-    skills: Vec<MountSpec>,
+    /// The skills' script folders it mounts, as found then ([`skills_found`]): one installed,
+    /// replaced or removed since is not as it has them.
+    skills: Vec<(PathBuf, u64)>,
     /// Its IPC folder, let go when the runner is.
     _ipc: crate::ipc::Lease,
 }
@@ -375,7 +388,8 @@ impl Runners {
         }
         let mut projects = if coder { self.policy.coder_mounts(context) } else { vec![] };
         let skills = self.skill_scripts(context);
-        projects.extend(skills.iter().cloned());
+        let found = skills_found(&skills);
+        projects.extend(skills);
         for project in &projects {
             command.push("--mount".into());
             command.push(if project.read_only { format!("{}:ro", project.target) } else { project.target.clone() });
@@ -428,8 +442,9 @@ impl Runners {
         Ok(Runner {
             session: session.to_string(),
             container: handle.name,
+            context: context.clone(),
             last_used: Instant::now(),
-            skills,
+            skills: found,
             _ipc: ipc,
         })
     }
@@ -453,6 +468,10 @@ impl Runners {
         let key = if coder { format!("{session}/coder") } else { session.to_string() };
         let slot = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();
         let mut runner = slot.lock().await;
+        if runner.as_ref().is_some_and(|r| r.context != *context) {
+            tracing::warn!(session, context = %context, "a call for a session whose tool container is another context's; refused");
+            return Err(ToolsError::NotYours(session.to_string()));
+        }
         if let Some(current) = runner.as_ref().filter(|r| !self.connected.contains(&r.container)) {
             tracing::warn!(session, container = %current.container, "the tool runner is gone; starting a new one");
             self.remove(session, &current.container, "the old tool container").await;
@@ -460,10 +479,9 @@ impl Runners {
         }
         // A call naming a skill's folder finds the scripts of a skill installed mid-conversation:
         // the container is started anew with them (its workspace stays).
-        if let Some(current) = runner
-            .as_ref()
-            .filter(|r| call.params_json.contains(SKILLS_MOUNT) && r.skills != self.skill_scripts(context))
-        {
+        if let Some(current) = runner.as_ref().filter(|r| {
+            call.params_json.contains(SKILLS_MOUNT) && r.skills != skills_found(&self.skill_scripts(context))
+        }) {
             tracing::info!(session, container = %current.container, "the skills changed; starting the tool container anew with their scripts");
             self.remove(session, &current.container, "a tool container without the new skills").await;
             *runner = None;

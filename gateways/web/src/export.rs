@@ -12,7 +12,7 @@ pub fn markdown(title: &str, entries: &[&v1::SessionEntry]) -> String {
         match &entry.entry {
             Some(Entry::Message(message)) => {
                 let who = match message.role.as_str() {
-                    "user" if !message.sender_name.is_empty() => message.sender_name.clone(),
+                    "user" if !message.sender_name.is_empty() => plain(&message.sender_name),
                     "user" => "You".into(),
                     "assistant" => "Assistant".into(),
                     other => other.to_string(),
@@ -31,12 +31,32 @@ pub fn markdown(title: &str, entries: &[&v1::SessionEntry]) -> String {
             }
             Some(Entry::Activity(activity)) => {
                 use baaaht_proto::transcript::{activity_event, activity_said};
-                if let Some(said) = activity_event(activity).and_then(activity_said) {
+                let event = activity_event(activity);
+                if let Some(said) = event.and_then(activity_said) {
+                    // A message is markdown, as answers are; the rest names hosts, commands and
+                    // people as they were written: text, never markup.
+                    let said = match event {
+                        Some(v1::orchestrator_event::Event::Message(_)) => said,
+                        _ => plain(&said),
+                    };
                     out.push_str(&format!("\n> {}\n", said.trim_end().replace('\n', "\n> ")));
                 }
             }
             None => {}
         }
+    }
+    out
+}
+
+/// `text` as markdown that shows it as it is: every ASCII punctuation mark escaped (a name or a
+/// host never becomes a link, an image or a code span).
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii_punctuation() {
+            out.push('\\');
+        }
+        out.push(c);
     }
     out
 }
@@ -118,6 +138,33 @@ mod tests {
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{page}");
         assert!(!page.contains("<script>"));
         assert!(page.contains("<code class=\"language-rust\">"));
+    }
+
+    #[test]
+    fn names_hosts_and_commands_in_a_notice_are_text_not_markup() {
+        let settled = v1::ApprovalSettled {
+            id: "a1".into(),
+            decision: "once".into(),
+            by: "M [pay](javascript:alert(1)) ![x](https://evil.example/p.png)".into(),
+        };
+        let activity = v1::ActivityEntry {
+            after: "a".into(),
+            event: Some(v1::OrchestratorEvent {
+                event: Some(v1::orchestrator_event::Event::ApprovalSettled(settled)),
+                ..Default::default()
+            }),
+        };
+        let entries = [
+            message("a", "", "user", "fetch it"),
+            v1::SessionEntry { id: "x".into(), entry: Some(Entry::Activity(activity)), ..Default::default() },
+        ];
+        let branch = baaaht_proto::transcript::branch(&entries, None);
+        let page = html("Plans", &markdown("Plans", &branch));
+        assert!(
+            page.contains("Allowed once by M [pay](javascript:alert(1)) ![x](https://evil.example/p.png)."),
+            "{page}"
+        );
+        assert!(!page.contains("<a ") && !page.contains("<img"), "{page}");
     }
 
     #[test]
