@@ -114,9 +114,10 @@ impl Kind {
         Kind::Message { content, reply_to: String::new(), metadata, attachments: vec![] }
     }
 
-    /// What a session's log keeps of this event, if anything: the approvals, the notices of
-    /// a turn that read content from outside, and messages (not the turn's own words, which
-    /// are its entries, nor its progress).
+    /// What a session's log keeps of this event, if anything: the approvals and messages (not
+    /// the turn's own words, which are its entries, nor its progress and status, a turn read
+    /// content from outside among them, nor a background task's result, which the session holds
+    /// as its entries already: its metadata names the `background` agent).
     pub fn activity(&self) -> Option<crate::sessions::log::Activity> {
         use crate::sessions::log::Activity;
         Some(match self {
@@ -131,9 +132,7 @@ impl Kind {
             Kind::ApprovalSettled { id, decision, by } => {
                 Activity::ApprovalSettled { approval: id.clone(), decision: decision.clone(), by: by.clone() }
             }
-            Kind::Tainted { source, withheld } => {
-                Activity::Tainted { source: source.clone(), withheld: withheld.clone() }
-            }
+            Kind::Message { metadata, .. } if metadata.contains_key("background") => return None,
             Kind::Message { content, metadata, attachments, .. } => Activity::Message {
                 content: content.clone(),
                 metadata: metadata.clone(),
@@ -158,7 +157,6 @@ impl Kind {
             Activity::ApprovalSettled { approval, decision, by } => {
                 Kind::ApprovalSettled { id: approval, decision, by }
             }
-            Activity::Tainted { source, withheld } => Kind::Tainted { source, withheld },
             Activity::Message { content, metadata, attachments } => {
                 Kind::Message { content, reply_to: String::new(), metadata, attachments }
             }

@@ -57,6 +57,32 @@ pub fn activity_event(activity: &v1::ActivityEntry) -> Option<&v1::orchestrator_
     activity.event.as_ref()?.event.as_ref()
 }
 
+/// The approvals of `entries` still waiting for an answer (as the daemon said when it gave the
+/// transcript: an approval's `expires_in_seconds` is what is left of its wait), none answered.
+pub fn waiting_approvals(entries: &[v1::SessionEntry]) -> Vec<&v1::ApprovalRequest> {
+    use v1::orchestrator_event::Event;
+    let events = || {
+        entries.iter().filter_map(|entry| match &entry.entry {
+            Some(Entry::Activity(activity)) => activity_event(activity),
+            _ => None,
+        })
+    };
+    let settled: HashSet<&str> = events()
+        .filter_map(|event| match event {
+            Event::ApprovalSettled(settled) => Some(settled.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    events()
+        .filter_map(|event| match event {
+            Event::Approval(asked) if asked.expires_in_seconds > 0 && !settled.contains(asked.id.as_str()) => {
+                Some(asked)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// An activity's event as a line of text (a transcript printed or exported, or shown as it
 /// happens): who asked to reach what and how it was answered, what a turn read from outside,
 /// a message.
@@ -132,6 +158,22 @@ mod tests {
         assert_eq!(ids(branch(&entries, Some("b"))), ["x0", "a", "b", "x1"]);
         assert!(branch(&entries, Some("x1")).is_empty(), "no branch ends at an activity");
         assert!(branch(&entries, Some("nope")).is_empty());
+        let asked = |id: &str, left: u32| {
+            let event = v1::OrchestratorEvent {
+                event: Some(v1::orchestrator_event::Event::Approval(v1::ApprovalRequest {
+                    id: id.into(),
+                    expires_in_seconds: left,
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            let activity = v1::ActivityEntry { after: "a".into(), event: Some(event) };
+            v1::SessionEntry { id: format!("x-{id}"), entry: Some(Entry::Activity(activity)), ..Default::default() }
+        };
+        let waiting =
+            [message("a", "s1"), asked("a1", 90), asked("a2", 90), asked("a3", 0), settled("x9", "a", "once", "Al")];
+        let ids: Vec<&str> = waiting_approvals(&waiting).into_iter().map(|asked| asked.id.as_str()).collect();
+        assert_eq!(ids, ["a2"], "a1 was answered (settled names it), a3 waits no more");
         let Some(Entry::Activity(activity)) = &entries[3].entry else { unreachable!() };
         assert_eq!(activity_event(activity).and_then(activity_said).as_deref(), Some("Allowed once by Alice."));
     }

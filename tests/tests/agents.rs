@@ -207,7 +207,7 @@ fn a_group_talks_forks_archives_resumes_and_switches_model_from_the_cli() {
             async move { client.sessions.read_session(request).await.expect("ReadSession").into_inner() }
         };
         let all = read(&mut client, &session, "").await;
-        assert_eq!(all.entries.len(), 4);
+        assert_eq!(all.entries.len(), 4, "{:#?}", all.entries);
         let first_reply = all.entries[1].id.clone();
 
         // A branch read and a fork from the first reply: the fork holds that branch only.

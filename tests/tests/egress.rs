@@ -603,15 +603,17 @@ fn a_bound_secret_reaches_its_host_only_and_the_container_sees_a_placeholder() {
 }
 
 /// In the TUI an approval request is a prompt over the editor, and one key answers it: `s`
-/// allows the host for the session (not asked again), `d` refuses the next one. Both stay in
-/// the conversation: the TUI started again shows them.
+/// allows the host for the session (not asked again), `d` refuses the next one. All stay in
+/// the conversation: the TUI started again shows them, and prompts again for one still waiting.
 #[test]
 fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     use baaaht_tests::tmux::{shell_quote, Tmux};
     let wait = std::time::Duration::from_secs(30);
     let (bridge, port) = baaaht_tests::bridge_server();
     let (_, other) = baaaht_tests::bridge_server();
-    let config = format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}', '{bridge}:{other}']\n");
+    let (_, third) = baaaht_tests::bridge_server();
+    let config =
+        format!("tools:\n  web_proxy:\n    allow: ['{bridge}:{port}', '{bridge}:{other}', '{bridge}:{third}']\n");
     let daemon =
         TestDaemon::start(DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..Default::default() })
             .expect("daemon");
@@ -654,6 +656,9 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     assert!(refused.contains("403") && refused.contains("was denied by root at the host"), "{refused}");
     terminal.wait_for("Denied by root at the host.", wait).expect("settled");
 
+    // A third asks; the TUI is left while it waits, and started again.
+    let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{third}"));
+    terminal.wait_for(&format!("[d] deny  coder's tools want {bridge}:{third}"), wait).expect("the third prompt");
     terminal.type_text("/quit").expect("type");
     terminal.press(&["Enter"]).expect("quit");
     terminal.wait_for("baaaht: left session", wait).expect("the TUI ends");
@@ -672,7 +677,13 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
         )
         .unwrap_or_else(|error| panic!("the conversation keeps its approvals: {error:?}"));
     assert!(screen.contains(&format!("coder's tools want {bridge}:{other}")), "{screen}");
-    assert!(!screen.contains("[o] once"), "nothing waits: no prompt: {screen}");
+    terminal
+        .wait_for(&format!("[d] deny  coder's tools want {bridge}:{third}"), wait)
+        .expect("the one still waiting is asked again");
+    terminal.press(&["o"]).expect("o");
+    let fetched = fetching.join().expect("fetch");
+    assert!(fetched.contains("arrived: GET /x"), "answered from the TUI started again: {fetched}");
+    terminal.wait_for("Allowed once by root at the host.", wait).expect("settled");
     drop(coder);
 }
 

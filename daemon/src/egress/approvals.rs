@@ -57,6 +57,7 @@ pub struct Asking {
 struct Pending {
     context: Context,
     answer: oneshot::Sender<(Decision, String)>,
+    asked: std::time::Instant,
 }
 
 /// Why an answer was not taken.
@@ -134,7 +135,8 @@ impl Approvals {
             }
             let id = format!("a-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
             let (answer, answered) = oneshot::channel();
-            state.pending.insert(id.clone(), Pending { context: asking.context.clone(), answer });
+            let pending = Pending { context: asking.context.clone(), answer, asked: std::time::Instant::now() };
+            state.pending.insert(id.clone(), pending);
             (id, answered)
         };
         let expires_in = u32::try_from(self.timeout.as_secs()).unwrap_or(u32::MAX);
@@ -192,6 +194,14 @@ impl Approvals {
         // silent-ok: the connection may have been given up meanwhile.
         let _ = pending.answer.send((decision, by.to_string()));
         Ok(())
+    }
+
+    /// How many more seconds request `id` waits for an answer; none once it was answered or
+    /// given up (or was asked of a daemon before this one).
+    pub fn waiting_for(&self, id: &str) -> Option<u32> {
+        let state = self.state();
+        let left = self.timeout.checked_sub(state.pending.get(id)?.asked.elapsed())?;
+        Some(u32::try_from(left.as_secs()).unwrap_or(u32::MAX).max(1))
     }
 
     /// The context whose request `id` is, while it waits.

@@ -640,9 +640,18 @@ impl v1::sessions_server::Sessions for SessionsService {
                 .iter()
                 .filter_map(|kept| entry(&record, kept))
                 .map(|mut entry| {
-                    if let Some(v1::session_entry::Entry::Message(message)) = &mut entry.entry {
-                        message.sender_name =
-                            crate::orchestrator::sender_name(&self.shared.orchestrator, &message.sender_id);
+                    use v1::orchestrator_event::Event;
+                    match &mut entry.entry {
+                        Some(v1::session_entry::Entry::Message(message)) => {
+                            message.sender_name =
+                                crate::orchestrator::sender_name(&self.shared.orchestrator, &message.sender_id);
+                        }
+                        // An approval says how long it still waits now: 0, no longer.
+                        Some(v1::session_entry::Entry::Activity(v1::ActivityEntry {
+                            event: Some(v1::OrchestratorEvent { event: Some(Event::Approval(asked)), .. }),
+                            ..
+                        })) => asked.expires_in_seconds = self.shared.approvals.waiting_for(&asked.id).unwrap_or(0),
+                        _ => {}
                     }
                     entry
                 })

@@ -144,8 +144,6 @@ pub enum Activity {
     /// Someone answered it (`by`, "nobody" when nobody did in time).
     #[serde(rename_all = "camelCase")]
     ApprovalSettled { approval: String, decision: String, by: String },
-    /// The turn read content from outside, and these ways out were paused.
-    Tainted { source: String, withheld: Vec<String> },
     /// A message for the conversation's people: an agent's, a budget's warning, a memory's
     /// review.
     Message {

@@ -527,7 +527,6 @@ impl SessionStore {
                     clean(asked_by);
                 }
                 log::Activity::ApprovalSettled { by, .. } => clean(by),
-                log::Activity::Tainted { source, .. } => clean(source),
                 log::Activity::Message { content, metadata, .. } => {
                     clean(content);
                     metadata.values_mut().for_each(clean);

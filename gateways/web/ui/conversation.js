@@ -279,8 +279,8 @@ const ANSWERS = [
 const SETTLED = { once: "Allowed once", session: "Allowed for this conversation", always: "Allowed always (a rule)", deny: "Denied" };
 
 // A connection waiting for someone to allow it: a card with the answers as buttons. Shown again
-// from the conversation's history, `left` says how many seconds it still waits (none: it was
-// not answered in time, or the daemon restarted meanwhile).
+// from the conversation's history, `left` says how many seconds it still waits, as the daemon
+// said when it was read (0: no longer; its answer, if it had one, follows).
 function approvalCard(event, { left } = {}) {
   const live = left === undefined;
   for (const turn of live ? state.running : []) {
@@ -303,8 +303,8 @@ function approvalCard(event, { left } = {}) {
   note.className = "meta";
   note.textContent = `Denied in ${live ? event.expires_in : left} s without an answer.`;
   if (!live && left <= 0) {
+    note.textContent = "No longer waiting for an answer.";
     card.append(text, note);
-    approvalSettled({ id: event.id, decision: "deny", by: "nobody" });
     return;
   }
   const buttons = document.createElement("div");
@@ -337,6 +337,7 @@ function approvalSettled(event) {
   const note = card.querySelector(".meta");
   const by = event.by === "nobody" ? "nobody answered in time" : `by ${event.by}`;
   note.textContent = `${SETTLED[event.decision] || event.decision}, ${by}.`;
+  card.classList.remove("denied", "allowed");
   card.classList.add(event.decision === "deny" ? "denied" : "allowed");
 }
 
@@ -380,15 +381,9 @@ function showMessage(event) {
 // An approval or a notice kept in the conversation, shown as it was when it happened.
 function showActivity(entry) {
   const event = entry.event || {};
-  if (event.type === "approval") {
-    const waited = Math.floor((Date.now() - Date.parse(entry.time)) / 1000);
-    approvalCard(event, { left: Math.max(0, (event.expires_in || 0) - waited) });
-  } else if (event.type === "settled") approvalSettled(event);
+  if (event.type === "approval") approvalCard(event, { left: event.expires_in || 0 });
+  else if (event.type === "settled") approvalSettled(event);
   else if (event.type === "message") showMessage(event);
-  else if (event.type === "tainted") {
-    const paused = (event.withheld || []).join(", ");
-    bubble("notice", `The assistant read untrusted content (${event.source}); some tools were paused until the next message (${paused}).`);
-  }
 }
 
 function onEvent(event) {

@@ -139,7 +139,12 @@ async fn follow(target: Target, sender: mpsc::Sender<Input>) {
                 .await
                 .map_err(|status| status.message().to_string())?
                 .into_inner();
-            let history = branch(&mut client, &session, None).await.map(|entries| blocks_of(&entries));
+            let entries = branch(&mut client, &session, None).await;
+            let history = entries.as_ref().map(|entries| blocks_of(entries));
+            let waiting: Vec<v1::ApprovalRequest> = entries
+                .as_ref()
+                .map(|entries| baaaht_proto::transcript::waiting_approvals(entries).into_iter().cloned().collect())
+                .unwrap_or_default();
             let inbox = v1::InboxRequest { context: Some(target.context.clone()), unread_only: true, mark_read: true };
             let items = client.sessions.list_inbox(inbox).await.map(|list| list.into_inner().items).unwrap_or_default();
             let manifest = v1::SkillManifestRequest { context: Some(target.context.clone()) };
@@ -152,6 +157,9 @@ async fn follow(target: Target, sender: mpsc::Sender<Input>) {
             );
             if !items.is_empty() {
                 drop(sender.send(Input::Inbox(items)).await);
+            }
+            if !waiting.is_empty() {
+                drop(sender.send(Input::Waiting(waiting)).await);
             }
             if let Ok(skills) = skills {
                 drop(sender.send(Input::Skills(skills.into_iter().map(|skill| skill.name).collect())).await);

@@ -104,6 +104,9 @@ pub enum Input {
     },
     /// The inbox's unread items, shown on open.
     Inbox(Vec<v1::InboxItem>),
+    /// Approvals of the session still waiting for an answer, found in its history on open:
+    /// the prompt asks them as it asks those that come.
+    Waiting(Vec<v1::ApprovalRequest>),
     /// A command's answer, to show.
     Said(String),
     /// Nothing changed but the screen's size: draw again.
@@ -428,6 +431,18 @@ pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
     blocks
 }
 
+/// The prompt's line for an approval request: whose tools want what, for the command's first
+/// words.
+fn asking_of(request: &v1::ApprovalRequest) -> Asking {
+    let title = format!("{}'s tools want {}:{}", role_name(request.agent), request.host, request.port);
+    let mut command: String = request.asked_by.split_whitespace().collect::<Vec<_>>().join(" ");
+    if command.chars().count() > 48 {
+        command = command.chars().take(47).collect::<String>() + "…";
+    }
+    let what = if command.is_empty() { title } else { format!("{title} for `{command}`") };
+    Asking { id: request.id.clone(), what }
+}
+
 /// An approval, its answer, a turn that read content from outside, or a message, as the screen
 /// shows it, live or from the session's log (the same block both ways: a screen that comes
 /// back finds it shown already).
@@ -593,6 +608,13 @@ impl App {
         match input {
             Input::Key(key) => return self.key(key),
             Input::Event(event) => self.event(*event),
+            Input::Waiting(requests) => {
+                for request in requests {
+                    if !self.asking.iter().any(|asking| asking.id == request.id) {
+                        self.asking.push(asking_of(&request));
+                    }
+                }
+            }
             Input::Connected { session, history } => {
                 let again = matches!(self.connection, Connection::Reconnecting { .. });
                 if self.session.as_deref() != Some(session.as_str()) {
@@ -951,15 +973,8 @@ impl App {
                 self.blocks.push(Block::Notice { title: notice.title, text: notice.content, error: notice.is_error })
             }
             Event::Approval(ref request) => {
-                let title = format!("{}'s tools want {}:{}", role_name(request.agent), request.host, request.port);
                 self.blocks.extend(activity_block(&kind));
-                // One line: the command's first words.
-                let mut command: String = request.asked_by.split_whitespace().collect::<Vec<_>>().join(" ");
-                if command.chars().count() > 48 {
-                    command = command.chars().take(47).collect::<String>() + "…";
-                }
-                let what = if command.is_empty() { title } else { format!("{title} for `{command}`") };
-                self.asking.push(Asking { id: request.id.clone(), what });
+                self.asking.push(asking_of(request));
             }
             Event::Tainted(_) => {
                 self.live_of(&event.turn_id).tainted = true;
