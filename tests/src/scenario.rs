@@ -16,10 +16,11 @@ use crate::{DaemonOptions, TestDaemon};
 /// The text a coder's script prints.
 pub const HELLO: &str = "hello from baaaht";
 
-/// The Assistant's side of a delegating brain: first `say` and a `delegate` call with
-/// `params`, then, with the result, `reply` and the result.
+/// The Assistant's side of each turn: it delegates (`params`, after saying `say`), then says
+/// `reply` and what came back. Earlier turns' delegations, in the history as tool calls and
+/// results, do not count.
 fn assistant_delegates(asked: &Asked, say: &str, params: serde_json::Value, reply: &str) -> Answer {
-    match asked.results.last() {
+    match asked.turn_results.last() {
         None => anthropic_answer(say, &[("toolu_delegate_1", "delegate", params)]),
         Some(result) => anthropic_answer(&format!("{reply}{result}"), &[]),
     }
@@ -28,13 +29,8 @@ fn assistant_delegates(asked: &Asked, say: &str, params: serde_json::Value, repl
 /// The Assistant's side of a turn, every turn anew: it hands `task` to the Coder, then passes
 /// on what the Coder said ("The coder says: …").
 pub fn assistant_asks_the_coder(asked: &Asked, task: &str) -> Answer {
-    match asked.turn_results.last() {
-        None => {
-            let params = json!({"agent": "coder", "task": task, "returnDirectly": false});
-            anthropic_answer("", &[("toolu_delegate", "delegate", params)])
-        }
-        Some(result) => anthropic_answer(&format!("The coder says: {result}"), &[]),
-    }
+    let params = json!({"agent": "coder", "task": task, "returnDirectly": false});
+    assistant_delegates(asked, "", params, "The coder says: ")
 }
 
 /// The Assistant delegates to the Coder; the Coder writes `hello.sh`, runs it, and reports what
