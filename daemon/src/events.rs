@@ -18,12 +18,26 @@ pub struct Event {
     pub turn: String,
     pub correlation_id: String,
     pub kind: Kind,
+    /// Its session holds it as entries already (a background task's result): its log does not
+    /// keep it again as an activity.
+    pub recorded: bool,
 }
 
 impl Event {
     /// `kind` for `session`'s turn `turn` (with its correlation id).
     pub fn of_turn(session: &str, turn: &str, correlation_id: &str, kind: Kind) -> Event {
-        Event { session: session.to_string(), turn: turn.to_string(), correlation_id: correlation_id.to_string(), kind }
+        Event {
+            session: session.to_string(),
+            turn: turn.to_string(),
+            correlation_id: correlation_id.to_string(),
+            kind,
+            recorded: false,
+        }
+    }
+
+    /// This event, which its session holds as entries already.
+    pub fn recorded(self) -> Event {
+        Event { recorded: true, ..self }
     }
 
     /// `kind` for `session`, in no turn.
@@ -116,8 +130,7 @@ impl Kind {
 
     /// What a session's log keeps of this event, if anything: the approvals and messages (not
     /// the turn's own words, which are its entries, nor its progress and status, a turn read
-    /// content from outside among them, nor a background task's result, which the session holds
-    /// as its entries already: its metadata names the `background` agent).
+    /// content from outside among them).
     pub fn activity(&self) -> Option<crate::sessions::log::Activity> {
         use crate::sessions::log::Activity;
         Some(match self {
@@ -132,7 +145,6 @@ impl Kind {
             Kind::ApprovalSettled { id, decision, by } => {
                 Activity::ApprovalSettled { approval: id.clone(), decision: decision.clone(), by: by.clone() }
             }
-            Kind::Message { metadata, .. } if metadata.contains_key("background") => return None,
             Kind::Message { content, metadata, attachments, .. } => Activity::Message {
                 content: content.clone(),
                 metadata: metadata.clone(),
@@ -281,7 +293,7 @@ impl EventBus {
         if let Some(redact) = &self.redact {
             event.kind.clean(redact);
         }
-        if let (false, Some(activity)) = (event.session.is_empty(), event.kind.activity()) {
+        if let (false, false, Some(activity)) = (event.session.is_empty(), event.recorded, event.kind.activity()) {
             if let Some(keeper) = self.keeper.get().and_then(std::sync::Weak::upgrade) {
                 keeper.keep(context, &event.session, activity);
             }

@@ -71,15 +71,19 @@ async fn accessible(browser: &Client, state: &str) {
     assert!(problems.is_empty(), "axe-core, {state}:\n{}", problems.join("\n"));
 }
 
-/// Sets the theme as the settings do, and waits for the page to be drawn in it: its colours'
-/// transitions ended and two frames painted.
+/// Sets the theme as the settings do, and waits for the page to be drawn in it.
 async fn theme(browser: &Client, theme: &str) {
-    let script = format!(
-        "const done = arguments[arguments.length - 1]; localStorage.setItem('theme', '{theme}'); \
-         window.applyTheme(); requestAnimationFrame(() => Promise.all(document.getAnimations().map((a) => a.finished)) \
-         .then(() => requestAnimationFrame(() => requestAnimationFrame(() => done(true)))));"
-    );
-    browser.execute_async(&script, vec![]).await.expect("theme");
+    js(browser, &format!("localStorage.setItem('theme', '{theme}'); window.applyTheme();")).await;
+    drawn(browser).await;
+}
+
+/// Waits for the page to come to rest: its transitions (a side bar sliding, colours changing)
+/// ended and two frames painted after them.
+async fn drawn(browser: &Client) {
+    let script = "const done = arguments[arguments.length - 1]; requestAnimationFrame(() => \
+                  Promise.all(document.getAnimations().map((a) => a.finished)).then(() => \
+                  requestAnimationFrame(() => requestAnimationFrame(() => done(true)))));";
+    browser.execute_async(script, vec![]).await.expect("the page comes to rest");
 }
 
 /// Runs `script` in the page and returns what it returns, as JSON.
@@ -171,7 +175,7 @@ fn a_newcomer_meets_a_greeting_and_suggestions_and_only_admins_see_admin_control
                 };
                 assert!(!shown(&bob, "#sidebar").await, "the side bar starts closed on a phone");
                 open().await;
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                drawn(&bob).await;
                 screenshot(&bob, dir.path(), "web-sidebar-phone-light").await;
                 accessible(&bob, "the side bar open on a phone").await;
                 click(&bob, "#close-menu").await;
@@ -366,6 +370,8 @@ fn a_conversation_follows_its_answer_switches_models_and_shows_what_link_text_hi
         let following = from_the_end(&alice).await;
         assert!(following < 48.0, "the log follows the answer: {following} px from the end");
         js(&alice, "document.getElementById('log').scrollTop = 0").await;
+        // Not a wait for something to happen: the log must stay where it was put while the
+        // answer goes on streaming for a while.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let top = js(&alice, "return document.getElementById('log').scrollTop").await;
         assert!(top.as_f64().is_some_and(|top| top < 5.0), "scrolled up, the log stays: {top}");
@@ -478,7 +484,7 @@ fn a_conversation_follows_its_answer_switches_models_and_shows_what_link_text_hi
         accessible(&alice, "the conversation's menu, dark").await;
         press(&alice, ESCAPE).await;
         click(&alice, "#settings-open").await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        drawn(&alice).await;
         accessible(&alice, "the settings, dark").await;
         screenshot(&alice, dir.path(), "web-settings-desktop-dark").await;
         alice.close().await.expect("close");

@@ -263,5 +263,7 @@ fn finish_background(orchestrator: &Arc<Orchestrator>, task: &Task, result: Stri
         metadata: [("background".to_string(), task.role.as_str().to_string())].into_iter().collect(),
         attachments: vec![],
     };
-    orchestrator.events.publish(&live.context, event((&live.session, &live.turn_id, &live.correlation_id), message));
+    // The session holds it as its entries (above) already.
+    let told = event((&live.session, &live.turn_id, &live.correlation_id), message).recorded();
+    orchestrator.events.publish(&live.context, told);
 }

@@ -103,6 +103,7 @@ impl v1::agents_server::Agents for AgentsService {
             self.shared.taints.allow(live, crate::taint::Way::Message).map_err(Status::permission_denied)?;
         }
         let event = crate::events::Event {
+            recorded: false,
             session: identity.session_id.clone(),
             turn: live.as_ref().map(|live| live.user_turn.clone()).unwrap_or_default(),
             correlation_id: live.map(|live| live.correlation_id).unwrap_or_default(),

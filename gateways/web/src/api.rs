@@ -354,32 +354,31 @@ pub async fn approve(
 }
 
 /// `GET /api/memory/review`: the user's memory entries written while reading content from
-/// outside, waiting for them (never used until confirmed).
+/// outside, waiting for them (never used until confirmed), each with where it came from.
 pub async fn memory_review(State(app): State<Arc<App>>, user: User) -> Response {
+    memory_list(&app, &user, true, 200).await
+}
+
+/// `GET /api/memory`: what the assistant remembers of the user (confirmed, in use).
+pub async fn memories(State(app): State<Arc<App>>, user: User) -> Response {
+    memory_list(&app, &user, false, 500).await
+}
+
+/// The user's memory entries, those waiting for review or those in use, `limit` at most.
+async fn memory_list(app: &App, user: &User, quarantined: bool, limit: u32) -> Response {
     let mut daemon = app.daemon.clone();
-    let query = v1::MemoryQuery { context: None, limit: 200, quarantined: true, ..v1::MemoryQuery::default() };
+    let query = v1::MemoryQuery { context: None, limit, quarantined, ..v1::MemoryQuery::default() };
     answer(daemon.memory.search_memory(app.as_user(&user.session, query)).await, |list| {
         let entries: Vec<serde_json::Value> = list
             .entries
             .iter()
             .map(|entry| {
-                json!({"key": entry.key, "content": entry.content, "came_from": entry.came_from,
-                    "updated": entry.updated_at})
+                let mut item = json!({"key": entry.key, "content": entry.content, "updated": entry.updated_at});
+                if quarantined {
+                    item["came_from"] = json!(entry.came_from);
+                }
+                item
             })
-            .collect();
-        json!({"entries": entries})
-    })
-}
-
-/// `GET /api/memory`: what the assistant remembers of the user (confirmed, in use).
-pub async fn memories(State(app): State<Arc<App>>, user: User) -> Response {
-    let mut daemon = app.daemon.clone();
-    let query = v1::MemoryQuery { context: None, limit: 500, quarantined: false, ..v1::MemoryQuery::default() };
-    answer(daemon.memory.search_memory(app.as_user(&user.session, query)).await, |list| {
-        let entries: Vec<serde_json::Value> = list
-            .entries
-            .iter()
-            .map(|entry| json!({"key": entry.key, "content": entry.content, "updated": entry.updated_at}))
             .collect();
         json!({"entries": entries})
     })
