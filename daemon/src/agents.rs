@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{ContainerIdentity, Context, Role};
+use crate::auth::{ContainerIdentity, Context, Live, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::health::Probed;
 use crate::peers::{Connected, Down, Up};
@@ -43,27 +43,6 @@ pub enum AgentError {
     Timeout { role: Role, limit: Duration },
     #[error("the {0}'s work was cancelled")]
     Cancelled(Role),
-}
-
-/// The turn a container is working on, for the events its calls produce.
-#[derive(Debug, Clone)]
-pub struct Live {
-    pub session: String,
-    pub context: Context,
-    pub role: Role,
-    pub turn_id: String,
-    pub correlation_id: String,
-    /// The user turn this work belongs to (a delegated task's is its Assistant's turn).
-    pub user_turn: String,
-    /// The message that turn answers (its entry in the session's log; empty for a scheduled
-    /// run or an archival): a mark of the turn stays on it, for the turns after it.
-    pub entry: String,
-    /// The user whose message the turn answers (none: a scheduled run, an archival): in a
-    /// group, everyone else's words are not theirs (DESIGN.md §10.3).
-    pub asker: Option<String>,
-    /// Whether what this agent writes is the turn's reply, streamed to the context's channels
-    /// as written (the Assistant's; a delegate's whose answer returns directly).
-    pub speaks: bool,
 }
 
 /// A turn (or a task) for an agent: the conversation it sees, ending with the new message.

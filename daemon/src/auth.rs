@@ -784,6 +784,27 @@ pub fn tokens_equal(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The turn a container is working on, for the events its calls produce.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub session: String,
+    pub context: Context,
+    pub role: Role,
+    pub turn_id: String,
+    pub correlation_id: String,
+    /// The user turn this work belongs to (a delegated task's is its Assistant's turn).
+    pub user_turn: String,
+    /// The message that turn answers (its entry in the session's log; empty for a scheduled
+    /// run or an archival): a mark of the turn stays on it, for the turns after it.
+    pub entry: String,
+    /// The user whose message the turn answers (none: a scheduled run, an archival): in a
+    /// group, everyone else's words are not theirs (DESIGN.md §10.3).
+    pub asker: Option<String>,
+    /// Whether what this agent writes is the turn's reply, streamed to the context's channels
+    /// as written (the Assistant's; a delegate's whose answer returns directly).
+    pub speaks: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::{Context, ContextKind};
 use crate::config::{BudgetLimits, BudgetsConfig, Price};
+use crate::datadir::folder_of;
 use crate::metrics::{Metrics, TokenCounts};
 use crate::state;
 
@@ -192,10 +193,6 @@ pub struct Budgets {
     tz_name: String,
     metrics: Arc<Metrics>,
     inner: Mutex<Inner>,
-}
-
-fn folder_of(context: &Context) -> String {
-    crate::ipc::folder_of(context)
 }
 
 fn kind_of(context: &Context) -> &'static str {

@@ -181,6 +181,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         data_dir: data_dir.root().to_path_buf(),
     };
     let loaded = config::load(&paths, std::env::vars()).map_err(DaemonError::from)?;
+    crate::egress::filter::check_config(&loaded).map_err(DaemonError::from)?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Config { command: ConfigCommand::Check } => {
             let mut problems = crate::egress::policy::check_all(&data_dir);
@@ -382,7 +383,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                         .and_then(crate::gateways::RunMode::parse)
                         .unwrap_or(crate::gateways::RunMode::UNNAMED);
                     let (record, token) = registry.add(&name, kind, mode, args).map_err(DaemonError::from)?;
-                    let socket = registry.socket_folder(&name).join(crate::gateways::GATEWAY_SOCKET_NAME);
+                    let socket = registry.socket_folder(&name).join(crate::sockets::GATEWAY_SOCKET_NAME);
                     let token = if mode == crate::gateways::RunMode::External { token } else { String::new() };
                     let socket = socket.display().to_string();
                     print_added(&record.name, &record.kind.namespace(), mode.as_str(), &socket, &token);
@@ -390,7 +391,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                 }
                 GatewaysCommand::List => {
                     for record in registry.list() {
-                        let socket = registry.socket_folder(&record.name).join(crate::gateways::GATEWAY_SOCKET_NAME);
+                        let socket = registry.socket_folder(&record.name).join(crate::sockets::GATEWAY_SOCKET_NAME);
                         print(&v1::GatewayInfo {
                             name: record.name.clone(),
                             kind: record.kind.as_str().into(),

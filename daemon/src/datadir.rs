@@ -9,6 +9,8 @@ use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::auth::{Context, ContextKind};
+
 /// The longest path a Unix socket can be bound to (`sun_path` is 108 bytes with the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
 
@@ -234,6 +236,23 @@ fn absolute(path: PathBuf) -> PathBuf {
 #[derive(Debug)]
 pub struct DaemonLock {
     _file: File,
+}
+
+/// Current uid, from the owner of `/proc/self` (std offers no getuid).
+pub fn current_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    // silent-ok: /proc is always mounted where the daemon runs; root is the safe reading
+    // because it admits only root besides the group.
+    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
+}
+
+/// The folder name of a context: `user-alice`, `group-family`.
+pub fn folder_of(context: &Context) -> String {
+    let kind = match context.kind {
+        ContextKind::User => "user",
+        ContextKind::Group => "group",
+    };
+    format!("{kind}-{}", context.id)
 }
 
 #[cfg(test)]

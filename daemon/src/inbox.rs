@@ -72,7 +72,7 @@ impl Inbox {
     }
 
     fn path(&self, context: &Context) -> PathBuf {
-        self.dir.join(format!("{}.json", crate::ipc::folder_of(context)))
+        self.dir.join(format!("{}.json", crate::datadir::folder_of(context)))
     }
 
     fn load(&self, context: &Context) -> File {

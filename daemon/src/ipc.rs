@@ -37,7 +37,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Context, ContextKind};
+use crate::auth::Context;
+use crate::datadir::folder_of;
 use crate::shared_dirs::{self, Owner};
 use crate::state::{self, now_seconds, StateError};
 
@@ -152,15 +153,6 @@ pub fn context_of_folder(folder: &str) -> Option<Context> {
         "group" => Some(Context::group(id)),
         _ => None,
     }
-}
-
-/// The folder name of a context: `user-alice`, `group-family`.
-pub fn folder_of(context: &Context) -> String {
-    let kind = match context.kind {
-        ContextKind::User => "user",
-        ContextKind::Group => "group",
-    };
-    format!("{kind}-{}", context.id)
 }
 
 /// The IPC folder of one tool container: `tools-{session}` for a session's tool container,

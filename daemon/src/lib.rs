@@ -23,6 +23,7 @@ pub mod health;
 pub mod identities;
 pub mod inbox;
 pub mod ipc;
+pub mod lifetime;
 pub mod limits;
 pub mod llm;
 pub mod mcp;
@@ -71,10 +72,12 @@ use crate::auth::HostPolicy;
 use crate::config::LoadedConfig;
 use crate::container::manager::ContainerManager;
 use crate::container::Engine;
-use crate::datadir::{DaemonLock, DataDir, MAX_SOCKET_PATH};
+use crate::datadir::{current_uid, DaemonLock, DataDir, MAX_SOCKET_PATH};
+use crate::lifetime::Lifetime;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::server::layer::{Gate, RequestLayer};
+use crate::server::Shared;
 use crate::sockets::{Conn, ListenerSet};
 
 #[derive(Debug, thiserror::Error)]
@@ -131,99 +134,6 @@ pub enum DaemonError {
 
 /// Requests one connection may have in flight at once.
 const MAX_STREAMS_PER_CONNECTION: u32 = 2048;
-
-/// The daemon's lifetime as a subsystem sees it: the token cancelled when the daemon starts
-/// shutting down, and the tracker shutdown waits on.
-#[derive(Debug, Clone)]
-pub struct Lifetime {
-    pub shutdown: CancellationToken,
-    pub tasks: TaskTracker,
-}
-
-impl Lifetime {
-    /// Runs `work` on the daemon's tracker until it ends or the daemon stops. Stopped, it is
-    /// dropped where it stands, as a crash would leave it: a turn stays in `turns.json` and is
-    /// ended as interrupted at the next start.
-    pub fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
-        let stop = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                () = stop.cancelled() => {}
-                () = work => {}
-            }
-        });
-    }
-}
-
-/// The daemon's subsystems, for the gRPC handlers at the edge and for wiring them together
-/// in [`Daemon`]. Subsystems themselves are handed what they use (the orchestrator its
-/// [`orchestrator::Orchestrator`], the scheduler its executor), never this.
-
-#[derive(Debug)]
-pub struct Shared {
-    pub loaded: Arc<LoadedConfig>,
-    pub data_dir: DataDir,
-    pub metrics: Arc<Metrics>,
-    pub audit: audit::Audit,
-    /// The last health verdict on each probed container.
-    pub health: Arc<health::Board>,
-    /// Tells the admins what the daemon did on its own (restarts).
-    pub notifier: Arc<health::Notifier>,
-    pub engine: watch::Receiver<Engine>,
-    pub listeners: Arc<ListenerSet>,
-    pub metrics_address: Option<SocketAddr>,
-    pub policy: Arc<Policy>,
-    pub containers: Arc<ContainerManager>,
-    pub llm: Arc<llm::LlmGateway>,
-    /// The one road to the model: every model call the daemon makes or brokers.
-    pub calls: Arc<llm::call::Calls>,
-    pub web: Arc<egress::proxy::WebProxy>,
-    pub tools: Arc<tools::Runners>,
-    /// The one road to a tool: every call an agent asks for.
-    pub tool_calls: Arc<tools::call::Calls>,
-    pub mcp: Arc<mcp::pool::McpPool>,
-    pub ipc: Arc<ipc::Ipc>,
-    pub workspaces: Arc<workspace::Workspaces>,
-    pub search: egress::search::Backend,
-    pub events: Arc<events::EventBus>,
-    pub sessions: Arc<sessions::SessionStore>,
-    pub agents: Arc<agents::AgentPool>,
-    pub turns: Arc<orchestrator::Turns>,
-    /// Turns, delegations, compaction and archival, over the subsystems they use.
-    pub orchestrator: Arc<orchestrator::Orchestrator>,
-    /// Every context's memory store.
-    pub memory: Arc<memory::Memories>,
-    /// Every context's search index over its memory and its sessions' messages.
-    pub recall: Arc<recall::Recall>,
-    /// The tainted turns and what they may no longer do.
-    pub taints: Arc<taint::Taints>,
-    /// The secrets store, when it could be opened (read again when it changes): skills'
-    /// `addons.env`, MCP servers' `env` and gateways' credentials come from it.
-    pub secrets: Arc<secrets::LiveSecrets>,
-    /// When the daemon stops, and what shutdown waits for ([`Lifetime::spawn`]).
-    pub lifetime: Lifetime,
-    /// The registered gateways (web, Slack).
-    pub gateways: Arc<gateways::Registry>,
-    /// Connections waiting for someone to allow them in chat.
-    pub approvals: Arc<egress::approvals::Approvals>,
-    /// The gateways the daemon runs itself.
-    pub supervisors: Arc<gateways::supervise::Supervisors>,
-    /// Channel identities → canonical users.
-    pub identities: Arc<identities::Identities>,
-    /// People waiting to be admitted.
-    pub admissions: Arc<admissions::Admissions>,
-    pub groups: Arc<groups::Groups>,
-    /// Verifies the web gateway's ID tokens.
-    pub oidc: Arc<oidc::Verifier>,
-    /// Spending limits per user and group.
-    pub budgets: Arc<budgets::Budgets>,
-    /// Heartbeats, scheduled tasks and the daemon's own upkeep.
-    pub scheduler: Arc<scheduler::Scheduler>,
-    /// What was kept for contexts while none of their channels was there.
-    pub inbox: Arc<inbox::Inbox>,
-    /// What callers may hold at once and how often they may act.
-    pub limits: limits::Limits,
-}
 
 /// The listeners and the lock, acquired before the runtime serves anything.
 #[derive(Debug)]
@@ -318,14 +228,6 @@ pub fn bind(data_dir: &DataDir, loaded: &LoadedConfig) -> Result<Bound, DaemonEr
         None
     };
     Ok(Bound { socket, socket_path: path, socket_link: link, metrics, client_group, _lock: lock })
-}
-
-/// Current uid, from the owner of `/proc/self` (std offers no getuid).
-pub(crate) fn current_uid() -> u32 {
-    use std::os::unix::fs::MetadataExt;
-    // silent-ok: /proc is always mounted where the daemon runs; root is the safe reading
-    // because it admits only root besides the group.
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
 }
 
 /// The folder of baaaht's other binaries (`baaaht-agent`, `baaaht-llm-gateway`): from
@@ -721,7 +623,7 @@ impl Daemon {
         for gateway in shared.gateways.list() {
             let folder = shared.gateways.socket_folder(&gateway.name);
             let name = gateway.name.clone();
-            match shared.listeners.add_gateway(gateway.clone(), folder) {
+            match shared.listeners.add_gateway(&gateway.name, &gateway.token_sha256, folder) {
                 Ok(path) => {
                     tracing::info!(gateway = %name, socket = %path.display(), mode = gateway.mode.as_str(), "serving a gateway");
                     shared.supervisors.start(gateway);
@@ -929,24 +831,6 @@ fn ipc_pass(shared: &Shared, sent: &mut std::collections::BTreeMap<String, Vec<u
         shared.taints.allow_session(session, taint::Way::ScheduleTask, &principal)?;
         scheduler::schedule_requested(&shared.scheduler, &shared.inbox, context, request)
     });
-}
-
-/// Runs `work` at `first`, then every `period` until `cancel`; a late run delays the next
-/// rather than bunching them.
-pub async fn every<F, Fut>(first: tokio::time::Instant, period: Duration, cancel: &CancellationToken, mut work: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let mut ticks = tokio::time::interval_at(first, period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        work().await;
-    }
 }
 
 /// Whenever a container start waits for a slot (`container.max_concurrent`), removes one idle

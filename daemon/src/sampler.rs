@@ -28,7 +28,7 @@ pub struct Sampler {
 pub async fn run(sampler: Arc<Sampler>, cancel: CancellationToken) {
     let every = sampler.every;
     let sampler = &sampler;
-    crate::every(tokio::time::Instant::now(), every, &cancel, || async move {
+    crate::lifetime::every(tokio::time::Instant::now(), every, &cancel, || async move {
         let sample = take(sampler).await;
         sampler.metrics.set_sample(&sample);
     })

@@ -35,10 +35,12 @@ use tracing::Instrument;
 use crate::audit::{Audit, Kind, Record};
 use crate::auth::{self, ContainerIdentity, CONTAINER_UID};
 use crate::datadir::MAX_SOCKET_PATH;
-use crate::gateways::{GatewayEndpoint, GatewayRecord, GATEWAY_SOCKET_NAME};
 
 /// The socket file name inside a container's socket folder.
 pub const CONTAINER_SOCKET_NAME: &str = "daemon.sock";
+
+/// The socket file name inside a gateway's socket folder.
+pub const GATEWAY_SOCKET_NAME: &str = "daemon.sock";
 
 /// Where a connection came in.
 #[derive(Debug, Clone)]
@@ -46,6 +48,40 @@ pub enum Origin {
     Host,
     Container(Arc<ContainerEndpoint>),
     Gateway(Arc<GatewayEndpoint>),
+}
+
+/// A gateway's socket as the request layer knows it: the gateway's name (its record is the
+/// gateway registry's) and the hash of its token.
+#[derive(Debug)]
+pub struct GatewayEndpoint {
+    pub name: String,
+    token_sha256: String,
+    revoked: AtomicBool,
+    /// The SHA-256 of the token of the run the daemon started, while it runs.
+    run_token: Mutex<Option<String>>,
+}
+
+impl GatewayEndpoint {
+    /// True when `presented` is this gateway's live token: the one printed at registration, or
+    /// that of the run the daemon started.
+    pub fn accepts(&self, presented: &str) -> bool {
+        if self.revoked.load(Ordering::Acquire) {
+            return false;
+        }
+        let presented = auth::token_sha256(presented);
+        let run = self.run_token.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        auth::tokens_equal(&self.token_sha256, &presented)
+            || run.is_some_and(|run| auth::tokens_equal(&run, &presented))
+    }
+
+    /// Accepts the token whose SHA-256 is `hash` for the daemon's current run (none: no run).
+    pub fn set_run_token(&self, hash: Option<String>) {
+        *self.run_token.lock().unwrap_or_else(PoisonError::into_inner) = hash;
+    }
+
+    pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+    }
 }
 
 /// A container's socket, its identity and the hash of its token. The token itself exists only
@@ -332,13 +368,14 @@ impl ListenerSet {
         Ok(ContainerSocket { folder, path, token: String::new(), token_sha256 })
     }
 
-    /// Creates gateway `record`'s socket in `folder` (the daemon's, 0700; the socket 0600) and
-    /// starts accepting on it; its calls are authenticated with the gateway's token.
-    pub fn add_gateway(&self, record: GatewayRecord, folder: PathBuf) -> Result<PathBuf, ListenerError> {
+    /// Creates gateway `name`'s socket in `folder` (the daemon's, 0700; the socket 0600) and
+    /// starts accepting on it; its calls are authenticated with the token whose SHA-256 is
+    /// `token_sha256`.
+    pub fn add_gateway(&self, name: &str, token_sha256: &str, folder: PathBuf) -> Result<PathBuf, ListenerError> {
         if self.cancel.is_cancelled() {
             return Err(ListenerError::ShuttingDown);
         }
-        let name = record.name.clone();
+        let name = name.to_string();
         let path = folder.join(GATEWAY_SOCKET_NAME);
         let len = path.as_os_str().len();
         if len > MAX_SOCKET_PATH {
@@ -356,7 +393,12 @@ impl ListenerSet {
         crate::state::private_dir(&folder).map_err(create)?;
         let listener = UnixListener::bind(&path).map_err(create)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(create)?;
-        let endpoint = GatewayEndpoint::new(record);
+        let endpoint = Arc::new(GatewayEndpoint {
+            name: name.clone(),
+            token_sha256: token_sha256.to_string(),
+            revoked: AtomicBool::new(false),
+            run_token: Mutex::new(None),
+        });
         let cancel = self.cancel.child_token();
         let span = tracing::info_span!(parent: None, "accept", socket = "gateway", gateway = %name);
         let caps = self.caps(self.limits.per_gateway, format!("gateway:{name}"));

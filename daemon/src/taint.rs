@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use crate::agents::Live;
 use crate::audit::{Audit, Kind, Record};
+use crate::auth::Live;
 use crate::config::{EgressInTaint, MemoryInTaint, TaintPolicy, Withhold};
 use crate::events::{Event, EventBus};
 use crate::redact::{Place, Redact};

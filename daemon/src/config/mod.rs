@@ -48,6 +48,8 @@ pub struct Sources {
     pub allowlist: Source,
     /// Names of the `BAAAHT__…` variables that were applied.
     pub env_overrides: Vec<String>,
+    /// `config.yaml` as it was read, so that a check made after loading points at its line.
+    pub config_text: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -128,13 +130,13 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
             providers: providers_source,
             allowlist: allowlist_source,
             env_overrides,
+            config_text: config_text.clone(),
         },
     };
     check_providers(&loaded, providers_text.as_deref())?;
     check_agents(&loaded, config_text.as_deref())?;
     check_limits(&loaded, config_text.as_deref())?;
     check_isolation(&loaded, config_text.as_deref())?;
-    check_tools(&loaded, config_text.as_deref())?;
     check_budgets(&loaded, config_text.as_deref())?;
     check_secrets(&loaded, config_text.as_deref())?;
     check_allowlist(&loaded)?;
@@ -193,6 +195,14 @@ fn parse_json<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result
 }
 
 /// An error at a key found in `text` (if the file exists), else naming the file only.
+impl LoadedConfig {
+    /// The error for a setting of `config.yaml` at `key_path` that a check outside this module
+    /// refuses (the egress rules check their own), pointing at its line when the file has it.
+    pub fn invalid_setting(&self, key_path: &[&str], message: String) -> ConfigError {
+        invalid_at(&self.sources.config, self.sources.config_text.as_deref(), key_path, message)
+    }
+}
+
 fn invalid_at(source: &Source, text: Option<&str>, key_path: &[&str], message: String) -> ConfigError {
     let path = match source {
         Source::File(path) => path.clone(),
@@ -430,21 +440,6 @@ fn check_budgets(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Config
                 None,
                 &["prices"],
                 format!("prices.{model}: name the model as provider/model, with prices of 0 or more (USD per million tokens)"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `tools.web_proxy.allow`: every entry parses, and none reaches link-local or metadata.
-fn check_tools(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
-    for (index, entry) in loaded.config.tools.web_proxy.allow.iter().enumerate() {
-        if let Err(why) = crate::egress::filter::check_allowed(entry) {
-            return Err(invalid_at(
-                &loaded.sources.config,
-                text,
-                &["tools", "web_proxy", "allow"],
-                format!("tools.web_proxy.allow[{index}]: {why}"),
             ));
         }
     }

@@ -100,12 +100,12 @@ fn engine_error(operation: &'static str, error: bollard::errors::Error) -> Runti
 fn seccomp_file(profile: &str) -> Result<PathBuf, RuntimeError> {
     use sha2::Digest;
     let io = |source| RuntimeError::Io { operation: "write the seccomp profile for podman", source };
-    let dir = if crate::current_uid() == 0 {
+    let dir = if crate::datadir::current_uid() == 0 {
         PathBuf::from("/run/baaaht")
     } else if let Some(runtime_dir) = std::env::var_os("XDG_RUNTIME_DIR") {
         Path::new(&runtime_dir).join("baaaht")
     } else {
-        std::env::temp_dir().join(format!("baaaht-{}", crate::current_uid()))
+        std::env::temp_dir().join(format!("baaaht-{}", crate::datadir::current_uid()))
     };
     crate::state::private_dir(&dir).map_err(io)?;
     let digest: String = sha2::Sha256::digest(profile.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();

@@ -9,6 +9,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::config::{ConfigError, LoadedConfig};
+
 /// Why an address may not be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -282,10 +284,23 @@ pub(crate) enum Allowed {
     Network { base: IpAddr, prefix: u8, port: Option<u16> },
 }
 
-/// Checks one `tools.web_proxy.allow` entry (config check calls it too): a host, host:port or
-/// CIDR, never one reaching a link-local address or a cloud metadata endpoint.
+/// Checks one `tools.web_proxy.allow` entry: a host, host:port or CIDR, never one reaching a
+/// link-local address or a cloud metadata endpoint.
 pub fn check_allowed(entry: &str) -> Result<(), String> {
     parse_allowed(entry).map(drop)
+}
+
+/// `tools.web_proxy.allow` in a loaded configuration: every entry parses, and none reaches
+/// link-local or metadata. Whatever loads the configuration to use it (the daemon, `config
+/// check`, setup) runs this next to `config::load`.
+pub fn check_config(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    for (index, entry) in loaded.config.tools.web_proxy.allow.iter().enumerate() {
+        if let Err(why) = check_allowed(entry) {
+            return Err(loaded
+                .invalid_setting(&["tools", "web_proxy", "allow"], format!("tools.web_proxy.allow[{index}]: {why}")));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn parse_allowed(entry: &str) -> Result<Allowed, String> {
@@ -375,6 +390,37 @@ pub(crate) fn in_network(address: IpAddr, base: IpAddr, prefix: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configured_entry_that_would_open_the_sandbox_is_refused_at_its_line() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "tools:\n  web_proxy:\n    allow: [\"nas.home\", \"169.254.169.254\"]\n",
+                "tools.web_proxy.allow[1]: `169.254.169.254` can never be allowed: it reaches link-local",
+                "3:5",
+            ),
+            ("tools:\n  web_proxy:\n    allow: [\"fd00:ec2::254\"]\n", "cloud metadata endpoint fd00:ec2::254", "3:5"),
+            ("tools:\n  web_proxy:\n    allow: [metadata.google.internal]\n", "names a cloud metadata endpoint", "3:5"),
+            ("tools:\n  web_proxy:\n    allow: [\"192.168.1.0/24\"]\n", "", ""),
+        ];
+        for (config, says, at) in cases {
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::write(dir.path().join("config.yaml"), config).expect("write");
+            let paths = crate::config::ConfigPaths {
+                config_file: None,
+                config_dir: dir.path().to_path_buf(),
+                data_dir: dir.path().join("data"),
+            };
+            let loaded = crate::config::load(&paths, std::iter::empty()).expect(config);
+            match check_config(&loaded) {
+                Ok(()) => assert!(says.is_empty(), "{config}: accepted"),
+                Err(error) => {
+                    let error = error.to_string();
+                    assert!(error.contains(says) && error.contains(&format!("config.yaml:{at}:")), "{config}: {error}");
+                }
+            }
+        }
+    }
 
     fn ip(text: &str) -> IpAddr {
         parse_ip_host(text).unwrap_or_else(|| panic!("{text} parses"))

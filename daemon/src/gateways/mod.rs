@@ -15,7 +15,7 @@ pub mod publish;
 pub mod supervise;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,8 +23,6 @@ use crate::state::{self, StateError};
 
 pub const GATEWAYS_FILE: &str = "gateways.json";
 /// The socket file in a gateway's folder.
-pub const GATEWAY_SOCKET_NAME: &str = "daemon.sock";
-
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     #[error("gateway name `{0}` is not usable: use 1-64 lowercase letters, digits and `-`")]
@@ -432,46 +430,6 @@ pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(
     Ok(())
 }
 
-/// A gateway as the request layer knows it, on its socket.
-#[derive(Debug)]
-pub struct GatewayEndpoint {
-    pub record: GatewayRecord,
-    revoked: std::sync::atomic::AtomicBool,
-    /// The SHA-256 of the token of the run the daemon started, while it runs.
-    run_token: Mutex<Option<String>>,
-}
-
-impl GatewayEndpoint {
-    pub fn new(record: GatewayRecord) -> Arc<GatewayEndpoint> {
-        Arc::new(GatewayEndpoint {
-            record,
-            revoked: std::sync::atomic::AtomicBool::new(false),
-            run_token: Mutex::new(None),
-        })
-    }
-
-    /// True when `presented` is this gateway's live token: the one printed at registration, or
-    /// that of the run the daemon started.
-    pub fn accepts(&self, presented: &str) -> bool {
-        if self.revoked.load(std::sync::atomic::Ordering::Acquire) {
-            return false;
-        }
-        let presented = crate::auth::token_sha256(presented);
-        let run = self.run_token.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        crate::auth::tokens_equal(&self.record.token_sha256, &presented)
-            || run.is_some_and(|run| crate::auth::tokens_equal(&run, &presented))
-    }
-
-    /// Accepts the token whose SHA-256 is `hash` for the daemon's current run (none: no run).
-    pub fn set_run_token(&self, hash: Option<String>) {
-        *self.run_token.lock().unwrap_or_else(PoisonError::into_inner) = hash;
-    }
-
-    pub fn revoke(&self) {
-        self.revoked.store(true, std::sync::atomic::Ordering::Release);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,7 +448,7 @@ mod tests {
             .expect("web");
         let text = std::fs::read_to_string(temp.path().join(GATEWAYS_FILE)).expect("file");
         assert!(!text.contains(&token) && text.contains(&web.token_sha256), "{text}");
-        assert!(GatewayEndpoint::new(web.clone()).accepts(&token));
+        assert!(crate::auth::tokens_equal(&web.token_sha256, &crate::auth::token_sha256(&token)));
         assert!(web.may_name("web:https://id.example.com#248289761001"));
         for other in [
             "web:https://evil.example.com#1",

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::egress::{self, hosts_of};
-use super::{publish, GatewayKind, GatewayRecord, RunMode, GATEWAY_SOCKET_NAME};
+use super::{publish, GatewayKind, GatewayRecord, RunMode};
 use crate::audit::Audit;
 use crate::auth::{Context, Role};
 use crate::config::HealthCheckConfig;
@@ -30,7 +30,7 @@ use crate::container::{Engine, MountSpec};
 use crate::egress::proxy::WebProxy;
 use crate::health::Notifier;
 use crate::metrics::Metrics;
-use crate::sockets::ListenerSet;
+use crate::sockets::{ListenerSet, GATEWAY_SOCKET_NAME};
 
 /// The gateway's folder inside its container.
 const MOUNT: &str = "/gateway";

@@ -571,7 +571,7 @@ impl LlmGateway {
                         }
                     }
                 }
-                let socket_mode = if crate::current_uid() == 0 { "600" } else { "666" };
+                let socket_mode = if crate::datadir::current_uid() == 0 { "600" } else { "666" };
                 let request = RunRequest {
                     role: Role::LlmGateway,
                     session_id: "system".into(),

@@ -33,7 +33,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::agents::AgentPool;
-use crate::agents::{Live, Work};
+use crate::agents::Work;
+use crate::auth::Live;
 use crate::auth::{ContainerIdentity, Context, ContextKind, Role};
 use crate::config::LoadedConfig;
 use crate::container::manager::ContainerManager;
@@ -42,14 +43,15 @@ use crate::events::EventBus;
 use crate::events::{Event, Kind};
 use crate::groups::Groups;
 use crate::identities::Identities;
+use crate::lifetime::Lifetime;
 use crate::llm::call::Calls;
 use crate::llm::LlmGateway;
 use crate::metrics::Metrics;
 use crate::sessions::SessionStore;
 use crate::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
+use crate::state;
 use crate::tools::Runners;
 use crate::workspace::Workspaces;
-use crate::{state, Lifetime};
 
 const TURNS_FILE: &str = "turns.json";
 

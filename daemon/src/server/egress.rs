@@ -5,11 +5,11 @@ use baaaht_proto::v1;
 use tonic::Status;
 
 use super::context_of;
+use super::Shared;
 use crate::auth::Context;
 use crate::egress::credentials;
 use crate::egress::policy::{self, Action, Rule};
 use crate::secrets::Referrer;
-use crate::Shared;
 
 /// Whose file a request names: everyone's (`None`), or a context's.
 fn whose(system: bool, context: Option<&v1::ContextRef>) -> Result<Option<Context>, Status> {

@@ -5,8 +5,8 @@ use baaaht_proto::{v1, SENT_FILE_MAX_BYTES};
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
+use super::Shared;
 use crate::auth::Operation;
-use crate::Shared;
 
 use super::{check, valid_id};
 

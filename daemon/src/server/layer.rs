@@ -16,11 +16,11 @@ use http::{HeaderValue, Request, Response};
 use tonic::Status;
 use tracing::Instrument;
 
+use super::Shared;
 use crate::audit::{Kind, Record};
 use crate::auth::{AuthError, Caller, EndUser, GatewayCaller, HostPolicy};
 use crate::gateways::{GatewayKind, GatewayRecord};
 use crate::sockets::{Origin, PeerInfo};
-use crate::Shared;
 use baaaht_proto::CORRELATION_ID_HEADER;
 
 /// The correlation id of the request being handled.
@@ -69,10 +69,12 @@ impl Gate {
                 }
                 // The gateway proved itself; whether it may name its user is another matter.
                 peer.authenticated.store(true, Ordering::Release);
-                let user = self.end_user(&endpoint.record, &headers).await?;
+                // A gateway removed since it connected has its socket retired with it.
+                let record = self.shared.gateways.get(&endpoint.name).ok_or(AuthError::InvalidToken)?;
+                let user = self.end_user(&record, &headers).await?;
                 Ok(Caller::Gateway(Arc::new(GatewayCaller {
-                    gateway: endpoint.record.name.clone(),
-                    channel: endpoint.record.kind.as_str(),
+                    gateway: record.name,
+                    channel: record.kind.as_str(),
                     user,
                 })))
             }
@@ -282,7 +284,7 @@ fn unauthenticated_principal(peer: Option<&PeerInfo>) -> String {
     let uid = peer.and_then(|peer| peer.credentials).map_or("unknown".to_string(), |c| c.uid().to_string());
     match peer.map(|peer| &peer.origin) {
         Some(Origin::Container(endpoint)) => format!("unauthenticated:container-socket:{}", endpoint.identity.name),
-        Some(Origin::Gateway(endpoint)) => format!("unauthenticated:gateway-socket:{}", endpoint.record.name),
+        Some(Origin::Gateway(endpoint)) => format!("unauthenticated:gateway-socket:{}", endpoint.name),
         Some(Origin::Host) => format!("unauthenticated:host:uid={uid}"),
         None => "unauthenticated:unknown".to_string(),
     }

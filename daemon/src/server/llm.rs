@@ -7,10 +7,10 @@ use tokio_stream::StreamExt as _;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
+use super::Shared;
 use crate::auth::Caller;
 use crate::llm::call::{CallError, Payer};
 use crate::llm::GatewayError;
-use crate::Shared;
 
 impl From<GatewayError> for Status {
     fn from(error: GatewayError) -> Status {
@@ -86,7 +86,7 @@ pub(super) async fn stream(
 fn publish_delta(
     bus: &crate::events::EventBus,
     turns: &crate::orchestrator::Turns,
-    live: &crate::agents::Live,
+    live: &crate::auth::Live,
     event: &v1::LlmEvent,
 ) {
     use crate::events::Kind;

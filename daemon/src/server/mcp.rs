@@ -5,9 +5,9 @@ use baaaht_proto::v1;
 use tonic::Status;
 
 use super::context_of;
+use super::Shared;
 use crate::auth::{Caller, Context};
 use crate::mcp::config::{self, McpConfigError, Scope, Server};
-use crate::Shared;
 
 impl From<McpConfigError> for Status {
     fn from(error: McpConfigError) -> Status {

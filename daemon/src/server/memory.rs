@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use crate::auth::{Caller, Context, ContextKind, Operation};
 
+use super::Shared;
 use super::{check, context_of, own_context};
 use crate::memory::{Kept, MemoryEntry, MemoryError, Metadata, Origin};
 use crate::taint::MemoryWrite;
-use crate::Shared;
 
 impl From<MemoryError> for Status {
     fn from(error: MemoryError) -> Status {

@@ -15,6 +15,7 @@ mod memory;
 mod people;
 mod search;
 mod sessions;
+mod shared;
 mod skills;
 mod system;
 mod tasks;
@@ -29,7 +30,7 @@ use tonic::{Request, Response, Status};
 use crate::auth::{authorize, AuthError, Caller, Context, Operation, Target};
 use crate::container::manager::ContainerError;
 use crate::container::EngineStatus;
-use crate::Shared;
+pub use shared::Shared;
 
 impl From<ContainerError> for Status {
     fn from(error: ContainerError) -> Status {

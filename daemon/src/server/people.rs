@@ -8,13 +8,13 @@ use std::sync::Arc;
 use baaaht_proto::v1;
 use tonic::{Request, Response, Status};
 
+use super::Shared;
 use super::{check, context_of};
 use crate::audit::{Kind, Record};
 use crate::auth::{Caller, Context, EndUser, Operation, Target};
 use crate::gateways::{GatewayError, GatewayKind, GatewayRecord};
 use crate::groups::{GroupError, GroupRecord};
 use crate::identities::{IdentityError, UserView};
-use crate::Shared;
 
 impl From<IdentityError> for Status {
     fn from(error: IdentityError) -> Status {
@@ -101,7 +101,7 @@ fn gateway_info(shared: &Shared, record: &GatewayRecord) -> v1::GatewayInfo {
         socket: shared
             .gateways
             .socket_folder(&record.name)
-            .join(crate::gateways::GATEWAY_SOCKET_NAME)
+            .join(crate::sockets::GATEWAY_SOCKET_NAME)
             .display()
             .to_string(),
         created: record.created.clone(),
@@ -585,7 +585,7 @@ impl v1::admin_server::Admin for AdminService {
         }
         let (record, token) = self.shared.gateways.add(&message.name, kind, mode, message.args)?;
         let folder = self.shared.gateways.socket_folder(&record.name);
-        if let Err(error) = self.shared.listeners.add_gateway(record.clone(), folder) {
+        if let Err(error) = self.shared.listeners.add_gateway(&record.name, &record.token_sha256, folder) {
             // Registered but not served: take it back rather than leave a gateway that cannot connect.
             let _ = self.shared.gateways.remove(&record.name); // silent-ok: the socket error below is what matters
             return Err(Status::internal(baaaht_proto::error_chain(&error)));

@@ -6,9 +6,9 @@
 use baaaht_proto::v1;
 use tonic::Status;
 
+use super::Shared;
 use crate::auth::Context;
 use crate::recall::{Filter, IndexError};
-use crate::Shared;
 
 /// The most characters of a message a hit carries.
 const HIT_CHARS: usize = 1_000;

@@ -7,11 +7,11 @@ use baaaht_proto::v1;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
+use super::Shared;
 use crate::auth::Context;
 use crate::auth::{Caller, ContextKind, Operation};
 use crate::orchestrator::OrchestratorError;
 use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
-use crate::Shared;
 
 use super::{caller, check, context_of, limited, own_context, until_shutdown, valid_id};
 

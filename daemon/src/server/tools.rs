@@ -8,10 +8,10 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
+use super::Shared;
 use crate::auth::{Caller, ContainerIdentity};
 use crate::tools::call::{Asked, CallError};
 use crate::tools::ToolsError;
-use crate::Shared;
 
 impl From<ToolsError> for Status {
     fn from(error: ToolsError) -> Status {

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use super::{Runners, ToolAnswer, ToolsError};
-use crate::agents::{AgentPool, Live};
+use crate::agents::AgentPool;
 use crate::audit::{Audit, Kind, Record};
+use crate::auth::Live;
 use crate::auth::{Caller, ContainerIdentity, Role};
 use crate::config::{LoadedConfig, ToolMode, ToolName};
 use crate::datadir::DataDir;

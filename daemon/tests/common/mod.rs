@@ -10,7 +10,7 @@ use baaaht_daemon::Daemon;
 use tokio::sync::oneshot;
 
 pub struct Running {
-    pub shared: Arc<baaaht_daemon::Shared>,
+    pub shared: Arc<baaaht_daemon::server::Shared>,
     pub data_dir: DataDir,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), baaaht_daemon::DaemonError>>,

@@ -1,0 +1,72 @@
+//! What the gRPC handlers reach: the daemon's subsystems, wired together by the crate root.
+
+use std::sync::Arc;
+
+/// The daemon's subsystems, for the gRPC handlers at the edge and for wiring them together
+/// in `Daemon`. Subsystems themselves are handed what they use (the orchestrator its
+/// [`crate::orchestrator::Orchestrator`], the scheduler its executor), never this.
+#[derive(Debug)]
+pub struct Shared {
+    pub loaded: Arc<crate::config::LoadedConfig>,
+    pub data_dir: crate::datadir::DataDir,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub audit: crate::audit::Audit,
+    /// The last health verdict on each probed container.
+    pub health: Arc<crate::health::Board>,
+    /// Tells the admins what the daemon did on its own (restarts).
+    pub notifier: Arc<crate::health::Notifier>,
+    pub engine: tokio::sync::watch::Receiver<crate::container::Engine>,
+    pub listeners: Arc<crate::sockets::ListenerSet>,
+    pub metrics_address: Option<std::net::SocketAddr>,
+    pub policy: Arc<crate::policy::Policy>,
+    pub containers: Arc<crate::container::manager::ContainerManager>,
+    pub llm: Arc<crate::llm::LlmGateway>,
+    /// The one road to the model: every model call the daemon makes or brokers.
+    pub calls: Arc<crate::llm::call::Calls>,
+    pub web: Arc<crate::egress::proxy::WebProxy>,
+    pub tools: Arc<crate::tools::Runners>,
+    /// The one road to a tool: every call an agent asks for.
+    pub tool_calls: Arc<crate::tools::call::Calls>,
+    pub mcp: Arc<crate::mcp::pool::McpPool>,
+    pub ipc: Arc<crate::ipc::Ipc>,
+    pub workspaces: Arc<crate::workspace::Workspaces>,
+    pub search: crate::egress::search::Backend,
+    pub events: Arc<crate::events::EventBus>,
+    pub sessions: Arc<crate::sessions::SessionStore>,
+    pub agents: Arc<crate::agents::AgentPool>,
+    pub turns: Arc<crate::orchestrator::Turns>,
+    /// Turns, delegations, compaction and archival, over the subsystems they use.
+    pub orchestrator: Arc<crate::orchestrator::Orchestrator>,
+    /// Every context's memory store.
+    pub memory: Arc<crate::memory::Memories>,
+    /// Every context's search index over its memory and its sessions' messages.
+    pub recall: Arc<crate::recall::Recall>,
+    /// The tainted turns and what they may no longer do.
+    pub taints: Arc<crate::taint::Taints>,
+    /// The secrets store, when it could be opened (read again when it changes): skills'
+    /// `addons.env`, MCP servers' `env` and gateways' credentials come from it.
+    pub secrets: Arc<crate::secrets::LiveSecrets>,
+    /// When the daemon stops, and what shutdown waits for ([`crate::lifetime::Lifetime::spawn`]).
+    pub lifetime: crate::lifetime::Lifetime,
+    /// The registered gateways (web, Slack).
+    pub gateways: Arc<crate::gateways::Registry>,
+    /// Connections waiting for someone to allow them in chat.
+    pub approvals: Arc<crate::egress::approvals::Approvals>,
+    /// The gateways the daemon runs itself.
+    pub supervisors: Arc<crate::gateways::supervise::Supervisors>,
+    /// Channel identities → canonical users.
+    pub identities: Arc<crate::identities::Identities>,
+    /// People waiting to be admitted.
+    pub admissions: Arc<crate::admissions::Admissions>,
+    pub groups: Arc<crate::groups::Groups>,
+    /// Verifies the web gateway's ID tokens.
+    pub oidc: Arc<crate::oidc::Verifier>,
+    /// Spending limits per user and group.
+    pub budgets: Arc<crate::budgets::Budgets>,
+    /// Heartbeats, scheduled tasks and the daemon's own upkeep.
+    pub scheduler: Arc<crate::scheduler::Scheduler>,
+    /// What was kept for contexts while none of their channels was there.
+    pub inbox: Arc<crate::inbox::Inbox>,
+    /// What callers may hold at once and how often they may act.
+    pub limits: crate::limits::Limits,
+}
