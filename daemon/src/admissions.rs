@@ -12,7 +12,7 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{self, StateError};
+use crate::base::state::{self, StateError};
 
 const FILE: &str = "admissions.json";
 /// The most people waiting at once (the oldest go first).

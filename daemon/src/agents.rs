@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{ContainerIdentity, Context, Live, Role};
+use crate::base::auth::{ContainerIdentity, Context, Live, Role};
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::health::Probed;
 use crate::peers::{Connected, Down, Up};
@@ -30,7 +30,7 @@ pub enum AgentError {
     Start { role: Role, reason: String },
     /// The container could not start for want of space in the data dir (the operator's log
     /// has the error).
-    #[error("cannot start the {role} container: {full}", role = .0, full = crate::state::DISK_FULL_WORK)]
+    #[error("cannot start the {role} container: {full}", role = .0, full = crate::base::state::DISK_FULL_WORK)]
     DiskFull(Role),
     /// The container engine is away: none, down, restarting or hung (the operator's log says).
     #[error("cannot start the {0} container: the container engine is not answering")]
@@ -186,7 +186,7 @@ impl AgentPool {
         let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
         let handle = self.containers.start_detached(request).await.map_err(|error| {
-            if crate::state::is_disk_full(&error) {
+            if crate::base::state::is_disk_full(&error) {
                 tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
                 return AgentError::DiskFull(role);
             }
@@ -401,16 +401,17 @@ mod tests {
 
     fn pool() -> Pool {
         let temp = tempfile::tempdir().expect("tempdir");
-        let data_dir = crate::datadir::DataDir::new(temp.path().join("d"));
+        let data_dir = crate::base::datadir::DataDir::new(temp.path().join("d"));
         data_dir.create_layout().expect("the data dir's layout");
-        let paths = crate::config::ConfigPaths {
+        let paths = crate::base::config::ConfigPaths {
             config_file: None,
             config_dir: data_dir.config_dir(),
             data_dir: data_dir.root().to_path_buf(),
         };
-        let loaded = crate::config::load(&paths, Vec::<(String, String)>::new()).expect("the default configuration");
+        let loaded =
+            crate::base::config::load(&paths, Vec::<(String, String)>::new()).expect("the default configuration");
         let (tracker, cancel) = (TaskTracker::new(), CancellationToken::new());
-        let metrics = Arc::new(crate::metrics::Metrics::off());
+        let metrics = Arc::new(crate::base::metrics::Metrics::off());
         let audit = crate::audit::Audit::open(data_dir.logs_dir().join("audit"), false, 1, metrics);
         let limits = crate::sockets::ConnectionLimits::for_descriptors(1024);
         let (listeners, _incoming) =

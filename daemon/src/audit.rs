@@ -12,8 +12,8 @@ use std::sync::{mpsc, Arc};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Caller, Context};
-use crate::metrics::Metrics;
+use crate::base::auth::{Caller, Context};
+use crate::base::metrics::Metrics;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -400,7 +400,7 @@ impl Writer {
             if let Some((_, previous)) = self.file.take() {
                 previous.sync_data()?;
             }
-            crate::state::private_dir(&self.dir)?;
+            crate::base::state::private_dir(&self.dir)?;
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .read(true)

@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Context, ContextKind};
-use crate::config::{BudgetLimits, BudgetsConfig, Price};
-use crate::datadir::folder_of;
-use crate::metrics::{Metrics, TokenCounts};
-use crate::state;
+use crate::base::auth::{Context, ContextKind};
+use crate::base::config::{BudgetLimits, BudgetsConfig, Price};
+use crate::base::datadir::folder_of;
+use crate::base::metrics::{Metrics, TokenCounts};
+use crate::base::state;
 
 /// Days and months kept in a ledger.
 const DAYS_KEPT: usize = 62;
@@ -539,7 +539,7 @@ impl Budgets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BudgetLimitsOverride;
+    use crate::base::config::BudgetLimitsOverride;
 
     fn budgets(temp: &tempfile::TempDir, user: BudgetLimits, soft_percent: u32) -> Budgets {
         let config = BudgetsConfig {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{self, ConfigPaths};
-use crate::datadir::DataDir;
+use crate::base::config::{self, ConfigPaths};
+use crate::base::datadir::DataDir;
 use crate::DaemonError;
 
 /// The baaaht daemon: runs every agent and tool call in a container and serves the clients
@@ -256,7 +256,7 @@ async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir:
         }
         ImagesCommand::Build => {
             let work_dir = data_dir.root().join("data/cache");
-            crate::state::private_dir(&work_dir).map_err(Failure::Runtime)?;
+            crate::base::state::private_dir(&work_dir).map_err(Failure::Runtime)?;
             let mut progress = |line: &str| eprintln!("baaahtd: {line}");
             let built = images::ensure_base(&runtime, image, &work_dir, &mut progress)
                 .await
@@ -445,7 +445,7 @@ fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
             if !crate::secrets::is_valid_name(&name) {
                 return Err(Failure::Secrets(crate::secrets::SecretsError::BadName(name)));
             }
-            crate::state::private_dir(&config_dir).map_err(Failure::Runtime)?;
+            crate::base::state::private_dir(&config_dir).map_err(Failure::Runtime)?;
             let value = if std::io::stdin().is_terminal() {
                 rpassword::prompt_password(format!("value of {name}: ")).map_err(Failure::Runtime)?
             } else {

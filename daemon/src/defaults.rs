@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::state::{self, StateError};
+use crate::base::state::{self, StateError};
 
 include!(concat!(env!("OUT_DIR"), "/default_files.rs"));
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::broadcast;
 
-use crate::auth::{Context, Role};
+use crate::base::auth::{Context, Role};
 use crate::sessions::log::Attachment;
 
 /// One thing a context's channels are told, and the session and turn it belongs to (empty

@@ -10,7 +10,7 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{self, StateError};
+use crate::base::state::{self, StateError};
 
 pub const GROUPS_FILE: &str = "groups.json";
 
@@ -112,7 +112,7 @@ impl Groups {
     }
 
     pub fn create(&self, id: &str, name: &str, members: &[String], origin: &str) -> Result<GroupRecord, GroupError> {
-        if !crate::auth::is_valid_context_id(id) {
+        if !crate::base::auth::is_valid_context_id(id) {
             return Err(GroupError::BadId(id.to_string()));
         }
         let mut file = self.file();

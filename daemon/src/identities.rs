@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{self, StateError};
+use crate::base::state::{self, StateError};
 
 pub const IDENTITIES_FILE: &str = "identities.json";
 /// The users met since `identities.json` was last written, a line each: a first contact

@@ -9,8 +9,8 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Context;
-use crate::state::{self, StateError};
+use crate::base::auth::Context;
+use crate::base::state::{self, StateError};
 
 /// Items kept per context.
 pub const MOST_ITEMS: usize = 200;
@@ -72,7 +72,7 @@ impl Inbox {
     }
 
     fn path(&self, context: &Context) -> PathBuf {
-        self.dir.join(format!("{}.json", crate::datadir::folder_of(context)))
+        self.dir.join(format!("{}.json", crate::base::datadir::folder_of(context)))
     }
 
     fn load(&self, context: &Context) -> File {

@@ -37,10 +37,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Context;
-use crate::datadir::folder_of;
+use crate::base::auth::Context;
+use crate::base::datadir::folder_of;
+use crate::base::state::{self, now_seconds, StateError};
 use crate::shared_dirs::{self, Owner};
-use crate::state::{self, now_seconds, StateError};
 
 /// Results and message ids kept per context for agents that ask again.
 const KEPT_PER_CONTEXT: usize = 500;
@@ -145,7 +145,7 @@ pub const MESSAGES_PER_MINUTE: usize = 30;
 /// The context a folder name stands for (`user-alice` → user `alice`).
 pub fn context_of_folder(folder: &str) -> Option<Context> {
     let (kind, id) = folder.split_once('-')?;
-    if !crate::auth::is_valid_context_id(id) {
+    if !crate::base::auth::is_valid_context_id(id) {
         return None;
     }
     match kind {
@@ -168,7 +168,7 @@ fn slot_of(name: &str) -> Option<(&str, bool)> {
         ("coder", session) => (session, true),
         _ => return None,
     };
-    crate::auth::is_valid_context_id(session).then_some((session, coder))
+    crate::base::auth::is_valid_context_id(session).then_some((session, coder))
 }
 
 /// Whether `id` can name a result file (what tool call ids from providers look like).
@@ -811,7 +811,7 @@ mod tests {
         crate::workspace::Workspaces::new(
             temp.path().join("sessions"),
             1 << 20,
-            crate::config::WorkspaceLimit::Checked,
+            crate::base::config::WorkspaceLimit::Checked,
             1,
         )
     }

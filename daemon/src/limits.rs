@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::auth::Caller;
+use crate::base::auth::Caller;
 
 /// One key of a [`Quota::take`]: what is counted (`gateway:web/user:u-1`) and how many it may
 /// hold at once, with the words for it ("you", "gateway web").

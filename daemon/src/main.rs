@@ -3,8 +3,8 @@
 
 use std::process::ExitCode;
 
+use baaaht_daemon::base::datadir::DataDirError;
 use baaaht_daemon::cli::{Cli, Failure};
-use baaaht_daemon::datadir::DataDirError;
 use baaaht_daemon::DaemonError;
 use clap::Parser;
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{self, StateError};
+use crate::base::state::{self, StateError};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -79,9 +79,9 @@ pub enum Kept {
 /// a fact kept already.
 pub trait MemoryIndex: Send + Sync {
     /// The key of the entry that says what `content` says, if one does.
-    fn same_fact(&self, context: &crate::auth::Context, content: &str) -> Option<String>;
-    fn kept(&self, context: &crate::auth::Context, entry: &MemoryEntry);
-    fn forgotten(&self, context: &crate::auth::Context, key: &str);
+    fn same_fact(&self, context: &crate::base::auth::Context, content: &str) -> Option<String>;
+    fn kept(&self, context: &crate::base::auth::Context, entry: &MemoryEntry);
+    fn forgotten(&self, context: &crate::base::auth::Context, key: &str);
 }
 
 /// Where a memory entry came from.
@@ -110,7 +110,7 @@ impl Origin {
 /// important and oldest entry is forgotten to make room for a new one, and the person told.
 /// Its quarantine holds as many, and refuses more.
 pub fn most_entries() -> usize {
-    crate::config::MemoryConfig::default().max_entries
+    crate::base::config::MemoryConfig::default().max_entries
 }
 
 /// The folder, inside a context's memory folder, where quarantined entries wait.
@@ -352,7 +352,7 @@ fn room_for(store: &MemoryStore, key: &str, most: usize) -> Result<(), MemoryErr
 /// Every context's memory: where each store is, and the one lock writers take (each store's
 /// index is rewritten whole, so two writers at once would lose an entry).
 pub struct Memories {
-    data_dir: crate::datadir::DataDir,
+    data_dir: crate::base::datadir::DataDir,
     writes: std::sync::Mutex<()>,
     /// What an entry's text passes before it is kept.
     redact: Option<crate::redact::Redact>,
@@ -369,7 +369,7 @@ impl std::fmt::Debug for Memories {
 }
 
 impl Memories {
-    pub fn new(data_dir: crate::datadir::DataDir) -> Memories {
+    pub fn new(data_dir: crate::base::datadir::DataDir) -> Memories {
         Memories {
             data_dir,
             writes: std::sync::Mutex::new(()),
@@ -400,7 +400,7 @@ impl Memories {
     }
 
     /// The store of `context`: `users/{id}/memory` or `groups/{id}/memory`.
-    pub fn store(&self, context: &crate::auth::Context) -> MemoryStore {
+    pub fn store(&self, context: &crate::base::auth::Context) -> MemoryStore {
         MemoryStore::new(self.data_dir.context_dir(context).join("memory"))
     }
 
@@ -410,7 +410,7 @@ impl Memories {
 
     /// The entries of `context` that wait for its owner's review (DESIGN.md §10.3): written in
     /// turns that read untrusted content, never loaded into an agent's context.
-    pub fn quarantine(&self, context: &crate::auth::Context) -> MemoryStore {
+    pub fn quarantine(&self, context: &crate::base::auth::Context) -> MemoryStore {
         MemoryStore::new(self.data_dir.context_dir(context).join("memory").join(QUARANTINE))
     }
 
@@ -441,7 +441,7 @@ impl Memories {
     /// updates that entry instead ([`Kept::SameAs`]).
     pub fn write(
         &self,
-        context: &crate::auth::Context,
+        context: &crate::base::auth::Context,
         key: &str,
         content: &str,
         metadata: Metadata,
@@ -452,7 +452,7 @@ impl Memories {
         let _one_writer = self.writing();
         let index = self.index();
         if store.read(key)?.is_some() {
-            store.write(key, &content, metadata, crate::state::now_seconds())?;
+            store.write(key, &content, metadata, crate::base::state::now_seconds())?;
             self.tell_kept(index.as_deref(), context, &store, key);
             return Ok(Kept::Replaced);
         }
@@ -475,7 +475,7 @@ impl Memories {
                     merged.tags.push(tag);
                 }
             }
-            store.write(&existing.key, &existing.content, merged, crate::state::now_seconds())?;
+            store.write(&existing.key, &existing.content, merged, crate::base::state::now_seconds())?;
             self.tell_kept(index.as_deref(), context, &store, &existing.key);
             return Ok(Kept::SameAs(existing.key));
         }
@@ -501,7 +501,7 @@ impl Memories {
         } else {
             None
         };
-        store.write(key, &content, metadata, crate::state::now_seconds())?;
+        store.write(key, &content, metadata, crate::base::state::now_seconds())?;
         self.tell_kept(index.as_deref(), context, &store, key);
         Ok(match forgot {
             Some(gone) => Kept::MadeRoom(Box::new(gone)),
@@ -518,7 +518,7 @@ impl Memories {
     fn tell_kept(
         &self,
         index: Option<&dyn MemoryIndex>,
-        context: &crate::auth::Context,
+        context: &crate::base::auth::Context,
         store: &MemoryStore,
         key: &str,
     ) {
@@ -538,13 +538,13 @@ impl Memories {
         let content = self.cleaned(content);
         let _one_writer = self.writing();
         room_for(&store, key, self.most)?;
-        store.write(key, &content, metadata, crate::state::now_seconds())
+        store.write(key, &content, metadata, crate::base::state::now_seconds())
     }
 
     /// Keeps `key` aside in `context`'s quarantine until its owner confirms or drops it.
     pub fn put_aside(
         &self,
-        context: &crate::auth::Context,
+        context: &crate::base::auth::Context,
         key: &str,
         content: &str,
         metadata: Metadata,
@@ -553,21 +553,26 @@ impl Memories {
     }
 
     /// Moves `key` out of `context`'s quarantine into its memory, confirmed `by`.
-    pub fn confirm(&self, context: &crate::auth::Context, key: &str, by: &str) -> Result<MemoryEntry, MemoryError> {
+    pub fn confirm(
+        &self,
+        context: &crate::base::auth::Context,
+        key: &str,
+        by: &str,
+    ) -> Result<MemoryEntry, MemoryError> {
         let _one_writer = self.writing();
         let quarantine = self.quarantine(context);
         let mut entry = quarantine.read(key)?.ok_or_else(|| MemoryError::NotQuarantined(key.to_string()))?;
         let store = self.store(context);
         room_for(&store, key, self.most)?;
-        entry.metadata.confirmed_by = Some(format!("{by} at {}", crate::state::now_rfc3339()));
-        store.write(key, &entry.content, entry.metadata.clone(), crate::state::now_seconds())?;
+        entry.metadata.confirmed_by = Some(format!("{by} at {}", crate::base::state::now_rfc3339()));
+        store.write(key, &entry.content, entry.metadata.clone(), crate::base::state::now_seconds())?;
         quarantine.delete(key)?;
         self.tell_kept(self.index().as_deref(), context, &store, key);
         Ok(entry)
     }
 
     /// Drops `key` from `context`'s quarantine.
-    pub fn drop_quarantined(&self, context: &crate::auth::Context, key: &str) -> Result<(), MemoryError> {
+    pub fn drop_quarantined(&self, context: &crate::base::auth::Context, key: &str) -> Result<(), MemoryError> {
         let _one_writer = self.writing();
         if self.quarantine(context).delete(key)? {
             Ok(())
@@ -577,7 +582,7 @@ impl Memories {
     }
 
     /// Deletes `key` from `context`'s store; false when there was none.
-    pub fn delete(&self, context: &crate::auth::Context, key: &str) -> Result<bool, MemoryError> {
+    pub fn delete(&self, context: &crate::base::auth::Context, key: &str) -> Result<bool, MemoryError> {
         let _one_writer = self.writing();
         let deleted = self.store(context).delete(key)?;
         if let Some(index) = self.index() {
@@ -589,7 +594,7 @@ impl Memories {
     /// Removes expired memories of every context; returns how many.
     pub fn expire_all(&self) -> usize {
         let mut removed = 0;
-        for kind in crate::datadir::CONTEXT_KINDS {
+        for kind in crate::base::datadir::CONTEXT_KINDS {
             let Ok(contexts) = std::fs::read_dir(self.data_dir.contexts_dir(kind)) else { continue };
             for context in contexts.flatten() {
                 let folder = context.path().join("memory");
@@ -597,14 +602,14 @@ impl Memories {
                     continue;
                 }
                 let _one_writer = self.writing();
-                match MemoryStore::new(folder.clone()).expire(crate::state::now_seconds()) {
+                match MemoryStore::new(folder.clone()).expire(crate::base::state::now_seconds()) {
                     Ok(keys) => {
                         let id = context.file_name().to_string_lossy().into_owned();
                         let index = self.index();
                         for key in &keys {
                             tracing::info!(folder = %folder.display(), key, "memory expired");
                             if let Some(index) = &index {
-                                index.forgotten(&crate::auth::Context { kind, id: id.clone() }, key);
+                                index.forgotten(&crate::base::auth::Context { kind, id: id.clone() }, key);
                             }
                         }
                         removed += keys.len();
@@ -679,12 +684,16 @@ mod tests {
     #[test]
     fn no_secret_is_kept_in_a_key_a_tag_or_a_source() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let audit =
-            crate::audit::Audit::open(dir.path().join("audit"), false, 1, Arc::new(crate::metrics::Metrics::off()));
+        let audit = crate::audit::Audit::open(
+            dir.path().join("audit"),
+            false,
+            1,
+            Arc::new(crate::base::metrics::Metrics::off()),
+        );
         let shield = Arc::new(crate::redact::Shield::with_values(&[("WIFI", "hunter2-correct-horse")]));
-        let memories = Memories::new(crate::datadir::DataDir::new(dir.path().to_path_buf()))
+        let memories = Memories::new(crate::base::datadir::DataDir::new(dir.path().to_path_buf()))
             .redacting(crate::redact::Redact::new(shield, audit));
-        let alice = crate::auth::Context::user("alice");
+        let alice = crate::base::auth::Context::user("alice");
         let told = Metadata {
             tags: vec!["wifi".into(), "hunter2-correct-horse".into()],
             source: Some("https://example.test/?k=hunter2-correct-horse".into()),

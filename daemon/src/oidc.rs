@@ -384,7 +384,7 @@ mod tests {
 
     fn verifier(issuer: &str, switch: Arc<Switch>) -> Verifier {
         let host = issuer.trim_start_matches("http://").to_string();
-        let config = crate::config::WebProxyConfig { allow: vec![host], ..Default::default() };
+        let config = crate::base::config::WebProxyConfig { allow: vec![host], ..Default::default() };
         let resolver = Arc::new(crate::egress::proxy::SystemResolver);
         Verifier::new(Arc::new(WebProxy::new(&config, resolver, switch).expect("proxy")))
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::task::TaskTracker;
 
-use crate::auth::ContainerIdentity;
+use crate::base::auth::ContainerIdentity;
 use crate::health::{self, ProbeSlot, Probed};
 
 /// What the daemon sends a peer: work, or a health probe.
@@ -229,7 +229,7 @@ impl<W: Send + 'static, A: Send + 'static> Connected<W, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::{Context, Role};
+    use crate::base::auth::{Context, Role};
 
     fn identity() -> ContainerIdentity {
         ContainerIdentity {

@@ -9,8 +9,10 @@ use std::path::{Component, Path, PathBuf};
 
 use regex::Regex;
 
-use crate::auth::{Context, ContextKind, Role};
-use crate::config::{AllowedMount, Config, LoadedConfig, MountAllowlist, MountKind, MountMode, MountOwner, ToolName};
+use crate::base::auth::{Context, ContextKind, Role};
+use crate::base::config::{
+    AllowedMount, Config, LoadedConfig, MountAllowlist, MountKind, MountMode, MountOwner, ToolName,
+};
 use crate::container::{Limits, MountSpec};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,7 +38,7 @@ pub enum PolicyError {
     #[error("command refused: it matches the blocked pattern `{pattern}` ({why})")]
     CommandBlocked { pattern: String, why: String },
     #[error(transparent)]
-    BadPattern(#[from] crate::config::exec::BadPattern),
+    BadPattern(#[from] crate::base::config::exec::BadPattern),
 }
 
 /// A mount a caller asks for, before any check.
@@ -77,7 +79,7 @@ impl Policy {
         Ok(Policy {
             allowlist: loaded.allowlist.clone(),
             data_dir: loaded.data_dir.clone(),
-            exec_patterns: crate::config::exec::compile(&loaded.config.tools.blocked_patterns)?,
+            exec_patterns: crate::base::config::exec::compile(&loaded.config.tools.blocked_patterns)?,
             config: loaded.config.clone(),
         })
     }
@@ -126,7 +128,9 @@ impl Policy {
             .map_err(|error| PolicyError::Unresolvable { path: given.into(), reason: error.to_string() })?;
         // A symlink may lead somewhere blocked: check where it really goes.
         self.check_blocked(&resolved, given)?;
-        if let Some(why) = crate::config::forbidden_mount(&resolved, &self.data_dir, &self.config.container.socket) {
+        if let Some(why) =
+            crate::base::config::forbidden_mount(&resolved, &self.data_dir, &self.config.container.socket)
+        {
             return Err(PolicyError::Forbidden { path: given.into(), why });
         }
         let mut not_shared = None;
@@ -240,7 +244,7 @@ impl Policy {
     }
 
     /// The `container` section this policy was made from.
-    pub fn container_config(&self) -> &crate::config::ContainerConfig {
+    pub fn container_config(&self) -> &crate::base::config::ContainerConfig {
         &self.config.container
     }
 
@@ -362,7 +366,7 @@ pub fn display_below(root: &Path, path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AllowedMount, ConfigPaths};
+    use crate::base::config::{AllowedMount, ConfigPaths};
 
     struct Fixture {
         _temp: tempfile::TempDir,
@@ -383,7 +387,7 @@ mod tests {
         std::os::unix::fs::symlink(home.join("projects/web/src"), home.join("docs/web-src")).expect("symlink");
         let paths =
             ConfigPaths { config_file: None, config_dir: temp.path().join("none"), data_dir: temp.path().join("data") };
-        let mut loaded = crate::config::load(&paths, std::iter::empty()).expect("defaults");
+        let mut loaded = crate::base::config::load(&paths, std::iter::empty()).expect("defaults");
         loaded.allowlist.allowed_mounts = vec![
             AllowedMount {
                 host_path: home.join("projects").display().to_string(),
@@ -630,7 +634,7 @@ mod tests {
         let paths =
             ConfigPaths { config_file: None, config_dir: temp.path().into(), data_dir: temp.path().join("data") };
         let env = [("BAAAHT__CONTAINER__ROLE_LIMITS__CODER".to_string(), r#"{"memory": "2g", "cpu": 2}"#.to_string())];
-        let loaded = crate::config::load(&paths, env).expect("config");
+        let loaded = crate::base::config::load(&paths, env).expect("config");
         let policy = Policy::new(&loaded).expect("policy");
         let coder = policy.resource_limits(Role::Coder);
         assert_eq!((coder.memory_bytes, coder.cpus, coder.pids), (2 << 30, 2.0, 256));

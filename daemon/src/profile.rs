@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::state::{self, StateError};
+use crate::base::state::{self, StateError};
 
 /// `text` (a name, one line) as plain text in markdown: what would format it, link it or
 /// start a heading is escaped, so that it reads as the words it is.

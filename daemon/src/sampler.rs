@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::Role;
+use crate::base::auth::Role;
+use crate::base::datadir::DataDir;
+use crate::base::metrics::Metrics;
+use crate::base::metrics::Sample;
 use crate::container::manager::ContainerManager;
-use crate::datadir::DataDir;
-use crate::metrics::Metrics;
-use crate::metrics::Sample;
 use crate::sessions::SessionStore;
 
 /// What a sample is taken from, and where it goes.
@@ -28,7 +28,7 @@ pub struct Sampler {
 pub async fn run(sampler: Arc<Sampler>, cancel: CancellationToken) {
     let every = sampler.every;
     let sampler = &sampler;
-    crate::lifetime::every(tokio::time::Instant::now(), every, &cancel, || async move {
+    crate::base::lifetime::every(tokio::time::Instant::now(), every, &cancel, || async move {
         let sample = take(sampler).await;
         sampler.metrics.set_sample(&sample);
     })
@@ -67,11 +67,11 @@ pub async fn take(sampler: &Sampler) -> Sample {
 
 /// Bytes in the memory stores of users and of groups (`{users,groups}/{id}/memory/`).
 fn memory_store_bytes(root: &std::path::Path) -> Vec<(&'static str, u64)> {
-    crate::datadir::CONTEXT_KINDS
+    crate::base::datadir::CONTEXT_KINDS
         .into_iter()
         .map(|kind| {
-            let folder = crate::datadir::context_folder(kind);
-            let kind = if kind == crate::auth::ContextKind::User { "user" } else { "group" };
+            let folder = crate::base::datadir::context_folder(kind);
+            let kind = if kind == crate::base::auth::ContextKind::User { "user" } else { "group" };
             let contexts = std::fs::read_dir(root.join(folder)).into_iter().flatten().flatten();
             let bytes = contexts
                 .flat_map(|context| std::fs::read_dir(context.path().join("memory")).into_iter().flatten().flatten())

@@ -7,7 +7,7 @@
 //! drawn for every write; writes are atomic and serialized by an `flock` across processes.
 //! Decrypted values live only in memory and are zeroized when dropped. Nothing here logs a value.
 
-pub use crate::config::references::{is_valid_name, provider_key_names, reference_names};
+pub use crate::base::config::references::{is_valid_name, provider_key_names, reference_names};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::IsTerminal;
@@ -19,7 +19,7 @@ use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use zeroize::Zeroizing;
 
-use crate::state;
+use crate::base::state;
 
 pub const SECRETS_FILE: &str = "secrets.enc";
 const LOCK_FILE: &str = ".secrets.lock";
@@ -390,7 +390,7 @@ pub struct Handout {
 /// is for (`("skill", "weather")`, `("mcp_server", "github")`), as the audit line names it.
 #[derive(Debug, Clone, Copy)]
 pub struct Asker<'a> {
-    pub caller: &'a crate::auth::Caller,
+    pub caller: &'a crate::base::auth::Caller,
     pub correlation_id: &'a str,
     pub consumer: (&'static str, &'a str),
 }
@@ -434,7 +434,7 @@ pub struct Rules {
 }
 
 impl Rules {
-    pub fn of(loaded: &crate::config::LoadedConfig) -> Rules {
+    pub fn of(loaded: &crate::base::config::LoadedConfig) -> Rules {
         Rules {
             user_usable: loaded.config.secrets.user_usable.iter().cloned().collect(),
             provider_keys: provider_key_names(&loaded.providers),

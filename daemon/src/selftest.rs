@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::auth::{Context, Role};
+use crate::base::auth::{Context, Role};
 use crate::container::manager::{ContainerError, ContainerManager, RunRequest, RunStatus, BINARIES_MOUNT};
 use crate::container::Isolation;
 

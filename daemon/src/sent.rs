@@ -89,7 +89,7 @@ mod tests {
         let temp = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(temp.path().join("sessions")).expect("sessions");
         let workspaces =
-            Workspaces::new(temp.path().join("sessions"), 1 << 20, crate::config::WorkspaceLimit::Checked, 1);
+            Workspaces::new(temp.path().join("sessions"), 1 << 20, crate::base::config::WorkspaceLimit::Checked, 1);
         let files = temp.path().join("m1.files");
         std::fs::create_dir_all(&files).expect("mkdir");
         std::fs::write(files.join("chart.png"), b"\x89PNG\r\n\x1a\n0000").expect("write");

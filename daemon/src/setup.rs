@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use zeroize::Zeroizing;
 
-use crate::config::{self, ConfigPaths, CustomProvider, ProviderEntry, ProvidersConfig};
-use crate::datadir::DataDir;
+use crate::base::config::{self, ConfigPaths, CustomProvider, ProviderEntry, ProvidersConfig};
+use crate::base::datadir::DataDir;
+use crate::base::state;
 use crate::secrets::{self, Passphrase, SecretStore};
-use crate::state;
 
 /// Ollama's and llama.cpp's usual local addresses.
 const OLLAMA: &str = "http://127.0.0.1:11434/v1";
@@ -47,7 +47,7 @@ pub enum SetupError {
     #[error("cannot ask on the terminal")]
     Terminal(#[source] std::io::Error),
     #[error(transparent)]
-    DataDir(#[from] crate::datadir::DataDirError),
+    DataDir(#[from] crate::base::datadir::DataDirError),
 }
 
 /// What the command line asked for.
@@ -627,7 +627,7 @@ fn relayed_from(mode: config::GatewayMode, api_base: &str) -> Option<String> {
 pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String, String> {
     let secrets = crate::llm::open_secrets(&data_dir.config_dir());
     let settings = crate::llm::gateway_settings(loaded, secrets.as_ref(), |name| std::env::var(name).ok());
-    let model = loaded.config.agents.settings(crate::auth::Role::Assistant).model;
+    let model = loaded.config.agents.settings(crate::base::auth::Role::Assistant).model;
     let provider = model.provider();
     let found = settings.config().providers.iter().find(|configured| configured.name == provider);
     let configured = match found {

@@ -18,7 +18,7 @@ use std::path::Path;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use crate::auth::CONTAINER_UID;
+use crate::base::auth::CONTAINER_UID;
 
 /// How containers get write access to a shared folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,8 +33,8 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::audit::{Audit, Kind, Record};
-use crate::auth::{self, ContainerIdentity, CONTAINER_UID};
-use crate::datadir::MAX_SOCKET_PATH;
+use crate::base::auth::{self, ContainerIdentity, CONTAINER_UID};
+use crate::base::datadir::MAX_SOCKET_PATH;
 
 /// The socket file name inside a container's socket folder.
 pub const CONTAINER_SOCKET_NAME: &str = "daemon.sock";
@@ -390,7 +390,7 @@ impl ListenerSet {
             Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(create(error)),
             _ => {}
         }
-        crate::state::private_dir(&folder).map_err(create)?;
+        crate::base::state::private_dir(&folder).map_err(create)?;
         let listener = UnixListener::bind(&path).map_err(create)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(create)?;
         let endpoint = Arc::new(GatewayEndpoint {

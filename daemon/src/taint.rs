@@ -31,11 +31,11 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
 use crate::audit::{Audit, Kind, Record};
-use crate::auth::Live;
-use crate::config::{EgressInTaint, MemoryInTaint, TaintPolicy, Withhold};
+use crate::base::auth::Live;
+use crate::base::config::{EgressInTaint, MemoryInTaint, TaintPolicy, Withhold};
+use crate::base::state;
 use crate::events::{Event, EventBus};
 use crate::redact::{Place, Redact};
-use crate::state;
 
 const FILE: &str = "taint.json";
 const JOURNAL: &str = "taint.journal";
@@ -883,7 +883,7 @@ fn capitalized(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::{Context, Role};
+    use crate::base::auth::{Context, Role};
 
     fn live(turn: &str) -> Live {
         Live {
@@ -900,7 +900,7 @@ mod tests {
     }
 
     fn taints(dir: &Path) -> Arc<Taints> {
-        let audit = Audit::open(dir.join("audit"), false, 1, Arc::new(crate::metrics::Metrics::off()));
+        let audit = Audit::open(dir.join("audit"), false, 1, Arc::new(crate::base::metrics::Metrics::off()));
         let shield = Arc::new(crate::redact::Shield::with_values(&[(
             "GITHUB_TOKEN",
             "ghp_canary0123456789abcdefghijklmnopqrstu",

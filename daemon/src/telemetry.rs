@@ -27,7 +27,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
-use crate::config::{OtelConfig, SystemConfig};
+use crate::base::config::{OtelConfig, SystemConfig};
 
 /// The filter directives for `system`: the daemon at `log_level`, each component at its own.
 pub fn filter_directives(system: &SystemConfig) -> String {
@@ -200,7 +200,7 @@ pub fn adopt_parent(span: &tracing::Span, headers: &http::HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::LogLevel;
+    use crate::base::config::LogLevel;
 
     #[test]
     fn directives_per_component() {

@@ -182,7 +182,7 @@ impl Upload {
     /// its cap; where the cap is only checked (`room`), no space is the data disk's, which the
     /// caller tells as a full disk.
     fn full_or_io(&self, error: std::io::Error) -> UploadError {
-        if self.room.is_none() && crate::state::is_disk_full(&error) {
+        if self.room.is_none() && crate::base::state::is_disk_full(&error) {
             UploadError::Full
         } else {
             UploadError::Io(error)
@@ -385,7 +385,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let sessions = dir.path().join("sessions");
         let workspaces =
-            Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked, 64));
+            Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::base::config::WorkspaceLimit::Checked, 64));
         let mut first = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
         first.write(b"%PDF-1.7\n").expect("write");
         first.write(b"rest").expect("write");
@@ -415,7 +415,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let sessions = dir.path().join("sessions");
         let workspaces =
-            Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::config::WorkspaceLimit::Checked, 64));
+            Arc::new(Workspaces::new(sessions.clone(), 1 << 30, crate::base::config::WorkspaceLimit::Checked, 64));
         let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR-and-the-rest".to_vec();
         let mut upload = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
         upload.write(&png).expect("write");
@@ -431,8 +431,12 @@ mod tests {
     #[test]
     fn an_upload_past_the_workspaces_cap_is_refused_as_full() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let workspaces =
-            Arc::new(Workspaces::new(dir.path().join("sessions"), 10, crate::config::WorkspaceLimit::Checked, 64));
+        let workspaces = Arc::new(Workspaces::new(
+            dir.path().join("sessions"),
+            10,
+            crate::base::config::WorkspaceLimit::Checked,
+            64,
+        ));
         let mut first = Upload::begin(workspaces.clone(), "s-1", 1024).expect("begin");
         first.write(b"12345678").expect("write");
         first.finish("a.txt", "").expect("finish");
@@ -445,13 +449,17 @@ mod tests {
     #[test]
     fn no_space_is_the_workspaces_only_where_a_filesystem_holds_it_to_its_cap() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let workspaces =
-            Arc::new(Workspaces::new(dir.path().join("sessions"), 1024, crate::config::WorkspaceLimit::Checked, 64));
+        let workspaces = Arc::new(Workspaces::new(
+            dir.path().join("sessions"),
+            1024,
+            crate::base::config::WorkspaceLimit::Checked,
+            64,
+        ));
         let mut upload = Upload::begin(workspaces, "s-1", 1024).expect("begin");
         let no_space = || std::io::Error::from_raw_os_error(Errno::NOSPC.raw_os_error());
         let checked = upload.full_or_io(no_space());
         assert!(matches!(checked, UploadError::Io(_)), "{checked}");
-        assert!(crate::state::is_disk_full(&checked), "told as a full disk: {checked}");
+        assert!(crate::base::state::is_disk_full(&checked), "told as a full disk: {checked}");
         upload.room = None;
         assert!(matches!(upload.full_or_io(no_space()), UploadError::Full));
         let other = upload.full_or_io(std::io::Error::from_raw_os_error(Errno::IO.raw_os_error()));

@@ -8,8 +8,8 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::TokenCounts;
-use crate::state::{self, StateError};
+use crate::base::metrics::TokenCounts;
+use crate::base::state::{self, StateError};
 
 /// Totals of one user context or session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

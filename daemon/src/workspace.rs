@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 
-use crate::config::WorkspaceLimit;
+use crate::base::config::WorkspaceLimit;
 use crate::shared_dirs::{self, Owner};
 
 /// The folder beside a session's `data/` where the daemon keeps the pictures shared in it.
@@ -195,7 +195,7 @@ impl Workspaces {
         let session_dir = shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon)?;
         shared_dirs::ensure_dir(&session_dir, OsStr::new(PICTURES), Owner::Daemon)?;
         let path = self.sessions.join(session).join(PICTURES).join(name);
-        crate::state::write_atomic(&path, bytes, 0o600).map_err(std::io::Error::other)
+        crate::base::state::write_atomic(&path, bytes, 0o600).map_err(std::io::Error::other)
     }
 
     /// The picture an attachment (`uploads/NAME`) of `session` names, as it was shared, if it
@@ -225,7 +225,7 @@ impl Workspaces {
             kept = format!("{stem}-{number}{extension}");
         }
         let path = self.sessions.join(session).join(SENT).join(&kept);
-        crate::state::write_atomic(&path, bytes, 0o600).map_err(std::io::Error::other)?;
+        crate::base::state::write_atomic(&path, bytes, 0o600).map_err(std::io::Error::other)?;
         Ok(kept)
     }
 
@@ -374,8 +374,10 @@ fn run(program: &str, args: &[&OsStr]) -> Result<(), String> {
 /// A sparse ext4 image of `cap` bytes whose root belongs to the containers' uid.
 fn make_image(image: &Path, cap: u64) -> Result<(), WorkspaceError> {
     let error = |action, message| WorkspaceError::Image { action, path: image.to_path_buf(), message };
-    let owner =
-        format!("root_owner={uid}:{uid},lazy_itable_init=1,lazy_journal_init=1", uid = crate::auth::CONTAINER_UID);
+    let owner = format!(
+        "root_owner={uid}:{uid},lazy_itable_init=1,lazy_journal_init=1",
+        uid = crate::base::auth::CONTAINER_UID
+    );
     let made = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

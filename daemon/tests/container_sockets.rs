@@ -5,7 +5,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use baaaht_daemon::auth::{ContainerIdentity, Context, Role};
+use baaaht_daemon::base::auth::{ContainerIdentity, Context, Role};
 use baaaht_proto::client::{self, ConnectOptions};
 use baaaht_proto::v1;
 

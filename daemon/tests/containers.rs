@@ -7,7 +7,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use baaaht_daemon::auth::{Context, Role};
+use baaaht_daemon::base::auth::{Context, Role};
 use baaaht_daemon::container::manager::{ContainerError, RunRequest, RunStatus, BINARIES_MOUNT};
 use baaaht_daemon::container::MountSpec;
 use baaaht_proto::selftest::SelfTestReport;

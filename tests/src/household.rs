@@ -39,7 +39,7 @@ const WORD_EVERY: Duration = Duration::from_millis(20);
 /// How long a person waits for an answer before calling the message lost.
 const PATIENCE: Duration = Duration::from_secs(180);
 /// The daemon's sentence for a message it could not keep (`state::DISK_FULL`).
-const DISK_FULL_SENTENCE: &str = baaaht_daemon::state::DISK_FULL;
+const DISK_FULL_SENTENCE: &str = baaaht_daemon::base::state::DISK_FULL;
 /// How the Assistant begins an answer that says it could not do what was asked.
 const SORRY: &str = "Sorry, I could not do that";
 /// How long systemd lets baaahtd stop (`TimeoutStopSec` in `config/baaaht.service`).
@@ -731,7 +731,7 @@ pub async fn run(plan: Plan) -> Result<Report> {
 
     // Stopped as systemd stops it (SIGTERM, SIGKILL after the unit's TimeoutStopSec of 30 s):
     // nothing of it may be left behind.
-    let owner = baaaht_daemon::container::manager::owner_id(&baaaht_daemon::datadir::DataDir::new(&data_dir));
+    let owner = baaaht_daemon::container::manager::owner_id(&baaaht_daemon::base::datadir::DataDir::new(&data_dir));
     let took = Instant::now();
     let Daemons { mut now, crashed, options } = daemons;
     let (now, stopped) = tokio::task::spawn_blocking(move || {

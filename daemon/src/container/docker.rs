@@ -37,7 +37,7 @@ pub const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const GVISOR_HOST_TASKS_PER_PROCESS: i64 = 32;
 
 /// Host paths that are never mounted into a container: the engines' own sockets.
-use crate::config::ENGINE_SOCKETS;
+use crate::base::config::ENGINE_SOCKETS;
 
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
@@ -100,18 +100,18 @@ fn engine_error(operation: &'static str, error: bollard::errors::Error) -> Runti
 fn seccomp_file(profile: &str) -> Result<PathBuf, RuntimeError> {
     use sha2::Digest;
     let io = |source| RuntimeError::Io { operation: "write the seccomp profile for podman", source };
-    let dir = if crate::datadir::current_uid() == 0 {
+    let dir = if crate::base::datadir::current_uid() == 0 {
         PathBuf::from("/run/baaaht")
     } else if let Some(runtime_dir) = std::env::var_os("XDG_RUNTIME_DIR") {
         Path::new(&runtime_dir).join("baaaht")
     } else {
-        std::env::temp_dir().join(format!("baaaht-{}", crate::datadir::current_uid()))
+        std::env::temp_dir().join(format!("baaaht-{}", crate::base::datadir::current_uid()))
     };
-    crate::state::private_dir(&dir).map_err(io)?;
+    crate::base::state::private_dir(&dir).map_err(io)?;
     let digest: String = sha2::Sha256::digest(profile.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
     let path = dir.join(format!("seccomp-{digest}.json"));
     if std::fs::read_to_string(&path).ok().as_deref() != Some(profile) {
-        crate::state::write_atomic(&path, profile.as_bytes(), 0o600)
+        crate::base::state::write_atomic(&path, profile.as_bytes(), 0o600)
             .map_err(|error| io(std::io::Error::other(error.to_string())))?;
     }
     Ok(path)
@@ -375,7 +375,7 @@ impl ContainerRuntime for DockerRuntime {
         let labels: HashMap<String, String> = spec.labels.pairs().into_iter().collect();
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
-            user: Some(format!("{uid}:{uid}", uid = crate::auth::CONTAINER_UID)),
+            user: Some(format!("{uid}:{uid}", uid = crate::base::auth::CONTAINER_UID)),
             cmd: Some(spec.command.clone()),
             entrypoint: Some(vec![]),
             env: Some(spec.env.iter().map(|(key, value)| format!("{key}={value}")).collect()),

@@ -137,7 +137,7 @@ async fn debootstrap_and_import(
     if which("debootstrap").is_none() {
         return Err(ImageError::NoDebootstrap { registry_error: registry_error.into() });
     }
-    if crate::datadir::current_uid() != 0 {
+    if crate::base::datadir::current_uid() != 0 {
         return Err(ImageError::NotRoot { registry_error: registry_error.into() });
     }
     let rootfs = work_dir.join(format!("rootfs-{}", std::process::id()));

@@ -19,11 +19,11 @@ use super::{
     report_hung, ContainerKind, ContainerLabels, ContainerRuntime, ContainerSpec, Engine, Isolation, MountSpec, Output,
     RuntimeError, LABEL_BAAAHT, LABEL_OWNER,
 };
-use crate::auth::{ContainerIdentity, Context, Role};
-use crate::datadir::DataDir;
+use crate::base::auth::{ContainerIdentity, Context, Role};
+use crate::base::datadir::DataDir;
+use crate::base::state::{self, now_seconds, StateError};
 use crate::policy::Policy;
 use crate::sockets::{ContainerSocket, ListenerError, ListenerSet};
-use crate::state::{self, now_seconds, StateError};
 
 /// Where a container finds the daemon's socket (its folder is mounted here, read-only).
 pub const SOCKET_MOUNT: &str = "/run/baaaht";
@@ -83,9 +83,9 @@ impl ContainerError {
     /// gateway's), its causes in the log (they name the data dir's files): a full disk as the
     /// daemon's sentence, anything else in its own words.
     pub fn told(&self) -> String {
-        if crate::state::is_disk_full(self) {
+        if crate::base::state::is_disk_full(self) {
             tracing::error!(error = %baaaht_proto::error_chain(self), "the data dir's disk is full");
-            return crate::state::DISK_FULL_WORK.to_string();
+            return crate::base::state::DISK_FULL_WORK.to_string();
         }
         tracing::warn!(error = %baaaht_proto::error_chain(self), "a container did not start");
         self.to_string()
@@ -278,7 +278,7 @@ pub struct ContainerManager {
     /// Containers whose exit a [`ContainerManager::run`] is waiting for, to read their logs:
     /// ended, they are still in use until it removes them.
     awaited: Mutex<std::collections::HashSet<String>>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::base::metrics::Metrics>,
     /// Whether gVisor starts sandboxes, as the last starts under it found.
     gvisor: super::gvisor::Health,
 }
@@ -344,7 +344,7 @@ impl ContainerManager {
     }
 
     /// Records container starts in `metrics` (a manager of its own keeps them to itself).
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> ContainerManager {
+    pub fn with_metrics(mut self, metrics: Arc<crate::base::metrics::Metrics>) -> ContainerManager {
         self.metrics = metrics;
         self
     }
@@ -505,7 +505,7 @@ impl ContainerManager {
 
     /// What every role that takes a tier gets on the engine now (none while there is none).
     pub fn tiers(&self) -> Vec<super::Tier> {
-        use crate::config::IsolationChoice;
+        use crate::base::config::IsolationChoice;
         let mut tiers = match &self.engine.borrow().status {
             super::EngineStatus::Ready(info) => super::tiers(self.policy.container_config(), info),
             _ => vec![],
@@ -532,7 +532,7 @@ impl ContainerManager {
         // gVisor registered but not starting sandboxes: `auto` stays on runc until a retry is
         // due; `gvisor` is refused with the cause until then.
         if tier == Isolation::Gvisor && !self.gvisor.try_now() {
-            if asked != crate::config::IsolationChoice::Auto {
+            if asked != crate::base::config::IsolationChoice::Auto {
                 return Err(gvisor_refused(role));
             }
             tier = Isolation::Runc;
@@ -759,7 +759,8 @@ impl ContainerManager {
             let trying = fallback.as_ref().unwrap_or(spec);
             match self.create_and_start(runtime, trying, token_sha256.clone()).await {
                 Ok(id) => {
-                    let role = crate::auth::Role::named(&spec.labels.role).map_or("other", crate::auth::Role::as_str);
+                    let role = crate::base::auth::Role::named(&spec.labels.role)
+                        .map_or("other", crate::base::auth::Role::as_str);
                     self.metrics.record_spawn(role, started.elapsed());
                     if trying.isolation == Isolation::Gvisor && self.gvisor.worked() {
                         tracing::info!("gVisor starts sandboxes again: roles set to auto are back on it");
@@ -769,7 +770,7 @@ impl ContainerManager {
                 // A full disk or an engine away (hung, unreachable) is told as such, not retried:
                 // a retry cannot help.
                 Err(error)
-                    if crate::state::is_disk_full(&error)
+                    if crate::base::state::is_disk_full(&error)
                         || matches!(error, RuntimeError::Hung { .. } | RuntimeError::Unreachable { .. }) =>
                 {
                     return Err(ContainerError::Runtime(error))
@@ -783,10 +784,10 @@ impl ContainerManager {
                         return Err(ContainerError::StartFailed { attempts, message });
                     }
                     let cause = self.gvisor_failed(runtime, &error);
-                    let role = crate::auth::Role::named(&spec.labels.role);
+                    let role = crate::base::auth::Role::named(&spec.labels.role);
                     let asked = role.map(|role| self.policy.container_config().isolation_of(role));
                     match (role, asked) {
-                        (_, Some(crate::config::IsolationChoice::Auto)) => {
+                        (_, Some(crate::base::config::IsolationChoice::Auto)) => {
                             let mut runc = spec.clone();
                             runc.isolation = Isolation::Runc;
                             runc.mounts.retain(|mount| mount.target != GVISOR_COMPAT_MOUNT);
@@ -840,7 +841,7 @@ impl ContainerManager {
             // Without a record it would be an orphan; remove it now rather than later.
             self.cleanup(runtime, &id, &spec.name).await;
             // A full disk stays known as one (the caller words it for people).
-            let kind = if crate::state::is_disk_full(&error) {
+            let kind = if crate::base::state::is_disk_full(&error) {
                 std::io::ErrorKind::StorageFull
             } else {
                 std::io::ErrorKind::Other

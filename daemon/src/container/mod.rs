@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RuntimeChoice;
+use crate::base::config::RuntimeChoice;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineKind {
@@ -51,7 +51,7 @@ pub struct EngineInfo {
     pub data_root: Option<PathBuf>,
 }
 
-/// Which kernel a container runs on: the tier [`crate::config::IsolationChoice`] resolved
+/// Which kernel a container runs on: the tier [`crate::base::config::IsolationChoice`] resolved
 /// against what the engine has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolation {
@@ -70,8 +70,8 @@ impl Isolation {
 
     /// The tier `choice` gets on `engine`: `auto` falls back to runc where gVisor is not
     /// there; `gvisor` without it is refused with the sentence naming the fix.
-    pub fn resolve(choice: crate::config::IsolationChoice, engine: &EngineInfo) -> Result<Isolation, String> {
-        use crate::config::IsolationChoice;
+    pub fn resolve(choice: crate::base::config::IsolationChoice, engine: &EngineInfo) -> Result<Isolation, String> {
+        use crate::base::config::IsolationChoice;
         match (choice, &engine.gvisor) {
             (IsolationChoice::Runc, _) | (IsolationChoice::Auto, Err(_)) => Ok(Isolation::Runc),
             (IsolationChoice::Auto | IsolationChoice::Gvisor, Ok(_)) => Ok(Isolation::Gvisor),
@@ -85,16 +85,16 @@ impl Isolation {
 }
 
 /// Roles whose containers take an isolation tier: the agents, tools and MCP servers.
-pub const ISOLATED_ROLES: [crate::auth::Role; 8] = {
-    use crate::auth::Role;
+pub const ISOLATED_ROLES: [crate::base::auth::Role; 8] = {
+    use crate::base::auth::Role;
     [Role::Assistant, Role::Worker, Role::Researcher, Role::Coder, Role::Memory, Role::Heartbeat, Role::Tool, Role::Mcp]
 };
 
 /// What one role asks for and gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tier {
-    pub role: crate::auth::Role,
-    pub asked: crate::config::IsolationChoice,
+    pub role: crate::base::auth::Role,
+    pub asked: crate::base::config::IsolationChoice,
     /// None: its containers are refused.
     pub tier: Option<Isolation>,
     /// Why `auto` fell back to runc, or why `gvisor` is refused; empty otherwise.
@@ -102,8 +102,8 @@ pub struct Tier {
 }
 
 /// What each of [`ISOLATED_ROLES`] asks for in `config` and gets on `engine`.
-pub fn tiers(config: &crate::config::ContainerConfig, engine: &EngineInfo) -> Vec<Tier> {
-    use crate::config::IsolationChoice;
+pub fn tiers(config: &crate::base::config::ContainerConfig, engine: &EngineInfo) -> Vec<Tier> {
+    use crate::base::config::IsolationChoice;
     ISOLATED_ROLES
         .iter()
         .map(|role| {
@@ -122,7 +122,7 @@ pub fn tiers(config: &crate::config::ContainerConfig, engine: &EngineInfo) -> Ve
 
 /// The log line of the tiers, once per engine that became ready: which roles run where and,
 /// when `auto` fell back to runc, why.
-fn log_tiers(config: &crate::config::ContainerConfig, engine: &EngineInfo) {
+fn log_tiers(config: &crate::base::config::ContainerConfig, engine: &EngineInfo) {
     let tiers = tiers(config, engine);
     let named = |wanted: Option<Isolation>| -> String {
         let roles: Vec<&str> = tiers.iter().filter(|t| t.tier == wanted).map(|t| t.role.as_str()).collect();
@@ -459,7 +459,7 @@ pub async fn probe(choice: RuntimeChoice) -> Engine {
 }
 
 /// [`probe`] for `container.socket` when it is set, else for `container.runtime`.
-pub async fn probe_config(config: &crate::config::ContainerConfig) -> Engine {
+pub async fn probe_config(config: &crate::base::config::ContainerConfig) -> Engine {
     let limit = Duration::from_secs(config.engine_timeout.max(1));
     let candidates = if config.socket.is_empty() {
         candidate_sockets(config.runtime, |key| std::env::var(key).ok())
@@ -513,7 +513,7 @@ pub fn report_hung(engine: &watch::Sender<Engine>, error: &RuntimeError) {
 /// Probes at start; then every 60 s while the engine answers, and with backoff from 2 s to
 /// 30 s while it does not (including right after a call reported it hung).
 pub async fn watch_engine(
-    config: crate::config::ContainerConfig,
+    config: crate::base::config::ContainerConfig,
     engine: std::sync::Arc<watch::Sender<Engine>>,
     cancel: CancellationToken,
 ) {
@@ -588,7 +588,7 @@ mod tests {
         let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
         let path = PathBuf::from("/srv/baaaht/ipc/c.sock");
         let socket = ContainerError::Socket(ListenerError::Create { path, source: full });
-        assert_eq!(socket.told(), crate::state::DISK_FULL_WORK);
+        assert_eq!(socket.told(), crate::base::state::DISK_FULL_WORK);
         let busy = ContainerError::Busy { max: 2, waited: Duration::from_secs(30) };
         assert_eq!(busy.told(), busy.to_string());
     }
@@ -623,7 +623,7 @@ mod tests {
 
     #[test]
     fn auto_falls_back_and_gvisor_is_refused_with_the_fix() {
-        use crate::config::IsolationChoice;
+        use crate::base::config::IsolationChoice;
         let mut engine = EngineInfo {
             kind: EngineKind::Docker,
             socket: PathBuf::from("/var/run/docker.sock"),
@@ -637,7 +637,7 @@ mod tests {
         assert_eq!(Isolation::resolve(IsolationChoice::Runc, &engine), Ok(Isolation::Runc));
         let refused = Isolation::resolve(IsolationChoice::Gvisor, &engine).expect_err("refused");
         assert!(refused.contains("no runsc runtime") && refused.contains("install Debian's runsc"), "{refused}");
-        let config = crate::config::ContainerConfig::default();
+        let config = crate::base::config::ContainerConfig::default();
         let fell_back: Vec<&str> =
             tiers(&config, &engine).into_iter().filter(|t| !t.reason.is_empty()).map(|t| t.role.as_str()).collect();
         assert_eq!(fell_back, ["coder", "tool", "mcp"]);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::auth::{Context, Role};
+use crate::base::auth::{Context, Role};
 use crate::events::{Event, EventBus, Kind};
 
 /// An answer to an approval request.
@@ -187,7 +187,7 @@ impl Approvals {
         if let Some(context) = context.filter(|context| **context != pending.context) {
             return Err(AnswerError::NotTheirs { id: id.to_string(), context: context.clone() });
         }
-        if decision == Decision::Always && pending.context.kind == crate::auth::ContextKind::Group && !admin {
+        if decision == Decision::Always && pending.context.kind == crate::base::auth::ContextKind::Group && !admin {
             return Err(AnswerError::AdminOnly);
         }
         let pending = state.pending.remove(id).ok_or_else(|| AnswerError::NotWaiting(id.to_string()))?;

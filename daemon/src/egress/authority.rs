@@ -75,7 +75,8 @@ impl Authority {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let key = KeyPair::generate().map_err(|error| error.to_string())?;
                 let pem = Zeroizing::new(key.serialize_pem());
-                crate::state::write_atomic(&key_path, pem.as_bytes(), 0o600).map_err(|error| error.to_string())?;
+                crate::base::state::write_atomic(&key_path, pem.as_bytes(), 0o600)
+                    .map_err(|error| error.to_string())?;
                 tracing::info!(key = %key_path.display(), "made the egress certificate authority");
                 key
             }
@@ -87,7 +88,8 @@ impl Authority {
             Ok(pem) => pem,
             Err(_) => {
                 let pem = certificate.pem();
-                crate::state::write_atomic(&cert_path, pem.as_bytes(), 0o644).map_err(|error| error.to_string())?;
+                crate::base::state::write_atomic(&cert_path, pem.as_bytes(), 0o644)
+                    .map_err(|error| error.to_string())?;
                 pem
             }
         };
@@ -97,7 +99,7 @@ impl Authority {
         }
         bundle.push_str(&pem);
         let trust = state.join(TRUST_FILE);
-        crate::state::write_atomic(&trust, bundle.as_bytes(), 0o644).map_err(|error| error.to_string())?;
+        crate::base::state::write_atomic(&trust, bundle.as_bytes(), 0o644).map_err(|error| error.to_string())?;
         Ok(Authority { key, certificate, trust, issued: Mutex::default() })
     }
 

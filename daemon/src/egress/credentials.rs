@@ -19,8 +19,8 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Context;
-use crate::datadir::DataDir;
+use crate::base::auth::Context;
+use crate::base::datadir::DataDir;
 use crate::egress::policy::{pattern, Pattern};
 use crate::secrets::Referrer;
 
@@ -184,14 +184,14 @@ pub fn change(path: &Path, name: &str, hosts: Option<&[String]>, by: &str) -> Re
     if let Some(folder) = path.parent() {
         std::fs::create_dir_all(folder).map_err(|error| format!("cannot make {}: {error}", folder.display()))?;
     }
-    crate::state::write_atomic(path, written.as_bytes(), 0o644).map_err(|error| error.to_string())?;
+    crate::base::state::write_atomic(path, written.as_bytes(), 0o644).map_err(|error| error.to_string())?;
     Ok(bindings)
 }
 
 /// Every credentials file in the data dir and its problems (`baaahtd config check`).
 pub fn check_all(data_dir: &DataDir) -> Vec<String> {
     let mut paths = vec![(data_dir.config_dir().join(FILE), Referrer::System)];
-    for kind in crate::datadir::CONTEXT_KINDS {
+    for kind in crate::base::datadir::CONTEXT_KINDS {
         let Ok(entries) = std::fs::read_dir(data_dir.contexts_dir(kind)) else { continue };
         let mut found: Vec<PathBuf> = entries.flatten().map(|entry| entry.path().join(FILE)).collect();
         found.sort();

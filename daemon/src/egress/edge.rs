@@ -35,8 +35,8 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, Re
 use zeroize::Zeroizing;
 
 use crate::audit::{Audit, Record};
-use crate::auth::{Caller, Context};
-use crate::datadir::DataDir;
+use crate::base::auth::{Caller, Context};
+use crate::base::datadir::DataDir;
 use crate::egress::authority::Authority;
 use crate::egress::credentials::{self, Binding, Placeholders};
 use crate::egress::relay::Between;
@@ -906,7 +906,7 @@ mod tests {
     }
 
     fn crossing(dir: &std::path::Path, values: Option<Arc<Shield>>) -> Crossing {
-        let audit = Audit::open(dir.join("audit"), false, 1, Arc::new(crate::metrics::Metrics::off()));
+        let audit = Audit::open(dir.join("audit"), false, 1, Arc::new(crate::base::metrics::Metrics::off()));
         let record = Record::new(crate::audit::Kind::Egress, "test", "");
         Crossing { swap: None, values, other_protocols: false, audit, record }
     }

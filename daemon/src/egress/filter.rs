@@ -9,7 +9,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::config::{ConfigError, LoadedConfig};
+use crate::base::config::{ConfigError, LoadedConfig};
 
 /// Why an address may not be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -406,12 +406,12 @@ mod tests {
         for (config, says, at) in cases {
             let dir = tempfile::tempdir().expect("tempdir");
             std::fs::write(dir.path().join("config.yaml"), config).expect("write");
-            let paths = crate::config::ConfigPaths {
+            let paths = crate::base::config::ConfigPaths {
                 config_file: None,
                 config_dir: dir.path().to_path_buf(),
                 data_dir: dir.path().join("data"),
             };
-            let loaded = crate::config::load(&paths, std::iter::empty()).expect(config);
+            let loaded = crate::base::config::load(&paths, std::iter::empty()).expect(config);
             match check_config(&loaded) {
                 Ok(()) => assert!(says.is_empty(), "{config}: accepted"),
                 Err(error) => {

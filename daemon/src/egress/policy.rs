@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::auth::Context;
-use crate::datadir::DataDir;
+use crate::base::auth::Context;
+use crate::base::datadir::DataDir;
 
 /// The file's name in `config/` and in a context's folder.
 pub const FILE: &str = "egress.yaml";
@@ -290,8 +290,8 @@ impl Refusals {
             }
         }
         let named = match context.kind {
-            crate::auth::ContextKind::User => format!("--user {}", context.id),
-            crate::auth::ContextKind::Group => format!("--group {}", context.id),
+            crate::base::auth::ContextKind::User => format!("--user {}", context.id),
+            crate::base::auth::ContextKind::Group => format!("--group {}", context.id),
         };
         let what = if asked_by.is_empty() { "A command".to_string() } else { format!("`{asked_by}`") };
         let content = format!(
@@ -331,7 +331,7 @@ impl crate::egress::relay::Gate for Policy {
                 let asking = Asking {
                     context: self.context.clone(),
                     session: self.session.clone(),
-                    agent: crate::auth::Role::Coder,
+                    agent: crate::base::auth::Role::Coder,
                     host: host.to_string(),
                     port,
                     asked_by: asked_by.to_string(),
@@ -411,7 +411,7 @@ pub fn change(path: &Path, host: &str, action: Option<Action>, by: &str) -> Resu
     if let Some(folder) = path.parent() {
         std::fs::create_dir_all(folder).map_err(|error| format!("cannot make {}: {error}", folder.display()))?;
     }
-    crate::state::write_atomic(path, written.as_bytes(), 0o644).map_err(|error| error.to_string())?;
+    crate::base::state::write_atomic(path, written.as_bytes(), 0o644).map_err(|error| error.to_string())?;
     Ok(rules)
 }
 
@@ -436,7 +436,7 @@ fn item_lines(lines: &[String], host_line: usize) -> (usize, usize) {
 /// Every egress policy in the data dir and its problems (`baaahtd config check`).
 pub fn check_all(data_dir: &DataDir) -> Vec<String> {
     let mut paths = vec![data_dir.config_dir().join(FILE)];
-    for kind in crate::datadir::CONTEXT_KINDS {
+    for kind in crate::base::datadir::CONTEXT_KINDS {
         let Ok(entries) = std::fs::read_dir(data_dir.contexts_dir(kind)) else { continue };
         let mut found: Vec<PathBuf> = entries.flatten().map(|entry| entry.path().join(FILE)).collect();
         found.sort();

@@ -18,7 +18,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 
 use super::filter::{in_network, is_metadata_name, parse_allowed, parse_ip_host, refusal, Allowed, Refusal};
-use crate::config::WebProxyConfig;
+use crate::base::config::WebProxyConfig;
 
 /// Resolves host names (the seam the tests replace with a table).
 #[async_trait::async_trait]
@@ -275,7 +275,7 @@ impl WebProxy {
             .collect::<Result<Vec<_>, _>>()?;
         // The configured SearXNG instance is usually on the home network: it is allowed.
         let search = &config.search;
-        if search.backend == crate::config::SearchBackend::Searxng && !search.searxng_url.is_empty() {
+        if search.backend == crate::base::config::SearchBackend::Searxng && !search.searxng_url.is_empty() {
             let target = Target::parse(&search.searxng_url)
                 .map_err(|error| format!("tools.web_proxy.search.searxng_url: {error}"))?;
             allowed.push(Allowed::Host { name: target.host, port: Some(target.port) });
@@ -557,7 +557,7 @@ impl WebProxy {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::config::ByteSize;
+    use crate::base::config::ByteSize;
     use std::sync::{Mutex, PoisonError};
 
     /// A resolver answering from a table; any other name does not exist.

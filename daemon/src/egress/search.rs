@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::proxy::{FetchRequest, ProxyError, WebProxy};
-use crate::config::{SearchBackend, SearchConfig};
+use crate::base::config::{SearchBackend, SearchConfig};
 
 /// The Brave Search API.
 pub const BRAVE_URL: &str = "https://api.search.brave.com/res/v1/web/search";

@@ -167,7 +167,7 @@ impl Tunnels {
         };
         if let Some(expected) = &self.credential {
             let presented = head.proxy_authorization.as_deref().unwrap_or_default();
-            if !crate::auth::tokens_equal(expected, presented) {
+            if !crate::base::auth::tokens_equal(expected, presented) {
                 tracing::warn!(principal = %self.principal, "a tunnel request without the right credential was refused");
                 let challenge = [("Proxy-Authenticate", "Basic realm=\"baaaht\"")];
                 return answer(&mut stream, "407 Proxy Authentication Required", "wrong proxy credential", &challenge)

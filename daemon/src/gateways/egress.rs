@@ -154,11 +154,11 @@ mod tests {
     async fn a_host_it_does_not_need_is_refused_before_any_connection() {
         let folder = tempfile::tempdir().expect("tempdir");
         let path = folder.path().join("egress.sock");
-        let config = crate::config::WebProxyConfig::default();
+        let config = crate::base::config::WebProxyConfig::default();
         let connector = Arc::new(crate::egress::proxy::TcpConnector);
         let web =
             Arc::new(WebProxy::new(&config, Arc::new(crate::egress::proxy::SystemResolver), connector).expect("proxy"));
-        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let metrics = Arc::new(crate::base::metrics::Metrics::default());
         let audit = Audit::open(folder.path().join("audit"), true, 30, metrics);
         let cancel = CancellationToken::new();
         let tracker = tokio_util::task::TaskTracker::new();

@@ -19,7 +19,7 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{self, StateError};
+use crate::base::state::{self, StateError};
 
 pub const GATEWAYS_FILE: &str = "gateways.json";
 /// The socket file in a gateway's folder.
@@ -353,11 +353,11 @@ impl Registry {
         if file.gateways.iter().any(|record| record.name == name) {
             return Err(GatewayError::Exists(name.to_string()));
         }
-        let token = crate::auth::new_token().map_err(GatewayError::Token)?;
+        let token = crate::base::auth::new_token().map_err(GatewayError::Token)?;
         let record = GatewayRecord {
             name: name.to_string(),
             kind,
-            token_sha256: crate::auth::token_sha256(&token),
+            token_sha256: crate::base::auth::token_sha256(&token),
             created: state::now_rfc3339(),
             mode,
             args,
@@ -448,7 +448,7 @@ mod tests {
             .expect("web");
         let text = std::fs::read_to_string(temp.path().join(GATEWAYS_FILE)).expect("file");
         assert!(!text.contains(&token) && text.contains(&web.token_sha256), "{text}");
-        assert!(crate::auth::tokens_equal(&web.token_sha256, &crate::auth::token_sha256(&token)));
+        assert!(crate::base::auth::tokens_equal(&web.token_sha256, &crate::base::auth::token_sha256(&token)));
         assert!(web.may_name("web:https://id.example.com#248289761001"));
         for other in [
             "web:https://evil.example.com#1",

@@ -22,14 +22,14 @@ use tokio_util::sync::CancellationToken;
 use super::egress::{self, hosts_of};
 use super::{publish, GatewayKind, GatewayRecord, RunMode};
 use crate::audit::Audit;
-use crate::auth::{Context, Role};
-use crate::config::HealthCheckConfig;
+use crate::base::auth::{Context, Role};
+use crate::base::config::HealthCheckConfig;
+use crate::base::metrics::Metrics;
 use crate::container::instance::Instance;
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::{Engine, MountSpec};
 use crate::egress::proxy::WebProxy;
 use crate::health::Notifier;
-use crate::metrics::Metrics;
 use crate::sockets::{ListenerSet, GATEWAY_SOCKET_NAME};
 
 /// The gateway's folder inside its container.
@@ -314,8 +314,8 @@ impl Supervisor {
         let container = self.record.mode == RunMode::Container;
         prepare_run_folder(&folder, container)
             .map_err(|error| format!("cannot prepare {}: {error}", folder.join(RUN_FOLDER).display()))?;
-        let token = crate::auth::new_token().map_err(|error| format!("cannot make a token: {error}"))?;
-        endpoint.set_run_token(Some(crate::auth::token_sha256(&token)));
+        let token = crate::base::auth::new_token().map_err(|error| format!("cannot make a token: {error}"))?;
+        endpoint.set_run_token(Some(crate::base::auth::token_sha256(&token)));
         let env = vec![("BAAAHT_GATEWAY_TOKEN".to_string(), token), ("RUST_LOG".to_string(), "info".to_string())];
         // A web gateway's port is the daemon's while it runs in a container: bound first, so an
         // address in use says so at once.

@@ -17,7 +17,7 @@ use baaaht_proto::v1;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Context, Role};
+use crate::base::auth::{Context, Role};
 use crate::inbox::{Inbox, Item};
 
 static NEXT_PROBE: AtomicU64 = AtomicU64::new(1);
@@ -29,7 +29,7 @@ static NEXT_PROBE: AtomicU64 = AtomicU64::new(1);
 pub async fn watch_service(
     channel: tonic::transport::Channel,
     what: &str,
-    config: &crate::config::HealthCheckConfig,
+    config: &crate::base::config::HealthCheckConfig,
     exited: impl std::future::Future<Output = String>,
     cancel: &CancellationToken,
     mut on_answer: impl FnMut(&v1::HealthCheckResponse),
@@ -144,8 +144,8 @@ pub struct Probed {
     pub context: Context,
 }
 
-impl From<&crate::auth::ContainerIdentity> for Probed {
-    fn from(identity: &crate::auth::ContainerIdentity) -> Probed {
+impl From<&crate::base::auth::ContainerIdentity> for Probed {
+    fn from(identity: &crate::base::auth::ContainerIdentity) -> Probed {
         Probed {
             name: identity.name.clone(),
             role: identity.role,

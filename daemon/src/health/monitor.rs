@@ -21,12 +21,12 @@ enum Pool {
 /// verdicts and whom it tells.
 #[derive(Debug)]
 pub struct Monitor {
-    pub settings: crate::config::HealthCheckConfig,
+    pub settings: crate::base::config::HealthCheckConfig,
     pub agents: Arc<crate::agents::AgentPool>,
     pub tools: Arc<crate::tools::Runners>,
     pub mcp: Arc<crate::mcp::pool::McpPool>,
     pub board: Arc<Board>,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<crate::base::metrics::Metrics>,
     pub notifier: Arc<Notifier>,
 }
 

@@ -19,11 +19,11 @@ use tokio_stream::Stream;
 
 use super::{GatewayError, LlmGateway, Used};
 use crate::audit::{Audit, Kind, Record};
-use crate::auth::{Context, Role};
+use crate::base::auth::{Context, Role};
+use crate::base::config::LoadedConfig;
+use crate::base::metrics::TokenCounts;
 use crate::budgets::{Budgets, Reservation};
-use crate::config::LoadedConfig;
 use crate::events::EventBus;
-use crate::metrics::TokenCounts;
 
 /// Why a model call was not made.
 #[derive(Debug, thiserror::Error)]
@@ -264,10 +264,10 @@ fn streamed_chars(event: &v1::LlmEvent) -> usize {
 }
 
 /// Counts a model call in flight from its creation until it is dropped.
-struct InFlight(Arc<crate::metrics::Metrics>);
+struct InFlight(Arc<crate::base::metrics::Metrics>);
 
 impl InFlight {
-    fn new(metrics: Arc<crate::metrics::Metrics>) -> InFlight {
+    fn new(metrics: Arc<crate::base::metrics::Metrics>) -> InFlight {
         metrics.llm_in_flight(true);
         InFlight(metrics)
     }

@@ -7,9 +7,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::LlmGateway;
-use crate::auth::Context;
+use crate::base::auth::Context;
+use crate::base::config::{Price, ProvidersConfig};
 use crate::budgets::Budgets;
-use crate::config::{Price, ProvidersConfig};
 
 /// A model a person may pick.
 #[derive(Debug, Clone, PartialEq)]

@@ -27,12 +27,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use zeroize::Zeroize;
 
-use crate::auth::{Context, Role};
-use crate::config::{GatewayMode, HealthCheckConfig, LoadedConfig};
+use crate::base::auth::{Context, Role};
+use crate::base::config::{GatewayMode, HealthCheckConfig, LoadedConfig};
+use crate::base::metrics::{Metrics, TokenCounts};
 use crate::container::instance::Instance;
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT, GATEWAY_BINARY};
 use crate::container::{Engine, MountSpec};
-use crate::metrics::{Metrics, TokenCounts};
 use crate::secrets::{self, Secrets};
 use crate::usage::UsageBook;
 
@@ -109,7 +109,7 @@ pub fn gateway_settings(
             Some(Ok(key)) => api_key = key.to_string(),
             // The built-in providers are a guess, not the person's choice: no key is advised.
             Some(Err(secrets::SecretsError::Unresolved { .. }))
-                if loaded.sources.providers == crate::config::Source::BuiltIn =>
+                if loaded.sources.providers == crate::base::config::Source::BuiltIn =>
             {
                 unusable = "no model provider is set up yet: run `baaahtd setup` (it finds a model on this machine \
                             or takes a key), then restart baaahtd"
@@ -276,7 +276,7 @@ impl LlmGateway {
     pub fn new(
         loaded: &LoadedConfig,
         settings: GatewaySettings,
-        data_dir: &crate::datadir::DataDir,
+        data_dir: &crate::base::datadir::DataDir,
         binaries_dir: &Path,
         metrics: Arc<Metrics>,
     ) -> LlmGateway {
@@ -571,7 +571,7 @@ impl LlmGateway {
                         }
                     }
                 }
-                let socket_mode = if crate::datadir::current_uid() == 0 { "600" } else { "666" };
+                let socket_mode = if crate::base::datadir::current_uid() == 0 { "600" } else { "666" };
                 let request = RunRequest {
                     role: Role::LlmGateway,
                     session_id: "system".into(),
@@ -691,14 +691,14 @@ mod tests {
     fn loaded(providers_yaml: &str) -> LoadedConfig {
         let dir = tempfile::tempdir().expect("tempdir");
         if !providers_yaml.is_empty() {
-            std::fs::write(dir.path().join(crate::config::PROVIDERS_FILE), providers_yaml).expect("write");
+            std::fs::write(dir.path().join(crate::base::config::PROVIDERS_FILE), providers_yaml).expect("write");
         }
-        let paths = crate::config::ConfigPaths {
+        let paths = crate::base::config::ConfigPaths {
             config_file: None,
             config_dir: dir.path().to_path_buf(),
             data_dir: dir.path().join("data"),
         };
-        crate::config::load(&paths, Vec::new()).expect("valid configuration")
+        crate::base::config::load(&paths, Vec::new()).expect("valid configuration")
     }
 
     #[test]

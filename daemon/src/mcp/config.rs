@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Context, Role};
+use crate::base::auth::{Context, Role};
 use crate::skills::Package;
 
 /// One `mcp.yaml`.
@@ -155,7 +155,7 @@ impl Server {
     pub fn env(
         &self,
         secrets: &crate::secrets::Handout,
-        caller: &crate::auth::Caller,
+        caller: &crate::base::auth::Caller,
         correlation_id: &str,
     ) -> Result<Vec<(String, String)>, String> {
         let referrer = match self.scope {
@@ -258,8 +258,8 @@ pub fn file_of(data_root: &Path, scope: &Scope) -> PathBuf {
         Scope::System => data_root.join("config/mcp.yaml"),
         Scope::Context(context) => {
             let kind = match context.kind {
-                crate::auth::ContextKind::User => "users",
-                crate::auth::ContextKind::Group => "groups",
+                crate::base::auth::ContextKind::User => "users",
+                crate::base::auth::ContextKind::Group => "groups",
             };
             data_root.join(kind).join(&context.id).join("mcp.yaml")
         }
@@ -332,7 +332,7 @@ fn edit(
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir).map_err(|error| io(format!("cannot create its folder: {error}")))?;
     }
-    crate::state::write_atomic(file, written.as_bytes(), 0o600).map_err(|error| io(error.to_string()))?;
+    crate::base::state::write_atomic(file, written.as_bytes(), 0o600).map_err(|error| io(error.to_string()))?;
     Ok(checked)
 }
 
@@ -406,7 +406,7 @@ fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, String> {
     let mut roles = vec![];
     for role in &config.roles {
         // The roles that call tools (RequestToolExecution); the Assistant delegates instead.
-        let callers = crate::auth::Operation::RequestToolExecution.container_roles();
+        let callers = crate::base::auth::Operation::RequestToolExecution.container_roles();
         match Role::named(role).filter(|role| callers.contains(role)) {
             Some(found) => roles.push(found),
             None => {
@@ -543,7 +543,7 @@ mod tests {
         let missing = remove(&file, &Scope::System, "time").expect_err("gone");
         assert!(missing.what.contains("no server `time`"), "{missing}");
         // A new context file and its folder are made.
-        let context = Context { kind: crate::auth::ContextKind::User, id: "alice".into() };
+        let context = Context { kind: crate::base::auth::ContextKind::User, id: "alice".into() };
         let scope = Scope::Context(context);
         let own = file_of(dir.path(), &scope);
         put(&own, &scope, "notes", "command: notes-mcp\n").expect("put");

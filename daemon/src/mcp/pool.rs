@@ -24,7 +24,7 @@ use super::pump::pump;
 use super::relay::{Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
 use crate::audit::Audit;
-use crate::auth::{ContainerIdentity, Context, Role};
+use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest};
 use crate::egress::proxy::WebProxy;
 use crate::health::{ProbeSlot, Probed};
@@ -576,7 +576,9 @@ impl McpPool {
         let written = std::fs::create_dir_all(&self.offers)
             .map_err(|error| error.to_string())
             .and_then(|()| serde_json::to_vec(offer).map_err(|error| error.to_string()))
-            .and_then(|bytes| crate::state::write_atomic(&file, &bytes, 0o600).map_err(|error| error.to_string()));
+            .and_then(|bytes| {
+                crate::base::state::write_atomic(&file, &bytes, 0o600).map_err(|error| error.to_string())
+            });
         if let Err(error) = written {
             tracing::warn!(server = %server.name, file = %file.display(), %error, "cannot keep an MCP server's tool list");
         }
@@ -653,7 +655,7 @@ impl McpPool {
         let relay =
             Relay { down: attached.down.clone(), probe: probe.clone(), identity: Probed::from(&attached.identity) };
         self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
-        let caller = crate::auth::Caller::Container(Arc::new(attached.identity.clone()));
+        let caller = crate::base::auth::Caller::Container(Arc::new(attached.identity.clone()));
         let record = crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
             .detail("mcp_server", server.name.as_str());
         let tunnels = crate::egress::relay::Relay::new(crate::egress::relay::Setup {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use tokio::sync::mpsc;
 
-use crate::auth::ContainerIdentity;
+use crate::base::auth::ContainerIdentity;
 use crate::egress::relay::{TunnelDown, TunnelUp};
 use crate::health;
 

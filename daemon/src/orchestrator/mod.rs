@@ -34,22 +34,22 @@ use tracing::Instrument as _;
 
 use crate::agents::AgentPool;
 use crate::agents::Work;
-use crate::auth::Live;
-use crate::auth::{ContainerIdentity, Context, ContextKind, Role};
-use crate::config::LoadedConfig;
+use crate::base::auth::Live;
+use crate::base::auth::{ContainerIdentity, Context, ContextKind, Role};
+use crate::base::config::LoadedConfig;
+use crate::base::datadir::DataDir;
+use crate::base::lifetime::Lifetime;
+use crate::base::metrics::Metrics;
+use crate::base::state;
 use crate::container::manager::ContainerManager;
-use crate::datadir::DataDir;
 use crate::events::EventBus;
 use crate::events::{Event, Kind};
 use crate::groups::Groups;
 use crate::identities::Identities;
-use crate::lifetime::Lifetime;
 use crate::llm::call::Calls;
 use crate::llm::LlmGateway;
-use crate::metrics::Metrics;
 use crate::sessions::SessionStore;
 use crate::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
-use crate::state;
 use crate::tools::Runners;
 use crate::workspace::Workspaces;
 
@@ -553,7 +553,7 @@ pub fn sender_name(orchestrator: &Orchestrator, sender: &str) -> String {
 /// in the background, when the turn of a message in a session new or resumed is admitted: one
 /// that is being written in usually delegates soon.
 pub fn prewarm(orchestrator: &Arc<Orchestrator>, record: &SessionRecord) {
-    if orchestrator.loaded.config.tools.mode != crate::config::ToolMode::Warm {
+    if orchestrator.loaded.config.tools.mode != crate::base::config::ToolMode::Warm {
         return;
     }
     // A guess is not worth a slot the turns' own agents may need: only where half are free.
@@ -576,7 +576,7 @@ fn now_for_agents(orchestrator: &Orchestrator) -> String {
     jiff::Timestamp::now().to_zoned(zone).strftime("%A %Y-%m-%d %H:%M:%S %:z").to_string() + &format!(" ({name})")
 }
 
-fn agent_settings(orchestrator: &Orchestrator, role: Role) -> crate::config::AgentSettings {
+fn agent_settings(orchestrator: &Orchestrator, role: Role) -> crate::base::config::AgentSettings {
     orchestrator.loaded.config.agents.settings(role)
 }
 

@@ -20,14 +20,14 @@ pub(crate) struct House {
 /// Must be called inside the tokio runtime.
 pub(crate) fn house() -> House {
     let temp = tempfile::tempdir().expect("tempdir");
-    let data_dir = crate::datadir::DataDir::new(temp.path().join("d"));
-    let paths = crate::config::ConfigPaths {
+    let data_dir = crate::base::datadir::DataDir::new(temp.path().join("d"));
+    let paths = crate::base::config::ConfigPaths {
         config_file: None,
         config_dir: data_dir.config_dir(),
         data_dir: data_dir.root().to_path_buf(),
     };
     let env = [("BAAAHT__METRICS__ENABLED".to_string(), "false".to_string())];
-    let loaded = crate::config::load(&paths, env).expect("the default configuration");
+    let loaded = crate::base::config::load(&paths, env).expect("the default configuration");
     let bound = crate::bind(&data_dir, &loaded).expect("bound");
     let daemon = crate::Daemon::new(loaded, data_dir, bound).expect("the daemon's parts");
     let orchestrator = daemon.shared().orchestrator.clone();

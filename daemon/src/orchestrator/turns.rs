@@ -57,7 +57,9 @@ pub(super) async fn run_turn(
                     });
                     answer(cancel.clone()).await
                 }
-                Err(error) if crate::state::is_disk_full(&error) => Err(crate::state::DISK_FULL.to_string()),
+                Err(error) if crate::base::state::is_disk_full(&error) => {
+                    Err(crate::base::state::DISK_FULL.to_string())
+                }
                 Err(error) => Err(format!("the message could not be recorded: {error}")),
             }
         }
@@ -108,8 +110,8 @@ pub(super) async fn run_turn(
         }
         Err(error) => {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot record the reply");
-            let (message, for_users) = if crate::state::is_disk_full(&error) {
-                (crate::state::DISK_FULL_REPLY.to_string(), true)
+            let (message, for_users) = if crate::base::state::is_disk_full(&error) {
+                (crate::base::state::DISK_FULL_REPLY.to_string(), true)
             } else {
                 (format!("the reply could not be recorded: {error}"), false)
             };
@@ -245,7 +247,7 @@ async fn assistant_turn(
             match orchestrator.agents.run(work).await {
                 // Said to the person as the daemon's sentence, as a budget's refusal is.
                 Err(crate::agents::AgentError::DiskFull(_)) => {
-                    Ok(crate::agents::TurnOutcome::refusal(crate::state::DISK_FULL_TURN.to_string()))
+                    Ok(crate::agents::TurnOutcome::refusal(crate::base::state::DISK_FULL_TURN.to_string()))
                 }
                 Err(crate::agents::AgentError::EngineDown(_)) => {
                     Ok(crate::agents::TurnOutcome::refusal(ENGINE_DOWN_TURN.to_string()))

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::auth::Context;
+use crate::base::auth::Context;
 use crate::memory::{Memories, MemoryEntry, MemoryIndex};
 use crate::sessions::{Entry, EntrySink, SessionRecord, SessionStore};
 
@@ -31,7 +31,7 @@ pub const FILE: &str = "recall.sqlite";
 
 /// Every context's index.
 pub struct Recall {
-    data_dir: crate::datadir::DataDir,
+    data_dir: crate::base::datadir::DataDir,
     sessions: Arc<SessionStore>,
     memories: Arc<Memories>,
     /// The indexes opened (and brought up to date) since the daemon started.
@@ -77,7 +77,11 @@ fn message_doc(session: &str, entry: &Entry) -> Option<MessageDoc> {
 }
 
 impl Recall {
-    pub fn new(data_dir: crate::datadir::DataDir, sessions: Arc<SessionStore>, memories: Arc<Memories>) -> Recall {
+    pub fn new(
+        data_dir: crate::base::datadir::DataDir,
+        sessions: Arc<SessionStore>,
+        memories: Arc<Memories>,
+    ) -> Recall {
         Recall { data_dir, sessions, memories, open: Mutex::default() }
     }
 
@@ -110,7 +114,7 @@ impl Recall {
         let mut index = match Index::open(&path) {
             Ok(index) => index,
             Err(error @ (IndexError::Damaged { .. } | IndexError::Schema { .. })) => {
-                let aside = path.with_extension(format!("sqlite.old-{}", crate::state::now_seconds()));
+                let aside = path.with_extension(format!("sqlite.old-{}", crate::base::state::now_seconds()));
                 tracing::warn!(context = %context, error = %error, aside = %aside.display(), "the search index is rebuilt from the memory files and session logs");
                 std::fs::rename(&path, &aside).map_err(|source| IndexError::Damaged {
                     path: path.clone(),
@@ -207,7 +211,7 @@ impl Recall {
         filter: &Filter,
         limit: usize,
     ) -> Result<Vec<Found<MemoryDoc>>, IndexError> {
-        let now = crate::state::now_seconds();
+        let now = crate::base::state::now_seconds();
         self.with(context, |index| index.search_memories(text, filter, limit, now))
     }
 
@@ -219,7 +223,7 @@ impl Recall {
         filter: &Filter,
         limit: usize,
     ) -> Result<Vec<Found<MessageDoc>>, IndexError> {
-        let now = crate::state::now_seconds();
+        let now = crate::base::state::now_seconds();
         self.with(context, |index| index.search_messages(text, filter, limit, now))
     }
 
@@ -272,7 +276,7 @@ mod tests {
     /// A daemon's stores over `root`, with the index told of every change.
     fn stores(root: &std::path::Path) -> (Arc<SessionStore>, Arc<Memories>, Arc<Recall>) {
         std::fs::create_dir_all(root.join("data/state")).expect("the state folder");
-        let data_dir = crate::datadir::DataDir::new(root);
+        let data_dir = crate::base::datadir::DataDir::new(root);
         let sessions = Arc::new(SessionStore::open(root));
         let memories = Arc::new(Memories::new(data_dir.clone()));
         let recall = Arc::new(Recall::new(data_dir, sessions.clone(), memories.clone()));

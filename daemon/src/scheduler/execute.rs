@@ -9,7 +9,7 @@ use tracing::Instrument as _;
 
 use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJob, TaskKind, TaskRecord};
 use crate::agents::AgentError;
-use crate::auth::{Context, ContextKind, Role};
+use crate::base::auth::{Context, ContextKind, Role};
 use crate::events::Notice;
 use crate::inbox::Inbox;
 use crate::inbox::Item;
@@ -46,7 +46,7 @@ pub fn role_of(task: &TaskRecord) -> Result<Role, String> {
 }
 
 /// The channel `context`'s profile (USER.md or GROUP.md) prefers, if it names one.
-fn preferred_channel(data_dir: &crate::datadir::DataDir, context: &Context) -> Option<String> {
+fn preferred_channel(data_dir: &crate::base::datadir::DataDir, context: &Context) -> Option<String> {
     let profile = match context.kind {
         ContextKind::User => "USER.md",
         ContextKind::Group => "GROUP.md",
@@ -195,7 +195,7 @@ impl Daemon {
         let configured = &self.orchestrator.loaded.config.scheduler.error_handling.log_file;
         let path = self.orchestrator.data_dir.root().join(configured);
         let line = serde_json::json!({
-            "at": crate::state::now_rfc3339(),
+            "at": crate::base::state::now_rfc3339(),
             "task": claim.task.id,
             "run": claim.run,
             "slot": claim.slot.to_string(),

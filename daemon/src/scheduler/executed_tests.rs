@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use super::execute::Daemon;
 use super::tests::{cron, task};
 use super::{Claim, ContextMode, Delivery, Execute as _, Failure, TaskKind};
-use crate::auth::Context;
+use crate::base::auth::Context;
 use crate::orchestrator::played_tests::{house, House};
 use crate::sessions::SessionStatus;
 

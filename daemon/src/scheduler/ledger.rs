@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::state::StateError;
+use crate::base::state::StateError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -239,7 +239,7 @@ impl Ledger {
             bytes.extend(serde_json::to_vec(record).unwrap_or_default());
             bytes.push(b'\n');
         }
-        crate::state::write_atomic(&self.path(task), &bytes, 0o600)?;
+        crate::base::state::write_atomic(&self.path(task), &bytes, 0o600)?;
         Ok(removed)
     }
 

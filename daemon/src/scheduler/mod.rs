@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{Context, ContextKind};
-use crate::state::{self, StateError};
+use crate::base::auth::{Context, ContextKind};
+use crate::base::state::{self, StateError};
 pub use ledger::{Outcome, RunEvent, RunRecord, RunRow};
 pub use request::{new_task, schedule_requested, Every, TaskRequest};
 use schedule::{Schedule, ScheduleError, ScheduleSpec};
@@ -337,7 +337,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_config(config: &crate::config::Config) -> Settings {
+    pub fn from_config(config: &crate::base::config::Config) -> Settings {
         Settings {
             timezone: config.system.timezone.clone(),
             max_failures: config.scheduler.error_handling.max_consecutive_failures.max(1),
@@ -483,7 +483,7 @@ pub struct Scheduler {
     /// The last tick could not write its claims: the loop waits a moment before the next.
     claim_failed: std::sync::atomic::AtomicBool,
     /// Where runs are counted (`baaaht_task_runs_total`), once the daemon sets it.
-    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+    metrics: std::sync::OnceLock<Arc<crate::base::metrics::Metrics>>,
     /// What a task's prompt and description pass before they are kept (none in tests).
     redact: Option<crate::redact::Redact>,
     wake: tokio::sync::Notify,
@@ -615,7 +615,7 @@ impl Scheduler {
     }
 
     /// Counts runs in `metrics` from now on.
-    pub fn count_runs_in(&self, metrics: Arc<crate::metrics::Metrics>) {
+    pub fn count_runs_in(&self, metrics: Arc<crate::base::metrics::Metrics>) {
         // silent-ok: set once by the daemon; a second call changes nothing.
         drop(self.metrics.set(metrics));
     }

@@ -8,7 +8,7 @@ use super::{
     execute, CatchUp, Concurrency, ContextMode, CreatedBy, Notification, Scheduler, TaskKind, TaskRecord, TaskStatus,
     MOST_PROMPT,
 };
-use crate::auth::Context;
+use crate::base::auth::Context;
 
 /// When a requested task runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,7 +196,7 @@ pub fn schedule_requested(
     let scheduled = new_task(definition, context, scheduler.now())
         .and_then(|task| {
             let agent = execute::role_of(&task)?;
-            crate::policy::Policy::may_act_as(crate::auth::Role::Worker, agent)?;
+            crate::policy::Policy::may_act_as(crate::base::auth::Role::Worker, agent)?;
             Ok(task)
         })
         .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }).map_err(|error| error.to_string()));

@@ -327,7 +327,7 @@ async fn heartbeats_keep_their_jitter_until_their_cadence_changes_and_other_cont
 async fn a_heartbeat_keeps_no_secret_and_a_synced_one_stays_as_it_was() {
     let temp = tempfile::tempdir().expect("temp");
     let audit =
-        crate::audit::Audit::open(temp.path().join("audit"), false, 1, Arc::new(crate::metrics::Metrics::off()));
+        crate::audit::Audit::open(temp.path().join("audit"), false, 1, Arc::new(crate::base::metrics::Metrics::off()));
     let shield = Arc::new(crate::redact::Shield::with_values(&[("MAIL_PASSWORD", "s3cret-mail-pass-42")]));
     let scheduler = Scheduler::open(temp.path(), settings(), Clock::tokio(start_at()))
         .expect("open")

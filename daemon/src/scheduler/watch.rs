@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::heartbeat;
 use super::Scheduler;
-use crate::auth::Context;
-use crate::datadir::DataDir;
+use crate::base::auth::Context;
+use crate::base::datadir::DataDir;
 
 pub const FILE: &str = "HEARTBEAT.md";
 
@@ -40,7 +40,7 @@ fn context_of(root: &Path, path: &Path) -> Option<Context> {
         [kind, id] => (kind, id),
         _ => return None,
     };
-    crate::datadir::context_in(kind, id)
+    crate::base::datadir::context_in(kind, id)
 }
 
 /// Reads `context`'s HEARTBEAT.md and brings its heartbeat tasks in line with it.
@@ -81,11 +81,11 @@ pub fn sync_context(heartbeats: &Heartbeats, context: &Context) {
 /// Every context that has a HEARTBEAT.md or had heartbeats.
 fn all_contexts(heartbeats: &Heartbeats) -> BTreeSet<Context> {
     let mut contexts = BTreeSet::new();
-    for kind in crate::datadir::CONTEXT_KINDS {
+    for kind in crate::base::datadir::CONTEXT_KINDS {
         let Ok(entries) = std::fs::read_dir(heartbeats.data_dir.contexts_dir(kind)) else { continue };
         for entry in entries.flatten() {
             let Some(id) = entry.file_name().to_str().map(str::to_string) else { continue };
-            if crate::auth::is_valid_context_id(&id) && entry.path().join(FILE).is_file() {
+            if crate::base::auth::is_valid_context_id(&id) && entry.path().join(FILE).is_file() {
                 contexts.insert(Context { kind, id });
             }
         }
@@ -119,8 +119,8 @@ pub async fn watch(heartbeats: Heartbeats, cancel: CancellationToken, scanned: t
         }
     };
     if let Some(watcher) = watcher.as_mut() {
-        for kind in crate::datadir::CONTEXT_KINDS {
-            let folder = root.join(crate::datadir::context_folder(kind));
+        for kind in crate::base::datadir::CONTEXT_KINDS {
+            let folder = root.join(crate::base::datadir::context_folder(kind));
             if let Err(error) = std::fs::create_dir_all(&folder) {
                 tracing::warn!(folder = %folder.display(), %error, "cannot create a folder to watch");
             }

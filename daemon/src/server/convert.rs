@@ -3,7 +3,7 @@
 
 use baaaht_proto::v1;
 
-use crate::auth::{Context, ContextKind, Role};
+use crate::base::auth::{Context, ContextKind, Role};
 use crate::egress::relay::{TunnelDown, TunnelUp};
 
 /// The protocol's reference to `context`.
@@ -23,7 +23,7 @@ pub(crate) fn context_of(reference: &v1::ContextRef) -> Result<Context, String> 
         Ok(v1::ContextType::Group) => ContextKind::Group,
         _ => return Err("type must be CONTEXT_TYPE_USER or CONTEXT_TYPE_GROUP".into()),
     };
-    if !crate::auth::is_valid_context_id(&reference.id) {
+    if !crate::base::auth::is_valid_context_id(&reference.id) {
         return Err(format!(
             "id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
             reference.id.escape_debug()

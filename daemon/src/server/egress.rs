@@ -6,7 +6,7 @@ use tonic::Status;
 
 use super::context_of;
 use super::Shared;
-use crate::auth::Context;
+use crate::base::auth::Context;
 use crate::egress::credentials;
 use crate::egress::policy::{self, Action, Rule};
 use crate::secrets::Referrer;
@@ -76,7 +76,7 @@ const SUGGEST_AFTER: u32 = 3;
 /// days (from the audit log's connection records) that no rule allows now; most asked first.
 fn suggested(
     audit: &crate::audit::Audit,
-    data_dir: &crate::datadir::DataDir,
+    data_dir: &crate::base::datadir::DataDir,
     context: &Context,
 ) -> Vec<v1::EgressSuggestion> {
     let query = crate::audit::Query {

@@ -6,7 +6,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::Shared;
-use crate::auth::Operation;
+use crate::base::auth::Operation;
 
 use super::{check, valid_id};
 

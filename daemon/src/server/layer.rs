@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use crate::audit::{Kind, Record};
-use crate::auth::{AuthError, Caller, EndUser, GatewayCaller, HostPolicy};
+use crate::base::auth::{AuthError, Caller, EndUser, GatewayCaller, HostPolicy};
 use crate::gateways::{GatewayKind, GatewayRecord};
 use crate::sockets::{Origin, PeerInfo};
 use baaaht_proto::CORRELATION_ID_HEADER;
@@ -125,7 +125,7 @@ impl Gate {
             // A first contact not recorded: its caller reads a sentence, the log the detail.
             other => {
                 tracing::error!(error = %baaaht_proto::error_chain(&other), "cannot record a first contact");
-                AuthError::Unrecorded { disk_full: crate::state::is_disk_full(&other) }
+                AuthError::Unrecorded { disk_full: crate::base::state::is_disk_full(&other) }
             }
         })?;
         let admin = self.shared.loaded.config.system.admin_users.contains(&resolved.user);
@@ -158,7 +158,7 @@ impl Gate {
             gateway.name
         );
         for admin in &self.shared.loaded.config.system.admin_users {
-            let context = crate::auth::Context::user(admin.clone());
+            let context = crate::base::auth::Context::user(admin.clone());
             let item = crate::inbox::Item::new("Someone asks to use baaaht", text.clone(), "", "");
             if let Err(error) = self.shared.inbox.push(&context, item) {
                 tracing::error!(admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin who waits");

@@ -8,7 +8,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::Shared;
-use crate::auth::Caller;
+use crate::base::auth::Caller;
 use crate::llm::call::{CallError, Payer};
 use crate::llm::GatewayError;
 
@@ -86,7 +86,7 @@ pub(super) async fn stream(
 fn publish_delta(
     bus: &crate::events::EventBus,
     turns: &crate::orchestrator::Turns,
-    live: &crate::auth::Live,
+    live: &crate::base::auth::Live,
     event: &v1::LlmEvent,
 ) {
     use crate::events::Kind;
@@ -97,13 +97,15 @@ fn publish_delta(
             Kind::TextDelta { index: delta.index, text: delta.text.clone() }
         }
         // A delegate's reasoning (over pages it read, say) is its own; only its answer speaks.
-        Some(Event::ThinkingDelta(delta)) if live.role == crate::auth::Role::Assistant => Kind::ThinkingDelta {
+        Some(Event::ThinkingDelta(delta)) if live.role == crate::base::auth::Role::Assistant => Kind::ThinkingDelta {
             index: delta.index,
             thinking: delta.thinking.clone(),
             signature: delta.signature.clone(),
         },
         // The Assistant's history is what compaction shortens; a delegate's task is not.
-        Some(Event::Error(error)) if error.kind == "context_exceeded" && live.role == crate::auth::Role::Assistant => {
+        Some(Event::Error(error))
+            if error.kind == "context_exceeded" && live.role == crate::base::auth::Role::Assistant =>
+        {
             return turns.context_exceeded(&live.user_turn);
         }
         _ => return,

@@ -6,7 +6,7 @@ use tonic::Status;
 
 use super::context_of;
 use super::Shared;
-use crate::auth::{Caller, Context};
+use crate::base::auth::{Caller, Context};
 use crate::mcp::config::{self, McpConfigError, Scope, Server};
 
 impl From<McpConfigError> for Status {

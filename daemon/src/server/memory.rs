@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
 
-use crate::auth::{Caller, Context, ContextKind, Operation};
+use crate::base::auth::{Caller, Context, ContextKind, Operation};
 
 use super::Shared;
 use super::{check, context_of, own_context};
@@ -42,8 +42,8 @@ fn record(entry: MemoryEntry, quarantined: bool) -> v1::MemoryRecord {
         message_id: metadata.message_id.unwrap_or_default(),
         user_id: metadata.user_id.unwrap_or_default(),
         source: metadata.source.unwrap_or_default(),
-        created_at: crate::state::rfc3339(entry.created_at),
-        updated_at: crate::state::rfc3339(entry.updated_at),
+        created_at: crate::base::state::rfc3339(entry.created_at),
+        updated_at: crate::base::state::rfc3339(entry.updated_at),
         origin: metadata.origin.map(|origin| origin.as_str().to_string()).unwrap_or_default(),
         came_from: metadata.came_from.unwrap_or_default(),
         quarantined,
@@ -197,7 +197,7 @@ pub(super) async fn search(
 /// group from other members') read them: it is marked (DESIGN.md §10.3).
 fn mark_foreign(
     shared: &Shared,
-    identity: &crate::auth::ContainerIdentity,
+    identity: &crate::base::auth::ContainerIdentity,
     context: &Context,
     found: &[v1::MemoryRecord],
 ) {

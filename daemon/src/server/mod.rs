@@ -27,7 +27,7 @@ use baaaht_proto::v1;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
-use crate::auth::{authorize, AuthError, Caller, Context, Operation, Target};
+use crate::base::auth::{authorize, AuthError, Caller, Context, Operation, Target};
 use crate::container::manager::ContainerError;
 use crate::container::EngineStatus;
 pub use shared::Shared;
@@ -37,9 +37,9 @@ impl From<ContainerError> for Status {
         match error {
             ContainerError::Unavailable(reason) => Status::unavailable(reason),
             ref away if away.engine_away() => Status::unavailable(away.to_string()),
-            ref full if crate::state::is_disk_full(full) => {
+            ref full if crate::base::state::is_disk_full(full) => {
                 tracing::error!(error = %baaaht_proto::error_chain(full), "the data dir's disk is full");
-                Status::resource_exhausted(crate::state::DISK_FULL_WORK)
+                Status::resource_exhausted(crate::base::state::DISK_FULL_WORK)
             }
             ContainerError::StartFailed { .. } | ContainerError::Isolation(_) => {
                 Status::failed_precondition(error.to_string())
@@ -53,7 +53,7 @@ impl From<AuthError> for Status {
     fn from(error: AuthError) -> Status {
         if let AuthError::Unrecorded { disk_full } = error {
             return if disk_full {
-                Status::resource_exhausted(crate::state::DISK_FULL)
+                Status::resource_exhausted(crate::base::state::DISK_FULL)
             } else {
                 Status::internal(error.to_string())
             };
@@ -84,7 +84,7 @@ pub(crate) fn correlation_id<T>(request: &Request<T>) -> String {
 
 /// `id` as a session's, task's or person's id, or why not (naming `field`).
 fn valid_id(id: &str, field: &str) -> Result<(), Status> {
-    if crate::auth::is_valid_context_id(id) {
+    if crate::base::auth::is_valid_context_id(id) {
         Ok(())
     } else {
         Err(Status::invalid_argument(format!(
@@ -213,7 +213,7 @@ fn limited(shared: &Shared, caller: &Caller, what: &str, why: String) -> Status 
     Status::resource_exhausted(why)
 }
 
-fn role_of(value: i32) -> Result<Option<crate::auth::Role>, Status> {
+fn role_of(value: i32) -> Result<Option<crate::base::auth::Role>, Status> {
     crate::server::convert::role_of(value).map_err(Status::invalid_argument)
 }
 

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use super::Shared;
 use super::{check, context_of};
 use crate::audit::{Kind, Record};
-use crate::auth::{Caller, Context, EndUser, Operation, Target};
+use crate::base::auth::{Caller, Context, EndUser, Operation, Target};
 use crate::gateways::{GatewayError, GatewayKind, GatewayRecord};
 use crate::groups::{GroupError, GroupRecord};
 use crate::identities::{IdentityError, UserView};
@@ -31,10 +31,10 @@ impl From<IdentityError> for Status {
             // first message it was) reads a sentence.
             other => {
                 tracing::error!(error = %baaaht_proto::error_chain(&other), "cannot record who is who");
-                if crate::state::is_disk_full(&other) {
-                    Status::resource_exhausted(crate::state::DISK_FULL)
+                if crate::base::state::is_disk_full(&other) {
+                    Status::resource_exhausted(crate::base::state::DISK_FULL)
                 } else {
-                    Status::internal(crate::auth::NOT_RECORDED)
+                    Status::internal(crate::base::auth::NOT_RECORDED)
                 }
             }
         }
@@ -336,7 +336,7 @@ impl v1::admin_server::Admin for AdminService {
                 identity,
                 name: waiting.name,
                 gateway: waiting.gateway,
-                since: crate::state::rfc3339(waiting.since),
+                since: crate::base::state::rfc3339(waiting.since),
             })
             .collect();
         Ok(Response::new(v1::UserList { users, waiting }))
@@ -516,7 +516,7 @@ impl v1::admin_server::Admin for AdminService {
         let section = request.get_ref().section.clone();
         let caller = super::caller(&request)?;
         let target = Target { config_section: Some(section.as_str()), ..Target::default() };
-        crate::auth::authorize(&caller, Operation::GetConfig, target).map_err(Status::from)?;
+        crate::base::auth::authorize(&caller, Operation::GetConfig, target).map_err(Status::from)?;
         let key = match section.as_str() {
             "config" | "" => "config",
             "providers" => "providers",
@@ -527,7 +527,7 @@ impl v1::admin_server::Admin for AdminService {
                 )))
             }
         };
-        let document = crate::config::effective_document(&self.shared.loaded)
+        let document = crate::base::config::effective_document(&self.shared.loaded)
             .map_err(|error| Status::internal(error.to_string()))?;
         let text = serde_yaml::to_string(&document[key]).map_err(|error| Status::internal(error.to_string()))?;
         Ok(Response::new(v1::ConfigText { text }))
@@ -805,13 +805,13 @@ mod tests {
 
     #[test]
     fn who_is_who_unwritable_for_a_full_disk_is_told_without_the_path() {
-        let full = crate::state::StateError::Write {
+        let full = crate::base::state::StateError::Write {
             path: "/data/state/identities.journal".into(),
             source: std::io::Error::from(std::io::ErrorKind::StorageFull),
         };
         let status = Status::from(IdentityError::State(full));
-        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::state::DISK_FULL));
-        let other = crate::state::StateError::Write {
+        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::base::state::DISK_FULL));
+        let other = crate::base::state::StateError::Write {
             path: "/data/state/identities.journal".into(),
             source: std::io::Error::other("bad block"),
         };
@@ -819,9 +819,9 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::Internal);
         assert!(!status.message().contains("/data"), "{}", status.message());
         // A first contact through a gateway, not recorded: the same sentences.
-        let status = Status::from(crate::auth::AuthError::Unrecorded { disk_full: true });
-        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::state::DISK_FULL));
-        let status = Status::from(crate::auth::AuthError::Unrecorded { disk_full: false });
+        let status = Status::from(crate::base::auth::AuthError::Unrecorded { disk_full: true });
+        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::base::state::DISK_FULL));
+        let status = Status::from(crate::base::auth::AuthError::Unrecorded { disk_full: false });
         assert_eq!(status.code(), tonic::Code::Internal);
     }
 }

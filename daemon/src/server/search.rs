@@ -7,7 +7,7 @@ use baaaht_proto::v1;
 use tonic::Status;
 
 use super::Shared;
-use crate::auth::Context;
+use crate::base::auth::Context;
 use crate::recall::{Filter, IndexError};
 
 /// The most characters of a message a hit carries.
@@ -101,7 +101,7 @@ pub(super) async fn sessions(
                 entry_id: hit.doc.entry,
                 role: hit.doc.role,
                 content: hit.doc.body.chars().take(HIT_CHARS).collect(),
-                at: crate::state::rfc3339(hit.doc.at),
+                at: crate::base::state::rfc3339(hit.doc.at),
                 score: hit.score,
             }
         })

@@ -8,8 +8,8 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::Shared;
-use crate::auth::Context;
-use crate::auth::{Caller, ContextKind, Operation};
+use crate::base::auth::Context;
+use crate::base::auth::{Caller, ContextKind, Operation};
 use crate::orchestrator::OrchestratorError;
 use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
 
@@ -25,9 +25,9 @@ impl From<SessionError> for Status {
             SessionError::Log(
                 crate::sessions::LogError::UnknownEntry(_) | crate::sessions::LogError::UnknownParent { .. },
             ) => Status::invalid_argument(text),
-            other if crate::state::is_disk_full(&other) => {
+            other if crate::base::state::is_disk_full(&other) => {
                 tracing::error!(error = %baaaht_proto::error_chain(&other), "the data dir's disk is full");
-                Status::resource_exhausted(crate::state::DISK_FULL)
+                Status::resource_exhausted(crate::base::state::DISK_FULL)
             }
             other => Status::internal(baaaht_proto::error_chain(&other)),
         }
@@ -74,7 +74,7 @@ pub(super) fn header(record: &SessionRecord) -> v1::SessionHeader {
 }
 
 fn role_of_name(name: &str) -> v1::AgentRole {
-    use crate::auth::Role;
+    use crate::base::auth::Role;
     Role::AGENTS
         .iter()
         .find(|role| role.as_str() == name)
@@ -171,9 +171,9 @@ fn upload_status(error: crate::uploads::UploadError) -> Status {
             Status::resource_exhausted(error.to_string())
         }
         // Nothing of the file was kept: the sender is told so, and why.
-        UploadError::Io(_) | UploadError::Workspace(_) if crate::state::is_disk_full(&error) => {
+        UploadError::Io(_) | UploadError::Workspace(_) if crate::base::state::is_disk_full(&error) => {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot store an upload");
-            Status::resource_exhausted(crate::state::DISK_FULL)
+            Status::resource_exhausted(crate::base::state::DISK_FULL)
         }
         UploadError::Io(_) | UploadError::Workspace(_) => {
             tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot store an upload");
@@ -280,11 +280,11 @@ pub(super) fn filter(request: &v1::SessionFilter) -> Result<Filter, Status> {
 /// Who writes a message: a gateway's user, always that user; in a user's own conversation that
 /// user (another `sender_id` is refused, so a message never lands in someone else's session);
 /// in a group the given `sender_id`, else the group itself.
-pub(super) fn sender_of(caller: &Caller, context: &crate::auth::Context, given: &str) -> Result<String, Status> {
+pub(super) fn sender_of(caller: &Caller, context: &crate::base::auth::Context, given: &str) -> Result<String, Status> {
     if let Caller::Gateway(call) = caller {
         return call.user.as_ref().map(|user| user.id.clone()).ok_or_else(|| Status::unauthenticated("no end user"));
     }
-    if context.kind == crate::auth::ContextKind::User {
+    if context.kind == crate::base::auth::ContextKind::User {
         if !given.is_empty() && given != context.id {
             return Err(Status::invalid_argument(format!(
                 "sender_id `{}` is not {context}: in a user's own conversation the sender is that user; \
@@ -519,7 +519,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         if record.status == SessionStatus::Archived {
             return Err(SessionError::Archived(record.id).into());
         }
-        if context.kind == crate::auth::ContextKind::Group {
+        if context.kind == crate::base::auth::ContextKind::Group {
             self.shared.groups.accepts_messages(&context.id).map_err(OrchestratorError::from)?;
         }
         let max = self.shared.loaded.config.sessions.max_upload_bytes;
@@ -788,8 +788,8 @@ impl v1::sessions_server::Sessions for SessionsService {
                 .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(session_id.clone())))?;
             (record.context(), record.model)
         };
-        let current =
-            current.unwrap_or_else(|| self.shared.loaded.config.agents.settings(crate::auth::Role::Assistant).model.0);
+        let current = current
+            .unwrap_or_else(|| self.shared.loaded.config.agents.settings(crate::base::auth::Role::Assistant).model.0);
         let choices = self.shared.llm.choices(&self.shared.loaded.providers, &self.shared.budgets, &context).await;
         let models = choices
             .into_iter()
@@ -827,7 +827,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(message.session_id.clone())))?;
         let previous = record
             .model
-            .unwrap_or_else(|| self.shared.loaded.config.agents.settings(crate::auth::Role::Assistant).model.0);
+            .unwrap_or_else(|| self.shared.loaded.config.agents.settings(crate::base::auth::Role::Assistant).model.0);
         self.shared.sessions.append(
             &message.session_id,
             None,
@@ -848,7 +848,7 @@ mod tests {
     fn an_upload_on_a_full_disk_is_told_as_such_and_other_failures_keep_their_detail_in_the_log() {
         let full = crate::uploads::UploadError::Io(std::io::Error::from(std::io::ErrorKind::StorageFull));
         let status = upload_status(full);
-        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::state::DISK_FULL));
+        assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::base::state::DISK_FULL));
         let other = crate::uploads::UploadError::Io(std::io::Error::other("/data/x: bad block"));
         let status = upload_status(other);
         assert_eq!(status.code(), tonic::Code::Internal);

@@ -7,9 +7,9 @@ use std::sync::Arc;
 /// [`crate::orchestrator::Orchestrator`], the scheduler its executor), never this.
 #[derive(Debug)]
 pub struct Shared {
-    pub loaded: Arc<crate::config::LoadedConfig>,
-    pub data_dir: crate::datadir::DataDir,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub loaded: Arc<crate::base::config::LoadedConfig>,
+    pub data_dir: crate::base::datadir::DataDir,
+    pub metrics: Arc<crate::base::metrics::Metrics>,
     pub audit: crate::audit::Audit,
     /// The last health verdict on each probed container.
     pub health: Arc<crate::health::Board>,
@@ -46,8 +46,8 @@ pub struct Shared {
     /// The secrets store, when it could be opened (read again when it changes): skills'
     /// `addons.env`, MCP servers' `env` and gateways' credentials come from it.
     pub secrets: Arc<crate::secrets::LiveSecrets>,
-    /// When the daemon stops, and what shutdown waits for ([`crate::lifetime::Lifetime::spawn`]).
-    pub lifetime: crate::lifetime::Lifetime,
+    /// When the daemon stops, and what shutdown waits for ([`crate::base::lifetime::Lifetime::spawn`]).
+    pub lifetime: crate::base::lifetime::Lifetime,
     /// The registered gateways (web, Slack).
     pub gateways: Arc<crate::gateways::Registry>,
     /// Connections waiting for someone to allow them in chat.

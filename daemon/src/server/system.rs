@@ -1,7 +1,7 @@
 //! The `System` service: status, and the confinement self-test in a fresh container.
 
 use super::*;
-use crate::auth::{Caller, Context};
+use crate::base::auth::{Caller, Context};
 
 /// The `System` service.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ impl v1::system_server::System for SystemService {
                     cpu_percent: usage.cpu_percent,
                     memory_bytes: usage.memory_bytes,
                     memory_limit_bytes: usage.memory_limit_bytes,
-                    uptime_seconds: crate::state::now_seconds().saturating_sub(entry.created_at),
+                    uptime_seconds: crate::base::state::now_seconds().saturating_sub(entry.created_at),
                 })
                 .collect();
         }
@@ -59,7 +59,7 @@ impl v1::system_server::System for SystemService {
             Some(user) => self.shared.sessions.counts_of(|record| user.owns(&record.context())),
             None => crate::sessions::SessionCounts::default(),
         };
-        let model = self.shared.loaded.config.agents.settings(crate::auth::Role::Assistant).model.0;
+        let model = self.shared.loaded.config.agents.settings(crate::base::auth::Role::Assistant).model.0;
         Ok(Response::new(v1::StatusResponse {
             version: full.version,
             uptime_seconds: full.uptime_seconds,
@@ -83,7 +83,7 @@ impl v1::system_server::System for SystemService {
     ) -> Result<Response<v1::SelfTestResponse>, Status> {
         check(&self.shared, &request, Operation::RunSelfTest, None, None)?;
         let message = request.into_inner();
-        let role = role_of(message.role)?.unwrap_or(crate::auth::Role::Tool);
+        let role = role_of(message.role)?.unwrap_or(crate::base::auth::Role::Tool);
         let probe =
             match message.probe_address.as_str() {
                 "" => None,
@@ -106,7 +106,7 @@ impl v1::system_server::System for SystemService {
             }
         };
         let session = if message.session_id.is_empty() { "self-test".to_string() } else { message.session_id.clone() };
-        if !crate::auth::is_valid_context_id(&session) {
+        if !crate::base::auth::is_valid_context_id(&session) {
             return Err(Status::invalid_argument(format!(
                 "session_id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
                 session.escape_debug()
@@ -217,7 +217,7 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
 /// A container's health as `baaaht status` shows it: the LLM gateway's from its supervisor, the
 /// others' from the health monitor's last verdict.
 fn health_of(shared: &Shared, entry: &crate::container::manager::InventoryEntry) -> String {
-    if entry.role != crate::auth::Role::LlmGateway.as_str() {
+    if entry.role != crate::base::auth::Role::LlmGateway.as_str() {
         return shared.health.health_of(&entry.name);
     }
     let summary = shared.llm.summary();

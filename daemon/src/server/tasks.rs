@@ -2,7 +2,7 @@
 //! context's (and their groups') tasks; admins and the host any; agents their own context's.
 
 use super::*;
-use crate::auth::ContextKind;
+use crate::base::auth::ContextKind;
 use crate::scheduler::{Filter, SchedulerError, TaskKind, TaskRecord, TaskStatus};
 
 /// The `Tasks` service.

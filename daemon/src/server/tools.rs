@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
 use super::Shared;
-use crate::auth::{Caller, ContainerIdentity};
+use crate::base::auth::{Caller, ContainerIdentity};
 use crate::tools::call::{Asked, CallError};
 use crate::tools::ToolsError;
 

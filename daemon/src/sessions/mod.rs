@@ -13,8 +13,8 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Context, ContextKind};
-use crate::state::{self, StateError};
+use crate::base::auth::{Context, ContextKind};
+use crate::base::state::{self, StateError};
 
 pub use log::{Entry, LogError, Read, SessionLog};
 

@@ -19,12 +19,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::audit::Audit;
-use crate::auth::{Context, Role};
+use crate::base::auth::{Context, Role};
+use crate::base::state;
 use crate::container::manager::{ContainerManager, RunRequest};
 use crate::container::MountSpec;
 use crate::egress::proxy::WebProxy;
 use crate::egress::tunnel::{Listener, Reach, Tunnels};
-use crate::state;
 
 /// The most files and bytes a skill may hold.
 const MAX_FILES: usize = 500;
@@ -252,7 +252,7 @@ async fn fetch(request: &InstallRequest, staging: &Path, egress: &Egress) -> Res
                 .await
                 .map_err(io("cannot open the skill install's proxy on loopback"))?;
             let port = listener.local_addr().map_err(io("cannot open the skill install's proxy on loopback"))?.port();
-            let secret = crate::auth::new_token().map_err(|error| InstallError::Git(error.to_string()))?;
+            let secret = crate::base::auth::new_token().map_err(|error| InstallError::Git(error.to_string()))?;
             let mut tunnels = Tunnels::new(
                 egress.record.principal.clone(),
                 "the skill install".into(),
@@ -405,8 +405,8 @@ async fn install_from(
     let skill = super::parse_unplaced(&text).map_err(|error| InstallError::Invalid(error.to_string()))?;
     check_files(&folder)?;
 
-    let kind = crate::datadir::context_folder(request.context.kind);
-    let own = crate::datadir::DataDir::new(root).context_dir(&request.context);
+    let kind = crate::base::datadir::context_folder(request.context.kind);
+    let own = crate::base::datadir::DataDir::new(root).context_dir(&request.context);
     let destination = own.join("skills").join(&skill.name);
     let relative = format!("{kind}/{}/skills/{}", request.context.id, skill.name);
     if destination.exists() && !request.replace {

@@ -204,15 +204,15 @@ pub struct Found {
 fn roots(
     data_root: &std::path::Path,
     extra: &[String],
-    context: &crate::auth::Context,
+    context: &crate::base::auth::Context,
 ) -> Vec<(Scope, std::path::PathBuf)> {
     let mut roots = vec![(Scope::System, data_root.join("skills"))];
     roots.extend(extra.iter().map(|dir| (Scope::System, std::path::PathBuf::from(dir))));
     let scope = match context.kind {
-        crate::auth::ContextKind::User => Scope::User,
-        crate::auth::ContextKind::Group => Scope::Group,
+        crate::base::auth::ContextKind::User => Scope::User,
+        crate::base::auth::ContextKind::Group => Scope::Group,
     };
-    roots.push((scope, crate::datadir::DataDir::new(data_root).context_dir(context).join("skills")));
+    roots.push((scope, crate::base::datadir::DataDir::new(data_root).context_dir(context).join("skills")));
     roots
 }
 
@@ -222,7 +222,7 @@ fn roots(
 pub fn discover(
     data_root: &std::path::Path,
     extra: &[String],
-    context: &crate::auth::Context,
+    context: &crate::base::auth::Context,
 ) -> (Vec<Found>, Vec<String>) {
     let mut found: BTreeMap<String, Found> = BTreeMap::new();
     let mut problems = vec![];
@@ -256,7 +256,7 @@ pub fn discover(
 }
 
 /// [`discover`], logging the skills that do not parse.
-pub fn manifest(data_root: &std::path::Path, extra: &[String], context: &crate::auth::Context) -> Vec<Found> {
+pub fn manifest(data_root: &std::path::Path, extra: &[String], context: &crate::base::auth::Context) -> Vec<Found> {
     let (found, problems) = discover(data_root, extra, context);
     for problem in problems {
         tracing::warn!(%problem, "skipping a skill");
@@ -272,7 +272,7 @@ pub fn script_env(
     skills: &[Found],
     script: &str,
     secrets: &crate::secrets::Handout,
-    caller: &crate::auth::Caller,
+    caller: &crate::base::auth::Caller,
     correlation_id: &str,
 ) -> std::collections::HashMap<String, String> {
     let mut env = std::collections::HashMap::new();
@@ -439,7 +439,7 @@ pub enum ContentError {
 pub fn content(
     data_root: &std::path::Path,
     extra: &[String],
-    context: &crate::auth::Context,
+    context: &crate::base::auth::Context,
     name: &str,
     path: &str,
 ) -> Result<(String, String), ContentError> {

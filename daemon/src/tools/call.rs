@@ -13,14 +13,14 @@ use tracing::Instrument as _;
 use super::{Runners, ToolAnswer, ToolsError};
 use crate::agents::AgentPool;
 use crate::audit::{Audit, Kind, Record};
-use crate::auth::Live;
-use crate::auth::{Caller, ContainerIdentity, Role};
-use crate::config::{LoadedConfig, ToolMode, ToolName};
-use crate::datadir::DataDir;
+use crate::base::auth::Live;
+use crate::base::auth::{Caller, ContainerIdentity, Role};
+use crate::base::config::{LoadedConfig, ToolMode, ToolName};
+use crate::base::datadir::DataDir;
+use crate::base::metrics::Metrics;
 use crate::events::EventBus;
 use crate::ipc::Ipc;
 use crate::mcp::pool::McpPool;
-use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::secrets::Handout;
 
@@ -129,7 +129,7 @@ impl Calls {
         // them (a status change time has whole seconds: from the second before).
         let files = ToolName::named(&asked.tool).filter(|tool| FILE_TOOLS.contains(tool)).map(|tool| {
             let params = serde_json::from_str::<serde_json::Value>(&asked.params_json).unwrap_or_default();
-            (tool, params["path"].as_str().map(str::to_string), crate::state::now_seconds() as i64 - 1)
+            (tool, params["path"].as_str().map(str::to_string), crate::base::state::now_seconds() as i64 - 1)
         });
         // What the call sent, for what its answer only echoes back (not shown by the server).
         let sent = if untrusted.is_some() { asked.params_json.clone() } else { String::new() };
@@ -465,7 +465,7 @@ impl Calls {
     /// them; one that cannot be, or is still starting after [`OFFER_WAIT`], is left out (and
     /// logged) for this agent.
     pub async fn mcp_offers(self: &Arc<Self>, identity: &Arc<ContainerIdentity>) -> Vec<Offered> {
-        if !crate::auth::Operation::RequestToolExecution.container_roles().contains(&identity.role) {
+        if !crate::base::auth::Operation::RequestToolExecution.container_roles().contains(&identity.role) {
             return vec![];
         }
         let (servers, problems) = crate::mcp::config::servers_for(self.data_dir.root(), &identity.context);

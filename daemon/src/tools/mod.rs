@@ -15,10 +15,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{ContainerIdentity, Context, Role};
+use crate::base::auth::{ContainerIdentity, Context, Role};
+use crate::base::datadir::DataDir;
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::MountSpec;
-use crate::datadir::DataDir;
 use crate::egress::relay::{Relay, TunnelDown, TunnelUp};
 use crate::health::Probed;
 use crate::peers::{Connected, Down, Up};
@@ -49,7 +49,7 @@ pub enum ToolsError {
     Container(#[source] crate::container::manager::ContainerError),
     /// The tool container could not start for want of space in the data dir (the operator's
     /// log has the error).
-    #[error("cannot start the session's tool container: {}", crate::state::DISK_FULL_WORK)]
+    #[error("cannot start the session's tool container: {}", crate::base::state::DISK_FULL_WORK)]
     DiskFull,
     /// The container engine is away: none, down, restarting or hung (the operator's log says).
     #[error(
@@ -71,7 +71,7 @@ pub enum ToolsError {
 /// [`ToolsError::EngineDown`] when the engine is away (what a model relays to a person then
 /// names no file nor socket; the operator's log has the error).
 fn worded(error: ToolsError) -> ToolsError {
-    if crate::state::is_disk_full(&error) {
+    if crate::base::state::is_disk_full(&error) {
         tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
         return ToolsError::DiskFull;
     }
@@ -303,7 +303,7 @@ impl Runners {
                 // A symlinked folder could point anywhere on the host: only real folders count.
                 let real = std::fs::symlink_metadata(&scripts).is_ok_and(|m| m.is_dir())
                     && std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_dir());
-                if real && crate::auth::is_valid_context_id(&name) {
+                if real && crate::base::auth::is_valid_context_id(&name) {
                     found.insert(name, scripts);
                 }
             }
@@ -552,7 +552,7 @@ impl Runners {
         let receiver = self.connected.attach(identity, RUNNER_QUEUE, ReceiverStream::new(ups), &self.tracker);
         // Gone already: its stream ended before it was registered.
         let Some(peer) = self.connected.get(&identity.name) else { return receiver };
-        let caller = crate::auth::Caller::Container(Arc::new(identity.clone()));
+        let caller = crate::base::auth::Caller::Container(Arc::new(identity.clone()));
         // Each connection's audit record starts as this, at the relay and at the edge alike.
         let record = crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
             .detail("session", identity.session_id.as_str());

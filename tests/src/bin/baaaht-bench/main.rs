@@ -564,7 +564,7 @@ fn daemon(runs: usize) -> Result<()> {
 }
 
 fn containers(runs: usize, image: &str) -> Result<()> {
-    use baaaht_daemon::config::RuntimeChoice;
+    use baaaht_daemon::base::config::RuntimeChoice;
     use baaaht_daemon::container::{self, ContainerKind, ContainerLabels, ContainerSpec, Isolation, Limits};
     let tokio = baaaht_tests::runtime();
     let engine = tokio.block_on(container::probe(RuntimeChoice::Docker));

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use baaaht_daemon::auth::Context;
+use baaaht_daemon::base::auth::Context;
 use baaaht_daemon::memory::{Memories, MemoryStore, Metadata};
 use baaaht_daemon::recall::index::{Filter, Index, MemoryDoc, MessageDoc};
 use baaaht_daemon::recall::Recall;
@@ -114,7 +114,7 @@ fn searches(
 ) -> Result<Vec<(f64, String)>> {
     let mut slowest: Vec<(f64, String)> = vec![];
     let mut dice = Dice(0x5EED_0000_0000_0001);
-    let now = baaaht_daemon::state::now_seconds();
+    let now = baaaht_daemon::base::state::now_seconds();
     for _ in 0..queries {
         let query = words.query(&mut dice);
         let started = Instant::now();
@@ -134,7 +134,7 @@ fn searches(
 pub(crate) fn run(memories: usize, messages: usize, queries: usize, rebuild_messages: usize) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let words = Words::new();
-    let now = baaaht_daemon::state::now_seconds();
+    let now = baaaht_daemon::base::state::now_seconds();
     let mut dice = Dice(0x1234_5678_9ABC_DEF1);
 
     // The big index, written as a rebuild writes it (batches of 1,000).
@@ -212,7 +212,7 @@ pub(crate) fn run(memories: usize, messages: usize, queries: usize, rebuild_mess
     let context = Context::user("bench");
     std::fs::create_dir_all(root.join("data/state"))?;
     let sessions = Arc::new(SessionStore::open(&root));
-    let data_dir = baaaht_daemon::datadir::DataDir::new(&root);
+    let data_dir = baaaht_daemon::base::datadir::DataDir::new(&root);
     let store = Memories::new(data_dir.clone()).store(&context);
     let mut dice = Dice(0x00DD_BA11_0000_0001);
     for n in 0..2000 {
@@ -232,7 +232,7 @@ pub(crate) fn run(memories: usize, messages: usize, queries: usize, rebuild_mess
             let entry = baaaht_daemon::sessions::Entry::Message {
                 id: id.clone(),
                 parent,
-                timestamp: baaaht_daemon::state::rfc3339(doc.at),
+                timestamp: baaaht_daemon::base::state::rfc3339(doc.at),
                 message: baaaht_daemon::sessions::log::Message {
                     role: doc.role,
                     content: doc.body,

@@ -317,7 +317,7 @@ fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
         ));
     }
     for user in &loaded.config.system.admin_users {
-        if !crate::auth::is_valid_context_id(user) {
+        if !crate::base::auth::is_valid_context_id(user) {
             return Err(invalid_at(
                 &loaded.sources.config,
                 text,
@@ -376,7 +376,7 @@ fn check_limits(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
 /// They run no code a model chose, and the LLM gateway needs the engine's network, which
 /// the `runsc` runtime is registered without.
 fn check_isolation(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
-    use crate::auth::Role;
+    use crate::base::auth::Role;
     let Some((role, choice)) =
         loaded.config.container.isolation.iter().find(|(role, choice)| {
             matches!(role, Role::LlmGateway | Role::Gateway) && **choice != IsolationChoice::Runc
@@ -418,7 +418,7 @@ fn check_budgets(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Config
     for (key, custom) in &budgets.overrides {
         let valid = key
             .split_once(':')
-            .is_some_and(|(kind, id)| matches!(kind, "user" | "group") && crate::auth::is_valid_context_id(id));
+            .is_some_and(|(kind, id)| matches!(kind, "user" | "group") && crate::base::auth::is_valid_context_id(id));
         if !valid {
             return at(
                 &["budgets", "overrides"],

@@ -121,7 +121,7 @@ fn env_overrides() {
     type Check = fn(&Config) -> bool;
     let cases: &[(&[(&str, &str)], Check)] = &[
         (&[("BAAAHT__AGENTS__ASSISTANT__MODEL", "openai/gpt-4o")], |c| {
-            c.agents.settings(crate::auth::Role::Assistant).model.0 == "openai/gpt-4o"
+            c.agents.settings(crate::base::auth::Role::Assistant).model.0 == "openai/gpt-4o"
         }),
         (&[("BAAAHT__CHANNELS__WEB__PORT", "3000")], |c| c.channels.web.port == 3000),
         (&[("BAAAHT__CONTAINER__RUNTIME", "docker")], |c| c.container.runtime == RuntimeChoice::Docker),
@@ -132,7 +132,8 @@ fn env_overrides() {
             c.container.resource_limits.memory == ByteSize(2 << 30)
         }),
         (&[("BAAAHT__CONTAINER__ROLE_LIMITS__CODER__MEMORY", "2g")], |c| {
-            c.container.role_limits.get(&crate::auth::Role::Coder).and_then(|l| l.memory) == Some(ByteSize(2 << 30))
+            c.container.role_limits.get(&crate::base::auth::Role::Coder).and_then(|l| l.memory)
+                == Some(ByteSize(2 << 30))
         }),
         (&[("BAAAHT__AGENTS__CODER__TEMPERATURE", "0.2")], |c| c.agents.coder.temperature == Some(Temperature(0.2))),
         (&[("BAAAHT_DATA", "/elsewhere"), ("OTHER", "x")], |c| *c == Config::default()),
@@ -295,7 +296,7 @@ fn allowlist_mounts_of_the_engine_root_runtime_or_data_dir_are_refused() {
 
 #[test]
 fn one_default_model_serves_every_role_that_names_none() {
-    use crate::auth::Role;
+    use crate::base::auth::Role;
     let providers = "providers:\n  openai:\n    api_key: ${OPENAI_API_KEY}\n    default: true\n";
     let config = "agents:\n  default_model: openai/gpt-4o-mini\n  coder:\n    model: openai/gpt-4o\n";
     let loaded = load_texts(&[("providers.yaml", providers), ("config.yaml", config)], &[]).expect("loads");

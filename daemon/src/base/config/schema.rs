@@ -197,10 +197,10 @@ pub struct ContainerConfig {
     pub queue_timeout: u64,
     pub resource_limits: ResourceLimits,
     /// Per-role overrides of `resource_limits`, e.g. `{coder: {memory: 2g}}`.
-    pub role_limits: BTreeMap<crate::auth::Role, ResourceLimitsOverride>,
+    pub role_limits: BTreeMap<crate::base::auth::Role, ResourceLimitsOverride>,
     /// Per-role isolation tier, e.g. `{coder: gvisor, assistant: auto}`; a role not named
     /// gets [`IsolationChoice::default_for`] it.
-    pub isolation: BTreeMap<crate::auth::Role, IsolationChoice>,
+    pub isolation: BTreeMap<crate::base::auth::Role, IsolationChoice>,
     /// Image every agent and tool container starts from.
     pub image: String,
     /// Folder holding `baaaht-agent`, mounted read-only into containers; empty: beside baaahtd.
@@ -231,7 +231,7 @@ impl Default for ContainerConfig {
 
 impl ContainerConfig {
     /// The isolation tier asked for `role`: `isolation`, else the role's default.
-    pub fn isolation_of(&self, role: crate::auth::Role) -> IsolationChoice {
+    pub fn isolation_of(&self, role: crate::base::auth::Role) -> IsolationChoice {
         self.isolation.get(&role).copied().unwrap_or_else(|| IsolationChoice::default_for(role))
     }
 }
@@ -260,8 +260,8 @@ pub enum IsolationChoice {
 impl IsolationChoice {
     /// Roles that run code a model chose or a third party wrote (tools, the Coder, MCP
     /// servers) get gVisor where it is there; the others the host's kernel.
-    pub fn default_for(role: crate::auth::Role) -> IsolationChoice {
-        use crate::auth::Role;
+    pub fn default_for(role: crate::base::auth::Role) -> IsolationChoice {
+        use crate::base::auth::Role;
         match role {
             Role::Tool | Role::Coder | Role::Mcp => IsolationChoice::Auto,
             _ => IsolationChoice::Runc,
@@ -466,8 +466,8 @@ pub struct AgentSettings {
 
 impl AgentsConfig {
     /// The agent roles, by name, with their sections.
-    pub fn roles(&self) -> [(crate::auth::Role, &AgentConfig); 6] {
-        use crate::auth::Role;
+    pub fn roles(&self) -> [(crate::base::auth::Role, &AgentConfig); 6] {
+        use crate::base::auth::Role;
         [
             (Role::Assistant, &self.assistant),
             (Role::Worker, &self.worker),
@@ -481,8 +481,8 @@ impl AgentsConfig {
     /// `role`'s settings: its own model, else `default_model`, else its built-in default (the
     /// Memory and Heartbeat agents a fast model, the others a balanced one). Roles without an
     /// agent (tool containers, the gateway) get the Assistant's.
-    pub fn settings(&self, role: crate::auth::Role) -> AgentSettings {
-        use crate::auth::Role;
+    pub fn settings(&self, role: crate::base::auth::Role) -> AgentSettings {
+        use crate::base::auth::Role;
         let section = self.roles().into_iter().find(|(r, _)| *r == role).map_or(&self.assistant, |(_, s)| s);
         let built_in = if matches!(role, Role::Memory | Role::Heartbeat) { FAST_MODEL } else { BALANCED_MODEL };
         let (model, source) = match (&section.model, &self.default_model) {

@@ -708,7 +708,7 @@ impl Metrics {
 /// Writes [`Metrics::snapshot`] to the log every `every` until `cancel`.
 pub async fn log_every(metrics: Arc<Metrics>, every: Duration, cancel: CancellationToken) {
     let first = tokio::time::Instant::now() + every;
-    crate::lifetime::every(first, every, &cancel, || {
+    crate::base::lifetime::every(first, every, &cancel, || {
         let figures = serde_json::Value::Object(metrics.snapshot());
         tracing::info!(metrics = %figures, "metrics");
         std::future::ready(())

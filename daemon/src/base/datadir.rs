@@ -9,7 +9,7 @@ use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::auth::{Context, ContextKind};
+use crate::base::auth::{Context, ContextKind};
 
 /// The longest path a Unix socket can be bound to (`sun_path` is 108 bytes with the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -48,21 +48,21 @@ pub struct DataDir {
 }
 
 /// The folder (below the data dir) of each kind of context's own folders: `users`, `groups`.
-pub fn context_folder(kind: crate::auth::ContextKind) -> &'static str {
+pub fn context_folder(kind: crate::base::auth::ContextKind) -> &'static str {
     match kind {
-        crate::auth::ContextKind::User => "users",
-        crate::auth::ContextKind::Group => "groups",
+        crate::base::auth::ContextKind::User => "users",
+        crate::base::auth::ContextKind::Group => "groups",
     }
 }
 
 /// Both kinds of context, with the folder of each.
-pub const CONTEXT_KINDS: [crate::auth::ContextKind; 2] =
-    [crate::auth::ContextKind::User, crate::auth::ContextKind::Group];
+pub const CONTEXT_KINDS: [crate::base::auth::ContextKind; 2] =
+    [crate::base::auth::ContextKind::User, crate::base::auth::ContextKind::Group];
 
 /// The context a data dir's `{users,groups}/{id}` names.
-pub fn context_in(folder: &str, id: &str) -> Option<crate::auth::Context> {
+pub fn context_in(folder: &str, id: &str) -> Option<crate::base::auth::Context> {
     let kind = CONTEXT_KINDS.into_iter().find(|kind| context_folder(*kind) == folder)?;
-    crate::auth::is_valid_context_id(id).then(|| crate::auth::Context { kind, id: id.to_string() })
+    crate::base::auth::is_valid_context_id(id).then(|| crate::base::auth::Context { kind, id: id.to_string() })
 }
 
 impl DataDir {
@@ -113,12 +113,12 @@ impl DataDir {
 
     /// A user's or group's own folder: `users/{id}` or `groups/{id}` (profile, memory,
     /// skills). The one place these paths are built.
-    pub fn context_dir(&self, context: &crate::auth::Context) -> PathBuf {
+    pub fn context_dir(&self, context: &crate::base::auth::Context) -> PathBuf {
         self.root.join(context_folder(context.kind)).join(&context.id)
     }
 
     /// The folder of every user's, or every group's, own folder.
-    pub fn contexts_dir(&self, kind: crate::auth::ContextKind) -> PathBuf {
+    pub fn contexts_dir(&self, kind: crate::base::auth::ContextKind) -> PathBuf {
         self.root.join(context_folder(kind))
     }
 

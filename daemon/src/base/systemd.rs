@@ -63,7 +63,7 @@ pub async fn keep_alive(status: impl Fn() -> String, cancel: tokio_util::sync::C
     }
     let watchdog = watchdog_interval();
     let every = watchdog.map_or(std::time::Duration::from_secs(30), |interval| interval / 2);
-    crate::lifetime::every(tokio::time::Instant::now(), every, &cancel, || {
+    crate::base::lifetime::every(tokio::time::Instant::now(), every, &cancel, || {
         let status = status();
         let message =
             if watchdog.is_some() { format!("WATCHDOG=1\nSTATUS={status}") } else { format!("STATUS={status}") };
