@@ -44,7 +44,7 @@ pub struct Admissions {
     path: PathBuf,
     file: Mutex<File>,
     /// What a name passes before it is kept (none in tests).
-    redact: Option<crate::redact::Redact>,
+    redact: Option<crate::guard::redact::Redact>,
 }
 
 impl Admissions {
@@ -57,7 +57,7 @@ impl Admissions {
     }
 
     /// These admissions, every name cleaned by `redact` before it is kept.
-    pub fn redacting(self, redact: crate::redact::Redact) -> Admissions {
+    pub fn redacting(self, redact: crate::guard::redact::Redact) -> Admissions {
         Admissions { redact: Some(redact), ..self }
     }
 
@@ -79,7 +79,7 @@ impl Admissions {
                 file.waiting.remove(&oldest);
             }
         }
-        let name = crate::redact::state_field(self.redact.as_ref(), crate::identities::clean_name(name));
+        let name = crate::guard::redact::state_field(self.redact.as_ref(), crate::identities::clean_name(name));
         let waiting = Waiting { name, gateway: gateway.to_string(), since: state::now_seconds() };
         file.waiting.insert(identity.to_string(), waiting);
         state::write_json(&self.path, &*file)?;

@@ -412,7 +412,7 @@ mod tests {
             crate::base::config::load(&paths, Vec::<(String, String)>::new()).expect("the default configuration");
         let (tracker, cancel) = (TaskTracker::new(), CancellationToken::new());
         let metrics = Arc::new(crate::base::metrics::Metrics::off());
-        let audit = crate::audit::Audit::open(data_dir.logs_dir().join("audit"), false, 1, metrics);
+        let audit = crate::guard::audit::Audit::open(data_dir.logs_dir().join("audit"), false, 1, metrics);
         let limits = crate::sockets::ConnectionLimits::for_descriptors(1024);
         let (listeners, _incoming) =
             crate::sockets::ListenerSet::new(data_dir.container_sockets_dir(), limits, audit, cancel, tracker.clone());

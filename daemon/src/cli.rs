@@ -213,7 +213,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Serve => {
             // Dropped last, after the runtime: the exporter flushes the last spans.
-            let _tracing = crate::telemetry::init(&loaded.config.system, &loaded.config.otel);
+            let _tracing = crate::guard::telemetry::init(&loaded.config.system, &loaded.config.otel);
             let bound = crate::bind(&data_dir, &loaded)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -436,14 +436,14 @@ fn print_added(name: &str, namespace: &str, mode: &str, socket: &str, token: &st
 }
 
 fn secrets(command: SecretsCommand, data_dir: &DataDir) -> Result<(), Failure> {
-    use crate::secrets::{passphrase_from, SecretStore};
+    use crate::guard::secrets::{passphrase_from, SecretStore};
     use std::io::{IsTerminal, Read};
     let config_dir = data_dir.config_dir();
     let store = SecretStore::new(&config_dir);
     match command {
         SecretsCommand::Set { name } => {
-            if !crate::secrets::is_valid_name(&name) {
-                return Err(Failure::Secrets(crate::secrets::SecretsError::BadName(name)));
+            if !crate::guard::secrets::is_valid_name(&name) {
+                return Err(Failure::Secrets(crate::guard::secrets::SecretsError::BadName(name)));
             }
             crate::base::state::private_dir(&config_dir).map_err(Failure::Runtime)?;
             let value = if std::io::stdin().is_terminal() {
@@ -512,7 +512,7 @@ pub enum Failure {
     #[error(transparent)]
     Image(Box<crate::container::images::ImageError>),
     #[error(transparent)]
-    Secrets(crate::secrets::SecretsError),
+    Secrets(crate::guard::secrets::SecretsError),
     #[error("no secret named {0}: `baaahtd secrets list` shows the names")]
     NoSuchSecret(String),
     #[error(transparent)]

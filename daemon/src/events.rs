@@ -196,7 +196,7 @@ pub struct EventBus {
     /// The channel each context's user last wrote from.
     last_active: Mutex<HashMap<Context, String>>,
     /// What every event's text passes before a channel sees it.
-    redact: Option<crate::redact::Redact>,
+    redact: Option<crate::guard::redact::Redact>,
     /// Keeps a session's approvals and notices in its log (set once the daemon has made it).
     keeper: std::sync::OnceLock<std::sync::Weak<dyn Keeper>>,
 }
@@ -240,8 +240,8 @@ impl Drop for Connected {
 
 impl Kind {
     /// Every text a person reads, cleaned by `redact` (DESIGN.md §10.3).
-    fn clean(&mut self, redact: &crate::redact::Redact) {
-        use crate::redact::Place::Channel;
+    fn clean(&mut self, redact: &crate::guard::redact::Redact) {
+        use crate::guard::redact::Place::Channel;
         let clean = |text: &mut String| *text = redact.clean_string(Channel, std::mem::take(text));
         match self {
             Kind::UserMessage { content, .. } => {
@@ -277,7 +277,7 @@ impl Kind {
 
 impl EventBus {
     /// A bus whose events are cleaned by `redact` before any channel sees them.
-    pub fn redacting(redact: crate::redact::Redact) -> EventBus {
+    pub fn redacting(redact: crate::guard::redact::Redact) -> EventBus {
         EventBus { redact: Some(redact), ..EventBus::default() }
     }
 

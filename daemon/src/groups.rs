@@ -58,7 +58,7 @@ pub struct Groups {
     path: PathBuf,
     file: Mutex<GroupsFile>,
     /// What a name or a reason passes before it is kept (none in tests).
-    redact: Option<crate::redact::Redact>,
+    redact: Option<crate::guard::redact::Redact>,
 }
 
 impl Groups {
@@ -69,7 +69,7 @@ impl Groups {
     }
 
     /// These groups, every name and reason cleaned by `redact` before it is kept.
-    pub fn redacting(self, redact: crate::redact::Redact) -> Groups {
+    pub fn redacting(self, redact: crate::guard::redact::Redact) -> Groups {
         Groups { redact: Some(redact), ..self }
     }
 
@@ -77,7 +77,7 @@ impl Groups {
     /// no secret.
     fn kept(&self, text: &str, most: usize) -> String {
         let text: String = text.chars().filter(|c| !c.is_control()).take(most).collect();
-        crate::redact::state_field(self.redact.as_ref(), text)
+        crate::guard::redact::state_field(self.redact.as_ref(), text)
     }
 
     fn file(&self) -> std::sync::MutexGuard<'_, GroupsFile> {

@@ -155,7 +155,7 @@ pub struct Identities {
     users_dir: PathBuf,
     inner: Mutex<Inner>,
     /// What a display name passes before it is kept (none in tests).
-    redact: Option<crate::redact::Redact>,
+    redact: Option<crate::guard::redact::Redact>,
 }
 
 impl std::fmt::Debug for Identities {
@@ -342,7 +342,7 @@ impl Identities {
 
     /// These identities, every display name cleaned by `redact` before it is kept; names kept
     /// before with a secret in them are cleaned now.
-    pub fn redacting(self, redact: crate::redact::Redact) -> Result<Identities, IdentityError> {
+    pub fn redacting(self, redact: crate::guard::redact::Redact) -> Result<Identities, IdentityError> {
         let identities = Identities { redact: Some(redact), ..self };
         let mut inner = identities.inner();
         let mut changed = false;
@@ -365,7 +365,7 @@ impl Identities {
     }
 
     fn cleaned(&self, text: String) -> String {
-        crate::redact::state_field(self.redact.as_ref(), text)
+        crate::guard::redact::state_field(self.redact.as_ref(), text)
     }
 
     /// Writes the profiles first contacts could not (with each user's name now); the ones

@@ -58,7 +58,7 @@ pub struct Inbox {
     /// One writer at a time (read, change, write).
     lock: Mutex<()>,
     /// What an item's text passes before it is kept.
-    redact: Option<crate::redact::Redact>,
+    redact: Option<crate::guard::redact::Redact>,
 }
 
 impl Inbox {
@@ -67,7 +67,7 @@ impl Inbox {
     }
 
     /// This inbox, its items cleaned by `redact` before they are kept.
-    pub fn redacting(self, redact: crate::redact::Redact) -> Inbox {
+    pub fn redacting(self, redact: crate::guard::redact::Redact) -> Inbox {
         Inbox { redact: Some(redact), ..self }
     }
 
@@ -82,7 +82,7 @@ impl Inbox {
     /// Adds an item for `context`; on disk when this returns.
     pub fn push(&self, context: &Context, mut item: Item) -> Result<Item, StateError> {
         if let Some(redact) = &self.redact {
-            use crate::redact::Place::Inbox;
+            use crate::guard::redact::Place::Inbox;
             item.title = redact.clean_string(Inbox, std::mem::take(&mut item.title));
             item.content = redact.clean_string(Inbox, std::mem::take(&mut item.content));
         }

@@ -212,7 +212,7 @@ pub struct Ipc {
     /// `{context folder}/{slot}` → the leases held on it; folders held by none, to let go.
     slots: Mutex<Slots>,
     /// What a result passes before it is recorded (set once the daemon has it).
-    redact: std::sync::OnceLock<crate::redact::Redact>,
+    redact: std::sync::OnceLock<crate::guard::redact::Redact>,
 }
 
 #[derive(Debug, Default)]
@@ -379,7 +379,7 @@ impl Ipc {
     /// Collects the result file of `call_id` from the tool container of `session` in `context`
     /// (a Coder's when `coder`) if there is one; returns the result collected now or before.
     /// Results are cleaned by `redact` before they are recorded, from now on.
-    pub fn redact_with(&self, redact: crate::redact::Redact) {
+    pub fn redact_with(&self, redact: crate::guard::redact::Redact) {
         // silent-ok: set once, when the daemon is put together.
         let _ = self.redact.set(redact);
     }
@@ -542,7 +542,7 @@ impl Ipc {
         // No secret is kept: the result as the redactor leaves it.
         let bytes = match (self.redact.get(), serde_json::from_slice::<serde_json::Value>(&bytes)) {
             (Some(redact), Ok(mut value)) => {
-                redact.clean_json(crate::redact::Place::ToolResult, &mut value);
+                redact.clean_json(crate::guard::redact::Place::ToolResult, &mut value);
                 serde_json::to_vec(&value).unwrap_or(bytes)
             }
             _ => bytes,

@@ -50,7 +50,7 @@ fn exit_code(failure: &Failure) -> u8 {
         Failure::Print(_) => SOFTWARE,
         Failure::Engine(_) => UNAVAILABLE,
         Failure::Image(_) => CANT_CREATE,
-        Failure::Secrets(baaaht_daemon::secrets::SecretsError::Decrypt { .. }) => NO_PERMISSION,
+        Failure::Secrets(baaaht_daemon::guard::secrets::SecretsError::Decrypt { .. }) => NO_PERMISSION,
         Failure::Secrets(_) => DATA_ERROR,
         Failure::NoSuchSecret(_) => DATA_ERROR,
         Failure::Setup(baaaht_daemon::setup::SetupError::Usage(_)) => USAGE,

@@ -355,7 +355,7 @@ pub struct Memories {
     data_dir: crate::base::datadir::DataDir,
     writes: std::sync::Mutex<()>,
     /// What an entry's text passes before it is kept.
-    redact: Option<crate::redact::Redact>,
+    redact: Option<crate::guard::redact::Redact>,
     /// The search index, told of every change (set once the daemon has made it).
     index: std::sync::OnceLock<std::sync::Weak<dyn MemoryIndex>>,
     /// The most entries a context keeps.
@@ -395,7 +395,7 @@ impl Memories {
     }
 
     /// These stores, every entry cleaned by `redact` before it is kept.
-    pub fn redacting(self, redact: crate::redact::Redact) -> Memories {
+    pub fn redacting(self, redact: crate::guard::redact::Redact) -> Memories {
         Memories { redact: Some(redact), ..self }
     }
 
@@ -416,7 +416,7 @@ impl Memories {
 
     fn cleaned(&self, content: &str) -> String {
         match &self.redact {
-            Some(redact) => redact.clean(crate::redact::Place::Memory, content).into_owned(),
+            Some(redact) => redact.clean(crate::guard::redact::Place::Memory, content).into_owned(),
             None => content.to_string(),
         }
     }
@@ -425,10 +425,10 @@ impl Memories {
     /// to hold none: a key is a file's name, so it is refused rather than changed.
     fn checked(&self, key: &str, mut metadata: Metadata) -> Result<Metadata, MemoryError> {
         let Some(redact) = &self.redact else { return Ok(metadata) };
-        if let std::borrow::Cow::Owned(_) = redact.clean(crate::redact::Place::Memory, key) {
+        if let std::borrow::Cow::Owned(_) = redact.clean(crate::guard::redact::Place::Memory, key) {
             return Err(MemoryError::SecretKey);
         }
-        let clean = |text: String| redact.clean_string(crate::redact::Place::Memory, text);
+        let clean = |text: String| redact.clean_string(crate::guard::redact::Place::Memory, text);
         metadata.tags = std::mem::take(&mut metadata.tags).into_iter().map(clean).collect();
         metadata.sources = std::mem::take(&mut metadata.sources).into_iter().map(clean).collect();
         metadata.source = metadata.source.take().map(clean);
@@ -684,15 +684,15 @@ mod tests {
     #[test]
     fn no_secret_is_kept_in_a_key_a_tag_or_a_source() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let audit = crate::audit::Audit::open(
+        let audit = crate::guard::audit::Audit::open(
             dir.path().join("audit"),
             false,
             1,
             Arc::new(crate::base::metrics::Metrics::off()),
         );
-        let shield = Arc::new(crate::redact::Shield::with_values(&[("WIFI", "hunter2-correct-horse")]));
+        let shield = Arc::new(crate::guard::redact::Shield::with_values(&[("WIFI", "hunter2-correct-horse")]));
         let memories = Memories::new(crate::base::datadir::DataDir::new(dir.path().to_path_buf()))
-            .redacting(crate::redact::Redact::new(shield, audit));
+            .redacting(crate::guard::redact::Redact::new(shield, audit));
         let alice = crate::base::auth::Context::user("alice");
         let told = Metadata {
             tags: vec!["wifi".into(), "hunter2-correct-horse".into()],

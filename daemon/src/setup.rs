@@ -18,7 +18,7 @@ use zeroize::Zeroizing;
 use crate::base::config::{self, ConfigPaths, CustomProvider, ProviderEntry, ProvidersConfig};
 use crate::base::datadir::DataDir;
 use crate::base::state;
-use crate::secrets::{self, Passphrase, SecretStore};
+use crate::guard::secrets::{self, Passphrase, SecretStore};
 
 /// Ollama's and llama.cpp's usual local addresses.
 const OLLAMA: &str = "http://127.0.0.1:11434/v1";

@@ -32,9 +32,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::audit::{Audit, Kind, Record};
 use crate::base::auth::{self, ContainerIdentity, CONTAINER_UID};
 use crate::base::datadir::MAX_SOCKET_PATH;
+use crate::guard::audit::{Audit, Kind, Record};
 
 /// The socket file name inside a container's socket folder.
 pub const CONTAINER_SOCKET_NAME: &str = "daemon.sock";

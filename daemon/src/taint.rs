@@ -30,12 +30,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use crate::audit::{Audit, Kind, Record};
 use crate::base::auth::Live;
 use crate::base::config::{EgressInTaint, MemoryInTaint, TaintPolicy, Withhold};
 use crate::base::state;
 use crate::events::{Event, EventBus};
-use crate::redact::{Place, Redact};
+use crate::guard::audit::{Audit, Kind, Record};
+use crate::guard::redact::{Place, Redact};
 
 const FILE: &str = "taint.json";
 const JOURNAL: &str = "taint.journal";
@@ -901,7 +901,7 @@ mod tests {
 
     fn taints(dir: &Path) -> Arc<Taints> {
         let audit = Audit::open(dir.join("audit"), false, 1, Arc::new(crate::base::metrics::Metrics::off()));
-        let shield = Arc::new(crate::redact::Shield::with_values(&[(
+        let shield = Arc::new(crate::guard::redact::Shield::with_values(&[(
             "GITHUB_TOKEN",
             "ghp_canary0123456789abcdefghijklmnopqrstu",
         )]));

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::base::auth::Context;
 use crate::base::datadir::DataDir;
 use crate::egress::policy::{pattern, Pattern};
-use crate::secrets::Referrer;
+use crate::guard::secrets::Referrer;
 
 /// The file's name in `config/` and in a context's folder.
 pub const FILE: &str = "credentials.yaml";

@@ -34,14 +34,14 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use zeroize::Zeroizing;
 
-use crate::audit::{Audit, Record};
 use crate::base::auth::{Caller, Context};
 use crate::base::datadir::DataDir;
 use crate::egress::authority::Authority;
 use crate::egress::credentials::{self, Binding, Placeholders};
 use crate::egress::relay::Between;
-use crate::redact::{Known, Scrubbing, Shield};
-use crate::secrets::Handout;
+use crate::guard::audit::{Audit, Record};
+use crate::guard::redact::{Known, Scrubbing, Shield};
+use crate::guard::secrets::Handout;
 
 pub use crate::egress::authority::TRUST_IN_CONTAINER;
 
@@ -734,7 +734,7 @@ impl Exchange {
         if let Some(value) = self.values.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
             return Ok(value.clone());
         }
-        let asker = crate::secrets::Asker {
+        let asker = crate::guard::secrets::Asker {
             caller: &swap.caller,
             correlation_id: "",
             consumer: ("egress_host", self.host.as_str()),
@@ -907,7 +907,7 @@ mod tests {
 
     fn crossing(dir: &std::path::Path, values: Option<Arc<Shield>>) -> Crossing {
         let audit = Audit::open(dir.join("audit"), false, 1, Arc::new(crate::base::metrics::Metrics::off()));
-        let record = Record::new(crate::audit::Kind::Egress, "test", "");
+        let record = Record::new(crate::guard::audit::Kind::Egress, "test", "");
         Crossing { swap: None, values, other_protocols: false, audit, record }
     }
 

@@ -247,7 +247,7 @@ pub struct WebProxy {
     allowed: Vec<Allowed>,
     resolver: Arc<dyn Resolver>,
     connector: Arc<dyn Connector>,
-    recent: crate::limits::Rate,
+    recent: crate::guard::limits::Rate,
 }
 
 impl std::fmt::Debug for WebProxy {
@@ -288,7 +288,7 @@ impl WebProxy {
             allowed,
             resolver,
             connector,
-            recent: crate::limits::Rate::new(config.rate_limit as usize, Duration::from_secs(60)),
+            recent: crate::guard::limits::Rate::new(config.rate_limit as usize, Duration::from_secs(60)),
         })
     }
 

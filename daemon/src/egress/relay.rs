@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::audit::{Audit, Record};
 use crate::egress::proxy::WebProxy;
+use crate::guard::audit::{Audit, Record};
 
 /// What a container's proxy sends up about a tunnel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,7 +190,7 @@ pub struct Relay<D> {
     edge: Arc<dyn Between>,
     down: mpsc::Sender<D>,
     tunnels: RelayTunnels,
-    opens: Mutex<crate::limits::Allowance>,
+    opens: Mutex<crate::guard::limits::Allowance>,
     tracker: TaskTracker,
 }
 
@@ -213,7 +213,8 @@ pub struct Setup<D> {
 impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
     pub fn new(setup: Setup<D>) -> Arc<Relay<D>> {
         let Setup { gate, web, audit, record, what, edge, down, tracker } = setup;
-        let opens = Mutex::new(crate::limits::Allowance::new(OPENS_PER_MINUTE, std::time::Duration::from_secs(60)));
+        let opens =
+            Mutex::new(crate::guard::limits::Allowance::new(OPENS_PER_MINUTE, std::time::Duration::from_secs(60)));
         let tunnels = RelayTunnels::default();
         Arc::new(Relay { gate, web, audit, record, what, edge, down, tunnels, opens, tracker })
     }

@@ -16,8 +16,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::audit::{Audit, Kind, Record};
 use crate::egress::proxy::WebProxy;
+use crate::guard::audit::{Audit, Kind, Record};
 
 /// The longest request head taken.
 const MAX_HEAD: usize = 8 * 1024;

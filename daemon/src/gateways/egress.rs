@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::Audit;
 use crate::egress::proxy::WebProxy;
 use crate::egress::tunnel::{Listener, Reach, Tunnels};
 use crate::gateways::{GatewayKind, GatewayRecord};
+use crate::guard::audit::Audit;
 
 /// The most tunnels a gateway holds open at once.
 const MAX_TUNNELS: usize = 64;
@@ -73,8 +73,8 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::Kind;
     use crate::gateways::RunMode;
+    use crate::guard::audit::Kind;
     use tokio::io::AsyncWriteExt as _;
     use tokio::net::UnixStream;
 
@@ -184,7 +184,7 @@ mod tests {
         assert!(garbled.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{garbled}");
         audit.flush();
         let found = audit
-            .search(&crate::audit::Query { kind: Some(Kind::Egress), ..crate::audit::Query::default() })
+            .search(&crate::guard::audit::Query { kind: Some(Kind::Egress), ..crate::guard::audit::Query::default() })
             .expect("search");
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!((found[0].principal.as_str(), found[0].outcome.as_str()), ("gateway:work", "refused"));

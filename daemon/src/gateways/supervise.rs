@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::egress::{self, hosts_of};
 use super::{publish, GatewayKind, GatewayRecord, RunMode};
-use crate::audit::Audit;
 use crate::base::auth::{Context, Role};
 use crate::base::config::HealthCheckConfig;
 use crate::base::metrics::Metrics;
@@ -29,6 +28,7 @@ use crate::container::instance::Instance;
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::container::{Engine, MountSpec};
 use crate::egress::proxy::WebProxy;
+use crate::guard::audit::Audit;
 use crate::health::Notifier;
 use crate::sockets::{ListenerSet, GATEWAY_SOCKET_NAME};
 

@@ -18,12 +18,12 @@ use baaaht_proto::v1;
 use tokio_stream::Stream;
 
 use super::{GatewayError, LlmGateway, Used};
-use crate::audit::{Audit, Kind, Record};
 use crate::base::auth::{Context, Role};
 use crate::base::config::LoadedConfig;
 use crate::base::metrics::TokenCounts;
 use crate::budgets::{Budgets, Reservation};
 use crate::events::EventBus;
+use crate::guard::audit::{Audit, Kind, Record};
 
 /// Why a model call was not made.
 #[derive(Debug, thiserror::Error)]

@@ -33,7 +33,7 @@ use crate::base::metrics::{Metrics, TokenCounts};
 use crate::container::instance::Instance;
 use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT, GATEWAY_BINARY};
 use crate::container::{Engine, MountSpec};
-use crate::secrets::{self, Secrets};
+use crate::guard::secrets::{self, Secrets};
 use crate::usage::UsageBook;
 
 /// The gateway's socket, in `data/llm/` (mounted at [`GATEWAY_MOUNT`] in container mode).

@@ -154,15 +154,15 @@ impl Server {
     /// own only those users may use), each read audited for `caller`. Why not, in a sentence.
     pub fn env(
         &self,
-        secrets: &crate::secrets::Handout,
+        secrets: &crate::guard::secrets::Handout,
         caller: &crate::base::auth::Caller,
         correlation_id: &str,
     ) -> Result<Vec<(String, String)>, String> {
         let referrer = match self.scope {
-            Scope::System => crate::secrets::Referrer::System,
-            Scope::Context(_) => crate::secrets::Referrer::Context,
+            Scope::System => crate::guard::secrets::Referrer::System,
+            Scope::Context(_) => crate::guard::secrets::Referrer::Context,
         };
-        let asker = crate::secrets::Asker { caller, correlation_id, consumer: ("mcp_server", &self.name) };
+        let asker = crate::guard::secrets::Asker { caller, correlation_id, consumer: ("mcp_server", &self.name) };
         let mut env = vec![];
         for (name, reference) in &self.config.env {
             let value = secrets

@@ -23,10 +23,10 @@ use super::config::Server;
 use super::pump::pump;
 use super::relay::{Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
-use crate::audit::Audit;
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::container::manager::{ContainerManager, RunRequest};
 use crate::egress::proxy::WebProxy;
+use crate::guard::audit::Audit;
 use crate::health::{ProbeSlot, Probed};
 
 /// The tool through which an agent lists and reads a server's resources.
@@ -656,7 +656,7 @@ impl McpPool {
             Relay { down: attached.down.clone(), probe: probe.clone(), identity: Probed::from(&attached.identity) };
         self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.name.clone(), relay);
         let caller = crate::base::auth::Caller::Container(Arc::new(attached.identity.clone()));
-        let record = crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+        let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "")
             .detail("mcp_server", server.name.as_str());
         let tunnels = crate::egress::relay::Relay::new(crate::egress::relay::Setup {
             gate: Arc::new(EgressList(server.clone())),

@@ -172,7 +172,7 @@ pub async fn run_alone(
             correlation_id,
             messages: vec![Message::user(text)],
             model: String::new(),
-            traceparent: crate::telemetry::traceparent(),
+            traceparent: crate::guard::telemetry::traceparent(),
         },
         timeout: timeout.unwrap_or(Duration::from_secs(settings.timeout)),
         cancel: CancellationToken::new(),
@@ -201,7 +201,7 @@ pub(super) async fn run_task(orchestrator: &Arc<Orchestrator>, task: &Task) -> (
             correlation_id: task.live.correlation_id.clone(),
             messages: vec![Message::user(task.text.clone())],
             model: String::new(),
-            traceparent: crate::telemetry::traceparent(),
+            traceparent: crate::guard::telemetry::traceparent(),
         },
         timeout: Duration::from_secs(settings.timeout),
         // Cancelling the user's turn stops the agents working for it; a background task

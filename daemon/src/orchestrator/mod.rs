@@ -80,7 +80,7 @@ pub struct Orchestrator {
     /// Turns that read untrusted content, and what they may no longer do.
     pub taints: Arc<crate::taint::Taints>,
     /// What a scheduled run's result passes before it is kept.
-    pub redact: crate::redact::Redact,
+    pub redact: crate::guard::redact::Redact,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

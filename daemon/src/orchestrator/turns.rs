@@ -232,7 +232,7 @@ async fn assistant_turn(
             correlation_id: accepted.correlation_id.clone(),
             messages,
             model: current.model.clone().unwrap_or_default(),
-            traceparent: crate::telemetry::traceparent(),
+            traceparent: crate::guard::telemetry::traceparent(),
         };
         let work =
             Work { live: live.clone(), turn, timeout: Duration::from_secs(settings.timeout), cancel: cancel.clone() };

@@ -307,7 +307,7 @@ impl Execute for Daemon {
         // What the ledger keeps and the channels are told carries no secret.
         if let Ok(result) = &mut outcome.result {
             let redact = &self.orchestrator.redact;
-            *result = redact.clean_string(crate::redact::Place::TaskResult, std::mem::take(result));
+            *result = redact.clean_string(crate::guard::redact::Place::TaskResult, std::mem::take(result));
         }
         if let Err(failure) = &outcome.result {
             self.log_failure(claim, failure);

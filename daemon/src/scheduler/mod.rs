@@ -485,7 +485,7 @@ pub struct Scheduler {
     /// Where runs are counted (`baaaht_task_runs_total`), once the daemon sets it.
     metrics: std::sync::OnceLock<Arc<crate::base::metrics::Metrics>>,
     /// What a task's prompt and description pass before they are kept (none in tests).
-    redact: Option<crate::redact::Redact>,
+    redact: Option<crate::guard::redact::Redact>,
     wake: tokio::sync::Notify,
 }
 
@@ -606,12 +606,12 @@ impl Scheduler {
 
     /// This scheduler, every task's prompt and description cleaned by `redact` before they
     /// are kept (scheduler.json holds no secret).
-    pub fn redacting(self, redact: crate::redact::Redact) -> Scheduler {
+    pub fn redacting(self, redact: crate::guard::redact::Redact) -> Scheduler {
         Scheduler { redact: Some(redact), ..self }
     }
 
     fn cleaned(&self, text: String) -> String {
-        crate::redact::state_field(self.redact.as_ref(), text)
+        crate::guard::redact::state_field(self.redact.as_ref(), text)
     }
 
     /// Counts runs in `metrics` from now on.

@@ -326,12 +326,16 @@ async fn heartbeats_keep_their_jitter_until_their_cadence_changes_and_other_cont
 #[tokio::test(start_paused = true)]
 async fn a_heartbeat_keeps_no_secret_and_a_synced_one_stays_as_it_was() {
     let temp = tempfile::tempdir().expect("temp");
-    let audit =
-        crate::audit::Audit::open(temp.path().join("audit"), false, 1, Arc::new(crate::base::metrics::Metrics::off()));
-    let shield = Arc::new(crate::redact::Shield::with_values(&[("MAIL_PASSWORD", "s3cret-mail-pass-42")]));
+    let audit = crate::guard::audit::Audit::open(
+        temp.path().join("audit"),
+        false,
+        1,
+        Arc::new(crate::base::metrics::Metrics::off()),
+    );
+    let shield = Arc::new(crate::guard::redact::Shield::with_values(&[("MAIL_PASSWORD", "s3cret-mail-pass-42")]));
     let scheduler = Scheduler::open(temp.path(), settings(), Clock::tokio(start_at()))
         .expect("open")
-        .redacting(crate::redact::Redact::new(shield, audit));
+        .redacting(crate::guard::redact::Redact::new(shield, audit));
     let alice = Context::user("alice");
     let mut draw = |bound: u32| schedule::random_below(bound);
     let sections = heartbeat::parse("## Mail\n- Cadence: daily\n- Prompt: log in with s3cret-mail-pass-42").sections;

@@ -3,7 +3,7 @@
 
 use super::*;
 use super::{convert, llm, tools};
-use crate::audit::{Kind, Record};
+use crate::guard::audit::{Kind, Record};
 
 /// The largest message a Worker or Heartbeat sends to the channels: the Agents service decodes
 /// up to 32 MiB for StreamLLM's pictures, far more than a chat message should be.
@@ -223,7 +223,7 @@ impl v1::agents_server::Agents for AgentsService {
         if let Ok((host, port)) = parsed {
             // A turn that read untrusted content follows only the links it was shown, or hosts a
             // rule allows.
-            let principal = crate::audit::principal(&caller);
+            let principal = crate::guard::audit::principal(&caller);
             let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
             let (data_dir, context, checked) = (self.shared.data_dir.clone(), identity.context.clone(), bare.clone());
             let allowed = tokio::task::spawn_blocking(move || {

@@ -9,7 +9,7 @@ use super::Shared;
 use crate::base::auth::Context;
 use crate::egress::credentials;
 use crate::egress::policy::{self, Action, Rule};
-use crate::secrets::Referrer;
+use crate::guard::secrets::Referrer;
 
 /// Whose file a request names: everyone's (`None`), or a context's.
 fn whose(system: bool, context: Option<&v1::ContextRef>) -> Result<Option<Context>, Status> {
@@ -75,14 +75,14 @@ const SUGGEST_AFTER: u32 = 3;
 /// The hosts `context`'s people allowed once at least [`SUGGEST_AFTER`] times in the last 30
 /// days (from the audit log's connection records) that no rule allows now; most asked first.
 fn suggested(
-    audit: &crate::audit::Audit,
+    audit: &crate::guard::audit::Audit,
     data_dir: &crate::base::datadir::DataDir,
     context: &Context,
 ) -> Vec<v1::EgressSuggestion> {
-    let query = crate::audit::Query {
+    let query = crate::guard::audit::Query {
         since: Some(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(30 * 24)),
         user: None,
-        kind: Some(crate::audit::Kind::Egress),
+        kind: Some(crate::guard::audit::Kind::Egress),
         limit: 100_000,
     };
     let records = audit.search(&query).unwrap_or_else(|error| {
@@ -161,7 +161,7 @@ pub(super) async fn change_credential(
         return Err(Status::invalid_argument("name the hosts the secret is sent to (--host HOST, once or more)"));
     }
     if hosts.is_some() {
-        let rules = crate::secrets::Rules::of(&shared.loaded);
+        let rules = crate::guard::secrets::Rules::of(&shared.loaded);
         rules.check(&request.name, referrer).map_err(Status::invalid_argument)?;
     }
     let name = request.name;

@@ -17,9 +17,9 @@ use tonic::Status;
 use tracing::Instrument;
 
 use super::Shared;
-use crate::audit::{Kind, Record};
 use crate::base::auth::{AuthError, Caller, EndUser, GatewayCaller, HostPolicy};
 use crate::gateways::{GatewayKind, GatewayRecord};
+use crate::guard::audit::{Kind, Record};
 use crate::sockets::{Origin, PeerInfo};
 use baaaht_proto::CORRELATION_ID_HEADER;
 
@@ -238,7 +238,7 @@ where
         request.headers_mut().insert(CORRELATION_ID_HEADER, header.clone());
         request.extensions_mut().insert(CorrelationId(correlation_id.clone()));
         let span = tracing::info_span!("rpc", method = %method, correlation_id = %correlation_id, caller = tracing::field::Empty);
-        crate::telemetry::adopt_parent(&span, request.headers());
+        crate::guard::telemetry::adopt_parent(&span, request.headers());
         // The clone that was made ready is the one to call (tower's readiness contract).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -293,7 +293,7 @@ fn unauthenticated_principal(peer: Option<&PeerInfo>) -> String {
 /// Audits an authenticated call the handler refused for want of rights, and every admin request.
 /// Tool calls and web requests are audited by their handlers, with what they were.
 fn audit_call(
-    audit: &crate::audit::Audit,
+    audit: &crate::guard::audit::Audit,
     caller: &Caller,
     admin: bool,
     method: &str,

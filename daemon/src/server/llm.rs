@@ -48,7 +48,7 @@ pub(super) async fn stream(
         crate::llm::small::fit(tools, window);
     }
     let payer = Payer {
-        principal: crate::audit::principal(&caller),
+        principal: crate::guard::audit::principal(&caller),
         context: identity.context.clone(),
         session: identity.session_id.clone(),
         correlation_id,

@@ -171,13 +171,13 @@ pub(super) async fn put(shared: &Shared, request: v1::PutMcpServerRequest) -> Re
                 },
             )
             .map_err(|why| Status::invalid_argument(format!("mounts: {why}")))?;
-        let rules = crate::secrets::Rules::of(&shared.loaded);
+        let rules = crate::guard::secrets::Rules::of(&shared.loaded);
         let referrer = match scope {
-            Scope::System => crate::secrets::Referrer::System,
-            Scope::Context(_) => crate::secrets::Referrer::Context,
+            Scope::System => crate::guard::secrets::Referrer::System,
+            Scope::Context(_) => crate::guard::secrets::Referrer::Context,
         };
         for (variable, reference) in &server.env {
-            for name in crate::secrets::reference_names(reference) {
+            for name in crate::guard::secrets::reference_names(reference) {
                 rules
                     .check(name, referrer)
                     .map_err(|why| Status::invalid_argument(format!("env {variable}: {why}")))?;

@@ -282,9 +282,10 @@ impl v1::memory_server::Memory for MemoryService {
         let caller = check(&self.shared, &request, Operation::ConfirmMemory, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
         let key = request.into_inner().key;
-        let by = crate::audit::principal(&caller);
+        let by = crate::guard::audit::principal(&caller);
         let entry = self.shared.memory.confirm(&context, &key, &by)?;
-        let record = crate::audit::Record::by(crate::audit::Kind::Taint, &caller, "confirmed").context(&context);
+        let record =
+            crate::guard::audit::Record::by(crate::guard::audit::Kind::Taint, &caller, "confirmed").context(&context);
         let came_from = entry.metadata.came_from.unwrap_or_default();
         self.shared.audit.record(record.detail("memory", key.as_str()).detail("came_from", came_from));
         tracing::info!(context = %context, key = %key, "quarantined memory confirmed");

@@ -202,13 +202,13 @@ fn person_named(shared: &Shared, caller: &Caller) -> String {
                 .unwrap_or_else(|| user.id.clone()),
             None => format!("the {} gateway", call.gateway),
         },
-        Caller::Container(_) => crate::audit::principal(caller),
+        Caller::Container(_) => crate::guard::audit::principal(caller),
     }
 }
 
 fn limited(shared: &Shared, caller: &Caller, what: &str, why: String) -> Status {
-    tracing::warn!(principal = %crate::audit::principal(caller), limit = what, %why, "a caller is at a limit");
-    let record = crate::audit::Record::by(crate::audit::Kind::Limit, caller, "refused");
+    tracing::warn!(principal = %crate::guard::audit::principal(caller), limit = what, %why, "a caller is at a limit");
+    let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Limit, caller, "refused");
     shared.audit.record(record.detail("limit", what).detail("reason", why.as_str()));
     Status::resource_exhausted(why)
 }

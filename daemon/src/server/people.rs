@@ -10,10 +10,10 @@ use tonic::{Request, Response, Status};
 
 use super::Shared;
 use super::{check, context_of};
-use crate::audit::{Kind, Record};
 use crate::base::auth::{Caller, Context, EndUser, Operation, Target};
 use crate::gateways::{GatewayError, GatewayKind, GatewayRecord};
 use crate::groups::{GroupError, GroupRecord};
+use crate::guard::audit::{Kind, Record};
 use crate::identities::{IdentityError, UserView};
 
 impl From<IdentityError> for Status {
@@ -220,7 +220,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
         for &(key, required) in keys {
             let name = crate::gateways::secret_name(&record, key);
             let reference = format!("${{{name}}}");
-            match crate::secrets::resolve_references(&reference, self.shared.secrets.current().as_deref(), |n| {
+            match crate::guard::secrets::resolve_references(&reference, self.shared.secrets.current().as_deref(), |n| {
                 std::env::var(n).ok()
             }) {
                 Ok(value) => {
@@ -695,7 +695,7 @@ impl v1::admin_server::Admin for AdminService {
         let caller = check(&self.shared, &request, Operation::ChangeEgressRule, None, None)?;
         let message = request.into_inner();
         let (host, action) = (message.host.clone(), message.action.clone());
-        let by = crate::audit::principal(&caller);
+        let by = crate::guard::audit::principal(&caller);
         let rules = super::egress::change(&self.shared, by, message).await?;
         let record = Record::by(Kind::Policy, &caller, "changed").detail("egress_rule", host).detail("action", action);
         self.shared.audit.record(record);
@@ -710,7 +710,7 @@ impl v1::admin_server::Admin for AdminService {
         let caller = check(&self.shared, &request, Operation::ChangeEgressRule, None, None)?;
         let message = request.into_inner();
         let (name, hosts, remove) = (message.name.clone(), message.hosts.join(","), message.remove);
-        let by = crate::audit::principal(&caller);
+        let by = crate::guard::audit::principal(&caller);
         let rules = super::egress::change_credential(&self.shared, by, message).await?;
         let outcome = if remove { "unbound" } else { "bound" };
         let record =
@@ -722,13 +722,13 @@ impl v1::admin_server::Admin for AdminService {
     async fn search_audit(&self, request: Request<v1::AuditQuery>) -> Result<Response<v1::AuditRecords>, Status> {
         check(&self.shared, &request, Operation::SearchAudit, None, None)?;
         let message = request.into_inner();
-        let query = crate::audit::Query {
+        let query = crate::guard::audit::Query {
             since: parse_since(&message.since, jiff::Timestamp::now()).map_err(Status::invalid_argument)?,
             user: Some(message.user).filter(|user| !user.is_empty()),
             kind: match message.kind.as_str() {
                 "" => None,
-                name => Some(crate::audit::Kind::named(name).ok_or_else(|| {
-                    let kinds: Vec<&str> = crate::audit::Kind::ALL.iter().map(|kind| kind.as_str()).collect();
+                name => Some(crate::guard::audit::Kind::named(name).ok_or_else(|| {
+                    let kinds: Vec<&str> = crate::guard::audit::Kind::ALL.iter().map(|kind| kind.as_str()).collect();
                     Status::invalid_argument(format!("kind `{name}`: use one of {}", kinds.join(", ")))
                 })?),
             },

@@ -371,7 +371,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             .shared
             .limits
             .subscriptions
-            .take(&crate::limits::Limits::subscription_keys(&caller))
+            .take(&crate::guard::limits::Limits::subscription_keys(&caller))
             .map_err(|why| limited(&self.shared, &caller, "event subscriptions", why))?;
         let mut events = self.shared.events.subscribe();
         // The channel counts as connected (for the scheduler's notices) while it follows.
@@ -532,7 +532,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             .shared
             .limits
             .uploads
-            .take(&crate::limits::Limits::upload_keys(&caller))
+            .take(&crate::guard::limits::Limits::upload_keys(&caller))
             .map_err(|why| limited(&self.shared, &caller, "uploads", why))?;
         let (workspaces, session) = (self.shared.workspaces.clone(), record.id.clone());
         let begun = tokio::task::spawn_blocking(move || crate::uploads::Upload::begin(workspaces, &session, max));
@@ -744,7 +744,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             crate::egress::approvals::AnswerError::AdminOnly => Status::permission_denied(error.to_string()),
             other => Status::not_found(other.to_string()),
         })?;
-        let record = crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "answered");
+        let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "answered");
         self.shared.audit.record(record.detail("approval", id.as_str()).detail("decision", decision.as_str()));
         Ok(Response::new(v1::Ack { message: format!("{id}: {}", decision.as_str()) }))
     }

@@ -10,7 +10,7 @@ pub struct Shared {
     pub loaded: Arc<crate::base::config::LoadedConfig>,
     pub data_dir: crate::base::datadir::DataDir,
     pub metrics: Arc<crate::base::metrics::Metrics>,
-    pub audit: crate::audit::Audit,
+    pub audit: crate::guard::audit::Audit,
     /// The last health verdict on each probed container.
     pub health: Arc<crate::health::Board>,
     /// Tells the admins what the daemon did on its own (restarts).
@@ -45,7 +45,7 @@ pub struct Shared {
     pub taints: Arc<crate::taint::Taints>,
     /// The secrets store, when it could be opened (read again when it changes): skills'
     /// `addons.env`, MCP servers' `env` and gateways' credentials come from it.
-    pub secrets: Arc<crate::secrets::LiveSecrets>,
+    pub secrets: Arc<crate::guard::secrets::LiveSecrets>,
     /// When the daemon stops, and what shutdown waits for ([`crate::base::lifetime::Lifetime::spawn`]).
     pub lifetime: crate::base::lifetime::Lifetime,
     /// The registered gateways (web, Slack).
@@ -68,5 +68,5 @@ pub struct Shared {
     /// What was kept for contexts while none of their channels was there.
     pub inbox: Arc<crate::inbox::Inbox>,
     /// What callers may hold at once and how often they may act.
-    pub limits: crate::limits::Limits,
+    pub limits: crate::guard::limits::Limits,
 }

@@ -76,7 +76,7 @@ impl v1::skills_server::Skills for SkillsService {
             context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?;
         let correlation_id = correlation_id(&request);
         let message = request.into_inner();
-        let record = crate::audit::Record::by(crate::audit::Kind::Skill, &caller, "ok")
+        let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Skill, &caller, "ok")
             .context(&context)
             .correlation(&correlation_id)
             .detail("source", source.to_string())
@@ -84,7 +84,7 @@ impl v1::skills_server::Skills for SkillsService {
         let egress = crate::skills::install::Egress {
             web: self.shared.web.clone(),
             audit: self.shared.audit.clone(),
-            record: crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+            record: crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "")
                 .context(&context)
                 .correlation(&correlation_id),
         };

@@ -108,7 +108,7 @@ impl v1::tasks_server::Tasks for TasksService {
             }
             let agent = crate::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
             if let Err(why) = crate::policy::Policy::may_act_as(identity.role, agent) {
-                let record = crate::audit::Record::by(crate::audit::Kind::Policy, &caller, "refused");
+                let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Policy, &caller, "refused");
                 self.shared.audit.record(record.detail("tool", "schedule_task").detail("reason", why.as_str()));
                 return Err(Status::permission_denied(why));
             }

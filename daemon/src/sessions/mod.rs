@@ -204,7 +204,7 @@ pub struct SessionStore {
     index_path: PathBuf,
     inner: Mutex<Inner>,
     /// What every entry's text passes before it is written.
-    redact: Option<crate::redact::Redact>,
+    redact: Option<crate::guard::redact::Redact>,
     /// Told of every entry appended (set once the daemon has made it).
     sink: std::sync::OnceLock<std::sync::Weak<dyn EntrySink>>,
 }
@@ -247,7 +247,7 @@ impl SessionStore {
     }
 
     /// This store, every entry's text cleaned by `redact` before it is written.
-    pub fn redacting(self, redact: crate::redact::Redact) -> SessionStore {
+    pub fn redacting(self, redact: crate::guard::redact::Redact) -> SessionStore {
         SessionStore { redact: Some(redact), ..self }
     }
 
@@ -255,7 +255,7 @@ impl SessionStore {
     /// `text` as the store may keep it outside an entry (a title).
     fn cleaned_text<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
         match &self.redact {
-            Some(redact) => redact.clean(crate::redact::Place::SessionLog, text),
+            Some(redact) => redact.clean(crate::guard::redact::Place::SessionLog, text),
             None => std::borrow::Cow::Borrowed(text),
         }
     }
@@ -263,7 +263,7 @@ impl SessionStore {
     fn cleaned(&self, mut entry: NewEntry) -> NewEntry {
         let Some(redact) = &self.redact else { return entry };
         let clean = |text: &mut String| {
-            *text = redact.clean_string(crate::redact::Place::SessionLog, std::mem::take(text));
+            *text = redact.clean_string(crate::guard::redact::Place::SessionLog, std::mem::take(text));
         };
         match &mut entry {
             NewEntry::Message { content, .. } => clean(content),
@@ -519,7 +519,7 @@ impl SessionStore {
         }
         if let Some(redact) = &self.redact {
             let clean = |text: &mut String| {
-                *text = redact.clean_string(crate::redact::Place::SessionLog, std::mem::take(text));
+                *text = redact.clean_string(crate::guard::redact::Place::SessionLog, std::mem::take(text));
             };
             match &mut activity {
                 log::Activity::Approval { host, asked_by, .. } => {

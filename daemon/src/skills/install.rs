@@ -18,13 +18,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::Audit;
 use crate::base::auth::{Context, Role};
 use crate::base::state;
 use crate::container::manager::{ContainerManager, RunRequest};
 use crate::container::MountSpec;
 use crate::egress::proxy::WebProxy;
 use crate::egress::tunnel::{Listener, Reach, Tunnels};
+use crate::guard::audit::Audit;
 
 /// The most files and bytes a skill may hold.
 const MAX_FILES: usize = 500;
@@ -159,7 +159,7 @@ pub struct Egress {
     pub web: Arc<WebProxy>,
     pub audit: Audit,
     /// Principal, context and correlation id of the one who asked.
-    pub record: crate::audit::Record,
+    pub record: crate::guard::audit::Record,
 }
 
 /// Variables of the daemon's environment `git` keeps: where the system's certificates are

@@ -271,7 +271,7 @@ pub fn manifest(data_root: &std::path::Path, extra: &[String], context: &crate::
 pub fn script_env(
     skills: &[Found],
     script: &str,
-    secrets: &crate::secrets::Handout,
+    secrets: &crate::guard::secrets::Handout,
     caller: &crate::base::auth::Caller,
     correlation_id: &str,
 ) -> std::collections::HashMap<String, String> {
@@ -279,10 +279,10 @@ pub fn script_env(
     let Some(name) = baaaht_proto::skill_of_script(script) else { return env };
     let Some(found) = skills.iter().find(|found| found.skill.name == name) else { return env };
     let referrer = match found.scope {
-        Scope::System => crate::secrets::Referrer::System,
-        Scope::User | Scope::Group => crate::secrets::Referrer::Context,
+        Scope::System => crate::guard::secrets::Referrer::System,
+        Scope::User | Scope::Group => crate::guard::secrets::Referrer::Context,
     };
-    let asker = crate::secrets::Asker { caller, correlation_id, consumer: ("skill", name) };
+    let asker = crate::guard::secrets::Asker { caller, correlation_id, consumer: ("skill", name) };
     for variable in &found.skill.addons.env {
         match secrets.resolve(asker, referrer, &format!("${{{variable}}}")) {
             Ok(value) => {

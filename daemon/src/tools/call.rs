@@ -12,17 +12,17 @@ use tracing::Instrument as _;
 
 use super::{Runners, ToolAnswer, ToolsError};
 use crate::agents::AgentPool;
-use crate::audit::{Audit, Kind, Record};
 use crate::base::auth::Live;
 use crate::base::auth::{Caller, ContainerIdentity, Role};
 use crate::base::config::{LoadedConfig, ToolMode, ToolName};
 use crate::base::datadir::DataDir;
 use crate::base::metrics::Metrics;
 use crate::events::EventBus;
+use crate::guard::audit::{Audit, Kind, Record};
+use crate::guard::secrets::Handout;
 use crate::ipc::Ipc;
 use crate::mcp::pool::McpPool;
 use crate::policy::Policy;
-use crate::secrets::Handout;
 
 /// The tools that read or write a session's files.
 const FILE_TOOLS: &[ToolName] = &[
@@ -94,7 +94,7 @@ pub struct Calls {
     pub taints: Arc<crate::taint::Taints>,
     /// What a call's parameters pass on their way into a container, and its answer on its
     /// way back.
-    pub redact: crate::redact::Redact,
+    pub redact: crate::guard::redact::Redact,
 }
 
 /// The most text an MCP tool's answer gives the model, as the built-in tools.
@@ -116,7 +116,7 @@ impl Calls {
         correlation_id: &str,
         mut asked: Asked,
     ) -> Result<ToolAnswer, CallError> {
-        use crate::redact::Place;
+        use crate::guard::redact::Place;
         let live = self.agents.live(&identity.name);
         let _calling = live.as_ref().map(|live| self.taints.calling(live));
         if let Some(live) = live.as_ref().filter(|_| asked.tool == ToolName::Message.as_str()) {

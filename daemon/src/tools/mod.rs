@@ -185,14 +185,14 @@ pub struct Runners {
     connected: Arc<Connected<RunnerWork, ToolAnswer>>,
     /// Checks and opens the runners' connections out.
     web: Arc<crate::egress::proxy::WebProxy>,
-    audit: crate::audit::Audit,
+    audit: crate::guard::audit::Audit,
     refusals: crate::egress::policy::Refusals,
     approvals: Arc<crate::egress::approvals::Approvals>,
     taints: Arc<crate::taint::Taints>,
     /// Swaps credentials in at the edge; its authority's bundle is what tool containers trust.
     pub edge: Option<Arc<crate::egress::edge::Edge>>,
     /// The store's values, which the edge keeps from crossing either way.
-    values: Arc<crate::redact::Shield>,
+    values: Arc<crate::guard::redact::Shield>,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
     /// for them.
     tracker: TaskTracker,
@@ -218,7 +218,7 @@ pub struct Setup {
     pub idle: Duration,
     /// The web proxy, whose address filter the runners' connections out pass.
     pub web: Arc<crate::egress::proxy::WebProxy>,
-    pub audit: crate::audit::Audit,
+    pub audit: crate::guard::audit::Audit,
     /// Where a context hears of hosts its tools were refused.
     pub inbox: Arc<crate::inbox::Inbox>,
     /// Where hosts no rule names are asked about.
@@ -229,7 +229,7 @@ pub struct Setup {
     /// swapped in).
     pub edge: Option<Arc<crate::egress::edge::Edge>>,
     /// The store's values, which the edge keeps from crossing either way.
-    pub values: Arc<crate::redact::Shield>,
+    pub values: Arc<crate::guard::redact::Shield>,
     pub tracker: TaskTracker,
 }
 
@@ -554,7 +554,7 @@ impl Runners {
         let Some(peer) = self.connected.get(&identity.name) else { return receiver };
         let caller = crate::base::auth::Caller::Container(Arc::new(identity.clone()));
         // Each connection's audit record starts as this, at the relay and at the edge alike.
-        let record = crate::audit::Record::by(crate::audit::Kind::Egress, &caller, "")
+        let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "")
             .detail("session", identity.session_id.as_str());
         let relay = Relay::new(crate::egress::relay::Setup {
             gate: Arc::new(crate::egress::policy::Policy {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_daemon::audit::{Audit, Kind, Record};
 use baaaht_daemon::base::metrics::Metrics;
+use baaaht_daemon::guard::audit::{Audit, Kind, Record};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use baaaht_tests::fake_provider::FakeProvider;

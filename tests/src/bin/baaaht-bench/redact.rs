@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_daemon::redact::Shield;
+use baaaht_daemon::guard::redact::Shield;
 use baaaht_proto::v1;
 use baaaht_tests::DaemonOptions;
 
@@ -136,7 +136,7 @@ pub(crate) fn run(runs: usize, calls: usize) -> Result<()> {
         "baaaht-bench redact: the redactor with 50 secrets and gitleaks' {} rules (read at start in {compiled_ms:.0} ms; each rule \
          compiled when its keywords first appear), {runs} runs over {kib} KiB and {calls} calls, beside JSON serialization of the same \
          text in the same run\n",
-        baaaht_daemon::redact::Rules::gitleaks().len()
+        baaaht_daemon::guard::redact::Rules::gitleaks().len()
     );
     header();
     let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();

@@ -62,7 +62,7 @@ pub(crate) fn run(requests: usize, tokens: usize) -> Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     let metrics = std::sync::Arc::new(baaaht_daemon::base::metrics::Metrics::new());
-    let audit = baaaht_daemon::audit::Audit::open(folder.path().join("audit"), true, 1, metrics);
+    let audit = baaaht_daemon::guard::audit::Audit::open(folder.path().join("audit"), true, 1, metrics);
     let way_out = baaaht_daemon::llm::egress::WayOut::new(vec![host], web, audit, Default::default());
     let _tunnels = rt.block_on(async { way_out.open(folder.path()) })?;
     let egress = std::sync::Arc::new(folder.path().join(baaaht_daemon::llm::egress::EGRESS_SOCKET));

@@ -1,6 +1,6 @@
 //! Logging: JSON lines when stderr is not a terminal (journald, files, CI), human-readable
 //! lines on a terminal; levels from `system.log_level` and `system.log_components`, or from
-//! `RUST_LOG` when it is set. Every line passes the redactor ([`crate::redact::log_line`])
+//! `RUST_LOG` when it is set. Every line passes the redactor ([`crate::guard::redact::log_line`])
 //! before it is written.
 //!
 //! Tracing: with `otel.endpoint` set, the daemon's info spans (each RPC, each turn, each
@@ -66,7 +66,7 @@ impl std::io::Write for Redacted {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         match std::str::from_utf8(bytes) {
             Ok(text) => {
-                let clean = crate::redact::log_line(text);
+                let clean = crate::guard::redact::log_line(text);
                 self.0.write_all(clean.as_bytes())?;
             }
             Err(_) => self.0.write_all(bytes)?,

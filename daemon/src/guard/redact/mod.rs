@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 pub use known::{Known, Scrubbing, MIN_VALUE};
 pub use rules::Rules;
 
-use crate::audit::{Audit, Kind, Record};
-use crate::secrets::{LiveSecrets, Secrets};
+use crate::guard::audit::{Audit, Kind, Record};
+use crate::guard::secrets::{LiveSecrets, Secrets};
 
 /// A secret or credential found in text: where (its secret part), and the secret's name or the
 /// rule's id.
@@ -216,7 +216,7 @@ impl Shield {
     }
 }
 
-impl crate::audit::Cleaner for Shield {
+impl crate::guard::audit::Cleaner for Shield {
     fn clean(&self, value: &mut serde_json::Value) -> Vec<String> {
         let mut names = vec![];
         clean_value(self, value, &mut names);

@@ -237,7 +237,7 @@ impl Limits {
         if matches!(caller, Caller::Host(_)) {
             return Ok(());
         }
-        let key = crate::audit::principal(caller);
+        let key = crate::guard::audit::principal(caller);
         self.new_sessions.take(&key).map_err(|wait| {
             format!("{SESSIONS_PER_MINUTE} new conversations a minute is the most anyone may start; {}", again_in(wait))
         })

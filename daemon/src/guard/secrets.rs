@@ -383,7 +383,7 @@ pub enum Referrer {
 pub struct Handout {
     live: Arc<LiveSecrets>,
     rules: Rules,
-    audit: crate::audit::Audit,
+    audit: crate::guard::audit::Audit,
 }
 
 /// Who is handed a secret: the caller, the correlation id of its request, and what the secret
@@ -396,14 +396,14 @@ pub struct Asker<'a> {
 }
 
 impl Handout {
-    pub fn new(live: Arc<LiveSecrets>, rules: Rules, audit: crate::audit::Audit) -> Handout {
+    pub fn new(live: Arc<LiveSecrets>, rules: Rules, audit: crate::guard::audit::Audit) -> Handout {
         Handout { live, rules, audit }
     }
 
     /// `reference` (text with `${NAME}`s) resolved for `asker`, from the store, else the
     /// daemon's environment; `referrer` wrote it. Why not, in a sentence.
     pub fn resolve(&self, asker: Asker<'_>, referrer: Referrer, reference: &str) -> Result<Zeroizing<String>, String> {
-        use crate::audit::{Kind, Record};
+        use crate::guard::audit::{Kind, Record};
         let record = |outcome: &str, name: &str| {
             Record::by(Kind::Secret, asker.caller, outcome)
                 .correlation(asker.correlation_id)
