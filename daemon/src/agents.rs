@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{ContainerIdentity, Context, Live, Role};
-use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::health::Probed;
 use crate::peers::{Connected, Down, Up};
+use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 
 /// How long a new agent may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -387,9 +387,9 @@ impl AgentPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::fake::FakeRuntime;
-    use crate::container::ContainerSpec;
     use crate::peers::Up;
+    use crate::sandbox::container::fake::FakeRuntime;
+    use crate::sandbox::container::ContainerSpec;
 
     /// An agent pool over the fake engine, on a temporary data dir.
     struct Pool {
@@ -413,13 +413,18 @@ mod tests {
         let (tracker, cancel) = (TaskTracker::new(), CancellationToken::new());
         let metrics = Arc::new(crate::base::metrics::Metrics::off());
         let audit = crate::guard::audit::Audit::open(data_dir.logs_dir().join("audit"), false, 1, metrics);
-        let limits = crate::sockets::ConnectionLimits::for_descriptors(1024);
-        let (listeners, _incoming) =
-            crate::sockets::ListenerSet::new(data_dir.container_sockets_dir(), limits, audit, cancel, tracker.clone());
+        let limits = crate::sandbox::sockets::ConnectionLimits::for_descriptors(1024);
+        let (listeners, _incoming) = crate::sandbox::sockets::ListenerSet::new(
+            data_dir.container_sockets_dir(),
+            limits,
+            audit,
+            cancel,
+            tracker.clone(),
+        );
         let (fake, starts) = FakeRuntime::new();
         let engine = Arc::new(tokio::sync::watch::channel(fake.engine()).0);
-        let policy = Arc::new(crate::policy::Policy::new(&loaded).expect("policy"));
-        let slots = crate::container::manager::Slots::new(8, Duration::from_secs(5));
+        let policy = Arc::new(crate::sandbox::policy::Policy::new(&loaded).expect("policy"));
+        let slots = crate::sandbox::container::manager::Slots::new(8, Duration::from_secs(5));
         let containers = ContainerManager::new(
             engine,
             policy,

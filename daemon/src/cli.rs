@@ -229,7 +229,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<(), Failure> {
-    use crate::container::{self, docker::DockerRuntime, images, EngineStatus};
+    use crate::sandbox::container::{self, docker::DockerRuntime, images, EngineStatus};
     let engine = container::probe_config(&loaded.config.container).await;
     let EngineStatus::Ready(info) = &engine.status else {
         return Err(Failure::Engine(engine.status.degraded_reason().unwrap_or_default()));
@@ -383,7 +383,7 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                         .and_then(crate::gateways::RunMode::parse)
                         .unwrap_or(crate::gateways::RunMode::UNNAMED);
                     let (record, token) = registry.add(&name, kind, mode, args).map_err(DaemonError::from)?;
-                    let socket = registry.socket_folder(&name).join(crate::sockets::GATEWAY_SOCKET_NAME);
+                    let socket = registry.socket_folder(&name).join(crate::sandbox::sockets::GATEWAY_SOCKET_NAME);
                     let token = if mode == crate::gateways::RunMode::External { token } else { String::new() };
                     let socket = socket.display().to_string();
                     print_added(&record.name, &record.kind.namespace(), mode.as_str(), &socket, &token);
@@ -391,7 +391,8 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
                 }
                 GatewaysCommand::List => {
                     for record in registry.list() {
-                        let socket = registry.socket_folder(&record.name).join(crate::sockets::GATEWAY_SOCKET_NAME);
+                        let socket =
+                            registry.socket_folder(&record.name).join(crate::sandbox::sockets::GATEWAY_SOCKET_NAME);
                         print(&v1::GatewayInfo {
                             name: record.name.clone(),
                             kind: record.kind.as_str().into(),
@@ -510,7 +511,7 @@ pub enum Failure {
     #[error("{0}")]
     Engine(String),
     #[error(transparent)]
-    Image(Box<crate::container::images::ImageError>),
+    Image(Box<crate::sandbox::container::images::ImageError>),
     #[error(transparent)]
     Secrets(crate::guard::secrets::SecretsError),
     #[error("no secret named {0}: `baaahtd secrets list` shows the names")]

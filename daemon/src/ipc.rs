@@ -9,7 +9,7 @@
 //! A container can write anything in its `results/` and `messages/`, links included, but it
 //! cannot change its slot folder (the daemon's, mode 0755) or see any other. The daemon never
 //! follows a link here: it opens every folder beneath `data/ipc` with `RESOLVE_NO_SYMLINKS`
-//! and reads, moves and removes files by descriptor ([`crate::shared_dirs`]).
+//! and reads, moves and removes files by descriptor ([`crate::sandbox::shared_dirs`]).
 //!
 //! A result is collected once into `data/state/tool-results/{context}/` (the daemon's own
 //! folder; a file already recorded is only removed), also after a restart, so a call whose
@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::base::auth::Context;
 use crate::base::datadir::folder_of;
 use crate::base::state::{self, now_seconds, StateError};
-use crate::shared_dirs::{self, Owner};
+use crate::sandbox::shared_dirs::{self, Owner};
 
 /// Results and message ids kept per context for agents that ask again.
 const KEPT_PER_CONTEXT: usize = 500;
@@ -288,9 +288,9 @@ impl Ipc {
         let context_dir = shared_dirs::ensure_dir(&self.root_fd, OsStr::new(&folder), Owner::Daemon)?;
         let mut slot_dir = shared_dirs::ensure_dir(&context_dir, OsStr::new(&slot), Owner::DaemonReadable)?;
         let mut checked_cap = (!self.filesystem).then_some(SLOT_CAP);
-        if self.filesystem && !crate::workspace::is_mount_point(&context_dir, &slot_dir)? {
+        if self.filesystem && !crate::sandbox::workspace::is_mount_point(&context_dir, &slot_dir)? {
             let path = self.root.join(&folder).join(&slot);
-            match crate::workspace::mount_tmpfs(&path, SLOT_CAP) {
+            match crate::sandbox::workspace::mount_tmpfs(&path, SLOT_CAP) {
                 Ok(()) => {
                     slot_dir = shared_dirs::open_dir(&context_dir, &slot)?
                         .ok_or_else(|| std::io::Error::other("the mounted IPC folder is not a folder"))?;
@@ -357,9 +357,9 @@ impl Ipc {
                 self.collect_file(folder, slot, &results, &name);
             }
         }
-        if crate::workspace::is_mount_point(&context_dir, &slot_dir)? {
+        if crate::sandbox::workspace::is_mount_point(&context_dir, &slot_dir)? {
             drop(slot_dir);
-            crate::workspace::unmount(&self.root.join(folder).join(slot));
+            crate::sandbox::workspace::unmount(&self.root.join(folder).join(slot));
         } else {
             drop(slot_dir);
         }
@@ -620,7 +620,7 @@ impl Ipc {
     pub fn deliver_messages(
         &self,
         bus: &crate::events::EventBus,
-        workspaces: &crate::workspace::Workspaces,
+        workspaces: &crate::sandbox::workspace::Workspaces,
         sent: &mut BTreeMap<String, Vec<u64>>,
     ) -> usize {
         let mut delivered = 0;
@@ -656,7 +656,7 @@ impl Ipc {
         context: &Context,
         session: &str,
         bus: &crate::events::EventBus,
-        workspaces: &crate::workspace::Workspaces,
+        workspaces: &crate::sandbox::workspace::Workspaces,
     ) -> bool {
         let Some(message) = self.read_request::<MessageFile>(found, "messages", "message", |m| &m.id) else {
             return false;
@@ -806,9 +806,9 @@ mod tests {
         (Arc::new(Ipc::open(ipc_dir.clone(), &state_dir, false).expect("open")), ipc_dir, state_dir)
     }
 
-    fn workspaces(temp: &tempfile::TempDir) -> crate::workspace::Workspaces {
+    fn workspaces(temp: &tempfile::TempDir) -> crate::sandbox::workspace::Workspaces {
         std::fs::create_dir_all(temp.path().join("sessions")).expect("sessions");
-        crate::workspace::Workspaces::new(
+        crate::sandbox::workspace::Workspaces::new(
             temp.path().join("sessions"),
             1 << 20,
             crate::base::config::WorkspaceLimit::Checked,

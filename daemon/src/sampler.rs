@@ -11,7 +11,7 @@ use crate::base::auth::Role;
 use crate::base::datadir::DataDir;
 use crate::base::metrics::Metrics;
 use crate::base::metrics::Sample;
-use crate::container::manager::ContainerManager;
+use crate::sandbox::container::manager::ContainerManager;
 use crate::sessions::SessionStore;
 
 /// What a sample is taken from, and where it goes.

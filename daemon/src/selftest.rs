@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::base::auth::{Context, Role};
-use crate::container::manager::{ContainerError, ContainerManager, RunRequest, RunStatus, BINARIES_MOUNT};
-use crate::container::Isolation;
+use crate::sandbox::container::manager::{ContainerError, ContainerManager, RunRequest, RunStatus, BINARIES_MOUNT};
+use crate::sandbox::container::Isolation;
 
 /// What to test.
 #[derive(Debug, Clone)]

@@ -10,9 +10,9 @@ use std::os::fd::AsFd;
 
 use baaaht_proto::{SENT_FILES_MAX, SENT_FILE_MAX_BYTES};
 
+use crate::sandbox::shared_dirs;
+use crate::sandbox::workspace::{Workspaces, SENT};
 use crate::sessions::log::Attachment;
-use crate::shared_dirs;
-use crate::workspace::{Workspaces, SENT};
 
 /// The name in `sent/` an attachment's `path` (`sent/NAME`) gives, when it is one.
 pub fn name_of(path: &str) -> Option<&str> {

@@ -6,7 +6,7 @@
 //! renamed into place without replacing anything (`report.pdf` exists: `report-2.pdf`). The
 //! name is cut down to letters, digits, `.`, `-` and `_`; the type is read from the bytes
 //! (`infer`), not taken from the sender. Every folder is opened without following links
-//! ([`crate::shared_dirs`]): the tool containers write in `data/` too.
+//! ([`crate::sandbox::shared_dirs`]): the tool containers write in `data/` too.
 //!
 //! A picture the models can take is also kept, as sent, in the session's `pictures/` (beside
 //! `data/`, never mounted into a container): what a turn shows the model is what the user
@@ -20,8 +20,8 @@ use std::sync::Arc;
 use rustix::fs::{Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
-use crate::shared_dirs::{self, Owner};
-use crate::workspace::Workspaces;
+use crate::sandbox::shared_dirs::{self, Owner};
+use crate::sandbox::workspace::Workspaces;
 
 /// The folder in a session's workspace.
 pub const FOLDER: &str = "uploads";
@@ -40,7 +40,7 @@ pub enum UploadError {
     #[error("cannot store the upload: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
-    Workspace(#[from] crate::workspace::WorkspaceError),
+    Workspace(#[from] crate::sandbox::workspace::WorkspaceError),
 }
 
 /// A stored upload.

@@ -8,8 +8,8 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use baaaht_daemon::base::auth::{Context, Role};
-use baaaht_daemon::container::manager::{ContainerError, RunRequest, RunStatus, BINARIES_MOUNT};
-use baaaht_daemon::container::MountSpec;
+use baaaht_daemon::sandbox::container::manager::{ContainerError, RunRequest, RunStatus, BINARIES_MOUNT};
+use baaaht_daemon::sandbox::container::MountSpec;
 use baaaht_proto::selftest::SelfTestReport;
 
 /// Overrides every test in this file uses: the engine under test.
@@ -111,7 +111,7 @@ async fn a_container_killed_through_the_engine_is_not_reported_as_out_of_memory(
     sleeper.session_id = "s-killed".into();
     let containers = running.shared.containers.clone();
     let run = tokio::spawn(async move { containers.run(sleeper).await });
-    let label = format!("label={}=s-killed", baaaht_daemon::container::LABEL_SESSION);
+    let label = format!("label={}=s-killed", baaaht_daemon::sandbox::container::LABEL_SESSION);
     let mut killed = false;
     for _ in 0..200 {
         let found = std::process::Command::new(cli).args(["ps", "-q", "--filter", &label]).output().expect(cli);
@@ -256,7 +256,10 @@ async fn after_a_crash_services_are_adopted_and_everything_else_is_removed() {
     }
     let runtime = restarted.shared.engine.borrow().clone().runtime.expect("engine");
     let owned = runtime
-        .list_by_label(&[("baaaht", "1"), ("baaaht.owner", &baaaht_daemon::container::manager::owner_id(&data_dir))])
+        .list_by_label(&[
+            ("baaaht", "1"),
+            ("baaaht.owner", &baaaht_daemon::sandbox::container::manager::owner_id(&data_dir)),
+        ])
         .await
         .expect("list");
     let names: Vec<&str> = owned.iter().map(|c| c.name.as_str()).collect();
@@ -266,8 +269,9 @@ async fn after_a_crash_services_are_adopted_and_everything_else_is_removed() {
     assert!(!data_dir.root().join("data/run").join(&task.name).exists(), "task socket folder left behind");
     // A clean stop removes the adopted service too.
     restarted.stop().await;
-    let owned =
-        runtime.list_by_label(&[("baaaht.owner", &baaaht_daemon::container::manager::owner_id(&data_dir))]).await;
+    let owned = runtime
+        .list_by_label(&[("baaaht.owner", &baaaht_daemon::sandbox::container::manager::owner_id(&data_dir))])
+        .await;
     assert!(owned.expect("list").is_empty(), "containers left after a clean stop");
     drop(temp);
 }
@@ -290,6 +294,6 @@ async fn exec_health_and_stop_on_a_running_service() {
     assert!(!runtime.inspect_health(&service.id).await.expect("health").running);
     running.shared.containers.stop_service(&service.name).await.expect("removed");
     let error = runtime.inspect_health(&service.id).await.expect_err("gone");
-    assert!(matches!(error, baaaht_daemon::container::RuntimeError::NotFound(_)), "{error:?}");
+    assert!(matches!(error, baaaht_daemon::sandbox::container::RuntimeError::NotFound(_)), "{error:?}");
     running.stop().await;
 }

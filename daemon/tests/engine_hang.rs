@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use baaaht_daemon::container::EngineStatus;
+use baaaht_daemon::sandbox::container::EngineStatus;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const VERSION: &str = r#"{"Version":"20.10.24-standin","ApiVersion":"1.41","MinAPIVersion":"1.12","Os":"linux","Arch":"amd64","Components":[{"Name":"Engine","Version":"20.10.24-standin"}]}"#;

@@ -731,7 +731,8 @@ pub async fn run(plan: Plan) -> Result<Report> {
 
     // Stopped as systemd stops it (SIGTERM, SIGKILL after the unit's TimeoutStopSec of 30 s):
     // nothing of it may be left behind.
-    let owner = baaaht_daemon::container::manager::owner_id(&baaaht_daemon::base::datadir::DataDir::new(&data_dir));
+    let owner =
+        baaaht_daemon::sandbox::container::manager::owner_id(&baaaht_daemon::base::datadir::DataDir::new(&data_dir));
     let took = Instant::now();
     let Daemons { mut now, crashed, options } = daemons;
     let (now, stopped) = tokio::task::spawn_blocking(move || {

@@ -24,13 +24,13 @@ use super::{publish, GatewayKind, GatewayRecord, RunMode};
 use crate::base::auth::{Context, Role};
 use crate::base::config::HealthCheckConfig;
 use crate::base::metrics::Metrics;
-use crate::container::instance::Instance;
-use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
-use crate::container::{Engine, MountSpec};
 use crate::egress::proxy::WebProxy;
 use crate::guard::audit::Audit;
 use crate::health::Notifier;
-use crate::sockets::{ListenerSet, GATEWAY_SOCKET_NAME};
+use crate::sandbox::container::instance::Instance;
+use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
+use crate::sandbox::container::{Engine, MountSpec};
+use crate::sandbox::sockets::{ListenerSet, GATEWAY_SOCKET_NAME};
 
 /// The gateway's folder inside its container.
 const MOUNT: &str = "/gateway";
@@ -552,7 +552,7 @@ impl Supervisor {
 
     /// The gateway's state folder, the containers' to write in (made when missing).
     fn container_state_dir(&self) -> std::io::Result<PathBuf> {
-        use crate::shared_dirs::{ensure_dir, open_trusted, Owner};
+        use crate::sandbox::shared_dirs::{ensure_dir, open_trusted, Owner};
         let dirs = &self.supervision.state_dirs;
         std::fs::create_dir_all(dirs)?;
         ensure_dir(open_trusted(dirs)?, std::ffi::OsStr::new(&self.record.name), Owner::Containers)?;
@@ -579,15 +579,15 @@ impl Supervisor {
 /// The socket `name` the gateway serves in `run/`, opened as a descriptor (never followed
 /// elsewhere); `None` while it is not there.
 fn open_run_socket(folder: &Path, name: &str) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
-    let run = crate::shared_dirs::open_trusted(&folder.join(RUN_FOLDER))?;
-    crate::shared_dirs::open_socket(&run, std::ffi::OsStr::new(name))
+    let run = crate::sandbox::shared_dirs::open_trusted(&folder.join(RUN_FOLDER))?;
+    crate::sandbox::shared_dirs::open_socket(&run, std::ffi::OsStr::new(name))
 }
 
 /// A fresh `run/` in the gateway's folder: the container's to write in (its health socket, and
 /// a web gateway's site socket), or the daemon's for a host process. What a previous run left
 /// there goes.
 fn prepare_run_folder(folder: &Path, container: bool) -> std::io::Result<()> {
-    use crate::shared_dirs::{ensure_dir, open_trusted, remove, Owner};
+    use crate::sandbox::shared_dirs::{ensure_dir, open_trusted, remove, Owner};
     let parent = open_trusted(folder)?;
     let owner = if container { Owner::Containers } else { Owner::Daemon };
     let run = ensure_dir(&parent, std::ffi::OsStr::new(RUN_FOLDER), owner)?;
@@ -605,7 +605,7 @@ fn prepare_run_folder(folder: &Path, container: bool) -> std::io::Result<()> {
 /// folder only the daemon writes in; the sockets are mounted into the container one by one).
 fn share_sockets(folder: &Path) -> std::io::Result<()> {
     for socket in [GATEWAY_SOCKET_NAME, EGRESS_SOCKET] {
-        crate::shared_dirs::share_socket(&folder.join(socket))?;
+        crate::sandbox::shared_dirs::share_socket(&folder.join(socket))?;
     }
     Ok(())
 }

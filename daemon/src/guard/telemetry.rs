@@ -207,7 +207,7 @@ mod tests {
         let mut system = SystemConfig { log_level: LogLevel::Debug, ..SystemConfig::default() };
         system.log_components.insert("container".into(), LogLevel::Trace);
         let directives = filter_directives(&system);
-        assert_eq!(directives, "warn,baaaht_daemon=debug,baaahtd=debug,baaaht_daemon::container=trace");
+        assert_eq!(directives, "warn,baaaht_daemon=debug,baaahtd=debug,baaaht_daemon::sandbox::container=trace");
         EnvFilter::try_new(directives).expect("valid filter");
     }
 }

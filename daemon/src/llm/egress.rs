@@ -55,7 +55,7 @@ impl WayOut {
     pub fn open(&self, folder: &Path) -> std::io::Result<DropGuard> {
         let path = folder.join(EGRESS_SOCKET);
         let listener = tokio::net::UnixListener::bind(&path)?;
-        crate::shared_dirs::share_socket(&path)?;
+        crate::sandbox::shared_dirs::share_socket(&path)?;
         let cancel = CancellationToken::new();
         self.tunnels.clone().serve(Listener::Unix(listener), cancel.clone(), &self.tracker);
         Ok(cancel.drop_guard())

@@ -30,10 +30,10 @@ use zeroize::Zeroize;
 use crate::base::auth::{Context, Role};
 use crate::base::config::{GatewayMode, HealthCheckConfig, LoadedConfig};
 use crate::base::metrics::{Metrics, TokenCounts};
-use crate::container::instance::Instance;
-use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT, GATEWAY_BINARY};
-use crate::container::{Engine, MountSpec};
 use crate::guard::secrets::{self, Secrets};
+use crate::sandbox::container::instance::Instance;
+use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT, GATEWAY_BINARY};
+use crate::sandbox::container::{Engine, MountSpec};
 use crate::usage::UsageBook;
 
 /// The gateway's socket, in `data/llm/` (mounted at [`GATEWAY_MOUNT`] in container mode).
@@ -619,7 +619,7 @@ impl LlmGateway {
         std::fs::DirBuilder::new().mode(0o700).create(&self.folder)?;
         if self.mode == GatewayMode::Container {
             // Made just now by the daemon; handed over by descriptor all the same.
-            crate::shared_dirs::hand_over(crate::shared_dirs::open_trusted(&self.folder)?)?;
+            crate::sandbox::shared_dirs::hand_over(crate::sandbox::shared_dirs::open_trusted(&self.folder)?)?;
         }
         Ok(())
     }

@@ -82,7 +82,7 @@ pub fn bind(folder: &Path, mount: &str, config: &mut v1::GatewayConfig) -> std::
         let name = format!("relay-{index}.sock");
         let path = folder.join(&name);
         let listener = UnixListener::bind(&path)?;
-        crate::shared_dirs::share_socket(&path)?;
+        crate::sandbox::shared_dirs::share_socket(&path)?;
         tracing::info!(provider = %provider.name, %target, "relaying the LLM gateway's connections to the host's loopback");
         provider.relay_socket = format!("{mount}/{name}");
         relays.push(Relay { provider: provider.name.clone(), target, plain_http, listener });

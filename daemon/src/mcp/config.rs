@@ -89,8 +89,8 @@ pub struct ServerMount {
 
 impl ServerMount {
     /// The mount as the policy checks it (against the allowlist, as a Coder's).
-    pub fn requested(&self) -> crate::policy::RequestedMount {
-        crate::policy::RequestedMount { host: self.host.clone(), read_write: self.read_write }
+    pub fn requested(&self) -> crate::sandbox::policy::RequestedMount {
+        crate::sandbox::policy::RequestedMount { host: self.host.clone(), read_write: self.read_write }
     }
 }
 

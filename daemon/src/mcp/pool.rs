@@ -24,10 +24,10 @@ use super::pump::pump;
 use super::relay::{Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
 use crate::base::auth::{ContainerIdentity, Context, Role};
-use crate::container::manager::{ContainerManager, RunRequest};
 use crate::egress::proxy::WebProxy;
 use crate::guard::audit::Audit;
 use crate::health::{ProbeSlot, Probed};
+use crate::sandbox::container::manager::{ContainerManager, RunRequest};
 
 /// The tool through which an agent lists and reads a server's resources.
 pub const RESOURCES_TOOL: &str = "read_resource";
@@ -230,11 +230,11 @@ pub struct McpPool {
     changes: watch::Sender<u64>,
     running: Mutex<HashMap<Key, Slot>>,
     /// Checks the host folders a server mounts, as a Coder's are checked.
-    policy: Arc<crate::policy::Policy>,
+    policy: Arc<crate::sandbox::policy::Policy>,
     /// The servers' own folders (`state: true`), capped as session workspaces are.
-    states: Arc<crate::workspace::Workspaces>,
+    states: Arc<crate::sandbox::workspace::Workspaces>,
     /// The sessions' workspaces, which a `workspace: true` server sees.
-    workspaces: Arc<crate::workspace::Workspaces>,
+    workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     /// Container → the folders it holds (its own, a session's workspace).
     holding: Mutex<HashMap<String, Held>>,
     tracker: tokio_util::task::TaskTracker,
@@ -243,8 +243,8 @@ pub struct McpPool {
 /// Folders taken for a server's start, given back when dropped before a container holds them.
 struct Unheld {
     held: Option<Held>,
-    states: Arc<crate::workspace::Workspaces>,
-    workspaces: Arc<crate::workspace::Workspaces>,
+    states: Arc<crate::sandbox::workspace::Workspaces>,
+    workspaces: Arc<crate::sandbox::workspace::Workspaces>,
 }
 
 impl Drop for Unheld {
@@ -283,11 +283,11 @@ pub struct Setup {
     /// Where the offers of servers are kept (`mcp/`).
     pub state_dir: PathBuf,
     /// Checks what a server mounts.
-    pub policy: Arc<crate::policy::Policy>,
+    pub policy: Arc<crate::sandbox::policy::Policy>,
     /// The servers' own folders (`state: true`).
-    pub states: Arc<crate::workspace::Workspaces>,
+    pub states: Arc<crate::sandbox::workspace::Workspaces>,
     /// The sessions' workspaces (`workspace: true`).
-    pub workspaces: Arc<crate::workspace::Workspaces>,
+    pub workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     /// Holds each relay's pumps and tunnels, so shutdown waits for them.
     pub tracker: tokio_util::task::TaskTracker,
 }
@@ -340,7 +340,7 @@ impl McpPool {
         context: &Context,
         server: &Server,
         session: Option<&str>,
-    ) -> Result<(Vec<crate::container::MountSpec>, Held), String> {
+    ) -> Result<(Vec<crate::sandbox::container::MountSpec>, Held), String> {
         let requested: Vec<_> = server.config.mounts.iter().map(super::config::ServerMount::requested).collect();
         let mut mounts =
             self.policy.validate_entry_mounts(&requested, Some(context)).map_err(|why| format!("mounts: {why}"))?;
@@ -351,7 +351,7 @@ impl McpPool {
                 .await
                 .map_err(|error| error.to_string())?
                 .map_err(|error| format!("the session's workspace: {}", baaaht_proto::error_chain(&error)))?;
-            mounts.push(crate::container::MountSpec {
+            mounts.push(crate::sandbox::container::MountSpec {
                 host: prepared.path,
                 target: super::config::WORKSPACE_MOUNT.into(),
                 read_only: false,
@@ -376,7 +376,7 @@ impl McpPool {
         };
         if let Some(cap) = prepared.checked_cap {
             // No filesystem of its own here: a folder already past its cap is not used again.
-            let used = crate::shared_dirs::size_below(&prepared.path).unwrap_or(0);
+            let used = crate::sandbox::shared_dirs::size_below(&prepared.path).unwrap_or(0);
             if used > cap {
                 self.states.release(&name);
                 self.let_go(held).await;
@@ -388,7 +388,7 @@ impl McpPool {
                 ));
             }
         }
-        mounts.push(crate::container::MountSpec {
+        mounts.push(crate::sandbox::container::MountSpec {
             host: prepared.path,
             target: super::config::STATE_MOUNT.into(),
             read_only: false,
@@ -426,7 +426,7 @@ impl McpPool {
             let held = holding.get(container)?;
             (held.state.clone(), held.session.clone())
         };
-        let checked: Vec<(&'static str, crate::workspace::Prepared)> = [
+        let checked: Vec<(&'static str, crate::sandbox::workspace::Prepared)> = [
             ("the server's own folder", state.and_then(|name| self.states.peek(&name))),
             ("the session's workspace", session.and_then(|session| self.workspaces.peek(&session))),
         ]
@@ -439,7 +439,7 @@ impl McpPool {
         let walked = tokio::task::spawn_blocking(move || {
             checked.into_iter().find_map(|(what, prepared)| {
                 let cap = prepared.checked_cap?;
-                let used = crate::shared_dirs::size_below(&prepared.path).ok()?;
+                let used = crate::sandbox::shared_dirs::size_below(&prepared.path).ok()?;
                 (used > cap).then(|| {
                     format!(
                         "{what} holds {}, past its cap of {}; the server is stopped",
@@ -612,7 +612,7 @@ impl McpPool {
             role: Role::Mcp,
             session_id: format!("mcp-{}", server.name),
             context: context.clone(),
-            command: vec![format!("{}/baaaht-agent", crate::container::manager::BINARIES_MOUNT), "mcp".into()],
+            command: vec![format!("{}/baaaht-agent", crate::sandbox::container::manager::BINARIES_MOUNT), "mcp".into()],
             mounts,
             env: vec![],
             timeout: Duration::MAX,

@@ -41,17 +41,17 @@ use crate::base::datadir::DataDir;
 use crate::base::lifetime::Lifetime;
 use crate::base::metrics::Metrics;
 use crate::base::state;
-use crate::container::manager::ContainerManager;
 use crate::events::EventBus;
 use crate::events::{Event, Kind};
 use crate::groups::Groups;
 use crate::identities::Identities;
 use crate::llm::call::Calls;
 use crate::llm::LlmGateway;
+use crate::sandbox::container::manager::ContainerManager;
+use crate::sandbox::workspace::Workspaces;
 use crate::sessions::SessionStore;
 use crate::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
 use crate::tools::Runners;
-use crate::workspace::Workspaces;
 
 const TURNS_FILE: &str = "turns.json";
 
@@ -649,10 +649,10 @@ pub fn recover(orchestrator: &Orchestrator) -> usize {
 
 /// The tools `role` may call, by name (the policy's): the daemon's own and the runner's.
 pub fn role_tools(role: Role) -> Vec<&'static str> {
-    crate::policy::Policy::agent_tools_of(role)
+    crate::sandbox::policy::Policy::agent_tools_of(role)
         .iter()
         .copied()
-        .chain(crate::policy::Policy::tools_of(role).iter().map(|tool| tool.as_str()))
+        .chain(crate::sandbox::policy::Policy::tools_of(role).iter().map(|tool| tool.as_str()))
         .collect()
 }
 

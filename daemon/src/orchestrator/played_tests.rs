@@ -6,9 +6,9 @@
 
 use super::*;
 use crate::agents::{Turn, TurnOutcome};
-use crate::container::fake::FakeRuntime;
-use crate::container::ContainerSpec;
 use crate::peers::{Down, Up};
+use crate::sandbox::container::fake::FakeRuntime;
+use crate::sandbox::container::ContainerSpec;
 
 /// A daemon's subsystems on a temporary data dir, its containers played.
 pub(crate) struct House {

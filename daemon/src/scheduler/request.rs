@@ -196,7 +196,7 @@ pub fn schedule_requested(
     let scheduled = new_task(definition, context, scheduler.now())
         .and_then(|task| {
             let agent = execute::role_of(&task)?;
-            crate::policy::Policy::may_act_as(crate::base::auth::Role::Worker, agent)?;
+            crate::sandbox::policy::Policy::may_act_as(crate::base::auth::Role::Worker, agent)?;
             Ok(task)
         })
         .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }).map_err(|error| error.to_string()));

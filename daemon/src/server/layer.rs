@@ -20,7 +20,7 @@ use super::Shared;
 use crate::base::auth::{AuthError, Caller, EndUser, GatewayCaller, HostPolicy};
 use crate::gateways::{GatewayKind, GatewayRecord};
 use crate::guard::audit::{Kind, Record};
-use crate::sockets::{Origin, PeerInfo};
+use crate::sandbox::sockets::{Origin, PeerInfo};
 use baaaht_proto::CORRELATION_ID_HEADER;
 
 /// The correlation id of the request being handled.

@@ -30,7 +30,7 @@ fn scope_of(request: &v1::McpServerRequest) -> Result<Scope, Status> {
     }
 }
 
-fn info(server: &Server, running: &[String], policy: &crate::policy::Policy) -> v1::McpServerInfo {
+fn info(server: &Server, running: &[String], policy: &crate::sandbox::policy::Policy) -> v1::McpServerInfo {
     // A context's server mounts what is shared with its context; the system's, as named.
     let context = match &server.scope {
         Scope::System => None,

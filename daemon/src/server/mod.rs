@@ -28,8 +28,8 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use crate::base::auth::{authorize, AuthError, Caller, Context, Operation, Target};
-use crate::container::manager::ContainerError;
-use crate::container::EngineStatus;
+use crate::sandbox::container::manager::ContainerError;
+use crate::sandbox::container::EngineStatus;
 pub use shared::Shared;
 
 impl From<ContainerError> for Status {

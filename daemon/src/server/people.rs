@@ -101,7 +101,7 @@ fn gateway_info(shared: &Shared, record: &GatewayRecord) -> v1::GatewayInfo {
         socket: shared
             .gateways
             .socket_folder(&record.name)
-            .join(crate::sockets::GATEWAY_SOCKET_NAME)
+            .join(crate::sandbox::sockets::GATEWAY_SOCKET_NAME)
             .display()
             .to_string(),
         created: record.created.clone(),

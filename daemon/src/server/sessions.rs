@@ -167,7 +167,7 @@ fn upload_status(error: crate::uploads::UploadError) -> Status {
     use crate::uploads::UploadError;
     match error {
         UploadError::TooLarge(_) => Status::invalid_argument(error.to_string()),
-        UploadError::Full | UploadError::Workspace(crate::workspace::WorkspaceError::TooMany(_)) => {
+        UploadError::Full | UploadError::Workspace(crate::sandbox::workspace::WorkspaceError::TooMany(_)) => {
             Status::resource_exhausted(error.to_string())
         }
         // Nothing of the file was kept: the sender is told so, and why.

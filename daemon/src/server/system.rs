@@ -216,7 +216,7 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
 
 /// A container's health as `baaaht status` shows it: the LLM gateway's from its supervisor, the
 /// others' from the health monitor's last verdict.
-fn health_of(shared: &Shared, entry: &crate::container::manager::InventoryEntry) -> String {
+fn health_of(shared: &Shared, entry: &crate::sandbox::container::manager::InventoryEntry) -> String {
     if entry.role != crate::base::auth::Role::LlmGateway.as_str() {
         return shared.health.health_of(&entry.name);
     }

@@ -107,7 +107,7 @@ impl v1::tasks_server::Tasks for TasksService {
                 self.shared.taints.allow(&live, crate::taint::Way::ScheduleTask).map_err(Status::permission_denied)?;
             }
             let agent = crate::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
-            if let Err(why) = crate::policy::Policy::may_act_as(identity.role, agent) {
+            if let Err(why) = crate::sandbox::policy::Policy::may_act_as(identity.role, agent) {
                 let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Policy, &caller, "refused");
                 self.shared.audit.record(record.detail("tool", "schedule_task").detail("reason", why.as_str()));
                 return Err(Status::permission_denied(why));

@@ -18,7 +18,7 @@ impl From<ToolsError> for Status {
         match error {
             ToolsError::Timeout(_) => Status::deadline_exceeded(error.to_string()),
             ToolsError::DiskFull => Status::resource_exhausted(error.to_string()),
-            ToolsError::Workspace(crate::workspace::WorkspaceError::TooMany(_)) => {
+            ToolsError::Workspace(crate::sandbox::workspace::WorkspaceError::TooMany(_)) => {
                 Status::resource_exhausted(baaaht_proto::error_chain(&error))
             }
             ToolsError::Workspace(_) | ToolsError::Ipc { .. } => Status::internal(baaaht_proto::error_chain(&error)),

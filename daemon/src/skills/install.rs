@@ -20,11 +20,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::auth::{Context, Role};
 use crate::base::state;
-use crate::container::manager::{ContainerManager, RunRequest};
-use crate::container::MountSpec;
 use crate::egress::proxy::WebProxy;
 use crate::egress::tunnel::{Listener, Reach, Tunnels};
 use crate::guard::audit::Audit;
+use crate::sandbox::container::manager::{ContainerManager, RunRequest};
+use crate::sandbox::container::MountSpec;
 
 /// The most files and bytes a skill may hold.
 const MAX_FILES: usize = 500;

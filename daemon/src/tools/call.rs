@@ -22,7 +22,7 @@ use crate::guard::audit::{Audit, Kind, Record};
 use crate::guard::secrets::Handout;
 use crate::ipc::Ipc;
 use crate::mcp::pool::McpPool;
-use crate::policy::Policy;
+use crate::sandbox::policy::Policy;
 
 /// The tools that read or write a session's files.
 const FILE_TOOLS: &[ToolName] = &[

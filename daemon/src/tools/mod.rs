@@ -17,11 +17,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::base::datadir::DataDir;
-use crate::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
-use crate::container::MountSpec;
 use crate::egress::relay::{Relay, TunnelDown, TunnelUp};
 use crate::health::Probed;
 use crate::peers::{Connected, Down, Up};
+use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
+use crate::sandbox::container::MountSpec;
 
 /// Where a session's data folder is mounted in its tool container.
 pub const WORKSPACE: &str = "/workspace";
@@ -35,7 +35,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsError {
     #[error(transparent)]
-    Workspace(#[from] crate::workspace::WorkspaceError),
+    Workspace(#[from] crate::sandbox::workspace::WorkspaceError),
     #[error("cannot prepare the tool container's IPC folder {}: {source}", path.display())]
     Ipc {
         path: PathBuf,
@@ -46,7 +46,7 @@ pub enum ToolsError {
     #[error("cannot prepare the session's workspace: {0}")]
     Prepare(String),
     #[error("cannot start the session's tool container: {0}")]
-    Container(#[source] crate::container::manager::ContainerError),
+    Container(#[source] crate::sandbox::container::manager::ContainerError),
     /// The tool container could not start for want of space in the data dir (the operator's
     /// log has the error).
     #[error("cannot start the session's tool container: {}", crate::base::state::DISK_FULL_WORK)]
@@ -172,9 +172,9 @@ struct Runner {
 /// The warm runners of every session.
 pub struct Runners {
     containers: Arc<ContainerManager>,
-    policy: Arc<crate::policy::Policy>,
+    policy: Arc<crate::sandbox::policy::Policy>,
     ipc: Arc<crate::ipc::Ipc>,
-    workspaces: Arc<crate::workspace::Workspaces>,
+    workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     data_dir: DataDir,
     /// `skills.directories`: more system skills, whose packages count for the layer.
     skill_dirs: Vec<String>,
@@ -208,9 +208,9 @@ impl std::fmt::Debug for Runners {
 #[derive(Debug)]
 pub struct Setup {
     pub containers: Arc<ContainerManager>,
-    pub policy: Arc<crate::policy::Policy>,
+    pub policy: Arc<crate::sandbox::policy::Policy>,
     pub ipc: Arc<crate::ipc::Ipc>,
-    pub workspaces: Arc<crate::workspace::Workspaces>,
+    pub workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     pub data_dir: DataDir,
     /// `skills.directories`.
     pub skill_dirs: Vec<String>,
@@ -235,7 +235,7 @@ pub struct Setup {
 
 impl Runners {
     /// The sessions' workspaces the runners mount.
-    pub fn workspaces(&self) -> &Arc<crate::workspace::Workspaces> {
+    pub fn workspaces(&self) -> &Arc<crate::sandbox::workspace::Workspaces> {
         &self.workspaces
     }
 
@@ -359,7 +359,7 @@ impl Runners {
         context: &Context,
         coder: bool,
         cold: bool,
-        workspace: crate::workspace::Prepared,
+        workspace: crate::sandbox::workspace::Prepared,
     ) -> Result<Runner, ToolsError> {
         let ipc = self
             .ipc
@@ -696,8 +696,8 @@ impl Runners {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::manager::ContainerError;
-    use crate::sockets::ListenerError;
+    use crate::sandbox::container::manager::ContainerError;
+    use crate::sandbox::sockets::ListenerError;
 
     #[test]
     fn a_tool_container_that_cannot_start_on_a_full_disk_says_so_without_the_operators_detail() {

@@ -92,7 +92,7 @@ impl Running {
 
 /// Fails loudly when no container engine answers: these tests need one.
 pub async fn require_engine() {
-    let engine = baaaht_daemon::container::probe(baaaht_daemon::base::config::RuntimeChoice::Auto).await;
+    let engine = baaaht_daemon::sandbox::container::probe(baaaht_daemon::base::config::RuntimeChoice::Auto).await;
     assert!(
         engine.runtime.is_some(),
         "these tests need a container engine and the base image: {} (scripts/test installs and starts dockerd \

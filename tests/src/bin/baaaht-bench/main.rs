@@ -565,7 +565,7 @@ fn daemon(runs: usize) -> Result<()> {
 
 fn containers(runs: usize, image: &str) -> Result<()> {
     use baaaht_daemon::base::config::RuntimeChoice;
-    use baaaht_daemon::container::{self, ContainerKind, ContainerLabels, ContainerSpec, Isolation, Limits};
+    use baaaht_daemon::sandbox::container::{self, ContainerKind, ContainerLabels, ContainerSpec, Isolation, Limits};
     let tokio = baaaht_tests::runtime();
     let engine = tokio.block_on(container::probe(RuntimeChoice::Docker));
     let runtime = engine
@@ -575,7 +575,7 @@ fn containers(runs: usize, image: &str) -> Result<()> {
         bail!("{image} is missing: run `baaahtd images build`");
     }
     let seccomp = std::env::temp_dir().join(format!("baaaht-bench-seccomp-{}.json", std::process::id()));
-    std::fs::write(&seccomp, baaaht_daemon::container::docker::SECCOMP_PROFILE)?;
+    std::fs::write(&seccomp, baaaht_daemon::sandbox::container::docker::SECCOMP_PROFILE)?;
     let spec = |n: usize| ContainerSpec {
         name: format!("baaaht-bench-{}-{n}", std::process::id()),
         image: image.to_string(),

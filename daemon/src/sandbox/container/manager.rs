@@ -22,8 +22,8 @@ use super::{
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::base::datadir::DataDir;
 use crate::base::state::{self, now_seconds, StateError};
-use crate::policy::Policy;
-use crate::sockets::{ContainerSocket, ListenerError, ListenerSet};
+use crate::sandbox::policy::Policy;
+use crate::sandbox::sockets::{ContainerSocket, ListenerError, ListenerSet};
 
 /// Where a container finds the daemon's socket (its folder is mounted here, read-only).
 pub const SOCKET_MOUNT: &str = "/run/baaaht";

@@ -583,7 +583,7 @@ mod tests {
     /// the file it was writing; anything else keeps its causes.
     #[test]
     fn a_start_on_a_full_disk_is_told_without_the_file_it_was_writing() {
-        use crate::sockets::ListenerError;
+        use crate::sandbox::sockets::ListenerError;
         use manager::ContainerError;
         let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
         let path = PathBuf::from("/srv/baaaht/ipc/c.sock");

@@ -13,7 +13,7 @@ use crate::base::auth::{Context, ContextKind, Role};
 use crate::base::config::{
     AllowedMount, Config, LoadedConfig, MountAllowlist, MountKind, MountMode, MountOwner, ToolName,
 };
-use crate::container::{Limits, MountSpec};
+use crate::sandbox::container::{Limits, MountSpec};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {

@@ -15,7 +15,7 @@ use super::docker::DockerRuntime;
 use super::{ContainerRuntime, RuntimeError};
 
 /// The Dockerfile, embedded so the daemon can build without the source tree.
-pub const BASE_DOCKERFILE: &str = include_str!("../../../container-images/base/Dockerfile");
+pub const BASE_DOCKERFILE: &str = include_str!("../../../../container-images/base/Dockerfile");
 /// Packages beyond debootstrap's minbase (which already has bash, coreutils, findutils, grep
 /// and util-linux); the Dockerfile installs the same list from a registry base.
 pub const BASE_PACKAGES: &[&str] = &["ca-certificates", "curl", "git", "python3", "python3-pip", "procps"];

@@ -12,7 +12,7 @@
 //! the files that call wrote ([`Enforcement::Checked`]). A session whose plain folder already
 //! holds files (made before workspaces had a filesystem) keeps its folder, checked.
 //!
-//! Every folder here is opened without following links ([`crate::shared_dirs`]); `data` is
+//! Every folder here is opened without following links ([`crate::sandbox::shared_dirs`]); `data` is
 //! the container's, its parent `sessions/{id}` only the daemon's.
 
 use std::collections::HashMap;
@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 
 use crate::base::config::WorkspaceLimit;
-use crate::shared_dirs::{self, Owner};
+use crate::sandbox::shared_dirs::{self, Owner};
 
 /// The folder beside a session's `data/` where the daemon keeps the pictures shared in it.
 const PICTURES: &str = "pictures";

@@ -24,7 +24,7 @@ use super::{
 };
 
 /// The seccomp profile every container gets (derived by `seccomp/derive.py`).
-pub const SECCOMP_PROFILE: &str = include_str!("../../../seccomp/default.json");
+pub const SECCOMP_PROFILE: &str = include_str!("../../../../seccomp/default.json");
 
 /// How long one engine call (other than waiting for a container) may take before the engine
 /// counts as hung, unless `container.engine_timeout` says otherwise.
@@ -287,9 +287,9 @@ impl DockerRuntime {
             }),
             ipc_mode: Some("private".into()),
             // Without root the daemon shares folders through its group (see shared_dirs.rs).
-            group_add: match crate::shared_dirs::access() {
-                crate::shared_dirs::Access::Group(gid) => Some(vec![gid.to_string()]),
-                crate::shared_dirs::Access::Owner => None,
+            group_add: match crate::sandbox::shared_dirs::access() {
+                crate::sandbox::shared_dirs::Access::Group(gid) => Some(vec![gid.to_string()]),
+                crate::sandbox::shared_dirs::Access::Owner => None,
             },
             // Podman here runs without CAP_SYS_RESOURCE and with hybrid cgroups: it needs runc
             // and explicit limits no higher than its own.
