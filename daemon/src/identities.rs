@@ -391,7 +391,7 @@ impl Identities {
         let error = |source| IdentityError::Profile { path: path.clone(), source };
         std::fs::create_dir_all(&folder).map_err(error)?;
         let channel = identity.split(':').next().unwrap_or("a channel");
-        let name = if name.is_empty() { "(no name given)".into() } else { crate::profile::plain_text(name) };
+        let name = if name.is_empty() { "(no name given)".into() } else { crate::store::profile::plain_text(name) };
         let text = format!("# {name}\n\nFirst met on {channel}. Preferences and notes about this person go here.\n");
         state::write_atomic(&path, text.as_bytes(), 0o600)?;
         Ok(())

@@ -114,7 +114,7 @@ struct MessageFile {
     #[serde(default)]
     #[allow(dead_code)]
     session_id: String,
-    /// Files sent with it, copied by the runner into `{id}.files/` beside it ([`crate::sent`]).
+    /// Files sent with it, copied by the runner into `{id}.files/` beside it ([`crate::store::sent`]).
     #[serde(default)]
     files: Vec<String>,
 }
@@ -619,7 +619,7 @@ impl Ipc {
     /// wait for the next minute), logging each delivery. Returns how many were delivered.
     pub fn deliver_messages(
         &self,
-        bus: &crate::events::EventBus,
+        bus: &crate::store::events::EventBus,
         workspaces: &crate::sandbox::workspace::Workspaces,
         sent: &mut BTreeMap<String, Vec<u64>>,
     ) -> usize {
@@ -655,7 +655,7 @@ impl Ipc {
         found: &Found<'_>,
         context: &Context,
         session: &str,
-        bus: &crate::events::EventBus,
+        bus: &crate::store::events::EventBus,
         workspaces: &crate::sandbox::workspace::Workspaces,
     ) -> bool {
         let Some(message) = self.read_request::<MessageFile>(found, "messages", "message", |m| &m.id) else {
@@ -682,7 +682,7 @@ impl Ipc {
             } else {
                 let files = format!("{}.files", message.id);
                 let kept = match shared_dirs::open_dir(found.dir, &files) {
-                    Ok(Some(dir)) => crate::sent::keep(workspaces, session, dir, &message.files),
+                    Ok(Some(dir)) => crate::store::sent::keep(workspaces, session, dir, &message.files),
                     Ok(None) => Err(format!("its files are not in {files}/")),
                     Err(error) => Err(format!("its files in {files}/ cannot be read: {error}")),
                 };
@@ -695,13 +695,13 @@ impl Ipc {
                     }
                 }
             };
-            let kind = crate::events::Kind::Message {
+            let kind = crate::store::events::Kind::Message {
                 content: message.content.clone(),
                 reply_to: String::new(),
                 metadata: BTreeMap::new(),
                 attachments,
             };
-            let event = crate::events::Event::of_session(session, kind);
+            let event = crate::store::events::Event::of_session(session, kind);
             let channels = bus.publish(context, event);
             seen.insert(message.id.clone(), now_seconds());
             if seen.len() > KEPT_PER_CONTEXT {
@@ -830,11 +830,11 @@ mod tests {
         write(&messages.join("m3.files/x"), "x");
         std::os::unix::fs::symlink("/etc/hostname", messages.join("m3.files/host.txt")).expect("link");
         write(&messages.join("m3.json"), r#"{"id":"m3","content":"a link","files":["host.txt"]}"#);
-        let bus = crate::events::EventBus::default();
+        let bus = crate::store::events::EventBus::default();
         let mut events = bus.subscribe();
         assert_eq!(ipc.deliver_messages(&bus, &workspaces, &mut BTreeMap::new()), 1);
         let (_, event) = events.try_recv().expect("one event");
-        let crate::events::Kind::Message { content, attachments, .. } = event.kind else { panic!("a message") };
+        let crate::store::events::Kind::Message { content, attachments, .. } = event.kind else { panic!("a message") };
         assert_eq!(content, "the chart");
         assert_eq!(attachments.len(), 1);
         assert_eq!((attachments[0].path.as_str(), attachments[0].session.as_str()), ("sent/chart.png", "s1"));
@@ -890,7 +890,7 @@ mod tests {
             std::os::unix::fs::symlink(&host, slot.join(sub)).expect("symlink");
         }
         assert_eq!(ipc.collect_all(), 0);
-        let bus = crate::events::EventBus::default();
+        let bus = crate::store::events::EventBus::default();
         assert_eq!(ipc.deliver_messages(&bus, &workspaces(&temp), &mut BTreeMap::new()), 0);
         assert!(host.join("keep.json").exists(), "nothing was moved out of the link's target");
         assert!(!state_dir.join("ipc-rejected").exists());
@@ -914,7 +914,7 @@ mod tests {
         assert!(!coder.join("messages").exists(), "a Coder gets no messages folder");
         write(&coder.join("messages/m1.json"), r#"{"id":"m1","content":"from the coder"}"#);
         write(&tools.join("messages/m2.json"), r#"{"id":"m2","content":"hello","sessionId":"s-other"}"#);
-        let bus = crate::events::EventBus::default();
+        let bus = crate::store::events::EventBus::default();
         let mut events = bus.subscribe();
         assert_eq!(ipc.deliver_messages(&bus, &workspaces(&temp), &mut BTreeMap::new()), 1);
         let (context, event) = events.try_recv().expect("one event");
@@ -940,7 +940,7 @@ mod tests {
         };
         let scheduler = crate::scheduler::Scheduler::open(&state_dir, settings, crate::scheduler::Clock::System)
             .expect("scheduler");
-        let inbox = crate::inbox::Inbox::new(state_dir.join("inbox"));
+        let inbox = crate::store::inbox::Inbox::new(state_dir.join("inbox"));
         write(&tools.join("tasks/t1.json"), r#"{"id":"t1","prompt":"water the plants","cron":"0 9 * * 1"}"#);
         write(&tools.join("tasks/t2.json"), r#"{"id":"t2","prompt":"x","cron":"0 25 * * *"}"#);
         write(&tools.join("tasks/t3.json"), r#"{"id":"other","prompt":"x","cron":"0 9 * * *"}"#);

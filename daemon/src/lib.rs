@@ -12,34 +12,27 @@ pub mod budgets;
 pub mod cli;
 pub mod defaults;
 pub mod egress;
-pub mod events;
 pub mod gateways;
 pub mod groups;
 pub mod guard;
 pub mod health;
 pub mod identities;
-pub mod inbox;
 pub mod ipc;
 pub mod llm;
 pub mod mcp;
-pub mod memory;
 pub mod oidc;
 pub mod orchestrator;
 pub mod peers;
-pub mod profile;
-pub mod recall;
 pub mod sampler;
 pub mod sandbox;
 pub mod scheduler;
 pub mod selftest;
-pub mod sent;
 pub mod server;
-pub mod sessions;
 pub mod setup;
 pub mod skills;
+pub mod store;
 pub mod taint;
 pub mod tools;
-pub mod uploads;
 pub mod usage;
 
 use std::future::Future;
@@ -68,6 +61,7 @@ use crate::sandbox::sockets::{Conn, ListenerSet};
 use crate::sandbox::{container, policy, sockets, workspace};
 use crate::server::layer::{Gate, RequestLayer};
 use crate::server::Shared;
+use crate::store::{events, inbox, memory, recall, sessions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {

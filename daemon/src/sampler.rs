@@ -12,7 +12,7 @@ use crate::base::datadir::DataDir;
 use crate::base::metrics::Metrics;
 use crate::base::metrics::Sample;
 use crate::sandbox::container::manager::ContainerManager;
-use crate::sessions::SessionStore;
+use crate::store::sessions::SessionStore;
 
 /// What a sample is taken from, and where it goes.
 #[derive(Debug)]

@@ -33,9 +33,9 @@ use sha2::Digest as _;
 use crate::base::auth::Live;
 use crate::base::config::{EgressInTaint, MemoryInTaint, TaintPolicy, Withhold};
 use crate::base::state;
-use crate::events::{Event, EventBus};
 use crate::guard::audit::{Audit, Kind, Record};
 use crate::guard::redact::{Place, Redact};
+use crate::store::events::{Event, EventBus};
 
 const FILE: &str = "taint.json";
 const JOURNAL: &str = "taint.journal";
@@ -577,7 +577,7 @@ impl Taints {
                 .session(&live.session)
                 .correlation(&live.correlation_id);
             self.audit.record(record.detail("turn", live.user_turn.as_str()).detail("source", source.as_str()));
-            let kind = crate::events::Kind::Tainted { source, withheld: self.withheld() };
+            let kind = crate::store::events::Kind::Tainted { source, withheld: self.withheld() };
             let event = Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, kind);
             self.events.publish(&live.context, event);
         }

@@ -262,7 +262,7 @@ mod tests {
     #[test]
     fn a_full_disk_is_known_through_the_errors_that_wrap_it() {
         let full = StateError::Write { path: "/d/state/x.json".into(), source: std::io::Error::from_raw_os_error(28) };
-        let wrapped = crate::sessions::SessionError::Index(full);
+        let wrapped = crate::store::sessions::SessionError::Index(full);
         assert!(is_disk_full(&wrapped));
         let denied = StateError::Write { path: "/d/x".into(), source: std::io::Error::from_raw_os_error(13) };
         assert!(!is_disk_full(&denied));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::base::auth::{Context, Role};
-use crate::events::{Event, EventBus, Kind};
+use crate::store::events::{Event, EventBus, Kind};
 
 /// An answer to an approval request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -267,7 +267,7 @@ pub struct Policy {
 /// Where refusals of hosts no rule names are told, and when each was last told.
 #[derive(Debug, Clone)]
 pub struct Refusals {
-    inbox: std::sync::Arc<crate::inbox::Inbox>,
+    inbox: std::sync::Arc<crate::store::inbox::Inbox>,
     told: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(Context, String), std::time::Instant>>>,
 }
 
@@ -275,7 +275,7 @@ pub struct Refusals {
 const TELL_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl Refusals {
-    pub fn new(inbox: std::sync::Arc<crate::inbox::Inbox>) -> Refusals {
+    pub fn new(inbox: std::sync::Arc<crate::store::inbox::Inbox>) -> Refusals {
         Refusals { inbox, told: std::sync::Arc::default() }
     }
 
@@ -298,7 +298,7 @@ impl Refusals {
             "{what} wanted {host}:{port}, which no egress rule allows, so it was refused. To allow it from now on: \
              `baaaht egress allow {host} {named}`."
         );
-        let item = crate::inbox::Item::new(format!("{host} was refused to your tools"), content, "", "");
+        let item = crate::store::inbox::Item::new(format!("{host} was refused to your tools"), content, "", "");
         if let Err(error) = self.inbox.push(context, item) {
             tracing::warn!(context = %context, %error, "cannot tell of a refused host");
         }

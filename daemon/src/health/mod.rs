@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::base::auth::{Context, Role};
-use crate::inbox::{Inbox, Item};
+use crate::store::inbox::{Inbox, Item};
 
 static NEXT_PROBE: AtomicU64 = AtomicU64::new(1);
 

@@ -22,8 +22,8 @@ use crate::base::auth::{Context, Role};
 use crate::base::config::LoadedConfig;
 use crate::base::metrics::TokenCounts;
 use crate::budgets::{Budgets, Reservation};
-use crate::events::EventBus;
 use crate::guard::audit::{Audit, Kind, Record};
+use crate::store::events::EventBus;
 
 /// Why a model call was not made.
 #[derive(Debug, thiserror::Error)]
@@ -369,7 +369,10 @@ impl Drop for Tally {
             let used = self.usage.map(|usage| usage.tokens);
             let answered = crate::budgets::Answered { provider: &self.provider, model: &self.model };
             if let Some(warning) = budgets.settle(reservation, used, answered) {
-                let event = crate::events::Event::of_session(&self.session, crate::events::Kind::message(warning));
+                let event = crate::store::events::Event::of_session(
+                    &self.session,
+                    crate::store::events::Kind::message(warning),
+                );
                 bus.publish(&self.context, event);
             }
         }

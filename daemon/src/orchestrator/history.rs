@@ -71,7 +71,7 @@ fn visible(branch: &[Entry]) -> (Option<&str>, Vec<&Entry>) {
 
 /// The pictures of `branch` a turn shows the model: the newest [`MAX_IMAGES`] shared with its
 /// last [`RECENT_TURNS`] user messages (each is then read and checked, [`Images`]).
-pub(super) fn wanted_images(branch: &[Entry]) -> Vec<crate::sessions::log::Attachment> {
+pub(super) fn wanted_images(branch: &[Entry]) -> Vec<crate::store::sessions::log::Attachment> {
     let (_, shown) = visible(branch);
     shown
         .iter()
@@ -326,7 +326,7 @@ pub fn history(branch: &[Entry], names: Option<&(dyn Fn(&str) -> String + Sync)>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sessions::log::Message;
+    use crate::store::sessions::log::Message;
 
     fn message(id: &str, parent: &str, role: &str, content: &str, sender: Option<&str>) -> Entry {
         Entry::Message {
@@ -501,7 +501,7 @@ mod tests {
         if let Entry::Message { message, .. } = &mut entry {
             message.attachments = files
                 .iter()
-                .map(|(path, mime_type, size_bytes)| crate::sessions::log::Attachment {
+                .map(|(path, mime_type, size_bytes)| crate::store::sessions::log::Attachment {
                     session: "s".into(),
                     path: (*path).into(),
                     mime_type: (*mime_type).into(),
@@ -524,7 +524,7 @@ mod tests {
                 &[
                     ("uploads/c.jpg", "image/jpeg", 10),
                     ("uploads/notes.txt", "text/plain", 10),
-                    ("uploads/huge.png", "image/png", crate::uploads::MAX_PICTURE_BYTES + 1),
+                    ("uploads/huge.png", "image/png", crate::store::uploads::MAX_PICTURE_BYTES + 1),
                     ("uploads/d.webp", "image/webp", 10),
                     ("uploads/e.gif", "image/gif", 10),
                 ],

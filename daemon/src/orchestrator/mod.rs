@@ -41,16 +41,16 @@ use crate::base::datadir::DataDir;
 use crate::base::lifetime::Lifetime;
 use crate::base::metrics::Metrics;
 use crate::base::state;
-use crate::events::EventBus;
-use crate::events::{Event, Kind};
 use crate::groups::Groups;
 use crate::identities::Identities;
 use crate::llm::call::Calls;
 use crate::llm::LlmGateway;
 use crate::sandbox::container::manager::ContainerManager;
 use crate::sandbox::workspace::Workspaces;
-use crate::sessions::SessionStore;
-use crate::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
+use crate::store::events::EventBus;
+use crate::store::events::{Event, Kind};
+use crate::store::sessions::SessionStore;
+use crate::store::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
 use crate::tools::Runners;
 
 const TURNS_FILE: &str = "turns.json";
@@ -106,7 +106,7 @@ struct Queued {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     parent: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    attachments: Vec<crate::sessions::log::Attachment>,
+    attachments: Vec<crate::store::sessions::log::Attachment>,
 }
 
 impl Queued {
@@ -439,7 +439,7 @@ pub struct Incoming {
     pub content: String,
     pub parent: Option<String>,
     /// Files shared with the message, stored in the session's `uploads/` by UploadFile.
-    pub attachments: Vec<crate::sessions::log::Attachment>,
+    pub attachments: Vec<crate::store::sessions::log::Attachment>,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -487,7 +487,7 @@ pub fn accept_user_message(
         attachments: incoming.attachments,
     };
     let lock = orchestrator.turns.session_lock(&record.id);
-    let entry = crate::sessions::new_entry_id();
+    let entry = crate::store::sessions::new_entry_id();
     let (guard, queued) = match lock.try_lock_owned() {
         Ok(guard) => {
             orchestrator.sessions.append_as(
@@ -724,7 +724,7 @@ pub(crate) fn foreign_memories(orchestrator: &Orchestrator, live: &Live) -> Opti
 }
 
 /// A memory as the Assistant is given it: one line, at most 500 characters.
-fn remembered(entry: &crate::memory::MemoryEntry) -> String {
+fn remembered(entry: &crate::store::memory::MemoryEntry) -> String {
     const LONGEST: usize = 500;
     let mut content = entry.content.trim().replace('\n', " ");
     if content.len() > LONGEST {
@@ -739,12 +739,12 @@ fn remembered(entry: &crate::memory::MemoryEntry) -> String {
 }
 
 /// The most recent memories of a context, those the Assistant is given.
-fn memories_of(folder: &std::path::Path) -> Vec<crate::memory::MemoryEntry> {
+fn memories_of(folder: &std::path::Path) -> Vec<crate::store::memory::MemoryEntry> {
     const MOST: usize = 20;
     if !folder.is_dir() {
         return vec![];
     }
-    let store = crate::memory::MemoryStore::new(folder.to_path_buf());
+    let store = crate::store::memory::MemoryStore::new(folder.to_path_buf());
     let mut entries = match store.list(None) {
         Ok(entries) => entries,
         Err(error) => {

@@ -124,7 +124,7 @@ pub(super) async fn run_turn(
 /// were shared (never the workspace, which the agents write in); for one that cannot be shown
 /// the model is told why.
 async fn read_images(orchestrator: &Arc<Orchestrator>, session: &str, branch: &[Entry]) -> Images {
-    use crate::uploads::{MAX_PICTURE_BYTES, PICTURE_TYPES};
+    use crate::store::uploads::{MAX_PICTURE_BYTES, PICTURE_TYPES};
     let wanted = super::history::wanted_images(branch);
     if wanted.is_empty() {
         return Images::new();

@@ -10,12 +10,12 @@ use tracing::Instrument as _;
 use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJob, TaskKind, TaskRecord};
 use crate::agents::AgentError;
 use crate::base::auth::{Context, ContextKind, Role};
-use crate::events::Notice;
-use crate::inbox::Inbox;
-use crate::inbox::Item;
-use crate::memory::Memories;
 use crate::orchestrator::Orchestrator;
-use crate::sessions::{NewEntry, SessionStatus};
+use crate::store::events::Notice;
+use crate::store::inbox::Inbox;
+use crate::store::inbox::Item;
+use crate::store::memory::Memories;
+use crate::store::sessions::{NewEntry, SessionStatus};
 
 /// What a heartbeat answers when there is nothing to tell.
 pub const NOTHING: &str = "NOTHING";
@@ -52,7 +52,7 @@ fn preferred_channel(data_dir: &crate::base::datadir::DataDir, context: &Context
         ContextKind::Group => "GROUP.md",
     };
     let text = std::fs::read_to_string(data_dir.context_dir(context).join(profile)).ok()?;
-    crate::profile::preferred_channel(&text)
+    crate::store::profile::preferred_channel(&text)
 }
 
 /// The channel family of `channel` (`slack/dm` → `slack`).
@@ -220,7 +220,10 @@ impl Daemon {
             None => false,
         };
         let told = Notice { channel: channel.unwrap_or_default().to_string(), ..notice.clone() };
-        let event = crate::events::Event::of_session(session.unwrap_or_default(), crate::events::Kind::Notice(told));
+        let event = crate::store::events::Event::of_session(
+            session.unwrap_or_default(),
+            crate::store::events::Kind::Notice(told),
+        );
         self.orchestrator.events.publish(context, event);
         if connected {
             tracing::info!(context = %context, channel, task = %notice.task_id, "task notice sent");

@@ -12,7 +12,7 @@ use super::tests::{cron, task};
 use super::{Claim, ContextMode, Delivery, Execute as _, Failure, TaskKind};
 use crate::base::auth::Context;
 use crate::orchestrator::played_tests::{house, House};
-use crate::sessions::SessionStatus;
+use crate::store::sessions::SessionStatus;
 
 fn executor(house: &House) -> Daemon {
     let shared = house.daemon.shared();

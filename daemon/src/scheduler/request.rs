@@ -107,7 +107,7 @@ pub fn new_task(definition: TaskRequest, context: &Context, now: jiff::Timestamp
     };
     let notification = match definition.notification {
         Some((channel, on_success, on_failure)) => {
-            if !crate::profile::is_valid_channel(&channel) {
+            if !crate::store::profile::is_valid_channel(&channel) {
                 return Err(format!(
                     "notification.channel: `{channel}` is not a channel; use tui, web, slack, slack/dm, slack/CHANNEL or \
                      none (empty: the user's preferred channel)"
@@ -163,7 +163,7 @@ pub fn new_task(definition: TaskRequest, context: &Context, now: jiff::Timestamp
 /// removed) schedules once. A refusal is told to the context's inbox, with why.
 pub fn schedule_requested(
     scheduler: &Scheduler,
-    inbox: &crate::inbox::Inbox,
+    inbox: &crate::store::inbox::Inbox,
     context: &Context,
     request: crate::ipc::TaskFile,
 ) -> Result<String, String> {
@@ -205,7 +205,7 @@ pub fn schedule_requested(
         Err(why) => {
             let content =
                 format!("An agent asked to schedule a task (request {}), and it was refused: {why}", request.id);
-            let item = crate::inbox::Item::new("A task was not scheduled", content, "", "");
+            let item = crate::store::inbox::Item::new("A task was not scheduled", content, "", "");
             if let Err(error) = inbox.push(context, item) {
                 tracing::warn!(context = %context, %error, "cannot tell of a refused task request");
             }

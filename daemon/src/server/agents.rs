@@ -102,12 +102,12 @@ impl v1::agents_server::Agents for AgentsService {
         if let Some(live) = &live {
             self.shared.taints.allow(live, crate::taint::Way::Message).map_err(Status::permission_denied)?;
         }
-        let event = crate::events::Event {
+        let event = crate::store::events::Event {
             recorded: false,
             session: identity.session_id.clone(),
             turn: live.as_ref().map(|live| live.user_turn.clone()).unwrap_or_default(),
             correlation_id: live.map(|live| live.correlation_id).unwrap_or_default(),
-            kind: crate::events::Kind::Message {
+            kind: crate::store::events::Kind::Message {
                 content: message.content,
                 reply_to: message.reply_to_message_id,
                 metadata: message.metadata.into_iter().collect(),

@@ -49,7 +49,7 @@ pub(crate) fn role_of(value: i32) -> Result<Option<Role>, String> {
 }
 
 /// A file shared with a message, as clients see it.
-pub(crate) fn attachment(attachment: &crate::sessions::log::Attachment) -> v1::Attachment {
+pub(crate) fn attachment(attachment: &crate::store::sessions::log::Attachment) -> v1::Attachment {
     v1::Attachment {
         filename: attachment.path.rsplit('/').next().unwrap_or(&attachment.path).to_string(),
         mime_type: attachment.mime_type.clone(),
@@ -73,8 +73,8 @@ pub(crate) fn channel_ref(channel: Option<&str>) -> v1::ChannelType {
 }
 
 /// The wire form of `event`, which the bus carried to `context`'s channels.
-pub(crate) fn event(context: &Context, event: crate::events::Event) -> v1::OrchestratorEvent {
-    use crate::events::Kind;
+pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1::OrchestratorEvent {
+    use crate::store::events::Kind;
     use v1::orchestrator_event::Event as Out;
     let kind = match event.kind {
         Kind::UserMessage { entry_id, sender_id, sender_name, channel, content, attachments } => {

@@ -1,4 +1,4 @@
-//! `Sessions.DownloadFile`: a file an agent sent to a conversation ([`crate::sent`]), for
+//! `Sessions.DownloadFile`: a file an agent sent to a conversation ([`crate::store::sent`]), for
 //! whoever may read the conversation — its attachment first, then its bytes in chunks.
 
 use baaaht_proto::{v1, SENT_FILE_MAX_BYTES};
@@ -21,9 +21,9 @@ pub(super) async fn download_file(
     let v1::DownloadFileRequest { session_id, path } = request.into_inner();
     valid_id(&session_id, "session_id")?;
     if shared.sessions.get(&session_id).is_none() {
-        return Err(crate::sessions::SessionError::NotFound(session_id).into());
+        return Err(crate::store::sessions::SessionError::NotFound(session_id).into());
     }
-    let Some(name) = crate::sent::name_of(&path).map(str::to_string) else {
+    let Some(name) = crate::store::sent::name_of(&path).map(str::to_string) else {
         return Err(Status::invalid_argument(format!(
             "path `{}` is not a file an agent sent; give a message attachment's path (sent/NAME)",
             path.escape_debug()
@@ -44,7 +44,7 @@ pub(super) async fn download_file(
     };
     let filename = path.rsplit('/').next().unwrap_or(&path).to_string();
     let attachment = v1::Attachment {
-        mime_type: crate::sent::mime_of(&filename, &bytes),
+        mime_type: crate::store::sent::mime_of(&filename, &bytes),
         filename,
         path,
         size_bytes: bytes.len() as u64,

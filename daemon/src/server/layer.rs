@@ -159,11 +159,12 @@ impl Gate {
         );
         for admin in &self.shared.loaded.config.system.admin_users {
             let context = crate::base::auth::Context::user(admin.clone());
-            let item = crate::inbox::Item::new("Someone asks to use baaaht", text.clone(), "", "");
+            let item = crate::store::inbox::Item::new("Someone asks to use baaaht", text.clone(), "", "");
             if let Err(error) = self.shared.inbox.push(&context, item) {
                 tracing::error!(admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin who waits");
             }
-            let event = crate::events::Event::of_turn("", "", "", crate::events::Kind::message(text.clone()));
+            let event =
+                crate::store::events::Event::of_turn("", "", "", crate::store::events::Kind::message(text.clone()));
             self.shared.events.publish(&context, event);
         }
     }

@@ -56,8 +56,8 @@ pub(super) async fn stream(
     // Every channel following the turn hears at once that its agent is thinking.
     let live = shared.agents.live(&identity.name);
     if let Some(live) = &live {
-        let phase = crate::events::Kind::Phase { agent: live.role, phase: "thinking" };
-        let event = crate::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, phase);
+        let phase = crate::store::events::Kind::Phase { agent: live.role, phase: "thinking" };
+        let event = crate::store::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, phase);
         shared.events.publish(&live.context, event);
     }
     let upstream = shared.calls.stream(&payer, request).await.map_err(|error| match error {
@@ -84,12 +84,12 @@ pub(super) async fn stream(
 /// kept as written so far by its turn, for the case the turn is stopped. A refusal for the
 /// context window is noted on the turn, which then compacts and tries again.
 fn publish_delta(
-    bus: &crate::events::EventBus,
+    bus: &crate::store::events::EventBus,
     turns: &crate::orchestrator::Turns,
     live: &crate::base::auth::Live,
     event: &v1::LlmEvent,
 ) {
-    use crate::events::Kind;
+    use crate::store::events::Kind;
     use v1::llm_event::Event;
     let out = match &event.event {
         Some(Event::TextDelta(delta)) => {
@@ -112,6 +112,6 @@ fn publish_delta(
     };
     bus.publish(
         &live.context,
-        crate::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, out),
+        crate::store::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, out),
     );
 }

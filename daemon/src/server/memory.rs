@@ -13,7 +13,7 @@ use crate::base::auth::{Caller, Context, ContextKind, Operation};
 
 use super::Shared;
 use super::{check, context_of, own_context};
-use crate::memory::{Kept, MemoryEntry, MemoryError, Metadata, Origin};
+use crate::store::memory::{Kept, MemoryEntry, MemoryError, Metadata, Origin};
 use crate::taint::MemoryWrite;
 
 impl From<MemoryError> for Status {
@@ -103,11 +103,11 @@ pub(super) fn write(
         sources: vec![],
     };
     let key = request.key.clone();
-    let tell = |kind: crate::events::Kind| {
+    let tell = |kind: crate::store::events::Kind| {
         let session =
             live.as_ref().map(|live| (live.session.as_str(), live.user_turn.as_str(), live.correlation_id.as_str()));
         let (session, turn, correlation) = session.unwrap_or_default();
-        shared.events.publish(&context, crate::events::Event::of_turn(session, turn, correlation, kind));
+        shared.events.publish(&context, crate::store::events::Event::of_turn(session, turn, correlation, kind));
     };
     let written = match &verdict {
         MemoryWrite::Refuse(why) => return Err(Status::permission_denied(why.clone())),
@@ -120,14 +120,14 @@ pub(super) fn write(
         Ok(kept) => kept,
         Err(error) => {
             if matches!(error, MemoryError::Full(_)) {
-                tell(crate::events::Kind::message(format!("A memory (`{key}`) was not kept: {error}")));
+                tell(crate::store::events::Kind::message(format!("A memory (`{key}`) was not kept: {error}")));
             }
             return Err(error.into());
         }
     };
     if let MemoryWrite::Quarantine(source) = &verdict {
         tracing::info!(context = %context, key = %key, %source, "memory put aside for review");
-        tell(crate::events::Kind::memory_review(&request.key, source));
+        tell(crate::store::events::Kind::memory_review(&request.key, source));
         return Ok(Response::new(v1::Ack {
             message: format!(
                 "`{key}` is kept aside for the user's review, not remembered: this turn read content from outside \
@@ -145,7 +145,7 @@ pub(super) fn write(
         }
         Kept::MadeRoom(gone) => {
             let said: String = gone.content.chars().take(80).collect();
-            tell(crate::events::Kind::message(format!(
+            tell(crate::store::events::Kind::message(format!(
                 "Memory keeps at most {} entries: to remember `{key}`, the least important and oldest one, `{}` \
                  (“{said}”), was forgotten. Raise memory.max_entries to keep more.",
                 shared.memory.most(),

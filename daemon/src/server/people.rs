@@ -68,7 +68,7 @@ impl From<GatewayError> for Status {
 
 fn profile(shared: &Shared, user: UserView) -> v1::UserProfile {
     let path = shared.data_dir.context_dir(&Context::user(&user.id)).join("USER.md");
-    let preferred = std::fs::read_to_string(path).ok().and_then(|text| crate::profile::preferred_channel(&text));
+    let preferred = std::fs::read_to_string(path).ok().and_then(|text| crate::store::profile::preferred_channel(&text));
     v1::UserProfile {
         preferred_channel: preferred.unwrap_or_default(),
         admin: shared.loaded.config.system.admin_users.contains(&user.id),
@@ -153,7 +153,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
         let user = end_user(&caller)?;
         let update = request.get_ref();
         let channel = update.preferred_channel.as_deref().map(|channel| channel.trim().to_ascii_lowercase());
-        if let Some(channel) = channel.as_deref().filter(|channel| !crate::profile::is_valid_channel(channel)) {
+        if let Some(channel) = channel.as_deref().filter(|channel| !crate::store::profile::is_valid_channel(channel)) {
             return Err(Status::invalid_argument(format!(
                 "preferred channel `{}`: choose web, tui, slack, slack/dm, none, or nothing for the channel last used",
                 channel.chars().take(80).collect::<String>()
@@ -164,7 +164,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
         }
         if let Some(channel) = channel {
             let path = self.shared.data_dir.context_dir(&Context::user(&user.id)).join("USER.md");
-            crate::profile::set_preferred_channel(&path, &channel)
+            crate::store::profile::set_preferred_channel(&path, &channel)
                 .map_err(|error| Status::internal(baaaht_proto::error_chain(&error)))?;
         }
         let view = self.shared.identities.user(&user.id).ok_or_else(|| IdentityError::UnknownUser(user.id.clone()))?;
@@ -537,7 +537,12 @@ impl v1::admin_server::Admin for AdminService {
         check(&self.shared, &request, Operation::RestartContainers, None, None)?;
         let session = request.into_inner().session_id;
         let sessions: Vec<String> = if session.is_empty() {
-            self.shared.sessions.list(&crate::sessions::Filter::default()).into_iter().map(|record| record.id).collect()
+            self.shared
+                .sessions
+                .list(&crate::store::sessions::Filter::default())
+                .into_iter()
+                .map(|record| record.id)
+                .collect()
         } else {
             super::valid_id(&session, "session_id")?;
             vec![session]

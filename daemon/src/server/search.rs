@@ -1,4 +1,4 @@
-//! SearchSessions, and SearchMemory's ranked search: a context's search index (`crate::recall`)
+//! SearchSessions, and SearchMemory's ranked search: a context's search index (`crate::store::recall`)
 //! asked, off the async workers (a context's first search may bring its index up to date with
 //! the files first). What is found is the context's own: the caller was checked for it, and an
 //! index holds one context only.
@@ -8,7 +8,7 @@ use tonic::Status;
 
 use super::Shared;
 use crate::base::auth::Context;
-use crate::recall::{Filter, IndexError};
+use crate::store::recall::{Filter, IndexError};
 
 /// The most characters of a message a hit carries.
 const HIT_CHARS: usize = 1_000;
@@ -54,7 +54,7 @@ pub(super) async fn memories(
     text: String,
     filter: Filter,
     limit: usize,
-) -> Result<Vec<(crate::memory::MemoryEntry, f64)>, Status> {
+) -> Result<Vec<(crate::store::memory::MemoryEntry, f64)>, Status> {
     let (recall, memory, searched) = (shared.recall.clone(), shared.memory.clone(), context.clone());
     let found = tokio::task::spawn_blocking(move || {
         let found = recall.search_memories(&searched, &text, &filter, limit)?;
@@ -113,7 +113,7 @@ pub(super) async fn sessions(
 /// answer of the assistant (it answered someone, with what they said), a message of another
 /// member, or one whose sender cannot be read back.
 pub(super) fn others_words(shared: &Shared, hits: &[v1::SessionHit], asker: Option<&str>) -> Option<String> {
-    use crate::sessions::Entry;
+    use crate::store::sessions::Entry;
     let mut read: std::collections::HashMap<&str, Vec<Entry>> = std::collections::HashMap::new();
     for hit in hits {
         if hit.role != "user" || asker.is_none() {
@@ -139,7 +139,8 @@ pub(super) fn others_words(shared: &Shared, hits: &[v1::SessionHit], asker: Opti
 /// What the marked messages before `hits` read, if one of them follows one (DESIGN.md
 /// §10.3): a reply or a result said after a turn read content from outside carries it.
 pub(super) fn carried(shared: &Shared, hits: &[v1::SessionHit]) -> Option<String> {
-    let mut read: std::collections::HashMap<&str, Option<crate::sessions::Read>> = std::collections::HashMap::new();
+    let mut read: std::collections::HashMap<&str, Option<crate::store::sessions::Read>> =
+        std::collections::HashMap::new();
     hits.iter().find_map(|hit| {
         let session = read.entry(hit.session_id.as_str()).or_insert_with(|| {
             shared
@@ -160,7 +161,7 @@ pub(super) fn carried(shared: &Shared, hits: &[v1::SessionHit]) -> Option<String
             "user" => &branch[..branch.len().saturating_sub(1)],
             _ => &branch[..],
         };
-        let source = shared.taints.carried(before.iter().map(crate::sessions::Entry::id))?;
+        let source = shared.taints.carried(before.iter().map(crate::store::sessions::Entry::id))?;
         Some(format!("what was said after a turn that read {source}"))
     })
 }

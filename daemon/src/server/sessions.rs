@@ -11,7 +11,7 @@ use super::Shared;
 use crate::base::auth::Context;
 use crate::base::auth::{Caller, ContextKind, Operation};
 use crate::orchestrator::OrchestratorError;
-use crate::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
+use crate::store::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
 
 use super::{caller, check, context_of, limited, own_context, until_shutdown, valid_id};
 
@@ -23,7 +23,8 @@ impl From<SessionError> for Status {
             SessionError::Archived(_) => Status::failed_precondition(text),
             SessionError::OtherContext { .. } => Status::permission_denied(text),
             SessionError::Log(
-                crate::sessions::LogError::UnknownEntry(_) | crate::sessions::LogError::UnknownParent { .. },
+                crate::store::sessions::LogError::UnknownEntry(_)
+                | crate::store::sessions::LogError::UnknownParent { .. },
             ) => Status::invalid_argument(text),
             other if crate::base::state::is_disk_full(&other) => {
                 tracing::error!(error = %baaaht_proto::error_chain(&other), "the data dir's disk is full");
@@ -57,7 +58,7 @@ pub(super) fn header(record: &SessionRecord) -> v1::SessionHeader {
     let context_type = if record.group_id.is_some() { v1::ContextType::Group } else { v1::ContextType::User };
     v1::SessionHeader {
         id: record.id.clone(),
-        version: crate::sessions::log::VERSION,
+        version: crate::store::sessions::log::VERSION,
         user_id: record.user_id.clone(),
         group_id: record.group_id.clone().unwrap_or_default(),
         context_type: context_type as i32,
@@ -110,7 +111,7 @@ fn incoming(
         )));
     }
     for (index, attachment) in written.attachments.iter().enumerate() {
-        if !crate::uploads::is_upload_path(&attachment.path) {
+        if !crate::store::uploads::is_upload_path(&attachment.path) {
             return Err(Status::invalid_argument(format!(
                 "attachments[{index}].path: `{}` is not an upload; give the path UploadFile answered (uploads/NAME)",
                 attachment.path
@@ -119,13 +120,17 @@ fn incoming(
         if !content.is_empty() {
             content.push_str("\n\n");
         }
-        content.push_str(&crate::uploads::mention(&attachment.path, &attachment.mime_type, attachment.size_bytes));
+        content.push_str(&crate::store::uploads::mention(
+            &attachment.path,
+            &attachment.mime_type,
+            attachment.size_bytes,
+        ));
     }
     let stored_in = written.session_id.clone();
     let attachments = written
         .attachments
         .into_iter()
-        .map(|attachment| crate::sessions::log::Attachment {
+        .map(|attachment| crate::store::sessions::log::Attachment {
             session: stored_in.clone(),
             path: attachment.path,
             mime_type: attachment.mime_type,
@@ -163,8 +168,8 @@ const UPLOAD_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60
 
 /// An upload's failure for the caller: the sentence when it is about the file or the session's
 /// room, the log's for anything else.
-fn upload_status(error: crate::uploads::UploadError) -> Status {
-    use crate::uploads::UploadError;
+fn upload_status(error: crate::store::uploads::UploadError) -> Status {
+    use crate::store::uploads::UploadError;
     match error {
         UploadError::TooLarge(_) => Status::invalid_argument(error.to_string()),
         UploadError::Full | UploadError::Workspace(crate::sandbox::workspace::WorkspaceError::TooMany(_)) => {
@@ -184,14 +189,16 @@ fn upload_status(error: crate::uploads::UploadError) -> Status {
 
 /// A log entry of `record` as the protocol shows it; the header is the transcript's, not an
 /// entry.
-pub(super) fn entry(record: &crate::sessions::SessionRecord, entry: &Entry) -> Option<v1::SessionEntry> {
+pub(super) fn entry(record: &crate::store::sessions::SessionRecord, entry: &Entry) -> Option<v1::SessionEntry> {
     use v1::session_entry::Entry as Kind;
     let (id, parent, timestamp, kind) = match entry {
         Entry::Header(_) => return None,
         Entry::Activity { id, after, timestamp, activity } => {
-            let kind = crate::events::Kind::of_activity(activity.clone());
-            let event =
-                crate::server::convert::event(&record.context(), crate::events::Event::of_session(&record.id, kind));
+            let kind = crate::store::events::Kind::of_activity(activity.clone());
+            let event = crate::server::convert::event(
+                &record.context(),
+                crate::store::events::Event::of_session(&record.id, kind),
+            );
             let kind = Kind::Activity(v1::ActivityEntry { after: after.clone(), event: Some(event) });
             return Some(v1::SessionEntry {
                 id: id.clone(),
@@ -524,7 +531,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         }
         let max = self.shared.loaded.config.sessions.max_upload_bytes;
         if start.size_bytes > max {
-            return Err(upload_status(crate::uploads::UploadError::TooLarge(max)));
+            return Err(upload_status(crate::store::uploads::UploadError::TooLarge(max)));
         }
         // An upload holds a file and the session's workspace open: a user and a gateway hold
         // a few at a time, and each must keep sending.
@@ -535,7 +542,8 @@ impl v1::sessions_server::Sessions for SessionsService {
             .take(&crate::guard::limits::Limits::upload_keys(&caller))
             .map_err(|why| limited(&self.shared, &caller, "uploads", why))?;
         let (workspaces, session) = (self.shared.workspaces.clone(), record.id.clone());
-        let begun = tokio::task::spawn_blocking(move || crate::uploads::Upload::begin(workspaces, &session, max));
+        let begun =
+            tokio::task::spawn_blocking(move || crate::store::uploads::Upload::begin(workspaces, &session, max));
         let mut upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
         // Disk writes, and the unmount that letting go of the workspace may take, are blocking.
         let received = async {
@@ -623,16 +631,17 @@ impl v1::sessions_server::Sessions for SessionsService {
         check(&self.shared, &request, Operation::ReadSession, None, Some(&request.get_ref().session_id))?;
         let message = request.into_inner();
         valid_id(&message.session_id, "session_id")?;
-        let record = self
-            .shared
-            .sessions
-            .get(&message.session_id)
-            .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(message.session_id.clone())))?;
+        let record =
+            self.shared.sessions.get(&message.session_id).ok_or_else(|| {
+                Status::from(crate::store::sessions::SessionError::NotFound(message.session_id.clone()))
+            })?;
         let read = self.shared.sessions.read(&message.session_id)?;
         let entries = if message.leaf_entry_id.is_empty() {
             read.entries.clone()
         } else {
-            read.with_activities(read.branch(&message.leaf_entry_id).map_err(crate::sessions::SessionError::from)?)
+            read.with_activities(
+                read.branch(&message.leaf_entry_id).map_err(crate::store::sessions::SessionError::from)?,
+            )
         };
         Ok(Response::new(v1::SessionTranscript {
             header: Some(header(&record)),
@@ -680,7 +689,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         check(&self.shared, &request, Operation::ResumeSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
-        let record = self.shared.sessions.set_status(&id, crate::sessions::SessionStatus::Active)?;
+        let record = self.shared.sessions.set_status(&id, crate::store::sessions::SessionStatus::Active)?;
         tracing::info!(session = %id, "session resumed");
         Ok(Response::new(header(&record)))
     }
@@ -785,7 +794,7 @@ impl v1::sessions_server::Sessions for SessionsService {
                 .shared
                 .sessions
                 .get(&session_id)
-                .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(session_id.clone())))?;
+                .ok_or_else(|| Status::from(crate::store::sessions::SessionError::NotFound(session_id.clone())))?;
             (record.context(), record.model)
         };
         let current = current
@@ -820,18 +829,17 @@ impl v1::sessions_server::Sessions for SessionsService {
                 message.model.escape_debug()
             )));
         }
-        let record = self
-            .shared
-            .sessions
-            .get(&message.session_id)
-            .ok_or_else(|| Status::from(crate::sessions::SessionError::NotFound(message.session_id.clone())))?;
+        let record =
+            self.shared.sessions.get(&message.session_id).ok_or_else(|| {
+                Status::from(crate::store::sessions::SessionError::NotFound(message.session_id.clone()))
+            })?;
         let previous = record
             .model
             .unwrap_or_else(|| self.shared.loaded.config.agents.settings(crate::base::auth::Role::Assistant).model.0);
         self.shared.sessions.append(
             &message.session_id,
             None,
-            crate::sessions::NewEntry::ModelChange { previous: previous.clone(), new: message.model.clone() },
+            crate::store::sessions::NewEntry::ModelChange { previous: previous.clone(), new: message.model.clone() },
         )?;
         self.shared.sessions.set_model(&message.session_id, &message.model)?;
         Ok(Response::new(v1::Ack {
@@ -846,10 +854,10 @@ mod tests {
 
     #[test]
     fn an_upload_on_a_full_disk_is_told_as_such_and_other_failures_keep_their_detail_in_the_log() {
-        let full = crate::uploads::UploadError::Io(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        let full = crate::store::uploads::UploadError::Io(std::io::Error::from(std::io::ErrorKind::StorageFull));
         let status = upload_status(full);
         assert_eq!((status.code(), status.message()), (tonic::Code::ResourceExhausted, crate::base::state::DISK_FULL));
-        let other = crate::uploads::UploadError::Io(std::io::Error::other("/data/x: bad block"));
+        let other = crate::store::uploads::UploadError::Io(std::io::Error::other("/data/x: bad block"));
         let status = upload_status(other);
         assert_eq!(status.code(), tonic::Code::Internal);
         assert!(!status.message().contains("/data"), "{}", status.message());

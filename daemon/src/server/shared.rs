@@ -31,16 +31,16 @@ pub struct Shared {
     pub ipc: Arc<crate::ipc::Ipc>,
     pub workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     pub search: crate::egress::search::Backend,
-    pub events: Arc<crate::events::EventBus>,
-    pub sessions: Arc<crate::sessions::SessionStore>,
+    pub events: Arc<crate::store::events::EventBus>,
+    pub sessions: Arc<crate::store::sessions::SessionStore>,
     pub agents: Arc<crate::agents::AgentPool>,
     pub turns: Arc<crate::orchestrator::Turns>,
     /// Turns, delegations, compaction and archival, over the subsystems they use.
     pub orchestrator: Arc<crate::orchestrator::Orchestrator>,
     /// Every context's memory store.
-    pub memory: Arc<crate::memory::Memories>,
+    pub memory: Arc<crate::store::memory::Memories>,
     /// Every context's search index over its memory and its sessions' messages.
-    pub recall: Arc<crate::recall::Recall>,
+    pub recall: Arc<crate::store::recall::Recall>,
     /// The tainted turns and what they may no longer do.
     pub taints: Arc<crate::taint::Taints>,
     /// The secrets store, when it could be opened (read again when it changes): skills'
@@ -66,7 +66,7 @@ pub struct Shared {
     /// Heartbeats, scheduled tasks and the daemon's own upkeep.
     pub scheduler: Arc<crate::scheduler::Scheduler>,
     /// What was kept for contexts while none of their channels was there.
-    pub inbox: Arc<crate::inbox::Inbox>,
+    pub inbox: Arc<crate::store::inbox::Inbox>,
     /// What callers may hold at once and how often they may act.
     pub limits: crate::guard::limits::Limits,
 }

@@ -57,7 +57,7 @@ impl v1::system_server::System for SystemService {
         let Some(call) = limited else { return Ok(Response::new(full)) };
         let counts = match &call.user {
             Some(user) => self.shared.sessions.counts_of(|record| user.owns(&record.context())),
-            None => crate::sessions::SessionCounts::default(),
+            None => crate::store::sessions::SessionCounts::default(),
         };
         let model = self.shared.loaded.config.agents.settings(crate::base::auth::Role::Assistant).model.0;
         Ok(Response::new(v1::StatusResponse {

@@ -17,12 +17,12 @@ use crate::base::auth::{Caller, ContainerIdentity, Role};
 use crate::base::config::{LoadedConfig, ToolMode, ToolName};
 use crate::base::datadir::DataDir;
 use crate::base::metrics::Metrics;
-use crate::events::EventBus;
 use crate::guard::audit::{Audit, Kind, Record};
 use crate::guard::secrets::Handout;
 use crate::ipc::Ipc;
 use crate::mcp::pool::McpPool;
 use crate::sandbox::policy::Policy;
+use crate::store::events::EventBus;
 
 /// The tools that read or write a session's files.
 const FILE_TOOLS: &[ToolName] = &[
@@ -378,13 +378,14 @@ impl Calls {
     /// Tells the turn's watchers that `tool` finished (or failed) for the agent `identity`.
     fn tell_progress(&self, identity: &ContainerIdentity, tool: &str, is_error: bool, duration_ms: u64) {
         if let Some(live) = self.agents.live(&identity.name) {
-            let progress = crate::events::Kind::Tool {
+            let progress = crate::store::events::Kind::Tool {
                 agent: identity.role,
                 tool: tool.to_string(),
                 state: if is_error { "failed" } else { "finished" }.into(),
                 duration_ms,
             };
-            let event = crate::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, progress);
+            let event =
+                crate::store::events::Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, progress);
             self.events.publish(&live.context, event);
         }
     }

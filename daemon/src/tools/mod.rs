@@ -220,7 +220,7 @@ pub struct Setup {
     pub web: Arc<crate::egress::proxy::WebProxy>,
     pub audit: crate::guard::audit::Audit,
     /// Where a context hears of hosts its tools were refused.
-    pub inbox: Arc<crate::inbox::Inbox>,
+    pub inbox: Arc<crate::store::inbox::Inbox>,
     /// Where hosts no rule names are asked about.
     pub approvals: Arc<crate::egress::approvals::Approvals>,
     /// A turn that read untrusted content is not asked about new hosts.

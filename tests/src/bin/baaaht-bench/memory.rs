@@ -15,10 +15,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use baaaht_daemon::base::auth::Context;
-use baaaht_daemon::memory::{Memories, MemoryStore, Metadata};
-use baaaht_daemon::recall::index::{Filter, Index, MemoryDoc, MessageDoc};
-use baaaht_daemon::recall::Recall;
-use baaaht_daemon::sessions::SessionStore;
+use baaaht_daemon::store::memory::{Memories, MemoryStore, Metadata};
+use baaaht_daemon::store::recall::index::{Filter, Index, MemoryDoc, MessageDoc};
+use baaaht_daemon::store::recall::Recall;
+use baaaht_daemon::store::sessions::SessionStore;
 
 use baaaht_tests::Dice;
 
@@ -223,17 +223,17 @@ pub(crate) fn run(memories: usize, messages: usize, queries: usize, rebuild_mess
     let mut written = 0;
     while written < rebuild_messages {
         let session = sessions.create(&context, "bench", None)?;
-        let log = sessions.folder(&session.id).join(baaaht_daemon::sessions::log::FILE_NAME);
+        let log = sessions.folder(&session.id).join(baaaht_daemon::store::sessions::log::FILE_NAME);
         let mut out = std::io::BufWriter::new(std::fs::OpenOptions::new().append(true).open(&log)?);
         let mut parent = session.id.clone();
         for _ in 0..per_session {
             let doc = message_doc(&words, &mut dice, written, now);
             let id = doc.entry.clone();
-            let entry = baaaht_daemon::sessions::Entry::Message {
+            let entry = baaaht_daemon::store::sessions::Entry::Message {
                 id: id.clone(),
                 parent,
                 timestamp: baaaht_daemon::base::state::rfc3339(doc.at),
-                message: baaaht_daemon::sessions::log::Message {
+                message: baaaht_daemon::store::sessions::log::Message {
                     role: doc.role,
                     content: doc.body,
                     channel_type: None,
@@ -250,7 +250,7 @@ pub(crate) fn run(memories: usize, messages: usize, queries: usize, rebuild_mess
     }
     let mut rebuild = Row::new(format!("rebuild from the files: 2,000 memory files + {written} messages in logs"), "s");
     for _ in 0..3 {
-        let index_dir = data_dir.context_dir(&context).join(baaaht_daemon::recall::FOLDER);
+        let index_dir = data_dir.context_dir(&context).join(baaaht_daemon::store::recall::FOLDER);
         if index_dir.exists() {
             std::fs::remove_dir_all(&index_dir)?;
         }

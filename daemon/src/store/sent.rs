@@ -12,22 +12,22 @@ use baaaht_proto::{SENT_FILES_MAX, SENT_FILE_MAX_BYTES};
 
 use crate::sandbox::shared_dirs;
 use crate::sandbox::workspace::{Workspaces, SENT};
-use crate::sessions::log::Attachment;
+use crate::store::sessions::log::Attachment;
 
 /// The name in `sent/` an attachment's `path` (`sent/NAME`) gives, when it is one.
 pub fn name_of(path: &str) -> Option<&str> {
     let name = path.strip_prefix(SENT)?.strip_prefix('/')?;
-    (crate::uploads::safe_name(name) == name).then_some(name)
+    (crate::store::uploads::safe_name(name) == name).then_some(name)
 }
 
 /// What the file `name` is: what its bytes say, else what its name says of a text file.
 pub fn mime_of(name: &str, bytes: &[u8]) -> String {
-    crate::uploads::sniff(&bytes[..bytes.len().min(8192)], declared(name))
+    crate::store::uploads::sniff(&bytes[..bytes.len().min(8192)], declared(name))
 }
 
 /// What a file's name says it is when its bytes do not (text files, mostly).
 fn declared(name: &str) -> &'static str {
-    let (_, extension) = crate::uploads::split_extension(name);
+    let (_, extension) = crate::store::uploads::split_extension(name);
     match extension.to_ascii_lowercase().as_str() {
         ".csv" => "text/csv",
         ".md" | ".markdown" => "text/markdown",
@@ -51,7 +51,7 @@ pub fn keep(
     }
     let mut attachments = vec![];
     for name in names {
-        if crate::uploads::safe_name(name) != *name {
+        if crate::store::uploads::safe_name(name) != *name {
             return Err(format!("the file name `{name}` is not a safe one"));
         }
         let bytes = match shared_dirs::read_regular(&files, OsStr::new(name), SENT_FILE_MAX_BYTES) {

@@ -180,7 +180,7 @@ pub trait EntrySink: Send + Sync {
     fn appended(&self, record: &SessionRecord, entry: &Entry);
 }
 
-impl crate::events::Keeper for SessionStore {
+impl crate::store::events::Keeper for SessionStore {
     fn keep(&self, context: &Context, session: &str, activity: log::Activity) {
         match SessionStore::keep(self, context, session, activity) {
             Ok(()) | Err(SessionError::NotFound(_)) => {}
@@ -717,7 +717,7 @@ pub fn title_of(message: &str) -> Option<String> {
     let line = message
         .lines()
         .map(str::trim)
-        .find(|line| !line.is_empty() && !line.starts_with(crate::uploads::MENTION_START))?;
+        .find(|line| !line.is_empty() && !line.starts_with(crate::store::uploads::MENTION_START))?;
     if line.chars().count() <= 60 {
         return Some(line.to_string());
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::broadcast;
 
 use crate::base::auth::{Context, Role};
-use crate::sessions::log::Attachment;
+use crate::store::sessions::log::Attachment;
 
 /// One thing a context's channels are told, and the session and turn it belongs to (empty
 /// when it belongs to none, as a scheduled task's notice).
@@ -79,7 +79,7 @@ pub enum Kind {
         content: String,
         reply_to: String,
         metadata: BTreeMap<String, String>,
-        /// Files sent with it, in the session's `sent/` ([`crate::sent`]).
+        /// Files sent with it, in the session's `sent/` ([`crate::store::sent`]).
         attachments: Vec<Attachment>,
     },
     /// A scheduled task's result or trouble.
@@ -131,8 +131,8 @@ impl Kind {
     /// What a session's log keeps of this event, if anything: the approvals and messages (not
     /// the turn's own words, which are its entries, nor its progress and status, a turn read
     /// content from outside among them).
-    pub fn activity(&self) -> Option<crate::sessions::log::Activity> {
-        use crate::sessions::log::Activity;
+    pub fn activity(&self) -> Option<crate::store::sessions::log::Activity> {
+        use crate::store::sessions::log::Activity;
         Some(match self {
             Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in } => Activity::Approval {
                 approval: id.clone(),
@@ -155,8 +155,8 @@ impl Kind {
     }
 
     /// The event an activity kept in a session's log was made from.
-    pub fn of_activity(activity: crate::sessions::log::Activity) -> Kind {
-        use crate::sessions::log::Activity;
+    pub fn of_activity(activity: crate::store::sessions::log::Activity) -> Kind {
+        use crate::store::sessions::log::Activity;
         match activity {
             Activity::Approval { approval, host, port, agent, asked_by, expires_in } => Kind::ApprovalRequest {
                 id: approval,
@@ -204,7 +204,7 @@ pub struct EventBus {
 /// Keeps what a conversation's people are shown besides its messages ([`Kind::activity`]),
 /// so that the conversation shows it again when it is opened anew.
 pub trait Keeper: Send + Sync + std::fmt::Debug {
-    fn keep(&self, context: &Context, session: &str, activity: crate::sessions::log::Activity);
+    fn keep(&self, context: &Context, session: &str, activity: crate::store::sessions::log::Activity);
 }
 
 impl Default for EventBus {

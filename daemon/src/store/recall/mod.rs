@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::base::auth::Context;
-use crate::memory::{Memories, MemoryEntry, MemoryIndex};
-use crate::sessions::{Entry, EntrySink, SessionRecord, SessionStore};
+use crate::store::memory::{Memories, MemoryEntry, MemoryIndex};
+use crate::store::sessions::{Entry, EntrySink, SessionRecord, SessionStore};
 
 use index::Index;
 pub use index::{Filter, Found, IndexError, MemoryDoc, MessageDoc};
@@ -157,11 +157,11 @@ impl Recall {
             index.forget_memory(key)?;
         }
         // Messages: each log that grew since it was last read whole.
-        let filter = crate::sessions::Filter { context: Some(context.clone()), ..Default::default() };
+        let filter = crate::store::sessions::Filter { context: Some(context.clone()), ..Default::default() };
         let sessions = self.sessions.list(&filter);
         let (mut read, mut messages) = (0, 0);
         for (at, session) in sessions.iter().enumerate() {
-            let log = self.sessions.folder(&session.id).join(crate::sessions::log::FILE_NAME);
+            let log = self.sessions.folder(&session.id).join(crate::store::sessions::log::FILE_NAME);
             let bytes = std::fs::metadata(&log).map(|meta| meta.len()).unwrap_or(0);
             if bytes == 0 || index.log_bytes(&session.id)? == bytes {
                 continue;
@@ -270,8 +270,8 @@ impl EntrySink for Recall {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::{Kept, Metadata};
-    use crate::sessions::NewEntry;
+    use crate::store::memory::{Kept, Metadata};
+    use crate::store::sessions::NewEntry;
 
     /// A daemon's stores over `root`, with the index told of every change.
     fn stores(root: &std::path::Path) -> (Arc<SessionStore>, Arc<Memories>, Arc<Recall>) {
