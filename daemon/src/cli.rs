@@ -181,11 +181,11 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         data_dir: data_dir.root().to_path_buf(),
     };
     let loaded = config::load(&paths, std::env::vars()).map_err(DaemonError::from)?;
-    crate::egress::filter::check_config(&loaded).map_err(DaemonError::from)?;
+    crate::net::egress::filter::check_config(&loaded).map_err(DaemonError::from)?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Config { command: ConfigCommand::Check } => {
-            let mut problems = crate::egress::policy::check_all(&data_dir);
-            problems.extend(crate::egress::credentials::check_all(&data_dir));
+            let mut problems = crate::net::egress::policy::check_all(&data_dir);
+            problems.extend(crate::net::egress::credentials::check_all(&data_dir));
             if !problems.is_empty() {
                 return Err(Failure::Policy(problems.join("\n")));
             }

@@ -19,7 +19,7 @@ use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
-use crate::egress::proxy::{FetchRequest, WebProxy};
+use crate::net::egress::proxy::{FetchRequest, WebProxy};
 
 /// How long fetched keys are used.
 const JWKS_FRESH: Duration = Duration::from_secs(600);
@@ -346,7 +346,7 @@ mod tests {
     }
 
     #[async_trait::async_trait]
-    impl crate::egress::proxy::Connector for Switch {
+    impl crate::net::egress::proxy::Connector for Switch {
         async fn connect(&self, address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
             self.connections.fetch_add(1, Ordering::SeqCst);
             if self.away.load(Ordering::SeqCst) || !address.ip().is_loopback() {
@@ -362,7 +362,7 @@ mod tests {
     /// A loopback issuer publishing one P-256 key (RFC 7517's example), kid `1`; while
     /// [`BROKEN`], it answers 404.
     async fn issuer() -> String {
-        let port = crate::egress::proxy::tests::server(|path, port| {
+        let port = crate::net::egress::proxy::tests::server(|path, port| {
             let issuer = format!("http://127.0.0.1:{port}");
             let body = if path == "/jwks" {
                 serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "1", "use": "sig",
@@ -385,7 +385,7 @@ mod tests {
     fn verifier(issuer: &str, switch: Arc<Switch>) -> Verifier {
         let host = issuer.trim_start_matches("http://").to_string();
         let config = crate::base::config::WebProxyConfig { allow: vec![host], ..Default::default() };
-        let resolver = Arc::new(crate::egress::proxy::SystemResolver);
+        let resolver = Arc::new(crate::net::egress::proxy::SystemResolver);
         Verifier::new(Arc::new(WebProxy::new(&config, resolver, switch).expect("proxy")))
     }
 

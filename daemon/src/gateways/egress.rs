@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::egress::proxy::WebProxy;
-use crate::egress::tunnel::{Listener, Reach, Tunnels};
 use crate::gateways::{GatewayKind, GatewayRecord};
 use crate::guard::audit::Audit;
+use crate::net::egress::proxy::WebProxy;
+use crate::net::egress::tunnel::{Listener, Reach, Tunnels};
 
 /// The most tunnels a gateway holds open at once.
 const MAX_TUNNELS: usize = 64;
@@ -92,7 +92,8 @@ mod tests {
     #[test]
     fn a_slack_gateway_reaches_slack_and_its_api_host_only() {
         let hosts = hosts_of(&record(&["--api-url", "http://127.0.0.1:4000/api"]));
-        let allowed = |host: &str, port| crate::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
+        let allowed =
+            |host: &str, port| crate::net::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
         assert!(allowed("slack.com", 443));
         assert!(allowed("wss-primary.slack.com", 443));
         assert!(allowed("files.slack.com", 443));
@@ -123,7 +124,8 @@ mod tests {
         telegram.kind = GatewayKind::Telegram { bot: "123".into() };
         let hosts = hosts_of(&telegram);
         assert_eq!(hosts, ["api.telegram.org:443", "127.0.0.1:4100"]);
-        let allowed = |host: &str, port| crate::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
+        let allowed =
+            |host: &str, port| crate::net::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
         assert!(allowed("api.telegram.org", 443) && allowed("127.0.0.1", 4100));
         assert!(
             !allowed("telegram.org", 443) && !allowed("evil.api.telegram.org", 443) && !allowed("api.telegram.org", 80)
@@ -136,7 +138,8 @@ mod tests {
         email.kind = GatewayKind::Email { address: "assistant@example.org".into() };
         let hosts = hosts_of(&email);
         assert_eq!(hosts, ["mail.example.org:993", "smtp.example.org:465"]);
-        let allowed = |host: &str, port| crate::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
+        let allowed =
+            |host: &str, port| crate::net::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
         assert!(allowed("mail.example.org", 993) && allowed("smtp.example.org", 465));
         assert!(!allowed("mail.example.org", 465) && !allowed("example.org", 993) && !allowed("x.org", 443));
     }
@@ -155,9 +158,10 @@ mod tests {
         let folder = tempfile::tempdir().expect("tempdir");
         let path = folder.path().join("egress.sock");
         let config = crate::base::config::WebProxyConfig::default();
-        let connector = Arc::new(crate::egress::proxy::TcpConnector);
-        let web =
-            Arc::new(WebProxy::new(&config, Arc::new(crate::egress::proxy::SystemResolver), connector).expect("proxy"));
+        let connector = Arc::new(crate::net::egress::proxy::TcpConnector);
+        let web = Arc::new(
+            WebProxy::new(&config, Arc::new(crate::net::egress::proxy::SystemResolver), connector).expect("proxy"),
+        );
         let metrics = Arc::new(crate::base::metrics::Metrics::default());
         let audit = Audit::open(folder.path().join("audit"), true, 30, metrics);
         let cancel = CancellationToken::new();

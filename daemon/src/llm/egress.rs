@@ -12,9 +12,9 @@ use std::sync::Arc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
-use crate::egress::proxy::WebProxy;
-use crate::egress::tunnel::{Listener, Reach, Tunnels};
 use crate::guard::audit::Audit;
+use crate::net::egress::proxy::WebProxy;
+use crate::net::egress::tunnel::{Listener, Reach, Tunnels};
 
 /// The socket, in the gateway's folder.
 pub const EGRESS_SOCKET: &str = "egress.sock";

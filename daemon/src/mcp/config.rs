@@ -177,7 +177,7 @@ impl Server {
     /// under example.com, not example.com itself).
     pub fn egress_allows(&self, host: &str, port: u16) -> bool {
         // Checked when read (check_host): a host and maybe a port.
-        crate::egress::filter::listed(self.config.egress.iter().map(String::as_str), host, port)
+        crate::net::egress::filter::listed(self.config.egress.iter().map(String::as_str), host, port)
     }
 }
 
@@ -433,7 +433,7 @@ fn check_host(entry: &str) -> Result<(), &'static str> {
         return Err("write the host alone, e.g. api.example.com (no scheme, no path)");
     }
     let (host, port) =
-        crate::egress::filter::split_host_port(entry).ok_or("the port is not a number from 1 to 65535")?;
+        crate::net::egress::filter::split_host_port(entry).ok_or("the port is not a number from 1 to 65535")?;
     if port == Some(0) {
         return Err("the port is not a number from 1 to 65535");
     }

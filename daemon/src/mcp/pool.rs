@@ -24,9 +24,9 @@ use super::pump::pump;
 use super::relay::{Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
 use crate::base::auth::{ContainerIdentity, Context, Role};
-use crate::egress::proxy::WebProxy;
 use crate::guard::audit::Audit;
 use crate::health::{ProbeSlot, Probed};
+use crate::net::egress::proxy::WebProxy;
 use crate::sandbox::container::manager::{ContainerManager, RunRequest};
 
 /// The tool through which an agent lists and reads a server's resources.
@@ -658,7 +658,7 @@ impl McpPool {
         let caller = crate::base::auth::Caller::Container(Arc::new(attached.identity.clone()));
         let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "")
             .detail("mcp_server", server.name.as_str());
-        let tunnels = crate::egress::relay::Relay::new(crate::egress::relay::Setup {
+        let tunnels = crate::net::egress::relay::Relay::new(crate::net::egress::relay::Setup {
             gate: Arc::new(EgressList(server.clone())),
             web: self.web.clone(),
             audit: self.audit.clone(),
@@ -666,7 +666,7 @@ impl McpPool {
             what: format!("MCP server {}", server.name),
             // An MCP server's secrets are in its own environment (`env:`): neither swapped here
             // nor kept from its requests; the name each connection uses is checked.
-            edge: Arc::new(crate::egress::edge::Crossing {
+            edge: Arc::new(crate::net::egress::edge::Crossing {
                 swap: None,
                 values: None,
                 other_protocols: true,
@@ -1074,14 +1074,14 @@ fn describe(block: &ContentBlock) -> String {
 struct EgressList(Server);
 
 #[async_trait::async_trait]
-impl crate::egress::relay::Gate for EgressList {
-    async fn decide(&self, host: &str, port: u16, _asked_by: &str) -> crate::egress::relay::Verdict {
+impl crate::net::egress::relay::Gate for EgressList {
+    async fn decide(&self, host: &str, port: u16, _asked_by: &str) -> crate::net::egress::relay::Verdict {
         let server = &self.0;
         if server.egress_allows(host, port) {
-            return crate::egress::relay::Verdict::Allow { by: "its egress list".into() };
+            return crate::net::egress::relay::Verdict::Allow { by: "its egress list".into() };
         }
         let listed = if server.config.egress.is_empty() { "none".into() } else { server.config.egress.join(", ") };
-        crate::egress::relay::Verdict::Refuse(format!(
+        crate::net::egress::relay::Verdict::Refuse(format!(
             "{host}:{port} is not in the egress list of MCP server `{}` ({listed})",
             server.name
         ))

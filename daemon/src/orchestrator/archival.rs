@@ -96,7 +96,7 @@ async fn extract_memories(orchestrator: &Arc<Orchestrator>, record: &SessionReco
     // What it keeps of a conversation that read content from outside is kept from that
     // content (its memories wait for review); in a group, from every member's words.
     if let Some(source) = orchestrator.taints.carried(branch.iter().map(Entry::id)) {
-        orchestrator.taints.taint(&task.live, &format!("{}{source}", crate::taint::EARLIER));
+        orchestrator.taints.taint(&task.live, &format!("{}{source}", crate::net::taint::EARLIER));
     }
     let (result, is_error, elapsed) = run_task(orchestrator, &task).await;
     if is_error {

@@ -53,7 +53,7 @@ pub async fn delegate(
     }
     // The agent with a shell is not for a turn that read untrusted content.
     if role == Role::Coder {
-        if let Err(why) = orchestrator.taints.allow(&live, crate::taint::Way::DelegateCoder) {
+        if let Err(why) = orchestrator.taints.allow(&live, crate::net::taint::Way::DelegateCoder) {
             return Ok(Delegated {
                 result: why,
                 is_error: true,

@@ -78,7 +78,7 @@ pub struct Orchestrator {
     pub identities: Arc<Identities>,
     pub lifetime: Lifetime,
     /// Turns that read untrusted content, and what they may no longer do.
-    pub taints: Arc<crate::taint::Taints>,
+    pub taints: Arc<crate::net::taint::Taints>,
     /// What a scheduled run's result passes before it is kept.
     pub redact: crate::guard::redact::Redact,
 }

@@ -198,7 +198,7 @@ async fn assistant_turn(
     // and results of that turn are on the branch (or in the summary of it), with what they read.
     let earlier = branch.iter().map(Entry::id).filter(|id| *id != accepted.entry);
     if let Some(source) = orchestrator.taints.carried(earlier) {
-        orchestrator.taints.taint(&live, &format!("{}{source}", crate::taint::EARLIER));
+        orchestrator.taints.taint(&live, &format!("{}{source}", crate::net::taint::EARLIER));
     }
     // Nor is what the Assistant remembers of others, or of content from outside.
     if let Some(source) = super::foreign_memories(orchestrator, &live) {

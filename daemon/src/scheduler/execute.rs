@@ -30,7 +30,7 @@ pub struct Daemon {
     pub inbox: Arc<Inbox>,
     /// A run's connections out have nobody to ask: they are refused, and the inbox says how
     /// to allow them.
-    pub approvals: Arc<crate::egress::approvals::Approvals>,
+    pub approvals: Arc<crate::net::egress::approvals::Approvals>,
 }
 
 /// The role a task's `agent` names; heartbeats always use the Heartbeat agent.

@@ -100,7 +100,7 @@ impl v1::agents_server::Agents for AgentsService {
         }
         let live = self.shared.agents.live(&identity.name);
         if let Some(live) = &live {
-            self.shared.taints.allow(live, crate::taint::Way::Message).map_err(Status::permission_denied)?;
+            self.shared.taints.allow(live, crate::net::taint::Way::Message).map_err(Status::permission_denied)?;
         }
         let event = crate::store::events::Event {
             recorded: false,
@@ -192,7 +192,7 @@ impl v1::agents_server::Agents for AgentsService {
         let audit = |outcome: &str| Record::by(Kind::Egress, &caller, outcome).correlation(&correlation_id);
         let message = request.into_inner();
         if !message.search_query.is_empty() {
-            use crate::egress::search::{self, SearchError};
+            use crate::net::egress::search::{self, SearchError};
             let count = if message.search_count == 0 { 5 } else { message.search_count as usize };
             let web = &self.shared.web;
             let found = search::search(web, &self.shared.search, &identity.session_id, &message.search_query, count)
@@ -218,7 +218,7 @@ impl v1::agents_server::Agents for AgentsService {
         }
         // The address as the proxy will read it to connect, for every check (one it cannot read
         // is refused by the proxy, which says why).
-        let parsed = crate::egress::proxy::host_and_port(&message.url);
+        let parsed = crate::net::egress::proxy::host_and_port(&message.url);
         let host = parsed.as_ref().map(|(host, _)| host.clone()).unwrap_or_default();
         if let Ok((host, port)) = parsed {
             // A turn that read untrusted content follows only the links it was shown, or hosts a
@@ -227,8 +227,8 @@ impl v1::agents_server::Agents for AgentsService {
             let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
             let (data_dir, context, checked) = (self.shared.data_dir.clone(), identity.context.clone(), bare.clone());
             let allowed = tokio::task::spawn_blocking(move || {
-                crate::egress::policy::decide(&data_dir, &context, &checked, port)
-                    .is_some_and(|rule| rule.action == crate::egress::policy::Action::Allow)
+                crate::net::egress::policy::decide(&data_dir, &context, &checked, port)
+                    .is_some_and(|rule| rule.action == crate::net::egress::policy::Action::Allow)
             });
             let allowed = allowed.await.unwrap_or(false);
             let taints = &self.shared.taints;
@@ -238,7 +238,7 @@ impl v1::agents_server::Agents for AgentsService {
             }
         }
         let asked = format!("{} {}", message.url, String::from_utf8_lossy(&message.body));
-        let fetch = crate::egress::proxy::FetchRequest {
+        let fetch = crate::net::egress::proxy::FetchRequest {
             session: identity.session_id.clone(),
             method: message.method,
             url: message.url,
@@ -272,7 +272,7 @@ impl v1::agents_server::Agents for AgentsService {
             tokio::task::spawn_blocking(move || taints.shown(&session, None, &text, &asked)).await.ok();
         }
         let response = fetched.map_err(|error| {
-            use crate::egress::proxy::ProxyError;
+            use crate::net::egress::proxy::ProxyError;
             let text = error.to_string();
             match error {
                 ProxyError::Refused { .. } | ProxyError::MetadataName { .. } => Status::permission_denied(text),
@@ -326,5 +326,5 @@ impl v1::agents_server::Agents for AgentsService {
 /// The host `url` (an address the proxy fetched) leads to, for the audit line.
 fn final_host(url: &str) -> String {
     // silent-ok: the proxy parsed it to fetch it; an address it could not is named by none.
-    crate::egress::proxy::host_and_port(url).map(|(host, _)| host).unwrap_or_default()
+    crate::net::egress::proxy::host_and_port(url).map(|(host, _)| host).unwrap_or_default()
 }

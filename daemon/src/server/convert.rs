@@ -4,7 +4,7 @@
 use baaaht_proto::v1;
 
 use crate::base::auth::{Context, ContextKind, Role};
-use crate::egress::relay::{TunnelDown, TunnelUp};
+use crate::net::egress::relay::{TunnelDown, TunnelUp};
 
 /// The protocol's reference to `context`.
 pub(crate) fn context_ref(context: &Context) -> v1::ContextRef {

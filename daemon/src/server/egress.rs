@@ -7,9 +7,9 @@ use tonic::Status;
 use super::context_of;
 use super::Shared;
 use crate::base::auth::Context;
-use crate::egress::credentials;
-use crate::egress::policy::{self, Action, Rule};
 use crate::guard::secrets::Referrer;
+use crate::net::egress::credentials;
+use crate::net::egress::policy::{self, Action, Rule};
 
 /// Whose file a request names: everyone's (`None`), or a context's.
 fn whose(system: bool, context: Option<&v1::ContextRef>) -> Result<Option<Context>, Status> {

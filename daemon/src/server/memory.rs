@@ -13,8 +13,8 @@ use crate::base::auth::{Caller, Context, ContextKind, Operation};
 
 use super::Shared;
 use super::{check, context_of, own_context};
+use crate::net::taint::MemoryWrite;
 use crate::store::memory::{Kept, MemoryEntry, MemoryError, Metadata, Origin};
-use crate::taint::MemoryWrite;
 
 impl From<MemoryError> for Status {
     fn from(error: MemoryError) -> Status {

@@ -733,7 +733,7 @@ impl v1::sessions_server::Sessions for SessionsService {
     }
 
     async fn answer_approval(&self, request: Request<v1::ApprovalAnswer>) -> Result<Response<v1::Ack>, Status> {
-        use crate::egress::approvals::Decision;
+        use crate::net::egress::approvals::Decision;
         let id = request.get_ref().id.clone();
         let waiting =
             || Status::not_found(format!("no approval request {id} is waiting (it was answered, or it timed out)"));
@@ -750,7 +750,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         };
         let by = super::person_named(&self.shared, &caller);
         self.shared.approvals.answer(&id, Some(&context), decision, &by, admin).map_err(|error| match error {
-            crate::egress::approvals::AnswerError::AdminOnly => Status::permission_denied(error.to_string()),
+            crate::net::egress::approvals::AnswerError::AdminOnly => Status::permission_denied(error.to_string()),
             other => Status::not_found(other.to_string()),
         })?;
         let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "answered");

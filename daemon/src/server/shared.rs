@@ -23,14 +23,14 @@ pub struct Shared {
     pub llm: Arc<crate::llm::LlmGateway>,
     /// The one road to the model: every model call the daemon makes or brokers.
     pub calls: Arc<crate::llm::call::Calls>,
-    pub web: Arc<crate::egress::proxy::WebProxy>,
+    pub web: Arc<crate::net::egress::proxy::WebProxy>,
     pub tools: Arc<crate::tools::Runners>,
     /// The one road to a tool: every call an agent asks for.
     pub tool_calls: Arc<crate::tools::call::Calls>,
     pub mcp: Arc<crate::mcp::pool::McpPool>,
     pub ipc: Arc<crate::ipc::Ipc>,
     pub workspaces: Arc<crate::sandbox::workspace::Workspaces>,
-    pub search: crate::egress::search::Backend,
+    pub search: crate::net::egress::search::Backend,
     pub events: Arc<crate::store::events::EventBus>,
     pub sessions: Arc<crate::store::sessions::SessionStore>,
     pub agents: Arc<crate::agents::AgentPool>,
@@ -42,7 +42,7 @@ pub struct Shared {
     /// Every context's search index over its memory and its sessions' messages.
     pub recall: Arc<crate::store::recall::Recall>,
     /// The tainted turns and what they may no longer do.
-    pub taints: Arc<crate::taint::Taints>,
+    pub taints: Arc<crate::net::taint::Taints>,
     /// The secrets store, when it could be opened (read again when it changes): skills'
     /// `addons.env`, MCP servers' `env` and gateways' credentials come from it.
     pub secrets: Arc<crate::guard::secrets::LiveSecrets>,
@@ -51,7 +51,7 @@ pub struct Shared {
     /// The registered gateways (web, Slack).
     pub gateways: Arc<crate::gateways::Registry>,
     /// Connections waiting for someone to allow them in chat.
-    pub approvals: Arc<crate::egress::approvals::Approvals>,
+    pub approvals: Arc<crate::net::egress::approvals::Approvals>,
     /// The gateways the daemon runs itself.
     pub supervisors: Arc<crate::gateways::supervise::Supervisors>,
     /// Channel identities → canonical users.

@@ -104,7 +104,10 @@ impl v1::tasks_server::Tasks for TasksService {
         // turn that read untrusted content schedules nothing.
         if let Caller::Container(identity) = &caller {
             if let Some(live) = self.shared.agents.live(&identity.name) {
-                self.shared.taints.allow(&live, crate::taint::Way::ScheduleTask).map_err(Status::permission_denied)?;
+                self.shared
+                    .taints
+                    .allow(&live, crate::net::taint::Way::ScheduleTask)
+                    .map_err(Status::permission_denied)?;
             }
             let agent = crate::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
             if let Err(why) = crate::sandbox::policy::Policy::may_act_as(identity.role, agent) {

@@ -4,7 +4,7 @@
 //! (`https`, or `file` for a host folder). An https clone reaches the network only through a
 //! CONNECT proxy the daemon serves on loopback for this one install (a random credential;
 //! every target resolved once, checked by the web proxy's address filter and audited,
-//! [`crate::egress::tunnel`]), so a source cannot lead the daemon to loopback,
+//! [`crate::net::egress::tunnel`]), so a source cannot lead the daemon to loopback,
 //! private or metadata addresses, nor to anything but https. A failed fetch is told in the
 //! daemon's own words (what the filter refused, or that no repository answered), never with
 //! what the far end said. The skill's SKILL.md is then parsed, its files checked (no
@@ -20,9 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::auth::{Context, Role};
 use crate::base::state;
-use crate::egress::proxy::WebProxy;
-use crate::egress::tunnel::{Listener, Reach, Tunnels};
 use crate::guard::audit::Audit;
+use crate::net::egress::proxy::WebProxy;
+use crate::net::egress::tunnel::{Listener, Reach, Tunnels};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest};
 use crate::sandbox::container::MountSpec;
 

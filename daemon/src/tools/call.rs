@@ -91,7 +91,7 @@ pub struct Calls {
     pub events: Arc<EventBus>,
     pub agents: Arc<AgentPool>,
     /// What a call's turn may still do, and which answers taint it.
-    pub taints: Arc<crate::taint::Taints>,
+    pub taints: Arc<crate::net::taint::Taints>,
     /// What a call's parameters pass on their way into a container, and its answer on its
     /// way back.
     pub redact: crate::guard::redact::Redact,
@@ -120,7 +120,7 @@ impl Calls {
         let live = self.agents.live(&identity.name);
         let _calling = live.as_ref().map(|live| self.taints.calling(live));
         if let Some(live) = live.as_ref().filter(|_| asked.tool == ToolName::Message.as_str()) {
-            self.taints.allow(live, crate::taint::Way::Message).map_err(CallError::Refused)?;
+            self.taints.allow(live, crate::net::taint::Way::Message).map_err(CallError::Refused)?;
         }
         asked.params_json = self.redact.clean_values(Place::ToolCall, asked.params_json);
         let untrusted = self.untrusted_source(identity, &asked);
@@ -169,7 +169,7 @@ impl Calls {
     /// one is in the session's workspace) is marked; what a marked turn writes (`write_file`,
     /// `edit_file`, what an `exec` changed) is noted. Runs before the answer reaches the agent.
     async fn follow_files(&self, live: &Live, (tool, path, started): (ToolName, Option<String>, i64)) {
-        use crate::taint::{Taints, DIGEST_PATH};
+        use crate::net::taint::{Taints, DIGEST_PATH};
         let (taints, workspaces, live) = (self.taints.clone(), self.runners.workspaces().clone(), live.clone());
         let following = move || {
             let session = live.session.as_str();

@@ -17,8 +17,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::base::datadir::DataDir;
-use crate::egress::relay::{Relay, TunnelDown, TunnelUp};
 use crate::health::Probed;
+use crate::net::egress::relay::{Relay, TunnelDown, TunnelUp};
 use crate::peers::{Connected, Down, Up};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::sandbox::container::MountSpec;
@@ -184,13 +184,13 @@ pub struct Runners {
     /// Container name → its connected runner.
     connected: Arc<Connected<RunnerWork, ToolAnswer>>,
     /// Checks and opens the runners' connections out.
-    web: Arc<crate::egress::proxy::WebProxy>,
+    web: Arc<crate::net::egress::proxy::WebProxy>,
     audit: crate::guard::audit::Audit,
-    refusals: crate::egress::policy::Refusals,
-    approvals: Arc<crate::egress::approvals::Approvals>,
-    taints: Arc<crate::taint::Taints>,
+    refusals: crate::net::egress::policy::Refusals,
+    approvals: Arc<crate::net::egress::approvals::Approvals>,
+    taints: Arc<crate::net::taint::Taints>,
     /// Swaps credentials in at the edge; its authority's bundle is what tool containers trust.
-    pub edge: Option<Arc<crate::egress::edge::Edge>>,
+    pub edge: Option<Arc<crate::net::egress::edge::Edge>>,
     /// The store's values, which the edge keeps from crossing either way.
     values: Arc<crate::guard::redact::Shield>,
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
@@ -217,17 +217,17 @@ pub struct Setup {
     /// `tools.warm_idle_timeout`.
     pub idle: Duration,
     /// The web proxy, whose address filter the runners' connections out pass.
-    pub web: Arc<crate::egress::proxy::WebProxy>,
+    pub web: Arc<crate::net::egress::proxy::WebProxy>,
     pub audit: crate::guard::audit::Audit,
     /// Where a context hears of hosts its tools were refused.
     pub inbox: Arc<crate::store::inbox::Inbox>,
     /// Where hosts no rule names are asked about.
-    pub approvals: Arc<crate::egress::approvals::Approvals>,
+    pub approvals: Arc<crate::net::egress::approvals::Approvals>,
     /// A turn that read untrusted content is not asked about new hosts.
-    pub taints: Arc<crate::taint::Taints>,
+    pub taints: Arc<crate::net::taint::Taints>,
     /// None when the daemon's certificate authority could not be made (no credential is then
     /// swapped in).
-    pub edge: Option<Arc<crate::egress::edge::Edge>>,
+    pub edge: Option<Arc<crate::net::egress::edge::Edge>>,
     /// The store's values, which the edge keeps from crossing either way.
     pub values: Arc<crate::guard::redact::Shield>,
     pub tracker: TaskTracker,
@@ -269,7 +269,7 @@ impl Runners {
             connected: Arc::new(Connected::new("tool runner")),
             web,
             audit,
-            refusals: crate::egress::policy::Refusals::new(inbox),
+            refusals: crate::net::egress::policy::Refusals::new(inbox),
             approvals,
             taints,
             edge,
@@ -412,7 +412,7 @@ impl Runners {
             // What the commands trust: the daemon's roots and its authority (for bound hosts).
             .chain(self.edge.as_ref().map(|edge| MountSpec {
                 host: edge.authority.trust().to_path_buf(),
-                target: crate::egress::edge::TRUST_IN_CONTAINER.into(),
+                target: crate::net::egress::edge::TRUST_IN_CONTAINER.into(),
                 read_only: true,
             }))
             .collect(),
@@ -556,8 +556,8 @@ impl Runners {
         // Each connection's audit record starts as this, at the relay and at the edge alike.
         let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "")
             .detail("session", identity.session_id.as_str());
-        let relay = Relay::new(crate::egress::relay::Setup {
-            gate: Arc::new(crate::egress::policy::Policy {
+        let relay = Relay::new(crate::net::egress::relay::Setup {
+            gate: Arc::new(crate::net::egress::policy::Policy {
                 data_dir: self.data_dir.clone(),
                 context: identity.context.clone(),
                 session: identity.session_id.clone(),
@@ -569,8 +569,8 @@ impl Runners {
             audit: self.audit.clone(),
             record: record.clone(),
             what: format!("the tools of session {}", identity.session_id),
-            edge: Arc::new(crate::egress::edge::Crossing {
-                swap: self.edge.as_ref().map(|edge| crate::egress::edge::Swap {
+            edge: Arc::new(crate::net::egress::edge::Crossing {
+                swap: self.edge.as_ref().map(|edge| crate::net::egress::edge::Swap {
                     edge: edge.clone(),
                     context: identity.context.clone(),
                     session: identity.session_id.clone(),

@@ -55,10 +55,10 @@ pub(crate) fn run(requests: usize, tokens: usize) -> Result<()> {
     let socket = folder.path().join(config.providers[0].relay_socket.trim_start_matches("/unused/"));
     let serving = rt.spawn(baaaht_daemon::llm::relay::serve(relays));
     let host = api_base.trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
-    let web = baaaht_daemon::egress::proxy::WebProxy::new(
+    let web = baaaht_daemon::net::egress::proxy::WebProxy::new(
         &Default::default(),
-        std::sync::Arc::new(baaaht_daemon::egress::proxy::SystemResolver),
-        std::sync::Arc::new(baaaht_daemon::egress::proxy::TcpConnector),
+        std::sync::Arc::new(baaaht_daemon::net::egress::proxy::SystemResolver),
+        std::sync::Arc::new(baaaht_daemon::net::egress::proxy::TcpConnector),
     )
     .map_err(anyhow::Error::msg)?;
     let metrics = std::sync::Arc::new(baaaht_daemon::base::metrics::Metrics::new());

@@ -36,14 +36,14 @@ use zeroize::Zeroizing;
 
 use crate::base::auth::{Caller, Context};
 use crate::base::datadir::DataDir;
-use crate::egress::authority::Authority;
-use crate::egress::credentials::{self, Binding, Placeholders};
-use crate::egress::relay::Between;
 use crate::guard::audit::{Audit, Record};
 use crate::guard::redact::{Known, Scrubbing, Shield};
 use crate::guard::secrets::Handout;
+use crate::net::egress::authority::Authority;
+use crate::net::egress::credentials::{self, Binding, Placeholders};
+use crate::net::egress::relay::Between;
 
-pub use crate::egress::authority::TRUST_IN_CONTAINER;
+pub use crate::net::egress::authority::TRUST_IN_CONTAINER;
 
 /// The daemon's edge: its authority, the sessions' placeholders, and what the values are
 /// read from.

@@ -16,8 +16,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::egress::proxy::WebProxy;
 use crate::guard::audit::{Audit, Kind, Record};
+use crate::net::egress::proxy::WebProxy;
 
 /// The longest request head taken.
 const MAX_HEAD: usize = 8 * 1024;
@@ -27,7 +27,7 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where a tunnel may lead, before the address filter has its say.
 #[derive(Debug, Clone)]
 pub enum Reach {
-    /// Only these hosts: `host:port` or `*.domain:port` (see [`crate::egress::filter::listed`]).
+    /// Only these hosts: `host:port` or `*.domain:port` (see [`crate::net::egress::filter::listed`]).
     Listed(Vec<String>),
     /// Any host, on any port (an https client: what it sends is TLS anyway).
     AnyHost,
@@ -36,7 +36,7 @@ pub enum Reach {
 impl Reach {
     fn allows(&self, host: &str, port: u16) -> bool {
         match self {
-            Reach::Listed(hosts) => crate::egress::filter::listed(hosts.iter().map(String::as_str), host, port),
+            Reach::Listed(hosts) => crate::net::egress::filter::listed(hosts.iter().map(String::as_str), host, port),
             Reach::AnyHost => true,
         }
     }
@@ -239,7 +239,7 @@ async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Result<Head, String
     let (Some("CONNECT"), Some(authority)) = (parts.next(), parts.next()) else {
         return Err(format!("expected `CONNECT host:port HTTP/1.1`, got `{}`", request_line.trim_end()));
     };
-    match crate::egress::filter::split_host_port(authority) {
+    match crate::net::egress::filter::split_host_port(authority) {
         Some((host, Some(port))) if !host.is_empty() && port != 0 => {
             Ok(Head { host: host.to_ascii_lowercase(), port, proxy_authorization })
         }

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::auth::Context;
 use crate::base::datadir::DataDir;
-use crate::egress::policy::{pattern, Pattern};
 use crate::guard::secrets::Referrer;
+use crate::net::egress::policy::{pattern, Pattern};
 
 /// The file's name in `config/` and in a context's folder.
 pub const FILE: &str = "credentials.yaml";

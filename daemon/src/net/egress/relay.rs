@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::egress::proxy::WebProxy;
 use crate::guard::audit::{Audit, Record};
+use crate::net::egress::proxy::WebProxy;
 
 /// What a container's proxy sends up about a tunnel.
 #[derive(Debug, Clone, PartialEq, Eq)]

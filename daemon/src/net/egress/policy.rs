@@ -126,20 +126,20 @@ pub fn pattern(written: &str) -> Result<Pattern, String> {
     if written.contains('*') {
         return Err(format!("`{written}`: `*` is allowed only as `*.domain`; a rule for every host is not offered"));
     }
-    let Some((host, port)) = crate::egress::filter::split_host_port(&written).filter(|(_, port)| *port != Some(0))
+    let Some((host, port)) = crate::net::egress::filter::split_host_port(&written).filter(|(_, port)| *port != Some(0))
     else {
         return Err(format!("`{written}`: the port is not a number from 1 to 65535"));
     };
     let host = host.to_string();
     if let Ok(address) = host.parse::<std::net::IpAddr>() {
         let full = if address.is_ipv4() { 32 } else { 128 };
-        if let Some(why) = crate::egress::filter::never_allowed(address, full) {
+        if let Some(why) = crate::net::egress::filter::never_allowed(address, full) {
             return Err(format!("`{written}` is never reachable from a container: {why}"));
         }
     } else {
         check_name(&host, &written)?;
     }
-    if crate::egress::filter::METADATA_NAMES.contains(&host.as_str()) {
+    if crate::net::egress::filter::METADATA_NAMES.contains(&host.as_str()) {
         return Err(format!("`{written}` names a cloud metadata service: never reachable from a container"));
     }
     Ok(Pattern::Host { host, port })
@@ -259,9 +259,9 @@ pub struct Policy {
     pub context: Context,
     pub session: String,
     pub refusals: Refusals,
-    pub approvals: std::sync::Arc<crate::egress::approvals::Approvals>,
+    pub approvals: std::sync::Arc<crate::net::egress::approvals::Approvals>,
     /// A turn that read untrusted content is not asked about new hosts: they are refused.
-    pub taints: std::sync::Arc<crate::taint::Taints>,
+    pub taints: std::sync::Arc<crate::net::taint::Taints>,
 }
 
 /// Where refusals of hosts no rule names are told, and when each was last told.
@@ -306,9 +306,9 @@ impl Refusals {
 }
 
 #[async_trait::async_trait]
-impl crate::egress::relay::Gate for Policy {
-    async fn decide(&self, host: &str, port: u16, asked_by: &str) -> crate::egress::relay::Verdict {
-        use crate::egress::relay::Verdict;
+impl crate::net::egress::relay::Gate for Policy {
+    async fn decide(&self, host: &str, port: u16, asked_by: &str) -> crate::net::egress::relay::Verdict {
+        use crate::net::egress::relay::Verdict;
         let (data_dir, context, host_owned) = (self.data_dir.clone(), self.context.clone(), host.to_string());
         let rule = tokio::task::spawn_blocking(move || decide(&data_dir, &context, &host_owned, port)).await;
         let own = self.data_dir.context_dir(&self.context).join(FILE);
@@ -321,7 +321,7 @@ impl crate::egress::relay::Gate for Policy {
                 Verdict::Refuse(format!("{host}:{port} is denied by the rule `{}` ({})", rule.pattern, rule.at))
             }
             Ok(_) => {
-                use crate::egress::approvals::{Asking, Decision};
+                use crate::net::egress::approvals::{Asking, Decision};
                 let principal = format!("container:tool:{}", self.session);
                 let granted = self.approvals.granted(&self.session, host, port);
                 let asked = if granted { Ok(()) } else { self.taints.may_ask(&self.session, &principal) };
