@@ -5,24 +5,21 @@
 //! shutdown future resolves, then drains within `orchestrator.shutdown_timeout`. Subsystems are
 //! modules named after the nouns of DESIGN.md.
 
-pub mod admissions;
 pub mod agents;
 pub mod base;
 pub mod budgets;
 pub mod cli;
 pub mod defaults;
 pub mod gateways;
-pub mod groups;
 pub mod guard;
 pub mod health;
-pub mod identities;
 pub mod ipc;
 pub mod llm;
 pub mod mcp;
 pub mod net;
-pub mod oidc;
 pub mod orchestrator;
 pub mod peers;
+pub mod people;
 pub mod sampler;
 pub mod sandbox;
 pub mod scheduler;
@@ -54,6 +51,7 @@ use crate::base::metrics::Metrics;
 use crate::base::{auth, config, datadir, metrics, state, systemd};
 use crate::guard::{audit, limits, redact, secrets};
 use crate::net::{egress, taint};
+use crate::people::{admissions, groups, identities, oidc};
 use crate::sandbox::container::manager::ContainerManager;
 use crate::sandbox::container::Engine;
 use crate::sandbox::policy::Policy;

@@ -22,7 +22,7 @@ const MAX_TUNNELS: usize = 64;
 
 /// The hosts gateway `record` may reach, as `host:port` or `*.domain:port`.
 pub fn hosts_of(record: &GatewayRecord) -> Vec<String> {
-    use crate::oidc::host_port;
+    use crate::people::oidc::host_port;
     match &record.kind {
         GatewayKind::Slack { .. } => {
             let mut hosts = vec!["slack.com:443".to_string(), "*.slack.com:443".to_string()];

@@ -374,7 +374,7 @@ impl Supervisor {
         let path = folder.join(EGRESS_SOCKET);
         let mut hosts = hosts_of(&self.record);
         if let GatewayKind::Web { issuer, .. } = &self.record.kind {
-            match crate::oidc::endpoint_hosts(&self.supervision.web, issuer).await {
+            match crate::people::oidc::endpoint_hosts(&self.supervision.web, issuer).await {
                 Ok(more) => hosts.extend(more.into_iter().filter(|host| !hosts.contains(host)).collect::<Vec<_>>()),
                 Err(error) => {
                     tracing::warn!(%error, "cannot read the provider's discovery document: the gateway may reach its host only")

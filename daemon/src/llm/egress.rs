@@ -27,7 +27,7 @@ pub fn provider_hosts<'a>(api_bases: impl IntoIterator<Item = &'a str>) -> Vec<S
     let mut hosts: Vec<String> = api_bases
         .into_iter()
         .filter(|api_base| super::relay::loopback_target(api_base).is_none())
-        .filter_map(crate::oidc::host_port)
+        .filter_map(crate::people::oidc::host_port)
         .collect();
     hosts.sort();
     hosts.dedup();

@@ -41,10 +41,10 @@ use crate::base::datadir::DataDir;
 use crate::base::lifetime::Lifetime;
 use crate::base::metrics::Metrics;
 use crate::base::state;
-use crate::groups::Groups;
-use crate::identities::Identities;
 use crate::llm::call::Calls;
 use crate::llm::LlmGateway;
+use crate::people::groups::Groups;
+use crate::people::identities::Identities;
 use crate::sandbox::container::manager::ContainerManager;
 use crate::sandbox::workspace::Workspaces;
 use crate::store::events::EventBus;
@@ -417,7 +417,7 @@ pub enum OrchestratorError {
     #[error("{0}")]
     Budget(String),
     #[error(transparent)]
-    Group(#[from] crate::groups::GroupError),
+    Group(#[from] crate::people::groups::GroupError),
 }
 
 /// What [`accept_user_message`] did.

@@ -121,7 +121,7 @@ impl Gate {
             return Err(AuthError::NotAdmitted);
         }
         let resolved = self.shared.identities.resolve(identity, &name).map_err(|error| match error {
-            crate::identities::IdentityError::BadIdentity(_) => AuthError::Unresolvable(error.to_string()),
+            crate::people::identities::IdentityError::BadIdentity(_) => AuthError::Unresolvable(error.to_string()),
             // A first contact not recorded: its caller reads a sentence, the log the detail.
             other => {
                 tracing::error!(error = %baaaht_proto::error_chain(&other), "cannot record a first contact");
@@ -149,7 +149,7 @@ impl Gate {
         if !first {
             return;
         }
-        let shown = crate::identities::clean_name(name);
+        let shown = crate::people::identities::clean_name(name);
         let shown = if shown.is_empty() { identity.to_string() } else { format!("{shown} ({identity})") };
         let text = format!(
             "{shown} wrote to the {} gateway {} for the first time and waits to be let in. To admit them: \

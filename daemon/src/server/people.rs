@@ -12,9 +12,9 @@ use super::Shared;
 use super::{check, context_of};
 use crate::base::auth::{Caller, Context, EndUser, Operation, Target};
 use crate::gateways::{GatewayError, GatewayKind, GatewayRecord};
-use crate::groups::{GroupError, GroupRecord};
 use crate::guard::audit::{Kind, Record};
-use crate::identities::{IdentityError, UserView};
+use crate::people::groups::{GroupError, GroupRecord};
+use crate::people::identities::{IdentityError, UserView};
 
 impl From<IdentityError> for Status {
     fn from(error: IdentityError) -> Status {
@@ -126,7 +126,7 @@ fn member_id(shared: &Shared, named: &str) -> Result<String, Status> {
     if let Some(user) = shared.identities.lookup(named) {
         return Ok(user);
     }
-    if crate::identities::is_channel_identity(named) {
+    if crate::people::identities::is_channel_identity(named) {
         return Err(IdentityError::UnknownIdentity(named.to_string()).into());
     }
     super::valid_id(named, "member")?;
@@ -174,7 +174,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
     async fn start_link(&self, request: Request<v1::StartLinkRequest>) -> Result<Response<v1::LinkCode>, Status> {
         let caller = check(&self.shared, &request, Operation::StartLink, None, None)?;
         let code = self.shared.identities.start_link(&end_user(&caller)?.id)?;
-        let valid_seconds = crate::identities::LINK_CODE_VALID.as_secs() as u32;
+        let valid_seconds = crate::people::identities::LINK_CODE_VALID.as_secs() as u32;
         Ok(Response::new(v1::LinkCode { code, valid_seconds }))
     }
 
@@ -360,7 +360,7 @@ impl v1::admin_server::Admin for AdminService {
     async fn admit_identity(&self, request: Request<v1::AdmitRequest>) -> Result<Response<v1::UserProfile>, Status> {
         check(&self.shared, &request, Operation::AdmitIdentity, None, None)?;
         let message = request.into_inner();
-        let identity = crate::identities::canonical(message.identity.trim());
+        let identity = crate::people::identities::canonical(message.identity.trim());
         let waited = self.shared.admissions.waiting().into_iter().find(|(waiting, _)| *waiting == identity);
         let name = match message.name.trim() {
             "" => waited.map(|(_, waiting)| waiting.name).unwrap_or_default(),

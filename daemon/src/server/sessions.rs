@@ -43,8 +43,10 @@ impl From<OrchestratorError> for Status {
             OrchestratorError::NoTurn => Status::failed_precondition(error.to_string()),
             OrchestratorError::Model(_) => Status::unavailable(error.to_string()),
             OrchestratorError::Budget(_) => Status::resource_exhausted(error.to_string()),
-            OrchestratorError::Group(crate::groups::GroupError::NotFound(_)) => Status::not_found(error.to_string()),
-            OrchestratorError::Group(crate::groups::GroupError::State(state)) => {
+            OrchestratorError::Group(crate::people::groups::GroupError::NotFound(_)) => {
+                Status::not_found(error.to_string())
+            }
+            OrchestratorError::Group(crate::people::groups::GroupError::State(state)) => {
                 // A file that cannot be written: the operator's to read, not the caller's.
                 tracing::error!(error = %baaaht_proto::error_chain(&state), "cannot keep the groups");
                 Status::internal("cannot keep the groups; the daemon's log says why")

@@ -55,12 +55,12 @@ pub struct Shared {
     /// The gateways the daemon runs itself.
     pub supervisors: Arc<crate::gateways::supervise::Supervisors>,
     /// Channel identities → canonical users.
-    pub identities: Arc<crate::identities::Identities>,
+    pub identities: Arc<crate::people::identities::Identities>,
     /// People waiting to be admitted.
-    pub admissions: Arc<crate::admissions::Admissions>,
-    pub groups: Arc<crate::groups::Groups>,
+    pub admissions: Arc<crate::people::admissions::Admissions>,
+    pub groups: Arc<crate::people::groups::Groups>,
     /// Verifies the web gateway's ID tokens.
-    pub oidc: Arc<crate::oidc::Verifier>,
+    pub oidc: Arc<crate::people::oidc::Verifier>,
     /// Spending limits per user and group.
     pub budgets: Arc<crate::budgets::Budgets>,
     /// Heartbeats, scheduled tasks and the daemon's own upkeep.

@@ -79,7 +79,7 @@ impl Admissions {
                 file.waiting.remove(&oldest);
             }
         }
-        let name = crate::guard::redact::state_field(self.redact.as_ref(), crate::identities::clean_name(name));
+        let name = crate::guard::redact::state_field(self.redact.as_ref(), crate::people::identities::clean_name(name));
         let waiting = Waiting { name, gateway: gateway.to_string(), since: state::now_seconds() };
         file.waiting.insert(identity.to_string(), waiting);
         state::write_json(&self.path, &*file)?;
