@@ -360,31 +360,31 @@ async fn gateways(command: GatewaysCommand, data_dir: &DataDir) -> Result<(), Fa
         Err(baaaht_proto::client::ConnectError::NotRunning { .. }) => {
             data_dir.create_layout().map_err(DaemonError::from)?;
             let _lock = data_dir.lock().map_err(DaemonError::from)?;
-            let registry = crate::gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())
+            let registry = crate::work::gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())
                 .map_err(DaemonError::from)?;
             match command {
                 GatewaysCommand::Add { kind, name, issuer, audience, team, bot, address, homeserver, mode, args } => {
                     let kind = match kind.as_str() {
-                        "web" => crate::gateways::GatewayKind::Web {
+                        "web" => crate::work::gateways::GatewayKind::Web {
                             issuer: issuer.unwrap_or_default(),
                             audience: audience.unwrap_or_default(),
                         },
-                        "telegram" => crate::gateways::GatewayKind::Telegram { bot: bot.unwrap_or_default() },
-                        "email" => crate::gateways::GatewayKind::Email {
+                        "telegram" => crate::work::gateways::GatewayKind::Telegram { bot: bot.unwrap_or_default() },
+                        "email" => crate::work::gateways::GatewayKind::Email {
                             address: address.unwrap_or_default().trim().to_ascii_lowercase(),
                         },
-                        "matrix" => crate::gateways::GatewayKind::Matrix {
+                        "matrix" => crate::work::gateways::GatewayKind::Matrix {
                             homeserver: homeserver.unwrap_or_default().trim().trim_end_matches('/').to_string(),
                         },
-                        _ => crate::gateways::GatewayKind::Slack { team: team.unwrap_or_default() },
+                        _ => crate::work::gateways::GatewayKind::Slack { team: team.unwrap_or_default() },
                     };
                     let mode = mode
                         .as_deref()
-                        .and_then(crate::gateways::RunMode::parse)
-                        .unwrap_or(crate::gateways::RunMode::UNNAMED);
+                        .and_then(crate::work::gateways::RunMode::parse)
+                        .unwrap_or(crate::work::gateways::RunMode::UNNAMED);
                     let (record, token) = registry.add(&name, kind, mode, args).map_err(DaemonError::from)?;
                     let socket = registry.socket_folder(&name).join(crate::sandbox::sockets::GATEWAY_SOCKET_NAME);
-                    let token = if mode == crate::gateways::RunMode::External { token } else { String::new() };
+                    let token = if mode == crate::work::gateways::RunMode::External { token } else { String::new() };
                     let socket = socket.display().to_string();
                     print_added(&record.name, &record.kind.namespace(), mode.as_str(), &socket, &token);
                     eprintln!("baaahtd: the daemon serves it from its next start");

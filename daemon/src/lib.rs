@@ -5,20 +5,14 @@
 //! shutdown future resolves, then drains within `orchestrator.shutdown_timeout`. Subsystems are
 //! modules named after the nouns of DESIGN.md.
 
-pub mod agents;
 pub mod base;
 pub mod budgets;
 pub mod cli;
 pub mod defaults;
-pub mod gateways;
 pub mod guard;
-pub mod health;
-pub mod ipc;
 pub mod llm;
-pub mod mcp;
 pub mod net;
 pub mod orchestrator;
-pub mod peers;
 pub mod people;
 pub mod sampler;
 pub mod sandbox;
@@ -26,10 +20,9 @@ pub mod scheduler;
 pub mod selftest;
 pub mod server;
 pub mod setup;
-pub mod skills;
 pub mod store;
-pub mod tools;
 pub mod usage;
+pub mod work;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -60,6 +53,7 @@ use crate::sandbox::{container, policy, sockets, workspace};
 use crate::server::layer::{Gate, RequestLayer};
 use crate::server::Shared;
 use crate::store::{events, inbox, memory, recall, sessions};
+use crate::work::{agents, gateways, health, ipc, mcp, tools};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {

@@ -255,7 +255,7 @@ pub struct LlmGateway {
     queue_timeout: Duration,
     pub metrics: Arc<Metrics>,
     pub usage: UsageBook,
-    notifier: std::sync::OnceLock<Arc<crate::health::Notifier>>,
+    notifier: std::sync::OnceLock<Arc<crate::work::health::Notifier>>,
     /// The tunnels a gateway in its container reaches its providers by.
     way_out: std::sync::OnceLock<egress::WayOut>,
     /// Provider → the context window the gateway gave its models (0: unknown), and when it
@@ -364,7 +364,7 @@ impl LlmGateway {
     }
 
     /// Restarts after failed health checks are told to the admins through `notifier`.
-    pub fn tell_admins_through(&self, notifier: Arc<crate::health::Notifier>) {
+    pub fn tell_admins_through(&self, notifier: Arc<crate::work::health::Notifier>) {
         // silent-ok: set once, at start.
         let _ = self.notifier.set(notifier);
     }
@@ -673,7 +673,7 @@ impl LlmGateway {
         cancel: &CancellationToken,
     ) -> (String, &'static str) {
         let exited = instance.exited();
-        crate::health::watch_service(channel, "llm-gateway", &self.health, exited, cancel, |response| {
+        crate::work::health::watch_service(channel, "llm-gateway", &self.health, exited, cancel, |response| {
             for (key, value) in &response.metrics {
                 if let (Some(provider), Ok(depth)) = (key.strip_prefix("queued."), value.parse::<u64>()) {
                     self.metrics.set_llm_queue(provider, depth);

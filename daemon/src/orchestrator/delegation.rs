@@ -2,7 +2,7 @@
 //! of the same session, answered at once or, in the background, later as a new message.
 
 use super::*;
-use crate::agents::{Turn, TurnOutcome};
+use crate::work::agents::{Turn, TurnOutcome};
 use baaaht_llm::model::Message;
 
 /// What an Assistant's `delegate` call asks.
@@ -146,10 +146,10 @@ pub async fn run_alone(
     role: Role,
     (text, entry): (String, String),
     timeout: Option<Duration>,
-) -> Result<(TurnOutcome, String), crate::agents::AgentError> {
+) -> Result<(TurnOutcome, String), crate::work::agents::AgentError> {
     // Its agent and tool container wait for their places, as a delegation's do.
     let Some(_places) = orchestrator.turns.admit_agent(&orchestrator.lifetime.shutdown).await else {
-        return Err(crate::agents::AgentError::Cancelled(role));
+        return Err(crate::work::agents::AgentError::Cancelled(role));
     };
     let settings = agent_settings(orchestrator, role);
     let turn_id = new_id("k-");

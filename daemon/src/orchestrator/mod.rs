@@ -32,8 +32,6 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::agents::AgentPool;
-use crate::agents::Work;
 use crate::base::auth::Live;
 use crate::base::auth::{ContainerIdentity, Context, ContextKind, Role};
 use crate::base::config::LoadedConfig;
@@ -51,7 +49,9 @@ use crate::store::events::EventBus;
 use crate::store::events::{Event, Kind};
 use crate::store::sessions::SessionStore;
 use crate::store::sessions::{Entry, NewEntry, SessionError, SessionRecord, SessionStatus};
-use crate::tools::Runners;
+use crate::work::agents::AgentPool;
+use crate::work::agents::Work;
+use crate::work::tools::Runners;
 
 const TURNS_FILE: &str = "turns.json";
 
@@ -658,9 +658,9 @@ pub fn role_tools(role: Role) -> Vec<&'static str> {
 
 /// The skills `role` is offered in `context`: those installed now (none for the roles that
 /// use none).
-pub fn role_skills(orchestrator: &Orchestrator, role: Role, context: &Context) -> Vec<crate::skills::Found> {
+pub fn role_skills(orchestrator: &Orchestrator, role: Role, context: &Context) -> Vec<crate::work::skills::Found> {
     match role {
-        Role::Assistant | Role::Worker | Role::Researcher | Role::Coder => crate::skills::manifest(
+        Role::Assistant | Role::Worker | Role::Researcher | Role::Coder => crate::work::skills::manifest(
             orchestrator.data_dir.root(),
             &orchestrator.loaded.config.skills.directories,
             context,
@@ -670,7 +670,7 @@ pub fn role_skills(orchestrator: &Orchestrator, role: Role, context: &Context) -
 }
 
 /// What RegisterAgent answers: the role's settings, identity, context, memory and skills.
-pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) -> crate::agents::AgentSetup {
+pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) -> crate::work::agents::AgentSetup {
     let role = identity.role;
     let settings = agent_settings(orchestrator, role);
     let read = |path: PathBuf| std::fs::read_to_string(path).unwrap_or_default();
@@ -686,7 +686,7 @@ pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) ->
     let skills = role_skills(orchestrator, role, context);
     let tools = role_tools(role);
     let session_model = orchestrator.sessions.get(&identity.session_id).and_then(|record| record.model);
-    crate::agents::AgentSetup {
+    crate::work::agents::AgentSetup {
         role,
         model: match (role, session_model) {
             (Role::Assistant, Some(model)) => model,

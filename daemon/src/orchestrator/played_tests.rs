@@ -5,10 +5,10 @@
 //! Docker, no model.
 
 use super::*;
-use crate::agents::{Turn, TurnOutcome};
-use crate::peers::{Down, Up};
 use crate::sandbox::container::fake::FakeRuntime;
 use crate::sandbox::container::ContainerSpec;
+use crate::work::agents::{Turn, TurnOutcome};
+use crate::work::peers::{Down, Up};
 
 /// A daemon's subsystems on a temporary data dir, its containers played.
 pub(crate) struct House {

@@ -30,7 +30,7 @@ pub(super) async fn run_turn(
         let _place = match shared_ref.turns.admit_turn(&cancel).await {
             super::Admission::Place(place) => place,
             super::Admission::Cancelled => return Err(CANCELLED.to_string()),
-            super::Admission::Busy(sentence) => return Ok(crate::agents::TurnOutcome::refusal(sentence)),
+            super::Admission::Busy(sentence) => return Ok(crate::work::agents::TurnOutcome::refusal(sentence)),
         };
         if cancel.is_cancelled() {
             return Err(CANCELLED.to_string());
@@ -166,7 +166,7 @@ async fn assistant_turn(
     record: &SessionRecord,
     accepted: &Accepted,
     cancel: CancellationToken,
-) -> Result<crate::agents::TurnOutcome, String> {
+) -> Result<crate::work::agents::TurnOutcome, String> {
     orchestrator.turns.set_tail(&accepted.turn, &accepted.entry);
     orchestrator.taints.begin(&accepted.session, &accepted.turn);
     let read = orchestrator.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
@@ -226,7 +226,7 @@ async fn assistant_turn(
         }
     }
     let answer = |messages: Vec<baaaht_llm::model::Message>| {
-        let turn = crate::agents::Turn {
+        let turn = crate::work::agents::Turn {
             now: super::now_for_agents(orchestrator),
             turn_id: accepted.turn.clone(),
             correlation_id: accepted.correlation_id.clone(),
@@ -246,11 +246,11 @@ async fn assistant_turn(
         async move {
             match orchestrator.agents.run(work).await {
                 // Said to the person as the daemon's sentence, as a budget's refusal is.
-                Err(crate::agents::AgentError::DiskFull(_)) => {
-                    Ok(crate::agents::TurnOutcome::refusal(crate::base::state::DISK_FULL_TURN.to_string()))
+                Err(crate::work::agents::AgentError::DiskFull(_)) => {
+                    Ok(crate::work::agents::TurnOutcome::refusal(crate::base::state::DISK_FULL_TURN.to_string()))
                 }
-                Err(crate::agents::AgentError::EngineDown(_)) => {
-                    Ok(crate::agents::TurnOutcome::refusal(ENGINE_DOWN_TURN.to_string()))
+                Err(crate::work::agents::AgentError::EngineDown(_)) => {
+                    Ok(crate::work::agents::TurnOutcome::refusal(ENGINE_DOWN_TURN.to_string()))
                 }
                 ran => ran.map_err(|error| error.to_string()),
             }

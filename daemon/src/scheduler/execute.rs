@@ -8,7 +8,6 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJob, TaskKind, TaskRecord};
-use crate::agents::AgentError;
 use crate::base::auth::{Context, ContextKind, Role};
 use crate::orchestrator::Orchestrator;
 use crate::store::events::Notice;
@@ -16,6 +15,7 @@ use crate::store::inbox::Inbox;
 use crate::store::inbox::Item;
 use crate::store::memory::Memories;
 use crate::store::sessions::{NewEntry, SessionStatus};
+use crate::work::agents::AgentError;
 
 /// What a heartbeat answers when there is nothing to tell.
 pub const NOTHING: &str = "NOTHING";

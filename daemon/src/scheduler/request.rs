@@ -165,7 +165,7 @@ pub fn schedule_requested(
     scheduler: &Scheduler,
     inbox: &crate::store::inbox::Inbox,
     context: &Context,
-    request: crate::ipc::TaskFile,
+    request: crate::work::ipc::TaskFile,
 ) -> Result<String, String> {
     // The same request of the same context is one task; another context's never collides.
     let digest = sha2::Sha256::digest(format!("{context}\n{}", request.id).as_bytes());

@@ -137,19 +137,19 @@ pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1
 }
 
 /// The wire form of a health probe.
-pub(crate) fn probe(probe: crate::health::Probe) -> v1::HealthCheckRequest {
+pub(crate) fn probe(probe: crate::work::health::Probe) -> v1::HealthCheckRequest {
     v1::HealthCheckRequest { container_id: probe.container, probe: probe.probe }
 }
 
 /// The daemon's form of a container's answer to a probe.
-pub(crate) fn health_answer(answer: v1::HealthCheckResponse) -> crate::health::Answer {
-    crate::health::Answer { probe: answer.probe, status: answer.status, message: answer.message }
+pub(crate) fn health_answer(answer: v1::HealthCheckResponse) -> crate::work::health::Answer {
+    crate::work::health::Answer { probe: answer.probe, status: answer.status, message: answer.message }
 }
 
 /// What the daemon sends an agent over TakeTurns.
-pub(crate) fn agent_turn(down: crate::peers::Down<crate::agents::Turn>) -> v1::AgentTurn {
+pub(crate) fn agent_turn(down: crate::work::peers::Down<crate::work::agents::Turn>) -> v1::AgentTurn {
     match down {
-        crate::peers::Down::Work(turn) => v1::AgentTurn {
+        crate::work::peers::Down::Work(turn) => v1::AgentTurn {
             turn_id: turn.turn_id,
             correlation_id: turn.correlation_id,
             messages: turn.messages.into_iter().map(baaaht_llm::convert::message_to_proto).collect(),
@@ -161,19 +161,19 @@ pub(crate) fn agent_turn(down: crate::peers::Down<crate::agents::Turn>) -> v1::A
             tools: vec![],
             skills: None,
         },
-        crate::peers::Down::Probe(request) => {
+        crate::work::peers::Down::Probe(request) => {
             v1::AgentTurn { health_check: Some(probe(request)), ..v1::AgentTurn::default() }
         }
     }
 }
 
 /// What an agent sends back over TakeTurns.
-pub(crate) fn agent_report(report: v1::AgentReport) -> crate::peers::Up<crate::agents::TurnOutcome> {
-    use crate::peers::Up;
+pub(crate) fn agent_report(report: v1::AgentReport) -> crate::work::peers::Up<crate::work::agents::TurnOutcome> {
+    use crate::work::peers::Up;
     match report.kind {
         Some(v1::agent_report::Kind::Result(result)) => Up::Answer {
             id: result.turn_id,
-            answer: crate::agents::TurnOutcome {
+            answer: crate::work::agents::TurnOutcome {
                 content: result.content,
                 is_error: result.is_error,
                 steps: result.steps,
@@ -187,10 +187,10 @@ pub(crate) fn agent_report(report: v1::AgentReport) -> crate::peers::Up<crate::a
 }
 
 /// What the daemon sends a tool runner over ServeTools.
-pub(crate) fn tool_call(down: crate::peers::Down<crate::tools::RunnerWork>) -> v1::ToolCall {
-    use crate::tools::RunnerWork;
+pub(crate) fn tool_call(down: crate::work::peers::Down<crate::work::tools::RunnerWork>) -> v1::ToolCall {
+    use crate::work::tools::RunnerWork;
     match down {
-        crate::peers::Down::Work(RunnerWork::Call(call)) => v1::ToolCall {
+        crate::work::peers::Down::Work(RunnerWork::Call(call)) => v1::ToolCall {
             call_id: call.call_id,
             tool: call.tool,
             params_json: call.params_json,
@@ -199,7 +199,7 @@ pub(crate) fn tool_call(down: crate::peers::Down<crate::tools::RunnerWork>) -> v
             placeholders: call.placeholders,
             ..v1::ToolCall::default()
         },
-        crate::peers::Down::Work(RunnerWork::Tunnel(tunnel)) => match tunnel {
+        crate::work::peers::Down::Work(RunnerWork::Tunnel(tunnel)) => match tunnel {
             TunnelDown::Opened { id, refused } => {
                 v1::ToolCall { egress_opened: Some(v1::EgressOpened { id, refused }), ..v1::ToolCall::default() }
             }
@@ -210,16 +210,16 @@ pub(crate) fn tool_call(down: crate::peers::Down<crate::tools::RunnerWork>) -> v
                 v1::ToolCall { egress_close: Some(v1::EgressClose { id, write_only }), ..v1::ToolCall::default() }
             }
         },
-        crate::peers::Down::Probe(request) => {
+        crate::work::peers::Down::Probe(request) => {
             v1::ToolCall { health_check: Some(probe(request)), ..v1::ToolCall::default() }
         }
     }
 }
 
 /// What a tool runner sends back over ServeTools.
-pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::tools::RunnerUp {
-    use crate::peers::Up;
-    use crate::tools::RunnerUp;
+pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::work::tools::RunnerUp {
+    use crate::work::peers::Up;
+    use crate::work::tools::RunnerUp;
     use v1::runner_message::Kind;
     match message.kind {
         Some(Kind::Result(result)) => {
@@ -236,8 +236,8 @@ pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::tools::Runner
     }
 }
 
-fn tool_answer(response: v1::ToolResponse) -> crate::tools::ToolAnswer {
-    crate::tools::ToolAnswer {
+fn tool_answer(response: v1::ToolResponse) -> crate::work::tools::ToolAnswer {
+    crate::work::tools::ToolAnswer {
         content: response.content,
         is_error: response.is_error,
         duration_ms: response.duration_ms,
@@ -246,7 +246,7 @@ fn tool_answer(response: v1::ToolResponse) -> crate::tools::ToolAnswer {
 }
 
 /// The wire form of a tool call's answer.
-pub(crate) fn tool_response(answer: crate::tools::ToolAnswer) -> v1::ToolResponse {
+pub(crate) fn tool_response(answer: crate::work::tools::ToolAnswer) -> v1::ToolResponse {
     v1::ToolResponse {
         content: answer.content,
         is_error: answer.is_error,
@@ -272,8 +272,8 @@ where
 }
 
 /// What the daemon sends an MCP server's relay over RelayMcp.
-pub(crate) fn mcp_down(down: crate::mcp::relay::Down) -> v1::McpDown {
-    use crate::mcp::relay::Down;
+pub(crate) fn mcp_down(down: crate::work::mcp::relay::Down) -> v1::McpDown {
+    use crate::work::mcp::relay::Down;
     use v1::mcp_down::Kind;
     let kind = match down {
         Down::Launch(launch) => Kind::Launch(v1::McpLaunch {
@@ -297,8 +297,8 @@ fn tunnel_open(open: v1::EgressOpen) -> TunnelUp {
 }
 
 /// What an MCP server's relay sends up over RelayMcp.
-pub(crate) fn mcp_up(up: v1::McpUp) -> crate::mcp::relay::Up {
-    use crate::mcp::relay::Up;
+pub(crate) fn mcp_up(up: v1::McpUp) -> crate::work::mcp::relay::Up {
+    use crate::work::mcp::relay::Up;
     use v1::mcp_up::Kind;
     match up.kind {
         Some(Kind::Stdout(bytes)) => Up::Stdout(bytes),
@@ -314,7 +314,7 @@ pub(crate) fn mcp_up(up: v1::McpUp) -> crate::mcp::relay::Up {
 
 /// A skill's entry in a manifest: name and description, and the whole body of an
 /// always-loaded skill.
-pub(crate) fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {
+pub(crate) fn skill_summary(found: &crate::work::skills::Found) -> v1::SkillSummary {
     v1::SkillSummary {
         name: found.skill.name.clone(),
         description: found.skill.description.clone(),
@@ -325,7 +325,7 @@ pub(crate) fn skill_summary(found: &crate::skills::Found) -> v1::SkillSummary {
 }
 
 /// RegisterAgent's answer.
-pub(crate) fn agent_config(setup: crate::agents::AgentSetup) -> v1::AgentConfig {
+pub(crate) fn agent_config(setup: crate::work::agents::AgentSetup) -> v1::AgentConfig {
     v1::AgentConfig {
         role: role_ref(setup.role) as i32,
         model: setup.model,

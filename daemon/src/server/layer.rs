@@ -18,9 +18,9 @@ use tracing::Instrument;
 
 use super::Shared;
 use crate::base::auth::{AuthError, Caller, EndUser, GatewayCaller, HostPolicy};
-use crate::gateways::{GatewayKind, GatewayRecord};
 use crate::guard::audit::{Kind, Record};
 use crate::sandbox::sockets::{Origin, PeerInfo};
+use crate::work::gateways::{GatewayKind, GatewayRecord};
 use baaaht_proto::CORRELATION_ID_HEADER;
 
 /// The correlation id of the request being handled.

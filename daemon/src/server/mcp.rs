@@ -7,7 +7,7 @@ use tonic::Status;
 use super::context_of;
 use super::Shared;
 use crate::base::auth::{Caller, Context};
-use crate::mcp::config::{self, McpConfigError, Scope, Server};
+use crate::work::mcp::config::{self, McpConfigError, Scope, Server};
 
 impl From<McpConfigError> for Status {
     fn from(error: McpConfigError) -> Status {

@@ -11,10 +11,10 @@ use tonic::{Request, Response, Status};
 use super::Shared;
 use super::{check, context_of};
 use crate::base::auth::{Caller, Context, EndUser, Operation, Target};
-use crate::gateways::{GatewayError, GatewayKind, GatewayRecord};
 use crate::guard::audit::{Kind, Record};
 use crate::people::groups::{GroupError, GroupRecord};
 use crate::people::identities::{IdentityError, UserView};
+use crate::work::gateways::{GatewayError, GatewayKind, GatewayRecord};
 
 impl From<IdentityError> for Status {
     fn from(error: IdentityError) -> Status {
@@ -218,7 +218,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
             }
         };
         for &(key, required) in keys {
-            let name = crate::gateways::secret_name(&record, key);
+            let name = crate::work::gateways::secret_name(&record, key);
             let reference = format!("${{{name}}}");
             match crate::guard::secrets::resolve_references(&reference, self.shared.secrets.current().as_deref(), |n| {
                 std::env::var(n).ok()
@@ -579,13 +579,13 @@ impl v1::admin_server::Admin for AdminService {
             }
         };
         let mode = match message.mode.as_str() {
-            "" => crate::gateways::RunMode::UNNAMED,
-            text => crate::gateways::RunMode::parse(text).ok_or_else(|| {
+            "" => crate::work::gateways::RunMode::UNNAMED,
+            text => crate::work::gateways::RunMode::parse(text).ok_or_else(|| {
                 Status::invalid_argument(format!("mode `{text}`: use container, process or external"))
             })?,
         };
-        crate::gateways::check_run(&kind, mode, &message.args)?;
-        if mode != crate::gateways::RunMode::External {
+        crate::work::gateways::check_run(&kind, mode, &message.args)?;
+        if mode != crate::work::gateways::RunMode::External {
             self.shared.supervisors.check_args(&kind, &message.args).await.map_err(Status::invalid_argument)?;
         }
         let (record, token) = self.shared.gateways.add(&message.name, kind, mode, message.args)?;
@@ -597,7 +597,7 @@ impl v1::admin_server::Admin for AdminService {
         }
         self.shared.supervisors.start(record.clone());
         // A gateway the daemon runs needs no token of its own: it gets one per run.
-        let token = if mode == crate::gateways::RunMode::External { token } else { String::new() };
+        let token = if mode == crate::work::gateways::RunMode::External { token } else { String::new() };
         Ok(Response::new(v1::AddGatewayResponse { gateway: Some(gateway_info(&self.shared, &record)), token }))
     }
 
@@ -634,7 +634,7 @@ impl v1::admin_server::Admin for AdminService {
             self.shared.gateways.get(&name).ok_or_else(|| {
                 Status::not_found(format!("no gateway `{name}` is registered (baaahtd gateways list)"))
             })?;
-        if record.mode == crate::gateways::RunMode::External {
+        if record.mode == crate::work::gateways::RunMode::External {
             return Err(Status::failed_precondition(format!(
                 "gateway {name} is external: whoever runs it restarts it; the daemon does not run it"
             )));

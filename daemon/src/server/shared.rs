@@ -12,9 +12,9 @@ pub struct Shared {
     pub metrics: Arc<crate::base::metrics::Metrics>,
     pub audit: crate::guard::audit::Audit,
     /// The last health verdict on each probed container.
-    pub health: Arc<crate::health::Board>,
+    pub health: Arc<crate::work::health::Board>,
     /// Tells the admins what the daemon did on its own (restarts).
-    pub notifier: Arc<crate::health::Notifier>,
+    pub notifier: Arc<crate::work::health::Notifier>,
     pub engine: tokio::sync::watch::Receiver<crate::sandbox::container::Engine>,
     pub listeners: Arc<crate::sandbox::sockets::ListenerSet>,
     pub metrics_address: Option<std::net::SocketAddr>,
@@ -24,16 +24,16 @@ pub struct Shared {
     /// The one road to the model: every model call the daemon makes or brokers.
     pub calls: Arc<crate::llm::call::Calls>,
     pub web: Arc<crate::net::egress::proxy::WebProxy>,
-    pub tools: Arc<crate::tools::Runners>,
+    pub tools: Arc<crate::work::tools::Runners>,
     /// The one road to a tool: every call an agent asks for.
-    pub tool_calls: Arc<crate::tools::call::Calls>,
-    pub mcp: Arc<crate::mcp::pool::McpPool>,
-    pub ipc: Arc<crate::ipc::Ipc>,
+    pub tool_calls: Arc<crate::work::tools::call::Calls>,
+    pub mcp: Arc<crate::work::mcp::pool::McpPool>,
+    pub ipc: Arc<crate::work::ipc::Ipc>,
     pub workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     pub search: crate::net::egress::search::Backend,
     pub events: Arc<crate::store::events::EventBus>,
     pub sessions: Arc<crate::store::sessions::SessionStore>,
-    pub agents: Arc<crate::agents::AgentPool>,
+    pub agents: Arc<crate::work::agents::AgentPool>,
     pub turns: Arc<crate::orchestrator::Turns>,
     /// Turns, delegations, compaction and archival, over the subsystems they use.
     pub orchestrator: Arc<crate::orchestrator::Orchestrator>,
@@ -49,11 +49,11 @@ pub struct Shared {
     /// When the daemon stops, and what shutdown waits for ([`crate::base::lifetime::Lifetime::spawn`]).
     pub lifetime: crate::base::lifetime::Lifetime,
     /// The registered gateways (web, Slack).
-    pub gateways: Arc<crate::gateways::Registry>,
+    pub gateways: Arc<crate::work::gateways::Registry>,
     /// Connections waiting for someone to allow them in chat.
     pub approvals: Arc<crate::net::egress::approvals::Approvals>,
     /// The gateways the daemon runs itself.
-    pub supervisors: Arc<crate::gateways::supervise::Supervisors>,
+    pub supervisors: Arc<crate::work::gateways::supervise::Supervisors>,
     /// Channel identities → canonical users.
     pub identities: Arc<crate::people::identities::Identities>,
     /// People waiting to be admitted.

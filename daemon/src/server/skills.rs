@@ -17,7 +17,7 @@ impl v1::skills_server::Skills for SkillsService {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::GetSkillManifest, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
-        let skills = crate::skills::manifest(
+        let skills = crate::work::skills::manifest(
             self.shared.data_dir.root(),
             &self.shared.loaded.config.skills.directories,
             &context,
@@ -35,7 +35,7 @@ impl v1::skills_server::Skills for SkillsService {
         let caller = check(&self.shared, &request, Operation::GetSkillContent, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
         let message = request.into_inner();
-        let (path, content) = crate::skills::content(
+        let (path, content) = crate::work::skills::content(
             self.shared.data_dir.root(),
             &self.shared.loaded.config.skills.directories,
             &context,
@@ -43,7 +43,7 @@ impl v1::skills_server::Skills for SkillsService {
             &message.path,
         )
         .map_err(|error| {
-            use crate::skills::ContentError;
+            use crate::work::skills::ContentError;
             let text = error.to_string();
             match error {
                 ContentError::NoSkill(_) | ContentError::NotFound(_) => Status::not_found(text),
@@ -59,7 +59,7 @@ impl v1::skills_server::Skills for SkillsService {
         &self,
         request: Request<v1::InstallSkillRequest>,
     ) -> Result<Response<v1::InstallSkillResponse>, Status> {
-        use crate::skills::install::Source;
+        use crate::work::skills::install::Source;
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::InstallSkill, context.as_ref(), None)?;
         let source = match (request.get_ref().source.as_str(), request.get_ref().local_folder.as_str()) {
@@ -81,14 +81,14 @@ impl v1::skills_server::Skills for SkillsService {
             .correlation(&correlation_id)
             .detail("source", source.to_string())
             .detail("path", message.path.as_str());
-        let egress = crate::skills::install::Egress {
+        let egress = crate::work::skills::install::Egress {
             web: self.shared.web.clone(),
             audit: self.shared.audit.clone(),
             record: crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "")
                 .context(&context)
                 .correlation(&correlation_id),
         };
-        let install = crate::skills::install::InstallRequest {
+        let install = crate::work::skills::install::InstallRequest {
             context,
             source,
             path: message.path,
@@ -96,10 +96,10 @@ impl v1::skills_server::Skills for SkillsService {
             replace: message.replace,
         };
         let root = self.shared.data_dir.root();
-        let installed = crate::skills::install::install(root, &self.shared.containers, &egress, install)
+        let installed = crate::work::skills::install::install(root, &self.shared.containers, &egress, install)
             .await
             .map_err(|error| {
-                use crate::skills::install::InstallError;
+                use crate::work::skills::install::InstallError;
                 let text = error.to_string();
                 let mut failed = record.clone().detail("reason", text.as_str());
                 failed.outcome = "failed".into();

@@ -10,8 +10,8 @@ use tonic::{Request, Response, Status, Streaming};
 use super::convert;
 use super::Shared;
 use crate::base::auth::{Caller, ContainerIdentity};
-use crate::tools::call::{Asked, CallError};
-use crate::tools::ToolsError;
+use crate::work::tools::call::{Asked, CallError};
+use crate::work::tools::ToolsError;
 
 impl From<ToolsError> for Status {
     fn from(error: ToolsError) -> Status {

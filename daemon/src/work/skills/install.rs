@@ -372,12 +372,12 @@ pub async fn install(
     }
     match &outcome {
         Ok(installed) => tracing::info!(
-            target: "baaaht_daemon::skills::audit",
+            target: "baaaht_daemon::work::skills::audit",
             skill = %installed.name, context = %request.context, source = %request.source, commit = %installed.commit,
             "skill installed"
         ),
         Err(error) => tracing::warn!(
-            target: "baaaht_daemon::skills::audit",
+            target: "baaaht_daemon::work::skills::audit",
             context = %request.context, source = %request.source, %error,
             "skill refused"
         ),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::base::auth::{Context, Role};
-use crate::skills::Package;
+use crate::work::skills::Package;
 
 /// One `mcp.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -377,7 +377,7 @@ fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, String> {
         }
     }
     // The same checks as a skill's addons: only names that are package names reach a Dockerfile.
-    crate::skills::layer("baaaht/base:latest", &config.install)?;
+    crate::work::skills::layer("baaaht/base:latest", &config.install)?;
     for (key, value) in &config.env {
         let key_ok = key.bytes().next().is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
             && key.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');

@@ -11,8 +11,8 @@ use tokio_util::task::TaskTracker;
 use super::relay::{Attached, Down, Up, MAX_MESSAGE};
 use super::stderr::Stderr;
 use crate::guard::limits::Allowance;
-use crate::health::ProbeSlot;
 use crate::net::egress::relay::Relay;
+use crate::work::health::ProbeSlot;
 
 /// Carries bytes between the relay's stream and `theirs` (the far end of rmcp's pipe); the
 /// server's stderr lines go to the log (at most 100 every 10 s) and the last of them to

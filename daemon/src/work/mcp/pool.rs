@@ -25,9 +25,9 @@ use super::relay::{Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::guard::audit::Audit;
-use crate::health::{ProbeSlot, Probed};
 use crate::net::egress::proxy::WebProxy;
 use crate::sandbox::container::manager::{ContainerManager, RunRequest};
+use crate::work::health::{ProbeSlot, Probed};
 
 /// The tool through which an agent lists and reads a server's resources.
 pub const RESOURCES_TOOL: &str = "read_resource";
@@ -593,7 +593,7 @@ impl McpPool {
         digest: String,
     ) -> Result<Arc<Running>, McpError> {
         let fail = |why: String| McpError::Start { server: server.name.clone(), why };
-        let image = match crate::skills::layer(self.containers.image(), &server.config.install).map_err(fail)? {
+        let image = match crate::work::skills::layer(self.containers.image(), &server.config.install).map_err(fail)? {
             None => server.config.image.clone(),
             Some((tag, dockerfile)) => {
                 self.containers.ensure_image(&tag, &dockerfile).await.map_err(|error| fail(error.told()))?;
@@ -871,13 +871,13 @@ impl McpPool {
     }
 
     /// Asks the relay in `container` whether its server runs.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::health::Answer, String> {
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, String> {
         let found = {
             let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
             relays.get(container).map(|relay| (relay.down.clone(), relay.probe.clone()))
         };
         let wrap = Down::Probe;
-        crate::health::probe_over(found, container, wrap, timeout).await
+        crate::work::health::probe_over(found, container, wrap, timeout).await
     }
 
     /// Removes a server's container that failed its health checks; the next call starts one.
@@ -1102,7 +1102,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let file = dir.path().join("mcp.yaml");
         std::fs::write(&file, format!("servers:\n  s:\n{config}")).expect("write");
-        crate::mcp::config::read(&file, &crate::mcp::config::Scope::System).expect("read").remove(0)
+        crate::work::mcp::config::read(&file, &crate::work::mcp::config::Scope::System).expect("read").remove(0)
     }
 
     #[test]

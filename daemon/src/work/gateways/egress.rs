@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::gateways::{GatewayKind, GatewayRecord};
 use crate::guard::audit::Audit;
 use crate::net::egress::proxy::WebProxy;
 use crate::net::egress::tunnel::{Listener, Reach, Tunnels};
+use crate::work::gateways::{GatewayKind, GatewayRecord};
 
 /// The most tunnels a gateway holds open at once.
 const MAX_TUNNELS: usize = 64;
@@ -73,8 +73,8 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateways::RunMode;
     use crate::guard::audit::Kind;
+    use crate::work::gateways::RunMode;
     use tokio::io::AsyncWriteExt as _;
     use tokio::net::UnixStream;
 

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use tokio::sync::mpsc;
 
 use crate::base::auth::ContainerIdentity;
-use crate::health;
 use crate::net::egress::relay::{TunnelDown, TunnelUp};
+use crate::work::health;
 
 /// The longest message from a server the daemon takes.
 pub(super) const MAX_MESSAGE: usize = 4 << 20;

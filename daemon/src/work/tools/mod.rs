@@ -17,11 +17,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::base::datadir::DataDir;
-use crate::health::Probed;
 use crate::net::egress::relay::{Relay, TunnelDown, TunnelUp};
-use crate::peers::{Connected, Down, Up};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::sandbox::container::MountSpec;
+use crate::work::health::Probed;
+use crate::work::peers::{Connected, Down, Up};
 
 /// Where a session's data folder is mounted in its tool container.
 pub const WORKSPACE: &str = "/workspace";
@@ -129,7 +129,7 @@ pub struct ToolCall {
     pub placeholders: HashMap<String, String>,
 }
 
-pub use crate::ipc::ToolAnswer;
+pub use crate::work::ipc::ToolAnswer;
 
 /// What goes down to a runner: a call, or the daemon's side of a connection out.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,14 +166,14 @@ struct Runner {
     /// replaced or removed since is not as it has them.
     skills: Vec<(PathBuf, u64)>,
     /// Its IPC folder, let go when the runner is.
-    _ipc: crate::ipc::Lease,
+    _ipc: crate::work::ipc::Lease,
 }
 
 /// The warm runners of every session.
 pub struct Runners {
     containers: Arc<ContainerManager>,
     policy: Arc<crate::sandbox::policy::Policy>,
-    ipc: Arc<crate::ipc::Ipc>,
+    ipc: Arc<crate::work::ipc::Ipc>,
     workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     data_dir: DataDir,
     /// `skills.directories`: more system skills, whose packages count for the layer.
@@ -209,7 +209,7 @@ impl std::fmt::Debug for Runners {
 pub struct Setup {
     pub containers: Arc<ContainerManager>,
     pub policy: Arc<crate::sandbox::policy::Policy>,
-    pub ipc: Arc<crate::ipc::Ipc>,
+    pub ipc: Arc<crate::work::ipc::Ipc>,
     pub workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     pub data_dir: DataDir,
     /// `skills.directories`.
@@ -318,9 +318,9 @@ impl Runners {
     /// sees, on the base image (built if missing); none when no skill needs a package, or when
     /// the layer cannot be had (the base image then, with a warning).
     async fn layer_for(&self, context: &Context) -> Option<String> {
-        let skills = crate::skills::manifest(self.data_dir.root(), &self.skill_dirs, context);
+        let skills = crate::work::skills::manifest(self.data_dir.root(), &self.skill_dirs, context);
         let packages = skills.iter().flat_map(|found| found.skill.addons.packages.iter());
-        match crate::skills::layer(self.containers.image(), packages) {
+        match crate::work::skills::layer(self.containers.image(), packages) {
             Ok(None) => None,
             Ok(Some((tag, dockerfile))) => match self.containers.ensure_image(&tag, &dockerfile).await {
                 Ok(_) => Some(tag),
@@ -610,7 +610,7 @@ impl Runners {
     }
 
     /// Asks the runner in `container` whether it is well, over its own call stream.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::health::Answer, String> {
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, String> {
         self.connected.probe(container, timeout).await
     }
 

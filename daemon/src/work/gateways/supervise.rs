@@ -25,12 +25,12 @@ use crate::base::auth::{Context, Role};
 use crate::base::config::HealthCheckConfig;
 use crate::base::metrics::Metrics;
 use crate::guard::audit::Audit;
-use crate::health::Notifier;
 use crate::net::egress::proxy::WebProxy;
 use crate::sandbox::container::instance::Instance;
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::sandbox::container::{Engine, MountSpec};
 use crate::sandbox::sockets::{ListenerSet, GATEWAY_SOCKET_NAME};
+use crate::work::health::Notifier;
 
 /// The gateway's folder inside its container.
 const MOUNT: &str = "/gateway";
@@ -532,7 +532,7 @@ impl Supervisor {
         let health = &self.supervision.health;
         let state = &self.state;
         let (reason, why) =
-            crate::health::watch_service(channel, &self.record.name, health, exited, &self.cancel, |answer| {
+            crate::work::health::watch_service(channel, &self.record.name, health, exited, &self.cancel, |answer| {
                 was_healthy |= answer.status == "healthy";
                 let now = match answer.status.as_str() {
                     "degraded" => State::Degraded(answer.message.clone()),

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use super::{Runners, ToolAnswer, ToolsError};
-use crate::agents::AgentPool;
 use crate::base::auth::Live;
 use crate::base::auth::{Caller, ContainerIdentity, Role};
 use crate::base::config::{LoadedConfig, ToolMode, ToolName};
@@ -19,10 +18,11 @@ use crate::base::datadir::DataDir;
 use crate::base::metrics::Metrics;
 use crate::guard::audit::{Audit, Kind, Record};
 use crate::guard::secrets::Handout;
-use crate::ipc::Ipc;
-use crate::mcp::pool::McpPool;
 use crate::sandbox::policy::Policy;
 use crate::store::events::EventBus;
+use crate::work::agents::AgentPool;
+use crate::work::ipc::Ipc;
+use crate::work::mcp::pool::McpPool;
 
 /// The tools that read or write a session's files.
 const FILE_TOOLS: &[ToolName] = &[
@@ -239,7 +239,7 @@ impl Calls {
             return Some((format!("web_search \"{}\"", params()["query"].as_str().unwrap_or("?")), false));
         }
         let (server, _) = asked.tool.strip_prefix("mcp__")?.split_once("__")?;
-        let (servers, _) = crate::mcp::config::servers_for(self.data_dir.root(), &identity.context);
+        let (servers, _) = crate::work::mcp::config::servers_for(self.data_dir.root(), &identity.context);
         let trusted = servers.iter().any(|known| known.name == server && known.config.trusted);
         (!trusted).then(|| (format!("the MCP server {server}"), true))
     }
@@ -289,12 +289,12 @@ impl Calls {
                 return Err(CallError::Refused(error.to_string()));
             }
             if let Some(script) = script {
-                let skills = crate::skills::manifest(
+                let skills = crate::work::skills::manifest(
                     self.data_dir.root(),
                     &self.loaded.config.skills.directories,
                     &identity.context,
                 );
-                env = crate::skills::script_env(&skills, script, &self.secrets, &caller, correlation_id);
+                env = crate::work::skills::script_env(&skills, script, &self.secrets, &caller, correlation_id);
             }
             command = Some(text);
         }
@@ -310,7 +310,7 @@ impl Calls {
         let timeout = self.timeout_of(tool, asked.timeout_seconds);
         let call_id = if asked.tool_call_id.is_empty() {
             uuid::Uuid::new_v4().simple().to_string()
-        } else if crate::ipc::is_valid_call_id(&asked.tool_call_id) {
+        } else if crate::work::ipc::is_valid_call_id(&asked.tool_call_id) {
             asked.tool_call_id.clone()
         } else {
             return Err(CallError::Invalid("tool_call_id must be 1-128 letters, digits, `-` or `_`".into()));
@@ -405,7 +405,7 @@ impl Calls {
             return Err(CallError::Invalid("an MCP tool is named mcp__{server}__{tool}".into()));
         };
         let audit = |kind: Kind, outcome: &str| Record::by(kind, caller, outcome).correlation(correlation_id);
-        let (servers, problems) = crate::mcp::config::servers_for(self.data_dir.root(), &identity.context);
+        let (servers, problems) = crate::work::mcp::config::servers_for(self.data_dir.root(), &identity.context);
         for problem in problems {
             tracing::warn!(%problem, "skipping an mcp.yaml");
         }
@@ -469,7 +469,7 @@ impl Calls {
         if !crate::base::auth::Operation::RequestToolExecution.container_roles().contains(&identity.role) {
             return vec![];
         }
-        let (servers, problems) = crate::mcp::config::servers_for(self.data_dir.root(), &identity.context);
+        let (servers, problems) = crate::work::mcp::config::servers_for(self.data_dir.root(), &identity.context);
         for problem in problems {
             tracing::warn!(%problem, "skipping an mcp.yaml");
         }
@@ -502,7 +502,7 @@ impl Calls {
                     .into_iter()
                     .filter_map(|(tool, description, parameters)| {
                         let name = server.tool_name(&tool);
-                        let name_ok = name.len() <= crate::mcp::config::MAX_TOOL_NAME
+                        let name_ok = name.len() <= crate::work::mcp::config::MAX_TOOL_NAME
                             && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
                         if !name_ok {
                             tracing::warn!(server = %server.name, tool = %tool, "an MCP tool's name is too long or not [A-Za-z0-9_-]: not offered");

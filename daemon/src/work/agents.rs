@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{ContainerIdentity, Context, Live, Role};
-use crate::health::Probed;
-use crate::peers::{Connected, Down, Up};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
+use crate::work::health::Probed;
+use crate::work::peers::{Connected, Down, Up};
 
 /// How long a new agent may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -102,7 +102,7 @@ pub struct AgentSetup {
     pub identity: String,
     pub context_profile: String,
     pub memories: Vec<String>,
-    pub skills: Vec<crate::skills::Found>,
+    pub skills: Vec<crate::work::skills::Found>,
     pub tools: Vec<&'static str>,
     pub session_id: String,
     pub context: Context,
@@ -310,7 +310,7 @@ impl AgentPool {
     }
 
     /// Asks the agent in `container` whether it is well, over its own turn stream.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::health::Answer, String> {
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, String> {
         self.connected.probe(container, timeout).await
     }
 
@@ -387,9 +387,9 @@ impl AgentPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peers::Up;
     use crate::sandbox::container::fake::FakeRuntime;
     use crate::sandbox::container::ContainerSpec;
+    use crate::work::peers::Up;
 
     /// An agent pool over the fake engine, on a temporary data dir.
     struct Pool {

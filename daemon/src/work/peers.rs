@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::task::TaskTracker;
 
 use crate::base::auth::ContainerIdentity;
-use crate::health::{self, ProbeSlot, Probed};
+use crate::work::health::{self, ProbeSlot, Probed};
 
 /// What the daemon sends a peer: work, or a health probe.
 #[derive(Debug, Clone, PartialEq)]

@@ -22,9 +22,9 @@ enum Pool {
 #[derive(Debug)]
 pub struct Monitor {
     pub settings: crate::base::config::HealthCheckConfig,
-    pub agents: Arc<crate::agents::AgentPool>,
-    pub tools: Arc<crate::tools::Runners>,
-    pub mcp: Arc<crate::mcp::pool::McpPool>,
+    pub agents: Arc<crate::work::agents::AgentPool>,
+    pub tools: Arc<crate::work::tools::Runners>,
+    pub mcp: Arc<crate::work::mcp::pool::McpPool>,
     pub board: Arc<Board>,
     pub metrics: Arc<crate::base::metrics::Metrics>,
     pub notifier: Arc<Notifier>,
