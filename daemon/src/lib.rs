@@ -6,11 +6,10 @@
 //! modules named after the nouns of DESIGN.md.
 
 pub mod base;
-pub mod budgets;
 pub mod cli;
 pub mod defaults;
 pub mod guard;
-pub mod llm;
+pub mod model;
 pub mod net;
 pub mod orchestrator;
 pub mod people;
@@ -21,7 +20,6 @@ pub mod selftest;
 pub mod server;
 pub mod setup;
 pub mod store;
-pub mod usage;
 pub mod work;
 
 use std::future::Future;
@@ -43,6 +41,7 @@ use crate::base::lifetime::Lifetime;
 use crate::base::metrics::Metrics;
 use crate::base::{auth, config, datadir, metrics, state, systemd};
 use crate::guard::{audit, limits, redact, secrets};
+use crate::model::{budgets, llm};
 use crate::net::{egress, taint};
 use crate::people::{admissions, groups, identities, oidc};
 use crate::sandbox::container::manager::ContainerManager;

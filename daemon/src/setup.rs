@@ -612,7 +612,7 @@ pub async fn run(data_dir: &DataDir, options: &Options, asker: &mut dyn Asker) -
 /// What a user is told of a provider on this host's loopback when the LLM gateway runs in
 /// a container (where 127.0.0.1 is the container's own): the daemon relays to it.
 fn relayed_from(mode: config::GatewayMode, api_base: &str) -> Option<String> {
-    let (target, _) = crate::llm::relay::loopback_target(api_base)?;
+    let (target, _) = crate::model::llm::relay::loopback_target(api_base)?;
     (mode == config::GatewayMode::Container).then(|| {
         format!(
             "the LLM gateway runs in a container (llm.gateway: container), where 127.0.0.1 is its own: \
@@ -625,8 +625,8 @@ fn relayed_from(mode: config::GatewayMode, api_base: &str) -> Option<String> {
 /// resolves (or it needs none), and a server on this host's loopback answers where the
 /// gateway's connections go. `Ok` describes it; `Err` says why not and what to do.
 pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String, String> {
-    let secrets = crate::llm::open_secrets(&data_dir.config_dir());
-    let settings = crate::llm::gateway_settings(loaded, secrets.as_ref(), |name| std::env::var(name).ok());
+    let secrets = crate::model::llm::open_secrets(&data_dir.config_dir());
+    let settings = crate::model::llm::gateway_settings(loaded, secrets.as_ref(), |name| std::env::var(name).ok());
     let model = loaded.config.agents.settings(crate::base::auth::Role::Assistant).model;
     let provider = model.provider();
     let found = settings.config().providers.iter().find(|configured| configured.name == provider);
@@ -639,7 +639,7 @@ pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String
             return Err(format!("the assistant's model {} uses provider {provider}, which is not configured", model.0))
         }
     };
-    let Some((target, plain)) = crate::llm::relay::loopback_target(&configured.api_base) else {
+    let Some((target, plain)) = crate::model::llm::relay::loopback_target(&configured.api_base) else {
         return Ok(model.0.clone());
     };
     // A local server: asked for its models (free, and what the gateway's connections reach).

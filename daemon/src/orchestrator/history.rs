@@ -166,14 +166,14 @@ pub(super) async fn summarize(
     };
     // The summary is a model call of the context's like any other: within its budget, counted
     // in its usage.
-    let payer = crate::llm::call::Payer {
+    let payer = crate::model::llm::call::Payer {
         principal: "daemon:compaction".into(),
         context: record.context(),
         session: record.id.clone(),
         correlation_id: correlation_id.to_string(),
     };
     orchestrator.calls.complete(&payer, request).await.map_err(|error| match error {
-        crate::llm::call::CallError::Budget(sentence) => OrchestratorError::Budget(sentence),
+        crate::model::llm::call::CallError::Budget(sentence) => OrchestratorError::Budget(sentence),
         other => OrchestratorError::Model(other.to_string()),
     })
 }

@@ -1,4 +1,4 @@
-//! StreamLLM: an agent's request takes the one road to the model ([`crate::llm::call`]) and
+//! StreamLLM: an agent's request takes the one road to the model ([`crate::model::llm::call`]) and
 //! each event comes back as it arrives. When the agent goes away, dropping this stream drops
 //! the gateway call, and the gateway stops its upstream request.
 
@@ -9,8 +9,8 @@ use tonic::{Request, Response, Status};
 
 use super::Shared;
 use crate::base::auth::Caller;
-use crate::llm::call::{CallError, Payer};
-use crate::llm::GatewayError;
+use crate::model::llm::call::{CallError, Payer};
+use crate::model::llm::GatewayError;
 
 impl From<GatewayError> for Status {
     fn from(error: GatewayError) -> Status {
@@ -41,11 +41,11 @@ pub(super) async fn stream(
     request.max_tokens = Some(request.max_tokens.filter(|asked| *asked > 0).map_or(cap, |asked| asked.min(cap)));
     // A model with a small window (as its server or providers.yaml says) gets the tools cut.
     if let Some(window) = shared.llm.context_window(&request.model).await {
-        let tools = request.tools.iter_mut().map(|tool| crate::llm::small::ToolText {
+        let tools = request.tools.iter_mut().map(|tool| crate::model::llm::small::ToolText {
             description: &mut tool.description,
             parameters_json: &mut tool.parameters_json,
         });
-        crate::llm::small::fit(tools, window);
+        crate::model::llm::small::fit(tools, window);
     }
     let payer = Payer {
         principal: crate::guard::audit::principal(&caller),

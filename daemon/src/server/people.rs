@@ -471,13 +471,15 @@ impl v1::admin_server::Admin for AdminService {
         };
         let report = self.shared.budgets.report(&context);
         let figures =
-            |spent: crate::budgets::Spent, tokens: u64, cost: f64, ends: &jiff::Zoned, period: &str| v1::UsageFigures {
-                tokens: spent.tokens,
-                cost_usd: spent.cost_micros as f64 / 1e6,
-                token_limit: tokens,
-                cost_limit_usd: cost,
-                resets: ends.timestamp().to_string(),
-                period: period.to_string(),
+            |spent: crate::model::budgets::Spent, tokens: u64, cost: f64, ends: &jiff::Zoned, period: &str| {
+                v1::UsageFigures {
+                    tokens: spent.tokens,
+                    cost_usd: spent.cost_micros as f64 / 1e6,
+                    token_limit: tokens,
+                    cost_limit_usd: cost,
+                    resets: ends.timestamp().to_string(),
+                    period: period.to_string(),
+                }
             };
         let limits = report.limits;
         let (recall, searched) = (self.shared.recall.clone(), context.clone());

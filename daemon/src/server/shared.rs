@@ -20,9 +20,9 @@ pub struct Shared {
     pub metrics_address: Option<std::net::SocketAddr>,
     pub policy: Arc<crate::sandbox::policy::Policy>,
     pub containers: Arc<crate::sandbox::container::manager::ContainerManager>,
-    pub llm: Arc<crate::llm::LlmGateway>,
+    pub llm: Arc<crate::model::llm::LlmGateway>,
     /// The one road to the model: every model call the daemon makes or brokers.
-    pub calls: Arc<crate::llm::call::Calls>,
+    pub calls: Arc<crate::model::llm::call::Calls>,
     pub web: Arc<crate::net::egress::proxy::WebProxy>,
     pub tools: Arc<crate::work::tools::Runners>,
     /// The one road to a tool: every call an agent asks for.
@@ -62,7 +62,7 @@ pub struct Shared {
     /// Verifies the web gateway's ID tokens.
     pub oidc: Arc<crate::people::oidc::Verifier>,
     /// Spending limits per user and group.
-    pub budgets: Arc<crate::budgets::Budgets>,
+    pub budgets: Arc<crate::model::budgets::Budgets>,
     /// Heartbeats, scheduled tasks and the daemon's own upkeep.
     pub scheduler: Arc<crate::scheduler::Scheduler>,
     /// What was kept for contexts while none of their channels was there.

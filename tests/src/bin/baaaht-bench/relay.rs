@@ -51,9 +51,10 @@ pub(crate) fn run(requests: usize, tokens: usize) -> Result<()> {
         providers: vec![v1::GatewayProvider { name: "local".into(), api_base: api_base.clone(), ..Default::default() }],
         ..Default::default()
     };
-    let relays = rt.block_on(async { baaaht_daemon::llm::relay::bind(folder.path(), "/unused", &mut config) })?;
+    let relays =
+        rt.block_on(async { baaaht_daemon::model::llm::relay::bind(folder.path(), "/unused", &mut config) })?;
     let socket = folder.path().join(config.providers[0].relay_socket.trim_start_matches("/unused/"));
-    let serving = rt.spawn(baaaht_daemon::llm::relay::serve(relays));
+    let serving = rt.spawn(baaaht_daemon::model::llm::relay::serve(relays));
     let host = api_base.trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
     let web = baaaht_daemon::net::egress::proxy::WebProxy::new(
         &Default::default(),
@@ -63,9 +64,9 @@ pub(crate) fn run(requests: usize, tokens: usize) -> Result<()> {
     .map_err(anyhow::Error::msg)?;
     let metrics = std::sync::Arc::new(baaaht_daemon::base::metrics::Metrics::new());
     let audit = baaaht_daemon::guard::audit::Audit::open(folder.path().join("audit"), true, 1, metrics);
-    let way_out = baaaht_daemon::llm::egress::WayOut::new(vec![host], web, audit, Default::default());
+    let way_out = baaaht_daemon::model::llm::egress::WayOut::new(vec![host], web, audit, Default::default());
     let _tunnels = rt.block_on(async { way_out.open(folder.path()) })?;
-    let egress = std::sync::Arc::new(folder.path().join(baaaht_daemon::llm::egress::EGRESS_SOCKET));
+    let egress = std::sync::Arc::new(folder.path().join(baaaht_daemon::model::llm::egress::EGRESS_SOCKET));
     let endpoint = |route: Route| Endpoint {
         name: "local".into(),
         wire: Wire::OpenAi,

@@ -31,10 +31,10 @@ use crate::base::auth::{Context, Role};
 use crate::base::config::{GatewayMode, HealthCheckConfig, LoadedConfig};
 use crate::base::metrics::{Metrics, TokenCounts};
 use crate::guard::secrets::{self, Secrets};
+use crate::model::usage::UsageBook;
 use crate::sandbox::container::instance::Instance;
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT, GATEWAY_BINARY};
 use crate::sandbox::container::{Engine, MountSpec};
-use crate::usage::UsageBook;
 
 /// The gateway's socket, in `data/llm/` (mounted at [`GATEWAY_MOUNT`] in container mode).
 pub const GATEWAY_SOCKET: &str = "gateway.sock";

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::LlmGateway;
 use crate::base::auth::Context;
 use crate::base::config::{Price, ProvidersConfig};
-use crate::budgets::Budgets;
+use crate::model::budgets::Budgets;
 
 /// A model a person may pick.
 #[derive(Debug, Clone, PartialEq)]

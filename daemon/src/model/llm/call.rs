@@ -21,8 +21,8 @@ use super::{GatewayError, LlmGateway, Used};
 use crate::base::auth::{Context, Role};
 use crate::base::config::LoadedConfig;
 use crate::base::metrics::TokenCounts;
-use crate::budgets::{Budgets, Reservation};
 use crate::guard::audit::{Audit, Kind, Record};
+use crate::model::budgets::{Budgets, Reservation};
 use crate::store::events::EventBus;
 
 /// Why a model call was not made.
@@ -367,7 +367,7 @@ impl Drop for Tally {
         }
         if let Some((budgets, reservation, bus)) = self.budget.take() {
             let used = self.usage.map(|usage| usage.tokens);
-            let answered = crate::budgets::Answered { provider: &self.provider, model: &self.model };
+            let answered = crate::model::budgets::Answered { provider: &self.provider, model: &self.model };
             if let Some(warning) = budgets.settle(reservation, used, answered) {
                 let event = crate::store::events::Event::of_session(
                     &self.session,
