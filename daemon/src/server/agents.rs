@@ -26,7 +26,7 @@ impl v1::agents_server::Agents for AgentsService {
             return Err(Status::permission_denied("RegisterAgent is for agent containers"));
         };
         tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
-        let mut config = crate::server::convert::agent_config(crate::orchestrator::agent_setup(
+        let mut config = crate::server::convert::agent_config(crate::drive::orchestrator::agent_setup(
             &self.shared.orchestrator,
             &identity,
         ));
@@ -55,10 +55,10 @@ impl v1::agents_server::Agents for AgentsService {
             async move {
                 let mut turn = convert::agent_turn(down);
                 if turn.health_check.is_none() {
-                    turn.tools = convert::tool_names(&crate::orchestrator::role_tools(identity.role));
+                    turn.tools = convert::tool_names(&crate::drive::orchestrator::role_tools(identity.role));
                     turn.tools.extend(tools::mcp_definitions(&shared, &identity).await);
                     let skills =
-                        crate::orchestrator::role_skills(&shared.orchestrator, identity.role, &identity.context);
+                        crate::drive::orchestrator::role_skills(&shared.orchestrator, identity.role, &identity.context);
                     turn.skills =
                         Some(v1::SkillManifest { skills: skills.iter().map(convert::skill_summary).collect() });
                 }
@@ -127,7 +127,7 @@ impl v1::agents_server::Agents for AgentsService {
             return Err(Status::permission_denied("DelegateToAgent is for Assistant containers"));
         };
         let request = request.into_inner();
-        let delegation = crate::orchestrator::Delegation {
+        let delegation = crate::drive::orchestrator::Delegation {
             agent: crate::server::convert::role_of(request.agent).ok().flatten(),
             background: request.priority == v1::DelegatePriority::Background as i32,
             task: request.task,
@@ -135,7 +135,7 @@ impl v1::agents_server::Agents for AgentsService {
             response_format: request.response_format,
             return_directly: request.return_directly,
         };
-        let done = crate::orchestrator::delegate(&self.shared.orchestrator, &identity, delegation).await?;
+        let done = crate::drive::orchestrator::delegate(&self.shared.orchestrator, &identity, delegation).await?;
         Ok(Response::new(v1::DelegateResponse {
             result: done.result,
             is_error: done.is_error,

@@ -349,8 +349,11 @@ pub(crate) fn local_time(at: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> Stri
 }
 
 /// A task as the protocol shows it, its times in its own time zone.
-pub(crate) fn task_definition(task: &crate::scheduler::TaskRecord, zone: &jiff::tz::TimeZone) -> v1::TaskDefinition {
-    use crate::scheduler::{ContextMode, CreatedBy, TaskKind, TaskStatus};
+pub(crate) fn task_definition(
+    task: &crate::drive::scheduler::TaskRecord,
+    zone: &jiff::tz::TimeZone,
+) -> v1::TaskDefinition {
+    use crate::drive::scheduler::{ContextMode, CreatedBy, TaskKind, TaskStatus};
     let spec = &task.schedule;
     let kind = if let Some(cadence) = spec.cadence {
         Some(v1::task_schedule::Kind::Cadence(cadence.as_str().into()))
@@ -405,8 +408,8 @@ pub(crate) fn task_definition(task: &crate::scheduler::TaskRecord, zone: &jiff::
         timezone: task.timezone.clone(),
         catch_up: String::from(task.catch_up),
         concurrency: match task.concurrency {
-            crate::scheduler::Concurrency::Forbid => "forbid",
-            crate::scheduler::Concurrency::Allow => "allow",
+            crate::drive::scheduler::Concurrency::Forbid => "forbid",
+            crate::drive::scheduler::Concurrency::Allow => "allow",
         }
         .into(),
         retry_interrupted: task.retry_interrupted,
@@ -417,7 +420,7 @@ pub(crate) fn task_definition(task: &crate::scheduler::TaskRecord, zone: &jiff::
 }
 
 /// A run as the protocol shows it.
-pub(crate) fn task_run(row: &crate::scheduler::RunRow, zone: &jiff::tz::TimeZone) -> v1::TaskRun {
+pub(crate) fn task_run(row: &crate::drive::scheduler::RunRow, zone: &jiff::tz::TimeZone) -> v1::TaskRun {
     v1::TaskRun {
         run_id: row.run.clone(),
         slot: local_time(row.slot, zone),
@@ -435,8 +438,8 @@ pub(crate) fn task_run(row: &crate::scheduler::RunRow, zone: &jiff::tz::TimeZone
 }
 
 /// The domain's form of a ScheduleTask request (checked by the scheduler).
-pub(crate) fn task_request(definition: v1::TaskDefinition) -> crate::scheduler::TaskRequest {
-    use crate::scheduler::{Every, TaskRequest};
+pub(crate) fn task_request(definition: v1::TaskDefinition) -> crate::drive::scheduler::TaskRequest {
+    use crate::drive::scheduler::{Every, TaskRequest};
     let kind = definition.schedule.and_then(|schedule| schedule.kind).map(|kind| match kind {
         v1::task_schedule::Kind::Cron(cron) => Every::Cron(cron),
         v1::task_schedule::Kind::IntervalSeconds(seconds) => Every::Seconds(seconds),

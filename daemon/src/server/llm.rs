@@ -85,7 +85,7 @@ pub(super) async fn stream(
 /// context window is noted on the turn, which then compacts and tries again.
 fn publish_delta(
     bus: &crate::store::events::EventBus,
-    turns: &crate::orchestrator::Turns,
+    turns: &crate::drive::orchestrator::Turns,
     live: &crate::base::auth::Live,
     event: &v1::LlmEvent,
 ) {

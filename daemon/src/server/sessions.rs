@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 use super::Shared;
 use crate::base::auth::Context;
 use crate::base::auth::{Caller, ContextKind, Operation};
-use crate::orchestrator::OrchestratorError;
+use crate::drive::orchestrator::OrchestratorError;
 use crate::store::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
 
 use super::{caller, check, context_of, limited, own_context, until_shutdown, valid_id};
@@ -101,7 +101,7 @@ fn incoming(
     context: Context,
     written: Written<'_>,
     field: &str,
-) -> Result<crate::orchestrator::Incoming, Status> {
+) -> Result<crate::drive::orchestrator::Incoming, Status> {
     if !written.session_id.is_empty() {
         valid_id(&written.session_id, field)?;
     }
@@ -139,7 +139,7 @@ fn incoming(
             size_bytes: attachment.size_bytes,
         })
         .collect();
-    Ok(crate::orchestrator::Incoming {
+    Ok(crate::drive::orchestrator::Incoming {
         context,
         session: (!written.session_id.is_empty()).then_some(written.session_id),
         sender,
@@ -336,7 +336,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         if !message.session_id.is_empty() {
             valid_id(&message.session_id, "session_id")?;
         }
-        let incoming = crate::orchestrator::Incoming {
+        let incoming = crate::drive::orchestrator::Incoming {
             sender: context.id.clone(),
             context,
             session: (!message.session_id.is_empty()).then_some(message.session_id),
@@ -345,7 +345,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             parent: None,
             attachments: vec![],
         };
-        let accepted = crate::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
+        let accepted = crate::drive::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
         Ok(Response::new(v1::AgentRoutingResponse { session_id: accepted.session, turn_id: accepted.turn }))
     }
 
@@ -459,7 +459,7 @@ impl v1::sessions_server::Sessions for SessionsService {
                     attachments: message.attachments,
                 };
                 let incoming = incoming(&caller, context, written, "user_message.session_id")?;
-                let accepted = crate::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
+                let accepted = crate::drive::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
                 Ok(Response::new(v1::Ack {
                     message: format!("turn {} in session {}", accepted.turn, accepted.session),
                 }))
@@ -492,7 +492,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             attachments: message.attachments,
         };
         let incoming = incoming(&caller, context, written, "session_id")?;
-        let accepted = crate::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
+        let accepted = crate::drive::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
         Ok(Response::new(v1::SendUserMessageResponse {
             session_id: accepted.session,
             entry_id: accepted.entry,
@@ -655,7 +655,7 @@ impl v1::sessions_server::Sessions for SessionsService {
                     match &mut entry.entry {
                         Some(v1::session_entry::Entry::Message(message)) => {
                             message.sender_name =
-                                crate::orchestrator::sender_name(&self.shared.orchestrator, &message.sender_id);
+                                crate::drive::orchestrator::sender_name(&self.shared.orchestrator, &message.sender_id);
                         }
                         // An approval says how long it still waits now: 0, no longer.
                         Some(v1::session_entry::Entry::Activity(v1::ActivityEntry {
@@ -721,7 +721,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         check(&self.shared, &request, Operation::ArchiveSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
-        crate::orchestrator::archive(&self.shared.orchestrator, &id).await?;
+        crate::drive::orchestrator::archive(&self.shared.orchestrator, &id).await?;
         tracing::info!(session = %id, "session archived on request");
         Ok(Response::new(v1::Ack { message: format!("session {id} archived") }))
     }
@@ -730,7 +730,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         check(&self.shared, &request, Operation::CompactSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;
         valid_id(&id, "session_id")?;
-        let entry = crate::orchestrator::compact(&self.shared.orchestrator, &id).await?;
+        let entry = crate::drive::orchestrator::compact(&self.shared.orchestrator, &id).await?;
         Ok(Response::new(v1::Ack { message: format!("session {id} compacted into entry {entry}") }))
     }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 /// The daemon's subsystems, for the gRPC handlers at the edge and for wiring them together
 /// in `Daemon`. Subsystems themselves are handed what they use (the orchestrator its
-/// [`crate::orchestrator::Orchestrator`], the scheduler its executor), never this.
+/// [`crate::drive::orchestrator::Orchestrator`], the scheduler its executor), never this.
 #[derive(Debug)]
 pub struct Shared {
     pub loaded: Arc<crate::base::config::LoadedConfig>,
@@ -34,9 +34,9 @@ pub struct Shared {
     pub events: Arc<crate::store::events::EventBus>,
     pub sessions: Arc<crate::store::sessions::SessionStore>,
     pub agents: Arc<crate::work::agents::AgentPool>,
-    pub turns: Arc<crate::orchestrator::Turns>,
+    pub turns: Arc<crate::drive::orchestrator::Turns>,
     /// Turns, delegations, compaction and archival, over the subsystems they use.
-    pub orchestrator: Arc<crate::orchestrator::Orchestrator>,
+    pub orchestrator: Arc<crate::drive::orchestrator::Orchestrator>,
     /// Every context's memory store.
     pub memory: Arc<crate::store::memory::Memories>,
     /// Every context's search index over its memory and its sessions' messages.
@@ -64,7 +64,7 @@ pub struct Shared {
     /// Spending limits per user and group.
     pub budgets: Arc<crate::model::budgets::Budgets>,
     /// Heartbeats, scheduled tasks and the daemon's own upkeep.
-    pub scheduler: Arc<crate::scheduler::Scheduler>,
+    pub scheduler: Arc<crate::drive::scheduler::Scheduler>,
     /// What was kept for contexts while none of their channels was there.
     pub inbox: Arc<crate::store::inbox::Inbox>,
     /// What callers may hold at once and how often they may act.

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::base::auth::ContextKind;
-use crate::scheduler::{Filter, SchedulerError, TaskKind, TaskRecord, TaskStatus};
+use crate::drive::scheduler::{Filter, SchedulerError, TaskKind, TaskRecord, TaskStatus};
 
 /// The `Tasks` service.
 #[derive(Debug, Clone)]
@@ -97,9 +97,12 @@ impl v1::tasks_server::Tasks for TasksService {
         }
         let now = self.shared.scheduler.now();
         let caller = caller(&request)?;
-        let task =
-            crate::scheduler::new_task(crate::server::convert::task_request(request.into_inner()), &context, now)
-                .map_err(Status::invalid_argument)?;
+        let task = crate::drive::scheduler::new_task(
+            crate::server::convert::task_request(request.into_inner()),
+            &context,
+            now,
+        )
+        .map_err(Status::invalid_argument)?;
         // An agent's task runs with at most the powers of the agent that scheduled it, and a
         // turn that read untrusted content schedules nothing.
         if let Caller::Container(identity) = &caller {
@@ -109,7 +112,7 @@ impl v1::tasks_server::Tasks for TasksService {
                     .allow(&live, crate::net::taint::Way::ScheduleTask)
                     .map_err(Status::permission_denied)?;
             }
-            let agent = crate::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
+            let agent = crate::drive::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
             if let Err(why) = crate::sandbox::policy::Policy::may_act_as(identity.role, agent) {
                 let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Policy, &caller, "refused");
                 self.shared.audit.record(record.detail("tool", "schedule_task").detail("reason", why.as_str()));

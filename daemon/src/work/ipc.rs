@@ -932,25 +932,26 @@ mod tests {
             (ipc.prepare(&alice, "s1", false).expect("prepare"), ipc.prepare(&alice, "s1", true).expect("prepare"));
         let (tools, coder) = (tools_lease.path.clone(), coder_lease.path.clone());
         assert!(!coder.join("tasks").exists(), "a Coder gets no tasks folder");
-        let settings = crate::scheduler::Settings {
+        let settings = crate::drive::scheduler::Settings {
             timezone: "UTC".into(),
             max_failures: 5,
             poll: std::time::Duration::from_secs(60),
             grace: std::time::Duration::from_secs(90),
         };
-        let scheduler = crate::scheduler::Scheduler::open(&state_dir, settings, crate::scheduler::Clock::System)
-            .expect("scheduler");
+        let scheduler =
+            crate::drive::scheduler::Scheduler::open(&state_dir, settings, crate::drive::scheduler::Clock::System)
+                .expect("scheduler");
         let inbox = crate::store::inbox::Inbox::new(state_dir.join("inbox"));
         write(&tools.join("tasks/t1.json"), r#"{"id":"t1","prompt":"water the plants","cron":"0 9 * * 1"}"#);
         write(&tools.join("tasks/t2.json"), r#"{"id":"t2","prompt":"x","cron":"0 25 * * *"}"#);
         write(&tools.join("tasks/t3.json"), r#"{"id":"other","prompt":"x","cron":"0 9 * * *"}"#);
         let take = |ipc: &Ipc| {
             ipc.take_task_requests(&mut |context, _, request| {
-                crate::scheduler::schedule_requested(&scheduler, &inbox, context, request)
+                crate::drive::scheduler::schedule_requested(&scheduler, &inbox, context, request)
             })
         };
         assert_eq!(take(&ipc), 1);
-        let listed = scheduler.list(&crate::scheduler::Filter::default());
+        let listed = scheduler.list(&crate::drive::scheduler::Filter::default());
         assert_eq!(listed.len(), 1);
         assert_eq!((listed[0].user_id.as_str(), listed[0].prompt.as_str()), ("alice", "water the plants"));
         let told = inbox.list(&alice, true, false).expect("inbox");
@@ -966,8 +967,8 @@ mod tests {
         let bob = bob_lease.path.clone();
         write(&bob.join("tasks/t1.json"), r#"{"id":"t1","prompt":"feed the cat","cron":"0 8 * * *"}"#);
         assert_eq!(take(&ipc), 1);
-        let bobs =
-            scheduler.list(&crate::scheduler::Filter { context: Some(Context::user("bob")), ..Default::default() });
+        let bobs = scheduler
+            .list(&crate::drive::scheduler::Filter { context: Some(Context::user("bob")), ..Default::default() });
         assert_eq!(bobs.iter().map(|task| task.prompt.as_str()).collect::<Vec<_>>(), ["feed the cat"]);
     }
 

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context as _, Result};
-use baaaht_daemon::scheduler::schedule::{self, Cadence, ScheduleSpec};
-use baaaht_daemon::scheduler::{
+use baaaht_daemon::drive::scheduler::schedule::{self, Cadence, ScheduleSpec};
+use baaaht_daemon::drive::scheduler::{
     CatchUp, Clock, Concurrency, ContextMode, CreatedBy, Notification, Scheduler, Settings, TaskKind, TaskRecord,
     TaskStatus,
 };

@@ -11,7 +11,7 @@ use super::execute::Daemon;
 use super::tests::{cron, task};
 use super::{Claim, ContextMode, Delivery, Execute as _, Failure, TaskKind};
 use crate::base::auth::Context;
-use crate::orchestrator::played_tests::{house, House};
+use crate::drive::orchestrator::played_tests::{house, House};
 use crate::store::sessions::SessionStatus;
 
 fn executor(house: &House) -> Daemon {
@@ -77,7 +77,7 @@ async fn a_task_naming_an_agent_that_cannot_run_tasks_fails_with_the_reason_in_t
     let Err(Failure::Error(reason)) = &outcome.result else { panic!("refused: {:?}", outcome.result) };
     assert!(reason.contains("`assistant` cannot run tasks; use worker"), "{reason}");
     assert!(outcome.session.is_none(), "no session was made for it");
-    let orchestrator: &Arc<crate::orchestrator::Orchestrator> = &house.orchestrator;
+    let orchestrator: &Arc<crate::drive::orchestrator::Orchestrator> = &house.orchestrator;
     let configured = &orchestrator.loaded.config.scheduler.error_handling.log_file;
     let log = std::fs::read_to_string(orchestrator.data_dir.root().join(configured)).expect("the error log");
     assert!(log.contains("\"run\":\"run-1\"") && log.contains("cannot run tasks"), "{log}");

@@ -91,7 +91,7 @@ async fn answer(orchestrator: &Arc<Orchestrator>, identity: &ContainerIdentity, 
             }
         }
         (Role::Assistant, None) => format!("echo: {text}"),
-        (Role::Heartbeat, _) => crate::scheduler::execute::NOTHING.to_string(),
+        (Role::Heartbeat, _) => crate::drive::scheduler::execute::NOTHING.to_string(),
         (role, _) => format!("the {role} did it: {text}"),
     }
 }

@@ -9,7 +9,7 @@ use tracing::Instrument as _;
 
 use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJob, TaskKind, TaskRecord};
 use crate::base::auth::{Context, ContextKind, Role};
-use crate::orchestrator::Orchestrator;
+use crate::drive::orchestrator::Orchestrator;
 use crate::store::events::Notice;
 use crate::store::inbox::Inbox;
 use crate::store::inbox::Item;
@@ -64,7 +64,7 @@ impl Daemon {
     async fn system(&self, job: SystemJob) -> RunOutcome {
         match job {
             SystemJob::ArchiveSessions => {
-                let (idled, archived) = crate::orchestrator::archive_quiet(&self.orchestrator).await;
+                let (idled, archived) = crate::drive::orchestrator::archive_quiet(&self.orchestrator).await;
                 RunOutcome::ok(format!("{idled} session(s) idled, {archived} archived"))
             }
             SystemJob::ExpireMemories => {
@@ -136,7 +136,8 @@ impl Daemon {
         self.approvals.unattended(&record.id, true);
         let kept_as = result_entry(&claim.run);
         let ran =
-            crate::orchestrator::run_alone(&self.orchestrator, &record, role, (text, kept_as.clone()), timeout).await;
+            crate::drive::orchestrator::run_alone(&self.orchestrator, &record, role, (text, kept_as.clone()), timeout)
+                .await;
         self.approvals.unattended(&record.id, false);
         let session = Some(record.id.clone());
         let outcome = match ran {
