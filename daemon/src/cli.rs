@@ -199,7 +199,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
                 tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
             runtime.block_on(gateways(command, &data_dir))
         }
-        Command::Setup(_) => match crate::setup::check(&loaded, &data_dir) {
+        Command::Setup(_) => match crate::ops::setup::check(&loaded, &data_dir) {
             Ok(model) => {
                 eprintln!("baaahtd: the assistant's model {model} is ready");
                 Ok(())
@@ -274,7 +274,7 @@ async fn images(command: ImagesCommand, loaded: &config::LoadedConfig, data_dir:
 
 fn setup(args: &SetupArgs, data_dir: &DataDir) -> Result<(), Failure> {
     use std::io::IsTerminal;
-    let options = crate::setup::Options {
+    let options = crate::ops::setup::Options {
         interactive: !args.non_interactive && std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
         provider: args.provider.clone(),
         api_base: args.api_base.clone(),
@@ -285,8 +285,8 @@ fn setup(args: &SetupArgs, data_dir: &DataDir) -> Result<(), Failure> {
         yes: args.yes,
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
-    let mut terminal = crate::setup::Terminal;
-    let report = runtime.block_on(crate::setup::run(data_dir, &options, &mut terminal)).map_err(Failure::Setup)?;
+    let mut terminal = crate::ops::setup::Terminal;
+    let report = runtime.block_on(crate::ops::setup::run(data_dir, &options, &mut terminal)).map_err(Failure::Setup)?;
     for path in &report.written {
         eprintln!("baaahtd: wrote {}", path.display());
     }
@@ -517,7 +517,7 @@ pub enum Failure {
     #[error("no secret named {0}: `baaahtd secrets list` shows the names")]
     NoSuchSecret(String),
     #[error(transparent)]
-    Setup(crate::setup::SetupError),
+    Setup(crate::ops::setup::SetupError),
     #[error("{0}; run `baaahtd setup`")]
     NotReady(String),
     #[error("{0}")]

@@ -7,17 +7,14 @@
 
 pub mod base;
 pub mod cli;
-pub mod defaults;
 pub mod drive;
 pub mod guard;
 pub mod model;
 pub mod net;
+pub mod ops;
 pub mod people;
-pub mod sampler;
 pub mod sandbox;
-pub mod selftest;
 pub mod server;
-pub mod setup;
 pub mod store;
 pub mod work;
 
@@ -43,6 +40,7 @@ use crate::drive::{orchestrator, scheduler};
 use crate::guard::{audit, limits, redact, secrets};
 use crate::model::{budgets, llm};
 use crate::net::{egress, taint};
+use crate::ops::{defaults, sampler};
 use crate::people::{admissions, groups, identities, oidc};
 use crate::sandbox::container::manager::ContainerManager;
 use crate::sandbox::container::Engine;

@@ -114,23 +114,25 @@ impl v1::system_server::System for SystemService {
         }
         // A conversation of someone else's is not the test's to join: its tool container and
         // workspace are theirs.
-        if let Some(record) = self.shared.sessions.get(&session).filter(|r| r.context() != crate::selftest::context()) {
+        if let Some(record) =
+            self.shared.sessions.get(&session).filter(|r| r.context() != crate::ops::selftest::context())
+        {
             return Err(Status::failed_precondition(format!(
                 "session `{session}` is a conversation of {}: a self-test runs in its own session (leave \
                  --session out, or name one of the self-test user's)",
                 record.context()
             )));
         }
-        let test = crate::selftest::SelfTest { role, probe, llm_model, session, linger: message.linger_seconds };
+        let test = crate::ops::selftest::SelfTest { role, probe, llm_model, session, linger: message.linger_seconds };
         // A sandbox under gVisor beside the test's own container, which falls back (or is
         // refused) by itself when gVisor fails; after it failed, first: its start is what
         // brings the roles set to auto back to gVisor.
         let containers = &self.shared.containers;
         let (probe, outcome) = if containers.gvisor_down().is_some() {
             let probe = containers.probe_gvisor().await;
-            (probe, crate::selftest::run(containers, test).await)
+            (probe, crate::ops::selftest::run(containers, test).await)
         } else {
-            tokio::join!(containers.probe_gvisor(), crate::selftest::run(containers, test))
+            tokio::join!(containers.probe_gvisor(), crate::ops::selftest::run(containers, test))
         };
         let mut outcome = outcome?;
         if let Some(Err(cause)) = &probe {
