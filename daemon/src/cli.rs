@@ -182,6 +182,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
     };
     let loaded = config::load(&paths, std::env::vars()).map_err(DaemonError::from)?;
     crate::net::egress::filter::check_config(&loaded).map_err(DaemonError::from)?;
+    crate::guard::telemetry::check_config(&loaded).map_err(DaemonError::from)?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Config { command: ConfigCommand::Check } => {
             let mut problems = crate::net::egress::policy::check_all(&data_dir);

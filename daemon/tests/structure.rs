@@ -1,6 +1,7 @@
 //! The house rules the compiler does not check, checked on the daemon's source (ARCHITECTURE.md,
-//! "Architecture invariants"): the wire's types only where the daemon speaks a protocol, no task
-//! outside the tracker, and no two modules importing each other, directly or through others.
+//! "Invariants"): the wire's types only where the daemon speaks a protocol, no task outside the
+//! tracker, no two modules importing each other, directly or through others, and every room in
+//! a wing that imports only the wings below it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -8,7 +9,8 @@ use std::path::{Path, PathBuf};
 /// Where the wire's types may appear besides `server/`: where the daemon is a client of another
 /// process's protocol (the LLM gateway's configuration and stream, ContainerHealth, `baaahtd`'s
 /// own commands to a running daemon).
-const WIRE_CLIENTS: &[&str] = &["llm/mod.rs", "llm/call.rs", "llm/relay.rs", "health/mod.rs", "cli.rs"];
+const WIRE_CLIENTS: &[&str] =
+    &["model/llm/mod.rs", "model/llm/call.rs", "model/llm/relay.rs", "work/health/mod.rs", "cli.rs"];
 
 /// Every `.rs` file below `daemon/src`, by its path from there, without its unit tests.
 fn sources() -> BTreeMap<String, String> {
@@ -230,6 +232,49 @@ fn no_two_modules_import_each_other_even_through_others() {
     assert!(found.is_empty(), "modules that import each other:\n{}", found.join("\n"));
 }
 
+/// The daemon's wings, from the top: a wing's rooms import only the wings after it in this list.
+/// `lib.rs`, `main.rs` and `cli.rs` compose them and stand beside them.
+const WINGS: &[&str] =
+    &["server", "ops", "drive", "model", "work", "people", "net", "store", "sandbox", "guard", "base"];
+
+/// What composes the wings: the only files of the daemon outside one.
+const COMPOSERS: &[&str] = &["lib.rs", "main.rs", "cli.rs"];
+
+/// Where `sources` break the wing order: a file outside every wing (and not a composer), or an
+/// import of a wing above the importer's own.
+fn wing_breaches(sources: &BTreeMap<String, String>) -> Vec<String> {
+    let modules: BTreeSet<String> = sources.keys().map(|file| module_of(file)).collect();
+    let rank = |module: &str| WINGS.iter().position(|wing| module.split("::").next() == Some(*wing));
+    let mut found = vec![];
+    for (file, code) in sources {
+        if COMPOSERS.contains(&file.as_str()) {
+            continue;
+        }
+        let module = module_of(file);
+        let Some(own) = rank(&module) else {
+            found.push(format!("{file} is in no wing: move it into the wing of its noun ({})", WINGS.join(", ")));
+            continue;
+        };
+        for imported in imports(&module, code, &modules) {
+            if let Some(other) = rank(&imported).filter(|other| *other < own) {
+                found.push(format!("{module} ({}) imports {imported} ({}), a wing above it", WINGS[own], WINGS[other]));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_wing_imports_a_wing_above_it() {
+    let found = wing_breaches(&sources());
+    assert!(
+        found.is_empty(),
+        "a wing imports only the wings below it (ARCHITECTURE.md, \"Wings\"); move what both need down, or \
+         hand it in from the composer:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_find_what_they_look_for() {
     let sources = |files: &[(&str, &str)]| -> BTreeMap<String, String> {
@@ -252,6 +297,26 @@ fn the_checks_find_what_they_look_for() {
     let mut siblings = house.clone();
     siblings.insert("f/q.rs".into(), "use super::p::go;".into());
     assert_eq!(import_circles(&siblings), ["f::p → f::q"]);
+    let wings = sources(&[
+        ("lib.rs", "pub mod base; pub mod work;"),
+        ("cli.rs", "use crate::work::x::run;"),
+        ("work/mod.rs", "pub mod x;"),
+        ("work/x.rs", "use crate::base::y::Y;"),
+        ("base/mod.rs", "pub mod y;"),
+        ("base/y.rs", "pub struct Y;"),
+    ]);
+    assert!(wing_breaches(&wings).is_empty(), "{:?}", wing_breaches(&wings));
+    let mut upward = wings.clone();
+    upward.insert("base/y.rs".into(), "pub struct Y; fn z() { crate::work::x::run(); }".into());
+    upward.insert("loose.rs".into(), "pub struct L;".into());
+    assert_eq!(
+        wing_breaches(&upward),
+        [
+            "base::y (base) imports work::x (work), a wing above it",
+            "loose.rs is in no wing: move it into the wing of its noun (server, ops, drive, model, work, people, net, \
+             store, sandbox, guard, base)"
+        ]
+    );
     let mut leaky = house;
     leaky.insert("b.rs".into(), "fn x() { tokio::spawn(v1::Ack::default()); }".into());
     assert_eq!(wire_outside_server(&leaky).len(), 1);

@@ -27,7 +27,90 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
-use crate::base::config::{OtelConfig, SystemConfig};
+use crate::base::config::{ConfigError, LoadedConfig, OtelConfig, SystemConfig};
+
+/// The wings `system.log_components` may name, each all of its rooms.
+const WINGS: &[&str] =
+    &["server", "ops", "drive", "model", "work", "people", "net", "store", "sandbox", "guard", "base"];
+
+/// The rooms `system.log_components` may name besides the wings, by the names people know them
+/// by (ARCHITECTURE.md's map), each with the module its spans and events come from.
+const ROOMS: &[(&str, &str)] = &[
+    ("setup", "ops::setup"),
+    ("defaults", "ops::defaults"),
+    ("selftest", "ops::selftest"),
+    ("sampler", "ops::sampler"),
+    ("orchestrator", "drive::orchestrator"),
+    ("scheduler", "drive::scheduler"),
+    ("llm", "model::llm"),
+    ("budgets", "model::budgets"),
+    ("usage", "model::usage"),
+    ("agents", "work::agents"),
+    ("peers", "work::peers"),
+    ("tools", "work::tools"),
+    ("mcp", "work::mcp"),
+    ("skills", "work::skills"),
+    ("ipc", "work::ipc"),
+    ("health", "work::health"),
+    ("gateways", "work::gateways"),
+    ("identities", "people::identities"),
+    ("groups", "people::groups"),
+    ("oidc", "people::oidc"),
+    ("admissions", "people::admissions"),
+    ("egress", "net::egress"),
+    ("taint", "net::taint"),
+    ("sessions", "store::sessions"),
+    ("memory", "store::memory"),
+    ("recall", "store::recall"),
+    ("uploads", "store::uploads"),
+    ("sent", "store::sent"),
+    ("profile", "store::profile"),
+    ("events", "store::events"),
+    ("inbox", "store::inbox"),
+    ("container", "sandbox::container"),
+    ("policy", "sandbox::policy"),
+    ("workspace", "sandbox::workspace"),
+    ("sockets", "sandbox::sockets"),
+    ("shared_dirs", "sandbox::shared_dirs"),
+    ("redact", "guard::redact"),
+    ("secrets", "guard::secrets"),
+    ("audit", "guard::audit"),
+    ("limits", "guard::limits"),
+    ("telemetry", "guard::telemetry"),
+    ("config", "base::config"),
+    ("auth", "base::auth"),
+    ("datadir", "base::datadir"),
+    ("state", "base::state"),
+    ("metrics", "base::metrics"),
+    ("systemd", "base::systemd"),
+    ("lifetime", "base::lifetime"),
+];
+
+/// The tracing target of component `name` (a wing or a room), if the daemon has one.
+fn component_target(name: &str) -> Option<String> {
+    let path = WINGS.iter().find(|wing| **wing == name).copied();
+    let path = path.or_else(|| ROOMS.iter().find(|(room, _)| *room == name).map(|(_, path)| *path))?;
+    Some(format!("baaaht_daemon::{path}"))
+}
+
+/// `system.log_components` in a loaded configuration names only parts of the daemon (a level
+/// for a name nothing logs under would be accepted and ignored). Whatever loads the
+/// configuration to use it runs this next to `config::load`.
+pub fn check_config(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    for name in loaded.config.system.log_components.keys() {
+        if component_target(name).is_none() {
+            let known: Vec<&str> = WINGS.iter().copied().chain(ROOMS.iter().map(|(room, _)| *room)).collect();
+            return Err(loaded.invalid_setting(
+                &["system", "log_components"],
+                format!(
+                    "system.log_components.{name}: no part of the daemon is called that; name one of {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// The filter directives for `system`: the daemon at `log_level`, each component at its own.
 pub fn filter_directives(system: &SystemConfig) -> String {
@@ -37,7 +120,9 @@ pub fn filter_directives(system: &SystemConfig) -> String {
         format!("baaahtd={}", system.log_level),
     ];
     for (component, level) in &system.log_components {
-        directives.push(format!("baaaht_daemon::{component}={level}"));
+        if let Some(target) = component_target(component) {
+            directives.push(format!("{target}={level}"));
+        }
     }
     directives.join(",")
 }
@@ -209,5 +294,40 @@ mod tests {
         let directives = filter_directives(&system);
         assert_eq!(directives, "warn,baaaht_daemon=debug,baaahtd=debug,baaaht_daemon::sandbox::container=trace");
         EnvFilter::try_new(directives).expect("valid filter");
+    }
+
+    #[test]
+    fn every_component_is_a_room_of_the_daemon_and_an_unknown_one_is_refused() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for (room, path) in ROOMS {
+            let at = src.join(path.replace("::", "/"));
+            assert!(at.is_dir() || at.with_extension("rs").is_file(), "{room}: {} is not there", at.display());
+        }
+        for wing in WINGS {
+            assert!(src.join(wing).is_dir(), "{wing}");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            "system:\n  log_components: {egress: debug, net: info, kernel: trace}\n",
+        )
+        .expect("write");
+        let paths = crate::base::config::ConfigPaths {
+            config_file: None,
+            config_dir: dir.path().to_path_buf(),
+            data_dir: dir.path().join("data"),
+        };
+        let loaded = crate::base::config::load(&paths, std::iter::empty()).expect("loads");
+        let error = check_config(&loaded).expect_err("kernel is no part of the daemon").to_string();
+        assert!(
+            error.contains("system.log_components.kernel: no part of the daemon is called that")
+                && error.contains("config.yaml:2:3"),
+            "{error}"
+        );
+        let directives = filter_directives(&loaded.config.system);
+        assert!(
+            directives.contains("baaaht_daemon::net::egress=debug") && directives.contains("baaaht_daemon::net=info"),
+            "{directives}"
+        );
     }
 }

@@ -677,6 +677,7 @@ fn check_loads(data_dir: &DataDir, providers: &str, config_text: &str) -> Result
             ConfigPaths { config_file: None, config_dir: scratch.clone(), data_dir: data_dir.root().to_path_buf() };
         let loaded = config::load(&paths, std::iter::empty()).map_err(SetupError::Invalid)?;
         crate::net::egress::filter::check_config(&loaded).map_err(SetupError::Invalid)?;
+        crate::guard::telemetry::check_config(&loaded).map_err(SetupError::Invalid)?;
         Ok(loaded.config.llm.gateway)
     })();
     // silent-ok: a scratch folder left behind is harmless and named as such.
