@@ -215,7 +215,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Serve => {
             // Dropped last, after the runtime: the exporter flushes the last spans.
             let _tracing = crate::guard::telemetry::init(&loaded.config.system, &loaded.config.otel);
-            let bound = crate::bind(&data_dir, &loaded)?;
+            let bound = crate::server::bind::bind(&data_dir, &loaded).map_err(DaemonError::from)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .thread_name("baaahtd")

@@ -19,23 +19,19 @@ pub mod store;
 pub mod work;
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
-use crate::base::auth::HostPolicy;
 use crate::base::config::LoadedConfig;
-use crate::base::datadir::{current_uid, DaemonLock, DataDir, MAX_SOCKET_PATH};
-use crate::base::lifetime::Lifetime;
+use crate::base::datadir::DataDir;
+use crate::base::lifetime::{Lifetime, Subsystem};
 use crate::base::metrics::Metrics;
-use crate::base::{auth, config, datadir, metrics, state, systemd};
+use crate::base::{auth, config, datadir, metrics, systemd};
 use crate::drive::{orchestrator, scheduler};
 use crate::guard::{audit, limits, redact, secrets};
 use crate::model::{budgets, llm};
@@ -47,7 +43,7 @@ use crate::sandbox::container::Engine;
 use crate::sandbox::policy::Policy;
 use crate::sandbox::sockets::{Conn, ListenerSet};
 use crate::sandbox::{container, policy, sockets, workspace};
-use crate::server::layer::{Gate, RequestLayer};
+use crate::server::bind::Bound;
 use crate::server::Shared;
 use crate::store::{events, inbox, memory, recall, sessions};
 use crate::work::{agents, gateways, health, ipc, mcp, tools};
@@ -58,24 +54,8 @@ pub enum DaemonError {
     Config(#[from] config::ConfigError),
     #[error(transparent)]
     DataDir(#[from] datadir::DataDirError),
-    #[error("socket path {} is {len} bytes, more than the {MAX_SOCKET_PATH} the kernel allows: use a shorter data dir", path.display())]
-    SocketPathTooLong { path: PathBuf, len: usize },
-    #[error("cannot bind the daemon socket {}", path.display())]
-    Bind {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("orchestrator.socket.client_group: no group named `{0}` in /etc/group; create it or clear the setting")]
-    NoSuchGroup(String),
-    #[error(
-        "cannot serve metrics on {address}: set metrics.listen to a free loopback port, or metrics.enabled: false"
-    )]
-    MetricsBind {
-        address: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] server::bind::BindError),
     #[error("cannot install default identities and skills")]
     Defaults(#[from] defaults::DefaultsError),
     #[error("the gRPC server failed")]
@@ -104,123 +84,12 @@ pub enum DaemonError {
     },
 }
 
-/// Requests one connection may have in flight at once.
-const MAX_STREAMS_PER_CONNECTION: u32 = 2048;
-
-/// The listeners and the lock, acquired before the runtime serves anything.
-#[derive(Debug)]
-pub struct Bound {
-    socket: std::os::unix::net::UnixListener,
-    /// Where the host socket is served.
-    socket_path: PathBuf,
-    /// The link to it in the data dir, when it is served elsewhere.
-    socket_link: Option<PathBuf>,
-    metrics: Option<std::net::TcpListener>,
-    client_group: Option<(String, u32)>,
-    _lock: DaemonLock,
-}
-
-impl Bound {
-    pub fn socket_path(&self) -> &std::path::Path {
-        &self.socket_path
-    }
-}
-
-/// Where the host socket is served: in systemd's runtime directory when the unit gives one
-/// (`RuntimeDirectory=baaaht`: `/run/baaaht`, 0755, so that members of the client group reach
-/// it while the data dir stays 0700), else in the data dir.
-fn served_socket(data_dir: &DataDir, runtime_directory: Option<String>) -> PathBuf {
-    match runtime_directory.filter(|value| value.starts_with('/')) {
-        // systemd may pass several colon-separated folders; ours is the first.
-        Some(folders) => Path::new(folders.split(':').next().unwrap_or(&folders)).join("orchestrator.sock"),
-        None => data_dir.socket_path(),
-    }
-}
-
-/// Removes what a daemon that died left at `path` (we hold the lock, so nothing serves it).
-fn remove_stale(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {
-            tracing::info!(socket = %path.display(), "replaced a stale socket left by a previous daemon");
-            Ok(())
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(error),
-    }
-}
-
-/// Creates the data dir layout, takes the daemon lock, replaces a stale socket left by a crash
-/// and binds the host socket (0660) and the metrics listener. A socket served outside the data
-/// dir ([`served_socket`]) is linked from the data dir's usual place, where the daemon's own
-/// tools and the CLI of its user look for it.
-pub fn bind(data_dir: &DataDir, loaded: &LoadedConfig) -> Result<Bound, DaemonError> {
-    data_dir.create_layout()?;
-    let lock = data_dir.lock()?;
-    let path = served_socket(data_dir, std::env::var("RUNTIME_DIRECTORY").ok());
-    let len = path.as_os_str().len();
-    if len > MAX_SOCKET_PATH {
-        return Err(DaemonError::SocketPathTooLong { path, len });
-    }
-    let bind_error = |source| DaemonError::Bind { path: path.clone(), source };
-    let link = (path != data_dir.socket_path()).then(|| data_dir.socket_path());
-    for stale in std::iter::once(&path).chain(&link) {
-        remove_stale(stale).map_err(|source| DaemonError::Bind { path: stale.clone(), source })?;
-    }
-    let socket = std::os::unix::net::UnixListener::bind(&path).map_err(bind_error)?;
-    socket.set_nonblocking(true).map_err(bind_error)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).map_err(bind_error)?;
-    if let Some(link) = &link {
-        std::os::unix::fs::symlink(&path, link).map_err(|source| DaemonError::Bind { path: link.clone(), source })?;
-    }
-    let group_name = &loaded.config.orchestrator.socket.client_group;
-    let client_group = if group_name.is_empty() {
-        None
-    } else {
-        let gid = baaaht_proto::host::group_named(group_name)
-            .ok_or_else(|| DaemonError::NoSuchGroup(group_name.clone()))?
-            .gid;
-        std::os::unix::fs::chown(&path, None, Some(gid)).map_err(bind_error)?;
-        if let Some(folder) = baaaht_proto::host::folder_closed_to_group(&path, gid) {
-            tracing::warn!(
-                socket = %path.display(),
-                "members of group {group_name} cannot reach the socket: {} is closed to them; run under the \
-                 shipped unit (it serves the socket in /run/baaaht), or open that folder to the group",
-                folder.display()
-            );
-        }
-        Some((group_name.clone(), gid))
-    };
-    let metrics = if loaded.config.metrics.enabled {
-        let address = loaded.config.metrics.listen.0;
-        let listener =
-            std::net::TcpListener::bind(address).map_err(|source| DaemonError::MetricsBind { address, source })?;
-        listener.set_nonblocking(true).map_err(|source| DaemonError::MetricsBind { address, source })?;
-        Some(listener)
-    } else {
-        None
-    };
-    Ok(Bound { socket, socket_path: path, socket_link: link, metrics, client_group, _lock: lock })
-}
-
-/// The folder of baaaht's other binaries (`baaaht-agent`, `baaaht-llm-gateway`): from
-/// `container.binaries_dir`, else beside the daemon's own executable.
-fn binaries_dir(configured: &str) -> PathBuf {
-    if configured.is_empty() {
-        // silent-ok: whoever needs a binary reports it missing by its path
-        std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from)).unwrap_or_default()
-    } else {
-        PathBuf::from(configured)
-    }
-}
-
 /// A daemon ready to serve.
 pub struct Daemon {
     shared: Arc<Shared>,
-    cancel: CancellationToken,
-    tracker: TaskTracker,
-    host: tokio::net::UnixListener,
+    lifetime: Lifetime,
+    listeners: server::bind::Listeners,
     incoming: tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>>,
-    metrics_listener: Option<tokio::net::TcpListener>,
     engine: Arc<watch::Sender<Engine>>,
     bound: Bound,
 }
@@ -228,22 +97,10 @@ pub struct Daemon {
 impl Daemon {
     /// Prepares the daemon on `bound`; must be called inside the tokio runtime.
     pub fn new(loaded: LoadedConfig, data_dir: DataDir, mut bound: Bound) -> Result<Daemon, DaemonError> {
-        let cancel = CancellationToken::new();
-        let tracker = TaskTracker::new();
-        let bind_error = |source| DaemonError::Bind { path: bound.socket_path.clone(), source };
-        let host_std = bound.socket.try_clone().map_err(bind_error)?;
-        let host = tokio::net::UnixListener::from_std(host_std).map_err(bind_error)?;
-        let (metrics_listener, metrics_address) = match bound.metrics.take() {
-            Some(listener) => {
-                let address = listener
-                    .local_addr()
-                    .map_err(|source| DaemonError::MetricsBind { address: loaded.config.metrics.listen.0, source })?;
-                let listener = tokio::net::TcpListener::from_std(listener)
-                    .map_err(|source| DaemonError::MetricsBind { address, source })?;
-                (Some(listener), Some(address))
-            }
-            None => (None, None),
-        };
+        let lifetime = Lifetime::new();
+        let (cancel, tracker) = (lifetime.shutdown.clone(), lifetime.tasks.clone());
+        let listeners_bound = bound.listeners(&loaded)?;
+        let metrics_address = listeners_bound.metrics_address;
         let read = loaded.config.metrics.enabled || loaded.config.metrics.log;
         let metrics = Arc::new(if read { Metrics::default() } else { Metrics::off() });
         let audit = audit::Audit::open(
@@ -263,7 +120,7 @@ impl Daemon {
         let (engine, engine_rx) = watch::channel(Engine::probing());
         let engine = Arc::new(engine);
         let policy = Arc::new(Policy::new(&loaded)?);
-        let binaries = binaries_dir(&loaded.config.container.binaries_dir);
+        let binaries = datadir::binaries_dir(&loaded.config.container.binaries_dir);
         let containers = Arc::new(
             ContainerManager::new(
                 engine.clone(),
@@ -279,7 +136,7 @@ impl Daemon {
             )?
             .with_metrics(metrics.clone()),
         );
-        audit_config_change(&audit, &loaded, &data_dir.state_dir());
+        audit.config_changed(&loaded, &data_dir.state_dir());
         let secrets = llm::open_secrets(&data_dir.config_dir());
         let settings = llm::gateway_settings(&loaded, secrets.as_ref(), |name| std::env::var(name).ok());
         if let Some(store) = &secrets {
@@ -427,6 +284,10 @@ impl Daemon {
             .map_err(DaemonError::Scheduler)?
             .redacting(redact.clone()),
         );
+        scheduler.count_runs_in(metrics.clone());
+        if let Err(error) = scheduler.ensure_system(&scheduler::SYSTEM_JOBS) {
+            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot set up the system tasks");
+        }
         let containers_for_agents = containers.clone();
         let loaded_idle_after = loaded.config.sessions.idle_after;
         let loaded_max_concurrent = loaded.config.container.max_concurrent;
@@ -455,7 +316,6 @@ impl Daemon {
             events.clone(),
             loaded.clone(),
         ));
-        let lifetime = Lifetime { shutdown: cancel.clone(), tasks: tracker.clone() };
         let sessions = Arc::new(sessions::SessionStore::open(data_dir_root).redacting(redact.clone()));
         // A conversation keeps the approvals and notices its people were shown.
         let keeper: Arc<dyn events::Keeper> = sessions.clone();
@@ -546,7 +406,7 @@ impl Daemon {
             recall,
             taints,
             secrets,
-            lifetime,
+            lifetime: lifetime.clone(),
             approvals,
             gateways,
             supervisors,
@@ -559,7 +419,7 @@ impl Daemon {
             inbox,
             limits: limits::Limits::default(),
         });
-        Ok(Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound })
+        Ok(Daemon { shared, lifetime, listeners: listeners_bound, incoming, engine, bound })
     }
 
     pub fn shared(&self) -> Arc<Shared> {
@@ -569,151 +429,30 @@ impl Daemon {
     /// The token and tracker of every background task, so an in-process test can stop them
     /// the way a crash would, without the cleanup of a clean shutdown.
     pub fn lifetime(&self) -> (CancellationToken, TaskTracker) {
-        (self.cancel.clone(), self.tracker.clone())
+        (self.lifetime.shutdown.clone(), self.lifetime.tasks.clone())
     }
 
     /// Serves until `shutdown` resolves, then drains in-flight requests for at most
-    /// `orchestrator.shutdown_timeout` seconds, removes every socket and returns.
+    /// `orchestrator.shutdown_timeout` seconds, stops every subsystem, removes every socket and
+    /// returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
-        let Daemon { shared, cancel, tracker, host, incoming, metrics_listener, engine, bound } = self;
-        let config = &shared.loaded.config;
-        let report = defaults::install(shared.data_dir.root())?;
-        tracing::info!(
-            installed = report.installed,
-            updated = report.updated,
-            kept_user_edits = report.kept,
-            "default identities and skills checked"
-        );
-
+        let Daemon { shared, lifetime, listeners, incoming, engine, bound } = self;
+        defaults::install(shared.data_dir.root())?;
         // Results written while no daemon ran (or just before one crashed).
         shared.ipc.collect_all();
-        let interrupted = orchestrator::recover(&shared.orchestrator);
-        if interrupted > 0 {
-            tracing::warn!(interrupted, "turns interrupted by the previous daemon were ended with a message");
-        }
-        shared.listeners.serve_host(host);
-        for gateway in shared.gateways.list() {
-            let folder = shared.gateways.socket_folder(&gateway.name);
-            let name = gateway.name.clone();
-            match shared.listeners.add_gateway(&gateway.name, &gateway.token_sha256, folder) {
-                Ok(path) => {
-                    tracing::info!(gateway = %name, socket = %path.display(), mode = gateway.mode.as_str(), "serving a gateway");
-                    shared.supervisors.start(gateway);
-                }
-                Err(error) => tracing::error!(gateway = %name, %error, "cannot serve a gateway's socket"),
-            }
-        }
-        tracker.spawn(
-            container::watch_engine(config.container.clone(), engine, cancel.clone())
-                .instrument(tracing::info_span!("engine")),
-        );
-        tracker
-            .spawn(shared.containers.clone().supervise(cancel.clone()).instrument(tracing::info_span!("containers")));
-        tracker.spawn(
-            shared
-                .llm
-                .clone()
-                .run(shared.containers.clone(), shared.engine.clone(), cancel.clone())
-                .instrument(tracing::info_span!("llm gateway")),
-        );
-        tracker.spawn(shared.tools.clone().supervise(cancel.clone()).instrument(tracing::info_span!("tools")));
-        tracker.spawn(shared.mcp.clone().supervise(cancel.clone()).instrument(tracing::info_span!("mcp")));
-        let monitor = Arc::new(health::monitor::Monitor {
-            settings: config.orchestrator.health_check.clone(),
-            agents: shared.agents.clone(),
-            tools: shared.tools.clone(),
-            mcp: shared.mcp.clone(),
-            board: shared.health.clone(),
-            metrics: shared.metrics.clone(),
-            notifier: shared.notifier.clone(),
-        });
-        tracker.spawn(health::monitor::monitor(monitor, cancel.clone()).instrument(tracing::info_span!("health")));
-        tracker.spawn(
-            orchestrator::supervise(shared.orchestrator.clone(), cancel.clone())
-                .instrument(tracing::info_span!("sessions")),
-        );
-        tracker.spawn(take_ipc_requests(shared.clone(), cancel.clone()).instrument(tracing::info_span!("ipc")));
-        shared.scheduler.count_runs_in(shared.metrics.clone());
-        if let Err(error) = shared.scheduler.ensure_system(&scheduler::SYSTEM_JOBS) {
-            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot set up the system tasks");
-        }
-        let executor: Arc<dyn scheduler::Execute> = Arc::new(scheduler::execute::Daemon {
-            orchestrator: shared.orchestrator.clone(),
-            scheduler: shared.scheduler.clone(),
-            memory: shared.memory.clone(),
-            inbox: shared.inbox.clone(),
-            approvals: shared.approvals.clone(),
-        });
-        tracker.spawn(
-            shared
-                .scheduler
-                .clone()
-                .run(executor, cancel.clone(), tracker.clone())
-                .instrument(tracing::info_span!("scheduler")),
-        );
+        orchestrator::recover(&shared.orchestrator);
+        shared.listeners.serve_host(listeners.host);
+        shared.supervisors.serve_all(&shared.gateways);
         let (scanned, first_scan) = tokio::sync::oneshot::channel();
-        tracker.spawn(
-            scheduler::watch::watch(
-                scheduler::watch::Heartbeats { data_dir: shared.data_dir.clone(), scheduler: shared.scheduler.clone() },
-                cancel.clone(),
-                scanned,
-            )
-            .instrument(tracing::info_span!("heartbeats")),
-        );
+        let socket = bound.socket_path().display().to_string();
+        let subsystems = subsystems(&shared, &lifetime, engine, listeners.metrics, scanned, socket.clone());
+        lifetime.start(&subsystems);
         // Every HEARTBEAT.md is read before the daemon serves: the first `tasks list` shows them.
         // silent-ok: a watch that stopped before its first scan logged why.
         let _ = first_scan.await;
-        tracker.spawn(make_room(shared.clone(), cancel.clone()).instrument(tracing::info_span!("slots")));
-        if let Some(listener) = metrics_listener {
-            tracker.spawn(
-                metrics::serve(listener, shared.metrics.clone(), cancel.clone())
-                    .instrument(tracing::info_span!("metrics")),
-            );
-        }
-        if shared.metrics.recording() {
-            let sampler = Arc::new(sampler::Sampler {
-                containers: shared.containers.clone(),
-                sessions: shared.sessions.clone(),
-                data_dir: shared.data_dir.clone(),
-                metrics: shared.metrics.clone(),
-                every: Duration::from_secs(config.metrics.sample_interval.max(1)),
-            });
-            tracker.spawn(sampler::run(sampler, cancel.clone()).instrument(tracing::info_span!("metrics")));
-        }
-        if shared.loaded.config.metrics.log {
-            let (metrics, every) = (shared.metrics.clone(), Duration::from_secs(60));
-            tracker
-                .spawn(metrics::log_every(metrics, every, cancel.clone()).instrument(tracing::info_span!("metrics")));
-        }
-        let gate = Arc::new(Gate {
-            host_policy: HostPolicy { daemon_uid: current_uid(), client_group: bound.client_group.clone() },
-            shared: shared.clone(),
-        });
-        let server = tonic::transport::Server::builder()
-            // What one connection may have in flight at once (a gateway's users share one).
-            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-            // Room for a tunnel's bytes in flight (a download through a tool's proxy), in larger
-            // frames: fewer window updates and frames a megabyte.
-            .initial_stream_window_size(Some(baaaht_proto::client::STREAM_WINDOW))
-            .initial_connection_window_size(Some(baaaht_proto::client::CONNECTION_WINDOW))
-            .max_frame_size(Some(baaaht_proto::client::MAX_FRAME))
-            .layer(RequestLayer::new(gate))
-            .add_routes(server::routes(&shared))
-            .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
+        let server = server::serve(&shared, bound.client_group(), incoming, lifetime.shutdown.clone());
         let mut server = std::pin::pin!(server);
-
-        let socket = bound.socket_path.display().to_string();
         systemd::notify(&format!("READY=1\nSTATUS=serving on {socket}"));
-        let status = {
-            let (shared, socket) = (shared.clone(), socket.clone());
-            move || {
-                let counts = shared.sessions.counts();
-                let (agents, problems) = (shared.agents.count(), shared.containers.problems());
-                let health = if problems.is_empty() { "healthy".to_string() } else { problems.join("; ") };
-                format!("serving on {socket}: {} active sessions, {agents} agents; {health}", counts.active)
-            }
-        };
-        tracker.spawn(systemd::keep_alive(status, cancel.clone()).instrument(tracing::info_span!("systemd")));
         tracing::info!(
             socket = %socket,
             data_dir = %shared.data_dir.root().display(),
@@ -721,7 +460,6 @@ impl Daemon {
             version = env!("CARGO_PKG_VERSION"),
             "serving"
         );
-
         let mut outcome = Ok(());
         tokio::select! {
             result = &mut server => {
@@ -729,10 +467,10 @@ impl Daemon {
                 outcome = result.map_err(DaemonError::Serve);
             }
             () = shutdown => {
-                let deadline = Duration::from_secs(config.orchestrator.shutdown_timeout);
+                let deadline = Duration::from_secs(shared.loaded.config.orchestrator.shutdown_timeout);
                 tracing::info!(deadline_s = deadline.as_secs(), "shutting down: draining in-flight requests");
                 systemd::notify("STOPPING=1\nSTATUS=draining");
-                cancel.cancel();
+                lifetime.shutdown.cancel();
                 match tokio::time::timeout(deadline, &mut server).await {
                     Ok(Ok(())) => tracing::info!("the requests in flight are done"),
                     Ok(Err(error)) => outcome = Err(DaemonError::Serve(error)),
@@ -740,86 +478,107 @@ impl Daemon {
                 }
             }
         }
-        cancel.cancel();
-        shared.supervisors.stop_all();
-        tracker.close();
-        if tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await.is_err() {
-            tracing::warn!("background tasks did not stop within 2 s");
-        }
-        shared.containers.shutdown().await;
-        shared.workspaces.shutdown();
-        shared.mcp.shutdown();
-        // The containers are gone: what they queued is taken, then their folders go.
-        ipc_pass(&shared, &mut std::collections::BTreeMap::new());
-        shared.ipc.let_go_all();
-        shared.listeners.remove_all();
-        for path in std::iter::once(&bound.socket_path).chain(&bound.socket_link) {
-            if let Err(error) = std::fs::remove_file(path) {
-                tracing::warn!(socket = %path.display(), %error, "cannot remove the socket");
-            }
-        }
+        lifetime.stop(&subsystems).await;
+        bound.remove();
         tracing::info!("stopped");
-        drop(bound);
         outcome
     }
 }
 
-/// Takes what containers queue in their IPC folders (messages to deliver, tasks to schedule),
-/// every `orchestrator.poll_intervals.ipc` milliseconds and when a call asks ([`ipc::Ipc::flush`]),
-/// until `cancel`.
-async fn take_ipc_requests(shared: Arc<Shared>, cancel: CancellationToken) {
-    let every = Duration::from_millis(shared.loaded.config.orchestrator.poll_intervals.ipc.max(50));
-    let mut sent = std::collections::BTreeMap::new();
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
-            () = shared.ipc.woken() => {}
-        }
-        let pass = shared.clone();
-        shared.ipc.pass_begins();
-        let delivery = tokio::task::spawn_blocking(move || {
-            ipc_pass(&pass, &mut sent);
-            // What no container holds any more goes, now that what it queued was taken.
-            pass.ipc.sweep();
-            pass.ipc.pass_ended();
-            sent
-        });
-        match delivery.await {
-            Ok(kept) => sent = kept,
-            Err(error) => {
-                tracing::error!(%error, "message delivery failed");
-                sent = std::collections::BTreeMap::new();
-            }
-        }
-    }
-}
-
-/// Delivers the messages and schedules the tasks containers queued in their IPC folders.
-fn ipc_pass(shared: &Shared, sent: &mut std::collections::BTreeMap<String, Vec<u64>>) {
-    shared.ipc.deliver_messages(&shared.events, &shared.workspaces, sent);
-    shared.ipc.take_task_requests(&mut |context, session, request| {
-        let principal = format!("ipc:{context}/{session}");
-        shared.taints.allow_session(session, taint::Way::ScheduleTask, &principal)?;
-        scheduler::schedule_requested(&shared.scheduler, &shared.inbox, context, request)
+/// The daemon's long-lived parts, in the order they start. They drain in the reverse order: the
+/// containers are removed before the IPC folders are read a last time and let go, and the
+/// sockets and the audit log are tidied last.
+fn subsystems(
+    shared: &Arc<Shared>,
+    lifetime: &Lifetime,
+    engine: Arc<watch::Sender<Engine>>,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    scanned: tokio::sync::oneshot::Sender<()>,
+    socket: String,
+) -> Vec<Arc<dyn Subsystem>> {
+    let config = &shared.loaded.config;
+    let executor: Arc<dyn scheduler::Execute> = Arc::new(scheduler::execute::Daemon {
+        orchestrator: shared.orchestrator.clone(),
+        scheduler: shared.scheduler.clone(),
+        memory: shared.memory.clone(),
+        inbox: shared.inbox.clone(),
+        approvals: shared.approvals.clone(),
     });
-}
-
-/// Whenever a container start waits for a slot (`container.max_concurrent`), removes one idle
-/// container: an idle agent first (it is cheap to start again), else the tool container unused
-/// the longest, else the MCP server unused the longest that answers no call.
-async fn make_room(shared: Arc<Shared>, cancel: CancellationToken) {
-    let mut pressure = shared.containers.pressure();
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            changed = pressure.changed() => if changed.is_err() { return },
+    let status = {
+        let shared = shared.clone();
+        move || {
+            let counts = shared.sessions.counts();
+            let (agents, problems) = (shared.agents.count(), shared.containers.problems());
+            let health = if problems.is_empty() { "healthy".to_string() } else { problems.join("; ") };
+            format!("serving on {socket}: {} active sessions, {agents} agents; {health}", counts.active)
         }
-        pressure.borrow_and_update();
-        if !shared.agents.evict_one().await && !shared.tools.evict_one().await && !shared.mcp.evict_one().await {
-            tracing::info!("no idle container to remove; the start waits for one to finish");
-        }
+    };
+    let mut subsystems: Vec<Arc<dyn Subsystem>> = vec![
+        Arc::new(shared.audit.clone()),
+        shared.listeners.clone(),
+        Arc::new(drive::requests::Requests {
+            ipc: shared.ipc.clone(),
+            events: shared.events.clone(),
+            workspaces: shared.workspaces.clone(),
+            taints: shared.taints.clone(),
+            scheduler: shared.scheduler.clone(),
+            inbox: shared.inbox.clone(),
+            every: Duration::from_millis(config.orchestrator.poll_intervals.ipc.max(50)),
+        }),
+        shared.mcp.clone(),
+        shared.workspaces.clone(),
+        shared.containers.clone(),
+        Arc::new(container::EngineWatch { config: config.container.clone(), engine }),
+        Arc::new(llm::Upkeep {
+            gateway: shared.llm.clone(),
+            containers: shared.containers.clone(),
+            engine: shared.engine.clone(),
+        }),
+        shared.tools.clone(),
+        Arc::new(health::monitor::Monitor {
+            settings: config.orchestrator.health_check.clone(),
+            agents: shared.agents.clone(),
+            tools: shared.tools.clone(),
+            mcp: shared.mcp.clone(),
+            board: shared.health.clone(),
+            metrics: shared.metrics.clone(),
+            notifier: shared.notifier.clone(),
+        }),
+        shared.orchestrator.clone(),
+        Arc::new(scheduler::Running { scheduler: shared.scheduler.clone(), executor, tracker: lifetime.tasks.clone() }),
+        Arc::new(scheduler::watch::Watch {
+            heartbeats: scheduler::watch::Heartbeats {
+                data_dir: shared.data_dir.clone(),
+                scheduler: shared.scheduler.clone(),
+            },
+            scanned: std::sync::Mutex::new(Some(scanned)),
+        }),
+        Arc::new(work::slots::Slots {
+            containers: shared.containers.clone(),
+            agents: shared.agents.clone(),
+            tools: shared.tools.clone(),
+            mcp: shared.mcp.clone(),
+        }),
+        shared.supervisors.clone(),
+        Arc::new(systemd::KeepAlive { status: Box::new(status) }),
+    ];
+    if let Some(listener) = metrics_listener {
+        let metrics = shared.metrics.clone();
+        subsystems.push(Arc::new(metrics::Endpoint { listener: std::sync::Mutex::new(Some(listener)), metrics }));
     }
+    if shared.metrics.recording() {
+        subsystems.push(Arc::new(sampler::Sampler {
+            containers: shared.containers.clone(),
+            sessions: shared.sessions.clone(),
+            data_dir: shared.data_dir.clone(),
+            metrics: shared.metrics.clone(),
+            every: Duration::from_secs(config.metrics.sample_interval.max(1)),
+        }));
+    }
+    if config.metrics.log {
+        subsystems.push(Arc::new(metrics::Log { metrics: shared.metrics.clone(), every: Duration::from_secs(60) }));
+    }
+    subsystems
 }
 
 /// Builds the daemon on `bound` and serves until `shutdown` resolves.
@@ -830,32 +589,4 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     Daemon::new(loaded, data_dir, bound)?.run(shutdown).await
-}
-
-/// Records in the audit log that the configuration changed since the last start, naming the
-/// sections that did (the last one is kept in `data/state/config-last.json`, beside the rest of
-/// the daemon's state; the log holds section names only, never values).
-fn audit_config_change(audit: &audit::Audit, loaded: &LoadedConfig, state_dir: &std::path::Path) {
-    let path = state_dir.join("config-last.json");
-    let Ok(now) = serde_json::to_value(&loaded.config) else { return };
-    let before: Option<serde_json::Value> = match state::read_json(&path) {
-        Ok(before) => before,
-        Err(error) => {
-            tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot read the last configuration");
-            None
-        }
-    };
-    let changed: Vec<String> = match (&before, &now) {
-        (Some(serde_json::Value::Object(before)), serde_json::Value::Object(now)) => {
-            now.iter().filter(|(key, value)| before.get(*key) != Some(value)).map(|(key, _)| key.clone()).collect()
-        }
-        _ => vec!["all (first start)".to_string()],
-    };
-    if changed.is_empty() {
-        return;
-    }
-    audit.record(audit::Record::new(audit::Kind::Config, "daemon", "changed").detail("sections", changed));
-    if let Err(error) = state::write_json(&path, &now) {
-        tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot keep the configuration for the next start");
-    }
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use baaaht_daemon::base::datadir::DataDirError;
 use baaaht_daemon::cli::{Cli, Failure};
+use baaaht_daemon::server::bind::BindError;
 use baaaht_daemon::DaemonError;
 use clap::Parser;
 
@@ -33,12 +34,17 @@ fn exit_code(failure: &Failure) -> u8 {
     const USAGE: u8 = 64;
     match failure {
         Failure::Daemon(error) => match error {
-            DaemonError::Config(_) | DaemonError::NoSuchGroup(_) => CONFIG,
-            DaemonError::DataDir(DataDirError::AlreadyRunning { .. }) => TEMP_FAIL,
-            DaemonError::DataDir(DataDirError::NoHome) => CONFIG,
-            DaemonError::DataDir(_) | DaemonError::SocketPathTooLong { .. } | DaemonError::Bind { .. } => CANT_CREATE,
+            DaemonError::Config(_) | DaemonError::Bind(BindError::NoSuchGroup(_)) => CONFIG,
+            DaemonError::DataDir(DataDirError::AlreadyRunning { .. })
+            | DaemonError::Bind(BindError::DataDir(DataDirError::AlreadyRunning { .. })) => TEMP_FAIL,
+            DaemonError::DataDir(DataDirError::NoHome)
+            | DaemonError::Bind(BindError::DataDir(DataDirError::NoHome)) => CONFIG,
+            DaemonError::DataDir(_)
+            | DaemonError::Bind(BindError::DataDir(_) | BindError::SocketPathTooLong { .. } | BindError::Bind { .. }) => {
+                CANT_CREATE
+            }
             DaemonError::Defaults(_) => CANT_CREATE,
-            DaemonError::MetricsBind { .. } => UNAVAILABLE,
+            DaemonError::Bind(BindError::MetricsBind { .. }) => UNAVAILABLE,
             DaemonError::Serve(_) => SOFTWARE,
             DaemonError::Policy(_) | DaemonError::WebProxy(_) | DaemonError::Redact(_) | DaemonError::Scheduler(_) => {
                 CONFIG

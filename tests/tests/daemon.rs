@@ -97,15 +97,25 @@ fn a_second_daemon_on_the_same_dir_refuses_to_start() {
 
 #[test]
 fn sigterm_drains_exits_zero_and_removes_the_socket() {
-    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let mut daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
     let socket = daemon.socket();
     assert!(socket.exists());
     let started = std::time::Instant::now();
-    let status = daemon.stop().expect("stops");
+    daemon.signal("TERM").expect("SIGTERM");
+    let status = daemon.wait_exit(Duration::from_secs(20)).expect("stops");
     assert_eq!(status.code(), Some(0));
     // The default drain deadline is 10 s; an idle daemon stops at once.
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     assert!(!socket.exists(), "socket left behind");
+    // The audit log is on disk when the daemon has gone: its first record (the configuration
+    // it started with) is there to read without it.
+    let audit = daemon.data_dir.join("data/logs/audit");
+    let days: Vec<String> = std::fs::read_dir(&audit)
+        .expect("the audit folder")
+        .flatten()
+        .map(|entry| std::fs::read_to_string(entry.path()).expect("an audit day"))
+        .collect();
+    assert!(days.concat().contains("\"kind\":\"config\""), "{days:?}");
 }
 
 #[test]

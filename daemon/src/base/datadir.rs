@@ -255,6 +255,17 @@ pub fn folder_of(context: &Context) -> String {
     format!("{kind}-{}", context.id)
 }
 
+/// The folder of baaaht's other binaries (`baaaht-agent`, `baaaht-llm-gateway`): from
+/// `container.binaries_dir`, else beside the daemon's own executable.
+pub fn binaries_dir(configured: &str) -> PathBuf {
+    if configured.is_empty() {
+        // silent-ok: whoever needs a binary reports it missing by its path
+        std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from)).unwrap_or_default()
+    } else {
+        PathBuf::from(configured)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

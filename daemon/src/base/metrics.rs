@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::base::lifetime::{Subsystem, Work};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -755,6 +756,45 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, cancel: Cancell
                 tracing::debug!(%error, "metrics connection ended with an error");
             },
         }
+    }
+}
+
+/// `GET /metrics` served ([`serve`]) as a subsystem.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub listener: std::sync::Mutex<Option<TcpListener>>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Subsystem for Endpoint {
+    fn name(&self) -> &'static str {
+        "metrics endpoint"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        let listener = self.listener.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        Box::pin(async move {
+            if let Some(listener) = listener {
+                serve(listener, self.metrics.clone(), shutdown).await;
+            }
+        })
+    }
+}
+
+/// The figures written to the log every `every` ([`log_every`]) as a subsystem.
+#[derive(Debug)]
+pub struct Log {
+    pub metrics: Arc<Metrics>,
+    pub every: Duration,
+}
+
+impl Subsystem for Log {
+    fn name(&self) -> &'static str {
+        "metrics log"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        Box::pin(log_every(self.metrics.clone(), self.every, shutdown))
     }
 }
 

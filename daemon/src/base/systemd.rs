@@ -3,6 +3,7 @@
 //! lines with what it serves, `STOPPING=1` on shutdown. A no-op outside systemd (no
 //! `$NOTIFY_SOCKET`).
 
+use crate::base::lifetime::{Subsystem, Work};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
@@ -71,6 +72,27 @@ pub async fn keep_alive(status: impl Fn() -> String, cancel: tokio_util::sync::C
         std::future::ready(())
     })
     .await;
+}
+
+/// The watchdog's pings and the status line ([`keep_alive`]) as a subsystem.
+pub struct KeepAlive {
+    pub status: Box<dyn Fn() -> String + Send + Sync>,
+}
+
+impl std::fmt::Debug for KeepAlive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeepAlive").finish_non_exhaustive()
+    }
+}
+
+impl Subsystem for KeepAlive {
+    fn name(&self) -> &'static str {
+        "systemd"
+    }
+
+    fn run_until(self: std::sync::Arc<Self>, shutdown: tokio_util::sync::CancellationToken) -> Work {
+        Box::pin(async move { keep_alive(|| (self.status)(), shutdown).await })
+    }
 }
 
 #[cfg(test)]

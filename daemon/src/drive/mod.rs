@@ -2,4 +2,5 @@
 //! and the scheduler's heartbeats and tasks. It imports model/ and below.
 
 pub mod orchestrator;
+pub mod requests;
 pub mod scheduler;

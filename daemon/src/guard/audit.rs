@@ -13,6 +13,8 @@ use std::sync::{mpsc, Arc};
 use serde::{Deserialize, Serialize};
 
 use crate::base::auth::{Caller, Context};
+use crate::base::config::LoadedConfig;
+use crate::base::lifetime::{Subsystem, Work};
 use crate::base::metrics::Metrics;
 
 /// What happened.
@@ -266,6 +268,34 @@ impl Audit {
         }
     }
 
+    /// Records in the audit log that the configuration changed since the last start, naming the
+    /// sections that did (the last one is kept in `data/state/config-last.json`, beside the rest of
+    /// the daemon's state; the log holds section names only, never values).
+    pub fn config_changed(&self, loaded: &LoadedConfig, state_dir: &std::path::Path) {
+        let path = state_dir.join("config-last.json");
+        let Ok(now) = serde_json::to_value(&loaded.config) else { return };
+        let before: Option<serde_json::Value> = match crate::base::state::read_json(&path) {
+            Ok(before) => before,
+            Err(error) => {
+                tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot read the last configuration");
+                None
+            }
+        };
+        let changed: Vec<String> = match (&before, &now) {
+            (Some(serde_json::Value::Object(before)), serde_json::Value::Object(now)) => {
+                now.iter().filter(|(key, value)| before.get(*key) != Some(value)).map(|(key, _)| key.clone()).collect()
+            }
+            _ => vec!["all (first start)".to_string()],
+        };
+        if changed.is_empty() {
+            return;
+        }
+        self.record(Record::new(Kind::Config, "daemon", "changed").detail("sections", changed));
+        if let Err(error) = crate::base::state::write_json(&path, &now) {
+            tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot keep the configuration for the next start");
+        }
+    }
+
     /// Returns once everything recorded before is on disk (at shutdown, in tests).
     pub fn flush(&self) {
         let Some(queue) = &self.queue else { return };
@@ -446,6 +476,21 @@ impl Writer {
                 }
             }
         }
+    }
+}
+
+impl Subsystem for Audit {
+    fn name(&self) -> &'static str {
+        "audit"
+    }
+
+    /// Everything recorded is on disk before the daemon exits.
+    fn drain(self: Arc<Self>) -> Work {
+        Box::pin(async move {
+            if let Err(error) = tokio::task::spawn_blocking(move || self.flush()).await {
+                tracing::error!(%error, "the audit log could not be flushed at shutdown");
+            }
+        })
     }
 }
 

@@ -62,9 +62,16 @@ fn digest(bytes: &[u8]) -> String {
     format!("sha256:{hex}")
 }
 
-/// Installs missing defaults and refreshes unedited ones under `root`.
+/// Installs missing defaults and refreshes unedited ones under `root`, and says so in the log.
 pub fn install(root: &Path) -> Result<InstallReport, DefaultsError> {
-    install_files(root, DEFAULT_FILES)
+    let report = install_files(root, DEFAULT_FILES)?;
+    tracing::info!(
+        installed = report.installed,
+        updated = report.updated,
+        kept_user_edits = report.kept,
+        "default identities and skills checked"
+    );
+    Ok(report)
 }
 
 fn install_files(root: &Path, files: &[(&str, &[u8])]) -> Result<InstallReport, DefaultsError> {

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::base::auth::Role;
 use crate::base::datadir::DataDir;
+use crate::base::lifetime::{Subsystem, Work};
 use crate::base::metrics::Metrics;
 use crate::base::metrics::Sample;
 use crate::sandbox::container::manager::ContainerManager;
@@ -82,6 +83,16 @@ fn memory_store_bytes(root: &std::path::Path) -> Vec<(&'static str, u64)> {
             (kind, bytes)
         })
         .collect()
+}
+
+impl Subsystem for Sampler {
+    fn name(&self) -> &'static str {
+        "sampler"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        Box::pin(run(self, shutdown))
+    }
 }
 
 #[cfg(test)]

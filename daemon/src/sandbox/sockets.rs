@@ -34,6 +34,7 @@ use tracing::Instrument;
 
 use crate::base::auth::{self, ContainerIdentity, CONTAINER_UID};
 use crate::base::datadir::MAX_SOCKET_PATH;
+use crate::base::lifetime::{Subsystem, Work};
 use crate::guard::audit::{Audit, Kind, Record};
 
 /// The socket file name inside a container's socket folder.
@@ -625,5 +626,16 @@ async fn accept_loop(
                 }
             }
         }
+    }
+}
+
+impl Subsystem for ListenerSet {
+    fn name(&self) -> &'static str {
+        "sockets"
+    }
+
+    /// Every container's and gateway's socket goes (the host socket is the composer's).
+    fn drain(self: Arc<Self>) -> Work {
+        Box::pin(async move { self.remove_all() })
     }
 }

@@ -20,10 +20,12 @@ use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::base::config::WorkspaceLimit;
 use crate::sandbox::shared_dirs::{self, Owner};
+
+use crate::base::lifetime::{Subsystem, Work};
 
 /// The folder beside a session's `data/` where the daemon keeps the pictures shared in it.
 const PICTURES: &str = "pictures";
@@ -451,5 +453,15 @@ pub(crate) fn unmount(on: &Path) {
                 tracing::warn!(folder = %on.display(), %message, "cannot detach a filesystem");
             }
         }
+    }
+}
+
+impl Subsystem for Workspaces {
+    fn name(&self) -> &'static str {
+        "workspaces"
+    }
+
+    fn drain(self: Arc<Self>) -> Work {
+        Box::pin(async move { self.shutdown() })
     }
 }

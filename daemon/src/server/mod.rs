@@ -5,6 +5,7 @@
 //! subsystem is not built yet authorize first, then answer UNIMPLEMENTED with a sentence.
 
 mod agents;
+pub mod bind;
 pub(crate) mod convert;
 mod egress;
 mod files;
@@ -31,6 +32,34 @@ use crate::base::auth::{authorize, AuthError, Caller, Context, Operation, Target
 use crate::sandbox::container::manager::ContainerError;
 use crate::sandbox::container::EngineStatus;
 pub use shared::Shared;
+
+/// Requests one connection may have in flight at once.
+const MAX_STREAMS_PER_CONNECTION: u32 = 2048;
+
+/// The gRPC server on `incoming` (every socket's connections, tagged with where they came in),
+/// each request through the request layer, until `shutdown`; then it drains what is in flight.
+pub fn serve(
+    shared: &Arc<Shared>,
+    client_group: Option<(String, u32)>,
+    incoming: tokio_stream::wrappers::ReceiverStream<std::io::Result<crate::sandbox::sockets::Conn>>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> impl std::future::Future<Output = Result<(), tonic::transport::Error>> {
+    let gate = Arc::new(layer::Gate {
+        host_policy: crate::base::auth::HostPolicy { daemon_uid: crate::base::datadir::current_uid(), client_group },
+        shared: shared.clone(),
+    });
+    tonic::transport::Server::builder()
+        // What one connection may have in flight at once (a gateway's users share one).
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+        // Room for a tunnel's bytes in flight (a download through a tool's proxy), in larger
+        // frames: fewer window updates and frames a megabyte.
+        .initial_stream_window_size(Some(baaaht_proto::client::STREAM_WINDOW))
+        .initial_connection_window_size(Some(baaaht_proto::client::CONNECTION_WINDOW))
+        .max_frame_size(Some(baaaht_proto::client::MAX_FRAME))
+        .layer(layer::RequestLayer::new(gate))
+        .add_routes(routes(shared))
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+}
 
 impl From<ContainerError> for Status {
     fn from(error: ContainerError) -> Status {

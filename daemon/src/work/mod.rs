@@ -9,4 +9,5 @@ pub mod ipc;
 pub mod mcp;
 pub mod peers;
 pub mod skills;
+pub mod slots;
 pub mod tools;

@@ -53,7 +53,7 @@ pub async fn start_on(data_dir: DataDir, env: &[(&str, &str)]) -> Running {
     ];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let loaded = config::load(&paths, vars).expect("config");
-    let bound = baaaht_daemon::bind(&data_dir, &loaded).expect("bind");
+    let bound = baaaht_daemon::server::bind::bind(&data_dir, &loaded).expect("bind");
     let daemon = Daemon::new(loaded, data_dir.clone(), bound).expect("daemon");
     let shared = daemon.shared();
     let lifetime = daemon.lifetime();

@@ -2,6 +2,7 @@
 //! loop: sessions idle and archived after inactivity, idle agents removed, memories expired.
 
 use super::*;
+use crate::base::lifetime::{Subsystem, Work};
 
 /// Archives session `id`: no new message is taken from now on; then, with
 /// `sessions.archival.memory_extraction`, the context's Memory agent reads the conversation and
@@ -147,5 +148,16 @@ pub async fn supervise(orchestrator: Arc<Orchestrator>, cancel: tokio_util::sync
             () = tokio::time::sleep(every) => {}
         }
         orchestrator.agents.reap_idle(&[]).await;
+    }
+}
+
+/// The sessions' upkeep ([`supervise`]): idle sessions archived, old ones compacted.
+impl Subsystem for Orchestrator {
+    fn name(&self) -> &'static str {
+        "sessions"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) -> Work {
+        Box::pin(supervise(self, shutdown))
     }
 }

@@ -643,6 +643,10 @@ pub fn recover(orchestrator: &Orchestrator) -> usize {
     }
     if !interrupted.is_empty() {
         orchestrator.turns.update(|inflight| inflight.turns.clear());
+        tracing::warn!(
+            interrupted = interrupted.len(),
+            "turns interrupted by the previous daemon were ended with a message"
+        );
     }
     interrupted.len()
 }

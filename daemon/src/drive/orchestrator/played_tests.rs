@@ -28,7 +28,7 @@ pub(crate) fn house() -> House {
     };
     let env = [("BAAAHT__METRICS__ENABLED".to_string(), "false".to_string())];
     let loaded = crate::base::config::load(&paths, env).expect("the default configuration");
-    let bound = crate::bind(&data_dir, &loaded).expect("bound");
+    let bound = crate::server::bind::bind(&data_dir, &loaded).expect("bound");
     let daemon = crate::Daemon::new(loaded, data_dir, bound).expect("the daemon's parts");
     let orchestrator = daemon.shared().orchestrator.clone();
     let (fake, mut starts) = FakeRuntime::new();

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{Context, ContextKind};
+use crate::base::lifetime::{Subsystem, Work};
 use crate::base::state::{self, StateError};
 pub use ledger::{Outcome, RunEvent, RunRecord, RunRow};
 pub use request::{new_task, schedule_requested, Every, TaskRequest};
@@ -1350,5 +1351,22 @@ fn friendly(duration: SignedDuration) -> String {
 
 #[cfg(test)]
 mod executed_tests;
+/// The scheduler's loop ([`Scheduler::run`]) with what it runs its tasks with, as a subsystem.
+pub struct Running {
+    pub scheduler: Arc<Scheduler>,
+    pub executor: Arc<dyn Execute>,
+    pub tracker: TaskTracker,
+}
+
+impl Subsystem for Running {
+    fn name(&self) -> &'static str {
+        "scheduler"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        Box::pin(self.scheduler.clone().run(self.executor.clone(), shutdown, self.tracker.clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,7 @@ use super::heartbeat;
 use super::Scheduler;
 use crate::base::auth::Context;
 use crate::base::datadir::DataDir;
+use crate::base::lifetime::{Subsystem, Work};
 
 pub const FILE: &str = "HEARTBEAT.md";
 
@@ -158,6 +159,29 @@ pub async fn watch(heartbeats: Heartbeats, cancel: CancellationToken, scanned: t
         for context in contexts {
             sync_context(&heartbeats, &context);
         }
+    }
+}
+
+/// The watch of every HEARTBEAT.md ([`watch`]) as a subsystem; `scanned` is told once every one
+/// was read at start.
+#[derive(Debug)]
+pub struct Watch {
+    pub heartbeats: Heartbeats,
+    pub scanned: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Subsystem for Watch {
+    fn name(&self) -> &'static str {
+        "heartbeats"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        let scanned = self.scanned.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        Box::pin(async move {
+            if let Some(scanned) = scanned {
+                watch(self.heartbeats.clone(), shutdown, scanned).await;
+            }
+        })
     }
 }
 

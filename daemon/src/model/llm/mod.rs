@@ -29,6 +29,7 @@ use zeroize::Zeroize;
 
 use crate::base::auth::{Context, Role};
 use crate::base::config::{GatewayMode, HealthCheckConfig, LoadedConfig};
+use crate::base::lifetime::{Subsystem, Work};
 use crate::base::metrics::{Metrics, TokenCounts};
 use crate::guard::secrets::{self, Secrets};
 use crate::model::usage::UsageBook;
@@ -681,6 +682,24 @@ impl LlmGateway {
             }
         })
         .await
+    }
+}
+
+/// The LLM gateway's container kept running ([`LlmGateway::run`]) as a subsystem.
+#[derive(Debug)]
+pub struct Upkeep {
+    pub gateway: Arc<LlmGateway>,
+    pub containers: Arc<ContainerManager>,
+    pub engine: watch::Receiver<Engine>,
+}
+
+impl Subsystem for Upkeep {
+    fn name(&self) -> &'static str {
+        "llm gateway"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        Box::pin(self.gateway.clone().run(self.containers.clone(), self.engine.clone(), shutdown))
     }
 }
 

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::base::datadir::DataDir;
+use crate::base::lifetime::{Subsystem, Work};
 use crate::base::state::{self, now_seconds, StateError};
 use crate::sandbox::policy::Policy;
 use crate::sandbox::sockets::{ContainerSocket, ListenerError, ListenerSet};
@@ -1148,4 +1149,19 @@ fn identity_of(entry: &InventoryEntry) -> Option<ContainerIdentity> {
     let role = Role::named(&entry.role).filter(|role| *role != Role::Gateway)?;
     let context = Context::named(&entry.context)?;
     Some(ContainerIdentity { name: entry.name.clone(), role, session_id: entry.session_id.clone(), context })
+}
+
+impl Subsystem for ContainerManager {
+    fn name(&self) -> &'static str {
+        "containers"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        Box::pin(self.supervise(shutdown))
+    }
+
+    /// Every container this daemon owns is removed (a clean shutdown).
+    fn drain(self: Arc<Self>) -> Work {
+        Box::pin(async move { self.shutdown().await })
+    }
 }

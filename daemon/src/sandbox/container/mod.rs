@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::base::config::RuntimeChoice;
+use crate::base::lifetime::{Subsystem, Work};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineKind {
@@ -572,6 +573,23 @@ pub async fn watch_engine(
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
+    }
+}
+
+/// The engine's watcher ([`watch_engine`]) as a subsystem.
+#[derive(Debug)]
+pub struct EngineWatch {
+    pub config: crate::base::config::ContainerConfig,
+    pub engine: std::sync::Arc<watch::Sender<Engine>>,
+}
+
+impl Subsystem for EngineWatch {
+    fn name(&self) -> &'static str {
+        "engine"
+    }
+
+    fn run_until(self: std::sync::Arc<Self>, shutdown: CancellationToken) -> Work {
+        Box::pin(watch_engine(self.config.clone(), self.engine.clone(), shutdown))
     }
 }
 

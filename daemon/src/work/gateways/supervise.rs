@@ -23,6 +23,7 @@ use super::egress::{self, hosts_of};
 use super::{publish, GatewayKind, GatewayRecord, RunMode};
 use crate::base::auth::{Context, Role};
 use crate::base::config::HealthCheckConfig;
+use crate::base::lifetime::Subsystem;
 use crate::base::metrics::Metrics;
 use crate::guard::audit::Audit;
 use crate::net::egress::proxy::WebProxy;
@@ -176,6 +177,21 @@ impl Supervisors {
             .insert(name, Supervised { cancel, state: receiver, done });
         if let Some(old) = replaced {
             old.cancel.cancel();
+        }
+    }
+
+    /// Serves the socket of every registered gateway and starts supervising those the daemon
+    /// runs (at start).
+    pub fn serve_all(&self, registry: &super::Registry) {
+        for gateway in registry.list() {
+            let folder = registry.socket_folder(&gateway.name);
+            match self.supervision.listeners.add_gateway(&gateway.name, &gateway.token_sha256, folder) {
+                Ok(path) => {
+                    tracing::info!(gateway = %gateway.name, socket = %path.display(), mode = gateway.mode.as_str(), "serving a gateway");
+                    self.start(gateway);
+                }
+                Err(error) => tracing::error!(gateway = %gateway.name, %error, "cannot serve a gateway's socket"),
+            }
         }
     }
 
@@ -608,6 +624,18 @@ fn share_sockets(folder: &Path) -> std::io::Result<()> {
         crate::sandbox::shared_dirs::share_socket(&folder.join(socket))?;
     }
     Ok(())
+}
+
+impl Subsystem for Supervisors {
+    fn name(&self) -> &'static str {
+        "gateways"
+    }
+
+    /// The gateways the daemon runs stop once the requests in flight are done, so that their
+    /// own tasks end with the rest.
+    fn stopping(&self) {
+        self.stop_all();
+    }
 }
 
 #[cfg(test)]

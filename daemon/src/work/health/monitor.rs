@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{Board, Notifier, Probed};
+use crate::base::lifetime::{Subsystem, Work};
 
 /// Which pool a probed container belongs to.
 #[derive(Debug, Clone, Copy)]
@@ -90,5 +91,15 @@ pub async fn monitor(monitor: Arc<Monitor>, cancel: CancellationToken) {
             };
             monitor.notifier.notify(&format!("{} container restarted", target.role), &content);
         }
+    }
+}
+
+impl Subsystem for Monitor {
+    fn name(&self) -> &'static str {
+        "health"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        Box::pin(monitor(self, shutdown))
     }
 }

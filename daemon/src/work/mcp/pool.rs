@@ -24,6 +24,7 @@ use super::pump::pump;
 use super::relay::{Attached, Down, Launch, Ups, MAX_MESSAGE};
 use super::stderr::Stderr;
 use crate::base::auth::{ContainerIdentity, Context, Role};
+use crate::base::lifetime::{Subsystem, Work};
 use crate::guard::audit::Audit;
 use crate::net::egress::proxy::WebProxy;
 use crate::sandbox::container::manager::{ContainerManager, RunRequest};
@@ -1085,6 +1086,20 @@ impl crate::net::egress::relay::Gate for EgressList {
             "{host}:{port} is not in the egress list of MCP server `{}` ({listed})",
             server.name
         ))
+    }
+}
+
+impl Subsystem for McpPool {
+    fn name(&self) -> &'static str {
+        "mcp"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) -> Work {
+        Box::pin(self.supervise(shutdown))
+    }
+
+    fn drain(self: Arc<Self>) -> Work {
+        Box::pin(async move { self.shutdown() })
     }
 }
 

@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::base::datadir::DataDir;
+use crate::base::lifetime::{Subsystem, Work};
 use crate::net::egress::relay::{Relay, TunnelDown, TunnelUp};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::sandbox::container::MountSpec;
@@ -690,6 +691,16 @@ impl Runners {
                 () = tokio::time::sleep(every) => self.reap_idle().await,
             }
         }
+    }
+}
+
+impl Subsystem for Runners {
+    fn name(&self) -> &'static str {
+        "tools"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) -> Work {
+        Box::pin(self.supervise(shutdown))
     }
 }
 
