@@ -5,7 +5,10 @@ use std::process::ExitCode;
 
 use baaaht_daemon::base::datadir::DataDirError;
 use baaaht_daemon::cli::{Cli, Failure};
+use baaaht_daemon::people::PeopleError;
+use baaaht_daemon::sandbox::SandboxError;
 use baaaht_daemon::server::bind::BindError;
+use baaaht_daemon::work::WorkError;
 use baaaht_daemon::DaemonError;
 use clap::Parser;
 
@@ -46,11 +49,14 @@ fn exit_code(failure: &Failure) -> u8 {
             DaemonError::Defaults(_) => CANT_CREATE,
             DaemonError::Bind(BindError::MetricsBind { .. }) => UNAVAILABLE,
             DaemonError::Serve(_) => SOFTWARE,
-            DaemonError::Policy(_) | DaemonError::WebProxy(_) | DaemonError::Redact(_) | DaemonError::Scheduler(_) => {
-                CONFIG
-            }
-            DaemonError::Container(_) | DaemonError::Ipc { .. } => CANT_CREATE,
-            DaemonError::Gateways(_) | DaemonError::Identities(_) | DaemonError::Groups(_) => DATA_ERROR,
+            DaemonError::Guard(_)
+            | DaemonError::Sandbox(SandboxError::Policy(_))
+            | DaemonError::Net(_)
+            | DaemonError::Scheduler(_) => CONFIG,
+            DaemonError::Sandbox(SandboxError::Container(_)) | DaemonError::Work(WorkError::Ipc { .. }) => CANT_CREATE,
+            DaemonError::Gateways(_)
+            | DaemonError::Work(WorkError::Gateways(_))
+            | DaemonError::People(PeopleError::Identities(_) | PeopleError::Groups(_)) => DATA_ERROR,
         },
         Failure::Runtime(_) => OS_ERROR,
         Failure::Print(_) => SOFTWARE,

@@ -9,3 +9,27 @@ pub mod lifetime;
 pub mod metrics;
 pub mod state;
 pub mod systemd;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What every wing is opened with: the configuration, the data dir, the metrics, the daemon's
+/// lifetime and where baaaht's other binaries are.
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub loaded: Arc<config::LoadedConfig>,
+    pub data_dir: datadir::DataDir,
+    pub metrics: Arc<metrics::Metrics>,
+    pub lifetime: lifetime::Lifetime,
+    /// The folder of `baaaht-agent`, `baaaht-llm-gateway` and the gateways.
+    pub binaries: PathBuf,
+}
+
+impl Base {
+    pub fn new(loaded: config::LoadedConfig, data_dir: datadir::DataDir) -> Base {
+        let read = loaded.config.metrics.enabled || loaded.config.metrics.log;
+        let metrics = Arc::new(if read { metrics::Metrics::default() } else { metrics::Metrics::off() });
+        let binaries = datadir::binaries_dir(&loaded.config.container.binaries_dir);
+        Base { loaded: Arc::new(loaded), data_dir, metrics, lifetime: lifetime::Lifetime::new(), binaries }
+    }
+}

@@ -625,7 +625,7 @@ fn relayed_from(mode: config::GatewayMode, api_base: &str) -> Option<String> {
 /// resolves (or it needs none), and a server on this host's loopback answers where the
 /// gateway's connections go. `Ok` describes it; `Err` says why not and what to do.
 pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String, String> {
-    let secrets = crate::model::llm::open_secrets(&data_dir.config_dir());
+    let secrets = crate::guard::secrets::open_unattended(&data_dir.config_dir());
     let settings = crate::model::llm::gateway_settings(loaded, secrets.as_ref(), |name| std::env::var(name).ok());
     let model = loaded.config.agents.settings(crate::base::auth::Role::Assistant).model;
     let provider = model.provider();

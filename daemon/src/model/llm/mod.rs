@@ -164,36 +164,6 @@ pub fn gateway_settings(
     })
 }
 
-/// Opens the secrets store for reading provider keys, when a passphrase is provided without a
-/// prompt (`BAAAHT_PASSPHRASE_FILE` or systemd credentials). Without one, keys come from the
-/// environment only, and a warning says so.
-pub fn open_secrets(config_dir: &Path) -> Option<Secrets> {
-    let store = secrets::SecretStore::new(config_dir);
-    if !store.exists() {
-        return None;
-    }
-    if secrets::passphrase_file(config_dir).is_none() {
-        tracing::warn!(
-            store = %store.path().display(),
-            "the secrets store is locked: set BAAAHT_PASSPHRASE_FILE (or a systemd credential named passphrase, \
-             or let `baaahtd setup` write config/passphrase) so provider keys can be read from it; using the \
-             environment only"
-        );
-        return None;
-    }
-    match secrets::passphrase_from(config_dir, false).and_then(|passphrase| store.open(&passphrase)) {
-        Ok(secrets) => Some(secrets),
-        Err(error) => {
-            tracing::error!(
-                store = %store.path().display(),
-                error = %baaaht_proto::error_chain(&error),
-                "cannot open the secrets store; provider keys come from the environment only"
-            );
-            None
-        }
-    }
-}
-
 /// Where the gateway stands.
 #[derive(Debug, Clone)]
 enum State {
