@@ -125,6 +125,7 @@ impl Daemon {
             ipc: workers.ipc,
             workspaces: sandbox.workspaces,
             search: net.search,
+            web_road: net.road,
             events: store.events,
             calls: model.calls,
             sessions: store.sessions,

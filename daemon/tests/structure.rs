@@ -232,6 +232,34 @@ fn no_two_modules_import_each_other_even_through_others() {
     assert!(found.is_empty(), "modules that import each other:\n{}", found.join("\n"));
 }
 
+/// Where `server/` does part of a turn itself: publishes an event (a domain call does, on its
+/// road), or asks the agent pool for a container's live turn (the request layer resolves it
+/// once, for every handler).
+fn turn_work_in_server(sources: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = vec![];
+    for (file, code) in sources.iter().filter(|(file, _)| file.starts_with("server/")) {
+        for (number, line) in code.lines().enumerate() {
+            let publishes = line.contains(".publish(");
+            let resolves = line.contains("agents.live(") && file != "server/layer.rs";
+            if (publishes || resolves) && !line.trim_start().starts_with("//") {
+                found.push(format!("{file}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn handlers_publish_no_event_and_read_the_live_turn_from_the_request() {
+    let found = turn_work_in_server(&sources());
+    assert!(
+        found.is_empty(),
+        "a handler is wire → one domain call → wire: publish on the domain's road, and take a container's \
+         live turn with `live_turn(&request)`:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The daemon's wings, from the top: a wing's rooms import only the wings after it in this list.
 /// `lib.rs`, `main.rs` and `cli.rs` compose them and stand beside them.
 const WINGS: &[&str] =
@@ -317,6 +345,10 @@ fn the_checks_find_what_they_look_for() {
              store, sandbox, guard, base)"
         ]
     );
+    let mut busy = house.clone();
+    busy.insert("server/x.rs".into(), "fn y() { shared.events.publish(&c, e); shared.agents.live(&n); }".into());
+    busy.insert("server/layer.rs".into(), "fn z() { shared.agents.live(&n); }".into());
+    assert_eq!(turn_work_in_server(&busy).len(), 1);
     let mut leaky = house;
     leaky.insert("b.rs".into(), "fn x() { tokio::spawn(v1::Ack::default()); }".into());
     assert_eq!(wire_outside_server(&leaky).len(), 1);

@@ -2,6 +2,7 @@
 //! and the scheduler's heartbeats and tasks. It imports model/ and below.
 
 pub mod orchestrator;
+pub mod remember;
 pub mod requests;
 pub mod scheduler;
 
@@ -55,6 +56,8 @@ impl Drive {
             loaded.config.container.max_concurrent,
             Duration::from_secs(loaded.config.container.queue_timeout),
         ));
+        let reply: Arc<dyn crate::model::llm::call::Reply> = turns.clone();
+        below.model.calls.replies_to(Arc::downgrade(&reply));
         let orchestrator = Arc::new(orchestrator::Orchestrator {
             loaded: loaded.clone(),
             data_dir: data_dir.clone(),

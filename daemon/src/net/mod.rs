@@ -31,6 +31,8 @@ pub struct Net {
     /// Where credentials are swapped in; none when its certificate authority could not be made
     /// (tools still run, and no secret is swapped).
     pub edge: Option<Arc<egress::edge::Edge>>,
+    /// The road of a tool's web requests: search and fetch, checked, audited and blotted.
+    pub road: Arc<egress::web::Road>,
 }
 
 impl Net {
@@ -70,7 +72,15 @@ impl Net {
                 None
             }
         };
-        Ok(Net { web, search, taints, approvals, edge })
+        let road = Arc::new(egress::web::Road {
+            proxy: web.clone(),
+            search: search.clone(),
+            taints: taints.clone(),
+            audit: guard.audit.clone(),
+            data_dir: data_dir.clone(),
+            shield: guard.redact.shield().clone(),
+        });
+        Ok(Net { web, search, taints, approvals, edge, road })
     }
 
     /// A web proxy on `tools.web_proxy`'s rules, resolving and connecting for real.

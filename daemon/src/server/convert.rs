@@ -468,6 +468,30 @@ pub(crate) fn tool_names(names: &[&str]) -> Vec<v1::ToolDefinition> {
     names.iter().map(|name| v1::ToolDefinition { name: (*name).into(), ..v1::ToolDefinition::default() }).collect()
 }
 
+/// A tool's web request: a search when it names a query, else a fetch.
+pub(super) fn web_asked(message: v1::WebProxyRequest) -> crate::net::egress::web::Asked {
+    use crate::net::egress::web::Asked;
+    if !message.search_query.is_empty() {
+        return Asked::Search { query: message.search_query, count: message.search_count as usize };
+    }
+    Asked::Fetch {
+        method: message.method,
+        url: message.url,
+        headers: message.headers.into_iter().collect(),
+        body: message.body,
+    }
+}
+
+pub(super) fn web_answer(answer: crate::net::egress::web::Answer) -> v1::WebProxyResponse {
+    v1::WebProxyResponse {
+        status: u32::from(answer.status),
+        headers: answer.headers,
+        body: answer.body,
+        final_url: answer.final_url,
+        truncated: answer.truncated,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

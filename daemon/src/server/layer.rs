@@ -157,16 +157,7 @@ impl Gate {
             gateway.kind.as_str(),
             gateway.name
         );
-        for admin in &self.shared.loaded.config.system.admin_users {
-            let context = crate::base::auth::Context::user(admin.clone());
-            let item = crate::store::inbox::Item::new("Someone asks to use baaaht", text.clone(), "", "");
-            if let Err(error) = self.shared.inbox.push(&context, item) {
-                tracing::error!(admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin who waits");
-            }
-            let event =
-                crate::store::events::Event::of_turn("", "", "", crate::store::events::Kind::message(text.clone()));
-            self.shared.events.publish(&context, event);
-        }
+        self.shared.notifier.ask("Someone asks to use baaaht", &text);
     }
 }
 
@@ -252,6 +243,13 @@ where
             let (mut response, caller) = match authenticated {
                 Ok(caller) => {
                     span.record("caller", tracing::field::display(&caller));
+                    // A container's call is for the turn its agent is working on now, if any:
+                    // resolved once, here, for every handler.
+                    if let Caller::Container(identity) = &caller {
+                        if let Some(live) = gate.shared.agents.live(&identity.name) {
+                            request.extensions_mut().insert(LiveTurn(live));
+                        }
+                    }
                     request.extensions_mut().insert(caller.clone());
                     (inner.call(request).instrument(span.clone()).await?, Some(caller))
                 }
@@ -279,6 +277,10 @@ where
         })
     }
 }
+
+/// The turn a container's agent was working on when its request came in.
+#[derive(Debug, Clone)]
+pub struct LiveTurn(pub crate::base::auth::Live);
 
 /// What is known of a peer that did not authenticate.
 fn unauthenticated_principal(peer: Option<&PeerInfo>) -> String {

@@ -9,12 +9,12 @@ use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
 
-use crate::base::auth::{Caller, Context, ContextKind, Operation};
+use crate::base::auth::{Caller, Context, ContextKind, Live, Operation};
 
 use super::Shared;
 use super::{check, context_of, own_context};
-use crate::net::taint::MemoryWrite;
-use crate::store::memory::{Kept, MemoryEntry, MemoryError, Metadata, Origin};
+use crate::drive::remember::{remember, Note, RememberError, Remembering};
+use crate::store::memory::{MemoryEntry, MemoryError};
 
 impl From<MemoryError> for Status {
     fn from(error: MemoryError) -> Status {
@@ -54,110 +54,23 @@ fn record(entry: MemoryEntry, quarantined: bool) -> v1::MemoryRecord {
 pub(super) fn write(
     shared: &Shared,
     caller: &Caller,
+    live: Option<&Live>,
     context: Context,
     request: v1::WriteMemoryRequest,
 ) -> Result<Response<v1::Ack>, Status> {
-    let (session, source) = match caller {
-        Caller::Container(identity) => (Some(identity.session_id.clone()), format!("agent:{}", identity.role)),
-        Caller::Host(peer) => (None, format!("host:uid {}", peer.uid)),
-        Caller::Gateway(call) => {
-            let user = call.user.as_ref().map(|user| user.id.as_str()).unwrap_or("?");
-            (None, format!("user:{user} via gateway {}", call.gateway))
-        }
-    };
-    let live = match caller {
-        Caller::Container(identity) => shared.agents.live(&identity.name),
-        _ => None,
-    };
-    // Whose words it is: in a user's context, that user; in a group's, the member whose turn
-    // wrote it (what no one member said is the group's, untrusted for each of them).
-    let user = match (&context.kind, caller) {
-        (ContextKind::User, _) => Some(context.id.clone()),
-        (ContextKind::Group, Caller::Container(_)) => live.as_ref().and_then(|live| live.asker.clone()),
-        (ContextKind::Group, Caller::Gateway(call)) => call.user.as_ref().map(|user| user.id.clone()),
-        (ContextKind::Group, Caller::Host(_)) => None,
-    };
-    // Whose words: the person's own through a client; an agent's inference, or from outside
-    // when its turn read untrusted content.
-    let verdict = match (caller, &live) {
-        (Caller::Container(_), Some(live)) => shared.taints.memory_write(live),
-        (Caller::Container(_), None) => MemoryWrite::Keep,
-        _ => MemoryWrite::Keep,
-    };
-    let (origin, came_from) = match (&verdict, caller) {
-        (MemoryWrite::Quarantine(source), _) => (Origin::Untrusted, Some(source.clone())),
-        (_, Caller::Container(_)) => (Origin::Inferred, None),
-        _ => (Origin::User, None),
-    };
-    let metadata = Metadata {
-        source: Some(source),
+    let note = Note {
+        key: request.key,
+        content: request.content,
         tags: request.tags,
         ttl: (request.ttl_seconds > 0).then_some(request.ttl_seconds),
         importance: (request.importance > 0.0).then_some(request.importance),
-        session_id: session,
         message_id: (!request.message_id.is_empty()).then_some(request.message_id),
-        user_id: user,
-        origin: Some(origin),
-        came_from,
-        confirmed_by: None,
-        sources: vec![],
     };
-    let key = request.key.clone();
-    let tell = |kind: crate::store::events::Kind| {
-        let session =
-            live.as_ref().map(|live| (live.session.as_str(), live.user_turn.as_str(), live.correlation_id.as_str()));
-        let (session, turn, correlation) = session.unwrap_or_default();
-        shared.events.publish(&context, crate::store::events::Event::of_turn(session, turn, correlation, kind));
-    };
-    let written = match &verdict {
-        MemoryWrite::Refuse(why) => return Err(Status::permission_denied(why.clone())),
-        MemoryWrite::Quarantine(_) => {
-            shared.memory.put_aside(&context, &request.key, &request.content, metadata).map(|()| Kept::New)
-        }
-        MemoryWrite::Keep => shared.memory.write(&context, &request.key, &request.content, metadata),
-    };
-    let kept = match written {
-        Ok(kept) => kept,
-        Err(error) => {
-            if matches!(error, MemoryError::Full(_)) {
-                tell(crate::store::events::Kind::message(format!("A memory (`{key}`) was not kept: {error}")));
-            }
-            return Err(error.into());
-        }
-    };
-    if let MemoryWrite::Quarantine(source) = &verdict {
-        tracing::info!(context = %context, key = %key, %source, "memory put aside for review");
-        tell(crate::store::events::Kind::memory_review(&request.key, source));
-        return Ok(Response::new(v1::Ack {
-            message: format!(
-                "`{key}` is kept aside for the user's review, not remembered: this turn read content from outside \
-                 ({source}). Tell the user it waits for them in memory review."
-            ),
-        }));
-    }
-    let message = match kept {
-        Kept::SameAs(existing) => {
-            tracing::info!(context = %context, key = %key, existing = %existing, "memory told again");
-            format!(
-                "`{existing}` says this already: it was updated (told again, its importance and sources) instead \
-                 of adding `{key}`"
-            )
-        }
-        Kept::MadeRoom(gone) => {
-            let said: String = gone.content.chars().take(80).collect();
-            tell(crate::store::events::Kind::message(format!(
-                "Memory keeps at most {} entries: to remember `{key}`, the least important and oldest one, `{}` \
-                 (“{said}”), was forgotten. Raise memory.max_entries to keep more.",
-                shared.memory.most(),
-                gone.key
-            )));
-            format!("remembered `{key}`; `{}` was forgotten to make room (the user was told)", gone.key)
-        }
-        Kept::New | Kept::Replaced => {
-            tracing::info!(context = %context, key = %key, "memory written");
-            format!("remembered `{key}`")
-        }
-    };
+    let below = Remembering { memory: &shared.memory, taints: &shared.taints, events: &shared.events };
+    let message = remember(&below, caller, live, &context, note).map_err(|error| match error {
+        RememberError::Refused(why) => Status::permission_denied(why),
+        RememberError::Memory(error) => error.into(),
+    })?;
     Ok(Response::new(v1::Ack { message }))
 }
 
@@ -195,13 +108,7 @@ pub(super) async fn search(
 
 /// An agent's turn that found memories not of its asker's words (kept from outside, or in a
 /// group from other members') read them: it is marked (DESIGN.md §10.3).
-fn mark_foreign(
-    shared: &Shared,
-    identity: &crate::base::auth::ContainerIdentity,
-    context: &Context,
-    found: &[v1::MemoryRecord],
-) {
-    let Some(live) = shared.agents.live(&identity.name) else { return };
+fn mark_foreign(shared: &Shared, live: &Live, context: &Context, found: &[v1::MemoryRecord]) {
     let group = context.kind == ContextKind::Group;
     let store = shared.memory.store(context);
     let foreign = found.iter().find_map(|record| match store.read(&record.key) {
@@ -210,7 +117,7 @@ fn mark_foreign(
         _ => Some(format!("the memory `{}`, whose origin cannot be read back", record.key)),
     });
     if let Some(source) = foreign {
-        shared.taints.taint(&live, &format!("memory_search found {source}"));
+        shared.taints.taint(live, &format!("memory_search found {source}"));
     }
 }
 
@@ -245,7 +152,8 @@ impl v1::memory_server::Memory for MemoryService {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::WriteMemory, context.as_ref(), None)?;
         let context = own_context(&caller, context)?;
-        write(&self.shared, &caller, context, request.into_inner())
+        let live = super::live_turn(&request);
+        write(&self.shared, &caller, live.as_ref(), context, request.into_inner())
     }
 
     async fn search_memory(&self, request: Request<v1::MemoryQuery>) -> Result<Response<v1::MemoryList>, Status> {
@@ -257,9 +165,10 @@ impl v1::memory_server::Memory for MemoryService {
                 "what waits in quarantine is for the context's people, not its agents",
             ));
         }
+        let live = super::live_turn(&request);
         let found = search(&self.shared, &context, request.into_inner()).await?;
-        if let Caller::Container(identity) = &caller {
-            mark_foreign(&self.shared, identity, &context, &found.get_ref().entries);
+        if let Some(live) = &live {
+            mark_foreign(&self.shared, live, &context, &found.get_ref().entries);
         }
         Ok(found)
     }

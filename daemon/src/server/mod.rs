@@ -104,6 +104,12 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
         .ok_or_else(|| Status::internal("request reached a handler without an authenticated caller"))
 }
 
+/// The turn a container's agent was working on when `request` came in (none for other callers,
+/// or an agent between turns); the request layer resolves it once.
+fn live_turn<T>(request: &Request<T>) -> Option<crate::base::auth::Live> {
+    request.extensions().get::<layer::LiveTurn>().map(|live| live.0.clone())
+}
+
 pub(crate) use convert::role_ref;
 
 /// The correlation id the request layer gave `request` (empty outside the layer, in tests).

@@ -609,9 +609,10 @@ impl v1::sessions_server::Sessions for SessionsService {
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::SearchSessions, context.as_ref(), None)?;
         let context = super::own_context(&caller, context)?;
+        let live = super::live_turn(&request);
         let found = super::search::sessions(&self.shared, &context, request.into_inner()).await?;
-        if let Caller::Container(identity) = &caller {
-            if let Some(live) = self.shared.agents.live(&identity.name) {
+        if matches!(caller, Caller::Container(_)) {
+            if let Some(live) = live {
                 // A group's conversations hold every member's words: an agent's turn that
                 // found some not of its asker read them; and what was said after a turn read
                 // content from outside carries it (DESIGN.md §10.3).

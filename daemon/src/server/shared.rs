@@ -31,6 +31,8 @@ pub struct Shared {
     pub ipc: Arc<crate::work::ipc::Ipc>,
     pub workspaces: Arc<crate::sandbox::workspace::Workspaces>,
     pub search: crate::net::egress::search::Backend,
+    /// The road of a tool's web requests (ProxyWebRequest).
+    pub web_road: Arc<crate::net::egress::web::Road>,
     pub events: Arc<crate::store::events::EventBus>,
     pub sessions: Arc<crate::store::sessions::SessionStore>,
     pub agents: Arc<crate::work::agents::AgentPool>,

@@ -96,7 +96,7 @@ impl v1::tasks_server::Tasks for TasksService {
                 .map_err(|error| Status::failed_precondition(error.to_string()))?;
         }
         let now = self.shared.scheduler.now();
-        let caller = caller(&request)?;
+        let (caller, live) = (caller(&request)?, super::live_turn(&request));
         let task = crate::drive::scheduler::new_task(
             crate::server::convert::task_request(request.into_inner()),
             &context,
@@ -106,10 +106,10 @@ impl v1::tasks_server::Tasks for TasksService {
         // An agent's task runs with at most the powers of the agent that scheduled it, and a
         // turn that read untrusted content schedules nothing.
         if let Caller::Container(identity) = &caller {
-            if let Some(live) = self.shared.agents.live(&identity.name) {
+            if let Some(live) = &live {
                 self.shared
                     .taints
-                    .allow(&live, crate::net::taint::Way::ScheduleTask)
+                    .allow(live, crate::net::taint::Way::ScheduleTask)
                     .map_err(Status::permission_denied)?;
             }
             let agent = crate::drive::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;

@@ -108,7 +108,8 @@ impl Workers {
             taints: net.taints.clone(),
             redact: guard.redact.clone(),
         });
-        let notifier = Arc::new(health::Notifier::new(store.inbox.clone(), loaded.config.system.admin_users.clone()));
+        let admins = loaded.config.system.admin_users.clone();
+        let notifier = Arc::new(health::Notifier::new(store.inbox.clone(), store.events.clone(), admins));
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
         let supervisors = Arc::new(gateways::supervise::Supervisors::new(gateways::supervise::Supervision {
             containers: sandbox.containers.clone(),

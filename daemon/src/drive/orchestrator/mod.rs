@@ -764,6 +764,17 @@ fn memories_of(folder: &std::path::Path) -> Vec<crate::store::memory::MemoryEntr
 #[cfg(test)]
 pub(crate) mod played_tests;
 
+/// The model road tells the turn table what a turn's reply writes as it streams.
+impl crate::model::llm::call::Reply for Turns {
+    fn wrote(&self, turn: &str, text: &str) {
+        Turns::wrote(self, turn, text);
+    }
+
+    fn context_exceeded(&self, turn: &str) {
+        Turns::context_exceeded(self, turn);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,15 +15,16 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 use baaaht_proto::v1;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt as _};
 
 use super::{GatewayError, LlmGateway, Used};
+use crate::base::auth::Live;
 use crate::base::auth::{Context, Role};
 use crate::base::config::LoadedConfig;
 use crate::base::metrics::TokenCounts;
 use crate::guard::audit::{Audit, Kind, Record};
 use crate::model::budgets::{Budgets, Reservation};
-use crate::store::events::EventBus;
+use crate::store::events::{Event, EventBus, Kind as EventKind};
 
 /// Why a model call was not made.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +52,56 @@ pub struct Payer {
     pub correlation_id: String,
 }
 
+/// An agent container's model call: who pays, the agent's role, and the turn it works for
+/// (none between turns).
+#[derive(Debug)]
+pub struct AgentCall {
+    pub payer: Payer,
+    pub role: Role,
+    pub live: Option<Live>,
+}
+
+/// An agent's model call's events as they arrive.
+pub type AgentStream = Pin<Box<dyn Stream<Item = Result<v1::LlmEvent, tonic::Status>> + Send>>;
+
+/// What a turn keeps of its reply as it streams (the orchestrator's turn table): the words
+/// written so far, for a turn that is stopped, and a refusal for the context window, after
+/// which the turn compacts and tries again.
+pub trait Reply: Send + Sync {
+    fn wrote(&self, turn: &str, text: &str);
+    fn context_exceeded(&self, turn: &str);
+}
+
+/// Sends a text or thinking delta of the agent writing the reply to its context's channels; the
+/// text is also kept as written so far by its turn. A refusal for the context window is noted
+/// on the turn.
+fn publish_delta(events: &EventBus, reply: Option<&dyn Reply>, live: &Live, event: &v1::LlmEvent) {
+    use v1::llm_event::Event as Streamed;
+    let out = match &event.event {
+        Some(Streamed::TextDelta(delta)) => {
+            if let Some(reply) = reply {
+                reply.wrote(&live.user_turn, &delta.text);
+            }
+            EventKind::TextDelta { index: delta.index, text: delta.text.clone() }
+        }
+        // A delegate's reasoning (over pages it read, say) is its own; only its answer speaks.
+        Some(Streamed::ThinkingDelta(delta)) if live.role == Role::Assistant => EventKind::ThinkingDelta {
+            index: delta.index,
+            thinking: delta.thinking.clone(),
+            signature: delta.signature.clone(),
+        },
+        // The Assistant's history is what compaction shortens; a delegate's task is not.
+        Some(Streamed::Error(error)) if error.kind == "context_exceeded" && live.role == Role::Assistant => {
+            if let Some(reply) = reply {
+                reply.context_exceeded(&live.user_turn);
+            }
+            return;
+        }
+        _ => return,
+    };
+    events.publish(&live.context, Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, out));
+}
+
 /// The road's handles: the gateway and what a call is weighed, counted and told with.
 #[derive(Debug)]
 pub struct Calls {
@@ -58,6 +109,8 @@ pub struct Calls {
     budgets: Arc<Budgets>,
     audit: Audit,
     events: Arc<EventBus>,
+    /// The turn table, told what a turn's reply has written so far ([`Calls::replies_to`]).
+    reply: std::sync::OnceLock<std::sync::Weak<dyn Reply>>,
     /// `providers.yaml`'s providers and fallbacks (what a request may end up costing) and the
     /// Assistant's model (for a request that names none).
     loaded: Arc<LoadedConfig>,
@@ -76,7 +129,46 @@ impl Calls {
         events: Arc<EventBus>,
         loaded: Arc<LoadedConfig>,
     ) -> Calls {
-        Calls { gateway, budgets, audit, events, loaded }
+        Calls { gateway, budgets, audit, events, reply: std::sync::OnceLock::new(), loaded }
+    }
+
+    /// Tells `reply` (the orchestrator's turn table) what each turn's reply writes as it streams.
+    pub fn replies_to(&self, reply: std::sync::Weak<dyn Reply>) {
+        // silent-ok: the composer tells it once; a second table would be a wiring mistake.
+        let _ = self.reply.set(reply);
+    }
+
+    /// An agent container's model call: capped at its role's output whatever it asked for, its
+    /// tools cut to fit a small window, every channel following its turn told at once that it
+    /// thinks; what the agent whose answer is the reply writes reaches them as it is written
+    /// ([`publish_delta`]).
+    pub async fn for_agent(&self, call: AgentCall, mut request: v1::LlmRequest) -> Result<AgentStream, CallError> {
+        let cap = self.loaded.config.agents.settings(call.role).max_output_tokens;
+        request.max_tokens = Some(request.max_tokens.filter(|asked| *asked > 0).map_or(cap, |asked| asked.min(cap)));
+        // A model with a small window (as its server or providers.yaml says) gets the tools cut.
+        if let Some(window) = self.gateway.context_window(&request.model).await {
+            let tools = request.tools.iter_mut().map(|tool| super::small::ToolText {
+                description: &mut tool.description,
+                parameters_json: &mut tool.parameters_json,
+            });
+            super::small::fit(tools, window);
+        }
+        if let Some(live) = &call.live {
+            let phase = EventKind::Phase { agent: live.role, phase: "thinking" };
+            self.events
+                .publish(&live.context, Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, phase));
+        }
+        let upstream = self.stream(&call.payer, request).await?;
+        let live = call.live.filter(|live| live.speaks);
+        let (events, reply) = (self.events.clone(), self.reply.get().cloned());
+        Ok(Box::pin(upstream.map(move |item| {
+            let event = item?;
+            if let Some(live) = &live {
+                let reply = reply.as_ref().and_then(std::sync::Weak::upgrade);
+                publish_delta(&events, reply.as_deref(), live, &event);
+            }
+            Ok(event)
+        })))
     }
 
     /// The gateway this road leads to.

@@ -17,3 +17,4 @@ pub mod proxy;
 pub mod relay;
 pub mod search;
 pub mod tunnel;
+pub mod web;

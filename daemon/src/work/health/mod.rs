@@ -208,21 +208,37 @@ impl Board {
     }
 }
 
-/// Tells the admins (`system.admin_users`) what the daemon did on its own: in their inbox, and
-/// in the log for when none is configured.
+/// Tells the admins (`system.admin_users`) what the daemon did on its own, or what waits for
+/// them: in their inbox, and in the log for when none is configured.
 #[derive(Debug)]
 pub struct Notifier {
     inbox: Arc<Inbox>,
+    events: Arc<crate::store::events::EventBus>,
     admins: Vec<String>,
 }
 
 impl Notifier {
-    pub fn new(inbox: Arc<Inbox>, admins: Vec<String>) -> Notifier {
-        Notifier { inbox, admins }
+    pub fn new(inbox: Arc<Inbox>, events: Arc<crate::store::events::EventBus>, admins: Vec<String>) -> Notifier {
+        Notifier { inbox, events, admins }
     }
 
+    /// What the daemon did on its own (a restart, a gateway given up on).
     pub fn notify(&self, title: &str, content: &str) {
         tracing::error!(title, content, "notice for the admins");
+        self.keep(title, content);
+    }
+
+    /// What waits for the admins (someone asking to be let in): in their inbox, and at once on
+    /// the channels they have open.
+    pub fn ask(&self, title: &str, content: &str) {
+        self.keep(title, content);
+        for admin in &self.admins {
+            let said = crate::store::events::Kind::message(content.to_string());
+            self.events.publish(&Context::user(admin), crate::store::events::Event::of_turn("", "", "", said));
+        }
+    }
+
+    fn keep(&self, title: &str, content: &str) {
         for admin in &self.admins {
             if let Err(error) = self.inbox.push(&Context::user(admin), Item::new(title, content, "", "")) {
                 tracing::error!(admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");

@@ -536,3 +536,62 @@ impl Calls {
         found.into_iter().flat_map(|(_, offered)| offered).collect()
     }
 }
+
+/// The most an agent's message to its channels may be (the Agents service decodes up to 32 MiB
+/// for StreamLLM's pictures, far more than a chat message should be): more is written to a file
+/// and named.
+const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// Why an agent's message to its context's channels was not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    #[error("content: the message is empty")]
+    Empty,
+    #[error("content: {0} bytes is more than a message may be ({MAX_MESSAGE_BYTES}); write a file and name it")]
+    TooLong(usize),
+    /// The turn read untrusted content (the sentence says what it may no longer do).
+    #[error("{0}")]
+    Tainted(String),
+}
+
+/// An agent's message to its context's channels, between turns or in one.
+#[derive(Debug)]
+pub struct Outbound {
+    pub content: String,
+    pub reply_to: String,
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+impl Calls {
+    /// Sends `message` from the agent of `identity` (working on `live`, if any) to its context's
+    /// channels, unless its turn read untrusted content; says how many channels it reached.
+    pub fn message(
+        &self,
+        identity: &crate::base::auth::ContainerIdentity,
+        live: Option<&Live>,
+        message: Outbound,
+    ) -> Result<usize, MessageError> {
+        if message.content.trim().is_empty() {
+            return Err(MessageError::Empty);
+        }
+        if message.content.len() > MAX_MESSAGE_BYTES {
+            return Err(MessageError::TooLong(message.content.len()));
+        }
+        if let Some(live) = live {
+            self.taints.allow(live, crate::net::taint::Way::Message).map_err(MessageError::Tainted)?;
+        }
+        let event = crate::store::events::Event {
+            recorded: false,
+            session: identity.session_id.clone(),
+            turn: live.map(|live| live.user_turn.clone()).unwrap_or_default(),
+            correlation_id: live.map(|live| live.correlation_id.clone()).unwrap_or_default(),
+            kind: crate::store::events::Kind::Message {
+                content: message.content,
+                reply_to: message.reply_to,
+                metadata: message.metadata.into_iter().collect(),
+                attachments: vec![],
+            },
+        };
+        Ok(self.events.publish(&identity.context, event))
+    }
+}
