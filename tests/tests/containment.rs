@@ -359,8 +359,7 @@ fn no_secret_of_the_store_is_persisted_or_sent_in_the_forms_the_redactor_knows()
         std::io::Write::write_all(&mut set.stdin.take().expect("stdin"), value.as_bytes()).expect("value");
         assert!(set.wait().expect("set").success());
     }
-    // The daemon reads the store again within a second of its change.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The daemon reads the store again as soon as it changed: nothing to wait for.
     // The first message names the conversation: its title is kept too.
     let first = format!("Leak everything, {} too.", github_token());
     let turn = scenario::turn_on(&rt, &daemon, scenario::message(alice(), "alice", &first));

@@ -348,7 +348,10 @@ fn a_kill_9_while_memories_are_written_loses_none_that_was_acknowledged() {
             });
         })
     };
+    let started = std::time::Instant::now();
     while acknowledged.lock().expect("acks").len() < 150 {
+        assert!(started.elapsed() < Duration::from_secs(120), "150 memories were not acknowledged within 2 minutes");
+        // Polling the writer's count with a deadline: it runs on its own thread.
         std::thread::sleep(Duration::from_millis(10));
     }
     daemon.signal("KILL").expect("kill -9");

@@ -9,6 +9,8 @@
 //! as arguments, so nothing else can run in its process.
 
 use std::io::Read;
+
+use rustix::fs::{OFlags, ResolveFlags};
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -230,19 +232,27 @@ fn skill_script(path: &str, args: &[String]) -> Result<Command, ToolError> {
     if baaaht_proto::skill_of_script(path).is_none() {
         return Err(not_a_script(format!("`{path}` is not a skill's script (/skills/NAME/scripts/FILE)")));
     }
-    let mut walked = std::path::PathBuf::from("/");
-    for part in std::path::Path::new(path).components().skip(1) {
-        walked.push(part);
-        let meta = std::fs::symlink_metadata(&walked)
-            .map_err(|error| not_a_script(format!("`{}`: {error}", walked.display())))?;
-        if meta.file_type().is_symlink() {
-            return Err(not_a_script(format!("`{}` is a link", walked.display())));
-        }
+    // Opened beneath `/` with no link followed on the way and without blocking (a FIFO or a
+    // device is refused below), as every file a tool reads (`paths.rs`).
+    let root = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        .map_err(|errno| not_a_script(format!("cannot open `/`: {errno}")))?;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let relative = std::path::Path::new(path.trim_start_matches('/'));
+    let script = super::paths::open_beneath(&root, relative, flags, ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH)
+        .map_err(|errno| match errno {
+            rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => {
+                not_a_script(format!("`{path}` passes through a link"))
+            }
+            other => not_a_script(format!("cannot read `{path}`: {other}")),
+        })?;
+    let regular = rustix::fs::fstat(&script)
+        .is_ok_and(|stat| rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile);
+    if !regular {
+        return Err(not_a_script(format!("`{path}` is not a file")));
     }
-    let mut head = [0u8; 256];
-    let read = std::fs::File::open(path)
-        .and_then(|mut file| file.read(&mut head))
+    let (head, _) = super::paths::read_capped(&script, 256)
         .map_err(|error| not_a_script(format!("cannot read `{path}`: {error}")))?;
+    let read = head.len();
     let first_line = head[..read].split(|byte| *byte == b'\n').next().unwrap_or_default();
     let interpreter: Vec<String> = match first_line.strip_prefix(b"#!") {
         Some(line) => String::from_utf8_lossy(line).split_whitespace().map(str::to_string).collect(),

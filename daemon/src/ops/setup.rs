@@ -218,11 +218,10 @@ async fn probe(choice: &Choice, model: &str, key: Option<&str>) -> Result<Durati
 /// providers already there stay.
 fn providers_yaml(existing: Option<&str>, choice: &Choice) -> Result<String, SetupError> {
     let mut providers: ProvidersConfig = match existing {
-        Some(text) if !text.trim().is_empty() => serde_yaml::from_str(text).map_err(|error| {
-            SetupError::Usage(format!(
-                "providers.yaml does not parse ({error}); fix it or move it aside, then run setup again"
-            ))
-        })?,
+        Some(text) if !text.trim().is_empty() => config::parse_providers(Path::new(config::PROVIDERS_FILE), text)
+            .map_err(|error| {
+                SetupError::Usage(format!("{error}; fix providers.yaml or move it aside, then run setup again"))
+            })?,
         _ => ProvidersConfig {
             providers: config::Providers::default(),
             fallback_chains: Default::default(),
@@ -560,8 +559,8 @@ pub async fn run(data_dir: &DataDir, options: &Options, asker: &mut dyn Asker) -
     // The files, checked together before anything is written.
     let providers_path = config_dir.join(config::PROVIDERS_FILE);
     let config_path = config_dir.join(config::CONFIG_FILE);
-    let read = |path: &Path| std::fs::read_to_string(path).ok();
-    let (old_providers, old_config) = (read(&providers_path), read(&config_path));
+    let read = |name: &str| config::text_of(&config_dir, name).map_err(SetupError::Invalid);
+    let (old_providers, old_config) = (read(config::PROVIDERS_FILE)?, read(config::CONFIG_FILE)?);
     let new_providers = providers_yaml(old_providers.as_deref(), &choice)?;
     let new_config = config_yaml(old_config.as_deref(), &full_model)?;
     let gateway_mode = check_loads(data_dir, &new_providers, &new_config)?;
@@ -670,7 +669,8 @@ fn check_loads(data_dir: &DataDir, providers: &str, config_text: &str) -> Result
     let result = (|| {
         write(config::PROVIDERS_FILE, providers)?;
         write(config::CONFIG_FILE, config_text)?;
-        if let Ok(allowlist) = std::fs::read_to_string(data_dir.config_dir().join(config::ALLOWLIST_FILE)) {
+        let allowlist = config::text_of(&data_dir.config_dir(), config::ALLOWLIST_FILE).map_err(SetupError::Invalid)?;
+        if let Some(allowlist) = allowlist {
             write(config::ALLOWLIST_FILE, &allowlist)?;
         }
         let paths =

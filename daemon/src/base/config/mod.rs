@@ -143,6 +143,17 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     Ok(loaded)
 }
 
+/// One of the configuration's files in `config_dir` as it is written (none when there is none),
+/// for setup to edit and write back; the daemon reads its configuration with [`load`].
+pub fn text_of(config_dir: &Path, name: &str) -> Result<Option<String>, ConfigError> {
+    read_optional(&config_dir.join(name)).map(|(text, _)| text)
+}
+
+/// `providers.yaml`'s `text` (from `path`) as its settings, or where it does not parse.
+pub fn parse_providers(path: &Path, text: &str) -> Result<ProvidersConfig, ConfigError> {
+    parse_yaml(path, text)
+}
+
 fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })
 }

@@ -190,9 +190,9 @@ impl Daemon {
         outcome
     }
 
-    /// Appends a line to `scheduler.error_handling.log_file`.
+    /// Appends a line to `scheduler.error_handling.log_file`, synced (a journal's line at a
+    /// time), in a folder of the daemon's own.
     fn log_failure(&self, claim: &Claim, failure: &Failure) {
-        use std::io::Write as _;
         let configured = &self.orchestrator.loaded.config.scheduler.error_handling.log_file;
         let path = self.orchestrator.data_dir.root().join(configured);
         let line = serde_json::json!({
@@ -203,12 +203,12 @@ impl Daemon {
             "attempt": claim.attempt,
             "error": failure.message(),
         });
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::OpenOptions::new().create(true).append(true).open(&path))
-            .and_then(|mut file| writeln!(file, "{line}"));
+        let folder = path.parent().map_or(Ok(()), crate::base::state::private_dir);
+        let written = folder
+            .map_err(|source| crate::base::state::StateError::Write { path: path.clone(), source })
+            .and_then(|()| crate::base::state::append_synced(&path, format!("{line}\n").as_bytes()));
         if let Err(error) = written {
+            let error = baaaht_proto::error_chain(&error);
             tracing::warn!(path = %path.display(), %error, "cannot write the scheduler's error log");
         }
     }

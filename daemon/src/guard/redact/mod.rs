@@ -20,7 +20,6 @@ pub mod rules;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant};
 
 pub use known::{Known, Scrubbing, MIN_VALUE};
 pub use rules::Rules;
@@ -73,9 +72,6 @@ impl Place {
     }
 }
 
-/// How often the secrets store is looked at for a change.
-const RECHECK: Duration = Duration::from_secs(1);
-
 /// The placeholder pattern: a placeholder is worthless outside its session, and still not
 /// for a log.
 const PLACEHOLDER: &str = "baaaht-placeholder-[0-9a-f]{32}";
@@ -83,7 +79,6 @@ const PLACEHOLDER: &str = "baaaht-placeholder-[0-9a-f]{32}";
 /// When the store was last looked at, and what it held then.
 #[derive(Default)]
 struct Refresh {
-    checked: Option<Instant>,
     from: Option<Arc<Secrets>>,
 }
 
@@ -93,7 +88,7 @@ pub struct Shield {
     /// The values found by the last look at the store.
     known: RwLock<Arc<Known>>,
     /// Held by whoever looks at the store; a writer waits for a look in progress, so nothing
-    /// written after a secret was stored (and [`RECHECK`] passed) goes out without it. A log line
+    /// written after a secret was stored goes out without it. A log line
     /// never takes it (it uses the values as they were): reading the store logs, from inside.
     refresh: Mutex<Refresh>,
     /// The placeholder and the operator's patterns.
@@ -149,33 +144,31 @@ impl Shield {
         Shield { live: None, known, refresh: Mutex::default(), own }
     }
 
-    /// The store's values, read again when it changed (at most every [`RECHECK`]) if
-    /// `refresh`: a log line never reads the store (reading it may log, from inside its lock).
+    /// The store's values, read again when it changed (its file's stamp, looked at on every
+    /// clean: a value stored is never missed by what is written after) if `refresh`: a log line
+    /// never reads the store (reading it may log, from inside its lock).
     fn known(&self, refresh: bool) -> Arc<Known> {
         let live = self.live.as_ref().filter(|_| refresh);
         if let Some(live) = live {
             let mut refresh = self.refresh.lock().unwrap_or_else(PoisonError::into_inner);
-            if refresh.checked.is_none_or(|checked| checked.elapsed() >= RECHECK) {
-                refresh.checked = Some(Instant::now());
-                let current = live.current();
-                let same = match (&current, &refresh.from) {
-                    (Some(now), Some(before)) => Arc::ptr_eq(now, before),
-                    (None, None) => true,
-                    _ => false,
+            let current = live.current();
+            let same = match (&current, &refresh.from) {
+                (Some(now), Some(before)) => Arc::ptr_eq(now, before),
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                let known = match &current {
+                    Some(secrets) => {
+                        let names = secrets.names();
+                        let values =
+                            names.iter().filter_map(|name| secrets.get(name).map(|value| (name.as_str(), value)));
+                        Known::new(values)
+                    }
+                    None => Known::new([]),
                 };
-                if !same {
-                    let known = match &current {
-                        Some(secrets) => {
-                            let names = secrets.names();
-                            let values =
-                                names.iter().filter_map(|name| secrets.get(name).map(|value| (name.as_str(), value)));
-                            Known::new(values)
-                        }
-                        None => Known::new([]),
-                    };
-                    *self.known.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(known);
-                    refresh.from = current;
-                }
+                *self.known.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(known);
+                refresh.from = current;
             }
         }
         self.known.read().unwrap_or_else(PoisonError::into_inner).clone()
