@@ -260,6 +260,39 @@ fn handlers_publish_no_event_and_read_the_live_turn_from_the_request() {
     );
 }
 
+/// Where `sources` break a room's monopoly: a configuration file (`config.yaml`,
+/// `providers.yaml`, `mount-allowlist.json`) read outside `base/config/`, the process ended
+/// outside `main.rs`, or the engine's client used outside `sandbox/container/`.
+fn monopolies_broken(sources: &BTreeMap<String, String>) -> Vec<String> {
+    let configuration =
+        ["CONFIG_FILE", "PROVIDERS_FILE", "ALLOWLIST_FILE", "config.yaml", "providers.yaml", "allowlist.json"];
+    let mut found = vec![];
+    for (file, code) in sources {
+        for (number, line) in code.lines().enumerate() {
+            let reads = ["fs::read", "File::open", "OpenOptions"].iter().any(|open| line.contains(open));
+            let config =
+                reads && configuration.iter().any(|name| line.contains(name)) && !file.starts_with("base/config/");
+            let exits = line.contains("process::exit") && file != "main.rs";
+            let engine = line.contains("bollard::") && !file.starts_with("sandbox/container/");
+            if (config || exits || engine) && !line.trim_start().starts_with("//") {
+                found.push(format!("{file}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn only_their_rooms_read_the_configuration_end_the_process_and_speak_to_the_engine() {
+    let found = monopolies_broken(&sources());
+    assert!(
+        found.is_empty(),
+        "the configuration is read by base::config (load, or text_of for an edit), the exit code is main's, \
+         and only sandbox/container/ speaks to the engine:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The daemon's wings, from the top: a wing's rooms import only the wings after it in this list.
 /// `lib.rs`, `main.rs` and `cli.rs` compose them and stand beside them.
 const WINGS: &[&str] =
@@ -349,6 +382,17 @@ fn the_checks_find_what_they_look_for() {
     busy.insert("server/x.rs".into(), "fn y() { shared.events.publish(&c, e); shared.agents.live(&n); }".into());
     busy.insert("server/layer.rs".into(), "fn z() { shared.agents.live(&n); }".into());
     assert_eq!(turn_work_in_server(&busy).len(), 1);
+    let rooms = sources(&[
+        ("base/config/mod.rs", "fn load() { std::fs::read_to_string(dir.join(CONFIG_FILE)); }"),
+        ("ops/setup.rs", "fn f() { config::text_of(&dir, config::PROVIDERS_FILE); }"),
+        ("sandbox/container/docker.rs", "use bollard::Docker;"),
+        ("main.rs", "fn main() { std::process::exit(1) }"),
+    ]);
+    assert!(monopolies_broken(&rooms).is_empty(), "{:?}", monopolies_broken(&rooms));
+    let mut broken = rooms;
+    broken.insert("ops/setup.rs".into(), "fn f() { std::fs::read_to_string(dir.join(config::CONFIG_FILE)); }".into());
+    broken.insert("work/x.rs".into(), "fn g() { std::process::exit(2); bollard::Docker::connect(); }".into());
+    assert_eq!(monopolies_broken(&broken).len(), 2);
     let mut leaky = house;
     leaky.insert("b.rs".into(), "fn x() { tokio::spawn(v1::Ack::default()); }".into());
     assert_eq!(wire_outside_server(&leaky).len(), 1);
