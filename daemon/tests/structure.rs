@@ -76,7 +76,11 @@ fn wire_outside_server(sources: &BTreeMap<String, String>) -> Vec<String> {
 #[test]
 fn the_wire_types_appear_only_in_server_and_the_protocol_clients() {
     let found = wire_outside_server(&sources());
-    assert!(found.is_empty(), "the domain speaks its own types; convert in server/convert.rs:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "the domain speaks its own types; convert in server/from_wire.rs and server/to_wire.rs:\n{}",
+        found.join("\n")
+    );
 }
 
 /// Where `sources` spawn a task of their own.

@@ -101,3 +101,48 @@ pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTe
         isolation,
     })
 }
+
+#[derive(Debug, thiserror::Error)]
+pub enum SelfTestError {
+    /// A conversation of someone else's is not the test's to join: its tool container and
+    /// workspace are theirs.
+    #[error(
+        "session `{session}` is a conversation of {owner}: a self-test runs in its own session (leave --session \
+         out, or name one of the self-test user's)"
+    )]
+    OthersConversation { session: String, owner: String },
+    #[error(transparent)]
+    Container(#[from] ContainerError),
+}
+
+/// A self-test and gVisor's own probe: whether a bare sandbox under gVisor started, and in how
+/// long (none: gVisor is not offered here).
+#[derive(Debug)]
+pub struct Checked {
+    pub outcome: SelfTestOutcome,
+    pub gvisor: Option<Result<Duration, String>>,
+}
+
+/// Runs `test` beside a bare sandbox under gVisor, which falls back (or is refused) by itself
+/// when gVisor fails; after gVisor failed, the probe goes first: its start is what brings the
+/// roles set to `auto` back to gVisor. A problem of gVisor's is one of the test's.
+pub async fn run_beside_gvisor(
+    containers: &ContainerManager,
+    sessions: &crate::store::sessions::SessionStore,
+    test: SelfTest,
+) -> Result<Checked, SelfTestError> {
+    if let Some(record) = sessions.get(&test.session).filter(|record| record.context() != context()) {
+        return Err(SelfTestError::OthersConversation { session: test.session, owner: record.context().to_string() });
+    }
+    let (gvisor, outcome) = if containers.gvisor_down().is_some() {
+        let gvisor = containers.probe_gvisor().await;
+        (gvisor, run(containers, test).await)
+    } else {
+        tokio::join!(containers.probe_gvisor(), run(containers, test))
+    };
+    let mut outcome = outcome?;
+    if let Some(Err(cause)) = &gvisor {
+        outcome.problems.push(format!("gVisor does not start sandboxes: {cause}"));
+    }
+    Ok(Checked { outcome, gvisor })
+}

@@ -2,7 +2,7 @@
 //! (registration, turns, delegation, tools, web egress, the LLM proxy).
 
 use super::*;
-use super::{convert, llm, tools};
+use super::{from_wire, llm, to_wire, tools};
 use crate::net::egress::proxy::ProxyError;
 use crate::net::egress::search::SearchError;
 use crate::net::egress::web::{Asker, WebError};
@@ -25,7 +25,7 @@ impl v1::agents_server::Agents for AgentsService {
             return Err(Status::permission_denied("RegisterAgent is for agent containers"));
         };
         tracing::info!(container = %identity.name, role = identity.role.as_str(), version = %request.get_ref().runtime_version, "agent registered");
-        let mut config = crate::server::convert::agent_config(crate::drive::orchestrator::agent_setup(
+        let mut config = crate::server::to_wire::agent_config(crate::drive::orchestrator::agent_setup(
             &self.shared.orchestrator,
             &identity,
         ));
@@ -43,7 +43,7 @@ impl v1::agents_server::Agents for AgentsService {
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("TakeTurns is for agent containers"));
         };
-        let reports = convert::ups(request.into_inner(), convert::agent_report);
+        let reports = from_wire::ups(request.into_inner(), from_wire::agent_report);
         let turns = self.shared.agents.attach(&identity, reports);
         let turns = tokio_stream::wrappers::ReceiverStream::new(turns);
         // Each turn carries the tools offered now: a server or skill added since the agent
@@ -52,14 +52,14 @@ impl v1::agents_server::Agents for AgentsService {
         let turns = tokio_stream::StreamExt::then(turns, move |down| {
             let (shared, identity) = (shared.clone(), identity.clone());
             async move {
-                let mut turn = convert::agent_turn(down);
+                let mut turn = to_wire::agent_turn(down);
                 if turn.health_check.is_none() {
-                    turn.tools = convert::tool_names(&crate::drive::orchestrator::role_tools(identity.role));
+                    turn.tools = to_wire::tool_names(&crate::drive::orchestrator::role_tools(identity.role));
                     turn.tools.extend(tools::mcp_definitions(&shared, &identity).await);
                     let skills =
                         crate::drive::orchestrator::role_skills(&shared.orchestrator, identity.role, &identity.context);
                     turn.skills =
-                        Some(v1::SkillManifest { skills: skills.iter().map(convert::skill_summary).collect() });
+                        Some(v1::SkillManifest { skills: skills.iter().map(to_wire::skill_summary).collect() });
                 }
                 Ok(turn)
             }
@@ -112,7 +112,7 @@ impl v1::agents_server::Agents for AgentsService {
         };
         let request = request.into_inner();
         let delegation = crate::drive::orchestrator::Delegation {
-            agent: crate::server::convert::role_of(request.agent).ok().flatten(),
+            agent: crate::server::from_wire::role_of(request.agent).ok().flatten(),
             background: request.priority == v1::DelegatePriority::Background as i32,
             task: request.task,
             context: request.context,
@@ -158,9 +158,9 @@ impl v1::agents_server::Agents for AgentsService {
         let Caller::Container(identity) = caller else {
             return Err(Status::permission_denied("RelayMcp is for MCP server containers"));
         };
-        let down = self.shared.mcp.attach(&identity, Box::new(convert::ups(request.into_inner(), convert::mcp_up)));
+        let down = self.shared.mcp.attach(&identity, Box::new(from_wire::ups(request.into_inner(), from_wire::mcp_up)));
         let down = tokio_stream::wrappers::ReceiverStream::new(down);
-        let stream = tokio_stream::StreamExt::map(down, |down| Ok(convert::mcp_down(down)));
+        let stream = tokio_stream::StreamExt::map(down, |down| Ok(to_wire::mcp_down(down)));
         Ok(Response::new(until_shutdown(&self.shared, Box::pin(stream))))
     }
 
@@ -179,8 +179,8 @@ impl v1::agents_server::Agents for AgentsService {
             context: &identity.context,
             correlation_id: &correlation_id,
         };
-        let answer = self.shared.web_road.request(&asker, convert::web_asked(request.into_inner())).await?;
-        Ok(Response::new(convert::web_answer(answer)))
+        let answer = self.shared.web_road.request(&asker, from_wire::web_asked(request.into_inner())).await?;
+        Ok(Response::new(to_wire::web_answer(answer)))
     }
 
     type StreamLLMStream = BoxStream<v1::LlmEvent>;

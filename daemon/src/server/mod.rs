@@ -6,9 +6,9 @@
 
 mod agents;
 pub mod bind;
-pub(crate) mod convert;
 mod egress;
 mod files;
+pub(crate) mod from_wire;
 pub mod layer;
 mod llm;
 mod mcp;
@@ -20,6 +20,7 @@ mod shared;
 mod skills;
 mod system;
 mod tasks;
+pub(crate) mod to_wire;
 mod tools;
 
 use std::sync::Arc;
@@ -110,7 +111,7 @@ fn live_turn<T>(request: &Request<T>) -> Option<crate::base::auth::Live> {
     request.extensions().get::<layer::LiveTurn>().map(|live| live.0.clone())
 }
 
-pub(crate) use convert::role_ref;
+pub(crate) use to_wire::role_ref;
 
 /// The correlation id the request layer gave `request` (empty outside the layer, in tests).
 pub(crate) fn correlation_id<T>(request: &Request<T>) -> String {
@@ -131,7 +132,7 @@ fn valid_id(id: &str, field: &str) -> Result<(), Status> {
 
 fn context_of(reference: Option<&v1::ContextRef>, field: &str) -> Result<Option<Context>, Status> {
     let Some(reference) = reference else { return Ok(None) };
-    crate::server::convert::context_of(reference)
+    crate::server::from_wire::context_of(reference)
         .map(Some)
         .map_err(|why| Status::invalid_argument(format!("{field}.{why}")))
 }
@@ -249,7 +250,7 @@ fn limited(shared: &Shared, caller: &Caller, what: &str, why: String) -> Status 
 }
 
 fn role_of(value: i32) -> Result<Option<crate::base::auth::Role>, Status> {
-    crate::server::convert::role_of(value).map_err(Status::invalid_argument)
+    crate::server::from_wire::role_of(value).map_err(Status::invalid_argument)
 }
 
 /// The context a task request names: its group when set, else its user.

@@ -495,7 +495,7 @@ impl v1::admin_server::Admin for AdminService {
             memory_limit: self.shared.memory.most() as u64,
             indexed_messages,
             index_bytes,
-            context: Some(crate::server::convert::context_ref(&context)),
+            context: Some(crate::server::to_wire::context_ref(&context)),
             today: Some(figures(
                 report.today,
                 limits.daily_tokens,

@@ -197,7 +197,7 @@ pub(super) fn entry(record: &crate::store::sessions::SessionRecord, entry: &Entr
         Entry::Header(_) => return None,
         Entry::Activity { id, after, timestamp, activity } => {
             let kind = crate::store::events::Kind::of_activity(activity.clone());
-            let event = crate::server::convert::event(
+            let event = crate::server::to_wire::event(
                 &record.context(),
                 crate::store::events::Event::of_session(&record.id, kind),
             );
@@ -216,10 +216,10 @@ pub(super) fn entry(record: &crate::store::sessions::SessionRecord, entry: &Entr
             Kind::Message(v1::MessageEntry {
                 role: message.role.clone(),
                 content: message.content.clone(),
-                channel: crate::server::convert::channel_ref(message.channel_type.as_deref()) as i32,
+                channel: crate::server::to_wire::channel_ref(message.channel_type.as_deref()) as i32,
                 sender_id: message.sender_id.clone().unwrap_or_default(),
                 sender_name: String::new(),
-                attachments: message.attachments.iter().map(crate::server::convert::attachment).collect(),
+                attachments: message.attachments.iter().map(crate::server::to_wire::attachment).collect(),
             }),
         ),
         Entry::Delegate { id, parent, timestamp, agent, task, result, .. } => (
@@ -401,7 +401,7 @@ impl v1::sessions_server::Sessions for SessionsService {
                         if target == context
                             && (session.is_empty() || event.session == session || event.kind.is_approval()) =>
                     {
-                        crate::server::convert::event(&context, event)
+                        crate::server::to_wire::event(&context, event)
                     }
                     Ok(_) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {

@@ -23,7 +23,7 @@ impl v1::skills_server::Skills for SkillsService {
             &context,
         );
         Ok(Response::new(v1::SkillManifest {
-            skills: skills.iter().map(crate::server::convert::skill_summary).collect(),
+            skills: skills.iter().map(crate::server::to_wire::skill_summary).collect(),
         }))
     }
 

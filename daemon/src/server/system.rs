@@ -1,7 +1,9 @@
 //! The `System` service: status, and the confinement self-test in a fresh container.
 
 use super::*;
+use super::{from_wire, to_wire};
 use crate::base::auth::{Caller, Context};
+use crate::ops::selftest::SelfTestError;
 
 /// The `System` service.
 #[derive(Debug, Clone)]
@@ -82,87 +84,15 @@ impl v1::system_server::System for SystemService {
         request: Request<v1::SelfTestRequest>,
     ) -> Result<Response<v1::SelfTestResponse>, Status> {
         check(&self.shared, &request, Operation::RunSelfTest, None, None)?;
-        let message = request.into_inner();
-        let role = role_of(message.role)?.unwrap_or(crate::base::auth::Role::Tool);
-        let probe =
-            match message.probe_address.as_str() {
-                "" => None,
-                text => Some(text.parse::<std::net::SocketAddr>().map_err(|_unparsable| {
-                    Status::invalid_argument(format!("probe_address `{text}` is not IP:PORT"))
-                })?),
-            };
-        let llm_model = match message.llm_model.as_str() {
-            "" => None,
-            model => {
-                let valid =
-                    model.len() <= 200 && model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c));
-                if !valid {
-                    return Err(Status::invalid_argument(format!(
-                        "llm_model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
-                        model.escape_debug()
-                    )));
-                }
-                Some(model.to_string())
-            }
-        };
-        let session = if message.session_id.is_empty() { "self-test".to_string() } else { message.session_id.clone() };
-        if !crate::base::auth::is_valid_context_id(&session) {
-            return Err(Status::invalid_argument(format!(
-                "session_id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
-                session.escape_debug()
-            )));
-        }
-        // A conversation of someone else's is not the test's to join: its tool container and
-        // workspace are theirs.
-        if let Some(record) =
-            self.shared.sessions.get(&session).filter(|r| r.context() != crate::ops::selftest::context())
-        {
-            return Err(Status::failed_precondition(format!(
-                "session `{session}` is a conversation of {}: a self-test runs in its own session (leave \
-                 --session out, or name one of the self-test user's)",
-                record.context()
-            )));
-        }
-        let test = crate::ops::selftest::SelfTest { role, probe, llm_model, session, linger: message.linger_seconds };
-        // A sandbox under gVisor beside the test's own container, which falls back (or is
-        // refused) by itself when gVisor fails; after it failed, first: its start is what
-        // brings the roles set to auto back to gVisor.
+        let test = from_wire::self_test(request.into_inner())?;
         let containers = &self.shared.containers;
-        let (probe, outcome) = if containers.gvisor_down().is_some() {
-            let probe = containers.probe_gvisor().await;
-            (probe, crate::ops::selftest::run(containers, test).await)
-        } else {
-            tokio::join!(containers.probe_gvisor(), crate::ops::selftest::run(containers, test))
-        };
-        let mut outcome = outcome?;
-        if let Some(Err(cause)) = &probe {
-            outcome.problems.push(format!("gVisor does not start sandboxes: {cause}"));
-        }
-        Ok(Response::new(v1::SelfTestResponse {
-            ok: outcome.problems.is_empty(),
-            problems: outcome.problems,
-            gvisor_probed: probe.is_some(),
-            gvisor_problem: probe.as_ref().and_then(|probe| probe.as_ref().err().cloned()).unwrap_or_default(),
-            gvisor_probe_ms: probe.and_then(Result::ok).map_or(0, |took| took.as_millis() as u64),
-            report_json: outcome.report_json,
-            container: outcome.container,
-            status: outcome.status.to_string(),
-            duration_ms: outcome.duration.as_millis() as u64,
-            stderr_tail: outcome.stderr_tail,
-            isolation: outcome.isolation.as_str().into(),
-            tiers: self
-                .shared
-                .containers
-                .tiers()
-                .into_iter()
-                .map(|tier| v1::IsolationTier {
-                    role: tier.role.as_str().into(),
-                    asked: tier.asked.as_str().into(),
-                    tier: tier.tier.map(|tier| tier.as_str().to_string()).unwrap_or_default(),
-                    reason: tier.reason,
-                })
-                .collect(),
-        }))
+        let checked = crate::ops::selftest::run_beside_gvisor(containers, &self.shared.sessions, test).await.map_err(
+            |error| match error {
+                SelfTestError::OthersConversation { .. } => Status::failed_precondition(error.to_string()),
+                SelfTestError::Container(error) => error.into(),
+            },
+        )?;
+        Ok(Response::new(to_wire::self_test_response(checked, containers.tiers())))
     }
 }
 

@@ -27,7 +27,7 @@ impl TasksService {
     }
 
     fn definition(&self, task: &TaskRecord) -> v1::TaskDefinition {
-        crate::server::convert::task_definition(task, &self.zone_of(task))
+        crate::server::to_wire::task_definition(task, &self.zone_of(task))
     }
 
     /// The task `id` names, if the caller may `operation` it: its context's, or (a system
@@ -98,7 +98,7 @@ impl v1::tasks_server::Tasks for TasksService {
         let now = self.shared.scheduler.now();
         let (caller, live) = (caller(&request)?, super::live_turn(&request));
         let task = crate::drive::scheduler::new_task(
-            crate::server::convert::task_request(request.into_inner()),
+            crate::server::from_wire::task_request(request.into_inner()),
             &context,
             now,
         )
@@ -127,7 +127,7 @@ impl v1::tasks_server::Tasks for TasksService {
             .upcoming(&task.id, 5)
             .map_err(status_of)?
             .into_iter()
-            .map(|at| crate::server::convert::local_time(at, &zone))
+            .map(|at| crate::server::to_wire::local_time(at, &zone))
             .collect();
         Ok(Response::new(v1::ScheduledTask { task: Some(self.definition(&task)), next_runs }))
     }
@@ -154,7 +154,7 @@ impl v1::tasks_server::Tasks for TasksService {
         let resumed = self.shared.scheduler.resume(&task.id).map_err(status_of)?;
         let next = resumed
             .next_run
-            .map(|at| crate::server::convert::local_time(at, &self.zone_of(&resumed)))
+            .map(|at| crate::server::to_wire::local_time(at, &self.zone_of(&resumed)))
             .unwrap_or_default();
         Ok(Response::new(v1::Ack { message: format!("task {} resumed; next run {next}", task.id) }))
     }
@@ -185,7 +185,7 @@ impl v1::tasks_server::Tasks for TasksService {
             runs.push(v1::NextRun {
                 task_id: task.id.clone(),
                 description: task.description.clone(),
-                runs: upcoming.into_iter().map(|at| crate::server::convert::local_time(at, &zone)).collect(),
+                runs: upcoming.into_iter().map(|at| crate::server::to_wire::local_time(at, &zone)).collect(),
             });
         }
         Ok(Response::new(v1::NextRunList { runs }))
@@ -216,7 +216,7 @@ impl v1::tasks_server::Tasks for TasksService {
             return Err(status_of(SchedulerError::NotFound(id)));
         }
         Ok(Response::new(v1::TaskRunList {
-            runs: rows.iter().map(|row| crate::server::convert::task_run(row, &zone)).collect(),
+            runs: rows.iter().map(|row| crate::server::to_wire::task_run(row, &zone)).collect(),
         }))
     }
 }

@@ -7,8 +7,8 @@ use baaaht_proto::v1;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::convert;
 use super::Shared;
+use super::{from_wire, to_wire};
 use crate::base::auth::{Caller, ContainerIdentity};
 use crate::work::tools::call::{Asked, CallError};
 use crate::work::tools::ToolsError;
@@ -56,7 +56,7 @@ pub(super) async fn request(
         tool_call_id: message.tool_call_id,
     };
     let answer = shared.tool_calls.execute(identity, &correlation_id, asked).await?;
-    Ok(Response::new(convert::tool_response(answer)))
+    Ok(Response::new(to_wire::tool_response(answer)))
 }
 
 /// The MCP tools offered to the agent `identity`, as its registration lists them.
@@ -80,8 +80,8 @@ pub(super) fn serve(
     let Caller::Container(identity) = caller else {
         return Err(Status::permission_denied("ServeTools is for tool containers"));
     };
-    let results = convert::ups(request.into_inner(), convert::runner_message);
+    let results = from_wire::ups(request.into_inner(), from_wire::runner_message);
     let calls = shared.tools.attach(&identity, results);
     let stream = tokio_stream::wrappers::ReceiverStream::new(calls);
-    Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(stream, |down| Ok(convert::tool_call(down))))))
+    Ok(Response::new(Box::pin(tokio_stream::StreamExt::map(stream, |down| Ok(to_wire::tool_call(down))))))
 }

@@ -1,10 +1,10 @@
-//! The protocol's forms of the domain's types, and the domain's of the protocol's, in one
-//! place: only `server/` speaks the wire format, and it converts here.
+//! The domain's types in the protocol's forms: what the daemon sends (rust-analyzer's
+//! `to_proto`). Only `server/` speaks the wire format; `from_wire.rs` is the other way.
 
 use baaaht_proto::v1;
 
 use crate::base::auth::{Context, ContextKind, Role};
-use crate::net::egress::relay::{TunnelDown, TunnelUp};
+use crate::net::egress::relay::TunnelDown;
 
 /// The protocol's reference to `context`.
 pub(crate) fn context_ref(context: &Context) -> v1::ContextRef {
@@ -15,37 +15,9 @@ pub(crate) fn context_ref(context: &Context) -> v1::ContextRef {
     v1::ContextRef { r#type: kind as i32, id: context.id.clone() }
 }
 
-/// The context a protocol reference names; the error says what is wrong with it (the caller
-/// adds the field's name).
-pub(crate) fn context_of(reference: &v1::ContextRef) -> Result<Context, String> {
-    let kind = match v1::ContextType::try_from(reference.r#type) {
-        Ok(v1::ContextType::User) => ContextKind::User,
-        Ok(v1::ContextType::Group) => ContextKind::Group,
-        _ => return Err("type must be CONTEXT_TYPE_USER or CONTEXT_TYPE_GROUP".into()),
-    };
-    if !crate::base::auth::is_valid_context_id(&reference.id) {
-        return Err(format!(
-            "id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
-            reference.id.escape_debug()
-        ));
-    }
-    Ok(Context { kind, id: reference.id.clone() })
-}
-
 /// The protocol's name for `role` (the daemon's own roles are all a tool's to agents).
 pub(crate) fn role_ref(role: Role) -> v1::AgentRole {
     baaaht_proto::role_named(role.as_str()).unwrap_or(v1::AgentRole::Tool)
-}
-
-/// The role a protocol value names; `None` for "unspecified".
-pub(crate) fn role_of(value: i32) -> Result<Option<Role>, String> {
-    if value == v1::AgentRole::Unspecified as i32 {
-        return Ok(None);
-    }
-    baaaht_proto::role_name(value)
-        .and_then(Role::named)
-        .map(Some)
-        .ok_or_else(|| format!("role {value} is not a known AgentRole"))
 }
 
 /// A file shared with a message, as clients see it.
@@ -141,11 +113,6 @@ pub(crate) fn probe(probe: crate::work::health::Probe) -> v1::HealthCheckRequest
     v1::HealthCheckRequest { container_id: probe.container, probe: probe.probe }
 }
 
-/// The daemon's form of a container's answer to a probe.
-pub(crate) fn health_answer(answer: v1::HealthCheckResponse) -> crate::work::health::Answer {
-    crate::work::health::Answer { probe: answer.probe, status: answer.status, message: answer.message }
-}
-
 /// What the daemon sends an agent over TakeTurns.
 pub(crate) fn agent_turn(down: crate::work::peers::Down<crate::work::agents::Turn>) -> v1::AgentTurn {
     match down {
@@ -164,25 +131,6 @@ pub(crate) fn agent_turn(down: crate::work::peers::Down<crate::work::agents::Tur
         crate::work::peers::Down::Probe(request) => {
             v1::AgentTurn { health_check: Some(probe(request)), ..v1::AgentTurn::default() }
         }
-    }
-}
-
-/// What an agent sends back over TakeTurns.
-pub(crate) fn agent_report(report: v1::AgentReport) -> crate::work::peers::Up<crate::work::agents::TurnOutcome> {
-    use crate::work::peers::Up;
-    match report.kind {
-        Some(v1::agent_report::Kind::Result(result)) => Up::Answer {
-            id: result.turn_id,
-            answer: crate::work::agents::TurnOutcome {
-                content: result.content,
-                is_error: result.is_error,
-                steps: result.steps,
-                refused: result.refused,
-                tokens: result.tokens,
-            },
-        },
-        Some(v1::agent_report::Kind::Health(answer)) => Up::Health(health_answer(answer)),
-        Some(v1::agent_report::Kind::Hello(_)) | None => Up::Other,
     }
 }
 
@@ -216,35 +164,6 @@ pub(crate) fn tool_call(down: crate::work::peers::Down<crate::work::tools::Runne
     }
 }
 
-/// What a tool runner sends back over ServeTools.
-pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::work::tools::RunnerUp {
-    use crate::work::peers::Up;
-    use crate::work::tools::RunnerUp;
-    use v1::runner_message::Kind;
-    match message.kind {
-        Some(Kind::Result(result)) => {
-            let response = result.response.unwrap_or_default();
-            RunnerUp::Peer(Up::Answer { id: result.call_id, answer: tool_answer(response) })
-        }
-        Some(Kind::Health(answer)) => RunnerUp::Peer(Up::Health(health_answer(answer))),
-        Some(Kind::EgressOpen(open)) => RunnerUp::Tunnel(tunnel_open(open)),
-        Some(Kind::EgressData(data)) => RunnerUp::Tunnel(TunnelUp::Data { id: data.id, data: data.data }),
-        Some(Kind::EgressClose(close)) => {
-            RunnerUp::Tunnel(TunnelUp::Close { id: close.id, write_only: close.write_only })
-        }
-        Some(Kind::Hello(_)) | None => RunnerUp::Peer(Up::Other),
-    }
-}
-
-fn tool_answer(response: v1::ToolResponse) -> crate::work::tools::ToolAnswer {
-    crate::work::tools::ToolAnswer {
-        content: response.content,
-        is_error: response.is_error,
-        duration_ms: response.duration_ms,
-        metadata: response.metadata,
-    }
-}
-
 /// The wire form of a tool call's answer.
 pub(crate) fn tool_response(answer: crate::work::tools::ToolAnswer) -> v1::ToolResponse {
     v1::ToolResponse {
@@ -253,22 +172,6 @@ pub(crate) fn tool_response(answer: crate::work::tools::ToolAnswer) -> v1::ToolR
         duration_ms: answer.duration_ms,
         metadata: answer.metadata,
     }
-}
-
-/// The daemon's form of a stream a container sends up: each message converted with `up`, a
-/// broken stream its status's message.
-pub(crate) fn ups<T, U>(
-    stream: tonic::Streaming<T>,
-    up: fn(T) -> U,
-) -> impl tokio_stream::Stream<Item = Result<U, String>> + Unpin + Send + 'static
-where
-    T: Send + 'static,
-    U: Send + 'static,
-{
-    tokio_stream::StreamExt::map(stream, move |message| match message {
-        Ok(message) => Ok(up(message)),
-        Err(status) => Err(status.message().to_string()),
-    })
 }
 
 /// What the daemon sends an MCP server's relay over RelayMcp.
@@ -289,27 +192,6 @@ pub(crate) fn mcp_down(down: crate::work::mcp::relay::Down) -> v1::McpDown {
         Down::Tunnel(TunnelDown::Close { id, write_only }) => Kind::EgressClose(v1::EgressClose { id, write_only }),
     };
     v1::McpDown { kind: Some(kind) }
-}
-
-/// A connection a container's proxy opens (an MCP relay's, a tool runner's).
-fn tunnel_open(open: v1::EgressOpen) -> TunnelUp {
-    TunnelUp::Open { id: open.id, host: open.host, port: open.port, asked_by: open.asked_by }
-}
-
-/// What an MCP server's relay sends up over RelayMcp.
-pub(crate) fn mcp_up(up: v1::McpUp) -> crate::work::mcp::relay::Up {
-    use crate::work::mcp::relay::Up;
-    use v1::mcp_up::Kind;
-    match up.kind {
-        Some(Kind::Stdout(bytes)) => Up::Stdout(bytes),
-        Some(Kind::Stderr(line)) => Up::Stderr(line),
-        Some(Kind::Exited(exit)) => Up::Exited { code: exit.code, signal: exit.signal },
-        Some(Kind::Health(answer)) => Up::Health(health_answer(answer)),
-        Some(Kind::EgressOpen(open)) => Up::Tunnel(tunnel_open(open)),
-        Some(Kind::EgressData(data)) => Up::Tunnel(TunnelUp::Data { id: data.id, data: data.data }),
-        Some(Kind::EgressClose(close)) => Up::Tunnel(TunnelUp::Close { id: close.id, write_only: close.write_only }),
-        Some(Kind::Hello(_)) | None => Up::Other,
-    }
 }
 
 /// A skill's entry in a manifest: name and description, and the whole body of an
@@ -437,49 +319,9 @@ pub(crate) fn task_run(row: &crate::drive::scheduler::RunRow, zone: &jiff::tz::T
     }
 }
 
-/// The domain's form of a ScheduleTask request (checked by the scheduler).
-pub(crate) fn task_request(definition: v1::TaskDefinition) -> crate::drive::scheduler::TaskRequest {
-    use crate::drive::scheduler::{Every, TaskRequest};
-    let kind = definition.schedule.and_then(|schedule| schedule.kind).map(|kind| match kind {
-        v1::task_schedule::Kind::Cron(cron) => Every::Cron(cron),
-        v1::task_schedule::Kind::IntervalSeconds(seconds) => Every::Seconds(seconds),
-        v1::task_schedule::Kind::Once(at) => Every::Once(at),
-        v1::task_schedule::Kind::Cadence(cadence) => Every::Cadence(cadence),
-    });
-    TaskRequest {
-        r#type: definition.r#type,
-        schedule: kind,
-        agent: definition.agent,
-        prompt: definition.prompt,
-        description: definition.description,
-        timezone: definition.timezone,
-        active_hours: definition.active_hours,
-        context_mode: definition.context_mode,
-        notification: definition.notification.map(|n| (n.channel, n.on_success, n.on_failure)),
-        catch_up: definition.catch_up,
-        concurrency: definition.concurrency,
-        retry_interrupted: definition.retry_interrupted,
-        timeout_seconds: definition.timeout_seconds,
-    }
-}
-
 /// Tools named only (the agent's runtime describes its own).
 pub(crate) fn tool_names(names: &[&str]) -> Vec<v1::ToolDefinition> {
     names.iter().map(|name| v1::ToolDefinition { name: (*name).into(), ..v1::ToolDefinition::default() }).collect()
-}
-
-/// A tool's web request: a search when it names a query, else a fetch.
-pub(super) fn web_asked(message: v1::WebProxyRequest) -> crate::net::egress::web::Asked {
-    use crate::net::egress::web::Asked;
-    if !message.search_query.is_empty() {
-        return Asked::Search { query: message.search_query, count: message.search_count as usize };
-    }
-    Asked::Fetch {
-        method: message.method,
-        url: message.url,
-        headers: message.headers.into_iter().collect(),
-        body: message.body,
-    }
 }
 
 pub(super) fn web_answer(answer: crate::net::egress::web::Answer) -> v1::WebProxyResponse {
@@ -492,21 +334,31 @@ pub(super) fn web_answer(answer: crate::net::egress::web::Answer) -> v1::WebProx
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roles_and_contexts_round_trip() {
-        for role in Role::AGENTS.iter().chain([&Role::Tool]) {
-            assert_eq!(role_of(role_ref(*role) as i32), Ok(Some(*role)));
-        }
-        assert_eq!(role_of(0), Ok(None));
-        assert!(role_of(99).is_err());
-        for context in [Context::user("alice"), Context::group("family")] {
-            assert_eq!(context_of(&context_ref(&context)), Ok(context));
-        }
-        let bad = v1::ContextRef { r#type: v1::ContextType::User as i32, id: "../x".into() };
-        assert!(context_of(&bad).is_err());
+pub(super) fn self_test_response(
+    checked: crate::ops::selftest::Checked,
+    tiers: Vec<crate::sandbox::container::Tier>,
+) -> v1::SelfTestResponse {
+    let (outcome, probe) = (checked.outcome, checked.gvisor);
+    v1::SelfTestResponse {
+        ok: outcome.problems.is_empty(),
+        problems: outcome.problems,
+        gvisor_probed: probe.is_some(),
+        gvisor_problem: probe.as_ref().and_then(|probe| probe.as_ref().err().cloned()).unwrap_or_default(),
+        gvisor_probe_ms: probe.and_then(Result::ok).map_or(0, |took| took.as_millis() as u64),
+        report_json: outcome.report_json,
+        container: outcome.container,
+        status: outcome.status.to_string(),
+        duration_ms: outcome.duration.as_millis() as u64,
+        stderr_tail: outcome.stderr_tail,
+        isolation: outcome.isolation.as_str().into(),
+        tiers: tiers
+            .into_iter()
+            .map(|tier| v1::IsolationTier {
+                role: tier.role.as_str().into(),
+                asked: tier.asked.as_str().into(),
+                tier: tier.tier.map(|tier| tier.as_str().to_string()).unwrap_or_default(),
+                reason: tier.reason,
+            })
+            .collect(),
     }
 }

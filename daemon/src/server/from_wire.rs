@@ -1,0 +1,220 @@
+//! The protocol's messages as the domain's types: what the daemon is sent, checked as it is
+//! converted (rust-analyzer's `from_proto`). Only `server/` speaks the wire format; `to_wire.rs`
+//! is the other way.
+
+use baaaht_proto::v1;
+use tonic::Status;
+
+use crate::base::auth::{Context, ContextKind, Role};
+use crate::net::egress::relay::TunnelUp;
+
+/// The context a protocol reference names; the error says what is wrong with it (the caller
+/// adds the field's name).
+pub(crate) fn context_of(reference: &v1::ContextRef) -> Result<Context, String> {
+    let kind = match v1::ContextType::try_from(reference.r#type) {
+        Ok(v1::ContextType::User) => ContextKind::User,
+        Ok(v1::ContextType::Group) => ContextKind::Group,
+        _ => return Err("type must be CONTEXT_TYPE_USER or CONTEXT_TYPE_GROUP".into()),
+    };
+    if !crate::base::auth::is_valid_context_id(&reference.id) {
+        return Err(format!(
+            "id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
+            reference.id.escape_debug()
+        ));
+    }
+    Ok(Context { kind, id: reference.id.clone() })
+}
+
+/// The role a protocol value names; `None` for "unspecified".
+pub(crate) fn role_of(value: i32) -> Result<Option<Role>, String> {
+    if value == v1::AgentRole::Unspecified as i32 {
+        return Ok(None);
+    }
+    baaaht_proto::role_name(value)
+        .and_then(Role::named)
+        .map(Some)
+        .ok_or_else(|| format!("role {value} is not a known AgentRole"))
+}
+
+/// The daemon's form of a container's answer to a probe.
+pub(crate) fn health_answer(answer: v1::HealthCheckResponse) -> crate::work::health::Answer {
+    crate::work::health::Answer { probe: answer.probe, status: answer.status, message: answer.message }
+}
+
+/// What an agent sends back over TakeTurns.
+pub(crate) fn agent_report(report: v1::AgentReport) -> crate::work::peers::Up<crate::work::agents::TurnOutcome> {
+    use crate::work::peers::Up;
+    match report.kind {
+        Some(v1::agent_report::Kind::Result(result)) => Up::Answer {
+            id: result.turn_id,
+            answer: crate::work::agents::TurnOutcome {
+                content: result.content,
+                is_error: result.is_error,
+                steps: result.steps,
+                refused: result.refused,
+                tokens: result.tokens,
+            },
+        },
+        Some(v1::agent_report::Kind::Health(answer)) => Up::Health(health_answer(answer)),
+        Some(v1::agent_report::Kind::Hello(_)) | None => Up::Other,
+    }
+}
+
+/// What a tool runner sends back over ServeTools.
+pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::work::tools::RunnerUp {
+    use crate::work::peers::Up;
+    use crate::work::tools::RunnerUp;
+    use v1::runner_message::Kind;
+    match message.kind {
+        Some(Kind::Result(result)) => {
+            let response = result.response.unwrap_or_default();
+            RunnerUp::Peer(Up::Answer { id: result.call_id, answer: tool_answer(response) })
+        }
+        Some(Kind::Health(answer)) => RunnerUp::Peer(Up::Health(health_answer(answer))),
+        Some(Kind::EgressOpen(open)) => RunnerUp::Tunnel(tunnel_open(open)),
+        Some(Kind::EgressData(data)) => RunnerUp::Tunnel(TunnelUp::Data { id: data.id, data: data.data }),
+        Some(Kind::EgressClose(close)) => {
+            RunnerUp::Tunnel(TunnelUp::Close { id: close.id, write_only: close.write_only })
+        }
+        Some(Kind::Hello(_)) | None => RunnerUp::Peer(Up::Other),
+    }
+}
+
+fn tool_answer(response: v1::ToolResponse) -> crate::work::tools::ToolAnswer {
+    crate::work::tools::ToolAnswer {
+        content: response.content,
+        is_error: response.is_error,
+        duration_ms: response.duration_ms,
+        metadata: response.metadata,
+    }
+}
+
+/// The daemon's form of a stream a container sends up: each message converted with `up`, a
+/// broken stream its status's message.
+pub(crate) fn ups<T, U>(
+    stream: tonic::Streaming<T>,
+    up: fn(T) -> U,
+) -> impl tokio_stream::Stream<Item = Result<U, String>> + Unpin + Send + 'static
+where
+    T: Send + 'static,
+    U: Send + 'static,
+{
+    tokio_stream::StreamExt::map(stream, move |message| match message {
+        Ok(message) => Ok(up(message)),
+        Err(status) => Err(status.message().to_string()),
+    })
+}
+
+/// A connection a container's proxy opens (an MCP relay's, a tool runner's).
+fn tunnel_open(open: v1::EgressOpen) -> TunnelUp {
+    TunnelUp::Open { id: open.id, host: open.host, port: open.port, asked_by: open.asked_by }
+}
+
+/// What an MCP server's relay sends up over RelayMcp.
+pub(crate) fn mcp_up(up: v1::McpUp) -> crate::work::mcp::relay::Up {
+    use crate::work::mcp::relay::Up;
+    use v1::mcp_up::Kind;
+    match up.kind {
+        Some(Kind::Stdout(bytes)) => Up::Stdout(bytes),
+        Some(Kind::Stderr(line)) => Up::Stderr(line),
+        Some(Kind::Exited(exit)) => Up::Exited { code: exit.code, signal: exit.signal },
+        Some(Kind::Health(answer)) => Up::Health(health_answer(answer)),
+        Some(Kind::EgressOpen(open)) => Up::Tunnel(tunnel_open(open)),
+        Some(Kind::EgressData(data)) => Up::Tunnel(TunnelUp::Data { id: data.id, data: data.data }),
+        Some(Kind::EgressClose(close)) => Up::Tunnel(TunnelUp::Close { id: close.id, write_only: close.write_only }),
+        Some(Kind::Hello(_)) | None => Up::Other,
+    }
+}
+
+/// The domain's form of a ScheduleTask request (checked by the scheduler).
+pub(crate) fn task_request(definition: v1::TaskDefinition) -> crate::drive::scheduler::TaskRequest {
+    use crate::drive::scheduler::{Every, TaskRequest};
+    let kind = definition.schedule.and_then(|schedule| schedule.kind).map(|kind| match kind {
+        v1::task_schedule::Kind::Cron(cron) => Every::Cron(cron),
+        v1::task_schedule::Kind::IntervalSeconds(seconds) => Every::Seconds(seconds),
+        v1::task_schedule::Kind::Once(at) => Every::Once(at),
+        v1::task_schedule::Kind::Cadence(cadence) => Every::Cadence(cadence),
+    });
+    TaskRequest {
+        r#type: definition.r#type,
+        schedule: kind,
+        agent: definition.agent,
+        prompt: definition.prompt,
+        description: definition.description,
+        timezone: definition.timezone,
+        active_hours: definition.active_hours,
+        context_mode: definition.context_mode,
+        notification: definition.notification.map(|n| (n.channel, n.on_success, n.on_failure)),
+        catch_up: definition.catch_up,
+        concurrency: definition.concurrency,
+        retry_interrupted: definition.retry_interrupted,
+        timeout_seconds: definition.timeout_seconds,
+    }
+}
+
+/// A tool's web request: a search when it names a query, else a fetch.
+pub(super) fn web_asked(message: v1::WebProxyRequest) -> crate::net::egress::web::Asked {
+    use crate::net::egress::web::Asked;
+    if !message.search_query.is_empty() {
+        return Asked::Search { query: message.search_query, count: message.search_count as usize };
+    }
+    Asked::Fetch {
+        method: message.method,
+        url: message.url,
+        headers: message.headers.into_iter().collect(),
+        body: message.body,
+    }
+}
+
+/// A self-test as `baaaht doctor` asks for it (a tool container in the `self-test` session by
+/// default), or which field is wrong.
+pub(super) fn self_test(message: v1::SelfTestRequest) -> Result<crate::ops::selftest::SelfTest, Status> {
+    let role = super::role_of(message.role)?.unwrap_or(Role::Tool);
+    let probe = match message.probe_address.as_str() {
+        "" => None,
+        text => Some(
+            text.parse::<std::net::SocketAddr>()
+                .map_err(|_unparsable| Status::invalid_argument(format!("probe_address `{text}` is not IP:PORT")))?,
+        ),
+    };
+    let llm_model = match message.llm_model.as_str() {
+        "" => None,
+        model if model.len() <= 200 && model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c)) => {
+            Some(model.to_string())
+        }
+        model => {
+            return Err(Status::invalid_argument(format!(
+                "llm_model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
+                model.escape_debug()
+            )))
+        }
+    };
+    let session = if message.session_id.is_empty() { "self-test".to_string() } else { message.session_id };
+    if !crate::base::auth::is_valid_context_id(&session) {
+        return Err(Status::invalid_argument(format!(
+            "session_id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
+            session.escape_debug()
+        )));
+    }
+    Ok(crate::ops::selftest::SelfTest { role, probe, llm_model, session, linger: message.linger_seconds })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::to_wire::{context_ref, role_ref};
+
+    #[test]
+    fn roles_and_contexts_round_trip() {
+        for role in Role::AGENTS.iter().chain([&Role::Tool]) {
+            assert_eq!(role_of(role_ref(*role) as i32), Ok(Some(*role)));
+        }
+        assert_eq!(role_of(0), Ok(None));
+        assert!(role_of(99).is_err());
+        for context in [Context::user("alice"), Context::group("family")] {
+            assert_eq!(context_of(&context_ref(&context)), Ok(context));
+        }
+        let bad = v1::ContextRef { r#type: v1::ContextType::User as i32, id: "../x".into() };
+        assert!(context_of(&bad).is_err());
+    }
+}
