@@ -5,8 +5,10 @@
 use baaaht_proto::v1;
 use tonic::Status;
 
-use crate::base::auth::{Context, ContextKind, Role};
+use super::valid_id;
+use crate::base::auth::{Caller, Context, ContextKind, Role};
 use crate::net::egress::relay::TunnelUp;
+use crate::store::sessions::{Filter, SessionStatus};
 
 /// The context a protocol reference names; the error says what is wrong with it (the caller
 /// adds the field's name).
@@ -197,6 +199,148 @@ pub(super) fn self_test(message: v1::SelfTestRequest) -> Result<crate::ops::self
         )));
     }
     Ok(crate::ops::selftest::SelfTest { role, probe, llm_model, session, linger: message.linger_seconds })
+}
+
+/// A user's message as a request carries it.
+pub(super) struct Written<'a> {
+    pub(super) sender_id: &'a str,
+    pub(super) channel: i32,
+    pub(super) session_id: String,
+    pub(super) parent_entry_id: String,
+    pub(super) content: String,
+    pub(super) attachments: Vec<v1::Attachment>,
+}
+
+/// A message for the orchestrator: its session id checked (`field` names it in the error), the
+/// sender one the caller may write as, the channel the caller's.
+pub(super) fn incoming(
+    caller: &Caller,
+    context: Context,
+    written: Written<'_>,
+    field: &str,
+) -> Result<crate::drive::orchestrator::Incoming, Status> {
+    if !written.session_id.is_empty() {
+        valid_id(&written.session_id, field)?;
+    }
+    let sender = sender_of(caller, &context, written.sender_id)?;
+    let mut content = written.content;
+    if !written.attachments.is_empty() && written.session_id.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "{field}: a message with attachments names the session UploadFile stored them in"
+        )));
+    }
+    for (index, attachment) in written.attachments.iter().enumerate() {
+        if !crate::store::uploads::is_upload_path(&attachment.path) {
+            return Err(Status::invalid_argument(format!(
+                "attachments[{index}].path: `{}` is not an upload; give the path UploadFile answered (uploads/NAME)",
+                attachment.path
+            )));
+        }
+        if !content.is_empty() {
+            content.push_str("\n\n");
+        }
+        content.push_str(&crate::store::uploads::mention(
+            &attachment.path,
+            &attachment.mime_type,
+            attachment.size_bytes,
+        ));
+    }
+    let stored_in = written.session_id.clone();
+    let attachments = written
+        .attachments
+        .into_iter()
+        .map(|attachment| crate::store::sessions::log::Attachment {
+            session: stored_in.clone(),
+            path: attachment.path,
+            mime_type: attachment.mime_type,
+            size_bytes: attachment.size_bytes,
+        })
+        .collect();
+    Ok(crate::drive::orchestrator::Incoming {
+        context,
+        session: (!written.session_id.is_empty()).then_some(written.session_id),
+        sender,
+        channel: channel_of(caller, written.channel),
+        content,
+        parent: (!written.parent_entry_id.is_empty()).then_some(written.parent_entry_id),
+        attachments,
+    })
+}
+
+pub(super) fn channel_name(channel: i32) -> Option<String> {
+    match v1::ChannelType::try_from(channel) {
+        Ok(v1::ChannelType::Tui) => Some("tui".into()),
+        Ok(v1::ChannelType::Web) => Some("web".into()),
+        Ok(v1::ChannelType::Slack) => Some("slack".into()),
+        Ok(v1::ChannelType::Telegram) => Some("telegram".into()),
+        Ok(v1::ChannelType::Email) => Some("email".into()),
+        Ok(v1::ChannelType::Matrix) => Some("matrix".into()),
+        Ok(v1::ChannelType::Cli) => Some("cli".into()),
+        _ => None,
+    }
+}
+
+pub(super) fn filter(request: &v1::SessionFilter) -> Result<Filter, Status> {
+    let context = match (request.group_id.is_empty(), request.user_id.is_empty()) {
+        (false, _) => Some(Context::group(request.group_id.clone())),
+        (true, false) if request.context_type == v1::ContextType::User as i32 => {
+            Some(Context::user(request.user_id.clone()))
+        }
+        _ => None,
+    };
+    let status = match request.status.as_str() {
+        "" => None,
+        "created" => Some(SessionStatus::Created),
+        "active" => Some(SessionStatus::Active),
+        "idle" => Some(SessionStatus::Idle),
+        "archived" => Some(SessionStatus::Archived),
+        other => {
+            return Err(Status::invalid_argument(format!(
+                "status `{}` is not one of created, active, idle, archived",
+                other.escape_debug()
+            )))
+        }
+    };
+    let nonempty = |text: &str| (!text.is_empty()).then(|| text.to_string());
+    Ok(Filter {
+        context,
+        user_id: nonempty(&request.user_id).filter(|_| request.group_id.is_empty()),
+        status,
+        created_after: nonempty(&request.created_after),
+        created_before: nonempty(&request.created_before),
+    })
+}
+
+/// Checks an id a client sent before it is used as a folder name.
+/// Who writes a message: a gateway's user, always that user; in a user's own conversation that
+/// user (another `sender_id` is refused, so a message never lands in someone else's session);
+/// in a group the given `sender_id`, else the group itself.
+pub(super) fn sender_of(caller: &Caller, context: &crate::base::auth::Context, given: &str) -> Result<String, Status> {
+    if let Caller::Gateway(call) = caller {
+        return call.user.as_ref().map(|user| user.id.clone()).ok_or_else(|| Status::unauthenticated("no end user"));
+    }
+    if context.kind == crate::base::auth::ContextKind::User {
+        if !given.is_empty() && given != context.id {
+            return Err(Status::invalid_argument(format!(
+                "sender_id `{}` is not {context}: in a user's own conversation the sender is that user; \
+                 sender_id names who writes in a group",
+                given.escape_debug()
+            )));
+        }
+        return Ok(context.id.clone());
+    }
+    let sender = if given.is_empty() { context.id.clone() } else { given.to_string() };
+    valid_id(&sender, "sender_id")?;
+    Ok(sender)
+}
+
+/// The channel a message came from: a gateway's own (whatever it says), else what the client
+/// says.
+pub(super) fn channel_of(caller: &Caller, requested: i32) -> Option<String> {
+    match caller {
+        Caller::Gateway(call) => Some(call.channel.to_string()),
+        _ => channel_name(requested),
+    }
 }
 
 #[cfg(test)]

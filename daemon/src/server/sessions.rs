@@ -11,9 +11,11 @@ use super::Shared;
 use crate::base::auth::Context;
 use crate::base::auth::{Caller, ContextKind, Operation};
 use crate::drive::orchestrator::OrchestratorError;
-use crate::store::sessions::{Entry, Filter, SessionError, SessionRecord, SessionStatus};
+use crate::store::sessions::{SessionError, SessionStatus};
 
-use super::{caller, check, context_of, limited, own_context, until_shutdown, valid_id};
+use super::from_wire::{channel_name, filter, incoming, sender_of, Written};
+use super::to_wire::{entry, header};
+use super::{caller, check, context_of, limited, own_context, to_wire, until_shutdown, valid_id};
 
 impl From<SessionError> for Status {
     fn from(error: SessionError) -> Status {
@@ -56,113 +58,6 @@ impl From<OrchestratorError> for Status {
     }
 }
 
-pub(super) fn header(record: &SessionRecord) -> v1::SessionHeader {
-    let context_type = if record.group_id.is_some() { v1::ContextType::Group } else { v1::ContextType::User };
-    v1::SessionHeader {
-        id: record.id.clone(),
-        version: crate::store::sessions::log::VERSION,
-        user_id: record.user_id.clone(),
-        group_id: record.group_id.clone().unwrap_or_default(),
-        context_type: context_type as i32,
-        created: record.created.clone(),
-        title: record.title.clone().unwrap_or_default(),
-        status: record.status.as_str().into(),
-        last_activity: record.last_activity.clone(),
-        model: record.model.clone().unwrap_or_default(),
-        archived_at: record.archived_at.clone().unwrap_or_default(),
-        forked_from_session: record.forked_from.as_ref().map(|fork| fork.session_id.clone()).unwrap_or_default(),
-        forked_from_entry: record.forked_from.as_ref().map(|fork| fork.entry_id.clone()).unwrap_or_default(),
-        scheduled_run: record.run,
-    }
-}
-
-fn role_of_name(name: &str) -> v1::AgentRole {
-    use crate::base::auth::Role;
-    Role::AGENTS
-        .iter()
-        .find(|role| role.as_str() == name)
-        .map_or(v1::AgentRole::Unspecified, |role| super::role_ref(*role))
-}
-
-/// A user's message as a request carries it.
-struct Written<'a> {
-    sender_id: &'a str,
-    channel: i32,
-    session_id: String,
-    parent_entry_id: String,
-    content: String,
-    attachments: Vec<v1::Attachment>,
-}
-
-/// A message for the orchestrator: its session id checked (`field` names it in the error), the
-/// sender one the caller may write as, the channel the caller's.
-fn incoming(
-    caller: &Caller,
-    context: Context,
-    written: Written<'_>,
-    field: &str,
-) -> Result<crate::drive::orchestrator::Incoming, Status> {
-    if !written.session_id.is_empty() {
-        valid_id(&written.session_id, field)?;
-    }
-    let sender = sender_of(caller, &context, written.sender_id)?;
-    let mut content = written.content;
-    if !written.attachments.is_empty() && written.session_id.is_empty() {
-        return Err(Status::invalid_argument(format!(
-            "{field}: a message with attachments names the session UploadFile stored them in"
-        )));
-    }
-    for (index, attachment) in written.attachments.iter().enumerate() {
-        if !crate::store::uploads::is_upload_path(&attachment.path) {
-            return Err(Status::invalid_argument(format!(
-                "attachments[{index}].path: `{}` is not an upload; give the path UploadFile answered (uploads/NAME)",
-                attachment.path
-            )));
-        }
-        if !content.is_empty() {
-            content.push_str("\n\n");
-        }
-        content.push_str(&crate::store::uploads::mention(
-            &attachment.path,
-            &attachment.mime_type,
-            attachment.size_bytes,
-        ));
-    }
-    let stored_in = written.session_id.clone();
-    let attachments = written
-        .attachments
-        .into_iter()
-        .map(|attachment| crate::store::sessions::log::Attachment {
-            session: stored_in.clone(),
-            path: attachment.path,
-            mime_type: attachment.mime_type,
-            size_bytes: attachment.size_bytes,
-        })
-        .collect();
-    Ok(crate::drive::orchestrator::Incoming {
-        context,
-        session: (!written.session_id.is_empty()).then_some(written.session_id),
-        sender,
-        channel: channel_of(caller, written.channel),
-        content,
-        parent: (!written.parent_entry_id.is_empty()).then_some(written.parent_entry_id),
-        attachments,
-    })
-}
-
-pub(super) fn channel_name(channel: i32) -> Option<String> {
-    match v1::ChannelType::try_from(channel) {
-        Ok(v1::ChannelType::Tui) => Some("tui".into()),
-        Ok(v1::ChannelType::Web) => Some("web".into()),
-        Ok(v1::ChannelType::Slack) => Some("slack".into()),
-        Ok(v1::ChannelType::Telegram) => Some("telegram".into()),
-        Ok(v1::ChannelType::Email) => Some("email".into()),
-        Ok(v1::ChannelType::Matrix) => Some("matrix".into()),
-        Ok(v1::ChannelType::Cli) => Some("cli".into()),
-        _ => None,
-    }
-}
-
 /// How long an upload may take from its first byte to its last.
 const UPLOAD_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 /// How long an upload may send nothing.
@@ -189,138 +84,56 @@ fn upload_status(error: crate::store::uploads::UploadError) -> Status {
     }
 }
 
-/// A log entry of `record` as the protocol shows it; the header is the transcript's, not an
-/// entry.
-pub(super) fn entry(record: &crate::store::sessions::SessionRecord, entry: &Entry) -> Option<v1::SessionEntry> {
-    use v1::session_entry::Entry as Kind;
-    let (id, parent, timestamp, kind) = match entry {
-        Entry::Header(_) => return None,
-        Entry::Activity { id, after, timestamp, activity } => {
-            let kind = crate::store::events::Kind::of_activity(activity.clone());
-            let event = crate::server::to_wire::event(
-                &record.context(),
-                crate::store::events::Event::of_session(&record.id, kind),
-            );
-            let kind = Kind::Activity(v1::ActivityEntry { after: after.clone(), event: Some(event) });
-            return Some(v1::SessionEntry {
-                id: id.clone(),
-                parent: String::new(),
-                timestamp: timestamp.clone(),
-                entry: Some(kind),
-            });
-        }
-        Entry::Message { id, parent, timestamp, message } => (
-            id,
-            parent,
-            timestamp,
-            Kind::Message(v1::MessageEntry {
-                role: message.role.clone(),
-                content: message.content.clone(),
-                channel: crate::server::to_wire::channel_ref(message.channel_type.as_deref()) as i32,
-                sender_id: message.sender_id.clone().unwrap_or_default(),
-                sender_name: String::new(),
-                attachments: message.attachments.iter().map(crate::server::to_wire::attachment).collect(),
-            }),
-        ),
-        Entry::Delegate { id, parent, timestamp, agent, task, result, .. } => (
-            id,
-            parent,
-            timestamp,
-            Kind::Delegate(v1::DelegateEntry {
-                agent: role_of_name(agent) as i32,
-                task: task.clone(),
-                result: result.clone(),
-            }),
-        ),
-        Entry::Compaction { id, parent, timestamp, summary, compacted_entry_ids, .. } => (
-            id,
-            parent,
-            timestamp,
-            Kind::Compaction(v1::CompactionEntry {
-                summary: summary.clone(),
-                compacted_entry_ids: compacted_entry_ids.clone(),
-            }),
-        ),
-        Entry::ModelChange { id, parent, timestamp, previous_model, new_model } => (
-            id,
-            parent,
-            timestamp,
-            Kind::ModelChange(v1::ModelChangeEntry {
-                previous_model: previous_model.clone(),
-                new_model: new_model.clone(),
-            }),
-        ),
-    };
-    Some(v1::SessionEntry { id: id.clone(), parent: parent.clone(), timestamp: timestamp.clone(), entry: Some(kind) })
-}
-
-pub(super) fn filter(request: &v1::SessionFilter) -> Result<Filter, Status> {
-    let context = match (request.group_id.is_empty(), request.user_id.is_empty()) {
-        (false, _) => Some(Context::group(request.group_id.clone())),
-        (true, false) if request.context_type == v1::ContextType::User as i32 => {
-            Some(Context::user(request.user_id.clone()))
-        }
-        _ => None,
-    };
-    let status = match request.status.as_str() {
-        "" => None,
-        "created" => Some(SessionStatus::Created),
-        "active" => Some(SessionStatus::Active),
-        "idle" => Some(SessionStatus::Idle),
-        "archived" => Some(SessionStatus::Archived),
-        other => {
-            return Err(Status::invalid_argument(format!(
-                "status `{}` is not one of created, active, idle, archived",
-                other.escape_debug()
-            )))
-        }
-    };
-    let nonempty = |text: &str| (!text.is_empty()).then(|| text.to_string());
-    Ok(Filter {
-        context,
-        user_id: nonempty(&request.user_id).filter(|_| request.group_id.is_empty()),
-        status,
-        created_after: nonempty(&request.created_after),
-        created_before: nonempty(&request.created_before),
-    })
-}
-
-/// Checks an id a client sent before it is used as a folder name.
-/// Who writes a message: a gateway's user, always that user; in a user's own conversation that
-/// user (another `sender_id` is refused, so a message never lands in someone else's session);
-/// in a group the given `sender_id`, else the group itself.
-pub(super) fn sender_of(caller: &Caller, context: &crate::base::auth::Context, given: &str) -> Result<String, Status> {
-    if let Caller::Gateway(call) = caller {
-        return call.user.as_ref().map(|user| user.id.clone()).ok_or_else(|| Status::unauthenticated("no end user"));
-    }
-    if context.kind == crate::base::auth::ContextKind::User {
-        if !given.is_empty() && given != context.id {
-            return Err(Status::invalid_argument(format!(
-                "sender_id `{}` is not {context}: in a user's own conversation the sender is that user; \
-                 sender_id names who writes in a group",
-                given.escape_debug()
-            )));
-        }
-        return Ok(context.id.clone());
-    }
-    let sender = if given.is_empty() { context.id.clone() } else { given.to_string() };
-    valid_id(&sender, "sender_id")?;
-    Ok(sender)
-}
-
-/// The channel a message came from: a gateway's own (whatever it says), else what the client
-/// says.
-pub(super) fn channel_of(caller: &Caller, requested: i32) -> Option<String> {
-    match caller {
-        Caller::Gateway(call) => Some(call.channel.to_string()),
-        _ => channel_name(requested),
-    }
-}
-
 /// The `Sessions` service.
 #[derive(Debug, Clone)]
 pub(super) struct SessionsService {
     pub(super) shared: Arc<Shared>,
+}
+
+impl SessionsService {
+    /// The session an upload goes to: the one it names in `context`, else the sender's active
+    /// one; never an archived one, nor a group's that takes no messages.
+    fn upload_session(
+        &self,
+        caller: &Caller,
+        context: &Context,
+        start: &v1::UploadStart,
+    ) -> Result<crate::store::sessions::SessionRecord, Status> {
+        let sender = sender_of(caller, context, &start.sender_id)?;
+        let record = if start.session_id.is_empty() {
+            self.shared.sessions.active(context, &sender)?
+        } else {
+            valid_id(&start.session_id, "start.session_id")?;
+            self.shared.sessions.get_in(&start.session_id, context)?
+        };
+        if record.status == SessionStatus::Archived {
+            return Err(SessionError::Archived(record.id).into());
+        }
+        if context.kind == crate::base::auth::ContextKind::Group {
+            self.shared.groups.accepts_messages(&context.id).map_err(OrchestratorError::from)?;
+        }
+        Ok(record)
+    }
+}
+
+/// An upload's bytes, as they come, into `upload`; each chunk within [`UPLOAD_IDLE_LIMIT`]. Disk
+/// writes are blocking, and so is the unmount that letting go of the workspace may take.
+async fn received(
+    stream: &mut tonic::Streaming<v1::UploadChunk>,
+    mut upload: crate::store::uploads::Upload,
+) -> Result<crate::store::uploads::Upload, Status> {
+    loop {
+        let Ok(next) = tokio::time::timeout(UPLOAD_IDLE_LIMIT, stream.message()).await else {
+            let idle = UPLOAD_IDLE_LIMIT.as_secs();
+            return Err(Status::deadline_exceeded(format!("the upload sent nothing for {idle} s; send it again")));
+        };
+        let Some(chunk) = next? else { return Ok(upload) };
+        let Some(v1::upload_chunk::Part::Data(bytes)) = chunk.part else {
+            return Err(Status::invalid_argument("only an upload's first message is its UploadStart"));
+        };
+        let written = tokio::task::spawn_blocking(move || upload.write(&bytes).map(|()| upload));
+        upload = written.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
+    }
 }
 
 #[tonic::async_trait]
@@ -518,76 +331,34 @@ impl v1::sessions_server::Sessions for SessionsService {
         let caller = check(&self.shared, &request, Operation::UploadFile, context.as_ref(), Some(&start.session_id))?;
         let context =
             context.ok_or_else(|| Status::invalid_argument("start.context: name the user or group it is for"))?;
-        let sender = sender_of(&caller, &context, &start.sender_id)?;
-        let record = if start.session_id.is_empty() {
-            self.shared.sessions.active(&context, &sender)?
-        } else {
-            valid_id(&start.session_id, "start.session_id")?;
-            self.shared.sessions.get_in(&start.session_id, &context)?
-        };
-        if record.status == SessionStatus::Archived {
-            return Err(SessionError::Archived(record.id).into());
-        }
-        if context.kind == crate::base::auth::ContextKind::Group {
-            self.shared.groups.accepts_messages(&context.id).map_err(OrchestratorError::from)?;
-        }
+        let record = self.upload_session(&caller, &context, &start)?;
         let max = self.shared.loaded.config.sessions.max_upload_bytes;
         if start.size_bytes > max {
             return Err(upload_status(crate::store::uploads::UploadError::TooLarge(max)));
         }
         // An upload holds a file and the session's workspace open: a user and a gateway hold
         // a few at a time, and each must keep sending.
-        let _held = self
-            .shared
-            .limits
-            .uploads
-            .take(&crate::guard::limits::Limits::upload_keys(&caller))
-            .map_err(|why| limited(&self.shared, &caller, "uploads", why))?;
+        let keys = crate::guard::limits::Limits::upload_keys(&caller);
+        let _held =
+            self.shared.limits.uploads.take(&keys).map_err(|why| limited(&self.shared, &caller, "uploads", why))?;
         let (workspaces, session) = (self.shared.workspaces.clone(), record.id.clone());
         let begun =
             tokio::task::spawn_blocking(move || crate::store::uploads::Upload::begin(workspaces, &session, max));
-        let mut upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
-        // Disk writes, and the unmount that letting go of the workspace may take, are blocking.
-        let received = async {
-            loop {
-                let next = tokio::time::timeout(UPLOAD_IDLE_LIMIT, request.get_mut().message()).await;
-                let Ok(next) = next else {
-                    return Err(Status::deadline_exceeded(format!(
-                        "the upload sent nothing for {} s; send it again",
-                        UPLOAD_IDLE_LIMIT.as_secs()
-                    )));
-                };
-                let Some(chunk) = next? else { break };
-                let Some(Part::Data(bytes)) = chunk.part else {
-                    return Err(Status::invalid_argument("only an upload's first message is its UploadStart"));
-                };
-                let written = tokio::task::spawn_blocking(move || upload.write(&bytes).map(|()| upload));
-                upload = written.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
-            }
-            Ok(upload)
-        };
-        let upload = match tokio::time::timeout(UPLOAD_TIME_LIMIT, received).await {
+        let upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
+        let upload = match tokio::time::timeout(UPLOAD_TIME_LIMIT, received(request.get_mut(), upload)).await {
             Ok(received) => received?,
             Err(_) => {
+                let minutes = UPLOAD_TIME_LIMIT.as_secs() / 60;
                 return Err(Status::deadline_exceeded(format!(
-                    "the upload took more than {} minutes; send it again",
-                    UPLOAD_TIME_LIMIT.as_secs() / 60
-                )))
+                    "the upload took more than {minutes} minutes; send it again"
+                )));
             }
         };
         let (filename, declared) = (start.filename, start.mime_type);
         let finished = tokio::task::spawn_blocking(move || upload.finish(&filename, &declared));
         let stored = finished.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
         tracing::info!(session = %record.id, name = %stored.name, bytes = stored.size, mime = %stored.mime_type, "upload stored");
-        Ok(Response::new(v1::UploadResult {
-            session_id: record.id,
-            attachment: Some(v1::Attachment {
-                path: stored.path(),
-                filename: stored.name,
-                mime_type: stored.mime_type,
-                size_bytes: stored.size,
-            }),
-        }))
+        Ok(Response::new(to_wire::upload_result(record.id, stored)))
     }
 
     async fn list_sessions(&self, request: Request<v1::SessionFilter>) -> Result<Response<v1::SessionList>, Status> {

@@ -5,6 +5,7 @@ use baaaht_proto::v1;
 
 use crate::base::auth::{Context, ContextKind, Role};
 use crate::net::egress::relay::TunnelDown;
+use crate::store::sessions::{Entry, SessionRecord};
 
 /// The protocol's reference to `context`.
 pub(crate) fn context_ref(context: &Context) -> v1::ContextRef {
@@ -361,4 +362,109 @@ pub(super) fn self_test_response(
             })
             .collect(),
     }
+}
+
+pub(crate) fn upload_result(session_id: String, stored: crate::store::uploads::Stored) -> v1::UploadResult {
+    v1::UploadResult {
+        session_id,
+        attachment: Some(v1::Attachment {
+            path: stored.path(),
+            filename: stored.name,
+            mime_type: stored.mime_type,
+            size_bytes: stored.size,
+        }),
+    }
+}
+
+pub(super) fn header(record: &SessionRecord) -> v1::SessionHeader {
+    let context_type = if record.group_id.is_some() { v1::ContextType::Group } else { v1::ContextType::User };
+    v1::SessionHeader {
+        id: record.id.clone(),
+        version: crate::store::sessions::log::VERSION,
+        user_id: record.user_id.clone(),
+        group_id: record.group_id.clone().unwrap_or_default(),
+        context_type: context_type as i32,
+        created: record.created.clone(),
+        title: record.title.clone().unwrap_or_default(),
+        status: record.status.as_str().into(),
+        last_activity: record.last_activity.clone(),
+        model: record.model.clone().unwrap_or_default(),
+        archived_at: record.archived_at.clone().unwrap_or_default(),
+        forked_from_session: record.forked_from.as_ref().map(|fork| fork.session_id.clone()).unwrap_or_default(),
+        forked_from_entry: record.forked_from.as_ref().map(|fork| fork.entry_id.clone()).unwrap_or_default(),
+        scheduled_run: record.run,
+    }
+}
+
+fn role_of_name(name: &str) -> v1::AgentRole {
+    use crate::base::auth::Role;
+    Role::AGENTS
+        .iter()
+        .find(|role| role.as_str() == name)
+        .map_or(v1::AgentRole::Unspecified, |role| super::role_ref(*role))
+}
+
+/// A log entry of `record` as the protocol shows it; the header is the transcript's, not an
+/// entry.
+pub(super) fn entry(record: &crate::store::sessions::SessionRecord, entry: &Entry) -> Option<v1::SessionEntry> {
+    use v1::session_entry::Entry as Kind;
+    let (id, parent, timestamp, kind) = match entry {
+        Entry::Header(_) => return None,
+        Entry::Activity { id, after, timestamp, activity } => {
+            let kind = crate::store::events::Kind::of_activity(activity.clone());
+            let event = crate::server::to_wire::event(
+                &record.context(),
+                crate::store::events::Event::of_session(&record.id, kind),
+            );
+            let kind = Kind::Activity(v1::ActivityEntry { after: after.clone(), event: Some(event) });
+            return Some(v1::SessionEntry {
+                id: id.clone(),
+                parent: String::new(),
+                timestamp: timestamp.clone(),
+                entry: Some(kind),
+            });
+        }
+        Entry::Message { id, parent, timestamp, message } => (
+            id,
+            parent,
+            timestamp,
+            Kind::Message(v1::MessageEntry {
+                role: message.role.clone(),
+                content: message.content.clone(),
+                channel: crate::server::to_wire::channel_ref(message.channel_type.as_deref()) as i32,
+                sender_id: message.sender_id.clone().unwrap_or_default(),
+                sender_name: String::new(),
+                attachments: message.attachments.iter().map(crate::server::to_wire::attachment).collect(),
+            }),
+        ),
+        Entry::Delegate { id, parent, timestamp, agent, task, result, .. } => (
+            id,
+            parent,
+            timestamp,
+            Kind::Delegate(v1::DelegateEntry {
+                agent: role_of_name(agent) as i32,
+                task: task.clone(),
+                result: result.clone(),
+            }),
+        ),
+        Entry::Compaction { id, parent, timestamp, summary, compacted_entry_ids, .. } => (
+            id,
+            parent,
+            timestamp,
+            Kind::Compaction(v1::CompactionEntry {
+                summary: summary.clone(),
+                compacted_entry_ids: compacted_entry_ids.clone(),
+            }),
+        ),
+        Entry::ModelChange { id, parent, timestamp, previous_model, new_model } => (
+            id,
+            parent,
+            timestamp,
+            Kind::ModelChange(v1::ModelChangeEntry {
+                previous_model: previous_model.clone(),
+                new_model: new_model.clone(),
+            }),
+        ),
+    };
+    Some(v1::SessionEntry { id: id.clone(), parent: parent.clone(), timestamp: timestamp.clone(), entry: Some(kind) })
 }
