@@ -205,6 +205,31 @@ impl Groups {
     }
 }
 
+impl Groups {
+    /// The group that follows a chat, as `member` comes in (made or joined, named `name`) or
+    /// leaves it (`left`: membership follows who is in the chat); none when a chat left has no
+    /// group.
+    pub fn follow_chat(
+        &self,
+        id: &str,
+        name: &str,
+        member: &str,
+        left: bool,
+        origin: &str,
+    ) -> Result<Option<GroupRecord>, GroupError> {
+        if !left {
+            return self.ensure(id, name, member, origin).map(Some);
+        }
+        let Some(group) = self.get(id) else { return Ok(None) };
+        if !group.members.iter().any(|m| m == member) {
+            return Ok(Some(group));
+        }
+        let group = self.remove_member(id, member)?;
+        tracing::info!(group = %id, user = %member, "a member left the chat, so the group");
+        Ok(Some(group))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

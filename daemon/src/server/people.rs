@@ -61,6 +61,8 @@ impl From<GatewayError> for Status {
             GatewayError::BadName(_) | GatewayError::Invalid(_) => Status::invalid_argument(text),
             GatewayError::Exists(_) => Status::already_exists(text),
             GatewayError::NotFound(_) => Status::not_found(text),
+            GatewayError::NotForIt(_) => Status::permission_denied(text),
+            GatewayError::MissingSecret { .. } => Status::failed_precondition(text),
             other => Status::internal(baaaht_proto::error_chain(&other)),
         }
     }
@@ -201,42 +203,7 @@ impl v1::gateways_server::Gateways for GatewaysService {
             .gateways
             .get(&call.gateway)
             .ok_or_else(|| Status::permission_denied("this gateway is no longer registered"))?;
-        let mut secrets = std::collections::HashMap::new();
-        // What the gateway signs in or listens with: a Slack app's tokens; a web gateway's OIDC
-        // issuer and client (its secret when it is a confidential client).
-        let (prefix, keys): (&str, &[(&str, bool)]) = match &record.kind {
-            GatewayKind::Slack { .. } => {
-                ("the Slack gateway", &[("app_token", true), ("bot_token", true), ("signing_secret", false)])
-            }
-            GatewayKind::Telegram { .. } => ("the Telegram gateway", &[("bot_token", true)]),
-            GatewayKind::Email { .. } => ("the email gateway", &[("password", true)]),
-            GatewayKind::Matrix { .. } => ("the Matrix gateway", &[("password", true)]),
-            GatewayKind::Web { issuer, audience } => {
-                secrets.insert("issuer".to_string(), issuer.clone());
-                secrets.insert("client_id".to_string(), audience.clone());
-                ("the web gateway", &[("client_secret", false)])
-            }
-        };
-        for &(key, required) in keys {
-            let name = crate::work::gateways::secret_name(&record, key);
-            let reference = format!("${{{name}}}");
-            match crate::guard::secrets::resolve_references(&reference, self.shared.secrets.current().as_deref(), |n| {
-                std::env::var(n).ok()
-            }) {
-                Ok(value) => {
-                    secrets.insert(key.to_string(), value.to_string());
-                    let record = Record::by(Kind::Secret, &caller, "read").detail("name", name.as_str());
-                    self.shared.audit.record(record);
-                }
-                Err(_) if !required => {}
-                Err(_) => {
-                    return Err(Status::failed_precondition(format!(
-                        "{prefix} {} needs {name} in the secrets store: run `baaahtd secrets set {name}`",
-                        record.name
-                    )))
-                }
-            }
-        }
+        let secrets = crate::work::gateways::credentials(&record, &self.shared.secrets, &self.shared.audit, &caller)?;
         Ok(Response::new(v1::GatewaySecrets { secrets }))
     }
 
@@ -253,65 +220,10 @@ impl v1::gateways_server::Gateways for GatewaysService {
             .get(&call.gateway)
             .ok_or_else(|| Status::permission_denied("this gateway is no longer registered"))?;
         let message = request.into_inner();
-        let channel = message.channel.trim();
-        let id = match &record.kind {
-            GatewayKind::Slack { team } => {
-                if channel.is_empty() || !channel.chars().all(|c| c.is_ascii_alphanumeric()) {
-                    return Err(Status::invalid_argument(format!(
-                        "channel `{}` is not a Slack channel id",
-                        channel.escape_debug()
-                    )));
-                }
-                format!("slack-{team}-{channel}")
-            }
-            GatewayKind::Telegram { bot } => {
-                // A group's chat id is negative: `-100…` for a supergroup.
-                let digits = channel.strip_prefix('-').unwrap_or(channel);
-                if digits.is_empty() || digits.len() > 20 || !digits.chars().all(|c| c.is_ascii_digit()) {
-                    return Err(Status::invalid_argument(format!(
-                        "chat `{}` is not a Telegram chat id",
-                        channel.escape_debug()
-                    )));
-                }
-                format!("telegram-{bot}-{}", channel.replace('-', "n"))
-            }
-            GatewayKind::Web { .. } => {
-                return Err(Status::permission_denied("a web gateway's rooms are made by an admin, not for a channel"))
-            }
-            GatewayKind::Email { .. } => {
-                return Err(Status::permission_denied(
-                    "an email gateway answers each sender in their own conversations",
-                ))
-            }
-            GatewayKind::Matrix { .. } => {
-                // A room id: `!opaque:server`, or from room version 12 `!opaque`. The group's id is
-                // a digest of it (ids stay short and plain).
-                let valid = channel.starts_with('!') && channel.len() > 1 && channel.len() <= 255;
-                if !valid || channel.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                    return Err(Status::invalid_argument(format!(
-                        "room `{}` is not a Matrix room id",
-                        channel.escape_debug()
-                    )));
-                }
-                use sha2::Digest as _;
-                let digest = sha2::Sha256::digest(channel.as_bytes());
-                let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-                format!("matrix-{short}")
-            }
-        };
-        if message.left {
-            // A group's membership follows who is in its chat.
-            let Some(group) = self.shared.groups.get(&id) else {
-                return Err(Status::not_found("this chat has no group"));
-            };
-            if !group.members.contains(&user.id) {
-                return Ok(Response::new(group_info(id, group)));
-            }
-            let group = self.shared.groups.remove_member(&id, &user.id)?;
-            tracing::info!(group = %id, user = %user.id, "a member left the chat, so the group");
-            return Ok(Response::new(group_info(id, group)));
-        }
-        let group = self.shared.groups.ensure(&id, &message.name, &user.id, &format!("gateway:{}", call.gateway))?;
+        let id = record.kind.channel_group(&message.channel)?;
+        let origin = format!("gateway:{}", call.gateway);
+        let group = self.shared.groups.follow_chat(&id, &message.name, &user.id, message.left, &origin)?;
+        let group = group.ok_or_else(|| Status::not_found("this chat has no group"))?;
         Ok(Response::new(group_info(id, group)))
     }
 }

@@ -33,6 +33,13 @@ pub enum GatewayError {
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
+    /// What a gateway asked of its channel is not for it (a web gateway's rooms, an email
+    /// gateway's groups).
+    #[error("{0}")]
+    NotForIt(String),
+    /// A credential the gateway needs is in neither the secrets store nor the environment.
+    #[error("the {kind} gateway {gateway} needs {name} in the secrets store: run `baaahtd secrets set {name}`")]
+    MissingSecret { kind: &'static str, gateway: String, name: String },
     #[error("cannot generate the gateway's token")]
     Token(#[source] getrandom::Error),
     #[error(transparent)]
@@ -428,6 +435,106 @@ pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(
         ));
     }
     Ok(())
+}
+
+impl GatewayKind {
+    /// The id of the group that follows `channel` (a Slack channel, a Telegram group chat, a
+    /// Matrix room) of a gateway of this kind, or why it names none.
+    pub fn channel_group(&self, channel: &str) -> Result<String, GatewayError> {
+        let channel = channel.trim();
+        let invalid = |what: &str| {
+            GatewayError::Invalid(format!(
+                "{what} `{}` is not {}",
+                channel.escape_debug(),
+                match self {
+                    GatewayKind::Slack { .. } => "a Slack channel id",
+                    GatewayKind::Telegram { .. } => "a Telegram chat id",
+                    _ => "a Matrix room id",
+                }
+            ))
+        };
+        match self {
+            GatewayKind::Slack { team } => {
+                if channel.is_empty() || !channel.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    return Err(invalid("channel"));
+                }
+                Ok(format!("slack-{team}-{channel}"))
+            }
+            GatewayKind::Telegram { bot } => {
+                // A group's chat id is negative: `-100…` for a supergroup.
+                let digits = channel.strip_prefix('-').unwrap_or(channel);
+                if digits.is_empty() || digits.len() > 20 || !digits.chars().all(|c| c.is_ascii_digit()) {
+                    return Err(invalid("chat"));
+                }
+                Ok(format!("telegram-{bot}-{}", channel.replace('-', "n")))
+            }
+            GatewayKind::Web { .. } => {
+                Err(GatewayError::NotForIt("a web gateway's rooms are made by an admin, not for a channel".into()))
+            }
+            GatewayKind::Email { .. } => {
+                Err(GatewayError::NotForIt("an email gateway answers each sender in their own conversations".into()))
+            }
+            GatewayKind::Matrix { .. } => {
+                // A room id: `!opaque:server`, or from room version 12 `!opaque`. The group's id
+                // is a digest of it (ids stay short and plain).
+                let valid = channel.starts_with('!') && channel.len() > 1 && channel.len() <= 255;
+                if !valid || channel.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(invalid("room"));
+                }
+                use sha2::Digest as _;
+                let digest = sha2::Sha256::digest(channel.as_bytes());
+                let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                Ok(format!("matrix-{short}"))
+            }
+        }
+    }
+}
+
+/// The credentials gateway `record` signs in or listens with, from the secrets store (each read
+/// audited as `caller`'s): a Slack app's tokens, a bot's token, a mailbox's or a Matrix
+/// account's password; a web gateway's OIDC issuer and client (its secret when it is a
+/// confidential client).
+pub fn credentials(
+    record: &GatewayRecord,
+    secrets: &crate::guard::secrets::LiveSecrets,
+    audit: &crate::guard::audit::Audit,
+    caller: &crate::base::auth::Caller,
+) -> Result<std::collections::HashMap<String, String>, GatewayError> {
+    let mut found = std::collections::HashMap::new();
+    let keys: &[(&str, bool)] = match &record.kind {
+        GatewayKind::Slack { .. } => &[("app_token", true), ("bot_token", true), ("signing_secret", false)],
+        GatewayKind::Telegram { .. } => &[("bot_token", true)],
+        GatewayKind::Email { .. } | GatewayKind::Matrix { .. } => &[("password", true)],
+        GatewayKind::Web { issuer, audience } => {
+            found.insert("issuer".to_string(), issuer.clone());
+            found.insert("client_id".to_string(), audience.clone());
+            &[("client_secret", false)]
+        }
+    };
+    let opened = secrets.current();
+    for &(key, required) in keys {
+        let name = secret_name(record, key);
+        let reference = format!("${{{name}}}");
+        match crate::guard::secrets::resolve_references(&reference, opened.as_deref(), |n| std::env::var(n).ok()) {
+            Ok(value) => {
+                found.insert(key.to_string(), value.to_string());
+                let read = crate::guard::audit::Record::by(crate::guard::audit::Kind::Secret, caller, "read");
+                audit.record(read.detail("name", name.as_str()));
+            }
+            Err(_) if !required => {}
+            Err(_) => {
+                let kind = match &record.kind {
+                    GatewayKind::Slack { .. } => "Slack",
+                    GatewayKind::Telegram { .. } => "Telegram",
+                    GatewayKind::Email { .. } => "email",
+                    GatewayKind::Matrix { .. } => "Matrix",
+                    GatewayKind::Web { .. } => "web",
+                };
+                return Err(GatewayError::MissingSecret { kind, gateway: record.name.clone(), name });
+            }
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]
