@@ -9,7 +9,7 @@ use baaaht_proto::v1;
 use tonic::{Request, Response, Status};
 
 use super::Shared;
-use super::{check, context_of};
+use super::{check, context_of, to_wire};
 use crate::base::auth::{Caller, Context, EndUser, Operation, Target};
 use crate::guard::audit::{Kind, Record};
 use crate::people::groups::{GroupError, GroupRecord};
@@ -382,48 +382,15 @@ impl v1::admin_server::Admin for AdminService {
             (None, _) => return Err(Status::invalid_argument("context: name the user or group")),
         };
         let report = self.shared.budgets.report(&context);
-        let figures =
-            |spent: crate::model::budgets::Spent, tokens: u64, cost: f64, ends: &jiff::Zoned, period: &str| {
-                v1::UsageFigures {
-                    tokens: spent.tokens,
-                    cost_usd: spent.cost_micros as f64 / 1e6,
-                    token_limit: tokens,
-                    cost_limit_usd: cost,
-                    resets: ends.timestamp().to_string(),
-                    period: period.to_string(),
-                }
-            };
-        let limits = report.limits;
         let (recall, searched) = (self.shared.recall.clone(), context.clone());
         let kept = tokio::task::spawn_blocking(move || recall.size(&searched))
             .await
             .map_err(|error| Status::internal(format!("the index's size: {error}")))?;
-        let (memory_entries, indexed_messages, index_bytes) = kept.unwrap_or_else(|error| {
+        let kept = kept.unwrap_or_else(|error| {
             tracing::warn!(context = %context, error = %baaaht_proto::error_chain(&error), "cannot size the search index");
             (0, 0, 0)
         });
-        Ok(Response::new(v1::UsageReport {
-            memory_entries,
-            memory_limit: self.shared.memory.most() as u64,
-            indexed_messages,
-            index_bytes,
-            context: Some(crate::server::to_wire::context_ref(&context)),
-            today: Some(figures(
-                report.today,
-                limits.daily_tokens,
-                limits.daily_cost,
-                &report.periods.day_ends,
-                &report.periods.day,
-            )),
-            month: Some(figures(
-                report.month,
-                limits.monthly_tokens,
-                limits.monthly_cost,
-                &report.periods.month_ends,
-                &report.periods.month,
-            )),
-            requests_refused: report.month.refused,
-        }))
+        Ok(Response::new(to_wire::usage_report(&context, report, self.shared.memory.most(), kept)))
     }
 
     async fn get_config(&self, request: Request<v1::ConfigRequest>) -> Result<Response<v1::ConfigText>, Status> {

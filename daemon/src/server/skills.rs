@@ -1,6 +1,8 @@
 //! The `Skills` service: the manifest and files of the skills a context sees, and installation.
 
 use super::*;
+use crate::guard::audit::{Kind, Record};
+use crate::work::skills::install::{self, Egress, InstallError, InstallRequest, Source};
 
 /// The `Skills` service.
 #[derive(Debug, Clone)]
@@ -59,7 +61,6 @@ impl v1::skills_server::Skills for SkillsService {
         &self,
         request: Request<v1::InstallSkillRequest>,
     ) -> Result<Response<v1::InstallSkillResponse>, Status> {
-        use crate::work::skills::install::Source;
         let context = context_of(request.get_ref().context.as_ref(), "context")?;
         let caller = check(&self.shared, &request, Operation::InstallSkill, context.as_ref(), None)?;
         let source = match (request.get_ref().source.as_str(), request.get_ref().local_folder.as_str()) {
@@ -76,51 +77,33 @@ impl v1::skills_server::Skills for SkillsService {
             context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?;
         let correlation_id = correlation_id(&request);
         let message = request.into_inner();
-        let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Skill, &caller, "ok")
-            .context(&context)
-            .correlation(&correlation_id)
-            .detail("source", source.to_string())
-            .detail("path", message.path.as_str());
-        let egress = crate::work::skills::install::Egress {
-            web: self.shared.web.clone(),
-            audit: self.shared.audit.clone(),
-            record: crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "")
-                .context(&context)
-                .correlation(&correlation_id),
-        };
-        let install = crate::work::skills::install::InstallRequest {
-            context,
-            source,
-            path: message.path,
-            git_ref: message.git_ref,
-            replace: message.replace,
-        };
+        let record = |kind, outcome| Record::by(kind, &caller, outcome).context(&context).correlation(&correlation_id);
+        let egress =
+            Egress { web: self.shared.web.clone(), audit: self.shared.audit.clone(), record: record(Kind::Egress, "") };
+        let skill = record(Kind::Skill, "ok");
+        let install =
+            InstallRequest { context, source, path: message.path, git_ref: message.git_ref, replace: message.replace };
         let root = self.shared.data_dir.root();
-        let installed = crate::work::skills::install::install(root, &self.shared.containers, &egress, install)
-            .await
-            .map_err(|error| {
-                use crate::work::skills::install::InstallError;
-                let text = error.to_string();
-                let mut failed = record.clone().detail("reason", text.as_str());
-                failed.outcome = "failed".into();
-                self.shared.audit.record(failed);
-                match error {
-                    InstallError::BadSource(_) | InstallError::BadFolder(_) | InstallError::BadArgument(_) => {
-                        Status::invalid_argument(text)
-                    }
-                    InstallError::Exists { .. } => Status::already_exists(text),
-                    InstallError::Io { .. } => Status::internal(baaaht_proto::error_chain(&error)),
-                    _ => Status::failed_precondition(text),
-                }
-            })?;
-        self.shared
-            .audit
-            .record(record.detail("name", installed.name.as_str()).detail("commit", installed.commit.as_str()));
+        let installed = install::install(root, &self.shared.containers, &egress, install, skill).await?;
         Ok(Response::new(v1::InstallSkillResponse {
             name: installed.name,
             description: installed.description,
             installed_to: installed.installed_to,
             commit: installed.commit,
         }))
+    }
+}
+
+impl From<InstallError> for Status {
+    fn from(error: InstallError) -> Status {
+        let text = error.to_string();
+        match error {
+            InstallError::BadSource(_) | InstallError::BadFolder(_) | InstallError::BadArgument(_) => {
+                Status::invalid_argument(text)
+            }
+            InstallError::Exists { .. } => Status::already_exists(text),
+            InstallError::Io { .. } => Status::internal(baaaht_proto::error_chain(&error)),
+            _ => Status::failed_precondition(text),
+        }
     }
 }

@@ -468,3 +468,41 @@ pub(super) fn entry(record: &crate::store::sessions::SessionRecord, entry: &Entr
     };
     Some(v1::SessionEntry { id: id.clone(), parent: parent.clone(), timestamp: timestamp.clone(), entry: Some(kind) })
 }
+
+/// `context`'s spending this day and month against its limits, its memory and its search index
+/// (`kept`: memory entries, indexed messages, the index's bytes).
+pub(crate) fn usage_report(
+    context: &Context,
+    report: crate::model::budgets::Report,
+    memory_limit: usize,
+    kept: (u64, u64, u64),
+) -> v1::UsageReport {
+    let figures = |spent: crate::model::budgets::Spent, tokens: u64, cost: f64, ends: &jiff::Zoned, period: &str| {
+        v1::UsageFigures {
+            tokens: spent.tokens,
+            cost_usd: spent.cost_micros as f64 / 1e6,
+            token_limit: tokens,
+            cost_limit_usd: cost,
+            resets: ends.timestamp().to_string(),
+            period: period.to_string(),
+        }
+    };
+    let (limits, periods) = (report.limits, report.periods);
+    let (memory_entries, indexed_messages, index_bytes) = kept;
+    v1::UsageReport {
+        memory_entries,
+        memory_limit: memory_limit as u64,
+        indexed_messages,
+        index_bytes,
+        context: Some(context_ref(context)),
+        today: Some(figures(report.today, limits.daily_tokens, limits.daily_cost, &periods.day_ends, &periods.day)),
+        month: Some(figures(
+            report.month,
+            limits.monthly_tokens,
+            limits.monthly_cost,
+            &periods.month_ends,
+            &periods.month,
+        )),
+        requests_refused: report.month.refused,
+    }
+}

@@ -356,20 +356,16 @@ if command -v python3 >/dev/null; then
 fi
 echo checked"#;
 
-/// Installs the skill `request` names into its context's skills; see the module's text.
+/// Installs the skill `request` names into its context's skills (see the module's text), and
+/// records in the audit log, as `record` (of kind skill), what was installed or why not.
 pub async fn install(
     root: &Path,
     containers: &ContainerManager,
     egress: &Egress,
     request: InstallRequest,
+    record: crate::guard::audit::Record,
 ) -> Result<Installed, InstallError> {
-    check_request(&request)?;
-    let staging = root.join("data/tmp").join(format!("skill-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&staging).map_err(io(format!("cannot create {}", staging.display())))?;
-    let outcome = install_from(root, containers, egress, &request, &staging).await;
-    if let Err(error) = std::fs::remove_dir_all(&staging) {
-        tracing::warn!(path = %staging.display(), %error, "cannot remove the staging folder");
-    }
+    let outcome = staged(root, containers, egress, &request).await;
     match &outcome {
         Ok(installed) => tracing::info!(
             target: "baaaht_daemon::work::skills::audit",
@@ -381,6 +377,32 @@ pub async fn install(
             context = %request.context, source = %request.source, %error,
             "skill refused"
         ),
+    }
+    let record = record.detail("source", request.source.to_string()).detail("path", request.path.as_str());
+    egress.audit.record(match &outcome {
+        Ok(installed) => record.detail("name", installed.name.as_str()).detail("commit", installed.commit.as_str()),
+        Err(error) => {
+            let mut failed = record.detail("reason", error.to_string());
+            failed.outcome = "failed".into();
+            failed
+        }
+    });
+    outcome
+}
+
+/// Checks `request`, then installs it through a staging folder of its own, removed after.
+async fn staged(
+    root: &Path,
+    containers: &ContainerManager,
+    egress: &Egress,
+    request: &InstallRequest,
+) -> Result<Installed, InstallError> {
+    check_request(request)?;
+    let staging = root.join("data/tmp").join(format!("skill-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&staging).map_err(io(format!("cannot create {}", staging.display())))?;
+    let outcome = install_from(root, containers, egress, request, &staging).await;
+    if let Err(error) = std::fs::remove_dir_all(&staging) {
+        tracing::warn!(path = %staging.display(), %error, "cannot remove the staging folder");
     }
     outcome
 }
