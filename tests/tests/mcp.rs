@@ -776,7 +776,7 @@ fn a_server_sees_its_allowlisted_folders_the_callers_workspace_and_keeps_its_own
 #[test]
 fn the_memory_server_from_npm_keeps_its_graph_in_its_own_folder_across_restarts() {
     let rt = baaaht_tests::runtime();
-    // As README shows it.
+    // README's example, with its version pinned, for the Coder, and a timeout.
     let mcp = "servers:\n  memory:\n    command: mcp-server-memory\n    \
                install: [{source: npm, name: '@modelcontextprotocol/server-memory@2026.8.31'}]\n    \
                env: {MEMORY_FILE_PATH: /state/memory.json}\n    state: true\n    roles: [coder]\n    timeout: 60\n";
