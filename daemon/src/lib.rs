@@ -175,7 +175,7 @@ impl Daemon {
         shared.supervisors.serve_all(&shared.gateways);
         let (scanned, first_scan) = tokio::sync::oneshot::channel();
         let socket = bound.socket_path().display().to_string();
-        let subsystems = subsystems(&shared, &lifetime, engine, listeners.metrics, scanned, socket.clone());
+        let subsystems = subsystems(&shared, &lifetime, engine, listeners.metrics, scanned);
         lifetime.start(&subsystems);
         // Every HEARTBEAT.md is read before the daemon serves: the first `tasks list` shows them.
         // silent-ok: a watch that stopped before its first scan logged why.
@@ -183,6 +183,8 @@ impl Daemon {
         let server = server::serve(&shared, bound.client_group(), incoming, lifetime.shutdown.clone());
         let mut server = std::pin::pin!(server);
         systemd::notify(&format!("READY=1\nSTATUS=serving on {socket}"));
+        // The watchdog's pings and the status line begin once systemd heard READY.
+        lifetime.start(&[keep_alive(&shared, socket.clone())]);
         tracing::info!(
             socket = %socket,
             data_dir = %shared.data_dir.root().display(),
@@ -215,6 +217,18 @@ impl Daemon {
     }
 }
 
+/// systemd's watchdog pinged, and its status line kept saying how the daemon does.
+fn keep_alive(shared: &Arc<Shared>, socket: String) -> Arc<dyn Subsystem> {
+    let shared = shared.clone();
+    let status = move || {
+        let counts = shared.sessions.counts();
+        let (agents, problems) = (shared.agents.count(), shared.containers.problems());
+        let health = if problems.is_empty() { "healthy".to_string() } else { problems.join("; ") };
+        format!("serving on {socket}: {} active sessions, {agents} agents; {health}", counts.active)
+    };
+    Arc::new(systemd::KeepAlive { status: Box::new(status) })
+}
+
 /// The daemon's long-lived parts, in the order they start. They drain in the reverse order: the
 /// containers are removed before the IPC folders are read a last time and let go, and the
 /// sockets and the audit log are tidied last.
@@ -224,7 +238,6 @@ fn subsystems(
     engine: Arc<watch::Sender<Engine>>,
     metrics_listener: Option<tokio::net::TcpListener>,
     scanned: tokio::sync::oneshot::Sender<()>,
-    socket: String,
 ) -> Vec<Arc<dyn Subsystem>> {
     let config = &shared.loaded.config;
     let executor: Arc<dyn scheduler::Execute> = Arc::new(scheduler::execute::Daemon {
@@ -234,15 +247,6 @@ fn subsystems(
         inbox: shared.inbox.clone(),
         approvals: shared.approvals.clone(),
     });
-    let status = {
-        let shared = shared.clone();
-        move || {
-            let counts = shared.sessions.counts();
-            let (agents, problems) = (shared.agents.count(), shared.containers.problems());
-            let health = if problems.is_empty() { "healthy".to_string() } else { problems.join("; ") };
-            format!("serving on {socket}: {} active sessions, {agents} agents; {health}", counts.active)
-        }
-    };
     let mut subsystems: Vec<Arc<dyn Subsystem>> = vec![
         Arc::new(shared.audit.clone()),
         shared.listeners.clone(),
@@ -290,7 +294,6 @@ fn subsystems(
             mcp: shared.mcp.clone(),
         }),
         shared.supervisors.clone(),
-        Arc::new(systemd::KeepAlive { status: Box::new(status) }),
     ];
     if let Some(listener) = metrics_listener {
         let metrics = shared.metrics.clone();
