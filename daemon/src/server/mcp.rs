@@ -4,10 +4,10 @@
 use baaaht_proto::v1;
 use tonic::Status;
 
-use super::context_of;
 use super::Shared;
+use super::{context_of, to_wire};
 use crate::base::auth::{Caller, Context};
-use crate::work::mcp::config::{self, McpConfigError, Scope, Server};
+use crate::work::mcp::config::{self, McpConfigError, Scope};
 
 impl From<McpConfigError> for Status {
     fn from(error: McpConfigError) -> Status {
@@ -30,52 +30,6 @@ fn scope_of(request: &v1::McpServerRequest) -> Result<Scope, Status> {
     }
 }
 
-fn info(server: &Server, running: &[String], policy: &crate::sandbox::policy::Policy) -> v1::McpServerInfo {
-    // A context's server mounts what is shared with its context; the system's, as named.
-    let context = match &server.scope {
-        Scope::System => None,
-        Scope::Context(context) => Some(context),
-    };
-    v1::McpServerInfo {
-        name: server.name.clone(),
-        scope: match &server.scope {
-            Scope::System => "system".into(),
-            Scope::Context(context) => context.to_string(),
-        },
-        file: server.file.display().to_string(),
-        command: server.config.command.clone(),
-        args: server.config.args.clone(),
-        install: server
-            .config
-            .install
-            .iter()
-            .map(|package| format!("{}:{}", format!("{:?}", package.source).to_lowercase(), package.name))
-            .collect(),
-        image: server.config.image.clone().unwrap_or_default(),
-        env: server.config.env.keys().cloned().collect(),
-        egress: server.config.egress.clone(),
-        roles: server.roles.iter().map(|role| role.as_str().to_string()).collect(),
-        running: running.contains(&server.name),
-        mounts: server
-            .config
-            .mounts
-            .iter()
-            .map(|mount| {
-                match policy.validate_entry_mounts(&[mount.requested()], context).map(|mut specs| specs.pop()) {
-                    Ok(Some(spec)) => {
-                        let mode = if spec.read_only { "ro" } else { "rw" };
-                        format!("{} -> {} ({mode})", mount.host, spec.target)
-                    }
-                    Ok(None) => mount.host.clone(),
-                    Err(why) => format!("{}: not mounted: {why}", mount.host),
-                }
-            })
-            .collect(),
-        state: server.config.state,
-        workspace: server.config.workspace,
-    }
-}
-
 /// The servers `scope` sees: a context's own and the system's; the system's alone.
 async fn listed(shared: &Shared, scope: &Scope) -> v1::McpServerList {
     let (servers, problems) = match scope {
@@ -90,7 +44,7 @@ async fn listed(shared: &Shared, scope: &Scope) -> v1::McpServerList {
         Scope::System => vec![],
     };
     v1::McpServerList {
-        servers: servers.iter().map(|server| info(server, &running, &shared.policy)).collect(),
+        servers: servers.iter().map(|server| to_wire::mcp_server_info(server, &running, &shared.policy)).collect(),
         problems: problems.iter().map(ToString::to_string).collect(),
     }
 }
@@ -121,18 +75,8 @@ pub(super) async fn tools(
         return Err(Status::not_found(why));
     };
     let env = server.env(&shared.tool_calls.secrets, caller, "").map_err(Status::failed_precondition)?;
-    let was_running = shared.mcp.running_in(&context).contains(&server.name);
-    if request.restart {
-        shared.mcp.stop_server(&context, &server.name).await;
-    }
-    let started = std::time::Instant::now();
-    let offer = if request.restart {
-        shared.mcp.get(&context, &server, None, env).await.map(|running| running.offer.clone())
-    } else {
-        shared.mcp.offer(&context, &server, env).await
-    };
-    let offer = offer.map_err(|error| Status::failed_precondition(error.to_string()))?;
-    let now_running = shared.mcp.running_in(&context).contains(&server.name);
+    let listed = shared.mcp.listed(&context, &server, env, request.restart).await;
+    let (offer, started) = listed.map_err(|error| Status::failed_precondition(error.to_string()))?;
     let tools = offer
         .definitions(&server)
         .into_iter()
@@ -142,12 +86,11 @@ pub(super) async fn tools(
             schema_json: schema.to_string(),
         })
         .collect();
-    let started_now = request.restart || (!was_running && now_running);
     Ok(v1::McpToolList {
         server: server.name,
         tools,
-        started: started_now,
-        start_ms: if started_now { started.elapsed().as_millis() as u64 } else { 0 },
+        started: started.is_some(),
+        start_ms: started.map_or(0, |took| took.as_millis() as u64),
     })
 }
 
@@ -157,33 +100,9 @@ pub(super) async fn put(shared: &Shared, request: v1::PutMcpServerRequest) -> Re
         system: request.system,
         ..Default::default()
     })?;
-    // The secrets its env names must be ones its file may name, and the folders it mounts
-    // ones the allowlist lets in (both checked again at each start).
-    if let Ok(server) = serde_yaml::from_str::<config::ServerConfig>(&request.yaml) {
-        let mounts: Vec<_> = server.mounts.iter().map(config::ServerMount::requested).collect();
-        shared
-            .policy
-            .validate_entry_mounts(
-                &mounts,
-                match &scope {
-                    Scope::System => None,
-                    Scope::Context(context) => Some(context),
-                },
-            )
-            .map_err(|why| Status::invalid_argument(format!("mounts: {why}")))?;
-        let rules = crate::guard::secrets::Rules::of(&shared.loaded);
-        let referrer = match scope {
-            Scope::System => crate::guard::secrets::Referrer::System,
-            Scope::Context(_) => crate::guard::secrets::Referrer::Context,
-        };
-        for (variable, reference) in &server.env {
-            for name in crate::guard::secrets::reference_names(reference) {
-                rules
-                    .check(name, referrer)
-                    .map_err(|why| Status::invalid_argument(format!("env {variable}: {why}")))?;
-            }
-        }
-    }
+    let rules = crate::guard::secrets::Rules::of(&shared.loaded);
+    config::check_entry(&request.yaml, &scope, &shared.policy, &rules)
+        .map_err(|refused| Status::invalid_argument(refused.to_string()))?;
     let file = config::file_of(shared.data_dir.root(), &scope);
     let (name, yaml) = (request.name.clone(), request.yaml.clone());
     let written_scope = scope.clone();

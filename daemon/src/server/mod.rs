@@ -31,7 +31,6 @@ use tonic::{Request, Response, Status};
 
 use crate::base::auth::{authorize, AuthError, Caller, Context, Operation, Target};
 use crate::sandbox::container::manager::ContainerError;
-use crate::sandbox::container::EngineStatus;
 pub use shared::Shared;
 
 /// Requests one connection may have in flight at once.

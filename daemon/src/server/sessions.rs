@@ -195,40 +195,12 @@ impl v1::sessions_server::Sessions for SessionsService {
             .subscriptions
             .take(&crate::guard::limits::Limits::subscription_keys(&caller))
             .map_err(|why| limited(&self.shared, &caller, "event subscriptions", why))?;
-        let mut events = self.shared.events.subscribe();
         // The channel counts as connected (for the scheduler's notices) while it follows.
         let connected = channel.map(|channel| self.shared.events.connect(&context, &channel));
-        let (sender, receiver) = tokio::sync::mpsc::channel(256);
-        self.shared.lifetime.spawn(async move {
-            let (_connected, _held) = (connected, held);
-            loop {
-                // A subscriber that went away is let go at once, not at its context's next event.
-                let received = tokio::select! {
-                    () = sender.closed() => return,
-                    received = events.recv() => received,
-                };
-                let event = match received {
-                    // An approval request is for everyone following the context, whichever
-                    // conversation they are in: it waits for whoever answers first.
-                    Ok((target, event))
-                        if target == context
-                            && (session.is_empty() || event.session == session || event.kind.is_approval()) =>
-                    {
-                        crate::server::to_wire::event(&context, event)
-                    }
-                    Ok(_) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, context = %context, "a slow subscriber missed events");
-                        continue;
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                };
-                if sender.send(Ok(event)).await.is_err() {
-                    return; // The subscriber went away.
-                }
-            }
-        });
-        Ok(Response::new(until_shutdown(&self.shared, tokio_stream::wrappers::ReceiverStream::new(receiver))))
+        let followed = self.shared.events.follow(context.clone(), session, &self.shared.lifetime, (connected, held));
+        let events = tokio_stream::wrappers::ReceiverStream::new(followed);
+        let events = tokio_stream::StreamExt::map(events, move |event| Ok(to_wire::event(&context, event)));
+        Ok(Response::new(until_shutdown(&self.shared, events)))
     }
 
     async fn list_inbox(&self, request: Request<v1::InboxRequest>) -> Result<Response<v1::InboxList>, Status> {

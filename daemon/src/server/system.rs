@@ -24,58 +24,12 @@ impl v1::system_server::System for SystemService {
             _ => None,
         };
         if request.get_ref().containers {
-            let visible: Vec<_> = inventory
-                .into_iter()
-                .filter(|entry| match limited {
-                    None => true,
-                    Some(call) => call.user.as_ref().is_some_and(|user| {
-                        entry.context == Context::user(user.id.clone()).to_string()
-                            || user
-                                .groups
-                                .iter()
-                                .any(|group| entry.context == Context::group(group.clone()).to_string())
-                    }),
-                })
-                .collect();
-            full.containers = self
-                .shared
-                .containers
-                .usage(&visible)
-                .await
-                .into_iter()
-                .map(|(entry, usage)| v1::ContainerUsage {
-                    health: health_of(&self.shared, &entry),
-                    name: entry.name,
-                    role: entry.role,
-                    session_id: entry.session_id,
-                    context: entry.context,
-                    cpu_percent: usage.cpu_percent,
-                    memory_bytes: usage.memory_bytes,
-                    memory_limit_bytes: usage.memory_limit_bytes,
-                    uptime_seconds: crate::base::state::now_seconds().saturating_sub(entry.created_at),
-                })
-                .collect();
+            let visible = inventory.into_iter().filter(|entry| limited.is_none_or(|call| sees(call, entry))).collect();
+            full.containers = self.usage_of(visible).await;
         }
-        let Some(call) = limited else { return Ok(Response::new(full)) };
-        let counts = match &call.user {
-            Some(user) => self.shared.sessions.counts_of(|record| user.owns(&record.context())),
-            None => crate::store::sessions::SessionCounts::default(),
-        };
-        let model = self.shared.loaded.config.agents.settings(crate::base::auth::Role::Assistant).model.0;
-        Ok(Response::new(v1::StatusResponse {
-            version: full.version,
-            uptime_seconds: full.uptime_seconds,
-            sessions_active: counts.active,
-            sessions_idle: counts.idle,
-            sessions_archived: counts.archived,
-            containers_running: full.containers_running,
-            containers: full.containers,
-            llm: full.llm.map(|llm| v1::LlmGatewayStatus {
-                state: llm.state,
-                message: format!("model {model}"),
-                ..Default::default()
-            }),
-            ..v1::StatusResponse::default()
+        Ok(Response::new(match limited {
+            None => full,
+            Some(call) => self.as_user_sees_it(full, call),
         }))
     }
 
@@ -96,6 +50,62 @@ impl v1::system_server::System for SystemService {
     }
 }
 
+/// Whether the user `call` names may see `entry`: a container of theirs or of a group of theirs.
+fn sees(call: &crate::base::auth::GatewayCaller, entry: &crate::sandbox::container::manager::InventoryEntry) -> bool {
+    call.user.as_ref().is_some_and(|user| {
+        entry.context == Context::user(user.id.clone()).to_string()
+            || user.groups.iter().any(|group| entry.context == Context::group(group.clone()).to_string())
+    })
+}
+
+impl SystemService {
+    /// `visible` containers with their usage and health, as `baaaht status --containers` lists.
+    async fn usage_of(
+        &self,
+        visible: Vec<crate::sandbox::container::manager::InventoryEntry>,
+    ) -> Vec<v1::ContainerUsage> {
+        let used = self.shared.containers.usage(&visible).await;
+        used.into_iter()
+            .map(|(entry, usage)| v1::ContainerUsage {
+                health: health_of(&self.shared, &entry),
+                name: entry.name,
+                role: entry.role,
+                session_id: entry.session_id,
+                context: entry.context,
+                cpu_percent: usage.cpu_percent,
+                memory_bytes: usage.memory_bytes,
+                memory_limit_bytes: usage.memory_limit_bytes,
+                uptime_seconds: crate::base::state::now_seconds().saturating_sub(entry.created_at),
+            })
+            .collect()
+    }
+
+    /// The status as a user who is not an admin sees it: their sessions, the model, the
+    /// containers they may see and their count.
+    fn as_user_sees_it(&self, full: v1::StatusResponse, call: &crate::base::auth::GatewayCaller) -> v1::StatusResponse {
+        let counts = match &call.user {
+            Some(user) => self.shared.sessions.counts_of(|record| user.owns(&record.context())),
+            None => crate::store::sessions::SessionCounts::default(),
+        };
+        let model = self.shared.loaded.config.agents.settings(crate::base::auth::Role::Assistant).model.0;
+        v1::StatusResponse {
+            version: full.version,
+            uptime_seconds: full.uptime_seconds,
+            sessions_active: counts.active,
+            sessions_idle: counts.idle,
+            sessions_archived: counts.archived,
+            containers_running: full.containers_running,
+            containers: full.containers,
+            llm: full.llm.map(|llm| v1::LlmGatewayStatus {
+                state: llm.state,
+                message: format!("model {model}"),
+                ..Default::default()
+            }),
+            ..v1::StatusResponse::default()
+        }
+    }
+}
+
 fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
     let mut degraded = vec![];
     let engine_status = shared.engine.borrow().status.clone();
@@ -103,22 +113,7 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
         degraded.push(reason);
     }
     degraded.extend(shared.containers.problems());
-    let engine = match &engine_status {
-        EngineStatus::Ready(info) => v1::EngineStatus {
-            kind: info.kind.as_str().into(),
-            endpoint: info.socket.display().to_string(),
-            version: info.version.clone(),
-            healthy: true,
-            message: format!("Engine API {}", info.api_version),
-        },
-        other => v1::EngineStatus {
-            kind: "none".into(),
-            endpoint: String::new(),
-            version: String::new(),
-            healthy: false,
-            message: other.degraded_reason().unwrap_or_default(),
-        },
-    };
+    let engine = to_wire::engine_status(&engine_status);
     let llm = shared.llm.summary();
     if matches!(llm.state, "off" | "down") {
         degraded.push(format!("llm: {}", llm.message));

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::base::auth::ContextKind;
+use crate::drive::scheduler::{agent_may_schedule, AgentScheduling};
 use crate::drive::scheduler::{Filter, SchedulerError, TaskKind, TaskRecord, TaskStatus};
 
 /// The `Tasks` service.
@@ -103,21 +104,14 @@ impl v1::tasks_server::Tasks for TasksService {
             now,
         )
         .map_err(Status::invalid_argument)?;
-        // An agent's task runs with at most the powers of the agent that scheduled it, and a
-        // turn that read untrusted content schedules nothing.
         if let Caller::Container(identity) = &caller {
-            if let Some(live) = &live {
-                self.shared
-                    .taints
-                    .allow(live, crate::net::taint::Way::ScheduleTask)
-                    .map_err(Status::permission_denied)?;
-            }
-            let agent = crate::drive::scheduler::execute::role_of(&task).map_err(Status::invalid_argument)?;
-            if let Err(why) = crate::sandbox::policy::Policy::may_act_as(identity.role, agent) {
-                let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Policy, &caller, "refused");
-                self.shared.audit.record(record.detail("tool", "schedule_task").detail("reason", why.as_str()));
-                return Err(Status::permission_denied(why));
-            }
+            let (taints, audit) = (&self.shared.taints, &self.shared.audit);
+            agent_may_schedule(&task, identity, live.as_ref(), taints, audit, &caller).map_err(
+                |error| match error {
+                    AgentScheduling::Refused(why) => Status::permission_denied(why),
+                    AgentScheduling::Invalid(why) => Status::invalid_argument(why),
+                },
+            )?;
         }
         let task = self.shared.scheduler.add(task).map_err(status_of)?;
         let zone = self.zone_of(&task);

@@ -6,6 +6,7 @@ use baaaht_proto::v1;
 use crate::base::auth::{Context, ContextKind, Role};
 use crate::net::egress::relay::TunnelDown;
 use crate::store::sessions::{Entry, SessionRecord};
+use crate::work::mcp::config::Scope;
 
 /// The protocol's reference to `context`.
 pub(crate) fn context_ref(context: &Context) -> v1::ContextRef {
@@ -504,5 +505,77 @@ pub(crate) fn usage_report(
             &periods.month,
         )),
         requests_refused: report.month.refused,
+    }
+}
+
+/// The container engine as `baaaht status` shows it.
+pub(crate) fn engine_status(engine: &crate::sandbox::container::EngineStatus) -> v1::EngineStatus {
+    match engine {
+        crate::sandbox::container::EngineStatus::Ready(info) => v1::EngineStatus {
+            kind: info.kind.as_str().into(),
+            endpoint: info.socket.display().to_string(),
+            version: info.version.clone(),
+            healthy: true,
+            message: format!("Engine API {}", info.api_version),
+        },
+        other => v1::EngineStatus {
+            kind: "none".into(),
+            endpoint: String::new(),
+            version: String::new(),
+            healthy: false,
+            message: other.degraded_reason().unwrap_or_default(),
+        },
+    }
+}
+
+/// An MCP server as `baaaht mcp list` shows it: what it runs, what it mounts (or why not), whether it
+/// runs.
+pub(crate) fn mcp_server_info(
+    server: &crate::work::mcp::config::Server,
+    running: &[String],
+    policy: &crate::sandbox::policy::Policy,
+) -> v1::McpServerInfo {
+    // A context's server mounts what is shared with its context; the system's, as named.
+    let context = match &server.scope {
+        Scope::System => None,
+        Scope::Context(context) => Some(context),
+    };
+    v1::McpServerInfo {
+        name: server.name.clone(),
+        scope: match &server.scope {
+            Scope::System => "system".into(),
+            Scope::Context(context) => context.to_string(),
+        },
+        file: server.file.display().to_string(),
+        command: server.config.command.clone(),
+        args: server.config.args.clone(),
+        install: server
+            .config
+            .install
+            .iter()
+            .map(|package| format!("{}:{}", format!("{:?}", package.source).to_lowercase(), package.name))
+            .collect(),
+        image: server.config.image.clone().unwrap_or_default(),
+        env: server.config.env.keys().cloned().collect(),
+        egress: server.config.egress.clone(),
+        roles: server.roles.iter().map(|role| role.as_str().to_string()).collect(),
+        running: running.contains(&server.name),
+        mounts: server
+            .config
+            .mounts
+            .iter()
+            .map(|mount| {
+                match policy.validate_entry_mounts(&[mount.requested()], context).map(|mut specs| specs.pop()) {
+                    Ok(Some(spec)) => {
+                        let mode = if spec.read_only { "ro" } else { "rw" };
+                        format!("{} -> {} ({mode})", mount.host, spec.target)
+                    }
+                    Ok(None) => mount.host.clone(),
+                    Err(why) => format!("{}: not mounted: {why}", mount.host),
+                }
+            })
+            .collect(),
+        state: server.config.state,
+        workspace: server.config.workspace,
     }
 }

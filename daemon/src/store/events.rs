@@ -339,4 +339,48 @@ impl EventBus {
     pub fn subscribe(&self) -> broadcast::Receiver<(Context, Event)> {
         self.sender.subscribe()
     }
+
+    /// Follows `context`'s events (of `session` only, when one is named; an approval request
+    /// for anyone following the context, whichever conversation they are in: it waits for
+    /// whoever answers first) on `lifetime`'s tracker, until the receiver is dropped or the
+    /// bus closes; `kept` is held as long as it follows (a connected channel, a subscription's
+    /// place).
+    pub fn follow(
+        &self,
+        context: Context,
+        session: String,
+        lifetime: &crate::base::lifetime::Lifetime,
+        kept: impl Send + 'static,
+    ) -> tokio::sync::mpsc::Receiver<Event> {
+        let mut events = self.subscribe();
+        let (sender, receiver) = tokio::sync::mpsc::channel(256);
+        lifetime.spawn(async move {
+            let _kept = kept;
+            loop {
+                // A follower that went away is let go at once, not at its context's next event.
+                let received = tokio::select! {
+                    () = sender.closed() => return,
+                    received = events.recv() => received,
+                };
+                let event = match received {
+                    Ok((target, event))
+                        if target == context
+                            && (session.is_empty() || event.session == session || event.kind.is_approval()) =>
+                    {
+                        event
+                    }
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, context = %context, "a slow subscriber missed events");
+                        continue;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                if sender.send(event).await.is_err() {
+                    return;
+                }
+            }
+        });
+        receiver
+    }
 }

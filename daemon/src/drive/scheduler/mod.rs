@@ -34,7 +34,7 @@ use crate::base::auth::{Context, ContextKind};
 use crate::base::lifetime::{Subsystem, Work};
 use crate::base::state::{self, StateError};
 pub use ledger::{Outcome, RunEvent, RunRecord, RunRow};
-pub use request::{new_task, schedule_requested, Every, TaskRequest};
+pub use request::{agent_may_schedule, new_task, schedule_requested, AgentScheduling, Every, TaskRequest};
 use schedule::{Schedule, ScheduleError, ScheduleSpec};
 
 const SCHEDULER_FILE: &str = "scheduler.json";

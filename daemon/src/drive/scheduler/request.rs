@@ -213,3 +213,38 @@ pub fn schedule_requested(
         }
     }
 }
+
+/// Why an agent may not schedule a task.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentScheduling {
+    /// Its turn read untrusted content, or the task is not one it may schedule (the sentence
+    /// says which).
+    #[error("{0}")]
+    Refused(String),
+    /// The task names no agent that can run it.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Whether the agent of `identity` (working on `live`) may schedule `task`: a turn that read
+/// untrusted content schedules nothing, and a task runs with at most the powers of the agent
+/// that scheduled it (a refusal of that is audited as `caller`'s).
+pub fn agent_may_schedule(
+    task: &TaskRecord,
+    identity: &crate::base::auth::ContainerIdentity,
+    live: Option<&crate::base::auth::Live>,
+    taints: &crate::net::taint::Taints,
+    audit: &crate::guard::audit::Audit,
+    caller: &crate::base::auth::Caller,
+) -> Result<(), AgentScheduling> {
+    if let Some(live) = live {
+        taints.allow(live, crate::net::taint::Way::ScheduleTask).map_err(AgentScheduling::Refused)?;
+    }
+    let agent = super::execute::role_of(task).map_err(AgentScheduling::Invalid)?;
+    if let Err(why) = crate::sandbox::policy::Policy::may_act_as(identity.role, agent) {
+        let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Policy, caller, "refused");
+        audit.record(record.detail("tool", "schedule_task").detail("reason", why.as_str()));
+        return Err(AgentScheduling::Refused(why));
+    }
+    Ok(())
+}

@@ -452,6 +452,40 @@ fn check_host(entry: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Why an entry written for `scope` is refused before it is kept (both checked again at each
+/// start): a folder it mounts that the allowlist does not let in, or a secret its env names that
+/// its file may not name.
+#[derive(Debug, thiserror::Error)]
+pub enum EntryRefused {
+    #[error("mounts: {0}")]
+    Mounts(#[source] crate::sandbox::policy::PolicyError),
+    #[error("env {variable}: {why}")]
+    Env { variable: String, why: String },
+}
+
+/// Checks an entry's `yaml` for `scope` as [`EntryRefused`] says; one that does not parse is
+/// [`put`]'s to refuse, with where.
+pub fn check_entry(
+    yaml: &str,
+    scope: &Scope,
+    policy: &crate::sandbox::policy::Policy,
+    rules: &crate::guard::secrets::Rules,
+) -> Result<(), EntryRefused> {
+    let Ok(server) = serde_yaml::from_str::<ServerConfig>(yaml) else { return Ok(()) };
+    let mounts: Vec<_> = server.mounts.iter().map(ServerMount::requested).collect();
+    let (context, referrer) = match scope {
+        Scope::System => (None, crate::guard::secrets::Referrer::System),
+        Scope::Context(context) => (Some(context), crate::guard::secrets::Referrer::Context),
+    };
+    policy.validate_entry_mounts(&mounts, context).map_err(EntryRefused::Mounts)?;
+    for (variable, reference) in &server.env {
+        for name in crate::guard::secrets::reference_names(reference) {
+            rules.check(name, referrer).map_err(|why| EntryRefused::Env { variable: variable.clone(), why })?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -548,6 +548,31 @@ impl McpPool {
         }
     }
 
+    /// What `server` offers `context`'s agents, for a person who asks: started to list it when
+    /// it has not been before, or afresh when `restart`; says whether this started it, and in
+    /// how long.
+    pub async fn listed(
+        &self,
+        context: &Context,
+        server: &Server,
+        env: Vec<(String, String)>,
+        restart: bool,
+    ) -> Result<(Offer, Option<std::time::Duration>), McpError> {
+        let was_running = self.running_in(context).contains(&server.name);
+        if restart {
+            self.stop_server(context, &server.name).await;
+        }
+        let started = std::time::Instant::now();
+        let offer = if restart {
+            self.get(context, server, None, env).await.map(|running| running.offer.clone())?
+        } else {
+            self.offer(context, server, env).await?
+        };
+        let now_running = self.running_in(context).contains(&server.name);
+        let started_now = restart || (!was_running && now_running);
+        Ok((offer, started_now.then(|| started.elapsed())))
+    }
+
     /// What `server` offers: as [`McpPool::known_offer`], else it is started to list it.
     pub async fn offer(
         &self,
