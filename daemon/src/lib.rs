@@ -89,6 +89,8 @@ impl Daemon {
         let base = Base::new(loaded, data_dir);
         let guard = Guard::open(&base)?;
         let (sandbox, incoming) = Sandbox::open(&base, &guard)?;
+        // A start that got this far records what changed in the configuration since the last.
+        guard.audit.config_changed(&base.loaded, &base.data_dir.state_dir());
         let store = Store::open(&base, &guard);
         let net = Net::open(&base, &guard, &store)?;
         let people = People::open(&base, &guard, &net)?;
@@ -124,7 +126,6 @@ impl Daemon {
             mcp: workers.mcp,
             ipc: workers.ipc,
             workspaces: sandbox.workspaces,
-            search: net.search,
             web_road: net.road,
             events: store.events,
             calls: model.calls,
@@ -171,6 +172,10 @@ impl Daemon {
         // Results written while no daemon ran (or just before one crashed).
         shared.ipc.collect_all();
         orchestrator::recover(&shared.orchestrator);
+        shared.scheduler.count_runs_in(shared.metrics.clone());
+        if let Err(error) = shared.scheduler.ensure_system(&scheduler::SYSTEM_JOBS) {
+            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot set up the system tasks");
+        }
         shared.listeners.serve_host(listeners.host);
         shared.supervisors.serve_all(&shared.gateways);
         let (scanned, first_scan) = tokio::sync::oneshot::channel();

@@ -47,10 +47,6 @@ impl Drive {
         let settings = scheduler::Settings::from_config(&loaded.config);
         let scheduler = scheduler::Scheduler::open(&data_dir.state_dir(), settings, scheduler::Clock::System)?
             .redacting(below.guard.redact.clone());
-        scheduler.count_runs_in(base.metrics.clone());
-        if let Err(error) = scheduler.ensure_system(&scheduler::SYSTEM_JOBS) {
-            tracing::error!(error = %baaaht_proto::error_chain(&error), "cannot set up the system tasks");
-        }
         let turns = Arc::new(orchestrator::Turns::open(
             &data_dir.state_dir(),
             loaded.config.container.max_concurrent,

@@ -30,7 +30,7 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// Opens the audit log (recording a changed configuration), the secrets store and the
+    /// Opens the audit log, the secrets store and the
     /// redactor: the store's values, gitleaks' rules (compiled now, beside the start) and the
     /// operator's patterns; the audit and the log lines are cleaned with it.
     pub fn open(base: &Base) -> Result<Guard, GuardError> {
@@ -41,7 +41,6 @@ impl Guard {
             loaded.config.audit.retention_days,
             base.metrics.clone(),
         );
-        audit.config_changed(loaded, &data_dir.state_dir());
         let opened = secrets::open_unattended(&data_dir.config_dir());
         let secrets = Arc::new(secrets::LiveSecrets::new(&data_dir.config_dir(), opened));
         let patterns = loaded.config.security.redact.patterns();

@@ -86,11 +86,25 @@ const ROOMS: &[(&str, &str)] = &[
     ("lifetime", "base::lifetime"),
 ];
 
-/// The tracing target of component `name` (a wing or a room), if the daemon has one.
-fn component_target(name: &str) -> Option<String> {
-    let path = WINGS.iter().find(|wing| **wing == name).copied();
-    let path = path.or_else(|| ROOMS.iter().find(|(room, _)| *room == name).map(|(_, path)| *path))?;
-    Some(format!("baaaht_daemon::{path}"))
+/// The tracing targets of component `name`: a wing, a room, or a module below one
+/// (`container::docker`, `net::egress::proxy`), by its path or by its room's name; `cli`. A room
+/// is also followed under its name of old (`baaaht_daemon::egress::audit`, the audit targets).
+fn component_targets(name: &str) -> Option<Vec<String>> {
+    if name == "cli" {
+        return Some(vec!["baaaht_daemon::cli".into()]);
+    }
+    let (first, rest) = name.split_once("::").map_or((name, None), |(first, rest)| (first, Some(rest)));
+    let valid =
+        |part: &str| !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !rest.unwrap_or("x").split("::").all(valid) {
+        return None;
+    }
+    let below = rest.map(|rest| format!("::{rest}")).unwrap_or_default();
+    if WINGS.contains(&first) {
+        return Some(vec![format!("baaaht_daemon::{first}{below}")]);
+    }
+    let (room, path) = ROOMS.iter().find(|(room, _)| *room == first)?;
+    Some(vec![format!("baaaht_daemon::{path}{below}"), format!("baaaht_daemon::{room}{below}")])
 }
 
 /// `system.log_components` in a loaded configuration names only parts of the daemon (a level
@@ -98,12 +112,13 @@ fn component_target(name: &str) -> Option<String> {
 /// configuration to use it runs this next to `config::load`.
 pub fn check_config(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     for name in loaded.config.system.log_components.keys() {
-        if component_target(name).is_none() {
+        if component_targets(name).is_none() {
             let known: Vec<&str> = WINGS.iter().copied().chain(ROOMS.iter().map(|(room, _)| *room)).collect();
             return Err(loaded.invalid_setting(
                 &["system", "log_components"],
                 format!(
-                    "system.log_components.{name}: no part of the daemon is called that; name one of {}",
+                    "system.log_components.{name}: no part of the daemon is called that; name one of {}, or a \
+                     module below one (container::docker)",
                     known.join(", ")
                 ),
             ));
@@ -120,7 +135,7 @@ pub fn filter_directives(system: &SystemConfig) -> String {
         format!("baaahtd={}", system.log_level),
     ];
     for (component, level) in &system.log_components {
-        if let Some(target) = component_target(component) {
+        for target in component_targets(component).unwrap_or_default() {
             directives.push(format!("{target}={level}"));
         }
     }
@@ -292,7 +307,10 @@ mod tests {
         let mut system = SystemConfig { log_level: LogLevel::Debug, ..SystemConfig::default() };
         system.log_components.insert("container".into(), LogLevel::Trace);
         let directives = filter_directives(&system);
-        assert_eq!(directives, "warn,baaaht_daemon=debug,baaahtd=debug,baaaht_daemon::sandbox::container=trace");
+        assert_eq!(
+            directives,
+            "warn,baaaht_daemon=debug,baaahtd=debug,baaaht_daemon::sandbox::container=trace,baaaht_daemon::container=trace"
+        );
         EnvFilter::try_new(directives).expect("valid filter");
     }
 
@@ -309,7 +327,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(
             dir.path().join("config.yaml"),
-            "system:\n  log_components: {egress: debug, net: info, kernel: trace}\n",
+            "system:\n  log_components: {egress: debug, net: info, container::docker: trace, kernel: trace}\n",
         )
         .expect("write");
         let paths = crate::base::config::ConfigPaths {
@@ -329,5 +347,7 @@ mod tests {
             directives.contains("baaaht_daemon::net::egress=debug") && directives.contains("baaaht_daemon::net=info"),
             "{directives}"
         );
+        assert!(directives.contains("baaaht_daemon::sandbox::container::docker=trace"), "{directives}");
+        assert!(component_targets("container::../x").is_none() && component_targets("kernel::x").is_none());
     }
 }

@@ -23,7 +23,6 @@ pub enum NetError {
 pub struct Net {
     /// The web proxy every fetch and tunnel goes through.
     pub web: Arc<egress::proxy::WebProxy>,
-    pub search: egress::search::Backend,
     /// The tainted turns and what they may no longer do.
     pub taints: Arc<taint::Taints>,
     /// Connections waiting for someone to allow them in chat.
@@ -74,13 +73,13 @@ impl Net {
         };
         let road = Arc::new(egress::web::Road {
             proxy: web.clone(),
-            search: search.clone(),
+            search,
             taints: taints.clone(),
             audit: guard.audit.clone(),
             data_dir: data_dir.clone(),
             shield: guard.redact.shield().clone(),
         });
-        Ok(Net { web, search, taints, approvals, edge, road })
+        Ok(Net { web, taints, approvals, edge, road })
     }
 
     /// A web proxy on `tools.web_proxy`'s rules, resolving and connecting for real.

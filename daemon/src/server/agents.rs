@@ -84,15 +84,11 @@ impl v1::agents_server::Agents for AgentsService {
         };
         let live = super::live_turn(&request);
         let message = request.into_inner();
-        if !message.attachments.is_empty() {
-            return Err(Status::invalid_argument(
-                "attachments: an agent sends files with the `message` tool's `files`, which the daemon keeps first",
-            ));
-        }
         let outbound = Outbound {
             content: message.content,
             reply_to: message.reply_to_message_id,
             metadata: message.metadata.into_iter().collect(),
+            attachments: message.attachments.len(),
         };
         let reached =
             self.shared.tool_calls.message(&identity, live.as_ref(), outbound).map_err(|error| match error {

@@ -67,10 +67,10 @@ impl Gate {
                         AuthError::InvalidToken
                     });
                 }
-                // The gateway proved itself; whether it may name its user is another matter.
-                peer.authenticated.store(true, Ordering::Release);
                 // A gateway removed since it connected has its socket retired with it.
                 let record = self.shared.gateways.get(&endpoint.name).ok_or(AuthError::InvalidToken)?;
+                // The gateway proved itself; whether it may name its user is another matter.
+                peer.authenticated.store(true, Ordering::Release);
                 let user = self.end_user(&record, &headers).await?;
                 Ok(Caller::Gateway(Arc::new(GatewayCaller {
                     gateway: record.name,

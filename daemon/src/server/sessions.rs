@@ -196,8 +196,9 @@ impl v1::sessions_server::Sessions for SessionsService {
             .take(&crate::guard::limits::Limits::subscription_keys(&caller))
             .map_err(|why| limited(&self.shared, &caller, "event subscriptions", why))?;
         // The channel counts as connected (for the scheduler's notices) while it follows.
-        let connected = channel.map(|channel| self.shared.events.connect(&context, &channel));
-        let followed = self.shared.events.follow(context.clone(), session, &self.shared.lifetime, (connected, held));
+        let (bus, followed) = (&self.shared.events, context.clone());
+        let connect = move || (channel.map(|channel| bus.connect(&followed, &channel)), held);
+        let followed = bus.follow(context.clone(), session, &self.shared.lifetime, connect);
         let events = tokio_stream::wrappers::ReceiverStream::new(followed);
         let events = tokio_stream::StreamExt::map(events, move |event| Ok(to_wire::event(&context, event)));
         Ok(Response::new(until_shutdown(&self.shared, events)))

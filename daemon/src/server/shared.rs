@@ -30,7 +30,6 @@ pub struct Shared {
     pub mcp: Arc<crate::work::mcp::pool::McpPool>,
     pub ipc: Arc<crate::work::ipc::Ipc>,
     pub workspaces: Arc<crate::sandbox::workspace::Workspaces>,
-    pub search: crate::net::egress::search::Backend,
     /// The road of a tool's web requests (ProxyWebRequest).
     pub web_road: Arc<crate::net::egress::web::Road>,
     pub events: Arc<crate::store::events::EventBus>,

@@ -343,16 +343,18 @@ impl EventBus {
     /// Follows `context`'s events (of `session` only, when one is named; an approval request
     /// for anyone following the context, whichever conversation they are in: it waits for
     /// whoever answers first) on `lifetime`'s tracker, until the receiver is dropped or the
-    /// bus closes; `kept` is held as long as it follows (a connected channel, a subscription's
-    /// place).
-    pub fn follow(
+    /// bus closes. What `keep` makes once the bus is subscribed to (a connected channel, a
+    /// subscription's place) is held as long as it follows: nothing published once the channel
+    /// counts as connected is missed.
+    pub fn follow<K: Send + 'static>(
         &self,
         context: Context,
         session: String,
         lifetime: &crate::base::lifetime::Lifetime,
-        kept: impl Send + 'static,
+        keep: impl FnOnce() -> K,
     ) -> tokio::sync::mpsc::Receiver<Event> {
         let mut events = self.subscribe();
+        let kept = keep();
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
         lifetime.spawn(async move {
             let _kept = kept;

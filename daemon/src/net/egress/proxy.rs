@@ -403,7 +403,7 @@ impl WebProxy {
         let duration_ms = started.elapsed().as_millis() as u64;
         match &outcome {
             Ok((response, redirects)) => tracing::info!(
-                target: "baaaht_daemon::net::egress::audit",
+                target: "baaaht_daemon::egress::audit",
                 session = %request.session,
                 method = %request.method,
                 url = %url,
@@ -416,7 +416,7 @@ impl WebProxy {
                 "web request served"
             ),
             Err(error) => tracing::warn!(
-                target: "baaaht_daemon::net::egress::audit",
+                target: "baaaht_daemon::egress::audit",
                 session = %request.session,
                 method = %request.method,
                 url = %url,

@@ -368,12 +368,12 @@ pub async fn install(
     let outcome = staged(root, containers, egress, &request).await;
     match &outcome {
         Ok(installed) => tracing::info!(
-            target: "baaaht_daemon::work::skills::audit",
+            target: "baaaht_daemon::skills::audit",
             skill = %installed.name, context = %request.context, source = %request.source, commit = %installed.commit,
             "skill installed"
         ),
         Err(error) => tracing::warn!(
-            target: "baaaht_daemon::work::skills::audit",
+            target: "baaaht_daemon::skills::audit",
             context = %request.context, source = %request.source, %error,
             "skill refused"
         ),

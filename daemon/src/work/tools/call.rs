@@ -547,6 +547,8 @@ const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 pub enum MessageError {
     #[error("content: the message is empty")]
     Empty,
+    #[error("attachments: an agent sends files with the `message` tool's `files`, which the daemon keeps first")]
+    Attachments,
     #[error("content: {0} bytes is more than a message may be ({MAX_MESSAGE_BYTES}); write a file and name it")]
     TooLong(usize),
     /// The turn read untrusted content (the sentence says what it may no longer do).
@@ -560,6 +562,8 @@ pub struct Outbound {
     pub content: String,
     pub reply_to: String,
     pub metadata: std::collections::BTreeMap<String, String>,
+    /// Files named by the request itself (refused: they come with the `message` tool).
+    pub attachments: usize,
 }
 
 impl Calls {
@@ -573,6 +577,9 @@ impl Calls {
     ) -> Result<usize, MessageError> {
         if message.content.trim().is_empty() {
             return Err(MessageError::Empty);
+        }
+        if message.attachments > 0 {
+            return Err(MessageError::Attachments);
         }
         if message.content.len() > MAX_MESSAGE_BYTES {
             return Err(MessageError::TooLong(message.content.len()));
