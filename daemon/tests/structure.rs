@@ -1,7 +1,7 @@
 //! The house rules the compiler does not check, checked on the daemon's source (ARCHITECTURE.md,
 //! "Invariants"): the wire's types only where the daemon speaks a protocol, no task outside the
-//! tracker, no two modules importing each other, directly or through others, and every room in
-//! a wing that imports only the wings below it.
+//! tracker, no two modules importing each other, directly or through others (in any crate of the
+//! workspace), and every room in a wing that imports only the wings below it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,6 +14,11 @@ const WIRE_CLIENTS: &[&str] =
 
 /// Every `.rs` file below `daemon/src`, by its path from there, without its unit tests.
 fn sources() -> BTreeMap<String, String> {
+    sources_of(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+/// Every `.rs` file below `root`, by its path from there, without its unit tests.
+fn sources_of(root: &Path) -> BTreeMap<String, String> {
     fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
         for entry in std::fs::read_dir(dir).expect("read the source folder") {
             let path = entry.expect("an entry").path();
@@ -33,9 +38,8 @@ fn sources() -> BTreeMap<String, String> {
             }
         }
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut out = BTreeMap::new();
-    walk(&root, &root, &mut out);
+    walk(root, root, &mut out);
     out
 }
 
@@ -233,6 +237,29 @@ fn import_circles(sources: &BTreeMap<String, String>) -> Vec<String> {
 #[test]
 fn no_two_modules_import_each_other_even_through_others() {
     let found = import_circles(&sources());
+    assert!(found.is_empty(), "modules that import each other:\n{}", found.join("\n"));
+}
+
+/// The workspace's crates, as the root `Cargo.toml` lists its members (`gateways/web`).
+fn workspace_members() -> Vec<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("read the workspace's Cargo.toml");
+    let members = manifest.split("members = [").nth(1).and_then(|rest| rest.split(']').next()).unwrap_or_default();
+    members.split(',').map(|member| member.trim().trim_matches('"').to_string()).filter(|m| !m.is_empty()).collect()
+}
+
+#[test]
+fn no_crate_of_the_workspace_has_an_import_circle() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let members = workspace_members();
+    assert!(members.len() > 10 && members.iter().any(|m| m == "gateways/web"), "members: {members:?}");
+    let found: Vec<String> = members
+        .iter()
+        .flat_map(|member| {
+            let circles = import_circles(&sources_of(&root.join(member).join("src")));
+            circles.into_iter().map(move |circle| format!("{member}: {circle}"))
+        })
+        .collect();
     assert!(found.is_empty(), "modules that import each other:\n{}", found.join("\n"));
 }
 

@@ -50,7 +50,7 @@ pub struct Gateway {
     threads: Mutex<Threads>,
     /// Slack users' display names, by user id.
     names: Mutex<std::collections::HashMap<String, String>>,
-    /// The approval requests posted, by id: where their message is (`crate::approvals`).
+    /// The approval requests posted, by id: where their message is, so answering it edits it in place.
     pub(crate) asked: Mutex<std::collections::HashMap<String, (SlackChannelId, SlackTs, Instant)>>,
 }
 

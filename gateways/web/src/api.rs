@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use axum::body::{Body, BodyDataStream};
-use axum::extract::{FromRequestParts, Path, Query, State};
-use axum::http::{header, request::Parts, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use baaaht_proto::v1;
@@ -16,123 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
 
-use crate::app::App;
-use crate::store::SignedIn;
-
-/// A signed-in caller of the API. For anything but GET and HEAD the request must carry the
-/// session's CSRF token in `x-csrf-token`, which only this site's page can read.
-pub struct User {
-    pub cookie: String,
-    pub session: SignedIn,
-}
-
-impl FromRequestParts<Arc<App>> for User {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<User, Response> {
-        let Some((cookie, session)) = app.session(&parts.headers).await else {
-            return Err(error(StatusCode::UNAUTHORIZED, "Sign in first."));
-        };
-        if parts.method != Method::GET && parts.method != Method::HEAD {
-            let token = parts.headers.get("x-csrf-token").and_then(|value| value.to_str().ok());
-            if token != Some(session.csrf.as_str()) {
-                tracing::warn!(path = %parts.uri.path(), "a state-changing request without the session's CSRF token");
-                return Err(error(
-                    StatusCode::FORBIDDEN,
-                    "This request did not come from this site's page; reload it.",
-                ));
-            }
-        }
-        Ok(User { cookie, session })
-    }
-}
-
-/// A JSON error with a sentence for the user.
-pub fn error(status: StatusCode, sentence: &str) -> Response {
-    (status, Json(json!({"error": sentence}))).into_response()
-}
-
-/// A JSON error for a refusal or failure of the daemon: its sentence when it is about what the
-/// user asked (a budget, bad input), a plain one otherwise (the detail is in the log).
-pub fn api_error(status: &tonic::Status) -> Response {
-    use tonic::Code;
-    match status.code() {
-        Code::ResourceExhausted | Code::InvalidArgument => error(StatusCode::BAD_REQUEST, status.message()),
-        Code::PermissionDenied | Code::NotFound | Code::FailedPrecondition => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon refused a web request");
-            error(StatusCode::FORBIDDEN, "The assistant did not take this request.")
-        }
-        Code::Unauthenticated => error(StatusCode::UNAUTHORIZED, "Your sign-in has expired; sign in again."),
-        _ => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a web request");
-            error(StatusCode::BAD_GATEWAY, "The assistant is not reachable right now; try again in a minute.")
-        }
-    }
-}
-
-/// The page's answer to a daemon call: JSON made of what it answered, or its refusal.
-pub(crate) fn answer<T>(called: Result<tonic::Response<T>, tonic::Status>, shown: impl FnOnce(T) -> Value) -> Response {
-    match called {
-        Ok(answered) => Json(shown(answered.into_inner())).into_response(),
-        Err(status) => api_error(&status),
-    }
-}
-
-/// How long a user's canonical id is taken as the daemon last gave it (linking identities may
-/// change it; the daemon checks every call either way).
-pub const ID_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Where a request acts: the user's own context, or a room (a group) they are in.
-#[derive(Debug, Default, Deserialize)]
-pub struct Place {
-    #[serde(default)]
-    pub room: String,
-}
-
-impl App {
-    /// The context `place` names for `user`: a room's group, once the daemon has shown it to
-    /// them (members only: anyone else is refused here, before a stream is opened), or the
-    /// user's own.
-    pub async fn context(&self, user: &SignedIn, place: &Place) -> Result<v1::ContextRef, tonic::Status> {
-        let mut daemon = self.daemon.clone();
-        if !place.room.is_empty() {
-            let room = v1::GroupRef { id: place.room.clone() };
-            daemon.admin.show_group(self.as_user(user, room)).await?;
-            return Ok(v1::ContextRef { r#type: v1::ContextType::Group as i32, id: place.room.clone() });
-        }
-        Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: self.user_id(user).await? })
-    }
-
-    /// The canonical id of `user`, as the daemon last said (see [`ID_KEPT_FOR`]).
-    pub async fn user_id(&self, user: &SignedIn) -> Result<String, tonic::Status> {
-        let identity = self.identity(user);
-        let kept = {
-            let ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            ids.get(&identity).filter(|(_, when)| when.elapsed() < ID_KEPT_FOR).map(|(id, _)| id.clone())
-        };
-        if let Some(id) = kept {
-            return Ok(id);
-        }
-        let mut daemon = self.daemon.clone();
-        let me = daemon.gateways.who_am_i(self.as_user(user, v1::WhoAmIRequest {})).await?.into_inner();
-        let mut ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if ids.len() >= 10_000 {
-            ids.retain(|_, (_, when)| when.elapsed() < ID_KEPT_FOR);
-        }
-        ids.insert(identity, (me.id.clone(), std::time::Instant::now()));
-        Ok(me.id)
-    }
-
-    /// Who `user` is, to tell their own messages from others' (without showing anyone's ids).
-    pub async fn me(&self, user: &SignedIn) -> Result<crate::events::Me, tonic::Status> {
-        Ok(crate::events::Me { identity: self.identity(user), id: self.user_id(user).await? })
-    }
-
-    /// The channel identity of `user` (`web:{issuer}#{sub}`).
-    pub fn identity(&self, user: &SignedIn) -> String {
-        format!("web:{}#{}", self.issuer, user.subject)
-    }
-}
+use crate::app::{answer, api_error, error, App, Place, User};
 
 /// What the page shows of the user the daemon knows.
 pub fn profile_json(me: &v1::UserProfile) -> Value {
@@ -164,17 +48,6 @@ fn session_json(header: &v1::SessionHeader) -> Value {
     })
 }
 
-/// Files shared with a message, as the page shows them (and sends them again on a retry).
-pub fn attachments_json(attachments: &[v1::Attachment]) -> Value {
-    attachments
-        .iter()
-        .map(|attachment| {
-            json!({"filename": attachment.filename, "mime_type": attachment.mime_type, "path": attachment.path,
-                "size_bytes": attachment.size_bytes})
-        })
-        .collect()
-}
-
 /// An entry of a transcript as the page shows it (to `me`: whether a message is theirs, not
 /// who else's it is but by name).
 fn entry_json(entry: &v1::SessionEntry, me: &crate::events::Me) -> Option<Value> {
@@ -184,7 +57,7 @@ fn entry_json(entry: &v1::SessionEntry, me: &crate::events::Me) -> Option<Value>
     let details = match entry.entry.as_ref()? {
         Entry::Message(message) => json!({"kind": "message", "role": message.role, "text": message.content,
             "mine": me.wrote(&message.sender_id), "name": message.sender_name,
-            "attachments": attachments_json(&message.attachments)}),
+            "attachments": crate::events::attachments_json(&message.attachments)}),
         Entry::Delegate(delegate) => json!({"kind": "delegation", "agent": agent(delegate.agent),
             "task": delegate.task, "result": delegate.result}),
         Entry::Compaction(compaction) => json!({"kind": "compaction", "text": compaction.summary}),

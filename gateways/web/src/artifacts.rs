@@ -12,8 +12,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use baaaht_proto::v1;
 
-use crate::api::{api_error, error, User};
-use crate::app::App;
+use crate::app::{api_error, error, App, User};
 
 /// What an artifact is drawn as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -208,7 +208,7 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
         }
         Event::UserMessage(message) => json!({"type": "user", "session": session, "turn": turn,
             "entry": message.entry_id, "mine": me.wrote(&message.sender_id), "name": message.sender_name, "text": message.content,
-            "attachments": crate::api::attachments_json(&message.attachments)}),
+            "attachments": attachments_json(&message.attachments)}),
         Event::Delegation(progress) => json!({"type": "delegation", "session": session, "turn": turn,
             "agent": agent(progress.agent), "task": progress.task, "state": progress.state}),
         Event::Tool(progress) => json!({"type": "tool", "session": session, "turn": turn,
@@ -250,6 +250,17 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
             "agent": agent(phase.agent), "phase": phase.phase, "said": baaaht_proto::phase_said(phase)}),
         Event::ThinkingDelta(_) => return None,
     })
+}
+
+/// Files shared with a message, as the page shows them (and sends them again on a retry).
+pub fn attachments_json(attachments: &[v1::Attachment]) -> serde_json::Value {
+    attachments
+        .iter()
+        .map(|attachment| {
+            serde_json::json!({"filename": attachment.filename, "mime_type": attachment.mime_type, "path": attachment.path,
+                "size_bytes": attachment.size_bytes})
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,8 +10,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use baaaht_proto::v1;
 
-use crate::api::{api_error, error, User};
-use crate::app::App;
+use crate::app::{api_error, error, App, User};
 
 /// A file's download: no script, no styles, nothing loaded; never sniffed as something else.
 const POLICY: &str = "default-src 'none'; sandbox";

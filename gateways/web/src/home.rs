@@ -12,8 +12,7 @@ use baaaht_proto::v1;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::api::{answer, api_error, Place, User};
-use crate::app::App;
+use crate::app::{answer, api_error, App, Place, User};
 
 /// Suggestions shown at most.
 const SUGGESTIONS: usize = 4;

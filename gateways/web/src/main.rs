@@ -195,7 +195,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
         }
     };
-    let router = app::router(app.clone());
+    let router = baaaht_web::routes::router(app.clone());
     let serve = async move {
         match listener {
             Listener::Tcp(listener) => axum::serve(listener, router).with_graceful_shutdown(stopped).await,

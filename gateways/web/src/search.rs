@@ -10,8 +10,7 @@ use baaaht_proto::v1;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::api::{answer, api_error, Place, User};
-use crate::app::App;
+use crate::app::{answer, api_error, App, Place, User};
 
 #[derive(Debug, Deserialize)]
 pub struct Asked {

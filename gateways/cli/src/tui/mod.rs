@@ -1,5 +1,6 @@
-//! `baaaht tui` (issue 16), in progress: the state machine, the view and the loop.
+//! `baaaht tui`: the state machine, the view and the loop.
 
+pub mod drawn;
 pub mod export;
 pub mod markdown;
 pub mod run;

@@ -530,7 +530,7 @@ pub struct App {
     /// Bumped whenever `blocks` is replaced rather than added to (the view's cache key).
     pub generation: u64,
     /// The blocks as last drawn, so that a frame renders only what is new.
-    pub drawn: super::view::Drawn,
+    pub drawn: super::drawn::Drawn,
     history: Vec<String>,
     /// Where Up/Down is in `history` (None: the draft).
     browsing: Option<usize>,
@@ -588,7 +588,7 @@ impl App {
             skills: vec![],
             files: None,
             generation: 0,
-            drawn: super::view::Drawn::default(),
+            drawn: super::drawn::Drawn::default(),
             history: vec![],
             browsing: None,
             stashed: String::new(),

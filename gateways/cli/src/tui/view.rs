@@ -7,6 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block as Frame, Borders, Clear, Paragraph};
 use unicode_width::UnicodeWidthStr;
 
+use super::drawn::DrawnBlocks;
 use super::markdown;
 use super::state::{App, Block, Connection, Picker};
 use crate::terminal::clean;
@@ -48,17 +49,6 @@ fn thinking(text: &str, app: &App, width: usize, streaming: bool) -> Vec<Line<'s
     let mut lines = vec![Line::styled("▾ thinking · Ctrl+T folds", app.theme.dim)];
     lines.extend(styled(text, width, app.theme.dim.add_modifier(Modifier::ITALIC), "┊ "));
     lines
-}
-
-/// The finished blocks as last drawn: each block's lines and code blocks, valid while the
-/// blocks are only added to and the width, theme and thinking toggle stay.
-#[derive(Debug, Clone, Default)]
-pub struct Drawn(std::cell::RefCell<DrawnBlocks>);
-
-#[derive(Debug, Clone, Default)]
-struct DrawnBlocks {
-    key: (u64, usize, bool, bool),
-    blocks: Vec<(Vec<Line<'static>>, usize)>,
 }
 
 /// The conversation as lines for a `width`-wide pane.
