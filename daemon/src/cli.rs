@@ -520,7 +520,7 @@ pub enum Failure {
     #[error(transparent)]
     Setup(crate::ops::setup::SetupError),
     #[error("{0}; run `baaahtd setup`")]
-    NotReady(String),
+    NotReady(crate::ops::setup::SetupError),
     #[error("{0}")]
     Gateway(String),
     /// Every problem of the egress policies, one a line.

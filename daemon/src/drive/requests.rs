@@ -39,7 +39,7 @@ impl Requests {
         self.ipc.take_task_requests(&mut |context, session, request| {
             let principal = format!("ipc:{context}/{session}");
             self.taints.allow_session(session, taint::Way::ScheduleTask, &principal)?;
-            scheduler::schedule_requested(&self.scheduler, &self.inbox, context, request)
+            scheduler::schedule_requested(&self.scheduler, &self.inbox, context, request).map_err(|why| why.to_string())
         });
     }
 

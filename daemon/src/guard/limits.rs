@@ -13,6 +13,24 @@ use std::time::{Duration, Instant};
 
 use crate::base::auth::Caller;
 
+/// Why a caller is turned away at once: which limit, and when to try again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("{shown} {} {max} {what} open already; close one, or try again when one ends", have_or_has(.shown))]
+    Full { shown: String, max: usize, what: &'static str },
+    #[error("{SESSIONS_PER_MINUTE} new conversations a minute is the most anyone may start; {}", again_in(*.wait))]
+    NewSessions { wait: Duration },
+}
+
+/// The verb for a key's words: "you have", "gateway web has".
+fn have_or_has(shown: &str) -> &'static str {
+    if shown == "you" {
+        "have"
+    } else {
+        "has"
+    }
+}
+
 /// One key of a [`Quota::take`]: what is counted (`gateway:web/user:u-1`) and how many it may
 /// hold at once, with the words for it ("you", "gateway web").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,16 +82,10 @@ impl Quota {
 
     /// One place under every key, or none when a key holds its maximum already (the sentence
     /// names the first such key).
-    pub fn take(self: &Arc<Self>, keys: &[Key]) -> Result<Held, String> {
+    pub fn take(self: &Arc<Self>, keys: &[Key]) -> Result<Held, LimitError> {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(full) = keys.iter().find(|key| counts.get(&key.name).copied().unwrap_or(0) >= key.max) {
-            return Err(format!(
-                "{} {} {} {} open already; close one, or try again when one ends",
-                full.shown,
-                if full.shown == "you" { "have" } else { "has" },
-                full.max,
-                self.what
-            ));
+            return Err(LimitError::Full { shown: full.shown.clone(), max: full.max, what: self.what });
         }
         for key in keys {
             *counts.entry(key.name.clone()).or_default() += 1;
@@ -233,14 +245,12 @@ impl Limits {
 
     /// Counts a session `caller` creates; refused past [`SESSIONS_PER_MINUTE`] for anyone but
     /// a host client.
-    pub fn new_session(&self, caller: &Caller) -> Result<(), String> {
+    pub fn new_session(&self, caller: &Caller) -> Result<(), LimitError> {
         if matches!(caller, Caller::Host(_)) {
             return Ok(());
         }
         let key = crate::guard::audit::principal(caller);
-        self.new_sessions.take(&key).map_err(|wait| {
-            format!("{SESSIONS_PER_MINUTE} new conversations a minute is the most anyone may start; {}", again_in(wait))
-        })
+        self.new_sessions.take(&key).map_err(|wait| LimitError::NewSessions { wait })
     }
 }
 
@@ -275,10 +285,10 @@ mod tests {
         let first = quota.take(&alice).expect("first");
         let _second = quota.take(&alice).expect("second");
         let refused = quota.take(&alice).expect_err("a third");
-        assert_eq!(refused, "you have 2 uploads open already; close one, or try again when one ends");
+        assert_eq!(refused.to_string(), "you have 2 uploads open already; close one, or try again when one ends");
         let _bobs = quota.take(&bob).expect("bob");
         let refused = quota.take(&bob).expect_err("the gateway is full");
-        assert!(refused.starts_with("gateway gw has 3 uploads open already"), "{refused}");
+        assert!(refused.to_string().starts_with("gateway gw has 3 uploads open already"), "{refused}");
         assert_eq!(quota.held("gw/bob"), 1, "a refusal holds nothing");
         drop(first);
         assert_eq!(quota.held("gw"), 2);

@@ -14,8 +14,8 @@ use crate::base::Base;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GuardError {
-    #[error("security.redact.extra_patterns: {0}")]
-    Patterns(String),
+    #[error("security.redact.extra_patterns")]
+    Patterns(#[source] redact::RulesError),
 }
 
 /// The guard wing, opened.

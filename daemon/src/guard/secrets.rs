@@ -69,6 +69,16 @@ pub enum SecretsError {
     Encrypt,
     #[error("`${{{name}}}` is neither in the secrets store nor in the environment: run `baaahtd secrets set {name}`")]
     Unresolved { name: String },
+    #[error(
+        "`${{{name}}}` is an LLM provider's key: it never leaves the daemon (agents reach the model through it); \
+         give the server a key of its own"
+    )]
+    ProviderKey { name: String },
+    #[error(
+        "`${{{name}}}` is not a secret users' and groups' own servers and skills may use; an admin can list it in \
+         config.yaml under secrets.user_usable"
+    )]
+    NotUserUsable { name: String },
 }
 
 /// A passphrase, zeroized when dropped.
@@ -402,7 +412,12 @@ impl Handout {
 
     /// `reference` (text with `${NAME}`s) resolved for `asker`, from the store, else the
     /// daemon's environment; `referrer` wrote it. Why not, in a sentence.
-    pub fn resolve(&self, asker: Asker<'_>, referrer: Referrer, reference: &str) -> Result<Zeroizing<String>, String> {
+    pub fn resolve(
+        &self,
+        asker: Asker<'_>,
+        referrer: Referrer,
+        reference: &str,
+    ) -> Result<Zeroizing<String>, SecretsError> {
         use crate::guard::audit::{Kind, Record};
         let record = |outcome: &str, name: &str| {
             Record::by(Kind::Secret, asker.caller, outcome)
@@ -412,12 +427,11 @@ impl Handout {
         };
         for name in reference_names(reference) {
             if let Err(why) = self.rules.check(name, referrer) {
-                self.audit.record(record("refused", name).detail("reason", why.as_str()));
+                self.audit.record(record("refused", name).detail("reason", why.to_string()));
                 return Err(why);
             }
         }
-        let value = resolve_references(reference, self.live.current().as_deref(), |name| std::env::var(name).ok())
-            .map_err(|error| error.to_string())?;
+        let value = resolve_references(reference, self.live.current().as_deref(), |name| std::env::var(name).ok())?;
         for name in reference_names(reference) {
             self.audit.record(record("read", name));
         }
@@ -442,18 +456,12 @@ impl Rules {
     }
 
     /// Whether `name` may be named by `referrer`'s file; why not, in a sentence.
-    pub fn check(&self, name: &str, referrer: Referrer) -> Result<(), String> {
+    pub fn check(&self, name: &str, referrer: Referrer) -> Result<(), SecretsError> {
         if self.provider_keys.contains(name) {
-            return Err(format!(
-                "`${{{name}}}` is an LLM provider's key: it never leaves the daemon (agents reach the model through \
-                 it); give the server a key of its own"
-            ));
+            return Err(SecretsError::ProviderKey { name: name.to_string() });
         }
         if referrer == Referrer::Context && !self.user_usable.contains(name) {
-            return Err(format!(
-                "`${{{name}}}` is not a secret users' and groups' own servers and skills may use; an admin can list it \
-                 in config.yaml under secrets.user_usable"
-            ));
+            return Err(SecretsError::NotUserUsable { name: name.to_string() });
         }
         Ok(())
     }

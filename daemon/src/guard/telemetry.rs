@@ -212,23 +212,30 @@ pub fn init(system: &SystemConfig, otel: &OtelConfig) -> Tracing {
     Tracing { provider }
 }
 
+/// Why spans cannot be exported (logged as it is, once, when the daemon starts).
+#[derive(Debug, thiserror::Error)]
+enum ExporterError {
+    #[error(transparent)]
+    Runtime(#[from] std::io::Error),
+    #[error(transparent)]
+    Build(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
 /// A tracer provider exporting in batches to the collector at `endpoint`.
-fn exporter(endpoint: &str, service: &str) -> Result<SdkTracerProvider, String> {
+fn exporter(endpoint: &str, service: &str) -> Result<SdkTracerProvider, ExporterError> {
     // The SDK's batch thread runs each export outside any tokio runtime; tonic needs one.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("baaahtd-otel")
         .enable_all()
-        .build()
-        .map_err(|error| error.to_string())?;
+        .build()?;
     let inner = {
         let _entered = runtime.enter();
         opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(endpoint)
             .with_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|error| error.to_string())?
+            .build()?
     };
     let resource = opentelemetry_sdk::Resource::builder_empty().with_service_name(service.to_string()).build();
     let exporter = OnOwnRuntime { inner, runtime, failures: AtomicU64::new(0), last_said: Mutex::new(None) };

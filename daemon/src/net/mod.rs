@@ -14,8 +14,10 @@ use crate::store::Store;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
+    /// What is wrong is in the sentence, as it always was (so not a `#[source]` as well: the
+    /// daemon's error chain would say it twice).
     #[error("cannot set up the web egress proxy: {0}")]
-    WebProxy(String),
+    WebProxy(egress::proxy::ProxyConfigError),
 }
 
 /// The net wing, opened.
@@ -43,10 +45,8 @@ impl Net {
             secrets::resolve_references(reference, opened.as_deref(), |name| std::env::var(name).ok())
                 .map(|key| key.to_string())
                 .map_err(|error| match error {
-                    secrets::SecretsError::Unresolved { name } => {
-                        format!("${{{name}}} is neither in the secrets store nor in the environment: run `baaahtd secrets set {name}`")
-                    }
-                    other => other.to_string(),
+                    secrets::SecretsError::Unresolved { name } => egress::search::KeyError::Unresolved { name },
+                    other => egress::search::KeyError::Secrets(Arc::new(other)),
                 })
         });
         let taints = Arc::new(taint::Taints::open(

@@ -120,7 +120,7 @@ pub enum SelfTestError {
 #[derive(Debug)]
 pub struct Checked {
     pub outcome: SelfTestOutcome,
-    pub gvisor: Option<Result<Duration, String>>,
+    pub gvisor: Option<Result<Duration, ContainerError>>,
 }
 
 /// Runs `test` beside a bare sandbox under gVisor, which falls back (or is refused) by itself

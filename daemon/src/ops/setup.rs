@@ -48,6 +48,15 @@ pub enum SetupError {
     Terminal(#[source] std::io::Error),
     #[error(transparent)]
     DataDir(#[from] crate::base::datadir::DataDirError),
+    #[error("the assistant's model {model} cannot be used: {why}")]
+    Unusable { model: String, why: String },
+    #[error("the assistant's model {model} uses provider {provider}, which is not configured")]
+    NoProvider { model: String, provider: String },
+    #[error(
+        "the assistant's model {model} is served at {api_base} and nothing answers there: start the model server \
+         (e.g. `llama-server --port {port}` or `ollama serve`), or correct api_base in providers.yaml"
+    )]
+    NotServing { model: String, api_base: String, port: String },
 }
 
 /// What the command line asked for.
@@ -623,7 +632,7 @@ fn relayed_from(mode: config::GatewayMode, api_base: &str) -> Option<String> {
 /// Whether the Assistant's model can be used, for `baaahtd setup --check`: its provider's key
 /// resolves (or it needs none), and a server on this host's loopback answers where the
 /// gateway's connections go. `Ok` describes it; `Err` says why not and what to do.
-pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String, String> {
+pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String, SetupError> {
     let secrets = crate::guard::secrets::open_unattended(&data_dir.config_dir());
     let settings = crate::model::llm::gateway_settings(loaded, secrets.as_ref(), |name| std::env::var(name).ok());
     let model = loaded.config.agents.settings(crate::base::auth::Role::Assistant).model;
@@ -632,24 +641,20 @@ pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String
     let configured = match found {
         Some(configured) if configured.unusable.is_empty() => configured,
         Some(configured) => {
-            return Err(format!("the assistant's model {} cannot be used: {}", model.0, configured.unusable))
+            return Err(SetupError::Unusable { model: model.0.clone(), why: configured.unusable.clone() })
         }
-        None => {
-            return Err(format!("the assistant's model {} uses provider {provider}, which is not configured", model.0))
-        }
+        None => return Err(SetupError::NoProvider { model: model.0.clone(), provider: provider.to_string() }),
     };
     let Some((target, plain)) = crate::model::llm::relay::loopback_target(&configured.api_base) else {
         return Ok(model.0.clone());
     };
     // A local server: asked for its models (free, and what the gateway's connections reach).
     if plain && configured.wire == "openai" && list_models(&configured.api_base).is_none() {
-        return Err(format!(
-            "the assistant's model {} is served at {} and nothing answers there: start the model server \
-             (e.g. `llama-server --port {port}` or `ollama serve`), or correct api_base in providers.yaml",
-            model.0,
-            configured.api_base,
-            port = target.rsplit_once(':').map_or("8080", |(_, port)| port),
-        ));
+        return Err(SetupError::NotServing {
+            model: model.0.clone(),
+            api_base: configured.api_base.clone(),
+            port: target.rsplit_once(':').map_or("8080", |(_, port)| port).to_string(),
+        });
     }
     let relayed = relayed_from(loaded.config.llm.gateway, &configured.api_base);
     Ok(match relayed {

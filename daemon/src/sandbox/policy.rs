@@ -39,6 +39,11 @@ pub enum PolicyError {
     CommandBlocked { pattern: String, why: String },
     #[error(transparent)]
     BadPattern(#[from] crate::base::config::exec::BadPattern),
+    #[error(
+        "a {by} may schedule only work it could do itself, and a {agent} can use {beyond}, which a {by} cannot; ask \
+         the user to schedule it"
+    )]
+    BeyondRole { by: Role, agent: Role, beyond: String },
 }
 
 /// A mount a caller asks for, before any check.
@@ -301,17 +306,13 @@ impl Policy {
 
     /// Whether an agent of role `by` may have work done by an agent of role `agent` (a task it
     /// schedules): only when `agent` can do nothing `by` cannot; why not, in a sentence.
-    pub fn may_act_as(by: Role, agent: Role) -> Result<(), String> {
+    pub fn may_act_as(by: Role, agent: Role) -> Result<(), PolicyError> {
         let (mine, theirs) = (Policy::powers(by), Policy::powers(agent));
         let beyond: Vec<&str> = theirs.difference(&mine).copied().collect();
         if beyond.is_empty() {
             return Ok(());
         }
-        Err(format!(
-            "a {by} may schedule only work it could do itself, and a {agent} can use {}, which a {by} cannot; ask \
-             the user to schedule it",
-            beyond.join(", ")
-        ))
+        Err(PolicyError::BeyondRole { by, agent, beyond: beyond.join(", ") })
     }
 
     /// ValidateExecCommand: refuses commands matching spec §8.5's patterns or the configured
@@ -673,7 +674,7 @@ mod tests {
         ] {
             assert_eq!(Policy::may_act_as(by, agent).is_ok(), allowed, "{by} → {agent}");
         }
-        let refused = Policy::may_act_as(Worker, Coder).expect_err("no exec");
+        let refused = Policy::may_act_as(Worker, Coder).expect_err("no exec").to_string();
         assert!(refused.contains("a coder can use edit_file, exec, which a worker cannot"), "{refused}");
     }
 }

@@ -46,12 +46,37 @@ pub enum WorkspaceError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot {action} the workspace image {}: {message}", path.display())]
-    Image { action: &'static str, path: PathBuf, message: String },
+    /// The why is said in the message and is no source: a chain printed would say it twice.
+    #[error("cannot {action} the workspace image {}: {why}", path.display())]
+    Image { action: &'static str, path: PathBuf, why: MountError },
     #[error(
         "{0} conversations have their workspace in use at once, the most this host allows; try again when one goes idle"
     )]
     TooMany(usize),
+}
+
+/// Why the daemon cannot mount here, or a mount tool (`mount`, `umount`, `mkfs.ext4`) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("the daemon does not run as root")]
+    NotRoot,
+    #[error("cannot read /proc/self/ns/mnt: {0}")]
+    Namespace(#[source] std::io::Error),
+    #[error("the daemon runs in a mount namespace of its own, which the engine does not see")]
+    OwnNamespace,
+    #[error("`{0}` is not installed")]
+    Missing(&'static str),
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The tool ran and failed: its exit status and what it wrote to stderr.
+    #[error("{program} {status}: {stderr}")]
+    Failed { program: String, status: std::process::ExitStatus, stderr: String },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 /// How a workspace's cap is enforced.
@@ -108,6 +133,7 @@ impl Workspaces {
             WorkspaceLimit::Auto => match can_mount() {
                 Ok(()) => Enforcement::Filesystem,
                 Err(why) => {
+                    let why = why.to_string();
                     tracing::info!(why, "session workspaces are checked by the tool runner after each call");
                     Enforcement::Checked
                 }
@@ -336,21 +362,20 @@ impl Workspaces {
 /// Whether the daemon can give workspaces a filesystem: root, in the mount namespace of PID 1
 /// (where the engine runs; a private one, as systemd's `ProtectSystem=` makes, hides the
 /// mount from it), with `mount` and `mkfs.ext4` at hand.
-fn can_mount() -> Result<(), String> {
+fn can_mount() -> Result<(), MountError> {
     if !rustix::process::geteuid().is_root() {
-        return Err("the daemon does not run as root".into());
+        return Err(MountError::NotRoot);
     }
-    let ours =
-        std::fs::read_link("/proc/self/ns/mnt").map_err(|error| format!("cannot read /proc/self/ns/mnt: {error}"))?;
+    let ours = std::fs::read_link("/proc/self/ns/mnt").map_err(MountError::Namespace)?;
     match std::fs::read_link("/proc/1/ns/mnt") {
         Ok(init) if init == ours => {}
-        Ok(_) => return Err("the daemon runs in a mount namespace of its own, which the engine does not see".into()),
+        Ok(_) => return Err(MountError::OwnNamespace),
         // PID 1 is not ours to inspect (a sandbox's supervisor): nothing says we are apart.
         Err(error) => tracing::debug!(%error, "cannot compare mount namespaces with PID 1"),
     }
     for tool in ["mount", "umount", "mkfs.ext4"] {
         if !["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|dir| Path::new(dir).join(tool).exists()) {
-            return Err(format!("`{tool}` is not installed"));
+            return Err(MountError::Missing(tool));
         }
     }
     Ok(())
@@ -361,21 +386,22 @@ pub(crate) fn is_mount_point(parent: &OwnedFd, data: &OwnedFd) -> std::io::Resul
     Ok(rustix::fs::fstat(parent)?.st_dev != rustix::fs::fstat(data)?.st_dev)
 }
 
-fn run(program: &str, args: &[&OsStr]) -> Result<(), String> {
+fn run(program: &str, args: &[&OsStr]) -> Result<(), MountError> {
     let output = Command::new(program)
         .args(args)
         .env("PATH", "/usr/sbin:/sbin:/usr/bin:/bin")
         .output()
-        .map_err(|error| format!("cannot run {program}: {error}"))?;
+        .map_err(|source| MountError::Spawn { program: program.to_string(), source })?;
     if output.status.success() {
         return Ok(());
     }
-    Err(format!("{program} {}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()))
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    Err(MountError::Failed { program: program.to_string(), status: output.status, stderr })
 }
 
 /// A sparse ext4 image of `cap` bytes whose root belongs to the containers' uid.
 fn make_image(image: &Path, cap: u64) -> Result<(), WorkspaceError> {
-    let error = |action, message| WorkspaceError::Image { action, path: image.to_path_buf(), message };
+    let error = |action, why| WorkspaceError::Image { action, path: image.to_path_buf(), why };
     let owner = format!(
         "root_owner={uid}:{uid},lazy_itable_init=1,lazy_journal_init=1",
         uid = crate::base::auth::CONTAINER_UID
@@ -385,7 +411,7 @@ fn make_image(image: &Path, cap: u64) -> Result<(), WorkspaceError> {
         .create_new(true)
         .open(image)
         .and_then(|file| file.set_len(cap).and_then(|()| file.sync_all()))
-        .map_err(|io| io.to_string())
+        .map_err(MountError::Io)
         .and_then(|()| {
             run(
                 "mkfs.ext4",
@@ -402,10 +428,10 @@ fn make_image(image: &Path, cap: u64) -> Result<(), WorkspaceError> {
                 ],
             )
         });
-    if let Err(message) = made {
+    if let Err(why) = made {
         // silent-ok: a half-made image is worthless; the error says what failed.
         let _ = std::fs::remove_file(image);
-        return Err(error("create", message));
+        return Err(error("create", why));
     }
     Ok(())
 }
@@ -422,12 +448,12 @@ fn mount(image: &Path, on: &Path) -> Result<(), WorkspaceError> {
             on.as_os_str(),
         ],
     )
-    .map_err(|message| WorkspaceError::Image { action: "mount", path: image.to_path_buf(), message })
+    .map_err(|why| WorkspaceError::Image { action: "mount", path: image.to_path_buf(), why })
 }
 
 /// Mounts a memory filesystem of at most `bytes` on `on` (the daemon's folder, 0755), for a
 /// folder a container writes that must not take the host's disk (an IPC folder).
-pub(crate) fn mount_tmpfs(on: &Path, bytes: u64) -> Result<(), String> {
+pub(crate) fn mount_tmpfs(on: &Path, bytes: u64) -> Result<(), MountError> {
     let options = format!("size={bytes},mode=0755,nosuid,nodev,noexec");
     run(
         "mount",

@@ -140,7 +140,7 @@ pub(super) async fn change(
     let written = tokio::task::spawn_blocking(move || policy::change(&path, &host, action, &by))
         .await
         .map_err(|error| Status::internal(error.to_string()))?;
-    written.map_err(Status::invalid_argument)?;
+    written.map_err(|why| Status::invalid_argument(why.to_string()))?;
     Ok(listed(shared, context.as_ref()))
 }
 
@@ -162,12 +162,12 @@ pub(super) async fn change_credential(
     }
     if hosts.is_some() {
         let rules = crate::guard::secrets::Rules::of(&shared.loaded);
-        rules.check(&request.name, referrer).map_err(Status::invalid_argument)?;
+        rules.check(&request.name, referrer).map_err(|why| Status::invalid_argument(why.to_string()))?;
     }
     let name = request.name;
     let written = tokio::task::spawn_blocking(move || credentials::change(&path, &name, hosts.as_deref(), &by))
         .await
         .map_err(|error| Status::internal(error.to_string()))?;
-    written.map_err(Status::invalid_argument)?;
+    written.map_err(|why| Status::invalid_argument(why.to_string()))?;
     Ok(listed(shared, context.as_ref()))
 }

@@ -10,32 +10,40 @@ use crate::base::auth::{Caller, Context, ContextKind, Role};
 use crate::net::egress::relay::TunnelUp;
 use crate::store::sessions::{Filter, SessionStatus};
 
+/// A field of a message that does not read as the domain's type; a caller makes it a
+/// `Status::invalid_argument`, with the field's name before it where the message lacks it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum WireError {
+    #[error("type must be CONTEXT_TYPE_USER or CONTEXT_TYPE_GROUP")]
+    ContextType,
+    #[error("id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`", .0.escape_debug())]
+    ContextId(String),
+    #[error("role {0} is not a known AgentRole")]
+    Role(i32),
+    #[error("since `{0}`: write a duration like 90s, 15m, 1h, 2d or 1w, or an RFC 3339 time")]
+    Since(String),
+}
+
 /// The context a protocol reference names; the error says what is wrong with it (the caller
 /// adds the field's name).
-pub(crate) fn context_of(reference: &v1::ContextRef) -> Result<Context, String> {
+pub(crate) fn context_of(reference: &v1::ContextRef) -> Result<Context, WireError> {
     let kind = match v1::ContextType::try_from(reference.r#type) {
         Ok(v1::ContextType::User) => ContextKind::User,
         Ok(v1::ContextType::Group) => ContextKind::Group,
-        _ => return Err("type must be CONTEXT_TYPE_USER or CONTEXT_TYPE_GROUP".into()),
+        _ => return Err(WireError::ContextType),
     };
     if !crate::base::auth::is_valid_context_id(&reference.id) {
-        return Err(format!(
-            "id `{}` is not a valid id: use 1-128 letters, digits, `.`, `_` or `-`",
-            reference.id.escape_debug()
-        ));
+        return Err(WireError::ContextId(reference.id.clone()));
     }
     Ok(Context { kind, id: reference.id.clone() })
 }
 
 /// The role a protocol value names; `None` for "unspecified".
-pub(crate) fn role_of(value: i32) -> Result<Option<Role>, String> {
+pub(crate) fn role_of(value: i32) -> Result<Option<Role>, WireError> {
     if value == v1::AgentRole::Unspecified as i32 {
         return Ok(None);
     }
-    baaaht_proto::role_name(value)
-        .and_then(Role::named)
-        .map(Some)
-        .ok_or_else(|| format!("role {value} is not a known AgentRole"))
+    baaaht_proto::role_name(value).and_then(Role::named).map(Some).ok_or(WireError::Role(value))
 }
 
 /// The daemon's form of a container's answer to a probe.
@@ -96,14 +104,14 @@ fn tool_answer(response: v1::ToolResponse) -> crate::work::tools::ToolAnswer {
 pub(crate) fn ups<T, U>(
     stream: tonic::Streaming<T>,
     up: fn(T) -> U,
-) -> impl tokio_stream::Stream<Item = Result<U, String>> + Unpin + Send + 'static
+) -> impl tokio_stream::Stream<Item = Result<U, crate::work::peers::StreamError>> + Unpin + Send + 'static
 where
     T: Send + 'static,
     U: Send + 'static,
 {
     tokio_stream::StreamExt::map(stream, move |message| match message {
         Ok(message) => Ok(up(message)),
-        Err(status) => Err(status.message().to_string()),
+        Err(status) => Err(crate::work::peers::StreamError(status.message().to_string())),
     })
 }
 

@@ -14,8 +14,16 @@ use crate::model::llm::GatewayError;
 impl From<GatewayError> for Status {
     fn from(error: GatewayError) -> Status {
         match error {
-            GatewayError::Off(_) => Status::failed_precondition(error.to_string()),
-            GatewayError::Unavailable { .. } => Status::unavailable(error.to_string()),
+            GatewayError::Off(_) | GatewayError::NoModel(_) => Status::failed_precondition(error.to_string()),
+            GatewayError::Unavailable { .. }
+            | GatewayError::Starting
+            | GatewayError::Down(_)
+            | GatewayError::Health(_)
+            | GatewayError::HealthTimeout
+            | GatewayError::NoSocket(_)
+            | GatewayError::Connect { .. }
+            | GatewayError::Configure(_)
+            | GatewayError::ConfigureTimeout => Status::unavailable(error.to_string()),
         }
     }
 }

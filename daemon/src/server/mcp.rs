@@ -74,7 +74,8 @@ pub(super) async fn tools(
         }
         return Err(Status::not_found(why));
     };
-    let env = server.env(&shared.tool_calls.secrets, caller, "").map_err(Status::failed_precondition)?;
+    let env = server.env(&shared.tool_calls.secrets, caller, "");
+    let env = env.map_err(|error| Status::failed_precondition(error.to_string()))?;
     let listed = shared.mcp.listed(&context, &server, env, request.restart).await;
     let (offer, started) = listed.map_err(|error| Status::failed_precondition(error.to_string()))?;
     let tools = offer

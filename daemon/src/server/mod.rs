@@ -241,15 +241,15 @@ fn person_named(shared: &Shared, caller: &Caller) -> String {
     }
 }
 
-fn limited(shared: &Shared, caller: &Caller, what: &str, why: String) -> Status {
+fn limited(shared: &Shared, caller: &Caller, what: &str, why: crate::guard::limits::LimitError) -> Status {
     tracing::warn!(principal = %crate::guard::audit::principal(caller), limit = what, %why, "a caller is at a limit");
     let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Limit, caller, "refused");
-    shared.audit.record(record.detail("limit", what).detail("reason", why.as_str()));
-    Status::resource_exhausted(why)
+    shared.audit.record(record.detail("limit", what).detail("reason", why.to_string()));
+    Status::resource_exhausted(why.to_string())
 }
 
 fn role_of(value: i32) -> Result<Option<crate::base::auth::Role>, Status> {
-    crate::server::from_wire::role_of(value).map_err(Status::invalid_argument)
+    crate::server::from_wire::role_of(value).map_err(|why| Status::invalid_argument(why.to_string()))
 }
 
 /// The context a task request names: its group when set, else its user.

@@ -467,7 +467,8 @@ impl v1::admin_server::Admin for AdminService {
         };
         crate::work::gateways::check_run(&kind, mode, &message.args)?;
         if mode != crate::work::gateways::RunMode::External {
-            self.shared.supervisors.check_args(&kind, &message.args).await.map_err(Status::invalid_argument)?;
+            let checked = self.shared.supervisors.check_args(&kind, &message.args).await;
+            checked.map_err(|error| Status::invalid_argument(error.to_string()))?;
         }
         let (record, token) = self.shared.gateways.add(&message.name, kind, mode, message.args)?;
         let folder = self.shared.gateways.socket_folder(&record.name);
@@ -609,7 +610,8 @@ impl v1::admin_server::Admin for AdminService {
         check(&self.shared, &request, Operation::SearchAudit, None, None)?;
         let message = request.into_inner();
         let query = crate::guard::audit::Query {
-            since: parse_since(&message.since, jiff::Timestamp::now()).map_err(Status::invalid_argument)?,
+            since: parse_since(&message.since, jiff::Timestamp::now())
+                .map_err(|why| Status::invalid_argument(why.to_string()))?,
             user: Some(message.user).filter(|user| !user.is_empty()),
             kind: match message.kind.as_str() {
                 "" => None,
@@ -644,7 +646,10 @@ impl v1::admin_server::Admin for AdminService {
 
 /// `since` of an audit search: a duration back from `now` (`90s`, `15m`, `1h`, `2d`, `1w`) or an
 /// RFC 3339 time.
-fn parse_since(since: &str, now: jiff::Timestamp) -> Result<Option<jiff::Timestamp>, String> {
+fn parse_since(
+    since: &str,
+    now: jiff::Timestamp,
+) -> Result<Option<jiff::Timestamp>, crate::server::from_wire::WireError> {
     let since = since.trim();
     if since.is_empty() {
         return Ok(None);
@@ -652,7 +657,7 @@ fn parse_since(since: &str, now: jiff::Timestamp) -> Result<Option<jiff::Timesta
     if let Ok(time) = since.parse::<jiff::Timestamp>() {
         return Ok(Some(time));
     }
-    let problem = || format!("since `{since}`: write a duration like 90s, 15m, 1h, 2d or 1w, or an RFC 3339 time");
+    let problem = || crate::server::from_wire::WireError::Since(since.to_string());
     let split = since.find(|c: char| !c.is_ascii_digit()).ok_or_else(problem)?;
     let (number, unit) = since.split_at(split);
     let number: i64 = number.parse().map_err(|_not_a_number| problem())?;
@@ -679,7 +684,7 @@ mod audit_tests {
         assert_eq!(parse_since("1h", now), Ok(Some("2026-11-23T11:00:00Z".parse().expect("time"))));
         assert_eq!(parse_since("2d", now), Ok(Some("2026-11-21T12:00:00Z".parse().expect("time"))));
         assert_eq!(parse_since("2026-11-01T00:00:00Z", now), Ok(Some("2026-11-01T00:00:00Z".parse().expect("time"))));
-        let error = parse_since("yesterday", now).expect_err("refused");
+        let error = parse_since("yesterday", now).expect_err("refused").to_string();
         assert!(error.contains("since `yesterday`: write a duration like 90s"), "{error}");
         assert!(parse_since("5y", now).is_err());
     }

@@ -14,10 +14,27 @@ pub(super) struct TasksService {
 
 fn status_of(error: SchedulerError) -> Status {
     match error {
-        SchedulerError::Invalid(_) | SchedulerError::Schedule(_) => Status::invalid_argument(error.to_string()),
+        SchedulerError::Invalid(_)
+        | SchedulerError::Schedule(_)
+        | SchedulerError::HeartbeatType
+        | SchedulerError::SystemType
+        | SchedulerError::Type(_)
+        | SchedulerError::NoPrompt
+        | SchedulerError::LongPrompt(_)
+        | SchedulerError::NoSchedule
+        | SchedulerError::Once { .. }
+        | SchedulerError::ContextMode(_)
+        | SchedulerError::Channel(_)
+        | SchedulerError::Concurrency(_)
+        | SchedulerError::Agent(_)
+        | SchedulerError::OtherContext(_) => Status::invalid_argument(error.to_string()),
+        SchedulerError::Policy(_) => Status::permission_denied(error.to_string()),
         SchedulerError::NotFound(_) => Status::not_found(error.to_string()),
         SchedulerError::TooMany(_) => Status::resource_exhausted(error.to_string()),
-        SchedulerError::Refused { .. } => Status::failed_precondition(error.to_string()),
+        SchedulerError::Over { .. }
+        | SchedulerError::RanAlready { .. }
+        | SchedulerError::Unreadable { .. }
+        | SchedulerError::NoSlot { .. } => Status::failed_precondition(error.to_string()),
         SchedulerError::State(_) => Status::internal(error.to_string()),
     }
 }
@@ -103,13 +120,14 @@ impl v1::tasks_server::Tasks for TasksService {
             &context,
             now,
         )
-        .map_err(Status::invalid_argument)?;
+        .map_err(|error| Status::invalid_argument(error.to_string()))?;
         if let Caller::Container(identity) = &caller {
             let (taints, audit) = (&self.shared.taints, &self.shared.audit);
             agent_may_schedule(&task, identity, live.as_ref(), taints, audit, &caller).map_err(
                 |error| match error {
                     AgentScheduling::Refused(why) => Status::permission_denied(why),
-                    AgentScheduling::Invalid(why) => Status::invalid_argument(why),
+                    AgentScheduling::Beyond(why) => Status::permission_denied(why.to_string()),
+                    AgentScheduling::Invalid(why) => Status::invalid_argument(why.to_string()),
                 },
             )?;
         }

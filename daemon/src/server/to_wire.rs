@@ -345,7 +345,10 @@ pub(super) fn self_test_response(
         ok: outcome.problems.is_empty(),
         problems: outcome.problems,
         gvisor_probed: probe.is_some(),
-        gvisor_problem: probe.as_ref().and_then(|probe| probe.as_ref().err().cloned()).unwrap_or_default(),
+        gvisor_problem: probe
+            .as_ref()
+            .and_then(|probe| probe.as_ref().err().map(ToString::to_string))
+            .unwrap_or_default(),
         gvisor_probe_ms: probe.and_then(Result::ok).map_or(0, |took| took.as_millis() as u64),
         report_json: outcome.report_json,
         container: outcome.container,

@@ -14,6 +14,30 @@ use crate::sandbox::shared_dirs;
 use crate::sandbox::workspace::{Workspaces, SENT};
 use crate::store::sessions::log::Attachment;
 
+/// Why a message's files cannot be kept: the message is set aside with it, for the log.
+#[derive(Debug, thiserror::Error)]
+pub enum SentError {
+    #[error("it sends {0} files, more than the {SENT_FILES_MAX} a message may")]
+    TooMany(usize),
+    #[error("the file name `{0}` is not a safe one")]
+    UnsafeName(String),
+    #[error("the file `{0}` is not there (or not a regular file)")]
+    Missing(String),
+    /// The message holds the cause too: it is set aside with this sentence alone.
+    #[error("the file `{name}` cannot be read: {source}")]
+    Read {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the file `{name}` cannot be kept: {source}")]
+    Keep {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The name in `sent/` an attachment's `path` (`sent/NAME`) gives, when it is one.
 pub fn name_of(path: &str) -> Option<&str> {
     let name = path.strip_prefix(SENT)?.strip_prefix('/')?;
@@ -45,23 +69,23 @@ pub fn keep(
     session: &str,
     files: impl AsFd,
     names: &[String],
-) -> Result<Vec<Attachment>, String> {
+) -> Result<Vec<Attachment>, SentError> {
     if names.len() > SENT_FILES_MAX {
-        return Err(format!("it sends {} files, more than the {SENT_FILES_MAX} a message may", names.len()));
+        return Err(SentError::TooMany(names.len()));
     }
     let mut attachments = vec![];
     for name in names {
         if crate::store::uploads::safe_name(name) != *name {
-            return Err(format!("the file name `{name}` is not a safe one"));
+            return Err(SentError::UnsafeName(name.clone()));
         }
         let bytes = match shared_dirs::read_regular(&files, OsStr::new(name), SENT_FILE_MAX_BYTES) {
             Ok(Some(bytes)) => bytes,
-            Ok(None) => return Err(format!("the file `{name}` is not there (or not a regular file)")),
-            Err(error) => return Err(format!("the file `{name}` cannot be read: {error}")),
+            Ok(None) => return Err(SentError::Missing(name.clone())),
+            Err(source) => return Err(SentError::Read { name: name.clone(), source }),
         };
         let kept = workspaces
             .keep_sent(session, name, &bytes)
-            .map_err(|error| format!("the file `{name}` cannot be kept: {error}"))?;
+            .map_err(|source| SentError::Keep { name: name.clone(), source })?;
         attachments.push(Attachment {
             path: format!("{SENT}/{kept}"),
             session: session.to_string(),
@@ -107,9 +131,9 @@ mod tests {
             Some(&b"\x89PNG\r\n\x1a\n0000"[..])
         );
         assert_eq!(workspaces.sent("s2", "chart.png", 1 << 20).expect("read"), None, "another session has none");
-        let refused = keep(&workspaces, "s1", &dir, &["passwd".into()]).expect_err("a link");
+        let refused = keep(&workspaces, "s1", &dir, &["passwd".into()]).expect_err("a link").to_string();
         assert!(refused.contains("a symlink, not a file"), "{refused}");
-        let refused = keep(&workspaces, "s1", &dir, &["../m1.files/chart.png".into()]).expect_err("a path");
+        let refused = keep(&workspaces, "s1", &dir, &["../m1.files/chart.png".into()]).expect_err("a path").to_string();
         assert!(refused.contains("not a safe one"), "{refused}");
     }
 }

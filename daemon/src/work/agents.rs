@@ -16,8 +16,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{ContainerIdentity, Context, Live, Role};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
-use crate::work::health::Probed;
-use crate::work::peers::{Connected, Down, Up};
+use crate::work::health::{ProbeError, Probed};
+use crate::work::peers::{Connected, Down, StreamError, Up};
 
 /// How long a new agent may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -299,7 +299,7 @@ impl AgentPool {
     pub fn attach(
         self: &Arc<Self>,
         identity: &ContainerIdentity,
-        reports: impl tokio_stream::Stream<Item = Result<Up<TurnOutcome>, String>> + Unpin + Send + 'static,
+        reports: impl tokio_stream::Stream<Item = Result<Up<TurnOutcome>, StreamError>> + Unpin + Send + 'static,
     ) -> mpsc::Receiver<Down<Turn>> {
         self.connected.attach(identity, 2, reports, &self.tracker)
     }
@@ -310,7 +310,7 @@ impl AgentPool {
     }
 
     /// Asks the agent in `container` whether it is well, over its own turn stream.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, String> {
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, ProbeError> {
         self.connected.probe(container, timeout).await
     }
 
@@ -467,7 +467,7 @@ mod tests {
                         id: turn.turn_id.clone(),
                         answer: TurnOutcome { content, steps: 1, ..TurnOutcome::default() },
                     }),
-                    Reply::Break => Err("the agent's stream broke".to_string()),
+                    Reply::Break => Err(StreamError("the agent's stream broke".to_string())),
                     Reply::Hold => continue,
                 };
                 if ups.send(up).is_err() {

@@ -682,7 +682,10 @@ impl Ipc {
             } else {
                 let files = format!("{}.files", message.id);
                 let kept = match shared_dirs::open_dir(found.dir, &files) {
-                    Ok(Some(dir)) => crate::store::sent::keep(workspaces, session, dir, &message.files),
+                    Ok(Some(dir)) => {
+                        let kept = crate::store::sent::keep(workspaces, session, dir, &message.files);
+                        kept.map_err(|why| why.to_string())
+                    }
                     Ok(None) => Err(format!("its files are not in {files}/")),
                     Err(error) => Err(format!("its files in {files}/ cannot be read: {error}")),
                 };
@@ -722,10 +725,11 @@ impl Ipc {
     /// Hands every task request queued in a `tools-` slot's `tasks/` folder to `schedule`
     /// (with the folder's context and the slot's session: the folder is its authority), then
     /// removes it; a request `schedule` refuses, or one that does not parse, is set aside with
-    /// the reason. `schedule` answers the task's id, or why not. Returns how many were taken.
-    pub fn take_task_requests(
+    /// the reason. `schedule` answers the task's id, or why not (its own error: the scheduler is
+    /// a wing above). Returns how many were taken.
+    pub fn take_task_requests<E: std::fmt::Display>(
         &self,
-        schedule: &mut dyn FnMut(&Context, &str, TaskFile) -> Result<String, String>,
+        schedule: &mut dyn FnMut(&Context, &str, TaskFile) -> Result<String, E>,
     ) -> usize {
         let mut taken = 0;
         for (folder, slot, dir) in self.container_folders("tasks", false) {
@@ -741,7 +745,7 @@ impl Ipc {
                         self.remove(&found, "tasks");
                         taken += 1;
                     }
-                    Err(why) => self.reject(&found, "tasks", &why),
+                    Err(why) => self.reject(&found, "tasks", &why.to_string()),
                 }
             }
         }

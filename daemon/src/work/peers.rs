@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::task::TaskTracker;
 
 use crate::base::auth::ContainerIdentity;
-use crate::work::health::{self, ProbeSlot, Probed};
+use crate::work::health::{self, ProbeError, ProbeSlot, Probed};
 
 /// What the daemon sends a peer: work, or a health probe.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,6 +41,12 @@ pub enum Up<A> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the container went away")]
 pub struct Lost;
+
+/// Why a peer's stream broke: the message of the status it ended with, as the wire gave it
+/// (there is nothing in it to take apart; it goes to the log).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StreamError(pub String);
 
 /// One connected container: where its work goes down and who waits for its answers.
 #[derive(Debug)]
@@ -84,7 +90,7 @@ impl<W: Send + 'static, A: Send + 'static> Peer<W, A> {
     }
 
     /// Asks the peer whether it is well, waiting up to `timeout`.
-    pub async fn probe(&self, timeout: Duration) -> Result<health::Answer, String> {
+    pub async fn probe(&self, timeout: Duration) -> Result<health::Answer, ProbeError> {
         let found = Some((self.down.clone(), self.probe.clone()));
         health::probe_over(found, &self.identity.name, Down::Probe, timeout).await
     }
@@ -104,8 +110,8 @@ impl<W: Send + 'static, A: Send + 'static> Peer<W, A> {
     /// work is lost).
     pub async fn pump(
         &self,
-        mut ups: impl tokio_stream::Stream<Item = Result<Up<A>, String>> + Unpin,
-    ) -> Option<String> {
+        mut ups: impl tokio_stream::Stream<Item = Result<Up<A>, StreamError>> + Unpin,
+    ) -> Option<StreamError> {
         use tokio_stream::StreamExt as _;
         let broke = loop {
             match ups.next().await {
@@ -195,7 +201,7 @@ impl<W: Send + 'static, A: Send + 'static> Connected<W, A> {
         self: &Arc<Self>,
         identity: &ContainerIdentity,
         queue: usize,
-        ups: impl tokio_stream::Stream<Item = Result<Up<A>, String>> + Unpin + Send + 'static,
+        ups: impl tokio_stream::Stream<Item = Result<Up<A>, StreamError>> + Unpin + Send + 'static,
         tracker: &TaskTracker,
     ) -> mpsc::Receiver<Down<W>> {
         let (peer, receiver) = Peer::new(identity, queue);
@@ -220,8 +226,8 @@ impl<W: Send + 'static, A: Send + 'static> Connected<W, A> {
     }
 
     /// Asks `container` whether it is well, over its own stream.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<health::Answer, String> {
-        let peer = self.get(container).ok_or_else(|| "it is no longer connected".to_string())?;
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<health::Answer, ProbeError> {
+        let peer = self.get(container).ok_or(ProbeError::Gone)?;
         peer.probe(timeout).await
     }
 }
@@ -251,9 +257,9 @@ mod tests {
             Ok(Up::Other),
             Ok(Up::Answer { id: "a".into(), answer: "done a".into() }),
             Ok(Up::Answer { id: "zz".into(), answer: "for no one".into() }),
-            Err("the stream broke".into()),
+            Err(StreamError("the stream broke".into())),
         ]);
-        assert_eq!(peer.pump(ups).await, Some("the stream broke".into()));
+        assert_eq!(peer.pump(ups).await, Some(StreamError("the stream broke".into())));
         assert_eq!(first.await, Ok("done a".to_string()));
         assert!(second.await.is_err(), "b's waiter is dropped: its work is lost");
     }
@@ -293,7 +299,7 @@ mod tests {
         let mut changes = connected.changes();
         let soon = tokio::time::Instant::now() + Duration::from_millis(50);
         assert!(!connected.wait_for(&mut changes, "baaaht-tool-1", soon).await, "nobody connected");
-        let (ups, stream) = mpsc::channel::<Result<Up<String>, String>>(4);
+        let (ups, stream) = mpsc::channel::<Result<Up<String>, StreamError>>(4);
         let mut down = connected.attach(&identity(), 4, tokio_stream::wrappers::ReceiverStream::new(stream), &tracker);
         let later = tokio::time::Instant::now() + Duration::from_secs(5);
         assert!(connected.wait_for(&mut changes, "baaaht-tool-1", later).await);
@@ -308,7 +314,7 @@ mod tests {
         changes.changed().await.expect("told of the departure");
         assert!(!connected.contains("baaaht-tool-1") && connected.is_empty());
         let gone = connected.probe("baaaht-tool-1", Duration::from_millis(10)).await;
-        assert_eq!(gone.expect_err("gone"), "it is no longer connected");
+        assert_eq!(gone.expect_err("gone").to_string(), "it is no longer connected");
         tracker.close();
         tracker.wait().await;
     }

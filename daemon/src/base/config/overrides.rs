@@ -11,6 +11,21 @@ use super::{Config, ConfigError};
 
 const PREFIX: &str = "BAAAHT__";
 
+/// Why a variable's value cannot go where its name points (said after the variable's name).
+#[derive(Debug, thiserror::Error)]
+enum OverrideError {
+    #[error("`{section}` is a value, not a section, so `{key}` does not exist")]
+    NotASection { section: String, key: String },
+    /// The message holds the cause too: it is told as one sentence.
+    #[error("`{key}`: expected a JSON {kind} ({source})")]
+    NotJson {
+        key: String,
+        kind: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// Applies every `BAAAHT__…` variable of `env`, in name order so the result is deterministic.
 pub(super) fn apply(
     config: Config,
@@ -30,7 +45,7 @@ pub(super) fn apply(
         if path.iter().any(String::is_empty) {
             return Err(env_error(variable, "empty key segment: write BAAAHT__SECTION__KEY".into()));
         }
-        set(&mut tree, &path, raw).map_err(|message| env_error(variable, message))?;
+        set(&mut tree, &path, raw).map_err(|error| env_error(variable, error.to_string()))?;
         // Check each variable on its own so an error names the variable that caused it.
         serde_json::from_value::<Config>(tree.clone())
             .map_err(|error| env_error(variable, with_suggestion(&error.to_string())))?;
@@ -41,21 +56,19 @@ pub(super) fn apply(
     Ok((config, applied))
 }
 
-fn set(tree: &mut Value, path: &[String], raw: &str) -> Result<(), String> {
+fn set(tree: &mut Value, path: &[String], raw: &str) -> Result<(), OverrideError> {
     let mut node = tree;
     for (depth, key) in path.iter().enumerate() {
         let Value::Object(map) = node else {
-            return Err(format!(
-                "`{}` is a value, not a section, so `{}` does not exist",
-                path[..depth].join("."),
-                path[..=depth].join(".")
-            ));
+            return Err(OverrideError::NotASection { section: path[..depth].join("."), key: path[..=depth].join(".") });
         };
         if depth + 1 == path.len() {
             let value = match map.get(key) {
-                Some(current) => {
-                    parse_like(current, raw).map_err(|message| format!("`{}`: {message}", path.join(".")))?
-                }
+                Some(current) => parse_like(current, raw).map_err(|source| OverrideError::NotJson {
+                    key: path.join("."),
+                    kind: if current.is_array() { "array" } else { "object" },
+                    source,
+                })?,
                 None => parse_new(raw),
             };
             map.insert(key.clone(), value);
@@ -69,13 +82,11 @@ fn set(tree: &mut Value, path: &[String], raw: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses `raw` as the kind of value `current` is.
-fn parse_like(current: &Value, raw: &str) -> Result<Value, String> {
+/// Parses `raw` as the kind of value `current` is (an array or an object must be JSON).
+fn parse_like(current: &Value, raw: &str) -> Result<Value, serde_json::Error> {
     match current {
         Value::String(_) => Ok(Value::String(raw.to_string())),
-        Value::Array(_) | Value::Object(_) => serde_json::from_str(raw).map_err(|error| {
-            format!("expected a JSON {} ({error})", if current.is_array() { "array" } else { "object" })
-        }),
+        Value::Array(_) | Value::Object(_) => serde_json::from_str(raw),
         Value::Bool(_) | Value::Number(_) | Value::Null => Ok(parse_new(raw)),
     }
 }

@@ -56,7 +56,21 @@ pub(super) const RECENT_TURNS: usize = 3;
 
 /// Images shared on the branch, read for the model (type and bytes), or why one cannot be
 /// shown, by their `uploads/…` path.
-pub type Images = std::collections::HashMap<String, Result<(String, Vec<u8>), String>>;
+pub type Images = std::collections::HashMap<String, Result<(String, Vec<u8>), PictureError>>;
+
+/// Why a picture shared on the branch is not shown to the model (it is told so, in a sentence).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PictureError {
+    #[error("it is not a PNG, JPEG, GIF or WebP picture")]
+    NotAPicture,
+    #[error(
+        "only PNG, JPEG, GIF and WebP pictures of at most {} are shown",
+        baaaht_proto::human_size(crate::store::uploads::MAX_PICTURE_BYTES)
+    )]
+    TooLarge,
+    #[error("it could not be read")]
+    Unreadable,
+}
 
 /// The entries the model sees of `branch`: all, or a compaction's summary and what came after.
 fn visible(branch: &[Entry]) -> (Option<&str>, Vec<&Entry>) {
@@ -535,7 +549,7 @@ mod tests {
         assert_eq!(wanted, ["uploads/e.gif", "uploads/d.webp", "uploads/huge.png", "uploads/c.jpg"]);
         let mut images: Images =
             wanted.iter().map(|path| (path.clone(), Ok(("image/png".to_string(), vec![1, 2])))).collect();
-        images.insert("uploads/huge.png".into(), Err("it is larger than the 3.8 MB a picture may be".into()));
+        images.insert("uploads/huge.png".into(), Err(PictureError::TooLarge));
         let messages = history(&branch, None, &images);
         let kinds = |message: &baaaht_llm::model::Message| -> Vec<String> {
             message
@@ -549,16 +563,8 @@ mod tests {
                 .collect()
         };
         assert_eq!(kinds(&messages[0]), ["old ones"], "a.png and b.png are not among the newest four");
-        assert_eq!(
-            kinds(&messages[2]),
-            [
-                "new ones",
-                "[image]",
-                "(The picture uploads/huge.png cannot be shown to you: it is larger than the 3.8 MB a picture may be.)",
-                "[image]",
-                "[image]"
-            ]
-        );
+        let not_shown = format!("(The picture uploads/huge.png cannot be shown to you: {}.)", PictureError::TooLarge);
+        assert_eq!(kinds(&messages[2]), ["new ones", "[image]", not_shown.as_str(), "[image]", "[image]"]);
         // Three user messages later, the pictures are named in their text only.
         for (index, id) in ["e4", "e5", "e6"].iter().enumerate() {
             let parent = branch.last().map(|entry| entry.id().to_string()).unwrap_or_default();

@@ -19,7 +19,7 @@ mod turns;
 pub use archival::{archive, archive_quiet, supervise};
 pub use delegation::{delegate, run_alone, Delegated, Delegation};
 use delegation::{run_task, Task};
-pub use history::{compact, context_window, history, Images};
+pub use history::{compact, context_window, history, Images, PictureError};
 use history::{message_chars, summarize};
 use turns::run_turn;
 

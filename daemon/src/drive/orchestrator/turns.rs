@@ -11,6 +11,24 @@ const ENGINE_DOWN_TURN: &str = "baaaht could not answer: the container engine it
                                 answering. Your message is kept; ask again in a few minutes, or tell the person \
                                 who runs baaaht.";
 
+/// Why a turn has no answer: what follows "The reply failed: " in the session.
+#[derive(Debug, thiserror::Error)]
+enum ReplyError {
+    #[error("{CANCELLED}")]
+    Cancelled,
+    #[error("{}", crate::base::state::DISK_FULL)]
+    DiskFull,
+    /// The why is said in the message and is no source: a chain printed would say it twice.
+    #[error("the message could not be recorded: {0}")]
+    Unrecorded(SessionError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Agent(#[from] crate::work::agents::AgentError),
+    #[error("the conversation no longer fits the model's context window, and compacting it failed: {0}")]
+    Compaction(OrchestratorError),
+}
+
 pub(super) async fn run_turn(
     orchestrator: Arc<Orchestrator>,
     record: SessionRecord,
@@ -29,11 +47,11 @@ pub(super) async fn run_turn(
     let answer = |cancel: CancellationToken| async move {
         let _place = match shared_ref.turns.admit_turn(&cancel).await {
             super::Admission::Place(place) => place,
-            super::Admission::Cancelled => return Err(CANCELLED.to_string()),
+            super::Admission::Cancelled => return Err(ReplyError::Cancelled),
             super::Admission::Busy(sentence) => return Ok(crate::work::agents::TurnOutcome::refusal(sentence)),
         };
         if cancel.is_cancelled() {
-            return Err(CANCELLED.to_string());
+            return Err(ReplyError::Cancelled);
         }
         if warm {
             prewarm(shared_ref, record_ref);
@@ -57,10 +75,8 @@ pub(super) async fn run_turn(
                     });
                     answer(cancel.clone()).await
                 }
-                Err(error) if crate::base::state::is_disk_full(&error) => {
-                    Err(crate::base::state::DISK_FULL.to_string())
-                }
-                Err(error) => Err(format!("the message could not be recorded: {error}")),
+                Err(error) if crate::base::state::is_disk_full(&error) => Err(ReplyError::DiskFull),
+                Err(error) => Err(ReplyError::Unrecorded(error)),
             }
         }
     };
@@ -124,6 +140,7 @@ pub(super) async fn run_turn(
 /// were shared (never the workspace, which the agents write in); for one that cannot be shown
 /// the model is told why.
 async fn read_images(orchestrator: &Arc<Orchestrator>, session: &str, branch: &[Entry]) -> Images {
+    use super::history::PictureError;
     use crate::store::uploads::{MAX_PICTURE_BYTES, PICTURE_TYPES};
     let wanted = super::history::wanted_images(branch);
     if wanted.is_empty() {
@@ -137,18 +154,16 @@ async fn read_images(orchestrator: &Arc<Orchestrator>, session: &str, branch: &[
             let shown = match workspaces.picture(stored_in, &attachment.path, MAX_PICTURE_BYTES) {
                 Ok(Some(bytes)) => match infer::get(&bytes).map(|kind| kind.mime_type()) {
                     Some(sniffed) if PICTURE_TYPES.contains(&sniffed) => Ok((sniffed.to_string(), bytes)),
-                    _ => Err("it is not a PNG, JPEG, GIF or WebP picture".to_string()),
+                    _ => Err(PictureError::NotAPicture),
                 },
-                Ok(None) => Err(format!(
-                    "only PNG, JPEG, GIF and WebP pictures of at most {} are shown",
-                    baaaht_proto::human_size(MAX_PICTURE_BYTES)
-                )),
+                Ok(None) => Err(PictureError::TooLarge),
                 Err(error) => {
                     tracing::warn!(path = %attachment.path, %error, "cannot read a kept picture");
-                    Err("it could not be read".to_string())
+                    Err(PictureError::Unreadable)
                 }
             };
             if let Err(why) = &shown {
+                let why = why.to_string();
                 tracing::info!(path = %attachment.path, why, "an attached picture is not shown to the model");
             }
             images.insert(attachment.path, shown);
@@ -166,14 +181,14 @@ async fn assistant_turn(
     record: &SessionRecord,
     accepted: &Accepted,
     cancel: CancellationToken,
-) -> Result<crate::work::agents::TurnOutcome, String> {
+) -> Result<crate::work::agents::TurnOutcome, ReplyError> {
     orchestrator.turns.set_tail(&accepted.turn, &accepted.entry);
     orchestrator.taints.begin(&accepted.session, &accepted.turn);
-    let read = orchestrator.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
+    let read = orchestrator.sessions.read(&accepted.session)?;
     for corrupt in &read.corrupt {
         tracing::warn!(line = corrupt.line, reason = %corrupt.reason, "session log line skipped");
     }
-    let branch = read.branch(&accepted.entry).map_err(|error| error.to_string())?;
+    let branch = read.branch(&accepted.entry).map_err(SessionError::from)?;
     let live = Live {
         session: accepted.session.clone(),
         context: record.context(),
@@ -252,7 +267,7 @@ async fn assistant_turn(
                 Err(crate::work::agents::AgentError::EngineDown(_)) => {
                     Ok(crate::work::agents::TurnOutcome::refusal(ENGINE_DOWN_TURN.to_string()))
                 }
-                ran => ran.map_err(|error| error.to_string()),
+                ran => ran.map_err(ReplyError::from),
             }
         }
     };
@@ -267,9 +282,9 @@ async fn assistant_turn(
     // The window is smaller than was thought: no more than most of what was just refused.
     let window = window.min(sent * 7 / 10).max(256);
     tracing::info!(model = %model, window, "the provider's context window was exceeded: compacting and trying again");
-    let compacted = compact_before(orchestrator, record, accepted, &branch, &model, window).await.map_err(|error| {
-        format!("the conversation no longer fits the model's context window, and compacting it failed: {error}")
-    })?;
+    let compacted = compact_before(orchestrator, record, accepted, &branch, &model, window)
+        .await
+        .map_err(ReplyError::Compaction)?;
     orchestrator.turns.wrote_nothing(&accepted.turn);
     answer(history(&compacted, group, &images)).await
 }
@@ -291,16 +306,13 @@ async fn compact_before(
     branch: &[Entry],
     model: &str,
     window: usize,
-) -> Result<Vec<Entry>, String> {
+) -> Result<Vec<Entry>, OrchestratorError> {
     let before = &branch[..branch.len().saturating_sub(1)];
-    let summary = summarize(orchestrator, record, before, model, &accepted.correlation_id, window)
-        .await
-        .map_err(|error| error.to_string())?;
+    let summary = summarize(orchestrator, record, before, model, &accepted.correlation_id, window).await?;
     let compacted = before.iter().skip(1).map(|entry| entry.id().to_string()).collect();
     let entry = NewEntry::Compaction { summary, compacted, senders: super::history::senders(before) };
-    let id =
-        orchestrator.sessions.append(&accepted.session, Some(&accepted.entry), entry).map_err(|e| e.to_string())?;
+    let id = orchestrator.sessions.append(&accepted.session, Some(&accepted.entry), entry)?;
     orchestrator.turns.set_tail(&accepted.turn, &id);
-    let read = orchestrator.sessions.read(&accepted.session).map_err(|error| error.to_string())?;
-    read.branch(&id).map_err(|error| error.to_string())
+    let read = orchestrator.sessions.read(&accepted.session)?;
+    read.branch(&id).map_err(|error| SessionError::from(error).into())
 }

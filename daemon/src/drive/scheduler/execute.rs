@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tracing::Instrument as _;
 
-use super::{Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SystemJob, TaskKind, TaskRecord};
+use super::{
+    Claim, ContextMode, Delivery, Execute, Failure, RunOutcome, SchedulerError, SystemJob, TaskKind, TaskRecord,
+};
 use crate::base::auth::{Context, ContextKind, Role};
 use crate::drive::orchestrator::Orchestrator;
 use crate::store::events::Notice;
@@ -34,14 +36,14 @@ pub struct Daemon {
 }
 
 /// The role a task's `agent` names; heartbeats always use the Heartbeat agent.
-pub fn role_of(task: &TaskRecord) -> Result<Role, String> {
+pub fn role_of(task: &TaskRecord) -> Result<Role, SchedulerError> {
     if task.kind == TaskKind::Heartbeat {
         return Ok(Role::Heartbeat);
     }
     match Role::named(task.agent.as_str()) {
         _ if task.agent.is_empty() => Ok(Role::Worker),
         Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Heartbeat)) => Ok(role),
-        _ => Err(format!("agent: `{}` cannot run tasks; use worker, researcher, coder or heartbeat", task.agent)),
+        _ => Err(SchedulerError::Agent(task.agent.clone())),
     }
 }
 
@@ -106,7 +108,7 @@ impl Daemon {
         }
         let role = match role_of(task) {
             Ok(role) => role,
-            Err(error) => return RunOutcome::failed(Failure::Error(error)),
+            Err(error) => return RunOutcome::failed(Failure::Error(error.to_string())),
         };
         let owner = if task.user_id.is_empty() { "scheduler" } else { task.user_id.as_str() };
         let session = match task.context_mode {

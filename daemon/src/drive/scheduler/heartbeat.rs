@@ -3,7 +3,21 @@
 //! prompt runs on to the next `##` heading. A malformed section is skipped with a warning that
 //! names its line; the others are still used.
 
-use super::schedule::{ActiveHours, Cadence};
+use super::schedule::{ActiveHours, Cadence, ScheduleError};
+
+/// Why a section of `HEARTBEAT.md` is skipped (a [`Warning`] at its heading's line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeartbeatError {
+    #[error("a heartbeat heading without a name; write `## Name`")]
+    NoName,
+    /// A field that does not read; the message says why as well, as a warning is shown alone.
+    #[error("heartbeat {shown}, line {line}: {source}")]
+    Field { shown: String, line: usize, source: ScheduleError },
+    #[error("heartbeat {shown} has no `Cadence:` line before its prompt (hourly, daily, weekly, biweekly or monthly)")]
+    NoCadence { shown: String },
+    #[error("heartbeat {shown} has no prompt; add `Prompt:` and what to do")]
+    NoPrompt { shown: String },
+}
 
 /// One heartbeat of a context.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,16 +85,16 @@ pub fn parse(text: &str) -> Parsed {
                     parsed.sections.push(section);
                 }
             }
-            Err(message) => parsed.warnings.push(Warning { line: start + 1, message }),
+            Err(error) => parsed.warnings.push(Warning { line: start + 1, message: error.to_string() }),
         }
     }
     parsed
 }
 
-fn section(title: &str, line: usize, body: &[&str]) -> Result<Section, String> {
+fn section(title: &str, line: usize, body: &[&str]) -> Result<Section, HeartbeatError> {
     let shown = if title.is_empty() { "(untitled)".to_string() } else { format!("\"{title}\"") };
     if title.is_empty() {
-        return Err("a heartbeat heading without a name; write `## Name`".into());
+        return Err(HeartbeatError::NoName);
     }
     let (mut cadence, mut active_hours, mut prompt) = (None, None, None::<Vec<&str>>);
     for (offset, text) in body.iter().enumerate() {
@@ -90,27 +104,20 @@ fn section(title: &str, line: usize, body: &[&str]) -> Result<Section, String> {
         }
         let Some((key, value)) = field(text) else { continue };
         let at = line + 1 + offset;
+        let unreadable = |source| HeartbeatError::Field { shown: shown.clone(), line: at, source };
         match key.as_str() {
-            "cadence" => {
-                cadence =
-                    Some(value.parse::<Cadence>().map_err(|error| format!("heartbeat {shown}, line {at}: {error}"))?)
-            }
+            "cadence" => cadence = Some(value.parse::<Cadence>().map_err(unreadable)?),
             "active hours" => {
-                let hours: ActiveHours =
-                    value.parse().map_err(|error| format!("heartbeat {shown}, line {at}: {error}"))?;
+                let hours: ActiveHours = value.parse().map_err(unreadable)?;
                 active_hours = Some(hours.to_string());
             }
             _ => prompt = Some(vec![value]),
         }
     }
-    let cadence = cadence.ok_or_else(|| {
-        format!(
-            "heartbeat {shown} has no `Cadence:` line before its prompt (hourly, daily, weekly, biweekly or monthly)"
-        )
-    })?;
+    let cadence = cadence.ok_or_else(|| HeartbeatError::NoCadence { shown: shown.clone() })?;
     let prompt = prompt.map(|lines| lines.join("\n").trim().to_string()).unwrap_or_default();
     if prompt.is_empty() {
-        return Err(format!("heartbeat {shown} has no prompt; add `Prompt:` and what to do"));
+        return Err(HeartbeatError::NoPrompt { shown });
     }
     let mut prompt = prompt;
     if prompt.len() > MOST_PROMPT {

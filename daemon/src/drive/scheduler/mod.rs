@@ -9,9 +9,10 @@
 //! after the run instead of claiming before it.
 //!
 //! By noun: `schedule.rs` computes slots, `heartbeat.rs` reads HEARTBEAT.md, `ledger.rs` keeps
-//! the runs, `execute.rs` runs a task in the daemon (agents, delivery, system jobs); this file
-//! holds the tasks, the tick and the loop.
+//! the runs, `execute.rs` runs a task in the daemon (agents, delivery, system jobs), `error.rs`
+//! says what went wrong; this file holds the tasks, the tick and the loop.
 
+mod error;
 pub mod execute;
 pub mod heartbeat;
 pub mod ledger;
@@ -33,6 +34,7 @@ use tokio_util::task::TaskTracker;
 use crate::base::auth::{Context, ContextKind};
 use crate::base::lifetime::{Subsystem, Work};
 use crate::base::state::{self, StateError};
+pub use error::SchedulerError;
 pub use ledger::{Outcome, RunEvent, RunRecord, RunRow};
 pub use request::{agent_may_schedule, new_task, schedule_requested, AgentScheduling, Every, TaskRequest};
 use schedule::{Schedule, ScheduleError, ScheduleSpec};
@@ -104,23 +106,23 @@ pub enum CatchUp {
 }
 
 impl TryFrom<String> for CatchUp {
-    type Error = String;
+    type Error = ScheduleError;
 
-    fn try_from(text: String) -> Result<CatchUp, String> {
+    fn try_from(text: String) -> Result<CatchUp, ScheduleError> {
         let trimmed = text.trim();
         let lower = trimmed.to_ascii_lowercase();
         match lower.as_str() {
             "" | "once" => Ok(CatchUp::Once),
             "skip" => Ok(CatchUp::Skip),
             _ => {
-                let duration =
-                    lower.strip_prefix("within").map(|rest| rest.trim_start_matches([':', ' ']).trim()).ok_or_else(
-                        || format!("catch_up: `{trimmed}` is not once, skip or within: DURATION (e.g. within: 2h)"),
-                    )?;
-                let seconds = duration_seconds(duration)
-                    .ok_or_else(|| format!("catch_up: `{duration}` is not a duration; write it like 30m, 2h or 1d"))?;
+                let duration = lower
+                    .strip_prefix("within")
+                    .map(|rest| rest.trim_start_matches([':', ' ']).trim())
+                    .ok_or_else(|| ScheduleError::CatchUp(trimmed.to_string()))?;
+                let seconds =
+                    duration_seconds(duration).ok_or_else(|| ScheduleError::CatchUpDuration(duration.to_string()))?;
                 if seconds < 1 {
-                    return Err(format!("catch_up: `{duration}` is shorter than a second; give at least 1s"));
+                    return Err(ScheduleError::CatchUpTooShort(duration.to_string()));
                 }
                 Ok(CatchUp::Within(seconds))
             }
@@ -281,22 +283,6 @@ struct SchedulerFile {
     /// `user:ID`/`group:ID` → `sha256:…` of the HEARTBEAT.md the heartbeats come from.
     #[serde(default)]
     heartbeat_hashes: BTreeMap<String, String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SchedulerError {
-    #[error("{0}")]
-    Invalid(String),
-    #[error(transparent)]
-    Schedule(#[from] ScheduleError),
-    #[error("there is no task {0}; `baaaht tasks list` shows the tasks")]
-    NotFound(String),
-    #[error("{0} already has {MOST_TASKS_PER_CONTEXT} tasks; cancel some first (`baaaht tasks list`)")]
-    TooMany(String),
-    #[error("task {id}: {why}")]
-    Refused { id: String, why: String },
-    #[error(transparent)]
-    State(#[from] StateError),
 }
 
 /// Where the scheduler's time comes from: the system clock, or tokio's (paused in tests, so
@@ -789,7 +775,7 @@ impl Scheduler {
                 entry.record.status = TaskStatus::Paused;
                 Ok(())
             }
-            status => Err(format!("it is {status:?} and will not run again; nothing to pause").to_lowercase()),
+            status => Err(SchedulerError::Over { id: id.to_string(), status: format!("{status:?}").to_lowercase() }),
         })
     }
 
@@ -799,10 +785,10 @@ impl Scheduler {
         let now = self.now();
         self.change(id, |entry, _| {
             if entry.record.status == TaskStatus::Completed {
-                return Err("it ran already and has no slot to come".into());
+                return Err(SchedulerError::RanAlready { id: id.to_string() });
             }
-            let schedule = entry.schedule.as_ref().ok_or("its schedule does not read; schedule it again")?;
-            let next = schedule.next_after(now).ok_or("it has no slot to come")?;
+            let schedule = entry.schedule.as_ref().ok_or_else(|| SchedulerError::Unreadable { id: id.to_string() })?;
+            let next = schedule.next_after(now).ok_or_else(|| SchedulerError::NoSlot { id: id.to_string() })?;
             entry.record.status = TaskStatus::Active;
             entry.record.failure_count = 0;
             entry.record.next_run = Some(next);
@@ -813,13 +799,13 @@ impl Scheduler {
     fn change(
         &self,
         id: &str,
-        change: impl FnOnce(&mut Entry, Timestamp) -> Result<(), String>,
+        change: impl FnOnce(&mut Entry, Timestamp) -> Result<(), SchedulerError>,
     ) -> Result<TaskRecord, SchedulerError> {
         let now = self.now();
         let record = {
             let mut book = self.lock();
             let entry = book.tasks.get_mut(id).ok_or_else(|| SchedulerError::NotFound(id.to_string()))?;
-            change(entry, now).map_err(|why| SchedulerError::Refused { id: id.to_string(), why })?;
+            change(entry, now)?;
             entry.record.clone()
         };
         self.save()?;

@@ -5,8 +5,8 @@ use sha2::Digest as _;
 
 use super::schedule::{self, ScheduleSpec};
 use super::{
-    execute, CatchUp, Concurrency, ContextMode, CreatedBy, Notification, Scheduler, TaskKind, TaskRecord, TaskStatus,
-    MOST_PROMPT,
+    execute, CatchUp, Concurrency, ContextMode, CreatedBy, Notification, Scheduler, SchedulerError, TaskKind,
+    TaskRecord, TaskStatus, MOST_PROMPT,
 };
 use crate::base::auth::Context;
 
@@ -45,36 +45,33 @@ pub struct TaskRequest {
 
 /// A new task from a request, for `context`, as of `now`: every field checked,
 /// each error naming its field and what would do.
-pub fn new_task(definition: TaskRequest, context: &Context, now: jiff::Timestamp) -> Result<TaskRecord, String> {
+pub fn new_task(
+    definition: TaskRequest,
+    context: &Context,
+    now: jiff::Timestamp,
+) -> Result<TaskRecord, SchedulerError> {
     match definition.r#type.as_str() {
         "" | "scheduled" => {}
-        "heartbeat" => return Err("type: heartbeats come from HEARTBEAT.md; edit it instead".into()),
-        "system" => return Err("type: system tasks are the daemon's own".into()),
-        other => return Err(format!("type: `{other}` is not a task type; use scheduled")),
+        "heartbeat" => return Err(SchedulerError::HeartbeatType),
+        "system" => return Err(SchedulerError::SystemType),
+        other => return Err(SchedulerError::Type(other.to_string())),
     }
     let prompt = definition.prompt.trim().to_string();
     if prompt.is_empty() {
-        return Err("prompt: say what the agent should do when the task runs".into());
+        return Err(SchedulerError::NoPrompt);
     }
     if prompt.len() > MOST_PROMPT {
-        return Err(format!("prompt: {} bytes is too long; keep it under {MOST_PROMPT}", prompt.len()));
+        return Err(SchedulerError::LongPrompt(prompt.len()));
     }
     let timezone = definition.timezone.trim().to_string();
     if !timezone.is_empty() {
-        schedule::zone(&timezone).map_err(|error| error.to_string())?;
+        schedule::zone(&timezone)?;
     }
     let active_hours = match definition.active_hours.trim() {
         "" => None,
-        text => Some(
-            text.parse::<schedule::ActiveHours>()
-                .map_err(|error: schedule::ScheduleError| error.to_string())?
-                .to_string(),
-        ),
+        text => Some(text.parse::<schedule::ActiveHours>()?.to_string()),
     };
-    let kind = definition.schedule.ok_or_else(|| {
-        "schedule: give one of cron (\"0 9 * * 1\"), interval_seconds, once (RFC 3339 with offset) or cadence"
-            .to_string()
-    })?;
+    let kind = definition.schedule.ok_or(SchedulerError::NoSchedule)?;
     let spec = match kind {
         Every::Cron(cron) => {
             ScheduleSpec { cron: Some(cron), active_hours: active_hours.clone(), ..ScheduleSpec::default() }
@@ -84,18 +81,14 @@ pub fn new_task(definition: TaskRequest, context: &Context, now: jiff::Timestamp
             ScheduleSpec { interval: Some(every), anchor: Some(anchor), ..ScheduleSpec::default() }
         }
         Every::Once(text) => {
-            let once: jiff::Timestamp = text.trim().parse().map_err(|_unreadable: jiff::Error| {
-                format!(
-                    "schedule.once: `{}` is not an RFC 3339 time with its UTC offset (e.g. 2026-03-01T08:00:00+01:00 \
-                     or 2026-03-01T07:00:00Z)",
-                    text.trim()
-                )
-            })?;
+            let once: jiff::Timestamp = text
+                .trim()
+                .parse()
+                .map_err(|source: jiff::Error| SchedulerError::Once { text: text.trim().to_string(), source })?;
             ScheduleSpec { once: Some(once), ..ScheduleSpec::default() }
         }
         Every::Cadence(text) => {
-            let cadence: schedule::Cadence =
-                text.parse().map_err(|error: schedule::ScheduleError| error.to_string())?;
+            let cadence: schedule::Cadence = text.parse()?;
             schedule::cadence_schedule(cadence, active_hours.as_deref(), &mut schedule::random_below)
         }
     };
@@ -103,15 +96,12 @@ pub fn new_task(definition: TaskRequest, context: &Context, now: jiff::Timestamp
         "" | "isolated" => ContextMode::Isolated,
         "session" => ContextMode::Session,
         "silent" => ContextMode::Silent,
-        other => return Err(format!("context_mode: `{other}` is not session, isolated or silent")),
+        other => return Err(SchedulerError::ContextMode(other.to_string())),
     };
     let notification = match definition.notification {
         Some((channel, on_success, on_failure)) => {
             if !crate::store::profile::is_valid_channel(&channel) {
-                return Err(format!(
-                    "notification.channel: `{channel}` is not a channel; use tui, web, slack, slack/dm, slack/CHANNEL or \
-                     none (empty: the user's preferred channel)"
-                ));
+                return Err(SchedulerError::Channel(channel));
             }
             Notification { channel, on_success, on_failure }
         }
@@ -121,7 +111,7 @@ pub fn new_task(definition: TaskRequest, context: &Context, now: jiff::Timestamp
     let concurrency = match definition.concurrency.as_str() {
         "" | "forbid" => Concurrency::Forbid,
         "allow" => Concurrency::Allow,
-        other => return Err(format!("concurrency: `{other}` is not forbid or allow")),
+        other => return Err(SchedulerError::Concurrency(other.to_string())),
     };
     let agent = if definition.agent.is_empty() { "worker".to_string() } else { definition.agent };
     let description = match definition.description.trim() {
@@ -166,7 +156,7 @@ pub fn schedule_requested(
     inbox: &crate::store::inbox::Inbox,
     context: &Context,
     request: crate::work::ipc::TaskFile,
-) -> Result<String, String> {
+) -> Result<String, SchedulerError> {
     // The same request of the same context is one task; another context's never collides.
     let digest = sha2::Sha256::digest(format!("{context}\n{}", request.id).as_bytes());
     let id = format!("task-ipc-{}", &format!("{digest:x}")[..16]);
@@ -174,7 +164,7 @@ pub fn schedule_requested(
         return if existing.context().as_ref() == Some(context) {
             Ok(id)
         } else {
-            Err(format!("id: task {id} belongs to another context"))
+            Err(SchedulerError::OtherContext(id))
         };
     }
     let kinds: Vec<Every> =
@@ -199,7 +189,7 @@ pub fn schedule_requested(
             crate::sandbox::policy::Policy::may_act_as(crate::base::auth::Role::Worker, agent)?;
             Ok(task)
         })
-        .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }).map_err(|error| error.to_string()));
+        .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }));
     match scheduled {
         Ok(task) => Ok(task.id),
         Err(why) => {
@@ -221,9 +211,12 @@ pub enum AgentScheduling {
     /// says which).
     #[error("{0}")]
     Refused(String),
+    /// The task could do more than the agent that asks for it.
+    #[error(transparent)]
+    Beyond(crate::sandbox::policy::PolicyError),
     /// The task names no agent that can run it.
-    #[error("{0}")]
-    Invalid(String),
+    #[error(transparent)]
+    Invalid(SchedulerError),
 }
 
 /// Whether the agent of `identity` (working on `live`) may schedule `task`: a turn that read
@@ -243,8 +236,8 @@ pub fn agent_may_schedule(
     let agent = super::execute::role_of(task).map_err(AgentScheduling::Invalid)?;
     if let Err(why) = crate::sandbox::policy::Policy::may_act_as(identity.role, agent) {
         let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Policy, caller, "refused");
-        audit.record(record.detail("tool", "schedule_task").detail("reason", why.as_str()));
-        return Err(AgentScheduling::Refused(why));
+        audit.record(record.detail("tool", "schedule_task").detail("reason", why.to_string()));
+        return Err(AgentScheduling::Beyond(why));
     }
     Ok(())
 }

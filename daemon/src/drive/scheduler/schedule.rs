@@ -31,6 +31,12 @@ pub enum ScheduleError {
     TimeZone(String),
     #[error("schedule: give exactly one of cron, interval, once or cadence")]
     Missing,
+    #[error("catch_up: `{0}` is not once, skip or within: DURATION (e.g. within: 2h)")]
+    CatchUp(String),
+    #[error("catch_up: `{0}` is not a duration; write it like 30m, 2h or 1d")]
+    CatchUpDuration(String),
+    #[error("catch_up: `{0}` is shorter than a second; give at least 1s")]
+    CatchUpTooShort(String),
 }
 
 /// The cron fields, in order, with their ranges, for messages.

@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 pub use known::{Known, Scrubbing, MIN_VALUE};
-pub use rules::Rules;
+pub use rules::{Rules, RulesError};
 
 use crate::guard::audit::{Audit, Kind, Record};
 use crate::guard::secrets::{LiveSecrets, Secrets};
@@ -130,7 +130,7 @@ pub(crate) fn replace(text: &str, mut found: Vec<Finding>) -> (Cow<'_, str>, Vec
 
 impl Shield {
     /// A shield for the store `live` and the operator's `extra` patterns (name, regex).
-    pub fn new(live: Option<Arc<LiveSecrets>>, extra: &[(String, String)]) -> Result<Shield, String> {
+    pub fn new(live: Option<Arc<LiveSecrets>>, extra: &[(String, String)]) -> Result<Shield, RulesError> {
         let mut own = vec![("baaaht-placeholder".to_string(), PLACEHOLDER.to_string())];
         own.extend(extra.iter().cloned());
         let known = RwLock::new(Arc::new(Known::new([])));

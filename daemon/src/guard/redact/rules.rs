@@ -32,6 +32,31 @@ const GITLEAKS: &str = include_str!("gitleaks.toml");
 /// The size a compiled rule may take (the `regex` crate's default is 10 MiB).
 const SIZE_LIMIT: usize = 64 << 20;
 
+/// Why a rule set cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error(transparent)]
+    Toml(#[from] toml::de::Error),
+    #[error("regexTarget `{0}` is not secret, match or line")]
+    Target(String),
+    #[error(transparent)]
+    Regex(#[from] regex::Error),
+    #[error("stopwords")]
+    Stopwords(#[source] aho_corasick::BuildError),
+    #[error("rule {id}")]
+    Rule {
+        id: String,
+        #[source]
+        source: Box<RulesError>,
+    },
+    #[error("pattern {name}")]
+    Pattern {
+        name: String,
+        #[source]
+        source: regex::Error,
+    },
+}
+
 #[derive(Deserialize)]
 struct File {
     #[serde(default)]
@@ -91,7 +116,7 @@ struct Allow {
 
 impl Allow {
     /// `None` for an allowlist that cannot apply to text (paths or commits only, or AND with them).
-    fn compile(file: &AllowFile) -> Result<Option<Allow>, String> {
+    fn compile(file: &AllowFile) -> Result<Option<Allow>, RulesError> {
         let all = file.condition.as_deref().is_some_and(|condition| condition.eq_ignore_ascii_case("and"));
         let about_files = !file.paths.is_empty() || !file.commits.is_empty();
         if (all && about_files) || (file.regexes.is_empty() && file.stopwords.is_empty()) {
@@ -101,7 +126,7 @@ impl Allow {
             None | Some("secret") => Target::Secret,
             Some("match") => Target::Match,
             Some("line") => Target::Line,
-            Some(other) => return Err(format!("regexTarget `{other}` is not secret, match or line")),
+            Some(other) => return Err(RulesError::Target(other.to_string())),
         };
         let regexes = file.regexes.iter().map(|pattern| compile(pattern)).collect::<Result<Vec<_>, _>>()?;
         let stopwords = (!file.stopwords.is_empty())
@@ -109,7 +134,7 @@ impl Allow {
                 AhoCorasickBuilder::new()
                     .ascii_case_insensitive(true)
                     .build(&file.stopwords)
-                    .map_err(|error| format!("stopwords: {error}"))
+                    .map_err(RulesError::Stopwords)
             })
             .transpose()?;
         Ok(Some(Allow { regexes, target, stopwords, all }))
@@ -189,12 +214,8 @@ fn go_to_rust(pattern: &str) -> String {
     out
 }
 
-fn compile(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(&go_to_rust(pattern))
-        .size_limit(SIZE_LIMIT)
-        .dfa_size_limit(SIZE_LIMIT)
-        .build()
-        .map_err(|error| error.to_string())
+fn compile(pattern: &str) -> Result<Regex, regex::Error> {
+    RegexBuilder::new(&go_to_rust(pattern)).size_limit(SIZE_LIMIT).dfa_size_limit(SIZE_LIMIT).build()
 }
 
 /// Shannon entropy of `text` in bits per character, as gitleaks computes it.
@@ -219,13 +240,14 @@ impl Rules {
     pub fn gitleaks() -> &'static Rules {
         static RULES: OnceLock<Rules> = OnceLock::new();
         RULES.get_or_init(|| {
-            Rules::from_toml(GITLEAKS).unwrap_or_else(|error| panic!("the vendored gitleaks.toml: {error}"))
+            Rules::from_toml(GITLEAKS)
+                .unwrap_or_else(|error| panic!("the vendored gitleaks.toml: {}", baaaht_proto::error_chain(&error)))
         })
     }
 
     /// Rules in gitleaks' format.
-    pub fn from_toml(text: &str) -> Result<Rules, String> {
-        let file: File = toml::from_str(text).map_err(|error| error.to_string())?;
+    pub fn from_toml(text: &str) -> Result<Rules, RulesError> {
+        let file: File = toml::from_str(text)?;
         let global = match &file.allowlist {
             Some(allow) => Allow::compile(allow)?.into_iter().collect(),
             None => vec![],
@@ -236,7 +258,8 @@ impl Rules {
             let Some(pattern) = rule.regex else { continue };
             let mut allows = vec![];
             for allow in &rule.allowlists {
-                allows.extend(Allow::compile(allow).map_err(|error| format!("rule {}: {error}", rule.id))?);
+                let in_rule = |error| RulesError::Rule { id: rule.id.clone(), source: Box::new(error) };
+                allows.extend(Allow::compile(allow).map_err(in_rule)?);
             }
             let index = rules.len();
             keywords.extend(rule.keywords.iter().map(|keyword| (keyword.to_ascii_lowercase(), index)));
@@ -248,10 +271,10 @@ impl Rules {
 
     /// The operator's own patterns (`security.redact.extra_patterns`): (name, regex), run on
     /// every text; the secret is the first non-empty group, else the match.
-    pub fn extra(patterns: &[(String, String)]) -> Result<Rules, String> {
+    pub fn extra(patterns: &[(String, String)]) -> Result<Rules, RulesError> {
         let mut rules = vec![];
         for (name, pattern) in patterns {
-            let regex = compile(pattern).map_err(|error| format!("pattern {name}: {error}"))?;
+            let regex = compile(pattern).map_err(|source| RulesError::Pattern { name: name.clone(), source })?;
             let (id, pattern) = (name.clone(), pattern.clone());
             rules.push(Rule {
                 id,
@@ -395,6 +418,7 @@ mod tests {
         let mut found = vec![];
         rules.find("badge EMP-123456 here", &mut found);
         assert_eq!(found, vec![Finding { start: 10, end: 16, rule: "employee-id".into() }]);
-        assert!(Rules::extra(&[("bad".into(), "(".into())]).expect_err("does not compile").contains("pattern bad"));
+        let error = Rules::extra(&[("bad".into(), "(".into())]).expect_err("does not compile");
+        assert!(error.to_string().contains("pattern bad"));
     }
 }

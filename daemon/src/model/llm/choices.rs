@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::LlmGateway;
+use super::{GatewayError, LlmGateway};
 use crate::base::auth::Context;
 use crate::base::config::{Price, ProvidersConfig};
 use crate::model::budgets::Budgets;
@@ -60,7 +60,11 @@ impl LlmGateway {
     }
 
     /// Why `provider` cannot take a request now, if so.
-    fn unusable(&self, provider: &str, health: &Result<HashMap<String, (bool, String)>, String>) -> Option<String> {
+    fn unusable(
+        &self,
+        provider: &str,
+        health: &Result<HashMap<String, (bool, String)>, GatewayError>,
+    ) -> Option<String> {
         let Some(settings) = self.settings.config().providers.iter().find(|p| p.name == provider) else {
             return Some(format!("no provider `{provider}` is configured in providers.yaml"));
         };
@@ -68,7 +72,7 @@ impl LlmGateway {
             return Some(format!("{provider} cannot be used: {}", settings.unusable));
         }
         match health {
-            Err(why) => Some(why.clone()),
+            Err(why) => Some(why.to_string()),
             Ok(providers) => match providers.get(provider) {
                 Some((false, message)) if message.is_empty() => Some(format!("{provider} is not answering now")),
                 Some((false, message)) => Some(format!("{provider} is not answering now: {message}")),

@@ -195,6 +195,28 @@ pub enum GatewayError {
     Off(String),
     #[error("the LLM gateway is not available after waiting {waited} s: {reason}")]
     Unavailable { waited: u64, reason: String },
+    #[error("no model can be used: {0}")]
+    NoModel(String),
+    #[error("the LLM gateway is starting: try again in a moment")]
+    Starting,
+    #[error("the LLM gateway is down: {0}")]
+    Down(String),
+    #[error("the LLM gateway cannot say how its providers are: {0}")]
+    Health(String),
+    #[error("the LLM gateway did not answer within 2 s: try again in a moment")]
+    HealthTimeout,
+    #[error("the gateway did not create {} within {} s", .0.display(), START_TIMEOUT.as_secs())]
+    NoSocket(PathBuf),
+    /// The message holds the cause too: it becomes the gateway's state, told as it is.
+    #[error("cannot connect to the gateway: {source}")]
+    Connect {
+        #[source]
+        source: baaaht_proto::client::ConnectError,
+    },
+    #[error("the gateway refused its configuration: {0}")]
+    Configure(String),
+    #[error("the gateway did not answer within {} s", START_TIMEOUT.as_secs())]
+    ConfigureTimeout,
 }
 
 /// The tokens a model call used, and whether they were counted from the text (the provider
@@ -314,12 +336,12 @@ impl LlmGateway {
 
     /// Each provider's health as the gateway sees it (healthy, and what it last said), or why
     /// the gateway cannot say; it is waited for at most 2 s.
-    pub async fn provider_health(&self) -> Result<HashMap<String, (bool, String)>, String> {
+    pub async fn provider_health(&self) -> Result<HashMap<String, (bool, String)>, GatewayError> {
         let mut client = match &*self.state.borrow() {
             State::Ready { client, .. } => client.clone(),
-            State::Off(why) => return Err(format!("no model can be used: {why}")),
-            State::Starting => return Err("the LLM gateway is starting: try again in a moment".into()),
-            State::Down(why) => return Err(format!("the LLM gateway is down: {why}")),
+            State::Off(why) => return Err(GatewayError::NoModel(why.clone())),
+            State::Starting => return Err(GatewayError::Starting),
+            State::Down(why) => return Err(GatewayError::Down(why.clone())),
         };
         let asked = client.get_provider_status(v1::ProviderStatusRequest {});
         match tokio::time::timeout(Duration::from_secs(2), asked).await {
@@ -329,8 +351,8 @@ impl LlmGateway {
                 .into_iter()
                 .map(|provider| (provider.name, (provider.healthy, provider.message)))
                 .collect()),
-            Ok(Err(status)) => Err(format!("the LLM gateway cannot say how its providers are: {}", status.message())),
-            Err(_) => Err("the LLM gateway did not answer within 2 s: try again in a moment".into()),
+            Ok(Err(status)) => Err(GatewayError::Health(status.message().to_string())),
+            Err(_) => Err(GatewayError::HealthTimeout),
         }
     }
 
@@ -577,7 +599,7 @@ impl LlmGateway {
         };
         match self.connect(&socket, &config).await {
             Ok((client, channel)) => Ok(Started { instance, client, channel, relays, _tunnels: tunnels }),
-            Err(reason) => Err((Some(instance), reason)),
+            Err(reason) => Err((Some(instance), reason.to_string())),
         }
     }
 
@@ -600,15 +622,11 @@ impl LlmGateway {
         &self,
         socket: &Path,
         settings: &GatewaySettings,
-    ) -> Result<(LlmGatewayClient<Channel>, Channel), String> {
+    ) -> Result<(LlmGatewayClient<Channel>, Channel), GatewayError> {
         let deadline = Instant::now() + START_TIMEOUT;
         while !socket.exists() {
             if Instant::now() > deadline {
-                return Err(format!(
-                    "the gateway did not create {} within {} s",
-                    socket.display(),
-                    START_TIMEOUT.as_secs()
-                ));
+                return Err(GatewayError::NoSocket(socket.to_path_buf()));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -617,9 +635,8 @@ impl LlmGateway {
             max: Duration::from_millis(500),
             give_up_after: Duration::from_secs(5),
         };
-        let channel = baaaht_proto::client::channel(socket, backoff)
-            .await
-            .map_err(|error| format!("cannot connect to the gateway: {error}"))?;
+        let channel =
+            baaaht_proto::client::channel(socket, backoff).await.map_err(|source| GatewayError::Connect { source })?;
         let mut client =
             LlmGatewayClient::new(channel.clone()).max_decoding_message_size(baaaht_proto::MAX_MESSAGE_BYTES);
         let configure = client.configure(settings.config().clone());
@@ -628,8 +645,8 @@ impl LlmGateway {
                 tracing::info!(usable_providers = response.get_ref().usable_providers, "the LLM gateway is configured");
                 Ok((client, channel))
             }
-            Ok(Err(status)) => Err(format!("the gateway refused its configuration: {}", status.message())),
-            Err(_) => Err(format!("the gateway did not answer within {} s", START_TIMEOUT.as_secs())),
+            Ok(Err(status)) => Err(GatewayError::Configure(status.message().to_string())),
+            Err(_) => Err(GatewayError::ConfigureTimeout),
         }
     }
 

@@ -71,6 +71,18 @@ pub enum AnswerError {
     AdminOnly,
 }
 
+/// Why a connection was asked about and nobody allowed it: nobody could be asked, or nobody
+/// answered in time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoAnswer {
+    #[error("nobody can be asked during a scheduled run")]
+    Unattended,
+    #[error("nobody of {context} is connected to be asked")]
+    NobodyConnected { context: Context },
+    #[error("nobody answered within {} s", timeout.as_secs())]
+    TimedOut { timeout: Duration },
+}
+
 /// Every context's waiting requests, and what each session was allowed.
 #[derive(Debug)]
 pub struct Approvals {
@@ -120,7 +132,7 @@ impl Approvals {
 
     /// Asks the people of `asking.context`; answers the decision and who made it, or why the
     /// connection is denied.
-    pub async fn ask(&self, asking: &Asking) -> Result<(Decision, String), String> {
+    pub async fn ask(&self, asking: &Asking) -> Result<(Decision, String), NoAnswer> {
         let key = (asking.session.clone(), asking.host.clone(), asking.port);
         let (id, answered) = {
             let mut state = self.state();
@@ -128,10 +140,10 @@ impl Approvals {
                 return Ok((Decision::Session, "an approval for this session".into()));
             }
             if state.unattended.contains(&asking.session) {
-                return Err("nobody can be asked during a scheduled run".into());
+                return Err(NoAnswer::Unattended);
             }
             if self.events.connected_channels(&asking.context).is_empty() {
-                return Err(format!("nobody of {} is connected to be asked", asking.context));
+                return Err(NoAnswer::NobodyConnected { context: asking.context.clone() });
             }
             let id = format!("a-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
             let (answer, answered) = oneshot::channel();
@@ -167,7 +179,7 @@ impl Approvals {
             _ => {
                 self.state().pending.remove(&id);
                 self.events.publish(&asking.context, Event::of_session(&asking.session, settled("deny", "nobody")));
-                Err(format!("nobody answered within {} s", self.timeout.as_secs()))
+                Err(NoAnswer::TimedOut { timeout: self.timeout })
             }
         }
     }
@@ -252,16 +264,21 @@ mod tests {
         // The same session is not asked again; another is.
         assert_eq!(approvals.ask(&asking("s1")).await.map(|(decision, _)| decision), Ok(Decision::Session));
         approvals.unattended("s2", true);
-        assert_eq!(approvals.ask(&asking("s2")).await, Err("nobody can be asked during a scheduled run".into()));
+        let unattended = approvals.ask(&asking("s2")).await.expect_err("nobody to ask");
+        assert_eq!(unattended, NoAnswer::Unattended);
+        assert_eq!(unattended.to_string(), "nobody can be asked during a scheduled run");
     }
 
     #[tokio::test(start_paused = true)]
     async fn nobody_there_or_nobody_answering_denies() {
         let events = Arc::new(EventBus::default());
         let approvals = Approvals::new(events.clone(), Duration::from_secs(120));
-        assert_eq!(approvals.ask(&asking("s1")).await, Err("nobody of user:alice is connected to be asked".into()));
+        let nobody = approvals.ask(&asking("s1")).await.expect_err("nobody connected");
+        assert_eq!(nobody.to_string(), "nobody of user:alice is connected to be asked");
         let _following = events.connect(&Context::user("alice"), "web");
-        assert_eq!(approvals.ask(&asking("s1")).await, Err("nobody answered within 120 s".into()));
+        let unanswered = approvals.ask(&asking("s1")).await.expect_err("nobody answered");
+        assert_eq!(unanswered, NoAnswer::TimedOut { timeout: Duration::from_secs(120) });
+        assert_eq!(unanswered.to_string(), "nobody answered within 120 s");
         assert!(approvals.state().pending.is_empty());
     }
 }

@@ -23,6 +23,29 @@ const REISSUE_DAYS: i64 = 30;
 /// The most certificates kept at once.
 const MAX_ISSUED: usize = 256;
 
+/// Why the authority could not be opened, or a certificate issued. An error of the file system
+/// or of making a key is in the sentence, as it always was, and so not a `#[source]` as well (a
+/// chain printer would say it twice).
+#[derive(Debug, thiserror::Error)]
+pub enum AuthorityError {
+    #[error("cannot make {}: {error}", path.display())]
+    Folder { path: PathBuf, error: std::io::Error },
+    #[error("cannot read {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("{} is not a key: {error}", path.display())]
+    NotAKey { path: PathBuf, error: rcgen::Error },
+    #[error(transparent)]
+    Write(#[from] crate::base::state::StateError),
+    /// A key or a certificate could not be made.
+    #[error(transparent)]
+    Certificate(#[from] rcgen::Error),
+    /// `host` cannot be named in a certificate.
+    #[error("{host}: {error}")]
+    Name { host: String, error: rcgen::Error },
+    #[error(transparent)]
+    Tls(#[from] rustls::Error),
+}
+
 /// The daemon's certificate authority: made once, its key never leaving `data/state/`.
 pub struct Authority {
     key: KeyPair,
@@ -65,31 +88,29 @@ fn valid_from(params: &mut CertificateParams, now: jiff::Timestamp) {
 impl Authority {
     /// The authority of the data dir whose state folder is `state`: made and written down the
     /// first time; the trust bundle written afresh from the daemon's trusted roots.
-    pub fn open(state: &Path) -> Result<Authority, String> {
-        std::fs::create_dir_all(state).map_err(|error| format!("cannot make {}: {error}", state.display()))?;
+    pub fn open(state: &Path) -> Result<Authority, AuthorityError> {
+        std::fs::create_dir_all(state).map_err(|error| AuthorityError::Folder { path: state.to_path_buf(), error })?;
         let key_path = state.join(KEY_FILE);
         let key = match std::fs::read_to_string(&key_path) {
             Ok(pem) => {
-                KeyPair::from_pem(&pem).map_err(|error| format!("{} is not a key: {error}", key_path.display()))?
+                KeyPair::from_pem(&pem).map_err(|error| AuthorityError::NotAKey { path: key_path.clone(), error })?
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let key = KeyPair::generate().map_err(|error| error.to_string())?;
+                let key = KeyPair::generate()?;
                 let pem = Zeroizing::new(key.serialize_pem());
-                crate::base::state::write_atomic(&key_path, pem.as_bytes(), 0o600)
-                    .map_err(|error| error.to_string())?;
+                crate::base::state::write_atomic(&key_path, pem.as_bytes(), 0o600)?;
                 tracing::info!(key = %key_path.display(), "made the egress certificate authority");
                 key
             }
-            Err(error) => return Err(format!("cannot read {}: {error}", key_path.display())),
+            Err(error) => return Err(AuthorityError::Read { path: key_path, error }),
         };
-        let certificate = authority_params().self_signed(&key).map_err(|error| error.to_string())?;
+        let certificate = authority_params().self_signed(&key)?;
         let cert_path = state.join(CERT_FILE);
         let pem = match std::fs::read_to_string(&cert_path) {
             Ok(pem) => pem,
             Err(_) => {
                 let pem = certificate.pem();
-                crate::base::state::write_atomic(&cert_path, pem.as_bytes(), 0o644)
-                    .map_err(|error| error.to_string())?;
+                crate::base::state::write_atomic(&cert_path, pem.as_bytes(), 0o644)?;
                 pem
             }
         };
@@ -99,7 +120,7 @@ impl Authority {
         }
         bundle.push_str(&pem);
         let trust = state.join(TRUST_FILE);
-        crate::base::state::write_atomic(&trust, bundle.as_bytes(), 0o644).map_err(|error| error.to_string())?;
+        crate::base::state::write_atomic(&trust, bundle.as_bytes(), 0o644)?;
         Ok(Authority { key, certificate, trust, issued: Mutex::default() })
     }
 
@@ -109,7 +130,7 @@ impl Authority {
     }
 
     /// A TLS server configuration presenting a certificate for `host`, issued now or lately.
-    pub(super) fn server_for(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+    pub(super) fn server_for(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, AuthorityError> {
         let now = jiff::Timestamp::now();
         {
             let issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
@@ -120,27 +141,27 @@ impl Authority {
             }
         }
         // Made outside the lock: a key takes a while.
-        let key = KeyPair::generate().map_err(|error| error.to_string())?;
+        let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
         params.distinguished_name.push(DnType::CommonName, host);
         params.subject_alt_names = vec![match host.parse::<std::net::IpAddr>() {
             Ok(address) => rcgen::SanType::IpAddress(address),
-            Err(_) => rcgen::SanType::DnsName(host.try_into().map_err(|error| format!("{host}: {error}"))?),
+            Err(_) => rcgen::SanType::DnsName(
+                host.try_into().map_err(|error| AuthorityError::Name { host: host.to_string(), error })?,
+            ),
         }];
         valid_from(&mut params, now);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.use_authority_key_identifier_extension = true;
-        let leaf = params.signed_by(&key, &self.certificate, &self.key).map_err(|error| error.to_string())?;
+        let leaf = params.signed_by(&key, &self.certificate, &self.key)?;
         let chain = vec![leaf.der().clone(), self.certificate.der().clone()];
         let private = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|error| error.to_string())?
+            .with_safe_default_protocol_versions()?
             .with_no_client_auth()
-            .with_single_cert(chain, private)
-            .map_err(|error| error.to_string())?;
+            .with_single_cert(chain, private)?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
         let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
@@ -175,7 +196,7 @@ mod tests {
 
     /// A TLS handshake with a server of `authority` for `host`, by a client trusting only
     /// `root`; the client's error, if any.
-    async fn handshake(authority: &Authority, host: &str, root: &str) -> Result<(), String> {
+    async fn handshake(authority: &Authority, host: &str, root: &str) -> Result<(), Box<dyn std::error::Error>> {
         let mut roots = rustls::RootCertStore::empty();
         let root = rustls::pki_types::CertificateDer::from_pem_slice(root.as_bytes()).expect("pem");
         roots.add(root).expect("root");
@@ -190,8 +211,8 @@ mod tests {
         let name = rustls::pki_types::ServerName::try_from(host.to_string()).expect("name");
         let (served, connected) =
             tokio::join!(server.accept(far), tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, near));
-        connected.map_err(|error| error.to_string())?;
-        served.map_err(|error| error.to_string())?;
+        connected?;
+        served?;
         Ok(())
     }
 
@@ -215,6 +236,7 @@ mod tests {
         let other = tempfile::tempdir().expect("tempdir");
         let stranger = Authority::open(other.path()).expect("another");
         let refused = handshake(&stranger, "git.example.com", &written).await.expect_err("another authority");
+        let refused = refused.to_string();
         assert!(refused.contains("UnknownIssuer") || refused.contains("invalid peer certificate"), "{refused}");
     }
 }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::base::auth::Context;
 use crate::base::datadir::DataDir;
 use crate::guard::secrets::Referrer;
-use crate::net::egress::policy::{pattern, Pattern};
+use crate::net::egress::policy::{pattern, Pattern, PatternError};
 
 /// The file's name in `config/` and in a context's folder.
 pub const FILE: &str = "credentials.yaml";
@@ -58,15 +58,40 @@ struct Written {
     hosts: Vec<String>,
 }
 
+/// Why a secret could not be bound or unbound ([`change`]). An I/O error is in the sentence, as
+/// it always was, and so not a `#[source]` as well (a chain printer would say it twice).
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    #[error(
+        "`{name}` is not a credential's name: write it as a variable is named, e.g. GITHUB_TOKEN (capitals, digits \
+         and _, at most 64)"
+    )]
+    Name { name: String },
+    #[error(transparent)]
+    Host(#[from] PatternError),
+    #[error("cannot read {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("{} has problems; fix them first:\n{}", path.display(), problems.join("\n"))]
+    Problems { path: PathBuf, problems: Vec<String> },
+    #[error("{} binds no `{name}`", path.display())]
+    Unbound { path: PathBuf, name: String },
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml::Error),
+    /// What was about to be written does not read back (each problem as `path:line: what`).
+    #[error("{}", problems.join("\n"))]
+    Unreadable { problems: Vec<String> },
+    #[error("cannot make {}: {error}", path.display())]
+    Folder { path: PathBuf, error: std::io::Error },
+    #[error(transparent)]
+    Write(#[from] crate::base::state::StateError),
+}
+
 /// Whether `name` can be a secret's and a variable's name.
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), CredentialsError> {
     let mut chars = name.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_uppercase() || c == '_');
     if !first_ok || !name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') || name.len() > 64 {
-        return Err(format!(
-            "`{name}` is not a credential's name: write it as a variable is named, e.g. GITHUB_TOKEN (capitals, digits \
-             and _, at most 64)"
-        ));
+        return Err(CredentialsError::Name { name: name.to_string() });
     }
     Ok(())
 }
@@ -93,7 +118,7 @@ pub fn parse(text: &str, path: &Path, referrer: Referrer) -> Result<Vec<Binding>
             .map_or(0, |(index, _)| index + 1);
         from = line;
         let mut hosts = vec![];
-        let mut problem = check_name(&written.name).err();
+        let mut problem = check_name(&written.name).err().map(|why| why.to_string());
         if written.hosts.is_empty() {
             problem.get_or_insert(format!("`{}` names no hosts to be sent to", written.name));
         }
@@ -101,7 +126,7 @@ pub fn parse(text: &str, path: &Path, referrer: Referrer) -> Result<Vec<Binding>
             match pattern(host) {
                 Ok(pattern) => hosts.push(pattern),
                 Err(why) => {
-                    problem.get_or_insert(why);
+                    problem.get_or_insert_with(|| why.to_string());
                 }
             }
         }
@@ -152,15 +177,15 @@ pub fn bindings(data_dir: &DataDir, context: &Context) -> Vec<Binding> {
 
 /// Binds `name` to `hosts` in the file at `path` (none: unbinds it), atomically; the bindings
 /// as they are now, or why not.
-pub fn change(path: &Path, name: &str, hosts: Option<&[String]>, by: &str) -> Result<Vec<Binding>, String> {
+pub fn change(path: &Path, name: &str, hosts: Option<&[String]>, by: &str) -> Result<Vec<Binding>, CredentialsError> {
     check_name(name)?;
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+        Err(error) => return Err(CredentialsError::Read { path: path.to_path_buf(), error }),
     };
     parse(&text, path, Referrer::Context)
-        .map_err(|problems| format!("{} has problems; fix them first:\n{}", path.display(), problems.join("\n")))?;
+        .map_err(|problems| CredentialsError::Problems { path: path.to_path_buf(), problems })?;
     let mut file: File = serde_yaml::from_str::<Option<File>>(&text).ok().flatten().unwrap_or_default();
     let before = file.credentials.len();
     file.credentials.retain(|written| written.name != name);
@@ -171,20 +196,24 @@ pub fn change(path: &Path, name: &str, hosts: Option<&[String]>, by: &str) -> Re
             }
             file.credentials.push(Written { name: name.to_string(), hosts: hosts.to_vec() });
         }
-        None if file.credentials.len() == before => return Err(format!("{} binds no `{name}`", path.display())),
+        None if file.credentials.len() == before => {
+            return Err(CredentialsError::Unbound { path: path.to_path_buf(), name: name.to_string() })
+        }
         None => {}
     }
     let when = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC");
-    let body = serde_yaml::to_string(&file).map_err(|error| error.to_string())?;
+    let body = serde_yaml::to_string(&file)?;
     let written = format!(
         "# Secrets swapped in at the edge for these hosts only (`baaaht egress credential`); last changed by {by}, \
          {when}.\n{body}"
     );
-    let bindings = parse(&written, path, Referrer::Context).map_err(|problems| problems.join("\n"))?;
+    let bindings =
+        parse(&written, path, Referrer::Context).map_err(|problems| CredentialsError::Unreadable { problems })?;
     if let Some(folder) = path.parent() {
-        std::fs::create_dir_all(folder).map_err(|error| format!("cannot make {}: {error}", folder.display()))?;
+        std::fs::create_dir_all(folder)
+            .map_err(|error| CredentialsError::Folder { path: folder.to_path_buf(), error })?;
     }
-    crate::base::state::write_atomic(path, written.as_bytes(), 0o644).map_err(|error| error.to_string())?;
+    crate::base::state::write_atomic(path, written.as_bytes(), 0o644)?;
     Ok(bindings)
 }
 
@@ -259,7 +288,9 @@ mod tests {
         let bound = change(&path, "GITHUB_TOKEN", Some(&["api.github.com".to_string()]), "me").expect("rebound");
         assert_eq!(bound.len(), 1);
         assert_eq!(change(&path, "GITHUB_TOKEN", None, "me").expect("unbound"), vec![]);
-        assert!(change(&path, "GITHUB_TOKEN", None, "me").expect_err("none").contains("binds no `GITHUB_TOKEN`"));
+        let none = change(&path, "GITHUB_TOKEN", None, "me").expect_err("none");
+        assert!(matches!(none, CredentialsError::Unbound { .. }), "{none}");
+        assert!(none.to_string().contains("binds no `GITHUB_TOKEN`"), "{none}");
 
         for (name, hosts, says) in [
             ("github_token", vec!["github.com"], "is not a credential's name"),
@@ -268,7 +299,7 @@ mod tests {
         ] {
             let hosts: Vec<String> = hosts.into_iter().map(str::to_string).collect();
             let why = change(&path, name, Some(&hosts), "me").expect_err(name);
-            assert!(why.contains(says), "{name} {hosts:?}: {why}");
+            assert!(why.to_string().contains(says), "{name} {hosts:?}: {why}");
         }
         let problems = parse("credentials:\n  - name: TOKEN\n    hosts: []\n", Path::new("c.yaml"), Referrer::Context)
             .expect_err("no hosts");

@@ -41,6 +41,7 @@ use crate::guard::redact::{Known, Scrubbing, Shield};
 use crate::guard::secrets::Handout;
 use crate::net::egress::authority::Authority;
 use crate::net::egress::credentials::{self, Binding, Placeholders};
+use crate::net::egress::refusal::{EdgeRefusal, HelloRefusal, Misplaced, OnwardError, OnwardTlsError};
 use crate::net::egress::relay::Between;
 
 pub use crate::net::egress::authority::TRUST_IN_CONTAINER;
@@ -118,16 +119,16 @@ type Body = BoxBody<Bytes, hyper::Error>;
 /// What records the names of secrets blotted somewhere in a connection.
 type Report = Arc<dyn Fn(&[String]) + Send + Sync>;
 
-/// The daemon's roots, offering HTTP/1.1 only (what the edge speaks).
-fn onward_tls() -> Result<Arc<rustls::ClientConfig>, String> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let mut config = (*baaaht_llm::provider::tls_config()?).clone();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Ok(Arc::new(config))
-        })
-        .clone()
+/// The daemon's roots, offering HTTP/1.1 only (what the edge speaks). Read once: `tls_config`
+/// keeps the roots, or why there are none.
+fn onward_tls() -> Result<Arc<rustls::ClientConfig>, OnwardTlsError> {
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    if let Some(config) = CONFIG.get() {
+        return Ok(config.clone());
+    }
+    let mut config = (*baaaht_llm::provider::tls_config().map_err(OnwardTlsError::Roots)?).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(CONFIG.get_or_init(|| Arc::new(config)).clone())
 }
 
 /// Chunks of bytes buffered between the relay and the edge.
@@ -265,7 +266,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 
 /// The name a TLS ClientHello at the start of `head` gives (SNI), reading more of `near` into
 /// `head` until the hello is whole; why not, when it is not a hello.
-async fn client_hello(head: &mut Vec<u8>, near: &mut (impl AsyncRead + Unpin)) -> Result<Option<String>, String> {
+async fn client_hello(head: &mut Vec<u8>, near: &mut (impl AsyncRead + Unpin)) -> Result<Option<String>, HelloRefusal> {
     let mut acceptor = rustls::server::Acceptor::default();
     let mut fed = 0;
     loop {
@@ -273,21 +274,21 @@ async fn client_hello(head: &mut Vec<u8>, near: &mut (impl AsyncRead + Unpin)) -
             match acceptor.read_tls(&mut &head[fed..]) {
                 Ok(0) => break,
                 Ok(n) => fed += n,
-                Err(error) => return Err(format!("it is not TLS ({error})")),
+                Err(error) => return Err(HelloRefusal::NotTls { error }),
             }
         }
         match acceptor.accept() {
             Ok(Some(accepted)) => return Ok(accepted.client_hello().server_name().map(str::to_string)),
             Ok(None) => {}
-            Err((error, _alert)) => return Err(format!("its TLS hello does not read ({error})")),
+            Err((error, _alert)) => return Err(HelloRefusal::Unreadable { error }),
         }
         if head.len() > MOST_HELLO {
-            return Err(format!("its TLS hello is longer than {MOST_HELLO} bytes"));
+            return Err(HelloRefusal::TooLong { most: MOST_HELLO });
         }
         let mut more = [0u8; 8192];
         let n = match tokio::time::timeout(FIRST_BYTES, near.read(&mut more)).await {
             Ok(Ok(n)) if n > 0 => n,
-            _ => return Err("it stopped in the middle of its TLS hello".into()),
+            _ => return Err(HelloRefusal::Stopped),
         };
         head.extend_from_slice(&more[..n]);
     }
@@ -399,10 +400,10 @@ impl Crossing {
         };
         let Ok(near) = accepted else { return };
         let onward = async {
-            let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|error| error.to_string())?;
-            tokio_rustls::TlsConnector::from(onward_tls()?).connect(name, far).await.map_err(|error| error.to_string())
+            let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(OnwardTlsError::Name)?;
+            tokio_rustls::TlsConnector::from(onward_tls()?).connect(name, far).await.map_err(OnwardTlsError::Handshake)
         };
-        let far = onward.await.map_err(|why| format!("{host}'s TLS certificate could not be verified: {why}"));
+        let far = onward.await.map_err(|why| OnwardError::Unverified { host: host.clone(), why });
         exchange.serve(near, far).await;
     }
 }
@@ -454,7 +455,7 @@ struct Exchange {
 impl Exchange {
     /// Serves the command's requests on `near`, each sent on to `far` (or answered with why it
     /// cannot be).
-    async fn serve(self: Arc<Self>, near: impl Io, far: Result<impl Io, String>) {
+    async fn serve(self: Arc<Self>, near: impl Io, far: Result<impl Io, OnwardError>) {
         let mut driving = tokio::task::JoinSet::new();
         let sender = match far {
             Ok(far) => match hyper::client::conn::http1::handshake(TokioIo::new(far)).await {
@@ -462,7 +463,7 @@ impl Exchange {
                     driving.spawn(driver);
                     Ok(tokio::sync::Mutex::new(sender))
                 }
-                Err(error) => Err(format!("{} did not speak HTTP: {error}", self.host)),
+                Err(error) => Err(OnwardError::NotHttp { host: self.host.clone(), error }),
             },
             Err(why) => Err(why),
         };
@@ -491,13 +492,13 @@ impl Exchange {
     async fn forward(
         &self,
         request: hyper::Request<Incoming>,
-        sender: &Result<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Body>>, String>,
+        sender: &Result<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Body>>, OnwardError>,
     ) -> hyper::Response<Body> {
         let (mut parts, body) = request.into_parts();
         let checked =
             self.aimed(&mut parts).and_then(|()| self.carries_no_value(&parts)).and_then(|()| self.swap(&mut parts));
         if let Err(why) = checked {
-            return answer(hyper::StatusCode::FORBIDDEN, &why);
+            return answer(hyper::StatusCode::FORBIDDEN, &why.to_string());
         }
         let known = self.crossing.values.as_ref().map(|shield| shield.values());
         if known.is_some() {
@@ -512,7 +513,7 @@ impl Exchange {
         };
         let sender = match sender {
             Ok(sender) => sender,
-            Err(why) => return answer(hyper::StatusCode::BAD_GATEWAY, why),
+            Err(why) => return answer(hyper::StatusCode::BAD_GATEWAY, &why.to_string()),
         };
         let mut sender = sender.lock().await;
         if sender.ready().await.is_err() {
@@ -564,25 +565,16 @@ impl Exchange {
     /// is meant for another; then writes its URL in origin form. A tunnel inside the tunnel
     /// (CONNECT) and a change of protocol (`Upgrade`) are refused: they would carry what the
     /// edge cannot read.
-    fn aimed(&self, parts: &mut http::request::Parts) -> Result<(), String> {
+    fn aimed(&self, parts: &mut http::request::Parts) -> Result<(), EdgeRefusal> {
         let default = if self.tls { 443 } else { 80 };
         let same =
             |host: &str, port: Option<u16>| plain(host) == plain(&self.host) && port.unwrap_or(default) == self.port;
-        let wrong = || {
-            format!(
-                "a request in a connection to {}:{} must name that host once (one Host header, and its URL) and no \
-                 other",
-                self.host, self.port
-            )
-        };
+        let wrong = || EdgeRefusal::NotAimed { host: self.host.clone(), port: self.port };
         if parts.method == http::Method::CONNECT {
-            return Err(format!(
-                "a CONNECT inside the connection to {} is not sent: open each connection through the proxy",
-                self.host
-            ));
+            return Err(EdgeRefusal::Connect { host: self.host.clone() });
         }
         if parts.headers.contains_key(http::header::UPGRADE) {
-            return Err(format!("a change of protocol (Upgrade) in the connection to {} is not offered", self.host));
+            return Err(EdgeRefusal::Upgrade { host: self.host.clone() });
         }
         let mut named = parts.headers.get_all(http::header::HOST).iter();
         let (Some(first), None) = (named.next(), named.next()) else { return Err(wrong()) };
@@ -596,13 +588,13 @@ impl Exchange {
             return Err(wrong());
         }
         let path = parts.uri.path_and_query().map_or("/", |path| path.as_str()).to_string();
-        parts.uri = path.parse().map_err(|error| format!("the request's path is not a path: {error}"))?;
+        parts.uri = path.parse().map_err(|error| EdgeRefusal::Path { error })?;
         Ok(())
     }
 
     /// Refuses a request whose URL or headers carry a value of the secrets store (in any form
     /// it travels in): only placeholders go out, and the edge puts values in.
-    fn carries_no_value(&self, parts: &http::request::Parts) -> Result<(), String> {
+    fn carries_no_value(&self, parts: &http::request::Parts) -> Result<(), EdgeRefusal> {
         let Some(shield) = &self.crossing.values else { return Ok(()) };
         let known = shield.values();
         let carried = known.first_in(parts.uri.to_string().as_bytes()).map(str::to_string).or_else(|| {
@@ -616,8 +608,8 @@ impl Exchange {
         });
         match carried {
             Some(name) => {
-                Err(self
-                    .refuse(&name, format!("a request to {} carries the value of {name}; it is not sent", self.host)))
+                let why = EdgeRefusal::Value { host: self.host.clone(), name: name.clone() };
+                Err(self.refuse(&name, why))
             }
             None => Ok(()),
         }
@@ -627,12 +619,12 @@ impl Exchange {
     /// tokens in ([`CREDENTIAL_HEADERS`], inside `Authorization: Basic` too); why not, when a
     /// placeholder goes where its secret may not (another host, plain http, the URL, another
     /// header, a TRACE).
-    fn swap(&self, parts: &mut http::request::Parts) -> Result<(), String> {
+    fn swap(&self, parts: &mut http::request::Parts) -> Result<(), EdgeRefusal> {
         let anywhere = |text: &[u8]| {
             text.windows(credentials::PREFIX.len()).any(|window| window == credentials::PREFIX.as_bytes())
         };
         if anywhere(parts.uri.to_string().as_bytes()) {
-            return Err(self.refused(&parts.uri.to_string(), "the URL: put it in the Authorization header"));
+            return Err(self.refused(&parts.uri.to_string(), Misplaced::Url));
         }
         let method = parts.method.clone();
         for (name, value) in parts.headers.iter_mut() {
@@ -650,15 +642,14 @@ impl Exchange {
             // Any byte that is not text hides nothing: the placeholder is refused or swapped
             // whole, and a header that is not text is not one it may be swapped in.
             let Ok(text) = String::from_utf8(text) else {
-                return Err(
-                    self.refused(&String::from_utf8_lossy(raw), &format!("the header {name}, which is not text"))
-                );
+                let place = Misplaced::NotText { header: name.to_string() };
+                return Err(self.refused(&String::from_utf8_lossy(raw), place));
             };
             if !CREDENTIAL_HEADERS.contains(&name.as_str()) {
-                return Err(self.refused(&text, &format!("the header {name}: it goes only in Authorization")));
+                return Err(self.refused(&text, Misplaced::Header { header: name.to_string() }));
             }
             if method == http::Method::TRACE {
-                return Err(self.refused(&text, "a TRACE, which echoes it back"));
+                return Err(self.refused(&text, Misplaced::Trace));
             }
             let Some(swapped) = self.swapped(&text)? else { continue };
             let swapped = Zeroizing::new(if basic {
@@ -666,33 +657,34 @@ impl Exchange {
             } else {
                 swapped.to_string()
             });
-            let mut header = http::HeaderValue::from_str(&swapped)
-                .map_err(|_holds_the_value| "a credential cannot go in a header".to_string())?;
+            let mut header =
+                http::HeaderValue::from_str(&swapped).map_err(|_holds_the_value| EdgeRefusal::NotAHeader)?;
             header.set_sensitive(true);
             *value = header;
         }
         Ok(())
     }
 
-    /// Refuses (and audits) the placeholder found in `text`, which is on its way to `where_`.
-    fn refused(&self, text: &str, where_: &str) -> String {
+    /// Refuses (and audits) the placeholder found in `text`, which is on its way to `place`.
+    fn refused(&self, text: &str, place: Misplaced) -> EdgeRefusal {
         let name = self.plan.made.iter().find(|(placeholder, _)| text.contains(placeholder.as_str()));
         let name = name.map_or("a credential", |(_, name)| name.as_str());
-        self.refuse(name, format!("the placeholder of {name} is not sent in {where_}"))
+        self.refuse(name, EdgeRefusal::Misplaced { name: name.to_string(), place })
     }
 
-    /// Audits and logs refusing `name`'s placeholder or value; the sentence, for the command.
-    fn refuse(&self, name: &str, why: String) -> String {
+    /// Audits and logs refusing `name`'s placeholder or value; the refusal, for the command.
+    fn refuse(&self, name: &str, why: EdgeRefusal) -> EdgeRefusal {
         let crossing = &self.crossing;
         let record = crossing.record.clone().at_now().detail("host", self.host.as_str()).detail("credential", name);
-        crossing.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why.as_str()));
-        tracing::warn!(host = %self.host, credential = name, "{why}");
+        let said = why.to_string();
+        crossing.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", said.as_str()));
+        tracing::warn!(host = %self.host, credential = name, "{said}");
         why
     }
 
     /// `text` with each placeholder in it replaced by its value (none: no placeholder in it),
     /// or why a placeholder may not go here.
-    fn swapped(&self, text: &str) -> Result<Option<Zeroizing<String>>, String> {
+    fn swapped(&self, text: &str) -> Result<Option<Zeroizing<String>>, EdgeRefusal> {
         if !text.contains(credentials::PREFIX) {
             return Ok(None);
         }
@@ -707,29 +699,22 @@ impl Exchange {
             *out = out.replace(placeholder.as_str(), &value);
         }
         if !found {
-            return Err(self.refused(text, "this session: it is another's, or was never made"));
+            return Err(self.refused(text, Misplaced::OtherSession));
         }
         Ok(Some(out))
     }
 
     /// The value of the secret `name` for this connection's host, or why it is not sent there.
-    fn value(&self, name: &str) -> Result<Zeroizing<String>, String> {
-        let refuse = |why: String| self.refuse(name, why);
+    fn value(&self, name: &str) -> Result<Zeroizing<String>, EdgeRefusal> {
+        let refuse = |why: EdgeRefusal| self.refuse(name, why);
         let Some(binding) = self.plan.bound.iter().find(|binding| binding.name == name) else {
-            return Err(refuse(format!(
-                "the placeholder of {name} was sent to {}, which {name} is not bound to; it is swapped for the secret \
-                 only on its way to the hosts it is bound to (`baaaht egress credential add {name} --host {}`)",
-                self.host, self.host
-            )));
+            return Err(refuse(EdgeRefusal::Unbound { name: name.to_string(), host: self.host.clone() }));
         };
         if !self.tls {
-            return Err(refuse(format!(
-                "{name} is sent only over https, never in plain http: use https://{}",
-                self.host
-            )));
+            return Err(refuse(EdgeRefusal::PlainHttp { name: name.to_string(), host: self.host.clone() }));
         }
         let Some(swap) = &self.crossing.swap else {
-            return Err(refuse(format!("{name} is not swapped in for this container")));
+            return Err(refuse(EdgeRefusal::NotSwapped { name: name.to_string() }));
         };
         if let Some(value) = self.values.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
             return Ok(value.clone());
@@ -739,11 +724,12 @@ impl Exchange {
             correlation_id: "",
             consumer: ("egress_host", self.host.as_str()),
         };
+        let unreadable = |why: String| EdgeRefusal::Unreadable { name: name.to_string(), host: self.host.clone(), why };
         let value = swap
             .edge
             .secrets
             .resolve(asker, binding.referrer, &format!("${{{name}}}"))
-            .map_err(|why| refuse(format!("{name} could not be read for {}: {why}", self.host)))?;
+            .map_err(|why| refuse(unreadable(why.to_string())))?;
         self.values.lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), value.clone());
         Ok(value)
     }

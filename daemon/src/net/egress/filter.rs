@@ -284,9 +284,23 @@ pub(crate) enum Allowed {
     Network { base: IpAddr, prefix: u8, port: Option<u16> },
 }
 
+/// Why an entry of `tools.web_proxy.allow` is not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllowError {
+    #[error("`{address}` is not an IP address")]
+    NotAnAddress { address: String },
+    #[error("`/{prefix}` is not a prefix length of 0 to {max}")]
+    Prefix { prefix: String, max: u8 },
+    #[error("`{entry}` is not host, host:port or a CIDR")]
+    NotAnEntry { entry: String },
+    /// It reaches a link-local address or a cloud metadata endpoint (`why`, in words).
+    #[error("`{entry}` can never be allowed: {why}")]
+    NeverAllowed { entry: String, why: String },
+}
+
 /// Checks one `tools.web_proxy.allow` entry: a host, host:port or CIDR, never one reaching a
 /// link-local address or a cloud metadata endpoint.
-pub fn check_allowed(entry: &str) -> Result<(), String> {
+pub fn check_allowed(entry: &str) -> Result<(), AllowError> {
     parse_allowed(entry).map(drop)
 }
 
@@ -303,7 +317,7 @@ pub fn check_config(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-pub(crate) fn parse_allowed(entry: &str) -> Result<Allowed, String> {
+pub(crate) fn parse_allowed(entry: &str) -> Result<Allowed, AllowError> {
     let parsed = parse_allowed_entry(entry)?;
     let refused = match &parsed {
         Allowed::Network { base, prefix, .. } => never_allowed(*base, *prefix),
@@ -313,30 +327,32 @@ pub(crate) fn parse_allowed(entry: &str) -> Result<Allowed, String> {
         }
     };
     match refused {
-        Some(why) => Err(format!("`{}` can never be allowed: {why}", entry.trim())),
+        Some(why) => Err(AllowError::NeverAllowed { entry: entry.trim().to_string(), why }),
         None => Ok(parsed),
     }
 }
 
-fn parse_allowed_entry(entry: &str) -> Result<Allowed, String> {
+fn parse_allowed_entry(entry: &str) -> Result<Allowed, AllowError> {
     let entry = entry.trim();
+    let not_an_entry = || AllowError::NotAnEntry { entry: entry.to_string() };
     if let Some((address, prefix)) = entry.split_once('/') {
-        let base: IpAddr = address.parse().map_err(|_not_ip| format!("`{address}` is not an IP address"))?;
+        let base: IpAddr =
+            address.parse().map_err(|_not_ip| AllowError::NotAnAddress { address: address.to_string() })?;
         let max = if base.is_ipv4() { 32 } else { 128 };
         let prefix: u8 = prefix
             .parse()
             .ok()
             .filter(|p| *p <= max)
-            .ok_or_else(|| format!("`/{prefix}` is not a prefix length of 0 to {max}"))?;
+            .ok_or_else(|| AllowError::Prefix { prefix: prefix.to_string(), max })?;
         return Ok(Allowed::Network { base, prefix, port: None });
     }
-    let (host, port) = split_host_port(entry).ok_or_else(|| format!("`{entry}` is not host, host:port or a CIDR"))?;
+    let (host, port) = split_host_port(entry).ok_or_else(not_an_entry)?;
     if let Ok(address) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
         let prefix = if address.is_ipv4() { 32 } else { 128 };
         return Ok(Allowed::Network { base: address, prefix, port });
     }
     if host.is_empty() || !host.chars().all(|c| c.is_ascii_alphanumeric() || ".-_".contains(c)) {
-        return Err(format!("`{entry}` is not host, host:port or a CIDR"));
+        return Err(not_an_entry());
     }
     Ok(Allowed::Host { name: host.to_ascii_lowercase(), port })
 }
@@ -549,7 +565,8 @@ mod tests {
             "168.63.129.16",
         ] {
             let error = check_allowed(entry).expect_err(entry);
-            assert!(error.contains("can never be allowed"), "{entry}: {error}");
+            assert!(matches!(error, AllowError::NeverAllowed { .. }), "{entry}: {error}");
+            assert!(error.to_string().contains("can never be allowed"), "{entry}: {error}");
         }
         for entry in ["192.168.1.10", "nas.home:8080", "10.0.0.0/8", "[fd12::1]:443"] {
             check_allowed(entry).unwrap_or_else(|error| panic!("{entry}: {error}"));

@@ -5,7 +5,7 @@
 //! which hosts a context's tools may reach ([`policy`]), asking its people in chat about the
 //! others ([`approvals`]), and what every such connection passes on its way ([`edge`]: the
 //! name it uses, the credentials swapped in with the daemon's [`authority`], no secret value
-//! either way).
+//! either way; why it refuses, [`refusal`]).
 
 pub mod approvals;
 pub mod authority;
@@ -14,6 +14,7 @@ pub mod edge;
 pub mod filter;
 pub mod policy;
 pub mod proxy;
+pub mod refusal;
 pub mod relay;
 pub mod search;
 pub mod tunnel;

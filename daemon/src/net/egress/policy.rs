@@ -105,47 +105,90 @@ struct Written {
     action: Action,
 }
 
+/// Why a rule's `host` (`written`: trimmed, in lower case) names no host a rule can be about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("host is empty")]
+    Empty,
+    #[error("`{written}`: a wildcard is `*.domain`, with no port and one `*`")]
+    Wildcard { written: String },
+    #[error("`{written}` would cover every name under a top-level domain; name the domain (`*.example.com`)")]
+    TopLevelDomain { written: String },
+    #[error("`{written}`: `*` is allowed only as `*.domain`; a rule for every host is not offered")]
+    EveryHost { written: String },
+    #[error("`{written}`: the port is not a number from 1 to 65535")]
+    Port { written: String },
+    /// A link-local address or a cloud metadata endpoint (`why`, in words).
+    #[error("`{written}` is never reachable from a container: {why}")]
+    NeverReachable { written: String, why: String },
+    #[error("`{written}` names a cloud metadata service: never reachable from a container")]
+    Metadata { written: String },
+    #[error("`{written}` is not a host name")]
+    NotAName { written: String },
+}
+
+/// Why a rule could not be written in its file ([`change`]). An I/O error is in the sentence, as
+/// it always was, and so not a `#[source]` as well (a chain printer would say it twice).
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    #[error(transparent)]
+    Pattern(#[from] PatternError),
+    #[error("cannot read {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("{} has problems; fix them first:\n{}", path.display(), problems.join("\n"))]
+    Problems { path: PathBuf, problems: Vec<String> },
+    #[error("{} has no rule for {pattern}", path.display())]
+    NoRule { path: PathBuf, pattern: Pattern },
+    #[error("{}: write `rules:` as a list, one `- host:` a line, to add to it", path.display())]
+    NotAList { path: PathBuf },
+    /// What was about to be written does not read back (each problem as `path:line:col: what`).
+    #[error("{}", problems.join("\n"))]
+    Unreadable { problems: Vec<String> },
+    #[error("cannot make {}: {error}", path.display())]
+    Folder { path: PathBuf, error: std::io::Error },
+    #[error(transparent)]
+    Write(#[from] crate::base::state::StateError),
+}
+
 /// What a rule's `host` names, or why it cannot be one.
-pub fn pattern(written: &str) -> Result<Pattern, String> {
+pub fn pattern(written: &str) -> Result<Pattern, PatternError> {
     let written = written.trim().to_ascii_lowercase();
     if written.is_empty() {
-        return Err("host is empty".into());
+        return Err(PatternError::Empty);
     }
     if let Some(domain) = written.strip_prefix("*.") {
         if domain.contains('*') || domain.contains(':') {
-            return Err(format!("`{written}`: a wildcard is `*.domain`, with no port and one `*`"));
+            return Err(PatternError::Wildcard { written });
         }
         if !domain.contains('.') {
-            return Err(format!(
-                "`{written}` would cover every name under a top-level domain; name the domain (`*.example.com`)"
-            ));
+            return Err(PatternError::TopLevelDomain { written });
         }
         check_name(domain, &written)?;
         return Ok(Pattern::Under { domain: domain.to_string() });
     }
     if written.contains('*') {
-        return Err(format!("`{written}`: `*` is allowed only as `*.domain`; a rule for every host is not offered"));
+        return Err(PatternError::EveryHost { written });
     }
     let Some((host, port)) = crate::net::egress::filter::split_host_port(&written).filter(|(_, port)| *port != Some(0))
     else {
-        return Err(format!("`{written}`: the port is not a number from 1 to 65535"));
+        return Err(PatternError::Port { written });
     };
     let host = host.to_string();
     if let Ok(address) = host.parse::<std::net::IpAddr>() {
         let full = if address.is_ipv4() { 32 } else { 128 };
         if let Some(why) = crate::net::egress::filter::never_allowed(address, full) {
-            return Err(format!("`{written}` is never reachable from a container: {why}"));
+            return Err(PatternError::NeverReachable { written, why });
         }
     } else {
         check_name(&host, &written)?;
     }
     if crate::net::egress::filter::METADATA_NAMES.contains(&host.as_str()) {
-        return Err(format!("`{written}` names a cloud metadata service: never reachable from a container"));
+        return Err(PatternError::Metadata { written });
     }
     Ok(Pattern::Host { host, port })
 }
 
-fn check_name(name: &str, written: &str) -> Result<(), String> {
+fn check_name(name: &str, written: &str) -> Result<(), PatternError> {
     let label_ok = |label: &str| {
         !label.is_empty()
             && label.len() <= 63
@@ -154,7 +197,7 @@ fn check_name(name: &str, written: &str) -> Result<(), String> {
             && !label.ends_with('-')
     };
     if name.len() > 253 || !name.split('.').all(label_ok) {
-        return Err(format!("`{written}` is not a host name"));
+        return Err(PatternError::NotAName { written: written.to_string() });
     }
     Ok(())
 }
@@ -347,6 +390,8 @@ impl crate::net::egress::relay::Gate for Policy {
                         let wrote =
                             tokio::task::spawn_blocking(move || change(&path, &written, Some(Action::Allow), &by_rule))
                                 .await;
+                        // Logged as it always was: the error's sentence.
+                        let wrote = wrote.map(|rules| rules.map_err(|error| error.to_string()));
                         if !matches!(wrote, Ok(Ok(_))) {
                             tracing::warn!(context = %self.context, host, ?wrote, "an approval's rule could not be written");
                         }
@@ -370,21 +415,20 @@ impl crate::net::egress::relay::Gate for Policy {
 /// Writes a rule for `host` in the file at `path` (`action`; none: the rule is removed),
 /// atomically, leaving the rest of the file as its owner wrote it; `by` and the time go in a
 /// comment beside it. Why not, in a sentence.
-pub fn change(path: &Path, host: &str, action: Option<Action>, by: &str) -> Result<Vec<Rule>, String> {
+pub fn change(path: &Path, host: &str, action: Option<Action>, by: &str) -> Result<Vec<Rule>, RuleError> {
     let wanted = pattern(host)?;
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+        Err(error) => return Err(RuleError::Read { path: path.to_path_buf(), error }),
     };
-    let rules = parse(&text, path)
-        .map_err(|problems| format!("{} has problems; fix them first:\n{}", path.display(), problems.join("\n")))?;
+    let rules = parse(&text, path).map_err(|problems| RuleError::Problems { path: path.to_path_buf(), problems })?;
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     // The rules for the same pattern go, last first (their lines stay valid).
     let found: Vec<usize> =
         rules.iter().filter(|rule| rule.pattern == wanted && rule.line > 0).map(|rule| rule.line - 1).collect();
     if action.is_none() && found.is_empty() {
-        return Err(format!("{} has no rule for {wanted}", path.display()));
+        return Err(RuleError::NoRule { path: path.to_path_buf(), pattern: wanted });
     }
     for host_line in found.into_iter().rev() {
         let (start, end) = item_lines(&lines, host_line);
@@ -394,10 +438,7 @@ pub fn change(path: &Path, host: &str, action: Option<Action>, by: &str) -> Resu
         let block = lines.iter().any(|line| line.trim_end() == "rules:" || line.starts_with("rules: #"));
         if !block {
             if lines.iter().any(|line| line.starts_with("rules:")) {
-                return Err(format!(
-                    "{}: write `rules:` as a list, one `- host:` a line, to add to it",
-                    path.display()
-                ));
+                return Err(RuleError::NotAList { path: path.to_path_buf() });
             }
             lines.push("rules:".into());
         }
@@ -407,11 +448,11 @@ pub fn change(path: &Path, host: &str, action: Option<Action>, by: &str) -> Resu
     }
     let mut written = lines.join("\n");
     written.push('\n');
-    let rules = parse(&written, path).map_err(|problems| problems.join("\n"))?;
+    let rules = parse(&written, path).map_err(|problems| RuleError::Unreadable { problems })?;
     if let Some(folder) = path.parent() {
-        std::fs::create_dir_all(folder).map_err(|error| format!("cannot make {}: {error}", folder.display()))?;
+        std::fs::create_dir_all(folder).map_err(|error| RuleError::Folder { path: folder.to_path_buf(), error })?;
     }
-    crate::base::state::write_atomic(path, written.as_bytes(), 0o644).map_err(|error| error.to_string())?;
+    crate::base::state::write_atomic(path, written.as_bytes(), 0o644)?;
     Ok(rules)
 }
 
@@ -513,12 +554,15 @@ mod tests {
         let text = std::fs::read_to_string(&path).expect("read");
         assert!(text.starts_with(mine) && !text.contains("github"), "{text}");
         assert_eq!(
-            change(&path, "example.org", None, "root").expect_err("none"),
+            change(&path, "example.org", None, "root").expect_err("none").to_string(),
             format!("{} has no rule for example.org", path.display())
         );
-        assert!(change(&path, "*", Some(Action::Allow), "root").expect_err("refused").contains("only as `*.domain`"));
+        let refused = change(&path, "*", Some(Action::Allow), "root").expect_err("refused");
+        assert!(matches!(refused, RuleError::Pattern(PatternError::EveryHost { .. })), "{refused}");
+        assert!(refused.to_string().contains("only as `*.domain`"), "{refused}");
         std::fs::write(&path, "rules: [{host: a.example, action: allow}]\n").expect("flow");
-        assert!(change(&path, "b.example", Some(Action::Allow), "root").expect_err("flow").contains("as a list"));
+        let flow = change(&path, "b.example", Some(Action::Allow), "root").expect_err("flow");
+        assert!(matches!(flow, RuleError::NotAList { .. }) && flow.to_string().contains("as a list"), "{flow}");
     }
 
     #[test]

@@ -17,7 +17,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 
-use super::filter::{in_network, is_metadata_name, parse_allowed, parse_ip_host, refusal, Allowed, Refusal};
+use super::filter::{
+    in_network, is_metadata_name, parse_allowed, parse_ip_host, refusal, AllowError, Allowed, Refusal,
+};
 use crate::base::config::WebProxyConfig;
 
 /// Resolves host names (the seam the tests replace with a table).
@@ -86,6 +88,15 @@ pub enum ProxyError {
     Http { host: String, message: String },
     #[error("{host}: TLS failed: {message}")]
     Tls { host: String, message: String },
+}
+
+/// Why the proxy cannot be built from `tools.web_proxy`: the setting, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyConfigError {
+    #[error("tools.web_proxy.allow[{index}]: {error}")]
+    Allow { index: usize, error: AllowError },
+    #[error("tools.web_proxy.search.searxng_url: {error}")]
+    SearxngUrl { error: ProxyError },
 }
 
 impl ProxyError {
@@ -266,18 +277,17 @@ impl WebProxy {
         config: &WebProxyConfig,
         resolver: Arc<dyn Resolver>,
         connector: Arc<dyn Connector>,
-    ) -> Result<WebProxy, String> {
+    ) -> Result<WebProxy, ProxyConfigError> {
         let mut allowed = config
             .allow
             .iter()
             .enumerate()
-            .map(|(index, entry)| parse_allowed(entry).map_err(|why| format!("tools.web_proxy.allow[{index}]: {why}")))
+            .map(|(index, entry)| parse_allowed(entry).map_err(|error| ProxyConfigError::Allow { index, error }))
             .collect::<Result<Vec<_>, _>>()?;
         // The configured SearXNG instance is usually on the home network: it is allowed.
         let search = &config.search;
         if search.backend == crate::base::config::SearchBackend::Searxng && !search.searxng_url.is_empty() {
-            let target = Target::parse(&search.searxng_url)
-                .map_err(|error| format!("tools.web_proxy.search.searxng_url: {error}"))?;
+            let target = Target::parse(&search.searxng_url).map_err(|error| ProxyConfigError::SearxngUrl { error })?;
             allowed.push(Allowed::Host { name: target.host, port: Some(target.port) });
         }
         Ok(WebProxy {
@@ -759,7 +769,8 @@ pub(crate) mod tests {
     fn a_bad_allow_entry_is_named_by_its_place() {
         let config = WebProxyConfig { allow: vec!["ok.lan".into(), "10.0.0.0/33".into()], ..WebProxyConfig::default() };
         let error = WebProxy::new(&config, Arc::new(Table(vec![])), Arc::new(Recorder::default())).expect_err("bad");
-        assert_eq!(error, "tools.web_proxy.allow[1]: `/33` is not a prefix length of 0 to 32");
+        assert!(matches!(error, ProxyConfigError::Allow { index: 1, .. }), "{error}");
+        assert_eq!(error.to_string(), "tools.web_proxy.allow[1]: `/33` is not a prefix length of 0 to 32");
     }
 
     #[test]

@@ -113,20 +113,29 @@ const CHUNK: usize = 64 * 1024;
 /// Connections a container may open a minute.
 const OPENS_PER_MINUTE: u32 = 120;
 
+/// Why a tunnel's id could not be reserved (told to the container's proxy).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ReserveError {
+    #[error("tunnel {id} is already open")]
+    AlreadyOpen { id: u64 },
+    #[error("{most} connections are open; close one first")]
+    Full { most: usize },
+}
+
 impl RelayTunnels {
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<u64, Tunnel>)> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Reserves `id` before its connection is made; why not, when it cannot be.
-    fn reserve(&self, id: u64) -> Result<(u64, ByteReceiver, CancellationToken), String> {
+    fn reserve(&self, id: u64) -> Result<(u64, ByteReceiver, CancellationToken), ReserveError> {
         let mut state = self.lock();
         let (generation, open) = &mut *state;
         if open.contains_key(&id) {
-            return Err(format!("tunnel {id} is already open"));
+            return Err(ReserveError::AlreadyOpen { id });
         }
         if open.len() >= MAX_TUNNELS {
-            return Err(format!("{MAX_TUNNELS} connections are open; close one first"));
+            return Err(ReserveError::Full { most: MAX_TUNNELS });
         }
         *generation += 1;
         let (bytes, received) = byte_queue(TUNNEL_BUFFER);
@@ -277,7 +286,7 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
         let (generation, mut received, closed) = match self.tunnels.reserve(id) {
             Ok(reserved) => reserved,
             Err(why) => {
-                self.send(TunnelDown::Opened { id, refused: why }).await;
+                self.send(TunnelDown::Opened { id, refused: why.to_string() }).await;
                 return;
             }
         };
@@ -387,7 +396,9 @@ mod tests {
     fn a_tunnel_id_is_reserved_once_and_ended_by_its_own_open_only() {
         let tunnels = RelayTunnels::default();
         let (first, _bytes, closed) = tunnels.reserve(7).expect("reserved");
-        assert_eq!(tunnels.reserve(7).map(drop), Err("tunnel 7 is already open".to_string()));
+        let taken = tunnels.reserve(7).map(drop).expect_err("taken");
+        assert_eq!(taken, ReserveError::AlreadyOpen { id: 7 });
+        assert_eq!(taken.to_string(), "tunnel 7 is already open");
         // The relay closes it; a new open takes the id; the old open's end leaves it alone.
         tunnels.closed(7, false);
         assert!(closed.is_cancelled());
@@ -399,7 +410,8 @@ mod tests {
         for id in 0..MAX_TUNNELS as u64 {
             tunnels.reserve(id).expect("room");
         }
-        assert!(tunnels.reserve(99).expect_err("full").contains("connections are open"));
+        let full = tunnels.reserve(99).expect_err("full");
+        assert_eq!(full.to_string(), format!("{MAX_TUNNELS} connections are open; close one first"));
     }
 
     #[test]

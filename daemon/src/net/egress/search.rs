@@ -1,6 +1,8 @@
 //! web_search backends (spec §8.2), queried by the daemon through its egress proxy: a SearXNG
 //! instance's JSON API, or the Brave Search API with its key from the secrets store.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::proxy::{FetchRequest, ProxyError, WebProxy};
@@ -26,7 +28,7 @@ pub enum SearchError {
     )]
     NoSearxngUrl,
     #[error("the Brave Search key is missing: {0}")]
-    NoBraveKey(String),
+    NoBraveKey(KeyError),
     #[error(transparent)]
     Proxy(#[from] ProxyError),
     #[error("the search backend answered {status}: {body}")]
@@ -35,12 +37,22 @@ pub enum SearchError {
     Parse(String),
 }
 
+/// Why the Brave Search key (`tools.web_proxy.search.brave_api_key`) could not be resolved.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KeyError {
+    #[error("${{{name}}} is neither in the secrets store nor in the environment: run `baaahtd secrets set {name}`")]
+    Unresolved { name: String },
+    /// The store could not be read (shared: the backend is cloned with its key).
+    #[error(transparent)]
+    Secrets(Arc<crate::guard::secrets::SecretsError>),
+}
+
 /// The configured backend, its key resolved.
 #[derive(Clone)]
 pub enum Backend {
     None,
     Searxng { url: String },
-    Brave { key: Result<String, String> },
+    Brave { key: Result<String, KeyError> },
 }
 
 impl std::fmt::Debug for Backend {
@@ -55,7 +67,7 @@ impl std::fmt::Debug for Backend {
 
 impl Backend {
     /// From `tools.web_proxy.search`; `key` resolves the Brave key reference.
-    pub fn from_config(config: &SearchConfig, key: impl FnOnce(&str) -> Result<String, String>) -> Backend {
+    pub fn from_config(config: &SearchConfig, key: impl FnOnce(&str) -> Result<String, KeyError>) -> Backend {
         match config.backend {
             SearchBackend::None => Backend::None,
             SearchBackend::Searxng => Backend::Searxng { url: config.searxng_url.trim_end_matches('/').to_string() },

@@ -162,7 +162,7 @@ impl Tunnels {
     async fn tunnel(&self, mut stream: Box<dyn Stream>) {
         let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await {
             Ok(Ok(head)) => head,
-            Ok(Err(why)) => return answer(&mut stream, "400 Bad Request", &why, &[]).await,
+            Ok(Err(why)) => return answer(&mut stream, "400 Bad Request", &why.to_string(), &[]).await,
             Err(_) => return answer(&mut stream, "408 Request Timeout", "no request within 10 s", &[]).await,
         };
         if let Some(expected) = &self.credential {
@@ -212,22 +212,35 @@ struct Head {
     proxy_authorization: Option<String>,
 }
 
+/// Why a CONNECT request's head is not one (answered `400 Bad Request`).
+#[derive(Debug, thiserror::Error)]
+enum HeadError {
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    #[error("the request head ended early or is longer than 8 KiB")]
+    Cut,
+    #[error("expected `CONNECT host:port HTTP/1.1`, got `{line}`")]
+    NotConnect { line: String },
+    #[error("`{authority}` is not host:port")]
+    NotHostPort { authority: String },
+}
+
 /// Reads `CONNECT host:port HTTP/1.1` and the head after it.
-async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Result<Head, String> {
+async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Result<Head, HeadError> {
     use tokio::io::AsyncReadExt as _;
     // One byte at a time, at most MAX_HEAD: nothing past the head may be taken from the tunnel.
     let mut reader = BufReader::with_capacity(1, stream.take(MAX_HEAD as u64));
     let mut request_line = String::new();
-    reader.read_line(&mut request_line).await.map_err(|error| error.to_string())?;
+    reader.read_line(&mut request_line).await?;
     let mut proxy_authorization = None;
     loop {
         let mut line = String::new();
-        let n = reader.read_line(&mut line).await.map_err(|error| error.to_string())?;
+        let n = reader.read_line(&mut line).await?;
         if line == "\r\n" || line == "\n" {
             break;
         }
         if n == 0 || !line.ends_with('\n') {
-            return Err("the request head ended early or is longer than 8 KiB".into());
+            return Err(HeadError::Cut);
         }
         if let Some((name, value)) = line.split_once(':') {
             if name.trim().eq_ignore_ascii_case("proxy-authorization") {
@@ -237,13 +250,13 @@ async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Result<Head, String
     }
     let mut parts = request_line.split_whitespace();
     let (Some("CONNECT"), Some(authority)) = (parts.next(), parts.next()) else {
-        return Err(format!("expected `CONNECT host:port HTTP/1.1`, got `{}`", request_line.trim_end()));
+        return Err(HeadError::NotConnect { line: request_line.trim_end().to_string() });
     };
     match crate::net::egress::filter::split_host_port(authority) {
         Some((host, Some(port))) if !host.is_empty() && port != 0 => {
             Ok(Head { host: host.to_ascii_lowercase(), port, proxy_authorization })
         }
-        _ => Err(format!("`{authority}` is not host:port")),
+        _ => Err(HeadError::NotHostPort { authority: authority.to_string() }),
     }
 }
 
@@ -265,13 +278,17 @@ mod tests {
         let read = |text: &'static str| async move { read_head(&mut text.as_bytes()).await };
         assert_eq!(
             read("CONNECT Example.com:443 HTTP/1.1\r\nHost: example.com\r\nProxy-Authorization: Basic eDp5\r\n\r\n")
-                .await,
-            Ok(Head { host: "example.com".into(), port: 443, proxy_authorization: Some("Basic eDp5".into()) })
+                .await
+                .expect("a head"),
+            Head { host: "example.com".into(), port: 443, proxy_authorization: Some("Basic eDp5".into()) }
         );
-        assert_eq!(read("CONNECT [::1]:80 HTTP/1.1\r\n\r\n").await.map(|head| head.port), Ok(80));
-        assert!(read("GET / HTTP/1.1\r\n\r\n").await.is_err());
-        assert!(read("CONNECT example.com HTTP/1.1\r\n\r\n").await.is_err());
-        assert!(read("CONNECT example.com:443 HTTP/1.1\r\nHost: x").await.is_err());
+        assert_eq!(read("CONNECT [::1]:80 HTTP/1.1\r\n\r\n").await.expect("a head").port, 80);
+        let get = read("GET / HTTP/1.1\r\n\r\n").await.expect_err("not a CONNECT");
+        assert_eq!(get.to_string(), "expected `CONNECT host:port HTTP/1.1`, got `GET / HTTP/1.1`");
+        let no_port = read("CONNECT example.com HTTP/1.1\r\n\r\n").await.expect_err("no port");
+        assert!(matches!(no_port, HeadError::NotHostPort { .. }), "{no_port}");
+        let cut = read("CONNECT example.com:443 HTTP/1.1\r\nHost: x").await.expect_err("cut");
+        assert!(matches!(cut, HeadError::Cut), "{cut}");
     }
 
     #[test]

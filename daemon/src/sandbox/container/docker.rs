@@ -52,6 +52,17 @@ pub struct DockerRuntime {
     limit: Duration,
 }
 
+/// Why the seccomp profile cannot be made ready (it is baaaht's own file, built in).
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("the profile has no syscalls")]
+    NoSyscalls,
+    #[error("the profile has no rule of its own for clone3")]
+    NoClone3,
+}
+
 /// The most of an engine message we pass on: some echo whole request bodies.
 const MESSAGE_LIMIT: usize = 400;
 
@@ -215,10 +226,12 @@ impl DockerRuntime {
             gvisor_program,
             data_root: system.docker_root_dir.filter(|root| !root.is_empty()).map(PathBuf::from),
         };
-        let compact = compact_json(SECCOMP_PROFILE)
-            .map_err(|message| RuntimeError::Engine { operation: "load the seccomp profile", message })?;
-        let seccomp_gvisor = gvisor_profile(&compact)
-            .map_err(|message| RuntimeError::Engine { operation: "load the seccomp profile", message })?;
+        let unloadable = |error: ProfileError| RuntimeError::Engine {
+            operation: "load the seccomp profile",
+            message: error.to_string(),
+        };
+        let compact = compact_json(SECCOMP_PROFILE).map_err(unloadable)?;
+        let seccomp_gvisor = gvisor_profile(&compact).map_err(unloadable)?;
         let seccomp = match info.kind {
             EngineKind::Docker => compact,
             EngineKind::Podman => seccomp_file(&compact)?.display().to_string(),
@@ -296,7 +309,7 @@ impl DockerRuntime {
             runtime: match spec.isolation {
                 Isolation::Gvisor => Some(self.info.gvisor.clone().map_err(|why| RuntimeError::Engine {
                     operation: "create a container under gVisor",
-                    message: why,
+                    message: why.to_string(),
                 })?),
                 Isolation::Runc => podman.then(|| "runc".to_string()),
             },
@@ -330,10 +343,9 @@ impl DockerRuntime {
 /// make every `posix_spawn` fail instead. So `clone3` is passed to gVisor's kernel, which
 /// implements it itself (or answers ENOSYS): any namespace it makes is the sandbox's own, and
 /// the host's kernel never sees the call. Everything else is the same profile.
-pub fn gvisor_profile(compact: &str) -> Result<String, String> {
-    let mut profile: serde_json::Value = serde_json::from_str(compact).map_err(|error| error.to_string())?;
-    let rules =
-        profile.get_mut("syscalls").and_then(|rules| rules.as_array_mut()).ok_or("the profile has no syscalls")?;
+pub fn gvisor_profile(compact: &str) -> Result<String, ProfileError> {
+    let mut profile: serde_json::Value = serde_json::from_str(compact)?;
+    let rules = profile.get_mut("syscalls").and_then(|rules| rules.as_array_mut()).ok_or(ProfileError::NoSyscalls)?;
     let clone3 = rules
         .iter_mut()
         .find(|rule| {
@@ -341,18 +353,18 @@ pub fn gvisor_profile(compact: &str) -> Result<String, String> {
                 .and_then(|names| names.as_array())
                 .is_some_and(|names| names.len() == 1 && names[0] == "clone3")
         })
-        .ok_or("the profile has no rule of its own for clone3")?;
+        .ok_or(ProfileError::NoClone3)?;
     *clone3 = serde_json::json!({
         "names": ["clone3"],
         "action": "SCMP_ACT_ALLOW",
         "comment": "under gVisor: its kernel, not the host's, runs clone3",
     });
-    serde_json::to_string(&profile).map_err(|error| error.to_string())
+    serde_json::to_string(&profile).map_err(ProfileError::Json)
 }
 
-fn compact_json(text: &str) -> Result<String, String> {
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|error| error.to_string())?;
-    serde_json::to_string(&value).map_err(|error| error.to_string())
+fn compact_json(text: &str) -> Result<String, ProfileError> {
+    let value: serde_json::Value = serde_json::from_str(text)?;
+    serde_json::to_string(&value).map_err(ProfileError::Json)
 }
 
 /// Keeps the last `cap` bytes of `buffer` after appending `chunk`.

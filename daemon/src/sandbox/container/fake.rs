@@ -42,7 +42,7 @@ impl FakeRuntime {
             socket: PathBuf::from("/fake/docker.sock"),
             version: "fake".into(),
             api_version: "1.41".into(),
-            gvisor: Err("the fake engine has no runsc runtime registered".into()),
+            gvisor: Err(super::GvisorError::NoRunsc),
             gvisor_program: None,
             data_root: None,
         };

@@ -68,6 +68,11 @@ pub enum ImageError {
     Build { image: String, message: String },
     #[error("building {image} took more than {} s", BUILD_TIMEOUT.as_secs())]
     BuildTimeout { image: String },
+    /// The registry's base could not be pulled (debootstrap is tried next).
+    #[error(transparent)]
+    Pull(Box<bollard::errors::Error>),
+    #[error("no answer within {} s", PULL_TIMEOUT.as_secs())]
+    PullTimeout,
 }
 
 /// Builds `image` unless it exists.
@@ -98,7 +103,7 @@ pub async fn ensure_base(
         Err(registry_error) => {
             progress(&format!("cannot pull {REGISTRY_BASE} ({registry_error}); building from debootstrap"));
             if !runtime.image_exists(ROOTFS_IMAGE).await? {
-                debootstrap_and_import(runtime, work_dir, &registry_error, progress).await?;
+                debootstrap_and_import(runtime, work_dir, &registry_error.to_string(), progress).await?;
             }
             // Podman qualifies the imported name with docker.io/ and would resolve a short name
             // in FROM against registries: name the local image fully there.
@@ -113,18 +118,18 @@ pub async fn ensure_base(
     Ok(BuiltImage { image: image.into(), source, elapsed: started.elapsed() })
 }
 
-async fn pull(runtime: &DockerRuntime, reference: &str) -> Result<(), String> {
+async fn pull(runtime: &DockerRuntime, reference: &str) -> Result<(), ImageError> {
     let options = CreateImageOptions { from_image: Some(reference.to_string()), ..Default::default() };
     let mut stream = runtime.docker().create_image(Some(options), None, None);
     let drain = async {
         while let Some(item) = stream.next().await {
-            item.map_err(|error| error.to_string())?;
+            item.map_err(|error| ImageError::Pull(Box::new(error)))?;
         }
-        Ok::<(), String>(())
+        Ok::<(), ImageError>(())
     };
     match tokio::time::timeout(PULL_TIMEOUT, drain).await {
         Ok(result) => result,
-        Err(_) => Err(format!("no answer within {} s", PULL_TIMEOUT.as_secs())),
+        Err(_) => Err(ImageError::PullTimeout),
     }
 }
 

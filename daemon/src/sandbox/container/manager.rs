@@ -68,6 +68,33 @@ pub enum ContainerError {
         waited.as_secs()
     )]
     Busy { max: u32, waited: Duration },
+    /// gVisor could not make a sandbox: the cause found on the host (see `gvisor::cause`).
+    #[error("{0}")]
+    GvisorDown(String),
+    #[error("a sandbox started but `true` in it exited with code {0}")]
+    ProbeExit(i64),
+    /// The why is said in the message and is no source: a chain printed would say it twice.
+    #[error("a sandbox started but could not be waited for: {0}")]
+    ProbeWait(RuntimeError),
+    #[error("image {0} is missing: run `baaahtd images build`")]
+    ImageMissing(String),
+    #[error(
+        "{} is missing: build it (cargo build --release -p baaaht-agent) or set container.binaries_dir",
+        .0.display()
+    )]
+    AgentMissing(PathBuf),
+    #[error("{} does not run in {image} ({status}: {stderr}); {}", binary.display(), agent_hint(stderr))]
+    AgentFails { binary: PathBuf, image: String, status: RunStatus, stderr: String },
+}
+
+/// What to do about baaaht's binaries that do not run in the image, by what they wrote.
+fn agent_hint(stderr: &str) -> &'static str {
+    if stderr.contains("GLIBC") {
+        "the binaries were built against a newer glibc than the image has: build baaaht on Debian 12 (bookworm), \
+         or rebuild the image from a newer base (baaahtd images build)"
+    } else {
+        "check that the binaries were built for this machine"
+    }
 }
 
 impl ContainerError {
@@ -90,6 +117,16 @@ impl ContainerError {
         }
         tracing::warn!(error = %baaaht_proto::error_chain(self), "a container did not start");
         self.to_string()
+    }
+}
+
+impl Engine {
+    /// The runtime, or the sentence that says why there is none.
+    pub fn runtime(&self) -> Result<Arc<dyn ContainerRuntime>, ContainerError> {
+        self.runtime.clone().ok_or_else(|| {
+            let reason = self.status.degraded_reason().unwrap_or_else(|| "no container engine".into());
+            ContainerError::Unavailable(reason)
+        })
     }
 }
 
@@ -388,7 +425,7 @@ impl ContainerManager {
         // silent-ok: after the wait, the current state says why there is no runtime.
         let _ = tokio::time::timeout(Duration::from_secs(10), first_probe).await;
         let engine = self.engine.borrow().clone();
-        engine.runtime().map_err(ContainerError::Unavailable)
+        engine.runtime()
     }
 
     /// Reports a hung engine to the watcher before passing the error on.
@@ -554,7 +591,7 @@ impl ContainerManager {
     /// Starts a sandbox under gVisor running `true` and waits for it to end (`baaaht doctor`): its time, or
     /// the cause found when it does not start (which also keeps roles set to `auto` on runc
     /// until it does, as a failed start of theirs would). None where the engine has no gVisor.
-    pub async fn probe_gvisor(&self) -> Option<Result<Duration, String>> {
+    pub async fn probe_gvisor(&self) -> Option<Result<Duration, ContainerError>> {
         let runtime = self.runtime().await.ok()?;
         runtime.engine().gvisor.as_ref().ok()?;
         Some(match self.bare_sandbox(&*runtime).await {
@@ -564,7 +601,7 @@ impl ContainerManager {
                 }
                 Ok(took)
             }
-            Err(Ok(error)) => Err(self.gvisor_failed(&*runtime, &error)),
+            Err(Ok(error)) => Err(ContainerError::GvisorDown(self.gvisor_failed(&*runtime, &error))),
             Err(Err(why)) => Err(why),
         })
     }
@@ -572,7 +609,10 @@ impl ContainerManager {
     /// Starts a bare sandbox under gVisor running `true` (no mounts of anyone's, no socket, the
     /// base image) and waits for it to end: its time; else the engine's error when gVisor
     /// could not make it (`Err(Ok)`), or what else went wrong (`Err(Err)`).
-    async fn bare_sandbox(&self, runtime: &dyn ContainerRuntime) -> Result<Duration, Result<RuntimeError, String>> {
+    async fn bare_sandbox(
+        &self,
+        runtime: &dyn ContainerRuntime,
+    ) -> Result<Duration, Result<RuntimeError, ContainerError>> {
         let request = RunRequest {
             role: Role::Tool,
             session_id: "gvisor-probe".into(),
@@ -586,9 +626,7 @@ impl ContainerManager {
             image: None,
         };
         // No slot: it lives a second, and a doctor filling the slots must count only its own.
-        let (_, _, mut spec) = self
-            .prepare(&request, ContainerKind::Task, false, Isolation::Gvisor)
-            .map_err(|error| Err(error.to_string()))?;
+        let (_, _, mut spec) = self.prepare(&request, ContainerKind::Task, false, Isolation::Gvisor).map_err(Err)?;
         // Named for what it is: never taken for a session's tool container.
         spec.name = spec.name.replacen("baaaht-tool-", "baaaht-gvisor-probe-", 1);
         let name = spec.name.clone();
@@ -601,12 +639,12 @@ impl ContainerManager {
                 self.cleanup(runtime, &id, &name).await;
                 match ended {
                     Ok(exit) if exit.code == 0 => Ok(started.elapsed()),
-                    Ok(exit) => Err(Err(format!("a sandbox started but `true` in it exited with code {}", exit.code))),
-                    Err(error) => Err(Err(format!("a sandbox started but could not be waited for: {error}"))),
+                    Ok(exit) => Err(Err(ContainerError::ProbeExit(exit.code))),
+                    Err(error) => Err(Err(ContainerError::ProbeWait(error))),
                 }
             }
             Err(error) if super::gvisor::is_sandbox_failure(&error) => Err(Ok(error)),
-            Err(error) => Err(Err(error.to_string())),
+            Err(error) => Err(Err(error.into())),
         }
     }
 
@@ -1046,21 +1084,17 @@ impl ContainerManager {
         if let Some(problem) = &problem {
             tracing::warn!(%problem, "containers cannot run yet");
         }
-        *self.problems.lock().unwrap_or_else(PoisonError::into_inner) = problem.into_iter().collect();
+        *self.problems.lock().unwrap_or_else(PoisonError::into_inner) =
+            problem.iter().map(ToString::to_string).collect();
     }
 
-    async fn probe_image(&self) -> Result<(), String> {
-        let runtime = self.runtime().await.map_err(|error| error.to_string())?;
-        match self.check(runtime.image_exists(&self.image).await) {
-            Ok(true) => {}
-            Ok(false) => return Err(format!("image {} is missing: run `baaahtd images build`", self.image)),
-            Err(error) => return Err(error.to_string()),
+    async fn probe_image(&self) -> Result<(), ContainerError> {
+        let runtime = self.runtime().await?;
+        if !self.check(runtime.image_exists(&self.image).await)? {
+            return Err(ContainerError::ImageMissing(self.image.clone()));
         }
         if !self.agent_binary.is_file() {
-            return Err(format!(
-                "{} is missing: build it (cargo build --release -p baaaht-agent) or set container.binaries_dir",
-                self.agent_binary.display()
-            ));
+            return Err(ContainerError::AgentMissing(self.agent_binary.clone()));
         }
         let request = RunRequest {
             role: Role::Tool,
@@ -1074,23 +1108,12 @@ impl ContainerManager {
             working_dir: None,
             image: None,
         };
-        let outcome = self.run(request).await.map_err(|error| error.to_string())?;
+        let outcome = self.run(request).await?;
         if outcome.succeeded() {
             return Ok(());
         }
-        let stderr = outcome.stderr_tail(3);
-        let hint = if stderr.contains("GLIBC") {
-            "the binaries were built against a newer glibc than the image has: build baaaht on Debian 12 \
-             (bookworm), or rebuild the image from a newer base (baaahtd images build)"
-        } else {
-            "check that the binaries were built for this machine"
-        };
-        Err(format!(
-            "{} does not run in {} ({}: {stderr}); {hint}",
-            self.agent_binary.display(),
-            self.image,
-            outcome.status
-        ))
+        let (binary, image, status) = (self.agent_binary.clone(), self.image.clone(), outcome.status);
+        Err(ContainerError::AgentFails { binary, image, status, stderr: outcome.stderr_tail(3) })
     }
 
     /// Whenever the engine becomes usable: reconcile, then check the image.

@@ -43,13 +43,32 @@ pub struct EngineInfo {
     pub version: String,
     /// The Engine API version negotiated with the engine (1.41 for Debian's dockerd 20.10).
     pub api_version: String,
-    /// The name of the engine's runtime that runs gVisor as baaaht needs it, or the sentence
-    /// saying why there is none (found in `docker info` at each probe).
-    pub gvisor: Result<String, String>,
+    /// The name of the engine's runtime that runs gVisor as baaaht needs it, or why there is
+    /// none (found in `docker info` at each probe).
+    pub gvisor: Result<String, GvisorError>,
     /// The program of that runtime, and the engine's data root (`docker info`): where
     /// [`gvisor::cause`] looks when a sandbox does not start.
     pub gvisor_program: Option<PathBuf>,
     pub data_root: Option<PathBuf>,
+}
+
+/// Why the engine has no runtime that runs gVisor as baaaht needs it, or why a role set to
+/// `gvisor` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GvisorError {
+    #[error("gVisor is offered on Docker only (Podman runs its containers with runc here)")]
+    Podman,
+    #[error("the engine has no runsc runtime registered")]
+    NoRunsc,
+    /// Each runsc runtime registered, with the flags it lacks.
+    #[error("the engine's runsc cannot run baaaht's containers: {}", .0.join("; "))]
+    Lacking(Vec<String>),
+    /// `container.isolation` asks for gVisor where the engine has none (the why inside).
+    #[error(
+        "container.isolation asks for gVisor, but {0}; install Debian's runsc and register it with the engine \
+         (scripts/up does; see README \"Isolation tiers\"), or set the role's container.isolation to auto or runc"
+    )]
+    Required(Box<GvisorError>),
 }
 
 /// Which kernel a container runs on: the tier [`crate::base::config::IsolationChoice`] resolved
@@ -71,16 +90,15 @@ impl Isolation {
 
     /// The tier `choice` gets on `engine`: `auto` falls back to runc where gVisor is not
     /// there; `gvisor` without it is refused with the sentence naming the fix.
-    pub fn resolve(choice: crate::base::config::IsolationChoice, engine: &EngineInfo) -> Result<Isolation, String> {
+    pub fn resolve(
+        choice: crate::base::config::IsolationChoice,
+        engine: &EngineInfo,
+    ) -> Result<Isolation, GvisorError> {
         use crate::base::config::IsolationChoice;
         match (choice, &engine.gvisor) {
             (IsolationChoice::Runc, _) | (IsolationChoice::Auto, Err(_)) => Ok(Isolation::Runc),
             (IsolationChoice::Auto | IsolationChoice::Gvisor, Ok(_)) => Ok(Isolation::Gvisor),
-            (IsolationChoice::Gvisor, Err(why)) => Err(format!(
-                "container.isolation asks for gVisor, but {why}; install Debian's runsc and register it \
-                 with the engine (scripts/up does; see README \"Isolation tiers\"), or set the role's \
-                 container.isolation to auto or runc"
-            )),
+            (IsolationChoice::Gvisor, Err(why)) => Err(GvisorError::Required(Box::new(why.clone()))),
         }
     }
 }
@@ -111,10 +129,10 @@ pub fn tiers(config: &crate::base::config::ContainerConfig, engine: &EngineInfo)
             let asked = config.isolation_of(*role);
             let (tier, reason) = match (Isolation::resolve(asked, engine), &engine.gvisor) {
                 (Ok(Isolation::Runc), Err(why)) if asked == IsolationChoice::Auto => {
-                    (Some(Isolation::Runc), why.clone())
+                    (Some(Isolation::Runc), why.to_string())
                 }
                 (Ok(tier), _) => (Some(tier), String::new()),
-                (Err(why), _) => (None, why),
+                (Err(why), _) => (None, why.to_string()),
             };
             Tier { role: *role, asked, tier, reason }
         })
@@ -155,9 +173,9 @@ const GVISOR_FLAGS: [&[&str]; 2] = [
 
 /// The runtime among `runtimes` (name, program path, arguments) that runs gVisor as baaaht
 /// needs it; `runsc` itself is preferred when several do.
-pub fn find_gvisor(kind: EngineKind, runtimes: &[(String, String, Vec<String>)]) -> Result<String, String> {
+pub fn find_gvisor(kind: EngineKind, runtimes: &[(String, String, Vec<String>)]) -> Result<String, GvisorError> {
     if kind == EngineKind::Podman {
-        return Err("gVisor is offered on Docker only (Podman runs its containers with runc here)".into());
+        return Err(GvisorError::Podman);
     }
     let mut candidates: Vec<&(String, String, Vec<String>)> = runtimes
         .iter()
@@ -165,7 +183,7 @@ pub fn find_gvisor(kind: EngineKind, runtimes: &[(String, String, Vec<String>)])
         .collect();
     candidates.sort_by_key(|(name, _, _)| (name != "runsc", name.clone()));
     if candidates.is_empty() {
-        return Err("the engine has no runsc runtime registered".into());
+        return Err(GvisorError::NoRunsc);
     }
     let mut problems = vec![];
     for (name, _, args) in &candidates {
@@ -180,7 +198,7 @@ pub fn find_gvisor(kind: EngineKind, runtimes: &[(String, String, Vec<String>)])
         }
         problems.push(format!("its runtime `{name}` lacks {}", missing.join(" and ")));
     }
-    Err(format!("the engine's runsc cannot run baaaht's containers: {}", problems.join("; ")))
+    Err(GvisorError::Lacking(problems))
 }
 
 /// `--flag value`, `-flag=value` and `--flag=value` all as `flag=value`.
@@ -445,13 +463,6 @@ impl Engine {
     pub fn probing() -> Engine {
         Engine { status: EngineStatus::Probing, runtime: None }
     }
-
-    /// The runtime, or the sentence that says why there is none.
-    pub fn runtime(&self) -> Result<std::sync::Arc<dyn ContainerRuntime>, String> {
-        self.runtime
-            .clone()
-            .ok_or_else(|| self.status.degraded_reason().unwrap_or_else(|| "no container engine".into()))
-    }
 }
 
 /// Connects to the first candidate that answers, negotiating the API version.
@@ -619,10 +630,7 @@ mod tests {
     fn gvisor_is_found_only_with_what_baaaht_needs() {
         let ready = ["--platform=ptrace", "--network=none", "--host-uds=open", "--oci-seccomp"];
         let docker = EngineKind::Docker;
-        assert_eq!(
-            find_gvisor(docker, &[runtime("runc", "runc", &[])]),
-            Err("the engine has no runsc runtime registered".into())
-        );
+        assert_eq!(find_gvisor(docker, &[runtime("runc", "runc", &[])]), Err(GvisorError::NoRunsc));
         assert_eq!(find_gvisor(docker, &[runtime("gv", "/usr/bin/runsc", &ready)]), Ok("gv".into()));
         // `runsc` itself first; separate values and single dashes read the same.
         let both = [
@@ -633,7 +641,7 @@ mod tests {
         let lacking =
             find_gvisor(docker, &[runtime("runsc", "/usr/bin/runsc", &["--platform=ptrace", "--network=none"])]);
         assert_eq!(
-            lacking,
+            lacking.map_err(|error| error.to_string()),
             Err("the engine's runsc cannot run baaaht's containers: its runtime `runsc` lacks --host-uds=open and --oci-seccomp".into())
         );
         assert!(find_gvisor(EngineKind::Podman, &[runtime("runsc", "/usr/bin/runsc", &ready)]).is_err());
@@ -647,13 +655,13 @@ mod tests {
             socket: PathBuf::from("/var/run/docker.sock"),
             version: "20.10".into(),
             api_version: "1.41".into(),
-            gvisor: Err("the engine has no runsc runtime registered".into()),
+            gvisor: Err(GvisorError::NoRunsc),
             gvisor_program: None,
             data_root: None,
         };
         assert_eq!(Isolation::resolve(IsolationChoice::Auto, &engine), Ok(Isolation::Runc));
         assert_eq!(Isolation::resolve(IsolationChoice::Runc, &engine), Ok(Isolation::Runc));
-        let refused = Isolation::resolve(IsolationChoice::Gvisor, &engine).expect_err("refused");
+        let refused = Isolation::resolve(IsolationChoice::Gvisor, &engine).expect_err("refused").to_string();
         assert!(refused.contains("no runsc runtime") && refused.contains("install Debian's runsc"), "{refused}");
         let config = crate::base::config::ContainerConfig::default();
         let fell_back: Vec<&str> =

@@ -424,8 +424,8 @@ pub fn check_run(kind: &GatewayKind, mode: RunMode, args: &[String]) -> Result<(
     let events_http = args.windows(2).any(|pair| pair[0] == "--events" && pair[1] == "http")
         || args.iter().any(|arg| arg == "--events=http");
     if let (GatewayKind::Web { .. }, RunMode::Container) = (kind, mode) {
-        publish::listen_address(args).map_err(GatewayError::Invalid)?;
-        publish::tls_of(args).map_err(GatewayError::Invalid)?;
+        publish::listen_address(args).map_err(|error| GatewayError::Invalid(error.to_string()))?;
+        publish::tls_of(args).map_err(|error| GatewayError::Invalid(error.to_string()))?;
     }
     if mode == RunMode::Container && events_http {
         return Err(GatewayError::Invalid(

@@ -23,12 +23,29 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// The most browser connections a published gateway holds open at once.
 const MAX_CONNECTIONS: usize = 1024;
 
+/// Why a web gateway's port cannot be published as its arguments say.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("--listen `{0}` is not an address: write ADDR:PORT, e.g. 0.0.0.0:8080")]
+    BadListen(String),
+    /// The certificate or its key cannot be used: what the TLS loader said (it names the file).
+    #[error("{0}")]
+    Tls(String),
+    #[error("--tls-cert and --tls-key go together: give both, or neither for plain HTTP")]
+    HalfTls,
+    /// The cause is in the message too: the gateway's state and the admins' notice show it.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The address a web gateway registered with `args` is published on.
-pub fn listen_address(args: &[String]) -> Result<SocketAddr, String> {
+pub fn listen_address(args: &[String]) -> Result<SocketAddr, PublishError> {
     let value = arg_in(args, "--listen").unwrap_or(DEFAULT_LISTEN);
-    value
-        .parse()
-        .map_err(|_invalid| format!("--listen `{value}` is not an address: write ADDR:PORT, e.g. 0.0.0.0:8080"))
+    value.parse().map_err(|_invalid| PublishError::BadListen(value.to_string()))
 }
 
 /// The arguments the daemon acts on for a gateway in its container: where to listen, and
@@ -50,20 +67,21 @@ pub fn container_args(args: &[String]) -> Vec<String> {
 }
 
 /// The HTTPS the daemon speaks on the port, when `args` give a certificate and its key.
-pub fn tls_of(args: &[String]) -> Result<Option<tokio_rustls::TlsAcceptor>, String> {
+pub fn tls_of(args: &[String]) -> Result<Option<tokio_rustls::TlsAcceptor>, PublishError> {
     match (arg_in(args, "--tls-cert"), arg_in(args, "--tls-key")) {
         (Some(cert), Some(key)) => {
-            let config = baaaht_proto::tls::server_config(Path::new(cert), Path::new(key))?;
+            let config =
+                baaaht_proto::tls::server_config(Path::new(cert), Path::new(key)).map_err(PublishError::Tls)?;
             Ok(Some(tokio_rustls::TlsAcceptor::from(config)))
         }
         (None, None) => Ok(None),
-        _ => Err("--tls-cert and --tls-key go together: give both, or neither for plain HTTP".into()),
+        _ => Err(PublishError::HalfTls),
     }
 }
 
 /// Binds `address` for a gateway's browsers.
-pub async fn bind(address: SocketAddr) -> Result<TcpListener, String> {
-    TcpListener::bind(address).await.map_err(|error| format!("cannot listen on {address}: {error}"))
+pub async fn bind(address: SocketAddr) -> Result<TcpListener, PublishError> {
+    TcpListener::bind(address).await.map_err(|source| PublishError::Bind { address, source })
 }
 
 /// Carries connections from `listener` (through `tls` when given) to the socket open as
@@ -174,12 +192,12 @@ mod tests {
         let given = args(&["--public-url", "https://chat.example", "--listen", "0.0.0.0:9000"]);
         assert_eq!(listen_address(&given).expect("given").to_string(), "0.0.0.0:9000");
         assert_eq!(listen_address(&args(&["--listen=[::1]:80"])).expect("given").to_string(), "[::1]:80");
-        let error = listen_address(&args(&["--listen", "my-server"])).expect_err("refused");
+        let error = listen_address(&args(&["--listen", "my-server"])).expect_err("refused").to_string();
         assert!(error.contains("--listen `my-server` is not an address"), "{error}");
         assert_eq!(container_args(&given), args(&["--public-url", "https://chat.example"]));
         let given = args(&["--listen=1.2.3.4:5", "--tls-cert", "/c.pem", "--scope", "groups", "--tls-key=/k.pem"]);
         assert_eq!(container_args(&given), args(&["--scope", "groups"]));
-        let error = tls_of(&args(&["--tls-cert", "/c.pem"])).err().expect("refused");
+        let error = tls_of(&args(&["--tls-cert", "/c.pem"])).err().expect("refused").to_string();
         assert!(error.contains("--tls-cert and --tls-key go together"), "{error}");
     }
 }

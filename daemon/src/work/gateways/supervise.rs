@@ -28,7 +28,7 @@ use crate::base::metrics::Metrics;
 use crate::guard::audit::Audit;
 use crate::net::egress::proxy::WebProxy;
 use crate::sandbox::container::instance::Instance;
-use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
+use crate::sandbox::container::manager::{ContainerError, ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::sandbox::container::{Engine, MountSpec};
 use crate::sandbox::sockets::{ListenerSet, GATEWAY_SOCKET_NAME};
 use crate::work::health::Notifier;
@@ -45,6 +45,74 @@ const STATE_MOUNT: &str = "/gateway/state";
 const EGRESS_SOCKET: &str = "egress.sock";
 /// How long a started gateway may take to serve its health socket.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a gateway's arguments are refused, or a run of it could not start: the run's reason is
+/// what its state and the admins' notice show. Where the text always held the cause, it still
+/// does.
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    #[error("{} --check did not answer within 10 s", .0.display())]
+    CheckSilent(PathBuf),
+    #[error("cannot run {}: {source}", binary.display())]
+    CheckRun {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// What the gateway binary's `--check` said of the arguments.
+    #[error("the gateway's arguments: {0}")]
+    Arguments(String),
+    #[error("gateway {0}'s socket is not served")]
+    NotServed(String),
+    #[error("{} is missing: build it or set container.binaries_dir", .0.display())]
+    NoBinary(PathBuf),
+    #[error("cannot prepare {}: {source}", path.display())]
+    RunFolder {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot make a token: {0}")]
+    Token(#[source] getrandom::Error),
+    #[error(transparent)]
+    Publish(#[from] publish::PublishError),
+    #[error("cannot serve {}: {source}", path.display())]
+    Egress {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot hand the sockets to the container: {0}")]
+    ShareSockets(#[source] std::io::Error),
+    #[error("cannot start {}: {source}", binary.display())]
+    Spawn {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the daemon is stopping it")]
+    Stopping,
+    #[error("the engine watcher stopped")]
+    EngineWatcher,
+    #[error("cannot prepare its state folder: {0}")]
+    StateFolder(#[source] std::io::Error),
+    #[error("cannot start the gateway's container: {0}")]
+    Container(#[source] Box<ContainerError>),
+    #[error("the gateway's health socket is unusable: {0}")]
+    HealthSocket(#[source] std::io::Error),
+    #[error("the gateway exited at start ({0}); its log says why")]
+    ExitedAtStart(std::process::ExitStatus),
+    #[error("the gateway did not serve its health within {} s", START_TIMEOUT.as_secs())]
+    NoHealth,
+    #[error("cannot connect to the gateway's health socket: {0}")]
+    Connect(#[source] tonic::transport::Error),
+    #[error("the gateway's health socket did not answer within 5 s")]
+    ConnectSilent,
+    #[error("the gateway serves its health but not its site")]
+    NoSite,
+    #[error("the gateway's site socket is unusable: {0}")]
+    SiteSocket(#[source] std::io::Error),
+}
 
 /// What the daemon gives a gateway of `kind` beyond its sockets: the web gateway keeps its
 /// signed-in sessions, the email gateway its threads' conversations, the Matrix gateway its
@@ -212,7 +280,7 @@ impl Supervisors {
 
     /// Asks the gateway binary of `kind` whether it takes `args` (`--check`); its complaint
     /// when not. Without the binary there is nothing to ask: the run says what is missing.
-    pub async fn check_args(&self, kind: &GatewayKind, args: &[String]) -> Result<(), String> {
+    pub async fn check_args(&self, kind: &GatewayKind, args: &[String]) -> Result<(), SuperviseError> {
         let binary = self.supervision.binaries_dir.join(kind.binary());
         if !binary.is_file() {
             return Ok(());
@@ -227,16 +295,17 @@ impl Supervisors {
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
             .output();
-        let output = tokio::time::timeout(Duration::from_secs(10), checked)
-            .await
-            .map_err(|_elapsed| format!("{} --check did not answer within 10 s", binary.display()))?
-            .map_err(|error| format!("cannot run {}: {error}", binary.display()))?;
+        let output = match tokio::time::timeout(Duration::from_secs(10), checked).await {
+            Ok(Ok(output)) => output,
+            Ok(Err(source)) => return Err(SuperviseError::CheckRun { binary, source }),
+            Err(_elapsed) => return Err(SuperviseError::CheckSilent(binary)),
+        };
         if output.status.success() {
             return Ok(());
         }
         let stderr = String::from_utf8_lossy(&output.stderr);
         let complaint = stderr.lines().find(|line| line.starts_with("error:")).unwrap_or(stderr.trim());
-        Err(format!("the gateway's arguments: {}", complaint.trim_start_matches("error: ")))
+        Err(SuperviseError::Arguments(complaint.trim_start_matches("error: ").to_string()))
     }
 
     /// Where gateway `name` stands, when the daemon runs it.
@@ -292,7 +361,7 @@ impl Supervisor {
                     }
                     (reason, was_healthy)
                 }
-                Err(reason) => (reason, false),
+                Err(error) => (error.to_string(), false),
             };
             self.end(run).await;
             if self.cancel.is_cancelled() {
@@ -315,22 +384,19 @@ impl Supervisor {
 
     /// Starts one run: a fresh `run/` folder, its token, its egress (a container's), the
     /// process or container, then its health socket. What it started is in `run` either way.
-    async fn start(&self, run: &mut Run) -> Result<tonic::transport::Channel, String> {
+    async fn start(&self, run: &mut Run) -> Result<tonic::transport::Channel, SuperviseError> {
         let name = &self.record.name;
-        let endpoint = self
-            .supervision
-            .listeners
-            .gateway_endpoint(name)
-            .ok_or_else(|| format!("gateway {name}'s socket is not served"))?;
+        let endpoint =
+            self.supervision.listeners.gateway_endpoint(name).ok_or_else(|| SuperviseError::NotServed(name.clone()))?;
         let binary = self.supervision.binaries_dir.join(self.record.kind.binary());
         if !binary.is_file() {
-            return Err(format!("{} is missing: build it or set container.binaries_dir", binary.display()));
+            return Err(SuperviseError::NoBinary(binary));
         }
         let folder = self.folder();
         let container = self.record.mode == RunMode::Container;
         prepare_run_folder(&folder, container)
-            .map_err(|error| format!("cannot prepare {}: {error}", folder.join(RUN_FOLDER).display()))?;
-        let token = crate::base::auth::new_token().map_err(|error| format!("cannot make a token: {error}"))?;
+            .map_err(|source| SuperviseError::RunFolder { path: folder.join(RUN_FOLDER), source })?;
+        let token = crate::base::auth::new_token().map_err(SuperviseError::Token)?;
         endpoint.set_run_token(Some(crate::base::auth::token_sha256(&token)));
         let env = vec![("BAAAHT_GATEWAY_TOKEN".to_string(), token), ("RUST_LOG".to_string(), "info".to_string())];
         // A web gateway's port is the daemon's while it runs in a container: bound first, so an
@@ -345,7 +411,7 @@ impl Supervisor {
         };
         if container {
             run.tunnels = Some(self.open_egress(&folder).await?);
-            share_sockets(&folder).map_err(|error| format!("cannot hand the sockets to the container: {error}"))?;
+            share_sockets(&folder).map_err(SuperviseError::ShareSockets)?;
             run.instance = Some(Instance::Container(self.start_container(&binary, &folder, env).await?));
         } else {
             let mut command = tokio::process::Command::new(&binary);
@@ -365,7 +431,7 @@ impl Supervisor {
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .kill_on_drop(true);
-            let child = command.spawn().map_err(|error| format!("cannot start {}: {error}", binary.display()))?;
+            let child = command.spawn().map_err(|source| SuperviseError::Spawn { binary, source })?;
             run.instance = Some(Instance::Process(child));
         }
         let channel = self.connect(&folder, run).await?;
@@ -373,8 +439,8 @@ impl Supervisor {
             // The gateway serves its site before its health: the socket is there now.
             let socket = match open_run_socket(&folder, HTTP_SOCKET) {
                 Ok(Some(socket)) => socket,
-                Ok(None) => return Err("the gateway serves its health but not its site".into()),
-                Err(error) => return Err(format!("the gateway's site socket is unusable: {error}")),
+                Ok(None) => return Err(SuperviseError::NoSite),
+                Err(error) => return Err(SuperviseError::SiteSocket(error)),
             };
             let cancel = self.cancel.child_token();
             publish::forward(name.clone(), listener, tls, socket, cancel.clone(), &self.supervision.tracker);
@@ -386,7 +452,7 @@ impl Supervisor {
     /// Serves the container's egress socket; cancelled when the run ends. A web gateway's
     /// provider may keep its token and key endpoints on other hosts (Google does): their hosts
     /// are read from its discovery document, as the daemon reaches it.
-    async fn open_egress(&self, folder: &Path) -> Result<CancellationToken, String> {
+    async fn open_egress(&self, folder: &Path) -> Result<CancellationToken, SuperviseError> {
         let path = folder.join(EGRESS_SOCKET);
         let mut hosts = hosts_of(&self.record);
         if let GatewayKind::Web { issuer, .. } = &self.record.kind {
@@ -400,7 +466,7 @@ impl Supervisor {
         let cancel = self.cancel.child_token();
         let (web, audit) = (self.supervision.web.clone(), self.supervision.audit.clone());
         egress::serve(&self.record, hosts, web, audit, &path, cancel.clone(), &self.supervision.tracker)
-            .map_err(|error| format!("cannot serve {}: {error}", path.display()))?;
+            .map_err(|source| SuperviseError::Egress { path, source })?;
         Ok(cancel)
     }
 
@@ -409,7 +475,7 @@ impl Supervisor {
         binary: &Path,
         folder: &Path,
         env: Vec<(String, String)>,
-    ) -> Result<String, String> {
+    ) -> Result<String, SuperviseError> {
         let mut engine = self.supervision.engine.clone();
         if engine.borrow().runtime.is_none() {
             self.state.send_replace(State::Down(
@@ -417,9 +483,9 @@ impl Supervisor {
             ));
             while engine.borrow_and_update().runtime.is_none() {
                 tokio::select! {
-                    () = self.cancel.cancelled() => return Err("the daemon is stopping it".into()),
+                    () = self.cancel.cancelled() => return Err(SuperviseError::Stopping),
                     changed = engine.changed() => if changed.is_err() {
-                        return Err("the engine watcher stopped".into());
+                        return Err(SuperviseError::EngineWatcher);
                     },
                 }
             }
@@ -441,8 +507,7 @@ impl Supervisor {
         let mut mounts = vec![];
         if let GatewayKind::Web { .. } = self.record.kind {
             // The site on a socket the daemon publishes, and its sign-ins kept across runs.
-            let state =
-                self.container_state_dir().map_err(|error| format!("cannot prepare its state folder: {error}"))?;
+            let state = self.container_state_dir().map_err(SuperviseError::StateFolder)?;
             command.extend([
                 "--listen-socket".into(),
                 format!("{MOUNT}/{RUN_FOLDER}/{HTTP_SOCKET}"),
@@ -455,8 +520,7 @@ impl Supervisor {
             // Its kept state across runs (the chats served; an email gateway's threads, a
             // Matrix gateway's device and keys), and a household's own certificate authority
             // (a host file) given to it read-only.
-            let state =
-                self.container_state_dir().map_err(|error| format!("cannot prepare its state folder: {error}"))?;
+            let state = self.container_state_dir().map_err(SuperviseError::StateFolder)?;
             let kind_args = kind_args(&self.record.kind, Path::new(STATE_MOUNT));
             command.extend(kind_args.iter().map(|arg| arg.to_string_lossy().into_owned()));
             let (args, ca_file) = ca_file_mounted(&self.record.args);
@@ -489,32 +553,32 @@ impl Supervisor {
             .containers
             .start_detached(request)
             .await
-            .map_err(|error| format!("cannot start the gateway's container: {error}"))?;
+            .map_err(|error| SuperviseError::Container(Box::new(error)))?;
         Ok(handle.name)
     }
 
     /// Waits for the health socket (or the process's exit, or a stop) and connects to it,
     /// through a descriptor of the socket itself: what the gateway puts in `run/` is never
     /// followed anywhere else.
-    async fn connect(&self, folder: &Path, run: &mut Run) -> Result<tonic::transport::Channel, String> {
+    async fn connect(&self, folder: &Path, run: &mut Run) -> Result<tonic::transport::Channel, SuperviseError> {
         use std::os::fd::AsRawFd;
         let deadline = Instant::now() + START_TIMEOUT;
         let socket = loop {
             match open_run_socket(folder, HEALTH_SOCKET) {
                 Ok(Some(socket)) => break socket,
                 Ok(None) => {}
-                Err(error) => return Err(format!("the gateway's health socket is unusable: {error}")),
+                Err(error) => return Err(SuperviseError::HealthSocket(error)),
             }
             if let Some(Instance::Process(child)) = &mut run.instance {
                 if let Ok(Some(status)) = child.try_wait() {
-                    return Err(format!("the gateway exited at start ({status}); its log says why"));
+                    return Err(SuperviseError::ExitedAtStart(status));
                 }
             }
             if self.cancel.is_cancelled() {
-                return Err("the daemon is stopping it".into());
+                return Err(SuperviseError::Stopping);
             }
             if Instant::now() > deadline {
-                return Err(format!("the gateway did not serve its health within {} s", START_TIMEOUT.as_secs()));
+                return Err(SuperviseError::NoHealth);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
@@ -532,8 +596,8 @@ impl Supervisor {
         let connect = endpoint.connect_with_connector(connector);
         match tokio::time::timeout(Duration::from_secs(5), connect).await {
             Ok(Ok(channel)) => Ok(channel),
-            Ok(Err(error)) => Err(format!("cannot connect to the gateway's health socket: {error}")),
-            Err(_) => Err("the gateway's health socket did not answer within 5 s".into()),
+            Ok(Err(error)) => Err(SuperviseError::Connect(error)),
+            Err(_) => Err(SuperviseError::ConnectSilent),
         }
     }
 

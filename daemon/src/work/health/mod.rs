@@ -78,6 +78,22 @@ pub struct Probe {
     pub probe: u64,
 }
 
+/// Why a probe of a container failed: what the health board shows and the admins are told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    #[error("it is no longer connected")]
+    Gone,
+    #[error("its stream is closed")]
+    Closed,
+    #[error("no answer within {} ms", .0.as_millis())]
+    NoAnswer(Duration),
+    /// It answered `unhealthy`, with its message.
+    #[error("it reports: {0}")]
+    Unhealthy(String),
+    #[error("it went away")]
+    WentAway,
+}
+
 /// A container's answer to a [`Probe`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Answer {
@@ -116,21 +132,20 @@ impl ProbeSlot {
         message: T,
         probe: u64,
         timeout: Duration,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, ProbeError> {
         let (waiter, answer) = oneshot::channel();
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((probe, waiter));
         let deadline = tokio::time::Instant::now() + timeout;
-        let limit = || format!("no answer within {} ms", timeout.as_millis());
         match tokio::time::timeout_at(deadline, stream.send(message)).await {
             Ok(Ok(())) => {}
-            Ok(Err(_closed)) => return Err("its stream is closed".into()),
-            Err(_) => return Err(limit()),
+            Ok(Err(_closed)) => return Err(ProbeError::Closed),
+            Err(_) => return Err(ProbeError::NoAnswer(timeout)),
         }
         match tokio::time::timeout_at(deadline, answer).await {
-            Ok(Ok(response)) if response.status == "unhealthy" => Err(format!("it reports: {}", response.message)),
+            Ok(Ok(response)) if response.status == "unhealthy" => Err(ProbeError::Unhealthy(response.message)),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(_dropped)) => Err("it went away".into()),
-            Err(_) => Err(limit()),
+            Ok(Err(_dropped)) => Err(ProbeError::WentAway),
+            Err(_) => Err(ProbeError::NoAnswer(timeout)),
         }
     }
 }
@@ -162,8 +177,8 @@ pub async fn probe_over<T>(
     container: &str,
     wrap: impl FnOnce(Probe) -> T,
     timeout: Duration,
-) -> Result<Answer, String> {
-    let (stream, slot) = found.ok_or_else(|| "it is no longer connected".to_string())?;
+) -> Result<Answer, ProbeError> {
+    let (stream, slot) = found.ok_or(ProbeError::Gone)?;
     let request = probe_request(container);
     let probe = request.probe;
     slot.ask(&stream, wrap(request), probe, timeout).await
@@ -190,14 +205,14 @@ impl Board {
     }
 
     /// Records a probe's outcome; returns the failures in a row.
-    pub fn record(&self, container: &str, outcome: &Result<Answer, String>) -> u32 {
+    pub fn record(&self, container: &str, outcome: &Result<Answer, ProbeError>) -> u32 {
         let mut board = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let verdict = board.entry(container.to_string()).or_insert(Verdict { failures: 0, problem: String::new() });
         match outcome {
             Ok(_) => *verdict = Verdict { failures: 0, problem: String::new() },
             Err(problem) => {
                 verdict.failures += 1;
-                verdict.problem.clone_from(problem);
+                verdict.problem = problem.to_string();
             }
         }
         verdict.failures
@@ -257,7 +272,7 @@ mod tests {
         let (stream, mut sent) = mpsc::channel::<u64>(4);
         let first = probe_request("c1").probe;
         let outcome = slot.ask(&stream, first, first, Duration::from_millis(20)).await;
-        assert_eq!(outcome.expect_err("no answer"), "no answer within 20 ms");
+        assert_eq!(outcome.expect_err("no answer").to_string(), "no answer within 20 ms");
         assert_eq!(sent.recv().await, Some(first));
         let second = probe_request("c1").probe;
         let answering = {
@@ -278,8 +293,9 @@ mod tests {
     fn the_board_counts_failures_in_a_row() {
         let board = Board::default();
         assert_eq!(board.health_of("c1"), "unchecked");
-        assert_eq!(board.record("c1", &Err("no answer within 5 ms".into())), 1);
-        assert_eq!(board.record("c1", &Err("no answer within 5 ms".into())), 2);
+        let silent: Result<Answer, ProbeError> = Err(ProbeError::NoAnswer(Duration::from_millis(5)));
+        assert_eq!(board.record("c1", &silent), 1);
+        assert_eq!(board.record("c1", &silent), 2);
         assert_eq!(board.health_of("c1"), "failing (2 checks): no answer within 5 ms");
         assert_eq!(board.record("c1", &Ok(Answer::default())), 0);
         assert_eq!(board.health_of("c1"), "healthy");

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::base::auth::{Context, Role};
-use crate::work::skills::Package;
+use crate::guard::secrets::SecretsError;
+use crate::work::skills::{LayerError, Package};
 
 /// One `mcp.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -157,7 +158,7 @@ impl Server {
         secrets: &crate::guard::secrets::Handout,
         caller: &crate::base::auth::Caller,
         correlation_id: &str,
-    ) -> Result<Vec<(String, String)>, String> {
+    ) -> Result<Vec<(String, String)>, McpEnvError> {
         let referrer = match self.scope {
             Scope::System => crate::guard::secrets::Referrer::System,
             Scope::Context(_) => crate::guard::secrets::Referrer::Context,
@@ -165,9 +166,11 @@ impl Server {
         let asker = crate::guard::secrets::Asker { caller, correlation_id, consumer: ("mcp_server", &self.name) };
         let mut env = vec![];
         for (name, reference) in &self.config.env {
-            let value = secrets
-                .resolve(asker, referrer, reference)
-                .map_err(|why| format!("MCP server `{}`: env {name}: {why}", self.name))?;
+            let value = secrets.resolve(asker, referrer, reference).map_err(|source| McpEnvError {
+                server: self.name.clone(),
+                variable: name.clone(),
+                source,
+            })?;
             env.push((name.clone(), value.to_string()));
         }
         Ok(env)
@@ -179,6 +182,50 @@ impl Server {
         // Checked when read (check_host): a host and maybe a port.
         crate::net::egress::filter::listed(self.config.egress.iter().map(String::as_str), host, port)
     }
+}
+
+/// A secret a server's `env` names that it cannot be given. The message holds the cause, as
+/// the caller and the agent were always told it.
+#[derive(Debug, thiserror::Error)]
+#[error("MCP server `{server}`: env {variable}: {source}")]
+pub struct McpEnvError {
+    pub server: String,
+    pub variable: String,
+    #[source]
+    pub source: SecretsError,
+}
+
+/// What is wrong with one server's settings in an `mcp.yaml`, said after its name.
+#[derive(Debug, thiserror::Error)]
+pub enum McpSettingsError {
+    #[error("a server's name is 1-32 lowercase letters, digits or `-` (it becomes part of its tools' names)")]
+    BadName,
+    #[error("`command` is empty: name the program that speaks MCP on stdio, e.g. mcp-server-time")]
+    NoCommand,
+    #[error("an argument holds a NUL byte")]
+    NulArgument,
+    #[error("`image: {0}` is not an image reference")]
+    BadImage(String),
+    #[error(transparent)]
+    Install(#[from] LayerError),
+    #[error("env `{0}`: names are upper-case letters, digits and `_`")]
+    BadEnvName(String),
+    #[error("env `{0}` holds a NUL byte")]
+    NulEnv(String),
+    #[error("egress `{host}`: {why}")]
+    BadHost { host: String, why: &'static str },
+    #[error(
+        "mounts: `{}` is not an absolute path without `..`: name a folder of mount-allowlist.json",
+        .0.escape_debug()
+    )]
+    BadMount(String),
+    /// `known`: the roles that may be named, listed.
+    #[error("role `{role}` is not one of {known}")]
+    BadRole { role: String, known: String },
+    #[error("tools: `{0}` is not a tool name")]
+    BadTool(String),
+    #[error("`timeout` and `idle_timeout` are seconds, at least 1")]
+    ZeroTimeout,
 }
 
 /// What was wrong with an `mcp.yaml`, with the file and the server it is about.
@@ -286,22 +333,22 @@ pub fn put(file: &Path, scope: &Scope, name: &str, settings: &str) -> Result<Ser
 
 /// Removes the server `name` from `file`; the rest is kept.
 pub fn remove(file: &Path, scope: &Scope, name: &str) -> Result<Vec<Server>, McpConfigError> {
-    let mut missing = false;
-    let edited = edit(file, scope, |servers| {
-        missing = servers.remove(serde_yaml::Value::String(name.into())).is_none();
-        if missing {
-            Err(format!("there is no server `{name}` here"))
-        } else {
-            Ok(())
-        }
-    });
-    edited.map_err(|error| if missing { McpConfigError { kind: Problem::NoServer, ..error } } else { error })
+    edit(file, scope, |servers| match servers.remove(serde_yaml::Value::String(name.into())) {
+        Some(_) => Ok(()),
+        None => Err(McpConfigError {
+            file: file.to_path_buf(),
+            what: format!("there is no server `{name}` here"),
+            kind: Problem::NoServer,
+        }),
+    })
 }
 
+/// Changes the servers of `file` with `change` (whose error is the edit's), checking the file
+/// before and after.
 fn edit(
     file: &Path,
     scope: &Scope,
-    change: impl FnOnce(&mut serde_yaml::Mapping) -> Result<(), String>,
+    change: impl FnOnce(&mut serde_yaml::Mapping) -> Result<(), McpConfigError>,
 ) -> Result<Vec<Server>, McpConfigError> {
     let fail = |what: String| McpConfigError { file: file.to_path_buf(), what, kind: Problem::Invalid };
     let io = |what: String| McpConfigError { file: file.to_path_buf(), what, kind: Problem::Io };
@@ -326,7 +373,7 @@ fn edit(
         *servers = serde_yaml::Value::Mapping(serde_yaml::Mapping::new());
     }
     let servers = servers.as_mapping_mut().ok_or_else(|| fail("`servers` is not a mapping".into()))?;
-    change(servers).map_err(fail)?;
+    change(servers)?;
     let written = serde_yaml::to_string(&document).map_err(|error| fail(error.to_string()))?;
     let checked = parse(&written, file, scope)?;
     if let Some(dir) = file.parent() {
@@ -352,28 +399,26 @@ pub fn servers_for(data_root: &Path, context: &Context) -> (Vec<Server>, Vec<Mcp
 }
 
 /// Checks one server's settings; its roles when they are all known.
-fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, String> {
+fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, McpSettingsError> {
     let name_ok = !name.is_empty()
         && name.len() <= 32
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-');
     if !name_ok {
-        return Err(
-            "a server's name is 1-32 lowercase letters, digits or `-` (it becomes part of its tools' names)".into()
-        );
+        return Err(McpSettingsError::BadName);
     }
     if config.command.trim().is_empty() || config.command.contains('\0') {
-        return Err("`command` is empty: name the program that speaks MCP on stdio, e.g. mcp-server-time".into());
+        return Err(McpSettingsError::NoCommand);
     }
     if config.args.iter().any(|arg| arg.contains('\0')) {
-        return Err("an argument holds a NUL byte".into());
+        return Err(McpSettingsError::NulArgument);
     }
     if let Some(image) = &config.image {
         let image_ok = !image.is_empty()
             && !image.starts_with('-')
             && image.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:@".contains(c));
         if !image_ok {
-            return Err(format!("`image: {image}` is not an image reference"));
+            return Err(McpSettingsError::BadImage(image.clone()));
         }
     }
     // The same checks as a skill's addons: only names that are package names reach a Dockerfile.
@@ -382,14 +427,14 @@ fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, String> {
         let key_ok = key.bytes().next().is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
             && key.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
         if !key_ok {
-            return Err(format!("env `{key}`: names are upper-case letters, digits and `_`"));
+            return Err(McpSettingsError::BadEnvName(key.clone()));
         }
         if value.contains('\0') {
-            return Err(format!("env `{key}` holds a NUL byte"));
+            return Err(McpSettingsError::NulEnv(key.clone()));
         }
     }
     for host in &config.egress {
-        check_host(host).map_err(|why| format!("egress `{host}`: {why}"))?;
+        check_host(host).map_err(|why| McpSettingsError::BadHost { host: host.clone(), why })?;
     }
     for mount in &config.mounts {
         let path = Path::new(&mount.host);
@@ -397,10 +442,7 @@ fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, String> {
             && path.is_absolute()
             && !path.components().any(|part| part == std::path::Component::ParentDir);
         if !plain {
-            return Err(format!(
-                "mounts: `{}` is not an absolute path without `..`: name a folder of mount-allowlist.json",
-                mount.host.escape_debug()
-            ));
+            return Err(McpSettingsError::BadMount(mount.host.clone()));
         }
     }
     let mut roles = vec![];
@@ -411,18 +453,18 @@ fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, String> {
             Some(found) => roles.push(found),
             None => {
                 let known: Vec<&str> = callers.iter().map(|role| role.as_str()).collect();
-                return Err(format!("role `{role}` is not one of {}", known.join(", ")));
+                return Err(McpSettingsError::BadRole { role: role.clone(), known: known.join(", ") });
             }
         }
     }
     for tool in config.tools.allow.iter().chain(&config.tools.deny) {
         let tool_ok = !tool.is_empty() && tool.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !tool_ok {
-            return Err(format!("tools: `{tool}` is not a tool name"));
+            return Err(McpSettingsError::BadTool(tool.clone()));
         }
     }
     if config.timeout == 0 || config.idle_timeout == 0 {
-        return Err("`timeout` and `idle_timeout` are seconds, at least 1".into());
+        return Err(McpSettingsError::ZeroTimeout);
     }
     Ok(roles)
 }
@@ -480,7 +522,9 @@ pub fn check_entry(
     policy.validate_entry_mounts(&mounts, context).map_err(EntryRefused::Mounts)?;
     for (variable, reference) in &server.env {
         for name in crate::guard::secrets::reference_names(reference) {
-            rules.check(name, referrer).map_err(|why| EntryRefused::Env { variable: variable.clone(), why })?;
+            rules
+                .check(name, referrer)
+                .map_err(|why| EntryRefused::Env { variable: variable.clone(), why: why.to_string() })?;
         }
     }
     Ok(())

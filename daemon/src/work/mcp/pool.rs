@@ -28,7 +28,8 @@ use crate::base::lifetime::{Subsystem, Work};
 use crate::guard::audit::Audit;
 use crate::net::egress::proxy::WebProxy;
 use crate::sandbox::container::manager::{ContainerManager, RunRequest};
-use crate::work::health::{ProbeSlot, Probed};
+use crate::sandbox::workspace::WorkspaceError;
+use crate::work::health::{ProbeError, ProbeSlot, Probed};
 
 /// The tool through which an agent lists and reads a server's resources.
 pub const RESOURCES_TOOL: &str = "read_resource";
@@ -59,6 +60,27 @@ pub enum McpError {
     Refused { server: String, why: String },
     #[error("MCP server `{server}` failed {failures} times in a row; it is tried again in {seconds} s (`baaaht mcp test {server}` shows why)")]
     Backoff { server: String, failures: u32, seconds: u64 },
+}
+
+/// Why the folders a server mounts cannot be had: said as [`McpError::Start`]'s why. A
+/// workspace's failure shows its whole chain, as it always did.
+#[derive(Debug, thiserror::Error)]
+enum MountsError {
+    #[error("mounts: {0}")]
+    Refused(#[source] crate::sandbox::policy::PolicyError),
+    #[error(transparent)]
+    Join(tokio::task::JoinError),
+    #[error("the session's workspace: {}", baaaht_proto::error_chain(.0))]
+    Workspace(WorkspaceError),
+    #[error("its own folder: {}", baaaht_proto::error_chain(.0))]
+    OwnFolder(WorkspaceError),
+    #[error(
+        "its own folder {} holds {}, past its cap of {}: an admin must make room in it",
+        path.display(),
+        baaaht_proto::human_size(*used),
+        baaaht_proto::human_size(*cap)
+    )]
+    OverCap { path: PathBuf, used: u64, cap: u64 },
 }
 
 /// What a server offers, as it listed it when it last started (kept in the daemon's state so
@@ -341,17 +363,16 @@ impl McpPool {
         context: &Context,
         server: &Server,
         session: Option<&str>,
-    ) -> Result<(Vec<crate::sandbox::container::MountSpec>, Held), String> {
+    ) -> Result<(Vec<crate::sandbox::container::MountSpec>, Held), MountsError> {
         let requested: Vec<_> = server.config.mounts.iter().map(super::config::ServerMount::requested).collect();
-        let mut mounts =
-            self.policy.validate_entry_mounts(&requested, Some(context)).map_err(|why| format!("mounts: {why}"))?;
+        let mut mounts = self.policy.validate_entry_mounts(&requested, Some(context)).map_err(MountsError::Refused)?;
         let mut held = Held::default();
         if let (true, Some(session)) = (server.config.workspace, session) {
             let (workspaces, taken) = (self.workspaces.clone(), session.to_string());
             let prepared = tokio::task::spawn_blocking(move || workspaces.acquire(&taken))
                 .await
-                .map_err(|error| error.to_string())?
-                .map_err(|error| format!("the session's workspace: {}", baaaht_proto::error_chain(&error)))?;
+                .map_err(MountsError::Join)?
+                .map_err(MountsError::Workspace)?;
             mounts.push(crate::sandbox::container::MountSpec {
                 host: prepared.path,
                 target: super::config::WORKSPACE_MOUNT.into(),
@@ -365,9 +386,8 @@ impl McpPool {
         let (states, name) = (self.states.clone(), Self::state_name(context, server));
         let taken = name.clone();
         let acquired = tokio::task::spawn_blocking(move || states.acquire(&taken)).await;
-        let acquired = acquired.map_err(|error| error.to_string()).and_then(|acquired| {
-            acquired.map_err(|error| format!("its own folder: {}", baaaht_proto::error_chain(&error)))
-        });
+        let acquired =
+            acquired.map_err(MountsError::Join).and_then(|acquired| acquired.map_err(MountsError::OwnFolder));
         let prepared = match acquired {
             Ok(prepared) => prepared,
             Err(why) => {
@@ -381,12 +401,7 @@ impl McpPool {
             if used > cap {
                 self.states.release(&name);
                 self.let_go(held).await;
-                return Err(format!(
-                    "its own folder {} holds {}, past its cap of {}: an admin must make room in it",
-                    prepared.path.display(),
-                    baaaht_proto::human_size(used),
-                    baaaht_proto::human_size(cap)
-                ));
+                return Err(MountsError::OverCap { path: prepared.path, used, cap });
             }
         }
         mounts.push(crate::sandbox::container::MountSpec {
@@ -619,14 +634,15 @@ impl McpPool {
         digest: String,
     ) -> Result<Arc<Running>, McpError> {
         let fail = |why: String| McpError::Start { server: server.name.clone(), why };
-        let image = match crate::work::skills::layer(self.containers.image(), &server.config.install).map_err(fail)? {
+        let layer = crate::work::skills::layer(self.containers.image(), &server.config.install);
+        let image = match layer.map_err(|error| fail(error.to_string()))? {
             None => server.config.image.clone(),
             Some((tag, dockerfile)) => {
                 self.containers.ensure_image(&tag, &dockerfile).await.map_err(|error| fail(error.told()))?;
                 Some(tag)
             }
         };
-        let (mounts, held) = self.mounts_of(context, server, session).await.map_err(fail)?;
+        let (mounts, held) = self.mounts_of(context, server, session).await.map_err(|error| fail(error.to_string()))?;
         // Given back if this start is given up before its container holds them (the caller
         // went away meanwhile: nothing else would).
         let mut held = Unheld { held: Some(held), states: self.states.clone(), workspaces: self.workspaces.clone() };
@@ -897,7 +913,7 @@ impl McpPool {
     }
 
     /// Asks the relay in `container` whether its server runs.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, String> {
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, ProbeError> {
         let found = {
             let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
             relays.get(container).map(|relay| (relay.down.clone(), relay.probe.clone()))

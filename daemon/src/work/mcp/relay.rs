@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use crate::base::auth::ContainerIdentity;
 use crate::net::egress::relay::{TunnelDown, TunnelUp};
 use crate::work::health;
+use crate::work::peers::StreamError;
 
 /// The longest message from a server the daemon takes.
 pub(super) const MAX_MESSAGE: usize = 4 << 20;
@@ -63,7 +64,7 @@ pub enum Up {
 }
 
 /// What a relay sends up, as the daemon reads it: a broken stream is why it broke.
-pub type Ups = Box<dyn tokio_stream::Stream<Item = Result<Up, String>> + Unpin + Send>;
+pub type Ups = Box<dyn tokio_stream::Stream<Item = Result<Up, StreamError>> + Unpin + Send>;
 
 /// A relay that connected and waits to be claimed by the start that made its container.
 pub(super) struct Attached {

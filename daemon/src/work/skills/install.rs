@@ -437,7 +437,8 @@ async fn install_from(
 
     // A skill that needs packages gets its layer now (cached by the package set), and is
     // checked in it, its `verify` commands included.
-    let layer = super::layer(containers.image(), &skill.addons.packages).map_err(InstallError::Invalid)?;
+    let layer = super::layer(containers.image(), &skill.addons.packages)
+        .map_err(|error| InstallError::Invalid(error.to_string()))?;
     if let Some((tag, dockerfile)) = &layer {
         containers.ensure_image(tag, dockerfile).await.map_err(|error| {
             InstallError::Validation(format!("the skill layer {tag} could not be built: {}", error.told()))

@@ -90,20 +90,33 @@ fn error(line: Option<usize>, message: impl Into<String>) -> SkillError {
     SkillError { line, message: message.into() }
 }
 
+/// What is wrong with a skill's name, said after it ("name `X` must be …").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("must be 1 to {MAX_NAME} characters")]
+    Length,
+    #[error("may use only lowercase letters, digits and `-`")]
+    Characters,
+    #[error("must not start or end with `-`")]
+    EdgeHyphen,
+    #[error("must not contain `--`")]
+    DoubleHyphen,
+}
+
 /// Whether `name` follows the specification: 1-64 lowercase letters, digits and hyphens, not
 /// starting or ending with a hyphen, no two hyphens in a row.
-pub fn valid_name(name: &str) -> Result<(), String> {
+pub fn valid_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() || name.len() > MAX_NAME {
-        return Err(format!("must be 1 to {MAX_NAME} characters"));
+        return Err(NameError::Length);
     }
     if !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
-        return Err("may use only lowercase letters, digits and `-`".into());
+        return Err(NameError::Characters);
     }
     if name.starts_with('-') || name.ends_with('-') {
-        return Err("must not start or end with `-`".into());
+        return Err(NameError::EdgeHyphen);
     }
     if name.contains("--") {
-        return Err("must not contain `--`".into());
+        return Err(NameError::DoubleHyphen);
     }
     Ok(())
 }
@@ -296,6 +309,15 @@ pub fn script_env(
     env
 }
 
+/// A package a skill's addons (or an MCP server's `install`) name that cannot go into a layer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayerError {
+    #[error("addons.packages: `{0}` is not a package name")]
+    NotAPackage(String),
+    #[error("addons.packages: `{0}` comes from apk (Alpine), but baaaht's base image is Debian: use `source: apt`")]
+    Apk(String),
+}
+
 /// The skill layer for `packages` (of one or more skills) on `base`: its tag (named by a hash
 /// of the base and the sorted package list, so it is built once per set) and its Dockerfile.
 /// `None` when there is nothing to add. Only the packages' names reach the Dockerfile, checked;
@@ -303,7 +325,7 @@ pub fn script_env(
 pub fn layer<'a>(
     base: &str,
     packages: impl IntoIterator<Item = &'a Package>,
-) -> Result<Option<(String, String)>, String> {
+) -> Result<Option<(String, String)>, LayerError> {
     layer_trusting(base, packages, &host_ca_certificates())
 }
 
@@ -339,7 +361,7 @@ pub fn layer_trusting<'a>(
     base: &str,
     packages: impl IntoIterator<Item = &'a Package>,
     cas: &[String],
-) -> Result<Option<(String, String)>, String> {
+) -> Result<Option<(String, String)>, LayerError> {
     use sha2::Digest as _;
     let mut by_source: BTreeMap<&'static str, std::collections::BTreeSet<&str>> = BTreeMap::new();
     for package in packages {
@@ -349,17 +371,13 @@ pub fn layer_trusting<'a>(
             && !name.starts_with('-')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || "._+-@/=:~".contains(c));
         if !valid {
-            return Err(format!("addons.packages: `{name}` is not a package name"));
+            return Err(LayerError::NotAPackage(name.to_string()));
         }
         let source = match package.source {
             PackageSource::Apt => "apt",
             PackageSource::Pip => "pip",
             PackageSource::Npm => "npm",
-            PackageSource::Apk => {
-                return Err(format!(
-                    "addons.packages: `{name}` comes from apk (Alpine), but baaaht's base image is Debian: use `source: apt`"
-                ))
-            }
+            PackageSource::Apk => return Err(LayerError::Apk(name.to_string())),
         };
         by_source.entry(source).or_default().insert(name);
     }
@@ -518,9 +536,10 @@ mod tests {
             layer_trusting("b", &[package("jq", PackageSource::Apt)], &[pem]).expect("valid").expect("layer");
         assert!(!apt_only.1.contains("printf"), "apt needs no CA: {}", apt_only.1);
         assert!(!is_pem_certificate("-----BEGIN CERTIFICATE-----\n'; rm -rf /\n-----END CERTIFICATE-----"));
-        let injected = layer("b", &[package("jq; curl evil", PackageSource::Apt)]).expect_err("refused");
+        let injected = layer("b", &[package("jq; curl evil", PackageSource::Apt)]).expect_err("refused").to_string();
         assert!(injected.contains("is not a package name"), "{injected}");
-        assert!(layer("b", &[package("gh", PackageSource::Apk)]).expect_err("apk").contains("use `source: apt`"));
+        let apk = layer("b", &[package("gh", PackageSource::Apk)]).expect_err("apk").to_string();
+        assert!(apk.contains("use `source: apt`"), "{apk}");
     }
 
     #[test]

@@ -424,7 +424,8 @@ impl Calls {
             Ok(serde_json::Value::Null) => serde_json::Map::new(),
             _ => return Err(CallError::Invalid("params_json of an MCP tool is a JSON object".into())),
         };
-        let env = server.env(&self.secrets, caller, correlation_id).map_err(CallError::Unready)?;
+        let env =
+            server.env(&self.secrets, caller, correlation_id).map_err(|error| CallError::Unready(error.to_string()))?;
         let mut timeout = Duration::from_secs(server.config.timeout);
         if asked.timeout_seconds > 0 {
             timeout = timeout.min(Duration::from_secs(u64::from(asked.timeout_seconds)));
@@ -486,7 +487,7 @@ impl Calls {
                             Ok(env) => {
                                 calls.mcp.offer(&identity.context, &server, env).await.map_err(|e| e.to_string())
                             }
-                            Err(why) => Err(why),
+                            Err(why) => Err(why.to_string()),
                         }
                     }
                 };

@@ -21,8 +21,8 @@ use crate::base::lifetime::{Subsystem, Work};
 use crate::net::egress::relay::{Relay, TunnelDown, TunnelUp};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
 use crate::sandbox::container::MountSpec;
-use crate::work::health::Probed;
-use crate::work::peers::{Connected, Down, Up};
+use crate::work::health::{ProbeError, Probed};
+use crate::work::peers::{Connected, Down, StreamError, Up};
 
 /// Where a session's data folder is mounted in its tool container.
 pub const WORKSPACE: &str = "/workspace";
@@ -546,7 +546,7 @@ impl Runners {
     pub fn attach(
         self: &Arc<Self>,
         identity: &ContainerIdentity,
-        mut results: impl tokio_stream::Stream<Item = Result<RunnerUp, String>> + Unpin + Send + 'static,
+        mut results: impl tokio_stream::Stream<Item = Result<RunnerUp, StreamError>> + Unpin + Send + 'static,
     ) -> mpsc::Receiver<Down<RunnerWork>> {
         use tokio_stream::StreamExt as _;
         let (answers, ups) = mpsc::channel(16);
@@ -611,7 +611,7 @@ impl Runners {
     }
 
     /// Asks the runner in `container` whether it is well, over its own call stream.
-    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, String> {
+    pub async fn probe(&self, container: &str, timeout: Duration) -> Result<crate::work::health::Answer, ProbeError> {
         self.connected.probe(container, timeout).await
     }
 
