@@ -62,58 +62,12 @@ pub(super) async fn list(shared: &Shared, request: v1::EgressRulesRequest) -> Re
     if let Some(context) = context {
         // The audit log is read from disk: off the runtime's threads.
         let (audit, data_dir) = (shared.audit.clone(), shared.data_dir.clone());
-        list.suggestions = tokio::task::spawn_blocking(move || suggested(&audit, &data_dir, &context))
+        let suggested = tokio::task::spawn_blocking(move || policy::suggested(&audit, &data_dir, &context))
             .await
             .map_err(|error| Status::internal(error.to_string()))?;
+        list.suggestions = suggested.into_iter().map(|(host, times)| v1::EgressSuggestion { host, times }).collect();
     }
     Ok(list)
-}
-
-/// How often a host must have been allowed once to be suggested as a rule.
-const SUGGEST_AFTER: u32 = 3;
-
-/// The hosts `context`'s people allowed once at least [`SUGGEST_AFTER`] times in the last 30
-/// days (from the audit log's connection records) that no rule allows now; most asked first.
-fn suggested(
-    audit: &crate::guard::audit::Audit,
-    data_dir: &crate::base::datadir::DataDir,
-    context: &Context,
-) -> Vec<v1::EgressSuggestion> {
-    let query = crate::guard::audit::Query {
-        since: Some(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(30 * 24)),
-        user: None,
-        kind: Some(crate::guard::audit::Kind::Egress),
-        limit: 100_000,
-    };
-    let records = audit.search(&query).unwrap_or_else(|error| {
-        tracing::warn!(%error, "the audit log could not be read for egress suggestions");
-        vec![]
-    });
-    let whose = context.to_string();
-    let mut counted: std::collections::BTreeMap<(String, u16), u32> = std::collections::BTreeMap::new();
-    for record in records {
-        let once = record.detail.get("allowed_by").and_then(|by| by.as_str()).is_some_and(|by| by.ends_with(", once"));
-        if record.context != whose || record.outcome != "allowed" || !once {
-            continue;
-        }
-        let host = record.detail.get("host").and_then(|host| host.as_str()).unwrap_or_default().to_string();
-        let port = record.detail.get("port").and_then(serde_json::Value::as_u64).unwrap_or(0);
-        *counted.entry((host, u16::try_from(port).unwrap_or(0))).or_default() += 1;
-    }
-    let mut suggestions: Vec<v1::EgressSuggestion> = counted
-        .into_iter()
-        .filter(|((host, port), times)| {
-            *times >= SUGGEST_AFTER
-                && !host.is_empty()
-                && policy::decide(data_dir, context, host, *port).is_none_or(|rule| rule.action != Action::Allow)
-        })
-        .map(|((host, port), times)| {
-            let host = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-            v1::EgressSuggestion { host, times }
-        })
-        .collect();
-    suggestions.sort_by(|a, b| b.times.cmp(&a.times).then_with(|| a.host.cmp(&b.host)));
-    suggestions
 }
 
 /// Writes (or with `revoke`, removes) a rule; answers the rules as they are now.

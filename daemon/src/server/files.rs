@@ -42,16 +42,6 @@ pub(super) async fn download_file(
             return Err(Status::internal("the file cannot be read"));
         }
     };
-    let filename = path.rsplit('/').next().unwrap_or(&path).to_string();
-    let attachment = v1::Attachment {
-        mime_type: crate::store::sent::mime_of(&filename, &bytes),
-        filename,
-        path,
-        size_bytes: bytes.len() as u64,
-    };
-    let chunks: Vec<Result<v1::FileChunk, Status>> = std::iter::once(v1::file_chunk::Part::Attachment(attachment))
-        .chain(bytes.chunks(CHUNK).map(|chunk| v1::file_chunk::Part::Data(chunk.to_vec())))
-        .map(|part| Ok(v1::FileChunk { part: Some(part) }))
-        .collect();
+    let chunks = super::to_wire::file_chunks(path, &bytes, CHUNK).into_iter().map(Ok);
     Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
 }

@@ -351,6 +351,31 @@ pub(super) fn channel_of(caller: &Caller, requested: i32) -> Option<String> {
     }
 }
 
+/// The kind of gateway `added` names (its identity namespace) and how the daemon runs it.
+pub(crate) fn gateway_run(
+    added: &v1::AddGatewayRequest,
+) -> Result<(crate::work::gateways::GatewayKind, crate::work::gateways::RunMode), Status> {
+    use crate::work::gateways::GatewayKind;
+    let kind = match added.kind.as_str() {
+        "web" => GatewayKind::Web { issuer: added.issuer.clone(), audience: added.audience.clone() },
+        "slack" => GatewayKind::Slack { team: added.team.clone() },
+        "telegram" => GatewayKind::Telegram { bot: added.bot.clone() },
+        "email" => GatewayKind::Email { address: added.address.trim().to_ascii_lowercase() },
+        "matrix" => GatewayKind::Matrix { homeserver: added.homeserver.trim().trim_end_matches('/').to_string() },
+        other => {
+            return Err(Status::invalid_argument(format!(
+                "kind `{other}`: a gateway is web, slack, telegram, email or matrix"
+            )))
+        }
+    };
+    let mode = match added.mode.as_str() {
+        "" => crate::work::gateways::RunMode::UNNAMED,
+        text => crate::work::gateways::RunMode::parse(text)
+            .ok_or_else(|| Status::invalid_argument(format!("mode `{text}`: use container, process or external")))?,
+    };
+    Ok((kind, mode))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use crate::base::auth::{Caller, Context, EndUser, Operation, Target};
 use crate::guard::audit::{Kind, Record};
 use crate::people::groups::{GroupError, GroupRecord};
 use crate::people::identities::{IdentityError, UserView};
-use crate::work::gateways::{GatewayError, GatewayKind, GatewayRecord};
+use crate::work::gateways::{GatewayError, GatewayRecord};
 
 impl From<IdentityError> for Status {
     fn from(error: IdentityError) -> Status {
@@ -447,24 +447,7 @@ impl v1::admin_server::Admin for AdminService {
     ) -> Result<Response<v1::AddGatewayResponse>, Status> {
         check(&self.shared, &request, Operation::AddGateway, None, None)?;
         let message = request.into_inner();
-        let kind = match message.kind.as_str() {
-            "web" => GatewayKind::Web { issuer: message.issuer, audience: message.audience },
-            "slack" => GatewayKind::Slack { team: message.team },
-            "telegram" => GatewayKind::Telegram { bot: message.bot },
-            "email" => GatewayKind::Email { address: message.address.trim().to_ascii_lowercase() },
-            "matrix" => GatewayKind::Matrix { homeserver: message.homeserver.trim().trim_end_matches('/').to_string() },
-            other => {
-                return Err(Status::invalid_argument(format!(
-                    "kind `{other}`: a gateway is web, slack, telegram, email or matrix"
-                )))
-            }
-        };
-        let mode = match message.mode.as_str() {
-            "" => crate::work::gateways::RunMode::UNNAMED,
-            text => crate::work::gateways::RunMode::parse(text).ok_or_else(|| {
-                Status::invalid_argument(format!("mode `{text}`: use container, process or external"))
-            })?,
-        };
+        let (kind, mode) = super::from_wire::gateway_run(&message)?;
         crate::work::gateways::check_run(&kind, mode, &message.args)?;
         if mode != crate::work::gateways::RunMode::External {
             let checked = self.shared.supervisors.check_args(&kind, &message.args).await;

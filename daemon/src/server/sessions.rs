@@ -91,6 +91,24 @@ pub(super) struct SessionsService {
 }
 
 impl SessionsService {
+    /// A transcript's `entry` as it reads now: a message with its sender's name as the daemon
+    /// knows it today, an approval with how long it still waits (0: no longer).
+    fn as_now(&self, mut entry: v1::SessionEntry) -> v1::SessionEntry {
+        use v1::orchestrator_event::Event;
+        match &mut entry.entry {
+            Some(v1::session_entry::Entry::Message(message)) => {
+                message.sender_name =
+                    crate::drive::orchestrator::sender_name(&self.shared.orchestrator, &message.sender_id);
+            }
+            Some(v1::session_entry::Entry::Activity(v1::ActivityEntry {
+                event: Some(v1::OrchestratorEvent { event: Some(Event::Approval(asked)), .. }),
+                ..
+            })) => asked.expires_in_seconds = self.shared.approvals.waiting_for(&asked.id).unwrap_or(0),
+            _ => {}
+        }
+        entry
+    }
+
     /// The session an upload goes to: the one it names in `context`, else the sender's active
     /// one; never an archived one, nor a group's that takes no messages.
     fn upload_session(
@@ -118,7 +136,28 @@ impl SessionsService {
 
 /// An upload's bytes, as they come, into `upload`; each chunk within [`UPLOAD_IDLE_LIMIT`]. Disk
 /// writes are blocking, and so is the unmount that letting go of the workspace may take.
+/// An upload to `session`'s workspace of at most `max` bytes, begun, then its bytes written as
+/// `stream` sends them, within [`UPLOAD_TIME_LIMIT`].
 async fn received(
+    shared: &Shared,
+    session: &str,
+    max: u64,
+    stream: &mut tonic::Streaming<v1::UploadChunk>,
+) -> Result<crate::store::uploads::Upload, Status> {
+    let (workspaces, session) = (shared.workspaces.clone(), session.to_string());
+    let begun = tokio::task::spawn_blocking(move || crate::store::uploads::Upload::begin(workspaces, &session, max));
+    let upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
+    match tokio::time::timeout(UPLOAD_TIME_LIMIT, written(stream, upload)).await {
+        Ok(written) => written,
+        Err(_) => {
+            let minutes = UPLOAD_TIME_LIMIT.as_secs() / 60;
+            Err(Status::deadline_exceeded(format!("the upload took more than {minutes} minutes; send it again")))
+        }
+    }
+}
+
+/// `upload` with the bytes `stream` sends written to it, each chunk within [`UPLOAD_IDLE_LIMIT`].
+async fn written(
     stream: &mut tonic::Streaming<v1::UploadChunk>,
     mut upload: crate::store::uploads::Upload,
 ) -> Result<crate::store::uploads::Upload, Status> {
@@ -314,19 +353,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         let keys = crate::guard::limits::Limits::upload_keys(&caller);
         let _held =
             self.shared.limits.uploads.take(&keys).map_err(|why| limited(&self.shared, &caller, "uploads", why))?;
-        let (workspaces, session) = (self.shared.workspaces.clone(), record.id.clone());
-        let begun =
-            tokio::task::spawn_blocking(move || crate::store::uploads::Upload::begin(workspaces, &session, max));
-        let upload = begun.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
-        let upload = match tokio::time::timeout(UPLOAD_TIME_LIMIT, received(request.get_mut(), upload)).await {
-            Ok(received) => received?,
-            Err(_) => {
-                let minutes = UPLOAD_TIME_LIMIT.as_secs() / 60;
-                return Err(Status::deadline_exceeded(format!(
-                    "the upload took more than {minutes} minutes; send it again"
-                )));
-            }
-        };
+        let upload = received(&self.shared, &record.id, max, request.get_mut()).await?;
         let (filename, declared) = (start.filename, start.mime_type);
         let finished = tokio::task::spawn_blocking(move || upload.finish(&filename, &declared));
         let stored = finished.await.map_err(|error| Status::internal(error.to_string()))?.map_err(upload_status)?;
@@ -392,26 +419,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         };
         Ok(Response::new(v1::SessionTranscript {
             header: Some(header(&record)),
-            entries: entries
-                .iter()
-                .filter_map(|kept| entry(&record, kept))
-                .map(|mut entry| {
-                    use v1::orchestrator_event::Event;
-                    match &mut entry.entry {
-                        Some(v1::session_entry::Entry::Message(message)) => {
-                            message.sender_name =
-                                crate::drive::orchestrator::sender_name(&self.shared.orchestrator, &message.sender_id);
-                        }
-                        // An approval says how long it still waits now: 0, no longer.
-                        Some(v1::session_entry::Entry::Activity(v1::ActivityEntry {
-                            event: Some(v1::OrchestratorEvent { event: Some(Event::Approval(asked)), .. }),
-                            ..
-                        })) => asked.expires_in_seconds = self.shared.approvals.waiting_for(&asked.id).unwrap_or(0),
-                        _ => {}
-                    }
-                    entry
-                })
-                .collect(),
+            entries: entries.iter().filter_map(|kept| entry(&record, kept)).map(|entry| self.as_now(entry)).collect(),
             problems: read.corrupt.iter().map(|c| format!("line {}: {}", c.line, c.reason)).collect(),
             running_turns: self.shared.turns.running_in(&record.id),
         }))

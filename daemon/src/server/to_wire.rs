@@ -582,3 +582,19 @@ pub(crate) fn mcp_server_info(
         workspace: server.config.workspace,
     }
 }
+
+/// A file an agent sent, at `path` (`sent/NAME`), as a download: its attachment (name, type by
+/// its name and bytes, size), then its bytes in chunks of `chunk`.
+pub(crate) fn file_chunks(path: String, bytes: &[u8], chunk: usize) -> Vec<v1::FileChunk> {
+    let filename = path.rsplit('/').next().unwrap_or(&path).to_string();
+    let attachment = v1::Attachment {
+        mime_type: crate::store::sent::mime_of(&filename, bytes),
+        filename,
+        path,
+        size_bytes: bytes.len() as u64,
+    };
+    std::iter::once(v1::file_chunk::Part::Attachment(attachment))
+        .chain(bytes.chunks(chunk).map(|chunk| v1::file_chunk::Part::Data(chunk.to_vec())))
+        .map(|part| v1::FileChunk { part: Some(part) })
+        .collect()
+}

@@ -292,6 +292,50 @@ fn decide_among(everyone: &[Rule], own: &[Rule], host: &str, port: u16) -> Optio
     everyone.into_iter().chain(own).max_by_key(|rule| (rule.pattern.specificity(), rule.action))
 }
 
+/// How often a host must have been allowed once to be suggested as a rule.
+const SUGGEST_AFTER: u32 = 3;
+
+/// The hosts `context`'s people allowed once at least [`SUGGEST_AFTER`] times in the last 30
+/// days (from the audit log's connection records) that no rule allows now, as `host:port` and
+/// how often; most asked first.
+pub fn suggested(audit: &crate::guard::audit::Audit, data_dir: &DataDir, context: &Context) -> Vec<(String, u32)> {
+    let query = crate::guard::audit::Query {
+        since: Some(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(30 * 24)),
+        user: None,
+        kind: Some(crate::guard::audit::Kind::Egress),
+        limit: 100_000,
+    };
+    let records = audit.search(&query).unwrap_or_else(|error| {
+        tracing::warn!(%error, "the audit log could not be read for egress suggestions");
+        vec![]
+    });
+    let whose = context.to_string();
+    let mut counted: std::collections::BTreeMap<(String, u16), u32> = std::collections::BTreeMap::new();
+    for record in records {
+        let once = record.detail.get("allowed_by").and_then(|by| by.as_str()).is_some_and(|by| by.ends_with(", once"));
+        if record.context != whose || record.outcome != "allowed" || !once {
+            continue;
+        }
+        let host = record.detail.get("host").and_then(|host| host.as_str()).unwrap_or_default().to_string();
+        let port = record.detail.get("port").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        *counted.entry((host, u16::try_from(port).unwrap_or(0))).or_default() += 1;
+    }
+    let mut suggestions: Vec<(String, u32)> = counted
+        .into_iter()
+        .filter(|((host, port), times)| {
+            *times >= SUGGEST_AFTER
+                && !host.is_empty()
+                && decide(data_dir, context, host, *port).is_none_or(|rule| rule.action != Action::Allow)
+        })
+        .map(|((host, port), times)| {
+            let host = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+            (host, times)
+        })
+        .collect();
+    suggestions.sort_by(|(a_host, a_times), (b_host, b_times)| b_times.cmp(a_times).then_with(|| a_host.cmp(b_host)));
+    suggestions
+}
+
 /// The gate of one session's tool containers: the context's rules decide; about a host no
 /// rule names (or one whose rule says `ask`) the context's people are asked in chat. Refused
 /// so because nobody could answer, the context is told in its inbox (once an hour per host)
