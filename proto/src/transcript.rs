@@ -83,36 +83,6 @@ pub fn waiting_approvals(entries: &[v1::SessionEntry]) -> Vec<&v1::ApprovalReque
         .collect()
 }
 
-/// An activity's event as a line of text (a transcript printed or exported, or shown as it
-/// happens): who asked to reach what and how it was answered, what a turn read from outside,
-/// a message.
-pub fn activity_said(event: &v1::orchestrator_event::Event) -> Option<String> {
-    use v1::orchestrator_event::Event;
-    let role = |value: i32| crate::role_name(value).unwrap_or("agent");
-    Some(match event {
-        Event::Approval(asked) => {
-            let command = asked.asked_by.lines().next().unwrap_or_default();
-            let command = if command.is_empty() { String::new() } else { format!(" for `{command}`") };
-            format!("The {}'s tools asked to reach {}:{}{command}.", role(asked.agent), asked.host, asked.port)
-        }
-        Event::ApprovalSettled(settled) => match (settled.decision.as_str(), settled.by.as_str()) {
-            (_, "nobody") => "Nobody answered in time: denied.".to_string(),
-            ("deny", by) => format!("Denied by {by}."),
-            ("once", by) => format!("Allowed once by {by}."),
-            ("session", by) => format!("Allowed for this conversation by {by}."),
-            ("always", by) => format!("Allowed always (a rule) by {by}."),
-            (decision, by) => format!("Answered {decision} by {by}."),
-        },
-        Event::Tainted(tainted) => format!(
-            "The turn read content from outside ({}): paused until the next message: {}.",
-            tainted.source,
-            tainted.withheld.join(", ")
-        ),
-        Event::Message(message) => message.content.clone(),
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +145,6 @@ mod tests {
         let ids: Vec<&str> = waiting_approvals(&waiting).into_iter().map(|asked| asked.id.as_str()).collect();
         assert_eq!(ids, ["a2"], "a1 was answered (settled names it), a3 waits no more");
         let Some(Entry::Activity(activity)) = &entries[3].entry else { unreachable!() };
-        assert_eq!(activity_event(activity).and_then(activity_said).as_deref(), Some("Allowed once by Alice."));
+        assert!(matches!(activity_event(activity), Some(v1::orchestrator_event::Event::ApprovalSettled(_))));
     }
 }

@@ -641,7 +641,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     terminal.press(&["s"]).expect("s");
     let fetched = fetching.join().expect("fetch");
     assert!(fetched.contains("arrived: GET /x"), "{fetched}");
-    let screen = terminal.wait_for("Allowed for this conversation by root at the host.", wait).expect("settled");
+    let screen = terminal.wait_for("Allowed for this conversation, by root at the host.", wait).expect("settled");
     assert!(!screen.contains("[o] once"), "the prompt is gone: {screen}");
     // Not asked again in this session.
     assert!(baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"))
@@ -670,7 +670,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
         .wait_until(
             |screen| {
                 screen.contains("● connected")
-                    && screen.contains("Allowed for this conversation by root at the host.")
+                    && screen.contains("Allowed for this conversation, by root at the host.")
                     && screen.contains("Denied by root at the host.")
             },
             wait,
@@ -683,7 +683,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     terminal.press(&["o"]).expect("o");
     let fetched = fetching.join().expect("fetch");
     assert!(fetched.contains("arrived: GET /x"), "answered from the TUI started again: {fetched}");
-    terminal.wait_for("Allowed once by root at the host.", wait).expect("settled");
+    terminal.wait_for("Allowed once, by root at the host.", wait).expect("settled");
     drop(coder);
 }
 

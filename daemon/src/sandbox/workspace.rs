@@ -56,22 +56,20 @@ pub enum WorkspaceError {
 }
 
 /// Why the daemon cannot mount here, or a mount tool (`mount`, `umount`, `mkfs.ext4`) failed.
+///
+/// Each message carries its cause's text, so none is a `source` (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
     #[error("the daemon does not run as root")]
     NotRoot,
     #[error("cannot read /proc/self/ns/mnt: {0}")]
-    Namespace(#[source] std::io::Error),
+    Namespace(std::io::Error),
     #[error("the daemon runs in a mount namespace of its own, which the engine does not see")]
     OwnNamespace,
     #[error("`{0}` is not installed")]
     Missing(&'static str),
-    #[error("cannot run {program}: {source}")]
-    Spawn {
-        program: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot run {program}: {error}")]
+    Spawn { program: String, error: std::io::Error },
     /// The tool ran and failed: its exit status and what it wrote to stderr.
     #[error("{program} {status}: {stderr}")]
     Failed { program: String, status: std::process::ExitStatus, stderr: String },
@@ -391,7 +389,7 @@ fn run(program: &str, args: &[&OsStr]) -> Result<(), MountError> {
         .args(args)
         .env("PATH", "/usr/sbin:/sbin:/usr/bin:/bin")
         .output()
-        .map_err(|source| MountError::Spawn { program: program.to_string(), source })?;
+        .map_err(|error| MountError::Spawn { program: program.to_string(), error })?;
     if output.status.success() {
         return Ok(());
     }

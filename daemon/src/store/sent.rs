@@ -15,6 +15,8 @@ use crate::sandbox::workspace::{Workspaces, SENT};
 use crate::store::sessions::log::Attachment;
 
 /// Why a message's files cannot be kept: the message is set aside with it, for the log.
+///
+/// Each message carries its cause's text, so none is a `source` (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum SentError {
     #[error("it sends {0} files, more than the {SENT_FILES_MAX} a message may")]
@@ -24,18 +26,10 @@ pub enum SentError {
     #[error("the file `{0}` is not there (or not a regular file)")]
     Missing(String),
     /// The message holds the cause too: it is set aside with this sentence alone.
-    #[error("the file `{name}` cannot be read: {source}")]
-    Read {
-        name: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the file `{name}` cannot be kept: {source}")]
-    Keep {
-        name: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("the file `{name}` cannot be read: {error}")]
+    Read { name: String, error: std::io::Error },
+    #[error("the file `{name}` cannot be kept: {error}")]
+    Keep { name: String, error: std::io::Error },
 }
 
 /// The name in `sent/` an attachment's `path` (`sent/NAME`) gives, when it is one.
@@ -81,11 +75,11 @@ pub fn keep(
         let bytes = match shared_dirs::read_regular(&files, OsStr::new(name), SENT_FILE_MAX_BYTES) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Err(SentError::Missing(name.clone())),
-            Err(source) => return Err(SentError::Read { name: name.clone(), source }),
+            Err(error) => return Err(SentError::Read { name: name.clone(), error }),
         };
         let kept = workspaces
             .keep_sent(session, name, &bytes)
-            .map_err(|source| SentError::Keep { name: name.clone(), source })?;
+            .map_err(|error| SentError::Keep { name: name.clone(), error })?;
         attachments.push(Attachment {
             path: format!("{SENT}/{kept}"),
             session: session.to_string(),

@@ -2,6 +2,8 @@
 
 use baaaht_proto::v1;
 
+use baaaht_gateway_kit::said::{said, Said};
+
 use crate::terminal::clean;
 
 /// Whose conversation: `--group` wins, then `--user`, then the login name.
@@ -45,41 +47,40 @@ pub enum Ending {
     Failed(String),
 }
 
-/// Prints one event of the turn: the answer's text to `out` as it arrives, progress to `note`.
-/// Returns how the turn ended when this event ends it.
+/// Prints one event of the turn, as the kit reads it ([`said`]): the answer's text to `out` as
+/// it arrives, progress to `note`. Returns how the turn ended when this event ends it; a
+/// failure inside baaaht shows its detail here, the operator's own terminal.
 pub fn show(
     event: &v1::OrchestratorEvent,
     out: &mut impl std::io::Write,
     note: &mut impl std::io::Write,
 ) -> Option<Ending> {
-    use v1::orchestrator_event::Event;
+    let said = said(event)?;
     // Everything here came from agents and models: shown, never obeyed by the terminal.
     // silent-ok: a closed terminal does not stop the turn; the session keeps the reply.
-    let _ = match &event.event {
-        Some(Event::TextDelta(delta)) => write!(out, "{}", clean(&delta.text)).and_then(|()| out.flush()),
-        Some(Event::Delegation(d)) if d.state == "started" => {
-            writeln!(note, "  → {}: {}", role_name(d.agent), clean(d.task.lines().next().unwrap_or_default()))
+    let _ = match &said {
+        Said::Words(text) => write!(out, "{}", clean(text)).and_then(|()| out.flush()),
+        Said::Delegation { agent, task, state } if state == "started" => {
+            writeln!(note, "  → {agent}: {}", clean(task.lines().next().unwrap_or_default()))
         }
-        Some(Event::Delegation(d)) => writeln!(note, "  ← {} {}", role_name(d.agent), clean(&d.state)),
-        Some(Event::Tool(t)) => {
-            writeln!(note, "    · {} {} {} ({} ms)", role_name(t.agent), clean(&t.tool), clean(&t.state), t.duration_ms)
-        }
-        Some(Event::Message(m)) => writeln!(out, "\n{}", clean(&m.content)),
-        Some(Event::Tainted(t)) => writeln!(
+        Said::Delegation { agent, state, .. } => writeln!(note, "  ← {agent} {}", clean(state)),
+        Said::Tool { agent, tool, state, ms } => writeln!(note, "    · {agent} {} {} ({ms} ms)", clean(tool), clean(state)),
+        Said::Sent(message) => writeln!(out, "\n{}", clean(&message.content)),
+        Said::Tainted { source, withheld } => writeln!(
             note,
             "  ! reading untrusted content ({}): some tools are paused: {}",
-            clean(&t.source),
-            clean(&t.withheld.join(", "))
+            clean(source),
+            clean(&withheld.join(", "))
         ),
         _ => Ok(()),
     };
-    match &event.event {
-        Some(Event::Reply(_)) => {
+    match said {
+        Said::Answered { .. } => {
             // silent-ok: as above.
             let _ = writeln!(out);
             Some(Ending::Reply)
         }
-        Some(Event::Error(error)) => Some(Ending::Failed(error.message.clone())),
+        Said::Failed { sentence, internal } => Some(Ending::Failed(internal.unwrap_or(sentence))),
         _ => None,
     }
 }
@@ -141,7 +142,7 @@ pub fn transcript_text(transcript: &v1::SessionTranscript) -> String {
             Some(Entry::Compaction(c)) => format!("compacted {} entries: {}", c.compacted_entry_ids.len(), c.summary),
             Some(Entry::ModelChange(m)) => format!("model {} → {}", m.previous_model, m.new_model),
             Some(Entry::Activity(a)) => {
-                match baaaht_proto::transcript::activity_event(a).and_then(baaaht_proto::transcript::activity_said) {
+                match baaaht_proto::transcript::activity_event(a).and_then(baaaht_gateway_kit::sentences::activity) {
                     Some(said) => format!("· {said}"),
                     None => continue,
                 }

@@ -14,11 +14,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baaaht_gateway_kit::backoff::Backoff;
-use baaaht_gateway_kit::daemon::{context_of, for_users, File, Person, Place};
+use baaaht_gateway_kit::daemon::{context_of, File, Person, Place};
+use baaaht_gateway_kit::sentences::{self, for_users};
 use baaaht_gateway_kit::egress::Egress;
 use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
-use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing};
+use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use futures_util::StreamExt as _;
@@ -536,16 +537,8 @@ impl Gateway {
         if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == request.id) {
             return;
         }
-        let command: String = request.asked_by.lines().next().unwrap_or_default().chars().take(120).collect();
-        let asked_by = if command.is_empty() { String::new() } else { format!(" for “{command}”") };
-        let text = format!(
-            "The {}'s tools want to reach {}:{}{asked_by}.\n\n{} Without an answer it is denied in {} seconds.",
-            agent_name(request.agent),
-            request.host,
-            request.port,
-            turn::ANSWER_WITH,
-            request.expires_in_seconds
-        );
+        let asked = sentences::approval_asked(request);
+        let text = format!("{asked}\n\n{} {}", sentences::ANSWER_WITH, sentences::denied_in(request.expires_in_seconds));
         match self.reply(mail, &text, &[]).await {
             Ok(id) => {
                 let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);

@@ -1,12 +1,10 @@
 //! The daemon, called for a channel's user: each request names them (their channel identity
 //! and the name they go by), their place (their own conversations, or a shared chat's group,
-//! made by the daemon on first use), and what they may read of a refusal.
+//! made by the daemon on first use); what they may read of a refusal is
+//! [`crate::sentences::for_users`].
 
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
-
-/// What a channel's user reads of a failure inside baaaht (its detail is in the logs).
-pub const INTERNAL: &str = "Something went wrong on the assistant's side; try again.";
 
 /// The size of each piece of a file sent to the daemon.
 const UPLOAD_CHUNK: usize = 64 * 1024;
@@ -45,27 +43,6 @@ pub enum Place {
     Own,
     /// A chat with others (a channel, a group, a room): its group's, by the chat's id.
     Shared { chat: String },
-}
-
-/// What a channel's user may read of the daemon's refusal: its sentence when it is about what
-/// they asked (a budget, a permission, a bad request); a plain one for anything internal, whose
-/// text stays in the log (no host path or internal error reaches a chat).
-pub fn for_users(status: &tonic::Status) -> String {
-    use tonic::Code;
-    match status.code() {
-        Code::PermissionDenied
-        | Code::ResourceExhausted
-        | Code::FailedPrecondition
-        | Code::InvalidArgument
-        | Code::NotFound => status.message().to_string(),
-        Code::Unavailable | Code::DeadlineExceeded => {
-            "The assistant is not reachable right now; try again in a minute.".into()
-        }
-        _ => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a channel's request");
-            INTERNAL.into()
-        }
-    }
 }
 
 /// The context `person` writes in at `place`: their own, or the shared chat's group.
@@ -168,12 +145,4 @@ mod tests {
         assert!(nameless.metadata().get(baaaht_proto::USER_NAME_HEADER).is_none());
     }
 
-    #[test]
-    fn a_refusal_about_the_request_is_told_and_an_internal_one_is_not() {
-        assert_eq!(
-            for_users(&tonic::Status::resource_exhausted("your daily budget is used up")),
-            "your daily budget is used up"
-        );
-        assert_eq!(for_users(&tonic::Status::internal("/var/lib/baaaht/x: disk full")), INTERNAL);
-    }
 }

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
-use crate::daemon::{download, for_users, File, Person};
+use crate::daemon::{download, File, Person};
+use crate::said::{said, Said};
+use crate::sentences::for_users;
 
 /// The file in the gateway's state folder that keeps its chats.
 pub const CHATS_FILE: &str = "chats.json";
@@ -274,10 +276,8 @@ impl Follower {
 
     /// What `event` brings for the context's chats, if anything.
     async fn take(&self, context: &v1::ContextRef, person: &Person, event: v1::OrchestratorEvent) {
-        use v1::orchestrator_event::Event;
-        let session = event.session_id;
-        let (title, text, files) = match event.event {
-            Some(Event::Notice(notice)) => {
+        let (title, text, files) = match said(&event) {
+            Some(Said::Notice(notice)) => {
                 let family = notice.channel.split('/').next().unwrap_or_default();
                 if family != self.name {
                     return;
@@ -286,12 +286,13 @@ impl Follower {
                 let text = format!("{mark}{}\n\n{}", notice.title.trim(), notice.content.trim());
                 (Some(notice.title), text, vec![])
             }
-            Some(Event::Message(message)) if !self.answering(&session) => {
-                let (text, files) = read_sent(&self.daemon, person, &session, &message).await;
+            Some(Said::Sent(message)) if !self.answering(&event.session_id) => {
+                let (text, files) = read_sent(&self.daemon, person, &event.session_id, &message).await;
                 (None, text, files)
             }
             _ => return,
         };
+        let session = event.session_id;
         let chats: Vec<(String, Option<String>)> = {
             let key = key_of(context);
             let chats = self.chats.lock().unwrap_or_else(PoisonError::into_inner);

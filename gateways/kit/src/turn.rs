@@ -13,44 +13,12 @@ use baaaht_proto::v1;
 
 use std::sync::Arc;
 
-use crate::daemon::{context_of, for_users, upload, File, Person, Place, INTERNAL};
+use crate::daemon::{context_of, upload, File, Person, Place};
+use crate::said::{said, Said, Step, Turn};
+use crate::sentences::{self, for_users};
 use crate::follow::{read_sent, Follower};
 
-/// How long a turn may take before the gateway stops following it.
-pub const TURN_LIMIT: Duration = Duration::from_secs(900);
-
-/// The answer being written: its text so far (markdown) and what the agents are doing.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Writing {
-    pub text: String,
-    pub status: String,
-    /// What the agent does before its first words ("starting the assistant", "thinking"):
-    /// shown in a placeholder already up; a channel that waits for the words (Matrix) shows
-    /// its typing sign instead.
-    pub phase: String,
-}
-
-/// Why an answer did not finish, as its channel tells the person.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trouble {
-    /// Something failed: the sentence says what (already fit for the person).
-    Failed(String),
-    /// No answer within [`TURN_LIMIT`].
-    TooLong,
-}
-
-impl Trouble {
-    pub fn sentence(&self) -> String {
-        match self {
-            Trouble::Failed(sentence) => sentence.clone(),
-            Trouble::TooLong => format!(
-                "No answer after {} minutes; the gateway stopped waiting. Ask again, or read the conversation in \
-                 another baaaht client later.",
-                TURN_LIMIT.as_secs() / 60
-            ),
-        }
-    }
-}
+pub use crate::said::{Trouble, Writing, TURN_LIMIT};
 
 /// What a channel does with one turn's answer.
 pub trait Surface: Sync {
@@ -149,7 +117,7 @@ pub fn live(writing: &Writing, limit: usize) -> String {
 /// not finish.
 pub fn whole(text: &str, trouble: Option<Trouble>) -> String {
     match trouble {
-        None if text.trim().is_empty() => "(no answer)".to_string(),
+        None if text.trim().is_empty() => sentences::NO_ANSWER.to_string(),
         None => text.to_string(),
         Some(trouble) if text.trim().is_empty() => format!("⚠️ {}", trouble.sentence()),
         Some(trouble) => format!("{text}\n\n⚠️ {}", trouble.sentence()),
@@ -169,43 +137,22 @@ const DECISIONS: &[(&str, &str)] = &[
     ("no", "deny"),
 ];
 
-/// How a channel without buttons asks for an approval: what to answer with.
-pub const ANSWER_WITH: &str =
-    "Reply to this with one word: once (allow it this time), session (for this conversation), \
-                               always, or deny.";
-
 /// Answers the approval request `approval` as `person` with the first word of `said`: the
 /// sentence that tells them what was done.
 pub async fn answer_by_word(daemon: &Client, person: &Person, approval: &str, said: &str) -> String {
     let word = said.split_whitespace().next().unwrap_or_default().to_lowercase();
     let word = word.trim_matches(|c: char| !c.is_alphanumeric());
     let Some((_, decision)) = DECISIONS.iter().find(|(known, _)| *known == word) else {
-        return "⚠️ That answer was not understood: reply with once, session, always or deny.".into();
+        return format!("⚠️ {}", sentences::NOT_UNDERSTOOD);
     };
     let answer = v1::ApprovalAnswer { id: approval.to_string(), decision: decision.to_string() };
     let mut daemon = daemon.clone();
     match daemon.sessions.answer_approval(person.request(answer)).await {
-        Ok(_) => format!(
-            "Done: {}.",
-            match *decision {
-                "once" => "allowed this time",
-                "session" => "allowed for this conversation",
-                "always" => "allowed always (a rule)",
-                _ => "denied",
-            }
-        ),
+        Ok(_) => format!("Done: {}.", sentences::decided(decision)),
         Err(status) => {
             tracing::info!(approval, message = %status.message(), "an approval's answer was refused");
             format!("⚠️ {}", for_users(&status))
         }
-    }
-}
-
-/// The agent a delegation went to, as a status line names it.
-pub fn agent_name(agent: i32) -> &'static str {
-    match baaaht_proto::role_name(agent) {
-        Some(name @ ("worker" | "researcher" | "coder" | "memory")) => name,
-        _ => "agent",
     }
 }
 
@@ -243,10 +190,7 @@ async fn new_conversation(daemon: &Client, person: &Person, context: v1::Context
     let mut daemon = daemon.clone();
     let request = v1::NewSessionRequest { context: Some(context), title: String::new() };
     match daemon.sessions.new_session(person.request(request)).await {
-        Ok(_) => "A new conversation starts with your next message. It knows nothing of the last one, nor of what \
-                  that one read (a page, another person's words), so nothing is paused for it. The last one is kept: \
-                  search it, or read it in another baaaht client."
-            .into(),
+        Ok(_) => sentences::NEW_CONVERSATION.into(),
         Err(status) => format!("⚠️ {}", for_users(&status)),
     }
 }
@@ -255,8 +199,7 @@ async fn new_conversation(daemon: &Client, person: &Person, context: v1::Context
 /// that tells them what was done.
 async fn link(daemon: &Client, person: &Person, place: &Place, code: Option<String>) -> String {
     if matches!(place, Place::Shared { .. }) {
-        return "Link your channels in a private chat with me: a code said here could be used by whoever reads it."
-            .into();
+        return sentences::LINK_IN_PRIVATE.into();
     }
     let mut daemon = daemon.clone();
     match code {
@@ -356,13 +299,13 @@ pub async fn run<S: Surface>(
     // What the agents send to this conversation while it answers is the turn's to show.
     let in_turn = follower.in_turn(&sent.session_id);
     let every = surface.update_every();
-    let mut writing = Writing::default();
+    let mut turn = Turn::new(&sent.session_id, &sent.turn_id);
     // The first words show as soon as they come; then at most one update per interval.
     let mut last_update = Instant::now().checked_sub(every).unwrap_or_else(Instant::now);
     let mut last_typing = Instant::now();
     let deadline = tokio::time::Instant::now() + TURN_LIMIT;
     let trouble = loop {
-        if writing.text.is_empty() && last_typing.elapsed() >= TYPING_EVERY {
+        if turn.writing.text.is_empty() && last_typing.elapsed() >= TYPING_EVERY {
             // A courtesy: a channel that throttles it never holds the turn up.
             let _ = tokio::time::timeout(Duration::from_secs(2), surface.typing()).await; // silent-ok: as above
             last_typing = Instant::now();
@@ -372,56 +315,34 @@ pub async fn run<S: Surface>(
             Err(_) => break Some(Trouble::TooLong),
             Ok(Err(_)) => None,
             Ok(Ok(Ok(Some(event)))) => Some(event),
-            Ok(Ok(Ok(None))) | Ok(Ok(Err(_))) => {
-                break Some(Trouble::Failed("Lost the daemon while answering; try again.".into()))
-            }
+            Ok(Ok(Ok(None))) | Ok(Ok(Err(_))) => break Some(Trouble::Failed(sentences::LOST.into())),
         };
-        // A connection waiting for approval, whichever turn asked: the channel's buttons.
-        if let Some(asked) = event.as_ref().and_then(|event| event.event.as_ref()) {
-            if matches!(
-                asked,
-                v1::orchestrator_event::Event::Approval(_) | v1::orchestrator_event::Event::ApprovalSettled(_)
-            ) {
-                surface.approval(asked).await;
-            }
-        }
-        // What the agents sent to this conversation meanwhile (the `message` tool), with its files.
-        if let Some(v1::orchestrator_event::Event::Message(message)) =
-            event.as_ref().filter(|event| event.session_id == sent.session_id).and_then(|event| event.event.as_ref())
-        {
-            let (text, files) = read_sent(&daemon, &person, &sent.session_id, message).await;
-            if let Err(error) = surface.message(&text, files).await {
-                tracing::warn!(%error, "the channel refused a message the agents sent");
-            }
-        }
-        if let Some(event) = event.filter(|event| event.turn_id == sent.turn_id) {
-            use v1::orchestrator_event::Event;
-            match event.event {
-                Some(Event::TextDelta(delta)) => writing.text.push_str(&delta.text),
-                Some(Event::Phase(phase)) if writing.text.is_empty() => {
-                    writing.phase = baaaht_proto::phase_said(&phase)
+        if let Some((event, said)) = event.as_ref().and_then(|event| Some((event, said(event)?))) {
+            match &said {
+                // A connection waiting for approval, whichever turn asked: the channel's buttons.
+                Said::Approval(_) | Said::Settled(_) => {
+                    if let Some(asked) = event.event.as_ref() {
+                        surface.approval(asked).await;
+                    }
                 }
-                Some(Event::Delegation(delegation)) => {
-                    writing.status = format!("{} {}", agent_name(delegation.agent), delegation.state);
-                }
-                Some(Event::Tool(tool)) => {
-                    writing.status = format!("{} {} ({} ms)", tool.tool, tool.state, tool.duration_ms);
-                }
-                Some(Event::Reply(reply)) => {
-                    writing.text = reply.content;
-                    break None;
-                }
-                Some(Event::Error(error)) if error.for_users => break Some(Trouble::Failed(error.message)),
-                Some(Event::Error(error)) => {
-                    tracing::warn!(message = %error.message, "the turn failed");
-                    break Some(Trouble::Failed(INTERNAL.into()));
+                // What the agents sent to this conversation meanwhile (the `message` tool), with its files.
+                Said::Sent(message) if event.session_id == turn.session => {
+                    let (text, files) = read_sent(&daemon, &person, &turn.session, message).await;
+                    if let Err(error) = surface.message(&text, files).await {
+                        tracing::warn!(%error, "the channel refused a message the agents sent");
+                    }
                 }
                 _ => {}
+            }
+            if turn.owns(event) {
+                if let Step::Ended(trouble) = turn.take(&said) {
+                    break trouble;
+                }
             }
         }
         // The interval counts from an update sent, so the first words go at once.
         if last_update.elapsed() >= every {
-            match surface.show(&mut answer, &writing).await {
+            match surface.show(&mut answer, &turn.writing).await {
                 Ok(true) => last_update = Instant::now(),
                 Ok(false) => {}
                 Err(error) => {
@@ -432,7 +353,7 @@ pub async fn run<S: Surface>(
         }
     };
     drop(in_turn);
-    surface.close(answer, &writing, trouble).await.map_err(TurnError::Channel)
+    surface.close(answer, &turn.writing, trouble).await.map_err(TurnError::Channel)
 }
 
 #[cfg(test)]

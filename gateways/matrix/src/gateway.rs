@@ -17,7 +17,8 @@ use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::text::clean;
-use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing};
+use baaaht_gateway_kit::sentences;
+use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client as Daemon;
 use baaaht_proto::v1;
 use matrix_sdk::config::SyncSettings;
@@ -34,6 +35,9 @@ use matrix_sdk::Client;
 const UPDATE_EVERY: Duration = Duration::from_millis(1500);
 /// The most characters an answer shows while it is written (Matrix events are at most 64 KiB).
 const LIVE_LIMIT: usize = 16_000;
+/// The most bytes of one message of a finished answer (its edit says them twice, and a reply
+/// quotes what it answers, in an event of at most 64 KiB).
+const MESSAGE_BYTES: usize = 16_000;
 /// How long a sync waits at the homeserver for something new (the long poll).
 const SYNC_WAIT: Duration = Duration::from_secs(30);
 /// A sync answered this fast with nothing new is followed by a pause of [`QUICK_SYNC_PAUSE`].
@@ -401,16 +405,8 @@ impl Gateway {
         if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == request.id) {
             return;
         }
-        let command: String = request.asked_by.lines().next().unwrap_or_default().chars().take(120).collect();
-        let asked_by = if command.is_empty() { String::new() } else { format!(" for “{}”", clean(&command)) };
-        let text = format!(
-            "The {}'s tools want to reach {}:{}{asked_by}. {} Denied in {} s without an answer.",
-            agent_name(request.agent),
-            clean(&request.host),
-            request.port,
-            turn::ANSWER_WITH,
-            request.expires_in_seconds
-        );
+        let asked = clean(&sentences::approval_asked(request));
+        let text = format!("{asked} {} {}", sentences::ANSWER_WITH, sentences::denied_in(request.expires_in_seconds));
         match room.send(RoomMessageEventContent::text_plain(text)).await {
             Ok(sent) => {
                 let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
@@ -491,7 +487,15 @@ impl Surface for Answering<'_> {
     }
 
     async fn close(&self, mut answer: Shown, writing: &Writing, trouble: Option<Trouble>) -> Result<(), String> {
-        self.put(&mut answer, &turn::whole(&clean(&writing.text), trouble)).await
+        let whole = turn::whole(&clean(&writing.text), trouble);
+        // An event holds at most 64 KiB and an edit carries its text twice: a long answer goes
+        // on in messages after the first.
+        let mut parts = baaaht_gateway_kit::text::pieces(&whole, MESSAGE_BYTES).into_iter();
+        self.put(&mut answer, &parts.next().unwrap_or_default()).await?;
+        for part in parts {
+            self.room.send(RoomMessageEventContent::text_plain(part)).await.map_err(|error| error.to_string())?;
+        }
+        Ok(())
     }
 
     async fn message(&self, text: &str, files: Vec<File>) -> Result<(), String> {

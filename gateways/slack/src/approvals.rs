@@ -8,6 +8,7 @@
 use serde_json::{json, Value};
 use slack_morphism::prelude::*;
 
+use baaaht_gateway_kit::sentences;
 use baaaht_proto::v1;
 
 use crate::gateway::{patiently, Gateway};
@@ -18,38 +19,21 @@ const ACTION: &str = "baaaht_approval_";
 /// The most requests waiting for an answer in one workspace at once.
 const MAX_ASKED: usize = 256;
 
-const ANSWERS: &[(&str, &str)] =
-    &[("once", "Allow once"), ("session", "For this conversation"), ("always", "Always"), ("deny", "Deny")];
-
-/// What a settled request's message says.
-fn settled_text(decision: &str, by: &str) -> String {
-    let what = match decision {
-        "once" => "Allowed once",
-        "session" => "Allowed for this conversation",
-        "always" => "Allowed always (a rule)",
-        "deny" => "Denied",
-        other => other,
-    };
-    let by = if by == "nobody" { "nobody answered in time".to_string() } else { format!("by {by}") };
-    format!("{what}, {by}.")
-}
 
 /// The request as Slack blocks: what waits, and the answers.
-fn blocks(request: &v1::ApprovalRequest, agent: &str) -> Value {
-    let command = request.asked_by.lines().next().unwrap_or_default();
-    let command: String = command.chars().take(120).collect();
+fn blocks(request: &v1::ApprovalRequest) -> Value {
+    let command = sentences::asked_for(request);
     let asked = if command.is_empty() {
         String::new()
     } else {
         format!(" for `{}`", crate::mrkdwn::escape(&command.replace('`', "'")))
     };
     let text = format!(
-        "*The {agent}'s tools want to reach {}:{}*{asked}. Denied in {} s without an answer.",
-        crate::mrkdwn::escape(&request.host),
-        request.port,
-        request.expires_in_seconds
+        "*{}*{asked}. {}",
+        crate::mrkdwn::escape(&sentences::wants_to_reach(request)),
+        sentences::denied_in(request.expires_in_seconds)
     );
-    let buttons: Vec<Value> = ANSWERS
+    let buttons: Vec<Value> = sentences::CHOICES
         .iter()
         .map(|(decision, label)| {
             let mut button = json!({
@@ -93,12 +77,11 @@ impl Gateway {
                         return;
                     }
                 }
-                let agent = baaaht_gateway_kit::turn::agent_name(request.agent);
-                let blocks: Vec<SlackBlock> = match serde_json::from_value(blocks(request, agent)) {
+                let blocks: Vec<SlackBlock> = match serde_json::from_value(blocks(request)) {
                     Ok(blocks) => blocks,
                     Err(error) => return tracing::warn!(%error, "an approval request could not be written as blocks"),
                 };
-                let text = format!("The {agent}'s tools want to reach {}:{}", request.host, request.port);
+                let text = sentences::wants_to_reach(request);
                 let content = SlackMessageContent::new().with_text(text).with_blocks(blocks);
                 let post = SlackApiChatPostMessageRequest::new(channel.clone(), content).opt_thread_ts(thread.cloned());
                 match patiently("chat.postMessage", || session.chat_post_message(&post)).await {
@@ -114,7 +97,7 @@ impl Gateway {
             Event::ApprovalSettled(settled) => {
                 let posted = self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&settled.id);
                 let Some((channel, ts, _)) = posted else { return };
-                let text = settled_text(&settled.decision, &settled.by);
+                let text = sentences::settled(&settled.decision, &settled.by);
                 let blocks = vec![SlackBlock::Section(SlackSectionBlock::new().with_text(md!("{}", text)))];
                 let content = SlackMessageContent::new().with_text(text).with_blocks(blocks);
                 let update = SlackApiChatUpdateRequest::new(channel, content, ts);
@@ -147,7 +130,7 @@ impl Gateway {
             if let Err(status) = daemon.sessions.answer_approval(self.person(&identity, user).request(answer)).await {
                 tracing::info!(approval = %id, message = %status.message(), "an approval's answer was refused");
                 let channel = payload["channel"]["id"].as_str().unwrap_or_default().to_string();
-                let text = format!(":warning: {}", baaaht_gateway_kit::daemon::for_users(&status));
+                let text = format!(":warning: {}", sentences::for_users(&status));
                 let content = SlackMessageContent::new().with_text(text);
                 let request = SlackApiChatPostEphemeralRequest::new(
                     SlackChannelId::new(channel),
@@ -175,9 +158,10 @@ mod tests {
             port: 443,
             asked_by: "exec: pip download <x>\nmore".into(),
             expires_in_seconds: 120,
+            agent: v1::AgentRole::Coder as i32,
             ..Default::default()
         };
-        let written = blocks(&request, "coder");
+        let written = blocks(&request);
         let parsed: Vec<SlackBlock> = serde_json::from_value(written.clone()).expect("slack-morphism reads them");
         assert_eq!(parsed.len(), 2);
         let text = written[0]["text"]["text"].as_str().expect("text");
@@ -196,6 +180,5 @@ mod tests {
             ["baaaht_approval_once", "baaaht_approval_session", "baaaht_approval_always", "baaaht_approval_deny"]
         );
         assert!(written[1]["elements"].as_array().expect("buttons").iter().all(|b| b["value"] == "a-0123456789ab"));
-        assert_eq!(settled_text("session", "nobody"), "Allowed for this conversation, nobody answered in time.");
     }
 }

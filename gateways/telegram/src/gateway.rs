@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use baaaht_gateway_kit::backoff::Backoff;
-use baaaht_gateway_kit::daemon::{for_users, File, Person, Place};
+use baaaht_gateway_kit::daemon::{File, Person, Place};
+use baaaht_gateway_kit::sentences::{self, for_users};
 use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::text::clean;
-use baaaht_gateway_kit::turn::{self, agent_name, Surface, Trouble, TurnError, Writing, PLACEHOLDER};
+use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing, PLACEHOLDER};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use serde_json::{json, Value};
@@ -31,8 +32,6 @@ const MESSAGE_LIMIT: usize = 4000;
 const POLL_WAIT: Duration = Duration::from_secs(25);
 /// The buttons' data start with this; then the decision and the request's id.
 const ACTION: &str = "a:";
-const ANSWERS: &[(&str, &str)] =
-    &[("once", "Allow once"), ("session", "For this conversation"), ("always", "Always"), ("deny", "Deny")];
 
 /// What the gateway knows for its whole life.
 pub struct Gateway {
@@ -259,17 +258,9 @@ impl Gateway {
                         return;
                     }
                 }
-                let command: String = request.asked_by.lines().next().unwrap_or_default().chars().take(120).collect();
-                let asked_by =
-                    if command.is_empty() { String::new() } else { format!(" for “{}”", clean(&command)) };
-                let text = format!(
-                    "The {}'s tools want to reach {}:{}{asked_by}. Denied in {} s without an answer.",
-                    agent_name(request.agent),
-                    clean(&request.host),
-                    request.port,
-                    request.expires_in_seconds
-                );
-                let buttons: Vec<Value> = ANSWERS
+                let asked = clean(&sentences::approval_asked(request));
+                let text = format!("{asked} {}", sentences::denied_in(request.expires_in_seconds));
+                let buttons: Vec<Value> = sentences::CHOICES
                     .iter()
                     .map(|(decision, label)| json!({"text": label, "callback_data": format!("{ACTION}{decision}:{}", request.id)}))
                     .collect();
@@ -288,19 +279,8 @@ impl Gateway {
             Event::ApprovalSettled(settled) => {
                 let posted = self.asked.lock().unwrap_or_else(PoisonError::into_inner).remove(&settled.id);
                 let Some((chat, message, _)) = posted else { return };
-                let what = match settled.decision.as_str() {
-                    "once" => "Allowed once",
-                    "session" => "Allowed for this conversation",
-                    "always" => "Allowed always (a rule)",
-                    "deny" => "Denied",
-                    other => other,
-                };
-                let by = if settled.by == "nobody" {
-                    "nobody answered in time".to_string()
-                } else {
-                    format!("by {}", settled.by)
-                };
-                if let Err(error) = self.api.edit(chat, message, &format!("{what}, {by}."), None).await {
+                let text = sentences::settled(&settled.decision, &settled.by);
+                if let Err(error) = self.api.edit(chat, message, &text, None).await {
                     tracing::warn!(%error, "an approval's answer could not be shown");
                 }
             }

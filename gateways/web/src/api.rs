@@ -34,6 +34,7 @@ pub struct Settings {
 pub async fn settings(State(app): State<Arc<App>>, user: User, Json(settings): Json<Settings>) -> Response {
     let request = v1::ProfileUpdate { name: settings.name, preferred_channel: settings.preferred_channel };
     answer(app.daemon.clone().gateways.update_profile(app.as_user(&user.session, request)).await, |me| {
+        app.keep_profile(&user.session, &me);
         profile_json(&me)
     })
 }
@@ -53,7 +54,7 @@ fn session_json(header: &v1::SessionHeader) -> Value {
 fn entry_json(entry: &v1::SessionEntry, me: &crate::events::Me) -> Option<Value> {
     use v1::session_entry::Entry;
     let base = json!({"id": entry.id, "parent": entry.parent, "time": entry.timestamp});
-    let agent = crate::events::agent_name;
+    let agent = baaaht_gateway_kit::sentences::agent;
     let details = match entry.entry.as_ref()? {
         Entry::Message(message) => json!({"kind": "message", "role": message.role, "text": message.content,
             "mine": me.wrote(&message.sender_id), "name": message.sender_name,
@@ -79,8 +80,8 @@ fn entry_json(entry: &v1::SessionEntry, me: &crate::events::Me) -> Option<Value>
 /// admin's list too: the daemon would show them everyone's, which is the admin tools' job).
 pub async fn list(State(app): State<Arc<App>>, user: User) -> Response {
     let mut daemon = app.daemon.clone();
-    let me = match daemon.gateways.who_am_i(app.as_user(&user.session, v1::WhoAmIRequest {})).await {
-        Ok(me) => me.into_inner(),
+    let me = match app.profile(&user.session, std::time::Duration::ZERO).await {
+        Ok(me) => me,
         Err(status) => return api_error(&status),
     };
     match daemon.sessions.list_sessions(app.as_user(&user.session, v1::SessionFilter::default())).await {
@@ -332,8 +333,8 @@ pub async fn export(
 /// `GET /api/rooms`: the rooms the user is in (an admin sees every room, and may create them).
 pub async fn rooms(State(app): State<Arc<App>>, user: User) -> Response {
     let mut daemon = app.daemon.clone();
-    let me = match daemon.gateways.who_am_i(app.as_user(&user.session, v1::WhoAmIRequest {})).await {
-        Ok(me) => me.into_inner(),
+    let me = match app.profile(&user.session, std::time::Duration::ZERO).await {
+        Ok(me) => me,
         Err(status) => return api_error(&status),
     };
     match daemon.admin.list_groups(app.as_user(&user.session, v1::ListGroupsRequest {})).await {

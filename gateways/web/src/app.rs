@@ -49,9 +49,9 @@ pub struct App {
     pub refresh_after: Pauses,
     /// The sessions whose ID token is being refreshed now, by cookie.
     pub refreshing: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Each signed-in identity's canonical user id, as the daemon last said (for a while: see
-    /// [`ID_KEPT_FOR`]), so a message costs one call to the daemon, not two.
-    pub user_ids: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+    /// Each signed-in identity's profile (canonical id, groups, admin), as the daemon last said
+    /// and when ([`App::profile`]), so a message costs one call to the daemon, not two.
+    pub profiles: std::sync::Mutex<std::collections::HashMap<String, (v1::UserProfile, std::time::Instant)>>,
 }
 
 /// Pauses between tries, by key: after a failure the next waits 5 s, then twice as long after
@@ -315,22 +315,21 @@ pub fn error(status: StatusCode, sentence: &str) -> Response {
     (status, Json(json!({"error": sentence}))).into_response()
 }
 
-/// A JSON error for a refusal or failure of the daemon: its sentence when it is about what the
-/// user asked (a budget, bad input), a plain one otherwise (the detail is in the log).
+/// A JSON error for a refusal or failure of the daemon, in the words every channel uses
+/// ([`baaaht_gateway_kit::sentences::for_users`]): its sentence when it is about what the user
+/// asked (a budget, a permission, bad input), a plain one otherwise (the detail is in the log).
 pub fn api_error(status: &tonic::Status) -> Response {
     use tonic::Code;
-    match status.code() {
-        Code::ResourceExhausted | Code::InvalidArgument => error(StatusCode::BAD_REQUEST, status.message()),
+    let code = match status.code() {
+        Code::ResourceExhausted | Code::InvalidArgument => StatusCode::BAD_REQUEST,
         Code::PermissionDenied | Code::NotFound | Code::FailedPrecondition => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon refused a web request");
-            error(StatusCode::FORBIDDEN, "The assistant did not take this request.")
+            tracing::info!(code = ?status.code(), message = %status.message(), "the daemon refused a web request");
+            StatusCode::FORBIDDEN
         }
-        Code::Unauthenticated => error(StatusCode::UNAUTHORIZED, "Your sign-in has expired; sign in again."),
-        _ => {
-            tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon failed a web request");
-            error(StatusCode::BAD_GATEWAY, "The assistant is not reachable right now; try again in a minute.")
-        }
-    }
+        Code::Unauthenticated => return error(StatusCode::UNAUTHORIZED, "Your sign-in has expired; sign in again."),
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    error(code, &baaaht_gateway_kit::sentences::for_users(status))
 }
 
 /// The page's answer to a daemon call: JSON made of what it answered, or its refusal.
@@ -366,24 +365,36 @@ impl App {
         Ok(v1::ContextRef { r#type: v1::ContextType::User as i32, id: self.user_id(user).await? })
     }
 
-    /// The canonical id of `user`, as the daemon last said (see [`ID_KEPT_FOR`]).
-    pub async fn user_id(&self, user: &SignedIn) -> Result<String, tonic::Status> {
+    /// `user`'s profile as the daemon said it at most `max_age` ago: the one place the web asks
+    /// the daemon who someone is. `Duration::ZERO` asks anew (a list of rooms and sessions must
+    /// show a group made or joined at once); every answer is kept for the next.
+    pub async fn profile(&self, user: &SignedIn, max_age: std::time::Duration) -> Result<v1::UserProfile, tonic::Status> {
         let identity = self.identity(user);
         let kept = {
-            let ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            ids.get(&identity).filter(|(_, when)| when.elapsed() < ID_KEPT_FOR).map(|(id, _)| id.clone())
+            let profiles = self.profiles.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            profiles.get(&identity).filter(|(_, when)| when.elapsed() < max_age).map(|(me, _)| me.clone())
         };
-        if let Some(id) = kept {
-            return Ok(id);
+        if let Some(me) = kept {
+            return Ok(me);
         }
         let mut daemon = self.daemon.clone();
         let me = daemon.gateways.who_am_i(self.as_user(user, v1::WhoAmIRequest {})).await?.into_inner();
-        let mut ids = self.user_ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if ids.len() >= 10_000 {
-            ids.retain(|_, (_, when)| when.elapsed() < ID_KEPT_FOR);
+        self.keep_profile(user, &me);
+        Ok(me)
+    }
+
+    /// Keeps `me` as `user`'s profile the daemon just said (an answer to an update is one too).
+    pub fn keep_profile(&self, user: &SignedIn, me: &v1::UserProfile) {
+        let mut profiles = self.profiles.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if profiles.len() >= 10_000 {
+            profiles.retain(|_, (_, when)| when.elapsed() < ID_KEPT_FOR);
         }
-        ids.insert(identity, (me.id.clone(), std::time::Instant::now()));
-        Ok(me.id)
+        profiles.insert(self.identity(user), (me.clone(), std::time::Instant::now()));
+    }
+
+    /// The canonical id of `user`, as the daemon said it at most [`ID_KEPT_FOR`] ago.
+    pub async fn user_id(&self, user: &SignedIn) -> Result<String, tonic::Status> {
+        Ok(self.profile(user, ID_KEPT_FOR).await?.id)
     }
 
     /// Who `user` is, to tell their own messages from others' (without showing anyone's ids).

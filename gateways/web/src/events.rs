@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use baaaht_proto::client::Client;
+use baaaht_gateway_kit::said::{said, Said};
 use baaaht_proto::v1;
 use tokio::sync::watch;
 
@@ -189,40 +190,28 @@ async fn follow(feed: &Feed, me: &Me, daemon: &mut Client, subscribe: tonic::Req
     }
 }
 
-/// An agent's role as people read it: `worker`, `coder`…
-pub fn agent_name(role: i32) -> String {
-    let name = v1::AgentRole::try_from(role).map(|role| role.as_str_name()).unwrap_or_default();
-    name.trim_start_matches("AGENT_ROLE_").to_lowercase()
-}
-
-/// An event as `me`'s page reads it; none for what it does not show.
+/// An event as `me`'s page reads it, read as every client reads it ([`said`]); none for what
+/// it does not show.
 pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Value> {
+    use baaaht_gateway_kit::sentences;
     use serde_json::json;
-    use v1::orchestrator_event::Event;
     let (session, turn) = (&event.session_id, &event.turn_id);
-    let agent = agent_name;
-    Some(match event.event.as_ref()? {
-        Event::TextDelta(delta) => json!({"type": "delta", "session": session, "turn": turn, "text": delta.text}),
-        Event::Reply(reply) => {
-            json!({"type": "reply", "session": session, "turn": turn, "entry": reply.entry_id, "text": reply.content})
+    Some(match said(event)? {
+        Said::Words(text) => json!({"type": "delta", "session": session, "turn": turn, "text": text}),
+        Said::Answered { entry, text } => {
+            json!({"type": "reply", "session": session, "turn": turn, "entry": entry, "text": text})
         }
-        Event::UserMessage(message) => json!({"type": "user", "session": session, "turn": turn,
+        Said::Entered(message) => json!({"type": "user", "session": session, "turn": turn,
             "entry": message.entry_id, "mine": me.wrote(&message.sender_id), "name": message.sender_name, "text": message.content,
             "attachments": attachments_json(&message.attachments)}),
-        Event::Delegation(progress) => json!({"type": "delegation", "session": session, "turn": turn,
-            "agent": agent(progress.agent), "task": progress.task, "state": progress.state}),
-        Event::Tool(progress) => json!({"type": "tool", "session": session, "turn": turn,
-            "agent": agent(progress.agent), "tool": progress.tool, "state": progress.state, "ms": progress.duration_ms}),
-        Event::Error(error) => {
-            let text = if error.for_users {
-                error.message.clone()
-            } else {
-                "Something went wrong on the assistant's side; try again.".into()
-            };
-            json!({"type": "error", "session": session, "turn": turn, "text": text})
-        }
+        Said::Delegation { agent, task, state } => json!({"type": "delegation", "session": session, "turn": turn,
+            "agent": agent, "task": task, "state": state}),
+        Said::Tool { agent, tool, state, ms } => json!({"type": "tool", "session": session, "turn": turn,
+            "agent": agent, "tool": tool, "state": state, "ms": ms}),
+        // A failure inside baaaht is the plain sentence; its detail is in the daemon's log.
+        Said::Failed { sentence, .. } => json!({"type": "error", "session": session, "turn": turn, "text": sentence}),
         // A memory waiting for review is reviewed here, in the settings.
-        Event::Message(message) if message.metadata.get("topic").is_some_and(|topic| topic == "memory-review") => {
+        Said::Sent(message) if message.metadata.get("topic").is_some_and(|topic| topic == "memory-review") => {
             let said = |name: &str| message.metadata.get(name).map_or("", String::as_str).to_string();
             let text = format!(
                 "A memory (`{}`) was written while reading content from outside ({}). It is not used until you \
@@ -232,23 +221,24 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
             );
             json!({"type": "message", "session": session, "text": text, "files": []})
         }
-        Event::Message(message) => json!({"type": "message", "session": session, "text": message.content,
+        Said::Sent(message) => json!({"type": "message", "session": session, "text": message.content,
             "files": message.attachments.iter().map(|file| json!({"name": file.filename, "path": file.path,
                 "type": file.mime_type, "size": file.size_bytes})).collect::<Vec<_>>()}),
-        Event::Notice(notice) => json!({"type": "notice", "session": session, "text": notice.content}),
+        Said::Notice(notice) => json!({"type": "notice", "session": session, "text": notice.content}),
         // A card with the answers as buttons, whichever conversation is open.
-        Event::Approval(request) => json!({"type": "approval", "session": session, "id": request.id,
-            "agent": agent(request.agent), "host": request.host, "port": request.port,
-            "asked_by": request.asked_by, "expires_in": request.expires_in_seconds}),
-        Event::ApprovalSettled(settled) => json!({"type": "settled", "session": session, "id": settled.id,
-            "decision": settled.decision, "by": settled.by}),
+        Said::Approval(request) => json!({"type": "approval", "session": session, "id": request.id,
+            "agent": sentences::agent(request.agent), "host": request.host, "port": request.port,
+            "asked_by": request.asked_by, "expires_in": request.expires_in_seconds,
+            "text": sentences::approval_asked(&request), "choices": sentences::CHOICES}),
+        Said::Settled(settled) => json!({"type": "settled", "session": session, "id": settled.id,
+            "decision": settled.decision, "by": settled.by, "text": sentences::settled(&settled.decision, &settled.by)}),
         // The status line of a turn that read untrusted content.
-        Event::Tainted(tainted) => json!({"type": "tainted", "session": session, "turn": turn,
-            "source": tainted.source, "withheld": tainted.withheld}),
+        Said::Tainted { source, withheld } => json!({"type": "tainted", "session": session, "turn": turn,
+            "source": source, "withheld": withheld}),
         // What the turn's agent does before its words (the answer's "working" line).
-        Event::Phase(phase) => json!({"type": "phase", "session": session, "turn": turn,
-            "agent": agent(phase.agent), "phase": phase.phase, "said": baaaht_proto::phase_said(phase)}),
-        Event::ThinkingDelta(_) => return None,
+        Said::Phase { agent, phase, said } => json!({"type": "phase", "session": session, "turn": turn,
+            "agent": agent, "phase": phase, "said": said}),
+        Said::Thinking(_) => return None,
     })
 }
 

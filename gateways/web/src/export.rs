@@ -20,7 +20,7 @@ pub fn markdown(title: &str, entries: &[&v1::SessionEntry]) -> String {
                 out.push_str(&format!("\n## {who} · {when}\n\n{}\n", message.content.trim_end()));
             }
             Some(Entry::Delegate(delegate)) => {
-                let agent = crate::events::agent_name(delegate.agent);
+                let agent = baaaht_gateway_kit::sentences::agent(delegate.agent);
                 out.push_str(&format!("\n> Delegated to {agent}: {}\n", delegate.task.lines().next().unwrap_or("")));
             }
             Some(Entry::Compaction(compaction)) => {
@@ -30,9 +30,8 @@ pub fn markdown(title: &str, entries: &[&v1::SessionEntry]) -> String {
                 out.push_str(&format!("\n> Model: {} → {}\n", change.previous_model, change.new_model));
             }
             Some(Entry::Activity(activity)) => {
-                use baaaht_proto::transcript::{activity_event, activity_said};
-                let event = activity_event(activity);
-                if let Some(said) = event.and_then(activity_said) {
+                let event = baaaht_proto::transcript::activity_event(activity);
+                if let Some(said) = event.and_then(baaaht_gateway_kit::sentences::activity) {
                     // A message is markdown, as answers are; the rest names hosts, commands and
                     // people as they were written: text, never markup.
                     let said = match event {
@@ -161,7 +160,7 @@ mod tests {
         let branch = baaaht_proto::transcript::branch(&entries, None);
         let page = html("Plans", &markdown("Plans", &branch));
         assert!(
-            page.contains("Allowed once by M [pay](javascript:alert(1)) ![x](https://evil.example/p.png)."),
+            page.contains("Allowed once, by M [pay](javascript:alert(1)) ![x](https://evil.example/p.png)."),
             "{page}"
         );
         assert!(!page.contains("<a ") && !page.contains("<img"), "{page}");

@@ -153,7 +153,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         csp,
         max_upload: cli.max_upload_bytes,
         admission,
-        user_ids: Default::default(),
+        profiles: Default::default(),
         refreshing: Default::default(),
         sign_ins: Default::default(),
         refresh_after: Default::default(),

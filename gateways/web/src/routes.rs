@@ -291,13 +291,12 @@ async fn callback(State(app): State<Arc<App>>, headers: HeaderMap, Query(answer)
         access_token: String::new(),
     };
     // The daemon meets the user (first sign-in creates them) and checks the ID token itself.
-    let mut daemon = app.daemon.clone();
-    if let Err(status) = daemon.gateways.who_am_i(app.as_user(&session, v1::WhoAmIRequest {})).await {
+    if let Err(status) = app.profile(&session, std::time::Duration::ZERO).await {
         tracing::warn!(code = ?status.code(), message = %status.message(), "the daemon refused a signed-in user");
         let sentence = if status.code() == tonic::Code::PermissionDenied {
             "You are signed in, but this assistant does not let this account in."
         } else {
-            "The assistant is not reachable right now; try again in a minute."
+            baaaht_gateway_kit::sentences::UNREACHABLE
         };
         return failed(StatusCode::FORBIDDEN, sentence);
     }
@@ -351,10 +350,9 @@ async fn signed_out() -> Response {
 }
 
 async fn me(State(app): State<Arc<App>>, user: User) -> Response {
-    let mut daemon = app.daemon.clone();
-    match daemon.gateways.who_am_i(app.as_user(&user.session, v1::WhoAmIRequest {})).await {
+    match app.profile(&user.session, std::time::Duration::ZERO).await {
         Ok(me) => {
-            let mut shown = api::profile_json(&me.into_inner());
+            let mut shown = api::profile_json(&me);
             shown["name"] =
                 serde_json::json!(shown["name"].as_str().filter(|name| !name.is_empty()).unwrap_or(&user.session.name));
             shown["email"] = serde_json::json!(user.session.email);

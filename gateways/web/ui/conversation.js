@@ -270,14 +270,7 @@ function speak(text, { flush = false } = {}) {
 
 // --- approvals ---------------------------------------------------------------------------------
 
-const ANSWERS = [
-  ["once", "Allow once"],
-  ["session", "For this conversation"],
-  ["always", "Always"],
-  ["deny", "Deny"],
-];
-const SETTLED = { once: "Allowed once", session: "Allowed for this conversation", always: "Allowed always (a rule)", deny: "Denied" };
-
+// Their words (the request, its answers, how it ended) come from the gateway, as every channel's do.
 // A connection waiting for someone to allow it: a card with the answers as buttons. Shown again
 // from the conversation's history, `left` says how many seconds it still waits, as the daemon
 // said when it was read (0: no longer; its answer, if it had one, follows).
@@ -293,12 +286,7 @@ function approvalCard(event, { left } = {}) {
   card.setAttribute("aria-label", "Approval request");
   const text = document.createElement("p");
   text.className = "text";
-  const command = (event.asked_by || "").split("\n")[0];
-  text.textContent = visible(
-    `The ${event.agent}'s tools want to reach ${event.host}:${event.port}` +
-      (command ? ` for \u201c${command.length > 80 ? `${command.slice(0, 79)}\u2026` : command}\u201d` : "") +
-      ".",
-  );
+  text.textContent = visible(event.text);
   const note = document.createElement("p");
   note.className = "meta";
   note.textContent = `Denied in ${live ? event.expires_in : left} s without an answer.`;
@@ -309,7 +297,7 @@ function approvalCard(event, { left } = {}) {
   }
   const buttons = document.createElement("div");
   buttons.className = "answers";
-  for (const [decision, label] of ANSWERS) {
+  for (const [decision, label] of event.choices) {
     const button = document.createElement("button");
     button.type = "button";
     button.textContent = label;
@@ -335,8 +323,7 @@ function approvalSettled(event) {
   if (!card) return;
   card.querySelector(".answers")?.remove();
   const note = card.querySelector(".meta");
-  const by = event.by === "nobody" ? "nobody answered in time" : `by ${event.by}`;
-  note.textContent = `${SETTLED[event.decision] || event.decision}, ${by}.`;
+  note.textContent = event.text;
   card.classList.remove("denied", "allowed");
   card.classList.add(event.decision === "deny" ? "denied" : "allowed");
 }

@@ -12,18 +12,15 @@ use super::{Config, ConfigError};
 const PREFIX: &str = "BAAAHT__";
 
 /// Why a variable's value cannot go where its name points (said after the variable's name).
+///
+/// Each message carries its cause's text, so none is a `source` (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 enum OverrideError {
     #[error("`{section}` is a value, not a section, so `{key}` does not exist")]
     NotASection { section: String, key: String },
     /// The message holds the cause too: it is told as one sentence.
-    #[error("`{key}`: expected a JSON {kind} ({source})")]
-    NotJson {
-        key: String,
-        kind: &'static str,
-        #[source]
-        source: serde_json::Error,
-    },
+    #[error("`{key}`: expected a JSON {kind} ({error})")]
+    NotJson { key: String, kind: &'static str, error: serde_json::Error },
 }
 
 /// Applies every `BAAAHT__…` variable of `env`, in name order so the result is deterministic.
@@ -64,10 +61,10 @@ fn set(tree: &mut Value, path: &[String], raw: &str) -> Result<(), OverrideError
         };
         if depth + 1 == path.len() {
             let value = match map.get(key) {
-                Some(current) => parse_like(current, raw).map_err(|source| OverrideError::NotJson {
+                Some(current) => parse_like(current, raw).map_err(|error| OverrideError::NotJson {
                     key: path.join("."),
                     kind: if current.is_array() { "array" } else { "object" },
-                    source,
+                    error,
                 })?,
                 None => parse_new(raw),
             };

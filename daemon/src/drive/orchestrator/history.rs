@@ -563,8 +563,16 @@ mod tests {
                 .collect()
         };
         assert_eq!(kinds(&messages[0]), ["old ones"], "a.png and b.png are not among the newest four");
-        let not_shown = format!("(The picture uploads/huge.png cannot be shown to you: {}.)", PictureError::TooLarge);
-        assert_eq!(kinds(&messages[2]), ["new ones", "[image]", not_shown.as_str(), "[image]", "[image]"]);
+        assert_eq!(
+            kinds(&messages[2]),
+            [
+                "new ones",
+                "[image]",
+                "(The picture uploads/huge.png cannot be shown to you: only PNG, JPEG, GIF and WebP pictures of at most 3.8 MB are shown.)",
+                "[image]",
+                "[image]"
+            ]
+        );
         // Three user messages later, the pictures are named in their text only.
         for (index, id) in ["e4", "e5", "e6"].iter().enumerate() {
             let parent = branch.last().map(|entry| entry.id().to_string()).unwrap_or_default();

@@ -6,13 +6,15 @@
 use super::schedule::{ActiveHours, Cadence, ScheduleError};
 
 /// Why a section of `HEARTBEAT.md` is skipped (a [`Warning`] at its heading's line).
+///
+/// Each message carries its cause's text, so none is a `source` (a chain would say it twice).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeartbeatError {
     #[error("a heartbeat heading without a name; write `## Name`")]
     NoName,
     /// A field that does not read; the message says why as well, as a warning is shown alone.
-    #[error("heartbeat {shown}, line {line}: {source}")]
-    Field { shown: String, line: usize, source: ScheduleError },
+    #[error("heartbeat {shown}, line {line}: {error}")]
+    Field { shown: String, line: usize, error: ScheduleError },
     #[error("heartbeat {shown} has no `Cadence:` line before its prompt (hourly, daily, weekly, biweekly or monthly)")]
     NoCadence { shown: String },
     #[error("heartbeat {shown} has no prompt; add `Prompt:` and what to do")]
@@ -104,7 +106,7 @@ fn section(title: &str, line: usize, body: &[&str]) -> Result<Section, Heartbeat
         }
         let Some((key, value)) = field(text) else { continue };
         let at = line + 1 + offset;
-        let unreadable = |source| HeartbeatError::Field { shown: shown.clone(), line: at, source };
+        let unreadable = |error| HeartbeatError::Field { shown: shown.clone(), line: at, error };
         match key.as_str() {
             "cadence" => cadence = Some(value.parse::<Cadence>().map_err(unreadable)?),
             "active hours" => {

@@ -207,8 +207,7 @@ pub fn schedule_requested(
 /// Why an agent may not schedule a task.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentScheduling {
-    /// Its turn read untrusted content, or the task is not one it may schedule (the sentence
-    /// says which).
+    /// Its turn read untrusted content, so it schedules nothing (the sentence says so).
     #[error("{0}")]
     Refused(String),
     /// The task could do more than the agent that asks for it.

@@ -189,6 +189,8 @@ pub struct GatewaySummary {
 }
 
 /// Why a request cannot reach the gateway, as a sentence.
+///
+/// Each message carries its cause's text, so none is a `source` (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     #[error("no LLM provider can be used: {0}")]
@@ -208,11 +210,8 @@ pub enum GatewayError {
     #[error("the gateway did not create {} within {} s", .0.display(), START_TIMEOUT.as_secs())]
     NoSocket(PathBuf),
     /// The message holds the cause too: it becomes the gateway's state, told as it is.
-    #[error("cannot connect to the gateway: {source}")]
-    Connect {
-        #[source]
-        source: baaaht_proto::client::ConnectError,
-    },
+    #[error("cannot connect to the gateway: {error}")]
+    Connect { error: baaaht_proto::client::ConnectError },
     #[error("the gateway refused its configuration: {0}")]
     Configure(String),
     #[error("the gateway did not answer within {} s", START_TIMEOUT.as_secs())]
@@ -636,7 +635,7 @@ impl LlmGateway {
             give_up_after: Duration::from_secs(5),
         };
         let channel =
-            baaaht_proto::client::channel(socket, backoff).await.map_err(|source| GatewayError::Connect { source })?;
+            baaaht_proto::client::channel(socket, backoff).await.map_err(|error| GatewayError::Connect { error })?;
         let mut client =
             LlmGatewayClient::new(channel.clone()).max_decoding_message_size(baaaht_proto::MAX_MESSAGE_BYTES);
         let configure = client.configure(settings.config().clone());

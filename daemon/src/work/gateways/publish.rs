@@ -24,6 +24,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const MAX_CONNECTIONS: usize = 1024;
 
 /// Why a web gateway's port cannot be published as its arguments say.
+///
+/// Each message carries its cause's text, so none is a `source` (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
     #[error("--listen `{0}` is not an address: write ADDR:PORT, e.g. 0.0.0.0:8080")]
@@ -34,12 +36,8 @@ pub enum PublishError {
     #[error("--tls-cert and --tls-key go together: give both, or neither for plain HTTP")]
     HalfTls,
     /// The cause is in the message too: the gateway's state and the admins' notice show it.
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        address: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot listen on {address}: {error}")]
+    Bind { address: SocketAddr, error: std::io::Error },
 }
 
 /// The address a web gateway registered with `args` is published on.
@@ -81,7 +79,7 @@ pub fn tls_of(args: &[String]) -> Result<Option<tokio_rustls::TlsAcceptor>, Publ
 
 /// Binds `address` for a gateway's browsers.
 pub async fn bind(address: SocketAddr) -> Result<TcpListener, PublishError> {
-    TcpListener::bind(address).await.map_err(|source| PublishError::Bind { address, source })
+    TcpListener::bind(address).await.map_err(|error| PublishError::Bind { address, error })
 }
 
 /// Carries connections from `listener` (through `tls` when given) to the socket open as

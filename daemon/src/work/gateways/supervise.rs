@@ -49,16 +49,14 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Why a gateway's arguments are refused, or a run of it could not start: the run's reason is
 /// what its state and the admins' notice show. Where the text always held the cause, it still
 /// does.
+///
+/// Each message carries its cause's text, so none is a `source` (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum SuperviseError {
     #[error("{} --check did not answer within 10 s", .0.display())]
     CheckSilent(PathBuf),
-    #[error("cannot run {}: {source}", binary.display())]
-    CheckRun {
-        binary: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot run {}: {error}", binary.display())]
+    CheckRun { binary: PathBuf, error: std::io::Error },
     /// What the gateway binary's `--check` said of the arguments.
     #[error("the gateway's arguments: {0}")]
     Arguments(String),
@@ -66,52 +64,40 @@ pub enum SuperviseError {
     NotServed(String),
     #[error("{} is missing: build it or set container.binaries_dir", .0.display())]
     NoBinary(PathBuf),
-    #[error("cannot prepare {}: {source}", path.display())]
-    RunFolder {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot prepare {}: {error}", path.display())]
+    RunFolder { path: PathBuf, error: std::io::Error },
     #[error("cannot make a token: {0}")]
-    Token(#[source] getrandom::Error),
+    Token(getrandom::Error),
     #[error(transparent)]
     Publish(#[from] publish::PublishError),
-    #[error("cannot serve {}: {source}", path.display())]
-    Egress {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot serve {}: {error}", path.display())]
+    Egress { path: PathBuf, error: std::io::Error },
     #[error("cannot hand the sockets to the container: {0}")]
-    ShareSockets(#[source] std::io::Error),
-    #[error("cannot start {}: {source}", binary.display())]
-    Spawn {
-        binary: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    ShareSockets(std::io::Error),
+    #[error("cannot start {}: {error}", binary.display())]
+    Spawn { binary: PathBuf, error: std::io::Error },
     #[error("the daemon is stopping it")]
     Stopping,
     #[error("the engine watcher stopped")]
     EngineWatcher,
     #[error("cannot prepare its state folder: {0}")]
-    StateFolder(#[source] std::io::Error),
+    StateFolder(std::io::Error),
     #[error("cannot start the gateway's container: {0}")]
-    Container(#[source] Box<ContainerError>),
+    Container(Box<ContainerError>),
     #[error("the gateway's health socket is unusable: {0}")]
-    HealthSocket(#[source] std::io::Error),
+    HealthSocket(std::io::Error),
     #[error("the gateway exited at start ({0}); its log says why")]
     ExitedAtStart(std::process::ExitStatus),
     #[error("the gateway did not serve its health within {} s", START_TIMEOUT.as_secs())]
     NoHealth,
     #[error("cannot connect to the gateway's health socket: {0}")]
-    Connect(#[source] tonic::transport::Error),
+    Connect(tonic::transport::Error),
     #[error("the gateway's health socket did not answer within 5 s")]
     ConnectSilent,
     #[error("the gateway serves its health but not its site")]
     NoSite,
     #[error("the gateway's site socket is unusable: {0}")]
-    SiteSocket(#[source] std::io::Error),
+    SiteSocket(std::io::Error),
 }
 
 /// What the daemon gives a gateway of `kind` beyond its sockets: the web gateway keeps its
@@ -297,7 +283,7 @@ impl Supervisors {
             .output();
         let output = match tokio::time::timeout(Duration::from_secs(10), checked).await {
             Ok(Ok(output)) => output,
-            Ok(Err(source)) => return Err(SuperviseError::CheckRun { binary, source }),
+            Ok(Err(error)) => return Err(SuperviseError::CheckRun { binary, error }),
             Err(_elapsed) => return Err(SuperviseError::CheckSilent(binary)),
         };
         if output.status.success() {
@@ -395,7 +381,7 @@ impl Supervisor {
         let folder = self.folder();
         let container = self.record.mode == RunMode::Container;
         prepare_run_folder(&folder, container)
-            .map_err(|source| SuperviseError::RunFolder { path: folder.join(RUN_FOLDER), source })?;
+            .map_err(|error| SuperviseError::RunFolder { path: folder.join(RUN_FOLDER), error })?;
         let token = crate::base::auth::new_token().map_err(SuperviseError::Token)?;
         endpoint.set_run_token(Some(crate::base::auth::token_sha256(&token)));
         let env = vec![("BAAAHT_GATEWAY_TOKEN".to_string(), token), ("RUST_LOG".to_string(), "info".to_string())];
@@ -431,7 +417,7 @@ impl Supervisor {
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .kill_on_drop(true);
-            let child = command.spawn().map_err(|source| SuperviseError::Spawn { binary, source })?;
+            let child = command.spawn().map_err(|error| SuperviseError::Spawn { binary, error })?;
             run.instance = Some(Instance::Process(child));
         }
         let channel = self.connect(&folder, run).await?;
@@ -466,7 +452,7 @@ impl Supervisor {
         let cancel = self.cancel.child_token();
         let (web, audit) = (self.supervision.web.clone(), self.supervision.audit.clone());
         egress::serve(&self.record, hosts, web, audit, &path, cancel.clone(), &self.supervision.tracker)
-            .map_err(|source| SuperviseError::Egress { path, source })?;
+            .map_err(|error| SuperviseError::Egress { path, error })?;
         Ok(cancel)
     }
 

@@ -166,10 +166,10 @@ impl Server {
         let asker = crate::guard::secrets::Asker { caller, correlation_id, consumer: ("mcp_server", &self.name) };
         let mut env = vec![];
         for (name, reference) in &self.config.env {
-            let value = secrets.resolve(asker, referrer, reference).map_err(|source| McpEnvError {
+            let value = secrets.resolve(asker, referrer, reference).map_err(|error| McpEnvError {
                 server: self.name.clone(),
                 variable: name.clone(),
-                source,
+                error,
             })?;
             env.push((name.clone(), value.to_string()));
         }
@@ -186,13 +186,14 @@ impl Server {
 
 /// A secret a server's `env` names that it cannot be given. The message holds the cause, as
 /// the caller and the agent were always told it.
+///
+/// The message carries its cause's text, so the cause is no `source` (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
-#[error("MCP server `{server}`: env {variable}: {source}")]
+#[error("MCP server `{server}`: env {variable}: {error}")]
 pub struct McpEnvError {
     pub server: String,
     pub variable: String,
-    #[source]
-    pub source: SecretsError,
+    pub error: SecretsError,
 }
 
 /// What is wrong with one server's settings in an `mcp.yaml`, said after its name.

@@ -64,10 +64,12 @@ pub enum McpError {
 
 /// Why the folders a server mounts cannot be had: said as [`McpError::Start`]'s why. A
 /// workspace's failure shows its whole chain, as it always did.
+///
+/// Each message carries its cause's text, so none is a `source` (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 enum MountsError {
     #[error("mounts: {0}")]
-    Refused(#[source] crate::sandbox::policy::PolicyError),
+    Refused(crate::sandbox::policy::PolicyError),
     #[error(transparent)]
     Join(tokio::task::JoinError),
     #[error("the session's workspace: {}", baaaht_proto::error_chain(.0))]

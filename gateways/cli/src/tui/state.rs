@@ -2,6 +2,7 @@
 //! screen shows and what to ask the daemon out. No terminal and no network here, so that every
 //! transition is tested on its own.
 
+use baaaht_gateway_kit::said::{said, Said};
 use baaaht_proto::v1;
 
 /// One finished piece of the conversation as the screen shows it.
@@ -461,9 +462,9 @@ fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
             Block::Notice { title, text, error: false }
         }
         Event::Message(message) => Block::Assistant { text: message.content.clone(), thinking: String::new() },
-        Event::Tainted(_) => Block::Activity { text: format!("! {}", baaaht_proto::transcript::activity_said(event)?) },
+        Event::Tainted(_) => Block::Activity { text: format!("! {}", baaaht_gateway_kit::sentences::activity(event)?) },
         Event::ApprovalSettled(_) => {
-            Block::Activity { text: format!("· {}", baaaht_proto::transcript::activity_said(event)?) }
+            Block::Activity { text: format!("· {}", baaaht_gateway_kit::sentences::activity(event)?) }
         }
         _ => return None,
     })
@@ -919,71 +920,73 @@ impl App {
 
     fn event(&mut self, event: v1::OrchestratorEvent) {
         use v1::orchestrator_event::Event;
-        let Some(kind) = event.event else { return };
+        // Read as every client reads it; the approvals' and messages' blocks are drawn from the
+        // event itself (the same block when a screen comes back and reads them from the log).
+        let Some(said) = said(&event) else { return };
         // The context's other sessions go on without this screen; notices and approval requests
         // are for everyone.
         let elsewhere = !event.session_id.is_empty() && self.session.as_deref().is_some_and(|s| s != event.session_id);
-        if elsewhere && !matches!(kind, Event::Notice(_) | Event::Approval(_) | Event::ApprovalSettled(_)) {
+        if elsewhere && !matches!(said, Said::Notice(_) | Said::Approval(_) | Said::Settled(_)) {
             return;
         }
-        match kind {
-            Event::UserMessage(message) => {
+        let turn = event.turn_id;
+        match said {
+            Said::Entered(message) => {
                 self.blocks.push(Block::User {
                     sender: message.sender_id,
                     channel: channel_name(message.channel),
                     text: message.content,
                 });
-                self.live = Some(Live { turn: event.turn_id, ..Live::default() });
+                self.live = Some(Live { turn, ..Live::default() });
             }
-            Event::TextDelta(delta) => self.live_of(&event.turn_id).text.push_str(&delta.text),
-            Event::Phase(phase) => self.live_of(&event.turn_id).phase = baaaht_proto::phase_said(&phase),
-            Event::ThinkingDelta(delta) => self.live_of(&event.turn_id).thinking.push_str(&delta.thinking),
-            Event::Delegation(delegation) => {
-                let task = delegation.task.lines().next().unwrap_or_default().to_string();
-                let text = match delegation.state.as_str() {
-                    "started" => format!("→ {}: {task}", role_name(delegation.agent)),
-                    state => format!("← {} {state}", role_name(delegation.agent)),
+            Said::Words(text) => self.live_of(&turn).text.push_str(&text),
+            Said::Phase { said, .. } => self.live_of(&turn).phase = said,
+            Said::Thinking(text) => self.live_of(&turn).thinking.push_str(&text),
+            Said::Delegation { agent, task, state } => {
+                let task = task.lines().next().unwrap_or_default().to_string();
+                let text = match state.as_str() {
+                    "started" => format!("→ {agent}: {task}"),
+                    state => format!("← {agent} {state}"),
                 };
                 self.blocks.push(Block::Activity { text });
             }
-            Event::Tool(tool) => {
-                let text =
-                    format!("· {} {} {} ({} ms)", role_name(tool.agent), tool.tool, tool.state, tool.duration_ms);
-                self.blocks.push(Block::Activity { text });
+            Said::Tool { agent, tool, state, ms } => {
+                self.blocks.push(Block::Activity { text: format!("· {agent} {tool} {state} ({ms} ms)") });
             }
-            Event::Reply(reply) => {
+            Said::Answered { text: answer, .. } => {
                 let (text, thinking) = match self.live.take() {
                     Some(live) if !live.text.is_empty() => (live.text, live.thinking),
-                    Some(live) => (reply.content, live.thinking),
-                    None => (reply.content, String::new()),
+                    Some(live) => (answer, live.thinking),
+                    None => (answer, String::new()),
                 };
                 self.blocks.push(Block::Assistant { text, thinking });
             }
-            Event::Error(error) => {
+            Said::Failed { sentence, internal } => {
                 // What was written before a stop stays on screen, as in the session.
                 let stopped = self.live.take().filter(|live| self.stopping.as_deref() == Some(live.turn.as_str()));
                 if let Some(live) = stopped.filter(|live| !live.text.trim().is_empty()) {
                     let text = format!("{}\n\n{}", live.text.trim_end(), baaaht_proto::STOPPED_MARK);
                     self.blocks.push(Block::Assistant { text, thinking: live.thinking });
                 }
-                self.blocks.push(Block::Error { text: error.message });
+                // The operator's own screen: a failure inside shows its detail.
+                self.blocks.push(Block::Error { text: internal.unwrap_or(sentence) });
             }
-            Event::Message(_) => self.blocks.extend(activity_block(&kind)),
-            Event::Notice(notice) => {
+            Said::Notice(notice) => {
                 self.blocks.push(Block::Notice { title: notice.title, text: notice.content, error: notice.is_error })
             }
-            Event::Approval(ref request) => {
-                self.blocks.extend(activity_block(&kind));
-                self.asking.push(asking_of(request));
+            Said::Approval(request) => {
+                self.asking.push(asking_of(&request));
+                self.blocks.extend(activity_block(&Event::Approval(request)));
             }
-            Event::Tainted(_) => {
-                self.live_of(&event.turn_id).tainted = true;
-                self.blocks.extend(activity_block(&kind));
+            Said::Tainted { .. } => {
+                self.live_of(&turn).tainted = true;
+                self.blocks.extend(event.event.as_ref().and_then(activity_block));
             }
-            Event::ApprovalSettled(ref settled) => {
+            Said::Settled(settled) => {
                 self.asking.retain(|asking| asking.id != settled.id);
-                self.blocks.extend(activity_block(&kind));
+                self.blocks.extend(activity_block(&Event::ApprovalSettled(settled)));
             }
+            Said::Sent(message) => self.blocks.extend(activity_block(&Event::Message(message))),
         }
     }
 
@@ -1418,7 +1421,7 @@ mod tests {
             [
                 Block::User { sender: "alice".into(), channel: Some("slack".into()), text: "hello".into() },
                 Block::Activity { text: "→ coder: Write it".into() },
-                Block::Activity { text: "· Allowed once by Alice.".into() },
+                Block::Activity { text: "· Allowed once, by Alice.".into() },
                 Block::Assistant { text: "hi".into(), thinking: String::new() },
                 Block::Assistant { text: "The report is ready.".into(), thinking: String::new() },
                 Block::Info { text: "The turn was cancelled.".into() },
