@@ -64,7 +64,9 @@ pub fn show(
             writeln!(note, "  → {agent}: {}", clean(task.lines().next().unwrap_or_default()))
         }
         Said::Delegation { agent, state, .. } => writeln!(note, "  ← {agent} {}", clean(state)),
-        Said::Tool { agent, tool, state, ms } => writeln!(note, "    · {agent} {} {} ({ms} ms)", clean(tool), clean(state)),
+        Said::Tool { agent, tool, state, ms } => {
+            writeln!(note, "    · {agent} {} {} ({ms} ms)", clean(tool), clean(state))
+        }
         Said::Sent(message) => writeln!(out, "\n{}", clean(&message.content)),
         Said::Tainted { source, withheld } => writeln!(
             note,

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use baaaht_gateway_kit::backoff::Backoff;
 use baaaht_gateway_kit::daemon::{context_of, File, Person, Place};
-use baaaht_gateway_kit::sentences::{self, for_users};
 use baaaht_gateway_kit::egress::Egress;
 use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
+use baaaht_gateway_kit::sentences::{self, for_users};
 use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
@@ -538,7 +538,8 @@ impl Gateway {
             return;
         }
         let asked = sentences::approval_asked(request);
-        let text = format!("{asked}\n\n{} {}", sentences::ANSWER_WITH, sentences::denied_in(request.expires_in_seconds));
+        let text =
+            format!("{asked}\n\n{} {}", sentences::ANSWER_WITH, sentences::denied_in(request.expires_in_seconds));
         match self.reply(mail, &text, &[]).await {
             Ok(id) => {
                 let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);

@@ -144,5 +144,4 @@ mod tests {
         let nameless = Person { identity: "slack:T1:U7".into(), name: Some("李".into()) }.request(());
         assert!(nameless.metadata().get(baaaht_proto::USER_NAME_HEADER).is_none());
     }
-
 }

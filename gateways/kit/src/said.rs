@@ -98,9 +98,7 @@ pub fn said(event: &v1::OrchestratorEvent) -> Option<Said> {
             state: progress.state.clone(),
             ms: progress.duration_ms,
         },
-        Event::Tainted(tainted) => {
-            Said::Tainted { source: tainted.source.clone(), withheld: tainted.withheld.clone() }
-        }
+        Event::Tainted(tainted) => Said::Tainted { source: tainted.source.clone(), withheld: tainted.withheld.clone() },
         Event::Reply(reply) => Said::Answered { entry: reply.entry_id.clone(), text: reply.content.clone() },
         Event::Error(error) if error.for_users => Said::Failed { sentence: error.message.clone(), internal: None },
         Event::Error(error) => {
@@ -179,7 +177,12 @@ mod tests {
     use v1::orchestrator_event::Event;
 
     fn event(turn: &str, event: Event) -> v1::OrchestratorEvent {
-        v1::OrchestratorEvent { session_id: "s-1".into(), turn_id: turn.into(), event: Some(event), ..Default::default() }
+        v1::OrchestratorEvent {
+            session_id: "s-1".into(),
+            turn_id: turn.into(),
+            event: Some(event),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -188,9 +191,9 @@ mod tests {
         let phase = v1::TurnPhase { agent: v1::AgentRole::Assistant as i32, phase: "thinking".into() };
         let steps: Vec<Step> = [
             Event::Phase(phase.clone()),
-            Event::TextDelta(v1::TextDelta { text: "Hel".into() }),
+            Event::TextDelta(v1::TextDelta { index: 0, text: "Hel".into() }),
             Event::Phase(phase),
-            Event::TextDelta(v1::TextDelta { text: "lo".into() }),
+            Event::TextDelta(v1::TextDelta { index: 0, text: "lo".into() }),
             Event::Tool(v1::ToolProgress {
                 agent: v1::AgentRole::Coder as i32,
                 tool: "exec".into(),
@@ -204,7 +207,8 @@ mod tests {
         assert_eq!(steps, [Step::Changed, Step::Changed, Step::Nothing, Step::Changed, Step::Changed]);
         assert_eq!((turn.writing.text.as_str(), turn.writing.status.as_str()), ("Hello", "exec running (3 ms)"));
         assert!(!turn.writing.phase.is_empty(), "the phase before the words stays what it was");
-        let answered = said(&event("t-1", Event::Reply(v1::ReplyComplete { entry_id: "e".into(), content: "Hi!".into() })));
+        let answered =
+            said(&event("t-1", Event::Reply(v1::ReplyComplete { entry_id: "e".into(), content: "Hi!".into() })));
         assert_eq!(turn.take(&answered.expect("said")), Step::Ended(None));
         assert_eq!(turn.writing.text, "Hi!");
         assert!(turn.owns(&event("t-1", Event::TextDelta(v1::TextDelta::default()))));
@@ -217,7 +221,10 @@ mod tests {
         let Some(Said::Failed { sentence, internal }) = said(&event("t", Event::Error(inside))) else {
             panic!("a failure")
         };
-        assert_eq!((sentence.as_str(), internal.as_deref()), (sentences::INTERNAL, Some("/var/lib/baaaht/x: disk full")));
+        assert_eq!(
+            (sentence.as_str(), internal.as_deref()),
+            (sentences::INTERNAL, Some("/var/lib/baaaht/x: disk full"))
+        );
         let told = v1::TurnError { message: "Your daily budget is used up.".into(), for_users: true };
         let failed = said(&event("t", Event::Error(told))).expect("said");
         assert_eq!(

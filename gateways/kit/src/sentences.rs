@@ -161,7 +161,10 @@ mod tests {
         };
         assert_eq!(wants_to_reach(&request), "The coder's tools want to reach pypi.org:443");
         assert_eq!(asked_for(&request), "pip install requests");
-        assert_eq!(approval_asked(&request), "The coder's tools want to reach pypi.org:443 for “pip install requests”.");
+        assert_eq!(
+            approval_asked(&request),
+            "The coder's tools want to reach pypi.org:443 for “pip install requests”."
+        );
         assert_eq!(denied_in(120), "Denied in 120 s without an answer.");
         assert_eq!(settled("session", "Alice"), "Allowed for this conversation, by Alice.");
         assert_eq!(settled("deny", "nobody"), "Denied, nobody answered in time.");

@@ -14,9 +14,9 @@ use baaaht_proto::v1;
 use std::sync::Arc;
 
 use crate::daemon::{context_of, upload, File, Person, Place};
+use crate::follow::{read_sent, Follower};
 use crate::said::{said, Said, Step, Turn};
 use crate::sentences::{self, for_users};
-use crate::follow::{read_sent, Follower};
 
 pub use crate::said::{Trouble, Writing, TURN_LIMIT};
 

@@ -16,8 +16,8 @@ use baaaht_gateway_kit::daemon::{File, Person, Place};
 use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
-use baaaht_gateway_kit::text::clean;
 use baaaht_gateway_kit::sentences;
+use baaaht_gateway_kit::text::clean;
 use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client as Daemon;
 use baaaht_proto::v1;
@@ -405,7 +405,7 @@ impl Gateway {
         if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == request.id) {
             return;
         }
-        let asked = clean(&sentences::approval_asked(request));
+        let asked = clean(&sentences::approval_asked(request)).into_owned();
         let text = format!("{asked} {} {}", sentences::ANSWER_WITH, sentences::denied_in(request.expires_in_seconds));
         match room.send(RoomMessageEventContent::text_plain(text)).await {
             Ok(sent) => {

@@ -19,7 +19,6 @@ const ACTION: &str = "baaaht_approval_";
 /// The most requests waiting for an answer in one workspace at once.
 const MAX_ASKED: usize = 256;
 
-
 /// The request as Slack blocks: what waits, and the answers.
 fn blocks(request: &v1::ApprovalRequest) -> Value {
     let command = sentences::asked_for(request);
@@ -159,7 +158,6 @@ mod tests {
             asked_by: "exec: pip download <x>\nmore".into(),
             expires_in_seconds: 120,
             agent: v1::AgentRole::Coder as i32,
-            ..Default::default()
         };
         let written = blocks(&request);
         let parsed: Vec<SlackBlock> = serde_json::from_value(written.clone()).expect("slack-morphism reads them");

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use baaaht_gateway_kit::backoff::Backoff;
 use baaaht_gateway_kit::daemon::{File, Person, Place};
-use baaaht_gateway_kit::sentences::{self, for_users};
 use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
+use baaaht_gateway_kit::sentences::{self, for_users};
 use baaaht_gateway_kit::text::clean;
 use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing, PLACEHOLDER};
 use baaaht_proto::client::Client;
@@ -258,7 +258,7 @@ impl Gateway {
                         return;
                     }
                 }
-                let asked = clean(&sentences::approval_asked(request));
+                let asked = clean(&sentences::approval_asked(request)).into_owned();
                 let text = format!("{asked} {}", sentences::denied_in(request.expires_in_seconds));
                 let buttons: Vec<Value> = sentences::CHOICES
                     .iter()

@@ -368,7 +368,11 @@ impl App {
     /// `user`'s profile as the daemon said it at most `max_age` ago: the one place the web asks
     /// the daemon who someone is. `Duration::ZERO` asks anew (a list of rooms and sessions must
     /// show a group made or joined at once); every answer is kept for the next.
-    pub async fn profile(&self, user: &SignedIn, max_age: std::time::Duration) -> Result<v1::UserProfile, tonic::Status> {
+    pub async fn profile(
+        &self,
+        user: &SignedIn,
+        max_age: std::time::Duration,
+    ) -> Result<v1::UserProfile, tonic::Status> {
         let identity = self.identity(user);
         let kept = {
             let profiles = self.profiles.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -6,8 +6,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use baaaht_proto::client::Client;
 use baaaht_gateway_kit::said::{said, Said};
+use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use tokio::sync::watch;
 
