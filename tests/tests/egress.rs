@@ -654,7 +654,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
     terminal.press(&["d"]).expect("d");
     let refused = fetching.join().expect("fetch");
     assert!(refused.contains("403") && refused.contains("was denied by root at the host"), "{refused}");
-    terminal.wait_for("Denied by root at the host.", wait).expect("settled");
+    terminal.wait_for("Denied, by root at the host.", wait).expect("settled");
 
     // A third asks; the TUI is left while it waits, and started again.
     let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{third}"));
@@ -671,7 +671,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
             |screen| {
                 screen.contains("● connected")
                     && screen.contains("Allowed for this conversation, by root at the host.")
-                    && screen.contains("Denied by root at the host.")
+                    && screen.contains("Denied, by root at the host.")
             },
             wait,
         )

@@ -20,6 +20,7 @@ use crate::backoff::Backoff;
 use crate::daemon::{download, File, Person};
 use crate::said::{said, Said};
 use crate::sentences::for_users;
+use crate::watch::{watch, Flow, Lost, Watch};
 
 /// The file in the gateway's state folder that keeps its chats.
 pub const CHATS_FILE: &str = "chats.json";
@@ -238,40 +239,8 @@ impl Follower {
 
     /// Follows `context` until its last person may no longer read it.
     async fn run(self: Arc<Self>, context: v1::ContextRef) {
-        let mut backoff = Backoff::default();
-        loop {
-            let (_, Some(person)) = self.chats_of(&context) else { return };
-            let subscription = v1::EventSubscription {
-                context: Some(context.clone()),
-                session_id: String::new(),
-                channel: self.channel as i32,
-            };
-            let mut daemon = self.daemon.clone();
-            let why = match daemon.sessions.subscribe_events(person.request(subscription)).await {
-                Ok(events) => {
-                    backoff.reset();
-                    let mut events = events.into_inner();
-                    loop {
-                        match events.message().await {
-                            Ok(Some(event)) => self.take(&context, &person, event).await,
-                            Ok(None) => break "the daemon ended the subscription".to_string(),
-                            Err(status) => break status.message().to_string(),
-                        }
-                    }
-                }
-                Err(status) => {
-                    use tonic::Code;
-                    if matches!(status.code(), Code::PermissionDenied | Code::NotFound | Code::Unauthenticated) {
-                        tracing::info!(context = %context.id, person = %person.identity, why = %status.message(), "a context is no longer followed");
-                        return;
-                    }
-                    status.message().to_string()
-                }
-            };
-            let wait = backoff.next_wait();
-            tracing::debug!(context = %context.id, why, retry_in_ms = wait.as_millis() as u64, "following a context again");
-            tokio::time::sleep(wait).await;
-        }
+        let mut watcher = ContextWatch { follower: self, context, person: None };
+        watch(&mut watcher, Backoff::default()).await;
     }
 
     /// What `event` brings for the context's chats, if anything.
@@ -313,6 +282,50 @@ impl Follower {
                 return;
             }
         }
+    }
+}
+
+/// A context followed for its chats: subscribed as the person who last wrote in one of them,
+/// until none is left or they may no longer read it.
+struct ContextWatch {
+    follower: Arc<Follower>,
+    context: v1::ContextRef,
+    /// Who the stream is read as.
+    person: Option<Person>,
+}
+
+impl Watch for ContextWatch {
+    async fn subscribe(&mut self) -> Result<tonic::Streaming<v1::OrchestratorEvent>, Lost> {
+        let (_, Some(person)) = self.follower.chats_of(&self.context) else { return Err(Lost::Unwanted) };
+        let subscription = v1::EventSubscription {
+            context: Some(self.context.clone()),
+            session_id: String::new(),
+            channel: self.follower.channel as i32,
+        };
+        let mut daemon = self.follower.daemon.clone();
+        let events = daemon.sessions.subscribe_events(person.request(subscription)).await.map_err(Lost::Refused)?;
+        self.person = Some(person);
+        Ok(events.into_inner())
+    }
+
+    async fn take(&mut self, event: v1::OrchestratorEvent) -> Flow {
+        if let Some(person) = &self.person {
+            self.follower.take(&self.context, person, event).await;
+        }
+        Flow::Go
+    }
+
+    async fn lost(&mut self, lost: Lost) -> Flow {
+        use tonic::Code;
+        if let Lost::Refused(status) = &lost {
+            if matches!(status.code(), Code::PermissionDenied | Code::NotFound | Code::Unauthenticated) {
+                let person = self.follower.chats_of(&self.context).1.map(|person| person.identity).unwrap_or_default();
+                tracing::info!(context = %self.context.id, %person, why = %status.message(), "a context is no longer followed");
+                return Flow::Stop;
+            }
+        }
+        tracing::debug!(context = %self.context.id, why = %lost.reason(), "following a context again");
+        Flow::Go
     }
 }
 

@@ -6,7 +6,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use baaaht_gateway_kit::backoff::Backoff;
 use baaaht_gateway_kit::said::{said, Said};
+use baaaht_gateway_kit::watch::{watch, Flow, Lost, Watch};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use tokio::sync::watch;
@@ -165,28 +167,41 @@ impl Hub {
     }
 }
 
-/// Fills `feed` from the daemon's events until they end.
+/// Fills `feed` from the daemon's events until they end (the browser's reconnection then
+/// follows anew).
 async fn follow(feed: &Feed, me: &Me, daemon: &mut Client, subscribe: tonic::Request<v1::EventSubscription>) {
-    let mut events = match daemon.sessions.subscribe_events(subscribe).await {
-        Ok(events) => events.into_inner(),
-        Err(status) => {
-            tracing::warn!(message = %status.message(), "cannot follow a user's events");
-            return;
+    let mut watcher = Fed { feed, me, daemon, subscribe: Some(subscribe) };
+    watch(&mut watcher, Backoff::default()).await;
+}
+
+/// A user's feed as it follows their context: subscribed once, each event as the page reads it.
+struct Fed<'a> {
+    feed: &'a Feed,
+    me: &'a Me,
+    daemon: &'a mut Client,
+    subscribe: Option<tonic::Request<v1::EventSubscription>>,
+}
+
+impl Watch for Fed<'_> {
+    async fn subscribe(&mut self) -> Result<tonic::Streaming<v1::OrchestratorEvent>, Lost> {
+        let subscribe = self.subscribe.take().ok_or(Lost::Unwanted)?;
+        Ok(self.daemon.sessions.subscribe_events(subscribe).await.map_err(Lost::Refused)?.into_inner())
+    }
+
+    async fn take(&mut self, event: v1::OrchestratorEvent) -> Flow {
+        if let Some(json) = to_json(&event, self.me) {
+            self.feed.push(json.to_string());
         }
-    };
-    loop {
-        match events.message().await {
-            Ok(Some(event)) => {
-                if let Some(json) = to_json(&event, me) {
-                    feed.push(json.to_string());
-                }
-            }
-            Ok(None) => return,
-            Err(status) => {
-                tracing::warn!(message = %status.message(), "a user's event stream ended");
-                return;
-            }
+        Flow::Go
+    }
+
+    async fn lost(&mut self, lost: Lost) -> Flow {
+        match lost {
+            Lost::Ended => {}
+            Lost::Refused(status) => tracing::warn!(message = %status.message(), "cannot follow a user's events"),
+            lost => tracing::warn!(message = %lost.reason(), "a user's event stream ended"),
         }
+        Flow::Stop
     }
 }
 

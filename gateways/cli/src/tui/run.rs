@@ -6,6 +6,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use baaaht_gateway_kit::backoff::Backoff;
+use baaaht_gateway_kit::watch::{watch, Flow, Lost, Watch};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
@@ -123,73 +125,69 @@ async fn read_all(client: &mut Client, id: &str) -> Result<Vec<v1::SessionEntry>
 
 /// Follows the context on the daemon, reconnecting with a growing pause when it goes away.
 async fn follow(target: Target, sender: mpsc::Sender<Input>) {
-    let mut pause = Duration::from_millis(250);
-    loop {
-        let followed = async {
-            let mut client = crate::connect(&target.socket).await.map_err(|error| error.to_string())?;
-            let session = attach(&mut client, &target).await.map_err(|status| status.message().to_string())?;
-            let subscription = v1::EventSubscription {
-                context: Some(target.context.clone()),
-                session_id: String::new(),
-                channel: v1::ChannelType::Tui as i32,
-            };
-            let mut events = client
-                .sessions
-                .subscribe_events(subscription)
-                .await
-                .map_err(|status| status.message().to_string())?
-                .into_inner();
-            let entries = branch(&mut client, &session, None).await;
-            let history = entries.as_ref().map(|entries| blocks_of(entries));
-            let waiting: Vec<v1::ApprovalRequest> = entries
-                .as_ref()
-                .map(|entries| baaaht_proto::transcript::waiting_approvals(entries).into_iter().cloned().collect())
-                .unwrap_or_default();
-            let inbox = v1::InboxRequest { context: Some(target.context.clone()), unread_only: true, mark_read: true };
-            let items = client.sessions.list_inbox(inbox).await.map(|list| list.into_inner().items).unwrap_or_default();
-            let manifest = v1::SkillManifestRequest { context: Some(target.context.clone()) };
-            let skills = client.skills.get_skill_manifest(manifest).await.map(|m| m.into_inner().skills);
-            let data_dir =
-                client.system.get_status(v1::StatusRequest::default()).await.map(|s| s.into_inner().data_dir);
-            // silent-ok: the screen is gone when these fail; the loop ends with it.
-            drop(
-                sender.send(Input::Connected { session: session.clone(), history: history.unwrap_or_default() }).await,
-            );
-            if !items.is_empty() {
-                drop(sender.send(Input::Inbox(items)).await);
-            }
-            if !waiting.is_empty() {
-                drop(sender.send(Input::Waiting(waiting)).await);
-            }
-            if let Ok(skills) = skills {
-                drop(sender.send(Input::Skills(skills.into_iter().map(|skill| skill.name).collect())).await);
-            }
-            let files = data_dir.ok().map(|dir| Path::new(&dir).join("sessions").join(&session).join("data"));
-            drop(sender.send(Input::Files(files.filter(|folder| std::fs::read_dir(folder).is_ok()))).await);
-            pause = Duration::from_millis(250);
-            loop {
-                match events.message().await {
-                    Ok(Some(event)) => {
-                        if sender.send(Input::Event(Box::new(event))).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    Ok(None) => return Err("the daemon closed the stream".to_string()),
-                    Err(status) => return Err(status.message().to_string()),
-                }
-            }
+    let backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+    watch(&mut Screen { target, sender }, backoff).await;
+}
+
+/// The screen's side of the context's stream: once subscribed, the session attached and what
+/// the screen shows of it (its branch, approvals waiting, the inbox, skills, its files' folder);
+/// then each event; a lost stream shown as such.
+struct Screen {
+    target: Target,
+    sender: mpsc::Sender<Input>,
+}
+
+impl Watch for Screen {
+    async fn subscribe(&mut self) -> Result<tonic::Streaming<v1::OrchestratorEvent>, Lost> {
+        let (target, sender) = (&self.target, &self.sender);
+        let failed = |status: tonic::Status| Lost::Failed(status.message().to_string());
+        let mut client = crate::connect(&target.socket).await.map_err(|error| Lost::Failed(error.to_string()))?;
+        let session = attach(&mut client, target).await.map_err(failed)?;
+        let subscription = v1::EventSubscription {
+            context: Some(target.context.clone()),
+            session_id: String::new(),
+            channel: v1::ChannelType::Tui as i32,
+        };
+        let events = client.sessions.subscribe_events(subscription).await.map_err(failed)?.into_inner();
+        let entries = branch(&mut client, &session, None).await;
+        let history = entries.as_ref().map(|entries| blocks_of(entries));
+        let waiting: Vec<v1::ApprovalRequest> = entries
+            .as_ref()
+            .map(|entries| baaaht_proto::transcript::waiting_approvals(entries).into_iter().cloned().collect())
+            .unwrap_or_default();
+        let inbox = v1::InboxRequest { context: Some(target.context.clone()), unread_only: true, mark_read: true };
+        let items = client.sessions.list_inbox(inbox).await.map(|list| list.into_inner().items).unwrap_or_default();
+        let manifest = v1::SkillManifestRequest { context: Some(target.context.clone()) };
+        let skills = client.skills.get_skill_manifest(manifest).await.map(|m| m.into_inner().skills);
+        let data_dir = client.system.get_status(v1::StatusRequest::default()).await.map(|s| s.into_inner().data_dir);
+        // silent-ok: the screen is gone when these fail; the loop ends with it.
+        drop(sender.send(Input::Connected { session: session.clone(), history: history.unwrap_or_default() }).await);
+        if !items.is_empty() {
+            drop(sender.send(Input::Inbox(items)).await);
         }
-        .await;
-        match followed {
-            Ok(()) => return,
-            Err(reason) => {
-                if sender.send(Input::Disconnected { reason }).await.is_err() {
-                    return;
-                }
-            }
+        if !waiting.is_empty() {
+            drop(sender.send(Input::Waiting(waiting)).await);
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(5));
+        if let Ok(skills) = skills {
+            drop(sender.send(Input::Skills(skills.into_iter().map(|skill| skill.name).collect())).await);
+        }
+        let files = data_dir.ok().map(|dir| Path::new(&dir).join("sessions").join(&session).join("data"));
+        drop(sender.send(Input::Files(files.filter(|folder| std::fs::read_dir(folder).is_ok()))).await);
+        Ok(events)
+    }
+
+    async fn take(&mut self, event: v1::OrchestratorEvent) -> Flow {
+        match self.sender.send(Input::Event(Box::new(event))).await {
+            Ok(()) => Flow::Go,
+            Err(_) => Flow::Stop,
+        }
+    }
+
+    async fn lost(&mut self, lost: Lost) -> Flow {
+        match self.sender.send(Input::Disconnected { reason: lost.reason() }).await {
+            Ok(()) => Flow::Go,
+            Err(_) => Flow::Stop,
+        }
     }
 }
 
