@@ -301,8 +301,13 @@ impl LlmGateway {
     pub async fn context_window(&self, model: &str) -> Option<usize> {
         let provider = model.split_once('/').map(|(provider, _)| provider)?;
         // Asked of the gateway at most once a minute (after a failure too), and not under the
-        // lock: a slow gateway holds up no model call.
-        let due = {
+        // lock: a slow gateway holds up no model call. A gateway not ready yet was not asked,
+        // so the next call asks (a turn right after the start would otherwise go by the name).
+        let ready = match &*self.state.borrow() {
+            State::Ready { client, .. } => Some(client.clone()),
+            _ => None,
+        };
+        let due = ready.is_some() && {
             let mut windows = self.windows.lock().await;
             let due = windows.1.is_none_or(|asked| asked.elapsed() > WINDOWS_KEPT);
             if due {
@@ -310,11 +315,7 @@ impl LlmGateway {
             }
             due
         };
-        let ready = match &*self.state.borrow() {
-            State::Ready { client, .. } if due => Some(client.clone()),
-            _ => None,
-        };
-        if let Some(mut client) = ready {
+        if let Some(mut client) = ready.filter(|_| due) {
             let asked =
                 tokio::time::timeout(Duration::from_secs(5), client.list_models(v1::ListModelsRequest::default()));
             match asked.await {
