@@ -52,6 +52,8 @@ struct State {
     files: Mutex<HashMap<String, (String, Vec<u8>)>>,
     /// Files the bot sent (sendDocument, sendPhoto): the method, the file's name and bytes.
     sent_files: Mutex<Vec<SentFile>>,
+    /// Whether the Bot API is down: every call answered 502.
+    offline: std::sync::atomic::AtomicBool,
     changes: Option<watch::Sender<u64>>,
 }
 
@@ -166,6 +168,12 @@ impl FakeTelegram {
         self.state.limited.lock().unwrap_or_else(PoisonError::into_inner).insert(method.into(), seconds);
     }
 
+    /// Takes the Bot API down (every call answered 502 Bad Gateway) or, with `false`, up again.
+    pub fn set_offline(&self, offline: bool) {
+        self.state.offline.store(offline, Ordering::SeqCst);
+        self.state.changed();
+    }
+
     /// The text of message `id` in `chat` now: sent, then edited.
     pub fn text_of(&self, chat: i64, id: i64) -> Option<String> {
         let mut text = None;
@@ -262,6 +270,9 @@ async fn answer(state: &Arc<State>, request: hyper::Request<hyper::body::Incomin
     let query = request.uri().query().unwrap_or_default().to_string();
     let content_type =
         request.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    if state.offline.load(Ordering::SeqCst) {
+        return reply(502, json!({"ok": false, "error_code": 502, "description": "Bad Gateway"}));
+    }
     if let Some(rest) = path.strip_prefix(&format!("/file/bot{TOKEN}/")) {
         let files = state.files.lock().unwrap_or_else(PoisonError::into_inner);
         return match files.values().find(|(file_path, _)| file_path == rest) {

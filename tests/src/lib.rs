@@ -3,6 +3,7 @@
 //! nothing sleeps to synchronise), talk to it, and stop it with a signal.
 #![recursion_limit = "256"]
 
+pub mod channels;
 pub mod fake_provider;
 pub mod fake_slack;
 pub mod fake_telegram;

@@ -635,7 +635,7 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
 
     let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"));
     let prompt = format!(
-        "? [o] once  [s] this session  [a] always  [d] deny  coder's tools want {bridge}:{port} for `exec: python3"
+        "? [o] once  [s] this session  [a] always  [d] deny  The coder's tools want to reach {bridge}:{port} for `exec"
     );
     terminal.wait_for(&prompt, wait).unwrap_or_else(|error| panic!("{error:?}\n{}", daemon.log_text()));
     terminal.press(&["s"]).expect("s");
@@ -650,7 +650,9 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
         .contains("arrived: GET /x"));
     // Another host, refused with d; what was typed meanwhile would not have answered.
     let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{other}"));
-    terminal.wait_for(&format!("[d] deny  coder's tools want {bridge}:{other}"), wait).expect("the second prompt");
+    terminal
+        .wait_for(&format!("[d] deny  The coder's tools want to reach {bridge}:{other}"), wait)
+        .expect("the second prompt");
     terminal.press(&["d"]).expect("d");
     let refused = fetching.join().expect("fetch");
     assert!(refused.contains("403") && refused.contains("was denied by root at the host"), "{refused}");
@@ -658,7 +660,9 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
 
     // A third asks; the TUI is left while it waits, and started again.
     let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{third}"));
-    terminal.wait_for(&format!("[d] deny  coder's tools want {bridge}:{third}"), wait).expect("the third prompt");
+    terminal
+        .wait_for(&format!("[d] deny  The coder's tools want to reach {bridge}:{third}"), wait)
+        .expect("the third prompt");
     terminal.type_text("/quit").expect("type");
     terminal.press(&["Enter"]).expect("quit");
     terminal.wait_for("baaaht: left session", wait).expect("the TUI ends");
@@ -676,9 +680,9 @@ fn the_tui_prompts_for_an_approval_and_one_key_answers_it() {
             wait,
         )
         .unwrap_or_else(|error| panic!("the conversation keeps its approvals: {error:?}"));
-    assert!(screen.contains(&format!("coder's tools want {bridge}:{other}")), "{screen}");
+    assert!(screen.contains(&format!("The coder's tools want to reach {bridge}:{other}")), "{screen}");
     terminal
-        .wait_for(&format!("[d] deny  coder's tools want {bridge}:{third}"), wait)
+        .wait_for(&format!("[d] deny  The coder's tools want to reach {bridge}:{third}"), wait)
         .expect("the one still waiting is asked again");
     terminal.press(&["o"]).expect("o");
     let fetched = fetching.join().expect("fetch");

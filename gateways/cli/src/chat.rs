@@ -3,6 +3,7 @@
 use baaaht_proto::v1;
 
 use baaaht_gateway_kit::said::{said, Said};
+use baaaht_gateway_kit::sentences;
 
 use crate::terminal::clean;
 
@@ -20,22 +21,13 @@ pub fn login(env: impl Fn(&str) -> Option<String>) -> String {
     env("USER").filter(|name| !name.is_empty()).unwrap_or_else(|| "local".into())
 }
 
-/// An agent role's name as shown.
-pub fn role_name(role: i32) -> &'static str {
-    baaaht_proto::role_name(role).filter(|name| *name != "tool").unwrap_or("agent")
-}
-
-/// A tool's connection waiting for approval, and how to answer it from another terminal.
+/// A tool's connection waiting for approval, in the kit's words, and how to answer it from
+/// another terminal.
 pub fn approval_text(request: &v1::ApprovalRequest) -> String {
-    let asked =
-        if request.asked_by.is_empty() { String::new() } else { format!(" for `{}`", clean(&request.asked_by)) };
     format!(
-        "  ? {}'s tools want {}:{}{asked}. Allow: baaaht egress approve {id} [--session | --always]; refuse: baaaht \
-         egress deny {id} (denied in {} s)\n",
-        role_name(request.agent),
-        clean(&request.host),
-        request.port,
-        request.expires_in_seconds,
+        "  ? {} Allow: baaaht egress approve {id} [--session | --always]; refuse: baaaht egress deny {id}. {}\n",
+        clean(&sentences::approval_asked(request)),
+        sentences::denied_in(request.expires_in_seconds),
         id = clean(&request.id),
     )
 }
@@ -140,11 +132,13 @@ pub fn transcript_text(transcript: &v1::SessionTranscript) -> String {
         let body = match &entry.entry {
             Some(Entry::Message(m)) if m.sender_id.is_empty() => format!("{}: {}", m.role, m.content),
             Some(Entry::Message(m)) => format!("{} ({}): {}", m.role, m.sender_id, m.content),
-            Some(Entry::Delegate(d)) => format!("delegated to {}: {}\n    → {}", role_name(d.agent), d.task, d.result),
+            Some(Entry::Delegate(d)) => {
+                format!("delegated to {}: {}\n    → {}", sentences::agent(d.agent), d.task, d.result)
+            }
             Some(Entry::Compaction(c)) => format!("compacted {} entries: {}", c.compacted_entry_ids.len(), c.summary),
             Some(Entry::ModelChange(m)) => format!("model {} → {}", m.previous_model, m.new_model),
             Some(Entry::Activity(a)) => {
-                match baaaht_proto::transcript::activity_event(a).and_then(baaaht_gateway_kit::sentences::activity) {
+                match baaaht_proto::transcript::activity_event(a).and_then(sentences::activity) {
                     Some(said) => format!("· {said}"),
                     None => continue,
                 }

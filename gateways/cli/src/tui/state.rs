@@ -3,6 +3,7 @@
 //! transition is tested on its own.
 
 use baaaht_gateway_kit::said::{said, Said};
+use baaaht_gateway_kit::sentences;
 use baaaht_proto::v1;
 
 /// One finished piece of the conversation as the screen shows it.
@@ -414,7 +415,7 @@ pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
             }),
             Some(Entry::Delegate(delegate)) => {
                 let task = delegate.task.lines().next().unwrap_or_default();
-                blocks.push(Block::Activity { text: format!("→ {}: {task}", role_name(delegate.agent)) });
+                blocks.push(Block::Activity { text: format!("→ {}: {task}", sentences::agent(delegate.agent)) });
             }
             Some(Entry::Compaction(_)) => {
                 blocks.push(Block::Info { text: "(earlier messages were summarized)".into() })
@@ -435,7 +436,7 @@ pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
 /// The prompt's line for an approval request: whose tools want what, for the command's first
 /// words.
 fn asking_of(request: &v1::ApprovalRequest) -> Asking {
-    let title = format!("{}'s tools want {}:{}", role_name(request.agent), request.host, request.port);
+    let title = sentences::wants_to_reach(request);
     let mut command: String = request.asked_by.split_whitespace().collect::<Vec<_>>().join(" ");
     if command.chars().count() > 48 {
         command = command.chars().take(47).collect::<String>() + "…";
@@ -451,7 +452,7 @@ fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
     use v1::orchestrator_event::Event;
     Some(match event {
         Event::Approval(request) => {
-            let title = format!("{}'s tools want {}:{}", role_name(request.agent), request.host, request.port);
+            let title = sentences::wants_to_reach(request);
             let asked =
                 if request.asked_by.is_empty() { String::new() } else { format!(" for `{}`", request.asked_by) };
             let text = format!(
@@ -462,10 +463,8 @@ fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
             Block::Notice { title, text, error: false }
         }
         Event::Message(message) => Block::Assistant { text: message.content.clone(), thinking: String::new() },
-        Event::Tainted(_) => Block::Activity { text: format!("! {}", baaaht_gateway_kit::sentences::activity(event)?) },
-        Event::ApprovalSettled(_) => {
-            Block::Activity { text: format!("· {}", baaaht_gateway_kit::sentences::activity(event)?) }
-        }
+        Event::Tainted(_) => Block::Activity { text: format!("! {}", sentences::activity(event)?) },
+        Event::ApprovalSettled(_) => Block::Activity { text: format!("· {}", sentences::activity(event)?) },
         _ => return None,
     })
 }
@@ -552,15 +551,13 @@ pub struct App {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asking {
     pub id: String,
-    /// "the Coder's tools want github.com:443 for `git clone …`".
+    /// "The coder's tools want to reach github.com:443 for `git clone …`".
     pub what: String,
 }
 
 /// The answers the approval prompt offers: its key, the decision, and how it is shown.
 pub const ANSWERS: &[(char, &str, &str)] =
     &[('o', "once", "once"), ('s', "session", "this session"), ('a', "always", "always"), ('d', "deny", "deny")];
-
-use crate::chat::role_name;
 
 fn channel_name(channel: i32) -> Option<String> {
     match v1::ChannelType::try_from(channel) {

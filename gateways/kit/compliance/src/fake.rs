@@ -59,6 +59,8 @@ struct Recorded {
     /// Files agents "sent", by session and path, for DownloadFile.
     files: HashMap<(String, String), Vec<u8>>,
     turns: u64,
+    /// How many times events were subscribed to.
+    subscriptions: usize,
 }
 
 struct State {
@@ -92,6 +94,11 @@ pub fn context_key(context: Option<&v1::ContextRef>) -> String {
         Some(context) => format!("user:{}", context.id),
         None => String::new(),
     }
+}
+
+/// The context of the user a channel identity is, as WhoAmI names it.
+pub fn user_context(identity: &str) -> v1::ContextRef {
+    v1::ContextRef { r#type: v1::ContextType::User as i32, id: user_of(identity) }
 }
 
 /// The user a channel identity is (`telegram:7:42` → `u-telegram-7-42`): one per identity.
@@ -173,6 +180,11 @@ impl FakeDaemon {
     /// How many streams follow events now.
     pub fn followers(&self) -> usize {
         self.state.events.receiver_count()
+    }
+
+    /// How many times events were subscribed to so far (a turn's own stream, a follower's).
+    pub fn subscriptions(&self) -> usize {
+        self.state.recorded.lock().unwrap_or_else(PoisonError::into_inner).subscriptions
     }
 
     /// The messages sent so far.
@@ -358,7 +370,7 @@ impl v1::sessions_server::Sessions for Service {
             }
         });
         // A case may wait for the gateway to follow its context before it publishes.
-        self.0.record(|_| {});
+        self.0.record(|recorded| recorded.subscriptions += 1);
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
     }
 
