@@ -2,7 +2,7 @@
 
 use baaaht_proto::v1;
 
-use baaaht_gateway_kit::said::{said, Said};
+use baaaht_gateway_kit::said::{Said, Step, Turn};
 use baaaht_gateway_kit::sentences;
 
 use crate::terminal::clean;
@@ -32,50 +32,74 @@ pub fn approval_text(request: &v1::ApprovalRequest) -> String {
     )
 }
 
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
-    Reply,
-    Failed(String),
+/// One turn followed on a terminal, the way every channel follows one: each event read by the
+/// kit ([`said`]) and the turn's end decided by its [`Turn`]. The answer's words go to `out` as
+/// they come, progress to `note`.
+pub struct Terminal<O, N> {
+    turn: Turn,
+    out: O,
+    note: N,
+    /// Whether any of the answer's words were printed yet.
+    printed: bool,
 }
 
-/// Prints one event of the turn, as the kit reads it ([`said`]): the answer's text to `out` as
-/// it arrives, progress to `note`. Returns how the turn ended when this event ends it; a
-/// failure inside baaaht shows its detail here, the operator's own terminal.
-pub fn show(
-    event: &v1::OrchestratorEvent,
-    out: &mut impl std::io::Write,
-    note: &mut impl std::io::Write,
-) -> Option<Ending> {
-    let said = said(event)?;
-    // Everything here came from agents and models: shown, never obeyed by the terminal.
-    // silent-ok: a closed terminal does not stop the turn; the session keeps the reply.
-    let _ = match &said {
-        Said::Words(text) => write!(out, "{}", clean(text)).and_then(|()| out.flush()),
-        Said::Delegation { agent, task, state } if state == "started" => {
-            writeln!(note, "  → {agent}: {}", clean(task.lines().next().unwrap_or_default()))
+impl<O: std::io::Write, N: std::io::Write> Terminal<O, N> {
+    pub fn new(session: &str, turn: &str, out: O, note: N) -> Self {
+        Terminal { turn: Turn::new(session, turn), out, note, printed: false }
+    }
+
+    /// Whether `event` is of this turn.
+    pub fn owns(&self, event: &v1::OrchestratorEvent) -> bool {
+        self.turn.owns(event)
+    }
+
+    /// The progress stream, for what is said beside the turn (a spinner, a notice).
+    pub fn note(&mut self) -> &mut N {
+        &mut self.note
+    }
+
+    /// Prints what one of the turn's events said. When it ended the turn: `Ok` when answered,
+    /// else what failed — a failure inside baaaht with its detail, this being the operator's
+    /// own terminal.
+    pub fn take(&mut self, said: &Said) -> Option<Result<(), String>> {
+        let (out, note) = (&mut self.out, &mut self.note);
+        // Everything here came from agents and models: shown, never obeyed by the terminal.
+        // silent-ok: a closed terminal does not stop the turn; the session keeps the reply.
+        let _ = match said {
+            Said::Words(text) => {
+                self.printed = true;
+                write!(out, "{}", clean(text)).and_then(|()| out.flush())
+            }
+            Said::Delegation { agent, task, state } if state == "started" => {
+                writeln!(note, "  → {agent}: {}", clean(task.lines().next().unwrap_or_default()))
+            }
+            Said::Delegation { agent, state, .. } => writeln!(note, "  ← {agent} {}", clean(state)),
+            Said::Tool { agent, tool, state, ms } => {
+                writeln!(note, "    · {agent} {} {} ({ms} ms)", clean(tool), clean(state))
+            }
+            Said::Sent(message) => writeln!(out, "\n{}", clean(&message.content)),
+            Said::Tainted { source, withheld } => writeln!(
+                note,
+                "  ! reading untrusted content ({}): some tools are paused: {}",
+                clean(source),
+                clean(&withheld.join(", "))
+            ),
+            _ => Ok(()),
+        };
+        match self.turn.take(said) {
+            Step::Ended(None) => {
+                // An answer that came whole, without its words as they were written.
+                let whole = if self.printed { String::new() } else { clean(&self.turn.writing.text).into_owned() };
+                // silent-ok: as above.
+                let _ = writeln!(self.out, "{whole}");
+                Some(Ok(()))
+            }
+            Step::Ended(Some(trouble)) => match said {
+                Said::Failed { internal: Some(detail), .. } => Some(Err(detail.clone())),
+                _ => Some(Err(trouble.sentence())),
+            },
+            Step::Changed | Step::Nothing => None,
         }
-        Said::Delegation { agent, state, .. } => writeln!(note, "  ← {agent} {}", clean(state)),
-        Said::Tool { agent, tool, state, ms } => {
-            writeln!(note, "    · {agent} {} {} ({ms} ms)", clean(tool), clean(state))
-        }
-        Said::Sent(message) => writeln!(out, "\n{}", clean(&message.content)),
-        Said::Tainted { source, withheld } => writeln!(
-            note,
-            "  ! reading untrusted content ({}): some tools are paused: {}",
-            clean(source),
-            clean(&withheld.join(", "))
-        ),
-        _ => Ok(()),
-    };
-    match said {
-        Said::Answered { .. } => {
-            // silent-ok: as above.
-            let _ = writeln!(out);
-            Some(Ending::Reply)
-        }
-        Said::Failed { sentence, internal } => Some(Ending::Failed(internal.unwrap_or(sentence))),
-        _ => None,
     }
 }
 
@@ -157,30 +181,41 @@ pub fn transcript_text(transcript: &v1::SessionTranscript) -> String {
 mod tests {
     use super::*;
 
-    fn event(kind: v1::orchestrator_event::Event) -> v1::OrchestratorEvent {
-        v1::OrchestratorEvent { event: Some(kind), ..Default::default() }
-    }
-
     #[test]
-    fn text_streams_to_out_and_progress_to_notes() {
+    fn text_streams_to_out_progress_to_notes_and_the_kits_turn_decides_the_end() {
+        use baaaht_gateway_kit::said::said;
         use v1::orchestrator_event::Event;
-        let (mut out, mut note) = (vec![], vec![]);
-        let delta = |text: &str| event(Event::TextDelta(v1::TextDelta { index: 0, text: text.into() }));
-        assert_eq!(show(&delta("Hel"), &mut out, &mut note), None);
-        assert_eq!(show(&delta("lo"), &mut out, &mut note), None);
+        let event =
+            |kind: Event| v1::OrchestratorEvent { turn_id: "t-1".into(), event: Some(kind), ..Default::default() };
+        let mut terminal = Terminal::new("s-1", "t-1", vec![], vec![]);
+        let mut take = |kind: Event| {
+            let event = event(kind);
+            assert!(terminal.owns(&event));
+            terminal.take(&said(&event).expect("said"))
+        };
+        let delta = |text: &str| Event::TextDelta(v1::TextDelta { index: 0, text: text.into() });
+        assert_eq!(take(delta("Hel")), None);
+        assert_eq!(take(delta("lo")), None);
         let started = v1::DelegationProgress {
             agent: v1::AgentRole::Coder as i32,
             task: "write it\nin full".into(),
             state: "started".into(),
             result: String::new(),
         };
-        show(&event(Event::Delegation(started)), &mut out, &mut note);
+        assert_eq!(take(Event::Delegation(started)), None);
         let reply = v1::ReplyComplete { entry_id: "e".into(), content: "Hello".into() };
-        assert_eq!(show(&event(Event::Reply(reply)), &mut out, &mut note), Some(Ending::Reply));
-        assert_eq!(String::from_utf8_lossy(&out), "Hello\n");
-        assert_eq!(String::from_utf8_lossy(&note), "  → coder: write it\n");
+        assert_eq!(take(Event::Reply(reply.clone())), Some(Ok(())));
+        assert_eq!(String::from_utf8_lossy(&terminal.out), "Hello\n");
+        assert_eq!(String::from_utf8_lossy(&terminal.note), "  → coder: write it\n");
+
+        // An answer that came whole is printed whole; a failure inside shows its detail here.
+        let mut whole = Terminal::new("s-1", "t-1", vec![], vec![]);
+        assert_eq!(whole.take(&said(&event(Event::Reply(reply))).expect("said")), Some(Ok(())));
+        assert_eq!(String::from_utf8_lossy(&whole.out), "Hello\n");
         let failed = event(Event::Error(v1::TurnError { message: "no model".into(), for_users: false }));
-        assert_eq!(show(&failed, &mut out, &mut note), Some(Ending::Failed("no model".into())));
+        assert_eq!(whole.take(&said(&failed).expect("said")), Some(Err("no model".into())));
+        let told = event(Event::Error(v1::TurnError { message: "The budget is used up.".into(), for_users: true }));
+        assert_eq!(whole.take(&said(&told).expect("said")), Some(Err("The budget is used up.".into())));
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub(crate) async fn chat(
     socket: &std::path::Path,
     chat: Chat,
 ) -> Result<(), CliError> {
-    use crate::chat::{show, Ending};
+    use baaaht_gateway_kit::said::{said, Said};
     let env = |key: &str| std::env::var(key).ok();
     let in_group = chat.group.is_some();
     let context = crate::chat::context(chat.user, chat.group, env);
@@ -71,9 +71,10 @@ pub(crate) async fn chat(
             eprintln!("waiting for the answer in progress in this session; Ctrl-C withdraws this message");
         }
     }
-    let (mut out, mut note) = (std::io::stdout(), std::io::stderr());
+    let mut terminal =
+        crate::chat::Terminal::new(&sent.session_id, &sent.turn_id, std::io::stdout(), std::io::stderr());
     // Something moves on a terminal until the first token: the model may take a while.
-    let mut spinner = std::io::IsTerminal::is_terminal(&note).then(crate::chat::Spinner::default);
+    let mut spinner = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(crate::chat::Spinner::default);
     let mut ticks = tokio::time::interval(std::time::Duration::from_millis(100));
     let mut deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(chat.wait);
     let mut stopping = false;
@@ -82,7 +83,7 @@ pub(crate) async fn chat(
             next = tokio::time::timeout_at(deadline, events.message()) => next,
             _ = ticks.tick(), if spinner.is_some() => {
                 if let Some(spinner) = spinner.as_mut() {
-                    spinner.tick(&mut note);
+                    spinner.tick(terminal.note());
                 }
                 continue;
             }
@@ -93,7 +94,7 @@ pub(crate) async fn chat(
                 }
                 stopping = true;
                 if let Some(spinner) = spinner.as_mut() {
-                    spinner.clear(&mut note);
+                    spinner.clear(terminal.note());
                 }
                 eprintln!("\nstopping the turn (Ctrl-C again to leave at once)");
                 let cancel = v1::CancelTurnRequest { session_id: sent.session_id.clone(), turn_id: sent.turn_id.clone() };
@@ -121,37 +122,38 @@ pub(crate) async fn chat(
             Ok(None) => break Err(CliError::StreamEnded),
             Err(error) => break Err(error),
         };
-        if let Some(v1::orchestrator_event::Event::Notice(notice)) = &event.event {
-            eprint!("{}", clean(&crate::tasks::notice_text(notice)));
-            continue;
-        }
-        if let Some(v1::orchestrator_event::Event::Approval(request)) = &event.event {
-            if let Some(spinner) = spinner.as_mut() {
-                spinner.clear(&mut note);
+        let Some(said) = said(&event) else { continue };
+        match &said {
+            Said::Notice(notice) => {
+                eprint!("{}", clean(&crate::tasks::notice_text(notice)));
+                continue;
             }
-            eprint!("{}", crate::chat::approval_text(request));
-            continue;
-        }
-        if event.turn_id != sent.turn_id {
-            continue;
+            Said::Approval(request) => {
+                if let Some(spinner) = spinner.as_mut() {
+                    spinner.clear(terminal.note());
+                }
+                eprint!("{}", crate::chat::approval_text(request));
+                continue;
+            }
+            _ if !terminal.owns(&event) => continue,
+            _ => {}
         }
         if let Some(spinner) = spinner.as_mut() {
-            spinner.clear(&mut note);
+            spinner.clear(terminal.note());
         }
-        if matches!(event.event, Some(v1::orchestrator_event::Event::TextDelta(_))) {
+        // The first words end the spinner for good.
+        if matches!(said, Said::Words(_)) {
             spinner = None;
         }
-        match show(&event, &mut out, &mut note) {
-            Some(Ending::Reply) => break Ok(()),
-            Some(Ending::Failed(_)) if stopping => {
-                break Err(CliError::Interrupted { session: sent.session_id.clone() })
-            }
-            Some(Ending::Failed(message)) => break Err(CliError::TurnFailed(message)),
+        match terminal.take(&said) {
+            Some(Ok(())) => break Ok(()),
+            Some(Err(_)) if stopping => break Err(CliError::Interrupted { session: sent.session_id.clone() }),
+            Some(Err(failed)) => break Err(CliError::TurnFailed(failed)),
             None => {}
         }
     };
     if let Some(spinner) = spinner.as_mut() {
-        spinner.clear(&mut note);
+        spinner.clear(terminal.note());
     }
     // After the answer, on a line of its own, where it does not mix with the text.
     eprintln!("(session {})", sent.session_id);
