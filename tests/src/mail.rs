@@ -28,7 +28,7 @@ pub const AUTHSERV_ID: &str = "mail.home.test";
 
 /// Reads mail as a person's mail program shows it (Python's imaplib and email package).
 const CLIENT: &str = r#"
-import email, email.policy, imaplib, json, ssl, sys
+import base64, email, email.policy, imaplib, json, ssl, sys
 verb = sys.argv[1]
 if verb == "list":
     port, ca, user, password = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
@@ -43,7 +43,8 @@ if verb == "list":
         message = email.message_from_bytes(data[0][1], policy=email.policy.default)
         body = message.get_body(("plain",))
         text = body.get_content() if body is not None else ""
-        out.append({"uid": int(uid), "seen": "\\Seen" in flags, "raw": data[0][1].decode("utf-8", "replace"), "text": text})
+        files = [{"name": part.get_filename() or "", "data": base64.b64encode(part.get_content() if isinstance(part.get_content(), bytes) else part.get_content().encode()).decode()} for part in message.iter_attachments()]
+        out.append({"uid": int(uid), "seen": "\\Seen" in flags, "raw": data[0][1].decode("utf-8", "replace"), "text": text, "files": files})
     print(json.dumps(out))
 "#;
 
@@ -55,6 +56,8 @@ pub struct Mail {
     pub raw: String,
     /// Its text, decoded (as a mail program shows it).
     pub text: String,
+    /// Its attachments, decoded: each one's name and bytes.
+    pub files: Vec<(String, Vec<u8>)>,
 }
 
 impl Mail {
@@ -358,6 +361,17 @@ impl MailServers {
                 seen: mail["seen"] == true,
                 raw: mail["raw"].as_str().unwrap_or_default().to_string(),
                 text: mail["text"].as_str().unwrap_or_default().to_string(),
+                files: mail["files"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|file| {
+                        use base64::Engine as _;
+                        let data = file["data"].as_str().unwrap_or_default();
+                        let bytes = base64::engine::general_purpose::STANDARD.decode(data).unwrap_or_default();
+                        (file["name"].as_str().unwrap_or_default().to_string(), bytes)
+                    })
+                    .collect(),
             })
             .collect())
     }

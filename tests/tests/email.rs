@@ -339,9 +339,9 @@ fn an_approval_request_is_a_mail_and_a_one_word_reply_answers_it() {
     let fetched = fetching.join().expect("the fetch");
     assert!(fetched.contains("arrived: GET /x"), "the connection was allowed: {fetched}\n{}", logs());
     let confirmed = servers.wait_for_mail(ALICE.0, ALICE.1, WAIT, |mails| {
-        mails.iter().any(|mail| mail.body().starts_with("Done: allowed for this conversation."))
+        mails.iter().any(|mail| mail.body().starts_with("Allowed for this conversation, by "))
     });
-    assert!(confirmed.is_some(), "the decision is confirmed\n{}", logs());
+    assert!(confirmed.is_some(), "the thread says what was decided, by whom\n{}", logs());
 }
 
 #[test]

@@ -18,6 +18,7 @@ use baaaht_gateway_kit::daemon::{context_of, File, Person, Place};
 use baaaht_gateway_kit::egress::Egress;
 use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
+use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::sentences::{self, for_users};
 use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client;
@@ -108,6 +109,8 @@ pub struct Gateway {
     ignored: Mutex<HashSet<u32>>,
     /// Approval requests mailed, by the request mail's Message-ID: the request's id.
     asked: Mutex<HashMap<String, String>>,
+    /// The requests whose settlement was told (once, however many turns waited for it).
+    settled: Mutex<Seen>,
     /// Mails left for later, by UID: when they may be looked at again.
     later: Mutex<HashMap<u32, std::time::Instant>>,
     /// When each sender's recent mails were taken.
@@ -132,6 +135,7 @@ impl Gateway {
             threads: Mutex::new(threads),
             ignored: Mutex::default(),
             asked: Mutex::default(),
+            settled: Mutex::new(Seen::new(Duration::from_secs(3600), 256)),
             later: Mutex::default(),
             recent: Mutex::default(),
         }
@@ -344,6 +348,15 @@ impl Gateway {
         if self.threads.lock().unwrap_or_else(PoisonError::into_inner).is_pending(&mail.id) {
             return Taken::Yes;
         }
+        if self
+            .threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .taken_before(&mail.id, &self.person(&mail).identity)
+        {
+            tracing::info!(uid, sender, "a mail seen before is dropped");
+            return Taken::Yes;
+        }
         // Paced by who it is from: a stranger writing as Alice spends none of Alice's pace.
         if !self.within_pace(&self.person(&mail).identity) {
             tracing::warn!(
@@ -552,11 +565,30 @@ impl Gateway {
         }
     }
 
-    /// `mail` answers the approval request `approval`: its first word is the decision.
+    /// `mail` answers the approval request `approval`: its first word is the decision. Taken,
+    /// the request's settlement says so in the thread of the mail that asked; not, a reply says
+    /// why.
     async fn approval_answered(&self, mail: &Incoming, approval: String) {
-        let told = turn::answer_by_word(&self.daemon, &self.person(mail), &approval, &mail.text).await;
+        let Some(told) = turn::answer_by_word(&self.daemon, &self.person(mail), &approval, &mail.text).await else {
+            return;
+        };
         if let Err(error) = self.reply(mail, &told, &[]).await {
-            tracing::warn!(%error, "cannot confirm an approval's answer");
+            tracing::warn!(%error, "cannot say why an approval's answer was not taken");
+        }
+    }
+
+    /// How a request this gateway mailed was settled, told in the thread of `mail` (the mail
+    /// whose turn it held up), however and by whom it was answered.
+    async fn approval_settled(&self, mail: &Incoming, settled: &v1::ApprovalSettled) {
+        if !self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == settled.id) {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if !self.settled.lock().unwrap_or_else(PoisonError::into_inner).first(&settled.id, now) {
+            return;
+        }
+        if let Err(error) = self.reply(mail, &sentences::settled(&settled.decision, &settled.by), &[]).await {
+            tracing::warn!(%error, "an approval's answer could not be told");
         }
     }
 }
@@ -602,8 +634,11 @@ impl Surface for Answering<'_> {
     }
 
     async fn approval(&self, event: &v1::orchestrator_event::Event) {
-        if let v1::orchestrator_event::Event::Approval(request) = event {
-            self.gateway.ask_approval(self.mail, request).await;
+        use v1::orchestrator_event::Event;
+        match event {
+            Event::Approval(request) => self.gateway.ask_approval(self.mail, request).await,
+            Event::ApprovalSettled(settled) => self.gateway.approval_settled(self.mail, settled).await,
+            _ => {}
         }
     }
 }

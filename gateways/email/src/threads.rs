@@ -118,6 +118,13 @@ impl Threads {
         self.file.pending.contains_key(id)
     }
 
+    /// Whether `owner`'s mail `id` was taken before (the same mail delivered again: a server's
+    /// retry, a copy back into the inbox). Another's mail carrying the id is not: a Message-ID
+    /// is no secret, and theirs starts its own thread.
+    pub fn taken_before(&self, id: &str, owner: &str) -> bool {
+        matches!(self.file.threads.get(id), Some(Kept::Owned { owner: theirs, .. }) if theirs == owner)
+    }
+
     pub fn take(&mut self, id: &str, pending: Pending) -> Result<(), String> {
         self.file.pending.insert(id.to_string(), pending);
         self.save()
@@ -176,6 +183,10 @@ mod tests {
         assert_eq!(threads.session_of(&["zz@x".into()], alice), None);
         assert!(threads.is_pending("q2@x"));
         assert_eq!(threads.unanswered().len(), 1);
+        // Alice's mail delivered again was taken before; Bob's carrying its id was not.
+        assert!(threads.taken_before("q1@x", alice));
+        assert!(!threads.taken_before("q1@x", "email:bob@family.test"));
+        assert!(!threads.taken_before("zz@x", alice));
         std::fs::write(dir.join("threads.json"), "{not json").expect("spoil");
         assert!(Threads::open(&dir).expect_err("spoiled").contains("move it away"));
         // silent-ok: cleaning up.

@@ -89,17 +89,6 @@ pub fn denied_in(seconds: u32) -> String {
     format!("Denied in {seconds} s without an answer.")
 }
 
-/// What a decision on an approval did, as a clause ("allowed for this conversation").
-pub fn decided(decision: &str) -> &str {
-    match decision {
-        "once" => "allowed this time",
-        "session" => "allowed for this conversation",
-        "always" => "allowed always (a rule)",
-        "deny" => "denied",
-        other => other,
-    }
-}
-
 /// How an approval request ended: "Allowed for this conversation, by Alice." or "Denied, nobody
 /// answered in time."
 pub fn settled(decision: &str, by: &str) -> String {

@@ -137,21 +137,23 @@ const DECISIONS: &[(&str, &str)] = &[
     ("no", "deny"),
 ];
 
-/// Answers the approval request `approval` as `person` with the first word of `said`: the
-/// sentence that tells them what was done.
-pub async fn answer_by_word(daemon: &Client, person: &Person, approval: &str, said: &str) -> String {
+/// Answers the approval request `approval` as `person` with the first word of `said`. Taken,
+/// nothing is said here: the daemon's settlement of the request tells the chat what was decided
+/// and by whom ([`sentences::settled`]), as it does however the request was answered. Else the
+/// sentence that says why not.
+pub async fn answer_by_word(daemon: &Client, person: &Person, approval: &str, said: &str) -> Option<String> {
     let word = said.split_whitespace().next().unwrap_or_default().to_lowercase();
     let word = word.trim_matches(|c: char| !c.is_alphanumeric());
     let Some((_, decision)) = DECISIONS.iter().find(|(known, _)| *known == word) else {
-        return format!("⚠️ {}", sentences::NOT_UNDERSTOOD);
+        return Some(format!("⚠️ {}", sentences::NOT_UNDERSTOOD));
     };
     let answer = v1::ApprovalAnswer { id: approval.to_string(), decision: decision.to_string() };
     let mut daemon = daemon.clone();
     match daemon.sessions.answer_approval(person.request(answer)).await {
-        Ok(_) => format!("Done: {}.", sentences::decided(decision)),
+        Ok(_) => None,
         Err(status) => {
             tracing::info!(approval, message = %status.message(), "an approval's answer was refused");
-            format!("⚠️ {}", for_users(&status))
+            Some(format!("⚠️ {}", for_users(&status)))
         }
     }
 }

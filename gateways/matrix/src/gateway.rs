@@ -127,23 +127,29 @@ impl Gateway {
         // while people wrote every message and answer waited up to a second
         // (`baaaht-bench channels --only matrix`). The homeserver's long poll paces this one.
         let settings = SyncSettings::default().timeout(SYNC_WAIT);
+        // After a failure, a sync that does not wait says at once whether the homeserver is
+        // back (a long poll would leave the gateway unhealthy for its whole wait).
+        let mut recovering = false;
         loop {
             let started = Instant::now();
-            match self.client.sync_once(settings.clone()).await {
+            let asked = if recovering { settings.clone().timeout(Duration::ZERO) } else { settings.clone() };
+            match self.client.sync_once(asked).await {
                 Ok(response) => {
                     health.up();
                     backoff.reset();
                     // A homeserver that answers at once with nothing new (one that ignores the
                     // wait asked for) is not asked again at once.
                     let nothing = response.rooms.is_empty() && response.to_device.is_empty();
-                    if nothing && started.elapsed() < QUICK_SYNC {
+                    if nothing && !recovering && started.elapsed() < QUICK_SYNC {
                         tokio::time::sleep(QUICK_SYNC_PAUSE).await;
                     }
+                    recovering = false;
                 }
                 Err(error) => {
                     let wait = backoff.next_wait();
                     tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "the sync failed");
                     health.down(&error.to_string());
+                    recovering = true;
                     tokio::time::sleep(wait).await;
                 }
             }
@@ -391,12 +397,34 @@ impl Gateway {
         }
     }
 
-    /// `event` answers the approval request `approval`: its first word is the decision.
+    /// `event` answers the approval request `approval`: its first word is the decision. Taken,
+    /// the request's settlement says so (its message edited); not, a message says why.
     async fn approval_answered(&self, room: &Room, event: &OriginalSyncRoomMessageEvent, approval: String, text: &str) {
         let person = Person { identity: format!("matrix:{}", event.sender), name: None };
-        let told = turn::answer_by_word(&self.daemon, &person, &approval, text).await;
+        let Some(told) = turn::answer_by_word(&self.daemon, &person, &approval, text).await else { return };
         if let Err(error) = room.send(RoomMessageEventContent::text_plain(told)).await {
-            tracing::warn!(%error, "cannot confirm an approval's answer");
+            tracing::warn!(%error, "cannot say why an approval's answer was not taken");
+        }
+    }
+
+    /// How a request this gateway posted in `room` was settled, however and by whom it was
+    /// answered: its message edited to say so.
+    async fn approval_settled(&self, room: &Room, settled: &v1::ApprovalSettled) {
+        let posted = {
+            let asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+            asked.iter().find(|(_, id)| **id == settled.id).map(|(event, _)| event.clone())
+        };
+        let Some(posted) = posted else { return };
+        // Told once, however many turns waited for it.
+        let key = format!("settled:{}", settled.id);
+        if !self.seen.lock().unwrap_or_else(PoisonError::into_inner).first(&key, Instant::now()) {
+            return;
+        }
+        let text = sentences::settled(&settled.decision, &settled.by);
+        let content =
+            RoomMessageEventContent::text_plain(text).make_replacement(ReplacementMetadata::new(posted, None));
+        if let Err(error) = room.send(content).await {
+            tracing::warn!(%error, "an approval's answer could not be shown");
         }
     }
 
@@ -503,8 +531,11 @@ impl Surface for Answering<'_> {
     }
 
     async fn approval(&self, event: &v1::orchestrator_event::Event) {
-        if let v1::orchestrator_event::Event::Approval(request) = event {
-            self.gateway.ask_approval(self.room, request).await;
+        use v1::orchestrator_event::Event;
+        match event {
+            Event::Approval(request) => self.gateway.ask_approval(self.room, request).await,
+            Event::ApprovalSettled(settled) => self.gateway.approval_settled(self.room, settled).await,
+            _ => {}
         }
     }
 }

@@ -7,6 +7,9 @@ use std::path::Path;
 
 use baaaht_gateway_compliance::FakeDaemon;
 
+pub mod cut;
+pub mod email;
+pub mod matrix;
 pub mod slack;
 pub mod telegram;
 

@@ -17,7 +17,7 @@ pub trait Channel: Sized + Send + Sync + 'static {
     /// What the person wrote, as the service would deliver it again.
     type Written: Send + Sync;
 
-    /// The most characters one message of the channel holds.
+    /// The most characters one message of the channel holds (`usize::MAX`: any length).
     const LIMIT: usize;
 
     /// The channel's name as the scheduler addresses its notices (`telegram`).

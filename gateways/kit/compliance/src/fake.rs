@@ -388,7 +388,8 @@ impl v1::sessions_server::Sessions for Service {
     }
 
     async fn new_session(&self, _: Request<v1::NewSessionRequest>) -> Result<Response<v1::SessionHeader>, Status> {
-        Ok(Response::new(v1::SessionHeader { id: "s-new".into(), ..Default::default() }))
+        // One conversation in the fake: what a case keeps for it is found whichever way it came.
+        Ok(Response::new(v1::SessionHeader { id: "s-fake".into(), ..Default::default() }))
     }
 
     async fn resume_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::SessionHeader>, Status> {
