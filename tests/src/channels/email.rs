@@ -167,17 +167,7 @@ impl Channel for Email {
     }
 
     async fn wait_for(&self, wait: Duration, check: impl Fn(&Email) -> bool + Send + Sync) -> bool {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if check(self) {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            // A mailbox announces nothing to a test: it is looked at again.
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        super::looked_at_until(wait, Duration::from_millis(250), || check(self)).await
     }
 
     fn log(&self) -> String {

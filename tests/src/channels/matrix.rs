@@ -137,17 +137,7 @@ impl Channel for Matrix {
     }
 
     async fn wait_for(&self, wait: Duration, check: impl Fn(&Matrix) -> bool + Send + Sync) -> bool {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if check(self) {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            // Alice's client keeps what it reads; it is looked at again.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        super::looked_at_until(wait, Duration::from_millis(100), || check(self)).await
     }
 
     fn log(&self) -> String {

@@ -4,6 +4,7 @@
 //! against each.
 
 use std::path::Path;
+use std::time::Duration;
 
 use baaaht_gateway_compliance::FakeDaemon;
 
@@ -29,4 +30,20 @@ fn start_gateway(daemon: &FakeDaemon, binary: &str, health: &Path, args: &[&str]
         .args(args)
         .env("RUST_LOG", "info");
     crate::spawn(command, &daemon.folder().join(format!("{binary}.log"))).map_err(|error| format!("{error:#}"))
+}
+
+/// Waits until `check` holds, looking again every `every`, at most `wait`; whether it did. For a
+/// person's client that keeps what it reads (Matrix) or a mailbox, which announce nothing to a
+/// test.
+async fn looked_at_until(wait: Duration, every: Duration, check: impl Fn() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(every).await;
+    }
 }
