@@ -345,20 +345,20 @@ impl Gateway {
                 );
             }
         }
-        if self.threads.lock().unwrap_or_else(PoisonError::into_inner).is_pending(&mail.id) {
+        let identity = self.person(&mail).identity;
+        let (pending, seen) = {
+            let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            (threads.is_pending(&mail.id), threads.taken_before(&mail.id, &identity))
+        };
+        if pending {
             return Taken::Yes;
         }
-        if self
-            .threads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .taken_before(&mail.id, &self.person(&mail).identity)
-        {
+        if seen {
             tracing::info!(uid, sender, "a mail seen before is dropped");
             return Taken::Yes;
         }
         // Paced by who it is from: a stranger writing as Alice spends none of Alice's pace.
-        if !self.within_pace(&self.person(&mail).identity) {
+        if !self.within_pace(&identity) {
             tracing::warn!(
                 uid,
                 sender,

@@ -56,6 +56,8 @@ pub struct Gateway {
     seen: Mutex<Seen>,
     /// Approval requests posted, by the request message's event id: the request's id.
     asked: Mutex<HashMap<OwnedEventId, String>>,
+    /// The requests whose settlement was shown (once, however many turns waited for it).
+    settled: Mutex<Seen>,
 }
 
 impl Gateway {
@@ -74,6 +76,7 @@ impl Gateway {
             follower,
             seen: Mutex::new(Seen::new(Duration::from_secs(24 * 3600), 10_000)),
             asked: Mutex::default(),
+            settled: Mutex::new(Seen::new(Duration::from_secs(3600), 256)),
         }
     }
 
@@ -415,9 +418,7 @@ impl Gateway {
             asked.iter().find(|(_, id)| **id == settled.id).map(|(event, _)| event.clone())
         };
         let Some(posted) = posted else { return };
-        // Told once, however many turns waited for it.
-        let key = format!("settled:{}", settled.id);
-        if !self.seen.lock().unwrap_or_else(PoisonError::into_inner).first(&key, Instant::now()) {
+        if !self.settled.lock().unwrap_or_else(PoisonError::into_inner).first(&settled.id, Instant::now()) {
             return;
         }
         let text = sentences::settled(&settled.decision, &settled.by);
