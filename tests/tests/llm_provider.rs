@@ -16,6 +16,7 @@ fn endpoint(fake: &FakeProvider, name: &str, wire: Wire) -> Endpoint {
     let fake_wire = match wire {
         Wire::Anthropic => fake::Wire::Anthropic,
         Wire::OpenAi => fake::Wire::OpenAi,
+        other => panic!("the fake provider speaks Anthropic's and OpenAI's wire, not {other:?}"),
     };
     Endpoint {
         name: name.into(),
@@ -24,6 +25,8 @@ fn endpoint(fake: &FakeProvider, name: &str, wire: Wire) -> Endpoint {
         api_key: Some("sk-test".into()),
         timeout: Duration::from_secs(10),
         max_output: None,
+        cloud: Default::default(),
+        signer: None,
         route: baaaht_llm::provider::Route::Direct,
     }
 }
@@ -155,6 +158,8 @@ async fn bad_bases_are_refused_with_a_sentence() {
         api_key: None,
         timeout: Duration::from_secs(1),
         max_output: None,
+        cloud: Default::default(),
+        signer: None,
         route: baaaht_llm::provider::Route::Direct,
     };
     let failure = provider::stream(&endpoint, &request(), &mut |_| {}).await.expect_err("ftp");

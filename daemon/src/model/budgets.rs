@@ -56,6 +56,26 @@ const BUILT_IN_PRICES: &[(&str, f64, f64)] = &[
     ("mistral/mistral-small", 0.2, 0.6),
     ("xai/grok-3-mini", 0.3, 0.5),
     ("xai/grok-3", 3.0, 15.0),
+    ("google/gemini-2.5-pro", 1.25, 10.0),
+    ("google/gemini-2.5-flash-lite", 0.1, 0.4),
+    ("google/gemini-2.5-flash", 0.3, 2.5),
+    ("google/gemini-2.0-flash", 0.1, 0.4),
+    ("vertex/gemini-2.5-pro", 1.25, 10.0),
+    ("vertex/gemini-2.5-flash", 0.3, 2.5),
+    ("vertex/claude-opus-4", 15.0, 75.0),
+    ("vertex/claude-sonnet-4", 3.0, 15.0),
+    ("vertex/claude-3-7-sonnet", 3.0, 15.0),
+    ("vertex/claude-3-5-haiku", 0.8, 4.0),
+    ("bedrock/anthropic.claude-opus-4", 15.0, 75.0),
+    ("bedrock/anthropic.claude-sonnet-4", 3.0, 15.0),
+    ("bedrock/anthropic.claude-3-7-sonnet", 3.0, 15.0),
+    ("bedrock/anthropic.claude-3-5-haiku", 0.8, 4.0),
+    ("bedrock/us.anthropic.claude-sonnet-4", 3.0, 15.0),
+    ("bedrock/meta.llama3-3-70b", 0.72, 0.72),
+    ("bedrock/meta.llama3-1-8b", 0.22, 0.22),
+    ("bedrock/mistral.mistral-large", 2.0, 6.0),
+    ("azure/gpt-4o-mini", 0.15, 0.6),
+    ("azure/gpt-4o", 2.5, 10.0),
 ];
 
 /// What cached input of a built-in model costs per million tokens — read, written — at its
@@ -65,7 +85,7 @@ const BUILT_IN_PRICES: &[(&str, f64, f64)] = &[
 fn cached_rates(model: &str, input: f64) -> (Option<f64>, Option<f64>) {
     let provider = model.split('/').next().unwrap_or_default();
     match provider {
-        "anthropic" => (Some(input * 0.1), Some(input * 1.25)),
+        "anthropic" | "bedrock" | "vertex" if model.contains("claude") => (Some(input * 0.1), Some(input * 1.25)),
         "openai" if model.starts_with("openai/gpt-4o") || model.starts_with("openai/o3-mini") => {
             (Some(input * 0.5), None)
         }
@@ -73,6 +93,22 @@ fn cached_rates(model: &str, input: f64) -> (Option<f64>, Option<f64>) {
         "deepseek" => (Some(input * 0.26), None),
         _ => (None, None),
     }
+}
+
+/// The price of `model` (`provider/model`): in `prices` (providers.yaml's), built in, free on
+/// a local server; `None` when unknown.
+pub fn price_in(prices: &std::collections::BTreeMap<String, Price>, model: &str) -> Option<Price> {
+    if let Some(price) = prices.get(model) {
+        return Some(*price);
+    }
+    let built_in =
+        BUILT_IN_PRICES.iter().filter(|(prefix, _, _)| model.starts_with(prefix)).max_by_key(|(p, _, _)| p.len());
+    if let Some((_, input, output)) = built_in {
+        let (cache_read, cache_write) = cached_rates(model, *input);
+        return Some(Price { input: *input, output: *output, cache_read, cache_write });
+    }
+    let provider = model.split('/').next().unwrap_or_default();
+    LOCAL_PROVIDERS.contains(&provider).then(Price::default)
 }
 
 /// Providers on the user's own machine: their models cost nothing.
@@ -260,17 +296,7 @@ impl Budgets {
 
     /// The price of `model` (`provider/model`): configured, built in, free on a local server.
     pub fn price(&self, model: &str) -> Option<Price> {
-        if let Some(price) = self.prices.get(model) {
-            return Some(*price);
-        }
-        let built_in =
-            BUILT_IN_PRICES.iter().filter(|(prefix, _, _)| model.starts_with(prefix)).max_by_key(|(p, _, _)| p.len());
-        if let Some((_, input, output)) = built_in {
-            let (cache_read, cache_write) = cached_rates(model, *input);
-            return Some(Price { input: *input, output: *output, cache_read, cache_write });
-        }
-        let provider = model.split('/').next().unwrap_or_default();
-        LOCAL_PROVIDERS.contains(&provider).then(Price::default)
+        price_in(&self.prices, model)
     }
 
     /// The day and month `at` falls in (in the configured time zone), and when each ends.

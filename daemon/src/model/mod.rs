@@ -32,8 +32,8 @@ impl Model {
         let settings = llm::gateway_settings(loaded, opened.as_deref(), |name| std::env::var(name).ok());
         if let Some(store) = &opened {
             for (provider, entry) in loaded.providers.providers.configured() {
-                let reference = entry.api_key.as_deref().unwrap_or_default();
-                for name in secrets::reference_names(reference).filter(|name| store.get(name).is_some()) {
+                let references = entry.secret_references().into_iter().flat_map(secrets::reference_names);
+                for name in references.filter(|name| store.get(name).is_some()) {
                     let record = audit::Record::new(audit::Kind::Secret, "daemon", "read");
                     guard.audit.record(record.detail("name", name).detail("for", format!("LLM provider {provider}")));
                 }

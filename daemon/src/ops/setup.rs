@@ -197,6 +197,8 @@ async fn probe(choice: &Choice, model: &str, key: Option<&str>) -> Result<Durati
         api_key: key.map(str::to_string),
         timeout: Duration::from_secs(30),
         max_output: None,
+        cloud: Default::default(),
+        signer: None,
         route: baaaht_llm::provider::Route::Direct,
     };
     let request = Request {
@@ -235,6 +237,7 @@ fn providers_yaml(existing: Option<&str>, choice: &Choice) -> Result<String, Set
             providers: config::Providers::default(),
             fallback_chains: Default::default(),
             prices: Default::default(),
+            models: Default::default(),
         },
     };
     let key = choice.key_name.as_ref().map(|name| format!("${{{name}}}"));

@@ -6,7 +6,7 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::model::{Block, ErrorKind, Event, Request, Role, StreamError, Usage};
+use crate::model::{signed_by_anthropic, thinking_as_text, Block, ErrorKind, Event, Request, Role, StreamError, Usage};
 use crate::sse::SseEvent;
 
 /// The largest `max_tokens` Anthropic accepts for the models we run; higher asks are clamped.
@@ -14,8 +14,10 @@ pub const MAX_OUTPUT_TOKENS: u32 = 64_000;
 /// Anthropic requires `max_tokens`; used when the request leaves it unset.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 
-fn block(block: &Block) -> Value {
-    match block {
+/// A block as Anthropic takes it; thinking another provider made becomes `<thinking>` text, or
+/// nothing when it is a signature alone.
+fn block(block: &Block) -> Option<Value> {
+    Some(match block {
         Block::Text(text) => json!({"type": "text", "text": text}),
         Block::Image { media_type, data } => json!({
             "type": "image",
@@ -25,10 +27,11 @@ fn block(block: &Block) -> Value {
         Block::ToolResult { tool_use_id, content, is_error } => {
             json!({"type": "tool_result", "tool_use_id": tool_use_id, "content": content, "is_error": is_error})
         }
-        Block::Thinking { thinking, signature } => {
+        Block::Thinking { thinking, signature } if signed_by_anthropic(signature) => {
             json!({"type": "thinking", "thinking": thinking, "signature": signature})
         }
-    }
+        Block::Thinking { thinking, .. } => json!({"type": "text", "text": thinking_as_text(thinking)?}),
+    })
 }
 
 /// Anthropic takes at most four cache breakpoints a request.
@@ -46,7 +49,7 @@ pub fn request_body(request: &Request) -> Value {
         "stream": true,
         "messages": request.messages.iter().map(|message| json!({
             "role": match message.role { Role::User => "user", Role::Assistant => "assistant" },
-            "content": message.content.iter().map(block).collect::<Vec<_>>(),
+            "content": message.content.iter().filter_map(block).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     });
     // The system prompt and tools are the stable prefix: mark the end of each for caching.

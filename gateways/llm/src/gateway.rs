@@ -195,6 +195,8 @@ pub struct Gateway {
     pub fallback_chains: BTreeMap<String, Vec<String>>,
     pub default_provider: String,
     pub policy: RetryPolicy,
+    /// Alias → `provider/model`s that serve it, cheapest first.
+    pub aliases: BTreeMap<String, Vec<String>>,
 }
 
 /// The `(provider, model)` of each fallback of `provider`'s model `bare`, in the order tried:
@@ -224,8 +226,32 @@ pub fn fallbacks<'a>(
 pub struct RouteError(pub String);
 
 impl Gateway {
-    /// The chain for a `{provider}/{model}` name: the provider, then its fallbacks.
+    /// The chain for a `{provider}/{model}` name: the provider, then its fallbacks; for an
+    /// alias, its models cheapest first, those whose provider is failing or waiting out a rate
+    /// limit after the rest (spec §7.3's cost optimisation).
     pub fn chain(&self, model: &str) -> Result<Vec<Attempt<'_>>, RouteError> {
+        if let Some(models) = self.aliases.get(model) {
+            let mut healthy = vec![];
+            let mut failing = vec![];
+            for target in models {
+                let Some((name, bare)) = target.split_once('/') else { continue };
+                let Some(provider) = self.providers.get(name) else { continue };
+                let attempt = Attempt { provider, model: bare.to_string() };
+                let well = provider.unusable.is_none()
+                    && provider.last_error().is_none()
+                    && provider.limiter.paused_for().is_zero();
+                if well {
+                    healthy.push(attempt)
+                } else {
+                    failing.push(attempt)
+                }
+            }
+            healthy.extend(failing);
+            if healthy.is_empty() {
+                return Err(RouteError(format!("alias `{model}` names no configured provider")));
+            }
+            return Ok(healthy);
+        }
         let (provider, bare) = split_model(model, &self.default_provider);
         if provider.is_empty() {
             return Err(RouteError(format!(
@@ -259,18 +285,21 @@ impl Gateway {
         let chain = self.chain(&request.model).map_err(|RouteError(message)| Failure::Route { message })?;
         let mut usage: Option<Usage> = None;
         let mut stop = None;
-        let mut output_chars = 0usize;
+        // The answer's words, counted only if the provider reports no usage.
+        let mut output = String::new();
         let mut forward = |event: Event| match event {
             Event::Usage(reported) => usage = Some(reported),
             Event::MessageStop { .. } => stop = Some(event),
             other => {
-                output_chars += match &other {
-                    Event::TextDelta { text, .. } => text.len(),
-                    Event::ThinkingDelta { thinking, .. } => thinking.len(),
-                    Event::ToolCallDelta { partial_json, .. } => partial_json.len(),
-                    Event::ToolCallStart { name, .. } => name.len(),
-                    _ => 0,
-                };
+                if usage.is_none() {
+                    output.push_str(match &other {
+                        Event::TextDelta { text, .. } => text,
+                        Event::ThinkingDelta { thinking, .. } => thinking,
+                        Event::ToolCallDelta { partial_json, .. } => partial_json,
+                        Event::ToolCallStart { name, .. } => name,
+                        _ => "",
+                    });
+                }
                 on_event(other);
             }
         };
@@ -278,8 +307,8 @@ impl Gateway {
         let usage = match usage {
             Some(usage) if usage.input_tokens + usage.output_tokens > 0 => usage,
             _ => Usage {
-                input_tokens: estimate_tokens(input_chars(request)),
-                output_tokens: estimate_tokens(output_chars),
+                input_tokens: input_tokens(request),
+                output_tokens: count_tokens(&output),
                 estimated: true,
                 ..Usage::default()
             },
@@ -292,31 +321,39 @@ impl Gateway {
     }
 }
 
-/// About 4 characters a token, the providers' own rule of thumb for English text.
-fn estimate_tokens(chars: usize) -> u64 {
-    (chars as u64).div_ceil(4)
+/// The tokens of `text` in OpenAI's `o200k_base` encoding (tiktoken's, loaded on the first
+/// count): the estimate where a provider reports no usage (spec §7.4), near enough for any
+/// model's text — closer than characters ÷ 4 for code, numbers and languages other than English.
+pub fn count_tokens(text: &str) -> u64 {
+    if text.is_empty() {
+        return 0;
+    }
+    tiktoken_rs::o200k_base_singleton().encode_ordinary(text).len() as u64
 }
 
-fn input_chars(request: &Request) -> usize {
-    let blocks: usize = request
-        .messages
-        .iter()
-        .flat_map(|message| &message.content)
-        .map(|block| match block {
-            Block::Text(text) => text.len(),
-            // Providers bill a picture by its pixels, not its bytes.
-            Block::Image { .. } => baaaht_proto::IMAGE_TOKENS * 4,
-            Block::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
-            Block::ToolResult { content, .. } => content.len(),
-            Block::Thinking { thinking, .. } => thinking.len(),
-        })
-        .sum();
-    let tools: usize = request
-        .tools
-        .iter()
-        .map(|tool| tool.name.len() + tool.description.len() + tool.parameters.to_string().len())
-        .sum();
-    request.system.len() + blocks + tools
+/// The tokens of a request: its text counted, each picture as providers bill one.
+fn input_tokens(request: &Request) -> u64 {
+    let mut text = request.system.clone();
+    let mut pictures = 0u64;
+    for block in request.messages.iter().flat_map(|message| &message.content) {
+        text.push('\n');
+        match block {
+            Block::Text(words) => text.push_str(words),
+            Block::Image { .. } => pictures += 1,
+            Block::ToolUse { name, input, .. } => {
+                text.push_str(name);
+                text.push_str(&input.to_string());
+            }
+            Block::ToolResult { content, .. } => text.push_str(content),
+            Block::Thinking { thinking, .. } => text.push_str(thinking),
+        }
+    }
+    for tool in &request.tools {
+        text.push_str(&tool.name);
+        text.push_str(&tool.description);
+        text.push_str(&tool.parameters.to_string());
+    }
+    count_tokens(&text) + pictures * baaaht_proto::IMAGE_TOKENS as u64
 }
 
 #[cfg(test)]
@@ -333,6 +370,8 @@ mod tests {
             timeout: Duration::from_secs(1),
             max_output: None,
             route: crate::provider::Route::Direct,
+            cloud: crate::provider::Cloud::default(),
+            signer: None,
         };
         Configured::new(endpoint, 0, unusable.map(str::to_string))
     }
@@ -347,7 +386,30 @@ mod tests {
             )]),
             default_provider: "anthropic".into(),
             policy: RetryPolicy::default(),
+            aliases: BTreeMap::from([(
+                "claude-sonnet".to_string(),
+                vec!["openrouter/anthropic/claude-sonnet-4".to_string(), "anthropic/claude-sonnet-4".to_string()],
+            )]),
         }
+    }
+
+    #[test]
+    fn an_alias_goes_to_its_cheapest_healthy_provider_first() {
+        let gateway = gateway();
+        let links = |gateway: &Gateway| -> Vec<(String, String)> {
+            let chain = gateway.chain("claude-sonnet").expect("an alias");
+            chain.iter().map(|a| (a.provider.name().to_string(), a.model.clone())).collect()
+        };
+        assert_eq!(
+            links(&gateway),
+            [
+                ("openrouter".to_string(), "anthropic/claude-sonnet-4".to_string()),
+                ("anthropic".to_string(), "claude-sonnet-4".to_string())
+            ]
+        );
+        // The cheapest fails: the next is tried first until it answers again.
+        *gateway.providers["openrouter"].last_error.lock().expect("lock") = Some("503".into());
+        assert_eq!(links(&gateway)[0].0, "anthropic");
     }
 
     #[test]
@@ -387,9 +449,10 @@ mod tests {
     }
 
     #[test]
-    fn estimates_count_about_four_characters_a_token() {
-        assert_eq!(estimate_tokens(0), 0);
-        assert_eq!(estimate_tokens(9), 3);
+    fn estimates_are_a_tokenizers_count() {
+        assert_eq!(count_tokens(""), 0);
+        // tiktoken's own documented example: "hello world" is two tokens in o200k_base.
+        assert_eq!(count_tokens("hello world"), 2);
         let request = Request {
             system: "12345678".into(),
             messages: vec![crate::model::Message {
@@ -398,6 +461,14 @@ mod tests {
             }],
             ..Request::default()
         };
-        assert_eq!(estimate_tokens(input_chars(&request)), 3);
+        assert_eq!(input_tokens(&request), count_tokens("12345678\nabcd"));
+        let picture = Request {
+            messages: vec![crate::model::Message {
+                role: crate::model::Role::User,
+                content: vec![Block::Image { media_type: "image/png".into(), data: vec![0; 10_000] }],
+            }],
+            ..Request::default()
+        };
+        assert_eq!(input_tokens(&picture), count_tokens("\n") + baaaht_proto::IMAGE_TOKENS as u64);
     }
 }

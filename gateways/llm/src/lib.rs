@@ -6,8 +6,10 @@
 //! of the `baaaht-llm-gateway` binary, the only process that ever holds a provider key.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod convert;
 pub mod gateway;
+pub mod gemini;
 pub mod model;
 pub mod openai;
 pub mod presets;

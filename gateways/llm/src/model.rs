@@ -45,6 +45,22 @@ pub enum Block {
     Thinking { thinking: String, signature: String },
 }
 
+/// The mark the Gemini adapter puts before a thought signature it read: Gemini's signatures are
+/// good only for Gemini, Anthropic's (direct, on Bedrock or on Vertex) for Anthropic's models.
+pub const GEMINI_SIGNATURE: &str = "gemini:";
+
+/// Whether a thinking block's signature was made by an Anthropic model (it may be sent back to
+/// one as thinking).
+pub fn signed_by_anthropic(signature: &str) -> bool {
+    !signature.is_empty() && !signature.starts_with(GEMINI_SIGNATURE)
+}
+
+/// Thinking sent to a model that cannot take it as thinking (spec §7.4: `<thinking>` tags);
+/// `None` when there is nothing to say (a signature alone).
+pub fn thinking_as_text(thinking: &str) -> Option<String> {
+    (!thinking.trim().is_empty()).then(|| format!("<thinking>\n{thinking}\n</thinking>"))
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tool {
     pub name: String,
@@ -59,7 +75,7 @@ pub struct Usage {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
-    /// The provider reported none; counted from the text (about 4 characters a token).
+    /// The provider reported none; counted from the text (a tokenizer's count).
     pub estimated: bool,
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::model::{Block, ErrorKind, Event, Request, Role, StreamError, Usage};
+use crate::model::{thinking_as_text, Block, ErrorKind, Event, Request, Role, StreamError, Usage};
 use crate::sse::SseEvent;
 
 fn message_json(role: Role, content: &[Block]) -> Vec<Value> {
@@ -23,6 +23,11 @@ fn message_json(role: Role, content: &[Block]) -> Vec<Value> {
         .iter()
         .filter_map(|block| match block {
             Block::Text(text) => Some(json!({"type": "text", "text": text})),
+            // Another provider's thinking is told as text; a compatible server's own reasoning
+            // (unsigned) is not sent back, as those servers ask.
+            Block::Thinking { thinking, signature } if !signature.is_empty() => {
+                thinking_as_text(thinking).map(|text| json!({"type": "text", "text": text}))
+            }
             Block::Image { media_type, data } => Some(json!({"type": "image_url", "image_url": {
                 "url": format!("data:{media_type};base64,{}", base64::engine::general_purpose::STANDARD.encode(data)),
             }})),

@@ -8,8 +8,10 @@ use crate::provider::Wire;
 pub struct Preset {
     pub name: &'static str,
     pub wire: Wire,
+    /// Empty where each account has its own.
     pub api_base: &'static str,
-    /// Cloud providers refuse requests without a key; local servers take none.
+    /// Cloud providers refuse requests without a key; local servers take none (nor do the clouds
+    /// that sign in otherwise).
     pub needs_key: bool,
     /// Requests asking for more output tokens are clamped to this; `None` leaves it to the server.
     pub max_output: Option<u32>,
@@ -18,6 +20,12 @@ pub struct Preset {
 const fn preset(name: &'static str, wire: Wire, api_base: &'static str, max_output: Option<u32>) -> Preset {
     let needs_key = !matches!(api_base.as_bytes(), [b'h', b't', b't', b'p', b':', ..]);
     Preset { name, wire, api_base, needs_key, max_output }
+}
+
+/// A cloud whose address is its account's (an Azure resource; Bedrock's and Vertex AI's follow
+/// from a region) and whose credentials are its own kind, checked where they are configured.
+const fn account(name: &'static str, wire: Wire, max_output: Option<u32>) -> Preset {
+    Preset { name, wire, api_base: "", needs_key: false, max_output }
 }
 
 pub const PRESETS: &[Preset] = &[
@@ -31,6 +39,10 @@ pub const PRESETS: &[Preset] = &[
     preset("deepseek", Wire::OpenAi, "https://api.deepseek.com/v1", Some(8_192)),
     preset("xai", Wire::OpenAi, "https://api.x.ai/v1", Some(32_768)),
     preset("mistral", Wire::OpenAi, "https://api.mistral.ai/v1", Some(32_768)),
+    preset("google", Wire::Gemini, crate::provider::prepare::GEMINI_BASE, Some(65_536)),
+    account("azure", Wire::Azure, Some(32_768)),
+    account("bedrock", Wire::Bedrock, None),
+    account("vertex", Wire::Vertex, Some(65_536)),
 ];
 
 /// The preset named `name`, if baaaht has one.
@@ -43,6 +55,10 @@ impl Wire {
         match self {
             Wire::Anthropic => "anthropic",
             Wire::OpenAi => "openai",
+            Wire::Gemini => "gemini",
+            Wire::Azure => "azure",
+            Wire::Bedrock => "bedrock",
+            Wire::Vertex => "vertex",
         }
     }
 
@@ -50,6 +66,10 @@ impl Wire {
         match text {
             "anthropic" => Some(Wire::Anthropic),
             "openai" => Some(Wire::OpenAi),
+            "gemini" => Some(Wire::Gemini),
+            "azure" => Some(Wire::Azure),
+            "bedrock" => Some(Wire::Bedrock),
+            "vertex" => Some(Wire::Vertex),
             _ => None,
         }
     }
@@ -73,7 +93,22 @@ mod tests {
         let names: Vec<&str> = PRESETS.iter().map(|preset| preset.name).collect();
         assert_eq!(
             names,
-            ["anthropic", "openai", "openrouter", "ollama", "lmstudio", "vllm", "groq", "deepseek", "xai", "mistral"]
+            [
+                "anthropic",
+                "openai",
+                "openrouter",
+                "ollama",
+                "lmstudio",
+                "vllm",
+                "groq",
+                "deepseek",
+                "xai",
+                "mistral",
+                "google",
+                "azure",
+                "bedrock",
+                "vertex"
+            ]
         );
         assert_eq!(find("groq").map(|p| p.api_base), Some("https://api.groq.com/openai/v1"));
         assert!(find("anthropic").is_some_and(|p| p.needs_key && p.wire == Wire::Anthropic));

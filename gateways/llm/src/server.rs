@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use crate::convert::{event_to_proto, failure_to_proto, request_from_proto};
 use crate::gateway::{Configured, Gateway};
 use crate::presets::split_model;
-use crate::provider::{Endpoint, RetryPolicy, Route, Wire};
+use crate::provider::{Cloud, Endpoint, RetryPolicy, Route, Signer, Wire};
 
 /// Seconds a provider may stay silent before a request to it is abandoned, unless configured.
 pub const DEFAULT_TIMEOUT_SECONDS: u32 = 120;
@@ -98,14 +98,28 @@ pub fn gateway_from(config: &v1::GatewayConfig, egress: Option<&Arc<std::path::P
     let mut providers = BTreeMap::new();
     for (index, provider) in config.providers.iter().enumerate() {
         let wire = Wire::parse(&provider.wire).ok_or_else(|| {
-            format!("providers[{index}] ({}): wire `{}` is neither anthropic nor openai", provider.name, provider.wire)
+            format!(
+                "providers[{index}] ({}): wire `{}` is none of anthropic, openai, gemini, azure, bedrock, vertex",
+                provider.name, provider.wire
+            )
         })?;
         let seconds = if provider.timeout_seconds == 0 { DEFAULT_TIMEOUT_SECONDS } else { provider.timeout_seconds };
+        let account = provider.cloud.clone().unwrap_or_default();
+        let (signer, signer_problem) = match signer(wire, &account) {
+            Ok(signer) => (signer, None),
+            Err(problem) => (None, Some(problem)),
+        };
         let endpoint = Endpoint {
             name: provider.name.clone(),
             wire,
             api_base: provider.api_base.clone(),
             api_key: (!provider.api_key.is_empty()).then(|| provider.api_key.clone()),
+            cloud: Cloud {
+                region: account.region.clone(),
+                project: account.project.clone(),
+                api_version: account.api_version.clone(),
+            },
+            signer,
             timeout: Duration::from_secs(u64::from(seconds)),
             max_output: (provider.max_output_tokens > 0).then_some(provider.max_output_tokens),
             route: match egress {
@@ -114,7 +128,7 @@ pub fn gateway_from(config: &v1::GatewayConfig, egress: Option<&Arc<std::path::P
                 None => Route::Direct,
             },
         };
-        let unusable = (!provider.unusable.is_empty()).then(|| provider.unusable.clone());
+        let unusable = (!provider.unusable.is_empty()).then(|| provider.unusable.clone()).or(signer_problem);
         let mut configured = Configured::new(endpoint, provider.rate_limit, unusable);
         configured.context_window = (provider.context_window > 0).then_some(provider.context_window);
         providers.insert(provider.name.clone(), configured);
@@ -129,6 +143,39 @@ pub fn gateway_from(config: &v1::GatewayConfig, egress: Option<&Arc<std::path::P
             .collect(),
         default_provider: config.default_provider.clone(),
         policy: RetryPolicy { attempts, ..RetryPolicy::default() },
+        aliases: config.aliases.iter().map(|(alias, models)| (alias.clone(), models.models.clone())).collect(),
+    })
+}
+
+/// How a provider of `wire` signs in besides a key: SigV4 for Bedrock, a service account's
+/// tokens for Vertex AI, Entra ID's for Azure when it has an app registration; or why its
+/// credentials cannot be used.
+fn signer(wire: Wire, account: &v1::CloudAccount) -> Result<Option<Signer>, String> {
+    use crate::provider::tokens::TokenSource;
+    Ok(match wire {
+        Wire::Bedrock => Some(Signer::Aws(std::sync::Arc::new(crate::bedrock::AwsKeys {
+            access_key_id: account.aws_access_key_id.clone(),
+            secret_access_key: account.aws_secret_access_key.clone(),
+            session_token: (!account.aws_session_token.is_empty()).then(|| account.aws_session_token.clone()),
+        }))),
+        Wire::Vertex => {
+            let source = TokenSource::service_account(&account.service_account_json).map_err(|error| error.0)?;
+            Some(Signer::Tokens(std::sync::Arc::new(source)))
+        }
+        Wire::Azure if !account.entra_client_id.is_empty() => {
+            let authority = if account.entra_authority.is_empty() {
+                crate::provider::tokens::ENTRA_AUTHORITY
+            } else {
+                account.entra_authority.as_str()
+            };
+            Some(Signer::Tokens(std::sync::Arc::new(TokenSource::client_credentials(
+                authority,
+                &account.entra_tenant,
+                &account.entra_client_id,
+                &account.entra_client_secret,
+            ))))
+        }
+        _ => None,
     })
 }
 
@@ -215,7 +262,9 @@ impl LlmGateway for GatewayService {
         };
         let mut models = vec![];
         for name in names {
-            let (provider, _) = split_model(&name, &gateway.default_provider);
+            // An alias is told by the provider it goes to first.
+            let first = gateway.aliases.get(&name).and_then(|models| models.first()).cloned();
+            let (provider, _) = split_model(first.as_deref().unwrap_or(&name), &gateway.default_provider);
             let configured = gateway.providers.get(provider);
             let max_output = configured.and_then(|p| p.endpoint.max_output).unwrap_or(0);
             let context_window = match configured {

@@ -31,6 +31,8 @@ fn endpoint(port: u16) -> Endpoint {
         api_key: None,
         timeout: Duration::from_secs(1),
         max_output: None,
+        cloud: Default::default(),
+        signer: None,
         route: baaaht_llm::provider::Route::Direct,
     }
 }

@@ -54,6 +54,8 @@ fn endpoint(port: u16) -> Endpoint {
         api_key: Some("sk-test".into()),
         timeout: Duration::from_secs(10),
         max_output: None,
+        cloud: Default::default(),
+        signer: None,
         route: baaaht_llm::provider::Route::Direct,
     }
 }

@@ -20,7 +20,7 @@ pub use allowlist::{
     forbidden_mount, AllowedMount, MountAllowlist, MountKind, MountMode, MountOwner, BUILT_IN_BLOCKED_PATTERNS,
     ENGINE_SOCKETS, RUNTIME_DIR,
 };
-pub use providers::{CustomProvider, Price, ProviderEntry, Providers, ProvidersConfig, BUILT_IN_PROVIDERS};
+pub use providers::{is_built_in, CustomProvider, Price, ProviderEntry, Providers, ProvidersConfig};
 pub use schema::*;
 pub use security::*;
 
@@ -243,7 +243,7 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
                 format!("providers.custom[{index}].name `{}`: use lowercase letters, digits and `-` only", custom.name),
             ));
         }
-        if BUILT_IN_PROVIDERS.contains(&custom.name.as_str()) {
+        if is_built_in(&custom.name) {
             return Err(invalid_at(
                 source,
                 text,
@@ -266,11 +266,32 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
             format!("providers {} are all marked default: keep `default: true` on one", defaults.join(", ")),
         ));
     }
+    for (name, entry) in &configured {
+        let Some(wire) = provider_wire(name, entry) else { continue };
+        if let Some(setting) = entry.foreign_settings(wire).first() {
+            let takers = match *setting {
+                "region" | "credentials_file" => "bedrock and vertex",
+                "project" | "service_account" => "vertex",
+                "api_version" | "entra" => "azure",
+                "api_key" => "the providers that sign in with a key (not bedrock or vertex)",
+                _ => "bedrock",
+            };
+            return Err(invalid_at(
+                source,
+                text,
+                &["providers", name, setting],
+                format!("providers.{name}.{setting}: only {takers} take `{setting}`; remove it from providers.{name}"),
+            ));
+        }
+    }
+    // A link may name a built-in provider not configured (yet): it is skipped until it is, as the
+    // specification's own example does with `bedrock`.
+    let known = |name: &str| names.contains(&name) || is_built_in(name);
     for (from, chain) in &providers.fallback_chains {
         // A link is a provider, or `provider/model` for a model of its own.
         let links = chain.iter().map(|link| link.split_once('/').map_or(link.as_str(), |(provider, _)| provider));
         for name in std::iter::once(from.as_str()).chain(links) {
-            if !names.contains(&name) {
+            if !known(name) {
                 let hint = match nearest(name, names.iter().copied()) {
                     Some(best) => format!("; did you mean `{best}`?"),
                     None => format!("; configured providers: {}", names.join(", ")),
@@ -284,7 +305,35 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
             }
         }
     }
+    for (alias, targets) in &providers.models {
+        let problem = if !is_alias_name(alias) {
+            Some(format!("models.{alias}: an alias is letters, digits, `.`, `_`, `-`, `:` or `@`, without a `/`"))
+        } else if targets.is_empty() {
+            Some(format!("models.{alias} names no model: list `provider/model`s that serve it"))
+        } else {
+            targets.iter().find_map(|target| match target.split_once('/') {
+                Some((provider, model)) if !model.is_empty() && names.contains(&provider) => None,
+                Some((provider, model)) if !model.is_empty() => Some(format!(
+                    "models.{alias}: `{target}` names provider `{provider}`, which is not configured under providers \
+                     (configured: {})",
+                    names.join(", ")
+                )),
+                _ => Some(format!("models.{alias}: `{target}` is not provider/model")),
+            })
+        };
+        if let Some(message) = problem {
+            return Err(invalid_at(source, text, &["models", alias], message));
+        }
+    }
     Ok(())
+}
+
+/// The API a configured provider speaks (as the gateway will be told), if it is known.
+fn provider_wire(name: &str, entry: &ProviderEntry) -> Option<baaaht_llm::provider::Wire> {
+    match (baaaht_llm::presets::find(name), entry.openai_compatible) {
+        (_, Some(true)) | (None, _) => Some(baaaht_llm::provider::Wire::OpenAi),
+        (Some(preset), _) => Some(preset.wire),
+    }
 }
 
 fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
@@ -293,7 +342,25 @@ fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
     for (role, _) in agents.roles() {
         let settings = agents.settings(role);
         let provider = settings.model.provider();
-        if !configured.contains(&provider) {
+        if settings.model.is_alias() && !loaded.providers.models.contains_key(&settings.model.0) {
+            let key = match settings.source {
+                ModelSource::Own => vec!["agents", role.as_str(), "model"],
+                _ => vec!["agents", "default_model"],
+            };
+            let aliases: Vec<&str> = loaded.providers.models.keys().map(String::as_str).collect();
+            let known = if aliases.is_empty() { "none".to_string() } else { aliases.join(", ") };
+            return Err(invalid_at(
+                &loaded.sources.config,
+                text,
+                &key,
+                format!(
+                    "model `{}` names no provider and is not an alias of providers.yaml's `models:` (aliases: {known}); \
+                     write it as provider/model",
+                    settings.model.0
+                ),
+            ));
+        }
+        if !settings.model.is_alias() && !configured.contains(&provider) {
             let (key, keys): (String, Vec<&str>) = match settings.source {
                 ModelSource::Own => (format!("agents.{role}.model"), vec!["agents", role.as_str(), "model"]),
                 ModelSource::Default => ("agents.default_model".into(), vec!["agents", "default_model"]),

@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Providers with a built-in adapter or an OpenAI-compatible preset.
-pub const BUILT_IN_PROVIDERS: &[&str] =
-    &["anthropic", "openai", "openrouter", "ollama", "lmstudio", "vllm", "groq", "deepseek", "xai", "mistral"];
+/// Whether baaaht knows provider `name` (an adapter or an OpenAI-compatible preset).
+pub fn is_built_in(name: &str) -> bool {
+    baaaht_llm::presets::find(name).is_some()
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -21,6 +22,10 @@ pub struct ProvidersConfig {
     /// `provider/model` → its price, for budgets; built in for the presets' common models.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, Price>,
+    /// An alias → one model as several providers offer it (`provider/model` each): a request
+    /// for the alias goes to the cheapest healthy one by the price table (spec §7.3).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, Vec<String>>,
 }
 
 /// What a model costs, in US dollars per million tokens.
@@ -49,6 +54,7 @@ impl Default for ProvidersConfig {
             },
             fallback_chains: BTreeMap::new(),
             prices: BTreeMap::new(),
+            models: BTreeMap::new(),
         }
     }
 }
@@ -76,6 +82,18 @@ pub struct Providers {
     pub xai: Option<ProviderEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mistral: Option<ProviderEntry>,
+    /// Gemini on the Generative Language API (a Google AI Studio key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub google: Option<ProviderEntry>,
+    /// Azure OpenAI: a resource's deployments, named as models (`azure/{deployment}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub azure: Option<ProviderEntry>,
+    /// Amazon Bedrock in a region.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bedrock: Option<ProviderEntry>,
+    /// Google Vertex AI in a project and region: Gemini, and Anthropic's models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vertex: Option<ProviderEntry>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub custom: Vec<CustomProvider>,
 }
@@ -94,6 +112,10 @@ impl Providers {
             ("deepseek", &self.deepseek),
             ("xai", &self.xai),
             ("mistral", &self.mistral),
+            ("google", &self.google),
+            ("azure", &self.azure),
+            ("bedrock", &self.bedrock),
+            ("vertex", &self.vertex),
         ];
         let mut out: Vec<(&str, ProviderEntry)> =
             built_in.into_iter().filter_map(|(name, entry)| entry.clone().map(|entry| (name, entry))).collect();
@@ -130,6 +152,88 @@ pub struct ProviderEntry {
     /// names them (`claude-haiku-4-5`, not `anthropic/claude-haiku-4-5`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<String>,
+    /// Bedrock: the AWS region; Vertex AI: the Google Cloud location (`us-central1`, `global`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Vertex AI: the Google Cloud project.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Azure OpenAI: the `api-version` of its deployment URLs, or `v1` for its v1 API.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Vertex AI: a service account's JSON key file. Bedrock: an AWS credentials file (default
+    /// `~/.aws/credentials`), read for `profile`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<String>,
+    /// Bedrock: the profile of the AWS credentials file (`default` unless named).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Bedrock: an AWS access key, e.g. `${AWS_ACCESS_KEY_ID}`, with its secret and, for
+    /// temporary credentials, its session token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_access_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_token: Option<String>,
+    /// Vertex AI: the service account's JSON key as a secret, e.g. `${VERTEX_SERVICE_ACCOUNT}`
+    /// (instead of `credentials_file`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+    /// Azure OpenAI signed in with Microsoft Entra ID instead of `api_key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entra: Option<EntraApp>,
+}
+
+/// An Entra ID app registration allowed to use an Azure OpenAI resource.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EntraApp {
+    pub tenant_id: String,
+    pub client_id: String,
+    /// e.g. `${AZURE_CLIENT_SECRET}`.
+    pub client_secret: String,
+    /// Where to sign in; default `https://login.microsoftonline.com` (another for national clouds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority: Option<String>,
+}
+
+impl ProviderEntry {
+    /// Every value of the entry that may name secrets as `${NAME}`.
+    pub fn secret_references(&self) -> Vec<&str> {
+        let entra = self.entra.as_ref().map(|app| app.client_secret.as_str());
+        [
+            self.api_key.as_deref(),
+            self.api_base.as_deref(),
+            self.access_key_id.as_deref(),
+            self.secret_access_key.as_deref(),
+            self.session_token.as_deref(),
+            self.service_account.as_deref(),
+            entra,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// The settings given that a provider of `wire` does not take, by name.
+    pub fn foreign_settings(&self, wire: baaaht_llm::provider::Wire) -> Vec<&'static str> {
+        use baaaht_llm::provider::Wire;
+        let given = [
+            ("region", self.region.is_some(), &[Wire::Bedrock, Wire::Vertex][..]),
+            ("project", self.project.is_some(), &[Wire::Vertex]),
+            ("api_version", self.api_version.is_some(), &[Wire::Azure]),
+            ("credentials_file", self.credentials_file.is_some(), &[Wire::Bedrock, Wire::Vertex]),
+            ("profile", self.profile.is_some(), &[Wire::Bedrock]),
+            ("access_key_id", self.access_key_id.is_some(), &[Wire::Bedrock]),
+            ("secret_access_key", self.secret_access_key.is_some(), &[Wire::Bedrock]),
+            ("session_token", self.session_token.is_some(), &[Wire::Bedrock]),
+            ("service_account", self.service_account.is_some(), &[Wire::Vertex]),
+            ("entra", self.entra.is_some(), &[Wire::Azure]),
+            ("api_key", self.api_key.is_some(), &[Wire::Anthropic, Wire::OpenAi, Wire::Gemini, Wire::Azure]),
+        ];
+        given.into_iter().filter(|(_, set, takers)| *set && !takers.contains(&wire)).map(|(name, ..)| name).collect()
+    }
 }
 
 /// An OpenAI-compatible endpoint of the user's own, e.g. llama.cpp's llama-server or vLLM.
@@ -173,6 +277,7 @@ impl CustomProvider {
             max_output_tokens: self.max_output_tokens,
             context_window: self.context_window,
             models: self.models.clone(),
+            ..ProviderEntry::default()
         }
     }
 }

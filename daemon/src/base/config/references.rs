@@ -11,10 +11,12 @@ pub fn is_valid_name(name: &str) -> bool {
 /// The names an LLM provider's key goes by: those providers.yaml refers to, and each
 /// built-in provider's `{NAME}_API_KEY`.
 pub fn provider_key_names(providers: &super::ProvidersConfig) -> std::collections::BTreeSet<String> {
-    let mut names: std::collections::BTreeSet<String> =
-        super::BUILT_IN_PROVIDERS.iter().map(|provider| format!("{}_API_KEY", provider.to_ascii_uppercase())).collect();
+    let mut names: std::collections::BTreeSet<String> = baaaht_llm::presets::PRESETS
+        .iter()
+        .map(|preset| format!("{}_API_KEY", preset.name.to_ascii_uppercase()))
+        .collect();
     for (_, entry) in providers.providers.configured() {
-        for text in [entry.api_key.as_deref(), entry.api_base.as_deref()].into_iter().flatten() {
+        for text in entry.secret_references() {
             names.extend(reference_names(text).map(str::to_string));
         }
     }

@@ -1110,15 +1110,29 @@ impl From<Temperature> for f64 {
     }
 }
 
-/// A model named `{provider}/{model}` (spec §7.2).
+/// A model named `{provider}/{model}` (spec §7.2), or an alias of providers.yaml's `models:`
+/// (one model several providers offer), written without a provider.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ModelName(pub String);
 
 impl ModelName {
+    /// The provider; empty for an alias.
     pub fn provider(&self) -> &str {
         self.0.split_once('/').map_or("", |(provider, _)| provider)
     }
+
+    /// Whether the name is an alias (checked against providers.yaml when the files are read).
+    pub fn is_alias(&self) -> bool {
+        !self.0.contains('/')
+    }
+}
+
+/// Whether `name` may be a model alias: letters, digits, `.`, `_`, `-`, `:`, `@`.
+pub fn is_alias_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@'))
 }
 
 impl TryFrom<String> for ModelName {
@@ -1127,8 +1141,10 @@ impl TryFrom<String> for ModelName {
     fn try_from(value: String) -> Result<Self, Self::Error> {
         match value.split_once('/') {
             Some((provider, model)) if !provider.is_empty() && !model.is_empty() => Ok(ModelName(value)),
+            None if is_alias_name(&value) => Ok(ModelName(value)),
             _ => Err(format!(
-                "invalid model `{value}`: write it as provider/model, e.g. anthropic/claude-sonnet-4-20250514"
+                "invalid model `{value}`: write it as provider/model, e.g. anthropic/claude-sonnet-4-20250514, \
+                 or name an alias of providers.yaml's `models:`"
             )),
         }
     }
@@ -1198,7 +1214,9 @@ mod tests {
     fn models_and_addresses() {
         assert!(ModelName::try_from("openai/gpt-4o".to_string()).is_ok());
         assert!(ModelName::try_from("openrouter/meta-llama/llama-3.1-70b".to_string()).is_ok());
-        assert!(ModelName::try_from("gpt-4o".to_string()).is_err());
+        // A name without a provider is an alias (checked against providers.yaml's `models:`).
+        assert!(ModelName::try_from("claude-sonnet".to_string()).is_ok_and(|name| name.is_alias()));
+        assert!(ModelName::try_from("two words".to_string()).is_err());
         assert!(ModelName::try_from("/x".to_string()).is_err());
         assert!(LoopbackAddr::try_from("127.0.0.1:0".to_string()).is_ok());
         assert!(LoopbackAddr::try_from("[::1]:9000".to_string()).is_ok());

@@ -73,15 +73,33 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
         ("providers.yaml", "providers:\n  antropic:\n    api_key: x\n", "2:3", &["did you mean `anthropic`?"]),
         (
             "providers.yaml",
-            "providers:\n  anthropic: {}\nfallback_chains:\n  anthropic: [openrouter]\n",
+            "providers:\n  anthropic: {}\nfallback_chains:\n  anthropic: [openroute]\n",
             "4:3",
-            &["`openrouter` is not configured"],
+            &["`openroute` is not configured", "configured providers: anthropic"],
         ),
         (
             "providers.yaml",
-            "providers:\n  anthropic: {}\nfallback_chains:\n  anthropic: [groq/llama-3.3-70b]\n",
+            "providers:\n  anthropic: {}\nfallback_chains:\n  anthropic: [grok/llama-3.3-70b]\n",
             "4:3",
-            &["`groq` is not configured"],
+            &["`grok` is not configured"],
+        ),
+        (
+            "providers.yaml",
+            "providers:\n  openai:\n    api_key: x\n    region: us-east-1\n",
+            "4:5",
+            &["providers.openai.region: only bedrock and vertex take `region`"],
+        ),
+        (
+            "providers.yaml",
+            "providers:\n  bedrock:\n    region: us-east-1\n    api_key: x\n",
+            "4:5",
+            &["providers.bedrock.api_key: only the providers that sign in with a key"],
+        ),
+        (
+            "providers.yaml",
+            "providers:\n  anthropic: {}\nmodels:\n  sonnet: [anthropic/claude-sonnet-4, bedrock/anthropic.claude-sonnet-4]\n",
+            "4:3",
+            &["names provider `bedrock`, which is not configured"],
         ),
         ("mount-allowlist.json", "{\n  \"allowedMount\": []\n}\n", "2:16", &["did you mean `allowedMounts`?"]),
         ("config.yaml", "tools:\n  blocked_patterns: ['(unclosed']\n", "2:3", &["not a valid regular expression"]),
@@ -315,4 +333,15 @@ fn one_default_model_serves_every_role_that_names_none() {
     // Without it, the built-in defaults need Anthropic: the error says what to do.
     let error = load_texts(&[("providers.yaml", providers)], &[]).expect_err("anthropic is not configured");
     assert!(error.to_string().contains("set agents.default_model"), "{error}");
+}
+
+/// The specification's own providers.yaml (§16.2), word for word: Gemini as `google`, and a
+/// fallback chain through `bedrock`, which it does not configure (skipped until it is).
+#[test]
+fn the_specifications_providers_yaml_loads() {
+    let loaded =
+        load_texts(&[("providers.yaml", include_str!("spec-providers.yaml"))], &[]).expect("the spec's example loads");
+    let providers = &loaded.providers.providers;
+    assert!(providers.google.as_ref().is_some_and(|google| google.api_key.as_deref() == Some("${GOOGLE_API_KEY}")));
+    assert_eq!(loaded.providers.fallback_chains["anthropic"], ["openrouter", "bedrock"]);
 }

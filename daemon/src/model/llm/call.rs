@@ -265,9 +265,13 @@ impl Calls {
     /// `model` (`provider/model`) and its fallbacks along `providers.yaml`'s chains, each as
     /// `provider/model`: what a request may end up costing.
     fn chain_of(&self, model: &str) -> Vec<String> {
+        let providers = &self.loaded.providers;
+        // An alias may be answered by any of its models.
+        if let Some(models) = providers.models.get(model) {
+            return models.clone();
+        }
         let mut chain = vec![model.to_string()];
         let Some((provider, bare)) = model.split_once('/') else { return chain };
-        let providers = &self.loaded.providers;
         let configured = providers.providers.configured();
         for (name, fallback) in baaaht_llm::gateway::fallbacks(provider, bare, &providers.fallback_chains) {
             if configured.iter().any(|(known, _)| *known == name) {
@@ -279,6 +283,9 @@ impl Calls {
 
     /// `model` with its provider: as named, or the default provider's.
     fn qualified_model(&self, model: &str) -> String {
+        if self.loaded.providers.models.contains_key(model) {
+            return model.to_string();
+        }
         if model.contains('/') || model.is_empty() {
             let assistant = self.loaded.config.agents.settings(Role::Assistant).model.0;
             return if model.is_empty() { assistant } else { model.to_string() };

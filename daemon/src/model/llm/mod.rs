@@ -8,6 +8,7 @@
 
 pub mod call;
 mod choices;
+mod clouds;
 pub use choices::ModelChoice;
 pub mod egress;
 pub mod relay;
@@ -43,13 +44,20 @@ const GATEWAY_MOUNT: &str = "/run/baaaht-llm";
 /// How long a started gateway may take to answer its first call.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The gateway's configuration, keys included; the keys are wiped from memory when dropped.
-pub struct GatewaySettings(v1::GatewayConfig);
+/// The gateway's configuration, keys included (wiped from memory when dropped), and the token
+/// endpoints its cloud accounts sign in at.
+pub struct GatewaySettings(v1::GatewayConfig, Vec<String>);
 
 impl Drop for GatewaySettings {
     fn drop(&mut self) {
         for provider in &mut self.0.providers {
             provider.api_key.zeroize();
+            if let Some(account) = &mut provider.cloud {
+                account.aws_secret_access_key.zeroize();
+                account.aws_session_token.zeroize();
+                account.service_account_json.zeroize();
+                account.entra_client_secret.zeroize();
+            }
         }
     }
 }
@@ -90,6 +98,7 @@ pub fn gateway_settings(
 ) -> GatewaySettings {
     let providers_config = &loaded.providers;
     let mut providers = vec![];
+    let mut token_urls = vec![];
     let mut default_provider = String::new();
     for (name, entry) in providers_config.providers.configured() {
         let preset = baaaht_llm::presets::find(name);
@@ -104,29 +113,72 @@ pub fn gateway_settings(
             }
             (None, None) => baaaht_llm::provider::Wire::OpenAi,
         };
-        let api_base = entry.api_base.clone().or_else(|| preset.map(|p| p.api_base.to_string())).unwrap_or_default();
-        let mut api_key = String::new();
-        match entry.api_key.as_deref().map(|text| secrets::resolve_references(text, secrets, &env)) {
-            Some(Ok(key)) => api_key = key.to_string(),
-            // The built-in providers are a guess, not the person's choice: no key is advised.
-            Some(Err(secrets::SecretsError::Unresolved { .. }))
-                if loaded.sources.providers == crate::base::config::Source::BuiltIn =>
+        let mut api_base = entry
+            .api_base
+            .clone()
+            .or_else(|| preset.map(|p| p.api_base.to_string()).filter(|base| !base.is_empty()))
+            .unwrap_or_default();
+        // A preset's server answers under /v1: `http://localhost:11434` is written as often.
+        if let Some(preset) =
+            preset.filter(|p| p.api_base.ends_with("/v1") && wire == baaaht_llm::provider::Wire::OpenAi)
+        {
+            if entry.api_base.is_some() && api_base.matches('/').count() == 2 {
+                api_base = format!("{}/v1", api_base.trim_end_matches('/'));
+                tracing::debug!(provider = name, preset = preset.name, "api_base given without /v1: added");
+            }
+        }
+        let resolve = |text: &str| -> Result<String, String> {
+            secrets::resolve_references(text, secrets, &env).map(|value| value.to_string()).map_err(|error| match error
             {
-                unusable = "no model provider is set up yet: run `baaahtd setup` (it finds a model on this machine \
-                            or takes a key), then restart baaahtd"
-                    .into();
-            }
-            Some(Err(secrets::SecretsError::Unresolved { name: variable })) => {
-                unusable = format!(
-                    "its key ${{{variable}}} is neither in the secrets store nor in the environment: \
+                // The built-in providers are a guess, not the person's choice: no key is advised.
+                secrets::SecretsError::Unresolved { .. }
+                    if loaded.sources.providers == crate::base::config::Source::BuiltIn =>
+                {
+                    "no model provider is set up yet: run `baaahtd setup` (it finds a model on this machine \
+                     or takes a key), then restart baaahtd"
+                        .to_string()
+                }
+                secrets::SecretsError::Unresolved { name: variable } => format!(
+                    "${{{variable}}} is neither in the secrets store nor in the environment: \
                      run `baaahtd secrets set {variable}`"
-                );
-            }
-            Some(Err(error)) => unusable = error.to_string(),
-            None => {}
+                ),
+                error => error.to_string(),
+            })
+        };
+        let mut api_key = String::new();
+        if let Some(Err(problem)) = entry.api_key.as_deref().map(|text| resolve(text).map(|key| api_key = key)) {
+            unusable = match problem.strip_prefix('$') {
+                Some(_) => format!("its key {problem}"),
+                None => problem,
+            };
         }
         if unusable.is_empty() && api_key.is_empty() && preset.is_some_and(|p| p.needs_key) {
             unusable = format!("{name} needs an api_key in providers.yaml");
+        }
+        let mut cloud = None;
+        if unusable.is_empty() {
+            match clouds::account(name, wire, &entry, &resolve, &env) {
+                Ok((account, base, token_url)) => {
+                    if let Some(base) = base {
+                        api_base = base;
+                    }
+                    token_urls.extend(token_url);
+                    cloud = Some(v1::CloudAccount {
+                        region: account.region.clone(),
+                        project: account.project.clone(),
+                        api_version: account.api_version.clone(),
+                        aws_access_key_id: account.aws_access_key_id.clone(),
+                        aws_secret_access_key: account.aws_secret_access_key.to_string(),
+                        aws_session_token: account.aws_session_token.to_string(),
+                        service_account_json: account.service_account_json.to_string(),
+                        entra_authority: account.entra_authority.clone(),
+                        entra_tenant: account.entra_tenant.clone(),
+                        entra_client_id: account.entra_client_id.clone(),
+                        entra_client_secret: account.entra_client_secret.to_string(),
+                    });
+                }
+                Err(problem) => unusable = problem,
+            }
         }
         if entry.default && default_provider.is_empty() {
             default_provider = name.to_string();
@@ -142,6 +194,7 @@ pub fn gateway_settings(
             unusable,
             relay_socket: String::new(),
             context_window: entry.context_window.unwrap_or(0),
+            cloud,
         });
     }
     if default_provider.is_empty() {
@@ -151,17 +204,39 @@ pub fn gateway_settings(
     let mut models: Vec<String> = agents.roles().iter().map(|(role, _)| agents.settings(*role).model.0).collect();
     models.sort();
     models.dedup();
-    GatewaySettings(v1::GatewayConfig {
-        providers,
-        fallback_chains: providers_config
-            .fallback_chains
-            .iter()
-            .map(|(name, chain)| (name.clone(), v1::FallbackChain { providers: chain.clone() }))
-            .collect(),
-        default_provider,
-        retry_attempts: loaded.config.llm.retry_attempts,
-        models,
-    })
+    GatewaySettings(
+        v1::GatewayConfig {
+            providers,
+            fallback_chains: providers_config
+                .fallback_chains
+                .iter()
+                .map(|(name, chain)| (name.clone(), v1::FallbackChain { providers: chain.clone() }))
+                .collect(),
+            default_provider,
+            retry_attempts: loaded.config.llm.retry_attempts,
+            models,
+            aliases: aliases(providers_config),
+        },
+        token_urls,
+    )
+}
+
+/// providers.yaml's aliases, each with its models cheapest first by the price table (those of
+/// unknown price last, in the order written).
+fn aliases(providers: &crate::base::config::ProvidersConfig) -> HashMap<String, v1::ModelAlias> {
+    let cost = |model: &str| {
+        crate::model::budgets::price_in(&providers.prices, model)
+            .map_or(f64::INFINITY, |price| price.input + price.output)
+    };
+    providers
+        .models
+        .iter()
+        .map(|(alias, models)| {
+            let mut ordered = models.clone();
+            ordered.sort_by(|a, b| cost(a).total_cmp(&cost(b)));
+            (alias.clone(), v1::ModelAlias { models: ordered })
+        })
+        .collect()
 }
 
 /// Where the gateway stands.
@@ -362,9 +437,11 @@ impl LlmGateway {
         let _ = self.notifier.set(notifier);
     }
 
-    /// The hosts of the providers a gateway in its container reaches by a tunnel.
+    /// The hosts of the providers a gateway in its container reaches by a tunnel, and of the
+    /// token endpoints its cloud accounts sign in at.
     pub fn provider_hosts(&self) -> Vec<String> {
-        egress::provider_hosts(self.settings.config().providers.iter().map(|provider| provider.api_base.as_str()))
+        let bases = self.settings.config().providers.iter().map(|provider| provider.api_base.as_str());
+        egress::provider_hosts(bases.chain(self.settings.1.iter().map(String::as_str)))
     }
 
     /// A gateway in its container reaches its providers through `way_out` from now on.
@@ -514,7 +591,7 @@ impl LlmGateway {
         self.prepare_folder().map_err(|error| (None, format!("cannot prepare {}: {error}", self.folder.display())))?;
         let socket = self.folder.join(GATEWAY_SOCKET);
         // A copy (its keys wiped when dropped) that names the relays.
-        let mut config = GatewaySettings(self.settings.config().clone());
+        let mut config = GatewaySettings(self.settings.config().clone(), vec![]);
         let relays = match self.mode {
             GatewayMode::Container => relay::bind(&self.folder, GATEWAY_MOUNT, &mut config.0)
                 .map_err(|error| (None, format!("cannot relay to the host's loopback: {error}")))?,

@@ -227,6 +227,8 @@ pub(crate) fn run(tokens: usize, paced_tokens: usize, runs: usize) -> Result<()>
             api_key: Some("bench-key".into()),
             timeout: Duration::from_secs(60),
             max_output: None,
+            cloud: Default::default(),
+            signer: None,
             route: baaaht_llm::provider::Route::Direct,
         },
         gateway_socket: daemon.data_dir.join("data/llm/gateway.sock"),

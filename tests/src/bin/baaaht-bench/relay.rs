@@ -74,6 +74,8 @@ pub(crate) fn run(requests: usize, tokens: usize) -> Result<()> {
         api_key: None,
         timeout: Duration::from_secs(60),
         max_output: None,
+        cloud: Default::default(),
+        signer: None,
         route,
     };
     let (direct, relayed, tunneled) =

@@ -1,0 +1,290 @@
+//! The cloud accounts of `providers.yaml` as the gateway takes them: Bedrock's AWS keys (from the
+//! secrets store, or a profile of an AWS credentials file), Vertex AI's service account key (a
+//! secret, or a JSON key file), Azure's Entra ID app; each with where its models are. Read here,
+//! in the daemon, and handed to the gateway with its configuration, as keys are.
+
+use std::path::PathBuf;
+
+use baaaht_llm::provider::Wire;
+use zeroize::Zeroizing;
+
+use crate::base::config::ProviderEntry;
+
+/// A cloud account resolved: where its models are and its secrets (wiped when dropped).
+#[derive(Default)]
+pub(super) struct Account {
+    pub(super) region: String,
+    pub(super) project: String,
+    pub(super) api_version: String,
+    pub(super) aws_access_key_id: String,
+    pub(super) aws_secret_access_key: Zeroizing<String>,
+    pub(super) aws_session_token: Zeroizing<String>,
+    pub(super) service_account_json: Zeroizing<String>,
+    pub(super) entra_authority: String,
+    pub(super) entra_tenant: String,
+    pub(super) entra_client_id: String,
+    pub(super) entra_client_secret: Zeroizing<String>,
+}
+
+impl std::fmt::Debug for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Account").field("region", &self.region).field("project", &self.project).finish_non_exhaustive()
+    }
+}
+
+/// A value of `providers.yaml` with its `${NAME}`s resolved, or why it cannot be.
+pub(super) type Resolve<'a> = dyn Fn(&str) -> Result<String, String> + 'a;
+
+/// What a cloud account needs besides an address: `(account, api_base, token_url)`, the
+/// address filled in where it follows from the region, and the URL its tokens come from (a host
+/// the gateway must reach too) — or why the provider cannot be used, as a sentence.
+pub(super) fn account(
+    name: &str,
+    wire: Wire,
+    entry: &ProviderEntry,
+    resolve: &Resolve<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Account, Option<String>, Option<String>), String> {
+    fn given(value: &Option<String>) -> Option<&str> {
+        value.as_deref().map(str::trim).filter(|value| !value.is_empty())
+    }
+    let needed = |value: &Option<String>, what: &str| {
+        given(value)
+            .map(str::to_string)
+            .ok_or_else(|| format!("providers.{name}.{what} is not set: {}", hint(wire, what)))
+    };
+    let mut account = Account::default();
+    match wire {
+        Wire::Bedrock => {
+            account.region = needed(&entry.region, "region")?;
+            let keys = match (&entry.access_key_id, &entry.secret_access_key) {
+                (Some(id), Some(secret)) => AwsKeys {
+                    access_key_id: resolve(id)?,
+                    secret_access_key: Zeroizing::new(resolve(secret)?),
+                    session_token: entry.session_token.as_deref().map(resolve).transpose()?.map(Zeroizing::new),
+                },
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(format!(
+                        "providers.{name} needs both access_key_id and secret_access_key (or neither, to read \
+                         a profile of the AWS credentials file)"
+                    ))
+                }
+                (None, None) => profile_keys(entry, env)?,
+            };
+            account.aws_access_key_id = keys.access_key_id;
+            account.aws_secret_access_key = keys.secret_access_key;
+            account.aws_session_token = keys.session_token.unwrap_or_default();
+            let base = given(&entry.api_base)
+                .map_or_else(|| baaaht_llm::bedrock::default_base(&account.region), str::to_string);
+            Ok((account, Some(base), None))
+        }
+        Wire::Vertex => {
+            account.project = needed(&entry.project, "project")?;
+            account.region = needed(&entry.region, "region")?;
+            let key = match (&entry.service_account, given(&entry.credentials_file)) {
+                (Some(secret), None) => Zeroizing::new(resolve(secret)?),
+                (None, Some(file)) => {
+                    let path = expand_home(file, env);
+                    Zeroizing::new(std::fs::read_to_string(&path).map_err(|error| {
+                        format!("providers.{name}.credentials_file {} cannot be read: {error}", path.display())
+                    })?)
+                }
+                (Some(_), Some(_)) => {
+                    return Err(format!("providers.{name}: give service_account or credentials_file, not both"))
+                }
+                (None, None) => {
+                    return Err(format!("providers.{name} has no credentials: {}", hint(wire, "credentials")))
+                }
+            };
+            // Checked here, so that a wrong file is told at start, not at the first question.
+            let source = baaaht_llm::provider::tokens::TokenSource::service_account(&key)
+                .map_err(|error| format!("providers.{name}: {error}"))?;
+            let token_url = source.token_url().to_string();
+            account.service_account_json = key;
+            let base = given(&entry.api_base)
+                .map_or_else(|| baaaht_llm::provider::prepare::vertex_base(&account.region), str::to_string);
+            Ok((account, Some(base), Some(token_url)))
+        }
+        Wire::Azure => {
+            if given(&entry.api_base).is_none() {
+                return Err(format!("providers.{name}.api_base is not set: {}", hint(wire, "api_base")));
+            }
+            account.api_version = given(&entry.api_version).unwrap_or_default().to_string();
+            let mut token_url = None;
+            match (&entry.entra, &entry.api_key) {
+                (Some(_), Some(_)) => return Err(format!("providers.{name}: give api_key or entra, not both")),
+                (Some(app), None) => {
+                    account.entra_tenant = app.tenant_id.clone();
+                    account.entra_client_id = app.client_id.clone();
+                    account.entra_client_secret = Zeroizing::new(resolve(&app.client_secret)?);
+                    account.entra_authority = app
+                        .authority
+                        .clone()
+                        .unwrap_or_else(|| baaaht_llm::provider::tokens::ENTRA_AUTHORITY.to_string());
+                    token_url = Some(format!(
+                        "{}/{}/oauth2/v2.0/token",
+                        account.entra_authority.trim_end_matches('/'),
+                        app.tenant_id
+                    ));
+                }
+                (None, Some(_)) => {}
+                (None, None) => {
+                    return Err(format!("providers.{name} has no credentials: {}", hint(wire, "credentials")))
+                }
+            }
+            Ok((account, None, token_url))
+        }
+        _ => Ok((account, None, None)),
+    }
+}
+
+/// What to write for a missing setting of a provider of `wire`.
+fn hint(wire: Wire, what: &str) -> &'static str {
+    match (wire, what) {
+        (Wire::Bedrock, "region") => "write the AWS region its models are in, e.g. `region: us-east-1`",
+        (Wire::Vertex, "project") => "write the Google Cloud project, e.g. `project: my-project`",
+        (Wire::Vertex, "region") => "write the location of its models, e.g. `region: us-central1` (or `global`)",
+        (Wire::Vertex, _) => {
+            "set `credentials_file:` to a service account's JSON key file, or `service_account: \
+             ${VERTEX_SERVICE_ACCOUNT}` with the key in the secrets store"
+        }
+        (Wire::Azure, "api_base") => {
+            "write the resource's endpoint, e.g. `api_base: https://my-resource.openai.azure.com`"
+        }
+        (Wire::Azure, _) => {
+            "set `api_key: ${AZURE_API_KEY}`, or `entra:` with tenant_id, client_id and client_secret of an app \
+             registration"
+        }
+        _ => "see docs/providers.md",
+    }
+}
+
+/// An AWS key pair.
+struct AwsKeys {
+    access_key_id: String,
+    secret_access_key: Zeroizing<String>,
+    session_token: Option<Zeroizing<String>>,
+}
+
+/// The keys of `profile` in an AWS credentials file: `credentials_file`, else
+/// `$AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`.
+fn profile_keys(entry: &ProviderEntry, env: &dyn Fn(&str) -> Option<String>) -> Result<AwsKeys, String> {
+    let profile = entry.profile.as_deref().unwrap_or("default");
+    let path = match entry.credentials_file.as_deref() {
+        Some(file) => expand_home(file, env),
+        None => match env("AWS_SHARED_CREDENTIALS_FILE") {
+            Some(file) => PathBuf::from(file),
+            None => expand_home("~/.aws/credentials", env),
+        },
+    };
+    let text = Zeroizing::new(std::fs::read_to_string(&path).map_err(|error| {
+        format!(
+            "providers.bedrock has no access_key_id and the AWS credentials file {} cannot be read ({error}): \
+             set access_key_id and secret_access_key (e.g. `${{AWS_ACCESS_KEY_ID}}`), or credentials_file",
+            path.display()
+        )
+    })?);
+    let section = ini_section(&text, profile).ok_or_else(|| {
+        format!(
+            "the AWS credentials file {} has no profile [{profile}]: name one it has in providers.bedrock.profile",
+            path.display()
+        )
+    })?;
+    let find = |key: &str| section.iter().find(|(name, _)| *name == key).map(|(_, value)| value.to_string());
+    let missing = |key: &str| format!("profile [{profile}] of {} has no {key}", path.display());
+    Ok(AwsKeys {
+        access_key_id: find("aws_access_key_id").ok_or_else(|| missing("aws_access_key_id"))?,
+        secret_access_key: Zeroizing::new(
+            find("aws_secret_access_key").ok_or_else(|| missing("aws_secret_access_key"))?,
+        ),
+        session_token: find("aws_session_token").map(Zeroizing::new),
+    })
+}
+
+/// The `key = value` lines of section `[name]` of an INI text (the AWS credentials file's
+/// format: three keys read, so a parser of its own rather than the AWS SDK's config loader).
+fn ini_section<'a>(text: &'a str, name: &str) -> Option<Vec<(&'a str, &'a str)>> {
+    let mut found = None;
+    let mut current: Option<&str> = None;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(header) = line.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
+            current = Some(header.trim());
+            if current == Some(name) {
+                found.get_or_insert_with(Vec::new);
+            }
+            continue;
+        }
+        if current == Some(name) {
+            if let Some((key, value)) = line.split_once('=') {
+                found.get_or_insert_with(Vec::new).push((key.trim(), value.trim()));
+            }
+        }
+    }
+    found
+}
+
+/// `~/…` under `$HOME`.
+fn expand_home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    match path.strip_prefix("~/") {
+        Some(rest) => PathBuf::from(env("HOME").unwrap_or_else(|| "/root".into())).join(rest),
+        None => PathBuf::from(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_secrets(text: &str) -> Result<String, String> {
+        Ok(text.to_string())
+    }
+
+    #[test]
+    fn a_profile_of_the_aws_credentials_file_gives_bedrocks_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("credentials");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key = s1\n\n\
+             [work]\n# a comment\naws_access_key_id=AKIAWORK\naws_secret_access_key=s2\naws_session_token = t2\n",
+        )
+        .expect("write");
+        let entry = ProviderEntry {
+            region: Some("eu-west-1".into()),
+            profile: Some("work".into()),
+            credentials_file: Some(file.display().to_string()),
+            ..ProviderEntry::default()
+        };
+        let (keys, base, token_url) =
+            account("bedrock", Wire::Bedrock, &entry, &no_secrets, &|_| None).expect("usable");
+        assert_eq!(
+            (keys.aws_access_key_id.as_str(), keys.aws_secret_access_key.as_str(), keys.aws_session_token.as_str()),
+            ("AKIAWORK", "s2", "t2")
+        );
+        assert_eq!(base.as_deref(), Some("https://bedrock-runtime.eu-west-1.amazonaws.com"));
+        assert_eq!(token_url, None);
+        let other = ProviderEntry { profile: Some("home".into()), ..entry.clone() };
+        let error = account("bedrock", Wire::Bedrock, &other, &no_secrets, &|_| None).expect_err("no such profile");
+        assert!(error.contains("has no profile [home]"), "{error}");
+        let no_region = ProviderEntry { region: None, ..entry };
+        let error = account("bedrock", Wire::Bedrock, &no_region, &no_secrets, &|_| None).expect_err("no region");
+        assert!(error.starts_with("providers.bedrock.region is not set: write the AWS region"), "{error}");
+    }
+
+    #[test]
+    fn vertex_and_azure_say_what_they_miss() {
+        let entry =
+            ProviderEntry { project: Some("p".into()), region: Some("us-central1".into()), ..ProviderEntry::default() };
+        let error = account("vertex", Wire::Vertex, &entry, &no_secrets, &|_| None).expect_err("no key");
+        assert!(error.contains("set `credentials_file:` to a service account's JSON key file"), "{error}");
+        let missing_file = ProviderEntry { credentials_file: Some("/nonexistent/sa.json".into()), ..entry };
+        let error = account("vertex", Wire::Vertex, &missing_file, &no_secrets, &|_| None).expect_err("no file");
+        assert!(error.starts_with("providers.vertex.credentials_file /nonexistent/sa.json cannot be read"), "{error}");
+        let azure = ProviderEntry { api_key: Some("k".into()), ..ProviderEntry::default() };
+        let error = account("azure", Wire::Azure, &azure, &no_secrets, &|_| None).expect_err("no endpoint");
+        assert!(error.contains("write the resource's endpoint"), "{error}");
+    }
+}
