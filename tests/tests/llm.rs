@@ -143,7 +143,7 @@ fn a_providers_error_reaches_the_agent_as_a_typed_event_with_its_message() {
         body: "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"max_tokens: 64 > 32\"}}"
             .into(),
     };
-    let provider = rt.block_on(FakeProvider::start(vec![refusal], None)).expect("fake provider");
+    let provider = rt.block_on(FakeProvider::start(vec![refusal.clone(), refusal], None)).expect("fake provider");
     let daemon = daemon_for(&provider, "process", "", &[]);
     let output = doctor(&daemon, &["--llm", "anthropic/test-model"]).wait_with_output().expect("doctor");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -152,7 +152,7 @@ fn a_providers_error_reaches_the_agent_as_a_typed_event_with_its_message() {
         stdout.contains("[FAIL] anthropic/test-model: anthropic answered 400: max_tokens: 64 > 32 (invalid_request)"),
         "{stdout}"
     );
-    assert_eq!(provider.requests().len(), 1, "a refused request is not retried");
+    assert_eq!(provider.requests().len(), 2, "a request refused as malformed is sent once more (spec §7.5), not again");
     let metrics = daemon.metrics().expect("metrics");
     assert!(metrics.contains("baaaht_llm_requests_total{provider=\"anthropic\",outcome=\"error\"} 1"), "{metrics}");
 }
