@@ -4,6 +4,7 @@
 #![recursion_limit = "256"]
 
 pub mod channels;
+pub mod fake_cloud;
 pub mod fake_provider;
 pub mod fake_slack;
 pub mod fake_telegram;
