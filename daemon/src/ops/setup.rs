@@ -639,7 +639,9 @@ pub fn check(loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<String
     let secrets = crate::guard::secrets::open_unattended(&data_dir.config_dir());
     let settings = crate::model::llm::gateway_settings(loaded, secrets.as_ref(), |name| std::env::var(name).ok());
     let model = loaded.config.agents.settings(crate::base::auth::Role::Assistant).model;
-    let provider = model.provider();
+    // An alias is checked at the provider it goes to first.
+    let first = loaded.providers.models.get(&model.0).and_then(|models| models.first()).cloned();
+    let provider = first.as_deref().unwrap_or(&model.0).split_once('/').map_or("", |(provider, _)| provider);
     let found = settings.config().providers.iter().find(|configured| configured.name == provider);
     let configured = match found {
         Some(configured) if configured.unusable.is_empty() => configured,

@@ -80,7 +80,8 @@ pub fn request_body(request: &Request) -> Value {
         breakpoints += 1;
     }
     mark_history(&mut body["messages"], CACHE_BREAKPOINTS - breakpoints);
-    if let Some(temperature) = request.temperature {
+    // Anthropic takes no temperature of its own with thinking on.
+    if let Some(temperature) = request.temperature.filter(|_| request.thinking_budget == 0) {
         body["temperature"] = json!(temperature);
     }
     if !request.stop.is_empty() {

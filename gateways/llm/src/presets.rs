@@ -75,6 +75,45 @@ impl Wire {
     }
 }
 
+/// Models known not to call tools (spec §7.4: "required for agents"), by name prefix after
+/// their provider, with one of the same provider that does — as their providers document it.
+const WITHOUT_TOOLS: &[(&str, &[&str], &str)] = &[
+    ("openai", &["o1-mini", "o1-preview", "gpt-3.5-turbo-instruct", "davinci", "babbage"], "gpt-4.1-mini"),
+    ("azure", &["o1-mini", "o1-preview", "gpt-35-turbo-instruct"], "a deployment of gpt-4o or gpt-4.1"),
+    (
+        "bedrock",
+        &[
+            "amazon.titan-text",
+            "meta.llama2",
+            "meta.llama3-8b-instruct-v1",
+            "meta.llama3-70b-instruct-v1",
+            "mistral.mistral-7b-instruct",
+            "mistral.mixtral-8x7b-instruct",
+            "ai21.j2",
+            "cohere.command-text",
+            "cohere.command-light-text",
+        ],
+        "anthropic.claude-3-5-haiku-20241022-v1:0",
+    ),
+    ("google", &["gemini-2.0-flash-thinking", "gemma-"], "gemini-2.5-flash"),
+    ("vertex", &["gemini-2.0-flash-thinking", "gemma"], "gemini-2.5-flash"),
+    (
+        "ollama",
+        &["llama2", "codellama", "gemma", "llava", "phi3", "phi-2", "tinyllama", "orca-mini", "vicuna", "starcoder"],
+        "qwen3",
+    ),
+];
+
+/// Whether `provider`'s `model` is known not to call tools: a model of the same provider that
+/// does, to name instead.
+pub fn cannot_call_tools(provider: &str, model: &str) -> Option<&'static str> {
+    let model = model.to_ascii_lowercase();
+    WITHOUT_TOOLS
+        .iter()
+        .find(|(name, prefixes, _)| *name == provider && prefixes.iter().any(|prefix| model.starts_with(prefix)))
+        .map(|(_, _, instead)| *instead)
+}
+
 /// Splits `{provider}/{model}`; a name without a provider goes to `default`. Only the first `/`
 /// separates: OpenRouter's own model names contain one (`openrouter/anthropic/claude-…`).
 pub fn split_model<'a>(name: &'a str, default: &'a str) -> (&'a str, &'a str) {
@@ -114,6 +153,19 @@ mod tests {
         assert!(find("anthropic").is_some_and(|p| p.needs_key && p.wire == Wire::Anthropic));
         assert!(find("ollama").is_some_and(|p| !p.needs_key && p.max_output.is_none()));
         assert!(find("llama-server").is_none());
+    }
+
+    #[test]
+    fn models_that_cannot_call_tools_are_known_with_one_that_can() {
+        assert_eq!(cannot_call_tools("openai", "o1-mini-2024-09-12"), Some("gpt-4.1-mini"));
+        assert_eq!(cannot_call_tools("ollama", "gemma3:4b"), Some("qwen3"));
+        assert_eq!(
+            cannot_call_tools("bedrock", "meta.llama3-8b-instruct-v1:0"),
+            Some("anthropic.claude-3-5-haiku-20241022-v1:0")
+        );
+        assert_eq!(cannot_call_tools("bedrock", "meta.llama3-1-70b-instruct-v1:0"), None, "Llama 3.1 calls tools");
+        assert_eq!(cannot_call_tools("openai", "gpt-4o"), None);
+        assert_eq!(cannot_call_tools("anthropic", "claude-sonnet-4"), None);
     }
 
     #[test]

@@ -253,7 +253,8 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
         // What the turn's agent does before its words (the answer's "working" line).
         Said::Phase { agent, phase, said } => json!({"type": "phase", "session": session, "turn": turn,
             "agent": agent, "phase": phase, "said": said}),
-        Said::Thinking(_) => return None,
+        // The model's thinking, shown folded above its answer.
+        Said::Thinking(text) => json!({"type": "thinking", "session": session, "turn": turn, "text": text}),
     })
 }
 

@@ -222,6 +222,25 @@ function answerOf(turn) {
   return element;
 }
 
+// The model's thinking before its answer: folded under "Thinking", the text as it streams.
+function thinkingOf(turn) {
+  const element = answerOf(turn);
+  let folded = element.querySelector(":scope > details.thinking");
+  if (!folded) {
+    folded = document.createElement("details");
+    folded.className = "thinking";
+    const summary = document.createElement("summary");
+    summary.textContent = "Thinking";
+    const text = document.createElement("div");
+    text.className = "thought";
+    folded.append(summary, text);
+    const answer = element.querySelector(":scope > .text");
+    if (answer) answer.before(folded);
+    else element.append(folded);
+  }
+  return folded.querySelector(".thought");
+}
+
 // Delegations and tool calls, one line each: who, what, running or finished, how long.
 function progress(turn, key, text, stateName) {
   const element = answerOf(turn);
@@ -433,6 +452,11 @@ function onEvent(event) {
       announce("The answer is complete.");
       stick();
       reloadEntries();
+      break;
+    }
+    case "thinking": {
+      thinkingOf(event.turn).append(document.createTextNode(event.text));
+      stick();
       break;
     }
     case "phase": {

@@ -360,6 +360,42 @@ fn check_agents(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
                 ),
             ));
         }
+        // Every agent calls tools (spec §7.4): a model that cannot is refused before a turn fails on it.
+        let served_by: Vec<String> = match loaded.providers.models.get(&settings.model.0) {
+            Some(models) => models.clone(),
+            None => vec![settings.model.0.clone()],
+        };
+        for model in &served_by {
+            let Some((provider, bare)) = model.split_once('/') else { continue };
+            if let Some(instead) = baaaht_llm::presets::cannot_call_tools(provider, bare) {
+                let key = match settings.source {
+                    ModelSource::Own => vec!["agents", role.as_str(), "model"],
+                    _ => vec!["agents", "default_model"],
+                };
+                return Err(invalid_at(
+                    &loaded.sources.config,
+                    text,
+                    &key,
+                    format!(
+                        "the {role}'s model `{model}` cannot call tools, which every agent needs: pick one that can, \
+                         e.g. {provider}/{instead}"
+                    ),
+                ));
+            }
+        }
+        let budget = settings.thinking_budget;
+        if budget > 0 && (budget < 1024 || budget >= settings.max_output_tokens) {
+            return Err(invalid_at(
+                &loaded.sources.config,
+                text,
+                &["agents", role.as_str(), "thinking_budget"],
+                format!(
+                    "agents.{role}.thinking_budget {budget}: give 0 (no thinking) or at least 1024 tokens and fewer \
+                     than its max_output_tokens ({}), which the thinking is part of",
+                    settings.max_output_tokens
+                ),
+            ));
+        }
         if !settings.model.is_alias() && !configured.contains(&provider) {
             let (key, keys): (String, Vec<&str>) = match settings.source {
                 ModelSource::Own => (format!("agents.{role}.model"), vec!["agents", role.as_str(), "model"]),

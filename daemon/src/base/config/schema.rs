@@ -413,6 +413,7 @@ impl Default for AgentsConfig {
             vision: None,
             max_output_tokens,
             return_directly: None,
+            thinking_budget: 0,
         };
         AgentsConfig {
             default_model: None,
@@ -462,6 +463,8 @@ pub struct AgentSettings {
     /// Whether a delegation to it returns its answer to the user directly, unless the
     /// Assistant says otherwise.
     pub return_directly: bool,
+    /// Tokens of thinking asked of its model (0: none).
+    pub thinking_budget: u32,
 }
 
 impl AgentsConfig {
@@ -501,6 +504,7 @@ impl AgentsConfig {
             // The Worker's and the Coder's answers to a direct request usually are the reply;
             // a Researcher's or the Memory agent's are material for the Assistant.
             return_directly: section.return_directly.unwrap_or(matches!(role, Role::Worker | Role::Coder)),
+            thinking_budget: section.thinking_budget,
         }
     }
 }
@@ -531,6 +535,15 @@ pub struct AgentConfig {
     /// asks otherwise; unset: yes for the Worker and the Coder, no for the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_directly: Option<bool>,
+    /// Tokens of extended thinking asked of its model before it answers (Anthropic's thinking,
+    /// Gemini's thinking budget, Claude's on Bedrock and Vertex); 0: none. At least 1024 and
+    /// below `max_output_tokens`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub thinking_budget: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 fn default_max_iterations() -> u32 {

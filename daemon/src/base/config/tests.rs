@@ -68,6 +68,13 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
         ("config.yaml", "container:\n  resource_limits:\n    memory: 12x\n", "3:5", &["invalid size `12x`"]),
         ("config.yaml", "metrics:\n  listen: 0.0.0.0:9479\n", "2:3", &["not a loopback address"]),
         ("config.yaml", "agents:\n  worker:\n    model: gpt-4o\n", "3:5", &["provider/model"]),
+        (
+            "config.yaml",
+            "agents:\n  default_model: openai/o1-mini\n",
+            "2:3",
+            &["model `openai/o1-mini` cannot call tools, which every agent needs: pick one that can, e.g. openai/gpt-4.1-mini"],
+        ),
+        ("config.yaml", "agents:\n  coder:\n    thinking_budget: 20000\n", "3:5", &["fewer than its max_output_tokens (8192)"]),
         ("config.yaml", "system: [unclosed\n", "1:9", &["invalid type: sequence"]),
         ("config.yaml", "system:\n  name: \"unclosed\n", "3:1", &["while scanning a quoted scalar"]),
         ("providers.yaml", "providers:\n  antropic:\n    api_key: x\n", "2:3", &["did you mean `anthropic`?"]),

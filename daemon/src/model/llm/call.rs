@@ -143,8 +143,14 @@ impl Calls {
     /// thinks; what the agent whose answer is the reply writes reaches them as it is written
     /// ([`publish_delta`]).
     pub async fn for_agent(&self, call: AgentCall, mut request: v1::LlmRequest) -> Result<AgentStream, CallError> {
-        let cap = self.loaded.config.agents.settings(call.role).max_output_tokens;
+        let settings = self.loaded.config.agents.settings(call.role);
+        let cap = settings.max_output_tokens;
         request.max_tokens = Some(request.max_tokens.filter(|asked| *asked > 0).map_or(cap, |asked| asked.min(cap)));
+        // Thinking as its role's configuration asks, within what the answer may have.
+        if request.thinking_budget == 0 {
+            request.thinking_budget = settings.thinking_budget;
+        }
+        request.thinking_budget = request.thinking_budget.min(cap.saturating_sub(1));
         // A model with a small window (as its server or providers.yaml says) gets the tools cut.
         if let Some(window) = self.gateway.context_window(&request.model).await {
             let tools = request.tools.iter_mut().map(|tool| super::small::ToolText {
