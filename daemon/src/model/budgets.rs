@@ -477,7 +477,10 @@ impl Budgets {
                     + used.output as f64 * price.output
                     + used.cache_read as f64 * price.cache_read.unwrap_or(price.input)
                     + used.cache_write as f64 * price.cache_write.unwrap_or(price.input);
-                (used.input + used.output + used.cache_read + used.cache_write, cost as u64)
+                let tokens = [used.output, used.cache_read, used.cache_write]
+                    .iter()
+                    .fold(used.input, |sum, n| sum.saturating_add(*n));
+                (tokens, cost as u64)
             }
             None => (0, 0),
         };
@@ -493,8 +496,8 @@ impl Budgets {
             ledger.days.entry(periods.day.clone()).or_default(),
             ledger.months.entry(periods.month.clone()).or_default(),
         ] {
-            spent.tokens += tokens;
-            spent.cost_micros += cost_micros;
+            spent.tokens = spent.tokens.saturating_add(tokens);
+            spent.cost_micros = spent.cost_micros.saturating_add(cost_micros);
             spent.requests += 1;
         }
         while ledger.days.len() > DAYS_KEPT {

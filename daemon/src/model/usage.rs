@@ -27,10 +27,10 @@ pub struct Totals {
 impl Totals {
     fn add(&mut self, tokens: TokenCounts, estimated: bool) {
         self.requests += 1;
-        self.input_tokens += tokens.input;
-        self.output_tokens += tokens.output;
-        self.cache_read_tokens += tokens.cache_read;
-        self.cache_write_tokens += tokens.cache_write;
+        self.input_tokens = self.input_tokens.saturating_add(tokens.input);
+        self.output_tokens = self.output_tokens.saturating_add(tokens.output);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_add(tokens.cache_read);
+        self.cache_write_tokens = self.cache_write_tokens.saturating_add(tokens.cache_write);
         self.estimated_requests += u64::from(estimated);
     }
 }

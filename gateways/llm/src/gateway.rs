@@ -305,13 +305,22 @@ impl Gateway {
         };
         let answered = crate::provider::stream_with_fallback(&chain, request, self.policy, &mut forward).await?;
         let usage = match usage {
-            Some(usage) if usage.input_tokens + usage.output_tokens > 0 => usage,
+            Some(usage) if usage.input_tokens.saturating_add(usage.output_tokens) > 0 => usage,
             _ => Usage {
                 input_tokens: input_tokens(request),
                 output_tokens: count_tokens(&output),
                 estimated: true,
                 ..Usage::default()
             },
+        };
+        // A provider's count past any context window is not believed (it would overflow sums).
+        const MOST: u64 = 100_000_000;
+        let usage = Usage {
+            input_tokens: usage.input_tokens.min(MOST),
+            output_tokens: usage.output_tokens.min(MOST),
+            cache_read_tokens: usage.cache_read_tokens.min(MOST),
+            cache_write_tokens: usage.cache_write_tokens.min(MOST),
+            ..usage
         };
         on_event(Event::Usage(usage));
         if let Some(stop) = stop {

@@ -214,7 +214,7 @@ impl StreamDecoder {
             let cached = read("cachedContentTokenCount");
             self.usage = Usage {
                 input_tokens: read("promptTokenCount").saturating_sub(cached),
-                output_tokens: read("candidatesTokenCount") + read("thoughtsTokenCount"),
+                output_tokens: read("candidatesTokenCount").saturating_add(read("thoughtsTokenCount")),
                 cache_read_tokens: cached,
                 ..Usage::default()
             };

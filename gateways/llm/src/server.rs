@@ -197,6 +197,16 @@ impl LlmGateway for GatewayService {
         // The keys now live in the gateway's endpoints only.
         for provider in &mut config.providers {
             zeroize::Zeroize::zeroize(&mut provider.api_key);
+            if let Some(account) = &mut provider.cloud {
+                for secret in [
+                    &mut account.aws_secret_access_key,
+                    &mut account.aws_session_token,
+                    &mut account.service_account_json,
+                    &mut account.entra_client_secret,
+                ] {
+                    zeroize::Zeroize::zeroize(secret);
+                }
+            }
         }
         let gateway = gateway.map_err(Status::invalid_argument)?;
         let usable = gateway.providers.values().filter(|provider| provider.unusable.is_none()).count();

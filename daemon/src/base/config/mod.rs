@@ -267,6 +267,9 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
         ));
     }
     for (name, entry) in &configured {
+        if let Some((setting, message)) = entry.misshapen(name) {
+            return Err(invalid_at(source, text, &["providers", name, setting], message));
+        }
         let Some(wire) = provider_wire(name, entry) else { continue };
         if let Some(setting) = entry.foreign_settings(wire).first() {
             let takers = match *setting {
@@ -647,7 +650,9 @@ pub fn effective_document(loaded: &LoadedConfig) -> Result<serde_yaml::Value, se
 
 fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    ["secret", "token", "api_key", "password", "passphrase"].iter().any(|word| key.contains(word))
+    ["secret", "token", "api_key", "password", "passphrase", "service_account", "access_key"]
+        .iter()
+        .any(|word| key.contains(word))
 }
 
 fn redact(value: &mut serde_yaml::Value, secret: bool) {

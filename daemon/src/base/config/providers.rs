@@ -216,6 +216,51 @@ impl ProviderEntry {
         .collect()
     }
 
+    /// A setting whose shape a provider cannot use, and why: a region, project or tenant that is
+    /// not a plain name (each becomes part of a URL), or two ways to sign in given at once.
+    pub fn misshapen(&self, name: &str) -> Option<(&'static str, String)> {
+        let plain = |value: &str| {
+            !value.is_empty()
+                && value.len() <= 128
+                && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
+        let tenant = self.entra.as_ref().map(|app| app.tenant_id.as_str());
+        for (setting, value) in
+            [("region", self.region.as_deref()), ("project", self.project.as_deref()), ("entra", tenant)]
+        {
+            if let Some(value) = value.filter(|value| !plain(value)) {
+                return Some((
+                    setting,
+                    format!("providers.{name}.{setting} `{value}` is not a name: letters, digits, `-` and `_` only"),
+                ));
+            }
+        }
+        if self.access_key_id.is_some() && (self.profile.is_some() || self.credentials_file.is_some()) {
+            return Some((
+                "profile",
+                format!(
+                    "providers.{name}: give access_key_id and secret_access_key, or profile/credentials_file, not both"
+                ),
+            ));
+        }
+        if self.session_token.is_some() && self.access_key_id.is_none() {
+            return Some((
+                "session_token",
+                format!("providers.{name}.session_token goes with access_key_id and secret_access_key (a profile has its own)"),
+            ));
+        }
+        if self.api_key.is_some() && self.entra.is_some() {
+            return Some(("entra", format!("providers.{name}: give api_key or entra, not both")));
+        }
+        if self.service_account.is_some() && self.credentials_file.is_some() {
+            return Some((
+                "service_account",
+                format!("providers.{name}: give service_account or credentials_file, not both"),
+            ));
+        }
+        None
+    }
+
     /// The settings given that a provider of `wire` does not take, by name.
     pub fn foreign_settings(&self, wire: baaaht_llm::provider::Wire) -> Vec<&'static str> {
         use baaaht_llm::provider::Wire;

@@ -98,6 +98,18 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
         ),
         (
             "providers.yaml",
+            "providers:\n  vertex:\n    project: p\n    region: evil.example/\n",
+            "4:5",
+            &["providers.vertex.region `evil.example/` is not a name"],
+        ),
+        (
+            "providers.yaml",
+            "providers:\n  bedrock:\n    region: us-east-1\n    access_key_id: a\n    secret_access_key: b\n    profile: work\n",
+            "6:5",
+            &["give access_key_id and secret_access_key, or profile/credentials_file, not both"],
+        ),
+        (
+            "providers.yaml",
             "providers:\n  bedrock:\n    region: us-east-1\n    api_key: x\n",
             "4:5",
             &["providers.bedrock.api_key: only the providers that sign in with a key"],

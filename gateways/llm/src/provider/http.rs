@@ -173,6 +173,11 @@ fn error_message(parsed: &serde_json::Value) -> Option<String> {
         .or_else(|| text(&parsed["error"]))
 }
 
+/// The most bytes of one answer read: far more than any model's longest answer in any format,
+/// so that a provider that streams without end (or a frame that claims gigabytes, a line that
+/// never ends) cannot fill the gateway's memory, which every person's requests share.
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
 /// Sends a prepared request to its provider and streams its answer to `on_event`.
 pub(crate) async fn send(
     endpoint: &Endpoint,
@@ -247,6 +252,7 @@ async fn read_response(
         return Err(Failure::Status { provider, status, retry_after, message });
     }
     let mut finished = false;
+    let mut received = 0usize;
     loop {
         let frame = match tokio::time::timeout(endpoint.timeout, body.frame()).await {
             Err(_) => return Err(Failure::Timeout { provider, timeout: endpoint.timeout }),
@@ -255,6 +261,17 @@ async fn read_response(
             Ok(Some(Ok(frame))) => frame,
         };
         let Ok(data) = frame.into_data() else { continue };
+        received += data.len();
+        if received > MAX_ANSWER_BYTES {
+            return Err(Failure::Provider {
+                provider,
+                kind: "provider",
+                message: format!(
+                    "the answer ran past {} MiB, more than any model writes: it was stopped",
+                    MAX_ANSWER_BYTES >> 20
+                ),
+            });
+        }
         for mut event in decoder.push(&data)? {
             if let Event::MessageStart { provider: answering, .. } = &mut event {
                 answering.clone_from(&provider);

@@ -162,6 +162,36 @@ impl Failure {
         }
     }
 
+    /// The failure with every one of `secrets` (raw or percent-encoded) in its words replaced.
+    pub fn scrubbed(mut self, secrets: &[String]) -> Failure {
+        let scrub = |text: &mut String| {
+            for secret in secrets.iter().filter(|secret| secret.len() >= 6) {
+                let encoded =
+                    percent_encoding::utf8_percent_encode(secret, percent_encoding::NON_ALPHANUMERIC).to_string();
+                for form in [secret.as_str(), encoded.as_str()] {
+                    if text.contains(form) {
+                        *text = text.replace(form, "[redacted]");
+                    }
+                }
+            }
+        };
+        match &mut self {
+            Failure::Status { message, .. }
+            | Failure::Http { message, .. }
+            | Failure::Tls { message, .. }
+            | Failure::Provider { message, .. }
+            | Failure::NothingAnswers { message, .. }
+            | Failure::Route { message } => scrub(message),
+            Failure::Unusable { reason, .. } | Failure::BadBase { reason, .. } => scrub(reason),
+            Failure::Stream(error) => {
+                scrub(&mut error.event);
+                scrub(&mut error.reason);
+            }
+            Failure::Connect { .. } | Failure::Timeout { .. } | Failure::Dropped { .. } => {}
+        }
+        self
+    }
+
     /// A request refused as malformed (400, not for its length or a key) or an answer that
     /// does not parse: tried once more.
     pub fn is_format_error(&self) -> bool {
@@ -227,7 +257,9 @@ pub async fn stream(
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<(), Failure> {
     let prepared = prepare::prepare(endpoint, request).await?;
-    let result = http::send(endpoint, prepared, on_event).await;
+    let secrets = prepared.secrets();
+    // A provider (or a proxy on the way) that echoes the request must not pass on what signed it.
+    let result = http::send(endpoint, prepared, on_event).await.map_err(|failure| failure.scrubbed(&secrets));
     // A token refused is not kept: the next request fetches a new one.
     if let (Err(Failure::Status { status: 401, .. }), Some(Signer::Tokens(source))) = (&result, &endpoint.signer) {
         source.forget().await;

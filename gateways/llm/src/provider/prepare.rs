@@ -18,6 +18,24 @@ pub(crate) struct Prepared {
     pub(crate) decoder: Decoder,
 }
 
+/// The headers that carry what signs a request in.
+const SIGNING_HEADERS: &[&str] = &["x-api-key", "authorization", "api-key", "x-goog-api-key", "x-amz-security-token"];
+
+impl Prepared {
+    /// What signs the request in (keys, tokens, signatures, and each part of an authorization
+    /// header), to be kept out of any failure's words.
+    pub(crate) fn secrets(&self) -> Vec<String> {
+        let mut secrets = vec![];
+        for (name, value) in &self.headers {
+            if SIGNING_HEADERS.contains(&name.as_str()) {
+                secrets.push(value.clone());
+                secrets.extend(value.split([' ', ',', '=']).filter(|part| part.len() >= 16).map(str::to_string));
+            }
+        }
+        secrets
+    }
+}
+
 /// Reads an answer's bytes in its format.
 pub(crate) enum Decoder {
     Anthropic(SseDecoder, anthropic::StreamDecoder),
@@ -264,6 +282,23 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
         let prepared = runtime.block_on(prepare(endpoint, &request)).expect("prepares");
         (prepared.url, prepared.headers, serde_json::from_slice(&prepared.body).expect("json"))
+    }
+
+    #[test]
+    fn what_signed_a_request_never_reaches_a_failures_words() {
+        let mut azure = endpoint(Wire::Azure, "https://res.openai.azure.com", Cloud::default());
+        azure.api_key = Some("azure-key-0123456789".into());
+        let request = Request { model: "d".into(), ..Request::default() };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
+        let prepared = runtime.block_on(prepare(&azure, &request)).expect("prepares");
+        let echoed = Failure::Status {
+            provider: "azure".into(),
+            status: 400,
+            retry_after: None,
+            message: "bad request: api-key: azure-key-0123456789 (azure%2Dkey%2D0123456789)".into(),
+        };
+        let scrubbed = echoed.scrubbed(&prepared.secrets()).to_string();
+        assert_eq!(scrubbed, "azure answered 400: bad request: api-key: [redacted] ([redacted])");
     }
 
     #[test]

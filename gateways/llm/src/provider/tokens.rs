@@ -125,12 +125,20 @@ impl TokenSource {
             return Ok(current.token.clone());
         }
         let form = self.form(provider)?;
-        let answer = super::http::post_form(provider, route, timeout, self.token_url(), &form).await?;
+        let sent: Vec<String> = form
+            .iter()
+            .filter(|(name, _)| *name != "grant_type" && *name != "scope")
+            .map(|(_, value)| value.to_string())
+            .collect();
+        let answer = super::http::post_form(provider, route, timeout, self.token_url(), &form)
+            .await
+            .map_err(|failure| failure.scrubbed(&sent))?;
         let token = answer["access_token"].as_str().filter(|token| !token.is_empty()).ok_or_else(|| Failure::Http {
             provider: provider.to_string(),
             message: format!("the token endpoint {} gave no access_token", self.token_url()),
         })?;
-        let lifetime = Duration::from_secs(answer["expires_in"].as_u64().unwrap_or(3600));
+        // A lifetime past a day is taken as a day (and an absurd one cannot overflow the clock).
+        let lifetime = Duration::from_secs(answer["expires_in"].as_u64().unwrap_or(3600).min(86_400));
         // Fetched again five minutes before it expires, or at half its life if it is short.
         let margin = Duration::from_secs(300).min(lifetime / 2);
         *held = Some(Held { token: Zeroizing::new(token.to_string()), renew_at: Instant::now() + lifetime - margin });

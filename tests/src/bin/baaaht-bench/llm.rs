@@ -3,7 +3,8 @@
 //! the gateway alone, and through the daemon and the gateway as an agent's StreamLLM does.
 //! Every token carries the time it was written, so each path's per-token latency is measured
 //! on one clock; the broker hop is the daemon path minus the gateway path, shown beside the hop
-//! of a bare tonic proxy (forwarding only) measured in the same run.
+//! of a bare tonic proxy (forwarding only) measured in the same run. Then the clouds'
+//! rows ([`crate::llm_clouds`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +16,10 @@ use baaaht_llm::provider::{Endpoint, Wire};
 use baaaht_proto::client::{self, Backoff, ConnectOptions};
 use baaaht_proto::v1;
 use baaaht_proto::v1::llm_gateway_client::LlmGatewayClient;
-use baaaht_tests::fake_provider::{self as fake, clock_nanos, stamp_of, stamped_token_stream, FakeProvider};
+use baaaht_tests::fake_cloud::FakeCloud;
+use baaaht_tests::fake_provider::{
+    self as fake, clock_nanos, stamp_of, stamped_token_stream, Answer, FakeProvider, ANTHROPIC_HELLO,
+};
 use baaaht_tests::{DaemonOptions, TestDaemon};
 
 use crate::{header, Row};
@@ -206,12 +210,16 @@ fn micros(latencies: &[u64]) -> Vec<f64> {
 pub(crate) fn run(tokens: usize, paced_tokens: usize, runs: usize) -> Result<()> {
     let rt = baaaht_tests::runtime();
     let provider = rt.block_on(FakeProvider::start(vec![], None))?;
+    let cloud = FakeCloud::start(&provider, 3600)?;
     let providers = format!(
-        "providers:\n  anthropic:\n    api_key: bench-key\n    api_base: {}\n    default: true\n",
-        provider.api_base(fake::Wire::Anthropic)
+        "providers:\n  anthropic:\n    api_key: bench-key\n    api_base: {}\n    default: true\n{}",
+        provider.api_base(fake::Wire::Anthropic),
+        cloud.providers_yaml()
     );
+    let mut env = FakeCloud::env();
+    env.push(("BAAAHT__LLM__GATEWAY".into(), "process".into()));
     let daemon = TestDaemon::start(DaemonOptions {
-        env: vec![("BAAAHT__LLM__GATEWAY".into(), "process".into())],
+        env,
         files: vec![("config/providers.yaml".into(), providers)],
         ..Default::default()
     })
@@ -237,13 +245,26 @@ pub(crate) fn run(tokens: usize, paced_tokens: usize, runs: usize) -> Result<()>
         token,
     });
     let proxy = start_bare_proxy(&setup.gateway_socket, &setup.proxy_socket)?;
-    let result = rt.block_on(measure(&provider, &setup, tokens, paced_tokens, runs));
+    let result = rt.block_on(async {
+        let figures = measure(&provider, &setup, tokens, paced_tokens, runs).await?;
+        provider.answer_with(Answer::Stream { body: ANTHROPIC_HELLO.into(), cut: false });
+        let (added, sigv4) = crate::llm_clouds::measure(&cloud, &setup.gateway_socket, runs.max(20)).await?;
+        println!("RESULT {figures} clouds_added_p50_us={added:.0} sigv4_us={sigv4:.1}");
+        anyhow::Ok(())
+    });
     proxy.shutdown_background();
     drop(agent);
     result
 }
 
-async fn measure(provider: &FakeProvider, setup: &Arc<Setup>, tokens: usize, paced: usize, runs: usize) -> Result<()> {
+/// The rows of the four paths; returns the figures of the RESULT line.
+async fn measure(
+    provider: &FakeProvider,
+    setup: &Arc<Setup>,
+    tokens: usize,
+    paced: usize,
+    runs: usize,
+) -> Result<String> {
     const STREAMS: usize = 16;
     let pace = Duration::from_millis(10); // 100 tokens/s
     println!(
@@ -327,8 +348,8 @@ async fn measure(provider: &FakeProvider, setup: &Arc<Setup>, tokens: usize, pac
         single[3], ratio, aggregate[3]
     );
     let hop_ratio = hop(1) / bare(1);
-    println!(
-        "RESULT direct_tps={:.0} gateway_tps={:.0} daemon_tps={:.0} daemon16_tps={:.0} hop_p50_us={:.1} hop16_p50_us={:.1} \
+    Ok(format!(
+        "direct_tps={:.0} gateway_tps={:.0} daemon_tps={:.0} daemon16_tps={:.0} hop_p50_us={:.1} hop16_p50_us={:.1} \
          bare_hop16_p50_us={:.1} daemon16_p99_us={:.1} added16_p50_us={:.1} ratio={ratio:.3} hop_vs_bare={hop_ratio:.2}",
         single[0],
         single[1],
@@ -339,6 +360,5 @@ async fn measure(provider: &FakeProvider, setup: &Arc<Setup>, tokens: usize, pac
         bare(1),
         p99[1][3],
         added(1)
-    );
-    Ok(())
+    ))
 }

@@ -22,6 +22,7 @@ mod household;
 mod identity;
 mod isolation;
 mod llm;
+mod llm_clouds;
 mod local_model;
 mod mcp;
 mod memory;
