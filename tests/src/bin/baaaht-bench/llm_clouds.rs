@@ -96,9 +96,8 @@ async fn direct(cloudy: &Cloudy) -> Result<f64> {
     }
 }
 
-/// Microseconds to the first words, through the gateway at `socket`.
-async fn through_gateway(socket: &std::path::Path, model: &str) -> Result<f64> {
-    let mut gateway = LlmGatewayClient::new(client::channel(socket, Backoff::ONCE).await?);
+/// Microseconds to the first words, through the gateway (on one channel, as the daemon keeps).
+async fn through_gateway(gateway: &mut LlmGatewayClient<tonic::transport::Channel>, model: &str) -> Result<f64> {
     let completion = v1::LlmCompletionRequest {
         request: Some(baaaht_llm::convert::request_to_proto(request(model))),
         session_id: "bench".into(),
@@ -124,16 +123,17 @@ async fn through_gateway(socket: &std::path::Path, model: &str) -> Result<f64> {
 /// The cloud rows; returns `(worst added p50 in µs, SigV4 µs per request)`.
 pub(crate) async fn measure(cloud: &FakeCloud, gateway_socket: &std::path::Path, runs: usize) -> Result<(f64, f64)> {
     println!("\nclouds: time to the first word, through the gateway and straight to the fake cloud, {runs} runs each, interleaved");
+    let gateway_channel = &mut LlmGatewayClient::new(client::channel(gateway_socket, Backoff::ONCE).await?);
     let mut worst = 0.0_f64;
     for cloudy in models(cloud)? {
         // Warm: connections, the Vertex token, the fake's first answer.
         direct(&cloudy).await?;
-        through_gateway(gateway_socket, &cloudy.model).await?;
+        through_gateway(gateway_channel, &cloudy.model).await?;
         let mut straight = Row::new(format!("{}: fake cloud → this process (baseline)", cloudy.model), "µs");
         let mut gateway = Row::new(format!("{}: fake cloud → gateway → this process", cloudy.model), "µs");
         for _ in 0..runs {
             straight.values.push(direct(&cloudy).await?);
-            gateway.values.push(through_gateway(gateway_socket, &cloudy.model).await?);
+            gateway.values.push(through_gateway(gateway_channel, &cloudy.model).await?);
         }
         let base = straight.print();
         let through = gateway.print();
