@@ -174,6 +174,22 @@ fn a_wrong_key_region_or_deployment_is_told_in_a_sentence() {
     let (passed, said) = doctor(&daemon, "azure/no-such-deployment");
     assert!(!passed, "{said}");
     assert!(said.contains("azure answered 404: The API deployment for this resource does not exist"), "{said}");
+    // A person's pick reaches only what the server offers: no stored prompt or custom model of
+    // the operator's AWS account by its ARN, no provider that is not configured.
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        for (model, words) in [
+            (
+                "bedrock/arn:aws:bedrock:us-east-1:111122223333:prompt/PROMPT1:1",
+                "a Bedrock ARN is picked only as providers.yaml lists it",
+            ),
+            ("groq/llama-3.3-70b", "no provider `groq` is configured on this server"),
+        ] {
+            let request = baaaht_proto::v1::SwitchModelRequest { session_id: "s-none".into(), model: model.into() };
+            let refused = client.sessions.switch_model(request).await.expect_err(model);
+            assert!(refused.message().contains(words), "{model}: {}", refused.message());
+        }
+    });
     drop(daemon);
 
     // Bedrock signing for a region its keys are not scoped to.

@@ -584,6 +584,40 @@ impl v1::sessions_server::Sessions for SessionsService {
                 message.model.escape_debug()
             )));
         }
+        // A pick is of a configured provider (or an alias); a Bedrock ARN (a stored prompt, a
+        // custom model, provisioned throughput) only as providers.yaml lists it.
+        let providers = &self.shared.loaded.providers;
+        let configured = providers.providers.configured();
+        let listed = |model: &str| {
+            configured.iter().any(|(name, entry)| {
+                entry
+                    .models
+                    .iter()
+                    .any(|listed| format!("{name}/{}", listed.trim_start_matches(&format!("{name}/"))) == model)
+            }) || providers.prices.contains_key(model)
+        };
+        match message.model.split_once('/') {
+            None if providers.models.contains_key(&message.model) => {}
+            None => {
+                return Err(Status::invalid_argument(format!(
+                    "model `{}` names no provider and is not an alias: write it as provider/model",
+                    message.model
+                )))
+            }
+            Some((provider, _)) if !configured.iter().any(|(name, _)| *name == provider) => {
+                return Err(Status::invalid_argument(format!(
+                    "model `{}`: no provider `{provider}` is configured on this server",
+                    message.model
+                )))
+            }
+            Some(("bedrock", id)) if id.starts_with("arn:") && !listed(&message.model) => {
+                return Err(Status::invalid_argument(format!(
+                    "model `{}`: a Bedrock ARN is picked only as providers.yaml lists it (bedrock.models)",
+                    message.model
+                )))
+            }
+            Some(_) => {}
+        }
         let record =
             self.shared.sessions.get(&message.session_id).ok_or_else(|| {
                 Status::from(crate::store::sessions::SessionError::NotFound(message.session_id.clone()))

@@ -74,8 +74,9 @@ impl LlmGateway {
         match health {
             Err(why) => Some(why.to_string()),
             Ok(providers) => match providers.get(provider) {
-                Some((false, message)) if message.is_empty() => Some(format!("{provider} is not answering now")),
-                Some((false, message)) => Some(format!("{provider} is not answering now: {message}")),
+                // What the provider last said may be of another person's request (or echo what
+                // signed it): a picker says only that it is failing.
+                Some((false, _)) => Some(format!("{provider} is not answering now")),
                 _ => None,
             },
         }
