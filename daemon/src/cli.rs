@@ -113,10 +113,23 @@ pub struct SetupArgs {
     /// Ask nothing; what the flags leave open is an error
     #[arg(long)]
     non_interactive: bool,
-    /// anthropic, openai, openrouter, groq, deepseek, xai, mistral, ollama, llamacpp or custom
+    /// anthropic, openai, google, azure, bedrock, vertex, openrouter, groq, deepseek, xai, mistral,
+    /// ollama, llamacpp or custom
     #[arg(long, value_name = "NAME")]
     provider: Option<String>,
-    /// The provider's API address (custom: required), e.g. http://127.0.0.1:8000/v1
+    /// Bedrock: the AWS region; Vertex AI: the location (e.g. us-central1)
+    #[arg(long, value_name = "REGION")]
+    region: Option<String>,
+    /// Vertex AI: the Google Cloud project
+    #[arg(long, value_name = "PROJECT")]
+    project: Option<String>,
+    /// Vertex AI: a service account's JSON key file; Bedrock: an AWS credentials file
+    #[arg(long, value_name = "FILE")]
+    credentials_file: Option<String>,
+    /// Bedrock: the profile of the AWS credentials file (default: default)
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// The provider's API address (custom: required; azure: the resource's endpoint), e.g. http://127.0.0.1:8000/v1
     #[arg(long, value_name = "URL")]
     api_base: Option<String>,
     /// The model, without the provider (default: the server's first, or the provider's usual one)
@@ -281,6 +294,10 @@ fn setup(args: &SetupArgs, data_dir: &DataDir) -> Result<(), Failure> {
         api_base: args.api_base.clone(),
         model: args.model.clone(),
         api_key_env: args.api_key_env.clone(),
+        region: args.region.clone(),
+        project: args.project.clone(),
+        credentials_file: args.credentials_file.clone(),
+        profile: args.profile.clone(),
         passphrase_file: args.passphrase_file,
         no_probe: args.no_probe,
         yes: args.yes,

@@ -71,6 +71,14 @@ pub struct Options {
     pub model: Option<String>,
     /// Read the API key from this environment variable (else asked on the terminal).
     pub api_key_env: Option<String>,
+    /// Bedrock's region, Vertex AI's location.
+    pub region: Option<String>,
+    /// Vertex AI's project.
+    pub project: Option<String>,
+    /// Vertex AI's service account key file, or Bedrock's AWS credentials file.
+    pub credentials_file: Option<String>,
+    /// Bedrock's profile of the AWS credentials file.
+    pub profile: Option<String>,
     /// Write `config/passphrase` (0600) so the daemon opens the secrets store at start.
     pub passphrase_file: bool,
     /// Skip the check request.
@@ -80,7 +88,7 @@ pub struct Options {
 }
 
 /// A provider as setup configures it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Choice {
     /// The name in providers.yaml and in model names (`{name}/{model}`).
     name: String,
@@ -91,6 +99,8 @@ struct Choice {
     /// The secret holding its key, if it takes one.
     key_name: Option<String>,
     suggested_model: Option<&'static str>,
+    /// A cloud account's settings (region, project, credentials file, profile).
+    account: ProviderEntry,
 }
 
 fn choice(provider: &str, api_base: Option<&str>) -> Result<Choice, SetupError> {
@@ -103,11 +113,12 @@ fn choice(provider: &str, api_base: Option<&str>) -> Result<Choice, SetupError> 
         "deepseek" => Some("deepseek-chat"),
         "xai" => Some("grok-3-mini"),
         "mistral" => Some("mistral-large-latest"),
+        "google" => Some("gemini-2.5-flash"),
         _ => None,
     };
     let key_name = |name: &str| Some(format!("{}_API_KEY", name.to_ascii_uppercase()));
     match provider {
-        "anthropic" | "openai" | "openrouter" | "groq" | "deepseek" | "xai" | "mistral" => {
+        "anthropic" | "openai" | "google" | "openrouter" | "groq" | "deepseek" | "xai" | "mistral" => {
             let preset = baaaht_llm::presets::find(provider)
                 .ok_or_else(|| SetupError::Usage(format!("no preset for {provider}")))?;
             Ok(Choice {
@@ -117,8 +128,39 @@ fn choice(provider: &str, api_base: Option<&str>) -> Result<Choice, SetupError> 
                 api_base: api_base.unwrap_or(preset.api_base).trim_end_matches('/').into(),
                 key_name: key_name(provider),
                 suggested_model: suggested(provider),
+                account: ProviderEntry::default(),
             })
         }
+        "azure" => {
+            let Some(base) = api_base.filter(|base| base.starts_with("https://")) else {
+                return Err(SetupError::Usage(
+                    "--provider azure needs --api-base, the resource's endpoint, e.g. https://my-resource.openai.azure.com"
+                        .into(),
+                ));
+            };
+            Ok(Choice {
+                name: "azure".into(),
+                built_in: true,
+                wire: Wire::Azure,
+                api_base: base.trim_end_matches('/').into(),
+                key_name: key_name("azure"),
+                suggested_model: None,
+                account: ProviderEntry::default(),
+            })
+        }
+        "bedrock" | "vertex" => Ok(Choice {
+            name: provider.into(),
+            built_in: true,
+            wire: if provider == "bedrock" { Wire::Bedrock } else { Wire::Vertex },
+            api_base: String::new(),
+            key_name: None,
+            suggested_model: Some(if provider == "bedrock" {
+                "anthropic.claude-3-5-haiku-20241022-v1:0"
+            } else {
+                "gemini-2.5-flash"
+            }),
+            account: ProviderEntry::default(),
+        }),
         "ollama" => Ok(Choice {
             name: "ollama".into(),
             built_in: true,
@@ -126,6 +168,7 @@ fn choice(provider: &str, api_base: Option<&str>) -> Result<Choice, SetupError> 
             api_base: api_base.unwrap_or(OLLAMA).trim_end_matches('/').into(),
             key_name: None,
             suggested_model: None,
+            account: ProviderEntry::default(),
         }),
         "llamacpp" | "custom" => {
             let api_base = match (provider, api_base) {
@@ -147,11 +190,12 @@ fn choice(provider: &str, api_base: Option<&str>) -> Result<Choice, SetupError> 
                 api_base: api_base.trim_end_matches('/').into(),
                 key_name: None,
                 suggested_model: None,
+                account: ProviderEntry::default(),
             })
         }
         other => Err(SetupError::Usage(format!(
-            "unknown provider `{other}`: use anthropic, openai, openrouter, groq, deepseek, xai, mistral, ollama, \
-             llamacpp or custom"
+            "unknown provider `{other}`: use anthropic, openai, google, azure, bedrock, vertex, openrouter, groq, \
+             deepseek, xai, mistral, ollama, llamacpp or custom"
         ))),
     }
 }
@@ -254,6 +298,10 @@ fn providers_yaml(existing: Option<&str>, choice: &Choice) -> Result<String, Set
             &mut list.deepseek,
             &mut list.xai,
             &mut list.mistral,
+            &mut list.google,
+            &mut list.azure,
+            &mut list.bedrock,
+            &mut list.vertex,
         ]
         .into_iter()
         .flatten()
@@ -263,9 +311,10 @@ fn providers_yaml(existing: Option<&str>, choice: &Choice) -> Result<String, Set
         let preset_base = baaaht_llm::presets::find(&choice.name).map(|preset| preset.api_base.trim_end_matches('/'));
         let entry = ProviderEntry {
             api_key: key,
-            api_base: (preset_base != Some(choice.api_base.as_str())).then(|| choice.api_base.clone()),
+            api_base: (!choice.api_base.is_empty() && preset_base != Some(choice.api_base.as_str()))
+                .then(|| choice.api_base.clone()),
             default: true,
-            ..ProviderEntry::default()
+            ..choice.account.clone()
         };
         let slot = match choice.name.as_str() {
             "anthropic" => &mut list.anthropic,
@@ -275,6 +324,10 @@ fn providers_yaml(existing: Option<&str>, choice: &Choice) -> Result<String, Set
             "groq" => &mut list.groq,
             "deepseek" => &mut list.deepseek,
             "xai" => &mut list.xai,
+            "google" => &mut list.google,
+            "azure" => &mut list.azure,
+            "bedrock" => &mut list.bedrock,
+            "vertex" => &mut list.vertex,
             _ => &mut list.mistral,
         };
         *slot = Some(entry);
@@ -435,8 +488,9 @@ fn pick(options: &Options, asker: &mut dyn Asker) -> Result<Choice, SetupError> 
     }
     if !options.interactive {
         return Err(SetupError::Usage(
-            "without a terminal, say which provider: --provider anthropic|openai|openrouter|groq|deepseek|xai|\
-             mistral|ollama|llamacpp|custom (custom with --api-base URL)"
+            "without a terminal, say which provider: --provider anthropic|openai|google|azure|bedrock|vertex|\
+             openrouter|groq|deepseek|xai|mistral|ollama|llamacpp|custom (custom and azure with --api-base URL; \
+             bedrock with --region and --profile; vertex with --project, --region and --credentials-file)"
                 .into(),
         ));
     }
@@ -454,6 +508,7 @@ fn pick(options: &Options, asker: &mut dyn Asker) -> Result<Choice, SetupError> 
     asker.say(&format!("  4) Ollama on this machine ({})", found(&ollama, "127.0.0.1:11434")));
     asker.say(&format!("  5) llama.cpp's server on this machine ({})", found(&llama_cpp, "127.0.0.1:8080")));
     asker.say("  6) another OpenAI-compatible server (you give its URL)");
+    asker.say("  7) a cloud account: Google Gemini (a key), Azure OpenAI, Amazon Bedrock or Google Vertex AI");
     let default = if ollama.is_some() {
         "4"
     } else if llama_cpp.is_some() {
@@ -475,13 +530,55 @@ fn pick(options: &Options, asker: &mut dyn Asker) -> Result<Choice, SetupError> 
                 let base = asker.ask("its API address, e.g. http://192.168.1.20:8000/v1", "")?;
                 choice("custom", Some(&base))
             }
-            other => Err(SetupError::Usage(format!("`{other}` is not one of 1-6"))),
+            "7" => {
+                let name = asker.ask("which (google, azure, bedrock, vertex)", "google")?;
+                let base = if name == "azure" {
+                    Some(asker.ask("the resource's endpoint, e.g. https://my-resource.openai.azure.com", "")?)
+                } else {
+                    None
+                };
+                choice(&name, base.as_deref())
+            }
+            other => Err(SetupError::Usage(format!("`{other}` is not one of 1-7"))),
         };
         match picked {
             Ok(choice) => return Ok(choice),
             Err(error) => asker.say(&format!("{error}; try again")),
         }
     }
+}
+
+/// What a cloud account needs besides a key: Bedrock's region and profile (of an AWS
+/// credentials file), Vertex AI's project, region and service account key file.
+fn account(choice: &Choice, options: &Options, asker: &mut dyn Asker) -> Result<ProviderEntry, SetupError> {
+    let mut given = |value: &Option<String>, question: &str, default: &str, flag: &str| -> Result<String, SetupError> {
+        match (value, options.interactive) {
+            (Some(value), _) => Ok(value.clone()),
+            (None, true) => asker.ask(question, default),
+            (None, false) if !default.is_empty() => Ok(default.to_string()),
+            (None, false) => Err(SetupError::Usage(format!("--provider {} needs {flag}", choice.name))),
+        }
+    };
+    Ok(match choice.name.as_str() {
+        "bedrock" => ProviderEntry {
+            region: Some(given(&options.region, "AWS region", "us-east-1", "--region")?),
+            profile: Some(given(&options.profile, "profile of ~/.aws/credentials", "default", "--profile")?),
+            credentials_file: options.credentials_file.clone(),
+            ..ProviderEntry::default()
+        },
+        "vertex" => ProviderEntry {
+            project: Some(given(&options.project, "Google Cloud project", "", "--project")?),
+            region: Some(given(&options.region, "location of its models", "us-central1", "--region")?),
+            credentials_file: Some(given(
+                &options.credentials_file,
+                "the service account's JSON key file",
+                "",
+                "--credentials-file",
+            )?),
+            ..ProviderEntry::default()
+        },
+        _ => ProviderEntry::default(),
+    })
 }
 
 /// What setup did, for the closing lines.
@@ -495,7 +592,8 @@ pub struct Report {
 /// Runs setup on `data_dir` (the caller runs it inside a tokio runtime).
 pub async fn run(data_dir: &DataDir, options: &Options, asker: &mut dyn Asker) -> Result<Report, SetupError> {
     let config_dir = data_dir.config_dir();
-    let choice = pick(options, asker)?;
+    let mut choice = pick(options, asker)?;
+    choice.account = account(&choice, options, asker)?;
     // The key, if the provider takes one (a custom server may take one or none).
     let key: Option<Zeroizing<String>> = match (&options.api_key_env, &choice.key_name) {
         (Some(variable), _) => Some(Zeroizing::new(std::env::var(variable).map_err(|_unset| {
@@ -546,7 +644,11 @@ pub async fn run(data_dir: &DataDir, options: &Options, asker: &mut dyn Asker) -
     }
     let full_model = format!("{}/{model}", choice.name);
 
-    let probed = if options.no_probe {
+    // Bedrock and Vertex AI sign in with their files: checked by the configuration check below
+    // and when the daemon reads them (`baaahtd setup --check`).
+    let probed = if options.no_probe
+        || matches!(choice.wire, baaaht_llm::provider::Wire::Bedrock | baaaht_llm::provider::Wire::Vertex)
+    {
         None
     } else {
         asker.say(&format!("checking {full_model} at {} …", choice.api_base));
@@ -801,6 +903,52 @@ mod tests {
         assert_eq!(parsed.providers.custom[0].api_base, "http://10.0.0.5:8000/v1");
         assert!(choice("custom", None).is_err());
         assert!(choice("nonsense", None).is_err());
+    }
+
+    #[test]
+    fn each_cloud_is_offered_with_the_fields_it_needs() {
+        let options = Options {
+            interactive: false,
+            provider: Some("vertex".into()),
+            api_base: None,
+            model: None,
+            api_key_env: None,
+            region: Some("us-east5".into()),
+            project: Some("my-project".into()),
+            credentials_file: Some("/etc/baaaht/sa.json".into()),
+            profile: None,
+            passphrase_file: false,
+            no_probe: true,
+            yes: true,
+        };
+        struct Silent;
+        impl Asker for Silent {
+            fn ask(&mut self, question: &str, _: &str) -> Result<String, SetupError> {
+                Err(SetupError::Usage(format!("asked {question}")))
+            }
+            fn secret(&mut self, question: &str) -> Result<Zeroizing<String>, SetupError> {
+                Err(SetupError::Usage(format!("asked {question}")))
+            }
+            fn say(&mut self, _: &str) {}
+        }
+        let mut vertex = choice("vertex", None).expect("vertex");
+        vertex.account = account(&vertex, &options, &mut Silent).expect("every field given");
+        let parsed: ProvidersConfig =
+            serde_yaml::from_str(&providers_yaml(None, &vertex).expect("yaml")).expect("parses");
+        let entry = parsed.providers.vertex.expect("vertex");
+        assert_eq!(
+            (entry.project.as_deref(), entry.region.as_deref(), entry.credentials_file.as_deref(), entry.default),
+            (Some("my-project"), Some("us-east5"), Some("/etc/baaaht/sa.json"), true)
+        );
+        let bedrock = choice("bedrock", None).expect("bedrock");
+        let without = Options { region: None, profile: None, ..options };
+        let entry = account(&bedrock, &without, &mut Silent).expect("defaults");
+        assert_eq!((entry.region.as_deref(), entry.profile.as_deref()), (Some("us-east-1"), Some("default")));
+        let vertex = choice("vertex", None).expect("vertex");
+        let error = account(&vertex, &Options { project: None, ..without }, &mut Silent).expect_err("no project");
+        assert!(error.to_string().contains("--provider vertex needs --project"), "{error}");
+        assert!(choice("azure", None).is_err_and(|error| error.to_string().contains("the resource's endpoint")));
+        assert_eq!(choice("google", None).expect("google").key_name.as_deref(), Some("GOOGLE_API_KEY"));
     }
 
     #[test]
