@@ -113,10 +113,7 @@ pub fn request_body(request: &Request, max_output: Option<u32>) -> Value {
         body["system"] = json!([{"text": request.system}]);
     }
     let mut config = json!({});
-    let max_tokens = match (request.max_tokens, max_output) {
-        (Some(asked), Some(cap)) => Some(asked.min(cap)),
-        (asked, cap) => asked.or(cap),
-    };
+    let max_tokens = request.max_tokens_within(max_output);
     if let Some(tokens) = max_tokens {
         config["maxTokens"] = json!(tokens);
     }

@@ -108,10 +108,7 @@ pub fn request_body(request: &Request, max_output: Option<u32>) -> Value {
         body["tools"] = json!([{"functionDeclarations": declarations}]);
     }
     let mut config = json!({});
-    let max_tokens = match (request.max_tokens, max_output) {
-        (Some(asked), Some(cap)) => Some(asked.min(cap)),
-        (asked, cap) => asked.or(cap),
-    };
+    let max_tokens = request.max_tokens_within(max_output);
     if let Some(tokens) = max_tokens {
         config["maxOutputTokens"] = json!(tokens);
     }

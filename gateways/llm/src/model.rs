@@ -17,6 +17,17 @@ pub struct Request {
     pub stop: Vec<String>,
 }
 
+impl Request {
+    /// The most output tokens to ask for: what the request asks, within the provider's cap
+    /// (which holds whether or not the request asks for less), or the cap alone.
+    pub fn max_tokens_within(&self, cap: Option<u32>) -> Option<u32> {
+        match (self.max_tokens, cap) {
+            (Some(asked), Some(cap)) => Some(asked.min(cap)),
+            (asked, cap) => asked.or(cap),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     User,

@@ -83,11 +83,7 @@ pub fn request_body(request: &Request, max_output: Option<u32>) -> Value {
         "stream": true,
         "stream_options": {"include_usage": true},
     });
-    // The provider's cap holds whether or not the request asks for less.
-    let max_tokens = match (request.max_tokens, max_output) {
-        (Some(asked), Some(cap)) => Some(asked.min(cap)),
-        (asked, cap) => asked.or(cap),
-    };
+    let max_tokens = request.max_tokens_within(max_output);
     if let Some(tokens) = max_tokens {
         body["max_tokens"] = json!(tokens);
     }
