@@ -491,6 +491,35 @@ pub fn anthropic_answer(text: &str, calls: &[(&str, &str, serde_json::Value)]) -
     Answer::Stream { body, cut: false }
 }
 
+/// An Anthropic answer that thinks first (a thinking block with `signature`), then says `text`
+/// and makes `calls`.
+pub fn anthropic_thinking_answer(
+    thinking: &str,
+    signature: &str,
+    text: &str,
+    calls: &[(&str, &str, serde_json::Value)],
+) -> Answer {
+    use serde_json::json;
+    let Answer::Stream { body, .. } = anthropic_answer(text, calls) else { unreachable!("a stream") };
+    // The thinking block is block 0: the others move up by one.
+    let mut shifted = String::new();
+    for event in body.split("\n\n").filter(|event| !event.is_empty()) {
+        let Some((head, data)) = event.split_once("data: ") else { continue };
+        let mut value: serde_json::Value = serde_json::from_str(data).expect("the fake's own json");
+        if let Some(index) = value["index"].as_u64() {
+            value["index"] = json!(index + 1);
+        }
+        shifted.push_str(&format!("{head}data: {value}\n\n"));
+        if value["type"] == "message_start" {
+            shifted.push_str(&sse("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}})));
+            shifted.push_str(&sse("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": thinking}})));
+            shifted.push_str(&sse("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": signature}})));
+            shifted.push_str(&sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+        }
+    }
+    Answer::Stream { body: shifted, cut: false }
+}
+
 /// What an Anthropic request asks, as a fake model reads it.
 #[derive(Debug, Clone, Default)]
 pub struct Asked {

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baaaht_tests::fake_cloud::{self, FakeCloud};
-use baaaht_tests::fake_provider::{overloaded, Answer, FakeProvider, Responder, ANTHROPIC_HELLO};
+use baaaht_tests::fake_provider::{
+    anthropic_answer, anthropic_thinking_answer, overloaded, Answer, Asked, FakeProvider, Responder, ANTHROPIC_HELLO,
+};
 use baaaht_tests::scenario::{self, coder_brain, message, user, HELLO};
 use baaaht_tests::{bin, DaemonOptions, TestDaemon};
 
@@ -267,4 +269,62 @@ fn the_specifications_own_providers_yaml_passes_config_check_and_answers() {
     );
     let (passed, said) = doctor(&daemon, "anthropic/claude-sonnet-4-20250514");
     assert!(passed && said.contains("[ok  ] anthropic answered through the daemon"), "{said}");
+}
+
+/// The Assistant thinks, then hands the Worker a task; the Worker answers; the Assistant passes
+/// it on. Its thinking goes to Bedrock and back (reasoning with its signature) between the two.
+fn thinking_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            return match asked.turn_results.last() {
+                None => anthropic_thinking_answer(
+                    "The worker should say it.",
+                    "sig-claude-on-bedrock",
+                    "",
+                    &[(
+                        "toolu_delegate_1",
+                        "delegate",
+                        serde_json::json!({"agent": "worker", "task": "Say done.", "returnDirectly": false}),
+                    )],
+                ),
+                Some(result) => anthropic_answer(&format!("Worker: {result}"), &[]),
+            };
+        }
+        anthropic_answer("done", &[])
+    })))
+}
+
+#[test]
+fn thinking_asked_of_claude_on_bedrock_goes_back_to_it_with_its_signature() {
+    let rt = baaaht_tests::runtime();
+    let upstream = rt.block_on(FakeProvider::start(vec![], Some(thinking_brain()))).expect("fake provider");
+    let cloud = FakeCloud::start(&upstream, 3600).expect("fake cloud");
+    let model = "bedrock/anthropic.claude-3-7-sonnet-20250219-v1:0";
+    let daemon = daemon_on(&cloud, model, "", &[("BAAAHT__AGENTS__ASSISTANT__THINKING_BUDGET", "2048")]);
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let turn =
+            scenario::turn(&mut client, message(user("alice"), "alice", "Ask the worker."), Duration::from_secs(120))
+                .await
+                .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+        let reply = turn.reply.clone().unwrap_or_else(|| panic!("no reply: {:?}\n{}", turn.error, daemon.log_text()));
+        assert!(reply.content.contains("Worker: done"), "{reply:?}");
+    });
+    let sent = cloud.requests("bedrock").expect("the fake's record");
+    // Asked for thinking the Converse way…
+    assert!(
+        sent.iter().any(|request| request["body"]["additionalModelRequestFields"]["thinking"]["budget_tokens"] == 2048),
+        "{sent:?}"
+    );
+    // …and its reasoning, signed, went back to Claude in the Assistant's next request.
+    let back = sent.iter().any(|request| {
+        request["body"]["messages"].as_array().into_iter().flatten().any(|message| {
+            message["content"].as_array().into_iter().flatten().any(|block| {
+                block["reasoningContent"]["reasoningText"]["signature"] == "sig-claude-on-bedrock"
+                    && block["reasoningContent"]["reasoningText"]["text"] == "The worker should say it."
+            })
+        })
+    });
+    assert!(back, "the thinking did not go back as Bedrock's reasoning: {sent:?}");
 }

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use baaaht_proto::v1;
-use baaaht_tests::fake_provider::{anthropic_answer, words_stream, Answer, Asked, Responder, Wire};
+use baaaht_tests::fake_provider::{
+    anthropic_answer, anthropic_thinking_answer, words_stream, Answer, Asked, Responder, Wire,
+};
 use baaaht_tests::scenario::{self, last_user_text};
 use baaaht_tests::web::{
     self, accessibility_problems, answered, click, daemon_offering, say, screenshot, shown, site_and_provider, text_of,
@@ -27,6 +29,9 @@ fn brain() -> Answer {
         if said.contains("long answer") {
             let lines: String = (1..=120).map(|n| format!("line{n}\n")).collect();
             return words_stream(Wire::Anthropic, &lines.replace('\n', "\n "), Duration::from_millis(50));
+        }
+        if said.contains("think first") {
+            return anthropic_thinking_answer("Weighing the calendar.", "sig-web", "After thinking: Tuesday.", &[]);
         }
         if said.contains("take your time") {
             return words_stream(Wire::Anthropic, "Here I am, after a while.", Duration::from_millis(700));
@@ -358,6 +363,20 @@ fn a_conversation_follows_its_answer_switches_models_and_shows_what_link_text_hi
             .collect();
         assert!(models.iter().any(|model| model == "claude-haiku-4-5"), "the provider was asked for {models:?}");
         screenshot(&alice, dir.path(), "web-model-picker-desktop-light").await;
+
+        // The model's thinking is above its answer, folded under "Thinking" until opened.
+        say(&alice, "think first please").await;
+        assert!(answered(&alice, "After thinking: Tuesday.").await, "{}", text_of(&alice, "#log").await);
+        let folded = js(
+            &alice,
+            "const d = [...document.querySelectorAll('.assistant.done')].pop().querySelector('details.thinking'); \
+             return d && [d.open, d.querySelector('summary').textContent, d.querySelector('.thought').textContent, \
+             d.nextElementSibling && d.nextElementSibling.className];",
+        )
+        .await;
+        assert_eq!(folded, serde_json::json!([false, "Thinking", "Weighing the calendar.", "text"]), "{}", logs());
+        let last = text_of(&alice, ".assistant.done:last-of-type").await;
+        assert!(!last.contains("Weighing the calendar."), "folded, the thinking is not shown: {last}");
 
         // The log follows a long answer to its end; scrolled up, it stays where the reader is
         // and offers the way back.

@@ -117,7 +117,8 @@ pub fn request_body(request: &Request, max_output: Option<u32>) -> Value {
     if let Some(tokens) = max_tokens {
         config["maxTokens"] = json!(tokens);
     }
-    if let Some(temperature) = request.temperature {
+    // Claude takes no temperature of its own with thinking on.
+    if let Some(temperature) = request.temperature.filter(|_| !(claude && request.thinking_budget > 0)) {
         config["temperature"] = json!(temperature);
     }
     if !request.stop.is_empty() {
