@@ -47,19 +47,20 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
     assert!(injected.iter().any(|what| what.contains("baaaht-gateway-")), "the gateway not killed: {injected:?}");
     // Nothing lost, nothing doubled.
     let lost = report.lost();
-    assert!(lost.is_empty(), "lost: {lost:#?}\n{}", logs());
+    // What went wrong is printed after the logs, where a cut-off tail of the output still shows it.
+    assert!(lost.is_empty(), "{}\n\nlost: {lost:#?}", logs());
     let doubled = report.doubled();
-    assert!(doubled.is_empty(), "doubled: {doubled:#?}\n{}", logs());
+    assert!(doubled.is_empty(), "{}\n\ndoubled: {doubled:#?}", logs());
     // Each kind of message was answered, most of them (the faults refuse some).
     for kind in [Kind::Chat, Kind::Coder, Kind::Mcp, Kind::Group, Kind::Web, Kind::Slack, Kind::Upload, Kind::Tui] {
         let answered = report.count(|sent| sent.kind == kind && sent.outcome == Outcome::Answered);
-        assert!(answered > 0, "no {kind:?} answered\n{}", logs());
+        assert!(answered > 0, "{}\n\nno {kind:?} answered", logs());
     }
     // Most of what was sent while no fault was in force was answered (a fault's effects last a
     // while after it: containers restart, the engine is probed again).
     let quiet = report.count(|sent| sent.fault.is_none());
     let answered = report.count(|sent| sent.fault.is_none() && sent.outcome == Outcome::Answered);
-    assert!(answered * 2 > quiet, "{answered} of {quiet} sent without a fault answered\n{}", logs());
+    assert!(answered * 2 > quiet, "{}\n\n{answered} of {quiet} sent without a fault answered", logs());
     // Every refusal is a sentence its sender saw, and a refusal of the daemon's is a sentence
     // for a person, never an internal error's detail (a full disk under a container's start
     // included). An Assistant passing on what a tool told it, "Sorry, …", speaks for itself.
@@ -74,11 +75,11 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
     // minute begun as the run ends may not have ticked yet.
     for task in &report.tasks {
         assert_eq!(task.twice, 0, "a slot ran twice: {task:?}");
-        assert!(task.run + task.skipped.len() >= task.due.saturating_sub(1), "{task:?}\n{}", logs());
+        assert!(task.run + task.skipped.len() >= task.due.saturating_sub(1), "{}\n\n{task:?}", logs());
         assert!(task.skipped.iter().all(|reason| !reason.trim().is_empty()), "{task:?}");
     }
     // Stopped as systemd stops it, the daemon left nothing behind.
-    assert_eq!(report.stop_failed, None, "stopped in {:?}\n{}", report.stopped_in, logs());
+    assert_eq!(report.stop_failed, None, "{}\n\nstopped in {:?}", logs(), report.stopped_in);
     assert_eq!(report.leftover_containers, Vec::<String>::new());
     assert_eq!(report.leftover_mounts, Vec::<String>::new());
     // The TUIs came back by themselves after the daemon's restart.
