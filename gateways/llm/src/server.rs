@@ -105,7 +105,12 @@ pub fn gateway_from(config: &v1::GatewayConfig, egress: Option<&Arc<std::path::P
         })?;
         let seconds = if provider.timeout_seconds == 0 { DEFAULT_TIMEOUT_SECONDS } else { provider.timeout_seconds };
         let account = provider.cloud.clone().unwrap_or_default();
-        let (signer, signer_problem) = match signer(wire, &account) {
+        let route = match egress {
+            _ if !provider.relay_socket.is_empty() => Route::Relay(provider.relay_socket.clone().into()),
+            Some(socket) => Route::Tunnel(socket.clone()),
+            None => Route::Direct,
+        };
+        let (signer, signer_problem) = match signer(wire, &account, &provider.api_base, &route, egress) {
             Ok(signer) => (signer, None),
             Err(problem) => (None, Some(problem)),
         };
@@ -122,11 +127,7 @@ pub fn gateway_from(config: &v1::GatewayConfig, egress: Option<&Arc<std::path::P
             signer,
             timeout: Duration::from_secs(u64::from(seconds)),
             max_output: (provider.max_output_tokens > 0).then_some(provider.max_output_tokens),
-            route: match egress {
-                _ if !provider.relay_socket.is_empty() => Route::Relay(provider.relay_socket.clone().into()),
-                Some(socket) => Route::Tunnel(socket.clone()),
-                None => Route::Direct,
-            },
+            route,
         };
         let unusable = (!provider.unusable.is_empty()).then(|| provider.unusable.clone()).or(signer_problem);
         let mut configured = Configured::new(endpoint, provider.rate_limit, unusable);
@@ -148,35 +149,69 @@ pub fn gateway_from(config: &v1::GatewayConfig, egress: Option<&Arc<std::path::P
 }
 
 /// How a provider of `wire` signs in besides a key: SigV4 for Bedrock, a service account's
-/// tokens for Vertex AI, Entra ID's for Azure when it has an app registration; or why its
-/// credentials cannot be used.
-fn signer(wire: Wire, account: &v1::CloudAccount) -> Result<Option<Signer>, String> {
+/// tokens for Vertex AI, Entra ID's for Azure when it has an app registration (each token
+/// endpoint reached by [`token_route`]); or why its credentials cannot be used.
+fn signer(
+    wire: Wire,
+    account: &v1::CloudAccount,
+    api_base: &str,
+    route: &Route,
+    egress: Option<&Arc<std::path::PathBuf>>,
+) -> Result<Option<Signer>, String> {
     use crate::provider::tokens::TokenSource;
+    let reached = |source: TokenSource| -> Result<Option<Signer>, String> {
+        let route = token_route(source.token_url(), api_base, route, egress)?;
+        Ok(Some(Signer::Tokens(std::sync::Arc::new(source.reached_by(route)))))
+    };
     Ok(match wire {
         Wire::Bedrock => Some(Signer::Aws(std::sync::Arc::new(crate::bedrock::AwsKeys {
             access_key_id: account.aws_access_key_id.clone(),
             secret_access_key: account.aws_secret_access_key.clone(),
             session_token: (!account.aws_session_token.is_empty()).then(|| account.aws_session_token.clone()),
         }))),
-        Wire::Vertex => {
-            let source = TokenSource::service_account(&account.service_account_json).map_err(|error| error.0)?;
-            Some(Signer::Tokens(std::sync::Arc::new(source)))
-        }
+        Wire::Vertex => reached(TokenSource::service_account(&account.service_account_json).map_err(|error| error.0)?)?,
         Wire::Azure if !account.entra_client_id.is_empty() => {
             let authority = if account.entra_authority.is_empty() {
                 crate::provider::tokens::ENTRA_AUTHORITY
             } else {
                 account.entra_authority.as_str()
             };
-            Some(Signer::Tokens(std::sync::Arc::new(TokenSource::client_credentials(
+            reached(TokenSource::client_credentials(
                 authority,
                 &account.entra_tenant,
                 &account.entra_client_id,
                 &account.entra_client_secret,
-            ))))
+            ))?
         }
         _ => None,
     })
+}
+
+/// How the token endpoint at `token_url` is reached, given that the provider at `api_base` is
+/// reached by `route`: the same way when it is at the provider's own address; else straight (a
+/// gateway on the host) or by a tunnel of its own to its host (in a container, where the daemon
+/// relays nothing but a provider's own address on the host's loopback); or why it cannot be.
+fn token_route(
+    token_url: &str,
+    api_base: &str,
+    route: &Route,
+    egress: Option<&Arc<std::path::PathBuf>>,
+) -> Result<Route, String> {
+    use crate::provider::tokens::token_endpoint;
+    let (host, port) = token_endpoint(token_url).map_err(|why| format!("its {why}"))?;
+    if token_endpoint(api_base).is_ok_and(|provider| provider == (host.clone(), port)) {
+        return Ok(route.clone());
+    }
+    match (route, egress) {
+        (Route::Direct, _) => Ok(Route::Direct),
+        _ if host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()) => Err(format!(
+            "its token endpoint {token_url} is on this machine's loopback, which the gateway in its container \
+             reaches only at a provider's own address: serve the tokens there, or run the gateway on the host \
+             (llm.gateway: process)"
+        )),
+        (_, Some(socket)) => Ok(Route::Tunnel(socket.clone())),
+        (_, None) => Err(format!("its token endpoint {token_url} cannot be reached from the gateway")),
+    }
 }
 
 impl GatewayService {
@@ -312,5 +347,36 @@ impl LlmGateway for GatewayService {
             })
             .collect();
         Ok(Response::new(v1::ProviderStatusResponse { providers }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_endpoint_is_reached_by_its_own_route_and_never_in_the_clear() {
+        let relay = Route::Relay("/run/relay.sock".into());
+        let egress = Arc::new(std::path::PathBuf::from("/run/egress.sock"));
+        let tunnel = Route::Tunnel(egress.clone());
+        let google = "https://oauth2.googleapis.com/token";
+        // At the provider's own address: the same way (a fake cloud serving both on loopback).
+        assert_eq!(
+            token_route("http://127.0.0.1:9000/token", "http://127.0.0.1:9000", &relay, Some(&egress)),
+            Ok(relay.clone())
+        );
+        // Elsewhere: its own tunnel, never the provider's relay.
+        assert_eq!(token_route(google, "http://127.0.0.1:9000", &relay, Some(&egress)), Ok(tunnel.clone()));
+        assert_eq!(
+            token_route(google, "https://us-east5-aiplatform.googleapis.com", &tunnel, Some(&egress)),
+            Ok(tunnel)
+        );
+        assert_eq!(token_route(google, "https://x.example", &Route::Direct, None), Ok(Route::Direct));
+        // On loopback but not at the provider's address: nothing in the container reaches it.
+        let refused = token_route("http://127.0.0.1:9001/token", "http://127.0.0.1:9000", &relay, Some(&egress));
+        assert!(refused.is_err_and(|why| why.contains("llm.gateway: process")));
+        // A secret over plain HTTP to another machine: never.
+        let clear = token_route("http://login.example/token", "https://x.example", &Route::Direct, None);
+        assert!(clear.as_ref().is_err_and(|why| why.contains("not an https:// address")), "{clear:?}");
     }
 }

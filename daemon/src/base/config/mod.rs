@@ -20,7 +20,7 @@ pub use allowlist::{
     forbidden_mount, AllowedMount, MountAllowlist, MountKind, MountMode, MountOwner, BUILT_IN_BLOCKED_PATTERNS,
     ENGINE_SOCKETS, RUNTIME_DIR,
 };
-pub use providers::{is_built_in, CustomProvider, Price, ProviderEntry, Providers, ProvidersConfig};
+pub use providers::{is_built_in, CustomProvider, EntraApp, Price, ProviderEntry, Providers, ProvidersConfig};
 pub use schema::*;
 pub use security::*;
 

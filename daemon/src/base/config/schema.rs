@@ -1143,7 +1143,7 @@ impl ModelName {
 
 /// Whether `name` may be a model alias: letters, digits, `.`, `_`, `-`, `:`, `@`.
 pub fn is_alias_name(name: &str) -> bool {
-    !name.is_empty()
+    !matches!(name, "" | "." | "..")
         && name.len() <= 128
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@'))
 }
@@ -1153,7 +1153,9 @@ impl TryFrom<String> for ModelName {
 
     fn try_from(value: String) -> Result<Self, Self::Error> {
         match value.split_once('/') {
-            Some((provider, model)) if !provider.is_empty() && !model.is_empty() => Ok(ModelName(value)),
+            Some((provider, model)) if !provider.is_empty() && !matches!(model, "" | "." | "..") => {
+                Ok(ModelName(value))
+            }
             None if is_alias_name(&value) => Ok(ModelName(value)),
             _ => Err(format!(
                 "invalid model `{value}`: write it as provider/model, e.g. anthropic/claude-sonnet-4-20250514, \
@@ -1231,6 +1233,10 @@ mod tests {
         assert!(ModelName::try_from("claude-sonnet".to_string()).is_ok_and(|name| name.is_alias()));
         assert!(ModelName::try_from("two words".to_string()).is_err());
         assert!(ModelName::try_from("/x".to_string()).is_err());
+        // A dot segment would climb out of the model's place in a cloud's address.
+        for climbing in ["azure/..", "azure/.", "..", "."] {
+            assert!(ModelName::try_from(climbing.to_string()).is_err(), "{climbing}");
+        }
         assert!(LoopbackAddr::try_from("127.0.0.1:0".to_string()).is_ok());
         assert!(LoopbackAddr::try_from("[::1]:9000".to_string()).is_ok());
         assert!(LoopbackAddr::try_from("0.0.0.0:9479".to_string()).is_err());

@@ -3,7 +3,7 @@
 //! secret, or a JSON key file), Azure's Entra ID app; each with where its models are. Read here,
 //! in the daemon, and handed to the gateway with its configuration, as keys are.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use baaaht_llm::provider::Wire;
 use zeroize::Zeroizing;
@@ -85,9 +85,9 @@ pub(super) fn account(
                 (Some(secret), None) => Zeroizing::new(resolve(secret)?),
                 (None, Some(file)) => {
                     let path = expand_home(file, env);
-                    Zeroizing::new(std::fs::read_to_string(&path).map_err(|error| {
+                    read_key_file(&path).map_err(|error| {
                         format!("providers.{name}.credentials_file {} cannot be read: {error}", path.display())
-                    })?)
+                    })?
                 }
                 (Some(_), Some(_)) => {
                     return Err(format!("providers.{name}: give service_account or credentials_file, not both"))
@@ -121,11 +121,14 @@ pub(super) fn account(
                         .authority
                         .clone()
                         .unwrap_or_else(|| baaaht_llm::provider::tokens::ENTRA_AUTHORITY.to_string());
-                    token_url = Some(format!(
+                    let url = format!(
                         "{}/{}/oauth2/v2.0/token",
                         account.entra_authority.trim_end_matches('/'),
                         app.tenant_id
-                    ));
+                    );
+                    baaaht_llm::provider::tokens::token_endpoint(&url)
+                        .map_err(|why| format!("providers.{name}.entra.authority: its {why}"))?;
+                    token_url = Some(url);
                 }
                 (None, Some(_)) => {}
                 (None, None) => {
@@ -159,6 +162,29 @@ fn hint(wire: Wire, what: &str) -> &'static str {
     }
 }
 
+/// The most a key or credentials file may hold: a service account's key is 2–3 KiB.
+const MAX_KEY_FILE: u64 = 1 << 20;
+
+/// The text of a key or credentials file: a regular file (not a device or a pipe, which could
+/// be read forever) of [`MAX_KEY_FILE`] at most.
+fn read_key_file(path: &Path) -> std::io::Result<Zeroizing<String>> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "it is not a regular file"));
+    }
+    if metadata.len() > MAX_KEY_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("it holds {} bytes, more than a key file's {MAX_KEY_FILE}", metadata.len()),
+        ));
+    }
+    let mut text = Zeroizing::new(String::new());
+    file.take(MAX_KEY_FILE).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// An AWS key pair.
 struct AwsKeys {
     access_key_id: String,
@@ -177,13 +203,13 @@ fn profile_keys(entry: &ProviderEntry, env: &dyn Fn(&str) -> Option<String>) -> 
             None => expand_home("~/.aws/credentials", env),
         },
     };
-    let text = Zeroizing::new(std::fs::read_to_string(&path).map_err(|error| {
+    let text = read_key_file(&path).map_err(|error| {
         format!(
             "providers.bedrock has no access_key_id and the AWS credentials file {} cannot be read ({error}): \
              set access_key_id and secret_access_key (e.g. `${{AWS_ACCESS_KEY_ID}}`), or credentials_file",
             path.display()
         )
-    })?);
+    })?;
     let section = ini_section(&text, profile).ok_or_else(|| {
         format!(
             "the AWS credentials file {} has no profile [{profile}]: name one it has in providers.bedrock.profile",
@@ -283,8 +309,26 @@ mod tests {
         let missing_file = ProviderEntry { credentials_file: Some("/nonexistent/sa.json".into()), ..entry };
         let error = account("vertex", Wire::Vertex, &missing_file, &no_secrets, &|_| None).expect_err("no file");
         assert!(error.starts_with("providers.vertex.credentials_file /nonexistent/sa.json cannot be read"), "{error}");
+        // A device or a pipe is not read forever.
+        let device = ProviderEntry { credentials_file: Some("/dev/zero".into()), ..missing_file };
+        let error = account("vertex", Wire::Vertex, &device, &no_secrets, &|_| None).expect_err("a device");
+        assert!(error.ends_with("/dev/zero cannot be read: it is not a regular file"), "{error}");
         let azure = ProviderEntry { api_key: Some("k".into()), ..ProviderEntry::default() };
         let error = account("azure", Wire::Azure, &azure, &no_secrets, &|_| None).expect_err("no endpoint");
         assert!(error.contains("write the resource's endpoint"), "{error}");
+        // An app's secret is never sent in the clear.
+        let entra = ProviderEntry {
+            api_base: Some("https://res.openai.azure.com".into()),
+            entra: Some(crate::base::config::EntraApp {
+                tenant_id: "t".into(),
+                client_id: "c".into(),
+                client_secret: "s".into(),
+                authority: Some("http://login.example".into()),
+            }),
+            ..ProviderEntry::default()
+        };
+        let error = account("azure", Wire::Azure, &entra, &no_secrets, &|_| None).expect_err("in the clear");
+        assert!(error.starts_with("providers.azure.entra.authority: its token endpoint"), "{error}");
+        assert!(error.contains("not an https:// address"), "{error}");
     }
 }

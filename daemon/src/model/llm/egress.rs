@@ -3,7 +3,8 @@
 //! The daemon opens one only to the hosts of the providers `providers.yaml` names (those on
 //! the host's loopback go through their [`super::relay`] instead), through the address filter
 //! with those hosts allowed whatever their address (an Ollama on the home network), never a
-//! link-local or metadata address; each tunnel is audited as `llm-gateway`. The container has
+//! link-local or metadata address nor this machine's own (a name resolving to loopback is not
+//! the provider it names); each tunnel is audited as `llm-gateway`. The container has
 //! no network of its own: the gateway that holds every provider key reaches nothing else.
 
 use std::path::Path;
@@ -43,7 +44,7 @@ pub struct WayOut {
 
 impl WayOut {
     pub fn new(hosts: Vec<String>, web: WebProxy, audit: Audit, tracker: TaskTracker) -> WayOut {
-        let web = Arc::new(web.allowing(&hosts));
+        let web = Arc::new(web.allowing(&hosts).refusing_loopback());
         let mut tunnels =
             Tunnels::new("llm-gateway".into(), "the LLM gateway".into(), Reach::Listed(hosts), web, audit);
         tunnels.max_open = MAX_TUNNELS;

@@ -259,6 +259,8 @@ pub struct WebProxy {
     resolver: Arc<dyn Resolver>,
     connector: Arc<dyn Connector>,
     recent: crate::guard::limits::Rate,
+    /// This machine's loopback and the unspecified address are refused whatever is allowed.
+    loopback_refused: bool,
 }
 
 impl std::fmt::Debug for WebProxy {
@@ -299,7 +301,21 @@ impl WebProxy {
             resolver,
             connector,
             recent: crate::guard::limits::Rate::new(config.rate_limit as usize, Duration::from_secs(60)),
+            loopback_refused: false,
         })
+    }
+
+    /// This proxy, never reaching this machine's loopback or the unspecified address (which is
+    /// this machine too), whatever is allowed and whatever an allowed name resolves to: for a
+    /// way out that reaches the host's own services otherwise (the LLM gateway's, whose
+    /// providers on the host's loopback are relayed).
+    pub fn refusing_loopback(self) -> WebProxy {
+        WebProxy { loopback_refused: true, ..self }
+    }
+
+    /// Whether `why` refuses an address whatever is allowed.
+    fn refuses_always(&self, why: Refusal) -> bool {
+        why.is_absolute() || (self.loopback_refused && matches!(why, Refusal::Loopback | Refusal::Unspecified))
     }
 
     /// This proxy, also reaching `entries` (`host:port`, as `tools.web_proxy.allow` names
@@ -351,7 +367,7 @@ impl WebProxy {
                 v4 => v4,
             };
             match refusal(address) {
-                Some(why) if why.is_absolute() || !self.allows(&target.host, target.port, address) => {
+                Some(why) if self.refuses_always(why) || !self.allows(&target.host, target.port, address) => {
                     first_refusal.get_or_insert(ProxyError::Refused { host: target.host.clone(), address, why });
                 }
                 _ => return Ok(SocketAddr::new(address, target.port)),
@@ -380,7 +396,7 @@ impl WebProxy {
             v4 => v4,
         };
         match refusal(address) {
-            Some(why) if why.is_absolute() || !self.allows(&host, port, address) => {
+            Some(why) if self.refuses_always(why) || !self.allows(&host, port, address) => {
                 Some(ProxyError::Refused { host, address, why })
             }
             _ => None,
@@ -749,6 +765,30 @@ pub(crate) mod tests {
         let attempts = recorder.attempts.lock().expect("lock").clone();
         assert!(attempts.iter().all(|a| a.port() == port && a.ip().is_loopback()), "{attempts:?}");
         assert!(!attempts.iter().any(|a| a.port() == 80), "the redirect target was never connected to: {attempts:?}");
+    }
+
+    #[tokio::test]
+    async fn a_way_out_refusing_loopback_refuses_it_whatever_a_listed_name_resolves_to() {
+        let recorder = Arc::new(Recorder { loopback_allowed: true, ..Recorder::default() });
+        let resolver = Table(vec![
+            ("api.provider.test", "127.0.0.1".parse().expect("ip")),
+            ("zero.provider.test", "0.0.0.0".parse().expect("ip")),
+            ("ollama.lan", "192.168.1.20".parse().expect("ip")),
+        ]);
+        let hosts =
+            ["api.provider.test:443", "zero.provider.test:443", "ollama.lan:11434", "127.0.0.1:8080"].map(String::from);
+        let proxy = proxy(&[], resolver, recorder.clone()).allowing(&hosts).refusing_loopback();
+        for host in ["api.provider.test", "zero.provider.test"] {
+            let error = proxy.connect_checked(host, 443).await.expect_err("refused");
+            assert!(matches!(error, ProxyError::Refused { .. }), "{host}: {error}");
+        }
+        // Written as an address, too, even listed.
+        assert!(proxy.refused_at_sight("127.0.0.1", 8080).is_some());
+        assert!(proxy.refused_at_sight("[::]", 443).is_some());
+        // A private address of a listed name is still the provider on the home network.
+        assert!(!matches!(proxy.connect_checked("ollama.lan", 11434).await, Err(ProxyError::Refused { .. })));
+        let attempts = recorder.attempts.lock().expect("lock").clone();
+        assert!(attempts.iter().all(|a| !a.ip().is_loopback() && !a.ip().is_unspecified()), "{attempts:?}");
     }
 
     #[tokio::test]

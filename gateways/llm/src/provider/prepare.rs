@@ -118,6 +118,10 @@ fn json_bytes(value: &serde_json::Value) -> Vec<u8> {
 pub(crate) async fn prepare(endpoint: &Endpoint, request: &Request) -> Result<Prepared, Failure> {
     let unusable = |reason: String| Failure::Unusable { provider: endpoint.name.clone(), reason };
     let model = request.model.as_str();
+    // The model is a segment of the address for most clouds: a dot segment would climb out of it.
+    if matches!(model.trim(), "" | "." | "..") {
+        return Err(unusable(format!("`{model}` is not a model's name: name one of the provider's models")));
+    }
     let sse = |accept: bool| {
         if accept {
             vec![("accept".to_string(), "text/event-stream".to_string())]
@@ -235,12 +239,10 @@ pub(crate) async fn prepare(endpoint: &Endpoint, request: &Request) -> Result<Pr
     match &endpoint.signer {
         None => {}
         Some(Signer::Tokens(source)) => {
-            let token = source.token(&endpoint.name, &endpoint.route, endpoint.timeout).await.map_err(|failure| {
-                Failure::Provider {
-                    provider: endpoint.name.clone(),
-                    kind: "authentication",
-                    message: format!("no access token from {}: {failure}", source.token_url()),
-                }
+            let token = source.token(&endpoint.name, endpoint.timeout).await.map_err(|failure| Failure::Provider {
+                provider: endpoint.name.clone(),
+                kind: "authentication",
+                message: format!("no access token from {}: {failure}", source.token_url()),
             })?;
             prepared.headers.push(("authorization".into(), format!("Bearer {}", token.as_str())));
         }

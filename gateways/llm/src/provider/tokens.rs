@@ -1,8 +1,9 @@
 //! Access tokens a provider takes instead of a key, fetched by the gateway and kept until
 //! shortly before they expire: Google's for Vertex AI (a service account's JSON key signs a JWT,
 //! RS256, exchanged at its `token_uri`, RFC 7523) and Microsoft Entra ID's for Azure OpenAI (the
-//! client-credentials grant of an app registration). Both exchanges go out by the provider's own
-//! route (the daemon's tunnel, in a container).
+//! client-credentials grant of an app registration). Each exchange goes out by its own route
+//! ([`TokenSource::reached_by`]): the daemon's tunnel to the token endpoint's host, in a
+//! container, or the provider's relay when the endpoint is at the provider's own address.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -41,6 +42,8 @@ pub struct TokenSource {
     grant: Grant,
     held: tokio::sync::Mutex<Option<Held>>,
     fetched: std::sync::atomic::AtomicU32,
+    /// How the token endpoint is reached.
+    route: Route,
 }
 
 impl std::fmt::Debug for TokenSource {
@@ -84,11 +87,13 @@ impl TokenSource {
             ring::rsa::KeyPair::from_pkcs8(&der).or_else(|_not_pkcs8| ring::rsa::KeyPair::from_der(&der)).map_err(
                 |error| BadCredentials(format!("the service account's `private_key` is not an RSA key: {error}")),
             )?;
+        let token_uri = key["token_uri"].as_str().unwrap_or("https://oauth2.googleapis.com/token").to_string();
+        token_endpoint(&token_uri).map_err(|why| BadCredentials(format!("the service account key's {why}")))?;
         Ok(TokenSource::new(Grant::ServiceAccount {
             client_email: field("client_email")?,
             key: Box::new(rsa),
             key_id: key["private_key_id"].as_str().unwrap_or_default().to_string(),
-            token_uri: key["token_uri"].as_str().unwrap_or("https://oauth2.googleapis.com/token").to_string(),
+            token_uri,
         }))
     }
 
@@ -102,7 +107,17 @@ impl TokenSource {
     }
 
     fn new(grant: Grant) -> TokenSource {
-        TokenSource { grant, held: tokio::sync::Mutex::new(None), fetched: std::sync::atomic::AtomicU32::new(0) }
+        TokenSource {
+            grant,
+            held: tokio::sync::Mutex::new(None),
+            fetched: std::sync::atomic::AtomicU32::new(0),
+            route: Route::Direct,
+        }
+    }
+
+    /// The same, its token endpoint reached by `route` (straight, by default).
+    pub fn reached_by(self, route: Route) -> TokenSource {
+        TokenSource { route, ..self }
     }
 
     /// Where tokens are fetched (its host must be reachable from the gateway).
@@ -119,7 +134,7 @@ impl TokenSource {
     }
 
     /// A token valid for a while yet: the one held, or a new one.
-    pub async fn token(&self, provider: &str, route: &Route, timeout: Duration) -> Result<Zeroizing<String>, Failure> {
+    pub async fn token(&self, provider: &str, timeout: Duration) -> Result<Zeroizing<String>, Failure> {
         let mut held = self.held.lock().await;
         if let Some(current) = held.as_ref().filter(|held| Instant::now() < held.renew_at) {
             return Ok(current.token.clone());
@@ -130,7 +145,7 @@ impl TokenSource {
             .filter(|(name, _)| *name != "grant_type" && *name != "scope")
             .map(|(_, value)| value.to_string())
             .collect();
-        let answer = super::http::post_form(provider, route, timeout, self.token_url(), &form)
+        let answer = super::http::post_form(provider, &self.route, timeout, self.token_url(), &form)
             .await
             .map_err(|failure| failure.scrubbed(&sent))?;
         let token = answer["access_token"].as_str().filter(|token| !token.is_empty()).ok_or_else(|| Failure::Http {
@@ -170,6 +185,29 @@ impl TokenSource {
             ],
         })
     }
+}
+
+/// The host and port of the token endpoint at `url`, which is sent a signed assertion or a
+/// secret: over `https://`, or `http://` to this machine's loopback only; or why not, as the
+/// end of a sentence.
+pub fn token_endpoint(url: &str) -> Result<(String, u16), String> {
+    let uri: http::Uri = url.parse().map_err(|_unparsable| format!("token endpoint `{url}` is not a URL"))?; // silent-ok: the message names the input
+    let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+    if host.is_empty() {
+        return Err(format!("token endpoint `{url}` names no host"));
+    }
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    let port = match uri.scheme_str() {
+        Some("https") => uri.port_u16().unwrap_or(443),
+        Some("http") if loopback => uri.port_u16().unwrap_or(80),
+        _ => {
+            return Err(format!(
+                "token endpoint `{url}` is not an https:// address: a signed assertion or a secret is never sent \
+                 in the clear (http:// only to this machine's loopback)"
+            ))
+        }
+    };
+    Ok((host, port))
 }
 
 /// The DER bytes inside a PEM block.
