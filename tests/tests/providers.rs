@@ -234,6 +234,51 @@ fn vertex_tokens_are_fetched_again_before_they_expire() {
 }
 
 #[test]
+fn azure_signs_in_with_an_entra_app_from_the_gateways_container() {
+    let rt = baaaht_tests::runtime();
+    let hello = Answer::Stream { body: ANTHROPIC_HELLO.into(), cut: false };
+    let upstream = rt.block_on(FakeProvider::start(vec![], Some(hello))).expect("fake provider");
+    let cloud = FakeCloud::start(&upstream, 3600).expect("fake cloud");
+    let base = cloud.base();
+    // The gateway in its container (the default): the resource and its sign-in are both on the
+    // host's loopback, at one address, so the token is fetched through the provider's relay.
+    let start = |secret: &str| {
+        TestDaemon::start(DaemonOptions {
+            env: vec![
+                ("TEST_ENTRA_SECRET".into(), secret.into()),
+                ("BAAAHT__AGENTS__DEFAULT_MODEL".into(), format!("azure/{}", fake_cloud::AZURE_DEPLOYMENT)),
+            ],
+            files: vec![(
+                "config/providers.yaml".into(),
+                format!(
+                    "providers:\n  azure:\n    api_base: {base}\n    entra:\n      tenant_id: t\n      client_id: c\n      \
+                     client_secret: ${{TEST_ENTRA_SECRET}}\n      authority: {base}\n"
+                ),
+            )],
+            ..Default::default()
+        })
+        .expect("daemon starts")
+    };
+    let model = format!("azure/{}", fake_cloud::AZURE_DEPLOYMENT);
+    let daemon = start("s");
+    let (passed, said) = doctor(&daemon, &model);
+    assert!(passed, "{said}\n{}", daemon.log_text());
+    let exchanges = cloud.requests("entra-token").expect("record");
+    assert_eq!(exchanges.len(), 1, "{exchanges:?}");
+    assert_eq!(exchanges[0]["body"]["client_id"], "c", "{exchanges:?}");
+    let calls = cloud.requests("azure").expect("record");
+    assert!(calls.iter().any(|call| call["auth_ok"] == true), "the resource took the app's token: {calls:?}");
+    drop(daemon);
+
+    // A wrong secret is told in a sentence that does not repeat it.
+    let daemon = start("not-the-secret-9f3e");
+    let (passed, said) = doctor(&daemon, &model);
+    assert!(!passed, "{said}");
+    assert!(said.contains("Invalid client secret provided"), "{said}");
+    assert!(!said.contains("not-the-secret-9f3e") && !daemon.log_text().contains("not-the-secret-9f3e"), "{said}");
+}
+
+#[test]
 fn the_specifications_own_providers_yaml_passes_config_check_and_answers() {
     let rt = baaaht_tests::runtime();
     let hello = Answer::Stream { body: ANTHROPIC_HELLO.into(), cut: false };

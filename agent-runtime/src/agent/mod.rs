@@ -456,6 +456,7 @@ fn system_prompt(config: &v1::AgentConfig) -> String {
 /// only its plain "something went wrong". A `network` failure keeps its words: for a model on
 /// the host, the daemon's relay says there where nothing answers and what to start; so does a
 /// `provider` failure that trying again cannot mend (a base URL the gateway does not support).
+/// A refused sign-in passes too, without the provider's words (they may repeat what was sent).
 /// Worded for every reader: a person's turn, a scheduled run's result, an agent that delegated.
 fn passing_trouble(error: &v1::LlmError) -> Option<String> {
     Some(match error.kind.as_str() {
@@ -463,6 +464,16 @@ fn passing_trouble(error: &v1::LlmError) -> Option<String> {
             "The model is busy: its provider is turning requests away for now. Try again in a minute.".into()
         }
         "timeout" => "The model did not answer in time. Try again in a minute.".into(),
+        // The words of a refused sign-in may repeat what was sent: they are the operator's only.
+        "authentication" => match error.provider.trim() {
+            "" => "The model's provider did not accept baaaht's credentials. Tell the person who runs baaaht \
+                   (`baaaht doctor --llm` says why)."
+                .into(),
+            provider => format!(
+                "The model's provider ({provider}) did not accept baaaht's credentials. Tell the person who runs \
+                 baaaht (`baaaht doctor --llm` says why)."
+            ),
+        },
         "provider" if error.retryable => match error.provider.trim() {
             "" => "The model's provider is failing right now. Try again in a few minutes.".into(),
             provider => format!("The model's provider ({provider}) is failing right now. Try again in a few minutes."),
@@ -501,7 +512,10 @@ mod tests {
             Some("The model's provider is failing right now. Try again in a few minutes.")
         );
         // These are not passing: the operator's detail stays in the reply's failure.
-        for kind in ["provider", "network", "authentication", "invalid_request", "context_exceeded"] {
+        let refused = passing_trouble(&failure("authentication", false)).expect("a sentence");
+        assert!(refused.starts_with("The model's provider (anthropic) did not accept"), "{refused}");
+        assert!(!refused.contains("trace.log"), "{refused}");
+        for kind in ["provider", "network", "invalid_request", "context_exceeded"] {
             assert_eq!(passing_trouble(&failure(kind, false)), None, "{kind}");
         }
         assert_eq!(passing_trouble(&failure("network", true)), None, "a host model's relay says what to start");

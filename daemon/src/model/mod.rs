@@ -30,6 +30,7 @@ impl Model {
         let (loaded, data_dir) = (&base.loaded, &base.data_dir);
         let opened = guard.secrets.current();
         let settings = llm::gateway_settings(loaded, opened.as_deref(), |name| std::env::var(name).ok());
+        guard.redact.shield().also_known(settings.secret_values());
         if let Some(store) = &opened {
             for (provider, entry) in loaded.providers.providers.configured() {
                 let references = entry.secret_references().into_iter().flat_map(secrets::reference_names);

@@ -575,49 +575,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         check(&self.shared, &request, Operation::SwitchModel, None, Some(&request.get_ref().session_id))?;
         let message = request.into_inner();
         valid_id(&message.session_id, "session_id")?;
-        let valid = !message.model.is_empty()
-            && message.model.len() <= 200
-            && message.model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c));
-        if !valid {
-            return Err(Status::invalid_argument(format!(
-                "model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
-                message.model.escape_debug()
-            )));
-        }
-        // A pick is of a configured provider (or an alias); a Bedrock ARN (a stored prompt, a
-        // custom model, provisioned throughput) only as providers.yaml lists it.
-        let providers = &self.shared.loaded.providers;
-        let configured = providers.providers.configured();
-        let listed = |model: &str| {
-            configured.iter().any(|(name, entry)| {
-                entry
-                    .models
-                    .iter()
-                    .any(|listed| format!("{name}/{}", listed.trim_start_matches(&format!("{name}/"))) == model)
-            }) || providers.prices.contains_key(model)
-        };
-        match message.model.split_once('/') {
-            None if providers.models.contains_key(&message.model) => {}
-            None => {
-                return Err(Status::invalid_argument(format!(
-                    "model `{}` names no provider and is not an alias: write it as provider/model",
-                    message.model
-                )))
-            }
-            Some((provider, _)) if !configured.iter().any(|(name, _)| *name == provider) => {
-                return Err(Status::invalid_argument(format!(
-                    "model `{}`: no provider `{provider}` is configured on this server",
-                    message.model
-                )))
-            }
-            Some(("bedrock", id)) if id.starts_with("arn:") && !listed(&message.model) => {
-                return Err(Status::invalid_argument(format!(
-                    "model `{}`: a Bedrock ARN is picked only as providers.yaml lists it (bedrock.models)",
-                    message.model
-                )))
-            }
-            Some(_) => {}
-        }
+        crate::model::llm::choices::pickable(&self.shared.loaded, &message.model).map_err(Status::invalid_argument)?;
         let record =
             self.shared.sessions.get(&message.session_id).ok_or_else(|| {
                 Status::from(crate::store::sessions::SessionError::NotFound(message.session_id.clone()))

@@ -315,6 +315,10 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
             Some(format!("models.{alias} names no model: list `provider/model`s that serve it"))
         } else {
             targets.iter().find_map(|target| match target.split_once('/') {
+                _ if !is_model_id(target) => Some(format!(
+                    "models.{alias}: `{target}` is not provider/model (letters, digits and `/-_.:@`, not ending in \
+                     `.` or `..`)"
+                )),
                 Some((provider, model)) if !model.is_empty() && names.contains(&provider) => None,
                 Some((provider, model)) if !model.is_empty() => Some(format!(
                     "models.{alias}: `{target}` names provider `{provider}`, which is not configured under providers \

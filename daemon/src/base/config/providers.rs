@@ -216,24 +216,91 @@ impl ProviderEntry {
         .collect()
     }
 
-    /// A setting whose shape a provider cannot use, and why: a region, project or tenant that is
-    /// not a plain name (each becomes part of a URL), or two ways to sign in given at once.
+    /// A setting whose shape a provider cannot use, and why: a region, project, tenant or API
+    /// version that is not a plain name (each becomes part of a URL), an Entra authority that is
+    /// not an https:// address of its own, a number that would mean nothing (a timeout or an
+    /// answer's most of 0), `openai_compatible: false` (no provider speaks another API by it), a
+    /// credentials file that is not a file, or two ways to sign in given at once.
     pub fn misshapen(&self, name: &str) -> Option<(&'static str, String)> {
-        let plain = |value: &str| {
+        let plain = |value: &str, dots: bool| {
             !value.is_empty()
                 && value.len() <= 128
-                && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || (dots && c == '.'))
+        };
+        // A value is quoted short: a sentence is not the place for a pasted file.
+        let quoted = |value: &str| match value.char_indices().nth(60) {
+            Some((end, _)) => format!("{}…", &value[..end]),
+            None => value.to_string(),
         };
         let tenant = self.entra.as_ref().map(|app| app.tenant_id.as_str());
-        for (setting, value) in
-            [("region", self.region.as_deref()), ("project", self.project.as_deref()), ("entra", tenant)]
-        {
-            if let Some(value) = value.filter(|value| !plain(value)) {
+        for (setting, value, dots) in [
+            ("region", self.region.as_deref(), false),
+            ("project", self.project.as_deref(), false),
+            ("entra", tenant, false),
+            ("api_version", self.api_version.as_deref(), true),
+        ] {
+            if let Some(value) = value.filter(|value| !plain(value, dots)) {
+                let allowed = if dots { "letters, digits, `-`, `_` and `.`" } else { "letters, digits, `-` and `_`" };
                 return Some((
                     setting,
-                    format!("providers.{name}.{setting} `{value}` is not a name: letters, digits, `-` and `_` only"),
+                    format!("providers.{name}.{setting} `{}` is not a name: {allowed} only", quoted(value)),
                 ));
             }
+        }
+        if let Some(authority) = self.entra.as_ref().and_then(|app| app.authority.as_deref()) {
+            let problem = match baaaht_llm::provider::tokens::token_endpoint(authority) {
+                Err(why) => Some(why),
+                Ok(_) if authority.contains(['?', '#']) => Some("authority has a query or a fragment".to_string()),
+                Ok(_) => None,
+            };
+            if let Some(why) = problem {
+                return Some((
+                    "entra",
+                    format!(
+                        "providers.{name}.entra.authority: its {why}; write the sign-in address alone, e.g. \
+                         https://login.microsoftonline.com"
+                    ),
+                ));
+            }
+        }
+        if self.timeout == Some(0) {
+            return Some((
+                "timeout",
+                format!("providers.{name}.timeout is 0: write the seconds to wait for an answer's next bytes (at least 1; 120 if left out)"),
+            ));
+        }
+        if self.max_output_tokens == Some(0) {
+            return Some((
+                "max_output_tokens",
+                format!("providers.{name}.max_output_tokens is 0: write the most tokens an answer may have, or leave it out"),
+            ));
+        }
+        if self.openai_compatible == Some(false) {
+            return Some((
+                "openai_compatible",
+                format!(
+                    "providers.{name}.openai_compatible: false changes nothing (a built-in provider speaks its own API, \
+                     a custom one OpenAI's): remove it"
+                ),
+            ));
+        }
+        if let Some(file) = self.credentials_file.as_deref() {
+            let path = std::path::Path::new(file);
+            if path.is_absolute() && path.exists() && !path.is_file() {
+                return Some((
+                    "credentials_file",
+                    format!("providers.{name}.credentials_file {file} is not a regular file: name the key file itself"),
+                ));
+            }
+        }
+        if self.secret_access_key.is_some() != self.access_key_id.is_some() {
+            return Some((
+                if self.access_key_id.is_some() { "access_key_id" } else { "secret_access_key" },
+                format!(
+                    "providers.{name} needs both access_key_id and secret_access_key (or neither, to read a profile of \
+                     the AWS credentials file)"
+                ),
+            ));
         }
         if self.access_key_id.is_some() && (self.profile.is_some() || self.credentials_file.is_some()) {
             return Some((

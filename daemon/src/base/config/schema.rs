@@ -1141,6 +1141,15 @@ impl ModelName {
     }
 }
 
+/// Whether `model` (`provider/model`) is written as a model can be: letters, digits and
+/// `/-_.:@`, its last segment not `.` or `..` (it becomes part of a cloud's address).
+pub fn is_model_id(model: &str) -> bool {
+    !model.is_empty()
+        && model.len() <= 200
+        && model.chars().all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c))
+        && !matches!(model.rsplit('/').next(), Some("" | "." | ".."))
+}
+
 /// Whether `name` may be a model alias: letters, digits, `.`, `_`, `-`, `:`, `@`.
 pub fn is_alias_name(name: &str) -> bool {
     !matches!(name, "" | "." | "..")

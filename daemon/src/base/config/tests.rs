@@ -120,6 +120,45 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
             "4:3",
             &["names provider `bedrock`, which is not configured"],
         ),
+        (
+            "providers.yaml",
+            "providers:\n  azure:\n    api_base: https://r.openai.azure.com\n    api_key: k\n    api_version: 2024-10-21&x=1#\n",
+            "5:5",
+            &["providers.azure.api_version `2024-10-21&x=1#` is not a name"],
+        ),
+        (
+            "providers.yaml",
+            "providers:\n  azure:\n    api_base: https://r.openai.azure.com\n    entra:\n      tenant_id: t\n      \
+             client_id: c\n      client_secret: s\n      authority: http://login.example\n",
+            "4:5",
+            &["providers.azure.entra.authority: its token endpoint `http://login.example` is not an https:// address"],
+        ),
+        ("providers.yaml", "providers:\n  anthropic:\n    timeout: 0\n", "3:5", &["providers.anthropic.timeout is 0"]),
+        ("providers.yaml", "providers:\n  anthropic:\n    max_output_tokens: 0\n", "3:5", &["max_output_tokens is 0"]),
+        (
+            "providers.yaml",
+            "providers:\n  google:\n    api_key: k\n    openai_compatible: false\n",
+            "4:5",
+            &["providers.google.openai_compatible: false changes nothing"],
+        ),
+        (
+            "providers.yaml",
+            "providers:\n  bedrock:\n    region: us-east-1\n    secret_access_key: b\n    profile: work\n",
+            "4:5",
+            &["providers.bedrock needs both access_key_id and secret_access_key"],
+        ),
+        (
+            "providers.yaml",
+            "providers:\n  vertex:\n    project: p\n    region: r\n    credentials_file: /tmp\n",
+            "5:5",
+            &["providers.vertex.credentials_file /tmp is not a regular file"],
+        ),
+        (
+            "providers.yaml",
+            "providers:\n  anthropic: {}\nmodels:\n  sonnet: [anthropic/..]\n",
+            "4:3",
+            &["models.sonnet: `anthropic/..` is not provider/model"],
+        ),
         ("mount-allowlist.json", "{\n  \"allowedMount\": []\n}\n", "2:16", &["did you mean `allowedMounts`?"]),
         ("config.yaml", "tools:\n  blocked_patterns: ['(unclosed']\n", "2:3", &["not a valid regular expression"]),
     ];

@@ -21,6 +21,8 @@ pub mod rules;
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+use zeroize::Zeroizing;
+
 pub use known::{Known, Scrubbing, MIN_VALUE};
 pub use rules::{Rules, RulesError};
 
@@ -93,6 +95,9 @@ pub struct Shield {
     refresh: Mutex<Refresh>,
     /// The placeholder and the operator's patterns.
     own: Rules,
+    /// Values known besides the store's (name, value): the providers' secrets as resolved from
+    /// the environment and the files they name.
+    also: RwLock<Vec<(String, Zeroizing<String>)>>,
 }
 
 impl std::fmt::Debug for Shield {
@@ -134,14 +139,14 @@ impl Shield {
         let mut own = vec![("baaaht-placeholder".to_string(), PLACEHOLDER.to_string())];
         own.extend(extra.iter().cloned());
         let known = RwLock::new(Arc::new(Known::new([])));
-        Ok(Shield { live, known, refresh: Mutex::default(), own: Rules::extra(&own)? })
+        Ok(Shield { live, known, refresh: Mutex::default(), own: Rules::extra(&own)?, also: RwLock::default() })
     }
 
     /// A shield for fixed values (name, value), never read again (tests, benchmarks).
     pub fn with_values(values: &[(&str, &str)]) -> Shield {
         let known = RwLock::new(Arc::new(Known::new(values.iter().copied())));
         let own = Rules::extra(&[("baaaht-placeholder".to_string(), PLACEHOLDER.to_string())]).expect("it compiles");
-        Shield { live: None, known, refresh: Mutex::default(), own }
+        Shield { live: None, known, refresh: Mutex::default(), own, also: RwLock::default() }
     }
 
     /// The store's values, read again when it changed (its file's stamp, looked at on every
@@ -158,20 +163,32 @@ impl Shield {
                 _ => false,
             };
             if !same {
-                let known = match &current {
-                    Some(secrets) => {
-                        let names = secrets.names();
-                        let values =
-                            names.iter().filter_map(|name| secrets.get(name).map(|value| (name.as_str(), value)));
-                        Known::new(values)
-                    }
-                    None => Known::new([]),
-                };
-                *self.known.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(known);
+                *self.known.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(self.build(current.as_deref()));
                 refresh.from = current;
             }
         }
         self.known.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The finder of `store`'s values and those known besides.
+    fn build(&self, store: Option<&Secrets>) -> Known {
+        let also = self.also.read().unwrap_or_else(PoisonError::into_inner);
+        let mut values: Vec<(&str, &str)> = also.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+        let names = store.map(Secrets::names).unwrap_or_default();
+        if let Some(store) = store {
+            values.extend(names.iter().filter_map(|name| store.get(name).map(|value| (name.as_str(), value))));
+        }
+        Known::new(values)
+    }
+
+    /// Also finds `values` (name, value) from now on, besides the store's: secrets the daemon
+    /// resolved from elsewhere (the environment, a key file).
+    pub fn also_known(&self, values: Vec<(String, Zeroizing<String>)>) {
+        let refresh = self.refresh.lock().unwrap_or_else(PoisonError::into_inner);
+        *self.also.write().unwrap_or_else(PoisonError::into_inner) = values;
+        // The store as last looked at: a change since is picked up at the next look.
+        let known = Arc::new(self.build(refresh.from.as_deref()));
+        *self.known.write().unwrap_or_else(PoisonError::into_inner) = known;
     }
 
     /// The store's values as they are now, in the forms they travel in: what the egress edge
@@ -357,6 +374,27 @@ mod tests {
         assert_eq!(names, vec!["baaaht-placeholder", "badge", "github-pat"]);
         let (same, none) = shield.scan("nothing to see");
         assert!(matches!(same, Cow::Borrowed(_)) && none.is_empty());
+    }
+
+    #[test]
+    fn a_providers_secret_from_the_environment_is_found_in_every_form_it_travels_in() {
+        let shield = Shield::new(None, &[]).expect("compiles");
+        let secret = "Abc8Q~x.y-z_1234567890abcdef/ghijKLMN";
+        shield.also_known(vec![("providers.azure.entra.client_secret".into(), Zeroizing::new(secret.into()))]);
+        let base64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, secret);
+        let reversed: String = secret.chars().rev().collect();
+        for form in [
+            secret.to_string(),
+            "Abc8Q~x.y-z_1234567890abcdef%2FghijKLMN".into(),
+            "Abc8Q~x.y-z_1234567890abcdef%2fghijKLMN".into(),
+            base64,
+            reversed,
+            format!("{} … {}", &secret[..14], &secret[14..]),
+        ] {
+            let text = format!("the provider said: {form}");
+            let (clean, names) = shield.scan(&text);
+            assert!(names.contains(&"providers.azure.entra.client_secret".to_string()), "{form}: {clean}");
+        }
     }
 
     #[test]

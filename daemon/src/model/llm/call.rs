@@ -143,6 +143,12 @@ impl Calls {
     /// thinks; what the agent whose answer is the reply writes reaches them as it is written
     /// ([`publish_delta`]).
     pub async fn for_agent(&self, call: AgentCall, mut request: v1::LlmRequest) -> Result<AgentStream, CallError> {
+        // The model an agent asks for is one a person could pick (an agent's container is not
+        // trusted to name any model a provider has).
+        if !request.model.is_empty() {
+            super::choices::pickable(&self.loaded, &request.model)
+                .map_err(|why| CallError::Refused(tonic::Status::invalid_argument(why)))?;
+        }
         let settings = self.loaded.config.agents.settings(call.role);
         let cap = settings.max_output_tokens;
         request.max_tokens = Some(request.max_tokens.filter(|asked| *asked > 0).map_or(cap, |asked| asked.min(cap)));

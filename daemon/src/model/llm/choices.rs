@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::{GatewayError, LlmGateway};
 use crate::base::auth::Context;
-use crate::base::config::{Price, ProvidersConfig};
+use crate::base::config::{LoadedConfig, Price, ProvidersConfig};
 use crate::model::budgets::Budgets;
 
 /// A model a person may pick.
@@ -80,5 +80,42 @@ impl LlmGateway {
                 _ => None,
             },
         }
+    }
+}
+
+/// Whether `model` may be asked for, by a person's pick or an agent's call: a `provider/model`
+/// of a configured provider, or an alias; a Bedrock ARN (a stored prompt, a custom model,
+/// provisioned throughput) only as providers.yaml lists it or an agent's configuration names
+/// it, whatever provider leads to it (a fallback chain may) and however it is written. Else why
+/// not, as a sentence.
+pub fn pickable(loaded: &LoadedConfig, model: &str) -> Result<(), String> {
+    if !crate::base::config::is_model_id(model) {
+        return Err(format!(
+            "model `{}` is not a model name such as anthropic/claude-sonnet-4-20250514",
+            model.escape_debug()
+        ));
+    }
+    let providers = &loaded.providers;
+    let configured = providers.providers.configured();
+    let listed = || {
+        let agents = &loaded.config.agents;
+        configured.iter().any(|(name, entry)| {
+            entry
+                .models
+                .iter()
+                .any(|listed| format!("{name}/{}", listed.trim_start_matches(&format!("{name}/"))) == model)
+        }) || providers.prices.contains_key(model)
+            || agents.roles().iter().any(|(role, _)| agents.settings(*role).model.0 == model)
+    };
+    match model.split_once('/') {
+        None if providers.models.contains_key(model) => Ok(()),
+        None => Err(format!("model `{model}` names no provider and is not an alias: write it as provider/model")),
+        Some((provider, _)) if !configured.iter().any(|(name, _)| *name == provider) => {
+            Err(format!("model `{model}`: no provider `{provider}` is configured on this server"))
+        }
+        Some((_, id)) if id.to_ascii_lowercase().contains("arn:") && !listed() => {
+            Err(format!("model `{model}`: a Bedrock ARN is picked only as providers.yaml lists it (bedrock.models)"))
+        }
+        Some(_) => Ok(()),
     }
 }

@@ -7,7 +7,7 @@
 //! through a tunnel to that provider's host ([`egress`]).
 
 pub mod call;
-mod choices;
+pub mod choices;
 mod clouds;
 pub use choices::ModelChoice;
 pub mod egress;
@@ -26,7 +26,7 @@ use baaaht_proto::v1::llm_gateway_client::LlmGatewayClient;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
-use zeroize::Zeroize;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::base::auth::{Context, Role};
 use crate::base::config::{GatewayMode, HealthCheckConfig, LoadedConfig};
@@ -72,6 +72,39 @@ impl std::fmt::Debug for GatewaySettings {
 impl GatewaySettings {
     pub fn config(&self) -> &v1::GatewayConfig {
         &self.0
+    }
+
+    /// Every provider's secret as it was resolved (from the store, the environment, the file
+    /// itself, an AWS credentials file or a service account's key file), named for the
+    /// redactor: a provider's error that repeats one, in any form, reaches no one.
+    pub fn secret_values(&self) -> Vec<(String, Zeroizing<String>)> {
+        let mut values = vec![];
+        for provider in &self.0.providers {
+            let mut add = |what: &str, value: &str| {
+                if !value.is_empty() {
+                    values.push((format!("providers.{}.{what}", provider.name), Zeroizing::new(value.to_string())));
+                }
+            };
+            add("api_key", &provider.api_key);
+            if let Some(account) = &provider.cloud {
+                add("secret_access_key", &account.aws_secret_access_key);
+                add("session_token", &account.aws_session_token);
+                add("entra.client_secret", &account.entra_client_secret);
+                // The key's base64, its lines joined: any run of it in a line is found.
+                let key: serde_json::Value = serde_json::from_str(&account.service_account_json).unwrap_or_default();
+                let body: Zeroizing<String> = Zeroizing::new(
+                    key["private_key"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|line| !line.starts_with("-----"))
+                        .map(str::trim)
+                        .collect(),
+                );
+                add("service_account", &body);
+            }
+        }
+        values
     }
 
     /// Providers that can take requests, and why the others cannot.

@@ -29,6 +29,12 @@ impl Prepared {
         for (name, value) in &self.headers {
             if SIGNING_HEADERS.contains(&name.as_str()) {
                 secrets.push(value.clone());
+                // A bearer credential whatever its length; a signature's long parts.
+                if let Some((scheme, credential)) = value.split_once(' ') {
+                    if scheme.eq_ignore_ascii_case("bearer") {
+                        secrets.push(credential.trim().to_string());
+                    }
+                }
                 secrets.extend(value.split([' ', ',', '=']).filter(|part| part.len() >= 16).map(str::to_string));
             }
         }
