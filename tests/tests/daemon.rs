@@ -203,11 +203,63 @@ fn env_overrides_change_the_effective_config() {
     let output = Command::new(bin("baaahtd"))
         .args(["config", "check"])
         .env("BAAAHT_DATA", temp.path())
-        .env("BAAAHT__CHANNELS__WEB__PORT", "eighty")
+        .env("BAAAHT__TOOLS__DEFAULT_TIMEOUT", "eighty")
         .output()
         .expect("config check");
     assert_eq!(output.status.code(), Some(78));
-    assert!(text(&output.stderr).contains("environment variable BAAAHT__CHANNELS__WEB__PORT: invalid type"));
+    assert!(text(&output.stderr).contains("environment variable BAAAHT__TOOLS__DEFAULT_TIMEOUT: invalid type"));
+}
+
+#[test]
+fn the_specifications_settings_kept_elsewhere_are_refused_with_where_they_live_and_the_rest_work() {
+    // Each refused with where it lives now, at its line, by the real binary.
+    let cases = [
+        (
+            "channels:\n  slack:\n    enabled: true\n    workspaces:\n      - {name: home, bot_token: x, app_token: y, trigger_pattern: '^@baaaht'}\n",
+            "config.yaml:1:1: unknown field `channels`",
+            "baaahtd gateways add slack NAME --team ID -- --keyword WORD",
+        ),
+        ("container:\n  default_timeout: 300\n", "config.yaml:2:3:", "a turn's limit is agents.ROLE.timeout"),
+        (
+            "orchestrator:\n  poll_intervals:\n    messages: 2000\n",
+            "config.yaml:3:5:",
+            "set that instead, and remove poll_intervals.messages",
+        ),
+        ("skills:\n  auto_discover: false\n", "config.yaml:2:3:", "auto_discover: false is not offered"),
+        ("sessions:\n  archival:\n    archive_storage: s3\n", "config.yaml:3:5:", "only `local` is offered"),
+    ];
+    for (config, place, sentence) in cases {
+        let temp = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(temp.path().join("config")).expect("mkdir");
+        std::fs::write(temp.path().join("config/config.yaml"), config).expect("write");
+        let output = Command::new(bin("baaahtd"))
+            .args(["config", "check"])
+            .env("BAAAHT_DATA", temp.path())
+            .output()
+            .expect("config check");
+        let said = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(78), "{config}: {said}");
+        assert!(said.contains(place) && said.contains(sentence), "{config}: {said}");
+    }
+    // The shipped example, every key at its default, is accepted as it is.
+    let temp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(temp.path().join("config")).expect("mkdir");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../config/config.yaml"),
+        temp.path().join("config/config.yaml"),
+    )
+    .expect("copy");
+    let output =
+        Command::new(bin("baaahtd")).args(["config", "check"]).env("BAAAHT_DATA", temp.path()).output().expect("check");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // The kept ones work: the server's name is shown by `baaaht status`.
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![("BAAAHT__SYSTEM__NAME".into(), "the-house".into())],
+        ..Default::default()
+    })
+    .expect("daemon starts");
+    let stdout = text(&baaaht(&daemon, &["status"]).stdout);
+    assert!(stdout.contains("name:        the-house"), "{stdout}");
 }
 
 #[test]

@@ -157,7 +157,8 @@ impl v1::gateways_server::Gateways for GatewaysService {
         let channel = update.preferred_channel.as_deref().map(|channel| channel.trim().to_ascii_lowercase());
         if let Some(channel) = channel.as_deref().filter(|channel| !crate::store::profile::is_valid_channel(channel)) {
             return Err(Status::invalid_argument(format!(
-                "preferred channel `{}`: choose web, tui, slack, slack/dm, none, or nothing for the channel last used",
+                "preferred channel `{}`: choose web, tui, slack, slack/dm, telegram, matrix, email, none, or nothing for \
+                 the channel last used",
                 channel.chars().take(80).collect::<String>()
             )));
         }

@@ -90,6 +90,7 @@ impl SystemService {
         let model = self.shared.loaded.config.agents.settings(crate::base::auth::Role::Assistant).model.0;
         v1::StatusResponse {
             version: full.version,
+            name: full.name,
             uptime_seconds: full.uptime_seconds,
             sessions_active: counts.active,
             sessions_idle: counts.idle,
@@ -121,6 +122,7 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
     let counts = shared.sessions.counts();
     v1::StatusResponse {
         version: env!("CARGO_PKG_VERSION").into(),
+        name: shared.loaded.config.system.name.clone(),
         uptime_seconds: shared.metrics.uptime().as_secs(),
         data_dir: shared.data_dir.root().display().to_string(),
         engine: Some(engine),

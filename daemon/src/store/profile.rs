@@ -20,9 +20,10 @@ pub fn plain_text(text: &str) -> String {
     out
 }
 
-/// The channels a result can be sent to.
+/// The channels a result can be sent to: each chat gateway delivers the notices of its own
+/// (`kit::follow`), the terminal and the web theirs.
 pub fn is_valid_channel(channel: &str) -> bool {
-    matches!(channel, "" | "none" | "tui" | "cli" | "web" | "slack")
+    matches!(channel, "" | "none" | "tui" | "cli" | "web" | "slack" | "telegram" | "matrix" | "email")
         || channel.strip_prefix("slack/").is_some_and(|rest| {
             !rest.is_empty() && rest.len() <= 64 && rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         })
@@ -94,6 +95,10 @@ mod tests {
         assert_eq!(preferred_channel("# Ann\n\npreferred_channel: web\n"), Some("web".into()));
         assert_eq!(preferred_channel("- **Preferred channel**: `Slack/DM`\n"), Some("slack/dm".into()));
         assert_eq!(preferred_channel("preferred_channel: carrier pigeon\n"), None);
+        // Every chat gateway's channel: it delivers the notices of its own.
+        for channel in ["telegram", "matrix", "email"] {
+            assert_eq!(preferred_channel(&format!("preferred_channel: {channel}\n")).as_deref(), Some(channel));
+        }
         assert_eq!(preferred_channel("# Ann\n"), None);
     }
 

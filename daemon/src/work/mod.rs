@@ -109,7 +109,12 @@ impl Workers {
             redact: guard.redact.clone(),
         });
         let admins = loaded.config.system.admin_users.clone();
-        let notifier = Arc::new(health::Notifier::new(store.inbox.clone(), store.events.clone(), admins));
+        let notifier = Arc::new(health::Notifier::new(
+            store.inbox.clone(),
+            store.events.clone(),
+            admins,
+            loaded.config.orchestrator.health_check.notify_channel,
+        ));
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
         let supervisors = Arc::new(gateways::supervise::Supervisors::new(gateways::supervise::Supervision {
             containers: sandbox.containers.clone(),

@@ -8,6 +8,7 @@ use serde::Serialize;
 /// The status as printed with `--json`.
 #[derive(Debug, Serialize)]
 pub struct StatusJson<'a> {
+    pub name: &'a str,
     pub version: &'a str,
     pub pid: u32,
     pub uptime_seconds: u64,
@@ -62,6 +63,7 @@ pub struct SessionsJson {
 pub fn to_json(status: &v1::StatusResponse) -> StatusJson<'_> {
     let engine = status.engine.as_ref();
     StatusJson {
+        name: &status.name,
         version: &status.version,
         pid: status.pid,
         uptime_seconds: status.uptime_seconds,
@@ -160,6 +162,9 @@ pub fn to_text(status: &v1::StatusResponse) -> String {
     let mut out = String::new();
     let _ =
         writeln!(out, "baaahtd {} (pid {}), up {}", status.version, status.pid, human_duration(status.uptime_seconds));
+    if !status.name.is_empty() {
+        let _ = writeln!(out, "name:        {}", status.name);
+    }
     let _ = writeln!(out, "data dir:    {}", status.data_dir);
     let engine = match &status.engine {
         Some(engine) if engine.healthy => {
@@ -216,6 +221,7 @@ mod tests {
     fn text_shows_degradation() {
         let status = v1::StatusResponse {
             version: "0.1.0".into(),
+            name: "home".into(),
             pid: 42,
             uptime_seconds: 75,
             data_dir: "/d".into(),
@@ -235,7 +241,7 @@ mod tests {
             ..Default::default()
         };
         let text = to_text(&status);
-        assert!(text.starts_with("baaahtd 0.1.0 (pid 42), up 1m 15s\n"), "{text}");
+        assert!(text.starts_with("baaahtd 0.1.0 (pid 42), up 1m 15s\nname:        home\n"), "{text}");
         assert!(text.contains("health:      degraded: no container engine at /var/run/docker.sock"), "{text}");
         assert!(text.contains("metrics:     off"), "{text}");
         assert!(text.contains("llm:         ready (process), providers: anthropic, ollama\n"), "{text}");

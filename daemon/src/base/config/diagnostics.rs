@@ -44,12 +44,53 @@ pub(crate) fn with_suggestion(message: &str) -> String {
     let is_unknown = message.contains("unknown field") || message.contains("unknown variant");
     let names = backticked(message);
     let mut out = message.to_string();
+    if let Some(now) = moved(message, &names) {
+        let _ = write!(out, ": {now}");
+        return out;
+    }
     if is_unknown && names.len() >= 2 {
         if let Some(best) = nearest(names[0], names[1..].iter().copied()) {
             let _ = write!(out, "; did you mean `{best}`?");
         }
     }
     out
+}
+
+/// Settings of the specification's `config.yaml` that baaaht keeps elsewhere: (the key, a key
+/// beside it that tells its section, where it lives now).
+const MOVED: &[(&str, &str, &str)] = &[
+    (
+        "channels",
+        "orchestrator",
+        "chat channels are not set in config.yaml: register each with `baaahtd gateways add` — Slack: \
+         `baaahtd gateways add slack NAME --team ID -- --keyword WORD` (a mention always answers; `--keyword` and \
+         `--always CHANNEL` take the place of trigger_pattern), its tokens kept by `baaahtd secrets set \
+         SLACK_BOT_TOKEN_NAME` and `SLACK_APP_TOKEN_NAME`; the web: `baaahtd gateways add web NAME --issuer URL \
+         --audience CLIENT_ID -- --listen ADDR:PORT`; the terminal needs none (`baaaht tui --theme light`). See \
+         docs/channels.md, and remove the `channels` section",
+    ),
+    (
+        "default_timeout",
+        "engine_timeout",
+        "containers are not timed as a whole: a turn's limit is agents.ROLE.timeout, a tool call's \
+         tools.default_timeout (tools.timeout_overrides per tool), a scheduled task's its own timeout; remove \
+         container.default_timeout",
+    ),
+    (
+        "messages",
+        "ipc",
+        "an agent's message is delivered as soon as its tool call ends, and whatever waits is delivered on \
+         every orchestrator.poll_intervals.ipc pass: set that instead, and remove poll_intervals.messages",
+    ),
+];
+
+/// Where a key serde did not know lives now, if it is one of [`MOVED`].
+fn moved(message: &str, names: &[&str]) -> Option<&'static str> {
+    if !message.contains("unknown field") {
+        return None;
+    }
+    let (key, beside) = names.split_first()?;
+    MOVED.iter().find(|(moved, sibling, _)| moved == key && beside.contains(sibling)).map(|(.., now)| *now)
 }
 
 /// Removes serde_yaml's trailing " at line N column M" (we print the location up front).

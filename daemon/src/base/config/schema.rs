@@ -17,7 +17,6 @@ pub struct Config {
     pub orchestrator: OrchestratorConfig,
     pub agents: AgentsConfig,
     pub sessions: SessionsConfig,
-    pub channels: ChannelsConfig,
     pub skills: SkillsConfig,
     pub scheduler: SchedulerConfig,
     pub tools: ToolsConfig,
@@ -141,6 +140,7 @@ impl BudgetLimits {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SystemConfig {
+    /// This server's name, shown by `baaaht status` (several daemons on one network).
     pub name: String,
     /// IANA time zone used by the scheduler, e.g. "Europe/Berlin"; "UTC" by default.
     pub timezone: String,
@@ -188,8 +188,6 @@ impl fmt::Display for LogLevel {
 #[serde(default, deny_unknown_fields)]
 pub struct ContainerConfig {
     pub runtime: RuntimeChoice,
-    /// Seconds a container may run before it is killed.
-    pub default_timeout: u64,
     /// Containers running at once (the LLM gateway aside); a start past it waits.
     pub max_concurrent: u32,
     /// Seconds a start waits for a free slot (idle containers are removed to make room)
@@ -215,7 +213,6 @@ impl Default for ContainerConfig {
     fn default() -> Self {
         ContainerConfig {
             runtime: RuntimeChoice::Auto,
-            default_timeout: 300,
             max_concurrent: 10,
             queue_timeout: 60,
             resource_limits: ResourceLimits::default(),
@@ -339,17 +336,16 @@ impl Default for OrchestratorConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PollIntervals {
-    /// Milliseconds between scans of file-IPC message folders (a fallback to inotify).
-    pub messages: u64,
     /// Milliseconds between scheduler evaluations.
     pub scheduler: u64,
-    /// Milliseconds between scans of file-IPC result folders.
+    /// Milliseconds between scans of file-IPC folders (results, messages and task requests;
+    /// a message is also delivered as soon as the tool call that wrote it ends).
     pub ipc: u64,
 }
 
 impl Default for PollIntervals {
     fn default() -> Self {
-        PollIntervals { messages: 2000, scheduler: 60_000, ipc: 1000 }
+        PollIntervals { scheduler: 60_000, ipc: 1000 }
     }
 }
 
@@ -370,10 +366,14 @@ impl Default for HealthCheckConfig {
     }
 }
 
+/// How the admins are told what the daemon did on its own (`work::health::tell_admin`).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum NotifyChannel {
+    /// The log, and each admin's inbox.
     Log,
+    /// The log, and a Slack message to each admin a Slack gateway follows (the inbox for
+    /// one it does not).
     Slack,
 }
 
@@ -589,102 +589,31 @@ impl Default for ArchivalConfig {
     }
 }
 
+/// Where archived sessions are kept: `local` only (spec §14.4 names s3 and gcs as future).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String", into = "String")]
 pub enum ArchiveStorage {
     Local,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ChannelsConfig {
-    pub tui: TuiChannel,
-    pub web: WebChannel,
-    pub slack: SlackChannel,
-}
+impl TryFrom<String> for ArchiveStorage {
+    type Error = String;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct TuiChannel {
-    pub enabled: bool,
-    pub theme: Theme,
-}
-
-impl Default for TuiChannel {
-    fn default() -> Self {
-        TuiChannel { enabled: true, theme: Theme::Dark }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Theme {
-    Dark,
-    Light,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct WebChannel {
-    pub enabled: bool,
-    pub port: u16,
-    pub host: String,
-    pub auth: WebAuth,
-}
-
-impl Default for WebChannel {
-    fn default() -> Self {
-        WebChannel { enabled: false, port: 8080, host: "localhost".into(), auth: WebAuth::default() }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct WebAuth {
-    pub provider: AuthProvider,
-    pub issuer: String,
-    pub client_id: String,
-    pub client_secret: String,
-    pub auto_create_users: bool,
-}
-
-impl Default for WebAuth {
-    fn default() -> Self {
-        WebAuth {
-            provider: AuthProvider::Oidc,
-            issuer: "${OIDC_ISSUER}".into(),
-            client_id: "${OIDC_CLIENT_ID}".into(),
-            client_secret: "${OIDC_CLIENT_SECRET}".into(),
-            auto_create_users: true,
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.as_str() {
+            "local" => Ok(ArchiveStorage::Local),
+            other => Err(format!(
+                "archive_storage `{other}`: only `local` is offered: an archived session stays in \
+                 the data dir's sessions/ID/, marked archived in data/state/sessions.json"
+            )),
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum AuthProvider {
-    Oidc,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct SlackChannel {
-    pub enabled: bool,
-    pub workspaces: Vec<SlackWorkspace>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SlackWorkspace {
-    pub name: String,
-    pub bot_token: String,
-    pub app_token: String,
-    #[serde(default = "default_trigger")]
-    pub trigger_pattern: String,
-}
-
-fn default_trigger() -> String {
-    "^@baaaht\\b".into()
+impl From<ArchiveStorage> for String {
+    fn from(_: ArchiveStorage) -> String {
+        "local".into()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -692,12 +621,40 @@ fn default_trigger() -> String {
 pub struct SkillsConfig {
     /// Extra folders of system-wide skills, besides the data dir's `skills/`.
     pub directories: Vec<String>,
-    pub auto_discover: bool,
+    /// Always on: a user's and a group's own skills are found where install puts them.
+    pub auto_discover: AutoDiscover,
 }
 
 impl Default for SkillsConfig {
     fn default() -> Self {
-        SkillsConfig { directories: vec![], auto_discover: true }
+        SkillsConfig { directories: vec![], auto_discover: AutoDiscover }
+    }
+}
+
+/// `skills.auto_discover`, which can only be `true` (spec §16.1): the skills of
+/// `users/{id}/skills` and `groups/{id}/skills` are always found, so an installed skill is
+/// offered at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "bool", into = "bool")]
+pub struct AutoDiscover;
+
+impl TryFrom<bool> for AutoDiscover {
+    type Error = &'static str;
+
+    fn try_from(value: bool) -> Result<Self, Self::Error> {
+        if value {
+            Ok(AutoDiscover)
+        } else {
+            Err("auto_discover: false is not offered: a user's and a group's own skills (users/ID/skills, \
+                 groups/ID/skills) are always found, so a skill installed is there at once; add system folders with \
+                 skills.directories, or remove the key")
+        }
+    }
+}
+
+impl From<AutoDiscover> for bool {
+    fn from(_: AutoDiscover) -> bool {
+        true
     }
 }
 

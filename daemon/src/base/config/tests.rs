@@ -57,7 +57,32 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
             "2:12",
             &["unknown variant `dokcer`", "did you mean `docker`?"],
         ),
-        ("config.yaml", "container:\n  default_timeout: soon\n", "2:20", &["invalid type", "u64"]),
+        ("config.yaml", "tools:\n  default_timeout: soon\n", "2:20", &["invalid type", "u64"]),
+        (
+            "config.yaml",
+            "container:\n  default_timeout: 300\n",
+            "2:3",
+            &["unknown field `default_timeout`", "a turn's limit is agents.ROLE.timeout"],
+        ),
+        (
+            "config.yaml",
+            "channels:\n  slack:\n    workspaces: []\n",
+            "1:1",
+            &["unknown field `channels`", "baaahtd gateways add slack NAME --team ID -- --keyword WORD"],
+        ),
+        (
+            "config.yaml",
+            "orchestrator:\n  poll_intervals:\n    messages: 2000\n",
+            "3:5",
+            &["set that instead, and remove poll_intervals.messages"],
+        ),
+        ("config.yaml", "skills:\n  auto_discover: false\n", "2:3", &["skills: auto_discover: false is not offered"]),
+        (
+            "config.yaml",
+            "sessions:\n  archival:\n    archive_storage: s3\n",
+            "3:5",
+            &["sessions.archival: archive_storage `s3`: only `local` is offered"],
+        ),
         (
             "config.yaml",
             "security:\n  redact:\n    extra_patterns:\n      - {name: badge, regex: 'EMP-(\\d{6}'}\n",
@@ -199,7 +224,7 @@ fn env_overrides() {
         (&[("BAAAHT__AGENTS__ASSISTANT__MODEL", "openai/gpt-4o")], |c| {
             c.agents.settings(crate::base::auth::Role::Assistant).model.0 == "openai/gpt-4o"
         }),
-        (&[("BAAAHT__CHANNELS__WEB__PORT", "3000")], |c| c.channels.web.port == 3000),
+        (&[("BAAAHT__TOOLS__DEFAULT_TIMEOUT", "30")], |c| c.tools.default_timeout == 30),
         (&[("BAAAHT__CONTAINER__RUNTIME", "docker")], |c| c.container.runtime == RuntimeChoice::Docker),
         (&[("BAAAHT__SYSTEM__ADMIN_USERS", r#"["billm","alice"]"#)], |c| c.system.admin_users == ["billm", "alice"]),
         (&[("BAAAHT__SYSTEM__NAME", "true")], |c| c.system.name == "true"),
@@ -226,7 +251,8 @@ fn env_overrides() {
 #[test]
 fn env_override_errors_name_the_variable() {
     let cases: &[(&str, &str, &str)] = &[
-        ("BAAAHT__CHANNELS__WEB__PORT", "lots", "invalid type"),
+        ("BAAAHT__TOOLS__DEFAULT_TIMEOUT", "lots", "invalid type"),
+        ("BAAAHT__CHANNELS__WEB__PORT", "3000", "register each with `baaahtd gateways add`"),
         ("BAAAHT__SYSTEM__NMAE", "x", "did you mean `name`?"),
         ("BAAAHT__SYTEM__NAME", "x", "did you mean `system`?"),
         ("BAAAHT__SYSTEM__ADMIN_USERS", "billm", "expected a JSON array"),
@@ -284,7 +310,7 @@ fn built_in_blocked_patterns_cannot_be_removed() {
 #[test]
 fn effective_yaml_redacts_secrets_but_not_references() {
     let providers = "providers:\n  anthropic:\n    api_key: sk-ant-very-secret\n    default: true\n  openai:\n    api_key: ${OPENAI_API_KEY}\n";
-    let config = "channels:\n  web:\n    auth:\n      client_secret: hunter2\n";
+    let config = "tools:\n  web_proxy:\n    search:\n      brave_api_key: hunter2\n";
     let loaded = load_texts(&[("providers.yaml", providers), ("config.yaml", config)], &[]).expect("load");
     let shown = effective_yaml(&loaded).expect("yaml");
     assert!(!shown.contains("sk-ant-very-secret"), "{shown}");

@@ -266,14 +266,21 @@ impl Daemon {
         if admins.is_empty() {
             tracing::error!(task, "{content} (no system.admin_users to tell)");
         }
+        let channel = self.orchestrator.loaded.config.scheduler.error_handling.notify_channel;
         for admin in admins {
             let admin = Context::user(admin);
             if Some(&admin) == besides {
                 continue;
             }
-            if let Err(error) = self.inbox.push(&admin, Item::new(title, content, task, "")) {
-                tracing::error!(admin = %admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");
-            }
+            crate::work::health::tell_admin(
+                &self.inbox,
+                &self.orchestrator.events,
+                &admin,
+                channel,
+                title,
+                content,
+                task,
+            );
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::base::auth::{Context, Role};
+use crate::base::config::NotifyChannel;
 use crate::store::inbox::{Inbox, Item};
 
 static NEXT_PROBE: AtomicU64 = AtomicU64::new(1);
@@ -224,23 +225,32 @@ impl Board {
 }
 
 /// Tells the admins (`system.admin_users`) what the daemon did on its own, or what waits for
-/// them: in their inbox, and in the log for when none is configured.
+/// them: in their inbox (or on Slack, as `orchestrator.health_check.notify_channel` says), and
+/// in the log for when none is configured.
 #[derive(Debug)]
 pub struct Notifier {
     inbox: Arc<Inbox>,
     events: Arc<crate::store::events::EventBus>,
     admins: Vec<String>,
+    channel: NotifyChannel,
 }
 
 impl Notifier {
-    pub fn new(inbox: Arc<Inbox>, events: Arc<crate::store::events::EventBus>, admins: Vec<String>) -> Notifier {
-        Notifier { inbox, events, admins }
+    pub fn new(
+        inbox: Arc<Inbox>,
+        events: Arc<crate::store::events::EventBus>,
+        admins: Vec<String>,
+        channel: NotifyChannel,
+    ) -> Notifier {
+        Notifier { inbox, events, admins, channel }
     }
 
     /// What the daemon did on its own (a restart, a gateway given up on).
     pub fn notify(&self, title: &str, content: &str) {
         tracing::error!(title, content, "notice for the admins");
-        self.keep(title, content);
+        for admin in &self.admins {
+            tell_admin(&self.inbox, &self.events, &Context::user(admin), self.channel, title, content, "");
+        }
     }
 
     /// What waits for the admins (someone asking to be let in): in their inbox, and at once on
@@ -262,9 +272,66 @@ impl Notifier {
     }
 }
 
+/// Tells `admin` a notice (`title`, `content`, about `task` if any) by `channel`: on Slack while
+/// a Slack gateway follows them (it writes to the chat it last answered them in), else in their
+/// inbox, which `log` always uses (the log line is the caller's).
+pub fn tell_admin(
+    inbox: &Inbox,
+    events: &crate::store::events::EventBus,
+    admin: &Context,
+    channel: NotifyChannel,
+    title: &str,
+    content: &str,
+    task: &str,
+) {
+    use crate::store::events::{Event, Kind, Notice};
+    if channel == NotifyChannel::Slack && events.is_connected(admin, "slack") {
+        let notice = Notice {
+            task_id: task.to_string(),
+            run_id: String::new(),
+            title: title.to_string(),
+            content: content.to_string(),
+            channel: "slack".into(),
+            is_error: true,
+        };
+        events.publish(admin, Event::of_session("", Kind::Notice(notice)));
+        tracing::info!(admin = %admin, "notice for an admin sent to Slack");
+        return;
+    }
+    if let Err(error) = inbox.push(admin, Item::new(title, content, task, "")) {
+        tracing::error!(admin = %admin, error = %baaaht_proto::error_chain(&error), "cannot tell an admin");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_admin_is_told_on_slack_when_a_slack_gateway_follows_them_else_in_the_inbox() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let inbox = Inbox::new(dir.path().to_path_buf());
+        let events = crate::store::events::EventBus::default();
+        let (alice, bob) = (Context::user("alice"), Context::user("bob"));
+        let _following = events.connect(&alice, "slack");
+        let mut heard = events.subscribe();
+        for admin in [&alice, &bob] {
+            tell_admin(&inbox, &events, admin, NotifyChannel::Slack, "Gateway given up", "slack-home stopped", "");
+        }
+        let (to, event) = heard.recv().await.expect("a notice");
+        assert_eq!(to, alice);
+        match event.kind {
+            crate::store::events::Kind::Notice(notice) => {
+                assert_eq!((notice.channel.as_str(), notice.content.as_str()), ("slack", "slack-home stopped"))
+            }
+            other => panic!("not a notice: {other:?}"),
+        }
+        assert!(inbox.list(&alice, false, false).expect("inbox").is_empty(), "told on Slack, not kept twice");
+        assert_eq!(inbox.list(&bob, false, false).expect("inbox").len(), 1, "no Slack follows bob: his inbox");
+        // `log`: the inbox, whoever follows.
+        tell_admin(&inbox, &events, &alice, NotifyChannel::Log, "Restarted", "the gateway restarted", "");
+        assert_eq!(inbox.list(&alice, false, false).expect("inbox").len(), 1);
+    }
 
     #[tokio::test]
     async fn a_late_answer_is_not_taken_for_the_next_probe() {
