@@ -788,3 +788,57 @@ fn an_approval_request_is_slack_buttons_and_a_click_answers_it() {
     assert!(answered[0]["principal"].as_str().is_some_and(|p| p.starts_with("gateway:work")), "{answered:#?}");
     drop(coder);
 }
+
+#[test]
+fn with_notify_channel_slack_an_admin_is_told_of_a_restart_on_slack() {
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    // The Slack user U7 is the admin u-admin; health notices go to Slack.
+    let mut options = slack_options();
+    options.files.push(scenario::linked_identities(&[("slack:T0FAKE:U7", "u-admin", "Seven")]));
+    options.files.push((
+        "config/config.yaml".into(),
+        "system:\n  admin_users: [u-admin]\norchestrator:\n  health_check:\n    interval: 200\n    timeout: 200\n    \
+         failure_threshold: 3\n    notify_channel: slack\n"
+            .into(),
+    ));
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let logs = || format!("{}\n{}\n{:#?}", gateway.log_text(), daemon.log_text(), fake.calls());
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await, "{}", logs());
+        // The admin writes to the bot once: the gateway follows them from then on.
+        fake.push_event(dm("U7", "hello", "1760000400.000100"), "EvNC1", 0).expect("sent");
+        let answered = fake
+            .wait_for(Duration::from_secs(120), |fake| shown_in(fake, "DU7").iter().any(|text| text == "echo: hello"))
+            .await;
+        assert!(answered, "no answer\n{}", logs());
+    });
+    // Their Assistant hangs (paused): it is restarted, and they are told on Slack.
+    let filters = ["--filter", "name=^baaaht-assistant-", "--filter", "label=baaaht.context=user:u-admin"];
+    let assistant = baaaht_tests::docker(&[&["ps"][..], &filters, &["--format", "{{.Names}}"]].concat())
+        .expect("docker ps")
+        .lines()
+        .next()
+        .expect("the admin's Assistant waits")
+        .to_string();
+    baaaht_tests::docker(&["pause", &assistant]).expect("docker pause");
+    rt.block_on(async {
+        let told = fake
+            .wait_for(Duration::from_secs(60), |fake| {
+                shown_in(fake, "DU7").iter().any(|text| text.contains("assistant container restarted"))
+            })
+            .await;
+        assert!(told, "not told on Slack: {:#?}\n{}", shown_in(&fake, "DU7"), logs());
+    });
+    let told = shown_in(&fake, "DU7").into_iter().find(|text| text.contains("restarted")).unwrap_or_default();
+    assert!(told.contains(&assistant) && told.contains("failed 3 health checks in a row"), "{told}");
+    // Told there, not kept again in the inbox.
+    let inbox = rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("client");
+        let request =
+            v1::InboxRequest { context: Some(scenario::user("u-admin")), unread_only: false, mark_read: false };
+        host.sessions.list_inbox(request).await.expect("inbox").into_inner().items
+    });
+    assert!(inbox.iter().all(|item| !item.content.contains(&assistant)), "{inbox:?}");
+}
