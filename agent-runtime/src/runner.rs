@@ -56,15 +56,22 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
             // What was refused before this command is not its own.
             settings.tunnels.take_refused();
+            // A command that writes a request file (tasks/) names the request it came from.
+            let mut env = call.env.clone();
+            if !call.correlation_id.is_empty() {
+                env.insert("BAAAHT_CORRELATION_ID".into(), call.correlation_id.clone());
+            }
             let mut output =
-                tools::exec::exec(&Params(&params), mounts, limit, &call.env, &settings.proxy_env, &call.placeholders)
+                tools::exec::exec(&Params(&params), mounts, limit, &env, &settings.proxy_env, &call.placeholders)
                     .unwrap_or_else(ToolOutput::from);
             tools::exec::refused(&mut output.content, &settings.tunnels.take_refused());
             output
         }
         Some(ToolName::Message) => match &settings.messages {
-            Some(folder) => tools::message::message(&Params(&params), folder, &settings.session, mounts)
-                .unwrap_or_else(ToolOutput::from),
+            Some(folder) => {
+                tools::message::message(&Params(&params), folder, &settings.session, &call.correlation_id, mounts)
+                    .unwrap_or_else(ToolOutput::from)
+            }
             None => error("this tool container has no message folder".into()),
         },
         Some(file_tool) => tools::run(file_tool, &params, mounts),
@@ -156,6 +163,7 @@ pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResp
         "isError": response.is_error,
         "durationMs": response.duration_ms,
         "metadata": response.metadata,
+        "correlationId": call.correlation_id,
     });
     let temp = results.join(format!(".{}.tmp", call.call_id));
     let mut file = std::fs::File::create(&temp)?;

@@ -348,24 +348,32 @@ fn a_message_reaches_its_own_contexts_channels_and_no_other() {
         context: Some(v1::ContextRef { r#type: v1::ContextType::User as i32, id: id.into() }),
         ..v1::EventSubscription::default()
     };
-    let first_message = |stream: &mut tonic::Streaming<v1::OrchestratorEvent>| {
+    let first_event = |stream: &mut tonic::Streaming<v1::OrchestratorEvent>| {
         let next = rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), stream.message()).await });
-        next.ok().and_then(|event| event.expect("stream").expect("open").event).and_then(|event| match event {
+        next.ok().map(|event| event.expect("stream").expect("open"))
+    };
+    let content = |event: Option<v1::OrchestratorEvent>| {
+        event.and_then(|event| event.event).and_then(|event| match event {
             v1::orchestrator_event::Event::Message(message) => Some(message.content),
             _ => None,
         })
     };
+    let first_message = |stream: &mut tonic::Streaming<v1::OrchestratorEvent>| content(first_event(stream));
     let (mut mine, mut bobs) = rt.block_on(async {
         let mut host = client::connect(&daemon.socket(), ConnectOptions::default()).await.expect("connect");
         let mine =
             host.sessions.subscribe_events(subscribe("baaaht-self-test")).await.expect("subscribes").into_inner();
         let bobs = host.sessions.subscribe_events(subscribe("bob")).await.expect("subscribes").into_inner();
-        let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect as the worker");
+        // The call names its request (spec §18.1): the message's delivery carries it.
+        let options = ConnectOptions { correlation_id: Some("c-build-42".into()), ..worker.options() };
+        let mut agent = client::connect(&worker.socket, options).await.expect("connect as the worker");
         let queued = run(&mut agent, "message", json!({"content": "the build finished"})).await;
         assert!(queued.content.starts_with("message queued for delivery"), "{queued:?}");
         (mine, bobs)
     });
-    assert_eq!(first_message(&mut mine).as_deref(), Some("the build finished"));
+    let delivered = first_event(&mut mine).expect("the message");
+    assert_eq!(delivered.correlation_id, "c-build-42", "{delivered:?}");
+    assert_eq!(content(Some(delivered)).as_deref(), Some("the build finished"));
 
     // A file in bob's folder acts for bob, whatever it claims.
     let bob = daemon.data_dir.join("data/ipc/user-bob/tools-s-bob/messages");

@@ -18,7 +18,13 @@ pub const MAX_BYTES: usize = 64 << 10;
 
 /// Queues `params.content` (and the `files` it names, read through `mounts`) in `folder` for
 /// the daemon.
-pub fn message(params: &Params<'_>, folder: &Path, session: &str, mounts: &Mounts) -> Result<ToolOutput, ToolError> {
+pub fn message(
+    params: &Params<'_>,
+    folder: &Path,
+    session: &str,
+    correlation_id: &str,
+    mounts: &Mounts,
+) -> Result<ToolOutput, ToolError> {
     let content = params.string("content")?;
     if content.trim().is_empty() {
         return Err(ToolError::Param { name: "content", problem: "is empty".into() });
@@ -36,7 +42,13 @@ pub fn message(params: &Params<'_>, folder: &Path, session: &str, mounts: &Mount
     let io = |error: std::io::Error| ToolError::Io { path: folder.display().to_string(), message: error.to_string() };
     let names =
         if paths.is_empty() { vec![] } else { copy_files(&paths, &folder.join(format!("{id}.files")), mounts)? };
-    let record = serde_json::json!({"id": id, "content": content, "sessionId": session, "files": names});
+    let record = serde_json::json!({
+        "id": id,
+        "content": content,
+        "sessionId": session,
+        "files": names,
+        "correlationId": correlation_id,
+    });
     let temp = folder.join(format!(".{id}.tmp"));
     let mut file = std::fs::File::create(&temp).map_err(io)?;
     file.write_all(record.to_string().as_bytes()).and_then(|()| file.sync_all()).map_err(io)?;
@@ -150,12 +162,13 @@ mod tests {
         std::fs::write(workspace.join("chart.png"), b"another").expect("write");
         std::os::unix::fs::symlink("/etc/hostname", workspace.join("host")).expect("link");
         let mounts = Mounts::open(&[(workspace.clone(), true)]).expect("mounts");
-        let send = |params: Value| message(&Params(&params), &folder, "s1", &mounts);
+        let send = |params: Value| message(&Params(&params), &folder, "s1", "c-test", &mounts);
 
         let sent = send(json!({"content": "two charts", "files": ["out/chart.png", "chart.png"]})).expect("sent");
         assert!(sent.content.contains("with 2 files"), "{}", sent.content);
         let record = &queued(&folder)[0];
         assert_eq!(record["files"], json!(["chart.png", "chart-2.png"]));
+        assert_eq!(record["correlationId"], "c-test", "the request it came from (spec §18.1)");
         let id = record["id"].as_str().expect("id");
         assert_eq!(std::fs::read(folder.join(format!("{id}.files/chart.png"))).expect("copy"), b"png bytes");
         assert_eq!(std::fs::read(folder.join(format!("{id}.files/chart-2.png"))).expect("copy"), b"another");

@@ -147,6 +147,7 @@ pub(crate) fn tool_call(down: crate::work::peers::Down<crate::work::tools::Runne
             timeout_seconds: call.timeout.as_secs().min(u64::from(u32::MAX)) as u32,
             env: call.env,
             placeholders: call.placeholders,
+            correlation_id: call.correlation_id,
             ..v1::ToolCall::default()
         },
         crate::work::peers::Down::Work(RunnerWork::Tunnel(tunnel)) => match tunnel {

@@ -70,6 +70,10 @@ struct ResultFile {
     duration_ms: u64,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
+    /// The request's (spec §18.1); absent in a file written before it was kept.
+    #[serde(default)]
+    #[allow(dead_code)] // Part of the record on disk; read by people, not by the daemon.
+    correlation_id: String,
 }
 
 /// What a tool call answered: as its runner sent it, or wrote it (`results/{call_id}.json`).
@@ -117,6 +121,9 @@ struct MessageFile {
     /// Files sent with it, copied by the runner into `{id}.files/` beside it ([`crate::store::sent`]).
     #[serde(default)]
     files: Vec<String>,
+    /// The request of the call that queued it (spec §18.1): its delivery carries it.
+    #[serde(default)]
+    correlation_id: String,
 }
 
 /// What a container writes to `tasks/{id}.json` to schedule a task (spec §12.4).
@@ -137,6 +144,9 @@ pub struct TaskFile {
     pub timezone: String,
     #[serde(default)]
     pub agent: String,
+    /// The request of the command that wrote it (spec §18.1), for the log of its scheduling.
+    #[serde(default)]
+    pub correlation_id: String,
 }
 
 /// Messages one context may send per minute.
@@ -704,7 +714,7 @@ impl Ipc {
                 metadata: BTreeMap::new(),
                 attachments,
             };
-            let event = crate::store::events::Event::of_session(session, kind);
+            let event = crate::store::events::Event::of_turn(session, "", &message.correlation_id, kind);
             let channels = bus.publish(context, event);
             seen.insert(message.id.clone(), now_seconds());
             if seen.len() > KEPT_PER_CONTEXT {
@@ -716,7 +726,8 @@ impl Ipc {
             if let Err(error) = self.save(&ledger) {
                 tracing::error!(%error, "cannot record a delivered message");
             }
-            tracing::info!(context = %context, session, id = %message.id, channels, bytes = message.content.len(), "message delivered");
+            tracing::info!(context = %context, session, id = %message.id, correlation_id = %message.correlation_id, channels,
+                bytes = message.content.len(), "message delivered");
         }
         self.remove(found, "messages");
         true
@@ -829,7 +840,10 @@ mod tests {
         let lease = ipc.prepare(&alice, "s1", false).expect("prepare");
         let messages = lease.path.join("messages");
         write(&messages.join("m1.files/chart.png"), "\u{89}PNG");
-        write(&messages.join("m1.json"), r#"{"id":"m1","content":"the chart","files":["chart.png"]}"#);
+        write(
+            &messages.join("m1.json"),
+            r#"{"id":"m1","content":"the chart","files":["chart.png"],"correlationId":"c-4f2a"}"#,
+        );
         write(&messages.join("m2.json"), r#"{"id":"m2","content":"a missing file","files":["gone.pdf"]}"#);
         write(&messages.join("m3.files/x"), "x");
         std::os::unix::fs::symlink("/etc/hostname", messages.join("m3.files/host.txt")).expect("link");
@@ -838,6 +852,7 @@ mod tests {
         let mut events = bus.subscribe();
         assert_eq!(ipc.deliver_messages(&bus, &workspaces, &mut BTreeMap::new()), 1);
         let (_, event) = events.try_recv().expect("one event");
+        assert_eq!(event.correlation_id, "c-4f2a", "the delivery names the request the message came from");
         let crate::store::events::Kind::Message { content, attachments, .. } = event.kind else { panic!("a message") };
         assert_eq!(content, "the chart");
         assert_eq!(attachments.len(), 1);

@@ -191,7 +191,11 @@ pub fn schedule_requested(
         })
         .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }));
     match scheduled {
-        Ok(task) => Ok(task.id),
+        Ok(task) => {
+            tracing::info!(context = %context, task = %task.id, request = %request.id,
+                correlation_id = %request.correlation_id, "a task asked for through file IPC is scheduled");
+            Ok(task.id)
+        }
         Err(why) => {
             let content =
                 format!("An agent asked to schedule a task (request {}), and it was refused: {why}", request.id);

@@ -333,6 +333,7 @@ impl Calls {
             timeout,
             env,
             placeholders,
+            correlation_id,
         };
         let span = tracing::info_span!("tool", tool = %tool);
         let mut answer = if self.loaded.config.tools.mode == ToolMode::Cold {

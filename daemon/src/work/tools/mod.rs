@@ -106,12 +106,22 @@ pub struct Call<'a> {
     pub env: HashMap<String, String>,
     /// The session's credential placeholders, by variable name (`egress::edge`).
     pub placeholders: HashMap<String, String>,
+    /// The request's correlation id (spec §18.1).
+    pub correlation_id: &'a str,
 }
 
 impl From<Call<'_>> for ToolCall {
     fn from(call: Call<'_>) -> ToolCall {
-        let Call { call_id, tool, params_json, timeout, env, placeholders, .. } = call;
-        ToolCall { call_id, tool: tool.to_string(), params_json, timeout, env, placeholders }
+        let Call { call_id, tool, params_json, timeout, env, placeholders, correlation_id, .. } = call;
+        ToolCall {
+            call_id,
+            tool: tool.to_string(),
+            params_json,
+            timeout,
+            env,
+            placeholders,
+            correlation_id: correlation_id.to_string(),
+        }
     }
 }
 
@@ -128,6 +138,8 @@ pub struct ToolCall {
     pub env: HashMap<String, String>,
     /// The session's credential placeholders, by variable name.
     pub placeholders: HashMap<String, String>,
+    /// The request's correlation id, written into its result and message files.
+    pub correlation_id: String,
 }
 
 pub use crate::work::ipc::ToolAnswer;
