@@ -56,14 +56,14 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
             let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
             // What was refused before this command is not its own.
             settings.tunnels.take_refused();
-            // A command that writes a request file (tasks/) names the request it came from.
-            let mut env = call.env.clone();
+            // A command that writes a request file (tasks/) names the request it came from; it
+            // is the runner's own variable, as the proxy's are (a skill's `env` is not).
+            let mut own = settings.proxy_env.clone();
             if !call.correlation_id.is_empty() {
-                env.insert("BAAAHT_CORRELATION_ID".into(), call.correlation_id.clone());
+                own.push(("BAAAHT_CORRELATION_ID", call.correlation_id.clone()));
             }
-            let mut output =
-                tools::exec::exec(&Params(&params), mounts, limit, &env, &settings.proxy_env, &call.placeholders)
-                    .unwrap_or_else(ToolOutput::from);
+            let mut output = tools::exec::exec(&Params(&params), mounts, limit, &call.env, &own, &call.placeholders)
+                .unwrap_or_else(ToolOutput::from);
             tools::exec::refused(&mut output.content, &settings.tunnels.take_refused());
             output
         }
@@ -300,5 +300,28 @@ mod tests {
             assert!(answer.is_error, "{tool}: {}", answer.content);
             assert_eq!(answer.content, format!("unknown tool `{tool}`"));
         }
+    }
+
+    #[test]
+    fn a_calls_correlation_id_reaches_its_command_and_its_result_file() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (workspace, results) = (temp.path().join("workspace"), temp.path().join("results"));
+        std::fs::create_dir_all(&workspace).expect("mkdir");
+        std::fs::create_dir_all(&results).expect("mkdir");
+        let mounts = Mounts::open(&[(workspace, true)]).expect("mounts");
+        let call = v1::ToolCall {
+            call_id: "call-1".into(),
+            tool: "exec".into(),
+            params_json: r#"{"command": "echo \"$BAAAHT_CORRELATION_ID\""}"#.into(),
+            timeout_seconds: 10,
+            correlation_id: "c-77e1".into(),
+            ..v1::ToolCall::default()
+        };
+        let answer = execute(&call, &mounts, &Settings::default());
+        assert!(answer.content.contains("c-77e1"), "{}", answer.content);
+        write_result(&results, &call, &answer).expect("written");
+        let written: Value =
+            serde_json::from_slice(&std::fs::read(results.join("call-1.json")).expect("read")).expect("JSON");
+        assert_eq!(written["correlationId"], "c-77e1", "{written}");
     }
 }
