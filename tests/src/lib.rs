@@ -41,6 +41,11 @@ impl Running {
     pub fn id(&self) -> u32 {
         self.child.id()
     }
+
+    /// Whether it has exited (e.g. it could not bind its port).
+    pub fn has_exited(&mut self) -> bool {
+        self.child.try_wait().is_ok_and(|status| status.is_some())
+    }
 }
 
 impl Drop for Running {

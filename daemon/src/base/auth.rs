@@ -133,6 +133,14 @@ pub fn is_valid_context_id(id: &str) -> bool {
         && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
+/// A correlation id taken from a caller or a container's file: short, printable, no separators
+/// that could forge a log line's structure.
+pub fn is_valid_correlation_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+}
+
 /// What a container is, fixed when its socket is created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerIdentity {
@@ -897,6 +905,11 @@ mod tests {
         let long = "x".repeat(129);
         for bad in ["", ".", "..", "a/b", "../x", "a b", "a\0b", "é", long.as_str()] {
             assert!(!is_valid_context_id(bad), "{bad:?}");
+        }
+        // A correlation id a container writes into a file: an id's shape, or dropped.
+        assert!(is_valid_correlation_id("turn-1234:c.5_x"));
+        for forged in ["", "a\nlevel=ERROR", "a b", "\"}", long.as_str()] {
+            assert!(!is_valid_correlation_id(forged), "{forged:?}");
         }
     }
 

@@ -171,10 +171,7 @@ fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
 /// log structure.
 fn acceptable_correlation_id(value: &HeaderValue) -> Option<String> {
     let text = value.to_str().ok()?;
-    let ok = !text.is_empty()
-        && text.len() <= 128
-        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-    ok.then(|| text.to_string())
+    crate::base::auth::is_valid_correlation_id(text).then(|| text.to_string())
 }
 
 #[derive(Debug, Clone)]

@@ -668,7 +668,7 @@ impl Ipc {
         bus: &crate::store::events::EventBus,
         workspaces: &crate::sandbox::workspace::Workspaces,
     ) -> bool {
-        let Some(message) = self.read_request::<MessageFile>(found, "messages", "message", |m| &m.id) else {
+        let Some(mut message) = self.read_request::<MessageFile>(found, "messages", "message", |m| &m.id) else {
             return false;
         };
         if message.target_context.as_deref().is_some_and(|target| target != context.to_string()) {
@@ -714,6 +714,10 @@ impl Ipc {
                 metadata: BTreeMap::new(),
                 attachments,
             };
+            // Written by the container: taken only in an id's shape.
+            if !crate::base::auth::is_valid_correlation_id(&message.correlation_id) {
+                message.correlation_id.clear();
+            }
             let event = crate::store::events::Event::of_turn(session, "", &message.correlation_id, kind);
             let channels = bus.publish(context, event);
             seen.insert(message.id.clone(), now_seconds());

@@ -192,8 +192,12 @@ pub fn schedule_requested(
         .and_then(|task| scheduler.add(TaskRecord { id: id.clone(), ..task }));
     match scheduled {
         Ok(task) => {
-            tracing::info!(context = %context, task = %task.id, request = %request.id,
-                correlation_id = %request.correlation_id, "a task asked for through file IPC is scheduled");
+            // Written by the container: taken only in an id's shape.
+            let correlation_id = Some(request.correlation_id.as_str())
+                .filter(|id| crate::base::auth::is_valid_correlation_id(id))
+                .unwrap_or_default();
+            tracing::info!(context = %context, task = %task.id, request = %request.id, correlation_id,
+                "a task asked for through file IPC is scheduled");
             Ok(task.id)
         }
         Err(why) => {
