@@ -331,3 +331,114 @@ fn a_task_an_agent_schedules_can_do_no_more_than_the_agent() {
     });
     drop(worker);
 }
+
+/// The Assistant, asked to resume a task, lists the tasks, resumes the paused one it finds
+/// and says what the daemon said; anything else it echoes.
+fn resuming_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        if !scenario::last_user_text(&asked).contains("resume") {
+            return anthropic_answer(&format!("echo: {}", scenario::last_user_text(&asked)), &[]);
+        }
+        match asked.turn_results.as_slice() {
+            [] => anthropic_answer("", &[("toolu_list_1", "list_tasks", json!({}))]),
+            [listed] => {
+                let paused = listed.lines().find(|line| line.contains(" paused]")).unwrap_or_default();
+                let id = paused.trim_start_matches("- ").split(' ').next().unwrap_or_default();
+                anthropic_answer("", &[("toolu_resume_1", "resume_task", json!({"id": id}))])
+            }
+            [.., done] => anthropic_answer(&format!("Done: {done}"), &[]),
+        }
+    })))
+}
+
+#[test]
+fn a_task_paused_in_the_web_settings_is_resumed_by_asking_on_slack() {
+    use baaaht_tests::fake_slack::{gateway_for, slack_options, FakeSlack};
+    use baaaht_tests::web::{self, click, screenshot, site_and_provider, text_of, until};
+    use fantoccini::Locator;
+
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
+    let slack = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    // Alice signs in on the web and writes on Slack: one person, one context.
+    let web_alice = format!("web:{}#alice", provider.issuer);
+    let identities =
+        scenario::linked_identities(&[(&web_alice, "alice", "Alice"), ("slack:T0FAKE:U7", "alice", "Alice")]);
+    let (_fake, daemon) = web::daemon_for(&rt, &provider, resuming_brain(), slack_options().env, vec![identities]);
+    let (site_gateway, driver) = web::site_for(&rt, dir.path(), &daemon, &provider, web_port);
+    let slack_gateway = gateway_for(&rt, &daemon, &slack);
+    let logs = || format!("{}\n{}\n{}", site_gateway.log_text(), slack_gateway.log_text(), daemon.log_text());
+    rt.block_on(async {
+        let mut host = scenario::host_client(&daemon).await.expect("host");
+        let task = v1::TaskDefinition {
+            user_id: "alice".into(),
+            schedule: Some(v1::TaskSchedule { kind: Some(v1::task_schedule::Kind::Cron("0 9 * * *".into())) }),
+            prompt: "Check the build and tell me if it is red.".into(),
+            description: "Morning build check".into(),
+            ..v1::TaskDefinition::default()
+        };
+        let id = host.tasks.schedule_task(task).await.expect("scheduled").into_inner().task.expect("task").id;
+        let status = |host: &mut baaaht_proto::client::Client| {
+            let mut host = host.clone();
+            let id = id.clone();
+            async move { host.tasks.get_task(v1::TaskId { id }).await.expect("task").into_inner().status }
+        };
+
+        // The web settings list it with its next run, and pause it.
+        let alice = driver.browser(1280).await.expect("browser");
+        web::sign_in(&alice, &site, "alice").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+        click(&alice, "#settings-open").await;
+        let row = format!("#task-list .task[data-id='{id}']");
+        let listed = until(Duration::from_secs(20), || async {
+            text_of(&alice, "#task-list").await.contains("Morning build check")
+        })
+        .await;
+        assert!(listed, "{}\n{}", text_of(&alice, "#settings").await, logs());
+        let shown = text_of(&alice, &row).await;
+        assert!(shown.contains("yours · cron 0 9 * * * · active · next "), "{shown}");
+        screenshot(&alice, dir.path(), "tasks-in-settings").await;
+        click(&alice, &format!("{row} button[data-action=pause]")).await;
+        let paused = until(Duration::from_secs(20), || async {
+            alice.find(Locator::Css(&format!("{row}[data-status=paused] button[data-action=resume]"))).await.is_ok()
+        })
+        .await;
+        assert!(paused, "{}\n{}", text_of(&alice, "#settings").await, logs());
+        assert!(text_of(&alice, "#settings-status").await.contains(&format!("task {id} paused")));
+        assert_eq!(status(&mut host).await, "paused");
+
+        // On Slack she asks the assistant to resume it: it does, and says when it runs next.
+        assert!(slack.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await, "{}", logs());
+        let dm = json!({"type": "message", "channel": "DU7", "channel_type": "im", "user": "U7",
+            "text": "please resume my build check", "ts": "1760000400.000100"});
+        slack.push_event(dm, "EvTask1", 0).expect("sent");
+        let said = || {
+            slack
+                .calls()
+                .into_iter()
+                .filter(|call| matches!(call.method.as_str(), "chat.postMessage" | "chat.update"))
+                .filter(|call| call.params["channel"] == "DU7")
+                .filter_map(|call| call.params["text"].as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+        };
+        let resumed = slack
+            .wait_for(Duration::from_secs(120), |_| {
+                said().iter().any(|text| text.contains(&format!("task {id} resumed")))
+            })
+            .await;
+        assert!(resumed, "{:#?}\n{}", said(), logs());
+        assert!(said().iter().any(|text| text.contains("next run")), "{:#?}", said());
+        assert_eq!(status(&mut host).await, "active");
+
+        // The settings show it running again.
+        click(&alice, "#settings-close").await;
+        click(&alice, "#settings-open").await;
+        let active = until(Duration::from_secs(20), || async {
+            alice.find(Locator::Css(&format!("{row}[data-status=active] button[data-action=pause]"))).await.is_ok()
+        })
+        .await;
+        assert!(active, "{}", text_of(&alice, "#task-list").await);
+        screenshot(&alice, dir.path(), "tasks-resumed").await;
+    });
+}

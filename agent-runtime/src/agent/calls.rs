@@ -1,5 +1,5 @@
 //! The calls of an agent's tools, all through the daemon: their definitions as the model sees
-//! them, `delegate` (DelegateToAgent), `read_skill`, the task and memory tools, and every
+//! them, `delegate` (DelegateToAgent), `read_skill`, the memory tools (the task tools are in `tasks`), and every
 //! other tool (RequestToolExecution, run in the session's tool container).
 
 use baaaht_proto::client::Client;
@@ -89,125 +89,6 @@ pub(super) fn read_skill_definition() -> crate::tools::Definition {
     }
 }
 
-/// The task tools (spec §15.4): the user's reminders and recurring jobs, answered by the
-/// daemon for this container's own context.
-pub(super) fn task_definitions() -> Vec<crate::tools::Definition> {
-    vec![
-        crate::tools::Definition {
-            name: "schedule_task",
-            description: "Schedule something to be done later or again and again (\"remind me every Monday at 9\",                           \"tomorrow at 8am check the build\"). Give exactly one of cron, interval_seconds or once.                           Times are the user's local time unless once carries another offset. The answer lists the                           next runs: tell the user when it will happen.",
-            parameters: json!({"type": "object", "required": ["prompt"], "additionalProperties": false, "properties": {
-                "prompt": {"type": "string", "description": "what the agent should do when it runs, in full sentences"},
-                "description": {"type": "string", "description": "a short name for the task, e.g. 'Monday PR summary'"},
-                "cron": {"type": "string", "description": "5 fields: minute hour day-of-month month day-of-week, e.g. '0 9 * * 1' for Mondays at 09:00"},
-                "interval_seconds": {"type": "integer", "minimum": 60},
-                "once": {"type": "string", "description": "RFC 3339 time with its UTC offset, e.g. 2026-03-01T08:00:00+01:00"},
-                "timezone": {"type": "string", "description": "IANA zone if not the user's, e.g. Europe/Berlin"},
-                "agent": {"type": "string", "enum": ["worker", "researcher", "coder"], "description": "who does it (default worker)"},
-            }}),
-        },
-        crate::tools::Definition {
-            name: "list_tasks",
-            description: "List the user's scheduled tasks and heartbeats, with their next runs.",
-            parameters: json!({"type": "object", "additionalProperties": false, "properties": {}}),
-        },
-        crate::tools::Definition {
-            name: "cancel_task",
-            description: "Cancel one of the user's scheduled tasks by its id (from list_tasks).",
-            parameters: json!({"type": "object", "required": ["id"], "additionalProperties": false, "properties": {
-                "id": {"type": "string"},
-            }}),
-        },
-    ]
-}
-
-/// A task tool, answered by the daemon for this container's own context.
-async fn task_tool(mut client: Client, tool: &str, params: &Value, hop: Hop<'_>) -> (String, bool) {
-    let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().trim().to_string();
-    match tool {
-        "schedule_task" => {
-            use v1::task_schedule::Kind;
-            let mut kinds = vec![];
-            if !text("cron").is_empty() {
-                kinds.push(Kind::Cron(text("cron")));
-            }
-            if let Some(every) = params.get("interval_seconds").and_then(Value::as_u64) {
-                kinds.push(Kind::IntervalSeconds(every));
-            }
-            if !text("once").is_empty() {
-                kinds.push(Kind::Once(text("once")));
-            }
-            if kinds.len() != 1 {
-                return ("give exactly one of cron, interval_seconds or once".into(), true);
-            }
-            let request = v1::TaskDefinition {
-                r#type: "scheduled".into(),
-                schedule: Some(v1::TaskSchedule { kind: kinds.pop() }),
-                agent: text("agent"),
-                prompt: text("prompt"),
-                description: text("description"),
-                timezone: text("timezone"),
-                ..v1::TaskDefinition::default()
-            };
-            match client.tasks.schedule_task(with_correlation(request, hop)).await {
-                Ok(scheduled) => {
-                    let scheduled = scheduled.into_inner();
-                    let task = scheduled.task.unwrap_or_default();
-                    (
-                        format!(
-                            "Scheduled task {} (\"{}\"). Next runs: {}.",
-                            task.id,
-                            task.description,
-                            scheduled.next_runs.join(", ")
-                        ),
-                        false,
-                    )
-                }
-                Err(status) => (format!("the task was not scheduled: {}", status.message()), true),
-            }
-        }
-        "list_tasks" => {
-            let request = v1::TaskFilter { count: 3, ..v1::TaskFilter::default() };
-            let listed = client.tasks.list_tasks(with_correlation(request.clone(), hop)).await;
-            let next = client.tasks.get_next_runs(with_correlation(request, hop)).await;
-            match (listed, next) {
-                (Ok(listed), Ok(next)) => {
-                    let next = next.into_inner().runs;
-                    let lines: Vec<String> = listed
-                        .into_inner()
-                        .tasks
-                        .iter()
-                        .map(|task| {
-                            let runs = next.iter().find(|run| run.task_id == task.id).map(|run| run.runs.join(", "));
-                            format!(
-                                "- {} [{} {}] \"{}\" next: {}",
-                                task.id,
-                                task.r#type,
-                                task.status,
-                                task.description,
-                                runs.filter(|runs| !runs.is_empty()).unwrap_or_else(|| "none".into())
-                            )
-                        })
-                        .collect();
-                    if lines.is_empty() {
-                        ("No tasks.".into(), false)
-                    } else {
-                        (lines.join("\n"), false)
-                    }
-                }
-                (Err(status), _) | (_, Err(status)) => (format!("cannot list the tasks: {}", status.message()), true),
-            }
-        }
-        _ => {
-            let request = v1::TaskId { id: text("id") };
-            match client.tasks.cancel_task(with_correlation(request, hop)).await {
-                Ok(ack) => (ack.into_inner().message, false),
-                Err(status) => (format!("the task was not cancelled: {}", status.message()), true),
-            }
-        }
-    }
-}
-
 /// A tool call id the daemon accepts as a result file name, unique to this turn.
 fn call_id(turn: &str, id: &str) -> String {
     let clean: String =
@@ -291,8 +172,8 @@ pub(super) async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTur
             Err(status) => (format!("read_skill failed: {}", status.message()), true),
         };
     }
-    if matches!(call.name.as_str(), "schedule_task" | "list_tasks" | "cancel_task") {
-        return task_tool(client, &call.name, &params, Hop::from(turn)).await;
+    if super::tasks::is_task_tool(&call.name) {
+        return super::tasks::call(client, &call.name, &params, Hop::from(turn)).await;
     }
     if call.name.starts_with("memory_") || call.name == "session_search" {
         return memory(client, &call.name, &params, Hop::from(turn)).await;

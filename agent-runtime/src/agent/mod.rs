@@ -14,7 +14,9 @@ use baaaht_proto::v1;
 use tokio::sync::mpsc;
 
 mod calls;
-use calls::{delegate, delegate_definition, execute, memory_definitions, read_skill_definition, task_definitions};
+mod tasks;
+use calls::{delegate, delegate_definition, execute, memory_definitions, read_skill_definition};
+use tasks::task_definitions;
 
 /// Why a model call gave no answer.
 #[derive(Debug)]

@@ -337,6 +337,7 @@ pub enum Operation {
     PauseTask,
     ResumeTask,
     CancelTask,
+    UpdateTask,
     GetNextRuns,
     ListTaskRuns,
     ListInbox,
@@ -492,6 +493,7 @@ impl Operation {
             Operation::PauseTask => "PauseTask",
             Operation::ResumeTask => "ResumeTask",
             Operation::CancelTask => "CancelTask",
+            Operation::UpdateTask => "UpdateTask",
             Operation::GetNextRuns => "GetNextRuns",
             Operation::ListTaskRuns => "ListTaskRuns",
             Operation::ListInbox => "ListInbox",
@@ -586,6 +588,7 @@ impl Operation {
                 | Operation::PauseTask
                 | Operation::ResumeTask
                 | Operation::CancelTask
+                | Operation::UpdateTask
                 | Operation::GetNextRuns
                 | Operation::ListTaskRuns
         )

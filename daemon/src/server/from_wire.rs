@@ -138,16 +138,9 @@ pub(crate) fn mcp_up(up: v1::McpUp) -> crate::work::mcp::relay::Up {
 
 /// The domain's form of a ScheduleTask request (checked by the scheduler).
 pub(crate) fn task_request(definition: v1::TaskDefinition) -> crate::drive::scheduler::TaskRequest {
-    use crate::drive::scheduler::{Every, TaskRequest};
-    let kind = definition.schedule.and_then(|schedule| schedule.kind).map(|kind| match kind {
-        v1::task_schedule::Kind::Cron(cron) => Every::Cron(cron),
-        v1::task_schedule::Kind::IntervalSeconds(seconds) => Every::Seconds(seconds),
-        v1::task_schedule::Kind::Once(at) => Every::Once(at),
-        v1::task_schedule::Kind::Cadence(cadence) => Every::Cadence(cadence),
-    });
-    TaskRequest {
+    crate::drive::scheduler::TaskRequest {
         r#type: definition.r#type,
-        schedule: kind,
+        schedule: every(definition.schedule),
         agent: definition.agent,
         prompt: definition.prompt,
         description: definition.description,
@@ -159,6 +152,27 @@ pub(crate) fn task_request(definition: v1::TaskDefinition) -> crate::drive::sche
         concurrency: definition.concurrency,
         retry_interrupted: definition.retry_interrupted,
         timeout_seconds: definition.timeout_seconds,
+    }
+}
+
+/// When a task runs, as the wire says it (none: not said).
+fn every(schedule: Option<v1::TaskSchedule>) -> Option<crate::drive::scheduler::Every> {
+    use crate::drive::scheduler::Every;
+    schedule.and_then(|schedule| schedule.kind).map(|kind| match kind {
+        v1::task_schedule::Kind::Cron(cron) => Every::Cron(cron),
+        v1::task_schedule::Kind::IntervalSeconds(seconds) => Every::Seconds(seconds),
+        v1::task_schedule::Kind::Once(at) => Every::Once(at),
+        v1::task_schedule::Kind::Cadence(cadence) => Every::Cadence(cadence),
+    })
+}
+
+/// A change to a task as asked for.
+pub(crate) fn task_change(change: v1::TaskChange) -> crate::drive::scheduler::TaskChange {
+    crate::drive::scheduler::TaskChange {
+        prompt: change.prompt,
+        description: change.description,
+        schedule: every(change.schedule),
+        timezone: change.timezone,
     }
 }
 

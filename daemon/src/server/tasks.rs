@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::base::auth::ContextKind;
-use crate::drive::scheduler::{agent_may_schedule, AgentScheduling};
+use crate::drive::scheduler::{agent_may_schedule, changed_task, AgentScheduling};
 use crate::drive::scheduler::{Filter, SchedulerError, TaskKind, TaskRecord, TaskStatus};
 
 /// The `Tasks` service.
@@ -32,6 +32,7 @@ fn status_of(error: SchedulerError) -> Status {
         SchedulerError::NotFound(_) => Status::not_found(error.to_string()),
         SchedulerError::TooMany(_) => Status::resource_exhausted(error.to_string()),
         SchedulerError::Over { .. }
+        | SchedulerError::Finished { .. }
         | SchedulerError::RanAlready { .. }
         | SchedulerError::Unreadable { .. }
         | SchedulerError::NoSlot { .. } => Status::failed_precondition(error.to_string()),
@@ -63,6 +64,37 @@ impl TasksService {
             )));
         }
         Ok(task)
+    }
+
+    /// Whether the caller, if an agent, may have `task` run: not from a turn that read
+    /// untrusted content, and no task that could do more than itself.
+    fn agent_may_schedule(
+        &self,
+        task: &TaskRecord,
+        caller: &Caller,
+        live: Option<&crate::base::auth::Live>,
+    ) -> Result<(), Status> {
+        let Caller::Container(identity) = caller else { return Ok(()) };
+        let (taints, audit) = (&self.shared.taints, &self.shared.audit);
+        agent_may_schedule(task, identity, live, taints, audit, caller).map_err(|error| match error {
+            AgentScheduling::Refused(why) => Status::permission_denied(why),
+            AgentScheduling::Beyond(why) => Status::permission_denied(why.to_string()),
+            AgentScheduling::Invalid(why) => Status::invalid_argument(why.to_string()),
+        })
+    }
+
+    /// `task` as the caller sees it scheduled, with its next five runs.
+    fn scheduled(&self, task: &TaskRecord) -> Result<Response<v1::ScheduledTask>, Status> {
+        let zone = self.zone_of(task);
+        let next_runs = self
+            .shared
+            .scheduler
+            .upcoming(&task.id, 5)
+            .map_err(status_of)?
+            .into_iter()
+            .map(|at| crate::server::to_wire::local_time(at, &zone))
+            .collect();
+        Ok(Response::new(v1::ScheduledTask { task: Some(self.definition(task)), next_runs }))
     }
 
     /// The filter a list request stands for: the context it names (or the caller's own, for
@@ -121,27 +153,20 @@ impl v1::tasks_server::Tasks for TasksService {
             now,
         )
         .map_err(|error| Status::invalid_argument(error.to_string()))?;
-        if let Caller::Container(identity) = &caller {
-            let (taints, audit) = (&self.shared.taints, &self.shared.audit);
-            agent_may_schedule(&task, identity, live.as_ref(), taints, audit, &caller).map_err(
-                |error| match error {
-                    AgentScheduling::Refused(why) => Status::permission_denied(why),
-                    AgentScheduling::Beyond(why) => Status::permission_denied(why.to_string()),
-                    AgentScheduling::Invalid(why) => Status::invalid_argument(why.to_string()),
-                },
-            )?;
-        }
+        self.agent_may_schedule(&task, &caller, live.as_ref())?;
         let task = self.shared.scheduler.add(task).map_err(status_of)?;
-        let zone = self.zone_of(&task);
-        let next_runs = self
-            .shared
-            .scheduler
-            .upcoming(&task.id, 5)
-            .map_err(status_of)?
-            .into_iter()
-            .map(|at| crate::server::to_wire::local_time(at, &zone))
-            .collect();
-        Ok(Response::new(v1::ScheduledTask { task: Some(self.definition(&task)), next_runs }))
+        self.scheduled(&task)
+    }
+
+    async fn update_task(&self, request: Request<v1::TaskChange>) -> Result<Response<v1::ScheduledTask>, Status> {
+        let task = self.authorized(&request, Operation::UpdateTask, &request.get_ref().id)?;
+        let (caller, live) = (caller(&request)?, super::live_turn(&request));
+        let change = crate::server::from_wire::task_change(request.into_inner());
+        let changed = changed_task(&task, change, self.shared.scheduler.now()).map_err(status_of)?;
+        // A changed prompt is a new order: an agent changes only what it could schedule.
+        self.agent_may_schedule(&changed, &caller, live.as_ref())?;
+        let task = self.shared.scheduler.update(changed).map_err(status_of)?;
+        self.scheduled(&task)
     }
 
     async fn list_tasks(&self, request: Request<v1::TaskFilter>) -> Result<Response<v1::TaskList>, Status> {

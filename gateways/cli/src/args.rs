@@ -237,7 +237,8 @@ pub enum TasksCommand {
         /// session, isolated or silent
         #[arg(long, default_value = "isolated", value_parser = ["session", "isolated", "silent"])]
         mode: String,
-        /// Where results go: tui, web, slack, slack/dm, slack/CHANNEL, none [default: preferred]
+        /// Where results go: tui, web, slack, slack/dm, slack/CHANNEL, telegram, matrix, email, none
+        /// [default: preferred]
         #[arg(long, default_value = "")]
         channel: String,
         /// once, skip, or "within: 2h": what runs for slots missed while baaahtd was down
@@ -249,6 +250,28 @@ pub enum TasksCommand {
         /// Run again, once, a run a crash interrupted
         #[arg(long)]
         retry_interrupted: bool,
+    },
+    /// Change a scheduled task in place: what it does, its name, or when it runs
+    Change {
+        id: String,
+        /// What the agent should do when it runs
+        #[arg(long)]
+        prompt: Option<String>,
+        /// A short name for it in lists and notices
+        #[arg(long)]
+        description: Option<String>,
+        /// 5-field cron, e.g. "0 9 * * 1"
+        #[arg(long, conflicts_with_all = ["every", "at"])]
+        cron: Option<String>,
+        /// Seconds between runs (at least 60)
+        #[arg(long, value_name = "SECONDS", conflicts_with = "at")]
+        every: Option<u64>,
+        /// Once, at this RFC 3339 time with its offset
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+        /// IANA time zone ("" for system.timezone)
+        #[arg(long)]
+        timezone: Option<String>,
     },
     Pause {
         id: String,

@@ -3,7 +3,7 @@
 //! kept server-side ([`store`]); [`app`] is what the routes share and who calls them, [`routes`]
 //! the site's routes, [`api`] the page's JSON API, [`assets`] the UI's files; [`events`] keeps what each user's browser follows; [`export`] writes a
 //! conversation as a file; [`artifacts`] serves the HTML and SVG in answers; [`home`] has the first screen's suggestions
-//! and the model picker's choices.
+//! and the model picker's choices; [`tasks`] the settings' list of scheduled tasks.
 
 pub mod api;
 pub mod app;
@@ -17,3 +17,4 @@ pub mod oidc;
 pub mod routes;
 pub mod search;
 pub mod store;
+pub mod tasks;

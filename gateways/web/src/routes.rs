@@ -48,6 +48,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/memory", get(api::memories))
         .route("/api/memory/{key}/forget", post(api::forget_memory))
         .route("/api/settings", post(api::settings))
+        .route("/api/tasks", get(crate::tasks::list))
+        .route("/api/tasks/{id}/{action}", post(crate::tasks::act))
         .route("/api/home", get(crate::home::home))
         .route("/api/models", get(crate::home::models))
         .route("/api/search", get(crate::search::search))

@@ -1,6 +1,6 @@
 // Settings: the name others see and where scheduled results go are kept by the daemon; the
 // theme by this browser, applied as it is chosen. Memory written from untrusted content waits
-// here for the user to confirm or drop it.
+// here for the user to confirm or drop it; scheduled tasks are paused, resumed or cancelled.
 
 import { $, api, announce, state } from "./state.js";
 import { avatar, visible } from "./text.js";
@@ -23,6 +23,7 @@ $("settings-open").addEventListener("click", () => {
   $("settings").showModal();
   showMemoryReview();
   showMemories();
+  showTasks();
 });
 
 // A list of memory entries read from `url`: each its key, then what `parts` makes of it (its
@@ -87,6 +88,66 @@ const showMemoryReview = () =>
     }
     return [from, text(entry), buttons];
   });
+
+// A time the daemon gave (RFC 3339) as this browser says it; "" when there is none.
+const when = (at) => (at ? new Date(at).toLocaleString([], { dateStyle: "medium", timeStyle: "short" }) : "");
+
+// The user's scheduled tasks and their rooms': when each runs next, how it last went, and
+// what can be done with it. An action's sentence is announced and the list read again.
+async function showTasks() {
+  const list = $("task-list");
+  list.replaceChildren();
+  let tasks;
+  try {
+    tasks = (await api("/api/tasks")).tasks;
+  } catch (error) {
+    list.append(Object.assign(document.createElement("li"), { textContent: error.message }));
+    return;
+  }
+  if (!tasks.length) {
+    list.append(Object.assign(document.createElement("li"), { className: "hint", textContent: "No scheduled tasks." }));
+    return;
+  }
+  for (const task of tasks) {
+    const item = document.createElement("li");
+    item.className = "task";
+    item.dataset.id = task.id;
+    item.dataset.status = task.status;
+    const facts = [task.owner === "you" ? "yours" : `room ${task.owner}`, task.schedule, task.status];
+    if (task.status === "active" && task.next_run) facts.push(`next ${when(task.next_run)}`);
+    if (task.last) facts.push(`last ${task.last.outcome || "running"}${task.last.ended ? ` ${when(task.last.ended)}` : ""}`);
+    const buttons = document.createElement("div");
+    buttons.className = "buttons";
+    const actions = task.status === "paused" ? [["resume", "Resume"]] : task.status === "active" ? [["pause", "Pause"]] : [];
+    if (task.kind === "scheduled") actions.push(["cancel", "Cancel"]);
+    for (const [action, label] of actions) {
+      const button = Object.assign(document.createElement("button"), { type: "button", textContent: label });
+      if (action === "cancel") button.className = "danger";
+      button.dataset.action = action;
+      button.setAttribute("aria-label", `${label} ${visible(task.name)}`);
+      button.addEventListener("click", async () => {
+        try {
+          const done = await api(`/api/tasks/${encodeURIComponent(task.id)}/${action}`, { method: "POST", body: {} });
+          announce(done.message);
+          $("settings-status").textContent = done.message;
+          showTasks();
+        } catch (error) {
+          $("settings-status").textContent = error.message;
+        }
+      });
+      buttons.append(button);
+    }
+    item.append(
+      Object.assign(document.createElement("strong"), { textContent: visible(task.name) }),
+      Object.assign(document.createElement("p"), { className: "hint", textContent: visible(facts.filter(Boolean).join(" · ")) }),
+    );
+    if (task.last?.error) {
+      item.append(Object.assign(document.createElement("p"), { className: "hint", textContent: visible(task.last.error) }));
+    }
+    item.append(buttons);
+    list.append(item);
+  }
+}
 
 $("settings-close").addEventListener("click", () => $("settings").close());
 $("theme").addEventListener("change", () => {

@@ -17,6 +17,8 @@ pub enum SchedulerError {
     TooMany(String),
     #[error("task {id}: it is {status} and will not run again; nothing to pause")]
     Over { id: String, status: String },
+    #[error("task {id}: it is {status} and will not run again; schedule a new task instead of changing it")]
+    Finished { id: String, status: String },
     #[error("task {id}: it ran already and has no slot to come")]
     RanAlready { id: String },
     #[error("task {id}: its schedule does not read; schedule it again")]
@@ -49,8 +51,8 @@ pub enum SchedulerError {
     #[error("context_mode: `{0}` is not session, isolated or silent")]
     ContextMode(String),
     #[error(
-        "notification.channel: `{0}` is not a channel; use tui, web, slack, slack/dm, slack/CHANNEL or none (empty: \
-         the user's preferred channel)"
+        "notification.channel: `{0}` is not a channel; use tui, web, slack, slack/dm, slack/CHANNEL, telegram, matrix, \
+         email or none (empty: the user's preferred channel)"
     )]
     Channel(String),
     #[error("concurrency: `{0}` is not forbid or allow")]

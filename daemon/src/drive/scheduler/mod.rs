@@ -36,7 +36,9 @@ use crate::base::lifetime::{Subsystem, Work};
 use crate::base::state::{self, StateError};
 pub use error::SchedulerError;
 pub use ledger::{Outcome, RunEvent, RunRecord, RunRow};
-pub use request::{agent_may_schedule, new_task, schedule_requested, AgentScheduling, Every, TaskRequest};
+pub use request::{
+    agent_may_schedule, changed_task, new_task, schedule_requested, AgentScheduling, Every, TaskChange, TaskRequest,
+};
 use schedule::{Schedule, ScheduleError, ScheduleSpec};
 
 const SCHEDULER_FILE: &str = "scheduler.json";
@@ -671,20 +673,8 @@ impl Scheduler {
     pub fn add(&self, mut record: TaskRecord) -> Result<TaskRecord, SchedulerError> {
         record.prompt = self.cleaned(std::mem::take(&mut record.prompt));
         record.description = self.cleaned(std::mem::take(&mut record.description));
-        let schedule = Schedule::new(&record.schedule, self.zone_of(&record)?)?;
         let now = self.now();
-        if let Some(once) = record.schedule.once {
-            if once <= now {
-                return Err(ScheduleError::Once(format!(
-                    "{once} is in the past (it is {} now); give a time to come, with its offset",
-                    now.strftime("%Y-%m-%dT%H:%M:%SZ")
-                ))
-                .into());
-            }
-        }
-        let next_run = schedule.next_after(now).ok_or_else(|| {
-            SchedulerError::Invalid("schedule: it has no time to come; nothing would ever run".into())
-        })?;
+        let (schedule, next_run) = self.to_come(&record, now)?;
         if record.id.is_empty() {
             record.id = new_id(match record.kind {
                 TaskKind::Heartbeat => "hb-",
@@ -719,6 +709,47 @@ impl Scheduler {
         }
         tracing::info!(task = %record.id, kind = ?record.kind, next_run = %next_run, "task scheduled");
         self.wake.notify_one();
+        Ok(record)
+    }
+
+    /// `record`'s schedule read in its zone, and its first run after `now`; a schedule with no
+    /// time to come is refused.
+    fn to_come(&self, record: &TaskRecord, now: Timestamp) -> Result<(Schedule, Timestamp), SchedulerError> {
+        let schedule = Schedule::new(&record.schedule, self.zone_of(record)?)?;
+        if let Some(once) = record.schedule.once {
+            if once <= now {
+                return Err(ScheduleError::Once(format!(
+                    "{once} is in the past (it is {} now); give a time to come, with its offset",
+                    now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                ))
+                .into());
+            }
+        }
+        let next_run = schedule.next_after(now).ok_or_else(|| {
+            SchedulerError::Invalid("schedule: it has no time to come; nothing would ever run".into())
+        })?;
+        Ok((schedule, next_run))
+    }
+
+    /// Stores `changed` (from [`request::changed_task`]) over its task: its prompt, description,
+    /// time zone and schedule; its id, status and runs stay. A paused task stays paused.
+    pub fn update(&self, changed: TaskRecord) -> Result<TaskRecord, SchedulerError> {
+        let now = self.now();
+        let (schedule, next_run) = self.to_come(&changed, now)?;
+        let (prompt, description) = (self.cleaned(changed.prompt), self.cleaned(changed.description));
+        let record = self.change(&changed.id, |entry, _| {
+            if entry.record.kind != TaskKind::Scheduled {
+                return Err(SchedulerError::Invalid(format!("task {}: only scheduled tasks change", changed.id)));
+            }
+            entry.record.prompt = prompt;
+            entry.record.description = description;
+            entry.record.timezone = changed.timezone;
+            entry.record.schedule = changed.schedule;
+            entry.record.next_run = Some(next_run);
+            entry.schedule = Some(schedule);
+            Ok(())
+        })?;
+        tracing::info!(task = %record.id, next_run = %next_run, "task changed");
         Ok(record)
     }
 

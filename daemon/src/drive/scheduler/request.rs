@@ -56,42 +56,13 @@ pub fn new_task(
         "system" => return Err(SchedulerError::SystemType),
         other => return Err(SchedulerError::Type(other.to_string())),
     }
-    let prompt = definition.prompt.trim().to_string();
-    if prompt.is_empty() {
-        return Err(SchedulerError::NoPrompt);
-    }
-    if prompt.len() > MOST_PROMPT {
-        return Err(SchedulerError::LongPrompt(prompt.len()));
-    }
-    let timezone = definition.timezone.trim().to_string();
-    if !timezone.is_empty() {
-        schedule::zone(&timezone)?;
-    }
+    let prompt = prompt_of(&definition.prompt)?;
+    let timezone = timezone_of(&definition.timezone)?;
     let active_hours = match definition.active_hours.trim() {
         "" => None,
         text => Some(text.parse::<schedule::ActiveHours>()?.to_string()),
     };
-    let kind = definition.schedule.ok_or(SchedulerError::NoSchedule)?;
-    let spec = match kind {
-        Every::Cron(cron) => {
-            ScheduleSpec { cron: Some(cron), active_hours: active_hours.clone(), ..ScheduleSpec::default() }
-        }
-        Every::Seconds(every) => {
-            let anchor = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
-            ScheduleSpec { interval: Some(every), anchor: Some(anchor), ..ScheduleSpec::default() }
-        }
-        Every::Once(text) => {
-            let once: jiff::Timestamp = text
-                .trim()
-                .parse()
-                .map_err(|source: jiff::Error| SchedulerError::Once { text: text.trim().to_string(), source })?;
-            ScheduleSpec { once: Some(once), ..ScheduleSpec::default() }
-        }
-        Every::Cadence(text) => {
-            let cadence: schedule::Cadence = text.parse()?;
-            schedule::cadence_schedule(cadence, active_hours.as_deref(), &mut schedule::random_below)
-        }
-    };
+    let spec = spec_of(definition.schedule.ok_or(SchedulerError::NoSchedule)?, active_hours, now)?;
     let context_mode = match definition.context_mode.as_str() {
         "" | "isolated" => ContextMode::Isolated,
         "session" => ContextMode::Session,
@@ -114,10 +85,7 @@ pub fn new_task(
         other => return Err(SchedulerError::Concurrency(other.to_string())),
     };
     let agent = if definition.agent.is_empty() { "worker".to_string() } else { definition.agent };
-    let description = match definition.description.trim() {
-        "" => super::ledger::shortened(prompt.lines().next().unwrap_or_default(), 80),
-        text => super::ledger::shortened(text, 200),
-    };
+    let description = description_of(&definition.description, &prompt);
     let (user_id, group_id) = super::owner_ids(context);
     let task = TaskRecord {
         id: String::new(),
@@ -146,6 +114,102 @@ pub fn new_task(
     };
     super::execute::role_of(&task)?;
     Ok(task)
+}
+
+/// A prompt as written, trimmed, if there is one and it is not too long.
+fn prompt_of(text: &str) -> Result<String, SchedulerError> {
+    let prompt = text.trim().to_string();
+    if prompt.is_empty() {
+        return Err(SchedulerError::NoPrompt);
+    }
+    if prompt.len() > MOST_PROMPT {
+        return Err(SchedulerError::LongPrompt(prompt.len()));
+    }
+    Ok(prompt)
+}
+
+/// A time zone as written (empty: `system.timezone`), if it names one.
+fn timezone_of(text: &str) -> Result<String, SchedulerError> {
+    let timezone = text.trim().to_string();
+    if !timezone.is_empty() {
+        schedule::zone(&timezone)?;
+    }
+    Ok(timezone)
+}
+
+/// A description as written, else the prompt's first line.
+fn description_of(text: &str, prompt: &str) -> String {
+    match text.trim() {
+        "" => super::ledger::shortened(prompt.lines().next().unwrap_or_default(), 80),
+        text => super::ledger::shortened(text, 200),
+    }
+}
+
+/// The schedule `every` stands for as of `now`; a cron's `active_hours` go with it.
+fn spec_of(every: Every, active_hours: Option<String>, now: jiff::Timestamp) -> Result<ScheduleSpec, SchedulerError> {
+    Ok(match every {
+        Every::Cron(cron) => ScheduleSpec { cron: Some(cron), active_hours, ..ScheduleSpec::default() },
+        Every::Seconds(every) => {
+            let anchor = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+            ScheduleSpec { interval: Some(every), anchor: Some(anchor), ..ScheduleSpec::default() }
+        }
+        Every::Once(text) => {
+            let once: jiff::Timestamp = text
+                .trim()
+                .parse()
+                .map_err(|source: jiff::Error| SchedulerError::Once { text: text.trim().to_string(), source })?;
+            ScheduleSpec { once: Some(once), ..ScheduleSpec::default() }
+        }
+        Every::Cadence(text) => {
+            let cadence: schedule::Cadence = text.parse()?;
+            schedule::cadence_schedule(cadence, active_hours.as_deref(), &mut schedule::random_below)
+        }
+    })
+}
+
+/// A change to a scheduled task as asked for; a field left out stays as it is.
+#[derive(Debug, Clone, Default)]
+pub struct TaskChange {
+    pub prompt: Option<String>,
+    pub description: Option<String>,
+    pub schedule: Option<Every>,
+    /// Empty: `system.timezone`.
+    pub timezone: Option<String>,
+}
+
+/// `task` as `change` leaves it, every changed field checked as a new task's is; stored by
+/// [`Scheduler::update`]. Heartbeats change in HEARTBEAT.md, the daemon's own tasks not at
+/// all, and a task that has run its course is scheduled anew.
+pub fn changed_task(task: &TaskRecord, change: TaskChange, now: jiff::Timestamp) -> Result<TaskRecord, SchedulerError> {
+    match task.kind {
+        TaskKind::Scheduled => {}
+        TaskKind::Heartbeat => return Err(SchedulerError::HeartbeatType),
+        TaskKind::System => return Err(SchedulerError::SystemType),
+    }
+    if matches!(task.status, TaskStatus::Completed | TaskStatus::Failed) {
+        let status = format!("{:?}", task.status).to_lowercase();
+        return Err(SchedulerError::Finished { id: task.id.clone(), status });
+    }
+    if change.prompt.is_none() && change.description.is_none() && change.schedule.is_none() && change.timezone.is_none()
+    {
+        return Err(SchedulerError::Invalid(
+            "nothing to change: give a new prompt, description, schedule or timezone".into(),
+        ));
+    }
+    let mut changed = task.clone();
+    if let Some(prompt) = change.prompt {
+        changed.prompt = prompt_of(&prompt)?;
+    }
+    if let Some(description) = change.description {
+        changed.description = description_of(&description, &changed.prompt);
+    }
+    if let Some(timezone) = change.timezone {
+        changed.timezone = timezone_of(&timezone)?;
+    }
+    if let Some(every) = change.schedule {
+        changed.schedule = spec_of(every, task.schedule.active_hours.clone(), now)?;
+    }
+    Ok(changed)
 }
 
 /// Schedules a task a container asked for through file IPC (`tasks/{id}.json`) for `context`;

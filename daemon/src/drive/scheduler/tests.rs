@@ -402,3 +402,50 @@ async fn a_one_shot_in_the_past_is_refused_and_one_to_come_runs_once_then_comple
     let stored = scheduler.get(&id).expect("task");
     assert_eq!((stored.status, stored.next_run), (TaskStatus::Completed, None));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_task_keeps_its_id_and_status_and_runs_on_its_new_schedule_from_then_on() {
+    let temp = tempfile::tempdir().expect("temp");
+    let recorder = Arc::new(Recorder::default());
+    let (scheduler, cancel, tracker) = running(temp.path(), start_at(), recorder.clone());
+    let id = scheduler.add(task(cron("0 * * * *"))).expect("add").id;
+    let hourly = scheduler.get(&id).expect("task");
+    let change = TaskChange {
+        prompt: Some("check the build and the docs".into()),
+        schedule: Some(Every::Cron("*/30 * * * *".into())),
+        ..TaskChange::default()
+    };
+    let changed = changed_task(&hourly, change, scheduler.now()).expect("changed");
+    let stored = scheduler.update(changed).expect("update");
+    assert_eq!((stored.id.as_str(), stored.status), (id.as_str(), TaskStatus::Active));
+    assert_eq!(stored.prompt, "check the build and the docs");
+    assert_eq!(stored.description, "build check", "a description not given stays");
+    tokio::time::sleep(Duration::from_secs(2 * 3600 + 30)).await;
+    stop(cancel, tracker).await;
+    assert_eq!(slots_run(&recorder, &id).len(), 4, "every half hour from the change on");
+
+    // Nothing to change, a schedule that does not read, and a heartbeat are each told.
+    let error = changed_task(&stored, TaskChange::default(), scheduler.now()).expect_err("nothing").to_string();
+    assert!(error.starts_with("nothing to change"), "{error}");
+    let bad = TaskChange { schedule: Some(Every::Cron("every monday".into())), ..TaskChange::default() };
+    let error = scheduler.update(changed_task(&stored, bad, scheduler.now()).expect("reads")).expect_err("cron");
+    assert!(error.to_string().contains("cron"), "{error}");
+    let heartbeat = TaskRecord { kind: TaskKind::Heartbeat, ..stored.clone() };
+    let prompt = TaskChange { prompt: Some("x".into()), ..TaskChange::default() };
+    assert!(matches!(changed_task(&heartbeat, prompt, scheduler.now()), Err(SchedulerError::HeartbeatType)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_task_changed_stays_paused_and_one_that_ran_its_course_is_not_changed() {
+    let temp = tempfile::tempdir().expect("temp");
+    let scheduler = Scheduler::open(temp.path(), settings(), Clock::tokio(start_at())).expect("open");
+    let id = scheduler.add(task(cron("0 9 * * *"))).expect("add").id;
+    let paused = scheduler.pause(&id).expect("pause");
+    let change = TaskChange { description: Some("morning build".into()), ..TaskChange::default() };
+    let stored = scheduler.update(changed_task(&paused, change, scheduler.now()).expect("changed")).expect("update");
+    assert_eq!((stored.status, stored.description.as_str()), (TaskStatus::Paused, "morning build"));
+    let done = TaskRecord { status: TaskStatus::Completed, ..stored };
+    let prompt = TaskChange { prompt: Some("again".into()), ..TaskChange::default() };
+    let error = changed_task(&done, prompt, scheduler.now()).expect_err("completed").to_string();
+    assert!(error.contains("is completed and will not run again; schedule a new task"), "{error}");
+}

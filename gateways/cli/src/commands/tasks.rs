@@ -11,6 +11,17 @@ fn task_owner(user: Option<String>, group: Option<String>) -> (String, String) {
     (user.unwrap_or_default(), group.unwrap_or_default())
 }
 
+/// The schedule one of --cron, --every or --at gives (clap lets only one through).
+fn schedule_kind(cron: Option<String>, every: Option<u64>, at: Option<String>) -> Option<v1::task_schedule::Kind> {
+    use v1::task_schedule::Kind;
+    match (cron, every, at) {
+        (Some(cron), None, None) => Some(Kind::Cron(cron)),
+        (None, Some(every), None) => Some(Kind::IntervalSeconds(every)),
+        (None, None, Some(at)) => Some(Kind::Once(at)),
+        _ => None,
+    }
+}
+
 pub(crate) async fn tasks(
     client: &mut baaaht_proto::client::Client,
     socket: &std::path::Path,
@@ -74,12 +85,8 @@ pub(crate) async fn tasks(
             allow_overlap,
             retry_interrupted,
         } => {
-            use v1::task_schedule::Kind;
-            let kind = match (cron, every, at) {
-                (Some(cron), None, None) => Kind::Cron(cron),
-                (None, Some(every), None) => Kind::IntervalSeconds(every),
-                (None, None, Some(at)) => Kind::Once(at),
-                _ => return Err(CliError::Usage("give exactly one of --cron, --every or --at".into())),
+            let Some(kind) = schedule_kind(cron, every, at) else {
+                return Err(CliError::Usage("give exactly one of --cron, --every or --at".into()));
             };
             let env = |key: &str| std::env::var(key).ok();
             let (user_id, group_id) = match (user, group) {
@@ -105,6 +112,12 @@ pub(crate) async fn tasks(
             let scheduled = client.tasks.schedule_task(definition).await.map_err(status)?.into_inner();
             let task = scheduled.task.unwrap_or_default();
             print!("{}", clean(&text::show_text(&task, &scheduled.next_runs)));
+        }
+        TasksCommand::Change { id, prompt, description, cron, every, at, timezone } => {
+            let schedule = schedule_kind(cron, every, at).map(|kind| v1::TaskSchedule { kind: Some(kind) });
+            let change = v1::TaskChange { id, prompt, description, schedule, timezone };
+            let changed = client.tasks.update_task(change).await.map_err(status)?.into_inner();
+            print!("{}", clean(&text::show_text(&changed.task.unwrap_or_default(), &changed.next_runs)));
         }
         TasksCommand::Pause { id } => {
             println!(
