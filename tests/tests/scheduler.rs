@@ -442,3 +442,86 @@ fn a_task_paused_in_the_web_settings_is_resumed_by_asking_on_slack() {
         screenshot(&alice, dir.path(), "tasks-resumed").await;
     });
 }
+
+/// The Heartbeat agent finds that the school trip moved; the Assistant, asked to tell it,
+/// tells it in its own words; anything else it echoes.
+fn retelling_brain() -> Answer {
+    Answer::Respond(Responder(Arc::new(|request| {
+        let asked = Asked::of(request);
+        let text = scenario::last_user_text(&asked);
+        if text.starts_with("Heartbeat \"School mail\"") {
+            anthropic_answer("school-mail: trip moved to friday (bus 08:10)", &[])
+        } else if text.starts_with("Your heartbeat check \"School mail\"") && text.contains("trip moved to friday") {
+            anthropic_answer("Hi Alice! Quick one: the school trip is on Friday now, bus at 08:10.", &[])
+        } else {
+            anthropic_answer(&format!("echo: {text}"), &[])
+        }
+    })))
+}
+
+#[test]
+fn a_heartbeats_finding_reaches_slack_in_the_assistants_words() {
+    use baaaht_tests::fake_slack::{gateway_for, slack_options, FakeSlack};
+
+    let rt = baaaht_tests::runtime();
+    let slack = rt.block_on(FakeSlack::start("T0FAKE")).expect("fake slack");
+    let heartbeat = "## School mail\n- Cadence: hourly\n- Prompt: Check the school's mail for anything new.\n";
+    let options = |fake: &FakeProvider, data_dir: Option<std::path::PathBuf>| {
+        let mut options = scenario::options_for(fake);
+        options.env.extend(slack_options().env);
+        options.data_dir = data_dir;
+        options.files.push(scenario::linked_identities(&[("slack:T0FAKE:U7", "alice", "Alice")]));
+        options.files.push(("users/alice/HEARTBEAT.md".into(), heartbeat.into()));
+        options.files.push(("users/alice/USER.md".into(), "# Alice\npreferred_channel: slack/dm\n".into()));
+        options
+    };
+    let fake = rt.block_on(FakeProvider::start(vec![], Some(retelling_brain()))).expect("fake provider");
+    let mut first = TestDaemon::start(options(&fake, None)).expect("daemon");
+    let listed = || first.cli(&["tasks", "list", "--user", "alice", "--type", "heartbeat"]);
+    wait_for(Duration::from_secs(10), "the heartbeat task", &first, || listed().contains("School mail"));
+    first.signal("KILL").expect("kill -9");
+    first.wait_exit(Duration::from_secs(10)).expect("dies");
+    // Its drawn minute is up to an hour away: the test brings it to 40 s after the restart.
+    let state = first.data_dir.join("data/state/scheduler.json");
+    let mut book: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state).expect("scheduler.json")).expect("json");
+    let soon = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(40)).expect("a time");
+    for task in book["tasks"].as_array_mut().into_iter().flatten() {
+        if task["type"] == "heartbeat" {
+            task["nextRun"] = json!(soon.to_string());
+        }
+    }
+    std::fs::write(&state, serde_json::to_vec(&book).expect("json")).expect("write");
+    let daemon = TestDaemon::start(options(&fake, Some(first.data_dir.clone()))).expect("restarts");
+    let gateway = gateway_for(&rt, &daemon, &slack);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    let said = || {
+        slack
+            .calls()
+            .into_iter()
+            .filter(|call| matches!(call.method.as_str(), "chat.postMessage" | "chat.update"))
+            .filter(|call| call.params["channel"] == "DU7")
+            .filter_map(|call| call.params["text"].as_str().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    rt.block_on(async {
+        assert!(slack.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await, "{}", logs());
+        // Alice writes to the bot once: the gateway follows her from then on.
+        let dm = json!({"type": "message", "channel": "DU7", "channel_type": "im", "user": "U7", "text": "hello",
+            "ts": "1760000400.000100"});
+        slack.push_event(dm, "EvHb1", 0).expect("sent");
+        let answered =
+            slack.wait_for(Duration::from_secs(60), |_| said().iter().any(|text| text == "echo: hello")).await;
+        assert!(answered, "{:#?}\n{}", said(), logs());
+        let told = slack
+            .wait_for(Duration::from_secs(120), |_| {
+                said().iter().any(|text| text.contains("the school trip is on Friday now, bus at 08:10"))
+            })
+            .await;
+        assert!(told, "{:#?}\n{}", said(), logs());
+    });
+    // What reached her is the Assistant's message, not the Heartbeat agent's note.
+    assert!(!said().iter().any(|text| text.contains("school-mail: trip moved")), "{:#?}", said());
+    let runs = daemon.cli(&["tasks", "list", "--user", "alice", "--type", "heartbeat"]);
+    assert!(runs.contains("School mail"), "{runs}");
+}

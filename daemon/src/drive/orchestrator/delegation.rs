@@ -147,6 +147,29 @@ pub async fn run_alone(
     (text, entry): (String, String),
     timeout: Option<Duration>,
 ) -> Result<(TurnOutcome, String), crate::work::agents::AgentError> {
+    alone(orchestrator, record, role, (text, entry), timeout, role == Role::Assistant).await
+}
+
+/// The Assistant of session `record` puts what an unattended run found (`text`, the run's
+/// answer kept as `entry`) into its own words, speaking to nobody: its answer is delivered
+/// as the run's result. A mark on the run (it read content from outside) goes with it.
+pub async fn retold(
+    orchestrator: &Arc<Orchestrator>,
+    record: &SessionRecord,
+    (text, entry): (String, String),
+    timeout: Option<Duration>,
+) -> Result<TurnOutcome, crate::work::agents::AgentError> {
+    alone(orchestrator, record, Role::Assistant, (text, entry), timeout, false).await.map(|(outcome, _)| outcome)
+}
+
+async fn alone(
+    orchestrator: &Arc<Orchestrator>,
+    record: &SessionRecord,
+    role: Role,
+    (text, entry): (String, String),
+    timeout: Option<Duration>,
+    speaks: bool,
+) -> Result<(TurnOutcome, String), crate::work::agents::AgentError> {
     // Its agent and tool container wait for their places, as a delegation's do.
     let Some(_places) = orchestrator.turns.admit_agent(&orchestrator.lifetime.shutdown).await else {
         return Err(crate::work::agents::AgentError::Cancelled(role));
@@ -154,18 +177,22 @@ pub async fn run_alone(
     let settings = agent_settings(orchestrator, role);
     let turn_id = new_id("k-");
     let correlation_id = uuid::Uuid::new_v4().to_string();
+    let live = Live {
+        session: record.id.clone(),
+        context: record.context(),
+        role,
+        turn_id: turn_id.clone(),
+        correlation_id: correlation_id.clone(),
+        user_turn: turn_id.clone(),
+        entry,
+        asker: None,
+        speaks,
+    };
+    if let Some(source) = orchestrator.taints.carried([live.entry.as_str()]) {
+        orchestrator.taints.taint(&live, &format!("{}{source}", crate::net::taint::EARLIER));
+    }
     let work = Work {
-        live: Live {
-            session: record.id.clone(),
-            context: record.context(),
-            role,
-            turn_id: turn_id.clone(),
-            correlation_id: correlation_id.clone(),
-            user_turn: turn_id.clone(),
-            entry,
-            asker: None,
-            speaks: role == Role::Assistant,
-        },
+        live,
         turn: Turn {
             now: super::now_for_agents(orchestrator),
             turn_id,

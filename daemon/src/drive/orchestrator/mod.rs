@@ -17,7 +17,7 @@ mod history;
 mod turns;
 
 pub use archival::{archive, archive_quiet, supervise};
-pub use delegation::{delegate, run_alone, Delegated, Delegation};
+pub use delegation::{delegate, retold, run_alone, Delegated, Delegation};
 use delegation::{run_task, Task};
 pub use history::{compact, context_window, history, Images, PictureError};
 use history::{message_chars, summarize};

@@ -53,7 +53,7 @@ fn identity_of(spec: &ContainerSpec) -> ContainerIdentity {
 
 /// What a started container does: a tool runner connects and waits; an agent connects and
 /// answers each turn. The Assistant delegates what it is asked to with `delegate: …`; the
-/// Heartbeat agent has nothing to tell.
+/// Heartbeat agent tells what its prompt gives after `tell: `, else nothing.
 fn play(orchestrator: &Arc<Orchestrator>, spec: &ContainerSpec) {
     let identity = identity_of(spec);
     if identity.role == Role::Tool {
@@ -90,8 +90,13 @@ async fn answer(orchestrator: &Arc<Orchestrator>, identity: &ContainerIdentity, 
                 Err(error) => format!("the delegation failed: {error}"),
             }
         }
+        (Role::Assistant, None) if text.contains("(say nothing)") => String::new(),
         (Role::Assistant, None) => format!("echo: {text}"),
-        (Role::Heartbeat, _) => crate::drive::scheduler::execute::NOTHING.to_string(),
+        // A heartbeat whose prompt says `tell: NEWS` finds NEWS; any other finds nothing.
+        (Role::Heartbeat, _) => match text.split_once("tell: ") {
+            Some((_, news)) => news.split("\n\n").next().unwrap_or_default().to_string(),
+            None => crate::drive::scheduler::execute::NOTHING.to_string(),
+        },
         (role, _) => format!("the {role} did it: {text}"),
     }
 }

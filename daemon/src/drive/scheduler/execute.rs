@@ -1,6 +1,7 @@
 //! A task's run in the daemon (spec §15.5): the prompt, the session its context mode asks for,
-//! the agent (the Heartbeat agent for heartbeats, else the task's), the result to the user's
-//! preferred channel (DESIGN.md §9.4), and the system jobs.
+//! the agent (the Heartbeat agent for heartbeats, else the task's), a heartbeat's finding told
+//! by the user's Assistant, the result to the user's preferred channel (DESIGN.md §9.4), and
+//! the system jobs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,6 +167,10 @@ impl Daemon {
                 RunOutcome { result: Err(failure), container: None, session, tokens: 0 }
             }
         };
+        let outcome = match task.kind {
+            TaskKind::Heartbeat => self.retold(task, &record, outcome, (&local, kept_as.clone()), timeout).await,
+            _ => outcome,
+        };
         if task.context_mode != ContextMode::Session {
             // The run's own session keeps what it found (as a session-mode run's conversation
             // does), so a reply to its notice (an answer to its mail) goes on from it; then it
@@ -190,6 +195,45 @@ impl Daemon {
             self.orchestrator.tools.release(&record.id).await;
         }
         outcome
+    }
+
+    /// A heartbeat's finding as the user hears it (spec §15.3): their Assistant, in the
+    /// session the heartbeat ran in, tells it in its own words; when it cannot (it does not
+    /// start, fails or says nothing), the Heartbeat agent's own words go. Nothing found is
+    /// nothing to tell.
+    async fn retold(
+        &self,
+        task: &TaskRecord,
+        record: &crate::store::sessions::SessionRecord,
+        outcome: RunOutcome,
+        (local, kept_as): (&str, String),
+        timeout: Option<Duration>,
+    ) -> RunOutcome {
+        let found = match &outcome.result {
+            Ok(found) if !found.is_empty() => found.clone(),
+            _ => return outcome,
+        };
+        let title = task.section.as_deref().unwrap_or(&task.description);
+        let text = format!(
+            "Your heartbeat check \"{title}\" ran ({local}) and found what follows. Tell the user what they need to \
+             know, briefly and in your own words, as a message to them; answer with that message only.\n\n---\n{found}"
+        );
+        match crate::drive::orchestrator::retold(&self.orchestrator, record, (text, kept_as), timeout).await {
+            Ok(told) if !told.is_error && !told.content.trim().is_empty() => RunOutcome {
+                result: Ok(told.content.trim().to_string()),
+                tokens: outcome.tokens + told.tokens,
+                ..outcome
+            },
+            Ok(told) => {
+                tracing::warn!(task = %task.id, answer = %told.content, "the Assistant did not retell a heartbeat; its own words go");
+                outcome
+            }
+            Err(error) => {
+                tracing::warn!(task = %task.id, error = %baaaht_proto::error_chain(&error),
+                    "the Assistant could not retell a heartbeat; its own words go");
+                outcome
+            }
+        }
     }
 
     /// Appends a line to `scheduler.error_handling.log_file`, synced (a journal's line at a

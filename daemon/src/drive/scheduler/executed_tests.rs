@@ -82,3 +82,30 @@ async fn a_task_naming_an_agent_that_cannot_run_tasks_fails_with_the_reason_in_t
     let log = std::fs::read_to_string(orchestrator.data_dir.root().join(configured)).expect("the error log");
     assert!(log.contains("\"run\":\"run-1\"") && log.contains("cannot run tasks"), "{log}");
 }
+
+#[tokio::test]
+async fn a_heartbeats_finding_is_told_in_the_assistants_words_in_the_session_it_ran_in() {
+    let house = house();
+    let executor = executor(&house);
+    let mut heartbeat = task(cron("0 * * * *"));
+    heartbeat.kind = TaskKind::Heartbeat;
+    heartbeat.context_mode = ContextMode::Session;
+    heartbeat.section = Some("School mail".into());
+    heartbeat.prompt = "Check the school's mail. tell: the trip is moved to Friday".into();
+    let outcome = executor.run(&claim(heartbeat)).await;
+    let told = outcome.result.expect("the run's result");
+    // The played Assistant echoes what it is asked: the finding, to tell in its own words.
+    assert!(told.starts_with("echo: Your heartbeat check \"School mail\" ran"), "{told}");
+    assert!(told.ends_with("---\nthe trip is moved to Friday"), "{told}");
+    let session = outcome.session.expect("the session it ran in");
+    let record = house.orchestrator.sessions.get(&session).expect("kept");
+    assert_ne!(record.status, SessionStatus::Archived, "a heartbeat runs in the user's conversation");
+
+    // An Assistant with nothing to say leaves the Heartbeat agent's own words.
+    let mut heartbeat = task(cron("0 * * * *"));
+    heartbeat.kind = TaskKind::Heartbeat;
+    heartbeat.context_mode = ContextMode::Session;
+    heartbeat.prompt = "tell: the bin goes out tonight (say nothing)".into();
+    let outcome = executor.run(&claim(heartbeat)).await;
+    assert_eq!(outcome.result.expect("the run's result"), "the bin goes out tonight (say nothing)");
+}
