@@ -34,7 +34,7 @@ use crate::drive::{orchestrator, scheduler, Drive};
 use crate::guard::{limits, Guard};
 use crate::model::{llm, Model};
 use crate::net::Net;
-use crate::ops::{defaults, sampler};
+use crate::ops::{defaults, disk, sampler};
 use crate::people::People;
 use crate::sandbox::container::{self, Engine};
 use crate::sandbox::{Incoming, Sandbox};
@@ -111,6 +111,7 @@ impl Daemon {
             loaded: base.loaded,
             data_dir: base.data_dir,
             metrics: base.metrics,
+            disk: base.disk,
             audit: guard.audit,
             health: workers.health,
             notifier: workers.notifier,
@@ -299,6 +300,13 @@ fn subsystems(
             mcp: shared.mcp.clone(),
         }),
         shared.supervisors.clone(),
+        Arc::new(disk::DiskWatch {
+            gate: shared.disk.clone(),
+            settings: config.orchestrator.disk.clone(),
+            metrics: shared.metrics.clone(),
+            notifier: shared.notifier.clone(),
+            orchestrator: shared.orchestrator.clone(),
+        }),
     ];
     if let Some(listener) = metrics_listener {
         let metrics = shared.metrics.clone();

@@ -1,7 +1,7 @@
 //! Operations (spec §18): the metrics a real Prometheus parser reads after a turn with a
 //! delegation and a tool call, the audit trail of what happened, health checks that restart a
 //! hung LLM gateway or Assistant and tell the admins, a turn exported as one OpenTelemetry
-//! trace, and systemd's watchdog and unit.
+//! trace, systemd's watchdog and unit, and a data disk filling up (a loop-mounted one).
 
 use std::time::{Duration, Instant};
 
@@ -571,4 +571,144 @@ fn a_member_of_the_client_group_reaches_the_service_socket_and_others_are_told_w
     assert!(stderr.contains(&closed) && stderr.contains("pass --socket /run/baaaht/orchestrator.sock"), "{stderr}");
     drop(daemon);
     assert!(!served.exists(), "the daemon takes its socket away when it stops");
+}
+
+/// A small ext4 filesystem of its own, loop-mounted (the test runs as root), unmounted when
+/// dropped.
+struct LoopDisk {
+    point: std::path::PathBuf,
+}
+
+impl LoopDisk {
+    fn new(dir: &std::path::Path, mib: u64) -> LoopDisk {
+        let run = |program: &str, args: &[&std::ffi::OsStr]| {
+            let output = std::process::Command::new(program).args(args).output().expect(program);
+            assert!(output.status.success(), "{program}: {}", String::from_utf8_lossy(&output.stderr));
+        };
+        let image = dir.join("disk.img");
+        std::fs::File::create(&image).and_then(|file| file.set_len(mib << 20)).expect("the image");
+        run("mkfs.ext4", &["-q".as_ref(), "-F".as_ref(), "-m".as_ref(), "0".as_ref(), image.as_os_str()]);
+        let point = dir.join("data");
+        std::fs::create_dir(&point).expect("the mount point");
+        run("mount", &["-o".as_ref(), "loop".as_ref(), image.as_os_str(), point.as_os_str()]);
+        LoopDisk { point }
+    }
+
+    /// Makes `fill` (a file on it) as big as it takes for `percent` of the disk to be in use.
+    fn fill_to(&self, percent: u64) {
+        let fill = self.point.join("fill");
+        // silent-ok: there is no fill yet the first time.
+        let _ = std::fs::remove_file(&fill);
+        let df = std::process::Command::new("df")
+            .args(["-B1", "--output=used,avail"])
+            .arg(&self.point)
+            .output()
+            .expect("df");
+        let text = String::from_utf8_lossy(&df.stdout);
+        let figures: Vec<u64> =
+            text.lines().nth(1).expect("df's line").split_whitespace().map(|n| n.parse().expect("a number")).collect();
+        let (used, available) = (figures[0], figures[1]);
+        let wanted = (used + available) * percent / 100 + (1 << 20);
+        let size = wanted.saturating_sub(used).to_string();
+        let output =
+            std::process::Command::new("fallocate").args(["-l", &size]).arg(&fill).output().expect("fallocate");
+        assert!(output.status.success(), "fallocate: {}", String::from_utf8_lossy(&output.stderr));
+    }
+
+    fn empty(&self) {
+        std::fs::remove_file(self.point.join("fill")).expect("the fill goes");
+    }
+}
+
+impl Drop for LoopDisk {
+    fn drop(&mut self) {
+        // silent-ok: the daemon's harness unmounts what is below its data dir, this too.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.point)
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn a_data_disk_at_90_percent_warns_the_admins_and_at_95_refuses_new_conversations_and_uploads() {
+    use tonic::Code;
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = LoopDisk::new(dir.path(), 160);
+    let config = "system:\n  admin_users: [u-admin]\norchestrator:\n  disk:\n    check_interval: 1000\nsessions:\n  \
+                  idle_after: 2\n";
+    let mut options = with_config(config.into());
+    options.data_dir = Some(disk.point.clone());
+    let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
+    let status = || daemon.cli(&["status"]);
+    let wait = |what: &str, check: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        while !check() {
+            assert!(started.elapsed() < Duration::from_secs(30), "{what}: {}\n{}", status(), daemon.log_text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let mut host = rt.block_on(scenario::host_client(&daemon)).expect("host");
+    let bob = rt
+        .block_on(host.sessions.new_session(v1::NewSessionRequest { context: Some(user("bob")), title: "old".into() }))
+        .expect("bob's session")
+        .into_inner()
+        .id;
+
+    // 91%: the admins are told, status and the metrics say it, and work goes on.
+    disk.fill_to(91);
+    wait("the warning", &|| status().contains("% full (") && status().contains("past the critical mark"));
+    let inbox = daemon.cli(&["inbox", "--user", "u-admin", "--all"]);
+    assert!(
+        inbox.contains("The data disk is 9") && inbox.contains("At 95% new conversations and uploads are refused"),
+        "{inbox}"
+    );
+    let metrics = daemon.metrics().expect("metrics");
+    assert!(metrics.lines().any(|line| line.starts_with("baaaht_disk_used_ratio 0.9")), "{metrics}");
+    assert!(metrics.contains("baaaht_disk_available_bytes "), "{metrics}");
+    let sent = rt.block_on(host.sessions.send_user_message(message(user("carol"), "carol", "hello")));
+    assert!(sent.is_ok(), "work goes on at 91%: {sent:?}");
+
+    // 96%: a new conversation and an upload are refused with a sentence; idle ones are archived.
+    disk.fill_to(96);
+    wait("the critical mark", &|| status().contains("new conversations and uploads are refused until there is room"));
+    let refused = rt
+        .block_on(host.sessions.send_user_message(message(user("dave"), "dave", "hello")))
+        .expect_err("no new conversation");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().starts_with("A new conversation cannot start now: the disk baaaht keeps its data on is 9"),
+        "{refused:?}"
+    );
+    let (sender, receiver) = tokio::sync::mpsc::channel(2);
+    let start = v1::UploadChunk {
+        part: Some(v1::upload_chunk::Part::Start(v1::UploadStart {
+            context: Some(user("carol")),
+            filename: "notes.txt".into(),
+            ..Default::default()
+        })),
+    };
+    rt.block_on(sender.send(start)).expect("start");
+    drop(sender);
+    let refused = rt
+        .block_on(host.sessions.upload_file(tokio_stream::wrappers::ReceiverStream::new(receiver)))
+        .expect_err("no upload");
+    assert!(refused.message().starts_with("An upload cannot start now"), "{refused:?}");
+    let inbox = daemon.cli(&["inbox", "--user", "u-admin", "--all"]);
+    assert!(inbox.contains("new conversations are refused"), "{inbox}");
+    wait("bob's idle session archived", &|| {
+        let list = v1::SessionFilter { user_id: "bob".into(), ..Default::default() };
+        let mut host = host.clone();
+        let sessions = rt.block_on(host.sessions.list_sessions(list)).expect("list").into_inner().sessions;
+        sessions.iter().any(|session| session.id == bob && session.status == "archived")
+    });
+
+    // Room again: nothing is degraded and a new conversation starts.
+    disk.empty();
+    wait("room again", &|| !status().contains("disk:"));
+    let sent = rt.block_on(host.sessions.send_user_message(message(user("dave"), "dave", "hello again")));
+    assert!(sent.is_ok(), "{sent:?}");
+    drop(daemon);
 }

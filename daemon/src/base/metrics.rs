@@ -217,6 +217,8 @@ pub struct Metrics {
     llm_queue: Family<ProviderLabel, Gauge>,
     gateway_up: Gauge,
     gateway_restarts: Counter,
+    disk_used: FloatGauge,
+    disk_available: Gauge,
     tool_duration: Histograms<ToolLabels>,
     delegation_duration: Histograms<AgentLabels>,
     messages: Family<ChannelLabel, Counter>,
@@ -275,6 +277,8 @@ impl Metrics {
             llm_queue: Family::default(),
             gateway_up: Gauge::default(),
             gateway_restarts: Counter::default(),
+            disk_used: FloatGauge::default(),
+            disk_available: Gauge::default(),
             tool_duration: histograms(false),
             delegation_duration: histograms(true),
             messages: Family::default(),
@@ -375,6 +379,17 @@ impl Metrics {
             self.gateway_up.clone(),
         );
         r.register("baaaht_llm_gateway_restarts", "Times the LLM gateway was restarted", self.gateway_restarts.clone());
+        r.register(
+            "baaaht_disk_used_ratio",
+            "The share of the data dir's disk in use, as df counts it",
+            self.disk_used.clone(),
+        );
+        r.register_with_unit(
+            "baaaht_disk_available",
+            "Bytes left on the data dir's disk",
+            Unit::Bytes,
+            self.disk_available.clone(),
+        );
         r.register_with_unit(
             "baaaht_tool_duration",
             "Tool call duration through the daemon, by tool and outcome",
@@ -647,6 +662,15 @@ impl Metrics {
             return;
         }
         self.gateway_up.set(i64::from(up));
+    }
+
+    /// The data dir's disk as just read.
+    pub fn set_disk(&self, usage: crate::base::disk::Usage) {
+        if !self.recording {
+            return;
+        }
+        self.disk_used.set(f64::from(usage.percent()) / 100.0);
+        self.disk_available.set(i64::try_from(usage.available).unwrap_or(i64::MAX));
     }
 
     pub fn count_gateway_restart(&self) {

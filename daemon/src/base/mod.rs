@@ -1,10 +1,11 @@
 //! The floor everything stands on: the configuration, who a caller is, the data dir and its
-//! atomic state files, the metrics, systemd's notifications and the daemon's lifetime. It
-//! imports no other wing.
+//! atomic state files, the disk's gate, the metrics, systemd's notifications and the daemon's
+//! lifetime. It imports no other wing.
 
 pub mod auth;
 pub mod config;
 pub mod datadir;
+pub mod disk;
 pub mod lifetime;
 pub mod metrics;
 pub mod state;
@@ -23,6 +24,8 @@ pub struct Base {
     pub lifetime: lifetime::Lifetime,
     /// The folder of `baaaht-agent`, `baaaht-llm-gateway` and the gateways.
     pub binaries: PathBuf,
+    /// The data dir's disk as last read: what turns new work away when it is nearly full.
+    pub disk: Arc<disk::DiskGate>,
 }
 
 impl Base {
@@ -30,6 +33,7 @@ impl Base {
         let read = loaded.config.metrics.enabled || loaded.config.metrics.log;
         let metrics = Arc::new(if read { metrics::Metrics::default() } else { metrics::Metrics::off() });
         let binaries = datadir::binaries_dir(&loaded.config.container.binaries_dir);
-        Base { loaded: Arc::new(loaded), data_dir, metrics, lifetime: lifetime::Lifetime::new(), binaries }
+        let disk = Arc::new(disk::DiskGate::new(data_dir.root().to_path_buf()));
+        Base { loaded: Arc::new(loaded), data_dir, metrics, lifetime: lifetime::Lifetime::new(), binaries, disk }
     }
 }

@@ -1,7 +1,8 @@
-//! The operator's tools: first-run setup, the embedded defaults, the self-test, and the
-//! resource sampler. It imports drive/ and below.
+//! The operator's tools: first-run setup, the embedded defaults, the self-test, the resource
+//! sampler and the disk's watch. It imports drive/ and below.
 
 pub mod defaults;
+pub mod disk;
 pub mod sampler;
 pub mod selftest;
 pub mod setup;

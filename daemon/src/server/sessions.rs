@@ -24,6 +24,7 @@ impl From<SessionError> for Status {
             SessionError::NotFound(_) => Status::not_found(text),
             SessionError::Archived(_) => Status::failed_precondition(text),
             SessionError::OtherContext { .. } => Status::permission_denied(text),
+            SessionError::DiskCritical(_) => Status::resource_exhausted(text),
             SessionError::Log(
                 crate::store::sessions::LogError::UnknownEntry(_)
                 | crate::store::sessions::LogError::UnknownParent { .. },
@@ -118,6 +119,9 @@ impl SessionsService {
         start: &v1::UploadStart,
     ) -> Result<crate::store::sessions::SessionRecord, Status> {
         let sender = sender_of(caller, context, &start.sender_id)?;
+        if let Some(why) = self.shared.disk.refusal("An upload") {
+            return Err(Status::resource_exhausted(why));
+        }
         let record = if start.session_id.is_empty() {
             self.shared.sessions.active(context, &sender)?
         } else {

@@ -10,6 +10,8 @@ pub struct Shared {
     pub loaded: Arc<crate::base::config::LoadedConfig>,
     pub data_dir: crate::base::datadir::DataDir,
     pub metrics: Arc<crate::base::metrics::Metrics>,
+    /// The data dir's disk as last read.
+    pub disk: Arc<crate::base::disk::DiskGate>,
     pub audit: crate::guard::audit::Audit,
     /// The last health verdict on each probed container.
     pub health: Arc<crate::work::health::Board>,

@@ -114,6 +114,7 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
         degraded.push(reason);
     }
     degraded.extend(shared.containers.problems());
+    degraded.extend(shared.disk.degraded());
     let engine = to_wire::engine_status(&engine_status);
     let llm = shared.llm.summary();
     if matches!(llm.state, "off" | "down") {

@@ -1,6 +1,7 @@
 //! A context's inbox: what the daemon had to tell while none of the context's channels was
-//! there to hear it (a scheduled task's result, a paused task). Every client shows the unread
-//! ones when it connects; `baaaht inbox` lists them. One file per context under
+//! there to hear it (a scheduled task's result, a paused task, a disk nearly full). [`tell`]
+//! says a notice on the channel [`channel_for`] finds, else keeps it here. Every client shows
+//! the unread ones when it connects; `baaaht inbox` lists them. One file per context under
 //! `data/state/inbox/` (the daemon's own folder: no container can write there), written
 //! atomically; the newest [`MOST_ITEMS`] are kept, unread ones before read ones.
 
@@ -11,6 +12,72 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::auth::Context;
 use crate::base::state::{self, StateError};
+use crate::store::events::{EventBus, Kind, Notice};
+
+/// The channel family of `channel` (`slack/dm` → `slack`).
+pub fn family(channel: &str) -> &str {
+    channel.split('/').next().unwrap_or(channel)
+}
+
+/// The channel `context`'s profile (USER.md or GROUP.md) prefers, if it names one.
+fn preferred_channel(data_dir: &crate::base::datadir::DataDir, context: &Context) -> Option<String> {
+    let profile = match context.kind {
+        crate::base::auth::ContextKind::User => "USER.md",
+        crate::base::auth::ContextKind::Group => "GROUP.md",
+    };
+    let text = std::fs::read_to_string(data_dir.context_dir(context).join(profile)).ok()?;
+    crate::store::profile::preferred_channel(&text)
+}
+
+/// Where a notice for `context` goes (spec §15.7): `own` (a task's channel) when given, else
+/// the channel its profile prefers, else the one it last wrote from while that is still
+/// connected, else any connected one; `none` is nowhere.
+pub fn channel_for(
+    data_dir: &crate::base::datadir::DataDir,
+    events: &EventBus,
+    context: &Context,
+    own: &str,
+) -> Option<String> {
+    if !own.is_empty() {
+        return Some(own.to_string());
+    }
+    if let Some(preferred) = preferred_channel(data_dir, context) {
+        return Some(preferred);
+    }
+    let connected = events.connected_channels(context);
+    match events.last_active(context) {
+        Some(last) if connected.contains(&last) => Some(last),
+        _ => connected.into_iter().next(),
+    }
+}
+
+/// Tells `context` `notice`: on `channel` when it is connected there (an event every client of
+/// that channel shows), else kept in its inbox.
+pub fn tell(
+    inbox: &Inbox,
+    events: &EventBus,
+    context: &Context,
+    channel: Option<&str>,
+    notice: Notice,
+    session: Option<&str>,
+) {
+    let channel = channel.filter(|channel| *channel != "none");
+    let connected = channel.is_some_and(|channel| events.is_connected(context, family(channel)));
+    let told = Notice { channel: channel.unwrap_or_default().to_string(), ..notice.clone() };
+    let event = crate::store::events::Event::of_session(session.unwrap_or_default(), Kind::Notice(told));
+    events.publish(context, event);
+    if connected {
+        tracing::info!(context = %context, channel, task = %notice.task_id, "notice sent");
+        return;
+    }
+    let item = Item::new(notice.title, notice.content, &notice.task_id, &notice.run_id);
+    match inbox.push(context, item) {
+        Ok(_) => tracing::info!(context = %context, task = %notice.task_id, "notice left in the inbox"),
+        Err(error) => {
+            tracing::error!(context = %context, error = %baaaht_proto::error_chain(&error), "cannot keep a notice")
+        }
+    }
+}
 
 /// Items kept per context.
 pub const MOST_ITEMS: usize = 200;

@@ -38,7 +38,9 @@ impl Store {
         let (data_dir, redact) = (&base.data_dir, &guard.redact);
         let inbox = Arc::new(inbox::Inbox::new(data_dir.state_dir().join("inbox")).redacting(redact.clone()));
         let events = Arc::new(events::EventBus::redacting(redact.clone()));
-        let sessions = Arc::new(sessions::SessionStore::open(data_dir.root()).redacting(redact.clone()));
+        let sessions = Arc::new(
+            sessions::SessionStore::open(data_dir.root()).redacting(redact.clone()).gated_by(base.disk.clone()),
+        );
         let keeper: Arc<dyn events::Keeper> = sessions.clone();
         events.kept_by(Arc::downgrade(&keeper));
         let memory = Arc::new(

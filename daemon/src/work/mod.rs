@@ -114,6 +114,7 @@ impl Workers {
             store.events.clone(),
             admins,
             loaded.config.orchestrator.health_check.notify_channel,
+            data_dir.clone(),
         ));
         let gateways = Arc::new(gateways::Registry::open(&data_dir.state_dir(), data_dir.gateways_dir())?);
         let supervisors = Arc::new(gateways::supervise::Supervisors::new(gateways::supervise::Supervision {

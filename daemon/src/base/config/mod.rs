@@ -136,6 +136,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     check_providers(&loaded, providers_text.as_deref())?;
     check_agents(&loaded, config_text.as_deref())?;
     check_limits(&loaded, config_text.as_deref())?;
+    check_disk(&loaded, config_text.as_deref())?;
     check_isolation(&loaded, config_text.as_deref())?;
     check_budgets(&loaded, config_text.as_deref())?;
     check_secrets(&loaded, config_text.as_deref())?;
@@ -491,6 +492,29 @@ fn check_limits(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
         &keys,
         format!("{}: 0 would let no container run (there is no \"unlimited\"); give {hint}", keys.join(".")),
     ))
+}
+
+/// `orchestrator.disk`: a warning before the critical mark, both within 1..=100, and a look at
+/// least every second.
+fn check_disk(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    let disk = &loaded.config.orchestrator.disk;
+    let (key, message) = if !(1..=100).contains(&disk.critical_percent) {
+        ("critical_percent", format!("{}: give a percent from 1 to 100 (95 if left out)", disk.critical_percent))
+    } else if disk.warn_percent == 0 || disk.warn_percent >= disk.critical_percent {
+        (
+            "warn_percent",
+            format!(
+                "{}: give a percent below critical_percent ({}), so the admins are told before work is refused",
+                disk.warn_percent, disk.critical_percent
+            ),
+        )
+    } else if disk.check_interval < 1000 {
+        ("check_interval", format!("{} ms: look at most once a second (30000 if left out)", disk.check_interval))
+    } else {
+        return Ok(());
+    };
+    let keys = ["orchestrator", "disk", key];
+    Err(invalid_at(&loaded.sources.config, text, &keys, format!("orchestrator.disk.{key} {message}")))
 }
 
 /// `container.isolation`: the LLM gateway and the chat gateways run on the host's kernel.

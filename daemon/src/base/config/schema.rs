@@ -320,6 +320,8 @@ pub struct OrchestratorConfig {
     pub socket: SocketConfig,
     /// Seconds in-flight requests get to finish after SIGTERM before the daemon exits anyway.
     pub shutdown_timeout: u64,
+    /// The data dir's disk, watched (spec §5.4).
+    pub disk: DiskConfig,
 }
 
 impl Default for OrchestratorConfig {
@@ -329,7 +331,26 @@ impl Default for OrchestratorConfig {
             health_check: HealthCheckConfig::default(),
             socket: SocketConfig::default(),
             shutdown_timeout: 10,
+            disk: DiskConfig::default(),
         }
+    }
+}
+
+/// When the data dir's disk is nearly full (percent in use, as `df` says it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiskConfig {
+    /// From here the admins are told (log, metric, `baaaht status`, their preferred channel).
+    pub warn_percent: u8,
+    /// From here new conversations and uploads are refused and idle sessions archived at once.
+    pub critical_percent: u8,
+    /// Milliseconds between looks at the disk.
+    pub check_interval: u64,
+}
+
+impl Default for DiskConfig {
+    fn default() -> Self {
+        DiskConfig { warn_percent: 90, critical_percent: 95, check_interval: 30_000 }
     }
 }
 

@@ -108,11 +108,12 @@ async fn extract_memories(orchestrator: &Arc<Orchestrator>, record: &SessionReco
 }
 
 /// Idles quiet sessions and archives those past `sessions.archival.inactivity_timeout` (the
-/// scheduler's `system-archive-sessions` task); returns how many were idled and archived.
-pub async fn archive_quiet(orchestrator: &Arc<Orchestrator>) -> (usize, usize) {
+/// scheduler's `system-archive-sessions` task), or, `early` (a disk nearly full), every one that
+/// is idle; returns how many were idled and archived.
+pub async fn archive_quiet(orchestrator: &Arc<Orchestrator>, early: bool) -> (usize, usize) {
     let sessions = &orchestrator.loaded.config.sessions;
-    let swept =
-        orchestrator.sessions.sweep(state::now_seconds(), sessions.idle_after, sessions.archival.inactivity_timeout);
+    let inactivity = if early { sessions.idle_after } else { sessions.archival.inactivity_timeout };
+    let swept = orchestrator.sessions.sweep(state::now_seconds(), sessions.idle_after, inactivity);
     let (idled, due) = match swept {
         Ok((idled, due)) => {
             for session in &idled {

@@ -15,7 +15,6 @@ use crate::base::auth::{Context, ContextKind, Role};
 use crate::drive::orchestrator::Orchestrator;
 use crate::store::events::Notice;
 use crate::store::inbox::Inbox;
-use crate::store::inbox::Item;
 use crate::store::memory::Memories;
 use crate::store::sessions::{NewEntry, SessionStatus};
 use crate::work::agents::AgentError;
@@ -48,26 +47,11 @@ pub fn role_of(task: &TaskRecord) -> Result<Role, SchedulerError> {
     }
 }
 
-/// The channel `context`'s profile (USER.md or GROUP.md) prefers, if it names one.
-fn preferred_channel(data_dir: &crate::base::datadir::DataDir, context: &Context) -> Option<String> {
-    let profile = match context.kind {
-        ContextKind::User => "USER.md",
-        ContextKind::Group => "GROUP.md",
-    };
-    let text = std::fs::read_to_string(data_dir.context_dir(context).join(profile)).ok()?;
-    crate::store::profile::preferred_channel(&text)
-}
-
-/// The channel family of `channel` (`slack/dm` → `slack`).
-fn family(channel: &str) -> &str {
-    channel.split('/').next().unwrap_or(channel)
-}
-
 impl Daemon {
     async fn system(&self, job: SystemJob) -> RunOutcome {
         match job {
             SystemJob::ArchiveSessions => {
-                let (idled, archived) = crate::drive::orchestrator::archive_quiet(&self.orchestrator).await;
+                let (idled, archived) = crate::drive::orchestrator::archive_quiet(&self.orchestrator, false).await;
                 RunOutcome::ok(format!("{idled} session(s) idled, {archived} archived"))
             }
             SystemJob::ExpireMemories => {
@@ -259,47 +243,15 @@ impl Daemon {
         }
     }
 
-    /// Tells `context` `title`/`content`: on `channel` when it is connected (an event every
-    /// client of that channel shows), else in the context's inbox.
+    /// Tells `context` `notice` on `channel` when it is connected, else in its inbox.
     fn tell(&self, context: &Context, channel: Option<&str>, notice: Notice, session: Option<&str>) {
-        let connected = match channel {
-            Some(channel) => self.orchestrator.events.is_connected(context, family(channel)),
-            None => false,
-        };
-        let told = Notice { channel: channel.unwrap_or_default().to_string(), ..notice.clone() };
-        let event = crate::store::events::Event::of_session(
-            session.unwrap_or_default(),
-            crate::store::events::Kind::Notice(told),
-        );
-        self.orchestrator.events.publish(context, event);
-        if connected {
-            tracing::info!(context = %context, channel, task = %notice.task_id, "task notice sent");
-            return;
-        }
-        let item = Item::new(notice.title, notice.content, &notice.task_id, &notice.run_id);
-        match self.inbox.push(context, item) {
-            Ok(_) => tracing::info!(context = %context, task = %notice.task_id, "task notice left in the inbox"),
-            Err(error) => {
-                tracing::error!(context = %context, error = %baaaht_proto::error_chain(&error), "cannot keep a task notice")
-            }
-        }
+        crate::store::inbox::tell(&self.inbox, &self.orchestrator.events, context, channel, notice, session);
     }
 
-    /// Where `task`'s notices go: its own channel, else the preferred one, else the channel
-    /// the user last wrote from while it is still connected, else any connected one.
+    /// Where `task`'s notices go: its own channel, else where `context`'s go.
     fn channel_for(&self, task: &TaskRecord, context: &Context) -> Option<String> {
-        let events = &self.orchestrator.events;
-        if !task.notification.channel.is_empty() {
-            return Some(task.notification.channel.clone());
-        }
-        if let Some(preferred) = preferred_channel(&self.orchestrator.data_dir, context) {
-            return Some(preferred);
-        }
-        let connected = events.connected_channels(context);
-        match events.last_active(context) {
-            Some(last) if connected.contains(&last) => Some(last),
-            _ => connected.into_iter().next(),
-        }
+        let (data_dir, events) = (&self.orchestrator.data_dir, &self.orchestrator.events);
+        crate::store::inbox::channel_for(data_dir, events, context, &task.notification.channel)
     }
 }
 
@@ -397,7 +349,7 @@ impl Execute for Daemon {
                         let entry = NewEntry::Message {
                             role: "assistant",
                             content: format!("{title}\n\n{content}"),
-                            channel: channel.map(|channel| family(channel).to_string()),
+                            channel: channel.map(|channel| crate::store::inbox::family(channel).to_string()),
                             sender: None,
                             attachments: vec![],
                         };

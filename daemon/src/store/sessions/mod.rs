@@ -125,6 +125,9 @@ pub enum SessionError {
     Log(#[from] LogError),
     #[error("cannot write the session index")]
     Index(#[source] StateError),
+    /// The data disk is past its critical mark (the sentence says so).
+    #[error("{0}")]
+    DiskCritical(String),
 }
 
 /// What a new entry says; the store gives it its id, parent and time.
@@ -207,6 +210,8 @@ pub struct SessionStore {
     redact: Option<crate::guard::redact::Redact>,
     /// Told of every entry appended (set once the daemon has made it).
     sink: std::sync::OnceLock<std::sync::Weak<dyn EntrySink>>,
+    /// Closed while the data disk is nearly full: no new session starts.
+    disk: Option<std::sync::Arc<crate::base::disk::DiskGate>>,
 }
 
 impl std::fmt::Debug for SessionStore {
@@ -237,6 +242,7 @@ impl SessionStore {
             inner: Mutex::new(Inner { index, logs: HashMap::new() }),
             redact: None,
             sink: std::sync::OnceLock::new(),
+            disk: None,
         }
     }
 
@@ -249,6 +255,11 @@ impl SessionStore {
     /// This store, every entry's text cleaned by `redact` before it is written.
     pub fn redacting(self, redact: crate::guard::redact::Redact) -> SessionStore {
         SessionStore { redact: Some(redact), ..self }
+    }
+
+    /// Starts no session while `disk` is past its critical mark.
+    pub fn gated_by(self, disk: std::sync::Arc<crate::base::disk::DiskGate>) -> SessionStore {
+        SessionStore { disk: Some(disk), ..self }
     }
 
     /// `entry` with no secret left in its text.
@@ -364,6 +375,9 @@ impl SessionStore {
         title: Option<String>,
         run: bool,
     ) -> Result<SessionRecord, SessionError> {
+        if let Some(why) = self.disk.as_ref().and_then(|disk| disk.refusal("A new conversation")) {
+            return Err(SessionError::DiskCritical(why));
+        }
         let title = title.map(|title| self.cleaned_text(&title).into_owned());
         let now = state::now_seconds();
         let mut inner = self.lock();

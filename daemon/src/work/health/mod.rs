@@ -233,6 +233,8 @@ pub struct Notifier {
     events: Arc<crate::store::events::EventBus>,
     admins: Vec<String>,
     channel: NotifyChannel,
+    /// Where the admins' profiles say their notices go.
+    data_dir: crate::base::datadir::DataDir,
 }
 
 impl Notifier {
@@ -241,8 +243,27 @@ impl Notifier {
         events: Arc<crate::store::events::EventBus>,
         admins: Vec<String>,
         channel: NotifyChannel,
+        data_dir: crate::base::datadir::DataDir,
     ) -> Notifier {
-        Notifier { inbox, events, admins, channel }
+        Notifier { inbox, events, admins, channel, data_dir }
+    }
+
+    /// What the admins must act on before it hurts (a disk nearly full): on each one's
+    /// preferred channel (else the one they last wrote from, while it is connected), else in
+    /// their inbox.
+    pub fn warn(&self, title: &str, content: &str) {
+        use crate::store::inbox::{channel_for, tell};
+        for admin in &self.admins {
+            let admin = Context::user(admin);
+            let channel = channel_for(&self.data_dir, &self.events, &admin, "");
+            let notice = crate::store::events::Notice {
+                title: title.to_string(),
+                content: content.to_string(),
+                is_error: true,
+                ..Default::default()
+            };
+            tell(&self.inbox, &self.events, &admin, channel.as_deref(), notice, None);
+        }
     }
 
     /// What the daemon did on its own (a restart, a gateway given up on).
