@@ -1017,3 +1017,64 @@ fn ctrl_c_in_baaaht_chat_stops_the_turn_and_the_session_keeps_what_was_written()
     );
     assert!(ended.success(), "{said}\n{}", daemon.log_text());
 }
+
+#[test]
+fn archiving_a_group_session_keeps_its_memory_in_the_groups_memory_waiting_for_review() {
+    let rt = baaaht_tests::runtime();
+    let (_fake, daemon) =
+        scenario::start(&rt, scenario::memory_brain(), DaemonOptions::default()).expect("fake provider and daemon");
+    rt.block_on(async {
+        let mut client = scenario::host_client(&daemon).await.expect("connect");
+        let family = v1::CreateGroupRequest {
+            id: "family".into(),
+            name: "Family".into(),
+            members: vec!["alice".into(), "bob".into()],
+        };
+        client.admin.create_group(family).await.expect("the family group");
+        let group = scenario::group("family");
+        let first = scenario::turn(
+            &mut client,
+            message(group.clone(), "alice", "We like jasmine tea."),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("alice's turn");
+        assert!(first.reply.is_some(), "{:?}", first.error);
+        let second =
+            scenario::turn(&mut client, message(group.clone(), "bob", "And green tea."), Duration::from_secs(60))
+                .await
+                .expect("bob's turn");
+        assert_eq!(second.session, first.session, "one conversation of the group");
+        client.sessions.archive_session(v1::SessionRef { session_id: first.session.clone() }).await.expect("archive");
+
+        // Kept by the group, not by either member; written from every member's words, so it
+        // waits for review before the group's Assistant uses it.
+        let waiting = daemon.data_dir.join("groups/family/memory/quarantine/favourite-tea.md");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !waiting.is_file() {
+            assert!(tokio::time::Instant::now() < deadline, "nothing remembered:\n{}", daemon.log_text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let text = std::fs::read_to_string(&waiting).expect("memory file");
+        assert!(text.contains("Alice likes jasmine tea.") && text.contains("origin: untrusted"), "{text}");
+        assert!(text.contains(&format!("sessionId: {}", first.session)), "{text}");
+        for member in ["alice", "bob"] {
+            let own = daemon.data_dir.join(format!("users/{member}/memory"));
+            let kept: Vec<_> = std::fs::read_dir(&own).map(|dir| dir.flatten().collect()).unwrap_or_default();
+            assert!(
+                kept.iter().all(|entry| !entry.file_name().to_string_lossy().contains("tea")),
+                "{member}: {kept:?}"
+            );
+        }
+        let query = |quarantined| v1::MemoryQuery {
+            context: Some(group.clone()),
+            limit: 10,
+            quarantined,
+            ..Default::default()
+        };
+        let used = client.memory.search_memory(query(false)).await.expect("search").into_inner().entries;
+        assert!(used.is_empty(), "not used before review: {used:?}");
+        let waiting = client.memory.search_memory(query(true)).await.expect("search").into_inner().entries;
+        assert_eq!(waiting.len(), 1, "{waiting:?}");
+    });
+}
