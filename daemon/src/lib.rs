@@ -41,7 +41,7 @@ use crate::sandbox::{Incoming, Sandbox};
 use crate::server::bind::Bound;
 use crate::server::Shared;
 use crate::store::Store;
-use crate::work::{health, Workers};
+use crate::work::{health, system_files, Workers};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -263,6 +263,7 @@ fn subsystems(
             taints: shared.taints.clone(),
             scheduler: shared.scheduler.clone(),
             inbox: shared.inbox.clone(),
+            system: Arc::new(system_files::SystemFiles::new(shared.groups.clone(), shared.containers.clone())),
             every: Duration::from_millis(config.orchestrator.poll_intervals.ipc.max(50)),
         }),
         shared.mcp.clone(),

@@ -425,3 +425,33 @@ fn skill_scripts_are_mounted_read_only_and_only_the_contexts_own() {
     });
     drop(coder);
 }
+
+#[test]
+fn a_tool_container_reads_its_contexts_system_files_and_cannot_change_them() {
+    let rt = baaaht_tests::runtime();
+    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon starts");
+    let (lingering, mut agent) = coder(&daemon, &rt);
+    rt.block_on(async {
+        let mut status = String::new();
+        for _ in 0..50 {
+            status = run(&mut agent, "exec", json!({"command": "cat /ipc/system/container_status.json"})).await.content;
+            if status.contains("baaaht-tool-") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Its own context's containers: the tool container it runs in among them.
+        assert!(status.contains("\"containers\"") && status.contains("baaaht-tool-"), "{status}");
+        let groups = run(&mut agent, "exec", json!({"command": "cat /ipc/system/available_groups.json"})).await;
+        assert!(groups.content.contains("\"groups\": []"), "{}", groups.content);
+        let changed = run(
+            &mut agent,
+            "exec",
+            json!({"command": "echo lie > /ipc/system/available_groups.json || echo refused; rm -f /ipc/system/container_status.json || echo kept; ls /ipc/system"}),
+        )
+        .await;
+        assert!(changed.content.contains("refused") && changed.content.contains("kept"), "{}", changed.content);
+        assert!(changed.content.contains("available_groups.json") && changed.content.contains("container_status.json"));
+    });
+    drop(lingering);
+}

@@ -1,5 +1,6 @@
 //! What containers ask through their IPC folders (DESIGN.md §1, file-based IPC): messages to
-//! deliver to their context's channels and tasks to schedule. Taken every
+//! deliver to their context's channels and tasks to schedule; after each pass the slots'
+//! `system/` files are brought up to date. Taken every
 //! `orchestrator.poll_intervals.ipc` milliseconds and whenever a call asks
 //! ([`Ipc::flush`]), until the daemon stops; once every container is gone, what they queued
 //! last is taken and their folders are let go.
@@ -27,6 +28,8 @@ pub struct Requests {
     pub taints: Arc<Taints>,
     pub scheduler: Arc<Scheduler>,
     pub inbox: Arc<Inbox>,
+    /// The slots' `system/` files, kept current after each pass.
+    pub system: Arc<crate::work::system_files::SystemFiles>,
     /// Between two looks when no call asks.
     pub every: Duration,
 }
@@ -67,6 +70,7 @@ impl Requests {
                     sent = BTreeMap::new();
                 }
             }
+            self.system.refresh(&self.ipc).await;
         }
     }
 }

@@ -137,6 +137,25 @@ pub fn ensure_dir(parent: impl AsFd, name: &OsStr, owner: Owner) -> std::io::Res
     Ok(fd)
 }
 
+/// Replaces `name` in `dir` (a folder of the daemon's own) with `bytes`, readable by all
+/// (0644): written beside it, then renamed over it, so a reader sees the old file or the new.
+pub fn write_readable(dir: impl AsFd, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = dir.as_fd();
+    let draft = format!(".{name}.new");
+    match rustix::fs::unlinkat(dir, draft.as_str(), AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => {}
+        Err(errno) => return Err(errno.into()),
+    }
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, draft.as_str(), flags, Mode::from_raw_mode(0o644))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o644))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    rustix::fs::renameat(dir, draft.as_str(), dir, name)?;
+    Ok(())
+}
+
 /// Hands an open folder to the containers' uid (see [`Access`]), by descriptor.
 pub fn hand_over(fd: impl AsFd) -> std::io::Result<()> {
     hand_over_as(fd, 0o700, 0o2770)

@@ -20,6 +20,10 @@
 //! reason in the log (at most [`MAX_REJECTED_BYTES`] a file and [`KEPT_REJECTED`] files a
 //! context; a larger or older one is deleted).
 //!
+//! The one way the other way is `system/` in each slot, the daemon's (0755), which its
+//! container reads and cannot change: what the context's people can reach and the context's
+//! containers, kept current by [`crate::work::system_files`].
+//!
 //! A container can write [`SLOT_CAP`] bytes in its folder at most: where the daemon can mount,
 //! the folder is a memory filesystem of that size (a write past it fails in the container and
 //! the host's disk is never touched), else the runner checks after each call (`--ipc-cap`). A
@@ -323,7 +327,33 @@ impl Ipc {
         }
         *slots.held.entry(key.clone()).or_default() += 1;
         slots.idle.remove(&key);
+        // The next pass writes its `system/` files.
+        self.wake.notify_one();
         Ok(Lease { ipc: self.clone(), key, path: self.root.join(folder).join(slot), checked_cap })
+    }
+
+    /// The slots containers hold now, each with the context it acts for.
+    pub fn held_slots(&self) -> Vec<(String, Context)> {
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .held
+            .keys()
+            .filter_map(|key| {
+                let (folder, _) = key.split_once('/')?;
+                Some((key.clone(), context_of_folder(folder)?))
+            })
+            .collect()
+    }
+
+    /// Writes `name` into the `system/` folder of slot `key` (the daemon's, which its container
+    /// reads and cannot change; [`crate::work::system_files`]).
+    pub fn write_system(&self, key: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let gone = || std::io::Error::new(std::io::ErrorKind::NotFound, format!("no IPC folder {key}"));
+        let (folder, slot) = key.split_once('/').ok_or_else(gone)?;
+        let context_dir = shared_dirs::open_dir(&self.root_fd, folder)?.ok_or_else(gone)?;
+        let slot_dir = shared_dirs::open_dir(&context_dir, slot)?.ok_or_else(gone)?;
+        let system = shared_dirs::ensure_dir(&slot_dir, OsStr::new("system"), Owner::DaemonReadable)?;
+        shared_dirs::write_readable(&system, name, bytes)
     }
 
     /// Lets go of every folder no container holds any more: the results left in it are

@@ -1,5 +1,6 @@
 //! The workers and their supervision: the agent pool and its peers, tool calls and tool
-//! containers, MCP servers, skills, the file-based IPC folders, container health, and the
+//! containers, MCP servers, skills, the file-based IPC folders and their system files,
+//! container health, and the
 //! gateways the daemon runs. It imports people/ and below.
 
 pub mod agents;
@@ -10,6 +11,7 @@ pub mod mcp;
 pub mod peers;
 pub mod skills;
 pub mod slots;
+pub mod system_files;
 pub mod tools;
 
 use std::path::PathBuf;
