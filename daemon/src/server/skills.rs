@@ -90,6 +90,7 @@ impl v1::skills_server::Skills for SkillsService {
             description: installed.description,
             installed_to: installed.installed_to,
             commit: installed.commit,
+            findings: installed.findings.iter().map(ToString::to_string).collect(),
         }))
     }
 }

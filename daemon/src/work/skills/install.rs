@@ -8,7 +8,8 @@
 //! private or metadata addresses, nor to anything but https. A failed fetch is told in the
 //! daemon's own words (what the filter refused, or that no repository answered), never with
 //! what the far end said. The skill's SKILL.md is then parsed, its files checked (no
-//! symlinks, bounded size), its scripts syntax-checked inside a tool container (the
+//! symlinks, bounded size), scanned for the patterns of malicious skills ([`super::scan`]:
+//! what it finds is told and audited), its scripts syntax-checked inside a tool container (the
 //! repository is untrusted: nothing of it runs on the host), then copied into the context's
 //! `skills/{name}/` in one rename, and recorded in `data/state/skill-installs.json`.
 
@@ -68,6 +69,8 @@ pub struct Installed {
     /// Relative to the data dir.
     pub installed_to: String,
     pub commit: String,
+    /// What the scan of its files found ([`super::scan`]).
+    pub findings: Vec<super::scan::Finding>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -380,7 +383,14 @@ pub async fn install(
     }
     let record = record.detail("source", request.source.to_string()).detail("path", request.path.as_str());
     egress.audit.record(match &outcome {
-        Ok(installed) => record.detail("name", installed.name.as_str()).detail("commit", installed.commit.as_str()),
+        Ok(installed) => {
+            let classes: std::collections::BTreeSet<&str> = installed.findings.iter().map(|f| f.class).collect();
+            let classes = classes.into_iter().collect::<Vec<_>>().join(",");
+            record
+                .detail("name", installed.name.as_str())
+                .detail("commit", installed.commit.as_str())
+                .detail("findings", classes)
+        }
         Err(error) => {
             let mut failed = record.detail("reason", error.to_string());
             failed.outcome = "failed".into();
@@ -426,6 +436,10 @@ async fn install_from(
     };
     let skill = super::parse_unplaced(&text).map_err(|error| InstallError::Invalid(error.to_string()))?;
     check_files(&folder)?;
+    let findings = super::scan::scan(&folder);
+    for finding in &findings {
+        tracing::warn!(target: "baaaht_daemon::skills::audit", skill = %skill.name, %finding, "the skill's scan found");
+    }
 
     let kind = crate::base::datadir::context_folder(request.context.kind);
     let own = crate::base::datadir::DataDir::new(root).context_dir(&request.context);
@@ -503,7 +517,7 @@ async fn install_from(
     if let Err(error) = state::write_json(&record_path, &record) {
         tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot record the installed skill");
     }
-    Ok(Installed { name: skill.name, description: skill.description, installed_to: relative, commit })
+    Ok(Installed { name: skill.name, description: skill.description, installed_to: relative, commit, findings })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub mod install;
+pub mod scan;
 
 /// The longest name, description and compatibility note the specification allows.
 pub const MAX_NAME: usize = 64;

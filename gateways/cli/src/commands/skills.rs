@@ -53,6 +53,12 @@ pub(crate) async fn skills(
                 installed.name, installed.installed_to, installed.description
             );
             println!("{}", clean(&line));
+            if !installed.findings.is_empty() {
+                println!("its scan found what malicious skills do; read it before you use the skill:");
+                for finding in &installed.findings {
+                    println!("  {}", clean(finding));
+                }
+            }
         }
     }
     Ok(())
