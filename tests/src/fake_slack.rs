@@ -615,6 +615,18 @@ pub fn gateway_with(
     SlackGateway { process, socket: gateway.socket.display().to_string(), token: gateway.token }
 }
 
+/// The texts the bot wrote in `channel` (posted or updated; refused calls left out).
+pub fn shown_in(fake: &FakeSlack, channel: &str) -> Vec<String> {
+    fake.calls()
+        .into_iter()
+        .filter(|call| {
+            let written = matches!(call.method.as_str(), "chat.postMessage" | "chat.update");
+            written && !call.limited && call.params["channel"] == channel
+        })
+        .map(|call| call.params["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// The signing secret of the gateway `work` in [`slack_options`].
 pub const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 

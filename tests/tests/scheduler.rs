@@ -413,15 +413,7 @@ fn a_task_paused_in_the_web_settings_is_resumed_by_asking_on_slack() {
         let dm = json!({"type": "message", "channel": "DU7", "channel_type": "im", "user": "U7",
             "text": "please resume my build check", "ts": "1760000400.000100"});
         slack.push_event(dm, "EvTask1", 0).expect("sent");
-        let said = || {
-            slack
-                .calls()
-                .into_iter()
-                .filter(|call| matches!(call.method.as_str(), "chat.postMessage" | "chat.update"))
-                .filter(|call| call.params["channel"] == "DU7")
-                .filter_map(|call| call.params["text"].as_str().map(str::to_string))
-                .collect::<Vec<_>>()
-        };
+        let said = || baaaht_tests::fake_slack::shown_in(&slack, "DU7");
         let resumed = slack
             .wait_for(Duration::from_secs(120), |_| {
                 said().iter().any(|text| text.contains(&format!("task {id} resumed")))
@@ -495,15 +487,7 @@ fn a_heartbeats_finding_reaches_slack_in_the_assistants_words() {
     let daemon = TestDaemon::start(options(&fake, Some(first.data_dir.clone()))).expect("restarts");
     let gateway = gateway_for(&rt, &daemon, &slack);
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
-    let said = || {
-        slack
-            .calls()
-            .into_iter()
-            .filter(|call| matches!(call.method.as_str(), "chat.postMessage" | "chat.update"))
-            .filter(|call| call.params["channel"] == "DU7")
-            .filter_map(|call| call.params["text"].as_str().map(str::to_string))
-            .collect::<Vec<_>>()
-    };
+    let said = || baaaht_tests::fake_slack::shown_in(&slack, "DU7");
     rt.block_on(async {
         assert!(slack.wait_for(Duration::from_secs(60), |fake| fake.connections_opened() >= 1).await, "{}", logs());
         // Alice writes to the bot once: the gateway follows her from then on.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use baaaht_proto::v1;
-use baaaht_tests::fake_slack::{gateway_for, gateway_with, slack_options, FakeSlack, SIGNING_SECRET};
+use baaaht_tests::fake_slack::{gateway_for, gateway_with, shown_in, slack_options, FakeSlack, SIGNING_SECRET};
 use baaaht_tests::scenario;
 use serde_json::{json, Value};
 
@@ -113,18 +113,6 @@ fn the_fake_slack_speaks_the_wire_format_of_slacks_own_sdk() {
 
 fn dm(user: &str, text: &str, ts: &str) -> Value {
     json!({"type": "message", "channel": format!("D{user}"), "channel_type": "im", "user": user, "text": text, "ts": ts})
-}
-
-/// The texts the bot wrote in `channel` (posted or updated; refused calls left out).
-fn shown_in(fake: &FakeSlack, channel: &str) -> Vec<String> {
-    fake.calls()
-        .into_iter()
-        .filter(|call| {
-            let written = matches!(call.method.as_str(), "chat.postMessage" | "chat.update");
-            written && !call.limited && call.params["channel"] == channel
-        })
-        .map(|call| call.params["text"].as_str().unwrap_or_default().to_string())
-        .collect()
 }
 
 #[test]

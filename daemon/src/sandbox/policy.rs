@@ -271,28 +271,22 @@ impl Policy {
     /// remembers and said before (`memory_search`, `session_search`), the Memory agent's memory
     /// store (always its own context's).
     pub fn agent_tools_of(role: Role) -> &'static [&'static str] {
+        // The Worker has the Assistant's from `read_skill` through the task tools.
+        const ASSISTANT_TOOLS: &[&str] = &[
+            "delegate",
+            "read_skill",
+            "schedule_task",
+            "list_tasks",
+            "change_task",
+            "pause_task",
+            "resume_task",
+            "cancel_task",
+            "memory_search",
+            "session_search",
+        ];
         match role {
-            Role::Assistant => &[
-                "delegate",
-                "read_skill",
-                "schedule_task",
-                "list_tasks",
-                "change_task",
-                "pause_task",
-                "resume_task",
-                "cancel_task",
-                "memory_search",
-                "session_search",
-            ],
-            Role::Worker => &[
-                "read_skill",
-                "schedule_task",
-                "list_tasks",
-                "change_task",
-                "pause_task",
-                "resume_task",
-                "cancel_task",
-            ],
+            Role::Assistant => ASSISTANT_TOOLS,
+            Role::Worker => &ASSISTANT_TOOLS[1..8],
             Role::Researcher | Role::Coder => &["read_skill"],
             Role::Memory => &["memory_write", "memory_search", "memory_delete", "session_search"],
             _ => &[],
@@ -379,6 +373,13 @@ pub fn display_below(root: &Path, path: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use crate::base::config::{AllowedMount, ConfigPaths};
+
+    #[test]
+    fn the_worker_has_the_skill_and_task_tools_and_no_more() {
+        let worker = Policy::agent_tools_of(Role::Worker);
+        let tasks = ["schedule_task", "list_tasks", "change_task", "pause_task", "resume_task", "cancel_task"];
+        assert_eq!(worker, [&["read_skill"][..], &tasks].concat());
+    }
 
     struct Fixture {
         _temp: tempfile::TempDir,

@@ -217,15 +217,8 @@ pub enum TasksCommand {
         /// Act in this group's context (its id)
         #[arg(long, value_name = "ID")]
         group: Option<String>,
-        /// 5-field cron: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1"
-        #[arg(long, conflicts_with_all = ["every", "at"])]
-        cron: Option<String>,
-        /// Seconds between runs (at least 60)
-        #[arg(long, value_name = "SECONDS", conflicts_with = "at")]
-        every: Option<u64>,
-        /// Once, at this RFC 3339 time with its offset, e.g. 2026-03-01T08:00:00+01:00
-        #[arg(long, value_name = "TIME")]
-        at: Option<String>,
+        #[command(flatten)]
+        when: When,
         /// A short name for it in lists and notices
         #[arg(long)]
         description: Option<String>,
@@ -260,15 +253,8 @@ pub enum TasksCommand {
         /// A short name for it in lists and notices
         #[arg(long)]
         description: Option<String>,
-        /// 5-field cron, e.g. "0 9 * * 1"
-        #[arg(long, conflicts_with_all = ["every", "at"])]
-        cron: Option<String>,
-        /// Seconds between runs (at least 60)
-        #[arg(long, value_name = "SECONDS", conflicts_with = "at")]
-        every: Option<u64>,
-        /// Once, at this RFC 3339 time with its offset
-        #[arg(long, value_name = "TIME")]
-        at: Option<String>,
+        #[command(flatten)]
+        when: When,
         /// IANA time zone ("" for system.timezone)
         #[arg(long)]
         timezone: Option<String>,
@@ -283,6 +269,20 @@ pub enum TasksCommand {
     Cancel {
         id: String,
     },
+}
+
+/// When a task runs: one of --cron, --every or --at.
+#[derive(Debug, clap::Args)]
+pub struct When {
+    /// 5-field cron: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1"
+    #[arg(long, conflicts_with_all = ["every", "at"])]
+    pub cron: Option<String>,
+    /// Seconds between runs (at least 60)
+    #[arg(long, value_name = "SECONDS", conflicts_with = "at")]
+    pub every: Option<u64>,
+    /// Once, at this RFC 3339 time with its offset, e.g. 2026-03-01T08:00:00+01:00
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -12,9 +12,9 @@ fn task_owner(user: Option<String>, group: Option<String>) -> (String, String) {
 }
 
 /// The schedule one of --cron, --every or --at gives (clap lets only one through).
-fn schedule_kind(cron: Option<String>, every: Option<u64>, at: Option<String>) -> Option<v1::task_schedule::Kind> {
+fn schedule_kind(when: crate::args::When) -> Option<v1::task_schedule::Kind> {
     use v1::task_schedule::Kind;
-    match (cron, every, at) {
+    match (when.cron, when.every, when.at) {
         (Some(cron), None, None) => Some(Kind::Cron(cron)),
         (None, Some(every), None) => Some(Kind::IntervalSeconds(every)),
         (None, None, Some(at)) => Some(Kind::Once(at)),
@@ -73,9 +73,7 @@ pub(crate) async fn tasks(
             prompt,
             user,
             group,
-            cron,
-            every,
-            at,
+            when,
             description,
             timezone,
             agent,
@@ -85,7 +83,7 @@ pub(crate) async fn tasks(
             allow_overlap,
             retry_interrupted,
         } => {
-            let Some(kind) = schedule_kind(cron, every, at) else {
+            let Some(kind) = schedule_kind(when) else {
                 return Err(CliError::Usage("give exactly one of --cron, --every or --at".into()));
             };
             let env = |key: &str| std::env::var(key).ok();
@@ -113,8 +111,8 @@ pub(crate) async fn tasks(
             let task = scheduled.task.unwrap_or_default();
             print!("{}", clean(&text::show_text(&task, &scheduled.next_runs)));
         }
-        TasksCommand::Change { id, prompt, description, cron, every, at, timezone } => {
-            let schedule = schedule_kind(cron, every, at).map(|kind| v1::TaskSchedule { kind: Some(kind) });
+        TasksCommand::Change { id, prompt, description, when, timezone } => {
+            let schedule = schedule_kind(when).map(|kind| v1::TaskSchedule { kind: Some(kind) });
             let change = v1::TaskChange { id, prompt, description, schedule, timezone };
             let changed = client.tasks.update_task(change).await.map_err(status)?.into_inner();
             print!("{}", clean(&text::show_text(&changed.task.unwrap_or_default(), &changed.next_runs)));
