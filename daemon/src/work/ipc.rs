@@ -22,7 +22,7 @@
 //!
 //! The one way the other way is `system/` in each slot, the daemon's (0755), which its
 //! container reads and cannot change: what the context's people can reach and the context's
-//! containers, kept current by [`crate::work::system_files`].
+//! containers, kept current by `system_files.rs`.
 //!
 //! A container can write [`SLOT_CAP`] bytes in its folder at most: where the daemon can mount,
 //! the folder is a memory filesystem of that size (a write past it fails in the container and
@@ -346,7 +346,7 @@ impl Ipc {
     }
 
     /// Writes `name` into the `system/` folder of slot `key` (the daemon's, which its container
-    /// reads and cannot change; [`crate::work::system_files`]).
+    /// reads and cannot change; written by `system_files.rs`).
     pub fn write_system(&self, key: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
         let gone = || std::io::Error::new(std::io::ErrorKind::NotFound, format!("no IPC folder {key}"));
         let (folder, slot) = key.split_once('/').ok_or_else(gone)?;
