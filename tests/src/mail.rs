@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::web::free_port;
 use crate::Running;
 
 /// The mail domains the servers take mail for.
@@ -126,7 +125,7 @@ impl MailServers {
         for sub in ["tls", "mail", "run", "spool", "pdata", "postfix", "dkim"] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
-        let ports = [free_port()?, free_port()?, free_port()?, free_port()?, free_port()?, free_port()?, free_port()?];
+        let ports = [mail_port()?, mail_port()?, mail_port()?, mail_port()?, mail_port()?, mail_port()?, mail_port()?];
         let mut servers = MailServers {
             ca: dir.join("tls/ca.pem"),
             dir,
@@ -193,7 +192,7 @@ impl MailServers {
                     let log = self.opendkim.as_ref().map(Running::log_text).unwrap_or_default();
                     bail!("OpenDKIM exited at its start: {log}")
                 }
-                (true, _) => self.milter = free_port()?,
+                (true, _) => self.milter = mail_port()?,
             }
         }
         Ok(())
@@ -442,6 +441,24 @@ impl Drop for MailServers {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A port for a mail server: below the kernel's ephemeral range (32768-60999 here), so no
+/// connection's own port and no server on a port the kernel drew (`127.0.0.1:0`, as the other
+/// suites' servers bind) can take it; from a block of 200 of this process's own (by its pid),
+/// handed out in turn, and free when handed out. A port drawn from the ephemeral range was
+/// taken meanwhile by another test's server often enough that a mail went to the wrong one.
+fn mail_port() -> Result<u16> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let base = 20_000 + (std::process::id() % 60) * 200;
+    for _ in 0..200 {
+        let offset = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 200;
+        let port = u16::try_from(base + offset)?;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port in 127.0.0.1:{base}-{}", base + 199)
 }
 
 /// Waits for `port` on loopback to take connections (what `log` says when it does not).
