@@ -640,6 +640,9 @@ fn a_data_disk_at_90_percent_warns_the_admins_and_at_95_refuses_new_conversation
     let config = "system:\n  admin_users: [u-admin]\norchestrator:\n  disk:\n    check_interval: 1000\nsessions:\n  \
                   idle_after: 2\n";
     let mut options = with_config(config.into());
+    // The marks the harness raises for the host's disk, back to their defaults on this one.
+    options.env.push(("BAAAHT__ORCHESTRATOR__DISK__WARN_PERCENT".into(), "90".into()));
+    options.env.push(("BAAAHT__ORCHESTRATOR__DISK__CRITICAL_PERCENT".into(), "95".into()));
     options.data_dir = Some(disk.point.clone());
     let (_provider, daemon) = scenario::start(&rt, scenario::echo_brain(), options).expect("daemon");
     let status = || daemon.cli(&["status"]);
