@@ -27,6 +27,11 @@ impl Usage {
     }
 }
 
+/// `bytes` as a person reads free space: GiB with one decimal.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
 /// How full the filesystem holding `path` is.
 pub fn usage(path: &Path) -> std::io::Result<Usage> {
     let stat = rustix::fs::statvfs(path)?;
@@ -105,7 +110,7 @@ impl DiskGate {
 
     /// What `baaaht status` lists as degraded, when the disk is past a mark.
     pub fn degraded(&self) -> Option<String> {
-        let available = format!("{:.1} GiB", self.available.load(Ordering::Relaxed) as f64 / f64::from(1u32 << 30));
+        let available = gib(self.available.load(Ordering::Relaxed));
         match self.level() {
             Level::Fine => None,
             Level::Warning => Some(format!(

@@ -66,7 +66,7 @@ impl DiskWatch {
     /// Tells the log and the admins that the disk reached `level`.
     fn tell(&self, level: Level, usage: Usage) {
         let (path, percent) = (self.gate.path().display(), usage.percent());
-        let free = format!("{:.1} GiB", usage.available as f64 / f64::from(1u32 << 30));
+        let free = crate::base::disk::gib(usage.available);
         let room = "Make room: `baaaht sessions list` and `baaaht sessions delete` for old conversations, \
                     `docker system prune` for the engine's leftovers, or a bigger disk.";
         let critical = self.settings.critical_percent;
