@@ -46,6 +46,21 @@ enum Command {
     },
     /// Start an MCP server as the daemon says and relay its stdio (an MCP server's container)
     Mcp,
+    /// Clone a skill's repository through the daemon's egress socket (a skill fetch's container)
+    FetchSkill {
+        /// The https:// URL of the repository
+        #[arg(long)]
+        url: String,
+        /// A branch or tag; empty: the default branch
+        #[arg(long = "ref", default_value = "")]
+        git_ref: String,
+        /// The daemon's egress socket
+        #[arg(long, value_name = "PATH")]
+        socket: std::path::PathBuf,
+        /// The folder `repo/` and `commit` are written to
+        #[arg(long, value_name = "PATH")]
+        out: std::path::PathBuf,
+    },
     /// Report (as JSON) whether this container's confinement holds; exit 3 if it does not
     SelfTest {
         /// A TCP address that must not be reachable from here, e.g. a test server on the host
@@ -107,6 +122,23 @@ fn main() -> ExitCode {
                 Err(error) => {
                     eprintln!("baaaht-agent mcp: {error}");
                     ExitCode::from(69)
+                }
+            }
+        }
+        Command::FetchSkill { url, git_ref, socket, out } => {
+            let fetch = baaaht_agent::fetch::Fetch { url, git_ref, socket, out };
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    eprintln!("baaaht-agent fetch-skill: cannot start: {error}");
+                    return ExitCode::from(69);
+                }
+            };
+            match runtime.block_on(baaaht_agent::fetch::run(&fetch)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(failed) => {
+                    eprintln!("baaaht-agent fetch-skill: {}", failed.why);
+                    ExitCode::from(failed.code)
                 }
             }
         }

@@ -170,6 +170,8 @@ impl Daemon {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
         let Daemon { shared, lifetime, listeners, incoming, engine, bound } = self;
         defaults::install(shared.data_dir.root())?;
+        // Skills a daemon stopped in the middle of installing (or of reviewing) are dropped.
+        crate::work::skills::install::sweep(shared.data_dir.root());
         // Results written while no daemon ran (or just before one crashed).
         shared.ipc.collect_all();
         orchestrator::recover(&shared.orchestrator);

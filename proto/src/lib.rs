@@ -7,6 +7,7 @@
 pub mod client;
 pub mod egress;
 pub mod files;
+pub mod git;
 pub mod host;
 pub mod lifecycle;
 pub mod selftest;

@@ -153,6 +153,52 @@ impl FakeTelegram {
             "from": {"id": user, "is_bot": false, "first_name": name, "language_code": "en"}, "text": text}})
     }
 
+    /// The last message with buttons the bot sent to `chat`: its params and its answer.
+    pub fn asked_in(&self, chat: i64) -> Option<Call> {
+        self.calls_of("sendMessage")
+            .into_iter()
+            .rev()
+            .find(|call| call.params["chat_id"] == chat && call.params["reply_markup"]["inline_keyboard"].is_array())
+    }
+
+    /// `user` (`name`) presses the button of the last question with buttons in `chat` whose
+    /// `callback_data` starts with `a:{decision}:`, as Telegram sends the press, and waits for
+    /// the bot to answer it (`answerCallbackQuery`, which Telegram needs to stop the button's
+    /// spinner); that answer's params.
+    pub async fn press(&self, chat: i64, user: i64, name: &str, decision: &str) -> Result<Value, String> {
+        let Some(asked) = self.asked_in(chat) else { return Err("no message with buttons in the chat".into()) };
+        let buttons: Vec<&Value> = asked.params["reply_markup"]["inline_keyboard"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|row| row.as_array().into_iter().flatten())
+            .collect();
+        let data = buttons.iter().filter_map(|button| button["callback_data"].as_str());
+        let Some(data) = data.clone().find(|data| data.starts_with(&format!("a:{decision}:"))) else {
+            return Err(format!("no `{decision}` button: {buttons:?}"));
+        };
+        if data.len() > 64 {
+            return Err(format!("Telegram takes 64 bytes of callback data, not {}: {data}", data.len()));
+        }
+        let message = asked.answer["message_id"].clone();
+        let kind = if chat == user { "private" } else { "group" };
+        let press = format!("cq-{message}-{user}-{decision}");
+        self.push(json!({"callback_query": {"id": press, "chat_instance": "ci",
+            "from": {"id": user, "is_bot": false, "first_name": name}, "data": data,
+            "message": {"message_id": message, "date": 1_760_000_000, "chat": {"id": chat, "type": kind},
+                "text": "approval"}}}));
+        let answer = |fake: &FakeTelegram| {
+            fake.calls_of("answerCallbackQuery")
+                .into_iter()
+                .find(|call| call.params["callback_query_id"] == press.as_str())
+                .map(|call| call.params)
+        };
+        match self.wait_for(Duration::from_secs(30), |fake| answer(fake).is_some()).await {
+            true => answer(self).ok_or_else(|| "the press's answer vanished".into()),
+            false => Err("the press was never answered (answerCallbackQuery)".into()),
+        }
+    }
+
     /// A file the fake serves: its `file_id`.
     pub fn add_file(&self, id: &str, path: &str, bytes: Vec<u8>) {
         self.state.files.lock().unwrap_or_else(PoisonError::into_inner).insert(id.into(), (path.into(), bytes));

@@ -616,6 +616,31 @@ impl Projects {
     }
 }
 
+/// Runs `git args` in `dir` as a test's author; panics when it fails.
+pub fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.org", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .expect("git runs");
+    assert!(status.success(), "git {args:?}");
+}
+
+/// A git repository holding `files` (path, text), committed.
+pub fn repository(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (path, text) in files {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("folders");
+        std::fs::write(path, text).expect("write");
+    }
+    git(dir.path(), &["init", "-q"]);
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-qm", "skill"]);
+    dir
+}
+
 /// A git server over TLS (`tests/git-https-server.py`: Python's http.server in front of the real
 /// `git http-backend`) serving the bare repositories under `root` with the certificate and key
 /// `tls`; `env` may set BIND (its address, else loopback) and AUTH (the Basic credentials it

@@ -33,6 +33,13 @@ pub fn assistant_asks_the_coder(asked: &Asked, task: &str) -> Answer {
     assistant_delegates(asked, "", params, "The coder says: ")
 }
 
+/// The Assistant's side of a turn, every turn anew: it hands `task` to the Worker, then passes
+/// on what the Worker said ("The worker says: …").
+pub fn assistant_asks_the_worker(asked: &Asked, task: &str) -> Answer {
+    let params = json!({"agent": "worker", "task": task, "returnDirectly": false});
+    assistant_delegates(asked, "", params, "The worker says: ")
+}
+
 /// The Assistant delegates to the Coder; the Coder writes `hello.sh`, runs it, and reports what
 /// it printed; the Assistant passes that on.
 pub fn coder_brain() -> Answer {

@@ -23,6 +23,7 @@ mod matrix {
         baaaht_tests::channels::matrix::Matrix:
         a_message_is_answered_in_its_chat_as_its_person,
         an_approval_request_is_shown_and_answered_as_its_person,
+        a_skill_review_is_shown_and_answered_install_or_decline,
         a_long_answer_is_cut_into_messages_the_channel_holds,
         a_refusal_shows_its_sentence_and_an_internal_failure_only_the_plain_one,
         files_reach_the_daemon_and_the_agents_files_reach_the_chat,

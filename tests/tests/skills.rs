@@ -4,34 +4,9 @@
 //! https repository is fetched through the egress filter only (a real git server over TLS on
 //! loopback), and a gateway's user can reach neither the host's folders nor its loopback.
 
-use std::path::Path;
 use std::process::Command;
 
-use baaaht_tests::{bin, DaemonOptions, TestDaemon};
-
-fn git(dir: &Path, args: &[&str]) {
-    let status = Command::new("git")
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.org", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .expect("git runs");
-    assert!(status.success(), "git {args:?}");
-}
-
-/// A git repository holding `files`.
-fn repository(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (path, text) in files {
-        let path = dir.path().join(path);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("folders");
-        std::fs::write(path, text).expect("write");
-    }
-    git(dir.path(), &["init", "-q"]);
-    git(dir.path(), &["add", "-A"]);
-    git(dir.path(), &["commit", "-qm", "skill"]);
-    dir
-}
+use baaaht_tests::{bin, git, repository, DaemonOptions, TestDaemon};
 
 fn baaaht(daemon: &TestDaemon, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(bin("baaaht")).args(args).env("BAAAHT_SOCKET", daemon.socket()).output().expect("runs");
@@ -140,7 +115,7 @@ fn an_https_repository_is_fetched_through_the_egress_filter_and_a_redirect_to_lo
         baaaht_tests::git_server(&root, (&cert, &key), Some(&elsewhere), &temp.path().join("git-server.log"), &[]);
 
     let daemon = TestDaemon::start(DaemonOptions {
-        env: vec![("GIT_SSL_CAINFO".into(), cert.display().to_string())],
+        env: vec![("SSL_CERT_FILE".into(), cert.display().to_string())],
         files: vec![(
             "config/config.yaml".into(),
             format!("tools:\n  web_proxy:\n    allow: [\"127.0.0.1:{port}\"]\n"),
@@ -154,6 +129,11 @@ fn an_https_repository_is_fetched_through_the_egress_filter_and_a_redirect_to_lo
     assert!(ok, "{out}{err}\n{}\n{}", daemon.log_text(), server.log_text());
     assert!(out.starts_with("installed weather-report into users/alice/skills/weather-report"), "{out}");
     assert!(server.log_text().contains("request POST /skills.git/git-upload-pack"), "{}", server.log_text());
+    assert!(
+        daemon.log_text().contains("the skill was fetched in a container without network"),
+        "no git of the host fetched it: {}",
+        daemon.log_text()
+    );
     let records = daemon.audit("egress");
     let allowed: Vec<_> =
         records.iter().filter(|r| r["outcome"] == "allowed" && r["detail"]["purpose"] == "skill install").collect();

@@ -89,6 +89,53 @@ pub(super) fn read_skill_definition() -> crate::tools::Definition {
     }
 }
 
+/// Installs a skill from a git repository by asking: the person sees its review on their
+/// channel and answers install or decline (the call waits for the answer).
+pub(super) fn install_skill_definition() -> crate::tools::Definition {
+    crate::tools::Definition {
+        name: "install_skill",
+        description: "Install a skill (a folder with a SKILL.md) from an https:// git repository for the people of \
+                      this conversation. They are shown what it holds and what a scan found, and answer install or \
+                      decline; this call waits for their answer. An installed skill is offered from the next message.",
+        parameters: json!({"type": "object", "required": ["url"], "additionalProperties": false, "properties": {
+            "url": {"type": "string", "description": "the https:// URL of the git repository"},
+            "path": {"type": "string", "description": "the folder inside the repository that holds SKILL.md; empty: its root"},
+            "ref": {"type": "string", "description": "a branch or tag; empty: the default branch"},
+            "replace": {"type": "boolean", "description": "replace an installed skill of the same name"},
+        }}),
+    }
+}
+
+/// What an install by asking came to, for the model.
+async fn install_skill(mut client: Client, params: &Value, hop: Hop<'_>) -> (String, bool) {
+    let text = |name: &str| params.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let request = v1::InstallSkillRequest {
+        context: None,
+        source: text("url"),
+        path: text("path"),
+        git_ref: text("ref"),
+        replace: params.get("replace").and_then(Value::as_bool).unwrap_or(false),
+        local_folder: String::new(),
+    };
+    match client.skills.install_skill(with_correlation(request, hop)).await {
+        Ok(installed) => {
+            let installed = installed.into_inner();
+            let mut told = format!(
+                "Installed the skill {} ({}) at commit {}; it is offered from the next message.",
+                installed.name, installed.description, installed.commit
+            );
+            if !installed.findings.is_empty() {
+                told.push_str(&format!(
+                    " The scan found {} things the person approved anyway.",
+                    installed.findings.len()
+                ));
+            }
+            (told, false)
+        }
+        Err(status) => (format!("install_skill failed: {}", status.message()), true),
+    }
+}
+
 /// A tool call id the daemon accepts as a result file name, unique to this turn.
 fn call_id(turn: &str, id: &str) -> String {
     let clean: String =
@@ -174,6 +221,9 @@ pub(super) async fn execute(mut client: Client, call: &Call, turn: &v1::AgentTur
     }
     if super::tasks::is_task_tool(&call.name) {
         return super::tasks::call(client, &call.name, &params, Hop::from(turn)).await;
+    }
+    if call.name == "install_skill" {
+        return install_skill(client, &params, Hop::from(turn)).await;
     }
     if call.name.starts_with("memory_") || call.name == "session_search" {
         return memory(client, &call.name, &params, Hop::from(turn)).await;

@@ -15,7 +15,9 @@ use tokio::sync::mpsc;
 
 mod calls;
 mod tasks;
-use calls::{delegate, delegate_definition, execute, memory_definitions, read_skill_definition};
+use calls::{
+    delegate, delegate_definition, execute, install_skill_definition, memory_definitions, read_skill_definition,
+};
 use tasks::task_definitions;
 
 /// Why a model call gave no answer.
@@ -161,6 +163,8 @@ fn described(listed: &[v1::ToolDefinition]) -> Vec<v1::ToolDefinition> {
                 Some(delegate_definition())
             } else if tool.name == "read_skill" {
                 Some(read_skill_definition())
+            } else if tool.name == "install_skill" {
+                Some(install_skill_definition())
             } else {
                 known.iter().chain(&memory).chain(&tasks).find(|known| known.name == tool.name).cloned()
             };

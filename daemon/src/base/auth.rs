@@ -572,6 +572,8 @@ impl Operation {
             Operation::RelayMcp => &[Role::Mcp],
             operation if operation.is_task() => &[Assistant, Worker],
             Operation::GetSkillManifest | Operation::GetSkillContent => &[Assistant, Worker, Researcher, Coder],
+            // By asking: the turn's people answer its review (`work::skills::asked`).
+            Operation::InstallSkill => &[Worker],
             Operation::WriteMemory | Operation::DeleteMemory => &[Memory],
             Operation::SearchMemory | Operation::SearchSessions => &[Assistant, Memory],
             _ => &[],
@@ -836,6 +838,7 @@ mod tests {
         let host = Caller::Host(HostPeer { uid: 1000, gid: 1000, pid: None });
         // (caller, operation, target context, target session, allowed?)
         type Case<'a> = (Caller, Operation, Option<&'a Context>, Option<&'a str>, bool);
+        let family = Context::group("family");
         let cases: Vec<Case<'_>> = vec![
             (host.clone(), Operation::GetStatus, None, None, true),
             (host.clone(), Operation::ListSessions, Some(&bob), None, true),
@@ -855,6 +858,12 @@ mod tests {
             (container(Worker, alice.clone()), Operation::GetStatus, None, None, false),
             (container(Worker, alice.clone()), Operation::SubscribeEvents, Some(&alice), None, false),
             (container(Worker, Context::group("alice")), Operation::ListTasks, Some(&alice), None, false),
+            // An agent installs a skill only by asking, and only for its own context.
+            (container(Worker, alice.clone()), Operation::InstallSkill, Some(&alice), None, true),
+            (container(Worker, alice.clone()), Operation::InstallSkill, Some(&bob), None, false),
+            (container(Worker, family.clone()), Operation::InstallSkill, Some(&family), None, true),
+            (container(Assistant, alice.clone()), Operation::InstallSkill, Some(&alice), None, false),
+            (container(Coder, alice.clone()), Operation::InstallSkill, Some(&alice), None, false),
         ];
         for (caller, operation, context, session_id, allowed) in cases {
             let result = authorize(&caller, operation, Target { context, session_id, ..Target::default() });

@@ -139,7 +139,7 @@ mod tests {
                 assert!(names.contains(&path.as_str()), "{path} missing");
             }
         }
-        for skill in ["code-review", "summarize", "skill-creator", "web-research"] {
+        for skill in ["code-review", "github", "summarize", "skill-creator", "web-research"] {
             let path = format!("skills/{skill}/SKILL.md");
             assert!(names.contains(&path.as_str()), "{path} missing");
         }

@@ -269,9 +269,8 @@ impl Policy {
     /// The tools of `role` the daemon answers itself, not a tool container: the Assistant's
     /// `delegate`, `read_skill` (a visible skill's instructions), searches of what its context
     /// remembers and said before (`memory_search`, `session_search`), the Memory agent's memory
-    /// store (always its own context's).
+    /// store (always its own context's), and the Worker's `install_skill` (by asking).
     pub fn agent_tools_of(role: Role) -> &'static [&'static str] {
-        // The Worker has the Assistant's from `read_skill` through the task tools.
         const ASSISTANT_TOOLS: &[&str] = &[
             "delegate",
             "read_skill",
@@ -284,9 +283,21 @@ impl Policy {
             "memory_search",
             "session_search",
         ];
+        // The Worker has the Assistant's from `read_skill` through the task tools, and installs
+        // skills (spec §9.5: the Assistant delegates an install to it).
+        const WORKER_TOOLS: &[&str] = &[
+            "read_skill",
+            "schedule_task",
+            "list_tasks",
+            "change_task",
+            "pause_task",
+            "resume_task",
+            "cancel_task",
+            "install_skill",
+        ];
         match role {
             Role::Assistant => ASSISTANT_TOOLS,
-            Role::Worker => &ASSISTANT_TOOLS[1..8],
+            Role::Worker => WORKER_TOOLS,
             Role::Researcher | Role::Coder => &["read_skill"],
             Role::Memory => &["memory_write", "memory_search", "memory_delete", "session_search"],
             _ => &[],
@@ -378,7 +389,9 @@ mod tests {
     fn the_worker_has_the_skill_and_task_tools_and_no_more() {
         let worker = Policy::agent_tools_of(Role::Worker);
         let tasks = ["schedule_task", "list_tasks", "change_task", "pause_task", "resume_task", "cancel_task"];
-        assert_eq!(worker, [&["read_skill"][..], &tasks].concat());
+        assert_eq!(worker, [&["read_skill"][..], &tasks, &["install_skill"]].concat());
+        assert_eq!(&Policy::agent_tools_of(Role::Assistant)[1..8], &worker[..7], "the Assistant's own");
+        assert!(!Policy::agent_tools_of(Role::Assistant).contains(&"install_skill"), "it delegates installs");
     }
 
     struct Fixture {

@@ -312,6 +312,82 @@ pub fn remove(dir: impl AsFd, name: &OsStr) -> std::io::Result<()> {
     }
 }
 
+/// What [`copy_out`] copied, or why it stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyOut {
+    /// Something in the tree may not be copied (a link, a device, too much): in a sentence
+    /// naming it by its path in the tree.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Copies the tree `relative` beneath `parent` (a folder a container wrote) into `to` (made
+/// here, in a folder of the daemon's own), by descriptor and never through a link: a link, a
+/// FIFO, a device or a socket anywhere in it is refused, and so is more than `max_files` files
+/// or `max_bytes` bytes in all. Answers the files and bytes copied; `Ok(None)` when `relative`
+/// is not a folder there.
+pub fn copy_out(
+    parent: impl AsFd,
+    relative: &Path,
+    to: &Path,
+    max_files: usize,
+    max_bytes: u64,
+) -> Result<Option<(usize, u64)>, CopyOut> {
+    let Some(from) = open_dir(parent, relative)? else { return Ok(None) };
+    let mut counted = (0usize, 0u64);
+    copy_dir(from.as_fd(), to, Path::new(""), (max_files, max_bytes), &mut counted, 0)?;
+    Ok(Some(counted))
+}
+
+fn copy_dir(
+    from: std::os::fd::BorrowedFd<'_>,
+    to: &Path,
+    shown: &Path,
+    most: (usize, u64),
+    counted: &mut (usize, u64),
+    depth: usize,
+) -> Result<(), CopyOut> {
+    use std::io::Read as _;
+    if depth >= MAX_DEPTH {
+        return Err(CopyOut::Refused(format!("`{}` is nested too deep", shown.display())));
+    }
+    std::fs::create_dir(to)?;
+    for name in names(from)? {
+        let path = shown.join(&name);
+        let stat =
+            rustix::fs::statat(from, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(std::io::Error::from)?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => {
+                let Some(dir) = open_dir(from, &name)? else {
+                    return Err(CopyOut::Refused(format!("`{}` changed while it was copied", path.display())));
+                };
+                copy_dir(dir.as_fd(), &to.join(&name), &path, most, counted, depth + 1)?;
+            }
+            FileType::RegularFile => {
+                let Some((fd, _)) = open_regular(from, &name)? else {
+                    return Err(CopyOut::Refused(format!("`{}` changed while it was copied", path.display())));
+                };
+                let room = most.1.saturating_sub(counted.1);
+                let mut bytes = vec![];
+                std::fs::File::from(fd).take(room.saturating_add(1)).read_to_end(&mut bytes)?;
+                counted.0 += 1;
+                counted.1 += bytes.len() as u64;
+                if counted.0 > most.0 || counted.1 > most.1 {
+                    return Err(CopyOut::Refused(format!("it holds more than {} files or {} bytes", most.0, most.1)));
+                }
+                std::fs::write(to.join(&name), bytes)?;
+            }
+            FileType::Symlink => {
+                return Err(CopyOut::Refused(format!("`{}` is a symbolic link", path.display())));
+            }
+            _ => return Err(CopyOut::Refused(format!("`{}` is not a regular file", path.display()))),
+        }
+    }
+    Ok(())
+}
+
 /// Folders deeper than this are left (with what holds them) by [`remove_tree`].
 const MAX_DEPTH: usize = 64;
 
@@ -417,5 +493,30 @@ mod tests {
         let mut listed = names(&dir).expect("names");
         listed.sort();
         assert_eq!(listed, ["a.json", "b.json", "c.json"]);
+    }
+
+    #[test]
+    fn a_tree_is_copied_out_by_descriptor_and_a_link_or_fifo_or_too_much_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let from = dir.path().join("out");
+        std::fs::create_dir_all(from.join("repo/skill/scripts")).expect("folders");
+        std::fs::write(from.join("repo/skill/SKILL.md"), "hello").expect("write");
+        std::fs::write(from.join("repo/skill/scripts/run.sh"), "echo hi").expect("write");
+        let parent = open_trusted(&from).expect("open");
+        let copied = copy_out(&parent, Path::new("repo/skill"), &dir.path().join("a"), 10, 100).expect("copied");
+        assert_eq!(copied, Some((2, 12)));
+        assert_eq!(std::fs::read_to_string(dir.path().join("a/scripts/run.sh")).expect("read"), "echo hi");
+        let too_small = copy_out(&parent, Path::new("repo/skill"), &dir.path().join("b"), 10, 8).expect_err("bytes");
+        assert!(too_small.to_string().contains("more than 10 files or 8 bytes"), "{too_small}");
+        assert!(copy_out(&parent, Path::new("repo/none"), &dir.path().join("c"), 10, 100).expect("none").is_none());
+        std::os::unix::fs::symlink("/etc", from.join("repo/etc")).expect("link");
+        assert!(copy_out(&parent, Path::new("repo/etc"), &dir.path().join("d"), 10, 100).expect("no").is_none());
+        std::os::unix::fs::symlink("/etc/passwd", from.join("repo/skill/passwd")).expect("link");
+        let link = copy_out(&parent, Path::new("repo/skill"), &dir.path().join("e"), 10, 100).expect_err("a link");
+        assert_eq!(link.to_string(), "`passwd` is a symbolic link");
+        std::fs::remove_file(from.join("repo/skill/passwd")).expect("unlink");
+        rustix::fs::mknodat(&parent, "repo/skill/fifo", FileType::Fifo, Mode::from_raw_mode(0o600), 0).expect("fifo");
+        let fifo = copy_out(&parent, Path::new("repo/skill"), &dir.path().join("f"), 10, 100).expect_err("a fifo");
+        assert_eq!(fifo.to_string(), "`fifo` is not a regular file");
     }
 }

@@ -492,7 +492,7 @@ impl v1::sessions_server::Sessions for SessionsService {
     }
 
     async fn answer_approval(&self, request: Request<v1::ApprovalAnswer>) -> Result<Response<v1::Ack>, Status> {
-        use crate::net::egress::approvals::Decision;
+        use crate::net::egress::approvals::{AnswerError, Decision};
         let id = request.get_ref().id.clone();
         let waiting =
             || Status::not_found(format!("no approval request {id} is waiting (it was answered, or it timed out)"));
@@ -500,7 +500,10 @@ impl v1::sessions_server::Sessions for SessionsService {
         let caller = check(&self.shared, &request, Operation::AnswerApproval, Some(&context), None)?;
         let answer = request.into_inner();
         let decision = Decision::named(&answer.decision).ok_or_else(|| {
-            Status::invalid_argument(format!("decision: `{}` is not once, session, always or deny", answer.decision))
+            Status::invalid_argument(format!(
+                "decision: `{}` is not once, session, always or deny (install or decline for a skill's review)",
+                answer.decision
+            ))
         })?;
         let admin = match &caller {
             Caller::Host(_) => true,
@@ -508,11 +511,21 @@ impl v1::sessions_server::Sessions for SessionsService {
             Caller::Container(_) => false,
         };
         let by = super::person_named(&self.shared, &caller);
-        self.shared.approvals.answer(&id, Some(&context), decision, &by, admin).map_err(|error| match error {
-            crate::net::egress::approvals::AnswerError::AdminOnly => Status::permission_denied(error.to_string()),
-            other => Status::not_found(other.to_string()),
-        })?;
-        let record = crate::guard::audit::Record::by(crate::guard::audit::Kind::Egress, &caller, "answered");
+        let decision =
+            self.shared.approvals.answer(&id, Some(&context), decision, &by, admin).map_err(|error| match error {
+                AnswerError::AdminOnly | AnswerError::GroupInstallAdminOnly => {
+                    Status::permission_denied(error.to_string())
+                }
+                AnswerError::NotAReviewAnswer(_) | AnswerError::NotAnEgressAnswer(_) => {
+                    Status::invalid_argument(error.to_string())
+                }
+                AnswerError::NotWaiting(_) | AnswerError::NotTheirs { .. } => Status::not_found(error.to_string()),
+            })?;
+        let of = match decision {
+            Decision::Install | Decision::Decline => crate::guard::audit::Kind::Skill,
+            _ => crate::guard::audit::Kind::Egress,
+        };
+        let record = crate::guard::audit::Record::by(of, &caller, "answered");
         self.shared.audit.record(record.detail("approval", id.as_str()).detail("decision", decision.as_str()));
         Ok(Response::new(v1::Ack { message: format!("{id}: {}", decision.as_str()) }))
     }

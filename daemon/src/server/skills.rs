@@ -73,18 +73,42 @@ impl v1::skills_server::Skills for SkillsService {
                 return Err(Status::invalid_argument("give either source (an https:// URL) or local_folder, not both"))
             }
         };
-        let context =
-            context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?;
+        let live = super::live_turn(&request);
+        let context = match (&caller, context) {
+            (Caller::Container(_), named) => own_context(&caller, named)?,
+            (_, context) => {
+                context.ok_or_else(|| Status::invalid_argument("context: name the user or group to install for"))?
+            }
+        };
         let correlation_id = correlation_id(&request);
         let message = request.into_inner();
         let record = |kind, outcome| Record::by(kind, &caller, outcome).context(&context).correlation(&correlation_id);
-        let egress =
-            Egress { web: self.shared.web.clone(), audit: self.shared.audit.clone(), record: record(Kind::Egress, "") };
+        let egress = Egress {
+            web: self.shared.web.clone(),
+            audit: self.shared.audit.clone(),
+            record: record(Kind::Egress, ""),
+            trust: self.shared.tools.edge.as_ref().map(|edge| edge.authority.trust().to_path_buf()),
+        };
         let skill = record(Kind::Skill, "ok");
         let install =
             InstallRequest { context, source, path: message.path, git_ref: message.git_ref, replace: message.replace };
         let root = self.shared.data_dir.root();
-        let installed = install::install(root, &self.shared.containers, &egress, install, skill).await?;
+        let installed = if let Caller::Container(_) = caller {
+            // An agent installs only by asking, for its own turn's people.
+            let live = live.ok_or_else(|| {
+                Status::failed_precondition("a skill is installed by asking only within a turn someone can answer")
+            })?;
+            let asker = crate::work::skills::asked::Asker {
+                root,
+                containers: &self.shared.containers,
+                egress: &egress,
+                approvals: &self.shared.approvals,
+                taints: &self.shared.taints,
+            };
+            crate::work::skills::asked::install_by_asking(&asker, &live, install, skill).await?
+        } else {
+            install::install(root, &self.shared.containers, &egress, install, skill).await?
+        };
         Ok(Response::new(v1::InstallSkillResponse {
             name: installed.name,
             description: installed.description,
@@ -103,6 +127,7 @@ impl From<InstallError> for Status {
                 Status::invalid_argument(text)
             }
             InstallError::Exists { .. } => Status::already_exists(text),
+            InstallError::Withheld(_) => Status::permission_denied(text),
             InstallError::Io { .. } => Status::internal(baaaht_proto::error_chain(&error)),
             _ => Status::failed_precondition(text),
         }

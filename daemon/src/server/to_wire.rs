@@ -91,14 +91,17 @@ pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1
             channel: notice.channel,
             is_error: notice.is_error,
         }),
-        Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in } => Out::Approval(v1::ApprovalRequest {
-            id,
-            host,
-            port: u32::from(port),
-            agent: role_ref(agent) as i32,
-            asked_by,
-            expires_in_seconds: expires_in,
-        }),
+        Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in, review } => {
+            Out::Approval(v1::ApprovalRequest {
+                id,
+                host,
+                port: u32::from(port),
+                agent: role_ref(agent) as i32,
+                asked_by,
+                expires_in_seconds: expires_in,
+                skill_review: review.map(|review| skill_review(*review)),
+            })
+        }
         Kind::ApprovalSettled { id, decision, by } => Out::ApprovalSettled(v1::ApprovalSettled { id, decision, by }),
         Kind::Tainted { source, withheld } => Out::Tainted(v1::TurnTainted { source, withheld }),
     };
@@ -598,4 +601,23 @@ pub(crate) fn file_chunks(path: String, bytes: &[u8], chunk: usize) -> Vec<v1::F
         .chain(bytes.chunks(chunk).map(|chunk| v1::file_chunk::Part::Data(chunk.to_vec())))
         .map(|part| v1::FileChunk { part: Some(part) })
         .collect()
+}
+
+/// A skill's review as the wire carries it.
+fn skill_review(review: crate::store::sessions::log::SkillReview) -> v1::SkillReview {
+    v1::SkillReview {
+        name: review.name,
+        description: review.description,
+        source: review.source,
+        commit: review.commit,
+        installs_for: review.installs_for,
+        replaces: review.replaces,
+        files: review.files,
+        bytes: review.bytes,
+        scripts: review.scripts.into_iter().map(|(path, size_bytes)| v1::SkillScript { path, size_bytes }).collect(),
+        packages: review.packages,
+        secrets: review.secrets,
+        hosts: review.hosts,
+        findings: review.findings,
+    }
 }

@@ -84,9 +84,19 @@ pub enum Kind {
     },
     /// A scheduled task's result or trouble.
     Notice(Notice),
-    /// A tool's connection to `host:port` waits for someone of the context to allow it.
-    ApprovalRequest { id: String, host: String, port: u16, agent: Role, asked_by: String, expires_in: u32 },
-    /// It was answered (`by`; "nobody" when it timed out): `decision` once, session, always, deny.
+    /// A tool's connection to `host:port` waits for someone of the context to allow it, or a
+    /// skill for its `review` (host and port empty).
+    ApprovalRequest {
+        id: String,
+        host: String,
+        port: u16,
+        agent: Role,
+        asked_by: String,
+        expires_in: u32,
+        review: Option<Box<crate::store::sessions::log::SkillReview>>,
+    },
+    /// It was answered (`by`; "nobody" when it timed out): `decision` once, session, always, deny
+    /// (install, decline for a review).
     ApprovalSettled { id: String, decision: String, by: String },
     /// The turn read untrusted content (`source`: what, e.g. `web_fetch https://…`): some tools
     /// are paused until the next turn (DESIGN.md §10.3).
@@ -134,13 +144,14 @@ impl Kind {
     pub fn activity(&self) -> Option<crate::store::sessions::log::Activity> {
         use crate::store::sessions::log::Activity;
         Some(match self {
-            Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in } => Activity::Approval {
+            Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in, review } => Activity::Approval {
                 approval: id.clone(),
                 host: host.clone(),
                 port: *port,
                 agent: agent.as_str().to_string(),
                 asked_by: asked_by.clone(),
                 expires_in: *expires_in,
+                review: review.clone(),
             },
             Kind::ApprovalSettled { id, decision, by } => {
                 Activity::ApprovalSettled { approval: id.clone(), decision: decision.clone(), by: by.clone() }
@@ -158,13 +169,14 @@ impl Kind {
     pub fn of_activity(activity: crate::store::sessions::log::Activity) -> Kind {
         use crate::store::sessions::log::Activity;
         match activity {
-            Activity::Approval { approval, host, port, agent, asked_by, expires_in } => Kind::ApprovalRequest {
+            Activity::Approval { approval, host, port, agent, asked_by, expires_in, review } => Kind::ApprovalRequest {
                 id: approval,
                 host,
                 port,
                 agent: Role::named(&agent).unwrap_or(Role::Assistant),
                 asked_by,
                 expires_in,
+                review,
             },
             Activity::ApprovalSettled { approval, decision, by } => {
                 Kind::ApprovalSettled { id: approval, decision, by }
@@ -265,9 +277,10 @@ impl Kind {
             }
             Kind::Tainted { source, .. } => clean(source),
             // A command line, or a host a command made up, can carry a secret.
-            Kind::ApprovalRequest { host, asked_by, .. } => {
+            Kind::ApprovalRequest { host, asked_by, review, .. } => {
                 clean(host);
                 clean(asked_by);
+                review.iter_mut().flat_map(|review| review.texts_mut()).for_each(clean);
             }
             Kind::ApprovalSettled { by, .. } => clean(by),
             Kind::Tool { .. } | Kind::Phase { .. } => {}

@@ -76,7 +76,7 @@ pub enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
-    /// List, read and install skills
+    /// List, read and install skills, and answer a skill's review
     Skills {
         #[command(subcommand)]
         command: SkillsCommand,
@@ -389,6 +389,33 @@ pub enum SkillsCommand {
         #[arg(long, value_name = "ID")]
         group: Option<String>,
     },
+    /// Answer the review of a skill an agent asked to install (its id is in the prompt):
+    /// install it, or decline it
+    Answer {
+        /// The review's id (a-…)
+        id: String,
+        #[arg(value_enum)]
+        decision: SkillAnswer,
+    },
+}
+
+/// The answers to a skill's review.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SkillAnswer {
+    /// Install the skill as it was reviewed
+    Install,
+    /// Install nothing of it
+    Decline,
+}
+
+impl SkillAnswer {
+    /// The decision the daemon is sent.
+    pub fn decision(self) -> &'static str {
+        match self {
+            SkillAnswer::Install => "install",
+            SkillAnswer::Decline => "decline",
+        }
+    }
 }
 
 /// Whose egress rules a command means: a user's or group's own (the caller's by default), or
@@ -712,4 +739,20 @@ pub enum SessionsCommand {
     Compact { id: String },
     /// Switch the model a session's Assistant uses
     Model { id: String, model: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn a_skill_review_is_answered_install_or_decline_and_nothing_else() {
+        let cli = Cli::try_parse_from(["baaaht", "skills", "answer", "a-0123456789ab", "decline"]).expect("parsed");
+        let Command::Skills { command: SkillsCommand::Answer { id, decision } } = cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!((id.as_str(), decision.decision()), ("a-0123456789ab", "decline"));
+        assert!(Cli::try_parse_from(["baaaht", "skills", "answer", "a-0123456789ab", "once"]).is_err());
+    }
 }

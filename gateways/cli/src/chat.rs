@@ -21,14 +21,23 @@ pub fn login(env: impl Fn(&str) -> Option<String>) -> String {
     env("USER").filter(|name| !name.is_empty()).unwrap_or_else(|| "local".into())
 }
 
-/// A tool's connection waiting for approval, in the kit's words, and how to answer it from
-/// another terminal.
+/// A tool's connection waiting for approval, or a skill waiting for its review, in the kit's
+/// words, and how to answer it from another terminal.
 pub fn approval_text(request: &v1::ApprovalRequest) -> String {
+    let id = clean(&request.id);
+    if let Some(review) = &request.skill_review {
+        let lines: String =
+            sentences::review_lines(review).iter().map(|line| format!("    {}\n", clean(line))).collect();
+        return format!(
+            "  ? {}\n{lines}    Answer with `baaaht skills answer {id} install|decline`. {}\n",
+            clean(&sentences::review_asked(request)),
+            sentences::expires_text(request),
+        );
+    }
     format!(
         "  ? {} Allow: baaaht egress approve {id} [--session | --always]; refuse: baaaht egress deny {id}. {}\n",
         clean(&sentences::approval_asked(request)),
-        sentences::denied_in(request.expires_in_seconds),
-        id = clean(&request.id),
+        sentences::expires_text(request),
     )
 }
 
@@ -216,6 +225,38 @@ mod tests {
         assert_eq!(whole.take(&said(&failed).expect("said")), Some(Err("no model".into())));
         let told = event(Event::Error(v1::TurnError { message: "The budget is used up.".into(), for_users: true }));
         assert_eq!(whole.take(&said(&told).expect("said")), Some(Err("The budget is used up.".into())));
+    }
+
+    #[test]
+    fn an_approval_says_how_to_answer_it_from_another_terminal() {
+        let request = v1::ApprovalRequest {
+            id: "a-0123456789ab".into(),
+            agent: v1::AgentRole::Coder as i32,
+            host: "pypi.org".into(),
+            port: 443,
+            expires_in_seconds: 120,
+            ..Default::default()
+        };
+        assert_eq!(
+            approval_text(&request),
+            "  ? The coder's tools want to reach pypi.org:443. Allow: baaaht egress approve a-0123456789ab [--session \
+             | --always]; refuse: baaaht egress deny a-0123456789ab. Denied in 120 s without an answer.\n"
+        );
+        let review = v1::SkillReview {
+            name: "forecast".into(),
+            installs_for: "you".into(),
+            files: 1,
+            bytes: 300,
+            hosts: vec!["api.example.com".into()],
+            ..Default::default()
+        };
+        let request = v1::ApprovalRequest { expires_in_seconds: 300, skill_review: Some(review), ..request };
+        assert_eq!(
+            approval_text(&request),
+            "  ? The coder asks to install the skill forecast for you.\n    1 file, 300 bytes in all.\n    No scripts.\n    \
+             Hosts it names: api.example.com.\n    The scan found nothing it knows as malicious.\n    Answer with \
+             `baaaht skills answer a-0123456789ab install|decline`. Declined in 300 s if nobody answers.\n"
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! else, unauthenticated mail (unless `--unauthenticated isolate` answers it in a conversation
 //! of its own, with no one's context), automatic mail, and a sender writing faster than a person
 //! does (an auto-responder that does not say so) is left unread and logged. An approval request
-//! is a mail the person answers with one word.
+//! (a connection to allow, a skill's review to install or decline) is a mail the person answers
+//! with one word.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,7 +21,7 @@ use baaaht_gateway_kit::follow::{Delivery, Follower};
 use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::sentences::{self, for_users};
-use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
+use baaaht_gateway_kit::turn::{self, Asked, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client;
 use baaaht_proto::v1;
 use futures_util::StreamExt as _;
@@ -107,8 +108,9 @@ pub struct Gateway {
     threads: Mutex<Threads>,
     /// Mails left unread (not allowed, automatic, forged, unreadable), by UID: looked at once.
     ignored: Mutex<HashSet<u32>>,
-    /// Approval requests mailed, by the request mail's Message-ID: the request's id.
-    asked: Mutex<HashMap<String, String>>,
+    /// Approval requests mailed, by the request mail's Message-ID: the request, as kept for
+    /// the reply to it.
+    asked: Mutex<HashMap<String, Asked>>,
     /// The requests whose settlement was told (once, however many turns waited for it).
     settled: Mutex<Seen>,
     /// Mails left for later, by UID: when they may be looked at again.
@@ -545,21 +547,18 @@ impl Gateway {
         }
     }
 
-    /// Mails an approval request in the thread of `mail`.
+    /// Mails an approval request in the thread of `mail` (a skill's review whole).
     async fn ask_approval(&self, mail: &Incoming, request: &v1::ApprovalRequest) {
-        if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == request.id) {
+        if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|asked| asked.id == request.id) {
             return;
         }
-        let asked = sentences::approval_asked(request);
-        let text =
-            format!("{asked}\n\n{} {}", sentences::ANSWER_WITH, sentences::denied_in(request.expires_in_seconds));
-        match self.reply(mail, &text, &[]).await {
+        match self.reply(mail, &approval_text(request), &[]).await {
             Ok(id) => {
                 let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
                 if asked.len() >= 256 {
                     asked.clear();
                 }
-                asked.insert(id, request.id.clone());
+                asked.insert(id, Asked::of(request));
             }
             Err(error) => tracing::warn!(%error, "an approval request could not be mailed"),
         }
@@ -568,7 +567,7 @@ impl Gateway {
     /// `mail` answers the approval request `approval`: its first word is the decision. Taken,
     /// the request's settlement says so in the thread of the mail that asked; not, a reply says
     /// why.
-    async fn approval_answered(&self, mail: &Incoming, approval: String) {
+    async fn approval_answered(&self, mail: &Incoming, approval: Asked) {
         let Some(told) = turn::answer_by_word(&self.daemon, &self.person(mail), &approval, &mail.text).await else {
             return;
         };
@@ -580,7 +579,7 @@ impl Gateway {
     /// How a request this gateway mailed was settled, told in the thread of `mail` (the mail
     /// whose turn it held up), however and by whom it was answered.
     async fn approval_settled(&self, mail: &Incoming, settled: &v1::ApprovalSettled) {
-        if !self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == settled.id) {
+        if !self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|asked| asked.id == settled.id) {
             return;
         }
         let now = std::time::Instant::now();
@@ -590,6 +589,19 @@ impl Gateway {
         if let Err(error) = self.reply(mail, &sentences::settled(&settled.decision, &settled.by), &[]).await {
             tracing::warn!(%error, "an approval's answer could not be told");
         }
+    }
+}
+
+/// An approval request as a mail's text, with how to answer it and how long it waits: a
+/// connection's in a paragraph, a skill's review line by line.
+fn approval_text(request: &v1::ApprovalRequest) -> String {
+    let expires = sentences::expires_text(request);
+    match request.skill_review {
+        Some(_) => {
+            let ending = format!("{} {expires}", sentences::REVIEW_ANSWER_WITH);
+            sentences::review_text(request, &ending, usize::MAX)
+        }
+        None => format!("{}\n\n{} {expires}", sentences::approval_asked(request), sentences::ANSWER_WITH),
     }
 }
 
@@ -640,5 +652,43 @@ impl Surface for Answering<'_> {
             Event::ApprovalSettled(settled) => self.gateway.approval_settled(self.mail, settled).await,
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_approval_mail_says_how_to_answer_it_in_its_kind_words() {
+        let request = v1::ApprovalRequest {
+            id: "a-0123456789ab".into(),
+            agent: v1::AgentRole::Coder as i32,
+            host: "pypi.org".into(),
+            port: 443,
+            expires_in_seconds: 120,
+            ..Default::default()
+        };
+        assert_eq!(
+            approval_text(&request),
+            format!(
+                "The coder's tools want to reach pypi.org:443.\n\n{} Denied in 120 s without an answer.",
+                sentences::ANSWER_WITH
+            )
+        );
+        let review = v1::SkillReview {
+            name: "forecast".into(),
+            installs_for: "you".into(),
+            findings: vec!["scripts/x.sh:3: runs what it downloads (remote-exec): curl x | sh".into()],
+            ..Default::default()
+        };
+        let review = v1::ApprovalRequest { expires_in_seconds: 300, skill_review: Some(review), ..request };
+        let asked = approval_text(&review);
+        assert!(asked.starts_with("The coder asks to install the skill forecast for you.\n\n"), "{asked}");
+        assert!(asked.contains("\n⚠ The scan found:\n• scripts/x.sh:3: runs what it downloads"), "{asked}");
+        assert!(
+            asked.ends_with(&format!("\n\n{} Declined in 300 s if nobody answers.", sentences::REVIEW_ANSWER_WITH)),
+            "{asked}"
+        );
     }
 }

@@ -1,7 +1,7 @@
-//! Every sentence a person reads from a baaaht channel about a turn, an approval or a refusal,
-//! written once: the chat gateways, the web and the terminal say the same things in the same
-//! words. A channel only formats them (mrkdwn, HTML, a terminal's colours); the words are here.
-//! Nothing here calls the daemon.
+//! Every sentence a person reads from a baaaht channel about a turn, an approval (a skill's
+//! review too) or a refusal, written once: the chat gateways, the web and the terminal say the
+//! same things in the same words. A channel only formats them (mrkdwn, HTML, a terminal's
+//! colours); the words are here. Nothing here calls the daemon.
 
 use baaaht_proto::v1;
 
@@ -18,6 +18,10 @@ pub const ANSWER_WITH: &str = "Reply to this with one word: once (allow it this 
                                conversation), always, or deny.";
 /// A reply to an approval request whose first word is no decision.
 pub const NOT_UNDERSTOOD: &str = "That answer was not understood: reply with once, session, always or deny.";
+/// How a channel without buttons asks for a skill's review: what to answer with.
+pub const REVIEW_ANSWER_WITH: &str = "Reply to this with one word: install or decline.";
+/// A reply to a skill's review whose first word is neither install nor decline.
+pub const REVIEW_NOT_UNDERSTOOD: &str = "That answer was not understood: reply with install or decline.";
 /// `/new`, done.
 pub const NEW_CONVERSATION: &str = "A new conversation starts with your next message. It knows nothing of the last \
                                     one, nor of what that one read (a page, another person's words), so nothing is \
@@ -30,6 +34,17 @@ pub const LINK_IN_PRIVATE: &str =
 /// The answers to an approval request, as a decision and the label of its button.
 pub const CHOICES: [(&str, &str); 4] =
     [("once", "Allow once"), ("session", "For this conversation"), ("always", "Always"), ("deny", "Deny")];
+
+/// The answers to a skill's review, as a decision and the label of its button.
+pub const REVIEW_CHOICES: [(&str, &str); 2] = [("install", "Install"), ("decline", "Decline")];
+
+/// The longest line of a skill's review: what it carries comes from a repository nobody has
+/// read yet, so no line of it fills a chat.
+const REVIEW_LINE_LIMIT: usize = 300;
+
+/// The most items one line of a review names (scripts, packages, hosts) and the most findings
+/// it shows; the rest are counted.
+const REVIEW_LIST_LIMIT: usize = 20;
 
 /// What a channel's user may read of the daemon's refusal: its sentence when it is about what
 /// they asked (a budget, a permission, a bad request); a plain one for anything internal, whose
@@ -89,14 +104,191 @@ pub fn denied_in(seconds: u32) -> String {
     format!("Denied in {seconds} s without an answer.")
 }
 
-/// How an approval request ended: "Allowed for this conversation, by Alice." or "Denied, nobody
-/// answered in time."
+/// How long `request` waits for an answer, and what happens then: denied for a connection,
+/// declined for a skill's review.
+pub fn expires_text(request: &v1::ApprovalRequest) -> String {
+    match request.skill_review {
+        Some(_) => format!("Declined in {} s if nobody answers.", request.expires_in_seconds),
+        None => denied_in(request.expires_in_seconds),
+    }
+}
+
+/// The answers `request` takes, as a decision and the label of its button: install or decline
+/// for a skill's review, else once, session, always or deny.
+pub fn choices(request: &v1::ApprovalRequest) -> &'static [(&'static str, &'static str)] {
+    match request.skill_review {
+        Some(_) => &REVIEW_CHOICES,
+        None => &CHOICES,
+    }
+}
+
+/// `text` as one line of at most `limit` characters: control characters shown, not obeyed
+/// ([`crate::text::clean`]), any run of white space (a newline too) one space, and what is
+/// cut marked with "…". Every string of a review goes through it.
+fn one_line(text: &str, limit: usize) -> String {
+    let cleaned = crate::text::clean(text);
+    let words: Vec<&str> = cleaned.split_whitespace().collect();
+    let line = words.join(" ");
+    if line.chars().count() <= limit {
+        return line;
+    }
+    let mut cut: String = line.chars().take(limit.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// A size as people read it: "812 bytes", "4.2 KB", "1.3 MB".
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1_000 => format!("{bytes} bytes"),
+        1_000..1_000_000 => format!("{:.1} KB", bytes as f64 / 1e3),
+        _ => format!("{:.1} MB", bytes as f64 / 1e6),
+    }
+}
+
+/// `items` named after `lead` on one line of at most [`REVIEW_LINE_LIMIT`] characters: at
+/// most [`REVIEW_LIST_LIMIT`] of them, the others counted ("and 3 more").
+fn listed(lead: &str, items: &[String]) -> String {
+    // What is kept free for " and 99999 more." at the end.
+    const TAIL: usize = 16;
+    let mut line = lead.to_string();
+    let mut shown = 0;
+    for item in items {
+        let piece = if shown == 0 { format!(" {item}") } else { format!(", {item}") };
+        let fits = line.chars().count() + piece.chars().count() + TAIL <= REVIEW_LINE_LIMIT;
+        if shown == REVIEW_LIST_LIMIT || (shown > 0 && !fits) {
+            break;
+        }
+        line.push_str(&piece);
+        shown += 1;
+    }
+    if shown < items.len() {
+        line.push_str(&format!(" and {} more", items.len() - shown));
+    }
+    line.push('.');
+    line
+}
+
+/// A review's skill and whom it would be installed for: "the skill forecast for you".
+fn the_skill(review: &v1::SkillReview) -> String {
+    let whom = one_line(&review.installs_for, 80);
+    let whom = if whom.is_empty() { String::new() } else { format!(" for {whom}") };
+    format!("the skill {}{whom}", one_line(&review.name, 64))
+}
+
+/// What a skill's review asks, its first line: "The worker asks to install the skill forecast
+/// for you." (and that it would replace the one installed, when it would). A request that is
+/// no review reads as [`approval_asked`].
+pub fn review_asked(request: &v1::ApprovalRequest) -> String {
+    let Some(review) = &request.skill_review else { return approval_asked(request) };
+    let replaces = if review.replaces { " (it would replace the one installed)" } else { "" };
+    format!("The {} asks to install {}{replaces}.", agent(request.agent), the_skill(review))
+}
+
+/// What a skill's review says of the skill, a line each: its description, where it comes
+/// from, its size, its scripts, the packages, secrets and hosts it would use.
+pub fn review_facts(review: &v1::SkillReview) -> Vec<String> {
+    let mut facts = vec![];
+    let description = one_line(&review.description, REVIEW_LINE_LIMIT);
+    if !description.is_empty() {
+        facts.push(description);
+    }
+    let source = one_line(&review.source, 200);
+    let commit: String = one_line(&review.commit, 40).chars().take(12).collect();
+    facts.extend(match (source.is_empty(), commit.is_empty()) {
+        (false, false) => Some(format!("From {source}, commit {commit}.")),
+        (false, true) => Some(format!("From {source}.")),
+        (true, false) => Some(format!("Commit {commit}.")),
+        (true, true) => None,
+    });
+    let files = if review.files == 1 { "1 file".to_string() } else { format!("{} files", review.files) };
+    facts.push(format!("{files}, {} in all.", size(review.bytes)));
+    let scripts: Vec<String> = review
+        .scripts
+        .iter()
+        .map(|script| format!("{} ({})", one_line(&script.path, 100), size(script.size_bytes)))
+        .collect();
+    facts.push(if scripts.is_empty() { "No scripts.".into() } else { listed("Scripts:", &scripts) });
+    let each = |items: &[String]| items.iter().map(|item| one_line(item, 100)).collect::<Vec<_>>();
+    if !review.packages.is_empty() {
+        facts.push(listed("Packages it would install:", &each(&review.packages)));
+    }
+    if !review.secrets.is_empty() {
+        facts.push(listed("Secrets it asks for:", &each(&review.secrets)));
+    }
+    facts.push(if review.hosts.is_empty() {
+        "It names no hosts.".into()
+    } else {
+        listed("Hosts it names:", &each(&review.hosts))
+    });
+    facts
+}
+
+/// What a skill's scan found: its sentence ("The scan found nothing it knows as malicious." or
+/// "⚠ The scan found:"), then each finding, at most [`REVIEW_LIST_LIMIT`] of them (the
+/// sentence counts them all when there are more).
+pub fn review_scan(review: &v1::SkillReview) -> (String, Vec<String>) {
+    let found = review.findings.len();
+    let said = match found {
+        0 => "The scan found nothing it knows as malicious.".to_string(),
+        _ if found <= REVIEW_LIST_LIMIT => "⚠ The scan found:".to_string(),
+        _ => format!("⚠ The scan found {found} things; the first {REVIEW_LIST_LIMIT}:"),
+    };
+    let findings =
+        review.findings.iter().take(REVIEW_LIST_LIMIT).map(|finding| one_line(finding, REVIEW_LINE_LIMIT)).collect();
+    (said, findings)
+}
+
+/// A skill's review as lines of text, for a channel that writes text: its facts, then what
+/// its scan found, each finding a bullet.
+pub fn review_lines(review: &v1::SkillReview) -> Vec<String> {
+    let (said, findings) = review_scan(review);
+    let mut lines = review_facts(review);
+    lines.push(said);
+    lines.extend(findings.into_iter().map(|finding| format!("• {finding}")));
+    lines
+}
+
+/// A skill's review as one text of at most `limit` characters: what is asked, its lines, then
+/// `ending` (how to answer, how long it waits). Lines that would not fit are left out, and
+/// counted.
+pub fn review_text(request: &v1::ApprovalRequest, ending: &str, limit: usize) -> String {
+    let lines = request.skill_review.as_ref().map(review_lines).unwrap_or_default();
+    let head = review_asked(request);
+    // Room for the lines: the limit less the first line, the ending, their blank lines and a
+    // note of what was left out.
+    let mut room = limit.saturating_sub(head.chars().count() + ending.chars().count() + 40);
+    let mut kept = vec![];
+    for line in &lines {
+        let length = line.chars().count() + 1;
+        if length > room {
+            break;
+        }
+        room -= length;
+        kept.push(line.as_str());
+    }
+    let mut body = kept.join("\n");
+    if kept.len() < lines.len() {
+        body.push_str(&format!("\n(and {} more lines)", lines.len() - kept.len()));
+    }
+    [head.as_str(), body.trim_start(), ending]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// How an approval request ended: "Allowed for this conversation, by Alice.", "Denied, nobody
+/// answered in time." or, for a skill's review, "Install approved, by Ada." or "Declined, by
+/// Ada.".
 pub fn settled(decision: &str, by: &str) -> String {
     let what = match decision {
         "once" => "Allowed once",
         "session" => "Allowed for this conversation",
         "always" => "Allowed always (a rule)",
         "deny" => "Denied",
+        "install" => "Install approved",
+        "decline" => "Declined",
         other => other,
     };
     let by = if by == "nobody" { "nobody answered in time".to_string() } else { format!("by {by}") };
@@ -109,6 +301,11 @@ pub fn settled(decision: &str, by: &str) -> String {
 pub fn activity(event: &v1::orchestrator_event::Event) -> Option<String> {
     use v1::orchestrator_event::Event;
     Some(match event {
+        Event::Approval(v1::ApprovalRequest { skill_review: Some(review), agent: role, .. }) => {
+            let source = one_line(&review.source, 200);
+            let source = if source.is_empty() { String::new() } else { format!(" from {source}") };
+            format!("The {} asked to install {}{source}.", agent(*role), the_skill(review))
+        }
         Event::Approval(asked) => {
             let command = asked.asked_by.lines().next().unwrap_or_default();
             let command = if command.is_empty() { String::new() } else { format!(" for `{command}`") };
@@ -161,5 +358,115 @@ mod tests {
         let answered = v1::ApprovalSettled { decision: "once".into(), by: "Alice".into(), ..Default::default() };
         assert_eq!(activity(&Event::ApprovalSettled(answered)).as_deref(), Some("Allowed once, by Alice."));
         assert_eq!(agent(0), "agent");
+        assert_eq!(choices(&request), CHOICES);
+        assert_eq!(expires_text(&v1::ApprovalRequest { expires_in_seconds: 90, ..request }), denied_in(90));
+    }
+
+    fn forecast() -> v1::ApprovalRequest {
+        let review = v1::SkillReview {
+            name: "forecast".into(),
+            description: "Tells the weather\nfor a city.".into(),
+            source: "https://github.com/acme/skills".into(),
+            commit: "0123456789abcdef0123456789abcdef01234567".into(),
+            installs_for: "you".into(),
+            replaces: false,
+            files: 3,
+            bytes: 4_200,
+            scripts: vec![v1::SkillScript { path: "scripts/forecast.sh".into(), size_bytes: 812 }],
+            packages: vec!["apt jq".into()],
+            secrets: vec![],
+            hosts: vec!["api.example.com".into()],
+            findings: vec![],
+        };
+        v1::ApprovalRequest {
+            id: "a-0123456789ab".into(),
+            agent: v1::AgentRole::Worker as i32,
+            expires_in_seconds: 300,
+            skill_review: Some(review),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_skill_review_reads_the_same_on_every_channel() {
+        let mut request = forecast();
+        assert_eq!(review_asked(&request), "The worker asks to install the skill forecast for you.");
+        assert_eq!(choices(&request), REVIEW_CHOICES);
+        assert_eq!(expires_text(&request), "Declined in 300 s if nobody answers.");
+        let Some(review) = request.skill_review.as_mut() else { unreachable!() };
+        assert_eq!(
+            review_lines(review),
+            [
+                "Tells the weather for a city.",
+                "From https://github.com/acme/skills, commit 0123456789ab.",
+                "3 files, 4.2 KB in all.",
+                "Scripts: scripts/forecast.sh (812 bytes).",
+                "Packages it would install: apt jq.",
+                "Hosts it names: api.example.com.",
+                "The scan found nothing it knows as malicious.",
+            ]
+        );
+        review.replaces = true;
+        review.installs_for = "the group Ops".into();
+        review.scripts.clear();
+        review.hosts.clear();
+        review.secrets = vec!["WEATHER_KEY".into()];
+        review.findings = vec!["scripts/x.sh:3: runs what it downloads (remote-exec): curl x | sh".into()];
+        let lines = review_lines(review);
+        assert!(lines.contains(&"No scripts.".to_string()), "{lines:#?}");
+        assert!(lines.contains(&"It names no hosts.".to_string()), "{lines:#?}");
+        assert!(lines.contains(&"Secrets it asks for: WEATHER_KEY.".to_string()), "{lines:#?}");
+        assert_eq!(
+            lines[lines.len() - 2..],
+            ["⚠ The scan found:", "• scripts/x.sh:3: runs what it downloads (remote-exec): curl x | sh"]
+        );
+        assert_eq!(
+            review_asked(&request),
+            "The worker asks to install the skill forecast for the group Ops (it would replace the one installed)."
+        );
+        let text = review_text(&request, REVIEW_ANSWER_WITH, usize::MAX);
+        assert!(text.starts_with("The worker asks to install the skill forecast for the group Ops"), "{text}");
+        assert!(text.ends_with("\n\nReply to this with one word: install or decline."), "{text}");
+        assert_eq!(settled("install", "Ada"), "Install approved, by Ada.");
+        assert_eq!(settled("decline", "Ada"), "Declined, by Ada.");
+        assert_eq!(settled("decline", "nobody"), "Declined, nobody answered in time.");
+        use v1::orchestrator_event::Event;
+        assert_eq!(
+            activity(&Event::Approval(request)).as_deref(),
+            Some(
+                "The worker asked to install the skill forecast for the group Ops from https://github.com/acme/skills."
+            )
+        );
+    }
+
+    #[test]
+    fn what_a_repository_wrote_is_one_line_each_and_its_lists_are_capped() {
+        let mut request = forecast();
+        let Some(review) = request.skill_review.as_mut() else { unreachable!() };
+        review.name = "evil\u{1b}]52;c;aGk=\u{7}\nname".into();
+        review.description = "x".repeat(1_000);
+        // Short names: twenty of them, the rest counted; long ones: as many as the line holds.
+        review.hosts = (0..50).map(|n| format!("h{n}.io")).collect();
+        review.packages = (0..50).map(|n| format!("pip package-with-a-long-name-{n}")).collect();
+        review.scripts =
+            (0..30).map(|n| v1::SkillScript { path: format!("scripts/{n}.sh"), size_bytes: 1_500_000 }).collect();
+        review.findings = (0..25).map(|n| format!("SKILL.md:{n}: {}", "y".repeat(400))).collect();
+        let lines = review_lines(review);
+        assert!(lines.iter().all(|line| line.chars().count() <= 300 + 2), "{lines:#?}");
+        assert!(lines.iter().all(|line| !line.contains('\n') && !line.contains('\u{1b}')), "{lines:#?}");
+        assert!(lines[0].ends_with('…'));
+        let hosts = lines.iter().find(|line| line.starts_with("Hosts it names:")).expect("the hosts");
+        assert!(hosts.ends_with(", h19.io and 30 more."), "{hosts}");
+        let packages = lines.iter().find(|line| line.starts_with("Packages")).expect("the packages");
+        assert!(packages.ends_with(" more.") && packages.chars().count() <= 300, "{packages}");
+        let scripts = lines.iter().find(|line| line.starts_with("Scripts:")).expect("the scripts");
+        assert!(scripts.contains("scripts/0.sh (1.5 MB)") && scripts.ends_with(" more."), "{scripts}");
+        assert!(lines.contains(&"⚠ The scan found 25 things; the first 20:".to_string()), "{lines:#?}");
+        assert_eq!(lines.iter().filter(|line| line.starts_with("• ")).count(), 20);
+        assert_eq!(review_asked(&request), "The worker asks to install the skill evil^[]52;c;aGk=^G name for you.");
+        // A message of 1,000 characters holds the first line, what fits, and the ending.
+        let text = review_text(&request, "Declined in 300 s if nobody answers.", 1_000);
+        assert!(text.chars().count() <= 1_000, "{}", text.chars().count());
+        assert!(text.contains("more lines)") && text.ends_with("if nobody answers."), "{text}");
     }
 }

@@ -137,22 +137,55 @@ const DECISIONS: &[(&str, &str)] = &[
     ("no", "deny"),
 ];
 
-/// Answers the approval request `approval` as `person` with the first word of `said`. Taken,
+/// The words an answer to a skill's review may start with, and the decision each is.
+const REVIEW_DECISIONS: &[(&str, &str)] = &[
+    ("install", "install"),
+    ("yes", "install"),
+    ("allow", "install"),
+    ("decline", "decline"),
+    ("no", "decline"),
+    ("deny", "decline"),
+];
+
+/// An approval request a channel without buttons posted, kept for the reply to it: the
+/// request's id, and whether it is a skill's review (answered install or decline).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    pub id: String,
+    pub review: bool,
+}
+
+impl Asked {
+    /// `request` as kept for the reply to it.
+    pub fn of(request: &v1::ApprovalRequest) -> Asked {
+        Asked { id: request.id.clone(), review: request.skill_review.is_some() }
+    }
+}
+
+/// The decision the first word of `said` is, for a skill's review when `review` is set; none
+/// when it is no decision.
+pub fn decision_of(said: &str, review: bool) -> Option<&'static str> {
+    let word = said.split_whitespace().next().unwrap_or_default().to_lowercase();
+    let word = word.trim_matches(|c: char| !c.is_alphanumeric());
+    let words = if review { REVIEW_DECISIONS } else { DECISIONS };
+    words.iter().find(|(known, _)| *known == word).map(|(_, decision)| *decision)
+}
+
+/// Answers the approval request `asked` as `person` with the first word of `said`. Taken,
 /// nothing is said here: the daemon's settlement of the request tells the chat what was decided
 /// and by whom ([`sentences::settled`]), as it does however the request was answered. Else the
 /// sentence that says why not.
-pub async fn answer_by_word(daemon: &Client, person: &Person, approval: &str, said: &str) -> Option<String> {
-    let word = said.split_whitespace().next().unwrap_or_default().to_lowercase();
-    let word = word.trim_matches(|c: char| !c.is_alphanumeric());
-    let Some((_, decision)) = DECISIONS.iter().find(|(known, _)| *known == word) else {
-        return Some(format!("⚠️ {}", sentences::NOT_UNDERSTOOD));
+pub async fn answer_by_word(daemon: &Client, person: &Person, asked: &Asked, said: &str) -> Option<String> {
+    let Some(decision) = decision_of(said, asked.review) else {
+        let sentence = if asked.review { sentences::REVIEW_NOT_UNDERSTOOD } else { sentences::NOT_UNDERSTOOD };
+        return Some(format!("⚠️ {sentence}"));
     };
-    let answer = v1::ApprovalAnswer { id: approval.to_string(), decision: decision.to_string() };
+    let answer = v1::ApprovalAnswer { id: asked.id.clone(), decision: decision.to_string() };
     let mut daemon = daemon.clone();
     match daemon.sessions.answer_approval(person.request(answer)).await {
         Ok(_) => None,
         Err(status) => {
-            tracing::info!(approval, message = %status.message(), "an approval's answer was refused");
+            tracing::info!(approval = %asked.id, message = %status.message(), "an approval's answer was refused");
             Some(format!("⚠️ {}", for_users(&status)))
         }
     }
@@ -361,6 +394,26 @@ pub async fn run<S: Surface>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_word_is_the_decision_of_its_request_kind() {
+        let cases: &[(&str, bool, Option<&str>)] = &[
+            ("Yes please", false, Some("once")),
+            ("session.", false, Some("session")),
+            ("NO", false, Some("deny")),
+            ("install", false, None),
+            ("Install!", true, Some("install")),
+            ("yes", true, Some("install")),
+            ("decline", true, Some("decline")),
+            ("no thanks", true, Some("decline")),
+            ("always", true, None),
+            ("session", true, None),
+            ("", true, None),
+        ];
+        for (said, review, decision) in cases {
+            assert_eq!(decision_of(said, *review), *decision, "{said:?}, review: {review}");
+        }
+    }
 
     #[test]
     fn only_a_message_that_is_just_new_asks_for_a_new_conversation() {

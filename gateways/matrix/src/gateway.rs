@@ -6,7 +6,8 @@
 //! Each answer is one message — a reply to the one that asked — edited (`m.replace`) as it is
 //! written, at most once per update interval, with a typing notice while the turn starts.
 //! Encrypted rooms are read and answered encrypted; files and pictures (encrypted or not) go
-//! to the session's uploads. An approval request is a message answered with one word.
+//! to the session's uploads. An approval request (a connection to allow, a skill's review to
+//! install or decline) is a message answered with one word.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,7 +19,7 @@ use baaaht_gateway_kit::health::Health;
 use baaaht_gateway_kit::seen::Seen;
 use baaaht_gateway_kit::sentences;
 use baaaht_gateway_kit::text::clean;
-use baaaht_gateway_kit::turn::{self, Surface, Trouble, TurnError, Writing};
+use baaaht_gateway_kit::turn::{self, Asked, Surface, Trouble, TurnError, Writing};
 use baaaht_proto::client::Client as Daemon;
 use baaaht_proto::v1;
 use matrix_sdk::config::SyncSettings;
@@ -54,8 +55,9 @@ pub struct Gateway {
     /// The rooms served, followed for what comes between turns.
     pub follower: Arc<Follower>,
     seen: Mutex<Seen>,
-    /// Approval requests posted, by the request message's event id: the request's id.
-    asked: Mutex<HashMap<OwnedEventId, String>>,
+    /// Approval requests posted, by the request message's event id: the request, as kept for
+    /// the reply to it.
+    asked: Mutex<HashMap<OwnedEventId, Asked>>,
     /// The requests whose settlement was shown (once, however many turns waited for it).
     settled: Mutex<Seen>,
 }
@@ -402,7 +404,7 @@ impl Gateway {
 
     /// `event` answers the approval request `approval`: its first word is the decision. Taken,
     /// the request's settlement says so (its message edited); not, a message says why.
-    async fn approval_answered(&self, room: &Room, event: &OriginalSyncRoomMessageEvent, approval: String, text: &str) {
+    async fn approval_answered(&self, room: &Room, event: &OriginalSyncRoomMessageEvent, approval: Asked, text: &str) {
         let person = Person { identity: format!("matrix:{}", event.sender), name: None };
         let Some(told) = turn::answer_by_word(&self.daemon, &person, &approval, text).await else { return };
         if let Err(error) = room.send(RoomMessageEventContent::text_plain(told)).await {
@@ -415,7 +417,7 @@ impl Gateway {
     async fn approval_settled(&self, room: &Room, settled: &v1::ApprovalSettled) {
         let posted = {
             let asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
-            asked.iter().find(|(_, id)| **id == settled.id).map(|(event, _)| event.clone())
+            asked.iter().find(|(_, asked)| asked.id == settled.id).map(|(event, _)| event.clone())
         };
         let Some(posted) = posted else { return };
         if !self.settled.lock().unwrap_or_else(PoisonError::into_inner).first(&settled.id, Instant::now()) {
@@ -429,23 +431,37 @@ impl Gateway {
         }
     }
 
-    /// Posts an approval request in `room`, answered by a reply of one word.
+    /// Posts an approval request in `room` (a skill's review whole), answered by a reply of one
+    /// word.
     async fn ask_approval(&self, room: &Room, request: &v1::ApprovalRequest) {
-        if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|id| *id == request.id) {
+        if self.asked.lock().unwrap_or_else(PoisonError::into_inner).values().any(|asked| asked.id == request.id) {
             return;
         }
-        let asked = clean(&sentences::approval_asked(request)).into_owned();
-        let text = format!("{asked} {} {}", sentences::ANSWER_WITH, sentences::denied_in(request.expires_in_seconds));
+        let text = clean(&approval_text(request)).into_owned();
         match room.send(RoomMessageEventContent::text_plain(text)).await {
             Ok(sent) => {
                 let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
                 if asked.len() >= 256 {
                     asked.clear();
                 }
-                asked.insert(sent.response.event_id, request.id.clone());
+                asked.insert(sent.response.event_id, Asked::of(request));
             }
             Err(error) => tracing::warn!(%error, "an approval request could not be posted"),
         }
+    }
+}
+
+/// An approval request as a message, with how to answer it and how long it waits: a
+/// connection's in one paragraph, a skill's review line by line.
+fn approval_text(request: &v1::ApprovalRequest) -> String {
+    let expires = sentences::expires_text(request);
+    match request.skill_review {
+        Some(_) => {
+            let ending = format!("{} {expires}", sentences::REVIEW_ANSWER_WITH);
+            // Within one message's bytes, at four bytes a character at most.
+            sentences::review_text(request, &ending, MESSAGE_BYTES / 4)
+        }
+        None => format!("{} {} {expires}", sentences::approval_asked(request), sentences::ANSWER_WITH),
     }
 }
 
@@ -553,4 +569,34 @@ async fn post(room: &Room, text: &str, files: Vec<File>) -> Result<(), String> {
             .map_err(|error| format!("{}: {error}", file.name))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_approval_says_how_to_answer_it_in_its_kind_words() {
+        let request = v1::ApprovalRequest {
+            id: "a-0123456789ab".into(),
+            agent: v1::AgentRole::Coder as i32,
+            host: "pypi.org".into(),
+            port: 443,
+            expires_in_seconds: 120,
+            ..Default::default()
+        };
+        let asked = approval_text(&request);
+        assert!(asked.starts_with("The coder's tools want to reach pypi.org:443. Reply to this"), "{asked}");
+        assert!(asked.ends_with(" Denied in 120 s without an answer."), "{asked}");
+        let review = v1::SkillReview { name: "forecast".into(), installs_for: "you".into(), ..Default::default() };
+        let review = v1::ApprovalRequest { expires_in_seconds: 300, skill_review: Some(review), ..request };
+        let asked = approval_text(&review);
+        assert!(asked.starts_with("The coder asks to install the skill forecast for you.\n\n"), "{asked}");
+        assert!(asked.contains("\nNo scripts.\n"), "{asked}");
+        assert!(
+            asked
+                .ends_with("\n\nReply to this with one word: install or decline. Declined in 300 s if nobody answers."),
+            "{asked}"
+        );
+    }
 }

@@ -3,7 +3,9 @@
 //! for this conversation, always, deny); a click comes back over Socket Mode as a
 //! `block_actions` interaction and is answered as the Slack user who clicked (the daemon
 //! decides whether they may); the first answer anywhere settles it, and the message then says
-//! what was decided, by whom, without its buttons.
+//! what was decided, by whom, without its buttons. A skill an agent asked to install is asked
+//! the same way: its review (what it is, what would run, what it would reach, what its scan
+//! found) and two buttons, install or decline.
 
 use serde_json::{json, Value};
 use slack_morphism::prelude::*;
@@ -19,20 +21,12 @@ const ACTION: &str = "baaaht_approval_";
 /// The most requests waiting for an answer in one workspace at once.
 const MAX_ASKED: usize = 256;
 
-/// The request as Slack blocks: what waits, and the answers.
-fn blocks(request: &v1::ApprovalRequest) -> Value {
-    let command = sentences::asked_for(request);
-    let asked = if command.is_empty() {
-        String::new()
-    } else {
-        format!(" for `{}`", crate::mrkdwn::escape(&command.replace('`', "'")))
-    };
-    let text = format!(
-        "*{}*{asked}. {}",
-        crate::mrkdwn::escape(&sentences::wants_to_reach(request)),
-        sentences::denied_in(request.expires_in_seconds)
-    );
-    let buttons: Vec<Value> = sentences::CHOICES
+/// The most characters of one section's text (Slack takes 3,000).
+const SECTION_LIMIT: usize = 3_000;
+
+/// The request's answers as Slack buttons, each carrying its id.
+fn buttons(request: &v1::ApprovalRequest) -> Vec<Value> {
+    sentences::choices(request)
         .iter()
         .map(|(decision, label)| {
             let mut button = json!({
@@ -42,17 +36,82 @@ fn blocks(request: &v1::ApprovalRequest) -> Value {
                 "value": request.id,
             });
             match *decision {
-                "once" => button["style"] = json!("primary"),
-                "deny" => button["style"] = json!("danger"),
+                "once" | "install" => button["style"] = json!("primary"),
+                "deny" | "decline" => button["style"] = json!("danger"),
                 _ => {}
             }
             button
         })
-        .collect();
+        .collect()
+}
+
+/// The request as Slack blocks: what waits, and the answers.
+fn blocks(request: &v1::ApprovalRequest) -> Value {
+    if let Some(review) = &request.skill_review {
+        return review_blocks(request, review);
+    }
+    let command = sentences::asked_for(request);
+    let asked = if command.is_empty() {
+        String::new()
+    } else {
+        format!(" for `{}`", crate::mrkdwn::escape(&command.replace('`', "'")))
+    };
+    let text = format!(
+        "*{}*{asked}. {}",
+        crate::mrkdwn::escape(&sentences::wants_to_reach(request)),
+        sentences::expires_text(request)
+    );
     json!([
         {"type": "section", "text": {"type": "mrkdwn", "text": text}},
-        {"type": "actions", "block_id": format!("approval:{}", request.id), "elements": buttons},
+        {"type": "actions", "block_id": format!("approval:{}", request.id), "elements": buttons(request)},
     ])
+}
+
+/// A skill's review as Slack blocks: what is asked, what the skill is and would run and reach,
+/// what its scan found (each finding as code), the answers, and how long it waits. Every word
+/// of the skill comes from a repository nobody has read yet: escaped, and never a link or a
+/// mention (`verbatim`).
+fn review_blocks(request: &v1::ApprovalRequest, review: &v1::SkillReview) -> Value {
+    let escape = crate::mrkdwn::escape;
+    let (scan, findings) = sentences::review_scan(review);
+    let mut lines: Vec<String> = sentences::review_facts(review).iter().map(|fact| escape(fact)).collect();
+    lines.push(if findings.is_empty() { escape(&scan) } else { format!("*{}*", escape(&scan)) });
+    lines.extend(findings.iter().map(|finding| format!("• `{}`", escape(&finding.replace('`', "'")))));
+    // The lines in sections of at most SECTION_LIMIT characters (a line holds far fewer).
+    let mut sections: Vec<String> = vec![];
+    for line in lines {
+        match sections.last_mut() {
+            Some(section) if section.chars().count() + line.chars().count() < SECTION_LIMIT => {
+                section.push('\n');
+                section.push_str(&line);
+            }
+            _ => sections.push(line),
+        }
+    }
+    let mut blocks = vec![json!({"type": "section", "text": {"type": "mrkdwn", "verbatim": true,
+        "text": format!("*{}*", escape(&sentences::review_asked(request)))}})];
+    blocks.extend(
+        sections
+            .into_iter()
+            .map(|text| json!({"type": "section", "text": {"type": "mrkdwn", "verbatim": true, "text": text}})),
+    );
+    blocks
+        .push(json!({"type": "actions", "block_id": format!("approval:{}", request.id), "elements": buttons(request)}));
+    blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": sentences::expires_text(request)}]}));
+    Value::Array(blocks)
+}
+
+/// What a request's message says where blocks are not shown (a notification, a client
+/// without them): the request in words; a skill's review whole.
+fn fallback(request: &v1::ApprovalRequest) -> String {
+    match request.skill_review {
+        Some(_) => crate::mrkdwn::escape(&sentences::review_text(
+            request,
+            &sentences::expires_text(request),
+            crate::mrkdwn::MESSAGE_LIMIT,
+        )),
+        None => sentences::wants_to_reach(request),
+    }
 }
 
 impl Gateway {
@@ -80,8 +139,7 @@ impl Gateway {
                     Ok(blocks) => blocks,
                     Err(error) => return tracing::warn!(%error, "an approval request could not be written as blocks"),
                 };
-                let text = sentences::wants_to_reach(request);
-                let content = SlackMessageContent::new().with_text(text).with_blocks(blocks);
+                let content = SlackMessageContent::new().with_text(fallback(request)).with_blocks(blocks);
                 let post = SlackApiChatPostMessageRequest::new(channel.clone(), content).opt_thread_ts(thread.cloned());
                 match patiently("chat.postMessage", || session.chat_post_message(&post)).await {
                     Ok(posted) => {
@@ -158,6 +216,7 @@ mod tests {
             asked_by: "exec: pip download <x>\nmore".into(),
             expires_in_seconds: 120,
             agent: v1::AgentRole::Coder as i32,
+            skill_review: None,
         };
         let written = blocks(&request);
         let parsed: Vec<SlackBlock> = serde_json::from_value(written.clone()).expect("slack-morphism reads them");
@@ -178,5 +237,47 @@ mod tests {
             ["baaaht_approval_once", "baaaht_approval_session", "baaaht_approval_always", "baaaht_approval_deny"]
         );
         assert!(written[1]["elements"].as_array().expect("buttons").iter().all(|b| b["value"] == "a-0123456789ab"));
+    }
+
+    #[test]
+    fn a_skill_review_is_its_words_escaped_and_two_buttons() {
+        let review = v1::SkillReview {
+            name: "forecast".into(),
+            description: "Weather <@U123> & more".into(),
+            installs_for: "you".into(),
+            files: 2,
+            bytes: 900,
+            scripts: vec![v1::SkillScript { path: "scripts/forecast.sh".into(), size_bytes: 812 }],
+            findings: vec!["scripts/forecast.sh:3: downloads code (remote-exec): `curl x | sh`".into()],
+            ..Default::default()
+        };
+        let request = v1::ApprovalRequest {
+            id: "a-0123456789ab".into(),
+            agent: v1::AgentRole::Worker as i32,
+            expires_in_seconds: 300,
+            skill_review: Some(review),
+            ..Default::default()
+        };
+        let written = blocks(&request);
+        let parsed: Vec<SlackBlock> = serde_json::from_value(written.clone()).expect("slack-morphism reads them");
+        assert_eq!(parsed.len(), 4, "{written:#}");
+        assert_eq!(written[0]["text"]["text"], "*The worker asks to install the skill forecast for you.*");
+        let review = written[1]["text"]["text"].as_str().expect("the review");
+        assert!(review.starts_with("Weather &lt;@U123&gt; &amp; more\n2 files, 900 bytes in all.\n"), "{review}");
+        assert!(review.contains("Scripts: scripts/forecast.sh (812 bytes)."), "{review}");
+        assert!(
+            review.ends_with(
+                "*⚠ The scan found:*\n• `scripts/forecast.sh:3: downloads code (remote-exec): 'curl x | sh'`"
+            ),
+            "{review}"
+        );
+        let buttons = written[2]["elements"].as_array().expect("buttons");
+        let ids: Vec<(&str, &str)> = buttons
+            .iter()
+            .map(|b| (b["action_id"].as_str().unwrap_or_default(), b["style"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(ids, [("baaaht_approval_install", "primary"), ("baaaht_approval_decline", "danger")]);
+        assert_eq!(written[3]["elements"][0]["text"], "Declined in 300 s if nobody answers.");
+        assert!(fallback(&request).contains("&lt;@U123&gt;"));
     }
 }

@@ -2,8 +2,8 @@
 //! (a reply to the one that asked) edited as it is written — at most once a second per chat,
 //! within Telegram's limits — then cut into more messages past Telegram's 4096 characters.
 //! An update seen before (the same `update_id` after a restart or a lost answer) is dropped.
-//! Approval requests are messages with inline buttons; a press is answered as the person who
-//! pressed it.
+//! Approval requests (a connection to allow, a skill's review) are messages with inline
+//! buttons; a press is answered as the person who pressed it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -258,13 +258,7 @@ impl Gateway {
                         return;
                     }
                 }
-                let asked = clean(&sentences::approval_asked(request)).into_owned();
-                let text = format!("{asked} {}", sentences::denied_in(request.expires_in_seconds));
-                let buttons: Vec<Value> = sentences::CHOICES
-                    .iter()
-                    .map(|(decision, label)| json!({"text": label, "callback_data": format!("{ACTION}{decision}:{}", request.id)}))
-                    .collect();
-                let keyboard = json!({"inline_keyboard": [buttons[..2].to_vec(), buttons[2..].to_vec()]});
+                let (text, keyboard) = approval_message(request);
                 match self.api.send(chat, &text, None, Some(keyboard)).await {
                     Ok(message) => {
                         let until = Instant::now() + Duration::from_secs(u64::from(request.expires_in_seconds) + 60);
@@ -287,6 +281,22 @@ impl Gateway {
             _ => {}
         }
     }
+}
+
+/// An approval request as a message: its text (a skill's review whole, within a message) and
+/// its answers as buttons, two a row.
+fn approval_message(request: &v1::ApprovalRequest) -> (String, Value) {
+    let expires = sentences::expires_text(request);
+    let text = match request.skill_review {
+        Some(_) => sentences::review_text(request, &expires, MESSAGE_LIMIT),
+        None => format!("{} {expires}", sentences::approval_asked(request)),
+    };
+    let buttons: Vec<Value> = sentences::choices(request)
+        .iter()
+        .map(|(decision, label)| json!({"text": label, "callback_data": format!("{ACTION}{decision}:{}", request.id)}))
+        .collect();
+    let rows: Vec<Vec<Value>> = buttons.chunks(2).map(<[Value]>::to_vec).collect();
+    (clean(&text).into_owned(), json!({"inline_keyboard": rows}))
 }
 
 /// The answer's message: its id and what it shows.
@@ -392,5 +402,40 @@ mod tests {
         let writing = Writing { text: "Hello \u{1b}[2J".into(), status: "worker started".into(), ..Writing::default() };
         assert_eq!(live(&writing), "Hello ^[[2J …\n\n(worker started)");
         assert_eq!(live(&Writing::default()), PLACEHOLDER);
+    }
+
+    #[test]
+    fn an_approval_is_a_message_with_its_answers_two_a_row() {
+        let request = v1::ApprovalRequest {
+            id: "a-0123456789ab".into(),
+            agent: v1::AgentRole::Coder as i32,
+            host: "pypi.org".into(),
+            port: 443,
+            expires_in_seconds: 120,
+            ..Default::default()
+        };
+        let (text, keyboard) = approval_message(&request);
+        assert_eq!(text, "The coder's tools want to reach pypi.org:443. Denied in 120 s without an answer.");
+        let rows = keyboard["inline_keyboard"].as_array().expect("rows");
+        assert_eq!(rows.iter().map(|row| row.as_array().map_or(0, Vec::len)).collect::<Vec<_>>(), [2, 2]);
+
+        let review = v1::SkillReview {
+            name: "forecast".into(),
+            installs_for: "you".into(),
+            scripts: vec![v1::SkillScript { path: "scripts/forecast.sh".into(), size_bytes: 812 }],
+            findings: (0..20).map(|n| format!("SKILL.md:{n}: {}", "y".repeat(290))).collect(),
+            ..Default::default()
+        };
+        let review = v1::ApprovalRequest { expires_in_seconds: 300, skill_review: Some(review), ..request };
+        let (text, keyboard) = approval_message(&review);
+        assert!(text.starts_with("The coder asks to install the skill forecast for you.\n\n"), "{text}");
+        assert!(text.contains("Scripts: scripts/forecast.sh (812 bytes)."), "{text}");
+        assert!(text.ends_with("more lines)\n\nDeclined in 300 s if nobody answers."), "{text}");
+        assert!(text.chars().count() <= MESSAGE_LIMIT, "{}", text.chars().count());
+        let rows = keyboard["inline_keyboard"].as_array().expect("rows");
+        assert_eq!(rows.len(), 1, "{keyboard}");
+        let data: Vec<&str> =
+            rows[0].as_array().into_iter().flatten().filter_map(|b| b["callback_data"].as_str()).collect();
+        assert_eq!(data, ["a:install:a-0123456789ab", "a:decline:a-0123456789ab"]);
     }
 }

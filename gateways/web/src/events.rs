@@ -240,11 +240,23 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
             "files": message.attachments.iter().map(|file| json!({"name": file.filename, "path": file.path,
                 "type": file.mime_type, "size": file.size_bytes})).collect::<Vec<_>>()}),
         Said::Notice(notice) => json!({"type": "notice", "session": session, "text": notice.content}),
-        // A card with the answers as buttons, whichever conversation is open.
-        Said::Approval(request) => json!({"type": "approval", "session": session, "id": request.id,
-            "agent": sentences::agent(request.agent), "host": request.host, "port": request.port,
-            "asked_by": request.asked_by, "expires_in": request.expires_in_seconds,
-            "text": sentences::approval_asked(&request), "choices": sentences::CHOICES}),
+        // A card with the answers as buttons, whichever conversation is open; a skill's review
+        // with what it is, would run and reach, and what its scan found.
+        Said::Approval(request) => {
+            let (text, review) = match &request.skill_review {
+                Some(review) => (sentences::review_asked(&request), Some(review_json(review))),
+                None => (sentences::approval_asked(&request), None),
+            };
+            let mut card = json!({"type": "approval", "session": session, "id": request.id,
+                "agent": sentences::agent(request.agent), "host": request.host, "port": request.port,
+                "asked_by": request.asked_by, "expires_in": request.expires_in_seconds,
+                "expires_text": sentences::expires_text(&request), "text": text,
+                "choices": sentences::choices(&request)});
+            if let Some(review) = review {
+                card["review"] = review;
+            }
+            card
+        }
         Said::Settled(settled) => json!({"type": "settled", "session": session, "id": settled.id,
             "decision": settled.decision, "by": settled.by, "text": sentences::settled(&settled.decision, &settled.by)}),
         // The status line of a turn that read untrusted content.
@@ -256,6 +268,22 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
         // The model's thinking, shown folded above its answer.
         Said::Thinking(text) => json!({"type": "thinking", "session": session, "turn": turn, "text": text}),
     })
+}
+
+/// A skill's review as the page shows it: what the daemon sent (strings from the skill's
+/// repository, which the page writes as text, never markup), and the kit's lines of it: its
+/// facts, and what its scan found (`scan`, then each of `found`).
+fn review_json(review: &v1::SkillReview) -> serde_json::Value {
+    use baaaht_gateway_kit::sentences;
+    let (scan, found) = sentences::review_scan(review);
+    serde_json::json!({"name": review.name, "description": review.description, "source": review.source,
+        "commit": review.commit, "installs_for": review.installs_for, "replaces": review.replaces,
+        "files": review.files, "bytes": review.bytes,
+        "scripts": review.scripts.iter().map(|script| serde_json::json!({"path": script.path,
+            "size_bytes": script.size_bytes})).collect::<Vec<_>>(),
+        "packages": review.packages, "secrets": review.secrets, "hosts": review.hosts,
+        "findings": review.findings,
+        "facts": sentences::review_facts(review), "scan": scan, "found": found})
 }
 
 /// Files shared with a message, as the page shows them (and sends them again on a retry).
@@ -308,6 +336,43 @@ mod tests {
         let text = shown["text"].as_str().expect("text");
         assert!(text.contains("`bank`") && text.contains("open Settings (⚙)"), "{text}");
         assert!(!text.contains("baaaht memory review"), "no command the web cannot run: {text}");
+    }
+
+    #[test]
+    fn a_skill_review_is_a_card_with_its_review_and_two_answers() {
+        let review = v1::SkillReview {
+            name: "forecast".into(),
+            installs_for: "you".into(),
+            scripts: vec![v1::SkillScript { path: "scripts/forecast.sh".into(), size_bytes: 812 }],
+            findings: vec!["scripts/forecast.sh:3: <img src=x onerror=alert(1)>".into()],
+            ..Default::default()
+        };
+        let request = v1::ApprovalRequest {
+            id: "a-1".into(),
+            agent: v1::AgentRole::Worker as i32,
+            expires_in_seconds: 300,
+            skill_review: Some(review),
+            ..Default::default()
+        };
+        let event = v1::OrchestratorEvent {
+            session_id: "s-1".into(),
+            event: Some(v1::orchestrator_event::Event::Approval(request)),
+            ..v1::OrchestratorEvent::default()
+        };
+        let card = to_json(&event, &Me { identity: String::new(), id: String::new() }).expect("shown");
+        assert_eq!(card["text"], "The worker asks to install the skill forecast for you.");
+        assert_eq!(card["expires_text"], "Declined in 300 s if nobody answers.");
+        assert_eq!(card["choices"], serde_json::json!([["install", "Install"], ["decline", "Decline"]]));
+        let review = &card["review"];
+        assert_eq!(review["scripts"][0]["size_bytes"], 812);
+        assert!(review["facts"]
+            .as_array()
+            .expect("facts")
+            .iter()
+            .any(|fact| fact == "Scripts: scripts/forecast.sh (812 bytes)."));
+        assert_eq!(review["scan"], "⚠ The scan found:");
+        // As the repository wrote it: the page writes it as text.
+        assert_eq!(review["found"][0], "scripts/forecast.sh:3: <img src=x onerror=alert(1)>");
     }
 
     #[test]

@@ -289,29 +289,33 @@ function speak(text, { flush = false } = {}) {
 
 // --- approvals ---------------------------------------------------------------------------------
 
-// Their words (the request, its answers, how it ended) come from the gateway, as every channel's do.
-// A connection waiting for someone to allow it: a card with the answers as buttons. Shown again
-// from the conversation's history, `left` says how many seconds it still waits, as the daemon
-// said when it was read (0: no longer; its answer, if it had one, follows).
+// Their words (the request, its answers, how long it waits, how it ended, a skill's review)
+// come from the gateway, as every channel's do.
+// A connection waiting for someone to allow it, or a skill an agent asked to install waiting
+// for its review: a card with the answers as buttons. Shown again from the conversation's
+// history, `left` says how many seconds it still waits, as the daemon said when it was read
+// (0: no longer; its answer, if it had one, follows).
 function approvalCard(event, { left } = {}) {
   const live = left === undefined;
+  const waiting = event.review ? "Waiting for a skill's review (below)…" : "Waiting for an approval (below)…";
   for (const turn of live ? state.running : []) {
     const answer = state.answers.get(turn);
-    if (answer && !textOf(answer).textContent) working(answer, "Waiting for an approval (below)…");
+    if (answer && !textOf(answer).textContent) working(answer, waiting);
   }
-  const card = bubble("approval");
+  const card = bubble(event.review ? "approval review" : "approval");
   card.dataset.approval = event.id;
   card.setAttribute("role", "group");
-  card.setAttribute("aria-label", "Approval request");
+  card.setAttribute("aria-label", event.review ? "Skill review" : "Approval request");
   const text = document.createElement("p");
   text.className = "text";
   text.textContent = visible(event.text);
+  const shown = event.review ? [text, reviewOf(event.review)] : [text];
   const note = document.createElement("p");
   note.className = "meta";
-  note.textContent = `Denied in ${live ? event.expires_in : left} s without an answer.`;
+  note.textContent = event.expires_text;
   if (!live && left <= 0) {
     note.textContent = "No longer waiting for an answer.";
-    card.append(text, note);
+    card.append(...shown, note);
     return;
   }
   const buttons = document.createElement("div");
@@ -321,7 +325,7 @@ function approvalCard(event, { left } = {}) {
     button.type = "button";
     button.textContent = label;
     button.dataset.decision = decision;
-    if (decision === "deny") button.className = "danger";
+    if (decision === "deny" || decision === "decline") button.className = "danger";
     button.addEventListener("click", async () => {
       for (const other of buttons.querySelectorAll("button")) other.disabled = true;
       try {
@@ -333,10 +337,43 @@ function approvalCard(event, { left } = {}) {
     });
     buttons.append(button);
   }
-  card.append(text, note, buttons);
+  card.append(...shown, note, buttons);
   if (live) announce(text.textContent);
 }
 
+// A skill's review: what it is, would run and would reach (the gateway's lines), and what its
+// scan found, each finding a warning. Every word of it comes from a repository nobody has read
+// yet: written as text (textContent), never as markup.
+function reviewOf(review) {
+  const box = document.createElement("div");
+  box.className = "review";
+  const facts = document.createElement("ul");
+  facts.className = "facts";
+  for (const fact of review.facts || []) {
+    const item = document.createElement("li");
+    item.textContent = visible(fact);
+    facts.append(item);
+  }
+  const found = review.found || [];
+  const scan = document.createElement("p");
+  scan.className = found.length ? "scan warning" : "scan";
+  scan.textContent = visible(review.scan);
+  box.append(facts, scan);
+  if (found.length) {
+    const findings = document.createElement("ul");
+    findings.className = "findings";
+    for (const finding of found) {
+      const item = document.createElement("li");
+      item.className = "finding";
+      item.textContent = visible(finding);
+      findings.append(item);
+    }
+    box.append(findings);
+  }
+  return box;
+}
+
+// How a request ended: its buttons gone, the note saying what was decided and by whom.
 function approvalSettled(event) {
   const card = log.querySelector(`[data-approval="${CSS.escape(event.id)}"]`);
   if (!card) return;
@@ -344,7 +381,7 @@ function approvalSettled(event) {
   const note = card.querySelector(".meta");
   note.textContent = event.text;
   card.classList.remove("denied", "allowed");
-  card.classList.add(event.decision === "deny" ? "denied" : "allowed");
+  card.classList.add(event.decision === "deny" || event.decision === "decline" ? "denied" : "allowed");
 }
 
 // --- events -------------------------------------------------------------------------------------

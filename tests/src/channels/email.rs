@@ -153,7 +153,11 @@ impl Channel for Email {
 
     async fn answer_approval(&self, decision: &str) -> Result<(), String> {
         let mails = self.mails();
-        let asked = mails.iter().rev().find(|mail| mail.body().contains(baaaht_gateway_kit::sentences::ANSWER_WITH));
+        let asking = |body: String| {
+            use baaaht_gateway_kit::sentences::{ANSWER_WITH, REVIEW_ANSWER_WITH};
+            body.contains(ANSWER_WITH) || body.contains(REVIEW_ANSWER_WITH)
+        };
+        let asked = mails.iter().rev().find(|mail| asking(mail.body()));
         let Some(asked) = asked else { return Err("no approval request in Alice's mailbox".into()) };
         let Some(request) = asked.header("Message-ID") else { return Err("the request mail has no Message-ID".into()) };
         let id = self.new_id();

@@ -122,7 +122,8 @@ impl Channel for Matrix {
         let asked = self.alice.said().into_iter().rev().find(|said| {
             said.sender == self.bot
                 && said.replaces.is_none()
-                && said.body.contains(baaaht_gateway_kit::sentences::ANSWER_WITH)
+                && (said.body.contains(baaaht_gateway_kit::sentences::ANSWER_WITH)
+                    || said.body.contains(baaaht_gateway_kit::sentences::REVIEW_ANSWER_WITH))
         });
         let Some(asked) = asked else { return Err("no approval request in Alice's room".into()) };
         let id =

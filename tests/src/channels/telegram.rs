@@ -90,38 +90,7 @@ impl Channel for Telegram {
     }
 
     async fn answer_approval(&self, decision: &str) -> Result<(), String> {
-        let asked =
-            self.fake.calls_of("sendMessage").into_iter().rev().find(|call| {
-                call.params["chat_id"] == ADA && call.params["reply_markup"]["inline_keyboard"].is_array()
-            });
-        let Some(asked) = asked else { return Err("no message with buttons in the chat".into()) };
-        let buttons: Vec<&Value> = asked.params["reply_markup"]["inline_keyboard"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|row| row.as_array().into_iter().flatten())
-            .collect();
-        let data = buttons.iter().filter_map(|button| button["callback_data"].as_str());
-        let Some(data) = data.clone().find(|data| data.starts_with(&format!("a:{decision}:"))) else {
-            return Err(format!("no `{decision}` button: {buttons:?}"));
-        };
-        if data.len() > 64 {
-            return Err(format!("Telegram takes 64 bytes of callback data, not {}: {data}", data.len()));
-        }
-        let message = asked.answer["message_id"].clone();
-        let press = format!("cq-{message}");
-        self.fake.push(json!({"callback_query": {"id": press, "chat_instance": "ci",
-            "from": {"id": ADA, "is_bot": false, "first_name": "Ada"}, "data": data,
-            "message": {"message_id": message, "date": 1_760_000_000, "chat": {"id": ADA, "type": "private"},
-                "text": "approval"}}}));
-        // Telegram shows a spinner on the button until the bot answers the press.
-        let answered = |fake: &FakeTelegram| {
-            fake.calls_of("answerCallbackQuery").iter().any(|call| call.params["callback_query_id"] == press.as_str())
-        };
-        match self.fake.wait_for(Duration::from_secs(30), answered).await {
-            true => Ok(()),
-            false => Err("the press was never answered (answerCallbackQuery)".into()),
-        }
+        self.fake.press(ADA, ADA, "Ada", decision).await.map(drop)
     }
 
     fn set_offline(&self, offline: bool) {

@@ -2,6 +2,8 @@
 //! while every connected channel of its context is asked (an `ApprovalRequest` event); the
 //! first answer wins (once, for the session, always, or deny), and a timeout, or nobody there
 //! to ask, denies. A session's approvals last as long as the daemon; `always` becomes a rule.
+//! A skill an agent asks to install waits here too, as its review: answered install or decline
+//! (`work::skills::asked`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,6 +13,7 @@ use tokio::sync::oneshot;
 
 use crate::base::auth::{Context, Role};
 use crate::store::events::{Event, EventBus, Kind};
+use crate::store::sessions::log::SkillReview;
 
 /// An answer to an approval request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +22,10 @@ pub enum Decision {
     Session,
     Always,
     Deny,
+    /// A skill's review: install it.
+    Install,
+    /// A skill's review: do not.
+    Decline,
 }
 
 impl Decision {
@@ -28,6 +35,8 @@ impl Decision {
             "session" => Decision::Session,
             "always" => Decision::Always,
             "deny" => Decision::Deny,
+            "install" => Decision::Install,
+            "decline" => Decision::Decline,
             _ => return None,
         })
     }
@@ -38,8 +47,31 @@ impl Decision {
             Decision::Session => "session",
             Decision::Always => "always",
             Decision::Deny => "deny",
+            Decision::Install => "install",
+            Decision::Decline => "decline",
         }
     }
+
+    /// This answer to a request about `subject`: a skill's review takes once and deny as
+    /// install and decline (a plain yes or no answers either), and nothing else; a connection
+    /// takes no install or decline.
+    fn for_subject(self, skill: bool) -> Option<Decision> {
+        match (skill, self) {
+            (true, Decision::Once | Decision::Install) => Some(Decision::Install),
+            (true, Decision::Deny | Decision::Decline) => Some(Decision::Decline),
+            (false, Decision::Once | Decision::Session | Decision::Always | Decision::Deny) => Some(self),
+            _ => None,
+        }
+    }
+}
+
+/// What is asked about: a connection, or a skill to install.
+#[derive(Debug, Clone)]
+pub enum Subject {
+    /// A tool's connection to `host:port`.
+    Egress { host: String, port: u16 },
+    /// A skill fetched and checked, waiting for its review.
+    Skill(Box<SkillReview>),
 }
 
 /// What asks: whose tools, in which session, for what.
@@ -48,8 +80,7 @@ pub struct Asking {
     pub context: Context,
     pub session: String,
     pub agent: Role,
-    pub host: String,
-    pub port: u16,
+    pub subject: Subject,
     pub asked_by: String,
 }
 
@@ -58,6 +89,7 @@ struct Pending {
     context: Context,
     answer: oneshot::Sender<(Decision, String)>,
     asked: std::time::Instant,
+    skill: bool,
 }
 
 /// Why an answer was not taken.
@@ -69,6 +101,12 @@ pub enum AnswerError {
     NotTheirs { id: String, context: Context },
     #[error("only an admin may allow a host always for a group; answer once or session")]
     AdminOnly,
+    #[error("only an admin may install a skill for a group; decline it, or ask an admin to answer")]
+    GroupInstallAdminOnly,
+    #[error("a skill's review is answered install or decline, not {0}")]
+    NotAReviewAnswer(&'static str),
+    #[error("a connection's approval is answered once, session, always or deny, not {0}")]
+    NotAnEgressAnswer(&'static str),
 }
 
 /// Why a connection was asked about and nobody allowed it: nobody could be asked, or nobody
@@ -131,12 +169,15 @@ impl Approvals {
     }
 
     /// Asks the people of `asking.context`; answers the decision and who made it, or why the
-    /// connection is denied.
+    /// connection is denied (the skill declined).
     pub async fn ask(&self, asking: &Asking) -> Result<(Decision, String), NoAnswer> {
-        let key = (asking.session.clone(), asking.host.clone(), asking.port);
+        let key = match &asking.subject {
+            Subject::Egress { host, port } => Some((asking.session.clone(), host.clone(), *port)),
+            Subject::Skill(_) => None,
+        };
         let (id, answered) = {
             let mut state = self.state();
-            if state.granted.contains(&key) {
+            if key.as_ref().is_some_and(|key| state.granted.contains(key)) {
                 return Ok((Decision::Session, "an approval for this session".into()));
             }
             if state.unattended.contains(&asking.session) {
@@ -147,18 +188,24 @@ impl Approvals {
             }
             let id = format!("a-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
             let (answer, answered) = oneshot::channel();
-            let pending = Pending { context: asking.context.clone(), answer, asked: std::time::Instant::now() };
+            let skill = key.is_none();
+            let pending = Pending { context: asking.context.clone(), answer, asked: std::time::Instant::now(), skill };
             state.pending.insert(id.clone(), pending);
             (id, answered)
         };
         let expires_in = u32::try_from(self.timeout.as_secs()).unwrap_or(u32::MAX);
+        let (host, port, review) = match &asking.subject {
+            Subject::Egress { host, port } => (host.clone(), *port, None),
+            Subject::Skill(review) => (String::new(), 0, Some(review.clone())),
+        };
         let request = Kind::ApprovalRequest {
             id: id.clone(),
-            host: asking.host.clone(),
-            port: asking.port,
+            host,
+            port,
             agent: asking.agent,
             asked_by: asking.asked_by.clone(),
             expires_in,
+            review,
         };
         self.events.publish(&asking.context, Event::of_session(&asking.session, request));
         let answer = tokio::time::timeout(self.timeout, answered).await;
@@ -169,7 +216,7 @@ impl Approvals {
         };
         match answer {
             Ok(Ok((decision, by))) => {
-                if decision == Decision::Session {
+                if let Some(key) = key.filter(|_| decision == Decision::Session) {
                     self.state().granted.insert(key);
                 }
                 self.events
@@ -178,14 +225,17 @@ impl Approvals {
             }
             _ => {
                 self.state().pending.remove(&id);
-                self.events.publish(&asking.context, Event::of_session(&asking.session, settled("deny", "nobody")));
+                let denied = if key.is_some() { Decision::Deny } else { Decision::Decline };
+                let settled = settled(denied.as_str(), "nobody");
+                self.events.publish(&asking.context, Event::of_session(&asking.session, settled));
                 Err(NoAnswer::TimedOut { timeout: self.timeout })
             }
         }
     }
 
     /// Takes `decision` by `by` for request `id`, when it is `context`'s (`None`: a host
-    /// client, any context's); `admin`: whether `by` may write a group's rules.
+    /// client, any context's); `admin`: whether `by` may write a group's rules (and install its
+    /// skills). Answers the decision taken (a review's once is install, its deny decline).
     pub fn answer(
         &self,
         id: &str,
@@ -193,19 +243,28 @@ impl Approvals {
         decision: Decision,
         by: &str,
         admin: bool,
-    ) -> Result<(), AnswerError> {
+    ) -> Result<Decision, AnswerError> {
         let mut state = self.state();
         let Some(pending) = state.pending.get(id) else { return Err(AnswerError::NotWaiting(id.to_string())) };
         if let Some(context) = context.filter(|context| **context != pending.context) {
             return Err(AnswerError::NotTheirs { id: id.to_string(), context: context.clone() });
         }
-        if decision == Decision::Always && pending.context.kind == crate::base::auth::ContextKind::Group && !admin {
+        let decision = decision.for_subject(pending.skill).ok_or(if pending.skill {
+            AnswerError::NotAReviewAnswer(decision.as_str())
+        } else {
+            AnswerError::NotAnEgressAnswer(decision.as_str())
+        })?;
+        let group = pending.context.kind == crate::base::auth::ContextKind::Group;
+        if decision == Decision::Always && group && !admin {
             return Err(AnswerError::AdminOnly);
         }
+        if decision == Decision::Install && group && !admin {
+            return Err(AnswerError::GroupInstallAdminOnly);
+        }
         let pending = state.pending.remove(id).ok_or_else(|| AnswerError::NotWaiting(id.to_string()))?;
-        // silent-ok: the connection may have been given up meanwhile.
+        // silent-ok: the connection (the install) may have been given up meanwhile.
         let _ = pending.answer.send((decision, by.to_string()));
-        Ok(())
+        Ok(decision)
     }
 
     /// How many more seconds request `id` waits for an answer; none once it was answered or
@@ -231,8 +290,7 @@ mod tests {
             context: Context::user("alice"),
             session: session.into(),
             agent: Role::Coder,
-            host: "pypi.org".into(),
-            port: 443,
+            subject: Subject::Egress { host: "pypi.org".into(), port: 443 },
             asked_by: "exec: pip download x".into(),
         }
     }
@@ -280,5 +338,41 @@ mod tests {
         assert_eq!(unanswered, NoAnswer::TimedOut { timeout: Duration::from_secs(120) });
         assert_eq!(unanswered.to_string(), "nobody answered within 120 s");
         assert!(approvals.state().pending.is_empty());
+    }
+
+    /// A skill's review takes install or decline (once and deny as those), not session or
+    /// always; in a group only an admin's install installs, while any member may decline.
+    #[tokio::test]
+    async fn a_review_is_answered_install_or_decline_and_in_a_group_installed_by_an_admin_only() {
+        let events = Arc::new(EventBus::default());
+        let family = Context::group("family");
+        let _following = events.connect(&family, "telegram");
+        let mut seen = events.subscribe();
+        let approvals = Arc::new(Approvals::new(events.clone(), Duration::from_secs(5)));
+        let review = SkillReview { name: "forecast".into(), ..SkillReview::default() };
+        let asking = Asking {
+            context: family.clone(),
+            session: "s1".into(),
+            agent: Role::Worker,
+            subject: Subject::Skill(Box::new(review)),
+            asked_by: "install_skill https://x.example/r.git".into(),
+        };
+        for (answer, admin, then) in [(Decision::Install, true, "install"), (Decision::Deny, false, "decline")] {
+            let asked = tokio::spawn({
+                let (approvals, asking) = (approvals.clone(), asking.clone());
+                async move { approvals.ask(&asking).await }
+            });
+            let (_, event) = seen.recv().await.expect("an event");
+            let Kind::ApprovalRequest { id, host, review, .. } = event.kind else { panic!("{event:?}") };
+            assert_eq!((host.as_str(), review.map(|review| review.name)), ("", Some("forecast".to_string())));
+            let refused = approvals.answer(&id, Some(&family), Decision::Session, "ada", true);
+            assert_eq!(refused, Err(AnswerError::NotAReviewAnswer("session")));
+            let member = approvals.answer(&id, Some(&family), Decision::Once, "bob", false);
+            assert_eq!(member, Err(AnswerError::GroupInstallAdminOnly), "a member's yes is not enough");
+            assert_eq!(approvals.answer(&id, Some(&family), answer, "ada", admin).map(Decision::as_str), Ok(then));
+            assert_eq!(asked.await.expect("asked").map(|(decision, _)| decision.as_str()), Ok(then));
+            let (_, settled) = seen.recv().await.expect("settled");
+            assert!(matches!(settled.kind, Kind::ApprovalSettled { ref decision, .. } if decision == then));
+        }
     }
 }

@@ -419,8 +419,7 @@ impl crate::net::egress::relay::Gate for Policy {
                     context: self.context.clone(),
                     session: self.session.clone(),
                     agent: crate::base::auth::Role::Coder,
-                    host: host.to_string(),
-                    port,
+                    subject: crate::net::egress::approvals::Subject::Egress { host: host.to_string(), port },
                     asked_by: asked_by.to_string(),
                 };
                 match self.approvals.ask(&asking).await {

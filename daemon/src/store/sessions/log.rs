@@ -138,9 +138,19 @@ pub enum Entry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Activity {
-    /// A tool's connection waited for someone to allow it (`approval`: its id).
+    /// A tool's connection waited for someone to allow it (`approval`: its id), or a skill
+    /// for its review (`review`; host and port empty).
     #[serde(rename_all = "camelCase")]
-    Approval { approval: String, host: String, port: u16, agent: String, asked_by: String, expires_in: u32 },
+    Approval {
+        approval: String,
+        host: String,
+        port: u16,
+        agent: String,
+        asked_by: String,
+        expires_in: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        review: Option<Box<SkillReview>>,
+    },
     /// Someone answered it (`by`, "nobody" when nobody did in time).
     #[serde(rename_all = "camelCase")]
     ApprovalSettled { approval: String, decision: String, by: String },
@@ -153,6 +163,41 @@ pub enum Activity {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         attachments: Vec<Attachment>,
     },
+}
+
+/// A skill an agent asked to install, fetched and checked, as its review card shows it
+/// (`v1::SkillReview`): every string in it comes from the skill's repository.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SkillReview {
+    pub name: String,
+    pub description: String,
+    pub source: String,
+    pub commit: String,
+    /// "you" or "the group NAME".
+    pub installs_for: String,
+    pub replaces: bool,
+    pub files: u32,
+    pub bytes: u64,
+    /// (path, size in bytes) of each script.
+    pub scripts: Vec<(String, u64)>,
+    pub packages: Vec<String>,
+    pub secrets: Vec<String>,
+    pub hosts: Vec<String>,
+    pub findings: Vec<String>,
+}
+
+impl SkillReview {
+    /// Every string in it, to be cleaned of secrets before anyone sees it.
+    pub fn texts_mut(&mut self) -> impl Iterator<Item = &mut String> {
+        [&mut self.name, &mut self.description, &mut self.source, &mut self.commit, &mut self.installs_for]
+            .into_iter()
+            .chain(self.scripts.iter_mut().map(|(path, _)| path))
+            .chain(self.packages.iter_mut())
+            .chain(self.secrets.iter_mut())
+            .chain(self.hosts.iter_mut())
+            .chain(self.findings.iter_mut())
+    }
 }
 
 impl Entry {

@@ -536,9 +536,10 @@ impl SessionStore {
                 *text = redact.clean_string(crate::guard::redact::Place::SessionLog, std::mem::take(text));
             };
             match &mut activity {
-                log::Activity::Approval { host, asked_by, .. } => {
+                log::Activity::Approval { host, asked_by, review, .. } => {
                     clean(host);
                     clean(asked_by);
+                    review.iter_mut().flat_map(|review| review.texts_mut()).for_each(clean);
                 }
                 log::Activity::ApprovalSettled { by, .. } => clean(by),
                 log::Activity::Message { content, metadata, .. } => {

@@ -14,16 +14,12 @@
 //! `skills/{name}/` in one rename, and recorded in `data/state/skill-installs.json`.
 
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::base::auth::{Context, Role};
 use crate::base::state;
-use crate::guard::audit::Audit;
-use crate::net::egress::proxy::WebProxy;
-use crate::net::egress::tunnel::{Listener, Reach, Tunnels};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest};
 use crate::sandbox::container::MountSpec;
 
@@ -52,7 +48,7 @@ impl std::fmt::Display for Source {
 }
 
 /// What to install.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallRequest {
     pub context: Context,
     pub source: Source,
@@ -94,6 +90,13 @@ pub enum InstallError {
     Exists { name: String, path: String },
     #[error("the skill's files did not pass the check in a tool container: {0}")]
     Validation(String),
+    /// An agent's install from a turn that read content from outside.
+    #[error("{0}")]
+    Withheld(String),
+    #[error("the skill was not installed: {by} declined it")]
+    Declined { by: String },
+    #[error("the skill was not installed: {0}")]
+    NotAnswered(String),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -122,6 +125,9 @@ struct Install {
     git_ref: String,
     commit: String,
     at: String,
+    /// Who approved its review, when an agent asked for it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    approved_by: String,
 }
 
 fn clean(text: &str) -> bool {
@@ -156,18 +162,7 @@ fn check_request(request: &InstallRequest) -> Result<(), InstallError> {
     Ok(())
 }
 
-/// How the install's `git` reaches the network: the web proxy, the audit log, and what its
-/// audit records say of who asked.
-pub struct Egress {
-    pub web: Arc<WebProxy>,
-    pub audit: Audit,
-    /// Principal, context and correlation id of the one who asked.
-    pub record: crate::guard::audit::Record,
-}
-
-/// Variables of the daemon's environment `git` keeps: where the system's certificates are
-/// (an install may be pointed at another trust store this way, as tests do).
-const GIT_KEEPS: &[&str] = &["SSL_CERT_FILE", "SSL_CERT_DIR", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH"];
+pub use super::fetch::Egress;
 
 /// Why `git` failed, for the caller to put in words.
 enum GitFailure {
@@ -177,35 +172,9 @@ enum GitFailure {
     Spawn(std::io::Error),
 }
 
-/// Runs `git args` in `dir` with no configuration but `settings` (as `GIT_CONFIG_*`, never on
-/// the command line, where other users of the host could read a credential), only `protocol`
-/// allowed, and no environment of the daemon's but [`GIT_KEEPS`].
-async fn git(args: &[&str], dir: &Path, protocol: &str, settings: &[(&str, &str)]) -> Result<String, GitFailure> {
-    let mut command = tokio::process::Command::new("git");
-    command.env_clear();
-    for name in GIT_KEEPS {
-        if let Some(value) = std::env::var_os(name) {
-            command.env(name, value);
-        }
-    }
-    let fixed = [("core.symlinks", "false"), ("core.hooksPath", "/dev/null"), ("credential.helper", "")];
-    let all: Vec<&(&str, &str)> = fixed.iter().chain(settings).collect();
-    for (index, (key, value)) in all.iter().enumerate() {
-        command.env(format!("GIT_CONFIG_KEY_{index}"), key).env(format!("GIT_CONFIG_VALUE_{index}"), value);
-    }
-    command
-        .env("GIT_CONFIG_COUNT", all.len().to_string())
-        .env("GIT_ALLOW_PROTOCOL", protocol)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("HOME", dir)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("LC_ALL", "C")
-        .args(args)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
+/// Runs `git args` in `dir` by [`baaaht_proto::git`]'s rules, only `protocol` allowed.
+async fn git(args: &[&str], dir: &Path, protocol: &str) -> Result<String, GitFailure> {
+    let mut command = baaaht_proto::git::command(args, dir, dir, protocol, &[]);
     let output = tokio::time::timeout(GIT_TIMEOUT, command.output())
         .await
         .map_err(|_elapsed| GitFailure::Timeout)?
@@ -236,70 +205,25 @@ impl GitFailure {
     }
 }
 
-/// Clones `request`'s source into `staging/repo` (see the module's text); the commit.
-async fn fetch(request: &InstallRequest, staging: &Path, egress: &Egress) -> Result<String, InstallError> {
+/// Clones the host folder `path` into `staging/repo` with the host's git (a host client's
+/// install only); the commit.
+async fn clone_folder(path: &Path, git_ref: &str, staging: &Path) -> Result<String, InstallError> {
     let mut clone = vec!["clone", "--depth", "1", "--no-tags", "--single-branch"];
-    if !request.git_ref.is_empty() {
-        clone.extend(["--branch", request.git_ref.as_str()]);
+    if !git_ref.is_empty() {
+        clone.extend(["--branch", git_ref]);
     }
-    match &request.source {
-        Source::HostFolder(path) => {
-            let path = path.to_string_lossy();
-            clone.extend(["--", path.as_ref(), "repo"]);
-            let what = format!("cannot clone {path}");
-            git(&clone, staging, "file", &[]).await.map_err(|failure| failure.into_error(&what, true))?;
-        }
-        Source::Https(url) => {
-            clone.extend(["--", url.as_str(), "repo"]);
-            let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-                .await
-                .map_err(io("cannot open the skill install's proxy on loopback"))?;
-            let port = listener.local_addr().map_err(io("cannot open the skill install's proxy on loopback"))?.port();
-            let secret = crate::base::auth::new_token().map_err(|error| InstallError::Git(error.to_string()))?;
-            let mut tunnels = Tunnels::new(
-                egress.record.principal.clone(),
-                "the skill install".into(),
-                Reach::AnyHost,
-                egress.web.clone(),
-                egress.audit.clone(),
-            );
-            tunnels.record = egress.record.clone().detail("purpose", "skill install");
-            tunnels.credential = Some(format!("Basic {}", base64_of(&format!("baaaht:{}", secret.as_str()))));
-            tunnels.max_open = 8;
-            let tunnels = Arc::new(tunnels);
-            let (cancel, tracker) = (tokio_util::sync::CancellationToken::new(), tokio_util::task::TaskTracker::new());
-            tunnels.clone().serve(Listener::Tcp(listener), cancel.clone(), &tracker);
-            let proxy = format!("http://baaaht:{}@127.0.0.1:{port}", secret.as_str());
-            let settings = [("http.proxy", proxy.as_str()), ("http.proxyAuthMethod", "basic")];
-            let cloned = git(&clone, staging, "https", &settings).await;
-            cancel.cancel();
-            tracker.close();
-            tracker.wait().await;
-            if let Err(failure) = cloned {
-                let what = format!("cannot fetch {url}");
-                return Err(match tunnels.first_problem() {
-                    Some(problem) if !matches!(failure, GitFailure::Spawn(_)) => {
-                        InstallError::Git(format!("{what}: {problem}"))
-                    }
-                    _ => failure.into_error(&what, false),
-                });
-            }
-        }
-    }
-    let far_end = matches!(request.source, Source::HostFolder(_));
-    git(&["rev-parse", "HEAD"], &staging.join("repo"), "file", &[])
+    let path = path.to_string_lossy();
+    clone.extend(["--", path.as_ref(), "repo"]);
+    let what = format!("cannot clone {path}");
+    git(&clone, staging, "file").await.map_err(|failure| failure.into_error(&what, true))?;
+    git(&["rev-parse", "HEAD"], &staging.join("repo"), "file")
         .await
-        .map_err(|failure| failure.into_error("cannot read the cloned commit", far_end))
-}
-
-fn base64_of(text: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(text)
+        .map_err(|failure| failure.into_error("cannot read the cloned commit", true))
 }
 
 /// Checks every file below `folder` (but `.git`): no symlink, at most [`MAX_FILES`] files and
 /// [`MAX_BYTES`] bytes.
-fn check_files(folder: &Path) -> Result<(), InstallError> {
+fn check_files(folder: &Path) -> Result<(usize, u64), InstallError> {
     let (mut files, mut bytes) = (0usize, 0u64);
     let mut pending = vec![folder.to_path_buf()];
     while let Some(dir) = pending.pop() {
@@ -328,7 +252,7 @@ fn check_files(folder: &Path) -> Result<(), InstallError> {
             "it holds {files} files, {bytes} bytes; a skill may hold at most {MAX_FILES} files, {MAX_BYTES} bytes"
         )));
     }
-    Ok(())
+    Ok((files, bytes))
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), InstallError> {
@@ -359,8 +283,9 @@ if command -v python3 >/dev/null; then
 fi
 echo checked"#;
 
-/// Installs the skill `request` names into its context's skills (see the module's text), and
-/// records in the audit log, as `record` (of kind skill), what was installed or why not.
+/// Installs the skill `request` names into its context's skills (see the module's text) for
+/// one who asked themselves (no review card: the caller is the person), and records in the
+/// audit log, as `record` (of kind skill), what was installed or why not.
 pub async fn install(
     root: &Path,
     containers: &ContainerManager,
@@ -368,8 +293,22 @@ pub async fn install(
     request: InstallRequest,
     record: crate::guard::audit::Record,
 ) -> Result<Installed, InstallError> {
-    let outcome = staged(root, containers, egress, &request).await;
-    match &outcome {
+    let outcome = match stage(root, containers, egress, request.clone()).await {
+        Ok(staged) => commit(root, containers, staged, "").await,
+        Err(error) => Err(error),
+    };
+    audit(egress, &request, record, &outcome);
+    outcome
+}
+
+/// Logs and audits (as `record`) how the install of `request` ended.
+pub(super) fn audit(
+    egress: &Egress,
+    request: &InstallRequest,
+    record: crate::guard::audit::Record,
+    outcome: &Result<Installed, InstallError>,
+) {
+    match outcome {
         Ok(installed) => tracing::info!(
             target: "baaaht_daemon::skills::audit",
             skill = %installed.name, context = %request.context, source = %request.source, commit = %installed.commit,
@@ -382,7 +321,7 @@ pub async fn install(
         ),
     }
     let record = record.detail("source", request.source.to_string()).detail("path", request.path.as_str());
-    egress.audit.record(match &outcome {
+    egress.audit.record(match outcome {
         Ok(installed) => {
             let classes: std::collections::BTreeSet<&str> = installed.findings.iter().map(|f| f.class).collect();
             let classes = classes.into_iter().collect::<Vec<_>>().join(",");
@@ -397,54 +336,194 @@ pub async fn install(
             failed
         }
     });
-    outcome
 }
 
-/// Checks `request`, then installs it through a staging folder of its own, removed after.
-async fn staged(
-    root: &Path,
-    containers: &ContainerManager,
-    egress: &Egress,
-    request: &InstallRequest,
-) -> Result<Installed, InstallError> {
-    check_request(request)?;
-    let staging = root.join("data/tmp").join(format!("skill-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&staging).map_err(io(format!("cannot create {}", staging.display())))?;
-    let outcome = install_from(root, containers, egress, request, &staging).await;
-    if let Err(error) = std::fs::remove_dir_all(&staging) {
-        tracing::warn!(path = %staging.display(), %error, "cannot remove the staging folder");
+/// The folder `path` of a repository, as a sentence names it.
+fn shown(path: &str) -> String {
+    if path.is_empty() {
+        "the repository's root".to_string()
+    } else {
+        format!("`{path}`")
     }
-    outcome
 }
 
-async fn install_from(
+/// A staging folder of one install, in `data/tmp/`: removed when dropped.
+#[derive(Debug)]
+struct Staging(PathBuf);
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_dir_all(&self.0) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.0.display(), %error, "cannot remove the staging folder");
+            }
+        }
+    }
+}
+
+/// The prefix of every staging folder's name in `data/tmp/`.
+const STAGING_PREFIX: &str = "skill-";
+
+/// Removes the staging folders a daemon that stopped mid-install left in `root`'s `data/tmp/`.
+pub fn sweep(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root.join("data/tmp")) else { return };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(STAGING_PREFIX) {
+            drop(Staging(entry.path()));
+        }
+    }
+}
+
+/// A skill fetched, checked and surveyed, in a staging folder of the daemon's own, waiting to
+/// be committed (or dropped, and its folder with it). What is committed is this copy: what was
+/// reviewed is what is installed.
+#[derive(Debug)]
+pub struct Staged {
+    _staging: Staging,
+    pub request: InstallRequest,
+    pub skill: super::Skill,
+    folder: PathBuf,
+    pub commit: String,
+    pub survey: super::scan::Survey,
+    files: (usize, u64),
+}
+
+/// Fetches and checks `request`'s skill into a staging folder of its own: nothing of it runs.
+pub async fn stage(
     root: &Path,
     containers: &ContainerManager,
     egress: &Egress,
-    request: &InstallRequest,
-    staging: &Path,
-) -> Result<Installed, InstallError> {
-    let commit = fetch(request, staging, egress).await?;
-    let repo = staging.join("repo");
-    let folder = if request.path.is_empty() { repo.clone() } else { repo.join(&request.path) };
-    let shown =
-        if request.path.is_empty() { "the repository's root".to_string() } else { format!("`{}`", request.path) };
+    request: InstallRequest,
+) -> Result<Staged, InstallError> {
+    check_request(&request)?;
+    let tmp = root.join("data/tmp");
+    std::fs::create_dir_all(&tmp).map_err(io(format!("cannot create {}", tmp.display())))?;
+    let staging = Staging(tmp.join(format!("{STAGING_PREFIX}{}", uuid::Uuid::new_v4().simple())));
+    std::fs::create_dir(&staging.0).map_err(io(format!("cannot create {}", staging.0.display())))?;
+    let (commit, folder) = match &request.source {
+        Source::HostFolder(path) => {
+            let commit = clone_folder(path, &request.git_ref, &staging.0).await?;
+            let repo = staging.0.join("repo");
+            (commit, if request.path.is_empty() { repo } else { repo.join(&request.path) })
+        }
+        Source::Https(url) => {
+            let wanted = super::fetch::Wanted {
+                url,
+                git_ref: &request.git_ref,
+                path: &request.path,
+                context: &request.context,
+                most: (MAX_FILES, MAX_BYTES),
+            };
+            let commit = super::fetch::fetch(containers, egress, &wanted, &staging.0).await.map_err(|error| {
+                use super::fetch::FetchError;
+                match error {
+                    FetchError::Refused(why) => InstallError::Git(why),
+                    FetchError::NoSkill => InstallError::NoSkill(shown(&request.path)),
+                    FetchError::Invalid(why) => InstallError::Invalid(why),
+                    FetchError::Io(what, source) => InstallError::Io { what: what.into(), source },
+                }
+            })?;
+            (commit, staging.0.join(super::fetch::SKILL))
+        }
+    };
+    let shown = shown(&request.path);
+    if !folder.is_dir() {
+        return Err(InstallError::NoSkill(shown));
+    }
+    let files = check_files(&folder)?;
     let text = match std::fs::read_to_string(folder.join("SKILL.md")) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Err(InstallError::NoSkill(shown)),
         Err(error) => return Err(io("cannot read SKILL.md")(error)),
     };
     let skill = super::parse_unplaced(&text).map_err(|error| InstallError::Invalid(error.to_string()))?;
-    check_files(&folder)?;
-    let findings = super::scan::scan(&folder);
-    for finding in &findings {
+    super::layer(containers.image(), &skill.addons.packages)
+        .map_err(|error| InstallError::Invalid(error.to_string()))?;
+    let survey = super::scan::survey(&folder);
+    for finding in &survey.findings {
         tracing::warn!(target: "baaaht_daemon::skills::audit", skill = %skill.name, %finding, "the skill's scan found");
     }
+    Ok(Staged { _staging: staging, request, skill, folder, commit, survey, files })
+}
 
-    let kind = crate::base::datadir::context_folder(request.context.kind);
-    let own = crate::base::datadir::DataDir::new(root).context_dir(&request.context);
-    let destination = own.join("skills").join(&skill.name);
-    let relative = format!("{kind}/{}/skills/{}", request.context.id, skill.name);
+/// The most scripts, packages, secrets and findings a review lists, and the longest line.
+const REVIEW_LIST: usize = 20;
+const REVIEW_LINE: usize = 300;
+
+impl Staged {
+    /// Where it would be installed, absolute and relative to the data dir.
+    fn destination(&self, root: &Path) -> (PathBuf, String) {
+        let context = &self.request.context;
+        let own = crate::base::datadir::DataDir::new(root).context_dir(context);
+        let kind = crate::base::datadir::context_folder(context.kind);
+        (own.join("skills").join(&self.skill.name), format!("{kind}/{}/skills/{}", context.id, self.skill.name))
+    }
+
+    /// What a person is shown before saying install or decline.
+    pub fn review(&self, root: &Path) -> crate::store::sessions::log::SkillReview {
+        let request = &self.request;
+        let mut source = request.source.to_string();
+        if !request.path.is_empty() {
+            source.push_str(&format!(", folder {}", request.path));
+        }
+        if !request.git_ref.is_empty() {
+            source.push_str(&format!(", at {}", request.git_ref));
+        }
+        let installs_for = match request.context.kind {
+            crate::base::auth::ContextKind::Group => format!("the group {}", request.context.id),
+            _ => "you".to_string(),
+        };
+        let line = |text: &str| match text.char_indices().nth(REVIEW_LINE) {
+            Some((end, _)) => format!("{}…", &text[..end]),
+            None => text.to_string(),
+        };
+        let list = |items: Vec<String>| -> Vec<String> {
+            let more = items.len().saturating_sub(REVIEW_LIST);
+            let mut listed: Vec<String> = items.iter().take(REVIEW_LIST).map(|item| line(item)).collect();
+            if more > 0 {
+                listed.push(format!("and {more} more"));
+            }
+            listed
+        };
+        let packages = self
+            .skill
+            .addons
+            .packages
+            .iter()
+            .map(|package| format!("{} {}", format!("{:?}", package.source).to_lowercase(), package.name))
+            .collect();
+        let scripts = self.survey.scripts.iter().take(REVIEW_LIST).map(|(path, size)| (line(path), *size)).collect();
+        crate::store::sessions::log::SkillReview {
+            name: self.skill.name.clone(),
+            description: line(&self.skill.description),
+            source: line(&source),
+            commit: self.commit.clone(),
+            installs_for,
+            replaces: self.destination(root).0.exists(),
+            files: u32::try_from(self.files.0).unwrap_or(u32::MAX),
+            bytes: self.files.1,
+            scripts,
+            packages: list(packages),
+            secrets: list(self.skill.addons.env.clone()),
+            hosts: list(self.survey.hosts.clone()),
+            findings: list(self.survey.findings.iter().map(ToString::to_string).collect()),
+        }
+    }
+}
+
+/// Installs the staged skill (`answered_by`: who approved its review; empty when the caller
+/// asked themselves): its layer built and its scripts checked in a tool container without
+/// network (package managers run code: never before the yes), then copied into place in one
+/// rename and recorded.
+pub async fn commit(
+    root: &Path,
+    containers: &ContainerManager,
+    staged: Staged,
+    answered_by: &str,
+) -> Result<Installed, InstallError> {
+    let (destination, relative) = staged.destination(root);
+    let Staged { request, skill, folder, commit, survey, _staging: staging, .. } = staged;
+    // Checked again now: another install may have come first while this one was reviewed.
     if destination.exists() && !request.replace {
         return Err(InstallError::Exists { name: skill.name, path: relative });
     }
@@ -492,12 +571,12 @@ async fn install_from(
     }
 
     // Copy next to the destination, then one rename: never a half-installed skill.
-    let skills_dir = own.join("skills");
+    let skills_dir = destination.parent().map(Path::to_path_buf).unwrap_or_default();
     std::fs::create_dir_all(&skills_dir).map_err(io(format!("cannot create {}", skills_dir.display())))?;
     let incoming = skills_dir.join(format!(".incoming-{}", uuid::Uuid::new_v4().simple()));
     copy_tree(&folder, &incoming)?;
     if destination.exists() {
-        let old = staging.join("replaced");
+        let old = staging.0.join("replaced");
         std::fs::rename(&destination, &old).map_err(io("cannot move the old skill aside"))?;
     }
     std::fs::rename(&incoming, &destination).map_err(io(format!("cannot install into {}", destination.display())))?;
@@ -513,11 +592,18 @@ async fn install_from(
         git_ref: request.git_ref.clone(),
         commit: commit.clone(),
         at: state::now_rfc3339(),
+        approved_by: answered_by.to_string(),
     });
     if let Err(error) = state::write_json(&record_path, &record) {
         tracing::warn!(error = %baaaht_proto::error_chain(&error), "cannot record the installed skill");
     }
-    Ok(Installed { name: skill.name, description: skill.description, installed_to: relative, commit, findings })
+    Ok(Installed {
+        name: skill.name,
+        description: skill.description,
+        installed_to: relative,
+        commit,
+        findings: survey.findings,
+    })
 }
 
 #[cfg(test)]

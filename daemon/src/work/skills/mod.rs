@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub mod asked;
+mod fetch;
 pub mod install;
 pub mod scan;
 

@@ -160,13 +160,38 @@ pub fn scan_text(file: &str, text: &str) -> Vec<Finding> {
     found
 }
 
-/// The findings in the skill in `folder`: SKILL.md first, then every other text file, by path.
-/// Binary files are not read; a file that cannot be read is a finding of its own.
+/// What a skill's files hold, for its review: what the scan found, the hosts they name, and
+/// its scripts with their sizes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Survey {
+    pub findings: Vec<Finding>,
+    /// Hosts of the `http(s)://` URLs in its text, sorted, at most [`MOST_HOSTS`].
+    pub hosts: Vec<String>,
+    /// Files under `scripts/`, or that start with `#!`, with their sizes, by path.
+    pub scripts: Vec<(String, u64)>,
+}
+
+/// The most hosts a survey lists.
+pub const MOST_HOSTS: usize = 20;
+
+static URL_HOST: LazyLock<Regex> = LazyLock::new(|| {
+    // silent-ok: a literal pattern, compiled by a test.
+    Regex::new(r"(?i)\bhttps?://([a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::[0-9]{1,5})?)").expect("the URL pattern")
+});
+
+/// The findings in the skill in `folder` ([`survey`]).
 pub fn scan(folder: &Path) -> Vec<Finding> {
+    survey(folder).findings
+}
+
+/// Reads the skill in `folder`: SKILL.md first, then every other text file, by path. Binary
+/// files are not read as text; a file that cannot be read is skipped.
+pub fn survey(folder: &Path) -> Survey {
     let mut files = vec![];
     collect(folder, folder, &mut files);
     files.sort_by_key(|(relative, _)| (relative != "SKILL.md", relative.clone()));
-    let mut found = vec![];
+    let mut survey = Survey::default();
+    let mut hosts = std::collections::BTreeSet::new();
     for (relative, path) in files {
         let bytes = match std::fs::metadata(&path) {
             Ok(meta) if meta.len() > MOST_FILE_BYTES => continue,
@@ -174,17 +199,23 @@ pub fn scan(folder: &Path) -> Vec<Finding> {
             Err(error) => Err(error),
         };
         let Ok(bytes) = bytes else { continue };
+        if relative.starts_with("scripts/") || bytes.starts_with(b"#!") {
+            survey.scripts.push((relative.clone(), bytes.len() as u64));
+        }
         // A file with NUL bytes is binary: not read as lines.
         if bytes.contains(&0) {
             continue;
         }
-        found.extend(scan_text(&relative, &String::from_utf8_lossy(&bytes)));
-        if found.len() > MOST_FINDINGS {
-            found.truncate(MOST_FINDINGS);
-            break;
+        let text = String::from_utf8_lossy(&bytes);
+        hosts.extend(URL_HOST.captures_iter(&text).filter_map(|found| Some(found.get(1)?.as_str().to_lowercase())));
+        if survey.findings.len() < MOST_FINDINGS {
+            survey.findings.extend(scan_text(&relative, &text));
+            survey.findings.truncate(MOST_FINDINGS);
         }
     }
-    found
+    survey.scripts.sort();
+    survey.hosts = hosts.into_iter().take(MOST_HOSTS).collect();
+    survey
 }
 
 /// Every regular file below `dir` (links are not followed; the install refuses them anyway).
@@ -213,6 +244,21 @@ mod tests {
         let mut classes: Vec<&str> = scan_text("x", text).iter().map(|finding| finding.class).collect();
         classes.dedup();
         classes
+    }
+
+    #[test]
+    fn a_survey_names_the_hosts_and_the_scripts_with_their_sizes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("scripts")).expect("scripts");
+        let skill = "---\nname: w\ndescription: d\n---\nSee https://api.Example.com/v1 and http://10.0.0.1:8080/x.\n";
+        std::fs::write(dir.path().join("SKILL.md"), skill).expect("write");
+        std::fs::write(dir.path().join("scripts/get.sh"), "curl https://api.example.com/x\n").expect("write");
+        std::fs::write(dir.path().join("tool"), "#!/usr/bin/env python3\n").expect("write");
+        let survey = survey(dir.path());
+        assert_eq!(survey.hosts, ["10.0.0.1:8080", "api.example.com"]);
+        assert_eq!(survey.scripts, [("scripts/get.sh".to_string(), 31), ("tool".to_string(), 23)]);
+        assert!(survey.findings.is_empty(), "{:?}", survey.findings);
+        assert!(URL_HOST.is_match("https://x.example"));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use baaaht_proto::v1;
 
-use crate::args::SkillsCommand;
+use crate::args::{SkillAnswer, SkillsCommand};
 use crate::terminal::clean;
 use crate::CliError;
 
@@ -58,6 +58,14 @@ pub(crate) async fn skills(
                 for finding in &installed.findings {
                     println!("  {}", clean(finding));
                 }
+            }
+        }
+        SkillsCommand::Answer { id, decision } => {
+            let answer = v1::ApprovalAnswer { id: id.clone(), decision: decision.decision().into() };
+            client.sessions.answer_approval(answer).await.map_err(status)?;
+            match decision {
+                SkillAnswer::Install => println!("{}: install approved", clean(&id)),
+                SkillAnswer::Decline => println!("{}: declined, nothing of the skill is installed", clean(&id)),
             }
         }
     }

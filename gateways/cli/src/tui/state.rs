@@ -434,15 +434,18 @@ pub fn blocks_of(entries: &[v1::SessionEntry]) -> Vec<Block> {
 }
 
 /// The prompt's line for an approval request: whose tools want what, for the command's first
-/// words.
+/// words; or which skill an agent asks to install, answered install or decline.
 fn asking_of(request: &v1::ApprovalRequest) -> Asking {
+    if request.skill_review.is_some() {
+        return Asking { id: request.id.clone(), what: sentences::review_asked(request), choices: REVIEW_ANSWERS };
+    }
     let title = sentences::wants_to_reach(request);
     let mut command: String = request.asked_by.split_whitespace().collect::<Vec<_>>().join(" ");
     if command.chars().count() > 48 {
         command = command.chars().take(47).collect::<String>() + "…";
     }
     let what = if command.is_empty() { title } else { format!("{title} for `{command}`") };
-    Asking { id: request.id.clone(), what }
+    Asking { id: request.id.clone(), what, choices: ANSWERS }
 }
 
 /// An approval, its answer, a turn that read content from outside, or a message, as the screen
@@ -451,6 +454,18 @@ fn asking_of(request: &v1::ApprovalRequest) -> Asking {
 fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
     use v1::orchestrator_event::Event;
     Some(match event {
+        Event::Approval(request @ v1::ApprovalRequest { skill_review: Some(review), .. }) => {
+            let mut lines = sentences::review_lines(review);
+            lines.push(format!(
+                "Install it? Press i twice (install) or d (decline); declined in {} s without an answer. Approval {}.",
+                request.expires_in_seconds, request.id
+            ));
+            Block::Notice {
+                title: sentences::review_asked(request),
+                text: lines.join("\n"),
+                error: !review.findings.is_empty(),
+            }
+        }
         Event::Approval(request) => {
             let title = sentences::wants_to_reach(request);
             let asked =
@@ -540,24 +555,30 @@ pub struct App {
     quit_armed: bool,
     /// The turn Ctrl+C asked to stop: what it wrote stays, marked as stopped.
     stopping: Option<String>,
-    /// Connections waiting for an answer, oldest first: with the draft empty, o/s/a/d answer
-    /// the first.
+    /// Connections and skills' reviews waiting for an answer, oldest first: with the draft
+    /// empty, one of the first's keys (o/s/a/d, or i/d) answers it.
     pub asking: Vec<Asking>,
-    /// The request `a` was pressed for once: a second `a` allows it always.
-    pub confirming_always: Option<String>,
+    /// The request `a` (always) or `i` (install) was pressed for once: a second press answers
+    /// it so.
+    pub confirming: Option<String>,
 }
 
-/// A connection waiting for someone to allow it.
+/// A connection waiting for someone to allow it, or a skill waiting for its review.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asking {
     pub id: String,
     /// "The coder's tools want to reach github.com:443 for `git clone …`".
     pub what: String,
+    /// The answers it takes ([`ANSWERS`], or [`REVIEW_ANSWERS`] for a skill's review).
+    pub choices: &'static [(char, &'static str, &'static str)],
 }
 
 /// The answers the approval prompt offers: its key, the decision, and how it is shown.
 pub const ANSWERS: &[(char, &str, &str)] =
     &[('o', "once", "once"), ('s', "session", "this session"), ('a', "always", "always"), ('d', "deny", "deny")];
+
+/// The answers the prompt offers for a skill's review.
+pub const REVIEW_ANSWERS: &[(char, &str, &str)] = &[('i', "install", "install"), ('d', "decline", "decline")];
 
 fn channel_name(channel: i32) -> Option<String> {
     match v1::ChannelType::try_from(channel) {
@@ -593,7 +614,7 @@ impl App {
             quit_armed: false,
             stopping: None,
             asking: vec![],
-            confirming_always: None,
+            confirming: None,
         }
     }
 
@@ -797,14 +818,16 @@ impl App {
         if key != Key::Tab {
             self.offered.clear();
         }
-        let confirming = self.confirming_always.take();
+        let confirming = self.confirming.take();
         if let (Key::Char(c), true) = (&key, self.draft.text.is_empty()) {
-            let answer = ANSWERS.iter().find(|(shortcut, ..)| shortcut == c);
-            if let (Some((_, decision, _)), Some(asking)) = (answer, self.asking.first()) {
+            let asking = self.asking.first();
+            let answer = asking.and_then(|asking| asking.choices.iter().find(|(shortcut, ..)| shortcut == c));
+            if let (Some((_, decision, _)), Some(asking)) = (answer, asking) {
                 let id = asking.id.clone();
-                // `always` writes a rule: it takes a second `a`, so a word begun with one does not.
-                if *decision == "always" && confirming.as_deref() != Some(id.as_str()) {
-                    self.confirming_always = Some(id);
+                // `always` writes a rule and `install` a skill: each takes a second press, so a
+                // word begun with its key does not.
+                if matches!(*decision, "always" | "install") && confirming.as_deref() != Some(id.as_str()) {
+                    self.confirming = Some(id);
                     return vec![];
                 }
                 self.asking.remove(0);
@@ -1065,7 +1088,7 @@ mod tests {
         app.draft.take();
         // `a` once asks again; another key cancels; `a` twice answers.
         assert_eq!(app.handle(Input::Key(Key::Char('a'))), []);
-        assert_eq!(app.confirming_always.as_deref(), Some("a-1"));
+        assert_eq!(app.confirming.as_deref(), Some("a-1"));
         assert_eq!(
             app.handle(Input::Key(Key::Char('a'))),
             [Action::Answer { id: "a-1".into(), decision: "always".into() }]
@@ -1073,12 +1096,58 @@ mod tests {
         app.handle(asked("a-2"));
         app.handle(Input::Key(Key::Char('a')));
         app.handle(Input::Key(Key::Esc));
-        assert_eq!(app.confirming_always, None);
+        assert_eq!(app.confirming, None);
         assert_eq!(
             app.handle(Input::Key(Key::Char('s'))),
             [Action::Answer { id: "a-2".into(), decision: "session".into() }]
         );
         assert!(app.asking.is_empty());
+    }
+
+    #[test]
+    fn a_skill_review_is_shown_whole_and_answered_by_i_or_d() {
+        let mut app = App::new("user:alice");
+        app.handle(Input::Connected { session: "s-1".into(), history: vec![] });
+        let review = v1::SkillReview {
+            name: "forecast".into(),
+            installs_for: "you".into(),
+            scripts: vec![v1::SkillScript { path: "scripts/forecast.sh".into(), size_bytes: 812 }],
+            findings: vec!["scripts/forecast.sh:3: runs what it downloads (remote-exec): curl x | sh".into()],
+            ..Default::default()
+        };
+        let request = v1::ApprovalRequest {
+            id: "a-1".into(),
+            agent: v1::AgentRole::Worker as i32,
+            expires_in_seconds: 300,
+            skill_review: Some(review),
+            ..Default::default()
+        };
+        app.handle(event("", Event::Approval(request.clone())));
+        assert_eq!(app.asking[0].what, "The worker asks to install the skill forecast for you.");
+        assert_eq!(app.asking[0].choices, REVIEW_ANSWERS);
+        let Some(Block::Notice { title, text, error }) = app.blocks.last() else { panic!("{:#?}", app.blocks) };
+        assert_eq!(title, "The worker asks to install the skill forecast for you.");
+        assert!(text.contains("Scripts: scripts/forecast.sh (812 bytes).\n"), "{text}");
+        assert!(text.contains("\n⚠ The scan found:\n• scripts/forecast.sh:3: runs what it downloads"), "{text}");
+        assert!(text
+            .ends_with("Press i twice (install) or d (decline); declined in 300 s without an answer. Approval a-1."));
+        assert!(*error, "a review whose scan found something is shown as a warning");
+        // The egress keys do not answer a review: `o` types; `i` asks again, and a second installs.
+        app.handle(Input::Key(Key::Char('o')));
+        assert_eq!(app.draft.text, "o");
+        app.draft.take();
+        assert_eq!(app.handle(Input::Key(Key::Char('i'))), []);
+        assert_eq!(app.confirming.as_deref(), Some("a-1"));
+        assert_eq!(
+            app.handle(Input::Key(Key::Char('i'))),
+            [Action::Answer { id: "a-1".into(), decision: "install".into() }]
+        );
+        assert!(app.asking.is_empty());
+        app.handle(event("", Event::Approval(v1::ApprovalRequest { id: "a-2".into(), ..request })));
+        assert_eq!(
+            app.handle(Input::Key(Key::Char('d'))),
+            [Action::Answer { id: "a-2".into(), decision: "decline".into() }]
+        );
     }
 
     #[test]

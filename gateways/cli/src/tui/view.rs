@@ -134,7 +134,16 @@ fn status(app: &App) -> Line<'static> {
         Some(live) if live.tainted => {
             " · reading untrusted content: some tools are paused · Ctrl+C cancels".to_string()
         }
-        Some(_) if !app.asking.is_empty() => " · waiting for your approval (o/s/a/d)".to_string(),
+        Some(_) if !app.asking.is_empty() => {
+            let keys: Vec<String> = app
+                .asking
+                .first()
+                .into_iter()
+                .flat_map(|first| first.choices)
+                .map(|(key, ..)| key.to_string())
+                .collect();
+            format!(" · waiting for your approval ({})", keys.join("/"))
+        }
         Some(live) if live.text.is_empty() && !live.phase.is_empty() => format!(" · {}…, Ctrl+C cancels", live.phase),
         Some(live) if live.text.is_empty() => " · working…, Ctrl+C cancels".to_string(),
         Some(_) => " · answering, Ctrl+C cancels".to_string(),
@@ -202,14 +211,15 @@ pub fn draw(frame: &mut ratatui::Frame<'_>, app: &App) {
         frame.render_widget(Paragraph::new(Line::styled(app.offered.join("  "), app.theme.accent)), hints);
     }
     if let Some(first) = app.asking.first() {
-        let answers: Vec<String> =
-            crate::tui::state::ANSWERS.iter().map(|(key, _, shown)| format!("[{key}] {shown}")).collect();
+        let answers: Vec<String> = first.choices.iter().map(|(key, _, shown)| format!("[{key}] {shown}")).collect();
         let more = if app.asking.len() > 1 { format!(" (+{} more)", app.asking.len() - 1) } else { String::new() };
-        let text = if app.confirming_always.as_deref() == Some(first.id.as_str()) {
-            format!(
-                "? press a again to allow it always (a rule in your egress.yaml); another key cancels  {}",
-                clean(&first.what)
-            )
+        let text = if app.confirming.as_deref() == Some(first.id.as_str()) {
+            let again = if first.choices == crate::tui::state::REVIEW_ANSWERS {
+                "press i again to install the skill, as reviewed above"
+            } else {
+                "press a again to allow it always (a rule in your egress.yaml)"
+            };
+            format!("? {again}; another key cancels  {}", clean(&first.what))
         } else {
             format!("? {}  {}{more}", answers.join("  "), clean(&first.what))
         };

@@ -47,7 +47,8 @@ pub trait Channel: Sized + Send + Sync + 'static {
     fn files(&self) -> Vec<File>;
 
     /// The person answers the approval request their chat shows with `decision` (once,
-    /// session, always or deny), the way the channel lets them (a button, a reply).
+    /// session, always or deny; install or decline for a skill's review), the way the channel
+    /// lets them (a button, a reply).
     fn answer_approval(&self, decision: &str) -> impl Future<Output = Result<(), String>> + Send;
 
     /// The service goes away (every connection and call refused), or comes back.

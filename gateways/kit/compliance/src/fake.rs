@@ -15,6 +15,9 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// One step of a scripted turn.
+// A case's script holds a few steps, cloned once per turn: an event kept inline (a skill's
+// review makes it large) costs nothing worth a box in every case's script.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Step {
     /// The daemon says this of the turn (its session and turn ids are filled in).
