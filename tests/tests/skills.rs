@@ -305,6 +305,13 @@ fn a_skills_secrets_reach_only_a_run_of_its_script_and_only_those_an_admin_let_u
         assert!(run.contains("key=[wk-5f1c9a]"), "the skill's script gets the secret it may have: {run}");
         assert!(run.contains("provider=[] other=[]"), "a provider's key and an unlisted one it never gets: {run}");
         assert!(run.contains("args=[Berlin; id]"), "its arguments are arguments, not commands: {run}");
+        // It ran without what it was refused, and the agent is told why (spec §9.1's fallback).
+        assert!(run.contains("(The skill weather ran without what it asks for, so it may fall short: "), "{run}");
+        assert!(
+            run.contains("`${OTHER_KEY}` is not a secret users' and groups' own servers and skills may use"),
+            "{run}"
+        );
+        assert!(!run.contains("other-canary") && !run.contains("sk-ant-canary"), "{run}");
         // A command that merely names the script, even in a comment, gets nothing.
         for command in
             ["sh /skills/weather/scripts/show.sh", "echo \"key=[$WEATHER_KEY]\" # /skills/weather/scripts/show.sh"]

@@ -283,17 +283,19 @@ pub fn manifest(data_root: &std::path::Path, extra: &[String], context: &crate::
 /// The `addons.env` of the skill whose script `script` is (`/skills/{name}/scripts/…`, one of
 /// `skills`, those `context` sees): the secrets its scope may name, handed out by `secrets`
 /// for `caller`. The runner gives them to that script's run only: a shell command never gets
-/// any. A variable refused or missing is left out, with a warning.
+/// any. A variable refused or missing is left out, with a warning, and said in
+/// [`ScriptEnv::unmet`]: the script still runs (spec §9.1, a progressive skill's fallback),
+/// and the agent is told why it may fall short.
 pub fn script_env(
     skills: &[Found],
     script: &str,
     secrets: &crate::guard::secrets::Handout,
     caller: &crate::base::auth::Caller,
     correlation_id: &str,
-) -> std::collections::HashMap<String, String> {
-    let mut env = std::collections::HashMap::new();
-    let Some(name) = baaaht_proto::skill_of_script(script) else { return env };
-    let Some(found) = skills.iter().find(|found| found.skill.name == name) else { return env };
+) -> ScriptEnv {
+    let mut given = ScriptEnv::default();
+    let Some(name) = baaaht_proto::skill_of_script(script) else { return given };
+    let Some(found) = skills.iter().find(|found| found.skill.name == name) else { return given };
     let referrer = match found.scope {
         Scope::System => crate::guard::secrets::Referrer::System,
         Scope::User | Scope::Group => crate::guard::secrets::Referrer::Context,
@@ -302,14 +304,38 @@ pub fn script_env(
     for variable in &found.skill.addons.env {
         match secrets.resolve(asker, referrer, &format!("${{{variable}}}")) {
             Ok(value) => {
-                env.insert(variable.clone(), value.to_string());
+                given.env.insert(variable.clone(), value.to_string());
             }
             Err(why) => {
-                tracing::warn!(skill = %name, variable = %variable, %why, "a skill's addons.env variable is not given")
+                tracing::warn!(skill = %name, variable = %variable, %why, "a skill's addons.env variable is not given");
+                given.unmet.push(why.to_string());
             }
         }
     }
-    env
+    if !given.unmet.is_empty() {
+        given.unmet.insert(0, name.to_string());
+    }
+    given
+}
+
+/// What a skill's script run is given, and what it asked for and was not.
+#[derive(Debug, Default)]
+pub struct ScriptEnv {
+    pub env: std::collections::HashMap<String, String>,
+    /// The skill's name, then why each variable it names was not given; empty when all were.
+    pub unmet: Vec<String>,
+}
+
+impl ScriptEnv {
+    /// The note a tool result ends with when the skill's script ran without what it needs.
+    pub fn note(&self) -> Option<String> {
+        let (skill, why) = self.unmet.split_first()?;
+        Some(format!(
+            "\n\n(The skill {skill} ran without what it asks for, so it may fall short: {}. Tell the person; \
+             only an admin can change this.)",
+            why.join("; ")
+        ))
+    }
 }
 
 /// A package a skill's addons (or an MCP server's `install`) name that cannot go into a layer.

@@ -269,6 +269,7 @@ impl Calls {
             return Err(CallError::Refused(reason));
         };
         let mut env = HashMap::new();
+        let mut unmet = None;
         let mut command = None;
         if tool == ToolName::Exec {
             let params: serde_json::Value = serde_json::from_str(&asked.params_json)
@@ -294,7 +295,9 @@ impl Calls {
                     &self.loaded.config.skills.directories,
                     &identity.context,
                 );
-                env = crate::work::skills::script_env(&skills, script, &self.secrets, &caller, correlation_id);
+                let given = crate::work::skills::script_env(&skills, script, &self.secrets, &caller, correlation_id);
+                unmet = given.note();
+                env = given.env;
             }
             command = Some(text);
         }
@@ -341,6 +344,7 @@ impl Calls {
         } else {
             self.runners.call(call).instrument(span).await?
         };
+        answer.content.extend(unmet);
         // The runner also wrote the result to the context's IPC folder: record it for an agent
         // that asks again, off the answer's path (a crash before then leaves the file for the
         // next start).
