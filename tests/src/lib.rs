@@ -668,6 +668,22 @@ pub fn git_server(
     }
 }
 
+/// Skill repositories served over TLS by [`git_server`] from `dir`: each `(name, files)` as
+/// `https://127.0.0.1:{port}/{name}.git`. The server, its port and the certificate it uses (for
+/// a daemon's `SSL_CERT_FILE`: a skill fetch's container trusts what the daemon trusts).
+pub fn skill_server(dir: &Path, repositories: &[(&str, &[(&str, &str)])]) -> (Running, u16, PathBuf) {
+    let (cert, key) = web::self_signed(dir).expect("certificate");
+    let root = dir.join("repos");
+    std::fs::create_dir_all(&root).expect("root");
+    for (name, files) in repositories {
+        let repository = repository(files);
+        let bare = root.join(format!("{name}.git")).display().to_string();
+        git(dir, &["clone", "-q", "--bare", &repository.path().display().to_string(), &bare]);
+    }
+    let (server, port) = git_server(&root, (&cert, &key), None, &dir.join("git-server.log"), &[]);
+    (server, port, cert)
+}
+
 /// A plain HTTP server on the host's end of the container bridge ("the internet" for these
 /// tests): it answers each request with its request line, so a test sees what arrived, and
 /// closes the connection.

@@ -40,6 +40,34 @@ pub fn assistant_asks_the_worker(asked: &Asked, task: &str) -> Answer {
     assistant_delegates(asked, "", params, "The worker says: ")
 }
 
+/// A household's model for installing skills by asking: the Assistant hands "install …" to the
+/// Worker, whose `install_skill` takes the parameters of the first of `skills` whose word the
+/// request names, and passes on what the call answered; asked "which skills", the Assistant
+/// says whether its prompt now offers the skill `offered`.
+pub fn installing_brain(skills: Vec<(&'static str, serde_json::Value)>, offered: &'static str) -> Answer {
+    Answer::Respond(Responder(Arc::new(move |request| {
+        let asked = Asked::of(request);
+        if asked.offers("delegate") {
+            let said = last_user_text(&asked);
+            if said.contains("which skills") {
+                let has = asked.system.contains(&format!("- {offered}: "));
+                return anthropic_answer(if has { "I have the skill." } else { "No new skills." }, &[]);
+            }
+            return assistant_asks_the_worker(&asked, &format!("Install this: {said}"));
+        }
+        if asked.offers("install_skill") {
+            let Some((_, params)) = skills.iter().find(|(word, _)| asked.first.contains(word)) else {
+                return anthropic_answer("I do not know that skill.", &[]);
+            };
+            return match asked.turn_results.last() {
+                None => anthropic_answer("", &[("toolu_install", "install_skill", params.clone())]),
+                Some(result) => anthropic_answer(result, &[]),
+            };
+        }
+        anthropic_answer("I was not expecting to be asked.", &[])
+    })))
+}
+
 /// The Assistant delegates to the Coder; the Coder writes `hello.sh`, runs it, and reports what
 /// it printed; the Assistant passes that on.
 pub fn coder_brain() -> Answer {
