@@ -739,3 +739,62 @@ fn a_skill_asked_for_in_telegram_is_installed_after_its_review_is_approved_and_a
         .collect();
     assert!(fetched.len() >= 2, "each fetch went through the egress filter: {fetched:#?}");
 }
+
+/// In a group, a skill is installed for the group only with an admin's say: Bo, a member, asks
+/// and may not approve it himself (Telegram shows him why); Ada, an admin, approves it, and it is
+/// the group's.
+#[test]
+fn a_groups_skill_is_installed_only_when_an_admin_approves_its_review() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let games: &[(&str, &str)] =
+        &[("SKILL.md", "---\nname: games\ndescription: Suggests a game for the evening.\n---\nSuggest one game.\n")];
+    let (server, port, cert) = baaaht_tests::skill_server(temp.path(), &[("games", games)]);
+    let brain = scenario::installing_brain(
+        vec![("games", json!({"url": format!("https://127.0.0.1:{port}/games.git")}))],
+        "games",
+    );
+    let rt = baaaht_tests::runtime();
+    let fake = rt.block_on(FakeTelegram::start()).expect("fake telegram");
+    let mut options = telegram_options();
+    let (ada, bo) = (format!("telegram:{BOT_ID}:42"), format!("telegram:{BOT_ID}:43"));
+    options.files.push(scenario::linked_identities(&[(&ada, "u-ada", "Ada"), (&bo, "u-bo", "Bo")]));
+    options.env.push(("SSL_CERT_FILE".into(), cert.display().to_string()));
+    options.files.push((
+        "config/config.yaml".into(),
+        format!("system:\n  admin_users: [u-ada]\ntools:\n  web_proxy:\n    allow: [\"127.0.0.1:{port}\"]\n"),
+    ));
+    let (_provider, daemon) = scenario::start(&rt, brain, options).expect("daemon");
+    let gateway = gateway_for(&rt, &daemon, &fake);
+    let logs = || format!("{}\n{}\n{}", gateway.log_text(), daemon.log_text(), server.log_text());
+    let group = -100_123_456_i64;
+    rt.block_on(async {
+        assert!(fake.wait_for(Duration::from_secs(60), |fake| !fake.calls_of("getUpdates").is_empty()).await);
+        let asked = fake.message(group, "supergroup", 43, "Bo", &format!("@{BOT_USERNAME} install the games skill"));
+        let asked_id = asked["message"]["message_id"].as_i64().expect("id");
+        fake.push(asked);
+        let carded = fake.wait_for(Duration::from_secs(180), |fake| fake.asked_in(group).is_some()).await;
+        assert!(carded, "no review card in the group\n{}", logs());
+        let card = fake.asked_in(group).expect("card").params["text"].as_str().unwrap_or_default().to_string();
+        assert!(card.contains("install the skill games for the group"), "{card}");
+        let refused = fake.press(group, 43, "Bo", "install").await.unwrap_or_else(|why| panic!("{why}\n{}", logs()));
+        assert_eq!(refused["show_alert"], true, "{refused}");
+        assert!(
+            refused["text"].as_str().is_some_and(|text| text.contains("only an admin may install a skill for a group")),
+            "{refused}"
+        );
+        fake.press(group, 42, "Ada", "install").await.unwrap_or_else(|why| panic!("{why}\n{}", logs()));
+        let replied = fake
+            .wait_for(Duration::from_secs(180), |fake| {
+                let reply = fake.replies_to(group, asked_id).first().and_then(|reply| fake.text_of(group, *reply));
+                reply.is_some_and(|text| text.contains("Installed the skill games"))
+            })
+            .await;
+        assert!(replied, "no reply telling it was installed\n{}", logs());
+    });
+    let group_id = format!("telegram-{BOT_ID}-n100123456");
+    assert!(daemon.data_dir.join("groups").join(&group_id).join("skills/games/SKILL.md").is_file(), "the group's");
+    assert!(installed_skill(&daemon, "games").is_none(), "nobody's own");
+    let installed =
+        daemon.audit("skill").into_iter().find(|record| record["detail"]["name"] == "games").expect("audited");
+    assert_eq!(installed["detail"]["answered_by"], "Ada", "{installed}");
+}
