@@ -54,10 +54,19 @@ enum Command {
         /// A branch or tag; empty: the default branch
         #[arg(long = "ref", default_value = "")]
         git_ref: String,
+        /// The folder inside the repository that holds SKILL.md; empty: its root
+        #[arg(long, default_value = "")]
+        path: String,
+        /// The most files the skill's folder may hold
+        #[arg(long, default_value_t = 500)]
+        max_files: usize,
+        /// The most bytes the skill's folder may hold
+        #[arg(long, default_value_t = 10 * 1024 * 1024)]
+        max_bytes: u64,
         /// The daemon's egress socket
         #[arg(long, value_name = "PATH")]
         socket: std::path::PathBuf,
-        /// The folder `repo/` and `commit` are written to
+        /// The folder `skill/` and `commit` are written to
         #[arg(long, value_name = "PATH")]
         out: std::path::PathBuf,
     },
@@ -125,8 +134,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::FetchSkill { url, git_ref, socket, out } => {
-            let fetch = baaaht_agent::fetch::Fetch { url, git_ref, socket, out };
+        Command::FetchSkill { url, git_ref, path, max_files, max_bytes, socket, out } => {
+            let fetch = baaaht_agent::fetch::Fetch { url, git_ref, path, most: (max_files, max_bytes), socket, out };
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(error) => {

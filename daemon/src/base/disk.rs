@@ -101,7 +101,7 @@ impl DiskGate {
     pub fn refusal(&self, what: &str) -> Option<String> {
         (self.level() == Level::Critical).then(|| {
             format!(
-                "{what} cannot start now: the disk baaaht keeps its data on is {}% full. The conversations there are \
+                "{what} cannot start now: the disk baaaht keeps its data on is {}% full. The conversations already open \
                  go on; ask again once the person who runs baaaht has made room.",
                 self.percent()
             )

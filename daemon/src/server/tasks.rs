@@ -83,6 +83,13 @@ impl TasksService {
         })
     }
 
+    /// An agent pauses, resumes or cancels a task only from a turn that read nothing from
+    /// outside: each is a change of what will run for the person, as scheduling is.
+    fn agent_may_change<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let (Caller::Container(_), Some(live)) = (caller(request)?, super::live_turn(request)) else { return Ok(()) };
+        self.shared.taints.allow(&live, crate::net::taint::Way::ScheduleTask).map_err(Status::permission_denied)
+    }
+
     /// `task` as the caller sees it scheduled, with its next five runs.
     fn scheduled(&self, task: &TaskRecord) -> Result<Response<v1::ScheduledTask>, Status> {
         let zone = self.zone_of(task);
@@ -182,12 +189,14 @@ impl v1::tasks_server::Tasks for TasksService {
 
     async fn pause_task(&self, request: Request<v1::TaskId>) -> Result<Response<v1::Ack>, Status> {
         let task = self.authorized(&request, Operation::PauseTask, &request.get_ref().id)?;
+        self.agent_may_change(&request)?;
         self.shared.scheduler.pause(&task.id).map_err(status_of)?;
         Ok(Response::new(v1::Ack { message: format!("task {} paused", task.id) }))
     }
 
     async fn resume_task(&self, request: Request<v1::TaskId>) -> Result<Response<v1::Ack>, Status> {
         let task = self.authorized(&request, Operation::ResumeTask, &request.get_ref().id)?;
+        self.agent_may_change(&request)?;
         let resumed = self.shared.scheduler.resume(&task.id).map_err(status_of)?;
         let next = resumed
             .next_run
@@ -198,6 +207,7 @@ impl v1::tasks_server::Tasks for TasksService {
 
     async fn cancel_task(&self, request: Request<v1::TaskId>) -> Result<Response<v1::Ack>, Status> {
         let task = self.authorized(&request, Operation::CancelTask, &request.get_ref().id)?;
+        self.agent_may_change(&request)?;
         if task.kind == TaskKind::Heartbeat {
             return Err(Status::failed_precondition(format!(
                 "task {} is a heartbeat from HEARTBEAT.md: remove its section there (or pause it)",

@@ -619,5 +619,7 @@ fn skill_review(review: crate::store::sessions::log::SkillReview) -> v1::SkillRe
         secrets: review.secrets,
         hosts: review.hosts,
         findings: review.findings,
+        always_loaded: review.always_loaded,
+        hides_system_skill: review.hides_system_skill,
     }
 }

@@ -221,6 +221,12 @@ pub fn review_facts(review: &v1::SkillReview) -> Vec<String> {
     } else {
         listed("Hosts it names:", &each(&review.hosts))
     });
+    if review.always_loaded {
+        facts.push("It is always loaded: its whole text goes into every agent's instructions.".into());
+    }
+    if review.hides_system_skill {
+        facts.push("It takes the place of the system's skill of the same name.".into());
+    }
     facts
 }
 
@@ -377,6 +383,8 @@ mod tests {
             secrets: vec![],
             hosts: vec!["api.example.com".into()],
             findings: vec![],
+            always_loaded: false,
+            hides_system_skill: false,
         };
         v1::ApprovalRequest {
             id: "a-0123456789ab".into(),
@@ -412,8 +420,14 @@ mod tests {
         review.hosts.clear();
         review.secrets = vec!["WEATHER_KEY".into()];
         review.findings = vec!["scripts/x.sh:3: runs what it downloads (remote-exec): curl x | sh".into()];
+        review.always_loaded = true;
+        review.hides_system_skill = true;
         let lines = review_lines(review);
         assert!(lines.contains(&"No scripts.".to_string()), "{lines:#?}");
+        let always = "It is always loaded: its whole text goes into every agent's instructions.";
+        assert!(lines.contains(&always.to_string()), "{lines:#?}");
+        let hides = "It takes the place of the system's skill of the same name.";
+        assert!(lines.contains(&hides.to_string()), "{lines:#?}");
         assert!(lines.contains(&"It names no hosts.".to_string()), "{lines:#?}");
         assert!(lines.contains(&"Secrets it asks for: WEATHER_KEY.".to_string()), "{lines:#?}");
         assert_eq!(

@@ -92,6 +92,15 @@ struct Pending {
     skill: bool,
 }
 
+/// Forgets request `.1` when its asking ends, however it ends.
+struct Forget<'a>(&'a Approvals, &'a str);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.0.state().pending.remove(self.1);
+    }
+}
+
 /// Why an answer was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {
@@ -193,6 +202,8 @@ impl Approvals {
             state.pending.insert(id.clone(), pending);
             (id, answered)
         };
+        // Given up (the turn cancelled while it waits): nothing waits for an answer any more.
+        let _forget = Forget(self, &id);
         let expires_in = u32::try_from(self.timeout.as_secs()).unwrap_or(u32::MAX);
         let (host, port, review) = match &asking.subject {
             Subject::Egress { host, port } => (host.clone(), *port, None),

@@ -185,6 +185,9 @@ pub struct SkillReview {
     pub secrets: Vec<String>,
     pub hosts: Vec<String>,
     pub findings: Vec<String>,
+    pub always_loaded: bool,
+    /// It would take the place of the system's skill of the same name.
+    pub hides_system_skill: bool,
 }
 
 impl SkillReview {

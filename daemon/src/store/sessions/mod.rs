@@ -587,6 +587,9 @@ impl SessionStore {
 
     /// A new session holding the branch of `id` that ends at `entry`.
     pub fn fork(&self, id: &str, entry: &str) -> Result<SessionRecord, SessionError> {
+        if let Some(why) = self.disk.as_ref().and_then(|disk| disk.refusal("A new conversation")) {
+            return Err(SessionError::DiskCritical(why));
+        }
         let source = self.read(id)?;
         let now = state::now_seconds();
         let mut inner = self.lock();

@@ -3,8 +3,9 @@
 //! only through an egress socket this install serves for it (`CONNECT host:port`, every
 //! target resolved once, checked by the web proxy's address filter and audited,
 //! [`crate::net::egress::tunnel`]), so a source can lead neither the daemon nor the container
-//! to loopback, private or metadata addresses, nor to anything but https. The container leaves
-//! `repo/` and `commit` in a folder it writes; the daemon reads them after it is gone, by
+//! to loopback, private or metadata addresses, nor to anything but https. The container clones
+//! into its size-capped `/tmp` and leaves only the skill's folder, checked against the caps,
+//! and `commit` in a folder it writes; the daemon reads them after it is gone, by
 //! descriptor and never through a link ([`crate::sandbox::shared_dirs::copy_out`]), into a
 //! folder of its own. A failed fetch is told in the daemon's words (what the filter refused,
 //! or that no repository answered), never with what the far end said.
@@ -56,6 +57,28 @@ pub(super) enum FetchError {
     Io(&'static str, std::io::Error),
 }
 
+/// The contexts fetching a skill now: one fetch at a time each, so one person's (or one
+/// model's) fetches never hold the container slots everyone else needs. A process-wide set,
+/// as the container slots are.
+static FETCHING: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<Context>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// A context's turn to fetch, given back when dropped.
+struct Fetching(Context);
+
+impl Fetching {
+    fn take(context: &Context) -> Option<Fetching> {
+        let mut fetching = FETCHING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        fetching.insert(context.clone()).then(|| Fetching(context.clone()))
+    }
+}
+
+impl Drop for Fetching {
+    fn drop(&mut self) {
+        FETCHING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.0);
+    }
+}
+
 /// How long the fetch's container may take: git's two minutes and its start.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(150);
 
@@ -75,6 +98,12 @@ pub(super) async fn fetch(
     staging: &Path,
 ) -> Result<String, FetchError> {
     let url = wanted.url;
+    let Some(_turn) = Fetching::take(wanted.context) else {
+        return Err(FetchError::Refused(format!(
+            "another skill is being fetched for {} now; ask again once it is done",
+            wanted.context
+        )));
+    };
     let shared = |error: std::io::Error| FetchError::Io("cannot prepare the fetch's folders", error);
     let staging_fd = shared_dirs::open_trusted(staging).map_err(shared)?;
     shared_dirs::ensure_dir(&staging_fd, OsStr::new("out"), Owner::Containers).map_err(shared)?;
@@ -98,6 +127,7 @@ pub(super) async fn fetch(
     tunnels.clone().serve(Listener::Unix(listener), cancel.clone(), &tracker);
 
     let agent = format!("{BINARIES_MOUNT}/baaaht-agent");
+    let (max_files, max_bytes) = (wanted.most.0.to_string(), wanted.most.1.to_string());
     let command = [
         agent.as_str(),
         "fetch-skill",
@@ -105,6 +135,12 @@ pub(super) async fn fetch(
         url,
         "--ref",
         wanted.git_ref,
+        "--path",
+        wanted.path,
+        "--max-files",
+        &max_files,
+        "--max-bytes",
+        &max_bytes,
         "--socket",
         &format!("{WAY_IN_CONTAINER}/{SOCKET}"),
         "--out",
@@ -146,6 +182,13 @@ pub(super) async fn fetch(
         return Err(FetchError::Refused(match (tunnels.first_problem(), &outcome.status) {
             (Some(problem), _) => format!("{what}: {problem}"),
             (None, RunStatus::TimedOut(after)) => format!("{what}: no answer within {} s", after.as_secs()),
+            (None, RunStatus::Exited(7)) => {
+                return Err(FetchError::Invalid(told.lines().last().map_or_else(
+                    || "it may not be installed".to_string(),
+                    |line| line.trim_start_matches("baaaht-agent fetch-skill: ").to_string(),
+                )))
+            }
+            (None, RunStatus::Exited(8)) => return Err(FetchError::NoSkill),
             (None, RunStatus::Exited(3 | 4)) => format!(
                 "{what}: no git repository could be read there (check the URL and the ref, and that the \
                  repository is public)"
@@ -164,8 +207,7 @@ pub(super) async fn fetch(
         .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_string())
         .filter(|commit| !commit.is_empty() && commit.chars().all(|c| c.is_ascii_hexdigit()))
         .ok_or_else(|| FetchError::Refused(format!("{what}: the fetch named no commit")))?;
-    let inside = Path::new("repo").join(wanted.path);
-    let copied = shared_dirs::copy_out(&out, &inside, &staging.join(SKILL), wanted.most.0, wanted.most.1);
+    let copied = shared_dirs::copy_out(&out, Path::new(SKILL), &staging.join(SKILL), wanted.most.0, wanted.most.1);
     // silent-ok: the staging folder goes as a whole when the install ends.
     let _ = shared_dirs::remove_tree(&staging_fd, OsStr::new("out"));
     match copied {

@@ -138,7 +138,9 @@ fn check_request(request: &InstallRequest) -> Result<(), InstallError> {
     match &request.source {
         Source::Https(url) => {
             let host = url.strip_prefix("https://").map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
-            if !clean(url) || host.is_none_or(str::is_empty) {
+            // A user name before the host (`https://github.com@elsewhere.example/…`) shows one
+            // host to a reviewer and fetches from another: refused.
+            if !clean(url) || host.is_none_or(|host| host.is_empty() || host.contains('@')) {
                 return Err(InstallError::BadSource(url.clone()));
             }
         }
@@ -492,7 +494,9 @@ impl Staged {
             .iter()
             .map(|package| format!("{} {}", format!("{:?}", package.source).to_lowercase(), package.name))
             .collect();
-        let scripts = self.survey.scripts.iter().take(REVIEW_LIST).map(|(path, size)| (line(path), *size)).collect();
+        // Every script (a skill holds at most 500 files): the channels say how many they leave out.
+        let scripts = self.survey.scripts.iter().map(|(path, size)| (line(path), *size)).collect();
+        let hides_system_skill = root.join("skills").join(&self.skill.name).join("SKILL.md").is_file();
         crate::store::sessions::log::SkillReview {
             name: self.skill.name.clone(),
             description: line(&self.skill.description),
@@ -507,6 +511,8 @@ impl Staged {
             secrets: list(self.skill.addons.env.clone()),
             hosts: list(self.survey.hosts.clone()),
             findings: list(self.survey.findings.iter().map(ToString::to_string).collect()),
+            always_loaded: self.skill.always_loaded,
+            hides_system_skill,
         }
     }
 }
@@ -574,7 +580,11 @@ pub async fn commit(
     let skills_dir = destination.parent().map(Path::to_path_buf).unwrap_or_default();
     std::fs::create_dir_all(&skills_dir).map_err(io(format!("cannot create {}", skills_dir.display())))?;
     let incoming = skills_dir.join(format!(".incoming-{}", uuid::Uuid::new_v4().simple()));
-    copy_tree(&folder, &incoming)?;
+    if let Err(error) = copy_tree(&folder, &incoming) {
+        // silent-ok: the copy's own failure is what is told; a part left is removed if it can be.
+        let _ = std::fs::remove_dir_all(&incoming);
+        return Err(error);
+    }
     if destination.exists() {
         let old = staging.0.join("replaced");
         std::fs::rename(&destination, &old).map_err(io("cannot move the old skill aside"))?;
@@ -641,6 +651,7 @@ mod tests {
             "https://",
             "https:///etc",
             "https://example.org/a b",
+            "https://github.com@evil.example/x.git",
         ] {
             assert!(matches!(check_request(&request(https(bad), "", "")), Err(InstallError::BadSource(_))), "{bad}");
         }

@@ -160,6 +160,8 @@ pub async fn a_skill_review_is_shown_and_answered_install_or_decline<C: Channel>
         secrets: vec!["WEATHER_KEY".into()],
         hosts: vec!["api.example.com".into()],
         findings: vec![FINDING.into()],
+        always_loaded: false,
+        hides_system_skill: false,
     };
     let request = v1::ApprovalRequest {
         id: "a-0123456789cd".into(),
