@@ -185,8 +185,10 @@ fn a_service_a_script_started_outlives_the_scripts_ctrl_c() {
         assert!(std::time::Instant::now() < deadline, "the Podman service did not stop");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let mut script = Command::new("bash")
-        .args(["-c", ". scripts/lib.sh && ensure_podman && exec sleep 300"])
+    // As a terminal's script: SIGINT at its default, whatever this test's runner inherited (a
+    // job started in the background of a non-interactive shell ignores it, and so would bash).
+    let mut script = Command::new("env")
+        .args(["--default-signal=INT", "bash", "-c", ". scripts/lib.sh && ensure_podman && exec sleep 300"])
         .current_dir(&root)
         .process_group(0)
         .spawn()

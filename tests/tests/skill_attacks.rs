@@ -303,8 +303,9 @@ fn one_workers_parallel_install_skill_calls_hold_the_container_slots_everyone_ne
             })
         }
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    while accepted.load(Ordering::Relaxed) < CALLS - 2 && std::time::Instant::now() < deadline {
+    // The first fetch reaches the tarpit; the others are refused at once (one per context).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while accepted.load(Ordering::Relaxed) < 1 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
     let fetching = accepted.load(Ordering::Relaxed);
@@ -329,6 +330,7 @@ fn one_workers_parallel_install_skill_calls_hold_the_container_slots_everyone_ne
         victim.map(|turn| turn.error),
         daemon.log_text().lines().filter(|line| line.contains("slot")).collect::<Vec<_>>().join("\n")
     );
+    assert_eq!(accepted.load(Ordering::Relaxed), 1, "one fetch at a time for one context");
 }
 
 /// Found by the attack, now held (a prompt-injected model): `PauseTask`, `ResumeTask` and `CancelTask` take no taint
