@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use baaaht_proto::egress::{byte_queue, ByteReceiver, ByteSender};
+use baaaht_proto::egress::{byte_queue, Acks, ByteReceiver, ByteSender, Window, TUNNEL_WINDOW};
 use baaaht_proto::v1;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, oneshot};
@@ -20,6 +20,8 @@ pub enum Tunneled {
     Open(v1::EgressOpen),
     Data(v1::EgressData),
     Close(v1::EgressClose),
+    /// Bytes of the daemon's written on to the client.
+    Ack(v1::EgressAck),
 }
 
 /// Where a container's tunnels send up: its stream's sender, and how a [`Tunneled`] is put in
@@ -67,32 +69,37 @@ struct TunnelState {
     open: HashMap<u64, Open>,
 }
 
-/// An open tunnel: its bytes from the daemon (none once the daemon has no more), what tears it
-/// down, and what says the daemon's end is gone (the client gets what came before it).
+/// An open tunnel: its bytes from the daemon (none once the daemon has no more), the window of
+/// what it sent up, what tears it down, and what says the daemon's end is gone (the client gets
+/// what came before it, then a reset).
 struct Open {
     bytes: Option<ByteSender>,
+    sent: Arc<Window>,
     aborted: CancellationToken,
     gone: CancellationToken,
 }
 
-/// A tunnel just begun: its id, the daemon's answer to come, its bytes, what tears it down and
-/// what says the daemon's end is gone.
+/// A tunnel just begun: its id, the daemon's answer to come, its bytes, the window of what it
+/// sends up, what tears it down and what says the daemon's end is gone.
 struct Begun {
     id: u64,
     answered: oneshot::Receiver<String>,
     received: ByteReceiver,
+    sent: Arc<Window>,
     aborted: CancellationToken,
     gone: CancellationToken,
 }
 
 /// The most tunnels a container may have open at once.
 const MAX_TUNNELS: usize = 32;
-/// Bytes buffered per tunnel and direction; a side that does not read is cut off.
-const TUNNEL_BUFFER: usize = 4 * 1024 * 1024;
 /// The most bytes one message of a tunnel carries: larger chunks, fewer messages per MB.
 const CHUNK: usize = 64 * 1024;
 /// The longest request head a client may send the egress proxy.
 const MAX_HEAD: usize = 16 * 1024;
+/// How long a reset waits for what was written to leave the socket.
+const RESET_WAIT: Duration = Duration::from_secs(30);
+/// How long a tunnel's end waits for the daemon to write on what the client sent last.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an open waits for the daemon: longer than an approval asked in chat may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(150);
 
@@ -119,7 +126,8 @@ impl Tunnels {
     /// A new tunnel; none when [`MAX_TUNNELS`] are open.
     fn begin(&self) -> Option<Begun> {
         let (answer, answered) = oneshot::channel();
-        let (bytes, received) = byte_queue(TUNNEL_BUFFER);
+        let (bytes, received) = byte_queue(TUNNEL_WINDOW);
+        let sent = Window::new(TUNNEL_WINDOW);
         let (aborted, gone) = (CancellationToken::new(), CancellationToken::new());
         let mut state = self.lock();
         if state.open.len() >= MAX_TUNNELS {
@@ -128,8 +136,10 @@ impl Tunnels {
         state.next += 1;
         let id = state.next;
         state.pending.insert(id, answer);
-        state.open.insert(id, Open { bytes: Some(bytes), aborted: aborted.clone(), gone: gone.clone() });
-        Some(Begun { id, answered, received, aborted, gone })
+        state
+            .open
+            .insert(id, Open { bytes: Some(bytes), sent: sent.clone(), aborted: aborted.clone(), gone: gone.clone() });
+        Some(Begun { id, answered, received, sent, aborted, gone })
     }
 
     /// The daemon's answer to an open.
@@ -140,21 +150,31 @@ impl Tunnels {
         }
     }
 
-    /// Bytes from the daemon for tunnel `id`: a tunnel whose client does not keep up is torn
-    /// down (the answer is whether it was).
+    /// Bytes from the daemon for tunnel `id`. The daemon keeps within the tunnel's window, so
+    /// they always fit; a tunnel they do not fit is torn down (the answer is whether it was).
     pub fn data(&self, data: v1::EgressData) -> bool {
         let mut state = self.lock();
-        let Some(Open { bytes: Some(bytes), aborted, .. }) = state.open.get(&data.id) else { return false };
+        let id = data.id;
+        let Some(Open { bytes: Some(bytes), aborted, .. }) = state.open.get(&id) else { return false };
         if bytes.try_send(data.data) {
             return false;
         }
         aborted.cancel();
-        state.open.remove(&data.id);
+        state.open.remove(&id);
+        eprintln!("baaaht: tunnel {id}: the daemon sent past the tunnel's window; the connection was reset");
         true
     }
 
-    /// The daemon's end of tunnel `id`: it has no more bytes (`write_only`), or it is gone. Either
-    /// way the client still gets the bytes that came before (they wait in the tunnel's buffer).
+    /// The daemon wrote on `ack.bytes` of what tunnel `ack.id` sent up: room for as many more.
+    pub fn acked(&self, ack: v1::EgressAck) {
+        if let Some(open) = self.lock().open.get(&ack.id) {
+            open.sent.acked(ack.bytes);
+        }
+    }
+
+    /// The daemon's end of tunnel `id`: it has no more bytes (`write_only`), or it is gone (its
+    /// far end failed). Either way the client still gets the bytes that came before (they wait in
+    /// the tunnel's buffer); then a clean end, or a reset when it is gone.
     pub fn closed(&self, close: v1::EgressClose) {
         let mut state = self.lock();
         state.pending.remove(&close.id);
@@ -276,7 +296,7 @@ async fn tunnel<M: Send + 'static>(
             return answer(&mut stream, "405 Method Not Allowed", why).await;
         }
     };
-    let Some(Begun { id, answered, received: mut from_daemon, aborted, gone }) = tunnels.begin() else {
+    let Some(Begun { id, answered, received: mut from_daemon, sent, aborted, gone }) = tunnels.begin() else {
         let why = format!("{MAX_TUNNELS} connections are open; close one first");
         return answer(&mut stream, "503 Service Unavailable", &why).await;
     };
@@ -304,13 +324,16 @@ async fn tunnel<M: Send + 'static>(
     }
     let (mut reader, mut writer) = stream.into_split();
     let outward = {
-        let upstream = upstream.clone();
+        let (upstream, sent) = (upstream.clone(), sent.clone());
         async move {
+            sent.spend(first.len());
             if !first.is_empty() && !upstream.send(Tunneled::Data(v1::EgressData { id, data: first })).await {
                 return;
             }
             let mut buffer = vec![0u8; CHUNK];
             loop {
+                // What the daemon has not written on yet holds the client back, not the stream.
+                sent.room(CHUNK).await;
                 match reader.read(&mut buffer).await {
                     Ok(0) => {
                         // The client is done sending; its answer may still come.
@@ -319,6 +342,7 @@ async fn tunnel<M: Send + 'static>(
                     }
                     Err(_) => return,
                     Ok(n) => {
+                        sent.spend(n);
                         let data = v1::EgressData { id, data: buffer[..n].to_vec() };
                         if !upstream.send(Tunneled::Data(data)).await {
                             return;
@@ -328,29 +352,86 @@ async fn tunnel<M: Send + 'static>(
             }
         }
     };
-    let inward = async move {
-        while let Some(bytes) = from_daemon.recv().await {
-            if writer.write_all(&bytes).await.is_err() {
-                break;
+    let inward = {
+        let (upstream, aborted, gone) = (upstream.clone(), aborted.clone(), gone.clone());
+        async move {
+            let mut acks = Acks::default();
+            let whole = loop {
+                let bytes = tokio::select! {
+                    bytes = from_daemon.recv() => bytes,
+                    () = aborted.cancelled() => break false,
+                };
+                let Some(bytes) = bytes else { break !gone.is_cancelled() };
+                let written = tokio::select! {
+                    written = writer.write_all(&bytes) => written.is_ok(),
+                    () = aborted.cancelled() => false,
+                };
+                if !written {
+                    break false;
+                }
+                if let Some(n) = acks.wrote(bytes.len(), !from_daemon.is_empty()) {
+                    upstream.send(Tunneled::Ack(v1::EgressAck { id, bytes: n })).await;
+                }
+            };
+            if whole {
+                // silent-ok: the client may be gone.
+                let _ = writer.shutdown().await;
+            } else {
+                reset(writer).await;
             }
+            whole
         }
-        // silent-ok: the client may be gone.
-        let _ = writer.shutdown().await;
     };
     // Nothing more goes out once the daemon's end is gone; what came before it still comes in.
-    let outward = async move {
-        tokio::select! {
-            () = outward => {}
-            () = gone.cancelled() => {}
+    let outward = {
+        let (gone, aborted) = (gone.clone(), aborted.clone());
+        async move {
+            tokio::select! {
+                () = outward => {}
+                () = gone.cancelled() => {}
+                () = aborted.cancelled() => {}
+            }
         }
     };
-    tokio::select! {
-        ((), ()) = async { tokio::join!(outward, inward) } => {}
-        () = aborted.cancelled() => {}
+    let ((), whole) = tokio::join!(outward, inward);
+    if whole {
+        // The tunnel ends when what the client sent has reached the far end (or the daemon's end
+        // is gone): a request sent just before the end is not cut short.
+        tokio::select! {
+            () = sent.drained() => {}
+            () = gone.cancelled() => {}
+            () = tokio::time::sleep(DRAIN_TIMEOUT) => {}
+        }
     }
     tunnels.forget(id);
     // The daemon may already have closed it.
     upstream.close(id, false).await;
+}
+
+/// Ends a client's connection with a reset, not a clean end: a download cut short shows as an
+/// error (`curl: (56) Recv failure: Connection reset by peer`), never as a whole, shorter file.
+/// The reset waits until what was written has left the socket (a reset drops what has not, and
+/// the client would miss the end of what came before), at most [`RESET_WAIT`].
+async fn reset(writer: tokio::net::tcp::OwnedWriteHalf) {
+    // Writable now means nothing waits unsent.
+    if socket2::SockRef::from(writer.as_ref()).set_tcp_notsent_lowat(1).is_ok() {
+        let deadline = tokio::time::Instant::now() + RESET_WAIT;
+        while !all_sent(writer.as_ref()) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // silent-ok: the socket may already be gone.
+    let _ = writer.as_ref().set_zero_linger();
+    // Dropped without its shutdown: the socket closes with the reader, with the reset.
+    writer.forget();
+}
+
+/// Whether nothing written to `stream` waits unsent (with `TCP_NOTSENT_LOWAT` at 1).
+fn all_sent(stream: &tokio::net::TcpStream) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(stream, PollFlags::OUT)];
+    let now = Timespec { tv_sec: 0, tv_nsec: 0 };
+    poll(&mut fds, Some(&now)).is_ok_and(|ready| ready == 1) && fds[0].revents().contains(PollFlags::OUT)
 }
 
 /// A host as a request may name one: a DNS name, an IPv4 address or a bracketless IPv6 one.
@@ -471,6 +552,150 @@ mod tests {
         ] {
             assert_eq!(http_target(not.as_bytes()).map(|(host, ..)| host), None, "{not}");
         }
+    }
+
+    /// The byte at offset `at` of a test download: a shift, a drop or a repeat shows.
+    fn byte_at(at: usize) -> u8 {
+        (at % 251) as u8
+    }
+
+    /// A proxy on the loopback whose daemon is this test: its tunnels, and what the proxy sends up.
+    async fn proxy() -> (Tunnels, mpsc::Receiver<Tunneled>, u16) {
+        let tunnels = Tunnels::default();
+        let (sender, up) = mpsc::channel(4);
+        let port = listen(tunnels.clone(), Upstream { sender, wrap: |tunneled| tunneled }, AskedBy::default())
+            .await
+            .expect("listens");
+        (tunnels, up, port)
+    }
+
+    /// A client of the proxy on `port` that opens a tunnel and then reads, `slowly` or not,
+    /// checking every byte: how many arrived, and how the connection ended.
+    fn client(port: u16, slowly: bool) -> tokio::task::JoinHandle<(usize, std::io::Result<()>)> {
+        tokio::task::spawn_blocking(move || {
+            use std::io::{Read as _, Write as _};
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
+            stream.write_all(b"CONNECT files.example:443 HTTP/1.1\r\n\r\n").expect("asks");
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                stream.read_exact(&mut byte).expect("the answer's head");
+                head.push(byte[0]);
+            }
+            assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+            let (mut buffer, mut at) = (vec![0u8; 64 * 1024], 0);
+            loop {
+                match stream.read(&mut buffer) {
+                    Ok(0) => return (at, Ok(())),
+                    Ok(n) => {
+                        for (offset, byte) in buffer[..n].iter().enumerate() {
+                            assert_eq!(*byte, byte_at(at + offset), "byte {}", at + offset);
+                        }
+                        at += n;
+                    }
+                    Err(error) => return (at, Err(error)),
+                }
+                if slowly {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        })
+    }
+
+    /// Plays the daemon's side of one tunnel: answers its open, then sends `total` bytes keeping
+    /// to the tunnel's window (as the daemon's relay does), then ends it (`whole`: cleanly).
+    async fn daemon(tunnels: Tunnels, mut up: mpsc::Receiver<Tunneled>, total: usize, whole: bool) {
+        let id = match up.recv().await {
+            Some(Tunneled::Open(open)) => open.id,
+            other => panic!("an open first, not {other:?}"),
+        };
+        tunnels.opened(v1::EgressOpened { id, refused: String::new() });
+        let window = Window::new(TUNNEL_WINDOW);
+        let acking = window.clone();
+        tokio::spawn(async move {
+            while let Some(message) = up.recv().await {
+                if let Tunneled::Ack(ack) = message {
+                    acking.acked(ack.bytes);
+                }
+            }
+        });
+        let mut at = 0;
+        while at < total {
+            window.room(CHUNK).await;
+            let data: Vec<u8> = (at..(at + CHUNK).min(total)).map(byte_at).collect();
+            window.spend(data.len());
+            at += data.len();
+            assert!(!tunnels.data(v1::EgressData { id, data }), "the tunnel was torn down at {at}");
+        }
+        tunnels.closed(v1::EgressClose { id, write_only: whole });
+    }
+
+    #[tokio::test]
+    async fn a_client_slower_than_the_daemon_gets_every_byte_in_order_and_a_clean_end() {
+        let (tunnels, up, port) = proxy().await;
+        let total = 24 * 1024 * 1024;
+        let reading = client(port, true);
+        daemon(tunnels, up, total, true).await;
+        let (arrived, ended) = reading.await.expect("the client");
+        assert_eq!(arrived, total);
+        ended.expect("a clean end");
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_whose_far_end_failed_resets_its_client_after_what_came_before() {
+        let (tunnels, up, port) = proxy().await;
+        let reading = client(port, false);
+        daemon(tunnels, up, 1024 * 1024, false).await;
+        let (arrived, ended) = reading.await.expect("the client");
+        assert_eq!(arrived, 1024 * 1024);
+        let error = ended.expect_err("a reset, not the clean end of a shorter answer");
+        assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+    }
+
+    #[tokio::test]
+    async fn what_a_client_sends_keeps_to_the_window_the_daemon_acknowledges() {
+        let (tunnels, mut up, port) = proxy().await;
+        let total = 16 * 1024 * 1024;
+        let sending = tokio::task::spawn_blocking(move || {
+            use std::io::{Read as _, Write as _};
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
+            stream.write_all(b"CONNECT files.example:443 HTTP/1.1\r\n\r\n").expect("asks");
+            let mut head = [0u8; 39];
+            stream.read_exact(&mut head).expect("the answer");
+            let body: Vec<u8> = (0..total).map(byte_at).collect();
+            stream.write_all(&body).expect("sends");
+            stream.shutdown(std::net::Shutdown::Write).expect("ends");
+        });
+        let id = match up.recv().await {
+            Some(Tunneled::Open(open)) => open.id,
+            other => panic!("an open first, not {other:?}"),
+        };
+        tunnels.opened(v1::EgressOpened { id, refused: String::new() });
+        let (mut received, mut unacked, mut most) = (0, 0, 0);
+        loop {
+            match up.recv().await.expect("the proxy's messages") {
+                Tunneled::Data(data) => {
+                    assert!(data.data.iter().enumerate().all(|(at, byte)| *byte == byte_at(received + at)));
+                    received += data.data.len();
+                    unacked += data.data.len();
+                    most = most.max(unacked);
+                    // A far end slower than the client: acknowledged in half windows, late.
+                    if unacked >= TUNNEL_WINDOW / 2 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        tunnels.acked(v1::EgressAck { id, bytes: unacked as u64 });
+                        unacked = 0;
+                    }
+                }
+                Tunneled::Close(close) => {
+                    assert!(close.write_only, "the client's end is a half-close");
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        sending.await.expect("the client");
+        assert_eq!(received, total);
+        assert!(most <= TUNNEL_WINDOW, "{most} bytes were in flight, more than the window");
     }
 
     #[test]

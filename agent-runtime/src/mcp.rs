@@ -34,6 +34,7 @@ fn tunneled(tunneled: Tunneled) -> v1::McpUp {
         Tunneled::Open(open) => Up::EgressOpen(open),
         Tunneled::Data(data) => Up::EgressData(data),
         Tunneled::Close(close) => Up::EgressClose(close),
+        Tunneled::Ack(ack) => Up::EgressAck(ack),
     })
 }
 
@@ -170,6 +171,7 @@ pub async fn relay(
                         }
                     }
                     Ok(v1::McpDown { kind: Some(Down::EgressClose(closed)) }) => tunnels.closed(closed),
+                    Ok(v1::McpDown { kind: Some(Down::EgressAck(ack)) }) => tunnels.acked(ack),
                     Ok(v1::McpDown { kind: Some(Down::HealthCheck(probe)) }) => {
                         let answer = if *alive.borrow() {
                             health(&probe, "healthy", "the server runs")

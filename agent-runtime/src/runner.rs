@@ -112,6 +112,7 @@ fn tunneled(tunneled: Tunneled) -> v1::RunnerMessage {
         Tunneled::Open(open) => Kind::EgressOpen(open),
         Tunneled::Data(data) => Kind::EgressData(data),
         Tunneled::Close(close) => Kind::EgressClose(close),
+        Tunneled::Ack(ack) => Kind::EgressAck(ack),
     };
     v1::RunnerMessage { kind: Some(kind) }
 }
@@ -229,6 +230,8 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                     }
                 } else if let Some(close) = call.egress_close.take() {
                     tunnels.closed(close);
+                } else if let Some(ack) = call.egress_ack.take() {
+                    tunnels.acked(ack);
                 } else if work.send(call).await.is_err() {
                     break;
                 }

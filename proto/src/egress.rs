@@ -159,10 +159,11 @@ pub fn host_and_port(uri: &http::Uri) -> io::Result<(String, u16)> {
     Ok((host, port))
 }
 
-/// Bytes waiting for one tunnel's reader, bounded by their size rather than their number: a
-/// server that writes three bytes at a time is as welcome as one that writes 64 KiB, and a
-/// reader that does not keep up shows when `most` bytes wait (the container's relay and the
-/// daemon's tear such a tunnel down rather than hold up the others on their shared stream).
+/// Bytes waiting for one tunnel's writer, bounded by their size rather than their number: a
+/// server that writes three bytes at a time is as welcome as one that writes 64 KiB. The sender
+/// keeps within the tunnel's [`Window`], so `most` (the window) bytes never wait unless the
+/// other side broke the flow control (the container's relay and the daemon's then tear that
+/// tunnel down).
 pub fn byte_queue(most: usize) -> (ByteSender, ByteReceiver) {
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -203,6 +204,94 @@ impl ByteReceiver {
         let bytes = self.receiver.recv().await?;
         self.waiting.fetch_sub(bytes.len(), std::sync::atomic::Ordering::Relaxed);
         Some(bytes)
+    }
+
+    /// Whether nothing waits now (the writer then acknowledges what it wrote at once).
+    pub fn is_empty(&self) -> bool {
+        self.receiver.is_empty()
+    }
+}
+
+/// One direction of a tunnel as its sender sees it: how many bytes it sent that the other side
+/// has not yet written on ([`v1::EgressAck`](crate::v1::EgressAck) gives them back). The sender
+/// reads its socket only while the window has room, so a reader that does not keep up holds
+/// back its own tunnel (and, through TCP, its own server), never another tunnel on the shared
+/// stream, and never makes a buffer between grow past the window.
+#[derive(Debug)]
+pub struct Window {
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: usize,
+    freed: tokio::sync::Notify,
+}
+
+impl Window {
+    pub fn new(most: usize) -> Arc<Window> {
+        Arc::new(Window { in_flight: 0.into(), most, freed: tokio::sync::Notify::new() })
+    }
+
+    /// Waits until `n` more bytes fit in the window (the one sender then reads at most `n`).
+    pub async fn room(&self, n: usize) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if self.in_flight.load(Ordering::Acquire) + n <= self.most {
+                return;
+            }
+            freed.await;
+        }
+    }
+
+    /// `n` bytes sent.
+    pub fn spend(&self, n: usize) {
+        self.in_flight.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// `n` bytes written on by the other side (more than are in flight counts as all of them:
+    /// the other side is not trusted to count).
+    pub fn acked(&self, n: u64) {
+        use std::sync::atomic::Ordering;
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        // silent-ok: the closure never refuses.
+        let _ = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| Some(now.saturating_sub(n)));
+        self.freed.notify_waiters();
+    }
+
+    /// Waits until every byte sent has been written on by the other side.
+    pub async fn drained(&self) {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if self.in_flight.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return;
+            }
+            freed.await;
+        }
+    }
+}
+
+/// Bytes in flight per tunnel and direction (sent, not yet written on by the other side): the
+/// window each side of a container's tunnel keeps to, and so the most that waits in a tunnel's
+/// buffer.
+pub const TUNNEL_WINDOW: usize = 2 * 1024 * 1024;
+
+/// How a tunnel's writer acknowledges what it wrote: in batches of [`ACK_EVERY`] bytes, or at
+/// once when nothing more waits (so a small answer is never held up for want of an ack).
+#[derive(Debug, Default)]
+pub struct Acks {
+    written: u64,
+}
+
+/// The bytes a writer acknowledges at most at once while more wait.
+pub const ACK_EVERY: u64 = 256 * 1024;
+
+impl Acks {
+    /// `n` bytes written; the bytes to acknowledge now, if it is time.
+    pub fn wrote(&mut self, n: usize, more_waiting: bool) -> Option<u64> {
+        self.written += n as u64;
+        (self.written >= ACK_EVERY || !more_waiting).then(|| std::mem::take(&mut self.written))
     }
 }
 

@@ -86,6 +86,7 @@ pub(crate) fn runner_message(message: v1::RunnerMessage) -> crate::work::tools::
         Some(Kind::EgressClose(close)) => {
             RunnerUp::Tunnel(TunnelUp::Close { id: close.id, write_only: close.write_only })
         }
+        Some(Kind::EgressAck(ack)) => RunnerUp::Tunnel(TunnelUp::Ack { id: ack.id, bytes: ack.bytes }),
         Some(Kind::Hello(_)) | None => RunnerUp::Peer(Up::Other),
     }
 }
@@ -132,6 +133,7 @@ pub(crate) fn mcp_up(up: v1::McpUp) -> crate::work::mcp::relay::Up {
         Some(Kind::EgressOpen(open)) => Up::Tunnel(tunnel_open(open)),
         Some(Kind::EgressData(data)) => Up::Tunnel(TunnelUp::Data { id: data.id, data: data.data }),
         Some(Kind::EgressClose(close)) => Up::Tunnel(TunnelUp::Close { id: close.id, write_only: close.write_only }),
+        Some(Kind::EgressAck(ack)) => Up::Tunnel(TunnelUp::Ack { id: ack.id, bytes: ack.bytes }),
         Some(Kind::Hello(_)) | None => Up::Other,
     }
 }

@@ -163,6 +163,9 @@ pub(crate) fn tool_call(down: crate::work::peers::Down<crate::work::tools::Runne
             TunnelDown::Close { id, write_only } => {
                 v1::ToolCall { egress_close: Some(v1::EgressClose { id, write_only }), ..v1::ToolCall::default() }
             }
+            TunnelDown::Ack { id, bytes } => {
+                v1::ToolCall { egress_ack: Some(v1::EgressAck { id, bytes }), ..v1::ToolCall::default() }
+            }
         },
         crate::work::peers::Down::Probe(request) => {
             v1::ToolCall { health_check: Some(probe(request)), ..v1::ToolCall::default() }
@@ -196,6 +199,7 @@ pub(crate) fn mcp_down(down: crate::work::mcp::relay::Down) -> v1::McpDown {
         Down::Tunnel(TunnelDown::Opened { id, refused }) => Kind::EgressOpened(v1::EgressOpened { id, refused }),
         Down::Tunnel(TunnelDown::Data { id, data }) => Kind::EgressData(v1::EgressData { id, data }),
         Down::Tunnel(TunnelDown::Close { id, write_only }) => Kind::EgressClose(v1::EgressClose { id, write_only }),
+        Down::Tunnel(TunnelDown::Ack { id, bytes }) => Kind::EgressAck(v1::EgressAck { id, bytes }),
     };
     v1::McpDown { kind: Some(kind) }
 }

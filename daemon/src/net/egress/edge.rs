@@ -42,7 +42,7 @@ use crate::guard::secrets::Handout;
 use crate::net::egress::authority::Authority;
 use crate::net::egress::credentials::{self, Binding, Placeholders};
 use crate::net::egress::refusal::{EdgeRefusal, HelloRefusal, Misplaced, OnwardError, OnwardTlsError};
-use crate::net::egress::relay::Between;
+use crate::net::egress::relay::{Between, Taken};
 
 pub use crate::net::egress::authority::TRUST_IN_CONTAINER;
 
@@ -150,10 +150,19 @@ impl Between for Crossing {
         port: u16,
         far: tokio::net::TcpStream,
         tracker: &tokio_util::task::TaskTracker,
-    ) -> tokio::io::DuplexStream {
+    ) -> Taken {
         let (near, edge_side) = tokio::io::duplex(BETWEEN_BUFFER);
-        tracker.spawn(self.clone().carry(edge_side, far, (host.to_string(), port)));
-        near
+        let failed = tokio_util::sync::CancellationToken::new();
+        let carried = self.clone().carry(edge_side, far, (host.to_string(), port));
+        let failing = failed.clone();
+        tracker.spawn(async move {
+            // Said before the edge's side is dropped (it is, as `carry` returns): the relay reads
+            // the end after this.
+            if !carried.await {
+                failing.cancel();
+            }
+        });
+        Taken { near, failed }
     }
 }
 
@@ -295,11 +304,13 @@ async fn client_hello(head: &mut Vec<u8>, near: &mut (impl AsyncRead + Unpin)) -
 }
 
 impl Crossing {
-    /// Refuses (audits and logs) a connection to `host:port` for `why`.
-    fn refuse(&self, (host, port): (&str, u16), why: &str) {
+    /// Refuses (audits and logs) a connection to `host:port` for `why`; false: the connection did
+    /// not end cleanly.
+    fn refuse(&self, (host, port): (&str, u16), why: &str) -> bool {
         let record = self.record.clone().at_now().detail("host", host).detail("port", port);
         self.audit.record(Record { outcome: "refused".into(), ..record }.detail("reason", why));
         tracing::warn!(%host, port, %why, "the edge refused a connection");
+        false
     }
 
     /// What a connection to `host:port` carries through: none when the session holds no
@@ -318,8 +329,9 @@ impl Crossing {
 
     /// Carries one connection between the command (`near`) and the far end (`far`, connected
     /// and checked): TLS passes on when it names `host` (terminated and its requests read when
-    /// a secret is bound to `host`); anything else is read as HTTP/1, request by request.
-    async fn carry(self, mut near: impl Io, far: tokio::net::TcpStream, (host, port): (String, u16)) {
+    /// a secret is bound to `host`); anything else is read as HTTP/1, request by request. True
+    /// when it ended cleanly: each side closed, nothing failed or was refused.
+    async fn carry(self, mut near: impl Io, far: tokio::net::TcpStream, (host, port): (String, u16)) -> bool {
         let mut head = vec![0u8; 8192];
         let mut peeked = [0u8; 1];
         // Who speaks first: the client (TLS, HTTP), or the server (a protocol that is neither).
@@ -330,7 +342,7 @@ impl Crossing {
         };
         let n = match first {
             Some(Ok(n)) if n > 0 => n,
-            Some(Ok(_)) => return,
+            Some(Ok(_)) => return true,
             None if self.other_protocols => return self.pass(near, far, vec![]).await,
             None | Some(Err(_)) => {
                 let why = format!(
@@ -348,7 +360,7 @@ impl Crossing {
             match http_request_line(&mut head, &mut near).await {
                 Some(true) => {}
                 Some(false) => return self.pass(near, far, head).await,
-                None => return,
+                None => return true,
             }
         }
         if tls {
@@ -394,27 +406,26 @@ impl Crossing {
             Some(Ok(config)) => tokio_rustls::TlsAcceptor::from(config).accept(near).await,
             Some(Err(why)) => {
                 tracing::warn!(%host, %why, "no certificate for a bound host");
-                return;
+                return false;
             }
-            None => return,
+            None => return false,
         };
-        let Ok(near) = accepted else { return };
+        let Ok(near) = accepted else { return false };
         let onward = async {
             let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(OnwardTlsError::Name)?;
             tokio_rustls::TlsConnector::from(onward_tls()?).connect(name, far).await.map_err(OnwardTlsError::Handshake)
         };
         let far = onward.await.map_err(|why| OnwardError::Unverified { host: host.clone(), why });
-        exchange.serve(near, far).await;
+        exchange.serve(near, far).await
     }
 }
 
 impl Crossing {
-    /// Passes the connection on as it is, `head` (read already) first.
-    async fn pass(&self, mut near: impl Io, mut far: tokio::net::TcpStream, head: Vec<u8>) {
-        if far.write_all(&head).await.is_ok() {
-            // silent-ok: either end may hang up; the relay records the connection.
-            let _ = tokio::io::copy_bidirectional(&mut near, &mut far).await;
-        }
+    /// Passes the connection on as it is, `head` (read already) first; true when both ends
+    /// closed cleanly.
+    async fn pass(&self, mut near: impl Io, mut far: tokio::net::TcpStream, head: Vec<u8>) -> bool {
+        // Either end may hang up; the relay records the connection, and a failure resets the client.
+        far.write_all(&head).await.is_ok() && tokio::io::copy_bidirectional(&mut near, &mut far).await.is_ok()
     }
 }
 
@@ -454,8 +465,9 @@ struct Exchange {
 
 impl Exchange {
     /// Serves the command's requests on `near`, each sent on to `far` (or answered with why it
-    /// cannot be).
-    async fn serve(self: Arc<Self>, near: impl Io, far: Result<impl Io, OnwardError>) {
+    /// cannot be); true when the connection ended cleanly (an answer cut short by the far end
+    /// is not: its client then gets a reset).
+    async fn serve(self: Arc<Self>, near: impl Io, far: Result<impl Io, OnwardError>) -> bool {
         let mut driving = tokio::task::JoinSet::new();
         let sender = match far {
             Ok(far) => match hyper::client::conn::http1::handshake(TokioIo::new(far)).await {
@@ -476,17 +488,18 @@ impl Exchange {
         let near = TokioIo::new(Watched { inner: near, kept: vec![], ended: false });
         let connection = hyper::server::conn::http1::Builder::new().half_close(true).serve_connection(near, service);
         tokio::pin!(connection);
-        // silent-ok (both): a command that hangs up mid-request ends its connection, nothing more.
-        tokio::select! {
-            _ = connection.as_mut() => {}
+        // A command that hangs up mid-request ends its connection, nothing more.
+        let served = tokio::select! {
+            served = connection.as_mut() => served,
             // The far end closed its connection (an idle keep-alive timed out): this one closes
             // after the request in progress, so the command connects again.
             Some(_) = driving.join_next() => {
                 connection.as_mut().graceful_shutdown();
-                let _ = connection.await;
+                connection.await
             }
-        }
+        };
         driving.abort_all();
+        served.is_ok()
     }
 
     async fn forward(
@@ -899,9 +912,14 @@ mod tests {
 
     /// What comes back through the edge for `sent` (the client then stops writing).
     async fn through(crossing: &Crossing, port: u16, pieces: &[&[u8]]) -> String {
+        through_ended(crossing, port, pieces).await.0
+    }
+
+    /// What comes back through the edge for `sent`, and whether the edge said it failed.
+    async fn through_ended(crossing: &Crossing, port: u16, pieces: &[&[u8]]) -> (String, bool) {
         let far = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
         let tracker = tokio_util::task::TaskTracker::new();
-        let mut near = crossing.take("127.0.0.1", port, far, &tracker).await;
+        let Taken { mut near, failed } = crossing.take("127.0.0.1", port, far, &tracker).await;
         for piece in pieces {
             near.write_all(piece).await.expect("send");
         }
@@ -911,7 +929,37 @@ mod tests {
             .await
             .expect("an answer within 10 s")
             .expect("read");
-        String::from_utf8_lossy(&got).into_owned()
+        (String::from_utf8_lossy(&got).into_owned(), failed.is_cancelled())
+    }
+
+    #[tokio::test]
+    async fn an_answer_the_far_end_cuts_short_is_a_failure_and_a_whole_one_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let crossing = crossing(dir.path(), None);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        tokio::spawn(async move {
+            for cut in [true, false] {
+                let Ok((mut stream, _)) = listener.accept().await else { return };
+                let mut head = [0u8; 1024];
+                // silent-ok: the request's head is all the test sends.
+                let _ = stream.read(&mut head).await;
+                let answer: &[u8] = if cut {
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly ten b"
+                } else {
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nall ten by"
+                };
+                stream.write_all(answer).await.expect("answer");
+                if cut {
+                    stream.set_zero_linger().expect("linger");
+                }
+            }
+        });
+        let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+        let (said, failed) = through_ended(&crossing, port, &[request.as_bytes()]).await;
+        assert!(failed, "a cut answer: {said}");
+        let (said, failed) = through_ended(&crossing, port, &[request.as_bytes()]).await;
+        assert!(!failed && said.ends_with("all ten by"), "a whole answer: {said}");
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use baaaht_proto::egress::{byte_queue, ByteReceiver, ByteSender};
+use baaaht_proto::egress::{byte_queue, Acks, ByteReceiver, ByteSender, Window, TUNNEL_WINDOW};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +37,11 @@ pub enum TunnelUp {
         id: u64,
         write_only: bool,
     },
+    /// The container wrote on `bytes` of what the daemon sent it (its client took them).
+    Ack {
+        id: u64,
+        bytes: u64,
+    },
 }
 
 /// What the daemon sends a container's proxy about a tunnel.
@@ -55,6 +60,11 @@ pub enum TunnelDown {
         id: u64,
         write_only: bool,
     },
+    /// The daemon wrote on `bytes` of what the container sent (the far end took them).
+    Ack {
+        id: u64,
+        bytes: u64,
+    },
 }
 
 /// The far end of a tunnel: the host's connection, or the edge's side of it.
@@ -67,13 +77,15 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Far for T {
 pub trait Between: Send + Sync + 'static {
     /// Takes the connection to `host:port` (`far`, connected), carrying it on `tracker`: the
     /// container's side to use.
-    async fn take(
-        &self,
-        host: &str,
-        port: u16,
-        far: tokio::net::TcpStream,
-        tracker: &TaskTracker,
-    ) -> tokio::io::DuplexStream;
+    async fn take(&self, host: &str, port: u16, far: tokio::net::TcpStream, tracker: &TaskTracker) -> Taken;
+}
+
+/// The container's side of a connection the edge carries, and what says the edge gave it up (a
+/// far end that failed, a refusal) before its side ended: the container's client then gets a
+/// reset, not the clean end of a shorter answer.
+pub struct Taken {
+    pub near: tokio::io::DuplexStream,
+    pub failed: CancellationToken,
 }
 
 /// Whether a connection may be made, and who said so.
@@ -92,9 +104,11 @@ pub trait Gate: Send + Sync + 'static {
 }
 
 /// The daemon's end of one tunnel: bytes for its connection's writer (none once the container
-/// has no more), what tears it down, and which open it belongs to.
+/// has no more), the window of what it sent the container, what tears it down, and which open
+/// it belongs to.
 struct Tunnel {
     bytes: Option<ByteSender>,
+    sent: Arc<Window>,
     closed: CancellationToken,
     generation: u64,
 }
@@ -106,8 +120,6 @@ struct RelayTunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
 
 /// The most tunnels one container may have open at once.
 const MAX_TUNNELS: usize = 32;
-/// Bytes buffered toward one tunnel's far end; a far end that does not read is cut off.
-const TUNNEL_BUFFER: usize = 4 * 1024 * 1024;
 /// The most bytes one message of a tunnel carries: larger chunks, fewer messages per MB.
 const CHUNK: usize = 64 * 1024;
 /// Connections a container may open a minute.
@@ -128,7 +140,7 @@ impl RelayTunnels {
     }
 
     /// Reserves `id` before its connection is made; why not, when it cannot be.
-    fn reserve(&self, id: u64) -> Result<(u64, ByteReceiver, CancellationToken), ReserveError> {
+    fn reserve(&self, id: u64) -> Result<Reserved, ReserveError> {
         let mut state = self.lock();
         let (generation, open) = &mut *state;
         if open.contains_key(&id) {
@@ -138,10 +150,13 @@ impl RelayTunnels {
             return Err(ReserveError::Full { most: MAX_TUNNELS });
         }
         *generation += 1;
-        let (bytes, received) = byte_queue(TUNNEL_BUFFER);
-        let closed = CancellationToken::new();
-        open.insert(id, Tunnel { bytes: Some(bytes), closed: closed.clone(), generation: *generation });
-        Ok((*generation, received, closed))
+        let (bytes, received) = byte_queue(TUNNEL_WINDOW);
+        let (sent, closed) = (Window::new(TUNNEL_WINDOW), CancellationToken::new());
+        open.insert(
+            id,
+            Tunnel { bytes: Some(bytes), sent: sent.clone(), closed: closed.clone(), generation: *generation },
+        );
+        Ok(Reserved { generation: *generation, received, sent, closed })
     }
 
     /// Forgets tunnel `id` if it is still the one of `generation`, and tears it down.
@@ -154,8 +169,8 @@ impl RelayTunnels {
         }
     }
 
-    /// Bytes from the container for tunnel `id`; false when its far end does not keep up (the
-    /// tunnel is then torn down).
+    /// Bytes from the container for tunnel `id`; false when they do not fit its window (the
+    /// container broke the flow control: the tunnel is then torn down).
     fn data(&self, id: u64, data: Vec<u8>) -> bool {
         let mut state = self.lock();
         let Some(Tunnel { bytes: Some(bytes), closed, .. }) = state.1.get(&id) else { return true };
@@ -165,6 +180,13 @@ impl RelayTunnels {
         closed.cancel();
         state.1.remove(&id);
         false
+    }
+
+    /// The container wrote on `bytes` of what tunnel `id` sent it: room for as many more.
+    fn acked(&self, id: u64, bytes: u64) {
+        if let Some(tunnel) = self.lock().1.get(&id) {
+            tunnel.sent.acked(bytes);
+        }
     }
 
     /// The container's end of tunnel `id`: no more bytes (`write_only`), or gone.
@@ -185,6 +207,15 @@ impl RelayTunnels {
             tunnel.closed.cancel();
         }
     }
+}
+
+/// A tunnel's id reserved: its open's generation, the bytes from the container, the window of
+/// what goes to it, and what tears it down.
+struct Reserved {
+    generation: u64,
+    received: ByteReceiver,
+    sent: Arc<Window>,
+    closed: CancellationToken,
 }
 
 /// The tunnels of one connected container: what decides, where the down messages go (`D`, its
@@ -245,8 +276,15 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
                 true
             }
             TunnelUp::Data { id, data } => {
-                self.tunnels.data(id, data)
-                    || self.down.send(D::from(TunnelDown::Close { id, write_only: false })).await.is_ok()
+                if self.tunnels.data(id, data) {
+                    return true;
+                }
+                tracing::warn!(what = %self.what, id, "a container sent past its tunnel's window; the tunnel was torn down");
+                self.down.send(D::from(TunnelDown::Close { id, write_only: false })).await.is_ok()
+            }
+            TunnelUp::Ack { id, bytes } => {
+                self.tunnels.acked(id, bytes);
+                true
             }
             TunnelUp::Close { id, write_only } => {
                 self.tunnels.closed(id, write_only);
@@ -283,7 +321,7 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
         if !asked_by.is_empty() {
             record = record.detail("asked_by", asked_by.as_str());
         }
-        let (generation, mut received, closed) = match self.tunnels.reserve(id) {
+        let Reserved { generation, mut received, sent: window, closed } = match self.tunnels.reserve(id) {
             Ok(reserved) => reserved,
             Err(why) => {
                 self.send(TunnelDown::Opened { id, refused: why.to_string() }).await;
@@ -327,26 +365,32 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
         let record = record.detail("allowed_by", by.as_str());
         let (sent, received_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         // The edge carries the connection.
-        let far: Box<dyn Far> = Box::new(self.edge.take(&host, port, stream, &self.tracker).await);
+        let Taken { near, failed } = self.edge.take(&host, port, stream, &self.tracker).await;
+        let far: Box<dyn Far> = Box::new(near);
         let (mut reader, mut writer) = tokio::io::split(far);
         if !self.send(TunnelDown::Opened { id, refused: String::new() }).await {
             self.tunnels.end(id, generation);
             return self.audit_end(record, &sent, &received_bytes);
         }
-        let writing = closed.clone();
-        let counted = sent.clone();
+        let (writing, counted, down) = (closed.clone(), sent.clone(), self.down.clone());
         self.tracker.spawn(async move {
+            let mut acks = Acks::default();
             loop {
-                tokio::select! {
-                    bytes = received.recv() => match bytes {
-                        Some(bytes) => {
-                            counted.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                            if writer.write_all(&bytes).await.is_err() { break }
-                        }
-                        // The container has no more: the far end reads the end.
-                        None => break,
-                    },
+                let bytes = tokio::select! {
+                    bytes = received.recv() => bytes,
                     () = writing.cancelled() => return,
+                };
+                // None: the container has no more; the far end reads the end.
+                let Some(bytes) = bytes else { break };
+                counted.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                tokio::select! {
+                    written = writer.write_all(&bytes) => if written.is_err() { return },
+                    () = writing.cancelled() => return,
+                }
+                if let Some(n) = acks.wrote(bytes.len(), !received.is_empty()) {
+                    if down.send(D::from(TunnelDown::Ack { id, bytes: n })).await.is_err() {
+                        return;
+                    }
                 }
             }
             // silent-ok: the far end may be gone.
@@ -356,12 +400,18 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
         let whole = loop {
             let n = tokio::select! {
                 () = closed.cancelled() => return self.audit_end(record, &sent, &received_bytes),
-                read = reader.read(&mut buffer) => match read {
-                    Ok(0) => break true,
+                read = async {
+                    // What the container has not written on yet holds the far end back.
+                    window.room(CHUNK).await;
+                    reader.read(&mut buffer).await
+                } => match read {
+                    // The far end's clean end, unless the edge gave the connection up.
+                    Ok(0) => break !failed.is_cancelled(),
                     Err(_) => break false,
                     Ok(n) => n,
                 },
             };
+            window.spend(n);
             received_bytes.fetch_add(n as u64, Ordering::Relaxed);
             if !self.send(TunnelDown::Data { id, data: buffer[..n].to_vec() }).await {
                 self.tunnels.end(id, generation);
@@ -395,14 +445,14 @@ mod tests {
     #[test]
     fn a_tunnel_id_is_reserved_once_and_ended_by_its_own_open_only() {
         let tunnels = RelayTunnels::default();
-        let (first, _bytes, closed) = tunnels.reserve(7).expect("reserved");
+        let Reserved { generation: first, closed, .. } = tunnels.reserve(7).expect("reserved");
         let taken = tunnels.reserve(7).map(drop).expect_err("taken");
         assert_eq!(taken, ReserveError::AlreadyOpen { id: 7 });
         assert_eq!(taken.to_string(), "tunnel 7 is already open");
         // The relay closes it; a new open takes the id; the old open's end leaves it alone.
         tunnels.closed(7, false);
         assert!(closed.is_cancelled());
-        let (second, _bytes, reopened) = tunnels.reserve(7).expect("reserved again");
+        let Reserved { generation: second, closed: reopened, .. } = tunnels.reserve(7).expect("reserved again");
         tunnels.end(7, first);
         assert!(!reopened.is_cancelled());
         tunnels.end(7, second);
@@ -410,16 +460,16 @@ mod tests {
         for id in 0..MAX_TUNNELS as u64 {
             tunnels.reserve(id).expect("room");
         }
-        let full = tunnels.reserve(99).expect_err("full");
+        let full = tunnels.reserve(99).map(drop).expect_err("full");
         assert_eq!(full.to_string(), format!("{MAX_TUNNELS} connections are open; close one first"));
     }
 
     #[test]
-    fn a_tunnel_whose_far_end_does_not_read_is_cut_off() {
+    fn a_tunnel_sent_past_its_window_is_cut_off() {
         let tunnels = RelayTunnels::default();
-        let (_, _unread, closed) = tunnels.reserve(1).expect("reserved");
+        let Reserved { closed, received: _unread, .. } = tunnels.reserve(1).expect("reserved");
         // Counted in bytes: many small chunks are welcome until they add up.
-        for _ in 0..TUNNEL_BUFFER / 1024 {
+        for _ in 0..TUNNEL_WINDOW / 1024 {
             assert!(tunnels.data(1, vec![0; 1024]));
         }
         assert!(!tunnels.data(1, vec![0; 8]));
