@@ -132,6 +132,7 @@ impl Daemon {
             calls: model.calls,
             sessions: store.sessions,
             agents: workers.agents,
+            warm: workers.warm,
             turns: drive.turns,
             orchestrator: drive.orchestrator,
             memory: store.memory,
@@ -296,8 +297,10 @@ fn subsystems(
             },
             scanned: std::sync::Mutex::new(Some(scanned)),
         }),
+        shared.warm.clone(),
         Arc::new(work::slots::Slots {
             containers: shared.containers.clone(),
+            warm: shared.warm.clone(),
             agents: shared.agents.clone(),
             tools: shared.tools.clone(),
             mcp: shared.mcp.clone(),

@@ -322,6 +322,21 @@ impl TestDaemon {
             .collect()
     }
 
+    /// Names of the containers the inventory records as pooled (bound to no session yet) whose
+    /// names start with `prefix`, e.g. `baaaht-assistant-`.
+    pub fn pooled_containers(&self, prefix: &str) -> Vec<String> {
+        let path = self.data_dir.join("data/state/containers.json");
+        let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
+        let Ok(inventory) = serde_json::from_str::<serde_json::Value>(&text) else { return vec![] };
+        inventory["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|entry| entry["sessionId"].as_str() == Some(""))
+            .filter_map(|entry| entry["name"].as_str().filter(|name| name.starts_with(prefix)).map(str::to_string))
+            .collect()
+    }
+
     /// Waits up to `limit` for a running self-test container of this daemon (`baaaht doctor`)
     /// whose name starts with `prefix`, e.g. `baaaht-coder-`.
     pub fn wait_for_self_test(&self, prefix: &str, limit: Duration) -> Result<String> {
@@ -487,8 +502,14 @@ pub fn daemon_environment(command: &mut Command, data_dir: &Path, notify: &Path,
         // admins or turn work away (the disk's own test gives the marks back, on a disk of its own).
         .env("BAAAHT__ORCHESTRATOR__DISK__WARN_PERCENT", "99")
         .env("BAAAHT__ORCHESTRATOR__DISK__CRITICAL_PERCENT", "100")
+        // Containers start when a test asks for them, not ahead (the pools' own tests and the
+        // benchmarks turn the pools on): what a test counts is what it made.
+        .env("BAAAHT__CONTAINER__POOLS", NO_POOLS)
         .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
 }
+
+/// `container.pools` with every pool empty.
+pub const NO_POOLS: &str = r#"{"assistant":{"floor":0,"ceiling":0},"worker":{"floor":0,"ceiling":0},"researcher":{"floor":0,"ceiling":0},"coder":{"floor":0,"ceiling":0},"memory":{"floor":0,"ceiling":0},"heartbeat":{"floor":0,"ceiling":0},"tool":{"floor":0,"ceiling":0}}"#;
 
 /// The runtime the tests and benchmarks drive their async clients and servers with: two
 /// workers, so a server keeps answering while the test thread blocks.

@@ -88,11 +88,29 @@ impl GatewayEndpoint {
 /// A container's socket, its identity and the hash of its token. The token itself exists only
 /// in the container's environment; the hash lets the daemon re-adopt the container after a
 /// crash (`data/state/containers.json` keeps it).
+///
+/// A container started for a warm pool has no identity yet: it serves nobody, and every call
+/// it makes waits (authenticated, answered by nothing) until the daemon binds it to a session
+/// and context at claim. An endpoint is bound once; nothing binds it again, so a container that
+/// served one person can never serve another.
 #[derive(Debug)]
 pub struct ContainerEndpoint {
-    pub identity: Arc<ContainerIdentity>,
+    pub name: String,
+    pub role: auth::Role,
+    identity: tokio::sync::watch::Sender<Option<Arc<ContainerIdentity>>>,
+    /// Whether a call waits for the binding (a pooled container that is up and ready).
+    asked: tokio::sync::watch::Sender<bool>,
     token_sha256: String,
     revoked: std::sync::atomic::AtomicBool,
+}
+
+/// Why a container's endpoint could not be bound.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    #[error("container {0} has no socket (it was removed)")]
+    Unknown(String),
+    #[error("container {0} is bound already: a container serves one session only")]
+    Bound(String),
 }
 
 impl ContainerEndpoint {
@@ -100,6 +118,58 @@ impl ContainerEndpoint {
     pub fn accepts(&self, presented: &str) -> bool {
         !self.revoked.load(std::sync::atomic::Ordering::Acquire)
             && auth::tokens_equal(&self.token_sha256, &auth::token_sha256(presented))
+    }
+
+    /// Who the container serves; none while it waits in a pool.
+    pub fn identity(&self) -> Option<Arc<ContainerIdentity>> {
+        self.identity.borrow().clone()
+    }
+
+    /// Who the container serves, once it is bound (at once when it was started bound).
+    pub async fn bound(&self) -> Arc<ContainerIdentity> {
+        let mut watching = self.identity.subscribe();
+        if let Some(identity) = watching.borrow_and_update().clone() {
+            return identity;
+        }
+        self.asked.send_replace(true);
+        loop {
+            if let Some(identity) = watching.borrow_and_update().clone() {
+                return identity;
+            }
+            if watching.changed().await.is_err() {
+                // The endpoint is dropped only with its socket; the call's connection goes too.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Binds the container to `session_id` and `context`, once.
+    fn bind(&self, session_id: &str, context: &auth::Context) -> Result<Arc<ContainerIdentity>, BindError> {
+        let identity = Arc::new(ContainerIdentity {
+            name: self.name.clone(),
+            role: self.role,
+            session_id: session_id.to_string(),
+            context: context.clone(),
+        });
+        let bound = self.identity.send_if_modified(|now| {
+            if now.is_some() {
+                return false;
+            }
+            *now = Some(identity.clone());
+            true
+        });
+        if bound {
+            Ok(identity)
+        } else {
+            Err(BindError::Bound(self.name.clone()))
+        }
+    }
+
+    /// Waits until a call of the container waits for its binding: the container is up.
+    pub async fn ready(&self) {
+        let mut asked = self.asked.subscribe();
+        // silent-ok: the sender lives as long as `self`.
+        let _ = asked.wait_for(|asked| *asked).await;
     }
 }
 
@@ -305,11 +375,44 @@ impl ListenerSet {
     /// Creates the socket of a container with `identity`, with a fresh token, and starts
     /// accepting on it.
     pub fn add_container(&self, identity: ContainerIdentity) -> Result<ContainerSocket, ListenerError> {
+        let (name, role) = (identity.name.clone(), identity.role);
+        self.add(&name, role, Some(identity))
+    }
+
+    /// Creates the socket of a pooled container `name` of `role`, bound to nobody: its calls
+    /// wait until [`ListenerSet::bind`] binds it.
+    pub fn add_unbound(&self, name: &str, role: auth::Role) -> Result<ContainerSocket, ListenerError> {
+        self.add(name, role, None)
+    }
+
+    fn add(
+        &self,
+        name: &str,
+        role: auth::Role,
+        identity: Option<ContainerIdentity>,
+    ) -> Result<ContainerSocket, ListenerError> {
         let token = auth::new_token().map_err(ListenerError::Token)?;
         let hash = auth::token_sha256(&token);
-        let mut socket = self.register(identity, hash, false)?;
+        let mut socket = self.register(name, role, identity, hash, false)?;
         socket.token = token;
         Ok(socket)
+    }
+
+    /// Binds pooled container `name` to `session_id` and `context`: its waiting calls go on as
+    /// that session's. Once only.
+    pub fn bind(
+        &self,
+        name: &str,
+        session_id: &str,
+        context: &auth::Context,
+    ) -> Result<Arc<ContainerIdentity>, BindError> {
+        let endpoint = self.container_endpoint(name).ok_or_else(|| BindError::Unknown(name.to_string()))?;
+        endpoint.bind(session_id, context)
+    }
+
+    /// The endpoint of container `name`, while its socket is served.
+    pub fn container_endpoint(&self, name: &str) -> Option<Arc<ContainerEndpoint>> {
+        self.containers.lock().unwrap_or_else(PoisonError::into_inner).get(name).map(|r| r.endpoint.clone())
     }
 
     /// Re-creates the socket of a running container found after a restart, in the folder it
@@ -319,19 +422,22 @@ impl ListenerSet {
         identity: ContainerIdentity,
         token_sha256: String,
     ) -> Result<ContainerSocket, ListenerError> {
-        self.register(identity, token_sha256, true)
+        let (name, role) = (identity.name.clone(), identity.role);
+        self.register(&name, role, Some(identity), token_sha256, true)
     }
 
     fn register(
         &self,
-        identity: ContainerIdentity,
+        name: &str,
+        role: auth::Role,
+        identity: Option<ContainerIdentity>,
         token_sha256: String,
         reuse_folder: bool,
     ) -> Result<ContainerSocket, ListenerError> {
         if self.cancel.is_cancelled() {
             return Err(ListenerError::ShuttingDown);
         }
-        let name = identity.name.clone();
+        let name = name.to_string();
         if !auth::is_valid_context_id(&name) {
             return Err(ListenerError::BadName(name));
         }
@@ -346,14 +452,20 @@ impl ListenerSet {
             return Err(ListenerError::Exists(name));
         }
         let listener = create_container_socket(&folder, &path, reuse_folder)?;
+        let principal = match &identity {
+            Some(identity) => format!("container:{role}:{name} ({})", identity.context),
+            None => format!("container:{role}:{name} (pooled)"),
+        };
         let endpoint = Arc::new(ContainerEndpoint {
-            identity: Arc::new(identity),
+            name: name.clone(),
+            role,
+            identity: tokio::sync::watch::channel(identity.map(Arc::new)).0,
+            asked: tokio::sync::watch::channel(false).0,
             token_sha256: token_sha256.clone(),
             revoked: std::sync::atomic::AtomicBool::new(false),
         });
         let cancel = self.cancel.child_token();
         let span = tracing::info_span!(parent: None, "accept", socket = "container", container = %name);
-        let principal = format!("container:{}:{} ({})", endpoint.identity.role, name, endpoint.identity.context);
         let caps = self.caps(self.limits.per_container, principal);
         self.tracker.spawn(
             accept_loop(

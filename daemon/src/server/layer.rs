@@ -56,7 +56,8 @@ impl Gate {
                     return Err(AuthError::InvalidToken);
                 }
                 peer.authenticated.store(true, Ordering::Release);
-                Ok(Caller::Container(endpoint.identity.clone()))
+                // A pooled container's calls wait here until it is bound to a session.
+                Ok(Caller::Container(endpoint.bound().await))
             }
             Origin::Gateway(endpoint) => {
                 let token = token.ok_or(AuthError::MissingToken)?;
@@ -283,7 +284,7 @@ pub struct LiveTurn(pub crate::base::auth::Live);
 fn unauthenticated_principal(peer: Option<&PeerInfo>) -> String {
     let uid = peer.and_then(|peer| peer.credentials).map_or("unknown".to_string(), |c| c.uid().to_string());
     match peer.map(|peer| &peer.origin) {
-        Some(Origin::Container(endpoint)) => format!("unauthenticated:container-socket:{}", endpoint.identity.name),
+        Some(Origin::Container(endpoint)) => format!("unauthenticated:container-socket:{}", endpoint.name),
         Some(Origin::Gateway(endpoint)) => format!("unauthenticated:gateway-socket:{}", endpoint.name),
         Some(Origin::Host) => format!("unauthenticated:host:uid={uid}"),
         None => "unauthenticated:unknown".to_string(),

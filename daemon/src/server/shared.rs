@@ -37,6 +37,8 @@ pub struct Shared {
     pub events: Arc<crate::store::events::EventBus>,
     pub sessions: Arc<crate::store::sessions::SessionStore>,
     pub agents: Arc<crate::work::agents::AgentPool>,
+    /// Containers started ahead of demand (`container.pools`).
+    pub warm: Arc<crate::work::warm::WarmPools>,
     pub turns: Arc<crate::drive::orchestrator::Turns>,
     /// Turns, delegations, compaction and archival, over the subsystems they use.
     pub orchestrator: Arc<crate::drive::orchestrator::Orchestrator>,

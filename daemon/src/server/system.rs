@@ -141,6 +141,15 @@ fn status_response(shared: &Shared, containers: usize) -> v1::StatusResponse {
         pid: std::process::id(),
         degraded,
         containers: vec![],
+        pools: shared
+            .warm
+            .ready()
+            .into_iter()
+            .map(|(role, ready)| v1::WarmPool {
+                role: role.as_str().into(),
+                ready: u32::try_from(ready).unwrap_or(u32::MAX),
+            })
+            .collect(),
     }
 }
 

@@ -16,8 +16,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::base::auth::{ContainerIdentity, Context, Live, Role};
 use crate::sandbox::container::manager::{ContainerManager, RunRequest, BINARIES_MOUNT};
+use crate::sandbox::container::ContainerKind;
 use crate::work::health::{ProbeError, Probed};
 use crate::work::peers::{Connected, Down, StreamError, Up};
+use crate::work::warm::WarmPools;
 
 /// How long a new agent may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -118,9 +120,29 @@ pub struct Work {
     pub cancel: CancellationToken,
 }
 
+/// The container of an agent of `role` for `session_id` in `context` (a pooled one: neither).
+pub fn agent_request(role: Role, session_id: &str, context: &Context) -> RunRequest {
+    RunRequest {
+        role,
+        session_id: session_id.to_string(),
+        context: context.clone(),
+        command: vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "agent".into()],
+        // Identity, context and skills arrive with RegisterAgent: nothing of the host is
+        // mounted into an agent container.
+        mounts: vec![],
+        env: vec![],
+        timeout: Duration::MAX,
+        daemon_socket: true,
+        working_dir: None,
+        image: None,
+    }
+}
+
 /// Every agent container of the daemon.
 pub struct AgentPool {
     containers: Arc<ContainerManager>,
+    /// Agents started ahead of demand, claimed for a new container of a session.
+    warm: Arc<WarmPools>,
     assistant_idle: Duration,
     /// (session, role) → containers waiting for work.
     idle: Mutex<HashMap<(String, Role), Vec<Idle>>>,
@@ -138,9 +160,20 @@ impl std::fmt::Debug for AgentPool {
 }
 
 impl AgentPool {
-    pub fn new(containers: Arc<ContainerManager>, assistant_idle: Duration, tracker: TaskTracker) -> AgentPool {
+    pub fn new(
+        containers: Arc<ContainerManager>,
+        warm: Arc<WarmPools>,
+        assistant_idle: Duration,
+        tracker: TaskTracker,
+    ) -> AgentPool {
+        for role in Role::AGENTS {
+            let starter: crate::work::warm::Starter =
+                Arc::new(|role| agent_request(role, "", &Context::user(String::new())));
+            warm.starts(*role, starter);
+        }
         AgentPool {
             containers,
+            warm,
             assistant_idle,
             idle: Mutex::default(),
             connected: Arc::new(Connected::new("agent")),
@@ -167,24 +200,28 @@ impl AgentPool {
         }
     }
 
-    /// Starts an agent container for `session`/`role` and waits until it takes turns.
+    /// An agent container for `session`/`role`, claimed from its warm pool or started, once
+    /// it takes turns.
     async fn start(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
-        let request = RunRequest {
-            role,
-            session_id: session.to_string(),
-            context: context.clone(),
-            command: vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "agent".into()],
-            // Identity, context and skills arrive with RegisterAgent: nothing of the host is
-            // mounted into an agent container.
-            mounts: vec![],
-            env: vec![],
-            timeout: Duration::MAX,
-            daemon_socket: true,
-            working_dir: None,
-            image: None,
-        };
         let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
+        let name = match self.warm.claim(role, session, context, ContainerKind::Task).await {
+            Some(name) => name,
+            None => self.start_cold(session, context, role).await?,
+        };
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+        if !self.connected.wait_for(&mut changes, &name, deadline).await {
+            tracing::warn!(container = %name, "the agent did not connect; removing its container");
+            self.remove(&name).await;
+            return Err(AgentError::NoAgent(role));
+        }
+        tracing::info!(session, role = role.as_str(), container = %name, "agent ready");
+        Ok(name)
+    }
+
+    /// Starts an agent container for `session`/`role`.
+    async fn start_cold(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
+        let request = agent_request(role, session, context);
         let handle = self.containers.start_detached(request).await.map_err(|error| {
             if crate::base::state::is_disk_full(&error) {
                 tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
@@ -196,13 +233,6 @@ impl AgentPool {
             }
             AgentError::Start { role, reason: baaaht_proto::error_chain(&error) }
         })?;
-        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
-        if !self.connected.wait_for(&mut changes, &handle.name, deadline).await {
-            tracing::warn!(container = %handle.name, "the agent did not connect; removing its container");
-            self.remove(&handle.name).await;
-            return Err(AgentError::NoAgent(role));
-        }
-        tracing::info!(session, role = role.as_str(), container = %handle.name, "agent ready");
         Ok(handle.name)
     }
 
@@ -236,17 +266,6 @@ impl AgentPool {
             .unwrap_or_else(PoisonError::into_inner)
             .get(&(session.to_string(), role))
             .is_some_and(|idle| !idle.is_empty())
-    }
-
-    /// Starts the Assistant of `session` ahead of its first turn (and the session's tool
-    /// container with it, see `tools::Runners::prewarm`), unless one is waiting already.
-    pub async fn prewarm(&self, session: &str, context: &Context, role: Role) -> Result<(), AgentError> {
-        if self.waiting(session, role) {
-            return Ok(());
-        }
-        let container = self.start(session, context, role).await?;
-        self.give_back(session, role, container);
-        Ok(())
     }
 
     fn give_back(&self, session: &str, role: Role, container: String) {
@@ -435,7 +454,9 @@ mod tests {
             slots,
         )
         .expect("container manager");
-        let pool = Arc::new(AgentPool::new(Arc::new(containers), Duration::from_secs(60), tracker));
+        let containers = Arc::new(containers);
+        let warm = Arc::new(WarmPools::new(containers.clone(), []));
+        let pool = Arc::new(AgentPool::new(containers, warm, Duration::from_secs(60), tracker));
         Pool { pool, fake, starts, _temp: temp }
     }
 

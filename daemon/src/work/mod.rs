@@ -13,6 +13,7 @@ pub mod skills;
 pub mod slots;
 pub mod system_files;
 pub mod tools;
+pub mod warm;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::base::auth::Role;
 use crate::base::{datadir, Base};
 use crate::guard::{secrets, Guard};
 use crate::net::Net;
@@ -47,6 +49,8 @@ pub struct Workers {
     pub tool_calls: Arc<tools::call::Calls>,
     pub mcp: Arc<mcp::pool::McpPool>,
     pub agents: Arc<agents::AgentPool>,
+    /// Containers started ahead of demand, for new sessions to claim.
+    pub warm: Arc<warm::WarmPools>,
     /// The last health verdict on each probed container.
     pub health: Arc<health::Board>,
     /// Tells the admins what the daemon did on its own (restarts).
@@ -94,7 +98,11 @@ impl Workers {
             tracker: tracker.clone(),
         }));
         let idle_after = Duration::from_secs(loaded.config.sessions.idle_after.max(60));
-        let agents = Arc::new(agents::AgentPool::new(sandbox.containers.clone(), idle_after, tracker.clone()));
+        let pools = &loaded.config.container;
+        let sizes = Role::AGENTS.iter().chain([&Role::Tool]).map(|role| (*role, pools.pool_of(*role)));
+        let warm = Arc::new(warm::WarmPools::new(sandbox.containers.clone(), sizes));
+        let agents =
+            Arc::new(agents::AgentPool::new(sandbox.containers.clone(), warm.clone(), idle_after, tracker.clone()));
         let tool_calls = Arc::new(tools::call::Calls {
             runners: tools.clone(),
             mcp: mcp.clone(),
@@ -134,6 +142,17 @@ impl Workers {
             cancel: CancellationToken::new(),
             tracker: tracker.clone(),
         }));
-        Ok(Workers { ipc, tools, tool_calls, mcp, agents, health: Arc::default(), notifier, gateways, supervisors })
+        Ok(Workers {
+            ipc,
+            tools,
+            tool_calls,
+            mcp,
+            agents,
+            warm,
+            health: Arc::default(),
+            notifier,
+            gateways,
+            supervisors,
+        })
     }
 }

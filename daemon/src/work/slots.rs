@@ -1,6 +1,7 @@
 //! Room for a container start that waits for a slot (`container.max_concurrent`): one idle
-//! container removed, an idle agent first (it is cheap to start again), else the tool container
-//! unused the longest, else the MCP server unused the longest that answers no call.
+//! container removed, a pooled one first (it serves nobody yet), else an idle agent (it is
+//! cheap to start again), else the tool container unused the longest, else the MCP server
+//! unused the longest that answers no call.
 
 use std::sync::Arc;
 
@@ -11,11 +12,13 @@ use crate::sandbox::container::manager::ContainerManager;
 use crate::work::agents::AgentPool;
 use crate::work::mcp::pool::McpPool;
 use crate::work::tools::Runners;
+use crate::work::warm::WarmPools;
 
 /// The pools whose idle containers may go.
 #[derive(Debug)]
 pub struct Slots {
     pub containers: Arc<ContainerManager>,
+    pub warm: Arc<WarmPools>,
     pub agents: Arc<AgentPool>,
     pub tools: Arc<Runners>,
     pub mcp: Arc<McpPool>,
@@ -31,7 +34,11 @@ impl Slots {
                 changed = pressure.changed() => if changed.is_err() { return },
             }
             pressure.borrow_and_update();
-            if !self.agents.evict_one().await && !self.tools.evict_one().await && !self.mcp.evict_one().await {
+            let removed = self.warm.evict_one().await
+                || self.agents.evict_one().await
+                || self.tools.evict_one().await
+                || self.mcp.evict_one().await;
+            if !removed {
                 tracing::info!("no idle container to remove; the start waits for one to finish");
             }
         }

@@ -21,6 +21,8 @@ pub struct StatusJson<'a> {
     pub degraded: &'a [String],
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub containers: Vec<ContainerJson<'a>>,
+    /// Containers ready in the warm pools, by role.
+    pub pools: std::collections::BTreeMap<&'a str, u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -89,6 +91,7 @@ pub fn to_json(status: &v1::StatusResponse) -> StatusJson<'_> {
             providers: status.llm.as_ref().map_or(&[], |llm| llm.providers.as_slice()),
         },
         degraded: &status.degraded,
+        pools: status.pools.iter().map(|pool| (pool.role.as_str(), pool.ready)).collect(),
         containers: status
             .containers
             .iter()
@@ -180,6 +183,10 @@ pub fn to_text(status: &v1::StatusResponse) -> String {
         status.sessions_active, status.sessions_idle, status.sessions_archived
     );
     let _ = writeln!(out, "containers:  {} running", status.containers_running);
+    if !status.pools.is_empty() {
+        let ready: Vec<String> = status.pools.iter().map(|pool| format!("{} {}", pool.ready, pool.role)).collect();
+        let _ = writeln!(out, "warm pools:  {} ready", ready.join(", "));
+    }
     if let Some(llm) = &status.llm {
         let providers =
             if llm.providers.is_empty() { String::new() } else { format!(", providers: {}", llm.providers.join(", ")) };

@@ -138,6 +138,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     check_limits(&loaded, config_text.as_deref())?;
     check_disk(&loaded, config_text.as_deref())?;
     check_isolation(&loaded, config_text.as_deref())?;
+    check_pools(&loaded, config_text.as_deref())?;
     check_budgets(&loaded, config_text.as_deref())?;
     check_secrets(&loaded, config_text.as_deref())?;
     check_allowlist(&loaded)?;
@@ -542,6 +543,35 @@ fn check_isolation(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
             choice.as_str()
         ),
     ))
+}
+
+/// `container.pools`: agents and tool containers are pooled, no gateway or MCP server (those
+/// start once, named by configuration), and a floor is not above its ceiling.
+fn check_pools(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    use crate::base::auth::Role;
+    for (role, size) in &loaded.config.container.pools {
+        let keys = ["container", "pools", role.as_str()];
+        let message = if matches!(role, Role::LlmGateway | Role::Gateway | Role::Mcp) {
+            format!(
+                "container.pools.{}: only agents and tool containers are pooled (assistant, worker, researcher, \
+                 coder, memory, heartbeat, tool); gateways and MCP servers start once, as their configuration \
+                 names them; remove the key",
+                role.as_str()
+            )
+        } else if size.floor > size.ceiling {
+            format!(
+                "container.pools.{}: the floor ({}) is above the ceiling ({}); the pool keeps at least floor and at \
+                 most ceiling containers ready",
+                role.as_str(),
+                size.floor,
+                size.ceiling
+            )
+        } else {
+            continue;
+        };
+        return Err(invalid_at(&loaded.sources.config, text, &keys, message));
+    }
+    Ok(())
 }
 
 /// `budgets`: a share of 1-100, no negative limit, overrides of `user:ID` or `group:ID`.

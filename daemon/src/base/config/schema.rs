@@ -207,6 +207,34 @@ pub struct ContainerConfig {
     pub socket: String,
     /// Seconds one engine call may take before the engine counts as hung (degraded mode).
     pub engine_timeout: u64,
+    /// Warm pools per role: containers started ahead of demand, holding nothing of anyone
+    /// until a new session claims one, e.g. `{assistant: {floor: 1, ceiling: 4}}`; a role not
+    /// named gets [`PoolSize::default_for`] it.
+    pub pools: BTreeMap<crate::base::auth::Role, PoolSize>,
+}
+
+/// How many containers of one role a warm pool keeps ready: as many as new sessions claimed in
+/// the last minutes, at least `floor`, at most `ceiling` (and never past the container cap or
+/// the host's free memory).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSize {
+    pub floor: u32,
+    pub ceiling: u32,
+}
+
+impl PoolSize {
+    /// The pool of `role` when `container.pools` does not name it: an Assistant and a Coder
+    /// with its tool container ready for the next new conversation, the others on demand.
+    pub fn default_for(role: crate::base::auth::Role) -> PoolSize {
+        use crate::base::auth::Role;
+        match role {
+            Role::Assistant | Role::Tool => PoolSize { floor: 1, ceiling: 4 },
+            Role::Coder => PoolSize { floor: 1, ceiling: 2 },
+            Role::Worker | Role::Researcher | Role::Memory | Role::Heartbeat => PoolSize { floor: 0, ceiling: 2 },
+            Role::LlmGateway | Role::Mcp | Role::Gateway => PoolSize { floor: 0, ceiling: 0 },
+        }
+    }
 }
 
 impl Default for ContainerConfig {
@@ -222,11 +250,17 @@ impl Default for ContainerConfig {
             binaries_dir: String::new(),
             socket: String::new(),
             engine_timeout: 30,
+            pools: BTreeMap::new(),
         }
     }
 }
 
 impl ContainerConfig {
+    /// The warm pool of `role`: `pools`, else the role's default.
+    pub fn pool_of(&self, role: crate::base::auth::Role) -> PoolSize {
+        self.pools.get(&role).copied().unwrap_or_else(|| PoolSize::default_for(role))
+    }
+
     /// The isolation tier asked for `role`: `isolation`, else the role's default.
     pub fn isolation_of(&self, role: crate::base::auth::Role) -> IsolationChoice {
         self.isolation.get(&role).copied().unwrap_or_else(|| IsolationChoice::default_for(role))

@@ -343,6 +343,16 @@ fn what_would_open_the_sandbox_is_refused_with_its_reason() {
             "3:12",
         ),
         ("container:\n  max_concurrent: 0\n", "container.max_concurrent: 0 would let no container run", "2:3"),
+        (
+            "container:\n  pools:\n    mcp: {floor: 1, ceiling: 1}\n",
+            "container.pools.mcp: only agents and tool containers are pooled",
+            "3:5",
+        ),
+        (
+            "container:\n  pools:\n    coder: {floor: 3, ceiling: 1}\n",
+            "container.pools.coder: the floor (3) is above the ceiling (1)",
+            "3:5",
+        ),
         ("budgets:\n  soft_percent: 0\n", "budgets.soft_percent: 0 is not a share of 1 to 100", "2:3"),
         (
             "budgets:\n  overrides:\n    alice: {monthly_cost: 5}\n",

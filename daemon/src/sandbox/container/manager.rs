@@ -54,6 +54,9 @@ pub enum ContainerError {
     Runtime(#[from] RuntimeError),
     #[error("cannot give the container its daemon socket")]
     Socket(#[source] ListenerError),
+    /// A pooled container could not be bound to the session that claimed it.
+    #[error("cannot hand a pooled container to its session: {0}")]
+    Claim(String),
     #[error("cannot record the container inventory")]
     Inventory(#[source] StateError),
     #[error("cannot keep the container's logs in {}", path.display())]
@@ -406,6 +409,25 @@ impl ContainerManager {
         self.slots.semaphore.available_permits()
     }
 
+    /// The tier a container of `role` would start under now; none without an engine or a tier.
+    pub async fn tier(&self, role: Role) -> Option<Isolation> {
+        let runtime = self.runtime().await.ok()?;
+        self.isolation(&*runtime, role).ok()
+    }
+
+    /// The memory limit of a container of `role`, in bytes.
+    pub fn memory_limit(&self, role: Role) -> u64 {
+        self.policy.resource_limits(role).memory_bytes
+    }
+
+    /// Waits until the pooled container `name` is up: one of its calls waits for its binding.
+    /// False when it has no socket (it was removed).
+    pub async fn pooled_ready(&self, name: &str) -> bool {
+        let Some(endpoint) = self.listeners.container_endpoint(name) else { return false };
+        endpoint.ready().await;
+        true
+    }
+
     /// Problems that make container work fail although the engine answers (image missing,
     /// binaries that do not run in it), as sentences for status.
     pub fn problems(&self) -> Vec<String> {
@@ -626,7 +648,8 @@ impl ContainerManager {
             image: None,
         };
         // No slot: it lives a second, and a doctor filling the slots must count only its own.
-        let (_, _, mut spec) = self.prepare(&request, ContainerKind::Task, false, Isolation::Gvisor).map_err(Err)?;
+        let (_, _, mut spec) =
+            self.prepare(&request, ContainerKind::Task, (false, false), Isolation::Gvisor).map_err(Err)?;
         // Named for what it is: never taken for a session's tool container.
         spec.name = spec.name.replacen("baaaht-tool-", "baaaht-gvisor-probe-", 1);
         let name = spec.name.clone();
@@ -666,27 +689,30 @@ impl ContainerManager {
         cause
     }
 
-    /// A fresh name, the container's own daemon socket when `with_socket`, and its spec.
+    /// A fresh name, the container's own daemon socket when `with_socket` (bound to nobody
+    /// when `pooled`), and its spec.
     fn prepare(
         &self,
         request: &RunRequest,
         kind: ContainerKind,
-        with_socket: bool,
+        (with_socket, pooled): (bool, bool),
         isolation: Isolation,
     ) -> Result<(String, Option<ContainerSocket>, ContainerSpec), ContainerError> {
         let name = format!("baaaht-{}-{}", request.role.as_str(), &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let socket = if with_socket {
-            let identity = ContainerIdentity {
-                name: name.clone(),
-                role: request.role,
-                session_id: request.session_id.clone(),
-                context: request.context.clone(),
-            };
-            Some(self.listeners.add_container(identity).map_err(ContainerError::Socket)?)
-        } else {
-            None
+        let socket = match (with_socket, pooled) {
+            (false, _) => None,
+            (true, true) => Some(self.listeners.add_unbound(&name, request.role).map_err(ContainerError::Socket)?),
+            (true, false) => {
+                let identity = ContainerIdentity {
+                    name: name.clone(),
+                    role: request.role,
+                    session_id: request.session_id.clone(),
+                    context: request.context.clone(),
+                };
+                Some(self.listeners.add_container(identity).map_err(ContainerError::Socket)?)
+            }
         };
-        let spec = self.spec(
+        let mut spec = self.spec(
             request,
             &name,
             kind,
@@ -694,6 +720,11 @@ impl ContainerManager {
             socket.as_ref().map(|s| s.token.as_str()),
             isolation,
         );
+        if pooled {
+            // Nobody's: the inventory says whom it serves once it is claimed.
+            spec.labels.session_id = String::new();
+            spec.labels.context = String::new();
+        }
         Ok((name, socket, spec))
     }
 
@@ -703,7 +734,8 @@ impl ContainerManager {
         let isolation = self.isolation(&*runtime, request.role)?;
         let _slot = self.slots.take(request.role).await?;
         let started = Instant::now();
-        let (name, socket, spec) = self.prepare(&request, ContainerKind::Task, request.daemon_socket, isolation)?;
+        let (name, socket, spec) =
+            self.prepare(&request, ContainerKind::Task, (request.daemon_socket, false), isolation)?;
         let result = self.run_spec(&*runtime, &request, &spec, socket.as_ref().map(|s| s.token_sha256.clone())).await;
         if socket.is_some() {
             self.listeners.remove_container(&name);
@@ -944,32 +976,66 @@ impl ContainerManager {
     /// Starts a long-lived container (e.g. a session's tool runner) with its own daemon socket.
     /// It runs until [`ContainerManager::stop_service`]; after a daemon crash it is adopted.
     pub async fn start_service(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
-        self.start_long_running(request, ContainerKind::Service).await
+        self.start_long_running(request, ContainerKind::Service, false).await.map(|(handle, _)| handle)
     }
 
     /// Starts a long-lived container that is not adopted after a daemon crash (the next daemon
     /// removes it and starts its own), e.g. the LLM gateway. With `request.daemon_socket` it
     /// gets its own daemon socket. Stopped with [`ContainerManager::stop_service`].
     pub async fn start_detached(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
-        self.start_long_running(request, ContainerKind::Task).await
+        self.start_long_running(request, ContainerKind::Task, false).await.map(|(handle, _)| handle)
+    }
+
+    /// Starts a container for a warm pool: `request` with its own daemon socket bound to
+    /// nobody (its `session_id` and `context` are not used), holding no one's files, its calls
+    /// waiting until [`ContainerManager::claim`] binds it. Not adopted after a daemon crash (the
+    /// next daemon removes it) until it is claimed as a service. Also the tier it runs under.
+    pub async fn start_pooled(&self, request: RunRequest) -> Result<(ServiceHandle, Isolation), ContainerError> {
+        self.start_long_running(request, ContainerKind::Task, true).await
+    }
+
+    /// Binds pooled container `name` to `session_id` and `context` (its waiting calls go on as
+    /// theirs; once only), recorded as `kind` (a service is adopted after a crash).
+    pub async fn claim(
+        &self,
+        name: &str,
+        session_id: &str,
+        context: &Context,
+        kind: ContainerKind,
+    ) -> Result<Arc<ContainerIdentity>, ContainerError> {
+        {
+            let mut inventory = self.inventory.lock().await;
+            let entry = inventory.containers.iter_mut().find(|entry| entry.name == name);
+            let Some(entry) = entry else {
+                return Err(ContainerError::Claim(format!(
+                    "container {name} is not in the inventory (it was removed)"
+                )));
+            };
+            entry.session_id = session_id.to_string();
+            entry.context = context.to_string();
+            entry.kind = kind;
+            self.save_inventory(&inventory).await?;
+        }
+        self.listeners.bind(name, session_id, context).map_err(|error| ContainerError::Claim(error.to_string()))
     }
 
     async fn start_long_running(
         &self,
         request: RunRequest,
         kind: ContainerKind,
-    ) -> Result<ServiceHandle, ContainerError> {
+        pooled: bool,
+    ) -> Result<(ServiceHandle, Isolation), ContainerError> {
         let runtime = self.runtime().await?;
         let isolation = self.isolation(&*runtime, request.role)?;
         let slot = self.slots.take(request.role).await?;
-        let with_socket = request.daemon_socket || kind == ContainerKind::Service;
-        let (name, socket, spec) = self.prepare(&request, kind, with_socket, isolation)?;
+        let with_socket = request.daemon_socket || kind == ContainerKind::Service || pooled;
+        let (name, socket, spec) = self.prepare(&request, kind, (with_socket, pooled), isolation)?;
         let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();
         match self.start_with_retry(&*runtime, &spec, token_sha256).await {
-            Ok((id, _attempts, _isolation)) => {
+            Ok((id, _attempts, isolation)) => {
                 self.slots.hold(&name, slot);
-                tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), "service container started");
-                Ok(ServiceHandle { id, name })
+                tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), pooled, "service container started");
+                Ok((ServiceHandle { id, name }, isolation))
             }
             Err(error) => {
                 self.listeners.remove_container(&name);

@@ -1,0 +1,305 @@
+//! Warm pools (spec §19 "pre-warmed containers", §20.1's pool size, eviction and per-role
+//! pools): containers of a role started ahead of demand, so that a new session's first turn
+//! does not wait for one to start.
+//!
+//! A pooled container holds nothing of anyone. It is started with no user's, group's or
+//! session's mount and its own daemon socket bound to nobody: the token in its environment
+//! authenticates its calls, and every call waits, answered by nothing, until a session claims
+//! it and the daemon binds it (`ContainerManager::claim`: the socket's identity, once; the
+//! inventory). What an agent learns of its session it learns from the answer to the call it
+//! made while it waited (RegisterAgent). A container that served a session is never returned
+//! to a pool: it is removed when its session is done with it.
+//!
+//! Each role's pool keeps as many containers ready as new sessions claimed in the last
+//! [`DEMAND_WINDOW`], at least its floor and at most its ceiling (`container.pools`), one
+//! start at a time, and never past the container cap (it leaves [`KEEP_FREE`] slots for work)
+//! or the host's free memory. When a start waits for a slot, a pooled container is the first
+//! to go (`work::slots`). Pooled containers are tasks to the inventory: a daemon that crashed
+//! with a full pool finds them at its next start and removes them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::base::auth::{Context, Role};
+use crate::base::config::PoolSize;
+use crate::base::lifetime::{Subsystem, Work};
+use crate::sandbox::container::manager::{ContainerManager, RunRequest};
+use crate::sandbox::container::{ContainerKind, Isolation};
+
+/// How far back claims count toward a pool's size.
+pub const DEMAND_WINDOW: Duration = Duration::from_secs(300);
+/// Container slots a pool leaves free for work.
+pub const KEEP_FREE: usize = 2;
+/// Memory the host keeps free beyond a pooled container's limit.
+const MEMORY_RESERVE: u64 = 256 << 20;
+/// How long a pooled container may take to come up (its first call waiting).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the pools look again with nothing to wake them.
+const LOOK_EVERY: Duration = Duration::from_secs(5);
+/// The longest a pool waits after its starts failed.
+const MOST_BACKOFF: Duration = Duration::from_secs(60);
+
+/// How a pooled container of a role is started: its request (no session, no context, no
+/// mount of anyone's).
+pub type Starter = Arc<dyn Fn(Role) -> RunRequest + Send + Sync>;
+
+/// A ready container in a pool.
+#[derive(Debug)]
+struct Pooled {
+    name: String,
+    tier: Isolation,
+}
+
+/// One role's pool.
+#[derive(Debug, Default)]
+struct Pool {
+    ready: VecDeque<Pooled>,
+    /// Containers starting for it now.
+    starting: usize,
+    /// When sessions claimed (or asked for) one, within [`DEMAND_WINDOW`].
+    claims: VecDeque<Instant>,
+    /// No start before this (after failures).
+    paused_until: Option<Instant>,
+    failures: u32,
+}
+
+impl Pool {
+    fn demand(&mut self, now: Instant) -> usize {
+        while self.claims.front().is_some_and(|at| now.duration_since(*at) > DEMAND_WINDOW) {
+            self.claims.pop_front();
+        }
+        self.claims.len()
+    }
+}
+
+/// Every role's warm pool.
+pub struct WarmPools {
+    containers: Arc<ContainerManager>,
+    sizes: HashMap<Role, PoolSize>,
+    starters: Mutex<HashMap<Role, Starter>>,
+    pools: Mutex<HashMap<Role, Pool>>,
+    wake: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for WarmPools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmPools").field("sizes", &self.sizes).finish_non_exhaustive()
+    }
+}
+
+impl WarmPools {
+    /// The pools of the roles `sizes` gives a ceiling above 0.
+    pub fn new(containers: Arc<ContainerManager>, sizes: impl IntoIterator<Item = (Role, PoolSize)>) -> WarmPools {
+        let sizes = sizes.into_iter().filter(|(_, size)| size.ceiling > 0).collect();
+        WarmPools {
+            containers,
+            sizes,
+            starters: Mutex::default(),
+            pools: Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// How containers of `role` are started for its pool (its room registers it: agents, tool
+    /// containers). A role without a starter has no pool.
+    pub fn starts(&self, role: Role, starter: Starter) {
+        self.starters.lock().unwrap_or_else(PoisonError::into_inner).insert(role, starter);
+        self.wake.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Role, Pool>> {
+        self.pools.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Containers ready in every pool, by role, for status and benchmarks.
+    pub fn ready(&self) -> Vec<(Role, usize)> {
+        let mut ready: Vec<(Role, usize)> =
+            self.lock().iter().map(|(role, pool)| (*role, pool.ready.len())).filter(|(_, n)| *n > 0).collect();
+        ready.sort();
+        ready
+    }
+
+    /// The names of the containers ready in the pools.
+    pub fn names(&self) -> Vec<String> {
+        self.lock().values().flat_map(|pool| pool.ready.iter().map(|pooled| pooled.name.clone())).collect()
+    }
+
+    /// A ready container of `role` bound to `session_id` and `context` (recorded as `kind`),
+    /// if its pool has one of the tier `role` runs under now; none: start one cold. Counts
+    /// toward the pool's demand either way.
+    pub async fn claim(&self, role: Role, session_id: &str, context: &Context, kind: ContainerKind) -> Option<String> {
+        if !self.sizes.contains_key(&role) {
+            return None;
+        }
+        self.lock().entry(role).or_default().claims.push_back(Instant::now());
+        self.wake.notify_one();
+        let tier = self.containers.tier(role).await?;
+        loop {
+            let pooled = self.lock().get_mut(&role).and_then(|pool| pool.ready.pop_front())?;
+            if pooled.tier != tier {
+                // Started before the tier changed (gVisor stopped or came back): not this one.
+                self.remove(&pooled.name).await;
+                continue;
+            }
+            match self.containers.claim(&pooled.name, session_id, context, kind).await {
+                Ok(_) => {
+                    tracing::info!(container = %pooled.name, role = role.as_str(), session = session_id, "claimed a pooled container");
+                    return Some(pooled.name);
+                }
+                Err(error) => {
+                    tracing::warn!(container = %pooled.name, %error, "cannot claim a pooled container; removing it");
+                    self.remove(&pooled.name).await;
+                }
+            }
+        }
+    }
+
+    /// Removes one pooled container (the one ready the longest) to make room for work; false
+    /// when every pool is empty.
+    pub async fn evict_one(&self) -> bool {
+        let oldest = {
+            let mut pools = self.lock();
+            let role = pools.iter().filter(|(_, pool)| !pool.ready.is_empty()).map(|(role, _)| *role).next();
+            role.and_then(|role| pools.get_mut(&role).and_then(|pool| pool.ready.pop_front()))
+        };
+        let Some(pooled) = oldest else { return false };
+        tracing::info!(container = %pooled.name, "removed a pooled container to make room");
+        self.remove(&pooled.name).await;
+        true
+    }
+
+    async fn remove(&self, name: &str) {
+        if let Err(error) = self.containers.stop_service(name).await {
+            tracing::warn!(container = name, %error, "cannot remove a pooled container");
+        }
+    }
+
+    /// The role whose pool is furthest below its size, if one is and may start one now.
+    fn next_start(&self, now: Instant) -> Option<Role> {
+        let starters = self.starters.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pools = self.lock();
+        let mut wanted: Vec<(usize, Role)> = vec![];
+        for (role, size) in &self.sizes {
+            if !starters.contains_key(role) {
+                continue;
+            }
+            let pool = pools.entry(*role).or_default();
+            if pool.paused_until.is_some_and(|until| now < until) {
+                continue;
+            }
+            let target = pool.demand(now).clamp(size.floor as usize, size.ceiling as usize);
+            let have = pool.ready.len() + pool.starting;
+            if have < target {
+                wanted.push((target - have, *role));
+            }
+        }
+        // The most wanted first; Assistants before the roles they delegate to.
+        wanted.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        wanted.first().map(|(_, role)| *role)
+    }
+
+    /// Whether the host has room for one more container of `role` beside the work it does.
+    fn room_for(&self, role: Role) -> bool {
+        if self.containers.slots_free() <= KEEP_FREE {
+            return false;
+        }
+        memory_available().is_none_or(|free| free >= self.containers.memory_limit(role) + MEMORY_RESERVE)
+    }
+
+    /// Starts one container for `role`'s pool and waits until it is up.
+    async fn fill(&self, role: Role) {
+        let starter = self.starters.lock().unwrap_or_else(PoisonError::into_inner).get(&role).cloned();
+        let Some(starter) = starter else { return };
+        self.lock().entry(role).or_default().starting += 1;
+        let started = self.containers.start_pooled(starter(role)).await;
+        let ready = match started {
+            Ok((handle, tier)) => {
+                let up = tokio::time::timeout(READY_TIMEOUT, self.containers.pooled_ready(&handle.name)).await;
+                if matches!(up, Ok(true)) {
+                    Ok(Pooled { name: handle.name, tier })
+                } else {
+                    self.remove(&handle.name).await;
+                    Err(format!("container {} did not come up within {} s", handle.name, READY_TIMEOUT.as_secs()))
+                }
+            }
+            Err(error) => Err(baaaht_proto::error_chain(&error)),
+        };
+        let mut pools = self.lock();
+        let pool = pools.entry(role).or_default();
+        pool.starting -= 1;
+        match ready {
+            Ok(pooled) => {
+                tracing::debug!(container = %pooled.name, role = role.as_str(), "a pooled container is ready");
+                pool.ready.push_back(pooled);
+                pool.failures = 0;
+                pool.paused_until = None;
+            }
+            Err(why) => {
+                pool.failures += 1;
+                let wait = (Duration::from_secs(5) * 2u32.saturating_pow(pool.failures.min(4))).min(MOST_BACKOFF);
+                pool.paused_until = Some(Instant::now() + wait);
+                tracing::warn!(role = role.as_str(), %why, retry_in_s = wait.as_secs(), "cannot fill a warm pool");
+            }
+        }
+    }
+
+    /// Keeps the pools filled until `cancel`: one start at a time, so a pool never takes both
+    /// cores from the work it is there for.
+    async fn keep_filled(self: Arc<Self>, cancel: CancellationToken) {
+        loop {
+            let next = self.next_start(Instant::now()).filter(|role| self.room_for(*role));
+            match next {
+                Some(role) => tokio::select! {
+                    () = self.fill(role) => {}
+                    () = cancel.cancelled() => return,
+                },
+                None => tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(LOOK_EVERY) => {}
+                    () = cancel.cancelled() => return,
+                },
+            }
+        }
+    }
+}
+
+/// The host's available memory (`MemAvailable`), in bytes; none where it cannot be read.
+fn memory_available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+impl Subsystem for WarmPools {
+    fn name(&self) -> &'static str {
+        "pools"
+    }
+
+    fn run_until(self: Arc<Self>, shutdown: CancellationToken) -> Work {
+        Box::pin(self.keep_filled(shutdown))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_follows_the_claims_of_the_last_minutes_between_floor_and_ceiling() {
+        let mut pool = Pool::default();
+        let now = Instant::now();
+        assert_eq!(pool.demand(now), 0);
+        for _ in 0..3 {
+            pool.claims.push_back(now);
+        }
+        assert_eq!(pool.demand(now), 3);
+        assert_eq!(pool.demand(now + DEMAND_WINDOW + Duration::from_secs(1)), 0, "old claims no longer count");
+        let size = PoolSize { floor: 1, ceiling: 4 };
+        assert_eq!(0usize.clamp(size.floor as usize, size.ceiling as usize), 1);
+        assert_eq!(9usize.clamp(size.floor as usize, size.ceiling as usize), 4);
+    }
+}

@@ -1,0 +1,129 @@
+//! Warm pools on the real binaries and a real engine: a new session's Assistant (and the Coder
+//! it delegates to) comes from a pool, holding nothing of anyone until it is claimed; a
+//! container that served one person never serves another (a file it was left, a process left
+//! running, stay with it); and a daemon that crashes with a full pool leaves no container
+//! behind once it is back.
+
+use std::time::{Duration, Instant};
+
+use baaaht_tests::scenario::{self, coder_brain, message, user, HELLO};
+use baaaht_tests::{docker, DaemonOptions, TestDaemon};
+
+/// Pools of `size` Assistants and `size` Coders, no others.
+fn pools(size: u32) -> DaemonOptions {
+    let pools = format!(
+        r#"{{"assistant":{{"floor":{size},"ceiling":{size}}},"coder":{{"floor":{size},"ceiling":{size}}},"worker":{{"floor":0,"ceiling":0}},"researcher":{{"floor":0,"ceiling":0}},"memory":{{"floor":0,"ceiling":0}},"heartbeat":{{"floor":0,"ceiling":0}},"tool":{{"floor":0,"ceiling":0}}}}"#
+    );
+    DaemonOptions { env: vec![("BAAAHT__CONTAINER__POOLS".into(), pools)], ..DaemonOptions::default() }
+}
+
+/// Waits up to a minute until `daemon`'s pools have `count` ready containers of each of
+/// `roles` (as `baaaht status` says); the names of the pooled ones starting with `prefix`.
+fn pooled(daemon: &TestDaemon, roles: &[&str], count: u64, prefix: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: serde_json::Value = serde_json::from_str(&daemon.cli(&["status", "--json"])).expect("JSON");
+        if roles.iter().all(|role| status["pools"][role].as_u64().unwrap_or(0) >= count) {
+            return daemon.pooled_containers(prefix);
+        }
+        assert!(Instant::now() < deadline, "the pools did not fill within 60 s: {status}\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The session the inventory says container `name` serves.
+fn session_of(daemon: &TestDaemon, name: &str) -> String {
+    let text = std::fs::read_to_string(daemon.data_dir.join("data/state/containers.json")).expect("inventory");
+    let inventory: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    inventory["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|entry| entry["name"] == name)
+        .and_then(|entry| entry["sessionId"].as_str())
+        .unwrap_or("(not in the inventory)")
+        .to_string()
+}
+
+/// One turn of `person`'s (a new session each): the reply's session.
+fn chat(rt: &tokio::runtime::Runtime, daemon: &TestDaemon, person: &str) -> String {
+    rt.block_on(async {
+        let mut client = scenario::host_client(daemon).await.expect("connect");
+        let said = message(user(person), person, "Write hello.sh and run it, please.");
+        let turn = scenario::turn(&mut client, said, Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+        let reply = turn.reply.clone().unwrap_or_else(|| panic!("no reply: {:?}\n{}", turn.error, daemon.log_text()));
+        assert!(reply.content.contains(HELLO), "{reply:?}");
+        turn.session
+    })
+}
+
+#[test]
+fn a_new_session_claims_pooled_agents_that_held_nothing_and_never_go_back() {
+    let rt = baaaht_tests::runtime();
+    let (_fake, daemon) = scenario::start(&rt, coder_brain(), pools(1)).expect("fake provider and daemon");
+    let assistant = pooled(&daemon, &["assistant", "coder"], 1, "baaaht-assistant-").remove(0);
+    let coder = daemon.pooled_containers("baaaht-coder-").remove(0);
+
+    // Nobody's: no session or context in its labels, nothing mounted but the agent binary and
+    // its own socket folder, nothing in its environment but how to reach the daemon.
+    let inspect = docker(&["inspect", &assistant]).expect("inspect");
+    let inspect: serde_json::Value = serde_json::from_str(&inspect).expect("JSON");
+    let labels = &inspect[0]["Config"]["Labels"];
+    assert_eq!((labels["baaaht.session"].as_str(), labels["baaaht.context"].as_str()), (Some(""), Some("")));
+    let mounts: Vec<&str> =
+        inspect[0]["Mounts"].as_array().expect("mounts").iter().filter_map(|m| m["Destination"].as_str()).collect();
+    assert!(
+        mounts.iter().all(|at| at.starts_with("/opt/baaaht") || at.starts_with("/run/baaaht")),
+        "a pooled agent mounts nothing of anyone's: {mounts:?}"
+    );
+    let env: Vec<&str> =
+        inspect[0]["Config"]["Env"].as_array().expect("env").iter().filter_map(|e| e.as_str()).collect();
+    assert!(
+        env.iter().all(|pair| ["PATH=", "BAAAHT_CONTAINER_TOKEN=", "BAAAHT_SOCKET=", "LD_PRELOAD=", "HOME=", "LANG="]
+            .iter()
+            .any(|known| pair.starts_with(known))),
+        "{env:?}"
+    );
+
+    let alices = chat(&rt, &daemon, "alice");
+    assert_eq!(session_of(&daemon, &assistant), alices, "alice's Assistant came from the pool");
+    assert_eq!(session_of(&daemon, &coder), alices, "and so did her Coder");
+    // What alice's container was left stays in it.
+    docker(&["exec", &assistant, "sh", "-c", "echo secret > /tmp/alices; (sleep 600 &)"]).expect("exec");
+
+    // The pools fill again, with new containers: alice's never goes back.
+    let next = pooled(&daemon, &["assistant", "coder"], 1, "baaaht-assistant-").remove(0);
+    assert_ne!(next, assistant);
+    let bobs = chat(&rt, &daemon, "bob");
+    assert_eq!(session_of(&daemon, &next), bobs, "bob's Assistant came from the pool");
+    assert_eq!(session_of(&daemon, &assistant), alices, "alice's container still serves alice only");
+    let seen = docker(&["exec", &next, "sh", "-c", "cat /tmp/alices 2>&1; ps -eo args"]).expect("exec");
+    assert!(!seen.contains("secret") && !seen.contains("sleep 600"), "{seen}");
+    assert!(!daemon.pooled_containers("baaaht-").contains(&assistant));
+}
+
+#[test]
+fn a_daemon_that_crashes_with_a_full_pool_leaves_no_container_behind() {
+    let mut daemon = TestDaemon::start(pools(2)).expect("daemon");
+    let full = pooled(&daemon, &["assistant", "coder"], 2, "baaaht-");
+    let owner = baaaht_daemon::sandbox::container::manager::owner_id(&baaaht_daemon::base::datadir::DataDir::new(
+        &daemon.data_dir,
+    ));
+    daemon.crash().expect("kill -9");
+    // Back without pools: what the crashed daemon pooled is removed, nothing takes its place.
+    let back = TestDaemon::start(DaemonOptions { data_dir: Some(daemon.data_dir.clone()), ..DaemonOptions::default() })
+        .expect("restarts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for name in &full {
+        while docker(&["ps", "-aq", "--filter", &format!("name=^{name}$")]).is_ok_and(|ids| !ids.trim().is_empty()) {
+            assert!(Instant::now() < deadline, "{name} was left behind:\n{}", back.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    back.stop().expect("stops");
+    let left = docker(&["ps", "-a", "--filter", &format!("label=baaaht.owner={owner}"), "--format", "{{.Names}}"])
+        .expect("docker ps");
+    assert!(left.trim().is_empty(), "left behind: {left}");
+}
