@@ -238,6 +238,10 @@ pub(super) async fn run_task(orchestrator: &Arc<Orchestrator>, task: &Task) -> (
     let Some(_places) = orchestrator.turns.admit_agent(&work.cancel).await else {
         return (format!("the {}'s work was cancelled", task.role), true, started.elapsed());
     };
+    if task.role == Role::Coder {
+        // Its tool container starts beside it: the Coder's first call does not wait for one.
+        super::prewarm_tools(orchestrator, &task.live.session, &task.live.context, true);
+    }
     let (result, is_error) = match orchestrator.agents.run(work).await {
         Ok(answer) => (answer.content, answer.is_error),
         Err(error) => (format!("the {} could not finish: {error}", task.role), true),

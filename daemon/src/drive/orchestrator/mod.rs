@@ -271,7 +271,11 @@ impl Turns {
             return;
         }
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
-        let so_far = written.entry(turn.to_string()).or_default();
+        // Looked up before it is made: no key is allocated per token.
+        if !written.contains_key(turn) {
+            written.insert(turn.to_string(), String::new());
+        }
+        let Some(so_far) = written.get_mut(turn) else { return };
         let room = MAX_WRITTEN.saturating_sub(so_far.len());
         let mut cut = text.len().min(room);
         while !text.is_char_boundary(cut) {
@@ -553,17 +557,23 @@ pub fn sender_name(orchestrator: &Orchestrator, sender: &str) -> String {
 /// in the background, when the turn of a message in a session new or resumed is admitted: one
 /// that is being written in usually delegates soon.
 pub fn prewarm(orchestrator: &Arc<Orchestrator>, record: &SessionRecord) {
+    prewarm_tools(orchestrator, &record.id, &record.context(), false);
+}
+
+/// Starts `session`'s tool container (a Coder's with `coder`) in the background, where tools
+/// are warm and half the container slots are free (a guess is not worth a slot the turns' own
+/// agents may need).
+pub(super) fn prewarm_tools(orchestrator: &Arc<Orchestrator>, session: &str, context: &Context, coder: bool) {
     if orchestrator.loaded.config.tools.mode != crate::base::config::ToolMode::Warm {
         return;
     }
-    // A guess is not worth a slot the turns' own agents may need: only where half are free.
     if orchestrator.containers.slots_free() * 2 < orchestrator.loaded.config.container.max_concurrent as usize {
         return;
     }
-    let (session, context) = (record.id.clone(), record.context());
+    let (session, context) = (session.to_string(), context.clone());
     let warming = orchestrator.clone();
     orchestrator.lifetime.spawn(async move {
-        if let Err(error) = warming.tools.prewarm(&session, &context).await {
+        if let Err(error) = warming.tools.prewarm(&session, &context, coder).await {
             tracing::warn!(session, error = %baaaht_proto::error_chain(&error), "cannot pre-warm the tool container");
         }
     });

@@ -83,6 +83,16 @@ fn worded(error: ToolsError) -> ToolsError {
     error
 }
 
+/// The key of `session`'s tool container: a Coder's (with the project mounts) is its own, the
+/// others never see them.
+fn key(session: &str, coder: bool) -> String {
+    if coder {
+        format!("{session}/coder")
+    } else {
+        session.to_string()
+    }
+}
+
 /// Each skill's script folder of `mounts` and its inode: a skill replaced in place (a new folder
 /// under the old name) is told apart from the one a container mounts.
 fn skills_found(mounts: &[MountSpec]) -> Vec<(PathBuf, u64)> {
@@ -477,9 +487,13 @@ impl Runners {
     /// Runs one call in the session's tool container, starting (or restarting) it if needed.
     pub async fn call(&self, call: Call<'_>) -> Result<ToolAnswer, ToolsError> {
         let (session, context, coder) = (call.session, call.context, call.coder);
-        // A Coder's container (with the project mounts) is its own: the others never see them.
-        let key = if coder { format!("{session}/coder") } else { session.to_string() };
-        let slot = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();
+        let slot = self
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key(session, coder))
+            .or_default()
+            .clone();
         let mut runner = slot.lock().await;
         if runner.as_ref().is_some_and(|r| r.context != *context) {
             tracing::warn!(session, context = %context, "a call for a session whose tool container is another context's; refused");
@@ -509,9 +523,10 @@ impl Runners {
         response
     }
 
-    /// Starts `session`'s tool container ahead of its first call, unless it has one, or no
-    /// container slot is free now (a guess never waits in line before the work that needs one).
-    pub async fn prewarm(&self, session: &str, context: &Context) -> Result<(), ToolsError> {
+    /// Starts `session`'s tool container (a Coder's with `coder`) ahead of its first call,
+    /// unless it has one, or no container slot is free now (a guess never waits in line before
+    /// the work that needs one).
+    pub async fn prewarm(&self, session: &str, context: &Context, coder: bool) -> Result<(), ToolsError> {
         if self.containers.slots_free() == 0 {
             return Ok(());
         }
@@ -519,7 +534,7 @@ impl Runners {
             .sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .entry(session.to_string())
+            .entry(key(session, coder))
             .or_default()
             .clone();
         let mut runner = slot.lock().await;
@@ -529,7 +544,7 @@ impl Runners {
         if let Some(gone) = runner.take() {
             self.remove(session, &gone.container, "the old tool container").await;
         }
-        *runner = Some(self.start(session, context, false, false).await?);
+        *runner = Some(self.start(session, context, coder, false).await?);
         Ok(())
     }
 
@@ -640,7 +655,7 @@ impl Runners {
     pub async fn release(&self, session: &str) {
         let slots: Vec<Arc<tokio::sync::Mutex<Option<Runner>>>> = {
             let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-            [session.to_string(), format!("{session}/coder")].iter().filter_map(|key| sessions.remove(key)).collect()
+            [key(session, false), key(session, true)].iter().filter_map(|key| sessions.remove(key)).collect()
         };
         for slot in slots {
             if let Some(runner) = slot.lock().await.take() {
