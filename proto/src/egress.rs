@@ -179,10 +179,14 @@ pub struct ByteSender {
 }
 
 impl ByteSender {
-    /// Queues `bytes`; false when the reader is gone or `most` bytes would be waiting.
+    /// Queues `bytes`; false when the reader is gone or `most` bytes would be waiting. An empty
+    /// chunk carries nothing and is not queued (a flood of them would cost memory for free).
     pub fn try_send(&self, bytes: Vec<u8>) -> bool {
         use std::sync::atomic::Ordering;
         let n = bytes.len();
+        if n == 0 {
+            return !self.sender.is_closed();
+        }
         if self.waiting.fetch_add(n, Ordering::Relaxed) + n > self.most || self.sender.send(bytes).is_err() {
             self.waiting.fetch_sub(n, Ordering::Relaxed);
             return false;

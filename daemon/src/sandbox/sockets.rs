@@ -98,8 +98,9 @@ pub struct ContainerEndpoint {
     pub name: String,
     pub role: auth::Role,
     identity: tokio::sync::watch::Sender<Option<Arc<ContainerIdentity>>>,
-    /// Whether a call waits for the binding (a pooled container that is up and ready).
-    asked: tokio::sync::watch::Sender<bool>,
+    /// How many calls wait for the binding now (a pooled container that is up and ready has
+    /// one; its process gone, none).
+    asked: tokio::sync::watch::Sender<usize>,
     token_sha256: String,
     revoked: std::sync::atomic::AtomicBool,
 }
@@ -131,7 +132,9 @@ impl ContainerEndpoint {
         if let Some(identity) = watching.borrow_and_update().clone() {
             return identity;
         }
-        self.asked.send_replace(true);
+        self.asked.send_modify(|waiting| *waiting += 1);
+        // Counted off when the call ends, bound or not (its connection gone with its process).
+        let _waiting = Waiting(&self.asked);
         loop {
             if let Some(identity) = watching.borrow_and_update().clone() {
                 return identity;
@@ -169,7 +172,21 @@ impl ContainerEndpoint {
     pub async fn ready(&self) {
         let mut asked = self.asked.subscribe();
         // silent-ok: the sender lives as long as `self`.
-        let _ = asked.wait_for(|asked| *asked).await;
+        let _ = asked.wait_for(|waiting| *waiting > 0).await;
+    }
+
+    /// Whether a call of the container waits for its binding now.
+    pub fn waiting(&self) -> bool {
+        *self.asked.borrow() > 0
+    }
+}
+
+/// A call waiting for its container's binding, counted while it waits.
+struct Waiting<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|waiting| *waiting = waiting.saturating_sub(1));
     }
 }
 
@@ -460,7 +477,7 @@ impl ListenerSet {
             name: name.clone(),
             role,
             identity: tokio::sync::watch::channel(identity.map(Arc::new)).0,
-            asked: tokio::sync::watch::channel(false).0,
+            asked: tokio::sync::watch::channel(0).0,
             token_sha256: token_sha256.clone(),
             revoked: std::sync::atomic::AtomicBool::new(false),
         });

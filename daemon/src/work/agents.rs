@@ -23,6 +23,8 @@ use crate::work::warm::WarmPools;
 
 /// How long a new agent may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a claimed pooled agent, connected already, may take to take turns.
+const CLAIMED_CONNECT: Duration = Duration::from_secs(5);
 /// How long a delegated agent's container waits for another task of its session.
 pub const KEEP_WARM: Duration = Duration::from_secs(60);
 
@@ -205,10 +207,17 @@ impl AgentPool {
     async fn start(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
         let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
-        let name = match self.warm.claim(role, session, context, ContainerKind::Task).await {
-            Some(name) => name,
-            None => self.start_cold(session, context, role).await?,
-        };
+        if let Some(name) = self.warm.claim(role, session, context, ContainerKind::Task).await {
+            // It waits connected: it takes turns at once, or it went away meanwhile.
+            let deadline = tokio::time::Instant::now() + CLAIMED_CONNECT;
+            if self.connected.wait_for(&mut changes, &name, deadline).await {
+                tracing::info!(session, role = role.as_str(), container = %name, "agent ready");
+                return Ok(name);
+            }
+            tracing::warn!(container = %name, "a claimed pooled agent did not take turns; starting one");
+            self.remove(&name).await;
+        }
+        let name = self.start_cold(session, context, role).await?;
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         if !self.connected.wait_for(&mut changes, &name, deadline).await {
             tracing::warn!(container = %name, "the agent did not connect; removing its container");

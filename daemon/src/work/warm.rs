@@ -139,9 +139,15 @@ impl WarmPools {
         let tier = self.containers.tier(role).await?;
         loop {
             let pooled = self.lock().get_mut(&role).and_then(|pool| pool.ready.pop_front())?;
-            if pooled.tier != tier {
-                // Started before the tier changed (gVisor stopped or came back): not this one.
-                self.remove(&pooled.name).await;
+            // Started before the tier changed (gVisor stopped or came back), or its process
+            // gone: not this one, and it goes in the background.
+            if pooled.tier != tier || !self.containers.pooled_waiting(&pooled.name) {
+                let containers = self.containers.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = containers.stop_service(&pooled.name).await {
+                        tracing::warn!(container = %pooled.name, %error, "cannot remove a pooled container");
+                    }
+                });
                 continue;
             }
             match self.containers.claim(&pooled.name, session_id, context, kind).await {
@@ -157,12 +163,12 @@ impl WarmPools {
         }
     }
 
-    /// Removes one pooled container (the one ready the longest) to make room for work; false
-    /// when every pool is empty.
+    /// Removes one pooled container (of the pool with the most ready) to make room for work;
+    /// false when every pool is empty.
     pub async fn evict_one(&self) -> bool {
         let oldest = {
             let mut pools = self.lock();
-            let role = pools.iter().filter(|(_, pool)| !pool.ready.is_empty()).map(|(role, _)| *role).next();
+            let role = pools.iter().max_by_key(|(_, pool)| pool.ready.len()).map(|(role, _)| *role);
             role.and_then(|role| pools.get_mut(&role).and_then(|pool| pool.ready.pop_front()))
         };
         let Some(pooled) = oldest else { return false };

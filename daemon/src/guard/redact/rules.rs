@@ -195,13 +195,14 @@ fn go_to_rust(pattern: &str) -> String {
                 ('W', true) => "[:^word:]",
                 ('d', true) => "[:digit:]",
                 ('D', true) => "[:^digit:]",
-                ('s', true) => "\\t\\n\\x0C\\r ",
+                ('s', true) => "\\t\\n\\x0C\\r\\x20",
+                ('S', true) => "[^\\t\\n\\x0C\\r\\x20]",
                 ('w', false) => "[[:word:]]",
                 ('W', false) => "[^[:word:]]",
                 ('d', false) => "[[:digit:]]",
                 ('D', false) => "[^[:digit:]]",
-                ('s', false) => "[\\t\\n\\x0C\\r ]",
-                ('S', false) => "[^\\t\\n\\x0C\\r ]",
+                ('s', false) => "[\\t\\n\\x0C\\r\\x20]",
+                ('S', false) => "[^\\t\\n\\x0C\\r\\x20]",
                 ('b', false) => "(?-u:\\b)",
                 ('B', false) => "(?-u:\\B)",
                 _ => {
@@ -437,7 +438,10 @@ mod tests {
 
     #[test]
     fn classes_are_ascii_as_in_go() {
-        assert_eq!(go_to_rust(r"\b[\w.-]{8}\s\d\S"), r"(?-u:\b)[[:word:].-]{8}[\t\n\x0C\r ][[:digit:]][^\t\n\x0C\r ]");
+        assert_eq!(
+            go_to_rust(r"\b[\w.-]{8}\s\d\S[\s\S]"),
+            r"(?-u:\b)[[:word:].-]{8}[\t\n\x0C\r\x20][[:digit:]][^\t\n\x0C\r\x20][\t\n\x0C\r\x20[^\t\n\x0C\r\x20]]"
+        );
         let rules = Rules::extra(&[("word".into(), r"\bk\w+\b".into())]).expect("compiles");
         let mut found = vec![];
         rules.find("é kéy key1 ", &mut found);

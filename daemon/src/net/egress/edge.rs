@@ -152,17 +152,13 @@ impl Between for Crossing {
         tracker: &tokio_util::task::TaskTracker,
     ) -> Taken {
         let (near, edge_side) = tokio::io::duplex(BETWEEN_BUFFER);
-        let failed = tokio_util::sync::CancellationToken::new();
+        let (verdict, clean) = tokio::sync::oneshot::channel();
         let carried = self.clone().carry(edge_side, far, (host.to_string(), port));
-        let failing = failed.clone();
         tracker.spawn(async move {
-            // Said before the edge's side is dropped (it is, as `carry` returns): the relay reads
-            // the end after this.
-            if !carried.await {
-                failing.cancel();
-            }
+            // silent-ok: the relay may have gone first.
+            let _ = verdict.send(carried.await);
         });
-        Taken { near, failed }
+        Taken { near, clean }
     }
 }
 
@@ -919,7 +915,7 @@ mod tests {
     async fn through_ended(crossing: &Crossing, port: u16, pieces: &[&[u8]]) -> (String, bool) {
         let far = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
         let tracker = tokio_util::task::TaskTracker::new();
-        let Taken { mut near, failed } = crossing.take("127.0.0.1", port, far, &tracker).await;
+        let Taken { mut near, clean } = crossing.take("127.0.0.1", port, far, &tracker).await;
         for piece in pieces {
             near.write_all(piece).await.expect("send");
         }
@@ -929,7 +925,7 @@ mod tests {
             .await
             .expect("an answer within 10 s")
             .expect("read");
-        (String::from_utf8_lossy(&got).into_owned(), failed.is_cancelled())
+        (String::from_utf8_lossy(&got).into_owned(), !clean.await.unwrap_or(false))
     }
 
     #[tokio::test]

@@ -80,13 +80,16 @@ pub trait Between: Send + Sync + 'static {
     async fn take(&self, host: &str, port: u16, far: tokio::net::TcpStream, tracker: &TaskTracker) -> Taken;
 }
 
-/// The container's side of a connection the edge carries, and what says the edge gave it up (a
-/// far end that failed, a refusal) before its side ended: the container's client then gets a
-/// reset, not the clean end of a shorter answer.
+/// The container's side of a connection the edge carries, and how the edge ended it: cleanly,
+/// or given up (a far end that failed, a refusal) — the container's client then gets a reset,
+/// not the clean end of a shorter answer. The verdict comes as the edge's side ends.
 pub struct Taken {
     pub near: tokio::io::DuplexStream,
-    pub failed: CancellationToken,
+    pub clean: tokio::sync::oneshot::Receiver<bool>,
 }
+
+/// How long the relay waits, at the end of a connection, for the edge to say how it ended.
+const VERDICT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether a connection may be made, and who said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,7 +368,7 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
         let record = record.detail("allowed_by", by.as_str());
         let (sent, received_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         // The edge carries the connection.
-        let Taken { near, failed } = self.edge.take(&host, port, stream, &self.tracker).await;
+        let Taken { near, mut clean } = self.edge.take(&host, port, stream, &self.tracker).await;
         let far: Box<dyn Far> = Box::new(near);
         let (mut reader, mut writer) = tokio::io::split(far);
         if !self.send(TunnelDown::Opened { id, refused: String::new() }).await {
@@ -373,6 +376,7 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
             return self.audit_end(record, &sent, &received_bytes);
         }
         let (writing, counted, down) = (closed.clone(), sent.clone(), self.down.clone());
+        let (tunnels, what) = (self.tunnels.clone(), self.what.clone());
         self.tracker.spawn(async move {
             let mut acks = Acks::default();
             loop {
@@ -383,9 +387,18 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
                 // None: the container has no more; the far end reads the end.
                 let Some(bytes) = bytes else { break };
                 counted.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                tokio::select! {
-                    written = writer.write_all(&bytes) => if written.is_err() { return },
+                let written = tokio::select! {
+                    written = writer.write_all(&bytes) => written.is_ok(),
                     () = writing.cancelled() => return,
+                };
+                if !written {
+                    // The far end stopped taking what the container sends (it answered early and
+                    // closed): the tunnel ends both ways, or the container would wait for room.
+                    tracing::debug!(what = %what, id, "the far end stopped reading; the tunnel ends");
+                    tunnels.end(id, generation);
+                    // silent-ok: the container's stream may be gone too.
+                    let _ = down.send(D::from(TunnelDown::Close { id, write_only: false })).await;
+                    return;
                 }
                 if let Some(n) = acks.wrote(bytes.len(), !received.is_empty()) {
                     if down.send(D::from(TunnelDown::Ack { id, bytes: n })).await.is_err() {
@@ -406,7 +419,7 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
                     reader.read(&mut buffer).await
                 } => match read {
                     // The far end's clean end, unless the edge gave the connection up.
-                    Ok(0) => break !failed.is_cancelled(),
+                    Ok(0) => break matches!(tokio::time::timeout(VERDICT_WAIT, &mut clean).await, Ok(Ok(true))),
                     Err(_) => break false,
                     Ok(n) => n,
                 },

@@ -409,10 +409,16 @@ impl ContainerManager {
         self.slots.semaphore.available_permits()
     }
 
-    /// The tier a container of `role` would start under now; none without an engine or a tier.
+    /// The tier a container of `role` gets now, without using up gVisor's retry (a pooled
+    /// container of another tier is not claimed); none without an engine or a tier.
     pub async fn tier(&self, role: Role) -> Option<Isolation> {
         let runtime = self.runtime().await.ok()?;
-        self.isolation(&*runtime, role).ok()
+        let asked = self.policy.container_config().isolation_of(role);
+        let tier = Isolation::resolve(asked, runtime.engine()).ok()?;
+        if tier == Isolation::Gvisor && self.gvisor.down().is_some() {
+            return (asked == crate::base::config::IsolationChoice::Auto).then_some(Isolation::Runc);
+        }
+        Some(tier)
     }
 
     /// The memory limit of a container of `role`, in bytes.
@@ -426,6 +432,12 @@ impl ContainerManager {
         let Some(endpoint) = self.listeners.container_endpoint(name) else { return false };
         endpoint.ready().await;
         true
+    }
+
+    /// Whether a call of the pooled container `name` waits for its binding now (its process is
+    /// alive and connected).
+    pub fn pooled_waiting(&self, name: &str) -> bool {
+        self.listeners.container_endpoint(name).is_some_and(|endpoint| endpoint.waiting())
     }
 
     /// Problems that make container work fail although the engine answers (image missing,
