@@ -311,6 +311,11 @@ impl TestDaemon {
 
     /// Names of the containers this daemon's inventory records (`data/state/containers.json`).
     pub fn recorded_containers(&self) -> Vec<String> {
+        self.inventory_names(|_| true)
+    }
+
+    /// Names of the inventory's entries `keep` keeps.
+    fn inventory_names(&self, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
         let path = self.data_dir.join("data/state/containers.json");
         let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
         let Ok(inventory) = serde_json::from_str::<serde_json::Value>(&text) else { return vec![] };
@@ -318,6 +323,7 @@ impl TestDaemon {
             .as_array()
             .into_iter()
             .flatten()
+            .filter(|entry| keep(entry))
             .filter_map(|entry| entry["name"].as_str().map(str::to_string))
             .collect()
     }
@@ -325,16 +331,10 @@ impl TestDaemon {
     /// Names of the containers the inventory records as pooled (bound to no session yet) whose
     /// names start with `prefix`, e.g. `baaaht-assistant-`.
     pub fn pooled_containers(&self, prefix: &str) -> Vec<String> {
-        let path = self.data_dir.join("data/state/containers.json");
-        let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
-        let Ok(inventory) = serde_json::from_str::<serde_json::Value>(&text) else { return vec![] };
-        inventory["containers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|entry| entry["sessionId"].as_str() == Some(""))
-            .filter_map(|entry| entry["name"].as_str().filter(|name| name.starts_with(prefix)).map(str::to_string))
-            .collect()
+        self.inventory_names(|entry| {
+            entry["sessionId"].as_str() == Some("")
+                && entry["name"].as_str().is_some_and(|name| name.starts_with(prefix))
+        })
     }
 
     /// Waits up to `limit` for a running self-test container of this daemon (`baaaht doctor`)

@@ -484,16 +484,15 @@ impl Runners {
         result
     }
 
+    /// The lock on `session`'s tool container (a Coder's with `coder`).
+    fn slot(&self, session: &str, coder: bool) -> Arc<tokio::sync::Mutex<Option<Runner>>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key(session, coder)).or_default().clone()
+    }
+
     /// Runs one call in the session's tool container, starting (or restarting) it if needed.
     pub async fn call(&self, call: Call<'_>) -> Result<ToolAnswer, ToolsError> {
         let (session, context, coder) = (call.session, call.context, call.coder);
-        let slot = self
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(key(session, coder))
-            .or_default()
-            .clone();
+        let slot = self.slot(session, coder);
         let mut runner = slot.lock().await;
         if runner.as_ref().is_some_and(|r| r.context != *context) {
             tracing::warn!(session, context = %context, "a call for a session whose tool container is another context's; refused");
@@ -530,13 +529,7 @@ impl Runners {
         if self.containers.slots_free() == 0 {
             return Ok(());
         }
-        let slot = self
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(key(session, coder))
-            .or_default()
-            .clone();
+        let slot = self.slot(session, coder);
         let mut runner = slot.lock().await;
         if runner.as_ref().is_some_and(|current| self.connected.contains(&current.container)) {
             return Ok(());
