@@ -223,56 +223,38 @@ impl ByteReceiver {
 /// stream, and never makes a buffer between grow past the window.
 #[derive(Debug)]
 pub struct Window {
-    in_flight: std::sync::atomic::AtomicUsize,
+    in_flight: tokio::sync::watch::Sender<usize>,
     most: usize,
-    freed: tokio::sync::Notify,
 }
 
 impl Window {
     pub fn new(most: usize) -> Arc<Window> {
-        Arc::new(Window { in_flight: 0.into(), most, freed: tokio::sync::Notify::new() })
+        Arc::new(Window { in_flight: tokio::sync::watch::channel(0).0, most })
     }
 
     /// Waits until `n` more bytes fit in the window (the one sender then reads at most `n`).
     pub async fn room(&self, n: usize) {
-        use std::sync::atomic::Ordering;
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if self.in_flight.load(Ordering::Acquire) + n <= self.most {
-                return;
-            }
-            freed.await;
-        }
+        let most = self.most;
+        // silent-ok: the sender is `self`, alive while this waits.
+        let _ = self.in_flight.subscribe().wait_for(|in_flight| in_flight + n <= most).await;
     }
 
     /// `n` bytes sent.
     pub fn spend(&self, n: usize) {
-        self.in_flight.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+        self.in_flight.send_modify(|in_flight| *in_flight += n);
     }
 
     /// `n` bytes written on by the other side (more than are in flight counts as all of them:
     /// the other side is not trusted to count).
     pub fn acked(&self, n: u64) {
-        use std::sync::atomic::Ordering;
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        // silent-ok: the closure never refuses.
-        let _ = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| Some(now.saturating_sub(n)));
-        self.freed.notify_waiters();
+        self.in_flight.send_modify(|in_flight| *in_flight = in_flight.saturating_sub(n));
     }
 
     /// Waits until every byte sent has been written on by the other side.
     pub async fn drained(&self) {
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if self.in_flight.load(std::sync::atomic::Ordering::Acquire) == 0 {
-                return;
-            }
-            freed.await;
-        }
+        // silent-ok: the sender is `self`, alive while this waits.
+        let _ = self.in_flight.subscribe().wait_for(|in_flight| *in_flight == 0).await;
     }
 }
 
