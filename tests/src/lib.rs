@@ -508,8 +508,7 @@ pub fn daemon_environment(command: &mut Command, data_dir: &Path, notify: &Path,
         .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
 }
 
-/// `container.pools` with every pool empty.
-pub const NO_POOLS: &str = r#"{"assistant":{"floor":0,"ceiling":0},"worker":{"floor":0,"ceiling":0},"researcher":{"floor":0,"ceiling":0},"coder":{"floor":0,"ceiling":0},"memory":{"floor":0,"ceiling":0},"heartbeat":{"floor":0,"ceiling":0},"tool":{"floor":0,"ceiling":0}}"#;
+pub use baaaht_daemon::base::config::NO_POOLS;
 
 /// The runtime the tests and benchmarks drive their async clients and servers with: two
 /// workers, so a server keeps answering while the test thread blocks.

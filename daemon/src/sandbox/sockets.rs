@@ -469,10 +469,6 @@ impl ListenerSet {
             return Err(ListenerError::Exists(name));
         }
         let listener = create_container_socket(&folder, &path, reuse_folder)?;
-        let principal = match &identity {
-            Some(identity) => format!("container:{role}:{name} ({})", identity.context),
-            None => format!("container:{role}:{name} (pooled)"),
-        };
         let endpoint = Arc::new(ContainerEndpoint {
             name: name.clone(),
             role,
@@ -483,6 +479,15 @@ impl ListenerSet {
         });
         let cancel = self.cancel.child_token();
         let span = tracing::info_span!(parent: None, "accept", socket = "container", container = %name);
+        // Named as the audit finds it when a cap is reached: a pooled container by the
+        // session that claimed it, once one has.
+        let principal: Principal = {
+            let endpoint = endpoint.clone();
+            Arc::new(move || match endpoint.identity.borrow().as_ref() {
+                Some(identity) => format!("container:{}:{} ({})", endpoint.role, endpoint.name, identity.context),
+                None => format!("container:{}:{} (pooled)", endpoint.role, endpoint.name),
+            })
+        };
         let caps = self.caps(self.limits.per_container, principal);
         self.tracker.spawn(
             accept_loop(
@@ -531,7 +536,8 @@ impl ListenerSet {
         });
         let cancel = self.cancel.child_token();
         let span = tracing::info_span!(parent: None, "accept", socket = "gateway", gateway = %name);
-        let caps = self.caps(self.limits.per_gateway, format!("gateway:{name}"));
+        let principal = format!("gateway:{name}");
+        let caps = self.caps(self.limits.per_gateway, Arc::new(move || principal.clone()));
         self.tracker.spawn(
             accept_loop(
                 listener,
@@ -611,7 +617,7 @@ impl ListenerSet {
 }
 
 impl ListenerSet {
-    fn caps(&self, own: usize, principal: String) -> Caps {
+    fn caps(&self, own: usize, principal: Principal) -> Caps {
         Caps {
             own: Arc::new(Semaphore::new(own)),
             shared: self.shared_places.clone(),
@@ -622,12 +628,15 @@ impl ListenerSet {
     }
 }
 
+/// Who a socket serves, as the audit log names them (asked when it is needed).
+type Principal = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// The caps of one container's or gateway's socket.
 struct Caps {
     own: Arc<Semaphore>,
     shared: Arc<Semaphore>,
     /// As the audit log names who is at a cap.
-    principal: String,
+    principal: Principal,
     audit: Audit,
     probation: Duration,
 }
@@ -645,8 +654,9 @@ impl Caps {
             Err(_) => {
                 if last_told.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
                     *last_told = Some(Instant::now());
-                    tracing::warn!(principal = %self.principal, cap = which, "a socket is at its connection cap; more connections wait");
-                    let record = Record::new(Kind::Limit, self.principal.as_str(), "refused")
+                    let principal = (self.principal)();
+                    tracing::warn!(%principal, cap = which, "a socket is at its connection cap; more connections wait");
+                    let record = Record::new(Kind::Limit, principal.as_str(), "refused")
                         .detail("limit", format!("connections ({which})"));
                     self.audit.record(record);
                 }

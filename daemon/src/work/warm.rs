@@ -81,7 +81,32 @@ pub struct WarmPools {
     sizes: HashMap<Role, PoolSize>,
     starters: Mutex<HashMap<Role, Starter>>,
     pools: Mutex<HashMap<Role, Pool>>,
+    /// Pooled containers to remove: stale ones a claim passed over, one whose claim failed or
+    /// was dropped half-way, one whose removal failed (the engine away). The fill loop removes
+    /// them, so a claim never waits on a removal.
+    discard: Mutex<Vec<String>>,
     wake: tokio::sync::Notify,
+}
+
+/// A pooled container taken out of its pool for a claim: discarded when dropped, unless the
+/// claim succeeded and kept it.
+struct Taken<'a> {
+    pools: &'a WarmPools,
+    name: Option<String>,
+}
+
+impl Taken<'_> {
+    fn keep(mut self) -> String {
+        self.name.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take() {
+            self.pools.discard(name);
+        }
+    }
 }
 
 impl std::fmt::Debug for WarmPools {
@@ -99,6 +124,7 @@ impl WarmPools {
             sizes,
             starters: Mutex::default(),
             pools: Mutex::default(),
+            discard: Mutex::default(),
             wake: tokio::sync::Notify::new(),
         }
     }
@@ -139,26 +165,39 @@ impl WarmPools {
         let tier = self.containers.tier(role).await?;
         loop {
             let pooled = self.lock().get_mut(&role).and_then(|pool| pool.ready.pop_front())?;
+            let taken = Taken { pools: self, name: Some(pooled.name.clone()) };
             // Started before the tier changed (gVisor stopped or came back), or its process
-            // gone: not this one, and it goes in the background.
+            // gone: not this one.
             if pooled.tier != tier || !self.containers.pooled_waiting(&pooled.name) {
-                let containers = self.containers.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = containers.stop_service(&pooled.name).await {
-                        tracing::warn!(container = %pooled.name, %error, "cannot remove a pooled container");
-                    }
-                });
                 continue;
             }
             match self.containers.claim(&pooled.name, session_id, context, kind).await {
                 Ok(_) => {
                     tracing::info!(container = %pooled.name, role = role.as_str(), session = session_id, "claimed a pooled container");
-                    return Some(pooled.name);
+                    return Some(taken.keep());
                 }
                 Err(error) => {
-                    tracing::warn!(container = %pooled.name, %error, "cannot claim a pooled container; removing it");
-                    self.remove(&pooled.name).await;
+                    tracing::warn!(container = %pooled.name, %error, "cannot claim a pooled container; removing it")
                 }
+            }
+        }
+    }
+
+    /// Puts `name` on the list the fill loop removes.
+    fn discard(&self, name: String) {
+        self.discard.lock().unwrap_or_else(PoisonError::into_inner).push(name);
+        self.wake.notify_one();
+    }
+
+    /// Removes the discarded containers; one the engine cannot remove now stays on the list.
+    async fn remove_discarded(&self) {
+        let names = std::mem::take(&mut *self.discard.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut names = names.into_iter();
+        while let Some(name) = names.next() {
+            if !self.remove(&name).await {
+                // The engine is away: the rest wait with it for the next look.
+                self.discard.lock().unwrap_or_else(PoisonError::into_inner).extend(names);
+                return;
             }
         }
     }
@@ -177,9 +216,16 @@ impl WarmPools {
         true
     }
 
-    async fn remove(&self, name: &str) {
-        if let Err(error) = self.containers.stop_service(name).await {
-            tracing::warn!(container = name, %error, "cannot remove a pooled container");
+    /// Removes pooled container `name` now; one the engine cannot remove goes on the discard
+    /// list.
+    async fn remove(&self, name: &str) -> bool {
+        match self.containers.stop_service(name).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(container = name, %error, "cannot remove a pooled container; trying again later");
+                self.discard.lock().unwrap_or_else(PoisonError::into_inner).push(name.to_string());
+                false
+            }
         }
     }
 
@@ -256,6 +302,10 @@ impl WarmPools {
     /// cores from the work it is there for.
     async fn keep_filled(self: Arc<Self>, cancel: CancellationToken) {
         loop {
+            tokio::select! {
+                () = self.remove_discarded() => {}
+                () = cancel.cancelled() => return,
+            }
             let next = self.next_start(Instant::now()).filter(|role| self.room_for(*role));
             match next {
                 Some(role) => tokio::select! {

@@ -50,6 +50,8 @@ pub async fn start_on(data_dir: DataDir, env: &[(&str, &str)]) -> Running {
     let mut vars: Vec<(String, String)> = vec![
         ("BAAAHT__METRICS__ENABLED".into(), "false".into()),
         ("BAAAHT__CONTAINER__BINARIES_DIR".into(), binaries_dir().display().to_string()),
+        // Containers start when a test asks for them: what a test counts is what it made.
+        ("BAAAHT__CONTAINER__POOLS".into(), config::NO_POOLS.into()),
     ];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let loaded = config::load(&paths, vars).expect("config");

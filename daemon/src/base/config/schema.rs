@@ -223,6 +223,10 @@ pub struct PoolSize {
     pub ceiling: u32,
 }
 
+/// `container.pools` with every pool empty (as JSON, for `BAAAHT__CONTAINER__POOLS`): what the
+/// test daemons run with, so that what a test counts is what it made.
+pub const NO_POOLS: &str = r#"{"assistant":{"floor":0,"ceiling":0},"worker":{"floor":0,"ceiling":0},"researcher":{"floor":0,"ceiling":0},"coder":{"floor":0,"ceiling":0},"memory":{"floor":0,"ceiling":0},"heartbeat":{"floor":0,"ceiling":0},"tool":{"floor":0,"ceiling":0}}"#;
+
 impl PoolSize {
     /// The pool of `role` when `container.pools` does not name it: an Assistant and a Coder
     /// with its tool container ready for the next new conversation, the others on demand.

@@ -268,11 +268,8 @@ impl Slots {
     /// A slot for a container of `role`; the LLM gateway needs none (everything waits on it),
     /// nor do the web and Slack gateways (the way in).
     async fn take(&self, role: Role) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ContainerError> {
-        if matches!(role, Role::LlmGateway | Role::Gateway) {
-            return Ok(None);
-        }
-        if let Ok(permit) = self.semaphore.clone().try_acquire_owned() {
-            return Ok(Some(permit));
+        if let Ok(permit) = self.try_take(role) {
+            return Ok(permit);
         }
         tracing::info!(max = self.max, role = role.as_str(), "every container slot is busy; waiting for one");
         // Asked again every second while it waits: a slot freed for this start may go to one
@@ -289,6 +286,18 @@ impl Slots {
             }
         }
         Err(ContainerError::Busy { max: self.max, waited: self.wait })
+    }
+
+    /// A slot for a container of `role` if one is free now (a pooled start never waits ahead
+    /// of work, nor makes room for itself).
+    fn try_take(&self, role: Role) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ContainerError> {
+        if matches!(role, Role::LlmGateway | Role::Gateway) {
+            return Ok(None);
+        }
+        match self.semaphore.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Some(permit)),
+            Err(_) => Err(ContainerError::Busy { max: self.max, waited: Duration::ZERO }),
+        }
     }
 
     fn hold(&self, name: &str, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
@@ -1039,7 +1048,7 @@ impl ContainerManager {
     ) -> Result<(ServiceHandle, Isolation), ContainerError> {
         let runtime = self.runtime().await?;
         let isolation = self.isolation(&*runtime, request.role)?;
-        let slot = self.slots.take(request.role).await?;
+        let slot = if pooled { self.slots.try_take(request.role)? } else { self.slots.take(request.role).await? };
         let with_socket = request.daemon_socket || kind == ContainerKind::Service || pooled;
         let (name, socket, spec) = self.prepare(&request, kind, (with_socket, pooled), isolation)?;
         let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();
