@@ -32,9 +32,6 @@ enum Command {
         /// The folder the `message` tool queues messages in
         #[arg(long, value_name = "PATH")]
         messages: Option<std::path::PathBuf>,
-        /// The session this container serves (recorded with its messages)
-        #[arg(long, value_name = "ID", default_value = "")]
-        session: String,
         /// The workspace's cap in bytes, checked after each call that can write (when no
         /// filesystem of that size holds it)
         #[arg(long, value_name = "BYTES")]
@@ -97,7 +94,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Runner { mounts, once, results, messages, session, workspace_cap, ipc_cap } => {
+        Command::Runner { mounts, once, results, messages, workspace_cap, ipc_cap } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
                 .map(|mount| match mount.strip_suffix(":ro") {
@@ -109,7 +106,6 @@ fn main() -> ExitCode {
             let settings = baaaht_agent::runner::Settings {
                 results,
                 messages,
-                session,
                 workspace_cap,
                 ipc_cap,
                 once,

@@ -23,8 +23,6 @@ pub struct Settings {
     pub results: Option<PathBuf>,
     /// Where the `message` tool queues messages; none in a Coder's container.
     pub messages: Option<PathBuf>,
-    /// The session this container serves (recorded with its messages).
-    pub session: String,
     /// The workspace's cap in bytes, when no filesystem of that size holds it.
     pub workspace_cap: Option<u64>,
     /// The IPC folder's cap in bytes (the parent of `results`), when no filesystem of that
@@ -69,7 +67,7 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
         }
         Some(ToolName::Message) => match &settings.messages {
             Some(folder) => {
-                tools::message::message(&Params(&params), folder, &settings.session, &call.correlation_id, mounts)
+                tools::message::message(&Params(&params), folder, &call.session, &call.correlation_id, mounts)
                     .unwrap_or_else(ToolOutput::from)
             }
             None => error("this tool container has no message folder".into()),

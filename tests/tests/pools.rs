@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use baaaht_tests::scenario::{self, coder_brain, message, user, HELLO};
 use baaaht_tests::{docker, DaemonOptions, TestDaemon};
 
-/// Pools of `size` Assistants and `size` Coders, no others.
+/// Pools of `size` Assistants, Coders and tool containers, no others.
 fn pools(size: u32) -> DaemonOptions {
     let pools = format!(
-        r#"{{"assistant":{{"floor":{size},"ceiling":{size}}},"coder":{{"floor":{size},"ceiling":{size}}},"worker":{{"floor":0,"ceiling":0}},"researcher":{{"floor":0,"ceiling":0}},"memory":{{"floor":0,"ceiling":0}},"heartbeat":{{"floor":0,"ceiling":0}},"tool":{{"floor":0,"ceiling":0}}}}"#
+        r#"{{"assistant":{{"floor":{size},"ceiling":{size}}},"coder":{{"floor":{size},"ceiling":{size}}},"worker":{{"floor":0,"ceiling":0}},"researcher":{{"floor":0,"ceiling":0}},"memory":{{"floor":0,"ceiling":0}},"heartbeat":{{"floor":0,"ceiling":0}},"tool":{{"floor":{size},"ceiling":{size}}}}}"#
     );
     DaemonOptions { env: vec![("BAAAHT__CONTAINER__POOLS".into(), pools)], ..DaemonOptions::default() }
 }
@@ -107,7 +107,7 @@ fn a_new_session_claims_pooled_agents_that_held_nothing_and_never_go_back() {
 #[test]
 fn a_daemon_that_crashes_with_a_full_pool_leaves_no_container_behind() {
     let mut daemon = TestDaemon::start(pools(2)).expect("daemon");
-    let full = pooled(&daemon, &["assistant", "coder"], 2, "baaaht-");
+    let full = pooled(&daemon, &["assistant", "coder", "tool"], 2, "baaaht-");
     let owner = baaaht_daemon::sandbox::container::manager::owner_id(&baaaht_daemon::base::datadir::DataDir::new(
         &daemon.data_dir,
     ));
@@ -126,4 +126,90 @@ fn a_daemon_that_crashes_with_a_full_pool_leaves_no_container_behind() {
     let left = docker(&["ps", "-a", "--filter", &format!("label=baaaht.owner={owner}"), "--format", "{{.Names}}"])
         .expect("docker ps");
     assert!(left.trim().is_empty(), "left behind: {left}");
+    assert_no_pooled_folder_or_mount(&daemon.data_dir);
+}
+
+/// Nothing a pooled tool container held is left in `data_dir`: no folder, no mount.
+fn assert_no_pooled_folder_or_mount(data_dir: &std::path::Path) {
+    let pooled_left = |folder: &str| std::fs::read_dir(data_dir.join(folder)).map_or(0, |entries| entries.count());
+    assert_eq!((pooled_left("sessions/@pool"), pooled_left("data/ipc/pool")), (0, 0));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let data_dir = data_dir.display().to_string();
+    assert!(!mounts.lines().any(|line| line.contains(&data_dir)), "left mounted:\n{mounts}");
+}
+
+/// A pool of `tools` tool containers, no agents'.
+fn tool_pool(tools: u32) -> DaemonOptions {
+    let pools = baaaht_daemon::base::config::NO_POOLS
+        .replace(r#""tool":{"floor":0,"ceiling":0}"#, &format!(r#""tool":{{"floor":{tools},"ceiling":{tools}}}"#));
+    DaemonOptions { env: vec![("BAAAHT__CONTAINER__POOLS".into(), pools)], ..DaemonOptions::default() }
+}
+
+/// Where container `name` mounts `target` from.
+fn mount_source(name: &str, target: &str) -> String {
+    let inspect: serde_json::Value = serde_json::from_str(&docker(&["inspect", name]).expect("inspect")).expect("JSON");
+    let mounts = inspect[0]["Mounts"].as_array().expect("mounts");
+    let found = mounts.iter().find(|m| m["Destination"] == target).unwrap_or_else(|| panic!("no {target}: {mounts:?}"));
+    found["Source"].as_str().expect("source").to_string()
+}
+
+/// Waits up to a minute for `path` to hold `bytes`.
+fn wait_for_file(daemon: &TestDaemon, path: &std::path::Path, bytes: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read(path).ok().as_deref() != Some(bytes) {
+        assert!(Instant::now() < deadline, "{} never held what was sent:\n{}", path.display(), daemon.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_new_sessions_first_tool_container_comes_from_the_pool_and_serves_that_session_only() {
+    let rt = baaaht_tests::runtime();
+    let brain = scenario::report_sending_brain(scenario::echo_brain());
+    let (_fake, daemon) = scenario::start(&rt, brain, tool_pool(1)).expect("fake provider and daemon");
+    let first = pooled(&daemon, &["tool"], 1, "baaaht-tool-").remove(0);
+    // Nobody's: its workspace and IPC folder are the pool's own, fresh.
+    let workspace = mount_source(&first, "/workspace");
+    assert!(workspace.contains("/sessions/@pool/"), "{workspace}");
+    assert!(mount_source(&first, "/ipc").contains("/data/ipc/pool/"));
+    assert_eq!(docker(&["exec", &first, "ls", "-A", "/workspace"]).expect("ls").trim(), "");
+
+    let asked = |person: &str| {
+        let said = message(user(person), person, scenario::ASK_FOR_REPORT);
+        let turn = scenario::turn_on(&rt, &daemon, said);
+        let reply = turn.reply.clone().unwrap_or_else(|| panic!("no reply: {:?}\n{}", turn.error, daemon.log_text()));
+        assert_eq!(reply.content, scenario::REPORT_SENT);
+        turn.session
+    };
+    let alices = asked("alice");
+    assert_eq!(session_of(&daemon, &first), alices, "alice's first tool container came from the pool");
+    // What its first call wrote is in alice's workspace, and what it sent went to alice's
+    // session (the IPC folder is hers now).
+    let sessions = daemon.data_dir.join("sessions");
+    let report = format!("out/{}", scenario::REPORT_NAME);
+    assert_eq!(
+        std::fs::read(sessions.join(&alices).join("data").join(&report)).expect("in her workspace"),
+        scenario::REPORT
+    );
+    wait_for_file(&daemon, &sessions.join(&alices).join("sent").join(scenario::REPORT_NAME), scenario::REPORT);
+    assert!(daemon.data_dir.join("data/ipc/user-alice").join(format!("tools-{alices}")).is_dir());
+    docker(&["exec", &first, "sh", "-c", "echo secret > /workspace/alices; (sleep 600 &)"]).expect("exec");
+
+    // The pool fills again with a new one: bob's holds nothing of alice's.
+    let next = pooled(&daemon, &["tool"], 1, "baaaht-tool-").remove(0);
+    assert_ne!(next, first);
+    let bobs = asked("bob");
+    assert_eq!(session_of(&daemon, &next), bobs, "bob's first tool container came from the pool");
+    assert_eq!(session_of(&daemon, &first), alices, "alice's still serves alice only");
+    let seen = docker(&["exec", &next, "sh", "-c", "ls -A /workspace /workspace/out; ps -eo args"]).expect("exec");
+    assert!(!seen.contains("alices") && !seen.contains("sleep 600"), "{seen}");
+    assert_eq!(
+        std::fs::read(sessions.join(&bobs).join("data").join(&report)).expect("in his workspace"),
+        scenario::REPORT
+    );
+
+    // A clean stop leaves no pooled folder and nothing mounted under the data dir.
+    let data_dir = daemon.data_dir.clone();
+    daemon.stop().expect("stops");
+    assert_no_pooled_folder_or_mount(&data_dir);
 }

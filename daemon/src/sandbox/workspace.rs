@@ -95,6 +95,27 @@ impl std::fmt::Display for Enforcement {
     }
 }
 
+/// The folder in `sessions/` of the pooled tool containers' workspaces (no session id has an
+/// `@`).
+const POOL: &str = "@pool";
+
+/// A workspace made for a pooled tool container ([`Workspaces::pooled`]): removed when
+/// dropped, unless a session adopted it.
+#[derive(Debug)]
+pub struct PooledWorkspace {
+    workspaces: Arc<Workspaces>,
+    name: Option<String>,
+    pub prepared: Prepared,
+}
+
+impl Drop for PooledWorkspace {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take() {
+            self.workspaces.discard_pooled(&name);
+        }
+    }
+}
+
 /// A workspace ready to be mounted into a tool container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
@@ -158,20 +179,30 @@ impl Workspaces {
     pub fn acquire(&self, session: &str) -> Result<Prepared, WorkspaceError> {
         // One at a time: two containers of a session must not both mount it.
         let mut mounted = self.mounted();
-        let session_path = self.sessions.join(session);
-        let path = session_path.join("data");
-        let folder_error = |source| WorkspaceError::Folder { path: path.clone(), source };
+        let folder_error = |source| WorkspaceError::Folder { path: self.sessions.clone(), source };
         std::fs::create_dir_all(&self.sessions).map_err(folder_error)?;
         let sessions = shared_dirs::open_trusted(&self.sessions).map_err(folder_error)?;
-        let session_dir =
-            shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon).map_err(folder_error)?;
+        self.prepare(&mut mounted, &sessions, Path::new(session))
+    }
+
+    /// Makes the workspace `{key}/data` (in `sessions`, the folder of [`Workspaces::sessions`])
+    /// ready for one more container, counted under `key`.
+    fn prepare(&self, mounted: &mut Mounted, sessions: &OwnedFd, key: &Path) -> Result<Prepared, WorkspaceError> {
+        let session_path = self.sessions.join(key);
+        let path = session_path.join("data");
+        let folder_error = |source| WorkspaceError::Folder { path: path.clone(), source };
+        let mut session_dir = sessions.try_clone().map_err(folder_error)?;
+        for part in key.iter() {
+            session_dir = shared_dirs::ensure_dir(&session_dir, part, Owner::Daemon).map_err(folder_error)?;
+        }
         let data =
             shared_dirs::ensure_dir(&session_dir, OsStr::new("data"), Owner::Containers).map_err(folder_error)?;
         let checked = Prepared { path: path.clone(), checked_cap: Some(self.cap) };
         if self.enforcement == Enforcement::Checked {
             return Ok(checked);
         }
-        if let Some(users) = mounted.users.get_mut(session) {
+        let session = key.to_string_lossy().into_owned();
+        if let Some(users) = mounted.users.get_mut(&session) {
             *users += 1;
             return Ok(Prepared { path, checked_cap: None });
         }
@@ -210,8 +241,147 @@ impl Workspaces {
             let _ = rustix::fs::unlinkat(&root, "lost+found", rustix::fs::AtFlags::REMOVEDIR);
             tracing::info!(session, cap_bytes = self.cap, "workspace filesystem mounted");
         }
-        mounted.users.insert(session.to_string(), 1);
+        mounted.users.insert(session, 1);
         Ok(Prepared { path, checked_cap: None })
+    }
+
+    /// A workspace born with a pooled tool container, `sessions/@pool/{name}/data`, made as a
+    /// session's is and held by the container until a session adopts it
+    /// ([`Workspaces::adopt`]); dropped unadopted, it is removed. Blocking.
+    pub fn pooled(self: &Arc<Self>, name: &str) -> Result<PooledWorkspace, WorkspaceError> {
+        if !crate::base::auth::is_valid_context_id(name) {
+            let source = std::io::Error::other(format!("`{name}` cannot name a pooled workspace"));
+            return Err(WorkspaceError::Folder { path: self.sessions.join(POOL), source });
+        }
+        let mut mounted = self.mounted();
+        let folder_error = |source| WorkspaceError::Folder { path: self.sessions.clone(), source };
+        std::fs::create_dir_all(&self.sessions).map_err(folder_error)?;
+        let sessions = shared_dirs::open_trusted(&self.sessions).map_err(folder_error)?;
+        let prepared = self.prepare(&mut mounted, &sessions, &Path::new(POOL).join(name))?;
+        Ok(PooledWorkspace { workspaces: self.clone(), name: Some(name.to_string()), prepared })
+    }
+
+    /// Gives `pooled` to `session` as its workspace, if the session has none yet: its `data`
+    /// goes to `sessions/{session}/data`, never over one that is there (a plain folder renamed;
+    /// a filesystem's image renamed and the filesystem mounted in place, the pool's mount let
+    /// go: the container that mounts it keeps it), counted as one container's. None: the
+    /// session has a workspace, and `pooled` is removed. Blocking.
+    pub fn adopt(&self, mut pooled: PooledWorkspace, session: &str) -> Result<Option<Prepared>, WorkspaceError> {
+        let Some(name) = pooled.name.take() else { return Ok(None) };
+        let mut mounted = self.mounted();
+        let moved = if mounted.users.contains_key(session) || !crate::base::auth::is_valid_context_id(session) {
+            Ok(false)
+        } else {
+            self.move_in(&name, session)
+        };
+        let key = format!("{POOL}/{name}");
+        match moved {
+            Ok(true) => {
+                if let Some(users) = mounted.users.remove(&key) {
+                    mounted.users.insert(session.to_string(), users);
+                }
+            }
+            Ok(false) => {
+                drop(mounted);
+                self.discard_pooled(&name);
+                return Ok(None);
+            }
+            Err(source) => {
+                drop(mounted);
+                self.discard_pooled(&name);
+                return Err(WorkspaceError::Folder { path: self.sessions.join(session), source });
+            }
+        }
+        drop(mounted);
+        // What is left of the pool's folder (an empty mount point) goes; only empty folders
+        // are removed, so a mount not let go of keeps what it holds (the next start clears it).
+        let left = shared_dirs::open_trusted(&self.sessions)
+            .and_then(|sessions| shared_dirs::open_dir(&sessions, Path::new(POOL).join(&name)))
+            .and_then(|from| match from {
+                Some(from) => rustix::fs::unlinkat(&from, "data", rustix::fs::AtFlags::REMOVEDIR)
+                    .or_else(|error| if error == rustix::io::Errno::NOENT { Ok(()) } else { Err(error) })
+                    .map_err(std::io::Error::from),
+                None => Ok(()),
+            })
+            .and_then(|()| {
+                let pool = shared_dirs::open_trusted(&self.sessions.join(POOL))?;
+                rustix::fs::unlinkat(&pool, name.as_str(), rustix::fs::AtFlags::REMOVEDIR).map_err(std::io::Error::from)
+            });
+        if let Err(error) = left {
+            tracing::warn!(pooled = %name, %error, "cannot remove a pooled workspace's folder");
+        }
+        tracing::debug!(session, pooled = %name, "a session took a pooled workspace");
+        let path = self.sessions.join(session).join("data");
+        Ok(Some(Prepared { path, checked_cap: pooled.prepared.checked_cap }))
+    }
+
+    /// Moves pooled workspace `name` in as `session`'s; false when the session has one.
+    fn move_in(&self, name: &str, session: &str) -> std::io::Result<bool> {
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let from = shared_dirs::open_dir(&sessions, Path::new(POOL).join(name))?
+            .ok_or_else(|| std::io::Error::other("the pooled workspace is gone"))?;
+        let data = shared_dirs::open_dir(&from, "data")?.ok_or_else(|| std::io::Error::other("no pooled data"))?;
+        let session_dir = shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon)?;
+        let taken =
+            |entry: &str| rustix::fs::statat(&session_dir, entry, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        if taken("data") || taken(IMAGE) {
+            return Ok(false);
+        }
+        let no_replace = rustix::fs::RenameFlags::NOREPLACE;
+        if !is_mount_point(&from, &data)? {
+            drop(data);
+            rustix::fs::renameat_with(&from, "data", &session_dir, "data", no_replace)?;
+            return Ok(true);
+        }
+        drop(data);
+        // The loop device holds the image by its inode: renamed, it goes on.
+        rustix::fs::renameat_with(&from, IMAGE, &session_dir, IMAGE, no_replace)?;
+        shared_dirs::ensure_dir(&session_dir, OsStr::new("data"), Owner::Containers)?;
+        let source = self.sessions.join(POOL).join(name).join("data");
+        if let Err(error) = move_mount(&source, &self.sessions.join(session).join("data")) {
+            // Back as it was: the session has no workspace, the pool's is removed.
+            // silent-ok: each undoes what was just made; the error is what matters.
+            let _ = rustix::fs::unlinkat(&session_dir, "data", rustix::fs::AtFlags::REMOVEDIR);
+            let _ = rustix::fs::renameat_with(&session_dir, IMAGE, &from, IMAGE, no_replace);
+            return Err(error);
+        }
+        Ok(true)
+    }
+
+    /// Removes pooled workspace `name`: its filesystem unmounted, its folder gone. Blocking.
+    fn discard_pooled(&self, name: &str) {
+        let key = format!("{POOL}/{name}");
+        if self.mounted().users.remove(&key).is_some() {
+            unmount(&self.sessions.join(&key).join("data"));
+        }
+        let removed = shared_dirs::open_trusted(&self.sessions)
+            .and_then(|sessions| shared_dirs::open_dir(&sessions, POOL))
+            .and_then(|pool| match pool {
+                Some(pool) => shared_dirs::remove_tree(&pool, OsStr::new(name)),
+                None => Ok(()),
+            });
+        if let Err(error) = removed {
+            tracing::warn!(pooled = name, %error, "cannot remove a pooled workspace");
+        }
+    }
+
+    /// Removes the pooled workspaces a daemon that stopped without removing them left (at
+    /// start, before any is made). Blocking.
+    pub fn clear_pool(&self) {
+        let Ok(sessions) = shared_dirs::open_trusted(&self.sessions) else { return };
+        let Ok(Some(pool)) = shared_dirs::open_dir(&sessions, POOL) else { return };
+        for name in shared_dirs::names(&pool).unwrap_or_default() {
+            let data = shared_dirs::open_dir(&pool, Path::new(&name).join("data"));
+            let folder = shared_dirs::open_dir(&pool, &name);
+            if let (Ok(Some(folder)), Ok(Some(data))) = (folder, data) {
+                if is_mount_point(&folder, &data).unwrap_or(false) {
+                    unmount(&self.sessions.join(POOL).join(&name).join("data"));
+                }
+            }
+            if let Err(error) = shared_dirs::remove_tree(&pool, &name) {
+                tracing::warn!(pooled = %name.to_string_lossy(), %error, "cannot remove a pooled workspace");
+            }
+        }
     }
 
     /// Keeps the picture `name` shared in `session` (its bytes as sent) in the session's
@@ -327,6 +497,12 @@ impl Workspaces {
             present.push(there);
         }
         Ok(present)
+    }
+
+    /// Whether `session` has a workspace (its folder or filesystem's image).
+    pub fn has(&self, session: &str) -> bool {
+        let dir = self.sessions.join(session);
+        std::fs::symlink_metadata(dir.join("data")).is_ok() || std::fs::symlink_metadata(dir.join(IMAGE)).is_ok()
     }
 
     /// Where `session`'s workspace is, as [`Workspaces::acquire`] gave it, without taking it.
@@ -466,6 +642,18 @@ pub(crate) fn mount_tmpfs(on: &Path, bytes: u64) -> Result<(), MountError> {
     )
 }
 
+/// Mounts the filesystem on `source` at `target` too, then lets go of it at `source` (detached
+/// when something on the host holds it there): a container that mounted it keeps its mount.
+pub(crate) fn move_mount(source: &Path, target: &Path) -> std::io::Result<()> {
+    rustix::mount::mount_bind(source, target)?;
+    let unmounted = rustix::mount::unmount(source, rustix::mount::UnmountFlags::empty())
+        .or_else(|_| rustix::mount::unmount(source, rustix::mount::UnmountFlags::DETACH));
+    if let Err(error) = unmounted {
+        tracing::warn!(folder = %source.display(), %error, "cannot let go of a filesystem moved elsewhere");
+    }
+    Ok(())
+}
+
 /// Unmounts the filesystem on `on` (detached at once when it is busy on the host).
 pub(crate) fn unmount(on: &Path) {
     match run("umount", &[on.as_os_str()]) {
@@ -487,5 +675,43 @@ impl Subsystem for Workspaces {
 
     fn drain(self: Arc<Self>) -> Work {
         Box::pin(async move { self.shutdown() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pooled_workspace_goes_to_a_session_without_one_and_is_removed_otherwise() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let sessions = temp.path().join("sessions");
+        let workspaces = Arc::new(Workspaces::new(sessions.clone(), 1 << 20, WorkspaceLimit::Checked, 4));
+        let pooled = workspaces.pooled("p1").expect("pooled");
+        assert_eq!(pooled.prepared.path, sessions.join("@pool/p1/data"));
+        // A new session's folder holds its transcript, not yet a workspace.
+        std::fs::create_dir_all(sessions.join("s1")).expect("session folder");
+        std::fs::write(sessions.join("s1/session.jsonl"), "{}\n").expect("transcript");
+        std::fs::write(pooled.prepared.path.join("written"), "by its first call").expect("write");
+        let adopted = workspaces.adopt(pooled, "s1").expect("adopt").expect("a session without a workspace takes it");
+        assert_eq!(adopted.path, sessions.join("s1/data"));
+        assert_eq!(std::fs::read_to_string(adopted.path.join("written")).expect("moved with it"), "by its first call");
+        assert!(!sessions.join("@pool/p1").exists());
+        assert!(sessions.join("s1/session.jsonl").exists());
+
+        // A session that has a workspace keeps it: the pooled workspace is removed, never merged.
+        let other = workspaces.pooled("p2").expect("pooled");
+        assert_eq!(workspaces.adopt(other, "s1").expect("adopt"), None);
+        assert!(!sessions.join("@pool/p2").exists());
+        assert!(sessions.join("s1/data/written").exists());
+        assert_eq!(workspaces.adopt(workspaces.pooled("p3").expect("pooled"), "../s2").expect("adopt"), None);
+
+        // Dropped unadopted, it goes; left by a daemon that stopped, the next start clears it.
+        drop(workspaces.pooled("p4").expect("pooled"));
+        assert!(!sessions.join("@pool/p4").exists());
+        std::mem::forget(workspaces.pooled("p5").expect("pooled"));
+        workspaces.clear_pool();
+        assert_eq!(std::fs::read_dir(sessions.join("@pool")).expect("pool").count(), 0);
+        assert!(workspaces.pooled("../p6").is_err());
     }
 }

@@ -151,6 +151,7 @@ pub(crate) fn tool_call(down: crate::work::peers::Down<crate::work::tools::Runne
             env: call.env,
             placeholders: call.placeholders,
             correlation_id: call.correlation_id,
+            session: call.session,
             ..v1::ToolCall::default()
         },
         crate::work::peers::Down::Work(RunnerWork::Tunnel(tunnel)) => match tunnel {

@@ -169,8 +169,11 @@ impl AgentPool {
         tracker: TaskTracker,
     ) -> AgentPool {
         for role in Role::AGENTS {
-            let starter: crate::work::warm::Starter =
-                Arc::new(|role| agent_request(role, "", &Context::user(String::new())));
+            // An agent's pooled container holds nothing beside itself.
+            let starter: crate::work::warm::Starter = Arc::new(|role| {
+                let request = agent_request(role, "", &Context::user(String::new()));
+                Box::pin(async move { Ok((request, Box::new(()) as crate::work::warm::Held)) })
+            });
             warm.starts(*role, starter);
         }
         AgentPool {
@@ -207,7 +210,7 @@ impl AgentPool {
     async fn start(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
         let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
-        if let Some(name) = self.warm.claim(role, session, context, ContainerKind::Task).await {
+        if let Some((name, _nothing)) = self.warm.claim(role, session, context, ContainerKind::Task).await {
             // It waits connected: it takes turns at once, or it went away meanwhile.
             let deadline = tokio::time::Instant::now() + CLAIMED_CONNECT;
             if self.connected.wait_for(&mut changes, &name, deadline).await {

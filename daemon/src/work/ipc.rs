@@ -56,6 +56,9 @@ const MAX_RESULT_BYTES: u64 = 16 << 20;
 const MAX_MESSAGE_BYTES: u64 = 512 << 10;
 /// What one container's IPC folder may hold.
 pub const SLOT_CAP: u64 = 16 << 20;
+/// The folder of the pooled tool containers' slots (no context's folder: those are
+/// `user-{id}` and `group-{id}`).
+const POOL: &str = "pool";
 /// A rejected file larger than this is deleted, not kept.
 const MAX_REJECTED_BYTES: u64 = 1 << 20;
 /// Rejected files kept per context (the newest).
@@ -281,9 +284,11 @@ impl Ipc {
             slots: Mutex::default(),
             redact: std::sync::OnceLock::new(),
         };
-        // Folders left by an earlier daemon are let go once what they hold is taken.
-        let left: BTreeSet<String> =
+        // Folders left by an earlier daemon are let go once what they hold is taken; a pooled
+        // container's at once (it never served anyone).
+        let mut left: BTreeSet<String> =
             ipc.container_folders("", true).into_iter().map(|(folder, slot, _)| format!("{folder}/{slot}")).collect();
+        left.extend(ipc.pooled_folders().into_iter().map(|name| format!("{POOL}/{name}")));
         ipc.slots.lock().unwrap_or_else(PoisonError::into_inner).idle = left;
         Ok(ipc)
     }
@@ -294,19 +299,100 @@ impl Ipc {
     /// unless `coder`, `messages/`) the container's. Whatever a container left in place of
     /// those folders (a link, a file) is removed, never followed.
     pub fn prepare(self: &Arc<Self>, context: &Context, session: &str, coder: bool) -> std::io::Result<Lease> {
-        let folder = folder_of(context);
-        let slot = slot_name(session, coder);
-        let key = format!("{folder}/{slot}");
-        // One at a time with the sweep, which may be letting this very folder go.
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let lease = self.prepare_slot(&mut slots, &folder_of(context), &slot_name(session, coder), coder)?;
+        if coder {
+            // A Coder may not message: whatever is there is not a messages folder of ours.
+            let slot_dir = shared_dirs::open_dir(&self.root_fd, &lease.key)?;
+            if slot_dir.map(|dir| shared_dirs::open_dir(&dir, "messages")).transpose()?.flatten().is_some() {
+                tracing::warn!(context = %context, slot = %lease.key, "a Coder's IPC folder has a messages folder; it is never read");
+            }
+        }
+        Ok(lease)
+    }
+
+    /// The IPC folder of a pooled tool container, `pool/{name}`, made as a session's tool
+    /// container's is: given to the session that claims the container ([`Ipc::adopt`]), let go
+    /// when the lease drops unadopted. No pass reads it while it is the pool's.
+    pub fn pooled(self: &Arc<Self>, name: &str) -> std::io::Result<Lease> {
+        if !crate::base::auth::is_valid_context_id(name) {
+            return Err(std::io::Error::other(format!("`{name}` cannot name a pooled IPC folder")));
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        self.prepare_slot(&mut slots, POOL, name, false)
+    }
+
+    /// Gives the pooled folder `pooled` to the tool container of `session` in `context` (not a
+    /// Coder's), if it has no folder yet: its memory filesystem is mounted in place and let go
+    /// of at the pool's (the container keeps its own mount of it), or a plain folder renamed,
+    /// never over another. None: the slot is there already, and `pooled` is let go. Blocking.
+    pub fn adopt(self: &Arc<Self>, pooled: Lease, context: &Context, session: &str) -> std::io::Result<Option<Lease>> {
+        let (folder, slot) = (folder_of(context), slot_name(session, false));
+        let key = format!("{folder}/{slot}");
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(name) = pooled.key.strip_prefix(&format!("{POOL}/")).map(str::to_string) else { return Ok(None) };
+        let pool =
+            shared_dirs::open_dir(&self.root_fd, POOL)?.ok_or_else(|| std::io::Error::other("no pool folder"))?;
+        let from = shared_dirs::open_dir(&pool, &name)?.ok_or_else(|| std::io::Error::other("no pooled folder"))?;
         let context_dir = shared_dirs::ensure_dir(&self.root_fd, OsStr::new(&folder), Owner::Daemon)?;
-        let mut slot_dir = shared_dirs::ensure_dir(&context_dir, OsStr::new(&slot), Owner::DaemonReadable)?;
+        if slots.held.contains_key(&key)
+            || slots.idle.contains(&key)
+            || shared_dirs::open_dir(&context_dir, &slot)?.is_some()
+        {
+            return Ok(None);
+        }
+        if crate::sandbox::workspace::is_mount_point(&pool, &from)? {
+            drop(from);
+            let (source, target) = (self.root.join(&pooled.key), self.root.join(&key));
+            let made = shared_dirs::ensure_dir(&context_dir, OsStr::new(&slot), Owner::DaemonReadable)?;
+            drop(made);
+            if let Err(error) = crate::sandbox::workspace::move_mount(&source, &target) {
+                // silent-ok: the empty folder just made; the error is what matters.
+                let _ = rustix::fs::unlinkat(&context_dir, slot.as_str(), rustix::fs::AtFlags::REMOVEDIR);
+                return Err(error);
+            }
+            // silent-ok: still mounted (warned), it goes at the next start.
+            let _ = rustix::fs::unlinkat(&pool, name.as_str(), rustix::fs::AtFlags::REMOVEDIR);
+        } else {
+            drop(from);
+            rustix::fs::renameat_with(
+                &pool,
+                name.as_str(),
+                &context_dir,
+                slot.as_str(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            )?;
+        }
+        // The pool's lease is spent: its folder is gone, nothing of it is let go.
+        slots.held.remove(&pooled.key);
+        slots.idle.remove(&pooled.key);
+        *slots.held.entry(key.clone()).or_default() += 1;
+        drop(slots);
+        self.wake.notify_one();
+        let checked_cap = pooled.checked_cap;
+        Ok(Some(Lease { ipc: self.clone(), path: self.root.join(&key), key, checked_cap }))
+    }
+
+    /// Makes slot `{folder}/{slot}` ready and holds it: the slot is the daemon's (0755; a memory
+    /// filesystem of [`SLOT_CAP`] where the daemon can mount), `results/` (and, unless `coder`,
+    /// `messages/` and `tasks/`) the container's. Whatever a container left in place of those
+    /// folders (a link, a file) is removed, never followed.
+    fn prepare_slot(
+        self: &Arc<Self>,
+        slots: &mut Slots,
+        folder: &str,
+        slot: &str,
+        coder: bool,
+    ) -> std::io::Result<Lease> {
+        let key = format!("{folder}/{slot}");
+        let context_dir = shared_dirs::ensure_dir(&self.root_fd, OsStr::new(folder), Owner::Daemon)?;
+        let mut slot_dir = shared_dirs::ensure_dir(&context_dir, OsStr::new(slot), Owner::DaemonReadable)?;
         let mut checked_cap = (!self.filesystem).then_some(SLOT_CAP);
         if self.filesystem && !crate::sandbox::workspace::is_mount_point(&context_dir, &slot_dir)? {
-            let path = self.root.join(&folder).join(&slot);
+            let path = self.root.join(folder).join(slot);
             match crate::sandbox::workspace::mount_tmpfs(&path, SLOT_CAP) {
                 Ok(()) => {
-                    slot_dir = shared_dirs::open_dir(&context_dir, &slot)?
+                    slot_dir = shared_dirs::open_dir(&context_dir, slot)?
                         .ok_or_else(|| std::io::Error::other("the mounted IPC folder is not a folder"))?;
                 }
                 Err(message) => {
@@ -316,12 +402,7 @@ impl Ipc {
             }
         }
         shared_dirs::ensure_dir(&slot_dir, OsStr::new("results"), Owner::Containers)?;
-        if coder {
-            // A Coder may not message: whatever is there is not a messages folder of ours.
-            if shared_dirs::open_dir(&slot_dir, "messages")?.is_some() {
-                tracing::warn!(context = %context, slot = %slot, "a Coder's IPC folder has a messages folder; it is never read");
-            }
-        } else {
+        if !coder {
             shared_dirs::ensure_dir(&slot_dir, OsStr::new("messages"), Owner::Containers)?;
             shared_dirs::ensure_dir(&slot_dir, OsStr::new("tasks"), Owner::Containers)?;
         }
@@ -329,7 +410,7 @@ impl Ipc {
         slots.idle.remove(&key);
         // The next pass writes its `system/` files.
         self.wake.notify_one();
-        Ok(Lease { ipc: self.clone(), key, path: self.root.join(folder).join(slot), checked_cap })
+        Ok(Lease { ipc: self.clone(), path: self.root.join(&key), key, checked_cap })
     }
 
     /// The slots containers hold now, each with the context it acts for.
@@ -380,7 +461,9 @@ impl Ipc {
     /// what they queued was taken).
     pub fn let_go_all(&self) {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        for (folder, slot, _) in self.container_folders("", true) {
+        let pooled = self.pooled_folders().into_iter().map(|name| (POOL.to_string(), name));
+        let folders = self.container_folders("", true).into_iter().map(|(folder, slot, _)| (folder, slot));
+        for (folder, slot) in folders.chain(pooled) {
             if let Err(error) = self.let_go(&folder, &slot) {
                 tracing::warn!(folder = %format!("{folder}/{slot}"), %error, "cannot let an IPC folder go");
             }
@@ -389,10 +472,19 @@ impl Ipc {
         slots.idle.clear();
     }
 
+    /// The names of the pooled containers' folders (`pool/{name}`).
+    fn pooled_folders(&self) -> Vec<String> {
+        let Ok(Some(pool)) = shared_dirs::open_dir(&self.root_fd, POOL) else { return vec![] };
+        let names = shared_dirs::names(&pool).unwrap_or_default();
+        names.into_iter().filter_map(|name| name.into_string().ok()).collect()
+    }
+
     fn let_go(&self, folder: &str, slot: &str) -> std::io::Result<()> {
         let Some(context_dir) = shared_dirs::open_dir(&self.root_fd, folder)? else { return Ok(()) };
         let Some(slot_dir) = shared_dirs::open_dir(&context_dir, slot)? else { return Ok(()) };
-        if let Some(results) = shared_dirs::open_dir(&slot_dir, "results")? {
+        // A pooled container's folder never held anyone's results.
+        let results = if folder == POOL { None } else { shared_dirs::open_dir(&slot_dir, "results")? };
+        if let Some(results) = results {
             for name in Self::json_files(&results) {
                 self.collect_file(folder, slot, &results, &name);
             }
@@ -898,6 +990,38 @@ mod tests {
         }
         let rejected = std::fs::read_dir(state_dir.join("ipc-rejected/user-alice")).expect("rejected").count();
         assert!(rejected >= 1, "the refused messages were set aside");
+    }
+
+    #[test]
+    fn a_pooled_folder_is_nobodys_until_a_session_takes_it_and_never_replaces_a_slot() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let (ipc, ipc_dir, _) = open(&temp);
+        let workspaces = workspaces(&temp);
+        let bus = crate::store::events::EventBus::default();
+        let pooled = ipc.pooled("p1").expect("pooled");
+        assert_eq!(pooled.path, ipc_dir.join("pool/p1"));
+        // No pass reads the pool's folders.
+        write(&pooled.path.join("messages/m1.json"), r#"{"id":"m1","content":"nobody's"}"#);
+        assert_eq!(ipc.deliver_messages(&bus, &workspaces, &mut BTreeMap::new()), 0);
+        std::fs::remove_file(pooled.path.join("messages/m1.json")).expect("remove");
+
+        let alice = Context::user("alice");
+        let lease = ipc.adopt(pooled, &alice, "s1").expect("adopt").expect("a new session takes it");
+        assert_eq!(lease.path, ipc_dir.join("user-alice/tools-s1"));
+        assert!(!ipc_dir.join("pool/p1").exists());
+        assert_eq!(ipc.held_slots(), vec![("user-alice/tools-s1".to_string(), alice.clone())]);
+        write(&lease.path.join("messages/m2.json"), r#"{"id":"m2","content":"hers"}"#);
+        let mut events = bus.subscribe();
+        assert_eq!(ipc.deliver_messages(&bus, &workspaces, &mut BTreeMap::new()), 1);
+        assert_eq!(events.try_recv().expect("delivered").1.session, "s1");
+
+        // A slot that is there stays its session's: the pooled folder is let go instead.
+        let second = ipc.pooled("p2").expect("pooled");
+        assert!(ipc.adopt(second, &alice, "s1").expect("adopt").is_none());
+        ipc.sweep();
+        assert!(!ipc_dir.join("pool/p2").exists());
+        assert!(lease.path.join("results").is_dir());
+        assert!(ipc.pooled("../p3").is_err());
     }
 
     #[test]

@@ -70,6 +70,12 @@ impl Workers {
             .map_err(|source| WorkError::Ipc { path: data_dir.ipc_dir(), source })?;
         ipc.redact_with(guard.redact.clone());
         let ipc = Arc::new(ipc);
+        let pools = &loaded.config.container;
+        let sizes = Role::AGENTS.iter().chain([&Role::Tool]).map(|role| (*role, pools.pool_of(*role)));
+        let warm = Arc::new(warm::WarmPools::new(sandbox.containers.clone(), sizes));
+        // What pooled tool containers of an earlier daemon held (the containers themselves go
+        // at the reconcile).
+        sandbox.workspaces.clear_pool();
         let tools = Arc::new(tools::Runners::new(tools::Setup {
             containers: sandbox.containers.clone(),
             policy: sandbox.policy.clone(),
@@ -86,7 +92,9 @@ impl Workers {
             edge: net.edge.clone(),
             values: guard.redact.shield().clone(),
             tracker: tracker.clone(),
+            warm: warm.clone(),
         }));
+        tools.fill_pool();
         let mcp = Arc::new(mcp::pool::McpPool::new(mcp::pool::Setup {
             containers: sandbox.containers.clone(),
             web: net.web.clone(),
@@ -98,9 +106,6 @@ impl Workers {
             tracker: tracker.clone(),
         }));
         let idle_after = Duration::from_secs(loaded.config.sessions.idle_after.max(60));
-        let pools = &loaded.config.container;
-        let sizes = Role::AGENTS.iter().chain([&Role::Tool]).map(|role| (*role, pools.pool_of(*role)));
-        let warm = Arc::new(warm::WarmPools::new(sandbox.containers.clone(), sizes));
         let agents =
             Arc::new(agents::AgentPool::new(sandbox.containers.clone(), warm.clone(), idle_after, tracker.clone()));
         let tool_calls = Arc::new(tools::call::Calls {

@@ -42,15 +42,29 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 /// The longest a pool waits after its starts failed.
 const MOST_BACKOFF: Duration = Duration::from_secs(60);
 
-/// How a pooled container of a role is started: its request (no session, no context, no
-/// mount of anyone's).
-pub type Starter = Arc<dyn Fn(Role) -> RunRequest + Send + Sync>;
+/// What a pooled container holds beside itself (a tool container's workspace and IPC folder,
+/// made before it started): handed to the session that claims it, dropped on the blocking
+/// pool when the container is removed unclaimed.
+pub type Held = Box<dyn std::any::Any + Send>;
+
+/// A pooled container's request (no session, no context, no mount of anyone's) and what it
+/// holds, or why it cannot be made.
+pub type Made = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(RunRequest, Held), String>> + Send>>;
+
+/// How a pooled container of a role is started.
+pub type Starter = Arc<dyn Fn(Role) -> Made + Send + Sync>;
 
 /// A ready container in a pool.
-#[derive(Debug)]
 struct Pooled {
     name: String,
     tier: Isolation,
+    held: Held,
+}
+
+impl std::fmt::Debug for Pooled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pooled").field("name", &self.name).field("tier", &self.tier).finish_non_exhaustive()
+    }
 }
 
 /// One role's pool.
@@ -84,7 +98,7 @@ pub struct WarmPools {
     /// Pooled containers to remove: stale ones a claim passed over, one whose claim failed or
     /// was dropped half-way, one whose removal failed (the engine away). The fill loop removes
     /// them, so a claim never waits on a removal.
-    discard: Mutex<Vec<String>>,
+    discard: Mutex<Vec<(String, Held)>>,
     wake: tokio::sync::Notify,
 }
 
@@ -92,19 +106,19 @@ pub struct WarmPools {
 /// claim succeeded and kept it.
 struct Taken<'a> {
     pools: &'a WarmPools,
-    name: Option<String>,
+    pooled: Option<(String, Held)>,
 }
 
 impl Taken<'_> {
-    fn keep(mut self) -> String {
-        self.name.take().unwrap_or_default()
+    fn keep(mut self) -> Option<(String, Held)> {
+        self.pooled.take()
     }
 }
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        if let Some(name) = self.name.take() {
-            self.pools.discard(name);
+        if let Some(pooled) = self.pooled.take() {
+            self.pools.discard(pooled);
         }
     }
 }
@@ -154,9 +168,15 @@ impl WarmPools {
     }
 
     /// A ready container of `role` bound to `session_id` and `context` (recorded as `kind`),
-    /// if its pool has one of the tier `role` runs under now; none: start one cold. Counts
-    /// toward the pool's demand either way.
-    pub async fn claim(&self, role: Role, session_id: &str, context: &Context, kind: ContainerKind) -> Option<String> {
+    /// and what it holds, if its pool has one of the tier `role` runs under now; none: start
+    /// one cold. Counts toward the pool's demand either way.
+    pub async fn claim(
+        &self,
+        role: Role,
+        session_id: &str,
+        context: &Context,
+        kind: ContainerKind,
+    ) -> Option<(String, Held)> {
         if !self.sizes.contains_key(&role) {
             return None;
         }
@@ -164,39 +184,38 @@ impl WarmPools {
         self.wake.notify_one();
         let tier = self.containers.tier(role).await?;
         loop {
-            let pooled = self.lock().get_mut(&role).and_then(|pool| pool.ready.pop_front())?;
-            let taken = Taken { pools: self, name: Some(pooled.name.clone()) };
+            let Pooled { name, tier: started_under, held } =
+                self.lock().get_mut(&role).and_then(|pool| pool.ready.pop_front())?;
+            let taken = Taken { pools: self, pooled: Some((name.clone(), held)) };
             // Started before the tier changed (gVisor stopped or came back), or its process
             // gone: not this one.
-            if pooled.tier != tier || !self.containers.pooled_waiting(&pooled.name) {
+            if started_under != tier || !self.containers.pooled_waiting(&name) {
                 continue;
             }
-            match self.containers.claim(&pooled.name, session_id, context, kind).await {
+            match self.containers.claim(&name, session_id, context, kind).await {
                 Ok(_) => {
-                    tracing::info!(container = %pooled.name, role = role.as_str(), session = session_id, "claimed a pooled container");
-                    return Some(taken.keep());
+                    tracing::info!(container = %name, role = role.as_str(), session = session_id, "claimed a pooled container");
+                    return taken.keep();
                 }
-                Err(error) => {
-                    tracing::warn!(container = %pooled.name, %error, "cannot claim a pooled container; removing it")
-                }
+                Err(error) => tracing::warn!(container = %name, %error, "cannot claim a pooled container; removing it"),
             }
         }
     }
 
-    /// Puts `name` on the list the fill loop removes.
-    fn discard(&self, name: String) {
-        self.discard.lock().unwrap_or_else(PoisonError::into_inner).push(name);
+    /// Puts a pooled container on the list the fill loop removes.
+    fn discard(&self, pooled: (String, Held)) {
+        self.discard.lock().unwrap_or_else(PoisonError::into_inner).push(pooled);
         self.wake.notify_one();
     }
 
     /// Removes the discarded containers; one the engine cannot remove now stays on the list.
     async fn remove_discarded(&self) {
-        let names = std::mem::take(&mut *self.discard.lock().unwrap_or_else(PoisonError::into_inner));
-        let mut names = names.into_iter();
-        while let Some(name) = names.next() {
-            if !self.remove(&name).await {
+        let discarded = std::mem::take(&mut *self.discard.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut discarded = discarded.into_iter();
+        while let Some((name, held)) = discarded.next() {
+            if !self.remove(name, held).await {
                 // The engine is away: the rest wait with it for the next look.
-                self.discard.lock().unwrap_or_else(PoisonError::into_inner).extend(names);
+                self.discard.lock().unwrap_or_else(PoisonError::into_inner).extend(discarded);
                 return;
             }
         }
@@ -212,18 +231,21 @@ impl WarmPools {
         };
         let Some(pooled) = oldest else { return false };
         tracing::info!(container = %pooled.name, "removed a pooled container to make room");
-        self.remove(&pooled.name).await;
+        self.remove(pooled.name, pooled.held).await;
         true
     }
 
-    /// Removes pooled container `name` now; one the engine cannot remove goes on the discard
-    /// list.
-    async fn remove(&self, name: &str) -> bool {
-        match self.containers.stop_service(name).await {
-            Ok(()) => true,
+    /// Removes pooled container `name` now, then what it held; one the engine cannot remove
+    /// goes on the discard list.
+    async fn remove(&self, name: String, held: Held) -> bool {
+        match self.containers.stop_service(&name).await {
+            Ok(()) => {
+                let_go(held).await;
+                true
+            }
             Err(error) => {
                 tracing::warn!(container = name, %error, "cannot remove a pooled container; trying again later");
-                self.discard.lock().unwrap_or_else(PoisonError::into_inner).push(name.to_string());
+                self.discard.lock().unwrap_or_else(PoisonError::into_inner).push((name, held));
                 false
             }
         }
@@ -266,18 +288,25 @@ impl WarmPools {
         let starter = self.starters.lock().unwrap_or_else(PoisonError::into_inner).get(&role).cloned();
         let Some(starter) = starter else { return };
         self.lock().entry(role).or_default().starting += 1;
-        let started = self.containers.start_pooled(starter(role)).await;
-        let ready = match started {
-            Ok((handle, tier)) => {
-                let up = tokio::time::timeout(READY_TIMEOUT, self.containers.pooled_ready(&handle.name)).await;
-                if matches!(up, Ok(true)) {
-                    Ok(Pooled { name: handle.name, tier })
-                } else {
-                    self.remove(&handle.name).await;
-                    Err(format!("container {} did not come up within {} s", handle.name, READY_TIMEOUT.as_secs()))
+        let ready = match starter(role).await {
+            Ok((request, held)) => match self.containers.start_pooled(request).await {
+                Ok((handle, tier)) => {
+                    let up = tokio::time::timeout(READY_TIMEOUT, self.containers.pooled_ready(&handle.name)).await;
+                    if matches!(up, Ok(true)) {
+                        Ok(Pooled { name: handle.name, tier, held })
+                    } else {
+                        let why =
+                            format!("container {} did not come up within {} s", handle.name, READY_TIMEOUT.as_secs());
+                        self.remove(handle.name, held).await;
+                        Err(why)
+                    }
                 }
-            }
-            Err(error) => Err(baaaht_proto::error_chain(&error)),
+                Err(error) => {
+                    let_go(held).await;
+                    Err(baaaht_proto::error_chain(&error))
+                }
+            },
+            Err(why) => Err(why),
         };
         let mut pools = self.lock();
         let pool = pools.entry(role).or_default();
@@ -301,24 +330,43 @@ impl WarmPools {
     /// Keeps the pools filled until `cancel`: one start at a time, so a pool never takes both
     /// cores from the work it is there for.
     async fn keep_filled(self: Arc<Self>, cancel: CancellationToken) {
-        loop {
+        while !cancel.is_cancelled() {
             tokio::select! {
                 () = self.remove_discarded() => {}
-                () = cancel.cancelled() => return,
+                () = cancel.cancelled() => break,
             }
             let next = self.next_start(Instant::now()).filter(|role| self.room_for(*role));
             match next {
+                // A start cut short leaves its container to the manager's shutdown.
                 Some(role) => tokio::select! {
                     () = self.fill(role) => {}
-                    () = cancel.cancelled() => return,
+                    () = cancel.cancelled() => {}
                 },
                 None => tokio::select! {
                     () = self.wake.notified() => {}
                     () = tokio::time::sleep(LOOK_EVERY) => {}
-                    () = cancel.cancelled() => return,
+                    () = cancel.cancelled() => {}
                 },
             }
         }
+        self.empty().await;
+    }
+
+    /// Lets go of what every pooled container held (at shutdown; the containers themselves go
+    /// with the rest, all at once, in `ContainerManager::shutdown`).
+    async fn empty(&self) {
+        let ready: Vec<Pooled> = self.lock().values_mut().flat_map(|pool| pool.ready.drain(..)).collect();
+        let discarded = std::mem::take(&mut *self.discard.lock().unwrap_or_else(PoisonError::into_inner));
+        let held = ready.into_iter().map(|pooled| pooled.held).chain(discarded.into_iter().map(|(_, held)| held));
+        let held: Vec<Held> = held.collect();
+        let_go(Box::new(held)).await;
+    }
+}
+
+/// Drops what a pooled container held (unmounting its filesystems) on the blocking pool.
+pub(crate) async fn let_go(held: Held) {
+    if let Err(error) = tokio::task::spawn_blocking(move || drop(held)).await {
+        tracing::warn!(%error, "cannot let go of what a pooled container held");
     }
 }
 

@@ -5,6 +5,7 @@
 //! session run one at a time (the runner kills every process after each call).
 
 pub mod call;
+mod pooled;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -122,8 +123,9 @@ pub struct Call<'a> {
 
 impl From<Call<'_>> for ToolCall {
     fn from(call: Call<'_>) -> ToolCall {
-        let Call { call_id, tool, params_json, timeout, env, placeholders, correlation_id, .. } = call;
+        let Call { session, call_id, tool, params_json, timeout, env, placeholders, correlation_id, .. } = call;
         ToolCall {
+            session: session.to_string(),
             call_id,
             tool: tool.to_string(),
             params_json,
@@ -150,6 +152,8 @@ pub struct ToolCall {
     pub placeholders: HashMap<String, String>,
     /// The request's correlation id, written into its result and message files.
     pub correlation_id: String,
+    /// The session it is for (a pooled runner learns its session from its first call).
+    pub session: String,
 }
 
 pub use crate::work::ipc::ToolAnswer;
@@ -176,6 +180,17 @@ pub enum RunnerUp {
 
 /// Pieces of work and tunnel chunks waiting for one runner.
 const RUNNER_QUEUE: usize = 64;
+
+/// What a tool container holds: its workspace, its IPC folder and the folders it mounts.
+struct Holding<'a> {
+    workspace: &'a crate::sandbox::workspace::Prepared,
+    ipc: &'a crate::work::ipc::Lease,
+    /// Project folders (a Coder's) and skills' scripts.
+    projects: Vec<MountSpec>,
+    coder: bool,
+    /// Serves one call (`tools.mode: cold`).
+    cold: bool,
+}
 
 /// A session's tool container.
 #[derive(Debug)]
@@ -219,6 +234,8 @@ pub struct Runners {
     /// Holds each connection's reader and each cold container's removal, so shutdown waits
     /// for them.
     tracker: TaskTracker,
+    /// Where a session's first tool container comes from when one is ready ([`pooled`]).
+    warm: Arc<crate::work::warm::WarmPools>,
 }
 
 impl std::fmt::Debug for Runners {
@@ -254,6 +271,8 @@ pub struct Setup {
     /// The store's values, which the edge keeps from crossing either way.
     pub values: Arc<crate::guard::redact::Shield>,
     pub tracker: TaskTracker,
+    /// The warm pools, whose tool containers' pool the runners fill ([`Runners::fill_pool`]).
+    pub warm: Arc<crate::work::warm::WarmPools>,
 }
 
 impl Runners {
@@ -279,6 +298,7 @@ impl Runners {
             edge,
             values,
             tracker,
+            warm,
         } = setup;
         Runners {
             containers,
@@ -298,6 +318,7 @@ impl Runners {
             edge,
             values,
             tracker,
+            warm,
         }
     }
 
@@ -314,11 +335,12 @@ impl Runners {
 
     /// The `scripts/` folders of the skills `context` sees: the system's (`skills/`) and its
     /// own (`users/{id}/skills/` or `groups/{id}/skills/`, which win over a system skill of the
-    /// same name), each mounted read-only at `/skills/{name}/scripts`.
-    fn skill_scripts(&self, context: &Context) -> Vec<MountSpec> {
-        let own = self.data_dir.context_dir(context).join("skills");
+    /// same name), each mounted read-only at `/skills/{name}/scripts`; the system's only
+    /// without a context.
+    fn skill_scripts(&self, context: Option<&Context>) -> Vec<MountSpec> {
+        let own = context.map(|context| self.data_dir.context_dir(context).join("skills"));
         let mut found: std::collections::BTreeMap<String, PathBuf> = std::collections::BTreeMap::new();
-        for root in [self.data_dir.root().join("skills"), own] {
+        for root in std::iter::once(self.data_dir.root().join("skills")).chain(own) {
             let Ok(entries) = std::fs::read_dir(&root) else { continue };
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
@@ -359,9 +381,15 @@ impl Runners {
         }
     }
 
-    /// Starts a tool container for `session`; a `cold` one serves one call and is not kept. A
-    /// Coder's also mounts the allowlisted project folders.
+    /// Starts a tool container for `session` (a new session's first comes from the warm pool
+    /// when one is ready); a `cold` one serves one call and is not kept. A Coder's also mounts
+    /// the allowlisted project folders.
     async fn start(&self, session: &str, context: &Context, coder: bool, cold: bool) -> Result<Runner, ToolsError> {
+        if !coder && !cold {
+            if let Some(runner) = self.claim_pooled(session, context).await {
+                return Ok(runner);
+            }
+        }
         let (workspaces, held) = (self.workspaces.clone(), session.to_string());
         let workspace = tokio::task::spawn_blocking(move || workspaces.acquire(&held))
             .await
@@ -388,63 +416,13 @@ impl Runners {
             .ipc
             .prepare(context, session, coder)
             .map_err(|source| ToolsError::Ipc { path: self.data_dir.ipc_dir(), source })?;
-        let ipc_folder = ipc.path.clone();
-        let mut command = vec![
-            format!("{BINARIES_MOUNT}/baaaht-agent"),
-            "runner".into(),
-            "--mount".into(),
-            WORKSPACE.into(),
-            "--results".into(),
-            format!("{IPC_MOUNT}/results"),
-            "--session".into(),
-            session.to_string(),
-        ];
-        if !coder {
-            // Only this container's runner may queue messages (the `message` tool).
-            command.extend(["--messages".into(), format!("{IPC_MOUNT}/messages")]);
-        }
-        if let Some(cap) = workspace.checked_cap {
-            command.extend(["--workspace-cap".into(), cap.to_string()]);
-        }
-        if let Some(cap) = ipc.checked_cap {
-            command.extend(["--ipc-cap".into(), cap.to_string()]);
-        }
         let mut projects = if coder { self.policy.coder_mounts(context) } else { vec![] };
-        let skills = self.skill_scripts(context);
+        let skills = self.skill_scripts(Some(context));
         let found = skills_found(&skills);
         projects.extend(skills);
-        for project in &projects {
-            command.push("--mount".into());
-            command.push(if project.read_only { format!("{}:ro", project.target) } else { project.target.clone() });
-        }
-        if cold {
-            command.push("--once".into());
-        }
         let image = self.layer_for(context).await;
-        let request = RunRequest {
-            role: Role::Tool,
-            session_id: session.to_string(),
-            context: context.clone(),
-            command,
-            mounts: [
-                MountSpec { host: workspace.path, target: WORKSPACE.into(), read_only: false },
-                MountSpec { host: ipc_folder, target: IPC_MOUNT.into(), read_only: false },
-            ]
-            .into_iter()
-            .chain(projects)
-            // What the commands trust: the daemon's roots and its authority (for bound hosts).
-            .chain(self.edge.as_ref().map(|edge| MountSpec {
-                host: edge.authority.trust().to_path_buf(),
-                target: crate::net::egress::edge::TRUST_IN_CONTAINER.into(),
-                read_only: true,
-            }))
-            .collect(),
-            env: vec![],
-            timeout: Duration::MAX,
-            daemon_socket: true,
-            working_dir: Some(WORKSPACE.into()),
-            image,
-        };
+        let holding = Holding { workspace: &workspace, ipc: &ipc, projects, coder, cold };
+        let request = self.request(holding, session, context, image);
         let mut changes = self.connected.changes();
         let started = if cold {
             // Not adopted after a daemon crash: the next daemon removes it.
@@ -470,6 +448,61 @@ impl Runners {
             skills: found,
             _ipc: ipc,
         })
+    }
+
+    /// The request of a tool container holding `holding`, for `session` in `context` (none yet
+    /// for a pooled one), on `image` (the base image without one).
+    fn request(&self, holding: Holding<'_>, session: &str, context: &Context, image: Option<String>) -> RunRequest {
+        let Holding { workspace, ipc, projects, coder, cold } = holding;
+        let mut command = vec![
+            format!("{BINARIES_MOUNT}/baaaht-agent"),
+            "runner".into(),
+            "--mount".into(),
+            WORKSPACE.into(),
+            "--results".into(),
+            format!("{IPC_MOUNT}/results"),
+        ];
+        if !coder {
+            // Only this container's runner may queue messages (the `message` tool).
+            command.extend(["--messages".into(), format!("{IPC_MOUNT}/messages")]);
+        }
+        if let Some(cap) = workspace.checked_cap {
+            command.extend(["--workspace-cap".into(), cap.to_string()]);
+        }
+        if let Some(cap) = ipc.checked_cap {
+            command.extend(["--ipc-cap".into(), cap.to_string()]);
+        }
+        for project in &projects {
+            command.push("--mount".into());
+            command.push(if project.read_only { format!("{}:ro", project.target) } else { project.target.clone() });
+        }
+        if cold {
+            command.push("--once".into());
+        }
+        RunRequest {
+            role: Role::Tool,
+            session_id: session.to_string(),
+            context: context.clone(),
+            command,
+            mounts: [
+                MountSpec { host: workspace.path.clone(), target: WORKSPACE.into(), read_only: false },
+                MountSpec { host: ipc.path.clone(), target: IPC_MOUNT.into(), read_only: false },
+            ]
+            .into_iter()
+            .chain(projects)
+            // What the commands trust: the daemon's roots and its authority (for bound hosts).
+            .chain(self.edge.as_ref().map(|edge| MountSpec {
+                host: edge.authority.trust().to_path_buf(),
+                target: crate::net::egress::edge::TRUST_IN_CONTAINER.into(),
+                read_only: true,
+            }))
+            .collect(),
+            env: vec![],
+            timeout: Duration::MAX,
+            daemon_socket: true,
+            working_dir: Some(WORKSPACE.into()),
+            image,
+        }
     }
 
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
@@ -506,7 +539,7 @@ impl Runners {
         // A call naming a skill's folder finds the scripts of a skill installed mid-conversation:
         // the container is started anew with them (its workspace stays).
         if let Some(current) = runner.as_ref().filter(|r| {
-            call.params_json.contains(SKILLS_MOUNT) && r.skills != skills_found(&self.skill_scripts(context))
+            call.params_json.contains(SKILLS_MOUNT) && r.skills != skills_found(&self.skill_scripts(Some(context)))
         }) {
             tracing::info!(session, container = %current.container, "the skills changed; starting the tool container anew with their scripts");
             self.remove(session, &current.container, "a tool container without the new skills").await;

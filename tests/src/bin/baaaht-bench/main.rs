@@ -27,6 +27,7 @@ mod local_model;
 mod mcp;
 mod memory;
 mod ops;
+mod pool;
 mod redact;
 mod relay;
 mod scheduler;
@@ -72,6 +73,16 @@ enum Bench {
         /// Tokens of each long answer timed for throughput (at least 1000)
         #[arg(long, default_value_t = 20_000)]
         tokens: usize,
+    },
+    /// A new session's first tool turn and first tool call with the warm pools on and off,
+    /// beside warm ones and docker run --rm, and the memory pooled containers hold
+    Pool {
+        /// New sessions with the pools on, and as many off (at least 10)
+        #[arg(long, default_value_t = 15)]
+        runs: usize,
+        /// Warm turns and calls (at least 20)
+        #[arg(long, default_value_t = 30)]
+        warm: usize,
     },
     /// A tool call (read_file, 1 KiB) in a warm and a cold tool container vs docker exec/run
     Tools {
@@ -344,6 +355,7 @@ fn main() -> Result<()> {
         Bench::Web { runs, rounds } => web::run(runs.max(10), rounds.max(2)),
         Bench::Channels { runs, rounds, only } => channels::run(runs.max(10), rounds.max(2), only.as_deref()),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
+        Bench::Pool { runs, warm } => pool::run(runs.max(10), warm.max(20)),
         Bench::Isolation { warm, cold } => isolation::run(warm.max(100), cold.max(15)),
         Bench::Egress { downloads } => egress::run(downloads.max(5)),
         Bench::Redact { runs, calls } => redact::run(runs.max(20), calls.max(200)),
