@@ -263,9 +263,10 @@ impl Workspaces {
 
     /// Gives `pooled` to `session` as its workspace, if the session has none yet: its `data`
     /// goes to `sessions/{session}/data`, never over one that is there (a plain folder renamed;
-    /// a filesystem's image renamed and the filesystem mounted in place, the pool's mount let
-    /// go: the container that mounts it keeps it), counted as one container's. None: the
-    /// session has a workspace, and `pooled` is removed. Blocking.
+    /// a filesystem's image renamed and the filesystem mounted in place too), counted as one
+    /// container's. What is left at the pool's is [`Workspaces::let_go_pooled`]'s (off the
+    /// claim's path: letting go of a mount waits on the kernel). None: the session has a
+    /// workspace, and `pooled` is removed. Blocking.
     pub fn adopt(&self, mut pooled: PooledWorkspace, session: &str) -> Result<Option<Prepared>, WorkspaceError> {
         let Some(name) = pooled.name.take() else { return Ok(None) };
         let mut mounted = self.mounted();
@@ -293,23 +294,6 @@ impl Workspaces {
             }
         }
         drop(mounted);
-        // What is left of the pool's folder (an empty mount point) goes; only empty folders
-        // are removed, so a mount not let go of keeps what it holds (the next start clears it).
-        let left = shared_dirs::open_trusted(&self.sessions)
-            .and_then(|sessions| shared_dirs::open_dir(&sessions, Path::new(POOL).join(&name)))
-            .and_then(|from| match from {
-                Some(from) => rustix::fs::unlinkat(&from, "data", rustix::fs::AtFlags::REMOVEDIR)
-                    .or_else(|error| if error == rustix::io::Errno::NOENT { Ok(()) } else { Err(error) })
-                    .map_err(std::io::Error::from),
-                None => Ok(()),
-            })
-            .and_then(|()| {
-                let pool = shared_dirs::open_trusted(&self.sessions.join(POOL))?;
-                rustix::fs::unlinkat(&pool, name.as_str(), rustix::fs::AtFlags::REMOVEDIR).map_err(std::io::Error::from)
-            });
-        if let Err(error) = left {
-            tracing::warn!(pooled = %name, %error, "cannot remove a pooled workspace's folder");
-        }
         tracing::debug!(session, pooled = %name, "a session took a pooled workspace");
         let path = self.sessions.join(session).join("data");
         Ok(Some(Prepared { path, checked_cap: pooled.prepared.checked_cap }))
@@ -327,6 +311,12 @@ impl Workspaces {
         if taken("data") || taken(IMAGE) {
             return Ok(false);
         }
+        // Nothing runs in a pooled container before its claim: a workspace that is not as it
+        // was made is not handed on.
+        if !shared_dirs::names(&data)?.is_empty() {
+            tracing::warn!(pooled = name, "a pooled workspace is not empty; it is not handed on");
+            return Ok(false);
+        }
         let no_replace = rustix::fs::RenameFlags::NOREPLACE;
         if !is_mount_point(&from, &data)? {
             drop(data);
@@ -338,14 +328,32 @@ impl Workspaces {
         rustix::fs::renameat_with(&from, IMAGE, &session_dir, IMAGE, no_replace)?;
         shared_dirs::ensure_dir(&session_dir, OsStr::new("data"), Owner::Containers)?;
         let source = self.sessions.join(POOL).join(name).join("data");
-        if let Err(error) = move_mount(&source, &self.sessions.join(session).join("data")) {
+        if let Err(error) = rustix::mount::mount_bind(&source, self.sessions.join(session).join("data")) {
             // Back as it was: the session has no workspace, the pool's is removed.
             // silent-ok: each undoes what was just made; the error is what matters.
             let _ = rustix::fs::unlinkat(&session_dir, "data", rustix::fs::AtFlags::REMOVEDIR);
             let _ = rustix::fs::renameat_with(&session_dir, IMAGE, &from, IMAGE, no_replace);
-            return Err(error);
+            return Err(error.into());
         }
         Ok(true)
+    }
+
+    /// Lets go of what a session's taking of pooled workspace `name` left at the pool's: the
+    /// filesystem's mount there (the session's stays) and the empty folders. Only empty folders
+    /// are removed: a mount that cannot be let go of keeps what it holds (the next start clears
+    /// it). Blocking.
+    pub fn let_go_pooled(&self, name: &str) {
+        let folder = self.sessions.join(POOL).join(name);
+        let left = let_go_mount(&folder.join("data")).and_then(|()| {
+            let pool = shared_dirs::open_trusted(&self.sessions.join(POOL))?;
+            if let Some(from) = shared_dirs::open_dir(&pool, name)? {
+                remove_empty(&from, "data")?;
+            }
+            remove_empty(&pool, name)
+        });
+        if let Err(error) = left {
+            tracing::warn!(pooled = name, %error, "cannot let go of a pooled workspace's folder");
+        }
     }
 
     /// Removes pooled workspace `name`: its filesystem unmounted, its folder gone. Blocking.
@@ -375,7 +383,14 @@ impl Workspaces {
             let folder = shared_dirs::open_dir(&pool, &name);
             if let (Ok(Some(folder)), Ok(Some(data))) = (folder, data) {
                 if is_mount_point(&folder, &data).unwrap_or(false) {
-                    unmount(&self.sessions.join(POOL).join(&name).join("data"));
+                    drop(data);
+                    let at = self.sessions.join(POOL).join(&name).join("data");
+                    // A session may have taken this filesystem before the crash: only a
+                    // folder no longer mounted is removed, never through the mount.
+                    if let Err(error) = let_go_mount(&at) {
+                        tracing::warn!(folder = %at.display(), %error, "cannot let go of a pooled workspace's mount");
+                        continue;
+                    }
                 }
             }
             if let Err(error) = shared_dirs::remove_tree(&pool, &name) {
@@ -642,16 +657,25 @@ pub(crate) fn mount_tmpfs(on: &Path, bytes: u64) -> Result<(), MountError> {
     )
 }
 
-/// Mounts the filesystem on `source` at `target` too, then lets go of it at `source` (detached
-/// when something on the host holds it there): a container that mounted it keeps its mount.
-pub(crate) fn move_mount(source: &Path, target: &Path) -> std::io::Result<()> {
-    rustix::mount::mount_bind(source, target)?;
-    let unmounted = rustix::mount::unmount(source, rustix::mount::UnmountFlags::empty())
-        .or_else(|_| rustix::mount::unmount(source, rustix::mount::UnmountFlags::DETACH));
-    if let Err(error) = unmounted {
-        tracing::warn!(folder = %source.display(), %error, "cannot let go of a filesystem moved elsewhere");
+/// Lets go of the mount on `at` if there is one (detached when something on the host holds
+/// it), after it was mounted elsewhere too: the other mounts, a container's among them, stay.
+pub(crate) fn let_go_mount(at: &Path) -> std::io::Result<()> {
+    let unmounted = rustix::mount::unmount(at, rustix::mount::UnmountFlags::empty())
+        .or_else(|_| rustix::mount::unmount(at, rustix::mount::UnmountFlags::DETACH));
+    match unmounted {
+        // Not a mount point (any more), or gone.
+        Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => Ok(()),
+        Err(error) => Err(error.into()),
     }
-    Ok(())
+}
+
+/// Removes the empty folder `name` in `parent` (one that holds something, or a mount, stays);
+/// gone already is fine.
+pub(crate) fn remove_empty(parent: &OwnedFd, name: &str) -> std::io::Result<()> {
+    match rustix::fs::unlinkat(parent, name, rustix::fs::AtFlags::REMOVEDIR) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Unmounts the filesystem on `on` (detached at once when it is busy on the host).
@@ -692,10 +716,10 @@ mod tests {
         // A new session's folder holds its transcript, not yet a workspace.
         std::fs::create_dir_all(sessions.join("s1")).expect("session folder");
         std::fs::write(sessions.join("s1/session.jsonl"), "{}\n").expect("transcript");
-        std::fs::write(pooled.prepared.path.join("written"), "by its first call").expect("write");
         let adopted = workspaces.adopt(pooled, "s1").expect("adopt").expect("a session without a workspace takes it");
         assert_eq!(adopted.path, sessions.join("s1/data"));
-        assert_eq!(std::fs::read_to_string(adopted.path.join("written")).expect("moved with it"), "by its first call");
+        std::fs::write(adopted.path.join("written"), "by its first call").expect("write");
+        workspaces.let_go_pooled("p1");
         assert!(!sessions.join("@pool/p1").exists());
         assert!(sessions.join("s1/session.jsonl").exists());
 
@@ -713,5 +737,10 @@ mod tests {
         workspaces.clear_pool();
         assert_eq!(std::fs::read_dir(sessions.join("@pool")).expect("pool").count(), 0);
         assert!(workspaces.pooled("../p6").is_err());
+        // One that is not as it was made (something ran in it) is not handed on.
+        let written = workspaces.pooled("p7").expect("pooled");
+        std::fs::write(written.prepared.path.join("planted"), "x").expect("write");
+        assert_eq!(workspaces.adopt(written, "s7").expect("adopt"), None);
+        assert!(!sessions.join("s7/data").exists() && !sessions.join("@pool/p7").exists());
     }
 }

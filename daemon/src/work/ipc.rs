@@ -323,9 +323,9 @@ impl Ipc {
     }
 
     /// Gives the pooled folder `pooled` to the tool container of `session` in `context` (not a
-    /// Coder's), if it has no folder yet: its memory filesystem is mounted in place and let go
-    /// of at the pool's (the container keeps its own mount of it), or a plain folder renamed,
-    /// never over another. None: the slot is there already, and `pooled` is let go. Blocking.
+    /// Coder's), if it has no folder yet: its memory filesystem is mounted in place too (what is
+    /// left at the pool's is [`Ipc::let_go_pooled`]'s), or a plain folder renamed, never over
+    /// another. None: the slot is there already, and `pooled` is let go. Blocking.
     pub fn adopt(self: &Arc<Self>, pooled: Lease, context: &Context, session: &str) -> std::io::Result<Option<Lease>> {
         let (folder, slot) = (folder_of(context), slot_name(session, false));
         let key = format!("{folder}/{slot}");
@@ -341,18 +341,23 @@ impl Ipc {
         {
             return Ok(None);
         }
+        // Nothing runs in a pooled container before its claim: a folder that holds anything
+        // but its empty results/, messages/ and tasks/ is not handed on (nothing queued in it
+        // reaches the session).
+        if !Self::as_made(&from)? {
+            tracing::warn!(pooled = %name, "a pooled IPC folder is not as it was made; it is not handed on");
+            return Ok(None);
+        }
         if crate::sandbox::workspace::is_mount_point(&pool, &from)? {
             drop(from);
             let (source, target) = (self.root.join(&pooled.key), self.root.join(&key));
             let made = shared_dirs::ensure_dir(&context_dir, OsStr::new(&slot), Owner::DaemonReadable)?;
             drop(made);
-            if let Err(error) = crate::sandbox::workspace::move_mount(&source, &target) {
+            if let Err(error) = rustix::mount::mount_bind(&source, &target) {
                 // silent-ok: the empty folder just made; the error is what matters.
                 let _ = rustix::fs::unlinkat(&context_dir, slot.as_str(), rustix::fs::AtFlags::REMOVEDIR);
-                return Err(error);
+                return Err(error.into());
             }
-            // silent-ok: still mounted (warned), it goes at the next start.
-            let _ = rustix::fs::unlinkat(&pool, name.as_str(), rustix::fs::AtFlags::REMOVEDIR);
         } else {
             drop(from);
             rustix::fs::renameat_with(
@@ -371,6 +376,34 @@ impl Ipc {
         self.wake.notify_one();
         let checked_cap = pooled.checked_cap;
         Ok(Some(Lease { ipc: self.clone(), path: self.root.join(&key), key, checked_cap }))
+    }
+
+    /// Whether slot folder `slot` holds only its empty `results/`, `messages/` and `tasks/`.
+    fn as_made(slot: &OwnedFd) -> std::io::Result<bool> {
+        for entry in shared_dirs::names(slot)? {
+            let Some(name) = entry.to_str().filter(|name| ["results", "messages", "tasks"].contains(name)) else {
+                return Ok(false);
+            };
+            let empty = shared_dirs::open_dir(slot, name)?.map(|dir| shared_dirs::names(&dir)).transpose()?;
+            if !empty.is_some_and(|names| names.is_empty()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Lets go of what a session's taking of pooled folder `name` left at the pool's: the
+    /// filesystem's mount there (the session's stays) and the empty folder. Blocking.
+    pub fn let_go_pooled(&self, name: &str) {
+        let left = crate::sandbox::workspace::let_go_mount(&self.root.join(POOL).join(name)).and_then(|()| {
+            match shared_dirs::open_dir(&self.root_fd, POOL)? {
+                Some(pool) => crate::sandbox::workspace::remove_empty(&pool, name),
+                None => Ok(()),
+            }
+        });
+        if let Err(error) = left {
+            tracing::warn!(pooled = name, %error, "cannot let go of a pooled IPC folder");
+        }
     }
 
     /// Makes slot `{folder}/{slot}` ready and holds it: the slot is the daemon's (0755; a memory
@@ -491,7 +524,14 @@ impl Ipc {
         }
         if crate::sandbox::workspace::is_mount_point(&context_dir, &slot_dir)? {
             drop(slot_dir);
-            crate::sandbox::workspace::unmount(&self.root.join(folder).join(slot));
+            let at = self.root.join(folder).join(slot);
+            crate::sandbox::workspace::unmount(&at);
+            // A pooled folder's filesystem may be a session's too: never removed through a
+            // mount that is still there.
+            let still = shared_dirs::open_dir(&context_dir, slot)?;
+            if still.is_some_and(|dir| crate::sandbox::workspace::is_mount_point(&context_dir, &dir).unwrap_or(true)) {
+                return Err(std::io::Error::other(format!("{} is still mounted", at.display())));
+            }
         } else {
             drop(slot_dir);
         }
@@ -1000,12 +1040,15 @@ mod tests {
         let bus = crate::store::events::EventBus::default();
         let pooled = ipc.pooled("p1").expect("pooled");
         assert_eq!(pooled.path, ipc_dir.join("pool/p1"));
-        // No pass reads the pool's folders.
+        // No pass reads the pool's folders, and one that holds anything is not handed on.
         write(&pooled.path.join("messages/m1.json"), r#"{"id":"m1","content":"nobody's"}"#);
         assert_eq!(ipc.deliver_messages(&bus, &workspaces, &mut BTreeMap::new()), 0);
-        std::fs::remove_file(pooled.path.join("messages/m1.json")).expect("remove");
-
         let alice = Context::user("alice");
+        assert!(ipc.adopt(pooled, &alice, "s0").expect("adopt").is_none());
+        ipc.sweep();
+        assert!(!ipc_dir.join("pool/p1").exists() && !ipc_dir.join("user-alice/tools-s0").exists());
+        let pooled = ipc.pooled("p1").expect("pooled");
+
         let lease = ipc.adopt(pooled, &alice, "s1").expect("adopt").expect("a new session takes it");
         assert_eq!(lease.path, ipc_dir.join("user-alice/tools-s1"));
         assert!(!ipc_dir.join("pool/p1").exists());

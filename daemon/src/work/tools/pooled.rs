@@ -30,6 +30,8 @@ use super::{skills_found, Holding, Runner, Runners, CONNECT_TIMEOUT};
 
 /// What a pooled tool container holds.
 struct PooledTool {
+    /// Its folders' name in the pool's.
+    id: String,
     workspace: PooledWorkspace,
     ipc: Lease,
     /// The skills' script folders it mounts, as found then.
@@ -57,6 +59,7 @@ impl Runners {
     async fn pooled_request(&self) -> Result<(RunRequest, Held), String> {
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let (workspaces, ipc) = (self.workspaces.clone(), self.ipc.clone());
+        let named = id.clone();
         let made = tokio::task::spawn_blocking(move || {
             let workspace = workspaces.pooled(&id).map_err(|error| baaaht_proto::error_chain(&error))?;
             let lease = ipc.pooled(&id).map_err(|error| format!("cannot make a pooled IPC folder: {error}"))?;
@@ -68,7 +71,7 @@ impl Runners {
         let skills = skills_found(&projects);
         let holding = Holding { workspace: &workspace.prepared, ipc: &ipc, projects, coder: false, cold: false };
         let request = self.request(holding, "", &Context::user(String::new()), None);
-        Ok((request, Box::new(PooledTool { workspace, ipc, skills })))
+        Ok((request, Box::new(PooledTool { id: named, workspace, ipc, skills })))
     }
 
     /// `session`'s first tool container from the warm pool, bound to it and holding its
@@ -82,7 +85,9 @@ impl Runners {
             return None;
         }
         let mut changes = self.connected.changes();
+        let started = std::time::Instant::now();
         let (name, held) = self.warm.claim(Role::Tool, session, context, ContainerKind::Service).await?;
+        let claimed = started.elapsed();
         let pooled = match held.downcast::<PooledTool>() {
             Ok(pooled) => *pooled,
             Err(held) => {
@@ -95,10 +100,11 @@ impl Runners {
             self.discard(&name, Box::new(pooled)).await;
             return None;
         }
+        let id = pooled.id.clone();
         let (workspaces, ipc, owner, whose) =
             (self.workspaces.clone(), self.ipc.clone(), session.to_string(), context.clone());
         let adopted = tokio::task::spawn_blocking(move || {
-            let PooledTool { workspace, ipc: pooled_ipc, .. } = pooled;
+            let PooledTool { id, workspace, ipc: pooled_ipc, .. } = pooled;
             match workspaces.adopt(workspace, &owner) {
                 Ok(Some(_)) => {}
                 Ok(None) => return Ok(None),
@@ -107,7 +113,9 @@ impl Runners {
             match ipc.adopt(pooled_ipc, &whose, &owner) {
                 Ok(Some(lease)) => Ok(Some(lease)),
                 failed => {
+                    // The session keeps the (empty) workspace; the pool's mount of it goes.
                     workspaces.release(&owner);
+                    workspaces.let_go_pooled(&id);
                     failed.map_err(|error| format!("cannot give the session a pooled IPC folder: {error}"))
                 }
             }
@@ -123,6 +131,18 @@ impl Runners {
                 return None;
             }
         };
+        let adopted = started.elapsed();
+        // What the pool's side keeps of the folders goes off the call's path.
+        let (workspaces, ipc) = (self.workspaces.clone(), self.ipc.clone());
+        self.tracker.spawn(async move {
+            let left = tokio::task::spawn_blocking(move || {
+                workspaces.let_go_pooled(&id);
+                ipc.let_go_pooled(&id);
+            });
+            if let Err(error) = left.await {
+                tracing::warn!(%error, "cannot let go of a pooled tool container's folders");
+            }
+        });
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT.min(std::time::Duration::from_secs(5));
         if !self.connected.wait_for(&mut changes, &name, deadline).await {
             tracing::warn!(session, container = %name, "a claimed tool runner did not connect; starting one");
@@ -130,7 +150,14 @@ impl Runners {
             self.remove(session, &name, "a claimed tool container that did not connect").await;
             return None;
         }
-        tracing::info!(session, container = %name, "tool runner ready (from the pool)");
+        tracing::info!(
+            session,
+            container = %name,
+            claimed_us = claimed.as_micros() as u64,
+            adopted_us = adopted.as_micros() as u64,
+            connected_us = started.elapsed().as_micros() as u64,
+            "tool runner ready (from the pool)"
+        );
         Some(Runner {
             session: session.to_string(),
             container: name,

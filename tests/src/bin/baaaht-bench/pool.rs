@@ -146,6 +146,9 @@ pub(crate) fn run(runs: usize, warm_runs: usize) -> Result<()> {
         env: vec![
             ("BAAAHT__CONTAINER__POOLS".into(), pools.into()),
             ("BAAAHT__SESSIONS__ARCHIVAL__MEMORY_EXTRACTION".into(), "false".into()),
+            // Room for the pools beside the first calls' tool containers, which wait out their
+            // idle time (the pools leave two slots free).
+            ("BAAAHT__CONTAINER__MAX_CONCURRENT".into(), "32".into()),
         ],
         ..DaemonOptions::default()
     };
