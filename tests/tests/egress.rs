@@ -855,15 +855,24 @@ fn pip_curl_and_git_in_a_coders_container_reach_a_local_https_server_through_the
     assert!(loopback.contains("is a loopback address"), "{loopback}");
     let log = server.log_text();
     assert!(log.contains("request GET /simple/demo-pkg/") && log.contains("request GET /files/demo_pkg-1.0"), "{log}");
-    // Each went through the daemon, by the user's rule, with what asked for it.
-    let records = daemon.audit_records("egress");
-    let asked: Vec<&str> = records
-        .iter()
-        .filter(|record| record["outcome"] == "allowed")
-        .filter_map(|record| record["detail"]["asked_by"].as_str())
-        .collect();
-    for program in ["exec: PIP_DISABLE_PIP_VERSION_CHECK=1 pip download", "exec: curl", "exec: git clone"] {
-        assert!(asked.iter().any(|by| by.starts_with(program)), "{program}: {asked:?}");
+    // Each went through the daemon, by the user's rule, with what asked for it. A connection's
+    // record is written when it ends, which may come after the command's answer.
+    let programs = ["exec: PIP_DISABLE_PIP_VERSION_CHECK=1 pip download", "exec: curl", "exec: git clone"];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let records = daemon.audit_records("egress");
+        let asked: Vec<&str> = records
+            .iter()
+            .filter(|record| record["outcome"] == "allowed")
+            .filter_map(|record| record["detail"]["asked_by"].as_str())
+            .collect();
+        let missing: Vec<&str> =
+            programs.into_iter().filter(|program| !asked.iter().any(|by| by.starts_with(program))).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no record of {missing:?} within 30 s: {asked:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
     drop(coder);
 }
