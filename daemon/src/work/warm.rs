@@ -154,6 +154,11 @@ impl WarmPools {
         self.pools.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether `role` has a pool (a ceiling above 0).
+    pub fn pools(&self, role: Role) -> bool {
+        self.sizes.contains_key(&role)
+    }
+
     /// Containers ready in every pool, by role, for status and benchmarks.
     pub fn ready(&self) -> Vec<(Role, usize)> {
         let mut ready: Vec<(Role, usize)> =
@@ -177,7 +182,7 @@ impl WarmPools {
         context: &Context,
         kind: ContainerKind,
     ) -> Option<(String, Held)> {
-        if !self.sizes.contains_key(&role) {
+        if !self.pools(role) {
             return None;
         }
         self.lock().entry(role).or_default().claims.push_back(Instant::now());

@@ -77,6 +77,10 @@ impl Runners {
     /// `session`'s first tool container from the warm pool, bound to it and holding its
     /// workspace and IPC folder, if the session may take one and one is ready.
     pub(super) async fn claim_pooled(&self, session: &str, context: &Context) -> Option<Runner> {
+        // With the tool pool off, a start reads no skills twice.
+        if !self.warm.pools(Role::Tool) {
+            return None;
+        }
         let scripts = skills_found(&self.skill_scripts(Some(context)));
         if self.workspaces.has(session) || scripts != skills_found(&self.skill_scripts(None)) {
             return None;
