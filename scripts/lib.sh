@@ -1,6 +1,7 @@
 # Shared helpers for scripts/up and scripts/test. Sourced, not run.
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+# Each step says how long the run has taken so far, so a slow run shows where its time went.
+step() { printf '\n==> %s (at %ss)\n' "$*" "$SECONDS" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || die "$1 is missing: $2"; }
 

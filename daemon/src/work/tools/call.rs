@@ -351,7 +351,8 @@ impl Calls {
         let (ipc, recorded_context, recorded_session) = (self.ipc.clone(), context.clone(), session.clone());
         tokio::task::spawn_blocking(move || ipc.collect(&recorded_context, &recorded_session, coder, &call_id));
         // Request in → result out, as the daemon saw it (baaaht-bench tools reads it).
-        answer.metadata.insert("daemon_us".into(), received.elapsed().as_micros().to_string());
+        let daemon_us = received.elapsed().as_micros() as u64;
+        answer.metadata.insert("daemon_us".into(), daemon_us.to_string());
         self.metrics.record_tool(tool.as_str(), !answer.is_error, received.elapsed());
         if let Some(command) = command {
             let exit_code = answer.metadata.get("exit_code").cloned().unwrap_or_else(|| "none".into());
@@ -366,6 +367,7 @@ impl Calls {
             session = %identity.session_id,
             is_error = answer.is_error,
             duration_ms = answer.duration_ms,
+            daemon_us,
             "tool call"
         );
         self.tell_progress(identity, tool.as_str(), answer.is_error, answer.duration_ms);

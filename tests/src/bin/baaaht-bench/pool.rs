@@ -195,6 +195,7 @@ pub(crate) fn run(runs: usize, warm_runs: usize) -> Result<()> {
         rows[6].values.push(docker_run_cat(&workspace, "runc")?);
     }
     drop(worker);
+    let handover = Handover::read(&on.log)?;
     drop(on);
 
     let off = scenario::daemon_with(&fake, options(baaaht_tests::NO_POOLS))?;
@@ -210,6 +211,7 @@ pub(crate) fn run(runs: usize, warm_runs: usize) -> Result<()> {
     header();
     let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();
     println!("{:<72} {:>10.1}  MiB", format!("{pooled_count} pooled containers waiting, memory in use"), idle_pool_mib);
+    handover.print();
     let (turn_on, turn_off, turn_warm, call_on, call_off, call_warm, run) =
         (p50[0], p50[1], p50[2], p50[3], p50[4], p50[5], p50[6]);
     println!(
@@ -226,4 +228,81 @@ pub(crate) fn run(runs: usize, warm_runs: usize) -> Result<()> {
         call_on / call_off
     );
     Ok(())
+}
+
+/// Where a first call's time goes, from the daemon's log: the claim of a pooled tool container
+/// (the socket bound to the session), its folders moved into the session's places, its runner
+/// ready; and the runner's own time for the call (whole ms), first calls beside warm ones.
+struct Handover {
+    claimed: Row,
+    adopted: Row,
+    ready: Row,
+    first_daemon: Row,
+    warm_daemon: Row,
+    first_runner: Row,
+    warm_runner: Row,
+}
+
+impl Handover {
+    fn read(log: &std::path::Path) -> Result<Handover> {
+        let row = |name: &str, unit| Row { name: name.into(), unit, values: vec![] };
+        let mut handover = Handover {
+            claimed: row("  of which: the claim (socket bound to the session)", "ms"),
+            adopted: row("  of which: the folders moved into the session's places", "ms"),
+            ready: row("  of which: claim → runner ready", "ms"),
+            first_daemon: row("the daemon's time, a first call (request in → result out)", "ms"),
+            warm_daemon: row("the daemon's time, a warm call", "ms"),
+            first_runner: row("  the runner's own time, a first call (whole ms)", "ms"),
+            warm_runner: row("  the runner's own time, a warm call (whole ms)", "ms"),
+        };
+        let text = std::fs::read_to_string(log).with_context(|| format!("read {}", log.display()))?;
+        for line in text.lines() {
+            let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            let number = |key: &str| entry.get(key).and_then(serde_json::Value::as_f64);
+            let session = entry.get("session").and_then(serde_json::Value::as_str).unwrap_or("");
+            match entry.get("message").and_then(serde_json::Value::as_str) {
+                Some("tool runner ready (from the pool)") if session.starts_with("bench-first-call-") => {
+                    for (row, key) in [
+                        (&mut handover.claimed, "claimed_us"),
+                        (&mut handover.adopted, "adopted_us"),
+                        (&mut handover.ready, "connected_us"),
+                    ] {
+                        row.values.extend(number(key).map(|us| us / 1e3));
+                    }
+                }
+                Some("tool call") if session.starts_with("bench-first-call-") => {
+                    handover.first_daemon.values.extend(number("daemon_us").map(|us| us / 1e3));
+                    handover.first_runner.values.extend(number("duration_ms"));
+                }
+                Some("tool call") if session == "bench-warm" => {
+                    handover.warm_daemon.values.extend(number("daemon_us").map(|us| us / 1e3));
+                    handover.warm_runner.values.extend(number("duration_ms"));
+                }
+                _ => {}
+            }
+        }
+        Ok(handover)
+    }
+
+    fn print(mut self) {
+        if self.claimed.values.is_empty() {
+            println!("(the daemon's log names no pooled hand-over of a first call)");
+            return;
+        }
+        println!("a first call from the pool, from the daemon's log:");
+        let rows = [
+            &mut self.first_daemon,
+            &mut self.claimed,
+            &mut self.adopted,
+            &mut self.ready,
+            &mut self.first_runner,
+            &mut self.warm_daemon,
+            &mut self.warm_runner,
+        ];
+        for row in rows {
+            if !row.values.is_empty() {
+                row.print();
+            }
+        }
+    }
 }
