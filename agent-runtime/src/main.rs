@@ -29,6 +29,9 @@ enum Command {
         /// The folder each call's result is written to as well (file IPC, spec §12.4)
         #[arg(long, value_name = "PATH")]
         results: Option<std::path::PathBuf>,
+        /// The --results folder is on a memory filesystem: results are not synced to disk
+        #[arg(long, requires = "results")]
+        results_in_memory: bool,
         /// The folder the `message` tool queues messages in
         #[arg(long, value_name = "PATH")]
         messages: Option<std::path::PathBuf>,
@@ -94,7 +97,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Runner { mounts, once, results, messages, workspace_cap, ipc_cap } => {
+        Command::Runner { mounts, once, results, results_in_memory, messages, workspace_cap, ipc_cap } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
                 .map(|mount| match mount.strip_suffix(":ro") {
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
             let socket = std::path::Path::new(baaaht_agent::selftest::DAEMON_SOCKET);
             let settings = baaaht_agent::runner::Settings {
                 results,
+                results_in_memory,
                 messages,
                 workspace_cap,
                 ipc_cap,

@@ -21,6 +21,9 @@ use crate::tools::{self, paths::Mounts, Params, ToolOutput};
 pub struct Settings {
     /// Where each call's result is also written (file IPC, spec §12.4).
     pub results: Option<PathBuf>,
+    /// `results` is on a memory filesystem: a result is not synced to a disk it is not on
+    /// (under gVisor each sync is a round trip to the host, on every call).
+    pub results_in_memory: bool,
     /// Where the `message` tool queues messages; none in a Coder's container.
     pub messages: Option<PathBuf>,
     /// The workspace's cap in bytes, when no filesystem of that size holds it.
@@ -145,9 +148,15 @@ fn response(output: ToolOutput, started: Instant) -> v1::ToolResponse {
     }
 }
 
-/// Writes a call's result to `{results}/{call_id}.json` atomically (temp, fsync, rename): the
-/// daemon collects it even if it was restarted while the call ran (spec §12.4).
-pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResponse) -> std::io::Result<()> {
+/// Writes a call's result to `{results}/{call_id}.json` atomically (temp, rename; synced, file
+/// and folder, unless `in_memory`): the daemon collects it even if it was restarted while the
+/// call ran (spec §12.4).
+pub fn write_result(
+    results: &Path,
+    call: &v1::ToolCall,
+    response: &v1::ToolResponse,
+    in_memory: bool,
+) -> std::io::Result<()> {
     use std::io::Write as _;
     let valid = !call.call_id.is_empty()
         && call.call_id.len() <= 128
@@ -167,8 +176,14 @@ pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResp
     let temp = results.join(format!(".{}.tmp", call.call_id));
     let mut file = std::fs::File::create(&temp)?;
     file.write_all(record.to_string().as_bytes())?;
-    file.sync_all()?;
+    if !in_memory {
+        file.sync_all()?;
+    }
+    drop(file);
     std::fs::rename(&temp, results.join(format!("{}.json", call.call_id)))?;
+    if in_memory {
+        return Ok(());
+    }
     std::fs::File::open(results)?.sync_all()
 }
 
@@ -177,12 +192,18 @@ pub fn write_result(results: &Path, call: &v1::ToolCall, response: &v1::ToolResp
 pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) -> Result<(), String> {
     let token = crate::reaper::init_token("runner")?;
     let mounts = Mounts::open(mounts).map_err(|error| format!("cannot open the mounts: {error}"))?;
+    // A call runs on a thread of its own (the reader goes on meanwhile). The thread stays for
+    // the next call however long the pause: made per call after tokio's 10 s, it cost every
+    // call at a person's pace a thread's start, which gVisor makes dear.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .thread_keep_alive(Duration::from_secs(24 * 3600))
         .build()
         .map_err(|error| format!("cannot start the async runtime: {error}"))?;
     runtime.block_on(async move {
         crate::reaper::reap_as_init()?;
+        // The first call's thread is made now, while the runner waits for its first call.
+        let _ready = tokio::task::spawn_blocking(|| ());
         let options = ConnectOptions { token: Some(token), correlation_id: None, backoff: Backoff::PERSISTENT };
         let mut client = connect(socket, options).await.map_err(|error| error.to_string())?;
         // web_fetch calls the daemon's egress proxy over the same connection.
@@ -262,7 +283,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                         .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
                 };
                 if let Some(results) = &settings.results {
-                    if let Err(problem) = write_result(results, &record, &response) {
+                    if let Err(problem) = write_result(results, &record, &response, settings.results_in_memory) {
                         eprintln!("baaaht-agent runner: cannot write the result of {}: {problem}", record.call_id);
                     }
                 }
@@ -320,7 +341,7 @@ mod tests {
         };
         let answer = execute(&call, &mounts, &Settings::default());
         assert!(answer.content.contains("c-77e1"), "{}", answer.content);
-        write_result(&results, &call, &answer).expect("written");
+        write_result(&results, &call, &answer, false).expect("written");
         let written: Value =
             serde_json::from_slice(&std::fs::read(results.join("call-1.json")).expect("read")).expect("JSON");
         assert_eq!(written["correlationId"], "c-77e1", "{written}");

@@ -469,8 +469,10 @@ impl Runners {
         if let Some(cap) = workspace.checked_cap {
             command.extend(["--workspace-cap".into(), cap.to_string()]);
         }
-        if let Some(cap) = ipc.checked_cap {
-            command.extend(["--ipc-cap".into(), cap.to_string()]);
+        match ipc.checked_cap {
+            Some(cap) => command.extend(["--ipc-cap".into(), cap.to_string()]),
+            // The IPC folder is a memory filesystem of its own: nothing in it outlives the host.
+            None => command.push("--results-in-memory".into()),
         }
         for project in &projects {
             command.push("--mount".into());

@@ -81,6 +81,7 @@ impl Runners {
         if !self.warm.pools(Role::Tool) {
             return None;
         }
+        let entered = std::time::Instant::now();
         let scripts = skills_found(&self.skill_scripts(Some(context)));
         if self.workspaces.has(session) || scripts != skills_found(&self.skill_scripts(None)) {
             return None;
@@ -90,6 +91,7 @@ impl Runners {
         }
         let mut changes = self.connected.changes();
         let started = std::time::Instant::now();
+        let checked = started - entered;
         let (name, held) = self.warm.claim(Role::Tool, session, context, ContainerKind::Service).await?;
         let claimed = started.elapsed();
         let pooled = match held.downcast::<PooledTool>() {
@@ -157,6 +159,7 @@ impl Runners {
         tracing::info!(
             session,
             container = %name,
+            checked_us = checked.as_micros() as u64,
             claimed_us = claimed.as_micros() as u64,
             adopted_us = adopted.as_micros() as u64,
             connected_us = started.elapsed().as_micros() as u64,

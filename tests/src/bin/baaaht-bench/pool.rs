@@ -234,6 +234,7 @@ pub(crate) fn run(runs: usize, warm_runs: usize) -> Result<()> {
 /// (the socket bound to the session), its folders moved into the session's places, its runner
 /// ready; and the runner's own time for the call (whole ms), first calls beside warm ones.
 struct Handover {
+    checked: Row,
     claimed: Row,
     adopted: Row,
     ready: Row,
@@ -247,6 +248,7 @@ impl Handover {
     fn read(log: &std::path::Path) -> Result<Handover> {
         let row = |name: &str, unit| Row { name: name.into(), unit, values: vec![] };
         let mut handover = Handover {
+            checked: row("  of which: may the session take one (its skills, its layer)", "ms"),
             claimed: row("  of which: the claim (socket bound to the session)", "ms"),
             adopted: row("  of which: the folders moved into the session's places", "ms"),
             ready: row("  of which: claim → runner ready", "ms"),
@@ -263,6 +265,7 @@ impl Handover {
             match entry.get("message").and_then(serde_json::Value::as_str) {
                 Some("tool runner ready (from the pool)") if session.starts_with("bench-first-call-") => {
                     for (row, key) in [
+                        (&mut handover.checked, "checked_us"),
                         (&mut handover.claimed, "claimed_us"),
                         (&mut handover.adopted, "adopted_us"),
                         (&mut handover.ready, "connected_us"),
@@ -292,6 +295,7 @@ impl Handover {
         println!("a first call from the pool, from the daemon's log:");
         let rows = [
             &mut self.first_daemon,
+            &mut self.checked,
             &mut self.claimed,
             &mut self.adopted,
             &mut self.ready,
