@@ -192,6 +192,7 @@ pub fn write_result(
 pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) -> Result<(), String> {
     let token = crate::reaper::init_token("runner")?;
     let mounts = Mounts::open(mounts).map_err(|error| format!("cannot open the mounts: {error}"))?;
+    tools::paths::probe();
     // A call runs on a thread of its own (the reader goes on meanwhile). The thread stays for
     // the next call however long the pause: made per call after tokio's 10 s, it cost every
     // call at a person's pace a thread's start, which gVisor makes dear.
