@@ -3,7 +3,7 @@
 //! refused with what to fix, and everything is back on gVisor once it works again.
 //!
 //! A test binary of its own: it makes the host's `runsc` unusable for a while, which no test
-//! of another binary (they run one binary at a time) may meet.
+//! of another binary may meet: `scripts/test-lanes.py` runs it alone.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
