@@ -50,13 +50,13 @@ fn beneath() -> ResolveFlags {
     ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
 }
 
-/// Whether this kernel has `openat2`, asked once.
 /// Learns now whether the kernel has `openat2`, so that a first call does not ask (under gVisor
 /// a runner's start is off every call's path; its first call is not).
 pub fn probe() {
     has_openat2();
 }
 
+/// Whether this kernel has `openat2`, asked once.
 fn has_openat2() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {

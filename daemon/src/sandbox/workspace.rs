@@ -258,6 +258,17 @@ impl Workspaces {
         std::fs::create_dir_all(&self.sessions).map_err(folder_error)?;
         let sessions = shared_dirs::open_trusted(&self.sessions).map_err(folder_error)?;
         let prepared = self.prepare(&mut mounted, &sessions, &Path::new(POOL).join(name))?;
+        drop(mounted);
+        if prepared.checked_cap.is_none() {
+            // What making it wrote (the filesystem's layout, its root handed over) goes to disk
+            // now: else the first write a session syncs there carries all of it.
+            let synced = shared_dirs::open_dir(&sessions, Path::new(POOL).join(name).join("data"))
+                .and_then(|root| root.ok_or_else(|| std::io::Error::other("the pooled workspace is gone")))
+                .and_then(|root| rustix::fs::syncfs(root).map_err(std::io::Error::from));
+            if let Err(error) = synced {
+                tracing::debug!(pooled = name, %error, "cannot sync a pooled workspace's filesystem");
+            }
+        }
         Ok(PooledWorkspace { workspaces: self.clone(), name: Some(name.to_string()), prepared })
     }
 

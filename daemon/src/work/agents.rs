@@ -210,7 +210,7 @@ impl AgentPool {
     async fn start(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
         let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
-        if let Some((name, _nothing)) = self.warm.claim(role, session, context, ContainerKind::Task).await {
+        if let Some((name, _nothing, _handover)) = self.warm.claim(role, session, context, ContainerKind::Task).await {
             // It waits connected: it takes turns at once, or it went away meanwhile.
             let deadline = tokio::time::Instant::now() + CLAIMED_CONNECT;
             if self.connected.wait_for(&mut changes, &name, deadline).await {

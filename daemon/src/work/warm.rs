@@ -41,6 +41,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const LOOK_EVERY: Duration = Duration::from_secs(5);
 /// The longest a pool waits after its starts failed.
 const MOST_BACKOFF: Duration = Duration::from_secs(60);
+/// How long after a claim a pool that still has a container ready waits before it starts
+/// another: a new session's first turn claims one container after another (its Assistant,
+/// a Worker, a tool container), and a start beside it takes the cores it runs on.
+const SETTLE: Duration = Duration::from_millis(250);
 
 /// What a pooled container holds beside itself (a tool container's workspace and IPC folder,
 /// made before it started): handed to the session that claims it, dropped on the blocking
@@ -99,7 +103,24 @@ pub struct WarmPools {
     /// was dropped half-way, one whose removal failed (the engine away). The fill loop removes
     /// them, so a claim never waits on a removal.
     discard: Mutex<Vec<(String, Held)>>,
+    /// Claimed containers being handed to their sessions now: no pool starts one meanwhile.
+    handing: std::sync::atomic::AtomicUsize,
     wake: tokio::sync::Notify,
+}
+
+/// A claimed container being handed over: while one is, no pool starts a container (a start
+/// makes a filesystem, mounts it and starts a sandbox, on the cores and the mount table the
+/// handover needs). Dropped when the session holds it (or gave up on it).
+#[must_use = "the pools start again as soon as it is dropped"]
+pub struct Handover<'a> {
+    pools: &'a WarmPools,
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        self.pools.handing.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.pools.wake.notify_one();
+    }
 }
 
 /// A pooled container taken out of its pool for a claim: discarded when dropped, unless the
@@ -139,6 +160,7 @@ impl WarmPools {
             starters: Mutex::default(),
             pools: Mutex::default(),
             discard: Mutex::default(),
+            handing: std::sync::atomic::AtomicUsize::new(0),
             wake: tokio::sync::Notify::new(),
         }
     }
@@ -173,20 +195,22 @@ impl WarmPools {
     }
 
     /// A ready container of `role` bound to `session_id` and `context` (recorded as `kind`),
-    /// and what it holds, if its pool has one of the tier `role` runs under now; none: start
-    /// one cold. Counts toward the pool's demand either way.
+    /// what it holds, and the handover that holds the pools' starts off until it is dropped,
+    /// if its pool has one of the tier `role` runs under now; none: start one cold. Counts
+    /// toward the pool's demand either way (a pool refills after the handover, see [`SETTLE`]).
     pub async fn claim(
         &self,
         role: Role,
         session_id: &str,
         context: &Context,
         kind: ContainerKind,
-    ) -> Option<(String, Held)> {
+    ) -> Option<(String, Held, Handover<'_>)> {
         if !self.pools(role) {
             return None;
         }
+        self.handing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let handover = Handover { pools: self };
         self.lock().entry(role).or_default().claims.push_back(Instant::now());
-        self.wake.notify_one();
         let tier = self.containers.tier(role).await?;
         loop {
             let Pooled { name, tier: started_under, held } =
@@ -200,7 +224,7 @@ impl WarmPools {
             match self.containers.claim(&name, session_id, context, kind).await {
                 Ok(_) => {
                     tracing::info!(container = %name, role = role.as_str(), session = session_id, "claimed a pooled container");
-                    return taken.keep();
+                    return taken.keep().map(|(name, held)| (name, held, handover));
                 }
                 Err(error) => tracing::warn!(container = %name, %error, "cannot claim a pooled container; removing it"),
             }
@@ -280,6 +304,21 @@ impl WarmPools {
         wanted.first().map(|(_, role)| *role)
     }
 
+    /// How long the start of a container for `role`'s pool waits: while a claimed container is
+    /// handed over, and for [`SETTLE`] after the last claim when the pool still has one ready
+    /// (an empty pool starts at once, the next session may need it).
+    fn hold_off(&self, role: Role, now: Instant) -> Option<Duration> {
+        if self.handing.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return Some(SETTLE);
+        }
+        let pools = self.lock();
+        if pools.get(&role).is_none_or(|pool| pool.ready.is_empty()) {
+            return None;
+        }
+        let last = pools.values().filter_map(|pool| pool.claims.back()).max()?;
+        SETTLE.checked_sub(now.duration_since(*last)).filter(|wait| !wait.is_zero())
+    }
+
     /// Whether the host has room for one more container of `role` beside the work it does.
     fn room_for(&self, role: Role) -> bool {
         if self.containers.slots_free() <= KEEP_FREE {
@@ -341,6 +380,14 @@ impl WarmPools {
                 () = cancel.cancelled() => break,
             }
             let next = self.next_start(Instant::now()).filter(|role| self.room_for(*role));
+            if let Some(wait) = next.and_then(|role| self.hold_off(role, Instant::now())) {
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(wait) => {}
+                    () = cancel.cancelled() => {}
+                }
+                continue;
+            }
             match next {
                 // A start cut short leaves its container to the manager's shutdown.
                 Some(role) => tokio::select! {

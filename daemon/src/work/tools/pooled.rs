@@ -92,7 +92,7 @@ impl Runners {
         let mut changes = self.connected.changes();
         let started = std::time::Instant::now();
         let checked = started - entered;
-        let (name, held) = self.warm.claim(Role::Tool, session, context, ContainerKind::Service).await?;
+        let (name, held, _handover) = self.warm.claim(Role::Tool, session, context, ContainerKind::Service).await?;
         let claimed = started.elapsed();
         let pooled = match held.downcast::<PooledTool>() {
             Ok(pooled) => *pooled,
