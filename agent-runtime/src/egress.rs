@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use baaaht_proto::egress::{byte_queue, Acks, ByteReceiver, ByteSender, Window, TUNNEL_WINDOW};
+use baaaht_proto::egress::{byte_queue, Acks, ByteReceiver, ByteSender, Window, TUNNEL_CHUNK, TUNNEL_WINDOW};
 use baaaht_proto::v1;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, oneshot};
@@ -92,8 +92,6 @@ struct Begun {
 
 /// The most tunnels a container may have open at once.
 const MAX_TUNNELS: usize = 32;
-/// The most bytes one message of a tunnel carries: larger chunks, fewer messages per MB.
-const CHUNK: usize = 64 * 1024;
 /// The longest request head a client may send the egress proxy.
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a reset waits for what was written to leave the socket.
@@ -330,10 +328,10 @@ async fn tunnel<M: Send + 'static>(
             if !first.is_empty() && !upstream.send(Tunneled::Data(v1::EgressData { id, data: first })).await {
                 return;
             }
-            let mut buffer = vec![0u8; CHUNK];
+            let mut buffer = vec![0u8; TUNNEL_CHUNK];
             loop {
                 // What the daemon has not written on yet holds the client back, not the stream.
-                sent.room(CHUNK).await;
+                sent.room(TUNNEL_CHUNK).await;
                 match reader.read(&mut buffer).await {
                     Ok(0) => {
                         // The client is done sending; its answer may still come.
@@ -621,8 +619,8 @@ mod tests {
         });
         let mut at = 0;
         while at < total {
-            window.room(CHUNK).await;
-            let data: Vec<u8> = (at..(at + CHUNK).min(total)).map(byte_at).collect();
+            window.room(TUNNEL_CHUNK).await;
+            let data: Vec<u8> = (at..(at + TUNNEL_CHUNK).min(total)).map(byte_at).collect();
             window.spend(data.len());
             at += data.len();
             assert!(!tunnels.data(v1::EgressData { id, data }), "the tunnel was torn down at {at}");

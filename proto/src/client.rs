@@ -195,7 +195,8 @@ pub async fn channel(path: &Path, backoff: Backoff) -> Result<Channel, ConnectEr
     // The URI is required by tonic but never resolved: the connector below ignores it.
     let endpoint = Endpoint::from_static("http://baaaht.sock")
         .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW);
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME);
     let socket = path.to_path_buf();
     let connector = tower::service_fn(move |_: Uri| {
         let socket = socket.clone();

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use baaaht_proto::egress::{byte_queue, Acks, ByteReceiver, ByteSender, Window, TUNNEL_WINDOW};
+use baaaht_proto::egress::{byte_queue, Acks, ByteReceiver, ByteSender, Window, TUNNEL_CHUNK, TUNNEL_WINDOW};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -123,8 +123,6 @@ struct RelayTunnels(Arc<Mutex<(u64, HashMap<u64, Tunnel>)>>);
 
 /// The most tunnels one container may have open at once.
 const MAX_TUNNELS: usize = 32;
-/// The most bytes one message of a tunnel carries: larger chunks, fewer messages per MB.
-const CHUNK: usize = 64 * 1024;
 /// Connections a container may open a minute.
 const OPENS_PER_MINUTE: u32 = 120;
 
@@ -409,13 +407,13 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
             // silent-ok: the far end may be gone.
             let _ = writer.shutdown().await;
         });
-        let mut buffer = vec![0u8; CHUNK];
+        let mut buffer = vec![0u8; TUNNEL_CHUNK];
         let whole = loop {
             let n = tokio::select! {
                 () = closed.cancelled() => return self.audit_end(record, &sent, &received_bytes),
                 read = async {
                     // What the container has not written on yet holds the far end back.
-                    window.room(CHUNK).await;
+                    window.room(TUNNEL_CHUNK).await;
                     reader.read(&mut buffer).await
                 } => match read {
                     // The far end's clean end, unless the edge gave the connection up.

@@ -1,7 +1,8 @@
 //! `baaaht-bench egress`: a 10 MB download by a Coder's command through the tool runner's
 //! proxy (plain HTTP, and a CONNECT tunnel as https takes), beside the same download from a
-//! container on Docker's bridge network, in the same run: time to the first byte and
-//! throughput, each measured inside the container by the same Python client.
+//! container on Docker's bridge network, in the same run, with the tool container under gVisor
+//! and under runc: time to the first byte and throughput, each measured inside the container by
+//! the same Python client.
 
 use std::io::{BufRead as _, Write as _};
 use std::process::Command;
@@ -86,28 +87,68 @@ fn parsed(output: &str) -> Result<(f64, f64)> {
     Ok((fields[0].parse()?, fields[1].parse()?))
 }
 
+/// The tiers a Coder's tool container is measured under, with the issue's throughput target.
+const TIERS: [(&str, f64); 2] = [("gvisor", 0.5), ("runc", 0.8)];
+
 pub(crate) fn run(downloads: usize) -> Result<()> {
     let rt = baaaht_tests::runtime();
     let (bridge, port) = big_server()?;
     let target = format!("{bridge}:{port}");
-    let options = DaemonOptions {
-        files: vec![
-            ("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{target}']\n")),
-            ("users/baaaht-self-test/egress.yaml".into(), format!("rules:\n  - host: '{target}'\n    action: allow\n")),
-        ],
-        ..Default::default()
+    let coder_under = |tier: &str| {
+        let options = DaemonOptions {
+            files: vec![
+                ("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{target}']\n")),
+                (
+                    "users/baaaht-self-test/egress.yaml".into(),
+                    format!("rules:\n  - host: '{target}'\n    action: allow\n"),
+                ),
+            ],
+            env: vec![(
+                "BAAAHT__CONTAINER__ISOLATION".into(),
+                serde_json::json!({"tool": tier, "coder": tier}).to_string(),
+            )],
+            ..Default::default()
+        };
+        rt.block_on(coder(options))
     };
-    let mut coder = rt.block_on(coder(options))?;
-    let write = v1::ToolRequest {
-        tool: "write_file".into(),
-        params_json: serde_json::json!({ "path": "get.py", "content": CLIENT }).to_string(),
-        ..v1::ToolRequest::default()
+    let direct = || -> Result<(f64, f64)> {
+        let output = Command::new("docker")
+            .args(["run", "--rm", "--network", "bridge", "baaaht/base:latest", "python3", "-c", CLIENT])
+            .args([bridge.to_string(), port.to_string(), "direct".into()])
+            .output()?;
+        if !output.status.success() {
+            bail!("docker run failed: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        parsed(&String::from_utf8_lossy(&output.stdout))
     };
-    let wrote = rt.block_on(coder.client.agents.request_tool_execution(write))?.into_inner();
-    if wrote.is_error {
-        bail!("write_file failed: {}", wrote.content);
+    let row = |name: String, unit: &'static str| Row { name, unit, values: vec![] };
+    let mut rows = vec![];
+    for (tier, _) in TIERS {
+        for (what, unit) in [("time to first byte", "ms"), ("throughput", "MB/s")] {
+            rows.push(row(format!("{tier}: proxy (plain http): {what}"), unit));
+            rows.push(row(format!("{tier}: proxy (CONNECT tunnel): {what}"), unit));
+        }
     }
-    let mut through = |mode: &str| -> Result<(f64, f64)> {
+    let mut baseline = [
+        row("baseline: bridge network (runc), direct: time to first byte".into(), "ms"),
+        row("baseline: bridge network (runc), direct: throughput".into(), "MB/s"),
+    ];
+    let mb = SIZE as f64 / 1e6;
+    let mut coders = vec![];
+    for (tier, _) in TIERS {
+        let mut coder = coder_under(tier)?;
+        let write = v1::ToolRequest {
+            tool: "write_file".into(),
+            params_json: serde_json::json!({ "path": "get.py", "content": CLIENT }).to_string(),
+            ..v1::ToolRequest::default()
+        };
+        let wrote = rt.block_on(coder.client.agents.request_tool_execution(write))?.into_inner();
+        if wrote.is_error {
+            bail!("write_file failed: {}", wrote.content);
+        }
+        coders.push(coder);
+    }
+    let through = |coder: &mut crate::Coder, mode: &str| -> Result<(f64, f64)> {
         let command = format!("python3 get.py {bridge} {port} {mode}");
         let request = v1::ToolRequest {
             tool: "exec".into(),
@@ -120,53 +161,52 @@ pub(crate) fn run(downloads: usize) -> Result<()> {
         }
         parsed(&answer.content)
     };
-    let direct = || -> Result<(f64, f64)> {
-        let output = Command::new("docker")
-            .args(["run", "--rm", "--network", "bridge", "baaaht/base:latest", "python3", "-c", CLIENT])
-            .args([bridge.to_string(), port.to_string(), "direct".into()])
-            .output()?;
-        if !output.status.success() {
-            bail!("docker run failed: {}", String::from_utf8_lossy(&output.stderr));
-        }
-        parsed(&String::from_utf8_lossy(&output.stdout))
-    };
-    let row = |name: &str, unit: &'static str| Row { name: name.into(), unit, values: vec![] };
-    let mut rows = [
-        row("proxy (plain http): time to first byte", "ms"),
-        row("proxy (CONNECT tunnel): time to first byte", "ms"),
-        row("baseline: bridge network, direct: time to first byte", "ms"),
-        row("proxy (plain http): throughput", "MB/s"),
-        row("proxy (CONNECT tunnel): throughput", "MB/s"),
-        row("baseline: bridge network, direct: throughput", "MB/s"),
-    ];
     // The first of each warms the runner and the path; interleaved, so drift hits all alike.
-    through("proxy")?;
+    for coder in &mut coders {
+        through(coder, "proxy")?;
+    }
     direct()?;
-    let mb = SIZE as f64 / 1e6;
     for _ in 0..downloads {
-        for (index, measured) in [through("proxy")?, through("tunnel")?, direct()?].into_iter().enumerate() {
-            rows[index].values.push(measured.0);
-            rows[index + 3].values.push(mb / (measured.1 / 1e3));
+        for (index, coder) in coders.iter_mut().enumerate() {
+            for (way, mode) in ["proxy", "tunnel"].into_iter().enumerate() {
+                let (ttfb, total) = through(coder, mode)?;
+                rows[index * 4 + way].values.push(ttfb);
+                rows[index * 4 + 2 + way].values.push(mb / (total / 1e3));
+            }
         }
+        let (ttfb, total) = direct()?;
+        baseline[0].values.push(ttfb);
+        baseline[1].values.push(mb / (total / 1e3));
     }
     println!(
         "baaaht-bench egress: {downloads} downloads of {} MB each way, from a Coder's command through the runner's \
-         proxy and the daemon, beside a container on the bridge network in the same run\n",
+         proxy and the daemon (its tool container under gVisor, then runc), beside a container on the bridge \
+         network in the same run\n",
         SIZE >> 20
     );
     header();
-    let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();
-    let (ttfb_plain, ttfb_tunnel, ttfb_direct) = (p50[0], p50[1], p50[2]);
-    let (rate_plain, rate_tunnel, rate_direct) = (p50[3], p50[4], p50[5]);
-    println!(
-        "\nfirst byte: +{:.1} ms (plain), +{:.1} ms (tunnel) over direct (target ≤ +5 ms); throughput: {:.2}× \
-         (plain), {:.2}× (tunnel) of direct (target ≥ 0.8×)",
-        ttfb_plain - ttfb_direct,
-        ttfb_tunnel - ttfb_direct,
-        rate_plain / rate_direct,
-        rate_tunnel / rate_direct
-    );
-    drop(coder);
+    let p50: Vec<f64> = rows.iter_mut().chain(baseline.iter_mut()).map(Row::print).collect();
+    let (ttfb_direct, rate_direct) = (p50[8], p50[9]);
+    let mut result = format!("RESULT ttfb_direct_ms={ttfb_direct:.2} mbps_direct={rate_direct:.1}");
+    println!();
+    for (index, (tier, target)) in TIERS.into_iter().enumerate() {
+        let figures = &p50[index * 4..index * 4 + 4];
+        let (ttfb_plain, ttfb_tunnel, rate_plain, rate_tunnel) = (figures[0], figures[1], figures[2], figures[3]);
+        println!(
+            "{tier}: first byte +{:.1} ms (plain), +{:.1} ms (tunnel) over direct (target ≤ +5 ms); throughput \
+             {:.2}× (plain), {:.2}× (tunnel) of direct (target ≥ {target}×)",
+            ttfb_plain - ttfb_direct,
+            ttfb_tunnel - ttfb_direct,
+            rate_plain / rate_direct,
+            rate_tunnel / rate_direct
+        );
+        result.push_str(&format!(
+            " {tier}_ttfb_plain_ms={ttfb_plain:.2} {tier}_ttfb_tunnel_ms={ttfb_tunnel:.2} \
+             {tier}_mbps_plain={rate_plain:.1} {tier}_mbps_tunnel={rate_tunnel:.1} {tier}_vs_direct={:.2}",
+            rate_plain.min(rate_tunnel) / rate_direct
+        ));
+    }
+    drop(coders);
     // The credential edge and the approval path, each with its own daemon.
     let (bound, unbound) = crate::edge::interception(downloads * 4)?;
     let (asked, allowed) = crate::edge::approval(downloads * 2)?;
@@ -181,12 +221,6 @@ pub(crate) fn run(downloads: usize) -> Result<()> {
          {allowed:.1} ms)",
         bound - unbound
     );
-    println!(
-        "RESULT ttfb_plain_ms={ttfb_plain:.2} ttfb_tunnel_ms={ttfb_tunnel:.2} ttfb_direct_ms={ttfb_direct:.2} \
-         mbps_plain={rate_plain:.1} mbps_tunnel={rate_tunnel:.1} mbps_direct={rate_direct:.1} \
-         throughput_vs_direct={:.2} tls_interception_ms={:.2} approval_to_prompt_ms={asked:.2}",
-        rate_tunnel / rate_direct,
-        bound - unbound
-    );
+    println!("{result} tls_interception_ms={:.2} approval_to_prompt_ms={asked:.2}", bound - unbound);
     Ok(())
 }
