@@ -491,6 +491,35 @@ pub fn anthropic_answer(text: &str, calls: &[(&str, &str, serde_json::Value)]) -
     Answer::Stream { body, cut: false }
 }
 
+/// An Anthropic answer that is one call of tool `name` (id `id`), its arguments written in
+/// `pieces`, `pause` apart: a model that names what it calls before it writes the rest.
+pub fn anthropic_call_in_pieces(id: &str, name: &str, pieces: &[&str], pause: Duration) -> Answer {
+    use serde_json::json;
+    let delta = |piece: &str| {
+        sse(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+        )
+    };
+    let mut chunks: Vec<String> = pieces.iter().map(|piece| delta(piece)).collect();
+    let Some(first) = chunks.first_mut() else { return anthropic_answer("", &[]) };
+    let mut head = sse(
+        "message_start",
+        &json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "content": [], "model": "fake-model", "usage": {"input_tokens": 20, "output_tokens": 1}}}),
+    );
+    head.push_str(&sse(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+    ));
+    first.insert_str(0, &head);
+    if let Some(last) = chunks.last_mut() {
+        last.push_str(&sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+        last.push_str(&sse("message_delta", &json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 10}})));
+        last.push_str(&sse("message_stop", &json!({"type": "message_stop"})));
+    }
+    Answer::Paced { chunks: Arc::new(chunks), interval: pause }
+}
+
 /// An Anthropic answer that thinks first (a thinking block with `signature`), then says `text`
 /// and makes `calls`.
 pub fn anthropic_thinking_answer(

@@ -315,7 +315,7 @@ impl TestDaemon {
     }
 
     /// Names of the inventory's entries `keep` keeps.
-    fn inventory_names(&self, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
+    pub fn inventory_names(&self, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
         let path = self.data_dir.join("data/state/containers.json");
         let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
         let Ok(inventory) = serde_json::from_str::<serde_json::Value>(&text) else { return vec![] };

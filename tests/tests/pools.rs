@@ -105,6 +105,62 @@ fn a_new_session_claims_pooled_agents_that_held_nothing_and_never_go_back() {
 }
 
 #[test]
+fn a_delegations_agent_starts_while_the_model_is_still_writing_the_call() {
+    use baaaht_tests::fake_provider::{anthropic_answer, anthropic_call_in_pieces, Answer, Asked, Responder};
+    // The Assistant's delegate call names the Worker, then pauses before it writes the task.
+    let brain = Answer::Respond(Responder(std::sync::Arc::new(|request| {
+        let asked = Asked::of(request);
+        if !asked.offers("delegate") {
+            return anthropic_answer("done", &[]);
+        }
+        match asked.turn_results.last() {
+            Some(result) => anthropic_answer(&format!("Worker: {result}"), &[]),
+            None => anthropic_call_in_pieces(
+                "toolu_delegate_1",
+                "delegate",
+                &[r#"{"agent": "worker", "task": ""#, r#"Say done.", "returnDirectly": false}"#],
+                Duration::from_secs(10),
+            ),
+        }
+    })));
+    let rt = baaaht_tests::runtime();
+    // No pools: the Worker starts cold, which is what starting it early saves.
+    let (fake, daemon) = scenario::start(&rt, brain, pools(0)).expect("fake provider and daemon");
+    let workers = |daemon: &TestDaemon| {
+        daemon.inventory_names(|entry| entry["name"].as_str().is_some_and(|name| name.starts_with("baaaht-worker-")))
+    };
+    let answered_before = fake.completed();
+    let reply = std::thread::scope(|scope| {
+        let chatting = scope.spawn(|| {
+            rt.block_on(async {
+                let mut client = scenario::host_client(&daemon).await.expect("connect");
+                let said = message(user("alice"), "alice", "Ask the worker to say done.");
+                scenario::turn(&mut client, said, Duration::from_secs(120)).await.expect("the turn")
+            })
+        });
+        // The Worker runs while the Assistant's answer is still being written.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while workers(&daemon).is_empty() {
+            assert!(Instant::now() < deadline, "no Worker started:\n{}", daemon.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            fake.completed(),
+            answered_before,
+            "the Worker waited for the whole delegate call:\n{}",
+            daemon.log_text()
+        );
+        chatting.join().expect("the turn's thread")
+    });
+    let answer = reply.reply.unwrap_or_else(|| panic!("no reply: {:?}\n{}", reply.error, daemon.log_text()));
+    assert_eq!(answer.content, "Worker: done");
+    // The delegation took the Worker started for it: one Worker served the session.
+    let theirs: Vec<String> =
+        workers(&daemon).into_iter().filter(|name| session_of(&daemon, name) == reply.session).collect();
+    assert_eq!(theirs.len(), 1, "{theirs:?}\n{}", daemon.log_text());
+}
+
+#[test]
 fn a_daemon_that_crashes_with_a_full_pool_leaves_no_container_behind() {
     let mut daemon = TestDaemon::start(pools(2)).expect("daemon");
     let full = pooled(&daemon, &["assistant", "coder", "tool"], 2, "baaaht-");

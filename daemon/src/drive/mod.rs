@@ -73,6 +73,7 @@ impl Drive {
             taints: below.net.taints.clone(),
             redact: below.guard.redact.clone(),
         });
+        below.model.calls.foresees(Arc::new(orchestrator::Foreseer(Arc::downgrade(&orchestrator))));
         Ok(Drive { turns, orchestrator, scheduler: Arc::new(scheduler) })
     }
 }

@@ -719,6 +719,23 @@ impl Taints {
 
     /// Whether `live`'s turn may use `way`; why not, in a sentence for the agent (audited).
     pub fn allow(&self, live: &Live, way: Way) -> Result<(), String> {
+        if !self.withholds(way) {
+            return Ok(());
+        }
+        match self.mark(&live.session, &live.user_turn) {
+            Some(mark) => Err(self.refuse(&mark, &format!("container:{}", live.role), way)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether [`Taints::allow`] would let `live` take `way` now; nothing is refused or
+    /// recorded (for work started ahead of a call that will ask).
+    pub fn would_allow(&self, live: &Live, way: Way) -> bool {
+        !self.withholds(way) || self.mark(&live.session, &live.user_turn).is_none()
+    }
+
+    /// Whether the policy withholds `way` from a marked turn.
+    fn withholds(&self, way: Way) -> bool {
         let setting = match way {
             Way::Message => self.policy.message,
             Way::ScheduleTask => self.policy.schedule_task,
@@ -730,13 +747,7 @@ impl Taints {
             },
             Way::EgressAsk | Way::WebFetch | Way::FollowMore => Withhold::Withhold,
         };
-        if setting == Withhold::Allow {
-            return Ok(());
-        }
-        match self.mark(&live.session, &live.user_turn) {
-            Some(mark) => Err(self.refuse(&mark, &format!("container:{}", live.role), way)),
-            None => Ok(()),
-        }
+        setting == Withhold::Withhold
     }
 
     /// What becomes of a memory write of `live`'s turn.

@@ -151,6 +151,10 @@ pub struct AgentPool {
     connected: Arc<Connected<Turn, TurnOutcome>>,
     /// Container name → the turn it works on.
     live: Mutex<HashMap<String, Live>>,
+    /// (session, role) → an agent starting ahead of the delegation that will take it
+    /// ([`AgentPool::foresee`]); its sender is dropped once the agent waits idle (or did not
+    /// start), which wakes a delegation that came meanwhile.
+    foreseen: Mutex<HashMap<(String, Role), tokio::sync::watch::Receiver<()>>>,
     /// Holds each connection's reader, so shutdown waits for it.
     tracker: TaskTracker,
 }
@@ -183,6 +187,7 @@ impl AgentPool {
             idle: Mutex::default(),
             connected: Arc::new(Connected::new("agent")),
             live: Mutex::default(),
+            foreseen: Mutex::default(),
             tracker,
         }
     }
@@ -254,9 +259,45 @@ impl AgentPool {
         }
     }
 
-    /// An idle connected container of `session`/`role`, or a new one.
+    /// Starts an agent of `role` for `session` in the background, ahead of the delegation its
+    /// Assistant is still writing: it waits idle, and the delegation takes it (one that comes
+    /// while it starts waits for it). Nothing when one waits or starts already.
+    pub fn foresee(self: &Arc<Self>, session: &str, context: &Context, role: Role) {
+        let key = (session.to_string(), role);
+        let (started, starting) = tokio::sync::watch::channel(());
+        {
+            let mut foreseen = self.foreseen.lock().unwrap_or_else(PoisonError::into_inner);
+            if foreseen.contains_key(&key) || self.waiting(session, role) {
+                return;
+            }
+            foreseen.insert(key.clone(), starting);
+        }
+        let (pool, context) = (self.clone(), context.clone());
+        self.tracker.spawn(async move {
+            match pool.start(&key.0, &context, role).await {
+                Ok(container) => {
+                    tracing::debug!(session = key.0, role = role.as_str(), %container, "an agent waits for its delegation");
+                    pool.give_back(&key.0, role, container);
+                }
+                Err(error) => tracing::warn!(session = key.0, role = role.as_str(), %error, "cannot start an agent ahead"),
+            }
+            // Idle first, then gone from here: a delegation that finds neither starts one.
+            pool.foreseen.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+            drop(started);
+        });
+    }
+
+    /// An idle connected container of `session`/`role` (one started ahead of this delegation
+    /// waited for), or a new one.
     async fn take(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
         loop {
+            let starting =
+                self.foreseen.lock().unwrap_or_else(PoisonError::into_inner).get(&(session.to_string(), role)).cloned();
+            if let Some(mut starting) = starting {
+                // silent-ok: it ends with its sender dropped, the agent waiting idle or not started.
+                let _ = starting.changed().await;
+                continue;
+            }
             let candidate = self
                 .idle
                 .lock()

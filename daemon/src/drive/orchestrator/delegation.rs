@@ -215,6 +215,40 @@ pub(super) struct Task {
     pub(super) summary: String,
 }
 
+/// Starts the agent an Assistant's answer delegates to (`agent`, named by the call the model is
+/// still writing) and a Coder's tool container, so that they run when the delegation comes: only
+/// what the delegation would start, where tools are warm and half the container slots are free
+/// (a guess never takes a slot work may need).
+fn foresee(orchestrator: &Arc<Orchestrator>, live: &Live, agent: &str) {
+    let Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Memory)) = Role::named(agent) else {
+        return;
+    };
+    if orchestrator.loaded.config.tools.mode != crate::base::config::ToolMode::Warm
+        || orchestrator.containers.slots_free() * 2 < orchestrator.loaded.config.container.max_concurrent as usize
+    {
+        return;
+    }
+    if role == Role::Coder && !orchestrator.taints.would_allow(live, crate::net::taint::Way::DelegateCoder) {
+        return;
+    }
+    orchestrator.agents.foresee(&live.session, &live.context, role);
+    if role == Role::Coder {
+        super::prewarm_tools(orchestrator, &live.session, &live.context, true);
+    }
+}
+
+/// The model road tells the orchestrator which agent an Assistant's answer delegates to.
+#[derive(Debug)]
+pub struct Foreseer(pub std::sync::Weak<Orchestrator>);
+
+impl crate::model::llm::call::Foresight for Foreseer {
+    fn delegating(&self, live: &Live, agent: &str) {
+        if let Some(orchestrator) = self.0.upgrade() {
+            foresee(&orchestrator, live, agent);
+        }
+    }
+}
+
 #[tracing::instrument(name = "delegation", skip_all, fields(agent = task.role.as_str()))]
 pub(super) async fn run_task(orchestrator: &Arc<Orchestrator>, task: &Task) -> (String, bool, Duration) {
     let started = Instant::now();

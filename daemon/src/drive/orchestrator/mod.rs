@@ -17,6 +17,7 @@ mod history;
 mod turns;
 
 pub use archival::{archive, archive_quiet, supervise};
+pub use delegation::Foreseer;
 pub use delegation::{delegate, retold, run_alone, Delegated, Delegation};
 use delegation::{run_task, Task};
 pub use history::{compact, context_window, history, Images, PictureError};

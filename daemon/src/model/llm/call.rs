@@ -72,6 +72,57 @@ pub trait Reply: Send + Sync {
     fn context_exceeded(&self, turn: &str);
 }
 
+/// Told when an Assistant's answer, still streaming, names the agent of a `delegate` call: the
+/// agent can start while the model writes the task (the orchestrator starts it ahead).
+pub trait Foresight: Send + Sync + std::fmt::Debug {
+    fn delegating(&self, live: &Live, agent: &str);
+}
+
+/// Watches an Assistant's answer for `delegate` calls and names each one's agent as soon as
+/// its arguments do, before the task is written.
+#[derive(Debug, Default)]
+struct DelegateSpotter {
+    /// The index of the `delegate` call being written, and its arguments so far.
+    writing: Option<(u32, String)>,
+}
+
+/// How much of a delegate call's arguments the spotter reads for its agent's name.
+const SPOTTED_WITHIN: usize = 4096;
+
+impl DelegateSpotter {
+    fn observe(&mut self, event: &v1::LlmEvent) -> Option<String> {
+        use v1::llm_event::Event;
+        match &event.event {
+            Some(Event::ToolCallStart(start)) if start.name == "delegate" => {
+                self.writing = Some((start.index, String::new()));
+                None
+            }
+            Some(Event::ToolCallDelta(delta)) => {
+                let (index, arguments) = self.writing.as_mut()?;
+                if *index != delta.index {
+                    return None;
+                }
+                arguments.push_str(&delta.partial_json);
+                let agent = agent_named(arguments);
+                if agent.is_some() || arguments.len() > SPOTTED_WITHIN {
+                    self.writing = None;
+                }
+                agent
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The agent that a delegate call's arguments, written so far, name (`"agent": "worker"`,
+/// its closing quote written).
+fn agent_named(arguments: &str) -> Option<String> {
+    let after = &arguments[arguments.find("\"agent\"")? + "\"agent\"".len()..];
+    let value = after.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
+    let name = &value[..value.find('"')?];
+    (!name.is_empty() && name.len() <= 32).then(|| name.to_string())
+}
+
 /// Sends a text or thinking delta of the agent writing the reply to its context's channels; the
 /// text is also kept as written so far by its turn. A refusal for the context window is noted
 /// on the turn.
@@ -111,6 +162,9 @@ pub struct Calls {
     events: Arc<EventBus>,
     /// The turn table, told what a turn's reply has written so far ([`Calls::replies_to`]).
     reply: std::sync::OnceLock<std::sync::Weak<dyn Reply>>,
+    /// Told when an Assistant's answer names a delegation's agent ([`Calls::foresees`]); it
+    /// holds the orchestrator weakly.
+    foresight: std::sync::OnceLock<Arc<dyn Foresight>>,
     /// `providers.yaml`'s providers and fallbacks (what a request may end up costing) and the
     /// Assistant's model (for a request that names none).
     loaded: Arc<LoadedConfig>,
@@ -129,7 +183,22 @@ impl Calls {
         events: Arc<EventBus>,
         loaded: Arc<LoadedConfig>,
     ) -> Calls {
-        Calls { gateway, budgets, audit, events, reply: std::sync::OnceLock::new(), loaded }
+        Calls {
+            gateway,
+            budgets,
+            audit,
+            events,
+            reply: std::sync::OnceLock::new(),
+            foresight: std::sync::OnceLock::new(),
+            loaded,
+        }
+    }
+
+    /// Tells `foresight` (the orchestrator) which agent an Assistant's answer delegates to, as
+    /// soon as the answer names it.
+    pub fn foresees(&self, foresight: Arc<dyn Foresight>) {
+        // silent-ok: the composer tells it once; a second would be a wiring mistake.
+        let _ = self.foresight.set(foresight);
     }
 
     /// Tells `reply` (the orchestrator's turn table) what each turn's reply writes as it streams.
@@ -171,10 +240,21 @@ impl Calls {
                 .publish(&live.context, Event::of_turn(&live.session, &live.user_turn, &live.correlation_id, phase));
         }
         let upstream = self.stream(&call.payer, request).await?;
+        // An Assistant's delegations are spotted as they are written.
+        let mut spotter = call
+            .live
+            .clone()
+            .filter(|live| live.role == Role::Assistant)
+            .and_then(|live| Some((live, self.foresight.get()?.clone(), DelegateSpotter::default())));
         let live = call.live.filter(|live| live.speaks);
         let (events, reply) = (self.events.clone(), self.reply.get().cloned());
         Ok(Box::pin(upstream.map(move |item| {
             let event = item?;
+            if let Some((delegator, foresight, spotter)) = &mut spotter {
+                if let Some(agent) = spotter.observe(&event) {
+                    foresight.delegating(delegator, &agent);
+                }
+            }
             if let Some(live) = &live {
                 let reply = reply.as_ref().and_then(std::sync::Weak::upgrade);
                 publish_delta(&events, reply.as_deref(), live, &event);
@@ -488,5 +568,32 @@ impl Drop for Tally {
             }
         }
         tracing::info!(provider, outcome, session = %self.session, "LLM stream ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delegate_calls_agent_is_named_as_soon_as_its_arguments_name_it() {
+        use v1::llm_event::Event;
+        let start = |index: u32, name: &str| v1::LlmEvent {
+            event: Some(Event::ToolCallStart(v1::ToolCallStart { index, id: "t".into(), name: name.into() })),
+        };
+        let delta = |index: u32, json: &str| v1::LlmEvent {
+            event: Some(Event::ToolCallDelta(v1::ToolCallDelta { index, partial_json: json.into() })),
+        };
+        let mut spotter = DelegateSpotter::default();
+        assert_eq!(spotter.observe(&start(1, "delegate")), None);
+        assert_eq!(spotter.observe(&delta(1, "{\"agent\": \"wor")), None, "not before its closing quote");
+        assert_eq!(spotter.observe(&delta(0, "\"")), None, "another call's arguments");
+        assert_eq!(spotter.observe(&delta(1, "ker\", \"task\": \"")), Some("worker".into()));
+        assert_eq!(spotter.observe(&delta(1, "Look it up\"}")), None, "named once");
+        // A call of another tool names nothing; a second delegation names its own.
+        assert_eq!(spotter.observe(&start(2, "web_fetch")), None);
+        assert_eq!(spotter.observe(&delta(2, "{\"agent\":\"coder\"}")), None);
+        assert_eq!(spotter.observe(&start(3, "delegate")), None);
+        assert_eq!(spotter.observe(&delta(3, "{\"task\":\"x\",\"agent\":\"coder\"}")), Some("coder".into()));
     }
 }
