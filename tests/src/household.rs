@@ -83,6 +83,8 @@ pub struct Plan {
     pub tui_people: usize,
     /// How long the data dir's filesystem stays full, and the web's sign-in provider away.
     pub outage: Duration,
+    /// The daemon's `container.max_concurrent`, where not its default.
+    pub containers: Option<u32>,
 }
 
 /// The kinds of message people send.
@@ -637,6 +639,9 @@ pub async fn run(plan: Plan) -> Result<Report> {
         serde_json::to_string(MCP_SERVER)?
     );
     options.files = vec![("config/providers.yaml".into(), providers), ("config/mcp.yaml".into(), mcp)];
+    if let Some(containers) = plan.containers {
+        options.env.push(("BAAAHT__CONTAINER__MAX_CONCURRENT".into(), containers.to_string()));
+    }
     let mut site = if plan.web_people > 0 { Some(web::Site::provider(&mut options)?) } else { None };
     let mut workspace = if plan.slack_people > 0 { Some(slack::Workspace::start(&mut options).await?) } else { None };
     let start_options = options.clone();

@@ -24,6 +24,7 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
         slack_people: 3,
         tui_people: 3,
         outage: Duration::from_secs(15),
+        containers: None,
     };
     let report = baaaht_tests::runtime().block_on(household::run(plan)).expect("the household runs");
     let logs = || format!("{}\n\nfaults: {:#?}\nrefusals: {:#?}", report.logs, report.faults, report.refusals());

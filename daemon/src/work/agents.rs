@@ -140,6 +140,20 @@ pub fn agent_request(role: Role, session_id: &str, context: &Context) -> RunRequ
     }
 }
 
+/// A start ahead of a delegation ([`AgentPool::foresee`]): dropped, however it ended, its
+/// entry goes, then its sender, which wakes a delegation that waits for it.
+struct Foreseen {
+    pool: Arc<AgentPool>,
+    key: (String, Role),
+    started: tokio::sync::watch::Sender<()>,
+}
+
+impl Drop for Foreseen {
+    fn drop(&mut self) {
+        self.pool.forget_foreseen(&self.key, &self.started.subscribe());
+    }
+}
+
 /// Every agent container of the daemon.
 pub struct AgentPool {
     containers: Arc<ContainerManager>,
@@ -212,7 +226,8 @@ impl AgentPool {
 
     /// An agent container for `session`/`role`, claimed from its warm pool or started, once
     /// it takes turns.
-    async fn start(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
+    /// With `ahead` (a start ahead of need), only if a container slot is free now.
+    async fn start(&self, session: &str, context: &Context, role: Role, ahead: bool) -> Result<String, AgentError> {
         let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
         if let Some((name, _nothing, _handover)) = self.warm.claim(role, session, context, ContainerKind::Task).await {
@@ -225,7 +240,7 @@ impl AgentPool {
             tracing::warn!(container = %name, "a claimed pooled agent did not take turns; starting one");
             self.remove(&name).await;
         }
-        let name = self.start_cold(session, context, role).await?;
+        let name = self.start_cold(session, context, role, ahead).await?;
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         if !self.connected.wait_for(&mut changes, &name, deadline).await {
             tracing::warn!(container = %name, "the agent did not connect; removing its container");
@@ -237,9 +252,20 @@ impl AgentPool {
     }
 
     /// Starts an agent container for `session`/`role`.
-    async fn start_cold(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
+    async fn start_cold(
+        &self,
+        session: &str,
+        context: &Context,
+        role: Role,
+        ahead: bool,
+    ) -> Result<String, AgentError> {
         let request = agent_request(role, session, context);
-        let handle = self.containers.start_detached(request).await.map_err(|error| {
+        let started = if ahead {
+            self.containers.start_detached_if_room(request).await
+        } else {
+            self.containers.start_detached(request).await
+        };
+        let handle = started.map_err(|error| {
             if crate::base::state::is_disk_full(&error) {
                 tracing::error!(error = %baaaht_proto::error_chain(&error), "the data dir's disk is full");
                 return AgentError::DiskFull(role);
@@ -259,32 +285,47 @@ impl AgentPool {
         }
     }
 
-    /// Starts an agent of `role` for `session` in the background, ahead of the delegation its
-    /// Assistant is still writing: it waits idle, and the delegation takes it (one that comes
-    /// while it starts waits for it). Nothing when one waits or starts already.
-    pub fn foresee(self: &Arc<Self>, session: &str, context: &Context, role: Role) {
+    /// The start of an agent of `role` for `session` ahead of the delegation its Assistant is
+    /// still writing, for the caller to run (it stops with the daemon): the agent waits idle,
+    /// and the delegation takes it (one that comes while it starts waits for it). None when one
+    /// waits or starts already. It starts only in a slot free now.
+    pub fn foresee(
+        self: &Arc<Self>,
+        session: &str,
+        context: &Context,
+        role: Role,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         let key = (session.to_string(), role);
         let (started, starting) = tokio::sync::watch::channel(());
         {
             let mut foreseen = self.foreseen.lock().unwrap_or_else(PoisonError::into_inner);
             if foreseen.contains_key(&key) || self.waiting(session, role) {
-                return;
+                return None;
             }
             foreseen.insert(key.clone(), starting);
         }
-        let (pool, context) = (self.clone(), context.clone());
-        self.tracker.spawn(async move {
-            match pool.start(&key.0, &context, role).await {
+        // However the start ends (done, failed, or dropped at shutdown), its entry goes, then
+        // its sender: a delegation waiting on it looks again.
+        let entry = Foreseen { pool: self.clone(), key, started };
+        let context = context.clone();
+        Some(async move {
+            let (session, role) = (entry.key.0.as_str(), entry.key.1);
+            match entry.pool.start(session, &context, role, true).await {
                 Ok(container) => {
-                    tracing::debug!(session = key.0, role = role.as_str(), %container, "an agent waits for its delegation");
-                    pool.give_back(&key.0, role, container);
+                    tracing::debug!(session, role = role.as_str(), %container, "an agent waits for its delegation");
+                    entry.pool.give_back(session, role, container);
                 }
-                Err(error) => tracing::warn!(session = key.0, role = role.as_str(), %error, "cannot start an agent ahead"),
+                Err(error) => tracing::info!(session, role = role.as_str(), %error, "no agent started ahead"),
             }
-            // Idle first, then gone from here: a delegation that finds neither starts one.
-            pool.foreseen.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
-            drop(started);
-        });
+        })
+    }
+
+    /// Removes the entry of a start ahead at `key`, if it is the one `starting` watches.
+    fn forget_foreseen(&self, key: &(String, Role), starting: &tokio::sync::watch::Receiver<()>) {
+        let mut foreseen = self.foreseen.lock().unwrap_or_else(PoisonError::into_inner);
+        if foreseen.get(key).is_some_and(|entry| entry.same_channel(starting)) {
+            foreseen.remove(key);
+        }
     }
 
     /// An idle connected container of `session`/`role` (one started ahead of this delegation
@@ -296,7 +337,8 @@ impl AgentPool {
             if let Some(mut starting) = starting {
                 // silent-ok: it ends with its sender dropped, the agent waiting idle or not started.
                 let _ = starting.changed().await;
-                continue;
+                // Its entry went before its sender; one left behind is not waited on again.
+                self.forget_foreseen(&(session.to_string(), role), &starting);
             }
             let candidate = self
                 .idle
@@ -307,7 +349,7 @@ impl AgentPool {
             match candidate {
                 Some(idle) if self.connected.contains(&idle.container) => return Ok(idle.container),
                 Some(gone) => self.remove(&gone.container).await,
-                None => return self.start(session, context, role).await,
+                None => return self.start(session, context, role, false).await,
             }
         }
     }
@@ -401,7 +443,7 @@ impl AgentPool {
         self.connected.forget(&target.name);
         self.remove(&target.name).await;
         if was_idle && target.role == Role::Assistant {
-            let container = self.start(&target.session, &target.context, target.role).await?;
+            let container = self.start(&target.session, &target.context, target.role, false).await?;
             self.give_back(&target.session, target.role, container.clone());
             return Ok(format!("it was removed and {container} waits in its place"));
         }

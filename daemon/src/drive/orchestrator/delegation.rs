@@ -217,8 +217,8 @@ pub(super) struct Task {
 
 /// Starts the agent an Assistant's answer delegates to (`agent`, named by the call the model is
 /// still writing) and a Coder's tool container, so that they run when the delegation comes: only
-/// what the delegation would start, where tools are warm and half the container slots are free
-/// (a guess never takes a slot work may need).
+/// what the delegation would start, where tools are warm and half the container slots are free,
+/// in a slot free now (a guess never waits for one, nor removes an idle container for one).
 fn foresee(orchestrator: &Arc<Orchestrator>, live: &Live, agent: &str) {
     let Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Memory)) = Role::named(agent) else {
         return;
@@ -231,7 +231,8 @@ fn foresee(orchestrator: &Arc<Orchestrator>, live: &Live, agent: &str) {
     if role == Role::Coder && !orchestrator.taints.would_allow(live, crate::net::taint::Way::DelegateCoder) {
         return;
     }
-    orchestrator.agents.foresee(&live.session, &live.context, role);
+    let Some(start) = orchestrator.agents.foresee(&live.session, &live.context, role) else { return };
+    orchestrator.lifetime.spawn(start);
     if role == Role::Coder {
         super::prewarm_tools(orchestrator, &live.session, &live.context, true);
     }

@@ -79,15 +79,19 @@ pub trait Foresight: Send + Sync + std::fmt::Debug {
 }
 
 /// Watches an Assistant's answer for `delegate` calls and names each one's agent as soon as
-/// its arguments do, before the task is written.
+/// its arguments do, before the task is written; each agent once an answer, however many
+/// calls name it.
 #[derive(Debug, Default)]
 struct DelegateSpotter {
     /// The index of the `delegate` call being written, and its arguments so far.
     writing: Option<(u32, String)>,
+    named: Vec<String>,
 }
 
 /// How much of a delegate call's arguments the spotter reads for its agent's name.
 const SPOTTED_WITHIN: usize = 4096;
+/// The most agents one answer's calls are spotted naming (there are four to delegate to).
+const MOST_NAMED: usize = 4;
 
 impl DelegateSpotter {
     fn observe(&mut self, event: &v1::LlmEvent) -> Option<String> {
@@ -107,7 +111,9 @@ impl DelegateSpotter {
                 if agent.is_some() || arguments.len() > SPOTTED_WITHIN {
                     self.writing = None;
                 }
-                agent
+                let agent = agent.filter(|agent| !self.named.contains(agent) && self.named.len() < MOST_NAMED)?;
+                self.named.push(agent.clone());
+                Some(agent)
             }
             _ => None,
         }
@@ -595,5 +601,10 @@ mod tests {
         assert_eq!(spotter.observe(&delta(2, "{\"agent\":\"coder\"}")), None);
         assert_eq!(spotter.observe(&start(3, "delegate")), None);
         assert_eq!(spotter.observe(&delta(3, "{\"task\":\"x\",\"agent\":\"coder\"}")), Some("coder".into()));
+        // An agent named again, by a thousand calls, is named once.
+        for index in 4..1004 {
+            assert_eq!(spotter.observe(&start(index, "delegate")), None);
+            assert_eq!(spotter.observe(&delta(index, "{\"agent\":\"coder\"}")), None);
+        }
     }
 }

@@ -468,7 +468,14 @@ impl ContainerRuntime for DockerRuntime {
         if !gvisor && self.info.kind == EngineKind::Docker {
             return Ok(ExitInfo { code, oom_killed: false });
         }
-        let oom_killed = match self.killed_by_the_engine(id, state.started_at.as_deref()).await {
+        let mut read = self.killed_by_the_engine(id, state.started_at.as_deref()).await;
+        if matches!(read, Ok(false)) {
+            // Podman's event log can lag its kill under load (seen once in CI: a `podman kill`
+            // reported as out of memory): a kill not logged yet is looked for once more.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            read = self.killed_by_the_engine(id, state.started_at.as_deref()).await;
+        }
+        let oom_killed = match read {
             Ok(killed) => !killed,
             Err(error) => {
                 tracing::warn!(container = id, %error, "cannot read the engine's events; exit 137 taken as a kill");

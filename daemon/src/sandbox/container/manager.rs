@@ -311,6 +311,17 @@ impl Slots {
     }
 }
 
+/// How a long-lived container's start takes its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Waits for one (idle containers are removed to make room).
+    Waits,
+    /// A warm pool's: only a free one; the container is bound to nobody until claimed.
+    Pooled,
+    /// Only a free one (a start ahead of need).
+    IfFree,
+}
+
 pub struct ContainerManager {
     engine: Arc<watch::Sender<Engine>>,
     slots: Slots,
@@ -997,14 +1008,20 @@ impl ContainerManager {
     /// Starts a long-lived container (e.g. a session's tool runner) with its own daemon socket.
     /// It runs until [`ContainerManager::stop_service`]; after a daemon crash it is adopted.
     pub async fn start_service(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
-        self.start_long_running(request, ContainerKind::Service, false).await.map(|(handle, _)| handle)
+        self.start_long_running(request, ContainerKind::Service, Slot::Waits).await.map(|(handle, _)| handle)
     }
 
     /// Starts a long-lived container that is not adopted after a daemon crash (the next daemon
     /// removes it and starts its own), e.g. the LLM gateway. With `request.daemon_socket` it
     /// gets its own daemon socket. Stopped with [`ContainerManager::stop_service`].
     pub async fn start_detached(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
-        self.start_long_running(request, ContainerKind::Task, false).await.map(|(handle, _)| handle)
+        self.start_long_running(request, ContainerKind::Task, Slot::Waits).await.map(|(handle, _)| handle)
+    }
+
+    /// [`ContainerManager::start_detached`], only if a container slot is free now: a start
+    /// ahead of need never waits for one, nor makes room by removing an idle container.
+    pub async fn start_detached_if_room(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
+        self.start_long_running(request, ContainerKind::Task, Slot::IfFree).await.map(|(handle, _)| handle)
     }
 
     /// Starts a container for a warm pool: `request` with its own daemon socket bound to
@@ -1012,7 +1029,7 @@ impl ContainerManager {
     /// waiting until [`ContainerManager::claim`] binds it. Not adopted after a daemon crash (the
     /// next daemon removes it) until it is claimed as a service. Also the tier it runs under.
     pub async fn start_pooled(&self, request: RunRequest) -> Result<(ServiceHandle, Isolation), ContainerError> {
-        self.start_long_running(request, ContainerKind::Task, true).await
+        self.start_long_running(request, ContainerKind::Task, Slot::Pooled).await
     }
 
     /// Binds pooled container `name` to `session_id` and `context` (its waiting calls go on as
@@ -1044,11 +1061,15 @@ impl ContainerManager {
         &self,
         request: RunRequest,
         kind: ContainerKind,
-        pooled: bool,
+        slot: Slot,
     ) -> Result<(ServiceHandle, Isolation), ContainerError> {
         let runtime = self.runtime().await?;
         let isolation = self.isolation(&*runtime, request.role)?;
-        let slot = if pooled { self.slots.try_take(request.role)? } else { self.slots.take(request.role).await? };
+        let pooled = slot == Slot::Pooled;
+        let slot = match slot {
+            Slot::Waits => self.slots.take(request.role).await?,
+            Slot::Pooled | Slot::IfFree => self.slots.try_take(request.role)?,
+        };
         let with_socket = request.daemon_socket || kind == ContainerKind::Service || pooled;
         let (name, socket, spec) = self.prepare(&request, kind, (with_socket, pooled), isolation)?;
         let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();

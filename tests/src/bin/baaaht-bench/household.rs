@@ -39,12 +39,18 @@ const CROWDS: [usize; 7] = [5, 10, 15, 25, 40, 60, 90];
 /// Runs the household without faults at each of [`CROWDS`] (a fifth of them in groups, the
 /// plan's web and Slack people among them) until the p99 first word of a chat exceeds 1 s:
 /// the most people one host serves within it.
+/// The daemon's own container cap, `container.max_concurrent`'s default.
+fn default_cap() -> u32 {
+    baaaht_daemon::base::config::ContainerConfig::default().max_concurrent
+}
+
 pub(crate) fn capacity(plan: Plan) -> Result<()> {
     println!(
-        "capacity: the household without faults, {} min at each size, a message each every {} s on average; \
-         target: p99 first word of a chat ≤ {FIRST_WORD_TARGET_MS:.0} ms",
+        "capacity: the household without faults, {} min at each size, a message each every {} s on average, \
+         the daemon's container cap {}; target: p99 first word of a chat ≤ {FIRST_WORD_TARGET_MS:.0} ms",
         plan.run_for.as_secs() / 60,
-        plan.message_every.as_secs()
+        plan.message_every.as_secs(),
+        plan.containers.unwrap_or_else(default_cap)
     );
     println!(
         "{:>7} {:>6} {:>9} {:>8} {:>8} {:>8} {:>14}",
@@ -84,7 +90,11 @@ pub(crate) fn capacity(plan: Plan) -> Result<()> {
         }
         (served, at_served) = (people, p99);
     }
-    println!("RESULT household_capacity_people={served} first_word_p99_ms={at_served:.0} target_ms={FIRST_WORD_TARGET_MS:.0}");
+    let cap = plan.containers.unwrap_or_else(default_cap);
+    println!(
+        "RESULT household_capacity_people={served} first_word_p99_ms={at_served:.0} target_ms={FIRST_WORD_TARGET_MS:.0} \
+         container_cap={cap}"
+    );
     Ok(())
 }
 
@@ -235,5 +245,6 @@ pub(crate) fn plan(minutes: u64, users: usize, groups: usize, every: u64, faults
         slack_people: 0,
         tui_people: 0,
         outage: Duration::from_secs(30),
+        containers: None,
     }
 }

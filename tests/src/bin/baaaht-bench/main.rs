@@ -145,6 +145,9 @@ enum Bench {
         /// `--minutes` long) up to the first whose p99 first word exceeds 1 s: the capacity line
         #[arg(long)]
         capacity: bool,
+        /// The daemon's container cap (`container.max_concurrent`; default: the daemon's, 10)
+        #[arg(long)]
+        containers: Option<u32>,
     },
     /// "hello" in two new conversations to a local llama.cpp server (scripts/local-model): the
     /// second's first word, its instructions and tools cached by the server, vs the first's
@@ -328,11 +331,11 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
-        Bench::Household { minutes, users, groups, every, faults, dockerd, web, slack, tui, capacity } => {
+        Bench::Household { minutes, users, groups, every, faults, dockerd, web, slack, tui, capacity, containers } => {
             let users = users.max(1);
             let plan = household::plan(minutes.max(1), users, groups.max(1), every.max(1), faults, dockerd);
             let (web_people, slack_people) = (web.min(users), slack.min(users - web.min(users)));
-            let plan = household::Plan { web_people, slack_people, tui_people: tui, ..plan };
+            let plan = household::Plan { web_people, slack_people, tui_people: tui, containers, ..plan };
             if capacity {
                 household::capacity(plan)
             } else {
