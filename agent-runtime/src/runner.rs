@@ -181,10 +181,10 @@ pub fn write_result(
     }
     drop(file);
     std::fs::rename(&temp, results.join(format!("{}.json", call.call_id)))?;
-    if in_memory {
-        return Ok(());
+    if !in_memory {
+        std::fs::File::open(results)?.sync_all()?;
     }
-    std::fs::File::open(results)?.sync_all()
+    Ok(())
 }
 
 /// Serves calls until the daemon closes the stream; returns why it stopped. With `results`,

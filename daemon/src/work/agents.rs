@@ -225,8 +225,7 @@ impl AgentPool {
     }
 
     /// An agent container for `session`/`role`, claimed from its warm pool or started, once
-    /// it takes turns.
-    /// With `ahead` (a start ahead of need), only if a container slot is free now.
+    /// it takes turns; with `ahead` (a start ahead of need), only in a slot free now.
     async fn start(&self, session: &str, context: &Context, role: Role, ahead: bool) -> Result<String, AgentError> {
         let mut changes = self.connected.changes();
         // Not adopted after a daemon crash: its turn died with the daemon.
@@ -331,21 +330,16 @@ impl AgentPool {
     /// An idle connected container of `session`/`role` (one started ahead of this delegation
     /// waited for), or a new one.
     async fn take(&self, session: &str, context: &Context, role: Role) -> Result<String, AgentError> {
+        let key = (session.to_string(), role);
         loop {
-            let starting =
-                self.foreseen.lock().unwrap_or_else(PoisonError::into_inner).get(&(session.to_string(), role)).cloned();
+            let starting = self.foreseen.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned();
             if let Some(mut starting) = starting {
                 // silent-ok: it ends with its sender dropped, the agent waiting idle or not started.
                 let _ = starting.changed().await;
                 // Its entry went before its sender; one left behind is not waited on again.
-                self.forget_foreseen(&(session.to_string(), role), &starting);
+                self.forget_foreseen(&key, &starting);
             }
-            let candidate = self
-                .idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_mut(&(session.to_string(), role))
-                .and_then(Vec::pop);
+            let candidate = self.idle.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&key).and_then(Vec::pop);
             match candidate {
                 Some(idle) if self.connected.contains(&idle.container) => return Ok(idle.container),
                 Some(gone) => self.remove(&gone.container).await,

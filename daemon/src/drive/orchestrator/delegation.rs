@@ -217,15 +217,13 @@ pub(super) struct Task {
 
 /// Starts the agent an Assistant's answer delegates to (`agent`, named by the call the model is
 /// still writing) and a Coder's tool container, so that they run when the delegation comes: only
-/// what the delegation would start, where tools are warm and half the container slots are free,
-/// in a slot free now (a guess never waits for one, nor removes an idle container for one).
+/// what the delegation would start, where there is [`super::room_for_a_guess`], in a slot free
+/// now (a guess never waits for one, nor removes an idle container for one).
 fn foresee(orchestrator: &Arc<Orchestrator>, live: &Live, agent: &str) {
     let Some(role @ (Role::Worker | Role::Researcher | Role::Coder | Role::Memory)) = Role::named(agent) else {
         return;
     };
-    if orchestrator.loaded.config.tools.mode != crate::base::config::ToolMode::Warm
-        || orchestrator.containers.slots_free() * 2 < orchestrator.loaded.config.container.max_concurrent as usize
-    {
+    if !super::room_for_a_guess(orchestrator) {
         return;
     }
     if role == Role::Coder && !orchestrator.taints.would_allow(live, crate::net::taint::Way::DelegateCoder) {

@@ -561,14 +561,18 @@ pub fn prewarm(orchestrator: &Arc<Orchestrator>, record: &SessionRecord) {
     prewarm_tools(orchestrator, &record.id, &record.context(), false);
 }
 
-/// Starts `session`'s tool container (a Coder's with `coder`) in the background, where tools
-/// are warm and half the container slots are free (a guess is not worth a slot the turns' own
-/// agents may need).
+/// Whether a container may be started on a guess (ahead of the work that will want it): where
+/// tools are warm and half the container slots are free (a guess is not worth a slot the
+/// turns' own agents may need).
+pub(super) fn room_for_a_guess(orchestrator: &Orchestrator) -> bool {
+    orchestrator.loaded.config.tools.mode == crate::base::config::ToolMode::Warm
+        && orchestrator.containers.slots_free() * 2 >= orchestrator.loaded.config.container.max_concurrent as usize
+}
+
+/// Starts `session`'s tool container (a Coder's with `coder`) in the background, where there is
+/// [`room_for_a_guess`].
 pub(super) fn prewarm_tools(orchestrator: &Arc<Orchestrator>, session: &str, context: &Context, coder: bool) {
-    if orchestrator.loaded.config.tools.mode != crate::base::config::ToolMode::Warm {
-        return;
-    }
-    if orchestrator.containers.slots_free() * 2 < orchestrator.loaded.config.container.max_concurrent as usize {
+    if !room_for_a_guess(orchestrator) {
         return;
     }
     let (session, context) = (session.to_string(), context.clone());
