@@ -77,7 +77,8 @@ pub fn execute(call: &v1::ToolCall, mounts: &Mounts, settings: &Settings) -> v1:
         },
         Some(file_tool) => tools::run(file_tool, &params, mounts),
     };
-    if crate::reaper::active() {
+    // Only a command starts processes; a file tool's call leaves none to sweep for.
+    if tool == Some(ToolName::Exec) && crate::reaper::active() {
         crate::reaper::sweep();
     }
     let writes = matches!(tool, Some(ToolName::Exec | ToolName::WriteFile | ToolName::EditFile));
@@ -133,6 +134,13 @@ fn asked(call: &v1::ToolCall) -> String {
         asked.push('…');
     }
     asked
+}
+
+/// A tool whose call is bounded by its input (one file of at most [`tools::files::MAX_FILE_BYTES`],
+/// opened without blocking), so it runs on the runner's own thread: the stream waits for it no
+/// longer than for a message. A command, a folder listing or a walk of a tree runs on another.
+fn bounded(tool: ToolName) -> bool {
+    matches!(tool, ToolName::ReadFile | ToolName::WriteFile | ToolName::EditFile)
 }
 
 fn error(content: String) -> ToolOutput {
@@ -278,12 +286,18 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                         Err(problem) => error(format!("parameters are not JSON: {problem}")),
                     };
                     response(output, started)
+                } else if ToolName::named(&call.tool).is_some_and(bounded) {
+                    // On this thread: handing a call of a few microseconds to another costs more
+                    // than the call (under gVisor, each wake a round trip to the sandbox's kernel).
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&call, &mounts, &shared_settings)))
+                        .unwrap_or_else(|_panic| response(error("the tool failed".into()), Instant::now()))
                 } else {
                     tokio::task::spawn_blocking(move || execute(&call, &mounts, &shared_settings))
                         .await
                         .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
                 };
-                if let Some(results) = &settings.results {
+                let kept = !ToolName::named(&record.tool).is_some_and(ToolName::only_reads);
+                if let (Some(results), true) = (&settings.results, kept) {
                     if let Err(problem) = write_result(results, &record, &response, settings.results_in_memory) {
                         eprintln!("baaaht-agent runner: cannot write the result of {}: {problem}", record.call_id);
                     }

@@ -109,6 +109,13 @@ impl ToolName {
         }
     }
 
+    /// A call that only reads the workspace: run again, it changes nothing, so its result is
+    /// not written to the IPC folder to be collected after a restart (spec §12.4 keeps a
+    /// result so that a call never runs twice; these may).
+    pub fn only_reads(self) -> bool {
+        matches!(self, ToolName::ReadFile | ToolName::ListDir | ToolName::Grep | ToolName::Find)
+    }
+
     /// The tool `name` names, if it is one of the runner's.
     pub fn named(name: &str) -> Option<ToolName> {
         ToolName::ALL.into_iter().find(|tool| tool.as_str() == name)

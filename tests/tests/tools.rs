@@ -57,6 +57,25 @@ fn a_coders_calls_run_in_its_sessions_warm_tool_container_and_stay_there() {
         let on_host = daemon.data_dir.join("sessions/self-test/data/src/hello.py");
         assert!(on_host.is_file(), "{} is missing", on_host.display());
 
+        // A call that changes something is kept for an agent that asks again; one that only
+        // reads is not (run again, it changes nothing).
+        for (tool, id, params) in [
+            ("write_file", "toolu_kept_1", json!({"path": "kept.txt", "content": "kept\n"})),
+            ("read_file", "toolu_read_1", json!({"path": "kept.txt"})),
+        ] {
+            let asked = v1::ToolRequest { tool_call_id: id.into(), ..call(tool, params) };
+            let answer = agent.agents.request_tool_execution(asked).await.expect(tool).into_inner();
+            assert!(!answer.is_error, "{}", answer.content);
+        }
+        let records = daemon.data_dir.join("data/state/tool-results/user-baaaht-self-test");
+        let results = daemon.data_dir.join("data/ipc/user-baaaht-self-test/coder-self-test/results");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !records.join("toolu_kept_1.json").is_file() {
+            assert!(std::time::Instant::now() < deadline, "the write's result was not recorded");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!records.join("toolu_read_1.json").exists() && !results.join("toolu_read_1.json").exists());
+
         // Nothing a call starts outlives it, however it detaches.
         let started = run(&mut agent, "exec", json!({"command": "sleep 301 & setsid sleep 302 & nohup sleep 303 >/dev/null 2>&1 & echo started"})).await;
         assert!(started.content.contains("started"), "{started:?}");

@@ -1,6 +1,7 @@
 //! File-based IPC, container → daemon (spec §12.4). Each tool container has its own folder,
 //! `data/ipc/{context}/{slot}`, mounted at `/ipc`: `tools-{session}` for a session's tool
-//! container and `coder-{session}` for a Coder's. Its runner writes every call's result to
+//! container and `coder-{session}` for a Coder's. Its runner writes the result of every call
+//! that may change something (not of `read_file`, `list_dir`, `grep`, `find`) to
 //! `results/{call}.json` atomically; the `message` tool queues `messages/{id}.json`, and only a
 //! `tools-` slot has a `messages/` folder: a Coder (whose `exec` runs anything) has no `message`
 //! tool, so its folder can deliver nothing. The folder a file sits in is its only authority: a

@@ -345,11 +345,13 @@ impl Calls {
             self.runners.call(call).instrument(span).await?
         };
         answer.content.extend(unmet);
-        // The runner also wrote the result to the context's IPC folder: record it for an agent
-        // that asks again, off the answer's path (a crash before then leaves the file for the
-        // next start).
-        let (ipc, recorded_context, recorded_session) = (self.ipc.clone(), context.clone(), session.clone());
-        tokio::task::spawn_blocking(move || ipc.collect(&recorded_context, &recorded_session, coder, &call_id));
+        // The runner also wrote the result to the context's IPC folder (unless the call only
+        // read): record it for an agent that asks again, off the answer's path (a crash before
+        // then leaves the file for the next start).
+        if !tool.only_reads() {
+            let (ipc, recorded_context, recorded_session) = (self.ipc.clone(), context.clone(), session.clone());
+            tokio::task::spawn_blocking(move || ipc.collect(&recorded_context, &recorded_session, coder, &call_id));
+        }
         // Request in → result out, as the daemon saw it (baaaht-bench tools reads it).
         let daemon_us = received.elapsed().as_micros() as u64;
         answer.metadata.insert("daemon_us".into(), daemon_us.to_string());
