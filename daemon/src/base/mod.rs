@@ -1,11 +1,12 @@
 //! The floor everything stands on: the configuration, who a caller is, the data dir and its
-//! atomic state files, the disk's gate, the metrics, systemd's notifications and the daemon's
-//! lifetime. It imports no other wing.
+//! atomic state files, the disk's gate, the host's memory, the metrics, systemd's notifications
+//! and the daemon's lifetime. It imports no other wing.
 
 pub mod auth;
 pub mod config;
 pub mod datadir;
 pub mod disk;
+pub mod host;
 pub mod lifetime;
 pub mod metrics;
 pub mod state;

@@ -49,7 +49,7 @@ impl Drive {
             .redacting(below.guard.redact.clone());
         let turns = Arc::new(orchestrator::Turns::open(
             &data_dir.state_dir(),
-            loaded.config.container.max_concurrent,
+            below.sandbox.containers.cap(),
             Duration::from_secs(loaded.config.container.queue_timeout),
         ));
         let reply: Arc<dyn crate::model::llm::call::Reply> = turns.clone();

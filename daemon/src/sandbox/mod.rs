@@ -58,8 +58,9 @@ impl Sandbox {
         );
         let engine = Arc::new(watch::channel(container::Engine::probing()).0);
         let policy = Arc::new(policy::Policy::new(loaded)?);
-        let slots =
-            container::manager::Slots::new(container.max_concurrent, Duration::from_secs(container.queue_timeout));
+        let cap = container.cap();
+        tracing::info!(cap, asked = ?container.max_concurrent, "container cap");
+        let slots = container::manager::Slots::new(cap, Duration::from_secs(container.queue_timeout));
         let containers = container::manager::ContainerManager::new(
             engine.clone(),
             policy.clone(),
@@ -75,13 +76,13 @@ impl Sandbox {
             policy.resource_limits(Role::Tool).disk_bytes,
             loaded.config.tools.workspace_limit,
             // Tool containers hold at most a slot each; uploads in flight are few per gateway.
-            (container.max_concurrent as usize * 4).max(64),
+            (cap as usize * 4).max(64),
         ));
         let mcp_states = Arc::new(workspace::Workspaces::new(
             data_dir.root().join("data/mcp-state"),
             policy.resource_limits(Role::Mcp).disk_bytes,
             loaded.config.tools.workspace_limit,
-            (container.max_concurrent as usize).max(16),
+            (cap as usize).max(16),
         ));
         Ok((Sandbox { listeners, engine, policy, containers, workspaces, mcp_states }, incoming))
     }

@@ -444,6 +444,12 @@ impl AgentPool {
         Ok("it was removed; the next turn starts a new one".into())
     }
 
+    /// Since when the container [`AgentPool::evict_one`] would remove has waited.
+    pub fn longest_idle(&self) -> Option<Instant> {
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.values().filter_map(|waiting| waiting.first().map(|entry| entry.since)).min()
+    }
+
     /// Removes the idle container that has waited longest, to free its slot for new work;
     /// false when none is idle.
     pub async fn evict_one(&self) -> bool {

@@ -324,7 +324,8 @@ impl WarmPools {
         if self.containers.slots_free() <= KEEP_FREE {
             return false;
         }
-        memory_available().is_none_or(|free| free >= self.containers.memory_limit(role) + MEMORY_RESERVE)
+        crate::base::host::meminfo("MemAvailable")
+            .is_none_or(|free| free >= self.containers.memory_limit(role) + MEMORY_RESERVE)
     }
 
     /// Starts one container for `role`'s pool and waits until it is up.
@@ -420,14 +421,6 @@ pub(crate) async fn let_go(held: Held) {
     if let Err(error) = tokio::task::spawn_blocking(move || drop(held)).await {
         tracing::warn!(%error, "cannot let go of what a pooled container held");
     }
-}
-
-/// The host's available memory (`MemAvailable`), in bytes; none where it cannot be read.
-fn memory_available() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 impl Subsystem for WarmPools {

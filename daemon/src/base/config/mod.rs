@@ -482,8 +482,8 @@ fn check_limits(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigE
             });
         }
     }
-    if found.is_none() && container.max_concurrent == 0 {
-        found = Some((vec!["container".into(), "max_concurrent".into()], "a number such as 10"));
+    if found.is_none() && container.max_concurrent == ContainerCap::Fixed(0) {
+        found = Some((vec!["container".into(), "max_concurrent".into()], "a number such as 10, or auto"));
     }
     let Some((key, hint)) = found else { return Ok(()) };
     let keys: Vec<&str> = key.iter().map(String::as_str).collect();

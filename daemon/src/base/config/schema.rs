@@ -188,8 +188,9 @@ impl fmt::Display for LogLevel {
 #[serde(default, deny_unknown_fields)]
 pub struct ContainerConfig {
     pub runtime: RuntimeChoice,
-    /// Containers running at once (the LLM gateway aside); a start past it waits.
-    pub max_concurrent: u32,
+    /// Containers running at once (the LLM gateway aside); a start past it waits. `auto`: as
+    /// many as the host's memory holds ([`ContainerCap`]).
+    pub max_concurrent: ContainerCap,
     /// Seconds a start waits for a free slot (idle containers are removed to make room)
     /// before it is refused with a sentence.
     pub queue_timeout: u64,
@@ -245,7 +246,7 @@ impl Default for ContainerConfig {
     fn default() -> Self {
         ContainerConfig {
             runtime: RuntimeChoice::Auto,
-            max_concurrent: 10,
+            max_concurrent: ContainerCap::Auto,
             queue_timeout: 60,
             resource_limits: ResourceLimits::default(),
             role_limits: BTreeMap::new(),
@@ -1007,6 +1008,78 @@ impl TryFrom<String> for OtlpEndpoint {
 impl From<OtlpEndpoint> for String {
     fn from(value: OtlpEndpoint) -> String {
         value.0
+    }
+}
+
+/// `container.max_concurrent`: a number, or `auto`: as many containers as the host's memory
+/// holds with each at `resource_limits.memory`, beside [`HOST_RESERVE`] for the host, at least
+/// [`AUTO_CAP_FLOOR`] and at most [`AUTO_CAP_CEILING`] (10, the specification's example, where the
+/// memory cannot be read). A host of 24 GiB with containers of 512 MiB runs 44.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "CapInput", into = "CapInput")]
+pub enum ContainerCap {
+    #[default]
+    Auto,
+    Fixed(u32),
+}
+
+/// What `auto` leaves to the host itself: the daemon, the engine, the page cache.
+pub const HOST_RESERVE: u64 = 2 << 30;
+pub const AUTO_CAP_FLOOR: u32 = 4;
+pub const AUTO_CAP_CEILING: u32 = 256;
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum CapInput {
+    Number(u32),
+    Text(String),
+}
+
+impl TryFrom<CapInput> for ContainerCap {
+    type Error = String;
+
+    fn try_from(input: CapInput) -> Result<Self, Self::Error> {
+        match input {
+            CapInput::Number(count) => Ok(ContainerCap::Fixed(count)),
+            CapInput::Text(text) if text.trim() == "auto" => Ok(ContainerCap::Auto),
+            CapInput::Text(text) => {
+                text.trim().parse().map(ContainerCap::Fixed).map_err(|_unparsable| {
+                    format!("invalid container count `{text}`: write a number such as 10, or auto")
+                })
+            }
+        }
+    }
+}
+
+impl From<ContainerCap> for CapInput {
+    fn from(cap: ContainerCap) -> CapInput {
+        match cap {
+            ContainerCap::Auto => CapInput::Text("auto".into()),
+            ContainerCap::Fixed(count) => CapInput::Number(count),
+        }
+    }
+}
+
+impl ContainerCap {
+    /// The number of containers it allows on a host of `memory` bytes (none: unknown) where
+    /// each may take `each` bytes.
+    pub fn resolve(self, memory: Option<u64>, each: u64) -> u32 {
+        match (self, memory) {
+            (ContainerCap::Fixed(count), _) => count,
+            (ContainerCap::Auto, None) => 10,
+            (ContainerCap::Auto, Some(memory)) => {
+                let fits = memory.saturating_sub(HOST_RESERVE) / each.max(1);
+                fits.clamp(u64::from(AUTO_CAP_FLOOR), u64::from(AUTO_CAP_CEILING)) as u32
+            }
+        }
+    }
+}
+
+impl ContainerConfig {
+    /// The container cap in force on this host (`max_concurrent`, `auto` resolved against its
+    /// memory).
+    pub fn cap(&self) -> u32 {
+        self.max_concurrent.resolve(crate::base::host::meminfo("MemTotal"), self.resource_limits.memory.0)
     }
 }
 

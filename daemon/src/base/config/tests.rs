@@ -91,6 +91,7 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
         ),
         ("config.yaml", "security:\n  taint:\n    memory_write: forget\n", "3:19", &["unknown variant `forget`"]),
         ("config.yaml", "container:\n  resource_limits:\n    memory: 12x\n", "3:5", &["invalid size `12x`"]),
+        ("config.yaml", "container:\n  max_concurrent: lots\n", "2:3", &["invalid container count `lots`", "or auto"]),
         ("config.yaml", "metrics:\n  listen: 0.0.0.0:9479\n", "2:3", &["not a loopback address"]),
         ("config.yaml", "agents:\n  worker:\n    model: gpt-4o\n", "3:5", &["provider/model"]),
         (
@@ -236,6 +237,8 @@ fn env_overrides() {
             c.container.role_limits.get(&crate::base::auth::Role::Coder).and_then(|l| l.memory)
                 == Some(ByteSize(2 << 30))
         }),
+        (&[("BAAAHT__CONTAINER__MAX_CONCURRENT", "60")], |c| c.container.max_concurrent == ContainerCap::Fixed(60)),
+        (&[("BAAAHT__CONTAINER__MAX_CONCURRENT", "auto")], |c| c.container.max_concurrent == ContainerCap::Auto),
         (&[("BAAAHT__AGENTS__CODER__TEMPERATURE", "0.2")], |c| c.agents.coder.temperature == Some(Temperature(0.2))),
         (&[("BAAAHT_DATA", "/elsewhere"), ("OTHER", "x")], |c| *c == Config::default()),
     ];
@@ -438,4 +441,18 @@ fn the_specifications_providers_yaml_loads() {
     let providers = &loaded.providers.providers;
     assert!(providers.google.as_ref().is_some_and(|google| google.api_key.as_deref() == Some("${GOOGLE_API_KEY}")));
     assert_eq!(loaded.providers.fallback_chains["anthropic"], ["openrouter", "bedrock"]);
+}
+
+#[test]
+fn the_container_cap_auto_follows_the_hosts_memory() {
+    const GIB: u64 = 1 << 30;
+    let each = 512 << 20;
+    assert_eq!(ContainerCap::Auto.resolve(Some(24 * GIB), each), 44);
+    assert_eq!(ContainerCap::Auto.resolve(Some(4 * GIB), each), 4);
+    assert_eq!(ContainerCap::Auto.resolve(Some(GIB), each), AUTO_CAP_FLOOR, "a small host still runs a few");
+    assert_eq!(ContainerCap::Auto.resolve(Some(1024 * GIB), each), AUTO_CAP_CEILING);
+    assert_eq!(ContainerCap::Auto.resolve(Some(24 * GIB), 2 * GIB), 11, "larger containers, fewer");
+    assert_eq!(ContainerCap::Auto.resolve(None, each), 10, "the specification's example where memory is unknown");
+    assert_eq!(ContainerCap::Fixed(7).resolve(Some(24 * GIB), each), 7, "a number is kept as written");
+    assert!(Config::default().container.cap() >= AUTO_CAP_FLOOR);
 }

@@ -566,7 +566,7 @@ pub fn prewarm(orchestrator: &Arc<Orchestrator>, record: &SessionRecord) {
 /// turns' own agents may need).
 pub(super) fn room_for_a_guess(orchestrator: &Orchestrator) -> bool {
     orchestrator.loaded.config.tools.mode == crate::base::config::ToolMode::Warm
-        && orchestrator.containers.slots_free() * 2 >= orchestrator.loaded.config.container.max_concurrent as usize
+        && orchestrator.containers.slots_free() * 2 >= orchestrator.containers.cap() as usize
 }
 
 /// Starts `session`'s tool container (a Coder's with `coder`) in the background, where there is

@@ -419,6 +419,11 @@ impl ContainerManager {
         self.slots.pressure.subscribe()
     }
 
+    /// The container cap in force (`container.max_concurrent`, `auto` resolved).
+    pub fn cap(&self) -> u32 {
+        self.slots.max
+    }
+
     /// Container slots in use (`container.max_concurrent`).
     pub fn slots_in_use(&self) -> usize {
         self.slots.in_use()

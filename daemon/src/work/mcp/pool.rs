@@ -192,6 +192,14 @@ impl Running {
         self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0
             && self.used.lock().unwrap_or_else(PoisonError::into_inner).elapsed() >= self.idle_timeout
     }
+
+    /// Its last use, if it may be stopped to free a slot: it answers no call and was not used
+    /// (or handed to a caller) in the last [`SPARED_AFTER_USE`].
+    fn spared_since(&self) -> Option<Instant> {
+        let used = *self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        (self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0 && used.elapsed() >= SPARED_AFTER_USE)
+            .then_some(used)
+    }
 }
 
 /// One call in flight on a server; its end counts as the server's last use.
@@ -829,26 +837,26 @@ impl McpPool {
         }
     }
 
+    /// Since when the server [`McpPool::evict_one`] would stop has been unused.
+    pub fn longest_idle(&self) -> Option<Instant> {
+        let slots = self.slots();
+        slots.iter().filter_map(|(_, slot)| slot.try_lock().ok().and_then(|held| held.as_deref()?.spared_since())).min()
+    }
+
+    fn slots(&self) -> Vec<(Key, Slot)> {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.iter().map(|(key, slot)| (key.clone(), slot.clone())).collect()
+    }
+
     /// Stops the server unused the longest that answers no call and was not used (or handed to
     /// a caller) in the last [`SPARED_AFTER_USE`], to free a container slot for a start that
     /// waits for one; whether there was one.
     pub async fn evict_one(&self) -> bool {
-        let slots: Vec<(Key, Slot)> = {
-            let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-            running.iter().map(|(key, slot)| (key.clone(), slot.clone())).collect()
-        };
         let mut oldest: Option<(Instant, Key, HeldSlot)> = None;
-        for (key, slot) in slots {
+        for (key, slot) in self.slots() {
             // A slot being started or replaced is its holder's business.
             let Ok(held) = slot.try_lock_owned() else { continue };
-            let Some(server) = held.as_ref() else { continue };
-            if server.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-                continue;
-            }
-            let used = *server.used.lock().unwrap_or_else(PoisonError::into_inner);
-            if used.elapsed() < SPARED_AFTER_USE {
-                continue;
-            }
+            let Some(used) = held.as_deref().and_then(Running::spared_since) else { continue };
             if oldest.as_ref().is_none_or(|(best, ..)| used < *best) {
                 oldest = Some((used, key, held));
             }

@@ -192,6 +192,10 @@ struct Holding<'a> {
     cold: bool,
 }
 
+/// How long a tool container started ahead of a call that did not come is kept: a turn that
+/// needed it would have called by then.
+const GUESS_KEPT: Duration = Duration::from_secs(60);
+
 /// A session's tool container.
 #[derive(Debug)]
 struct Runner {
@@ -200,6 +204,9 @@ struct Runner {
     /// Whose it is: no other context's call reaches it.
     context: Context,
     last_used: Instant,
+    /// Whether a call has used it: one started on a guess ([`Runners::prewarm`]) that no call
+    /// came for is kept [`GUESS_KEPT`], not `tools.warm_idle_timeout`.
+    called: bool,
     /// The skills' script folders it mounts, as found then ([`skills_found`]): one installed,
     /// replaced or removed since is not as it has them.
     skills: Vec<(PathBuf, u64)>,
@@ -445,6 +452,7 @@ impl Runners {
             container: handle.name,
             context: context.clone(),
             last_used: Instant::now(),
+            called: false,
             skills: found,
             _ipc: ipc,
         })
@@ -552,6 +560,7 @@ impl Runners {
         }
         let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
         current.last_used = Instant::now();
+        current.called = true;
         let response = self.send(&current.container, call.into()).await;
         current.last_used = Instant::now();
         response
@@ -696,13 +705,25 @@ impl Runners {
         }
     }
 
+    /// Since when the container [`Runners::evict_one`] would remove has been unused.
+    pub fn longest_idle(&self) -> Option<Instant> {
+        let slots = self.slots();
+        // A session in the middle of a call keeps its container.
+        slots
+            .iter()
+            .filter_map(|slot| slot.try_lock().ok().and_then(|runner| runner.as_ref().map(|r| r.last_used)))
+            .min()
+    }
+
+    fn slots(&self) -> Vec<Arc<tokio::sync::Mutex<Option<Runner>>>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect()
+    }
+
     /// Removes the tool container unused the longest (none in a call), to free its slot for
     /// new work; false when there is none.
     pub async fn evict_one(&self) -> bool {
-        let slots: Vec<Arc<tokio::sync::Mutex<Option<Runner>>>> =
-            self.sessions.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
         let mut oldest: Option<(Instant, tokio::sync::OwnedMutexGuard<Option<Runner>>)> = None;
-        for slot in slots {
+        for slot in self.slots() {
             // A session in the middle of a call keeps its container.
             let Ok(runner) = slot.try_lock_owned() else { continue };
             let Some(used) = runner.as_ref().map(|r| r.last_used) else { continue };
@@ -729,7 +750,8 @@ impl Runners {
         for (session, slot) in slots {
             // A session in the middle of a call is not idle.
             let Ok(mut runner) = slot.try_lock() else { continue };
-            if let Some(current) = runner.as_ref().filter(|r| r.last_used.elapsed() > self.idle) {
+            let kept = |runner: &Runner| if runner.called { self.idle } else { self.idle.min(GUESS_KEPT) };
+            if let Some(current) = runner.as_ref().filter(|r| r.last_used.elapsed() > kept(r)) {
                 tracing::info!(session, container = %current.container, "removing an idle tool container");
                 self.remove(&current.session, &current.container, "an idle tool container").await;
                 *runner = None;

@@ -170,6 +170,7 @@ impl Runners {
             container: name,
             context: context.clone(),
             last_used: std::time::Instant::now(),
+            called: false,
             skills: scripts,
             _ipc: lease,
         })

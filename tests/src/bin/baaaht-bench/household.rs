@@ -39,9 +39,9 @@ const CROWDS: [usize; 7] = [5, 10, 15, 25, 40, 60, 90];
 /// Runs the household without faults at each of [`CROWDS`] (a fifth of them in groups, the
 /// plan's web and Slack people among them) until the p99 first word of a chat exceeds 1 s:
 /// the most people one host serves within it.
-/// The daemon's own container cap, `container.max_concurrent`'s default.
+/// The daemon's own container cap on this host, `container.max_concurrent`'s default (`auto`).
 fn default_cap() -> u32 {
-    baaaht_daemon::base::config::ContainerConfig::default().max_concurrent
+    baaaht_daemon::base::config::ContainerConfig::default().cap()
 }
 
 pub(crate) fn capacity(plan: Plan) -> Result<()> {

@@ -145,7 +145,7 @@ enum Bench {
         /// `--minutes` long) up to the first whose p99 first word exceeds 1 s: the capacity line
         #[arg(long)]
         capacity: bool,
-        /// The daemon's container cap (`container.max_concurrent`; default: the daemon's, 10)
+        /// The daemon's container cap (`container.max_concurrent`; default: the daemon's, `auto`)
         #[arg(long)]
         containers: Option<u32>,
     },
