@@ -181,6 +181,11 @@ impl WarmPools {
         self.sizes.contains_key(&role)
     }
 
+    /// Whether `role`'s pool has a container ready now.
+    pub fn has_ready(&self, role: Role) -> bool {
+        self.lock().get(&role).is_some_and(|pool| !pool.ready.is_empty())
+    }
+
     /// Containers ready in every pool, by role, for status and benchmarks.
     pub fn ready(&self) -> Vec<(Role, usize)> {
         let mut ready: Vec<(Role, usize)> =

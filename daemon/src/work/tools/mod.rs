@@ -568,9 +568,10 @@ impl Runners {
 
     /// Starts `session`'s tool container (a Coder's with `coder`) ahead of its first call,
     /// unless it has one, or no container slot is free now (a guess never waits in line before
-    /// the work that needs one).
+    /// the work that needs one), or the pool will serve its first call (a claim takes
+    /// milliseconds, and a guess claimed now would have the pool start another for nothing).
     pub async fn prewarm(&self, session: &str, context: &Context, coder: bool) -> Result<(), ToolsError> {
-        if self.containers.slots_free() == 0 {
+        if self.containers.slots_free() == 0 || (!coder && self.pool_serves(session, context).await) {
             return Ok(());
         }
         let slot = self.slot(session, coder);

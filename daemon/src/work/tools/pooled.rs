@@ -74,6 +74,27 @@ impl Runners {
         Ok((request, Box::new(PooledTool { id: named, workspace, ipc, skills })))
     }
 
+    /// Whether `session` may take a pooled tool container: it has no workspace yet, and its
+    /// context no skills of its own nor a skill layer; then the skills' scripts a container has.
+    async fn poolable(&self, session: &str, context: &Context) -> Option<Vec<(std::path::PathBuf, u64)>> {
+        let scripts = skills_found(&self.skill_scripts(Some(context)));
+        if self.workspaces.has(session) || scripts != skills_found(&self.skill_scripts(None)) {
+            return None;
+        }
+        if self.layer_for(context).await.is_some() {
+            return None;
+        }
+        Some(scripts)
+    }
+
+    /// Whether `session`'s first call will find its container in the pool: a start ahead of
+    /// it would only take one sooner, and leave the pool to start another for a guess.
+    pub(super) async fn pool_serves(&self, session: &str, context: &Context) -> bool {
+        self.warm.pools(Role::Tool)
+            && self.warm.has_ready(Role::Tool)
+            && self.poolable(session, context).await.is_some()
+    }
+
     /// `session`'s first tool container from the warm pool, bound to it and holding its
     /// workspace and IPC folder, if the session may take one and one is ready.
     pub(super) async fn claim_pooled(&self, session: &str, context: &Context) -> Option<Runner> {
@@ -82,13 +103,7 @@ impl Runners {
             return None;
         }
         let entered = std::time::Instant::now();
-        let scripts = skills_found(&self.skill_scripts(Some(context)));
-        if self.workspaces.has(session) || scripts != skills_found(&self.skill_scripts(None)) {
-            return None;
-        }
-        if self.layer_for(context).await.is_some() {
-            return None;
-        }
+        let scripts = self.poolable(session, context).await?;
         let mut changes = self.connected.changes();
         let started = std::time::Instant::now();
         let checked = started - entered;
