@@ -1016,7 +1016,7 @@ impl From<OtlpEndpoint> for String {
 /// [`AUTO_CAP_FLOOR`] and at most [`AUTO_CAP_CEILING`] (10, the specification's example, where the
 /// memory cannot be read). A host of 24 GiB with containers of 512 MiB runs 44.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(try_from = "CapInput", into = "CapInput")]
+#[serde(try_from = "NumberOrText<u32>", into = "NumberOrText<u32>")]
 pub enum ContainerCap {
     #[default]
     Auto,
@@ -1028,21 +1028,23 @@ pub const HOST_RESERVE: u64 = 2 << 30;
 pub const AUTO_CAP_FLOOR: u32 = 4;
 pub const AUTO_CAP_CEILING: u32 = 256;
 
+/// A setting written as a number or as text (YAML `10` or `"10"`, an environment variable's
+/// text, a word such as `auto` or `512m`).
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
-enum CapInput {
-    Number(u32),
+enum NumberOrText<N> {
+    Number(N),
     Text(String),
 }
 
-impl TryFrom<CapInput> for ContainerCap {
+impl TryFrom<NumberOrText<u32>> for ContainerCap {
     type Error = String;
 
-    fn try_from(input: CapInput) -> Result<Self, Self::Error> {
+    fn try_from(input: NumberOrText<u32>) -> Result<Self, Self::Error> {
         match input {
-            CapInput::Number(count) => Ok(ContainerCap::Fixed(count)),
-            CapInput::Text(text) if text.trim() == "auto" => Ok(ContainerCap::Auto),
-            CapInput::Text(text) => {
+            NumberOrText::Number(count) => Ok(ContainerCap::Fixed(count)),
+            NumberOrText::Text(text) if text.trim() == "auto" => Ok(ContainerCap::Auto),
+            NumberOrText::Text(text) => {
                 text.trim().parse().map(ContainerCap::Fixed).map_err(|_unparsable| {
                     format!("invalid container count `{text}`: write a number such as 10, or auto")
                 })
@@ -1051,11 +1053,11 @@ impl TryFrom<CapInput> for ContainerCap {
     }
 }
 
-impl From<ContainerCap> for CapInput {
-    fn from(cap: ContainerCap) -> CapInput {
+impl From<ContainerCap> for NumberOrText<u32> {
+    fn from(cap: ContainerCap) -> NumberOrText<u32> {
         match cap {
-            ContainerCap::Auto => CapInput::Text("auto".into()),
-            ContainerCap::Fixed(count) => CapInput::Number(count),
+            ContainerCap::Auto => NumberOrText::Text("auto".into()),
+            ContainerCap::Fixed(count) => NumberOrText::Number(count),
         }
     }
 }
@@ -1085,23 +1087,16 @@ impl ContainerConfig {
 
 /// A byte count written as `512m`, `1g`, `1MB`, `64KiB` or a plain number of bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "SizeInput", into = "String")]
+#[serde(try_from = "NumberOrText<u64>", into = "String")]
 pub struct ByteSize(pub u64);
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum SizeInput {
-    Number(u64),
-    Text(String),
-}
-
-impl TryFrom<SizeInput> for ByteSize {
+impl TryFrom<NumberOrText<u64>> for ByteSize {
     type Error = String;
 
-    fn try_from(input: SizeInput) -> Result<Self, Self::Error> {
+    fn try_from(input: NumberOrText<u64>) -> Result<Self, Self::Error> {
         match input {
-            SizeInput::Number(bytes) => Ok(ByteSize(bytes)),
-            SizeInput::Text(text) => text.parse(),
+            NumberOrText::Number(bytes) => Ok(ByteSize(bytes)),
+            NumberOrText::Text(text) => text.parse(),
         }
     }
 }
@@ -1156,23 +1151,16 @@ impl fmt::Display for ByteSize {
 
 /// CPUs a container may use, as a number or a string ("1.0", "0.5").
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "CpuInput", into = "f64")]
+#[serde(try_from = "NumberOrText<f64>", into = "f64")]
 pub struct CpuLimit(pub f64);
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum CpuInput {
-    Number(f64),
-    Text(String),
-}
-
-impl TryFrom<CpuInput> for CpuLimit {
+impl TryFrom<NumberOrText<f64>> for CpuLimit {
     type Error = String;
 
-    fn try_from(input: CpuInput) -> Result<Self, Self::Error> {
+    fn try_from(input: NumberOrText<f64>) -> Result<Self, Self::Error> {
         let value = match input {
-            CpuInput::Number(value) => value,
-            CpuInput::Text(text) => text.trim().parse().map_err(|_unparsable| {
+            NumberOrText::Number(value) => value,
+            NumberOrText::Text(text) => text.trim().parse().map_err(|_unparsable| {
                 format!("invalid cpu limit `{text}`: write a number of CPUs such as 1.0 or 0.5")
             })?, // silent-ok: the message names the input
         };

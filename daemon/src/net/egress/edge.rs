@@ -133,6 +133,9 @@ fn onward_tls() -> Result<Arc<rustls::ClientConfig>, OnwardTlsError> {
 
 /// Chunks of bytes buffered between the relay and the edge.
 const BETWEEN_BUFFER: usize = 128 * 1024;
+/// What a connection passed on as it is reads at once, each way (tokio's default is 8 KiB: a
+/// download was a system call and a tunnel message every 8 KiB).
+const PASS_BUFFER: usize = 64 * 1024;
 /// How long the edge waits for a client's first bytes (a protocol whose server speaks first is
 /// not offered: nothing could say which name it uses).
 const FIRST_BYTES: std::time::Duration = std::time::Duration::from_secs(60);
@@ -421,7 +424,8 @@ impl Crossing {
     /// closed cleanly.
     async fn pass(&self, mut near: impl Io, mut far: tokio::net::TcpStream, head: Vec<u8>) -> bool {
         // Either end may hang up; the relay records the connection, and a failure resets the client.
-        far.write_all(&head).await.is_ok() && tokio::io::copy_bidirectional(&mut near, &mut far).await.is_ok()
+        far.write_all(&head).await.is_ok()
+            && tokio::io::copy_bidirectional_with_sizes(&mut near, &mut far, PASS_BUFFER, PASS_BUFFER).await.is_ok()
     }
 }
 

@@ -555,10 +555,8 @@ impl Supervisor {
                 Ok(None) => {}
                 Err(error) => return Err(SuperviseError::HealthSocket(error)),
             }
-            if let Some(Instance::Process(child)) = &mut run.instance {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(SuperviseError::ExitedAtStart(status));
-                }
+            if let Some(status) = exited_at_start(run) {
+                return Err(SuperviseError::ExitedAtStart(status));
             }
             if self.cancel.is_cancelled() {
                 return Err(SuperviseError::Stopping);
@@ -579,11 +577,20 @@ impl Supervisor {
             }
         });
         let endpoint = tonic::transport::Endpoint::from_static("http://gateway.health");
-        let connect = endpoint.connect_with_connector(connector);
-        match tokio::time::timeout(Duration::from_secs(5), connect).await {
-            Ok(Ok(channel)) => Ok(channel),
-            Ok(Err(error)) => Err(SuperviseError::Connect(error)),
-            Err(_) => Err(SuperviseError::ConnectSilent),
+        loop {
+            let connect = endpoint.connect_with_connector(connector.clone());
+            match tokio::time::timeout(Duration::from_secs(5), connect).await {
+                Ok(Ok(channel)) => return Ok(channel),
+                // The socket is bound before it listens: refused in between, asked again.
+                Ok(Err(_refused)) if Instant::now() < deadline && !self.cancel.is_cancelled() => {
+                    if let Some(status) = exited_at_start(run) {
+                        return Err(SuperviseError::ExitedAtStart(status));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(Err(error)) => return Err(SuperviseError::Connect(error)),
+                Err(_) => return Err(SuperviseError::ConnectSilent),
+            }
         }
     }
 
@@ -685,6 +692,14 @@ impl Subsystem for Supervisors {
     /// own tasks end with the rest.
     fn stopping(&self) {
         self.stop_all();
+    }
+}
+
+/// The exit status of a gateway process that has already exited, if it has.
+fn exited_at_start(run: &mut Run) -> Option<std::process::ExitStatus> {
+    match &mut run.instance {
+        Some(Instance::Process(child)) => child.try_wait().ok().flatten(),
+        _ => None,
     }
 }
 
