@@ -138,9 +138,15 @@ fn asked(call: &v1::ToolCall) -> String {
 
 /// A tool whose call is bounded by its input (one file of at most [`tools::files::MAX_FILE_BYTES`],
 /// opened without blocking), so it runs on the runner's own thread: the stream waits for it no
-/// longer than for a message. A command, a folder listing or a walk of a tree runs on another.
-fn bounded(tool: ToolName) -> bool {
-    matches!(tool, ToolName::ReadFile | ToolName::WriteFile | ToolName::EditFile)
+/// longer than for a message. A command, a folder listing or a walk of a tree runs on another,
+/// and so does a write whose workspace cap is checked by a walk of its files (`--workspace-cap`,
+/// where no filesystem of that size holds it).
+fn bounded(tool: ToolName, settings: &Settings) -> bool {
+    match tool {
+        ToolName::ReadFile => true,
+        ToolName::WriteFile | ToolName::EditFile => settings.workspace_cap.is_none(),
+        _ => false,
+    }
 }
 
 fn error(content: String) -> ToolOutput {
@@ -286,7 +292,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                         Err(problem) => error(format!("parameters are not JSON: {problem}")),
                     };
                     response(output, started)
-                } else if ToolName::named(&call.tool).is_some_and(bounded) {
+                } else if ToolName::named(&call.tool).is_some_and(|tool| bounded(tool, &settings)) {
                     // On this thread: handing a call of a few microseconds to another costs more
                     // than the call (under gVisor, each wake a round trip to the sandbox's kernel).
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&call, &mounts, &shared_settings)))
