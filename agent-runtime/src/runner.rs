@@ -280,8 +280,8 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                 let shared_settings = settings.clone();
                 let call_id = call.call_id.clone();
                 let record = call.clone();
-                let web_tool =
-                    ToolName::named(&call.tool).filter(|tool| matches!(tool, ToolName::WebFetch | ToolName::WebSearch));
+                let tool = ToolName::named(&call.tool);
+                let web_tool = tool.filter(|tool| matches!(tool, ToolName::WebFetch | ToolName::WebSearch));
                 let response = if let Some(web_tool) = web_tool {
                     let started = Instant::now();
                     let output = match serde_json::from_str::<Value>(&call.params_json) {
@@ -292,7 +292,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                         Err(problem) => error(format!("parameters are not JSON: {problem}")),
                     };
                     response(output, started)
-                } else if ToolName::named(&call.tool).is_some_and(|tool| bounded(tool, &settings)) {
+                } else if tool.is_some_and(|tool| bounded(tool, &settings)) {
                     // On this thread: handing a call of a few microseconds to another costs more
                     // than the call (under gVisor, each wake a round trip to the sandbox's kernel).
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&call, &mounts, &shared_settings)))
@@ -302,7 +302,7 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                         .await
                         .unwrap_or_else(|panic| response(error(format!("the tool failed: {panic}")), Instant::now()))
                 };
-                let kept = !ToolName::named(&record.tool).is_some_and(ToolName::only_reads);
+                let kept = !tool.is_some_and(ToolName::only_reads);
                 if let (Some(results), true) = (&settings.results, kept) {
                     if let Err(problem) = write_result(results, &record, &response, settings.results_in_memory) {
                         eprintln!("baaaht-agent runner: cannot write the result of {}: {problem}", record.call_id);
