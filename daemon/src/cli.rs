@@ -198,6 +198,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
     crate::guard::telemetry::check_config(&loaded).map_err(DaemonError::from)?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Config { command: ConfigCommand::Check } => {
+            config::check_key_files(&loaded, std::env::var("HOME").ok().as_deref()).map_err(DaemonError::from)?;
             let mut problems = crate::net::egress::policy::check_all(&data_dir);
             problems.extend(crate::net::egress::credentials::check_all(&data_dir));
             if !problems.is_empty() {

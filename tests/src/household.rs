@@ -85,6 +85,9 @@ pub struct Plan {
     pub outage: Duration,
     /// The daemon's `container.max_concurrent`, where not its default.
     pub containers: Option<u32>,
+    /// The daemon's warm pools at their defaults, as it ships (the benchmarks); else none, as
+    /// every test daemon runs: what a test counts is what it made.
+    pub pools: bool,
 }
 
 /// The kinds of message people send.
@@ -181,6 +184,9 @@ pub struct Report {
     pub tui_not_connected: Vec<String>,
     /// The daemon's log (every daemon of the run), for a failure's message.
     pub logs: String,
+    /// With the pools on: the memory (MiB) the pooled containers held while they waited for the
+    /// first people, the pools at their floors.
+    pub pool_idle_mib: Option<f64>,
 }
 
 impl Report {
@@ -642,10 +648,34 @@ pub async fn run(plan: Plan) -> Result<Report> {
     if let Some(containers) = plan.containers {
         options.env.push(("BAAAHT__CONTAINER__MAX_CONCURRENT".into(), containers.to_string()));
     }
+    if plan.pools {
+        // Every role's pool at its default size.
+        options.env.push(("BAAAHT__CONTAINER__POOLS".into(), "{}".into()));
+    }
     let mut site = if plan.web_people > 0 { Some(web::Site::provider(&mut options)?) } else { None };
     let mut workspace = if plan.slack_people > 0 { Some(slack::Workspace::start(&mut options).await?) } else { None };
     let start_options = options.clone();
-    let first = tokio::task::spawn_blocking(move || TestDaemon::start(start_options)).await??;
+    // The people begin once the pools hold their floors, as a daemon that has run a while
+    // does; under a cap too small for them (they fill only while more than `KEEP_FREE` slots
+    // are free) the people begin at once.
+    let floors: Vec<(&str, u64)> = baaaht_daemon::base::auth::Role::ALL
+        .iter()
+        .map(|role| (role.as_str(), u64::from(baaaht_daemon::base::config::PoolSize::default_for(*role).floor)))
+        .filter(|(_, floor)| *floor > 0)
+        .collect();
+    let cap = plan.containers.unwrap_or_else(|| baaaht_daemon::base::config::ContainerConfig::default().cap());
+    let room = usize::try_from(cap).unwrap_or(usize::MAX).saturating_sub(baaaht_daemon::work::warm::KEEP_FREE);
+    let pools = plan.pools && floors.iter().map(|(_, floor)| *floor as usize).sum::<usize>() < room;
+    let (first, pool_idle_mib) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let daemon = TestDaemon::start(start_options)?;
+        if !pools {
+            return Ok((daemon, None));
+        }
+        daemon.wait_for_pools(&floors, Duration::from_secs(120))?;
+        let held = daemon.pooled_memory_mib()?;
+        Ok((daemon, Some(held)))
+    })
+    .await??;
     let mut daemons = Daemons { now: first, crashed: vec![], options };
     let socket = daemons.now.socket();
 
@@ -696,7 +726,7 @@ pub async fn run(plan: Plan) -> Result<Report> {
     });
     let people: Vec<_> = (0..plan.users).map(|index| tokio::spawn(person(house.clone(), index))).collect();
 
-    let mut report = Report::default();
+    let mut report = Report { pool_idle_mib, ..Report::default() };
     let mut faults = schedule(&plan).into_iter().peekable();
     let mut next_sample = Instant::now();
     while Instant::now() < house.ends {

@@ -3,6 +3,7 @@
 //! nothing sleeps to synchronise), talk to it, and stop it with a signal.
 #![recursion_limit = "256"]
 
+pub mod agentdojo;
 pub mod channels;
 pub mod fake_cloud;
 pub mod fake_provider;
@@ -335,6 +336,41 @@ impl TestDaemon {
             entry["sessionId"].as_str() == Some("")
                 && entry["name"].as_str().is_some_and(|name| name.starts_with(prefix))
         })
+    }
+
+    /// Waits up to `limit` until this daemon's warm pools hold at least `wanted` ready
+    /// containers of each role (`baaaht status --json`'s `pools`).
+    pub fn wait_for_pools(&self, wanted: &[(&str, u64)], limit: Duration) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status: serde_json::Value = serde_json::from_str(&self.cli(&["status", "--json"]))?;
+            if wanted.iter().all(|(role, count)| status["pools"][role].as_u64().unwrap_or(0) >= *count) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the pools did not fill within {} s: {}", limit.as_secs(), status["pools"]);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The memory (MiB) this daemon's pooled containers (no session claimed them) use now, as
+    /// the engine reports it.
+    pub fn pooled_memory_mib(&self) -> Result<f64> {
+        let mut total = 0.0;
+        for name in self.pooled_containers("baaaht-") {
+            let used = docker(&["stats", "--no-stream", "--format", "{{.MemUsage}}", &name])?;
+            let used = used.split('/').next().unwrap_or("").trim().to_string();
+            let (number, unit) = used.split_at(used.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(used.len()));
+            let number: f64 = number.trim().parse().with_context(|| format!("docker stats said {used:?}"))?;
+            total += match unit {
+                "GiB" => number * 1024.0,
+                "KiB" => number / 1024.0,
+                "B" => number / (1024.0 * 1024.0),
+                _ => number,
+            };
+        }
+        Ok(total)
     }
 
     /// Waits up to `limit` for a running self-test container of this daemon (`baaaht doctor`)

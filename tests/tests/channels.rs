@@ -24,6 +24,7 @@ mod matrix {
         a_message_is_answered_in_its_chat_as_its_person,
         an_approval_request_is_shown_and_answered_as_its_person,
         a_skill_review_is_shown_and_answered_install_or_decline,
+        an_action_is_shown_with_its_real_arguments_and_answered_once_or_deny,
         a_long_answer_is_cut_into_messages_the_channel_holds,
         a_refusal_shows_its_sentence_and_an_internal_failure_only_the_plain_one,
         files_reach_the_daemon_and_the_agents_files_reach_the_chat,

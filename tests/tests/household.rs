@@ -25,6 +25,7 @@ fn a_household_loses_and_doubles_nothing_through_every_fault() {
         tui_people: 3,
         outage: Duration::from_secs(15),
         containers: None,
+        pools: false,
     };
     let report = baaaht_tests::runtime().block_on(household::run(plan)).expect("the household runs");
     let logs = || format!("{}\n\nfaults: {:#?}\nrefusals: {:#?}", report.logs, report.faults, report.refusals());

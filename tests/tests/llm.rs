@@ -275,8 +275,21 @@ fn a_hung_gateway_is_restarted_after_three_failed_checks_and_the_waiting_request
         events
     });
     assert_eq!(texts(&events), "Hello", "{events:?}\n{}", daemon.log_text());
-    let replaced = gateway_pids(&daemon);
-    assert!(replaced.len() == 1 && replaced[0] != first, "gateway {first} not replaced: {replaced:?}");
+    // The stopped gateway is reaped and one new one runs (read from /proc, which may lag).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let replaced = gateway_pids(&daemon);
+        if replaced.len() == 1 && replaced[0] != first {
+            break;
+        }
+        let states: Vec<String> = replaced
+            .iter()
+            .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+            .collect();
+        assert!(Instant::now() < deadline, "gateway {first} not replaced: {states:?}\n{}", daemon.log_text());
+        // Polling /proc against a deadline.
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(started.elapsed() >= Duration::from_millis(600), "served before three checks could fail");
     let log = daemon.log_text();
     assert!(log.contains("restarting the LLM gateway"), "{log}");

@@ -242,8 +242,11 @@ fn real_servers_from_pypi_and_npm_answer_a_coder() {
     // `time` is everyone's, `everything` alice's own; bob's server is never offered to her.
     let system = "servers:\n  time:\n    command: mcp-server-time\n    install: [{source: pip, name: mcp-server-time==2026.10.19}]\n    \
                   roles: [coder]\n    timeout: 60\n";
+    // Alice says which of its tools only read: in a turn that read a server's answer, a tool
+    // that acts would wait for her yes.
     let alices = "servers:\n  everything:\n    command: mcp-server-everything\n    \
-                  install: [{source: npm, name: '@modelcontextprotocol/server-everything@2026.8.31'}]\n    roles: [coder]\n";
+                  install: [{source: npm, name: '@modelcontextprotocol/server-everything@2026.8.31'}]\n    roles: [coder]\n    \
+                  effects: {reads: [echo]}\n";
     let bobs = "servers:\n  bobs:\n    command: sh\n    roles: [coder]\n";
     let files = vec![
         ("config/mcp.yaml".into(), system.into()),

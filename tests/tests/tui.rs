@@ -4,17 +4,33 @@
 
 use std::time::Duration;
 
-use baaaht_tests::scenario;
+use baaaht_tests::fake_provider::{anthropic_thinking_answer, Answer, Asked, Responder};
+use baaaht_tests::scenario::{self, last_user_text};
 use baaaht_tests::tmux::{shell_quote, Tmux};
 use baaaht_tests::DaemonOptions;
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The scenario's Worker brain, and a model that thinks before it answers when asked to.
+fn brain() -> Answer {
+    let Answer::Respond(Responder(worker)) = scenario::worker_brain() else { unreachable!("a responder") };
+    Answer::Respond(Responder(std::sync::Arc::new(move |request| {
+        if last_user_text(&Asked::of(request)).contains("Think first") {
+            return anthropic_thinking_answer(
+                "Weighing the calendar.\nThen the weather.",
+                "sig-tui",
+                "After thinking: Tuesday.",
+                &[],
+            );
+        }
+        worker(request)
+    })))
+}
+
 #[test]
 fn a_conversation_in_the_tui_forks_exports_survives_a_daemon_restart_and_leaves_the_terminal_clean() {
     let rt = baaaht_tests::runtime();
-    let (fake, mut daemon) =
-        scenario::start(&rt, scenario::worker_brain(), DaemonOptions::default()).expect("fake provider and daemon");
+    let (fake, mut daemon) = scenario::start(&rt, brain(), DaemonOptions::default()).expect("fake provider and daemon");
     let work = tempfile::tempdir().expect("temp dir");
     let terminal = Tmux::start(100, 32, &[("BAAAHT_SOCKET", daemon.socket().display().to_string())]).expect("tmux");
     terminal.type_text(&format!("cd {} && ", shell_quote(&work.path().display().to_string()))).expect("type");
@@ -75,6 +91,18 @@ fn a_conversation_in_the_tui_forks_exports_survives_a_daemon_restart_and_leaves_
     terminal
         .wait_until(|screen| screen.matches("Worker: done").count() >= 2, WAIT)
         .expect("the restarted daemon answers");
+
+    // The model's thinking stands above its answer folded to a line, Ctrl+T unfolds and folds it.
+    terminal.type_text("Think first, then answer.").expect("type");
+    terminal.press(&["Enter"]).expect("send");
+    let screen = terminal.wait_for("After thinking: Tuesday.", WAIT).expect("the answer");
+    assert!(screen.contains("▸ thought (2 lines) · Ctrl+T shows"), "folded above the answer: {screen}");
+    assert!(!screen.contains("Weighing the calendar."), "folded, the thinking is not shown: {screen}");
+    terminal.press(&["C-t"]).expect("unfold");
+    let screen = terminal.wait_for("▾ thinking · Ctrl+T folds", WAIT).expect("unfolded");
+    assert!(screen.contains("┊ Weighing the calendar.") && screen.contains("  Then the weather."), "{screen}");
+    terminal.press(&["C-t"]).expect("fold");
+    terminal.wait_until(|screen| !screen.contains("Weighing the calendar."), WAIT).expect("folded again");
 
     // /quit: the terminal is the shell's again, the conversation left in its scrollback.
     terminal.type_text("/quit").expect("type");

@@ -1,5 +1,6 @@
 //! Every byte of a download through a Coder's egress proxy arrives, in order, under both
-//! isolation tiers (runc and gVisor), as plain HTTP and through a CONNECT tunnel: 100 MB of
+//! isolation tiers (runc and gVisor), as plain HTTP, through a CONNECT tunnel, and as https
+//! through a CONNECT (passed on as it is, the edge handing the far end to the relay): 100 MB of
 //! seeded pseudo-random bytes, 20 times each way, half of them read slowly by the command (so
 //! the daemon outpaces it), and the SHA-256 of what arrived compared with what was sent. A far
 //! end that fails mid-answer reaches the command as a reset, never as a clean, shorter answer.
@@ -66,19 +67,112 @@ fn server(body: Arc<Vec<u8>>) -> (std::net::IpAddr, u16) {
     (bridge, port)
 }
 
+/// The same server over TLS (Python's `ssl`, the certificate `issued_for` the bridge): `/whole`
+/// and `/reset` as above, the body read from a file.
+const TLS_SERVER: &str = r#"
+import socket, ssl, struct, sys, threading
+host, cert, key, path = sys.argv[1:5]
+body = open(path, "rb").read()
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+listener = socket.create_server((host, 0))
+print(listener.getsockname()[1], flush=True)
+def serve(conn):
+    try:
+        s = context.wrap_socket(conn, server_side=True)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = s.recv(65536)
+            if not chunk:
+                return
+            got += chunk
+        if got.startswith(b"GET /reset "):
+            s.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body[:10 << 20])
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        else:
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        s.close()
+    except OSError:
+        pass
+while True:
+    conn, _ = listener.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"#;
+
+/// A server the test started: stopped when dropped, however the test ended.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // silent-ok: the server is the test's own; it may have stopped already.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts [`TLS_SERVER`] on the bridge with `body`; the process and its port.
+fn tls_server(dir: &std::path::Path, bridge: std::net::IpAddr, body: &[u8]) -> (Child, u16) {
+    let (_ca, cert, key) = baaaht_tests::web::issued_for(dir, &bridge.to_string()).expect("a certificate");
+    let path = dir.join("body");
+    std::fs::write(&path, body).expect("the body");
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", TLS_SERVER, &bridge.to_string()])
+        .args([&cert, &key, &path])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let stdout = child.stdout.take().expect("stdout");
+    let child = Child(child);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line).expect("the port");
+    (child, line.trim().parse().unwrap_or_else(|_| panic!("the TLS server's port: {line:?}")))
+}
+
 /// Makes `stream` close with a reset (`SO_LINGER` 0) when it is dropped.
 fn socket_reset(stream: &std::net::TcpStream) -> std::io::Result<()> {
     socket2::SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO))
 }
 
 /// Downloads `PATH` from `HOST:PORT` `RUNS` times through the proxy (`proxy`: plain HTTP in
-/// absolute form; `tunnel`: a CONNECT), every other run read slowly; prints, per run, the bytes
+/// absolute form; `tunnel`: a CONNECT; `tls`: https through a CONNECT, the certificate not
+/// checked), every other run read slowly; prints, per run, the bytes
 /// of the body, their SHA-256 and how the connection ended (`eof` or `reset`).
 const CLIENT: &str = r#"
-import hashlib, os, socket, sys, time
+import hashlib, os, socket, ssl, sys, time
 host, port, mode, path, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 proxy = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
 get = "GET {} HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (host, port)
+class Tls:
+    """TLS over the socket's own reads, so that how the connection ended (its end or a reset) shows."""
+    def __init__(self, s):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        self.s, self.inc, self.out = s, ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.inc, self.out)
+        self.step(self.tls.do_handshake)
+    def step(self, op):
+        while True:
+            try:
+                result = op()
+                if self.out.pending:
+                    self.s.sendall(self.out.read())
+                return result
+            except ssl.SSLWantReadError:
+                if self.out.pending:
+                    self.s.sendall(self.out.read())
+                data = self.s.recv(65536)
+                if not data:
+                    return b""
+                self.inc.write(data)
+    def sendall(self, data):
+        self.step(lambda: self.tls.write(data))
+    def recv(self, n):
+        try:
+            return self.step(lambda: self.tls.read(n))
+        except ssl.SSLZeroReturnError:
+            return b""
+    def close(self):
+        self.s.close()
 for run in range(runs):
     s = socket.create_connection(("127.0.0.1", proxy))
     if mode == "proxy":
@@ -90,6 +184,8 @@ for run in range(runs):
             head += s.recv(1)
         if b" 200 " not in head.split(b"\r\n")[0]:
             sys.exit("refused: %r" % head)
+        if mode == "tls":
+            s = Tls(s)
         s.sendall(get.format(path).encode())
     got, end = b"", "eof"
     try:
@@ -106,7 +202,8 @@ for run in range(runs):
                 break
             digest.update(chunk)
             size += len(chunk)
-            if run % 2 == 1:
+            # A millisecond per 64 KiB read (a TLS socket gives 16 KiB at a time).
+            if run % 2 == 1 and size // 65536 != (size - len(chunk)) // 65536:
                 time.sleep(0.001)
     except ConnectionResetError:
         end = "reset"
@@ -148,12 +245,19 @@ fn every_byte_arrives_under(tier: &str) {
     let rt = baaaht_tests::runtime();
     let body = Arc::new(body());
     let sha = data_encoding::HEXLOWER.encode(ring::digest::digest(&ring::digest::SHA256, &body).as_ref());
-    let (bridge, port) = server(body);
-    let target = format!("{bridge}:{port}");
+    let (bridge, port) = server(body.clone());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_tls, tls_port) = tls_server(dir.path(), bridge, &body);
+    let (target, tls_target) = (format!("{bridge}:{port}"), format!("{bridge}:{tls_port}"));
     let daemon = TestDaemon::start(DaemonOptions {
         files: vec![
-            ("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{target}']\n")),
-            ("users/baaaht-self-test/egress.yaml".into(), format!("rules:\n  - host: '{target}'\n    action: allow\n")),
+            ("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{target}', '{tls_target}']\n")),
+            (
+                "users/baaaht-self-test/egress.yaml".into(),
+                format!(
+                    "rules:\n  - host: '{target}'\n    action: allow\n  - host: '{tls_target}'\n    action: allow\n"
+                ),
+            ),
         ],
         env: vec![("BAAAHT__CONTAINER__ISOLATION".into(), format!("{{\"tool\":\"{tier}\",\"coder\":\"{tier}\"}}"))],
         ..Default::default()
@@ -164,7 +268,7 @@ fn every_byte_arrives_under(tier: &str) {
     // gVisor's kernel says it is 4.4.0; the host's is newer.
     let kernel = exec(&rt, &daemon, &coder, "exec", serde_json::json!({ "command": "uname -r" }));
     assert_eq!(kernel.contains("4.4.0"), tier == "gvisor", "{tier}: {kernel}");
-    for mode in ["proxy", "tunnel"] {
+    for (mode, port) in [("proxy", port), ("tunnel", port), ("tls", tls_port)] {
         let command = format!("python3 get.py {bridge} {port} {mode} /whole {RUNS}");
         let printed = exec(&rt, &daemon, &coder, "exec", serde_json::json!({ "command": command, "timeout": 300 }));
         let whole = runs(&printed);

@@ -14,6 +14,8 @@
 //!   the model's arguments), at most [`FOLLOW_PAGES`] of them on [`FOLLOW_HOSTS`] hosts, since
 //!   which links a turn follows can itself carry data out;
 //! - `message`, `schedule_task`, skill installs and `delegate` to the Coder are withheld;
+//! - a tool that acts (an MCP tool of class `acts`: `work::mcp::effects`) is asked of a person
+//!   first, and withheld where nobody can be asked (`work::tools::acting`);
 //! - memory writes go to quarantine.
 //!
 //! Each refusal is a sentence for the agent (what was withheld and why) and an audit line
@@ -31,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
 use crate::base::auth::Live;
-use crate::base::config::{EgressInTaint, MemoryInTaint, TaintPolicy, Withhold};
+use crate::base::config::{ActingInTaint, EgressInTaint, MemoryInTaint, TaintPolicy, Withhold};
 use crate::base::state;
 use crate::guard::audit::{Audit, Kind, Record};
 use crate::guard::redact::{Place, Redact};
@@ -486,6 +488,11 @@ impl Taints {
         taints
     }
 
+    /// Where refusals are recorded.
+    pub fn audit(&self) -> &Audit {
+        &self.audit
+    }
+
     pub fn policy(&self) -> &TaintPolicy {
         &self.policy
     }
@@ -658,6 +665,11 @@ impl Taints {
             MemoryInTaint::Quarantine => withheld.push("memory writes (kept for review)".into()),
             MemoryInTaint::Withhold => withheld.push("memory writes".into()),
             MemoryInTaint::Allow => {}
+        }
+        match policy.acting_tools {
+            ActingInTaint::Ask => withheld.push("tools that act (asked first)".into()),
+            ActingInTaint::Withhold => withheld.push("tools that act".into()),
+            ActingInTaint::Allow => {}
         }
         withheld
     }

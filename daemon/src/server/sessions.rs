@@ -501,7 +501,8 @@ impl v1::sessions_server::Sessions for SessionsService {
         let answer = request.into_inner();
         let decision = Decision::named(&answer.decision).ok_or_else(|| {
             Status::invalid_argument(format!(
-                "decision: `{}` is not once, session, always or deny (install or decline for a skill's review)",
+                "decision: `{}` is not once, session, always or deny (install or decline for a skill's review; once \
+                 or deny for an action)",
                 answer.decision
             ))
         })?;
@@ -511,17 +512,23 @@ impl v1::sessions_server::Sessions for SessionsService {
             Caller::Container(_) => false,
         };
         let by = super::person_named(&self.shared, &caller);
-        let decision =
-            self.shared.approvals.answer(&id, Some(&context), decision, &by, admin).map_err(|error| match error {
-                AnswerError::AdminOnly | AnswerError::GroupInstallAdminOnly => {
-                    Status::permission_denied(error.to_string())
-                }
-                AnswerError::NotAReviewAnswer(_) | AnswerError::NotAnEgressAnswer(_) => {
-                    Status::invalid_argument(error.to_string())
-                }
-                AnswerError::NotWaiting(_) | AnswerError::NotTheirs { .. } => Status::not_found(error.to_string()),
-            })?;
+        let action = self.shared.approvals.is_action(&id);
+        let who = match &caller {
+            Caller::Gateway(call) => call.user.as_ref().map(|user| user.id.clone()),
+            Caller::Host(_) | Caller::Container(_) => None,
+        };
+        let answered = self.shared.approvals.answer(&id, Some(&context), decision, (&by, who.as_deref()), admin);
+        let decision = answered.map_err(|error| match error {
+            AnswerError::AdminOnly | AnswerError::GroupInstallAdminOnly | AnswerError::NotTheSender => {
+                Status::permission_denied(error.to_string())
+            }
+            AnswerError::NotAReviewAnswer(_)
+            | AnswerError::NotAnEgressAnswer(_)
+            | AnswerError::NotAnActionAnswer(_) => Status::invalid_argument(error.to_string()),
+            AnswerError::NotWaiting(_) | AnswerError::NotTheirs { .. } => Status::not_found(error.to_string()),
+        })?;
         let of = match decision {
+            _ if action => crate::guard::audit::Kind::Taint,
             Decision::Install | Decision::Decline => crate::guard::audit::Kind::Skill,
             _ => crate::guard::audit::Kind::Egress,
         };

@@ -91,7 +91,7 @@ pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1
             channel: notice.channel,
             is_error: notice.is_error,
         }),
-        Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in, review } => {
+        Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in, review, action } => {
             Out::Approval(v1::ApprovalRequest {
                 id,
                 host,
@@ -100,6 +100,17 @@ pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1
                 asked_by,
                 expires_in_seconds: expires_in,
                 skill_review: review.map(|review| skill_review(*review)),
+                action: action.map(|action| v1::ActionReview {
+                    server: action.server,
+                    tool: action.tool,
+                    effects: action.effects,
+                    arguments: action
+                        .arguments
+                        .into_iter()
+                        .map(|(name, value)| v1::ActionArgument { name, value })
+                        .collect(),
+                    source: action.source,
+                }),
             })
         }
         Kind::ApprovalSettled { id, decision, by } => Out::ApprovalSettled(v1::ApprovalSettled { id, decision, by }),

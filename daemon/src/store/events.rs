@@ -84,8 +84,8 @@ pub enum Kind {
     },
     /// A scheduled task's result or trouble.
     Notice(Notice),
-    /// A tool's connection to `host:port` waits for someone of the context to allow it, or a
-    /// skill for its `review` (host and port empty).
+    /// A tool's connection to `host:port` waits for someone of the context to allow it, a skill
+    /// for its `review`, or an acting tool of a marked turn (`action`; host and port empty).
     ApprovalRequest {
         id: String,
         host: String,
@@ -94,6 +94,7 @@ pub enum Kind {
         asked_by: String,
         expires_in: u32,
         review: Option<Box<crate::store::sessions::log::SkillReview>>,
+        action: Option<Box<crate::store::sessions::log::ActionReview>>,
     },
     /// It was answered (`by`; "nobody" when it timed out): `decision` once, session, always, deny
     /// (install, decline for a review).
@@ -144,15 +145,18 @@ impl Kind {
     pub fn activity(&self) -> Option<crate::store::sessions::log::Activity> {
         use crate::store::sessions::log::Activity;
         Some(match self {
-            Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in, review } => Activity::Approval {
-                approval: id.clone(),
-                host: host.clone(),
-                port: *port,
-                agent: agent.as_str().to_string(),
-                asked_by: asked_by.clone(),
-                expires_in: *expires_in,
-                review: review.clone(),
-            },
+            Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in, review, action } => {
+                Activity::Approval {
+                    approval: id.clone(),
+                    host: host.clone(),
+                    port: *port,
+                    agent: agent.as_str().to_string(),
+                    asked_by: asked_by.clone(),
+                    expires_in: *expires_in,
+                    review: review.clone(),
+                    action: action.clone(),
+                }
+            }
             Kind::ApprovalSettled { id, decision, by } => {
                 Activity::ApprovalSettled { approval: id.clone(), decision: decision.clone(), by: by.clone() }
             }
@@ -169,15 +173,18 @@ impl Kind {
     pub fn of_activity(activity: crate::store::sessions::log::Activity) -> Kind {
         use crate::store::sessions::log::Activity;
         match activity {
-            Activity::Approval { approval, host, port, agent, asked_by, expires_in, review } => Kind::ApprovalRequest {
-                id: approval,
-                host,
-                port,
-                agent: Role::named(&agent).unwrap_or(Role::Assistant),
-                asked_by,
-                expires_in,
-                review,
-            },
+            Activity::Approval { approval, host, port, agent, asked_by, expires_in, review, action } => {
+                Kind::ApprovalRequest {
+                    id: approval,
+                    host,
+                    port,
+                    agent: Role::named(&agent).unwrap_or(Role::Assistant),
+                    asked_by,
+                    expires_in,
+                    review,
+                    action,
+                }
+            }
             Activity::ApprovalSettled { approval, decision, by } => {
                 Kind::ApprovalSettled { id: approval, decision, by }
             }
@@ -277,10 +284,11 @@ impl Kind {
             }
             Kind::Tainted { source, .. } => clean(source),
             // A command line, or a host a command made up, can carry a secret.
-            Kind::ApprovalRequest { host, asked_by, review, .. } => {
+            Kind::ApprovalRequest { host, asked_by, review, action, .. } => {
                 clean(host);
                 clean(asked_by);
                 review.iter_mut().flat_map(|review| review.texts_mut()).for_each(clean);
+                action.iter_mut().flat_map(|action| action.texts_mut()).for_each(clean);
             }
             Kind::ApprovalSettled { by, .. } => clean(by),
             Kind::Tool { .. } | Kind::Phase { .. } => {}

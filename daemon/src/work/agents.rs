@@ -450,14 +450,15 @@ impl AgentPool {
         idle.values().filter_map(|waiting| waiting.first().map(|entry| entry.since)).min()
     }
 
-    /// Removes the idle container that has waited longest, to free its slot for new work;
-    /// false when none is idle.
-    pub async fn evict_one(&self) -> bool {
+    /// Removes the idle container that has waited longest, if it has for `idle_for` at least,
+    /// to free its slot for new work; false when none has.
+    pub async fn evict_one(&self, idle_for: Duration) -> bool {
         let oldest = {
             let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
             let key = idle
                 .iter()
                 .filter_map(|(key, waiting)| waiting.first().map(|entry| (entry.since, key.clone())))
+                .filter(|(since, _)| since.elapsed() >= idle_for)
                 .min()
                 .map(|(_, key)| key);
             let taken = key.as_ref().and_then(|key| {

@@ -121,6 +121,7 @@ impl Workers {
             events: store.events.clone(),
             agents: agents.clone(),
             taints: net.taints.clone(),
+            approvals: net.approvals.clone(),
             redact: guard.redact.clone(),
         });
         let admins = loaded.config.system.admin_users.clone();

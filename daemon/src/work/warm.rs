@@ -324,9 +324,11 @@ impl WarmPools {
         SETTLE.checked_sub(now.duration_since(*last)).filter(|wait| !wait.is_zero())
     }
 
-    /// Whether the host has room for one more container of `role` beside the work it does.
+    /// Whether the host has room for one more container of `role` beside the work it does
+    /// (more than [`KEEP_FREE`] slots free, and more than the slots kept free ahead of starts:
+    /// a pooled start never has an agent removed to keep them).
     fn room_for(&self, role: Role) -> bool {
-        if self.containers.slots_free() <= KEEP_FREE {
+        if self.containers.slots_free() <= KEEP_FREE.max(self.containers.kept_free()) {
             return false;
         }
         crate::base::host::meminfo("MemAvailable")

@@ -25,6 +25,15 @@ pub fn login(env: impl Fn(&str) -> Option<String>) -> String {
 /// words, and how to answer it from another terminal.
 pub fn approval_text(request: &v1::ApprovalRequest) -> String {
     let id = clean(&request.id);
+    if let (None, Some(_)) = (&request.skill_review, &request.action) {
+        let lines: String =
+            sentences::review_lines_of(request).iter().map(|line| format!("    {}\n", clean(line))).collect();
+        return format!(
+            "  ? {}\n{lines}    Allow it once: baaaht egress approve {id}; refuse: baaaht egress deny {id}. {}\n",
+            clean(&sentences::review_asked(request)),
+            sentences::expires_text(request),
+        );
+    }
     if let Some(review) = &request.skill_review {
         let lines: String =
             sentences::review_lines(review).iter().map(|line| format!("    {}\n", clean(line))).collect();

@@ -593,16 +593,14 @@ impl Gateway {
 }
 
 /// An approval request as a mail's text, with how to answer it and how long it waits: a
-/// connection's in a paragraph, a skill's review line by line.
+/// connection's in a paragraph, a skill's review or an action's arguments line by line.
 fn approval_text(request: &v1::ApprovalRequest) -> String {
     let expires = sentences::expires_text(request);
-    match request.skill_review {
-        Some(_) => {
-            let ending = format!("{} {expires}", sentences::REVIEW_ANSWER_WITH);
-            sentences::review_text(request, &ending, usize::MAX)
-        }
-        None => format!("{}\n\n{} {expires}", sentences::approval_asked(request), sentences::ANSWER_WITH),
+    if sentences::is_review(request) {
+        let ending = format!("{} {expires}", sentences::answer_with(request));
+        return sentences::review_text(request, &ending, usize::MAX);
     }
+    format!("{}\n\n{} {expires}", sentences::approval_asked(request), sentences::ANSWER_WITH)
 }
 
 /// One turn's answer by mail: written whole when it is done (a mail cannot be edited).

@@ -66,7 +66,7 @@ pub enum Said {
     /// inside baaaht, is its detail (for the log, and for an operator's own terminal).
     Failed { sentence: String, internal: Option<String> },
     /// A connection waits for someone to allow it.
-    Approval(v1::ApprovalRequest),
+    Approval(Box<v1::ApprovalRequest>),
     /// A connection's approval was answered, or not in time.
     Settled(v1::ApprovalSettled),
     /// The agents sent a message to the conversation (the `message` tool), maybe with files.
@@ -104,7 +104,7 @@ pub fn said(event: &v1::OrchestratorEvent) -> Option<Said> {
         Event::Error(error) => {
             Said::Failed { sentence: sentences::INTERNAL.to_string(), internal: Some(error.message.clone()) }
         }
-        Event::Approval(request) => Said::Approval(request.clone()),
+        Event::Approval(request) => Said::Approval(Box::new(request.clone())),
         Event::ApprovalSettled(settled) => Said::Settled(settled.clone()),
         Event::Message(message) => Said::Sent(message.clone()),
         Event::Notice(notice) => Said::Notice(notice.clone()),

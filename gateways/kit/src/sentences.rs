@@ -38,6 +38,17 @@ pub const CHOICES: [(&str, &str); 4] =
 /// The answers to a skill's review, as a decision and the label of its button.
 pub const REVIEW_CHOICES: [(&str, &str); 2] = [("install", "Install"), ("decline", "Decline")];
 
+/// The answers to an action asked in a marked turn, as a decision and the label of its button:
+/// each action is asked anew.
+pub const ACTION_CHOICES: [(&str, &str); 2] = [("once", "Allow once"), ("deny", "Deny")];
+/// How a channel without buttons asks about an action: what to answer with.
+pub const ACTION_ANSWER_WITH: &str = "Reply to this with one word: once (do it this time) or deny.";
+
+/// The most characters of an action's argument shown (its beginning and its end; the rest is
+/// counted): the daemon asks about at most 10 arguments with names of at most 32 characters, so
+/// a whole question fits the smallest channel's message (4,000 characters).
+const ARGUMENT_LIMIT: usize = 200;
+
 /// The longest line of a skill's review: what it carries comes from a repository nobody has
 /// read yet, so no line of it fills a chat.
 const REVIEW_LINE_LIMIT: usize = 300;
@@ -113,12 +124,28 @@ pub fn expires_text(request: &v1::ApprovalRequest) -> String {
     }
 }
 
+/// Whether `request` carries more than one line says (a skill's review, an action's
+/// arguments): a channel shows it whole, as [`review_text`] or [`review_lines_of`] give it.
+pub fn is_review(request: &v1::ApprovalRequest) -> bool {
+    request.skill_review.is_some() || request.action.is_some()
+}
+
+/// How a channel without buttons says what to answer `request` with.
+pub fn answer_with(request: &v1::ApprovalRequest) -> &'static str {
+    match (&request.skill_review, &request.action) {
+        (Some(_), _) => REVIEW_ANSWER_WITH,
+        (None, Some(_)) => ACTION_ANSWER_WITH,
+        (None, None) => ANSWER_WITH,
+    }
+}
+
 /// The answers `request` takes, as a decision and the label of its button: install or decline
 /// for a skill's review, else once, session, always or deny.
 pub fn choices(request: &v1::ApprovalRequest) -> &'static [(&'static str, &'static str)] {
-    match request.skill_review {
-        Some(_) => &REVIEW_CHOICES,
-        None => &CHOICES,
+    match (&request.skill_review, &request.action) {
+        (Some(_), _) => &REVIEW_CHOICES,
+        (None, Some(_)) => &ACTION_CHOICES,
+        (None, None) => &CHOICES,
     }
 }
 
@@ -180,6 +207,9 @@ fn the_skill(review: &v1::SkillReview) -> String {
 /// for you." (and that it would replace the one installed, when it would). A request that is
 /// no review reads as [`approval_asked`].
 pub fn review_asked(request: &v1::ApprovalRequest) -> String {
+    if let (None, Some(action)) = (&request.skill_review, &request.action) {
+        return action_asked(request, action);
+    }
     let Some(review) = &request.skill_review else { return approval_asked(request) };
     let replaces = if review.replaces { " (it would replace the one installed)" } else { "" };
     format!("The {} asks to install {}{replaces}.", agent(request.agent), the_skill(review))
@@ -255,11 +285,92 @@ pub fn review_lines(review: &v1::SkillReview) -> Vec<String> {
     lines
 }
 
-/// A skill's review as one text of at most `limit` characters: what is asked, its lines, then
-/// `ending` (how to answer, how long it waits). Lines that would not fit are left out, and
-/// counted.
+/// What an action asked in a marked turn is: "The worker asks to run send_email of the MCP
+/// server mail, in a turn that read content from outside."
+fn action_asked(request: &v1::ApprovalRequest, action: &v1::ActionReview) -> String {
+    format!(
+        "The {} asks to run {} of the MCP server {}, in a turn that read content from outside.",
+        agent(request.agent),
+        one_line(&action.tool, 64),
+        one_line(&action.server, 64)
+    )
+}
+
+/// Whether `c` shows nothing (or nothing like itself) where it stands: a format or default-
+/// ignorable character (zero-width, soft hyphen, joiners, variation selectors, tag
+/// characters, fillers) or a line or paragraph separator. An argument shows each one named.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00ad}' | '\u{034f}' | '\u{061c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{206f}'
+        | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{feff}' | '\u{ffa0}' | '\u{fff0}'..='\u{fffb}'
+        | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
+}
+
+/// An argument's value as a person reads it: every control character, bidirectional mark and
+/// invisible character shown by its code, a newline as ↵, and past [`ARGUMENT_LIMIT`]
+/// characters folded to its beginning and its end, the rest counted.
+fn argument_value(value: &str) -> String {
+    let mut shown = String::new();
+    for c in crate::text::clean(value).chars() {
+        match c {
+            '\n' => shown.push_str("↵ "),
+            c if invisible(c) => shown.push_str(&format!("<U+{:04X}>", c as u32)),
+            c => shown.push(c),
+        }
+    }
+    let count = shown.chars().count();
+    if count <= ARGUMENT_LIMIT {
+        return shown;
+    }
+    // Its end too: what a long value carries last is often what matters.
+    let tail = ARGUMENT_LIMIT / 4;
+    let head: String = shown.chars().take(ARGUMENT_LIMIT - tail).collect();
+    let end: String = shown.chars().skip(count - tail).collect();
+    format!("{head} … ({} characters not shown) … {end}", count - ARGUMENT_LIMIT)
+}
+
+/// What an action would do, a line each: what its class says, what the turn read, then each
+/// argument exactly as the call has it (made visible and folded, [`argument_value`]).
+pub fn action_lines(action: &v1::ActionReview) -> Vec<String> {
+    let effects: Vec<String> = action.effects.iter().map(|effect| one_line(effect, 120)).collect();
+    // "(as … says)" goes after the rest, without a semicolon.
+    let (said, does): (Vec<String>, Vec<String>) = effects.into_iter().partition(|effect| effect.starts_with('('));
+    let mut lines = vec![];
+    if !does.is_empty() {
+        let said = said.first().map(|said| format!(" {said}")).unwrap_or_default();
+        lines.push(format!("It {}{said}.", does.join("; ")));
+    }
+    lines.push(format!("The turn read {}: what it says may not be what you asked.", one_line(&action.source, 300)));
+    if action.arguments.is_empty() {
+        lines.push("With no arguments.".into());
+    } else {
+        lines.push("With:".into());
+        lines.extend(
+            action
+                .arguments
+                .iter()
+                .map(|argument| format!("• {}: {}", argument_value(&argument.name), argument_value(&argument.value))),
+        );
+    }
+    lines
+}
+
+/// The lines of a request that carries more than a sentence ([`is_review`]): a skill's review
+/// or an action's; none for a connection.
+pub fn review_lines_of(request: &v1::ApprovalRequest) -> Vec<String> {
+    match (&request.skill_review, &request.action) {
+        (Some(review), _) => review_lines(review),
+        (None, Some(action)) => action_lines(action),
+        (None, None) => vec![],
+    }
+}
+
+/// A skill's or an action's review as one text of at most `limit` characters: what is asked,
+/// its lines, then `ending` (how to answer, how long it waits). Lines that would not fit are
+/// left out, and counted.
 pub fn review_text(request: &v1::ApprovalRequest, ending: &str, limit: usize) -> String {
-    let lines = request.skill_review.as_ref().map(review_lines).unwrap_or_default();
+    let lines = review_lines_of(request);
     let head = review_asked(request);
     // Room for the lines: the limit less the first line, the ending, their blank lines and a
     // note of what was left out.
@@ -312,6 +423,13 @@ pub fn activity(event: &v1::orchestrator_event::Event) -> Option<String> {
             let source = if source.is_empty() { String::new() } else { format!(" from {source}") };
             format!("The {} asked to install {}{source}.", agent(*role), the_skill(review))
         }
+        Event::Approval(v1::ApprovalRequest { action: Some(action), agent: role, .. }) => format!(
+            "The {} asked to run {} of the MCP server {} (the turn had read {}).",
+            agent(*role),
+            one_line(&action.tool, 64),
+            one_line(&action.server, 64),
+            one_line(&action.source, 200)
+        ),
         Event::Approval(asked) => {
             let command = asked.asked_by.lines().next().unwrap_or_default();
             let command = if command.is_empty() { String::new() } else { format!(" for `{command}`") };
@@ -331,6 +449,39 @@ pub fn activity(event: &v1::orchestrator_event::Event) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An action's question shows every argument, invisible characters by their code, a long
+    /// value's beginning and end, and fits a 4,000-character message whole at the most the
+    /// daemon asks about (10 arguments, names of 32 characters, values of 16 KiB).
+    #[test]
+    fn an_actions_question_shows_every_argument_and_fits_a_message_whole() {
+        let mut arguments: Vec<v1::ActionArgument> = (0..10)
+            .map(|n| v1::ActionArgument { name: format!("{n:0>32}"), value: format!("\"{}\"", "é".repeat(16_000)) })
+            .collect();
+        arguments[0].value = "\"Hi\u{e0049}\u{e0047}\u{200b}\u{00ad}\u{2028}x\u{202e}y\n…the end\"".into();
+        let action = v1::ActionReview {
+            server: "mail".into(),
+            tool: "send".into(),
+            effects: vec!["acts outside this conversation".into(), "(as the tool says)".into()],
+            arguments,
+            source: "the MCP server mail".into(),
+        };
+        let request = v1::ApprovalRequest {
+            id: "a-1".into(),
+            expires_in_seconds: 120,
+            action: Some(action),
+            ..v1::ApprovalRequest::default()
+        };
+        let text = review_text(&request, &format!("{ACTION_ANSWER_WITH} Denied in 120 s without an answer."), 4_000);
+        assert!(text.chars().count() <= 4_000, "{}", text.chars().count());
+        assert!(!text.contains("more lines"), "nothing is left out: {text}");
+        assert!(
+            text.contains("• 00000000000000000000000000000000: \"Hi<U+E0049><U+E0047><U+200B><U+00AD><U+2028>x<U+202E>y↵ …the end\""),
+            "{text}"
+        );
+        assert!(text.contains("(15802 characters not shown) … éééé"), "{text}");
+        assert_eq!(choices(&request), &ACTION_CHOICES);
+    }
 
     #[test]
     fn the_user_reads_a_refusal_about_what_they_asked_and_never_an_internal_detail() {

@@ -13,8 +13,8 @@ fn is_control(c: char) -> bool {
     match c {
         '\n' | '\t' => false,
         '\u{00}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
-        // Bidirectional overrides and isolates reorder what the reader sees.
-        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        // Bidirectional overrides, isolates and marks reorder what the reader sees.
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}' => true,
         _ => false,
     }
 }

@@ -166,8 +166,10 @@ impl StreamDecoder {
             if let Some(text) = delta["content"].as_str().filter(|text| !text.is_empty()) {
                 events.push(Event::TextDelta { index: 0, text: text.to_string() });
             }
-            // Reasoning models served through compatible APIs stream their thinking here.
-            if let Some(thinking) = delta["reasoning_content"].as_str().filter(|text| !text.is_empty()) {
+            // Reasoning models served through compatible APIs stream their thinking here:
+            // `reasoning_content` (DeepSeek, vLLM, LM Studio), `reasoning` (Ollama, OpenRouter).
+            let reasoning = delta["reasoning_content"].as_str().or_else(|| delta["reasoning"].as_str());
+            if let Some(thinking) = reasoning.filter(|text| !text.is_empty()) {
                 events.push(Event::ThinkingDelta {
                     index: 0,
                     thinking: thinking.to_string(),
@@ -254,6 +256,40 @@ mod tests {
                 Event::Usage(Usage { input_tokens: 9, output_tokens: 12, ..Usage::default() }),
             ]
         );
+    }
+
+    #[test]
+    fn a_compatible_servers_reasoning_is_read_as_thinking_before_the_answer() {
+        // DeepSeek's reasoner (and vLLM and LM Studio serving reasoning models) streams its
+        // thinking as `reasoning_content` deltas, then the answer as `content`; Ollama and
+        // OpenRouter name the thinking `reasoning`.
+        let stream = concat!(
+            "data: {\"id\":\"r1\",\"model\":\"deepseek-reasoner\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"Tuesday is \"},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"r1\",\"model\":\"deepseek-reasoner\",\"choices\":[{\"index\":0,\"delta\":{\"content\":null,\"reasoning_content\":\"free.\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"r1\",\"model\":\"deepseek-reasoner\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Tuesday.\",\"reasoning_content\":null},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let (events, done) = decode(stream);
+        assert!(done);
+        let thinking = |text: &str| Event::ThinkingDelta { index: 0, thinking: text.into(), signature: String::new() };
+        assert_eq!(
+            events,
+            vec![
+                Event::MessageStart { id: "r1".into(), model: "deepseek-reasoner".into(), provider: String::new() },
+                thinking("Tuesday is "),
+                thinking("free."),
+                Event::TextDelta { index: 0, text: "Tuesday.".into() },
+                Event::MessageStop { stop_reason: "end_turn".into() },
+            ]
+        );
+        let ollama = concat!(
+            "data: {\"id\":\"o1\",\"model\":\"qwen3\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"reasoning\":\"Hmm.\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"o1\",\"model\":\"qwen3\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Yes.\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let (events, _) = decode(ollama);
+        assert_eq!(events[1], thinking("Hmm."), "{events:?}");
+        assert_eq!(events[2], Event::TextDelta { index: 0, text: "Yes.".into() });
     }
 
     #[test]

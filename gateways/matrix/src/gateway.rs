@@ -452,17 +452,15 @@ impl Gateway {
 }
 
 /// An approval request as a message, with how to answer it and how long it waits: a
-/// connection's in one paragraph, a skill's review line by line.
+/// connection's in one paragraph, a skill's review or an action's arguments line by line.
 fn approval_text(request: &v1::ApprovalRequest) -> String {
     let expires = sentences::expires_text(request);
-    match request.skill_review {
-        Some(_) => {
-            let ending = format!("{} {expires}", sentences::REVIEW_ANSWER_WITH);
-            // Within one message's bytes, at four bytes a character at most.
-            sentences::review_text(request, &ending, MESSAGE_BYTES / 4)
-        }
-        None => format!("{} {} {expires}", sentences::approval_asked(request), sentences::ANSWER_WITH),
+    if sentences::is_review(request) {
+        let ending = format!("{} {expires}", sentences::answer_with(request));
+        // Within one message's bytes, at four bytes a character at most.
+        return sentences::review_text(request, &ending, MESSAGE_BYTES / 4);
     }
+    format!("{} {} {expires}", sentences::approval_asked(request), sentences::ANSWER_WITH)
 }
 
 fn mime_of(mime: Option<String>) -> String {

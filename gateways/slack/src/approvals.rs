@@ -50,6 +50,9 @@ fn blocks(request: &v1::ApprovalRequest) -> Value {
     if let Some(review) = &request.skill_review {
         return review_blocks(request, review);
     }
+    if let Some(action) = &request.action {
+        return action_blocks(request, action);
+    }
     let command = sentences::asked_for(request);
     let asked = if command.is_empty() {
         String::new()
@@ -77,7 +80,29 @@ fn review_blocks(request: &v1::ApprovalRequest, review: &v1::SkillReview) -> Val
     let mut lines: Vec<String> = sentences::review_facts(review).iter().map(|fact| escape(fact)).collect();
     lines.push(if findings.is_empty() { escape(&scan) } else { format!("*{}*", escape(&scan)) });
     lines.extend(findings.iter().map(|finding| format!("• `{}`", escape(&finding.replace('`', "'")))));
-    // The lines in sections of at most SECTION_LIMIT characters (a line holds far fewer).
+    asked_blocks(request, lines)
+}
+
+/// An action asked in a marked turn as Slack blocks: what is asked, what the tool does and what
+/// the turn read, each argument as code (escaped, never a link or a mention), the answers, and
+/// how long it waits.
+fn action_blocks(request: &v1::ApprovalRequest, action: &v1::ActionReview) -> Value {
+    let escape = crate::mrkdwn::escape;
+    let lines: Vec<String> = sentences::action_lines(action)
+        .iter()
+        .map(|line| match line.strip_prefix("• ").and_then(|line| line.split_once(": ")) {
+            // A backtick would end the code span: shown by its code, not changed into another.
+            Some((name, value)) => format!("• {}: `{}`", escape(name), escape(&value.replace('`', "<U+0060>"))),
+            None => escape(line),
+        })
+        .collect();
+    asked_blocks(request, lines)
+}
+
+/// A review's blocks: what is asked in bold, then `lines` (mrkdwn, escaped) whole, in sections
+/// of at most [`SECTION_LIMIT`] characters (a line holds far fewer), the answers, and how long
+/// it waits.
+fn asked_blocks(request: &v1::ApprovalRequest, lines: Vec<String>) -> Value {
     let mut sections: Vec<String> = vec![];
     for line in lines {
         match sections.last_mut() {
@@ -88,13 +113,11 @@ fn review_blocks(request: &v1::ApprovalRequest, review: &v1::SkillReview) -> Val
             _ => sections.push(line),
         }
     }
-    let mut blocks = vec![json!({"type": "section", "text": {"type": "mrkdwn", "verbatim": true,
-        "text": format!("*{}*", escape(&sentences::review_asked(request)))}})];
-    blocks.extend(
-        sections
-            .into_iter()
-            .map(|text| json!({"type": "section", "text": {"type": "mrkdwn", "verbatim": true, "text": text}})),
-    );
+    let asked = format!("*{}*", crate::mrkdwn::escape(&sentences::review_asked(request)));
+    let mut blocks: Vec<Value> = std::iter::once(asked)
+        .chain(sections)
+        .map(|text| json!({"type": "section", "text": {"type": "mrkdwn", "verbatim": true, "text": text}}))
+        .collect();
     blocks
         .push(json!({"type": "actions", "block_id": format!("approval:{}", request.id), "elements": buttons(request)}));
     blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": sentences::expires_text(request)}]}));
@@ -104,13 +127,13 @@ fn review_blocks(request: &v1::ApprovalRequest, review: &v1::SkillReview) -> Val
 /// What a request's message says where blocks are not shown (a notification, a client
 /// without them): the request in words; a skill's review whole.
 fn fallback(request: &v1::ApprovalRequest) -> String {
-    match request.skill_review {
-        Some(_) => crate::mrkdwn::escape(&sentences::review_text(
+    match sentences::is_review(request) {
+        true => crate::mrkdwn::escape(&sentences::review_text(
             request,
             &sentences::expires_text(request),
             crate::mrkdwn::MESSAGE_LIMIT,
         )),
-        None => sentences::wants_to_reach(request),
+        false => sentences::wants_to_reach(request),
     }
 }
 
@@ -217,6 +240,7 @@ mod tests {
             expires_in_seconds: 120,
             agent: v1::AgentRole::Coder as i32,
             skill_review: None,
+            action: None,
         };
         let written = blocks(&request);
         let parsed: Vec<SlackBlock> = serde_json::from_value(written.clone()).expect("slack-morphism reads them");

@@ -283,13 +283,14 @@ impl Gateway {
     }
 }
 
-/// An approval request as a message: its text (a skill's review whole, within a message) and
+/// An approval request as a message: its text (a skill's review or an action whole, within a
+/// message) and
 /// its answers as buttons, two a row.
 fn approval_message(request: &v1::ApprovalRequest) -> (String, Value) {
     let expires = sentences::expires_text(request);
-    let text = match request.skill_review {
-        Some(_) => sentences::review_text(request, &expires, MESSAGE_LIMIT),
-        None => format!("{} {expires}", sentences::approval_asked(request)),
+    let text = match sentences::is_review(request) {
+        true => sentences::review_text(request, &expires, MESSAGE_LIMIT),
+        false => format!("{} {expires}", sentences::approval_asked(request)),
     };
     let buttons: Vec<Value> = sentences::choices(request)
         .iter()

@@ -247,6 +247,11 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
                 Some(review) => (sentences::review_asked(&request), Some(review_json(review))),
                 None => (sentences::approval_asked(&request), None),
             };
+            let action = request.action.as_ref().map(|action| {
+                json!({"tool": action.tool, "server": action.server,
+                "lines": sentences::action_lines(action)})
+            });
+            let text = if action.is_some() { sentences::review_asked(&request) } else { text };
             let mut card = json!({"type": "approval", "session": session, "id": request.id,
                 "agent": sentences::agent(request.agent), "host": request.host, "port": request.port,
                 "asked_by": request.asked_by, "expires_in": request.expires_in_seconds,
@@ -254,6 +259,9 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
                 "choices": sentences::choices(&request)});
             if let Some(review) = review {
                 card["review"] = review;
+            }
+            if let Some(action) = action {
+                card["action"] = action;
             }
             card
         }

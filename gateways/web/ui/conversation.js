@@ -302,14 +302,14 @@ function approvalCard(event, { left } = {}) {
     const answer = state.answers.get(turn);
     if (answer && !textOf(answer).textContent) working(answer, waiting);
   }
-  const card = bubble(event.review ? "approval review" : "approval");
+  const card = bubble(event.review || event.action ? "approval review" : "approval");
   card.dataset.approval = event.id;
   card.setAttribute("role", "group");
-  card.setAttribute("aria-label", event.review ? "Skill review" : "Approval request");
+  card.setAttribute("aria-label", event.review ? "Skill review" : event.action ? "Action to allow" : "Approval request");
   const text = document.createElement("p");
   text.className = "text";
   text.textContent = visible(event.text);
-  const shown = event.review ? [text, reviewOf(event.review)] : [text];
+  const shown = event.review ? [text, reviewOf(event.review)] : event.action ? [text, actionOf(event.action)] : [text];
   const note = document.createElement("p");
   note.className = "meta";
   note.textContent = event.expires_text;
@@ -339,6 +339,32 @@ function approvalCard(event, { left } = {}) {
   }
   card.append(...shown, note, buttons);
   if (live) announce(text.textContent);
+}
+
+// An action a turn that read content from outside wants to take: what the tool does, what the
+// turn read, and each argument exactly as the call has it (the gateway's lines, controls made
+// visible, long values folded). Written as text, never as markup.
+function actionOf(action) {
+  const box = document.createElement("div");
+  box.className = "review";
+  let list = null;
+  for (const line of action.lines || []) {
+    if (line.startsWith("• ")) {
+      if (!list) {
+        list = document.createElement("ul");
+        list.className = "facts arguments";
+        box.append(list);
+      }
+      const item = document.createElement("li");
+      item.textContent = visible(line.slice(2));
+      list.append(item);
+    } else {
+      const said = document.createElement("p");
+      said.textContent = visible(line);
+      box.append(said);
+    }
+  }
+  return box;
 }
 
 // A skill's review: what it is, would run and would reach (the gateway's lines), and what its

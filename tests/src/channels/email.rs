@@ -154,8 +154,8 @@ impl Channel for Email {
     async fn answer_approval(&self, decision: &str) -> Result<(), String> {
         let mails = self.mails();
         let asking = |body: String| {
-            use baaaht_gateway_kit::sentences::{ANSWER_WITH, REVIEW_ANSWER_WITH};
-            body.contains(ANSWER_WITH) || body.contains(REVIEW_ANSWER_WITH)
+            use baaaht_gateway_kit::sentences::{ACTION_ANSWER_WITH, ANSWER_WITH, REVIEW_ANSWER_WITH};
+            body.contains(ANSWER_WITH) || body.contains(REVIEW_ANSWER_WITH) || body.contains(ACTION_ANSWER_WITH)
         };
         let asked = mails.iter().rev().find(|mail| asking(mail.body()));
         let Some(asked) = asked else { return Err("no approval request in Alice's mailbox".into()) };

@@ -123,7 +123,8 @@ impl Channel for Matrix {
             said.sender == self.bot
                 && said.replaces.is_none()
                 && (said.body.contains(baaaht_gateway_kit::sentences::ANSWER_WITH)
-                    || said.body.contains(baaaht_gateway_kit::sentences::REVIEW_ANSWER_WITH))
+                    || said.body.contains(baaaht_gateway_kit::sentences::REVIEW_ANSWER_WITH)
+                    || said.body.contains(baaaht_gateway_kit::sentences::ACTION_ANSWER_WITH))
         });
         let Some(asked) = asked else { return Err("no approval request in Alice's room".into()) };
         let id =

@@ -102,7 +102,9 @@ impl Channel for Slack {
                 _ => {}
             }
         }
-        shown.into_iter().map(|(_, text)| text).collect()
+        // As a Slack client renders mrkdwn's three escapes (`&lt;` is read as `<`).
+        let rendered = |text: String| text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&");
+        shown.into_iter().map(|(_, text)| rendered(text)).collect()
     }
 
     fn files(&self) -> Vec<File> {

@@ -20,7 +20,9 @@ pub use allowlist::{
     forbidden_mount, AllowedMount, MountAllowlist, MountKind, MountMode, MountOwner, BUILT_IN_BLOCKED_PATTERNS,
     ENGINE_SOCKETS, RUNTIME_DIR,
 };
-pub use providers::{is_built_in, CustomProvider, EntraApp, Price, ProviderEntry, Providers, ProvidersConfig};
+pub use providers::{
+    expand_home, is_built_in, CustomProvider, EntraApp, Price, ProviderEntry, Providers, ProvidersConfig,
+};
 pub use schema::*;
 pub use security::*;
 
@@ -50,6 +52,8 @@ pub struct Sources {
     pub env_overrides: Vec<String>,
     /// `config.yaml` as it was read, so that a check made after loading points at its line.
     pub config_text: Option<String>,
+    /// `providers.yaml` as it was read, for the same.
+    pub providers_text: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +135,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
             allowlist: allowlist_source,
             env_overrides,
             config_text: config_text.clone(),
+            providers_text: providers_text.clone(),
         },
     };
     check_providers(&loaded, providers_text.as_deref())?;
@@ -273,6 +278,10 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
             return Err(invalid_at(source, text, &["providers", name, setting], message));
         }
         let Some(wire) = provider_wire(name, entry) else { continue };
+        if let Some((_, message)) = entry.missing(name, wire) {
+            // A setting left out is told at its provider's line.
+            return Err(invalid_at(source, text, &["providers", name], message));
+        }
         if let Some(setting) = entry.foreign_settings(wire).first() {
             let takers = match *setting {
                 "region" | "credentials_file" => "bedrock and vertex",
@@ -338,6 +347,20 @@ fn check_providers(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), Conf
 }
 
 /// The API a configured provider speaks (as the gateway will be told), if it is known.
+/// `config check`'s look at the key files `providers.yaml` names (Bedrock's and Vertex AI's
+/// `credentials_file`), as the person running it sees the disk (`home`: their `$HOME`). Not
+/// part of loading: the daemon may run as another user, and tells a file it cannot read itself.
+pub fn check_key_files(loaded: &LoadedConfig, home: Option<&str>) -> Result<(), ConfigError> {
+    for (name, entry) in &loaded.providers.providers.configured() {
+        let Some(wire) = provider_wire(name, entry) else { continue };
+        if let Some(message) = entry.key_file_missing(name, wire, home) {
+            let text = loaded.sources.providers_text.as_deref();
+            return Err(invalid_at(&loaded.sources.providers, text, &["providers", name, "credentials_file"], message));
+        }
+    }
+    Ok(())
+}
+
 fn provider_wire(name: &str, entry: &ProviderEntry) -> Option<baaaht_llm::provider::Wire> {
     match (baaaht_llm::presets::find(name), entry.openai_compatible) {
         (_, Some(true)) | (None, _) => Some(baaaht_llm::provider::Wire::OpenAi),

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use baaaht_llm::provider::Wire;
 use serde::{Deserialize, Serialize};
 
 /// Whether baaaht knows provider `name` (an adapter or an OpenAI-compatible preset).
@@ -199,6 +200,44 @@ pub struct EntraApp {
 }
 
 impl ProviderEntry {
+    /// The first setting a provider of `wire` cannot go without that this entry leaves out
+    /// (Bedrock's region; Vertex AI's project, region and key; Azure's endpoint and sign-in):
+    /// `(the setting, or "" for the entry itself; what to write)`.
+    pub fn missing(&self, name: &str, wire: Wire) -> Option<(&'static str, String)> {
+        let absent = |value: &Option<String>| value.as_deref().is_none_or(|value| value.trim().is_empty());
+        let not_set =
+            |what: &'static str| Some((what, format!("providers.{name}.{what} is not set: {}", hint(wire, what))));
+        let no_credentials =
+            || Some(("", format!("providers.{name} has no credentials: {}", hint(wire, "credentials"))));
+        match wire {
+            Wire::Bedrock if absent(&self.region) => not_set("region"),
+            Wire::Vertex if absent(&self.project) => not_set("project"),
+            Wire::Vertex if absent(&self.region) => not_set("region"),
+            Wire::Vertex if self.service_account.is_none() && absent(&self.credentials_file) => no_credentials(),
+            Wire::Azure if absent(&self.api_base) => not_set("api_base"),
+            Wire::Azure if self.api_key.is_none() && self.entra.is_none() => no_credentials(),
+            _ => None,
+        }
+    }
+
+    /// The key file a Bedrock or Vertex AI entry names (`credentials_file`), if it is not there
+    /// for whoever asks, with what to write; `home` is their `$HOME`, for a file named `~/…`.
+    /// Asked by `config check` only: the daemon may run as another user, and says so itself
+    /// when it reads the file.
+    pub fn key_file_missing(&self, name: &str, wire: Wire, home: Option<&str>) -> Option<String> {
+        if !matches!(wire, Wire::Bedrock | Wire::Vertex) {
+            return None;
+        }
+        let file = self.credentials_file.as_deref().map(str::trim).filter(|file| !file.is_empty())?;
+        let path = expand_home(file, home);
+        let what = if wire == Wire::Bedrock {
+            "name the AWS credentials file that holds its profile, or leave it out for ~/.aws/credentials"
+        } else {
+            "name the service account's JSON key file (downloaded from the Google Cloud console)"
+        };
+        (!path.exists()).then(|| format!("providers.{name}.credentials_file {} does not exist: {what}", path.display()))
+    }
+
     /// Every value of the entry that may name secrets as `${NAME}`.
     pub fn secret_references(&self) -> Vec<&str> {
         let entra = self.entra.as_ref().map(|app| app.client_secret.as_str());
@@ -391,5 +430,34 @@ impl CustomProvider {
             models: self.models.clone(),
             ..ProviderEntry::default()
         }
+    }
+}
+
+/// A path of `providers.yaml` as read: `~/…` under `home` (`/root` when it is not known).
+pub fn expand_home(path: &str, home: Option<&str>) -> std::path::PathBuf {
+    match path.strip_prefix("~/") {
+        Some(rest) => std::path::Path::new(home.unwrap_or("/root")).join(rest),
+        None => std::path::PathBuf::from(path),
+    }
+}
+
+/// What to write for a missing setting of a provider of `wire`.
+fn hint(wire: Wire, what: &str) -> &'static str {
+    match (wire, what) {
+        (Wire::Bedrock, "region") => "write the AWS region its models are in, e.g. `region: us-east-1`",
+        (Wire::Vertex, "project") => "write the Google Cloud project, e.g. `project: my-project`",
+        (Wire::Vertex, "region") => "write the location of its models, e.g. `region: us-central1` (or `global`)",
+        (Wire::Vertex, _) => {
+            "set `credentials_file:` to a service account's JSON key file, or `service_account: \
+             ${VERTEX_SERVICE_ACCOUNT}` with the key in the secrets store"
+        }
+        (Wire::Azure, "api_base") => {
+            "write the resource's endpoint, e.g. `api_base: https://my-resource.openai.azure.com`"
+        }
+        (Wire::Azure, _) => {
+            "set `api_key: ${AZURE_API_KEY}`, or `entra:` with tenant_id, client_id and client_secret of an app \
+             registration"
+        }
+        _ => "see docs/providers.md",
     }
 }

@@ -29,6 +29,10 @@ pub struct TaintPolicy {
     /// A memory write: `quarantine` (kept, not used until its owner confirms it), `withhold`
     /// or `allow`.
     pub memory_write: MemoryInTaint,
+    /// A tool that acts (an MCP tool whose class is `acts`: it sends, pays, shares, deletes or
+    /// writes outside the conversation): `ask` a person of the turn's context first (withheld
+    /// where nobody can be asked), `withhold`, or `allow`.
+    pub acting_tools: ActingInTaint,
 }
 
 impl Default for TaintPolicy {
@@ -40,6 +44,7 @@ impl Default for TaintPolicy {
             skill_install: Withhold::Withhold,
             delegate_coder: Withhold::Withhold,
             memory_write: MemoryInTaint::Quarantine,
+            acting_tools: ActingInTaint::Ask,
         }
     }
 }
@@ -54,6 +59,14 @@ pub enum EgressInTaint {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Withhold {
+    Withhold,
+    Allow,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ActingInTaint {
+    Ask,
     Withhold,
     Allow,
 }

@@ -185,6 +185,21 @@ fn parse_errors_name_file_line_column_and_a_suggestion() {
             "4:3",
             &["models.sonnet: `anthropic/..` is not provider/model"],
         ),
+        // A cloud without what it cannot go without, told at its provider's line.
+        ("providers.yaml", "providers:\n  bedrock:\n    profile: work\n", "2:3", &["providers.bedrock.region is not set"]),
+        (
+            "providers.yaml",
+            "providers:\n  vertex:\n    project: p\n    region: r\n",
+            "2:3",
+            &["providers.vertex has no credentials: set `credentials_file:`"],
+        ),
+        ("providers.yaml", "providers:\n  azure:\n    api_key: k\n", "2:3", &["providers.azure.api_base is not set"]),
+        (
+            "providers.yaml",
+            "providers:\n  azure:\n    api_base: https://r.openai.azure.com\n",
+            "2:3",
+            &["providers.azure has no credentials: set `api_key:"],
+        ),
         ("mount-allowlist.json", "{\n  \"allowedMount\": []\n}\n", "2:16", &["did you mean `allowedMounts`?"]),
         ("config.yaml", "tools:\n  blocked_patterns: ['(unclosed']\n", "2:3", &["not a valid regular expression"]),
     ];
@@ -455,4 +470,23 @@ fn the_container_cap_auto_follows_the_hosts_memory() {
     assert_eq!(ContainerCap::Auto.resolve(None, each), 10, "the specification's example where memory is unknown");
     assert_eq!(ContainerCap::Fixed(7).resolve(Some(24 * GIB), each), 7, "a number is kept as written");
     assert!(Config::default().container.cap() >= AUTO_CAP_FLOOR);
+}
+
+#[test]
+fn config_check_tells_a_key_file_that_is_not_there_at_its_line_as_its_runner_sees_the_disk() {
+    let text = "providers:\n  anthropic:\n    api_key: k\n  vertex:\n    project: p\n    region: r\n    credentials_file: ~/keys/sa.json\n";
+    // Loading does not look: the daemon may run as another user, and tells the file itself.
+    let loaded = load_texts(&[("providers.yaml", text)], &[]).expect("loads");
+    let home = tempfile::tempdir().expect("home");
+    let error = check_key_files(&loaded, home.path().to_str()).expect_err("no such file").to_string();
+    assert!(error.contains("providers.yaml:7:5: "), "{error}");
+    assert!(error.contains(&format!("{}/keys/sa.json does not exist", home.path().display())), "{error}");
+    std::fs::create_dir_all(home.path().join("keys")).expect("keys");
+    std::fs::write(home.path().join("keys/sa.json"), "{}").expect("key");
+    check_key_files(&loaded, home.path().to_str()).expect("there now");
+    // Only Bedrock and Vertex AI take one: elsewhere the setting itself is refused at load.
+    let openai =
+        load_texts(&[("providers.yaml", "providers:\n  openai:\n    api_key: k\n    credentials_file: /nope\n")], &[]);
+    let refused = openai.expect_err("foreign").to_string();
+    assert!(refused.contains("only bedrock and vertex take `credentials_file`"), "{refused}");
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use baaaht_llm::provider::Wire;
 use zeroize::Zeroizing;
 
-use crate::base::config::ProviderEntry;
+use crate::base::config::{expand_home, ProviderEntry};
 
 /// A cloud account resolved: where its models are and its secrets (wiped when dropped).
 #[derive(Default)]
@@ -48,15 +48,15 @@ pub(super) fn account(
     fn given(value: &Option<String>) -> Option<&str> {
         value.as_deref().map(str::trim).filter(|value| !value.is_empty())
     }
-    let needed = |value: &Option<String>, what: &str| {
-        given(value)
-            .map(str::to_string)
-            .ok_or_else(|| format!("providers.{name}.{what} is not set: {}", hint(wire, what)))
-    };
+    let home = env("HOME");
+    if let Some((_, missing)) = entry.missing(name, wire) {
+        return Err(missing);
+    }
+    let needed = |value: &Option<String>| given(value).unwrap_or_default().to_string();
     let mut account = Account::default();
     match wire {
         Wire::Bedrock => {
-            account.region = needed(&entry.region, "region")?;
+            account.region = needed(&entry.region);
             let keys = match (&entry.access_key_id, &entry.secret_access_key) {
                 (Some(id), Some(secret)) => AwsKeys {
                     access_key_id: resolve(id)?,
@@ -79,12 +79,12 @@ pub(super) fn account(
             Ok((account, Some(base), None))
         }
         Wire::Vertex => {
-            account.project = needed(&entry.project, "project")?;
-            account.region = needed(&entry.region, "region")?;
+            account.project = needed(&entry.project);
+            account.region = needed(&entry.region);
             let key = match (&entry.service_account, given(&entry.credentials_file)) {
                 (Some(secret), None) => Zeroizing::new(resolve(secret)?),
                 (None, Some(file)) => {
-                    let path = expand_home(file, env);
+                    let path = expand_home(file, home.as_deref());
                     read_key_file(&path).map_err(|error| {
                         format!("providers.{name}.credentials_file {} cannot be read: {error}", path.display())
                     })?
@@ -92,9 +92,8 @@ pub(super) fn account(
                 (Some(_), Some(_)) => {
                     return Err(format!("providers.{name}: give service_account or credentials_file, not both"))
                 }
-                (None, None) => {
-                    return Err(format!("providers.{name} has no credentials: {}", hint(wire, "credentials")))
-                }
+                // Told by `missing` above.
+                (None, None) => return Err(format!("providers.{name} has no credentials")),
             };
             // Checked here, so that a wrong file is told at start, not at the first question.
             let source = baaaht_llm::provider::tokens::TokenSource::service_account(&key)
@@ -106,9 +105,6 @@ pub(super) fn account(
             Ok((account, Some(base), Some(token_url)))
         }
         Wire::Azure => {
-            if given(&entry.api_base).is_none() {
-                return Err(format!("providers.{name}.api_base is not set: {}", hint(wire, "api_base")));
-            }
             account.api_version = given(&entry.api_version).unwrap_or_default().to_string();
             let mut token_url = None;
             match (&entry.entra, &entry.api_key) {
@@ -131,34 +127,12 @@ pub(super) fn account(
                     token_url = Some(url);
                 }
                 (None, Some(_)) => {}
-                (None, None) => {
-                    return Err(format!("providers.{name} has no credentials: {}", hint(wire, "credentials")))
-                }
+                // Told by `missing` above.
+                (None, None) => return Err(format!("providers.{name} has no credentials")),
             }
             Ok((account, None, token_url))
         }
         _ => Ok((account, None, None)),
-    }
-}
-
-/// What to write for a missing setting of a provider of `wire`.
-fn hint(wire: Wire, what: &str) -> &'static str {
-    match (wire, what) {
-        (Wire::Bedrock, "region") => "write the AWS region its models are in, e.g. `region: us-east-1`",
-        (Wire::Vertex, "project") => "write the Google Cloud project, e.g. `project: my-project`",
-        (Wire::Vertex, "region") => "write the location of its models, e.g. `region: us-central1` (or `global`)",
-        (Wire::Vertex, _) => {
-            "set `credentials_file:` to a service account's JSON key file, or `service_account: \
-             ${VERTEX_SERVICE_ACCOUNT}` with the key in the secrets store"
-        }
-        (Wire::Azure, "api_base") => {
-            "write the resource's endpoint, e.g. `api_base: https://my-resource.openai.azure.com`"
-        }
-        (Wire::Azure, _) => {
-            "set `api_key: ${AZURE_API_KEY}`, or `entra:` with tenant_id, client_id and client_secret of an app \
-             registration"
-        }
-        _ => "see docs/providers.md",
     }
 }
 
@@ -197,10 +171,10 @@ struct AwsKeys {
 fn profile_keys(entry: &ProviderEntry, env: &dyn Fn(&str) -> Option<String>) -> Result<AwsKeys, String> {
     let profile = entry.profile.as_deref().unwrap_or("default");
     let path = match entry.credentials_file.as_deref() {
-        Some(file) => expand_home(file, env),
+        Some(file) => expand_home(file, env("HOME").as_deref()),
         None => match env("AWS_SHARED_CREDENTIALS_FILE") {
             Some(file) => PathBuf::from(file),
-            None => expand_home("~/.aws/credentials", env),
+            None => expand_home("~/.aws/credentials", env("HOME").as_deref()),
         },
     };
     let text = read_key_file(&path).map_err(|error| {
@@ -250,14 +224,6 @@ fn ini_section<'a>(text: &'a str, name: &str) -> Option<Vec<(&'a str, &'a str)>>
         }
     }
     found
-}
-
-/// `~/…` under `$HOME`.
-fn expand_home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
-    match path.strip_prefix("~/") {
-        Some(rest) => PathBuf::from(env("HOME").unwrap_or_else(|| "/root".into())).join(rest),
-        None => PathBuf::from(path),
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! first answer wins (once, for the session, always, or deny), and a timeout, or nobody there
 //! to ask, denies. A session's approvals last as long as the daemon; `always` becomes a rule.
 //! A skill an agent asks to install waits here too, as its review: answered install or decline
-//! (`work::skills::asked`).
+//! (`work::skills::asked`); and so does an acting tool called by a marked turn, answered once or
+//! deny (`work::tools::acting`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,7 +14,7 @@ use tokio::sync::oneshot;
 
 use crate::base::auth::{Context, Role};
 use crate::store::events::{Event, EventBus, Kind};
-use crate::store::sessions::log::SkillReview;
+use crate::store::sessions::log::{ActionReview, SkillReview};
 
 /// An answer to an approval request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,14 +53,16 @@ impl Decision {
         }
     }
 
-    /// This answer to a request about `subject`: a skill's review takes once and deny as
-    /// install and decline (a plain yes or no answers either), and nothing else; a connection
-    /// takes no install or decline.
-    fn for_subject(self, skill: bool) -> Option<Decision> {
-        match (skill, self) {
-            (true, Decision::Once | Decision::Install) => Some(Decision::Install),
-            (true, Decision::Deny | Decision::Decline) => Some(Decision::Decline),
-            (false, Decision::Once | Decision::Session | Decision::Always | Decision::Deny) => Some(self),
+    /// This answer to a request about a subject of kind `asked`: a skill's review takes once
+    /// and deny as install and decline (a plain yes or no answers either), and nothing else; a
+    /// connection takes no install or decline; an action takes once or deny only (each action
+    /// is asked anew).
+    fn for_subject(self, asked: Asked) -> Option<Decision> {
+        match (asked, self) {
+            (Asked::Skill, Decision::Once | Decision::Install) => Some(Decision::Install),
+            (Asked::Skill, Decision::Deny | Decision::Decline) => Some(Decision::Decline),
+            (Asked::Egress, Decision::Once | Decision::Session | Decision::Always | Decision::Deny) => Some(self),
+            (Asked::Action, Decision::Once | Decision::Deny) => Some(self),
             _ => None,
         }
     }
@@ -72,6 +75,28 @@ pub enum Subject {
     Egress { host: String, port: u16 },
     /// A skill fetched and checked, waiting for its review.
     Skill(Box<SkillReview>),
+    /// An acting tool called by a turn that read content from outside; only `sender` (the
+    /// user whose message the turn answers) or an admin may allow it, anyone of the context
+    /// deny it: in a group, another member may be the one whose words marked the turn.
+    Action { review: Box<ActionReview>, sender: Option<String> },
+}
+
+/// The kind of a [`Subject`], which decides the answers it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Egress,
+    Skill,
+    Action,
+}
+
+impl Subject {
+    fn kind(&self) -> Asked {
+        match self {
+            Subject::Egress { .. } => Asked::Egress,
+            Subject::Skill(_) => Asked::Skill,
+            Subject::Action { .. } => Asked::Action,
+        }
+    }
 }
 
 /// What asks: whose tools, in which session, for what.
@@ -89,7 +114,9 @@ struct Pending {
     context: Context,
     answer: oneshot::Sender<(Decision, String)>,
     asked: std::time::Instant,
-    skill: bool,
+    kind: Asked,
+    /// Who alone (beside an admin) may allow an action.
+    sender: Option<String>,
 }
 
 /// Forgets request `.1` when its asking ends, however it ends.
@@ -116,6 +143,10 @@ pub enum AnswerError {
     NotAReviewAnswer(&'static str),
     #[error("a connection's approval is answered once, session, always or deny, not {0}")]
     NotAnEgressAnswer(&'static str),
+    #[error("an action is answered once or deny, not {0} (each one is asked anew)")]
+    NotAnActionAnswer(&'static str),
+    #[error("only the person whose message this turn answers (or an admin) may allow its action; you may deny it")]
+    NotTheSender,
 }
 
 /// Why a connection was asked about and nobody allowed it: nobody could be asked, or nobody
@@ -182,7 +213,7 @@ impl Approvals {
     pub async fn ask(&self, asking: &Asking) -> Result<(Decision, String), NoAnswer> {
         let key = match &asking.subject {
             Subject::Egress { host, port } => Some((asking.session.clone(), host.clone(), *port)),
-            Subject::Skill(_) => None,
+            Subject::Skill(_) | Subject::Action { .. } => None,
         };
         let (id, answered) = {
             let mut state = self.state();
@@ -197,17 +228,23 @@ impl Approvals {
             }
             let id = format!("a-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
             let (answer, answered) = oneshot::channel();
-            let skill = key.is_none();
-            let pending = Pending { context: asking.context.clone(), answer, asked: std::time::Instant::now(), skill };
+            let kind = asking.subject.kind();
+            let sender = match &asking.subject {
+                Subject::Action { sender, .. } => sender.clone(),
+                _ => None,
+            };
+            let asked = std::time::Instant::now();
+            let pending = Pending { context: asking.context.clone(), answer, asked, kind, sender };
             state.pending.insert(id.clone(), pending);
             (id, answered)
         };
         // Given up (the turn cancelled while it waits): nothing waits for an answer any more.
         let _forget = Forget(self, &id);
         let expires_in = u32::try_from(self.timeout.as_secs()).unwrap_or(u32::MAX);
-        let (host, port, review) = match &asking.subject {
-            Subject::Egress { host, port } => (host.clone(), *port, None),
-            Subject::Skill(review) => (String::new(), 0, Some(review.clone())),
+        let (host, port, review, action) = match &asking.subject {
+            Subject::Egress { host, port } => (host.clone(), *port, None, None),
+            Subject::Skill(review) => (String::new(), 0, Some(review.clone()), None),
+            Subject::Action { review, .. } => (String::new(), 0, None, Some(review.clone())),
         };
         let request = Kind::ApprovalRequest {
             id: id.clone(),
@@ -217,6 +254,7 @@ impl Approvals {
             asked_by: asking.asked_by.clone(),
             expires_in,
             review,
+            action,
         };
         self.events.publish(&asking.context, Event::of_session(&asking.session, request));
         let answer = tokio::time::timeout(self.timeout, answered).await;
@@ -236,7 +274,10 @@ impl Approvals {
             }
             _ => {
                 self.state().pending.remove(&id);
-                let denied = if key.is_some() { Decision::Deny } else { Decision::Decline };
+                let denied = match asking.subject.kind() {
+                    Asked::Skill => Decision::Decline,
+                    Asked::Egress | Asked::Action => Decision::Deny,
+                };
                 let settled = settled(denied.as_str(), "nobody");
                 self.events.publish(&asking.context, Event::of_session(&asking.session, settled));
                 Err(NoAnswer::TimedOut { timeout: self.timeout })
@@ -244,15 +285,16 @@ impl Approvals {
         }
     }
 
-    /// Takes `decision` by `by` for request `id`, when it is `context`'s (`None`: a host
-    /// client, any context's); `admin`: whether `by` may write a group's rules (and install its
-    /// skills). Answers the decision taken (a review's once is install, its deny decline).
+    /// Takes `decision` by `by` (the user `who`, when a user answers) for request `id`, when it
+    /// is `context`'s (`None`: a host client, any context's); `admin`: whether `by` may write a
+    /// group's rules (and install its skills, and allow anyone's action). Answers the decision
+    /// taken (a review's once is install, its deny decline).
     pub fn answer(
         &self,
         id: &str,
         context: Option<&Context>,
         decision: Decision,
-        by: &str,
+        (by, who): (&str, Option<&str>),
         admin: bool,
     ) -> Result<Decision, AnswerError> {
         let mut state = self.state();
@@ -260,10 +302,10 @@ impl Approvals {
         if let Some(context) = context.filter(|context| **context != pending.context) {
             return Err(AnswerError::NotTheirs { id: id.to_string(), context: context.clone() });
         }
-        let decision = decision.for_subject(pending.skill).ok_or(if pending.skill {
-            AnswerError::NotAReviewAnswer(decision.as_str())
-        } else {
-            AnswerError::NotAnEgressAnswer(decision.as_str())
+        let decision = decision.for_subject(pending.kind).ok_or(match pending.kind {
+            Asked::Skill => AnswerError::NotAReviewAnswer(decision.as_str()),
+            Asked::Egress => AnswerError::NotAnEgressAnswer(decision.as_str()),
+            Asked::Action => AnswerError::NotAnActionAnswer(decision.as_str()),
         })?;
         let group = pending.context.kind == crate::base::auth::ContextKind::Group;
         if decision == Decision::Always && group && !admin {
@@ -271,6 +313,11 @@ impl Approvals {
         }
         if decision == Decision::Install && group && !admin {
             return Err(AnswerError::GroupInstallAdminOnly);
+        }
+        let sender = pending.sender.as_deref();
+        if pending.kind == Asked::Action && decision == Decision::Once && !admin && (sender.is_none() || who != sender)
+        {
+            return Err(AnswerError::NotTheSender);
         }
         let pending = state.pending.remove(id).ok_or_else(|| AnswerError::NotWaiting(id.to_string()))?;
         // silent-ok: the connection (the install) may have been given up meanwhile.
@@ -284,6 +331,11 @@ impl Approvals {
         let state = self.state();
         let left = self.timeout.checked_sub(state.pending.get(id)?.asked.elapsed())?;
         Some(u32::try_from(left.as_secs()).unwrap_or(u32::MAX).max(1))
+    }
+
+    /// Whether request `id` waits for an action's answer.
+    pub fn is_action(&self, id: &str) -> bool {
+        self.state().pending.get(id).is_some_and(|pending| pending.kind == Asked::Action)
     }
 
     /// The context whose request `id` is, while it waits.
@@ -322,11 +374,14 @@ mod tests {
         let Kind::ApprovalRequest { id, host, port, .. } = event.kind else { panic!("{event:?}") };
         assert_eq!((host.as_str(), port), ("pypi.org", 443));
         assert_eq!(
-            approvals.answer(&id, Some(&Context::user("bob")), Decision::Once, "bob", false),
+            approvals.answer(&id, Some(&Context::user("bob")), Decision::Once, ("bob", None), false),
             Err(AnswerError::NotTheirs { id: id.clone(), context: Context::user("bob") })
         );
-        approvals.answer(&id, Some(&Context::user("alice")), Decision::Session, "alice", false).expect("taken");
-        assert_eq!(approvals.answer(&id, None, Decision::Deny, "root", true), Err(AnswerError::NotWaiting(id.clone())));
+        approvals.answer(&id, Some(&Context::user("alice")), Decision::Session, ("alice", None), false).expect("taken");
+        assert_eq!(
+            approvals.answer(&id, None, Decision::Deny, ("root", None), true),
+            Err(AnswerError::NotWaiting(id.clone()))
+        );
         assert_eq!(asked.await.expect("asked"), Ok((Decision::Session, "alice".to_string())));
         let (_, settled) = seen.recv().await.expect("settled");
         assert!(matches!(settled.kind, Kind::ApprovalSettled { ref decision, .. } if decision == "session"));
@@ -349,6 +404,44 @@ mod tests {
         assert_eq!(unanswered, NoAnswer::TimedOut { timeout: Duration::from_secs(120) });
         assert_eq!(unanswered.to_string(), "nobody answered within 120 s");
         assert!(approvals.state().pending.is_empty());
+    }
+
+    /// An action is answered once or deny; in a group only the turn's sender (or an admin)
+    /// allows it, while any member may deny it.
+    #[tokio::test]
+    async fn an_action_is_allowed_by_its_sender_or_an_admin_and_denied_by_anyone() {
+        let events = Arc::new(EventBus::default());
+        let family = Context::group("family");
+        let _following = events.connect(&family, "telegram");
+        let mut seen = events.subscribe();
+        let approvals = Arc::new(Approvals::new(events.clone(), Duration::from_secs(5)));
+        let review = ActionReview { server: "mail".into(), tool: "send".into(), ..ActionReview::default() };
+        let asking = Asking {
+            context: family.clone(),
+            session: "s1".into(),
+            agent: Role::Worker,
+            subject: Subject::Action { review: Box::new(review), sender: Some("u-alice".into()) },
+            asked_by: "mcp__mail__send".into(),
+        };
+        for (who, admin, answer) in
+            [("u-alice", false, Decision::Once), ("u-ada", true, Decision::Once), ("u-bob", false, Decision::Deny)]
+        {
+            let asked = tokio::spawn({
+                let (approvals, asking) = (approvals.clone(), asking.clone());
+                async move { approvals.ask(&asking).await }
+            });
+            let (_, event) = seen.recv().await.expect("an event");
+            let Kind::ApprovalRequest { id, action, .. } = event.kind else { panic!("{event:?}") };
+            assert_eq!(action.map(|action| action.tool), Some("send".to_string()));
+            let session = approvals.answer(&id, Some(&family), Decision::Session, ("Alice", Some("u-alice")), false);
+            assert_eq!(session, Err(AnswerError::NotAnActionAnswer("session")));
+            let bob = approvals.answer(&id, Some(&family), Decision::Once, ("Bob", Some("u-bob")), false);
+            assert_eq!(bob, Err(AnswerError::NotTheSender), "another member does not allow it");
+            assert_eq!(approvals.answer(&id, Some(&family), answer, (who, Some(who)), admin), Ok(answer));
+            assert_eq!(asked.await.expect("asked").map(|(decision, _)| decision), Ok(answer));
+            let (_, settled) = seen.recv().await.expect("settled");
+            assert!(matches!(settled.kind, Kind::ApprovalSettled { .. }));
+        }
     }
 
     /// A skill's review takes install or decline (once and deny as those), not session or
@@ -376,11 +469,14 @@ mod tests {
             let (_, event) = seen.recv().await.expect("an event");
             let Kind::ApprovalRequest { id, host, review, .. } = event.kind else { panic!("{event:?}") };
             assert_eq!((host.as_str(), review.map(|review| review.name)), ("", Some("forecast".to_string())));
-            let refused = approvals.answer(&id, Some(&family), Decision::Session, "ada", true);
+            let refused = approvals.answer(&id, Some(&family), Decision::Session, ("ada", None), true);
             assert_eq!(refused, Err(AnswerError::NotAReviewAnswer("session")));
-            let member = approvals.answer(&id, Some(&family), Decision::Once, "bob", false);
+            let member = approvals.answer(&id, Some(&family), Decision::Once, ("bob", None), false);
             assert_eq!(member, Err(AnswerError::GroupInstallAdminOnly), "a member's yes is not enough");
-            assert_eq!(approvals.answer(&id, Some(&family), answer, "ada", admin).map(Decision::as_str), Ok(then));
+            assert_eq!(
+                approvals.answer(&id, Some(&family), answer, ("ada", None), admin).map(Decision::as_str),
+                Ok(then)
+            );
             assert_eq!(asked.await.expect("asked").map(|(decision, _)| decision.as_str()), Ok(then));
             let (_, settled) = seen.recv().await.expect("settled");
             assert!(matches!(settled.kind, Kind::ApprovalSettled { ref decision, .. } if decision == then));

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use baaaht_proto::egress::{byte_queue, Acks, ByteReceiver, ByteSender, Window, TUNNEL_CHUNK, TUNNEL_WINDOW};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -67,9 +67,77 @@ pub enum TunnelDown {
     },
 }
 
-/// The far end of a tunnel: the host's connection, or the edge's side of it.
-trait Far: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Far for T {}
+/// Where a tunnel's bytes come from: the edge's side, or the far end once the edge hands it over.
+type FarReader = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+
+/// What the writing side of a tunnel takes over when the edge hands the far end on: the far
+/// end's writing half, and the edge's side with what the edge had not read.
+type FarWriter = (tokio::net::tcp::OwnedWriteHalf, tokio::io::DuplexStream);
+
+/// Where the container's bytes of a tunnel go: the edge's side until the edge hands the far end
+/// over (see [`Handed`]), then the far end itself.
+struct Onward {
+    writer: Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+    handed: Option<oneshot::Receiver<FarWriter>>,
+}
+
+/// What the writing side of a tunnel does next: write the container's bytes, or take over the
+/// far end the edge handed on.
+enum Step {
+    Write(Vec<u8>),
+    Switch(FarWriter),
+}
+
+impl Onward {
+    /// The far end's writing half with the edge's side, once the edge hands them over; pending
+    /// for ever when it has, or never will.
+    async fn hand(handed: &mut Option<oneshot::Receiver<FarWriter>>) -> Option<FarWriter> {
+        let Some(receiver) = handed.as_mut() else { return std::future::pending().await };
+        let got = receiver.await.ok();
+        *handed = None;
+        got
+    }
+
+    /// Writes from now on to the far end itself: first what the edge had not read of what was
+    /// written to its side (that side ends, so the edge's copy reads to its end).
+    async fn switch(&mut self, (mut far, mut edge): FarWriter) -> std::io::Result<()> {
+        self.writer.shutdown().await?;
+        tokio::io::copy(&mut edge, &mut far).await?;
+        self.writer = Box::new(far);
+        Ok(())
+    }
+
+    /// Writes all of `bytes`, switching to the far end when it is handed over meanwhile (the
+    /// edge's side may be full, with the edge no longer reading it).
+    async fn write_all(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let Onward { writer, handed } = &mut *self;
+            tokio::select! {
+                written = writer.write(bytes) => match written? {
+                    0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                    n => bytes = &bytes[n..],
+                },
+                Some(far) = Onward::hand(handed) => self.switch(far).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The container has no more: the far end reads the end (once handed over, if it is).
+    async fn end(mut self) {
+        // silent-ok: the far end may be gone.
+        let _ = self.writer.shutdown().await;
+        if self.handed.is_none() {
+            return;
+        }
+        if let Some(far) = Onward::hand(&mut self.handed).await {
+            if self.switch(far).await.is_ok() {
+                // silent-ok: as above.
+                let _ = self.writer.shutdown().await;
+            }
+        }
+    }
+}
 
 /// What stands between a container and a host (the edge, `egress::edge`): every connection
 /// passes it.
@@ -85,7 +153,19 @@ pub trait Between: Send + Sync + 'static {
 /// not the clean end of a shorter answer. The verdict comes as the edge's side ends.
 pub struct Taken {
     pub near: tokio::io::DuplexStream,
-    pub clean: tokio::sync::oneshot::Receiver<bool>,
+    /// Meaningless once the connection is handed over (see `handed`).
+    pub clean: oneshot::Receiver<bool>,
+    /// The far end itself, when the edge passes the connection on as it is: the relay carries
+    /// it from then on and says how it ended (no message: the edge carries it to the end).
+    pub handed: oneshot::Receiver<Handed>,
+}
+
+/// A connection the edge passes on as it is: the far end (what the edge read of the command's
+/// first bytes already written to it), and the edge's side of `near`, holding what the command
+/// sent that the edge had not read.
+pub struct Handed {
+    pub far: tokio::net::TcpStream,
+    pub near: tokio::io::DuplexStream,
 }
 
 /// How long the relay waits, at the end of a connection, for the edge to say how it ended.
@@ -366,28 +446,43 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
         let record = record.detail("allowed_by", by.as_str());
         let (sent, received_bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         // The edge carries the connection.
-        let Taken { near, mut clean } = self.edge.take(&host, port, stream, &self.tracker).await;
-        let far: Box<dyn Far> = Box::new(near);
-        let (mut reader, mut writer) = tokio::io::split(far);
+        let Taken { near, mut clean, handed } = self.edge.take(&host, port, stream, &self.tracker).await;
+        let (reader, writer) = tokio::io::split(near);
+        let mut reader: FarReader = Box::new(reader);
         if !self.send(TunnelDown::Opened { id, refused: String::new() }).await {
             self.tunnels.end(id, generation);
             return self.audit_end(record, &sent, &received_bytes);
         }
+        let (to_writer, writer_handed) = oneshot::channel();
+        let mut onward = Onward { writer: Box::new(writer), handed: Some(writer_handed) };
         let (writing, counted, down) = (closed.clone(), sent.clone(), self.down.clone());
         let (tunnels, what) = (self.tunnels.clone(), self.what.clone());
         self.tracker.spawn(async move {
             let mut acks = Acks::default();
             loop {
-                let bytes = tokio::select! {
-                    bytes = received.recv() => bytes,
+                let step = tokio::select! {
+                    bytes = received.recv() => match bytes {
+                        Some(bytes) => Step::Write(bytes),
+                        // None: the container has no more; the far end reads the end.
+                        None => break,
+                    },
+                    Some(far) = Onward::hand(&mut onward.handed) => Step::Switch(far),
                     () = writing.cancelled() => return,
                 };
-                // None: the container has no more; the far end reads the end.
-                let Some(bytes) = bytes else { break };
-                counted.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                let written = tokio::select! {
-                    written = writer.write_all(&bytes) => written.is_ok(),
-                    () = writing.cancelled() => return,
+                let (written, wrote) = match step {
+                    Step::Write(bytes) => {
+                        counted.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                        tokio::select! {
+                            written = onward.write_all(&bytes) => (written.is_ok(), bytes.len()),
+                            () = writing.cancelled() => return,
+                        }
+                    }
+                    // What the command sent that the edge had not read must reach the far end
+                    // now: the far end may be waiting for it to answer.
+                    Step::Switch(far) => tokio::select! {
+                        switched = onward.switch(far) => (switched.is_ok(), 0),
+                        () = writing.cancelled() => return,
+                    },
                 };
                 if !written {
                     // The far end stopped taking what the container sends (it answered early and
@@ -398,25 +493,51 @@ impl<D: From<TunnelDown> + Send + 'static> Relay<D> {
                     let _ = down.send(D::from(TunnelDown::Close { id, write_only: false })).await;
                     return;
                 }
-                if let Some(n) = acks.wrote(bytes.len(), !received.is_empty()) {
+                if wrote == 0 {
+                    continue;
+                }
+                if let Some(n) = acks.wrote(wrote, !received.is_empty()) {
                     if down.send(D::from(TunnelDown::Ack { id, bytes: n })).await.is_err() {
                         return;
                     }
                 }
             }
-            // silent-ok: the far end may be gone.
-            let _ = writer.shutdown().await;
+            tokio::select! {
+                () = onward.end() => {}
+                () = writing.cancelled() => {}
+            }
         });
         let mut buffer = vec![0u8; TUNNEL_CHUNK];
+        // The far end itself, once the edge hands it over: its end is then the verdict.
+        let (mut handed, mut to_writer, mut direct) = (Some(handed), Some(to_writer), false);
         let whole = loop {
             let n = tokio::select! {
                 () = closed.cancelled() => return self.audit_end(record, &sent, &received_bytes),
+                got = async {
+                    match handed.as_mut() {
+                        Some(receiver) => receiver.await.ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    handed = None;
+                    // None: the edge carries the connection to its end itself.
+                    let Some(to_writer) = to_writer.take() else { continue };
+                    if let Some(Handed { far, near }) = got {
+                        let (far_reader, far_writer) = far.into_split();
+                        reader = Box::new(far_reader);
+                        direct = true;
+                        // silent-ok: the writing task ended with the tunnel.
+                        let _ = to_writer.send((far_writer, near));
+                    }
+                    continue;
+                }
                 read = async {
                     // What the container has not written on yet holds the far end back.
                     window.room(TUNNEL_CHUNK).await;
                     reader.read(&mut buffer).await
                 } => match read {
                     // The far end's clean end, unless the edge gave the connection up.
+                    Ok(0) if direct => break true,
                     Ok(0) => break matches!(tokio::time::timeout(VERDICT_WAIT, &mut clean).await, Ok(Ok(true))),
                     Err(_) => break false,
                     Ok(n) => n,
@@ -473,6 +594,76 @@ mod tests {
         }
         let full = tunnels.reserve(99).map(drop).expect_err("full");
         assert_eq!(full.to_string(), format!("{MAX_TUNNELS} connections are open; close one first"));
+    }
+
+    /// A far end on loopback: ours to write on, and the server's side that reads it.
+    async fn far_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let far = tokio::net::TcpStream::connect(listener.local_addr().expect("address")).await.expect("connect");
+        (far, listener.accept().await.expect("accept").0)
+    }
+
+    /// A writer on the edge's side of a 1 KiB duplex: it, the edge's side, and the hand-over.
+    fn beside_the_edge() -> (Onward, tokio::io::DuplexStream, oneshot::Sender<FarWriter>) {
+        let (near, edge) = tokio::io::duplex(1024);
+        let (_reader, writer) = tokio::io::split(near);
+        let (hand, handed) = oneshot::channel();
+        (Onward { writer: Box::new(writer), handed: Some(handed) }, edge, hand)
+    }
+
+    /// Polls `future` once: whether it is still waiting.
+    async fn waits<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> bool {
+        let mut future = future;
+        std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_pending())).await
+    }
+
+    #[tokio::test]
+    async fn what_the_edge_had_not_read_reaches_the_far_end_first_when_it_is_handed_over() {
+        let (far, mut server) = far_pair().await;
+        let reading = tokio::spawn(async move {
+            let mut got = vec![];
+            server.read_to_end(&mut got).await.map(|_| got)
+        });
+        let (mut onward, edge, hand) = beside_the_edge();
+        onward.write_all(&[1; 1000]).await.expect("into the edge's side");
+        {
+            // The edge's side holds 1,024 bytes and nobody reads it: this waits for the far end.
+            let mut second = std::pin::pin!(onward.write_all(&[2; 3000]));
+            assert!(waits(second.as_mut()).await, "the second write waits for room");
+            hand.send((far.into_split().1, edge)).map_err(drop).expect("handed over");
+            second.await.expect("on, once handed over");
+        }
+        onward.write_all(&[3; 10]).await.expect("to the far end");
+        onward.end().await;
+        let got = tokio::time::timeout(std::time::Duration::from_secs(10), reading)
+            .await
+            .expect("the far end reads the end")
+            .expect("the reader")
+            .expect("read");
+        assert_eq!(got, [vec![1; 1000], vec![2; 3000], vec![3; 10]].concat());
+    }
+
+    #[tokio::test]
+    async fn a_container_done_before_the_hand_over_ends_the_far_end_after_it_and_an_edge_that_keeps_it_ends_it_there() {
+        // Handed over after the container's end: what it sent, then the end.
+        let (far, mut server) = far_pair().await;
+        let (mut onward, edge, hand) = beside_the_edge();
+        onward.write_all(b"GET / HTTP/1.1\r\n\r\n").await.expect("written");
+        let mut ending = std::pin::pin!(onward.end());
+        assert!(waits(ending.as_mut()).await, "the end waits for the hand-over");
+        hand.send((far.into_split().1, edge)).map_err(drop).expect("handed over");
+        ending.await;
+        let mut got = vec![];
+        server.read_to_end(&mut got).await.expect("read");
+        assert_eq!(got, b"GET / HTTP/1.1\r\n\r\n");
+        // Never handed over (the edge reads the connection itself): the end is the edge's to read.
+        let (mut onward, mut edge, hand) = beside_the_edge();
+        onward.write_all(b"hello").await.expect("written");
+        drop(hand);
+        onward.end().await;
+        let mut got = vec![];
+        edge.read_to_end(&mut got).await.expect("read");
+        assert_eq!(got, b"hello");
     }
 
     #[test]

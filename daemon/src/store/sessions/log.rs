@@ -138,8 +138,8 @@ pub enum Entry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Activity {
-    /// A tool's connection waited for someone to allow it (`approval`: its id), or a skill
-    /// for its review (`review`; host and port empty).
+    /// A tool's connection waited for someone to allow it (`approval`: its id), a skill for
+    /// its review (`review`), or an acting tool of a marked turn (`action`; host and port empty).
     #[serde(rename_all = "camelCase")]
     Approval {
         approval: String,
@@ -150,6 +150,8 @@ pub enum Activity {
         expires_in: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         review: Option<Box<SkillReview>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        action: Option<Box<ActionReview>>,
     },
     /// Someone answered it (`by`, "nobody" when nobody did in time).
     #[serde(rename_all = "camelCase")]
@@ -188,6 +190,31 @@ pub struct SkillReview {
     pub always_loaded: bool,
     /// It would take the place of the system's skill of the same name.
     pub hides_system_skill: bool,
+}
+
+/// An acting tool's call in a marked turn, as its question shows it (`v1::ActionReview`): every
+/// string in it comes from the model or a tool's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ActionReview {
+    pub server: String,
+    pub tool: String,
+    /// What its class says it does, a phrase each.
+    pub effects: Vec<String>,
+    /// (name, JSON value) of each argument, whole.
+    pub arguments: Vec<(String, String)>,
+    /// What the turn read from outside.
+    pub source: String,
+}
+
+impl ActionReview {
+    /// Every string in it, to be cleaned of secrets before anyone sees it.
+    pub fn texts_mut(&mut self) -> impl Iterator<Item = &mut String> {
+        [&mut self.server, &mut self.tool, &mut self.source]
+            .into_iter()
+            .chain(self.effects.iter_mut())
+            .chain(self.arguments.iter_mut().flat_map(|(name, value)| [name, value]))
+    }
 }
 
 impl SkillReview {

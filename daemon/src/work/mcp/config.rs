@@ -70,6 +70,11 @@ pub struct ServerConfig {
     /// reading them does not taint the turn. Off unless said.
     #[serde(default)]
     pub trusted: bool,
+    /// Which of its tools only read and which act, over what the tools say of themselves
+    /// ([`super::effects`]): a turn that read content from outside asks a person before an
+    /// acting tool runs.
+    #[serde(default)]
+    pub effects: super::effects::Effects,
 }
 
 /// Where a `workspace: true` server sees the calling session's workspace.
@@ -227,6 +232,8 @@ pub enum McpSettingsError {
     BadTool(String),
     #[error("`timeout` and `idle_timeout` are seconds, at least 1")]
     ZeroTimeout,
+    #[error("effects: `{0}` is named under both `reads` and `acts`: name it under one")]
+    EffectTwice(String),
 }
 
 /// What was wrong with an `mcp.yaml`, with the file and the server it is about.
@@ -458,11 +465,14 @@ fn check(name: &str, config: &ServerConfig) -> Result<Vec<Role>, McpSettingsErro
             }
         }
     }
-    for tool in config.tools.allow.iter().chain(&config.tools.deny) {
+    for tool in config.tools.allow.iter().chain(&config.tools.deny).chain(config.effects.named()) {
         let tool_ok = !tool.is_empty() && tool.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !tool_ok {
             return Err(McpSettingsError::BadTool(tool.clone()));
         }
+    }
+    if let Some(tool) = config.effects.named_twice() {
+        return Err(McpSettingsError::EffectTwice(tool.to_string()));
     }
     if config.timeout == 0 || config.idle_timeout == 0 {
         return Err(McpSettingsError::ZeroTimeout);
@@ -540,6 +550,24 @@ mod tests {
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(&path, text).expect("write");
         path
+    }
+
+    /// The example in `config/mcp.yaml`, uncommented, is a file the daemon takes, with every
+    /// setting it shows.
+    #[test]
+    fn the_example_in_config_mcp_yaml_is_taken() {
+        let shipped = include_str!("../../../../config/mcp.yaml");
+        let example: String = shipped
+            .lines()
+            .skip_while(|line| *line != "# servers:")
+            .take_while(|line| line.starts_with('#'))
+            .map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or("")))
+            .collect();
+        let servers = parse(&example, Path::new("mcp.yaml"), &Scope::System).expect("the example is taken");
+        let everything = servers.iter().find(|server| server.name == "everything").expect("everything");
+        assert_eq!(everything.config.effects.acts, ["sampleLLM"]);
+        assert_eq!(everything.config.effects.default, Some(super::super::effects::Effect::Acts));
+        assert_eq!(servers.len(), 2);
     }
 
     #[test]

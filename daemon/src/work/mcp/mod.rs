@@ -2,6 +2,7 @@
 //! context; the daemon speaks MCP to it and offers its tools to the agents allowed.
 
 pub mod config;
+pub mod effects;
 pub mod limits;
 pub mod pool;
 mod pump;

@@ -981,7 +981,8 @@ impl McpPool {
     }
 
     /// Calls `tool` of `server` for `context` (asked from `session`) with `arguments`; a server
-    /// that died is started again and asked once more.
+    /// that died is started again and asked once more, unless the tool acts (`acts`): it may have
+    /// acted before it died, and a person allowed it once.
     #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
@@ -992,8 +993,10 @@ impl McpPool {
         tool: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
         timeout: Duration,
+        acts: bool,
     ) -> Result<Answer, McpError> {
-        for attempt in 0..2 {
+        let attempts = if acts { 1 } else { 2 };
+        for attempt in 0..attempts {
             let running = self.get(context, server, Some(session), env.clone()).await?;
             if !running.offer.offers(server, tool) {
                 return Err(McpError::NoTool { server: server.name.clone(), tool: tool.into() });
@@ -1011,7 +1014,7 @@ impl McpPool {
                     let refused = McpError::Refused { server: server.name.clone(), why: error.message.to_string() };
                     return self.within_cap(context, server, &running.container, Err(refused)).await;
                 }
-                Ok(Err(error)) if attempt == 0 && running.client.is_transport_closed() => {
+                Ok(Err(error)) if attempt + 1 < attempts && running.client.is_transport_closed() => {
                     tracing::warn!(server = %server.name, %error, "the MCP server died; starting it again");
                 }
                 Ok(Err(error)) => return Err(McpError::Gone { server: server.name.clone(), why: error.to_string() }),

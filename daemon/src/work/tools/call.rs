@@ -92,6 +92,8 @@ pub struct Calls {
     pub agents: Arc<AgentPool>,
     /// What a call's turn may still do, and which answers taint it.
     pub taints: Arc<crate::net::taint::Taints>,
+    /// Where an acting tool of a marked turn is asked of a person.
+    pub approvals: Arc<crate::net::egress::approvals::Approvals>,
     /// What a call's parameters pass on their way into a container, and its answer on its
     /// way back.
     pub redact: crate::guard::redact::Redact,
@@ -119,8 +121,16 @@ impl Calls {
         use crate::guard::redact::Place;
         let live = self.agents.live(&identity.name);
         let _calling = live.as_ref().map(|live| self.taints.calling(live));
-        if let Some(live) = live.as_ref().filter(|_| asked.tool == ToolName::Message.as_str()) {
-            self.taints.allow(live, crate::net::taint::Way::Message).map_err(CallError::Refused)?;
+        if asked.tool == ToolName::Message.as_str() {
+            match live.as_ref() {
+                Some(live) => self.taints.allow(live, crate::net::taint::Way::Message),
+                // Between turns, the session's mark decides.
+                None => {
+                    let principal = format!("container:{}", identity.role);
+                    self.taints.allow_session(&identity.session_id, crate::net::taint::Way::Message, &principal)
+                }
+            }
+            .map_err(CallError::Refused)?;
         }
         asked.params_json = self.redact.clean_values(Place::ToolCall, asked.params_json);
         let untrusted = self.untrusted_source(identity, &asked);
@@ -435,13 +445,30 @@ impl Calls {
         };
         let env =
             server.env(&self.secrets, caller, correlation_id).map_err(|error| CallError::Unready(error.to_string()))?;
+        // An acting tool of a marked turn waits for a person's yes (its class from what the
+        // server listed: started to list it if it never has). A server that cannot start, or
+        // has no such tool, answers so as the call would.
         let mut timeout = Duration::from_secs(server.config.timeout);
         if asked.timeout_seconds > 0 {
             timeout = timeout.min(Duration::from_secs(u64::from(asked.timeout_seconds)));
         }
         let started = Instant::now();
-        let answer =
-            self.mcp.call(&identity.context, server, &identity.session_id, env, tool, arguments, timeout).await;
+        let answer = match self.mcp.offer(&identity.context, server, env.clone()).await {
+            Err(error) => Err(error),
+            Ok(offer) => {
+                // Only a name an agent can be offered (`mcp_offers` leaves the others out).
+                let plain = tool.len() <= crate::work::mcp::config::MAX_TOOL_NAME
+                    && tool.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                if !plain || !offer.offers(server, tool) {
+                    Err(crate::work::mcp::pool::McpError::NoTool { server: server.name.clone(), tool: tool.into() })
+                } else {
+                    let acts = self.acting(identity, caller, correlation_id, server, &offer, tool, &arguments).await?;
+                    self.mcp
+                        .call(&identity.context, server, &identity.session_id, env, tool, arguments, timeout, acts)
+                        .await
+                }
+            }
+        };
         let elapsed = started.elapsed();
         self.metrics.record_tool(&asked.tool, answer.as_ref().is_ok_and(|a| !a.is_error), elapsed);
         let (mut content, is_error) = match answer {
@@ -469,6 +496,57 @@ impl Calls {
         // Request in → result out, as the daemon saw it (baaaht-bench mcp reads it).
         let metadata = [("daemon_us".to_string(), received.elapsed().as_micros().to_string())].into_iter().collect();
         Ok(ToolAnswer { content, is_error, duration_ms, metadata })
+    }
+
+    /// Whether `tool` of `server` (as `offer` lists it) acts; in a marked turn, only once a
+    /// person allowed it (`super::acting`), and never between turns of a marked conversation.
+    #[allow(clippy::too_many_arguments)]
+    async fn acting(
+        &self,
+        identity: &ContainerIdentity,
+        caller: &Caller,
+        correlation_id: &str,
+        server: &crate::work::mcp::config::Server,
+        offer: &crate::work::mcp::pool::Offer,
+        tool: &str,
+        arguments: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<bool, CallError> {
+        let listed = offer.tools.iter().find(|offered| offered.name == tool);
+        // `read_resource` and `get_prompt` only read, where the server reaches nothing else.
+        let added_reads = listed.is_none() && (server.config.trusted || server.config.egress.is_empty());
+        let class = crate::work::mcp::effects::class_of(
+            &server.config.effects,
+            tool,
+            listed.and_then(|offered| offered.annotations.as_ref()),
+            (added_reads, server.config.trusted),
+        );
+        let acts = class.effect == crate::work::mcp::effects::Effect::Acts;
+        match self.agents.live(&identity.name) {
+            Some(live) => {
+                let action = super::acting::Action { live: &live, server: &server.name, tool, class, arguments };
+                let shield = self.redact.shield();
+                super::acting::allowed(&self.taints, &self.approvals, shield, action)
+                    .await
+                    .map_err(CallError::Refused)?;
+            }
+            // Between turns (one ended, cancelled or timed out) nobody can be asked: an acting
+            // tool of a marked conversation is withheld (unless the policy allows acting tools).
+            None if acts && self.taints.policy().acting_tools != crate::base::config::ActingInTaint::Allow => {
+                if let Some(mark) = self.taints.of_session(&identity.session_id) {
+                    let source = mark.sources.first().cloned().unwrap_or_default();
+                    let why = format!(
+                        "`{tool}` of the MCP server {} was not run: it acts, this conversation read content from \
+                         outside ({source}), and this agent works for no turn now, so nobody can be asked",
+                        server.name
+                    );
+                    let record = Record::by(Kind::Taint, caller, "withheld").correlation(correlation_id);
+                    self.audit.record(record.detail("tool", server.tool_name(tool)).detail("reason", why.as_str()));
+                    return Err(CallError::Refused(why));
+                }
+            }
+            None => {}
+        }
+        Ok(acts)
     }
 
     /// The MCP tools offered to the agent `identity`: those of the servers its context sees

@@ -4,6 +4,7 @@
 //! `tools.warm_idle_timeout` without calls, and never shared between sessions. Calls of one
 //! session run one at a time (the runner kills every process after each call).
 
+pub mod acting;
 pub mod call;
 mod idle;
 mod pooled;

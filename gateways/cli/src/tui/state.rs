@@ -439,6 +439,9 @@ fn asking_of(request: &v1::ApprovalRequest) -> Asking {
     if request.skill_review.is_some() {
         return Asking { id: request.id.clone(), what: sentences::review_asked(request), choices: REVIEW_ANSWERS };
     }
+    if request.action.is_some() {
+        return Asking { id: request.id.clone(), what: sentences::review_asked(request), choices: ACTION_ANSWERS };
+    }
     let title = sentences::wants_to_reach(request);
     let mut command: String = request.asked_by.split_whitespace().collect::<Vec<_>>().join(" ");
     if command.chars().count() > 48 {
@@ -465,6 +468,14 @@ fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
                 text: lines.join("\n"),
                 error: !review.findings.is_empty(),
             }
+        }
+        Event::Approval(request @ v1::ApprovalRequest { action: Some(_), .. }) => {
+            let mut lines = sentences::review_lines_of(request);
+            lines.push(format!(
+                "Do it? Press o (once) or d (deny); denied in {} s without an answer. Approval {}.",
+                request.expires_in_seconds, request.id
+            ));
+            Block::Notice { title: sentences::review_asked(request), text: lines.join("\n"), error: true }
         }
         Event::Approval(request) => {
             let title = sentences::wants_to_reach(request);
@@ -569,7 +580,8 @@ pub struct Asking {
     pub id: String,
     /// "The coder's tools want to reach github.com:443 for `git clone …`".
     pub what: String,
-    /// The answers it takes ([`ANSWERS`], or [`REVIEW_ANSWERS`] for a skill's review).
+    /// The answers it takes ([`ANSWERS`], [`REVIEW_ANSWERS`] for a skill's review,
+    /// [`ACTION_ANSWERS`] for an action).
     pub choices: &'static [(char, &'static str, &'static str)],
 }
 
@@ -579,6 +591,9 @@ pub const ANSWERS: &[(char, &str, &str)] =
 
 /// The answers the prompt offers for a skill's review.
 pub const REVIEW_ANSWERS: &[(char, &str, &str)] = &[('i', "install", "install"), ('d', "decline", "decline")];
+
+/// The answers the prompt offers for an action asked in a marked turn.
+pub const ACTION_ANSWERS: &[(char, &str, &str)] = &[('o', "once", "allow once"), ('d', "deny", "deny")];
 
 fn channel_name(channel: i32) -> Option<String> {
     match v1::ChannelType::try_from(channel) {
@@ -996,7 +1011,7 @@ impl App {
             }
             Said::Approval(request) => {
                 self.asking.push(asking_of(&request));
-                self.blocks.extend(activity_block(&Event::Approval(request)));
+                self.blocks.extend(activity_block(&Event::Approval(*request)));
             }
             Said::Tainted { .. } => {
                 self.live_of(&turn).tainted = true;

@@ -109,6 +109,7 @@ pub async fn an_approval_request_is_shown_and_answered_as_its_person<C: Channel>
         asked_by: "pip install requests".into(),
         expires_in_seconds: 120,
         skill_review: None,
+        action: None,
     };
     let asked = request.clone();
     case.daemon.answer_with(move |_| {
@@ -171,6 +172,7 @@ pub async fn a_skill_review_is_shown_and_answered_install_or_decline<C: Channel>
         asked_by: String::new(),
         expires_in_seconds: 300,
         skill_review: Some(review),
+        action: None,
     };
     let asked = request.clone();
     case.daemon.answer_with(move |_| {
@@ -202,6 +204,61 @@ pub async fn a_skill_review_is_shown_and_answered_install_or_decline<C: Channel>
     assert_eq!(settled, "Install approved, by Alice.");
     case.until_shown("who approved the install", |shown| shown.contains(&settled)).await;
     case.until_shown("the answer", |shown| shown == "Forecast is in.").await;
+}
+
+/// A tool that acts, called by a turn that read content from outside, is shown with its
+/// arguments exactly as the call has them — a bidirectional override in one made visible, not
+/// obeyed — and answered once or deny: the person's "once" reaches the daemon as theirs.
+pub async fn an_action_is_shown_with_its_real_arguments_and_answered_once_or_deny<C: Channel>() {
+    let case = Case::<C>::start().await;
+    let action = v1::ActionReview {
+        server: "bank".into(),
+        tool: "send_money".into(),
+        effects: vec!["acts outside this conversation".into(), "(as the tool says)".into()],
+        arguments: vec![
+            v1::ActionArgument { name: "recipient".into(), value: "\"US133000000121212121212\"".into() },
+            v1::ActionArgument { name: "subject".into(), value: "\"rent \u{202e}fdp.exe\"".into() },
+            v1::ActionArgument { name: "amount".into(), value: "1000".into() },
+        ],
+        source: "the MCP server bank".into(),
+    };
+    let request = v1::ApprovalRequest {
+        id: "a-0123456789ef".into(),
+        agent: v1::AgentRole::Worker as i32,
+        expires_in_seconds: 120,
+        action: Some(action),
+        ..v1::ApprovalRequest::default()
+    };
+    let asked = request.clone();
+    case.daemon.answer_with(move |_| {
+        let settled = v1::ApprovalSettled { id: asked.id.clone(), decision: "once".into(), by: "Alice".into() };
+        Ok(vec![
+            Step::Say(Event::Approval(asked.clone())),
+            Step::AwaitAnswer(asked.id.clone()),
+            Step::Say(Event::ApprovalSettled(settled)),
+            Step::Say(Event::Reply(v1::ReplyComplete { entry_id: "e-1".into(), content: "Paid.".into() })),
+        ])
+    });
+    case.channel.write("pay the rent", &[]).await;
+    let card = |shown: &str| {
+        shown.contains("send_money")
+            && shown.contains("US133000000121212121212")
+            && shown.contains("<U+202E>fdp.exe")
+            && !shown.contains('\u{202e}')
+    };
+    case.until_shown("the action (its tool, its arguments, the override made visible)", card).await;
+    if let Err(error) = case.channel.answer_approval("once").await {
+        panic!("the person could not answer the action: {error}\n{}", case.channel.log());
+    }
+    let answered = case.daemon.wait_until(WAIT, |daemon| !daemon.answered().is_empty()).await;
+    assert!(answered, "the answer never reached the daemon\n{}", case.channel.log());
+    let answered = case.daemon.answered();
+    assert_eq!(
+        (answered[0].identity.as_str(), answered[0].approval.as_str(), answered[0].decision.as_str()),
+        (case.channel.identity().as_str(), request.id.as_str(), "once")
+    );
+    case.until_shown("who allowed it", |shown| shown.contains(&sentences::settled("once", "Alice"))).await;
+    case.until_shown("the answer", |shown| shown == "Paid.").await;
 }
 
 /// A long answer is written whole, in messages the channel holds.

@@ -360,3 +360,85 @@ pub fn kind_of(failure: &Failure) -> ErrorKind {
         Failure::Stream(_) | Failure::BadBase { .. } => ErrorKind::Provider,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// The events a scripted answer delivers, then how its stream ends.
+    type Outcome = (Vec<Event>, Result<(), Failure>);
+
+    /// A provider that answers each request with the next of its scripted outcomes.
+    struct Scripted {
+        outcomes: Mutex<VecDeque<Outcome>>,
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Scripted {
+        fn new(outcomes: Vec<Outcome>) -> Scripted {
+            Scripted { outcomes: Mutex::new(outcomes.into()), asked: std::sync::atomic::AtomicUsize::new(0) }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Provider for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+
+        async fn stream(&self, _: &Request, on_event: &mut (dyn FnMut(Event) + Send)) -> Result<(), Failure> {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (events, end) = self.outcomes.lock().expect("lock").pop_front().expect("a request more than scripted");
+            events.into_iter().for_each(&mut *on_event);
+            end
+        }
+    }
+
+    fn garbled() -> Failure {
+        Failure::Stream(StreamError {
+            provider: "scripted",
+            event: "{\"type\": \"content_block_delta\", \"delta\":".into(),
+            reason: "EOF while parsing an object".into(),
+        })
+    }
+
+    fn text(text: &str) -> Event {
+        Event::TextDelta { index: 0, text: text.into() }
+    }
+
+    async fn run(provider: &Scripted) -> (Result<String, Failure>, Vec<Event>) {
+        let chain = [Attempt { provider, model: String::new() }];
+        let policy = RetryPolicy { attempts: 3, base_delay: Duration::ZERO, max_delay: Duration::ZERO };
+        let mut seen = vec![];
+        let result = stream_with_fallback(&chain, &Request::default(), policy, &mut |event| seen.push(event)).await;
+        (result, seen)
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_does_not_parse_is_asked_once_more_before_anything_was_delivered() {
+        let provider = Scripted::new(vec![(vec![], Err(garbled())), (vec![text("hello")], Ok(()))]);
+        let (result, seen) = run(&provider).await;
+        assert_eq!(result.expect("answered the second time"), "scripted");
+        assert_eq!(seen, vec![text("hello")]);
+        assert_eq!(provider.asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        // Once, not again: a second garbled answer is the failure told.
+        let provider = Scripted::new(vec![(vec![], Err(garbled())), (vec![], Err(garbled()))]);
+        let (result, _) = run(&provider).await;
+        assert!(matches!(result, Err(Failure::Stream(_))), "{result:?}");
+        assert_eq!(provider.asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_stops_parsing_after_its_first_words_is_not_asked_again() {
+        // Asking again would show its first words twice.
+        let provider = Scripted::new(vec![(vec![text("hel")], Err(garbled()))]);
+        let (result, seen) = run(&provider).await;
+        assert!(matches!(result, Err(Failure::Stream(_))), "{result:?}");
+        assert_eq!(seen, vec![text("hel")]);
+        assert_eq!(provider.asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+}

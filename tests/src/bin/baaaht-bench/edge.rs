@@ -14,16 +14,19 @@ use tokio_stream::StreamExt as _;
 
 use crate::{coder, Row};
 
-/// An https server on `address` answering every GET with "ok", with the certificate and key.
+/// An https server on `address` answering a GET of `/big` with `big` bytes and any other with
+/// "ok", with the certificate and key.
 const SERVER: &str = r#"
 import http.server, ssl, sys
+big = b"x" * int(sys.argv[4])
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
+        body = big if self.path == "/big" else b"ok"
         self.send_response(200)
-        self.send_header("Content-Length", "2")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(b"ok")
+        self.wfile.write(body)
     def log_message(self, *args):
         pass
 server = http.server.ThreadingHTTPServer((sys.argv[1], 0), Handler)
@@ -57,7 +60,7 @@ for series in times:
 "#;
 
 /// A server the bench started: stopped when dropped, whatever ended the bench's run.
-struct Server(std::process::Child);
+pub(crate) struct Server(std::process::Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -67,12 +70,17 @@ impl Drop for Server {
     }
 }
 
-/// Starts [`SERVER`] on `address`; the process and its port.
-fn https_server(address: &str, cert: &std::path::Path, key: &std::path::Path) -> Result<(Server, u16)> {
+/// Starts [`SERVER`] on `address` (`/big` is `big` bytes); the process and its port.
+pub(crate) fn https_server(
+    address: &str,
+    (cert, key): (&std::path::Path, &std::path::Path),
+    big: usize,
+) -> Result<(Server, u16)> {
     let mut child = Command::new("python3")
         .args(["-c", SERVER, address])
         .arg(cert)
         .arg(key)
+        .arg(big.to_string())
         .stdout(Stdio::piped())
         .spawn()
         .context("python3")?;
@@ -105,8 +113,8 @@ pub(crate) fn interception(requests: usize) -> Result<(Row, Row)> {
     let dir = tempfile::tempdir()?;
     let bridge = baaaht_tests::bridge_address()?.to_string();
     let (ca, cert, key) = baaaht_tests::web::issued_for(dir.path(), &bridge)?;
-    let (_unbound_server, unbound) = https_server(&bridge, &cert, &key)?;
-    let (_bound_server, bound) = https_server(&bridge, &cert, &key)?;
+    let (_unbound_server, unbound) = https_server(&bridge, (&cert, &key), 0)?;
+    let (_bound_server, bound) = https_server(&bridge, (&cert, &key), 0)?;
     let options = DaemonOptions {
         env: vec![("SSL_CERT_FILE".into(), ca.display().to_string()), ("BENCH_TOKEN".into(), "bench-secret".into())],
         files: vec![

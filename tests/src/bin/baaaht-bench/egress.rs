@@ -1,8 +1,9 @@
 //! `baaaht-bench egress`: a 10 MB download by a Coder's command through the tool runner's
-//! proxy (plain HTTP, and a CONNECT tunnel as https takes), beside the same download from a
-//! container on Docker's bridge network, in the same run, with the tool container under gVisor
-//! and under runc: time to the first byte and throughput, each measured inside the container by
-//! the same Python client.
+//! proxy (plain HTTP; a CONNECT tunnel carrying plain HTTP, which the edge reads request by
+//! request; and https through a CONNECT, passed on as it is as for `pip` or `git`), beside the
+//! same download from a container on Docker's bridge network, in the same run, with the tool
+//! container under gVisor and under runc: time to the first byte and throughput, each measured
+//! inside the container by the same Python client.
 
 use std::io::{BufRead as _, Write as _};
 use std::process::Command;
@@ -17,32 +18,43 @@ use crate::{coder, header, Row};
 const SIZE: usize = 10 << 20;
 
 /// Fetches `http://HOST:PORT/big` (`proxy`: through the proxy in absolute form; `tunnel`:
-/// through a CONNECT; `direct`: straight) and prints `ttfb_ms total_ms bytes`.
+/// through a CONNECT; `direct`: straight; `tls` and `tlsdirect`: https, through a CONNECT or
+/// straight, the certificate not checked) and prints `ttfb_ms total_ms bytes`.
 const CLIENT: &str = r#"
-import os, socket, sys, time
+import os, socket, ssl, sys, time
 host, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 get = f"GET {{}} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
 started = time.perf_counter()
-if mode == "direct":
-    s = socket.create_connection((host, port)); s.sendall(get.format("/big").encode())
+if mode in ("direct", "tlsdirect"):
+    s = socket.create_connection((host, port))
 else:
     proxy = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
     s = socket.create_connection(("127.0.0.1", proxy))
-    if mode == "proxy":
-        s.sendall(get.format(f"http://{host}:{port}/big").encode())
-    else:
-        s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\n\r\n".encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += s.recv(1)
-        if b" 200 " not in head.split(b"\r\n")[0]:
-            sys.exit(f"refused: {head!r}")
-        s.sendall(get.format("/big").encode())
-first = s.recv(1 << 20)
+if mode == "proxy":
+    s.sendall(get.format(f"http://{host}:{port}/big").encode())
+elif mode in ("tunnel", "tls"):
+    s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    if b" 200 " not in head.split(b"\r\n")[0]:
+        sys.exit(f"refused: {head!r}")
+if mode.startswith("tls"):
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    s = context.wrap_socket(s)
+if mode != "proxy":
+    s.sendall(get.format("/big").encode())
+def more():
+    try:
+        return s.recv(1 << 20)
+    except ssl.SSLEOFError:
+        return b""
+first = more()
 ttfb = time.perf_counter() - started
 received = len(first)
 while True:
-    chunk = s.recv(1 << 20)
+    chunk = more()
     if not chunk:
         break
     received += len(chunk)
@@ -90,17 +102,30 @@ fn parsed(output: &str) -> Result<(f64, f64)> {
 /// The tiers a Coder's tool container is measured under, with the issue's throughput target.
 const TIERS: [(&str, f64); 2] = [("gvisor", 0.5), ("runc", 0.8)];
 
+/// The ways through the runner's proxy, as the client names them and as the table does.
+const WAYS: [(&str, &str); 3] =
+    [("proxy", "plain http"), ("tunnel", "CONNECT tunnel, plain http"), ("tls", "CONNECT tunnel, https passed on")];
+
 pub(crate) fn run(downloads: usize) -> Result<()> {
     let rt = baaaht_tests::runtime();
     let (bridge, port) = big_server()?;
-    let target = format!("{bridge}:{port}");
+    let dir = tempfile::tempdir()?;
+    let (_ca, cert, key) = baaaht_tests::web::issued_for(dir.path(), &bridge.to_string())?;
+    let (_tls_server, tls_port) = crate::edge::https_server(&bridge.to_string(), (&cert, &key), SIZE)?;
+    let port_of = |mode: &str| if mode.starts_with("tls") { tls_port } else { port };
+    let (target, tls_target) = (format!("{bridge}:{port}"), format!("{bridge}:{tls_port}"));
     let coder_under = |tier: &str| {
         let options = DaemonOptions {
             files: vec![
-                ("config/config.yaml".into(), format!("tools:\n  web_proxy:\n    allow: ['{target}']\n")),
+                (
+                    "config/config.yaml".into(),
+                    format!("tools:\n  web_proxy:\n    allow: ['{target}', '{tls_target}']\n"),
+                ),
                 (
                     "users/baaaht-self-test/egress.yaml".into(),
-                    format!("rules:\n  - host: '{target}'\n    action: allow\n"),
+                    format!(
+                        "rules:\n  - host: '{target}'\n    action: allow\n  - host: '{tls_target}'\n    action: allow\n"
+                    ),
                 ),
             ],
             env: vec![(
@@ -111,10 +136,10 @@ pub(crate) fn run(downloads: usize) -> Result<()> {
         };
         rt.block_on(coder(options))
     };
-    let direct = || -> Result<(f64, f64)> {
+    let direct = |mode: &str| -> Result<(f64, f64)> {
         let output = Command::new("docker")
             .args(["run", "--rm", "--network", "bridge", "baaaht/base:latest", "python3", "-c", CLIENT])
-            .args([bridge.to_string(), port.to_string(), "direct".into()])
+            .args([bridge.to_string(), port_of(mode).to_string(), mode.into()])
             .output()?;
         if !output.status.success() {
             bail!("docker run failed: {}", String::from_utf8_lossy(&output.stderr));
@@ -125,13 +150,16 @@ pub(crate) fn run(downloads: usize) -> Result<()> {
     let mut rows = vec![];
     for (tier, _) in TIERS {
         for (what, unit) in [("time to first byte", "ms"), ("throughput", "MB/s")] {
-            rows.push(row(format!("{tier}: proxy (plain http): {what}"), unit));
-            rows.push(row(format!("{tier}: proxy (CONNECT tunnel): {what}"), unit));
+            for (_, way) in WAYS {
+                rows.push(row(format!("{tier}: proxy ({way}): {what}"), unit));
+            }
         }
     }
     let mut baseline = [
-        row("baseline: bridge network (runc), direct: time to first byte".into(), "ms"),
-        row("baseline: bridge network (runc), direct: throughput".into(), "MB/s"),
+        row("baseline: bridge network (runc), direct http: time to first byte".into(), "ms"),
+        row("baseline: bridge network (runc), direct http: throughput".into(), "MB/s"),
+        row("baseline: bridge network (runc), direct https: time to first byte".into(), "ms"),
+        row("baseline: bridge network (runc), direct https: throughput".into(), "MB/s"),
     ];
     let mb = SIZE as f64 / 1e6;
     let mut coders = vec![];
@@ -149,7 +177,7 @@ pub(crate) fn run(downloads: usize) -> Result<()> {
         coders.push(coder);
     }
     let through = |coder: &mut crate::Coder, mode: &str| -> Result<(f64, f64)> {
-        let command = format!("python3 get.py {bridge} {port} {mode}");
+        let command = format!("python3 get.py {bridge} {} {mode}", port_of(mode));
         let request = v1::ToolRequest {
             tool: "exec".into(),
             params_json: serde_json::json!({ "command": command }).to_string(),
@@ -157,26 +185,31 @@ pub(crate) fn run(downloads: usize) -> Result<()> {
         };
         let answer = rt.block_on(coder.client.agents.request_tool_execution(request))?.into_inner();
         if answer.is_error {
-            bail!("the download failed: {}", answer.content);
+            bail!("the download ({mode}) failed: {}", answer.content);
         }
         parsed(&answer.content)
     };
     // The first of each warms the runner and the path; interleaved, so drift hits all alike.
     for coder in &mut coders {
         through(coder, "proxy")?;
+        through(coder, "tls")?;
     }
-    direct()?;
+    direct("direct")?;
+    direct("tlsdirect")?;
+    let ways = WAYS.len();
     for _ in 0..downloads {
         for (index, coder) in coders.iter_mut().enumerate() {
-            for (way, mode) in ["proxy", "tunnel"].into_iter().enumerate() {
+            for (way, (mode, _)) in WAYS.into_iter().enumerate() {
                 let (ttfb, total) = through(coder, mode)?;
-                rows[index * 4 + way].values.push(ttfb);
-                rows[index * 4 + 2 + way].values.push(mb / (total / 1e3));
+                rows[index * 2 * ways + way].values.push(ttfb);
+                rows[index * 2 * ways + ways + way].values.push(mb / (total / 1e3));
             }
         }
-        let (ttfb, total) = direct()?;
-        baseline[0].values.push(ttfb);
-        baseline[1].values.push(mb / (total / 1e3));
+        for (at, mode) in ["direct", "tlsdirect"].into_iter().enumerate() {
+            let (ttfb, total) = direct(mode)?;
+            baseline[2 * at].values.push(ttfb);
+            baseline[2 * at + 1].values.push(mb / (total / 1e3));
+        }
     }
     println!(
         "baaaht-bench egress: {downloads} downloads of {} MB each way, from a Coder's command through the runner's \
@@ -186,24 +219,33 @@ pub(crate) fn run(downloads: usize) -> Result<()> {
     );
     header();
     let p50: Vec<f64> = rows.iter_mut().chain(baseline.iter_mut()).map(Row::print).collect();
-    let (ttfb_direct, rate_direct) = (p50[8], p50[9]);
-    let mut result = format!("RESULT ttfb_direct_ms={ttfb_direct:.2} mbps_direct={rate_direct:.1}");
+    let at = TIERS.len() * 2 * ways;
+    let (ttfb_direct, rate_direct, ttfb_tls_direct, rate_tls_direct) = (p50[at], p50[at + 1], p50[at + 2], p50[at + 3]);
+    let mut result = format!(
+        "RESULT ttfb_direct_ms={ttfb_direct:.2} mbps_direct={rate_direct:.1} mbps_tls_direct={rate_tls_direct:.1}"
+    );
     println!();
     for (index, (tier, target)) in TIERS.into_iter().enumerate() {
-        let figures = &p50[index * 4..index * 4 + 4];
-        let (ttfb_plain, ttfb_tunnel, rate_plain, rate_tunnel) = (figures[0], figures[1], figures[2], figures[3]);
+        let figures = &p50[index * 2 * ways..(index + 1) * 2 * ways];
+        let (ttfb_plain, ttfb_tunnel, ttfb_tls) = (figures[0], figures[1], figures[2]);
+        let (rate_plain, rate_tunnel, rate_tls) = (figures[3], figures[4], figures[5]);
         println!(
-            "{tier}: first byte +{:.1} ms (plain), +{:.1} ms (tunnel) over direct (target ≤ +5 ms); throughput \
-             {:.2}× (plain), {:.2}× (tunnel) of direct (target ≥ {target}×)",
+            "{tier}: first byte +{:.1} ms (plain), +{:.1} ms (tunnel), +{:.1} ms (https) over direct (target ≤ +5 ms); \
+             throughput {:.2}× (plain), {:.2}× (tunnel) of direct http, {:.2}× (https) of direct https (target ≥ \
+             {target}×)",
             ttfb_plain - ttfb_direct,
             ttfb_tunnel - ttfb_direct,
+            ttfb_tls - ttfb_tls_direct,
             rate_plain / rate_direct,
-            rate_tunnel / rate_direct
+            rate_tunnel / rate_direct,
+            rate_tls / rate_tls_direct
         );
         result.push_str(&format!(
-            " {tier}_ttfb_plain_ms={ttfb_plain:.2} {tier}_ttfb_tunnel_ms={ttfb_tunnel:.2} \
-             {tier}_mbps_plain={rate_plain:.1} {tier}_mbps_tunnel={rate_tunnel:.1} {tier}_vs_direct={:.2}",
-            rate_plain.min(rate_tunnel) / rate_direct
+            " {tier}_ttfb_plain_ms={ttfb_plain:.2} {tier}_ttfb_tunnel_ms={ttfb_tunnel:.2} {tier}_ttfb_tls_ms={ttfb_tls:.2} \
+             {tier}_mbps_plain={rate_plain:.1} {tier}_mbps_tunnel={rate_tunnel:.1} {tier}_mbps_tls={rate_tls:.1} \
+             {tier}_vs_direct={:.2} {tier}_tls_vs_direct={:.2}",
+            rate_plain.min(rate_tunnel) / rate_direct,
+            rate_tls / rate_tls_direct
         ));
     }
     drop(coders);

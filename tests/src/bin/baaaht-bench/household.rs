@@ -33,6 +33,8 @@ pub(crate) fn run(plan: Plan) -> Result<()> {
 /// The people a host serves: the number of active people at which the p99 first word of a
 /// chat stays within this (the model answers at once, so it is the daemon's time).
 const FIRST_WORD_TARGET_MS: f64 = 1000.0;
+/// The most memory the warm pools may hold while they wait, at their default sizes.
+const POOL_IDLE_TARGET_MIB: f64 = 60.0;
 /// The numbers of active people the capacity line tries, in turn.
 const CROWDS: [usize; 7] = [5, 10, 15, 25, 40, 60, 90];
 
@@ -47,10 +49,11 @@ fn default_cap() -> u32 {
 pub(crate) fn capacity(plan: Plan) -> Result<()> {
     println!(
         "capacity: the household without faults, {} min at each size, a message each every {} s on average, \
-         the daemon's container cap {}; target: p99 first word of a chat ≤ {FIRST_WORD_TARGET_MS:.0} ms",
+         the daemon's container cap {}, warm pools {}; target: p99 first word of a chat ≤ {FIRST_WORD_TARGET_MS:.0} ms",
         plan.run_for.as_secs() / 60,
         plan.message_every.as_secs(),
-        plan.containers.unwrap_or_else(default_cap)
+        plan.containers.unwrap_or_else(default_cap),
+        if plan.pools { "at their defaults" } else { "off" }
     );
     println!(
         "{:>7} {:>6} {:>9} {:>8} {:>8} {:>8} {:>14}",
@@ -59,6 +62,7 @@ pub(crate) fn capacity(plan: Plan) -> Result<()> {
     let runtime = baaaht_tests::runtime();
     let mut served = 0;
     let mut at_served = f64::NAN;
+    let mut pool_idle_mib = None;
     for people in CROWDS {
         let crowd = Plan {
             users: people,
@@ -71,6 +75,7 @@ pub(crate) fn capacity(plan: Plan) -> Result<()> {
             ..plan.clone()
         };
         let report = runtime.block_on(household::run(crowd))?;
+        pool_idle_mib = pool_idle_mib.or(report.pool_idle_mib);
         let mut quiet = report.first_words_ms();
         let (p50, p99) = (percentile(&mut quiet, 50.0), percentile(&mut quiet, 99.0));
         let answered = report.count(|s| s.outcome == Outcome::Answered);
@@ -80,6 +85,7 @@ pub(crate) fn capacity(plan: Plan) -> Result<()> {
             report.lost().len(),
             p99 / FIRST_WORD_TARGET_MS
         );
+        println!("        slowest: {}", slowest(&report, 5));
         // Past what it serves: too slow, or chats refused (busy) rather than answered.
         let chats_refused = report.count(|s| s.kind == Kind::Chat && s.outcome != Outcome::Answered);
         if p99 > FIRST_WORD_TARGET_MS || quiet.is_empty() || chats_refused > 0 || !report.lost().is_empty() {
@@ -91,9 +97,13 @@ pub(crate) fn capacity(plan: Plan) -> Result<()> {
         (served, at_served) = (people, p99);
     }
     let cap = plan.containers.unwrap_or_else(default_cap);
+    let pool_idle = pool_idle_mib.map_or_else(|| "off".to_string(), |mib| format!("{mib:.1}"));
+    println!(
+        "the pools at their floors held {pool_idle} MiB while they waited (target ≤ {POOL_IDLE_TARGET_MIB:.0} MiB)"
+    );
     println!(
         "RESULT household_capacity_people={served} first_word_p99_ms={at_served:.0} target_ms={FIRST_WORD_TARGET_MS:.0} \
-         container_cap={cap}"
+         container_cap={cap} pool_idle_mib={pool_idle} pool_idle_target_mib={POOL_IDLE_TARGET_MIB:.0}"
     );
     Ok(())
 }
@@ -178,6 +188,10 @@ fn print(report: &Report) {
         all.len(),
         percentile(&mut all, 99.0) / p99.max(1.0)
     );
+    println!("  slowest (seconds into the run: first word): {}", slowest(report, 10));
+    if let Some(mib) = report.pool_idle_mib {
+        println!("the pools at their floors held {mib:.1} MiB while they waited for the first people");
+    }
     let last_pid = report.samples.last().map(|s| s.pid);
     let last: Vec<_> = report.samples.iter().filter(|s| Some(s.pid) == last_pid).collect();
     // After warm-up: from the third sample of the daemon serving at the end.
@@ -232,6 +246,30 @@ fn print(report: &Report) {
     );
 }
 
+/// The `n` slowest first words of chats without a fault, with when they were sent: whether a
+/// run's tail is its opening (new conversations) or spread through it.
+fn slowest(report: &Report, n: usize) -> String {
+    let mut first = std::collections::HashMap::<&str, f64>::new();
+    for sent in &report.sent {
+        let at = first.entry(sent.user.as_str()).or_insert(sent.at);
+        *at = at.min(sent.at);
+    }
+    let mut chats: Vec<(f64, f64, bool)> = report
+        .sent
+        .iter()
+        .filter(|sent| sent.kind == Kind::Chat && sent.fault.is_none())
+        .filter_map(|sent| {
+            let opens = first.get(sent.user.as_str()) == Some(&sent.at);
+            sent.first_word.map(|took| (took.as_secs_f64() * 1e3, sent.at, opens))
+        })
+        .collect();
+    chats.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let each = |(ms, at, opens): &(f64, f64, bool)| {
+        format!("{at:.1} s: {ms:.0} ms{}", if *opens { " (the person's first)" } else { "" })
+    };
+    chats.iter().take(n).map(each).collect::<Vec<_>>().join(", ")
+}
+
 /// The plan the subcommand's flags make.
 pub(crate) fn plan(minutes: u64, users: usize, groups: usize, every: u64, faults: bool, dockerd: bool) -> Plan {
     Plan {
@@ -246,5 +284,6 @@ pub(crate) fn plan(minutes: u64, users: usize, groups: usize, every: u64, faults
         tui_people: 0,
         outage: Duration::from_secs(30),
         containers: None,
+        pools: true,
     }
 }

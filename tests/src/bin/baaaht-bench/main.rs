@@ -15,6 +15,7 @@ mod abuse;
 mod channels;
 mod channels_email;
 mod channels_matrix;
+mod containment;
 mod delegation;
 mod edge;
 mod egress;
@@ -64,6 +65,26 @@ enum Bench {
         /// Throughput runs of each path (at least 3)
         #[arg(long, default_value_t = 5)]
         runs: usize,
+    },
+    /// AgentDojo's user tasks and security cases through the real daemon with a model that always
+    /// obeys the attack: attack success, utility and questions per task, taint off (the baseline)
+    /// and on with a careful person, one who allows everything, and nobody to ask
+    Containment {
+        /// The benchmark (only `agentdojo`)
+        #[arg(long, default_value = "agentdojo")]
+        suite: String,
+        /// AgentDojo's attack that fills the injection vectors
+        #[arg(long, default_value = "important_instructions")]
+        attack: String,
+        /// Only this AgentDojo suite (workspace, travel, banking, slack)
+        #[arg(long)]
+        only: Option<String>,
+        /// Only the first N user tasks of each suite
+        #[arg(long)]
+        users: Option<usize>,
+        /// The modes, in order: off, careful, permissive, nobody
+        #[arg(long, default_value = "off,careful,permissive,nobody")]
+        modes: String,
     },
     /// A model's answer through the daemon's relay and through a tunnel of the gateway's egress
     /// socket (a gateway in its container, which has no network) vs straight over TCP
@@ -148,6 +169,9 @@ enum Bench {
         /// The daemon's container cap (`container.max_concurrent`; default: the daemon's, `auto`)
         #[arg(long)]
         containers: Option<u32>,
+        /// Without the warm pools (`container.pools` all 0), to see what they give
+        #[arg(long)]
+        no_pools: bool,
     },
     /// "hello" in two new conversations to a local llama.cpp server (scripts/local-model): the
     /// second's first word, its instructions and tools cached by the server, vs the first's
@@ -331,11 +355,25 @@ fn main() -> Result<()> {
         Bench::Containers { runs, image } => containers(runs.max(20), &image),
         Bench::Delegation { runs, sessions } => delegation::run(runs.max(50), sessions.max(1)),
         Bench::Identity { calls } => identity::run(calls.max(1000)),
-        Bench::Household { minutes, users, groups, every, faults, dockerd, web, slack, tui, capacity, containers } => {
+        Bench::Household {
+            minutes,
+            users,
+            groups,
+            every,
+            faults,
+            dockerd,
+            web,
+            slack,
+            tui,
+            capacity,
+            containers,
+            no_pools,
+        } => {
             let users = users.max(1);
             let plan = household::plan(minutes.max(1), users, groups.max(1), every.max(1), faults, dockerd);
             let (web_people, slack_people) = (web.min(users), slack.min(users - web.min(users)));
-            let plan = household::Plan { web_people, slack_people, tui_people: tui, containers, ..plan };
+            let plan =
+                household::Plan { web_people, slack_people, tui_people: tui, containers, pools: !no_pools, ..plan };
             if capacity {
                 household::capacity(plan)
             } else {
@@ -365,6 +403,12 @@ fn main() -> Result<()> {
         Bench::Redact { runs, calls } => redact::run(runs.max(20), calls.max(200)),
         Bench::Llm { tokens, paced_tokens, runs } => llm::run(tokens.max(16), paced_tokens.max(10), runs.max(3)),
         Bench::Relay { requests, tokens } => relay::run(requests.max(100), tokens.max(1000)),
+        Bench::Containment { suite, attack, only, users, modes } => {
+            if suite != "agentdojo" {
+                anyhow::bail!("--suite: `{suite}` is not a benchmark this knows; it runs agentdojo");
+            }
+            containment::run(containment::Asked { attack, only, users, modes: containment::modes(&modes)? })
+        }
     }
 }
 

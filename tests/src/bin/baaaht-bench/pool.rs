@@ -6,7 +6,7 @@
 //! call in a session whose containers run (warm) and `docker run --rm`, all in the same run;
 //! then the memory the pooled containers hold while they wait.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use baaaht_proto::client::{self, Client};
@@ -60,17 +60,7 @@ async fn turn(client: &mut Client, session: &str) -> Result<f64> {
 
 /// Waits up to two minutes until `daemon`'s pools hold what [`POOLS_ON`] asks for.
 fn pools_full(daemon: &TestDaemon) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let status: serde_json::Value = serde_json::from_str(&daemon.cli(&["status", "--json"]))?;
-        if ["assistant", "worker", "tool"].iter().all(|role| status["pools"][role].as_u64().unwrap_or(0) >= 2) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the pools did not fill within 120 s: {}", status["pools"]);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    daemon.wait_for_pools(&[("assistant", 2), ("worker", 2), ("tool", 2)], Duration::from_secs(120))
 }
 
 /// One `write_file` through RequestToolExecution as `client`: the daemon's time, in ms.
@@ -119,26 +109,6 @@ fn new_sessions(
     Ok((turns, calls))
 }
 
-/// The memory (MiB) the pooled containers of `daemon` (no session claimed them) use now, as
-/// the engine reports it.
-fn pooled_memory(daemon: &TestDaemon) -> Result<f64> {
-    let names = daemon.pooled_containers("baaaht-");
-    let mut total = 0.0;
-    for name in &names {
-        let used = baaaht_tests::docker(&["stats", "--no-stream", "--format", "{{.MemUsage}}", name])?;
-        let used = used.split('/').next().unwrap_or("").trim().to_string();
-        let (number, unit) = used.split_at(used.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(used.len()));
-        let number: f64 = number.trim().parse().with_context(|| format!("docker stats said {used:?}"))?;
-        total += match unit {
-            "GiB" => number * 1024.0,
-            "KiB" => number / 1024.0,
-            "B" => number / (1024.0 * 1024.0),
-            _ => number,
-        };
-    }
-    Ok(total)
-}
-
 pub(crate) fn run(runs: usize, warm_runs: usize) -> Result<()> {
     let rt = baaaht_tests::runtime();
     let fake = rt.block_on(FakeProvider::start(vec![], Some(brain())))?;
@@ -170,7 +140,7 @@ pub(crate) fn run(runs: usize, warm_runs: usize) -> Result<()> {
     let (turns, calls) = new_sessions(&rt, &on, runs, true)?;
     (rows[0].values, rows[3].values) = (turns, calls);
     pools_full(&on)?;
-    let idle_pool_mib = pooled_memory(&on)?;
+    let idle_pool_mib = on.pooled_memory_mib()?;
     let pooled_count = on.pooled_containers("baaaht-").len();
     rt.block_on(async {
         let mut client = scenario::host_client(&on).await?;

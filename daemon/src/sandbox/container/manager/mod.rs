@@ -6,25 +6,41 @@
 //! lists every container the daemon owns; after a restart, running services are adopted and
 //! everything else carrying this data dir's owner label is removed, so nothing is left
 //! unaccounted for.
+//!
+//! Here: a run and its logs, a start and its retry. Beside it: long-lived and pooled
+//! containers (`services`), the container cap (`slots`), the inventory (`inventory`), the
+//! isolation tiers and gVisor's health (`tiers`), and what each can fail with (`error`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{
     report_hung, ContainerKind, ContainerLabels, ContainerRuntime, ContainerSpec, Engine, Isolation, MountSpec, Output,
-    RuntimeError, LABEL_BAAAHT, LABEL_OWNER,
+    RuntimeError,
 };
 use crate::base::auth::{ContainerIdentity, Context, Role};
 use crate::base::datadir::DataDir;
 use crate::base::lifetime::{Subsystem, Work};
 use crate::base::state::{self, now_seconds, StateError};
 use crate::sandbox::policy::Policy;
-use crate::sandbox::sockets::{ContainerSocket, ListenerError, ListenerSet};
+use crate::sandbox::sockets::{ContainerSocket, ListenerSet};
+
+mod error;
+mod inventory;
+mod services;
+mod slots;
+mod tiers;
+
+pub use error::ContainerError;
+use inventory::INVENTORY_FILE;
+pub use inventory::{Inventory, InventoryEntry, ReconcileReport};
+use slots::Slot;
+pub use slots::Slots;
+use tiers::gvisor_refused;
 
 /// Where a container finds the daemon's socket (its folder is mounted here, read-only).
 pub const SOCKET_MOUNT: &str = "/run/baaaht";
@@ -38,90 +54,6 @@ pub const GVISOR_COMPAT: &str = "libbaaaht_gvisor_compat.so";
 const GVISOR_COMPAT_MOUNT: &str = "/opt/baaaht/lib/gvisor-compat.so";
 /// The most of each output stream kept in memory and in the log files.
 const OUTPUT_CAP: usize = 1 << 20;
-const INVENTORY_FILE: &str = "containers.json";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ContainerError {
-    /// The sentence callers get while no engine is usable.
-    #[error("{0}")]
-    Unavailable(String),
-    /// `container.isolation` asks for a tier the engine does not have.
-    #[error("{0}")]
-    Isolation(String),
-    #[error("the container did not start after {attempts} attempts: {message}")]
-    StartFailed { attempts: u32, message: String },
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error("cannot give the container its daemon socket")]
-    Socket(#[source] ListenerError),
-    /// A pooled container could not be bound to the session that claimed it.
-    #[error("cannot hand a pooled container to its session: {0}")]
-    Claim(String),
-    #[error("cannot record the container inventory")]
-    Inventory(#[source] StateError),
-    #[error("cannot keep the container's logs in {}", path.display())]
-    Logs {
-        path: PathBuf,
-        #[source]
-        source: StateError,
-    },
-    #[error(
-        "all {max} container slots (container.max_concurrent) stayed busy for {} s; try again when a session \
-         finishes, or raise container.max_concurrent",
-        waited.as_secs()
-    )]
-    Busy { max: u32, waited: Duration },
-    /// gVisor could not make a sandbox: the cause found on the host (see `gvisor::cause`).
-    #[error("{0}")]
-    GvisorDown(String),
-    #[error("a sandbox started but `true` in it exited with code {0}")]
-    ProbeExit(i64),
-    /// The why is said in the message and is no source: a chain printed would say it twice.
-    #[error("a sandbox started but could not be waited for: {0}")]
-    ProbeWait(RuntimeError),
-    #[error("image {0} is missing: run `baaahtd images build`")]
-    ImageMissing(String),
-    #[error(
-        "{} is missing: build it (cargo build --release -p baaaht-agent) or set container.binaries_dir",
-        .0.display()
-    )]
-    AgentMissing(PathBuf),
-    #[error("{} does not run in {image} ({status}: {stderr}); {}", binary.display(), agent_hint(stderr))]
-    AgentFails { binary: PathBuf, image: String, status: RunStatus, stderr: String },
-}
-
-/// What to do about baaaht's binaries that do not run in the image, by what they wrote.
-fn agent_hint(stderr: &str) -> &'static str {
-    if stderr.contains("GLIBC") {
-        "the binaries were built against a newer glibc than the image has: build baaaht on Debian 12 (bookworm), \
-         or rebuild the image from a newer base (baaahtd images build)"
-    } else {
-        "check that the binaries were built for this machine"
-    }
-}
-
-impl ContainerError {
-    /// Whether the engine is away: none, unreachable or hung (not the container's fault).
-    pub fn engine_away(&self) -> bool {
-        matches!(
-            self,
-            ContainerError::Unavailable(_)
-                | ContainerError::Runtime(RuntimeError::Unreachable { .. } | RuntimeError::Hung { .. })
-        )
-    }
-
-    /// The error as a caller passes it on (an MCP server's or a skill layer's start, the LLM
-    /// gateway's), its causes in the log (they name the data dir's files): a full disk as the
-    /// daemon's sentence, anything else in its own words.
-    pub fn told(&self) -> String {
-        if crate::base::state::is_disk_full(self) {
-            tracing::error!(error = %baaaht_proto::error_chain(self), "the data dir's disk is full");
-            return crate::base::state::DISK_FULL_WORK.to_string();
-        }
-        tracing::warn!(error = %baaaht_proto::error_chain(self), "a container did not start");
-        self.to_string()
-    }
-}
 
 impl Engine {
     /// The runtime, or the sentence that says why there is none.
@@ -149,6 +81,25 @@ pub struct RunRequest {
     pub working_dir: Option<String>,
     /// Another image than the base, e.g. a skill layer built on it; none: the base.
     pub image: Option<String>,
+}
+
+impl RunRequest {
+    /// A one-off container of the system's own (a check of the image, of gVisor): a tool
+    /// container's limits, nothing mounted, no daemon socket, a minute at most.
+    pub fn system_check(session_id: &str, context: Context, command: Vec<String>) -> RunRequest {
+        RunRequest {
+            role: Role::Tool,
+            session_id: session_id.into(),
+            context,
+            command,
+            mounts: vec![],
+            env: vec![],
+            timeout: Duration::from_secs(60),
+            daemon_socket: false,
+            working_dir: None,
+            image: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,122 +157,6 @@ pub struct ServiceHandle {
     pub name: String,
 }
 
-/// One container the daemon owns, as recorded in `data/state/containers.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InventoryEntry {
-    pub id: String,
-    pub name: String,
-    pub role: String,
-    pub session_id: String,
-    pub context: String,
-    pub kind: ContainerKind,
-    /// SHA-256 of the container's token, to re-adopt it after a restart.
-    pub token_sha256: String,
-    pub created_at: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Inventory {
-    pub containers: Vec<InventoryEntry>,
-}
-
-/// What [`ContainerManager::reconcile`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReconcileReport {
-    pub adopted: Vec<String>,
-    pub removed: Vec<String>,
-    /// Inventory entries whose container no longer exists.
-    pub forgotten: Vec<String>,
-}
-
-/// `container.max_concurrent`: how many containers run at once (the LLM gateway aside). A
-/// start past it waits up to `container.queue_timeout` for a slot, and says so on `pressure`,
-/// so that the pools remove an idle container to make room.
-#[derive(Debug)]
-pub struct Slots {
-    semaphore: Arc<tokio::sync::Semaphore>,
-    max: u32,
-    wait: Duration,
-    /// Container name → the slot it holds.
-    held: Mutex<std::collections::HashMap<String, tokio::sync::OwnedSemaphorePermit>>,
-    /// Bumped each time a start has to wait.
-    pressure: watch::Sender<u64>,
-}
-
-impl Slots {
-    pub fn new(max: u32, wait: Duration) -> Slots {
-        Slots {
-            semaphore: Arc::new(tokio::sync::Semaphore::new(max as usize)),
-            max,
-            wait,
-            held: Mutex::default(),
-            pressure: watch::channel(0).0,
-        }
-    }
-
-    /// Slots in use.
-    pub fn in_use(&self) -> usize {
-        (self.max as usize).saturating_sub(self.semaphore.available_permits())
-    }
-
-    /// A slot for a container of `role`; the LLM gateway needs none (everything waits on it),
-    /// nor do the web and Slack gateways (the way in).
-    async fn take(&self, role: Role) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ContainerError> {
-        if let Ok(permit) = self.try_take(role) {
-            return Ok(permit);
-        }
-        tracing::info!(max = self.max, role = role.as_str(), "every container slot is busy; waiting for one");
-        // Asked again every second while it waits: a slot freed for this start may go to one
-        // that waited longer, and then another idle container must make room.
-        let deadline = tokio::time::Instant::now() + self.wait;
-        loop {
-            self.pressure.send_modify(|count| *count += 1);
-            let next = (tokio::time::Instant::now() + Duration::from_secs(1)).min(deadline);
-            match tokio::time::timeout_at(next, self.semaphore.clone().acquire_owned()).await {
-                Ok(Ok(permit)) => return Ok(Some(permit)),
-                Ok(Err(_closed)) => break,
-                Err(_) if next >= deadline => break,
-                Err(_) => {}
-            }
-        }
-        Err(ContainerError::Busy { max: self.max, waited: self.wait })
-    }
-
-    /// A slot for a container of `role` if one is free now (a pooled start never waits ahead
-    /// of work, nor makes room for itself).
-    fn try_take(&self, role: Role) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ContainerError> {
-        if matches!(role, Role::LlmGateway | Role::Gateway) {
-            return Ok(None);
-        }
-        match self.semaphore.clone().try_acquire_owned() {
-            Ok(permit) => Ok(Some(permit)),
-            Err(_) => Err(ContainerError::Busy { max: self.max, waited: Duration::ZERO }),
-        }
-    }
-
-    fn hold(&self, name: &str, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
-        if let Some(permit) = permit {
-            self.held.lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), permit);
-        }
-    }
-
-    fn release(&self, name: &str) {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
-    }
-}
-
-/// How a long-lived container's start takes its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Slot {
-    /// Waits for one (idle containers are removed to make room).
-    Waits,
-    /// A warm pool's: only a free one; the container is bound to nobody until claimed.
-    Pooled,
-    /// Only a free one (a start ahead of need).
-    IfFree,
-}
-
 pub struct ContainerManager {
     engine: Arc<watch::Sender<Engine>>,
     slots: Slots,
@@ -351,17 +186,6 @@ impl std::fmt::Debug for ContainerManager {
             .field("image", &self.image)
             .finish_non_exhaustive()
     }
-}
-
-/// The refusal of a container whose role must run under gVisor while gVisor does not start
-/// sandboxes: the cause, and what else the person can do.
-fn gvisor_refused(role: Role) -> ContainerError {
-    ContainerError::Isolation(format!(
-        "{role} containers must run under gVisor (container.isolation.{role} is gvisor), but gVisor does not start \
-         sandboxes now: `baaaht doctor` on the host says why and what to fix. Or set container.isolation.{role} to \
-         auto to run them under runc until it does",
-        role = role.as_str()
-    ))
 }
 
 /// The owner label of a data dir: containers of other data dirs on the same engine are never
@@ -419,6 +243,16 @@ impl ContainerManager {
         self.slots.pressure.subscribe()
     }
 
+    /// Slots kept free ahead of starts that would wait ([`Slots::kept_free`]).
+    pub fn kept_free(&self) -> usize {
+        self.slots.kept_free()
+    }
+
+    /// Bumped each time a container takes a slot: time to see whether enough stay free.
+    pub fn slots_taken(&self) -> watch::Receiver<u64> {
+        self.slots.taken.subscribe()
+    }
+
     /// The container cap in force (`container.max_concurrent`, `auto` resolved).
     pub fn cap(&self) -> u32 {
         self.slots.max
@@ -432,18 +266,6 @@ impl ContainerManager {
     /// Container slots free now.
     pub fn slots_free(&self) -> usize {
         self.slots.semaphore.available_permits()
-    }
-
-    /// The tier a container of `role` gets now, without using up gVisor's retry (a pooled
-    /// container of another tier is not claimed); none without an engine or a tier.
-    pub async fn tier(&self, role: Role) -> Option<Isolation> {
-        let runtime = self.runtime().await.ok()?;
-        let asked = self.policy.container_config().isolation_of(role);
-        let tier = Isolation::resolve(asked, runtime.engine()).ok()?;
-        if tier == Isolation::Gvisor && self.gvisor.down().is_some() {
-            return (asked == crate::base::config::IsolationChoice::Auto).then_some(Isolation::Runc);
-        }
-        Some(tier)
     }
 
     /// The memory limit of a container of `role`, in bytes.
@@ -501,26 +323,6 @@ impl ContainerManager {
         if matches!(error, RuntimeError::Hung { .. } | RuntimeError::Unreachable { .. }) {
             report_hung(&self.engine, error);
         }
-    }
-
-    async fn save_inventory(&self, inventory: &Inventory) -> Result<(), ContainerError> {
-        state::write_json(&self.data_dir.state_dir().join(INVENTORY_FILE), inventory).map_err(ContainerError::Inventory)
-    }
-
-    async fn record(&self, entry: InventoryEntry) -> Result<(), ContainerError> {
-        let mut inventory = self.inventory.lock().await;
-        inventory.containers.push(entry);
-        self.save_inventory(&inventory).await
-    }
-
-    async fn forget(&self, name: &str) -> Result<(), ContainerError> {
-        let mut inventory = self.inventory.lock().await;
-        inventory.containers.retain(|entry| entry.name != name);
-        self.save_inventory(&inventory).await
-    }
-
-    pub async fn inventory(&self) -> Inventory {
-        self.inventory.lock().await.clone()
     }
 
     /// What each of `containers` uses now, sampled together; a container the engine cannot
@@ -598,132 +400,6 @@ impl ContainerManager {
             working_dir: request.working_dir.clone(),
             isolation,
         }
-    }
-
-    /// What every role that takes a tier gets on the engine now (none while there is none).
-    pub fn tiers(&self) -> Vec<super::Tier> {
-        use crate::base::config::IsolationChoice;
-        let mut tiers = match &self.engine.borrow().status {
-            super::EngineStatus::Ready(info) => super::tiers(self.policy.container_config(), info),
-            _ => vec![],
-        };
-        if let Some(cause) = self.gvisor.down() {
-            for tier in tiers.iter_mut().filter(|tier| tier.tier == Some(Isolation::Gvisor)) {
-                tier.reason = format!("gVisor stopped starting sandboxes: {cause}");
-                tier.tier = (tier.asked == IsolationChoice::Auto).then_some(Isolation::Runc);
-            }
-        }
-        tiers
-    }
-
-    /// Why gVisor does not start sandboxes now (found by a start that failed), if it does not.
-    pub fn gvisor_down(&self) -> Option<String> {
-        self.gvisor.down()
-    }
-
-    /// The tier `role`'s containers get on `runtime`'s engine (`container.isolation`).
-    pub fn isolation(&self, runtime: &dyn ContainerRuntime, role: Role) -> Result<Isolation, ContainerError> {
-        let asked = self.policy.container_config().isolation_of(role);
-        let mut tier = Isolation::resolve(asked, runtime.engine())
-            .map_err(|why| ContainerError::Isolation(format!("{} containers: {why}", role.as_str())))?;
-        // gVisor registered but not starting sandboxes: `auto` stays on runc until a retry is
-        // due; `gvisor` is refused with the cause until then.
-        if tier == Isolation::Gvisor && !self.gvisor.try_now() {
-            if asked != crate::base::config::IsolationChoice::Auto {
-                return Err(gvisor_refused(role));
-            }
-            tier = Isolation::Runc;
-        }
-        let compat = self.agent_binary.with_file_name(GVISOR_COMPAT);
-        if tier == Isolation::Gvisor && !compat.is_file() {
-            return Err(ContainerError::Isolation(format!(
-                "{} containers run under gVisor, which needs {} beside baaaht-agent: build it with \
-                 `cargo build -p baaaht-gvisor-compat` (scripts/up does), or set container.isolation.{} to runc",
-                role.as_str(),
-                compat.display(),
-                role.as_str()
-            )));
-        }
-        Ok(tier)
-    }
-
-    /// Starts a sandbox under gVisor running `true` and waits for it to end (`baaaht doctor`): its time, or
-    /// the cause found when it does not start (which also keeps roles set to `auto` on runc
-    /// until it does, as a failed start of theirs would). None where the engine has no gVisor.
-    pub async fn probe_gvisor(&self) -> Option<Result<Duration, ContainerError>> {
-        let runtime = self.runtime().await.ok()?;
-        runtime.engine().gvisor.as_ref().ok()?;
-        Some(match self.bare_sandbox(&*runtime).await {
-            Ok(took) => {
-                if self.gvisor.worked() {
-                    tracing::info!("gVisor starts sandboxes again: roles set to auto are back on it");
-                }
-                Ok(took)
-            }
-            Err(Ok(error)) => Err(ContainerError::GvisorDown(self.gvisor_failed(&*runtime, &error))),
-            Err(Err(why)) => Err(why),
-        })
-    }
-
-    /// Starts a bare sandbox under gVisor running `true` (no mounts of anyone's, no socket, the
-    /// base image) and waits for it to end: its time; else the engine's error when gVisor
-    /// could not make it (`Err(Ok)`), or what else went wrong (`Err(Err)`).
-    async fn bare_sandbox(
-        &self,
-        runtime: &dyn ContainerRuntime,
-    ) -> Result<Duration, Result<RuntimeError, ContainerError>> {
-        let request = RunRequest {
-            role: Role::Tool,
-            session_id: "gvisor-probe".into(),
-            context: Context::user("baaaht-self-test"),
-            command: vec!["true".into()],
-            mounts: vec![],
-            env: vec![],
-            timeout: Duration::from_secs(60),
-            daemon_socket: false,
-            working_dir: None,
-            image: None,
-        };
-        // No slot: it lives a second, and a doctor filling the slots must count only its own.
-        let (_, _, mut spec) =
-            self.prepare(&request, ContainerKind::Task, (false, false), Isolation::Gvisor).map_err(Err)?;
-        // Named for what it is: never taken for a session's tool container.
-        spec.name = spec.name.replacen("baaaht-tool-", "baaaht-gvisor-probe-", 1);
-        let name = spec.name.clone();
-        let started = Instant::now();
-        match self.create_and_start(runtime, &spec, String::new()).await {
-            Ok(id) => {
-                let ended = tokio::time::timeout(Duration::from_secs(60), runtime.wait(&id))
-                    .await
-                    .unwrap_or(Err(RuntimeError::Hung { operation: "wait for a sandbox running `true`", seconds: 60 }));
-                self.cleanup(runtime, &id, &name).await;
-                match ended {
-                    Ok(exit) if exit.code == 0 => Ok(started.elapsed()),
-                    Ok(exit) => Err(Err(ContainerError::ProbeExit(exit.code))),
-                    Err(error) => Err(Err(ContainerError::ProbeWait(error))),
-                }
-            }
-            Err(error) if super::gvisor::is_sandbox_failure(&error) => Err(Ok(error)),
-            Err(error) => Err(Err(error.into())),
-        }
-    }
-
-    /// A sandbox gVisor could not make: its cause, found on the host, told to the health
-    /// record (and logged once when gVisor was working until now).
-    fn gvisor_failed(&self, runtime: &dyn ContainerRuntime, error: &RuntimeError) -> String {
-        let engine = runtime.engine();
-        let message = error.to_string();
-        let cause = super::gvisor::cause(&message, engine.gvisor_program.as_deref(), engine.data_root.as_deref());
-        if self.gvisor.failed(&cause) {
-            tracing::warn!(
-                %cause,
-                error = %message,
-                "gVisor stopped starting sandboxes: roles set to auto run under runc until it works again (tried \
-                 again every {} s); those set to gvisor are refused; see `baaaht doctor`",
-                super::gvisor::RETRY.as_secs()
-            );
-        }
-        cause
     }
 
     /// A fresh name, the container's own daemon socket when `with_socket` (bound to nobody
@@ -1010,176 +686,6 @@ impl ContainerManager {
         state::write_json(&dir.join("run.json"), &summary).map_err(logs_error)
     }
 
-    /// Starts a long-lived container (e.g. a session's tool runner) with its own daemon socket.
-    /// It runs until [`ContainerManager::stop_service`]; after a daemon crash it is adopted.
-    pub async fn start_service(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
-        self.start_long_running(request, ContainerKind::Service, Slot::Waits).await.map(|(handle, _)| handle)
-    }
-
-    /// Starts a long-lived container that is not adopted after a daemon crash (the next daemon
-    /// removes it and starts its own), e.g. the LLM gateway. With `request.daemon_socket` it
-    /// gets its own daemon socket. Stopped with [`ContainerManager::stop_service`].
-    pub async fn start_detached(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
-        self.start_long_running(request, ContainerKind::Task, Slot::Waits).await.map(|(handle, _)| handle)
-    }
-
-    /// [`ContainerManager::start_detached`], only if a container slot is free now: a start
-    /// ahead of need never waits for one, nor makes room by removing an idle container.
-    pub async fn start_detached_if_room(&self, request: RunRequest) -> Result<ServiceHandle, ContainerError> {
-        self.start_long_running(request, ContainerKind::Task, Slot::IfFree).await.map(|(handle, _)| handle)
-    }
-
-    /// Starts a container for a warm pool: `request` with its own daemon socket bound to
-    /// nobody (its `session_id` and `context` are not used), holding no one's files, its calls
-    /// waiting until [`ContainerManager::claim`] binds it. Not adopted after a daemon crash (the
-    /// next daemon removes it) until it is claimed as a service. Also the tier it runs under.
-    pub async fn start_pooled(&self, request: RunRequest) -> Result<(ServiceHandle, Isolation), ContainerError> {
-        self.start_long_running(request, ContainerKind::Task, Slot::Pooled).await
-    }
-
-    /// Binds pooled container `name` to `session_id` and `context` (its waiting calls go on as
-    /// theirs; once only), recorded as `kind` (a service is adopted after a crash).
-    pub async fn claim(
-        &self,
-        name: &str,
-        session_id: &str,
-        context: &Context,
-        kind: ContainerKind,
-    ) -> Result<Arc<ContainerIdentity>, ContainerError> {
-        {
-            let mut inventory = self.inventory.lock().await;
-            let entry = inventory.containers.iter_mut().find(|entry| entry.name == name);
-            let Some(entry) = entry else {
-                return Err(ContainerError::Claim(format!(
-                    "container {name} is not in the inventory (it was removed)"
-                )));
-            };
-            entry.session_id = session_id.to_string();
-            entry.context = context.to_string();
-            entry.kind = kind;
-            self.save_inventory(&inventory).await?;
-        }
-        self.listeners.bind(name, session_id, context).map_err(|error| ContainerError::Claim(error.to_string()))
-    }
-
-    async fn start_long_running(
-        &self,
-        request: RunRequest,
-        kind: ContainerKind,
-        slot: Slot,
-    ) -> Result<(ServiceHandle, Isolation), ContainerError> {
-        let runtime = self.runtime().await?;
-        let isolation = self.isolation(&*runtime, request.role)?;
-        let pooled = slot == Slot::Pooled;
-        let slot = match slot {
-            Slot::Waits => self.slots.take(request.role).await?,
-            Slot::Pooled | Slot::IfFree => self.slots.try_take(request.role)?,
-        };
-        let with_socket = request.daemon_socket || kind == ContainerKind::Service || pooled;
-        let (name, socket, spec) = self.prepare(&request, kind, (with_socket, pooled), isolation)?;
-        let token_sha256 = socket.as_ref().map(|s| s.token_sha256.clone()).unwrap_or_default();
-        match self.start_with_retry(&*runtime, &spec, token_sha256).await {
-            Ok((id, _attempts, isolation)) => {
-                self.slots.hold(&name, slot);
-                tracing::info!(container = %name, container_id = %id, role = request.role.as_str(), pooled, "service container started");
-                Ok((ServiceHandle { id, name }, isolation))
-            }
-            Err(error) => {
-                self.listeners.remove_container(&name);
-                Err(error)
-            }
-        }
-    }
-
-    /// Stops and removes a service container and its socket.
-    pub async fn stop_service(&self, name: &str) -> Result<(), ContainerError> {
-        let runtime = self.runtime().await?;
-        let entry = self.inventory.lock().await.containers.iter().find(|entry| entry.name == name).cloned();
-        if let Some(entry) = entry {
-            self.cleanup(&*runtime, &entry.id, &entry.name).await;
-        }
-        self.listeners.remove_container(name);
-        Ok(())
-    }
-
-    /// Adopts running services of this data dir that the inventory knows, removes every other
-    /// container carrying this data dir's owner label, and forgets inventory entries whose
-    /// container is gone.
-    pub async fn reconcile(&self) -> Result<ReconcileReport, ContainerError> {
-        let runtime = self.runtime().await?;
-        let found = self.check(runtime.list_by_label(&[(LABEL_BAAAHT, "1"), (LABEL_OWNER, &self.owner)]).await)?;
-        let mut inventory = self.inventory.lock().await;
-        let mut report = ReconcileReport::default();
-        let mut kept = vec![];
-        let started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let awaited = self.awaited.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        for container in &found {
-            let known = inventory.containers.iter().find(|entry| entry.id == container.id).cloned();
-            // A container of this process's that has ended (dockerd restarted under it, say)
-            // is dead, unless a run waits to read its logs: removed, and its slot freed.
-            let dead = container.ended && !awaited.contains(&container.id);
-            if (started_here.contains(&container.id) || started_here.contains(&container.name)) && !dead {
-                // Started by this process while the reconcile ran: in use, not an orphan.
-                kept.extend(known);
-                continue;
-            }
-            let adoptable = known.as_ref().filter(|entry| entry.kind == ContainerKind::Service && container.running);
-            if let Some(entry) = adoptable {
-                if let Some(identity) = identity_of(entry) {
-                    match self.listeners.adopt_container(identity, entry.token_sha256.clone()) {
-                        Ok(_) => {
-                            // It runs, so it counts (past the limit if it must: it is there).
-                            self.slots.hold(&entry.name, self.slots.semaphore.clone().try_acquire_owned().ok());
-                            tracing::info!(container = %entry.name, "adopted a running container after a restart");
-                            report.adopted.push(entry.name.clone());
-                            kept.push(entry.clone());
-                            continue;
-                        }
-                        Err(error) => {
-                            tracing::warn!(container = %entry.name, %error, "cannot adopt a container; removing it")
-                        }
-                    }
-                }
-            }
-            match self.check(runtime.remove(&container.id).await) {
-                Ok(()) => {
-                    tracing::info!(container = %container.name, known = known.is_some(), dead, "removed an orphaned container");
-                    self.listeners.remove_container(&container.name);
-                    self.slots.release(&container.name);
-                    if dead {
-                        let mut started_here = self.started_here.lock().unwrap_or_else(PoisonError::into_inner);
-                        started_here.remove(&container.id);
-                        started_here.remove(&container.name);
-                    }
-                    report.removed.push(container.name.clone());
-                }
-                Err(error) => {
-                    tracing::warn!(container = %container.name, %error, "cannot remove an orphaned container");
-                    if let Some(entry) = known {
-                        kept.push(entry);
-                    }
-                }
-            }
-        }
-        for entry in &inventory.containers {
-            if !found.iter().any(|container| container.id == entry.id) {
-                if started_here.contains(&entry.id) || started_here.contains(&entry.name) {
-                    // Created after the engine was listed: it is starting, and its run folder is
-                    // about to be mounted.
-                    kept.push(entry.clone());
-                    continue;
-                }
-                report.forgotten.push(entry.name.clone());
-                self.listeners.remove_container(&entry.name);
-                self.slots.release(&entry.name);
-            }
-        }
-        inventory.containers = kept;
-        self.save_inventory(&inventory).await?;
-        self.listeners.remove_stale_folders();
-        Ok(report)
-    }
-
     /// Builds `tag` from `dockerfile` unless the engine has it already.
     pub async fn ensure_image(&self, tag: &str, dockerfile: &str) -> Result<bool, ContainerError> {
         let runtime = self.runtime().await?;
@@ -1209,18 +715,8 @@ impl ContainerManager {
         if !self.agent_binary.is_file() {
             return Err(ContainerError::AgentMissing(self.agent_binary.clone()));
         }
-        let request = RunRequest {
-            role: Role::Tool,
-            session_id: "system".into(),
-            context: Context::user("system"),
-            command: vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "--version".into()],
-            mounts: vec![],
-            env: vec![],
-            timeout: Duration::from_secs(60),
-            daemon_socket: false,
-            working_dir: None,
-            image: None,
-        };
+        let command = vec![format!("{BINARIES_MOUNT}/baaaht-agent"), "--version".into()];
+        let request = RunRequest::system_check("system", Context::user("system"), command);
         let outcome = self.run(request).await?;
         if outcome.succeeded() {
             return Ok(());
@@ -1279,12 +775,6 @@ impl ContainerManager {
         }
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "the containers are removed");
     }
-}
-
-fn identity_of(entry: &InventoryEntry) -> Option<ContainerIdentity> {
-    let role = Role::named(&entry.role).filter(|role| *role != Role::Gateway)?;
-    let context = Context::named(&entry.context)?;
-    Some(ContainerIdentity { name: entry.name.clone(), role, session_id: entry.session_id.clone(), context })
 }
 
 impl Subsystem for ContainerManager {
