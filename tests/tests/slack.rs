@@ -768,7 +768,11 @@ fn an_approval_request_is_slack_buttons_and_a_click_answers_it() {
             })
             .await;
         assert!(settled, "the message was not settled\n{}", logs());
-        assert!(fake.acks().iter().any(|ack| ack["envelope_id"] == "env-click-1"), "the click was acknowledged");
+        // Slack asks for the ack within 3 s; the gateway sends it beside the answer, not after it.
+        let acked = fake
+            .wait_for(Duration::from_secs(3), |fake| fake.acks().iter().any(|ack| ack["envelope_id"] == "env-click-1"))
+            .await;
+        assert!(acked, "the click was not acknowledged: {:?}\n{}", fake.acks(), logs());
     });
     let answers = daemon.audit_records("egress");
     let answered: Vec<_> = answers.iter().filter(|record| record["outcome"] == "answered").collect();

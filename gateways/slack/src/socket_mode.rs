@@ -110,15 +110,17 @@ async fn connection(
                     envelope["reason"].as_str().unwrap_or("no reason")
                 ));
             }
-            // A click on an approval's button: acknowledged at once, answered after.
+            // A click on an approval's button: acknowledged first (Slack waits 3 s for it), then
+            // answered, even when the ack is lost.
             "interactive" => {
+                let acked = match envelope["envelope_id"].as_str() {
+                    Some(envelope_id) => sink.send(Message::text(json!({ "envelope_id": envelope_id }).to_string())).await,
+                    None => Ok(()),
+                };
                 let gateway = gateway.clone();
                 let payload = envelope["payload"].clone();
                 tokio::spawn(async move { gateway.interact(&payload).await });
-                if let Some(envelope_id) = envelope["envelope_id"].as_str() {
-                    let ack = json!({ "envelope_id": envelope_id }).to_string();
-                    sink.send(Message::text(ack)).await.map_err(|error| format!("Socket Mode: cannot ack: {error}"))?;
-                }
+                acked.map_err(|error| format!("Socket Mode: cannot ack: {error}"))?;
             }
             kind => {
                 let route = (kind == "events_api")
