@@ -114,7 +114,9 @@ async fn connection(
             // answered, even when the ack is lost.
             "interactive" => {
                 let acked = match envelope["envelope_id"].as_str() {
-                    Some(envelope_id) => sink.send(Message::text(json!({ "envelope_id": envelope_id }).to_string())).await,
+                    Some(envelope_id) => {
+                        sink.send(Message::text(json!({ "envelope_id": envelope_id }).to_string())).await
+                    }
                     None => Ok(()),
                 };
                 let gateway = gateway.clone();
