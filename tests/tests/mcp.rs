@@ -860,6 +860,10 @@ fn a_server_added_mid_conversation_is_offered_from_the_next_turn() {
         ],
     );
     assert!(added.contains("time"), "{added}");
+    // Its layer (pip) is built before it answers: `mcp tools` waits for that, as a person would
+    // look before asking (a turn offers only the servers that are up within 20 s).
+    let listed = baaaht_mcp(&daemon, &["tools", "time", "--user", "alice"]);
+    assert!(listed.contains("get_current_time"), "{listed}");
     let mut message = scenario::message(scenario::user("alice"), "alice", "And now?");
     message.session_id = first.session.clone();
     let second = scenario::turn_on(&rt, &daemon, message);

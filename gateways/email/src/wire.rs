@@ -103,7 +103,13 @@ pub async fn imap(
     })?
 }
 
-/// Sends `message` through the SMTP server, signed in as `login`.
+/// How often a mail the SMTP server turned away for now (a 4xx answer: "try again later") is
+/// offered again, and the first pause (doubled each time): about half a minute in all.
+const SEND_RETRIES: u32 = 5;
+const FIRST_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sends `message` through the SMTP server, signed in as `login`; a mail the server turns away
+/// for now (4xx) is offered again after a pause, as any mail client does.
 pub async fn send(
     egress: &Egress,
     trust: &Trust,
@@ -112,10 +118,47 @@ pub async fn send(
     password: &str,
     message: &lettre::Message,
 ) -> Result<(), String> {
+    let mut pause = FIRST_RETRY;
+    for _ in 0..SEND_RETRIES {
+        match send_once(egress, trust, server, login, password, message).await {
+            Err(Failure { text, transient: true }) => {
+                tracing::info!(error = %text, pause_ms = pause.as_millis() as u64, "the SMTP server said to try again later; the mail is offered again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            done => return done.map_err(|failure| failure.text),
+        }
+    }
+    send_once(egress, trust, server, login, password, message).await.map_err(|failure| failure.text)
+}
+
+/// Why a mail was not sent, and whether the server said to try again later.
+struct Failure {
+    text: String,
+    transient: bool,
+}
+
+impl From<String> for Failure {
+    fn from(text: String) -> Failure {
+        Failure { text, transient: false }
+    }
+}
+
+async fn send_once(
+    egress: &Egress,
+    trust: &Trust,
+    server: &Server,
+    login: &str,
+    password: &str,
+    message: &lettre::Message,
+) -> Result<(), Failure> {
     use lettre::transport::smtp::authentication::{Credentials, Mechanism};
     use lettre::transport::smtp::client::AsyncSmtpConnection;
     use lettre::transport::smtp::extension::ClientId;
-    let said = |error: lettre::transport::smtp::Error| format!("SMTP {}:{}: {error}", server.host, server.port);
+    let said = |error: lettre::transport::smtp::Error| Failure {
+        transient: error.is_transient(),
+        text: format!("SMTP {}:{}: {error}", server.host, server.port),
+    };
     let hello = ClientId::Domain(login.rsplit_once('@').map(|(_, domain)| domain).unwrap_or("localhost").to_string());
     let sent = tokio::time::timeout(CONNECT_TIMEOUT * 2, async {
         let stream = dial(egress, server).await?;
@@ -128,10 +171,10 @@ pub async fn send(
                 let mut connection =
                     AsyncSmtpConnection::connect_with_transport(Box::new(Wire(stream)), &hello).await.map_err(said)?;
                 if !connection.can_starttls() {
-                    return Err(format!(
+                    return Err(Failure::from(format!(
                         "SMTP {}:{} offers no STARTTLS; the gateway sends no password in plain text",
                         server.host, server.port
-                    ));
+                    )));
                 }
                 connection.starttls(trust.smtp(server)?, &hello).await.map_err(said)?;
                 connection
@@ -142,15 +185,15 @@ pub async fn send(
         connection.send(message.envelope(), &message.formatted()).await.map_err(said)?;
         // silent-ok: the mail is taken; a QUIT the server does not answer changes nothing.
         let _ = connection.quit().await;
-        Ok::<_, String>(())
+        Ok::<_, Failure>(())
     })
     .await;
     sent.map_err(|_elapsed| {
-        format!(
+        Failure::from(format!(
             "SMTP {}:{}: the mail was not taken within {} s",
             server.host,
             server.port,
             CONNECT_TIMEOUT.as_secs() * 2
-        )
+        ))
     })?
 }
