@@ -150,6 +150,7 @@ impl Daemon {
             budgets: model.budgets,
             scheduler: drive.scheduler,
             inbox: store.inbox,
+            undo: store.undo,
             limits: limits::Limits::default(),
         });
         Ok(Daemon { shared, lifetime: base.lifetime, listeners, incoming, engine, bound })
@@ -173,6 +174,14 @@ impl Daemon {
         defaults::install(shared.data_dir.root())?;
         // Skills a daemon stopped in the middle of installing (or of reviewing) are dropped.
         crate::work::skills::install::sweep(shared.data_dir.root());
+        // An undo a stop cut short is finished before any turn runs (its workspace mounted).
+        for session in shared.undo.pending() {
+            let mounted = shared.workspaces.has(&session) && shared.workspaces.acquire(&session).is_ok();
+            shared.undo.recover(&shared.sessions, &session);
+            if mounted {
+                shared.workspaces.release(&session);
+            }
+        }
         // Results written while no daemon ran (or just before one crashed).
         shared.ipc.collect_all();
         orchestrator::recover(&shared.orchestrator);

@@ -365,6 +365,8 @@ pub enum Operation {
     NewSession,
     ResumeSession,
     ForkSession,
+    /// Undo or redo of a conversation's last turns.
+    Undo,
     ArchiveSession,
     CompactSession,
     SwitchModel,
@@ -517,6 +519,7 @@ impl Operation {
             Operation::NewSession => "NewSession",
             Operation::ResumeSession => "ResumeSession",
             Operation::ForkSession => "ForkSession",
+            Operation::Undo => "Undo",
             Operation::ArchiveSession => "ArchiveSession",
             Operation::CompactSession => "CompactSession",
             Operation::SwitchModel => "SwitchModel",
@@ -639,6 +642,7 @@ impl Operation {
             Operation::NewSession
             | Operation::ResumeSession
             | Operation::ForkSession
+            | Operation::Undo
             | Operation::ArchiveSession
             | Operation::CompactSession
             | Operation::SwitchModel => Capability::WriteSessions,

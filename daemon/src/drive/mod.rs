@@ -72,6 +72,7 @@ impl Drive {
             lifetime: base.lifetime.clone(),
             taints: below.net.taints.clone(),
             redact: below.guard.redact.clone(),
+            undo: below.store.undo.clone(),
         });
         below.model.calls.foresees(Arc::new(orchestrator::Foreseer(Arc::downgrade(&orchestrator))));
         Ok(Drive { turns, orchestrator, scheduler: Arc::new(scheduler) })

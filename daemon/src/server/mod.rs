@@ -22,6 +22,7 @@ mod system;
 mod tasks;
 pub(crate) mod to_wire;
 mod tools;
+mod undo;
 
 use std::sync::Arc;
 

@@ -474,6 +474,10 @@ impl v1::sessions_server::Sessions for SessionsService {
         Ok(Response::new(header(&record)))
     }
 
+    async fn undo(&self, request: Request<v1::UndoRequest>) -> Result<Response<v1::UndoPlan>, Status> {
+        super::undo::undo(&self.shared, request).await
+    }
+
     async fn archive_session(&self, request: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
         check(&self.shared, &request, Operation::ArchiveSession, None, Some(&request.get_ref().session_id))?;
         let id = request.into_inner().session_id;

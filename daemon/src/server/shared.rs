@@ -72,6 +72,8 @@ pub struct Shared {
     pub scheduler: Arc<crate::drive::scheduler::Scheduler>,
     /// What was kept for contexts while none of their channels was there.
     pub inbox: Arc<crate::store::inbox::Inbox>,
+    /// What every turn changed in its folders, and the undo of turns.
+    pub undo: Arc<crate::store::undo::Undo>,
     /// What callers may hold at once and how often they may act.
     pub limits: crate::guard::limits::Limits,
 }

@@ -46,7 +46,11 @@ impl v1::system_server::System for SystemService {
                 SelfTestError::Container(error) => error.into(),
             },
         )?;
-        Ok(Response::new(to_wire::self_test_response(checked, containers.tiers())))
+        let mut response = to_wire::self_test_response(checked, containers.tiers());
+        let undo = self.shared.undo.clone();
+        let (said, ok) = tokio::task::spawn_blocking(move || undo.said()).await.unwrap_or_default();
+        (response.undo, response.undo_ok) = (said, ok);
+        Ok(Response::new(response))
     }
 }
 

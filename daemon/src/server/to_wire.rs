@@ -370,6 +370,9 @@ pub(super) fn self_test_response(
             .and_then(|probe| probe.as_ref().err().map(ToString::to_string))
             .unwrap_or_default(),
         gvisor_probe_ms: probe.and_then(Result::ok).map_or(0, |took| took.as_millis() as u64),
+        // Filled by the handler, which holds undo's store.
+        undo: String::new(),
+        undo_ok: true,
         report_json: outcome.report_json,
         container: outcome.container,
         status: outcome.status.to_string(),

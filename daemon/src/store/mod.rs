@@ -10,6 +10,7 @@ pub mod profile;
 pub mod recall;
 pub mod sent;
 pub mod sessions;
+pub mod undo;
 pub mod uploads;
 
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub struct Store {
     pub recall: Arc<recall::Recall>,
     /// What was kept for contexts while none of their channels was there.
     pub inbox: Arc<inbox::Inbox>,
+    /// What every turn changed in its folders, and the undo of turns.
+    pub undo: Arc<undo::Undo>,
 }
 
 impl Store {
@@ -53,6 +56,7 @@ impl Store {
         sessions.told(Arc::downgrade(&recall_sink));
         let recall_index: Arc<dyn memory::MemoryIndex> = recall.clone();
         memory.indexed_by(Arc::downgrade(&recall_index));
-        Store { events, sessions, memory, recall, inbox }
+        let undo = Arc::new(undo::Undo::new(data_dir.root(), base.loaded.config.sessions.undo.clone()));
+        Store { events, sessions, memory, recall, inbox, undo }
     }
 }

@@ -123,6 +123,7 @@ impl Workers {
             taints: net.taints.clone(),
             approvals: net.approvals.clone(),
             redact: guard.redact.clone(),
+            undo: store.undo.clone(),
         });
         let admins = loaded.config.system.admin_users.clone();
         let notifier = Arc::new(health::Notifier::new(

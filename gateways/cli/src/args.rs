@@ -739,6 +739,20 @@ pub enum SessionsCommand {
     Compact { id: String },
     /// Switch the model a session's Assistant uses
     Model { id: String, model: String },
+    /// Take a session's last turns back, the files they changed and the conversation: shows
+    /// what it would do; --yes does it
+    Undo {
+        id: String,
+        /// How many turns back
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+        turns: u32,
+        /// Bring the last undo back instead (while nobody wrote in the session since)
+        #[arg(long, conflicts_with = "turns")]
+        redo: bool,
+        /// Do it (without: only show what it would do)
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[cfg(test)]

@@ -73,6 +73,9 @@ pub fn to_text(role: &str, response: &v1::SelfTestResponse) -> String {
             let _ = writeln!(out, "  [FAIL] gVisor does not start sandboxes: {}", response.gvisor_problem);
         }
     }
+    if !response.undo.is_empty() {
+        let _ = writeln!(out, "  [{}] {}", mark(response.undo_ok), response.undo);
+    }
     if !response.tiers.is_empty() {
         let _ = writeln!(out, "isolation tiers (container.isolation):");
         for tier in &response.tiers {

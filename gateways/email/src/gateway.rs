@@ -433,7 +433,15 @@ impl Gateway {
         if let Err(error) = remembered {
             tracing::warn!(%error, "the thread's conversation is not kept; a reply may start a new one");
         }
-        let text = if mail.text.is_empty() && mail.files.is_empty() { mail.subject.clone() } else { mail.text.clone() };
+        // A reply in the thread whose subject (or first line, above what it quotes) is `/undo`
+        // (`/undo 2 yes`, `/redo`) asks for that.
+        let first_line = mail.text.lines().map(str::trim).find(|line| !line.is_empty());
+        let first_line = first_line.filter(|line| baaaht_gateway_kit::undo::command(line).is_some());
+        let text = match undo_subject(&mail.subject).or(first_line) {
+            Some(command) => command.to_string(),
+            None if mail.text.is_empty() && mail.files.is_empty() => mail.subject.clone(),
+            None => mail.text.clone(),
+        };
         Ok(turn::Message {
             chat: mail.from.clone(),
             person,
@@ -594,6 +602,20 @@ impl Gateway {
 
 /// An approval request as a mail's text, with how to answer it and how long it waits: a
 /// connection's in a paragraph, a skill's review or an action's arguments line by line.
+/// The undo command a mail's subject is, past its `Re:`/`Fwd:` prefixes (`/undo`, `/undo 2 yes`,
+/// `/redo yes`).
+fn undo_subject(subject: &str) -> Option<&str> {
+    let mut rest = subject.trim();
+    loop {
+        let lower = rest.to_ascii_lowercase();
+        match ["re:", "fwd:", "fw:", "aw:", "sv:"].iter().find(|prefix| lower.starts_with(**prefix)) {
+            Some(prefix) => rest = rest[prefix.len()..].trim_start(),
+            None => break,
+        }
+    }
+    baaaht_gateway_kit::undo::command(rest).map(|_| rest)
+}
+
 fn approval_text(request: &v1::ApprovalRequest) -> String {
     let expires = sentences::expires_text(request);
     if sentences::is_review(request) {
@@ -655,6 +677,15 @@ impl Surface for Answering<'_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_subject_asks_for_an_undo_past_its_reply_prefixes() {
+        assert_eq!(super::undo_subject("Re: RE: /undo"), Some("/undo"));
+        assert_eq!(super::undo_subject("/undo 2 yes"), Some("/undo 2 yes"));
+        assert_eq!(super::undo_subject("Fwd: /redo yes"), Some("/redo yes"));
+        assert_eq!(super::undo_subject("Re: Plans for the weekend"), None);
+        assert_eq!(super::undo_subject("Re: /undo everything"), None);
+    }
+
     use super::*;
 
     #[test]

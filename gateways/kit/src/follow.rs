@@ -96,6 +96,8 @@ pub struct Follower {
     /// Conversations a turn of this gateway is answering now, and how many turns.
     turns: Mutex<HashMap<String, usize>>,
     out: mpsc::Sender<Delivery>,
+    /// The undo plans shown in its chats, waiting for their `yes`.
+    undos: crate::undo::Shown,
 }
 
 /// A turn of this gateway answering in a conversation, until dropped.
@@ -120,6 +122,11 @@ impl Follower {
     /// The follower of a gateway on `channel`, its chats kept in `state` (in memory only
     /// without one), following every context it served before; what it delivers comes out of
     /// the receiver, for the gateway to send.
+    /// The undo plans shown in this gateway's chats.
+    pub fn undos(&self) -> &crate::undo::Shown {
+        &self.undos
+    }
+
     pub fn open(
         daemon: Client,
         channel: v1::ChannelType,
@@ -152,6 +159,7 @@ impl Follower {
             following: Mutex::default(),
             turns: Mutex::default(),
             out,
+            undos: crate::undo::Shown::default(),
         });
         let contexts: Vec<v1::ContextRef> = {
             let chats = follower.chats.lock().unwrap_or_else(PoisonError::into_inner);

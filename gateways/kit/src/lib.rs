@@ -7,7 +7,7 @@
 //! message within the channel's rate, a status line while agents work, approval requests
 //! handed to the channel ([`turn`]); and what reaches a chat between its turns — a scheduled
 //! task's result, a message sent later — through one subscription per context served
-//! ([`follow`]), one context's stream followed, again after each loss ([`watch`]); what the daemon says of a turn, read once for every client ([`said`]); and every sentence a person reads of them ([`sentences`]). A gateway supplies what its channel does differently
+//! ([`follow`]), one context's stream followed, again after each loss ([`watch`]); what the daemon says of a turn, read once for every client ([`said`]); and every sentence a person reads of them ([`sentences`]); `/undo` and `/redo` from a chat ([`undo`]). A gateway supplies what its channel does differently
 //! (a [`turn::Surface`]: how an answer is opened, shown and closed) and its own way in.
 
 pub mod backoff;
@@ -22,4 +22,5 @@ pub mod sentences;
 pub mod state;
 pub mod text;
 pub mod turn;
+pub mod undo;
 pub mod watch;

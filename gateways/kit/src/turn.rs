@@ -272,8 +272,8 @@ async fn say<S: Surface>(surface: &S, sentence: String) -> Result<(), TurnError>
 }
 
 /// Runs `message`'s turn, its answer shown on `surface`; its chat is kept by `follower`, for
-/// what comes after the turn. A message that only asks to link channels (`/link`) or for a new
-/// conversation (`/new`) is answered by the gateway itself.
+/// what comes after the turn. A message that only asks to link channels (`/link`), for a new
+/// conversation (`/new`) or for an undo (`/undo`, `/redo`) is answered by the gateway itself.
 pub async fn run<S: Surface>(
     daemon: &Client,
     follower: &Arc<Follower>,
@@ -290,6 +290,11 @@ pub async fn run<S: Surface>(
     // conversations, a mail thread, starts one with each new thread).
     if new_command(&text) && files.is_empty() && session_id.is_empty() {
         return say(surface, new_conversation(daemon, &person, context).await).await;
+    }
+    // `/undo`, `/redo`: the plan first, done on `yes`.
+    if let Some(command) = crate::undo::command(&text).filter(|_| files.is_empty()) {
+        let place = (chat.as_str(), context, session_id.as_str());
+        return say(surface, crate::undo::answer(daemon, follower.undos(), &person, place, command).await).await;
     }
     follower.served(&chat, &person, &context);
     let mut daemon = daemon.clone();

@@ -179,6 +179,44 @@ pub async fn fork(State(app): State<Arc<App>>, user: User, Path(id): Path<String
 }
 
 #[derive(Debug, Deserialize)]
+pub struct Undo {
+    #[serde(default)]
+    turns: u32,
+    #[serde(default)]
+    redo: bool,
+    #[serde(default)]
+    apply: bool,
+    /// With `apply`: the plan's `from`, as shown.
+    #[serde(default)]
+    expect: String,
+}
+
+/// `POST /api/sessions/{id}/undo`: the plan of taking the last `turns` turns back (files and
+/// conversation), or, with `apply`, the undo itself.
+pub async fn undo(State(app): State<Arc<App>>, user: User, Path(id): Path<String>, Json(undo): Json<Undo>) -> Response {
+    let mut daemon = app.daemon.clone();
+    let request = v1::UndoRequest {
+        session_id: id,
+        turns: undo.turns,
+        redo: undo.redo,
+        apply: undo.apply,
+        expect_leaf_entry_id: undo.expect,
+        context: None,
+    };
+    answer(daemon.sessions.undo(app.as_user(&user.session, request)).await, |plan| {
+        json!({
+            "text": plan.text,
+            "applied": plan.applied,
+            "from": plan.from_entry_id,
+            "to": plan.to_entry_id,
+            "files": plan.files.iter().map(|file| json!({"folder": file.folder, "path": file.path, "summary": file.summary})).collect::<Vec<_>>(),
+            "skipped": plan.skipped.iter().map(|skip| json!({"folder": skip.folder, "path": skip.path, "why": skip.why})).collect::<Vec<_>>(),
+            "notUndoable": plan.not_undoable,
+        })
+    })
+}
+
+#[derive(Debug, Deserialize)]
 pub struct Model {
     model: String,
 }

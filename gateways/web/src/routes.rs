@@ -34,6 +34,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/sessions/{id}/archive", post(api::archive))
         .route("/api/sessions/{id}/compact", post(api::compact))
         .route("/api/sessions/{id}/fork", post(api::fork))
+        .route("/api/sessions/{id}/undo", post(api::undo))
         .route("/api/sessions/{id}/model", post(api::model))
         .route("/api/sessions/{id}/stop", post(api::stop))
         .route("/api/sessions/{id}/export", get(api::export))

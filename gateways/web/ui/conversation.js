@@ -106,6 +106,7 @@ function actions(element, entry, { retry } = {}) {
     setTimeout(() => (copy.textContent = "Copy"), 1500);
   });
   if (retry) button("Retry", "Ask again (a new branch)", () => retryAnswer(entry));
+  if (retry) button("Undo", "Take this turn back, and the ones after it: files and conversation", () => undoFrom(entry));
   button("Reply here", "Answer from this message (a new branch)", () => branchAt(entry.id));
   button("Fork", "A new conversation from this message", () => forkAt(entry.id));
   element.append(bar);
@@ -820,6 +821,49 @@ async function forkAt(entry) {
     const forked = await api(`/api/sessions/${encodeURIComponent(state.session)}/fork`, { method: "POST", body: { entry } });
     await refreshSessions();
     await open(forked.id);
+  } catch (error) {
+    problem(error.message);
+  }
+}
+
+// Undo from an answer: the turns from its question to the end of the branch shown, taken back
+// (the files they changed too) once the plan shown in the conversation is confirmed.
+async function undoFrom(answer) {
+  const path = branch(state.entries, state.leaf || undefined);
+  const at = path.findIndex((entry) => entry.id === answer.id);
+  let turns = path.slice(Math.max(at, 0)).filter((entry) => entry.kind === "message" && entry.role === "user").length;
+  // The answer's own question is before it.
+  turns += 1;
+  const url = `/api/sessions/${encodeURIComponent(state.session)}/undo`;
+  try {
+    const plan = await api(url, { method: "POST", body: { turns } });
+    const card = bubble("notice undo-plan", plan.text);
+    card.setAttribute("role", "group");
+    card.setAttribute("aria-label", "Undo");
+    const bar = document.createElement("div");
+    bar.className = "answers";
+    const choice = (label, act) => {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = label;
+      b.addEventListener("click", async () => {
+        for (const other of bar.querySelectorAll("button")) other.disabled = true;
+        await act();
+      });
+      bar.append(b);
+      return b;
+    };
+    choice("Undo", async () => {
+      try {
+        const done = await api(url, { method: "POST", body: { turns, apply: true, expect: plan.from } });
+        await open(state.session, done.to);
+        bubble("notice", done.text);
+      } catch (error) {
+        problem(error.message);
+      }
+    }).focus();
+    choice("Keep", async () => card.remove());
+    card.append(bar);
   } catch (error) {
     problem(error.message);
   }

@@ -13,6 +13,7 @@ mod providers;
 pub mod references;
 mod schema;
 mod security;
+mod undo;
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,7 @@ pub use providers::{
 };
 pub use schema::*;
 pub use security::*;
+pub use undo::UndoConfig;
 
 use diagnostics::{find_yaml_key, nearest, strip_yaml_location, with_suggestion};
 
@@ -142,6 +144,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     check_agents(&loaded, config_text.as_deref())?;
     check_limits(&loaded, config_text.as_deref())?;
     check_disk(&loaded, config_text.as_deref())?;
+    check_undo(&loaded, config_text.as_deref())?;
     check_isolation(&loaded, config_text.as_deref())?;
     check_pools(&loaded, config_text.as_deref())?;
     check_budgets(&loaded, config_text.as_deref())?;
@@ -539,6 +542,29 @@ fn check_disk(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigErr
     };
     let keys = ["orchestrator", "disk", key];
     Err(invalid_at(&loaded.sources.config, text, &keys, format!("orchestrator.disk.{key} {message}")))
+}
+
+/// `sessions.undo`: at least one turn kept, a store that holds at least one file, and files
+/// looked at.
+fn check_undo(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    let undo = &loaded.config.sessions.undo;
+    let (key, message) = if undo.turns == 0 {
+        ("turns", "0: keep at least one turn (50 if left out), or set enabled: false".to_string())
+    } else if undo.max_file_size.0 == 0 || undo.max_size.0 < undo.max_file_size.0 {
+        (
+            "max_size",
+            format!(
+                "{} bytes is less than max_file_size ({} bytes): the store must hold at least one file",
+                undo.max_size.0, undo.max_file_size.0
+            ),
+        )
+    } else if undo.max_files == 0 {
+        ("max_files", "0: look at least at one file (200000 if left out)".to_string())
+    } else {
+        return Ok(());
+    };
+    let keys = ["sessions", "undo", key];
+    Err(invalid_at(&loaded.sources.config, text, &keys, format!("sessions.undo.{key} {message}")))
 }
 
 /// `container.isolation`: the LLM gateway and the chat gateways run on the host's kernel.

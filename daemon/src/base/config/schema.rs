@@ -626,11 +626,17 @@ pub struct SessionsConfig {
     pub idle_after: u64,
     /// The largest file a user may share into a session's `uploads/` (bytes).
     pub max_upload_bytes: u64,
+    pub undo: super::UndoConfig,
 }
 
 impl Default for SessionsConfig {
     fn default() -> Self {
-        SessionsConfig { archival: ArchivalConfig::default(), idle_after: 1800, max_upload_bytes: 25 * 1024 * 1024 }
+        SessionsConfig {
+            archival: ArchivalConfig::default(),
+            idle_after: 1800,
+            max_upload_bytes: 25 * 1024 * 1024,
+            undo: super::UndoConfig::default(),
+        }
     }
 }
 

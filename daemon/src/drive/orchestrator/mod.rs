@@ -82,6 +82,8 @@ pub struct Orchestrator {
     pub taints: Arc<crate::net::taint::Taints>,
     /// What a scheduled run's result passes before it is kept.
     pub redact: crate::guard::redact::Redact,
+    /// What each turn changed in its folders, kept for its undo.
+    pub undo: Arc<crate::store::undo::Undo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -355,6 +357,12 @@ impl Turns {
 
     fn session_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(session.to_string()).or_default().clone()
+    }
+
+    /// Holds `session` while no turn runs in it (none starts until the hold is dropped); none
+    /// while one runs.
+    pub fn hold_idle(&self, session: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.session_lock(session).try_lock_owned().ok()
     }
 
     fn tail(&self, turn: &str) -> Option<String> {

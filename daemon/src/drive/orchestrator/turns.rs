@@ -134,6 +134,11 @@ pub(super) async fn run_turn(
             orchestrator.events.publish(&context, event(ids, Kind::TurnError { message, for_users }));
         }
     }
+    // Its folders are looked at anew by the next turn that writes, and what undo keeps is
+    // brought within its settings (still under the session's lock: no undo meanwhile).
+    let (undo, turn) = (orchestrator.undo.clone(), accepted.turn.clone());
+    // silent-ok: a blocking task that panicked has logged why.
+    let _ = tokio::task::spawn_blocking(move || undo.ended(&turn)).await;
 }
 
 /// Reads the pictures the turn shows the model ([`wanted_images`]): the copies kept when they

@@ -439,6 +439,11 @@ impl SessionLog {
         &self.path
     }
 
+    /// Whether `id` is an entry new messages may hang under (not an activity).
+    pub fn takes_children(&self, id: &str) -> bool {
+        self.ids.contains(id) && !self.activities.contains(id)
+    }
+
     /// How many activities it holds.
     pub fn activities(&self) -> usize {
         self.activities.len()

@@ -516,6 +516,20 @@ impl SessionStore {
         Ok(entry_id)
     }
 
+    /// Moves session `id` to `leaf` (an entry of its log, or the session's own id: before its
+    /// first message): new messages hang under it. The branch it leaves stays in the log.
+    pub fn set_leaf(&self, id: &str, leaf: &str) -> Result<(), SessionError> {
+        let mut inner = self.lock();
+        let known = self.with_log(&mut inner, id, |log| Ok(log.takes_children(leaf)))?;
+        if !known {
+            return Err(SessionError::Log(LogError::UnknownEntry(leaf.to_string())));
+        }
+        let record =
+            inner.index.sessions.iter_mut().find(|s| s.id == id).ok_or_else(|| SessionError::NotFound(id.into()))?;
+        record.leaf = Some(leaf.to_string());
+        self.save(&inner)
+    }
+
     /// Keeps `activity` in session `id` of `context`, after the end of its branch (which it
     /// does not move): the conversation shows it again when it is opened anew. Refused for a
     /// session of another context.

@@ -67,6 +67,41 @@ pub enum CallError {
 }
 
 /// An MCP tool as an agent is offered it.
+/// A writing call's turn and the folders it can change, kept for the turn's undo.
+struct Undoing {
+    turn: crate::store::undo::Turn,
+    roots: Vec<crate::store::undo::Root>,
+    tool: String,
+    path: Option<String>,
+}
+
+impl Undoing {
+    /// Before the call: a folder the turn has not looked at yet is looked at. What goes wrong
+    /// is logged, and the call goes on (the undo then says what it cannot put back).
+    async fn before(&self, undo: &Arc<crate::store::undo::Undo>) {
+        let (undo, turn, roots) = (undo.clone(), self.turn.clone(), self.roots.clone());
+        let looked = tokio::task::spawn_blocking(move || undo.before(&turn, &roots)).await;
+        if let Ok(Err(error)) = looked {
+            tracing::warn!(error = %baaaht_proto::error_chain(&error), session = %self.turn.session, "cannot keep the folders before a writing call; its turn's undo may not put everything back");
+        }
+    }
+
+    /// After the call: what it changed is kept and recorded. When it cannot be (a full disk),
+    /// the turn's people are told, once a turn.
+    async fn after(self, undo: &Arc<crate::store::undo::Undo>, events: &EventBus) {
+        use crate::store::events::{Event, Kind, Notice};
+        let (turn, undo, undo_of) = (self.turn.clone(), undo.clone(), undo.clone());
+        let kept = tokio::task::spawn_blocking(move || undo.after(&self.turn, &self.tool, self.path.as_deref(), &self.roots)).await;
+        let Ok(Err(error)) = kept else { return };
+        tracing::warn!(error = %baaaht_proto::error_chain(&error), session = %turn.session, "cannot keep what a writing call changed; its turn's undo cannot put it back");
+        if matches!(error, crate::store::undo::UndoError::DiskFull) && undo_of.tell_once(&turn.entry) {
+            let notice = Notice { title: "Undo".into(), content: error.to_string(), is_error: true, ..Default::default() };
+            let event = Event::of_turn(&turn.session, &turn.user_turn, &turn.correlation, Kind::Notice(notice));
+            events.publish(&turn.context, event);
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offered {
     /// `mcp__{server}__{tool}`.
@@ -97,6 +132,8 @@ pub struct Calls {
     /// What a call's parameters pass on their way into a container, and its answer on its
     /// way back.
     pub redact: crate::guard::redact::Redact,
+    /// Where what a writing call changes is kept for the undo of its turn.
+    pub undo: Arc<crate::store::undo::Undo>,
 }
 
 /// The most text an MCP tool's answer gives the model, as the built-in tools.
@@ -143,7 +180,16 @@ impl Calls {
         });
         // What the call sent, for what its answer only echoes back (not shown by the server).
         let sent = if untrusted.is_some() { asked.params_json.clone() } else { String::new() };
-        let mut answer = self.run(identity, correlation_id, asked).await?;
+        let undoing = live.as_ref().and_then(|live| self.undo_of(identity, live, &asked));
+        if let Some(undoing) = &undoing {
+            undoing.before(&self.undo).await;
+        }
+        let ran = self.run(identity, correlation_id, asked).await;
+        // Kept whether or not the call failed: a command stopped half way may have written.
+        if let Some(undoing) = undoing {
+            undoing.after(&self.undo, &self.events).await;
+        }
+        let mut answer = ran?;
         if let (Some(live), Some(files)) = (&live, files) {
             self.follow_files(live, files).await;
         }
@@ -236,6 +282,37 @@ impl Calls {
             }
         };
         tokio::task::spawn_blocking(following).await.ok();
+    }
+
+    /// What a writing call (`write_file`, `edit_file`, `exec`) of a person's turn can change,
+    /// for the turn's undo: the session's workspace and, for the Coder, the project folders
+    /// mounted read-write. None for any other call, or outside a person's turn.
+    fn undo_of(&self, identity: &ContainerIdentity, live: &Live, asked: &Asked) -> Option<Undoing> {
+        if !self.undo.enabled() || live.entry.is_empty() {
+            return None;
+        }
+        let tool = ToolName::named(&asked.tool)?;
+        if !matches!(tool, ToolName::WriteFile | ToolName::EditFile | ToolName::Exec) {
+            return None;
+        }
+        let path = match tool {
+            ToolName::Exec => None,
+            _ => serde_json::from_str::<serde_json::Value>(&asked.params_json).ok()?["path"].as_str().map(str::to_string),
+        };
+        let workspace = self.data_dir.root().join("sessions").join(&identity.session_id).join("data");
+        let mut roots = vec![crate::store::undo::Root { name: "/workspace".into(), host: workspace }];
+        if identity.role == Role::Coder {
+            let projects = self.policy.coder_mounts(&identity.context).into_iter().filter(|mount| !mount.read_only);
+            roots.extend(projects.map(|mount| crate::store::undo::Root { name: mount.target, host: mount.host }));
+        }
+        let turn = crate::store::undo::Turn {
+            session: live.session.clone(),
+            context: live.context.clone(),
+            entry: live.entry.clone(),
+            user_turn: live.user_turn.clone(),
+            correlation: live.correlation_id.clone(),
+        };
+        Some(Undoing { turn, roots, tool: asked.tool.clone(), path })
     }
 
     /// What `asked` reads from outside, if anything (DESIGN.md §10.3): the web, or an MCP

@@ -88,6 +88,24 @@ pub(crate) async fn sessions(
             let compacted = client.sessions.compact_session(v1::SessionRef { session_id: id }).await.map_err(status)?;
             println!("{}", clean(&compacted.into_inner().message));
         }
+        SessionsCommand::Undo { id, turns, redo, yes } => {
+            let request = v1::UndoRequest { session_id: id.clone(), turns, redo, ..Default::default() };
+            let plan = client.sessions.undo(request).await.map_err(status)?.into_inner();
+            if !yes {
+                let how = if redo { "--redo --yes".to_string() } else { format!("--turns {turns} --yes") };
+                println!("{}\n\nRun `baaaht sessions undo {id} {how}` to do it.", clean(&plan.text));
+                return Ok(());
+            }
+            let request = v1::UndoRequest {
+                session_id: id,
+                turns,
+                redo,
+                apply: true,
+                expect_leaf_entry_id: plan.from_entry_id,
+                context: None,
+            };
+            println!("{}", clean(&client.sessions.undo(request).await.map_err(status)?.into_inner().text));
+        }
         SessionsCommand::Model { id, model } => {
             let request = v1::SwitchModelRequest { session_id: id, model };
             println!("{}", clean(&client.sessions.switch_model(request).await.map_err(status)?.into_inner().message));

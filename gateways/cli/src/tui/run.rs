@@ -25,6 +25,8 @@ pub struct Target {
     /// Who writes (the user, or `--as` in a group).
     pub sender: String,
     pub theme: Choice,
+    /// The undo plan shown, waiting for `/undo yes`.
+    pub undos: std::sync::Arc<baaaht_gateway_kit::undo::Shown>,
 }
 
 impl Target {
@@ -412,6 +414,24 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
                 match branch(&mut client, &id, Some(&leaf)).await {
                     Ok(entries) => {
                         Some(Input::Switched { session: id, history: blocks_of(&entries), leaf: Some(leaf) })
+                    }
+                    Err(status) => failed(status),
+                }
+            }
+            Command::Undo(command) => {
+                use baaaht_gateway_kit::undo;
+                let context = Some(target.context.clone());
+                let request = undo::request(&target.undos, "tui", command, &session, context);
+                match client.sessions.undo(request).await {
+                    Ok(plan) => {
+                        let plan = plan.into_inner();
+                        let text = undo::reply(&target.undos, "tui".into(), command, &plan);
+                        if !plan.applied {
+                            return said(text);
+                        }
+                        let history = branch(&mut client, &plan.session_id, Some(&plan.to_entry_id)).await;
+                        let history = history.map(|entries| blocks_of(&entries)).unwrap_or_default();
+                        Some(Input::Undone { session: plan.session_id, history, text })
                     }
                     Err(status) => failed(status),
                 }

@@ -121,6 +121,13 @@ pub enum Input {
         /// The branch's last entry, when a branch other than the newest was chosen.
         leaf: Option<String>,
     },
+    /// Turns were undone (or redone): the session's conversation is now `history`, new
+    /// messages follow the daemon's branch, and `text` says what was done.
+    Undone {
+        session: String,
+        history: Vec<Block>,
+        text: String,
+    },
     /// A list to choose from (/resume, /tree).
     Pick(Picker),
     /// The context's skills, for completion and /skill:NAME.
@@ -176,6 +183,8 @@ pub enum Command {
     Archive,
     Compact,
     Fork,
+    /// `/undo [N] [yes]`, `/redo [yes]`.
+    Undo(baaaht_gateway_kit::undo::Command),
     Model(Option<String>),
     Export(Option<String>),
     Copy(usize),
@@ -231,6 +240,8 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("/resume", "browse sessions and resume one (or /resume ID)"),
     ("/tree", "this session's forks and branches; pick one to switch"),
     ("/fork", "start a new session from this one"),
+    ("/undo", "take the last turn back, its files too (/undo N: N turns); shows what first, /undo yes does it"),
+    ("/redo", "bring the last undo back (/redo yes)"),
     ("/sessions", "list this context's sessions"),
     ("/archive", "archive this session"),
     ("/compact", "summarize this session's history for the model"),
@@ -290,6 +301,9 @@ pub fn parse_command(text: &str) -> Result<Command, String> {
         "/resume" => optional("/resume [SESSION-ID]").map(Command::Resume),
         "/tree" => bare(Command::Tree),
         "/fork" => bare(Command::Fork),
+        "/undo" | "/redo" => baaaht_gateway_kit::undo::command(text)
+            .map(Command::Undo)
+            .ok_or_else(|| format!("usage: /undo [1-{}] [yes], /redo [yes]", baaaht_gateway_kit::undo::MOST_TURNS)),
         "/archive" => bare(Command::Archive),
         "/compact" => bare(Command::Compact),
         "/model" => optional("/model [provider/model]").map(Command::Model),
@@ -698,6 +712,15 @@ impl App {
                 }
                 self.session = Some(session);
                 self.parent = leaf;
+            }
+            Input::Undone { session, history, text } => {
+                self.live = None;
+                self.blocks = history;
+                self.generation += 1;
+                self.scroll = 0;
+                self.session = Some(session);
+                self.parent = None;
+                self.info(text);
             }
             Input::Pick(picker) => {
                 if picker.items.is_empty() {

@@ -430,6 +430,10 @@ impl v1::sessions_server::Sessions for Service {
         Err(Status::unimplemented("not in the fake daemon"))
     }
 
+    async fn undo(&self, _: Request<v1::UndoRequest>) -> Result<Response<v1::UndoPlan>, Status> {
+        Err(Status::unimplemented("not in the fake daemon"))
+    }
+
     async fn archive_session(&self, _: Request<v1::SessionRef>) -> Result<Response<v1::Ack>, Status> {
         Err(Status::unimplemented("not in the fake daemon"))
     }
