@@ -158,7 +158,11 @@ fn a_coders_turn_is_undone_from_the_tui_and_a_file_edited_since_is_kept_and_name
     assert!(!screen.contains("alice › Fix the site."), "the conversation is back before it: {screen}");
     assert!(screen.contains("alice › Hello there."), "{screen}");
     assert_eq!(read(&site.path.join("index.html")).as_deref(), Some("<h1>site</h1>\n"));
-    assert_eq!(read(&site.path.join("style.css")).as_deref(), Some("body { margin: 0 }\n"), "the person's edit is kept");
+    assert_eq!(
+        read(&site.path.join("style.css")).as_deref(),
+        Some("body { margin: 0 }\n"),
+        "the person's edit is kept"
+    );
     assert_eq!(in_workspace(&session, "notes.md"), None);
     let after = leaf_of(&daemon.data_dir, &session).expect("leaf");
     assert_ne!(after, before);
@@ -233,6 +237,10 @@ fn an_undo_cut_short_by_kill_9_is_finished_when_the_daemon_starts_again() {
     // Killed as soon as the undo is written down, while it removes the 2,000 files.
     let deadline = std::time::Instant::now() + WAIT;
     while !note.exists() {
+        if undoing.is_finished() {
+            let answered = rt.block_on(undoing).expect("the undo's task");
+            panic!("the undo ended before it was seen: {answered:?}\n{}", daemon.log_text());
+        }
         assert!(std::time::Instant::now() < deadline, "the undo never started\n{}", daemon.log_text());
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -241,8 +249,9 @@ fn an_undo_cut_short_by_kill_9_is_finished_when_the_daemon_starts_again() {
     let left = std::fs::read_dir(site.path.join("many")).map(|files| files.count()).unwrap_or(0);
     assert!(left > 0, "the undo was cut short");
     let data_dir = daemon.data_dir.clone();
-    let again = scenario::daemon_with(&fake, DaemonOptions { data_dir: Some(data_dir.clone()), ..options(&site, "nobody") })
-        .expect("the daemon starts again");
+    let again =
+        scenario::daemon_with(&fake, DaemonOptions { data_dir: Some(data_dir.clone()), ..options(&site, "nobody") })
+            .expect("the daemon starts again");
     let left = std::fs::read_dir(site.path.join("many")).map(|files| files.count()).unwrap_or(0);
     assert_eq!(left, 0, "finished on start\n{}", again.log_text());
     assert!(!note.exists());

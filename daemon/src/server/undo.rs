@@ -54,7 +54,7 @@ pub(super) async fn undo(shared: &Shared, request: Request<v1::UndoRequest>) -> 
         )));
     }
     // No turn runs meanwhile, and none starts until the undo is done.
-    let _no_turn = shared.turns.hold_idle(&session).ok_or_else(|| {
+    let _no_turn = shared.turns.hold_idle(&session, std::time::Duration::from_secs(3)).await.ok_or_else(|| {
         Status::failed_precondition(
             "A turn is running in this conversation: stop it (Ctrl+C, /stop) or wait for its answer, then undo.",
         )
@@ -118,7 +118,10 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn take(workspaces: &std::sync::Arc<crate::sandbox::workspace::Workspaces>, session: &str) -> Result<Mounted, UndoError> {
+    fn take(
+        workspaces: &std::sync::Arc<crate::sandbox::workspace::Workspaces>,
+        session: &str,
+    ) -> Result<Mounted, UndoError> {
         workspaces
             .acquire(session)
             .map_err(|error| UndoError::Said(format!("The conversation's files cannot be opened now: {error}.")))?;
@@ -146,8 +149,7 @@ fn effects(shared: &Shared, plan: &Plan) -> Vec<String> {
     if let Ok(read) = shared.sessions.read(&plan.session) {
         let branch = read.branch(&plan.from_leaf).unwrap_or_default();
         let first = plan.turns.first().map(String::as_str).unwrap_or_default();
-        let undone: HashSet<&str> =
-            branch.iter().map(Entry::id).skip_while(|id| *id != first).collect();
+        let undone: HashSet<&str> = branch.iter().map(Entry::id).skip_while(|id| *id != first).collect();
         for entry in &read.entries {
             if let Entry::Activity { after, activity: Activity::Message { content, .. }, .. } = entry {
                 if undone.contains(after.as_str()) {
@@ -157,23 +159,19 @@ fn effects(shared: &Shared, plan: &Plan) -> Vec<String> {
                 }
             }
         }
-        let since = branch
-            .iter()
-            .find(|entry| entry.id() == first)
-            .and_then(|entry| match entry {
-                Entry::Message { timestamp, .. } => timestamp.parse::<jiff::Timestamp>().ok(),
-                _ => None,
-            });
+        let since = branch.iter().find(|entry| entry.id() == first).and_then(|entry| match entry {
+            Entry::Message { timestamp, .. } => timestamp.parse::<jiff::Timestamp>().ok(),
+            _ => None,
+        });
         let query = Query { since, user: None, kind: None, limit: 10_000 };
         for record in shared.audit.search(&query).unwrap_or_default() {
             if record.session != plan.session || !correlations.contains(record.correlation_id.as_str()) {
                 continue;
             }
-            let text = |key: &str| record.detail.get(key).and_then(|value| value.as_str()).unwrap_or_default().to_string();
+            let text =
+                |key: &str| record.detail.get(key).and_then(|value| value.as_str()).unwrap_or_default().to_string();
             match (record.kind, record.outcome.as_str()) {
-                (Kind::Egress, "allowed") if record.detail.contains_key("search_results") => {
-                    add("a web search".into())
-                }
+                (Kind::Egress, "allowed") if record.detail.contains_key("search_results") => add("a web search".into()),
                 (Kind::Egress, "allowed") if !text("host").is_empty() => {
                     add(format!("a request to {} on the web", text("host")))
                 }
@@ -251,7 +249,9 @@ fn text(plan: &v1::UndoPlan) -> String {
     if !plan.files.is_empty() {
         let verb = if plan.applied { "Put back" } else { "Files put back" };
         lines.push(format!("{verb} ({}):", plan.files.len()));
-        lines.extend(plan.files.iter().map(|file| format!("  {} — {}", where_to(&file.path, &file.folder), file.summary)));
+        lines.extend(
+            plan.files.iter().map(|file| format!("  {} — {}", where_to(&file.path, &file.folder), file.summary)),
+        );
     } else if plan.files_kept {
         lines.push("No files to put back.".into());
     } else {
@@ -261,16 +261,23 @@ fn text(plan: &v1::UndoPlan) -> String {
         lines.push(format!("Left as they are ({}):", plan.skipped.len()));
         lines.extend(plan.skipped.iter().map(|skip| match skip.folder.is_empty() {
             // A whole turn's files, not one file.
-            true => format!("  {}", skip.why),
-            false => format!("  {} — {}", where_to(&skip.path, &skip.folder), skip.why),
+            true => format!("  {}", shown(&skip.why)),
+            false if skip.path.is_empty() => format!("  {} — {}", shown(&skip.folder), shown(&skip.why)),
+            false => format!("  {} — {}", where_to(&skip.path, &skip.folder), shown(&skip.why)),
         }));
     }
     if !plan.not_undoable.is_empty() {
         lines.push("Cannot be taken back:".into());
         lines.extend(plan.not_undoable.iter().map(|effect| format!("  {}", shown(effect))));
     }
+    if plan.files_kept && !plan.redo {
+        lines.push("Never taken back: .git folders (git keeps their history), what a .gitignore names, links.".into());
+    }
     lines.push(match (plan.applied, plan.redo) {
-        (true, false) => "The conversation is back before that message; /redo brings it back while you have not written since.".into(),
+        (true, false) => {
+            "The conversation is back before that message; /redo brings it back while you have not written since."
+                .into()
+        }
         (true, true) => "The conversation is where it was before the undo.".into(),
         (false, false) => "The conversation goes back to before that message.".into(),
         (false, true) => "The conversation goes back to where it was before the undo.".into(),
@@ -316,7 +323,7 @@ mod tests {
             ..Default::default()
         };
         let text = text(&plan);
-        assert_eq!(text.lines().count(), 4, "{text}");
+        assert_eq!(text.lines().count(), 5, "{text}");
         assert!(text.contains("a.txt — +1 −1 lines<U+000A>  /project/site/b<U+202E>txt.exe — +1 −1 lines"), "{text}");
         assert!(text.starts_with("Undo the last turn (\"Fix it\")?"), "{text}");
     }

@@ -359,10 +359,15 @@ impl Turns {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(session.to_string()).or_default().clone()
     }
 
-    /// Holds `session` while no turn runs in it (none starts until the hold is dropped); none
-    /// while one runs.
-    pub fn hold_idle(&self, session: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        self.session_lock(session).try_lock_owned().ok()
+    /// Holds `session` once no turn runs in it (none starts until the hold is dropped): waits
+    /// up to `wait` for a turn that is ending (its answer is out, its upkeep not yet done); none
+    /// when one still runs then.
+    pub async fn hold_idle(
+        &self,
+        session: &str,
+        wait: std::time::Duration,
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        tokio::time::timeout(wait, self.session_lock(session).lock_owned()).await.ok()
     }
 
     fn tail(&self, turn: &str) -> Option<String> {

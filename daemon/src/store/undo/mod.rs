@@ -132,7 +132,9 @@ pub enum UndoError {
     },
     #[error("cannot keep the turn's record")]
     Record(#[source] state::StateError),
-    #[error("the undo store is on a full disk: this turn's file changes cannot be undone; free space on the data disk")]
+    #[error(
+        "the undo store is on a full disk: this turn's file changes cannot be undone; free space on the data disk"
+    )]
     DiskFull,
 }
 
@@ -152,10 +154,19 @@ struct Indexed {
 const RACY_NANOS: i128 = 2_000_000_000;
 
 fn now_nanos() -> i128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|since| since.as_nanos() as i128).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_nanos() as i128)
+        .unwrap_or(0)
 }
 
 type Index = BTreeMap<String, Indexed>;
+
+/// A folder's index, by its context and host path.
+type Indexes = HashMap<(Context, PathBuf), Arc<Mutex<Index>>>;
+
+/// A running turn: its session, its context, and the folders it looked at since it began.
+type Begun = (String, Context, HashSet<PathBuf>);
 
 /// Every turn's file changes and their undo.
 #[derive(Debug)]
@@ -164,13 +175,15 @@ pub struct Undo {
     sessions_dir: PathBuf,
     config: UndoConfig,
     /// Each folder's index, by its context and host path.
-    indexes: Mutex<HashMap<(Context, PathBuf), Arc<Mutex<Index>>>>,
+    indexes: Mutex<Indexes>,
     /// The folders each running turn looked at since it began, with its session and context.
-    begun: Mutex<HashMap<String, (String, Context, HashSet<PathBuf>)>>,
+    begun: Mutex<HashMap<String, Begun>>,
     /// The bytes each context's store takes, once read.
     sizes: Mutex<HashMap<Context, u64>>,
     /// Held while a session's records are appended to or rewritten.
     writing: Mutex<()>,
+    /// What each folder's last walk found and did not keep (links, devices, names not UTF-8).
+    left_out: Mutex<HashMap<PathBuf, HashSet<String>>>,
     /// Turns (their message's entry) whose changes could not all be kept, and why (until the
     /// daemon stops: a full disk keeps nothing).
     incomplete: Mutex<HashMap<String, (String, bool)>>,
@@ -195,6 +208,7 @@ impl Undo {
             begun: Mutex::default(),
             sizes: Mutex::default(),
             writing: Mutex::default(),
+            left_out: Mutex::default(),
             incomplete: Mutex::default(),
         }
     }
@@ -218,14 +232,13 @@ impl Undo {
 
     /// The contents of `context`'s folders as last looked at (needed by the next turn's undo).
     fn present_hashes(&self, context: &Context) -> HashSet<String> {
-        let indexes: Vec<Arc<Mutex<Index>>> = lock(&self.indexes)
-            .iter()
-            .filter(|((of, _), _)| of == context)
-            .map(|(_, index)| index.clone())
-            .collect();
+        let indexes: Vec<Arc<Mutex<Index>>> =
+            lock(&self.indexes).iter().filter(|((of, _), _)| of == context).map(|(_, index)| index.clone()).collect();
         let mut present = HashSet::new();
         for index in indexes {
-            present.extend(lock(&index).values().filter_map(|indexed| indexed.stamp.as_ref()).map(|stamp| stamp.hash.clone()));
+            present.extend(
+                lock(&index).values().filter_map(|indexed| indexed.stamp.as_ref()).map(|stamp| stamp.hash.clone()),
+            );
         }
         present
     }
@@ -270,7 +283,7 @@ impl Undo {
         for root in fresh {
             self.look(&objects, turn, root, None).map(drop)?;
         }
-        objects.sync().map_err(|source| self.io_error("the undo store", source))
+        Ok(())
     }
 
     /// After a writing call of `turn` (`tool`, naming `path` when it names one): what it
@@ -282,7 +295,13 @@ impl Undo {
         self.noting(turn, self.look_after(turn, tool, path, roots))
     }
 
-    fn look_after(&self, turn: &Turn, tool: &str, path: Option<&str>, roots: &[Root]) -> Result<Vec<Change>, UndoError> {
+    fn look_after(
+        &self,
+        turn: &Turn,
+        tool: &str,
+        path: Option<&str>,
+        roots: &[Root],
+    ) -> Result<Vec<Change>, UndoError> {
         let objects = self.objects(&turn.context);
         let named = path.and_then(|path| named_in(path, roots));
         let (mut changes, mut not_kept) = (vec![], vec![]);
@@ -299,7 +318,6 @@ impl Undo {
         if changes.is_empty() && not_kept.is_empty() {
             return Ok(changes);
         }
-        objects.sync().map_err(|source| self.io_error("the undo store", source))?;
         if !self.records_path(&turn.session).exists() {
             self.note_session(&turn.context, &turn.session)?;
         }
@@ -376,6 +394,7 @@ impl Undo {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((vec![], vec![])),
             Err(source) => return Err(self.io_error(&root.name, source)),
         };
+        let mut not_kept = vec![];
         let now: BTreeMap<String, Meta> = match only {
             Some(path) => {
                 let found = tree::stat(&folder, path).map_err(|source| self.io_error(&root.name, source))?;
@@ -393,7 +412,27 @@ impl Undo {
                     .map_err(|source| self.io_error(&root.name, source))?;
                 if walked.stopped {
                     tracing::warn!(folder = %root.name, most = self.config.max_files, "a folder has more files than undo looks at; the rest is not kept");
+                    let why = format!(
+                        "the folder holds more than {} files (sessions.undo.max_files): what lies beyond them was not looked at",
+                        self.config.max_files
+                    );
+                    not_kept.push(NotKept { root: root.name.clone(), path: String::new(), why });
                 }
+                // What a walk leaves out is said once, when it first shows (a link the turn made).
+                let mut left = lock(&self.left_out);
+                let seen = left.entry(root.host.clone()).or_default();
+                let found: HashSet<String> = walked.left_out.iter().map(|(path, _)| path.clone()).collect();
+                for (path, why) in &walked.left_out {
+                    if !seen.contains(path) {
+                        not_kept.push(NotKept {
+                            root: root.name.clone(),
+                            path: path.clone(),
+                            why: format!("{why}; undo does not take it back"),
+                        });
+                    }
+                }
+                *seen = found;
+                drop(left);
                 let mut files = walked.files;
                 // What the walk did not reach is not taken for gone.
                 if walked.stopped {
@@ -409,28 +448,38 @@ impl Undo {
             .filter(|path| only.is_none_or(|only| only == path.as_str()) && !now.contains_key(*path))
             .cloned()
             .collect();
-        let (mut changes, mut not_kept) = (vec![], vec![]);
+        let mut changes = vec![];
         let racy_since = now_nanos() - RACY_NANOS;
         for (path, meta) in &now {
             let before = index.get(path);
             if before.is_some_and(|before| before.meta == *meta && !before.racy) {
                 continue;
             }
-            let kept = match tree::read(&folder, path, self.config.max_file_size.0) {
+            let full = self.size(&turn.context) >= self.config.max_size.0;
+            let read = match full {
+                // Past the store's size within a turn: nothing more is kept until the turn's end
+                // lets the oldest go.
+                true => Err(std::io::Error::other(format!(
+                    "the undo store is at its size ({}, sessions.undo.max_size)",
+                    self.config.max_size
+                ))),
+                false => tree::read(&folder, path, self.config.max_file_size.0),
+            };
+            let kept = match read {
                 Ok(Some((bytes, read_meta))) => match objects.put(&bytes) {
                     Ok((hash, took)) => {
                         self.grew(&turn.context, took);
                         Some(Indexed {
-                        meta: read_meta,
-                        racy: read_meta.mtime.max(read_meta.ctime) >= racy_since,
-                        stamp: Some(Stamp {
-                            hash,
-                            size: read_meta.size,
-                            mode: read_meta.mode,
-                            uid: read_meta.uid,
-                            gid: read_meta.gid,
-                        }),
-                    })
+                            meta: read_meta,
+                            racy: read_meta.mtime.max(read_meta.ctime) >= racy_since,
+                            stamp: Some(Stamp {
+                                hash,
+                                size: read_meta.size,
+                                mode: read_meta.mode,
+                                uid: read_meta.uid,
+                                gid: read_meta.gid,
+                            }),
+                        })
                     }
                     Err(error) if disk_full(&error) => return Err(UndoError::DiskFull),
                     Err(source) => return Err(UndoError::Folder { folder: "the undo store".into(), source }),

@@ -44,8 +44,9 @@ impl Objects {
     }
 
     /// Keeps `bytes` (once) and answers their name and the bytes it took on the disk (0 when
-    /// they were kept already). Not synced: [`Objects::sync`] syncs what was kept before a
-    /// record names it.
+    /// they were kept already). Not synced: a daemon killed keeps what the kernel was handed,
+    /// and a copy a power cut tore reads as damaged, never as other bytes (a file's undo then
+    /// says its earlier content is not kept).
     pub fn put(&self, bytes: &[u8]) -> std::io::Result<(String, u64)> {
         let hash = hash_of(bytes);
         let path = self.path(&hash);
@@ -76,26 +77,23 @@ impl Objects {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{hash} names no content")));
         }
         let packed = std::fs::read(self.path(hash))?;
-        let damaged = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("the kept copy is damaged ({why})"));
+        let damaged = |why: String| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("the kept copy is damaged ({why})"))
+        };
         let size = zstd::zstd_safe::get_frame_content_size(&packed)
             .map_err(|_unreadable| damaged("no size in its frame".into()))?
             .ok_or_else(|| damaged("no size in its frame".into()))?;
         if size > cap {
-            return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, format!("it is {size} bytes, more than {cap}")));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!("it is {size} bytes, more than {cap}"),
+            ));
         }
         let bytes = zstd::bulk::decompress(&packed, size as usize).map_err(|error| damaged(error.to_string()))?;
         if hash_of(&bytes) != hash {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the kept copy is damaged"));
         }
         Ok(bytes)
-    }
-
-    /// Syncs what was kept to the disk (one `syncfs` for the store's filesystem).
-    pub fn sync(&self) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let dir = std::fs::File::open(&self.dir)?;
-        rustix::fs::syncfs(&dir)?;
-        Ok(())
     }
 
     /// Every object kept: its name and its size on disk.
@@ -160,14 +158,13 @@ mod tests {
         assert_eq!(objects.get(&hash, 1 << 20).expect("get"), text.as_bytes());
         assert!(objects.get(&hash, 10).is_err(), "more than the cap");
         // A damaged copy reads as damaged, never as other bytes.
-        let other = zstd::bulk::compress(b"other", 3).unwrap();
-        std::fs::write(objects.path(&hash), other).unwrap();
+        let other = zstd::bulk::compress(b"other", 3).expect("the test's files");
+        std::fs::write(objects.path(&hash), other).expect("the test's files");
         assert!(objects.get(&hash, 1 << 20).is_err());
         assert!(objects.get("../../etc/passwd", 10).is_err());
         let (kept, _) = objects.put(b"kept").expect("put");
         let (count, _) = objects.sweep(&HashSet::from([kept.clone()])).expect("sweep");
         assert_eq!(count, 1);
         assert!(objects.has(&kept) && !objects.has(&hash));
-        objects.sync().expect("sync");
     }
 }

@@ -55,6 +55,9 @@ pub struct Plan {
     pub correlations: Vec<String>,
 }
 
+/// A file's folder name, its content before the first change of the turns and after the last.
+type FirstAndLast = (String, Option<Stamp>, Option<Stamp>);
+
 /// What an undo did.
 #[derive(Debug, Clone, Default)]
 pub struct Done {
@@ -132,12 +135,13 @@ impl Undo {
         let mut skipped = vec![];
         for (entry, _, line, _) in taken {
             if let Some(why) = self.incomplete(entry) {
-                let why = format!("some of the files \"{line}\" changed were not kept, so not all are put back ({why})");
+                let why =
+                    format!("some of the files \"{line}\" changed were not kept, so not all are put back ({why})");
                 skipped.push(Skipped { root: String::new(), path: entry.to_string(), why });
             }
         }
         // Per file, in the order the calls changed it: first before, last after.
-        let mut files: BTreeMap<(PathBuf, String), (String, Option<Stamp>, Option<Stamp>)> = BTreeMap::new();
+        let mut files: BTreeMap<(PathBuf, String), FirstAndLast> = BTreeMap::new();
         let mut correlations = vec![];
         for record in self.records(session) {
             if let Record::Dropped { entries: dropped, why, .. } = &record {
@@ -213,6 +217,17 @@ impl Undo {
             .into_iter()
             .map(|change| Change { before: change.after, after: change.before, ..change })
             .collect();
+        // Who asked the turns brought back: in a group, only they (or an admin) may.
+        let read = sessions.read(session).map_err(|error| said(error.to_string()))?;
+        let senders = entries
+            .iter()
+            .map(|id| {
+                read.entries.iter().find_map(|entry| match entry {
+                    Entry::Message { id: found, message, .. } if found == id => message.sender_id.clone(),
+                    _ => None,
+                })
+            })
+            .collect();
         let (files, skipped) = self.steps(&record.context(), changes);
         Ok(Plan {
             session: session.to_string(),
@@ -220,7 +235,7 @@ impl Undo {
             redo: true,
             turns: entries,
             asked: vec![],
-            senders: vec![],
+            senders,
             from_leaf: leaf,
             to_leaf: from_leaf,
             files,
@@ -278,12 +293,12 @@ impl Undo {
     /// planned any more is skipped and named), then the conversation moved, then recorded.
     pub fn apply(&self, sessions: &SessionStore, plan: &Plan) -> Result<Done, UndoError> {
         let bytes = serde_json::to_vec_pretty(plan).map_err(|error| said(error.to_string()))?;
-        state::write_atomic(&self.pending_path(&plan.session), &bytes, 0o600).map_err(|error| {
-            match state::is_disk_full(&error) {
+        state::write_atomic(&self.pending_path(&plan.session), &bytes, 0o600).map_err(
+            |error| match state::is_disk_full(&error) {
                 true => UndoError::DiskFull,
                 false => UndoError::Record(error),
-            }
-        })?;
+            },
+        )?;
         self.finish(sessions, plan)
     }
 
@@ -307,9 +322,11 @@ impl Undo {
             });
             match put {
                 Ok(()) => restored.push(change),
-                Err(error) => {
-                    skipped.push(Skipped { root: change.root, path: change.path, why: format!("it could not be put back ({error})") })
-                }
+                Err(error) => skipped.push(Skipped {
+                    root: change.root,
+                    path: change.path,
+                    why: format!("it could not be put back ({error})"),
+                }),
             }
         }
         // Files the plan found already as they should be count as restored.

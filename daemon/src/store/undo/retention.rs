@@ -165,7 +165,10 @@ impl Undo {
     /// What undo keeps, in a sentence for `doctor`, and whether every store is within its size.
     pub fn said(&self) -> (String, bool) {
         if !self.config.enabled {
-            return ("undo keeps no file changes (sessions.undo.enabled is false): /undo moves the conversation only".into(), true);
+            return (
+                "undo keeps no file changes (sessions.undo.enabled is false): /undo moves the conversation only".into(),
+                true,
+            );
         }
         let (turns, most) = (self.config.turns, self.config.max_size);
         let mut largest: Option<(String, u64)> = None;

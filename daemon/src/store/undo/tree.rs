@@ -68,6 +68,9 @@ pub struct Walked {
 type Rules = Vec<Arc<Gitignore>>;
 
 fn ignored(rules: &Rules, path: &str, is_dir: bool) -> bool {
+    if rules.is_empty() {
+        return false;
+    }
     let path = Path::new("/").join(path);
     for rule in rules.iter().rev() {
         match rule.matched(&path, is_dir) {
@@ -104,7 +107,8 @@ fn joined(prefix: &str, name: &str) -> String {
 pub fn walk(root: &OwnedFd, most: usize, known: &dyn Fn(&str, bool) -> bool) -> std::io::Result<Walked> {
     let mut walked = Walked::default();
     let mut rules: Rules = rules_in(root, "").into_iter().collect();
-    let mut pending: Vec<(OwnedFd, String, Rules)> = vec![(root.try_clone()?, String::new(), std::mem::take(&mut rules))];
+    let mut pending: Vec<(OwnedFd, String, Rules)> =
+        vec![(root.try_clone()?, String::new(), std::mem::take(&mut rules))];
     while let Some((dir, prefix, rules)) = pending.pop() {
         for entry in rustix::fs::Dir::read_from(&dir)? {
             let entry = entry?;
@@ -168,7 +172,10 @@ pub fn walk(root: &OwnedFd, most: usize, known: &dyn Fn(&str, bool) -> bool) -> 
 /// Splits `path` into its folder and its name; `None` for a path that climbs (`..`), is
 /// absolute or names nothing.
 fn split(path: &str) -> Option<(&str, &str)> {
-    if path.is_empty() || path.starts_with('/') || path.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
+    if path.is_empty()
+        || path.starts_with('/')
+        || path.split('/').any(|part| part.is_empty() || part == "." || part == "..")
+    {
         return None;
     }
     Some(path.rsplit_once('/').unwrap_or(("", path)))
@@ -315,18 +322,18 @@ mod tests {
     fn a_walk_finds_files_beneath_and_leaves_out_links_git_and_what_gitignore_names() {
         let dir = tempfile::tempdir().expect("temp");
         let at = dir.path();
-        std::fs::create_dir_all(at.join("src/deep")).unwrap();
-        std::fs::create_dir_all(at.join(".git/objects")).unwrap();
-        std::fs::create_dir_all(at.join("target/debug")).unwrap();
-        std::fs::write(at.join("a.txt"), "a").unwrap();
-        std::fs::write(at.join("src/deep/b.rs"), "b").unwrap();
-        std::fs::write(at.join(".git/HEAD"), "ref").unwrap();
-        std::fs::write(at.join("target/debug/out"), "built").unwrap();
-        std::fs::write(at.join("src/keep.log"), "kept").unwrap();
-        std::fs::write(at.join("src/drop.log"), "dropped").unwrap();
-        std::fs::write(at.join(".gitignore"), "target/\n*.log\n").unwrap();
-        std::fs::write(at.join("src/.gitignore"), "!keep.log\n").unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", at.join("src/link")).unwrap();
+        std::fs::create_dir_all(at.join("src/deep")).expect("the test's files");
+        std::fs::create_dir_all(at.join(".git/objects")).expect("the test's files");
+        std::fs::create_dir_all(at.join("target/debug")).expect("the test's files");
+        std::fs::write(at.join("a.txt"), "a").expect("the test's files");
+        std::fs::write(at.join("src/deep/b.rs"), "b").expect("the test's files");
+        std::fs::write(at.join(".git/HEAD"), "ref").expect("the test's files");
+        std::fs::write(at.join("target/debug/out"), "built").expect("the test's files");
+        std::fs::write(at.join("src/keep.log"), "kept").expect("the test's files");
+        std::fs::write(at.join("src/drop.log"), "dropped").expect("the test's files");
+        std::fs::write(at.join(".gitignore"), "target/\n*.log\n").expect("the test's files");
+        std::fs::write(at.join("src/.gitignore"), "!keep.log\n").expect("the test's files");
+        std::os::unix::fs::symlink("/etc/passwd", at.join("src/link")).expect("the test's files");
         let nothing = |_: &str, _: bool| false;
         let walked = walk(&root(at), 100, &nothing).expect("walk");
         let names: Vec<&str> = walked.files.keys().map(String::as_str).collect();
@@ -349,20 +356,20 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp");
         let outside = tempfile::tempdir().expect("temp");
         let at = dir.path();
-        std::fs::write(outside.path().join("secret"), "host secret").unwrap();
-        std::os::unix::fs::symlink(outside.path(), at.join("out")).unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret"), at.join("s")).unwrap();
+        std::fs::write(outside.path().join("secret"), "host secret").expect("the test's files");
+        std::os::unix::fs::symlink(outside.path(), at.join("out")).expect("the test's files");
+        std::os::unix::fs::symlink(outside.path().join("secret"), at.join("s")).expect("the test's files");
         let root = root(at);
         assert!(read(&root, "out/secret", 100).expect("read").is_none());
         assert!(read(&root, "s", 100).is_err());
         assert!(read(&root, "../x", 100).is_err() && read(&root, "/etc/passwd", 100).is_err());
         let meta = Meta { size: 0, mtime: 0, ctime: 0, ino: 0, mode: 0o640, uid: 0, gid: 0 };
         assert!(write(&root, "out/secret", b"over", &meta).is_err());
-        assert_eq!(std::fs::read_to_string(outside.path().join("secret")).unwrap(), "host secret");
+        assert_eq!(std::fs::read_to_string(outside.path().join("secret")).expect("the test's files"), "host secret");
         // A link where the file was is replaced, not followed.
         write(&root, "s", b"mine", &meta).expect("write");
-        assert_eq!(std::fs::read_to_string(outside.path().join("secret")).unwrap(), "host secret");
-        assert_eq!(std::fs::read_to_string(at.join("s")).unwrap(), "mine");
+        assert_eq!(std::fs::read_to_string(outside.path().join("secret")).expect("the test's files"), "host secret");
+        assert_eq!(std::fs::read_to_string(at.join("s")).expect("the test's files"), "mine");
         write(&root, "new/deeper/f.txt", b"made", &meta).expect("write");
         let (bytes, found) = read(&root, "new/deeper/f.txt", 100).expect("read").expect("there");
         assert_eq!((bytes.as_slice(), found.mode), (&b"made"[..], 0o640));

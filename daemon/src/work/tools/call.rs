@@ -91,11 +91,14 @@ impl Undoing {
     async fn after(self, undo: &Arc<crate::store::undo::Undo>, events: &EventBus) {
         use crate::store::events::{Event, Kind, Notice};
         let (turn, undo, undo_of) = (self.turn.clone(), undo.clone(), undo.clone());
-        let kept = tokio::task::spawn_blocking(move || undo.after(&self.turn, &self.tool, self.path.as_deref(), &self.roots)).await;
+        let kept =
+            tokio::task::spawn_blocking(move || undo.after(&self.turn, &self.tool, self.path.as_deref(), &self.roots))
+                .await;
         let Ok(Err(error)) = kept else { return };
         tracing::warn!(error = %baaaht_proto::error_chain(&error), session = %turn.session, "cannot keep what a writing call changed; its turn's undo cannot put it back");
         if matches!(error, crate::store::undo::UndoError::DiskFull) && undo_of.tell_once(&turn.entry) {
-            let notice = Notice { title: "Undo".into(), content: error.to_string(), is_error: true, ..Default::default() };
+            let notice =
+                Notice { title: "Undo".into(), content: error.to_string(), is_error: true, ..Default::default() };
             let event = Event::of_turn(&turn.session, &turn.user_turn, &turn.correlation, Kind::Notice(notice));
             events.publish(&turn.context, event);
         }
@@ -297,7 +300,9 @@ impl Calls {
         }
         let path = match tool {
             ToolName::Exec => None,
-            _ => serde_json::from_str::<serde_json::Value>(&asked.params_json).ok()?["path"].as_str().map(str::to_string),
+            _ => {
+                serde_json::from_str::<serde_json::Value>(&asked.params_json).ok()?["path"].as_str().map(str::to_string)
+            }
         };
         let workspace = self.data_dir.root().join("sessions").join(&identity.session_id).join("data");
         let mut roots = vec![crate::store::undo::Root { name: "/workspace".into(), host: workspace }];

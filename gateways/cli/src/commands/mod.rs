@@ -102,7 +102,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 None if in_group => crate::chat::login(env),
                 None => context.id.clone(),
             };
-            crate::tui::run::run(crate::tui::run::Target { socket, context, sender, theme, undos: Default::default() }).await
+            crate::tui::run::run(crate::tui::run::Target { socket, context, sender, theme, undos: Default::default() })
+                .await
         }
         Command::Tasks { command } => {
             let mut client = crate::connect(&socket).await?;
