@@ -196,12 +196,19 @@ impl Tunnels {
 /// call running); empty when the container knows no more than the daemon does.
 pub type AskedBy = Arc<Mutex<String>>;
 
+/// Whether a connection to `host:port` is one the container's work asked for (a browser's
+/// pages); one that is not is refused here, the daemon never asked. Chromium's own traffic
+/// (sign-in, time, updates) is not its pages', and no person should be asked about it.
+pub type Admit =
+    Arc<dyn Fn(String, u16) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> + Send + Sync>;
+
 /// Opens the proxy on the container's loopback (a port of its choosing) and serves it until the
 /// process ends; returns the port.
 pub async fn listen<M: Send + 'static>(
     tunnels: Tunnels,
     upstream: Upstream<M>,
     asked_by: AskedBy,
+    admit: Option<Admit>,
 ) -> Result<u16, String> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await
@@ -210,7 +217,7 @@ pub async fn listen<M: Send + 'static>(
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let asked = asked_by.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            tokio::spawn(tunnel(stream, tunnels.clone(), upstream.clone(), asked));
+            tokio::spawn(tunnel(stream, tunnels.clone(), upstream.clone(), asked, admit.clone()));
         }
     });
     Ok(port)
@@ -265,6 +272,7 @@ async fn tunnel<M: Send + 'static>(
     tunnels: Tunnels,
     upstream: Upstream<M>,
     asked_by: String,
+    admit: Option<Admit>,
 ) {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
@@ -294,6 +302,11 @@ async fn tunnel<M: Send + 'static>(
             return answer(&mut stream, "405 Method Not Allowed", why).await;
         }
     };
+    if let Some(admit) = admit {
+        if !admit(host.clone(), port).await {
+            return answer(&mut stream, "403 Forbidden", "no page asked for this host").await;
+        }
+    }
     let Some(Begun { id, answered, received: mut from_daemon, sent, aborted, gone }) = tunnels.begin() else {
         let why = format!("{MAX_TUNNELS} connections are open; close one first");
         return answer(&mut stream, "503 Service Unavailable", &why).await;
@@ -561,7 +574,7 @@ mod tests {
     async fn proxy() -> (Tunnels, mpsc::Receiver<Tunneled>, u16) {
         let tunnels = Tunnels::default();
         let (sender, up) = mpsc::channel(4);
-        let port = listen(tunnels.clone(), Upstream { sender, wrap: |tunneled| tunneled }, AskedBy::default())
+        let port = listen(tunnels.clone(), Upstream { sender, wrap: |tunneled| tunneled }, AskedBy::default(), None)
             .await
             .expect("listens");
         (tunnels, up, port)

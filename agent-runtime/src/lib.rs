@@ -6,6 +6,7 @@
 //! This crate runs untrusted-side: it holds no secret and never writes outside /tmp.
 
 pub mod agent;
+pub mod browser;
 pub mod egress;
 pub mod fetch;
 pub mod health;

@@ -43,6 +43,21 @@ enum Command {
         /// that can write (when no filesystem of that size holds it)
         #[arg(long, value_name = "BYTES")]
         ipc_cap: Option<u64>,
+        /// Serve the `browser` tool with this Chromium (a session's browser container)
+        #[arg(long, value_name = "PATH")]
+        browser: Option<std::path::PathBuf>,
+        /// The browser's most pages open at once
+        #[arg(long, default_value_t = 4, requires = "browser")]
+        browser_pages: usize,
+        /// The most bytes one download may have
+        #[arg(long, default_value_t = 100 << 20, requires = "browser")]
+        browser_download_bytes: u64,
+        /// The most bytes of a page's text one answer carries
+        #[arg(long, default_value_t = 40_000, requires = "browser")]
+        browser_text_bytes: usize,
+        /// The JavaScript heap one page may grow to, in MiB
+        #[arg(long, default_value_t = 512, requires = "browser")]
+        browser_heap_mib: u64,
     },
     /// Start an MCP server as the daemon says and relay its stdio (an MCP server's container)
     Mcp,
@@ -97,7 +112,20 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Runner { mounts, once, results, results_in_memory, messages, workspace_cap, ipc_cap } => {
+        Command::Runner {
+            mounts,
+            once,
+            results,
+            results_in_memory,
+            messages,
+            workspace_cap,
+            ipc_cap,
+            browser,
+            browser_pages,
+            browser_download_bytes,
+            browser_text_bytes,
+            browser_heap_mib,
+        } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
                 .map(|mount| match mount.strip_suffix(":ro") {
@@ -113,6 +141,13 @@ fn main() -> ExitCode {
                 workspace_cap,
                 ipc_cap,
                 once,
+                browser: browser.map(|chromium| baaaht_agent::runner::BrowserLimits {
+                    chromium,
+                    pages: browser_pages,
+                    download_bytes: browser_download_bytes,
+                    text_bytes: browser_text_bytes,
+                    heap_mib: browser_heap_mib,
+                }),
                 ..baaaht_agent::runner::Settings::default()
             };
             match baaaht_agent::runner::run(socket, &mounts, settings) {

@@ -97,7 +97,7 @@ pub async fn relay(
     let tunnels = Tunnels::default();
     if launch.egress {
         let upstream = Upstream { sender: sender.clone(), wrap: tunneled };
-        let port = crate::egress::listen(tunnels.clone(), upstream, AskedBy::default()).await?;
+        let port = crate::egress::listen(tunnels.clone(), upstream, AskedBy::default(), None).await?;
         command.envs(crate::egress::proxy_env(port));
     }
     let mut spawned =

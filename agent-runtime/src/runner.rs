@@ -37,6 +37,19 @@ pub struct Settings {
     pub proxy_env: Vec<(&'static str, String)>,
     /// The proxy's tunnels: what the daemon refused during a command goes in its result.
     pub tunnels: Tunnels,
+    /// This container is a session's browser ([`crate::browser`]): it serves `browser` calls
+    /// only (the workspace, the first mount, holds its profile).
+    pub browser: Option<BrowserLimits>,
+}
+
+/// The browser's limits, from the runner's command line.
+#[derive(Debug, Clone)]
+pub struct BrowserLimits {
+    pub chromium: PathBuf,
+    pub pages: usize,
+    pub download_bytes: u64,
+    pub text_bytes: usize,
+    pub heap_mib: u64,
 }
 
 /// Runs one call.
@@ -124,7 +137,14 @@ fn tunneled(tunneled: Tunneled) -> v1::RunnerMessage {
 fn asked(call: &v1::ToolCall) -> String {
     let params: Value = serde_json::from_str(&call.params_json).unwrap_or_default();
     let what = params["command"].as_str().or_else(|| params["script"].as_str()).unwrap_or_default();
-    let mut asked = if what.is_empty() { call.tool.clone() } else { format!("{}: {what}", call.tool) };
+    let mut asked = if call.tool == ToolName::Browser.as_str() {
+        let action = params["action"].as_str().unwrap_or_default();
+        format!("the browser: {action} {}", params["url"].as_str().unwrap_or_default()).trim_end().to_string()
+    } else if what.is_empty() {
+        call.tool.clone()
+    } else {
+        format!("{}: {what}", call.tool)
+    };
     if asked.len() > 200 {
         let mut cut = 200;
         while !asked.is_char_boundary(cut) {
@@ -238,9 +258,30 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
         let tunnels = Tunnels::default();
         let asked_by = AskedBy::default();
         let upstream = Upstream { sender: sender.clone(), wrap: tunneled };
-        let port = crate::egress::listen(tunnels.clone(), upstream.clone(), asked_by.clone()).await?;
+        // A browser's proxy carries only what its pages asked for.
+        let pages = settings.browser.as_ref().map(|_| std::sync::Arc::new(crate::browser::PageHosts::default()));
+        let admit = pages.clone().map(|pages| -> crate::egress::Admit {
+            std::sync::Arc::new(move |host, port| {
+                let pages = pages.clone();
+                Box::pin(async move { pages.admits(&host, port).await })
+            })
+        });
+        let port = crate::egress::listen(tunnels.clone(), upstream.clone(), asked_by.clone(), admit).await?;
         settings.proxy_env = crate::egress::proxy_env(port);
         settings.tunnels = tunnels.clone();
+        let mut browser = settings.browser.clone().map(|limits| {
+            let workspace = mounts.default_root().map(|root| root.at.clone()).unwrap_or_default();
+            crate::browser::Browser::new(crate::browser::Settings {
+                workspace,
+                chromium: limits.chromium,
+                proxy_port: port,
+                pages: limits.pages,
+                download_bytes: limits.download_bytes,
+                text_bytes: limits.text_bytes,
+                heap_mib: limits.heap_mib,
+                pages_asked: pages.clone().unwrap_or_default(),
+            })
+        });
         let mounts = std::sync::Arc::new(mounts);
         let settings = std::sync::Arc::new(settings);
         // Calls run one at a time while the reader goes on, so a health probe (and a tunnel's
@@ -282,7 +323,25 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                 let record = call.clone();
                 let tool = ToolName::named(&call.tool);
                 let web_tool = tool.filter(|tool| matches!(tool, ToolName::WebFetch | ToolName::WebSearch));
-                let response = if let Some(web_tool) = web_tool {
+                let response = if let (Some(ToolName::Browser), Some(browser)) = (tool, browser.as_mut()) {
+                    // On this thread: the browser is driven by messages, and its page's
+                    // connections out ride the same stream meanwhile.
+                    let started = Instant::now();
+                    settings.tunnels.take_refused();
+                    let limit = Duration::from_secs(u64::from(call.timeout_seconds.max(1)));
+                    let output = match serde_json::from_str::<Value>(&call.params_json) {
+                        Ok(params @ Value::Object(_)) => browser.call(&params, limit).await,
+                        _ => error("parameters must be a JSON object".into()),
+                    };
+                    let mut output = output;
+                    tools::exec::refused(&mut output.content, &settings.tunnels.take_refused());
+                    response(output, started)
+                } else if browser.is_some() {
+                    response(
+                        error(format!("this container serves the browser only, not `{}`", call.tool)),
+                        Instant::now(),
+                    )
+                } else if let Some(web_tool) = web_tool {
                     let started = Instant::now();
                     let output = match serde_json::from_str::<Value>(&call.params_json) {
                         Ok(params) if web_tool == ToolName::WebFetch => {

@@ -177,7 +177,9 @@ impl Daemon {
         // An undo a stop cut short is finished before any turn runs (its workspace mounted).
         for session in shared.undo.pending() {
             let mounted = shared.workspaces.has(&session) && shared.workspaces.acquire(&session).is_ok();
-            shared.undo.recover(&shared.sessions, &session);
+            if let Some(done) = shared.undo.recover(&shared.sessions, &session) {
+                shared.taints.put_back(&session, done.marked);
+            }
             if mounted {
                 shared.workspaces.release(&session);
             }

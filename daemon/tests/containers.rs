@@ -40,6 +40,7 @@ fn request(command: &[&str], timeout: Duration) -> RunRequest {
         daemon_socket: false,
         working_dir: None,
         image: None,
+        limits: None,
     }
 }
 

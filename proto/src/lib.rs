@@ -78,10 +78,11 @@ pub enum ToolName {
     WebSearch,
     WebFetch,
     Message,
+    Browser,
 }
 
 impl ToolName {
-    pub const ALL: [ToolName; 10] = [
+    pub const ALL: [ToolName; 11] = [
         ToolName::ReadFile,
         ToolName::WriteFile,
         ToolName::EditFile,
@@ -92,6 +93,7 @@ impl ToolName {
         ToolName::WebSearch,
         ToolName::WebFetch,
         ToolName::Message,
+        ToolName::Browser,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -106,6 +108,7 @@ impl ToolName {
             ToolName::WebSearch => "web_search",
             ToolName::WebFetch => "web_fetch",
             ToolName::Message => "message",
+            ToolName::Browser => "browser",
         }
     }
 

@@ -4,6 +4,7 @@
 #![recursion_limit = "256"]
 
 pub mod agentdojo;
+pub mod browser_site;
 pub mod channels;
 pub mod fake_cloud;
 pub mod fake_provider;

@@ -1,7 +1,7 @@
 //! Undo through the real binaries: a Coder's turn that changes files in a mounted project and
 //! in the session's workspace is taken back from the TUI and from Telegram, files and
 //! conversation together; a file the person edited since is kept and named; an undo cut short
-//! by `kill -9` is finished when the daemon starts again.
+//! by `kill -9` is finished when the daemon starts again; the web page's Undo does the same.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -152,6 +152,17 @@ fn a_coders_turn_is_undone_from_the_tui_and_a_file_edited_since_is_kept_and_name
     assert!(screen.contains("/project/site/style.css — it was changed since"), "{screen}");
     assert_eq!(read(&site.path.join("index.html")).as_deref(), Some("<h1>fixed</h1>\n"), "only shown so far");
 
+    // What is confirmed is what was shown: a file changed after the plan refuses the `yes`.
+    std::fs::write(site.path.join("index.html"), "<h1>mine</h1>\n").expect("edit");
+    terminal.type_text("/undo yes").expect("type");
+    terminal.press(&["Enter"]).expect("confirm");
+    terminal.wait_for("What the undo would do changed since it was shown", WAIT).expect("refused");
+    assert_eq!(read(&site.path.join("index.html")).as_deref(), Some("<h1>mine</h1>\n"), "nothing done");
+    std::fs::write(site.path.join("index.html"), "<h1>fixed</h1>\n").expect("edit");
+    terminal.type_text("/undo").expect("type");
+    terminal.press(&["Enter"]).expect("undo");
+    terminal.wait_until(|screen| screen.matches("Send /undo yes to do it.").count() >= 2, WAIT).expect("shown again");
+
     terminal.type_text("/undo yes").expect("type");
     terminal.press(&["Enter"]).expect("confirm");
     let screen = terminal.wait_for("Undone: the last turn", WAIT).expect("undone");
@@ -174,6 +185,24 @@ fn a_coders_turn_is_undone_from_the_tui_and_a_file_edited_since_is_kept_and_name
     terminal.type_text("/redo").expect("type");
     terminal.press(&["Enter"]).expect("redo");
     terminal.wait_for("The conversation went on after the undo", WAIT).expect("refused");
+
+    // An undo from elsewhere (here the host's CLI) moves the open screen too.
+    let undone = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["sessions", "undo", &session, "--yes"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht sessions undo");
+    let said = String::from_utf8_lossy(&undone.stdout);
+    assert!(undone.status.success() && said.contains("Undone: the last turn (\"Hello again.\")"), "{said}");
+    let screen = terminal
+        .wait_until(
+            |screen| {
+                !screen.contains("alice › Hello again.") && screen.contains("Undone: the last turn (0 files put back")
+            },
+            WAIT,
+        )
+        .expect("the screen follows the undo");
+    assert!(screen.contains("alice › Hello there."), "{screen}");
 }
 
 #[test]
@@ -231,7 +260,14 @@ fn an_undo_cut_short_by_kill_9_is_finished_when_the_daemon_starts_again() {
     let socket = daemon.socket();
     let undoing = rt.spawn(async move {
         let mut host = baaaht_proto::client::connect(&socket, Default::default()).await.expect("connect");
-        let request = v1::UndoRequest { session_id: session, turns: 1, apply: true, ..Default::default() };
+        let asked = v1::UndoRequest { session_id: session, turns: 1, ..Default::default() };
+        let plan = host.sessions.undo(asked.clone()).await.expect("the plan").into_inner();
+        let request = v1::UndoRequest {
+            apply: true,
+            expect_leaf_entry_id: plan.from_entry_id,
+            expect_digest: plan.digest,
+            ..asked
+        };
         host.sessions.undo(request).await
     });
     // Killed as soon as the undo is written down, while it removes the 2,000 files.
@@ -273,4 +309,61 @@ async fn ada_says(fake: &FakeTelegram, text: &str, answer: impl Fn(&str) -> bool
     let reply = |fake: &FakeTelegram| fake.replies_to(42, asked).first().and_then(|reply| fake.text_of(42, *reply));
     let came = fake.wait_for(WAIT, |fake| reply(fake).is_some_and(|text| answer(&text))).await;
     came.then(|| reply(fake)).flatten()
+}
+
+/// From the web page (the real `baaaht-web`, headless Chromium): the Undo on an answer shows the
+/// plan in the conversation, and its Undo button takes the turn back, confirmed with what was
+/// shown (the plan's digest); the page shows the conversation before it.
+#[test]
+fn a_turn_is_undone_from_the_undo_on_its_answer_in_the_web_page() {
+    use baaaht_tests::web::{self, text_of, until};
+    use fantoccini::Locator;
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (web_port, site, provider) = web::site_and_provider(dir.path(), 3600);
+    let (_fake, daemon) = web::daemon_for(&rt, &provider, scenario::echo_brain(), vec![], vec![]);
+    let (gateway, driver) = web::site_for(&rt, dir.path(), &daemon, &provider, web_port);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    rt.block_on(async {
+        let alice = driver.browser(1280).await.expect("browser");
+        web::sign_in(&alice, &site, "alice").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+        web::say(&alice, "first").await;
+        assert!(web::answered(&alice, "echo: first").await, "{}", logs());
+        web::say(&alice, "second").await;
+        assert!(web::answered(&alice, "echo: second").await, "{}", logs());
+        // The same conversation open in a second window, which follows the undo.
+        let session = alice.find(Locator::Css("#sessions [aria-current]")).await.expect("current");
+        let session = session.attr("data-id").await.expect("id").expect("an id");
+        let other = driver.browser(1280).await.expect("browser");
+        web::sign_in(&other, &site, "alice").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+        web::click(&other, &format!("#sessions [data-id='{session}']")).await;
+        let open = until(WAIT, || async { text_of(&other, "#log").await.contains("echo: second") }).await;
+        assert!(open, "{}", text_of(&other, "#log").await);
+        // The last answer's Undo, in the bar a hover or a long press shows.
+        let script = "const undo = [...document.querySelectorAll(\"button[title^='Take this turn back']\")]; \
+                      undo[undo.length - 1].click(); return undo.length;";
+        let offered = alice.execute(script, vec![]).await.expect("click Undo");
+        assert_eq!(offered.as_u64(), Some(2), "an Undo on each answer");
+        let shown =
+            until(WAIT, || async { text_of(&alice, ".undo-plan").await.contains("Undo the last turn (\"second\")?") })
+                .await;
+        assert!(shown, "{}\n{}", text_of(&alice, "#log").await, logs());
+        web::screenshot(&alice, dir.path(), "undo-plan").await;
+        web::click(&alice, ".undo-plan .answers button").await;
+        let undone = until(WAIT, || async {
+            let log = text_of(&alice, "#log").await;
+            log.contains("Undone: the last turn") && !log.contains("echo: second")
+        })
+        .await;
+        assert!(undone, "{}\n{}", text_of(&alice, "#log").await, logs());
+        assert!(text_of(&alice, "#log").await.contains("echo: first"));
+        web::screenshot(&alice, dir.path(), "undone").await;
+        let followed = until(WAIT, || async {
+            let log = text_of(&other, "#log").await;
+            log.contains("Undone: the last turn") && !log.contains("echo: second") && log.contains("echo: first")
+        })
+        .await;
+        assert!(followed, "the other window: {}\n{}", text_of(&other, "#log").await, logs());
+        assert_eq!(text_of(&alice, "#log").await.matches("Undone: the last turn").count(), 1, "said once");
+    });
 }

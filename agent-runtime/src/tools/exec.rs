@@ -93,6 +93,9 @@ pub fn refused(out: &mut String, refusals: &[String]) {
     if refusals.is_empty() {
         return;
     }
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
     out.push_str("--- refused by baaaht's egress proxy ---\n");
     for refusal in refusals {
         out.push_str(refusal);

@@ -105,7 +105,7 @@ pub fn read_file(params: &Params<'_>, mounts: &Mounts) -> Result<ToolOutput, Too
 
 /// Writes `bytes` to `located` atomically: a temporary file in the same folder, fsync, rename,
 /// fsync of the folder. The file's permissions are `mode`.
-fn write_atomic(located: &Located<'_>, bytes: &[u8], mode: u32) -> Result<(), ToolError> {
+pub(crate) fn write_atomic(located: &Located<'_>, bytes: &[u8], mode: u32) -> Result<(), ToolError> {
     let shown_path = located.display();
     let (dir, name) = located.parent(true)?;
     let temp = format!(".{}.baaaht-{}.tmp", name.to_string_lossy(), std::process::id());

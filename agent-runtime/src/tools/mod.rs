@@ -182,6 +182,26 @@ pub fn definitions() -> Vec<Definition> {
             }}),
         },
         Definition {
+            name: ToolName::Browser.as_str(),
+            description: "A real web browser (Chromium) for pages web_fetch cannot read: built by JavaScript, behind a \
+                          form or a login. `open` a URL, then act on what the page shows: every line that begins with \
+                          [n] is something to `click`, `type` into or `choose` from, named by its number in `ref`. \
+                          Each action answers with the page as it is after. Logins stay for this conversation. \
+                          `screenshot` shows the page in the chat; `pdf` and `download` save into the workspace.",
+            parameters: json!({"type": "object", "required": ["action"], "additionalProperties": false, "properties": {
+                "action": {"type": "string", "enum": ["open", "read", "click", "type", "choose", "scroll", "wait_for",
+                    "back", "screenshot", "pdf", "download", "close"]},
+                "url": {"type": "string", "description": "open, download: an http(s) address"},
+                "ref": {"type": "integer", "minimum": 1, "description": "click, type, choose, download: the [n] of the page's last reading"},
+                "text": {"type": "string", "description": "type: what to type (it replaces what the field holds); wait_for: the text to wait for"},
+                "submit": {"type": "boolean", "default": false, "description": "type: press Enter after"},
+                "option": {"type": "string", "description": "choose: the option's label"},
+                "direction": {"type": "string", "enum": ["down", "up"], "default": "down"},
+                "full_page": {"type": "boolean", "default": false, "description": "screenshot: the whole page, not only what the window shows"},
+                "path": {"type": "string", "description": "screenshot, pdf: where in the workspace (default screenshots/ or pages/)"},
+            }}),
+        },
+        Definition {
             name: ToolName::Find.as_str(),
             description: "Find files whose path matches a glob, e.g. **/*.md; respects .gitignore.",
             parameters: json!({"type": "object", "required": ["pattern"], "additionalProperties": false, "properties": {

@@ -843,6 +843,23 @@ impl Taints {
     /// later read what it wrote, and are marked too. A path the redactor would change is kept
     /// as its digest ([`DIGEST_PATH`]).
     pub fn wrote(&self, mark: &Mark, paths: Vec<String>) {
+        let source = mark.sources.first().cloned().unwrap_or_else(|| "content from outside".into());
+        self.wrote_from(&mark.session, source, paths);
+    }
+
+    /// `files` of `session` (each with what the turn that wrote its content read) were put back
+    /// by an undo or a redo: they are marked again, as when that turn wrote them.
+    pub fn put_back(&self, session: &str, files: Vec<(String, String)>) {
+        let mut by_source: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (path, source) in files {
+            by_source.entry(source).or_default().push(path);
+        }
+        for (source, paths) in by_source {
+            self.wrote_from(session, source, paths);
+        }
+    }
+
+    fn wrote_from(&self, session: &str, source: String, paths: Vec<String>) {
         let paths: BTreeSet<String> = paths
             .into_iter()
             .map(|path| normal_path(&path))
@@ -852,15 +869,14 @@ impl Taints {
                 false => format!("{DIGEST_PATH}{}", digest(&path)),
             })
             .collect();
-        let source = mark.sources.first().cloned().unwrap_or_else(|| "content from outside".into());
         let mut kept = self.lock();
-        let known = kept.file.files.get(&mark.session);
+        let known = kept.file.files.get(session);
         let paths: Vec<String> =
             paths.into_iter().filter(|path| known.is_none_or(|files| !files.contains_key(path))).collect();
         if paths.is_empty() {
             return;
         }
-        let change = Change::Wrote { session: mark.session.clone(), paths, source, at: state::now_seconds() };
+        let change = Change::Wrote { session: session.to_string(), paths, source, at: state::now_seconds() };
         self.change(&mut kept, change);
     }
 
@@ -1087,5 +1103,9 @@ mod tests {
         let written = again.written("s1");
         assert!(Taints::is_written(&written, "notes/page.md") && !Taints::is_written(&written, "out.txt"));
         assert!(again.mark("s1", "t1").is_some());
+        // An undo or a redo that puts a marked turn's content back marks the file again.
+        again.put_back("s1", vec![("out.txt".into(), "web_fetch https://site1.example/".into())]);
+        let written = again.written("s1");
+        assert_eq!(written.get("out.txt").map(String::as_str), Some("web_fetch https://site1.example/"));
     }
 }

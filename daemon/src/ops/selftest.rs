@@ -61,6 +61,7 @@ pub async fn run(containers: &ContainerManager, test: SelfTest) -> Result<SelfTe
         daemon_socket: true,
         working_dir: None,
         image: None,
+        limits: None,
     };
     let outcome = containers.run(run).await.inspect_err(|error| {
         tracing::warn!(error = %baaaht_proto::error_chain(error), "self-test container failed");

@@ -255,11 +255,13 @@ impl Policy {
 
     /// The tools `role` may use (spec §6.1); the Assistant has only `delegate`, no tool.
     pub fn tools_of(role: Role) -> &'static [ToolName] {
-        use ToolName::{EditFile, Exec, Find, Grep, ListDir, Message, ReadFile, WebFetch, WebSearch, WriteFile};
+        use ToolName::{
+            Browser, EditFile, Exec, Find, Grep, ListDir, Message, ReadFile, WebFetch, WebSearch, WriteFile,
+        };
         match role {
-            Role::Worker => &[ReadFile, ListDir, Grep, Find, WebSearch, WebFetch, Message, WriteFile],
-            Role::Researcher => &[ReadFile, ListDir, Grep, Find, WebSearch, WebFetch, WriteFile],
-            Role::Coder => &[ReadFile, WriteFile, EditFile, ListDir, Grep, Find, Exec],
+            Role::Worker => &[ReadFile, ListDir, Grep, Find, WebSearch, WebFetch, Browser, Message, WriteFile],
+            Role::Researcher => &[ReadFile, ListDir, Grep, Find, WebSearch, WebFetch, Browser, WriteFile],
+            Role::Coder => &[ReadFile, WriteFile, EditFile, ListDir, Grep, Find, Exec, Browser],
             Role::Memory => &[ReadFile, WriteFile],
             Role::Heartbeat => &[ReadFile, WebSearch, WebFetch, Message],
             Role::Assistant | Role::Tool | Role::LlmGateway | Role::Mcp | Role::Gateway => &[],

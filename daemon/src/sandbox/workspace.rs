@@ -525,6 +525,23 @@ impl Workspaces {
         Ok(present)
     }
 
+    /// The regular file at `path` (relative, `/`-separated) in `session`'s workspace, reached by
+    /// descriptor, if it is there and at most `cap` bytes.
+    pub fn read(&self, session: &str, path: &str, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let Some(data) = shared_dirs::open_dir(&sessions, Path::new(session).join("data"))? else {
+            return Ok(None);
+        };
+        let folder = match path.rsplit_once('/') {
+            Some((folder, name)) => shared_dirs::open_dir(&data, folder)?.map(|folder| (folder, name)),
+            None => Some((data, path)),
+        };
+        match folder {
+            Some((folder, name)) => shared_dirs::read_regular(&folder, OsStr::new(name), cap),
+            None => Ok(None),
+        }
+    }
+
     /// Whether `session` has a workspace (its folder or filesystem's image).
     pub fn has(&self, session: &str) -> bool {
         let dir = self.sessions.join(session);

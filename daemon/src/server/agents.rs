@@ -54,7 +54,10 @@ impl v1::agents_server::Agents for AgentsService {
             async move {
                 let mut turn = to_wire::agent_turn(down);
                 if turn.health_check.is_none() {
-                    turn.tools = to_wire::tool_names(&crate::drive::orchestrator::role_tools(identity.role));
+                    turn.tools = to_wire::tool_names(&crate::drive::orchestrator::role_tools(
+                        &shared.orchestrator,
+                        identity.role,
+                    ));
                     turn.tools.extend(tools::mcp_definitions(&shared, &identity).await);
                     let skills =
                         crate::drive::orchestrator::role_skills(&shared.orchestrator, identity.role, &identity.context);

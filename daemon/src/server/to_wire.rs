@@ -91,6 +91,7 @@ pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1
             channel: notice.channel,
             is_error: notice.is_error,
         }),
+        Kind::Moved { leaf, text } => Out::Moved(v1::SessionMoved { leaf_entry_id: leaf, text }),
         Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in, review, action } => {
             Out::Approval(v1::ApprovalRequest {
                 id,

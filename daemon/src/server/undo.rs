@@ -64,6 +64,7 @@ pub(super) async fn undo(shared: &Shared, request: Request<v1::UndoRequest>) -> 
     let workspaces = shared.workspaces.clone();
     let group = record.group_id.is_some();
     let expect = asked.expect_leaf_entry_id.clone();
+    let expect_digest = asked.expect_digest.clone();
     let turns = asked.turns.max(1) as usize;
     let (plan, done) = tokio::task::spawn_blocking(move || {
         // The workspace's files are there while it is mounted (its filesystem, when it has
@@ -92,6 +93,16 @@ pub(super) async fn undo(shared: &Shared, request: Request<v1::UndoRequest>) -> 
                 "The conversation moved on since the undo was shown: ask for it again to see what it would do now.".into(),
             ));
         }
+        if expect_digest.is_empty() {
+            return Err(UndoError::Said(
+                "An undo is done only as it was shown: ask for its plan first, then confirm it (expect_digest is the plan's digest).".into(),
+            ));
+        }
+        if expect_digest != plan.digest() {
+            return Err(UndoError::Said(
+                "What the undo would do changed since it was shown (a file was changed or put back meanwhile): ask for it again to see what it would do now.".into(),
+            ));
+        }
         let done = undo.apply(&sessions, &plan)?;
         Ok((plan, Some(done)))
     })
@@ -99,6 +110,7 @@ pub(super) async fn undo(shared: &Shared, request: Request<v1::UndoRequest>) -> 
     .map_err(|_panicked| Status::internal("the undo stopped unexpectedly; the daemon's log says why"))??;
     let effects = if plan.redo { vec![] } else { effects(shared, &plan) };
     if let Some(done) = &done {
+        shared.taints.put_back(&plan.session, done.marked.clone());
         tracing::info!(
             session = %plan.session,
             redo = plan.redo,
@@ -223,6 +235,7 @@ fn to_wire(plan: &Plan, done: Option<&crate::store::undo::Done>, effects: Vec<St
         to_entry_id: plan.to_leaf.clone(),
         files_kept: kept,
         text: String::new(),
+        digest: plan.digest(),
     };
     wire.text = text(&wire);
     wire
@@ -271,7 +284,7 @@ fn text(plan: &v1::UndoPlan) -> String {
         lines.extend(plan.not_undoable.iter().map(|effect| format!("  {}", shown(effect))));
     }
     if plan.files_kept && !plan.redo {
-        lines.push("Never taken back: .git folders (git keeps their history), what a .gitignore names, links.".into());
+        lines.push("Never taken back: git's history in .git (git keeps it; its config and hooks are taken back), what a .gitignore named before the turn, links.".into());
     }
     lines.push(match (plan.applied, plan.redo) {
         (true, false) => {

@@ -84,6 +84,8 @@ pub enum Kind {
     },
     /// A scheduled task's result or trouble.
     Notice(Notice),
+    /// The conversation was moved to `leaf` by an undo or a redo (`text`: what was done).
+    Moved { leaf: String, text: String },
     /// A tool's connection to `host:port` waits for someone of the context to allow it, a skill
     /// for its `review`, or an acting tool of a marked turn (`action`; host and port empty).
     ApprovalRequest {
@@ -283,6 +285,7 @@ impl Kind {
                 clean(&mut notice.content);
             }
             Kind::Tainted { source, .. } => clean(source),
+            Kind::Moved { text, .. } => clean(text),
             // A command line, or a host a command made up, can carry a secret.
             Kind::ApprovalRequest { host, asked_by, review, action, .. } => {
                 clean(host);

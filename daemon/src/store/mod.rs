@@ -56,7 +56,9 @@ impl Store {
         sessions.told(Arc::downgrade(&recall_sink));
         let recall_index: Arc<dyn memory::MemoryIndex> = recall.clone();
         memory.indexed_by(Arc::downgrade(&recall_index));
-        let undo = Arc::new(undo::Undo::new(data_dir.root(), base.loaded.config.sessions.undo.clone()));
+        let undo = Arc::new(
+            undo::Undo::new(data_dir.root(), base.loaded.config.sessions.undo.clone()).telling(events.clone()),
+        );
         Store { events, sessions, memory, recall, inbox, undo }
     }
 }

@@ -137,6 +137,7 @@ pub fn agent_request(role: Role, session_id: &str, context: &Context) -> RunRequ
         daemon_socket: true,
         working_dir: None,
         image: None,
+        limits: None,
     }
 }
 

@@ -93,6 +93,7 @@ impl Workers {
             values: guard.redact.shield().clone(),
             tracker: tracker.clone(),
             warm: warm.clone(),
+            browser: loaded.config.tools.browser.clone(),
         }));
         tools.fill_pool();
         let mcp = Arc::new(mcp::pool::McpPool::new(mcp::pool::Setup {

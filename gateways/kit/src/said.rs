@@ -73,6 +73,8 @@ pub enum Said {
     Sent(v1::OutboundMessage),
     /// A task's notice for the context (a scheduled run's result, a reminder).
     Notice(v1::TaskNotice),
+    /// The conversation was moved by an undo or a redo: to `leaf`, with what was done.
+    Moved { leaf: String, text: String },
 }
 
 /// What `event` says; `None` for an event with nothing in it.
@@ -108,6 +110,7 @@ pub fn said(event: &v1::OrchestratorEvent) -> Option<Said> {
         Event::ApprovalSettled(settled) => Said::Settled(settled.clone()),
         Event::Message(message) => Said::Sent(message.clone()),
         Event::Notice(notice) => Said::Notice(notice.clone()),
+        Event::Moved(moved) => Said::Moved { leaf: moved.leaf_entry_id.clone(), text: moved.text.clone() },
     })
 }
 

@@ -56,23 +56,27 @@ pub fn command(text: &str) -> Option<Command> {
     }
 }
 
+/// A plan shown: the command, the plan's `from_entry_id` and `digest`, and when.
+type ShownPlan = (Command, (String, String), Instant);
+
 /// The plans shown in each chat, waiting for their `yes`.
 #[derive(Debug, Default)]
 pub struct Shown {
-    plans: Mutex<HashMap<String, (Command, String, Instant)>>,
+    /// Per chat and person.
+    plans: Mutex<HashMap<String, ShownPlan>>,
 }
 
 impl Shown {
-    fn take(&self, key: &str, asked: Command) -> Option<String> {
+    fn take(&self, key: &str, asked: Command) -> Option<(String, String)> {
         let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
         plans.retain(|_, (_, _, at)| at.elapsed() < SHOWN_FOR);
-        let (shown, from, _) = plans.remove(key)?;
-        (shown.turns == asked.turns && shown.redo == asked.redo).then_some(from)
+        let (shown, plan, _) = plans.remove(key)?;
+        (shown.turns == asked.turns && shown.redo == asked.redo).then_some(plan)
     }
 
-    fn keep(&self, key: String, command: Command, from: String) {
+    fn keep(&self, key: String, command: Command, plan: &v1::UndoPlan) {
         let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
-        plans.insert(key, (command, from, Instant::now()));
+        plans.insert(key, (command, (plan.from_entry_id.clone(), plan.digest.clone()), Instant::now()));
     }
 }
 
@@ -98,13 +102,16 @@ pub fn request(
         true => shown.take(key, command),
         false => None,
     };
+    let apply = expect.is_some();
+    let (expect_leaf_entry_id, expect_digest) = expect.unwrap_or_default();
     v1::UndoRequest {
         session_id: session_id.to_string(),
         turns: command.turns,
         redo: command.redo,
-        apply: expect.is_some(),
-        expect_leaf_entry_id: expect.unwrap_or_default(),
+        apply,
+        expect_leaf_entry_id,
         context,
+        expect_digest,
     }
 }
 
@@ -114,7 +121,7 @@ pub fn reply(shown: &Shown, key: String, command: Command, plan: &v1::UndoPlan) 
     if plan.applied {
         return plan.text.clone();
     }
-    shown.keep(key, command, plan.from_entry_id.clone());
+    shown.keep(key, command, plan);
     let again = if command.confirmed { "It was not shown here yet, or the conversation moved on: " } else { "" };
     format!("{}\n\n{again}Send {} to do it.", plan.text, confirm_with(command))
 }
@@ -162,11 +169,15 @@ mod tests {
     fn a_yes_confirms_only_the_plan_shown_in_that_chat() {
         let shown = Shown::default();
         let plain = Command { turns: 1, redo: false, confirmed: false };
-        shown.keep("chat\u{0}ada".into(), plain, "e-1".into());
+        let plan = v1::UndoPlan { from_entry_id: "e-1".into(), digest: "d1".into(), ..Default::default() };
+        shown.keep("chat\u{0}ada".into(), plain, &plan);
         assert_eq!(shown.take("chat\u{0}bob", Command { confirmed: true, ..plain }), None);
         assert_eq!(shown.take("chat\u{0}ada", Command { turns: 2, confirmed: true, ..plain }), None, "another count");
-        shown.keep("chat\u{0}ada".into(), plain, "e-1".into());
-        assert_eq!(shown.take("chat\u{0}ada", Command { confirmed: true, ..plain }).as_deref(), Some("e-1"));
-        assert_eq!(shown.take("chat\u{0}ada", Command { confirmed: true, ..plain }), None, "once");
+        shown.keep("chat\u{0}ada".into(), plain, &plan);
+        let confirmed = Command { confirmed: true, ..plain };
+        let request = request(&shown, "chat\u{0}ada", confirmed, "s1", None);
+        assert!(request.apply);
+        assert_eq!((request.expect_leaf_entry_id.as_str(), request.expect_digest.as_str()), ("e-1", "d1"));
+        assert_eq!(shown.take("chat\u{0}ada", confirmed), None, "once");
     }
 }

@@ -186,9 +186,11 @@ pub struct Undo {
     redo: bool,
     #[serde(default)]
     apply: bool,
-    /// With `apply`: the plan's `from`, as shown.
+    /// With `apply`: the plan's `from` and `digest`, as shown.
     #[serde(default)]
     expect: String,
+    #[serde(default)]
+    digest: String,
 }
 
 /// `POST /api/sessions/{id}/undo`: the plan of taking the last `turns` turns back (files and
@@ -202,6 +204,7 @@ pub async fn undo(State(app): State<Arc<App>>, user: User, Path(id): Path<String
         apply: undo.apply,
         expect_leaf_entry_id: undo.expect,
         context: None,
+        expect_digest: undo.digest,
     };
     answer(daemon.sessions.undo(app.as_user(&user.session, request)).await, |plan| {
         json!({
@@ -209,6 +212,7 @@ pub async fn undo(State(app): State<Arc<App>>, user: User, Path(id): Path<String
             "applied": plan.applied,
             "from": plan.from_entry_id,
             "to": plan.to_entry_id,
+            "digest": plan.digest,
             "files": plan.files.iter().map(|file| json!({"folder": file.folder, "path": file.path, "summary": file.summary})).collect::<Vec<_>>(),
             "skipped": plan.skipped.iter().map(|skip| json!({"folder": skip.folder, "path": skip.path, "why": skip.why})).collect::<Vec<_>>(),
             "notUndoable": plan.not_undoable,

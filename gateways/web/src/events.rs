@@ -240,6 +240,7 @@ pub fn to_json(event: &v1::OrchestratorEvent, me: &Me) -> Option<serde_json::Val
             "files": message.attachments.iter().map(|file| json!({"name": file.filename, "path": file.path,
                 "type": file.mime_type, "size": file.size_bytes})).collect::<Vec<_>>()}),
         Said::Notice(notice) => json!({"type": "notice", "session": session, "text": notice.content}),
+        Said::Moved { leaf, text } => json!({"type": "moved", "session": session, "leaf": leaf, "text": text}),
         // A card with the answers as buttons, whichever conversation is open; a skill's review
         // with what it is, would run and reach, and what its scan found.
         Said::Approval(request) => {

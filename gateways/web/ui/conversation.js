@@ -467,6 +467,8 @@ function onEvent(event) {
   }
   switch (event.type) {
     case "user": {
+      // The conversation went on: an undo may take it back to where it was before.
+      state.moved = "";
       // The page's own message, shown as it was sent, now has its place in the conversation.
       const mine = event.mine;
       const pending = mine ? state.pending.shift() : null;
@@ -570,6 +572,14 @@ function onEvent(event) {
       break;
     case "notice":
       bubble("notice", event.text);
+      break;
+    case "moved":
+      // An undo or a redo elsewhere (another tab, the TUI, a chat): this page shows where the
+      // conversation is now, once (its own undo got there already).
+      if (!state.undoing && state.moved !== event.leaf) {
+        state.moved = event.leaf;
+        open(state.session, event.leaf).then(() => bubble("notice undo-plan", event.text));
+      }
       break;
   }
 }
@@ -855,11 +865,15 @@ async function undoFrom(answer) {
     };
     choice("Undo", async () => {
       try {
-        const done = await api(url, { method: "POST", body: { turns, apply: true, expect: plan.from } });
+        state.undoing = true;
+        const done = await api(url, { method: "POST", body: { turns, apply: true, expect: plan.from, digest: plan.digest } });
+        state.moved = done.to;
         await open(state.session, done.to);
-        bubble("notice", done.text);
+        bubble("notice undo-plan", done.text);
       } catch (error) {
         problem(error.message);
+      } finally {
+        state.undoing = false;
       }
     }).focus();
     choice("Keep", async () => card.remove());

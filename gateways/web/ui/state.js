@@ -14,6 +14,8 @@ export const state = {
   rooms: [],
   session: "", // the conversation open
   leaf: "", // the entry the next message answers, when a branch was chosen ("" = the newest)
+  moved: "", // where the last undo or redo shown here moved the conversation
+  undoing: false, // this page's own undo is under way (its event is not followed)
   pending: [], // the page's own messages, shown before the daemon has them
   waiting: [], // the answers to them, each saying at once that the assistant is working
   unread: new Set(), // conversations with news not yet seen

@@ -798,6 +798,40 @@ pub struct ToolsConfig {
     /// loop-mounted image per session; needs root), `checked` (by the tool runner after each
     /// call) or `auto` (a filesystem where the daemon can mount, else checked).
     pub workspace_limit: WorkspaceLimit,
+    /// The `browser` tool: one Chromium per session in a tool container of its own.
+    pub browser: BrowserConfig,
+}
+
+/// `tools.browser` (DESIGN.md §12).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrowserConfig {
+    /// False (the default until the holes issue 61's attack found are closed): no agent is
+    /// offered the browser.
+    pub enabled: bool,
+    /// Memory of a session's browser container, every page of it together.
+    pub memory: ByteSize,
+    /// Pages (tabs and windows) open at once; a page opening more has them closed.
+    pub pages: u32,
+    /// The JavaScript heap one page may grow to; past it the page crashes, not the browser.
+    pub page_memory: ByteSize,
+    /// The most bytes one download may have.
+    pub max_download: ByteSize,
+    /// Seconds an unused browser is kept; its container then goes (its logins stay).
+    pub idle_timeout: u64,
+}
+
+impl Default for BrowserConfig {
+    fn default() -> Self {
+        BrowserConfig {
+            enabled: false,
+            memory: ByteSize(1 << 30),
+            pages: 4,
+            page_memory: ByteSize(512 << 20),
+            max_download: ByteSize(100 << 20),
+            idle_timeout: 300,
+        }
+    }
 }
 
 impl Default for ToolsConfig {
@@ -808,12 +842,14 @@ impl Default for ToolsConfig {
                 (ToolName::Exec, 60),
                 (ToolName::WebSearch, 30),
                 (ToolName::WebFetch, 30),
+                (ToolName::Browser, 120),
             ]),
             blocked_patterns: vec![],
             web_proxy: WebProxyConfig::default(),
             warm_idle_timeout: 600,
             mode: ToolMode::Warm,
             workspace_limit: WorkspaceLimit::Auto,
+            browser: BrowserConfig::default(),
         }
     }
 }

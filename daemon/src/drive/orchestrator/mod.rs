@@ -679,12 +679,19 @@ pub fn recover(orchestrator: &Orchestrator) -> usize {
     interrupted.len()
 }
 
-/// The tools `role` may call, by name (the policy's): the daemon's own and the runner's.
-pub fn role_tools(role: Role) -> Vec<&'static str> {
+/// The tools `role` may call, by name (the policy's): the daemon's own and the runner's; the
+/// browser only while `tools.browser.enabled`.
+pub fn role_tools(orchestrator: &Orchestrator, role: Role) -> Vec<&'static str> {
+    let browser = orchestrator.loaded.config.tools.browser.enabled;
     crate::sandbox::policy::Policy::agent_tools_of(role)
         .iter()
         .copied()
-        .chain(crate::sandbox::policy::Policy::tools_of(role).iter().map(|tool| tool.as_str()))
+        .chain(
+            crate::sandbox::policy::Policy::tools_of(role)
+                .iter()
+                .filter(|tool| browser || **tool != baaaht_proto::ToolName::Browser)
+                .map(|tool| tool.as_str()),
+        )
         .collect()
 }
 
@@ -716,7 +723,7 @@ pub fn agent_setup(orchestrator: &Orchestrator, identity: &ContainerIdentity) ->
     let memories = if role == Role::Assistant { memories_of(&own.join("memory")) } else { vec![] };
     let memories = memories.iter().map(remembered).collect();
     let skills = role_skills(orchestrator, role, context);
-    let tools = role_tools(role);
+    let tools = role_tools(orchestrator, role);
     let session_model = orchestrator.sessions.get(&identity.session_id).and_then(|record| record.model);
     crate::work::agents::AgentSetup {
         role,

@@ -699,6 +699,7 @@ impl LlmGateway {
                     daemon_socket: false,
                     working_dir: None,
                     image: None,
+                    limits: None,
                 };
                 let handle = containers
                     .start_detached(request)

@@ -17,6 +17,8 @@
 //! someone else is kept and named), then moves the conversation to the entry before them. It is
 //! written down first (`undo.pending.json`) and finished on the next start if the daemon dies.
 
+mod feed;
+mod look;
 pub mod objects;
 mod restore;
 mod retention;
@@ -36,6 +38,8 @@ use tree::Meta;
 
 pub use restore::{Done, FileStep, Plan, Skipped};
 
+/// The session's workspace, as a container names it.
+pub const WORKSPACE: &str = "/workspace";
 /// A session's undo records, in its folder.
 pub const RECORDS: &str = "undo.jsonl";
 /// An undo written down before it is done.
@@ -58,6 +62,9 @@ pub struct Turn {
     pub entry: String,
     pub user_turn: String,
     pub correlation: String,
+    /// What the turn read from outside, when it did (its taint mark's first source): the
+    /// contents it writes stay marked when an undo or a redo puts them back.
+    pub marked: Option<String>,
 }
 
 /// A file's content as kept: its name in the store, and what it is restored with.
@@ -108,14 +115,30 @@ pub enum Record {
         changes: Vec<Change>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         not_kept: Vec<NotKept>,
+        /// What the turn had read from outside by then, if anything.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        marked: Option<String>,
     },
     /// Turns taken back: the conversation moved from `from_leaf` to `to_leaf`, and the files
     /// were put back (`before`: as they were, `after`: as put).
     Undone { entries: Vec<String>, from_leaf: String, to_leaf: String, at: u64, restored: Vec<Change> },
     /// An undo taken back in turn.
     Redone { from_leaf: String, to_leaf: String, at: u64, restored: Vec<Change> },
-    /// The changes of these turns were let go (oldest first, to keep within the settings).
-    Dropped { entries: Vec<String>, why: String, at: u64 },
+    /// The changes of these turns were let go (oldest first, to keep within the settings). What
+    /// they wrote stays known: the contents marked turns wrote (hash, what the turn read), and
+    /// the `.gitignore` contents (which never hold).
+    Dropped {
+        entries: Vec<String>,
+        why: String,
+        at: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        marked: Vec<(String, String)>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ignores: Vec<String>,
+    },
+    /// Some of the changes of the turn answering `entry` could not be kept, and why (said by
+    /// its undo, after a restart too).
+    Incomplete { entry: String, why: String, at: u64 },
 }
 
 /// Why a turn's changes could not be kept, or an undo could not be done: a sentence for the
@@ -165,8 +188,9 @@ type Index = BTreeMap<String, Indexed>;
 /// A folder's index, by its context and host path.
 type Indexes = HashMap<(Context, PathBuf), Arc<Mutex<Index>>>;
 
-/// A running turn: its session, its context, and the folders it looked at since it began.
-type Begun = (String, Context, HashSet<PathBuf>);
+/// A running turn: its session, its context, the folders it looked at since it began, and the
+/// `.gitignore` files of each as they were then.
+type Begun = (String, Context, HashSet<PathBuf>, HashMap<PathBuf, tree::Frozen>);
 
 /// Every turn's file changes and their undo.
 #[derive(Debug)]
@@ -176,10 +200,18 @@ pub struct Undo {
     config: UndoConfig,
     /// Each folder's index, by its context and host path.
     indexes: Mutex<Indexes>,
+    /// What changed in each folder since its last look (taken after a folder's lock, never
+    /// before it).
+    feed: Mutex<feed::Feed>,
     /// The folders each running turn looked at since it began, with its session and context.
     begun: Mutex<HashMap<String, Begun>>,
     /// The bytes each context's store takes, once read.
     sizes: Mutex<HashMap<Context, u64>>,
+    /// Where an undo or a redo is told, so that every page and terminal showing the
+    /// conversation shows where it is now.
+    events: Option<Arc<crate::store::events::EventBus>>,
+    /// The contents of the `.gitignore` files each context's turns wrote: they never hold.
+    ignores_written: Mutex<HashMap<Context, HashSet<String>>>,
     /// Held while a session's records are appended to or rewritten.
     writing: Mutex<()>,
     /// What each folder's last walk found and did not keep (links, devices, names not UTF-8).
@@ -205,12 +237,27 @@ impl Undo {
             sessions_dir: data.join("sessions"),
             config,
             indexes: Mutex::default(),
+            feed: Mutex::new(feed::Feed::new()),
             begun: Mutex::default(),
             sizes: Mutex::default(),
             writing: Mutex::default(),
+            ignores_written: Mutex::default(),
+            events: None,
             left_out: Mutex::default(),
             incomplete: Mutex::default(),
         }
+    }
+
+    /// As [`Undo::new`], on a host without a change feed: every look walks its folder whole.
+    #[cfg(test)]
+    fn without_feed(data: &Path, config: UndoConfig) -> Undo {
+        Undo { feed: Mutex::new(feed::Feed::none()), ..Undo::new(data, config) }
+    }
+
+    /// Tells `events` of every undo and redo done.
+    pub fn telling(mut self, events: Arc<crate::store::events::EventBus>) -> Undo {
+        self.events = Some(events);
+        self
     }
 
     pub fn enabled(&self) -> bool {
@@ -263,7 +310,20 @@ impl Undo {
     /// `result` of keeping `turn`'s changes, noted when it failed (its undo then says so).
     fn noting<T>(&self, turn: &Turn, result: Result<T, UndoError>) -> Result<T, UndoError> {
         if let Err(error) = &result {
-            lock(&self.incomplete).entry(turn.entry.clone()).or_insert_with(|| (error.to_string(), false));
+            let first = {
+                let mut incomplete = lock(&self.incomplete);
+                let first = !incomplete.contains_key(&turn.entry);
+                incomplete.entry(turn.entry.clone()).or_insert_with(|| (error.to_string(), false));
+                first
+            };
+            if first {
+                let record =
+                    Record::Incomplete { entry: turn.entry.clone(), why: error.to_string(), at: state::now_seconds() };
+                // Kept in memory anyway (on a full disk the record cannot be written either).
+                if let Err(error) = self.append(&turn.session, &record) {
+                    tracing::warn!(error = %baaaht_proto::error_chain(&error), session = %turn.session, "cannot note that a turn's changes were not all kept");
+                }
+            }
         }
         result
     }
@@ -271,9 +331,9 @@ impl Undo {
     fn look_before(&self, turn: &Turn, roots: &[Root]) -> Result<(), UndoError> {
         let fresh: Vec<&Root> = {
             let mut begun = lock(&self.begun);
-            let (_, _, seen) = begun
+            let (_, _, seen, _) = begun
                 .entry(turn.user_turn.clone())
-                .or_insert_with(|| (turn.session.clone(), turn.context.clone(), HashSet::new()));
+                .or_insert_with(|| (turn.session.clone(), turn.context.clone(), HashSet::new(), HashMap::new()));
             roots.iter().filter(|root| seen.insert(root.host.clone())).collect()
         };
         if fresh.is_empty() {
@@ -281,7 +341,7 @@ impl Undo {
         }
         let objects = self.objects(&turn.context);
         for root in fresh {
-            self.look(&objects, turn, root, None).map(drop)?;
+            self.look(&objects, turn, root, None, true).map(drop)?;
         }
         Ok(())
     }
@@ -311,7 +371,7 @@ impl Undo {
                 Some(_) => continue,
                 None => None,
             };
-            let (found, missed) = self.look(&objects, turn, root, only)?;
+            let (found, missed) = self.look(&objects, turn, root, only, false)?;
             changes.extend(found);
             not_kept.extend(missed);
         }
@@ -329,15 +389,17 @@ impl Undo {
             at: state::now_seconds(),
             changes: changes.clone(),
             not_kept,
+            marked: turn.marked.clone(),
         };
         self.append(&turn.session, &record)?;
+        self.wrote_ignores(&turn.context, &changes);
         Ok(changes)
     }
 
     /// The turn `user_turn` ended: its folders are looked at again from the next turn's first
     /// writing call, and what is kept is brought within the settings. Blocking.
     pub fn ended(&self, user_turn: &str) {
-        let Some((session, context, _)) = lock(&self.begun).remove(user_turn) else { return };
+        let Some((session, context, _, _)) = lock(&self.begun).remove(user_turn) else { return };
         if let Err(error) = self.keep_within(&session, &context) {
             tracing::warn!(error = %baaaht_proto::error_chain(&error), session, "cannot let go of the oldest turns' file changes");
         }
@@ -375,168 +437,6 @@ impl Undo {
             true => UndoError::DiskFull,
             false => UndoError::Folder { folder: folder.to_string(), source },
         }
-    }
-
-    /// Looks at `root` (only `only` in it, when given) against its index: what changed is kept
-    /// and the index brought up to date. Answers the changes and what could not be kept.
-    fn look(
-        &self,
-        objects: &Objects,
-        turn: &Turn,
-        root: &Root,
-        only: Option<&str>,
-    ) -> Result<(Vec<Change>, Vec<NotKept>), UndoError> {
-        let index = self.index(&turn.context, &root.host);
-        let mut index = lock(&index);
-        let folder = match crate::sandbox::shared_dirs::open_trusted(&root.host) {
-            Ok(folder) => folder,
-            // Not there (a workspace not made yet): nothing in it to keep.
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((vec![], vec![])),
-            Err(source) => return Err(self.io_error(&root.name, source)),
-        };
-        let mut not_kept = vec![];
-        let now: BTreeMap<String, Meta> = match only {
-            Some(path) => {
-                let found = tree::stat(&folder, path).map_err(|source| self.io_error(&root.name, source))?;
-                found.map(|meta| (path.to_string(), meta)).into_iter().collect()
-            }
-            None => {
-                let known = |path: &str, folder: bool| match folder {
-                    true => {
-                        let prefix = format!("{path}/");
-                        index.range(prefix.clone()..).next().is_some_and(|(known, _)| known.starts_with(&prefix))
-                    }
-                    false => index.contains_key(path),
-                };
-                let walked = tree::walk(&folder, self.config.max_files, &known)
-                    .map_err(|source| self.io_error(&root.name, source))?;
-                if walked.stopped {
-                    tracing::warn!(folder = %root.name, most = self.config.max_files, "a folder has more files than undo looks at; the rest is not kept");
-                    let why = format!(
-                        "the folder holds more than {} files (sessions.undo.max_files): what lies beyond them was not looked at",
-                        self.config.max_files
-                    );
-                    not_kept.push(NotKept { root: root.name.clone(), path: String::new(), why });
-                }
-                // What a walk leaves out is said once, when it first shows (a link the turn made).
-                let mut left = lock(&self.left_out);
-                let seen = left.entry(root.host.clone()).or_default();
-                let found: HashSet<String> = walked.left_out.iter().map(|(path, _)| path.clone()).collect();
-                for (path, why) in &walked.left_out {
-                    if !seen.contains(path) {
-                        not_kept.push(NotKept {
-                            root: root.name.clone(),
-                            path: path.clone(),
-                            why: format!("{why}; undo does not take it back"),
-                        });
-                    }
-                }
-                *seen = found;
-                drop(left);
-                let mut files = walked.files;
-                // What the walk did not reach is not taken for gone.
-                if walked.stopped {
-                    for (path, indexed) in index.iter() {
-                        files.entry(path.clone()).or_insert(indexed.meta);
-                    }
-                }
-                files
-            }
-        };
-        let mut gone: Vec<String> = index
-            .keys()
-            .filter(|path| only.is_none_or(|only| only == path.as_str()) && !now.contains_key(*path))
-            .cloned()
-            .collect();
-        let mut changes = vec![];
-        let racy_since = now_nanos() - RACY_NANOS;
-        for (path, meta) in &now {
-            let before = index.get(path);
-            if before.is_some_and(|before| before.meta == *meta && !before.racy) {
-                continue;
-            }
-            let full = self.size(&turn.context) >= self.config.max_size.0;
-            let read = match full {
-                // Past the store's size within a turn: nothing more is kept until the turn's end
-                // lets the oldest go.
-                true => Err(std::io::Error::other(format!(
-                    "the undo store is at its size ({}, sessions.undo.max_size)",
-                    self.config.max_size
-                ))),
-                false => tree::read(&folder, path, self.config.max_file_size.0),
-            };
-            let kept = match read {
-                Ok(Some((bytes, read_meta))) => match objects.put(&bytes) {
-                    Ok((hash, took)) => {
-                        self.grew(&turn.context, took);
-                        Some(Indexed {
-                            meta: read_meta,
-                            racy: read_meta.mtime.max(read_meta.ctime) >= racy_since,
-                            stamp: Some(Stamp {
-                                hash,
-                                size: read_meta.size,
-                                mode: read_meta.mode,
-                                uid: read_meta.uid,
-                                gid: read_meta.gid,
-                            }),
-                        })
-                    }
-                    Err(error) if disk_full(&error) => return Err(UndoError::DiskFull),
-                    Err(source) => return Err(UndoError::Folder { folder: "the undo store".into(), source }),
-                },
-                Ok(None) => {
-                    gone.push(path.clone());
-                    continue;
-                }
-                Err(error) => {
-                    not_kept.push(NotKept { root: root.name.clone(), path: path.clone(), why: error.to_string() });
-                    Some(Indexed { meta: *meta, stamp: None, racy: false })
-                }
-            };
-            let Some(kept) = kept else { continue };
-            match (before, &kept.stamp) {
-                // Not kept now: said above.
-                (_, None) => {}
-                (Some(before), Some(_)) if before.stamp.is_none() => not_kept.push(NotKept {
-                    root: root.name.clone(),
-                    path: path.clone(),
-                    why: "its content before the turn was not kept".into(),
-                }),
-                (Some(before), Some(now)) if before.stamp.as_ref() == Some(now) => {}
-                (before, Some(now)) => changes.push(Change {
-                    root: root.name.clone(),
-                    host: root.host.clone(),
-                    path: path.clone(),
-                    before: before.and_then(|before| before.stamp.clone()),
-                    after: Some(now.clone()),
-                }),
-            }
-            index.insert(path.clone(), kept);
-        }
-        for path in gone {
-            match index.remove(&path) {
-                Some(Indexed { stamp: Some(stamp), .. }) => changes.push(Change {
-                    root: root.name.clone(),
-                    host: root.host.clone(),
-                    path: path.clone(),
-                    before: Some(stamp),
-                    after: None,
-                }),
-                Some(Indexed { stamp: None, .. }) => not_kept.push(NotKept {
-                    root: root.name.clone(),
-                    path,
-                    why: "it was removed, and its content was not kept".into(),
-                }),
-                None => {}
-            }
-        }
-        Ok((changes, not_kept))
-    }
-
-    /// Forgets a folder's index (its next look reads it whole again), e.g. after it was
-    /// restored by hand.
-    pub fn forget(&self, context: &Context, host: &Path) {
-        lock(&self.indexes).remove(&(context.clone(), host.to_path_buf()));
     }
 
     /// Sets the index entries of files an undo put back, so that the next look does not take

@@ -55,6 +55,17 @@ pub struct Plan {
     pub correlations: Vec<String>,
 }
 
+impl Plan {
+    /// What the plan would do, digested (a confirmation names it: what was shown is what is
+    /// done).
+    pub fn digest(&self) -> String {
+        use sha2::Digest as _;
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        let digest = sha2::Sha256::digest(&bytes);
+        digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
+    }
+}
+
 /// A file's folder name, its content before the first change of the turns and after the last.
 type FirstAndLast = (String, Option<Stamp>, Option<Stamp>);
 
@@ -63,6 +74,22 @@ type FirstAndLast = (String, Option<Stamp>, Option<Stamp>);
 pub struct Done {
     pub restored: Vec<Change>,
     pub skipped: Vec<Skipped>,
+    /// Files of the workspace put back with a content a marked turn wrote (DESIGN.md §10.3),
+    /// with what that turn read: they are marked again.
+    pub marked: Vec<(String, String)>,
+}
+
+impl Done {
+    /// What was done, in a sentence for the screens that did not ask for it.
+    fn said(&self, plan: &Plan) -> String {
+        let what = match (plan.redo, plan.turns.len()) {
+            (true, _) => "Redone: the undone turns are back".to_string(),
+            (false, 1) => "Undone: the last turn".to_string(),
+            (false, n) => format!("Undone: the last {n} turns"),
+        };
+        let files = |n: usize| if n == 1 { "1 file".to_string() } else { format!("{n} files") };
+        format!("{what} ({} put back, {} left as they are).", files(self.restored.len()), files(self.skipped.len()))
+    }
 }
 
 fn said(text: impl Into<String>) -> UndoError {
@@ -133,8 +160,15 @@ impl Undo {
         let taken = &asked[asked.len().saturating_sub(turns.max(1))..];
         let entries: HashSet<&str> = taken.iter().map(|(id, _, _, _)| *id).collect();
         let mut skipped = vec![];
+        let records = self.records(session);
+        let noted = |entry: &str| {
+            records.iter().find_map(|record| match record {
+                Record::Incomplete { entry: of, why, .. } if of == entry => Some(why.clone()),
+                _ => None,
+            })
+        };
         for (entry, _, line, _) in taken {
-            if let Some(why) = self.incomplete(entry) {
+            if let Some(why) = self.incomplete(entry).or_else(|| noted(entry)) {
                 let why =
                     format!("some of the files \"{line}\" changed were not kept, so not all are put back ({why})");
                 skipped.push(Skipped { root: String::new(), path: entry.to_string(), why });
@@ -143,7 +177,7 @@ impl Undo {
         // Per file, in the order the calls changed it: first before, last after.
         let mut files: BTreeMap<(PathBuf, String), FirstAndLast> = BTreeMap::new();
         let mut correlations = vec![];
-        for record in self.records(session) {
+        for record in records {
             if let Record::Dropped { entries: dropped, why, .. } = &record {
                 for (entry, _, line, _) in taken.iter().filter(|(entry, ..)| dropped.iter().any(|d| d == entry)) {
                     let why = format!("the files \"{line}\" changed cannot be put back: {why}");
@@ -202,7 +236,7 @@ impl Undo {
                 Record::Redone { .. } => {
                     undone.pop();
                 }
-                Record::Call { .. } | Record::Dropped { .. } => {}
+                Record::Call { .. } | Record::Dropped { .. } | Record::Incomplete { .. } => {}
             }
         }
         let Some((entries, from_leaf, to_leaf, restored)) = undone.pop() else {
@@ -252,10 +286,25 @@ impl Undo {
         let (mut steps, mut skipped) = (vec![], vec![]);
         for change in changes {
             let skip = |why: String| Skipped { root: change.root.clone(), path: change.path.clone(), why };
-            let now = crate::sandbox::shared_dirs::open_trusted(&change.host)
-                .and_then(|folder| tree::read(&folder, &change.path, cap));
-            let now = match now {
-                Ok(now) => now.map(|(bytes, _)| bytes),
+            // What is there now; a link (or a device…) where the file was counts as nothing,
+            // and is replaced; a folder on the way that is something else now, too.
+            let now = crate::sandbox::shared_dirs::open_trusted(&change.host).and_then(|folder| {
+                let replaced = match tree::look_at(&folder, &change.path)? {
+                    tree::Found::Other(what) => Some(what.trim_start_matches("it is ").to_string()),
+                    _ => None,
+                };
+                let way = match change.after {
+                    Some(_) => tree::in_the_way(&folder, &change.path)?,
+                    None => None,
+                };
+                let read = match replaced {
+                    Some(_) => None,
+                    None => tree::read(&folder, &change.path, cap)?,
+                };
+                Ok((read.map(|(bytes, _)| bytes), replaced, way))
+            });
+            let (now, replaced, way) = match now {
+                Ok(now) => now,
                 Err(error) => {
                     skipped.push(skip(format!("it cannot be read ({error})")));
                     continue;
@@ -284,7 +333,14 @@ impl Undo {
                 },
                 None => None,
             };
-            steps.push(FileStep { summary: summary(now.as_deref(), to.as_deref()), change });
+            let mut said = summary(now.as_deref(), to.as_deref());
+            if let (Some(what), Some(_)) = (replaced, &change.after) {
+                said = format!("{said}; {what} is there now and is replaced");
+            }
+            if let Some(way) = way {
+                said = format!("{said}; {way} is not a folder now (a file or a link) and is replaced by it");
+            }
+            steps.push(FileStep { summary: said, change });
         }
         (steps, skipped)
     }
@@ -363,7 +419,44 @@ impl Undo {
             }
         }
         skipped.extend(plan.skipped.iter().cloned());
-        Ok(Done { restored, skipped })
+        let marked = self.marked(&plan.session, &restored);
+        let done = Done { restored, skipped, marked };
+        if let Some(events) = &self.events {
+            use crate::store::events::{Event, Kind};
+            let moved = Kind::Moved { leaf: plan.to_leaf.clone(), text: done.said(plan) };
+            events.publish(&context, Event::of_session(&plan.session, moved));
+        }
+        Ok(done)
+    }
+
+    /// The workspace's files among `restored` whose content a marked turn of `session` wrote
+    /// (whichever file it wrote it to), with what that turn read.
+    fn marked(&self, session: &str, restored: &[Change]) -> Vec<(String, String)> {
+        let mut by_content: HashMap<String, String> = HashMap::new();
+        for record in self.records(session) {
+            match record {
+                Record::Call { changes, marked: Some(source), .. } => {
+                    for stamp in changes.into_iter().filter_map(|change| change.after) {
+                        by_content.entry(stamp.hash).or_insert_with(|| source.clone());
+                    }
+                }
+                // Turns let go keep what their marked contents were.
+                Record::Dropped { marked, .. } => {
+                    for (hash, source) in marked {
+                        by_content.entry(hash).or_insert(source);
+                    }
+                }
+                _ => {}
+            }
+        }
+        restored
+            .iter()
+            .filter(|change| change.root == super::WORKSPACE)
+            .filter_map(|change| {
+                let source = by_content.get(&change.after.as_ref()?.hash)?;
+                Some((change.path.clone(), source.clone()))
+            })
+            .collect()
     }
 
     /// The sessions with an undo a stopped daemon left half done.
@@ -380,9 +473,9 @@ impl Undo {
 
     /// Finishes the undo a stopped daemon left half done in `session` (at start, before any
     /// turn, with the session's workspace mounted).
-    pub fn recover(&self, sessions: &SessionStore, session: &str) {
+    pub fn recover(&self, sessions: &SessionStore, session: &str) -> Option<Done> {
         let pending = self.pending_path(session);
-        let Ok(bytes) = std::fs::read(&pending) else { return };
+        let bytes = std::fs::read(&pending).ok()?;
         let plan: Plan = match serde_json::from_slice(&bytes) {
             Ok(plan) => plan,
             Err(error) => {
@@ -390,17 +483,23 @@ impl Undo {
                 tracing::warn!(%error, path = %pending.display(), "an unfinished undo's note cannot be read; it is set aside");
                 // silent-ok: set aside or not, it is not read again as a plan.
                 let _ = std::fs::rename(&pending, pending.with_extension("json.unreadable"));
-                return;
+                return None;
             }
         };
         match self.finish(sessions, &plan) {
-            Ok(done) => tracing::info!(
-                session,
-                restored = done.restored.len(),
-                skipped = done.skipped.len(),
-                "an undo cut short by a stop is finished"
-            ),
-            Err(error) => tracing::error!(session, %error, "an undo cut short by a stop cannot be finished"),
+            Ok(done) => {
+                tracing::info!(
+                    session,
+                    restored = done.restored.len(),
+                    skipped = done.skipped.len(),
+                    "an undo cut short by a stop is finished"
+                );
+                Some(done)
+            }
+            Err(error) => {
+                tracing::error!(session, %error, "an undo cut short by a stop cannot be finished");
+                None
+            }
         }
     }
 }

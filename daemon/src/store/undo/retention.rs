@@ -27,7 +27,7 @@ impl Undo {
         state::append_synced(&path, format!("{session}\n").as_bytes()).map_err(UndoError::Record)
     }
 
-    fn sessions_of(&self, context: &Context) -> Vec<String> {
+    pub(super) fn sessions_of(&self, context: &Context) -> Vec<String> {
         let text = std::fs::read_to_string(self.sessions_list(context)).unwrap_or_default();
         text.lines().filter(|line| !line.is_empty()).map(str::to_string).collect()
     }
@@ -67,12 +67,27 @@ impl Undo {
     /// Rewrites `session`'s records without the changes of the turns `entries`, noting why.
     fn let_go(&self, session: &str, entries: &[String], why: &str) -> Result<(), UndoError> {
         let _writing = lock(&self.writing);
-        let mut records: Vec<Record> = self
+        let (gone, mut records): (Vec<Record>, Vec<Record>) = self
             .records(session)
             .into_iter()
-            .filter(|record| !matches!(record, Record::Call { entry, .. } if entries.contains(entry)))
-            .collect();
-        records.push(Record::Dropped { entries: entries.to_vec(), why: why.to_string(), at: state::now_seconds() });
+            .partition(|record| matches!(record, Record::Call { entry, .. } if entries.contains(entry)));
+        let (mut marked, mut ignores) = (vec![], vec![]);
+        for record in gone {
+            if let Record::Call { changes, marked: source, .. } = record {
+                ignores.extend(super::look::ignore_contents(&changes));
+                if let Some(source) = source {
+                    let written = changes.into_iter().filter_map(|change| change.after);
+                    marked.extend(written.map(|stamp| (stamp.hash, source.clone())));
+                }
+            }
+        }
+        records.push(Record::Dropped {
+            entries: entries.to_vec(),
+            why: why.to_string(),
+            at: state::now_seconds(),
+            marked,
+            ignores,
+        });
         let mut text = vec![];
         for record in &records {
             text.extend(serde_json::to_vec(record).map_err(|error| UndoError::Said(error.to_string()))?);
@@ -150,7 +165,7 @@ impl Undo {
                     Record::Call { entry, .. } if gone.is_some_and(|gone| gone.contains(&entry)) => continue,
                     Record::Call { changes, .. } => changes,
                     Record::Undone { restored, .. } | Record::Redone { restored, .. } => restored,
-                    Record::Dropped { .. } => continue,
+                    Record::Dropped { .. } | Record::Incomplete { .. } => continue,
                 };
                 for change in changes {
                     needed.extend(change.before.into_iter().chain(change.after).map(|stamp| stamp.hash));

@@ -533,6 +533,7 @@ impl Supervisor {
             daemon_socket: false,
             working_dir: None,
             image: None,
+            limits: None,
         };
         let handle = self
             .supervision

@@ -671,6 +671,7 @@ impl McpPool {
             daemon_socket: true,
             working_dir: Some("/tmp".into()),
             image,
+            limits: None,
         };
         let mut changes = self.changes.subscribe();
         let handle = self.containers.start_detached(request).await.map_err(|error| fail(error.told()))?;

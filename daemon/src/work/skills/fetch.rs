@@ -168,6 +168,7 @@ pub(super) async fn fetch(
         daemon_socket: false,
         working_dir: Some(OUT_IN_CONTAINER.into()),
         image: None,
+        limits: None,
     };
     let outcome = containers.run(run).await;
     cancel.cancel();

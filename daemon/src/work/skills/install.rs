@@ -569,6 +569,7 @@ pub async fn commit(
         daemon_socket: false,
         working_dir: Some("/skill".into()),
         image: layer.as_ref().map(|(tag, _)| tag.clone()),
+        limits: None,
     };
     let outcome = containers.run(check).await.map_err(|error| InstallError::Validation(error.told()))?;
     if !outcome.succeeded() {

@@ -173,6 +173,11 @@ impl Calls {
             .map_err(CallError::Refused)?;
         }
         asked.params_json = self.redact.clean_values(Place::ToolCall, asked.params_json);
+        let browsing = asked.tool == ToolName::Browser.as_str();
+        if browsing {
+            let params = serde_json::from_str(&asked.params_json).unwrap_or_default();
+            self.browser_may(identity, live.as_ref(), &params).await.map_err(CallError::Refused)?;
+        }
         let untrusted = self.untrusted_source(identity, &asked);
         let messaging = asked.tool == ToolName::Message.as_str();
         // What it does with the session's files, which carry the marks of the turns that wrote
@@ -188,27 +193,33 @@ impl Calls {
             undoing.before(&self.undo).await;
         }
         let ran = self.run(identity, correlation_id, asked).await;
-        // Kept whether or not the call failed: a command stopped half way may have written.
-        if let Some(undoing) = undoing {
+        if let (Ok(_), Some(live), Some(files)) = (&ran, &live, files) {
+            self.follow_files(live, files).await;
+        }
+        // Kept whether or not the call failed (a command stopped half way may have written),
+        // with the turn's mark as it is now that its files were followed.
+        if let Some(mut undoing) = undoing {
+            let marked = self.taints.mark(&undoing.turn.session, &undoing.turn.user_turn);
+            undoing.turn.marked = marked.and_then(|mark| mark.sources.first().cloned());
             undoing.after(&self.undo, &self.events).await;
         }
         let mut answer = ran?;
-        if let (Some(live), Some(files)) = (&live, files) {
-            self.follow_files(live, files).await;
-        }
         if messaging && !answer.is_error {
             // The message (and its files) reaches the channels before the agent goes on, so
             // before the turn that sent it ends.
             self.ipc.flush(MESSAGE_DELIVERY).await;
         }
         answer.content = self.redact.clean_string(Place::ToolResult, answer.content);
-        if let (Some(live), Some((source, server))) = (&live, untrusted) {
+        if let (Some(live), Some((mut source, server))) = (&live, untrusted) {
             // A web tool that failed read nothing from outside (what the web said reached the
             // turn through the proxy, which marked what it showed); a server's answer, failed
-            // or not, is all its own.
+            // or not, is all its own; a page the browser read shows what its links lead to.
             if server || !answer.is_error {
+                if let Some(url) = answer.metadata.get("url").filter(|_| browsing) {
+                    source = format!("the browser at {}", crate::net::egress::proxy::redacted(url));
+                }
                 let taints = self.taints.clone();
-                let (live, read) = (live.clone(), server.then(|| answer.content.clone()));
+                let (live, read) = (live.clone(), (server || browsing).then(|| answer.content.clone()));
                 let asked = sent;
                 // The mark is saved to disk before the answer reaches the agent.
                 let marking = move || {
@@ -219,6 +230,9 @@ impl Calls {
                 };
                 tokio::task::spawn_blocking(marking).await.ok();
             }
+        }
+        if browsing {
+            self.browser_done(identity, live.as_ref(), &answer).await;
         }
         Ok(answer)
     }
@@ -305,7 +319,7 @@ impl Calls {
             }
         };
         let workspace = self.data_dir.root().join("sessions").join(&identity.session_id).join("data");
-        let mut roots = vec![crate::store::undo::Root { name: "/workspace".into(), host: workspace }];
+        let mut roots = vec![crate::store::undo::Root { name: crate::store::undo::WORKSPACE.into(), host: workspace }];
         if identity.role == Role::Coder {
             let projects = self.policy.coder_mounts(&identity.context).into_iter().filter(|mount| !mount.read_only);
             roots.extend(projects.map(|mount| crate::store::undo::Root { name: mount.target, host: mount.host }));
@@ -316,6 +330,7 @@ impl Calls {
             entry: live.entry.clone(),
             user_turn: live.user_turn.clone(),
             correlation: live.correlation_id.clone(),
+            marked: None,
         };
         Some(Undoing { turn, roots, tool: asked.tool.clone(), path })
     }
@@ -329,6 +344,9 @@ impl Calls {
         }
         if asked.tool == ToolName::WebSearch.as_str() {
             return Some((format!("web_search \"{}\"", params()["query"].as_str().unwrap_or("?")), false));
+        }
+        if asked.tool == ToolName::Browser.as_str() {
+            return Some(("the browser".into(), false));
         }
         let (server, _) = asked.tool.strip_prefix("mcp__")?.split_once("__")?;
         let (servers, _) = crate::work::mcp::config::servers_for(self.data_dir.root(), &identity.context);

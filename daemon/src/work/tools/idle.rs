@@ -57,7 +57,11 @@ impl Runners {
         for (session, slot) in slots {
             // A session in the middle of a call is not idle.
             let Ok(mut runner) = slot.try_lock() else { continue };
-            let kept = |runner: &Runner| if runner.called { self.idle } else { self.idle.min(GUESS_KEPT) };
+            let kept = |runner: &Runner| match runner.idle {
+                Some(idle) => idle,
+                None if runner.called => self.idle,
+                None => self.idle.min(GUESS_KEPT),
+            };
             if let Some(current) = runner.as_ref().filter(|r| r.last_used.elapsed() > kept(r)) {
                 tracing::info!(session, container = %current.container, "removing an idle tool container");
                 self.remove(&current.session, &current.container, "an idle tool container").await;

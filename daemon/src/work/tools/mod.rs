@@ -5,6 +5,7 @@
 //! session run one at a time (the runner kills every process after each call).
 
 pub mod acting;
+pub mod browser;
 pub mod call;
 mod idle;
 mod pooled;
@@ -208,8 +209,10 @@ struct Runner {
     /// The skills' script folders it mounts, as found then ([`skills_found`]): one installed,
     /// replaced or removed since is not as it has them.
     skills: Vec<(PathBuf, u64)>,
-    /// Its IPC folder, let go when the runner is.
-    _ipc: crate::work::ipc::Lease,
+    /// How long it is kept unused, when not `tools.warm_idle_timeout` (a browser's).
+    idle: Option<Duration>,
+    /// Its IPC folder, let go when the runner is (a browser has none).
+    _ipc: Option<crate::work::ipc::Lease>,
 }
 
 /// The warm runners of every session.
@@ -241,6 +244,8 @@ pub struct Runners {
     tracker: TaskTracker,
     /// Where a session's first tool container comes from when one is ready ([`pooled`]).
     warm: Arc<crate::work::warm::WarmPools>,
+    /// `tools.browser`.
+    browser: crate::base::config::BrowserConfig,
 }
 
 impl std::fmt::Debug for Runners {
@@ -278,6 +283,8 @@ pub struct Setup {
     pub tracker: TaskTracker,
     /// The warm pools, whose tool containers' pool the runners fill ([`Runners::fill_pool`]).
     pub warm: Arc<crate::work::warm::WarmPools>,
+    /// `tools.browser`.
+    pub browser: crate::base::config::BrowserConfig,
 }
 
 impl Runners {
@@ -304,6 +311,7 @@ impl Runners {
             values,
             tracker,
             warm,
+            browser,
         } = setup;
         Runners {
             containers,
@@ -324,6 +332,7 @@ impl Runners {
             values,
             tracker,
             warm,
+            browser,
         }
     }
 
@@ -452,7 +461,8 @@ impl Runners {
             last_used: Instant::now(),
             called: false,
             skills: found,
-            _ipc: ipc,
+            idle: None,
+            _ipc: Some(ipc),
         })
     }
 
@@ -498,19 +508,25 @@ impl Runners {
             ]
             .into_iter()
             .chain(projects)
-            // What the commands trust: the daemon's roots and its authority (for bound hosts).
-            .chain(self.edge.as_ref().map(|edge| MountSpec {
-                host: edge.authority.trust().to_path_buf(),
-                target: crate::net::egress::edge::TRUST_IN_CONTAINER.into(),
-                read_only: true,
-            }))
+            .chain(self.trust_mount())
             .collect(),
             env: vec![],
             timeout: Duration::MAX,
             daemon_socket: true,
             working_dir: Some(WORKSPACE.into()),
             image,
+            limits: None,
         }
+    }
+
+    /// What a tool container's programs trust: the daemon's roots and its authority (for hosts
+    /// a credential is bound to), mounted over the system's bundle; none without an edge.
+    fn trust_mount(&self) -> Option<MountSpec> {
+        self.edge.as_ref().map(|edge| MountSpec {
+            host: edge.authority.trust().to_path_buf(),
+            target: crate::net::egress::edge::TRUST_IN_CONTAINER.into(),
+            read_only: true,
+        })
     }
 
     /// Runs one call in a fresh tool container that is removed after it (`tools.mode: cold`).
@@ -527,13 +543,20 @@ impl Runners {
 
     /// The lock on `session`'s tool container (a Coder's with `coder`).
     fn slot(&self, session: &str, coder: bool) -> Arc<tokio::sync::Mutex<Option<Runner>>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key(session, coder)).or_default().clone()
+        self.slot_of(key(session, coder))
     }
 
-    /// Runs one call in the session's tool container, starting (or restarting) it if needed.
+    /// The lock on the tool container of `key`.
+    fn slot_of(&self, key: String) -> Arc<tokio::sync::Mutex<Option<Runner>>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone()
+    }
+
+    /// Runs one call in the session's tool container (the browser's, for `browser`), starting
+    /// (or restarting) it if needed.
     pub async fn call(&self, call: Call<'_>) -> Result<ToolAnswer, ToolsError> {
         let (session, context, coder) = (call.session, call.context, call.coder);
-        let slot = self.slot(session, coder);
+        let browser = call.tool == baaaht_proto::ToolName::Browser.as_str();
+        let slot = if browser { self.slot_of(browser::key(session)) } else { self.slot(session, coder) };
         let mut runner = slot.lock().await;
         if runner.as_ref().is_some_and(|r| r.context != *context) {
             tracing::warn!(session, context = %context, "a call for a session whose tool container is another context's; refused");
@@ -554,7 +577,11 @@ impl Runners {
             *runner = None;
         }
         if runner.is_none() {
-            *runner = Some(self.start(session, context, coder, false).await?);
+            *runner = Some(if browser {
+                self.start_browser(session, context).await?
+            } else {
+                self.start(session, context, coder, false).await?
+            });
         }
         let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
         current.last_used = Instant::now();
@@ -691,7 +718,10 @@ impl Runners {
     pub async fn release(&self, session: &str) {
         let slots: Vec<Arc<tokio::sync::Mutex<Option<Runner>>>> = {
             let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-            [key(session, false), key(session, true)].iter().filter_map(|key| sessions.remove(key)).collect()
+            [key(session, false), key(session, true), browser::key(session)]
+                .iter()
+                .filter_map(|key| sessions.remove(key))
+                .collect()
         };
         for slot in slots {
             if let Some(runner) = slot.lock().await.take() {

@@ -187,7 +187,8 @@ impl Runners {
             last_used: std::time::Instant::now(),
             called: false,
             skills: scripts,
-            _ipc: lease,
+            idle: None,
+            _ipc: Some(lease),
         })
     }
 

@@ -103,6 +103,7 @@ pub(crate) async fn sessions(
                 apply: true,
                 expect_leaf_entry_id: plan.from_entry_id,
                 context: None,
+                expect_digest: plan.digest,
             };
             println!("{}", clean(&client.sessions.undo(request).await.map_err(status)?.into_inner().text));
         }

@@ -383,6 +383,11 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
             }
         }
         Action::Copy(_) | Action::Quit => None,
+        Action::Follow { session, leaf, text } => {
+            let history = branch(&mut client, &session, Some(&leaf)).await;
+            let history = history.map(|entries| blocks_of(&entries)).unwrap_or_default();
+            Some(Input::Undone { session, history, text, leaf })
+        }
         Action::Run(command) => match command {
             Command::New => {
                 let request = v1::NewSessionRequest { context: Some(target.context.clone()), title: String::new() };
@@ -431,7 +436,7 @@ async fn act(target: &Target, session: Option<String>, action: Action) -> Option
                         }
                         let history = branch(&mut client, &plan.session_id, Some(&plan.to_entry_id)).await;
                         let history = history.map(|entries| blocks_of(&entries)).unwrap_or_default();
-                        Some(Input::Undone { session: plan.session_id, history, text })
+                        Some(Input::Undone { session: plan.session_id, history, text, leaf: plan.to_entry_id })
                     }
                     Err(status) => failed(status),
                 }

@@ -127,6 +127,8 @@ pub enum Input {
         session: String,
         history: Vec<Block>,
         text: String,
+        /// Where the conversation is now.
+        leaf: String,
     },
     /// A list to choose from (/resume, /tree).
     Pick(Picker),
@@ -230,6 +232,12 @@ pub enum Action {
     },
     /// Puts this on the clipboard (OSC 52: works over SSH and in tmux).
     Copy(String),
+    /// The conversation was moved by an undo or a redo elsewhere: show its branch at `leaf`.
+    Follow {
+        session: String,
+        leaf: String,
+        text: String,
+    },
     Run(Command),
     Quit,
 }
@@ -565,6 +573,8 @@ pub struct App {
     pub offered: Vec<String>,
     /// The entry the next message hangs under, when a branch other than the newest was chosen.
     pub parent: Option<String>,
+    /// Where the last undo or redo this screen showed moved the conversation.
+    pub moved_to: Option<String>,
     pub skills: Vec<String>,
     pub files: Option<std::path::PathBuf>,
     /// Bumped whenever `blocks` is replaced rather than added to (the view's cache key).
@@ -633,6 +643,7 @@ impl App {
             picker: None,
             offered: vec![],
             parent: None,
+            moved_to: None,
             skills: vec![],
             files: None,
             generation: 0,
@@ -655,7 +666,7 @@ impl App {
     pub fn handle(&mut self, input: Input) -> Vec<Action> {
         match input {
             Input::Key(key) => return self.key(key),
-            Input::Event(event) => self.event(*event),
+            Input::Event(event) => return self.event(*event),
             Input::Waiting(requests) => {
                 for request in requests {
                     if !self.asking.iter().any(|asking| asking.id == request.id) {
@@ -713,7 +724,12 @@ impl App {
                 self.session = Some(session);
                 self.parent = leaf;
             }
-            Input::Undone { session, history, text } => {
+            Input::Undone { session, history, text, leaf } => {
+                // Shown already (this screen's own answer or the event came first).
+                if self.moved_to.as_deref() == Some(leaf.as_str()) && self.session.as_deref() == Some(session.as_str())
+                {
+                    return vec![];
+                }
                 self.live = None;
                 self.blocks = history;
                 self.generation += 1;
@@ -721,6 +737,7 @@ impl App {
                 self.session = Some(session);
                 self.parent = None;
                 self.info(text);
+                self.moved_to = Some(leaf);
             }
             Input::Pick(picker) => {
                 if picker.items.is_empty() {
@@ -976,20 +993,22 @@ impl App {
         }
     }
 
-    fn event(&mut self, event: v1::OrchestratorEvent) {
+    fn event(&mut self, event: v1::OrchestratorEvent) -> Vec<Action> {
         use v1::orchestrator_event::Event;
         // Read as every client reads it; the approvals' and messages' blocks are drawn from the
         // event itself (the same block when a screen comes back and reads them from the log).
-        let Some(said) = said(&event) else { return };
+        let Some(said) = said(&event) else { return vec![] };
         // The context's other sessions go on without this screen; notices and approval requests
         // are for everyone.
         let elsewhere = !event.session_id.is_empty() && self.session.as_deref().is_some_and(|s| s != event.session_id);
         if elsewhere && !matches!(said, Said::Notice(_) | Said::Approval(_) | Said::Settled(_)) {
-            return;
+            return vec![];
         }
         let turn = event.turn_id;
         match said {
             Said::Entered(message) => {
+                // The conversation went on: an undo may take it back to where it was before.
+                self.moved_to = None;
                 self.blocks.push(Block::User {
                     sender: message.sender_id,
                     channel: channel_name(message.channel),
@@ -1045,7 +1064,13 @@ impl App {
                 self.blocks.extend(activity_block(&Event::ApprovalSettled(settled)));
             }
             Said::Sent(message) => self.blocks.extend(activity_block(&Event::Message(message))),
+            Said::Moved { leaf, text } => {
+                if self.moved_to.as_deref() != Some(leaf.as_str()) && !event.session_id.is_empty() {
+                    return vec![Action::Follow { session: event.session_id, leaf, text }];
+                }
+            }
         }
+        vec![]
     }
 
     fn live_of(&mut self, turn: &str) -> &mut Live {

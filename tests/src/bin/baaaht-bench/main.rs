@@ -12,6 +12,7 @@ use baaaht_tests::{bin, median, percentile, DaemonOptions, TestDaemon};
 use clap::{Parser, Subcommand};
 
 mod abuse;
+mod browser;
 mod channels;
 mod channels_email;
 mod channels_matrix;
@@ -346,6 +347,13 @@ enum Bench {
         #[arg(long, default_value_t = 50)]
         runs: usize,
     },
+    /// The browser tool: a page built by JavaScript opened and read, cold and warm, beside
+    /// `chromium --headless --dump-dom` on the host; the browser container's memory
+    Browser {
+        /// Cold and warm opens timed (at least 10)
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+    },
     /// A cold container running `true` through baaaht's runtime vs `docker run --rm`
     Containers {
         /// Runs of each (at least 20)
@@ -407,6 +415,7 @@ fn main() -> Result<()> {
         Bench::Channels { runs, rounds, only } => channels::run(runs.max(10), rounds.max(2), only.as_deref()),
         Bench::Tools { warm, cold } => tools::run(warm.max(200), cold.max(20)),
         Bench::Undo { runs } => undo::run(runs.max(20)),
+        Bench::Browser { runs } => browser::run(runs.max(10)),
         Bench::Pool { runs, warm } => pool::run(runs.max(10), warm.max(20)),
         Bench::Isolation { warm, cold } => isolation::run(warm.max(100), cold.max(15)),
         Bench::Egress { downloads } => egress::run(downloads.max(5)),

@@ -96,6 +96,7 @@ impl Bench {
             entry: entry.clone(),
             user_turn: format!("t-{entry}"),
             correlation: format!("c-{entry}"),
+            marked: None,
         };
         let started = Instant::now();
         self.undo.before(&turn, &self.roots)?;

@@ -81,6 +81,8 @@ pub struct RunRequest {
     pub working_dir: Option<String>,
     /// Another image than the base, e.g. a skill layer built on it; none: the base.
     pub image: Option<String>,
+    /// Other limits than its role's (a session's browser); none: the role's.
+    pub limits: Option<crate::sandbox::container::Limits>,
 }
 
 impl RunRequest {
@@ -98,6 +100,7 @@ impl RunRequest {
             daemon_socket: false,
             working_dir: None,
             image: None,
+            limits: None,
         }
     }
 }
@@ -395,7 +398,7 @@ impl ContainerManager {
             },
             mounts,
             env,
-            limits: self.policy.resource_limits(role),
+            limits: request.limits.unwrap_or_else(|| self.policy.resource_limits(role)),
             command: request.command.clone(),
             working_dir: request.working_dir.clone(),
             isolation,

@@ -1,0 +1,116 @@
+//! The browser tests' and benchmark's site, served by Python's `http.server` on the container
+//! bridge (never another address): pages built by JavaScript, a two-step form, a login kept in
+//! a cookie, a download, a redirect to the metadata address, and hostile pages.
+
+use std::io::BufRead as _;
+
+use anyhow::Context as _;
+
+/// The test's site: pages built by JavaScript, a two-step form, a login kept in a cookie, a
+/// download, a redirect to the metadata address, and hostile pages.
+pub const SITE: &str = r#"
+import http.server, socketserver, sys, urllib.parse
+class Page(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def send(self, body, status=200, headers=()):
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        url = urllib.parse.urlparse(self.path)
+        query = dict(urllib.parse.parse_qsl(url.query))
+        cookie = self.headers.get("Cookie") or ""
+        if url.path == "/js":
+            self.send("<title>Trains</title><div id=out></div><script>setTimeout(function(){"
+                      "document.getElementById('out').textContent='Built by JavaScript: ' + (6*7) + ' trains today';},200)</script>")
+        elif url.path == "/form":
+            self.send("<title>Book</title><h1>Step 1</h1><form action=/form2><label>Name <input name=name></label>"
+                      "<button>Next</button></form>")
+        elif url.path == "/form2":
+            name = query.get("name", "")
+            self.send("<title>Book</title><h1>Step 2</h1><form action=/done><input type=hidden name=name value='%s'>"
+                      "<label>Class <select name=class><option>Second</option><option>First</option></select></label>"
+                      "<button>Book it</button></form>" % name)
+        elif url.path == "/done":
+            self.send("<title>Booked</title><p>Booked %s in %s class</p>" % (query.get("name"), query.get("class")))
+        elif url.path == "/login":
+            self.send("<title>Log in</title><form method=post action=/login><label>User <input name=user></label>"
+                      "<button>Log in</button></form>")
+        elif url.path == "/account":
+            if "session=jane" in cookie:
+                self.send("<title>Account</title><body style='background:#1d3557;color:#f1faee;font:48px serif'>"
+                          "<h1 style='background:#e63946'>Welcome back, Jane</h1><p>Your trains: 3</p></body>")
+            else:
+                self.send("<title>Account</title><p>Please log in</p>")
+        elif url.path == "/report.csv":
+            data = b"day,trains\nmonday,42\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/csv")
+            self.send_header("Content-Disposition", "attachment; filename=report.csv")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif url.path == "/covered":
+            self.send("<title>Order</title><button onclick=\"location='/done?name=kept&class=none'\">Cancel order</button>"
+                      "<a aria-hidden=true href='/done?name=taken&class=overlay' style='position:absolute;left:0;top:0;"
+                      "width:100%;height:100%;opacity:0.01'></a>")
+        elif url.path == "/away":
+            self.send("<title>Away</title><a href=/js target=_blank>Trains in a new window</a>")
+        elif url.path == "/files":
+            self.send("<title>Files</title><a href=/report.csv>The report</a>")
+        elif url.path == "/to-metadata":
+            self.send("", 302, [("Location", "http://169.254.169.254/latest/meta-data/")])
+        elif url.path == "/loop":
+            self.send("<title>Busy</title><script>while (true) {}</script>")
+        elif url.path == "/popups":
+            self.send("<title>Popups</title><p>Many windows</p><script>for (let i = 0; i < 30; i++) window.open('/js');"
+                      "alert('you won');</script>")
+        else:
+            self.send("<p>not here</p>", 404)
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+        if form.get("user") == "jane":
+            self.send("", 303, [("Location", "/account"), ("Set-Cookie", "session=jane; Path=/; Max-Age=3600")])
+        else:
+            self.send("<p>Who?</p>", 403)
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+server = Server((sys.argv[1], 0), Page)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// A server the test started: stopped when dropped, however the test ended.
+pub struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // silent-ok: the server is the test's own; it may have stopped already.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts [`SITE`] on the container bridge; the process (stopped when dropped) and its
+/// `host:port`.
+pub fn serve() -> anyhow::Result<(Child, String)> {
+    let bridge = crate::bridge_address()?;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", SITE, &bridge.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("python3")?;
+    let stdout = child.stdout.take().context("its stdout")?;
+    let child = Child(child);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line).context("its port")?;
+    let port: u16 = line.trim().parse().with_context(|| format!("its port: {line:?}"))?;
+    Ok((child, format!("{bridge}:{port}")))
+}
