@@ -58,6 +58,12 @@ enum Command {
         /// The JavaScript heap one page may grow to, in MiB
         #[arg(long, default_value_t = 512, requires = "browser")]
         browser_heap_mib: u64,
+        /// The browser container's memory in bytes: its pages are ended before they fill it
+        #[arg(long, default_value_t = 1 << 30, requires = "browser")]
+        browser_memory_bytes: u64,
+        /// The browser's profile folder (its logins), of the person it browses for
+        #[arg(long, value_name = "PATH", requires = "browser")]
+        browser_profile: Option<std::path::PathBuf>,
     },
     /// Start an MCP server as the daemon says and relay its stdio (an MCP server's container)
     Mcp,
@@ -125,6 +131,8 @@ fn main() -> ExitCode {
             browser_download_bytes,
             browser_text_bytes,
             browser_heap_mib,
+            browser_memory_bytes,
+            browser_profile,
         } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
@@ -147,6 +155,8 @@ fn main() -> ExitCode {
                     download_bytes: browser_download_bytes,
                     text_bytes: browser_text_bytes,
                     heap_mib: browser_heap_mib,
+                    memory_bytes: browser_memory_bytes,
+                    profile: browser_profile.unwrap_or_else(|| std::path::PathBuf::from("/tmp/browser-profile")),
                 }),
                 ..baaaht_agent::runner::Settings::default()
             };

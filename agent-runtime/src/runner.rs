@@ -50,6 +50,8 @@ pub struct BrowserLimits {
     pub download_bytes: u64,
     pub text_bytes: usize,
     pub heap_mib: u64,
+    pub memory_bytes: u64,
+    pub profile: PathBuf,
 }
 
 /// Runs one call.
@@ -139,7 +141,8 @@ fn asked(call: &v1::ToolCall) -> String {
     let what = params["command"].as_str().or_else(|| params["script"].as_str()).unwrap_or_default();
     let mut asked = if call.tool == ToolName::Browser.as_str() {
         let action = params["action"].as_str().unwrap_or_default();
-        format!("the browser: {action} {}", params["url"].as_str().unwrap_or_default()).trim_end().to_string()
+        let url = params["url"].as_str().unwrap_or_default();
+        format!("{}{action} {url}", baaaht_proto::BROWSER_ASKED).trim_end().to_string()
     } else if what.is_empty() {
         call.tool.clone()
     } else {
@@ -279,6 +282,8 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
                 download_bytes: limits.download_bytes,
                 text_bytes: limits.text_bytes,
                 heap_mib: limits.heap_mib,
+                memory_bytes: limits.memory_bytes,
+                profile: limits.profile,
                 pages_asked: pages.clone().unwrap_or_default(),
             })
         });

@@ -42,6 +42,10 @@ pub fn role_named(name: &str) -> Option<v1::AgentRole> {
     ROLES.iter().find(|(_, known)| *known == name).map(|(role, _)| *role)
 }
 
+/// How the browser's requests are named in an approval question (the runner writes it before
+/// the action and its address; no other tool's name begins so): "the browser: open https://…".
+pub const BROWSER_ASKED: &str = "the browser: ";
+
 /// How a note of the time now begins: an agent adds one after a turn's new message (where the
 /// prefix a provider caches ends), never to the session.
 pub const TIME_NOTE: &str = "(The time now, where the user is:";

@@ -110,6 +110,11 @@ fn a_worker_reads_script_built_pages_fills_forms_keeps_a_login_and_saves_files()
     let csv =
         baaaht_tests::workspace_file(&daemon.data_dir, "self-test", "downloads/report.csv").expect("the download");
     assert_eq!(csv, b"day,trains\nmonday,42\n");
+    // The login's cookie is in the person's profile beside the workspace, where no other tool
+    // reads it; not in the workspace.
+    let profile = daemon.data_dir.join("sessions/self-test/browser/baaaht-self-test");
+    assert!(profile.join("Default/Cookies").is_file(), "the profile is the person's: {}", profile.display());
+    assert!(baaaht_tests::workspace_file(&daemon.data_dir, "self-test", ".browser/profile/Default/Cookies").is_none());
     drop(worker);
 }
 
@@ -147,6 +152,81 @@ fn private_addresses_and_a_redirect_to_metadata_are_refused_and_hostile_pages_ar
         browse(&rt, &worker, serde_json::json!({"action": "open", "url": format!("{site}/popups")}));
     assert!(!failed && page.contains("Many windows") && page.contains("dismissed: you won"), "{page}");
     assert!(!page.contains("google"), "{page}");
+
+    // A page that moves the focus into a hidden frame as its field takes it gets nothing typed.
+    browse(&rt, &worker, serde_json::json!({"action": "open", "url": format!("{site}/hijack")}));
+    let (page, _, _) = browse(&rt, &worker, serde_json::json!({"action": "read"}));
+    let search = reference(&page, "textbox \"Search\"");
+    let (said, failed, _) =
+        browse(&rt, &worker, serde_json::json!({"action": "type", "ref": search, "text": "my secret words"}));
+    assert!(failed && said.contains("did not take the focus"), "{said}");
+
+    // A memory bomb: its page is ended before it fills the container; the browser goes on.
+    let (said, failed, _) = browse(&rt, &worker, serde_json::json!({"action": "open", "url": format!("{site}/bomb")}));
+    assert!(failed && said.contains("more than a page may"), "{said}");
+    let (page, failed, _) = browse(&rt, &worker, serde_json::json!({"action": "open", "url": format!("{site}/js")}));
+    assert!(!failed && page.contains("42 trains"), "the browser goes on: {page}");
+    drop(worker);
+}
+
+/// A host no rule names is asked about in the chat, as the browser's (not a role's tools),
+/// and the page opens once someone allows it.
+#[test]
+fn a_new_host_is_asked_in_chat_and_opens_once_allowed() {
+    let rt = baaaht_tests::runtime();
+    let (_site, target) = baaaht_tests::browser_site::serve().expect("the test's site");
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![(
+            "config/config.yaml".into(),
+            format!("tools:\n  browser:\n    enabled: true\n  web_proxy:\n    allow: ['{target}']\n"),
+        )],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
+    let url = format!("http://{target}/js");
+    let asked = rt.block_on(async {
+        let mut host = baaaht_tests::scenario::host_client(&daemon).await.expect("host");
+        let subscription = v1::EventSubscription {
+            context: Some(baaaht_tests::scenario::user("baaaht-self-test")),
+            session_id: String::new(),
+            channel: v1::ChannelType::Cli as i32,
+        };
+        let mut events = host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner();
+        let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect");
+        let params = serde_json::json!({"action": "open", "url": url}).to_string();
+        let request = v1::ToolRequest { tool: "browser".into(), params_json: params, ..v1::ToolRequest::default() };
+        let opening = tokio::spawn(async move { agent.agents.request_tool_execution(request).await });
+        let question = loop {
+            let event = tokio::time::timeout(std::time::Duration::from_secs(120), events.message())
+                .await
+                .expect("a question within 120 s")
+                .expect("the stream")
+                .expect("an event");
+            if let Some(v1::orchestrator_event::Event::Approval(request)) = event.event {
+                break request;
+            }
+        };
+        let said = baaaht_gateway_kit::sentences::approval_asked(&question);
+        let answer = v1::ApprovalAnswer { id: question.id.clone(), decision: "once".into() };
+        host.sessions.answer_approval(answer).await.expect("allowed");
+        let opened = opening.await.expect("joined").expect("answered").into_inner();
+        (said, opened)
+    });
+    let (said, opened) = asked;
+    assert_eq!(said, format!("The browser wants to reach {target} for “open {url}”."));
+    assert!(!opened.is_error && opened.content.contains("42 trains"), "{}", opened.content);
+    drop(worker);
+}
+
+#[test]
+fn the_browser_is_refused_with_a_sentence_while_it_is_turned_off() {
+    let rt = baaaht_tests::runtime();
+    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon");
+    let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
+    let (said, failed, _) =
+        browse(&rt, &worker, serde_json::json!({"action": "open", "url": "https://trains.example/"}));
+    assert!(failed && said.contains("turned off") && said.contains("tools.browser.enabled"), "{said}");
     drop(worker);
 }
 
@@ -157,4 +237,150 @@ fn reference(page: &str, what: &str) -> u64 {
         .and_then(|line| line[1..].split(']').next())
         .and_then(|number| number.parse().ok())
         .unwrap_or_else(|| panic!("no [n] {what} in:\n{page}"))
+}
+
+/// The Assistant hands "Show me the trains page" to the Worker, which opens the test site's
+/// page and takes a screenshot; anything else is answered "Hello".
+fn screenshot_brain(site: String) -> baaaht_tests::fake_provider::Answer {
+    use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
+    Answer::Respond(Responder(std::sync::Arc::new(move |request| {
+        let asked = Asked::of(request);
+        let done = asked.turn_results.len();
+        if asked.offers("delegate") {
+            let text = baaaht_tests::scenario::last_user_text(&asked);
+            if !text.contains("trains page") {
+                return anthropic_answer("Hello", &[]);
+            }
+            let task = serde_json::json!({"agent": "worker", "task": text, "returnDirectly": false});
+            return match done {
+                0 => anthropic_answer("", &[("toolu_d0", "delegate", task)]),
+                _ => anthropic_answer("Here is the trains page.", &[]),
+            };
+        }
+        let steps = [
+            serde_json::json!({"action": "open", "url": format!("{site}/js")}),
+            serde_json::json!({"action": "screenshot", "path": "screenshots/trains.png"}),
+        ];
+        match steps.get(done) {
+            Some(params) => anthropic_answer("", &[(&format!("toolu_w{done}"), "browser", params.clone())]),
+            None => anthropic_answer("done", &[]),
+        }
+    })))
+}
+
+/// A screenshot a turn's browser takes reaches the person as a file: named in the TUI, shown
+/// in the web page (and downloadable there as the PNG it is).
+#[test]
+fn a_screenshot_a_turn_takes_reaches_the_tui_and_the_web_page_as_a_file() {
+    use baaaht_tests::tmux::{shell_quote, Tmux};
+    use baaaht_tests::web::{self, text_of, until};
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(180);
+    let rt = baaaht_tests::runtime();
+    let (_site, target) = baaaht_tests::browser_site::serve().expect("the test's site");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (web_port, site, provider) = web::site_and_provider(dir.path(), 3600);
+    let env = vec![
+        ("BAAAHT__TOOLS__BROWSER__ENABLED".into(), "true".into()),
+        ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\", \"{target}\"]", provider.port)),
+    ];
+    let files = vec![("users/alice/egress.yaml".into(), format!("rules:\n  - host: '{target}'\n    action: allow\n"))];
+    let (_fake, daemon) = web::daemon_for(&rt, &provider, screenshot_brain(format!("http://{target}")), env, files);
+
+    let terminal = Tmux::start(120, 40, &[("BAAAHT_SOCKET", daemon.socket().display().to_string())]).expect("tmux");
+    let baaaht = shell_quote(&baaaht_tests::bin("baaaht").display().to_string());
+    terminal.type_text(&format!("{baaaht} tui --user alice --theme dark")).expect("type");
+    terminal.press(&["Enter"]).expect("enter");
+    terminal.wait_for("● connected · user:alice", WAIT).expect("the TUI attaches");
+    terminal.type_text("Show me the trains page.").expect("type");
+    terminal.press(&["Enter"]).expect("send");
+    let screen = terminal
+        .wait_for("Here is the trains page.", WAIT)
+        .unwrap_or_else(|error| panic!("{error:#}\n{}", daemon.log_text()));
+    assert!(screen.contains("The browser's screenshot of http://"), "{screen}");
+    assert!(screen.contains("📎 trains.png (image/png, "), "{screen}");
+
+    let (gateway, driver) = web::site_for(&rt, dir.path(), &daemon, &provider, web_port);
+    let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
+    rt.block_on(async {
+        let alice = driver.browser(1280).await.expect("browser");
+        web::sign_in(&alice, &site, "alice").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+        web::say(&alice, "Show me the trains page again.").await;
+        assert!(web::answered(&alice, "Here is the trains page.").await, "{}", logs());
+        let shown = until(WAIT, || async { text_of(&alice, "#log").await.contains("📎 trains") }).await;
+        assert!(shown, "{}\n{}", text_of(&alice, "#log").await, logs());
+        // The picture is shown in the page, and its link gives the PNG itself.
+        let script = "const picture = [...document.querySelectorAll('img.sent-picture')].pop(); \
+                      if (!picture) return 'no picture'; \
+                      await picture.decode(); \
+                      const bytes = new Uint8Array(await (await fetch(picture.src)).arrayBuffer()); \
+                      return [picture.naturalWidth, bytes[1], bytes[2], bytes[3]].join(' ');";
+        let looked = alice.execute(&format!("return (async () => {{ {script} }})();"), vec![]).await;
+        let looked = looked.expect("the picture").as_str().unwrap_or_default().to_string();
+        let (width, magic) = looked.split_once(' ').unwrap_or_default();
+        assert_eq!(magic, "80 78 71", "a PNG (\"PNG\" after its first byte): {looked}");
+        assert!(width.parse::<u32>().is_ok_and(|width| width >= 640), "the page's width: {looked}");
+        web::screenshot(&alice, dir.path(), "browser-screenshot-in-chat").await;
+    });
+}
+
+/// A host a secret is bound to is reached through the edge, which answers for it with a
+/// certificate of the daemon's authority: the browser trusts that authority (and no other
+/// added one), so the page opens; the forge sees the browser's request, without the secret
+/// (the browser sends no placeholder, so nothing is swapped in).
+#[test]
+fn a_host_a_secret_is_bound_to_opens_through_the_edge() {
+    const TOKEN: &str = "ghp_browser-s3cr3t-only-the-daemon-knows";
+    let rt = baaaht_tests::runtime();
+    let temp = tempfile::tempdir().expect("tempdir");
+    let bridge = baaaht_tests::bridge_address().expect("bridge address");
+    let (ca, cert, key) = baaaht_tests::web::issued_for(temp.path(), &bridge.to_string()).expect("certificates");
+    let root = temp.path().join("repos");
+    std::fs::create_dir_all(&root).expect("repos");
+    let bind = bridge.to_string();
+    let (forge, port) = baaaht_tests::git_server(
+        &root,
+        (&cert, &key),
+        None,
+        &temp.path().join("forge.log"),
+        &[("BIND", bind.as_str())],
+    );
+    let passphrase = temp.path().join("passphrase");
+    std::fs::write(&passphrase, "correct horse battery staple\n").expect("passphrase");
+    let config = format!(
+        "tools:\n  browser:\n    enabled: true\n  web_proxy:\n    allow: ['{bridge}:{port}']\nsecrets:\n  user_usable: [FORGE_TOKEN]\n"
+    );
+    let policy = format!("rules:\n  - host: '{bridge}'\n    action: allow\n");
+    let daemon = TestDaemon::start(DaemonOptions {
+        env: vec![
+            ("SSL_CERT_FILE".into(), ca.display().to_string()),
+            ("BAAAHT_PASSPHRASE_FILE".into(), passphrase.display().to_string()),
+        ],
+        files: vec![("config/config.yaml".into(), config), ("users/baaaht-self-test/egress.yaml".into(), policy)],
+        ..Default::default()
+    })
+    .expect("daemon");
+    let mut set = std::process::Command::new(baaaht_tests::bin("baaahtd"))
+        .args(["secrets", "set", "FORGE_TOKEN"])
+        .env("BAAAHT_DATA", &daemon.data_dir)
+        .env("BAAAHT_PASSPHRASE_FILE", &passphrase)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("secrets set");
+    std::io::Write::write_all(&mut set.stdin.take().expect("stdin"), TOKEN.as_bytes()).expect("value");
+    assert!(set.wait().expect("set").success());
+    let bound = std::process::Command::new(baaaht_tests::bin("baaaht"))
+        .args(["egress", "credential", "add", "FORGE_TOKEN", "--host", &format!("{bridge}:{port}")])
+        .args(["--user", "baaaht-self-test"])
+        .env("BAAAHT_SOCKET", daemon.socket())
+        .output()
+        .expect("baaaht egress credential add");
+    assert!(bound.status.success(), "{}", String::from_utf8_lossy(&bound.stderr));
+
+    let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
+    let url = format!("https://{bridge}:{port}/echo");
+    let (page, failed, _) = browse(&rt, &worker, serde_json::json!({"action": "open", "url": url}));
+    assert!(!failed && page.contains("ok") && !page.contains("ERR_CERT"), "{page}\n{}", daemon.log_text());
+    let seen = forge.log_text();
+    assert!(seen.contains("request GET /echo") && !seen.contains(TOKEN), "{seen}");
+    drop(worker);
 }

@@ -31,8 +31,9 @@ pub(super) async fn act(
     let mut told = vec![];
     let crashed = running.happened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).crashed;
     if crashed {
+        let why = running.crash();
         running.fresh_page().await?;
-        told.push("the last page crashed (it may have used more memory than a page may); a blank page is open now");
+        told.push(format!("{why}; a blank page is open now"));
     }
     let run = json!({"value": false});
     if let Err(error) =
@@ -40,7 +41,7 @@ pub(super) async fn act(
     {
         if matches!(error, super::CdpError::Timeout { .. }) {
             running.fresh_page().await?;
-            told.push("the last page stopped answering; a blank page is open now");
+            told.push("the last page stopped answering; a blank page is open now".to_string());
         }
     }
     let done = match action {
@@ -80,6 +81,12 @@ pub(super) async fn act(
             ),
         }),
     };
+    let crashed = running.happened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).crashed;
+    if crashed {
+        let why = running.crash();
+        running.fresh_page().await?;
+        return Err(failed(format!("{why}; a blank page is open now")));
+    }
     let mut output = match done {
         Err(ToolError::Failed(why)) if why.contains("no answer within") => {
             running.fresh_page().await?;
@@ -255,67 +262,116 @@ async fn click(running: &Running, node: i64) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// Whether the element `node` holds `inner`, asked in a world of the tool's own (the page's
-/// scripts cannot change what `contains` answers there).
-async fn holds(running: &Running, node: i64, inner: i64) -> Result<bool, ToolError> {
+/// The tool's own world in the page's main frame: the page's scripts cannot change what the
+/// functions called there see (`contains`, `focus`, a list's options), nor run between the
+/// steps of one of them.
+async fn world(running: &Running) -> Result<Value, ToolError> {
     let session = &running.page.session;
     let tree = running.cdp.call(session, "Page.getFrameTree", json!({}), QUICK).await?;
     let frame = tree["frameTree"]["frame"]["id"].as_str().unwrap_or_default().to_string();
     let world = json!({"frameId": frame, "worldName": "baaaht", "grantUniveralAccess": false});
     let world = running.cdp.call(session, "Page.createIsolatedWorld", world, QUICK).await?;
-    let context = world["executionContextId"].clone();
-    let object = |backend: i64| {
-        let context = context.clone();
-        async move {
-            let resolved = running
-                .cdp
-                .call(
-                    session,
-                    "DOM.resolveNode",
-                    json!({"backendNodeId": backend, "executionContextId": context}),
-                    QUICK,
-                )
-                .await?;
-            resolved["object"]["objectId"].as_str().map(str::to_string).ok_or_else(|| failed("the element is gone"))
-        }
-    };
-    let (outer, inner) = (object(node).await?, object(inner).await?);
+    Ok(world["executionContextId"].clone())
+}
+
+/// The node `backend` as an object of the world `context`.
+async fn object_in(running: &Running, context: &Value, backend: i64) -> Result<String, ToolError> {
+    let resolved = running
+        .cdp
+        .call(
+            &running.page.session,
+            "DOM.resolveNode",
+            json!({"backendNodeId": backend, "executionContextId": context}),
+            QUICK,
+        )
+        .await?;
+    resolved["object"]["objectId"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| failed("the element is gone; read the page again"))
+}
+
+/// Calls `function` (JavaScript, `this` the node) on `node` in the tool's own world, with
+/// `arguments` (protocol call arguments); its value.
+async fn in_world(running: &Running, node: i64, function: &str, arguments: Value) -> Result<Value, ToolError> {
+    let context = world(running).await?;
+    let object = object_in(running, &context, node).await?;
+    let asked = json!({"objectId": object, "functionDeclaration": function, "arguments": arguments, "returnByValue": true});
+    let called = running.cdp.call(&running.page.session, "Runtime.callFunctionOn", asked, QUICK).await?;
+    if let Some(thrown) = called["exceptionDetails"]["exception"]["description"].as_str() {
+        return Err(failed(format!("the page did not take it: {}", super::page::tidy(thrown))));
+    }
+    Ok(called["result"]["value"].clone())
+}
+
+/// Whether the element `node` holds `inner`, asked in the tool's own world.
+async fn holds(running: &Running, node: i64, inner: i64) -> Result<bool, ToolError> {
+    let context = world(running).await?;
+    let inner = object_in(running, &context, inner).await?;
+    let outer = object_in(running, &context, node).await?;
     let asked = json!({
         "objectId": outer,
         "functionDeclaration": "function(inner) { return Node.prototype.contains.call(this, inner); }",
         "arguments": [{"objectId": inner}],
         "returnByValue": true,
     });
-    let answered = running.cdp.call(session, "Runtime.callFunctionOn", asked, QUICK).await?;
+    let answered = running.cdp.call(&running.page.session, "Runtime.callFunctionOn", asked, QUICK).await?;
     Ok(answered["result"]["value"] == true)
 }
 
-/// Calls `function` (JavaScript, `this` the node) on `node`; its value.
-async fn on_node(running: &Running, node: i64, function: &str, arguments: Value) -> Result<Value, ToolError> {
-    let session = &running.page.session;
-    let resolved = running.cdp.call(session, "DOM.resolveNode", json!({"backendNodeId": node}), QUICK).await?;
-    let object =
-        resolved["object"]["objectId"].as_str().ok_or_else(|| failed("the element is gone; read the page again"))?;
-    let called = running
-        .cdp
-        .call(
-            session,
-            "Runtime.callFunctionOn",
-            json!({"objectId": object, "functionDeclaration": function, "arguments": arguments, "returnByValue": true}),
-            QUICK,
-        )
-        .await?;
-    Ok(called["result"]["value"].clone())
-}
+/// Types `text` into the field `node`, over what it held. One function in the tool's own
+/// world focuses the field, checks that it has the focus and inserts the text, with nothing of
+/// the page's run in between but the field's own events: a page (or a frame of another site)
+/// cannot move the focus elsewhere between the check and the text, so the text goes only where
+/// the model asked.
+const TYPE: &str = "function(text) {
+    const field = this;
+    const editable = field instanceof HTMLInputElement || field instanceof HTMLTextAreaElement || field.isContentEditable;
+    if (!editable) return {error: 'it is not a field to type in; click it instead'};
+    if (field.disabled || field.readOnly) return {error: 'the field takes no text (it is disabled or read-only)'};
+    field.focus();
+    const doc = field.ownerDocument;
+    if (doc.activeElement !== field) return {error: 'the field did not take the focus (the page moved it), so nothing was typed; read the page again'};
+    if (field.isContentEditable) {
+        const range = doc.createRange();
+        range.selectNodeContents(field);
+        const selection = doc.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+    } else {
+        field.select();
+    }
+    let typed = text === '' ? doc.execCommand('delete', false) : doc.execCommand('insertText', false, text);
+    if (!typed && !field.isContentEditable) {
+        // A field the editing commands do not reach (a date, a number): its value, and its events.
+        field.value = text;
+        field.dispatchEvent(new InputEvent('input', {bubbles: true, inputType: 'insertText', data: text}));
+        field.dispatchEvent(new Event('change', {bubbles: true}));
+        typed = true;
+    }
+    if (!typed) return {error: 'the field did not take the text'};
+    return {focused: doc.activeElement === field};
+}";
 
 async fn type_into(running: &Running, node: i64, text: &str, submit: bool) -> Result<(), ToolError> {
     let session = &running.page.session;
-    running.cdp.call(session, "DOM.focus", json!({"backendNodeId": node}), QUICK).await?;
-    // What the field held goes first, as a person selecting it all and typing over it.
-    let clear = "function() { if ('value' in this) { this.value = ''; this.dispatchEvent(new Event('input', {bubbles: true})); } }";
-    on_node(running, node, clear, json!([])).await?;
-    running.cdp.call(session, "Input.insertText", json!({"text": text}), QUICK).await?;
+    // The page's scripts run while it types (its fields' events), as they would for a person.
+    let done = in_world(running, node, TYPE, json!([{"value": text}])).await?;
+    if let Some(error) = done["error"].as_str() {
+        return Err(failed(error));
+    }
     if submit {
+        // The Enter goes only to the field: if the page took the focus away, it is not pressed.
+        let focused = in_world(
+            running,
+            node,
+            "function() { return this.ownerDocument.activeElement === this; }",
+            json!([]),
+        )
+        .await?;
+        if focused != true {
+            return Err(failed("the text was typed, but the page moved the focus away from the field, so Enter was not pressed; read the page again"));
+        }
         for kind in ["keyDown", "keyUp"] {
             let key = json!({"type": kind, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "text": "\r"});
             running.cdp.call(session, "Input.dispatchKeyEvent", key, QUICK).await?;
@@ -324,19 +380,23 @@ async fn type_into(running: &Running, node: i64, text: &str, submit: bool) -> Re
     Ok(())
 }
 
+/// Chooses `option` in the list `node`, matched in the tool's own world (a page cannot change
+/// which option is found, nor what the list's options say they are).
 async fn choose(running: &Running, node: i64, option: &str) -> Result<(), ToolError> {
     let pick = "function(wanted) {
         if (!(this instanceof HTMLSelectElement)) return {error: 'it is not a list to choose from; click it instead'};
-        const options = Array.from(this.options);
-        const found = options.find(o => o.label.trim() === wanted.trim() || o.value === wanted)
-            || options.find(o => o.label.trim().toLowerCase() === wanted.trim().toLowerCase());
-        if (!found) return {error: 'no option ' + JSON.stringify(wanted) + '; the options are: ' + options.map(o => o.label.trim()).join(', ')};
+        if (this.disabled) return {error: 'the list is disabled'};
+        const options = Array.from(this.options).filter(o => !o.disabled);
+        const trimmed = wanted.trim();
+        const found = options.find(o => o.label.trim() === trimmed || o.value === wanted)
+            || options.find(o => o.label.trim().toLowerCase() === trimmed.toLowerCase());
+        if (!found) return {error: 'no option ' + JSON.stringify(wanted) + '; the options are: ' + options.map(o => o.label.trim()).slice(0, 50).join(', ')};
         this.value = found.value;
         this.dispatchEvent(new Event('input', {bubbles: true}));
         this.dispatchEvent(new Event('change', {bubbles: true}));
         return {chosen: found.label};
     }";
-    let done = on_node(running, node, pick, json!([{"value": option}])).await?;
+    let done = in_world(running, node, pick, json!([{"value": option}])).await?;
     match done["error"].as_str() {
         Some(error) => Err(failed(error)),
         None => Ok(()),

@@ -22,6 +22,33 @@ use tokio::sync::{mpsc, oneshot};
 /// The largest message taken from Chromium (a full-page screenshot is the largest answer).
 pub const MAX_MESSAGE: usize = 64 << 20;
 
+/// The id a message starts with (`{"id":N,`, as Chromium writes its answers).
+fn answered_id(message: &[u8]) -> Option<u64> {
+    let digits = message.strip_prefix(b"{\"id\":")?;
+    let end = digits.iter().position(|byte| !byte.is_ascii_digit())?;
+    std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
+}
+
+/// Reads past the rest of a message, to its NUL; false when the pipe ended first.
+async fn skip_message(reader: &mut (impl tokio::io::AsyncBufRead + Unpin)) -> bool {
+    loop {
+        let Ok(buffer) = reader.fill_buf().await else { return false };
+        if buffer.is_empty() {
+            return false;
+        }
+        match buffer.iter().position(|byte| *byte == 0) {
+            Some(at) => {
+                reader.consume(at + 1);
+                return true;
+            }
+            None => {
+                let all = buffer.len();
+                reader.consume(all);
+            }
+        }
+    }
+}
+
 /// Why a command got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CdpError {
@@ -80,8 +107,23 @@ impl Cdp {
                     Ok(_) => {}
                 }
                 if message.last() != Some(&0) {
-                    // Longer than any message may be, or cut by the end of the pipe.
-                    break;
+                    if message.len() <= MAX_MESSAGE {
+                        // Cut by the end of the pipe.
+                        break;
+                    }
+                    // Longer than a message may be (a page far too large to read whole): the
+                    // rest is passed over, and the command it answers fails.
+                    let id = answered_id(&message);
+                    if !skip_message(&mut reader).await {
+                        break;
+                    }
+                    let waiter = id.and_then(|id| waiting.lock().unwrap_or_else(PoisonError::into_inner).remove(&id));
+                    if let Some(waiter) = waiter {
+                        let why = format!("its answer is larger than the {} MiB the tool reads", MAX_MESSAGE >> 20);
+                        // silent-ok: whoever asked stopped waiting.
+                        let _ = waiter.send(Err(why));
+                    }
+                    continue;
                 }
                 message.pop();
                 let Ok(value) = serde_json::from_slice::<Value>(&message) else { continue };
@@ -191,6 +233,28 @@ mod tests {
             .await
             .expect("write");
         let failed = failing.await.expect("joined");
+        // An answer past the most a message may be fails its command; the pipe goes on.
+        let huge = {
+            let cdp = cdp.clone();
+            tokio::spawn(async move { cdp.call("", "Accessibility.getFullAXTree", json!({}), Duration::from_secs(20)).await })
+        };
+        let mut sent = vec![];
+        their_reader.read_until(0, &mut sent).await.expect("read");
+        let id = serde_json::from_slice::<Value>(&sent[..sent.len() - 1]).expect("JSON")["id"].as_u64().expect("id");
+        let writing = tokio::spawn(async move {
+            let padding = "x".repeat(MAX_MESSAGE + 10);
+            their_writer
+                .write_all(format!("{{\"id\":{id},\"result\":{{\"nodes\":\"{padding}\"}}}}\0").as_bytes())
+                .await
+                .expect("write");
+            their_writer
+        });
+        let answered = huge.await.expect("joined");
+        assert!(
+            matches!(&answered, Err(CdpError::Failed { message, .. }) if message.contains("larger than the 64 MiB")),
+            "{answered:?}"
+        );
+        let mut their_writer = writing.await.expect("written");
         assert_eq!(
             failed,
             Err(CdpError::Failed { method: "Browser.nothing".into(), message: "no such method".into() })

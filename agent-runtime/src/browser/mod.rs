@@ -5,14 +5,16 @@
 //! apply to every request it makes, loopback included (`<-loopback>` takes away Chromium's own
 //! exception). WebRTC, QUIC, prefetching and Chromium's own background traffic are off.
 //!
-//! The profile lives in the session's workspace (`.browser/profile`), so a login survives
-//! between turns and goes with the conversation. Between calls the page's scripts are stopped:
+//! The profile is the person's own, in the session's folder beside its workspace (not in it: no
+//! other tool reads its cookies), so a login survives between turns and goes with the
+//! conversation; in a group, each member's browser has a profile of its own. Between calls the page's scripts are stopped:
 //! they and their timers run only while the model uses it. A page that stops answering (a script that
 //! never yields), crashes (a memory bomb) or opens windows is closed or contained, and the
 //! answer says so.
 
 pub mod actions;
 pub mod cdp;
+pub mod memory;
 pub mod page;
 
 use std::path::PathBuf;
@@ -25,8 +27,6 @@ use cdp::{Cdp, CdpError, Event};
 
 use crate::tools::{ToolError, ToolOutput};
 
-/// Where the profile lives, relative to the workspace.
-pub const PROFILE: &str = ".browser/profile";
 /// Where Chromium writes a download before it is named, relative to the workspace.
 pub const DOWNLOADING: &str = ".browser/downloading";
 /// How long a command that only asks the browser may take.
@@ -51,6 +51,10 @@ pub struct Settings {
     pub text_bytes: usize,
     /// The JavaScript heap a page may grow to, in MiB (past it, the page crashes, not the browser).
     pub heap_mib: u64,
+    /// The container's memory: the pages are ended before they fill it ([`memory`]).
+    pub memory_bytes: u64,
+    /// The profile (logins, cookies): a folder of the person's own, outside the workspace.
+    pub profile: PathBuf,
     /// The hosts the pages asked for: the only ones the proxy carries.
     pub pages_asked: Arc<PageHosts>,
 }
@@ -63,6 +67,10 @@ pub struct PageHosts {
     asked: Mutex<std::collections::HashSet<String>>,
     added: tokio::sync::Notify,
 }
+
+/// The most hosts noted: a page asking for ever more (to fill the runner's memory) is carried
+/// to none past them.
+const MOST_HOSTS: usize = 4096;
 
 /// How long a connection waits for its page's request to be seen (the protocol's event and the
 /// proxy's connection come on two pipes).
@@ -83,7 +91,11 @@ impl PageHosts {
             Some((_, port)) if !authority.ends_with(']') && port.parse::<u16>().is_ok() => authority.clone(),
             _ => format!("{authority}:{default}"),
         };
-        self.asked.lock().unwrap_or_else(PoisonError::into_inner).insert(with_port);
+        let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+        if asked.len() < MOST_HOSTS {
+            asked.insert(with_port);
+        }
+        drop(asked);
         self.added.notify_waiters();
     }
 
@@ -161,6 +173,14 @@ struct Running {
     page: Page,
     /// The numbers of the last rendering of the page.
     refs: Vec<i64>,
+    /// The renderers' memory watch: stopped when the browser goes.
+    memory: (memory::Caps, Arc<std::sync::atomic::AtomicBool>, memory::Ended),
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.memory.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The session's browser: started at its first call, again after it ended or crashed.
@@ -210,7 +230,7 @@ impl Browser {
             // namespaces a container does not give.
             "--no-sandbox".into(),
             "--remote-debugging-pipe".into(),
-            format!("--user-data-dir={}", settings.workspace.join(PROFILE).display()),
+            format!("--user-data-dir={}", settings.profile.display()),
             format!("--proxy-server=http://127.0.0.1:{}", settings.proxy_port),
             // Loopback too goes through the proxy, where it is refused.
             "--proxy-bypass-list=<-loopback>".into(),
@@ -257,7 +277,7 @@ impl Browser {
     /// authority trusted (for hosts whose credentials the edge swaps in), the pipe connected.
     async fn launch(&mut self) -> Result<(), ToolError> {
         let home = PathBuf::from("/tmp/browser-home");
-        let profile = self.settings.workspace.join(PROFILE);
+        let profile = self.settings.profile.clone();
         std::fs::create_dir_all(&profile).map_err(|error| failed(format!("cannot make the profile: {error}")))?;
         std::fs::create_dir_all(home.join(".pki/nssdb"))
             .map_err(|error| failed(format!("cannot make the browser's home: {error}")))?;
@@ -297,7 +317,11 @@ impl Browser {
         let (cdp, events) = Cdp::start(writer, reader);
         let happened = Arc::new(Mutex::new(Happened::default()));
         let changed = Arc::new(tokio::sync::Notify::new());
-        let mut running = Running { child, cdp, happened, changed, page: Page::default(), refs: vec![] };
+        let caps = memory::Caps::of(self.settings.heap_mib, self.settings.memory_bytes);
+        let watching = (caps, Arc::new(std::sync::atomic::AtomicBool::new(false)), memory::Ended::default());
+        memory::watch(caps, watching.1.clone(), watching.2.clone());
+        let mut running =
+            Running { child, cdp, happened, changed, page: Page::default(), refs: vec![], memory: watching };
         watch(
             events,
             &running.cdp,
@@ -452,13 +476,35 @@ impl Running {
         told.join("\n")
     }
 
-    /// Waits until `check` holds for what happened, or `limit` passes; whether it held.
+    /// Why the current page crashed, said once: ended for its memory, or by itself.
+    fn crash(&self) -> String {
+        let ended: Vec<u64> = std::mem::take(&mut *self.memory.2.lock().unwrap_or_else(PoisonError::into_inner));
+        match ended.iter().max() {
+            Some(resident) => format!(
+                "the page was closed: it held {} MiB of memory, more than a page may ({} MiB, or {} MiB for all \
+                 pages together)",
+                resident >> 20,
+                self.memory.0.page >> 20,
+                self.memory.0.pages >> 20
+            ),
+            None => "the page crashed (it may have used more memory than a page may)".into(),
+        }
+    }
+
+    /// Waits until `check` holds for what happened, or `limit` passes, or the page crashes;
+    /// whether it held.
     async fn until(&self, limit: Duration, check: impl Fn(&Happened) -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let notified = self.changed.notified();
-            if check(&self.happened.lock().unwrap_or_else(PoisonError::into_inner)) {
-                return true;
+            {
+                let now = self.happened.lock().unwrap_or_else(PoisonError::into_inner);
+                if check(&now) {
+                    return true;
+                }
+                if now.crashed {
+                    return false;
+                }
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return check(&self.happened.lock().unwrap_or_else(PoisonError::into_inner));
@@ -493,6 +539,8 @@ async fn attach(cdp: &Cdp, happened: &Mutex<Happened>, target: &str) -> Result<P
         ("Inspector.enable", json!({})),
         ("Network.enable", json!({"maxTotalBufferSize": 0, "maxResourceBufferSize": 0})),
         ("Emulation.setScriptExecutionDisabled", json!({"value": false})),
+        // The page has the focus whether or not a window does, as a person's page in front.
+        ("Emulation.setFocusEmulationEnabled", json!({"enabled": true})),
     ] {
         cdp.call(&session, method, params, QUICK).await?;
     }
@@ -604,6 +652,10 @@ mod tests {
         assert!(pages.admits("::1", 443).await);
         assert!(!pages.has("trains.example", 80));
         assert!(!pages.admits("accounts.google.com", 443).await, "Chromium's own traffic is not a page's");
+        for n in 0..MOST_HOSTS {
+            pages.note(&format!("https://h{n}.example/"));
+        }
+        assert!(pages.has("h10.example", 443) && !pages.has(&format!("h{}.example", MOST_HOSTS - 1), 443));
     }
 
     #[test]

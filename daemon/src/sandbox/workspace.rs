@@ -32,6 +32,9 @@ const PICTURES: &str = "pictures";
 
 /// The folder beside a session's `data/` where the daemon keeps the files agents sent to people.
 pub const SENT: &str = "sent";
+/// The browser profiles of a session's people, beside `data/` (`browser/{person}`): mounted
+/// into that person's browser container only, never into another tool's.
+pub const BROWSER_PROFILES: &str = "browser";
 
 /// The image's file name in `sessions/{id}/`.
 pub const IMAGE: &str = "workspace.img";
@@ -449,6 +452,16 @@ impl Workspaces {
         let path = self.sessions.join(session).join(SENT).join(&kept);
         crate::base::state::write_atomic(&path, bytes, 0o600).map_err(std::io::Error::other)?;
         Ok(kept)
+    }
+
+    /// The browser profile of `person` (a plain name) in `session`, made if it is not there; its
+    /// path on the host.
+    pub fn browser_profile(&self, session: &str, person: &str) -> std::io::Result<PathBuf> {
+        let sessions = shared_dirs::open_trusted(&self.sessions)?;
+        let session_dir = shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon)?;
+        let profiles = shared_dirs::ensure_dir(&session_dir, OsStr::new(BROWSER_PROFILES), Owner::Daemon)?;
+        shared_dirs::ensure_dir(&profiles, OsStr::new(person), Owner::Containers)?;
+        Ok(self.sessions.join(session).join(BROWSER_PROFILES).join(person))
     }
 
     /// The file `name` kept in `session`'s `sent/`, if it is there and at most `cap` bytes.

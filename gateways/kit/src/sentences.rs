@@ -93,12 +93,16 @@ pub fn agent(role: i32) -> &'static str {
 /// The first line of the command an approval request was asked for, at most 120 characters
 /// (empty when none was).
 pub fn asked_for(request: &v1::ApprovalRequest) -> String {
-    request.asked_by.lines().next().unwrap_or_default().chars().take(120).collect()
+    let line = request.asked_by.lines().next().unwrap_or_default();
+    line.strip_prefix(baaaht_proto::BROWSER_ASKED).unwrap_or(line).chars().take(120).collect()
 }
 
 /// What an approval request waits for, without the command: "The coder's tools want to reach
-/// pypi.org:443".
+/// pypi.org:443", "The browser wants to reach trains.example:443".
 pub fn wants_to_reach(request: &v1::ApprovalRequest) -> String {
+    if request.asked_by.starts_with(baaaht_proto::BROWSER_ASKED) {
+        return format!("The browser wants to reach {}:{}", request.host, request.port);
+    }
     format!("The {}'s tools want to reach {}:{}", agent(request.agent), request.host, request.port)
 }
 
@@ -171,6 +175,13 @@ fn size(bytes: u64) -> String {
         1_000..1_000_000 => format!("{:.1} KB", bytes as f64 / 1e3),
         _ => format!("{:.1} MB", bytes as f64 / 1e6),
     }
+}
+
+/// A file an agent sent, as a line where the file itself cannot be shown (a terminal):
+/// "📎 page.png (image/png, 48.2 KB)".
+pub fn file_sent(file: &v1::Attachment) -> String {
+    let kind = if file.mime_type.is_empty() { String::new() } else { format!("{}, ", one_line(&file.mime_type, 60)) };
+    format!("📎 {} ({kind}{})", one_line(&file.filename, 120), size(file.size_bytes))
 }
 
 /// `items` named after `lead` on one line of at most [`REVIEW_LINE_LIMIT`] characters: at
@@ -517,6 +528,25 @@ mod tests {
         assert_eq!(agent(0), "agent");
         assert_eq!(choices(&request), CHOICES);
         assert_eq!(expires_text(&v1::ApprovalRequest { expires_in_seconds: 90, ..request }), denied_in(90));
+        let shot = v1::Attachment {
+            filename: "page.png".into(),
+            mime_type: "image/png".into(),
+            path: "sent/page.png".into(),
+            size_bytes: 48_200,
+        };
+        assert_eq!(file_sent(&shot), "📎 page.png (image/png, 48.2 KB)");
+        // The browser serves every agent: it is named, not a role's tools.
+        let browsing = v1::ApprovalRequest {
+            agent: v1::AgentRole::Tool as i32,
+            host: "trains.example".into(),
+            port: 443,
+            asked_by: format!("{}open https://trains.example/times", baaaht_proto::BROWSER_ASKED),
+            ..Default::default()
+        };
+        assert_eq!(
+            approval_asked(&browsing),
+            "The browser wants to reach trains.example:443 for “open https://trains.example/times”."
+        );
     }
 
     fn forecast() -> v1::ApprovalRequest {

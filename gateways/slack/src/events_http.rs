@@ -115,8 +115,12 @@ async fn handle(
                 tracing::info!(event_id, retry, "Slack delivers an event again");
             }
             if let Some(route) = gateway.take(event_id, &payload["event"]) {
+                // Answered once the daemon has the message (Slack delivers it again when a
+                // gateway dies before), within the 3 s Slack waits.
+                let (taken, held) = tokio::sync::oneshot::channel();
                 let gateway = gateway.clone();
-                tokio::spawn(async move { gateway.answer(route).await });
+                tokio::spawn(async move { gateway.answer(route, taken).await });
+                crate::socket_mode::until_taken(held).await;
             }
             answer(StatusCode::OK, json!({}))
         }

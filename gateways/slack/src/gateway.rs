@@ -179,13 +179,22 @@ impl Gateway {
         }
     }
 
-    /// Answers `route`: the turn in its context, streamed into its thread.
-    pub async fn answer(&self, route: Route) {
+    /// Answers `route`: the turn in its context, streamed into its thread. `taken` is told
+    /// (sent, or dropped when the turn ends first) once the daemon has the message: the
+    /// delivery is acknowledged to Slack then, so a gateway that dies before gets it again.
+    pub async fn answer(&self, route: Route, taken: tokio::sync::oneshot::Sender<()>) {
+        let taken = Mutex::new(Some(taken));
         let channel = SlackChannelId::new(route.channel.clone());
         let thread = route.thread_ts.clone().map(SlackTs::new);
         let ran = match self.message_of(&route).await {
             Ok(message) => {
-                let surface = Answering { gateway: self, route: &route, channel: &channel, thread: thread.as_ref() };
+                let surface = Answering {
+                    gateway: self,
+                    route: &route,
+                    channel: &channel,
+                    thread: thread.as_ref(),
+                    taken: &taken,
+                };
                 turn::run(&self.daemon, &self.follower, message, &surface).await
             }
             Err(sentence) => Err(TurnError::Daemon(sentence)),
@@ -516,6 +525,8 @@ struct Answering<'a> {
     route: &'a Route,
     channel: &'a SlackChannelId,
     thread: Option<&'a SlackTs>,
+    /// Told when the daemon has the message ([`Gateway::answer`]).
+    taken: &'a Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl Surface for Answering<'_> {
@@ -555,6 +566,10 @@ impl Surface for Answering<'_> {
     }
 
     fn accepted(&self) {
+        if let Some(taken) = self.taken.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            // silent-ok: the delivery's ack stopped waiting (its 2.5 s passed).
+            let _ = taken.send(());
+        }
         if let Some(thread) = &self.route.thread_ts {
             let mut threads = self.gateway.threads.lock().unwrap_or_else(PoisonError::into_inner);
             threads.answered(&self.route.channel, thread);

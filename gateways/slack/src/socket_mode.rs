@@ -4,8 +4,9 @@
 //!
 //! Envelopes are read as Slack sends them, as JSON: a file's `size` and a sender's
 //! `user_team` reach the gateway as they are. Each delivery is routed (and a repeat dropped by
-//! its event id) then acknowledged at once — Slack wants the ack within 3 s — and answered
-//! after. A `disconnect` (Slack recycling the connection), a close or a silent connection
+//! its event id) and answered; it is acknowledged once the daemon has its message, or after
+//! [`ACK_WITHIN`] (Slack wants the ack within 3 s), so a gateway that dies before the daemon has
+//! it (a file being fetched, a restart) gets the delivery again from Slack. A `disconnect` (Slack recycling the connection), a close or a silent connection
 //! brings a new one; an event delivered again over it is a repeat.
 
 use std::sync::Arc;
@@ -22,6 +23,16 @@ use crate::health::Health;
 
 /// How often the gateway pings Slack; a connection silent for three of these is dead.
 const PING_EVERY: Duration = Duration::from_secs(30);
+
+/// The longest a delivery waits for the daemon to take its message before it is acknowledged
+/// anyway (Slack delivers again after 3 s without an ack).
+pub const ACK_WITHIN: Duration = Duration::from_millis(2500);
+
+/// Waits until `taken` is told (or dropped) or [`ACK_WITHIN`] passes.
+pub async fn until_taken(taken: tokio::sync::oneshot::Receiver<()>) {
+    // silent-ok: either way the delivery is acknowledged now.
+    let _ = tokio::time::timeout(ACK_WITHIN, taken).await;
+}
 
 /// Keeps a Socket Mode connection open until the process ends.
 pub async fn run(gateway: Arc<Gateway>, app_token: SlackApiToken, egress: Egress, health: Arc<Health>) {
@@ -69,9 +80,16 @@ async fn connection(
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.tick().await;
     let mut silent = 0;
+    // Acks of deliveries whose message the daemon took (or that waited long enough).
+    let (acks, mut acking) = tokio::sync::mpsc::unbounded_channel::<String>();
     loop {
         let frame = tokio::select! {
             frame = source.next() => frame,
+            Some(envelope_id) = acking.recv() => {
+                let ack = json!({ "envelope_id": envelope_id }).to_string();
+                sink.send(Message::text(ack)).await.map_err(|error| format!("Socket Mode: cannot ack: {error}"))?;
+                continue;
+            }
             _ = ping.tick() => {
                 silent += 1;
                 if silent >= 3 {
@@ -132,13 +150,31 @@ async fn connection(
                     })
                     .flatten();
                 // Answered even if the ack is lost: Slack's redelivery is then a repeat.
-                if let Some(route) = route {
-                    let gateway = gateway.clone();
-                    tokio::spawn(async move { gateway.answer(route).await });
-                }
-                if let Some(envelope_id) = envelope["envelope_id"].as_str() {
-                    let ack = json!({ "envelope_id": envelope_id }).to_string();
-                    sink.send(Message::text(ack)).await.map_err(|error| format!("Socket Mode: cannot ack: {error}"))?;
+                let envelope_id = envelope["envelope_id"].as_str().map(str::to_string);
+                match (route, envelope_id) {
+                    (Some(route), Some(envelope_id)) => {
+                        let (taken, held) = tokio::sync::oneshot::channel();
+                        let gateway = gateway.clone();
+                        tokio::spawn(async move { gateway.answer(route, taken).await });
+                        let acks = acks.clone();
+                        tokio::spawn(async move {
+                            until_taken(held).await;
+                            // silent-ok: a connection gone meanwhile: Slack delivers it again.
+                            let _ = acks.send(envelope_id);
+                        });
+                    }
+                    (Some(route), None) => {
+                        let (taken, _) = tokio::sync::oneshot::channel();
+                        let gateway = gateway.clone();
+                        tokio::spawn(async move { gateway.answer(route, taken).await });
+                    }
+                    (None, Some(envelope_id)) => {
+                        let ack = json!({ "envelope_id": envelope_id }).to_string();
+                        sink.send(Message::text(ack))
+                            .await
+                            .map_err(|error| format!("Socket Mode: cannot ack: {error}"))?;
+                    }
+                    (None, None) => {}
                 }
             }
         }

@@ -442,6 +442,15 @@ function showMessage(event) {
       link.download = name;
       link.textContent = `📎 ${visible(file.name)} (${file.type}, ${size(file.size)})`;
       item.append(link);
+      // A picture (a screenshot the browser took) is shown too, not only offered.
+      if (/^image\/(png|jpeg|gif|webp)$/.test(file.type || "")) {
+        const picture = document.createElement("img");
+        picture.src = link.href;
+        picture.alt = visible(file.name);
+        picture.loading = "lazy";
+        picture.className = "sent-picture";
+        item.append(picture);
+      }
       list.append(item);
     }
     element.append(list);

@@ -418,7 +418,12 @@ impl crate::net::egress::relay::Gate for Policy {
                 let asking = Asking {
                     context: self.context.clone(),
                     session: self.session.clone(),
-                    agent: crate::base::auth::Role::Coder,
+                    // A browser serves every agent of the session; commands are the Coder's.
+                    agent: if asked_by.starts_with(baaaht_proto::BROWSER_ASKED) {
+                        crate::base::auth::Role::Tool
+                    } else {
+                        crate::base::auth::Role::Coder
+                    },
                     subject: crate::net::egress::approvals::Subject::Egress { host: host.to_string(), port },
                     asked_by: asked_by.to_string(),
                 };

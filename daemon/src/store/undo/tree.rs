@@ -78,8 +78,8 @@ pub enum Git {
 }
 
 /// Where `path` (a folder when `folder`) stands toward a `.git` folder on its way. The
-/// browser's own folder (its profile and unfinished downloads, `.browser/` at a tree's root) is
-/// left to it like git's history: a live Chromium's cookies are not turns' files to take back.
+/// browser's own folder (its unfinished downloads, `.browser/` at a tree's root) is
+/// left to it like git's history: a half-written download is not a turn's file to take back.
 pub fn git_part(path: &str, folder: bool) -> Git {
     if path == ".browser" || path.starts_with(".browser/") {
         return Git::History;

@@ -18,9 +18,35 @@ use super::{Runner, Runners, ToolsError, CONNECT_TIMEOUT, WORKSPACE};
 /// Where Debian installs Chromium in the image.
 const CHROMIUM: &str = "/usr/bin/chromium";
 
-/// The key of `session`'s browser among the tool containers.
-pub(super) fn key(session: &str) -> String {
-    format!("{session}/browser")
+/// Where the person's profile is mounted in the browser's container.
+const PROFILE: &str = "/browser-profile";
+
+/// The key of `person`'s browser in `session` among the tool containers.
+pub(super) fn key(session: &str, person: &str) -> String {
+    format!("{}{person}", prefix(session))
+}
+
+/// What the keys of every browser of `session` begin with.
+pub(super) fn prefix(session: &str) -> String {
+    format!("{session}/browser/")
+}
+
+/// Whose browser a call of `context` uses: a person's own, also in a group (a member's logins
+/// are not another's), named as a folder may be. A group's scheduled run (nobody asked) has a
+/// profile of its own.
+pub fn person(context: &Context, asker: Option<&str>) -> String {
+    let who = match context.kind {
+        crate::base::auth::ContextKind::User => context.id.as_str(),
+        crate::base::auth::ContextKind::Group => asker.unwrap_or("-scheduled"),
+    };
+    let plain = !who.is_empty()
+        && !who.starts_with('.')
+        && who.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'));
+    if plain {
+        who.to_string()
+    } else {
+        who.bytes().map(|byte| format!("{byte:02x}")).collect()
+    }
 }
 
 /// The browser's image on `base`: Debian's Chromium, a font family for its pages and NSS's
@@ -53,6 +79,10 @@ pub(super) fn command(config: &BrowserConfig) -> Vec<String> {
         config.max_download.0.to_string(),
         "--browser-heap-mib".into(),
         (config.page_memory.0 >> 20).max(64).to_string(),
+        "--browser-memory-bytes".into(),
+        config.memory.0.to_string(),
+        "--browser-profile".into(),
+        PROFILE.into(),
     ]
 }
 
@@ -73,11 +103,22 @@ impl Runners {
         self.web.refused_at_sight(bare, port).map(|why| format!("the browser may not open {url}: {why}"))
     }
 
-    /// Starts `session`'s browser container: the browser's image (built the first time), its
-    /// limits, the workspace and the trust bundle, and no IPC folder (it queues nothing).
-    pub(super) async fn start_browser(&self, session: &str, context: &Context) -> Result<Runner, ToolsError> {
+    /// Starts `person`'s browser container in `session`: the browser's image (built the first
+    /// time), its limits, the workspace, the person's profile and the trust bundle, and no IPC
+    /// folder (it queues nothing).
+    pub(super) async fn start_browser(
+        &self,
+        session: &str,
+        context: &Context,
+        person: &str,
+    ) -> Result<Runner, ToolsError> {
         let (tag, dockerfile) = layer(self.containers.image());
         self.containers.ensure_image(&tag, &dockerfile).await.map_err(ToolsError::Container)?;
+        let (workspaces, held, whose) = (self.workspaces.clone(), session.to_string(), person.to_string());
+        let profile = tokio::task::spawn_blocking(move || workspaces.browser_profile(&held, &whose))
+            .await
+            .map_err(|error| ToolsError::Prepare(error.to_string()))?
+            .map_err(|error| ToolsError::Prepare(format!("the browser's profile cannot be made: {error}")))?;
         let (workspaces, held) = (self.workspaces.clone(), session.to_string());
         let workspace = tokio::task::spawn_blocking(move || workspaces.acquire(&held))
             .await
@@ -93,11 +134,11 @@ impl Runners {
             session_id: session.to_string(),
             context: context.clone(),
             command: command(&self.browser),
-            mounts: std::iter::once(MountSpec {
-                host: workspace.path.clone(),
-                target: WORKSPACE.into(),
-                read_only: false,
-            })
+            mounts: [
+                MountSpec { host: workspace.path.clone(), target: WORKSPACE.into(), read_only: false },
+                MountSpec { host: profile, target: PROFILE.into(), read_only: false },
+            ]
+            .into_iter()
             .chain(self.trust_mount())
             .collect(),
             env: vec![],
@@ -183,6 +224,8 @@ impl super::call::Calls {
             });
             let allowed = allowed.await.unwrap_or(false);
             if let Err(why) = self.taints.may_fetch(&identity.session_id, url, &bare, allowed, &principal) {
+                // The same rule as `web_fetch`'s, said of the browser.
+                let why = why.replacen("`web_fetch`", &format!("the browser's `{action}`"), 1);
                 refused(&why);
                 return Err(why);
             }
@@ -314,8 +357,22 @@ mod tests {
         let command = command(&BrowserConfig::default());
         let at = |flag: &str| command.iter().position(|arg| arg == flag).map(|index| command[index + 1].as_str());
         assert_eq!(
-            (at("--browser"), at("--browser-pages"), at("--browser-heap-mib")),
-            (Some(CHROMIUM), Some("4"), Some("512"))
+            (at("--browser"), at("--browser-pages"), at("--browser-heap-mib"), at("--browser-profile")),
+            (Some(CHROMIUM), Some("4"), Some("512"), Some(PROFILE))
         );
+        assert_eq!(at("--browser-memory-bytes"), Some("1073741824"));
+    }
+
+    #[test]
+    fn each_person_browses_with_a_profile_of_their_own() {
+        let group = Context { kind: crate::base::auth::ContextKind::Group, id: "family".into() };
+        let alice = Context { kind: crate::base::auth::ContextKind::User, id: "alice".into() };
+        assert_eq!(person(&alice, None), "alice");
+        assert_eq!(person(&group, Some("bob")), "bob");
+        assert_eq!(person(&group, None), "-scheduled");
+        assert_eq!(person(&group, Some("../x")), "2e2e2f78");
+        assert_eq!(person(&group, Some(".hidden")), "2e68696464656e");
+        assert_ne!(key("s1", "alice"), key("s1", "bob"));
+        assert!(key("s1", "alice").starts_with(&prefix("s1")));
     }
 }

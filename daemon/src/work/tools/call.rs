@@ -436,9 +436,12 @@ impl Calls {
         }
         let received = Instant::now();
         let (session, context) = (&identity.session_id, &identity.context);
+        // Whose browser: in a group, the asking member's own (their logins).
+        let asker = self.agents.live(&identity.name).and_then(|live| live.asker);
         let call = super::Call {
             session,
             context,
+            asker: asker.as_deref(),
             coder,
             call_id: call_id.clone(),
             tool: tool.as_str(),

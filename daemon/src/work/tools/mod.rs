@@ -109,6 +109,8 @@ fn skills_found(mounts: &[MountSpec]) -> Vec<(PathBuf, u64)> {
 pub struct Call<'a> {
     pub session: &'a str,
     pub context: &'a Context,
+    /// The person whose message the turn answers (none: a scheduled run): whose browser.
+    pub asker: Option<&'a str>,
     /// The caller is a Coder: its container also mounts the allowlisted projects.
     pub coder: bool,
     /// The file name of its result (spec §12.4).
@@ -555,8 +557,12 @@ impl Runners {
     /// (or restarting) it if needed.
     pub async fn call(&self, call: Call<'_>) -> Result<ToolAnswer, ToolsError> {
         let (session, context, coder) = (call.session, call.context, call.coder);
-        let browser = call.tool == baaaht_proto::ToolName::Browser.as_str();
-        let slot = if browser { self.slot_of(browser::key(session)) } else { self.slot(session, coder) };
+        let browser =
+            (call.tool == baaaht_proto::ToolName::Browser.as_str()).then(|| browser::person(context, call.asker));
+        let slot = match &browser {
+            Some(person) => self.slot_of(browser::key(session, person)),
+            None => self.slot(session, coder),
+        };
         let mut runner = slot.lock().await;
         if runner.as_ref().is_some_and(|r| r.context != *context) {
             tracing::warn!(session, context = %context, "a call for a session whose tool container is another context's; refused");
@@ -577,10 +583,9 @@ impl Runners {
             *runner = None;
         }
         if runner.is_none() {
-            *runner = Some(if browser {
-                self.start_browser(session, context).await?
-            } else {
-                self.start(session, context, coder, false).await?
+            *runner = Some(match &browser {
+                Some(person) => self.start_browser(session, context, person).await?,
+                None => self.start(session, context, coder, false).await?,
             });
         }
         let Some(current) = runner.as_mut() else { return Err(ToolsError::NoRunner) };
@@ -718,10 +723,12 @@ impl Runners {
     pub async fn release(&self, session: &str) {
         let slots: Vec<Arc<tokio::sync::Mutex<Option<Runner>>>> = {
             let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-            [key(session, false), key(session, true), browser::key(session)]
-                .iter()
-                .filter_map(|key| sessions.remove(key))
-                .collect()
+            let browsers = browser::prefix(session);
+            let keys: Vec<String> = [key(session, false), key(session, true)]
+                .into_iter()
+                .chain(sessions.keys().filter(|key| key.starts_with(&browsers)).cloned())
+                .collect();
+            keys.iter().filter_map(|key| sessions.remove(key)).collect()
         };
         for slot in slots {
             if let Some(runner) = slot.lock().await.take() {

@@ -501,8 +501,8 @@ fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
         }
         Event::Approval(request) => {
             let title = sentences::wants_to_reach(request);
-            let asked =
-                if request.asked_by.is_empty() { String::new() } else { format!(" for `{}`", request.asked_by) };
+            let command = sentences::asked_for(request);
+            let asked = if command.is_empty() { String::new() } else { format!(" for `{command}`") };
             let text = format!(
                 "Allow it? Press o (once), s (this session), a twice (always: a rule) or d (deny); denied in {} s \
                  without an answer. Approval {}{asked}.",
@@ -510,7 +510,11 @@ fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
             );
             Block::Notice { title, text, error: false }
         }
-        Event::Message(message) => Block::Assistant { text: message.content.clone(), thinking: String::new() },
+        Event::Message(message) => {
+            // Its files by name (a screenshot, a report): the terminal cannot show them.
+            let files = message.attachments.iter().map(|file| format!("\n\n{}", sentences::file_sent(file)));
+            Block::Assistant { text: format!("{}{}", message.content, files.collect::<String>()), thinking: String::new() }
+        }
         Event::Tainted(_) => Block::Activity { text: format!("! {}", sentences::activity(event)?) },
         Event::ApprovalSettled(_) => Block::Activity { text: format!("· {}", sentences::activity(event)?) },
         _ => return None,
