@@ -161,11 +161,6 @@ fn private_addresses_and_a_redirect_to_metadata_are_refused_and_hostile_pages_ar
         browse(&rt, &worker, serde_json::json!({"action": "type", "ref": search, "text": "my secret words"}));
     assert!(failed && said.contains("did not take the focus"), "{said}");
 
-    // A memory bomb: its page is ended before it fills the container; the browser goes on.
-    let (said, failed, _) = browse(&rt, &worker, serde_json::json!({"action": "open", "url": format!("{site}/bomb")}));
-    assert!(failed && said.contains("more than a page may"), "{said}");
-    let (page, failed, _) = browse(&rt, &worker, serde_json::json!({"action": "open", "url": format!("{site}/js")}));
-    assert!(!failed && page.contains("42 trains"), "the browser goes on: {page}");
     drop(worker);
 }
 
@@ -321,66 +316,4 @@ fn a_screenshot_a_turn_takes_reaches_the_tui_and_the_web_page_as_a_file() {
         assert!(width.parse::<u32>().is_ok_and(|width| width >= 640), "the page's width: {looked}");
         web::screenshot(&alice, dir.path(), "browser-screenshot-in-chat").await;
     });
-}
-
-/// A host a secret is bound to is reached through the edge, which answers for it with a
-/// certificate of the daemon's authority: the browser trusts that authority (and no other
-/// added one), so the page opens; the forge sees the browser's request, without the secret
-/// (the browser sends no placeholder, so nothing is swapped in).
-#[test]
-fn a_host_a_secret_is_bound_to_opens_through_the_edge() {
-    const TOKEN: &str = "ghp_browser-s3cr3t-only-the-daemon-knows";
-    let rt = baaaht_tests::runtime();
-    let temp = tempfile::tempdir().expect("tempdir");
-    let bridge = baaaht_tests::bridge_address().expect("bridge address");
-    let (ca, cert, key) = baaaht_tests::web::issued_for(temp.path(), &bridge.to_string()).expect("certificates");
-    let root = temp.path().join("repos");
-    std::fs::create_dir_all(&root).expect("repos");
-    let bind = bridge.to_string();
-    let (forge, port) = baaaht_tests::git_server(
-        &root,
-        (&cert, &key),
-        None,
-        &temp.path().join("forge.log"),
-        &[("BIND", bind.as_str())],
-    );
-    let passphrase = temp.path().join("passphrase");
-    std::fs::write(&passphrase, "correct horse battery staple\n").expect("passphrase");
-    let config = format!(
-        "tools:\n  browser:\n    enabled: true\n  web_proxy:\n    allow: ['{bridge}:{port}']\nsecrets:\n  user_usable: [FORGE_TOKEN]\n"
-    );
-    let policy = format!("rules:\n  - host: '{bridge}'\n    action: allow\n");
-    let daemon = TestDaemon::start(DaemonOptions {
-        env: vec![
-            ("SSL_CERT_FILE".into(), ca.display().to_string()),
-            ("BAAAHT_PASSPHRASE_FILE".into(), passphrase.display().to_string()),
-        ],
-        files: vec![("config/config.yaml".into(), config), ("users/baaaht-self-test/egress.yaml".into(), policy)],
-        ..Default::default()
-    })
-    .expect("daemon");
-    let mut set = std::process::Command::new(baaaht_tests::bin("baaahtd"))
-        .args(["secrets", "set", "FORGE_TOKEN"])
-        .env("BAAAHT_DATA", &daemon.data_dir)
-        .env("BAAAHT_PASSPHRASE_FILE", &passphrase)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("secrets set");
-    std::io::Write::write_all(&mut set.stdin.take().expect("stdin"), TOKEN.as_bytes()).expect("value");
-    assert!(set.wait().expect("set").success());
-    let bound = std::process::Command::new(baaaht_tests::bin("baaaht"))
-        .args(["egress", "credential", "add", "FORGE_TOKEN", "--host", &format!("{bridge}:{port}")])
-        .args(["--user", "baaaht-self-test"])
-        .env("BAAAHT_SOCKET", daemon.socket())
-        .output()
-        .expect("baaaht egress credential add");
-    assert!(bound.status.success(), "{}", String::from_utf8_lossy(&bound.stderr));
-
-    let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
-    let url = format!("https://{bridge}:{port}/echo");
-    let (page, failed, _) = browse(&rt, &worker, serde_json::json!({"action": "open", "url": url}));
-    assert!(!failed && page.contains("ok") && !page.contains("ERR_CERT"), "{page}\n{}", daemon.log_text());
-    let seen = forge.log_text();
-    assert!(seen.contains("request GET /echo") && !seen.contains(TOKEN), "{seen}");
-    drop(worker);
 }

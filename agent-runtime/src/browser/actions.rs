@@ -296,7 +296,8 @@ async fn object_in(running: &Running, context: &Value, backend: i64) -> Result<S
 async fn in_world(running: &Running, node: i64, function: &str, arguments: Value) -> Result<Value, ToolError> {
     let context = world(running).await?;
     let object = object_in(running, &context, node).await?;
-    let asked = json!({"objectId": object, "functionDeclaration": function, "arguments": arguments, "returnByValue": true});
+    let asked =
+        json!({"objectId": object, "functionDeclaration": function, "arguments": arguments, "returnByValue": true});
     let called = running.cdp.call(&running.page.session, "Runtime.callFunctionOn", asked, QUICK).await?;
     if let Some(thrown) = called["exceptionDetails"]["exception"]["description"].as_str() {
         return Err(failed(format!("the page did not take it: {}", super::page::tidy(thrown))));
@@ -362,13 +363,9 @@ async fn type_into(running: &Running, node: i64, text: &str, submit: bool) -> Re
     }
     if submit {
         // The Enter goes only to the field: if the page took the focus away, it is not pressed.
-        let focused = in_world(
-            running,
-            node,
-            "function() { return this.ownerDocument.activeElement === this; }",
-            json!([]),
-        )
-        .await?;
+        let focused =
+            in_world(running, node, "function() { return this.ownerDocument.activeElement === this; }", json!([]))
+                .await?;
         if focused != true {
             return Err(failed("the text was typed, but the page moved the focus away from the field, so Enter was not pressed; read the page again"));
         }

@@ -236,7 +236,9 @@ mod tests {
         // An answer past the most a message may be fails its command; the pipe goes on.
         let huge = {
             let cdp = cdp.clone();
-            tokio::spawn(async move { cdp.call("", "Accessibility.getFullAXTree", json!({}), Duration::from_secs(20)).await })
+            tokio::spawn(async move {
+                cdp.call("", "Accessibility.getFullAXTree", json!({}), Duration::from_secs(20)).await
+            })
         };
         let mut sent = vec![];
         their_reader.read_until(0, &mut sent).await.expect("read");
@@ -254,7 +256,7 @@ mod tests {
             matches!(&answered, Err(CdpError::Failed { message, .. }) if message.contains("larger than the 64 MiB")),
             "{answered:?}"
         );
-        let mut their_writer = writing.await.expect("written");
+        let their_writer = writing.await.expect("written");
         assert_eq!(
             failed,
             Err(CdpError::Failed { method: "Browser.nothing".into(), message: "no such method".into() })

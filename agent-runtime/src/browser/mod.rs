@@ -269,6 +269,8 @@ impl Browser {
             format!("--js-flags=--max-old-space-size={}", settings.heap_mib),
             format!("--window-size={},{}", WINDOW.0, WINDOW.1),
             format!("--disk-cache-dir={}", home.join("cache").display()),
+            // The cache is in /tmp, which is memory: kept small.
+            "--disk-cache-size=67108864".into(),
             "about:blank".into(),
         ]
     }
@@ -481,8 +483,8 @@ impl Running {
         let ended: Vec<u64> = std::mem::take(&mut *self.memory.2.lock().unwrap_or_else(PoisonError::into_inner));
         match ended.iter().max() {
             Some(resident) => format!(
-                "the page was closed: it held {} MiB of memory, more than a page may ({} MiB, or {} MiB for all \
-                 pages together)",
+                "the page was closed: it held {} MiB of memory, more than a page may ({} MiB, or {} MiB for the \
+                 whole browser)",
                 resident >> 20,
                 self.memory.0.page >> 20,
                 self.memory.0.pages >> 20

@@ -513,7 +513,10 @@ fn activity_block(event: &v1::orchestrator_event::Event) -> Option<Block> {
         Event::Message(message) => {
             // Its files by name (a screenshot, a report): the terminal cannot show them.
             let files = message.attachments.iter().map(|file| format!("\n\n{}", sentences::file_sent(file)));
-            Block::Assistant { text: format!("{}{}", message.content, files.collect::<String>()), thinking: String::new() }
+            Block::Assistant {
+                text: format!("{}{}", message.content, files.collect::<String>()),
+                thinking: String::new(),
+            }
         }
         Event::Tainted(_) => Block::Activity { text: format!("! {}", sentences::activity(event)?) },
         Event::ApprovalSettled(_) => Block::Activity { text: format!("· {}", sentences::activity(event)?) },
