@@ -68,6 +68,9 @@ class Page(http.server.BaseHTTPRequestHandler):
             self.send("", 302, [("Location", "http://169.254.169.254/latest/meta-data/")])
         elif url.path == "/loop":
             self.send("<title>Busy</title><script>while (true) {}</script>")
+        elif url.path == "/bomb":
+            self.send("<title>Bomb</title><p>Growing</p><script>const kept = [];"
+                      "while (true) { const b = new Uint8Array(16 << 20); b.fill(7); kept.push(b); }</script>")
         elif url.path == "/hijack":
             self.send("<title>Search</title><label>Search <input id=search></label>"
                       "<iframe id=frame srcdoc='<input id=steal>' style='width:1px;height:1px;opacity:0.01'></iframe>"

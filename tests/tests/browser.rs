@@ -161,6 +161,12 @@ fn private_addresses_and_a_redirect_to_metadata_are_refused_and_hostile_pages_ar
         browse(&rt, &worker, serde_json::json!({"action": "type", "ref": search, "text": "my secret words"}));
     assert!(failed && said.contains("did not take the focus"), "{said}");
 
+    // A memory bomb (array buffers, outside the heap's cap): its page is ended before it fills
+    // the container, which under gVisor would end the whole sandbox; the browser goes on.
+    let (said, failed, _) = browse(&rt, &worker, serde_json::json!({"action": "open", "url": format!("{site}/bomb")}));
+    assert!(failed && said.contains("the page was closed") && said.contains("MiB"), "{said}");
+    let (page, failed, _) = browse(&rt, &worker, serde_json::json!({"action": "open", "url": format!("{site}/js")}));
+    assert!(!failed && page.contains("42 trains"), "the browser goes on: {page}");
     drop(worker);
 }
 

@@ -480,14 +480,20 @@ impl Running {
 
     /// Why the current page crashed, said once: ended for its memory, or by itself.
     fn crash(&self) -> String {
-        let ended: Vec<u64> = std::mem::take(&mut *self.memory.2.lock().unwrap_or_else(PoisonError::into_inner));
-        match ended.iter().max() {
-            Some(resident) => format!(
-                "the page was closed: it held {} MiB of memory, more than a page may ({} MiB, or {} MiB for the \
-                 whole browser)",
+        let ended = std::mem::take(&mut *self.memory.2.lock().unwrap_or_else(PoisonError::into_inner));
+        let caps = self.memory.0;
+        match ended.last() {
+            Some(memory::Ending { resident, container: None }) => format!(
+                "the page was closed: it held {} MiB of memory, more than a page may ({} MiB)",
                 resident >> 20,
-                self.memory.0.page >> 20,
-                self.memory.0.pages >> 20
+                caps.page >> 20
+            ),
+            Some(memory::Ending { resident, container: Some(used) }) => format!(
+                "the page was closed: the browser's container had {} MiB of memory in use, more than its pages \
+                 may ({} MiB), and this page held the most ({} MiB)",
+                used >> 20,
+                caps.pages >> 20,
+                resident >> 20
             ),
             None => "the page crashed (it may have used more memory than a page may)".into(),
         }
