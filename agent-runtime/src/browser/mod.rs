@@ -261,8 +261,14 @@ impl Browser {
             "--hide-scrollbars".into(),
             "--password-store=basic".into(),
             "--use-mock-keychain".into(),
-            // A network service of its own process dies on the container's file descriptors.
-            "--enable-features=NetworkServiceInProcess".into(),
+            // Fewer processes, less memory (each holds its own copy of Chromium's data under
+            // gVisor): the network service and the GPU thread in the browser's process, no
+            // zygote (it forks nothing a sandbox would need: the container is the sandbox).
+            // `NetworkServiceInProcess` without the 2 is the old name, which Chromium 120+
+            // ignores. Measured: 180 → 140 MiB for a container with one page.
+            "--enable-features=NetworkServiceInProcess2".into(),
+            "--no-zygote".into(),
+            "--in-process-gpu".into(),
             // Frames of other sites stay in their page's process, whose requests the tool sees.
             "--disable-site-isolation-trials".into(),
             "--disable-features=DnsOverHttps,NetworkPrediction,Translate,MediaRouter,OptimizationHints,AutofillServerCommunication,CertificateTransparencyComponentUpdater,SafeBrowsing,InterestFeedContentSuggestions,PrivacySandboxSettings4,HttpsUpgrades,IsolateOrigins,site-per-process".into(),
