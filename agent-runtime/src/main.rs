@@ -149,7 +149,7 @@ fn main() -> ExitCode {
                 workspace_cap,
                 ipc_cap,
                 once,
-                browser: browser.map(|chromium| baaaht_agent::runner::BrowserLimits {
+                browser: browser.map(|chromium| baaaht_agent::browser::Limits {
                     chromium,
                     pages: browser_pages,
                     download_bytes: browser_download_bytes,

@@ -39,19 +39,7 @@ pub struct Settings {
     pub tunnels: Tunnels,
     /// This container is a session's browser ([`crate::browser`]): it serves `browser` calls
     /// only (the workspace, the first mount, holds its profile).
-    pub browser: Option<BrowserLimits>,
-}
-
-/// The browser's limits, from the runner's command line.
-#[derive(Debug, Clone)]
-pub struct BrowserLimits {
-    pub chromium: PathBuf,
-    pub pages: usize,
-    pub download_bytes: u64,
-    pub text_bytes: usize,
-    pub heap_mib: u64,
-    pub memory_bytes: u64,
-    pub profile: PathBuf,
+    pub browser: Option<crate::browser::Limits>,
 }
 
 /// Runs one call.
@@ -275,15 +263,9 @@ pub fn run(socket: &Path, mounts: &[(PathBuf, bool)], mut settings: Settings) ->
         let mut browser = settings.browser.clone().map(|limits| {
             let workspace = mounts.default_root().map(|root| root.at.clone()).unwrap_or_default();
             crate::browser::Browser::new(crate::browser::Settings {
+                limits,
                 workspace,
-                chromium: limits.chromium,
                 proxy_port: port,
-                pages: limits.pages,
-                download_bytes: limits.download_bytes,
-                text_bytes: limits.text_bytes,
-                heap_mib: limits.heap_mib,
-                memory_bytes: limits.memory_bytes,
-                profile: limits.profile,
                 pages_asked: pages.clone().unwrap_or_default(),
             })
         });

@@ -115,12 +115,12 @@ async fn where_now(running: &Running) -> (String, String) {
 async fn read(running: &mut Running, settings: &Settings) -> Result<ToolOutput, ToolError> {
     let tree = running.cdp.call(&running.page.session, "Accessibility.getFullAXTree", json!({}), QUICK).await?;
     let nodes = tree["nodes"].as_array().cloned().unwrap_or_default();
-    let rendered = super::page::render(&nodes, settings.text_bytes);
+    let rendered = super::page::render(&nodes, settings.limits.text_bytes);
     running.refs = rendered.refs;
     let (title, url) = where_now(running).await;
     let mut content = format!("page: {title} — {url}\n\n{}", rendered.text);
     if rendered.cut {
-        content.push_str(&format!("\n… (cut at {} bytes; scroll or wait_for to see more)", settings.text_bytes));
+        content.push_str(&format!("\n… (cut at {} bytes; scroll or wait_for to see more)", settings.limits.text_bytes));
     }
     if rendered.text.is_empty() {
         content.push_str("(the page shows no text)");
@@ -594,7 +594,7 @@ async fn download(
 }
 
 async fn finish_download(running: &Running, settings: &Settings, limit: Duration) -> Result<ToolOutput, ToolError> {
-    let most = settings.download_bytes;
+    let most = settings.limits.download_bytes;
     let began = running.until(Duration::from_secs(10).min(limit), |now| !now.downloads.is_empty()).await;
     if !began {
         return Err(failed("no download started (the link may open a page: open it and read it instead)"));

@@ -34,15 +34,11 @@ const QUICK: Duration = Duration::from_secs(10);
 /// The window's size (also a screenshot's).
 const WINDOW: (u32, u32) = (1280, 900);
 
-/// How the browser is run (from the runner's command line).
+/// The browser's limits, from the runner's command line.
 #[derive(Debug, Clone)]
-pub struct Settings {
-    /// The session's workspace as the container sees it.
-    pub workspace: PathBuf,
+pub struct Limits {
     /// The Chromium to start.
     pub chromium: PathBuf,
-    /// The runner's egress proxy on the container's loopback.
-    pub proxy_port: u16,
     /// The most pages (tabs and windows) open at once.
     pub pages: usize,
     /// The most bytes one download may have.
@@ -55,6 +51,16 @@ pub struct Settings {
     pub memory_bytes: u64,
     /// The profile (logins, cookies): a folder of the person's own, outside the workspace.
     pub profile: PathBuf,
+}
+
+/// How the browser is run: its limits, and what the runner gives it.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub limits: Limits,
+    /// The session's workspace as the container sees it.
+    pub workspace: PathBuf,
+    /// The runner's egress proxy on the container's loopback.
+    pub proxy_port: u16,
     /// The hosts the pages asked for: the only ones the proxy carries.
     pub pages_asked: Arc<PageHosts>,
 }
@@ -230,7 +236,7 @@ impl Browser {
             // namespaces a container does not give.
             "--no-sandbox".into(),
             "--remote-debugging-pipe".into(),
-            format!("--user-data-dir={}", settings.profile.display()),
+            format!("--user-data-dir={}", settings.limits.profile.display()),
             format!("--proxy-server=http://127.0.0.1:{}", settings.proxy_port),
             // Loopback too goes through the proxy, where it is refused.
             "--proxy-bypass-list=<-loopback>".into(),
@@ -272,7 +278,7 @@ impl Browser {
             // Frames of other sites stay in their page's process, whose requests the tool sees.
             "--disable-site-isolation-trials".into(),
             "--disable-features=DnsOverHttps,NetworkPrediction,Translate,MediaRouter,OptimizationHints,AutofillServerCommunication,CertificateTransparencyComponentUpdater,SafeBrowsing,InterestFeedContentSuggestions,PrivacySandboxSettings4,HttpsUpgrades,IsolateOrigins,site-per-process".into(),
-            format!("--js-flags=--max-old-space-size={}", settings.heap_mib),
+            format!("--js-flags=--max-old-space-size={}", settings.limits.heap_mib),
             format!("--window-size={},{}", WINDOW.0, WINDOW.1),
             format!("--disk-cache-dir={}", home.join("cache").display()),
             // The cache is in /tmp, which is memory: kept small.
@@ -285,7 +291,7 @@ impl Browser {
     /// authority trusted (for hosts whose credentials the edge swaps in), the pipe connected.
     async fn launch(&mut self) -> Result<(), ToolError> {
         let home = PathBuf::from("/tmp/browser-home");
-        let profile = self.settings.profile.clone();
+        let profile = self.settings.limits.profile.clone();
         std::fs::create_dir_all(&profile).map_err(|error| failed(format!("cannot make the profile: {error}")))?;
         std::fs::create_dir_all(home.join(".pki/nssdb"))
             .map_err(|error| failed(format!("cannot make the browser's home: {error}")))?;
@@ -304,7 +310,7 @@ impl Browser {
         command
             .arg("-c")
             .arg("exec \"$0\" \"$@\" 3<&0 4>&1 </dev/null >/dev/null")
-            .arg(&self.settings.chromium)
+            .arg(&self.settings.limits.chromium)
             .args(self.flags(&home))
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
@@ -315,7 +321,7 @@ impl Browser {
             .stdout(std::process::Stdio::piped())
             .stderr(log);
         let mut child = crate::reaper::spawn(&mut command).map_err(|error| {
-            failed(format!("cannot start the browser ({}): {error}", self.settings.chromium.display()))
+            failed(format!("cannot start the browser ({}): {error}", self.settings.limits.chromium.display()))
         })?;
         let (Some(stdin), Some(stdout)) = (child.child.stdin.take(), child.child.stdout.take()) else {
             return Err(failed("the browser's pipes were not made"));
@@ -325,7 +331,7 @@ impl Browser {
         let (cdp, events) = Cdp::start(writer, reader);
         let happened = Arc::new(Mutex::new(Happened::default()));
         let changed = Arc::new(tokio::sync::Notify::new());
-        let caps = memory::Caps::of(self.settings.heap_mib, self.settings.memory_bytes);
+        let caps = memory::Caps::of(self.settings.limits.heap_mib, self.settings.limits.memory_bytes);
         let watching = (caps, Arc::new(std::sync::atomic::AtomicBool::new(false)), memory::Ended::default());
         memory::watch(caps, watching.1.clone(), watching.2.clone());
         let mut running =
@@ -335,7 +341,7 @@ impl Browser {
             &running.cdp,
             &running.happened,
             &running.changed,
-            (self.settings.pages, &self.settings.pages_asked),
+            (self.settings.limits.pages, &self.settings.pages_asked),
         );
         // The first answer can take a while under gVisor.
         let started = running.cdp.call("", "Browser.getVersion", json!({}), Duration::from_secs(60)).await;

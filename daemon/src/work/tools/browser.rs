@@ -13,7 +13,7 @@ use crate::base::config::BrowserConfig;
 use crate::sandbox::container::manager::{RunRequest, BINARIES_MOUNT};
 use crate::sandbox::container::MountSpec;
 
-use super::{Runner, Runners, ToolsError, CONNECT_TIMEOUT, WORKSPACE};
+use super::{Runner, Runners, ToolsError, WORKSPACE};
 
 /// Where Debian installs Chromium in the image.
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -119,11 +119,7 @@ impl Runners {
             .await
             .map_err(|error| ToolsError::Prepare(error.to_string()))?
             .map_err(|error| ToolsError::Prepare(format!("the browser's profile cannot be made: {error}")))?;
-        let (workspaces, held) = (self.workspaces.clone(), session.to_string());
-        let workspace = tokio::task::spawn_blocking(move || workspaces.acquire(&held))
-            .await
-            .map_err(|error| ToolsError::Prepare(error.to_string()))?
-            .map_err(|error| super::worded(error.into()))?;
+        let workspace = self.hold_workspace(session).await?;
         let mut limits = self.policy.resource_limits(Role::Tool);
         limits.memory_bytes = self.browser.memory.0;
         // Chromium's processes and threads, and room in /tmp for its home and cache.
@@ -149,23 +145,17 @@ impl Runners {
             limits: Some(limits),
         };
         let mut changes = self.connected.changes();
-        let started = self.containers.start_service(request).await.map_err(ToolsError::Container);
-        let handle = match started {
+        let handle = match self.containers.start_service(request).await {
             Ok(handle) => handle,
             Err(error) => {
-                let (workspaces, held) = (self.workspaces.clone(), session.to_string());
-                // silent-ok: a panic there is logged by the runtime; the start error is what matters.
-                let _ = tokio::task::spawn_blocking(move || workspaces.release(&held)).await;
-                return Err(super::worded(error));
+                self.let_go_workspace(session).await;
+                return Err(super::worded(ToolsError::Container(error)));
             }
         };
-        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
-        if !self.connected.wait_for(&mut changes, &handle.name, deadline).await {
-            tracing::warn!(container = %handle.name, "the browser's runner did not connect; removing its container");
-            self.remove(session, &handle.name, "a browser that did not connect").await;
-            return Err(ToolsError::NoRunner);
+        if let Err(error) = self.runner_connected(&mut changes, &handle.name, "a browser").await {
+            self.let_go_workspace(session).await;
+            return Err(error);
         }
-        tracing::info!(session, container = %handle.name, "browser ready");
         Ok(Runner {
             session: session.to_string(),
             container: handle.name,

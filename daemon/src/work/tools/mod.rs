@@ -343,10 +343,45 @@ impl Runners {
         if let Err(error) = self.containers.stop_service(container).await {
             tracing::warn!(container, %error, why, "cannot remove a tool container");
         }
-        let (workspaces, session) = (self.workspaces.clone(), session.to_string());
-        if let Err(error) = tokio::task::spawn_blocking(move || workspaces.release(&session)).await {
-            tracing::warn!(container, %error, "cannot release a workspace");
+        self.let_go_workspace(session).await;
+    }
+
+    /// Holds `session`'s workspace for a container about to start ([`Runners::let_go_workspace`]
+    /// when it does not).
+    async fn hold_workspace(&self, session: &str) -> Result<crate::sandbox::workspace::Prepared, ToolsError> {
+        let (workspaces, held) = (self.workspaces.clone(), session.to_string());
+        tokio::task::spawn_blocking(move || workspaces.acquire(&held))
+            .await
+            .map_err(|error| ToolsError::Prepare(error.to_string()))?
+            .map_err(|error| worded(error.into()))
+    }
+
+    /// Lets go of `session`'s workspace, held for a container that went or never started.
+    async fn let_go_workspace(&self, session: &str) {
+        let (workspaces, held) = (self.workspaces.clone(), session.to_string());
+        if let Err(error) = tokio::task::spawn_blocking(move || workspaces.release(&held)).await {
+            tracing::warn!(session, %error, "cannot release a workspace");
         }
+    }
+
+    /// Waits until the runner of the container `name` connects (`changes` taken before it
+    /// started); one that does not within [`CONNECT_TIMEOUT`] has its container stopped.
+    async fn runner_connected(
+        &self,
+        changes: &mut tokio::sync::watch::Receiver<u64>,
+        name: &str,
+        what: &str,
+    ) -> Result<(), ToolsError> {
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+        if self.connected.wait_for(changes, name, deadline).await {
+            tracing::info!(container = name, "{what} ready");
+            return Ok(());
+        }
+        tracing::warn!(container = name, "the runner of {what} did not connect; removing its container");
+        if let Err(error) = self.containers.stop_service(name).await {
+            tracing::warn!(container = name, %error, "cannot remove the container of {what}");
+        }
+        Err(ToolsError::NoRunner)
     }
 
     /// The `scripts/` folders of the skills `context` sees: the system's (`skills/`) and its
@@ -406,16 +441,10 @@ impl Runners {
                 return Ok(runner);
             }
         }
-        let (workspaces, held) = (self.workspaces.clone(), session.to_string());
-        let workspace = tokio::task::spawn_blocking(move || workspaces.acquire(&held))
-            .await
-            .map_err(|error| ToolsError::Prepare(error.to_string()))?
-            .map_err(|error| worded(error.into()))?;
+        let workspace = self.hold_workspace(session).await?;
         let started = self.start_holding(session, context, coder, cold, workspace).await.map_err(worded);
         if started.is_err() {
-            let (workspaces, held) = (self.workspaces.clone(), session.to_string());
-            // silent-ok: a panic there is logged by the runtime; the start error is what matters.
-            let _ = tokio::task::spawn_blocking(move || workspaces.release(&held)).await;
+            self.let_go_workspace(session).await;
         }
         started
     }
@@ -447,15 +476,7 @@ impl Runners {
             self.containers.start_service(request).await
         };
         let handle = started.map_err(ToolsError::Container)?;
-        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
-        if !self.connected.wait_for(&mut changes, &handle.name, deadline).await {
-            tracing::warn!(container = %handle.name, "the tool runner did not connect; removing its container");
-            if let Err(error) = self.containers.stop_service(&handle.name).await {
-                tracing::warn!(container = %handle.name, %error, "cannot remove the tool container");
-            }
-            return Err(ToolsError::NoRunner);
-        }
-        tracing::info!(session, container = %handle.name, "tool runner ready");
+        self.runner_connected(&mut changes, &handle.name, "a tool container").await?;
         Ok(Runner {
             session: session.to_string(),
             container: handle.name,
