@@ -3,7 +3,6 @@
 //! marks what came from outside wherever it flows. It imports store/ and below.
 
 pub mod egress;
-pub mod push;
 pub mod taint;
 
 use std::sync::Arc;

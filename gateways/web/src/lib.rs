@@ -14,6 +14,7 @@ pub mod export;
 pub mod files;
 pub mod home;
 pub mod oidc;
+pub mod push;
 pub mod routes;
 pub mod search;
 pub mod store;

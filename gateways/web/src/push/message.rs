@@ -1,11 +1,11 @@
 //! Web Push messages (RFC 8030): a payload encrypted for one subscription (RFC 8291,
-//! `aes128gcm`) and the daemon's voluntary identification to the push service (VAPID, RFC 8292).
+//! `aes128gcm`) and the gateway's voluntary identification to the push service (VAPID, RFC 8292).
 //!
 //! Written on `ring`, which every binary already carries through rustls. The `web-push` crate
 //! would bring OpenSSL (its `ece` has no other working backend), `http` 0.2 and a second
 //! generation of the RustCrypto curves for these hundred lines, and it leaves the port out of
 //! the token's audience. The recipe is checked against RFC 8291's Appendix A byte for byte,
-//! and the tests' push service decrypts what the daemon sends with `http_ece`.
+//! and the tests' push service decrypts what the gateway sends with `http_ece`.
 
 use std::path::Path;
 
@@ -16,8 +16,6 @@ use ring::signature::KeyPair as _;
 use ring::{aead, agreement, hkdf, rand, signature};
 use zeroize::Zeroizing;
 
-use crate::base::state::{self, StateError};
-
 /// The most bytes of plaintext one message carries: one record of 4096 bytes less its header
 /// (86), the tag (16) and the delimiter (1). Push services must take 4096-byte bodies.
 pub const MOST_PLAINTEXT: usize = 3993;
@@ -25,7 +23,7 @@ pub const MOST_PLAINTEXT: usize = 3993;
 /// The record size written in the header: the body is one record, no larger.
 const RECORD_SIZE: u32 = 4096;
 
-/// The file holding the VAPID key (PKCS#8), in the daemon's state.
+/// The file holding the VAPID key (PKCS#8), in the web gateway's state folder.
 pub const VAPID_FILE: &str = "push-vapid.pkcs8";
 
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +40,8 @@ pub enum PushError {
     Endpoint(String),
     #[error("the VAPID key in {path} cannot be used: {why}; remove it to make a new one (every device then allows notifications again)")]
     BadKey { path: String, why: String },
-    #[error(transparent)]
-    State(#[from] StateError),
+    #[error("the VAPID key cannot be written to {path}: {source}")]
+    Write { path: String, source: std::io::Error },
 }
 
 /// A device's subscription keys, as its browser gave them (base64url in `keys.p256dh`,
@@ -131,7 +129,7 @@ fn seal(shared: &[u8], ours: &[u8], keys: &Keys, salt: &[u8; 16], plaintext: &[u
     Ok(body)
 }
 
-/// The daemon's VAPID key: made once, kept in the state folder (0600). Every subscription is
+/// The gateway's VAPID key: made once, kept in its state folder (0600). Every subscription is
 /// bound to its public half, so it never changes by itself.
 pub struct Vapid {
     pair: signature::EcdsaKeyPair,
@@ -154,7 +152,8 @@ impl Vapid {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let made = signature::EcdsaKeyPair::generate_pkcs8(algorithm, &random)
                     .map_err(|_| PushError::Crypto("no VAPID key"))?;
-                state::write_atomic(&path, made.as_ref(), 0o600)?;
+                baaaht_gateway_kit::state::write_atomic(&path, made.as_ref())
+                    .map_err(|source| PushError::Write { path: path.display().to_string(), source })?;
                 Zeroizing::new(made.as_ref().to_vec())
             }
             Err(error) => {
