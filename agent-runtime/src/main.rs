@@ -64,6 +64,9 @@ enum Command {
         /// The browser's profile folder (its logins), of the person it browses for
         #[arg(long, value_name = "PATH", requires = "browser")]
         browser_profile: Option<std::path::PathBuf>,
+        /// The most bytes the profile may hold: past it the sites' stored data goes
+        #[arg(long, default_value_t = 256 << 20, requires = "browser")]
+        browser_profile_bytes: u64,
     },
     /// Start an MCP server as the daemon says and relay its stdio (an MCP server's container)
     Mcp,
@@ -133,6 +136,7 @@ fn main() -> ExitCode {
             browser_heap_mib,
             browser_memory_bytes,
             browser_profile,
+            browser_profile_bytes,
         } => {
             let mounts: Vec<(std::path::PathBuf, bool)> = mounts
                 .iter()
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
                     heap_mib: browser_heap_mib,
                     memory_bytes: browser_memory_bytes,
                     profile: browser_profile.unwrap_or_else(|| std::path::PathBuf::from("/tmp/browser-profile")),
+                    profile_bytes: browser_profile_bytes,
                 }),
                 ..baaaht_agent::runner::Settings::default()
             };

@@ -223,7 +223,11 @@ fn a_new_host_is_asked_in_chat_and_opens_once_allowed() {
 #[test]
 fn the_browser_is_refused_with_a_sentence_while_it_is_turned_off() {
     let rt = baaaht_tests::runtime();
-    let daemon = TestDaemon::start(DaemonOptions::default()).expect("daemon");
+    let daemon = TestDaemon::start(DaemonOptions {
+        files: vec![("config/config.yaml".into(), "tools:\n  browser:\n    enabled: false\n".into())],
+        ..Default::default()
+    })
+    .expect("daemon");
     let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
     let (said, failed, _) =
         browse(&rt, &worker, serde_json::json!({"action": "open", "url": "https://trains.example/"}));

@@ -27,6 +27,8 @@ pub(super) async fn act(
     params: &Value,
     limit: Duration,
 ) -> Result<ToolOutput, ToolError> {
+    // The pages were stopped after the last call ([`Running::quiet`]).
+    super::memory::pause_pages(false);
     let params = Params(params);
     let mut told = vec![];
     let crashed = running.happened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).crashed;

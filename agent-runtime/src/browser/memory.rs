@@ -71,6 +71,20 @@ pub fn watch(caps: Caps, stop: Arc<AtomicBool>, ended: Ended) {
     }
 }
 
+/// Stops (`pause`) or continues every page's renderer, all of its threads at once: its
+/// scripts, timers and workers (a dedicated or a service worker runs in a renderer too, where
+/// stopping the page's scripts or freezing it leaves them going). Between calls nothing of a
+/// page runs.
+pub fn pause_pages(pause: bool) {
+    let signal = if pause { rustix::process::Signal::STOP } else { rustix::process::Signal::CONT };
+    for (pid, _, renderer) in processes() {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid).filter(|_| renderer) {
+            // silent-ok: a renderer that ended meanwhile needs nothing.
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+}
+
 /// A process of the container: its id, its resident bytes, whether it is a page's renderer.
 type Process = (i32, u64, bool);
 

@@ -16,6 +16,7 @@ pub mod actions;
 pub mod cdp;
 pub mod memory;
 pub mod page;
+pub mod storage;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -51,6 +52,8 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// The profile (logins, cookies): a folder of the person's own, outside the workspace.
     pub profile: PathBuf,
+    /// The most bytes the profile may hold ([`storage`]).
+    pub profile_bytes: u64,
 }
 
 /// How the browser is run: its limits, and what the runner gives it.
@@ -193,6 +196,11 @@ impl Drop for Running {
 pub struct Browser {
     settings: Settings,
     running: Option<Running>,
+    /// The profile went past its cap ([`storage`]): the browser is ended, and the sites' data
+    /// goes before it starts again.
+    profile_over: Arc<std::sync::atomic::AtomicBool>,
+    /// What the next answer says of a start that removed the sites' data.
+    cleared: Option<String>,
 }
 
 impl std::fmt::Debug for Browser {
@@ -224,7 +232,7 @@ fn last_certificate(bundle: &str) -> Option<&str> {
 
 impl Browser {
     pub fn new(settings: Settings) -> Browser {
-        Browser { settings, running: None }
+        Browser { settings, running: None, profile_over: Arc::default(), cleared: None }
     }
 
     /// The flags Chromium starts with.
@@ -302,6 +310,16 @@ impl Browser {
             // silent-ok: usually absent; a link left by another container is what goes.
             let _ = std::fs::remove_file(profile.join(lock));
         }
+        let cap = self.settings.limits.profile_bytes;
+        if self.profile_over.swap(false, std::sync::atomic::Ordering::Relaxed) || storage::size(&profile) > cap {
+            let freed = storage::clear(&profile);
+            self.cleared = Some(format!(
+                "the sites' stored data in the browser's profile went past {} MiB, so it was removed ({} MiB); the \
+                 logins stay",
+                cap >> 20,
+                freed >> 20
+            ));
+        }
         self.trust_authority(&home);
         let log = std::fs::File::create(home.join("chromium.log"))
             .map_err(|error| failed(format!("cannot open the browser's log: {error}")))?;
@@ -334,6 +352,7 @@ impl Browser {
         let caps = memory::Caps::of(self.settings.limits.heap_mib, self.settings.limits.memory_bytes);
         let watching = (caps, Arc::new(std::sync::atomic::AtomicBool::new(false)), memory::Ended::default());
         memory::watch(caps, watching.1.clone(), watching.2.clone());
+        storage::watch(profile.clone(), cap, child.child.id(), watching.1.clone(), self.profile_over.clone());
         let mut running =
             Running { child, cdp, happened, changed, page: Page::default(), refs: vec![], memory: watching };
         watch(
@@ -437,11 +456,28 @@ impl Browser {
         // answering, and what is told of it, fit in that margin.
         let limit = limit.saturating_sub(Duration::from_secs(25)).max(Duration::from_secs(5));
         let outcome = actions::act(running, &settings, &action, params, limit).await;
-        let told = running.told();
-        // Between calls the page's scripts do not run (its timers wait for the next call).
-        let stop = json!({"value": true});
-        // silent-ok: a page that cannot be stopped (gone, crashed) is dealt with at the next call.
-        let _ = running.cdp.call(&running.page.session, "Emulation.setScriptExecutionDisabled", stop, QUICK).await;
+        let mut told = running.told();
+        running.quiet().await;
+        if self.profile_over.load(std::sync::atomic::Ordering::Relaxed) {
+            // Ended by the watch: what the sites stored goes now (and at the next start, if
+            // this runner ends first).
+            self.running = None;
+            if crate::reaper::active() {
+                crate::reaper::sweep();
+            }
+            let freed = storage::clear(&settings.limits.profile);
+            self.profile_over.store(false, std::sync::atomic::Ordering::Relaxed);
+            told.push_str(&format!(
+                "\nthe pages stored more than {} MiB in the browser's profile, so the browser was closed and what the \
+                 sites stored was removed ({} MiB); the logins stay",
+                settings.limits.profile_bytes >> 20,
+                freed >> 20
+            ));
+        }
+        if let Some(cleared) = self.cleared.take() {
+            told = format!("{cleared}\n{told}");
+        }
+        let told = told.trim().to_string();
         let mut output = outcome.unwrap_or_else(ToolOutput::from);
         if !told.is_empty() {
             if !output.content.is_empty() && !output.content.ends_with('\n') {
@@ -457,6 +493,8 @@ impl Browser {
         let Some(mut running) = self.running.take() else {
             return ToolOutput { content: "the browser was not open".into(), ..ToolOutput::default() };
         };
+        // Its pages, stopped between calls, end with it.
+        memory::pause_pages(false);
         // silent-ok: it may be gone already; the kill below ends it either way.
         let _ = running.cdp.call("", "Browser.close", json!({}), QUICK).await;
         if matches!(running.child.wait_timeout(Duration::from_secs(5)), Ok(None)) {
@@ -530,6 +568,27 @@ impl Running {
                 return check(&self.happened.lock().unwrap_or_else(PoisonError::into_inner));
             }
         }
+    }
+
+    /// Between calls nothing of a page runs: every other page (a window a page opened and the
+    /// tool did not follow) is closed, the page's scripts are stopped, and its renderers (its
+    /// workers with it) are stopped until the next call ([`memory::pause_pages`]).
+    async fn quiet(&self) {
+        if let Ok(targets) = self.cdp.call("", "Target.getTargets", json!({}), QUICK).await {
+            let others = targets["targetInfos"].as_array().into_iter().flatten().filter(|target| {
+                target["type"] == "page" && target["targetId"].as_str() != Some(self.page.target.as_str())
+            });
+            for other in others {
+                // silent-ok: it may have closed itself meanwhile.
+                let _ = self.cdp.call("", "Target.closeTarget", json!({"targetId": other["targetId"]}), QUICK).await;
+            }
+        }
+        // silent-ok: a page that cannot be stopped (gone, crashed) is dealt with at the next call.
+        let _ = self
+            .cdp
+            .call(&self.page.session, "Emulation.setScriptExecutionDisabled", json!({"value": true}), QUICK)
+            .await;
+        memory::pause_pages(true);
     }
 
     /// Replaces the current page with a blank one (the old one hung or crashed).

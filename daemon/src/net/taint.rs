@@ -87,7 +87,20 @@ pub struct Mark {
     pub followed: BTreeSet<String>,
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub hosts: BTreeSet<String>,
+    /// The browser's steps it took on its own (clicks, going back), counted: which it takes is
+    /// a channel out, as the links it follows are.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub steps: u32,
 }
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
+}
+
+/// The browser steps (clicks, going back) a marked turn takes before a person is asked: a page
+/// of buttons would spell out what the turn read one click at a time. Enough to accept a
+/// site's cookies and go on to the next page; a page of sixteen buttons learns 12 bits.
+pub const BROWSER_STEPS: u32 = 3;
 
 /// The addresses content from outside showed a turn (digests), which `web_fetch` may follow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,6 +183,10 @@ enum Change {
         page: String,
         host: String,
     },
+    Stepped {
+        session: String,
+        turn: String,
+    },
     Wrote {
         session: String,
         paths: Vec<String>,
@@ -207,6 +224,7 @@ impl File {
                             since: at,
                             followed: BTreeSet::new(),
                             hosts: BTreeSet::new(),
+                            steps: 0,
                         });
                         self.marks.last_mut().expect("just pushed")
                     }
@@ -234,6 +252,11 @@ impl File {
                 if let Some(mark) = self.marks.iter_mut().find(|mark| mark.session == session && mark.turn == turn) {
                     mark.followed.insert(page);
                     mark.hosts.insert(host);
+                }
+            }
+            Change::Stepped { session, turn } => {
+                if let Some(mark) = self.marks.iter_mut().find(|mark| mark.session == session && mark.turn == turn) {
+                    mark.steps = mark.steps.saturating_add(1);
                 }
             }
             Change::Wrote { session, paths, source, at } => {
@@ -839,6 +862,25 @@ impl Taints {
         Ok(())
     }
 
+    /// Whether `session`'s browser may take one more step of its own (a click, going back)
+    /// without a person: always in a clean turn; in a marked one, [`BROWSER_STEPS`] of them.
+    /// The step is counted when it may.
+    pub fn may_step(&self, session: &str) -> bool {
+        let Some(mark) = self.of_session(session) else { return true };
+        let mut kept = self.lock();
+        let steps = kept
+            .file
+            .marks
+            .iter()
+            .find(|known| known.session == mark.session && known.turn == mark.turn)
+            .map_or(0, |known| known.steps);
+        if steps >= BROWSER_STEPS {
+            return false;
+        }
+        self.change(&mut kept, Change::Stepped { session: mark.session.clone(), turn: mark.turn.clone() });
+        true
+    }
+
     /// A turn marked `mark` wrote `paths` (in its session's workspace): turns that read them
     /// later read what it wrote, and are marked too. A path the redactor would change is kept
     /// as its digest ([`DIGEST_PATH`]).
@@ -1028,6 +1070,19 @@ mod tests {
             assert_eq!(fetch(n), Ok(()), "page {n}");
         }
         assert!(fetch(16).is_err(), "the eleventh page");
+    }
+
+    #[test]
+    fn a_marked_turns_browser_takes_few_steps_of_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let taints = taints(dir.path());
+        taints.begin("s1", "t1");
+        assert!((0..20).all(|_| taints.may_step("s1")), "a clean turn clicks freely");
+        taints.taint(&live("t1"), "the browser at https://evil.example/keypad");
+        assert!((0..BROWSER_STEPS).all(|_| taints.may_step("s1")));
+        assert!(!taints.may_step("s1"), "then a person is asked");
+        drop(taints);
+        assert!(!super::tests::taints(dir.path()).may_step("s1"), "counted across a restart");
     }
 
     #[test]

@@ -806,8 +806,7 @@ pub struct ToolsConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrowserConfig {
-    /// False (the default until the holes issue 61's attack found are closed): no agent is
-    /// offered the browser.
+    /// False: no agent is offered the browser, and a call is refused with a sentence.
     pub enabled: bool,
     /// Memory of a session's browser container, every page of it together.
     pub memory: ByteSize,
@@ -817,6 +816,9 @@ pub struct BrowserConfig {
     pub page_memory: ByteSize,
     /// The most bytes one download may have.
     pub max_download: ByteSize,
+    /// The most bytes a person's browser profile (logins, the sites' stored data) may hold on
+    /// the host; past it the sites' stored data goes, the logins stay.
+    pub max_profile: ByteSize,
     /// Seconds an unused browser is kept; its container then goes (its logins stay).
     pub idle_timeout: u64,
 }
@@ -824,11 +826,12 @@ pub struct BrowserConfig {
 impl Default for BrowserConfig {
     fn default() -> Self {
         BrowserConfig {
-            enabled: false,
+            enabled: true,
             memory: ByteSize(1 << 30),
             pages: 4,
             page_memory: ByteSize(512 << 20),
             max_download: ByteSize(100 << 20),
+            max_profile: ByteSize(256 << 20),
             idle_timeout: 300,
         }
     }

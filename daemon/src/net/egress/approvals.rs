@@ -112,6 +112,8 @@ pub struct Asking {
 /// A request waiting for its answer.
 struct Pending {
     context: Context,
+    /// The session whose call asks.
+    session: String,
     answer: oneshot::Sender<(Decision, String)>,
     asked: std::time::Instant,
     kind: Asked,
@@ -159,7 +161,13 @@ pub enum NoAnswer {
     NobodyConnected { context: Context },
     #[error("nobody answered within {} s", timeout.as_secs())]
     TimedOut { timeout: Duration },
+    #[error("{MOST_OPEN} questions of this conversation wait for an answer already")]
+    TooMany,
 }
+
+/// The most questions about hosts one session has open at once: a command or a page asking
+/// for host after host does not bury the person in questions.
+pub const MOST_OPEN: usize = 4;
 
 /// Every context's waiting requests, and what each session was allowed.
 #[derive(Debug)]
@@ -174,6 +182,8 @@ struct State {
     pending: HashMap<String, Pending>,
     /// (session, host, port) allowed for the session.
     granted: HashSet<(String, String, u16)>,
+    /// (session, host, port) a person denied: not asked again in the session.
+    denied: HashSet<(String, String, u16)>,
     /// Sessions whose runs have nobody to ask (scheduled runs, heartbeats).
     unattended: HashSet<String>,
 }
@@ -220,6 +230,13 @@ impl Approvals {
             if key.as_ref().is_some_and(|key| state.granted.contains(key)) {
                 return Ok((Decision::Session, "an approval for this session".into()));
             }
+            if key.as_ref().is_some_and(|key| state.denied.contains(key)) {
+                return Ok((Decision::Deny, "an earlier answer in this conversation".into()));
+            }
+            let open = state.pending.values().filter(|pending| pending.session == asking.session).count();
+            if key.is_some() && open >= MOST_OPEN {
+                return Err(NoAnswer::TooMany);
+            }
             if state.unattended.contains(&asking.session) {
                 return Err(NoAnswer::Unattended);
             }
@@ -234,7 +251,14 @@ impl Approvals {
                 _ => None,
             };
             let asked = std::time::Instant::now();
-            let pending = Pending { context: asking.context.clone(), answer, asked, kind, sender };
+            let pending = Pending {
+                context: asking.context.clone(),
+                session: asking.session.clone(),
+                answer,
+                asked,
+                kind,
+                sender,
+            };
             state.pending.insert(id.clone(), pending);
             (id, answered)
         };
@@ -265,8 +289,14 @@ impl Approvals {
         };
         match answer {
             Ok(Ok((decision, by))) => {
-                if let Some(key) = key.filter(|_| decision == Decision::Session) {
-                    self.state().granted.insert(key);
+                match key {
+                    Some(key) if decision == Decision::Session => {
+                        self.state().granted.insert(key);
+                    }
+                    Some(key) if decision == Decision::Deny => {
+                        self.state().denied.insert(key);
+                    }
+                    _ => {}
                 }
                 self.events
                     .publish(&asking.context, Event::of_session(&asking.session, settled(decision.as_str(), &by)));
@@ -391,6 +421,47 @@ mod tests {
         let unattended = approvals.ask(&asking("s2")).await.expect_err("nobody to ask");
         assert_eq!(unattended, NoAnswer::Unattended);
         assert_eq!(unattended.to_string(), "nobody can be asked during a scheduled run");
+    }
+
+    /// A host denied is not asked about again in the session; past four open questions a
+    /// session's next is refused without asking.
+    #[tokio::test]
+    async fn a_denied_host_is_not_asked_again_and_few_questions_wait_at_once() {
+        let events = Arc::new(EventBus::default());
+        let _following = events.connect(&Context::user("alice"), "tui");
+        let mut seen = events.subscribe();
+        let approvals = Arc::new(Approvals::new(events.clone(), Duration::from_secs(30)));
+        let asked = tokio::spawn({
+            let approvals = approvals.clone();
+            async move { approvals.ask(&asking("s1")).await }
+        });
+        let (_, event) = seen.recv().await.expect("an event");
+        let Kind::ApprovalRequest { id, .. } = event.kind else { panic!("{event:?}") };
+        approvals.answer(&id, Some(&Context::user("alice")), Decision::Deny, ("alice", None), false).expect("taken");
+        assert_eq!(asked.await.expect("asked").map(|(decision, _)| decision), Ok(Decision::Deny));
+        let again = approvals.ask(&asking("s1")).await.expect("answered at once");
+        assert_eq!(again, (Decision::Deny, "an earlier answer in this conversation".to_string()));
+        let mut waiting = vec![];
+        for n in 0..MOST_OPEN {
+            let approvals = approvals.clone();
+            let mut asked = asking("s1");
+            asked.subject = Subject::Egress { host: format!("h{n}.example"), port: 443 };
+            waiting.push(tokio::spawn(async move { approvals.ask(&asked).await }));
+        }
+        for _ in 0..1000 {
+            if approvals.state().pending.len() == MOST_OPEN {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(approvals.state().pending.len(), MOST_OPEN);
+        let mut fifth = asking("s1");
+        fifth.subject = Subject::Egress { host: "h9.example".into(), port: 443 };
+        assert_eq!(approvals.ask(&fifth).await, Err(NoAnswer::TooMany));
+        assert_eq!(NoAnswer::TooMany.to_string(), "4 questions of this conversation wait for an answer already");
+        for waiter in waiting {
+            waiter.abort();
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -409,6 +409,9 @@ impl crate::net::egress::relay::Gate for Policy {
             }
             Ok(_) => {
                 use crate::net::egress::approvals::{Asking, Decision};
+                if let Some(why) = page_chose(asked_by, host, port) {
+                    return Verdict::Refuse(why);
+                }
                 let principal = format!("container:tool:{}", self.session);
                 let granted = self.approvals.granted(&self.session, host, port);
                 let asked = if granted { Ok(()) } else { self.taints.may_ask(&self.session, &principal) };
@@ -457,6 +460,32 @@ impl crate::net::egress::relay::Gate for Policy {
             }
             Err(error) => Verdict::Refuse(format!("the egress policy could not be read: {error}")),
         }
+    }
+}
+
+/// Why a browser's connection to `host:port`, which no rule names, is refused without asking:
+/// only the address the model itself gave (`open` or `download`, in `asked_by`) is asked about,
+/// on its port or the web's (a redirect from http to https). A page's own requests (its
+/// pictures, scripts, frames, a redirect elsewhere) are the page's choice, not the person's:
+/// asked about, they would put the page's hosts in questions (and in rules, answered
+/// "always"), as many as it likes. None for any other caller, or the address given.
+fn page_chose(asked_by: &str, host: &str, port: u16) -> Option<String> {
+    let said = asked_by.strip_prefix(baaaht_proto::BROWSER_ASKED)?;
+    let named = said
+        .split_once(' ')
+        .filter(|(action, _)| matches!(*action, "open" | "download"))
+        .and_then(|(_, url)| crate::net::egress::proxy::host_and_port(url).ok());
+    let bare = |name: &str| name.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+    match named {
+        Some((named, named_port))
+            if bare(&named) == bare(host) && (port == named_port || port == 80 || port == 443) =>
+        {
+            None
+        }
+        _ => Some(format!(
+            "{host}:{port} is a page's own request, which no egress rule allows; only the address the browser was \
+             given is asked about (allow this one with a rule)"
+        )),
     }
 }
 
@@ -540,6 +569,18 @@ mod tests {
 
     fn rules(text: &str) -> Vec<Rule> {
         parse(text, Path::new("egress.yaml")).expect("rules")
+    }
+
+    #[test]
+    fn only_the_address_the_browser_was_given_is_asked_about() {
+        let asked = "the browser: open https://Trains.example:8443/times?from=leeds";
+        assert_eq!(page_chose(asked, "trains.example", 8443), None);
+        assert_eq!(page_chose(asked, "trains.example", 443), None, "on to https");
+        assert!(page_chose(asked, "trains.example", 22).is_some());
+        assert!(page_chose(asked, "cdn.tracker.example", 443).expect("refused").contains("a page's own request"));
+        assert!(page_chose("the browser: click", "trains.example", 443).is_some(), "a click names no address");
+        assert!(page_chose("the browser: download http://[::1]:8080/x", "::1", 8080).is_none());
+        assert_eq!(page_chose("exec: curl https://example.com", "example.com", 443), None, "not the browser");
     }
 
     #[test]

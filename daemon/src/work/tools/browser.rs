@@ -77,6 +77,8 @@ pub(super) fn command(config: &BrowserConfig) -> Vec<String> {
         config.pages.max(1).to_string(),
         "--browser-download-bytes".into(),
         config.max_download.0.to_string(),
+        "--browser-profile-bytes".into(),
+        config.max_profile.0.to_string(),
         "--browser-heap-mib".into(),
         (config.page_memory.0 >> 20).max(64).to_string(),
         "--browser-memory-bytes".into(),
@@ -228,8 +230,12 @@ impl super::call::Calls {
                 return Err(why);
             }
         }
-        // Typing and choosing hand the model's text to the page: in a marked turn, a person first.
-        if matches!(action, "type" | "choose") {
+        // Typing and choosing hand the model's text to the page: in a marked turn, a person
+        // first. So do the steps a marked turn takes on its own (clicks, going back, a
+        // download by a link's number) past the first few: which buttons it presses could
+        // spell out what it read.
+        let step = matches!(action, "click" | "back") || (action == "download" && params["url"].is_null());
+        if matches!(action, "type" | "choose") || (step && !self.taints.may_step(&identity.session_id)) {
             let arguments: serde_json::Map<String, serde_json::Value> = params
                 .as_object()
                 .cloned()

@@ -213,8 +213,10 @@ impl Calls {
         if let (Some(live), Some((mut source, server))) = (&live, untrusted) {
             // A web tool that failed read nothing from outside (what the web said reached the
             // turn through the proxy, which marked what it showed); a server's answer, failed
-            // or not, is all its own; a page the browser read shows what its links lead to.
-            if server || !answer.is_error {
+            // or not, is all its own; so is the browser's (a dialog's words, a download's name,
+            // a list's options reach the model in its errors too); a page the browser read
+            // shows what its links lead to.
+            if server || browsing || !answer.is_error {
                 if let Some(url) = answer.metadata.get("url").filter(|_| browsing) {
                     source = format!("the browser at {}", crate::net::egress::proxy::redacted(url));
                 }

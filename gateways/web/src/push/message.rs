@@ -58,8 +58,8 @@ impl Keys {
     /// The keys from their base64url forms, checked.
     pub fn decode(p256dh: &str, auth: &str) -> Result<Keys, PushError> {
         let decode = |text: &str| URL_SAFE_NO_PAD.decode(text.trim_end_matches('='));
-        let p256dh = decode(p256dh).map_err(|_| PushError::Key("not base64url"))?;
-        let auth = decode(auth).map_err(|_| PushError::Auth(0))?;
+        let p256dh = decode(p256dh).map_err(|_not_base64| PushError::Key("not base64url"))?;
+        let auth = decode(auth).map_err(|_not_base64| PushError::Auth(0))?;
         if p256dh.len() != 65 || p256dh[0] != 4 {
             return Err(PushError::Key("not 65 bytes starting 0x04"));
         }
@@ -78,13 +78,13 @@ pub fn encrypt(keys: &Keys, plaintext: &[u8]) -> Result<Vec<u8>, PushError> {
     }
     let random = rand::SystemRandom::new();
     let ephemeral = agreement::EphemeralPrivateKey::generate(&agreement::ECDH_P256, &random)
-        .map_err(|_| PushError::Crypto("no key pair"))?;
-    let public = ephemeral.compute_public_key().map_err(|_| PushError::Crypto("no public key"))?;
+        .map_err(|_unspecified| PushError::Crypto("no key pair"))?;
+    let public = ephemeral.compute_public_key().map_err(|_unspecified| PushError::Crypto("no public key"))?;
     let theirs = agreement::UnparsedPublicKey::new(&agreement::ECDH_P256, &keys.p256dh);
     let shared = agreement::agree_ephemeral(ephemeral, &theirs, |secret| Zeroizing::new(secret.to_vec()))
-        .map_err(|_| PushError::Key("not a point on P-256"))?;
+        .map_err(|_unspecified| PushError::Key("not a point on P-256"))?;
     let mut salt = [0u8; 16];
-    random.fill(&mut salt).map_err(|_| PushError::Crypto("no randomness"))?;
+    random.fill(&mut salt).map_err(|_unspecified| PushError::Crypto("no randomness"))?;
     seal(&shared, public.as_ref(), keys, &salt, plaintext)
 }
 
@@ -100,7 +100,7 @@ impl hkdf::KeyType for Length {
 /// The body for `plaintext` once the shared secret is agreed (RFC 8291 §3.3–3.4, RFC 8188):
 /// `salt ‖ record size ‖ key length ‖ our public key ‖ sealed (plaintext ‖ 0x02)`.
 fn seal(shared: &[u8], ours: &[u8], keys: &Keys, salt: &[u8; 16], plaintext: &[u8]) -> Result<Vec<u8>, PushError> {
-    let failed = |_| PushError::Crypto("key derivation");
+    let failed = |_unspecified| PushError::Crypto("key derivation");
     let expand = |prk: &hkdf::Prk, info: &[&[u8]], out: &mut [u8]| -> Result<(), PushError> {
         prk.expand(info, Length(out.len())).map_err(failed)?.fill(out).map_err(failed)
     };
@@ -112,14 +112,15 @@ fn seal(shared: &[u8], ours: &[u8], keys: &Keys, salt: &[u8; 16], plaintext: &[u
     expand(&prk, &[b"Content-Encoding: aes128gcm\0"], &mut cek[..])?;
     let mut nonce = [0u8; 12];
     expand(&prk, &[b"Content-Encoding: nonce\0"], &mut nonce)?;
-    let key = aead::UnboundKey::new(&aead::AES_128_GCM, &cek[..]).map_err(|_| PushError::Crypto("content key"))?;
+    let key =
+        aead::UnboundKey::new(&aead::AES_128_GCM, &cek[..]).map_err(|_unspecified| PushError::Crypto("content key"))?;
     let mut record = Vec::with_capacity(plaintext.len() + 17);
     record.extend_from_slice(plaintext);
     // The last (and only) record's delimiter.
     record.push(2);
     aead::LessSafeKey::new(key)
         .seal_in_place_append_tag(aead::Nonce::assume_unique_for_key(nonce), aead::Aad::empty(), &mut record)
-        .map_err(|_| PushError::Crypto("sealing"))?;
+        .map_err(|_unspecified| PushError::Crypto("sealing"))?;
     let mut body = Vec::with_capacity(86 + record.len());
     body.extend_from_slice(salt);
     body.extend_from_slice(&RECORD_SIZE.to_be_bytes());
@@ -151,7 +152,7 @@ impl Vapid {
             Ok(bytes) => Zeroizing::new(bytes),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let made = signature::EcdsaKeyPair::generate_pkcs8(algorithm, &random)
-                    .map_err(|_| PushError::Crypto("no VAPID key"))?;
+                    .map_err(|_unspecified| PushError::Crypto("no VAPID key"))?;
                 baaaht_gateway_kit::state::write_atomic(&path, made.as_ref())
                     .map_err(|source| PushError::Write { path: path.display().to_string(), source })?;
                 Zeroizing::new(made.as_ref().to_vec())
@@ -179,7 +180,7 @@ impl Vapid {
         let signature = self
             .pair
             .sign(&rand::SystemRandom::new(), signed.as_bytes())
-            .map_err(|_| PushError::Crypto("signing the VAPID token"))?;
+            .map_err(|_unspecified| PushError::Crypto("signing the VAPID token"))?;
         Ok(format!("vapid t={signed}.{}, k={}", URL_SAFE_NO_PAD.encode(signature.as_ref()), self.public()))
     }
 }
@@ -231,7 +232,7 @@ mod tests {
     use super::*;
 
     fn hex(text: &str) -> Vec<u8> {
-        (0..text.len()).step_by(2).map(|at| u8::from_str_radix(&text[at..at + 2], 16).unwrap()).collect()
+        (0..text.len()).step_by(2).map(|at| u8::from_str_radix(&text[at..at + 2], 16).expect("hex")).collect()
     }
 
     /// RFC 8291, Appendix A: the same keys, secret and salt give the RFC's message.
@@ -248,9 +249,9 @@ mod tests {
             ),
             auth: hex("05305932a1c7eabe13b6cec9fda48882"),
         };
-        let shared = URL_SAFE_NO_PAD.decode("kyrL1jIIOHEzg3sM2ZWRHDRB62YACZhhSlknJ672kSs").unwrap();
-        let salt: [u8; 16] = hex("0c6bfaadad67958803092d454676f397").try_into().unwrap();
-        let body = seal(&shared, &ours, &keys, &salt, b"When I grow up, I want to be a watermelon").unwrap();
+        let shared = URL_SAFE_NO_PAD.decode("kyrL1jIIOHEzg3sM2ZWRHDRB62YACZhhSlknJ672kSs").expect("the secret");
+        let salt: [u8; 16] = hex("0c6bfaadad67958803092d454676f397").try_into().expect("16 bytes");
+        let body = seal(&shared, &ours, &keys, &salt, b"When I grow up, I want to be a watermelon").expect("sealed");
         let expected = hex(
             "0c6bfaadad67958803092d454676f397000010004104fe33f4ab0dea71914db55823f73b54948f41306d920732dbb9a59a532\
              86482200e597a7b7bc260ba1c227998580992e93973002f3012a28ae8f06bbb78e5ec0ff297de5b429bba7153d3a4ae0caa09\
@@ -265,8 +266,8 @@ mod tests {
             "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4",
             "BTBZMqHH6r4Tts7J_aSIgg",
         )
-        .unwrap();
-        assert_eq!(encrypt(&keys, &[b'a'; MOST_PLAINTEXT]).unwrap().len(), 4096);
+        .expect("the RFC's keys");
+        assert_eq!(encrypt(&keys, &[b'a'; MOST_PLAINTEXT]).expect("encrypted").len(), 4096);
         assert!(matches!(encrypt(&keys, &[b'a'; MOST_PLAINTEXT + 1]), Err(PushError::TooLarge(3994))));
         assert!(matches!(Keys::decode("AAAA", "BTBZMqHH6r4Tts7J_aSIgg"), Err(PushError::Key(_))));
         assert!(matches!(
@@ -280,21 +281,23 @@ mod tests {
 
     #[test]
     fn the_vapid_token_names_the_endpoints_origin_and_is_signed_by_the_kept_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let vapid = Vapid::open(dir.path()).unwrap();
-        assert_eq!(Vapid::open(dir.path()).unwrap().public(), vapid.public(), "the same key the next time");
-        let header = vapid.authorization("https://127.0.0.1:8443/push/abc", "mailto:admin@home.example", 1000).unwrap();
-        let (token, key) = header.strip_prefix("vapid t=").unwrap().split_once(", k=").unwrap();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vapid = Vapid::open(dir.path()).expect("the key");
+        assert_eq!(Vapid::open(dir.path()).expect("the key").public(), vapid.public(), "the same key the next time");
+        let header =
+            vapid.authorization("https://127.0.0.1:8443/push/abc", "mailto:admin@home.example", 1000).expect("signed");
+        let (token, key) = header.strip_prefix("vapid t=").expect("vapid").split_once(", k=").expect("k=");
         assert_eq!(key, vapid.public());
         let parts: Vec<&str> = token.split('.').collect();
-        let claims: serde_json::Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+        let claims: serde_json::Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).expect("base64")).expect("JSON");
         assert_eq!(claims["aud"], "https://127.0.0.1:8443");
         assert_eq!(claims["exp"], 1000 + 12 * 3600);
-        let public = URL_SAFE_NO_PAD.decode(key).unwrap();
+        let public = URL_SAFE_NO_PAD.decode(key).expect("base64");
         signature::UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_FIXED, public)
-            .verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &URL_SAFE_NO_PAD.decode(parts[2]).unwrap())
+            .verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &URL_SAFE_NO_PAD.decode(parts[2]).expect("base64"))
             .expect("signed by the key it names");
-        assert_eq!(origin("https://fcm.googleapis.com:443/fcm/send/x").unwrap(), "https://fcm.googleapis.com");
+        assert_eq!(origin("https://fcm.googleapis.com:443/fcm/send/x").expect("https"), "https://fcm.googleapis.com");
         assert!(origin("http://fcm.googleapis.com/x").is_err());
         assert!(origin("https://user@evil/x").is_err());
     }
