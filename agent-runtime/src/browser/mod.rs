@@ -588,6 +588,10 @@ impl Running {
             .cdp
             .call(&self.page.session, "Emulation.setScriptExecutionDisabled", json!({"value": true}), QUICK)
             .await;
+        // What the page let go of is collected first: a stopped renderer runs no idle
+        // collection, and would hold the garbage of its last load until the next call.
+        // silent-ok: a page that cannot collect is stopped as it is.
+        let _ = self.cdp.call(&self.page.session, "HeapProfiler.collectGarbage", json!({}), QUICK).await;
         memory::pause_pages(true);
     }
 
