@@ -122,3 +122,47 @@ pub fn serve() -> anyhow::Result<(Child, String)> {
     let port: u16 = line.trim().parse().with_context(|| format!("its port: {line:?}"))?;
     Ok((child, format!("{bridge}:{port}")))
 }
+
+/// What a tool call of the agent `agent` answered: its text, whether it was an error, its
+/// metadata (a refusal by the daemon as its status message).
+pub fn call_tool(
+    rt: &tokio::runtime::Runtime,
+    agent: &crate::LingeringAgent,
+    tool: &str,
+    params: serde_json::Value,
+) -> (String, bool, std::collections::HashMap<String, String>) {
+    rt.block_on(async {
+        let mut client =
+            baaaht_proto::client::connect(&agent.socket, agent.options()).await.expect("connect to the daemon");
+        let request = baaaht_proto::v1::ToolRequest {
+            tool: tool.into(),
+            params_json: params.to_string(),
+            ..baaaht_proto::v1::ToolRequest::default()
+        };
+        match client.agents.request_tool_execution(request).await {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                (answer.content, answer.is_error, answer.metadata)
+            }
+            Err(status) => (status.message().to_string(), true, Default::default()),
+        }
+    })
+}
+
+/// Calls the browser as the agent `agent` ([`call_tool`]).
+pub fn browse(
+    rt: &tokio::runtime::Runtime,
+    agent: &crate::LingeringAgent,
+    params: serde_json::Value,
+) -> (String, bool, std::collections::HashMap<String, String>) {
+    call_tool(rt, agent, "browser", params)
+}
+
+/// The number the page's reading gives the line holding `what`.
+pub fn reference(page: &str, what: &str) -> u64 {
+    page.lines()
+        .find(|line| line.starts_with('[') && line.contains(what))
+        .and_then(|line| line[1..].split(']').next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no [n] {what} in:\n{page}"))
+}

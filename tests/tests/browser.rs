@@ -6,27 +6,8 @@
 
 use baaaht_proto::client;
 use baaaht_proto::v1;
-use baaaht_tests::{DaemonOptions, LingeringAgent, TestDaemon};
-
-/// Calls the browser as the agent `worker`; its answer (text, whether an error, metadata).
-fn browse(
-    rt: &tokio::runtime::Runtime,
-    worker: &LingeringAgent,
-    params: serde_json::Value,
-) -> (String, bool, std::collections::HashMap<String, String>) {
-    rt.block_on(async {
-        let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect");
-        let request =
-            v1::ToolRequest { tool: "browser".into(), params_json: params.to_string(), ..v1::ToolRequest::default() };
-        match agent.agents.request_tool_execution(request).await {
-            Ok(answer) => {
-                let answer = answer.into_inner();
-                (answer.content, answer.is_error, answer.metadata)
-            }
-            Err(status) => (status.message().to_string(), true, Default::default()),
-        }
-    })
-}
+use baaaht_tests::browser_site::{browse, reference};
+use baaaht_tests::{DaemonOptions, TestDaemon};
 
 fn daemon_for(target: &str) -> TestDaemon {
     TestDaemon::start(DaemonOptions {
@@ -233,15 +214,6 @@ fn the_browser_is_refused_with_a_sentence_while_it_is_turned_off() {
         browse(&rt, &worker, serde_json::json!({"action": "open", "url": "https://trains.example/"}));
     assert!(failed && said.contains("turned off") && said.contains("tools.browser.enabled"), "{said}");
     drop(worker);
-}
-
-/// The number the page's reading gives the line holding `what`.
-fn reference(page: &str, what: &str) -> u64 {
-    page.lines()
-        .find(|line| line.starts_with('[') && line.contains(what))
-        .and_then(|line| line[1..].split(']').next())
-        .and_then(|number| number.parse().ok())
-        .unwrap_or_else(|| panic!("no [n] {what} in:\n{page}"))
 }
 
 /// The Assistant hands "Show me the trains page" to the Worker, which opens the test site's

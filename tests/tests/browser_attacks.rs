@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use baaaht_proto::client;
 use baaaht_proto::v1;
+use baaaht_tests::browser_site::{browse, call_tool, reference};
 use baaaht_tests::fake_provider::{anthropic_answer, Answer, Asked, Responder};
 use baaaht_tests::scenario::{self, last_user_text};
-use baaaht_tests::{DaemonOptions, LingeringAgent, TestDaemon};
+use baaaht_tests::{DaemonOptions, TestDaemon};
 use serde_json::{json, Value};
 
 /// The attacker's site, and traps that note every connection they get (to `argv[2]`).
@@ -220,34 +221,6 @@ impl Site {
     }
 }
 
-fn browse(
-    rt: &tokio::runtime::Runtime,
-    worker: &LingeringAgent,
-    params: Value,
-) -> (String, bool, std::collections::HashMap<String, String>) {
-    call_tool(rt, worker, "browser", params)
-}
-
-fn call_tool(
-    rt: &tokio::runtime::Runtime,
-    worker: &LingeringAgent,
-    tool: &str,
-    params: Value,
-) -> (String, bool, std::collections::HashMap<String, String>) {
-    rt.block_on(async {
-        let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect");
-        let request =
-            v1::ToolRequest { tool: tool.into(), params_json: params.to_string(), ..v1::ToolRequest::default() };
-        match agent.agents.request_tool_execution(request).await {
-            Ok(answer) => {
-                let answer = answer.into_inner();
-                (answer.content, answer.is_error, answer.metadata)
-            }
-            Err(status) => (format!("[status {:?}] {}", status.code(), status.message()), true, Default::default()),
-        }
-    })
-}
-
 fn config(site: &Site, extra_allow: &[String], extra: &str) -> String {
     let mut allow = vec![site.target()];
     allow.extend(extra_allow.iter().cloned());
@@ -255,16 +228,20 @@ fn config(site: &Site, extra_allow: &[String], extra: &str) -> String {
     format!("tools:\n  browser:\n    enabled: true\n{extra}  web_proxy:\n    allow: [{}]\n", allow.join(", "))
 }
 
-fn rules(site: &Site) -> String {
-    format!("rules:\n  - host: '{}'\n    action: allow\n", site.target())
+/// A daemon with the browser on, whose self-test user's rules allow the site.
+fn daemon_for(site: &Site) -> TestDaemon {
+    TestDaemon::start(DaemonOptions {
+        files: vec![
+            ("config/config.yaml".into(), config(site, &[], "")),
+            ("users/baaaht-self-test/egress.yaml".into(), rules(site)),
+        ],
+        ..Default::default()
+    })
+    .expect("daemon")
 }
 
-fn reference(page: &str, what: &str) -> u64 {
-    page.lines()
-        .find(|line| line.starts_with('[') && line.contains(what))
-        .and_then(|line| line[1..].split(']').next())
-        .and_then(|number| number.parse().ok())
-        .unwrap_or_else(|| panic!("no [n] {what} in:\n{page}"))
+fn rules(site: &Site) -> String {
+    format!("rules:\n  - host: '{}'\n    action: allow\n", site.target())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,14 +361,7 @@ fn a_pages_words_in_a_failed_answer_leave_the_turn_unmarked() {
 fn ssrf_forms_redirects_and_a_pages_side_channels_reach_nothing() {
     let rt = baaaht_tests::runtime();
     let site = Site::start();
-    let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![
-            ("config/config.yaml".into(), config(&site, &[], "")),
-            ("users/baaaht-self-test/egress.yaml".into(), rules(&site)),
-        ],
-        ..Default::default()
-    })
-    .expect("daemon");
+    let daemon = daemon_for(&site);
     let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
     let (b, l) = (site.trap_bridge, site.trap_lo);
     let bridge = site.bridge.clone();
@@ -568,14 +538,7 @@ fn a_pages_picture_on_another_host_is_asked_as_the_models_open() {
 fn screenshot_and_pdf_paths_stay_in_the_workspace() {
     let rt = baaaht_tests::runtime();
     let site = Site::start();
-    let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![
-            ("config/config.yaml".into(), config(&site, &[], "")),
-            ("users/baaaht-self-test/egress.yaml".into(), rules(&site)),
-        ],
-        ..Default::default()
-    })
-    .expect("daemon");
+    let daemon = daemon_for(&site);
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
     let mut broke = vec![];
     let (made, failed, _) = call_tool(
@@ -643,14 +606,7 @@ fn screenshot_and_pdf_paths_stay_in_the_workspace() {
 fn agents_without_the_browser_are_refused() {
     let rt = baaaht_tests::runtime();
     let site = Site::start();
-    let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![
-            ("config/config.yaml".into(), config(&site, &[], "")),
-            ("users/baaaht-self-test/egress.yaml".into(), rules(&site)),
-        ],
-        ..Default::default()
-    })
-    .expect("daemon");
+    let daemon = daemon_for(&site);
     let mut broke = vec![];
     for role in ["assistant"] {
         let Ok(agent) = daemon.lingering_agent(role, None, &[]) else {
@@ -801,14 +757,7 @@ fn a_group_member_does_not_browse_with_anothers_login() {
 fn a_pages_workers_do_not_run_between_calls() {
     let rt = baaaht_tests::runtime();
     let site = Site::start();
-    let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![
-            ("config/config.yaml".into(), config(&site, &[], "")),
-            ("users/baaaht-self-test/egress.yaml".into(), rules(&site)),
-        ],
-        ..Default::default()
-    })
-    .expect("daemon");
+    let daemon = daemon_for(&site);
     let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
     let (said, failed, _) = browse(&rt, &worker, json!({"action": "open", "url": site.url("/ticker")}));
     println!("open: failed={failed} {}", said.chars().take(200).collect::<String>());
@@ -842,14 +791,7 @@ fn a_pages_workers_do_not_run_between_calls() {
 fn a_download_flood_leaves_one_file() {
     let rt = baaaht_tests::runtime();
     let site = Site::start();
-    let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![
-            ("config/config.yaml".into(), config(&site, &[], "")),
-            ("users/baaaht-self-test/egress.yaml".into(), rules(&site)),
-        ],
-        ..Default::default()
-    })
-    .expect("daemon");
+    let daemon = daemon_for(&site);
     let coder = daemon.lingering_agent("coder", None, &[]).expect("coder");
     browse(&rt, &coder, json!({"action": "open", "url": site.url("/dlflood")}));
     let (page, _, _) = browse(&rt, &coder, json!({"action": "read"}));
@@ -957,14 +899,7 @@ fn a_pages_worker_asks_questions_between_calls() {
 fn a_page_substitutes_its_download_for_the_one_asked() {
     let rt = baaaht_tests::runtime();
     let site = Site::start();
-    let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![
-            ("config/config.yaml".into(), config(&site, &[], "")),
-            ("users/baaaht-self-test/egress.yaml".into(), rules(&site)),
-        ],
-        ..Default::default()
-    })
-    .expect("daemon");
+    let daemon = daemon_for(&site);
     let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
     let (said, _, _) = browse(&rt, &worker, json!({"action": "open", "url": site.url("/dlsnipe")}));
     println!("open: {}", said.chars().take(200).collect::<String>());
@@ -1013,14 +948,7 @@ fn a_marked_turn_spells_data_out_through_clicks() {
 fn a_page_fills_the_profile_outside_the_workspace_cap() {
     let rt = baaaht_tests::runtime();
     let site = Site::start();
-    let daemon = TestDaemon::start(DaemonOptions {
-        files: vec![
-            ("config/config.yaml".into(), config(&site, &[], "")),
-            ("users/baaaht-self-test/egress.yaml".into(), rules(&site)),
-        ],
-        ..Default::default()
-    })
-    .expect("daemon");
+    let daemon = daemon_for(&site);
     let worker = daemon.lingering_agent("worker", None, &[]).expect("worker");
     let (said, _, _) = browse(&rt, &worker, json!({"action": "open", "url": site.url("/diskfill")}));
     println!("open: {}", said.chars().take(200).collect::<String>());
