@@ -320,7 +320,8 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
     let (bridge, port) = baaaht_tests::bridge_server();
     let (_, second) = baaaht_tests::bridge_server();
     let (_, third) = baaaht_tests::bridge_server();
-    let allow: Vec<String> = [port, second, third].iter().map(|p| format!("'{bridge}:{p}'")).collect();
+    let (_, fourth) = baaaht_tests::bridge_server();
+    let allow: Vec<String> = [port, second, third, fourth].iter().map(|p| format!("'{bridge}:{p}'")).collect();
     let config = format!("tools:\n  web_proxy:\n    allow: [{}]\negress:\n  approval_timeout: 3\n", allow.join(", "));
     let daemon =
         TestDaemon::start(DaemonOptions { files: vec![("config/config.yaml".into(), config)], ..Default::default() })
@@ -403,7 +404,10 @@ fn an_unnamed_host_is_asked_about_in_chat_and_the_first_answer_decides() {
     answer(&request.id, &["deny"]);
     let denied = fetching.join().expect("fetch");
     assert!(denied.contains("403") && denied.contains("was denied by root at the host"), "{denied}");
-    let fetching = fetch_in_background(format!("{bridge}:{third}"));
+    // A host denied is not asked about again in the session.
+    let again = fetch_in_background(format!("{bridge}:{third}")).join().expect("fetch");
+    assert!(again.contains("403") && again.contains("an earlier answer in this conversation"), "{again}");
+    let fetching = fetch_in_background(format!("{bridge}:{fourth}"));
     next_request(&mut events);
     let unanswered = fetching.join().expect("fetch");
     assert!(unanswered.contains("403") && unanswered.contains("nobody answered within 3 s"), "{unanswered}");
