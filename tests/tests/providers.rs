@@ -215,8 +215,9 @@ fn vertex_tokens_are_fetched_again_before_they_expire() {
     let rt = baaaht_tests::runtime();
     let hello = Answer::Stream { body: ANTHROPIC_HELLO.into(), cut: false };
     let upstream = rt.block_on(FakeProvider::start(vec![], Some(hello))).expect("fake provider");
-    // Tokens live 4 s: the gateway fetches another once half of that has passed.
-    let cloud = FakeCloud::start(&upstream, 4).expect("fake cloud");
+    // Tokens live 20 s: the gateway fetches another once half of that has passed (two calls on
+    // a loaded host stay well inside the first half).
+    let cloud = FakeCloud::start(&upstream, 20).expect("fake cloud");
     let daemon = daemon_on(&cloud, "vertex/gemini-2.5-pro", "", &[]);
     for _ in 0..2 {
         let (passed, said) = doctor(&daemon, "vertex/gemini-2.5-pro");
@@ -225,7 +226,7 @@ fn vertex_tokens_are_fetched_again_before_they_expire() {
     let issued = || cloud.stats().expect("stats")["tokens_issued"]["google"].as_u64().unwrap_or(0);
     assert_eq!(issued(), 1, "a token is kept while it is good");
     // Waiting out the token's renewal time is the point of the test.
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(10_500));
     let (passed, said) = doctor(&daemon, "vertex/gemini-2.5-pro");
     assert!(passed, "{said}");
     assert_eq!(issued(), 2, "a token near its end is replaced before it is refused");

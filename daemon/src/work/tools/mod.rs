@@ -374,10 +374,10 @@ impl Runners {
     ) -> Result<(), ToolsError> {
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         if self.connected.wait_for(changes, name, deadline).await {
-            tracing::info!(container = name, "{what} ready");
+            tracing::info!(container = name, what, "tool runner ready");
             return Ok(());
         }
-        tracing::warn!(container = name, "the runner of {what} did not connect; removing its container");
+        tracing::warn!(container = name, what, "the tool runner did not connect; removing its container");
         if let Err(error) = self.containers.stop_service(name).await {
             tracing::warn!(container = name, %error, "cannot remove the container of {what}");
         }
