@@ -166,3 +166,15 @@ pub fn reference(page: &str, what: &str) -> u64 {
         .and_then(|number| number.parse().ok())
         .unwrap_or_else(|| panic!("no [n] {what} in:\n{page}"))
 }
+
+/// The self-test user's events, followed as the CLI (so approvals are asked of it).
+pub async fn follow_self_test(
+    host: &mut baaaht_proto::client::Client,
+) -> tonic::Streaming<baaaht_proto::v1::OrchestratorEvent> {
+    let subscription = baaaht_proto::v1::EventSubscription {
+        context: Some(crate::scenario::user("baaaht-self-test")),
+        session_id: String::new(),
+        channel: baaaht_proto::v1::ChannelType::Cli as i32,
+    };
+    host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner()
+}

@@ -169,12 +169,7 @@ fn a_new_host_is_asked_in_chat_and_opens_once_allowed() {
     let url = format!("http://{target}/js");
     let asked = rt.block_on(async {
         let mut host = baaaht_tests::scenario::host_client(&daemon).await.expect("host");
-        let subscription = v1::EventSubscription {
-            context: Some(baaaht_tests::scenario::user("baaaht-self-test")),
-            session_id: String::new(),
-            channel: v1::ChannelType::Cli as i32,
-        };
-        let mut events = host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner();
+        let mut events = baaaht_tests::browser_site::follow_self_test(&mut host).await;
         let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect");
         let params = serde_json::json!({"action": "open", "url": url}).to_string();
         let request = v1::ToolRequest { tool: "browser".into(), params_json: params, ..v1::ToolRequest::default() };

@@ -490,12 +490,7 @@ fn a_pages_picture_on_another_host_is_asked_as_the_models_open() {
     let url = site.url(&format!("/sub?p={}", site.trap_asked));
     let questions = rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host");
-        let subscription = v1::EventSubscription {
-            context: Some(scenario::user("baaaht-self-test")),
-            session_id: String::new(),
-            channel: v1::ChannelType::Cli as i32,
-        };
-        let mut events = host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner();
+        let mut events = baaaht_tests::browser_site::follow_self_test(&mut host).await;
         let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect");
         let params = json!({"action": "open", "url": url}).to_string();
         let request = v1::ToolRequest { tool: "browser".into(), params_json: params, ..v1::ToolRequest::default() };
@@ -648,12 +643,7 @@ fn a_page_floods_the_person_with_questions() {
     let url = site.url("/flood");
     let questions = rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host");
-        let subscription = v1::EventSubscription {
-            context: Some(scenario::user("baaaht-self-test")),
-            session_id: String::new(),
-            channel: v1::ChannelType::Cli as i32,
-        };
-        let mut events = host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner();
+        let mut events = baaaht_tests::browser_site::follow_self_test(&mut host).await;
         let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect");
         let params = json!({"action": "open", "url": url}).to_string();
         let request = v1::ToolRequest { tool: "browser".into(), params_json: params, ..v1::ToolRequest::default() };
@@ -863,12 +853,7 @@ fn a_pages_worker_asks_questions_between_calls() {
     let url = site.url(&format!("/ticker2?p={}", site.trap_asked));
     let questions = rt.block_on(async {
         let mut host = scenario::host_client(&daemon).await.expect("host");
-        let subscription = v1::EventSubscription {
-            context: Some(scenario::user("baaaht-self-test")),
-            session_id: String::new(),
-            channel: v1::ChannelType::Cli as i32,
-        };
-        let mut events = host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner();
+        let mut events = baaaht_tests::browser_site::follow_self_test(&mut host).await;
         let mut agent = client::connect(&worker.socket, worker.options()).await.expect("connect");
         let params = json!({"action": "open", "url": url}).to_string();
         let request = v1::ToolRequest { tool: "browser".into(), params_json: params, ..v1::ToolRequest::default() };
