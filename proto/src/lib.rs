@@ -42,6 +42,13 @@ pub fn role_named(name: &str) -> Option<v1::AgentRole> {
     ROLES.iter().find(|(_, known)| *known == name).map(|(role, _)| *role)
 }
 
+/// The push services browsers subscribe with (Chrome's, Firefox's, Safari's, Edge's), on 443:
+/// the only addresses a web gateway sends notifications to, besides a push service its
+/// registrant names (`--push-service`). The gateway refuses a device naming another; the
+/// daemon's tunnel opens no other.
+pub const PUSH_SERVICES: &[&str] =
+    &["fcm.googleapis.com", "updates.push.services.mozilla.com", "web.push.apple.com", "*.notify.windows.com"];
+
 /// How the browser's requests are named in an approval question (the runner writes it before
 /// the action and its address; no other tool's name begins so): "the browser: open https://…".
 pub const BROWSER_ASKED: &str = "the browser: ";

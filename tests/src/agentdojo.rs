@@ -300,8 +300,12 @@ fn asked_for(action: &v1::ActionReview, calls: &[(String, Value)]) -> bool {
 impl Person {
     async fn follow(mut client: Client, mode: Mode, playing: Arc<Mutex<Plan>>) -> Result<Person> {
         let channel = if mode == Mode::Nobody { 0 } else { v1::ChannelType::Cli as i32 };
-        let subscription =
-            v1::EventSubscription { context: Some(scenario::user(PERSON)), session_id: String::new(), channel };
+        let subscription = v1::EventSubscription {
+            context: Some(scenario::user(PERSON)),
+            session_id: String::new(),
+            channel,
+            notifies: false,
+        };
         let mut events = client.sessions.subscribe_events(subscription).await?.into_inner();
         let questions = Arc::new(AtomicUsize::new(0));
         let (said, replies) = tokio::sync::mpsc::unbounded_channel();

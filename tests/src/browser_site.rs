@@ -175,6 +175,7 @@ pub async fn follow_self_test(
         context: Some(crate::scenario::user("baaaht-self-test")),
         session_id: String::new(),
         channel: baaaht_proto::v1::ChannelType::Cli as i32,
+        notifies: false,
     };
     host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner()
 }

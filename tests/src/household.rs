@@ -450,8 +450,12 @@ async fn follow(socket: &Path, client: &mut Option<Client>, message: v1::UserMes
         }
     }
     let Some(connected) = client.as_mut() else { return };
-    let subscription =
-        v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 };
+    let subscription = v1::EventSubscription {
+        context: message.context.clone(),
+        session_id: String::new(),
+        channel: 0,
+        notifies: false,
+    };
     let mut events = match connected.sessions.subscribe_events(subscription).await {
         Ok(events) => events.into_inner(),
         Err(status) => {

@@ -15,6 +15,7 @@ pub mod household;
 pub mod mail;
 pub mod matrix_person;
 pub mod oidc;
+pub mod push;
 pub mod scenario;
 pub mod synapse;
 pub mod tls;

@@ -365,7 +365,7 @@ pub async fn turn(client: &mut Client, message: v1::UserMessage, limit: Duration
     let context = message.context.clone();
     let mut events = client
         .sessions
-        .subscribe_events(v1::EventSubscription { context, session_id: String::new(), channel: 0 })
+        .subscribe_events(v1::EventSubscription { context, session_id: String::new(), channel: 0, notifies: false })
         .await
         .context("SubscribeEvents")?
         .into_inner();

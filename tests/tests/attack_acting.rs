@@ -208,6 +208,7 @@ async fn follow(host: &mut Client, context: v1::ContextRef) -> tonic::Streaming<
         context: Some(context),
         session_id: String::new(),
         channel: v1::ChannelType::Cli as i32,
+        notifies: false,
     };
     host.sessions.subscribe_events(subscription).await.expect("subscribe").into_inner()
 }
@@ -526,6 +527,7 @@ fn only_the_turns_sender_answers_its_question_in_a_group() {
                     context: Some(family.clone()),
                     session_id: String::new(),
                     channel: v1::ChannelType::Slack as i32,
+                    notifies: false,
                 },
             )
         };
@@ -540,6 +542,7 @@ fn only_the_turns_sender_answers_its_question_in_a_group() {
                 context: Some(family.clone()),
                 session_id: String::new(),
                 channel: 0,
+                notifies: false,
             })
             .await
             .expect("host follows")

@@ -134,6 +134,7 @@ async fn watch_messages(client: &Client, context: &str, limit: Duration) -> toki
             context: Some(v1::ContextRef { r#type: v1::ContextType::User as i32, id: context.into() }),
             session_id: String::new(),
             channel: 0,
+            notifies: false,
         })
         .await
         .expect("subscribe")

@@ -246,6 +246,7 @@ fn a_channel_connected_for_the_user_gets_the_result_at_once_instead_of_the_inbox
                 context: Some(user("alice")),
                 session_id: String::new(),
                 channel: v1::ChannelType::Tui as i32,
+                notifies: false,
             })
             .await
             .expect("subscribe")

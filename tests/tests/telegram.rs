@@ -307,6 +307,7 @@ fn a_person_linked_across_telegram_and_the_tui_sees_one_session() {
                 context: Some(context.clone()),
                 session_id: String::new(),
                 channel: 0,
+                notifies: false,
             })
             .await
             .expect("subscribe")

@@ -231,7 +231,13 @@ impl v1::sessions_server::Sessions for SessionsService {
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group to follow"))?;
         let subscription = request.into_inner();
         let session = subscription.session_id;
-        let channel = channel_name(subscription.channel);
+        // A follower that notifies a person's devices counts as `push`: approvals may be asked,
+        // and no notice is told there instead of the inbox (store::inbox::channel_for).
+        let channel = if subscription.notifies {
+            Some(crate::store::inbox::PUSH.to_string())
+        } else {
+            channel_name(subscription.channel)
+        };
         let held = self
             .shared
             .limits

@@ -90,6 +90,7 @@ pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1
             content: notice.content,
             channel: notice.channel,
             is_error: notice.is_error,
+            heartbeat: notice.heartbeat,
         }),
         Kind::Moved { leaf, text } => Out::Moved(v1::SessionMoved { leaf_entry_id: leaf, text }),
         Kind::ApprovalRequest { id, host, port, agent, asked_by, expires_in, review, action } => {

@@ -115,6 +115,8 @@ pub struct Notice {
     pub content: String,
     pub channel: String,
     pub is_error: bool,
+    /// A heartbeat's finding, not a scheduled task's result.
+    pub heartbeat: bool,
 }
 
 impl Kind {
@@ -138,6 +140,13 @@ impl Kind {
             .into_iter()
             .map(|(name, value)| (name.to_string(), value.to_string()))
             .collect();
+        Kind::Message { content, reply_to: String::new(), metadata, attachments: vec![] }
+    }
+
+    /// A budget nearing its limit: `content` for every channel, and `topic: budget` in its
+    /// metadata, for a channel that says it its own way (a push to the person's phone).
+    pub fn budget_warning(content: String) -> Kind {
+        let metadata = [("topic".to_string(), "budget".to_string())].into_iter().collect();
         Kind::Message { content, reply_to: String::new(), metadata, attachments: vec![] }
     }
 

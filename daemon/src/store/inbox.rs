@@ -14,6 +14,10 @@ use crate::base::auth::Context;
 use crate::base::state::{self, StateError};
 use crate::store::events::{EventBus, Kind, Notice};
 
+/// The channel a follower that notifies a person's devices (Web Push) counts as: approvals
+/// may be asked of them there, but no notice is told on it in place of the inbox.
+pub const PUSH: &str = "push";
+
 /// The channel family of `channel` (`slack/dm` → `slack`).
 pub fn family(channel: &str) -> &str {
     channel.split('/').next().unwrap_or(channel)
@@ -44,7 +48,8 @@ pub fn channel_for(
     if let Some(preferred) = preferred_channel(data_dir, context) {
         return Some(preferred);
     }
-    let connected = events.connected_channels(context);
+    let mut connected = events.connected_channels(context);
+    connected.retain(|channel| channel != PUSH);
     match events.last_active(context) {
         Some(last) if connected.contains(&last) => Some(last),
         _ => connected.into_iter().next(),
@@ -62,7 +67,8 @@ pub fn tell(
     session: Option<&str>,
 ) {
     let channel = channel.filter(|channel| *channel != "none");
-    let connected = channel.is_some_and(|channel| events.is_connected(context, family(channel)));
+    let connected =
+        channel.is_some_and(|channel| family(channel) != PUSH && events.is_connected(context, family(channel)));
     let told = Notice { channel: channel.unwrap_or_default().to_string(), ..notice.clone() };
     let event = crate::store::events::Event::of_session(session.unwrap_or_default(), Kind::Notice(told));
     events.publish(context, event);
@@ -207,5 +213,20 @@ mod tests {
         let all = inbox.list(&alice, false, false).expect("all");
         assert_eq!(all.len(), MOST_ITEMS);
         assert!(all.iter().all(|item| item.title != "one"), "the read item goes first");
+    }
+
+    #[test]
+    fn a_follower_that_notifies_a_phone_is_no_channel_to_tell_on_instead_of_the_inbox() {
+        let temp = tempfile::tempdir().expect("temp");
+        let data_dir = crate::base::datadir::DataDir::new(temp.path().join("data"));
+        let (inbox, events) = (Inbox::new(temp.path().join("inbox")), EventBus::default());
+        let alice = Context::user("alice");
+        let _notifying = events.connect(&alice, PUSH);
+        assert_eq!(channel_for(&data_dir, &events, &alice, ""), None, "only her phone follows");
+        let notice = Notice { title: "Plants".into(), content: "Water them.".into(), ..Notice::default() };
+        tell(&inbox, &events, &alice, Some(PUSH), notice, None);
+        assert_eq!(inbox.list(&alice, true, false).expect("inbox").len(), 1, "kept for when she opens a client");
+        let _web = events.connect(&alice, "web");
+        assert_eq!(channel_for(&data_dir, &events, &alice, "").as_deref(), Some("web"));
     }
 }

@@ -3,11 +3,7 @@
 //! submission on 587) — never plain text — with the server's certificate verified against the
 //! system's authorities and, for a household's own server, an extra one (`--ca-file`).
 
-use std::path::Path;
-use std::sync::Arc;
-
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 
 /// How a connection becomes private.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,77 +62,28 @@ impl Server {
     }
 }
 
-/// Whom the gateway trusts to vouch for a server's certificate.
-#[derive(Clone)]
-pub struct Trust {
-    pub config: Arc<rustls::ClientConfig>,
-    /// The extra authority's certificates (DER), for the SMTP client's own TLS set-up.
-    pub extra: Vec<Vec<u8>>,
+pub use baaaht_gateway_kit::egress::Trust;
+
+/// `stream` made private with `server`, its certificate verified as `trust` says.
+pub async fn wrap<S>(trust: &Trust, stream: S, server: &Server) -> Result<tokio_rustls::client::TlsStream<S>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    tokio_rustls::TlsConnector::from(trust.config.clone())
+        .connect(server.name()?, stream)
+        .await
+        .map_err(|error| format!("TLS with {}:{} failed: {error}", server.host, server.port))
 }
 
-impl std::fmt::Debug for Trust {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trust").field("extra", &self.extra.len()).finish_non_exhaustive()
+/// The same trust for the SMTP client.
+pub fn smtp(trust: &Trust, server: &Server) -> Result<lettre::transport::smtp::client::TlsParameters, String> {
+    use lettre::transport::smtp::client::{Certificate, TlsParameters};
+    let mut builder = TlsParameters::builder(server.host.clone());
+    for der in &trust.extra {
+        let certificate = Certificate::from_der(der.clone()).map_err(|error| format!("--ca-file for SMTP: {error}"))?;
+        builder = builder.add_root_certificate(certificate);
     }
-}
-
-impl Trust {
-    /// The system's authorities, and `ca_file`'s certificates when given.
-    pub fn load(ca_file: Option<&Path>) -> Result<Trust, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        let found = rustls_native_certs::load_native_certs();
-        roots.add_parsable_certificates(found.certs);
-        let mut extra = vec![];
-        if let Some(path) = ca_file {
-            let bytes = std::fs::read(path)
-                .map_err(|error| format!("--ca-file {}: cannot read it: {error}", path.display()))?;
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
-                .collect::<Result<_, _>>()
-                .map_err(|error| format!("--ca-file {}: not PEM certificates: {error}", path.display()))?;
-            if certs.is_empty() {
-                return Err(format!("--ca-file {}: holds no certificate (give the authority's PEM)", path.display()));
-            }
-            for cert in certs {
-                extra.push(cert.to_vec());
-                roots.add(cert).map_err(|error| format!("--ca-file {}: {error}", path.display()))?;
-            }
-        }
-        if roots.is_empty() {
-            return Err(
-                "no certificate authority to verify mail servers with: install ca-certificates, or give --ca-file"
-                    .into(),
-            );
-        }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|error| format!("TLS: {error}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Ok(Trust { config: Arc::new(config), extra })
-    }
-
-    /// `stream` made private with `server`, its certificate verified.
-    pub async fn wrap<S>(&self, stream: S, server: &Server) -> Result<tokio_rustls::client::TlsStream<S>, String>
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    {
-        tokio_rustls::TlsConnector::from(self.config.clone())
-            .connect(server.name()?, stream)
-            .await
-            .map_err(|error| format!("TLS with {}:{} failed: {error}", server.host, server.port))
-    }
-
-    /// The same trust for the SMTP client.
-    pub fn smtp(&self, server: &Server) -> Result<lettre::transport::smtp::client::TlsParameters, String> {
-        use lettre::transport::smtp::client::{Certificate, TlsParameters};
-        let mut builder = TlsParameters::builder(server.host.clone());
-        for der in &self.extra {
-            let certificate =
-                Certificate::from_der(der.clone()).map_err(|error| format!("--ca-file for SMTP: {error}"))?;
-            builder = builder.add_root_certificate(certificate);
-        }
-        builder.build_rustls().map_err(|error| format!("TLS for SMTP: {error}"))
-    }
+    builder.build_rustls().map_err(|error| format!("TLS for SMTP: {error}"))
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ pub async fn imap(
         let stream = dial(egress, server).await?;
         let said = |error: async_imap::error::Error| format!("IMAP {}:{}: {error}", server.host, server.port);
         let private = match server.tls {
-            Tls::Implicit => trust.wrap(stream, server).await?,
+            Tls::Implicit => crate::server::wrap(trust, stream, server).await?,
             Tls::StartTls => {
                 let mut plain = async_imap::Client::new(Wire(stream));
                 plain.read_response().await.map_err(|error| said(error.into()))?;
@@ -84,7 +84,7 @@ pub async fn imap(
                         server.host, server.port
                     )
                 })?;
-                trust.wrap(plain.into_inner().0, server).await?
+                crate::server::wrap(trust, plain.into_inner().0, server).await?
             }
         };
         let mut client = async_imap::Client::new(Wire(private));
@@ -164,7 +164,7 @@ async fn send_once(
         let stream = dial(egress, server).await?;
         let mut connection = match server.tls {
             Tls::Implicit => {
-                let private = trust.wrap(stream, server).await?;
+                let private = crate::server::wrap(trust, stream, server).await?;
                 AsyncSmtpConnection::connect_with_transport(Box::new(Wire(private)), &hello).await.map_err(said)?
             }
             Tls::StartTls => {
@@ -176,7 +176,7 @@ async fn send_once(
                         server.host, server.port
                     )));
                 }
-                connection.starttls(trust.smtp(server)?, &hello).await.map_err(said)?;
+                connection.starttls(crate::server::smtp(trust, server)?, &hello).await.map_err(said)?;
                 connection
             }
         };

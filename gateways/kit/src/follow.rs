@@ -309,6 +309,7 @@ impl Watch for ContextWatch {
             context: Some(self.context.clone()),
             session_id: String::new(),
             channel: self.follower.channel as i32,
+            notifies: false,
         };
         let mut daemon = self.follower.daemon.clone();
         let events = daemon.sessions.subscribe_events(person.request(subscription)).await.map_err(Lost::Refused)?;

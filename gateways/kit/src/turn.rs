@@ -311,8 +311,12 @@ pub async fn run<S: Surface>(
         session_id = session;
         attachments.push(attachment);
     }
-    let subscription =
-        v1::EventSubscription { context: Some(context.clone()), session_id: String::new(), channel: channel as i32 };
+    let subscription = v1::EventSubscription {
+        context: Some(context.clone()),
+        session_id: String::new(),
+        channel: channel as i32,
+        notifies: false,
+    };
     let mut events =
         daemon.sessions.subscribe_events(person.request(subscription)).await.map_err(sentence)?.into_inner();
     let user_message = v1::UserMessage {

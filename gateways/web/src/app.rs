@@ -52,6 +52,8 @@ pub struct App {
     /// Each signed-in identity's profile (canonical id, groups, admin), as the daemon last said
     /// and when ([`App::profile`]), so a message costs one call to the daemon, not two.
     pub profiles: std::sync::Mutex<std::collections::HashMap<String, (v1::UserProfile, std::time::Instant)>>,
+    /// Notifications on people's devices.
+    pub push: Arc<crate::push::Push>,
 }
 
 /// Pauses between tries, by key: after a failure the next waits 5 s, then twice as long after
@@ -138,19 +140,25 @@ impl App {
     /// The session a request's cookie names.
     pub(crate) async fn session(self: &Arc<Self>, headers: &HeaderMap) -> Option<(String, SignedIn)> {
         let id = cookie(headers, COOKIE)?;
-        let session = self.store.get_even_expired(&id)?;
+        self.session_at(&store::key(&id)).await.map(|session| (id, session))
+    }
+
+    /// The live session kept under `key` ([`store::key`]), refreshed first when its ID token
+    /// is about to expire: a browser's, or the one a device that notifies was allowed in.
+    pub(crate) async fn session_at(self: &Arc<Self>, key: &str) -> Option<SignedIn> {
+        let session = self.store.get_at(key)?;
         let now = store::now();
-        if session.expires > now + REFRESH_BEFORE || session.refresh_token.is_empty() || self.refresh_waits(&id) {
-            return (session.expires > now).then_some((id, session));
+        if session.expires > now + REFRESH_BEFORE || session.refresh_token.is_empty() || self.refresh_waits(key) {
+            return (session.expires > now).then_some(session);
         }
         // In a task of its own: a request given up meanwhile (a tab closed) does not lose a
         // refresh token the provider has just rotated.
-        let (app, refreshing) = (self.clone(), id.clone());
+        let (app, refreshing) = (self.clone(), key.to_string());
         let fresh = tokio::spawn(async move { app.refresh(&refreshing).await }).await.ok().flatten();
-        fresh.filter(|session| session.expires > store::now()).map(|session| (id, session))
+        fresh.filter(|session| session.expires > store::now())
     }
 
-    /// Whether session `id`'s refresh failed a moment ago and waits before the next try.
+    /// Whether session `key`'s refresh failed a moment ago and waits before the next try.
     fn refresh_waits(&self, id: &str) -> bool {
         self.refresh_after.waits(id, std::time::Instant::now())
     }
@@ -160,7 +168,7 @@ impl App {
         self.refresh_after.went(id, failed, std::time::Instant::now());
     }
 
-    /// Session `id` with a fresh ID token from the provider, still let in by the site's
+    /// Session `key` ([`store::key`]) with a fresh ID token from the provider, still let in by the site's
     /// admission lists; as it was when the provider cannot be reached; ended when the provider
     /// refuses the refresh or the account is no longer let in. One refresh at a time per
     /// session: a provider that rotates refresh tokens may end the session of a client that
@@ -171,7 +179,7 @@ impl App {
             refreshing.entry(id.to_string()).or_default().clone()
         };
         let _refreshing = lock.lock().await;
-        let session = self.store.get_even_expired(id)?;
+        let session = self.store.get_at(id)?;
         let fresh = if session.expires > store::now() + REFRESH_BEFORE || session.refresh_token.is_empty() {
             Some(session) // refreshed (or spent) meanwhile
         } else {

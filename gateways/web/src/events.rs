@@ -120,6 +120,63 @@ impl Me {
 #[derive(Debug, Default)]
 pub struct Hub {
     feeds: Mutex<HashMap<String, Followed>>,
+    /// The approvals waiting for each user, as their pages and devices saw them asked.
+    pub waiting: Arc<Waiting>,
+}
+
+/// Approvals asked and not yet answered, by user (channel identity): what the app's
+/// "Approvals" shortcut opens. Kept from the events their pages and devices follow; one
+/// expired is dropped when it is next looked at.
+#[derive(Debug, Default)]
+pub struct Waiting(Mutex<HashMap<String, Vec<Asked>>>);
+
+/// One approval waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    pub id: String,
+    pub session: String,
+    until: std::time::Instant,
+}
+
+/// The most approvals kept waiting per user (the daemon asks at most a few at once).
+const MOST_WAITING: usize = 64;
+
+impl Waiting {
+    /// Notes what `event` (followed for `identity`) says of an approval.
+    pub fn note(&self, identity: &str, event: &v1::OrchestratorEvent) {
+        use v1::orchestrator_event::Event;
+        let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match &event.event {
+            Some(Event::Approval(request)) => {
+                let asked = waiting.entry(identity.to_string()).or_default();
+                asked.retain(|asked| asked.id != request.id && asked.until > std::time::Instant::now());
+                if asked.len() >= MOST_WAITING {
+                    asked.remove(0);
+                }
+                let lasts = std::time::Duration::from_secs(u64::from(request.expires_in_seconds));
+                asked.push(Asked {
+                    id: request.id.clone(),
+                    session: event.session_id.clone(),
+                    until: std::time::Instant::now() + lasts,
+                });
+            }
+            Some(Event::ApprovalSettled(settled)) => {
+                for asked in waiting.values_mut() {
+                    asked.retain(|asked| asked.id != settled.id);
+                }
+                waiting.retain(|_, asked| !asked.is_empty());
+            }
+            _ => {}
+        }
+    }
+
+    /// The approvals waiting for `identity`, the newest last.
+    pub fn of(&self, identity: &str) -> Vec<Asked> {
+        let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(asked) = waiting.get_mut(identity) else { return vec![] };
+        asked.retain(|asked| asked.until > std::time::Instant::now());
+        asked.clone()
+    }
 }
 
 impl Hub {
@@ -138,8 +195,9 @@ impl Hub {
         if !following {
             let (feed, mut daemon) = (entry.0.clone(), daemon.clone());
             feed.ended.store(false, std::sync::atomic::Ordering::Release);
+            let waiting = self.waiting.clone();
             entry.1 = Some(tokio::spawn(async move {
-                follow(&feed, &me, &mut daemon, subscribe).await;
+                follow(&feed, &me, &mut daemon, subscribe, &waiting).await;
                 feed.end();
             }));
         }
@@ -148,6 +206,15 @@ impl Hub {
 }
 
 impl Hub {
+    /// Whether a page of `identity`'s is open now (any of their feeds has a browser).
+    pub fn watched_by(&self, identity: &str) -> bool {
+        let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        let prefix = format!("{identity}\n");
+        feeds.iter().any(|(key, (feed, _))| {
+            key.starts_with(&prefix) && feed.listeners.lock().unwrap_or_else(PoisonError::into_inner).0 > 0
+        })
+    }
+
     /// Stops following the users no browser has followed for `idle`: the daemon then no longer
     /// counts this channel as there (what it has for them goes to their inbox), and their
     /// events are let go. Returns how many were retired.
@@ -169,8 +236,14 @@ impl Hub {
 
 /// Fills `feed` from the daemon's events until they end (the browser's reconnection then
 /// follows anew).
-async fn follow(feed: &Feed, me: &Me, daemon: &mut Client, subscribe: tonic::Request<v1::EventSubscription>) {
-    let mut watcher = Fed { feed, me, daemon, subscribe: Some(subscribe) };
+async fn follow(
+    feed: &Feed,
+    me: &Me,
+    daemon: &mut Client,
+    subscribe: tonic::Request<v1::EventSubscription>,
+    waiting: &Waiting,
+) {
+    let mut watcher = Fed { feed, me, daemon, subscribe: Some(subscribe), waiting };
     watch(&mut watcher, Backoff::default()).await;
 }
 
@@ -180,6 +253,7 @@ struct Fed<'a> {
     me: &'a Me,
     daemon: &'a mut Client,
     subscribe: Option<tonic::Request<v1::EventSubscription>>,
+    waiting: &'a Waiting,
 }
 
 impl Watch for Fed<'_> {
@@ -189,6 +263,7 @@ impl Watch for Fed<'_> {
     }
 
     async fn take(&mut self, event: v1::OrchestratorEvent) -> Flow {
+        self.waiting.note(&self.me.identity, &event);
         if let Some(json) = to_json(&event, self.me) {
             self.feed.push(json.to_string());
         }

@@ -8,6 +8,10 @@ use baaaht_proto::egress::Egress;
 use baaaht_proto::v1;
 use baaaht_web::app::{self, App};
 use baaaht_web::oidc::{Admission, Oidc};
+use baaaht_web::push::devices::Devices;
+use baaaht_web::push::message::Vapid;
+use baaaht_web::push::send::Sender;
+use baaaht_web::push::Push;
 use baaaht_web::store::Store;
 use clap::Parser;
 
@@ -71,6 +75,18 @@ struct Cli {
     /// Another scope to ask the provider for, e.g. `groups` (repeatable)
     #[arg(long = "scope", value_name = "SCOPE")]
     scopes: Vec<String>,
+    /// The contact push services are given with each notification (`mailto:` or `https:`);
+    /// else the site's address when it is HTTPS
+    #[arg(long, value_name = "URI")]
+    push_subject: Option<String>,
+    /// A push service devices may subscribe with besides the browsers' own (Chrome's, Edge's,
+    /// Firefox's, Safari's), as `https://host[:port]` (repeatable)
+    #[arg(long = "push-service", value_name = "URL")]
+    push_services: Vec<String>,
+    /// A certificate authority (PEM) trusted besides the system's, for a household's own push
+    /// service
+    #[arg(long, value_name = "PATH")]
+    ca_file: Option<PathBuf>,
     /// Serve the gateway's health (ContainerHealth) on this Unix socket, for the daemon that
     /// supervises it
     #[arg(long, value_name = "PATH")]
@@ -106,6 +122,23 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         _ => None,
     };
+    let push_subject = match &cli.push_subject {
+        Some(subject) if subject.starts_with("mailto:") || subject.starts_with("https://") => subject.clone(),
+        Some(subject) => {
+            return Err(format!(
+                "--push-subject {subject}: give a mailto: address or an https:// page for push services to reach you"
+            ))
+        }
+        None if public_url.starts_with("https://") => public_url.clone(),
+        None => "mailto:root@localhost".to_string(),
+    };
+    let mut push_services = vec![];
+    for service in &cli.push_services {
+        let origin = baaaht_web::push::message::origin(service)
+            .map_err(|_not_https| format!("--push-service {service}: give the push service's https:// address"))?;
+        push_services.push(origin);
+    }
+    let trust = baaaht_gateway_kit::egress::Trust::load(cli.ca_file.as_deref())?;
     if cli.check {
         return Ok(());
     }
@@ -125,7 +158,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Some(path) => Egress::Tunnel(Arc::new(path.clone())),
         None => Egress::Direct,
     };
-    let mut oidc = Oidc::discover(&issuer, &client_id, client_secret, &redirect, egress)
+    let mut oidc = Oidc::discover(&issuer, &client_id, client_secret, &redirect, egress.clone())
         .await
         .map_err(|error| error.to_string())?;
     oidc.extra_scopes = cli.scopes.clone();
@@ -138,6 +171,9 @@ async fn run(cli: Cli) -> Result<(), String> {
     std::fs::create_dir_all(&cli.state_dir)
         .map_err(|error| format!("cannot make {}: {error}", cli.state_dir.display()))?;
     let store = Store::open(&cli.state_dir).map_err(|error| error.to_string())?;
+    let devices = Devices::open(&cli.state_dir, push_services).map_err(|error| error.to_string())?;
+    let vapid = Vapid::open(&cli.state_dir).map_err(|error| error.to_string())?;
+    let push = Arc::new(Push::new(devices, Sender::new(egress.clone(), &trust, vapid, push_subject)));
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let run = format!("{:x}", started.as_nanos());
     let csp = axum::http::HeaderValue::from_str(&app::content_security_policy(&app::origin(&issuer)))
@@ -157,6 +193,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         refreshing: Default::default(),
         sign_ins: Default::default(),
         refresh_after: Default::default(),
+        push: push.clone(),
     });
     // The site is served before the health says so.
     let listener = match &cli.listen_socket {
@@ -206,9 +243,12 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
         }
     };
+    // Everyone with a device is followed for their notifications.
+    let notify = baaaht_web::push::run(app.clone(), push);
     tokio::select! {
         served = serve => served.map_err(|error| format!("the server stopped: {error}")),
         () = reap => Ok(()),
+        () = notify => Ok(()),
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::{Form, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use baaaht_proto::v1;
 use serde::Deserialize;
@@ -43,7 +43,16 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/rooms", get(api::rooms).post(api::create_room))
         .route("/api/rooms/{id}/members", post(api::add_member))
         .route("/api/uploads", post(api::upload))
+        .route("/api/approvals", get(crate::push::api::waiting))
         .route("/api/approvals/{id}", post(api::approve))
+        .route("/api/push", get(crate::push::api::show))
+        .route("/api/push/devices", post(crate::push::api::add))
+        .route("/api/push/devices/{id}", delete(crate::push::api::remove))
+        .route("/api/push/settings", post(crate::push::api::choose))
+        .route("/api/push/test", post(crate::push::api::test))
+        .route("/manifest.webmanifest", get(crate::assets::manifest))
+        .route("/sw.js", get(crate::assets::worker))
+        .route("/offline", get(offline))
         .route("/api/memory/review", get(api::memory_review))
         .route("/api/memory/review/{key}", post(api::settle_memory))
         .route("/api/memory", get(api::memories))
@@ -85,6 +94,8 @@ fn shell(title: &str, body: &str) -> Html<String> {
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
          content=\"width=device-width, initial-scale=1\"><title>{} · baaaht</title><link rel=\"stylesheet\" href=\"/ui/app.css\">\
+         <link rel=\"manifest\" href=\"/manifest.webmanifest\"><meta name=\"theme-color\" content=\"#2f5fd0\">\
+         <link rel=\"icon\" href=\"/ui/icons/icon-192.png\"><link rel=\"apple-touch-icon\" href=\"/ui/icons/icon-192.png\">\
          <script src=\"/ui/theme.js\"></script></head><body>{body}</body></html>",
         escape(title)
     ))
@@ -127,6 +138,7 @@ async fn follow(State(app): State<Arc<App>>, user: User, headers: HeaderMap, Que
         context: Some(context.clone()),
         session_id: String::new(),
         channel: v1::ChannelType::Web as i32,
+        notifies: false,
     };
     // Each user follows as themselves, a room too: the daemon decides who may.
     let key = format!("{}\n{}:{}", app.identity(&session), context.r#type, context.id);
@@ -336,8 +348,14 @@ async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): For
             "This request did not come from this site's page; reload it and try again.",
         );
     }
-    if let Err(error) = app.store.sign_out(&id) {
+    if let Err(error) = app.store.sign_out(&store::key(&id)) {
         tracing::error!(%error, "cannot end a session");
+    }
+    // The devices allowed in this sign-in are told no more (a shared tablet, the next person).
+    match app.push.devices.signed_out(&store::key(&id)) {
+        Ok(true) => app.push.changed(),
+        Ok(false) => {}
+        Err(error) => tracing::error!(%error, "cannot remove the devices of a session signed out"),
     }
     let back = format!("{}/signed-out", app.public_url.trim_end_matches('/'));
     let target = app.oidc.logout_url(&session.id_token, &back).unwrap_or_else(|| "/signed-out".into());
@@ -346,6 +364,15 @@ async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): For
         response.headers_mut().insert(header::SET_COOKIE, expired);
     }
     response
+}
+
+/// What the installed app shows when the network is gone (its service worker keeps it).
+async fn offline() -> Response {
+    page(
+        "Offline",
+        "<h1>You are offline</h1><p>baaaht cannot reach your server right now. What you wrote is kept on          the server; nothing is lost.</p><p><a href=\"/\">Try again</a></p>",
+    )
+    .into_response()
 }
 
 async fn signed_out() -> Response {

@@ -91,6 +91,12 @@ pub fn random_id() -> Result<String, getrandom::Error> {
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
+/// What a session is kept under: the SHA-256 of its id (the cookie's value), so the file
+/// alone lets nobody in. A device that notifies is tied to the session that allowed it by it.
+pub fn key(id: &str) -> String {
+    hashed(id)
+}
+
 fn hashed(id: &str) -> String {
     sha2::Sha256::digest(id.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
 }
@@ -171,15 +177,20 @@ impl Store {
 
     /// The session `id` stands for, live or expired (to sign it out at the provider too).
     pub fn get_even_expired(&self, id: &str) -> Option<SignedIn> {
-        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.sessions.get(&hashed(id)).cloned()
+        self.get_at(&key(id))
     }
 
-    /// Session `id` with the fresh ID token of `refreshed` (and the provider's next refresh
+    /// The session kept under `key` ([`key`] of its id), live or expired.
+    pub fn get_at(&self, key: &str) -> Option<SignedIn> {
+        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.sessions.get(key).cloned()
+    }
+
+    /// Session `key` with the fresh ID token of `refreshed` (and the provider's next refresh
     /// token, when it rotates them); what it is now.
-    pub fn refreshed(&self, id: &str, refreshed: crate::oidc::Identity) -> Result<Option<SignedIn>, StoreError> {
+    pub fn refreshed(&self, key: &str, refreshed: crate::oidc::Identity) -> Result<Option<SignedIn>, StoreError> {
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(session) = file.sessions.get_mut(&hashed(id)) else { return Ok(None) };
+        let Some(session) = file.sessions.get_mut(key) else { return Ok(None) };
         // A refresh without an ID token keeps the one the session has, and its access token
         // stands in for it until it expires.
         if refreshed.id_token.is_empty() {
@@ -197,19 +208,19 @@ impl Store {
         Ok(Some(session))
     }
 
-    /// Session `id` without its refresh token (the provider will not take it again): it ends
+    /// Session `key` without its refresh token (the provider will not take it again): it ends
     /// with its ID token.
-    pub fn spent(&self, id: &str) -> Result<(), StoreError> {
+    pub fn spent(&self, key: &str) -> Result<(), StoreError> {
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(session) = file.sessions.get_mut(&hashed(id)) else { return Ok(()) };
+        let Some(session) = file.sessions.get_mut(key) else { return Ok(()) };
         session.refresh_token.clear();
         self.save(&file)
     }
 
-    /// Ends session `id`; what it was.
-    pub fn sign_out(&self, id: &str) -> Result<Option<SignedIn>, StoreError> {
+    /// Ends session `key`; what it was.
+    pub fn sign_out(&self, key: &str) -> Result<Option<SignedIn>, StoreError> {
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        let removed = file.sessions.remove(&hashed(id));
+        let removed = file.sessions.remove(key);
         if removed.is_some() {
             self.save(&file)?;
         }
@@ -264,7 +275,7 @@ mod tests {
         assert!(!text.contains(&id), "{text}");
         let reopened = Store::open(dir.path()).expect("reopen");
         assert_eq!(reopened.get(&id).map(|s| s.subject), Some("alice".into()));
-        assert_eq!(reopened.sign_out(&id).expect("sign out").map(|s| s.subject), Some("alice".into()));
+        assert_eq!(reopened.sign_out(&key(&id)).expect("sign out").map(|s| s.subject), Some("alice".into()));
         assert!(reopened.get(&id).is_none());
         let expired = reopened.sign_in(alice(now() - 1)).expect("sign in");
         assert!(reopened.get(&expired).is_none(), "an expired session lets nobody in");

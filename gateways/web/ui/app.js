@@ -11,10 +11,12 @@
 // composer.js  writing, files, sending, the first screen
 // models.js    the model picker
 // settings.js  the settings dialog
+// push.js      notifications on the person's devices (the service worker is sw.js)
 // text.js      visible bidirectional controls, sizes, dates, avatars
 // markdown.js  finished answers as markdown, their code and artifacts
 
-import { $, api, input, state } from "./state.js";
+import { $, api, input, log, state } from "./state.js";
+import "./push.js";
 import { bubble, editLast, follow, open, problem, stopAll } from "./conversation.js";
 import { closeSidebar, focusSearch, refreshRooms, refreshSessions } from "./sidebar.js";
 import { grow, send } from "./composer.js";
@@ -114,6 +116,17 @@ showMe();
 await refreshRooms();
 follow();
 await refreshSessions();
-const first = $("sessions").querySelector("button");
-await open(first ? first.dataset.id : "");
+// Where the app was opened for: a notification's conversation, the installed app's shortcuts
+// (a new conversation; the approvals waiting), else the newest conversation.
+const asked = new URLSearchParams(window.location.search);
+let opening = $("sessions").querySelector("button")?.dataset.id || "";
+if (asked.has("session")) opening = asked.get("session");
+if (asked.has("new")) opening = "";
+if (asked.has("approvals")) {
+  const waiting = await api("/api/approvals").then((answer) => answer.waiting).catch(() => []);
+  if (waiting.length) opening = waiting[waiting.length - 1].session;
+}
+if (asked.size) history.replaceState(null, "", "/");
+await open(opening);
+if (asked.has("approvals") && !log.querySelector(".approval button")) bubble("notice", "Nothing waits for your answer.");
 input.focus();

@@ -4,6 +4,7 @@
 
 import { $, api, announce, state } from "./state.js";
 import { avatar, visible } from "./text.js";
+import { savePush, showPush } from "./push.js";
 
 export function showMe() {
   const name = state.me.name || state.me.email || "you";
@@ -24,6 +25,7 @@ $("settings-open").addEventListener("click", () => {
   showMemoryReview();
   showMemories();
   showTasks();
+  showPush();
 });
 
 // A list of memory entries read from `url`: each its key, then what `parts` makes of it (its
@@ -164,6 +166,7 @@ $("settings-form").addEventListener("submit", async (event) => {
   if (channel !== (state.me.preferred_channel || "")) body.preferred_channel = channel;
   try {
     Object.assign(state.me, await api("/api/settings", { method: "POST", body }));
+    await savePush();
     showMe();
     $("settings-status").textContent = "Saved.";
     $("settings").close();

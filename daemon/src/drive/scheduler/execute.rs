@@ -359,7 +359,9 @@ impl Execute for Daemon {
                         }
                     }
                 }
-                let notice = Notice { task_id: task.id.clone(), run_id: run, title, content, ..Notice::default() };
+                let heartbeat = task.kind == TaskKind::Heartbeat;
+                let notice =
+                    Notice { task_id: task.id.clone(), run_id: run, title, content, heartbeat, ..Notice::default() };
                 self.tell(&context, channel, notice, session.as_deref());
             }
             Delivery::Failed { run, error } => {

@@ -568,7 +568,7 @@ impl Drop for Tally {
             if let Some(warning) = budgets.settle(reservation, used, answered) {
                 let event = crate::store::events::Event::of_session(
                     &self.session,
-                    crate::store::events::Kind::message(warning),
+                    crate::store::events::Kind::budget_warning(warning),
                 );
                 bus.publish(&self.context, event);
             }

@@ -2,8 +2,9 @@
 //! with `CONNECT host:port HTTP/1.1`. The daemon opens one only to the hosts the gateway needs
 //! (a Slack gateway: slack.com and its subdomains on 443, and the host of its `--api-url`; an
 //! email gateway: its `--imap` and `--smtp` servers; a
-//! web gateway: its OpenID provider's issuer, and the hosts of the token, key, userinfo and
-//! logout endpoints its discovery document names),
+//! web gateway: its OpenID provider's issuer, the hosts of the token, key, userinfo and
+//! logout endpoints its discovery document names, and the push services its notifications go
+//! to),
 //! through the web proxy's address checks (public addresses only, unless
 //! `tools.web_proxy.allow` lets a private one in), and audits each.
 
@@ -43,8 +44,14 @@ pub fn hosts_of(record: &GatewayRecord) -> Vec<String> {
         }
         // The homeserver (its media too: matrix-sdk fetches media from the homeserver).
         GatewayKind::Matrix { homeserver } => host_port(homeserver).into_iter().collect(),
-        // The provider's (its other endpoints' hosts are added from its discovery document).
-        GatewayKind::Web { issuer, .. } => host_port(issuer).into_iter().collect(),
+        // The provider's (its other endpoints' hosts are added from its discovery document),
+        // the browsers' push services and any push service the registrant named.
+        GatewayKind::Web { issuer, .. } => {
+            let mut hosts: Vec<String> = host_port(issuer).into_iter().collect();
+            hosts.extend(baaaht_proto::PUSH_SERVICES.iter().map(|service| format!("{service}:443")));
+            hosts.extend(record.arg_values("--push-service").into_iter().filter_map(host_port));
+            hosts
+        }
     }
 }
 
@@ -142,6 +149,18 @@ mod tests {
             |host: &str, port| crate::net::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
         assert!(allowed("mail.example.org", 993) && allowed("smtp.example.org", 465));
         assert!(!allowed("mail.example.org", 465) && !allowed("example.org", 993) && !allowed("x.org", 443));
+    }
+
+    #[test]
+    fn a_web_gateway_reaches_its_provider_and_the_push_services_only() {
+        let mut web = record(&["--push-service", "https://127.0.0.1:9443/"]);
+        web.kind = GatewayKind::Web { issuer: "https://id.example.org/realms/home".into(), audience: "gw".into() };
+        let hosts = hosts_of(&web);
+        let allowed =
+            |host: &str, port| crate::net::egress::filter::listed(hosts.iter().map(String::as_str), host, port);
+        assert!(allowed("id.example.org", 443) && allowed("fcm.googleapis.com", 443) && allowed("127.0.0.1", 9443));
+        assert!(allowed("wns2-par02p.notify.windows.com", 443) && allowed("web.push.apple.com", 443));
+        assert!(!allowed("fcm.googleapis.com", 80) && !allowed("127.0.0.1", 443) && !allowed("example.com", 443));
     }
 
     #[test]

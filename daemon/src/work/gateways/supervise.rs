@@ -500,8 +500,11 @@ impl Supervisor {
                 "--state-dir".into(),
                 STATE_MOUNT.into(),
             ]);
-            command.extend(publish::container_args(&self.record.args));
+            // A household's own push service's authority, given to it read-only.
+            let (args, ca_file) = ca_file_mounted(&publish::container_args(&self.record.args));
+            command.extend(args);
             mounts.push(MountSpec { host: state, target: STATE_MOUNT.into(), read_only: false });
+            mounts.extend(ca_file);
         } else {
             // Its kept state across runs (the chats served; an email gateway's threads, a
             // Matrix gateway's device and keys), and a household's own certificate authority

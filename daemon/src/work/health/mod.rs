@@ -314,6 +314,7 @@ pub fn tell_admin(
             content: content.to_string(),
             channel: "slack".into(),
             is_error: true,
+            heartbeat: false,
         };
         events.publish(admin, Event::of_session("", Kind::Notice(notice)));
         tracing::info!(admin = %admin, "notice for an admin sent to Slack");

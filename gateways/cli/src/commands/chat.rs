@@ -38,6 +38,7 @@ pub(crate) async fn chat(
             context: Some(context.clone()),
             session_id: String::new(),
             channel: v1::ChannelType::Cli as i32,
+            notifies: false,
         })
         .await
         .map_err(status)?

@@ -149,6 +149,7 @@ impl Watch for Screen {
             context: Some(target.context.clone()),
             session_id: String::new(),
             channel: v1::ChannelType::Tui as i32,
+            notifies: false,
         };
         let events = client.sessions.subscribe_events(subscription).await.map_err(failed)?.into_inner();
         let entries = branch(&mut client, &session, None).await;

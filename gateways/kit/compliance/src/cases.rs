@@ -380,6 +380,7 @@ pub async fn what_comes_between_turns_reaches_the_chat<C: Channel>() {
             content: content.into(),
             channel: channel.into(),
             is_error: false,
+            heartbeat: false,
         })),
         ..Default::default()
     };

@@ -94,8 +94,12 @@ fn servers_round(servers: &MailServers, round: usize) -> Result<()> {
 /// The CLI's path: `count` from a host client, the provider's last token → the reply there.
 async fn cli_last_token(host: &mut baaaht_proto::client::Client) -> Result<f64> {
     let message = scenario::message(scenario::user("cli-bench"), "cli-bench", "count");
-    let subscription =
-        v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 };
+    let subscription = v1::EventSubscription {
+        context: message.context.clone(),
+        session_id: String::new(),
+        channel: 0,
+        notifies: false,
+    };
     let mut events = host.sessions.subscribe_events(subscription).await?.into_inner();
     let sent = host.sessions.send_user_message(message).await?.into_inner();
     while let Some(event) =

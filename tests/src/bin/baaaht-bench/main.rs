@@ -503,8 +503,12 @@ pub(crate) async fn cli_first_token(host: &mut baaaht_proto::client::Client) -> 
     use anyhow::Context as _;
     use baaaht_proto::v1;
     let message = baaaht_tests::scenario::message(baaaht_tests::scenario::user("cli-bench"), "cli-bench", "count");
-    let subscription =
-        v1::EventSubscription { context: message.context.clone(), session_id: String::new(), channel: 0 };
+    let subscription = v1::EventSubscription {
+        context: message.context.clone(),
+        session_id: String::new(),
+        channel: 0,
+        notifies: false,
+    };
     let mut events = host.sessions.subscribe_events(subscription).await?.into_inner();
     let sent = host.sessions.send_user_message(message).await?.into_inner();
     let mut first = None;
@@ -556,7 +560,7 @@ pub(crate) struct Following {
 impl Following {
     pub(crate) async fn send(client: &mut client::Client, session: &str, text: &str) -> Result<Following> {
         let context = Some(baaaht_tests::scenario::user("bench"));
-        let subscription = v1::EventSubscription { context, session_id: session.into(), channel: 0 };
+        let subscription = v1::EventSubscription { context, session_id: session.into(), channel: 0, notifies: false };
         let events = client.sessions.subscribe_events(subscription).await?.into_inner();
         let mut asked = baaaht_tests::scenario::message(baaaht_tests::scenario::user("bench"), "bench", text);
         asked.session_id = session.into();

@@ -260,8 +260,12 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
             for user in &users {
                 let mut client = scenario::host_client(&daemon).await?;
                 let context = scenario::user(&user.1);
-                let subscription =
-                    v1::EventSubscription { context: Some(context.clone()), session_id: String::new(), channel: 0 };
+                let subscription = v1::EventSubscription {
+                    context: Some(context.clone()),
+                    session_id: String::new(),
+                    channel: 0,
+                    notifies: false,
+                };
                 let events = client.sessions.subscribe_events(subscription).await?.into_inner();
                 followers.push((client, events, scenario::message(context, &user.1, &format!("host {round}"))));
             }

@@ -1,0 +1,109 @@
+//! The page's push API: the key a device subscribes with, the person's devices and choices,
+//! adding and removing a device, a test notification, and the approvals waiting (what the
+//! app's "Approvals" shortcut opens). Each for the signed-in person only.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::devices::{DevicesError, Settings};
+use crate::app::{error, App, User};
+
+/// `GET /api/push`: the key to subscribe with, the person's devices and what they chose.
+pub async fn show(State(app): State<Arc<App>>, user: User) -> Response {
+    let person = app.push.devices.of(&app.identity(&user.session));
+    let devices: Vec<serde_json::Value> = person
+        .devices
+        .iter()
+        .map(|device| json!({"id": device.id, "label": device.label, "added": device.added, "endpoint": device.endpoint}))
+        .collect();
+    Json(json!({"key": app.push.sender.public_key(), "devices": devices, "settings": person.settings})).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Subscribed {
+    endpoint: String,
+    keys: SubscriptionKeys,
+    #[serde(default)]
+    label: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SubscriptionKeys {
+    p256dh: String,
+    auth: String,
+}
+
+/// `POST /api/push/devices` with the browser's `PushSubscription` (and a label): this device
+/// is told from now on, tied to this sign-in.
+pub async fn add(State(app): State<Arc<App>>, user: User, Json(given): Json<Subscribed>) -> Response {
+    let person = app.identity(&user.session);
+    let session = crate::store::key(&user.cookie);
+    let keys = (given.keys.p256dh.as_str(), given.keys.auth.as_str());
+    match app.push.devices.add(&person, &given.endpoint, keys, &given.label, &session) {
+        Ok(id) => {
+            app.push.changed();
+            Json(json!({"id": id})).into_response()
+        }
+        Err(failed) => refused(&failed),
+    }
+}
+
+/// `DELETE /api/push/devices/{id}`: the device is no longer told.
+pub async fn remove(State(app): State<Arc<App>>, user: User, Path(id): Path<String>) -> Response {
+    match app.push.devices.remove(&app.identity(&user.session), &id) {
+        Ok(true) => {
+            app.push.changed();
+            Json(json!({})).into_response()
+        }
+        Ok(false) => error(StatusCode::NOT_FOUND, "You have no such device; reload the settings."),
+        Err(failed) => refused(&failed),
+    }
+}
+
+/// `POST /api/push/settings`: what the person is told, how much of it, and their quiet hours.
+pub async fn choose(State(app): State<Arc<App>>, user: User, Json(settings): Json<Settings>) -> Response {
+    match app.push.devices.choose(&app.identity(&user.session), settings) {
+        Ok(()) => Json(json!({})).into_response(),
+        Err(failed) => refused(&failed),
+    }
+}
+
+/// `POST /api/push/test`: a notification to each of the person's devices.
+pub async fn test(State(app): State<Arc<App>>, user: User) -> Response {
+    let identity = app.identity(&user.session);
+    let person = app.push.devices.of(&identity);
+    if person.devices.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "No device of yours allows notifications yet.");
+    }
+    let quiet = person.settings.quiet.as_ref().is_some_and(|quiet| quiet.holds(jiff::Timestamp::now()));
+    let devices = person.devices.len();
+    app.push.tell(&identity, person.devices, super::notify::test(quiet));
+    Json(json!({"sent": devices})).into_response()
+}
+
+/// `GET /api/approvals`: the approvals waiting for the person, the newest last, each with its
+/// conversation.
+pub async fn waiting(State(app): State<Arc<App>>, user: User) -> Response {
+    let waiting = app.hub.waiting.of(&app.identity(&user.session));
+    let waiting: Vec<serde_json::Value> =
+        waiting.iter().map(|asked| json!({"id": asked.id, "session": asked.session})).collect();
+    Json(json!({"waiting": waiting})).into_response()
+}
+
+/// A refusal as the page shows it: the person's mistake is theirs to read, a failure inside is
+/// logged.
+fn refused(failed: &DevicesError) -> Response {
+    match failed {
+        DevicesError::Refused(sentence) => error(StatusCode::BAD_REQUEST, sentence),
+        failed => {
+            tracing::error!(error = %failed, "cannot keep the devices");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "Your devices could not be saved; try again.")
+        }
+    }
+}
