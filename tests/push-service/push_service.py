@@ -7,7 +7,8 @@ a message pywebpush sends must be taken and decrypted to what was sent.
 
 A second port, plain HTTP on loopback, is the test's: POST /subscriptions/{id} makes a
 subscription (its endpoint and keys, as a browser's PushSubscription has them), GET /received
-lists what was taken (decrypted, with the headers that matter), POST /gone/{id} makes every
+lists what was taken (decrypted, with the headers that matter and when, in seconds since
+1970), POST /gone/{id} makes every
 later message for it answer 410 Gone.
 
 Usage: push_service.py CERT KEY CA  — prints "ready PUSH_PORT CONTROL_PORT" once proved."""
@@ -160,7 +161,7 @@ class Service:
             self.received.append({
                 "subscription": name, "claims": claims, "key": key, "ttl": headers.get("TTL"),
                 "urgency": headers.get("Urgency"), "topic": headers.get("Topic"), "data": plain.decode(),
-                "length": len(body),
+                "length": len(body), "at": time.time(),
             })
         return 201
 

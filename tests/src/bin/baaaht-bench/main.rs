@@ -39,6 +39,7 @@ mod tui;
 mod turn;
 mod undo;
 mod web;
+mod web_push;
 
 #[derive(Debug, Parser)]
 #[command(name = "baaaht-bench", about = "baaaht's benchmarks (DESIGN.md §7)")]

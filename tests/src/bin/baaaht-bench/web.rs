@@ -5,8 +5,9 @@
 //! reaching a host client (the CLI's path) in the same run; the same first token painted in a
 //! real browser (headless Chromium on the page, timed there with the Performance API) beside
 //! the same turn's token on the gateway's event stream; messages per second with 50 users
-//! signed in and following their streams, beside the same 50 messages from a host client; and
-//! the gateway's resident memory idle and with the 50 users.
+//! signed in and following their streams, beside the same 50 messages from a host client; the
+//! gateway's resident memory idle and with the 50 users; and an approval pushed to a device
+//! ([`crate::web_push`]).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use baaaht_proto::v1;
 use baaaht_tests::fake_provider::{
     anthropic_answer, clock_nanos, stamped_token_stream, Answer, Asked, Responder, Wire,
 };
+use baaaht_tests::push::PushService;
 use baaaht_tests::scenario::{self, last_user_text};
 use baaaht_tests::web::{self, Provider, CLIENT_ID, CLIENT_SECRET};
 use baaaht_tests::DaemonOptions;
@@ -107,13 +109,18 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
     let site = format!("http://127.0.0.1:{port}");
     let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let provider = Provider::start(dir.path(), &format!("{site}/auth/callback"), &format!("{site}/signed-out"), 3600)?;
+    // Notifications go to a local push service; the approvals they tell of, to a bridge server.
+    let push = PushService::start(dir.path())?;
+    let bridge = baaaht_tests::bridge_server();
     // 50 users are 50 contexts, each with its Assistant and a pre-warmed tool container.
+    let allow = format!("[\"127.0.0.1:{}\", \"{}:{}\"]", provider.port, bridge.0, bridge.1);
     let options = DaemonOptions {
         env: vec![
-            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), format!("[\"127.0.0.1:{}\"]", provider.port)),
+            ("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), allow),
             ("WEB_CLIENT_SECRET_HOME".into(), CLIENT_SECRET.into()),
             ("BAAAHT__CONTAINER__MAX_CONCURRENT".into(), "160".into()),
         ],
+        files: vec![crate::web_push::identities(&provider.issuer)],
         ..DaemonOptions::default()
     };
     let (_fake, daemon) = scenario::start(&rt, brain(), options)?;
@@ -130,7 +137,9 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
         anyhow::Ok(host.admin.add_gateway(request).await?.into_inner())
     })?;
     let socket = added.gateway.context("gateway info")?.socket;
-    let gateway = web::web_gateway(dir.path(), &socket, &added.token, port, &[])?;
+    let ca = push.ca.display().to_string();
+    let push_args = ["--push-service", &push.origin, "--ca-file", &ca, "--push-subject", "mailto:ops@example.org"];
+    let gateway = web::web_gateway(dir.path(), &socket, &added.token, port, &push_args)?;
     let idle_rss = rss_mib(gateway.id())?;
     let mut users = Vec::with_capacity(USERS);
     for n in 0..USERS {
@@ -299,8 +308,10 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
         }
         let busy = rss_mib(gateway.id())?;
         drop(streams);
-        anyhow::Ok(busy)
+        let pushed = crate::web_push::measure(&daemon, &site, address, &push, &gateway, bridge, runs).await?;
+        anyhow::Ok((busy, pushed))
     })?;
+    let (busy_rss, mut pushed) = busy_rss;
     println!(
         "baaaht-web: {runs} messages with a paced 20-token answer (first token → the browser's event stream) beside the CLI's \
          path, {runs} more typed in Chromium (painted, in the page, on the event stream), and {rounds} rounds of {USERS} signed-in users writing at once beside {USERS} host-client messages\n"
@@ -308,18 +319,23 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
     header();
     let p50: Vec<f64> = rows.iter_mut().map(Row::print).collect();
     let added = p50[0] - p50[1];
+    let push_p50: Vec<f64> = pushed.iter_mut().map(Row::print).collect();
     println!("{:<72} {:>10.2}  MiB", "baaaht-web resident memory, idle", idle_rss);
     println!("{:<72} {:>10.2}  MiB", format!("baaaht-web resident memory, {USERS} users following"), busy_rss);
     println!(
         "\nfirst words in the browser's event stream: {added:+.2} ms p50 over the CLI's path; painted in Chromium \
-         {:+.2} ms p50 after the gateway's event (target ≤ 5 ms); throughput {:.2}× the host client's",
+         {:+.2} ms p50 after the gateway's event (target ≤ 5 ms); throughput {:.2}× the host client's; an approval \
+         at the push service {:.2} ms p50 after it was asked (target ≤ 50 ms): {:.2}× the command's own wait for it",
         p50[5],
-        p50[6] / p50[7]
+        p50[6] / p50[7],
+        push_p50[0],
+        push_p50[2] / push_p50[1]
     );
     println!(
         "RESULT web_first_token_p50_ms={:.2} cli_first_token_p50_ms={:.2} added_p50_ms={added:.2} \
          browser_painted_p50_ms={:.2} browser_dom_p50_ms={:.2} browser_after_event_p50_ms={:.2} web_msgs_per_s={:.2} \
-         host_msgs_per_s={:.2} throughput_vs_host={:.2} rss_idle_mib={idle_rss:.1} rss_{USERS}_users_mib={busy_rss:.1}",
+         host_msgs_per_s={:.2} throughput_vs_host={:.2} rss_idle_mib={idle_rss:.1} rss_{USERS}_users_mib={busy_rss:.1} \
+         approval_to_push_p50_ms={:.2} command_to_host_p50_ms={:.2} command_to_push_p50_ms={:.2}",
         p50[0],
         p50[1],
         p50[2],
@@ -327,7 +343,10 @@ pub(crate) fn run(runs: usize, rounds: usize) -> Result<()> {
         p50[5],
         p50[6],
         p50[7],
-        p50[6] / p50[7]
+        p50[6] / p50[7],
+        push_p50[0],
+        push_p50[1],
+        push_p50[2]
     );
     Ok(())
 }
