@@ -165,6 +165,60 @@ impl Drop for Driver {
     }
 }
 
+/// The identities file (`data/state/identities.json`) naming each web login at `issuer` as a
+/// user: `(login, user id, name)`.
+pub fn known_as(issuer: &str, people: &[(&str, &str, &str)]) -> (String, String) {
+    let created = "2026-11-23T00:00:00Z";
+    let mut identities = serde_json::Map::new();
+    let mut users = serde_json::Map::new();
+    for (login, user, name) in people {
+        identities.insert(
+            format!("web:{issuer}#{login}"),
+            serde_json::json!({"user": user, "own": user, "created": created}),
+        );
+        users.insert(user.to_string(), serde_json::json!({"name": name, "created": created}));
+    }
+    let file = serde_json::json!({"version": 1, "identities": identities, "users": users});
+    ("data/state/identities.json".into(), file.to_string())
+}
+
+/// The status `url` answers with (0: nothing answered within 5 s).
+pub fn status_of(url: &str) -> u16 {
+    let output = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", url])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(0)
+}
+
+/// Waits until the site answers `/signed-out` (true) or `limit` seconds pass.
+pub fn serving(site: &str, limit: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(limit);
+    while Instant::now() < deadline {
+        if status_of(&format!("{site}/signed-out")) == 200 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// The conversation open in `browser` after it says hello and is answered, and a Coder of
+/// `daemon`'s self-test user lingering in it (its connections ask for that conversation).
+pub async fn coder_in_conversation(
+    browser: &fantoccini::Client,
+    daemon: &crate::TestDaemon,
+) -> Result<(String, crate::LingeringAgent)> {
+    say(browser, "hello").await;
+    if !answered(browser, "echo: hello").await {
+        bail!("no answer to hello");
+    }
+    let current = browser.find(fantoccini::Locator::Css("#sessions [aria-current]")).await?;
+    let session = current.attr("data-id").await?.context("the conversation's id")?;
+    let coder = tokio::task::block_in_place(|| daemon.lingering_agent("coder", Some(&session), &[]))?;
+    Ok((session, coder))
+}
+
 /// A running `baaaht-web` for the gateway whose socket and token these are, with `extra`
 /// arguments (its address is plain HTTP on loopback unless they name a `--public-url`).
 pub fn web_gateway(dir: &Path, socket: &str, token: &str, port: u16, extra: &[&str]) -> Result<Running> {

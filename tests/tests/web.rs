@@ -6,8 +6,8 @@ use std::time::Duration;
 use baaaht_proto::v1;
 use baaaht_tests::scenario;
 use baaaht_tests::web::{
-    self, add_gateway, answered, click, daemon_for, register, say, screenshot, site_and_provider, text_of, until,
-    Driver, Provider, CLIENT_ID, CLIENT_SECRET,
+    self, add_gateway, answered, click, daemon_for, register, say, screenshot, serving, site_and_provider, status_of,
+    text_of, until, Driver, Provider, CLIENT_ID, CLIENT_SECRET,
 };
 use fantoccini::Locator;
 
@@ -464,27 +464,6 @@ fn people_chat_branch_fork_upload_and_meet_in_a_room_and_cannot_reach_each_other
         alice.close().await.expect("close");
         bob.close().await.expect("close");
     });
-}
-
-/// The status of `url`, by curl (0 when nothing answers).
-fn status_of(url: &str) -> u16 {
-    let output = std::process::Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", url])
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(0)
-}
-
-/// Waits until the site answers `/signed-out` (true) or `limit` seconds pass.
-fn serving(site: &str, limit: u64) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(limit);
-    while std::time::Instant::now() < deadline {
-        if status_of(&format!("{site}/signed-out")) == 200 {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
 }
 
 #[test]

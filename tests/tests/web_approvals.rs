@@ -26,29 +26,20 @@ fn an_approval_request_is_a_card_whose_buttons_answer_it() {
     let (_, other) = baaaht_tests::bridge_server();
     let (_, third) = baaaht_tests::bridge_server();
     // Alice signs in as the user whose tools the test's Coder runs for.
-    let identities = serde_json::json!({
-        "version": 1,
-        "identities": {format!("web:{}#alice", provider.issuer): {"user": "baaaht-self-test", "own": "baaaht-self-test", "created": "2026-11-23T00:00:00Z"}},
-        "users": {"baaaht-self-test": {"name": "Alice", "created": "2026-11-23T00:00:00Z"}},
-    });
+    let identities = web::known_as(&provider.issuer, &[("alice", "baaaht-self-test", "Alice")]);
     let allow =
         format!("[\"127.0.0.1:{}\", \"{bridge}:{port}\", \"{bridge}:{other}\", \"{bridge}:{third}\"]", provider.port);
     let env = vec![("BAAAHT__TOOLS__WEB_PROXY__ALLOW".into(), allow)];
-    let files = vec![("data/state/identities.json".into(), identities.to_string())];
-    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, files);
+    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, vec![identities]);
     let (gateway, driver) = web::site_for(&rt, dir.path(), &daemon, &provider, web_port);
     let logs = || format!("{}\n{}", gateway.log_text(), daemon.log_text());
     rt.block_on(async {
         let alice = driver.browser(1280).await.expect("browser");
         web::sign_in(&alice, &site, "alice").await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
-        // Her page follows her events before the command asks.
-        say(&alice, "hello").await;
-        assert!(answered(&alice, "echo: hello").await, "no answer\n{}", logs());
-        // The Coder's tools ask for her conversation.
-        let session = alice.find(Locator::Css("#sessions [aria-current]")).await.expect("current");
-        let session = session.attr("data-id").await.expect("id").expect("an id");
-        let coder =
-            tokio::task::block_in_place(|| daemon.lingering_agent("coder", Some(&session), &[]).expect("coder"));
+        // Her page follows her events before the command asks; the Coder's tools ask for her
+        // conversation.
+        let (_, coder) =
+            web::coder_in_conversation(&alice, &daemon).await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
 
         let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"));
         let shown = until(Duration::from_secs(30), || async {

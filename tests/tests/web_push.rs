@@ -11,9 +11,7 @@ use std::time::Duration;
 use baaaht_proto::v1;
 use baaaht_tests::push::{DevTools, PushService};
 use baaaht_tests::scenario;
-use baaaht_tests::web::{
-    self, answered, click, daemon_for, register, say, screenshot, site_and_provider, text_of, until,
-};
+use baaaht_tests::web::{self, click, daemon_for, register, screenshot, site_and_provider, text_of, until};
 use fantoccini::Locator;
 use serde_json::{json, Value};
 
@@ -31,12 +29,7 @@ fn stub(subscription: &Value) -> String {
 
 /// Alice signs in on the web as the user whose tools the test's Coder runs for.
 fn alice_is_the_self_test_user(provider: &web::Provider) -> (String, String) {
-    let identities = json!({
-        "version": 1,
-        "identities": {format!("web:{}#alice", provider.issuer): {"user": "baaaht-self-test", "own": "baaaht-self-test", "created": "2026-11-23T00:00:00Z"}},
-        "users": {"baaaht-self-test": {"name": "Alice", "created": "2026-11-23T00:00:00Z"}},
-    });
-    ("data/state/identities.json".into(), identities.to_string())
+    web::known_as(&provider.issuer, &[("alice", "baaaht-self-test", "Alice")])
 }
 
 /// The settings, from the side bar a phone slides in.
@@ -45,21 +38,6 @@ async fn settings(browser: &fantoccini::Client) {
         click(browser, "#menu").await;
     }
     click(browser, "#settings-open").await;
-}
-
-/// The gateway's site answers.
-fn serving(site: &str, limit: Duration) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        let output = std::process::Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("{site}/signed-out")])
-            .output();
-        if output.is_ok_and(|output| output.stdout == b"200") {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
 }
 
 #[test]
@@ -92,7 +70,7 @@ fn an_approval_is_answered_from_its_notification_and_a_gone_device_is_removed() 
     .collect();
     let added = register(&rt, &daemon, &provider, "", args);
     assert_eq!(added.gateway.as_ref().map(|info| info.mode.as_str()), Some("container"));
-    assert!(serving(&site, Duration::from_secs(120)), "the gateway's container does not serve\n{}", daemon.log_text());
+    assert!(web::serving(&site, 120), "the gateway's container does not serve\n{}", daemon.log_text());
     let driver = web::Driver::start(dir.path()).expect("chromedriver");
     let logs = || format!("{}\n{}", daemon.log_text(), push.process.log_text());
     let devices_file = daemon.data_dir.join("data/state/gateway-state/home/push.json");
@@ -146,12 +124,7 @@ fn an_approval_is_answered_from_its_notification_and_a_gone_device_is_removed() 
         click(&alice, "#settings-close").await;
 
         // Her conversation; its Coder's connection waits for approval.
-        say(&alice, "hello").await;
-        assert!(answered(&alice, "echo: hello").await, "no answer\n{}", logs());
-        let session = alice.find(Locator::Css("#sessions [aria-current]")).await.expect("current");
-        let session = session.attr("data-id").await.expect("id").expect("an id");
-        let coder =
-            tokio::task::block_in_place(|| daemon.lingering_agent("coder", Some(&session), &[]).expect("coder"));
+        let (session, coder) = web::coder_in_conversation(&alice, &daemon).await.unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
         let fetching = baaaht_tests::fetch_in_background(&coder, format!("{bridge}:{port}"));
         let pushed = until(Duration::from_secs(60), || async { !push.shown("approval").is_empty() }).await;
         assert!(pushed, "no approval pushed: {:#?}\n{}", push.received(), logs());

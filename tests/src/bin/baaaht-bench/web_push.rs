@@ -24,12 +24,7 @@ fn now() -> f64 {
 
 /// The person whose Coder asks: the web's "alice" is the self-test user the doctor's agents run for.
 pub(crate) fn identities(issuer: &str) -> (String, String) {
-    let identities = json!({
-        "version": 1,
-        "identities": {format!("web:{issuer}#alice"): {"user": "baaaht-self-test", "own": "baaaht-self-test", "created": "2026-11-23T00:00:00Z"}},
-        "users": {"baaaht-self-test": {"name": "Alice", "created": "2026-11-23T00:00:00Z"}},
-    });
-    ("data/state/identities.json".into(), identities.to_string())
+    web::known_as(issuer, &[("alice", "baaaht-self-test", "Alice")])
 }
 
 /// `runs` approvals (after one to warm up), each answered "once" from the host: (asked, as a
