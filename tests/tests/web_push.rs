@@ -4,7 +4,8 @@
 //! notifications from the settings, an approval reaches the push service through the daemon's
 //! egress, the page's service worker shows it with its answers, "Allow once" from the
 //! notification lets the command go on, and a device its service says is gone is removed.
-//! Quiet hours keep an answer from waking anyone, and a scheduled result comes silently.
+//! An answer that finished while no page was open and a budget nearing its limit are told;
+//! quiet hours keep an answer from waking anyone, and a scheduled result comes silently.
 
 use std::time::Duration;
 
@@ -216,13 +217,18 @@ fn an_approval_is_answered_from_its_notification_and_a_gone_device_is_removed() 
 }
 
 #[test]
-fn quiet_hours_keep_an_answer_from_waking_anyone_and_a_result_comes_silently() {
+fn an_answer_while_away_and_a_budget_are_told_and_quiet_hours_keep_answers_silent_and_results_quiet() {
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");
     let push = PushService::start(dir.path()).expect("the push service");
     let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
     let files = vec![alice_is_the_self_test_user(&provider)];
-    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), vec![], files);
+    // A budget that warns at the first answer (30 tokens of 1,000 are 3%).
+    let env = vec![
+        ("BAAAHT__BUDGETS__SOFT_PERCENT".into(), "1".into()),
+        ("BAAAHT__BUDGETS__USER__DAILY_TOKENS".into(), "1000".into()),
+    ];
+    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, files);
     let added = register(&rt, &daemon, &provider, "external", vec![]);
     let socket = added.gateway.expect("info").socket;
     let args = ["--push-service", &push.origin, "--ca-file", &push.ca.display().to_string()];
@@ -257,6 +263,14 @@ fn quiet_hours_keep_an_answer_from_waking_anyone_and_a_result_comes_silently() {
         assert!(told, "the answer was not pushed: {:#?}\n{}", push.received(), logs());
         let (taken, _) = push.shown("answer").remove(0);
         assert_eq!(taken["urgency"], "normal");
+        // The budget nearing its limit, in the budget's own words.
+        let budget = until(Duration::from_secs(30), || async { !push.shown("budget").is_empty() }).await;
+        assert!(budget, "no budget pushed: {:#?}", push.received());
+        let (_, shown) = push.shown("budget").remove(0);
+        assert!(
+            shown["body"].as_str().is_some_and(|body| body.starts_with("You have used 3% of the daily budget")),
+            "{shown}"
+        );
 
         // Quiet hours around now: an answer does not come; a scheduled result comes silently.
         let now = jiff::Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC);
