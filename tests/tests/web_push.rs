@@ -217,7 +217,7 @@ fn an_approval_is_answered_from_its_notification_and_a_gone_device_is_removed() 
 }
 
 #[test]
-fn an_answer_while_away_and_a_budget_are_told_and_quiet_hours_keep_answers_silent_and_results_quiet() {
+fn an_answer_while_away_and_a_budget_are_told_and_in_quiet_hours_only_a_silent_result_comes() {
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");
     let push = PushService::start(dir.path()).expect("the push service");
