@@ -213,6 +213,14 @@ fn an_approval_is_answered_from_its_notification_and_a_gone_device_is_removed() 
         assert!(gone, "{}", text_of(&alice, "#notifications").await);
         alice.execute("document.getElementById('notifications').scrollIntoView()", vec![]).await.expect("scroll");
         screenshot(&alice, dir.path(), "push-settings-gone").await;
+
+        // The server gone: the installed app says it is offline (its worker kept the page).
+        host.admin.remove_gateway(v1::GatewayRef { name: "home".into() }).await.expect("RemoveGateway");
+        assert_eq!(web::status_of(&format!("{site}/signed-out")), 0, "nothing listens on the site's port");
+        alice.goto(&format!("{site}/")).await.expect("the app, offline");
+        let offline = text_of(&alice, "main").await;
+        assert!(offline.contains("You are offline") && offline.contains("nothing is lost"), "{offline}");
+        screenshot(&alice, dir.path(), "offline").await;
     });
 }
 
