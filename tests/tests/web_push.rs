@@ -219,7 +219,7 @@ fn an_approval_is_answered_from_its_notification_and_a_gone_device_is_removed() 
         assert_eq!(web::status_of(&format!("{site}/signed-out")), 0, "nothing listens on the site's port");
         alice.goto(&format!("{site}/")).await.expect("the app, offline");
         let offline = text_of(&alice, "main").await;
-        assert!(offline.contains("You are offline") && offline.contains("nothing is lost"), "{offline}");
+        assert!(offline.contains("You are offline") && offline.contains("Your conversations are kept there"), "{offline}");
         screenshot(&alice, dir.path(), "offline").await;
     });
 }

@@ -370,7 +370,8 @@ async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): For
 async fn offline() -> Response {
     page(
         "Offline",
-        "<h1>You are offline</h1><p>baaaht cannot reach your server right now. What you wrote is kept on          the server; nothing is lost.</p><p><a href=\"/\">Try again</a></p>",
+        "<h1>You are offline</h1><p>baaaht cannot reach your server right now. Your conversations are kept \
+         there, and go on when you are back.</p><p><a href=\"/\">Try again</a></p>",
     )
     .into_response()
 }
