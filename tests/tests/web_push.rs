@@ -33,6 +33,29 @@ fn alice_is_the_self_test_user(provider: &web::Provider) -> (String, String) {
     web::known_as(&provider.issuer, &[("alice", "baaaht-self-test", "Alice")])
 }
 
+/// A site run by hand (`baaaht-web` on the host) for alice, with the local push service.
+struct Served {
+    push: PushService,
+    site: String,
+    daemon: baaaht_tests::TestDaemon,
+    gateway: baaaht_tests::Running,
+    _fake: baaaht_tests::fake_provider::FakeProvider,
+    _provider: web::Provider,
+}
+
+/// [`Served`], its ID tokens lasting `ttl` seconds, the daemon with `env`.
+fn served_by_hand(rt: &tokio::runtime::Runtime, dir: &std::path::Path, ttl: u64, env: Vec<(String, String)>) -> Served {
+    let push = PushService::start(dir).expect("the push service");
+    let (web_port, site, provider) = site_and_provider(dir, ttl);
+    let files = vec![alice_is_the_self_test_user(&provider)];
+    let (fake, daemon) = daemon_for(rt, &provider, scenario::echo_brain(), env, files);
+    let added = register(rt, &daemon, &provider, "external", vec![]);
+    let socket = added.gateway.expect("info").socket;
+    let args = ["--push-service", &push.origin, "--ca-file", &push.ca.display().to_string()];
+    let gateway = web::web_gateway(dir, &socket, &added.token, web_port, &args).expect("baaaht-web");
+    Served { push, site, daemon, gateway, _fake: fake, _provider: provider }
+}
+
 /// The settings, from the side bar a phone slides in.
 async fn settings(browser: &fantoccini::Client) {
     if !browser.find(Locator::Id("settings-open")).await.expect("the button").is_displayed().await.unwrap_or(false) {
@@ -228,19 +251,12 @@ fn an_approval_is_answered_from_its_notification_and_a_gone_device_is_removed() 
 fn an_answer_while_away_and_a_budget_are_told_and_in_quiet_hours_only_a_silent_result_comes() {
     let rt = baaaht_tests::runtime();
     let dir = tempfile::tempdir().expect("tempdir");
-    let push = PushService::start(dir.path()).expect("the push service");
-    let (web_port, site, provider) = site_and_provider(dir.path(), 3600);
-    let files = vec![alice_is_the_self_test_user(&provider)];
     // A budget that warns at the first answer (30 tokens of 1,000 are 3%).
     let env = vec![
         ("BAAAHT__BUDGETS__SOFT_PERCENT".into(), "1".into()),
         ("BAAAHT__BUDGETS__USER__DAILY_TOKENS".into(), "1000".into()),
     ];
-    let (_fake, daemon) = daemon_for(&rt, &provider, scenario::echo_brain(), env, files);
-    let added = register(&rt, &daemon, &provider, "external", vec![]);
-    let socket = added.gateway.expect("info").socket;
-    let args = ["--push-service", &push.origin, "--ca-file", &push.ca.display().to_string()];
-    let gateway = web::web_gateway(dir.path(), &socket, &added.token, web_port, &args).expect("baaaht-web");
+    let Served { push, site, daemon, gateway, _fake, _provider } = served_by_hand(&rt, dir.path(), 3600, env);
     let logs = || format!("{}\n{}\n{}", gateway.log_text(), daemon.log_text(), push.process.log_text());
     // Alice signs in; no page of hers follows her events (she is away).
     let me =
@@ -318,4 +334,62 @@ fn an_answer_while_away_and_a_budget_are_told_and_in_quiet_hours_only_a_silent_r
         let answers: Vec<Value> = push.shown("answer").into_iter().map(|(_, shown)| shown["body"].clone()).collect();
         assert_eq!(answers, [json!("echo: first question")], "{:#?}", push.received());
     });
+}
+
+/// A device is told only while the sign-in that allowed it lives: on a shared tablet, Bob
+/// signing in over Alice's sign-in ends hers and takes her tablet off her devices; a kiosk
+/// whose sign-in expired is told nothing more, while her phone is.
+#[test]
+fn a_device_is_told_only_while_its_own_sign_in_lives() {
+    let rt = baaaht_tests::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // ID tokens last 20 s, with no refresh token: a sign-in ends 20 s after it began.
+    let Served { push, site, daemon, gateway, _fake, _provider } = served_by_hand(&rt, dir.path(), 20, vec![]);
+    let logs = || format!("{}\n{}\n{}", gateway.log_text(), daemon.log_text(), push.process.log_text());
+    let allow = |session: &web::Session, name: &str| {
+        let device = push.subscribe(name).expect("a subscription");
+        let (status, body) =
+            session.call(&site, "POST", "/api/push/devices", Some(&device.to_string()), true).expect("add");
+        assert_eq!(status, 200, "{body}");
+    };
+    let told = |name: &str, text: &str| {
+        push.received().iter().any(|taken| {
+            taken["subscription"] == name && taken["data"].as_str().is_some_and(|data| data.contains(text))
+        })
+    };
+    let started = std::time::Instant::now();
+    let kiosk = web::signed_in(&site, "alice", &dir.path().join("kiosk"))
+        .unwrap_or_else(|error| panic!("{error:#}\n{}", logs()));
+    allow(&kiosk, "kiosk");
+    // The shared tablet: Alice allows notifications, then Bob signs in on the same browser.
+    let tablet = dir.path().join("tablet");
+    let alice_there = web::signed_in(&site, "alice", &tablet).expect("alice on the tablet");
+    allow(&alice_there, "tablet");
+    // (The provider's own session there is over: only the site's cookie is left in the browser.)
+    let jar = std::fs::read_to_string(&tablet).expect("the tablet's cookies");
+    let site_only: String = jar
+        .lines()
+        .filter(|line| !line.contains('\t') || line.contains("\tbaaaht_web\t"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    std::fs::write(&tablet, site_only).expect("cookies");
+    let bob = web::signed_in(&site, "bob", &tablet).expect("bob on the tablet");
+    assert_eq!(alice_there.call(&site, "GET", "/api/me", None, false).expect("me").0, 401, "her sign-in there ended");
+    let kept = std::fs::read_to_string(dir.path().join("web-state/push.json")).expect("push.json");
+    assert!(!kept.contains("/push/tablet"), "{kept}");
+    assert_eq!(bob.call(&site, "GET", "/api/me", None, false).expect("me").0, 200);
+    // Later, on her phone; the kiosk's sign-in then ends.
+    std::thread::sleep(Duration::from_secs(11).saturating_sub(started.elapsed()));
+    let phone = web::signed_in(&site, "alice", &dir.path().join("phone")).expect("alice on her phone");
+    allow(&phone, "phone");
+    std::thread::sleep(Duration::from_secs(21).saturating_sub(started.elapsed()));
+    assert_eq!(kiosk.call(&site, "GET", "/api/me", None, false).expect("me").0, 401, "the kiosk's sign-in ended");
+    let message = json!({"content": "after the kiosk"}).to_string();
+    let (status, body) = phone.call(&site, "POST", "/api/messages", Some(&message), true).expect("send");
+    assert_eq!(status, 200, "{body}");
+    rt.block_on(async {
+        let to_phone = until(Duration::from_secs(30), || async { told("phone", "echo: after the kiosk") }).await;
+        assert!(to_phone, "{:#?}\n{}", push.received(), logs());
+    });
+    assert!(!told("kiosk", "after the kiosk") && !told("tablet", "after the kiosk"), "{:#?}", push.received());
 }

@@ -91,10 +91,11 @@ pub fn agent(role: i32) -> &'static str {
 }
 
 /// The first line of the command an approval request was asked for, at most 120 characters
-/// (empty when none was).
+/// (empty when none was), its control characters and bidirectional overrides shown, not
+/// obeyed: the command is the model's, and the sentence stands beside the answers' buttons.
 pub fn asked_for(request: &v1::ApprovalRequest) -> String {
     let line = request.asked_by.lines().next().unwrap_or_default();
-    line.strip_prefix(baaaht_proto::BROWSER_ASKED).unwrap_or(line).chars().take(120).collect()
+    one_line(line.strip_prefix(baaaht_proto::BROWSER_ASKED).unwrap_or(line), 120)
 }
 
 /// What an approval request waits for, without the command: "The coder's tools want to reach

@@ -15,6 +15,8 @@ fn is_control(c: char) -> bool {
         '\u{00}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
         // Bidirectional overrides, isolates and marks reorder what the reader sees.
         '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}' => true,
+        // Line and paragraph separators start a line where only a newline should.
+        '\u{2028}' | '\u{2029}' => true,
         _ => false,
     }
 }

@@ -194,9 +194,7 @@ impl App {
                         }),
                         Some(why) => {
                             tracing::warn!(subject = %identity.subject, why, "a session ended: the account is no longer let in");
-                            if let Err(error) = self.store.sign_out(id) {
-                                tracing::error!(%error, "cannot end a session");
-                            }
+                            self.end_session(id);
                             None
                         }
                     }
@@ -222,6 +220,19 @@ impl App {
         };
         self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
         fresh
+    }
+
+    /// Ends the session kept under `key`, and the devices allowed in it are told no more (a
+    /// shared tablet, the next person).
+    pub(crate) fn end_session(&self, key: &str) {
+        if let Err(error) = self.store.sign_out(key) {
+            tracing::error!(%error, "cannot end a session");
+        }
+        match self.push.devices.signed_out(key) {
+            Ok(true) => self.push.changed(),
+            Ok(false) => {}
+            Err(error) => tracing::error!(%error, "cannot remove the devices of a session that ended"),
+        }
     }
 
     /// Reads the client secret again from the daemon (one set while the gateway runs); whether

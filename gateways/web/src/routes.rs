@@ -315,6 +315,12 @@ async fn callback(State(app): State<Arc<App>>, headers: HeaderMap, Query(answer)
         };
         return failed(StatusCode::FORBIDDEN, sentence);
     }
+    // A sign-in over another on this browser ends that one (a shared tablet, the next person).
+    if let Some(before) = cookie(&headers, COOKIE) {
+        if app.store.get_even_expired(&before).is_some() {
+            app.end_session(&store::key(&before));
+        }
+    }
     let id = match app.store.sign_in(session) {
         Ok(id) => id,
         Err(error) => {
@@ -348,15 +354,7 @@ async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): For
             "This request did not come from this site's page; reload it and try again.",
         );
     }
-    if let Err(error) = app.store.sign_out(&store::key(&id)) {
-        tracing::error!(%error, "cannot end a session");
-    }
-    // The devices allowed in this sign-in are told no more (a shared tablet, the next person).
-    match app.push.devices.signed_out(&store::key(&id)) {
-        Ok(true) => app.push.changed(),
-        Ok(false) => {}
-        Err(error) => tracing::error!(%error, "cannot remove the devices of a session signed out"),
-    }
+    app.end_session(&store::key(&id));
     let back = format!("{}/signed-out", app.public_url.trim_end_matches('/'));
     let target = app.oidc.logout_url(&session.id_token, &back).unwrap_or_else(|| "/signed-out".into());
     let mut response = Redirect::to(&target).into_response();

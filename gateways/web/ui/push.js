@@ -90,6 +90,16 @@ async function current() {
   return registration ? registration.pushManager.getSubscription().catch(() => null) : null;
 }
 
+// A browser that allowed notifications before, signed in again: its device (if it is this
+// person's) goes on with this sign-in. Nobody else's device is touched.
+(async () => {
+  if (!("Notification" in window) || Notification.permission !== "granted") return;
+  const here = await current();
+  if (!here) return;
+  const json = here.toJSON();
+  await api("/api/push/devices", { method: "POST", body: { endpoint: json.endpoint, keys: json.keys, renew: true } }).catch(() => {});
+})();
+
 $("push-allow").addEventListener("click", async () => {
   try {
     const permission = await Notification.requestPermission();

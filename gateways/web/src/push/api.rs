@@ -31,6 +31,10 @@ pub struct Subscribed {
     keys: SubscriptionKeys,
     #[serde(default)]
     label: String,
+    /// Only tie the person's own device at this address to this sign-in (the page does so
+    /// when it loads in a browser that allowed notifications before): nothing is added.
+    #[serde(default)]
+    renew: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -44,6 +48,15 @@ pub struct SubscriptionKeys {
 pub async fn add(State(app): State<Arc<App>>, user: User, Json(given): Json<Subscribed>) -> Response {
     let person = app.identity(&user.session);
     let session = crate::store::key(&user.cookie);
+    if given.renew {
+        return match app.push.devices.renew(&person, &given.endpoint, &session) {
+            Ok(renewed) => {
+                app.push.changed();
+                Json(json!({"renewed": renewed})).into_response()
+            }
+            Err(failed) => refused(&failed),
+        };
+    }
     let keys = (given.keys.p256dh.as_str(), given.keys.auth.as_str());
     match app.push.devices.add(&person, &given.endpoint, keys, &given.label, &session) {
         Ok(id) => {
@@ -82,8 +95,13 @@ pub async fn test(State(app): State<Arc<App>>, user: User) -> Response {
         return error(StatusCode::BAD_REQUEST, "No device of yours allows notifications yet.");
     }
     let quiet = person.settings.quiet.as_ref().is_some_and(|quiet| quiet.holds(jiff::Timestamp::now()));
-    let devices = person.devices.len();
-    app.push.tell(&identity, person.devices, super::notify::test(quiet));
+    let devices = super::signed_in(&app, person.devices).await;
+    if devices.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "No device of yours is signed in any more; sign in on it again.");
+    }
+    let sent = devices.len();
+    app.push.tell(&identity, devices, super::notify::test(quiet));
+    let devices = sent;
     Json(json!({"sent": devices})).into_response()
 }
 

@@ -103,8 +103,12 @@ impl Quiet {
 /// Minutes after midnight of `HH:MM`.
 fn minutes(time: &str) -> Option<u32> {
     let (hours, minutes) = time.split_once(':')?;
+    let digits = |part: &str| part.len() == 2 && part.bytes().all(|b| b.is_ascii_digit());
+    if !digits(hours) || !digits(minutes) {
+        return None;
+    }
     let (hours, minutes): (u32, u32) = (hours.parse().ok()?, minutes.parse().ok()?);
-    (hours < 24 && minutes < 60 && time.len() == 5).then_some(hours * 60 + minutes)
+    (hours < 24 && minutes < 60).then_some(hours * 60 + minutes)
 }
 
 /// What a person chose.
@@ -219,9 +223,25 @@ impl Devices {
         let id = crate::store::random_id()
             .map_err(|error| DevicesError::Write { path: self.path.clone(), source: std::io::Error::other(error) })?;
         let id: String = id.chars().take(16).collect();
-        let label: String = label.chars().filter(|c| !c.is_control()).take(80).collect();
+        let label: String = label.chars().map(|c| if c.is_control() { ' ' } else { c }).take(80).collect();
+        let label = baaaht_gateway_kit::text::clean(&label).into_owned();
         let mut file = self.lock();
-        // One push address is one device, whoever allowed it last: the browser's own choice.
+        // One push address is one device, whoever allowed it last on it (a shared tablet's
+        // browser, the next person signed in): with the same keys only, which the browser
+        // alone holds, so a push address someone learnt takes nobody's device.
+        let elsewhere = file.people.iter().any(|(owner, other)| {
+            owner != person
+                && other
+                    .devices
+                    .iter()
+                    .any(|device| device.endpoint == endpoint && (device.p256dh != keys.0 || device.auth != keys.1))
+        });
+        if elsewhere {
+            return Err(DevicesError::Refused(
+                "this push address belongs to another person's device; allow notifications again in this browser"
+                    .into(),
+            ));
+        }
         for other in file.people.values_mut() {
             other.devices.retain(|device| device.endpoint != endpoint);
         }
@@ -240,6 +260,25 @@ impl Devices {
         });
         self.save(&file)?;
         Ok(id)
+    }
+
+    /// Ties `person`'s device at `endpoint` to sign-in `session` (they signed in again on it);
+    /// whether they have one there. Nobody else's device is touched.
+    pub fn renew(&self, person: &str, endpoint: &str, session: &str) -> Result<bool, DevicesError> {
+        let mut file = self.lock();
+        let Some(device) = file
+            .people
+            .get_mut(person)
+            .and_then(|them| them.devices.iter_mut().find(|device| device.endpoint == endpoint))
+        else {
+            return Ok(false);
+        };
+        if device.session == session {
+            return Ok(true);
+        }
+        device.session = session.to_string();
+        self.save(&file)?;
+        Ok(true)
     }
 
     /// Removes `person`'s device `id`; whether it was there.
@@ -293,10 +332,17 @@ impl Devices {
             return Ok(());
         }
         let host = origin.trim_start_matches("https://");
-        let known = SERVICES.iter().any(|service| match service.strip_prefix("*.") {
-            Some(domain) => host.strip_suffix(domain).is_some_and(|sub| sub.ends_with('.') && sub.len() > 1),
-            None => host == *service,
-        });
+        // A name of DNS labels only (no port, no empty label), under a service's own name.
+        let labels = |name: &str| {
+            name.split('.').all(|label| {
+                (1..=63).contains(&label.len()) && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+        };
+        let known = labels(host)
+            && SERVICES.iter().any(|service| match service.strip_prefix("*.") {
+                Some(domain) => host.strip_suffix(domain).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+                None => host == *service,
+            });
         if known {
             Ok(())
         } else {
@@ -336,7 +382,10 @@ mod tests {
         let alice = reopened.of("alice");
         assert_eq!(alice.devices.len(), 2);
         assert_eq!(alice.devices[1].label, "A browser");
-        assert!(reopened.signed_out("s2").expect("sign out"));
+        assert!(reopened.renew("alice", "https://updates.push.services.mozilla.com/wpush/v2/b", "s3").expect("renew"));
+        assert!(!reopened.renew("bob", "https://fcm.googleapis.com/fcm/send/a", "s4").expect("not bob's"));
+        assert!(!reopened.signed_out("s2").expect("renewed away from s2"));
+        assert!(reopened.signed_out("s3").expect("sign out"));
         assert!(!reopened.remove("bob", &first).expect("not bob's"));
         assert!(reopened.gone("https://fcm.googleapis.com/fcm/send/a").expect("gone"));
         assert!(reopened.people().is_empty());
@@ -365,11 +414,35 @@ mod tests {
             "https://user@fcm.googleapis.com/x",
             "https://fcm.googleapis.com:8443/x",
             "https://fcm.googleapis.com/a b",
+            "https://evil.invalid\\.notify.windows.com/x",
+            "https://evil.invalid%2f.notify.windows.com/x",
+            "https://..notify.windows.com/x",
+            "https://a..notify.windows.com/x",
+            "https://fcm.googleapis.com./x",
         ] {
             assert!(devices.check_endpoint(bad).is_err(), "{bad}");
         }
         let refused = devices.add("alice", "https://fcm.googleapis.com/x", ("AAAA", AUTH), "", "s").expect_err("key");
         assert!(refused.to_string().contains("P-256"), "{refused}");
+        // 65 bytes starting 0x04, but no point on the curve.
+        let off = format!("BA{}", "A".repeat(85));
+        let refused = devices.add("alice", "https://fcm.googleapis.com/x", (&off, AUTH), "", "s").expect_err("point");
+        assert!(refused.to_string().contains("P-256"), "{refused}");
+    }
+
+    #[test]
+    fn a_push_address_moves_to_another_person_only_with_its_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let devices = Devices::open(dir.path(), vec![]).expect("open");
+        let tablet = "https://fcm.googleapis.com/fcm/send/tablet";
+        devices.add("alice", tablet, (KEY, AUTH), "Tablet\u{202e}gpj.exe\n", "s1").expect("alice's");
+        assert_eq!(devices.of("alice").devices[0].label, "Tablet<U+202E>gpj.exe ");
+        let other_auth = "AAAAAAAAAAAAAAAAAAAAAA";
+        let refused = devices.add("bob", tablet, (KEY, other_auth), "", "s2").expect_err("not with other keys");
+        assert!(refused.to_string().contains("another person's device"), "{refused}");
+        assert_eq!(devices.of("alice").devices.len(), 1, "still hers");
+        devices.add("bob", tablet, (KEY, AUTH), "", "s2").expect("the same browser, bob signed in on it");
+        assert!(devices.of("alice").devices.is_empty() && devices.of("bob").devices.len() == 1);
     }
 
     #[test]
@@ -387,6 +460,7 @@ mod tests {
             ("25:00", "07:00", "UTC", "HH:MM"),
             ("22:00", "7:00", "UTC", "HH:MM"),
             ("22:00", "22:00", "UTC", "the same time"),
+            ("+1:00", "07:00", "UTC", "HH:MM"),
             ("22:00", "07:00", "Mars/Olympus", "not a time zone"),
         ] {
             let quiet = Quiet { from: from.into(), to: to.into(), timezone: zone.into() };

@@ -66,6 +66,12 @@ impl Keys {
         if auth.len() != 16 {
             return Err(PushError::Auth(auth.len()));
         }
+        // A point on the curve: agreeing a secret with it once is the check ring offers.
+        let random = rand::SystemRandom::new();
+        let probe = agreement::EphemeralPrivateKey::generate(&agreement::ECDH_P256, &random)
+            .map_err(|_unspecified| PushError::Crypto("no key pair"))?;
+        agreement::agree_ephemeral(probe, &agreement::UnparsedPublicKey::new(&agreement::ECDH_P256, &p256dh), |_| ())
+            .map_err(|_unspecified| PushError::Key("not a point on P-256"))?;
         Ok(Keys { p256dh, auth })
     }
 }

@@ -137,14 +137,14 @@ async fn follow(app: Arc<App>, push: Arc<Push>, person: String) {
             return;
         }
         // The newest device's sign-in that still lives.
-        let mut signed_in = None;
+        let mut newest = None;
         for device in devices.iter().rev() {
             if let Some(session) = app.session_at(&device.session).await {
-                signed_in = Some(session);
+                newest = Some(session);
                 break;
             }
         }
-        let Some(session) = signed_in else {
+        let Some(session) = newest else {
             tracing::info!(person, "no sign-in of this person's devices lives: their notifications wait for the next");
             tokio::time::sleep(RECHECK).await;
             continue;
@@ -224,11 +224,29 @@ async fn follow(app: Arc<App>, push: Arc<Push>, person: String) {
                     told.shown.title = "baaaht".into();
                     told.shown.body = baaaht_gateway_kit::sentences::settled(&settled.decision, &settled.by);
                 }
-                push.tell(&person, person_now.devices, told);
+                push.tell(&person, signed_in(&app, person_now.devices).await, told);
             }
         }
         tokio::time::sleep(backoff.next_wait()).await;
     }
+}
+
+/// Those of `devices` whose own sign-in lives (refreshed when due): a device is told only
+/// while the sign-in that allowed it does, so a shared browser signed out, signed over or
+/// expired shows nobody's notifications. A device whose sign-in is gone is removed.
+pub async fn signed_in(app: &Arc<App>, devices: Vec<Device>) -> Vec<Device> {
+    let mut live = Vec::with_capacity(devices.len());
+    for device in devices {
+        if app.session_at(&device.session).await.is_some() {
+            live.push(device);
+        } else if app.store.get_at(&device.session).is_none() {
+            tracing::info!(device = %device.id, "a device whose sign-in has ended is removed");
+            if let Err(error) = app.push.devices.signed_out(&device.session) {
+                tracing::error!(%error, "cannot remove a device");
+            }
+        }
+    }
+    live
 }
 
 /// Remembers `id` among the latest [`TURNS_KEPT`].

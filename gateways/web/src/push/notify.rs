@@ -205,7 +205,12 @@ pub fn notification(
         Said::Notice(notice) if notice.heartbeat => (kinds.heartbeats && !moment.quiet)
             .then(|| told(Kind::Heartbeat, "Heartbeat".into(), &notice.content, Urgency::Low, 86_400)),
         Said::Notice(notice) if kinds.results => {
-            let title = if notice.title.is_empty() { "A scheduled task".into() } else { first_line(&notice.title, 80) };
+            // A task's title is its owner's words too: with nothing shown, it stays off.
+            let title = match (settings.content, notice.title.is_empty(), notice.is_error) {
+                (Content::Nothing, _, true) => "A scheduled task needs you".into(),
+                (Content::Nothing, _, false) | (_, true, _) => "A scheduled task".into(),
+                _ => first_line(&notice.title, 80),
+            };
             Some(told(Kind::Result, title, &notice.content, Urgency::Normal, 86_400))
         }
         Said::Answered { text, .. } if kinds.answers && answer_of_theirs && moment.away && !moment.quiet => {
@@ -342,6 +347,10 @@ mod tests {
         assert_eq!(first.shown.body, "Water the ficus. …");
         let nothing = notification(&notice, "", &settings(Content::Nothing), HERE, false).expect("told");
         assert_eq!(nothing.shown.body, "You have a message.");
+        assert_eq!(nothing.shown.title, "A scheduled task", "a task's title is words too");
+        let separated = Said::Answered { entry: "e".into(), text: "Yes.\u{2028}And the PIN is 4711.".into() };
+        let first = notification(&separated, "s", &settings(Content::FirstLine), HERE, true).expect("told");
+        assert_eq!(first.shown.body, "Yes.<U+2028>And the PIN is 4711.", "a separator is shown, not obeyed");
         let quiet = Moment { quiet: true, away: true };
         assert!(notification(&notice, "", &settings(Content::Full), quiet, false).expect("told").shown.silent);
         let heartbeat = Said::Notice(v1::TaskNotice { content: "x".into(), heartbeat: true, ..Default::default() });

@@ -103,7 +103,8 @@ impl Sender {
 
     /// One POST of `notification` to `device`'s service: what its answer means.
     async fn post(&self, device: &Device, notification: &Notification) -> Result<Delivery, String> {
-        let keys = Keys::decode(&device.p256dh, &device.auth).map_err(|error| error.to_string())?;
+        // Keys no message can be encrypted for make a device nothing reaches: it goes.
+        let Ok(keys) = Keys::decode(&device.p256dh, &device.auth) else { return Ok(Delivery::Gone) };
         let body = message::encrypt(&keys, &notification.payload()).map_err(|error| error.to_string())?;
         let authorization = self
             .vapid
