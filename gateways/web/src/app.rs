@@ -52,9 +52,13 @@ pub struct App {
     /// Each signed-in identity's profile (canonical id, groups, admin), as the daemon last said
     /// and when ([`App::profile`]), so a message costs one call to the daemon, not two.
     pub profiles: std::sync::Mutex<std::collections::HashMap<String, (v1::UserProfile, std::time::Instant)>>,
-    /// Notifications on people's devices.
-    pub push: Arc<crate::push::Push>,
+    /// Told the key of each sign-in that ends (signed out, signed over, no longer let in), so
+    /// what was tied to it goes too (the notifications of a device allowed in it).
+    pub on_session_end: std::sync::OnceLock<SessionEnded>,
 }
+
+/// What is told the key of a sign-in that ended.
+pub type SessionEnded = Box<dyn Fn(&str) + Send + Sync>;
 
 /// Pauses between tries, by key: after a failure the next waits 5 s, then twice as long after
 /// each failure more, up to five minutes; a success ends the pauses. So a provider in trouble
@@ -222,16 +226,14 @@ impl App {
         fresh
     }
 
-    /// Ends the session kept under `key`, and the devices allowed in it are told no more (a
-    /// shared tablet, the next person).
+    /// Ends the session kept under `key`, and what was tied to it ([`App::on_session_end`]):
+    /// the devices allowed in it are told no more (a shared tablet, the next person).
     pub(crate) fn end_session(&self, key: &str) {
         if let Err(error) = self.store.sign_out(key) {
             tracing::error!(%error, "cannot end a session");
         }
-        match self.push.devices.signed_out(key) {
-            Ok(true) => self.push.changed(),
-            Ok(false) => {}
-            Err(error) => tracing::error!(%error, "cannot remove the devices of a session that ended"),
+        if let Some(ended) = self.on_session_end.get() {
+            ended(key);
         }
     }
 

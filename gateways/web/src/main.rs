@@ -193,8 +193,12 @@ async fn run(cli: Cli) -> Result<(), String> {
         refreshing: Default::default(),
         sign_ins: Default::default(),
         refresh_after: Default::default(),
-        push: push.clone(),
+        on_session_end: Default::default(),
     });
+    // A sign-in that ends takes its devices with it.
+    let ending = push.clone();
+    // silent-ok: set once, here, before anything is served.
+    let _ = app.on_session_end.set(Box::new(move |key| ending.signed_out(key)));
     // The site is served before the health says so.
     let listener = match &cli.listen_socket {
         Some(path) => {
@@ -232,7 +236,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
         }
     };
-    let router = baaaht_web::routes::router(app.clone());
+    let router = baaaht_web::routes::router(app.clone(), push.clone());
     let serve = async move {
         match listener {
             Listener::Tcp(listener) => axum::serve(listener, router).with_graceful_shutdown(stopped).await,

@@ -17,8 +17,8 @@ use crate::api;
 use crate::app::{self, cookie, escape, App, Place, User, COOKIE, SIGN_IN_COOKIE};
 use crate::store::{self, SignedIn};
 
-/// Every route of the site, over `app`.
-pub fn router(app: Arc<App>) -> Router {
+/// Every route of the site, over `app`; the push API's over `push` too.
+pub fn router(app: Arc<App>, push: Arc<crate::push::Push>) -> Router {
     Router::new()
         .route("/", get(home))
         .route("/login", get(login))
@@ -64,6 +64,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/models", get(crate::home::models))
         .route("/api/search", get(crate::search::search))
         .route("/ui/{*file}", get(crate::assets::serve))
+        .layer(axum::Extension(push))
         .layer(axum::middleware::map_response_with_state(app.clone(), security_headers))
         .with_state(app)
 }

@@ -7,22 +7,23 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::devices::{DevicesError, Settings};
+use super::Push;
 use crate::app::{error, App, User};
 
 /// `GET /api/push`: the key to subscribe with, the person's devices and what they chose.
-pub async fn show(State(app): State<Arc<App>>, user: User) -> Response {
-    let person = app.push.devices.of(&app.identity(&user.session));
+pub async fn show(State(app): State<Arc<App>>, Extension(push): Extension<Arc<Push>>, user: User) -> Response {
+    let person = push.devices.of(&app.identity(&user.session));
     let devices: Vec<serde_json::Value> = person
         .devices
         .iter()
         .map(|device| json!({"id": device.id, "label": device.label, "added": device.added, "endpoint": device.endpoint}))
         .collect();
-    Json(json!({"key": app.push.sender.public_key(), "devices": devices, "settings": person.settings})).into_response()
+    Json(json!({"key": push.sender.public_key(), "devices": devices, "settings": person.settings})).into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -45,22 +46,27 @@ pub struct SubscriptionKeys {
 
 /// `POST /api/push/devices` with the browser's `PushSubscription` (and a label): this device
 /// is told from now on, tied to this sign-in.
-pub async fn add(State(app): State<Arc<App>>, user: User, Json(given): Json<Subscribed>) -> Response {
+pub async fn add(
+    State(app): State<Arc<App>>,
+    Extension(push): Extension<Arc<Push>>,
+    user: User,
+    Json(given): Json<Subscribed>,
+) -> Response {
     let person = app.identity(&user.session);
     let session = crate::store::key(&user.cookie);
     if given.renew {
-        return match app.push.devices.renew(&person, &given.endpoint, &session) {
+        return match push.devices.renew(&person, &given.endpoint, &session) {
             Ok(renewed) => {
-                app.push.changed();
+                push.changed();
                 Json(json!({"renewed": renewed})).into_response()
             }
             Err(failed) => refused(&failed),
         };
     }
     let keys = (given.keys.p256dh.as_str(), given.keys.auth.as_str());
-    match app.push.devices.add(&person, &given.endpoint, keys, &given.label, &session) {
+    match push.devices.add(&person, &given.endpoint, keys, &given.label, &session) {
         Ok(id) => {
-            app.push.changed();
+            push.changed();
             Json(json!({"id": id})).into_response()
         }
         Err(failed) => refused(&failed),
@@ -68,10 +74,15 @@ pub async fn add(State(app): State<Arc<App>>, user: User, Json(given): Json<Subs
 }
 
 /// `DELETE /api/push/devices/{id}`: the device is no longer told.
-pub async fn remove(State(app): State<Arc<App>>, user: User, Path(id): Path<String>) -> Response {
-    match app.push.devices.remove(&app.identity(&user.session), &id) {
+pub async fn remove(
+    State(app): State<Arc<App>>,
+    Extension(push): Extension<Arc<Push>>,
+    user: User,
+    Path(id): Path<String>,
+) -> Response {
+    match push.devices.remove(&app.identity(&user.session), &id) {
         Ok(true) => {
-            app.push.changed();
+            push.changed();
             Json(json!({})).into_response()
         }
         Ok(false) => error(StatusCode::NOT_FOUND, "You have no such device; reload the settings."),
@@ -80,27 +91,32 @@ pub async fn remove(State(app): State<Arc<App>>, user: User, Path(id): Path<Stri
 }
 
 /// `POST /api/push/settings`: what the person is told, how much of it, and their quiet hours.
-pub async fn choose(State(app): State<Arc<App>>, user: User, Json(settings): Json<Settings>) -> Response {
-    match app.push.devices.choose(&app.identity(&user.session), settings) {
+pub async fn choose(
+    State(app): State<Arc<App>>,
+    Extension(push): Extension<Arc<Push>>,
+    user: User,
+    Json(settings): Json<Settings>,
+) -> Response {
+    match push.devices.choose(&app.identity(&user.session), settings) {
         Ok(()) => Json(json!({})).into_response(),
         Err(failed) => refused(&failed),
     }
 }
 
 /// `POST /api/push/test`: a notification to each of the person's devices.
-pub async fn test(State(app): State<Arc<App>>, user: User) -> Response {
+pub async fn test(State(app): State<Arc<App>>, Extension(push): Extension<Arc<Push>>, user: User) -> Response {
     let identity = app.identity(&user.session);
-    let person = app.push.devices.of(&identity);
+    let person = push.devices.of(&identity);
     if person.devices.is_empty() {
         return error(StatusCode::BAD_REQUEST, "No device of yours allows notifications yet.");
     }
     let quiet = person.settings.quiet.as_ref().is_some_and(|quiet| quiet.holds(jiff::Timestamp::now()));
-    let devices = super::signed_in(&app, person.devices).await;
+    let devices = super::signed_in(&app, &push, person.devices).await;
     if devices.is_empty() {
         return error(StatusCode::BAD_REQUEST, "No device of yours is signed in any more; sign in on it again.");
     }
     let sent = devices.len();
-    app.push.tell(&identity, devices, super::notify::test(quiet));
+    push.tell(&identity, devices, super::notify::test(quiet));
     let devices = sent;
     Json(json!({"sent": devices})).into_response()
 }

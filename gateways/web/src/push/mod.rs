@@ -66,6 +66,15 @@ impl Push {
         self.changed.notify_one();
     }
 
+    /// The sign-in kept under `key` ended: the devices allowed in it are told no more.
+    pub fn signed_out(&self, key: &str) {
+        match self.devices.signed_out(key) {
+            Ok(true) => self.changed(),
+            Ok(false) => {}
+            Err(error) => tracing::error!(%error, "cannot remove the devices of a sign-in that ended"),
+        }
+    }
+
     /// Sends `notification` to every device of `person`, each in a task of its own; a device
     /// its service says is gone is removed.
     pub fn tell(self: &Arc<Self>, person: &str, devices: Vec<Device>, notification: Notification) {
@@ -224,7 +233,7 @@ async fn follow(app: Arc<App>, push: Arc<Push>, person: String) {
                     told.shown.title = "baaaht".into();
                     told.shown.body = baaaht_gateway_kit::sentences::settled(&settled.decision, &settled.by);
                 }
-                push.tell(&person, signed_in(&app, person_now.devices).await, told);
+                push.tell(&person, signed_in(&app, &push, person_now.devices).await, told);
             }
         }
         tokio::time::sleep(backoff.next_wait()).await;
@@ -234,16 +243,14 @@ async fn follow(app: Arc<App>, push: Arc<Push>, person: String) {
 /// Those of `devices` whose own sign-in lives (refreshed when due): a device is told only
 /// while the sign-in that allowed it does, so a shared browser signed out, signed over or
 /// expired shows nobody's notifications. A device whose sign-in is gone is removed.
-pub async fn signed_in(app: &Arc<App>, devices: Vec<Device>) -> Vec<Device> {
+pub async fn signed_in(app: &Arc<App>, push: &Push, devices: Vec<Device>) -> Vec<Device> {
     let mut live = Vec::with_capacity(devices.len());
     for device in devices {
         if app.session_at(&device.session).await.is_some() {
             live.push(device);
         } else if app.store.get_at(&device.session).is_none() {
             tracing::info!(device = %device.id, "a device whose sign-in has ended is removed");
-            if let Err(error) = app.push.devices.signed_out(&device.session) {
-                tracing::error!(%error, "cannot remove a device");
-            }
+            push.signed_out(&device.session);
         }
     }
     live
