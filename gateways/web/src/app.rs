@@ -45,9 +45,9 @@ pub struct App {
     /// How the last sign-ins went, for the health check the daemon reads.
     pub sign_ins: SignIns,
     /// Sessions whose last refresh failed (the provider down, or answering without an ID
-    /// token), by cookie, and when the next may be tried.
+    /// token), by session key ([`store::key`]), and when the next may be tried.
     pub refresh_after: Pauses,
-    /// The sessions whose ID token is being refreshed now, by cookie.
+    /// The sessions whose ID token is being refreshed now, by session key.
     pub refreshing: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Each signed-in identity's profile (canonical id, groups, admin), as the daemon last said
     /// and when ([`App::profile`]), so a message costs one call to the daemon, not two.
@@ -163,13 +163,13 @@ impl App {
     }
 
     /// Whether session `key`'s refresh failed a moment ago and waits before the next try.
-    fn refresh_waits(&self, id: &str) -> bool {
-        self.refresh_after.waits(id, std::time::Instant::now())
+    fn refresh_waits(&self, key: &str) -> bool {
+        self.refresh_after.waits(key, std::time::Instant::now())
     }
 
-    /// Notes how session `id`'s refresh went (see [`Pauses`]).
-    fn refresh_went(&self, id: &str, failed: bool) {
-        self.refresh_after.went(id, failed, std::time::Instant::now());
+    /// Notes how session `key`'s refresh went (see [`Pauses`]).
+    fn refresh_went(&self, key: &str, failed: bool) {
+        self.refresh_after.went(key, failed, std::time::Instant::now());
     }
 
     /// Session `key` ([`store::key`]) with a fresh ID token from the provider, still let in by the site's
@@ -177,52 +177,52 @@ impl App {
     /// refuses the refresh or the account is no longer let in. One refresh at a time per
     /// session: a provider that rotates refresh tokens may end the session of a client that
     /// uses one twice.
-    async fn refresh(&self, id: &str) -> Option<SignedIn> {
+    async fn refresh(&self, key: &str) -> Option<SignedIn> {
         let lock = {
             let mut refreshing = self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            refreshing.entry(id.to_string()).or_default().clone()
+            refreshing.entry(key.to_string()).or_default().clone()
         };
         let _refreshing = lock.lock().await;
-        let session = self.store.get_at(id)?;
+        let session = self.store.get_at(key)?;
         let fresh = if session.expires > store::now() + REFRESH_BEFORE || session.refresh_token.is_empty() {
             Some(session) // refreshed (or spent) meanwhile
         } else {
             let asked = self.oidc.refresh(&session.refresh_token, &session.subject);
             match tokio::time::timeout(REFRESH_TIMEOUT, asked).await {
                 Ok(Ok(identity)) => {
-                    self.refresh_went(id, false);
+                    self.refresh_went(key, false);
                     match self.admission.refuses(&identity) {
-                        None => self.store.refreshed(id, identity).unwrap_or_else(|error| {
+                        None => self.store.refreshed(key, identity).unwrap_or_else(|error| {
                             tracing::error!(%error, "cannot keep a refreshed session");
                             None
                         }),
                         Some(why) => {
                             tracing::warn!(subject = %identity.subject, why, "a session ended: the account is no longer let in");
-                            self.end_session(id);
+                            self.end_session(key);
                             None
                         }
                     }
                 }
                 Ok(Err(error @ crate::oidc::OidcError::RefreshRefused(_))) => {
                     tracing::info!(%error, "a session ends with its ID token");
-                    if let Err(error) = self.store.spent(id) {
+                    if let Err(error) = self.store.spent(key) {
                         tracing::error!(%error, "cannot keep a session");
                     }
                     Some(session)
                 }
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "a session's ID token could not be refreshed now");
-                    self.refresh_went(id, true);
+                    self.refresh_went(key, true);
                     Some(session)
                 }
                 Err(_) => {
                     tracing::warn!("the provider did not refresh a session's ID token within 10 s");
-                    self.refresh_went(id, true);
+                    self.refresh_went(key, true);
                     Some(session)
                 }
             }
         };
-        self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+        self.refreshing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
         fresh
     }
 

@@ -145,6 +145,10 @@ impl Waiting {
     /// Notes what `event` (followed for `identity`) says of an approval.
     pub fn note(&self, identity: &str, event: &v1::OrchestratorEvent) {
         use v1::orchestrator_event::Event;
+        // Every event of a feed comes by: only an approval's take the lock.
+        if !matches!(&event.event, Some(Event::Approval(_) | Event::ApprovalSettled(_))) {
+            return;
+        }
         let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match &event.event {
             Some(Event::Approval(request)) => {

@@ -55,22 +55,12 @@ pub async fn add(
     let person = app.identity(&user.session);
     let session = crate::store::key(&user.cookie);
     if given.renew {
-        return match push.devices.renew(&person, &given.endpoint, &session) {
-            Ok(renewed) => {
-                push.changed();
-                Json(json!({"renewed": renewed})).into_response()
-            }
-            Err(failed) => refused(&failed),
-        };
+        let renewed = push.devices.renew(&person, &given.endpoint, &session);
+        return changed(&push, renewed.map(|renewed| json!({"renewed": renewed})));
     }
     let keys = (given.keys.p256dh.as_str(), given.keys.auth.as_str());
-    match push.devices.add(&person, &given.endpoint, keys, &given.label, &session) {
-        Ok(id) => {
-            push.changed();
-            Json(json!({"id": id})).into_response()
-        }
-        Err(failed) => refused(&failed),
-    }
+    let added = push.devices.add(&person, &given.endpoint, keys, &given.label, &session);
+    changed(&push, added.map(|id| json!({"id": id})))
 }
 
 /// `DELETE /api/push/devices/{id}`: the device is no longer told.
@@ -81,12 +71,8 @@ pub async fn remove(
     Path(id): Path<String>,
 ) -> Response {
     match push.devices.remove(&app.identity(&user.session), &id) {
-        Ok(true) => {
-            push.changed();
-            Json(json!({})).into_response()
-        }
         Ok(false) => error(StatusCode::NOT_FOUND, "You have no such device; reload the settings."),
-        Err(failed) => refused(&failed),
+        removed => changed(&push, removed.map(|_| json!({}))),
     }
 }
 
@@ -128,6 +114,18 @@ pub async fn waiting(State(app): State<Arc<App>>, user: User) -> Response {
     let waiting: Vec<serde_json::Value> =
         waiting.iter().map(|asked| json!({"id": asked.id, "session": asked.session})).collect();
     Json(json!({"waiting": waiting})).into_response()
+}
+
+/// The page's answer to a change of the devices: `answer`, with the followers told to look
+/// again; or the refusal.
+fn changed(push: &Push, answer: Result<serde_json::Value, DevicesError>) -> Response {
+    match answer {
+        Ok(answer) => {
+            push.changed();
+            Json(answer).into_response()
+        }
+        Err(failed) => refused(&failed),
+    }
 }
 
 /// A refusal as the page shows it: the person's mistake is theirs to read, a failure inside is

@@ -216,7 +216,9 @@ async fn follow(app: Arc<App>, push: Arc<Push>, person: String) {
                 }
                 // Only an approval its devices were told of is closed on them.
                 Said::Settled(settled) if !forget(&mut asked, &settled.id) => continue,
-                _ => false,
+                Said::Settled(_) | Said::Notice(_) | Said::Sent(_) => false,
+                // An answer's words, its tools and phases: nothing any device is told of.
+                _ => continue,
             };
             let person_now = push.devices.of(&person);
             if person_now.devices.is_empty() {
@@ -227,12 +229,7 @@ async fn follow(app: Arc<App>, push: Arc<Push>, person: String) {
                 quiet: settings.quiet.as_ref().is_some_and(|quiet| quiet.holds(jiff::Timestamp::now())),
                 away: !app.hub.watched_by(&me.identity),
             };
-            let told = notify::notification(&said, &event.session_id, settings, moment, theirs);
-            if let Some(mut told) = told {
-                if let Said::Settled(settled) = &said {
-                    told.shown.title = "baaaht".into();
-                    told.shown.body = baaaht_gateway_kit::sentences::settled(&settled.decision, &settled.by);
-                }
+            if let Some(told) = notify::notification(&said, &event.session_id, settings, moment, theirs) {
                 push.tell(&person, signed_in(&app, &push, person_now.devices).await, told);
             }
         }

@@ -187,11 +187,12 @@ pub fn notification(
                 topic: Some(approval_topic(&request.id)),
             })
         }
+        // Who answered, in place of the question on every device.
         Said::Settled(settled) if kinds.approvals => Some(Notification {
             shown: Shown {
                 kind: Kind::Settled,
-                title: String::new(),
-                body: String::new(),
+                title: "baaaht".into(),
+                body: sentences::settled(&settled.decision, &settled.by),
                 tag: approval_topic(&settled.id),
                 url,
                 approval: settled.id.clone(),

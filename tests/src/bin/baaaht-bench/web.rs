@@ -44,7 +44,7 @@ fn brain() -> Answer {
 
 /// The wall clock in nanoseconds since 1970, as the browser's Performance API counts it
 /// (`performance.timeOrigin + performance.now()`, in milliseconds).
-fn wall_nanos() -> i128 {
+pub(crate) fn wall_nanos() -> i128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_nanos() as i128)
 }
 

@@ -19,7 +19,7 @@ use crate::Row;
 
 /// The wall clock in seconds since 1970, as the push service stamps what it takes.
 fn now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |since| since.as_secs_f64())
+    crate::web::wall_nanos() as f64 / 1e9
 }
 
 /// The person whose Coder asks: the web's "alice" is the self-test user the doctor's agents run for.
