@@ -37,7 +37,10 @@ pub(super) async fn act(
         running.fresh_page().await?;
         told.push(format!("{why}; a blank page is open now"));
     }
-    let run = json!({"value": false});
+    // A download by address keeps the page's scripts stopped until it has begun: a page's timer
+    // must not start a download of its own in the moment the one asked for is allowed.
+    let by_address = action == "download" && params.0.get("url").is_some_and(|url| !url.is_null());
+    let run = json!({"value": by_address});
     if let Err(error) =
         running.cdp.call(&running.page.session, "Emulation.setScriptExecutionDisabled", run, QUICK).await
     {
@@ -568,8 +571,9 @@ async fn download(
             None => click(running, node_of(running, params)?).await,
         }
     };
+    let by_address = params.optional_string("url")?.is_some();
     let outcome = match started.await {
-        Ok(()) => finish_download(running, settings, limit).await,
+        Ok(()) => finish_download(running, settings, by_address, limit).await,
         Err(error) => Err(error),
     };
     // Only what the model asks for is downloaded: a page cannot start one by itself, and what
@@ -577,15 +581,16 @@ async fn download(
     let deny = json!({"behavior": "deny"});
     // silent-ok: a browser gone meanwhile denies nothing more.
     let _ = running.cdp.call("", "Browser.setDownloadBehavior", deny, QUICK).await;
-    let others: Vec<String> = running
-        .happened
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .began
-        .iter()
-        .skip(1)
-        .cloned()
-        .collect();
+    if by_address {
+        // The page's scripts were kept stopped for the download ([`run`]); they run again.
+        let run = json!({"value": false});
+        // silent-ok: a page gone meanwhile is dealt with at the next call.
+        let _ = running.cdp.call(&running.page.session, "Emulation.setScriptExecutionDisabled", run, QUICK).await;
+    }
+    let others: Vec<String> = {
+        let now = running.happened.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        now.began.iter().filter(|id| now.downloads.get(*id).is_some_and(|d| d.state == "inProgress")).cloned().collect()
+    };
     for other in others {
         // silent-ok: it may have ended already; its file goes below either way.
         let _ = running.cdp.call("", "Browser.cancelDownload", json!({"guid": other}), QUICK).await;
@@ -595,14 +600,24 @@ async fn download(
     outcome
 }
 
-async fn finish_download(running: &Running, settings: &Settings, limit: Duration) -> Result<ToolOutput, ToolError> {
+/// Waits for the download asked for and moves it into `downloads/`. By address, that is the first
+/// that began from the network (a page's `blob:` or `data:` one never is); by a click, the first.
+async fn finish_download(
+    running: &Running,
+    settings: &Settings,
+    by_address: bool,
+    limit: Duration,
+) -> Result<ToolOutput, ToolError> {
     let most = settings.limits.download_bytes;
-    let began = running.until(Duration::from_secs(10).min(limit), |now| !now.downloads.is_empty()).await;
+    let asked = |download: &super::Download| !by_address || download.url.starts_with("http");
+    let began = running.until(Duration::from_secs(10).min(limit), |now| now.downloads.values().any(asked)).await;
     if !began {
         return Err(failed("no download started (the link may open a page: open it and read it instead)"));
     }
-    // The first that began is the one asked for.
-    let first = running.happened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).began.first().cloned();
+    let first = {
+        let now = running.happened.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        now.began.iter().find(|id| now.downloads.get(*id).is_some_and(asked)).cloned()
+    };
     let id = first.ok_or_else(|| failed("the download vanished"))?;
     running
         .until(limit, |now| {

@@ -161,6 +161,8 @@ struct Happened {
 #[derive(Debug, Clone, Default)]
 struct Download {
     name: String,
+    /// Where it comes from (the last address of its redirects).
+    url: String,
     received: u64,
     total: u64,
     state: String,
@@ -694,7 +696,9 @@ fn watch(
                         let id = params["guid"].as_str().unwrap_or_default().to_string();
                         let name = params["suggestedFilename"].as_str().unwrap_or_default().to_string();
                         now.began.push(id.clone());
-                        now.downloads.insert(id, Download { name, state: "inProgress".into(), ..Download::default() });
+                        let url = params["url"].as_str().unwrap_or_default().to_string();
+                        now.downloads
+                            .insert(id, Download { name, url, state: "inProgress".into(), ..Download::default() });
                     }
                     "Browser.downloadProgress" => {
                         let id = params["guid"].as_str().unwrap_or_default().to_string();
