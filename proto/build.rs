@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/baaaht/v1/system.proto",
         "proto/baaaht/v1/gateways.proto",
         "proto/baaaht/v1/admin.proto",
+        "proto/baaaht/v1/speech.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

@@ -49,6 +49,15 @@ start_unit() {
     [ -d /run/systemd/system ] && systemctl cat "$1" >/dev/null 2>&1 && systemctl start "$1"
 }
 
+# The speech service builds whisper.cpp and libopus from their sources, with cmake and a C++
+# compiler.
+ensure_build_tools() {
+    if ! command -v cmake >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+        is_root && is_debian || die "cmake and a C++ compiler are missing: install cmake and g++ (the speech service builds whisper.cpp)"
+        apt_install cmake g++ make
+    fi
+}
+
 engine_answers() {
     [ -S /var/run/docker.sock ] && timeout 10 docker version >/dev/null 2>&1
 }
