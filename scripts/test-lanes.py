@@ -31,10 +31,10 @@ ALONE = {
     "setup",         # stops the Podman service; `scripts/up` may reconfigure dockerd
 }
 # Heavy: a browser, a homeserver, a layer build (AgentDojo's image), many sandboxes, 8 GB through
-# the proxies under gVisor. Two never run side by side.
+# the proxies under gVisor, the speech recogniser on both cores. Two never run side by side.
 HEAVY = {
     "web_ui", "web", "web_approvals", "channels", "matrix", "mcp", "skills", "sandbox", "egress", "tunnel_bytes",
-    "agentdojo", "browser", "browser_attacks", "web_push",
+    "agentdojo", "browser", "browser_attacks", "web_push", "voice",
 }
 # Timed closely (200 ms health checks, 1-2 s deadlines): never beside a heavy one.
 DELICATE = {"ops", "llm", "scheduler", "slack", "people", "engine_hang", "containers"}
@@ -45,6 +45,7 @@ APART = [{"email", "channels"}]
 TOOK = {
     "household": 179, "matrix": 125, "mcp": 90, "tunnel_bytes": 88, "channels": 80, "agentdojo": 70, "web": 40,
     "web_approvals": 30, "attack_acting": 20, "browser": 180, "browser_attacks": 190, "web_push": 60,
+    "voice": 120,
     "sandbox": 53, "containment": 42, "scheduler": 41, "telegram": 37, "email": 34, "agents": 30,
     "egress": 28, "providers": 28, "baaaht_daemon": 24, "web_ui": 23, "people": 23, "ops": 18,
     "pools": 16, "slack": 16, "recall": 16, "tools": 13, "secrets": 13, "containers": 12,

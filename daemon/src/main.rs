@@ -73,5 +73,6 @@ fn exit_code(failure: &Failure) -> u8 {
         Failure::NotReady(_) => 1,
         Failure::Gateway(_) => UNAVAILABLE,
         Failure::Policy(_) => CONFIG,
+        Failure::Speech(_) => UNAVAILABLE,
     }
 }

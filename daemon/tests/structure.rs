@@ -7,10 +7,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Where the wire's types may appear besides `server/`: where the daemon is a client of another
-/// process's protocol (the LLM gateway's configuration and stream, ContainerHealth, `baaahtd`'s
+/// process's protocol (the LLM gateway's configuration and stream, the speech service, ContainerHealth, `baaahtd`'s
 /// own commands to a running daemon).
-const WIRE_CLIENTS: &[&str] =
-    &["model/llm/mod.rs", "model/llm/call.rs", "model/llm/relay.rs", "work/health/mod.rs", "cli.rs"];
+const WIRE_CLIENTS: &[&str] = &[
+    "model/llm/mod.rs",
+    "model/llm/call.rs",
+    "model/llm/relay.rs",
+    "model/speech/mod.rs",
+    "work/health/mod.rs",
+    "cli.rs",
+];
 
 /// Every `.rs` file below `daemon/src`, by its path from there, without its unit tests.
 fn sources() -> BTreeMap<String, String> {

@@ -50,7 +50,7 @@ struct State {
     next_message: AtomicI64,
     limited: Mutex<HashMap<String, u64>>,
     files: Mutex<HashMap<String, (String, Vec<u8>)>>,
-    /// Files the bot sent (sendDocument, sendPhoto): the method, the file's name and bytes.
+    /// Files the bot sent (sendDocument, sendPhoto, sendVoice): the method, the file's name and bytes.
     sent_files: Mutex<Vec<SentFile>>,
     /// Whether the Bot API is down: every call answered 502.
     offline: std::sync::atomic::AtomicBool,
@@ -151,6 +151,22 @@ impl FakeTelegram {
         };
         json!({"message": {"message_id": id, "date": 1_760_000_000, "chat": chat,
             "from": {"id": user, "is_bot": false, "first_name": name, "language_code": "en"}, "text": text}})
+    }
+
+    /// `update` (a [`FakeTelegram::message`]) as a voice note of OGG/Opus `bytes`, `seconds` long,
+    /// instead of its text; the fake serves its file under `file_id`.
+    pub fn voice(&self, mut update: Value, file_id: &str, bytes: Vec<u8>, seconds: u32) -> Value {
+        let size = bytes.len();
+        self.add_file(file_id, &format!("voice/{file_id}.oga"), bytes);
+        if let Some(message) = update["message"].as_object_mut() {
+            message.remove("text");
+            message.insert(
+                "voice".into(),
+                json!({"file_id": file_id, "file_unique_id": format!("u{file_id}"), "duration": seconds,
+                    "mime_type": "audio/ogg", "file_size": size}),
+            );
+        }
+        update
     }
 
     /// The last message with buttons the bot sent to `chat`: its params and its answer.
@@ -486,8 +502,12 @@ fn call(state: &Arc<State>, method: &str, params: &Value) -> Value {
                 None => json!({"ok": false, "error_code": 400, "description": "Bad Request: invalid file_id"}),
             }
         }
-        "sendDocument" | "sendPhoto" => {
-            let field = if method == "sendPhoto" { "photo" } else { "document" };
+        "sendDocument" | "sendPhoto" | "sendVoice" => {
+            let field = match method {
+                "sendPhoto" => "photo",
+                "sendVoice" => "voice",
+                _ => "document",
+            };
             let (Some(chat), Some(size)) = (int(&params["chat_id"]), params[field]["size"].as_u64()) else {
                 return json!({"ok": false, "error_code": 400, "description": format!("Bad Request: there is no {field} in the request")});
             };
@@ -498,6 +518,9 @@ fn call(state: &Arc<State>, method: &str, params: &Value) -> Value {
                 "from": {"id": BOT_ID, "is_bot": true, "first_name": "baaaht", "username": BOT_USERNAME}});
             message[field] = if method == "sendPhoto" {
                 json!([{"file_id": file_id, "file_unique_id": format!("u{file_id}"), "width": 1, "height": 1, "file_size": size}])
+            } else if method == "sendVoice" {
+                json!({"file_id": file_id, "file_unique_id": format!("u{file_id}"), "duration": int(&params["duration"]).unwrap_or(0),
+                    "mime_type": params[field]["content_type"], "file_size": size})
             } else {
                 json!({"file_id": file_id, "file_unique_id": format!("u{file_id}"), "file_name": params[field]["filename"],
                     "mime_type": params[field]["content_type"], "file_size": size})

@@ -20,6 +20,7 @@ pub mod scenario;
 pub mod synapse;
 pub mod tls;
 pub mod tmux;
+pub mod voice;
 pub mod web;
 
 use std::os::unix::net::UnixDatagram;

@@ -34,6 +34,9 @@ pub enum Role {
     /// A web or Slack gateway's container: it calls the daemon on its gateway socket, as the
     /// gateway, never with a container token.
     Gateway,
+    /// The speech container: served by the daemon's requests (voice notes heard, answers
+    /// spoken), it calls no RPC itself.
+    Speech,
 }
 
 impl Role {
@@ -50,6 +53,7 @@ impl Role {
         Role::LlmGateway,
         Role::Mcp,
         Role::Gateway,
+        Role::Speech,
     ];
 
     /// The role whose [`Role::as_str`] is `name` (as in a container's labels).
@@ -69,6 +73,7 @@ impl Role {
             Role::LlmGateway => "llm_gateway",
             Role::Mcp => "mcp",
             Role::Gateway => "gateway",
+            Role::Speech => "speech",
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The one road to a model: the LLM gateway and every call through it, streamed words and the
-//! turn table, budgets per user and group, and the usage ledger. It imports work/ and below.
+//! turn table, budgets per user and group, the usage ledger, and voice (the speech container).
+//! It imports work/ and below.
 
 pub mod budgets;
 pub mod llm;
+pub mod speech;
 pub mod usage;
 
 use std::sync::Arc;
@@ -10,6 +12,7 @@ use std::sync::Arc;
 use crate::base::Base;
 use crate::guard::{audit, secrets, Guard};
 use crate::net::{Net, NetError};
+use crate::sandbox::Sandbox;
 use crate::store::Store;
 use crate::work::Workers;
 
@@ -21,12 +24,20 @@ pub struct Model {
     pub budgets: Arc<budgets::Budgets>,
     /// The one road to the model: every model call the daemon makes or brokers.
     pub calls: Arc<llm::call::Calls>,
+    /// Voice notes heard and answers spoken, in the speech container.
+    pub speech: Arc<speech::Speech>,
 }
 
 impl Model {
     /// The LLM gateway (reaching its providers' hosts only, by tunnel through the web proxy, and
     /// telling the admins when it cannot), the budgets and the one road to it.
-    pub fn open(base: &Base, guard: &Guard, store: &Store, workers: &Workers) -> Result<Model, NetError> {
+    pub fn open(
+        base: &Base,
+        guard: &Guard,
+        sandbox: &Sandbox,
+        store: &Store,
+        workers: &Workers,
+    ) -> Result<Model, NetError> {
         let (loaded, data_dir) = (&base.loaded, &base.data_dir);
         let opened = guard.secrets.current();
         let settings = llm::gateway_settings(loaded, opened.as_deref(), |name| std::env::var(name).ok());
@@ -65,6 +76,7 @@ impl Model {
             store.events.clone(),
             loaded.clone(),
         ));
-        Ok(Model { llm, budgets, calls })
+        let speech = Arc::new(speech::Speech::new(loaded, data_dir, &base.binaries, sandbox.containers.clone()));
+        Ok(Model { llm, budgets, calls, speech })
     }
 }

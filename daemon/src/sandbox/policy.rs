@@ -264,7 +264,7 @@ impl Policy {
             Role::Coder => &[ReadFile, WriteFile, EditFile, ListDir, Grep, Find, Exec, Browser],
             Role::Memory => &[ReadFile, WriteFile],
             Role::Heartbeat => &[ReadFile, WebSearch, WebFetch, Message],
-            Role::Assistant | Role::Tool | Role::LlmGateway | Role::Mcp | Role::Gateway => &[],
+            Role::Assistant | Role::Tool | Role::LlmGateway | Role::Mcp | Role::Gateway | Role::Speech => &[],
         }
     }
 

@@ -28,7 +28,23 @@ use crate::sandbox::shared_dirs::{self, Owner};
 use crate::base::lifetime::{Subsystem, Work};
 
 /// The folder beside a session's `data/` where the daemon keeps the pictures shared in it.
-const PICTURES: &str = "pictures";
+/// What the daemon keeps of a shared file, beside the workspace a container can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// A picture shown to the models.
+    Picture,
+    /// A recording heard as a voice note.
+    Recording,
+}
+
+impl Kept {
+    fn folder(self) -> &'static str {
+        match self {
+            Kept::Picture => "pictures",
+            Kept::Recording => "recordings",
+        }
+    }
+}
 
 /// The folder beside a session's `data/` where the daemon keeps the files agents sent to people.
 pub const SENT: &str = "sent";
@@ -413,25 +429,26 @@ impl Workspaces {
         }
     }
 
-    /// Keeps the picture `name` shared in `session` (its bytes as sent) in the session's
-    /// `pictures/`, which only the daemon reads and no container mounts.
-    pub fn keep_picture(&self, session: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    /// Keeps the file `name` shared in `session` (its bytes as sent, a picture for the models or
+    /// a recording to be heard) in the session's `pictures/` or `recordings/`, which only the
+    /// daemon reads and no container mounts.
+    pub fn keep_shared(&self, session: &str, kept: Kept, name: &str, bytes: &[u8]) -> std::io::Result<()> {
         let sessions = shared_dirs::open_trusted(&self.sessions)?;
         let session_dir = shared_dirs::ensure_dir(&sessions, OsStr::new(session), Owner::Daemon)?;
-        shared_dirs::ensure_dir(&session_dir, OsStr::new(PICTURES), Owner::Daemon)?;
-        let path = self.sessions.join(session).join(PICTURES).join(name);
+        shared_dirs::ensure_dir(&session_dir, OsStr::new(kept.folder()), Owner::Daemon)?;
+        let path = self.sessions.join(session).join(kept.folder()).join(name);
         crate::base::state::write_atomic(&path, bytes, 0o600).map_err(std::io::Error::other)
     }
 
-    /// The picture an attachment (`uploads/NAME`) of `session` names, as it was shared, if it
-    /// was kept and is at most `cap` bytes; none when it was not kept.
-    pub fn picture(&self, session: &str, attachment: &str, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+    /// The file an attachment (`uploads/NAME`) of `session` names, as it was shared, if it was
+    /// kept as `kept` and is at most `cap` bytes; none when it was not kept.
+    pub fn shared(&self, session: &str, kept: Kept, attachment: &str, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
         let Some(name) = attachment.strip_prefix("uploads/") else { return Ok(None) };
         let sessions = shared_dirs::open_trusted(&self.sessions)?;
-        let Some(pictures) = shared_dirs::open_dir(&sessions, Path::new(session).join(PICTURES))? else {
+        let Some(folder) = shared_dirs::open_dir(&sessions, Path::new(session).join(kept.folder()))? else {
             return Ok(None);
         };
-        shared_dirs::read_regular(&pictures, OsStr::new(name), cap)
+        shared_dirs::read_regular(&folder, OsStr::new(name), cap)
     }
 
     /// Keeps the file `name` an agent sent to people in `session`'s `sent/` (beside `data/`,

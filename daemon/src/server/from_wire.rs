@@ -288,6 +288,7 @@ pub(super) fn incoming(
         content,
         parent: (!written.parent_entry_id.is_empty()).then_some(written.parent_entry_id),
         attachments,
+        spoken: false,
     })
 }
 

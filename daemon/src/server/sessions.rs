@@ -200,6 +200,7 @@ impl v1::sessions_server::Sessions for SessionsService {
             content: message.content,
             parent: None,
             attachments: vec![],
+            spoken: false,
         };
         let accepted = crate::drive::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
         Ok(Response::new(v1::AgentRoutingResponse { session_id: accepted.session, turn_id: accepted.turn }))
@@ -318,6 +319,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         )?;
         let context = context.ok_or_else(|| Status::invalid_argument("context: name the user or group who writes"))?;
         let message = request.into_inner();
+        let voice = message.voice;
         let written = Written {
             sender_id: &message.sender_id,
             channel: message.channel,
@@ -326,7 +328,10 @@ impl v1::sessions_server::Sessions for SessionsService {
             content: message.content,
             attachments: message.attachments,
         };
-        let incoming = incoming(&caller, context, written, "session_id")?;
+        let mut incoming = incoming(&caller, context, written, "session_id")?;
+        if voice {
+            incoming = crate::drive::voice::hear(&self.shared.orchestrator, &self.shared.speech, incoming).await?;
+        }
         let accepted = crate::drive::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
         Ok(Response::new(v1::SendUserMessageResponse {
             session_id: accepted.session,

@@ -23,6 +23,7 @@ pub struct Shared {
     pub policy: Arc<crate::sandbox::policy::Policy>,
     pub containers: Arc<crate::sandbox::container::manager::ContainerManager>,
     pub llm: Arc<crate::model::llm::LlmGateway>,
+    pub speech: Arc<crate::model::speech::Speech>,
     /// The one road to the model: every model call the daemon makes or brokers.
     pub calls: Arc<crate::model::llm::call::Calls>,
     pub web: Arc<crate::net::egress::proxy::WebProxy>,

@@ -29,6 +29,7 @@ pub(crate) fn attachment(attachment: &crate::store::sessions::log::Attachment) -
         mime_type: attachment.mime_type.clone(),
         path: attachment.path.clone(),
         size_bytes: attachment.size_bytes,
+        voice: false,
     }
 }
 
@@ -51,7 +52,7 @@ pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1
     use crate::store::events::Kind;
     use v1::orchestrator_event::Event as Out;
     let kind = match event.kind {
-        Kind::UserMessage { entry_id, sender_id, sender_name, channel, content, attachments } => {
+        Kind::UserMessage { entry_id, sender_id, sender_name, channel, content, attachments, spoken } => {
             Out::UserMessage(v1::UserMessageEntered {
                 entry_id,
                 sender_id,
@@ -59,6 +60,7 @@ pub(crate) fn event(context: &Context, event: crate::store::events::Event) -> v1
                 content,
                 sender_name,
                 attachments: attachments.iter().map(attachment).collect(),
+                spoken,
             })
         }
         Kind::TextDelta { index, text } => Out::TextDelta(v1::TextDelta { index, text }),
@@ -401,6 +403,7 @@ pub(crate) fn upload_result(session_id: String, stored: crate::store::uploads::S
             filename: stored.name,
             mime_type: stored.mime_type,
             size_bytes: stored.size,
+            voice: false,
         }),
     }
 }
@@ -617,6 +620,7 @@ pub(crate) fn file_chunks(path: String, bytes: &[u8], chunk: usize) -> Vec<v1::F
         filename,
         path,
         size_bytes: bytes.len() as u64,
+        voice: false,
     };
     std::iter::once(v1::file_chunk::Part::Attachment(attachment))
         .chain(bytes.chunks(chunk).map(|chunk| v1::file_chunk::Part::Data(chunk.to_vec())))

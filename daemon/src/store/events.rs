@@ -58,6 +58,8 @@ pub enum Kind {
         channel: Option<String>,
         content: String,
         attachments: Vec<Attachment>,
+        /// Its words were heard from the sender's voice note.
+        spoken: bool,
     },
     /// Text of the Assistant's answer as it is written.
     TextDelta { index: u32, text: String },

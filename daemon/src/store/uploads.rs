@@ -21,7 +21,7 @@ use rustix::fs::{Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
 use crate::sandbox::shared_dirs::{self, Owner};
-use crate::sandbox::workspace::Workspaces;
+use crate::sandbox::workspace::{Kept, Workspaces};
 
 /// The folder in a session's workspace.
 pub const FOLDER: &str = "uploads";
@@ -30,6 +30,10 @@ pub const FOLDER: &str = "uploads";
 pub const PICTURE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
 /// The largest picture kept for the models (Anthropic takes 5 MB of base64 per image).
 pub const MAX_PICTURE_BYTES: u64 = 3_750_000;
+/// Recording types a voice note may be heard from (what `sniff` calls OGG and WebM).
+pub const RECORDING_TYPES: &[&str] = &["audio/ogg", "audio/opus", "audio/webm", "video/webm"];
+/// The largest recording kept to be heard (what one message to the speech container holds).
+pub const MAX_RECORDING_BYTES: u64 = 32 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
@@ -195,15 +199,24 @@ impl Upload {
         let mut file = self.file.take().ok_or_else(|| std::io::Error::other("the upload is closed"))?;
         file.sync_all().map_err(|error| self.full_or_io(error))?;
         let mime_type = sniff(&self.head, declared);
-        // A picture is read back from this very file: nothing a container does meanwhile counts.
-        let picture = if PICTURE_TYPES.contains(&mime_type.as_str()) && self.written <= MAX_PICTURE_BYTES {
-            use std::io::{Read as _, Seek as _};
-            let mut bytes = Vec::with_capacity(self.written as usize);
-            file.seek(std::io::SeekFrom::Start(0))?;
-            (&mut file).take(MAX_PICTURE_BYTES).read_to_end(&mut bytes)?;
-            Some(bytes)
+        // A picture or a recording is read back from this very file: nothing a container does
+        // meanwhile counts.
+        let kept = if PICTURE_TYPES.contains(&mime_type.as_str()) && self.written <= MAX_PICTURE_BYTES {
+            Some(Kept::Picture)
+        } else if RECORDING_TYPES.contains(&mime_type.as_str()) && self.written <= MAX_RECORDING_BYTES {
+            Some(Kept::Recording)
         } else {
             None
+        };
+        let kept = match kept {
+            Some(kept) => {
+                use std::io::{Read as _, Seek as _};
+                let mut bytes = Vec::with_capacity(self.written as usize);
+                file.seek(std::io::SeekFrom::Start(0))?;
+                (&mut file).take(self.written).read_to_end(&mut bytes)?;
+                Some((kept, bytes))
+            }
+            None => None,
         };
         drop(file);
         let name = safe_name(name);
@@ -241,9 +254,9 @@ impl Upload {
         let _ = rustix::fs::fsync(&folder);
         drop(folder);
         self.release();
-        if let Some(bytes) = picture {
-            if let Err(error) = self.workspaces.keep_picture(&self.session, &name, &bytes) {
-                tracing::warn!(session = %self.session, name, %error, "cannot keep the picture for the models");
+        if let Some((kept, bytes)) = kept {
+            if let Err(error) = self.workspaces.keep_shared(&self.session, kept, &name, &bytes) {
+                tracing::warn!(session = %self.session, name, %error, ?kept, "cannot keep the shared file for the daemon");
             }
         }
         Ok(Stored { name, mime_type, size: self.written })
@@ -422,9 +435,12 @@ mod tests {
         let stored = upload.finish("cat.png", "application/octet-stream").expect("finish");
         assert_eq!(stored.mime_type, "image/png");
         std::fs::write(sessions.join("s-1/data/uploads/cat.png"), b"changed by an agent").expect("overwrite");
-        assert_eq!(workspaces.picture("s-1", "uploads/cat.png", MAX_PICTURE_BYTES).expect("read"), Some(png));
-        assert_eq!(workspaces.picture("s-1", "uploads/dog.png", MAX_PICTURE_BYTES).expect("read"), None);
-        assert_eq!(workspaces.picture("s-2", "uploads/cat.png", MAX_PICTURE_BYTES).expect("read"), None);
+        assert_eq!(
+            workspaces.shared("s-1", Kept::Picture, "uploads/cat.png", MAX_PICTURE_BYTES).expect("read"),
+            Some(png)
+        );
+        assert_eq!(workspaces.shared("s-1", Kept::Picture, "uploads/dog.png", MAX_PICTURE_BYTES).expect("read"), None);
+        assert_eq!(workspaces.shared("s-2", Kept::Picture, "uploads/cat.png", MAX_PICTURE_BYTES).expect("read"), None);
     }
 
     /// Where the cap is only checked, an upload gets what the workspace has left.

@@ -136,7 +136,7 @@ pub fn read(raw: &[u8], uid: u32, max_file_bytes: u64) -> Result<Incoming, Strin
             .map(one_line)
             .filter(|name| !name.is_empty())
             .unwrap_or_else(|| format!("attachment-{}", files.len() + 1));
-        files.push(File { name, mime_type, bytes: bytes.to_vec() });
+        files.push(File { name, mime_type, bytes: bytes.to_vec(), voice: false });
     }
     let mut references_out = references.clone();
     references_out.push(id.clone());
@@ -434,7 +434,12 @@ mod tests {
     #[test]
     fn files_the_agents_sent_are_attached_to_the_reply_and_read_back_as_attachments() {
         let mail = read(ASKED.as_bytes(), 7, 1024).expect("read");
-        let chart = File { name: "chart.csv".into(), mime_type: "text/csv".into(), bytes: b"a,b\n1,2\n".to_vec() };
+        let chart = File {
+            name: "chart.csv".into(),
+            mime_type: "text/csv".into(),
+            bytes: b"a,b\n1,2\n".to_vec(),
+            voice: false,
+        };
         let reply = reply(
             "assistant@home.test",
             "baaaht",

@@ -67,6 +67,9 @@ pub struct File {
     pub name: String,
     pub mime_type: String,
     pub bytes: Vec<u8>,
+    /// A voice note the person recorded themselves: the daemon hears it as their words (one
+    /// forwarded from someone else is a file like any other).
+    pub voice: bool,
 }
 
 /// Stores `file` in the uploads of the session `session_id` (the context's active one when
@@ -108,7 +111,12 @@ pub async fn download(
     let mut daemon = daemon.clone();
     let request = v1::DownloadFileRequest { session_id: session.to_string(), path: attachment.path.clone() };
     let mut chunks = daemon.sessions.download_file(person.request(request)).await?.into_inner();
-    let mut file = File { name: attachment.filename.clone(), mime_type: attachment.mime_type.clone(), bytes: vec![] };
+    let mut file = File {
+        name: attachment.filename.clone(),
+        mime_type: attachment.mime_type.clone(),
+        bytes: vec![],
+        voice: attachment.voice,
+    };
     while let Some(chunk) = chunks.message().await? {
         match chunk.part {
             Some(v1::file_chunk::Part::Attachment(about)) => {

@@ -534,6 +534,7 @@ mod tests {
             mime_type: "image/png".into(),
             path: "sent/page.png".into(),
             size_bytes: 48_200,
+            voice: false,
         };
         assert_eq!(file_sent(&shot), "📎 page.png (image/png, 48.2 KB)");
         // The browser serves every agent: it is named, not a role's tools.

@@ -306,6 +306,7 @@ pub async fn run<S: Surface>(
     }
     // Shared files go first into the session's uploads; the message names them.
     let (mut session_id, mut attachments) = (session_id, vec![]);
+    let voice = files.iter().any(|file| file.voice);
     for file in files {
         let (session, attachment) = upload(&daemon, &person, &context, &session_id, file).await.map_err(sentence)?;
         session_id = session;
@@ -326,6 +327,7 @@ pub async fn run<S: Surface>(
         content: text,
         session_id,
         attachments,
+        voice,
         ..v1::UserMessage::default()
     };
     // The answer's message goes up while the daemon takes the message.

@@ -327,7 +327,7 @@ impl Gateway {
         let files = match file {
             None => vec![],
             Some((name, mime_type, Ok(Some(bytes)))) if bytes.len() as u64 <= self.max_file_bytes => {
-                vec![File { name, mime_type, bytes }]
+                vec![File { name, mime_type, bytes, voice: false }]
             }
             Some((name, ..)) => {
                 let sentence =

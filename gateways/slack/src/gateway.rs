@@ -255,6 +255,7 @@ impl Gateway {
                 name: downloaded.name,
                 mime_type: downloaded.mime_type,
                 bytes: downloaded.bytes.to_vec(),
+                voice: false,
             });
         }
         Ok(turn::Message {

@@ -255,8 +255,12 @@ mod tests {
     #[test]
     fn a_file_goes_as_a_form_whose_boundary_its_bytes_do_not_hold() {
         let boundary = format!("baaaht-{:x}", std::process::id());
-        let file =
-            File { name: "my chart.png".into(), mime_type: "image/png".into(), bytes: boundary.clone().into_bytes() };
+        let file = File {
+            name: "my chart.png".into(),
+            mime_type: "image/png".into(),
+            bytes: boundary.clone().into_bytes(),
+            voice: false,
+        };
         let fields = json!({"chat_id": 42});
         let (content_type, body) = Body::Form { fields: &fields, field: "photo", file: &file }.encoded();
         let chosen = content_type.strip_prefix("multipart/form-data; boundary=").expect("a form");

@@ -187,7 +187,12 @@ impl Gateway {
                 .map_err(|error| format!("Telegram did not give the file: {error}"))?;
             let path = found["file_path"].as_str().ok_or("Telegram gave no path for the file; try again.")?;
             let bytes = self.api.download(path, self.max_file_bytes).await?;
-            files.push(File { name: shared.name.clone(), mime_type: shared.mime_type.clone(), bytes });
+            files.push(File {
+                name: shared.name.clone(),
+                mime_type: shared.mime_type.clone(),
+                bytes,
+                voice: shared.voice,
+            });
         }
         Ok(turn::Message {
             chat: route.chat.to_string(),

@@ -19,6 +19,8 @@ pub struct Shared {
     pub name: String,
     pub mime_type: String,
     pub size: u64,
+    /// The sender's own voice note.
+    pub voice: bool,
 }
 
 /// A message for the bot.
@@ -111,6 +113,7 @@ pub fn route(update: &Value, bot: &Bot) -> Option<Update> {
                 name: format!("photo-{}.jpg", message["message_id"].as_i64().unwrap_or_default()),
                 mime_type: "image/jpeg".into(),
                 size: photo["file_size"].as_u64().unwrap_or(0),
+                voice: false,
             });
         }
     }
@@ -120,6 +123,19 @@ pub fn route(update: &Value, bot: &Bot) -> Option<Update> {
             name: document["file_name"].as_str().unwrap_or("file").to_string(),
             mime_type: document["mime_type"].as_str().unwrap_or("application/octet-stream").to_string(),
             size: document["file_size"].as_u64().unwrap_or(0),
+            voice: false,
+        });
+    }
+    // A voice note recorded in the chat is the sender's words; one forwarded is someone else's,
+    // shared as a file.
+    if let Some(voice) = message.get("voice") {
+        let forwarded = message.get("forward_origin").is_some() || message.get("forward_from").is_some();
+        files.push(Shared {
+            file_id: voice["file_id"].as_str()?.to_string(),
+            name: format!("voice-{}.ogg", message["message_id"].as_i64().unwrap_or_default()),
+            mime_type: voice["mime_type"].as_str().unwrap_or("audio/ogg").to_string(),
+            size: voice["file_size"].as_u64().unwrap_or(0),
+            voice: !forwarded,
         });
     }
     if group {

@@ -647,6 +647,7 @@ pub async fn send(State(app): State<Arc<App>>, user: User, Json(outgoing): Json<
             mime_type: attachment.mime_type,
             path: attachment.path,
             size_bytes: attachment.size_bytes,
+            voice: false,
         })
         .collect();
     let message = v1::UserMessage {
@@ -657,6 +658,7 @@ pub async fn send(State(app): State<Arc<App>>, user: User, Json(outgoing): Json<
         session_id: outgoing.session_id,
         parent_entry_id: outgoing.parent,
         attachments,
+        voice: false,
     };
     let mut daemon = app.daemon.clone();
     answer(

@@ -147,7 +147,7 @@ impl Channel for Email {
         self.mails()
             .into_iter()
             .flat_map(|mail| mail.files)
-            .map(|(name, bytes)| File { name, mime_type: String::new(), bytes })
+            .map(|(name, bytes)| File { name, mime_type: String::new(), bytes, voice: false })
             .collect()
     }
 

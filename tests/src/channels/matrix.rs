@@ -113,7 +113,7 @@ impl Channel for Matrix {
             .filter_map(|said| {
                 let handle = tokio::runtime::Handle::current();
                 let bytes = tokio::task::block_in_place(|| handle.block_on(self.alice.download(said))).ok()?;
-                Some(File { name: said.body.clone(), mime_type: String::new(), bytes })
+                Some(File { name: said.body.clone(), mime_type: String::new(), bytes, voice: false })
             })
             .collect()
     }

@@ -112,7 +112,7 @@ impl Channel for Slack {
             .shared_files()
             .into_iter()
             .filter(|shared| shared.channel == DM)
-            .map(|shared| File { name: shared.name, mime_type: String::new(), bytes: shared.bytes })
+            .map(|shared| File { name: shared.name, mime_type: String::new(), bytes: shared.bytes, voice: false })
             .collect()
     }
 

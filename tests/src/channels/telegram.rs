@@ -85,7 +85,7 @@ impl Channel for Telegram {
             .sent_files()
             .into_iter()
             .filter(|sent| sent.chat == ADA)
-            .map(|sent| File { name: sent.name, mime_type: sent.content_type, bytes: sent.bytes })
+            .map(|sent| File { name: sent.name, mime_type: sent.content_type, bytes: sent.bytes, voice: false })
             .collect()
     }
 

@@ -14,6 +14,7 @@ pub mod references;
 mod schema;
 mod security;
 mod undo;
+mod voice;
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +28,7 @@ pub use providers::{
 pub use schema::*;
 pub use security::*;
 pub use undo::UndoConfig;
+pub use voice::{SpokenAnswers, VoiceConfig};
 
 use diagnostics::{find_yaml_key, nearest, strip_yaml_location, with_suggestion};
 
@@ -145,6 +147,7 @@ pub fn load(paths: &ConfigPaths, env: impl IntoIterator<Item = (String, String)>
     check_limits(&loaded, config_text.as_deref())?;
     check_disk(&loaded, config_text.as_deref())?;
     check_undo(&loaded, config_text.as_deref())?;
+    check_voice(&loaded, config_text.as_deref())?;
     check_isolation(&loaded, config_text.as_deref())?;
     check_pools(&loaded, config_text.as_deref())?;
     check_budgets(&loaded, config_text.as_deref())?;
@@ -544,6 +547,12 @@ fn check_disk(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigErr
     Err(invalid_at(&loaded.sources.config, text, &keys, format!("orchestrator.disk.{key} {message}")))
 }
 
+/// `voice`: a language code, a plain voice name, and limits that can be kept.
+fn check_voice(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
+    let Some((key, message)) = loaded.config.voice.problem() else { return Ok(()) };
+    Err(invalid_at(&loaded.sources.config, text, &["voice", key], format!("voice.{key} {message}")))
+}
+
 /// `sessions.undo`: at least one turn kept, a store that holds at least one file, and files
 /// looked at.
 fn check_undo(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigError> {
@@ -600,7 +609,7 @@ fn check_pools(loaded: &LoadedConfig, text: Option<&str>) -> Result<(), ConfigEr
     use crate::base::auth::Role;
     for (role, size) in &loaded.config.container.pools {
         let keys = ["container", "pools", role.as_str()];
-        let message = if matches!(role, Role::LlmGateway | Role::Gateway | Role::Mcp) {
+        let message = if matches!(role, Role::LlmGateway | Role::Gateway | Role::Mcp | Role::Speech) {
             format!(
                 "container.pools.{}: only agents and tool containers are pooled (assistant, worker, researcher, \
                  coder, memory, heartbeat, tool); gateways and MCP servers start once, as their configuration \

@@ -29,6 +29,7 @@ pub struct Config {
     pub egress: EgressConfig,
     pub memory: MemoryConfig,
     pub security: super::security::SecurityConfig,
+    pub voice: super::VoiceConfig,
 }
 
 /// A context's long-term memory.
@@ -237,7 +238,7 @@ impl PoolSize {
             Role::Assistant | Role::Tool => PoolSize { floor: 1, ceiling: 4 },
             Role::Coder => PoolSize { floor: 1, ceiling: 2 },
             Role::Worker | Role::Researcher | Role::Memory | Role::Heartbeat => PoolSize { floor: 0, ceiling: 2 },
-            Role::LlmGateway | Role::Mcp | Role::Gateway => PoolSize { floor: 0, ceiling: 0 },
+            Role::LlmGateway | Role::Mcp | Role::Gateway | Role::Speech => PoolSize { floor: 0, ceiling: 0 },
         }
     }
 }

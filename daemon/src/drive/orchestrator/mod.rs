@@ -458,6 +458,8 @@ pub struct Incoming {
     pub parent: Option<String>,
     /// Files shared with the message, stored in the session's `uploads/` by UploadFile.
     pub attachments: Vec<crate::store::sessions::log::Attachment>,
+    /// Its words were heard from the sender's voice note.
+    pub spoken: bool,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -538,6 +540,7 @@ pub fn accept_user_message(
         channel: incoming_channel.clone(),
         content: incoming_content.clone(),
         attachments: incoming_attachments,
+        spoken: incoming.spoken,
     };
     orchestrator.events.publish(&record.context(), event((&record.id, &turn, &correlation_id), entered));
     orchestrator.turns.update(|inflight| {

@@ -110,6 +110,7 @@ fn incoming(content: &str) -> Incoming {
         content: content.into(),
         parent: None,
         attachments: vec![],
+        spoken: false,
     }
 }
 

@@ -156,7 +156,12 @@ async fn read_images(orchestrator: &Arc<Orchestrator>, session: &str, branch: &[
         let mut images = Images::new();
         for attachment in wanted {
             let stored_in = if attachment.session.is_empty() { &session } else { &attachment.session };
-            let shown = match workspaces.picture(stored_in, &attachment.path, MAX_PICTURE_BYTES) {
+            let shown = match workspaces.shared(
+                stored_in,
+                crate::sandbox::workspace::Kept::Picture,
+                &attachment.path,
+                MAX_PICTURE_BYTES,
+            ) {
                 Ok(Some(bytes)) => match infer::get(&bytes).map(|kind| kind.mime_type()) {
                     Some(sniffed) if PICTURE_TYPES.contains(&sniffed) => Ok((sniffed.to_string(), bytes)),
                     _ => Err(PictureError::NotAPicture),

@@ -26,6 +26,20 @@ pub const ROOTFS_IMAGE: &str = "baaaht/rootfs:bookworm-2";
 /// image built before is built again (2: curl and pip, for commands that reach the network).
 pub const IMAGE_VERSION: &str = "2";
 
+/// An image on `base` with Debian's `packages` (space-separated) and the label `what`: its tag
+/// (`baaaht/{what}:` and a hash of the Dockerfile) and Dockerfile; built once, when first needed.
+pub fn layer(base: &str, packages: &str, what: &str) -> (String, String) {
+    use sha2::Digest as _;
+    let dockerfile = format!(
+        "FROM {base}\nUSER root\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+         --no-install-recommends {packages} \\\n    && rm -rf /var/lib/apt/lists/*\n\
+         USER 1000\nLABEL baaaht.image=\"{what}\"\n"
+    );
+    let hash = sha2::Sha256::digest(dockerfile.as_bytes());
+    let hex: String = hash.iter().take(8).map(|byte| format!("{byte:02x}")).collect();
+    (format!("baaaht/{what}:{hex}"), dockerfile)
+}
+
 const PULL_TIMEOUT: Duration = Duration::from_secs(120);
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 

@@ -53,15 +53,7 @@ pub fn person(context: &Context, asker: Option<&str>) -> String {
 /// `certutil` (the daemon's authority is added to Chromium's trust with it). Its tag and
 /// Dockerfile; built once, when a session first uses the browser.
 pub fn layer(base: &str) -> (String, String) {
-    use sha2::Digest as _;
-    let dockerfile = format!(
-        "FROM {base}\nUSER root\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-         --no-install-recommends chromium fonts-dejavu-core libnss3-tools \\\n    && rm -rf /var/lib/apt/lists/*\n\
-         USER 1000\nLABEL baaaht.image=\"browser\"\n"
-    );
-    let hash = sha2::Sha256::digest(dockerfile.as_bytes());
-    let hex: String = hash.iter().take(8).map(|byte| format!("{byte:02x}")).collect();
-    (format!("baaaht/browser:{hex}"), dockerfile)
+    crate::sandbox::container::images::layer(base, "chromium fonts-dejavu-core libnss3-tools", "browser")
 }
 
 /// The browser's runner command and limits from `config`, over `base` (the tool role's limits).

@@ -319,7 +319,12 @@ pub async fn a_refusal_shows_its_sentence_and_an_internal_failure_only_the_plain
 /// agents send reaches the chat with its message.
 pub async fn files_reach_the_daemon_and_the_agents_files_reach_the_chat<C: Channel>() {
     let case = Case::<C>::start().await;
-    let list = File { name: "list.txt".into(), mime_type: "text/plain".into(), bytes: b"apples, bread\n".to_vec() };
+    let list = File {
+        name: "list.txt".into(),
+        mime_type: "text/plain".into(),
+        bytes: b"apples, bread\n".to_vec(),
+        voice: false,
+    };
     case.channel.write("what is on my list?", std::slice::from_ref(&list)).await;
     // A channel whose files are messages of their own (Matrix) sends the file and the words as
     // two messages; the one that names the file is what counts.
@@ -344,6 +349,7 @@ pub async fn files_reach_the_daemon_and_the_agents_files_reach_the_chat<C: Chann
             mime_type: "text/csv".into(),
             path: "sent/report.csv".into(),
             size_bytes: size,
+            voice: false,
         };
         let message = v1::OutboundMessage {
             content: "Here is the report.".into(),

@@ -317,6 +317,7 @@ impl v1::sessions_server::Sessions for Service {
             mime_type: start.mime_type.clone(),
             path: format!("uploads/{}", start.filename),
             size_bytes: bytes.len() as u64,
+            voice: false,
         };
         self.0.record(|recorded| recorded.uploaded.push(Uploaded { identity, start, bytes }));
         Ok(Response::new(v1::UploadResult { session_id: session, attachment: Some(attachment) }))
@@ -342,6 +343,7 @@ impl v1::sessions_server::Sessions for Service {
             mime_type: "application/octet-stream".into(),
             path: wanted.path,
             size_bytes: bytes.len() as u64,
+            voice: false,
         };
         let parts = std::iter::once(v1::file_chunk::Part::Attachment(attachment))
             .chain(bytes.chunks(64 * 1024).map(|chunk| v1::file_chunk::Part::Data(chunk.to_vec())))

@@ -78,7 +78,7 @@ impl Slots {
     /// of work; the pools start one only while more than the slots kept free ahead are free,
     /// so that one never makes room for itself).
     pub(super) fn try_take(&self, role: Role) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ContainerError> {
-        if matches!(role, Role::LlmGateway | Role::Gateway) {
+        if matches!(role, Role::LlmGateway | Role::Gateway | Role::Speech) {
             return Ok(None);
         }
         match self.semaphore.clone().try_acquire_owned() {
