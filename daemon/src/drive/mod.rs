@@ -68,6 +68,7 @@ impl Drive {
             workspaces: below.sandbox.workspaces.clone(),
             calls: below.model.calls.clone(),
             llm: below.model.llm.clone(),
+            speech: below.model.speech.clone(),
             groups: below.people.groups.clone(),
             identities: below.people.identities.clone(),
             lifetime: base.lifetime.clone(),

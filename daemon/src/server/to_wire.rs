@@ -29,7 +29,7 @@ pub(crate) fn attachment(attachment: &crate::store::sessions::log::Attachment) -
         mime_type: attachment.mime_type.clone(),
         path: attachment.path.clone(),
         size_bytes: attachment.size_bytes,
-        voice: false,
+        voice: crate::store::sent::is_voice_note(&attachment.path, &attachment.mime_type),
     }
 }
 
@@ -615,13 +615,9 @@ pub(crate) fn mcp_server_info(
 /// its name and bytes, size), then its bytes in chunks of `chunk`.
 pub(crate) fn file_chunks(path: String, bytes: &[u8], chunk: usize) -> Vec<v1::FileChunk> {
     let filename = path.rsplit('/').next().unwrap_or(&path).to_string();
-    let attachment = v1::Attachment {
-        mime_type: crate::store::sent::mime_of(&filename, bytes),
-        filename,
-        path,
-        size_bytes: bytes.len() as u64,
-        voice: false,
-    };
+    let mime_type = crate::store::sent::mime_of(&filename, bytes);
+    let voice = crate::store::sent::is_voice_note(&path, &mime_type);
+    let attachment = v1::Attachment { mime_type, filename, path, size_bytes: bytes.len() as u64, voice };
     std::iter::once(v1::file_chunk::Part::Attachment(attachment))
         .chain(bytes.chunks(chunk).map(|chunk| v1::file_chunk::Part::Data(chunk.to_vec())))
         .map(|part| v1::FileChunk { part: Some(part) })

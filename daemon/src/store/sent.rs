@@ -32,6 +32,16 @@ pub enum SentError {
     Keep { name: String, error: std::io::Error },
 }
 
+/// How the daemon names an answer it spoke (`spoken-{turn}.ogg`), a voice note on the channels.
+pub const SPOKEN_PREFIX: &str = "spoken-";
+
+/// Whether a file sent at `path` (`sent/NAME`) of type `mime_type` is a voice note the channels
+/// play as one: an answer the daemon spoke.
+pub fn is_voice_note(path: &str, mime_type: &str) -> bool {
+    matches!(mime_type, "audio/ogg" | "audio/opus")
+        && name_of(path).is_some_and(|name| name.starts_with(SPOKEN_PREFIX) && name.ends_with(".ogg"))
+}
+
 /// The name in `sent/` an attachment's `path` (`sent/NAME`) gives, when it is one.
 pub fn name_of(path: &str) -> Option<&str> {
     let name = path.strip_prefix(SENT)?.strip_prefix('/')?;

@@ -165,11 +165,26 @@ impl Api {
         sent["message_id"].as_i64().ok_or_else(|| ApiError::Transport("sendMessage answered no message_id".into()))
     }
 
-    /// Sends `file` to `chat`: a picture Telegram shows (JPEG, PNG, WebP) as a photo, anything
-    /// else as a document; its message id.
+    /// Sends `file` to `chat`: a picture Telegram shows (JPEG, PNG, WebP) as a photo, a spoken
+    /// answer as a voice note, anything else as a document; its message id.
     pub async fn send_file(&self, chat: i64, file: &File) -> Result<i64, ApiError> {
         let photo = matches!(file.mime_type.as_str(), "image/jpeg" | "image/png" | "image/webp");
-        let (method, field) = if photo { ("sendPhoto", "photo") } else { ("sendDocument", "document") };
+        let voice = file.voice && matches!(file.mime_type.as_str(), "audio/ogg" | "audio/opus");
+        // Telegram plays a voice note sent as OGG (with Opus inside).
+        let as_ogg;
+        let file = if voice {
+            as_ogg = File { mime_type: "audio/ogg".into(), ..file.clone() };
+            &as_ogg
+        } else {
+            file
+        };
+        let (method, field) = if voice {
+            ("sendVoice", "voice")
+        } else if photo {
+            ("sendPhoto", "photo")
+        } else {
+            ("sendDocument", "document")
+        };
         let fields = json!({"chat_id": chat});
         let sent = self.retried(method, &Body::Form { fields: &fields, field, file }, Duration::ZERO).await?;
         sent["message_id"].as_i64().ok_or_else(|| ApiError::Transport(format!("{method} answered no message_id")))

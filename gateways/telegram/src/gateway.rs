@@ -207,8 +207,11 @@ impl Gateway {
 
     /// Sends `text` and `files` to `chat`, each file its own message.
     async fn post(&self, chat: i64, text: &str, files: &[File]) -> Result<(), String> {
-        for part in messages(&clean(text)) {
-            self.api.send(chat, &part, None, None).await.map_err(|e| e.to_string())?;
+        // A voice note (a spoken answer) comes without words.
+        if !text.trim().is_empty() {
+            for part in messages(&clean(text)) {
+                self.api.send(chat, &part, None, None).await.map_err(|e| e.to_string())?;
+            }
         }
         for file in files {
             self.api.send_file(chat, file).await.map_err(|e| format!("{}: {e}", file.name))?;

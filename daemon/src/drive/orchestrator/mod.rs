@@ -75,6 +75,8 @@ pub struct Orchestrator {
     pub calls: Arc<Calls>,
     /// The configured models and their context windows.
     pub llm: Arc<LlmGateway>,
+    /// Voice notes heard and answers spoken.
+    pub speech: Arc<crate::model::speech::Speech>,
     pub groups: Arc<Groups>,
     pub identities: Arc<Identities>,
     pub lifetime: Lifetime,
@@ -445,6 +447,8 @@ pub struct Accepted {
     pub entry: String,
     pub turn: String,
     pub correlation_id: String,
+    /// The message was a voice note: its answer may be spoken too.
+    pub spoken: bool,
 }
 
 /// A user message for [`accept_user_message`].
@@ -556,7 +560,7 @@ pub fn accept_user_message(
         );
     });
     orchestrator.turns.cancel_token(&turn);
-    let accepted = Accepted { session: record.id.clone(), entry, turn, correlation_id };
+    let accepted = Accepted { session: record.id.clone(), entry, turn, correlation_id, spoken: incoming.spoken };
     let span = tracing::info_span!("turn", turn = %accepted.turn, correlation_id = %accepted.correlation_id, session = %accepted.session);
     orchestrator
         .lifetime
