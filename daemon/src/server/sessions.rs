@@ -330,7 +330,7 @@ impl v1::sessions_server::Sessions for SessionsService {
         };
         let mut incoming = incoming(&caller, context, written, "session_id")?;
         if voice {
-            incoming = crate::drive::voice::hear(&self.shared.orchestrator, incoming).await?;
+            incoming = crate::drive::orchestrator::voice::hear(&self.shared.orchestrator, incoming).await?;
         }
         let accepted = crate::drive::orchestrator::accept_user_message(&self.shared.orchestrator, incoming)?;
         Ok(Response::new(v1::SendUserMessageResponse {

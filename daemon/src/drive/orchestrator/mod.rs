@@ -15,6 +15,7 @@ mod archival;
 mod delegation;
 mod history;
 mod turns;
+pub mod voice;
 
 pub use archival::{archive, archive_quiet, supervise};
 pub use delegation::Foreseer;

@@ -117,11 +117,11 @@ pub(super) async fn run_turn(
     match appended {
         Ok(entry_id) if !failed => {
             tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "turn answered");
-            let aloud = crate::drive::voice::answers_aloud(&orchestrator, accepted.spoken);
+            let aloud = crate::drive::orchestrator::voice::answers_aloud(&orchestrator, accepted.spoken);
             let spoken = aloud.then(|| content.clone());
             orchestrator.events.publish(&context, event(ids, Kind::Reply { entry_id, content }));
             if let Some(content) = spoken {
-                crate::drive::voice::speak_answer(&orchestrator, context.clone(), ids, content);
+                crate::drive::orchestrator::voice::speak_answer(&orchestrator, context.clone(), ids, content);
             }
         }
         Ok(_) => {

@@ -3,7 +3,6 @@
 //! container with no network, its providers reached through the daemon's egress socket (or as
 //! a host child process), and configures it over that socket.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -32,7 +31,7 @@ enum Command {
         #[arg(long, value_name = "PID")]
         parent: Option<u32>,
         /// Permissions of the socket, in octal (the folder around it is what keeps others out)
-        #[arg(long, default_value = "600", value_parser = parse_mode)]
+        #[arg(long, default_value = "600", value_parser = baaaht_proto::lifecycle::parse_mode)]
         socket_mode: u32,
         /// Reach providers through the daemon's egress socket (CONNECT host:port) instead of
         /// directly: how the gateway runs in its container, which has no network
@@ -80,27 +79,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_mode(text: &str) -> Result<u32, String> {
-    u32::from_str_radix(text, 8)
-        .ok()
-        .filter(|mode| *mode <= 0o777)
-        .ok_or_else(|| format!("`{text}` is not an octal mode such as 600"))
-}
-
 async fn serve(
     socket: &Path,
     mode: u32,
     parent: Option<u32>,
     egress: Option<PathBuf>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    match std::fs::remove_file(socket) {
-        Ok(()) => tracing::info!(socket = %socket.display(), "replaced a stale socket"),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(format!("cannot replace {}: {error}", socket.display()).into()),
-    }
-    let listener = tokio::net::UnixListener::bind(socket)
-        .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))?;
+    let listener = baaaht_proto::lifecycle::listen(socket, mode)?;
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "serving");
     let service = Arc::new(egress.map_or_else(GatewayService::default, GatewayService::through));
     let server = tonic::transport::Server::builder()

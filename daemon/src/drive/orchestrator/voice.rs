@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
+use super::{Incoming, Orchestrator, OrchestratorError};
 use crate::base::auth::{Context, ContextKind};
 use crate::base::config::SpokenAnswers;
-use crate::drive::orchestrator::{Incoming, Orchestrator, OrchestratorError};
 use crate::model::speech::VoiceError;
 use crate::sandbox::workspace::Kept;
 use crate::store::events::{Event, Kind};
